@@ -1,0 +1,198 @@
+//! Ingress rule hosts.
+//!
+//! Kubernetes allows a fully qualified DNS name or a wildcard whose first
+//! label is `*` (which matches exactly one label). IP addresses are not hosts.
+//! Hosts are compared lowercase with no trailing dot, so that is how they are
+//! stored.
+
+use std::fmt;
+
+/// A validated rule host.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostPattern {
+    /// `foo.example.com`, lowercase, no trailing dot.
+    Exact(String),
+    /// `*.example.com`, stored as its suffix `example.com`.
+    Wildcard(String),
+}
+
+impl HostPattern {
+    /// Parses a rule host as the API server would accept it.
+    pub fn parse(host: &str) -> Result<HostPattern, HostError> {
+        let host = host.strip_suffix('.').unwrap_or(host);
+        if host.is_empty() {
+            return Err(HostError::Empty);
+        }
+        if host.len() > 253 {
+            return Err(HostError::TooLong(host.len()));
+        }
+        let lower = host.to_ascii_lowercase();
+        if let Some(suffix) = lower.strip_prefix("*.") {
+            check_dns_name(suffix)?;
+            return Ok(HostPattern::Wildcard(suffix.to_string()));
+        }
+        check_dns_name(&lower)?;
+        if lower.parse::<std::net::Ipv4Addr>().is_ok() {
+            return Err(HostError::IpAddress);
+        }
+        Ok(HostPattern::Exact(lower))
+    }
+
+    /// Whether `host` (already normalised by [`normalize_request_host`]) matches.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Exact(h) => h == host,
+            HostPattern::Wildcard(suffix) => host
+                .split_once('.')
+                .is_some_and(|(first, rest)| !first.is_empty() && rest == suffix),
+        }
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostPattern::Exact(h) => f.write_str(h),
+            HostPattern::Wildcard(s) => write!(f, "*.{s}"),
+        }
+    }
+}
+
+fn check_dns_name(name: &str) -> Result<(), HostError> {
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err(HostError::EmptyLabel);
+        }
+        if label.len() > 63 {
+            return Err(HostError::LabelTooLong(label.to_string()));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(HostError::BadLabel(label.to_string()));
+        }
+        if let Some(c) = label
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
+        {
+            return Err(HostError::BadCharacter(c));
+        }
+    }
+    Ok(())
+}
+
+/// Normalises the authority of a request for lookup: drops a port and a
+/// trailing dot and lowercases into `buf`, without allocating. Returns `None`
+/// when the authority is empty or longer than `buf`.
+pub fn normalize_request_host<'b>(authority: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
+    let host = strip_port(authority);
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.is_empty() || host.len() > buf.len() {
+        return None;
+    }
+    let out = &mut buf[..host.len()];
+    out.copy_from_slice(host.as_bytes());
+    out.make_ascii_lowercase();
+    std::str::from_utf8(out).ok()
+}
+
+fn strip_port(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        // IPv6 literal: `[::1]:8080` routes as `[::1]`.
+        return match rest.find(']') {
+            Some(end) => &authority[..end + 2],
+            None => authority,
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+/// Why a host was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    #[error("host is empty")]
+    Empty,
+    #[error("host is {0} characters long, more than 253")]
+    TooLong(usize),
+    #[error("host has an empty label")]
+    EmptyLabel,
+    #[error("label {0:?} is longer than 63 characters")]
+    LabelTooLong(String),
+    #[error("label {0:?} starts or ends with '-'")]
+    BadLabel(String),
+    #[error(
+        "character {0:?} is not allowed in a host (only a-z, 0-9, '-', '.', and a leading '*.')"
+    )]
+    BadCharacter(char),
+    #[error("an IP address is not a host")]
+    IpAddress,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_exact_and_wildcard() {
+        assert_eq!(
+            HostPattern::parse("Foo.Bar.com."),
+            Ok(HostPattern::Exact("foo.bar.com".into()))
+        );
+        assert_eq!(
+            HostPattern::parse("*.foo.com"),
+            Ok(HostPattern::Wildcard("foo.com".into()))
+        );
+        assert_eq!(
+            HostPattern::parse("single"),
+            Ok(HostPattern::Exact("single".into()))
+        );
+    }
+
+    #[test]
+    fn refuses_bad_hosts() {
+        assert!(HostPattern::parse("").is_err());
+        assert!(HostPattern::parse("a.*.com").is_err());
+        assert!(HostPattern::parse("**.com").is_err());
+        assert!(HostPattern::parse("foo..com").is_err());
+        assert!(HostPattern::parse("-foo.com").is_err());
+        assert!(HostPattern::parse("foo_bar.com").is_err());
+        assert!(HostPattern::parse("foo.com\r\n").is_err());
+        assert!(HostPattern::parse("10.0.0.1").is_err());
+        assert!(HostPattern::parse(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn wildcard_covers_exactly_one_label() {
+        let w = HostPattern::parse("*.foo.com").unwrap();
+        assert!(w.matches("bar.foo.com"));
+        assert!(!w.matches("baz.bar.foo.com"));
+        assert!(!w.matches("foo.com"));
+        assert!(!w.matches(".foo.com"));
+    }
+
+    #[test]
+    fn request_host_normalisation() {
+        let mut buf = [0u8; 256];
+        assert_eq!(
+            normalize_request_host("Foo.COM:8080", &mut buf),
+            Some("foo.com")
+        );
+        let mut buf = [0u8; 256];
+        assert_eq!(
+            normalize_request_host("foo.com.", &mut buf),
+            Some("foo.com")
+        );
+        let mut buf = [0u8; 256];
+        assert_eq!(
+            normalize_request_host("foo.com.:443", &mut buf),
+            Some("foo.com")
+        );
+        let mut buf = [0u8; 256];
+        assert_eq!(normalize_request_host("[::1]:80", &mut buf), Some("[::1]"));
+        let mut buf = [0u8; 256];
+        assert_eq!(normalize_request_host("", &mut buf), None);
+        let mut buf = [0u8; 256];
+        assert_eq!(normalize_request_host(&"a".repeat(300), &mut buf), None);
+    }
+}

@@ -1,0 +1,477 @@
+//! Compile: [`Store`] -> [`Snapshot`].
+//!
+//! Ingresses are visited oldest first (creationTimestamp, then
+//! namespace/name), so "first insert wins" in the route and certificate
+//! tables is "oldest wins" as DESIGN.md requires, and every loser gets a
+//! condition saying which object holds its rule.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{
+    Ingress, IngressBackend, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
+    ServiceBackendPort,
+};
+use teapot_api::names::{
+    CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS, SERVICE_NAME_LABEL,
+};
+use teapot_api::{HostPattern, PathKind};
+
+use crate::manifests::Problem;
+use crate::routes::RouteTable;
+use crate::snapshot::{BackendReport, Condition, IngressReport, Snapshot, StatusReport};
+use crate::store::{NsName, Store, Stored};
+use crate::tls::CertTable;
+use crate::upstream::{EndpointRegistry, Upstream};
+
+/// Settings that shape a compile but do not come from objects.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// What goes into `status.loadBalancer.ingress` (IPs or hostnames).
+    pub status_addresses: Vec<String>,
+}
+
+/// Builds a snapshot from a store. `problems` are the loader's, carried into
+/// the status report.
+pub fn compile(
+    store: &Store,
+    problems: Vec<Problem>,
+    generation: u64,
+    options: &CompileOptions,
+    registry: &EndpointRegistry,
+) -> Snapshot {
+    let started = Instant::now();
+    let mut resolver = Resolver::new(store, registry);
+    let mut routes = RouteTable::default();
+    let mut certs = CertTable::default();
+    let classes = ClassFilter::new(store);
+    let load_balancer = load_balancer_status(&options.status_addresses);
+
+    let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
+    ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
+
+    // Who holds each (host, kind, path), for conflict messages.
+    let mut holders: HashMap<(Option<HostPattern>, PathKind, String), &NsName> = HashMap::new();
+    let mut default_holder: Option<&NsName> = None;
+    let mut ingress_reports = Vec::with_capacity(ordered.len());
+
+    for (id, stored) in ordered {
+        let ingress = &stored.object;
+        if !classes.serves(ingress) {
+            ingress_reports.push(IngressReport {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                served: false,
+                status: IngressStatus::default(),
+                conditions: vec![Condition::new(
+                    "Accepted",
+                    false,
+                    "OtherClass",
+                    "the Ingress class is not implemented by teapot",
+                )],
+            });
+            continue;
+        }
+        let mut conflicts = Vec::new();
+        let mut unresolved = Vec::new();
+        let spec = ingress.spec.as_ref();
+        let mut note = |upstream: &Upstream| {
+            if let Some(why) = &upstream.unavailable
+                && !unresolved.contains(why)
+            {
+                unresolved.push(why.clone());
+            }
+        };
+
+        if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
+            let upstream = resolver.backend(&id.namespace, backend);
+            note(&upstream);
+            if routes.set_default_backend(upstream) {
+                default_holder = Some(id);
+            } else if let Some(holder) = default_holder {
+                conflicts.push(format!("defaultBackend is held by older Ingress {holder}"));
+            }
+        }
+        let mut rule_hosts = Vec::new();
+        for rule in spec.and_then(|s| s.rules.as_ref()).into_iter().flatten() {
+            // Validated at load; a parse failure here cannot happen.
+            let host = rule
+                .host
+                .as_deref()
+                .and_then(|h| HostPattern::parse(h).ok());
+            if let Some(h) = &host {
+                rule_hosts.push(h.clone());
+            }
+            for p in rule.http.iter().flat_map(|h| &h.paths) {
+                let Ok(kind) = PathKind::parse(&p.path_type) else {
+                    continue;
+                };
+                let path = p.path.as_deref().unwrap_or("/");
+                let upstream = resolver.backend(&id.namespace, &p.backend);
+                note(&upstream);
+                if routes.host_mut(host.as_ref()).insert(kind, path, upstream) {
+                    holders.insert((host.clone(), kind, path.to_string()), id);
+                } else {
+                    let key = (host.clone(), kind, path.to_string());
+                    let holder = holders.get(&key).map_or_else(
+                        || "an older Ingress".to_string(),
+                        |h| format!("older Ingress {h}"),
+                    );
+                    let host = host.as_ref().map_or("*".to_string(), |h| h.to_string());
+                    conflicts.push(format!("rule {host} {path} ({kind:?}) is held by {holder}"));
+                }
+            }
+        }
+        let tls_problems = add_certificates(store, id, ingress, &rule_hosts, &mut certs);
+
+        let mut conditions = vec![Condition::new("Accepted", true, "Accepted", "")];
+        conditions.push(if conflicts.is_empty() {
+            Condition::new("Conflicted", false, "NoConflict", "")
+        } else {
+            Condition::new("Conflicted", true, "OlderIngressWins", conflicts.join("; "))
+        });
+        conditions.push(if unresolved.is_empty() {
+            Condition::new("BackendsReady", true, "EndpointsReady", "")
+        } else {
+            Condition::new(
+                "BackendsReady",
+                false,
+                "NoReadyEndpoints",
+                unresolved.join("; "),
+            )
+        });
+        conditions.push(if tls_problems.is_empty() {
+            Condition::new("TLSReady", true, "CertificatesLoaded", "")
+        } else {
+            Condition::new("TLSReady", false, "SecretUnusable", tls_problems.join("; "))
+        });
+        ingress_reports.push(IngressReport {
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            served: true,
+            status: IngressStatus {
+                load_balancer: Some(load_balancer.clone()),
+            },
+            conditions,
+        });
+    }
+
+    let report = StatusReport {
+        generation,
+        ingresses: ingress_reports,
+        backends: resolver.report(),
+        problems,
+    };
+    registry.prune();
+    Snapshot {
+        generation,
+        routes,
+        certs,
+        report,
+        compile_time: started.elapsed(),
+    }
+}
+
+/// Registers the certificates of an Ingress's `spec.tls`; returns messages
+/// for entries that could not be used.
+fn add_certificates(
+    store: &Store,
+    id: &NsName,
+    ingress: &Ingress,
+    rule_hosts: &[HostPattern],
+    certs: &mut CertTable,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    for (i, entry) in tls.into_iter().flatten().enumerate() {
+        let Some(secret_name) = entry.secret_name.as_deref() else {
+            problems.push(format!("spec.tls[{i}].secretName is empty"));
+            continue;
+        };
+        let Some(secret) = store
+            .secrets
+            .get(&NsName::new(id.namespace.clone(), secret_name))
+        else {
+            problems.push(format!(
+                "spec.tls[{i}]: Secret {}/{secret_name} not found or not a usable kubernetes.io/tls Secret",
+                id.namespace
+            ));
+            continue;
+        };
+        let hosts: Vec<HostPattern> = match &entry.hosts {
+            Some(hosts) if !hosts.is_empty() => hosts
+                .iter()
+                .filter_map(|h| HostPattern::parse(h).ok())
+                .collect(),
+            // No hosts: the certificate covers the Ingress's own rule hosts.
+            _ => rule_hosts.to_vec(),
+        };
+        for host in hosts {
+            if !certs.insert(&host, secret.object.certificate.key.clone()) {
+                problems.push(format!(
+                    "spec.tls[{i}]: host {host} already has a certificate from an older Ingress"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn age_key<'a>(
+    ingress: &'a Stored<Ingress>,
+    id: &'a NsName,
+) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
+    let created = ingress
+        .object
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| &t.0);
+    // Objects without a timestamp (hand-written manifests) sort after those
+    // with one, then by namespace/name.
+    (created.is_none(), created, id)
+}
+
+fn load_balancer_status(addresses: &[String]) -> IngressLoadBalancerStatus {
+    IngressLoadBalancerStatus {
+        ingress: Some(
+            addresses
+                .iter()
+                .map(|a| {
+                    if a.parse::<IpAddr>().is_ok() {
+                        IngressLoadBalancerIngress {
+                            ip: Some(a.clone()),
+                            ..Default::default()
+                        }
+                    } else {
+                        IngressLoadBalancerIngress {
+                            hostname: Some(a.clone()),
+                            ..Default::default()
+                        }
+                    }
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Which Ingresses are ours.
+struct ClassFilter {
+    /// Names of IngressClasses whose controller is teapot.
+    ours: Vec<String>,
+    /// Whether one of them is the cluster default.
+    default: bool,
+}
+
+impl ClassFilter {
+    fn new(store: &Store) -> ClassFilter {
+        let mut ours = vec![INGRESS_CLASS.to_string()];
+        let mut default = false;
+        for (name, class) in &store.ingress_classes {
+            let controller = class
+                .object
+                .spec
+                .as_ref()
+                .and_then(|s| s.controller.as_deref());
+            if controller != Some(CONTROLLER_NAME) {
+                continue;
+            }
+            ours.push(name.clone());
+            let annotations = class.object.metadata.annotations.as_ref();
+            default |= annotations
+                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                .is_some_and(|v| v == "true");
+        }
+        ClassFilter { ours, default }
+    }
+
+    fn serves(&self, ingress: &Ingress) -> bool {
+        let class = ingress
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref())
+            .or_else(|| {
+                // The deprecated annotation still appears in older charts.
+                ingress
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get("kubernetes.io/ingress.class")
+                    .map(String::as_str)
+            });
+        match class {
+            Some(c) => self.ours.iter().any(|o| o == c),
+            None => self.default,
+        }
+    }
+}
+
+/// Resolves backend references to upstreams, once per (Service, port).
+struct Resolver<'a> {
+    store: &'a Store,
+    registry: &'a EndpointRegistry,
+    slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    cache: HashMap<(String, String, PortRef), Arc<Upstream>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum PortRef {
+    Number(i32),
+    Name(String),
+}
+
+impl std::fmt::Display for PortRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortRef::Number(n) => write!(f, "{n}"),
+            PortRef::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+impl<'a> Resolver<'a> {
+    fn new(store: &'a Store, registry: &'a EndpointRegistry) -> Resolver<'a> {
+        let mut slices: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+        for (id, slice) in &store.endpoint_slices {
+            let labels = slice.object.metadata.labels.as_ref();
+            if let Some(service) = labels.and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+                slices
+                    .entry((id.namespace.as_str(), service.as_str()))
+                    .or_default()
+                    .push(&slice.object);
+            }
+        }
+        Resolver {
+            store,
+            registry,
+            slices,
+            cache: HashMap::new(),
+        }
+    }
+
+    fn backend(&mut self, namespace: &str, backend: &IngressBackend) -> Arc<Upstream> {
+        let Some(service) = &backend.service else {
+            return Arc::new(Upstream::new(
+                format!("{namespace}/<resource>"),
+                Vec::new(),
+                Some("resource backends are not supported".into()),
+            ));
+        };
+        let port = match service.port.as_ref() {
+            Some(ServiceBackendPort {
+                number: Some(n), ..
+            }) => PortRef::Number(*n),
+            Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n.clone()),
+            _ => PortRef::Number(0),
+        };
+        let key = (namespace.to_string(), service.name.clone(), port);
+        if let Some(u) = self.cache.get(&key) {
+            return u.clone();
+        }
+        let upstream = Arc::new(self.resolve(namespace, &service.name, &key.2));
+        self.cache.insert(key, upstream.clone());
+        upstream
+    }
+
+    fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
+        let label = format!("{namespace}/{name}:{port}");
+        let unavailable = |why: String| Upstream::new(label.clone(), Vec::new(), Some(why));
+        let Some(service) = self
+            .store
+            .services
+            .get(&NsName::new(namespace, name))
+            .map(|s| &s.object)
+        else {
+            return unavailable(format!("Service {namespace}/{name} not found"));
+        };
+        let spec = service.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return unavailable(format!(
+                "Service {namespace}/{name} is ExternalName, which teapot does not route to"
+            ));
+        }
+        let Some(service_port) = find_port(service, port) else {
+            return unavailable(format!("Service {namespace}/{name} has no port {port}"));
+        };
+        let port_name = service_port.name.as_deref().unwrap_or("");
+        let mut addrs: Vec<SocketAddr> = Vec::new();
+        for slice in self.slices.get(&(namespace, name)).into_iter().flatten() {
+            if slice.address_type == "FQDN" {
+                continue;
+            }
+            let Some(number) = slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+                .and_then(|p| p.port)
+            else {
+                continue;
+            };
+            let Ok(number) = u16::try_from(number) else {
+                continue;
+            };
+            for endpoint in slice.endpoints.iter().flatten() {
+                // `ready` unset means ready (discovery.k8s.io/v1).
+                let ready = endpoint
+                    .conditions
+                    .as_ref()
+                    .and_then(|c| c.ready)
+                    .unwrap_or(true);
+                if !ready {
+                    continue;
+                }
+                for a in &endpoint.addresses {
+                    if let Ok(ip) = a.parse::<IpAddr>() {
+                        addrs.push(SocketAddr::new(ip, number));
+                    }
+                }
+            }
+        }
+        addrs.sort();
+        addrs.dedup();
+        if addrs.is_empty() {
+            return unavailable(format!(
+                "no ready endpoints for Service {namespace}/{name} port {port}"
+            ));
+        }
+        let endpoints = addrs
+            .into_iter()
+            .map(|a| self.registry.endpoint(a))
+            .collect();
+        Upstream::new(label, endpoints, None)
+    }
+
+    fn report(&self) -> Vec<BackendReport> {
+        let mut out: Vec<BackendReport> = self
+            .cache
+            .iter()
+            .map(|((ns, service, port), u)| BackendReport {
+                namespace: ns.clone(),
+                service: service.clone(),
+                port: port.to_string(),
+                endpoints: u.endpoints.iter().map(|e| e.addr.to_string()).collect(),
+                unavailable: u.unavailable.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.namespace, &a.service, &a.port).cmp(&(&b.namespace, &b.service, &b.port))
+        });
+        out
+    }
+}
+
+fn find_port<'s>(
+    service: &'s Service,
+    port: &PortRef,
+) -> Option<&'s k8s_openapi::api::core::v1::ServicePort> {
+    let ports = service.spec.as_ref()?.ports.as_ref()?;
+    ports.iter().find(|p| match port {
+        PortRef::Number(n) => p.port == *n,
+        PortRef::Name(n) => p.name.as_deref() == Some(n.as_str()),
+    })
+}

@@ -1,0 +1,26 @@
+/// Errors that stop the proxy from starting or running.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("manifests directory {path}: {source}")]
+    Manifests {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot bind {what} listener {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("TLS setup: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("watching {path}: {source}")]
+    Watch {
+        path: std::path::PathBuf,
+        source: notify::Error,
+    },
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}

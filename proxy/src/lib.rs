@@ -1,0 +1,42 @@
+//! teapot's data plane.
+//!
+//! Objects flow one way: a source (today the manifests directory; the
+//! Kubernetes watch later) fills a [`store::Store`], [`compile::compile`]
+//! turns it into an immutable [`snapshot::Snapshot`], and the snapshot is
+//! swapped in with `arc-swap`. The Pingora proxy and the TLS resolver only
+//! ever read the current snapshot.
+//!
+//! Layout:
+//! - [`manifests`]: reads a directory of YAML into a store, keeping the last
+//!   good version of objects that stop parsing.
+//! - [`validate`]: typed parsing and API-server-like validation, per field.
+//! - [`store`]: the objects, keyed as the API server keys them.
+//! - [`compile`]: store -> route table, certificate table, status report.
+//! - [`routes`]: host and path matching (DESIGN.md "Ingress semantics").
+//! - [`upstream`]: endpoints, round-robin, passive ejection.
+//! - [`tls`]: certificates from Secrets and the SNI resolver.
+//! - [`snapshot`]: what is swapped, and the status report.
+//! - [`reload`]: the directory watcher that recompiles on change.
+//! - [`proxy`]: the Pingora `ProxyHttp` implementation.
+//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
+//! - [`metrics`]: the Prometheus registry.
+//! - [`server`]: [`server::run`], wiring it all to listeners and shutdown.
+
+pub mod admin;
+pub mod compile;
+pub mod manifests;
+pub mod metrics;
+pub mod proxy;
+pub mod reload;
+pub mod routes;
+pub mod server;
+pub mod snapshot;
+pub mod store;
+pub mod tls;
+pub mod upstream;
+pub mod validate;
+
+mod error;
+
+pub use error::Error;
+pub use server::{Listeners, ProxyConfig, run};

@@ -1,0 +1,206 @@
+//! Hot reload: watch the manifests directory, recompile, swap.
+//!
+//! inotify events (through `notify`) trigger a reload after a short quiet
+//! period, so a `kubectl`-style burst of writes or an editor's
+//! write-rename becomes one compile. A cheap poll of file sizes and
+//! modification times backs the watcher up on filesystems where events go
+//! missing. Compiles run on the blocking pool: a large table must not stall
+//! request handling.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use notify::Watcher;
+use tokio::sync::{mpsc, watch};
+
+use crate::compile::{CompileOptions, compile};
+use crate::manifests::{Problem, load_dir};
+use crate::metrics::Metrics;
+use crate::snapshot::SnapshotHandle;
+use crate::store::Store;
+use crate::upstream::EndpointRegistry;
+
+/// How long the directory must be quiet before a reload.
+pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
+/// Safety-net poll interval.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Loads, compiles and swaps; remembers what it needs for the next time.
+#[derive(Debug)]
+pub struct Reloader {
+    dir: PathBuf,
+    options: CompileOptions,
+    snapshots: SnapshotHandle,
+    registry: EndpointRegistry,
+    metrics: Metrics,
+    state: Mutex<ReloadState>,
+}
+
+#[derive(Debug, Default)]
+struct ReloadState {
+    store: Store,
+    generation: u64,
+    problems: HashSet<String>,
+}
+
+impl Reloader {
+    pub fn new(
+        dir: PathBuf,
+        options: CompileOptions,
+        snapshots: SnapshotHandle,
+        metrics: Metrics,
+    ) -> Reloader {
+        Reloader {
+            dir,
+            options,
+            snapshots,
+            registry: EndpointRegistry::default(),
+            metrics,
+            state: Mutex::new(ReloadState::default()),
+        }
+    }
+
+    /// One full load -> compile -> swap. Returns the new generation.
+    pub fn reload(&self) -> u64 {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let loaded = load_dir(&self.dir, &state.store);
+        log_problems(&loaded.problems, &mut state.problems);
+        self.metrics
+            .manifest_problems
+            .set(loaded.problems.len() as i64);
+        state.generation += 1;
+        let snapshot = compile(
+            &loaded.store,
+            loaded.problems,
+            state.generation,
+            &self.options,
+            &self.registry,
+        );
+        state.store = loaded.store;
+        self.metrics
+            .compile_seconds
+            .observe(snapshot.compile_time.as_secs_f64());
+        self.metrics
+            .snapshot_generation
+            .set(snapshot.generation as i64);
+        self.metrics.routes.set(snapshot.routes.len() as i64);
+        self.metrics.reloads_total.inc();
+        tracing::info!(
+            generation = snapshot.generation,
+            objects = state.store.len(),
+            routes = snapshot.routes.len(),
+            hosts = snapshot.routes.hosts(),
+            certificates = snapshot.certs.len(),
+            compile_ms = snapshot.compile_time.as_secs_f64() * 1e3,
+            "snapshot swapped in"
+        );
+        self.snapshots.store(Arc::new(snapshot));
+        state.generation
+    }
+
+    /// Reloads whenever the directory changes, until `shutdown` turns true.
+    pub async fn watch(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+        let watcher = {
+            let tx = tx.clone();
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                // Our own reads show up as access events; only changes count.
+                if event.is_ok_and(|e| !e.kind.is_access()) {
+                    let _ = tx.send(());
+                }
+            })
+            .and_then(|mut w| {
+                w.watch(&self.dir, notify::RecursiveMode::Recursive)?;
+                Ok(w)
+            })
+        };
+        let _watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "file watcher unavailable, polling only");
+                None
+            }
+        };
+        let mut fingerprint = fingerprint(&self.dir);
+        let mut poll = tokio::time::interval(POLL_INTERVAL);
+        poll.tick().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => if *shutdown.borrow() { return },
+                Some(()) = rx.recv() => {
+                    // Let the burst finish.
+                    loop {
+                        match tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {
+                            Ok(Some(())) => continue,
+                            _ => break,
+                        }
+                    }
+                }
+                _ = poll.tick() => {
+                    let now = fingerprint_blocking(&self.dir).await;
+                    if now == fingerprint { continue }
+                }
+            }
+            let me = self.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || me.reload()).await {
+                tracing::error!(error = %e, "reload task failed; the previous snapshot keeps serving");
+            }
+            fingerprint = fingerprint_blocking(&self.dir).await;
+        }
+    }
+}
+
+fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) {
+    let mut now = HashSet::with_capacity(problems.len());
+    for p in problems {
+        let line = p.to_string();
+        if !seen.contains(&line) {
+            tracing::warn!(
+                file = %p.file.display(),
+                document = p.document,
+                object = p.object.as_deref().unwrap_or(""),
+                field = p.field.as_deref().unwrap_or(""),
+                kept_previous = p.kept_previous,
+                "skipped manifest: {}",
+                p.message
+            );
+        }
+        now.insert(line);
+    }
+    *seen = now;
+}
+
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+async fn fingerprint_blocking(dir: &Path) -> Fingerprint {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || fingerprint(&dir))
+        .await
+        .unwrap_or_default()
+}
+
+fn fingerprint(dir: &Path) -> Fingerprint {
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.sort();
+    out
+}
+
+fn walk(dir: &Path, out: &mut Fingerprint) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            walk(&path, out);
+        } else {
+            out.push((path, meta.len(), meta.modified().ok()));
+        }
+    }
+}

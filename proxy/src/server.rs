@@ -1,0 +1,227 @@
+//! [`run`]: the proxy as one async function over listeners the caller bound,
+//! ending when `shutdown` resolves (mini-redis style, so tests bind port 0).
+//!
+//! Pingora's own `Server` owns signals, runtimes and `process::exit`; here
+//! the Pingora service is started directly on the caller's runtime instead,
+//! with pre-bound sockets handed over through Pingora's listen-fd table, so
+//! the caller knows every bound address before the first request and
+//! decides when to stop.
+
+use std::net::SocketAddr;
+use std::os::fd::IntoRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use pingora_core::apps::HttpServerOptions;
+use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::server::Fds;
+use pingora_core::server::configuration::ServerConf;
+use pingora_core::services::Service as _;
+use tokio::sync::watch;
+
+use crate::Error;
+use crate::admin::{self, AdminState};
+use crate::compile::CompileOptions;
+use crate::metrics::Metrics;
+use crate::proxy::{Router, UpstreamOptions};
+use crate::reload::Reloader;
+use crate::snapshot::Snapshot;
+use crate::tls::{SniResolver, TlsCertificate};
+
+/// Everything `teapot proxy` is configured with, apart from sockets.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    pub manifests: PathBuf,
+    pub compile: CompileOptions,
+    pub upstream: UpstreamOptions,
+    /// How long in-flight requests may take to finish after shutdown starts.
+    pub grace_period: Duration,
+    /// Accept HTTP/2 with prior knowledge on the plain listener.
+    pub h2c: bool,
+    /// Idle upstream connections kept for reuse.
+    pub upstream_pool_size: usize,
+}
+
+impl ProxyConfig {
+    pub fn new(manifests: PathBuf) -> ProxyConfig {
+        ProxyConfig {
+            manifests,
+            compile: CompileOptions::default(),
+            upstream: UpstreamOptions::default(),
+            grace_period: Duration::from_secs(25),
+            h2c: false,
+            upstream_pool_size: 1024,
+        }
+    }
+}
+
+/// Bound sockets: plain HTTP, HTTPS, admin.
+#[derive(Debug)]
+pub struct Listeners {
+    pub http: Option<std::net::TcpListener>,
+    pub https: Option<std::net::TcpListener>,
+    pub admin: std::net::TcpListener,
+}
+
+/// Addresses the listeners actually got (port 0 resolved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoundAddrs {
+    pub http: Option<SocketAddr>,
+    pub https: Option<SocketAddr>,
+    pub admin: SocketAddr,
+}
+
+impl Listeners {
+    /// Binds each address; `None` leaves that listener off.
+    pub fn bind(http: Option<&str>, https: Option<&str>, admin: &str) -> Result<Listeners, Error> {
+        let bind = |what: &'static str, addr: &str| {
+            std::net::TcpListener::bind(addr).map_err(|source| Error::Bind {
+                what,
+                addr: addr.to_string(),
+                source,
+            })
+        };
+        Ok(Listeners {
+            http: http.map(|a| bind("http", a)).transpose()?,
+            https: https.map(|a| bind("https", a)).transpose()?,
+            admin: bind("admin", admin)?,
+        })
+    }
+
+    pub fn addrs(&self) -> Result<BoundAddrs, Error> {
+        Ok(BoundAddrs {
+            http: self.http.as_ref().map(|l| l.local_addr()).transpose()?,
+            https: self.https.as_ref().map(|l| l.local_addr()).transpose()?,
+            admin: self.admin.local_addr()?,
+        })
+    }
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, lets in-flight
+/// requests finish for at most the grace period, and returns.
+pub async fn run(
+    config: ProxyConfig,
+    listeners: Listeners,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), Error> {
+    if !config.manifests.is_dir() {
+        return Err(Error::Manifests {
+            path: config.manifests.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+        });
+    }
+    let metrics = Metrics::new()?;
+    let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+    let reloader = Arc::new(Reloader::new(
+        config.manifests.clone(),
+        config.compile.clone(),
+        snapshots.clone(),
+        metrics.clone(),
+    ));
+    {
+        let r = reloader.clone();
+        tokio::task::spawn_blocking(move || r.reload())
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let ready = Arc::new(AtomicBool::new(false));
+
+    let server_conf = Arc::new(ServerConf {
+        upstream_keepalive_pool_size: config.upstream_pool_size,
+        ..ServerConf::default()
+    });
+    let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone());
+    let mut service = pingora_proxy::http_proxy_service_with_name(&server_conf, router, "teapot");
+    if config.h2c
+        && let Some(app) = service.app_logic_mut()
+    {
+        let mut options = HttpServerOptions::default();
+        options.h2c = true;
+        app.server_options = Some(options);
+    }
+    let mut fds = Fds::new();
+    let mut hand_over = |listener: std::net::TcpListener| -> Result<String, Error> {
+        // Pingora adopts the socket by its address string; it must be
+        // non-blocking for tokio.
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?.to_string();
+        fds.add(addr.clone(), listener.into_raw_fd());
+        Ok(addr)
+    };
+    if let Some(l) = listeners.http {
+        let addr = hand_over(l)?;
+        service.add_tcp(&addr);
+        tracing::info!(%addr, "http listener");
+    }
+    if let Some(l) = listeners.https {
+        let addr = hand_over(l)?;
+        let default_cert = TlsCertificate::self_signed_default()?;
+        let mut tls = TlsSettings::intermediate("", "")
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        tls.set_cert_resolver(Arc::new(SniResolver::new(
+            snapshots.clone(),
+            default_cert.key,
+        )));
+        tls.enable_h2();
+        service.add_tls_with_settings(&addr, None, tls);
+        tracing::info!(%addr, "https listener");
+    }
+    let fds = Arc::new(parking_lot::Mutex::new(fds));
+    let proxy_task = {
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            service.start_service(Some(fds), stop, 1).await;
+        })
+    };
+
+    let admin_listener = {
+        listeners.admin.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(listeners.admin)?
+    };
+    let admin_task = tokio::spawn(admin::run(
+        admin_listener,
+        AdminState {
+            snapshots: snapshots.clone(),
+            metrics: metrics.clone(),
+            ready: ready.clone(),
+        },
+        stop_rx.clone(),
+    ));
+    let watch_task = tokio::spawn(reloader.clone().watch(stop_rx.clone()));
+
+    ready.store(true, Ordering::Release);
+    tracing::info!(manifests = %config.manifests.display(), "teapot proxy serving");
+
+    shutdown.await;
+    let started = Instant::now();
+    ready.store(false, Ordering::Release);
+    tracing::info!(
+        grace_period_s = config.grace_period.as_secs_f64(),
+        "shutting down: no new connections, draining"
+    );
+    let _ = stop_tx.send(true);
+    let _ = proxy_task.await;
+    let deadline = started + config.grace_period;
+    while metrics.in_flight.get() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = metrics.in_flight.get();
+    if left > 0 {
+        tracing::warn!(
+            requests = left,
+            "grace period over; abandoning in-flight requests"
+        );
+    }
+    admin_task.abort();
+    watch_task.abort();
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "shutdown complete"
+    );
+    Ok(())
+}

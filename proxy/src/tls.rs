@@ -1,0 +1,213 @@
+//! TLS: certificates from `kubernetes.io/tls` Secrets, chosen by SNI.
+//!
+//! The [`SniResolver`] is what Pingora's rustls listener asks on every
+//! ClientHello. It reads the current [`Snapshot`](crate::snapshot::Snapshot)
+//! through the same `ArcSwap` as the router, so a certificate that changes
+//! in a Secret is used by the next handshake without a restart.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::snapshot::SnapshotHandle;
+
+/// A certificate chain and its key, ready for rustls.
+#[derive(Debug)]
+pub struct TlsCertificate {
+    pub key: Arc<CertifiedKey>,
+}
+
+/// Why a certificate could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("no PEM certificate found")]
+    NoCertificate,
+    #[error("certificate PEM is invalid: {0}")]
+    BadCertificate(String),
+    #[error("no PEM private key found (PKCS#8, PKCS#1 or SEC1)")]
+    NoKey,
+    #[error("private key is unusable: {0}")]
+    BadKey(String),
+    #[error("private key does not match the certificate")]
+    KeyMismatch,
+    #[error("cannot generate the default certificate: {0}")]
+    Generate(String),
+}
+
+impl TlsError {
+    /// The Secret field this error is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            TlsError::NoCertificate | TlsError::BadCertificate(_) => "data[\"tls.crt\"]",
+            _ => "data[\"tls.key\"]",
+        }
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl TlsCertificate {
+    /// Reads a PEM chain (leaf first) and a PEM key, and checks that they
+    /// belong together.
+    pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsCertificate, TlsError> {
+        let chain = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TlsError::BadCertificate(e.to_string()))?;
+        if chain.is_empty() {
+            return Err(TlsError::NoCertificate);
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| TlsError::NoKey)?;
+        Self::from_der(chain, key)
+    }
+
+    fn from_der(
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<TlsCertificate, TlsError> {
+        match CertifiedKey::from_der(chain, key, &provider()) {
+            Ok(k) => Ok(TlsCertificate { key: Arc::new(k) }),
+            Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::KeyMismatch),
+            Err(rustls::Error::InvalidCertificate(e)) => {
+                Err(TlsError::BadCertificate(format!("{e:?}")))
+            }
+            Err(e) => Err(TlsError::BadKey(e.to_string())),
+        }
+    }
+
+    /// The certificate served when no Secret covers the requested name:
+    /// self-signed, made at start, never another tenant's.
+    pub fn self_signed_default() -> Result<TlsCertificate, TlsError> {
+        let gen_err = |e: rcgen::Error| TlsError::Generate(e.to_string());
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen_err)?;
+        let mut params =
+            rcgen::CertificateParams::new(vec!["teapot.invalid".to_string()]).map_err(gen_err)?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "teapot default certificate");
+        let cert = params.self_signed(&key).map_err(gen_err)?;
+        let key_der = PrivateKeyDer::try_from(key.serialize_der())
+            .map_err(|e| TlsError::Generate(e.to_string()))?;
+        Self::from_der(vec![cert.der().clone()], key_der)
+    }
+}
+
+/// Certificates by the host names of `spec.tls`.
+#[derive(Debug, Default)]
+pub struct CertTable {
+    exact: HashMap<Box<str>, Arc<CertifiedKey>>,
+    /// `*.foo.com` stored as `foo.com`.
+    wildcard: HashMap<Box<str>, Arc<CertifiedKey>>,
+}
+
+impl CertTable {
+    /// Adds a certificate for a host pattern; the first one added wins, so
+    /// callers add in age order. Returns false if the host was taken.
+    pub fn insert(&mut self, host: &teapot_api::HostPattern, key: Arc<CertifiedKey>) -> bool {
+        let (map, name) = match host {
+            teapot_api::HostPattern::Exact(h) => (&mut self.exact, h),
+            teapot_api::HostPattern::Wildcard(s) => (&mut self.wildcard, s),
+        };
+        if map.contains_key(name.as_str()) {
+            return false;
+        }
+        map.insert(name.as_str().into(), key);
+        true
+    }
+
+    /// Exact name first, then a wildcard one label up.
+    pub fn lookup(&self, server_name: &str) -> Option<&Arc<CertifiedKey>> {
+        let mut buf = [0u8; 256];
+        let name = teapot_api::host::normalize_request_host(server_name, &mut buf)?;
+        if let Some(k) = self.exact.get(name) {
+            return Some(k);
+        }
+        let (_, parent) = name.split_once('.')?;
+        self.wildcard.get(parent)
+    }
+
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.wildcard.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Picks the certificate for each handshake from the current snapshot.
+#[derive(Debug)]
+pub struct SniResolver {
+    snapshots: SnapshotHandle,
+    default: Arc<CertifiedKey>,
+}
+
+impl SniResolver {
+    pub fn new(snapshots: SnapshotHandle, default: Arc<CertifiedKey>) -> SniResolver {
+        SniResolver { snapshots, default }
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let snapshot = self.snapshots.load();
+        let found = client_hello
+            .server_name()
+            .and_then(|name| snapshot.certs.lookup(name));
+        Some(found.unwrap_or(&self.default).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teapot_api::HostPattern;
+
+    fn pem_pair(host: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = rcgen::CertificateParams::new(vec![host.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn parses_and_checks_key_match() {
+        let (c1, k1) = pem_pair("a.example");
+        let (_, k2) = pem_pair("b.example");
+        assert!(TlsCertificate::from_pem(c1.as_bytes(), k1.as_bytes()).is_ok());
+        assert!(matches!(
+            TlsCertificate::from_pem(c1.as_bytes(), k2.as_bytes()),
+            Err(TlsError::KeyMismatch)
+        ));
+        assert!(matches!(
+            TlsCertificate::from_pem(b"junk", k1.as_bytes()),
+            Err(TlsError::NoCertificate)
+        ));
+        assert!(matches!(
+            TlsCertificate::from_pem(c1.as_bytes(), b"junk"),
+            Err(TlsError::NoKey)
+        ));
+    }
+
+    #[test]
+    fn lookup_prefers_exact_then_one_label_wildcard() {
+        let exact = TlsCertificate::self_signed_default().unwrap().key;
+        let wild = TlsCertificate::self_signed_default().unwrap().key;
+        let mut table = CertTable::default();
+        assert!(table.insert(&HostPattern::parse("a.foo.com").unwrap(), exact.clone()));
+        assert!(table.insert(&HostPattern::parse("*.foo.com").unwrap(), wild.clone()));
+        assert!(!table.insert(&HostPattern::parse("*.foo.com").unwrap(), exact.clone()));
+        assert!(Arc::ptr_eq(table.lookup("A.foo.com").unwrap(), &exact));
+        assert!(Arc::ptr_eq(table.lookup("b.foo.com").unwrap(), &wild));
+        assert!(table.lookup("c.b.foo.com").is_none());
+        assert!(table.lookup("foo.com").is_none());
+    }
+}

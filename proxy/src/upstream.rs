@@ -1,0 +1,226 @@
+//! Upstreams: the ready endpoints of one Service port, picked round-robin,
+//! with passive ejection of endpoints that refuse connections.
+//!
+//! Health lives in [`Endpoint`]s that outlive snapshots: the
+//! [`EndpointRegistry`] hands the same `Arc<Endpoint>` to every compile
+//! while anything still holds it, so a reload does not forget that a node
+//! is down.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// First ejection after a refused connection; doubles per consecutive
+/// failure up to [`MAX_EJECTION`].
+pub const BASE_EJECTION: Duration = Duration::from_secs(2);
+pub const MAX_EJECTION: Duration = Duration::from_secs(30);
+
+fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// One backend address and what we learned about it.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    ejected_until_ms: AtomicU64,
+    failures: AtomicU32,
+}
+
+impl Endpoint {
+    fn new(addr: SocketAddr) -> Endpoint {
+        Endpoint {
+            addr,
+            ejected_until_ms: AtomicU64::new(0),
+            failures: AtomicU32::new(0),
+        }
+    }
+
+    pub fn is_ejected(&self) -> bool {
+        self.ejected_until_ms.load(Ordering::Relaxed) > now_ms()
+    }
+
+    /// A connect failed: keep new requests away for a growing while.
+    pub fn eject(&self) {
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed).min(8);
+        let backoff = (BASE_EJECTION * 2u32.pow(failures)).min(MAX_EJECTION);
+        self.ejected_until_ms
+            .store(now_ms() + backoff.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// A connect succeeded: forget past failures.
+    pub fn mark_healthy(&self) {
+        // Read first so the common case does not write a shared cache line.
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+            self.ejected_until_ms.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Shares endpoint health across compiles.
+#[derive(Debug, Default)]
+pub struct EndpointRegistry {
+    known: Mutex<HashMap<SocketAddr, Weak<Endpoint>>>,
+}
+
+impl EndpointRegistry {
+    /// The live `Endpoint` for `addr`, or a new healthy one.
+    pub fn endpoint(&self, addr: SocketAddr) -> Arc<Endpoint> {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = known.get(&addr).and_then(Weak::upgrade) {
+            return e;
+        }
+        let e = Arc::new(Endpoint::new(addr));
+        known.insert(addr, Arc::downgrade(&e));
+        e
+    }
+
+    /// Drops entries no snapshot uses any more.
+    pub fn prune(&self) {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|_, w| w.strong_count() > 0);
+    }
+}
+
+/// The endpoints behind one `(Service, port)` backend reference.
+#[derive(Debug)]
+pub struct Upstream {
+    /// `namespace/service:port`, for logs and status.
+    pub name: String,
+    pub endpoints: Box<[Arc<Endpoint>]>,
+    next: AtomicUsize,
+    /// Why there is no endpoint, when there is none.
+    pub unavailable: Option<String>,
+}
+
+/// Endpoints already tried by one request (first 64 by index).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tried(u64);
+
+impl Tried {
+    fn has(self, i: usize) -> bool {
+        i < 64 && self.0 & (1 << i) != 0
+    }
+    fn add(&mut self, i: usize) {
+        if i < 64 {
+            self.0 |= 1 << i;
+        }
+    }
+    pub fn count(self) -> u32 {
+        self.0.count_ones()
+    }
+}
+
+impl Upstream {
+    pub fn new(
+        name: String,
+        endpoints: Vec<Arc<Endpoint>>,
+        unavailable: Option<String>,
+    ) -> Upstream {
+        Upstream {
+            name,
+            endpoints: endpoints.into_boxed_slice(),
+            next: AtomicUsize::new(0),
+            unavailable,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// Next endpoint round-robin, skipping ones this request tried and ones
+    /// that are ejected. When every untried endpoint is ejected, the first
+    /// of them is tried anyway: a request that might succeed beats a 503.
+    pub fn pick(&self, tried: &mut Tried) -> Option<&Arc<Endpoint>> {
+        let n = self.endpoints.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut fallback = None;
+        for step in 0..n {
+            let i = (start + step) % n;
+            if tried.has(i) {
+                continue;
+            }
+            if !self.endpoints[i].is_ejected() {
+                tried.add(i);
+                return Some(&self.endpoints[i]);
+            }
+            fallback.get_or_insert(i);
+        }
+        let i = fallback?;
+        tried.add(i);
+        Some(&self.endpoints[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(n: u16, registry: &EndpointRegistry) -> Upstream {
+        let eps = (0..n)
+            .map(|i| registry.endpoint(SocketAddr::from(([127, 0, 0, 1], 1000 + i))))
+            .collect();
+        Upstream::new("ns/s:80".into(), eps, None)
+    }
+
+    #[test]
+    fn round_robin_covers_all_endpoints() {
+        let r = EndpointRegistry::default();
+        let u = upstream(3, &r);
+        let ports: Vec<u16> = (0..6)
+            .map(|_| u.pick(&mut Tried::default()).unwrap().addr.port())
+            .collect();
+        assert_eq!(ports, [1000, 1001, 1002, 1000, 1001, 1002]);
+    }
+
+    #[test]
+    fn ejected_endpoints_are_skipped_and_retries_move_on() {
+        let r = EndpointRegistry::default();
+        let u = upstream(3, &r);
+        u.endpoints[1].eject();
+        for _ in 0..6 {
+            assert_ne!(u.pick(&mut Tried::default()).unwrap().addr.port(), 1001);
+        }
+        let mut tried = Tried::default();
+        let a = u.pick(&mut tried).unwrap().addr;
+        let b = u.pick(&mut tried).unwrap().addr;
+        let c = u.pick(&mut tried).unwrap().addr;
+        assert!(
+            a != b && b != c && a != c,
+            "every endpoint once: {a} {b} {c}"
+        );
+        assert!(u.pick(&mut tried).is_none());
+        assert_eq!(tried.count(), 3);
+    }
+
+    #[test]
+    fn all_ejected_still_tries() {
+        let r = EndpointRegistry::default();
+        let u = upstream(2, &r);
+        u.endpoints[0].eject();
+        u.endpoints[1].eject();
+        assert!(u.pick(&mut Tried::default()).is_some());
+        u.endpoints[0].mark_healthy();
+        assert!(!u.endpoints[0].is_ejected());
+    }
+
+    #[test]
+    fn health_survives_recompiles() {
+        let r = EndpointRegistry::default();
+        let first = upstream(1, &r);
+        first.endpoints[0].eject();
+        let second = upstream(1, &r);
+        assert!(second.endpoints[0].is_ejected());
+        drop((first, second));
+        r.prune();
+        assert!(!upstream(1, &r).endpoints[0].is_ejected());
+    }
+}

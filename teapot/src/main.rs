@@ -1,0 +1,240 @@
+//! `teapot`: one binary, one subcommand per role.
+//!
+//! - `teapot proxy`: the data plane (manifests mode today).
+//! - `teapot demo`: the proxy on the embedded example with built-in echo
+//!   backends, for a first look.
+//! - `teapot echo`: the echo backend alone (tests, benchmarks, demos).
+
+mod demo;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use teapot_proxy::compile::CompileOptions;
+use teapot_proxy::proxy::UpstreamOptions;
+use teapot_proxy::server::BoundAddrs;
+use teapot_proxy::{Listeners, ProxyConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "teapot",
+    version,
+    about = "Shared load balancing for tenant Kubernetes clusters"
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TEAPOT_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Worker threads (0: one per core).
+    #[arg(long, global = true, default_value_t = 0, env = "TEAPOT_THREADS")]
+    threads: usize,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve Ingresses from a directory of Kubernetes manifests.
+    Proxy(ProxyArgs),
+    /// Run the proxy on the embedded example with built-in echo backends.
+    Demo(demo::DemoArgs),
+    /// Run one echo backend (JSON description of each request).
+    Echo(EchoArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ListenArgs {
+    /// Plain HTTP listener ("off" to disable).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub(crate) http: String,
+    /// HTTPS listener ("off" to disable).
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub(crate) https: String,
+    /// Admin listener: /healthz, /readyz, /metrics, /status.
+    #[arg(long, default_value = "127.0.0.1:9080")]
+    pub(crate) admin: String,
+}
+
+#[derive(clap::Args, Debug)]
+struct ProxyArgs {
+    /// Directory of Kubernetes YAML (Ingress, IngressClass, Service, EndpointSlice, Secret), watched for changes.
+    #[arg(long, env = "TEAPOT_MANIFESTS")]
+    manifests: PathBuf,
+    #[command(flatten)]
+    listen: ListenArgs,
+    #[command(flatten)]
+    tuning: TuningArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct TuningArgs {
+    /// Address written to Ingress status (IP or hostname, repeatable). Default: the HTTP listener's IP, or 127.0.0.1 when it listens on all addresses.
+    #[arg(long = "status-address")]
+    status_addresses: Vec<String>,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, default_value_t = 25)]
+    grace_period: u64,
+    /// Accept cleartext HTTP/2 (prior knowledge) on the plain listener.
+    #[arg(long)]
+    h2c: bool,
+    /// Upstream connect timeout, milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    connect_timeout_ms: u64,
+    /// Upstream read/write timeout, seconds.
+    #[arg(long, default_value_t = 60)]
+    upstream_timeout: u64,
+    /// Idle upstream connections kept for reuse.
+    #[arg(long, default_value_t = 1024)]
+    upstream_pool_size: usize,
+}
+
+#[derive(clap::Args, Debug)]
+struct EchoArgs {
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    listen: SocketAddr,
+    /// What the echo reports as its service (and namespace/ingress/pod).
+    #[arg(long, default_value = "echo")]
+    service: String,
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    #[arg(long, default_value = "")]
+    ingress: String,
+    #[arg(long, default_value = "echo-0")]
+    pod: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all().thread_name("teapot");
+    if cli.threads > 0 {
+        runtime.worker_threads(cli.threads);
+    }
+    let runtime = runtime.build().context("cannot start the async runtime")?;
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Proxy(args) => run_proxy(args).await,
+            Command::Demo(args) => demo::run(args).await,
+            Command::Echo(args) => run_echo(args).await,
+        }
+    });
+    // Connections still open after the grace period are dropped here.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,pingora_core=warn,pingora_proxy=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn optional(addr: &str) -> Option<&str> {
+    (addr != "off").then_some(addr)
+}
+
+/// Binds the listeners and prints the one stdout line tools read.
+pub(crate) fn bind(listen: &ListenArgs) -> anyhow::Result<(Listeners, BoundAddrs)> {
+    let listeners = Listeners::bind(
+        optional(&listen.http),
+        optional(&listen.https),
+        &listen.admin,
+    )?;
+    let addrs = listeners.addrs()?;
+    let line = serde_line(&addrs);
+    println!("{line}");
+    Ok((listeners, addrs))
+}
+
+fn serde_line(addrs: &BoundAddrs) -> String {
+    let field = |a: Option<SocketAddr>| a.map_or("null".to_string(), |a| format!("\"{a}\""));
+    format!(
+        "{{\"event\":\"listening\",\"http\":{},\"https\":{},\"admin\":\"{}\"}}",
+        field(addrs.http),
+        field(addrs.https),
+        addrs.admin
+    )
+}
+
+pub(crate) fn proxy_config(
+    manifests: PathBuf,
+    tuning: &TuningArgs,
+    addrs: &BoundAddrs,
+) -> ProxyConfig {
+    let mut config = ProxyConfig::new(manifests);
+    let status_addresses = if tuning.status_addresses.is_empty() {
+        let ip = addrs.http.or(addrs.https).map(|a| a.ip());
+        vec![match ip {
+            Some(ip) if !ip.is_unspecified() => ip.to_string(),
+            _ => "127.0.0.1".to_string(),
+        }]
+    } else {
+        tuning.status_addresses.clone()
+    };
+    config.compile = CompileOptions { status_addresses };
+    config.grace_period = Duration::from_secs(tuning.grace_period);
+    config.h2c = tuning.h2c;
+    config.upstream_pool_size = tuning.upstream_pool_size;
+    config.upstream = UpstreamOptions {
+        connect_timeout: Duration::from_millis(tuning.connect_timeout_ms),
+        read_timeout: Duration::from_secs(tuning.upstream_timeout),
+        write_timeout: Duration::from_secs(tuning.upstream_timeout),
+        ..UpstreamOptions::default()
+    };
+    config
+}
+
+async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let (listeners, addrs) = bind(&args.listen)?;
+    let config = proxy_config(args.manifests, &args.tuning, &addrs);
+    teapot_proxy::run(config, listeners, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn run_echo(args: EchoArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot bind {}", args.listen))?;
+    tracing::info!(addr = %listener.local_addr()?, "echo backend listening");
+    let identity = teapot_testkit::echo::EchoIdentity {
+        namespace: args.namespace,
+        ingress: args.ingress,
+        service: args.service,
+        pod: args.pod,
+    };
+    teapot_testkit::echo::run(listener, identity, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub(crate) async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop the process with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
