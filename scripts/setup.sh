@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs (Debian/Ubuntu, as root or with sudo) or checks what building and
+# testing teapot needs. Idempotent: a second run installs nothing.
+set -euo pipefail
+
+packages=()
+command -v cmake >/dev/null 2>&1 || packages+=(cmake)          # pingora-core's zlib-ng
+command -v cc >/dev/null 2>&1 || packages+=(build-essential)   # ring, zlib-ng
+command -v curl >/dev/null 2>&1 || packages+=(curl)            # the README's demo lines
+for extra in "$@"; do                                           # e.g. nginx-light haproxy wrk for benches
+  dpkg -s "$extra" >/dev/null 2>&1 || packages+=("$extra")
+done
+
+if ((${#packages[@]})); then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    echo "setup: installing ${packages[*]}" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+  else
+    echo "setup: please install: ${packages[*]}" >&2
+    exit 1
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  cat >&2 <<'MSG'
+setup: no Rust toolchain found. teapot needs Rust 1.89 or newer (edition 2024);
+Debian's own rustc is too old. Install rustup (https://rustup.rs), then run this again.
+MSG
+  exit 1
+fi
+rustc_minor=$(rustc --version | sed -E 's/^rustc 1\.([0-9]+).*/\1/')
+if [ "${rustc_minor:-0}" -lt 89 ]; then
+  echo "setup: rustc $(rustc --version) is older than 1.89; run 'rustup update'" >&2
+  exit 1
+fi
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    rustup component add "$component"
+  fi
+done
