@@ -131,12 +131,7 @@ impl Reloader {
                 _ = shutdown.changed() => if *shutdown.borrow() { return },
                 Some(()) = rx.recv() => {
                     // Let the burst finish.
-                    loop {
-                        match tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {
-                            Ok(Some(())) => continue,
-                            _ => break,
-                        }
-                    }
+                    while let Ok(Some(())) = tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {}
                 }
                 _ = poll.tick() => {
                     let now = fingerprint_blocking(&self.dir).await;
