@@ -115,8 +115,14 @@ impl ProxyHttp for Router {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
-        if req.headers.get_all(HOST).iter().count() > 1 {
-            respond(session, 400, "more than one Host header\n").await?;
+        let hosts = req.headers.get_all(HOST).iter().count();
+        if hosts > 1 {
+            respond(session, 400, "400 more than one Host header\n").await?;
+            return Ok(true);
+        }
+        // RFC 9112 §3.2: an HTTP/1.1 request without Host is invalid.
+        if hosts == 0 && req.uri.authority().is_none() && req.version == http::Version::HTTP_11 {
+            respond(session, 400, "400 missing Host header\n").await?;
             return Ok(true);
         }
         let snapshot = self.snapshots.load();

@@ -14,7 +14,15 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 async fn demo_serves_the_embedded_example() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_teapot"))
-        .args(["demo", "--http", "127.0.0.1:0", "--https", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args([
+            "demo",
+            "--http",
+            "127.0.0.1:0",
+            "--https",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
         .arg("--dir")
         .arg(dir.path())
         .args(["--exit-after", "60"])
@@ -37,27 +45,47 @@ async fn demo_serves_the_embedded_example() {
 
     let mut pods = std::collections::BTreeSet::new();
     for _ in 0..4 {
-        let r = send(addrs.http, &Transport::Plain, &Request::get("shop.demo.localhost", "/"))
-            .await
-            .unwrap();
+        let r = send(
+            addrs.http,
+            &Transport::Plain,
+            &Request::get("shop.demo.localhost", "/"),
+        )
+        .await
+        .unwrap();
         assert_eq!(r.status, 200);
         let body = r.json().unwrap();
         assert_eq!(body["service"], "web");
         pods.insert(body["pod"].as_str().unwrap().to_string());
     }
-    assert_eq!(pods.len(), 2, "round-robin over both web backends: {pods:?}");
+    assert_eq!(
+        pods.len(),
+        2,
+        "round-robin over both web backends: {pods:?}"
+    );
 
-    let api = send(addrs.http, &Transport::Plain, &Request::get("shop.demo.localhost", "/api/orders"))
-        .await
-        .unwrap();
+    let api = send(
+        addrs.http,
+        &Transport::Plain,
+        &Request::get("shop.demo.localhost", "/api/orders"),
+    )
+    .await
+    .unwrap();
     assert_eq!(api.json().unwrap()["service"], "api");
-    let wildcard = send(addrs.http, &Transport::Plain, &Request::get("x.demo.localhost", "/"))
-        .await
-        .unwrap();
+    let wildcard = send(
+        addrs.http,
+        &Transport::Plain,
+        &Request::get("x.demo.localhost", "/"),
+    )
+    .await
+    .unwrap();
     assert_eq!(wildcard.json().unwrap()["service"], "web");
-    let miss = send(addrs.http, &Transport::Plain, &Request::get("unknown.example", "/"))
-        .await
-        .unwrap();
+    let miss = send(
+        addrs.http,
+        &Transport::Plain,
+        &Request::get("unknown.example", "/"),
+    )
+    .await
+    .unwrap();
     assert_eq!(miss.status, 404);
 
     let tls = Transport::Tls {
@@ -68,15 +96,28 @@ async fn demo_serves_the_embedded_example() {
         .await
         .unwrap();
     assert_eq!(secure.status, 200);
-    assert!(cert_matches_hostname(&secure.peer_certificates[0], "shop.demo.localhost"));
-    assert_eq!(secure.json().unwrap()["headers"]["X-Forwarded-Proto"][0], "https");
+    assert!(cert_matches_hostname(
+        &secure.peer_certificates[0],
+        "shop.demo.localhost"
+    ));
+    assert_eq!(
+        secure.json().unwrap()["headers"]["X-Forwarded-Proto"][0],
+        "https"
+    );
 
-    let status = send(addrs.admin, &Transport::Plain, &Request::get("admin", "/status"))
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(status["ingresses"][0]["status"]["loadBalancer"]["ingress"][0]["ip"], "127.0.0.1");
+    let status = send(
+        addrs.admin,
+        &Transport::Plain,
+        &Request::get("admin", "/status"),
+    )
+    .await
+    .unwrap()
+    .json()
+    .unwrap();
+    assert_eq!(
+        status["ingresses"][0]["status"]["loadBalancer"]["ingress"][0]["ip"],
+        "127.0.0.1"
+    );
     assert_eq!(status["problems"].as_array().unwrap().len(), 0, "{status}");
     child.start_kill().unwrap();
 }

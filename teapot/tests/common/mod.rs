@@ -1,0 +1,542 @@
+//! Helpers for the end-to-end tests: a real `teapot proxy` child process
+//! serving a temporary manifests directory, manifest builders, polling of
+//! the admin API, and a small HTTP/2-over-TLS client that can run several
+//! streams on one connection at once.
+//!
+//! Every wait is bounded; nothing sleeps for a fixed time where the admin
+//! API can be polled instead.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use teapot_testkit::client::{self, Request, Response, Transport};
+use teapot_testkit::echo::{EchoIdentity, EchoServer};
+use teapot_testkit::process::ProxyProcess;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Upper bound for one request through the proxy (a loaded 2-core machine
+/// running a debug build is slow, but never this slow).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// Upper bound for the proxy to notice a manifest change and swap it in.
+pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Polling interval of the admin API.
+pub const POLL: Duration = Duration::from_millis(25);
+
+/// The path of the binary under test, built by cargo for this test target.
+pub fn teapot_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_teapot"))
+}
+
+/// A running proxy and the manifests directory it watches.
+///
+/// Files are written into a sibling staging directory first and renamed into
+/// the watched one, so the proxy never reads a half-written file and every
+/// change is exactly one directory event.
+pub struct Harness {
+    pub proxy: ProxyProcess,
+    root: tempfile::TempDir,
+}
+
+impl Harness {
+    /// Writes `files` (name, text) and starts `teapot proxy` on them.
+    pub async fn start(files: &[(&str, String)]) -> Harness {
+        Harness::start_with_args(files, &[]).await
+    }
+
+    pub async fn start_with_args(files: &[(&str, String)], args: &[&str]) -> Harness {
+        let root = tempfile::Builder::new()
+            .prefix("teapot-e2e-")
+            .tempdir()
+            .expect("temp dir");
+        std::fs::create_dir(root.path().join("manifests")).expect("manifests dir");
+        std::fs::create_dir(root.path().join("stage")).expect("stage dir");
+        for (name, text) in files {
+            std::fs::write(root.path().join("manifests").join(name), text).expect("write manifest");
+        }
+        let proxy = ProxyProcess::start(&teapot_bin(), &root.path().join("manifests"), args)
+            .await
+            .expect("teapot proxy starts");
+        Harness { proxy, root }
+    }
+
+    pub fn manifests(&self) -> PathBuf {
+        self.root.path().join("manifests")
+    }
+
+    /// Atomically replaces (or creates) one manifest file.
+    pub fn write(&self, name: &str, text: &str) {
+        let staged = self.root.path().join("stage").join(name);
+        std::fs::write(&staged, text).expect("write staged manifest");
+        std::fs::rename(&staged, self.manifests().join(name)).expect("rename manifest");
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.manifests().join(name)).expect("remove manifest");
+    }
+
+    /// Writes a file and waits until a newer snapshot is served.
+    pub async fn apply(&self, name: &str, text: &str) -> u64 {
+        let before = self.generation().await;
+        self.write(name, text);
+        self.wait_generation_after(before).await
+    }
+
+    /// Removes a file and waits until a newer snapshot is served.
+    pub async fn delete(&self, name: &str) -> u64 {
+        let before = self.generation().await;
+        self.remove(name);
+        self.wait_generation_after(before).await
+    }
+
+    pub async fn wait_generation_after(&self, before: u64) -> u64 {
+        eventually(
+            &format!("generation > {before}"),
+            RELOAD_TIMEOUT,
+            || async {
+                let g = self.generation().await;
+                if g > before { Ok(g) } else { Err(g) }
+            },
+        )
+        .await
+    }
+
+    /// `GET /status` as JSON.
+    pub async fn status(&self) -> Value {
+        let (code, body) = tokio::time::timeout(REQUEST_TIMEOUT, self.proxy.admin_get("/status"))
+            .await
+            .expect("/status answers in time")
+            .expect("/status request");
+        assert_eq!(code, 200, "/status: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("/status is not JSON: {e}: {body}"))
+    }
+
+    pub async fn generation(&self) -> u64 {
+        self.status().await["generation"]
+            .as_u64()
+            .expect("status.generation is a number")
+    }
+
+    /// Polls `/status` until `check` accepts it.
+    pub async fn wait_status(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        eventually(what, RELOAD_TIMEOUT, || async {
+            let status = self.status().await;
+            if check(&status) {
+                Ok(status)
+            } else {
+                Err(status)
+            }
+        })
+        .await
+    }
+
+    /// `GET /metrics` text.
+    pub async fn metrics(&self) -> String {
+        let (code, body) = tokio::time::timeout(REQUEST_TIMEOUT, self.proxy.admin_get("/metrics"))
+            .await
+            .expect("/metrics answers in time")
+            .expect("/metrics request");
+        assert_eq!(code, 200, "/metrics: {body}");
+        body
+    }
+
+    /// One request on a fresh plain connection.
+    pub async fn send(&self, req: &Request) -> Response {
+        send(self.proxy.http, &Transport::Plain, req).await
+    }
+
+    pub async fn get(&self, host: &str, path: &str) -> Response {
+        self.send(&Request::get(host, path)).await
+    }
+
+    /// GET that must be answered 200 by an echo; returns the echo's JSON.
+    pub async fn echo_json(&self, host: &str, path: &str) -> Value {
+        let resp = self.get(host, path).await;
+        assert_eq!(resp.status, 200, "GET {host}{path}: {}", resp.text());
+        resp.json()
+            .unwrap_or_else(|e| panic!("GET {host}{path}: not echo JSON: {e}: {}", resp.text()))
+    }
+}
+
+/// One request on a fresh connection, bounded by [`REQUEST_TIMEOUT`].
+pub async fn send(addr: SocketAddr, transport: &Transport, req: &Request) -> Response {
+    tokio::time::timeout(REQUEST_TIMEOUT, client::send(addr, transport, req))
+        .await
+        .unwrap_or_else(|_| panic!("{} {}{} timed out", req.method, req.host, req.target))
+        .unwrap_or_else(|e| panic!("{} {}{} failed: {e}", req.method, req.host, req.target))
+}
+
+/// Polls `attempt` every [`POLL`] until it returns `Ok`, or panics after
+/// `timeout` showing the last `Err` observation.
+pub async fn eventually<T, E, F, Fut>(what: &str, timeout: Duration, mut attempt: F) -> T
+where
+    E: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match attempt().await {
+            Ok(value) => return value,
+            Err(last) => last,
+        };
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}; last observation: {last:#?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Starts an echo backend claiming to be `service`/`pod` in `namespace`.
+pub async fn echo(namespace: &str, service: &str, pod: &str) -> EchoServer {
+    EchoServer::start(EchoIdentity::new(namespace, "", service, pod))
+        .await
+        .expect("echo server starts")
+}
+
+/// A header value as text; panics if missing.
+pub fn header<'a>(resp: &'a Response, name: &str) -> &'a str {
+    resp.headers
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} header in {:?}", resp.headers))
+        .to_str()
+        .expect("header is text")
+}
+
+/// Checks an answer the proxy made itself (404, 503): status, `Server`,
+/// a text body whose length is announced correctly.
+pub fn assert_proxy_answer(resp: &Response, status: u16, what: &str) {
+    assert_eq!(resp.status, status, "{what}: {}", resp.text());
+    assert_eq!(header(resp, "server"), "teapot", "{what}");
+    let length: usize = header(resp, "content-length")
+        .parse()
+        .expect("numeric Content-Length");
+    assert_eq!(length, resp.body.len(), "{what}: Content-Length vs body");
+    assert!(!resp.body.is_empty(), "{what}: empty body");
+    assert!(
+        resp.text().starts_with(&status.to_string()),
+        "{what}: {}",
+        resp.text()
+    );
+}
+
+/// The value of one Prometheus sample (`name` includes labels, exactly as
+/// rendered, e.g. `teapot_http_responses_total{class="2xx"}`).
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+// ---------------------------------------------------------------------------
+// Manifests, built as JSON (which YAML reads as flow style) so nothing
+// depends on indentation.
+
+/// Documents as one multi-document YAML file.
+pub fn docs(documents: &[Value]) -> String {
+    documents
+        .iter()
+        .map(|d| serde_json::to_string_pretty(d).expect("JSON"))
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// How an Ingress backend names its Service port.
+#[derive(Clone, Copy, Debug)]
+pub enum Port<'a> {
+    Number(u16),
+    Name(&'a str),
+}
+
+pub fn backend(service: &str, port: Port<'_>) -> Value {
+    let port = match port {
+        Port::Number(n) => json!({ "number": n }),
+        Port::Name(n) => json!({ "name": n }),
+    };
+    json!({ "service": { "name": service, "port": port } })
+}
+
+/// One `spec.rules[].http.paths[]` entry.
+pub fn path(kind: &str, path: &str, backend: Value) -> Value {
+    json!({ "path": path, "pathType": kind, "backend": backend })
+}
+
+/// One `spec.rules[]` entry.
+pub fn rule(host: Option<&str>, paths: Vec<Value>) -> Value {
+    let mut rule = json!({ "http": { "paths": paths } });
+    if let Some(host) = host {
+        rule["host"] = json!(host);
+    }
+    rule
+}
+
+/// An Ingress of class `teapot` with the given spec.
+pub fn ingress(namespace: &str, name: &str, spec: Value) -> Value {
+    ingress_with_class(namespace, name, Some("teapot"), spec)
+}
+
+pub fn ingress_with_class(namespace: &str, name: &str, class: Option<&str>, spec: Value) -> Value {
+    let mut spec = spec;
+    if let Some(class) = class {
+        spec["ingressClassName"] = json!(class);
+    }
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": { "name": name, "namespace": namespace },
+        "spec": spec,
+    })
+}
+
+/// An Ingress of class `teapot` routing `host` (all paths) to `service:80`.
+pub fn simple_ingress(namespace: &str, name: &str, host: &str, service: &str) -> Value {
+    ingress(
+        namespace,
+        name,
+        json!({ "rules": [rule(Some(host), vec![path("Prefix", "/", backend(service, Port::Number(80)))])] }),
+    )
+}
+
+pub fn ingress_class(name: &str, controller: &str, default: bool) -> Value {
+    let mut class = json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IngressClass",
+        "metadata": { "name": name },
+        "spec": { "controller": controller },
+    });
+    if default {
+        class["metadata"]["annotations"] =
+            json!({ "ingressclass.kubernetes.io/is-default-class": "true" });
+    }
+    class
+}
+
+/// A Service with `(port name, port)` entries.
+pub fn service(namespace: &str, name: &str, ports: &[(Option<&str>, u16)]) -> Value {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(port_name, port)| {
+            let mut p = json!({ "port": port, "protocol": "TCP" });
+            if let Some(n) = port_name {
+                p["name"] = json!(n);
+            }
+            p
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": name, "namespace": namespace },
+        "spec": { "ports": ports },
+    })
+}
+
+/// An EndpointSlice of `service` with `(port name, port)` entries and
+/// `(address, ready)` endpoints.
+pub fn slice(
+    namespace: &str,
+    name: &str,
+    service: &str,
+    ports: &[(Option<&str>, u16)],
+    endpoints: &[(&str, bool)],
+) -> Value {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(port_name, port)| {
+            let mut p = json!({ "port": port, "protocol": "TCP" });
+            if let Some(n) = port_name {
+                p["name"] = json!(n);
+            }
+            p
+        })
+        .collect();
+    let endpoints: Vec<Value> = endpoints
+        .iter()
+        .map(|(address, ready)| json!({ "addresses": [address], "conditions": { "ready": ready } }))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": { "kubernetes.io/service-name": service },
+        },
+        "addressType": "IPv4",
+        "ports": ports,
+        "endpoints": endpoints,
+    })
+}
+
+/// A Service with one port `80` named `http`, plus one ready EndpointSlice
+/// per echo (each echo listens on its own port, and a slice has one port
+/// list for all its endpoints).
+pub fn echo_service(namespace: &str, name: &str, echoes: &[&EchoServer]) -> Vec<Value> {
+    let mut out = vec![service(namespace, name, &[(Some("http"), 80)])];
+    for (i, echo) in echoes.iter().enumerate() {
+        out.push(slice(
+            namespace,
+            &format!("{name}-{i}"),
+            name,
+            &[(Some("http"), echo.addr().port())],
+            &[("127.0.0.1", true)],
+        ));
+    }
+    out
+}
+
+/// The `/status` report of one Ingress.
+pub fn ingress_report<'a>(status: &'a Value, namespace: &str, name: &str) -> Option<&'a Value> {
+    status["ingresses"]
+        .as_array()?
+        .iter()
+        .find(|i| i["namespace"] == namespace && i["name"] == name)
+}
+
+/// One condition of an Ingress report.
+pub fn condition<'a>(report: &'a Value, type_: &str) -> Option<&'a Value> {
+    report["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+// ---------------------------------------------------------------------------
+// TLS and HTTP/2 beyond what `teapot_testkit::client` offers.
+
+/// The result of a bare TLS handshake.
+pub struct Handshake {
+    pub stream: tokio_rustls::client::TlsStream<TcpStream>,
+    pub version: rustls::ProtocolVersion,
+    pub peer_certificates: Vec<Vec<u8>>,
+    pub alpn: Option<Vec<u8>>,
+}
+
+/// A TLS handshake with `sni`, verifying against `roots`, restricted to
+/// `versions`, offering `alpn`.
+pub async fn tls_handshake(
+    addr: SocketAddr,
+    sni: &str,
+    roots: &[&[u8]],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+) -> Result<Handshake, std::io::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut store = rustls::RootCertStore::empty();
+    for der in roots {
+        store
+            .add(CertificateDer::from(der.to_vec()))
+            .expect("root certificate");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .expect("protocol versions")
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let tcp = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::other("connect timed out"))??;
+    tcp.set_nodelay(true)?;
+    let name = ServerName::try_from(sni.to_owned()).expect("SNI");
+    let stream = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("handshake timed out"))??;
+    let (_, session) = stream.get_ref();
+    let version = session.protocol_version().expect("negotiated version");
+    let peer_certificates = session
+        .peer_certificates()
+        .map(|chain| chain.iter().map(|c| c.to_vec()).collect())
+        .unwrap_or_default();
+    let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+    Ok(Handshake {
+        stream,
+        version,
+        peer_certificates,
+        alpn,
+    })
+}
+
+/// An HTTP/2 client connection whose sender can be cloned, so several
+/// streams run at once on the one connection.
+pub struct H2Connection {
+    pub sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for H2Connection {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl H2Connection {
+    /// TLS (ALPN h2 only) + HTTP/2 handshake.
+    pub async fn open(addr: SocketAddr, sni: &str, roots: &[&[u8]]) -> H2Connection {
+        let tls = tls_handshake(addr, sni, roots, rustls::ALL_VERSIONS, &[b"h2"])
+            .await
+            .expect("TLS handshake");
+        assert_eq!(tls.alpn.as_deref(), Some(&b"h2"[..]), "ALPN h2 agreed");
+        let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(tls.stream))
+            .await
+            .expect("HTTP/2 handshake");
+        let driver = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        H2Connection { sender, driver }
+    }
+}
+
+/// Sends one GET on a (cloned) HTTP/2 sender; returns status, version and body.
+pub async fn h2_get(
+    mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    authority: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::Version, Value) {
+    let mut request = http::Request::builder()
+        .method("GET")
+        .uri(format!("https://{authority}{target}"))
+        .version(http::Version::HTTP_2);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Full::new(Bytes::new())).expect("request");
+    let exchange = async {
+        sender.ready().await.expect("h2 sender ready");
+        let response = sender.send_request(request).await.expect("h2 response");
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("h2 body").to_bytes();
+        (parts.status.as_u16(), parts.version, body)
+    };
+    let (status, version, body) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .expect("h2 request timed out");
+    let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!(
+            "h2 {authority}{target}: {status} not JSON: {e}: {}",
+            String::from_utf8_lossy(&body)
+        )
+    });
+    (status, version, json)
+}
+
+/// Whether a path ends with `name`.
+pub fn file_is(path: &Value, name: &str) -> bool {
+    path.as_str()
+        .is_some_and(|p| Path::new(p).file_name().is_some_and(|f| f == name))
+}
