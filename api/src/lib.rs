@@ -8,10 +8,15 @@
 //! - [`host`]: Ingress rule hosts (exact or single-label wildcard) and their
 //!   validation.
 //! - [`path`]: Ingress path types and path validation.
+//! - [`tenant`]: the `Tenant` custom resource and its CRD.
+//! - [`hostname`]: assigned hostnames and mirrored object names.
 
 pub mod host;
+pub mod hostname;
 pub mod names;
 pub mod path;
+pub mod tenant;
 
 pub use host::{HostError, HostPattern};
 pub use path::{PathError, PathKind};
+pub use tenant::{Tenant, TenantSpec};

@@ -166,7 +166,7 @@ fn load_value(value: serde_yaml::Value, origin: &Origin, previous: &Store, loade
             origin,
             Some(format!("{api_version} {kind_name}")),
             Some("kind".into()),
-            "unsupported kind (teapot reads Ingress, IngressClass, Service, EndpointSlice and Secret)"
+            "unsupported kind (teapot reads Ingress, IngressClass, Service, EndpointSlice, Secret and Tenant)"
                 .into(),
             false,
         ));

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use teapot_api::Tenant;
 
 use crate::tls::TlsCertificate;
 
@@ -81,6 +82,7 @@ pub enum Kind {
     Service,
     EndpointSlice,
     Secret,
+    Tenant,
 }
 
 impl Kind {
@@ -92,12 +94,13 @@ impl Kind {
             ("v1", "Service") => Some(Kind::Service),
             ("v1", "Secret") => Some(Kind::Secret),
             ("discovery.k8s.io/v1", "EndpointSlice") => Some(Kind::EndpointSlice),
+            ("teapot.dev/v1alpha1", "Tenant") => Some(Kind::Tenant),
             _ => None,
         }
     }
 
     pub fn is_namespaced(self) -> bool {
-        self != Kind::IngressClass
+        !matches!(self, Kind::IngressClass | Kind::Tenant)
     }
 }
 
@@ -134,6 +137,8 @@ pub struct Store {
     pub services: HashMap<NsName, Stored<Service>>,
     pub endpoint_slices: HashMap<NsName, Stored<EndpointSlice>>,
     pub secrets: HashMap<NsName, Stored<TlsSecret>>,
+    /// Tenants by object name.
+    pub tenants: BTreeMap<String, Stored<Tenant>>,
 }
 
 /// One parsed object of any supported kind.
@@ -148,6 +153,7 @@ pub enum Object {
     Service(Service),
     EndpointSlice(EndpointSlice),
     Secret(TlsSecret),
+    Tenant(Tenant),
 }
 
 impl Store {
@@ -158,6 +164,7 @@ impl Store {
             + self.services.len()
             + self.endpoint_slices.len()
             + self.secrets.len()
+            + self.tenants.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -173,6 +180,7 @@ impl Store {
             Kind::Service => self.services.contains_key(&ns()),
             Kind::EndpointSlice => self.endpoint_slices.contains_key(&ns()),
             Kind::Secret => self.secrets.contains_key(&ns()),
+            Kind::Tenant => self.tenants.contains_key(&key.name),
         }
     }
 
@@ -195,6 +203,9 @@ impl Store {
             Object::Secret(o) => {
                 self.secrets.insert(ns, stored(o, origin));
             }
+            Object::Tenant(o) => {
+                self.tenants.insert(key.name, stored(o, origin));
+            }
         }
     }
 
@@ -208,6 +219,7 @@ impl Store {
             Kind::Service => copy(&from.services, &mut self.services, &ns),
             Kind::EndpointSlice => copy(&from.endpoint_slices, &mut self.endpoint_slices, &ns),
             Kind::Secret => copy(&from.secrets, &mut self.secrets, &ns),
+            Kind::Tenant => copy(&from.tenants, &mut self.tenants, &key.name),
         }
     }
 
@@ -243,17 +255,31 @@ impl Store {
                 push(Kind::Secret, k);
             }
         }
-        for (k, v) in &self.ingress_classes {
-            if hit(&v.origin) {
-                keys.push(ObjectKey {
-                    kind: Kind::IngressClass,
-                    namespace: String::new(),
-                    name: k.clone(),
-                });
-            }
+        for (kind, names) in [
+            (
+                Kind::IngressClass,
+                cluster_scoped(&self.ingress_classes, &hit),
+            ),
+            (Kind::Tenant, cluster_scoped(&self.tenants, &hit)),
+        ] {
+            keys.extend(names.into_iter().map(|name| ObjectKey {
+                kind,
+                namespace: String::new(),
+                name,
+            }));
         }
         keys
     }
+}
+
+fn cluster_scoped<T>(
+    map: &BTreeMap<String, Stored<T>>,
+    hit: &impl Fn(&Origin) -> bool,
+) -> Vec<String> {
+    map.iter()
+        .filter(|(_, v)| hit(&v.origin))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 fn stored<T>(object: T, origin: Origin) -> Stored<T> {

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 use teapot_api::names::{SERVICE_NAME_LABEL, TLS_SECRET_TYPE};
-use teapot_api::{HostPattern, PathKind, path};
+use teapot_api::{HostPattern, PathKind, Tenant, path};
 
 use crate::store::{Kind, Object, TlsSecret};
 use crate::tls::TlsCertificate;
@@ -51,6 +51,11 @@ pub fn parse_object(
             Object::EndpointSlice(slice)
         }
         Kind::Secret => Object::Secret(parse_tls_secret(typed(value)?)?),
+        Kind::Tenant => {
+            let tenant: Tenant = typed(value)?;
+            validate_tenant(&tenant)?;
+            Object::Tenant(tenant)
+        }
     })
 }
 
@@ -182,6 +187,58 @@ fn validate_endpoint_slice(slice: &EndpointSlice) -> Result<(), FieldError> {
     Ok(())
 }
 
+fn validate_tenant(tenant: &Tenant) -> Result<(), FieldError> {
+    let spec = &tenant.spec;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if !label_ok(&spec.cluster) {
+        return Err(FieldError::at(
+            "spec.cluster",
+            "must be one lowercase DNS label (a-z, 0-9, '-', at most 63 characters)",
+        ));
+    }
+    if let Some(ns) = &spec.namespace
+        && !label_ok(ns)
+    {
+        return Err(FieldError::at(
+            "spec.namespace",
+            "must be a valid namespace name",
+        ));
+    }
+    for (i, domain) in spec.allowed_domains.iter().enumerate() {
+        match HostPattern::parse(domain) {
+            Ok(HostPattern::Exact(_)) => {}
+            Ok(HostPattern::Wildcard(_)) => {
+                return Err(FieldError::at(
+                    format!("spec.allowedDomains[{i}]"),
+                    "a domain covers its subdomains already; write it without '*.'",
+                ));
+            }
+            Err(e) => {
+                return Err(FieldError::at(
+                    format!("spec.allowedDomains[{i}]"),
+                    e.to_string(),
+                ));
+            }
+        }
+    }
+    for (i, cidr) in spec.node_cidrs.iter().enumerate() {
+        if cidr.parse::<ipnet::IpNet>().is_err() {
+            return Err(FieldError::at(
+                format!("spec.nodeCIDRs[{i}]"),
+                format!("{cidr:?} is not a CIDR such as 10.0.0.0/24"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn parse_tls_secret(secret: Secret) -> Result<TlsSecret, FieldError> {
     let kind = secret.type_.as_deref().unwrap_or("Opaque");
     if kind != TLS_SECRET_TYPE {
@@ -257,6 +314,35 @@ mod tests {
         assert_eq!(
             missing_type.unwrap_err().field.as_deref(),
             Some("spec.rules[0].http.paths[0].pathType")
+        );
+    }
+
+    #[test]
+    fn tenants_are_checked_field_by_field() {
+        let tenant = |spec: &str| {
+            let text = format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: t}}\nspec:\n{spec}"
+            );
+            parse_object(Kind::Tenant, serde_yaml::from_str(&text).unwrap(), "")
+        };
+        assert!(tenant("  cluster: acme\n  nodeCIDRs: [10.0.0.0/24]\n").is_ok());
+        assert_eq!(
+            tenant("  cluster: Acme\n").unwrap_err().field.as_deref(),
+            Some("spec.cluster")
+        );
+        assert_eq!(
+            tenant("  cluster: a\n  nodeCIDRs: [10.0.0.0/33]\n")
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("spec.nodeCIDRs[0]")
+        );
+        assert_eq!(
+            tenant("  cluster: a\n  allowedDomains: [\"*.x.com\"]\n")
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("spec.allowedDomains[0]")
         );
     }
 
