@@ -19,20 +19,44 @@ use k8s_openapi::api::networking::v1::{
 use teapot_api::names::{
     CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS, SERVICE_NAME_LABEL,
 };
-use teapot_api::{HostPattern, PathKind};
+use teapot_api::{HostPattern, PathKind, hostname};
 
 use crate::manifests::Problem;
+use crate::proof::{Claim, ProofBook};
 use crate::routes::RouteTable;
-use crate::snapshot::{BackendReport, Condition, IngressReport, Snapshot, StatusReport};
+use crate::snapshot::{
+    BackendReport, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
+};
 use crate::store::{NsName, Store, Stored};
+use crate::tenancy::{Scope, Tenancy, TenantView};
 use crate::tls::CertTable;
 use crate::upstream::{EndpointRegistry, Upstream};
 
 /// Settings that shape a compile but do not come from objects.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CompileOptions {
-    /// What goes into `status.loadBalancer.ingress` (IPs or hostnames).
+    /// What goes into `status.loadBalancer.ingress` of operator Ingresses
+    /// (IPs or hostnames).
     pub status_addresses: Vec<String>,
+    /// DOMAIN of `INGRESS.CLUSTER.lb.DOMAIN`.
+    pub domain: String,
+    /// The LB cluster's own ranges: never a tenant endpoint.
+    pub lb_networks: Vec<ipnet::IpNet>,
+    /// Custom-domain proofs; `None` routes no custom domain.
+    pub proofs: Option<std::sync::Arc<ProofBook>>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            status_addresses: Vec::new(),
+            // `*.localhost` resolves to loopback in most resolvers, which is
+            // what a local setup without a real domain wants.
+            domain: "localhost".into(),
+            lb_networks: Vec::new(),
+            proofs: None,
+        }
+    }
 }
 
 /// Builds a snapshot from a store. `problems` are the loader's, carried into
@@ -45,11 +69,14 @@ pub fn compile(
     registry: &EndpointRegistry,
 ) -> Snapshot {
     let started = Instant::now();
-    let mut resolver = Resolver::new(store, registry);
+    let tenancy = Tenancy::new(store.tenants.values().map(|t| &*t.object), &options.domain);
+    let mut resolver = Resolver::new(store, registry, &tenancy, &options.lb_networks);
     let mut routes = RouteTable::default();
     let mut certs = CertTable::default();
     let classes = ClassFilter::new(store);
     let load_balancer = load_balancer_status(&options.status_addresses);
+    let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
+    let mut claims: Vec<Claim> = Vec::new();
 
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
@@ -78,22 +105,42 @@ pub fn compile(
         }
         let mut conflicts = Vec::new();
         let mut unresolved = Vec::new();
+        let mut refused_hosts = Vec::new();
         let spec = ingress.spec.as_ref();
+        let tenant = tenancy.get(&id.namespace);
+        // In a tenant namespace, host-less rules and defaultBackend belong
+        // to the Ingress's assigned hostname, never to the fleet.
+        let own_host = tenant.map(|t| {
+            HostPattern::Exact(hostname::assigned_hostname(
+                &id.name,
+                t.cluster,
+                &options.domain,
+            ))
+        });
         let mut note = |upstream: &Upstream| {
-            if let Some(why) = &upstream.unavailable
-                && !unresolved.contains(why)
-            {
-                unresolved.push(why.clone());
+            for why in upstream.unavailable.iter().chain(&upstream.refused) {
+                if !unresolved.contains(why) {
+                    unresolved.push(why.clone());
+                }
             }
         };
 
         if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
             let upstream = resolver.backend(&id.namespace, backend);
             note(&upstream);
-            if routes.set_default_backend(upstream) {
-                default_holder = Some(id);
-            } else if let Some(holder) = default_holder {
-                conflicts.push(format!("defaultBackend is held by older Ingress {holder}"));
+            match &own_host {
+                Some(host) => {
+                    if !routes.host_mut(Some(host)).set_fallback(upstream) {
+                        conflicts.push(format!("defaultBackend for {host} is already set"));
+                    }
+                }
+                None => {
+                    if routes.set_default_backend(upstream) {
+                        default_holder = Some(id);
+                    } else if let Some(holder) = default_holder {
+                        conflicts.push(format!("defaultBackend is held by older Ingress {holder}"));
+                    }
+                }
             }
         }
         let mut rule_hosts = Vec::new();
@@ -103,6 +150,21 @@ pub fn compile(
                 .host
                 .as_deref()
                 .and_then(|h| HostPattern::parse(h).ok());
+            let host = match (tenant, host) {
+                (None, host) => host,
+                (Some(_), None) => own_host.clone(),
+                (Some(t), Some(host)) => {
+                    match admit_tenant_host(t, &host, options, &assigned, &mut claims) {
+                        Ok(()) => Some(host),
+                        Err(why) => {
+                            if !refused_hosts.contains(&why) {
+                                refused_hosts.push(why);
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
             if let Some(h) = &host {
                 rule_hosts.push(h.clone());
             }
@@ -126,7 +188,14 @@ pub fn compile(
                 }
             }
         }
-        let tls_problems = add_certificates(store, id, ingress, &rule_hosts, &mut certs);
+        let tls_problems = add_certificates(
+            store,
+            id,
+            ingress,
+            &rule_hosts,
+            tenant.is_some(),
+            &mut certs,
+        );
 
         let mut conditions = vec![Condition::new("Accepted", true, "Accepted", "")];
         conditions.push(if conflicts.is_empty() {
@@ -149,22 +218,51 @@ pub fn compile(
         } else {
             Condition::new("TLSReady", false, "SecretUnusable", tls_problems.join("; "))
         });
+        conditions.push(if refused_hosts.is_empty() {
+            Condition::new("HostsAccepted", true, "HostsAccepted", "")
+        } else {
+            Condition::new(
+                "HostsAccepted",
+                false,
+                "HostsNotRouted",
+                refused_hosts.join("; "),
+            )
+        });
+        let load_balancer = match &own_host {
+            Some(host) => load_balancer_status(&[host.to_string()]),
+            None => load_balancer.clone(),
+        };
         ingress_reports.push(IngressReport {
             namespace: id.namespace.clone(),
             name: id.name.clone(),
             served: true,
             status: IngressStatus {
-                load_balancer: Some(load_balancer.clone()),
+                load_balancer: Some(load_balancer),
             },
             conditions,
         });
     }
 
+    claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
+    claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
+    let proofs = options.proofs.as_deref();
+    let domains = claims
+        .iter()
+        .map(|c| DomainReport {
+            cluster: c.cluster.clone(),
+            host: c.host.clone(),
+            routed: proofs.is_some_and(|p| p.is_proven(&c.cluster, &c.host)),
+            detail: proofs
+                .and_then(|p| p.detail(&c.cluster, &c.host))
+                .unwrap_or_else(|| "not checked yet".into()),
+        })
+        .collect();
     let report = StatusReport {
         generation,
         ingresses: ingress_reports,
         backends: resolver.report(),
         problems,
+        domains,
     };
     registry.prune();
     Snapshot {
@@ -172,8 +270,63 @@ pub fn compile(
         routes,
         certs,
         report,
+        claims,
         compile_time: started.elapsed(),
     }
+}
+
+/// Decides whether a tenant may route a rule host now; custom hosts become
+/// claims for the prover and route once proven.
+fn admit_tenant_host(
+    tenant: &TenantView<'_>,
+    host: &HostPattern,
+    options: &CompileOptions,
+    assigned: &HashMap<&str, Vec<String>>,
+    claims: &mut Vec<Claim>,
+) -> Result<(), String> {
+    match tenant.scope(host, &options.domain)? {
+        Scope::Own | Scope::Granted => Ok(()),
+        Scope::Custom => {
+            let name = host.to_string();
+            claims.push(Claim {
+                cluster: tenant.cluster.to_string(),
+                host: name.clone(),
+                token: tenant.tenant.verification_token(),
+                targets: assigned.get(tenant.cluster).cloned().unwrap_or_default(),
+            });
+            let proofs = options.proofs.as_deref();
+            if proofs.is_some_and(|p| p.is_proven(tenant.cluster, &name)) {
+                return Ok(());
+            }
+            Err(proofs
+                .and_then(|p| p.detail(tenant.cluster, &name))
+                .unwrap_or_else(|| format!("custom domain {name} is waiting for its DNS proof")))
+        }
+    }
+}
+
+/// Every assigned hostname of each tenant (by cluster): the CNAME targets
+/// that prove a custom domain.
+fn assigned_hostnames<'s>(
+    store: &'s Store,
+    tenancy: &Tenancy<'s>,
+    classes: &ClassFilter,
+    domain: &str,
+) -> HashMap<&'s str, Vec<String>> {
+    let mut out: HashMap<&str, Vec<String>> = HashMap::new();
+    if tenancy.is_empty() {
+        return out;
+    }
+    for (id, ingress) in &store.ingresses {
+        if let Some(t) = tenancy.get(&id.namespace)
+            && classes.serves(&ingress.object)
+        {
+            out.entry(t.cluster)
+                .or_default()
+                .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
+        }
+    }
+    out
 }
 
 /// Registers the certificates of an Ingress's `spec.tls`; returns messages
@@ -183,6 +336,7 @@ fn add_certificates(
     id: &NsName,
     ingress: &Ingress,
     rule_hosts: &[HostPattern],
+    tenant: bool,
     certs: &mut CertTable,
 ) -> Vec<String> {
     let mut problems = Vec::new();
@@ -211,6 +365,14 @@ fn add_certificates(
             _ => rule_hosts.to_vec(),
         };
         for host in hosts {
+            // A tenant's certificate covers only hosts it routes: a Secret
+            // must never put a certificate on another tenant's name.
+            if tenant && !rule_hosts.contains(&host) {
+                problems.push(format!(
+                    "spec.tls[{i}]: host {host} is not routed by this Ingress; its certificate is not used"
+                ));
+                continue;
+            }
             if !certs.insert(&host, secret.object.certificate.key.clone()) {
                 problems.push(format!(
                     "spec.tls[{i}]: host {host} already has a certificate from an older Ingress"
@@ -314,6 +476,8 @@ impl ClassFilter {
 struct Resolver<'a> {
     store: &'a Store,
     registry: &'a EndpointRegistry,
+    tenancy: &'a Tenancy<'a>,
+    lb_networks: &'a [ipnet::IpNet],
     slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     cache: HashMap<(String, String, PortRef), Arc<Upstream>>,
 }
@@ -334,7 +498,12 @@ impl std::fmt::Display for PortRef {
 }
 
 impl<'a> Resolver<'a> {
-    fn new(store: &'a Store, registry: &'a EndpointRegistry) -> Resolver<'a> {
+    fn new(
+        store: &'a Store,
+        registry: &'a EndpointRegistry,
+        tenancy: &'a Tenancy<'a>,
+        lb_networks: &'a [ipnet::IpNet],
+    ) -> Resolver<'a> {
         let mut slices: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
         for (id, slice) in &store.endpoint_slices {
             let labels = slice.object.metadata.labels.as_ref();
@@ -348,6 +517,8 @@ impl<'a> Resolver<'a> {
         Resolver {
             store,
             registry,
+            tenancy,
+            lb_networks,
             slices,
             cache: HashMap::new(),
         }
@@ -398,6 +569,8 @@ impl<'a> Resolver<'a> {
             return unavailable(format!("Service {namespace}/{name} has no port {port}"));
         };
         let port_name = service_port.name.as_deref().unwrap_or("");
+        let tenant = self.tenancy.get(namespace);
+        let mut refused = Vec::new();
         let mut addrs: Vec<SocketAddr> = Vec::new();
         for slice in self.slices.get(&(namespace, name)).into_iter().flatten() {
             if slice.address_type == "FQDN" {
@@ -426,24 +599,38 @@ impl<'a> Resolver<'a> {
                     continue;
                 }
                 for a in &endpoint.addresses {
-                    if let Ok(ip) = a.parse::<IpAddr>() {
-                        addrs.push(SocketAddr::new(ip, number));
+                    let Ok(ip) = a.parse::<IpAddr>() else {
+                        continue;
+                    };
+                    if let Some(t) = tenant
+                        && let Err(why) = t.endpoint_allowed(ip, self.lb_networks)
+                    {
+                        refused.push(format!(
+                            "endpoint of Service {namespace}/{name} refused: {why}"
+                        ));
+                        continue;
                     }
+                    addrs.push(SocketAddr::new(ip, number));
                 }
             }
         }
         addrs.sort();
         addrs.dedup();
-        if addrs.is_empty() {
-            return unavailable(format!(
+        refused.sort();
+        refused.dedup();
+        let mut upstream = if addrs.is_empty() {
+            unavailable(format!(
                 "no ready endpoints for Service {namespace}/{name} port {port}"
-            ));
-        }
-        let endpoints = addrs
-            .into_iter()
-            .map(|a| self.registry.endpoint(a))
-            .collect();
-        Upstream::new(label, endpoints, None)
+            ))
+        } else {
+            let endpoints = addrs
+                .into_iter()
+                .map(|a| self.registry.endpoint(a))
+                .collect();
+            Upstream::new(label, endpoints, None)
+        };
+        upstream.refused = refused;
+        upstream
     }
 
     fn report(&self) -> Vec<BackendReport> {
@@ -456,6 +643,7 @@ impl<'a> Resolver<'a> {
                 port: port.to_string(),
                 endpoints: u.endpoints.iter().map(|e| e.addr.to_string()).collect(),
                 unavailable: u.unavailable.clone(),
+                refused: u.refused.clone(),
             })
             .collect();
         out.sort_by(|a, b| {
@@ -474,4 +662,211 @@ fn find_port<'s>(
         PortRef::Number(n) => p.port == *n,
         PortRef::Name(n) => p.name.as_deref() == Some(n.as_str()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::manifests::{Loaded, load_text};
+    use crate::proof::ProofBook;
+
+    const TENANT: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  allowedDomains: [shop.example.com]
+  nodeCIDRs: [10.1.0.0/24]
+";
+
+    fn backend(ns: &str, name: &str, ip: &str) -> String {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+endpoints: [{{addresses: [\"{ip}\"]}}]
+ports: [{{name: \"\", port: 8080}}]
+"
+        )
+    }
+
+    fn ingress(ns: &str, name: &str, hosts: &[Option<&str>], default_backend: bool) -> String {
+        let rules: String = hosts
+            .iter()
+            .map(|h| {
+                let host = h.map(|h| format!("host: \"{h}\"\n    ")).unwrap_or_default();
+                format!("  - {host}http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}\n")
+            })
+            .collect();
+        let default = if default_backend {
+            "  defaultBackend: {service: {name: web, port: {number: 80}}}\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  ingressClassName: teapot
+{default}  rules:
+{rules}"
+        )
+    }
+
+    fn compile_docs(docs: &[String], proofs: Option<Arc<ProofBook>>) -> Snapshot {
+        let mut loaded = Loaded::default();
+        load_text(
+            Path::new("t.yaml"),
+            &docs.join("---\n"),
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            proofs,
+            ..CompileOptions::default()
+        };
+        compile(
+            &loaded.store,
+            Vec::new(),
+            1,
+            &options,
+            &EndpointRegistry::default(),
+        )
+    }
+
+    fn routed(s: &Snapshot, host: &str) -> bool {
+        s.routes.lookup(host, "/").is_some_and(|u| !u.is_empty())
+    }
+
+    #[test]
+    fn tenant_hostless_rules_and_default_backend_bind_to_the_assigned_hostname() {
+        let s = compile_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                ingress("tenant-acme", "web.shop", &[None], true),
+            ],
+            None,
+        );
+        assert!(routed(&s, "web-shop.acme.lb.example.net"));
+        assert!(!routed(&s, "anything.else"), "never the whole fleet");
+        assert!(
+            s.routes
+                .lookup("web-shop.acme.lb.example.net", "/x")
+                .is_some()
+        );
+        let report = &s.report.ingresses[0];
+        let lb = report.status.load_balancer.as_ref().unwrap();
+        assert_eq!(
+            lb.ingress.as_ref().unwrap()[0].hostname.as_deref(),
+            Some("web-shop.acme.lb.example.net")
+        );
+    }
+
+    #[test]
+    fn operator_namespaces_keep_standard_semantics() {
+        let s = compile_docs(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                ingress("ops", "catchall", &[None], true),
+            ],
+            None,
+        );
+        assert!(routed(&s, "anything.else"));
+    }
+
+    #[test]
+    fn tenant_hosts_outside_its_scope_are_not_routed() {
+        let s = compile_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                ingress(
+                    "tenant-acme",
+                    "web.shop",
+                    &[
+                        Some("api.shop.example.com"),
+                        Some("web.other.lb.example.net"),
+                        Some("*.example.org"),
+                        Some("www.acme-corp.com"),
+                    ],
+                    false,
+                ),
+            ],
+            None,
+        );
+        assert!(routed(&s, "api.shop.example.com"));
+        assert!(!routed(&s, "web.other.lb.example.net"));
+        assert!(!routed(&s, "x.example.org"));
+        assert!(
+            !routed(&s, "www.acme-corp.com"),
+            "custom domain waits for proof"
+        );
+        assert_eq!(s.claims.len(), 1);
+        assert_eq!(s.claims[0].host, "www.acme-corp.com");
+        assert_eq!(s.claims[0].targets, ["web-shop.acme.lb.example.net"]);
+        let hosts = s.report.ingresses[0]
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "HostsAccepted")
+            .unwrap();
+        assert_eq!(hosts.status, "False");
+        assert!(
+            hosts.message.contains("another tenant"),
+            "{}",
+            hosts.message
+        );
+        assert!(
+            hosts.message.contains("waiting for its DNS proof"),
+            "{}",
+            hosts.message
+        );
+    }
+
+    #[test]
+    fn tenant_endpoints_outside_node_cidrs_or_forbidden_are_dropped() {
+        let s = compile_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "127.0.0.1"),
+                ingress("tenant-acme", "web.shop", &[None], false),
+            ],
+            None,
+        );
+        let upstream = s
+            .routes
+            .lookup("web-shop.acme.lb.example.net", "/")
+            .unwrap();
+        assert!(upstream.is_empty());
+        assert!(
+            upstream.refused[0].contains("loopback"),
+            "{:?}",
+            upstream.refused
+        );
+        let s = compile_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.9.0.1"),
+                ingress("tenant-acme", "web.shop", &[None], false),
+            ],
+            None,
+        );
+        let upstream = s
+            .routes
+            .lookup("web-shop.acme.lb.example.net", "/")
+            .unwrap();
+        assert!(upstream.refused[0].contains("nodeCIDRs"));
+    }
 }

@@ -23,6 +23,9 @@ pub struct PathTable {
     exact: HashMap<Box<str>, Arc<Upstream>>,
     /// Keys without trailing slash; `/` is the empty key.
     prefix: HashMap<Box<str>, Arc<Upstream>>,
+    /// Where requests for this host that match no path go: a tenant
+    /// Ingress's `defaultBackend`, bound to its assigned hostname.
+    fallback: Option<Arc<Upstream>>,
 }
 
 impl PathTable {
@@ -40,8 +43,22 @@ impl PathTable {
         true
     }
 
-    /// The upstream for a request path (without query).
+    /// Sets the fallback unless one is set; returns false if taken.
+    pub fn set_fallback(&mut self, upstream: Arc<Upstream>) -> bool {
+        if self.fallback.is_some() {
+            return false;
+        }
+        self.fallback = Some(upstream);
+        true
+    }
+
+    /// The upstream for a request path (without query), falling back to
+    /// this host's default backend.
     pub fn lookup(&self, path: &str) -> Option<&Arc<Upstream>> {
+        self.lookup_path(path).or(self.fallback.as_ref())
+    }
+
+    fn lookup_path(&self, path: &str) -> Option<&Arc<Upstream>> {
         if let Some(u) = self.exact.get(path) {
             return Some(u);
         }
@@ -58,7 +75,7 @@ impl PathTable {
     }
 
     pub fn len(&self) -> usize {
-        self.exact.len() + self.prefix.len()
+        self.exact.len() + self.prefix.len() + usize::from(self.fallback.is_some())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -263,6 +280,18 @@ mod tests {
         assert!(!t.set_default_backend(up("second")));
         assert_eq!(hit(&t, "a.com", "/any").as_deref(), Some("default"));
         assert_eq!(hit(&t, "b.com", "/nothing").as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn a_host_fallback_catches_its_own_unmatched_paths_only() {
+        let mut t = table(&[(Some("a.com"), Prefix, "/api", "api")]);
+        let host = HostPattern::parse("a.com").unwrap();
+        assert!(t.host_mut(Some(&host)).set_fallback(up("a-default")));
+        assert!(!t.host_mut(Some(&host)).set_fallback(up("second")));
+        assert!(t.set_default_backend(up("global")));
+        assert_eq!(hit(&t, "a.com", "/api/x").as_deref(), Some("api"));
+        assert_eq!(hit(&t, "a.com", "/other").as_deref(), Some("a-default"));
+        assert_eq!(hit(&t, "b.com", "/other").as_deref(), Some("global"));
     }
 
     #[test]

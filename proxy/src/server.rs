@@ -26,6 +26,7 @@ use crate::Error;
 use crate::admin::{self, AdminState};
 use crate::compile::CompileOptions;
 use crate::metrics::Metrics;
+use crate::proof::{DomainProver, ProofBook, ProofTiming};
 use crate::proxy::{Router, UpstreamOptions};
 use crate::reload::Reloader;
 use crate::snapshot::Snapshot;
@@ -43,6 +44,9 @@ pub struct ProxyConfig {
     pub h2c: bool,
     /// Idle upstream connections kept for reuse.
     pub upstream_pool_size: usize,
+    /// DNS servers for custom-domain proofs (empty: the system's).
+    pub dns_servers: Vec<SocketAddr>,
+    pub proof_timing: ProofTiming,
 }
 
 impl ProxyConfig {
@@ -54,6 +58,8 @@ impl ProxyConfig {
             grace_period: Duration::from_secs(25),
             h2c: false,
             upstream_pool_size: 1024,
+            dns_servers: Vec::new(),
+            proof_timing: ProofTiming::default(),
         }
     }
 }
@@ -115,9 +121,18 @@ pub async fn run(
     }
     let metrics = Metrics::new()?;
     let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+    let proofs = Arc::new(ProofBook::default());
+    let prover = DomainProver::new(
+        &config.dns_servers,
+        proofs.clone(),
+        config.proof_timing.clone(),
+    )
+    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+    let mut compile_options = config.compile.clone();
+    compile_options.proofs = Some(proofs);
     let reloader = Arc::new(Reloader::new(
         config.manifests.clone(),
-        config.compile.clone(),
+        compile_options,
         snapshots.clone(),
         metrics.clone(),
     ));
@@ -193,6 +208,18 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let watch_task = tokio::spawn(reloader.clone().watch(stop_rx.clone()));
+    let prover_task = {
+        let snapshots = snapshots.clone();
+        let reloader = reloader.clone();
+        tokio::spawn(prover.run(
+            move || snapshots.load().claims.clone(),
+            move || {
+                let r = reloader.clone();
+                tokio::task::spawn_blocking(move || r.reload());
+            },
+            stop_rx.clone(),
+        ))
+    };
 
     ready.store(true, Ordering::Release);
     tracing::info!(manifests = %config.manifests.display(), "teapot proxy serving");
@@ -219,6 +246,7 @@ pub async fn run(
     }
     admin_task.abort();
     watch_task.abort();
+    prover_task.abort();
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "shutdown complete"

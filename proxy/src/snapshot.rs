@@ -21,6 +21,8 @@ pub struct Snapshot {
     pub routes: RouteTable,
     pub certs: CertTable,
     pub report: StatusReport,
+    /// Custom domains tenants route once DNS proves them.
+    pub claims: Vec<crate::proof::Claim>,
     pub compile_time: Duration,
 }
 
@@ -35,6 +37,16 @@ pub struct StatusReport {
     pub ingresses: Vec<IngressReport>,
     pub backends: Vec<BackendReport>,
     pub problems: Vec<Problem>,
+    /// Custom domains claimed by tenants and where their proof stands.
+    pub domains: Vec<DomainReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DomainReport {
+    pub cluster: String,
+    pub host: String,
+    pub routed: bool,
+    pub detail: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -76,4 +88,7 @@ pub struct BackendReport {
     pub endpoints: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
+    /// Endpoint addresses left out because a tenant may not use them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
 }

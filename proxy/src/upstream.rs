@@ -95,6 +95,8 @@ pub struct Upstream {
     next: AtomicUsize,
     /// Why there is no endpoint, when there is none.
     pub unavailable: Option<String>,
+    /// Addresses refused by tenant policy, as messages.
+    pub refused: Vec<String>,
 }
 
 /// Endpoints already tried by one request (first 64 by index).
@@ -126,6 +128,7 @@ impl Upstream {
             endpoints: endpoints.into_boxed_slice(),
             next: AtomicUsize::new(0),
             unavailable,
+            refused: Vec::new(),
         }
     }
 

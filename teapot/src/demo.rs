@@ -102,6 +102,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         connect_timeout_ms: 3000,
         upstream_timeout: 60,
         upstream_pool_size: 128,
+        domain: "localhost".into(),
+        lb_cidrs: Vec::new(),
+        dns_servers: Vec::new(),
+        proof_recheck_pending: 15,
+        proof_recheck_proven: 300,
+        proof_grace: 3600,
     };
     let config = crate::proxy_config(dir.clone(), &tuning, &addrs);
     let http = addrs.http.map(|a| a.port()).unwrap_or(0);

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use teapot_proxy::compile::CompileOptions;
+use teapot_proxy::proof::ProofTiming;
 use teapot_proxy::proxy::UpstreamOptions;
 use teapot_proxy::server::BoundAddrs;
 use teapot_proxy::{Listeners, ProxyConfig};
@@ -95,6 +96,24 @@ pub(crate) struct TuningArgs {
     /// Idle upstream connections kept for reuse.
     #[arg(long, default_value_t = 1024)]
     upstream_pool_size: usize,
+    /// DOMAIN of the hostnames assigned to tenant Ingresses (INGRESS.CLUSTER.lb.DOMAIN).
+    #[arg(long, default_value = "localhost", env = "TEAPOT_DOMAIN")]
+    domain: String,
+    /// The LB cluster's own address ranges (repeatable): never a tenant endpoint.
+    #[arg(long = "lb-cidr")]
+    lb_cidrs: Vec<ipnet::IpNet>,
+    /// DNS server for custom-domain proofs, IP:PORT (repeatable; default: the system's).
+    #[arg(long = "dns-server")]
+    dns_servers: Vec<SocketAddr>,
+    /// Seconds between checks of a custom domain that is not proven yet.
+    #[arg(long, default_value_t = 15)]
+    proof_recheck_pending: u64,
+    /// Seconds between re-checks of a proven custom domain.
+    #[arg(long, default_value_t = 300)]
+    proof_recheck_proven: u64,
+    /// Seconds a custom domain keeps routing after its proof disappears.
+    #[arg(long, default_value_t = 3600)]
+    proof_grace: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -188,7 +207,18 @@ pub(crate) fn proxy_config(
     } else {
         tuning.status_addresses.clone()
     };
-    config.compile = CompileOptions { status_addresses };
+    config.compile = CompileOptions {
+        status_addresses,
+        domain: tuning.domain.to_ascii_lowercase(),
+        lb_networks: tuning.lb_cidrs.clone(),
+        proofs: None,
+    };
+    config.dns_servers = tuning.dns_servers.clone();
+    config.proof_timing = ProofTiming {
+        recheck_pending: Duration::from_secs(tuning.proof_recheck_pending),
+        recheck_proven: Duration::from_secs(tuning.proof_recheck_proven),
+        grace: Duration::from_secs(tuning.proof_grace),
+    };
     config.grace_period = Duration::from_secs(tuning.grace_period);
     config.h2c = tuning.h2c;
     config.upstream_pool_size = tuning.upstream_pool_size;
