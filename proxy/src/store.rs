@@ -143,10 +143,6 @@ pub struct Store {
 
 /// One parsed object of any supported kind.
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "lives only between parse and insert, where it moves into an Arc"
-)]
 pub enum Object {
     Ingress(Ingress),
     IngressClass(IngressClass),
