@@ -10,11 +10,17 @@
 //! - [`path`]: Ingress path types and path validation.
 //! - [`tenant`]: the `Tenant` custom resource and its CRD.
 //! - [`hostname`]: assigned hostnames and mirrored object names.
+//! - [`annotations`]: the `teapot.dev/` annotation allowlist and its typed
+//!   values.
+//! - [`policy`]: the admission rules (what a tenant may write), shared by
+//!   the webhook and the proxy's defence-in-depth checks.
 
+pub mod annotations;
 pub mod host;
 pub mod hostname;
 pub mod names;
 pub mod path;
+pub mod policy;
 pub mod tenant;
 
 pub use host::{HostError, HostPattern};

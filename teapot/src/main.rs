@@ -4,8 +4,11 @@
 //! - `teapot demo`: the proxy on the embedded example with built-in echo
 //!   backends, for a first look.
 //! - `teapot echo`: the echo backend alone (tests, benchmarks, demos).
+//! - `teapot webhook`: the LB cluster's admission webhook.
+//! - `teapot validate`: the webhook's rules over files, offline.
 
 mod demo;
+mod webhook_cmd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +53,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run one echo backend (JSON description of each request).
     Echo(EchoArgs),
+    /// Run the LB cluster's admission webhook (AdmissionReview v1 over HTTPS).
+    Webhook(webhook_cmd::WebhookArgs),
+    /// Check manifests against the webhook's rules offline, printing every violation.
+    Validate(webhook_cmd::ValidateArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -145,6 +152,8 @@ fn main() -> anyhow::Result<()> {
             Command::Proxy(args) => run_proxy(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Echo(args) => run_echo(args).await,
+            Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
+            Command::Validate(args) => webhook_cmd::run_validate(args),
         }
     });
     // Connections still open after the grace period are dropped here.

@@ -1,0 +1,347 @@
+//! Ingress rules.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+
+use super::hosts::{HostScope, check_host, host_scope};
+use super::meta::check_metadata;
+use super::names::{dns_subdomain, dns1035_label, port_name};
+use super::{PolicyContext, Violation, check_path, quote};
+use crate::annotations::ObjectKind;
+use crate::host::HostPattern;
+use crate::names::INGRESS_CLASS;
+use crate::path::PathKind;
+
+/// Checks an Ingress a tenant writes into `namespace`: class `teapot`;
+/// hosts valid, in the tenant's scope and held by nobody else (rules and
+/// `tls`); paths of the strict class; backends only Services of the
+/// namespace with a valid port; TLS Secrets of the namespace; hosts,
+/// paths and Ingresses within the tenant's limits; metadata rules.
+pub fn check_ingress(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    ingress: &Ingress,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(
+        ctx,
+        namespace,
+        &ingress.metadata,
+        ObjectKind::Ingress,
+        &mut out,
+    );
+    out.extend(ctx.over_limit(
+        |e| e.ingresses,
+        ctx.limits.max_ingresses,
+        "Ingresses",
+        "maxIngresses",
+    ));
+    let Some(spec) = &ingress.spec else {
+        out.push(Violation::new("spec", "spec is required"));
+        return out;
+    };
+    if spec.ingress_class_name.as_deref() != Some(INGRESS_CLASS) {
+        out.push(Violation::new(
+            "spec.ingressClassName",
+            format!(
+                "must be {INGRESS_CLASS:?} (found {}): tenant Ingresses are served by teapot only",
+                spec.ingress_class_name
+                    .as_deref()
+                    .map_or("none".to_string(), quote)
+            ),
+        ));
+    }
+    if let Some(backend) = &spec.default_backend {
+        check_backend(backend, "spec.defaultBackend", &mut out);
+    }
+    let max_hosts = ctx.limits.max_hosts_per_ingress as usize;
+    let max_paths = ctx.limits.max_paths_per_ingress as usize;
+    let rules = spec.rules.as_deref().unwrap_or_default();
+    if rules.len() > max_hosts {
+        out.push(Violation::new(
+            "spec.rules",
+            format!(
+                "{} rules, more than the limit (maxHostsPerIngress = {max_hosts})",
+                rules.len()
+            ),
+        ));
+    }
+    let mut hosts = BTreeSet::new();
+    let mut paths = 0usize;
+    for (i, rule) in rules.iter().enumerate() {
+        if let Some(host) = &rule.host
+            && let Some((h, _)) = check_host(ctx, &format!("spec.rules[{i}].host"), host, &mut out)
+        {
+            hosts.insert(h);
+        }
+        let Some(http) = &rule.http else { continue };
+        paths += http.paths.len();
+        for (j, p) in http.paths.iter().enumerate() {
+            let at = format!("spec.rules[{i}].http.paths[{j}]");
+            if let Err(e) = PathKind::parse(&p.path_type) {
+                out.push(Violation::new(format!("{at}.pathType"), e.to_string()));
+            }
+            match &p.path {
+                Some(path) => {
+                    if let Err(e) = check_path(path) {
+                        out.push(Violation::new(format!("{at}.path"), e));
+                    }
+                }
+                None if p.path_type != "ImplementationSpecific" => out.push(Violation::new(
+                    format!("{at}.path"),
+                    "path is required for pathType Exact and Prefix",
+                )),
+                None => {}
+            }
+            check_backend(&p.backend, &format!("{at}.backend"), &mut out);
+        }
+    }
+    if paths > max_paths {
+        out.push(Violation::new(
+            "spec.rules",
+            format!("{paths} paths, more than the limit (maxPathsPerIngress = {max_paths})"),
+        ));
+    }
+    let tls = spec.tls.as_deref().unwrap_or_default();
+    if tls.len() > max_hosts {
+        out.push(Violation::new(
+            "spec.tls",
+            format!(
+                "{} entries, more than the limit (maxHostsPerIngress = {max_hosts})",
+                tls.len()
+            ),
+        ));
+    }
+    for (i, t) in tls.iter().enumerate() {
+        for (j, host) in t.hosts.iter().flatten().enumerate() {
+            let field = format!("spec.tls[{i}].hosts[{j}]");
+            if let Some((h, _)) = check_host(ctx, &field, host, &mut out) {
+                hosts.insert(h);
+            }
+        }
+        if let Some(name) = &t.secret_name
+            && let Err(e) = dns_subdomain(name)
+        {
+            out.push(Violation::new(
+                format!("spec.tls[{i}].secretName"),
+                format!("must name a Secret in this namespace: {e}"),
+            ));
+        }
+    }
+    if hosts.len() > max_hosts {
+        out.push(Violation::new(
+            "spec",
+            format!(
+                "{} distinct hosts, more than the limit (maxHostsPerIngress = {max_hosts})",
+                hosts.len()
+            ),
+        ));
+    }
+    out
+}
+
+fn check_backend(backend: &IngressBackend, at: &str, out: &mut Vec<Violation>) {
+    if backend.resource.is_some() {
+        out.push(Violation::new(
+            format!("{at}.resource"),
+            "resource backends are refused: a backend must be a Service in the same namespace",
+        ));
+        return;
+    }
+    let Some(service) = &backend.service else {
+        out.push(Violation::new(at, "a service backend is required"));
+        return;
+    };
+    if let Err(e) = dns1035_label(&service.name) {
+        out.push(Violation::new(
+            format!("{at}.service.name"),
+            format!("must name a Service in this namespace: {e}"),
+        ));
+    }
+    let Some(port) = &service.port else {
+        out.push(Violation::new(
+            format!("{at}.service.port"),
+            "a port number or name is required",
+        ));
+        return;
+    };
+    match (&port.number, &port.name) {
+        (Some(n), None) => {
+            if !(1..=65535).contains(n) {
+                out.push(Violation::new(
+                    format!("{at}.service.port.number"),
+                    format!("{n} is not a port (1-65535)"),
+                ));
+            }
+        }
+        (None, Some(name)) => {
+            if let Err(e) = port_name(name) {
+                out.push(Violation::new(format!("{at}.service.port.name"), e));
+            }
+        }
+        _ => out.push(Violation::new(
+            format!("{at}.service.port"),
+            "exactly one of number and name is required",
+        )),
+    }
+}
+
+/// Custom hosts of an admitted Ingress that wait for their DNS proof, as
+/// one message each (the webhook returns them as warnings).
+pub fn pending_custom_hosts(ctx: &PolicyContext<'_>, ingress: &Ingress) -> Vec<String> {
+    let Some(spec) = &ingress.spec else {
+        return Vec::new();
+    };
+    let name = ingress.metadata.name.as_deref().unwrap_or("");
+    let assigned = crate::hostname::assigned_hostname(name, ctx.cluster(), ctx.domain);
+    let token = ctx.tenant.verification_token();
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, rule) in spec.rules.iter().flatten().enumerate() {
+        let Some(raw) = &rule.host else { continue };
+        let Ok(host) = HostPattern::parse(raw) else {
+            continue;
+        };
+        let custom = host_scope(ctx, &host) == Ok(HostScope::Custom)
+            && ctx
+                .holdings
+                .holder_conflicting(&host, ctx.cluster())
+                .is_none();
+        if custom && seen.insert(host.to_string()) {
+            out.push(format!(
+                "spec.rules[{i}].host: {host} is a custom domain; teapot serves it once DNS proves it is yours: a CNAME to {assigned}, or a TXT record _teapot.{host} containing {token:?}"
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ExistingObjects;
+    use super::super::testing::*;
+    use super::*;
+
+    const BACKEND: &str = "backend: {service: {name: web, port: {number: 80}}}";
+
+    fn rule(host: &str, path: &str) -> String {
+        format!(
+            "  - host: {host:?}\n    http:\n      paths:\n      - {{path: {path:?}, pathType: Prefix, {BACKEND}}}\n"
+        )
+    }
+
+    fn check(spec: &str) -> Vec<String> {
+        let f = Fixture::new();
+        let ing = ingress(spec);
+        fields(&check_ingress(&f.ctx(), NS, &ing))
+    }
+
+    #[test]
+    fn a_good_ingress() {
+        let spec = format!(
+            "  ingressClassName: teapot\n  rules:\n{}{}{}  tls:\n  - hosts: [shop.example.com]\n    secretName: shop-tls\n",
+            rule("web-shop.acme.lb.example.net", "/"),
+            rule("shop.example.com", "/api/v1"),
+            rule("www.acme-shop.com", "/"),
+        );
+        assert_eq!(check(&spec), Vec::<String>::new());
+    }
+
+    #[test]
+    fn class_hosts_and_paths() {
+        let spec = format!(
+            "  ingressClassName: nginx\n  rules:\n{}{}{}{}",
+            rule("*.example.com", "/"),
+            rule("www.globex.com", "/"),
+            rule("a.acme.lb.example.net", "/a\";}"),
+            rule("b.acme.lb.example.net", "/%2e%2e/admin"),
+        );
+        assert_eq!(
+            check(&spec),
+            [
+                "spec.ingressClassName",
+                "spec.rules[0].host",
+                "spec.rules[1].host",
+                "spec.rules[2].http.paths[0].path",
+                "spec.rules[3].http.paths[0].path",
+            ]
+        );
+    }
+
+    #[test]
+    fn backends_stay_in_the_namespace() {
+        let spec = "  ingressClassName: teapot\n  defaultBackend: {resource: {apiGroup: v1, kind: Secret, name: x}}\n  rules:\n  - http:\n      paths:\n      - {path: /, pathType: Prefix, backend: {service: {name: other/web, port: {number: 80}}}}\n      - {path: /b, pathType: Prefix, backend: {service: {name: web.other, port: {number: 0}}}}\n      - {path: /c, pathType: Prefix, backend: {service: {name: web, port: {name: HTTP}}}}\n      - {path: /d, pathType: Prefix, backend: {service: {name: web}}}\n";
+        assert_eq!(
+            check(spec),
+            [
+                "spec.defaultBackend.resource",
+                "spec.rules[0].http.paths[0].backend.service.name",
+                "spec.rules[0].http.paths[1].backend.service.name",
+                "spec.rules[0].http.paths[1].backend.service.port.number",
+                "spec.rules[0].http.paths[2].backend.service.port.name",
+                "spec.rules[0].http.paths[3].backend.service.port",
+            ]
+        );
+    }
+
+    #[test]
+    fn tls_hosts_and_secrets() {
+        let spec = "  ingressClassName: teapot\n  tls:\n  - hosts: [\"*.shop.example.com\", \"*.example.org\"]\n    secretName: other-ns/tls\n";
+        assert_eq!(
+            check(spec),
+            ["spec.tls[0].hosts[1]", "spec.tls[0].secretName"]
+        );
+    }
+
+    #[test]
+    fn limits() {
+        let mut f = Fixture::new();
+        f.limit_hosts(2, 3);
+        let spec = format!(
+            "  ingressClassName: teapot\n  rules:\n{}{}{}",
+            rule("a.acme.lb.example.net", "/"),
+            rule("b.acme.lb.example.net", "/"),
+            rule("c.acme.lb.example.net", "/"),
+        );
+        let ctx = f.ctx().with_existing(ExistingObjects {
+            is_new: true,
+            ingresses: 500,
+            ..ExistingObjects::default()
+        });
+        let got = fields(&check_ingress(&ctx, NS, &ingress(&spec)));
+        assert_eq!(got, ["(object)", "spec.rules", "spec"]);
+        let spec = format!(
+            "  ingressClassName: teapot\n  rules:\n{}      - {{path: /a, pathType: Exact, {BACKEND}}}\n      - {{path: /b, pathType: Exact, {BACKEND}}}\n      - {{path: /c, pathType: Exact, {BACKEND}}}\n",
+            rule("a.acme.lb.example.net", "/"),
+        );
+        let got = fields(&check_ingress(&f.ctx(), NS, &ingress(&spec)));
+        assert_eq!(got, ["spec.rules"]);
+    }
+
+    #[test]
+    fn namespace_must_be_the_tenants() {
+        let f = Fixture::new();
+        let ing = ingress("  ingressClassName: teapot\n");
+        let got = fields(&check_ingress(&f.ctx(), "tenant-globex", &ing));
+        assert_eq!(got, ["metadata.namespace"]);
+    }
+
+    #[test]
+    fn custom_hosts_are_reported_as_pending() {
+        let f = Fixture::new();
+        let spec = format!(
+            "  ingressClassName: teapot\n  rules:\n{}{}",
+            rule("www.acme-shop.com", "/"),
+            rule("shop.example.com", "/"),
+        );
+        let w = pending_custom_hosts(&f.ctx(), &ingress(&spec));
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("CNAME to web.acme.lb.example.net"),
+            "{}",
+            w[0]
+        );
+        assert!(w[0].contains("teapot-tenant=acme"), "{}", w[0]);
+    }
+}

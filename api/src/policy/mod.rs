@@ -1,0 +1,466 @@
+//! The admission rules: what a tenant may write into its LB-cluster
+//! namespace (DESIGN.md, "Security rules that shape the code").
+//!
+//! Pure functions over typed Kubernetes objects, shared by the webhook
+//! (which admits or refuses) and the proxy (which re-checks what it routes,
+//! defence in depth). No I/O and no crypto: the webhook adds the
+//! certificate/key check for Secrets.
+//!
+//! Every rule is an allowlist, and every check reports **all** its
+//! violations, each with the field it is about, so a refused tenant can fix
+//! everything in one go. A tenant string never reaches a message unescaped:
+//! it is quoted with [`quote`] (Rust `Debug` escaping, truncated).
+//!
+//! Entry points:
+//! - [`check_object`]: a whole object as JSON (size, control characters,
+//!   unknown fields, typed parse, then the typed checks below).
+//! - [`check_ingress`], [`check_service`], [`check_endpoint_slice`],
+//!   [`check_secret`]: the typed checks.
+//! - [`check_endpoint_address`]: one endpoint address (the proxy calls it
+//!   for every endpoint it compiles in a tenant namespace).
+//! - [`host_scope`] and [`Holdings`]: which hosts a tenant may use.
+//! - [`check_tenant`]: a `Tenant` object, as an admin writes it.
+
+mod addresses;
+mod endpoint_slice;
+mod hosts;
+mod ingress;
+mod meta;
+mod names;
+mod secret;
+mod service;
+mod strings;
+mod tenant;
+
+use std::fmt;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
+use serde_json::Value;
+
+use crate::annotations::ObjectKind;
+use crate::tenant::{EffectiveLimits, Tenant, TenantLimits};
+
+pub use addresses::{check_endpoint_address, forbidden_address};
+pub use endpoint_slice::check_endpoint_slice;
+pub use hosts::{Holder, Holdings, HostScope, check_host, host_scope};
+pub use ingress::{check_ingress, pending_custom_hosts};
+pub use meta::{check_annotations, check_labels};
+pub use names::{dns_label, dns_subdomain, dns1035_label, port_name};
+pub use secret::{TLS_SECRET_KEYS, check_secret, tls_pair};
+pub use service::check_service;
+pub use strings::{check_path, check_strings, is_forbidden_char, quote, unknown_fields};
+pub use tenant::check_tenant;
+
+/// The field of violations about the object as a whole (size, counts).
+pub const OBJECT_FIELD: &str = "(object)";
+
+/// Longest rule path.
+pub const MAX_PATH_LEN: usize = 1024;
+/// Most ports on one Service or EndpointSlice (the API server's own bound
+/// for EndpointSlices).
+pub const MAX_PORTS: usize = 100;
+/// Most addresses on one endpoint.
+pub const MAX_ADDRESSES_PER_ENDPOINT: usize = 100;
+/// L4 listeners (ports of `LoadBalancer` Services) when the Tenant sets no
+/// `spec.l4.maxListeners`.
+pub const DEFAULT_MAX_LISTENERS: u32 = 50;
+/// EndpointSlices a tenant may hold per Service it may hold.
+pub const SLICES_PER_SERVICE: u32 = 10;
+/// Label the agent puts on every EndpointSlice it writes.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+/// The only value of [`MANAGED_BY_LABEL`] a tenant slice may carry.
+pub const MANAGED_BY_SYNC: &str = "sync.teapot.dev";
+
+/// One broken rule: the field it is about and what is wrong, in words a
+/// tenant can act on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Violation {
+    /// Field path such as `spec.rules[0].host`, or [`OBJECT_FIELD`].
+    pub field: String,
+    pub message: String,
+}
+
+impl Violation {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Violation {
+        Violation {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// A tenant's other objects in its namespace (not counting the one under
+/// review), for the count limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExistingObjects {
+    /// Whether the object under review is new (a create). Count limits
+    /// only stop new objects, so lowering a limit never blocks updates.
+    pub is_new: bool,
+    pub ingresses: u32,
+    pub services: u32,
+    pub endpoint_slices: u32,
+    pub secrets: u32,
+    /// Ports of the tenant's other `LoadBalancer` Services.
+    pub lb_listeners: u32,
+}
+
+/// What a check needs to know besides the object.
+#[derive(Clone, Debug)]
+pub struct PolicyContext<'a> {
+    /// The tenant that owns the namespace.
+    pub tenant: &'a Tenant,
+    /// The operator's DOMAIN (lowercase, no trailing dot): hosts
+    /// `INGRESS.CLUSTER.lb.DOMAIN`.
+    pub domain: &'a str,
+    /// The LB cluster's own ranges (node, pod and service CIDRs): never an
+    /// endpoint.
+    pub lb_networks: &'a [IpNet],
+    /// Hosts, domains and node networks held by others.
+    pub holdings: &'a Holdings,
+    /// The tenant's `nodeCIDRs`, parsed.
+    pub node_networks: Vec<IpNet>,
+    /// The tenant's limits, defaults filled in.
+    pub limits: EffectiveLimits,
+    /// Counts for the limits; `None` skips the count checks (the proxy).
+    pub existing: Option<ExistingObjects>,
+}
+
+impl<'a> PolicyContext<'a> {
+    pub fn new(
+        tenant: &'a Tenant,
+        domain: &'a str,
+        lb_networks: &'a [IpNet],
+        holdings: &'a Holdings,
+    ) -> PolicyContext<'a> {
+        PolicyContext {
+            tenant,
+            domain,
+            lb_networks,
+            holdings,
+            node_networks: tenant.node_networks(),
+            limits: TenantLimits::effective(tenant.spec.limits.as_ref()),
+            existing: None,
+        }
+    }
+
+    /// Turns the count limits on.
+    pub fn with_existing(mut self, existing: ExistingObjects) -> PolicyContext<'a> {
+        self.existing = Some(existing);
+        self
+    }
+
+    /// The tenant's CLUSTER.
+    pub fn cluster(&self) -> &str {
+        &self.tenant.spec.cluster
+    }
+
+    /// `CLUSTER.lb.DOMAIN`.
+    pub fn zone(&self) -> String {
+        crate::hostname::tenant_zone(self.cluster(), self.domain)
+    }
+
+    /// Most L4 listeners.
+    pub fn max_listeners(&self) -> u32 {
+        self.tenant
+            .spec
+            .l4
+            .as_ref()
+            .and_then(|l| l.max_listeners)
+            .unwrap_or(DEFAULT_MAX_LISTENERS)
+    }
+
+    /// A count-limit violation when the object is new and `others + 1`
+    /// exceeds `max`.
+    fn over_limit(
+        &self,
+        others: impl Fn(&ExistingObjects) -> u32,
+        max: u32,
+        what: &str,
+        limit_name: &str,
+    ) -> Option<Violation> {
+        let existing = self.existing?;
+        let count = others(&existing);
+        (existing.is_new && count >= max).then(|| {
+            Violation::new(
+                OBJECT_FIELD,
+                format!(
+                    "{what}: your tenant has {count}, its limit is {max} ({limit_name}); delete one or ask the operator to raise the limit"
+                ),
+            )
+        })
+    }
+}
+
+/// A tenant object after its typed parse.
+#[derive(Clone, Debug)]
+pub enum TenantObject {
+    Ingress(Box<Ingress>),
+    Service(Box<Service>),
+    EndpointSlice(Box<EndpointSlice>),
+    Secret(Box<Secret>),
+}
+
+impl TenantObject {
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            TenantObject::Ingress(_) => ObjectKind::Ingress,
+            TenantObject::Service(_) => ObjectKind::Service,
+            TenantObject::EndpointSlice(_) => ObjectKind::EndpointSlice,
+            TenantObject::Secret(_) => ObjectKind::Secret,
+        }
+    }
+}
+
+/// What [`check_object`] found.
+#[derive(Clone, Debug, Default)]
+pub struct Checked {
+    pub violations: Vec<Violation>,
+    /// Things that are admitted but worth telling (a custom domain waits
+    /// for its DNS proof).
+    pub warnings: Vec<String>,
+    /// The typed object, when it parsed.
+    pub object: Option<TenantObject>,
+}
+
+/// The tenant kind for `apiVersion` and `kind`, or `None` for anything a
+/// tenant may not write.
+pub fn object_kind(api_version: &str, kind: &str) -> Option<ObjectKind> {
+    match (api_version, kind) {
+        ("networking.k8s.io/v1", "Ingress") => Some(ObjectKind::Ingress),
+        ("v1", "Service") => Some(ObjectKind::Service),
+        ("discovery.k8s.io/v1", "EndpointSlice") => Some(ObjectKind::EndpointSlice),
+        ("v1", "Secret") => Some(ObjectKind::Secret),
+        _ => None,
+    }
+}
+
+/// Checks one object a tenant wants to write into `namespace`: its kind,
+/// size, every string in it, unknown fields, the typed parse, and the
+/// rules of its kind. A Secret's certificate and key are not parsed here
+/// (see [`tls_pair`]).
+pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> Checked {
+    let mut checked = Checked::default();
+    let out = &mut checked.violations;
+    let Some(map) = value.as_object() else {
+        out.push(Violation::new(
+            OBJECT_FIELD,
+            "the object is not a JSON object",
+        ));
+        return checked;
+    };
+    let text = |key: &str| map.get(key).and_then(Value::as_str).unwrap_or("");
+    let Some(kind) = object_kind(text("apiVersion"), text("kind")) else {
+        out.push(Violation::new(
+            "kind",
+            format!(
+                "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice and v1 Secret",
+                quote(text("apiVersion")),
+                quote(text("kind"))
+            ),
+        ));
+        return checked;
+    };
+    let size = json_size(value);
+    let max = ctx.limits.max_object_bytes as usize;
+    if size > max {
+        out.push(Violation::new(
+            OBJECT_FIELD,
+            format!(
+                "the object is {size} bytes as JSON, more than the limit (maxObjectBytes = {max})"
+            ),
+        ));
+    }
+    out.extend(check_strings(value, kind == ObjectKind::Secret));
+    let typed = match kind {
+        ObjectKind::Ingress => parse(value).map(|o| TenantObject::Ingress(Box::new(o))),
+        ObjectKind::Service => parse(value).map(|o| TenantObject::Service(Box::new(o))),
+        ObjectKind::EndpointSlice => parse(value).map(|o| TenantObject::EndpointSlice(Box::new(o))),
+        ObjectKind::Secret => parse(value).map(|o| TenantObject::Secret(Box::new(o))),
+    };
+    let object = match typed {
+        Ok(o) => o,
+        Err(v) => {
+            out.push(v);
+            return checked;
+        }
+    };
+    let known = match &object {
+        TenantObject::Ingress(o) => serde_json::to_value(o),
+        TenantObject::Service(o) => serde_json::to_value(o),
+        TenantObject::EndpointSlice(o) => serde_json::to_value(o),
+        TenantObject::Secret(o) => serde_json::to_value(o),
+    };
+    match known {
+        Ok(known) => out.extend(unknown_fields(value, &known)),
+        Err(e) => out.push(Violation::new(
+            OBJECT_FIELD,
+            format!("the object cannot be read back: {e}"),
+        )),
+    }
+    match &object {
+        TenantObject::Ingress(o) => {
+            out.extend(check_ingress(ctx, namespace, o));
+            if out.is_empty() {
+                checked.warnings = pending_custom_hosts(ctx, o);
+            }
+        }
+        TenantObject::Service(o) => out.extend(check_service(ctx, namespace, o)),
+        TenantObject::EndpointSlice(o) => out.extend(check_endpoint_slice(ctx, namespace, o)),
+        TenantObject::Secret(o) => out.extend(check_secret(ctx, namespace, o)),
+    }
+    checked.object = Some(object);
+    checked
+}
+
+fn parse<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, Violation> {
+    // The plain parse is faster; the tracked one only runs to name the
+    // field of an error.
+    if let Ok(t) = <T as serde::Deserialize>::deserialize(value) {
+        return Ok(t);
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            OBJECT_FIELD.to_string()
+        } else {
+            path
+        };
+        Violation::new(field, format!("cannot be read: {}", e.into_inner()))
+    })
+}
+
+/// Bytes of `value` as compact JSON, without building the text.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a Value to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Formats a violation list for humans: `field: message; field: message`,
+/// at most `max` of them, then how many more.
+pub fn summarize(violations: &[Violation], max: usize) -> String {
+    let mut out = violations
+        .iter()
+        .take(max)
+        .map(Violation::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if violations.len() > max {
+        out.push_str(&format!("; and {} more", violations.len() - max));
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn check_object_rejects_other_kinds_and_unparseable_objects() {
+        let f = Fixture::new();
+        let ctx = f.ctx();
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let c = check_object(&ctx, NS, &pod);
+        assert_eq!(fields(&c.violations), ["kind"]);
+        let bad = serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": [{"port": "eighty"}]}});
+        let c = check_object(&ctx, NS, &bad);
+        assert_eq!(fields(&c.violations), ["spec.ports[0].port"]);
+        assert!(c.object.is_none());
+        let c = check_object(&ctx, NS, &Value::String("x".into()));
+        assert_eq!(fields(&c.violations), [OBJECT_FIELD]);
+    }
+
+    #[test]
+    fn check_object_finds_unknown_fields_control_characters_and_size() {
+        let f = Fixture::new();
+        let ctx = f.ctx();
+        let v = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s\u{7}", "namespace": NS},
+            "spec": {"ports": [{"port": 80, "regex": "/.*"}], "snippet": "x"},
+            "status": {"whatever": 1}
+        });
+        let c = check_object(&ctx, NS, &v);
+        let got = fields(&c.violations);
+        assert!(got.contains(&"metadata.name".to_string()), "{got:?}");
+        assert!(got.contains(&"spec.ports[0].regex".to_string()), "{got:?}");
+        assert!(got.contains(&"spec.snippet".to_string()), "{got:?}");
+        assert!(!got.iter().any(|f| f.starts_with("status")), "{got:?}");
+        let big = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "namespace": NS, "labels": {"a": "b".repeat(63)}},
+            "spec": {"ports": (1..10000).map(|p| serde_json::json!({"port": p, "name": format!("p{p}")})).collect::<Vec<_>>()}
+        });
+        let c = check_object(&ctx, NS, &big);
+        assert!(fields(&c.violations).contains(&OBJECT_FIELD.to_string()));
+    }
+
+    #[test]
+    fn a_valid_object_passes_with_its_typed_form() {
+        let f = Fixture::new();
+        let ctx = f.ctx();
+        let v = serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web.shop", "namespace": NS, "creationTimestamp": null,
+                         "annotations": {"teapot.dev/ssl-redirect": "true"}},
+            "spec": {"ingressClassName": "teapot", "rules": [{"host": "www.acme-shop.com", "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]},
+            "status": {"loadBalancer": {}}
+        });
+        let c = check_object(&ctx, NS, &v);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        assert!(matches!(c.object, Some(TenantObject::Ingress(_))));
+        assert_eq!(c.warnings.len(), 1, "custom domain pending proof");
+        assert!(c.warnings[0].contains("www.acme-shop.com"));
+    }
+
+    #[test]
+    fn count_limits_stop_only_new_objects() {
+        let f = Fixture::new();
+        let full = ExistingObjects {
+            is_new: true,
+            services: 1000,
+            ..ExistingObjects::default()
+        };
+        let svc = service("  ports: [{port: 80}]\n");
+        let v = check_service(&f.ctx().with_existing(full), NS, &svc);
+        assert_eq!(fields(&v), [OBJECT_FIELD]);
+        let update = ExistingObjects {
+            is_new: false,
+            ..full
+        };
+        assert!(check_service(&f.ctx().with_existing(update), NS, &svc).is_empty());
+    }
+
+    #[test]
+    fn summaries_are_bounded() {
+        let v: Vec<_> = (0..5)
+            .map(|i| Violation::new(format!("f{i}"), "m"))
+            .collect();
+        assert_eq!(summarize(&v, 2), "f0: m; f1: m; and 3 more");
+    }
+}

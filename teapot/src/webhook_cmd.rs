@@ -1,0 +1,132 @@
+//! `teapot webhook` (the admission webhook) and `teapot validate` (the same
+//! rules over files, for admins and CI).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use ipnet::IpNet;
+use teapot_proxy::manifests::load_dir;
+use teapot_proxy::store::Store;
+use teapot_webhook::offline::validate_text;
+use teapot_webhook::{PolicyConfig, PolicyState, Validator, WebhookConfig};
+
+/// Settings both subcommands share.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct PolicyArgs {
+    /// Directory of manifests with the Tenants and the objects that already hold hosts and addresses (the proxy's manifests format).
+    #[arg(long, env = "TEAPOT_MANIFESTS")]
+    manifests: PathBuf,
+    /// The operator's DOMAIN: tenants get INGRESS.CLUSTER.lb.DOMAIN.
+    #[arg(long, env = "TEAPOT_DOMAIN")]
+    domain: String,
+    /// A range of the LB cluster itself (nodes, pods, services): never an endpoint. Repeatable.
+    #[arg(long = "lb-cidr", value_name = "CIDR")]
+    lb_cidrs: Vec<IpNet>,
+}
+
+impl PolicyArgs {
+    fn policy(&self) -> anyhow::Result<PolicyConfig> {
+        Ok(PolicyConfig::new(&self.domain, self.lb_cidrs.clone())?)
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct WebhookArgs {
+    /// HTTPS listener.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// PEM certificate chain served to the API server (reloaded when it changes).
+    #[arg(long, env = "TEAPOT_WEBHOOK_CERT")]
+    cert: PathBuf,
+    /// PEM private key (reloaded when it changes).
+    #[arg(long, env = "TEAPOT_WEBHOOK_KEY")]
+    key: PathBuf,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    /// Seconds open connections get to finish after SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    grace_period: u64,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ValidateArgs {
+    /// File of Kubernetes YAML or JSON to check ("-" for stdin). Repeatable.
+    #[arg(short = 'f', long = "file", required = true)]
+    files: Vec<PathBuf>,
+    /// Judge every object as this tenant's (its CLUSTER): objects without a namespace go to the tenant's.
+    #[arg(long)]
+    tenant: Option<String>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+/// Runs the webhook until SIGTERM or SIGINT.
+pub(crate) async fn run_webhook(args: WebhookArgs) -> anyhow::Result<()> {
+    let policy = args.policy.policy()?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot bind {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    println!("{{\"event\":\"listening\",\"webhook\":\"{addr}\"}}");
+    let mut config = WebhookConfig::new(args.cert, args.key, args.policy.manifests, policy);
+    config.grace_period = Duration::from_secs(args.grace_period);
+    teapot_webhook::run(config, listener, crate::shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Prints every violation as `file: Kind ns/name: field: message` and
+/// exits 1 when there is one.
+pub(crate) fn run_validate(args: ValidateArgs) -> anyhow::Result<()> {
+    let validator = Validator::new(args.policy.policy()?);
+    let state = load_state(&args.policy.manifests)?;
+    let (mut objects, mut refused) = (0usize, 0usize);
+    for file in &args.files {
+        let (label, text) = read_input(file)?;
+        for report in validate_text(&validator, &state, &text, args.tenant.as_deref()) {
+            objects += 1;
+            for w in &report.verdict.warnings {
+                eprintln!("{label}: {}: warning: {w}", report.object);
+            }
+            if !report.verdict.allowed {
+                refused += 1;
+                for v in &report.verdict.violations {
+                    println!("{label}: {}: {v}", report.object);
+                }
+            }
+        }
+    }
+    eprintln!("{objects} objects checked, {refused} refused");
+    if refused > 0 {
+        // Refusals are the answer, not an error of the tool: exit 1 like
+        // a linter, without an error trace.
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn load_state(dir: &Path) -> anyhow::Result<PolicyState> {
+    std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read the manifests directory {}", dir.display()))?;
+    let loaded = load_dir(dir, &Store::default());
+    for p in &loaded.problems {
+        eprintln!("warning: skipped manifest: {p}");
+    }
+    Ok(PolicyState::from_store(
+        &loaded.store,
+        loaded.problems.len(),
+    ))
+}
+
+fn read_input(file: &Path) -> anyhow::Result<(String, String)> {
+    if file == Path::new("-") {
+        let text = std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?;
+        return Ok(("-".into(), text));
+    }
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    Ok((file.display().to_string(), text))
+}

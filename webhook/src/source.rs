@@ -1,0 +1,170 @@
+//! Where the state comes from: a directory of manifests, read with the
+//! proxy's loader ([`teapot_proxy::manifests::load_dir`]) and reloaded when
+//! it changes (inotify, with a poll as a safety net).
+//!
+//! TODO(issue #5 follow-up): the production source, a kube watch of
+//! Tenants, Ingresses, Services, EndpointSlices and Secrets on the LB
+//! cluster feeding the same [`Store`] -> [`PolicyState`] path.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwapOption;
+use notify::Watcher;
+use teapot_proxy::manifests::load_dir;
+use teapot_proxy::store::Store;
+use tokio::sync::{mpsc, watch};
+
+use crate::metrics::Metrics;
+use crate::state::PolicyState;
+
+/// The state in force; `None` until the first load.
+pub type StateHandle = Arc<ArcSwapOption<PolicyState>>;
+
+/// How long the directory must be quiet before a reload.
+pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
+
+/// A manifests directory feeding a [`StateHandle`].
+#[derive(Debug)]
+pub struct ManifestSource {
+    dir: PathBuf,
+    state: StateHandle,
+    metrics: Metrics,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    store: Store,
+    problems: HashSet<String>,
+}
+
+impl ManifestSource {
+    pub fn new(dir: PathBuf, state: StateHandle, metrics: Metrics) -> ManifestSource {
+        ManifestSource {
+            dir,
+            state,
+            metrics,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Loads the directory and swaps the new state in. An unreadable
+    /// directory changes nothing (before the first load, the webhook keeps
+    /// refusing everything). Returns whether a state was swapped in.
+    pub fn reload(&self) -> bool {
+        if let Err(e) = std::fs::read_dir(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the manifests directory; keeping the current tenant state");
+            return false;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let loaded = load_dir(&self.dir, &inner.store);
+        let mut now = HashSet::with_capacity(loaded.problems.len());
+        for p in &loaded.problems {
+            let line = p.to_string();
+            if !inner.problems.contains(&line) {
+                tracing::warn!(
+                    file = %p.file.display(),
+                    document = p.document,
+                    field = p.field.as_deref().unwrap_or(""),
+                    kept_previous = p.kept_previous,
+                    "skipped manifest: {}",
+                    p.message
+                );
+            }
+            now.insert(line);
+        }
+        inner.problems = now;
+        let state = PolicyState::from_store(&loaded.store, loaded.problems.len());
+        self.metrics.tenants.set(state.tenant_count() as i64);
+        self.metrics
+            .manifest_problems
+            .set(loaded.problems.len() as i64);
+        self.metrics.state_reloads.inc();
+        tracing::info!(
+            tenants = state.tenant_count(),
+            objects = loaded.store.len(),
+            problems = loaded.problems.len(),
+            "tenant state loaded"
+        );
+        inner.store = loaded.store;
+        self.state.store(Some(Arc::new(state)));
+        true
+    }
+
+    /// Reloads whenever the directory changes (and retries while no state
+    /// is loaded), until `shutdown` turns true.
+    pub async fn watch(self: Arc<Self>, poll: Duration, mut shutdown: watch::Receiver<bool>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = tx.send(());
+            }
+        })
+        .and_then(|mut w| {
+            w.watch(&self.dir, notify::RecursiveMode::Recursive)?;
+            Ok(w)
+        });
+        let _watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "file watcher unavailable, polling only");
+                None
+            }
+        };
+        let mut last = fingerprint_blocking(&self.dir).await;
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => if *shutdown.borrow() { return },
+                Some(()) = rx.recv() => {
+                    while let Ok(Some(())) = tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {}
+                }
+                _ = tick.tick() => {
+                    let now = fingerprint_blocking(&self.dir).await;
+                    if now == last && self.state.load().is_some() { continue }
+                }
+            }
+            let me = self.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || me.reload()).await {
+                tracing::error!(error = %e, "state reload task failed; the previous state stays");
+            }
+            last = fingerprint_blocking(&self.dir).await;
+        }
+    }
+}
+
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+async fn fingerprint_blocking(dir: &Path) -> Fingerprint {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        walk(&dir, &mut out);
+        out.sort();
+        out
+    })
+    .await
+    .unwrap_or_default()
+}
+
+fn walk(dir: &Path, out: &mut Fingerprint) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            walk(&path, out);
+        } else {
+            out.push((path, meta.len(), meta.modified().ok()));
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! What the rules need to know about the LB cluster: the Tenants, who holds
+//! which host, domain and node network, and how many objects each tenant
+//! namespace already has. Built in one go from a [`Store`] and swapped in
+//! whole, so a review always sees one consistent picture.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use teapot_api::annotations::ObjectKind;
+use teapot_api::policy::{ExistingObjects, Holdings};
+use teapot_api::{HostPattern, Tenant};
+use teapot_proxy::store::Store;
+
+use crate::Error;
+
+/// The operator's settings the rules depend on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// DOMAIN of `INGRESS.CLUSTER.lb.DOMAIN`, lowercase, no trailing dot.
+    pub domain: String,
+    /// The LB cluster's own node, pod and service ranges.
+    pub lb_networks: Vec<IpNet>,
+}
+
+impl PolicyConfig {
+    /// Validates and normalises the domain.
+    pub fn new(domain: &str, lb_networks: Vec<IpNet>) -> Result<PolicyConfig, Error> {
+        match HostPattern::parse(domain) {
+            Ok(HostPattern::Exact(d)) if d.contains('.') => Ok(PolicyConfig {
+                domain: d,
+                lb_networks,
+            }),
+            _ => Err(Error::Config(format!(
+                "--domain {domain:?} must be a DNS name such as example.net"
+            ))),
+        }
+    }
+}
+
+/// Objects of one tenant namespace.
+#[derive(Debug, Default)]
+struct NamespaceObjects {
+    names: HashMap<ObjectKind, HashSet<String>>,
+    /// Ports of each `LoadBalancer` Service, by name.
+    lb_listeners: HashMap<String, u32>,
+}
+
+/// A consistent picture of the LB cluster for the rules.
+#[derive(Debug, Default)]
+pub struct PolicyState {
+    /// Tenants by object name.
+    tenants: BTreeMap<String, Arc<Tenant>>,
+    /// The Tenant owning each namespace.
+    by_namespace: HashMap<String, Arc<Tenant>>,
+    holdings: Holdings,
+    objects: HashMap<String, NamespaceObjects>,
+    /// Manifest problems of the load this state came from.
+    pub problems: usize,
+}
+
+impl PolicyState {
+    /// Reads Tenants, Ingress hosts, Services, EndpointSlices and Secrets
+    /// from `store`.
+    pub fn from_store(store: &Store, problems: usize) -> PolicyState {
+        let mut state = PolicyState {
+            problems,
+            ..PolicyState::default()
+        };
+        for (name, t) in &store.tenants {
+            let ns = t.object.namespace_name();
+            match state.by_namespace.get(&ns) {
+                Some(first) => tracing::warn!(
+                    tenant = %name,
+                    namespace = %ns,
+                    owner = ?first.metadata.name,
+                    "two Tenants claim one namespace; the first (by name) owns it"
+                ),
+                None => {
+                    state.by_namespace.insert(ns, t.object.clone());
+                }
+            }
+            state.tenants.insert(name.clone(), t.object.clone());
+        }
+        state.holdings = Holdings::from_objects(
+            state.tenants.values().map(|t| t.as_ref()),
+            store
+                .ingresses
+                .iter()
+                .map(|(k, v)| (k.namespace.as_str(), v.object.as_ref())),
+        );
+        let mut add = |kind, ns: &str, name: &str| {
+            if state.by_namespace.contains_key(ns) {
+                state
+                    .objects
+                    .entry(ns.to_string())
+                    .or_default()
+                    .names
+                    .entry(kind)
+                    .or_default()
+                    .insert(name.to_string());
+            }
+        };
+        for k in store.ingresses.keys() {
+            add(ObjectKind::Ingress, &k.namespace, &k.name);
+        }
+        for k in store.services.keys() {
+            add(ObjectKind::Service, &k.namespace, &k.name);
+        }
+        for k in store.endpoint_slices.keys() {
+            add(ObjectKind::EndpointSlice, &k.namespace, &k.name);
+        }
+        for k in store.secrets.keys() {
+            add(ObjectKind::Secret, &k.namespace, &k.name);
+        }
+        for (k, svc) in &store.services {
+            let Some(objects) = state.objects.get_mut(&k.namespace) else {
+                continue;
+            };
+            let spec = svc.object.spec.as_ref();
+            if spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer") {
+                let ports = spec.and_then(|s| s.ports.as_ref()).map_or(0, Vec::len);
+                objects
+                    .lb_listeners
+                    .insert(k.name.clone(), u32::try_from(ports).unwrap_or(u32::MAX));
+            }
+        }
+        state
+    }
+
+    /// The Tenant owning `namespace`, if any.
+    pub fn tenant_for_namespace(&self, namespace: &str) -> Option<&Arc<Tenant>> {
+        self.by_namespace.get(namespace)
+    }
+
+    /// The Tenant whose CLUSTER is `cluster`.
+    pub fn tenant_by_cluster(&self, cluster: &str) -> Option<&Arc<Tenant>> {
+        self.tenants.values().find(|t| t.spec.cluster == cluster)
+    }
+
+    /// Every Tenant.
+    pub fn tenants(&self) -> impl Iterator<Item = &Tenant> {
+        self.tenants.values().map(|t| t.as_ref())
+    }
+
+    pub fn tenant_count(&self) -> usize {
+        self.tenants.len()
+    }
+
+    pub fn holdings(&self) -> &Holdings {
+        &self.holdings
+    }
+
+    /// Whether the object is known.
+    pub fn contains(&self, namespace: &str, kind: ObjectKind, name: &str) -> bool {
+        self.objects
+            .get(namespace)
+            .and_then(|o| o.names.get(&kind))
+            .is_some_and(|n| n.contains(name))
+    }
+
+    /// The namespace's other objects, for the count limits.
+    pub fn existing(
+        &self,
+        namespace: &str,
+        kind: ObjectKind,
+        name: &str,
+        is_new: bool,
+    ) -> ExistingObjects {
+        let Some(objects) = self.objects.get(namespace) else {
+            return ExistingObjects {
+                is_new,
+                ..ExistingObjects::default()
+            };
+        };
+        let count = |k: ObjectKind| {
+            let names = objects.names.get(&k);
+            let n = names.map_or(0, HashSet::len);
+            let own = k == kind && names.is_some_and(|s| s.contains(name));
+            u32::try_from(n - usize::from(own)).unwrap_or(u32::MAX)
+        };
+        let lb_listeners = objects
+            .lb_listeners
+            .iter()
+            .filter(|(n, _)| !(kind == ObjectKind::Service && n.as_str() == name))
+            .map(|(_, p)| *p)
+            .sum();
+        ExistingObjects {
+            is_new,
+            ingresses: count(ObjectKind::Ingress),
+            services: count(ObjectKind::Service),
+            endpoint_slices: count(ObjectKind::EndpointSlice),
+            secrets: count(ObjectKind::Secret),
+            lb_listeners,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use teapot_proxy::manifests::{Loaded, load_text};
+
+    #[test]
+    fn counts_exclude_the_object_under_review() {
+        let text = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: tenant-acme}\nspec: {type: LoadBalancer, ports: [{port: 80}, {port: 443}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: b, namespace: tenant-acme}\nspec: {ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: c, namespace: other}\nspec: {ports: [{port: 80}]}\n";
+        let mut loaded = Loaded::default();
+        load_text(Path::new("x.yaml"), text, &Store::default(), &mut loaded);
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let state = PolicyState::from_store(&loaded.store, 0);
+        assert_eq!(
+            state
+                .tenant_for_namespace("tenant-acme")
+                .unwrap()
+                .spec
+                .cluster,
+            "acme"
+        );
+        assert!(state.tenant_for_namespace("other").is_none());
+        let e = state.existing("tenant-acme", ObjectKind::Service, "a", false);
+        assert_eq!((e.services, e.lb_listeners), (1, 0));
+        let e = state.existing("tenant-acme", ObjectKind::Service, "new", true);
+        assert_eq!((e.services, e.lb_listeners, e.is_new), (2, 2, true));
+        assert!(state.contains("tenant-acme", ObjectKind::Service, "b"));
+        assert!(!state.contains("other", ObjectKind::Service, "c"));
+    }
+
+    #[test]
+    fn domains_are_checked() {
+        assert!(
+            PolicyConfig::new("Example.NET.", Vec::new()).is_ok_and(|c| c.domain == "example.net")
+        );
+        assert!(PolicyConfig::new("localhost", Vec::new()).is_err());
+        assert!(PolicyConfig::new("*.example.net", Vec::new()).is_err());
+    }
+}

@@ -1,0 +1,151 @@
+//! Shared by the corpus and server tests: the corpus files, the LB-cluster
+//! state they are judged against, and AdmissionReview request bodies.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use teapot_proxy::manifests::load_dir;
+use teapot_proxy::store::Store;
+use teapot_webhook::{PolicyConfig, PolicyState, Validator, corpus_dir};
+
+pub const DOMAIN: &str = "example.net";
+pub const LB_CIDRS: [&str; 2] = ["10.96.0.0/12", "192.168.100.0/24"];
+
+/// The policy settings the corpus is written for.
+pub fn policy() -> PolicyConfig {
+    PolicyConfig::new(
+        DOMAIN,
+        LB_CIDRS.iter().map(|c| c.parse().unwrap()).collect(),
+    )
+    .unwrap()
+}
+
+pub fn validator() -> Validator {
+    Validator::new(policy())
+}
+
+/// The corpus state, loaded with the proxy's loader.
+pub fn state() -> PolicyState {
+    let loaded = load_dir(&corpus_dir().join("state"), &Store::default());
+    assert!(
+        loaded.problems.is_empty(),
+        "corpus state: {:?}",
+        loaded.problems
+    );
+    PolicyState::from_store(&loaded.store, 0)
+}
+
+/// One corpus file.
+#[derive(Debug)]
+pub struct Case {
+    pub file: PathBuf,
+    /// `# attack:` (deny) or `# case:` (allow).
+    pub about: String,
+    /// `# expect:` fields.
+    pub expect: Vec<String>,
+    /// `# operation:` (default CREATE).
+    pub operation: String,
+    /// `# request-namespace:` (default: the object's namespace).
+    pub request_namespace: Option<String>,
+    pub object: Value,
+}
+
+/// Every `*.yaml` in `corpus/<which>`, sorted.
+pub fn cases(which: &str) -> Vec<Case> {
+    let dir = corpus_dir().join(which);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files.iter().map(|f| read_case(f)).collect()
+}
+
+fn read_case(file: &Path) -> Case {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut case = Case {
+        file: file.to_path_buf(),
+        about: String::new(),
+        expect: Vec::new(),
+        operation: "CREATE".into(),
+        request_namespace: None,
+        object: Value::Null,
+    };
+    for line in text.lines().take_while(|l| l.starts_with('#')) {
+        let line = line.trim_start_matches('#').trim();
+        let Some((key, value)) = line.split_once(": ") else {
+            continue;
+        };
+        match key {
+            "attack" | "case" => case.about = value.to_string(),
+            "expect" => case.expect.push(value.to_string()),
+            "operation" => case.operation = value.to_string(),
+            "request-namespace" => case.request_namespace = Some(value.to_string()),
+            _ => {}
+        }
+    }
+    let yaml: serde_yaml::Value =
+        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    case.object = serde_json::to_value(yaml).unwrap();
+    case
+}
+
+impl Case {
+    pub fn name(&self) -> String {
+        self.file
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// A real AdmissionReview v1 request body for this case, as the API
+    /// server would send it.
+    pub fn review_body(&self, uid: &str) -> Vec<u8> {
+        admission_review(
+            uid,
+            &self.object,
+            &self.operation,
+            self.request_namespace.as_deref(),
+        )
+    }
+}
+
+/// An AdmissionReview v1 request for `object`.
+pub fn admission_review(
+    uid: &str,
+    object: &Value,
+    operation: &str,
+    namespace: Option<&str>,
+) -> Vec<u8> {
+    let api_version = object["apiVersion"].as_str().unwrap_or("");
+    let kind = object["kind"].as_str().unwrap_or("");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = format!("{}s", kind.to_ascii_lowercase()).replace("ss", "sses");
+    let namespace = namespace
+        .map(str::to_string)
+        .or_else(|| object["metadata"]["namespace"].as_str().map(str::to_string));
+    let mut request = json!({
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": resource},
+        "name": object["metadata"]["name"],
+        "operation": operation,
+        "userInfo": {"username": "system:serviceaccount:tenant-acme:teapot-agent", "groups": ["system:serviceaccounts"]},
+        "object": object,
+        "oldObject": null,
+        "dryRun": false,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+    });
+    if let Some(ns) = namespace {
+        request["namespace"] = json!(ns);
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+        .to_string()
+        .into_bytes()
+}

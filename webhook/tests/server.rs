@@ -1,0 +1,369 @@
+//! The running webhook over TLS: real AdmissionReview JSON POSTed to
+//! `/validate` (allowed, denied, malformed), wrong methods and paths,
+//! health and metrics, certificate rotation, a tenant state reload, and
+//! shutdown.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{admission_review, cases, policy};
+use serde_json::{Value, json};
+use teapot_testkit::certs::{CertifiedPem, TestCa};
+use teapot_testkit::client::{Proto, Request, Response, Transport, send};
+use teapot_webhook::{WebhookConfig, corpus_dir, run};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+const SNI: &str = "teapot-webhook.teapot-system.svc";
+
+struct Webhook {
+    addr: SocketAddr,
+    ca: TestCa,
+    dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), teapot_webhook::Error>>,
+}
+
+fn write_pair(dir: &Path, pem: &CertifiedPem) {
+    // Write-then-rename, as a Secret volume update would.
+    for (name, text) in [("tls.key", &pem.key_pem), ("tls.crt", &pem.cert_pem)] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+}
+
+impl Webhook {
+    async fn start() -> Webhook {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir(&manifests).unwrap();
+        for f in ["tenants.yaml", "held.yaml"] {
+            std::fs::copy(corpus_dir().join("state").join(f), manifests.join(f)).unwrap();
+        }
+        let ca = TestCa::new("teapot webhook test CA");
+        let certs = dir.path().join("certs");
+        std::fs::create_dir(&certs).unwrap();
+        write_pair(&certs, &ca.issue(&[SNI]));
+        let mut config = WebhookConfig::new(
+            certs.join("tls.crt"),
+            certs.join("tls.key"),
+            manifests,
+            policy(),
+        );
+        config.cert_reload_interval = Duration::from_millis(100);
+        config.state_poll_interval = Duration::from_millis(200);
+        config.grace_period = Duration::from_secs(2);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        let hook = Webhook {
+            addr,
+            ca,
+            dir,
+            stop: Some(stop),
+            task,
+        };
+        hook.wait_until(|| async { hook.get("/readyz").await.status == 200 })
+            .await;
+        hook
+    }
+
+    fn transport(&self) -> Transport {
+        Transport::tls_verified(SNI, &[self.ca.cert_der()])
+    }
+
+    async fn request(&self, method: &str, path: &str, body: Vec<u8>, proto: Proto) -> Response {
+        let req = Request {
+            method: method.into(),
+            target: path.into(),
+            host: SNI.into(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body,
+            proto,
+        };
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            send(self.addr, &self.transport(), &req),
+        )
+        .await
+        .expect("request timed out")
+        .expect("request failed")
+    }
+
+    async fn get(&self, path: &str) -> Response {
+        self.request("GET", path, Vec::new(), Proto::Http1).await
+    }
+
+    async fn review(&self, body: Vec<u8>) -> Value {
+        let r = self
+            .request("POST", "/validate?timeout=10s", body, Proto::Http1)
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers.get("content-type").unwrap(), "application/json");
+        let v: Value = r.json().unwrap();
+        assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(v["kind"], "AdmissionReview");
+        v["response"].clone()
+    }
+
+    async fn wait_until<F, Fut>(&self, mut cond: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond().await {
+            assert!(Instant::now() < deadline, "condition not met within 10 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        let result = tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .expect("webhook did not stop");
+        result.unwrap().unwrap();
+    }
+}
+
+fn case(which: &str, name: &str) -> common::Case {
+    cases(which)
+        .into_iter()
+        .find(|c| c.name() == name)
+        .unwrap_or_else(|| panic!("no corpus case {which}/{name}"))
+}
+
+#[tokio::test]
+async fn admission_reviews_over_tls() {
+    let hook = Webhook::start().await;
+
+    let allowed = hook
+        .review(case("allow", "ingress-allowed-domain.yaml").review_body("a-1"))
+        .await;
+    assert_eq!(allowed, json!({"uid": "a-1", "allowed": true}));
+
+    let denied = hook
+        .review(case("deny", "annotation-auth-url-ssl-engine.yaml").review_body("d-1"))
+        .await;
+    assert_eq!(denied["uid"], "d-1");
+    assert_eq!(denied["allowed"], false);
+    assert_eq!(denied["status"]["code"], 403);
+    let message = denied["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-url"]: unknown annotation"#
+        ),
+        "{message}"
+    );
+
+    // Every violation, not the first.
+    let object = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "web.shop", "namespace": "tenant-acme",
+                     "annotations": {"nginx.ingress.kubernetes.io/server-snippet": "x"}},
+        "spec": {"ingressClassName": "teapot", "rules": [
+            {"host": "www.globex.com", "http": {"paths": [{"path": "/a/../b", "pathType": "Prefix",
+              "backend": {"service": {"name": "kube-system/dns", "port": {"number": 53}}}}]}}]}
+    });
+    let denied = hook
+        .review(admission_review("d-2", &object, "CREATE", None))
+        .await;
+    let message = denied["status"]["message"].as_str().unwrap();
+    for field in [
+        r#"metadata.annotations["nginx.ingress.kubernetes.io/server-snippet"]: "#,
+        "spec.rules[0].host: ",
+        "spec.rules[0].http.paths[0].path: ",
+        "spec.rules[0].http.paths[0].backend.service.name: ",
+    ] {
+        assert!(message.contains(field), "{field} missing from {message}");
+    }
+    assert!(message.contains("4 violations"), "{message}");
+
+    // HTTP/2 (ALPN) answers the same.
+    let r = hook
+        .request(
+            "POST",
+            "/validate",
+            case("deny", "endpoints-metadata.yaml").review_body("h2"),
+            Proto::Http2,
+        )
+        .await;
+    assert_eq!(r.alpn.as_deref(), Some(&b"h2"[..]));
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["response"]["allowed"], false);
+
+    // Malformed bodies are refused, with the uid when it can be read.
+    for (body, uid) in [
+        (&b"{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionRev"[..], ""),
+        (b"", ""),
+        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"m-1","object":{}}}"#, "m-1"),
+    ] {
+        let r = hook.review(body.to_vec()).await;
+        assert_eq!(r["allowed"], false, "{}", String::from_utf8_lossy(body));
+        assert_eq!(r["uid"], uid);
+        assert_eq!(r["status"]["code"], 400);
+    }
+
+    // Wrong method or path.
+    assert_eq!(hook.get("/validate").await.status, 405);
+    assert_eq!(
+        hook.request("PUT", "/validate", Vec::new(), Proto::Http1)
+            .await
+            .status,
+        405
+    );
+    assert_eq!(
+        hook.request("POST", "/mutate", b"{}".to_vec(), Proto::Http1)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        hook.request("POST", "/healthz", Vec::new(), Proto::Http1)
+            .await
+            .status,
+        405
+    );
+    assert_eq!(hook.get("/healthz").await.status, 200);
+
+    let metrics = hook.get("/metrics").await.text();
+    assert!(
+        metrics.contains(r#"teapot_webhook_admissions_total{kind="Ingress",result="allowed"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"teapot_webhook_admissions_total{kind="invalid",result="denied"} 3"#)
+    );
+    assert!(metrics.contains("teapot_webhook_admission_seconds_bucket"));
+    assert!(metrics.contains("teapot_webhook_tenants 3"));
+
+    hook.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused() {
+    let hook = Webhook::start().await;
+    let r = hook
+        .request(
+            "POST",
+            "/validate",
+            vec![b' '; teapot_webhook::server::MAX_BODY + 1],
+            Proto::Http1,
+        )
+        .await;
+    assert_eq!(r.status, 413);
+    hook.stop().await;
+}
+
+#[tokio::test]
+async fn rotated_certificates_are_served() {
+    let hook = Webhook::start().await;
+    let first = hook.get("/healthz").await.peer_certificates[0].clone();
+    let next = hook.ca.issue(&[SNI]);
+    write_pair(&hook.dir.path().join("certs"), &next);
+    hook.wait_until(|| async { hook.get("/healthz").await.peer_certificates[0] == next.cert_der })
+        .await;
+    assert_ne!(first, next.cert_der);
+    // A broken pair does not replace the good one.
+    std::fs::write(hook.dir.path().join("certs/tls.crt"), "garbage").unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        hook.get("/healthz").await.peer_certificates[0],
+        next.cert_der
+    );
+    let metrics = hook.get("/metrics").await.text();
+    assert!(
+        metrics.contains("teapot_webhook_certificate_reloads_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("teapot_webhook_certificate_reload_failures_total 1"),
+        "{metrics}"
+    );
+    hook.stop().await;
+}
+
+#[tokio::test]
+async fn new_tenants_are_picked_up() {
+    let hook = Webhook::start().await;
+    let object = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "tenant-hooli"},
+        "spec": {"type": "ExternalName", "externalName": "169.254.169.254.nip.io"}
+    });
+    // No Tenant owns tenant-hooli yet: the operator's namespace.
+    let r = hook
+        .review(admission_review("s-1", &object, "CREATE", None))
+        .await;
+    assert_eq!(r["allowed"], true);
+    std::fs::write(
+        hook.dir.path().join("manifests/hooli.yaml"),
+        "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: hooli}\nspec: {cluster: hooli, nodeCIDRs: [10.4.0.0/24]}\n",
+    )
+    .unwrap();
+    hook.wait_until(|| async {
+        hook.review(admission_review("s-2", &object, "CREATE", None))
+            .await["allowed"]
+            == false
+    })
+    .await;
+    hook.stop().await;
+}
+
+#[tokio::test]
+async fn unreadable_state_refuses_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("ca");
+    let pem = ca.issue(&[SNI]);
+    write_pair(dir.path(), &pem);
+    let config = WebhookConfig::new(
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().join("does-not-exist"),
+        policy(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(config, listener, async move {
+        let _ = stopped.await;
+    }));
+    let transport = Transport::tls_verified(SNI, &[ca.cert_der()]);
+    let get = Request::get(SNI, "/readyz");
+    let r = send(addr, &transport, &get).await.unwrap();
+    assert_eq!(r.status, 503);
+    let object = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x", "namespace": "default"}, "spec": {}});
+    let mut post = Request::get(SNI, "/validate");
+    post.method = "POST".into();
+    post.body = admission_review("u", &object, "CREATE", None);
+    let r = send(addr, &transport, &post).await.unwrap();
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["response"]["allowed"], false);
+    assert_eq!(v["response"]["status"]["code"], 503);
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn missing_certificates_fail_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = WebhookConfig::new(
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().to_path_buf(),
+        policy(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = run(config, listener, std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot read"), "{err}");
+}
