@@ -28,7 +28,8 @@ use crate::snapshot::{
     BackendReport, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
 };
 use crate::store::{NsName, Store, Stored};
-use crate::tenancy::{Scope, Tenancy, TenantView};
+use crate::tenancy::{Tenancy, TenantView};
+use teapot_api::policy::HostScope;
 use crate::tls::CertTable;
 use crate::upstream::{EndpointRegistry, Upstream};
 
@@ -69,8 +70,10 @@ pub fn compile(
     registry: &EndpointRegistry,
 ) -> Snapshot {
     let started = Instant::now();
-    let tenancy = Tenancy::new(store.tenants.values().map(|t| &*t.object), &options.domain);
-    let mut resolver = Resolver::new(store, registry, &tenancy, &options.lb_networks);
+    let tenant_list: Vec<&teapot_api::Tenant> = store.tenants.values().map(|t| &*t.object).collect();
+    let holdings = Tenancy::holdings(&tenant_list);
+    let tenancy = Tenancy::new(&tenant_list, &options.domain, &options.lb_networks, &holdings);
+    let mut resolver = Resolver::new(store, registry, &tenancy);
     let mut routes = RouteTable::default();
     let mut certs = CertTable::default();
     let classes = ClassFilter::new(store);
@@ -284,9 +287,9 @@ fn admit_tenant_host(
     assigned: &HashMap<&str, Vec<String>>,
     claims: &mut Vec<Claim>,
 ) -> Result<(), String> {
-    match tenant.scope(host, &options.domain)? {
-        Scope::Own | Scope::Granted => Ok(()),
-        Scope::Custom => {
+    match tenant.scope(host)? {
+        HostScope::Assigned | HostScope::Allowed => Ok(()),
+        HostScope::Custom => {
             let name = host.to_string();
             claims.push(Claim {
                 cluster: tenant.cluster.to_string(),
@@ -477,7 +480,6 @@ struct Resolver<'a> {
     store: &'a Store,
     registry: &'a EndpointRegistry,
     tenancy: &'a Tenancy<'a>,
-    lb_networks: &'a [ipnet::IpNet],
     slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     cache: HashMap<(String, String, PortRef), Arc<Upstream>>,
 }
@@ -502,7 +504,6 @@ impl<'a> Resolver<'a> {
         store: &'a Store,
         registry: &'a EndpointRegistry,
         tenancy: &'a Tenancy<'a>,
-        lb_networks: &'a [ipnet::IpNet],
     ) -> Resolver<'a> {
         let mut slices: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
         for (id, slice) in &store.endpoint_slices {
@@ -518,7 +519,6 @@ impl<'a> Resolver<'a> {
             store,
             registry,
             tenancy,
-            lb_networks,
             slices,
             cache: HashMap::new(),
         }
@@ -603,7 +603,7 @@ impl<'a> Resolver<'a> {
                         continue;
                     };
                     if let Some(t) = tenant
-                        && let Err(why) = t.endpoint_allowed(ip, self.lb_networks)
+                        && let Err(why) = t.endpoint_allowed(ip)
                     {
                         refused.push(format!(
                             "endpoint of Service {namespace}/{name} refused: {why}"
@@ -824,7 +824,7 @@ spec:
             .unwrap();
         assert_eq!(hosts.status, "False");
         assert!(
-            hosts.message.contains("another tenant"),
+            hosts.message.contains("outside your own subtree"),
             "{}",
             hosts.message
         );
