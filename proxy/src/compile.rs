@@ -27,11 +27,11 @@ use crate::routes::RouteTable;
 use crate::snapshot::{
     BackendReport, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
 };
-use crate::store::{NsName, Store, Stored};
+use crate::store::{NsName, Store, Stored, age_key};
 use crate::tenancy::{Tenancy, TenantView};
-use teapot_api::policy::HostScope;
 use crate::tls::CertTable;
 use crate::upstream::{EndpointRegistry, Upstream};
+use teapot_api::policy::HostScope;
 
 /// Settings that shape a compile but do not come from objects.
 #[derive(Clone, Debug)]
@@ -70,9 +70,15 @@ pub fn compile(
     registry: &EndpointRegistry,
 ) -> Snapshot {
     let started = Instant::now();
-    let tenant_list: Vec<&teapot_api::Tenant> = store.tenants.values().map(|t| &*t.object).collect();
+    let tenant_list: Vec<&teapot_api::Tenant> =
+        store.tenants.values().map(|t| &*t.object).collect();
     let holdings = Tenancy::holdings(&tenant_list);
-    let tenancy = Tenancy::new(&tenant_list, &options.domain, &options.lb_networks, &holdings);
+    let tenancy = Tenancy::new(
+        &tenant_list,
+        &options.domain,
+        &options.lb_networks,
+        &holdings,
+    );
     let mut resolver = Resolver::new(store, registry, &tenancy);
     let mut routes = RouteTable::default();
     let mut certs = CertTable::default();
@@ -384,21 +390,6 @@ fn add_certificates(
         }
     }
     problems
-}
-
-fn age_key<'a>(
-    ingress: &'a Stored<Ingress>,
-    id: &'a NsName,
-) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
-    let created = ingress
-        .object
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| &t.0);
-    // Objects without a timestamp (hand-written manifests) sort after those
-    // with one, then by namespace/name.
-    (created.is_none(), created, id)
 }
 
 fn load_balancer_status(addresses: &[String]) -> IngressLoadBalancerStatus {

@@ -65,7 +65,13 @@ impl Reloader {
     /// One full load -> compile -> swap. Returns the new generation.
     pub fn reload(&self) -> u64 {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let loaded = load_dir(&self.dir, &state.store);
+        let mut loaded = load_dir(&self.dir, &state.store);
+        crate::tenancy::admit(
+            &mut loaded,
+            &state.store,
+            &self.options.domain,
+            &self.options.lb_networks,
+        );
         log_problems(&loaded.problems, &mut state.problems);
         self.metrics
             .manifest_problems

@@ -72,6 +72,8 @@ impl<T> Clone for Stored<T> {
 #[derive(Debug)]
 pub struct TlsSecret {
     pub certificate: Arc<TlsCertificate>,
+    /// The Secret as written, for the tenant policy re-check.
+    pub source: k8s_openapi::api::core::v1::Secret,
 }
 
 /// The kinds the proxy reads.
@@ -205,6 +207,19 @@ impl Store {
         }
     }
 
+    /// Removes the object with `key`, if any.
+    pub fn remove(&mut self, key: &ObjectKey) {
+        let ns = NsName::new(key.namespace.clone(), key.name.clone());
+        match key.kind {
+            Kind::Ingress => drop(self.ingresses.remove(&ns)),
+            Kind::IngressClass => drop(self.ingress_classes.remove(&key.name)),
+            Kind::Service => drop(self.services.remove(&ns)),
+            Kind::EndpointSlice => drop(self.endpoint_slices.remove(&ns)),
+            Kind::Secret => drop(self.secrets.remove(&ns)),
+            Kind::Tenant => drop(self.tenants.remove(&key.name)),
+        }
+    }
+
     /// Copies the stored object with `key` from `from` into `self`, keeping
     /// its original origin. Returns whether there was one.
     pub fn retain_from(&mut self, from: &Store, key: &ObjectKey) -> bool {
@@ -266,6 +281,22 @@ impl Store {
         }
         keys
     }
+}
+
+/// The order in which Ingresses claim hosts and paths: oldest first by
+/// `creationTimestamp`; objects without one (hand-written manifests) after
+/// those with one; then by namespace/name, so the order is stable.
+pub fn age_key<'a>(
+    ingress: &'a Stored<Ingress>,
+    id: &'a NsName,
+) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
+    let created = ingress
+        .object
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| &t.0);
+    (created.is_none(), created, id)
 }
 
 fn cluster_scoped<T>(

@@ -9,10 +9,15 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
-use teapot_api::policy::{self, Holdings, HostScope, PolicyContext};
+use k8s_openapi::api::networking::v1::Ingress;
+use teapot_api::policy::{self, Holder, Holdings, HostScope, PolicyContext, Violation};
 use teapot_api::{HostPattern, Tenant};
+
+use crate::manifests::{Loaded, Problem};
+use crate::store::{Kind, NsName, ObjectKey, Origin, Store, Stored, age_key};
 
 /// One Tenant as the compile sees it.
 #[derive(Debug)]
@@ -104,7 +109,10 @@ mod tests {
         let tenancy = Tenancy::new(&tenants, "example.net", &lb, &holdings);
         let v = tenancy.get("tenant-acme").unwrap();
         let scope = |h: &str| v.scope(&HostPattern::parse(h).unwrap());
-        assert_eq!(scope("web-shop.acme.lb.example.net"), Ok(HostScope::Assigned));
+        assert_eq!(
+            scope("web-shop.acme.lb.example.net"),
+            Ok(HostScope::Assigned)
+        );
         assert_eq!(scope("api.acme.example.com"), Ok(HostScope::Allowed));
         assert_eq!(scope("www.acme-corp.test"), Ok(HostScope::Custom));
         assert!(scope("web.other.lb.example.net").is_err());
@@ -117,5 +125,162 @@ mod tests {
         assert!(ok("127.0.0.1").is_err());
         assert!(ok("169.254.169.254").is_err());
         assert!(tenancy.get("default").is_none());
+    }
+}
+
+/// Re-checks every object in a tenant namespace with the webhook's rules
+/// (defence in depth: in manifests mode nothing else does). A refused
+/// object leaves the store and becomes a [`Problem`]; its previous version
+/// stays when that one still passes, as for any document that stops
+/// validating. Ingresses are judged oldest first, so a host goes to the
+/// first tenant that claimed it and later claims by others are refused.
+pub fn admit(loaded: &mut Loaded, previous: &Store, domain: &str, lb_networks: &[IpNet]) {
+    // A previous version put back must pass too (a Tenant's nodeCIDRs or
+    // another tenant's claims may have changed since): a second pass
+    // without retention settles it.
+    if admit_pass(loaded, Some(previous), domain, lb_networks) {
+        admit_pass(loaded, None, domain, lb_networks);
+    }
+}
+
+/// One pass; returns whether it put back any previous version.
+fn admit_pass(
+    loaded: &mut Loaded,
+    previous: Option<&Store>,
+    domain: &str,
+    lb_networks: &[IpNet],
+) -> bool {
+    if loaded.store.tenants.is_empty() {
+        return false;
+    }
+    let store = &loaded.store;
+    let tenants: Vec<Arc<Tenant>> = store.tenants.values().map(|t| t.object.clone()).collect();
+    let by_namespace: HashMap<String, &Tenant> =
+        tenants.iter().map(|t| (t.namespace_name(), &**t)).collect();
+    let operator_ingresses: Vec<(String, Arc<Ingress>)> = store
+        .ingresses
+        .iter()
+        .filter(|(id, _)| !by_namespace.contains_key(&id.namespace))
+        .map(|(id, i)| (id.namespace.clone(), i.object.clone()))
+        .collect();
+    let mut holdings = Holdings::from_objects(
+        tenants.iter().map(|t| &**t),
+        operator_ingresses.iter().map(|(ns, i)| (ns.as_str(), &**i)),
+    );
+
+    let mut ingresses: Vec<(&NsName, &Stored<Ingress>)> = store
+        .ingresses
+        .iter()
+        .filter(|(id, _)| by_namespace.contains_key(&id.namespace))
+        .collect();
+    ingresses.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
+    let mut refused: Vec<(ObjectKey, Origin, Vec<Violation>)> = Vec::new();
+    for (id, stored) in ingresses {
+        let tenant = by_namespace[&id.namespace];
+        let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
+        let violations = check(&ctx, &id.namespace, &*stored.object);
+        if violations.is_empty() {
+            let holder = Holder::Tenant(tenant.spec.cluster.clone());
+            let spec = stored.object.spec.as_ref();
+            let rule_hosts = spec
+                .into_iter()
+                .flat_map(|s| s.rules.iter().flatten())
+                .filter_map(|r| r.host.as_deref());
+            let tls_hosts = spec
+                .into_iter()
+                .flat_map(|s| s.tls.iter().flatten())
+                .flat_map(|t| t.hosts.iter().flatten())
+                .map(String::as_str);
+            for host in rule_hosts.chain(tls_hosts) {
+                if let Ok(host) = HostPattern::parse(host) {
+                    holdings.insert(holder.clone(), &host);
+                }
+            }
+        } else {
+            refused.push((key(Kind::Ingress, id), stored.origin.clone(), violations));
+        }
+    }
+    let mut judge =
+        |kind: Kind, id: &NsName, origin: &Origin, value: serde_json::Result<serde_json::Value>| {
+            let Some(tenant) = by_namespace.get(&id.namespace) else {
+                return;
+            };
+            let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
+            let violations = match value {
+                Ok(v) => policy::check_object(&ctx, &id.namespace, &v).violations,
+                Err(e) => vec![Violation::new("(object)", e.to_string())],
+            };
+            if !violations.is_empty() {
+                refused.push((key(kind, id), origin.clone(), violations));
+            }
+        };
+    for (id, s) in &store.services {
+        judge(
+            Kind::Service,
+            id,
+            &s.origin,
+            serde_json::to_value(&*s.object),
+        );
+    }
+    for (id, s) in &store.endpoint_slices {
+        judge(
+            Kind::EndpointSlice,
+            id,
+            &s.origin,
+            serde_json::to_value(&*s.object),
+        );
+    }
+    for (id, s) in &store.secrets {
+        judge(
+            Kind::Secret,
+            id,
+            &s.origin,
+            serde_json::to_value(&s.object.source),
+        );
+    }
+
+    let mut kept_any = false;
+    for (key, origin, violations) in refused {
+        loaded.store.remove(&key);
+        let kept = previous.is_some_and(|p| loaded.store.retain_from(p, &key));
+        kept_any |= kept;
+        let object = key.to_string();
+        if previous.is_none()
+            && let Some(p) = loaded
+                .problems
+                .iter_mut()
+                .find(|p| p.object.as_deref() == Some(&object))
+        {
+            // The version put back by the first pass failed as well.
+            p.kept_previous = false;
+            continue;
+        }
+        loaded.problems.push(Problem {
+            file: origin.file,
+            document: origin.document,
+            object: Some(object),
+            field: violations.first().map(|v| v.field.clone()),
+            message: format!(
+                "refused by the tenant policy: {}",
+                policy::summarize(&violations, 10)
+            ),
+            kept_previous: kept,
+        });
+    }
+    kept_any
+}
+
+fn check(ctx: &PolicyContext<'_>, namespace: &str, ingress: &Ingress) -> Vec<Violation> {
+    match serde_json::to_value(ingress) {
+        Ok(v) => policy::check_object(ctx, namespace, &v).violations,
+        Err(e) => vec![Violation::new("(object)", e.to_string())],
+    }
+}
+
+fn key(kind: Kind, id: &NsName) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace: id.namespace.clone(),
+        name: id.name.clone(),
     }
 }

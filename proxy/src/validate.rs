@@ -264,6 +264,7 @@ fn parse_tls_secret(secret: Secret) -> Result<TlsSecret, FieldError> {
     })?;
     Ok(TlsSecret {
         certificate: std::sync::Arc::new(certificate),
+        source: secret,
     })
 }
 

@@ -115,6 +115,14 @@ spec:
     http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
   - host: unproven.acme-corp.test
     http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+---
+# Squatting another tenant's zone: refused as a whole, like the webhook would.
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: squat.shop, namespace: tenant-acme}
+spec:
+  ingressClassName: teapot
+  rules:
   - host: web.other.lb.example.net
     http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
 "#;
@@ -204,8 +212,36 @@ async fn custom_domains_route_only_once_dns_proves_them() {
     );
     assert_eq!(domain("txt.acme-corp.test")["routed"], true);
     assert_eq!(domain("unproven.acme-corp.test")["routed"], false);
-    assert!(body.contains("refused: 127.0.0.1 is loopback"), "{body}");
-    let ingress = &status["ingresses"][0];
+    let problem = |object: &str| {
+        status["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["object"] == object)
+            .unwrap_or_else(|| panic!("{object} is reported: {body}"))
+            .clone()
+    };
+    // The loopback endpoint is refused with its slice, as the webhook would.
+    let slice = problem("EndpointSlice tenant-acme/web-1");
+    assert!(
+        slice["message"].as_str().unwrap().contains("127.0.0.1"),
+        "{slice}"
+    );
+    let squat = problem("Ingress tenant-acme/squat.shop");
+    assert_eq!(squat["field"], "spec.rules[0].host");
+    assert!(
+        squat["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside your own subtree"),
+        "{squat}"
+    );
+    let ingress = status["ingresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "web.shop")
+        .unwrap();
     assert_eq!(
         ingress["status"]["loadBalancer"]["ingress"][0]["hostname"],
         "web-shop.acme.lb.example.net"
