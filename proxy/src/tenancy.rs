@@ -82,52 +82,6 @@ impl<'a> Tenancy<'a> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use teapot_api::TenantSpec;
-
-    fn tenant(cluster: &str, cidr: &str) -> Tenant {
-        Tenant::new(
-            cluster,
-            TenantSpec {
-                cluster: cluster.into(),
-                allowed_domains: vec![format!("{cluster}.example.com")],
-                node_cidrs: vec![cidr.into()],
-                ..TenantSpec::default()
-            },
-        )
-    }
-
-    #[test]
-    fn scopes_and_endpoints_follow_the_policy() {
-        let acme = tenant("acme", "10.1.0.0/16");
-        let other = tenant("other", "10.1.2.0/24");
-        let tenants = [&acme, &other];
-        let holdings = Tenancy::holdings(&tenants);
-        let lb: Vec<IpNet> = vec!["10.1.9.0/24".parse().unwrap()];
-        let tenancy = Tenancy::new(&tenants, "example.net", &lb, &holdings);
-        let v = tenancy.get("tenant-acme").unwrap();
-        let scope = |h: &str| v.scope(&HostPattern::parse(h).unwrap());
-        assert_eq!(
-            scope("web-shop.acme.lb.example.net"),
-            Ok(HostScope::Assigned)
-        );
-        assert_eq!(scope("api.acme.example.com"), Ok(HostScope::Allowed));
-        assert_eq!(scope("www.acme-corp.test"), Ok(HostScope::Custom));
-        assert!(scope("web.other.lb.example.net").is_err());
-        assert!(scope("*.acme-corp.test").is_err());
-        let ok = |ip: &str| v.endpoint_allowed(ip.parse().unwrap());
-        assert!(ok("10.1.0.5").is_ok());
-        assert!(ok("10.1.9.5").is_err(), "LB cluster range");
-        assert!(ok("10.1.2.5").is_err(), "another tenant's nodes");
-        assert!(ok("10.2.0.5").is_err(), "outside nodeCIDRs");
-        assert!(ok("127.0.0.1").is_err());
-        assert!(ok("169.254.169.254").is_err());
-        assert!(tenancy.get("default").is_none());
-    }
-}
-
 /// Re-checks every object in a tenant namespace with the webhook's rules
 /// (defence in depth: in manifests mode nothing else does). A refused
 /// object leaves the store and becomes a [`Problem`]; its previous version
@@ -178,7 +132,7 @@ fn admit_pass(
     for (id, stored) in ingresses {
         let tenant = by_namespace[&id.namespace];
         let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let violations = check(&ctx, &id.namespace, &*stored.object);
+        let violations = check(&ctx, &id.namespace, &stored.object);
         if violations.is_empty() {
             let holder = Holder::Tenant(tenant.spec.cluster.clone());
             let spec = stored.object.spec.as_ref();
@@ -282,5 +236,51 @@ fn key(kind: Kind, id: &NsName) -> ObjectKey {
         kind,
         namespace: id.namespace.clone(),
         name: id.name.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teapot_api::TenantSpec;
+
+    fn tenant(cluster: &str, cidr: &str) -> Tenant {
+        Tenant::new(
+            cluster,
+            TenantSpec {
+                cluster: cluster.into(),
+                allowed_domains: vec![format!("{cluster}.example.com")],
+                node_cidrs: vec![cidr.into()],
+                ..TenantSpec::default()
+            },
+        )
+    }
+
+    #[test]
+    fn scopes_and_endpoints_follow_the_policy() {
+        let acme = tenant("acme", "10.1.0.0/16");
+        let other = tenant("other", "10.1.2.0/24");
+        let tenants = [&acme, &other];
+        let holdings = Tenancy::holdings(&tenants);
+        let lb: Vec<IpNet> = vec!["10.1.9.0/24".parse().unwrap()];
+        let tenancy = Tenancy::new(&tenants, "example.net", &lb, &holdings);
+        let v = tenancy.get("tenant-acme").unwrap();
+        let scope = |h: &str| v.scope(&HostPattern::parse(h).unwrap());
+        assert_eq!(
+            scope("web-shop.acme.lb.example.net"),
+            Ok(HostScope::Assigned)
+        );
+        assert_eq!(scope("api.acme.example.com"), Ok(HostScope::Allowed));
+        assert_eq!(scope("www.acme-corp.test"), Ok(HostScope::Custom));
+        assert!(scope("web.other.lb.example.net").is_err());
+        assert!(scope("*.acme-corp.test").is_err());
+        let ok = |ip: &str| v.endpoint_allowed(ip.parse().unwrap());
+        assert!(ok("10.1.0.5").is_ok());
+        assert!(ok("10.1.9.5").is_err(), "LB cluster range");
+        assert!(ok("10.1.2.5").is_err(), "another tenant's nodes");
+        assert!(ok("10.2.0.5").is_err(), "outside nodeCIDRs");
+        assert!(ok("127.0.0.1").is_err());
+        assert!(ok("169.254.169.254").is_err());
+        assert!(tenancy.get("default").is_none());
     }
 }
