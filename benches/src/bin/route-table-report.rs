@@ -1,0 +1,448 @@
+//! Route table report: compile time, size, memory and lookup cost of the
+//! compiled route table for synthetic stores of 1k, 10k and 100k Ingresses,
+//! checked against the data plane's goals.
+//!
+//! Each size is measured in a fresh child process (this binary re-run with
+//! `--child N`), so that the RSS growth of one size is not hidden by memory
+//! the allocator kept from the previous one.
+//!
+//! This is a report, not a test: it prints PASS/MISS, it never fails on a
+//! timing. It does fail if a sample request routes wrongly, since then the
+//! numbers would be meaningless.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use teapot_benches::{
+    PackedRequests, RequestClass, compile_store, expected_hosts, expected_routes, samples,
+    synthetic_store,
+};
+use teapot_proxy::upstream::EndpointRegistry;
+
+/// Sample requests per class, spread over the whole table ("cold"); a
+/// power of two so the loop can mask.
+const SAMPLES_PER_CLASS: usize = 4096;
+/// The first few of them, looked up over and over ("hot": in cache).
+const HOT_SAMPLES: usize = 16;
+/// Timed rounds per class; the median round is reported.
+const LOOKUP_ROUNDS: usize = 15;
+/// Lookups per round (15 x 200k = 3M lookups per class).
+const LOOKUPS_PER_ROUND: usize = 200_000;
+
+const GOAL_COMPILE_10K_MS: f64 = 100.0;
+const GOAL_COMPILE_100K_MS: f64 = 1500.0;
+const GOAL_LOOKUP_NS: f64 = 1000.0;
+const GOAL_LOOKUP_HOSTS: usize = 100_000;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "route-table-report",
+    about = "Compile time, memory and lookup cost of teapot's route table"
+)]
+struct Args {
+    /// Numbers of Ingresses to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    sizes: Vec<usize>,
+    /// Timed compiles per size (after one warm-up); the median is reported.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Also write the numbers as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Measure every size in this process (RSS growth is then less reliable).
+    #[arg(long)]
+    in_process: bool,
+    /// Only compile the store of this many Ingresses `--runs` times, for a
+    /// profiler (`perf record -g -- route-table-report --profile-compile 10000`).
+    #[arg(long, value_name = "INGRESSES", conflicts_with = "child")]
+    profile_compile: Option<usize>,
+    /// Internal: measure one size and print it as JSON on stdout.
+    #[arg(long, hide = true, value_name = "INGRESSES")]
+    child: Option<usize>,
+}
+
+/// The numbers for one store size.
+#[derive(Debug, Serialize, Deserialize)]
+struct SizeReport {
+    ingresses: usize,
+    services: usize,
+    endpoint_slices: usize,
+    routes: usize,
+    hosts: usize,
+    /// Building the synthetic store (not part of the goals).
+    store_build_ms: f64,
+    /// The first compile, with an empty endpoint registry (cold start).
+    first_compile_ms: f64,
+    /// Median of the timed recompiles: warm registry, previous snapshot
+    /// still live, as on a reload. Dropping the result is not timed.
+    compile_ms_median: f64,
+    compile_ms_runs: Vec<f64>,
+    /// Median time to drop a snapshot (what the last holder of the old
+    /// snapshot pays after a swap).
+    drop_ms_median: f64,
+    /// RSS growth while building the store, MiB.
+    store_mib: Option<f64>,
+    /// RSS growth while compiling the first snapshot (route table, status
+    /// report and the endpoints it registers), MiB.
+    snapshot_mib: Option<f64>,
+    /// Median ns per lookup, per request class, cycling through
+    /// `SAMPLES_PER_CLASS` requests spread over the whole table.
+    lookup_ns: BTreeMap<String, f64>,
+    /// The same for the first `HOT_SAMPLES` requests only: the lookup's
+    /// own work, without cache and TLB misses on the table.
+    lookup_hot_ns: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Goal {
+    name: String,
+    target: String,
+    measured: Option<String>,
+    /// `None`: not measured at this run's sizes.
+    pass: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    release_build: bool,
+    runs: usize,
+    sizes: Vec<SizeReport>,
+    goals: Vec<Goal>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(n) = args.child {
+        let report = measure(n, args.runs)?;
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    ensure!(args.runs > 0, "--runs must be at least 1");
+    if let Some(n) = args.profile_compile {
+        return profile_compile(n, args.runs);
+    }
+    let release = !cfg!(debug_assertions);
+    if !release {
+        eprintln!("warning: debug build; run with `cargo run --release` for meaningful numbers");
+    }
+    let mut sizes = Vec::new();
+    for &n in &args.sizes {
+        eprintln!("measuring {n} Ingresses...");
+        sizes.push(if args.in_process {
+            measure(n, args.runs)?
+        } else {
+            measure_in_child(n, args.runs)?
+        });
+    }
+    let goals = goals(&sizes);
+    let report = Report {
+        release_build: release,
+        runs: args.runs,
+        sizes,
+        goals,
+    };
+    print_report(&report);
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn profile_compile(n: usize, runs: usize) -> anyhow::Result<()> {
+    let store = synthetic_store(n);
+    let registry = EndpointRegistry::default();
+    let live = compile_store(&store, &registry, 1);
+    let mut times = Vec::with_capacity(runs);
+    for generation in 0..runs {
+        let started = Instant::now();
+        let next = black_box(compile_store(&store, &registry, 2 + generation as u64));
+        times.push(ms(started.elapsed()));
+        drop(next);
+    }
+    drop(live);
+    println!(
+        "compiled {n} Ingresses {runs} times: median {}",
+        fmt_ms(median(&times))
+    );
+    Ok(())
+}
+
+fn measure_in_child(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let out = Command::new(exe)
+        .args(["--child", &n.to_string(), "--runs", &runs.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running the measuring child")?;
+    if !out.status.success() {
+        bail!("measuring {n} Ingresses failed: {}", out.status);
+    }
+    serde_json::from_slice(&out.stdout).context("reading the child's report")
+}
+
+/// Measures one size; see [`SizeReport`] for what each number means.
+fn measure(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
+    let rss_before = rss_mib();
+    let started = Instant::now();
+    let store = synthetic_store(n);
+    let store_build = started.elapsed();
+    let rss_store = rss_mib();
+
+    let registry = EndpointRegistry::default();
+    let started = Instant::now();
+    let snapshot = compile_store(&store, &registry, 1);
+    let first_compile = started.elapsed();
+    let rss_snapshot = rss_mib();
+
+    ensure!(
+        snapshot.routes.len() == expected_routes(n),
+        "{n} Ingresses compiled to {} routes, expected {}",
+        snapshot.routes.len(),
+        expected_routes(n)
+    );
+    ensure!(snapshot.routes.hosts() == expected_hosts(n));
+
+    // Warm-up, then the timed recompiles. The live `snapshot` keeps the
+    // registry's endpoints alive, as the serving snapshot does on a reload.
+    drop(black_box(compile_store(&store, &registry, 2)));
+    let mut compile_ms_runs = Vec::with_capacity(runs);
+    let mut drop_ms_runs = Vec::with_capacity(runs);
+    for generation in 0..runs {
+        let started = Instant::now();
+        let next = black_box(compile_store(&store, &registry, 3 + generation as u64));
+        compile_ms_runs.push(ms(started.elapsed()));
+        let started = Instant::now();
+        drop(next);
+        drop_ms_runs.push(ms(started.elapsed()));
+    }
+
+    let mut lookup_ns = BTreeMap::new();
+    let mut lookup_hot_ns = BTreeMap::new();
+    for class in RequestClass::ALL {
+        let requests = samples(n, class, SAMPLES_PER_CLASS);
+        // Check before timing: a wrong route would make the numbers lie.
+        for r in &requests {
+            let got = snapshot.routes.lookup(&r.host, &r.path).map(|u| &u.name);
+            ensure!(
+                got == r.expected.as_ref(),
+                "{r:?} routed to {got:?} in the {n}-Ingress table"
+            );
+        }
+        let packed = PackedRequests::new(&requests);
+        let pairs = packed.pairs();
+        let name = class.name().to_string();
+        lookup_ns.insert(name.clone(), time_lookups(&snapshot, &pairs));
+        lookup_hot_ns.insert(name, time_lookups(&snapshot, &pairs[..HOT_SAMPLES]));
+    }
+
+    let delta = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
+    Ok(SizeReport {
+        ingresses: n,
+        services: store.services.len(),
+        endpoint_slices: store.endpoint_slices.len(),
+        routes: snapshot.routes.len(),
+        hosts: snapshot.routes.hosts(),
+        store_build_ms: ms(store_build),
+        first_compile_ms: ms(first_compile),
+        compile_ms_median: median(&compile_ms_runs),
+        compile_ms_runs,
+        drop_ms_median: median(&drop_ms_runs),
+        store_mib: delta(rss_before, rss_store),
+        snapshot_mib: delta(rss_store, rss_snapshot),
+        lookup_ns,
+        lookup_hot_ns,
+    })
+}
+
+/// Median ns per lookup over [`LOOKUP_ROUNDS`] rounds, after one warm-up
+/// round.
+fn time_lookups(snapshot: &teapot_proxy::snapshot::Snapshot, pairs: &[(&str, &str)]) -> f64 {
+    assert!(pairs.len().is_power_of_two());
+    let mask = pairs.len() - 1;
+    let round = || {
+        let started = Instant::now();
+        let mut found = 0usize;
+        for q in 0..LOOKUPS_PER_ROUND {
+            let (host, path) = pairs[q & mask];
+            if black_box(snapshot.routes.lookup(black_box(host), black_box(path))).is_some() {
+                found += 1;
+            }
+        }
+        black_box(found);
+        started.elapsed().as_nanos() as f64 / LOOKUPS_PER_ROUND as f64
+    };
+    round();
+    let rounds: Vec<f64> = (0..LOOKUP_ROUNDS).map(|_| round()).collect();
+    median(&rounds)
+}
+
+fn goals(sizes: &[SizeReport]) -> Vec<Goal> {
+    let at = |n: usize| sizes.iter().find(|s| s.ingresses == n);
+    let compile_goal = |n: usize, label: &str, target_ms: f64| {
+        let measured = at(n).map(|s| s.compile_ms_median);
+        Goal {
+            name: format!("compile {label} Ingresses"),
+            target: format!("< {}", fmt_ms(target_ms)),
+            measured: measured.map(fmt_ms),
+            pass: measured.map(|m| m < target_ms),
+        }
+    };
+    // Lookup: the slowest request class on the smallest table that has at
+    // least 100k hosts.
+    let lookup = sizes
+        .iter()
+        .filter(|s| s.hosts >= GOAL_LOOKUP_HOSTS)
+        .min_by_key(|s| s.hosts)
+        .map(|s| {
+            let (class, ns) = s
+                .lookup_ns
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(c, ns)| (c.clone(), *ns))
+                .unwrap_or_default();
+            (s.hosts, class, ns)
+        });
+    vec![
+        compile_goal(10_000, "10k", GOAL_COMPILE_10K_MS),
+        compile_goal(100_000, "100k", GOAL_COMPILE_100K_MS),
+        Goal {
+            name: "lookup at 100k hosts (slowest class, cold)".into(),
+            target: format!("< {GOAL_LOOKUP_NS:.0} ns"),
+            measured: lookup
+                .as_ref()
+                .map(|(hosts, class, ns)| format!("{ns:.0} ns ({class}, {hosts} hosts)")),
+            pass: lookup.map(|(_, _, ns)| ns < GOAL_LOOKUP_NS),
+        },
+    ]
+}
+
+fn print_report(report: &Report) {
+    println!(
+        "teapot route table report ({} build, {} CPUs, median of {} compiles after a warm-up)",
+        if report.release_build {
+            "release"
+        } else {
+            "DEBUG"
+        },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        report.runs,
+    );
+    println!();
+    println!(
+        "{:>9} {:>8} {:>8} {:>9} {:>11} {:>13} {:>13} {:>10} {:>13}",
+        "ingresses",
+        "services",
+        "hosts",
+        "routes",
+        "store build",
+        "first compile",
+        "compile (med)",
+        "store MiB",
+        "snapshot MiB"
+    );
+    for s in &report.sizes {
+        println!(
+            "{:>9} {:>8} {:>8} {:>9} {:>11} {:>13} {:>13} {:>10} {:>13}",
+            s.ingresses,
+            s.services,
+            s.hosts,
+            s.routes,
+            fmt_ms(s.store_build_ms),
+            fmt_ms(s.first_compile_ms),
+            fmt_ms(s.compile_ms_median),
+            fmt_mib(s.store_mib),
+            fmt_mib(s.snapshot_mib),
+        );
+    }
+    println!();
+    println!(
+        "lookup ns/op, median of {LOOKUP_ROUNDS} rounds of {LOOKUPS_PER_ROUND} lookups; \
+         cold: cycling {SAMPLES_PER_CLASS} requests spread over the table, \
+         hot: the first {HOT_SAMPLES} of them"
+    );
+    print!("{:>9} {:>8}", "ingresses", "hosts");
+    for class in RequestClass::ALL {
+        print!(" {:>24}", format!("{} cold/hot", class.name()));
+    }
+    println!();
+    for s in &report.sizes {
+        print!("{:>9} {:>8}", s.ingresses, s.hosts);
+        for class in RequestClass::ALL {
+            let get = |m: &BTreeMap<String, f64>| m.get(class.name()).copied().unwrap_or(f64::NAN);
+            let cell = format!("{:.0} / {:.0}", get(&s.lookup_ns), get(&s.lookup_hot_ns));
+            print!(" {cell:>24}");
+        }
+        println!();
+    }
+    println!();
+    println!("compile runs (ms), and the median time to drop a snapshot:");
+    for s in &report.sizes {
+        let runs: Vec<String> = s
+            .compile_ms_runs
+            .iter()
+            .map(|r| format!("{r:.1}"))
+            .collect();
+        println!(
+            "{:>9}: {}   (drop {})",
+            s.ingresses,
+            runs.join(" "),
+            fmt_ms(s.drop_ms_median)
+        );
+    }
+    println!();
+    println!("goals:");
+    for g in &report.goals {
+        let verdict = match g.pass {
+            Some(true) => "PASS",
+            Some(false) => "MISS",
+            None => "SKIP",
+        };
+        let measured = g
+            .measured
+            .as_deref()
+            .unwrap_or("not measured at these sizes");
+        println!("{verdict} {}: {measured} (goal {})", g.name, g.target);
+    }
+}
+
+/// Resident set size of this process, MiB (Linux only).
+fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn fmt_ms(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
+fn fmt_mib(mib: Option<f64>) -> String {
+    mib.map_or_else(|| "n/a".into(), |m| format!("{m:.1}"))
+}
