@@ -702,8 +702,8 @@ mod tests {
             }
         }
         // Every (Service, port) referenced resolved to 3 endpoints.
-        assert_eq!(report.backends.len(), expected_services(N));
-        for b in &report.backends {
+        assert_eq!(report.backends.0.len(), expected_services(N));
+        for b in &report.backends.0 {
             assert_eq!(b.endpoints.len(), ENDPOINTS_PER_SERVICE, "{b:?}");
             assert!(b.unavailable.is_none(), "{b:?}");
         }

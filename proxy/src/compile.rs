@@ -24,9 +24,7 @@ use teapot_api::{HostPattern, PathKind, hostname};
 use crate::manifests::Problem;
 use crate::proof::{Claim, ProofBook};
 use crate::routes::RouteTable;
-use crate::snapshot::{
-    BackendReport, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
-};
+use crate::snapshot::{Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport};
 use crate::store::{NsName, Store, Stored, age_key};
 use crate::tenancy::{Tenancy, TenantView};
 use crate::tls::CertTable;
@@ -90,12 +88,14 @@ pub fn compile(
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
 
-    // Who holds each (host, kind, path), for conflict messages.
-    let mut holders: HashMap<(Option<HostPattern>, PathKind, String), &NsName> = HashMap::new();
     let mut default_holder: Option<&NsName> = None;
     let mut ingress_reports = Vec::with_capacity(ordered.len());
 
-    for (id, stored) in ordered {
+    // A route remembers its owner as an index into `ordered`, which is
+    // how a conflict names the older Ingress without a side table.
+    let owners: Vec<&NsName> = ordered.iter().map(|(id, _)| *id).collect();
+    for (index, (id, stored)) in ordered.into_iter().enumerate() {
+        let index = index as u32;
         let ingress = &stored.object;
         if !classes.serves(ingress) {
             ingress_reports.push(IngressReport {
@@ -177,6 +177,7 @@ pub fn compile(
             if let Some(h) = &host {
                 rule_hosts.push(h.clone());
             }
+            let table = routes.host_mut(host.as_ref());
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let Ok(kind) = PathKind::parse(&p.path_type) else {
                     continue;
@@ -184,16 +185,12 @@ pub fn compile(
                 let path = p.path.as_deref().unwrap_or("/");
                 let upstream = resolver.backend(&id.namespace, &p.backend);
                 note(&upstream);
-                if routes.host_mut(host.as_ref()).insert(kind, path, upstream) {
-                    holders.insert((host.clone(), kind, path.to_string()), id);
-                } else {
-                    let key = (host.clone(), kind, path.to_string());
-                    let holder = holders.get(&key).map_or_else(
-                        || "an older Ingress".to_string(),
-                        |h| format!("older Ingress {h}"),
-                    );
+                if let Err(owner) = table.insert(kind, path, upstream, index) {
+                    let holder = owners[owner as usize];
                     let host = host.as_ref().map_or("*".to_string(), |h| h.to_string());
-                    conflicts.push(format!("rule {host} {path} ({kind:?}) is held by {holder}"));
+                    conflicts.push(format!(
+                        "rule {host} {path} ({kind:?}) is held by older Ingress {holder}"
+                    ));
                 }
             }
         }
@@ -472,16 +469,16 @@ struct Resolver<'a> {
     registry: &'a EndpointRegistry,
     tenancy: &'a Tenancy<'a>,
     slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
-    cache: HashMap<(String, String, PortRef), Arc<Upstream>>,
+    cache: HashMap<(&'a str, &'a str, PortRef<'a>), Arc<Upstream>, foldhash::fast::RandomState>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum PortRef {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PortRef<'a> {
     Number(i32),
-    Name(String),
+    Name(&'a str),
 }
 
-impl std::fmt::Display for PortRef {
+impl std::fmt::Display for PortRef<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PortRef::Number(n) => write!(f, "{n}"),
@@ -511,11 +508,11 @@ impl<'a> Resolver<'a> {
             registry,
             tenancy,
             slices,
-            cache: HashMap::new(),
+            cache: HashMap::default(),
         }
     }
 
-    fn backend(&mut self, namespace: &str, backend: &IngressBackend) -> Arc<Upstream> {
+    fn backend(&mut self, namespace: &'a str, backend: &'a IngressBackend) -> Arc<Upstream> {
         let Some(service) = &backend.service else {
             return Arc::new(Upstream::new(
                 format!("{namespace}/<resource>"),
@@ -527,14 +524,14 @@ impl<'a> Resolver<'a> {
             Some(ServiceBackendPort {
                 number: Some(n), ..
             }) => PortRef::Number(*n),
-            Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n.clone()),
+            Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n),
             _ => PortRef::Number(0),
         };
-        let key = (namespace.to_string(), service.name.clone(), port);
+        let key = (namespace, service.name.as_str(), port);
         if let Some(u) = self.cache.get(&key) {
             return u.clone();
         }
-        let upstream = Arc::new(self.resolve(namespace, &service.name, &key.2));
+        let upstream = Arc::new(self.resolve(namespace, &service.name, &port));
         self.cache.insert(key, upstream.clone());
         upstream
     }
@@ -624,23 +621,8 @@ impl<'a> Resolver<'a> {
         upstream
     }
 
-    fn report(&self) -> Vec<BackendReport> {
-        let mut out: Vec<BackendReport> = self
-            .cache
-            .iter()
-            .map(|((ns, service, port), u)| BackendReport {
-                namespace: ns.clone(),
-                service: service.clone(),
-                port: port.to_string(),
-                endpoints: u.endpoints.iter().map(|e| e.addr.to_string()).collect(),
-                unavailable: u.unavailable.clone(),
-                refused: u.refused.clone(),
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            (&a.namespace, &a.service, &a.port).cmp(&(&b.namespace, &b.service, &b.port))
-        });
-        out
+    fn report(&self) -> Backends {
+        Backends(self.cache.values().cloned().collect())
     }
 }
 
@@ -651,7 +633,7 @@ fn find_port<'s>(
     let ports = service.spec.as_ref()?.ports.as_ref()?;
     ports.iter().find(|p| match port {
         PortRef::Number(n) => p.port == *n,
-        PortRef::Name(n) => p.name.as_deref() == Some(n.as_str()),
+        PortRef::Name(n) => p.name.as_deref() == Some(*n),
     })
 }
 

@@ -13,6 +13,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// Keys are operator and tenant configuration, never request input, so a
+/// fast seeded hash is safe here; lookups by request hosts only probe.
+type FastMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
+
+/// One path rule: where it goes and which Ingress (by compile order) owns it.
+#[derive(Debug)]
+struct Route {
+    upstream: Arc<Upstream>,
+    owner: u32,
+}
+
 use teapot_api::{HostPattern, PathKind};
 
 use crate::upstream::Upstream;
@@ -20,27 +31,34 @@ use crate::upstream::Upstream;
 /// The paths of one host group.
 #[derive(Debug, Default)]
 pub struct PathTable {
-    exact: HashMap<Box<str>, Arc<Upstream>>,
+    exact: FastMap<Route>,
     /// Keys without trailing slash; `/` is the empty key.
-    prefix: HashMap<Box<str>, Arc<Upstream>>,
+    prefix: FastMap<Route>,
     /// Where requests for this host that match no path go: a tenant
     /// Ingress's `defaultBackend`, bound to its assigned hostname.
     fallback: Option<Arc<Upstream>>,
 }
 
 impl PathTable {
-    /// Adds a rule unless the same (kind, path) is already there; returns
-    /// false on such a conflict (the caller adds oldest first).
-    pub fn insert(&mut self, kind: PathKind, path: &str, upstream: Arc<Upstream>) -> bool {
+    /// Adds a rule for `owner` unless the same (kind, path) is already
+    /// there; on such a conflict returns the owner that holds it (the
+    /// caller adds oldest first, so that is the older one).
+    pub fn insert(
+        &mut self,
+        kind: PathKind,
+        path: &str,
+        upstream: Arc<Upstream>,
+        owner: u32,
+    ) -> Result<(), u32> {
         let (map, key) = match kind {
             PathKind::Exact => (&mut self.exact, path),
             PathKind::Prefix => (&mut self.prefix, teapot_api::path::prefix_key(path)),
         };
-        if map.contains_key(key) {
-            return false;
+        if let Some(existing) = map.get(key) {
+            return Err(existing.owner);
         }
-        map.insert(key.into(), upstream);
-        true
+        map.insert(key.into(), Route { upstream, owner });
+        Ok(())
     }
 
     /// Sets the fallback unless one is set; returns false if taken.
@@ -59,16 +77,16 @@ impl PathTable {
     }
 
     fn lookup_path(&self, path: &str) -> Option<&Arc<Upstream>> {
-        if let Some(u) = self.exact.get(path) {
-            return Some(u);
+        if let Some(r) = self.exact.get(path) {
+            return Some(&r.upstream);
         }
         if self.prefix.is_empty() {
             return None;
         }
         let mut candidate = path.trim_end_matches('/');
         loop {
-            if let Some(u) = self.prefix.get(candidate) {
-                return Some(u);
+            if let Some(r) = self.prefix.get(candidate) {
+                return Some(&r.upstream);
             }
             candidate = &candidate[..candidate.rfind('/')?];
         }
@@ -83,12 +101,21 @@ impl PathTable {
     }
 }
 
+/// The path table of `key`, created on first use; probes before it
+/// allocates a key, since most calls find an existing host.
+fn group<'m>(map: &'m mut FastMap<PathTable>, key: &str) -> &'m mut PathTable {
+    if !map.contains_key(key) {
+        map.insert(key.into(), PathTable::default());
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
 /// Every route of a snapshot.
 #[derive(Debug, Default)]
 pub struct RouteTable {
-    exact_hosts: HashMap<Box<str>, PathTable>,
+    exact_hosts: FastMap<PathTable>,
     /// `*.foo.com` stored as `foo.com`.
-    wildcard_hosts: HashMap<Box<str>, PathTable>,
+    wildcard_hosts: FastMap<PathTable>,
     any_host: PathTable,
     default_backend: Option<Arc<Upstream>>,
 }
@@ -98,10 +125,8 @@ impl RouteTable {
     pub fn host_mut(&mut self, host: Option<&HostPattern>) -> &mut PathTable {
         match host {
             None => &mut self.any_host,
-            Some(HostPattern::Exact(h)) => self.exact_hosts.entry(h.as_str().into()).or_default(),
-            Some(HostPattern::Wildcard(s)) => {
-                self.wildcard_hosts.entry(s.as_str().into()).or_default()
-            }
+            Some(HostPattern::Exact(h)) => group(&mut self.exact_hosts, h),
+            Some(HostPattern::Wildcard(s)) => group(&mut self.wildcard_hosts, s),
         }
     }
 
@@ -160,9 +185,13 @@ mod tests {
 
     fn table(rules: &[(Option<&str>, PathKind, &str, &str)]) -> RouteTable {
         let mut t = RouteTable::default();
-        for (host, kind, path, name) in rules {
+        for (i, (host, kind, path, name)) in rules.iter().enumerate() {
             let host = host.map(|h| HostPattern::parse(h).unwrap());
-            assert!(t.host_mut(host.as_ref()).insert(*kind, path, up(name)));
+            assert!(
+                t.host_mut(host.as_ref())
+                    .insert(*kind, path, up(name), i as u32)
+                    .is_ok()
+            );
         }
         t
     }
@@ -298,9 +327,9 @@ mod tests {
     fn conflicts_keep_the_first_insert() {
         let mut t = RouteTable::default();
         let g = t.host_mut(None);
-        assert!(g.insert(Prefix, "/x/", up("old")));
-        assert!(!g.insert(Prefix, "/x", up("new")));
-        assert!(g.insert(Exact, "/x", up("exact")));
+        assert_eq!(g.insert(Prefix, "/x/", up("old"), 0), Ok(()));
+        assert_eq!(g.insert(Prefix, "/x", up("new"), 1), Err(0));
+        assert_eq!(g.insert(Exact, "/x", up("exact"), 1), Ok(()));
         assert_eq!(hit(&t, "h", "/x/y").as_deref(), Some("old"));
     }
 }

@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::manifests::Problem;
 use crate::routes::RouteTable;
 use crate::tls::CertTable;
+use crate::upstream::Upstream;
 
 /// The compiled state the data plane serves from.
 #[derive(Debug, Default)]
@@ -35,7 +36,7 @@ pub type SnapshotHandle = Arc<ArcSwap<Snapshot>>;
 pub struct StatusReport {
     pub generation: u64,
     pub ingresses: Vec<IngressReport>,
-    pub backends: Vec<BackendReport>,
+    pub backends: Backends,
     pub problems: Vec<Problem>,
     /// Custom domains claimed by tenants and where their proof stands.
     pub domains: Vec<DomainReport>,
@@ -59,36 +60,71 @@ pub struct IngressReport {
     pub conditions: Vec<Condition>,
 }
 
-/// A Kubernetes-style condition.
+/// A Kubernetes-style condition. Type, status and reason are fixed words,
+/// so they cost no allocation per Ingress and compile.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Condition {
     #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    pub reason: String,
+    pub type_: &'static str,
+    pub status: &'static str,
+    pub reason: &'static str,
     pub message: String,
 }
 
 impl Condition {
-    pub fn new(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+    pub fn new(
+        type_: &'static str,
+        ok: bool,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Condition {
         Condition {
-            type_: type_.into(),
-            status: if ok { "True" } else { "False" }.into(),
-            reason: reason.into(),
+            type_,
+            status: if ok { "True" } else { "False" },
+            reason,
             message: message.into(),
         }
     }
 }
 
-#[derive(Debug, Serialize)]
-pub struct BackendReport {
-    pub namespace: String,
-    pub service: String,
-    pub port: String,
-    pub endpoints: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unavailable: Option<String>,
-    /// Endpoint addresses left out because a tenant may not use them.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub refused: Vec<String>,
+/// Every backend of a snapshot. Rendered only when `/status` asks:
+/// formatting every endpoint of a large table would be a real share of
+/// each compile.
+#[derive(Debug, Default)]
+pub struct Backends(pub Vec<Arc<Upstream>>);
+
+impl Serialize for Backends {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut sorted: Vec<&Upstream> = self.0.iter().map(|u| &**u).collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        serializer.collect_seq(sorted.into_iter().map(BackendView))
+    }
+}
+
+/// One backend as `/status` shows it: `namespace`, `service`, `port`,
+/// `endpoints`, and why some or all are missing.
+struct BackendView<'a>(&'a Upstream);
+
+impl Serialize for BackendView<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let u = self.0;
+        // The name is `namespace/service:port`; none of the parts can hold
+        // '/' or ':'.
+        let (namespace, rest) = u.name.split_once('/').unwrap_or(("", &u.name));
+        let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
+        let endpoints: Vec<String> = u.endpoints.iter().map(|e| e.addr.to_string()).collect();
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("namespace", namespace)?;
+        map.serialize_entry("service", service)?;
+        map.serialize_entry("port", port)?;
+        map.serialize_entry("endpoints", &endpoints)?;
+        if let Some(why) = &u.unavailable {
+            map.serialize_entry("unavailable", why)?;
+        }
+        if !u.refused.is_empty() {
+            map.serialize_entry("refused", &u.refused)?;
+        }
+        map.end()
+    }
 }
