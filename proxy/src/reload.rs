@@ -112,49 +112,73 @@ impl Reloader {
     }
 
     /// Reloads whenever the directory changes, until `shutdown` turns true.
-    pub async fn watch(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-        let watcher = {
-            let tx = tx.clone();
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                // Our own reads show up as access events; only changes count.
-                if event.is_ok_and(|e| !e.kind.is_access()) {
-                    let _ = tx.send(());
-                }
-            })
-            .and_then(|mut w| {
-                w.watch(&self.dir, notify::RecursiveMode::Recursive)?;
-                Ok(w)
-            })
-        };
-        let _watcher = match watcher {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "file watcher unavailable, polling only");
-                None
-            }
-        };
-        let mut fingerprint = fingerprint(&self.dir);
-        let mut poll = tokio::time::interval(POLL_INTERVAL);
-        poll.tick().await;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => if *shutdown.borrow() { return },
-                Some(()) = rx.recv() => {
-                    // Let the burst finish.
-                    while let Ok(Some(())) = tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {}
-                }
-                _ = poll.tick() => {
-                    let now = fingerprint_blocking(&self.dir).await;
-                    if now == fingerprint { continue }
-                }
-            }
-            let me = self.clone();
-            if let Err(e) = tokio::task::spawn_blocking(move || me.reload()).await {
-                tracing::error!(error = %e, "reload task failed; the previous snapshot keeps serving");
-            }
-            fingerprint = fingerprint_blocking(&self.dir).await;
+    pub async fn watch(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let dir = self.dir.clone();
+        watch_dir(
+            dir,
+            POLL_INTERVAL,
+            shutdown,
+            move || {
+                self.reload();
+            },
+            || false,
+        )
+        .await;
+    }
+}
+
+/// Runs `reload` on the blocking pool whenever `dir` changes, until
+/// `shutdown` turns true: after inotify events and a quiet period, or when
+/// the periodic fingerprint of sizes and modification times differs.
+/// `retry` makes a poll reload even when nothing changed (a source that has
+/// no state yet keeps trying). Shared by every manifests-directory source.
+pub async fn watch_dir(
+    dir: PathBuf,
+    poll: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    reload: impl Fn() + Send + Sync + 'static,
+    retry: impl Fn() -> bool,
+) {
+    let reload = Arc::new(reload);
+    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Our own reads show up as access events; only changes count.
+        if event.is_ok_and(|e| !e.kind.is_access()) {
+            let _ = tx.send(());
         }
+    })
+    .and_then(|mut w| {
+        w.watch(&dir, notify::RecursiveMode::Recursive)?;
+        Ok(w)
+    });
+    let _watcher = match watcher {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "file watcher unavailable, polling only");
+            None
+        }
+    };
+    let mut last = fingerprint_blocking(&dir).await;
+    let mut tick = tokio::time::interval(poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => if *shutdown.borrow() { return },
+            Some(()) = rx.recv() => {
+                // Let the burst finish.
+                while let Ok(Some(())) = tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {}
+            }
+            _ = tick.tick() => {
+                let now = fingerprint_blocking(&dir).await;
+                if now == last && !retry() { continue }
+            }
+        }
+        let reload = reload.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || reload()).await {
+            tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
+        }
+        last = fingerprint_blocking(&dir).await;
     }
 }
 

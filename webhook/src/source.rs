@@ -7,24 +7,20 @@
 //! cluster feeding the same [`Store`] -> [`PolicyState`] path.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use notify::Watcher;
 use teapot_proxy::manifests::load_dir;
 use teapot_proxy::store::Store;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 use crate::state::PolicyState;
 
 /// The state in force; `None` until the first load.
 pub type StateHandle = Arc<ArcSwapOption<PolicyState>>;
-
-/// How long the directory must be quiet before a reload.
-pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
 
 /// A manifests directory feeding a [`StateHandle`].
 #[derive(Debug)]
@@ -96,75 +92,18 @@ impl ManifestSource {
 
     /// Reloads whenever the directory changes (and retries while no state
     /// is loaded), until `shutdown` turns true.
-    pub async fn watch(self: Arc<Self>, poll: Duration, mut shutdown: watch::Receiver<bool>) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| !e.kind.is_access()) {
-                let _ = tx.send(());
-            }
-        })
-        .and_then(|mut w| {
-            w.watch(&self.dir, notify::RecursiveMode::Recursive)?;
-            Ok(w)
-        });
-        let _watcher = match watcher {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "file watcher unavailable, polling only");
-                None
-            }
-        };
-        let mut last = fingerprint_blocking(&self.dir).await;
-        let mut tick = tokio::time::interval(poll);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => if *shutdown.borrow() { return },
-                Some(()) = rx.recv() => {
-                    while let Ok(Some(())) = tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {}
-                }
-                _ = tick.tick() => {
-                    let now = fingerprint_blocking(&self.dir).await;
-                    if now == last && self.state.load().is_some() { continue }
-                }
-            }
-            let me = self.clone();
-            if let Err(e) = tokio::task::spawn_blocking(move || me.reload()).await {
-                tracing::error!(error = %e, "state reload task failed; the previous state stays");
-            }
-            last = fingerprint_blocking(&self.dir).await;
-        }
-    }
-}
-
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
-
-async fn fingerprint_blocking(dir: &Path) -> Fingerprint {
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        walk(&dir, &mut out);
-        out.sort();
-        out
-    })
-    .await
-    .unwrap_or_default()
-}
-
-fn walk(dir: &Path, out: &mut Fingerprint) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            walk(&path, out);
-        } else {
-            out.push((path, meta.len(), meta.modified().ok()));
-        }
+    pub async fn watch(self: Arc<Self>, poll: Duration, shutdown: watch::Receiver<bool>) {
+        let dir = self.dir.clone();
+        let loaded = self.clone();
+        teapot_proxy::reload::watch_dir(
+            dir,
+            poll,
+            shutdown,
+            move || {
+                self.reload();
+            },
+            move || loaded.state.load().is_none(),
+        )
+        .await;
     }
 }
