@@ -810,36 +810,25 @@ spec:
 
     #[test]
     fn tenant_endpoints_outside_node_cidrs_or_forbidden_are_dropped() {
-        let s = compile_docs(
-            &[
-                TENANT.into(),
-                backend("tenant-acme", "web", "127.0.0.1"),
-                ingress("tenant-acme", "web.shop", &[None], false),
-            ],
-            None,
-        );
-        let upstream = s
-            .routes
-            .lookup("web-shop.acme.lb.example.net", "/")
-            .unwrap();
-        assert!(upstream.is_empty());
-        assert!(
-            upstream.refused[0].contains("loopback"),
-            "{:?}",
-            upstream.refused
-        );
-        let s = compile_docs(
-            &[
-                TENANT.into(),
-                backend("tenant-acme", "web", "10.9.0.1"),
-                ingress("tenant-acme", "web.shop", &[None], false),
-            ],
-            None,
-        );
-        let upstream = s
-            .routes
-            .lookup("web-shop.acme.lb.example.net", "/")
-            .unwrap();
-        assert!(upstream.refused[0].contains("nodeCIDRs"));
+        for (ip, why) in [("127.0.0.1", "loopback"), ("10.9.0.1", "nodeCIDRs")] {
+            let s = compile_docs(
+                &[
+                    TENANT.into(),
+                    backend("tenant-acme", "web", ip),
+                    ingress("tenant-acme", "web.shop", &[None], false),
+                ],
+                None,
+            );
+            let upstream = s
+                .routes
+                .lookup("web-shop.acme.lb.example.net", "/")
+                .unwrap();
+            assert!(upstream.is_empty(), "{ip}");
+            assert!(
+                upstream.refused[0].contains(why),
+                "{ip}: {:?}",
+                upstream.refused
+            );
+        }
     }
 }

@@ -111,13 +111,19 @@ impl Harness {
         .await
     }
 
+    /// `GET path` on the admin listener; it must answer 200.
+    async fn admin(&self, path: &str) -> String {
+        let (code, body) = tokio::time::timeout(REQUEST_TIMEOUT, self.proxy.admin_get(path))
+            .await
+            .unwrap_or_else(|_| panic!("{path} answers in time"))
+            .unwrap_or_else(|e| panic!("{path} request: {e}"));
+        assert_eq!(code, 200, "{path}: {body}");
+        body
+    }
+
     /// `GET /status` as JSON.
     pub async fn status(&self) -> Value {
-        let (code, body) = tokio::time::timeout(REQUEST_TIMEOUT, self.proxy.admin_get("/status"))
-            .await
-            .expect("/status answers in time")
-            .expect("/status request");
-        assert_eq!(code, 200, "/status: {body}");
+        let body = self.admin("/status").await;
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("/status is not JSON: {e}: {body}"))
     }
 
@@ -142,12 +148,7 @@ impl Harness {
 
     /// `GET /metrics` text.
     pub async fn metrics(&self) -> String {
-        let (code, body) = tokio::time::timeout(REQUEST_TIMEOUT, self.proxy.admin_get("/metrics"))
-            .await
-            .expect("/metrics answers in time")
-            .expect("/metrics request");
-        assert_eq!(code, 200, "/metrics: {body}");
-        body
+        self.admin("/metrics").await
     }
 
     /// One request on a fresh plain connection.
