@@ -81,7 +81,11 @@ pub fn compile(
     let mut routes = RouteTable::default();
     let mut certs = CertTable::default();
     let classes = ClassFilter::new(store);
-    let load_balancer = load_balancer_status(&options.status_addresses);
+    // Every operator Ingress shows the same status: build it once.
+    let fleet_status = Arc::new(IngressStatus {
+        load_balancer: Some(load_balancer_status(&options.status_addresses)),
+    });
+    let no_status = Arc::new(IngressStatus::default());
     let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
     let mut claims: Vec<Claim> = Vec::new();
 
@@ -102,7 +106,7 @@ pub fn compile(
                 namespace: id.namespace.clone(),
                 name: id.name.clone(),
                 served: false,
-                status: IngressStatus::default(),
+                status: no_status.clone(),
                 conditions: vec![Condition::new(
                     "Accepted",
                     false,
@@ -234,17 +238,17 @@ pub fn compile(
                 refused_hosts.join("; "),
             )
         });
-        let load_balancer = match &own_host {
-            Some(host) => load_balancer_status(&[host.to_string()]),
-            None => load_balancer.clone(),
+        let status = match &own_host {
+            Some(host) => Arc::new(IngressStatus {
+                load_balancer: Some(load_balancer_status(&[host.to_string()])),
+            }),
+            None => fleet_status.clone(),
         };
         ingress_reports.push(IngressReport {
             namespace: id.namespace.clone(),
             name: id.name.clone(),
             served: true,
-            status: IngressStatus {
-                load_balancer: Some(load_balancer),
-            },
+            status,
             conditions,
         });
     }

@@ -56,7 +56,7 @@ pub struct IngressReport {
     pub name: String,
     /// Whether teapot implements this Ingress's class.
     pub served: bool,
-    pub status: IngressStatus,
+    pub status: Arc<IngressStatus>,
     pub conditions: Vec<Condition>,
 }
 

@@ -64,7 +64,7 @@ impl Endpoint {
 /// Shares endpoint health across compiles.
 #[derive(Debug, Default)]
 pub struct EndpointRegistry {
-    known: Mutex<HashMap<SocketAddr, Weak<Endpoint>>>,
+    known: Mutex<HashMap<SocketAddr, Weak<Endpoint>, foldhash::fast::RandomState>>,
 }
 
 impl EndpointRegistry {
