@@ -63,29 +63,16 @@ async fn demo_serves_the_embedded_example() {
         "round-robin over both web backends: {pods:?}"
     );
 
-    let api = send(
-        addrs.http,
-        &Transport::Plain,
-        &Request::get("shop.demo.localhost", "/api/orders"),
-    )
-    .await
-    .unwrap();
+    let get = async |host: &str, path: &str| {
+        send(addrs.http, &Transport::Plain, &Request::get(host, path))
+            .await
+            .unwrap()
+    };
+    let api = get("shop.demo.localhost", "/api/orders").await;
     assert_eq!(api.json().unwrap()["service"], "api");
-    let wildcard = send(
-        addrs.http,
-        &Transport::Plain,
-        &Request::get("x.demo.localhost", "/"),
-    )
-    .await
-    .unwrap();
+    let wildcard = get("x.demo.localhost", "/").await;
     assert_eq!(wildcard.json().unwrap()["service"], "web");
-    let miss = send(
-        addrs.http,
-        &Transport::Plain,
-        &Request::get("unknown.example", "/"),
-    )
-    .await
-    .unwrap();
+    let miss = get("unknown.example", "/").await;
     assert_eq!(miss.status, 404);
 
     let tls = Transport::Tls {

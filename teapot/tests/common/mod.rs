@@ -322,9 +322,9 @@ pub fn ingress_class(name: &str, controller: &str, default: bool) -> Value {
     class
 }
 
-/// A Service with `(port name, port)` entries.
-pub fn service(namespace: &str, name: &str, ports: &[(Option<&str>, u16)]) -> Value {
-    let ports: Vec<Value> = ports
+/// `(port name, port)` entries as the `ports` of a Service or EndpointSlice.
+fn port_list(ports: &[(Option<&str>, u16)]) -> Vec<Value> {
+    ports
         .iter()
         .map(|(port_name, port)| {
             let mut p = json!({ "port": port, "protocol": "TCP" });
@@ -333,7 +333,12 @@ pub fn service(namespace: &str, name: &str, ports: &[(Option<&str>, u16)]) -> Va
             }
             p
         })
-        .collect();
+        .collect()
+}
+
+/// A Service with `(port name, port)` entries.
+pub fn service(namespace: &str, name: &str, ports: &[(Option<&str>, u16)]) -> Value {
+    let ports = port_list(ports);
     json!({
         "apiVersion": "v1",
         "kind": "Service",
@@ -351,16 +356,7 @@ pub fn slice(
     ports: &[(Option<&str>, u16)],
     endpoints: &[(&str, bool)],
 ) -> Value {
-    let ports: Vec<Value> = ports
-        .iter()
-        .map(|(port_name, port)| {
-            let mut p = json!({ "port": port, "protocol": "TCP" });
-            if let Some(n) = port_name {
-                p["name"] = json!(n);
-            }
-            p
-        })
-        .collect();
+    let ports = port_list(ports);
     let endpoints: Vec<Value> = endpoints
         .iter()
         .map(|(address, ready)| json!({ "addresses": [address], "conditions": { "ready": ready } }))
