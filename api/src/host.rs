@@ -26,13 +26,18 @@ impl HostPattern {
         if host.len() > 253 {
             return Err(HostError::TooLong(host.len()));
         }
-        let lower = host.to_ascii_lowercase();
+        let mut lower = host.to_ascii_lowercase();
         if let Some(suffix) = lower.strip_prefix("*.") {
             check_dns_name(suffix)?;
-            return Ok(HostPattern::Wildcard(suffix.to_string()));
+            lower.replace_range(..2, "");
+            return Ok(HostPattern::Wildcard(lower));
         }
         check_dns_name(&lower)?;
-        if lower.parse::<std::net::Ipv4Addr>().is_ok() {
+        // Only an all-digits-and-dots name can be an IPv4 address; skip the
+        // parser for the usual host.
+        if lower.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            && lower.parse::<std::net::Ipv4Addr>().is_ok()
+        {
             return Err(HostError::IpAddress);
         }
         Ok(HostPattern::Exact(lower))
@@ -58,25 +63,43 @@ impl fmt::Display for HostPattern {
     }
 }
 
+/// Bytes allowed in a DNS label, plus `.` which separates labels.
+const NAME_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || c == b'-' || c == b'.';
+        b += 1;
+    }
+    t
+};
+
 fn check_dns_name(name: &str) -> Result<(), HostError> {
-    for label in name.split('.') {
-        if label.is_empty() {
-            return Err(HostError::EmptyLabel);
-        }
-        if label.len() > 63 {
-            return Err(HostError::LabelTooLong(label.to_string()));
-        }
-        if label.starts_with('-') || label.ends_with('-') {
-            return Err(HostError::BadLabel(label.to_string()));
-        }
-        if let Some(c) = label
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
-        {
+    // Every compile re-parses every rule host: check the characters with
+    // one table lookup per byte, then the labels' shape.
+    let bytes = name.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !NAME_BYTES[b as usize] {
+            let c = name[i..].chars().next().unwrap_or('?');
             return Err(HostError::BadCharacter(c));
         }
+        if b == b'.' {
+            check_label(&name[start..i])?;
+            start = i + 1;
+        }
     }
-    Ok(())
+    check_label(&name[start..])
+}
+
+fn check_label(label: &str) -> Result<(), HostError> {
+    match label.as_bytes() {
+        [] => Err(HostError::EmptyLabel),
+        l if l.len() > 63 => Err(HostError::LabelTooLong(label.to_string())),
+        [b'-', ..] | [.., b'-'] => Err(HostError::BadLabel(label.to_string())),
+        _ => Ok(()),
+    }
 }
 
 /// Normalises the authority of a request for lookup: drops a port and a

@@ -5,7 +5,6 @@
 //! tables is "oldest wins" as DESIGN.md requires, and every loser gets a
 //! condition saying which object holds its rule.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,7 +24,7 @@ use crate::manifests::Problem;
 use crate::proof::{Claim, ProofBook};
 use crate::routes::RouteTable;
 use crate::snapshot::{Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport};
-use crate::store::{NsName, Store, Stored, age_key};
+use crate::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
 use crate::tenancy::{Tenancy, TenantView};
 use crate::tls::CertTable;
 use crate::upstream::{EndpointRegistry, Upstream};
@@ -78,7 +77,8 @@ pub fn compile(
         &holdings,
     );
     let mut resolver = Resolver::new(store, registry, &tenancy);
-    let mut routes = RouteTable::default();
+    let (hosts, paths) = rule_counts(store);
+    let mut routes = RouteTable::with_capacity(hosts, paths);
     let mut certs = CertTable::default();
     let classes = ClassFilter::new(store);
     // Every operator Ingress shows the same status: build it once.
@@ -91,6 +91,26 @@ pub fn compile(
 
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
+
+    resolver.prepare(
+        ordered
+            .iter()
+            .filter(|(_, stored)| classes.serves(&stored.object))
+            .flat_map(|(id, stored)| {
+                let spec = stored.object.spec.as_ref();
+                let default = spec.and_then(|s| s.default_backend.as_ref());
+                let paths = spec
+                    .and_then(|s| s.rules.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|r| r.http.iter().flat_map(|h| &h.paths))
+                    .map(|p| &p.backend);
+                default
+                    .into_iter()
+                    .chain(paths)
+                    .map(|b| (id.namespace.as_str(), b))
+            }),
+    );
 
     let mut default_holder: Option<&NsName> = None;
     let mut ingress_reports = Vec::with_capacity(ordered.len());
@@ -178,10 +198,12 @@ pub fn compile(
                     }
                 }
             };
-            if let Some(h) = &host {
-                rule_hosts.push(h.clone());
-            }
-            let table = routes.host_mut(host.as_ref());
+            // Kept for the certificates; the paths below borrow it there.
+            let host = host.map(|h| {
+                rule_hosts.push(h);
+                &rule_hosts[rule_hosts.len() - 1]
+            });
+            let mut table = routes.host_mut(host);
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let Ok(kind) = PathKind::parse(&p.path_type) else {
                     continue;
@@ -191,7 +213,7 @@ pub fn compile(
                 note(&upstream);
                 if let Err(owner) = table.insert(kind, path, upstream, index) {
                     let holder = owners[owner as usize];
-                    let host = host.as_ref().map_or("*".to_string(), |h| h.to_string());
+                    let host = host.map_or("*".to_string(), |h| h.to_string());
                     conflicts.push(format!(
                         "rule {host} {path} ({kind:?}) is held by older Ingress {holder}"
                     ));
@@ -207,7 +229,8 @@ pub fn compile(
             &mut certs,
         );
 
-        let mut conditions = vec![Condition::new("Accepted", true, "Accepted", "")];
+        let mut conditions = Vec::with_capacity(5);
+        conditions.push(Condition::new("Accepted", true, "Accepted", ""));
         conditions.push(if conflicts.is_empty() {
             Condition::new("Conflicted", false, "NoConflict", "")
         } else {
@@ -285,13 +308,32 @@ pub fn compile(
     }
 }
 
+/// Upper bounds of the hosts and paths a compile will add, for sizing the
+/// route table once instead of growing it.
+fn rule_counts(store: &Store) -> (usize, usize) {
+    let mut hosts = 0;
+    let mut paths = 0;
+    for stored in store.ingresses.values() {
+        for rule in stored
+            .object
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+        {
+            hosts += 1;
+            paths += rule.http.as_ref().map_or(0, |h| h.paths.len());
+        }
+    }
+    (hosts, paths)
+}
+
 /// Decides whether a tenant may route a rule host now; custom hosts become
 /// claims for the prover and route once proven.
 fn admit_tenant_host(
     tenant: &TenantView<'_>,
     host: &HostPattern,
     options: &CompileOptions,
-    assigned: &HashMap<&str, Vec<String>>,
+    assigned: &FastHashMap<&str, Vec<String>>,
     claims: &mut Vec<Claim>,
 ) -> Result<(), String> {
     match tenant.scope(host)? {
@@ -322,8 +364,8 @@ fn assigned_hostnames<'s>(
     tenancy: &Tenancy<'s>,
     classes: &ClassFilter,
     domain: &str,
-) -> HashMap<&'s str, Vec<String>> {
-    let mut out: HashMap<&str, Vec<String>> = HashMap::new();
+) -> FastHashMap<&'s str, Vec<String>> {
+    let mut out: FastHashMap<&str, Vec<String>> = FastHashMap::default();
     if tenancy.is_empty() {
         return out;
     }
@@ -356,10 +398,10 @@ fn add_certificates(
             problems.push(format!("spec.tls[{i}].secretName is empty"));
             continue;
         };
-        let Some(secret) = store
-            .secrets
-            .get(&NsName::new(id.namespace.clone(), secret_name))
-        else {
+        let Some(secret) = store.secrets.get(&NsRef {
+            namespace: &id.namespace,
+            name: secret_name,
+        }) else {
             problems.push(format!(
                 "spec.tls[{i}]: Secret {}/{secret_name} not found or not a usable kubernetes.io/tls Secret",
                 id.namespace
@@ -472,8 +514,47 @@ struct Resolver<'a> {
     store: &'a Store,
     registry: &'a EndpointRegistry,
     tenancy: &'a Tenancy<'a>,
-    slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
-    cache: HashMap<(&'a str, &'a str, PortRef<'a>), Arc<Upstream>, foldhash::fast::RandomState>,
+    slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
+    cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
+}
+
+/// The EndpointSlices of one Service. Most Services have one slice; a Vec
+/// for each was a hundred thousand allocations per large compile.
+enum Slices<'a> {
+    One(&'a EndpointSlice),
+    Many(Vec<&'a EndpointSlice>),
+}
+
+impl<'a> Slices<'a> {
+    fn push(&mut self, slice: &'a EndpointSlice) {
+        match self {
+            Slices::One(first) => *self = Slices::Many(vec![*first, slice]),
+            Slices::Many(all) => all.push(slice),
+        }
+    }
+
+    fn as_slice(&self) -> &[&'a EndpointSlice] {
+        match self {
+            Slices::One(one) => std::slice::from_ref(one),
+            Slices::Many(all) => all,
+        }
+    }
+}
+
+/// One upstream: a Service port in a namespace.
+type BackendKey<'a> = (&'a str, &'a str, PortRef<'a>);
+
+/// The key of a Service backend; `None` for a resource backend.
+fn backend_key<'a>(namespace: &'a str, backend: &'a IngressBackend) -> Option<BackendKey<'a>> {
+    let service = backend.service.as_ref()?;
+    let port = match service.port.as_ref() {
+        Some(ServiceBackendPort {
+            number: Some(n), ..
+        }) => PortRef::Number(*n),
+        Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n),
+        _ => PortRef::Number(0),
+    };
+    Some((namespace, service.name.as_str(), port))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -497,14 +578,18 @@ impl<'a> Resolver<'a> {
         registry: &'a EndpointRegistry,
         tenancy: &'a Tenancy<'a>,
     ) -> Resolver<'a> {
-        let mut slices: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+        let mut slices: FastHashMap<(&str, &str), Slices> =
+            FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
         for (id, slice) in &store.endpoint_slices {
             let labels = slice.object.metadata.labels.as_ref();
             if let Some(service) = labels.and_then(|l| l.get(SERVICE_NAME_LABEL)) {
-                slices
-                    .entry((id.namespace.as_str(), service.as_str()))
-                    .or_default()
-                    .push(&slice.object);
+                let key = (id.namespace.as_str(), service.as_str());
+                match slices.entry(key) {
+                    hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
+                    hashbrown::hash_map::Entry::Vacant(e) => {
+                        e.insert(Slices::One(&slice.object));
+                    }
+                }
             }
         }
         Resolver {
@@ -512,41 +597,78 @@ impl<'a> Resolver<'a> {
             registry,
             tenancy,
             slices,
-            cache: HashMap::default(),
+            cache: FastHashMap::default(),
         }
     }
 
     fn backend(&mut self, namespace: &'a str, backend: &'a IngressBackend) -> Arc<Upstream> {
-        let Some(service) = &backend.service else {
+        let Some(key) = backend_key(namespace, backend) else {
             return Arc::new(Upstream::new(
                 format!("{namespace}/<resource>"),
                 Vec::new(),
                 Some("resource backends are not supported".into()),
             ));
         };
-        let port = match service.port.as_ref() {
-            Some(ServiceBackendPort {
-                number: Some(n), ..
-            }) => PortRef::Number(*n),
-            Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n),
-            _ => PortRef::Number(0),
-        };
-        let key = (namespace, service.name.as_str(), port);
         if let Some(u) = self.cache.get(&key) {
             return u.clone();
         }
-        let upstream = Arc::new(self.resolve(namespace, &service.name, &port));
+        let (namespace, name, port) = key;
+        let upstream = Arc::new(self.resolve(namespace, name, &port));
         self.cache.insert(key, upstream.clone());
         upstream
     }
 
+    /// Resolves every backend in `backends` ahead of the route pass, on
+    /// all cores: resolution is half of a compile and each backend is
+    /// independent, while the route pass must stay in age order.
+    fn prepare(&mut self, backends: impl Iterator<Item = (&'a str, &'a IngressBackend)>) {
+        let mut keys = Vec::new();
+        let mut seen: FastHashMap<BackendKey<'a>, ()> = FastHashMap::default();
+        for (namespace, backend) in backends {
+            if let Some(key) = backend_key(namespace, backend)
+                && !self.cache.contains_key(&key)
+                && seen.insert(key, ()).is_none()
+            {
+                keys.push(key);
+            }
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Below this, a thread costs more than it saves.
+        const PER_THREAD: usize = 1024;
+        let threads = threads.min(keys.len() / PER_THREAD).max(1);
+        let this = &*self;
+        let resolve = |chunk: &[BackendKey<'a>]| -> Vec<Arc<Upstream>> {
+            chunk
+                .iter()
+                .map(|(namespace, name, port)| Arc::new(this.resolve(namespace, name, port)))
+                .collect()
+        };
+        let resolved: Vec<Arc<Upstream>> = if threads == 1 {
+            resolve(&keys)
+        } else {
+            let chunk = keys.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = keys
+                    .chunks(chunk)
+                    .map(|c| scope.spawn(move || resolve(c)))
+                    .collect();
+                workers
+                    .into_iter()
+                    .flat_map(|w| w.join().expect("backend resolution panicked"))
+                    .collect()
+            })
+        };
+        self.cache.reserve(keys.len());
+        self.cache.extend(keys.into_iter().zip(resolved));
+    }
+
     fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
-        let label = format!("{namespace}/{name}:{port}");
+        let label = upstream_label(namespace, name, port);
         let unavailable = |why: String| Upstream::new(label.clone(), Vec::new(), Some(why));
         let Some(service) = self
             .store
             .services
-            .get(&NsName::new(namespace, name))
+            .get(&NsRef { namespace, name })
             .map(|s| &s.object)
         else {
             return unavailable(format!("Service {namespace}/{name} not found"));
@@ -564,7 +686,11 @@ impl<'a> Resolver<'a> {
         let tenant = self.tenancy.get(namespace);
         let mut refused = Vec::new();
         let mut addrs: Vec<SocketAddr> = Vec::new();
-        for slice in self.slices.get(&(namespace, name)).into_iter().flatten() {
+        for slice in self
+            .slices
+            .get(&(namespace, name))
+            .map_or(&[][..], Slices::as_slice)
+        {
             if slice.address_type == "FQDN" {
                 continue;
             }
@@ -615,11 +741,7 @@ impl<'a> Resolver<'a> {
                 "no ready endpoints for Service {namespace}/{name} port {port}"
             ))
         } else {
-            let endpoints = addrs
-                .into_iter()
-                .map(|a| self.registry.endpoint(a))
-                .collect();
-            Upstream::new(label, endpoints, None)
+            Upstream::new(label, self.registry.endpoints(&addrs), None)
         };
         upstream.refused = refused;
         upstream
@@ -628,6 +750,21 @@ impl<'a> Resolver<'a> {
     fn report(&self) -> Backends {
         Backends(self.cache.values().cloned().collect())
     }
+}
+
+/// `namespace/service:port`. Built by hand: one per upstream, and the
+/// formatting machinery was a tenth of a compile.
+fn upstream_label(namespace: &str, name: &str, port: &PortRef) -> String {
+    let mut label = String::with_capacity(namespace.len() + name.len() + 8);
+    label.push_str(namespace);
+    label.push('/');
+    label.push_str(name);
+    label.push(':');
+    match port {
+        PortRef::Number(n) => label.push_str(itoa::Buffer::new().format(*n)),
+        PortRef::Name(n) => label.push_str(n),
+    }
+    label
 }
 
 fn find_port<'s>(

@@ -9,37 +9,84 @@
 //! A request that matches no path of its host group goes to the default
 //! backend, if any; it does not fall through to a less specific host group
 //! (as in ingress-nginx and the Gateway API, a host's rules are its own).
+//!
+//! Layout: hosts map to a group number; every path of every group lives in
+//! one hash table whose keys point into one string arena. A compile of 100k
+//! Ingresses inserts about a million paths, and a map (or a boxed key) per
+//! host made allocation the larger part of compile time.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
+
+use hashbrown::HashTable;
+use teapot_api::{HostPattern, PathKind};
+
+use crate::upstream::Upstream;
 
 /// Keys are operator and tenant configuration, never request input, so a
 /// fast seeded hash is safe here; lookups by request hosts only probe.
 type FastMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
 
-/// One path rule: where it goes and which Ingress (by compile order) owns it.
+/// A host group: the paths of one host pattern (or of the rules without
+/// host, which are group 0), by number.
+type GroupId = u32;
+
+/// What a lookup needs about a host group, stored in the host map's entry
+/// so that finding the host costs no further cache miss.
+#[derive(Debug, Default)]
+struct Group {
+    id: GroupId,
+    /// Where requests for this host that match no path go: a tenant
+    /// Ingress's `defaultBackend`, bound to its assigned hostname.
+    fallback: Option<Arc<Upstream>>,
+    exact: u32,
+    prefix: u32,
+    /// Segments of the longest prefix key: a lookup starts its walk up the
+    /// request path there, so a deep path costs no probes for depths no
+    /// rule has (each probe is a likely cache miss in a large table).
+    prefix_depth: u32,
+}
+
+/// One path rule: its key (in the arena), where it goes and which Ingress
+/// (by compile order) owns it.
 #[derive(Debug)]
-struct Route {
+struct PathEntry {
+    group: GroupId,
+    exact: bool,
+    start: u32,
+    len: u32,
     upstream: Arc<Upstream>,
     owner: u32,
 }
 
-use teapot_api::{HostPattern, PathKind};
-
-use crate::upstream::Upstream;
-
-/// The paths of one host group.
+/// Every route of a snapshot.
 #[derive(Debug, Default)]
-pub struct PathTable {
-    exact: FastMap<Route>,
-    /// Keys without trailing slash; `/` is the empty key.
-    prefix: FastMap<Route>,
-    /// Where requests for this host that match no path go: a tenant
-    /// Ingress's `defaultBackend`, bound to its assigned hostname.
-    fallback: Option<Arc<Upstream>>,
+pub struct RouteTable {
+    exact_hosts: FastMap<Group>,
+    /// `*.foo.com` stored as `foo.com`.
+    wildcard_hosts: FastMap<Group>,
+    any_host: Group,
+    /// Groups handed out so far; 0 is the rules without host.
+    groups: u32,
+    paths: HashTable<PathEntry>,
+    /// Path keys of `paths`, back to back. Prefix keys have no trailing
+    /// slash; `/` is the empty key.
+    arena: String,
+    hasher: foldhash::fast::RandomState,
+    default_backend: Option<Arc<Upstream>>,
 }
 
-impl PathTable {
+/// The paths of one host group, for adding rules.
+#[derive(Debug)]
+pub struct PathTable<'t> {
+    group: &'t mut Group,
+    paths: &'t mut HashTable<PathEntry>,
+    arena: &'t mut String,
+    hasher: &'t foldhash::fast::RandomState,
+}
+
+impl PathTable<'_> {
     /// Adds a rule for `owner` unless the same (kind, path) is already
     /// there; on such a conflict returns the owner that holds it (the
     /// caller adds oldest first, so that is the older one).
@@ -50,83 +97,121 @@ impl PathTable {
         upstream: Arc<Upstream>,
         owner: u32,
     ) -> Result<(), u32> {
-        let (map, key) = match kind {
-            PathKind::Exact => (&mut self.exact, path),
-            PathKind::Prefix => (&mut self.prefix, teapot_api::path::prefix_key(path)),
+        let (exact, key) = match kind {
+            PathKind::Exact => (true, path),
+            PathKind::Prefix => (false, teapot_api::path::prefix_key(path)),
         };
-        if let Some(existing) = map.get(key) {
+        let group = self.group.id;
+        let hash = path_hash(self.hasher, group, exact, key);
+        let arena = &*self.arena;
+        let found = self.paths.find(hash, |e| {
+            e.group == group && e.exact == exact && entry_key(arena, e) == key
+        });
+        if let Some(existing) = found {
             return Err(existing.owner);
         }
-        map.insert(key.into(), Route { upstream, owner });
+        let start = u32::try_from(self.arena.len()).expect("route keys exceed 4 GiB");
+        self.arena.push_str(key);
+        let entry = PathEntry {
+            group,
+            exact,
+            start,
+            len: key.len() as u32,
+            upstream,
+            owner,
+        };
+        let hasher = self.hasher;
+        let arena = &*self.arena;
+        self.paths.insert_unique(hash, entry, |e| {
+            path_hash(hasher, e.group, e.exact, entry_key(arena, e))
+        });
+        let g = &mut *self.group;
+        if exact {
+            g.exact += 1;
+        } else {
+            g.prefix += 1;
+            g.prefix_depth = g.prefix_depth.max(segments(key));
+        }
         Ok(())
     }
 
     /// Sets the fallback unless one is set; returns false if taken.
     pub fn set_fallback(&mut self, upstream: Arc<Upstream>) -> bool {
-        if self.fallback.is_some() {
+        let g = &mut *self.group;
+        if g.fallback.is_some() {
             return false;
         }
-        self.fallback = Some(upstream);
+        g.fallback = Some(upstream);
         true
-    }
-
-    /// The upstream for a request path (without query), falling back to
-    /// this host's default backend.
-    pub fn lookup(&self, path: &str) -> Option<&Arc<Upstream>> {
-        self.lookup_path(path).or(self.fallback.as_ref())
-    }
-
-    fn lookup_path(&self, path: &str) -> Option<&Arc<Upstream>> {
-        if let Some(r) = self.exact.get(path) {
-            return Some(&r.upstream);
-        }
-        if self.prefix.is_empty() {
-            return None;
-        }
-        let mut candidate = path.trim_end_matches('/');
-        loop {
-            if let Some(r) = self.prefix.get(candidate) {
-                return Some(&r.upstream);
-            }
-            candidate = &candidate[..candidate.rfind('/')?];
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.exact.len() + self.prefix.len() + usize::from(self.fallback.is_some())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
-/// The path table of `key`, created on first use; probes before it
-/// allocates a key, since most calls find an existing host.
-fn group<'m>(map: &'m mut FastMap<PathTable>, key: &str) -> &'m mut PathTable {
+fn path_hash(hasher: &foldhash::fast::RandomState, group: GroupId, exact: bool, key: &str) -> u64 {
+    hasher.hash_one((group, exact, key))
+}
+
+/// Segments of a prefix key (`""` for `/` has none, `/a/b` has two).
+fn segments(key: &str) -> u32 {
+    key.bytes().filter(|&b| b == b'/').count() as u32
+}
+
+/// The first `depth` segments of a path without trailing slash.
+fn truncate_segments(path: &str, depth: u32) -> &str {
+    let mut seen = 0;
+    for (i, b) in path.bytes().enumerate() {
+        if b == b'/' {
+            if seen == depth {
+                return &path[..i];
+            }
+            seen += 1;
+        }
+    }
+    path
+}
+
+fn entry_key<'a>(arena: &'a str, e: &PathEntry) -> &'a str {
+    &arena[e.start as usize..(e.start + e.len) as usize]
+}
+
+/// The group of `key`, created on first use; probes before it allocates a
+/// key, since most calls find an existing host.
+fn group_of<'m>(map: &'m mut FastMap<Group>, groups: &mut u32, key: &str) -> &'m mut Group {
     if !map.contains_key(key) {
-        map.insert(key.into(), PathTable::default());
+        *groups += 1;
+        let group = Group {
+            id: *groups,
+            ..Group::default()
+        };
+        map.insert(key.into(), group);
     }
     map.get_mut(key).expect("inserted above")
 }
 
-/// Every route of a snapshot.
-#[derive(Debug, Default)]
-pub struct RouteTable {
-    exact_hosts: FastMap<PathTable>,
-    /// `*.foo.com` stored as `foo.com`.
-    wildcard_hosts: FastMap<PathTable>,
-    any_host: PathTable,
-    default_backend: Option<Arc<Upstream>>,
-}
-
 impl RouteTable {
+    /// An empty table with room for about `paths` rules on `hosts` hosts,
+    /// so that a compile does not rehash as it grows.
+    pub fn with_capacity(hosts: usize, paths: usize) -> RouteTable {
+        let mut t = RouteTable::default();
+        t.exact_hosts.reserve(hosts);
+        t.paths.reserve(paths, |_| 0);
+        t.arena.reserve(paths * 8);
+        t
+    }
+
     /// The path table of a host pattern (`None`: rules without host).
-    pub fn host_mut(&mut self, host: Option<&HostPattern>) -> &mut PathTable {
-        match host {
+    pub fn host_mut(&mut self, host: Option<&HostPattern>) -> PathTable<'_> {
+        let group = match host {
             None => &mut self.any_host,
-            Some(HostPattern::Exact(h)) => group(&mut self.exact_hosts, h),
-            Some(HostPattern::Wildcard(s)) => group(&mut self.wildcard_hosts, s),
+            Some(HostPattern::Exact(h)) => group_of(&mut self.exact_hosts, &mut self.groups, h),
+            Some(HostPattern::Wildcard(s)) => {
+                group_of(&mut self.wildcard_hosts, &mut self.groups, s)
+            }
+        };
+        PathTable {
+            group,
+            paths: &mut self.paths,
+            arena: &mut self.arena,
+            hasher: &self.hasher,
         }
     }
 
@@ -151,18 +236,49 @@ impl RouteTable {
                 })
             })
             .unwrap_or(&self.any_host);
-        group.lookup(path).or(self.default_backend.as_ref())
+        self.lookup_path(group, path)
+            .or(group.fallback.as_ref())
+            .or(self.default_backend.as_ref())
     }
 
-    /// Number of (host, path) routes.
+    fn lookup_path(&self, g: &Group, path: &str) -> Option<&Arc<Upstream>> {
+        let group = g.id;
+        if g.exact > 0
+            && let Some(u) = self.probe(group, true, path)
+        {
+            return Some(u);
+        }
+        if g.prefix == 0 {
+            return None;
+        }
+        let mut candidate = truncate_segments(path.trim_end_matches('/'), g.prefix_depth);
+        loop {
+            if let Some(u) = self.probe(group, false, candidate) {
+                return Some(u);
+            }
+            candidate = &candidate[..candidate.rfind('/')?];
+        }
+    }
+
+    fn probe(&self, group: GroupId, exact: bool, key: &str) -> Option<&Arc<Upstream>> {
+        let hash = path_hash(&self.hasher, group, exact, key);
+        self.paths
+            .find(hash, |e| {
+                e.group == group && e.exact == exact && entry_key(&self.arena, e) == key
+            })
+            .map(|e| &e.upstream)
+    }
+
+    /// Number of (host, path) routes, host fallbacks included.
     pub fn len(&self) -> usize {
-        self.exact_hosts.values().map(PathTable::len).sum::<usize>()
-            + self
-                .wildcard_hosts
-                .values()
-                .map(PathTable::len)
-                .sum::<usize>()
-            + self.any_host.len()
+        let fallbacks = self
+            .exact_hosts
+            .values()
+            .chain(self.wildcard_hosts.values())
+            .chain([&self.any_host])
+            .filter(|g| g.fallback.is_some())
+            .count();
+        self.paths.len() + fallbacks
     }
 
     pub fn is_empty(&self) -> bool {
@@ -324,9 +440,27 @@ mod tests {
     }
 
     #[test]
+    fn deep_paths_start_at_the_deepest_rule() {
+        assert_eq!(truncate_segments("/a/b/c", 0), "");
+        assert_eq!(truncate_segments("/a/b/c", 1), "/a");
+        assert_eq!(truncate_segments("/a/b/c", 3), "/a/b/c");
+        assert_eq!(truncate_segments("/a/b/c", 9), "/a/b/c");
+        assert_eq!(truncate_segments("//x", 1), "/");
+        let t = table(&[
+            (None, Prefix, "/", "root"),
+            (None, Prefix, "/a/b", "ab"),
+            (Some("h.com"), Prefix, "/a", "h-a"),
+        ]);
+        assert_eq!(hit(&t, "x", "/a/b/c/d/e/f").as_deref(), Some("ab"));
+        assert_eq!(hit(&t, "x", "/a/bc/d").as_deref(), Some("root"));
+        assert_eq!(hit(&t, "h.com", "/a/b/c/d/e/f").as_deref(), Some("h-a"));
+        assert_eq!(hit(&t, "h.com", "/ab/c"), None);
+    }
+
+    #[test]
     fn conflicts_keep_the_first_insert() {
         let mut t = RouteTable::default();
-        let g = t.host_mut(None);
+        let mut g = t.host_mut(None);
         assert_eq!(g.insert(Prefix, "/x/", up("old"), 0), Ok(()));
         assert_eq!(g.insert(Prefix, "/x", up("new"), 1), Err(0));
         assert_eq!(g.insert(Exact, "/x", up("exact"), 1), Ok(()));

@@ -4,7 +4,7 @@
 //! Objects enter the store only after they parsed and validated; an object
 //! that fails keeps its last good version (see [`crate::manifests`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +35,28 @@ impl NsName {
 impl fmt::Display for NsName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A borrowed [`NsName`] for lookups, so that finding a Service by an
+/// Ingress backend's name allocates nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct NsRef<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+impl std::hash::Hash for NsRef<'_> {
+    // Must hash exactly as the derived `Hash` of `NsName` does.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.namespace.hash(state);
+        self.name.hash(state);
+    }
+}
+
+impl hashbrown::Equivalent<NsName> for NsRef<'_> {
+    fn equivalent(&self, key: &NsName) -> bool {
+        self.namespace == key.namespace && self.name == key.name
     }
 }
 
@@ -131,14 +153,22 @@ impl fmt::Display for ObjectKey {
     }
 }
 
+/// Hash maps of the compile path. Object names come from configuration, and
+/// foldhash is seeded per map, so its speed costs no predictability an
+/// attacker could use; SipHash was a tenth of a compile.
+pub type FastHashMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Namespaced objects of one kind that compile looks up by name.
+pub type ObjectMap<T> = FastHashMap<NsName, Stored<T>>;
+
 /// Every object the proxy serves from.
 #[derive(Clone, Debug, Default)]
 pub struct Store {
     pub ingresses: BTreeMap<NsName, Stored<Ingress>>,
     pub ingress_classes: BTreeMap<String, Stored<IngressClass>>,
-    pub services: HashMap<NsName, Stored<Service>>,
-    pub endpoint_slices: HashMap<NsName, Stored<EndpointSlice>>,
-    pub secrets: HashMap<NsName, Stored<TlsSecret>>,
+    pub services: ObjectMap<Service>,
+    pub endpoint_slices: ObjectMap<EndpointSlice>,
+    pub secrets: ObjectMap<TlsSecret>,
     /// Tenants by object name.
     pub tenants: BTreeMap<String, Stored<Tenant>>,
 }
@@ -344,11 +374,40 @@ impl<K: Ord + Clone, T> MapLike<K, Stored<T>> for BTreeMap<K, Stored<T>> {
     }
 }
 
-impl<K: std::hash::Hash + Eq + Clone, T> MapLike<K, Stored<T>> for HashMap<K, Stored<T>> {
+impl<K: std::hash::Hash + Eq + Clone, T, S: std::hash::BuildHasher> MapLike<K, Stored<T>>
+    for hashbrown::HashMap<K, Stored<T>, S>
+{
     fn get_entry(&self, key: &K) -> Option<Stored<T>> {
         self.get(key).cloned()
     }
     fn put(&mut self, key: &K, value: Stored<T>) {
         self.insert(key.clone(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_name_finds_the_owned_key() {
+        let mut map: FastHashMap<NsName, u32> = FastHashMap::default();
+        for i in 0..100 {
+            map.insert(NsName::new(format!("ns{i}"), format!("svc{i}")), i);
+        }
+        for i in 0..100 {
+            let (namespace, name) = (format!("ns{i}"), format!("svc{i}"));
+            let key = NsRef {
+                namespace: &namespace,
+                name: &name,
+            };
+            assert_eq!(map.get(&key), Some(&i));
+        }
+        // The split between namespace and name matters.
+        let key = NsRef {
+            namespace: "ns1s",
+            name: "vc1",
+        };
+        assert_eq!(map.get(&key), None);
     }
 }

@@ -8,6 +8,8 @@
 //! gives a contested host to the oldest Ingress.
 
 use std::collections::HashMap;
+
+use crate::store::FastHashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -42,7 +44,7 @@ impl TenantView<'_> {
 /// Tenants by the namespace they own, plus what they hold.
 #[derive(Debug)]
 pub struct Tenancy<'a> {
-    by_namespace: HashMap<String, TenantView<'a>>,
+    by_namespace: FastHashMap<String, TenantView<'a>>,
 }
 
 impl<'a> Tenancy<'a> {
@@ -54,7 +56,7 @@ impl<'a> Tenancy<'a> {
         lb_networks: &'a [IpNet],
         holdings: &'a Holdings,
     ) -> Tenancy<'a> {
-        let mut by_namespace = HashMap::new();
+        let mut by_namespace = FastHashMap::default();
         for tenant in tenants {
             by_namespace
                 .entry(tenant.namespace_name())

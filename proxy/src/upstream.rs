@@ -70,13 +70,23 @@ pub struct EndpointRegistry {
 impl EndpointRegistry {
     /// The live `Endpoint` for `addr`, or a new healthy one.
     pub fn endpoint(&self, addr: SocketAddr) -> Arc<Endpoint> {
+        self.endpoints(&[addr]).remove(0)
+    }
+
+    /// [`Self::endpoint`] for each address, under one lock.
+    pub fn endpoints(&self, addrs: &[SocketAddr]) -> Vec<Arc<Endpoint>> {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = known.get(&addr).and_then(Weak::upgrade) {
-            return e;
-        }
-        let e = Arc::new(Endpoint::new(addr));
-        known.insert(addr, Arc::downgrade(&e));
-        e
+        addrs
+            .iter()
+            .map(|&addr| {
+                if let Some(e) = known.get(&addr).and_then(Weak::upgrade) {
+                    return e;
+                }
+                let e = Arc::new(Endpoint::new(addr));
+                known.insert(addr, Arc::downgrade(&e));
+                e
+            })
+            .collect()
     }
 
     /// Drops entries no snapshot uses any more.
