@@ -25,6 +25,10 @@ use teapot_benches::{
 };
 use teapot_proxy::upstream::EndpointRegistry;
 
+// The allocator `teapot` ships with, so the numbers are those of the binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Sample requests per class, spread over the whole table ("cold"); a
 /// power of two so the loop can mask.
 const SAMPLES_PER_CLASS: usize = 4096;
