@@ -43,6 +43,9 @@ pub struct CompileOptions {
     pub lb_networks: Vec<ipnet::IpNet>,
     /// Custom-domain proofs; `None` routes no custom domain.
     pub proofs: Option<std::sync::Arc<ProofBook>>,
+    /// ACME state; `None`: no ACME, hosts without a Secret get the default
+    /// certificate.
+    pub acme: Option<std::sync::Arc<crate::acme::AcmeShared>>,
 }
 
 impl Default for CompileOptions {
@@ -54,6 +57,7 @@ impl Default for CompileOptions {
             domain: "localhost".into(),
             lb_networks: Vec::new(),
             proofs: None,
+            acme: None,
         }
     }
 }
@@ -88,6 +92,8 @@ pub fn compile(
     let no_status = Arc::new(IngressStatus::default());
     let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
     let mut claims: Vec<Claim> = Vec::new();
+    // (host, index into ingress_reports) of hosts that asked for ACME.
+    let mut acme_candidates: Vec<(String, usize)> = Vec::new();
 
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
@@ -198,12 +204,26 @@ pub fn compile(
                 }
             }
         }
+        let acme = options.acme.as_ref().is_some_and(|a| {
+            let annotations = ingress.metadata.annotations.as_ref();
+            let value = annotations.and_then(|a| a.get(crate::acme::ANNOTATION));
+            a.opted_in(value.map(String::as_str), tenant.is_some())
+        });
+        if acme {
+            let default_host = own_host
+                .as_ref()
+                .filter(|_| spec.is_some_and(|s| s.default_backend.is_some()));
+            for host in acme_hosts(ingress, &rule_hosts, default_host) {
+                acme_candidates.push((host, ingress_reports.len()));
+            }
+        }
         let tls_problems = add_certificates(
             store,
             id,
             ingress,
             &rule_hosts,
             tenant.is_some(),
+            acme,
             &mut certs,
         );
 
@@ -253,6 +273,30 @@ pub fn compile(
         });
     }
 
+    // Only hosts no Secret covers: a tenant's own certificate always wins.
+    let mut acme_hosts = crate::acme::AcmeHosts::default();
+    let mut acme_by_report: HashMap<usize, Vec<String>> = HashMap::new();
+    for (host, report) in acme_candidates {
+        if certs.lookup(&host).is_some() {
+            continue;
+        }
+        // Attributed to the oldest Ingress asking; every asker's condition
+        // shows the host.
+        let r = &ingress_reports[report];
+        acme_hosts.insert(&host, &r.namespace, &r.name);
+        acme_by_report.entry(report).or_default().push(host);
+    }
+    if let Some(acme) = &options.acme {
+        let states = acme.states.load();
+        for (report, mut hosts) in acme_by_report {
+            hosts.sort();
+            hosts.dedup();
+            ingress_reports[report]
+                .conditions
+                .push(crate::acme::condition(&states, &hosts));
+        }
+    }
+
     claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
     claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
     let proofs = options.proofs.as_deref();
@@ -281,6 +325,7 @@ pub fn compile(
         certs,
         report,
         claims,
+        acme: acme_hosts,
         compile_time: started.elapsed(),
     }
 }
@@ -339,27 +384,62 @@ fn assigned_hostnames<'s>(
     out
 }
 
+/// The exact TLS hosts of an Ingress that it routes (its rule hosts, plus
+/// `default_host` where a tenant's defaultBackend serves): what ACME may
+/// ask a certificate for. HTTP-01 cannot prove a wildcard.
+fn acme_hosts(
+    ingress: &Ingress,
+    rule_hosts: &[HostPattern],
+    default_host: Option<&HostPattern>,
+) -> Vec<String> {
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    let mut out = Vec::new();
+    for entry in tls.into_iter().flatten() {
+        let hosts: Vec<HostPattern> = match &entry.hosts {
+            Some(hosts) if !hosts.is_empty() => hosts
+                .iter()
+                .filter_map(|h| HostPattern::parse(h).ok())
+                .collect(),
+            _ => rule_hosts.to_vec(),
+        };
+        for host in hosts {
+            let routed = rule_hosts.contains(&host) || default_host == Some(&host);
+            if let (true, HostPattern::Exact(name)) = (routed, &host) {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
 /// Registers the certificates of an Ingress's `spec.tls`; returns messages
-/// for entries that could not be used.
+/// for entries that could not be used. With `acme`, a missing Secret is
+/// expected (ACME supplies the certificate) and not a problem.
 fn add_certificates(
     store: &Store,
     id: &NsName,
     ingress: &Ingress,
     rule_hosts: &[HostPattern],
     tenant: bool,
+    acme: bool,
     certs: &mut CertTable,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
     for (i, entry) in tls.into_iter().flatten().enumerate() {
         let Some(secret_name) = entry.secret_name.as_deref() else {
-            problems.push(format!("spec.tls[{i}].secretName is empty"));
+            if !acme {
+                problems.push(format!("spec.tls[{i}].secretName is empty"));
+            }
             continue;
         };
         let Some(secret) = store
             .secrets
             .get(&NsName::new(id.namespace.clone(), secret_name))
         else {
+            if acme {
+                continue;
+            }
             problems.push(format!(
                 "spec.tls[{i}]: Secret {}/{secret_name} not found or not a usable kubernetes.io/tls Secret",
                 id.namespace
