@@ -803,6 +803,129 @@ spec:
         )
     }
 
+    fn compile_acme(docs: &[String], default_tenants: bool) -> Snapshot {
+        let mut loaded = Loaded::default();
+        load_text(
+            Path::new("t.yaml"),
+            &docs.join("---\n"),
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::acme::store::DirStore::open(dir.path()).unwrap();
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            proofs: Some(Arc::new(ProofBook::default())),
+            acme: Some(Arc::new(crate::acme::AcmeShared::new(
+                Arc::new(store),
+                default_tenants,
+            ))),
+            ..CompileOptions::default()
+        };
+        compile(
+            &loaded.store,
+            Vec::new(),
+            1,
+            &options,
+            &EndpointRegistry::default(),
+        )
+    }
+
+    fn with_tls(ingress: String, annotation: Option<&str>, hosts: &[&str]) -> String {
+        let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+        let annotations = annotation
+            .map(|v| format!(", annotations: {{teapot.dev/acme: \"{v}\"}}"))
+            .unwrap_or_default();
+        let ingress = match annotation {
+            Some(v) => {
+                let (head, tail) = ingress.split_once("}\nspec:").unwrap();
+                format!("{head}, annotations: {{teapot.dev/acme: \"{v}\"}}}}\nspec:{tail}")
+            }
+            None => ingress,
+        };
+        ingress.replace(
+            "spec:\n",
+            &format!(
+                "spec:\n  tls: [{{hosts: [{}], secretName: missing}}]\n",
+                hosts.join(", ")
+            ),
+        )
+    }
+
+    #[test]
+    fn acme_hosts_are_routed_exact_tls_hosts_of_opted_in_ingresses() {
+        let s = compile_acme(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                with_tls(
+                    ingress("ops", "shop", &[Some("a.example"), Some("*.w.example")], false),
+                    Some("true"),
+                    &["a.example", "*.w.example", "not-routed.example"],
+                ),
+                with_tls(ingress("ops", "plain", &[Some("p.example")], false), None, &["p.example"]),
+            ],
+            false,
+        );
+        assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["a.example"]);
+        let report = s.report.ingresses.iter().find(|r| r.name == "shop").unwrap();
+        let tls = report.conditions.iter().find(|c| c.type_ == "TLSReady").unwrap();
+        assert_eq!(tls.status, "True", "a missing Secret is expected with ACME: {}", tls.message);
+        let cert = report.conditions.iter().find(|c| c.type_ == "CertificateReady").unwrap();
+        assert_eq!((cert.status, cert.reason), ("False", "Pending"));
+        let plain = s.report.ingresses.iter().find(|r| r.name == "plain").unwrap();
+        assert!(plain.conditions.iter().all(|c| c.type_ != "CertificateReady"));
+    }
+
+    #[test]
+    fn acme_in_tenant_namespaces_follows_policy_and_opt_out() {
+        let tenant_ingress = |annotation| {
+            with_tls(
+                ingress(
+                    "tenant-acme",
+                    "web.shop",
+                    &[Some("api.shop.example.com"), Some("www.acme-corp.com"), None],
+                    false,
+                ),
+                annotation,
+                &["api.shop.example.com", "www.acme-corp.com", "web-shop.acme.lb.example.net"],
+            )
+        };
+        let docs = |annotation| {
+            [
+                TENANT.to_string(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                tenant_ingress(annotation),
+            ]
+        };
+        // The operator default covers tenants; an unproven custom domain
+        // is not routed, so it gets no certificate either.
+        let s = compile_acme(&docs(None), true);
+        assert_eq!(
+            s.acme.hosts().collect::<Vec<_>>(),
+            ["api.shop.example.com", "web-shop.acme.lb.example.net"]
+        );
+        assert_eq!(s.acme.get("api.shop.example.com").unwrap().namespace, "tenant-acme");
+        assert!(compile_acme(&docs(Some("false")), true).acme.is_empty());
+        assert!(compile_acme(&docs(None), false).acme.is_empty());
+    }
+
+    #[test]
+    fn a_secret_certificate_beats_acme() {
+        let pem = teapot_testkit::certs::self_signed(&["a.example"]);
+        let secret = teapot_testkit::certs::tls_secret_yaml("ops", "missing", &pem);
+        let s = compile_acme(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                secret,
+                with_tls(ingress("ops", "shop", &[Some("a.example")], false), Some("true"), &["a.example"]),
+            ],
+            false,
+        );
+        assert!(s.acme.is_empty());
+        assert!(s.certs.lookup("a.example").is_some());
+    }
+
     fn routed(s: &Snapshot, host: &str) -> bool {
         s.routes.lookup(host, "/").is_some_and(|u| !u.is_empty())
     }

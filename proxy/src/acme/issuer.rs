@@ -263,8 +263,11 @@ impl Issuer {
     async fn issue(&mut self, host: &str) -> Result<(String, IssuedCert), Failure> {
         match self.issue_once(host).await {
             Err(f) if f.account_gone => {
+                // A CA that lost its database (or a directory URL that now
+                // points elsewhere): the stored account is useless.
                 tracing::warn!(error = %f.message, "the CA does not know our account; registering again");
                 self.account = None;
+                self.register().await?;
                 self.issue_once(host).await
             }
             r => r,
@@ -275,8 +278,7 @@ impl Issuer {
         if let Some(a) = &self.account {
             return Ok(a.clone());
         }
-        let store = &self.shared.store;
-        let saved = store.load_account().await?.and_then(|data| {
+        let saved = self.shared.store.load_account().await?.and_then(|data| {
             serde_json::from_slice::<AccountFile>(&data)
                 .inspect_err(|e| tracing::warn!(error = %e, "account.json unreadable; registering a new account"))
                 .ok()
@@ -287,32 +289,36 @@ impl Issuer {
                     .from_credentials(file.credentials)
                     .await?
             }
-            _ => {
-                let contact = self.config.email.as_ref().map(|e| format!("mailto:{e}"));
-                let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
-                let (account, credentials) = self
-                    .builder()?
-                    .create(
-                        &NewAccount {
-                            contact: &contact,
-                            terms_of_service_agreed: true,
-                            only_return_existing: false,
-                        },
-                        self.config.directory.clone(),
-                        None,
-                    )
-                    .await?;
-                let file = AccountFile {
-                    directory: self.config.directory.clone(),
-                    credentials,
-                };
-                let data = serde_json::to_vec_pretty(&file)
-                    .map_err(|e| Failure::new(format!("encoding the account: {e}")))?;
-                store.save_account(&data).await?;
-                tracing::info!(id = account.id(), "ACME account registered");
-                account
-            }
+            _ => return self.register().await,
         };
+        self.account = Some(account.clone());
+        Ok(account)
+    }
+
+    /// Registers a new account and persists it (key included).
+    async fn register(&mut self) -> Result<Account, Failure> {
+        let contact = self.config.email.as_ref().map(|e| format!("mailto:{e}"));
+        let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
+        let (account, credentials) = self
+            .builder()?
+            .create(
+                &NewAccount {
+                    contact: &contact,
+                    terms_of_service_agreed: true,
+                    only_return_existing: false,
+                },
+                self.config.directory.clone(),
+                None,
+            )
+            .await?;
+        let file = AccountFile {
+            directory: self.config.directory.clone(),
+            credentials,
+        };
+        let data = serde_json::to_vec_pretty(&file)
+            .map_err(|e| Failure::new(format!("encoding the account: {e}")))?;
+        self.shared.store.save_account(&data).await?;
+        tracing::info!(id = account.id(), "ACME account registered");
         self.account = Some(account.clone());
         Ok(account)
     }
