@@ -834,9 +834,6 @@ spec:
 
     fn with_tls(ingress: String, annotation: Option<&str>, hosts: &[&str]) -> String {
         let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
-        let annotations = annotation
-            .map(|v| format!(", annotations: {{teapot.dev/acme: \"{v}\"}}"))
-            .unwrap_or_default();
         let ingress = match annotation {
             Some(v) => {
                 let (head, tail) = ingress.split_once("}\nspec:").unwrap();
@@ -859,22 +856,58 @@ spec:
             &[
                 backend("ops", "web", "127.0.0.1"),
                 with_tls(
-                    ingress("ops", "shop", &[Some("a.example"), Some("*.w.example")], false),
+                    ingress(
+                        "ops",
+                        "shop",
+                        &[Some("a.example"), Some("*.w.example")],
+                        false,
+                    ),
                     Some("true"),
                     &["a.example", "*.w.example", "not-routed.example"],
                 ),
-                with_tls(ingress("ops", "plain", &[Some("p.example")], false), None, &["p.example"]),
+                with_tls(
+                    ingress("ops", "plain", &[Some("p.example")], false),
+                    None,
+                    &["p.example"],
+                ),
             ],
             false,
         );
         assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["a.example"]);
-        let report = s.report.ingresses.iter().find(|r| r.name == "shop").unwrap();
-        let tls = report.conditions.iter().find(|c| c.type_ == "TLSReady").unwrap();
-        assert_eq!(tls.status, "True", "a missing Secret is expected with ACME: {}", tls.message);
-        let cert = report.conditions.iter().find(|c| c.type_ == "CertificateReady").unwrap();
+        let report = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "shop")
+            .unwrap();
+        let tls = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "TLSReady")
+            .unwrap();
+        assert_eq!(
+            tls.status, "True",
+            "a missing Secret is expected with ACME: {}",
+            tls.message
+        );
+        let cert = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "CertificateReady")
+            .unwrap();
         assert_eq!((cert.status, cert.reason), ("False", "Pending"));
-        let plain = s.report.ingresses.iter().find(|r| r.name == "plain").unwrap();
-        assert!(plain.conditions.iter().all(|c| c.type_ != "CertificateReady"));
+        let plain = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "plain")
+            .unwrap();
+        assert!(
+            plain
+                .conditions
+                .iter()
+                .all(|c| c.type_ != "CertificateReady")
+        );
     }
 
     #[test]
@@ -884,11 +917,19 @@ spec:
                 ingress(
                     "tenant-acme",
                     "web.shop",
-                    &[Some("api.shop.example.com"), Some("www.acme-corp.com"), None],
+                    &[
+                        Some("api.shop.example.com"),
+                        Some("www.acme-corp.com"),
+                        None,
+                    ],
                     false,
                 ),
                 annotation,
-                &["api.shop.example.com", "www.acme-corp.com", "web-shop.acme.lb.example.net"],
+                &[
+                    "api.shop.example.com",
+                    "www.acme-corp.com",
+                    "web-shop.acme.lb.example.net",
+                ],
             )
         };
         let docs = |annotation| {
@@ -905,7 +946,10 @@ spec:
             s.acme.hosts().collect::<Vec<_>>(),
             ["api.shop.example.com", "web-shop.acme.lb.example.net"]
         );
-        assert_eq!(s.acme.get("api.shop.example.com").unwrap().namespace, "tenant-acme");
+        assert_eq!(
+            s.acme.get("api.shop.example.com").unwrap().namespace,
+            "tenant-acme"
+        );
         assert!(compile_acme(&docs(Some("false")), true).acme.is_empty());
         assert!(compile_acme(&docs(None), false).acme.is_empty());
     }
@@ -918,7 +962,11 @@ spec:
             &[
                 backend("ops", "web", "127.0.0.1"),
                 secret,
-                with_tls(ingress("ops", "shop", &[Some("a.example")], false), Some("true"), &["a.example"]),
+                with_tls(
+                    ingress("ops", "shop", &[Some("a.example")], false),
+                    Some("true"),
+                    &["a.example"],
+                ),
             ],
             false,
         );

@@ -2,8 +2,8 @@
 //! concrete children once, so the hot path does no label lookup.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every metric the proxy exports.
@@ -83,7 +83,10 @@ impl Metrics {
                 ),
                 &["state"],
             )?,
-            acme_orders: IntCounter::new("acme_orders_total", "ACME orders started by this replica")?,
+            acme_orders: IntCounter::new(
+                "acme_orders_total",
+                "ACME orders started by this replica",
+            )?,
             acme_issued: IntCounter::new(
                 "acme_issued_total",
                 "Certificates this replica obtained from ACME and stored",

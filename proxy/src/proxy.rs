@@ -138,7 +138,7 @@ impl ProxyHttp for Router {
         // the routes: a tenant may run its own ACME client behind us.
         if let Some(acme) = &self.acme
             && let Some(token) = req.uri.path().strip_prefix(crate::acme::CHALLENGE_PREFIX)
-            && let Some(answer) = acme.challenge_response(&token.to_owned()).await
+            && let Some(answer) = acme.challenge_response(token).await
         {
             respond_with(session, 200, Bytes::from(answer)).await?;
             return Ok(true);

@@ -54,7 +54,9 @@ impl AcmeArgs {
             return Ok(None);
         };
         let Some(state_dir) = &self.acme_state_dir else {
-            bail!("--acme-directory needs --acme-state-dir (where the account and certificates are kept)");
+            bail!(
+                "--acme-directory needs --acme-state-dir (where the account and certificates are kept)"
+            );
         };
         let mut config = AcmeConfig::new(directory.clone(), state_dir.clone());
         config.email = self.acme_email.clone();

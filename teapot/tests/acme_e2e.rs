@@ -192,7 +192,10 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
     .await;
     assert_eq!(cond["reason"], "Issued", "{cond}");
     assert_eq!(
-        metric(&metrics(&a.proxy).await, "teapot_acme_certificates{state=\"issued\"}"),
+        metric(
+            &metrics(&a.proxy).await,
+            "teapot_acme_certificates{state=\"issued\"}"
+        ),
         Some(1.0)
     );
     // The account key and the certificate live in the state directory.
@@ -202,11 +205,12 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
     // No opt-in: the self-signed default, never the ACME certificate.
     let plain = presented_leaf(&a.proxy, PLAIN_HOST).await;
     assert_ne!(plain, first);
-    assert!(teapot_testkit::certs::cert_matches_hostname(&plain, "teapot.invalid"));
+    assert!(teapot_testkit::certs::cert_matches_hostname(
+        &plain,
+        "teapot.invalid"
+    ));
     // A token that is not ours is routed like any request.
-    let resp = a
-        .get(HOST, "/.well-known/acme-challenge/not-ours")
-        .await;
+    let resp = a.get(HOST, "/.well-known/acme-challenge/not-ours").await;
     assert_eq!(resp.status, 200, "routed to the backend: {}", resp.text());
 
     // Renewal at two thirds of the lifetime: a new certificate, same root.
@@ -217,18 +221,34 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
     // current certificate keeps serving on both replicas.
     pebble.stop();
     let failures_before = metric_of(&b.proxy, "teapot_acme_failures_total").await;
-    eventually("renewal failures while pebble is down", ISSUE_TIMEOUT, || async {
-        let f = metric_of(&b.proxy, "teapot_acme_failures_total").await;
-        if f >= failures_before + 2.0 { Ok(()) } else { Err(f) }
-    })
+    eventually(
+        "renewal failures while pebble is down",
+        ISSUE_TIMEOUT,
+        || async {
+            let f = metric_of(&b.proxy, "teapot_acme_failures_total").await;
+            if f >= failures_before + 2.0 {
+                Ok(())
+            } else {
+                Err(f)
+            }
+        },
+    )
     .await;
     assert_eq!(presented_leaf(&a.proxy, HOST).await, second);
     assert_eq!(presented_leaf(&b.proxy, HOST).await, second);
-    let cond = eventually("condition shows the failing renewal", ISSUE_TIMEOUT, || async {
-        let c = certificate_condition(&a.proxy).await;
-        let msg = c["message"].as_str().unwrap_or("");
-        if msg.contains("failed attempt") { Ok(c) } else { Err(c) }
-    })
+    let cond = eventually(
+        "condition shows the failing renewal",
+        ISSUE_TIMEOUT,
+        || async {
+            let c = certificate_condition(&a.proxy).await;
+            let msg = c["message"].as_str().unwrap_or("");
+            if msg.contains("failed attempt") {
+                Ok(c)
+            } else {
+                Err(c)
+            }
+        },
+    )
     .await;
     assert!(
         cond["reason"] == "Expiring" || cond["reason"] == "Failed",
@@ -244,7 +264,11 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
     assert_ne!(third, second);
     eventually("CertificateReady again", ISSUE_TIMEOUT, || async {
         let c = certificate_condition(&a.proxy).await;
-        if c["reason"] == "Issued" { Ok(()) } else { Err(c) }
+        if c["reason"] == "Issued" {
+            Ok(())
+        } else {
+            Err(c)
+        }
     })
     .await;
 

@@ -93,8 +93,11 @@ impl ChallTestSrv {
             dns,
             management,
         };
-        srv.call("/set-default-ipv4", serde_json::json!({ "ip": default_ipv4 }))
-            .await?;
+        srv.call(
+            "/set-default-ipv4",
+            serde_json::json!({ "ip": default_ipv4 }),
+        )
+        .await?;
         Ok(srv)
     }
 
@@ -209,7 +212,9 @@ impl Pebble {
     /// for HTTP-01 is ([`Pebble::set_http_port`], then [`Pebble::restart`]).
     pub fn configure(options: PebbleOptions) -> Result<Pebble, Error> {
         let bin = locate("pebble")?;
-        let dir = tempfile::Builder::new().prefix("teapot-pebble-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("teapot-pebble-")
+            .tempdir()?;
         let api_ca = TestCa::new("teapot test: pebble API CA");
         let leaf = api_ca.issue(&["127.0.0.1", "localhost"]);
         std::fs::write(dir.path().join("cert.pem"), &leaf.cert_pem)?;
@@ -250,7 +255,10 @@ impl Pebble {
                 "certificateValidityPeriod": self.options.validity.as_secs().max(1),
             }
         });
-        std::fs::write(&self.config, serde_json::to_vec_pretty(&json).expect("JSON"))?;
+        std::fs::write(
+            &self.config,
+            serde_json::to_vec_pretty(&json).expect("JSON"),
+        )?;
         Ok(())
     }
 

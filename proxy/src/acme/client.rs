@@ -123,7 +123,9 @@ mod tests {
         assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120));
         let date = parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
         assert_eq!(
-            date.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
+            date.duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
             1445412480
         );
         assert!(parse_retry_after("soon").is_none());

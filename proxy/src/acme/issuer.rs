@@ -285,9 +285,7 @@ impl Issuer {
         });
         let account = match saved {
             Some(file) if file.directory == self.config.directory => {
-                self.builder()?
-                    .from_credentials(file.credentials)
-                    .await?
+                self.builder()?.from_credentials(file.credentials).await?
             }
             _ => return self.register().await,
         };

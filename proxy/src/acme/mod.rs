@@ -287,7 +287,11 @@ impl AcmeShared {
     }
 
     /// The state of every host of `hosts` now.
-    pub fn compute_states(&self, hosts: &AcmeHosts, now: SystemTime) -> HashMap<String, HostStatus> {
+    pub fn compute_states(
+        &self,
+        hosts: &AcmeHosts,
+        now: SystemTime,
+    ) -> HashMap<String, HostStatus> {
         let view = self.view.load();
         hosts
             .hosts()
@@ -299,7 +303,11 @@ impl AcmeShared {
     }
 }
 
-fn host_status(cert: Option<&IssuedCert>, record: Option<&HostRecord>, now: SystemTime) -> HostStatus {
+fn host_status(
+    cert: Option<&IssuedCert>,
+    record: Option<&HostRecord>,
+    now: SystemTime,
+) -> HostStatus {
     let failing = record.filter(|r| r.failures > 0);
     let why = |r: &HostRecord| {
         format!(
@@ -383,7 +391,9 @@ pub struct Acme {
 
 impl std::fmt::Debug for Acme {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acme").field("shared", &self.shared).finish()
+        f.debug_struct("Acme")
+            .field("shared", &self.shared)
+            .finish()
     }
 }
 
@@ -438,7 +448,13 @@ impl Acme {
                 .await;
             }
         };
-        let status = status_loop(shared.clone(), snapshots.clone(), metrics.clone(), recompile, shutdown.clone());
+        let status = status_loop(
+            shared.clone(),
+            snapshots.clone(),
+            metrics.clone(),
+            recompile,
+            shutdown.clone(),
+        );
         let issuer = self.issuer.run(snapshots, metrics, shutdown);
         tokio::join!(watcher, status, issuer);
     }
@@ -503,14 +519,23 @@ mod tests {
             updated_ms: 0,
         };
         assert_eq!(host_status(None, None, t0).state, CertState::Pending);
-        assert_eq!(host_status(None, Some(&failing), t0).state, CertState::Failed);
-        assert_eq!(host_status(Some(&cert), None, t0 + day).state, CertState::Issued);
+        assert_eq!(
+            host_status(None, Some(&failing), t0).state,
+            CertState::Failed
+        );
+        assert_eq!(
+            host_status(Some(&cert), None, t0 + day).state,
+            CertState::Issued
+        );
         // A failed renewal of a serving certificate is "expiring", not
         // "failed": the host still has working HTTPS.
         let s = host_status(Some(&cert), Some(&failing), t0 + 61 * day);
         assert_eq!(s.state, CertState::Expiring);
         assert!(s.message.contains("connection refused"), "{}", s.message);
-        assert_eq!(host_status(Some(&cert), Some(&failing), t0 + 91 * day).state, CertState::Failed);
+        assert_eq!(
+            host_status(Some(&cert), Some(&failing), t0 + 91 * day).state,
+            CertState::Failed
+        );
     }
 
     #[test]

@@ -225,7 +225,9 @@ impl AcmeStore for DirStore {
                 .open(&path)
                 .map_err(|e| io_err("opening", &path, e))?;
             match file.try_lock() {
-                Ok(()) => Ok(Some(Box::new(DirLock { _file: file }) as Box<dyn Leadership>)),
+                Ok(()) => Ok(Some(
+                    Box::new(DirLock { _file: file }) as Box<dyn Leadership>
+                )),
                 Err(std::fs::TryLockError::WouldBlock) => Ok(None),
                 Err(std::fs::TryLockError::Error(e)) => Err(io_err("locking", &path, e)),
             }
@@ -354,12 +356,18 @@ mod tests {
         let b = DirStore::open(dir.path()).unwrap();
         let lead = a.try_lead().await.unwrap();
         assert!(lead.is_some());
-        assert!(b.try_lead().await.unwrap().is_none(), "second issuer refused");
+        assert!(
+            b.try_lead().await.unwrap().is_none(),
+            "second issuer refused"
+        );
         drop(lead);
         assert!(b.try_lead().await.unwrap().is_some(), "released on drop");
 
         a.put_challenge("tok", "tok.thumb").await.unwrap();
-        assert_eq!(b.challenge("tok").await.unwrap().as_deref(), Some("tok.thumb"));
+        assert_eq!(
+            b.challenge("tok").await.unwrap().as_deref(),
+            Some("tok.thumb")
+        );
         assert!(b.challenge("../etc").await.is_err());
         a.clear_challenges().await.unwrap();
         assert_eq!(b.challenge("tok").await.unwrap(), None);
@@ -379,6 +387,11 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert!(std::fs::read_dir(dir.path().join("tmp")).unwrap().next().is_none());
+        assert!(
+            std::fs::read_dir(dir.path().join("tmp"))
+                .unwrap()
+                .next()
+                .is_none()
+        );
     }
 }
