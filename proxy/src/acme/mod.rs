@@ -555,6 +555,31 @@ mod tests {
         assert!(c.message.contains("b.example: pending"), "{}", c.message);
     }
 
+    #[tokio::test]
+    async fn certificates_only_for_listed_hosts_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(DirStore::open(dir.path()).unwrap());
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["a.example".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let pem = format!("{}{}", key.serialize_pem(), cert.pem());
+        store.put_certificate("a.example", &pem).await.unwrap();
+        store.put_certificate("b.example", &pem).await.unwrap();
+        let shared = AcmeShared::new(store, false);
+        shared.refresh().await.unwrap();
+        let mut hosts = AcmeHosts::default();
+        hosts.insert("a.example", "ns", "ing");
+        assert!(shared.certificate(&hosts, "A.Example.").is_some());
+        // Stored, but no Ingress asks for it any more: never served.
+        assert!(shared.certificate(&hosts, "b.example").is_none());
+        assert!(shared.certificate(&hosts, "x.a.example").is_none());
+        let states = shared.compute_states(&hosts, SystemTime::now());
+        assert_eq!(states["a.example"].state, CertState::Issued);
+        assert_eq!(states.len(), 1);
+    }
+
     #[test]
     fn opt_in_annotation_beats_the_default() {
         let store: Arc<dyn AcmeStore> =
