@@ -39,6 +39,9 @@ struct Failure {
     message: String,
     rate_limited: bool,
     account_gone: bool,
+    /// The CA did not answer at all (connection, TLS, timeout): every host
+    /// would fail the same way.
+    unreachable: bool,
 }
 
 impl Failure {
@@ -47,7 +50,13 @@ impl Failure {
             message: message.into(),
             rate_limited: false,
             account_gone: false,
+            unreachable: false,
         }
+    }
+
+    /// Whether all orders should pause, not just this host's.
+    fn pauses_all(&self) -> bool {
+        self.rate_limited || self.unreachable
     }
 }
 
@@ -58,6 +67,12 @@ impl From<instant_acme::Error> for Failure {
             _ => "",
         };
         Failure {
+            unreachable: matches!(
+                e,
+                instant_acme::Error::Other(_)
+                    | instant_acme::Error::Http(_)
+                    | instant_acme::Error::Hyper(_)
+            ),
             rate_limited: kind.ends_with(":rateLimited"),
             account_gone: kind.ends_with(":accountDoesNotExist"),
             message: e.to_string(),
@@ -82,6 +97,12 @@ pub struct Issuer {
     shared: Arc<AcmeShared>,
     retry_after: RetryAfterSlot,
     account: Option<Account>,
+    /// While the CA is unreachable or rate-limits the account, no host is
+    /// tried: one host's failure stands for all of them, and a thousand
+    /// due hosts must not become a thousand connection attempts.
+    paused_until: Option<SystemTime>,
+    /// Consecutive attempts that paused everything (drives that backoff).
+    pauses: u32,
 }
 
 /// Resolves once `shutdown` is true (or its sender is gone).
@@ -119,6 +140,8 @@ impl Issuer {
             shared,
             retry_after,
             account: None,
+            paused_until: None,
+            pauses: 0,
         })
     }
 
@@ -168,6 +191,12 @@ impl Issuer {
 
     /// One pass over the hosts; attempts every host that is due.
     async fn step(&mut self, snapshots: &SnapshotHandle, metrics: &Metrics) {
+        if self
+            .paused_until
+            .is_some_and(|until| SystemTime::now() < until)
+        {
+            return;
+        }
         let snapshot = snapshots.load_full();
         for host in snapshot.acme.hosts() {
             let view = self.shared.view.load();
@@ -183,14 +212,71 @@ impl Issuer {
                 continue;
             }
             drop(view);
-            self.attempt(host, record, metrics).await;
+            let pause = self.attempt(host, record, metrics).await;
             if let Err(e) = self.shared.refresh().await {
                 tracing::warn!(error = %e, "cannot reload ACME state");
             }
+            match pause {
+                Some(delay) => {
+                    self.pauses = self.pauses.saturating_add(1);
+                    self.paused_until = Some(SystemTime::now() + delay);
+                    tracing::warn!(
+                        pause_s = delay.as_secs_f64(),
+                        "the CA is unreachable or rate-limits us: pausing every order"
+                    );
+                    return;
+                }
+                None => {
+                    self.pauses = 0;
+                    self.paused_until = None;
+                }
+            }
+        }
+        self.forget_stale(&snapshot.acme).await;
+    }
+
+    /// Drops stored hosts no Ingress asks for any more once nothing useful
+    /// is left (no certificate, or an expired one). A valid certificate
+    /// stays until it expires, so an Ingress that comes back within that
+    /// time costs the CA nothing.
+    async fn forget_stale(&self, wanted: &super::AcmeHosts) {
+        let now = SystemTime::now();
+        let view = self.shared.view.load_full();
+        let mut stale: Vec<&String> = view
+            .certs
+            .keys()
+            .chain(view.records.keys())
+            .filter(|h| wanted.get(h).is_none())
+            .filter(|h| view.certs.get(*h).is_none_or(|c| c.expired(now)))
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        stale.sort();
+        stale.dedup();
+        for host in stale {
+            match self.shared.store.remove_host(host).await {
+                Ok(()) => {
+                    tracing::info!(host = %host, "forgot the ACME state of a host no Ingress asks for")
+                }
+                Err(e) => {
+                    tracing::warn!(host = %host, error = %e, "cannot remove stale ACME state")
+                }
+            }
+        }
+        if let Err(e) = self.shared.refresh().await {
+            tracing::warn!(error = %e, "cannot reload ACME state");
         }
     }
 
-    async fn attempt(&mut self, host: &str, record: HostRecord, metrics: &Metrics) {
+    /// One order for `host`; returns how long to pause every order when the
+    /// failure was not this host's alone.
+    async fn attempt(
+        &mut self,
+        host: &str,
+        record: HostRecord,
+        metrics: &Metrics,
+    ) -> Option<Duration> {
         metrics.acme_orders.inc();
         *self.retry_after.lock() = None;
         let renewal = self.shared.view.load().certs.contains_key(host);
@@ -198,7 +284,10 @@ impl Issuer {
         let limit = self.config.order_timeout.saturating_mul(3);
         let result = match tokio::time::timeout(limit, self.issue(host)).await {
             Ok(r) => r,
-            Err(_) => Err(Failure::new(format!("no result within {limit:?}"))),
+            Err(_) => Err(Failure {
+                unreachable: true,
+                ..Failure::new(format!("no result within {limit:?}"))
+            }),
         };
         let now = SystemTime::now();
         let store = &self.shared.store;
@@ -227,6 +316,7 @@ impl Issuer {
                         tracing::error!(host, error = %e, "certificate issued but not stored");
                     }
                 }
+                None
             }
             Err(failure) => {
                 metrics.acme_failures.inc();
@@ -235,9 +325,25 @@ impl Issuer {
                 if failure.rate_limited {
                     delay = delay.max(self.config.retry_max);
                 }
-                if let Some(at) = self.retry_after.lock().take() {
+                // A Retry-After (429, 503) is the CA asking every client of
+                // it to wait, not only for this host.
+                let asked = self.retry_after.lock().take();
+                if let Some(at) = asked {
                     delay = delay.max(at.duration_since(now).unwrap_or_default());
                 }
+                // The fleet-wide pause grows with its own count; a rate
+                // limit or Retry-After is never cut short.
+                let pause = (failure.pauses_all() || asked.is_some()).then(|| {
+                    if failure.rate_limited || asked.is_some() {
+                        return delay;
+                    }
+                    let global = backoff(
+                        self.pauses.saturating_add(1),
+                        self.config.retry_min,
+                        self.config.retry_max,
+                    );
+                    global.min(delay)
+                });
                 let next = now + delay;
                 tracing::warn!(
                     host,
@@ -256,6 +362,7 @@ impl Issuer {
                 if let Err(e) = store.put_record(host, &record).await {
                     tracing::error!(host, error = %e, "cannot store the ACME attempt record");
                 }
+                pause
             }
         }
     }
@@ -424,6 +531,59 @@ mod tests {
             let many = backoff(50, min, max);
             assert!(many >= max / 2 && many <= max, "{many:?}");
         }
+    }
+
+    fn pem(host: &str, not_before: (i32, u8, u8), not_after: (i32, u8, u8)) -> String {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![host.into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(not_before.0, not_before.1, not_before.2);
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let cert = params.self_signed(&key).unwrap();
+        format!("{}{}", key.serialize_pem(), cert.pem())
+    }
+
+    #[tokio::test]
+    async fn forgets_unwanted_hosts_once_nothing_useful_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(super::super::store::DirStore::open(dir.path()).unwrap());
+        use super::super::store::AcmeStore as _;
+        store
+            .put_certificate(
+                "old.example",
+                &pem("old.example", (2000, 1, 1), (2000, 4, 1)),
+            )
+            .await
+            .unwrap();
+        store
+            .put_certificate(
+                "keep.example",
+                &pem("keep.example", (2000, 1, 1), (4000, 1, 1)),
+            )
+            .await
+            .unwrap();
+        store
+            .put_record("failed.example", &HostRecord::default())
+            .await
+            .unwrap();
+        store
+            .put_record("wanted.example", &HostRecord::default())
+            .await
+            .unwrap();
+        let shared = Arc::new(AcmeShared::new(store.clone(), false));
+        shared.refresh().await.unwrap();
+        let config = AcmeConfig::new("https://ca.invalid/dir", dir.path().to_path_buf());
+        let issuer = Issuer::new(config, shared.clone()).unwrap();
+        let mut wanted = super::super::AcmeHosts::default();
+        wanted.insert("wanted.example", "ns", "ing");
+        issuer.forget_stale(&wanted).await;
+        let left: Vec<String> = store
+            .load_hosts()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| h.host)
+            .collect();
+        assert_eq!(left, ["keep.example", "wanted.example"]);
     }
 
     #[test]

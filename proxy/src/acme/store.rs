@@ -63,6 +63,8 @@ pub trait AcmeStore: Send + Sync + fmt::Debug + 'static {
     async fn challenge(&self, token: &str) -> Result<Option<String>, AcmeError>;
     async fn put_certificate(&self, host: &str, pem: &str) -> Result<(), AcmeError>;
     async fn put_record(&self, host: &str, record: &HostRecord) -> Result<(), AcmeError>;
+    /// Forgets a host's certificate and record.
+    async fn remove_host(&self, host: &str) -> Result<(), AcmeError>;
     async fn load_hosts(&self) -> Result<Vec<StoredHost>, AcmeError>;
     /// A directory whose changes mean "reload" (inotify); `None`: poll.
     fn watch_path(&self) -> Option<PathBuf>;
@@ -290,6 +292,16 @@ impl AcmeStore for DirStore {
         self.write_atomic(path, data).await
     }
 
+    async fn remove_host(&self, host: &str) -> Result<(), AcmeError> {
+        let pem = self.host_file(host, "pem")?;
+        let json = self.host_file(host, "json")?;
+        blocking(move || {
+            remove_optional(&pem)?;
+            remove_optional(&json)
+        })
+        .await
+    }
+
     async fn load_hosts(&self) -> Result<Vec<StoredHost>, AcmeError> {
         let dir = self.root.join("hosts");
         blocking(move || {
@@ -393,5 +405,7 @@ mod tests {
                 .next()
                 .is_none()
         );
+        a.remove_host("a.example").await.unwrap();
+        assert!(b.load_hosts().await.unwrap().is_empty());
     }
 }
