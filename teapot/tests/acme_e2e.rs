@@ -6,6 +6,9 @@
 //! pebble's HTTP-01 validations go to A's plain listener only. So a
 //! certificate proves that A served the tokens B's issuer wrote, and A
 //! serving it by SNI proves A picked it up from the shared directory.
+//! A tenant's assigned hostname and its DNS-proven custom domain get
+//! certificates through `--acme-default-tenants`; its unproven domain and
+//! an operator Ingress without the annotation keep the self-signed default.
 //! Then: renewal at two thirds of a short lifetime, a CA outage (the
 //! certificate keeps serving, failures are counted and backed off), the CA
 //! back with a new root and without our account (re-registration, next
@@ -33,6 +36,43 @@ const ISSUE_TIMEOUT: Duration = Duration::from_secs(180);
 
 const HOST: &str = "shop.acme.test";
 const PLAIN_HOST: &str = "plain.acme.test";
+/// A tenant's assigned hostname (`--domain example.net`).
+const ASSIGNED: &str = "web-shop.acme.lb.example.net";
+/// A tenant's custom domain, proven by its TXT record.
+const CUSTOM: &str = "www.shop-custom.test";
+/// A custom domain without proof: not routed, so no certificate.
+const UNPROVEN: &str = "unproven.shop-custom.test";
+
+/// A tenant whose Ingress has no annotation: `--acme-default-tenants`
+/// opts it in. Its only endpoint is loopback, which the proxy refuses for
+/// tenants, so its routes answer 503; only the handshake matters here.
+fn tenant_manifests() -> String {
+    let tenant = json!({
+        "apiVersion": "teapot.dev/v1alpha1",
+        "kind": "Tenant",
+        "metadata": { "name": "acme" },
+        "spec": { "cluster": "acme", "nodeCIDRs": ["10.1.0.0/24"] },
+    });
+    let backend = common::backend("web", common::Port::Number(80));
+    let mut ingress = common::ingress(
+        "tenant-acme",
+        "web.shop",
+        json!({
+            "defaultBackend": backend,
+            "rules": [
+                common::rule(Some(CUSTOM), vec![common::path("Prefix", "/", backend.clone())]),
+                common::rule(Some(UNPROVEN), vec![common::path("Prefix", "/", backend.clone())]),
+            ],
+            "tls": [{ "hosts": [ASSIGNED, CUSTOM, UNPROVEN], "secretName": "web-tls" }],
+        }),
+    );
+    ingress["metadata"]["annotations"] = json!({});
+    common::docs(&[
+        tenant,
+        common::service("tenant-acme", "web", &[(None, 80)]),
+        ingress,
+    ])
+}
 
 fn manifests(echo_port: u16) -> String {
     let mut shop = common::simple_ingress("default", "shop", HOST, "web");
@@ -59,17 +99,22 @@ fn der_of(pem: &str) -> Vec<u8> {
         .to_vec()
 }
 
-/// The leaf `proxy` presents for `sni`, verified against `root` (DER), or
-/// why not.
-async fn verified_leaf(proxy: &ProxyProcess, sni: &str, root: &[u8]) -> Result<Vec<u8>, String> {
+/// The leaf `proxy` presents for `sni`, verified against `root` (DER), and
+/// the request's status, or why not.
+async fn verified(proxy: &ProxyProcess, sni: &str, root: &[u8]) -> Result<(u16, Vec<u8>), String> {
     let transport = Transport::tls_verified(sni, &[root]);
     let resp = send(proxy.https, &transport, &Request::get(sni, "/"))
         .await
         .map_err(|e| e.to_string())?;
-    if resp.status != 200 {
-        return Err(format!("status {}", resp.status));
+    Ok((resp.status, resp.peer_certificates[0].clone()))
+}
+
+/// As [`verified`], and the request must have reached the backend.
+async fn verified_leaf(proxy: &ProxyProcess, sni: &str, root: &[u8]) -> Result<Vec<u8>, String> {
+    match verified(proxy, sni, root).await? {
+        (200, leaf) => Ok(leaf),
+        (status, _) => Err(format!("status {status}")),
     }
-    Ok(resp.peer_certificates[0].clone())
 }
 
 /// The leaf `proxy` presents for `sni`, without verifying it.
@@ -135,7 +180,18 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
     let state_dir = state.path().to_str().unwrap().to_string();
     let directory = pebble.directory();
     let root_file = pebble.api_root_file().to_str().unwrap().to_string();
+    let dns_server = dns.dns.to_string();
+    dns.set_txt(&format!("_teapot.{CUSTOM}"), "teapot-tenant=acme")
+        .await
+        .unwrap();
     let args = [
+        "--domain",
+        "example.net",
+        "--dns-server",
+        &dns_server,
+        "--proof-recheck-pending",
+        "1",
+        "--acme-default-tenants",
         "--acme-directory",
         &directory,
         "--acme-root",
@@ -156,13 +212,17 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
 
     // B first: it takes the issuer role. Pebble is not up yet, so B's
     // first attempts fail and back off.
-    let b = Harness::start_with_args(&[("app.yaml", manifests(echo.addr().port()))], &args).await;
+    let files = [
+        ("app.yaml", manifests(echo.addr().port())),
+        ("tenant.yaml", tenant_manifests()),
+    ];
+    let b = Harness::start_with_args(&files, &args).await;
     eventually("B is the issuer", ISSUE_TIMEOUT, || async {
         let v = metric_of(&b.proxy, "teapot_acme_issuer").await;
         if v == 1.0 { Ok(()) } else { Err(v) }
     })
     .await;
-    let a = Harness::start_with_args(&[("app.yaml", manifests(echo.addr().port()))], &args).await;
+    let a = Harness::start_with_args(&files, &args).await;
     assert_eq!(
         metric_of(&a.proxy, "teapot_acme_issuer").await,
         0.0,
@@ -201,6 +261,25 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
     // The account key and the certificate live in the state directory.
     assert!(state.path().join("account.json").is_file());
     assert!(state.path().join(format!("hosts/{HOST}.pem")).is_file());
+
+    // The tenant's assigned hostname and its proven custom domain get
+    // certificates through the operator default; the unproven one is not
+    // routed and keeps the self-signed default.
+    for host in [ASSIGNED, CUSTOM] {
+        let (status, leaf) = eventually(
+            &format!("a certificate for {host}"),
+            ISSUE_TIMEOUT,
+            || async { verified(&a.proxy, host, &root).await },
+        )
+        .await;
+        assert_eq!(status, 503, "{host}: routed, tenant endpoint refused");
+        assert!(teapot_testkit::certs::cert_matches_hostname(&leaf, host));
+    }
+    let unproven = presented_leaf(&a.proxy, UNPROVEN).await;
+    assert!(teapot_testkit::certs::cert_matches_hostname(
+        &unproven,
+        "teapot.invalid"
+    ));
 
     // No opt-in: the self-signed default, never the ACME certificate.
     let plain = presented_leaf(&a.proxy, PLAIN_HOST).await;
