@@ -143,7 +143,6 @@ impl ProxyHttp for Router {
             respond_with(session, 200, Bytes::from(answer)).await?;
             return Ok(true);
         }
-        let req = session.req_header();
         let snapshot = self.snapshots.load();
         let found = snapshot.routes.lookup(authority(req), req.uri.path());
         match found {

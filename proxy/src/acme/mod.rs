@@ -398,13 +398,23 @@ impl std::fmt::Debug for Acme {
 }
 
 impl Acme {
+    /// Manifests mode: the state directory of `config`.
     pub async fn start(config: AcmeConfig) -> Result<Acme, AcmeError> {
-        let store: Arc<dyn AcmeStore> = Arc::new(DirStore::open(&config.state_dir)?);
+        let store = Arc::new(DirStore::open(&config.state_dir)?);
+        Acme::with_store(config, store).await
+    }
+
+    /// Any store (kube mode: Secrets and a Lease); `config.state_dir` is
+    /// not used.
+    pub async fn with_store(
+        config: AcmeConfig,
+        store: Arc<dyn AcmeStore>,
+    ) -> Result<Acme, AcmeError> {
         let shared = Arc::new(AcmeShared::new(store, config.default_tenants));
         shared.refresh().await?;
         tracing::info!(
             directory = %config.directory,
-            state_dir = %config.state_dir.display(),
+            store = ?shared.store,
             certificates = shared.view.load().certs.len(),
             "ACME enabled"
         );
