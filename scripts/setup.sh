@@ -7,7 +7,7 @@ packages=()
 command -v cmake >/dev/null 2>&1 || packages+=(cmake)          # pingora-core's zlib-ng
 command -v cc >/dev/null 2>&1 || packages+=(build-essential)   # ring, zlib-ng
 command -v curl >/dev/null 2>&1 || packages+=(curl)            # the README's demo lines
-command -v pebble-challtestsrv >/dev/null 2>&1 || packages+=(pebble)  # DNS server for the custom-domain proof tests
+{ command -v pebble >/dev/null 2>&1 && command -v pebble-challtestsrv >/dev/null 2>&1; } || packages+=(pebble)  # ACME test CA + DNS server (ACME and custom-domain tests)
 for extra in "$@"; do                                           # e.g. nginx-light haproxy wrk for benches
   dpkg -s "$extra" >/dev/null 2>&1 || packages+=("$extra")
 done

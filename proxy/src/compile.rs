@@ -42,6 +42,9 @@ pub struct CompileOptions {
     pub lb_networks: Vec<ipnet::IpNet>,
     /// Custom-domain proofs; `None` routes no custom domain.
     pub proofs: Option<std::sync::Arc<ProofBook>>,
+    /// ACME state; `None`: no ACME, hosts without a Secret get the default
+    /// certificate.
+    pub acme: Option<std::sync::Arc<crate::acme::AcmeShared>>,
 }
 
 impl Default for CompileOptions {
@@ -53,6 +56,7 @@ impl Default for CompileOptions {
             domain: "localhost".into(),
             lb_networks: Vec::new(),
             proofs: None,
+            acme: None,
         }
     }
 }
@@ -88,6 +92,8 @@ pub fn compile(
     let no_status = Arc::new(IngressStatus::default());
     let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
     let mut claims: Vec<Claim> = Vec::new();
+    // (host, index into ingress_reports) of hosts that asked for ACME.
+    let mut acme_candidates: Vec<(String, usize)> = Vec::new();
 
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
@@ -220,12 +226,26 @@ pub fn compile(
                 }
             }
         }
+        let acme = options.acme.as_ref().is_some_and(|a| {
+            let annotations = ingress.metadata.annotations.as_ref();
+            let value = annotations.and_then(|a| a.get(crate::acme::ANNOTATION));
+            a.opted_in(value.map(String::as_str), tenant.is_some())
+        });
+        if acme {
+            let default_host = own_host
+                .as_ref()
+                .filter(|_| spec.is_some_and(|s| s.default_backend.is_some()));
+            for host in acme_hosts(ingress, &rule_hosts, default_host) {
+                acme_candidates.push((host, ingress_reports.len()));
+            }
+        }
         let tls_problems = add_certificates(
             store,
             id,
             ingress,
             &rule_hosts,
             tenant.is_some(),
+            acme,
             &mut certs,
         );
 
@@ -276,6 +296,30 @@ pub fn compile(
         });
     }
 
+    // Only hosts no Secret covers: a tenant's own certificate always wins.
+    let mut acme_hosts = crate::acme::AcmeHosts::default();
+    let mut acme_by_report: FastHashMap<usize, Vec<String>> = FastHashMap::default();
+    for (host, report) in acme_candidates {
+        if certs.lookup(&host).is_some() {
+            continue;
+        }
+        // Attributed to the oldest Ingress asking; every asker's condition
+        // shows the host.
+        let r = &ingress_reports[report];
+        acme_hosts.insert(&host, &r.namespace, &r.name);
+        acme_by_report.entry(report).or_default().push(host);
+    }
+    if let Some(acme) = &options.acme {
+        let states = acme.states.load();
+        for (report, mut hosts) in acme_by_report {
+            hosts.sort();
+            hosts.dedup();
+            ingress_reports[report]
+                .conditions
+                .push(crate::acme::condition(&states, &hosts));
+        }
+    }
+
     claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
     claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
     let proofs = options.proofs.as_deref();
@@ -304,6 +348,7 @@ pub fn compile(
         certs,
         report,
         claims,
+        acme: acme_hosts,
         compile_time: started.elapsed(),
     }
 }
@@ -381,27 +426,62 @@ fn assigned_hostnames<'s>(
     out
 }
 
+/// The exact TLS hosts of an Ingress that it routes (its rule hosts, plus
+/// `default_host` where a tenant's defaultBackend serves): what ACME may
+/// ask a certificate for. HTTP-01 cannot prove a wildcard.
+fn acme_hosts(
+    ingress: &Ingress,
+    rule_hosts: &[HostPattern],
+    default_host: Option<&HostPattern>,
+) -> Vec<String> {
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    let mut out = Vec::new();
+    for entry in tls.into_iter().flatten() {
+        let hosts: Vec<HostPattern> = match &entry.hosts {
+            Some(hosts) if !hosts.is_empty() => hosts
+                .iter()
+                .filter_map(|h| HostPattern::parse(h).ok())
+                .collect(),
+            _ => rule_hosts.to_vec(),
+        };
+        for host in hosts {
+            let routed = rule_hosts.contains(&host) || default_host == Some(&host);
+            if let (true, HostPattern::Exact(name)) = (routed, &host) {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
 /// Registers the certificates of an Ingress's `spec.tls`; returns messages
-/// for entries that could not be used.
+/// for entries that could not be used. With `acme`, a missing Secret is
+/// expected (ACME supplies the certificate) and not a problem.
 fn add_certificates(
     store: &Store,
     id: &NsName,
     ingress: &Ingress,
     rule_hosts: &[HostPattern],
     tenant: bool,
+    acme: bool,
     certs: &mut CertTable,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
     for (i, entry) in tls.into_iter().flatten().enumerate() {
         let Some(secret_name) = entry.secret_name.as_deref() else {
-            problems.push(format!("spec.tls[{i}].secretName is empty"));
+            if !acme {
+                problems.push(format!("spec.tls[{i}].secretName is empty"));
+            }
             continue;
         };
         let Some(secret) = store.secrets.get(&NsRef {
             namespace: &id.namespace,
             name: secret_name,
         }) else {
+            if acme {
+                continue;
+            }
             problems.push(format!(
                 "spec.tls[{i}]: Secret {}/{secret_name} not found or not a usable kubernetes.io/tls Secret",
                 id.namespace
@@ -858,6 +938,177 @@ spec:
             &options,
             &EndpointRegistry::default(),
         )
+    }
+
+    fn compile_acme(docs: &[String], default_tenants: bool) -> Snapshot {
+        let mut loaded = Loaded::default();
+        load_text(
+            Path::new("t.yaml"),
+            &docs.join("---\n"),
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::acme::store::DirStore::open(dir.path()).unwrap();
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            proofs: Some(Arc::new(ProofBook::default())),
+            acme: Some(Arc::new(crate::acme::AcmeShared::new(
+                Arc::new(store),
+                default_tenants,
+            ))),
+            ..CompileOptions::default()
+        };
+        compile(
+            &loaded.store,
+            Vec::new(),
+            1,
+            &options,
+            &EndpointRegistry::default(),
+        )
+    }
+
+    fn with_tls(ingress: String, annotation: Option<&str>, hosts: &[&str]) -> String {
+        let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+        let ingress = match annotation {
+            Some(v) => {
+                let (head, tail) = ingress.split_once("}\nspec:").unwrap();
+                format!("{head}, annotations: {{teapot.dev/acme: \"{v}\"}}}}\nspec:{tail}")
+            }
+            None => ingress,
+        };
+        ingress.replace(
+            "spec:\n",
+            &format!(
+                "spec:\n  tls: [{{hosts: [{}], secretName: missing}}]\n",
+                hosts.join(", ")
+            ),
+        )
+    }
+
+    #[test]
+    fn acme_hosts_are_routed_exact_tls_hosts_of_opted_in_ingresses() {
+        let s = compile_acme(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                with_tls(
+                    ingress(
+                        "ops",
+                        "shop",
+                        &[Some("a.example"), Some("*.w.example")],
+                        false,
+                    ),
+                    Some("true"),
+                    &["a.example", "*.w.example", "not-routed.example"],
+                ),
+                with_tls(
+                    ingress("ops", "plain", &[Some("p.example")], false),
+                    None,
+                    &["p.example"],
+                ),
+            ],
+            false,
+        );
+        assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["a.example"]);
+        let report = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "shop")
+            .unwrap();
+        let tls = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "TLSReady")
+            .unwrap();
+        assert_eq!(
+            tls.status, "True",
+            "a missing Secret is expected with ACME: {}",
+            tls.message
+        );
+        let cert = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "CertificateReady")
+            .unwrap();
+        assert_eq!((cert.status, cert.reason), ("False", "Pending"));
+        let plain = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "plain")
+            .unwrap();
+        assert!(
+            plain
+                .conditions
+                .iter()
+                .all(|c| c.type_ != "CertificateReady")
+        );
+    }
+
+    #[test]
+    fn acme_in_tenant_namespaces_follows_policy_and_opt_out() {
+        let tenant_ingress = |annotation| {
+            with_tls(
+                ingress(
+                    "tenant-acme",
+                    "web.shop",
+                    &[
+                        Some("api.shop.example.com"),
+                        Some("www.acme-corp.com"),
+                        None,
+                    ],
+                    false,
+                ),
+                annotation,
+                &[
+                    "api.shop.example.com",
+                    "www.acme-corp.com",
+                    "web-shop.acme.lb.example.net",
+                ],
+            )
+        };
+        let docs = |annotation| {
+            [
+                TENANT.to_string(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                tenant_ingress(annotation),
+            ]
+        };
+        // The operator default covers tenants; an unproven custom domain
+        // is not routed, so it gets no certificate either.
+        let s = compile_acme(&docs(None), true);
+        assert_eq!(
+            s.acme.hosts().collect::<Vec<_>>(),
+            ["api.shop.example.com", "web-shop.acme.lb.example.net"]
+        );
+        assert_eq!(
+            s.acme.get("api.shop.example.com").unwrap().namespace,
+            "tenant-acme"
+        );
+        assert!(compile_acme(&docs(Some("false")), true).acme.is_empty());
+        assert!(compile_acme(&docs(None), false).acme.is_empty());
+    }
+
+    #[test]
+    fn a_secret_certificate_beats_acme() {
+        let pem = teapot_testkit::certs::self_signed(&["a.example"]);
+        let secret = teapot_testkit::certs::tls_secret_yaml("ops", "missing", &pem);
+        let s = compile_acme(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                secret,
+                with_tls(
+                    ingress("ops", "shop", &[Some("a.example")], false),
+                    Some("true"),
+                    &["a.example"],
+                ),
+            ],
+            false,
+        );
+        assert!(s.acme.is_empty());
+        assert!(s.certs.lookup("a.example").is_some());
     }
 
     fn routed(s: &Snapshot, host: &str) -> bool {

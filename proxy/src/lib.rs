@@ -18,10 +18,12 @@
 //! - [`snapshot`]: what is swapped, and the status report.
 //! - [`reload`]: the directory watcher that recompiles on change.
 //! - [`proxy`]: the Pingora `ProxyHttp` implementation.
+//! - [`acme`]: certificates from ACME (HTTP-01), one issuer per fleet.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`server`]: [`server::run`], wiring it all to listeners and shutdown.
 
+pub mod acme;
 pub mod admin;
 pub mod compile;
 pub mod manifests;

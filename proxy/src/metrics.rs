@@ -2,8 +2,8 @@
 //! concrete children once, so the hot path does no label lookup.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every metric the proxy exports.
@@ -20,6 +20,13 @@ pub struct Metrics {
     pub manifest_problems: IntGauge,
     pub reloads_total: IntCounter,
     pub in_flight: IntGauge,
+    /// ACME hosts by state: pending, issued, expiring, failed.
+    pub acme_certificates: IntGaugeVec,
+    pub acme_orders: IntCounter,
+    pub acme_issued: IntCounter,
+    pub acme_failures: IntCounter,
+    /// 1 while this replica holds the fleet's ACME issuer role.
+    pub acme_issuer: IntGauge,
 }
 
 impl Metrics {
@@ -69,6 +76,29 @@ impl Metrics {
             )?,
             reloads_total: IntCounter::new("reloads_total", "Snapshots compiled and swapped in")?,
             in_flight: IntGauge::new("requests_in_flight", "Requests being served")?,
+            acme_certificates: IntGaugeVec::new(
+                Opts::new(
+                    "acme_certificates",
+                    "Hosts served with ACME certificates, by state (pending, issued, expiring, failed)",
+                ),
+                &["state"],
+            )?,
+            acme_orders: IntCounter::new(
+                "acme_orders_total",
+                "ACME orders started by this replica",
+            )?,
+            acme_issued: IntCounter::new(
+                "acme_issued_total",
+                "Certificates this replica obtained from ACME and stored",
+            )?,
+            acme_failures: IntCounter::new(
+                "acme_failures_total",
+                "ACME orders of this replica that failed (retried with backoff)",
+            )?,
+            acme_issuer: IntGauge::new(
+                "acme_issuer",
+                "1 while this replica is the fleet's ACME issuer",
+            )?,
             registry,
         };
         m.registry.register(Box::new(m.upstream_latency.clone()))?;
@@ -81,6 +111,11 @@ impl Metrics {
         m.registry.register(Box::new(m.manifest_problems.clone()))?;
         m.registry.register(Box::new(m.reloads_total.clone()))?;
         m.registry.register(Box::new(m.in_flight.clone()))?;
+        m.registry.register(Box::new(m.acme_certificates.clone()))?;
+        m.registry.register(Box::new(m.acme_orders.clone()))?;
+        m.registry.register(Box::new(m.acme_issued.clone()))?;
+        m.registry.register(Box::new(m.acme_failures.clone()))?;
+        m.registry.register(Box::new(m.acme_issuer.clone()))?;
         Ok(m)
     }
 

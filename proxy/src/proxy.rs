@@ -54,6 +54,7 @@ pub struct Router {
     snapshots: SnapshotHandle,
     metrics: Metrics,
     options: UpstreamOptions,
+    acme: Option<Arc<crate::acme::AcmeShared>>,
 }
 
 impl Router {
@@ -62,7 +63,14 @@ impl Router {
             snapshots,
             metrics,
             options,
+            acme: None,
         }
+    }
+
+    /// Answers HTTP-01 validations from the ACME store.
+    pub fn with_acme(mut self, acme: Option<Arc<crate::acme::AcmeShared>>) -> Router {
+        self.acme = acme;
+        self
     }
 }
 
@@ -123,6 +131,16 @@ impl ProxyHttp for Router {
         // RFC 9112 §3.2: an HTTP/1.1 request without Host is invalid.
         if hosts == 0 && req.uri.authority().is_none() && req.version == http::Version::HTTP_11 {
             respond(session, 400, "400 missing Host header\n").await?;
+            return Ok(true);
+        }
+        // HTTP-01 validation, before routing, on either listener (a CA
+        // follows redirects to HTTPS). A token that is not ours goes on to
+        // the routes: a tenant may run its own ACME client behind us.
+        if let Some(acme) = &self.acme
+            && let Some(token) = req.uri.path().strip_prefix(crate::acme::CHALLENGE_PREFIX)
+            && let Some(answer) = acme.challenge_response(token).await
+        {
+            respond_with(session, 200, Bytes::from(answer)).await?;
             return Ok(true);
         }
         let snapshot = self.snapshots.load();
@@ -389,15 +407,17 @@ fn error_response(status: u16, len: usize) -> Result<ResponseHeader> {
 
 /// A small response the proxy makes itself, keeping the connection alive.
 async fn respond(session: &mut Session, status: u16, body: &'static str) -> Result<()> {
+    respond_with(session, status, Bytes::from_static(body.as_bytes())).await
+}
+
+async fn respond_with(session: &mut Session, status: u16, body: Bytes) -> Result<()> {
     let resp = error_response(status, body.len())?;
     let head_only = session.req_header().method == Method::HEAD;
     session
         .write_response_header(Box::new(resp), head_only)
         .await?;
     if !head_only {
-        session
-            .write_response_body(Some(Bytes::from_static(body.as_bytes())), true)
-            .await?;
+        session.write_response_body(Some(body), true).await?;
     }
     Ok(())
 }

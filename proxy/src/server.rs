@@ -47,6 +47,8 @@ pub struct ProxyConfig {
     /// DNS servers for custom-domain proofs (empty: the system's).
     pub dns_servers: Vec<SocketAddr>,
     pub proof_timing: ProofTiming,
+    /// Certificates from ACME; `None`: off.
+    pub acme: Option<crate::acme::AcmeConfig>,
 }
 
 impl ProxyConfig {
@@ -60,6 +62,7 @@ impl ProxyConfig {
             upstream_pool_size: 1024,
             dns_servers: Vec::new(),
             proof_timing: ProofTiming::default(),
+            acme: None,
         }
     }
 }
@@ -128,8 +131,14 @@ pub async fn run(
         config.proof_timing.clone(),
     )
     .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+    let acme = match config.acme.clone() {
+        Some(c) => Some(crate::acme::Acme::start(c).await?),
+        None => None,
+    };
+    let acme_shared = acme.as_ref().map(|a| a.shared());
     let mut compile_options = config.compile.clone();
     compile_options.proofs = Some(proofs);
+    compile_options.acme = acme_shared.clone();
     let reloader = Arc::new(Reloader::new(
         config.manifests.clone(),
         compile_options,
@@ -150,7 +159,8 @@ pub async fn run(
         upstream_keepalive_pool_size: config.upstream_pool_size,
         ..ServerConf::default()
     });
-    let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone());
+    let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone())
+        .with_acme(acme_shared.clone());
     let mut service = pingora_proxy::http_proxy_service_with_name(&server_conf, router, "teapot");
     if config.h2c
         && let Some(app) = service.app_logic_mut()
@@ -178,10 +188,9 @@ pub async fn run(
         let default_cert = TlsCertificate::self_signed_default()?;
         let mut tls = TlsSettings::intermediate("", "")
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
-        tls.set_cert_resolver(Arc::new(SniResolver::new(
-            snapshots.clone(),
-            default_cert.key,
-        )));
+        tls.set_cert_resolver(Arc::new(
+            SniResolver::new(snapshots.clone(), default_cert.key).with_acme(acme_shared.clone()),
+        ));
         tls.enable_h2();
         service.add_tls_with_settings(&addr, None, tls);
         tracing::info!(%addr, "https listener");
@@ -221,6 +230,19 @@ pub async fn run(
         ))
     };
 
+    let acme_task = acme.map(|acme| {
+        let reloader = reloader.clone();
+        tokio::spawn(acme.run(
+            snapshots.clone(),
+            metrics.clone(),
+            move || {
+                let r = reloader.clone();
+                tokio::task::spawn_blocking(move || r.reload());
+            },
+            stop_rx.clone(),
+        ))
+    });
+
     ready.store(true, Ordering::Release);
     tracing::info!(manifests = %config.manifests.display(), "teapot proxy serving");
 
@@ -247,6 +269,9 @@ pub async fn run(
     admin_task.abort();
     watch_task.abort();
     prover_task.abort();
+    if let Some(t) = acme_task {
+        t.abort();
+    }
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "shutdown complete"

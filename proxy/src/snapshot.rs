@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub report: StatusReport,
     /// Custom domains tenants route once DNS proves them.
     pub claims: Vec<crate::proof::Claim>,
+    /// Hosts that get their certificate from ACME.
+    pub acme: crate::acme::AcmeHosts,
     pub compile_time: Duration,
 }
 

@@ -141,26 +141,46 @@ impl CertTable {
     }
 }
 
-/// Picks the certificate for each handshake from the current snapshot.
+/// Picks the certificate for each handshake: a Secret's (exact, then
+/// wildcard), else the ACME certificate of exactly that host, else the
+/// self-signed default. Never another host's ACME certificate.
 #[derive(Debug)]
 pub struct SniResolver {
     snapshots: SnapshotHandle,
     default: Arc<CertifiedKey>,
+    acme: Option<Arc<crate::acme::AcmeShared>>,
 }
 
 impl SniResolver {
     pub fn new(snapshots: SnapshotHandle, default: Arc<CertifiedKey>) -> SniResolver {
-        SniResolver { snapshots, default }
+        SniResolver {
+            snapshots,
+            default,
+            acme: None,
+        }
+    }
+
+    pub fn with_acme(mut self, acme: Option<Arc<crate::acme::AcmeShared>>) -> SniResolver {
+        self.acme = acme;
+        self
     }
 }
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let snapshot = self.snapshots.load();
-        let found = client_hello
-            .server_name()
-            .and_then(|name| snapshot.certs.lookup(name));
-        Some(found.unwrap_or(&self.default).clone())
+        let Some(name) = client_hello.server_name() else {
+            return Some(self.default.clone());
+        };
+        if let Some(key) = snapshot.certs.lookup(name) {
+            return Some(key.clone());
+        }
+        if let Some(acme) = &self.acme
+            && let Some(key) = acme.certificate(&snapshot.acme, name)
+        {
+            return Some(key);
+        }
+        Some(self.default.clone())
     }
 }
 

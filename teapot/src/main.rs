@@ -7,6 +7,7 @@
 //! - `teapot webhook`: the LB cluster's admission webhook.
 //! - `teapot validate`: the webhook's rules over files, offline.
 
+mod acme_args;
 mod demo;
 mod webhook_cmd;
 
@@ -87,6 +88,9 @@ struct ProxyArgs {
     listen: ListenArgs,
     #[command(flatten)]
     tuning: TuningArgs,
+    // Boxed: the ACME flags would make `Command` lopsided (clippy).
+    #[command(flatten)]
+    acme: Box<acme_args::AcmeArgs>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -226,7 +230,7 @@ pub(crate) fn proxy_config(
         status_addresses,
         domain: tuning.domain.to_ascii_lowercase(),
         lb_networks: tuning.lb_cidrs.clone(),
-        proofs: None,
+        ..CompileOptions::default()
     };
     config.dns_servers = tuning.dns_servers.clone();
     config.proof_timing = ProofTiming {
@@ -247,8 +251,10 @@ pub(crate) fn proxy_config(
 }
 
 async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let acme = args.acme.config()?;
     let (listeners, addrs) = bind(&args.listen)?;
-    let config = proxy_config(args.manifests, &args.tuning, &addrs);
+    let mut config = proxy_config(args.manifests, &args.tuning, &addrs);
+    config.acme = acme;
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

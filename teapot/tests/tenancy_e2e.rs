@@ -7,77 +7,11 @@
 //! refused by design: a routed host answers 503 ("no ready endpoint"), a
 //! host that is not routed answers 404. No traffic leaves the machine.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use teapot_testkit::client::{Request, Transport, send};
+use teapot_testkit::pebble::ChallTestSrv;
 use teapot_testkit::process::ProxyProcess;
-
-struct ChallTestSrv {
-    child: Child,
-    dns: SocketAddr,
-    management: SocketAddr,
-}
-
-impl Drop for ChallTestSrv {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A port free for both UDP and TCP on 127.0.0.1 (the server binds both).
-fn free_port() -> u16 {
-    loop {
-        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-impl ChallTestSrv {
-    fn start() -> ChallTestSrv {
-        let dns = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let management = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let child = Command::new("pebble-challtestsrv")
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-            .args([
-                "-dns01",
-                &dns.to_string(),
-                "-management",
-                &management.to_string(),
-            ])
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("pebble-challtestsrv (Debian package `pebble`; scripts/setup.sh installs it)");
-        ChallTestSrv {
-            child,
-            dns,
-            management,
-        }
-    }
-
-    async fn call(&self, path: &str, body: serde_json::Value) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut req = Request::get("challtestsrv", path);
-            req.method = "POST".into();
-            req.body = body.to_string().into_bytes();
-            req.headers
-                .push(("Content-Type".into(), "application/json".into()));
-            match send(self.management, &Transport::Plain, &req).await {
-                Ok(r) if r.status == 200 => return,
-                other if Instant::now() > deadline => panic!("challtestsrv {path}: {other:?}"),
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    }
-}
 
 const MANIFESTS: &str = r#"
 apiVersion: teapot.dev/v1alpha1
@@ -144,23 +78,19 @@ async fn wait_for(what: &str, mut check: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_domains_route_only_once_dns_proves_them() {
-    let dns = ChallTestSrv::start();
-    dns.call(
-        "/set-cname",
-        serde_json::json!({"host": "cname.acme-corp.test.", "target": "web-shop.acme.lb.example.net."}),
-    )
-    .await;
-    dns.call(
-        "/set-txt",
-        serde_json::json!({"host": "_teapot.txt.acme-corp.test.", "value": "teapot-tenant=acme"}),
-    )
-    .await;
+    let dns = ChallTestSrv::start("127.0.0.1")
+        .await
+        .expect("pebble-challtestsrv starts");
+    dns.set_cname("cname.acme-corp.test", "web-shop.acme.lb.example.net")
+        .await
+        .unwrap();
+    dns.set_txt("_teapot.txt.acme-corp.test", "teapot-tenant=acme")
+        .await
+        .unwrap();
     // Another tenant's token proves nothing for acme.
-    dns.call(
-        "/set-txt",
-        serde_json::json!({"host": "_teapot.unproven.acme-corp.test.", "value": "teapot-tenant=other"}),
-    )
-    .await;
+    dns.set_txt("_teapot.unproven.acme-corp.test", "teapot-tenant=other")
+        .await
+        .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("tenant.yaml"), MANIFESTS).unwrap();
@@ -249,11 +179,7 @@ async fn custom_domains_route_only_once_dns_proves_them() {
 
     // The proof disappears: routing continues through the grace period,
     // then stops.
-    dns.call(
-        "/clear-txt",
-        serde_json::json!({"host": "_teapot.txt.acme-corp.test."}),
-    )
-    .await;
+    dns.clear_txt("_teapot.txt.acme-corp.test").await.unwrap();
     let cleared = Instant::now();
     wait_for("the lost proof to stop routing", async || {
         status_of(&proxy, "txt.acme-corp.test").await == 404

@@ -13,6 +13,8 @@
 //! - [`client`]: an HTTP/1.1 + HTTP/2 client over plain TCP or TLS with a chosen
 //!   SNI that reports what the server presented, raw byte exchanges for framing
 //!   tests, and a WebSocket echo client.
+//! - [`pebble`]: Debian's `pebble` ACME test CA and `pebble-challtestsrv`
+//!   DNS server, on free ports, stoppable for outage tests.
 //! - [`process`]: launches a `teapot proxy` child process and talks to its admin
 //!   listener.
 //! - [`Error`]: the one error type of the crate.
@@ -20,6 +22,7 @@
 pub mod certs;
 pub mod client;
 pub mod echo;
+pub mod pebble;
 pub mod process;
 
 /// Everything that can go wrong in the helpers.

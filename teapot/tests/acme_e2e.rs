@@ -1,0 +1,361 @@
+//! Certificates from ACME end to end, against Debian's `pebble` test CA
+//! and `pebble-challtestsrv` as its DNS (every name resolves to 127.0.0.1),
+//! with two real `teapot proxy` replicas sharing one state directory.
+//!
+//! Replica B starts first and takes the issuer lock; replica A cannot, and
+//! pebble's HTTP-01 validations go to A's plain listener only. So a
+//! certificate proves that A served the tokens B's issuer wrote, and A
+//! serving it by SNI proves A picked it up from the shared directory.
+//! A tenant's assigned hostname and its DNS-proven custom domain get
+//! certificates through `--acme-default-tenants`; its unproven domain and
+//! an operator Ingress without the annotation keep the self-signed default.
+//! Then: renewal at two thirds of a short lifetime, a CA outage (the
+//! certificate keeps serving, failures are counted and backed off), the CA
+//! back with a new root and without our account (re-registration, next
+//! renewal), and failover of the issuer role when B dies.
+//!
+//! Every wait polls for a condition with a generous bound; nothing asserts
+//! on elapsed time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Harness, condition, eventually, ingress_report, metric};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use serde_json::{Value, json};
+use teapot_testkit::client::{Request, Transport, send};
+use teapot_testkit::pebble::{ChallTestSrv, Pebble, PebbleOptions};
+use teapot_testkit::process::ProxyProcess;
+
+/// Lifetime of pebble's certificates: renewal is due after 30 s.
+const VALIDITY: Duration = Duration::from_secs(45);
+/// Bound for one issuance or renewal on a loaded machine.
+const ISSUE_TIMEOUT: Duration = Duration::from_secs(180);
+
+const HOST: &str = "shop.acme.test";
+const PLAIN_HOST: &str = "plain.acme.test";
+/// A tenant's assigned hostname (`--domain example.net`).
+const ASSIGNED: &str = "web-shop.acme.lb.example.net";
+/// A tenant's custom domain, proven by its TXT record.
+const CUSTOM: &str = "www.shop-custom.test";
+/// A custom domain without proof: not routed, so no certificate.
+const UNPROVEN: &str = "unproven.shop-custom.test";
+
+/// A tenant whose Ingress has no annotation: `--acme-default-tenants`
+/// opts it in. Its only endpoint is loopback, which the proxy refuses for
+/// tenants, so its routes answer 503; only the handshake matters here.
+fn tenant_manifests() -> String {
+    let tenant = json!({
+        "apiVersion": "teapot.dev/v1alpha1",
+        "kind": "Tenant",
+        "metadata": { "name": "acme" },
+        "spec": { "cluster": "acme", "nodeCIDRs": ["10.1.0.0/24"] },
+    });
+    let backend = common::backend("web", common::Port::Number(80));
+    let mut ingress = common::ingress(
+        "tenant-acme",
+        "web.shop",
+        json!({
+            "defaultBackend": backend,
+            "rules": [
+                common::rule(Some(CUSTOM), vec![common::path("Prefix", "/", backend.clone())]),
+                common::rule(Some(UNPROVEN), vec![common::path("Prefix", "/", backend.clone())]),
+            ],
+            "tls": [{ "hosts": [ASSIGNED, CUSTOM, UNPROVEN], "secretName": "web-tls" }],
+        }),
+    );
+    ingress["metadata"]["annotations"] = json!({});
+    common::docs(&[
+        tenant,
+        common::service("tenant-acme", "web", &[(None, 80)]),
+        ingress,
+    ])
+}
+
+fn manifests(echo_port: u16) -> String {
+    let mut shop = common::simple_ingress("default", "shop", HOST, "web");
+    shop["metadata"]["annotations"] = json!({ "teapot.dev/acme": "true" });
+    shop["spec"]["tls"] = json!([{ "hosts": [HOST], "secretName": "shop-tls" }]);
+    // TLS hosts but no opt-in: the self-signed default, never ACME.
+    let mut plain = common::simple_ingress("default", "plain", PLAIN_HOST, "web");
+    plain["spec"]["tls"] = json!([{ "hosts": [PLAIN_HOST], "secretName": "plain-tls" }]);
+    let mut docs = vec![shop, plain];
+    docs.push(common::service("default", "web", &[(Some("http"), 80)]));
+    docs.push(common::slice(
+        "default",
+        "web-0",
+        "web",
+        &[(Some("http"), echo_port)],
+        &[("127.0.0.1", true)],
+    ));
+    common::docs(&docs)
+}
+
+fn der_of(pem: &str) -> Vec<u8> {
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .expect("PEM root")
+        .to_vec()
+}
+
+/// The leaf `proxy` presents for `sni`, verified against `root` (DER), and
+/// the request's status, or why not.
+async fn verified(proxy: &ProxyProcess, sni: &str, root: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let transport = Transport::tls_verified(sni, &[root]);
+    let resp = send(proxy.https, &transport, &Request::get(sni, "/"))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((resp.status, resp.peer_certificates[0].clone()))
+}
+
+/// As [`verified`], and the request must have reached the backend.
+async fn verified_leaf(proxy: &ProxyProcess, sni: &str, root: &[u8]) -> Result<Vec<u8>, String> {
+    match verified(proxy, sni, root).await? {
+        (200, leaf) => Ok(leaf),
+        (status, _) => Err(format!("status {status}")),
+    }
+}
+
+/// The leaf `proxy` presents for `sni`, without verifying it.
+async fn presented_leaf(proxy: &ProxyProcess, sni: &str) -> Vec<u8> {
+    let resp = send(
+        proxy.https,
+        &Transport::tls_insecure(sni),
+        &Request::get(sni, "/"),
+    )
+    .await
+    .expect("TLS request");
+    resp.peer_certificates[0].clone()
+}
+
+async fn metrics(proxy: &ProxyProcess) -> String {
+    let (code, body) = proxy.admin_get("/metrics").await.expect("metrics");
+    assert_eq!(code, 200);
+    body
+}
+
+async fn metric_of(proxy: &ProxyProcess, name: &str) -> f64 {
+    metric(&metrics(proxy).await, name).unwrap_or_else(|| panic!("metric {name} missing"))
+}
+
+async fn certificate_condition(proxy: &ProxyProcess) -> Value {
+    let (_, body) = proxy.admin_get("/status").await.expect("status");
+    let status: Value = serde_json::from_str(&body).expect("status JSON");
+    let report = ingress_report(&status, "default", "shop").expect("shop report");
+    condition(report, "CertificateReady")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+async fn wait_leaf_verified(
+    what: &str,
+    proxy: &ProxyProcess,
+    root: &[u8],
+    not: Option<&[u8]>,
+) -> Vec<u8> {
+    eventually(what, ISSUE_TIMEOUT, || async {
+        match verified_leaf(proxy, HOST, root).await {
+            Ok(leaf) if Some(&leaf[..]) != not => Ok(leaf),
+            Ok(_) => Err("still the previous certificate".to_string()),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
+    let dns = ChallTestSrv::start("127.0.0.1")
+        .await
+        .expect("pebble-challtestsrv starts");
+    let mut pebble = Pebble::configure(PebbleOptions {
+        http_port: 0,
+        dns: dns.dns,
+        validity: VALIDITY,
+    })
+    .expect("pebble is installed");
+    let echo = common::echo("default", "web", "web-0").await;
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().to_str().unwrap().to_string();
+    let directory = pebble.directory();
+    let root_file = pebble.api_root_file().to_str().unwrap().to_string();
+    let dns_server = dns.dns.to_string();
+    dns.set_txt(&format!("_teapot.{CUSTOM}"), "teapot-tenant=acme")
+        .await
+        .unwrap();
+    let args = [
+        "--domain",
+        "example.net",
+        "--dns-server",
+        &dns_server,
+        "--proof-recheck-pending",
+        "1",
+        "--acme-default-tenants",
+        "--acme-directory",
+        &directory,
+        "--acme-root",
+        &root_file,
+        "--acme-state-dir",
+        &state_dir,
+        "--acme-email",
+        "ops@example.com",
+        "--acme-retry-min",
+        "0.5",
+        "--acme-retry-max",
+        "2",
+        "--acme-lock-retry",
+        "0.5",
+        "--acme-order-timeout",
+        "30",
+    ];
+
+    // B first: it takes the issuer role. Pebble is not up yet, so B's
+    // first attempts fail and back off.
+    let files = [
+        ("app.yaml", manifests(echo.addr().port())),
+        ("tenant.yaml", tenant_manifests()),
+    ];
+    let b = Harness::start_with_args(&files, &args).await;
+    eventually("B is the issuer", ISSUE_TIMEOUT, || async {
+        let v = metric_of(&b.proxy, "teapot_acme_issuer").await;
+        if v == 1.0 { Ok(()) } else { Err(v) }
+    })
+    .await;
+    let a = Harness::start_with_args(&files, &args).await;
+    assert_eq!(
+        metric_of(&a.proxy, "teapot_acme_issuer").await,
+        0.0,
+        "the lock is B's"
+    );
+
+    // Pebble validates on A's plain port only.
+    pebble.set_http_port(a.proxy.http.port());
+    pebble.restart().await.expect("pebble starts");
+    let root = der_of(&pebble.issued_root().await.unwrap());
+
+    // Issuance: A serves the certificate by SNI, verified against pebble's
+    // root, and the request reaches the backend.
+    let first = wait_leaf_verified("A serves an issued certificate", &a.proxy, &root, None).await;
+    assert!(teapot_testkit::certs::cert_matches_hostname(&first, HOST));
+    assert_eq!(
+        verified_leaf(&b.proxy, HOST, &root).await.unwrap(),
+        first,
+        "both replicas serve the one certificate"
+    );
+    assert_eq!(metric_of(&a.proxy, "teapot_acme_orders_total").await, 0.0);
+    assert!(metric_of(&b.proxy, "teapot_acme_issued_total").await >= 1.0);
+    let cond = eventually("CertificateReady on A", ISSUE_TIMEOUT, || async {
+        let c = certificate_condition(&a.proxy).await;
+        if c["status"] == "True" { Ok(c) } else { Err(c) }
+    })
+    .await;
+    assert_eq!(cond["reason"], "Issued", "{cond}");
+    assert_eq!(
+        metric(
+            &metrics(&a.proxy).await,
+            "teapot_acme_certificates{state=\"issued\"}"
+        ),
+        Some(1.0)
+    );
+    // The account key and the certificate live in the state directory.
+    assert!(state.path().join("account.json").is_file());
+    assert!(state.path().join(format!("hosts/{HOST}.pem")).is_file());
+
+    // The tenant's assigned hostname and its proven custom domain get
+    // certificates through the operator default; the unproven one is not
+    // routed and keeps the self-signed default.
+    for host in [ASSIGNED, CUSTOM] {
+        let (status, leaf) = eventually(
+            &format!("a certificate for {host}"),
+            ISSUE_TIMEOUT,
+            || async { verified(&a.proxy, host, &root).await },
+        )
+        .await;
+        assert_eq!(status, 503, "{host}: routed, tenant endpoint refused");
+        assert!(teapot_testkit::certs::cert_matches_hostname(&leaf, host));
+    }
+    let unproven = presented_leaf(&a.proxy, UNPROVEN).await;
+    assert!(teapot_testkit::certs::cert_matches_hostname(
+        &unproven,
+        "teapot.invalid"
+    ));
+
+    // No opt-in: the self-signed default, never the ACME certificate.
+    let plain = presented_leaf(&a.proxy, PLAIN_HOST).await;
+    assert_ne!(plain, first);
+    assert!(teapot_testkit::certs::cert_matches_hostname(
+        &plain,
+        "teapot.invalid"
+    ));
+    // A token that is not ours is routed like any request.
+    let resp = a.get(HOST, "/.well-known/acme-challenge/not-ours").await;
+    assert_eq!(resp.status, 200, "routed to the backend: {}", resp.text());
+
+    // Renewal at two thirds of the lifetime: a new certificate, same root.
+    let second = wait_leaf_verified("renewal", &a.proxy, &root, Some(&first)).await;
+    assert!(teapot_testkit::certs::cert_matches_hostname(&second, HOST));
+
+    // CA outage: the next renewal fails and is retried with backoff; the
+    // current certificate keeps serving on both replicas.
+    pebble.stop();
+    let failures_before = metric_of(&b.proxy, "teapot_acme_failures_total").await;
+    eventually(
+        "renewal failures while pebble is down",
+        ISSUE_TIMEOUT,
+        || async {
+            let f = metric_of(&b.proxy, "teapot_acme_failures_total").await;
+            if f >= failures_before + 2.0 {
+                Ok(())
+            } else {
+                Err(f)
+            }
+        },
+    )
+    .await;
+    assert_eq!(presented_leaf(&a.proxy, HOST).await, second);
+    assert_eq!(presented_leaf(&b.proxy, HOST).await, second);
+    let cond = eventually(
+        "condition shows the failing renewal",
+        ISSUE_TIMEOUT,
+        || async {
+            let c = certificate_condition(&a.proxy).await;
+            let msg = c["message"].as_str().unwrap_or("");
+            if msg.contains("failed attempt") {
+                Ok(c)
+            } else {
+                Err(c)
+            }
+        },
+    )
+    .await;
+    assert!(
+        cond["reason"] == "Expiring" || cond["reason"] == "Failed",
+        "{cond}"
+    );
+
+    // The CA is back with a new root and without our account: the issuer
+    // registers again and the renewal goes through.
+    pebble.restart().await.expect("pebble restarts");
+    let new_root = der_of(&pebble.issued_root().await.unwrap());
+    assert_ne!(new_root, root, "pebble makes a new root at each start");
+    let third = wait_leaf_verified("renewal after the outage", &a.proxy, &new_root, None).await;
+    assert_ne!(third, second);
+    eventually("CertificateReady again", ISSUE_TIMEOUT, || async {
+        let c = certificate_condition(&a.proxy).await;
+        if c["reason"] == "Issued" {
+            Ok(())
+        } else {
+            Err(c)
+        }
+    })
+    .await;
+
+    // B dies: A takes the issuer role over (the kernel dropped B's lock).
+    drop(b);
+    eventually("A becomes the issuer", ISSUE_TIMEOUT, || async {
+        let v = metric_of(&a.proxy, "teapot_acme_issuer").await;
+        if v == 1.0 { Ok(()) } else { Err(v) }
+    })
+    .await;
+}
