@@ -21,6 +21,8 @@ pub enum Error {
     },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("kubernetes: {0}")]
+    Kube(String),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }

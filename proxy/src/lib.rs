@@ -1,12 +1,14 @@
 //! teapot's data plane.
 //!
-//! Objects flow one way: a source (today the manifests directory; the
-//! Kubernetes watch later) fills a [`store::Store`], [`compile::compile`]
+//! Objects flow one way: a source (the manifests directory, or the
+//! Kubernetes watch) fills a [`store::Store`], [`compile::compile`]
 //! turns it into an immutable [`snapshot::Snapshot`], and the snapshot is
 //! swapped in with `arc-swap`. The Pingora proxy and the TLS resolver only
 //! ever read the current snapshot.
 //!
 //! Layout:
+//! - [`kube_source`]: the Kubernetes watch source (production), feeding
+//!   the same store through the same validation.
 //! - [`manifests`]: reads a directory of YAML into a store, keeping the last
 //!   good version of objects that stop parsing.
 //! - [`validate`]: typed parsing and API-server-like validation, per field.
@@ -24,6 +26,7 @@
 
 pub mod admin;
 pub mod compile;
+pub mod kube_source;
 pub mod manifests;
 pub mod metrics;
 pub mod proof;

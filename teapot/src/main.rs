@@ -1,6 +1,6 @@
 //! `teapot`: one binary, one subcommand per role.
 //!
-//! - `teapot proxy`: the data plane (manifests mode today).
+//! - `teapot proxy`: the data plane (`--manifests DIR` or `--kube`).
 //! - `teapot demo`: the proxy on the embedded example with built-in echo
 //!   backends, for a first look.
 //! - `teapot echo`: the echo backend alone (tests, benchmarks, demos).
@@ -8,6 +8,7 @@
 //! - `teapot validate`: the webhook's rules over files, offline.
 
 mod demo;
+mod kube_args;
 mod webhook_cmd;
 
 use std::net::SocketAddr;
@@ -47,7 +48,7 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve Ingresses from a directory of Kubernetes manifests.
+    /// Serve Ingresses from a directory of Kubernetes manifests or from the Kubernetes API.
     Proxy(ProxyArgs),
     /// Run the proxy on the embedded example with built-in echo backends.
     Demo(demo::DemoArgs),
@@ -76,7 +77,9 @@ pub(crate) struct ListenArgs {
 struct ProxyArgs {
     /// Directory of Kubernetes YAML (Ingress, IngressClass, Service, EndpointSlice, Secret), watched for changes.
     #[arg(long, env = "TEAPOT_MANIFESTS")]
-    manifests: PathBuf,
+    manifests: Option<PathBuf>,
+    #[command(flatten)]
+    kube: kube_args::KubeArgs,
     #[command(flatten)]
     listen: ListenArgs,
     #[command(flatten)]
@@ -241,8 +244,10 @@ pub(crate) fn proxy_config(
 }
 
 async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let kube = args.kube.connect(args.manifests.as_deref()).await?;
     let (listeners, addrs) = bind(&args.listen)?;
-    let config = proxy_config(args.manifests, &args.tuning, &addrs);
+    let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
+    config.kube = kube;
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }
