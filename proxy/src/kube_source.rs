@@ -48,17 +48,30 @@ pub struct KubeConfig {
     /// Namespaces to watch the namespaced kinds in; empty: all namespaces.
     /// Cluster-scoped kinds (Tenant, IngressClass) are always watched whole.
     pub namespaces: Vec<String>,
+    /// The proxy writes Ingress status (see [`crate::kube_status`]);
+    /// `None`: read only.
+    pub status: Option<crate::kube_status::StatusOptions>,
 }
 
 impl std::fmt::Debug for KubeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeConfig")
             .field("namespaces", &self.namespaces)
+            .field("status", &self.status)
             .finish_non_exhaustive()
     }
 }
 
 impl KubeConfig {
+    /// All namespaces, read only.
+    pub fn new(client: kube::Client) -> KubeConfig {
+        KubeConfig {
+            client,
+            namespaces: Vec::new(),
+            status: None,
+        }
+    }
+
     /// A client from `kubeconfig`, or else as kubectl finds one
     /// (`KUBECONFIG`, `~/.kube/config`, the in-cluster service account).
     pub async fn connect(
@@ -78,7 +91,11 @@ impl KubeConfig {
                 .map_err(|e| Error::Kube(e.to_string()))?,
         };
         let client = kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))?;
-        Ok(KubeConfig { client, namespaces })
+        Ok(KubeConfig {
+            client,
+            namespaces,
+            status: None,
+        })
     }
 }
 

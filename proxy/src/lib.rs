@@ -9,6 +9,8 @@
 //! Layout:
 //! - [`kube_source`]: the Kubernetes watch source (production), feeding
 //!   the same store through the same validation.
+//! - [`kube_status`]: writes Ingress status in kube mode, from one replica
+//!   (a Lease).
 //! - [`manifests`]: reads a directory of YAML into a store, keeping the last
 //!   good version of objects that stop parsing.
 //! - [`validate`]: typed parsing and API-server-like validation, per field.
@@ -27,6 +29,7 @@
 pub mod admin;
 pub mod compile;
 pub mod kube_source;
+pub mod kube_status;
 pub mod manifests;
 pub mod metrics;
 pub mod proof;

@@ -143,6 +143,11 @@ impl Reloader {
         state.generation
     }
 
+    /// Follows the generation swapped in last (0: none yet).
+    pub fn generations(&self) -> watch::Receiver<u64> {
+        self.generations.subscribe()
+    }
+
     pub fn source(&self) -> &Source {
         &self.source
     }

@@ -229,6 +229,13 @@ pub async fn run(
         ))
     };
 
+    let status_task = crate::kube_status::spawn(
+        config.kube.as_ref(),
+        reloader.source(),
+        &snapshots,
+        reloader.generations(),
+        stop_rx.clone(),
+    );
     // In kube mode the first snapshot waits for every watch to list;
     // until then /readyz says 503.
     let ready_task = match reloader.source() {
@@ -253,7 +260,7 @@ pub async fn run(
 
     shutdown.await;
     let started = Instant::now();
-    if let Some(t) = ready_task {
+    for t in [ready_task, status_task].into_iter().flatten() {
         t.abort();
     }
     ready.store(false, Ordering::Release);

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use teapot_proxy::kube_source::KubeConfig;
+use teapot_proxy::kube_status::StatusOptions;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct KubeArgs {
@@ -34,5 +35,22 @@ impl KubeArgs {
                 KubeConfig::connect(self.kubeconfig.as_deref(), self.namespaces.clone()).await?,
             )),
         }
+    }
+}
+
+/// `teapot proxy` only: Ingress status writes in kube mode.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct StatusArgs {
+    /// With --kube: do not write Ingress status (then list/watch RBAC suffices).
+    #[arg(long, requires = "kube")]
+    no_ingress_status: bool,
+    /// With --kube: namespace of the Lease that picks the one replica writing Ingress status.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "teapot-system")]
+    lease_namespace: String,
+}
+
+impl StatusArgs {
+    pub(crate) fn options(&self) -> Option<StatusOptions> {
+        (!self.no_ingress_status).then(|| StatusOptions::new(self.lease_namespace.clone()))
     }
 }

@@ -81,6 +81,8 @@ struct ProxyArgs {
     #[command(flatten)]
     kube: kube_args::KubeArgs,
     #[command(flatten)]
+    status: kube_args::StatusArgs,
+    #[command(flatten)]
     listen: ListenArgs,
     #[command(flatten)]
     tuning: TuningArgs,
@@ -244,7 +246,10 @@ pub(crate) fn proxy_config(
 }
 
 async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
-    let kube = args.kube.connect(args.manifests.as_deref()).await?;
+    let mut kube = args.kube.connect(args.manifests.as_deref()).await?;
+    if let Some(kube) = kube.as_mut() {
+        kube.status = args.status.options();
+    }
     let (listeners, addrs) = bind(&args.listen)?;
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.kube = kube;

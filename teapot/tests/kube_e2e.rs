@@ -67,6 +67,17 @@ async fn serves_updates_and_deletes_ingresses_from_the_api() {
     let two = echo(NS, "svc-two", "two-0").await;
     backends(&api, &[("svc-one", &one), ("svc-two", &two)]);
     api.apply(route("/", "svc-one"));
+    // A tenant's Ingress, host-less: bound to its assigned hostname.
+    api.apply(json!({
+        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": "acme"},
+        "spec": {"cluster": "acme", "nodeCIDRs": ["10.1.0.0/24"]},
+    }));
+    api.apply(ingress(
+        "tenant-acme",
+        "web.default",
+        json!({ "rules": [rule(None, vec![path("Prefix", "/", backend("web", Port::Number(80)))])] }),
+    ));
 
     let proxy = ProxyProcess::start_kube(&teapot_bin(), api.kubeconfig_path(), &[])
         .await
@@ -105,9 +116,52 @@ async fn serves_updates_and_deletes_ingresses_from_the_api() {
     let r = wait_answer(&proxy, "/a", 404, None).await;
     assert_eq!(r, Value::Null);
 
-    // The proxy only read, Secrets by type.
+    // The one replica wrote the statuses, by server-side apply, once.
+    let hostname = eventually("the tenant Ingress status", RELOAD_TIMEOUT, || async {
+        let o = api
+            .get(
+                "networking.k8s.io/v1",
+                "Ingress",
+                "tenant-acme",
+                "web.default",
+            )
+            .unwrap();
+        match o["status"]["loadBalancer"]["ingress"][0]["hostname"].as_str() {
+            Some(h) => Ok(h.to_string()),
+            None => Err(o["status"].clone()),
+        }
+    })
+    .await;
+    assert_eq!(hostname, "web-default.acme.lb.localhost");
     let requests = api.requests();
-    assert!(requests.iter().all(|r| r.method == http::Method::GET));
+    let status_writes: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == http::Method::PATCH && r.path.ends_with("/status"))
+        .collect();
+    assert!(
+        status_writes
+            .iter()
+            .all(|r| r.param("fieldManager").as_deref() == Some("teapot-proxy"))
+    );
+    let tenant_writes = status_writes
+        .iter()
+        .filter(|r| r.path.contains("/namespaces/tenant-acme/"))
+        .count();
+    assert_eq!(tenant_writes, 1, "written once, not on every compile");
+    let lease = api
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "teapot-system",
+            "teapot-proxy-status",
+        )
+        .expect("the status lease");
+    assert!(lease["spec"]["holderIdentity"].is_string());
+
+    // Otherwise the proxy only reads; Secrets by type.
+    assert!(requests.iter().all(|r| r.method == http::Method::GET
+        || r.path.ends_with("/status")
+        || r.path.contains("/leases")));
     assert!(
         requests
             .iter()
@@ -130,10 +184,7 @@ async fn not_ready_until_every_watch_has_listed() {
         teapot_proxy::Listeners::bind(Some("127.0.0.1:0"), None, "127.0.0.1:0").unwrap();
     let admin = listeners.addrs().unwrap().admin;
     let mut config = teapot_proxy::ProxyConfig::new(Default::default());
-    config.kube = Some(teapot_proxy::kube_source::KubeConfig {
-        client,
-        namespaces: Vec::new(),
-    });
+    config.kube = Some(teapot_proxy::kube_source::KubeConfig::new(client));
     config.grace_period = Duration::from_secs(1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(teapot_proxy::run(config, listeners, async move {

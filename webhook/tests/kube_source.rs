@@ -144,11 +144,7 @@ async fn a_held_host_is_refused_until_its_holder_is_deleted() {
     for object in corpus_state() {
         api.apply(object);
     }
-    let hook = Webhook::start(KubeConfig {
-        client: api.client(),
-        namespaces: Vec::new(),
-    })
-    .await;
+    let hook = Webhook::start(KubeConfig::new(api.client())).await;
     wait_until("webhook ready", || async { hook.readyz().await == 200 }).await;
 
     // acme claims www.globex.com, which globex's Ingress holds.
@@ -195,11 +191,7 @@ async fn an_invalid_object_from_the_api_is_skipped_alone() {
         "metadata": {"name": "broken"},
         "spec": {"cluster": "Not A Label"},
     }));
-    let hook = Webhook::start(KubeConfig {
-        client: api.client(),
-        namespaces: Vec::new(),
-    })
-    .await;
+    let hook = Webhook::start(KubeConfig::new(api.client())).await;
     wait_until("webhook ready", || async { hook.readyz().await == 200 }).await;
     let r = hook.review(cross_tenant_claim()).await;
     assert_eq!(r["allowed"], false, "{r}");
@@ -215,11 +207,7 @@ async fn nothing_is_allowed_before_the_watches_have_listed() {
         .unwrap();
     drop(dead);
     let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
-    let hook = Webhook::start(KubeConfig {
-        client,
-        namespaces: Vec::new(),
-    })
-    .await;
+    let hook = Webhook::start(KubeConfig::new(client)).await;
     // /healthz answers once the server is up; /readyz stays 503.
     wait_until("webhook serving", || async {
         hook.request("GET", "/healthz", Vec::new()).await.0 == 200
