@@ -578,6 +578,52 @@ mod tests {
         );
     }
 
+    /// Against the API double: events a watcher missed (a compaction while
+    /// it was away) come back through the 410 -> re-list path, which
+    /// drops what vanished.
+    #[tokio::test]
+    async fn a_relist_after_410_drops_what_vanished() {
+        use teapot_testkit::apiserver::ApiServer;
+        let api = ApiServer::start().await;
+        for name in ["a", "b"] {
+            let mut t = tenant(name, name, "10.1.0.0/16", "");
+            t["apiVersion"] = json!("teapot.dev/v1alpha1");
+            t["kind"] = json!("Tenant");
+            t["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("resourceVersion");
+            api.apply(t);
+        }
+        let source = KubeSource::start_with(
+            &api.client(),
+            vec![WatchSpec {
+                kind: Kind::Tenant,
+                namespace: None,
+            }],
+        );
+        tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
+            .await
+            .expect("synced in time");
+        assert_eq!(source.snapshot().store.tenants.len(), 2);
+
+        assert!(api.delete_unannounced("teapot.dev/v1alpha1", "Tenant", "", "b"));
+        api.compact();
+        api.drop_watches();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while source.snapshot().store.tenants.len() != 1 {
+            assert!(tokio::time::Instant::now() < deadline, "b still known");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(source.snapshot().store.tenants.contains_key("a"));
+        let lists = api
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/tenants") && r.param("watch").is_none())
+            .count();
+        assert_eq!(lists, 2, "the initial list and the re-list");
+    }
+
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
         assert_eq!(WatchSpec::all(&[]).len(), 6);

@@ -32,7 +32,9 @@
 //!   `deletionTimestamp`; the write that removes the last finalizer deletes;
 //! - an admission hook ([`ApiServer::set_admission`]) that sees every write
 //!   through HTTP and may refuse it with a 4xx `Status`;
-//! - a log of every request ([`ApiServer::requests`]).
+//! - a log of every request ([`ApiServer::requests`]);
+//! - fault injection: [`ApiServer::drop_watches`] ends open watches,
+//!   [`ApiServer::delete_unannounced`] makes a change no watch sees.
 //!
 //! Simplifications (documented in docs/kube.md too): server-side apply is
 //! a JSON merge of the applied object into the stored one (lists are
@@ -183,6 +185,8 @@ struct State {
 struct Inner {
     state: Mutex<State>,
     changes: broadcast::Sender<Arc<Change>>,
+    /// Bumped by [`ApiServer::drop_watches`]: open watches end.
+    watch_epoch: watch::Sender<u64>,
     admission: Mutex<Option<Arc<AdmissionHook>>>,
     requests: Mutex<Vec<RecordedRequest>>,
 }
@@ -270,6 +274,7 @@ impl ApiServer {
         let inner = Arc::new(Inner {
             state: Mutex::new(State::default()),
             changes,
+            watch_epoch: watch::channel(0).0,
             admission: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
         });
@@ -389,6 +394,36 @@ impl ApiServer {
 
     /// Forgets the change history: watches from an older
     /// `resourceVersion` get 410 Gone and must re-list.
+    /// Ends every open watch (as an API server restart or a load balancer
+    /// timeout would); clients re-watch from their last version.
+    pub fn drop_watches(&self) {
+        self.inner.watch_epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Removes an object without any watch event (a change the clients
+    /// miss, as across a compaction while they were away): only a re-list
+    /// shows it. Returns whether it existed.
+    pub fn delete_unannounced(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
+        let resource = Resource::of_kind(api_version, kind);
+        let mut state = lock(&self.inner.state);
+        let key = (namespace.to_string(), name.to_string());
+        let existed = state
+            .objects
+            .get_mut(&resource)
+            .and_then(|m| m.remove(&key))
+            .is_some();
+        if existed {
+            state.rv += 1;
+        }
+        existed
+    }
+
     pub fn compact(&self) {
         let mut state = lock(&self.inner.state);
         state.compacted = state.rv;
@@ -1393,6 +1428,7 @@ fn watch_response(
             kind,
         )
     };
+    let mut epoch = inner.watch_epoch.subscribe();
     tokio::spawn(async move {
         use futures::SinkExt;
         for line in backlog {
@@ -1410,6 +1446,7 @@ fn watch_response(
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = stopped(&mut stop) => return,
+                _ = epoch.changed() => return,
                 _ = tick.tick(), if bookmarks => {
                     let b = json!({"kind": kind, "apiVersion": resource.group_version,
                         "metadata": {"resourceVersion": last_rv.to_string()}});
