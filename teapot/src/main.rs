@@ -75,7 +75,7 @@ pub(crate) struct ListenArgs {
 
 #[derive(clap::Args, Debug)]
 struct ProxyArgs {
-    /// Directory of Kubernetes YAML (Ingress, IngressClass, Service, EndpointSlice, Secret), watched for changes.
+    /// Directory of Kubernetes YAML (Ingress, IngressClass, Service, EndpointSlice, Secret, Tenant), watched for changes (or --kube).
     #[arg(long, env = "TEAPOT_MANIFESTS")]
     manifests: Option<PathBuf>,
     #[command(flatten)]

@@ -15,7 +15,7 @@ use teapot_webhook::{PolicyConfig, PolicyState, Validator, WebhookConfig};
 /// Settings both subcommands share.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct PolicyArgs {
-    /// Directory of manifests with the Tenants and the objects that already hold hosts and addresses (the proxy's manifests format).
+    /// Directory of manifests with the Tenants and the objects that already hold hosts and addresses (the proxy's manifests format); `teapot webhook` takes --kube instead in production.
     #[arg(long, env = "TEAPOT_MANIFESTS")]
     manifests: Option<PathBuf>,
     /// The operator's DOMAIN: tenants get INGRESS.CLUSTER.lb.DOMAIN.

@@ -226,6 +226,44 @@ async fn the_manifests_and_kube_flags_exclude_each_other() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    let out = std::process::Command::new(teapot_bin())
+        .args([
+            "webhook",
+            "--kube",
+            "--manifests",
+            "/tmp",
+            "--domain",
+            "example.net",
+        ])
+        .args([
+            "--cert",
+            "/nonexistent",
+            "--key",
+            "/nonexistent",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env_remove("TEAPOT_MANIFESTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not both"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `teapot validate` reads files only: --manifests is required.
+    let out = std::process::Command::new(teapot_bin())
+        .args(["validate", "-f", "-", "--domain", "example.net"])
+        .env_remove("TEAPOT_MANIFESTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--manifests"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `teapot proxy --kube` against the cluster `KUBECONFIG` names: applies
