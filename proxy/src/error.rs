@@ -23,6 +23,8 @@ pub enum Error {
     Metrics(#[from] prometheus::Error),
     #[error(transparent)]
     Acme(#[from] crate::acme::AcmeError),
+    #[error("kubernetes: {0}")]
+    Kube(String),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }

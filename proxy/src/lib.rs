@@ -1,12 +1,16 @@
 //! teapot's data plane.
 //!
-//! Objects flow one way: a source (today the manifests directory; the
-//! Kubernetes watch later) fills a [`store::Store`], [`compile::compile`]
+//! Objects flow one way: a source (the manifests directory, or the
+//! Kubernetes watch) fills a [`store::Store`], [`compile::compile`]
 //! turns it into an immutable [`snapshot::Snapshot`], and the snapshot is
 //! swapped in with `arc-swap`. The Pingora proxy and the TLS resolver only
 //! ever read the current snapshot.
 //!
 //! Layout:
+//! - [`kube_source`]: the Kubernetes watch source (production), feeding
+//!   the same store through the same validation.
+//! - [`kube_status`]: writes Ingress status in kube mode, from one replica
+//!   (a Lease).
 //! - [`manifests`]: reads a directory of YAML into a store, keeping the last
 //!   good version of objects that stop parsing.
 //! - [`validate`]: typed parsing and API-server-like validation, per field.
@@ -26,6 +30,8 @@
 pub mod acme;
 pub mod admin;
 pub mod compile;
+pub mod kube_source;
+pub mod kube_status;
 pub mod manifests;
 pub mod metrics;
 pub mod proof;

@@ -1,10 +1,13 @@
-//! Hot reload: watch the manifests directory, recompile, swap.
+//! Hot reload: watch the manifests directory (or the Kubernetes watch
+//! source), recompile, swap.
 //!
 //! inotify events (through `notify`) trigger a reload after a short quiet
 //! period, so a `kubectl`-style burst of writes or an editor's
 //! write-rename becomes one compile. A cheap poll of file sizes and
 //! modification times backs the watcher up on filesystems where events go
-//! missing. Compiles run on the blocking pool: a large table must not stall
+//! missing. In kube mode the watch events are coalesced the same way
+//! ([`crate::kube_source::coalesced`]) and nothing is compiled before every
+//! watch has listed. Compiles run on the blocking pool: a large table must not stall
 //! request handling.
 
 use std::collections::HashSet;
@@ -16,6 +19,7 @@ use notify::Watcher;
 use tokio::sync::{mpsc, watch};
 
 use crate::compile::{CompileOptions, compile};
+use crate::kube_source::{self, KubeSource};
 use crate::manifests::{Problem, load_dir};
 use crate::metrics::Metrics;
 use crate::snapshot::SnapshotHandle;
@@ -27,10 +31,21 @@ pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
 /// Safety-net poll interval.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Where a [`Reloader`] reads its objects.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A manifests directory (`--manifests`).
+    Dir(PathBuf),
+    /// The Kubernetes watch (`--kube`).
+    Kube(KubeSource),
+}
+
 /// Loads, compiles and swaps; remembers what it needs for the next time.
 #[derive(Debug)]
 pub struct Reloader {
-    dir: PathBuf,
+    source: Source,
+    /// The generation swapped in last (0: none yet).
+    generations: watch::Sender<u64>,
     options: CompileOptions,
     snapshots: SnapshotHandle,
     registry: EndpointRegistry,
@@ -53,8 +68,18 @@ impl Reloader {
         snapshots: SnapshotHandle,
         metrics: Metrics,
     ) -> Reloader {
+        Reloader::with_source(Source::Dir(dir), options, snapshots, metrics)
+    }
+
+    pub fn with_source(
+        source: Source,
+        options: CompileOptions,
+        snapshots: SnapshotHandle,
+        metrics: Metrics,
+    ) -> Reloader {
         Reloader {
-            dir,
+            source,
+            generations: watch::channel(0).0,
             options,
             snapshots,
             registry: EndpointRegistry::default(),
@@ -66,7 +91,13 @@ impl Reloader {
     /// One full load -> compile -> swap. Returns the new generation.
     pub fn reload(&self) -> u64 {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut loaded = load_dir(&self.dir, &state.store);
+        let mut loaded = match &self.source {
+            Source::Dir(dir) => load_dir(dir, &state.store),
+            // Before every watch has listed, the store is a partial
+            // picture: serving it would drop routes that do exist.
+            Source::Kube(kube) if !kube.is_synced() => return state.generation,
+            Source::Kube(kube) => kube.snapshot(),
+        };
         crate::tenancy::admit(
             &mut loaded,
             &state.store,
@@ -108,12 +139,34 @@ impl Reloader {
         // drop happens on this blocking thread, not on whichever request
         // releases it last.
         state.retired = Some(self.snapshots.swap(Arc::new(snapshot)));
+        self.generations.send_replace(state.generation);
         state.generation
+    }
+
+    /// Follows the generation swapped in last (0: none yet).
+    pub fn generations(&self) -> watch::Receiver<u64> {
+        self.generations.subscribe()
+    }
+
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Resolves once a snapshot has been swapped in (in kube mode: after
+    /// every watch has listed).
+    pub async fn wait_loaded(&self) {
+        let _ = self.generations.subscribe().wait_for(|g| *g > 0).await;
     }
 
     /// Reloads whenever the directory changes, until `shutdown` turns true.
     pub async fn watch(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
-        let dir = self.dir.clone();
+        let dir = match &self.source {
+            Source::Dir(dir) => dir.clone(),
+            Source::Kube(kube) => {
+                let kube = kube.clone();
+                return self.watch_kube(kube, shutdown).await;
+            }
+        };
         watch_dir(
             dir,
             POLL_INTERVAL,
@@ -124,6 +177,28 @@ impl Reloader {
             || false,
         )
         .await;
+    }
+}
+
+impl Reloader {
+    /// Kube mode: the first compile once synced, then one per burst of
+    /// events.
+    async fn watch_kube(self: Arc<Self>, kube: KubeSource, mut shutdown: watch::Receiver<bool>) {
+        let mut changes = kube.changes();
+        tokio::select! {
+            _ = kube.wait_synced() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        loop {
+            let r = self.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || r.reload()).await {
+                tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
+            }
+            tokio::select! {
+                more = kube_source::coalesced(&mut changes, QUIET_PERIOD) => if !more { return },
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
     }
 }
 

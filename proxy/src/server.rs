@@ -25,10 +25,11 @@ use tokio::sync::watch;
 use crate::Error;
 use crate::admin::{self, AdminState};
 use crate::compile::CompileOptions;
+use crate::kube_source::{KubeConfig, KubeSource};
 use crate::metrics::Metrics;
 use crate::proof::{DomainProver, ProofBook, ProofTiming};
 use crate::proxy::{Router, UpstreamOptions};
-use crate::reload::Reloader;
+use crate::reload::{Reloader, Source};
 use crate::snapshot::Snapshot;
 use crate::tls::{SniResolver, TlsCertificate};
 
@@ -49,6 +50,8 @@ pub struct ProxyConfig {
     pub proof_timing: ProofTiming,
     /// Certificates from ACME; `None`: off.
     pub acme: Option<crate::acme::AcmeConfig>,
+    /// Read objects from the Kubernetes API instead of `manifests`.
+    pub kube: Option<KubeConfig>,
 }
 
 impl ProxyConfig {
@@ -63,6 +66,7 @@ impl ProxyConfig {
             dns_servers: Vec::new(),
             proof_timing: ProofTiming::default(),
             acme: None,
+            kube: None,
         }
     }
 }
@@ -116,7 +120,7 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
-    if !config.manifests.is_dir() {
+    if config.kube.is_none() && !config.manifests.is_dir() {
         return Err(Error::Manifests {
             path: config.manifests.clone(),
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
@@ -139,8 +143,12 @@ pub async fn run(
     let mut compile_options = config.compile.clone();
     compile_options.proofs = Some(proofs);
     compile_options.acme = acme_shared.clone();
-    let reloader = Arc::new(Reloader::new(
-        config.manifests.clone(),
+    let source = match &config.kube {
+        Some(kube) => Source::Kube(KubeSource::start(kube)),
+        None => Source::Dir(config.manifests.clone()),
+    };
+    let reloader = Arc::new(Reloader::with_source(
+        source,
         compile_options,
         snapshots.clone(),
         metrics.clone(),
@@ -243,11 +251,40 @@ pub async fn run(
         ))
     });
 
-    ready.store(true, Ordering::Release);
-    tracing::info!(manifests = %config.manifests.display(), "teapot proxy serving");
+    let status_task = crate::kube_status::spawn(
+        config.kube.as_ref(),
+        reloader.source(),
+        &snapshots,
+        reloader.generations(),
+        stop_rx.clone(),
+    );
+    // In kube mode the first snapshot waits for every watch to list;
+    // until then /readyz says 503.
+    let ready_task = match reloader.source() {
+        Source::Dir(_) => {
+            ready.store(true, Ordering::Release);
+            None
+        }
+        Source::Kube(_) => {
+            let (reloader, ready) = (reloader.clone(), ready.clone());
+            Some(tokio::spawn(async move {
+                reloader.wait_loaded().await;
+                ready.store(true, Ordering::Release);
+            }))
+        }
+    };
+    match &config.kube {
+        Some(kube) => {
+            tracing::info!(namespaces = ?kube.namespaces, "teapot proxy serving from the Kubernetes API")
+        }
+        None => tracing::info!(manifests = %config.manifests.display(), "teapot proxy serving"),
+    }
 
     shutdown.await;
     let started = Instant::now();
+    for t in [ready_task, status_task].into_iter().flatten() {
+        t.abort();
+    }
     ready.store(false, Ordering::Release);
     tracing::info!(
         grace_period_s = config.grace_period.as_secs_f64(),

@@ -1,6 +1,6 @@
 //! `teapot`: one binary, one subcommand per role.
 //!
-//! - `teapot proxy`: the data plane (manifests mode today).
+//! - `teapot proxy`: the data plane (`--manifests DIR` or `--kube`).
 //! - `teapot demo`: the proxy on the embedded example with built-in echo
 //!   backends, for a first look.
 //! - `teapot echo`: the echo backend alone (tests, benchmarks, demos).
@@ -9,6 +9,7 @@
 
 mod acme_args;
 mod demo;
+mod kube_args;
 mod webhook_cmd;
 
 use std::net::SocketAddr;
@@ -54,7 +55,7 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve Ingresses from a directory of Kubernetes manifests.
+    /// Serve Ingresses from a directory of Kubernetes manifests or from the Kubernetes API.
     Proxy(ProxyArgs),
     /// Run the proxy on the embedded example with built-in echo backends.
     Demo(demo::DemoArgs),
@@ -81,9 +82,13 @@ pub(crate) struct ListenArgs {
 
 #[derive(clap::Args, Debug)]
 struct ProxyArgs {
-    /// Directory of Kubernetes YAML (Ingress, IngressClass, Service, EndpointSlice, Secret), watched for changes.
+    /// Directory of Kubernetes YAML (Ingress, IngressClass, Service, EndpointSlice, Secret, Tenant), watched for changes (or --kube).
     #[arg(long, env = "TEAPOT_MANIFESTS")]
-    manifests: PathBuf,
+    manifests: Option<PathBuf>,
+    #[command(flatten)]
+    kube: kube_args::KubeArgs,
+    #[command(flatten)]
+    status: kube_args::StatusArgs,
     #[command(flatten)]
     listen: ListenArgs,
     #[command(flatten)]
@@ -252,9 +257,14 @@ pub(crate) fn proxy_config(
 
 async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let acme = args.acme.config()?;
+    let mut kube = args.kube.connect(args.manifests.as_deref()).await?;
+    if let Some(kube) = kube.as_mut() {
+        kube.status = args.status.options();
+    }
     let (listeners, addrs) = bind(&args.listen)?;
-    let mut config = proxy_config(args.manifests, &args.tuning, &addrs);
+    let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.acme = acme;
+    config.kube = kube;
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

@@ -15,9 +15,9 @@ use teapot_webhook::{PolicyConfig, PolicyState, Validator, WebhookConfig};
 /// Settings both subcommands share.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct PolicyArgs {
-    /// Directory of manifests with the Tenants and the objects that already hold hosts and addresses (the proxy's manifests format).
+    /// Directory of manifests with the Tenants and the objects that already hold hosts and addresses (the proxy's manifests format); `teapot webhook` takes --kube instead in production.
     #[arg(long, env = "TEAPOT_MANIFESTS")]
-    manifests: PathBuf,
+    manifests: Option<PathBuf>,
     /// The operator's DOMAIN: tenants get INGRESS.CLUSTER.lb.DOMAIN.
     #[arg(long, env = "TEAPOT_DOMAIN")]
     domain: String,
@@ -45,6 +45,8 @@ pub(crate) struct WebhookArgs {
     key: PathBuf,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    kube: crate::kube_args::KubeArgs,
     /// Seconds open connections get to finish after SIGTERM.
     #[arg(long, default_value_t = 10)]
     grace_period: u64,
@@ -65,12 +67,15 @@ pub(crate) struct ValidateArgs {
 /// Runs the webhook until SIGTERM or SIGINT.
 pub(crate) async fn run_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     let policy = args.policy.policy()?;
+    let kube = args.kube.connect(args.policy.manifests.as_deref()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot bind {}", args.listen))?;
     let addr = listener.local_addr()?;
     println!("{{\"event\":\"listening\",\"webhook\":\"{addr}\"}}");
-    let mut config = WebhookConfig::new(args.cert, args.key, args.policy.manifests, policy);
+    let manifests = args.policy.manifests.unwrap_or_default();
+    let mut config = WebhookConfig::new(args.cert, args.key, manifests, policy);
+    config.kube = kube;
     config.grace_period = Duration::from_secs(args.grace_period);
     teapot_webhook::run(config, listener, crate::shutdown_signal()).await?;
     Ok(())
@@ -80,7 +85,12 @@ pub(crate) async fn run_webhook(args: WebhookArgs) -> anyhow::Result<()> {
 /// exits 1 when there is one.
 pub(crate) fn run_validate(args: ValidateArgs) -> anyhow::Result<()> {
     let validator = Validator::new(args.policy.policy()?);
-    let state = load_state(&args.policy.manifests)?;
+    let dir = args
+        .policy
+        .manifests
+        .as_deref()
+        .context("teapot validate needs --manifests DIR (the LB-cluster state)")?;
+    let state = load_state(dir)?;
     let (mut objects, mut refused) = (0usize, 0usize);
     for file in &args.files {
         let (label, text) = read_input(file)?;

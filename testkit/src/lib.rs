@@ -8,6 +8,8 @@
 //!
 //! - [`echo`]: the conformance suite's echo backend (HTTP/1.1, HTTP/2 cleartext,
 //!   WebSocket), plus test hooks for delays and status codes.
+//! - [`apiserver`]: an in-process Kubernetes API double behind a real
+//!   `kube::Client` (and a kubeconfig file for child processes).
 //! - [`certs`]: self-signed certificates, a small test CA, `kubernetes.io/tls`
 //!   Secret manifests and a SAN check.
 //! - [`client`]: an HTTP/1.1 + HTTP/2 client over plain TCP or TLS with a chosen
@@ -19,6 +21,7 @@
 //!   listener.
 //! - [`Error`]: the one error type of the crate.
 
+pub mod apiserver;
 pub mod certs;
 pub mod client;
 pub mod echo;

@@ -10,6 +10,7 @@
 //! Its stderr (the logs) is inherited, so a failing test shows them; its other
 //! stdout lines are copied to our stderr with a `[teapot PID]` prefix.
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -74,10 +75,34 @@ impl ProxyProcess {
         manifests: &Path,
         extra_args: &[&str],
     ) -> Result<ProxyProcess, Error> {
+        let source = [OsStr::new("--manifests"), manifests.as_os_str()];
+        ProxyProcess::spawn(bin, &source, extra_args).await
+    }
+
+    /// Like [`ProxyProcess::start`], in kube mode:
+    /// `bin proxy --kube --kubeconfig FILE ...` (e.g. the kubeconfig of
+    /// [`crate::apiserver::ApiServer`]). Ready means every watch has listed.
+    pub async fn start_kube(
+        bin: &Path,
+        kubeconfig: &Path,
+        extra_args: &[&str],
+    ) -> Result<ProxyProcess, Error> {
+        let source = [
+            OsStr::new("--kube"),
+            OsStr::new("--kubeconfig"),
+            kubeconfig.as_os_str(),
+        ];
+        ProxyProcess::spawn(bin, &source, extra_args).await
+    }
+
+    async fn spawn(
+        bin: &Path,
+        source: &[&OsStr],
+        extra_args: &[&str],
+    ) -> Result<ProxyProcess, Error> {
         let mut child = Command::new(bin)
             .arg("proxy")
-            .arg("--manifests")
-            .arg(manifests)
+            .args(source)
             .args([
                 "--http",
                 "127.0.0.1:0",

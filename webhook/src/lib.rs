@@ -13,7 +13,8 @@
 //!   who holds which host and network, object counts), built from the
 //!   proxy's [`Store`](teapot_proxy::store::Store).
 //! - [`source`]: fills the state from a manifests directory (the proxy's
-//!   loader), reloaded when it changes.
+//!   loader), reloaded when it changes, or from the Kubernetes watch of
+//!   the LB cluster (`teapot_proxy::kube_source`).
 //! - [`review`]: the validator: AdmissionReview JSON in, AdmissionReview
 //!   JSON out; kind and namespace dispatch, the Secret key check.
 //! - [`offline`]: the same rules over files (`teapot validate`).

@@ -37,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::review::Validator;
 use crate::source::{ManifestSource, StateHandle};
 use crate::state::PolicyConfig;
+use teapot_proxy::kube_source::{KubeConfig, KubeSource};
 
 /// Largest request body: an AdmissionReview carries the object and its
 /// old version, each at most the API server's 1.5 MiB object bound.
@@ -54,6 +55,8 @@ pub struct WebhookConfig {
     /// hosts and addresses.
     pub manifests: PathBuf,
     pub policy: PolicyConfig,
+    /// Watch the Kubernetes API instead of `manifests`.
+    pub kube: Option<KubeConfig>,
     /// How often the certificate files are re-read.
     pub cert_reload_interval: Duration,
     /// Safety-net poll of the manifests directory.
@@ -77,6 +80,7 @@ impl WebhookConfig {
             key_file,
             manifests,
             policy,
+            kube: None,
             cert_reload_interval: Duration::from_secs(1),
             state_poll_interval: Duration::from_secs(2),
             grace_period: Duration::from_secs(10),
@@ -113,22 +117,32 @@ pub async fn run(
     let acceptor = TlsAcceptor::from(Arc::new(tls));
 
     let state: StateHandle = Arc::new(ArcSwapOption::empty());
-    let source = Arc::new(ManifestSource::new(
-        config.manifests.clone(),
-        state.clone(),
-        metrics.clone(),
-    ));
-    {
-        let source = source.clone();
-        if tokio::task::spawn_blocking(move || source.reload())
-            .await
-            .is_err()
-        {
-            tracing::error!("first state load failed; retrying in the background");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    match &config.kube {
+        Some(kube) => {
+            tokio::spawn(crate::source::watch_kube(
+                KubeSource::start(kube),
+                state.clone(),
+                metrics.clone(),
+                stop_rx.clone(),
+            ));
+        }
+        None => {
+            let source = Arc::new(ManifestSource::new(
+                config.manifests.clone(),
+                state.clone(),
+                metrics.clone(),
+            ));
+            let first = source.clone();
+            if tokio::task::spawn_blocking(move || first.reload())
+                .await
+                .is_err()
+            {
+                tracing::error!("first state load failed; retrying in the background");
+            }
+            tokio::spawn(source.watch(config.state_poll_interval, stop_rx.clone()));
         }
     }
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(source.watch(config.state_poll_interval, stop_rx.clone()));
     tokio::spawn(certs.clone().watch(
         config.cert_reload_interval,
         metrics.clone(),

@@ -1,10 +1,8 @@
 //! Where the state comes from: a directory of manifests, read with the
 //! proxy's loader ([`teapot_proxy::manifests::load_dir`]) and reloaded when
-//! it changes (inotify, with a poll as a safety net).
-//!
-//! TODO(issue #5 follow-up): the production source, a kube watch of
-//! Tenants, Ingresses, Services, EndpointSlices and Secrets on the LB
-//! cluster feeding the same [`Store`] -> [`PolicyState`] path.
+//! it changes (inotify, with a poll as a safety net), or, in production,
+//! the proxy's Kubernetes watch source ([`watch_kube`]) on the LB cluster.
+//! Both feed the same [`Store`] -> [`PolicyState`] path.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -12,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use teapot_proxy::kube_source::{self, KubeSource};
 use teapot_proxy::manifests::load_dir;
 use teapot_proxy::store::Store;
 use tokio::sync::watch;
@@ -105,5 +104,54 @@ impl ManifestSource {
             move || loaded.state.load().is_none(),
         )
         .await;
+    }
+}
+
+/// Feeds `state` from the Kubernetes watch until `shutdown` turns true.
+/// Nothing is swapped in before every watch has listed (so until then the
+/// webhook refuses every review and `/readyz` says 503: a partial picture
+/// could let a tenant take a host another one holds); afterwards a new
+/// state follows each burst of events. Objects the API returns that do not
+/// validate are logged by the source and keep their last good version.
+pub async fn watch_kube(
+    source: KubeSource,
+    state: StateHandle,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut changes = source.changes();
+    tokio::select! {
+        _ = source.wait_synced() => {}
+        _ = shutdown.wait_for(|s| *s) => return,
+    }
+    loop {
+        let loaded = source.snapshot();
+        let problems = loaded.problems.len();
+        let built = tokio::task::spawn_blocking(move || {
+            let state = PolicyState::from_store(&loaded.store, problems);
+            (state, loaded.store.len())
+        })
+        .await;
+        match built {
+            Ok((new, objects)) => {
+                metrics.tenants.set(new.tenant_count() as i64);
+                metrics.manifest_problems.set(problems as i64);
+                metrics.state_reloads.inc();
+                tracing::info!(
+                    tenants = new.tenant_count(),
+                    objects,
+                    problems,
+                    "tenant state loaded from the Kubernetes API"
+                );
+                state.store(Some(Arc::new(new)));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "building the tenant state failed; keeping the current one")
+            }
+        }
+        tokio::select! {
+            more = kube_source::coalesced(&mut changes, kube_source::DEBOUNCE) => if !more { return },
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
     }
 }

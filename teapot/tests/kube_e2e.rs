@@ -1,0 +1,318 @@
+//! End-to-end tests of `teapot proxy --kube`: the real binary watches the
+//! in-process API double ([`teapot_testkit::apiserver`]) through the
+//! kubeconfig file the double writes, and serves real echo backends.
+//!
+//! Run: `cargo test -p teapot --test kube_e2e`. The `#[ignore = "needs
+//! cluster"]` test runs the same flow against the cluster `KUBECONFIG`
+//! names (docs/kube.md has the kind/k3d recipe).
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use teapot_testkit::apiserver::ApiServer;
+use teapot_testkit::client::{Request, Transport};
+use teapot_testkit::process::ProxyProcess;
+
+const NS: &str = "kube-e2e";
+const HOST: &str = "kube.test";
+
+async fn get(proxy: &ProxyProcess, host: &str, path: &str) -> teapot_testkit::client::Response {
+    send(proxy.http, &Transport::Plain, &Request::get(host, path)).await
+}
+
+/// Polls until GET `host``path` answers `status` (and, for 200, the echo
+/// `pod`); returns the last body as JSON (or Null).
+async fn wait_answer(proxy: &ProxyProcess, path: &str, status: u16, pod: Option<&str>) -> Value {
+    eventually(
+        &format!("GET {HOST}{path} -> {status} {pod:?}"),
+        RELOAD_TIMEOUT,
+        || async {
+            let r = get(proxy, HOST, path).await;
+            let json: Value = r.json().unwrap_or(Value::Null);
+            let pod_ok = pod.is_none_or(|p| json["pod"] == p);
+            if r.status == status && pod_ok {
+                Ok(json)
+            } else {
+                Err(format!("{} {}", r.status, r.text()))
+            }
+        },
+    )
+    .await
+}
+
+fn backends(api: &ApiServer, echoes: &[(&str, &teapot_testkit::echo::EchoServer)]) {
+    for (service, echo) in echoes {
+        for object in echo_service(NS, service, &[echo]) {
+            api.apply(object);
+        }
+    }
+}
+
+fn route(path_prefix: &str, service: &str) -> Value {
+    ingress(
+        NS,
+        "web",
+        json!({ "rules": [rule(Some(HOST), vec![path("Prefix", path_prefix, backend(service, Port::Name("http")))])] }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_updates_and_deletes_ingresses_from_the_api() {
+    let api = ApiServer::start().await;
+    let one = echo(NS, "svc-one", "one-0").await;
+    let two = echo(NS, "svc-two", "two-0").await;
+    backends(&api, &[("svc-one", &one), ("svc-two", &two)]);
+    api.apply(route("/", "svc-one"));
+    // A tenant's Ingress, host-less: bound to its assigned hostname.
+    api.apply(json!({
+        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": "acme"},
+        "spec": {"cluster": "acme", "nodeCIDRs": ["10.1.0.0/24"]},
+    }));
+    api.apply(ingress(
+        "tenant-acme",
+        "web.default",
+        json!({ "rules": [rule(None, vec![path("Prefix", "/", backend("web", Port::Number(80)))])] }),
+    ));
+
+    let proxy = ProxyProcess::start_kube(&teapot_bin(), api.kubeconfig_path(), &[])
+        .await
+        .expect("teapot proxy --kube starts and becomes ready");
+    // Ready means synced: the Ingress is served at once.
+    let r = get(&proxy, HOST, "/a").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json().unwrap()["pod"], "one-0");
+
+    // An update takes effect without a restart.
+    api.apply(route("/", "svc-two"));
+    wait_answer(&proxy, "/a", 200, Some("two-0")).await;
+
+    // An invalid update keeps the last good version serving.
+    let mut bad = route("/", "svc-one");
+    bad["spec"]["rules"][0]["http"]["paths"][0]["pathType"] = json!("Regex");
+    api.apply(bad);
+    eventually("the invalid Ingress reported", RELOAD_TIMEOUT, || async {
+        let (_, body) = proxy
+            .admin_get("/status")
+            .await
+            .map_err(|e| e.to_string())?;
+        if body.contains("pathType")
+            && body.contains("kube:/apis/networking.k8s.io/v1/namespaces/kube-e2e/ingresses/web")
+        {
+            Ok(())
+        } else {
+            Err(body)
+        }
+    })
+    .await;
+    wait_answer(&proxy, "/a", 200, Some("two-0")).await;
+
+    // Deleting it takes the route away.
+    assert!(api.delete("networking.k8s.io/v1", "Ingress", NS, "web"));
+    let r = wait_answer(&proxy, "/a", 404, None).await;
+    assert_eq!(r, Value::Null);
+
+    // The one replica wrote the statuses, by server-side apply, once.
+    let hostname = eventually("the tenant Ingress status", RELOAD_TIMEOUT, || async {
+        let o = api
+            .get(
+                "networking.k8s.io/v1",
+                "Ingress",
+                "tenant-acme",
+                "web.default",
+            )
+            .unwrap();
+        match o["status"]["loadBalancer"]["ingress"][0]["hostname"].as_str() {
+            Some(h) => Ok(h.to_string()),
+            None => Err(o["status"].clone()),
+        }
+    })
+    .await;
+    assert_eq!(hostname, "web-default.acme.lb.localhost");
+    let requests = api.requests();
+    let status_writes: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == http::Method::PATCH && r.path.ends_with("/status"))
+        .collect();
+    assert!(
+        status_writes
+            .iter()
+            .all(|r| r.param("fieldManager").as_deref() == Some("teapot-proxy"))
+    );
+    let tenant_writes = status_writes
+        .iter()
+        .filter(|r| r.path.contains("/namespaces/tenant-acme/"))
+        .count();
+    assert_eq!(tenant_writes, 1, "written once, not on every compile");
+    let lease = api
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "teapot-system",
+            "teapot-proxy-status",
+        )
+        .expect("the status lease");
+    assert!(lease["spec"]["holderIdentity"].is_string());
+
+    // Otherwise the proxy only reads; Secrets by type.
+    assert!(requests.iter().all(|r| r.method == http::Method::GET
+        || r.path.ends_with("/status")
+        || r.path.contains("/leases")));
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.path.ends_with("/secrets"))
+            .all(|r| r.param("fieldSelector").as_deref() == Some("type=kubernetes.io/tls"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_until_every_watch_has_listed() {
+    // An API server that is not there: the watches never list, so the
+    // proxy serves nothing and says so on /readyz.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url: http::Uri = format!("http://{}", dead.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    drop(dead);
+    let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+    let listeners =
+        teapot_proxy::Listeners::bind(Some("127.0.0.1:0"), None, "127.0.0.1:0").unwrap();
+    let admin = listeners.addrs().unwrap().admin;
+    let mut config = teapot_proxy::ProxyConfig::new(Default::default());
+    config.kube = Some(teapot_proxy::kube_source::KubeConfig::new(client));
+    config.grace_period = Duration::from_secs(1);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(teapot_proxy::run(config, listeners, async move {
+        let _ = stopped.await;
+    }));
+    let readyz = eventually("the admin listener answers", RELOAD_TIMEOUT, || async {
+        let req = Request::get(&admin.to_string(), "/readyz");
+        teapot_testkit::client::send(admin, &Transport::Plain, &req)
+            .await
+            .map(|r| r.status)
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(readyz, 503);
+    let _ = stop.send(());
+    tokio::time::timeout(RELOAD_TIMEOUT, task)
+        .await
+        .expect("the proxy stops")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifests_and_kube_flags_exclude_each_other() {
+    let out = std::process::Command::new(teapot_bin())
+        .args(["proxy", "--kube", "--manifests", "/tmp"])
+        .env_remove("TEAPOT_MANIFESTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not both"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new(teapot_bin())
+        .args(["proxy"])
+        .env_remove("TEAPOT_MANIFESTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let out = std::process::Command::new(teapot_bin())
+        .args([
+            "webhook",
+            "--kube",
+            "--manifests",
+            "/tmp",
+            "--domain",
+            "example.net",
+        ])
+        .args([
+            "--cert",
+            "/nonexistent",
+            "--key",
+            "/nonexistent",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env_remove("TEAPOT_MANIFESTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not both"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `teapot validate` reads files only: --manifests is required.
+    let out = std::process::Command::new(teapot_bin())
+        .args(["validate", "-f", "-", "--domain", "example.net"])
+        .env_remove("TEAPOT_MANIFESTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--manifests"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `teapot proxy --kube` against the cluster `KUBECONFIG` names: applies
+/// a Service, an EndpointSlice pointing at a local echo and an Ingress in
+/// namespace `kube-e2e` (which must exist), then checks serve, update and
+/// delete as above. The proxy runs on this machine, so the echo on
+/// 127.0.0.1 is reachable (an operator namespace: no Tenant owns it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn real_cluster_serves_updates_and_deletes() {
+    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+    let client = kube::Client::try_default().await.expect("KUBECONFIG");
+    let one = echo(NS, "svc-one", "one-0").await;
+    let mut objects = echo_service(NS, "svc-one", &[&one]);
+    objects.push(route("/", "svc-one"));
+    let apply = |client: kube::Client, object: Value| async move {
+        let (group, version) = object["apiVersion"]
+            .as_str()
+            .unwrap()
+            .split_once('/')
+            .unwrap_or(("", object["apiVersion"].as_str().unwrap()));
+        let kind = object["kind"].as_str().unwrap();
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        let resource = kube::api::ApiResource::from_gvk(&gvk);
+        let api: Api<DynamicObject> = Api::namespaced_with(client, NS, &resource);
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        api.patch(
+            &name,
+            &PatchParams::apply("teapot-e2e").force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .expect("server-side apply");
+    };
+    for o in objects {
+        apply(client.clone(), o).await;
+    }
+    let kubeconfig = std::env::var("KUBECONFIG")
+        .unwrap_or_else(|_| format!("{}/.kube/config", std::env::var("HOME").unwrap_or_default()));
+    let args = ["--kube-namespace", NS];
+    let proxy = ProxyProcess::start_kube(&teapot_bin(), Path::new(&kubeconfig), &args)
+        .await
+        .expect("teapot proxy --kube starts");
+    wait_answer(&proxy, "/a", 200, Some("one-0")).await;
+    let ingresses: Api<k8s_openapi::api::networking::v1::Ingress> =
+        Api::namespaced(client.clone(), NS);
+    ingresses
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_answer(&proxy, "/a", 404, None).await;
+}
