@@ -578,6 +578,12 @@ fn webhook_fails_closed_and_is_scoped() {
                 );
             }
         }
+        // Helm creates objects in the printed order: Tenants before the
+        // webhook configuration, so a first install does not wait on it.
+        let position = |k: &str| docs.iter().rposition(|d| d["kind"] == k);
+        if let Some(tenant) = position("Tenant") {
+            assert!(tenant < position("ValidatingWebhookConfiguration").expect("VWC"));
+        }
         let webhook = of_kind(&docs, "Deployment")
             .find(|d| d["metadata"]["name"] == "teapot-webhook")
             .expect("webhook Deployment");
