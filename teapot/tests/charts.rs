@@ -796,3 +796,95 @@ fn agent_kubeconfig_script_builds_a_token_kubeconfig() {
         "{calls}"
     );
 }
+
+/// `metadata` without Helm's bookkeeping labels and annotations.
+fn without_helm_metadata(mut doc: Value) -> Value {
+    let meta = doc
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .expect("metadata");
+    meta.remove("annotations");
+    if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
+        labels.retain(|k, _| !k.starts_with("app.kubernetes.io/") && !k.starts_with("helm.sh/"));
+        if labels.is_empty() {
+            meta.remove("labels");
+        }
+    }
+    doc
+}
+
+#[test]
+fn tenant_add_prints_what_the_chart_renders() {
+    let Some(helm) = helm() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(["tenant", "add", "acme", "--node-cidr", "10.20.0.0/16"])
+        .args([
+            "--allowed-domain",
+            "shop.example.com",
+            "--release",
+            "teapot",
+        ])
+        .args(["--release-namespace", NS])
+        .output()
+        .expect("run teapot tenant add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert_rules_commented(&text, "teapot tenant add");
+    let printed: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| {
+            let v = serde_yaml::Value::deserialize(d).expect("YAML");
+            serde_json::to_value(v).expect("JSON")
+        })
+        .collect();
+    assert_eq!(printed.len(), 8, "{text}");
+    validate_all(&printed, "teapot tenant add");
+
+    let rendered = try_render(
+        &helm,
+        "teapot-lb",
+        &[
+            "--set",
+            "domain=example.net",
+            "--set",
+            "webhook.networkPolicy.apiServerCIDRs[0]=10.0.0.1/32",
+            "--set",
+            "tenants[0].cluster=acme",
+            "--set",
+            "tenants[0].nodeCIDRs[0]=10.20.0.0/16",
+            "--set",
+            "tenants[0].allowedDomains[0]=shop.example.com",
+        ],
+    )
+    .expect("render");
+    for doc in printed {
+        let twin = rendered
+            .iter()
+            .find(|r| kind(r) == kind(&doc) && name(r) == name(&doc))
+            .unwrap_or_else(|| panic!("the chart renders no {:?} {}", kind(&doc), name(&doc)));
+        assert_eq!(
+            without_helm_metadata(doc.clone()),
+            without_helm_metadata(twin.clone()),
+            "teapot tenant add and the chart disagree on {}",
+            name(&doc)
+        );
+    }
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(["tenant", "add", "Bad_Name", "--node-cidr", "10.20.0.0/16"])
+        .output()
+        .expect("run");
+    assert!(!refused.status.success());
+    let refused = Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(["tenant", "add", "ok", "--node-cidr", "10.20.0.0/16"])
+        .args(["--allowed-domain", "a.com\n  evil: x"])
+        .output()
+        .expect("run");
+    assert!(
+        !refused.status.success(),
+        "a newline in a domain was printed"
+    );
+}
