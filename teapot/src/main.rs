@@ -6,10 +6,12 @@
 //! - `teapot echo`: the echo backend alone (tests, benchmarks, demos).
 //! - `teapot webhook`: the LB cluster's admission webhook.
 //! - `teapot validate`: the webhook's rules over files, offline.
+//! - `teapot tenant add`: a new tenant's LB-cluster objects as YAML.
 
 mod acme_args;
 mod demo;
 mod kube_args;
+mod tenant_cmd;
 mod webhook_cmd;
 
 use std::net::SocketAddr;
@@ -65,6 +67,8 @@ enum Command {
     Webhook(webhook_cmd::WebhookArgs),
     /// Check manifests against the webhook's rules offline, printing every violation.
     Validate(webhook_cmd::ValidateArgs),
+    /// LB-cluster objects of a tenant (`tenant add CLUSTER`), for installs without the chart's `tenants:`.
+    Tenant(tenant_cmd::TenantArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -169,6 +173,7 @@ fn main() -> anyhow::Result<()> {
             Command::Echo(args) => run_echo(args).await,
             Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
             Command::Validate(args) => webhook_cmd::run_validate(args),
+            Command::Tenant(args) => tenant_cmd::run(args),
         }
     });
     // Connections still open after the grace period are dropped here.

@@ -1,0 +1,890 @@
+//! The Helm charts (`charts/teapot-lb`, `charts/teapot-agent`), rendered
+//! by a real `helm` (v3.10.1, fetched by `scripts/helm.sh`; see
+//! docs/install.md for where it comes from):
+//!
+//! - `helm lint --strict` and `helm template` with every `ci/*.yaml`
+//!   values file, the charts' `values.schema.json` included;
+//! - every rendered document deserializes into its k8s-openapi 0.29 type
+//!   (or teapot's `Tenant`) and serializes back to the same JSON, so an
+//!   unknown field, a wrong type or a misplaced key fails with its path;
+//! - the proxy's RBAC: no write outside `ingresses/status`,
+//!   `services/status`, `leases` and name-restricted Secrets, and no
+//!   cluster-wide read of namespaced kinds unless `rbac.clusterWide`;
+//! - every flag the charts pass to `teapot proxy` and `teapot webhook` is
+//!   accepted by this build's `teapot` (the agent's flags are planned);
+//! - the chart ships exactly `api/crd/tenant.yaml`; the webhook fails
+//!   closed and is scoped by `teapot.dev/tenant`; drains fit in the
+//!   termination grace period; the schema refuses bad values; the
+//!   Containerfile is multi-stage and non-root.
+//!
+//! Without npm or network the helm binary cannot be fetched: the
+//! rendering tests then print a loud SKIP, unless `TEAPOT_REQUIRE_HELM=1`
+//! makes that a failure.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::{IngressClass, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const NS: &str = "teapot-system";
+const KUBE_VERSION: &str = "1.31.0";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The pinned helm, or `None` (with a loud message) when it cannot be had.
+fn helm() -> Option<PathBuf> {
+    let out = Command::new(repo().join("scripts/helm.sh"))
+        .output()
+        .expect("run scripts/helm.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Some(PathBuf::from(
+            String::from_utf8(out.stdout).expect("utf-8 path").trim(),
+        )),
+        Some(2) if std::env::var_os("TEAPOT_REQUIRE_HELM").is_none() => {
+            eprintln!(
+                "\n!!!!!!!! SKIPPED: no helm binary ({}) !!!!!!!!\n\
+                 !!!!!!!! the charts were NOT rendered or validated; run scripts/helm.sh !!!!!!!!\n",
+                stderr.trim()
+            );
+            None
+        }
+        _ => panic!("scripts/helm.sh failed: {stderr}"),
+    }
+}
+
+fn chart(name: &str) -> PathBuf {
+    repo().join("charts").join(name)
+}
+
+fn ci_values(chart_name: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart(chart_name).join("ci"))
+        .expect("ci values")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no ci/*.yaml values in {chart_name}");
+    files
+}
+
+/// `helm template`; Err(stderr) when helm refuses.
+fn try_render(helm: &Path, chart_name: &str, args: &[&str]) -> Result<Vec<Value>, String> {
+    let release = if chart_name == "teapot-lb" {
+        "teapot"
+    } else {
+        "teapot-agent"
+    };
+    let out = Command::new(helm)
+        .arg("template")
+        .arg(release)
+        .arg(chart(chart_name))
+        .args(["--namespace", NS, "--kube-version", KUBE_VERSION])
+        .args(args)
+        .output()
+        .expect("run helm template");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).expect("utf-8 output");
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value =
+            serde_yaml::Value::deserialize(doc).expect("helm printed YAML that does not parse");
+        if !value.is_null() {
+            docs.push(serde_json::to_value(&value).expect("YAML as JSON"));
+        }
+    }
+    Ok(docs)
+}
+
+fn render(helm: &Path, chart_name: &str, values: &Path, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["-f", values.to_str().expect("utf-8 path")];
+    args.extend_from_slice(extra);
+    try_render(helm, chart_name, &args)
+        .unwrap_or_else(|e| panic!("helm template {chart_name} -f {}: {e}", values.display()))
+}
+
+fn lint(helm: &Path, chart_name: &str, values: &Path) {
+    let out = Command::new(helm)
+        .args(["lint", "--strict", "--namespace", NS, "-f"])
+        .arg(values)
+        .arg(chart(chart_name))
+        .output()
+        .expect("run helm lint");
+    assert!(
+        out.status.success(),
+        "helm lint --strict {chart_name} -f {}:\n{}{}",
+        values.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn kind(doc: &Value) -> (String, String) {
+    let s = |k: &str| doc[k].as_str().unwrap_or_default().to_string();
+    (s("apiVersion"), s("kind"))
+}
+
+fn name(doc: &Value) -> String {
+    let meta = &doc["metadata"];
+    format!(
+        "{}/{}",
+        meta["namespace"].as_str().unwrap_or("-"),
+        meta["name"].as_str().unwrap_or("?")
+    )
+}
+
+/// Paths where `back` (the typed round trip) differs from `orig`.
+fn diff(orig: &Value, back: &Value, path: &str, out: &mut Vec<String>) {
+    match (orig, back) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                match b.get(k) {
+                    Some(w) => diff(v, w, &format!("{path}.{k}"), out),
+                    None => out.push(format!("{path}.{k}: unknown field (dropped by the schema)")),
+                }
+            }
+            for k in b.keys().filter(|k| !a.contains_key(*k)) {
+                out.push(format!("{path}.{k}: added by the round trip"));
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (v, w)) in a.iter().zip(b).enumerate() {
+                diff(v, w, &format!("{path}[{i}]"), out);
+            }
+        }
+        (a, b) if a == b => {}
+        (a, b) => out.push(format!("{path}: {a} became {b}")),
+    }
+}
+
+fn typed<T: DeserializeOwned + Serialize>(doc: &Value) -> Result<(), String> {
+    let parsed: T = serde_path_to_error::deserialize(doc.clone())
+        .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
+    let back = serde_json::to_value(&parsed).map_err(|e| e.to_string())?;
+    let mut problems = Vec::new();
+    diff(doc, &back, "", &mut problems);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Kinds without a schema on this machine: only their shape is checked.
+const UNTYPED: &[(&str, &str)] = &[
+    ("cert-manager.io/v1", "Issuer"),
+    ("cert-manager.io/v1", "Certificate"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+];
+
+/// Validates one document against the Kubernetes OpenAPI types.
+fn validate(doc: &Value) -> Result<(), String> {
+    let (api, k) = kind(doc);
+    match (api.as_str(), k.as_str()) {
+        ("v1", "Namespace") => typed::<Namespace>(doc),
+        ("v1", "ServiceAccount") => typed::<ServiceAccount>(doc),
+        ("v1", "Secret") => typed::<Secret>(doc),
+        ("v1", "Service") => typed::<Service>(doc),
+        ("v1", "ConfigMap") => typed::<ConfigMap>(doc),
+        ("apps/v1", "Deployment") => typed::<Deployment>(doc),
+        ("apps/v1", "DaemonSet") => typed::<DaemonSet>(doc),
+        ("policy/v1", "PodDisruptionBudget") => typed::<PodDisruptionBudget>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<ClusterRole>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => typed::<ClusterRoleBinding>(doc),
+        ("rbac.authorization.k8s.io/v1", "Role") => typed::<Role>(doc),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => typed::<RoleBinding>(doc),
+        ("networking.k8s.io/v1", "NetworkPolicy") => typed::<NetworkPolicy>(doc),
+        ("networking.k8s.io/v1", "IngressClass") => typed::<IngressClass>(doc),
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            typed::<ValidatingWebhookConfiguration>(doc)
+        }
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            typed::<CustomResourceDefinition>(doc)
+        }
+        ("teapot.dev/v1alpha1", "Tenant") => typed::<teapot_api::Tenant>(doc),
+        (a, k) if UNTYPED.contains(&(a, k)) => {
+            let obj = doc.as_object().ok_or("not an object")?;
+            let extra: Vec<_> = obj
+                .keys()
+                .filter(|key| !["apiVersion", "kind", "metadata", "spec"].contains(&key.as_str()))
+                .collect();
+            if extra.is_empty() && doc["metadata"]["name"].is_string() && doc["spec"].is_object() {
+                Ok(())
+            } else {
+                Err(format!("bad shape (top-level keys {extra:?})"))
+            }
+        }
+        (a, k) => Err(format!("no schema known for {a} {k}: add it to the test")),
+    }
+}
+
+fn validate_all(docs: &[Value], label: &str) {
+    let mut failures = Vec::new();
+    for doc in docs {
+        if let Err(e) = validate(doc) {
+            let (api, k) = kind(doc);
+            failures.push(format!("{api} {k} {}: {e}", name(doc)));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{label}: rendered objects that do not validate:\n{}",
+        failures.join("\n")
+    );
+}
+
+fn of_kind<'a>(docs: &'a [Value], k: &str) -> impl Iterator<Item = &'a Value> {
+    docs.iter().filter(move |d| d["kind"] == k)
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const WRITE_VERBS: &[&str] = &[
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "*",
+];
+
+/// Every rule that reaches `sa` (in `NS`), with the binding's namespace
+/// (`None`: cluster-wide).
+fn rules_of(docs: &[Value], sa: &str) -> Vec<(Option<String>, Value)> {
+    let mut rules = Vec::new();
+    for binding in docs
+        .iter()
+        .filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding")
+    {
+        let subjects = binding["subjects"].as_array().cloned().unwrap_or_default();
+        let bound = subjects
+            .iter()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == NS);
+        if !bound {
+            continue;
+        }
+        let scope = binding["metadata"]["namespace"]
+            .as_str()
+            .map(str::to_string);
+        let role_ref = &binding["roleRef"];
+        let role = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == role_ref["kind"]
+                    && d["metadata"]["name"] == role_ref["name"]
+                    && (role_ref["kind"] == "ClusterRole"
+                        || d["metadata"]["namespace"].as_str() == scope.as_deref())
+            })
+            .unwrap_or_else(|| panic!("{} refers to a role not in the chart", name(binding)));
+        for rule in role["rules"].as_array().cloned().unwrap_or_default() {
+            rules.push((scope.clone(), rule));
+        }
+    }
+    rules
+}
+
+/// Violations of the proxy's write policy: writes only to
+/// `ingresses/status`, `services/status`, `coordination.k8s.io` `leases`,
+/// and Secrets only when restricted by `resourceNames` (its ACME Secrets).
+fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (scope, rule) in rules_of(docs, "teapot-proxy") {
+        let verbs = strs(&rule["verbs"]);
+        let writes: Vec<_> = verbs
+            .iter()
+            .filter(|v| WRITE_VERBS.contains(&v.as_str()))
+            .collect();
+        if writes.is_empty() {
+            continue;
+        }
+        let named = !strs(&rule["resourceNames"]).is_empty();
+        for group in strs(&rule["apiGroups"]) {
+            for resource in strs(&rule["resources"]) {
+                let allowed = matches!(
+                    (group.as_str(), resource.as_str()),
+                    ("networking.k8s.io", "ingresses/status")
+                        | ("", "services/status")
+                        | ("coordination.k8s.io", "leases")
+                ) || (group.is_empty() && resource == "secrets" && named);
+                if !allowed {
+                    bad.push(format!(
+                        "{writes:?} on {group:?}/{resource} (scope {})",
+                        scope.as_deref().unwrap_or("cluster")
+                    ));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn teapot_lb_renders_and_validates() {
+    let Some(helm) = helm() else { return };
+    for values in ci_values("teapot-lb") {
+        lint(&helm, "teapot-lb", &values);
+        let docs = render(&helm, "teapot-lb", &values, &["--include-crds"]);
+        let label = format!("teapot-lb -f {}", values.display());
+        validate_all(&docs, &label);
+
+        let kinds: BTreeSet<_> = docs.iter().map(|d| kind(d).1).collect();
+        for k in [
+            "CustomResourceDefinition",
+            "ValidatingWebhookConfiguration",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "Deployment",
+            "Tenant",
+            "Namespace",
+        ] {
+            assert!(kinds.contains(k), "{label}: no {k} rendered");
+        }
+        assert!(
+            kinds.contains("DaemonSet") || of_kind(&docs, "Deployment").count() == 2,
+            "{label}: no proxy workload"
+        );
+        let crd = of_kind(&docs, "CustomResourceDefinition")
+            .next()
+            .expect("CRD");
+        assert_eq!(crd["metadata"]["name"], "tenants.teapot.dev");
+    }
+}
+
+#[test]
+fn chart_ships_the_generated_tenant_crd() {
+    let generated = std::fs::read(repo().join("api/crd/tenant.yaml")).expect("api/crd/tenant.yaml");
+    let shipped = std::fs::read(chart("teapot-lb").join("crds/tenant.yaml"))
+        .expect("charts/teapot-lb/crds/tenant.yaml");
+    assert!(
+        generated == shipped,
+        "charts/teapot-lb/crds/tenant.yaml differs from api/crd/tenant.yaml: \
+         cp api/crd/tenant.yaml charts/teapot-lb/crds/tenant.yaml"
+    );
+}
+
+#[test]
+fn proxy_rbac_is_least_privilege() {
+    let Some(helm) = helm() else { return };
+    for values in ci_values("teapot-lb") {
+        let docs = render(&helm, "teapot-lb", &values, &[]);
+        let label = format!("teapot-lb -f {}", values.display());
+        let bad = proxy_write_violations(&docs);
+        assert!(bad.is_empty(), "{label}: the proxy may write {bad:?}");
+
+        let rules = rules_of(&docs, "teapot-proxy");
+        assert!(!rules.is_empty(), "{label}: the proxy has no RBAC at all");
+        let cluster_wide = of_kind(&docs, "ClusterRoleBinding")
+            .any(|b| b["metadata"]["name"] == "teapot-proxy-read");
+        for (scope, rule) in &rules {
+            let resources = strs(&rule["resources"]);
+            // Reads of namespaced kinds only through RoleBindings in the
+            // watched namespaces, unless rbac.clusterWide.
+            if scope.is_none() && !cluster_wide {
+                for r in &resources {
+                    assert!(
+                        ["tenants", "ingressclasses"].contains(&r.as_str()),
+                        "{label}: cluster-wide access to {r} without rbac.clusterWide"
+                    );
+                }
+            }
+            assert!(
+                !strs(&rule["apiGroups"]).contains(&"*".to_string())
+                    && !resources.contains(&"*".to_string()),
+                "{label}: wildcard rule {rule}"
+            );
+        }
+        // The same namespaces are given to the proxy as --kube-namespace.
+        if !cluster_wide {
+            let bound: BTreeSet<String> = rules
+                .iter()
+                .filter(|(_, r)| strs(&r["resources"]).contains(&"secrets".to_string()))
+                .filter_map(|(s, _)| s.clone())
+                .collect();
+            let args = container_args(&docs, "proxy");
+            let watched: BTreeSet<String> = args
+                .iter()
+                .filter_map(|a| a.strip_prefix("--kube-namespace="))
+                .map(str::to_string)
+                .collect();
+            assert_eq!(
+                bound, watched,
+                "{label}: RBAC namespaces vs --kube-namespace"
+            );
+            for tenant_ns in ["tenant-acme", "globex-lb"] {
+                assert!(
+                    watched.contains(tenant_ns),
+                    "{label}: {tenant_ns} not watched"
+                );
+            }
+        }
+        // Every rule in the chart's templates carries a comment saying why.
+        for file in ["rbac.yaml", "tenants.yaml"] {
+            let text = std::fs::read_to_string(chart("teapot-lb").join("templates").join(file))
+                .expect("template");
+            assert_rules_commented(&text, file);
+        }
+    }
+    let text = std::fs::read_to_string(chart("teapot-agent").join("templates/rbac.yaml"))
+        .expect("agent rbac");
+    assert_rules_commented(&text, "teapot-agent rbac.yaml");
+}
+
+/// Each `- apiGroups:` line must follow a `#` comment line.
+fn assert_rules_commented(text: &str, file: &str) {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("- apiGroups:") {
+            let above = lines[..i].iter().rev().find(|l| !l.trim().is_empty());
+            assert!(
+                above.is_some_and(|l| l.trim_start().starts_with('#')),
+                "{file}:{}: RBAC rule without a comment saying why",
+                i + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn rbac_check_catches_a_forbidden_write() {
+    let Some(helm) = helm() else { return };
+    let values = chart("teapot-lb").join("ci/daemonset-values.yaml");
+    let mut docs = render(&helm, "teapot-lb", &values, &[]);
+    assert!(proxy_write_violations(&docs).is_empty());
+    let role = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "teapot-proxy-read")
+        .expect("proxy read role");
+    role["rules"].as_array_mut().expect("rules").push(
+        serde_json::json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}),
+    );
+    let bad = proxy_write_violations(&docs);
+    assert!(!bad.is_empty(), "a create on Secrets went unnoticed");
+    assert!(bad.iter().all(|b| b.contains("secrets")), "{bad:?}");
+}
+
+#[test]
+fn validation_catches_unknown_fields_and_wrong_types() {
+    let Some(helm) = helm() else { return };
+    let values = chart("teapot-lb").join("ci/deployment-values.yaml");
+    let docs = render(&helm, "teapot-lb", &values, &[]);
+    let deployment = of_kind(&docs, "Deployment").next().expect("Deployment");
+    let mut typo = deployment.clone();
+    typo["spec"]["template"]["spec"]["containers"][0]["argz"] = serde_json::json!(["x"]);
+    let err = validate(&typo).expect_err("unknown field accepted");
+    assert!(
+        err.contains(".spec.template.spec.containers[0].argz"),
+        "{err}"
+    );
+    let mut wrong = deployment.clone();
+    wrong["spec"]["replicas"] = serde_json::json!("three");
+    let err = validate(&wrong).expect_err("string replicas accepted");
+    assert!(err.contains("spec.replicas"), "{err}");
+    let mut misplaced = deployment.clone();
+    misplaced["spec"]["template"]["spec"]["readOnlyRootFilesystem"] = serde_json::json!(true);
+    assert!(
+        validate(&misplaced).is_err(),
+        "pod-level readOnlyRootFilesystem accepted"
+    );
+}
+
+/// Arguments of the first container of the workload labelled `component`
+/// (`""`: the first workload).
+fn container_args(docs: &[Value], component: &str) -> Vec<String> {
+    let workload = docs
+        .iter()
+        .find(|d| {
+            (d["kind"] == "DaemonSet" || d["kind"] == "Deployment")
+                && (component.is_empty()
+                    || d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+        })
+        .unwrap_or_else(|| panic!("no {component} workload"));
+    strs(&workload["spec"]["template"]["spec"]["containers"][0]["args"])
+}
+
+/// `teapot ARGS --help` succeeds only if every flag before `--help`
+/// exists and its value parses (clap stops at --help before checking
+/// requirements, so nothing starts).
+fn assert_flags_exist(args: &[String], label: &str) {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("$(POD_IP)", "10.0.0.7"))
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(&args)
+        .arg("--help")
+        .output()
+        .expect("run teapot");
+    assert!(
+        out.status.success(),
+        "{label}: teapot refuses the chart's arguments {args:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn chart_flags_exist_in_the_binary() {
+    let Some(helm) = helm() else { return };
+    for values in ci_values("teapot-lb") {
+        let docs = render(&helm, "teapot-lb", &values, &[]);
+        for component in ["proxy", "webhook"] {
+            let args = container_args(&docs, component);
+            assert_flags_exist(&args, &format!("{component} -f {}", values.display()));
+        }
+    }
+}
+
+#[test]
+fn webhook_fails_closed_and_is_scoped() {
+    let Some(helm) = helm() else { return };
+    for values in ci_values("teapot-lb") {
+        let docs = render(&helm, "teapot-lb", &values, &[]);
+        let vwc = of_kind(&docs, "ValidatingWebhookConfiguration")
+            .next()
+            .expect("VWC");
+        let hooks = vwc["webhooks"].as_array().expect("webhooks");
+        for hook in hooks {
+            assert_eq!(hook["failurePolicy"], "Fail");
+            assert_eq!(hook["sideEffects"], "None");
+            let namespaced = hook["rules"][0]["scope"] == "Namespaced";
+            if namespaced {
+                assert_eq!(
+                    hook["namespaceSelector"]["matchExpressions"][0]["key"],
+                    teapot_api::names::TENANT_LABEL
+                );
+            }
+        }
+        // Helm creates objects in the printed order: Tenants before the
+        // webhook configuration, so a first install does not wait on it.
+        let position = |k: &str| docs.iter().rposition(|d| d["kind"] == k);
+        if let Some(tenant) = position("Tenant") {
+            assert!(tenant < position("ValidatingWebhookConfiguration").expect("VWC"));
+        }
+        let webhook = of_kind(&docs, "Deployment")
+            .find(|d| d["metadata"]["name"] == "teapot-webhook")
+            .expect("webhook Deployment");
+        assert!(webhook["spec"]["replicas"].as_i64() >= Some(2));
+        let pdbs: Vec<_> = of_kind(&docs, "PodDisruptionBudget").collect();
+        assert_eq!(pdbs.len(), 2, "a PDB each for proxy and webhook");
+        let policy = of_kind(&docs, "NetworkPolicy")
+            .next()
+            .expect("NetworkPolicy");
+        let from = policy["spec"]["ingress"][0]["from"]
+            .as_array()
+            .expect("from");
+        assert!(
+            from.iter().all(|f| f.get("ipBlock").is_some()),
+            "only API server addresses may reach the webhook"
+        );
+        // helm mode: the caBundle is the CA of the serving certificate.
+        if let Some(secret) =
+            of_kind(&docs, "Secret").find(|d| d["metadata"]["name"] == "teapot-webhook-tls")
+        {
+            assert_eq!(
+                hooks[0]["clientConfig"]["caBundle"], secret["data"]["ca.crt"],
+                "caBundle must be the CA in the Secret"
+            );
+            assert!(secret["metadata"]["annotations"]["teapot.dev/not-after"].is_string());
+        } else {
+            assert!(vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
+        }
+    }
+}
+
+#[test]
+fn proxy_drains_within_the_grace_period() {
+    let Some(helm) = helm() else { return };
+    for values in ci_values("teapot-lb") {
+        let docs = render(&helm, "teapot-lb", &values, &[]);
+        let workload = docs
+            .iter()
+            .find(|d| d["metadata"]["name"] == "teapot-proxy" && d["spec"]["template"].is_object())
+            .expect("proxy workload");
+        let pod = &workload["spec"]["template"]["spec"];
+        let grace = pod["terminationGracePeriodSeconds"]
+            .as_i64()
+            .expect("grace");
+        let drain: i64 = container_args(&docs, "proxy")
+            .iter()
+            .find_map(|a| a.strip_prefix("--grace-period="))
+            .expect("--grace-period")
+            .parse()
+            .expect("number");
+        let pre_stop = pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+            .as_i64()
+            .unwrap_or(0);
+        assert!(grace > pre_stop + drain, "{grace} <= {pre_stop} + {drain}");
+        let security = &pod["containers"][0]["securityContext"];
+        assert_eq!(security["readOnlyRootFilesystem"], true);
+        assert_eq!(security["allowPrivilegeEscalation"], false);
+        assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    }
+}
+
+#[test]
+fn values_schema_refuses_bad_values() {
+    let Some(helm) = helm() else { return };
+    let values = chart("teapot-lb").join("ci/daemonset-values.yaml");
+    let v = values.to_str().expect("utf-8");
+    for (set, expect) in [
+        ("proxy.mode=bogus", "proxy.mode"),
+        ("proxy.tyop=1", "tyop"),
+        ("webhook.replicas=1", "webhook.replicas"),
+        ("tenants[0].cluster=Not_A_Label", "cluster"),
+        ("domain=", "domain is required"),
+    ] {
+        let err = try_render(&helm, "teapot-lb", &["-f", v, "--set", set])
+            .expect_err(&format!("--set {set} must be refused"));
+        assert!(err.contains(expect), "--set {set}: {err}");
+    }
+    let err = try_render(&helm, "teapot-lb", &["--set", "domain=example.net"])
+        .expect_err("no API server CIDRs");
+    assert!(err.contains("apiServerCIDRs"), "{err}");
+    let err = try_render(
+        &helm,
+        "teapot-agent",
+        &["--set", "syncMode=bgp", "--set", "tenantCluster=a"],
+    )
+    .expect_err("bad sync mode");
+    assert!(err.contains("syncMode"), "{err}");
+    let err = try_render(&helm, "teapot-agent", &[]).expect_err("no tenantCluster");
+    assert!(err.contains("tenantCluster"), "{err}");
+}
+
+#[test]
+fn teapot_agent_renders_and_validates() {
+    let Some(helm) = helm() else { return };
+    for values in ci_values("teapot-agent") {
+        lint(&helm, "teapot-agent", &values);
+        let docs = render(&helm, "teapot-agent", &values, &[]);
+        let label = format!("teapot-agent -f {}", values.display());
+        validate_all(&docs, &label);
+        let class = of_kind(&docs, "IngressClass").next().expect("IngressClass");
+        assert_eq!(class["metadata"]["name"], teapot_api::names::INGRESS_CLASS);
+        assert_eq!(
+            class["spec"]["controller"],
+            teapot_api::names::CONTROLLER_NAME
+        );
+        let default =
+            class["metadata"]["annotations"][teapot_api::names::DEFAULT_CLASS_ANNOTATION] == "true";
+        assert_eq!(default, values.to_string_lossy().contains("pod-values"));
+        // Planned flags of `teapot agent` (issue #6): checked by name only.
+        let args = container_args(&docs, "");
+        for flag in [
+            "--lb-kubeconfig=",
+            "--tenant-cluster=",
+            "--sync-mode=",
+            "--admin=",
+        ] {
+            assert!(
+                args.iter().any(|a| a.starts_with(flag)),
+                "{label}: no {flag}"
+            );
+        }
+        let leases: Vec<_> = of_kind(&docs, "Role")
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|r| strs(&r["resources"]).contains(&"leases".to_string()))
+            .collect();
+        assert!(
+            !leases.is_empty(),
+            "{label}: no Lease RBAC for leader election"
+        );
+    }
+}
+
+#[test]
+fn containerfile_is_multi_stage_and_non_root() {
+    let text = std::fs::read_to_string(repo().join("Containerfile")).expect("Containerfile");
+    let froms = text
+        .lines()
+        .filter(|l| l.trim_start().to_ascii_uppercase().starts_with("FROM "))
+        .count();
+    assert!(
+        froms >= 2,
+        "Containerfile: {froms} stage(s), want a build and a runtime stage"
+    );
+    let user = text
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("USER "))
+        .expect("a USER line");
+    let uid = user.split(':').next().unwrap_or_default();
+    assert!(
+        uid.parse::<u32>().is_ok_and(|u| u != 0),
+        "final USER must be a numeric non-root uid (runAsNonRoot checks it), got {user}"
+    );
+}
+
+#[test]
+fn agent_kubeconfig_script_builds_a_token_kubeconfig() {
+    // A stand-in kubectl that answers what the script asks and records it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls");
+    let stub = dir.path().join("kubectl");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in\n\
+             *certificate-authority-data*) printf 'Q0EtREFUQQ==' ;;\n\
+             *cluster.server*) printf 'https://lb.example.net:6443' ;;\n\
+             *'create token teapot-agent --duration 24h'*) printf 'TOKEN-123' ;;\n\
+             esac\n",
+            log.display()
+        ),
+    )
+    .expect("stub");
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&stub)
+        .status()
+        .expect("chmod");
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(repo().join("charts/agent-kubeconfig.sh"))
+        .args(["acme", "tenant-acme", "24h"])
+        .env("PATH", path)
+        .output()
+        .expect("run agent-kubeconfig.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config: Value = serde_yaml::from_slice(&out.stdout).expect("kubeconfig YAML");
+    assert_eq!(config["kind"], "Config");
+    assert_eq!(config["users"][0]["user"]["token"], "TOKEN-123");
+    assert_eq!(
+        config["clusters"][0]["cluster"]["server"],
+        "https://lb.example.net:6443"
+    );
+    assert_eq!(
+        config["clusters"][0]["cluster"]["certificate-authority-data"],
+        "Q0EtREFUQQ=="
+    );
+    assert_eq!(config["contexts"][0]["context"]["namespace"], "tenant-acme");
+    let calls = std::fs::read_to_string(&log).expect("calls");
+    assert!(calls.contains("get tenant acme"), "{calls}");
+    assert!(
+        calls.contains("-n tenant-acme create token teapot-agent --duration 24h"),
+        "{calls}"
+    );
+}
+
+/// `metadata` without Helm's bookkeeping labels and annotations.
+fn without_helm_metadata(mut doc: Value) -> Value {
+    let meta = doc
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .expect("metadata");
+    meta.remove("annotations");
+    if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
+        labels.retain(|k, _| !k.starts_with("app.kubernetes.io/") && !k.starts_with("helm.sh/"));
+        if labels.is_empty() {
+            meta.remove("labels");
+        }
+    }
+    doc
+}
+
+#[test]
+fn tenant_add_prints_what_the_chart_renders() {
+    let Some(helm) = helm() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(["tenant", "add", "acme", "--node-cidr", "10.20.0.0/16"])
+        .args([
+            "--allowed-domain",
+            "shop.example.com",
+            "--release",
+            "teapot",
+        ])
+        .args(["--release-namespace", NS])
+        .output()
+        .expect("run teapot tenant add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert_rules_commented(&text, "teapot tenant add");
+    let printed: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| {
+            let v = serde_yaml::Value::deserialize(d).expect("YAML");
+            serde_json::to_value(v).expect("JSON")
+        })
+        .collect();
+    assert_eq!(printed.len(), 8, "{text}");
+    validate_all(&printed, "teapot tenant add");
+
+    let rendered = try_render(
+        &helm,
+        "teapot-lb",
+        &[
+            "--set",
+            "domain=example.net",
+            "--set",
+            "webhook.networkPolicy.apiServerCIDRs[0]=10.0.0.1/32",
+            "--set",
+            "tenants[0].cluster=acme",
+            "--set",
+            "tenants[0].nodeCIDRs[0]=10.20.0.0/16",
+            "--set",
+            "tenants[0].allowedDomains[0]=shop.example.com",
+        ],
+    )
+    .expect("render");
+    for doc in printed {
+        let twin = rendered
+            .iter()
+            .find(|r| kind(r) == kind(&doc) && name(r) == name(&doc))
+            .unwrap_or_else(|| panic!("the chart renders no {:?} {}", kind(&doc), name(&doc)));
+        assert_eq!(
+            without_helm_metadata(doc.clone()),
+            without_helm_metadata(twin.clone()),
+            "teapot tenant add and the chart disagree on {}",
+            name(&doc)
+        );
+    }
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(["tenant", "add", "Bad_Name", "--node-cidr", "10.20.0.0/16"])
+        .output()
+        .expect("run");
+    assert!(!refused.status.success());
+    let refused = Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(["tenant", "add", "ok", "--node-cidr", "10.20.0.0/16"])
+        .args(["--allowed-domain", "a.com\n  evil: x"])
+        .output()
+        .expect("run");
+    assert!(
+        !refused.status.success(),
+        "a newline in a domain was printed"
+    );
+}
