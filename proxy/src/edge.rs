@@ -338,8 +338,9 @@ fn has_token(list: &[u8], token: &[u8]) -> bool {
 fn is_authority(v: &[u8]) -> bool {
     !v.is_empty()
         && v.len() <= 255 + 6
-        && v.iter()
-            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']'))
+        && v.iter().all(|&b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
+        })
 }
 
 /// Host rules for both protocols: exactly one `host` field, naming one
@@ -587,7 +588,8 @@ where
             // The deadline changes when a request starts or ends, so the
             // sleep is re-armed at least that often; a request never waits
             // on more than one stale wake-up.
-            let recheck = tokio::time::sleep(self.config.header_read_timeout.min(Duration::from_secs(1)));
+            let recheck =
+                tokio::time::sleep(self.config.header_read_timeout.min(Duration::from_secs(1)));
             tokio::select! {
                 out = &mut serve => return out,
                 () = sleep => {
@@ -617,14 +619,23 @@ mod tests {
 
     #[test]
     fn plain_requests_pass() {
-        assert_eq!(scan("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"), Ok(H1Framing::default()));
+        assert_eq!(
+            scan("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"),
+            Ok(H1Framing::default())
+        );
         assert_eq!(
             scan("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n"),
-            Ok(H1Framing { content_length: Some(5), chunked: false })
+            Ok(H1Framing {
+                content_length: Some(5),
+                chunked: false
+            })
         );
         assert_eq!(
             scan("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n"),
-            Ok(H1Framing { content_length: None, chunked: true })
+            Ok(H1Framing {
+                content_length: None,
+                chunked: true
+            })
         );
         assert!(scan("GET / HTTP/1.0\r\n\r\n").is_ok());
         assert!(scan("POST / HTTP/1.0\r\nContent-Length: 0\r\n\r\n").is_ok());
@@ -636,31 +647,67 @@ mod tests {
     fn framing_ambiguities_are_refused() {
         use Refusal::*;
         let cases: &[(&str, Refusal)] = &[
-            ("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", BothLengths),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n", TransferEncoding),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding: identity, chunked\r\n\r\n", TransferEncoding),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", TransferEncoding),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n", TransferEncoding),
-            ("POST / HTTP/1.1\r\nTransfer-Encoding: \x0bchunked\r\n\r\n", ControlByte),
-            ("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", DuplicateLength),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                BothLengths,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: identity, chunked\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: \x0bchunked\r\n\r\n",
+                ControlByte,
+            ),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+                DuplicateLength,
+            ),
             ("POST / HTTP/1.1\r\nContent-Length: 1, 1\r\n\r\n", BadLength),
             ("POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\n", BadLength),
             ("POST / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n", BadLength),
-            ("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", BadLength),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                BadLength,
+            ),
             ("GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", ObsFold),
             ("GET / HTTP/1.1\r\nX-A: a\n\r\n", BareCrLf),
             ("GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n", BareCrLf),
             ("GET / HTTP/1.1\r\nX-A: a\0b\r\n\r\n", ControlByte),
             ("GET / HTTP/1.1\r\nX-A : a\r\n\r\n", SpaceBeforeColon),
-            ("GET / HTTP/1.1\r\nTransfer-Encoding\t: chunked\r\n\r\n", SpaceBeforeColon),
+            (
+                "GET / HTTP/1.1\r\nTransfer-Encoding\t: chunked\r\n\r\n",
+                SpaceBeforeColon,
+            ),
             ("GET / HTTP/1.1\r\nX(A): a\r\n\r\n", BadHeaderName),
             ("GET / HTTP/1.1\r\n: a\r\n\r\n", BadHeaderName),
             ("GET / HTTP/1.1\r\nnocolon\r\n\r\n", BadHeaderName),
             ("POST / HTTP/1.0\r\n\r\n", Http10BodyNoLength),
-            ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", TransferEncoding),
+            (
+                "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+                TransferEncoding,
+            ),
             ("GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\n", H2cUpgrade),
-            ("GET / HTTP/1.1\r\nUpgrade: websocket, H2C\r\n\r\n", H2cUpgrade),
-            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", DuplicateHost),
+            (
+                "GET / HTTP/1.1\r\nUpgrade: websocket, H2C\r\n\r\n",
+                H2cUpgrade,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                DuplicateHost,
+            ),
             ("GET / HTTP/1.1\r\nHost: a, b\r\n\r\n", BadHost),
             ("GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", BadHost),
             ("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", BadHost),
@@ -681,11 +728,20 @@ mod tests {
             ..EdgeConfig::default()
         };
         let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(40));
-        assert_eq!(scan_h1(long_line.as_bytes(), &limits), Err(Refusal::RequestLineTooLong));
+        assert_eq!(
+            scan_h1(long_line.as_bytes(), &limits),
+            Err(Refusal::RequestLineTooLong)
+        );
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(200));
-        assert_eq!(scan_h1(big.as_bytes(), &limits), Err(Refusal::HeaderTooLarge));
+        assert_eq!(
+            scan_h1(big.as_bytes(), &limits),
+            Err(Refusal::HeaderTooLarge)
+        );
         let many = "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n";
-        assert_eq!(scan_h1(many.as_bytes(), &limits), Err(Refusal::TooManyHeaders));
+        assert_eq!(
+            scan_h1(many.as_bytes(), &limits),
+            Err(Refusal::TooManyHeaders)
+        );
         assert_eq!(Refusal::TooManyHeaders.status(), 431);
         assert_eq!(Refusal::BodyTooLarge.status(), 413);
     }
@@ -733,9 +789,15 @@ mod tests {
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let s1 = table.admit(Some(a), &config).unwrap();
         let _s2 = table.admit(Some(a), &config).unwrap();
-        assert_eq!(table.admit(Some(a), &config).unwrap_err(), Refusal::ClientConnectionCap);
+        assert_eq!(
+            table.admit(Some(a), &config).unwrap_err(),
+            Refusal::ClientConnectionCap
+        );
         let _s3 = table.admit(Some(b), &config).unwrap();
-        assert_eq!(table.admit(Some(b), &config).unwrap_err(), Refusal::ConnectionCap);
+        assert_eq!(
+            table.admit(Some(b), &config).unwrap_err(),
+            Refusal::ConnectionCap
+        );
         drop(s1);
         assert_eq!(table.total(), 2);
         let _s4 = table.admit(Some(a), &config).unwrap();
