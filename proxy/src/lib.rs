@@ -22,6 +22,8 @@
 //! - [`snapshot`]: what is swapped, and the status report.
 //! - [`reload`]: the directory watcher that recompiles on change.
 //! - [`proxy`]: the Pingora `ProxyHttp` implementation.
+//! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits
+//!   (sizes, header-read deadline, connection caps); docs/edge.md.
 //! - [`acme`]: certificates from ACME (HTTP-01), one issuer per fleet.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
 //! - [`metrics`]: the Prometheus registry.
@@ -30,6 +32,7 @@
 pub mod acme;
 pub mod admin;
 pub mod compile;
+pub mod edge;
 pub mod kube_source;
 pub mod kube_status;
 pub mod manifests;

@@ -27,6 +27,9 @@ pub struct Metrics {
     pub acme_failures: IntCounter,
     /// 1 while this replica holds the fleet's ACME issuer role.
     pub acme_issuer: IntGauge,
+    /// Front-door refusals by reason (`crate::edge::Refusal`), resolved
+    /// once so a refusal does no label lookup.
+    edge_refusals: Vec<IntCounter>,
 }
 
 impl Metrics {
@@ -57,7 +60,20 @@ impl Metrics {
                 vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
             ),
         )?;
+        let refusals = IntCounterVec::new(
+            Opts::new(
+                "edge_refusals_total",
+                "Requests and connections refused at the front door, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(refusals.clone()))?;
+        let edge_refusals = crate::edge::Refusal::ALL
+            .iter()
+            .map(|r| refusals.with_label_values(&[r.label()]))
+            .collect();
         let m = Metrics {
+            edge_refusals,
             responses,
             upstream_latency,
             upstream_connect_failures: IntCounter::new(
@@ -125,6 +141,13 @@ impl Metrics {
             .checked_sub(1)
             .and_then(|i| self.responses.get(i as usize))
         {
+            c.inc();
+        }
+    }
+
+    /// Counts one front-door refusal.
+    pub fn refused(&self, reason: crate::edge::Refusal) {
+        if let Some(c) = self.edge_refusals.get(reason as usize) {
             c.inc();
         }
     }

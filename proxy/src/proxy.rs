@@ -17,6 +17,7 @@ use pingora_error::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 
+use crate::edge::{self, EdgeConfig, Refusal};
 use crate::metrics::Metrics;
 use crate::snapshot::SnapshotHandle;
 use crate::upstream::{Endpoint, Tried, Upstream};
@@ -55,6 +56,7 @@ pub struct Router {
     metrics: Metrics,
     options: UpstreamOptions,
     acme: Option<Arc<crate::acme::AcmeShared>>,
+    edge: EdgeConfig,
 }
 
 impl Router {
@@ -64,7 +66,35 @@ impl Router {
             metrics,
             options,
             acme: None,
+            edge: EdgeConfig::default(),
         }
+    }
+
+    /// Front-door limits (docs/edge.md).
+    pub fn with_edge(mut self, edge: EdgeConfig) -> Router {
+        self.edge = edge;
+        self
+    }
+
+    /// The front-door checks of one request (crate::edge); returns the
+    /// body limit that applies to it.
+    fn front_door(&self, session: &Session) -> std::result::Result<u64, Refusal> {
+        let req = session.req_header();
+        let declared = match session.as_downstream().as_http1() {
+            Some(h1) => edge::scan_h1(&h1.get_headers_raw_bytes(), &self.edge)?.content_length,
+            None => {
+                edge::check_h2_fields(req)?;
+                req.headers
+                    .get(CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+            }
+        };
+        edge::check_host(req)?;
+        let limit = edge::body_limit(self.edge.max_body_size, None);
+        if limit > 0 && declared.is_some_and(|n| n > limit) {
+            return Err(Refusal::BodyTooLarge);
+        }
+        Ok(limit)
     }
 
     /// Answers HTTP-01 validations from the ACME store.
@@ -81,6 +111,9 @@ pub struct RequestCtx {
     endpoint: Option<Arc<Endpoint>>,
     tried: Tried,
     upstream_started: Option<Instant>,
+    /// Request body bytes allowed (0: no limit) and seen so far.
+    body_limit: u64,
+    body_seen: u64,
     _in_flight: InFlight,
 }
 
@@ -117,11 +150,25 @@ impl ProxyHttp for Router {
             endpoint: None,
             tried: Tried::default(),
             upstream_started: None,
+            body_limit: 0,
+            body_seen: 0,
             _in_flight: InFlight(self.metrics.in_flight.clone()),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        edge::header_complete();
+        match self.front_door(session) {
+            Ok(limit) => ctx.body_limit = limit,
+            Err(refusal) => {
+                self.metrics.refused(refusal);
+                // Whatever follows a refused header cannot be trusted to be
+                // a request boundary: never read another request from it.
+                session.set_keepalive(None);
+                respond(session, refusal.status(), refusal.body()).await?;
+                return Ok(true);
+            }
+        }
         let req = session.req_header();
         let hosts = req.headers.get_all(HOST).iter().count();
         if hosts > 1 {
@@ -159,6 +206,24 @@ impl ProxyHttp for Router {
                 Ok(false)
             }
         }
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        // Chunked and HTTP/2 bodies announce no length up front.
+        if let Some(chunk) = body {
+            ctx.body_seen += chunk.len() as u64;
+            if ctx.body_limit > 0 && ctx.body_seen > ctx.body_limit {
+                self.metrics.refused(Refusal::BodyTooLarge);
+                return Error::e_explain(ErrorType::HTTPStatus(413), "request body too large");
+            }
+        }
+        Ok(())
     }
 
     async fn upstream_peer(
@@ -328,6 +393,7 @@ impl ProxyHttp for Router {
                 502 => "502 the backend could not be reached\n",
                 504 => "504 the backend did not answer in time\n",
                 400 => "400 bad request\n",
+                413 => Refusal::BodyTooLarge.body(),
                 _ => "error\n",
             };
             if let Ok(resp) = error_response(code, body.len()) {
@@ -344,6 +410,7 @@ impl ProxyHttp for Router {
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, _ctx: &mut RequestCtx) {
+        edge::request_done(self.edge.keepalive_timeout);
         if let Some(resp) = session.response_written() {
             self.metrics.count_response(resp.status.as_u16());
         }

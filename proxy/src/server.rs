@@ -52,6 +52,8 @@ pub struct ProxyConfig {
     pub acme: Option<crate::acme::AcmeConfig>,
     /// Read objects from the Kubernetes API instead of `manifests`.
     pub kube: Option<KubeConfig>,
+    /// Front-door limits (docs/edge.md).
+    pub edge: crate::edge::EdgeConfig,
 }
 
 impl ProxyConfig {
@@ -67,6 +69,7 @@ impl ProxyConfig {
             proof_timing: ProofTiming::default(),
             acme: None,
             kube: None,
+            edge: crate::edge::EdgeConfig::default(),
         }
     }
 }
@@ -168,15 +171,18 @@ pub async fn run(
         ..ServerConf::default()
     });
     let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone())
-        .with_acme(acme_shared.clone());
-    let mut service = pingora_proxy::http_proxy_service_with_name(&server_conf, router, "teapot");
-    if config.h2c
-        && let Some(app) = service.app_logic_mut()
-    {
+        .with_acme(acme_shared.clone())
+        .with_edge(config.edge.clone());
+    let mut app = pingora_proxy::http_proxy(&server_conf, router);
+    if config.h2c {
         let mut options = HttpServerOptions::default();
         options.h2c = true;
         app.server_options = Some(options);
     }
+    // The edge wrapper counts connections and enforces the header-read
+    // deadline around Pingora's HTTP application (crate::edge).
+    let app = crate::edge::EdgeApp::new(app, config.edge.clone(), metrics.clone(), config.h2c);
+    let mut service = pingora_core::services::listening::Service::new("teapot".to_string(), app);
     let mut fds = Fds::new();
     let mut hand_over = |listener: std::net::TcpListener| -> Result<String, Error> {
         // Pingora adopts the socket by its address string; it must be

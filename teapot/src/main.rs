@@ -10,6 +10,7 @@
 
 mod acme_args;
 mod demo;
+mod edge_args;
 mod kube_args;
 mod tenant_cmd;
 mod webhook_cmd;
@@ -97,6 +98,8 @@ struct ProxyArgs {
     listen: ListenArgs,
     #[command(flatten)]
     tuning: TuningArgs,
+    #[command(flatten)]
+    edge: edge_args::EdgeArgs,
     // Boxed: the ACME flags would make `Command` lopsided (clippy).
     #[command(flatten)]
     acme: Box<acme_args::AcmeArgs>,
@@ -270,6 +273,7 @@ async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.acme = acme;
     config.kube = kube;
+    config.edge = args.edge.config();
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

@@ -1,0 +1,78 @@
+//! `teapot proxy` flags for the front-door limits (docs/edge.md).
+
+use std::time::Duration;
+
+use teapot_proxy::edge::EdgeConfig;
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct EdgeArgs {
+    /// Longest HTTP/1 request line (bytes, k/m suffix); longer: 414.
+    #[arg(long, default_value = "8k", value_parser = parse_size)]
+    max_request_line: u64,
+    /// Largest request header block incl. the request line; larger: 431.
+    #[arg(long, default_value = "32k", value_parser = parse_size)]
+    max_header_size: u64,
+    /// Most header fields in one request; more: 431.
+    #[arg(long, default_value_t = 100)]
+    max_headers: usize,
+    /// Seconds from accept to a complete request header (slowloris); the connection is closed when it runs out.
+    #[arg(long, default_value_t = 10)]
+    header_read_timeout: u64,
+    /// Seconds a keep-alive connection may wait for the next complete request header.
+    #[arg(long, default_value_t = 60)]
+    keepalive_timeout: u64,
+    /// Operator maximum request body (k/m/g suffix, 0: no limit); `teapot.dev/max-body-size` can only lower it; larger: 413.
+    #[arg(long, default_value = "100m", value_parser = parse_size)]
+    max_body_size: u64,
+    /// Open client connections in total (0: no limit).
+    #[arg(long, default_value_t = 50_000)]
+    max_connections: usize,
+    /// Open client connections per client IP address (0: no limit).
+    #[arg(long, default_value_t = 512)]
+    max_connections_per_client: usize,
+}
+
+impl EdgeArgs {
+    pub(crate) fn config(&self) -> EdgeConfig {
+        EdgeConfig {
+            max_request_line: usize::try_from(self.max_request_line).unwrap_or(usize::MAX),
+            max_header_bytes: usize::try_from(self.max_header_size).unwrap_or(usize::MAX),
+            max_headers: self.max_headers,
+            header_read_timeout: Duration::from_secs(self.header_read_timeout),
+            keepalive_timeout: Duration::from_secs(self.keepalive_timeout),
+            max_body_size: self.max_body_size,
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+        }
+    }
+}
+
+/// Digits with an optional `k`, `m` or `g` (1024-based), like the
+/// `teapot.dev/max-body-size` annotation.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?}: expected digits with an optional k, m or g"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8k"), Ok(8192));
+        assert_eq!(parse_size("100m"), Ok(100 << 20));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert!(parse_size("1x").is_err());
+        assert!(parse_size("99999999999g").is_err());
+    }
+}

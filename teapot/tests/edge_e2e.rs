@@ -1,0 +1,629 @@
+//! Edge hardening (issue #9) against the real binary: a request-smuggling
+//! corpus over raw TCP (and raw HTTP/2 frames) in front of two tenants'
+//! backends, Host confusion, size limits, and a slowloris run.
+//!
+//! The smuggling invariant: tenant B's backend only ever receives requests
+//! the test addressed to it. Every payload is sent with `Host: a.example`
+//! and hides a request for `b.example` where some parser would see one; the
+//! proxy must refuse (400 or close) or read the hidden bytes as what RFC
+//! 9112 says they are (A's body). Run with `--nocapture` for the table.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use teapot_testkit::client;
+use teapot_testkit::echo::EchoServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+const SMUGGLED: &str = "GET /smuggled HTTP/1.1\r\nHost: b.example\r\n\r\n";
+const RAW_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// What the proxy may do with a payload.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// 400 (or another 4xx limit answer) and close, or close without answer.
+    Refused,
+    /// Served as this many requests to A, with the hidden bytes as body.
+    Served(usize),
+    /// Lenient but consistent: Pingora reads the hidden bytes as part of
+    /// A's request (a trailer section, or chunk-size whitespace), answers A
+    /// once, and nothing reaches B.
+    Absorbed,
+}
+
+struct Payload {
+    name: String,
+    bytes: Vec<u8>,
+    expect: Expect,
+}
+
+fn payload(name: impl Into<String>, bytes: impl Into<Vec<u8>>, expect: Expect) -> Payload {
+    Payload {
+        name: name.into(),
+        bytes: bytes.into(),
+        expect,
+    }
+}
+
+/// A POST to A with `headers` and `body` (both raw).
+fn post(headers: &str, body: &str) -> Vec<u8> {
+    format!("POST / HTTP/1.1\r\nHost: a.example\r\n{headers}\r\n{body}").into_bytes()
+}
+
+fn corpus() -> Vec<Payload> {
+    use Expect::*;
+    let mut out = Vec::new();
+    let chunked_body = format!("0\r\n\r\n{SMUGGLED}");
+    let cl = chunked_body.len();
+    // Transfer-Encoding spellings: the first three are valid on their own,
+    // the rest are obfuscations some parser somewhere reads as chunked.
+    let valid_te = [
+        "Transfer-Encoding: chunked\r\n",
+        "transfer-encoding: CHUNKED\r\n",
+        "Transfer-Encoding:chunked\r\n",
+    ];
+    let obfuscated_te = [
+        "Transfer-Encoding: chunked, identity\r\n",
+        "Transfer-Encoding: identity, chunked\r\n",
+        "Transfer-Encoding: identity\r\n",
+        "Transfer-Encoding: xchunked\r\n",
+        "Transfer-Encoding: chunkedx\r\n",
+        "Transfer-Encoding: \"chunked\"\r\n",
+        "Transfer-Encoding: gzip, chunked\r\n",
+        "Transfer-Encoding: chunked, chunked\r\n",
+        "Transfer-Encoding : chunked\r\n",
+        "Transfer-Encoding\t: chunked\r\n",
+        "Transfer-Encoding:\x0bchunked\r\n",
+        "Transfer-Encoding: chunked\x0b\r\n",
+        "Transfer-Encoding: \x0cchunked\r\n",
+        "Transfer-Encoding: ch\0unked\r\n",
+        "X-Pad: 1\r\n Transfer-Encoding: chunked\r\n",
+        "X-Pad: 1\r\n\tTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding:\r\n chunked\r\n",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\n",
+        "Transfer-Encoding: chunked\rX-Pad: 1\r\n",
+        "Transfer-Encoding: chunked;q=1\r\n",
+    ];
+    // CL.TE and TE.CL: a length and an encoding together, in both orders.
+    for (i, te) in valid_te.iter().chain(&obfuscated_te).enumerate() {
+        out.push(payload(
+            format!("CL.TE #{i} {te:?}"),
+            post(&format!("Content-Length: {cl}\r\n{te}"), &chunked_body),
+            Refused,
+        ));
+    }
+    for (i, te) in valid_te.iter().enumerate() {
+        let body = format!("{:x}\r\n{SMUGGLED}\r\n0\r\n\r\n", SMUGGLED.len());
+        out.push(payload(
+            format!("TE.CL #{i} {te:?}"),
+            post(&format!("{te}Content-Length: 4\r\n"), &body),
+            Refused,
+        ));
+    }
+    // TE.TE: an obfuscated encoding alone; refusing is the only safe answer.
+    for (i, te) in obfuscated_te.iter().enumerate() {
+        out.push(payload(
+            format!("TE.TE #{i} {te:?}"),
+            post(te, &chunked_body),
+            Refused,
+        ));
+    }
+    // Content-Length tricks; the body is the hidden request.
+    let n = SMUGGLED.len();
+    for (i, h) in [
+        format!("Content-Length: {n}\r\nContent-Length: 0\r\n"),
+        format!("Content-Length: 0\r\nContent-Length: {n}\r\n"),
+        format!("Content-Length: {n}\r\nContent-Length: {n}\r\n"),
+        format!("Content-Length: {n}, {n}\r\n"),
+        format!("Content-Length: {n},0\r\n"),
+        format!("Content-Length: +{n}\r\n"),
+        "Content-Length: -1\r\n".to_string(),
+        format!("Content-Length: 0x{n:x}\r\n"),
+        format!("Content-Length: {n}\x0b\r\n"),
+        format!("Content-Length: {n} 0\r\n"),
+        format!("Content-Length : {n}\r\n"),
+        format!("Content-Length:\r\n {n}\r\n"),
+        "Content-Length: 99999999999999999999999\r\n".to_string(),
+        format!("Content-Length: {n}\n"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        out.push(payload(
+            format!("CL #{i} {h:?}"),
+            post(h, SMUGGLED),
+            Refused,
+        ));
+    }
+    // Valid framings that carry the hidden request as body: served, to A.
+    out.push(payload(
+        "body: CL",
+        post(
+            &format!("Content-Length: {n}\r\nConnection: close\r\n"),
+            SMUGGLED,
+        ),
+        Served(1),
+    ));
+    out.push(payload(
+        "body: CL with OWS",
+        post(
+            &format!("Content-Length:  {n} \r\nConnection: close\r\n"),
+            SMUGGLED,
+        ),
+        Served(1),
+    ));
+    out.push(payload(
+        "body: chunked",
+        post(
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n",
+            &format!("{n:x}\r\n{SMUGGLED}\r\n0\r\n\r\n"),
+        ),
+        Served(1),
+    ));
+    out.push(payload(
+        "body: chunked, extension",
+        post(
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n",
+            &format!("{n:X};ext=1\r\n{SMUGGLED}\r\n0\r\n\r\n"),
+        ),
+        Served(1),
+    ));
+    // Chunk-size tricks: each makes a lax parser end the body early.
+    let chunk_tricks = [
+        format!("0x{n:x}\r\n{SMUGGLED}\r\n0\r\n\r\n"),
+        format!("+{n:x}\r\n{SMUGGLED}\r\n0\r\n\r\n"),
+        format!("-1\r\n{SMUGGLED}\r\n0\r\n\r\n"),
+        format!("{n:x}\n{SMUGGLED}\r\n0\r\n\r\n"),
+        format!("ffffffffffffffffff\r\n{SMUGGLED}\r\n0\r\n\r\n"),
+        format!("1\r\nAB\r\n{SMUGGLED}"),
+        format!("{n:x};a=\"\r\n\"\r\n{SMUGGLED}\r\n0\r\n\r\n"),
+        format!("0\r\nTransfer-Encoding: identity\r\n{SMUGGLED}"),
+        format!("0\n\n{SMUGGLED}"),
+        format!("0\r\n\n{SMUGGLED}"),
+        format!("{n:x} \r\n{SMUGGLED}\r\n0\r\n\r\n"),
+    ];
+    for (i, body) in chunk_tricks.iter().enumerate() {
+        let expect = if body.starts_with("0\r\nTransfer") || body.contains(" \r\n") {
+            Absorbed
+        } else {
+            Refused
+        };
+        out.push(payload(
+            format!("chunk #{i} {body:.24?}"),
+            post("Transfer-Encoding: chunked\r\n", body),
+            expect,
+        ));
+    }
+    // Framing outside the length headers.
+    let misc: [(&str, String); 13] = [
+        ("HTTP/1.0 body without length", format!("POST / HTTP/1.0\r\nHost: a.example\r\nConnection: keep-alive\r\n\r\n{SMUGGLED}")),
+        ("HTTP/1.0 chunked", format!("POST / HTTP/1.0\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n{chunked_body}")),
+        ("bare LF request line", format!("GET / HTTP/1.1\nHost: a.example\r\nContent-Length: {n}\r\n\r\n{SMUGGLED}")),
+        ("bare LF header end", format!("GET / HTTP/1.1\r\nHost: a.example\r\nContent-Length: {n}\n\n{SMUGGLED}")),
+        ("bare CR in value", format!("GET / HTTP/1.1\r\nHost: a.example\r\nX-A: 1\rContent-Length: {n}\r\n\r\n{SMUGGLED}")),
+        ("NUL in value", format!("GET / HTTP/1.1\r\nHost: a.example\r\nX-A: 1\0\r\nContent-Length: {n}\r\n\r\n{SMUGGLED}")),
+        ("invalid header name", format!("GET / HTTP/1.1\r\nHost: a.example\r\nX[A]: 1\r\nContent-Length: {n}\r\n\r\n{SMUGGLED}")),
+        ("duplicate Host", "GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n".to_string()),
+        ("comma-joined Host", "GET / HTTP/1.1\r\nHost: a.example, b.example\r\n\r\n".to_string()),
+        ("Host with userinfo", "GET / HTTP/1.1\r\nHost: b.example@a.example\r\n\r\n".to_string()),
+        ("absolute-form against Host", "GET http://b.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n".to_string()),
+        ("Upgrade: h2c", "GET / HTTP/1.1\r\nHost: a.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n".to_string()),
+        ("pipelined: valid then CL.TE", format!("GET / HTTP/1.1\r\nHost: a.example\r\n\r\nPOST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: {cl}\r\nTransfer-Encoding: chunked\r\n\r\n{chunked_body}")),
+    ];
+    for (name, bytes) in misc {
+        // The valid first request is served; the second is refused.
+        let expect = if name.starts_with("pipelined") {
+            Served(1)
+        } else {
+            Refused
+        };
+        out.push(payload(name, bytes, expect));
+    }
+    out
+}
+
+/// Statuses of the responses in a raw answer, in order.
+fn statuses(answer: &[u8]) -> Vec<u16> {
+    let text = String::from_utf8_lossy(answer);
+    text.match_indices("HTTP/1.1 ")
+        .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
+        .collect()
+}
+
+async fn two_tenants(args: &[&str]) -> (Harness, EchoServer, EchoServer) {
+    let a = echo("tenant-a", "web", "a-0").await;
+    let b = echo("tenant-b", "web", "b-0").await;
+    let mut documents = echo_service("tenant-a", "web", &[&a]);
+    documents.extend(echo_service("tenant-b", "web", &[&b]));
+    documents.push(simple_ingress("tenant-a", "web", "a.example", "web"));
+    documents.push(simple_ingress("tenant-b", "web", "b.example", "web"));
+    let h = Harness::start_with_args(&[("tenants.yaml", docs(&documents))], args).await;
+    assert_eq!(h.echo_json("a.example", "/").await["namespace"], "tenant-a");
+    assert_eq!(h.echo_json("b.example", "/").await["namespace"], "tenant-b");
+    (h, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smuggling_corpus_never_reaches_the_other_tenant() {
+    let (h, a, b) = two_tenants(&[]).await;
+    let corpus = corpus();
+    assert!(corpus.len() >= 50, "corpus has {} payloads", corpus.len());
+    let mut failures = Vec::new();
+    let (mut refused, mut served) = (0, 0);
+    for p in &corpus {
+        let (a_before, b_before) = (a.requests(), b.requests());
+        let answer = client::raw_exchange(h.proxy.http, &p.bytes, RAW_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        let got = statuses(&answer);
+        let b_got = b.requests() - b_before;
+        let a_got = a.requests() - a_before;
+        let ok = b_got == 0
+            && match p.expect {
+                Expect::Refused => {
+                    got.is_empty() || (got.len() == 1 && (400..500).contains(&got[0]))
+                }
+                Expect::Absorbed => got.len() <= 1 && a_got <= 1,
+                Expect::Served(n) => {
+                    got.len() >= n && got[..n].iter().all(|s| *s == 200) && a_got == n as u64
+                }
+            };
+        println!(
+            "{:<8} {:<60} -> {:?} (A +{a_got}, B +{b_got})",
+            if ok { "ok" } else { "FAIL" },
+            p.name,
+            got
+        );
+        if got.first().is_some_and(|s| (400..500).contains(s)) || got.is_empty() {
+            refused += 1;
+        } else {
+            served += 1;
+        }
+        if !ok {
+            failures.push(format!(
+                "{}: expected {:?}, got {got:?}, A +{a_got}, B +{b_got}: {}",
+                p.name,
+                p.expect,
+                String::from_utf8_lossy(&answer)
+            ));
+        }
+    }
+    println!(
+        "{} payloads: {refused} refused or closed, {served} served to A, B untouched",
+        corpus.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The detector is live: a request B is actually sent does reach B.
+    let before = b.requests();
+    let answer = client::raw_exchange(
+        h.proxy.http,
+        b"GET /asked HTTP/1.1\r\nHost: b.example\r\nConnection: close\r\n\r\n",
+        RAW_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(statuses(&answer), vec![200]);
+    assert_eq!(b.requests(), before + 1);
+    let metrics = h.metrics().await;
+    assert!(
+        metric(
+            &metrics,
+            "teapot_edge_refusals_total{reason=\"both_lengths\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{metrics}"
+    );
+}
+
+/// A backend that records every byte it receives and answers 200 (not
+/// 101) to the first request, after a pause in which a proxy that forwards
+/// early would have sent the bytes following the header.
+async fn recording_backend() -> (SocketAddr, Arc<Log>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = Arc::new(Log::default());
+    let l = log.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                l.extra.fetch_add(got.len() - end, Ordering::SeqCst);
+                if let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await
+                {
+                    l.extra.fetch_add(n, Ordering::SeqCst);
+                }
+                l.requests.fetch_add(1, Ordering::SeqCst);
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    (addr, log)
+}
+
+#[derive(Default)]
+struct Log {
+    requests: AtomicUsize,
+    /// Bytes received after the first request header.
+    extra: AtomicUsize,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_after_an_upgrade_request_wait_for_101() {
+    let (addr, log) = recording_backend().await;
+    let b = echo("tenant-b", "web", "b-0").await;
+    let mut documents = vec![
+        service("tenant-a", "raw", &[(Some("http"), 80)]),
+        slice(
+            "tenant-a",
+            "raw-0",
+            "raw",
+            &[(Some("http"), addr.port())],
+            &[("127.0.0.1", true)],
+        ),
+        simple_ingress("tenant-a", "raw", "a.example", "raw"),
+        simple_ingress("tenant-b", "web", "b.example", "web"),
+    ];
+    documents.extend(echo_service("tenant-b", "web", &[&b]));
+    let h = Harness::start(&[("t.yaml", docs(&documents))]).await;
+    for upgrade in ["websocket", "foo"] {
+        let req = format!(
+            "GET /ws HTTP/1.1\r\nHost: a.example\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n{SMUGGLED}"
+        );
+        let answer = client::raw_exchange(h.proxy.http, req.as_bytes(), RAW_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(statuses(&answer).first(), Some(&200), "{upgrade}");
+    }
+    assert_eq!(log.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        log.extra.load(Ordering::SeqCst),
+        0,
+        "bytes after the upgrade request reached the backend before any 101"
+    );
+    assert_eq!(b.requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_authority_decides_routing() {
+    let (h, a, b) = two_tenants(&[]).await;
+    // Absolute form with the same Host: routed on it; the backend sees it.
+    let answer = client::raw_exchange(
+        h.proxy.http,
+        b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+        RAW_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert_eq!(statuses(&answer), vec![200], "{text}");
+    assert!(text.contains("tenant-a"), "{text}");
+    assert!(text.to_ascii_lowercase().contains("a.example"), "{text}");
+    for (what, raw) in [
+        (
+            "absolute form differs from Host",
+            &b"GET http://b.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n"[..],
+        ),
+        (
+            "absolute form differs from Host (reverse)",
+            b"GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n",
+        ),
+        (
+            "two Host headers",
+            b"GET / HTTP/1.1\r\nHost: b.example\r\nHost: a.example\r\n\r\n",
+        ),
+        (
+            "comma-joined",
+            b"GET / HTTP/1.1\r\nHost: b.example,a.example\r\n\r\n",
+        ),
+        (
+            "Host with path",
+            b"GET / HTTP/1.1\r\nHost: b.example/x\r\n\r\n",
+        ),
+    ] {
+        let before = (a.requests(), b.requests());
+        let answer = client::raw_exchange(h.proxy.http, raw, RAW_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(
+            statuses(&answer),
+            vec![400],
+            "{what}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert_eq!((a.requests(), b.requests()), before, "{what}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_limits_answer_431_414_413() {
+    let (h, _a, _b) = two_tenants(&[
+        "--max-headers",
+        "20",
+        "--max-header-size",
+        "4k",
+        "--max-request-line",
+        "1k",
+        "--max-body-size",
+        "1k",
+    ])
+    .await;
+    let many: String = (0..21).map(|i| format!("X-{i}: v\r\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        (
+            "too many headers",
+            format!("GET / HTTP/1.1\r\nHost: a.example\r\n{many}\r\n").into_bytes(),
+            431,
+        ),
+        (
+            "header block too large",
+            format!(
+                "GET / HTTP/1.1\r\nHost: a.example\r\nX: {}\r\n\r\n",
+                "v".repeat(5000)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            "request line too long",
+            format!(
+                "GET /{} HTTP/1.1\r\nHost: a.example\r\n\r\n",
+                "p".repeat(2000)
+            )
+            .into_bytes(),
+            414,
+        ),
+        (
+            "declared body too large",
+            post("Content-Length: 2000\r\n", &"b".repeat(2000)),
+            413,
+        ),
+        (
+            "chunked body too large",
+            post(
+                "Transfer-Encoding: chunked\r\n",
+                &format!("7d0\r\n{}\r\n0\r\n\r\n", "b".repeat(2000)),
+            ),
+            413,
+        ),
+    ];
+    for (what, raw, status) in cases {
+        let answer = client::raw_exchange(h.proxy.http, &raw, RAW_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(
+            statuses(&answer).first(),
+            Some(&status),
+            "{what}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    // Under the limits all is well.
+    let ok = post(
+        "Content-Length: 1000\r\nConnection: close\r\n",
+        &"b".repeat(1000),
+    );
+    let answer = client::raw_exchange(h.proxy.http, &ok, RAW_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(statuses(&answer), vec![200]);
+}
+
+/// One GET from a given local address; the status.
+async fn get_from(local: &str, proxy: SocketAddr, host: &str) -> std::io::Result<u16> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(format!("{local}:0").parse().unwrap())?;
+    let mut s = socket.connect(proxy).await?;
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await?;
+    statuses(&answer)
+        .first()
+        .copied()
+        .ok_or_else(|| std::io::Error::other("no answer"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_does_not_starve_other_clients() {
+    const SLOW: usize = 120;
+    let (h, _a, _b) = two_tenants(&[
+        "--header-read-timeout",
+        "3",
+        "--max-connections-per-client",
+        "60",
+    ])
+    .await;
+    let proxy = h.proxy.http;
+    let closed = Arc::new(AtomicUsize::new(0));
+    let mut slow = Vec::new();
+    for _ in 0..SLOW {
+        let closed = closed.clone();
+        slow.push(tokio::spawn(async move {
+            let Ok(mut s) = TcpStream::connect(proxy).await else {
+                closed.fetch_add(1, Ordering::SeqCst);
+                return;
+            };
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: a.example\r\n").await;
+            // A byte a second until the proxy gives up on us.
+            let mut buf = [0u8; 64];
+            loop {
+                tokio::select! {
+                    r = s.read(&mut buf) => {
+                        if matches!(r, Ok(0) | Err(_)) {
+                            closed.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {
+                        if s.write_all(b"X").await.is_err() {
+                            closed.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    // Meanwhile a client from another address keeps getting answers.
+    for round in 0..10 {
+        let status =
+            tokio::time::timeout(REQUEST_TIMEOUT, get_from("127.0.0.2", proxy, "a.example"))
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: no answer in time"))
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(status, 200, "round {round}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Every slow connection is eventually closed by the proxy: the ones
+    // over the per-client cap at once, the rest at the header deadline.
+    eventually(
+        "every slowloris connection closed",
+        Duration::from_secs(60),
+        || async {
+            let n = closed.load(Ordering::SeqCst);
+            if n == SLOW { Ok(()) } else { Err(n) }
+        },
+    )
+    .await;
+    for t in slow {
+        t.await.unwrap();
+    }
+    let metrics = h.metrics().await;
+    let timeouts = metric(
+        &metrics,
+        "teapot_edge_refusals_total{reason=\"header_timeout\"}",
+    )
+    .unwrap_or(0.0);
+    let capped = metric(
+        &metrics,
+        "teapot_edge_refusals_total{reason=\"client_connection_cap\"}",
+    )
+    .unwrap_or(0.0);
+    println!(
+        "slowloris: {SLOW} connections, {timeouts} closed at the header deadline, {capped} over the per-client cap"
+    );
+    assert!(timeouts >= 1.0 && capped >= 1.0, "{metrics}");
+}
