@@ -43,6 +43,8 @@ pub struct CompileOptions {
     pub lb_networks: Vec<ipnet::IpNet>,
     /// Custom-domain proofs; `None` routes no custom domain.
     pub proofs: Option<std::sync::Arc<ProofBook>>,
+    /// L4 allocation and listeners; `None` serves no Service at L4.
+    pub l4: Option<std::sync::Arc<crate::l4::L4>>,
 }
 
 impl Default for CompileOptions {
@@ -54,6 +56,7 @@ impl Default for CompileOptions {
             domain: "localhost".into(),
             lb_networks: Vec::new(),
             proofs: None,
+            l4: None,
         }
     }
 }
@@ -253,6 +256,12 @@ pub fn compile(
         });
     }
 
+    let l4 = options.l4.as_deref().and_then(|l4| {
+        l4.compile(store, &tenancy, generation, |ns, name, port| {
+            resolver.service_port(ns, name, port)
+        })
+    });
+
     claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
     claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
     let proofs = options.proofs.as_deref();
@@ -273,6 +282,7 @@ pub fn compile(
         backends: resolver.report(),
         problems,
         domains,
+        l4,
     };
     registry.prune();
     Snapshot {
@@ -531,11 +541,20 @@ impl<'a> Resolver<'a> {
             Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n),
             _ => PortRef::Number(0),
         };
-        let key = (namespace, service.name.as_str(), port);
+        self.cached(namespace, &service.name, port)
+    }
+
+    /// The upstream of a Service port by number (L4 listeners).
+    fn service_port(&mut self, namespace: &'a str, name: &'a str, port: i32) -> Arc<Upstream> {
+        self.cached(namespace, name, PortRef::Number(port))
+    }
+
+    fn cached(&mut self, namespace: &'a str, name: &'a str, port: PortRef<'a>) -> Arc<Upstream> {
+        let key = (namespace, name, port);
         if let Some(u) = self.cache.get(&key) {
             return u.clone();
         }
-        let upstream = Arc::new(self.resolve(namespace, &service.name, &port));
+        let upstream = Arc::new(self.resolve(namespace, name, &port));
         self.cache.insert(key, upstream.clone());
         upstream
     }

@@ -21,6 +21,8 @@ pub enum Error {
     },
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error(transparent)]
+    L4State(#[from] crate::l4::allocation::StateError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }

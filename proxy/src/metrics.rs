@@ -20,6 +20,7 @@ pub struct Metrics {
     pub manifest_problems: IntGauge,
     pub reloads_total: IntCounter,
     pub in_flight: IntGauge,
+    pub l4: crate::l4::L4Metrics,
 }
 
 impl Metrics {
@@ -69,6 +70,7 @@ impl Metrics {
             )?,
             reloads_total: IntCounter::new("reloads_total", "Snapshots compiled and swapped in")?,
             in_flight: IntGauge::new("requests_in_flight", "Requests being served")?,
+            l4: crate::l4::L4Metrics::register(&registry)?,
             registry,
         };
         m.registry.register(Box::new(m.upstream_latency.clone()))?;

@@ -47,6 +47,8 @@ pub struct ProxyConfig {
     /// DNS servers for custom-domain proofs (empty: the system's).
     pub dns_servers: Vec<SocketAddr>,
     pub proof_timing: ProofTiming,
+    /// TCP/UDP load balancing of LoadBalancer Services.
+    pub l4: crate::l4::L4Config,
 }
 
 impl ProxyConfig {
@@ -60,6 +62,7 @@ impl ProxyConfig {
             upstream_pool_size: 1024,
             dns_servers: Vec::new(),
             proof_timing: ProofTiming::default(),
+            l4: crate::l4::L4Config::default(),
         }
     }
 }
@@ -130,6 +133,8 @@ pub async fn run(
     .map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let mut compile_options = config.compile.clone();
     compile_options.proofs = Some(proofs);
+    let l4 = crate::l4::L4::new(config.l4.clone(), metrics.l4.clone())?;
+    compile_options.l4 = Some(l4.clone());
     let reloader = Arc::new(Reloader::new(
         config.manifests.clone(),
         compile_options,
@@ -221,6 +226,9 @@ pub async fn run(
         ))
     };
 
+    // After the first reload, so the first table is there to bind.
+    let l4_service = l4.spawn();
+
     ready.store(true, Ordering::Release);
     tracing::info!(manifests = %config.manifests.display(), "teapot proxy serving");
 
@@ -234,6 +242,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = proxy_task.await;
     let deadline = started + config.grace_period;
+    let l4_drain = tokio::spawn(l4_service.shutdown(deadline.into()));
     while metrics.in_flight.get() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -244,6 +253,7 @@ pub async fn run(
             "grace period over; abandoning in-flight requests"
         );
     }
+    let _ = l4_drain.await;
     admin_task.abort();
     watch_task.abort();
     prover_task.abort();

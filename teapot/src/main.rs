@@ -8,6 +8,7 @@
 //! - `teapot validate`: the webhook's rules over files, offline.
 
 mod demo;
+mod l4_args;
 mod webhook_cmd;
 
 use std::net::SocketAddr;
@@ -81,6 +82,8 @@ struct ProxyArgs {
     listen: ListenArgs,
     #[command(flatten)]
     tuning: TuningArgs,
+    #[command(flatten)]
+    l4: l4_args::L4Args,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -221,6 +224,7 @@ pub(crate) fn proxy_config(
         domain: tuning.domain.to_ascii_lowercase(),
         lb_networks: tuning.lb_cidrs.clone(),
         proofs: None,
+        l4: None,
     };
     config.dns_servers = tuning.dns_servers.clone();
     config.proof_timing = ProofTiming {
@@ -242,7 +246,8 @@ pub(crate) fn proxy_config(
 
 async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let (listeners, addrs) = bind(&args.listen)?;
-    let config = proxy_config(args.manifests, &args.tuning, &addrs);
+    let mut config = proxy_config(args.manifests, &args.tuning, &addrs);
+    config.l4 = args.l4.config();
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

@@ -1,0 +1,116 @@
+//! Active TCP health checks of the endpoints of TCP listeners.
+//!
+//! A probe is a TCP connect, closed at once. After `unhealthy_threshold`
+//! consecutive failures the endpoint is ejected through
+//! [`crate::upstream::Endpoint::eject`] (and again after each further
+//! failure, so it stays out while it keeps failing); after
+//! `healthy_threshold` consecutive successes it is cleared. Passive
+//! ejection (a refused client connect) acts at once in between, so a dead
+//! node stops getting new connections at the first refused connect, and at
+//! the latest after `interval × unhealthy_threshold` plus one probe timeout
+//! (3 s by default) when it silently drops packets.
+//!
+//! UDP listeners have no active check: a UDP port says nothing when it is
+//! up, and probing a TCP port the Service does not declare could hit
+//! something else. Their endpoints are ejected by ICMP port-unreachable
+//! (passively) and by the TCP checks of the same address and port when the
+//! Service also has a TCP port there (they share the endpoint).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+use super::manager::Context;
+use super::pool::Protocol;
+use super::table::{HealthOptions, L4Table};
+use crate::upstream::Endpoint;
+
+/// The running checks, one per endpoint address.
+#[derive(Debug, Default)]
+pub struct HealthChecks {
+    checks: HashMap<SocketAddr, (HealthOptions, JoinHandle<()>)>,
+}
+
+impl Drop for HealthChecks {
+    fn drop(&mut self) {
+        for (_, (_, task)) in self.checks.drain() {
+            task.abort();
+        }
+    }
+}
+
+impl HealthChecks {
+    /// Starts checks for new endpoints, stops those of removed ones, and
+    /// restarts those whose settings changed. An endpoint used by several
+    /// listeners is probed at the shortest interval among them.
+    pub(super) fn reconcile(&mut self, table: &L4Table, ctx: &Arc<Context>) {
+        let mut want: HashMap<SocketAddr, (HealthOptions, Arc<Endpoint>)> = HashMap::new();
+        for (key, route) in &table.listeners {
+            if key.protocol != Protocol::Tcp {
+                continue;
+            }
+            for e in route.upstream.endpoints.iter() {
+                let opts = route.options.health;
+                want.entry(e.addr)
+                    .and_modify(|(o, _)| {
+                        if opts.interval < o.interval {
+                            *o = opts;
+                        }
+                    })
+                    .or_insert((opts, e.clone()));
+            }
+        }
+        self.checks.retain(|addr, (opts, task)| {
+            let keep = want.get(addr).is_some_and(|(o, _)| o == opts);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (addr, (opts, endpoint)) in want {
+            if self.checks.contains_key(&addr) {
+                continue;
+            }
+            let timeout = opts.interval.min(ctx.config.connect_timeout);
+            let task = tokio::spawn(probe_loop(endpoint, opts, timeout));
+            self.checks.insert(addr, (opts, task));
+        }
+    }
+}
+
+async fn probe_loop(endpoint: Arc<Endpoint>, opts: HealthOptions, timeout: Duration) {
+    let mut tick = tokio::time::interval(opts.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut failures, mut successes, mut down) = (0u32, 0u32, false);
+    loop {
+        tick.tick().await;
+        let ok = matches!(
+            tokio::time::timeout(timeout, TcpStream::connect(endpoint.addr)).await,
+            Ok(Ok(_))
+        );
+        if ok {
+            failures = 0;
+            successes = successes.saturating_add(1);
+            if down && successes >= opts.healthy_threshold {
+                endpoint.mark_healthy();
+                down = false;
+                tracing::info!(endpoint = %endpoint.addr, "L4 endpoint passes its health checks again");
+            }
+        } else {
+            successes = 0;
+            failures = failures.saturating_add(1);
+            if failures >= opts.unhealthy_threshold {
+                endpoint.eject();
+                if !down {
+                    down = true;
+                    tracing::warn!(endpoint = %endpoint.addr, failures,
+                        "L4 endpoint failed its health checks; ejected");
+                }
+            }
+        }
+    }
+}
