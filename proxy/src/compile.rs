@@ -257,8 +257,8 @@ pub fn compile(
     }
 
     let l4 = options.l4.as_deref().and_then(|l4| {
-        l4.compile(store, &tenancy, generation, |ns, name, port| {
-            resolver.service_port(ns, name, port)
+        l4.compile(store, &tenancy, generation, |ns, name, port, port_name| {
+            resolver.service_port(ns, name, port, port_name)
         })
     });
 
@@ -544,9 +544,21 @@ impl<'a> Resolver<'a> {
         self.cached(namespace, &service.name, port)
     }
 
-    /// The upstream of a Service port by number (L4 listeners).
-    fn service_port(&mut self, namespace: &'a str, name: &'a str, port: i32) -> Arc<Upstream> {
-        self.cached(namespace, name, PortRef::Number(port))
+    /// The upstream of one Service port (L4 listeners): by name when it
+    /// has one, since a TCP and a UDP port may share a number.
+    fn service_port(
+        &mut self,
+        namespace: &'a str,
+        name: &'a str,
+        port: i32,
+        port_name: &'a str,
+    ) -> Arc<Upstream> {
+        let port = if port_name.is_empty() {
+            PortRef::Number(port)
+        } else {
+            PortRef::Name(port_name)
+        };
+        self.cached(namespace, name, port)
     }
 
     fn cached(&mut self, namespace: &'a str, name: &'a str, port: PortRef<'a>) -> Arc<Upstream> {

@@ -13,6 +13,7 @@
 //! - [`client`]: an HTTP/1.1 + HTTP/2 client over plain TCP or TLS with a chosen
 //!   SNI that reports what the server presented, raw byte exchanges for framing
 //!   tests, and a WebSocket echo client.
+//! - [`l4`]: TCP and UDP echo backends (PROXY v2 aware) for L4 tests.
 //! - [`process`]: launches a `teapot proxy` child process and talks to its admin
 //!   listener.
 //! - [`Error`]: the one error type of the crate.
@@ -20,6 +21,7 @@
 pub mod certs;
 pub mod client;
 pub mod echo;
+pub mod l4;
 pub mod process;
 
 /// Everything that can go wrong in the helpers.

@@ -205,6 +205,10 @@ impl Manager {
         self.ctx.metrics.listeners.set(self.bound.len() as i64);
         self.ctx.metrics.bind_failures.set(self.failed.len() as i64);
         self.health.reconcile(table, &self.ctx);
+        self.l4
+            .runtime
+            .applied
+            .store(table.generation, Ordering::Release);
     }
 
     fn bind(&self, key: ListenerKey, route: Arc<Route>) -> std::io::Result<Bound> {

@@ -189,9 +189,15 @@ impl L4Metrics {
 #[derive(Debug, Default)]
 pub struct Runtime {
     states: Mutex<HashMap<ListenerKey, Result<(), String>>>,
+    applied: std::sync::atomic::AtomicU64,
 }
 
 impl Runtime {
+    /// Generation of the last table the manager applied.
+    pub fn applied(&self) -> u64 {
+        self.applied.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// `listening`, `pending` (not bound yet) or `bind failed: …`.
     pub fn state(&self, key: &ListenerKey) -> String {
         match self.states.lock().get(key) {
@@ -241,13 +247,14 @@ impl L4 {
     }
 
     /// Builds and publishes the L4 table of `store`; returns the report.
-    /// `resolve(namespace, service, port)` is the compile's resolver.
+    /// `resolve(namespace, service, port, port name)` is the compile's
+    /// resolver.
     pub fn compile<'s>(
         &self,
         store: &'s Store,
         tenancy: &Tenancy<'_>,
         generation: u64,
-        resolve: impl FnMut(&'s str, &'s str, i32) -> Arc<Upstream>,
+        resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
     ) -> Option<L4Report> {
         if !self.config.enabled {
             return None;

@@ -76,6 +76,9 @@ pub struct L4Table {
 /// writes into `status.loadBalancer`.
 #[derive(Debug, Serialize)]
 pub struct L4Report {
+    /// Generation of the table the listeners serve now (they follow the
+    /// compile within moments).
+    pub applied_generation: AppliedGeneration,
     pub pools: Vec<PoolReport>,
     pub services: Vec<ServiceReport>,
 }
@@ -122,6 +125,16 @@ impl Serialize for LiveState {
     }
 }
 
+/// Read from the manager when rendered.
+#[derive(Debug)]
+pub struct AppliedGeneration(Arc<Runtime>);
+
+impl Serialize for AppliedGeneration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0.applied())
+    }
+}
+
 /// Whether `service` is one teapot serves at L4.
 pub fn is_l4_service(service: &Service, serve_classless: bool) -> bool {
     let Some(spec) = &service.spec else {
@@ -156,7 +169,7 @@ pub(super) fn build<'s>(
     store: &'s Store,
     tenancy: &Tenancy<'_>,
     generation: u64,
-    mut resolve: impl FnMut(&'s str, &'s str, i32) -> Arc<Upstream>,
+    mut resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
 ) -> (L4Table, L4Report) {
     let mut candidates: Vec<Candidate<'s>> = store
         .services
@@ -268,7 +281,7 @@ pub(super) fn build<'s>(
                         });
                         continue;
                     }
-                    let upstream = resolve(&c.id.namespace, &c.id.name, port.into());
+                    let upstream = resolve(&c.id.namespace, &c.id.name, port.into(), port_name);
                     for why in upstream.unavailable.iter().chain(&upstream.refused) {
                         if !unready.contains(why) {
                             unready.push(why.clone());
@@ -374,7 +387,12 @@ pub(super) fn build<'s>(
             },
         })
         .collect();
-    (table, L4Report { pools, services })
+    let report = L4Report {
+        applied_generation: AppliedGeneration(runtime.clone()),
+        pools,
+        services,
+    };
+    (table, report)
 }
 
 fn age<'a>(c: &'a Candidate<'_>) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
