@@ -114,3 +114,39 @@ async fn probe_loop(endpoint: Arc<Endpoint>, opts: HealthOptions, timeout: Durat
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::EndpointRegistry;
+
+    /// Polls `check` every 20 ms for at most 30 s (never a timing assertion:
+    /// the bound only stops a broken test).
+    async fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn failing_probes_eject_and_passing_probes_restore() {
+        // A port nobody listens on, then somebody does.
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = probe.local_addr().unwrap();
+        drop(probe);
+        let registry = EndpointRegistry::default();
+        let endpoint = registry.endpoint(addr);
+        let opts = HealthOptions {
+            interval: Duration::from_millis(50),
+            unhealthy_threshold: 2,
+            healthy_threshold: 2,
+        };
+        let task = tokio::spawn(probe_loop(endpoint.clone(), opts, Duration::from_secs(1)));
+        eventually("ejected", || endpoint.is_ejected()).await;
+        let _listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        eventually("restored", || !endpoint.is_ejected()).await;
+        task.abort();
+    }
+}

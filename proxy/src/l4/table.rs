@@ -534,3 +534,228 @@ fn route_options(config: &L4Config, service: &Service, problems: &mut Vec<String
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::compile::{CompileOptions, compile};
+    use crate::l4::{L4, L4Metrics};
+    use crate::manifests::{Loaded, load_text};
+    use crate::snapshot::Snapshot;
+    use crate::upstream::EndpointRegistry;
+
+    const TENANTS: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+  l4: {pool: edge, maxListeners: 2}
+---
+apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: beta}
+spec:
+  cluster: beta
+  nodeCIDRs: [10.2.0.0/24]
+";
+
+    fn service(ns: &str, name: &str, class: &str, ports: &str, annotations: &str) -> String {
+        let class = if class.is_empty() {
+            String::new()
+        } else {
+            format!("  loadBalancerClass: {class}\n")
+        };
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: {ns}
+  annotations: {{{annotations}}}
+spec:
+  type: LoadBalancer
+{class}  ports: {ports}
+"
+        )
+    }
+
+    fn slice(ns: &str, service: &str, ports: &str, ips: &[&str]) -> String {
+        let endpoints: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{{addresses: [\"{ip}\"]}}"))
+            .collect();
+        format!(
+            "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {service}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}
+addressType: IPv4
+ports: {ports}
+endpoints: [{}]
+",
+            endpoints.join(", ")
+        )
+    }
+
+    fn compile_with(config: L4Config, docs: &[String]) -> (Snapshot, Arc<L4>) {
+        let mut loaded = Loaded::default();
+        load_text(
+            Path::new("t.yaml"),
+            &docs.join("---\n"),
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let metrics = L4Metrics::register(&prometheus::Registry::new()).unwrap();
+        let l4 = L4::new(config, metrics).unwrap();
+        let options = CompileOptions {
+            l4: Some(l4.clone()),
+            ..CompileOptions::default()
+        };
+        let s = compile(
+            &loaded.store,
+            Vec::new(),
+            1,
+            &options,
+            &EndpointRegistry::default(),
+        );
+        (s, l4)
+    }
+
+    fn config() -> L4Config {
+        L4Config {
+            pools: vec![
+                "default=127.0.0.1".parse().unwrap(),
+                "edge=192.0.2.10,192.0.2.11".parse().unwrap(),
+            ],
+            ..L4Config::default()
+        }
+    }
+
+    fn report<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a ServiceReport {
+        s.report
+            .l4
+            .as_ref()
+            .unwrap()
+            .services
+            .iter()
+            .find(|r| r.namespace == ns && r.name == name)
+            .unwrap_or_else(|| panic!("{ns}/{name} not reported"))
+    }
+
+    fn allocated(r: &ServiceReport) -> &Condition {
+        r.conditions.iter().find(|c| c.type_ == "Allocated").unwrap()
+    }
+
+    fn table(l4: &L4) -> Arc<L4Table> {
+        l4.tables.borrow().clone()
+    }
+
+    #[test]
+    fn tenants_use_their_pool_their_cap_and_the_endpoint_rules() {
+        let dns_ports = "[{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]";
+        let (s, l4) = compile_with(
+            config(),
+            &[
+                TENANTS.into(),
+                service("tenant-acme", "dns", LOAD_BALANCER_CLASS, dns_ports, ""),
+                slice(
+                    "tenant-acme",
+                    "dns",
+                    "[{name: dns, port: 30053, protocol: UDP}, {name: dns-tcp, port: 30054, protocol: TCP}]",
+                    &["10.1.0.5", "127.0.0.1"],
+                ),
+                service(
+                    "tenant-acme",
+                    "game",
+                    LOAD_BALANCER_CLASS,
+                    "[{name: game, port: 7777, protocol: UDP}]",
+                    "",
+                ),
+                service("tenant-beta", "x", LOAD_BALANCER_CLASS, "[{port: 80}]", ""),
+                service("ops", "db", "", "[{port: 5432}]", ""),
+                slice("ops", "db", "[{port: 5432}]", &["127.0.0.1"]),
+                service("ops", "foreign", "example.com/lb", "[{port: 81}]", ""),
+            ],
+        );
+        let dns = report(&s, "tenant-acme", "dns");
+        assert_eq!(dns.address, Some("192.0.2.10".parse().unwrap()));
+        assert_eq!(dns.pool.as_deref(), Some("edge"));
+        assert_eq!(dns.listeners.len(), 2);
+        for l in &dns.listeners {
+            // Loopback is refused in a tenant namespace; the node address
+            // passes.
+            assert_eq!(l.endpoints.len(), 1, "{l:?}");
+            assert!(l.endpoints[0].starts_with("10.1.0.5:"), "{l:?}");
+        }
+        let ready = dns.conditions.iter().find(|c| c.type_ == "BackendsReady").unwrap();
+        assert!(ready.message.contains("loopback"), "{ready:?}");
+        let ingress = &dns.status.ingress.as_ref().unwrap()[0];
+        assert_eq!(ingress.ip.as_deref(), Some("192.0.2.10"));
+        assert_eq!(ingress.ports.as_ref().unwrap().len(), 2);
+
+        let game = allocated(report(&s, "tenant-acme", "game"));
+        assert_eq!((game.status, game.reason), ("False", "ListenerLimit"));
+        assert!(game.message.contains("maxListeners = 2"), "{game:?}");
+        let beta = allocated(report(&s, "tenant-beta", "x"));
+        assert_eq!((beta.status, beta.reason), ("False", "NoPool"));
+
+        let db = report(&s, "ops", "db");
+        assert_eq!(db.address, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(db.listeners[0].endpoints, ["127.0.0.1:5432"]);
+        assert!(
+            s.report.l4.as_ref().unwrap().services.iter().all(|r| r.name != "foreign"),
+            "another class is not ours"
+        );
+
+        let t = table(&l4);
+        let keys: Vec<String> = t.listeners.keys().map(|k| k.to_string()).collect();
+        assert_eq!(
+            keys,
+            ["127.0.0.1:5432/TCP", "192.0.2.10:53/TCP", "192.0.2.10:53/UDP"]
+        );
+        let json = serde_json::to_value(&s.report).unwrap();
+        assert_eq!(json["l4"]["services"][1]["listeners"][0]["state"], "pending");
+    }
+
+    #[test]
+    fn classless_services_follow_the_flag() {
+        let docs = [service("ops", "db", "", "[{port: 5432}]", "")];
+        let (s, _) = compile_with(config(), &docs);
+        assert_eq!(s.report.l4.as_ref().unwrap().services.len(), 1);
+        let (s, _) = compile_with(
+            L4Config {
+                serve_classless: false,
+                ..config()
+            },
+            &docs,
+        );
+        assert!(s.report.l4.as_ref().unwrap().services.is_empty());
+    }
+
+    #[test]
+    fn annotations_set_route_options_and_bad_values_are_reported() {
+        let (s, l4) = compile_with(
+            config(),
+            &[service(
+                "ops",
+                "db",
+                "",
+                "[{port: 5432}, {port: 5433, protocol: SCTP}]",
+                "teapot.dev/proxy-protocol: v2, teapot.dev/udp-idle-timeout: 5s, teapot.dev/health-check-unhealthy-threshold: \"4\", teapot.dev/tcp-idle-timeout: forever",
+            )],
+        );
+        let route = table(&l4).listeners.values().next().unwrap().clone();
+        assert!(route.options.proxy_protocol);
+        assert_eq!(route.options.udp_idle_timeout, Duration::from_secs(5));
+        assert_eq!(route.options.health.unhealthy_threshold, 4);
+        assert_eq!(route.options.tcp_idle_timeout, L4Config::default().tcp_idle_timeout);
+        let r = report(&s, "ops", "db");
+        let configured = r.conditions.iter().find(|c| c.type_ == "Configured").unwrap();
+        assert!(configured.message.contains("tcp-idle-timeout"), "{configured:?}");
+        assert!(configured.message.contains("SCTP"), "{configured:?}");
+        assert_eq!(r.listeners.len(), 1);
+    }
+}
