@@ -127,7 +127,9 @@ async fn start_backend(sink: Arc<Sink>) -> anyhow::Result<(SocketAddr, SocketAdd
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn teapot_bin(args: &Args) -> PathBuf {
@@ -146,11 +148,7 @@ struct Proxies {
     _dir: tempfile::TempDir,
 }
 
-async fn start_proxies(
-    args: &Args,
-    sink: SocketAddr,
-    ping: SocketAddr,
-) -> anyhow::Result<Proxies> {
+async fn start_proxies(args: &Args, sink: SocketAddr, ping: SocketAddr) -> anyhow::Result<Proxies> {
     let dir = tempfile::tempdir()?;
     let manifests = dir.path().join("manifests");
     std::fs::create_dir(&manifests)?;
@@ -178,7 +176,12 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
     let bin = teapot_bin(args);
     let teapot = Command::new(&bin)
         .env("RUST_LOG", "warn")
-        .args(["--threads", &args.threads.to_string(), "proxy", "--manifests"])
+        .args([
+            "--threads",
+            &args.threads.to_string(),
+            "proxy",
+            "--manifests",
+        ])
         .arg(&manifests)
         .args([
             "--http",
@@ -394,7 +397,13 @@ async fn run(
         }
     }
     let pick = |target: Target, f: fn(&Sample) -> f64| {
-        median(samples.iter().filter(|s| s.target == target).map(f).collect())
+        median(
+            samples
+                .iter()
+                .filter(|s| s.target == target)
+                .map(f)
+                .collect(),
+        )
     };
     let tt = pick(Target::Teapot, |s| s.throughput_bytes_per_s);
     let ht = pick(Target::Haproxy, |s| s.throughput_bytes_per_s);

@@ -646,7 +646,10 @@ endpoints: [{}]
     }
 
     fn allocated(r: &ServiceReport) -> &Condition {
-        r.conditions.iter().find(|c| c.type_ == "Allocated").unwrap()
+        r.conditions
+            .iter()
+            .find(|c| c.type_ == "Allocated")
+            .unwrap()
     }
 
     fn table(l4: &L4) -> Arc<L4Table> {
@@ -655,7 +658,8 @@ endpoints: [{}]
 
     #[test]
     fn tenants_use_their_pool_their_cap_and_the_endpoint_rules() {
-        let dns_ports = "[{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]";
+        let dns_ports =
+            "[{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]";
         let (s, l4) = compile_with(
             config(),
             &[
@@ -690,7 +694,11 @@ endpoints: [{}]
             assert_eq!(l.endpoints.len(), 1, "{l:?}");
             assert!(l.endpoints[0].starts_with("10.1.0.5:"), "{l:?}");
         }
-        let ready = dns.conditions.iter().find(|c| c.type_ == "BackendsReady").unwrap();
+        let ready = dns
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "BackendsReady")
+            .unwrap();
         assert!(ready.message.contains("loopback"), "{ready:?}");
         let ingress = &dns.status.ingress.as_ref().unwrap()[0];
         assert_eq!(ingress.ip.as_deref(), Some("192.0.2.10"));
@@ -706,7 +714,13 @@ endpoints: [{}]
         assert_eq!(db.address, Some("127.0.0.1".parse().unwrap()));
         assert_eq!(db.listeners[0].endpoints, ["127.0.0.1:5432"]);
         assert!(
-            s.report.l4.as_ref().unwrap().services.iter().all(|r| r.name != "foreign"),
+            s.report
+                .l4
+                .as_ref()
+                .unwrap()
+                .services
+                .iter()
+                .all(|r| r.name != "foreign"),
             "another class is not ours"
         );
 
@@ -714,10 +728,17 @@ endpoints: [{}]
         let keys: Vec<String> = t.listeners.keys().map(|k| k.to_string()).collect();
         assert_eq!(
             keys,
-            ["127.0.0.1:5432/TCP", "192.0.2.10:53/TCP", "192.0.2.10:53/UDP"]
+            [
+                "127.0.0.1:5432/TCP",
+                "192.0.2.10:53/TCP",
+                "192.0.2.10:53/UDP"
+            ]
         );
         let json = serde_json::to_value(&s.report).unwrap();
-        assert_eq!(json["l4"]["services"][1]["listeners"][0]["state"], "pending");
+        assert_eq!(
+            json["l4"]["services"][1]["listeners"][0]["state"],
+            "pending"
+        );
     }
 
     #[test]
@@ -751,10 +772,20 @@ endpoints: [{}]
         assert!(route.options.proxy_protocol);
         assert_eq!(route.options.udp_idle_timeout, Duration::from_secs(5));
         assert_eq!(route.options.health.unhealthy_threshold, 4);
-        assert_eq!(route.options.tcp_idle_timeout, L4Config::default().tcp_idle_timeout);
+        assert_eq!(
+            route.options.tcp_idle_timeout,
+            L4Config::default().tcp_idle_timeout
+        );
         let r = report(&s, "ops", "db");
-        let configured = r.conditions.iter().find(|c| c.type_ == "Configured").unwrap();
-        assert!(configured.message.contains("tcp-idle-timeout"), "{configured:?}");
+        let configured = r
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Configured")
+            .unwrap();
+        assert!(
+            configured.message.contains("tcp-idle-timeout"),
+            "{configured:?}"
+        );
         assert!(configured.message.contains("SCTP"), "{configured:?}");
         assert_eq!(r.listeners.len(), 1);
     }
