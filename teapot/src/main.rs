@@ -83,7 +83,7 @@ struct ProxyArgs {
     #[command(flatten)]
     tuning: TuningArgs,
     #[command(flatten)]
-    l4: l4_args::L4Args,
+    l4: Box<l4_args::L4Args>,
 }
 
 #[derive(clap::Args, Debug, Clone)]

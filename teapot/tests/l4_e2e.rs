@@ -613,9 +613,11 @@ async fn idle_timeouts_end_tcp_connections_and_udp_flows() {
         .expect("clean close");
     eventually("UDP flow forgotten", RELOAD_TIMEOUT, || async {
         let m = h.metrics().await;
-        match metric(&m, "teapot_l4_udp_flows_active") {
-            Some(v) if v == 0.0 => Ok(()),
-            other => Err(other),
+        let active = metric(&m, "teapot_l4_udp_flows_active");
+        if active == Some(0.0) {
+            Ok(())
+        } else {
+            Err(active)
         }
     })
     .await;
