@@ -501,6 +501,11 @@ async fn allocations_stay_put_across_restarts_and_a_full_pool_moves_nothing() {
     let metrics = h.metrics().await;
     assert_eq!(metric(&metrics, "teapot_l4_allocation_failures"), Some(1.0));
     assert_eq!(metric(&metrics, "teapot_l4_listeners"), Some(2.0));
+    assert_eq!(
+        metric(&metrics, "teapot_l4_listener_binds_total"),
+        Some(2.0),
+        "the re-compile rebound no listener"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -537,6 +542,11 @@ async fn connections_to_a_removed_endpoint_drain_and_a_removed_service_closes_it
     let back = tcp_exchange(addr, b"hello").await.unwrap();
     assert_eq!(back, b"hello");
     assert_eq!((old.served(), new.served()), (1, 1));
+    assert_eq!(
+        metric(&h.metrics().await, "teapot_l4_listener_binds_total"),
+        Some(1.0),
+        "an endpoint change does not rebind the listener"
+    );
     let still = long.write_all(b"again").await.is_ok()
         && matches!(
             tokio::time::timeout(IO_TIMEOUT, long.read_exact(&mut buf)).await,

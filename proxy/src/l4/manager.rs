@@ -188,6 +188,7 @@ impl Manager {
             }
             match self.bind(*key, route.clone()) {
                 Ok(b) => {
+                    self.ctx.metrics.binds_total.inc();
                     tracing::info!(listener = %key, service = %route.service, "L4 listener bound");
                     self.bound.insert(*key, b);
                     self.failed.remove(key);

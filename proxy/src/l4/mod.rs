@@ -118,6 +118,8 @@ pub struct L4Metrics {
     /// Backend -> client bytes.
     pub bytes_out: IntCounter,
     pub listeners: IntGauge,
+    /// Sockets bound: stays put across re-compiles that keep a listener.
+    pub binds_total: IntCounter,
     pub bind_failures: IntGauge,
     pub allocation_failures: IntGauge,
 }
@@ -154,6 +156,10 @@ impl L4Metrics {
             bytes_in: bytes.with_label_values(&["in"]),
             bytes_out: bytes.with_label_values(&["out"]),
             listeners: IntGauge::new("l4_listeners", "L4 listeners bound")?,
+            binds_total: IntCounter::new(
+                "l4_listener_binds_total",
+                "L4 listener sockets bound (unchanged listeners are never rebound)",
+            )?,
             bind_failures: IntGauge::new(
                 "l4_bind_failures",
                 "L4 listeners that could not be bound (retried)",
@@ -168,6 +174,7 @@ impl L4Metrics {
             &m.tcp_connect_failures_total,
             &m.udp_flows_total,
             &m.udp_flows_evicted_total,
+            &m.binds_total,
         ] {
             registry.register(Box::new(c.clone()))?;
         }
@@ -226,6 +233,8 @@ pub struct L4 {
     runtime: Arc<Runtime>,
     tables: watch::Sender<Arc<L4Table>>,
     metrics: L4Metrics,
+    /// Refusals already logged, so each is logged once, not per compile.
+    refusals: Mutex<HashMap<crate::store::NsName, String>>,
 }
 
 impl L4 {
@@ -239,6 +248,7 @@ impl L4 {
             runtime: Arc::new(Runtime::default()),
             tables,
             metrics,
+            refusals: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -268,14 +278,34 @@ impl L4 {
             generation,
             resolve,
         );
-        let refused = report
+        self.log_refusals(&report);
+        self.tables.send_replace(Arc::new(table));
+        Some(report)
+    }
+
+    /// Logs (as the manifests-mode stand-in for an Event) each Service
+    /// that newly lost or failed to get an address.
+    fn log_refusals(&self, report: &L4Report) {
+        let now: HashMap<crate::store::NsName, String> = report
             .services
             .iter()
             .filter(|s| s.address.is_none())
-            .count();
-        self.metrics.allocation_failures.set(refused as i64);
-        self.tables.send_replace(Arc::new(table));
-        Some(report)
+            .filter_map(|s| {
+                let c = s.conditions.iter().find(|c| c.type_ == "Allocated")?;
+                Some((
+                    crate::store::NsName::new(s.namespace.clone(), s.name.clone()),
+                    format!("{}: {}", c.reason, c.message),
+                ))
+            })
+            .collect();
+        self.metrics.allocation_failures.set(now.len() as i64);
+        let mut seen = self.refusals.lock();
+        for (service, why) in &now {
+            if seen.get(service) != Some(why) {
+                tracing::warn!(%service, "LoadBalancer Service gets no address: {why}");
+            }
+        }
+        *seen = now;
     }
 
     /// Starts the manager: listeners follow every published table until
