@@ -228,15 +228,18 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; BUFFER];
+    // Reading into spare capacity spares zeroing 64 KiB per connection,
+    // which shows in the connection rate.
+    let mut buf: Vec<u8> = Vec::with_capacity(BUFFER);
     loop {
-        let n = r.read(&mut buf).await?;
+        buf.clear();
+        let n = r.read_buf(&mut buf).await?;
         if n == 0 {
             // The peer may already be gone; the other direction decides.
             let _ = w.shutdown().await;
             return Ok(());
         }
-        w.write_all(&buf[..n]).await?;
+        w.write_all(&buf).await?;
         bytes.inc_by(n as u64);
         last.store(elapsed_ms(start), Ordering::Relaxed);
     }
