@@ -10,17 +10,21 @@
 //! the latest after `interval × unhealthy_threshold` plus one probe timeout
 //! (3 s by default) when it silently drops packets.
 //!
-//! UDP listeners have no active check: a UDP port says nothing when it is
-//! up, and probing a TCP port the Service does not declare could hit
+//! UDP listeners have no check of their own: a UDP port says nothing when
+//! it is up, and probing a TCP port the Service does not declare could hit
 //! something else. Their endpoints are ejected by ICMP port-unreachable
-//! (passively) and by the TCP checks of the same address and port when the
-//! Service also has a TCP port there (they share the endpoint).
+//! (passively), and new flows avoid a **down node**: an address all of
+//! whose probed TCP endpoints fail their checks. In nodeport mode every
+//! Service shares the node addresses, so a node that died is seen by the
+//! TCP checks of any Service on it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::{Mutex, RwLock};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
@@ -28,6 +32,47 @@ use super::manager::Context;
 use super::pool::Protocol;
 use super::table::{HealthOptions, L4Table};
 use crate::upstream::Endpoint;
+
+/// Which node addresses look dead to the TCP checks.
+#[derive(Debug, Default)]
+pub struct NodeHealth {
+    /// Probed endpoint -> failing its checks.
+    failing: Mutex<HashMap<SocketAddr, bool>>,
+    /// Addresses all of whose probed endpoints fail; read per new flow.
+    down: RwLock<HashSet<IpAddr>>,
+}
+
+impl NodeHealth {
+    pub fn is_down(&self, ip: IpAddr) -> bool {
+        self.down.read().contains(&ip)
+    }
+
+    fn set(&self, endpoint: SocketAddr, failing: bool) {
+        let mut states = self.failing.lock();
+        if states.insert(endpoint, failing) != Some(failing) {
+            self.recompute(&states);
+        }
+    }
+
+    fn forget(&self, endpoint: &SocketAddr) {
+        let mut states = self.failing.lock();
+        if states.remove(endpoint).is_some() {
+            self.recompute(&states);
+        }
+    }
+
+    fn recompute(&self, states: &HashMap<SocketAddr, bool>) {
+        let mut up: HashSet<IpAddr> = HashSet::new();
+        let mut seen: HashSet<IpAddr> = HashSet::new();
+        for (addr, failing) in states {
+            seen.insert(addr.ip());
+            if !failing {
+                up.insert(addr.ip());
+            }
+        }
+        *self.down.write() = seen.difference(&up).copied().collect();
+    }
+}
 
 /// The running checks, one per endpoint address.
 #[derive(Debug, Default)]
@@ -68,6 +113,7 @@ impl HealthChecks {
             let keep = want.get(addr).is_some_and(|(o, _)| o == opts);
             if !keep {
                 task.abort();
+                ctx.nodes.forget(addr);
             }
             keep
         });
@@ -76,13 +122,18 @@ impl HealthChecks {
                 continue;
             }
             let timeout = opts.interval.min(ctx.config.connect_timeout);
-            let task = tokio::spawn(probe_loop(endpoint, opts, timeout));
+            let task = tokio::spawn(probe_loop(endpoint, opts, timeout, ctx.nodes.clone()));
             self.checks.insert(addr, (opts, task));
         }
     }
 }
 
-async fn probe_loop(endpoint: Arc<Endpoint>, opts: HealthOptions, timeout: Duration) {
+async fn probe_loop(
+    endpoint: Arc<Endpoint>,
+    opts: HealthOptions,
+    timeout: Duration,
+    nodes: Arc<NodeHealth>,
+) {
     let mut tick = tokio::time::interval(opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut failures, mut successes, mut down) = (0u32, 0u32, false);
@@ -97,6 +148,7 @@ async fn probe_loop(endpoint: Arc<Endpoint>, opts: HealthOptions, timeout: Durat
             successes = successes.saturating_add(1);
             if down && successes >= opts.healthy_threshold {
                 endpoint.mark_healthy();
+                nodes.set(endpoint.addr, false);
                 down = false;
                 tracing::info!(endpoint = %endpoint.addr, "L4 endpoint passes its health checks again");
             }
@@ -107,6 +159,7 @@ async fn probe_loop(endpoint: Arc<Endpoint>, opts: HealthOptions, timeout: Durat
                 endpoint.eject();
                 if !down {
                     down = true;
+                    nodes.set(endpoint.addr, true);
                     tracing::warn!(endpoint = %endpoint.addr, failures,
                         "L4 endpoint failed its health checks; ejected");
                 }
@@ -143,10 +196,34 @@ mod tests {
             unhealthy_threshold: 2,
             healthy_threshold: 2,
         };
-        let task = tokio::spawn(probe_loop(endpoint.clone(), opts, Duration::from_secs(1)));
+        let nodes = Arc::new(NodeHealth::default());
+        let task = tokio::spawn(probe_loop(
+            endpoint.clone(),
+            opts,
+            Duration::from_secs(1),
+            nodes.clone(),
+        ));
         eventually("ejected", || endpoint.is_ejected()).await;
+        eventually("node down", || nodes.is_down(addr.ip())).await;
         let _listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         eventually("restored", || !endpoint.is_ejected()).await;
+        assert!(!nodes.is_down(addr.ip()));
         task.abort();
+    }
+
+    #[test]
+    fn a_node_is_down_only_when_all_its_probed_endpoints_fail() {
+        let nodes = NodeHealth::default();
+        let a: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let b: SocketAddr = "10.0.0.1:443".parse().unwrap();
+        nodes.set(a, true);
+        assert!(nodes.is_down(a.ip()));
+        nodes.set(b, false);
+        assert!(!nodes.is_down(a.ip()), "one endpoint still answers");
+        nodes.set(b, true);
+        assert!(nodes.is_down(a.ip()));
+        nodes.forget(&a);
+        nodes.forget(&b);
+        assert!(!nodes.is_down(a.ip()), "nothing probed, nothing known");
     }
 }

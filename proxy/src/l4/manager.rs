@@ -35,6 +35,8 @@ pub(super) struct Context {
     pub active: AtomicUsize,
     /// Turns true when the shutdown grace period is over: everything ends.
     pub kill: watch::Receiver<bool>,
+    /// Node addresses the TCP checks find dead (UDP flows avoid them).
+    pub nodes: Arc<super::health::NodeHealth>,
 }
 
 /// Counts one connection (or flow) as active while it lives.
@@ -76,6 +78,7 @@ impl L4Service {
             metrics: l4.metrics.clone(),
             active: AtomicUsize::new(0),
             kill: kill_rx,
+            nodes: Arc::default(),
         });
         let manager = Manager {
             l4,

@@ -207,7 +207,7 @@ async fn open_flow(
     client: SocketAddr,
     ctx: &Arc<Context>,
 ) -> Option<(u64, Arc<UdpSocket>, Arc<AtomicU64>)> {
-    let endpoint = route.upstream.pick(&mut Tried::default())?.clone();
+    let endpoint = pick_live(route, &ctx.nodes)?;
     let local: SocketAddr = if endpoint.addr.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -263,6 +263,22 @@ async fn open_flow(
         task.abort();
     }
     Some((id, upstream, last))
+}
+
+/// The next endpoint round-robin, passing over those on a node the TCP
+/// checks find dead, unless all are.
+fn pick_live(route: &Route, nodes: &super::health::NodeHealth) -> Option<Arc<Endpoint>> {
+    let mut tried = Tried::default();
+    let first = route.upstream.pick(&mut tried)?.clone();
+    if !nodes.is_down(first.addr.ip()) {
+        return Some(first);
+    }
+    while let Some(e) = route.upstream.pick(&mut tried) {
+        if !nodes.is_down(e.addr.ip()) {
+            return Some(e.clone());
+        }
+    }
+    Some(first)
 }
 
 /// Backend -> client for one flow, until the flow is idle for `idle`.
