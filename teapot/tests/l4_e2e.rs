@@ -670,3 +670,50 @@ async fn the_connection_cap_holds_further_clients_until_a_slot_frees() {
     assert_eq!(&b, b"2");
     assert_eq!(tcp.served(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_listeners_and_lets_open_connections_finish() {
+    const NS: &str = "l4-term";
+    let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    let files = [(
+        "term.yaml",
+        docs(&[
+            lb_service(NS, "term", &[("tcp", port, "TCP")], json!({})),
+            lb_slice(NS, "term-0", "term", &[("tcp", tcp.port(), "TCP")]),
+        ]),
+    )];
+    let (mut h, _state) = start(&files, &[]).await;
+    wait_listening(&h, NS, "term", 1, 0).await;
+    let addr = SocketAddr::new(LOCALHOST, port);
+    let mut open = TcpStream::connect(addr).await.unwrap();
+    let mut b = [0u8; 3];
+    open.write_all(b"one").await.unwrap();
+    tokio::time::timeout(IO_TIMEOUT, open.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+
+    h.proxy.terminate().unwrap();
+    eventually("listener closed", RELOAD_TIMEOUT, || async {
+        match TcpStream::connect(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // The open connection still works during the grace period.
+    open.write_all(b"two").await.unwrap();
+    tokio::time::timeout(IO_TIMEOUT, open.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&b, b"two");
+    drop(open);
+    let status = h
+        .proxy
+        .wait(RELOAD_TIMEOUT)
+        .await
+        .expect("exits once the connection is gone");
+    assert!(status.success(), "{status}");
+}
