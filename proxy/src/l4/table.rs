@@ -174,7 +174,12 @@ pub(super) fn build<'s>(
     let mut candidates: Vec<Candidate<'s>> = store
         .services
         .iter()
-        .filter(|(_, s)| is_l4_service(&s.object, config.serve_classless))
+        // A tenant's Service must name teapot's class whatever the flag
+        // says: the webhook requires it, and the proxy re-checks.
+        .filter(|(id, s)| {
+            let classless = config.serve_classless && tenancy.get(&id.namespace).is_none();
+            is_l4_service(&s.object, classless)
+        })
         .map(|(id, s)| candidate(config, tenancy, id, &s.object))
         .collect();
     candidates.sort_by(|a, b| age(a).cmp(&age(b)));
@@ -679,6 +684,7 @@ endpoints: [{}]
                     "",
                 ),
                 service("tenant-beta", "x", LOAD_BALANCER_CLASS, "[{port: 80}]", ""),
+                service("tenant-beta", "classless", "", "[{port: 81}]", ""),
                 service("ops", "db", "", "[{port: 5432}]", ""),
                 slice("ops", "db", "[{port: 5432}]", &["127.0.0.1"]),
                 service("ops", "foreign", "example.com/lb", "[{port: 81}]", ""),
@@ -713,16 +719,20 @@ endpoints: [{}]
         let db = report(&s, "ops", "db");
         assert_eq!(db.address, Some("127.0.0.1".parse().unwrap()));
         assert_eq!(db.listeners[0].endpoints, ["127.0.0.1:5432"]);
-        assert!(
-            s.report
+        for name in ["foreign", "classless"] {
+            let served = s
+                .report
                 .l4
                 .as_ref()
                 .unwrap()
                 .services
                 .iter()
-                .all(|r| r.name != "foreign"),
-            "another class is not ours"
-        );
+                .any(|r| r.name == name);
+            assert!(
+                !served,
+                "{name}: another class, or none in a tenant namespace"
+            );
+        }
 
         let t = table(&l4);
         let keys: Vec<String> = t.listeners.keys().map(|k| k.to_string()).collect();
