@@ -206,14 +206,35 @@ impl UdpEcho {
     }
 }
 
-/// A port on `ip` that is free for both TCP and UDP right now (another
-/// process may still take it before the proxy binds it; tests bind
-/// loopback only, where that is rare).
+/// A port on `ip` that is free for both TCP and UDP right now.
+///
+/// It is taken below the kernel's ephemeral range, so the port-0 sockets
+/// of concurrently running tests (backends, clients) never land on it, and
+/// from a per-process random start, so two tests rarely try the same one.
+/// Another process may still bind it before the proxy does; on loopback in
+/// a test run that is rare.
 pub fn free_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
-    for _ in 0..100 {
-        let tcp = std::net::TcpListener::bind((ip, 0))?;
-        let port = tcp.local_addr()?.port();
+    use std::sync::atomic::AtomicU16;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let low = 10_000u16;
+    let span = ephemeral_start.saturating_sub(low).max(1);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default()
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    for _ in 0..1000 {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed) as u32;
+        let port = low + ((seed.wrapping_add(step.wrapping_mul(7919))) % span as u32) as u16;
+        let Ok(tcp) = std::net::TcpListener::bind((ip, port)) else {
+            continue;
+        };
         if std::net::UdpSocket::bind((ip, port)).is_ok() {
+            drop(tcp);
             return Ok(port);
         }
     }
