@@ -65,6 +65,8 @@ pub enum ValueType {
     Duration { min: Duration, max: Duration },
     /// One of a fixed set of words.
     OneOf(&'static [&'static str]),
+    /// A whole number from `min` to `max`, plain digits.
+    Count { min: u32, max: u32 },
     /// A Kubernetes UID: lowercase hex digits and dashes, 1 to 64 characters.
     Uid,
 }
@@ -88,6 +90,7 @@ impl ValueType {
                 format!("one of {}", quoted.join(", "))
             }
             ValueType::Uid => "a Kubernetes UID (lowercase hex digits and '-')".into(),
+            ValueType::Count { min, max } => format!("a whole number from {min} to {max}"),
         }
     }
 }
@@ -151,6 +154,27 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "How often teapot probes each backend endpoint.",
     },
     AnnotationSpec {
+        key: "teapot.dev/health-check-unhealthy-threshold",
+        applies_to: &[ObjectKind::Service],
+        value: ValueType::Count { min: 1, max: 10 },
+        doc: "Consecutive failed TCP probes after which an endpoint of an L4 Service stops receiving new connections.",
+    },
+    AnnotationSpec {
+        key: "teapot.dev/health-check-healthy-threshold",
+        applies_to: &[ObjectKind::Service],
+        value: ValueType::Count { min: 1, max: 10 },
+        doc: "Consecutive successful TCP probes after which an ejected endpoint of an L4 Service receives connections again.",
+    },
+    AnnotationSpec {
+        key: "teapot.dev/tcp-idle-timeout",
+        applies_to: &[ObjectKind::Service],
+        value: ValueType::Duration {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(24 * 3600),
+        },
+        doc: "How long an L4 TCP connection may pass no byte in either direction before teapot closes it.",
+    },
+    AnnotationSpec {
         key: "teapot.dev/source-uid",
         applies_to: &[
             ObjectKind::Ingress,
@@ -173,6 +197,7 @@ pub enum AnnotationValue {
     /// The word as written in the allowlist.
     Word(&'static str),
     Uid(String),
+    Count(u32),
 }
 
 /// Why an annotation was refused.
@@ -279,6 +304,11 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
             ok.then(|| AnnotationValue::Uid(value.to_string()))
         }
+        ValueType::Count { min, max } => {
+            let (digits, unit) = split_number(value)?;
+            let n = u32::try_from(digits).ok()?;
+            (unit.is_empty() && n >= *min && n <= *max).then_some(AnnotationValue::Count(n))
+        }
     }
 }
 
@@ -374,6 +404,19 @@ mod tests {
             .is_ok()
         );
         assert!(parse(s, "teapot.dev/source-uid", "0C9A").is_err());
+        let t = "teapot.dev/health-check-unhealthy-threshold";
+        assert_eq!(parse(s, t, "3"), Ok(AnnotationValue::Count(3)));
+        for bad in ["0", "11", "3s", "-1", "", "99999999999999"] {
+            assert!(parse(s, t, bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse(s, "teapot.dev/tcp-idle-timeout", "10m"),
+            Ok(AnnotationValue::Duration(Duration::from_secs(600)))
+        );
+        assert!(matches!(
+            parse(i, "teapot.dev/tcp-idle-timeout", "10m"),
+            Err(AnnotationError::WrongKind { .. })
+        ));
     }
 
     #[test]

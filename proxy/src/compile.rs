@@ -45,6 +45,8 @@ pub struct CompileOptions {
     /// ACME state; `None`: no ACME, hosts without a Secret get the default
     /// certificate.
     pub acme: Option<std::sync::Arc<crate::acme::AcmeShared>>,
+    /// L4 allocation and listeners; `None` serves no Service at L4.
+    pub l4: Option<std::sync::Arc<crate::l4::L4>>,
 }
 
 impl Default for CompileOptions {
@@ -57,6 +59,7 @@ impl Default for CompileOptions {
             lb_networks: Vec::new(),
             proofs: None,
             acme: None,
+            l4: None,
         }
     }
 }
@@ -319,6 +322,11 @@ pub fn compile(
                 .push(crate::acme::condition(&states, &hosts));
         }
     }
+    let l4 = options.l4.as_deref().and_then(|l4| {
+        l4.compile(store, &tenancy, generation, |ns, name, port, port_name| {
+            resolver.service_port(ns, name, port, port_name)
+        })
+    });
 
     claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
     claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
@@ -340,6 +348,7 @@ pub fn compile(
         backends: resolver.report(),
         problems,
         domains,
+        l4,
     };
     registry.prune();
     Snapshot {
@@ -689,6 +698,27 @@ impl<'a> Resolver<'a> {
                 Some("resource backends are not supported".into()),
             ));
         };
+        self.cached(key)
+    }
+
+    /// The upstream of one Service port (L4 listeners): by name when it
+    /// has one, since a TCP and a UDP port may share a number.
+    fn service_port(
+        &mut self,
+        namespace: &'a str,
+        name: &'a str,
+        port: i32,
+        port_name: &'a str,
+    ) -> Arc<Upstream> {
+        let port = if port_name.is_empty() {
+            PortRef::Number(port)
+        } else {
+            PortRef::Name(port_name)
+        };
+        self.cached((namespace, name, port))
+    }
+
+    fn cached(&mut self, key: BackendKey<'a>) -> Arc<Upstream> {
         if let Some(u) = self.cache.get(&key) {
             return u.clone();
         }

@@ -25,6 +25,8 @@ pub enum Error {
     Acme(#[from] crate::acme::AcmeError),
     #[error("kubernetes: {0}")]
     Kube(String),
+    #[error(transparent)]
+    L4State(#[from] crate::l4::allocation::StateError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }

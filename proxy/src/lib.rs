@@ -19,6 +19,7 @@
 //! - [`routes`]: host and path matching (DESIGN.md "Ingress semantics").
 //! - [`upstream`]: endpoints, round-robin, passive ejection.
 //! - [`tls`]: certificates from Secrets and the SNI resolver.
+//! - [`l4`]: TCP and UDP load balancing for `LoadBalancer` Services.
 //! - [`snapshot`]: what is swapped, and the status report.
 //! - [`reload`]: the directory watcher that recompiles on change.
 //! - [`proxy`]: the Pingora `ProxyHttp` implementation.
@@ -35,6 +36,7 @@ pub mod compile;
 pub mod edge;
 pub mod kube_source;
 pub mod kube_status;
+pub mod l4;
 pub mod manifests;
 pub mod metrics;
 pub mod proof;

@@ -30,6 +30,7 @@ pub struct Metrics {
     /// Front-door refusals by reason (`crate::edge::Refusal`), resolved
     /// once so a refusal does no label lookup.
     edge_refusals: Vec<IntCounter>,
+    pub l4: crate::l4::L4Metrics,
 }
 
 impl Metrics {
@@ -115,6 +116,7 @@ impl Metrics {
                 "acme_issuer",
                 "1 while this replica is the fleet's ACME issuer",
             )?,
+            l4: crate::l4::L4Metrics::register(&registry)?,
             registry,
         };
         m.registry.register(Box::new(m.upstream_latency.clone()))?;

@@ -54,6 +54,8 @@ pub struct ProxyConfig {
     pub kube: Option<KubeConfig>,
     /// Front-door limits (docs/edge.md).
     pub edge: crate::edge::EdgeConfig,
+    /// TCP/UDP load balancing of LoadBalancer Services.
+    pub l4: crate::l4::L4Config,
 }
 
 impl ProxyConfig {
@@ -70,6 +72,7 @@ impl ProxyConfig {
             acme: None,
             kube: None,
             edge: crate::edge::EdgeConfig::default(),
+            l4: crate::l4::L4Config::default(),
         }
     }
 }
@@ -146,6 +149,8 @@ pub async fn run(
     let mut compile_options = config.compile.clone();
     compile_options.proofs = Some(proofs);
     compile_options.acme = acme_shared.clone();
+    let l4 = crate::l4::L4::new(config.l4.clone(), metrics.l4.clone())?;
+    compile_options.l4 = Some(l4.clone());
     let source = match &config.kube {
         Some(kube) => Source::Kube(KubeSource::start(kube)),
         None => Source::Dir(config.manifests.clone()),
@@ -244,6 +249,9 @@ pub async fn run(
         ))
     };
 
+    // After the first reload, so the first table is there to bind.
+    let l4_service = l4.spawn();
+
     let acme_task = acme.map(|acme| {
         let reloader = reloader.clone();
         tokio::spawn(acme.run(
@@ -299,6 +307,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = proxy_task.await;
     let deadline = started + config.grace_period;
+    let l4_drain = tokio::spawn(l4_service.shutdown(deadline.into()));
     while metrics.in_flight.get() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -309,6 +318,7 @@ pub async fn run(
             "grace period over; abandoning in-flight requests"
         );
     }
+    let _ = l4_drain.await;
     admin_task.abort();
     watch_task.abort();
     prover_task.abort();

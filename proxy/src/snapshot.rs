@@ -42,6 +42,9 @@ pub struct StatusReport {
     pub problems: Vec<Problem>,
     /// Custom domains claimed by tenants and where their proof stands.
     pub domains: Vec<DomainReport>,
+    /// LoadBalancer Services: allocations, listeners, conditions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l4: Option<crate::l4::L4Report>,
 }
 
 #[derive(Debug, Serialize)]

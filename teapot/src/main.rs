@@ -12,6 +12,7 @@ mod acme_args;
 mod demo;
 mod edge_args;
 mod kube_args;
+mod l4_args;
 mod tenant_cmd;
 mod webhook_cmd;
 
@@ -59,7 +60,8 @@ enum LogFormat {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve Ingresses from a directory of Kubernetes manifests or from the Kubernetes API.
-    Proxy(ProxyArgs),
+    // Boxed: the proxy has by far the most flags (clippy: large_enum_variant).
+    Proxy(Box<ProxyArgs>),
     /// Run the proxy on the embedded example with built-in echo backends.
     Demo(demo::DemoArgs),
     /// Run one echo backend (JSON description of each request).
@@ -103,6 +105,8 @@ struct ProxyArgs {
     // Boxed: the ACME flags would make `Command` lopsided (clippy).
     #[command(flatten)]
     acme: Box<acme_args::AcmeArgs>,
+    #[command(flatten)]
+    l4: Box<l4_args::L4Args>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -171,7 +175,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = runtime.build().context("cannot start the async runtime")?;
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Proxy(args) => run_proxy(args).await,
+            Command::Proxy(args) => run_proxy(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Echo(args) => run_echo(args).await,
             Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
@@ -274,6 +278,7 @@ async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     config.acme = acme;
     config.kube = kube;
     config.edge = args.edge.config();
+    config.l4 = args.l4.config();
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

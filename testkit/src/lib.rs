@@ -17,6 +17,7 @@
 //!   tests, and a WebSocket echo client.
 //! - [`pebble`]: Debian's `pebble` ACME test CA and `pebble-challtestsrv`
 //!   DNS server, on free ports, stoppable for outage tests.
+//! - [`l4`]: TCP and UDP echo backends (PROXY v2 aware) for L4 tests.
 //! - [`process`]: launches a `teapot proxy` child process and talks to its admin
 //!   listener.
 //! - [`Error`]: the one error type of the crate.
@@ -25,6 +26,7 @@ pub mod apiserver;
 pub mod certs;
 pub mod client;
 pub mod echo;
+pub mod l4;
 pub mod pebble;
 pub mod process;
 

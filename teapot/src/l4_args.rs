@@ -1,0 +1,78 @@
+//! `teapot proxy` flags of L4 load balancing (docs/l4.md).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use teapot_proxy::l4::{HealthOptions, L4Config, Pool};
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct L4Args {
+    /// Serve TCP/UDP for LoadBalancer Services (false: open no L4 listener).
+    #[arg(long = "l4", default_value_t = true, action = clap::ArgAction::Set)]
+    enabled: bool,
+    /// Address pool, NAME=ADDR[,ADDR…|CIDR] (repeatable). Default: default=127.0.0.1.
+    #[arg(long = "l4-pool")]
+    pools: Vec<Pool>,
+    /// Pool of LoadBalancer Services in namespaces no Tenant owns.
+    #[arg(long, default_value = "default")]
+    l4_default_pool: String,
+    /// File that keeps address allocations across restarts ("off": memory only).
+    #[arg(long, default_value = "teapot-l4-state.json")]
+    l4_state: String,
+    /// Also serve LoadBalancer Services without spec.loadBalancerClass.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    l4_serve_classless: bool,
+    /// Backend connect timeout, milliseconds; the next endpoint is tried after it.
+    #[arg(long, default_value_t = 3000)]
+    l4_connect_timeout_ms: u64,
+    /// Endpoints tried per TCP connection.
+    #[arg(long, default_value_t = 3)]
+    l4_connect_attempts: u32,
+    /// Seconds a TCP connection may be idle (teapot.dev/tcp-idle-timeout overrides).
+    #[arg(long, default_value_t = 3600)]
+    l4_tcp_idle_timeout: u64,
+    /// Seconds a UDP flow may be idle (teapot.dev/udp-idle-timeout overrides).
+    #[arg(long, default_value_t = 60)]
+    l4_udp_idle_timeout: u64,
+    /// Seconds connections to a removed endpoint or listener may continue.
+    #[arg(long, default_value_t = 30)]
+    l4_drain_timeout: u64,
+    /// Concurrent TCP connections per listener; more wait in the backlog.
+    #[arg(long, default_value_t = 10_000)]
+    l4_max_connections: usize,
+    /// UDP flows per listener; beyond it the flow idle longest is evicted.
+    #[arg(long, default_value_t = 10_000)]
+    l4_udp_max_flows: usize,
+    /// Default health-check interval, milliseconds (teapot.dev/health-check-interval overrides).
+    #[arg(long, default_value_t = 1000)]
+    l4_health_interval_ms: u64,
+}
+
+impl L4Args {
+    pub(crate) fn config(&self) -> L4Config {
+        let defaults = L4Config::default();
+        L4Config {
+            enabled: self.enabled,
+            pools: if self.pools.is_empty() {
+                defaults.pools
+            } else {
+                self.pools.clone()
+            },
+            default_pool: self.l4_default_pool.clone(),
+            state_file: (self.l4_state != "off").then(|| PathBuf::from(&self.l4_state)),
+            serve_classless: self.l4_serve_classless,
+            connect_timeout: Duration::from_millis(self.l4_connect_timeout_ms),
+            connect_attempts: self.l4_connect_attempts.max(1),
+            tcp_idle_timeout: Duration::from_secs(self.l4_tcp_idle_timeout.max(1)),
+            udp_idle_timeout: Duration::from_secs(self.l4_udp_idle_timeout.max(1)),
+            drain_timeout: Duration::from_secs(self.l4_drain_timeout),
+            max_connections: self.l4_max_connections.max(1),
+            udp_max_flows: self.l4_udp_max_flows.max(1),
+            health: HealthOptions {
+                interval: Duration::from_millis(self.l4_health_interval_ms.max(100)),
+                ..HealthOptions::default()
+            },
+            ..defaults
+        }
+    }
+}

@@ -1,0 +1,719 @@
+//! End-to-end tests of L4 load balancing (issue #4): the real `teapot
+//! proxy` binary, LoadBalancer Services in a manifests directory, TCP and
+//! UDP echo backends from `teapot_testkit::l4`, real sockets on loopback.
+//!
+//! A Service listens on its own port at its allocated address, so each test
+//! first finds a port free for both TCP and UDP (docs/l4.md, "Ports").
+//! Nothing here asserts on time: every wait polls the admin API with a
+//! generous bound, and UDP retries a datagram the network may drop.
+//!
+//! Run with `cargo test -p teapot --test l4_e2e`.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho, free_port, payload};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// Upper bound for one exchange through the proxy on a loaded machine.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// One UDP attempt; a datagram without an answer by then is sent again.
+const UDP_ATTEMPT: Duration = Duration::from_secs(5);
+
+/// A `type: LoadBalancer` Service with `(name, port, protocol)` ports.
+fn lb_service(ns: &str, name: &str, ports: &[(&str, u16, &str)], annotations: Value) -> Value {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(n, p, proto)| json!({ "name": n, "port": p, "protocol": proto }))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": name, "namespace": ns, "annotations": annotations },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "teapot.dev/lb",
+            "ports": ports,
+        },
+    })
+}
+
+/// An EndpointSlice of `service` at 127.0.0.1 with `(name, port, protocol)`.
+fn lb_slice(ns: &str, name: &str, service: &str, ports: &[(&str, u16, &str)]) -> Value {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(n, p, proto)| json!({ "name": n, "port": p, "protocol": proto }))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": { "kubernetes.io/service-name": service },
+        },
+        "addressType": "IPv4",
+        "ports": ports,
+        "endpoints": [{ "addresses": ["127.0.0.1"], "conditions": { "ready": true } }],
+    })
+}
+
+/// The `/status` `l4` report of one Service.
+fn l4_service<'a>(status: &'a Value, ns: &str, name: &str) -> Option<&'a Value> {
+    status["l4"]["services"]
+        .as_array()?
+        .iter()
+        .find(|s| s["namespace"] == ns && s["name"] == name)
+}
+
+/// Waits until the listeners serve at least generation `after` and the
+/// Service has `listeners` listeners, all listening; returns its report.
+async fn wait_listening(h: &Harness, ns: &str, name: &str, listeners: usize, after: u64) -> Value {
+    eventually(
+        &format!("{ns}/{name}: {listeners} listeners listening"),
+        RELOAD_TIMEOUT,
+        || async {
+            let status = h.status().await;
+            let applied = status["l4"]["applied_generation"].as_u64().unwrap_or(0);
+            let Some(s) = l4_service(&status, ns, name) else {
+                return Err(status["l4"].clone());
+            };
+            let all = s["listeners"].as_array().cloned().unwrap_or_default();
+            let ok = applied >= after
+                && all.len() == listeners
+                && all.iter().all(|l| l["state"] == "listening");
+            if ok { Ok(s.clone()) } else { Err(s.clone()) }
+        },
+    )
+    .await
+}
+
+/// Waits until the L4 listeners apply a table newer than `before`.
+async fn wait_applied(h: &Harness, generation: u64) {
+    eventually(
+        &format!("L4 table {generation} applied"),
+        RELOAD_TIMEOUT,
+        || async {
+            let a = h.status().await["l4"]["applied_generation"]
+                .as_u64()
+                .unwrap_or(0);
+            if a >= generation { Ok(()) } else { Err(a) }
+        },
+    )
+    .await
+}
+
+/// Sends `data` over a new connection, half-closes, reads to EOF.
+async fn tcp_exchange(addr: SocketAddr, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    tokio::time::timeout(IO_TIMEOUT, async {
+        let stream = TcpStream::connect(addr).await?;
+        let (mut r, mut w) = stream.into_split();
+        // Write and read at once: a large payload must not deadlock on
+        // full socket buffers.
+        let writer = async {
+            w.write_all(data).await?;
+            w.shutdown().await
+        };
+        let reader = async {
+            let mut back = Vec::with_capacity(data.len());
+            r.read_to_end(&mut back).await?;
+            Ok::<_, std::io::Error>(back)
+        };
+        let ((), back) = tokio::try_join!(writer, reader)?;
+        Ok(back)
+    })
+    .await
+    .map_err(|_| std::io::Error::other("TCP exchange timed out"))?
+}
+
+/// Sends one datagram and waits for the identical answer; resends when the
+/// answer does not come. Returns how many resends it took.
+async fn udp_exchange(socket: &UdpSocket, data: &[u8]) -> usize {
+    let mut buf = vec![0u8; 65_536];
+    for attempt in 0..6 {
+        socket.send(data).await.expect("UDP send");
+        if let Ok(Ok(n)) = tokio::time::timeout(UDP_ATTEMPT, socket.recv(&mut buf)).await {
+            assert_eq!(&buf[..n], data, "UDP answer differs ({} bytes)", data.len());
+            return attempt;
+        }
+    }
+    panic!("no UDP answer for {} bytes after 6 attempts", data.len());
+}
+
+async fn start(files: &[(&str, String)], extra: &[&str]) -> (Harness, tempfile::TempDir) {
+    let state = tempfile::tempdir().expect("state dir");
+    let state_file = state.path().join("l4-state.json");
+    let mut args = vec![
+        "--l4-pool",
+        "default=127.0.0.1",
+        "--l4-state",
+        state_file.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    (Harness::start_with_args(files, &args).await, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_and_udp_echo_with_many_clients_byte_exact() {
+    const NS: &str = "l4-echo";
+    let tcp = [
+        TcpEcho::start(TcpMode::Echo).await.unwrap(),
+        TcpEcho::start(TcpMode::Echo).await.unwrap(),
+    ];
+    let udp = [
+        UdpEcho::start().await.unwrap(),
+        UdpEcho::start().await.unwrap(),
+    ];
+    let port = free_port(LOCALHOST).unwrap();
+    // One port number for both protocols, as DNS does.
+    let mut docs_ = vec![lb_service(
+        NS,
+        "echo",
+        &[("tcp", port, "TCP"), ("udp", port, "UDP")],
+        json!({}),
+    )];
+    for i in 0..2 {
+        docs_.push(lb_slice(
+            NS,
+            &format!("echo-{i}"),
+            "echo",
+            &[("tcp", tcp[i].port(), "TCP"), ("udp", udp[i].port(), "UDP")],
+        ));
+    }
+    let (h, _state) = start(&[("echo.yaml", docs(&docs_))], &[]).await;
+    let report = wait_listening(&h, NS, "echo", 2, 0).await;
+    assert_eq!(report["address"], "127.0.0.1");
+    let ingress = &report["status"]["ingress"][0];
+    assert_eq!(ingress["ip"], "127.0.0.1");
+    assert_eq!(ingress["ports"].as_array().unwrap().len(), 2);
+    let addr = SocketAddr::new(LOCALHOST, port);
+
+    const CLIENTS: u64 = 24;
+    let sizes_tcp = [1usize, 1_500, 65_536, 1 << 20];
+    let sizes_udp = [1usize, 512, 1_400, 8_192, 60_000];
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        tasks.push(tokio::spawn(async move {
+            for (i, &len) in sizes_tcp.iter().enumerate() {
+                let data = payload(c * 100 + i as u64, len);
+                let back = tcp_exchange(addr, &data).await.expect("TCP exchange");
+                assert!(
+                    back == data,
+                    "TCP client {c}: {len} bytes came back different"
+                );
+            }
+            0usize
+        }));
+        tasks.push(tokio::spawn(async move {
+            let socket = UdpSocket::bind((LOCALHOST, 0)).await.unwrap();
+            socket.connect(addr).await.unwrap();
+            let mut resends = 0;
+            for (i, &len) in sizes_udp.iter().enumerate() {
+                resends += udp_exchange(&socket, &payload(c * 1000 + i as u64, len)).await;
+            }
+            resends
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    // Round-robin spread both protocols over both endpoints.
+    for i in 0..2 {
+        assert!(tcp[i].served() > 0, "TCP endpoint {i} got no connection");
+        assert!(udp[i].datagrams() > 0, "UDP endpoint {i} got no datagram");
+    }
+    let metrics = h.metrics().await;
+    assert!(
+        metric(&metrics, "teapot_l4_tcp_connections_total").unwrap_or(0.0)
+            >= (CLIENTS * sizes_tcp.len() as u64) as f64
+    );
+    assert!(metric(&metrics, "teapot_l4_udp_flows_total").unwrap_or(0.0) >= CLIENTS as f64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_half_close_reaches_the_backend_and_the_answer_comes_back() {
+    const NS: &str = "l4-half";
+    let backend = TcpEcho::start(TcpMode::AfterEof).await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    let files = [(
+        "half.yaml",
+        docs(&[
+            lb_service(NS, "half", &[("tcp", port, "TCP")], json!({})),
+            lb_slice(NS, "half-0", "half", &[("tcp", backend.port(), "TCP")]),
+        ]),
+    )];
+    let (h, _state) = start(&files, &[]).await;
+    wait_listening(&h, NS, "half", 1, 0).await;
+    // The backend answers only once it has seen the client's FIN, so the
+    // answer proves the FIN went through while the other direction stayed
+    // open.
+    for len in [0usize, 10, 300_000] {
+        let data = payload(len as u64, len);
+        let back = tcp_exchange(SocketAddr::new(LOCALHOST, port), &data)
+            .await
+            .expect("exchange");
+        assert!(back == data, "{len} bytes after half-close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_protocol_v2_header_carries_the_client_address() {
+    const NS: &str = "l4-pp";
+    let backend = TcpEcho::start(TcpMode::ProxyV2).await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    let files = [(
+        "pp.yaml",
+        docs(&[
+            lb_service(
+                NS,
+                "pp",
+                &[("tcp", port, "TCP")],
+                json!({ "teapot.dev/proxy-protocol": "v2" }),
+            ),
+            lb_slice(NS, "pp-0", "pp", &[("tcp", backend.port(), "TCP")]),
+        ]),
+    )];
+    let (h, _state) = start(&files, &[]).await;
+    wait_listening(&h, NS, "pp", 1, 0).await;
+    let stream = TcpStream::connect((LOCALHOST, port)).await.unwrap();
+    let client = stream.local_addr().unwrap();
+    let (mut r, mut w) = stream.into_split();
+    w.write_all(b"ping").await.unwrap();
+    w.shutdown().await.unwrap();
+    let mut back = String::new();
+    tokio::time::timeout(IO_TIMEOUT, r.read_to_string(&mut back))
+        .await
+        .expect("answer in time")
+        .unwrap();
+    assert_eq!(
+        back,
+        format!("PROXY {client} 127.0.0.1:{port}\nping"),
+        "the backend parsed the header and saw the real client"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_an_endpoint_under_load_moves_new_traffic_without_errors() {
+    const NS: &str = "l4-remove";
+    let tcp = [
+        TcpEcho::start(TcpMode::Echo).await.unwrap(),
+        TcpEcho::start(TcpMode::Echo).await.unwrap(),
+    ];
+    let udp = [
+        UdpEcho::start().await.unwrap(),
+        UdpEcho::start().await.unwrap(),
+    ];
+    let port = free_port(LOCALHOST).unwrap();
+    let service = lb_service(
+        NS,
+        "svc",
+        &[("tcp", port, "TCP"), ("udp", port, "UDP")],
+        json!({}),
+    );
+    let slice = |i: usize| {
+        lb_slice(
+            NS,
+            &format!("svc-{i}"),
+            "svc",
+            &[("tcp", tcp[i].port(), "TCP"), ("udp", udp[i].port(), "UDP")],
+        )
+    };
+    let (h, _state) = start(
+        &[
+            ("svc.yaml", docs(&[service])),
+            ("slice-0.yaml", docs(&[slice(0)])),
+            ("slice-1.yaml", docs(&[slice(1)])),
+        ],
+        &[],
+    )
+    .await;
+    wait_listening(&h, NS, "svc", 2, 0).await;
+    let addr = SocketAddr::new(LOCALHOST, port);
+
+    // Clients loop until told to stop; each counts its finished rounds.
+    const CLIENTS: usize = 6;
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..2 * CLIENTS).map(|_| AtomicUsize::new(0)).collect());
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let (halt, done) = (stop.clone(), rounds.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !halt.load(Ordering::SeqCst) {
+                let data = payload(c as u64 * 10_000 + n, 4096);
+                let back = tcp_exchange(addr, &data)
+                    .await
+                    .expect("TCP exchange under load");
+                assert!(back == data, "TCP client {c} round {n}");
+                done[c].fetch_add(1, Ordering::SeqCst);
+                n += 1;
+            }
+            0usize
+        }));
+        let (halt, done) = (stop.clone(), rounds.clone());
+        tasks.push(tokio::spawn(async move {
+            let socket = UdpSocket::bind((LOCALHOST, 0)).await.unwrap();
+            socket.connect(addr).await.unwrap();
+            let mut resends = 0;
+            let mut n = 0u64;
+            while !halt.load(Ordering::SeqCst) {
+                resends += udp_exchange(&socket, &payload(c as u64 * 20_000 + n, 700)).await;
+                done[CLIENTS + c].fetch_add(1, Ordering::SeqCst);
+                n += 1;
+            }
+            resends
+        }));
+    }
+    let all_advance = |by: usize| {
+        let base: Vec<usize> = rounds.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+        let rounds = rounds.clone();
+        async move {
+            eventually(
+                &format!("every client completes {by} more rounds"),
+                RELOAD_TIMEOUT,
+                || {
+                    let rounds = rounds.clone();
+                    let base = base.clone();
+                    async move {
+                        let now: Vec<usize> =
+                            rounds.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+                        if now.iter().zip(&base).all(|(n, b)| *n >= b + by) {
+                            Ok(())
+                        } else {
+                            Err(now)
+                        }
+                    }
+                },
+            )
+            .await
+        }
+    };
+    all_advance(3).await;
+    assert!(
+        tcp[1].served() > 0 && udp[1].datagrams() > 0,
+        "endpoint 1 carried traffic before"
+    );
+
+    let generation = h.delete("slice-1.yaml").await;
+    wait_applied(&h, generation).await;
+    // Whatever started before the change has finished once every client
+    // completed two more rounds.
+    all_advance(2).await;
+    let (tcp_before, udp_before) = (tcp[1].served(), udp[1].datagrams());
+    all_advance(5).await;
+    assert_eq!(
+        tcp[1].served(),
+        tcp_before,
+        "no new TCP connection to the removed endpoint"
+    );
+    assert_eq!(
+        udp[1].datagrams(),
+        udp_before,
+        "no new UDP flow to the removed endpoint"
+    );
+
+    stop.store(true, Ordering::SeqCst);
+    let mut resends = 0;
+    for t in tasks {
+        resends += t.await.expect("no client failed");
+    }
+    // Only a datagram in flight on a flow of the removed endpoint may need
+    // a resend: at most one per UDP client.
+    assert!(resends <= CLIENTS, "{resends} UDP resends");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_stay_put_across_restarts_and_a_full_pool_moves_nothing() {
+    const NS: &str = "l4-alloc";
+    let port = free_port(LOCALHOST).unwrap();
+    // 127.0.0.2 is on the loopback interface too (127.0.0.0/8).
+    let second = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    assert!(
+        std::net::TcpListener::bind((second, port)).is_ok(),
+        "127.0.0.2:{port} free"
+    );
+    let state = tempfile::tempdir().unwrap();
+    let state_file = state.path().join("state.json");
+    let args = [
+        "--l4-pool",
+        "default=127.0.0.1,127.0.0.2",
+        "--l4-state",
+        state_file.to_str().unwrap(),
+    ];
+    let svc = |name: &str| lb_service(NS, name, &[("tcp", port, "TCP")], json!({}));
+    let address =
+        |status: &Value, name: &str| l4_service(status, NS, name).map(|s| s["address"].clone());
+
+    // "b" arrives first and takes the first address; "a" (older by name)
+    // arrives later and takes the second.
+    let h = Harness::start_with_args(&[("b.yaml", docs(&[svc("b")]))], &args).await;
+    wait_listening(&h, NS, "b", 1, 0).await;
+    let g = h.apply("a.yaml", &docs(&[svc("a")])).await;
+    wait_listening(&h, NS, "a", 1, g).await;
+    let status = h.status().await;
+    assert_eq!(address(&status, "b"), Some(json!("127.0.0.1")));
+    assert_eq!(address(&status, "a"), Some(json!("127.0.0.2")));
+    let files = [("a.yaml", docs(&[svc("a")])), ("b.yaml", docs(&[svc("b")]))];
+    drop(h);
+
+    // A fresh allocation would give "a" the first address; the state file
+    // keeps both where they were.
+    let h = Harness::start_with_args(&files, &args).await;
+    wait_listening(&h, NS, "a", 1, 0).await;
+    wait_listening(&h, NS, "b", 1, 0).await;
+    let status = h.status().await;
+    assert_eq!(address(&status, "b"), Some(json!("127.0.0.1")));
+    assert_eq!(address(&status, "a"), Some(json!("127.0.0.2")));
+
+    // A third Service on the same port finds the pool full: it is refused
+    // with a clear condition and the others keep their listeners.
+    let g = h.apply("c.yaml", &docs(&[svc("c")])).await;
+    wait_applied(&h, g).await;
+    let status = h.status().await;
+    let c = l4_service(&status, NS, "c").expect("c reported");
+    assert_eq!(c["address"], Value::Null);
+    let allocated = &c["conditions"][0];
+    assert_eq!(allocated["type"], "Allocated");
+    assert_eq!(allocated["status"], "False");
+    assert_eq!(allocated["reason"], "PoolExhausted");
+    assert!(
+        allocated["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{port}/TCP")),
+        "{allocated}"
+    );
+    for name in ["a", "b"] {
+        let s = l4_service(&status, NS, name).unwrap();
+        assert_eq!(s["listeners"][0]["state"], "listening", "{name}");
+    }
+    assert_eq!(address(&status, "b"), Some(json!("127.0.0.1")));
+    assert_eq!(address(&status, "a"), Some(json!("127.0.0.2")));
+    let metrics = h.metrics().await;
+    assert_eq!(metric(&metrics, "teapot_l4_allocation_failures"), Some(1.0));
+    assert_eq!(metric(&metrics, "teapot_l4_listeners"), Some(2.0));
+    assert_eq!(
+        metric(&metrics, "teapot_l4_listener_binds_total"),
+        Some(2.0),
+        "the re-compile rebound no listener"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_to_a_removed_endpoint_drain_and_a_removed_service_closes_its_listener() {
+    const NS: &str = "l4-drain";
+    let old = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let new = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    let service = docs(&[lb_service(NS, "svc", &[("tcp", port, "TCP")], json!({}))]);
+    let slice_of =
+        |echo: &TcpEcho| docs(&[lb_slice(NS, "svc-0", "svc", &[("tcp", echo.port(), "TCP")])]);
+    let (h, _state) = start(
+        &[("svc.yaml", service), ("slice.yaml", slice_of(&old))],
+        &["--l4-drain-timeout", "2"],
+    )
+    .await;
+    wait_listening(&h, NS, "svc", 1, 0).await;
+    let addr = SocketAddr::new(LOCALHOST, port);
+
+    // A long-lived connection to the endpoint about to go.
+    let mut long = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 5];
+    long.write_all(b"first").await.unwrap();
+    tokio::time::timeout(IO_TIMEOUT, long.read_exact(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.served(), 1);
+
+    let g = h.apply("slice.yaml", &slice_of(&new)).await;
+    wait_applied(&h, g).await;
+    // New connections go to the new endpoint; the old one still answers
+    // on the connection it has.
+    let back = tcp_exchange(addr, b"hello").await.unwrap();
+    assert_eq!(back, b"hello");
+    assert_eq!((old.served(), new.served()), (1, 1));
+    assert_eq!(
+        metric(&h.metrics().await, "teapot_l4_listener_binds_total"),
+        Some(1.0),
+        "an endpoint change does not rebind the listener"
+    );
+    let still = long.write_all(b"again").await.is_ok()
+        && matches!(
+            tokio::time::timeout(IO_TIMEOUT, long.read_exact(&mut buf)).await,
+            Ok(Ok(_))
+        );
+    // The drain timeout is short; if it already ran out the connection
+    // closed, which is the next assertion anyway.
+    if still {
+        assert_eq!(&buf, b"again");
+    }
+    // After the drain timeout the proxy closes it.
+    let closed = tokio::time::timeout(RELOAD_TIMEOUT, async {
+        let mut rest = Vec::new();
+        let _ = long.read_to_end(&mut rest).await;
+    })
+    .await;
+    assert!(closed.is_ok(), "the drained connection was closed");
+
+    // Deleting the Service closes its listener.
+    h.delete("svc.yaml").await;
+    eventually("listener closed", RELOAD_TIMEOUT, || async {
+        match TcpStream::connect(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(metric(&h.metrics().await, "teapot_l4_listeners"), Some(0.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_timeouts_end_tcp_connections_and_udp_flows() {
+    const NS: &str = "l4-idle";
+    let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let udp = UdpEcho::start().await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    let files = [(
+        "idle.yaml",
+        docs(&[
+            lb_service(
+                NS,
+                "idle",
+                &[("tcp", port, "TCP"), ("udp", port, "UDP")],
+                json!({ "teapot.dev/tcp-idle-timeout": "1s", "teapot.dev/udp-idle-timeout": "1s" }),
+            ),
+            lb_slice(
+                NS,
+                "idle-0",
+                "idle",
+                &[("tcp", tcp.port(), "TCP"), ("udp", udp.port(), "UDP")],
+            ),
+        ]),
+    )];
+    let (h, _state) = start(&files, &[]).await;
+    wait_listening(&h, NS, "idle", 2, 0).await;
+    let addr = SocketAddr::new(LOCALHOST, port);
+
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"x").await.unwrap();
+    let mut b = [0u8; 1];
+    tokio::time::timeout(IO_TIMEOUT, conn.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+    let socket = UdpSocket::bind((LOCALHOST, 0)).await.unwrap();
+    socket.connect(addr).await.unwrap();
+    udp_exchange(&socket, b"y").await;
+
+    // Nothing is sent any more: the proxy ends both.
+    let mut rest = Vec::new();
+    tokio::time::timeout(RELOAD_TIMEOUT, conn.read_to_end(&mut rest))
+        .await
+        .expect("idle TCP connection closed by the proxy")
+        .expect("clean close");
+    eventually("UDP flow forgotten", RELOAD_TIMEOUT, || async {
+        let m = h.metrics().await;
+        let active = metric(&m, "teapot_l4_udp_flows_active");
+        if active == Some(0.0) {
+            Ok(())
+        } else {
+            Err(active)
+        }
+    })
+    .await;
+    // A new datagram opens a new flow and is answered.
+    udp_exchange(&socket, b"z").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_holds_further_clients_until_a_slot_frees() {
+    const NS: &str = "l4-cap";
+    let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    let files = [(
+        "cap.yaml",
+        docs(&[
+            lb_service(NS, "cap", &[("tcp", port, "TCP")], json!({})),
+            lb_slice(NS, "cap-0", "cap", &[("tcp", tcp.port(), "TCP")]),
+        ]),
+    )];
+    let (h, _state) = start(&files, &["--l4-max-connections", "1"]).await;
+    wait_listening(&h, NS, "cap", 1, 0).await;
+    let addr = SocketAddr::new(LOCALHOST, port);
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first.write_all(b"1").await.unwrap();
+    let mut b = [0u8; 1];
+    tokio::time::timeout(IO_TIMEOUT, first.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+    // The second client gets through the kernel's backlog but is not
+    // accepted (so not forwarded) while the first holds the only slot.
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    second.write_all(b"2").await.unwrap();
+    assert_eq!(tcp.served(), 1);
+    drop(first);
+    tokio::time::timeout(IO_TIMEOUT, second.read_exact(&mut b))
+        .await
+        .expect("served once the first left")
+        .unwrap();
+    assert_eq!(&b, b"2");
+    assert_eq!(tcp.served(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_listeners_and_lets_open_connections_finish() {
+    const NS: &str = "l4-term";
+    let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    let files = [(
+        "term.yaml",
+        docs(&[
+            lb_service(NS, "term", &[("tcp", port, "TCP")], json!({})),
+            lb_slice(NS, "term-0", "term", &[("tcp", tcp.port(), "TCP")]),
+        ]),
+    )];
+    let (mut h, _state) = start(&files, &[]).await;
+    wait_listening(&h, NS, "term", 1, 0).await;
+    let addr = SocketAddr::new(LOCALHOST, port);
+    let mut open = TcpStream::connect(addr).await.unwrap();
+    let mut b = [0u8; 3];
+    open.write_all(b"one").await.unwrap();
+    tokio::time::timeout(IO_TIMEOUT, open.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+
+    h.proxy.terminate().unwrap();
+    eventually("listener closed", RELOAD_TIMEOUT, || async {
+        match TcpStream::connect(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // The open connection still works during the grace period.
+    open.write_all(b"two").await.unwrap();
+    tokio::time::timeout(IO_TIMEOUT, open.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&b, b"two");
+    drop(open);
+    let status = h
+        .proxy
+        .wait(RELOAD_TIMEOUT)
+        .await
+        .expect("exits once the connection is gone");
+    assert!(status.success(), "{status}");
+}
