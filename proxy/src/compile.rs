@@ -101,26 +101,6 @@ pub fn compile(
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
 
-    resolver.prepare(
-        ordered
-            .iter()
-            .filter(|(_, stored)| classes.serves(&stored.object))
-            .flat_map(|(id, stored)| {
-                let spec = stored.object.spec.as_ref();
-                let default = spec.and_then(|s| s.default_backend.as_ref());
-                let paths = spec
-                    .and_then(|s| s.rules.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .flat_map(|r| r.http.iter().flat_map(|h| &h.paths))
-                    .map(|p| &p.backend);
-                default
-                    .into_iter()
-                    .chain(paths)
-                    .map(|b| (id.namespace.as_str(), b))
-            }),
-    );
-
     let mut default_holder: Option<&NsName> = None;
     let mut ingress_reports = Vec::with_capacity(ordered.len());
 
@@ -726,50 +706,6 @@ impl<'a> Resolver<'a> {
         let upstream = Arc::new(self.resolve(namespace, name, &port));
         self.cache.insert(key, upstream.clone());
         upstream
-    }
-
-    /// Resolves every backend in `backends` ahead of the route pass, on
-    /// all cores: resolution is half of a compile and each backend is
-    /// independent, while the route pass must stay in age order.
-    fn prepare(&mut self, backends: impl Iterator<Item = (&'a str, &'a IngressBackend)>) {
-        let mut keys = Vec::new();
-        let mut seen: FastHashMap<BackendKey<'a>, ()> = FastHashMap::default();
-        for (namespace, backend) in backends {
-            if let Some(key) = backend_key(namespace, backend)
-                && !self.cache.contains_key(&key)
-                && seen.insert(key, ()).is_none()
-            {
-                keys.push(key);
-            }
-        }
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // Below this, a thread costs more than it saves.
-        const PER_THREAD: usize = 1024;
-        let threads = threads.min(keys.len() / PER_THREAD).max(1);
-        let this = &*self;
-        let resolve = |chunk: &[BackendKey<'a>]| -> Vec<Arc<Upstream>> {
-            chunk
-                .iter()
-                .map(|(namespace, name, port)| Arc::new(this.resolve(namespace, name, port)))
-                .collect()
-        };
-        let resolved: Vec<Arc<Upstream>> = if threads == 1 {
-            resolve(&keys)
-        } else {
-            let chunk = keys.len().div_ceil(threads);
-            std::thread::scope(|scope| {
-                let workers: Vec<_> = keys
-                    .chunks(chunk)
-                    .map(|c| scope.spawn(move || resolve(c)))
-                    .collect();
-                workers
-                    .into_iter()
-                    .flat_map(|w| w.join().expect("backend resolution panicked"))
-                    .collect()
-            })
-        };
-        self.cache.reserve(keys.len());
-        self.cache.extend(keys.into_iter().zip(resolved));
     }
 
     fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
