@@ -35,7 +35,7 @@ pub async fn run(
                     continue;
                 }
             },
-            _ = shutdown.wait_for(|s| *s) => return,
+            _ = stopped(&mut shutdown) => return,
         };
         let (metrics, ready) = (metrics.clone(), ready.clone());
         tokio::spawn(async move {
@@ -81,4 +81,10 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
     r
+}
+
+/// Resolves once `shutdown` turns true (or its sender is gone). The guard
+/// `wait_for` returns is dropped here, so callers' futures stay `Send`.
+pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
 }

@@ -252,7 +252,7 @@ pub async fn run(
             }
             tokio::select! {
                 _ = tokio::time::sleep(gc_ctx.config.resync) => {}
-                _ = gc_stop.wait_for(|s| *s) => return,
+                _ = admin::stopped(&mut gc_stop) => return,
             }
         }
     });

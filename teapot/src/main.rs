@@ -6,8 +6,11 @@
 //! - `teapot echo`: the echo backend alone (tests, benchmarks, demos).
 //! - `teapot webhook`: the LB cluster's admission webhook.
 //! - `teapot validate`: the webhook's rules over files, offline.
+//! - `teapot agent`: the tenant-cluster agent (Ingress controller and
+//!   EndpointSlice mirror).
 
 mod acme_args;
+mod agent_cmd;
 mod demo;
 mod kube_args;
 mod webhook_cmd;
@@ -65,6 +68,8 @@ enum Command {
     Webhook(webhook_cmd::WebhookArgs),
     /// Check manifests against the webhook's rules offline, printing every violation.
     Validate(webhook_cmd::ValidateArgs),
+    /// Run the tenant-cluster agent: mirror Ingresses and EndpointSlices to the LB cluster.
+    Agent(agent_cmd::AgentArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -169,6 +174,7 @@ fn main() -> anyhow::Result<()> {
             Command::Echo(args) => run_echo(args).await,
             Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
             Command::Validate(args) => webhook_cmd::run_validate(args),
+            Command::Agent(args) => agent_cmd::run_agent(args).await,
         }
     });
     // Connections still open after the grace period are dropped here.
