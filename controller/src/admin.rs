@@ -64,7 +64,10 @@ fn handle(metrics: &Metrics, ready: &AtomicBool, req: &Request<Incoming>) -> Res
                 .encode(&metrics.registry.gather(), &mut out)
                 .is_err()
             {
-                return text(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n".into());
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "encoding failed\n".into(),
+                );
             }
             let mut r = Response::new(Full::new(Bytes::from(out)));
             r.headers_mut().insert(

@@ -16,10 +16,7 @@ use crate::Error;
 pub async fn ensure(client: &Client) -> Result<(), Error> {
     let api: Api<IngressClass> = Api::all(client.clone());
     if let Some(existing) = api.get_opt(INGRESS_CLASS).await? {
-        let controller = existing
-            .spec
-            .and_then(|s| s.controller)
-            .unwrap_or_default();
+        let controller = existing.spec.and_then(|s| s.controller).unwrap_or_default();
         if controller != CONTROLLER_NAME {
             return Err(Error::ClassTaken {
                 name: INGRESS_CLASS.into(),

@@ -56,9 +56,15 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     // was written for a tenant object that the later tenant list still
     // shows, unless it was deleted meanwhile. The other order could delete
     // a copy written in between.
-    let lb_ingresses = Api::<Ingress>::namespaced(ctx.lb.clone(), ns).list(&ours).await?;
-    let lb_services = Api::<Service>::namespaced(ctx.lb.clone(), ns).list(&ours).await?;
-    let lb_secrets = Api::<Secret>::namespaced(ctx.lb.clone(), ns).list(&ours).await?;
+    let lb_ingresses = Api::<Ingress>::namespaced(ctx.lb.clone(), ns)
+        .list(&ours)
+        .await?;
+    let lb_services = Api::<Service>::namespaced(ctx.lb.clone(), ns)
+        .list(&ours)
+        .await?;
+    let lb_secrets = Api::<Secret>::namespaced(ctx.lb.clone(), ns)
+        .list(&ours)
+        .await?;
     let lb_slices = Api::<EndpointSlice>::namespaced(ctx.lb.clone(), ns)
         .list(&slices_sel)
         .await?;

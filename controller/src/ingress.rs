@@ -155,7 +155,10 @@ where
         .await
     {
         Ok(_) => {
-            ctx.metrics.lb_writes.with_label_values(&[kind.as_str()]).inc();
+            ctx.metrics
+                .lb_writes
+                .with_label_values(&[kind.as_str()])
+                .inc();
             lock(&ctx.applied).insert(cache_key, value);
             Ok(None)
         }
@@ -224,13 +227,19 @@ async fn copy_status(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
     let namespace = ingress.namespace().unwrap_or_default();
     let name = ingress.name_any();
     let lb: Api<Ingress> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
-    let Some(copy) = lb.get_opt(&mirrored_ingress_name(&namespace, &name)).await? else {
+    let Some(copy) = lb
+        .get_opt(&mirrored_ingress_name(&namespace, &name))
+        .await?
+    else {
         return Ok(());
     };
     let Some(lb_status) = copy.status.and_then(|s| s.load_balancer) else {
         return Ok(()); // not yet written by the proxy: keep what is shown
     };
-    let current = ingress.status.as_ref().and_then(|s| s.load_balancer.as_ref());
+    let current = ingress
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref());
     if current == Some(&lb_status) {
         return Ok(());
     }
@@ -317,7 +326,14 @@ async fn report(ingress: &Ingress, ctx: &Context, conditions: Vec<Condition>) ->
         }
     }
     if let Some(c) = conditions.get(1) {
-        publish(ctx, ingress, EventType::Warning, &c.reason, c.message.clone()).await;
+        publish(
+            ctx,
+            ingress,
+            EventType::Warning,
+            &c.reason,
+            c.message.clone(),
+        )
+        .await;
     }
     Ok(())
 }
@@ -332,18 +348,17 @@ async fn publish(ctx: &Context, ingress: &Ingress, type_: EventType, reason: &st
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx
-        .recorder
-        .publish(&event, &ingress.object_ref(&()))
-        .await
-    {
+    if let Err(e) = ctx.recorder.publish(&event, &ingress.object_ref(&())).await {
         tracing::debug!(ingress = %key(ingress), error = %e, "cannot publish an Event");
     }
 }
 
 /// Deletes the LB Ingress, then whatever only it referenced.
 async fn cleanup(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
-    let name = mirrored_ingress_name(&ingress.namespace().unwrap_or_default(), &ingress.name_any());
+    let name = mirrored_ingress_name(
+        &ingress.namespace().unwrap_or_default(),
+        &ingress.name_any(),
+    );
     let lb: Api<Ingress> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
     match lb.delete(&name, &DeleteParams::default()).await {
         Ok(_) => ctx.metrics.lb_writes.with_label_values(&["Ingress"]).inc(),

@@ -95,7 +95,7 @@ impl AgentConfig {
             mode: Mode::NodePort,
             resync: Duration::from_secs(300),
             install_class: true,
-            min_write_interval: Duration::from_millis(250),
+            min_write_interval: Duration::from_millis(500),
             instance: None,
         }
     }
@@ -128,11 +128,15 @@ impl Metrics {
             Opts::new("lb_writes_total", "Writes to the LB cluster by kind"),
             &["kind"],
         )?;
-        let tenant_writes =
-            IntCounter::new("tenant_writes_total", "Status and condition writes to tenant objects")?;
+        let tenant_writes = IntCounter::new(
+            "tenant_writes_total",
+            "Status and condition writes to tenant objects",
+        )?;
         let refusals = IntCounter::new("refusals_total", "Writes the LB cluster refused")?;
-        let gc_deletions =
-            IntCounter::new("gc_deletions_total", "LB copies deleted for lack of a source")?;
+        let gc_deletions = IntCounter::new(
+            "gc_deletions_total",
+            "LB copies deleted for lack of a source",
+        )?;
         for c in [&tenant_writes, &refusals, &gc_deletions] {
             registry.register(Box::new(c.clone()))?;
         }

@@ -37,13 +37,15 @@ pub fn mirrored_secret_name(namespace: &str, secret: &str) -> String {
 
 fn backends(ingress: &Ingress) -> impl Iterator<Item = &IngressBackend> {
     let spec = ingress.spec.as_ref();
-    spec.and_then(|s| s.default_backend.as_ref()).into_iter().chain(
-        spec.and_then(|s| s.rules.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|r| r.http.as_ref())
-            .flat_map(|h| h.paths.iter().map(|p| &p.backend)),
-    )
+    spec.and_then(|s| s.default_backend.as_ref())
+        .into_iter()
+        .chain(
+            spec.and_then(|s| s.rules.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.http.as_ref())
+                .flat_map(|h| h.paths.iter().map(|p| &p.backend)),
+        )
 }
 
 /// Tenant Services the Ingress routes to.
@@ -197,11 +199,13 @@ pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
     let data = secret.data.as_ref();
     let mut copied: BTreeMap<String, ByteString> = BTreeMap::new();
     for key in ["tls.crt", "tls.key"] {
-        let value = data.and_then(|d| d.get(key)).ok_or_else(|| Error::Invalid {
-            object: object.clone(),
-            field: format!("data[{key}]"),
-            message: "is required".into(),
-        })?;
+        let value = data
+            .and_then(|d| d.get(key))
+            .ok_or_else(|| Error::Invalid {
+                object: object.clone(),
+                field: format!("data[{key}]"),
+                message: "is required".into(),
+            })?;
         copied.insert(key.into(), value.clone());
     }
     Ok(Secret {

@@ -102,7 +102,10 @@ async fn create_adds_the_finalizer_then_applies_service_and_ingress() {
     let (_, tenant, lb) = f.reconcile().await;
     assert_eq!(tenant, [format!("PATCH {ING}")]);
     assert!(lb.is_empty(), "{lb:?}");
-    assert_eq!(f.ingress().metadata.finalizers.clone().unwrap(), [FINALIZER]);
+    assert_eq!(
+        f.ingress().metadata.finalizers.clone().unwrap(),
+        [FINALIZER]
+    );
 
     let (action, tenant, lb) = f.reconcile().await;
     assert_eq!(action, Action::requeue(f.ctx.config.resync));
@@ -126,12 +129,14 @@ async fn create_adds_the_finalizer_then_applies_service_and_ingress() {
     for r in f.lb.requests().iter().filter(|r| r.method == "PATCH") {
         assert_eq!(r.param("fieldManager").as_deref(), Some("teapot-agent"));
         assert_eq!(r.param("force").as_deref(), Some("true"));
-        assert_eq!(r.content_type.as_deref(), Some("application/apply-patch+yaml"));
+        assert_eq!(
+            r.content_type.as_deref(),
+            Some("application/apply-patch+yaml")
+        );
     }
-    let copy = f
-        .lb
-        .get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
-        .unwrap();
+    let copy =
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .unwrap();
     assert_eq!(
         copy["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
         mirrored_service_name(NS, "web")
@@ -143,14 +148,19 @@ async fn create_adds_the_finalizer_then_applies_service_and_ingress() {
         json!({"teapot.dev/ssl-redirect": "true",
                "teapot.dev/source-uid": f.ingress().metadata.uid.clone().unwrap()})
     );
-    assert_eq!(copy["metadata"]["labels"]["teapot.dev/source-namespace"], NS);
+    assert_eq!(
+        copy["metadata"]["labels"]["teapot.dev/source-namespace"],
+        NS
+    );
     assert_eq!(copy["metadata"]["labels"]["teapot.dev/source-name"], "web");
-    let svc = f
-        .lb
-        .get("v1", "Service", LB_NS, &mirrored_service_name(NS, "web"))
-        .unwrap();
+    let svc =
+        f.lb.get("v1", "Service", LB_NS, &mirrored_service_name(NS, "web"))
+            .unwrap();
     assert!(svc["spec"].get("selector").is_none());
-    assert_eq!(svc["spec"]["ports"], json!([{"name": "http", "port": 80, "protocol": "TCP"}]));
+    assert_eq!(
+        svc["spec"]["ports"],
+        json!([{"name": "http", "port": 80, "protocol": "TCP"}])
+    );
     let tenant_svc = f.tenant.get("v1", "Service", NS, "web").unwrap();
     assert_eq!(
         svc["metadata"]["annotations"]["teapot.dev/source-uid"],
@@ -179,10 +189,9 @@ async fn update_rewrites_only_what_changed() {
     let (_, tenant, lb) = f.reconcile().await;
     assert_eq!(lb, [format!("PATCH {LB_ING}"), format!("GET {LB_ING}")]);
     assert_eq!(tenant, ["GET /api/v1/namespaces/shop/services/web"]);
-    let copy = f
-        .lb
-        .get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
-        .unwrap();
+    let copy =
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .unwrap();
     assert_eq!(copy["spec"]["rules"][0]["http"]["paths"][0]["path"], "/v2");
 }
 
@@ -191,11 +200,11 @@ async fn status_is_copied_back_once() {
     let f = Fixture::new().await;
     f.reconcile().await;
     f.reconcile().await;
-    let mut copy = f
-        .lb
-        .get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
-        .unwrap();
-    let lb_status = json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net"}]}});
+    let mut copy =
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .unwrap();
+    let lb_status =
+        json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net"}]}});
     copy["status"] = lb_status.clone();
     f.lb.apply(copy);
     let (_, tenant, _) = f.reconcile().await;
@@ -213,7 +222,10 @@ async fn status_is_copied_back_once() {
         .into_iter()
         .find(|r| r.path.ends_with("/status"))
         .unwrap();
-    assert_eq!(status_write.param("fieldManager").as_deref(), Some("teapot-agent"));
+    assert_eq!(
+        status_write.param("fieldManager").as_deref(),
+        Some("teapot-agent")
+    );
     let t = f
         .tenant
         .get("networking.k8s.io/v1", "Ingress", NS, "web")
@@ -261,7 +273,10 @@ async fn a_webhook_refusal_becomes_a_condition_and_an_event() {
     assert_eq!(c[0]["status"], "False");
     assert_eq!(c[0]["reason"], "Refused");
     let message = c[0]["message"].as_str().unwrap();
-    assert!(message.contains("evil.example.com\" is not under your domains"), "{message}");
+    assert!(
+        message.contains("evil.example.com\" is not under your domains"),
+        "{message}"
+    );
     let event = f
         .tenant
         .requests()
@@ -283,7 +298,10 @@ async fn delete_removes_the_copies_then_the_finalizer() {
     let f = Fixture::new().await;
     f.reconcile().await;
     f.reconcile().await;
-    assert!(f.tenant.delete("networking.k8s.io/v1", "Ingress", NS, "web"));
+    assert!(
+        f.tenant
+            .delete("networking.k8s.io/v1", "Ingress", NS, "web")
+    );
     let (_, tenant, lb) = f.reconcile().await;
     assert_eq!(
         lb,
@@ -303,8 +321,15 @@ async fn delete_removes_the_copies_then_the_finalizer() {
             format!("PATCH {ING}"),
         ]
     );
-    assert!(f.tenant.get("networking.k8s.io/v1", "Ingress", NS, "web").is_none());
-    assert!(f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop").is_none());
+    assert!(
+        f.tenant
+            .get("networking.k8s.io/v1", "Ingress", NS, "web")
+            .is_none()
+    );
+    assert!(
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -315,15 +340,21 @@ async fn gc_deletes_copies_without_a_source_and_nothing_else() {
     let labels = json!({"app.kubernetes.io/managed-by": "teapot-agent",
                         "teapot.dev/source-namespace": "gone", "teapot.dev/source-name": "old"});
     // Left behind while the agent was down.
-    f.lb.apply(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": {"name": "old.gone", "namespace": LB_NS, "labels": labels}, "spec": {}}));
-    f.lb.apply(json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": "gone-cert-12345", "namespace": LB_NS, "labels": labels}}));
-    f.lb.apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+    f.lb.apply(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "old.gone", "namespace": LB_NS, "labels": labels}, "spec": {}}),
+    );
+    f.lb.apply(
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "gone-cert-12345", "namespace": LB_NS, "labels": labels}}),
+    );
+    f.lb.apply(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "addressType": "IPv4",
         "metadata": {"name": "gone-old-12345", "namespace": LB_NS,
                      "labels": {"endpointslice.kubernetes.io/managed-by": "sync.teapot.dev",
-                                "kubernetes.io/service-name": "gone-old-12345"}}}));
+                                "kubernetes.io/service-name": "gone-old-12345"}}}),
+    );
     // Not the agent's: never touched.
     f.lb.apply(json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "operator", "namespace": LB_NS}, "spec": {}}));
@@ -350,7 +381,10 @@ async fn gc_deletes_copies_without_a_source_and_nothing_else() {
         .collect();
     assert!(lists.iter().all(|s| !s.is_empty()), "{lists:?}");
     assert!(f.lb.get("v1", "Service", LB_NS, "operator").is_some());
-    assert!(f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop").is_some());
+    assert!(
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .is_some()
+    );
 }
 
 #[tokio::test]

@@ -34,9 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::{
-    Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
-};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -137,7 +135,7 @@ impl SyncConfig {
             lb_namespace: lb_namespace.into(),
             mode: Mode::NodePort,
             resync: Duration::from_secs(300),
-            min_write_interval: Duration::from_millis(250),
+            min_write_interval: Duration::from_millis(500),
         }
     }
 }
@@ -282,7 +280,10 @@ pub fn desired_slice(
                     ),
                 });
             }
-            for endpoint in ipv4.flat_map(|s| s.endpoints.iter().flatten()).filter(|e| is_ready(e)) {
+            for endpoint in ipv4
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .filter(|e| is_ready(e))
+            {
                 if let Some(ip) = endpoint.node_name.as_deref().and_then(node_ip) {
                     addresses.insert(ip);
                 }
@@ -293,10 +294,17 @@ pub fn desired_slice(
             let mut by_name: BTreeMap<Option<String>, EndpointPort> = BTreeMap::new();
             for slice in ipv4 {
                 for port in slice.ports.iter().flatten() {
-                    by_name.entry(port.name.clone()).or_insert_with(|| port.clone());
+                    by_name
+                        .entry(port.name.clone())
+                        .or_insert_with(|| port.clone());
                 }
                 for endpoint in slice.endpoints.iter().flatten().filter(|e| is_ready(e)) {
-                    addresses.extend(endpoint.addresses.iter().filter_map(|a| a.parse::<IpAddr>().ok()));
+                    addresses.extend(
+                        endpoint
+                            .addresses
+                            .iter()
+                            .filter_map(|a| a.parse::<IpAddr>().ok()),
+                    );
                 }
             }
             by_name.into_values().collect()
@@ -323,9 +331,11 @@ pub fn desired_slice(
                 (SOURCE_NAMESPACE_LABEL.to_string(), namespace),
                 (SOURCE_NAME_LABEL.to_string(), label_value(&name)),
             ])),
-            annotations: service.metadata.uid.as_ref().map(|uid| {
-                BTreeMap::from([(SOURCE_UID_ANNOTATION.to_string(), uid.clone())])
-            }),
+            annotations: service
+                .metadata
+                .uid
+                .as_ref()
+                .map(|uid| BTreeMap::from([(SOURCE_UID_ANNOTATION.to_string(), uid.clone())])),
             ..ObjectMeta::default()
         },
         address_type: "IPv4".into(),
@@ -351,6 +361,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let mirrored = mirrored_service_name(&namespace, &name);
     let lb_ref = ObjectRef::<Service>::new(&mirrored).within(&ctx.config.lb_namespace);
     if ctx.lb_services.get(&lb_ref).is_none() {
+        tracing::debug!(service = %format!("{namespace}/{name}"), "not mirrored on the LB side (yet)");
         // Not exported (or no longer): the controller's GC removes the slice.
         lock(&ctx.written).remove(&mirrored);
         return Ok(Action::await_change());
@@ -372,6 +383,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             .and_then(|node| internal_ip(&node))
     };
     let desired = desired_slice(&service, &slices, &node_ip, mode, &ctx.config.lb_namespace)?;
+    tracing::debug!(service = %format!("{namespace}/{name}"), slices = slices.len(), endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "computed");
     let value = serde_json::to_value(&desired)?;
     let wait = {
         let written = lock(&ctx.written);

@@ -40,7 +40,11 @@ fn nodes(name: &str) -> Option<IpAddr> {
 }
 
 fn addresses(s: &EndpointSlice) -> Vec<String> {
-    s.endpoints.iter().flatten().flat_map(|e| e.addresses.clone()).collect()
+    s.endpoints
+        .iter()
+        .flatten()
+        .flat_map(|e| e.addresses.clone())
+        .collect()
 }
 
 #[test]
@@ -79,7 +83,10 @@ fn nodeport_mode_lists_each_node_with_a_ready_endpoint_once() {
     assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY_SYNC);
     assert_eq!(labels[SOURCE_NAMESPACE_LABEL], "shop");
     assert_eq!(labels[SOURCE_NAME_LABEL], "web");
-    assert_eq!(s.metadata.annotations.unwrap()[SOURCE_UID_ANNOTATION], "1234-abcd");
+    assert_eq!(
+        s.metadata.annotations.unwrap()[SOURCE_UID_ANNOTATION],
+        "1234-abcd"
+    );
 }
 
 #[test]
@@ -105,11 +112,17 @@ fn bad_input_names_the_object_and_field() {
     let err = desired_slice(&service(json!({}), false), &[], &nodes, Mode::NodePort, "t")
         .unwrap_err()
         .to_string();
-    assert!(err.starts_with("Service shop/web: spec.ports[].nodePort:"), "{err}");
+    assert!(
+        err.starts_with("Service shop/web: spec.ports[].nodePort:"),
+        "{err}"
+    );
     let err = mode_of(&service(json!({MODE_ANNOTATION: "magic"}), true), Mode::Pod)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("metadata.annotations[teapot.dev/endpoints]"), "{err}");
+    assert!(
+        err.contains("metadata.annotations[teapot.dev/endpoints]"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub(crate) struct AgentArgs {
     #[arg(long, default_value_t = 300)]
     resync_seconds: u64,
     /// Least time between two writes of one mirrored EndpointSlice, in milliseconds.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 500)]
     min_write_interval_ms: u64,
     /// Do not create IngressClass "teapot" (it must then exist, made by the cluster admin).
     #[arg(long)]
@@ -53,9 +53,9 @@ async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
                 .await
                 .with_context(|| format!("kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer()
-            .await
-            .context("no tenant cluster: give --tenant-kubeconfig, set KUBECONFIG or run in a pod")?,
+        None => kube::Config::infer().await.context(
+            "no tenant cluster: give --tenant-kubeconfig, set KUBECONFIG or run in a pod",
+        )?,
     };
     kube::Client::try_from(config).context("building a Kubernetes client")
 }

@@ -198,9 +198,10 @@ async fn tenant_ingress_to_live_route_and_back() {
     }));
     tenant.apply(tenant_slice(true));
 
-    let proxy = ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
-        .await
-        .expect("teapot proxy --kube starts");
+    let proxy =
+        ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
+            .await
+            .expect("teapot proxy --kube starts");
     let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
     config.min_write_interval = Duration::from_millis(50);
     let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
@@ -244,12 +245,16 @@ async fn tenant_ingress_to_live_route_and_back() {
     // A host in the operator's domain: refused by the webhook, reported on
     // the tenant's Ingress (condition and Event), never routed.
     tenant.apply(tenant_ingress("evil", "admin.example.net"));
-    let refused = eventually("the refusal on the tenant Ingress", RELOAD_TIMEOUT, || async {
-        match conditions(&tenant, "evil") {
-            Some(c) if c[0]["status"] == "False" => Ok(c[0].clone()),
-            other => Err(other),
-        }
-    })
+    let refused = eventually(
+        "the refusal on the tenant Ingress",
+        RELOAD_TIMEOUT,
+        || async {
+            match conditions(&tenant, "evil") {
+                Some(c) if c[0]["status"] == "False" => Ok(c[0].clone()),
+                other => Err(other),
+            }
+        },
+    )
     .await;
     assert_eq!(refused["reason"], "Refused");
     let message = refused["message"].as_str().unwrap();
@@ -265,7 +270,9 @@ async fn tenant_ingress_to_live_route_and_back() {
         })
         .collect();
     assert!(
-        events.iter().any(|e| e.reason == "Refused" && e.name == "evil"),
+        events
+            .iter()
+            .any(|e| e.reason == "Refused" && e.name == "evil"),
         "{events:?}"
     );
     assert_eq!(get(&proxy, "admin.example.net").await.status, 404);
@@ -285,18 +292,22 @@ async fn tenant_ingress_to_live_route_and_back() {
     // nothing needs the mirrored Service and its slice.
     assert!(tenant.delete("networking.k8s.io/v1", "Ingress", NS, "evil"));
     let service = teapot_api::hostname::mirrored_service_name(NS, "web");
-    eventually("the mirrored Service and slice are gone", RELOAD_TIMEOUT, || async {
-        let left = (
-            lb.get("v1", "Service", LB_NS, &service).is_some(),
-            lb.get("discovery.k8s.io/v1", "EndpointSlice", LB_NS, &service)
-                .is_some(),
-        );
-        if left == (false, false) {
-            Ok(())
-        } else {
-            Err(left)
-        }
-    })
+    eventually(
+        "the mirrored Service and slice are gone",
+        RELOAD_TIMEOUT,
+        || async {
+            let left = (
+                lb.get("v1", "Service", LB_NS, &service).is_some(),
+                lb.get("discovery.k8s.io/v1", "EndpointSlice", LB_NS, &service)
+                    .is_some(),
+            );
+            if left == (false, false) {
+                Ok(())
+            } else {
+                Err(left)
+            }
+        },
+    )
     .await;
 
     let _ = agent_stop.send(true);
@@ -391,14 +402,18 @@ async fn real_clusters_mirror_and_copy_status_back() {
             .ok_or("not yet".to_string())
     })
     .await;
-    eventually("the status on the tenant Ingress", RELOAD_TIMEOUT, || async {
-        let i = ingresses.get("web").await.map_err(|e| e.to_string())?;
-        i.status
-            .and_then(|s| s.load_balancer)
-            .and_then(|l| l.ingress)
-            .filter(|l| !l.is_empty())
-            .ok_or("no status yet".to_string())
-    })
+    eventually(
+        "the status on the tenant Ingress",
+        RELOAD_TIMEOUT,
+        || async {
+            let i = ingresses.get("web").await.map_err(|e| e.to_string())?;
+            i.status
+                .and_then(|s| s.load_balancer)
+                .and_then(|l| l.ingress)
+                .filter(|l| !l.is_empty())
+                .ok_or("no status yet".to_string())
+        },
+    )
     .await;
     ingresses
         .delete("web", &DeleteParams::default())

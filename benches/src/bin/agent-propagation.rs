@@ -29,7 +29,7 @@ use teapot_proxy::{Listeners, ProxyConfig};
 use teapot_sync::Mode;
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::client::{Request, Transport, send};
-use teapot_testkit::echo::EchoIdentity;
+use teapot_testkit::echo::{EchoIdentity, EchoServer};
 
 const NS: &str = "shop";
 const LB_NS: &str = "tenant-acme";
@@ -56,7 +56,7 @@ struct Bench {
 
 fn node(i: usize) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("node-{i}")},
-           "status": {"addresses": [{"type": "InternalIP", "address": format!("127.0.0.{}", i + 1)}]}})
+           "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}})
 }
 
 /// The tenant's EndpointSlices for `pods` (pod `p` on node `p % NODES`),
@@ -68,9 +68,11 @@ fn slices(service: &str, pods: &[usize], ready: bool) -> Vec<Value> {
         .map(|(i, chunk)| {
             let endpoints: Vec<Value> = chunk
                 .iter()
-                .map(|p| json!({"addresses": [format!("10.244.{}.{}", p / 250, p % 250 + 1)],
+                .map(|p| {
+                    json!({"addresses": [format!("10.244.{}.{}", p / 250, p % 250 + 1)],
                                 "nodeName": format!("node-{}", p % NODES),
-                                "conditions": {"ready": ready}}))
+                                "conditions": {"ready": ready}})
+                })
                 .collect();
             json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                    "metadata": {"name": format!("{service}-{i}"), "namespace": NS,
@@ -110,15 +112,45 @@ impl Bench {
     }
 
     /// Time from `change` until `host` answers `want`.
-    async fn propagation(&self, host: &str, want: u16, change: impl FnOnce()) -> anyhow::Result<Duration> {
+    async fn propagation(
+        &self,
+        host: &str,
+        want: u16,
+        change: impl FnOnce(),
+    ) -> anyhow::Result<Duration> {
         let start = Instant::now();
         change();
         loop {
-            if self.status(host).await == want {
+            let status = self.status(host).await;
+            if status == want {
                 return Ok(start.elapsed());
             }
             if start.elapsed() > self.timeout {
-                bail!("{host} did not answer {want} within {:?}", self.timeout);
+                let lb: Vec<String> = self
+                    .lb
+                    .requests()
+                    .iter()
+                    .filter(|r| r.method != "GET")
+                    .map(|r| format!("{} {}", r.method, r.path))
+                    .collect();
+                let probe = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    kube::Api::<k8s_openapi::api::core::v1::Node>::all(self.tenant.client())
+                        .list(&Default::default()),
+                )
+                .await
+                .map(|r| r.map(|l| l.items.len()).map_err(|e| e.to_string()));
+                eprintln!("tenant probe: {probe:?}");
+                let tenant: Vec<String> = self
+                    .tenant
+                    .requests()
+                    .iter()
+                    .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+                    .collect();
+                bail!(
+                    "{host} did not answer {want} within {:?} (last: {status}); LB writes: {lb:#?}; tenant: {tenant:#?}",
+                    self.timeout
+                );
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -143,7 +175,12 @@ impl Bench {
     /// Rolls `PODS` pods to new ones, one at a time (a new pod ready, an
     /// old one gone), `pace` apart; returns the LB slice writes it cost
     /// once the LB side shows the final state.
-    async fn rollout(&self, service: &str, pace: Duration, final_addresses: usize) -> anyhow::Result<usize> {
+    async fn rollout(
+        &self,
+        service: &str,
+        pace: Duration,
+        final_addresses: usize,
+    ) -> anyhow::Result<usize> {
         let before = self.slice_writes();
         let mut pods: Vec<usize> = (0..PODS).collect();
         for step in 0..PODS {
@@ -161,7 +198,9 @@ impl Bench {
         loop {
             let writes = self.slice_writes();
             tokio::time::sleep(Duration::from_millis(600)).await;
-            if self.lb_slice_addresses(service) == Some(final_addresses) && self.slice_writes() == writes {
+            if self.lb_slice_addresses(service) == Some(final_addresses)
+                && self.slice_writes() == writes
+            {
                 break;
             }
             if start.elapsed() > self.timeout {
@@ -193,20 +232,19 @@ fn report(what: &str, mut samples: Vec<Duration>) -> bool {
     pass
 }
 
-#[tokio::main(flavor = "multi_thread")]
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    // On every address, so each node's 127.0.0.N reaches it.
-    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await?;
-    let port = listener.local_addr()?.port();
-    let (echo_stop, echo_stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(teapot_testkit::echo::run(
-        listener,
-        EchoIdentity::new(NS, "web", "web", "web-0"),
-        async move {
-            let _ = echo_stopped.await;
-        },
-    ));
+    // Quiet unless RUST_LOG asks (e.g. RUST_LOG=teapot_sync=debug).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let echo = EchoServer::start(EchoIdentity::new(NS, "web", "web", "web-0")).await?;
+    let port = echo.addr().port();
     let tenant = ApiServer::start().await;
     let lb = ApiServer::start().await;
     for i in 0..NODES {
@@ -221,33 +259,54 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    let agent_config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
+    let min_write = agent_config.min_write_interval;
+    let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
+    let ready = Arc::new(AtomicBool::new(false));
+    let agent = tokio::spawn(async move {
+        let result =
+            teapot_controller::run(agent_config, Metrics::new()?, ready, agent_stopped).await;
+        if let Err(e) = &result {
+            eprintln!("the agent stopped: {e}");
+        }
+        result
+    });
     let listeners = Listeners::bind(Some("127.0.0.1:0"), None, "127.0.0.1:0")?;
     let http = listeners.addrs()?.http.context("the HTTP listener")?;
     let mut config = ProxyConfig::new(Default::default());
     config.kube = Some(KubeConfig::new(lb.client()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let proxy = tokio::spawn(teapot_proxy::run(config, listeners, async move {
-        let _ = stopped.await;
-    }));
-    let agent_config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    let min_write = agent_config.min_write_interval;
-    let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        agent_config,
-        Metrics::new()?,
-        Arc::new(AtomicBool::new(false)),
-        agent_stopped,
-    ));
+    // The proxy gets a runtime of its own, as in the `teapot` binary, so
+    // its work never competes with the agent's for this one's workers.
+    let proxy = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map(|rt| {
+                rt.block_on(teapot_proxy::run(config, listeners, async move {
+                    let _ = stopped.await;
+                }))
+            })
+    });
     let bench = Bench {
         tenant,
         lb,
         http,
         timeout: Duration::from_secs(args.timeout),
     };
-    bench.tenant.apply(ingress("rollouts", "rollout.bench.test", "rollout-np"));
-    bench.tenant.apply(ingress("rollouts-pod", "rollout-pod.bench.test", "rollout-pod"));
+    bench
+        .tenant
+        .apply(ingress("rollouts", "rollout.bench.test", "rollout-np"));
+    bench.tenant.apply(ingress(
+        "rollouts-pod",
+        "rollout-pod.bench.test",
+        "rollout-pod",
+    ));
 
-    println!("agent propagation through the API doubles ({} rounds)", args.rounds);
+    println!(
+        "agent propagation through the API doubles ({} rounds)",
+        args.rounds
+    );
     let mut ok = true;
     let mut created = Vec::new();
     for i in 0..args.rounds {
@@ -265,7 +324,13 @@ async fn main() -> anyhow::Result<()> {
     let mut endpoints = Vec::new();
     let all: Vec<usize> = (0..PODS).collect();
     for i in 0..args.rounds {
-        let (ready, want) = if i % 2 == 0 { (false, 503) } else { (true, 200) };
+        // Isolated changes: a burst is what the rollout below measures.
+        tokio::time::sleep(min_write).await;
+        let (ready, want) = if i % 2 == 0 {
+            (false, 503)
+        } else {
+            (true, 200)
+        };
         let t = &bench.tenant;
         endpoints.push(
             bench
@@ -293,11 +358,22 @@ async fn main() -> anyhow::Result<()> {
     ok &= report("Ingress deleted -> route gone (404)", deleted);
 
     // Wait for both rollout services to be mirrored before counting.
-    for host in ["rollout.bench.test", "rollout-pod.bench.test"] {
-        bench.propagation(host, 200, || {}).await?;
+    // (Pod mode's 10.244/16 addresses answer nothing here, so the LB slice
+    // is watched instead of the route.)
+    let start = Instant::now();
+    while bench.lb_slice_addresses("rollout-np") != Some(1)
+        || bench.lb_slice_addresses("rollout-pod") != Some(PODS)
+    {
+        if start.elapsed() > bench.timeout {
+            bail!("the rollout Services were not mirrored");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     println!("EndpointSlice writes for a {PODS}-pod rollout (min write interval {min_write:?}):");
-    for (svc, mode, final_addresses) in [("rollout-np", Mode::NodePort, NODES), ("rollout-pod", Mode::Pod, PODS)] {
+    for (svc, mode, final_addresses) in [
+        ("rollout-np", Mode::NodePort, 1),
+        ("rollout-pod", Mode::Pod, PODS),
+    ] {
         for pace in [Duration::ZERO, Duration::from_millis(10)] {
             let writes = bench.rollout(svc, pace, final_addresses).await?;
             let handful = writes <= 25;
@@ -309,7 +385,11 @@ async fn main() -> anyhow::Result<()> {
                 } else {
                     format!("paced ({pace:?} per pod, ~{:.0?})", pace * PODS as u32)
                 },
-                if handful { "PASS (<= 25)" } else { "MISS (<= 25)" }
+                if handful {
+                    "PASS (<= 25)"
+                } else {
+                    "MISS (<= 25)"
+                }
             );
         }
     }
@@ -317,7 +397,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = agent_stop.send(true);
     let _ = agent.await;
     let _ = stop.send(());
-    let _ = proxy.await;
-    let _ = echo_stop.send(());
+    let _ = proxy.join();
+    echo.stop().await;
     Ok(())
 }
