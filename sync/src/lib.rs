@@ -1,3 +1,551 @@
-//! The tenant agent's EndpointSlice mirror (`nodeport` and `pod` modes). Not
-//! built yet: issue #6. The crate exists for the layout DESIGN.md fixes; it
-//! exports nothing.
+//! The tenant agent's EndpointSlice mirror (`teapot agent`, DESIGN.md
+//! "LB cluster API").
+//!
+//! For every tenant Service that the controller half has mirrored into the
+//! LB cluster (an LB Service labelled with its source), one LB EndpointSlice
+//! named like the mirrored Service carries where traffic goes:
+//!
+//! - [`Mode::NodePort`] (default): the InternalIPs of the nodes that host
+//!   ready endpoints, deduplicated, with the Service's NodePorts;
+//! - [`Mode::Pod`]: the ready pod IPs with their target ports, for clusters
+//!   whose pod network the LB cluster can reach.
+//!
+//! The mode is chosen per agent and overridden per Service with the
+//! annotation [`MODE_ANNOTATION`] on the tenant Service (read by the agent
+//! only; it is never copied to the LB cluster).
+//!
+//! Why writes stay few: the reconciler reads reflector stores (tenant
+//! EndpointSlices, Nodes, LB Services) that also trigger it, so a burst of
+//! events becomes one pending reconcile per Service (the runtime
+//! deduplicates); a write happens only when the computed slice differs from
+//! the last one written; and writes of one slice are spaced by at least
+//! [`SyncConfig::min_write_interval`], so a 500-pod rollout in `pod` mode is
+//! a handful of writes rather than 500. Node changes matter only when a
+//! node's InternalIP changes or a node goes away. A periodic full resync
+//! forgets what was written and recomputes everything, which repairs the LB
+//! side after restarts, missed events or foreign edits.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use teapot_api::hostname::mirrored_service_name;
+use teapot_api::names::SERVICE_NAME_LABEL;
+use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
+
+/// Label on every LB object the agent writes: the tenant namespace.
+pub const SOURCE_NAMESPACE_LABEL: &str = "teapot.dev/source-namespace";
+/// Label on every LB object the agent writes: the tenant object's name
+/// (shortened past 63 characters; the name of the LB object is the key).
+pub const SOURCE_NAME_LABEL: &str = "teapot.dev/source-name";
+/// Annotation on every LB object the agent writes: the tenant object's UID.
+pub const SOURCE_UID_ANNOTATION: &str = "teapot.dev/source-uid";
+/// Label on the LB Ingresses, Services and Secrets the agent writes (the
+/// EndpointSlices carry [`MANAGED_BY_LABEL`]` = `[`MANAGED_BY_SYNC`]).
+pub const APP_MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`APP_MANAGED_BY_LABEL`].
+pub const AGENT: &str = "teapot-agent";
+/// Field manager of every server-side apply the agent makes.
+pub const FIELD_MANAGER: &str = "teapot-agent";
+/// Per-Service override of the agent's mode, on the tenant Service:
+/// `nodeport` or `pod`.
+pub const MODE_ANNOTATION: &str = "teapot.dev/endpoints";
+
+/// One error type for the sync half.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A tenant object teapot cannot mirror, with the field at fault.
+    #[error("{object}: {field}: {message}")]
+    Invalid {
+        object: String,
+        field: String,
+        message: String,
+    },
+    #[error("a reflector store was dropped: the agent is shutting down")]
+    StoreGone,
+    #[error("serializing the EndpointSlice: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+/// Where endpoint addresses come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Node InternalIPs and NodePorts: works on any network.
+    #[default]
+    NodePort,
+    /// Pod IPs and target ports: the LB cluster must reach the pod network.
+    Pod,
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "nodeport" => Ok(Mode::NodePort),
+            "pod" => Ok(Mode::Pod),
+            other => Err(format!(
+                "{other:?} is not an endpoints mode: use \"nodeport\" or \"pod\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::NodePort => "nodeport",
+            Mode::Pod => "pod",
+        })
+    }
+}
+
+/// What the sync half needs.
+#[derive(Clone)]
+pub struct SyncConfig {
+    pub tenant: Client,
+    pub lb: Client,
+    /// The tenant's namespace in the LB cluster (`tenant-<cluster>`).
+    pub lb_namespace: String,
+    pub mode: Mode,
+    /// Full resync: forget what was written, recompute everything.
+    pub resync: Duration,
+    /// Least time between two writes of one LB EndpointSlice.
+    pub min_write_interval: Duration,
+}
+
+impl SyncConfig {
+    pub fn new(tenant: Client, lb: Client, lb_namespace: impl Into<String>) -> SyncConfig {
+        SyncConfig {
+            tenant,
+            lb,
+            lb_namespace: lb_namespace.into(),
+            mode: Mode::NodePort,
+            resync: Duration::from_secs(300),
+            min_write_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Prometheus metrics of the sync half (registered by the agent).
+#[derive(Clone, Debug)]
+pub struct SyncMetrics {
+    /// EndpointSlice writes to the LB cluster.
+    pub writes: prometheus::IntCounter,
+    /// Reconciles by result (`ok`, `error`).
+    pub reconciles: prometheus::IntCounterVec,
+}
+
+impl SyncMetrics {
+    pub fn new(registry: &prometheus::Registry) -> Result<SyncMetrics, prometheus::Error> {
+        let writes = prometheus::IntCounter::new(
+            "sync_endpointslice_writes_total",
+            "EndpointSlice writes to the LB cluster",
+        )?;
+        let reconciles = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("sync_reconciles_total", "Service reconciles by result"),
+            &["result"],
+        )?;
+        registry.register(Box::new(writes.clone()))?;
+        registry.register(Box::new(reconciles.clone()))?;
+        Ok(SyncMetrics { writes, reconciles })
+    }
+}
+
+/// What one LB slice was last written as, and when.
+#[derive(Debug)]
+struct Written {
+    slice: serde_json::Value,
+    at: Instant,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    config: SyncConfig,
+    metrics: SyncMetrics,
+    nodes: Store<Node>,
+    slices: Store<EndpointSlice>,
+    lb_services: Store<Service>,
+    written: Mutex<HashMap<String, Written>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// The tenant Service an LB object mirrors, from its source labels.
+pub fn source_of(meta: &ObjectMeta) -> Option<(String, String)> {
+    let labels = meta.labels.as_ref()?;
+    Some((
+        labels.get(SOURCE_NAMESPACE_LABEL)?.clone(),
+        labels.get(SOURCE_NAME_LABEL)?.clone(),
+    ))
+}
+
+/// A label value for a name: names longer than a label value are
+/// shortened the way [`teapot_api::hostname::shorten`] does.
+pub fn label_value(name: &str) -> String {
+    teapot_api::hostname::shorten(name, teapot_api::hostname::MAX_LABEL)
+}
+
+/// The ready condition as EndpointSlice semantics define it: unset means
+/// ready.
+fn is_ready(endpoint: &Endpoint) -> bool {
+    endpoint
+        .conditions
+        .as_ref()
+        .and_then(|c| c.ready)
+        .unwrap_or(true)
+}
+
+/// The IPv4 InternalIP of a node.
+pub fn internal_ip(node: &Node) -> Option<IpAddr> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse::<IpAddr>().ok())
+        .find(IpAddr::is_ipv4)
+}
+
+/// The mode of one Service: its annotation, else the agent's.
+pub fn mode_of(service: &Service, default: Mode) -> Result<Mode, Error> {
+    match service.annotations().get(MODE_ANNOTATION) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|message| Error::Invalid {
+            object: object_name(service),
+            field: format!("metadata.annotations[{MODE_ANNOTATION}]"),
+            message,
+        }),
+    }
+}
+
+fn object_name(service: &Service) -> String {
+    format!(
+        "Service {}/{}",
+        service.namespace().unwrap_or_default(),
+        service.name_any()
+    )
+}
+
+/// Computes the LB EndpointSlice for `service` from its tenant slices.
+/// `node_ip` resolves a node name to its InternalIP.
+pub fn desired_slice(
+    service: &Service,
+    slices: &[Arc<EndpointSlice>],
+    node_ip: &dyn Fn(&str) -> Option<IpAddr>,
+    mode: Mode,
+    lb_namespace: &str,
+) -> Result<EndpointSlice, Error> {
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let mirrored = mirrored_service_name(&namespace, &name);
+    let ipv4 = slices.iter().filter(|s| s.address_type == "IPv4");
+    let mut addresses = BTreeSet::new();
+    let ports: Vec<EndpointPort> = match mode {
+        Mode::NodePort => {
+            let spec = service.spec.as_ref();
+            let ports: Vec<EndpointPort> = spec
+                .and_then(|s| s.ports.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|p| {
+                    Some(EndpointPort {
+                        name: p.name.clone(),
+                        port: Some(p.node_port?),
+                        protocol: p.protocol.clone(),
+                        app_protocol: p.app_protocol.clone(),
+                    })
+                })
+                .collect();
+            if ports.is_empty() {
+                return Err(Error::Invalid {
+                    object: object_name(service),
+                    field: "spec.ports[].nodePort".into(),
+                    message: format!(
+                        "no port has a NodePort (spec.type is {}): set spec.type to NodePort, or annotate the Service {MODE_ANNOTATION}: pod when the LB cluster reaches pod IPs",
+                        spec.and_then(|s| s.type_.as_deref()).unwrap_or("ClusterIP")
+                    ),
+                });
+            }
+            for endpoint in ipv4
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .filter(|e| is_ready(e))
+            {
+                if let Some(ip) = endpoint.node_name.as_deref().and_then(node_ip) {
+                    addresses.insert(ip);
+                }
+            }
+            ports
+        }
+        Mode::Pod => {
+            let mut by_name: BTreeMap<Option<String>, EndpointPort> = BTreeMap::new();
+            for slice in ipv4 {
+                for port in slice.ports.iter().flatten() {
+                    by_name
+                        .entry(port.name.clone())
+                        .or_insert_with(|| port.clone());
+                }
+                for endpoint in slice.endpoints.iter().flatten().filter(|e| is_ready(e)) {
+                    addresses.extend(
+                        endpoint
+                            .addresses
+                            .iter()
+                            .filter_map(|a| a.parse::<IpAddr>().ok()),
+                    );
+                }
+            }
+            by_name.into_values().collect()
+        }
+    };
+    let endpoints: Vec<Endpoint> = addresses
+        .into_iter()
+        .map(|ip: IpAddr| Endpoint {
+            addresses: vec![ip.to_string()],
+            conditions: Some(EndpointConditions {
+                ready: Some(true),
+                ..EndpointConditions::default()
+            }),
+            ..Endpoint::default()
+        })
+        .collect();
+    Ok(EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(mirrored.clone()),
+            namespace: Some(lb_namespace.to_string()),
+            labels: Some(BTreeMap::from([
+                (SERVICE_NAME_LABEL.to_string(), mirrored),
+                (MANAGED_BY_LABEL.to_string(), MANAGED_BY_SYNC.to_string()),
+                (SOURCE_NAMESPACE_LABEL.to_string(), namespace),
+                (SOURCE_NAME_LABEL.to_string(), label_value(&name)),
+            ])),
+            annotations: service
+                .metadata
+                .uid
+                .as_ref()
+                .map(|uid| BTreeMap::from([(SOURCE_UID_ANNOTATION.to_string(), uid.clone())])),
+            ..ObjectMeta::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: Some(endpoints),
+        ports: Some(ports),
+    })
+}
+
+/// Reconciles one tenant Service: writes its LB EndpointSlice when the
+/// controller has mirrored it and the slice changed.
+pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // A store that has not listed yet would yield an empty slice and take a
+    // served route down after a restart.
+    for ready in [
+        ctx.nodes.wait_until_ready().await,
+        ctx.slices.wait_until_ready().await,
+        ctx.lb_services.wait_until_ready().await,
+    ] {
+        ready.map_err(|_| Error::StoreGone)?;
+    }
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let mirrored = mirrored_service_name(&namespace, &name);
+    let lb_ref = ObjectRef::<Service>::new(&mirrored).within(&ctx.config.lb_namespace);
+    if ctx.lb_services.get(&lb_ref).is_none() {
+        tracing::debug!(service = %format!("{namespace}/{name}"), "not mirrored on the LB side (yet)");
+        // Not exported (or no longer): the controller's GC removes the slice.
+        lock(&ctx.written).remove(&mirrored);
+        return Ok(Action::await_change());
+    }
+    let mode = mode_of(&service, ctx.config.mode)?;
+    let slices: Vec<Arc<EndpointSlice>> = ctx
+        .slices
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && s.labels().get(SERVICE_NAME_LABEL) == Some(&name)
+        })
+        .collect();
+    let nodes = &ctx.nodes;
+    let node_ip = |n: &str| {
+        nodes
+            .get(&ObjectRef::<Node>::new(n))
+            .and_then(|node| internal_ip(&node))
+    };
+    let desired = desired_slice(&service, &slices, &node_ip, mode, &ctx.config.lb_namespace)?;
+    tracing::debug!(service = %format!("{namespace}/{name}"), slices = slices.len(), endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "computed");
+    let value = serde_json::to_value(&desired)?;
+    let wait = {
+        let written = lock(&ctx.written);
+        match written.get(&mirrored) {
+            Some(w) if w.slice == value => return Ok(Action::await_change()),
+            Some(w) => ctx.config.min_write_interval.saturating_sub(w.at.elapsed()),
+            None => Duration::ZERO,
+        }
+    };
+    if !wait.is_zero() {
+        // Events arriving meanwhile collapse into one pending reconcile,
+        // which then computes from the newest store.
+        return Ok(Action::requeue(wait));
+    }
+    let api: Api<EndpointSlice> = Api::namespaced(ctx.config.lb.clone(), &ctx.config.lb_namespace);
+    api.patch(
+        &mirrored,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&desired),
+    )
+    .await?;
+    ctx.metrics.writes.inc();
+    tracing::debug!(service = %format!("{namespace}/{name}"), slice = %mirrored, %mode, endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "EndpointSlice written");
+    lock(&ctx.written).insert(
+        mirrored,
+        Written {
+            slice: value,
+            at: Instant::now(),
+        },
+    );
+    lock(&ctx.failures).remove(&format!("{namespace}/{name}"));
+    Ok(Action::await_change())
+}
+
+/// Logs, counts and requeues with exponential backoff (1 s to 5 min).
+pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "{}/{}",
+        service.namespace().unwrap_or_default(),
+        service.name_any()
+    );
+    let failures = {
+        let mut f = lock(&ctx.failures);
+        let n = f.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    ctx.metrics.reconciles.with_label_values(&["error"]).inc();
+    tracing::warn!(service = %key, %error, failures, "EndpointSlice sync failed; retrying");
+    Action::requeue(backoff(failures))
+}
+
+/// 1 s, 2 s, 4 s, ... up to 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let secs = 1u64 << failures.saturating_sub(1).min(9);
+    Duration::from_secs(secs.min(300))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Turns Node events into "reconcile everything" only when a node's
+/// InternalIP changed or a node vanished (status heartbeats are frequent
+/// and irrelevant here).
+fn node_changes(
+    stream: impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static,
+    nodes: Store<Node>,
+) -> impl Stream<Item = ()> + Send + 'static {
+    let mut known: HashMap<String, Option<IpAddr>> = HashMap::new();
+    stream.filter_map(move |event| {
+        let changed = match event {
+            Ok(_) => {
+                let current: HashMap<String, Option<IpAddr>> = nodes
+                    .state()
+                    .iter()
+                    .map(|n| (n.name_any(), internal_ip(n)))
+                    .collect();
+                let changed = current != known;
+                known = current;
+                changed
+            }
+            Err(_) => false,
+        };
+        futures::future::ready(changed.then_some(()))
+    })
+}
+
+/// Runs the sync half until `shutdown` completes.
+pub async fn run(
+    config: SyncConfig,
+    metrics: SyncMetrics,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let tenant = config.tenant.clone();
+    let (nodes, node_writer) = reflector::store();
+    let node_stream = reflector::reflector(
+        node_writer,
+        watcher(Api::<Node>::all(tenant.clone()), watcher::Config::default()),
+    )
+    .touched_objects();
+    let (slices, slice_writer) = reflector::store();
+    let slice_stream = reflector::reflector(
+        slice_writer,
+        watcher(
+            Api::<EndpointSlice>::all(tenant.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .touched_objects();
+    let (lb_services, lb_writer) = reflector::store();
+    let lb_stream = reflector::reflector(
+        lb_writer,
+        watcher(
+            Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
+            watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
+        ),
+    )
+    .touched_objects();
+    let resync = config.resync;
+    let ctx = Arc::new(Context {
+        config,
+        metrics: metrics.clone(),
+        nodes: nodes.clone(),
+        slices,
+        lb_services,
+        written: Mutex::new(HashMap::new()),
+        failures: Mutex::new(HashMap::new()),
+    });
+    let forget = ctx.clone();
+    let ticks = futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(resync).await;
+        Some(((), ()))
+    })
+    .map(move |()| {
+        lock(&forget.written).clear();
+    });
+    let all = futures::stream::select(node_changes(node_stream, nodes), ticks);
+    Controller::new(Api::<Service>::all(tenant), watcher::Config::default())
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)))
+        .watches_stream(slice_stream, |slice: EndpointSlice| {
+            let service = slice.labels().get(SERVICE_NAME_LABEL)?.clone();
+            Some(ObjectRef::<Service>::new(&service).within(&slice.namespace()?))
+        })
+        .watches_stream(lb_stream, |lb: Service| {
+            let (namespace, name) = source_of(&lb.metadata)?;
+            Some(ObjectRef::<Service>::new(&name).within(&namespace))
+        })
+        .reconcile_all_on(all)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            let metrics = metrics.clone();
+            async move {
+                match result {
+                    Ok(_) => metrics.reconciles.with_label_values(&["ok"]).inc(),
+                    Err(e) => tracing::debug!(error = %e, "sync controller event"),
+                }
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests;

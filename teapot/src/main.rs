@@ -7,8 +7,11 @@
 //! - `teapot webhook`: the LB cluster's admission webhook.
 //! - `teapot validate`: the webhook's rules over files, offline.
 //! - `teapot tenant add`: a new tenant's LB-cluster objects as YAML.
+//! - `teapot agent`: the tenant-cluster agent (Ingress controller and
+//!   EndpointSlice mirror).
 
 mod acme_args;
+mod agent_cmd;
 mod demo;
 mod edge_args;
 mod kube_args;
@@ -72,6 +75,8 @@ enum Command {
     Validate(webhook_cmd::ValidateArgs),
     /// LB-cluster objects of a tenant (`tenant add CLUSTER`), for installs without the chart's `tenants:`.
     Tenant(tenant_cmd::TenantArgs),
+    /// Run the tenant-cluster agent: mirror Ingresses and EndpointSlices to the LB cluster.
+    Agent(agent_cmd::AgentArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -181,6 +186,7 @@ fn main() -> anyhow::Result<()> {
             Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
             Command::Validate(args) => webhook_cmd::run_validate(args),
             Command::Tenant(args) => tenant_cmd::run(args),
+            Command::Agent(args) => agent_cmd::run_agent(args).await,
         }
     });
     // Connections still open after the grace period are dropped here.

@@ -692,14 +692,10 @@ fn teapot_agent_renders_and_validates() {
         let default =
             class["metadata"]["annotations"][teapot_api::names::DEFAULT_CLASS_ANNOTATION] == "true";
         assert_eq!(default, values.to_string_lossy().contains("pod-values"));
-        // Planned flags of `teapot agent` (issue #6): checked by name only.
+        // The binary must accept them, and the essential ones must be there.
         let args = container_args(&docs, "");
-        for flag in [
-            "--lb-kubeconfig=",
-            "--tenant-cluster=",
-            "--sync-mode=",
-            "--admin=",
-        ] {
+        assert_flags_exist(&args, &label);
+        for flag in ["--lb-kubeconfig=", "--lb-namespace=", "--mode=", "--admin="] {
             assert!(
                 args.iter().any(|a| a.starts_with(flag)),
                 "{label}: no {flag}"

@@ -1,0 +1,118 @@
+//! Garbage collection of LB copies whose tenant source is gone (also the
+//! ones left behind while the agent was down: finalizers cover deletions
+//! seen live, this covers everything else).
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Resource, ResourceExt};
+use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
+use teapot_api::names::SERVICE_NAME_LABEL;
+use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
+use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL};
+
+use crate::mirror::{self, is_ours};
+use crate::{Context, Error, lock};
+
+/// What the live tenant Ingresses need on the LB side.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub ingresses: BTreeSet<String>,
+    pub services: BTreeSet<String>,
+    pub secrets: BTreeSet<String>,
+}
+
+impl Live {
+    pub fn of<'a>(ingresses: impl IntoIterator<Item = &'a Ingress>) -> Live {
+        let mut live = Live::default();
+        for ing in ingresses {
+            if !is_ours(ing) || ing.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let ns = ing.namespace().unwrap_or_default();
+            live.ingresses
+                .insert(mirrored_ingress_name(&ns, &ing.name_any()));
+            for s in mirror::referenced_services(ing) {
+                live.services.insert(mirrored_service_name(&ns, &s));
+            }
+            for s in mirror::referenced_secrets(ing) {
+                live.secrets.insert(mirror::mirrored_secret_name(&ns, &s));
+            }
+        }
+        live
+    }
+}
+
+/// Deletes every LB object the agent wrote that no live tenant Ingress
+/// needs. Returns how many were deleted.
+pub async fn collect(ctx: &Context) -> Result<usize, Error> {
+    let ns = &ctx.config.lb_namespace;
+    let ours = ListParams::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}"));
+    let slices_sel = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_SYNC}"));
+    // The LB side is listed before the tenant side: anything listed there
+    // was written for a tenant object that the later tenant list still
+    // shows, unless it was deleted meanwhile. The other order could delete
+    // a copy written in between.
+    let lb_ingresses = Api::<Ingress>::namespaced(ctx.lb.clone(), ns)
+        .list(&ours)
+        .await?;
+    let lb_services = Api::<Service>::namespaced(ctx.lb.clone(), ns)
+        .list(&ours)
+        .await?;
+    let lb_secrets = Api::<Secret>::namespaced(ctx.lb.clone(), ns)
+        .list(&ours)
+        .await?;
+    let lb_slices = Api::<EndpointSlice>::namespaced(ctx.lb.clone(), ns)
+        .list(&slices_sel)
+        .await?;
+    let tenant = Api::<Ingress>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await?;
+    let live = Live::of(tenant.items.iter());
+    let mut deleted = 0;
+    for o in lb_ingresses.items {
+        if !live.ingresses.contains(&o.name_any()) {
+            deleted += delete::<Ingress>(ctx, &o.name_any()).await?;
+        }
+    }
+    for o in lb_services.items {
+        if !live.services.contains(&o.name_any()) {
+            deleted += delete::<Service>(ctx, &o.name_any()).await?;
+        }
+    }
+    for o in lb_secrets.items {
+        if !live.secrets.contains(&o.name_any()) {
+            deleted += delete::<Secret>(ctx, &o.name_any()).await?;
+        }
+    }
+    for o in lb_slices.items {
+        let service = o.labels().get(SERVICE_NAME_LABEL);
+        if service.is_none_or(|s| !live.services.contains(s)) {
+            deleted += delete::<EndpointSlice>(ctx, &o.name_any()).await?;
+        }
+    }
+    if deleted > 0 {
+        tracing::info!(deleted, "garbage-collected LB copies without a live source");
+    }
+    ctx.metrics.gc_deletions.inc_by(deleted as u64);
+    Ok(deleted)
+}
+
+async fn delete<K>(ctx: &Context, name: &str) -> Result<usize, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    lock(&ctx.applied).remove(&(K::kind(&()).to_string(), name.to_string()));
+    let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(1),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,231 @@
+//! The sanitized LB-cluster copies of tenant objects (DESIGN.md, "LB
+//! cluster API"). Pure functions: what to write, never how.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use teapot_api::annotations::PREFIX;
+use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
+use teapot_api::names::{INGRESS_CLASS, TLS_SECRET_TYPE};
+use teapot_sync::{
+    AGENT, APP_MANAGED_BY_LABEL, SOURCE_NAME_LABEL, SOURCE_NAMESPACE_LABEL, SOURCE_UID_ANNOTATION,
+    label_value,
+};
+
+use crate::Error;
+
+/// Whether teapot serves this Ingress: `spec.ingressClassName: teapot`.
+/// (Class-less Ingresses and the deprecated annotation are left to the
+/// cluster's default class, which the agent does not claim.)
+pub fn is_ours(ingress: &Ingress) -> bool {
+    ingress
+        .spec
+        .as_ref()
+        .and_then(|s| s.ingress_class_name.as_deref())
+        == Some(INGRESS_CLASS)
+}
+
+/// Name of the LB Secret copied from a tenant Secret: the same scheme as
+/// mirrored Services, so secrets of different namespaces never collide.
+pub fn mirrored_secret_name(namespace: &str, secret: &str) -> String {
+    mirrored_service_name(namespace, secret)
+}
+
+fn backends(ingress: &Ingress) -> impl Iterator<Item = &IngressBackend> {
+    let spec = ingress.spec.as_ref();
+    spec.and_then(|s| s.default_backend.as_ref())
+        .into_iter()
+        .chain(
+            spec.and_then(|s| s.rules.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.http.as_ref())
+                .flat_map(|h| h.paths.iter().map(|p| &p.backend)),
+        )
+}
+
+/// Tenant Services the Ingress routes to.
+pub fn referenced_services(ingress: &Ingress) -> BTreeSet<String> {
+    backends(ingress)
+        .filter_map(|b| b.service.as_ref().map(|s| s.name.clone()))
+        .collect()
+}
+
+/// Tenant Secrets its `spec.tls` names.
+pub fn referenced_secrets(ingress: &Ingress) -> BTreeSet<String> {
+    ingress
+        .spec
+        .as_ref()
+        .and_then(|s| s.tls.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.secret_name.clone())
+        .collect()
+}
+
+/// Labels and annotations every LB copy carries.
+fn lb_meta(
+    name: String,
+    lb_namespace: &str,
+    source_namespace: &str,
+    source_name: &str,
+    uid: Option<&String>,
+    mut annotations: BTreeMap<String, String>,
+) -> ObjectMeta {
+    if let Some(uid) = uid {
+        annotations.insert(SOURCE_UID_ANNOTATION.into(), uid.clone());
+    }
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(lb_namespace.to_string()),
+        labels: Some(BTreeMap::from([
+            (APP_MANAGED_BY_LABEL.into(), AGENT.into()),
+            (SOURCE_NAMESPACE_LABEL.into(), source_namespace.into()),
+            (SOURCE_NAME_LABEL.into(), label_value(source_name)),
+        ])),
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The LB Ingress `<name>.<namespace>`: class `teapot`, backends and TLS
+/// Secrets renamed to their mirrors, only `teapot.dev/` annotations
+/// (everything else belongs to the tenant cluster; unknown `teapot.dev/`
+/// keys are copied so the webhook refuses them, never silently dropped).
+pub fn lb_ingress(ingress: &Ingress, lb_namespace: &str) -> Result<Ingress, Error> {
+    let namespace = ingress.namespace().ok_or_else(|| Error::Invalid {
+        object: format!("Ingress {}", ingress.name_any()),
+        field: "metadata.namespace".into(),
+        message: "is missing".into(),
+    })?;
+    let name = ingress.name_any();
+    let mut spec = ingress.spec.clone().unwrap_or_default();
+    spec.ingress_class_name = Some(INGRESS_CLASS.into());
+    let rename = |b: &mut IngressBackend| {
+        if let Some(s) = b.service.as_mut() {
+            s.name = mirrored_service_name(&namespace, &s.name);
+        }
+    };
+    if let Some(b) = spec.default_backend.as_mut() {
+        rename(b);
+    }
+    for rule in spec.rules.iter_mut().flatten() {
+        for path in rule.http.iter_mut().flat_map(|h| h.paths.iter_mut()) {
+            rename(&mut path.backend);
+        }
+    }
+    for tls in spec.tls.iter_mut().flatten() {
+        if let Some(secret) = tls.secret_name.as_mut() {
+            *secret = mirrored_secret_name(&namespace, secret);
+        }
+    }
+    let annotations = ingress
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with(PREFIX) && k.as_str() != SOURCE_UID_ANNOTATION)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Ok(Ingress {
+        metadata: lb_meta(
+            mirrored_ingress_name(&namespace, &name),
+            lb_namespace,
+            &namespace,
+            &name,
+            ingress.metadata.uid.as_ref(),
+            annotations,
+        ),
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// The selector-less LB Service for a tenant Service: the ports by name,
+/// number and protocol (the EndpointSlice the sync half writes says where
+/// they go).
+pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| ServicePort {
+            name: p.name.clone(),
+            port: p.port,
+            protocol: p.protocol.clone(),
+            app_protocol: p.app_protocol.clone(),
+            ..ServicePort::default()
+        })
+        .collect();
+    Service {
+        metadata: lb_meta(
+            mirrored_service_name(&namespace, &name),
+            lb_namespace,
+            &namespace,
+            &name,
+            service.metadata.uid.as_ref(),
+            BTreeMap::new(),
+        ),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            ports: Some(ports),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The LB copy of a tenant TLS Secret: `tls.crt` and `tls.key` only.
+pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
+    let namespace = secret.namespace().unwrap_or_default();
+    let name = secret.name_any();
+    let object = format!("Secret {namespace}/{name}");
+    if secret.type_.as_deref() != Some(TLS_SECRET_TYPE) {
+        return Err(Error::Invalid {
+            object,
+            field: "type".into(),
+            message: format!(
+                "is {:?}; an Ingress's spec.tls needs a {TLS_SECRET_TYPE} Secret",
+                secret.type_.as_deref().unwrap_or("")
+            ),
+        });
+    }
+    let data = secret.data.as_ref();
+    let mut copied: BTreeMap<String, ByteString> = BTreeMap::new();
+    for key in ["tls.crt", "tls.key"] {
+        let value = data
+            .and_then(|d| d.get(key))
+            .ok_or_else(|| Error::Invalid {
+                object: object.clone(),
+                field: format!("data[{key}]"),
+                message: "is required".into(),
+            })?;
+        copied.insert(key.into(), value.clone());
+    }
+    Ok(Secret {
+        metadata: lb_meta(
+            mirrored_secret_name(&namespace, &name),
+            lb_namespace,
+            &namespace,
+            &name,
+            secret.metadata.uid.as_ref(),
+            BTreeMap::new(),
+        ),
+        type_: Some(TLS_SECRET_TYPE.into()),
+        data: Some(copied),
+        ..Secret::default()
+    })
+}
+
+/// The tenant Ingress an LB Ingress `<name>.<namespace>` mirrors
+/// (namespaces have no dots, so the last dot splits).
+pub fn source_of_lb_ingress(lb_name: &str) -> Option<(String, String)> {
+    let (name, namespace) = lb_name.rsplit_once('.')?;
+    (!name.is_empty() && !namespace.is_empty()).then(|| (namespace.into(), name.into()))
+}

@@ -1,0 +1,133 @@
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::json;
+
+use super::*;
+
+fn service(annotations: serde_json::Value, node_port: bool) -> Service {
+    let mut port = json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080});
+    if node_port {
+        port["nodePort"] = json!(30080);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "shop", "uid": "1234-abcd", "annotations": annotations},
+        "spec": {"type": if node_port { "NodePort" } else { "ClusterIP" }, "ports": [port]},
+    }))
+    .unwrap()
+}
+
+fn slice(name: &str, endpoints: serde_json::Value) -> Arc<EndpointSlice> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }))
+        .unwrap(),
+    )
+}
+
+fn nodes(name: &str) -> Option<IpAddr> {
+    match name {
+        "n1" => Some("10.0.0.1".parse().unwrap()),
+        "n2" => Some("10.0.0.2".parse().unwrap()),
+        _ => None,
+    }
+}
+
+fn addresses(s: &EndpointSlice) -> Vec<String> {
+    s.endpoints
+        .iter()
+        .flatten()
+        .flat_map(|e| e.addresses.clone())
+        .collect()
+}
+
+#[test]
+fn nodeport_mode_lists_each_node_with_a_ready_endpoint_once() {
+    let slices = [
+        slice(
+            "web-a",
+            json!([
+                {"addresses": ["10.244.1.5"], "nodeName": "n1", "conditions": {"ready": true}},
+                {"addresses": ["10.244.1.6"], "nodeName": "n1"},
+                {"addresses": ["10.244.2.5"], "nodeName": "n2", "conditions": {"ready": false}},
+            ]),
+        ),
+        slice(
+            "web-b",
+            json!([{"addresses": ["10.244.9.9"], "nodeName": "unknown"}]),
+        ),
+    ];
+    let s = desired_slice(
+        &service(json!({}), true),
+        &slices,
+        &nodes,
+        Mode::NodePort,
+        "tenant-acme",
+    )
+    .unwrap();
+    let mirrored = mirrored_service_name("shop", "web");
+    assert_eq!(s.metadata.name.as_deref(), Some(mirrored.as_str()));
+    assert_eq!(s.metadata.namespace.as_deref(), Some("tenant-acme"));
+    assert_eq!(addresses(&s), ["10.0.0.1"]);
+    let ports = s.ports.unwrap();
+    assert_eq!(ports[0].port, Some(30080));
+    assert_eq!(ports[0].name.as_deref(), Some("http"));
+    let labels = s.metadata.labels.unwrap();
+    assert_eq!(labels[SERVICE_NAME_LABEL], mirrored);
+    assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY_SYNC);
+    assert_eq!(labels[SOURCE_NAMESPACE_LABEL], "shop");
+    assert_eq!(labels[SOURCE_NAME_LABEL], "web");
+    assert_eq!(
+        s.metadata.annotations.unwrap()[SOURCE_UID_ANNOTATION],
+        "1234-abcd"
+    );
+}
+
+#[test]
+fn pod_mode_lists_ready_pod_ips_and_target_ports() {
+    let slices = [slice(
+        "web-a",
+        json!([
+            {"addresses": ["10.244.1.5"], "nodeName": "n1"},
+            {"addresses": ["10.244.2.5"], "nodeName": "n2", "conditions": {"ready": false}},
+        ]),
+    )];
+    // The annotation overrides the agent's default.
+    let svc = service(json!({MODE_ANNOTATION: "pod"}), false);
+    let mode = mode_of(&svc, Mode::NodePort).unwrap();
+    assert_eq!(mode, Mode::Pod);
+    let s = desired_slice(&svc, &slices, &nodes, mode, "tenant-acme").unwrap();
+    assert_eq!(addresses(&s), ["10.244.1.5"]);
+    assert_eq!(s.ports.unwrap()[0].port, Some(8080));
+}
+
+#[test]
+fn bad_input_names_the_object_and_field() {
+    let err = desired_slice(&service(json!({}), false), &[], &nodes, Mode::NodePort, "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("Service shop/web: spec.ports[].nodePort:"),
+        "{err}"
+    );
+    let err = mode_of(&service(json!({MODE_ANNOTATION: "magic"}), true), Mode::Pod)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("metadata.annotations[teapot.dev/endpoints]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn backoff_grows_and_caps() {
+    assert_eq!(backoff(1), Duration::from_secs(1));
+    assert_eq!(backoff(3), Duration::from_secs(4));
+    assert_eq!(backoff(40), Duration::from_secs(300));
+}

@@ -1,0 +1,431 @@
+//! The whole chain in one test: tenant API (double) -> `teapot agent`
+//! (in-process) -> LB API (double, with the real webhook rules as its
+//! admission hook) -> `teapot proxy --kube` (the real binary) -> an echo
+//! backend -> status back on the tenant Ingress.
+//!
+//! Addresses: the proxy refuses loopback endpoints in tenant namespaces
+//! (and the webhook refuses to store them), and that rule stays. So the
+//! echo backend listens on this machine's first non-loopback IPv4 address
+//! (the one the default route uses), which the Tenant's `nodeCIDRs` allow
+//! as a /32; the tenant "node" has that address as its InternalIP, and the
+//! Service's NodePort is the echo's port (nodeport mode).
+//!
+//! Run: `cargo test -p teapot --test agent_e2e`. The `#[ignore = "needs
+//! cluster"]` test runs the agent against two real clusters (docs/agent.md).
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use teapot_controller::ingress::CONDITIONS_ANNOTATION;
+use teapot_controller::{AgentConfig, Metrics};
+use teapot_proxy::kube_source::{KubeConfig, KubeSource};
+use teapot_testkit::apiserver::{AdmissionRequest, ApiServer, Refusal};
+use teapot_testkit::client::{Request, Transport};
+use teapot_testkit::echo::EchoIdentity;
+use teapot_testkit::process::ProxyProcess;
+use teapot_webhook::review::{Operation, Subject};
+use teapot_webhook::source::StateHandle;
+use teapot_webhook::{PolicyConfig, Validator};
+
+const NS: &str = "shop";
+const LB_NS: &str = "tenant-acme";
+const DOMAIN: &str = "example.net";
+const HOST: &str = "shop.acme.lb.example.net";
+const ASSIGNED: &str = "web-shop.acme.lb.example.net";
+
+/// This machine's address on its default route (no packet is sent).
+fn local_address() -> IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a UDP socket");
+    socket
+        .connect("198.51.100.1:9")
+        .expect("a default route: the e2e test needs a non-loopback IPv4 address");
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(
+        !ip.is_loopback() && !ip.is_unspecified(),
+        "no non-loopback address ({ip}); the tenant rules refuse loopback endpoints"
+    );
+    ip
+}
+
+/// An echo backend on `ip`, stopped when the returned sender drops.
+async fn echo_on(ip: IpAddr, pod: &str) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(teapot_testkit::echo::run(
+        listener,
+        EchoIdentity::new(NS, "web", "web", pod),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (addr, stop)
+}
+
+/// The LB cluster's admission: the webhook's rules on the state it builds
+/// from the LB double (as `teapot webhook --kube` does), for the kinds the
+/// real webhook is registered for. Fail closed until the state is loaded.
+fn webhook_admission(
+    state: StateHandle,
+    validator: Validator,
+) -> impl Fn(&AdmissionRequest) -> Result<(), Refusal> + Send + Sync + 'static {
+    move |r| {
+        let registered = ["ingresses", "services", "endpointslices", "secrets"];
+        if r.subresource.is_some()
+            || r.operation == "DELETE"
+            || !registered.contains(&r.resource.plural.as_str())
+        {
+            return Ok(());
+        }
+        let Some(object) = &r.object else {
+            return Ok(());
+        };
+        let Some(state) = state.load_full() else {
+            return Err(Refusal::forbidden("the webhook has not loaded its state"));
+        };
+        let gv = r.resource.group_version.as_str();
+        let (group, version) = gv.split_once('/').unwrap_or(("", gv));
+        let subject = Subject {
+            group,
+            version,
+            kind: object["kind"].as_str().unwrap_or(""),
+            namespace: Some(&r.namespace),
+            name: &r.name,
+            operation: if r.operation == "CREATE" {
+                Operation::Create
+            } else {
+                Operation::Update
+            },
+            object: Some(object),
+        };
+        let verdict = validator.validate(&state, &subject);
+        if verdict.allowed {
+            Ok(())
+        } else {
+            Err(Refusal::forbidden(verdict.to_string()))
+        }
+    }
+}
+
+fn tenant_ingress(name: &str, host: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"ingressClassName": "teapot", "rules": [{"host": host, "http": {"paths": [
+            {"path": "/", "pathType": "Prefix",
+             "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}]},
+    })
+}
+
+fn tenant_slice(ready: bool) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-x7k2p", "namespace": NS,
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-1",
+                       "conditions": {"ready": ready}}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    })
+}
+
+async fn get(proxy: &ProxyProcess, host: &str) -> teapot_testkit::client::Response {
+    send(proxy.http, &Transport::Plain, &Request::get(host, "/")).await
+}
+
+async fn wait_status(proxy: &ProxyProcess, host: &str, status: u16) -> Value {
+    eventually(
+        &format!("GET {host}/ -> {status}"),
+        RELOAD_TIMEOUT,
+        || async {
+            let r = get(proxy, host).await;
+            if r.status == status {
+                Ok(r.json().unwrap_or(Value::Null))
+            } else {
+                Err(format!("{} {}", r.status, r.text()))
+            }
+        },
+    )
+    .await
+}
+
+fn conditions(tenant: &ApiServer, name: &str) -> Option<Value> {
+    let o = tenant.get("networking.k8s.io/v1", "Ingress", NS, name)?;
+    serde_json::from_str(o["metadata"]["annotations"][CONDITIONS_ANNOTATION].as_str()?).ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_ingress_to_live_route_and_back() {
+    let ip = local_address();
+    let (echo, _echo_stop) = echo_on(ip, "web-0").await;
+
+    // The LB cluster: a Tenant whose nodes are this machine, the webhook.
+    let lb = ApiServer::start().await;
+    lb.apply(json!({
+        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": "acme"},
+        "spec": {"cluster": "acme", "nodeCIDRs": [format!("{ip}/32")]},
+    }));
+    let state: StateHandle = Default::default();
+    let (webhook_stop, webhook_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(teapot_webhook::source::watch_kube(
+        KubeSource::start(&KubeConfig::new(lb.client())),
+        state.clone(),
+        teapot_webhook::metrics::Metrics::new().unwrap(),
+        webhook_stopped,
+    ));
+    let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
+    lb.set_admission(webhook_admission(state, Validator::new(policy)));
+
+    // The tenant cluster: a node, a NodePort Service with one ready pod.
+    let tenant = ApiServer::start().await;
+    tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+        "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}]},
+    }));
+    tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"type": "NodePort", "selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080,
+                            "nodePort": echo.port(), "protocol": "TCP"}]},
+    }));
+    tenant.apply(tenant_slice(true));
+
+    let proxy =
+        ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
+            .await
+            .expect("teapot proxy --kube starts");
+    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
+    config.min_write_interval = Duration::from_millis(50);
+    let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(teapot_controller::run(
+        config,
+        Metrics::new().unwrap(),
+        Arc::new(AtomicBool::new(false)),
+        agent_stopped,
+    ));
+
+    // `kubectl apply` of a teapot Ingress: served, and its ADDRESS shows.
+    tenant.apply(tenant_ingress("web", HOST));
+    let body = wait_status(&proxy, HOST, 200).await;
+    assert_eq!(body["pod"], "web-0");
+    let hostname = eventually("the tenant Ingress status", RELOAD_TIMEOUT, || async {
+        let o = tenant
+            .get("networking.k8s.io/v1", "Ingress", NS, "web")
+            .unwrap();
+        o["status"]["loadBalancer"]["ingress"][0]["hostname"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or(o["status"].clone())
+    })
+    .await;
+    assert_eq!(hostname, ASSIGNED);
+    assert_eq!(conditions(&tenant, "web").unwrap()[0]["status"], "True");
+    assert!(
+        tenant
+            .get("networking.k8s.io/v1", "IngressClass", "", "teapot")
+            .is_some(),
+        "the agent installs IngressClass teapot"
+    );
+
+    // Scaling the Deployment to zero (the slice has no ready endpoint):
+    // the route stays, with no backend (503); back up: served again.
+    tenant.apply(tenant_slice(false));
+    wait_status(&proxy, HOST, 503).await;
+    tenant.apply(tenant_slice(true));
+    wait_status(&proxy, HOST, 200).await;
+
+    // A host in the operator's domain: refused by the webhook, reported on
+    // the tenant's Ingress (condition and Event), never routed.
+    tenant.apply(tenant_ingress("evil", "admin.example.net"));
+    let refused = eventually(
+        "the refusal on the tenant Ingress",
+        RELOAD_TIMEOUT,
+        || async {
+            match conditions(&tenant, "evil") {
+                Some(c) if c[0]["status"] == "False" => Ok(c[0].clone()),
+                other => Err(other),
+            }
+        },
+    )
+    .await;
+    assert_eq!(refused["reason"], "Refused");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("admin.example.net"), "{message}");
+    let events: Vec<RecordedEvent> = tenant
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
+        .filter_map(|r| r.body.clone())
+        .map(|b| RecordedEvent {
+            reason: b["reason"].as_str().unwrap_or("").into(),
+            name: b["regarding"]["name"].as_str().unwrap_or("").into(),
+        })
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason == "Refused" && e.name == "evil"),
+        "{events:?}"
+    );
+    assert_eq!(get(&proxy, "admin.example.net").await.status, 404);
+
+    // Deleting the tenant Ingress removes the route and the LB copies; the
+    // finalizer goes last.
+    assert!(tenant.delete("networking.k8s.io/v1", "Ingress", NS, "web"));
+    wait_status(&proxy, HOST, 404).await;
+    eventually("the tenant Ingress is gone", RELOAD_TIMEOUT, || async {
+        match tenant.get("networking.k8s.io/v1", "Ingress", NS, "web") {
+            None => Ok(()),
+            Some(o) => Err(o["metadata"].clone()),
+        }
+    })
+    .await;
+    // The refused Ingress still references Service web; once it goes too,
+    // nothing needs the mirrored Service and its slice.
+    assert!(tenant.delete("networking.k8s.io/v1", "Ingress", NS, "evil"));
+    let service = teapot_api::hostname::mirrored_service_name(NS, "web");
+    eventually(
+        "the mirrored Service and slice are gone",
+        RELOAD_TIMEOUT,
+        || async {
+            let left = (
+                lb.get("v1", "Service", LB_NS, &service).is_some(),
+                lb.get("discovery.k8s.io/v1", "EndpointSlice", LB_NS, &service)
+                    .is_some(),
+            );
+            if left == (false, false) {
+                Ok(())
+            } else {
+                Err(left)
+            }
+        },
+    )
+    .await;
+
+    let _ = agent_stop.send(true);
+    tokio::time::timeout(RELOAD_TIMEOUT, agent)
+        .await
+        .expect("the agent stops")
+        .unwrap()
+        .unwrap();
+    let _ = webhook_stop.send(true);
+}
+
+#[derive(Debug)]
+#[allow(dead_code)]
+struct RecordedEvent {
+    reason: String,
+    name: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_explains_a_bad_lb_kubeconfig() {
+    let out = std::process::Command::new(teapot_bin())
+        .args([
+            "agent",
+            "--lb-kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--lb-namespace",
+            "tenant-acme",
+            "--tenant-kubeconfig",
+            "/nonexistent/tenant",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/tenant"), "{stderr}");
+}
+
+/// The same chain on two real clusters: `TENANT_KUBECONFIG` (where the
+/// agent watches) and `LB_KUBECONFIG` (with teapot's webhook and proxy
+/// installed, Tenant `acme` and namespace `tenant-acme`). Applies a
+/// Deployment-less Service/Ingress pair in the tenant namespace `shop`
+/// and checks that the LB copy appears and its status comes back. See
+/// docs/agent.md for the kind/k3d recipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn real_clusters_mirror_and_copy_status_back() {
+    use k8s_openapi::api::networking::v1::Ingress;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams};
+    let connect = |var: &'static str| async move {
+        let path = std::env::var(var).unwrap_or_else(|_| panic!("{var} must be set"));
+        let file = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    };
+    let tenant = connect("TENANT_KUBECONFIG").await;
+    let lb = connect("LB_KUBECONFIG").await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(teapot_controller::run(
+        AgentConfig::new(tenant.clone(), lb.clone(), LB_NS),
+        Metrics::new().unwrap(),
+        Arc::new(AtomicBool::new(false)),
+        stopped,
+    ));
+    let pp = PatchParams::apply("teapot-e2e").force();
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(tenant.clone(), NS);
+    services
+        .patch(
+            "web",
+            &pp,
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": NS},
+                "spec": {"type": "NodePort", "selector": {"app": "web"},
+                         "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+            })),
+        )
+        .await
+        .unwrap();
+    let ingresses: Api<Ingress> = Api::namespaced(tenant.clone(), NS);
+    ingresses
+        .patch("web", &pp, &Patch::Apply(tenant_ingress("web", HOST)))
+        .await
+        .unwrap();
+    let lb_ingresses: Api<Ingress> = Api::namespaced(lb.clone(), LB_NS);
+    eventually("the LB copy", RELOAD_TIMEOUT, || async {
+        lb_ingresses
+            .get_opt("web.shop")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("not yet".to_string())
+    })
+    .await;
+    eventually(
+        "the status on the tenant Ingress",
+        RELOAD_TIMEOUT,
+        || async {
+            let i = ingresses.get("web").await.map_err(|e| e.to_string())?;
+            i.status
+                .and_then(|s| s.load_balancer)
+                .and_then(|l| l.ingress)
+                .filter(|l| !l.is_empty())
+                .ok_or("no status yet".to_string())
+        },
+    )
+    .await;
+    ingresses
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the LB copy removed", RELOAD_TIMEOUT, || async {
+        match lb_ingresses.get_opt("web.shop").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let _ = stop.send(true);
+    let _ = agent.await;
+}
