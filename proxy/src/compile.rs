@@ -825,7 +825,7 @@ fn find_port<'s>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
@@ -883,7 +883,8 @@ spec:
         )
     }
 
-    fn compile_docs(docs: &[String], proofs: Option<Arc<ProofBook>>) -> Snapshot {
+    /// Loads YAML documents (which must all be valid) and compiles them.
+    pub(crate) fn compile_test_docs(docs: &[String], options: &CompileOptions) -> Snapshot {
         let mut loaded = Loaded::default();
         load_text(
             Path::new("t.yaml"),
@@ -892,29 +893,25 @@ spec:
             &mut loaded,
         );
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        compile(
+            &loaded.store,
+            Vec::new(),
+            1,
+            options,
+            &EndpointRegistry::default(),
+        )
+    }
+
+    fn compile_docs(docs: &[String], proofs: Option<Arc<ProofBook>>) -> Snapshot {
         let options = CompileOptions {
             domain: "example.net".into(),
             proofs,
             ..CompileOptions::default()
         };
-        compile(
-            &loaded.store,
-            Vec::new(),
-            1,
-            &options,
-            &EndpointRegistry::default(),
-        )
+        compile_test_docs(docs, &options)
     }
 
     fn compile_acme(docs: &[String], default_tenants: bool) -> Snapshot {
-        let mut loaded = Loaded::default();
-        load_text(
-            Path::new("t.yaml"),
-            &docs.join("---\n"),
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let dir = tempfile::tempdir().unwrap();
         let store = crate::acme::store::DirStore::open(dir.path()).unwrap();
         let options = CompileOptions {
@@ -926,13 +923,7 @@ spec:
             ))),
             ..CompileOptions::default()
         };
-        compile(
-            &loaded.store,
-            Vec::new(),
-            1,
-            &options,
-            &EndpointRegistry::default(),
-        )
+        compile_test_docs(docs, &options)
     }
 
     fn with_tls(ingress: String, annotation: Option<&str>, hosts: &[&str]) -> String {

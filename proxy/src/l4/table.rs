@@ -542,14 +542,11 @@ fn route_options(config: &L4Config, service: &Service, problems: &mut Vec<String
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::compile::{CompileOptions, compile};
+    use crate::compile::CompileOptions;
+    use crate::compile::tests::compile_test_docs;
     use crate::l4::{L4, L4Metrics};
-    use crate::manifests::{Loaded, load_text};
     use crate::snapshot::Snapshot;
-    use crate::upstream::EndpointRegistry;
 
     const TENANTS: &str = "apiVersion: teapot.dev/v1alpha1
 kind: Tenant
@@ -605,28 +602,13 @@ endpoints: [{}]
     }
 
     fn compile_with(config: L4Config, docs: &[String]) -> (Snapshot, Arc<L4>) {
-        let mut loaded = Loaded::default();
-        load_text(
-            Path::new("t.yaml"),
-            &docs.join("---\n"),
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let metrics = L4Metrics::register(&prometheus::Registry::new()).unwrap();
         let l4 = L4::new(config, metrics).unwrap();
         let options = CompileOptions {
             l4: Some(l4.clone()),
             ..CompileOptions::default()
         };
-        let s = compile(
-            &loaded.store,
-            Vec::new(),
-            1,
-            &options,
-            &EndpointRegistry::default(),
-        );
-        (s, l4)
+        (compile_test_docs(docs, &options), l4)
     }
 
     fn config() -> L4Config {
