@@ -239,31 +239,24 @@ pub fn compile(
         } else {
             Condition::new("Conflicted", true, "OlderIngressWins", conflicts.join("; "))
         });
-        conditions.push(if unresolved.is_empty() {
-            Condition::new("BackendsReady", true, "EndpointsReady", "")
-        } else {
-            Condition::new(
-                "BackendsReady",
-                false,
-                "NoReadyEndpoints",
-                unresolved.join("; "),
-            )
-        });
-        conditions.push(if tls_problems.is_empty() {
-            Condition::new("TLSReady", true, "CertificatesLoaded", "")
-        } else {
-            Condition::new("TLSReady", false, "SecretUnusable", tls_problems.join("; "))
-        });
-        conditions.push(if refused_hosts.is_empty() {
-            Condition::new("HostsAccepted", true, "HostsAccepted", "")
-        } else {
-            Condition::new(
-                "HostsAccepted",
-                false,
-                "HostsNotRouted",
-                refused_hosts.join("; "),
-            )
-        });
+        conditions.push(Condition::unless_problems(
+            "BackendsReady",
+            &unresolved,
+            "EndpointsReady",
+            "NoReadyEndpoints",
+        ));
+        conditions.push(Condition::unless_problems(
+            "TLSReady",
+            &tls_problems,
+            "CertificatesLoaded",
+            "SecretUnusable",
+        ));
+        conditions.push(Condition::unless_problems(
+            "HostsAccepted",
+            &refused_hosts,
+            "HostsAccepted",
+            "HostsNotRouted",
+        ));
         let status = match &own_host {
             Some(host) => Arc::new(IngressStatus {
                 load_balancer: Some(load_balancer_status(&[host.to_string()])),
@@ -426,14 +419,7 @@ fn acme_hosts(
     let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
     let mut out = Vec::new();
     for entry in tls.into_iter().flatten() {
-        let hosts: Vec<HostPattern> = match &entry.hosts {
-            Some(hosts) if !hosts.is_empty() => hosts
-                .iter()
-                .filter_map(|h| HostPattern::parse(h).ok())
-                .collect(),
-            _ => rule_hosts.to_vec(),
-        };
-        for host in hosts {
+        for host in tls_entry_hosts(entry, rule_hosts) {
             let routed = rule_hosts.contains(&host) || default_host == Some(&host);
             if let (true, HostPattern::Exact(name)) = (routed, &host) {
                 out.push(name.to_string());
@@ -441,6 +427,21 @@ fn acme_hosts(
         }
     }
     out
+}
+
+/// The hosts a `spec.tls` entry names; without hosts, the certificate
+/// covers the Ingress's own rule hosts.
+fn tls_entry_hosts(
+    entry: &k8s_openapi::api::networking::v1::IngressTLS,
+    rule_hosts: &[HostPattern],
+) -> Vec<HostPattern> {
+    match &entry.hosts {
+        Some(hosts) if !hosts.is_empty() => hosts
+            .iter()
+            .filter_map(|h| HostPattern::parse(h).ok())
+            .collect(),
+        _ => rule_hosts.to_vec(),
+    }
 }
 
 /// Registers the certificates of an Ingress's `spec.tls`; returns messages
@@ -477,15 +478,7 @@ fn add_certificates(
             ));
             continue;
         };
-        let hosts: Vec<HostPattern> = match &entry.hosts {
-            Some(hosts) if !hosts.is_empty() => hosts
-                .iter()
-                .filter_map(|h| HostPattern::parse(h).ok())
-                .collect(),
-            // No hosts: the certificate covers the Ingress's own rule hosts.
-            _ => rule_hosts.to_vec(),
-        };
-        for host in hosts {
+        for host in tls_entry_hosts(entry, rule_hosts) {
             // A tenant's certificate covers only hosts it routes: a Secret
             // must never put a certificate on another tenant's name.
             if tenant && !rule_hosts.contains(&host) {

@@ -77,6 +77,21 @@ pub struct Condition {
 }
 
 impl Condition {
+    /// True with `ok_reason` when `problems` is empty, else False with
+    /// `problem_reason` and the problems joined.
+    pub fn unless_problems(
+        type_: &'static str,
+        problems: &[String],
+        ok_reason: &'static str,
+        problem_reason: &'static str,
+    ) -> Condition {
+        if problems.is_empty() {
+            Condition::new(type_, true, ok_reason, "")
+        } else {
+            Condition::new(type_, false, problem_reason, problems.join("; "))
+        }
+    }
+
     pub fn new(
         type_: &'static str,
         ok: bool,

@@ -320,30 +320,22 @@ pub(super) fn build<'s>(
                         }),
                     );
                 }
-                conditions.push(if port_problems.is_empty() {
-                    Condition::new("PortsAllocated", true, "PortsAllocated", "")
-                } else {
-                    Condition::new(
-                        "PortsAllocated",
-                        false,
-                        "AddressTaken",
-                        port_problems.join("; "),
-                    )
-                });
+                conditions.push(Condition::unless_problems(
+                    "PortsAllocated",
+                    &port_problems,
+                    "PortsAllocated",
+                    "AddressTaken",
+                ));
             }
             (None, _) => {}
         }
         if address.is_some() {
-            conditions.push(if unready.is_empty() {
-                Condition::new("BackendsReady", true, "EndpointsReady", "")
-            } else {
-                Condition::new(
-                    "BackendsReady",
-                    false,
-                    "NoReadyEndpoints",
-                    unready.join("; "),
-                )
-            });
+            conditions.push(Condition::unless_problems(
+                "BackendsReady",
+                &unready,
+                "EndpointsReady",
+                "NoReadyEndpoints",
+            ));
         }
         if !c.problems.is_empty() {
             conditions.push(Condition::new(
