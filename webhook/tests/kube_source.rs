@@ -9,30 +9,18 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{admission_review, cases, policy};
+use common::{SNI, Webhook, admission_review, cases, policy};
 use serde_json::{Value, json};
 use teapot_proxy::kube_source::KubeConfig;
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::certs::TestCa;
-use teapot_testkit::client::{Proto, Request, Transport, send};
-use teapot_webhook::{WebhookConfig, corpus_dir, run};
+use teapot_webhook::{WebhookConfig, corpus_dir};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
-const SNI: &str = "teapot-webhook.teapot-system.svc";
 /// Generous: a loaded 2-core machine running debug builds.
 const WAIT: Duration = Duration::from_secs(30);
-
-struct Webhook {
-    addr: SocketAddr,
-    ca: TestCa,
-    _dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), teapot_webhook::Error>>,
-}
 
 impl Webhook {
     /// Starts the webhook on `kube`; does not wait for readiness.
@@ -50,55 +38,11 @@ impl Webhook {
         );
         config.kube = Some(kube);
         config.grace_period = Duration::from_secs(2);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(run(config, listener, async move {
-            let _ = stopped.await;
-        }));
-        Webhook {
-            addr,
-            ca,
-            _dir: dir,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    async fn request(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
-        let req = Request {
-            method: method.into(),
-            target: path.into(),
-            host: SNI.into(),
-            headers: vec![("content-type".into(), "application/json".into())],
-            body,
-            proto: Proto::Http1,
-        };
-        let transport = Transport::tls_verified(SNI, &[self.ca.cert_der()]);
-        let r = tokio::time::timeout(WAIT, send(self.addr, &transport, &req))
-            .await
-            .expect("request timed out")
-            .expect("request failed");
-        (r.status, r.body.to_vec())
+        Webhook::spawn(config, ca, dir, WAIT, WAIT).await
     }
 
     async fn readyz(&self) -> u16 {
-        self.request("GET", "/readyz", Vec::new()).await.0
-    }
-
-    async fn review(&self, body: Vec<u8>) -> Value {
-        let (status, body) = self.request("POST", "/validate", body).await;
-        assert_eq!(status, 200);
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        v["response"].clone()
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let result = tokio::time::timeout(WAIT, self.task)
-            .await
-            .expect("webhook did not stop");
-        result.unwrap().unwrap();
+        self.get("/readyz").await.status
     }
 }
 
@@ -210,7 +154,7 @@ async fn nothing_is_allowed_before_the_watches_have_listed() {
     let hook = Webhook::start(KubeConfig::new(client)).await;
     // /healthz answers once the server is up; /readyz stays 503.
     wait_until("webhook serving", || async {
-        hook.request("GET", "/healthz", Vec::new()).await.0 == 200
+        hook.get("/healthz").await.status == 200
     })
     .await;
     assert_eq!(hook.readyz().await, 503);

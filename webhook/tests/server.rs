@@ -5,27 +5,16 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{admission_review, cases, policy};
+use common::{SNI, Webhook, admission_review, cases, policy};
 use serde_json::{Value, json};
 use teapot_testkit::certs::{CertifiedPem, TestCa};
-use teapot_testkit::client::{Proto, Request, Response, Transport, send};
+use teapot_testkit::client::{Proto, Request, Transport, send};
 use teapot_webhook::{WebhookConfig, corpus_dir, run};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-
-const SNI: &str = "teapot-webhook.teapot-system.svc";
-
-struct Webhook {
-    addr: SocketAddr,
-    ca: TestCa,
-    dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), teapot_webhook::Error>>,
-}
 
 fn write_pair(dir: &Path, pem: &CertifiedPem) {
     // Write-then-rename, as a Secret volume update would.
@@ -37,6 +26,7 @@ fn write_pair(dir: &Path, pem: &CertifiedPem) {
 }
 
 impl Webhook {
+    /// On the corpus state (a manifests directory), ready.
     async fn start() -> Webhook {
         let dir = tempfile::tempdir().unwrap();
         let manifests = dir.path().join("manifests");
@@ -57,60 +47,17 @@ impl Webhook {
         config.cert_reload_interval = Duration::from_millis(100);
         config.state_poll_interval = Duration::from_millis(200);
         config.grace_period = Duration::from_secs(2);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(run(config, listener, async move {
-            let _ = stopped.await;
-        }));
-        let hook = Webhook {
-            addr,
+        let hook = Webhook::spawn(
+            config,
             ca,
             dir,
-            stop: Some(stop),
-            task,
-        };
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        )
+        .await;
         hook.wait_until(|| async { hook.get("/readyz").await.status == 200 })
             .await;
         hook
-    }
-
-    fn transport(&self) -> Transport {
-        Transport::tls_verified(SNI, &[self.ca.cert_der()])
-    }
-
-    async fn request(&self, method: &str, path: &str, body: Vec<u8>, proto: Proto) -> Response {
-        let req = Request {
-            method: method.into(),
-            target: path.into(),
-            host: SNI.into(),
-            headers: vec![("content-type".into(), "application/json".into())],
-            body,
-            proto,
-        };
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            send(self.addr, &self.transport(), &req),
-        )
-        .await
-        .expect("request timed out")
-        .expect("request failed")
-    }
-
-    async fn get(&self, path: &str) -> Response {
-        self.request("GET", path, Vec::new(), Proto::Http1).await
-    }
-
-    async fn review(&self, body: Vec<u8>) -> Value {
-        let r = self
-            .request("POST", "/validate?timeout=10s", body, Proto::Http1)
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        assert_eq!(r.headers.get("content-type").unwrap(), "application/json");
-        let v: Value = r.json().unwrap();
-        assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
-        assert_eq!(v["kind"], "AdmissionReview");
-        v["response"].clone()
     }
 
     async fn wait_until<F, Fut>(&self, mut cond: F)
@@ -123,14 +70,6 @@ impl Webhook {
             assert!(Instant::now() < deadline, "condition not met within 10 s");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let result = tokio::time::timeout(Duration::from_secs(5), self.task)
-            .await
-            .expect("webhook did not stop");
-        result.unwrap().unwrap();
     }
 }
 

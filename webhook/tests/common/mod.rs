@@ -149,3 +149,111 @@ pub fn admission_review(
         .to_string()
         .into_bytes()
 }
+
+/// The name the webhook's test certificate is issued for.
+pub const SNI: &str = "teapot-webhook.teapot-system.svc";
+
+/// A webhook started in-process on 127.0.0.1:0, reached over TLS.
+pub struct Webhook {
+    pub addr: std::net::SocketAddr,
+    pub ca: teapot_testkit::certs::TestCa,
+    /// Holds the certificate files (and manifests) of this instance.
+    pub dir: tempfile::TempDir,
+    /// How long one request may take.
+    pub timeout: std::time::Duration,
+    /// How long the shutdown may take.
+    pub stop_timeout: std::time::Duration,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), teapot_webhook::Error>>,
+}
+
+impl Webhook {
+    /// Serves `config` until [`Webhook::stop`]; does not wait for readiness.
+    pub async fn spawn(
+        config: teapot_webhook::WebhookConfig,
+        ca: teapot_testkit::certs::TestCa,
+        dir: tempfile::TempDir,
+        timeout: std::time::Duration,
+        stop_timeout: std::time::Duration,
+    ) -> Webhook {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(teapot_webhook::run(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        Webhook {
+            addr,
+            ca,
+            dir,
+            timeout,
+            stop_timeout,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub fn transport(&self) -> teapot_testkit::client::Transport {
+        teapot_testkit::client::Transport::tls_verified(SNI, &[self.ca.cert_der()])
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        proto: teapot_testkit::client::Proto,
+    ) -> teapot_testkit::client::Response {
+        let req = teapot_testkit::client::Request {
+            method: method.into(),
+            target: path.into(),
+            host: SNI.into(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body,
+            proto,
+        };
+        tokio::time::timeout(
+            self.timeout,
+            teapot_testkit::client::send(self.addr, &self.transport(), &req),
+        )
+        .await
+        .expect("request timed out")
+        .expect("request failed")
+    }
+
+    pub async fn get(&self, path: &str) -> teapot_testkit::client::Response {
+        self.request(
+            "GET",
+            path,
+            Vec::new(),
+            teapot_testkit::client::Proto::Http1,
+        )
+        .await
+    }
+
+    /// POSTs an AdmissionReview and returns its `response`.
+    pub async fn review(&self, body: Vec<u8>) -> Value {
+        let r = self
+            .request(
+                "POST",
+                "/validate?timeout=10s",
+                body,
+                teapot_testkit::client::Proto::Http1,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers.get("content-type").unwrap(), "application/json");
+        let v: Value = r.json().unwrap();
+        assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(v["kind"], "AdmissionReview");
+        v["response"].clone()
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        let result = tokio::time::timeout(self.stop_timeout, self.task)
+            .await
+            .expect("webhook did not stop");
+        result.unwrap().unwrap();
+    }
+}
