@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# A full disk shows up as a linker "Bus error"; say how much room there was.
+df -h . | tail -1 | awk '{ print "disk: " $4 " free of " $2 }'
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)

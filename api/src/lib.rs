@@ -14,13 +14,18 @@
 //!   values.
 //! - [`policy`]: the admission rules (what a tenant may write), shared by
 //!   the webhook and the proxy's defence-in-depth checks.
+//! - [`lease`]: leader election on a Lease, for jobs one replica does.
+//! - [`status`]: the `teapot.dev/<Reason>` problem codes the LB side puts
+//!   in `status.loadBalancer` for the agent.
 
 pub mod annotations;
 pub mod host;
 pub mod hostname;
+pub mod lease;
 pub mod names;
 pub mod path;
 pub mod policy;
+pub mod status;
 pub mod tenant;
 
 pub use host::{HostError, HostPattern};
