@@ -1,8 +1,17 @@
-//! Ingress status in kube mode: the proxy writes what the compile decided
-//! (`status.loadBalancer.ingress`: a tenant Ingress's assigned hostname
-//! `INGRESS.CLUSTER.lb.DOMAIN`, an operator Ingress's `--status-address`es)
-//! back to the API, so `kubectl get ingress` shows it and the agent can
-//! copy it to the tenant cluster.
+//! Ingress and Service status in kube mode: the proxy writes what the
+//! compile decided back to the API, so `kubectl get ingress` / `kubectl get
+//! svc` show it and the agent can copy it to the tenant cluster.
+//!
+//! - Ingresses: `status.loadBalancer.ingress` (a tenant Ingress's assigned
+//!   hostname `INGRESS.CLUSTER.lb.DOMAIN`, an operator Ingress's
+//!   `--status-address`es).
+//! - L4 Services: the allocated address and ports in
+//!   `status.loadBalancer` (which is also the allocation's persistent
+//!   state: the next compile, on this replica or another, reads it back as
+//!   the Service's address hint), and the L4 conditions (`Allocated`,
+//!   `PortsAllocated`, `BackendsReady`, `Configured`) in `status.conditions`.
+//!   A refused allocation also becomes a Warning Event on the Service, once
+//!   per reason.
 //!
 //! - Server-side apply of `/status` under field manager `teapot-proxy`,
 //!   so other writers' fields are left alone.
@@ -16,14 +25,19 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, ObjectReference, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use teapot_api::lease::{LeaderLease, LeaseOptions};
 use tokio::sync::watch;
 
 use crate::kube_source::{KubeConfig, KubeSource};
+use crate::l4::table::ServiceReport;
 use crate::reload::Source;
-use crate::snapshot::SnapshotHandle;
+use crate::snapshot::{Condition, SnapshotHandle};
 use crate::store::NsName;
 
 /// Field manager of every status write.
@@ -76,7 +90,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut lease = LeaderLease::new(client.clone(), options.lease.clone());
-    let mut writer = StatusWriter::new(client);
+    let mut writer = StatusWriter::new(client, &options.lease.identity);
     let mut tick = tokio::time::interval(options.lease.renew_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leading = false;
@@ -112,18 +126,32 @@ struct StatusWriter {
     /// What was written last, for which object version: no repeats while
     /// the watch has not delivered the write yet.
     written: HashMap<NsName, (String, Arc<IngressStatus>)>,
+    services_written: HashMap<NsName, (String, ServiceStatusPatch)>,
+    /// The refusal reason each Service was last warned about, so an
+    /// unchanged refusal is one Event, not one per compile.
+    warned: HashMap<NsName, &'static str>,
+    events: Recorder,
 }
 
 impl StatusWriter {
-    fn new(client: kube::Client) -> StatusWriter {
+    fn new(client: kube::Client, identity: &str) -> StatusWriter {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(identity.into()),
+        };
         StatusWriter {
+            events: Recorder::new(client.clone(), reporter),
             client,
             written: HashMap::new(),
+            services_written: HashMap::new(),
+            warned: HashMap::new(),
         }
     }
 
     fn forget(&mut self) {
         self.written.clear();
+        self.services_written.clear();
+        self.warned.clear();
     }
 
     async fn sync(&mut self, source: &KubeSource, snapshots: &SnapshotHandle) {
@@ -164,6 +192,102 @@ impl StatusWriter {
         }
         self.written
             .retain(|id, _| store.ingresses.contains_key(id));
+        if let Some(l4) = &snapshot.report.l4 {
+            for service in &l4.services {
+                self.sync_service(service, &store).await;
+            }
+        }
+        self.services_written
+            .retain(|id, _| store.services.contains_key(id));
+        self.warned.retain(|id, _| store.services.contains_key(id));
+    }
+
+    async fn sync_service(&mut self, report: &ServiceReport, store: &crate::store::Store) {
+        let id = NsName::new(report.namespace.clone(), report.name.clone());
+        let Some(stored) = store.services.get(&id) else {
+            return;
+        };
+        let service = &stored.object;
+        self.warn_on_refusal(&id, service, &report.conditions).await;
+        let current = service.status.as_ref();
+        let desired =
+            ServiceStatusPatch::new(report, current.and_then(|s| s.conditions.as_deref()));
+        if desired.is_current(current) {
+            return;
+        }
+        let version = service
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
+        if self
+            .services_written
+            .get(&id)
+            .is_some_and(|(v, s)| *v == version && *s == desired)
+        {
+            return;
+        }
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &id.namespace);
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": id.name, "namespace": id.namespace},
+            "status": {"loadBalancer": desired.load_balancer, "conditions": desired.conditions},
+        });
+        let written = api
+            .patch_status(
+                &id.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await;
+        match written {
+            Ok(_) => {
+                tracing::info!(service = %id, status = ?desired.load_balancer, "Service status written");
+                self.services_written.insert(id, (version, desired));
+            }
+            Err(e) => {
+                tracing::warn!(service = %id, error = %e, "cannot write Service status; retrying later")
+            }
+        }
+    }
+
+    /// A Warning Event when a Service's allocation is refused (pool full,
+    /// address taken, no pool, listener limit), once per reason.
+    async fn warn_on_refusal(&mut self, id: &NsName, service: &Service, conditions: &[Condition]) {
+        let refused = conditions
+            .iter()
+            .find(|c| c.type_ == "Allocated" && c.status == "False");
+        let Some(refused) = refused else {
+            self.warned.remove(id);
+            return;
+        };
+        if self.warned.get(id) == Some(&refused.reason) {
+            return;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            name: Some(id.name.clone()),
+            namespace: Some(id.namespace.clone()),
+            uid: service.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: refused.reason.into(),
+            note: Some(refused.message.chars().take(1000).collect()),
+            action: "AllocateAddress".into(),
+            secondary: None,
+        };
+        match self.events.publish(&event, &reference).await {
+            Ok(()) => {
+                self.warned.insert(id.clone(), refused.reason);
+            }
+            Err(e) => {
+                tracing::warn!(service = %id, error = %e, "cannot publish Event; retrying later")
+            }
+        }
     }
 
     async fn write(&self, id: &NsName, status: &IngressStatus) -> Result<(), kube::Error> {
@@ -181,5 +305,132 @@ impl StatusWriter {
         )
         .await
         .map(drop)
+    }
+}
+
+/// Condition types the L4 compile reports; all of them are teapot's, so a
+/// type that disappeared from the report must disappear from the object.
+const L4_CONDITION_TYPES: [&str; 4] =
+    ["Allocated", "PortsAllocated", "BackendsReady", "Configured"];
+
+/// The part of a Service's status teapot owns.
+#[derive(Clone, Debug, PartialEq)]
+struct ServiceStatusPatch {
+    load_balancer: LoadBalancerStatus,
+    conditions: Vec<MetaCondition>,
+}
+
+impl ServiceStatusPatch {
+    /// The report as API conditions; a condition whose status did not
+    /// change keeps its `lastTransitionTime` (it says when it became so).
+    fn new(report: &ServiceReport, current: Option<&[MetaCondition]>) -> ServiceStatusPatch {
+        let now = Time(Timestamp::now());
+        let conditions = report
+            .conditions
+            .iter()
+            .map(|c| {
+                let since = current
+                    .and_then(|cs| {
+                        cs.iter()
+                            .find(|m| m.type_ == c.type_ && m.status == c.status)
+                    })
+                    .map_or_else(|| now.clone(), |m| m.last_transition_time.clone());
+                MetaCondition {
+                    type_: c.type_.into(),
+                    status: c.status.into(),
+                    reason: c.reason.into(),
+                    message: c.message.clone(),
+                    last_transition_time: since,
+                    observed_generation: None,
+                }
+            })
+            .collect();
+        ServiceStatusPatch {
+            load_balancer: report.status.clone(),
+            conditions,
+        }
+    }
+
+    /// Whether the object already says all of this.
+    fn is_current(&self, current: Option<&k8s_openapi::api::core::v1::ServiceStatus>) -> bool {
+        let lb = current.and_then(|s| s.load_balancer.as_ref());
+        let lb_same = match lb {
+            Some(lb) => *lb == self.load_balancer,
+            None => self.load_balancer == LoadBalancerStatus::default(),
+        };
+        let on_object = current
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default();
+        lb_same
+            && L4_CONDITION_TYPES.iter().all(|t| {
+                let have = on_object.iter().find(|c| c.type_ == *t);
+                let want = self.conditions.iter().find(|c| c.type_ == *t);
+                match (have, want) {
+                    (None, None) => true,
+                    (Some(h), Some(w)) => {
+                        (&h.status, &h.reason, &h.message) == (&w.status, &w.reason, &w.message)
+                    }
+                    _ => false,
+                }
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ServiceStatus;
+
+    fn report(conditions: Vec<Condition>) -> ServiceReport {
+        ServiceReport {
+            namespace: "ns".into(),
+            name: "svc".into(),
+            pool: Some("default".into()),
+            address: None,
+            status: LoadBalancerStatus::default(),
+            listeners: Vec::new(),
+            conditions,
+        }
+    }
+
+    #[test]
+    fn an_unchanged_condition_keeps_its_transition_time_and_a_dropped_one_is_a_change() {
+        let refused = Condition::new("Allocated", false, "PoolExhausted", "full");
+        let configured = Condition::new("Configured", false, "InvalidSettings", "bad");
+        let first = ServiceStatusPatch::new(&report(vec![refused.clone(), configured]), None);
+        let on_object = ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus::default()),
+            conditions: Some(first.conditions.clone()),
+        };
+        assert!(first.is_current(Some(&on_object)));
+
+        // Configured is gone from the report: the object must lose it.
+        let second =
+            ServiceStatusPatch::new(&report(vec![refused]), on_object.conditions.as_deref());
+        assert!(!second.is_current(Some(&on_object)));
+        assert_eq!(
+            second.conditions[0].last_transition_time,
+            first.conditions[0].last_transition_time
+        );
+
+        // A new status for the same type is a transition.
+        let allocated = Condition::new("Allocated", true, "Allocated", "");
+        let third =
+            ServiceStatusPatch::new(&report(vec![allocated]), on_object.conditions.as_deref());
+        assert!(!third.is_current(Some(&on_object)));
+        assert!(
+            third.conditions[0].last_transition_time >= first.conditions[0].last_transition_time
+        );
+        // Other writers' conditions are not teapot's business.
+        let mut foreign = on_object.clone();
+        foreign.conditions.as_mut().unwrap().push(MetaCondition {
+            type_: "example.com/Other".into(),
+            status: "True".into(),
+            reason: "Other".into(),
+            message: String::new(),
+            last_transition_time: Time(Timestamp::now()),
+            observed_generation: None,
+        });
+        assert!(first.is_current(Some(&foreign)));
     }
 }

@@ -41,10 +41,10 @@ impl KubeArgs {
 /// `teapot proxy` only: Ingress status writes in kube mode.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct StatusArgs {
-    /// With --kube: do not write Ingress status (then list/watch RBAC suffices).
-    #[arg(long, requires = "kube")]
+    /// With --kube: do not write Ingress and Service status (then list/watch RBAC suffices; L4 allocations are then not persisted).
+    #[arg(long, alias = "no-status", requires = "kube")]
     no_ingress_status: bool,
-    /// With --kube: namespace of the Lease that picks the one replica writing Ingress status.
+    /// With --kube: namespace of the Lease that picks the one replica writing status.
     #[arg(long, env = "POD_NAMESPACE", default_value = "teapot-system")]
     lease_namespace: String,
 }

@@ -16,12 +16,12 @@ pub(crate) struct L4Args {
     /// Pool of LoadBalancer Services in namespaces no Tenant owns.
     #[arg(long, default_value = "default")]
     l4_default_pool: String,
-    /// File that keeps address allocations across restarts ("off": memory only).
-    #[arg(long, default_value = "teapot-l4-state.json")]
-    l4_state: String,
-    /// Also serve LoadBalancer Services without spec.loadBalancerClass.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    l4_serve_classless: bool,
+    /// File that keeps address allocations across restarts ("off": memory only). Default: teapot-l4-state.json with --manifests; off with --kube, where each Service's status is the state.
+    #[arg(long)]
+    l4_state: Option<String>,
+    /// Also serve LoadBalancer Services without spec.loadBalancerClass. Default: true with --manifests, false with --kube.
+    #[arg(long, action = clap::ArgAction::Set)]
+    l4_serve_classless: Option<bool>,
     /// Backend connect timeout, milliseconds; the next endpoint is tried after it.
     #[arg(long, default_value_t = 3000)]
     l4_connect_timeout_ms: u64,
@@ -49,7 +49,14 @@ pub(crate) struct L4Args {
 }
 
 impl L4Args {
-    pub(crate) fn config(&self) -> L4Config {
+    /// `kube`: the proxy runs with `--kube`, where the LB cluster is shared
+    /// with other load balancers (only `teapot.dev/lb` Services are ours)
+    /// and the Service status keeps the allocation.
+    pub(crate) fn config(&self, kube: bool) -> L4Config {
+        let state =
+            self.l4_state
+                .as_deref()
+                .unwrap_or(if kube { "off" } else { "teapot-l4-state.json" });
         let defaults = L4Config::default();
         L4Config {
             enabled: self.enabled,
@@ -59,8 +66,8 @@ impl L4Args {
                 self.pools.clone()
             },
             default_pool: self.l4_default_pool.clone(),
-            state_file: (self.l4_state != "off").then(|| PathBuf::from(&self.l4_state)),
-            serve_classless: self.l4_serve_classless,
+            state_file: (state != "off").then(|| PathBuf::from(state)),
+            serve_classless: self.l4_serve_classless.unwrap_or(!kube),
             connect_timeout: Duration::from_millis(self.l4_connect_timeout_ms),
             connect_attempts: self.l4_connect_attempts.max(1),
             tcp_idle_timeout: Duration::from_secs(self.l4_tcp_idle_timeout.max(1)),

@@ -280,11 +280,12 @@ async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
         kube.status = args.status.options();
     }
     let (listeners, addrs) = bind(&args.listen)?;
+    let l4 = args.l4.config(kube.is_some());
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.acme = acme;
     config.kube = kube;
     config.edge = args.edge.config();
-    config.l4 = args.l4.config();
+    config.l4 = l4;
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

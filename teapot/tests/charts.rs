@@ -330,6 +330,8 @@ fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
                     ("networking.k8s.io", "ingresses/status")
                         | ("", "services/status")
                         | ("coordination.k8s.io", "leases")
+                        // Events about refused L4 allocations: records, not state.
+                        | ("events.k8s.io", "events")
                 ) || (group.is_empty() && resource == "secrets" && named);
                 if !allowed {
                     bad.push(format!(

@@ -717,3 +717,164 @@ async fn sigterm_closes_listeners_and_lets_open_connections_finish() {
         .expect("exits once the connection is gone");
     assert!(status.success(), "{status}");
 }
+
+/// Waits for the address in a Service's `status.loadBalancer` in the API.
+async fn service_ip(api: &teapot_testkit::apiserver::ApiServer, ns: &str, name: &str) -> String {
+    eventually(
+        &format!("{ns}/{name}'s address in its status"),
+        RELOAD_TIMEOUT,
+        || async {
+            let status = api
+                .get("v1", "Service", ns, name)
+                .map(|s| s["status"].clone())
+                .unwrap_or(Value::Null);
+            match status["loadBalancer"]["ingress"][0]["ip"].as_str() {
+                Some(ip) => Ok(ip.to_string()),
+                None => Err(status),
+            }
+        },
+    )
+    .await
+}
+
+/// Kube mode: the API double, the real binary with `--kube`. The Service
+/// status is both the report (`kubectl get svc` shows the address) and the
+/// allocation's state: a restarted proxy keeps every address where its
+/// status says, even where a fresh allocation would pick another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() {
+    use k8s_openapi::api::events::v1::Event;
+    use teapot_testkit::apiserver::ApiServer;
+    use teapot_testkit::process::ProxyProcess;
+
+    const NS: &str = "l4-kube";
+    let port = free_port(LOCALHOST).unwrap();
+    let second = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    assert!(
+        std::net::TcpListener::bind((second, port)).is_ok(),
+        "127.0.0.2:{port} free"
+    );
+    let echo = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let api = ApiServer::start().await;
+    let svc = |name: &str| lb_service(NS, name, &[("tcp", port, "TCP")], json!({}));
+    let args = ["--l4-pool", "default=127.0.0.1,127.0.0.2"];
+    let start = || async {
+        ProxyProcess::start_kube(&teapot_bin(), api.kubeconfig_path(), &args)
+            .await
+            .expect("teapot proxy --kube starts")
+    };
+    let status_of = |name: &str| {
+        api.get("v1", "Service", NS, name)
+            .map(|s| s["status"].clone())
+            .unwrap_or(Value::Null)
+    };
+    api.apply(svc("b"));
+    api.apply(lb_slice(NS, "b-0", "b", &[("tcp", echo.port(), "TCP")]));
+    // Without loadBalancerClass: another load balancer's in kube mode.
+    let mut classless = svc("other");
+    classless["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("loadBalancerClass");
+    api.apply(classless);
+
+    let mut proxy = start().await;
+    assert_eq!(service_ip(&api, NS, "b").await, "127.0.0.1");
+    let status = status_of("b");
+    assert_eq!(
+        status["loadBalancer"]["ingress"][0]["ports"],
+        json!([{"port": port, "protocol": "TCP"}])
+    );
+    let allocated = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Allocated")
+        .expect("Allocated condition")
+        .clone();
+    assert_eq!(
+        (&allocated["status"], &allocated["reason"]),
+        (&json!("True"), &json!("Allocated"))
+    );
+    let data = payload(7, 4096);
+    let back = tcp_exchange(SocketAddr::new(LOCALHOST, port), &data).await;
+    assert_eq!(back.expect("TCP through the kube-mode listener"), data);
+    api.apply(svc("a"));
+    assert_eq!(service_ip(&api, NS, "a").await, "127.0.0.2");
+    assert_eq!(status_of("other"), Value::Null, "not teapot's Service");
+
+    // Restart without b: a fresh allocation would give a the first
+    // address; its status keeps it on the second.
+    proxy.terminate().unwrap();
+    proxy.wait(IO_TIMEOUT).await.unwrap();
+    assert!(api.delete("v1", "Service", NS, "b"));
+    let proxy = start().await;
+    api.apply(svc("c"));
+    assert_eq!(service_ip(&api, NS, "c").await, "127.0.0.1");
+    assert_eq!(
+        status_of("a")["loadBalancer"]["ingress"][0]["ip"],
+        "127.0.0.2"
+    );
+
+    // The pool is full for d: a condition in its status, one Warning
+    // Event, and nothing else moves.
+    api.apply(svc("d"));
+    let refused = eventually("d refused in its status", RELOAD_TIMEOUT, || async {
+        let status = status_of("d");
+        let allocated = status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Allocated").cloned());
+        match allocated {
+            Some(c) if c["status"] == "False" => Ok(c),
+            _ => Err(status),
+        }
+    })
+    .await;
+    assert_eq!(refused["reason"], "PoolExhausted");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{port}/TCP"))
+    );
+    let events: kube::Api<Event> = kube::Api::namespaced(api.client(), NS);
+    let warnings = eventually("a Warning Event on d", RELOAD_TIMEOUT, || async {
+        let list = events
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let on_d: Vec<Event> = list
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("d"))
+            .collect();
+        if on_d.is_empty() {
+            Err("none yet".to_string())
+        } else {
+            Ok(on_d)
+        }
+    })
+    .await;
+    assert_eq!(warnings.len(), 1, "one Event per refusal, not per compile");
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(warnings[0].reason.as_deref(), Some("PoolExhausted"));
+    assert_eq!(
+        status_of("a")["loadBalancer"]["ingress"][0]["ip"],
+        "127.0.0.2"
+    );
+    assert_eq!(
+        status_of("c")["loadBalancer"]["ingress"][0]["ip"],
+        "127.0.0.1"
+    );
+    let writes: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == http::Method::PATCH && r.path.contains("/services/"))
+        .collect();
+    assert!(
+        writes.iter().all(|r| r.path.ends_with("/status")
+            && r.param("fieldManager").as_deref() == Some("teapot-proxy")),
+        "only status, by server-side apply"
+    );
+    drop(proxy);
+}

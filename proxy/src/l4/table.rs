@@ -282,7 +282,7 @@ pub(super) fn build<'s>(
                         ingress_ports.push(PortStatus {
                             port: port.into(),
                             protocol: protocol.as_str().into(),
-                            error: Some("AddressTaken".into()),
+                            error: Some(teapot_api::status::port_error("AddressTaken")),
                         });
                         continue;
                     }
