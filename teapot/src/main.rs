@@ -37,6 +37,30 @@ use teapot_proxy::{Listeners, ProxyConfig};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Re-executes this binary once with [`ALLOCATOR_ENV`] set, unless the
+/// operator set those variables: mimalloc reads them only at process start,
+/// and setting them in every unit file, chart and shell is what nobody
+/// remembers. `exec` keeps the pid, so supervisors see nothing.
+fn tune_allocator() {
+    use std::os::unix::process::CommandExt;
+    use teapot_proxy::compile::ALLOCATOR_ENV;
+    if ALLOCATOR_ENV
+        .iter()
+        .any(|(name, _)| std::env::var_os(name).is_some())
+    {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let error = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .envs(ALLOCATOR_ENV)
+        .exec();
+    // Only reached when exec failed: run untuned rather than not at all.
+    eprintln!("teapot: cannot re-execute with allocator settings ({error}); continuing");
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "teapot",
@@ -170,6 +194,7 @@ struct EchoArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    tune_allocator();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();

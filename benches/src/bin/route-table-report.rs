@@ -23,6 +23,7 @@ use teapot_benches::{
     PackedRequests, RequestClass, compile_store, expected_hosts, expected_routes, samples,
     synthetic_store,
 };
+use teapot_proxy::compile::ALLOCATOR_ENV;
 use teapot_proxy::upstream::EndpointRegistry;
 
 // The allocator `teapot` ships with, so the numbers are those of the binary.
@@ -181,8 +182,13 @@ fn profile_compile(n: usize, runs: usize) -> anyhow::Result<()> {
 
 fn measure_in_child(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
     let exe = std::env::current_exe().context("locating this binary")?;
+    // The allocator settings `teapot` runs with, unless the caller chose.
+    let tuning = ALLOCATOR_ENV
+        .iter()
+        .filter(|(name, _)| std::env::var_os(name).is_none());
     let out = Command::new(exe)
         .args(["--child", &n.to_string(), "--runs", &runs.to_string()])
+        .envs(tuning.copied())
         .stderr(Stdio::inherit())
         .output()
         .context("running the measuring child")?;
