@@ -660,3 +660,260 @@ impl AcmeStore for KubeStore {
         Some(self.changes.subscribe())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teapot_testkit::apiserver::ApiServer;
+
+    const NS: &str = "teapot-system";
+    const TENANT_NS: &str = "tenant-acme";
+    const HOST: &str = "web-shop.acme.lb.example.net";
+
+    fn replica(api: &ApiServer, identity: &str) -> KubeStore {
+        let mut options = KubeStoreOptions::new(NS, Vec::new());
+        options.lease.identity = identity.into();
+        options.lease.renew_every = Duration::from_millis(50);
+        KubeStore::start(api.client(), options)
+    }
+
+    /// Polls until `probe` gives a value; the bound only stops a broken
+    /// test, nothing is asserted about the time taken.
+    async fn until<T, F: Future<Output = Option<T>>>(what: &str, probe: impl Fn() -> F) -> T {
+        for _ in 0..1500 {
+            if let Some(v) = probe().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("never: {what}");
+    }
+
+    async fn synced(stores: &[&KubeStore]) {
+        until("the ACME watches listed", || async {
+            stores.iter().all(|s| s.is_synced()).then_some(())
+        })
+        .await;
+    }
+
+    fn owner(namespace: &str, secret: Option<&str>) -> AcmeHost {
+        AcmeHost {
+            namespace: namespace.into(),
+            ingress: "web.shop".into(),
+            secret: secret.map(str::to_string),
+        }
+    }
+
+    fn pem(host: &str) -> String {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = rcgen::CertificateParams::new(vec![host.into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        format!("{}{}", key.serialize_pem(), cert.pem())
+    }
+
+    fn data(secret: &serde_json::Value, key: &str) -> String {
+        let secret: Secret = serde_json::from_value(secret.clone()).unwrap();
+        text(&secret, key).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_issuers_pem_splits_into_key_and_chain() {
+        let whole = pem(HOST);
+        let (key, chain) = split_pem(&format!("{whole}{}", pem("ca.example")));
+        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----") && key.ends_with("-----END PRIVATE KEY-----\n"));
+        assert_eq!(key.matches("BEGIN").count(), 2);
+        assert_eq!(chain.matches("BEGIN CERTIFICATE").count(), 2);
+        assert!(!chain.contains("PRIVATE"));
+        assert_eq!(
+            secret_name(HOST, &owner(TENANT_NS, None)),
+            format!("teapot-acme-{HOST}")
+        );
+        assert_eq!(secret_name(HOST, &owner("default", Some("shop-tls"))), "shop-tls");
+        let long = format!("{}.example", "a".repeat(240));
+        assert!(secret_name(&long, &owner(TENANT_NS, None)).len() <= 253);
+    }
+
+    #[tokio::test]
+    async fn certificates_and_records_are_tls_secrets_every_replica_sees() {
+        let api = ApiServer::start().await;
+        let (a, b) = (replica(&api, "a"), replica(&api, "b"));
+        synced(&[&a, &b]).await;
+        let name = format!("teapot-acme-{HOST}");
+
+        // A failure before any certificate: a TLS Secret with empty keys
+        // and the record as annotations.
+        let failed = HostRecord {
+            failures: 2,
+            last_error: Some("connection refused".into()),
+            next_attempt_ms: Some(4_000),
+            updated_ms: 1_000,
+        };
+        a.put_record(HOST, &owner(TENANT_NS, None), &failed).await.unwrap();
+        let secret = api.get("v1", "Secret", TENANT_NS, &name).unwrap();
+        assert_eq!(secret["type"], "kubernetes.io/tls");
+        assert_eq!(secret["metadata"]["labels"][CERTIFICATE_LABEL], "true");
+        assert_eq!(secret["metadata"]["annotations"][HOST_ANNOTATION], HOST);
+        assert_eq!(secret["metadata"]["annotations"][INGRESS_ANNOTATION], "web.shop");
+        assert_eq!(secret["metadata"]["annotations"][FAILURES_ANNOTATION], "2");
+        assert_eq!(data(&secret, "tls.crt"), "");
+        let seen = until("B sees the record", || async {
+            let hosts = b.load_hosts().await.unwrap();
+            hosts.into_iter().find(|h| h.record.is_some())
+        })
+        .await;
+        assert_eq!(seen.record.as_ref(), Some(&failed));
+        assert_eq!(seen.pem, None);
+        assert_eq!(seen.namespace.as_deref(), Some(TENANT_NS));
+
+        // The certificate: tls.key and tls.crt, the record kept until the
+        // issuer writes the next one; B reads it as one PEM again.
+        let issued = pem(HOST);
+        a.put_certificate(HOST, &owner(TENANT_NS, None), &issued)
+            .await
+            .unwrap();
+        let secret = api.get("v1", "Secret", TENANT_NS, &name).unwrap();
+        assert!(data(&secret, "tls.key").contains("PRIVATE KEY"));
+        assert!(data(&secret, "tls.crt").contains("BEGIN CERTIFICATE"));
+        assert!(!data(&secret, "tls.crt").contains("PRIVATE KEY"));
+        let stored = until("B sees the certificate", || async {
+            let hosts = b.load_hosts().await.unwrap();
+            hosts.into_iter().find(|h| h.pem.is_some())
+        })
+        .await;
+        let parsed = crate::acme::cert::IssuedCert::parse(stored.pem.as_deref().unwrap()).unwrap();
+        let original = crate::acme::cert::IssuedCert::parse(&issued).unwrap();
+        assert_eq!(parsed.not_after, original.not_after);
+        let cleared = HostRecord {
+            updated_ms: 2_000,
+            ..HostRecord::default()
+        };
+        a.put_record(HOST, &owner(TENANT_NS, None), &cleared).await.unwrap();
+        let secret = api.get("v1", "Secret", TENANT_NS, &name).unwrap();
+        assert!(secret["metadata"]["annotations"].get(LAST_ERROR_ANNOTATION).is_none());
+        assert!(data(&secret, "tls.crt").contains("BEGIN CERTIFICATE"), "a record never drops the certificate");
+
+        // The host moves to another namespace: its new certificate is
+        // written there and the old Secret goes.
+        a.put_certificate(HOST, &owner("tenant-other", None), &pem(HOST))
+            .await
+            .unwrap();
+        assert!(api.get("v1", "Secret", TENANT_NS, &name).is_none());
+        assert!(api.get("v1", "Secret", "tenant-other", &name).is_some());
+
+        a.remove_host(HOST).await.unwrap();
+        assert!(api.get("v1", "Secret", "tenant-other", &name).is_none());
+        until("B forgets the host", || async {
+            b.load_hosts().await.unwrap().is_empty().then_some(())
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_secret_that_is_not_ours_is_never_overwritten_nor_read() {
+        let api = ApiServer::start().await;
+        let tenant_pem = pem("shop.example");
+        let (key, chain) = split_pem(&tenant_pem);
+        let b64 = |s: &str| ByteString(s.as_bytes().to_vec());
+        let foreign = json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "shop-tls", "namespace": "default",
+                         "annotations": {HOST_ANNOTATION: "shop.example"}},
+            "data": {"tls.crt": b64(&chain), "tls.key": b64(&key)},
+        });
+        api.apply(foreign.clone());
+        let a = replica(&api, "a");
+        synced(&[&a]).await;
+        let err = a
+            .put_certificate("shop.example", &owner("default", Some("shop-tls")), &pem("shop.example"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("default/shop-tls"), "{err}");
+        assert_eq!(
+            data(&api.get("v1", "Secret", "default", "shop-tls").unwrap(), "tls.crt"),
+            chain
+        );
+        // Without our label it is a tenant's certificate, never ACME state.
+        assert!(a.load_hosts().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn tokens_and_the_account_live_in_the_proxy_namespace() {
+        let api = ApiServer::start().await;
+        let (a, b) = (replica(&api, "a"), replica(&api, "b"));
+        synced(&[&a, &b]).await;
+        a.put_challenge("tok-1_A", "tok-1_A.thumb").await.unwrap();
+        a.put_challenge("tok-2", "tok-2.thumb").await.unwrap();
+        // The writer's own cache has it when put_challenge returns.
+        assert_eq!(a.challenge("tok-1_A").await.unwrap().as_deref(), Some("tok-1_A.thumb"));
+        let got = until("B answers the token", || async {
+            b.challenge("tok-2").await.unwrap()
+        })
+        .await;
+        assert_eq!(got, "tok-2.thumb");
+        let secret = api.get("v1", "Secret", NS, CHALLENGE_SECRET).unwrap();
+        assert_eq!(secret["metadata"]["labels"][CHALLENGE_LABEL], "true");
+        assert_eq!(b.challenge("unknown").await.unwrap(), None);
+        assert!(b.challenge("../x").await.is_err());
+        a.remove_challenge("tok-2").await.unwrap();
+        assert_eq!(a.challenge("tok-2").await.unwrap(), None);
+        assert!(a.challenge("tok-1_A").await.unwrap().is_some());
+        a.clear_challenges().await.unwrap();
+        assert!(api.get("v1", "Secret", NS, CHALLENGE_SECRET).is_none());
+        until("B drops the tokens", || async {
+            b.challenge("tok-1_A").await.unwrap().is_none().then_some(())
+        })
+        .await;
+
+        assert_eq!(a.load_account().await.unwrap(), None);
+        a.save_account(b"{\"k\":1}").await.unwrap();
+        a.save_account(b"{\"k\":2}").await.unwrap();
+        assert_eq!(b.load_account().await.unwrap().unwrap(), b"{\"k\":2}");
+    }
+
+    #[tokio::test]
+    async fn one_issuer_holds_the_lease_until_it_expires() {
+        let api = ApiServer::start().await;
+        let (a, b) = (replica(&api, "a"), replica(&api, "b"));
+        synced(&[&a, &b]).await;
+        let lead = a.try_lead().await.unwrap().expect("a leads");
+        assert!(lead.held());
+        assert!(b.try_lead().await.unwrap().is_none());
+        let lease = api
+            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
+            .unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "a");
+
+        // A lease renewed long ago has expired (the holder is gone or
+        // cut off): b takes over, and a's next renewal sees it lost.
+        lead_expired(&api);
+        let b_lead = b.try_lead().await.unwrap().expect("b takes over");
+        until("a notices it lost the lease", || async {
+            (!lead.held()).then_some(())
+        })
+        .await;
+        assert!(b_lead.held());
+    }
+
+    fn lead_expired(api: &ApiServer) {
+        let mut stale = api
+            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
+            .unwrap();
+        stale["spec"]["renewTime"] = json!("2000-01-01T00:00:00.000000Z");
+        api.apply(stale);
+    }
+
+    #[tokio::test]
+    async fn no_issuer_before_the_watches_listed() {
+        // Nobody answers: the watches never list, so nothing may be
+        // ordered (it could already be stored).
+        let client = {
+            let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+            kube::Client::try_from(config).unwrap()
+        };
+        let store = KubeStore::start(client, KubeStoreOptions::new(NS, Vec::new()));
+        assert!(!store.is_synced());
+        assert!(store.try_lead().await.unwrap().is_none());
+    }
+}
