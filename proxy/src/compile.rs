@@ -971,6 +971,11 @@ spec:
             false,
         );
         assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["a.example"]);
+        // Its entry's only ACME host: kube mode stores it under secretName.
+        assert_eq!(
+            s.acme.get("a.example").unwrap().secret.as_deref(),
+            Some("missing")
+        );
         let report = s
             .report
             .ingresses
@@ -1047,6 +1052,8 @@ spec:
             s.acme.get("api.shop.example.com").unwrap().namespace,
             "tenant-acme"
         );
+        // A tenant's secretName is the agent's mirror name: never ACME's.
+        assert_eq!(s.acme.get("api.shop.example.com").unwrap().secret, None);
         assert!(compile_acme(&docs(Some("false")), true).acme.is_empty());
         assert!(compile_acme(&docs(None), false).acme.is_empty());
     }
