@@ -266,7 +266,13 @@ mod tests {
             serde_json::json!([{"port": 443, "protocol": "TCP", "error": "teapot.dev/CertificatePending"}])
         );
         assert_eq!(
-            status.load_balancer.as_ref().unwrap().ingress.as_ref().unwrap()[0]
+            status
+                .load_balancer
+                .as_ref()
+                .unwrap()
+                .ingress
+                .as_ref()
+                .unwrap()[0]
                 .hostname
                 .as_deref(),
             Some("web-shop.acme.lb.example.net")

@@ -267,9 +267,16 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
     // this line, when the second certificate came within the wait.)
     let body = metrics(&a.proxy).await;
     let gauge = |state: &str| {
-        metric(&body, &format!("teapot_acme_certificates{{state=\"{state}\"}}")).unwrap_or(0.0)
+        metric(
+            &body,
+            &format!("teapot_acme_certificates{{state=\"{state}\"}}"),
+        )
+        .unwrap_or(0.0)
     };
-    let all: f64 = ["pending", "issued", "expiring", "failed"].map(gauge).iter().sum();
+    let all: f64 = ["pending", "issued", "expiring", "failed"]
+        .map(gauge)
+        .iter()
+        .sum();
     assert!(1.0 <= gauge("issued") && all <= 3.0, "{body}");
     // The account key and the certificate live in the state directory.
     assert!(state.path().join("account.json").is_file());
@@ -444,7 +451,15 @@ async fn kube_replicas_share_one_issuer_through_the_api() {
         pebble.api_root_file().to_str().unwrap(),
         &dns.dns.to_string(),
     );
-    args.extend(["--lease-namespace", LEASE_NS, "--status-address", "127.0.0.1"].map(String::from));
+    args.extend(
+        [
+            "--lease-namespace",
+            LEASE_NS,
+            "--status-address",
+            "127.0.0.1",
+        ]
+        .map(String::from),
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let bin = common::teapot_bin();
     let start = || ProxyProcess::start_kube(&bin, api.kubeconfig_path(), &args);
@@ -455,12 +470,16 @@ async fn kube_replicas_share_one_issuer_through_the_api() {
     let (a, b) = (&replicas[0], &replicas[1]);
 
     // Nobody issues: pending, in the status next to the assigned hostname.
-    let (address, error) = eventually("CertificatePending in the status", ISSUE_TIMEOUT, || async {
-        match lb_status(&api, "tenant-acme", "web.shop") {
-            (a, e) if e == "teapot.dev/CertificatePending" => Ok((a, e)),
-            other => Err(other),
-        }
-    })
+    let (address, error) = eventually(
+        "CertificatePending in the status",
+        ISSUE_TIMEOUT,
+        || async {
+            match lb_status(&api, "tenant-acme", "web.shop") {
+                (a, e) if e == "teapot.dev/CertificatePending" => Ok((a, e)),
+                other => Err(other),
+            }
+        },
+    )
     .await;
     assert_eq!(address, ASSIGNED, "{error}");
     assert_eq!(
@@ -541,18 +560,31 @@ async fn kube_replicas_share_one_issuer_through_the_api() {
             .get("v1", "Secret", ns, &name)
             .unwrap_or_else(|| panic!("Secret {ns}/{name}"));
         assert_eq!(secret["type"], "kubernetes.io/tls");
-        assert_eq!(secret["metadata"]["annotations"]["teapot.dev/acme-host"], host);
-        assert_eq!(secret["metadata"]["labels"]["teapot.dev/acme-certificate"], "true");
+        assert_eq!(
+            secret["metadata"]["annotations"]["teapot.dev/acme-host"],
+            host
+        );
+        assert_eq!(
+            secret["metadata"]["labels"]["teapot.dev/acme-certificate"],
+            "true"
+        );
     }
-    assert!(api.get("v1", "Secret", LEASE_NS, "teapot-acme-account").is_some());
+    assert!(
+        api.get("v1", "Secret", LEASE_NS, "teapot-acme-account")
+            .is_some()
+    );
 
     // The status error is gone; the hostname stays.
-    eventually("no certificate error in the status", ISSUE_TIMEOUT, || async {
-        match lb_status(&api, "tenant-acme", "web.shop") {
-            (a, Value::Null) if a == ASSIGNED => Ok(()),
-            other => Err(other),
-        }
-    })
+    eventually(
+        "no certificate error in the status",
+        ISSUE_TIMEOUT,
+        || async {
+            match lb_status(&api, "tenant-acme", "web.shop") {
+                (a, Value::Null) if a == ASSIGNED => Ok(()),
+                other => Err(other),
+            }
+        },
+    )
     .await;
 
     // The issuer dies: the other takes the Lease over once it expires and

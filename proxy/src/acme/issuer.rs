@@ -568,11 +568,19 @@ mod tests {
             .await
             .unwrap();
         store
-            .put_record("failed.example", &Default::default(), &HostRecord::default())
+            .put_record(
+                "failed.example",
+                &Default::default(),
+                &HostRecord::default(),
+            )
             .await
             .unwrap();
         store
-            .put_record("wanted.example", &Default::default(), &HostRecord::default())
+            .put_record(
+                "wanted.example",
+                &Default::default(),
+                &HostRecord::default(),
+            )
             .await
             .unwrap();
         let shared = Arc::new(AcmeShared::new(store.clone(), false));

@@ -439,7 +439,11 @@ impl KubeStore {
             "data": data,
         });
         let written = match api
-            .patch(CHALLENGE_SECRET, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                CHALLENGE_SECRET,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Err(e) if is_status(&e, 404) => {
@@ -498,11 +502,7 @@ impl AcmeStore for KubeStore {
             return Ok(None);
         }
         let held = Arc::new(AtomicBool::new(true));
-        let renewal = tokio::spawn(renew(
-            lease,
-            held.clone(),
-            self.options.lease.renew_every,
-        ));
+        let renewal = tokio::spawn(renew(lease, held.clone(), self.options.lease.renew_every));
         Ok(Some(Box::new(LeaseHeld {
             held,
             renewal: renewal.abort_handle(),
@@ -527,7 +527,11 @@ impl AcmeStore for KubeStore {
         let data = ByteString(data.to_vec());
         let patch = json!({"data": {ACCOUNT_KEY: data}});
         match api
-            .patch(ACCOUNT_SECRET, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                ACCOUNT_SECRET,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Err(e) if is_status(&e, 404) => {
@@ -722,7 +726,10 @@ mod tests {
     fn the_issuers_pem_splits_into_key_and_chain() {
         let whole = pem(HOST);
         let (key, chain) = split_pem(&format!("{whole}{}", pem("ca.example")));
-        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----") && key.ends_with("-----END PRIVATE KEY-----\n"));
+        assert!(
+            key.starts_with("-----BEGIN PRIVATE KEY-----")
+                && key.ends_with("-----END PRIVATE KEY-----\n")
+        );
         assert_eq!(key.matches("BEGIN").count(), 2);
         assert_eq!(chain.matches("BEGIN CERTIFICATE").count(), 2);
         assert!(!chain.contains("PRIVATE"));
@@ -730,7 +737,10 @@ mod tests {
             secret_name(HOST, &owner(TENANT_NS, None)),
             format!("teapot-acme-{HOST}")
         );
-        assert_eq!(secret_name(HOST, &owner("default", Some("shop-tls"))), "shop-tls");
+        assert_eq!(
+            secret_name(HOST, &owner("default", Some("shop-tls"))),
+            "shop-tls"
+        );
         let long = format!("{}.example", "a".repeat(240));
         assert!(secret_name(&long, &owner(TENANT_NS, None)).len() <= 253);
     }
@@ -750,12 +760,17 @@ mod tests {
             next_attempt_ms: Some(4_000),
             updated_ms: 1_000,
         };
-        a.put_record(HOST, &owner(TENANT_NS, None), &failed).await.unwrap();
+        a.put_record(HOST, &owner(TENANT_NS, None), &failed)
+            .await
+            .unwrap();
         let secret = api.get("v1", "Secret", TENANT_NS, &name).unwrap();
         assert_eq!(secret["type"], "kubernetes.io/tls");
         assert_eq!(secret["metadata"]["labels"][CERTIFICATE_LABEL], "true");
         assert_eq!(secret["metadata"]["annotations"][HOST_ANNOTATION], HOST);
-        assert_eq!(secret["metadata"]["annotations"][INGRESS_ANNOTATION], "web.shop");
+        assert_eq!(
+            secret["metadata"]["annotations"][INGRESS_ANNOTATION],
+            "web.shop"
+        );
         assert_eq!(secret["metadata"]["annotations"][FAILURES_ANNOTATION], "2");
         assert_eq!(data(&secret, "tls.crt"), "");
         let seen = until("B sees the record", || async {
@@ -789,10 +804,19 @@ mod tests {
             updated_ms: 2_000,
             ..HostRecord::default()
         };
-        a.put_record(HOST, &owner(TENANT_NS, None), &cleared).await.unwrap();
+        a.put_record(HOST, &owner(TENANT_NS, None), &cleared)
+            .await
+            .unwrap();
         let secret = api.get("v1", "Secret", TENANT_NS, &name).unwrap();
-        assert!(secret["metadata"]["annotations"].get(LAST_ERROR_ANNOTATION).is_none());
-        assert!(data(&secret, "tls.crt").contains("BEGIN CERTIFICATE"), "a record never drops the certificate");
+        assert!(
+            secret["metadata"]["annotations"]
+                .get(LAST_ERROR_ANNOTATION)
+                .is_none()
+        );
+        assert!(
+            data(&secret, "tls.crt").contains("BEGIN CERTIFICATE"),
+            "a record never drops the certificate"
+        );
 
         // The host moves to another namespace: its new certificate is
         // written there and the old Secret goes.
@@ -826,12 +850,19 @@ mod tests {
         let a = replica(&api, "a");
         synced(&[&a]).await;
         let err = a
-            .put_certificate("shop.example", &owner("default", Some("shop-tls")), &pem("shop.example"))
+            .put_certificate(
+                "shop.example",
+                &owner("default", Some("shop-tls")),
+                &pem("shop.example"),
+            )
             .await
             .unwrap_err();
         assert!(err.to_string().contains("default/shop-tls"), "{err}");
         assert_eq!(
-            data(&api.get("v1", "Secret", "default", "shop-tls").unwrap(), "tls.crt"),
+            data(
+                &api.get("v1", "Secret", "default", "shop-tls").unwrap(),
+                "tls.crt"
+            ),
             chain
         );
         // Without our label it is a tenant's certificate, never ACME state.
@@ -846,7 +877,10 @@ mod tests {
         a.put_challenge("tok-1_A", "tok-1_A.thumb").await.unwrap();
         a.put_challenge("tok-2", "tok-2.thumb").await.unwrap();
         // The writer's own cache has it when put_challenge returns.
-        assert_eq!(a.challenge("tok-1_A").await.unwrap().as_deref(), Some("tok-1_A.thumb"));
+        assert_eq!(
+            a.challenge("tok-1_A").await.unwrap().as_deref(),
+            Some("tok-1_A.thumb")
+        );
         let got = until("B answers the token", || async {
             b.challenge("tok-2").await.unwrap()
         })
@@ -862,7 +896,11 @@ mod tests {
         a.clear_challenges().await.unwrap();
         assert!(api.get("v1", "Secret", NS, CHALLENGE_SECRET).is_none());
         until("B drops the tokens", || async {
-            b.challenge("tok-1_A").await.unwrap().is_none().then_some(())
+            b.challenge("tok-1_A")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
         })
         .await;
 

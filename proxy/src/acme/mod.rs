@@ -644,8 +644,14 @@ mod tests {
             .self_signed(&key)
             .unwrap();
         let pem = format!("{}{}", key.serialize_pem(), cert.pem());
-        store.put_certificate("a.example", &Default::default(), &pem).await.unwrap();
-        store.put_certificate("b.example", &Default::default(), &pem).await.unwrap();
+        store
+            .put_certificate("a.example", &Default::default(), &pem)
+            .await
+            .unwrap();
+        store
+            .put_certificate("b.example", &Default::default(), &pem)
+            .await
+            .unwrap();
         let shared = AcmeShared::new(store, false);
         shared.refresh().await.unwrap();
         let mut hosts = AcmeHosts::default();

@@ -67,8 +67,12 @@ pub trait AcmeStore: Send + Sync + fmt::Debug + 'static {
     async fn challenge(&self, token: &str) -> Result<Option<String>, AcmeError>;
     /// Stores `host`'s key and chain; `owner` is the Ingress that asked
     /// (kube mode keeps the certificate in its namespace).
-    async fn put_certificate(&self, host: &str, owner: &AcmeHost, pem: &str)
-    -> Result<(), AcmeError>;
+    async fn put_certificate(
+        &self,
+        host: &str,
+        owner: &AcmeHost,
+        pem: &str,
+    ) -> Result<(), AcmeError>;
     async fn put_record(
         &self,
         host: &str,
@@ -413,12 +417,16 @@ mod tests {
         a.clear_challenges().await.unwrap();
         assert_eq!(b.challenge("tok").await.unwrap(), None);
 
-        a.put_certificate("a.example", &AcmeHost::default(), "PEM").await.unwrap();
+        a.put_certificate("a.example", &AcmeHost::default(), "PEM")
+            .await
+            .unwrap();
         let record = HostRecord {
             failures: 2,
             ..HostRecord::default()
         };
-        a.put_record("a.example", &AcmeHost::default(), &record).await.unwrap();
+        a.put_record("a.example", &AcmeHost::default(), &record)
+            .await
+            .unwrap();
         let hosts = b.load_hosts().await.unwrap();
         assert_eq!(hosts.len(), 1);
         assert_eq!(hosts[0].pem.as_deref(), Some("PEM"));
