@@ -344,6 +344,27 @@ impl KubeStore {
             .collect()
     }
 
+    /// [`secret_name`], unless that `secretName` already holds another
+    /// host's certificate (two Ingresses naming one Secret for different
+    /// hosts): then `teapot-acme-<host>`, so the two never overwrite each
+    /// other's certificate and re-order it forever.
+    fn name_for(&self, host: &str, owner: &AcmeHost) -> String {
+        let name = secret_name(host, owner);
+        let key = ObjectRef::new(&name).within(&owner.namespace);
+        let taken = self
+            .watch_of(&owner.namespace)
+            .and_then(|s| s.get(&key))
+            .is_some_and(|s| host_of(&s).is_some_and(|h| h != host));
+        if taken {
+            let fallback = AcmeHost {
+                secret: None,
+                ..owner.clone()
+            };
+            return secret_name(host, &fallback);
+        }
+        name
+    }
+
     /// Writes `host`'s certificate Secret: a merge patch of `patch` onto
     /// ours, or a new Secret; never onto a Secret that is not ours (a
     /// tenant's certificate under the same name).
@@ -358,13 +379,18 @@ impl KubeStore {
             return Err(AcmeError::Store(format!("invalid host name {host:?}")));
         }
         let namespace = &owner.namespace;
-        let name = secret_name(host, owner);
+        let name = self.name_for(host, owner);
         let what = format!("Secret {namespace}/{name} (ACME certificate of {host})");
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let existing = api.get_opt(&name).await.map_err(|e| api_err(&what, e))?;
         if existing.as_ref().is_some_and(|s| !ours(s)) {
             return Err(AcmeError::Store(format!(
                 "{what} exists and is not teapot's (no label {CERTIFICATE_LABEL}); not overwritten"
+            )));
+        }
+        if let Some(other) = existing.as_ref().and_then(host_of).filter(|h| *h != host) {
+            return Err(AcmeError::Store(format!(
+                "{what} holds the certificate of {other}; not overwritten"
             )));
         }
         let mut annotations = record_annotations(record);
@@ -600,7 +626,7 @@ impl AcmeStore for KubeStore {
         // One certificate Secret per host: one left behind in another
         // namespace or under another name (the Ingress moved, its
         // secretName changed) goes.
-        let name = secret_name(host, owner);
+        let name = self.name_for(host, owner);
         for (ns, other) in self.secrets_of(host) {
             if ns != owner.namespace || other != name {
                 self.delete_secret(&ns, &other).await?;
@@ -867,6 +893,29 @@ mod tests {
         );
         // Without our label it is a tenant's certificate, never ACME state.
         assert!(a.load_hosts().await.unwrap().is_empty());
+
+        // Two hosts whose Ingresses name one secretName: the second goes
+        // to teapot-acme-<host> instead of overwriting the first.
+        let shared = owner("default", Some("shared-tls"));
+        a.put_certificate("a.example", &shared, &pem("a.example"))
+            .await
+            .unwrap();
+        a.put_certificate("b.example", &shared, &pem("b.example"))
+            .await
+            .unwrap();
+        let first = api.get("v1", "Secret", "default", "shared-tls").unwrap();
+        assert_eq!(
+            first["metadata"]["annotations"][HOST_ANNOTATION],
+            "a.example"
+        );
+        let second = api
+            .get("v1", "Secret", "default", "teapot-acme-b.example")
+            .unwrap();
+        assert_eq!(
+            second["metadata"]["annotations"][HOST_ANNOTATION],
+            "b.example"
+        );
+        assert_eq!(a.load_hosts().await.unwrap().len(), 2);
     }
 
     #[tokio::test]
