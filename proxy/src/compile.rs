@@ -107,8 +107,9 @@ pub fn compile(
     let no_status = Arc::new(IngressStatus::default());
     let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
     let mut claims: Vec<Claim> = Vec::new();
-    // (host, index into ingress_reports) of hosts that asked for ACME.
-    let mut acme_candidates: Vec<(String, usize)> = Vec::new();
+    // (host, its own secretName, index into ingress_reports) of hosts that
+    // asked for ACME.
+    let mut acme_candidates: Vec<(String, Option<String>, usize)> = Vec::new();
 
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
@@ -230,8 +231,11 @@ pub fn compile(
             let default_host = own_host
                 .as_ref()
                 .filter(|_| spec.is_some_and(|s| s.default_backend.is_some()));
-            for host in acme_hosts(ingress, &rule_hosts, default_host) {
-                acme_candidates.push((host, ingress_reports.len()));
+            for (host, secret) in acme_hosts(ingress, &rule_hosts, default_host) {
+                // A tenant's secretName names the agent's mirror of a
+                // tenant Secret: ACME must not take that name (docs/acme.md).
+                let secret = secret.filter(|_| tenant.is_none());
+                acme_candidates.push((host, secret, ingress_reports.len()));
             }
         }
         let tls_problems = add_certificates(
@@ -287,14 +291,14 @@ pub fn compile(
     // Only hosts no Secret covers: a tenant's own certificate always wins.
     let mut acme_hosts = crate::acme::AcmeHosts::default();
     let mut acme_by_report: FastHashMap<usize, Vec<String>> = FastHashMap::default();
-    for (host, report) in acme_candidates {
+    for (host, secret, report) in acme_candidates {
         if certs.lookup(&host).is_some() {
             continue;
         }
         // Attributed to the oldest Ingress asking; every asker's condition
         // shows the host.
         let r = &ingress_reports[report];
-        acme_hosts.insert(&host, &r.namespace, &r.name);
+        acme_hosts.insert_with_secret(&host, &r.namespace, &r.name, secret.as_deref());
         acme_by_report.entry(report).or_default().push(host);
     }
     if let Some(acme) = &options.acme {
@@ -422,20 +426,26 @@ fn assigned_hostnames<'s>(
 
 /// The exact TLS hosts of an Ingress that it routes (its rule hosts, plus
 /// `default_host` where a tenant's defaultBackend serves): what ACME may
-/// ask a certificate for. HTTP-01 cannot prove a wildcard.
+/// ask a certificate for. HTTP-01 cannot prove a wildcard. Each comes with
+/// its entry's `secretName` when that entry has no other such host (one
+/// certificate per host, so a shared name cannot hold them all).
 fn acme_hosts(
     ingress: &Ingress,
     rule_hosts: &[HostPattern],
     default_host: Option<&HostPattern>,
-) -> Vec<String> {
+) -> Vec<(String, Option<String>)> {
     let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
     let mut out = Vec::new();
     for entry in tls.into_iter().flatten() {
+        let first = out.len();
         for host in tls_entry_hosts(entry, rule_hosts) {
             let routed = rule_hosts.contains(&host) || default_host == Some(&host);
             if let (true, HostPattern::Exact(name)) = (routed, &host) {
-                out.push(name.to_string());
+                out.push((name.to_string(), None));
             }
+        }
+        if out.len() == first + 1 {
+            out[first].1 = entry.secret_name.clone();
         }
     }
     out
@@ -973,6 +983,11 @@ spec:
             false,
         );
         assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["a.example"]);
+        // Its entry's only ACME host: kube mode stores it under secretName.
+        assert_eq!(
+            s.acme.get("a.example").unwrap().secret.as_deref(),
+            Some("missing")
+        );
         let report = s
             .report
             .ingresses
@@ -1049,6 +1064,8 @@ spec:
             s.acme.get("api.shop.example.com").unwrap().namespace,
             "tenant-acme"
         );
+        // A tenant's secretName is the agent's mirror name: never ACME's.
+        assert_eq!(s.acme.get("api.shop.example.com").unwrap().secret, None);
         assert!(compile_acme(&docs(Some("false")), true).acme.is_empty());
         assert!(compile_acme(&docs(None), false).acme.is_empty());
     }

@@ -41,6 +41,9 @@ use crate::validate;
 /// How long the event stream must be quiet before consumers recompile.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// `--lease-namespace` when neither it nor `POD_NAMESPACE` is set.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "teapot-system";
+
 /// Where to watch.
 #[derive(Clone)]
 pub struct KubeConfig {
@@ -51,6 +54,9 @@ pub struct KubeConfig {
     /// The proxy writes Ingress status (see [`crate::kube_status`]);
     /// `None`: read only.
     pub status: Option<crate::kube_status::StatusOptions>,
+    /// The proxy's own namespace (`--lease-namespace`): the Leases, and
+    /// the ACME account and challenge tokens.
+    pub lease_namespace: String,
 }
 
 impl std::fmt::Debug for KubeConfig {
@@ -58,6 +64,7 @@ impl std::fmt::Debug for KubeConfig {
         f.debug_struct("KubeConfig")
             .field("namespaces", &self.namespaces)
             .field("status", &self.status)
+            .field("lease_namespace", &self.lease_namespace)
             .finish_non_exhaustive()
     }
 }
@@ -69,6 +76,7 @@ impl KubeConfig {
             client,
             namespaces: Vec::new(),
             status: None,
+            lease_namespace: DEFAULT_LEASE_NAMESPACE.into(),
         }
     }
 
@@ -95,6 +103,7 @@ impl KubeConfig {
             client,
             namespaces,
             status: None,
+            lease_namespace: DEFAULT_LEASE_NAMESPACE.into(),
         })
     }
 }
@@ -302,7 +311,11 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
     if spec.kind == Kind::Secret {
         // The proxy reads certificates only; other Secrets stay unseen
         // (and need no RBAC beyond the list/watch with this selector).
-        config = config.fields(&format!("type={TLS_SECRET_TYPE}"));
+        // Certificates from ACME are not a tenant's own certificates (which
+        // would switch ACME off for their hosts): the ACME store reads them.
+        config = config
+            .fields(&format!("type={TLS_SECRET_TYPE}"))
+            .labels(&format!("!{}", crate::acme::kube_store::CERTIFICATE_LABEL));
     }
     let label = spec.label();
     let mut events = watcher(api, config).default_backoff().boxed();
@@ -574,6 +587,11 @@ mod tests {
         let query = request.uri().query().unwrap_or("");
         assert!(
             query.contains("fieldSelector=type%3Dkubernetes.io%2Ftls"),
+            "{query}"
+        );
+        // ACME's certificates are not a tenant's: left to the ACME store.
+        assert!(
+            query.contains("labelSelector=%21teapot.dev%2Facme-certificate"),
             "{query}"
         );
     }

@@ -37,7 +37,7 @@ use tokio::sync::watch;
 use crate::kube_source::{KubeConfig, KubeSource};
 use crate::l4::table::ServiceReport;
 use crate::reload::Source;
-use crate::snapshot::{Condition, SnapshotHandle};
+use crate::snapshot::{Condition, IngressReport, SnapshotHandle};
 use crate::store::NsName;
 
 /// Field manager of every status write.
@@ -120,6 +120,48 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
+/// The status to write: the compiled one, plus the certificate's state
+/// where ACME has not delivered yet (Ingress status has no conditions).
+fn desired_status(report: &IngressReport) -> Arc<IngressStatus> {
+    match certificate_error(&report.conditions) {
+        None => report.status.clone(),
+        Some(error) => Arc::new(with_port_error(&report.status, 443, error)),
+    }
+}
+
+/// `teapot.dev/CertificatePending` or `teapot.dev/CertificateFailed` while
+/// the Ingress's `CertificateReady` condition is False; nothing when it is
+/// True (issued, or expiring but serving) or the Ingress has no ACME host.
+fn certificate_error(conditions: &[Condition]) -> Option<String> {
+    let ready = conditions.iter().find(|c| c.type_ == "CertificateReady")?;
+    if ready.status == "True" {
+        return None;
+    }
+    Some(teapot_api::status::port_error(match ready.reason {
+        "Failed" => "CertificateFailed",
+        _ => "CertificatePending",
+    }))
+}
+
+/// `status` with `ports: [{port, protocol: TCP, error}]` on each
+/// `loadBalancer.ingress[]` entry (next to its hostname or IP).
+fn with_port_error(status: &IngressStatus, port: i32, error: String) -> IngressStatus {
+    use k8s_openapi::api::networking::v1::IngressPortStatus;
+    let mut status = status.clone();
+    let entries = status
+        .load_balancer
+        .iter_mut()
+        .flat_map(|lb| lb.ingress.iter_mut().flatten());
+    for entry in entries {
+        entry.ports = Some(vec![IngressPortStatus {
+            port,
+            protocol: "TCP".into(),
+            error: Some(error.clone()),
+        }]);
+    }
+    status
+}
+
 /// Writes the statuses that differ from what the API has.
 struct StatusWriter {
     client: kube::Client,
@@ -163,7 +205,7 @@ impl StatusWriter {
                 continue;
             };
             let current = stored.object.status.as_ref();
-            let desired = &report.status;
+            let desired = &desired_status(report);
             if current.and_then(|s| s.load_balancer.as_ref()) == desired.load_balancer.as_ref() {
                 continue;
             }
@@ -432,5 +474,74 @@ mod tests {
             observed_generation: None,
         });
         assert!(first.is_current(Some(&foreign)));
+    }
+
+    use k8s_openapi::api::networking::v1::{IngressLoadBalancerIngress, IngressLoadBalancerStatus};
+
+    fn ingress_report(condition: Option<Condition>) -> IngressReport {
+        IngressReport {
+            namespace: "tenant-acme".into(),
+            name: "web.shop".into(),
+            served: true,
+            status: Arc::new(IngressStatus {
+                load_balancer: Some(IngressLoadBalancerStatus {
+                    ingress: Some(vec![IngressLoadBalancerIngress {
+                        hostname: Some("web-shop.acme.lb.example.net".into()),
+                        ..Default::default()
+                    }]),
+                }),
+            }),
+            conditions: condition.into_iter().collect(),
+        }
+    }
+
+    fn ports(status: &IngressStatus) -> serde_json::Value {
+        serde_json::to_value(status).unwrap()["loadBalancer"]["ingress"][0]["ports"].clone()
+    }
+
+    #[test]
+    fn certificate_state_goes_into_the_port_error_next_to_the_hostname() {
+        let pending = ingress_report(Some(Condition::new(
+            "CertificateReady",
+            false,
+            "Pending",
+            "x",
+        )));
+        let status = desired_status(&pending);
+        assert_eq!(
+            ports(&status),
+            serde_json::json!([{"port": 443, "protocol": "TCP", "error": "teapot.dev/CertificatePending"}])
+        );
+        assert_eq!(
+            status
+                .load_balancer
+                .as_ref()
+                .unwrap()
+                .ingress
+                .as_ref()
+                .unwrap()[0]
+                .hostname
+                .as_deref(),
+            Some("web-shop.acme.lb.example.net")
+        );
+        let failed = ingress_report(Some(Condition::new(
+            "CertificateReady",
+            false,
+            "Failed",
+            "x",
+        )));
+        assert_eq!(
+            ports(&desired_status(&failed))[0]["error"],
+            "teapot.dev/CertificateFailed"
+        );
+        // Ready (or expiring but serving), or no ACME at all: no error.
+        for ok in [
+            Some(Condition::new("CertificateReady", true, "Issued", "")),
+            Some(Condition::new("CertificateReady", true, "Expiring", "")),
+            None,
+        ] {
+            let r = ingress_report(ok);
+            assert!(Arc::ptr_eq(&desired_status(&r), &r.status));
+        }
     }
 }

@@ -141,9 +141,17 @@ pub async fn run(
         config.proof_timing.clone(),
     )
     .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-    let acme = match config.acme.clone() {
-        Some(c) => Some(crate::acme::Acme::start(c).await?),
-        None => None,
+    let acme = match (config.acme.clone(), &config.kube) {
+        (Some(c), None) => Some(crate::acme::Acme::start(c).await?),
+        (Some(c), Some(kube)) => {
+            let options = crate::acme::kube_store::KubeStoreOptions::new(
+                kube.lease_namespace.clone(),
+                kube.namespaces.clone(),
+            );
+            let store = crate::acme::kube_store::KubeStore::start(kube.client.clone(), options);
+            Some(crate::acme::Acme::with_store(c, Arc::new(store)).await?)
+        }
+        (None, _) => None,
     };
     let acme_shared = acme.as_ref().map(|a| a.shared());
     let mut compile_options = config.compile.clone();

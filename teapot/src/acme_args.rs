@@ -17,7 +17,7 @@ pub(crate) struct AcmeArgs {
     /// PEM file of the CA that signs the ACME server's HTTPS certificate (private CAs); default: the system's roots.
     #[arg(long)]
     acme_root: Option<PathBuf>,
-    /// State directory shared by every replica: account key, challenge tokens, certificates, issuer lock.
+    /// Manifests mode: state directory shared by every replica (account key, challenge tokens, certificates, issuer lock). Kube mode keeps all of it in Secrets and a Lease instead.
     #[arg(long, env = "TEAPOT_ACME_STATE_DIR")]
     acme_state_dir: Option<PathBuf>,
     /// Obtain certificates for Ingresses in tenant namespaces unless they set teapot.dev/acme: "false".
@@ -45,20 +45,26 @@ fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
 }
 
 impl AcmeArgs {
-    /// `None` when `--acme-directory` is not given.
-    pub(crate) fn config(&self) -> anyhow::Result<Option<AcmeConfig>> {
+    /// `None` when `--acme-directory` is not given. `kube`: state in the
+    /// Kubernetes API, so no state directory.
+    pub(crate) fn config(&self, kube: bool) -> anyhow::Result<Option<AcmeConfig>> {
         let Some(directory) = &self.acme_directory else {
             if self.acme_state_dir.is_some() || self.acme_default_tenants {
                 bail!("--acme-state-dir and --acme-default-tenants need --acme-directory");
             }
             return Ok(None);
         };
-        let Some(state_dir) = &self.acme_state_dir else {
-            bail!(
-                "--acme-directory needs --acme-state-dir (where the account and certificates are kept)"
-            );
+        let state_dir = match (&self.acme_state_dir, kube) {
+            (Some(_), true) => bail!(
+                "--acme-state-dir is for --manifests mode; with --kube the ACME state is kept in Secrets and a Lease (docs/acme.md)"
+            ),
+            (Some(dir), false) => dir.clone(),
+            (None, true) => PathBuf::new(),
+            (None, false) => bail!(
+                "--acme-directory needs --acme-state-dir (where the account and certificates are kept), or --kube"
+            ),
         };
-        let mut config = AcmeConfig::new(directory.clone(), state_dir.clone());
+        let mut config = AcmeConfig::new(directory.clone(), state_dir);
         config.email = self.acme_email.clone();
         config.root = self.acme_root.clone();
         config.default_tenants = self.acme_default_tenants;

@@ -44,13 +44,17 @@ pub(crate) struct StatusArgs {
     /// With --kube: do not write Ingress and Service status (then list/watch RBAC suffices; L4 allocations are then not persisted).
     #[arg(long, alias = "no-status", requires = "kube")]
     no_ingress_status: bool,
-    /// With --kube: namespace of the Lease that picks the one replica writing status.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "teapot-system")]
+    /// With --kube: the proxy's namespace: the Leases that pick the replica writing Ingress and Service status and the ACME issuer, and the ACME account and challenge Secrets.
+    #[arg(long, env = "POD_NAMESPACE", default_value = teapot_proxy::kube_source::DEFAULT_LEASE_NAMESPACE)]
     lease_namespace: String,
 }
 
 impl StatusArgs {
     pub(crate) fn options(&self) -> Option<StatusOptions> {
         (!self.no_ingress_status).then(|| StatusOptions::new(self.lease_namespace.clone()))
+    }
+
+    pub(crate) fn lease_namespace(&self) -> &str {
+        &self.lease_namespace
     }
 }

@@ -299,10 +299,11 @@ pub(crate) fn proxy_config(
 }
 
 async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
-    let acme = args.acme.config()?;
     let mut kube = args.kube.connect(args.manifests.as_deref()).await?;
+    let acme = args.acme.config(kube.is_some())?;
     if let Some(kube) = kube.as_mut() {
         kube.status = args.status.options();
+        kube.lease_namespace = args.status.lease_namespace().to_string();
     }
     let (listeners, addrs) = bind(&args.listen)?;
     let l4 = args.l4.config(kube.is_some());

@@ -310,8 +310,14 @@ fn rules_of(docs: &[Value], sa: &str) -> Vec<(Option<String>, Value)> {
 
 /// Violations of the proxy's write policy: writes only to
 /// `ingresses/status`, `services/status`, `coordination.k8s.io` `leases`,
-/// and Secrets only when restricted by `resourceNames` (its ACME Secrets).
+/// and Secrets only when restricted by `resourceNames` (the ACME account
+/// and tokens), except with ACME on: then create, patch and delete (never
+/// update or deletecollection) of the certificate Secrets, whose names
+/// follow the hosts.
 fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
+    let acme = container_args(docs, "proxy")
+        .iter()
+        .any(|a| a.starts_with("--acme-directory"));
     let mut bad = Vec::new();
     for (scope, rule) in rules_of(docs, "teapot-proxy") {
         let verbs = strs(&rule["verbs"]);
@@ -322,7 +328,11 @@ fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
         if writes.is_empty() {
             continue;
         }
-        let named = !strs(&rule["resourceNames"]).is_empty();
+        let named = !strs(&rule["resourceNames"]).is_empty()
+            || (acme
+                && writes
+                    .iter()
+                    .all(|v| ["create", "patch", "delete"].contains(&v.as_str())));
         for group in strs(&rule["apiGroups"]) {
             for resource in strs(&rule["resources"]) {
                 let allowed = matches!(

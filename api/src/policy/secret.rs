@@ -113,4 +113,20 @@ mod tests {
             [r#"data.extra"#, r#"data["tls.key"]"#]
         );
     }
+
+    /// The proxy marks its ACME certificate Secrets with these (proxy
+    /// `acme::kube_store`); a tenant's Secret must not pass for one.
+    #[test]
+    fn acme_state_labels_and_annotations_are_refused() {
+        let f = Fixture::new();
+        let s: Secret = yaml(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: tls, namespace: {NS}, labels: {{teapot.dev/acme-certificate: \"true\"}}, annotations: {{teapot.dev/acme-host: a.example}}}}\ntype: kubernetes.io/tls\nstringData: {{tls.crt: a, tls.key: b}}\n"
+        ));
+        let got = fields(&check_secret(&f.ctx(), NS, &s));
+        assert!(
+            got.contains(&r#"metadata.labels["teapot.dev/acme-certificate"]"#.to_string())
+                && got.contains(&r#"metadata.annotations["teapot.dev/acme-host"]"#.to_string()),
+            "{got:?}"
+        );
+    }
 }

@@ -198,10 +198,13 @@ impl Issuer {
             return;
         }
         let snapshot = snapshots.load_full();
-        for host in snapshot.acme.hosts() {
+        for (host, owner) in snapshot.acme.iter() {
             let view = self.shared.view.load();
             let now = SystemTime::now();
-            if view.certs.get(host).is_some_and(|c| now < c.renew_at()) {
+            if view
+                .cert(host, Some(owner))
+                .is_some_and(|c| now < c.renew_at())
+            {
                 continue;
             }
             let record = view.records.get(host).cloned().unwrap_or_default();
@@ -212,7 +215,7 @@ impl Issuer {
                 continue;
             }
             drop(view);
-            let pause = self.attempt(host, record, metrics).await;
+            let pause = self.attempt(host, owner, record, metrics).await;
             if let Err(e) = self.shared.refresh().await {
                 tracing::warn!(error = %e, "cannot reload ACME state");
             }
@@ -274,12 +277,13 @@ impl Issuer {
     async fn attempt(
         &mut self,
         host: &str,
+        owner: &super::AcmeHost,
         record: HostRecord,
         metrics: &Metrics,
     ) -> Option<Duration> {
         metrics.acme_orders.inc();
         *self.retry_after.lock() = None;
-        let renewal = self.shared.view.load().certs.contains_key(host);
+        let renewal = self.shared.view.load().cert(host, Some(owner)).is_some();
         tracing::info!(host, renewal, "ordering a certificate");
         let limit = self.config.order_timeout.saturating_mul(3);
         let result = match tokio::time::timeout(limit, self.issue(host)).await {
@@ -294,12 +298,12 @@ impl Issuer {
         match result {
             Ok((pem, cert)) => {
                 let stored = async {
-                    store.put_certificate(host, &pem).await?;
+                    store.put_certificate(host, owner, &pem).await?;
                     let record = HostRecord {
                         updated_ms: unix_ms(now),
                         ..HostRecord::default()
                     };
-                    store.put_record(host, &record).await
+                    store.put_record(host, owner, &record).await
                 };
                 match stored.await {
                     Ok(()) => {
@@ -359,7 +363,7 @@ impl Issuer {
                     next_attempt_ms: Some(unix_ms(next)),
                     updated_ms: unix_ms(now),
                 };
-                if let Err(e) = store.put_record(host, &record).await {
+                if let Err(e) = store.put_record(host, owner, &record).await {
                     tracing::error!(host, error = %e, "cannot store the ACME attempt record");
                 }
                 pause
@@ -550,6 +554,7 @@ mod tests {
         store
             .put_certificate(
                 "old.example",
+                &Default::default(),
                 &pem("old.example", (2000, 1, 1), (2000, 4, 1)),
             )
             .await
@@ -557,16 +562,25 @@ mod tests {
         store
             .put_certificate(
                 "keep.example",
+                &Default::default(),
                 &pem("keep.example", (2000, 1, 1), (4000, 1, 1)),
             )
             .await
             .unwrap();
         store
-            .put_record("failed.example", &HostRecord::default())
+            .put_record(
+                "failed.example",
+                &Default::default(),
+                &HostRecord::default(),
+            )
             .await
             .unwrap();
         store
-            .put_record("wanted.example", &HostRecord::default())
+            .put_record(
+                "wanted.example",
+                &Default::default(),
+                &HostRecord::default(),
+            )
             .await
             .unwrap();
         let shared = Arc::new(AcmeShared::new(store.clone(), false));

@@ -29,6 +29,7 @@
 pub mod cert;
 pub mod client;
 pub mod issuer;
+pub mod kube_store;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
@@ -113,15 +114,29 @@ pub struct AcmeHosts {
     hosts: BTreeMap<Box<str>, AcmeHost>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AcmeHost {
     pub namespace: String,
     pub ingress: String,
+    /// The `spec.tls[].secretName` kube mode stores the certificate under,
+    /// when the compile found one that is this host's alone (see
+    /// [`kube_store`]); `None`: `teapot-acme-<host>`.
+    pub secret: Option<String>,
 }
 
 impl AcmeHosts {
     /// First insert wins (the compile inserts oldest first).
     pub fn insert(&mut self, host: &str, namespace: &str, ingress: &str) -> bool {
+        self.insert_with_secret(host, namespace, ingress, None)
+    }
+
+    pub fn insert_with_secret(
+        &mut self,
+        host: &str,
+        namespace: &str,
+        ingress: &str,
+        secret: Option<&str>,
+    ) -> bool {
         if self.hosts.contains_key(host) {
             return false;
         }
@@ -130,9 +145,15 @@ impl AcmeHosts {
             AcmeHost {
                 namespace: namespace.to_string(),
                 ingress: ingress.to_string(),
+                secret: secret.map(str::to_string),
             },
         );
         true
+    }
+
+    /// Hosts and their owners, sorted by host.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &AcmeHost)> {
+        self.hosts.iter().map(|(h, o)| (&**h, o))
     }
 
     /// Sorted, so the issuer works in a stable order.
@@ -200,6 +221,22 @@ pub struct HostStatus {
 pub struct View {
     pub certs: HashMap<String, Arc<IssuedCert>>,
     pub records: HashMap<String, HostRecord>,
+    /// Where each certificate is kept (kube mode: a namespace).
+    pub namespaces: HashMap<String, String>,
+}
+
+impl View {
+    /// `host`'s certificate, unless it is kept in another namespace than
+    /// the one of the Ingress that asks for it now (kube mode): a host
+    /// that moved to another tenant's namespace never gets the old
+    /// tenant's key, it gets a new certificate.
+    pub fn cert(&self, host: &str, owner: Option<&AcmeHost>) -> Option<&Arc<IssuedCert>> {
+        let cert = self.certs.get(host)?;
+        match (self.namespaces.get(host), owner) {
+            (Some(kept), Some(owner)) if *kept != owner.namespace => None,
+            _ => Some(cert),
+        }
+    }
 }
 
 /// Shared by the router (tokens), the SNI resolver (certificates), the
@@ -236,8 +273,11 @@ impl AcmeShared {
     pub fn certificate(&self, hosts: &AcmeHosts, server_name: &str) -> Option<Arc<CertifiedKey>> {
         let mut buf = [0u8; 256];
         let name = teapot_api::host::normalize_request_host(server_name, &mut buf)?;
-        hosts.get(name)?;
-        self.view.load().certs.get(name).map(|c| c.key.clone())
+        let owner = hosts.get(name)?;
+        self.view
+            .load()
+            .cert(name, Some(owner))
+            .map(|c| c.key.clone())
     }
 
     /// The body for `GET /.well-known/acme-challenge/<token>`, if that
@@ -263,6 +303,9 @@ impl AcmeShared {
         let old = self.view.load_full();
         let mut view = View::default();
         for host in stored {
+            if let Some(ns) = host.namespace {
+                view.namespaces.insert(host.host.clone(), ns);
+            }
             if let Some(pem) = host.pem {
                 let cert = match old.certs.get(&host.host) {
                     Some(c) if c.pem == pem => Some(c.clone()),
@@ -294,9 +337,10 @@ impl AcmeShared {
     ) -> HashMap<String, HostStatus> {
         let view = self.view.load();
         hosts
-            .hosts()
-            .map(|h| {
-                let status = host_status(view.certs.get(h).map(|c| &**c), view.records.get(h), now);
+            .iter()
+            .map(|(h, owner)| {
+                let cert = view.cert(h, Some(owner)).map(|c| &**c);
+                let status = host_status(cert, view.records.get(h), now);
                 (h.to_string(), status)
             })
             .collect()
@@ -404,8 +448,8 @@ impl Acme {
         Acme::with_store(config, store).await
     }
 
-    /// Any store (kube mode: Secrets and a Lease); `config.state_dir` is
-    /// not used.
+    /// Any store (kube mode: [`kube_store::KubeStore`]);
+    /// `config.state_dir` is not used.
     pub async fn with_store(
         config: AcmeConfig,
         store: Arc<dyn AcmeStore>,
@@ -440,6 +484,9 @@ impl Acme {
             let shared = shared.clone();
             let shutdown = shutdown.clone();
             async move {
+                if let Some(changes) = shared.store.changes() {
+                    return reload_on_changes(shared, changes, shutdown).await;
+                }
                 let Some(dir) = shared.store.watch_path() else {
                     return;
                 };
@@ -467,6 +514,28 @@ impl Acme {
         );
         let issuer = self.issuer.run(snapshots, metrics, shutdown);
         tokio::join!(watcher, status, issuer);
+    }
+}
+
+/// Reloads the view whenever the store says it changed (kube mode: a
+/// watch event), a burst of changes coalesced into one reload.
+async fn reload_on_changes(
+    shared: Arc<AcmeShared>,
+    mut changes: watch::Receiver<u64>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = issuer::stopped(&mut shutdown) => return,
+            more = crate::kube_source::coalesced(&mut changes, crate::kube_source::DEBOUNCE) => {
+                if !more {
+                    return;
+                }
+            }
+        }
+        if let Err(e) = shared.refresh().await {
+            tracing::warn!(error = %e, "cannot reload ACME state");
+        }
     }
 }
 
@@ -575,8 +644,14 @@ mod tests {
             .self_signed(&key)
             .unwrap();
         let pem = format!("{}{}", key.serialize_pem(), cert.pem());
-        store.put_certificate("a.example", &pem).await.unwrap();
-        store.put_certificate("b.example", &pem).await.unwrap();
+        store
+            .put_certificate("a.example", &Default::default(), &pem)
+            .await
+            .unwrap();
+        store
+            .put_certificate("b.example", &Default::default(), &pem)
+            .await
+            .unwrap();
         let shared = AcmeShared::new(store, false);
         shared.refresh().await.unwrap();
         let mut hosts = AcmeHosts::default();

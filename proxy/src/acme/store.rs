@@ -1,6 +1,7 @@
 //! Where ACME state lives, behind [`AcmeStore`] so that manifests mode (a
-//! state directory, [`DirStore`]) and kube mode (Secrets and a Lease, not
-//! built yet) share the issuer, the challenge responder and the SNI table.
+//! state directory, [`DirStore`]) and kube mode (Secrets and a Lease,
+//! [`super::kube_store::KubeStore`]) share the issuer, the challenge
+//! responder and the SNI table.
 //!
 //! What a store must give every replica: the account, the challenge tokens
 //! of orders in flight, and per host the certificate (key + chain) and a
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::AcmeError;
+use super::{AcmeError, AcmeHost};
 
 /// The outcome of the last attempt for one host, shared by the fleet.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +37,9 @@ pub struct StoredHost {
     pub host: String,
     pub pem: Option<String>,
     pub record: Option<HostRecord>,
+    /// The namespace the certificate is kept in (kube mode): it serves only
+    /// while the host's Ingress is in that namespace.
+    pub namespace: Option<String>,
 }
 
 /// Held while this process is the fleet's issuer; dropping it gives the
@@ -61,13 +65,32 @@ pub trait AcmeStore: Send + Sync + fmt::Debug + 'static {
     /// The key authorization for `token`, read fresh: a replica must answer
     /// for a token another replica's issuer wrote a moment ago.
     async fn challenge(&self, token: &str) -> Result<Option<String>, AcmeError>;
-    async fn put_certificate(&self, host: &str, pem: &str) -> Result<(), AcmeError>;
-    async fn put_record(&self, host: &str, record: &HostRecord) -> Result<(), AcmeError>;
+    /// Stores `host`'s key and chain; `owner` is the Ingress that asked
+    /// (kube mode keeps the certificate in its namespace).
+    async fn put_certificate(
+        &self,
+        host: &str,
+        owner: &AcmeHost,
+        pem: &str,
+    ) -> Result<(), AcmeError>;
+    async fn put_record(
+        &self,
+        host: &str,
+        owner: &AcmeHost,
+        record: &HostRecord,
+    ) -> Result<(), AcmeError>;
     /// Forgets a host's certificate and record.
     async fn remove_host(&self, host: &str) -> Result<(), AcmeError>;
     async fn load_hosts(&self) -> Result<Vec<StoredHost>, AcmeError>;
-    /// A directory whose changes mean "reload" (inotify); `None`: poll.
-    fn watch_path(&self) -> Option<PathBuf>;
+    /// A directory whose changes mean "reload" (inotify).
+    fn watch_path(&self) -> Option<PathBuf> {
+        None
+    }
+    /// A counter that moves when the store changed (kube mode's watch), in
+    /// place of [`AcmeStore::watch_path`].
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// HTTP-01 tokens are base64url (RFC 8555 §8.3); anything else is not ours
@@ -280,12 +303,22 @@ impl AcmeStore for DirStore {
         }
     }
 
-    async fn put_certificate(&self, host: &str, pem: &str) -> Result<(), AcmeError> {
+    async fn put_certificate(
+        &self,
+        host: &str,
+        _owner: &AcmeHost,
+        pem: &str,
+    ) -> Result<(), AcmeError> {
         let path = self.host_file(host, "pem")?;
         self.write_atomic(path, pem.as_bytes().to_vec()).await
     }
 
-    async fn put_record(&self, host: &str, record: &HostRecord) -> Result<(), AcmeError> {
+    async fn put_record(
+        &self,
+        host: &str,
+        _owner: &AcmeHost,
+        record: &HostRecord,
+    ) -> Result<(), AcmeError> {
         let path = self.host_file(host, "json")?;
         let data = serde_json::to_vec_pretty(record)
             .map_err(|e| AcmeError::Store(format!("encoding the record of {host}: {e}")))?;
@@ -384,12 +417,16 @@ mod tests {
         a.clear_challenges().await.unwrap();
         assert_eq!(b.challenge("tok").await.unwrap(), None);
 
-        a.put_certificate("a.example", "PEM").await.unwrap();
+        a.put_certificate("a.example", &AcmeHost::default(), "PEM")
+            .await
+            .unwrap();
         let record = HostRecord {
             failures: 2,
             ..HostRecord::default()
         };
-        a.put_record("a.example", &record).await.unwrap();
+        a.put_record("a.example", &AcmeHost::default(), &record)
+            .await
+            .unwrap();
         let hosts = b.load_hosts().await.unwrap();
         assert_eq!(hosts.len(), 1);
         assert_eq!(hosts[0].pem.as_deref(), Some("PEM"));
