@@ -165,6 +165,79 @@ impl SyncMetrics {
     }
 }
 
+/// Tells any number of waiting tasks when watcher streams have listed
+/// everything once.
+///
+/// Why not `Store::wait_until_ready`: in kube-runtime 5 it polls one
+/// shared oneshot receiver, which keeps only the last waker it was polled
+/// with. Of several reconciles waiting for a store at once (every Service
+/// at start-up, when the EndpointSlices list slower than the Services),
+/// only the last one polled was ever woken; the others waited forever, and
+/// every later event for their Services queued behind them, so those
+/// Services were never mirrored. A `tokio::sync::watch` wakes every waiter.
+///
+/// It also counts later listings (after a 410 or a lost connection): their
+/// objects reach the store only when the listing completes, after the
+/// events that triggered reconciles, and objects deleted meanwhile trigger
+/// nothing, so [`Listed::relists`] asks for a reconcile of everything.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    streams: Vec<tokio::sync::watch::Receiver<bool>>,
+    relists: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for Listed {
+    fn default() -> Listed {
+        Listed {
+            streams: Vec::new(),
+            relists: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+}
+
+impl Listed {
+    /// Passes `stream` through, noting its completed listings (`InitDone`;
+    /// a reflector upstream has filled its store by then).
+    pub fn track<K, S>(&mut self, stream: S) -> impl Stream<Item = S::Item> + Send + 'static
+    where
+        K: Send + 'static,
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        self.streams.push(rx);
+        let relists = self.relists.clone();
+        stream.inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) && tx.send_replace(true) {
+                relists.send_modify(|n| *n += 1);
+            }
+        })
+    }
+
+    /// One item per listing after the first of any tracked stream.
+    pub fn relists(&self) -> impl Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.relists.subscribe(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+    }
+
+    /// Whether every tracked stream has listed.
+    pub fn is_done(&self) -> bool {
+        self.streams.iter().all(|rx| *rx.borrow())
+    }
+
+    /// Resolves once every tracked stream has listed; `false` when one of
+    /// them ended first (shutdown).
+    pub async fn wait(&self) -> bool {
+        for rx in &self.streams {
+            if rx.clone().wait_for(|listed| *listed).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// What one LB slice was last written as, and when.
 #[derive(Debug)]
 struct Written {
@@ -179,6 +252,8 @@ pub struct Context {
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
     lb_services: Store<Service>,
+    /// The three stores above have listed.
+    listed: Listed,
     written: Mutex<HashMap<String, Written>>,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -349,12 +424,8 @@ pub fn desired_slice(
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     // A store that has not listed yet would yield an empty slice and take a
     // served route down after a restart.
-    for ready in [
-        ctx.nodes.wait_until_ready().await,
-        ctx.slices.wait_until_ready().await,
-        ctx.lb_services.wait_until_ready().await,
-    ] {
-        ready.map_err(|_| Error::StoreGone)?;
+    if !ctx.listed.wait().await {
+        return Err(Error::StoreGone);
     }
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
@@ -479,30 +550,34 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let tenant = config.tenant.clone();
+    let mut listed = Listed::default();
     let (nodes, node_writer) = reflector::store();
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(tenant.clone()), watcher::Config::default()),
-    )
-    .touched_objects();
+    let node_stream = listed
+        .track(reflector::reflector(
+            node_writer,
+            watcher(Api::<Node>::all(tenant.clone()), watcher::Config::default()),
+        ))
+        .touched_objects();
     let (slices, slice_writer) = reflector::store();
-    let slice_stream = reflector::reflector(
-        slice_writer,
-        watcher(
-            Api::<EndpointSlice>::all(tenant.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .touched_objects();
+    let slice_stream = listed
+        .track(reflector::reflector(
+            slice_writer,
+            watcher(
+                Api::<EndpointSlice>::all(tenant.clone()),
+                watcher::Config::default(),
+            ),
+        ))
+        .touched_objects();
     let (lb_services, lb_writer) = reflector::store();
-    let lb_stream = reflector::reflector(
-        lb_writer,
-        watcher(
-            Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
-            watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
-        ),
-    )
-    .touched_objects();
+    let lb_stream = listed
+        .track(reflector::reflector(
+            lb_writer,
+            watcher(
+                Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
+                watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
+            ),
+        ))
+        .touched_objects();
     let resync = config.resync;
     let ctx = Arc::new(Context {
         config,
@@ -510,6 +585,7 @@ pub async fn run(
         nodes: nodes.clone(),
         slices,
         lb_services,
+        listed,
         written: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
     });
@@ -521,7 +597,11 @@ pub async fn run(
     .map(move |()| {
         lock(&forget.written).clear();
     });
-    let all = futures::stream::select(node_changes(node_stream, nodes), ticks);
+    let relists = ctx.listed.relists();
+    let all = futures::stream::select(
+        futures::stream::select(node_changes(node_stream, nodes), ticks),
+        relists,
+    );
     Controller::new(Api::<Service>::all(tenant), watcher::Config::default())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)))
         .watches_stream(slice_stream, |slice: EndpointSlice| {
