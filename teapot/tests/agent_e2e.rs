@@ -17,7 +17,6 @@ mod common;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::*;
@@ -208,7 +207,7 @@ async fn tenant_ingress_to_live_route_and_back() {
     let agent = tokio::spawn(teapot_controller::run(
         config,
         Metrics::new().unwrap(),
-        Arc::new(AtomicBool::new(false)),
+        Arc::new(teapot_controller::Health::default()),
         agent_stopped,
     ));
 
@@ -370,7 +369,7 @@ async fn real_clusters_mirror_and_copy_status_back() {
     let agent = tokio::spawn(teapot_controller::run(
         AgentConfig::new(tenant.clone(), lb.clone(), LB_NS),
         Metrics::new().unwrap(),
-        Arc::new(AtomicBool::new(false)),
+        Arc::new(teapot_controller::Health::default()),
         stopped,
     ));
     let pp = PatchParams::apply("teapot-e2e").force();
