@@ -11,8 +11,9 @@
 //!   whose pod network the LB cluster can reach.
 //!
 //! The mode is chosen per agent and overridden per Service with the
-//! annotation [`MODE_ANNOTATION`] on the tenant Service (read by the agent
-//! only; it is never copied to the LB cluster).
+//! annotation [`MODE_ANNOTATION`] on the tenant Service (in the api
+//! crate's allowlist; read by the agent only, never copied to the LB
+//! cluster).
 //!
 //! Why writes stay few: the reconciler reads reflector stores (tenant
 //! EndpointSlices, Nodes, LB Services) that also trigger it, so a burst of
@@ -60,7 +61,9 @@ pub const AGENT: &str = "teapot-agent";
 /// Field manager of every server-side apply the agent makes.
 pub const FIELD_MANAGER: &str = "teapot-agent";
 /// Per-Service override of the agent's mode, on the tenant Service:
-/// `nodeport` or `pod`.
+/// `nodeport` or `pod`. Tenant-facing, so it is in the api crate's
+/// allowlist like every `teapot.dev/` key; the agent reads it and never
+/// copies it (it means nothing on the LB cluster).
 pub const MODE_ANNOTATION: &str = "teapot.dev/endpoints";
 
 /// One error type for the sync half.

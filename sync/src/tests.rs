@@ -131,3 +131,18 @@ fn backoff_grows_and_caps() {
     assert_eq!(backoff(3), Duration::from_secs(4));
     assert_eq!(backoff(40), Duration::from_secs(300));
 }
+
+/// The override is a tenant-facing annotation, so it is in the api crate's
+/// allowlist (documented with the others); the words must agree.
+#[test]
+fn the_mode_annotation_is_allowlisted_with_the_same_words() {
+    let spec = teapot_api::annotations::spec(MODE_ANNOTATION).expect("in the allowlist");
+    let teapot_api::annotations::ValueType::OneOf(words) = spec.value else {
+        panic!("{MODE_ANNOTATION} is not a word list");
+    };
+    let modes: Vec<Mode> = words.iter().map(|w| w.parse().unwrap()).collect();
+    assert_eq!(modes, [Mode::NodePort, Mode::Pod]);
+    for (word, mode) in words.iter().zip(&modes) {
+        assert_eq!(mode.to_string(), *word);
+    }
+}
