@@ -20,8 +20,11 @@
 //! events becomes one pending reconcile per Service (the runtime
 //! deduplicates); a write happens only when the computed slice differs from
 //! the last one written; and writes of one slice are spaced by at least
-//! [`SyncConfig::min_write_interval`], so a 500-pod rollout in `pod` mode is
-//! a handful of writes rather than 500. Node changes matter only when a
+//! [`SyncConfig::min_write_interval`], a spacing that doubles while changes
+//! keep arriving within it (up to [`MAX_INTERVAL_FACTOR`] times) and falls
+//! back after a quiet spell, so a 500-pod rollout in `pod` mode is a
+//! handful of writes rather than 500 while an isolated change still goes
+//! out at once. Node changes matter only when a
 //! node's InternalIP changes or a node goes away. A periodic full resync
 //! forgets what was written and recomputes everything, which repairs the LB
 //! side after restarts, missed events or foreign edits.
@@ -246,6 +249,32 @@ impl Listed {
 struct Written {
     slice: serde_json::Value,
     at: Instant,
+    /// The spacing this slice's next write keeps after `at`.
+    interval: Duration,
+    /// A change came within `interval` and waits for it: the Service is
+    /// in a rollout.
+    deferred: bool,
+}
+
+/// Longest spacing of one slice's writes, in multiples of the minimum.
+pub const MAX_INTERVAL_FACTOR: u32 = 8;
+
+impl Written {
+    /// How long a change computed now waits, and the spacing after the
+    /// write it leads to. A change after a quiet spell is written at once
+    /// and the spacing goes back to `min`; a change that had to wait
+    /// doubles the spacing (up to `min` x [`MAX_INTERVAL_FACTOR`]), so a
+    /// long rollout costs a handful of writes (the interval grows 0.5, 1,
+    /// 2, 4 s) while isolated changes keep the minimum delay.
+    fn spacing(&self, min: Duration) -> (Duration, Duration) {
+        let wait = self.interval.saturating_sub(self.at.elapsed());
+        let next = if self.deferred || !wait.is_zero() {
+            (self.interval * 2).min(min * MAX_INTERVAL_FACTOR).max(min)
+        } else {
+            min
+        };
+        (wait, next)
+    }
 }
 
 /// Shared by every reconcile.
@@ -459,12 +488,17 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let desired = desired_slice(&service, &slices, &node_ip, mode, &ctx.config.lb_namespace)?;
     tracing::debug!(service = %format!("{namespace}/{name}"), slices = slices.len(), endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "computed");
     let value = serde_json::to_value(&desired)?;
-    let wait = {
-        let written = lock(&ctx.written);
-        match written.get(&mirrored) {
+    let min = ctx.config.min_write_interval;
+    let (wait, interval) = {
+        let mut written = lock(&ctx.written);
+        match written.get_mut(&mirrored) {
             Some(w) if w.slice == value => return Ok(Action::await_change()),
-            Some(w) => ctx.config.min_write_interval.saturating_sub(w.at.elapsed()),
-            None => Duration::ZERO,
+            Some(w) => {
+                let (wait, next) = w.spacing(min);
+                w.deferred |= !wait.is_zero();
+                (wait, next)
+            }
+            None => (Duration::ZERO, min),
         }
     };
     if !wait.is_zero() {
@@ -486,6 +520,8 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
         Written {
             slice: value,
             at: Instant::now(),
+            interval,
+            deferred: false,
         },
     );
     lock(&ctx.failures).remove(&format!("{namespace}/{name}"));

@@ -146,3 +146,30 @@ fn the_mode_annotation_is_allowlisted_with_the_same_words() {
         assert_eq!(mode.to_string(), *word);
     }
 }
+
+fn written(ago_ms: u64, interval_ms: u64, deferred: bool) -> Written {
+    Written {
+        slice: serde_json::Value::Null,
+        at: std::time::Instant::now() - Duration::from_millis(ago_ms),
+        interval: Duration::from_millis(interval_ms),
+        deferred,
+    }
+}
+
+#[test]
+fn writes_space_out_during_a_rollout_and_not_otherwise() {
+    let min = Duration::from_millis(500);
+    // An isolated change after a quiet spell: at once, minimum spacing.
+    let (wait, next) = written(10_000, 2000, false).spacing(min);
+    assert_eq!((wait, next), (Duration::ZERO, min));
+    // A change within the spacing waits, and its write doubles it.
+    let (wait, next) = written(100, 500, false).spacing(min);
+    assert!(wait > Duration::ZERO && wait <= min, "{wait:?}");
+    assert_eq!(next, Duration::from_millis(1000));
+    // The deferred write itself (the wait is over) keeps doubling...
+    let (wait, next) = written(1000, 1000, true).spacing(min);
+    assert_eq!((wait, next), (Duration::ZERO, Duration::from_millis(2000)));
+    // ...up to the cap.
+    let (_, next) = written(4000, 4000, true).spacing(min);
+    assert_eq!(next, min * MAX_INTERVAL_FACTOR);
+}
