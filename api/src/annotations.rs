@@ -175,6 +175,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "How long an L4 TCP connection may pass no byte in either direction before teapot closes it.",
     },
     AnnotationSpec {
+        key: "teapot.dev/endpoints",
+        applies_to: &[ObjectKind::Service],
+        value: ValueType::OneOf(&["nodeport", "pod"]),
+        doc: "Set on a Service in your own cluster: where the teapot agent takes its endpoints from, node InternalIPs and NodePorts (nodeport) or pod IPs (pod); overrides the agent's --mode. The agent reads it and does not copy it.",
+    },
+    AnnotationSpec {
         key: "teapot.dev/source-uid",
         applies_to: &[
             ObjectKind::Ingress,

@@ -1,10 +1,10 @@
 //! The agent's admin listener: `/healthz` (the process runs), `/readyz`
-//! (the tenant Ingresses are listed), `/metrics` (Prometheus text). Keep it
-//! off public interfaces.
+//! (200 `standby`, or `leader` once the tenant Ingresses and Services are
+//! listed; 503 `leader, listing` before), `/metrics` (Prometheus text). Keep
+//! it off public interfaces.
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -16,13 +16,13 @@ use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::Metrics;
+use crate::{Health, Metrics};
 
 /// Serves until `shutdown` turns true.
 pub async fn run(
     listener: TcpListener,
     metrics: Metrics,
-    ready: Arc<AtomicBool>,
+    health: Arc<Health>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -37,10 +37,10 @@ pub async fn run(
             },
             _ = stopped(&mut shutdown) => return,
         };
-        let (metrics, ready) = (metrics.clone(), ready.clone());
+        let (metrics, health) = (metrics.clone(), health.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let response = handle(&metrics, &ready, &req);
+                let response = handle(&metrics, &health, &req);
                 async move { Ok::<_, Infallible>(response) }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -50,14 +50,17 @@ pub async fn run(
     }
 }
 
-fn handle(metrics: &Metrics, ready: &AtomicBool, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn handle(metrics: &Metrics, health: &Health, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
     }
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
-        "/readyz" if ready.load(Ordering::Acquire) => text(StatusCode::OK, "ready\n".into()),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
+        "/readyz" if health.ready() => text(StatusCode::OK, format!("{}\n", health.role())),
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", health.role()),
+        ),
         "/metrics" => {
             let mut out = Vec::new();
             if TextEncoder::new()

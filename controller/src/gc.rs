@@ -17,7 +17,7 @@ use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL};
 use crate::mirror::{self, is_ours};
 use crate::{Context, Error, lock};
 
-/// What the live tenant Ingresses need on the LB side.
+/// What the live tenant Ingresses and L4 Services need on the LB side.
 #[derive(Debug, Default)]
 pub struct Live {
     pub ingresses: BTreeSet<String>,
@@ -26,8 +26,18 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn of<'a>(ingresses: impl IntoIterator<Item = &'a Ingress>) -> Live {
+    pub fn of<'a>(
+        ingresses: impl IntoIterator<Item = &'a Ingress>,
+        services: impl IntoIterator<Item = &'a Service>,
+    ) -> Live {
         let mut live = Live::default();
+        for svc in services {
+            if mirror::is_l4(svc) && svc.metadata.deletion_timestamp.is_none() {
+                let ns = svc.namespace().unwrap_or_default();
+                live.services
+                    .insert(mirrored_service_name(&ns, &svc.name_any()));
+            }
+        }
         for ing in ingresses {
             if !is_ours(ing) || ing.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -46,8 +56,8 @@ impl Live {
     }
 }
 
-/// Deletes every LB object the agent wrote that no live tenant Ingress
-/// needs. Returns how many were deleted.
+/// Deletes every LB object the agent wrote that no live tenant Ingress or
+/// L4 Service needs. Returns how many were deleted.
 pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     let ns = &ctx.config.lb_namespace;
     let ours = ListParams::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}"));
@@ -71,7 +81,10 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     let tenant = Api::<Ingress>::all(ctx.tenant.clone())
         .list(&ListParams::default())
         .await?;
-    let live = Live::of(tenant.items.iter());
+    let tenant_services = Api::<Service>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await?;
+    let live = Live::of(tenant.items.iter(), tenant_services.items.iter());
     let mut deleted = 0;
     for o in lb_ingresses.items {
         if !live.ingresses.contains(&o.name_any()) {

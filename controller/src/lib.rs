@@ -7,10 +7,18 @@
 //!   manager `teapot-agent`, a finalizer that removes the copies, the LB
 //!   status copied back, webhook refusals turned into an Event and a
 //!   condition.
+//! - [`service`]: reconciles Services of `type: LoadBalancer` and class
+//!   `teapot.dev/lb` (L4) into the LB cluster the same way, and copies the
+//!   address the fleet allocated back.
+//! - [`report`]: what both write back (status, conditions, Events) and
+//!   their shared writes (finalizer, server-side apply).
 //! - [`gc`]: deletes LB copies without a live source, at start, after each
 //!   deletion and on every resync.
 //! - the EndpointSlice mirror is the sync crate ([`teapot_sync`]).
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`.
+//! - leader election: with [`AgentConfig::lease`], only the holder of a
+//!   Lease in the tenant cluster runs all of the above; the other replicas
+//!   stand by.
 //!
 //! Errors follow the controller-rs pattern: one [`Error`], `error_policy`
 //! logs, counts and requeues with exponential backoff.
@@ -20,24 +28,27 @@ pub mod class;
 pub mod gc;
 pub mod ingress;
 pub mod mirror;
+pub mod report;
+pub mod service;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde_json::Value;
-use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Mode, SyncConfig, SyncMetrics};
+use teapot_api::lease::{LeaderLease, LeaseOptions};
+use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Listed, Mode, SyncConfig, SyncMetrics};
 use tokio::sync::watch;
 
 /// One error type for the agent.
@@ -84,6 +95,9 @@ pub struct AgentConfig {
     pub min_write_interval: Duration,
     /// This replica's name in Events.
     pub instance: Option<String>,
+    /// Leader election among replicas: a Lease in the tenant cluster.
+    /// `None`: this process is the only one and always leads.
+    pub lease: Option<LeaseOptions>,
 }
 
 impl AgentConfig {
@@ -97,6 +111,7 @@ impl AgentConfig {
             install_class: true,
             min_write_interval: Duration::from_millis(500),
             instance: None,
+            lease: None,
         }
     }
 }
@@ -114,6 +129,8 @@ pub struct Metrics {
     /// Writes the LB cluster refused (webhook or validation).
     pub refusals: IntCounter,
     pub gc_deletions: IntCounter,
+    /// 1 while this replica holds the lease (or runs without one).
+    pub leader: IntGauge,
     pub sync: SyncMetrics,
 }
 
@@ -140,6 +157,11 @@ impl Metrics {
         for c in [&tenant_writes, &refusals, &gc_deletions] {
             registry.register(Box::new(c.clone()))?;
         }
+        let leader = IntGauge::new(
+            "leader",
+            "1 while this replica holds the agent's lease and reconciles",
+        )?;
+        registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(lb_writes.clone()))?;
         let sync = SyncMetrics::new(&registry)?;
@@ -150,6 +172,7 @@ impl Metrics {
             tenant_writes,
             refusals,
             gc_deletions,
+            leader,
             sync,
         })
     }
@@ -214,18 +237,142 @@ fn referencing(
         .collect()
 }
 
-/// Runs the agent until `shutdown` turns true: IngressClass, Ingress
-/// controller, EndpointSlice sync, periodic GC. `ready` turns true once
-/// the tenant Ingresses are listed.
+/// What the admin listener reports.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// This replica holds the lease (or runs without one) and reconciles.
+    pub leading: AtomicBool,
+    /// As the leader: the tenant Ingresses and Services are listed.
+    pub listed: AtomicBool,
+}
+
+impl Health {
+    /// `/readyz`: a standby is ready (to take over; a rollout must not wait
+    /// for it to lead), a leader once its listings are complete.
+    pub fn ready(&self) -> bool {
+        !self.leading.load(Ordering::Acquire) || self.listed.load(Ordering::Acquire)
+    }
+
+    /// The role for `/readyz` and logs.
+    pub fn role(&self) -> &'static str {
+        match (
+            self.leading.load(Ordering::Acquire),
+            self.listed.load(Ordering::Acquire),
+        ) {
+            (false, _) => "standby",
+            (true, false) => "leader, listing",
+            (true, true) => "leader",
+        }
+    }
+
+    fn set_leading(&self, metrics: &Metrics, leading: bool) {
+        self.listed.store(false, Ordering::Release);
+        self.leading.store(leading, Ordering::Release);
+        metrics.leader.set(i64::from(leading));
+    }
+}
+
+/// Runs the agent until `shutdown` turns true. Without a lease it leads at
+/// once; with one it stands by until it holds the lease, reconciles while
+/// it renews it, and goes back to standing by (controllers stopped, caches
+/// dropped) when a renewal fails, so two replicas never write at once
+/// (the other can take the lease only after it expired).
 pub async fn run(
     config: AgentConfig,
     metrics: Metrics,
-    ready: Arc<AtomicBool>,
-    shutdown: watch::Receiver<bool>,
+    health: Arc<Health>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     if config.install_class {
+        // Every replica checks: a class owned by another controller is
+        // fatal wherever it is seen. Creating it twice is a harmless 409.
         class::ensure(&config.tenant).await?;
     }
+    let Some(options) = config.lease.clone() else {
+        health.set_leading(&metrics, true);
+        return lead(config, metrics, health, shutdown).await;
+    };
+    let mut lease = LeaderLease::new(config.tenant.clone(), options.clone());
+    let mut tick = tokio::time::interval(options.renew_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        loop {
+            tokio::select! {
+                _ = tick.tick() => if lease.try_lead().await { break },
+                _ = admin::stopped(&mut shutdown) => return Ok(()),
+            }
+        }
+        tracing::info!(identity = %options.identity, lease = %options.name, "holding the agent lease: reconciling");
+        health.set_leading(&metrics, true);
+        let (lost, lost_rx) = watch::channel(false);
+        let mut work = tokio::spawn(lead(
+            config.clone(),
+            metrics.clone(),
+            health.clone(),
+            lost_rx,
+        ));
+        let ended = loop {
+            tokio::select! {
+                result = &mut work => break Some(result),
+                _ = tick.tick() => if !lease.try_lead().await {
+                    tracing::warn!(identity = %options.identity, "lost the agent lease: standing by");
+                    break None;
+                },
+                _ = admin::stopped(&mut shutdown) => {
+                    let _ = lost.send(true);
+                    break Some((&mut work).await);
+                }
+            }
+        };
+        if let Some(result) = ended {
+            health.set_leading(&metrics, false);
+            return result.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "the agent's controllers panicked");
+                Ok(())
+            });
+        }
+        let _ = lost.send(true);
+        let _ = work.await;
+        health.set_leading(&metrics, false);
+    }
+}
+
+/// A primary watch for a controller whose listing `listed` tracks (instead
+/// of the store's `wait_until_ready`; see [`Listed`]).
+fn primary<K>(
+    api: Api<K>,
+    listed: &mut Listed,
+) -> (
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    Store<K>,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = listed
+        .track(reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()),
+        ))
+        .applied_objects();
+    (stream, store)
+}
+
+/// The leader's work until `shutdown` turns true: Ingress and L4 Service
+/// controllers, EndpointSlice sync, periodic GC.
+async fn lead(
+    config: AgentConfig,
+    metrics: Metrics,
+    health: Arc<Health>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
     let ctx = Arc::new(Context::new(config.clone(), metrics.clone()));
     let stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -261,32 +408,38 @@ pub async fn run(
         }
     });
 
+    let mut listed = Listed::default();
+    let (ingresses, store) = primary(Api::<Ingress>::all(config.tenant.clone()), &mut listed);
+    let (services, service_store) =
+        primary(Api::<Service>::all(config.tenant.clone()), &mut listed);
+    let ready_health = health.clone();
+    tokio::spawn(async move {
+        if listed.wait().await {
+            ready_health.listed.store(true, Ordering::Release);
+        }
+    });
     let lb_ingresses = watcher(
         Api::<Ingress>::namespaced(config.lb.clone(), &config.lb_namespace),
         watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
     )
     .touched_objects();
-    let controller = Controller::new(
-        Api::<Ingress>::all(config.tenant.clone()),
-        watcher::Config::default(),
+    let lb_services = watcher(
+        Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
+        watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
     )
-    .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)));
-    let store = controller.store();
-    let ready_store = store.clone();
-    tokio::spawn(async move {
-        if ready_store.wait_until_ready().await.is_ok() {
-            ready.store(true, Ordering::Release);
-        }
-    });
+    .touched_objects();
     let (services_store, secrets_store) = (store.clone(), store.clone());
-    let forget = ctx.clone();
     let resync = config.resync;
-    let ticks = futures::stream::unfold((), move |()| async move {
-        tokio::time::sleep(resync).await;
-        Some(((), ()))
-    })
-    .map(move |()| forget.forget_applied());
-    controller
+    let ticks = |ctx: Arc<Context>| {
+        futures::stream::unfold((), move |()| async move {
+            tokio::time::sleep(resync).await;
+            Some(((), ()))
+        })
+        .map(move |()| ctx.forget_applied())
+    };
+    let debounce = ControllerConfig::default().debounce(Duration::from_millis(20));
+    let ingress_controller = Controller::for_stream(ingresses, store)
+        .with_config(debounce.clone())
         .watches_stream(lb_ingresses, |lb: Ingress| ingress::lb_ingress_source(&lb))
         .watches(
             Api::<Service>::all(config.tenant.clone()),
@@ -312,15 +465,26 @@ pub async fn run(
                 )
             },
         )
-        .reconcile_all_on(ticks)
-        .graceful_shutdown_on(stop(shutdown))
-        .run(ingress::reconcile, ingress::error_policy, ctx)
+        .reconcile_all_on(ticks(ctx.clone()))
+        .graceful_shutdown_on(stop(shutdown.clone()))
+        .run(ingress::reconcile, ingress::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
-                tracing::debug!(error = %e, "controller event");
+                tracing::debug!(error = %e, "Ingress controller event");
             }
-        })
-        .await;
+        });
+    let service_controller = Controller::for_stream(services, service_store)
+        .with_config(debounce)
+        .watches_stream(lb_services, |lb: Service| service::lb_service_source(&lb))
+        .reconcile_all_on(ticks(ctx.clone()))
+        .graceful_shutdown_on(stop(shutdown))
+        .run(service::reconcile, service::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "Service controller event");
+            }
+        });
+    futures::future::join(ingress_controller, service_controller).await;
     gc_task.abort();
     let _ = sync.await;
     Ok(())

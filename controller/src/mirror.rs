@@ -10,10 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use teapot_api::annotations::PREFIX;
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
-use teapot_api::names::{INGRESS_CLASS, TLS_SECRET_TYPE};
+use teapot_api::names::{INGRESS_CLASS, LOAD_BALANCER_CLASS, TLS_SECRET_TYPE};
 use teapot_sync::{
-    AGENT, APP_MANAGED_BY_LABEL, SOURCE_NAME_LABEL, SOURCE_NAMESPACE_LABEL, SOURCE_UID_ANNOTATION,
-    label_value,
+    AGENT, APP_MANAGED_BY_LABEL, MODE_ANNOTATION, SOURCE_NAME_LABEL, SOURCE_NAMESPACE_LABEL,
+    SOURCE_UID_ANNOTATION, label_value,
 };
 
 use crate::Error;
@@ -27,6 +27,32 @@ pub fn is_ours(ingress: &Ingress) -> bool {
         .as_ref()
         .and_then(|s| s.ingress_class_name.as_deref())
         == Some(INGRESS_CLASS)
+}
+
+/// Whether teapot serves this Service at L4: `type: LoadBalancer` with
+/// `spec.loadBalancerClass: teapot.dev/lb` (a class-less LoadBalancer
+/// Service belongs to the cluster's own load-balancer controller).
+pub fn is_l4(service: &Service) -> bool {
+    service.spec.as_ref().is_some_and(|s| {
+        s.type_.as_deref() == Some("LoadBalancer")
+            && s.load_balancer_class.as_deref() == Some(LOAD_BALANCER_CLASS)
+    })
+}
+
+/// The `teapot.dev/` annotations that travel to the LB copy: all of them
+/// (unknown ones too, so the webhook refuses them with its message rather
+/// than the agent dropping them silently) except the ones the agent itself
+/// reads or writes.
+fn travelling_annotations(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    annotations
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with(PREFIX)
+                && k.as_str() != SOURCE_UID_ANNOTATION
+                && k.as_str() != MODE_ANNOTATION
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Name of the LB Secret copied from a tenant Secret: the same scheme as
@@ -123,12 +149,7 @@ pub fn lb_ingress(ingress: &Ingress, lb_namespace: &str) -> Result<Ingress, Erro
             *secret = mirrored_secret_name(&namespace, secret);
         }
     }
-    let annotations = ingress
-        .annotations()
-        .iter()
-        .filter(|(k, _)| k.starts_with(PREFIX) && k.as_str() != SOURCE_UID_ANNOTATION)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let annotations = travelling_annotations(ingress.annotations());
     Ok(Ingress {
         metadata: lb_meta(
             mirrored_ingress_name(&namespace, &name),
@@ -145,7 +166,12 @@ pub fn lb_ingress(ingress: &Ingress, lb_namespace: &str) -> Result<Ingress, Erro
 
 /// The selector-less LB Service for a tenant Service: the ports by name,
 /// number and protocol (the EndpointSlice the sync half writes says where
-/// they go).
+/// they go), its `teapot.dev/` annotations. An L4 Service ([`is_l4`]) stays
+/// `LoadBalancer` of class `teapot.dev/lb` without node ports (what the
+/// webhook requires; the fleet allocates its address); any other is
+/// `ClusterIP`. The same function serves the Ingress and the Service
+/// reconcilers, so a Service that is both an Ingress backend and L4 gets one
+/// copy that neither rewrites.
 pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
@@ -170,12 +196,22 @@ pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
             &namespace,
             &name,
             service.metadata.uid.as_ref(),
-            BTreeMap::new(),
+            travelling_annotations(service.annotations()),
         ),
-        spec: Some(ServiceSpec {
-            type_: Some("ClusterIP".into()),
-            ports: Some(ports),
-            ..ServiceSpec::default()
+        spec: Some(if is_l4(service) {
+            ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                load_balancer_class: Some(LOAD_BALANCER_CLASS.into()),
+                allocate_load_balancer_node_ports: Some(false),
+                ports: Some(ports),
+                ..ServiceSpec::default()
+            }
+        } else {
+            ServiceSpec {
+                type_: Some("ClusterIP".into()),
+                ports: Some(ports),
+                ..ServiceSpec::default()
+            }
         }),
         status: None,
     }

@@ -8,12 +8,13 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use teapot_api::hostname::mirrored_service_name;
 use teapot_controller::ingress::{CONDITIONS_ANNOTATION, FINALIZER, reconcile};
-use teapot_controller::{AgentConfig, Context, Metrics, gc};
+use teapot_controller::{AgentConfig, Context, Metrics, gc, service};
 use teapot_testkit::apiserver::{ApiServer, Refusal};
 
 const NS: &str = "shop";
@@ -214,8 +215,13 @@ async fn status_is_copied_back_once() {
             "GET /api/v1/namespaces/shop/services/web".to_string(),
             format!("PATCH {ING}/status"),
             EVENTS.into(),
+            // Programmed=True joins the conditions (no Event: the
+            // AddressAssigned one said it).
+            format!("PATCH {ING}"),
         ]
     );
+    assert_eq!(conditions(&f)[1]["type"], "Programmed");
+    assert_eq!(conditions(&f)[1]["status"], "True");
     let status_write = f
         .tenant
         .requests()
@@ -318,6 +324,7 @@ async fn delete_removes_the_copies_then_the_finalizer() {
         tenant,
         [
             "GET /apis/networking.k8s.io/v1/ingresses".to_string(),
+            "GET /api/v1/services".to_string(),
             format!("PATCH {ING}"),
         ]
     );
@@ -396,4 +403,370 @@ async fn an_ingress_of_another_class_is_left_alone() {
     let (action, tenant, lb) = f.reconcile().await;
     assert_eq!(action, Action::await_change());
     assert!(tenant.is_empty() && lb.is_empty(), "{tenant:?} {lb:?}");
+}
+
+#[tokio::test]
+async fn a_port_error_on_the_lb_status_becomes_a_condition_and_an_event() {
+    let f = Fixture::new().await;
+    f.reconcile().await;
+    f.reconcile().await;
+    let mut copy =
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .unwrap();
+    let lb_status = json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net",
+        "ports": [{"port": 443, "protocol": "TCP", "error": "teapot.dev/CertificatePending"}]}]}});
+    copy["status"] = lb_status.clone();
+    f.lb.apply(copy);
+    let (_, tenant, _) = f.reconcile().await;
+    assert_eq!(
+        tenant,
+        [
+            "GET /api/v1/namespaces/shop/services/web".to_string(),
+            format!("PATCH {ING}/status"),
+            EVENTS.into(),
+            format!("PATCH {ING}"),
+            EVENTS.into(),
+        ]
+    );
+    // The status itself is copied as it is, the error included.
+    let t = f
+        .tenant
+        .get("networking.k8s.io/v1", "Ingress", NS, "web")
+        .unwrap();
+    assert_eq!(t["status"], lb_status);
+    let c = conditions(&f);
+    assert_eq!(c[0]["status"], "True", "the copy itself was accepted");
+    assert_eq!(
+        c[1],
+        json!({"type": "Programmed", "status": "False", "reason": "CertificatePending",
+               "message": "the LB cluster reports port 443/TCP: teapot.dev/CertificatePending"})
+    );
+    let event = last_event(&f.tenant);
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "CertificatePending");
+    // Unchanged: nothing more to say.
+    let (_, tenant, _) = f.reconcile().await;
+    assert_eq!(tenant, ["GET /api/v1/namespaces/shop/services/web"]);
+    // Cleared: a Normal Event says so.
+    let mut copy =
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .unwrap();
+    copy["status"] =
+        json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net"}]}});
+    f.lb.apply(copy);
+    f.reconcile().await;
+    assert_eq!(conditions(&f)[1]["status"], "True");
+    let event = last_event(&f.tenant);
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["reason"], "Programmed");
+}
+
+fn last_event(api: &ApiServer) -> Value {
+    api.requests()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("/events"))
+        .and_then(|r| r.body)
+        .expect("an Event")
+}
+
+// ---------------------------------------------------------------------------
+// L4 Services
+
+const SVC: &str = "/api/v1/namespaces/shop/services/dns";
+
+fn l4_path() -> String {
+    format!(
+        "/api/v1/namespaces/tenant-acme/services/{}",
+        mirrored_service_name(NS, "dns")
+    )
+}
+
+fn l4_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": NS,
+                     "annotations": {"teapot.dev/proxy-protocol": "v2",
+                                     "teapot.dev/endpoints": "pod",
+                                     "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "teapot.dev/lb",
+                 "selector": {"app": "dns"}, "externalTrafficPolicy": "Local",
+                 "ports": [{"name": "dns-udp", "port": 53, "targetPort": 5353, "nodePort": 30053, "protocol": "UDP"},
+                           {"name": "dns-tcp", "port": 53, "targetPort": 5353, "nodePort": 30054, "protocol": "TCP"}]},
+    })
+}
+
+impl Fixture {
+    fn service(&self, name: &str) -> Arc<Service> {
+        let v = self
+            .tenant
+            .get("v1", "Service", NS, name)
+            .expect("the tenant Service");
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    async fn reconcile_service(&self, name: &str) -> (Action, Vec<String>, Vec<String>) {
+        let (t0, l0) = (self.tenant.requests().len(), self.lb.requests().len());
+        let action = service::reconcile(self.service(name), self.ctx.clone())
+            .await
+            .expect("reconcile");
+        (action, requests(&self.tenant, t0), requests(&self.lb, l0))
+    }
+
+    fn set_lb_service_status(&self, status: Value) {
+        let mut copy = self
+            .lb
+            .get("v1", "Service", LB_NS, &mirrored_service_name(NS, "dns"))
+            .unwrap();
+        copy["status"] = status;
+        self.lb.apply(copy);
+    }
+}
+
+#[tokio::test]
+async fn an_l4_service_is_mirrored_as_a_selectorless_load_balancer() {
+    let f = Fixture::new().await;
+    f.tenant.apply(l4_service());
+    let (action, tenant, lb) = f.reconcile_service("dns").await;
+    assert_eq!(action, Action::await_change());
+    assert_eq!(tenant, [format!("PATCH {SVC}")]);
+    assert!(lb.is_empty(), "{lb:?}");
+    assert_eq!(
+        f.service("dns").metadata.finalizers.clone().unwrap(),
+        [FINALIZER]
+    );
+
+    let (action, tenant, lb) = f.reconcile_service("dns").await;
+    assert_eq!(action, Action::requeue(f.ctx.config.resync));
+    assert_eq!(
+        lb,
+        [format!("PATCH {}", l4_path()), format!("GET {}", l4_path())]
+    );
+    assert_eq!(tenant, [format!("PATCH {SVC}"), EVENTS.into()]);
+    let apply =
+        f.lb.requests()
+            .into_iter()
+            .find(|r| r.method == "PATCH")
+            .unwrap();
+    assert_eq!(apply.param("fieldManager").as_deref(), Some("teapot-agent"));
+    assert_eq!(apply.param("force").as_deref(), Some("true"));
+    let copy =
+        f.lb.get("v1", "Service", LB_NS, &mirrored_service_name(NS, "dns"))
+            .unwrap();
+    let uid = f.service("dns").metadata.uid.clone().unwrap();
+    // What the webhook accepts in a tenant namespace: no selector, the
+    // class, no node ports, no Local traffic policy; the agent's own
+    // annotation stays in the tenant cluster.
+    assert_eq!(
+        copy["spec"],
+        json!({"type": "LoadBalancer", "loadBalancerClass": "teapot.dev/lb",
+               "allocateLoadBalancerNodePorts": false,
+               "ports": [{"name": "dns-udp", "port": 53, "protocol": "UDP"},
+                         {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]})
+    );
+    assert_eq!(
+        copy["metadata"]["annotations"],
+        json!({"teapot.dev/proxy-protocol": "v2", "teapot.dev/source-uid": uid})
+    );
+    assert_eq!(copy["metadata"]["labels"]["teapot.dev/source-name"], "dns");
+    assert_eq!(
+        copy["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "teapot-agent"
+    );
+    assert_eq!(
+        conditions_of(&f.tenant.get("v1", "Service", NS, "dns").unwrap())[0]["reason"],
+        "Mirrored"
+    );
+
+    // Nothing changed: one read.
+    let (_, tenant, lb) = f.reconcile_service("dns").await;
+    assert!(tenant.is_empty(), "{tenant:?}");
+    assert_eq!(lb, [format!("GET {}", l4_path())]);
+}
+
+fn conditions_of(object: &Value) -> Value {
+    serde_json::from_str(
+        object["metadata"]["annotations"][CONDITIONS_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_l4_address_and_its_errors_come_back_to_the_tenant_service() {
+    let f = Fixture::new().await;
+    f.tenant.apply(l4_service());
+    f.reconcile_service("dns").await;
+    f.reconcile_service("dns").await;
+
+    // The pool is full: no address, an error on every port.
+    let exhausted = json!({"loadBalancer": {"ingress": [{"ip": "", "ports": [
+        {"port": 53, "protocol": "UDP", "error": "teapot.dev/PoolExhausted"},
+        {"port": 53, "protocol": "TCP", "error": "teapot.dev/PoolExhausted"}]}]}});
+    f.set_lb_service_status(exhausted.clone());
+    let (_, tenant, _) = f.reconcile_service("dns").await;
+    assert_eq!(
+        tenant,
+        [
+            format!("PATCH {SVC}/status"),
+            format!("PATCH {SVC}"),
+            EVENTS.into()
+        ],
+        "status, then the condition and its Warning (no AddressAssigned without an address)"
+    );
+    let t = f.tenant.get("v1", "Service", NS, "dns").unwrap();
+    assert_eq!(t["status"], exhausted);
+    assert_eq!(
+        conditions_of(&t)[1],
+        json!({"type": "Programmed", "status": "False", "reason": "PoolExhausted",
+               "message": "the LB cluster reports port 53/UDP: teapot.dev/PoolExhausted, port 53/TCP: teapot.dev/PoolExhausted"})
+    );
+    let event = last_event(&f.tenant);
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("PoolExhausted"))
+    );
+    let status_write = f
+        .tenant
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/status"))
+        .unwrap();
+    assert_eq!(
+        status_write.param("fieldManager").as_deref(),
+        Some("teapot-agent")
+    );
+
+    // An address is free again: EXTERNAL-IP shows it.
+    let allocated = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.10", "ipMode": "VIP", "ports": [
+        {"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}]}});
+    f.set_lb_service_status(allocated.clone());
+    let (_, tenant, _) = f.reconcile_service("dns").await;
+    assert_eq!(
+        tenant,
+        [
+            format!("PATCH {SVC}/status"),
+            EVENTS.into(),
+            format!("PATCH {SVC}"),
+            EVENTS.into()
+        ]
+    );
+    let t = f.tenant.get("v1", "Service", NS, "dns").unwrap();
+    assert_eq!(t["status"], allocated);
+    assert_eq!(conditions_of(&t)[1]["status"], "True");
+    let notes: Vec<String> = f
+        .tenant
+        .requests()
+        .iter()
+        .rev()
+        .take(3)
+        .filter_map(|r| r.body.as_ref()?.get("note")?.as_str().map(str::to_string))
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("203.0.113.10")),
+        "{notes:?}"
+    );
+    // Copied once.
+    let (_, tenant, _) = f.reconcile_service("dns").await;
+    assert!(tenant.is_empty(), "{tenant:?}");
+}
+
+#[tokio::test]
+async fn a_refused_l4_copy_is_reported_on_the_tenant_service() {
+    let f = Fixture::new().await;
+    f.lb.set_admission(|r| {
+        if r.resource.plural == "services" {
+            Err(Refusal::forbidden(
+                "spec.ports: 60 listeners, more than your Tenant's maxListeners 50",
+            ))
+        } else {
+            Ok(())
+        }
+    });
+    f.tenant.apply(l4_service());
+    f.reconcile_service("dns").await;
+    let (_, tenant, lb) = f.reconcile_service("dns").await;
+    assert_eq!(
+        lb,
+        [format!("PATCH {}", l4_path()), format!("GET {}", l4_path())]
+    );
+    assert_eq!(tenant, [format!("PATCH {SVC}"), EVENTS.into()]);
+    let c = conditions_of(&f.tenant.get("v1", "Service", NS, "dns").unwrap());
+    assert_eq!(c[0]["reason"], "Refused");
+    assert!(
+        c[0]["message"].as_str().unwrap().contains("maxListeners"),
+        "{c}"
+    );
+    assert_eq!(last_event(&f.tenant)["reason"], "Refused");
+}
+
+#[tokio::test]
+async fn deleting_an_l4_service_removes_its_copy_then_the_finalizer() {
+    let f = Fixture::new().await;
+    f.reconcile().await;
+    f.reconcile().await;
+    f.tenant.apply(l4_service());
+    f.reconcile_service("dns").await;
+    f.reconcile_service("dns").await;
+    // The sync half's slice for it.
+    f.lb.apply(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": mirrored_service_name(NS, "dns"), "namespace": LB_NS,
+                     "labels": {"endpointslice.kubernetes.io/managed-by": "sync.teapot.dev",
+                                "kubernetes.io/service-name": mirrored_service_name(NS, "dns")}}}),
+    );
+    assert!(f.tenant.delete("v1", "Service", NS, "dns"));
+    let (action, tenant, lb) = f.reconcile_service("dns").await;
+    assert_eq!(action, Action::await_change());
+    let deletes: Vec<&String> = lb.iter().filter(|r| r.starts_with("DELETE")).collect();
+    assert_eq!(
+        deletes,
+        [
+            &format!("DELETE {}", l4_path()),
+            &format!(
+                "DELETE /apis/discovery.k8s.io/v1/namespaces/tenant-acme/endpointslices/{}",
+                mirrored_service_name(NS, "dns")
+            ),
+        ]
+    );
+    assert_eq!(
+        tenant,
+        [
+            "GET /apis/networking.k8s.io/v1/ingresses".to_string(),
+            "GET /api/v1/services".to_string(),
+            format!("PATCH {SVC}"),
+        ]
+    );
+    assert!(f.tenant.get("v1", "Service", NS, "dns").is_none());
+    // The Ingress backend's copy is still needed and stays.
+    assert!(
+        f.lb.get("v1", "Service", LB_NS, &mirrored_service_name(NS, "web"))
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn gc_keeps_live_l4_copies_and_other_services_are_left_alone() {
+    let f = Fixture::new().await;
+    // A ClusterIP Service and a LoadBalancer of another class: not ours.
+    let mut other = l4_service();
+    other["metadata"]["name"] = json!("metallb");
+    other["spec"]["loadBalancerClass"] = json!("metallb.io/lb");
+    f.tenant.apply(other);
+    for name in ["web", "metallb"] {
+        let (action, tenant, lb) = f.reconcile_service(name).await;
+        assert_eq!(action, Action::await_change());
+        assert!(
+            tenant.is_empty() && lb.is_empty(),
+            "{name}: {tenant:?} {lb:?}"
+        );
+    }
+    f.tenant.apply(l4_service());
+    f.reconcile_service("dns").await;
+    f.reconcile_service("dns").await;
+    assert_eq!(gc::collect(&f.ctx).await.unwrap(), 0);
+    assert!(
+        f.lb.get("v1", "Service", LB_NS, &mirrored_service_name(NS, "dns"))
+            .is_some()
+    );
 }

@@ -11,16 +11,20 @@
 //!   whose pod network the LB cluster can reach.
 //!
 //! The mode is chosen per agent and overridden per Service with the
-//! annotation [`MODE_ANNOTATION`] on the tenant Service (read by the agent
-//! only; it is never copied to the LB cluster).
+//! annotation [`MODE_ANNOTATION`] on the tenant Service (in the api
+//! crate's allowlist; read by the agent only, never copied to the LB
+//! cluster).
 //!
 //! Why writes stay few: the reconciler reads reflector stores (tenant
 //! EndpointSlices, Nodes, LB Services) that also trigger it, so a burst of
 //! events becomes one pending reconcile per Service (the runtime
 //! deduplicates); a write happens only when the computed slice differs from
 //! the last one written; and writes of one slice are spaced by at least
-//! [`SyncConfig::min_write_interval`], so a 500-pod rollout in `pod` mode is
-//! a handful of writes rather than 500. Node changes matter only when a
+//! [`SyncConfig::min_write_interval`], a spacing that doubles while changes
+//! keep arriving within it (up to [`MAX_INTERVAL_FACTOR`] times) and falls
+//! back after a quiet spell, so a 500-pod rollout in `pod` mode is a
+//! handful of writes rather than 500 while an isolated change still goes
+//! out at once. Node changes matter only when a
 //! node's InternalIP changes or a node goes away. A periodic full resync
 //! forgets what was written and recomputes everything, which repairs the LB
 //! side after restarts, missed events or foreign edits.
@@ -60,7 +64,9 @@ pub const AGENT: &str = "teapot-agent";
 /// Field manager of every server-side apply the agent makes.
 pub const FIELD_MANAGER: &str = "teapot-agent";
 /// Per-Service override of the agent's mode, on the tenant Service:
-/// `nodeport` or `pod`.
+/// `nodeport` or `pod`. Tenant-facing, so it is in the api crate's
+/// allowlist like every `teapot.dev/` key; the agent reads it and never
+/// copies it (it means nothing on the LB cluster).
 pub const MODE_ANNOTATION: &str = "teapot.dev/endpoints";
 
 /// One error type for the sync half.
@@ -165,11 +171,110 @@ impl SyncMetrics {
     }
 }
 
+/// Tells any number of waiting tasks when watcher streams have listed
+/// everything once.
+///
+/// Why not `Store::wait_until_ready`: in kube-runtime 5 it polls one
+/// shared oneshot receiver, which keeps only the last waker it was polled
+/// with. Of several reconciles waiting for a store at once (every Service
+/// at start-up, when the EndpointSlices list slower than the Services),
+/// only the last one polled was ever woken; the others waited forever, and
+/// every later event for their Services queued behind them, so those
+/// Services were never mirrored. A `tokio::sync::watch` wakes every waiter.
+///
+/// It also counts later listings (after a 410 or a lost connection): their
+/// objects reach the store only when the listing completes, after the
+/// events that triggered reconciles, and objects deleted meanwhile trigger
+/// nothing, so [`Listed::relists`] asks for a reconcile of everything.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    streams: Vec<tokio::sync::watch::Receiver<bool>>,
+    relists: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for Listed {
+    fn default() -> Listed {
+        Listed {
+            streams: Vec::new(),
+            relists: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+}
+
+impl Listed {
+    /// Passes `stream` through, noting its completed listings (`InitDone`;
+    /// a reflector upstream has filled its store by then).
+    pub fn track<K, S>(&mut self, stream: S) -> impl Stream<Item = S::Item> + Send + 'static
+    where
+        K: Send + 'static,
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        self.streams.push(rx);
+        let relists = self.relists.clone();
+        stream.inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) && tx.send_replace(true) {
+                relists.send_modify(|n| *n += 1);
+            }
+        })
+    }
+
+    /// One item per listing after the first of any tracked stream.
+    pub fn relists(&self) -> impl Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.relists.subscribe(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+    }
+
+    /// Whether every tracked stream has listed.
+    pub fn is_done(&self) -> bool {
+        self.streams.iter().all(|rx| *rx.borrow())
+    }
+
+    /// Resolves once every tracked stream has listed; `false` when one of
+    /// them ended first (shutdown).
+    pub async fn wait(&self) -> bool {
+        for rx in &self.streams {
+            if rx.clone().wait_for(|listed| *listed).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// What one LB slice was last written as, and when.
 #[derive(Debug)]
 struct Written {
     slice: serde_json::Value,
     at: Instant,
+    /// The spacing this slice's next write keeps after `at`.
+    interval: Duration,
+    /// A change came within `interval` and waits for it: the Service is
+    /// in a rollout.
+    deferred: bool,
+}
+
+/// Longest spacing of one slice's writes, in multiples of the minimum.
+pub const MAX_INTERVAL_FACTOR: u32 = 8;
+
+impl Written {
+    /// How long a change computed now waits, and the spacing after the
+    /// write it leads to. A change after a quiet spell is written at once
+    /// and the spacing goes back to `min`; a change that had to wait
+    /// doubles the spacing (up to `min` x [`MAX_INTERVAL_FACTOR`]), so a
+    /// long rollout costs a handful of writes (the interval grows 0.5, 1,
+    /// 2, 4 s) while isolated changes keep the minimum delay.
+    fn spacing(&self, min: Duration) -> (Duration, Duration) {
+        let wait = self.interval.saturating_sub(self.at.elapsed());
+        let next = if self.deferred || !wait.is_zero() {
+            (self.interval * 2).min(min * MAX_INTERVAL_FACTOR).max(min)
+        } else {
+            min
+        };
+        (wait, next)
+    }
 }
 
 /// Shared by every reconcile.
@@ -179,6 +284,8 @@ pub struct Context {
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
     lb_services: Store<Service>,
+    /// The three stores above have listed.
+    listed: Listed,
     written: Mutex<HashMap<String, Written>>,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -349,12 +456,8 @@ pub fn desired_slice(
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     // A store that has not listed yet would yield an empty slice and take a
     // served route down after a restart.
-    for ready in [
-        ctx.nodes.wait_until_ready().await,
-        ctx.slices.wait_until_ready().await,
-        ctx.lb_services.wait_until_ready().await,
-    ] {
-        ready.map_err(|_| Error::StoreGone)?;
+    if !ctx.listed.wait().await {
+        return Err(Error::StoreGone);
     }
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
@@ -385,12 +488,17 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let desired = desired_slice(&service, &slices, &node_ip, mode, &ctx.config.lb_namespace)?;
     tracing::debug!(service = %format!("{namespace}/{name}"), slices = slices.len(), endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "computed");
     let value = serde_json::to_value(&desired)?;
-    let wait = {
-        let written = lock(&ctx.written);
-        match written.get(&mirrored) {
+    let min = ctx.config.min_write_interval;
+    let (wait, interval) = {
+        let mut written = lock(&ctx.written);
+        match written.get_mut(&mirrored) {
             Some(w) if w.slice == value => return Ok(Action::await_change()),
-            Some(w) => ctx.config.min_write_interval.saturating_sub(w.at.elapsed()),
-            None => Duration::ZERO,
+            Some(w) => {
+                let (wait, next) = w.spacing(min);
+                w.deferred |= !wait.is_zero();
+                (wait, next)
+            }
+            None => (Duration::ZERO, min),
         }
     };
     if !wait.is_zero() {
@@ -412,6 +520,8 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
         Written {
             slice: value,
             at: Instant::now(),
+            interval,
+            deferred: false,
         },
     );
     lock(&ctx.failures).remove(&format!("{namespace}/{name}"));
@@ -479,30 +589,34 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let tenant = config.tenant.clone();
+    let mut listed = Listed::default();
     let (nodes, node_writer) = reflector::store();
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(tenant.clone()), watcher::Config::default()),
-    )
-    .touched_objects();
+    let node_stream = listed
+        .track(reflector::reflector(
+            node_writer,
+            watcher(Api::<Node>::all(tenant.clone()), watcher::Config::default()),
+        ))
+        .touched_objects();
     let (slices, slice_writer) = reflector::store();
-    let slice_stream = reflector::reflector(
-        slice_writer,
-        watcher(
-            Api::<EndpointSlice>::all(tenant.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .touched_objects();
+    let slice_stream = listed
+        .track(reflector::reflector(
+            slice_writer,
+            watcher(
+                Api::<EndpointSlice>::all(tenant.clone()),
+                watcher::Config::default(),
+            ),
+        ))
+        .touched_objects();
     let (lb_services, lb_writer) = reflector::store();
-    let lb_stream = reflector::reflector(
-        lb_writer,
-        watcher(
-            Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
-            watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
-        ),
-    )
-    .touched_objects();
+    let lb_stream = listed
+        .track(reflector::reflector(
+            lb_writer,
+            watcher(
+                Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
+                watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
+            ),
+        ))
+        .touched_objects();
     let resync = config.resync;
     let ctx = Arc::new(Context {
         config,
@@ -510,6 +624,7 @@ pub async fn run(
         nodes: nodes.clone(),
         slices,
         lb_services,
+        listed,
         written: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
     });
@@ -521,7 +636,11 @@ pub async fn run(
     .map(move |()| {
         lock(&forget.written).clear();
     });
-    let all = futures::stream::select(node_changes(node_stream, nodes), ticks);
+    let relists = ctx.listed.relists();
+    let all = futures::stream::select(
+        futures::stream::select(node_changes(node_stream, nodes), ticks),
+        relists,
+    );
     Controller::new(Api::<Service>::all(tenant), watcher::Config::default())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)))
         .watches_stream(slice_stream, |slice: EndpointSlice| {

@@ -131,3 +131,45 @@ fn backoff_grows_and_caps() {
     assert_eq!(backoff(3), Duration::from_secs(4));
     assert_eq!(backoff(40), Duration::from_secs(300));
 }
+
+/// The override is a tenant-facing annotation, so it is in the api crate's
+/// allowlist (documented with the others); the words must agree.
+#[test]
+fn the_mode_annotation_is_allowlisted_with_the_same_words() {
+    let spec = teapot_api::annotations::spec(MODE_ANNOTATION).expect("in the allowlist");
+    let teapot_api::annotations::ValueType::OneOf(words) = spec.value else {
+        panic!("{MODE_ANNOTATION} is not a word list");
+    };
+    let modes: Vec<Mode> = words.iter().map(|w| w.parse().unwrap()).collect();
+    assert_eq!(modes, [Mode::NodePort, Mode::Pod]);
+    for (word, mode) in words.iter().zip(&modes) {
+        assert_eq!(mode.to_string(), *word);
+    }
+}
+
+fn written(ago_ms: u64, interval_ms: u64, deferred: bool) -> Written {
+    Written {
+        slice: serde_json::Value::Null,
+        at: std::time::Instant::now() - Duration::from_millis(ago_ms),
+        interval: Duration::from_millis(interval_ms),
+        deferred,
+    }
+}
+
+#[test]
+fn writes_space_out_during_a_rollout_and_not_otherwise() {
+    let min = Duration::from_millis(500);
+    // An isolated change after a quiet spell: at once, minimum spacing.
+    let (wait, next) = written(10_000, 2000, false).spacing(min);
+    assert_eq!((wait, next), (Duration::ZERO, min));
+    // A change within the spacing waits, and its write doubles it.
+    let (wait, next) = written(100, 500, false).spacing(min);
+    assert!(wait > Duration::ZERO && wait <= min, "{wait:?}");
+    assert_eq!(next, Duration::from_millis(1000));
+    // The deferred write itself (the wait is over) keeps doubling...
+    let (wait, next) = written(1000, 1000, true).spacing(min);
+    assert_eq!((wait, next), (Duration::ZERO, Duration::from_millis(2000)));
+    // ...up to the cap.
+    let (_, next) = written(4000, 4000, true).spacing(min);
+    assert_eq!(next, min * MAX_INTERVAL_FACTOR);
+}

@@ -5,11 +5,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use teapot_controller::{AgentConfig, Metrics};
+use teapot_api::lease::LeaseOptions;
+use teapot_controller::{AgentConfig, Health, Metrics};
 use teapot_sync::Mode;
 
 #[derive(clap::Args, Debug)]
@@ -38,6 +38,27 @@ pub(crate) struct AgentArgs {
     /// Admin listener: /healthz, /readyz, /metrics.
     #[arg(long, default_value = "127.0.0.1:9081")]
     admin: String,
+    /// Namespace of the leader-election Lease in the tenant cluster (default: POD_NAMESPACE, else the service account's namespace, else teapot-system).
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "teapot-agent")]
+    lease_name: String,
+    /// Run without leader election (a single replica; two would both write).
+    #[arg(long)]
+    no_leader_election: bool,
+}
+
+/// The namespace the agent runs in, for its Lease.
+fn own_namespace(flag: Option<&str>) -> String {
+    flag.map(str::to_string)
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "teapot-system".into())
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -69,8 +90,14 @@ pub(crate) async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     config.min_write_interval = Duration::from_millis(args.min_write_interval_ms);
     config.install_class = !args.no_install_class;
     config.instance = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty());
+    if !args.no_leader_election {
+        config.lease = Some(LeaseOptions::new(
+            own_namespace(args.lease_namespace.as_deref()),
+            args.lease_name.clone(),
+        ));
+    }
     let metrics = Metrics::new()?;
-    let ready = Arc::new(AtomicBool::new(false));
+    let health = Arc::new(Health::default());
     let listener = tokio::net::TcpListener::bind(&args.admin)
         .await
         .with_context(|| format!("binding the admin listener {}", args.admin))?;
@@ -80,11 +107,11 @@ pub(crate) async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     let admin = tokio::spawn(teapot_controller::admin::run(
         listener,
         metrics.clone(),
-        ready.clone(),
+        health.clone(),
         stopped.clone(),
     ));
     tracing::info!(lb_namespace = %args.lb_namespace, mode = %args.mode, admin = %admin_addr, "teapot agent starting");
-    let mut agent = tokio::spawn(teapot_controller::run(config, metrics, ready, stopped));
+    let mut agent = tokio::spawn(teapot_controller::run(config, metrics, health, stopped));
     // The agent ends on its own only on a fatal error (such as an
     // IngressClass owned by another controller).
     let result = tokio::select! {

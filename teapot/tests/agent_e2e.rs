@@ -17,7 +17,6 @@ mod common;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::*;
@@ -113,6 +112,28 @@ fn webhook_admission(
     }
 }
 
+/// The LB cluster: a Tenant whose nodes are this machine, the webhook's
+/// rules as admission. The webhook's watch stops with the sender.
+async fn lb_cluster(ip: IpAddr) -> (ApiServer, tokio::sync::watch::Sender<bool>) {
+    let lb = ApiServer::start().await;
+    lb.apply(json!({
+        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": "acme"},
+        "spec": {"cluster": "acme", "nodeCIDRs": [format!("{ip}/32")]},
+    }));
+    let state: StateHandle = Default::default();
+    let (webhook_stop, webhook_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(teapot_webhook::source::watch_kube(
+        KubeSource::start(&KubeConfig::new(lb.client())),
+        state.clone(),
+        teapot_webhook::metrics::Metrics::new().unwrap(),
+        webhook_stopped,
+    ));
+    let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
+    lb.set_admission(webhook_admission(state, Validator::new(policy)));
+    (lb, webhook_stop)
+}
+
 fn tenant_ingress(name: &str, host: &str) -> Value {
     json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
@@ -165,23 +186,7 @@ async fn tenant_ingress_to_live_route_and_back() {
     let ip = local_address();
     let (echo, _echo_stop) = echo_on(ip, "web-0").await;
 
-    // The LB cluster: a Tenant whose nodes are this machine, the webhook.
-    let lb = ApiServer::start().await;
-    lb.apply(json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": "acme"},
-        "spec": {"cluster": "acme", "nodeCIDRs": [format!("{ip}/32")]},
-    }));
-    let state: StateHandle = Default::default();
-    let (webhook_stop, webhook_stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(teapot_webhook::source::watch_kube(
-        KubeSource::start(&KubeConfig::new(lb.client())),
-        state.clone(),
-        teapot_webhook::metrics::Metrics::new().unwrap(),
-        webhook_stopped,
-    ));
-    let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
-    lb.set_admission(webhook_admission(state, Validator::new(policy)));
+    let (lb, webhook_stop) = lb_cluster(ip).await;
 
     // The tenant cluster: a node, a NodePort Service with one ready pod.
     let tenant = ApiServer::start().await;
@@ -208,7 +213,7 @@ async fn tenant_ingress_to_live_route_and_back() {
     let agent = tokio::spawn(teapot_controller::run(
         config,
         Metrics::new().unwrap(),
-        Arc::new(AtomicBool::new(false)),
+        Arc::new(teapot_controller::Health::default()),
         agent_stopped,
     ));
 
@@ -259,22 +264,29 @@ async fn tenant_ingress_to_live_route_and_back() {
     assert_eq!(refused["reason"], "Refused");
     let message = refused["message"].as_str().unwrap();
     assert!(message.contains("admin.example.net"), "{message}");
-    let events: Vec<RecordedEvent> = tenant
-        .requests()
-        .iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
-        .filter_map(|r| r.body.clone())
-        .map(|b| RecordedEvent {
-            reason: b["reason"].as_str().unwrap_or("").into(),
-            name: b["regarding"]["name"].as_str().unwrap_or("").into(),
-        })
-        .collect();
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason == "Refused" && e.name == "evil"),
-        "{events:?}"
-    );
+    // The Event follows the condition's write.
+    eventually(
+        "a Refused Event on the tenant Ingress",
+        RELOAD_TIMEOUT,
+        || async {
+            let events: Vec<RecordedEvent> = tenant
+                .requests()
+                .iter()
+                .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
+                .filter_map(|r| r.body.clone())
+                .map(|b| RecordedEvent {
+                    reason: b["reason"].as_str().unwrap_or("").into(),
+                    name: b["regarding"]["name"].as_str().unwrap_or("").into(),
+                })
+                .collect();
+            events
+                .iter()
+                .any(|e| e.reason == "Refused" && e.name == "evil")
+                .then_some(())
+                .ok_or(format!("{events:?}"))
+        },
+    )
+    .await;
     assert_eq!(get(&proxy, "admin.example.net").await.status, 404);
 
     // Deleting the tenant Ingress removes the route and the LB copies; the
@@ -345,6 +357,110 @@ async fn the_agent_explains_a_bad_lb_kubeconfig() {
     assert!(stderr.contains("/nonexistent/tenant"), "{stderr}");
 }
 
+/// An L4 Service through the same chain as far as the LB cluster goes:
+/// the copy and its EndpointSlice pass the real webhook rules (no
+/// selector, node ports off, endpoints inside `nodeCIDRs`), the address
+/// the fleet writes into the LB Service's status reaches the tenant
+/// Service (EXTERNAL-IP), a `teapot.dev/<Reason>` error becomes a
+/// condition, and deleting the Service removes the copies. (The proxy
+/// does not write Service status in kube mode yet; the test writes it as
+/// the fleet would, see docs/l4.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_l4_service_to_lb_copy_and_back() {
+    let ip = local_address();
+    let (lb, webhook_stop) = lb_cluster(ip).await;
+    let tenant = ApiServer::start().await;
+    tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+        "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}]},
+    }));
+    tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "db", "namespace": NS},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "teapot.dev/lb",
+                 "selector": {"app": "db"}, "externalTrafficPolicy": "Local",
+                 "ports": [{"name": "pg", "port": 5432, "targetPort": 5432,
+                            "nodePort": 31432, "protocol": "TCP"}]},
+    }));
+    tenant.apply(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "db-abcde", "namespace": NS,
+                     "labels": {"kubernetes.io/service-name": "db"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.9"], "nodeName": "node-1",
+                       "conditions": {"ready": true}}],
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+    }));
+    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
+    config.min_write_interval = Duration::from_millis(50);
+    let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(teapot_controller::run(
+        config,
+        Metrics::new().unwrap(),
+        Arc::new(teapot_controller::Health::default()),
+        agent_stopped,
+    ));
+    let mirrored = teapot_api::hostname::mirrored_service_name(NS, "db");
+    let slice = eventually(
+        "the LB EndpointSlice of the L4 copy",
+        RELOAD_TIMEOUT,
+        || async {
+            lb.get("discovery.k8s.io/v1", "EndpointSlice", LB_NS, &mirrored)
+                .ok_or("not yet".to_string())
+        },
+    )
+    .await;
+    assert_eq!(slice["endpoints"][0]["addresses"][0], ip.to_string());
+    assert_eq!(slice["ports"][0]["port"], 31432);
+    let copy = lb.get("v1", "Service", LB_NS, &mirrored).unwrap();
+    assert_eq!(copy["spec"]["type"], "LoadBalancer");
+    assert!(copy["spec"].get("selector").is_none());
+
+    // The fleet allocates an address and reports a port problem.
+    let mut with_status = copy.clone();
+    with_status["status"] = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.7", "ports": [
+        {"port": 5432, "protocol": "TCP", "error": "teapot.dev/AddressTaken"}]}]}});
+    lb.apply(with_status);
+    let status = eventually(
+        "EXTERNAL-IP on the tenant Service",
+        RELOAD_TIMEOUT,
+        || async {
+            let s = tenant.get("v1", "Service", NS, "db").unwrap();
+            s["status"]["loadBalancer"]["ingress"][0]["ip"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or(s["status"].clone())
+        },
+    )
+    .await;
+    assert_eq!(status, "203.0.113.7");
+    eventually("the Programmed condition", RELOAD_TIMEOUT, || async {
+        let s = tenant.get("v1", "Service", NS, "db").unwrap();
+        let c: Value = serde_json::from_str(
+            s["metadata"]["annotations"][CONDITIONS_ANNOTATION]
+                .as_str()
+                .unwrap_or("[]"),
+        )
+        .unwrap();
+        (c[1]["reason"] == "AddressTaken").then_some(()).ok_or(c)
+    })
+    .await;
+
+    assert!(tenant.delete("v1", "Service", NS, "db"));
+    eventually("the L4 copies removed", RELOAD_TIMEOUT, || async {
+        let left = lb.get("v1", "Service", LB_NS, &mirrored).is_some()
+            || lb
+                .get("discovery.k8s.io/v1", "EndpointSlice", LB_NS, &mirrored)
+                .is_some()
+            || tenant.get("v1", "Service", NS, "db").is_some();
+        (!left).then_some(()).ok_or("still there")
+    })
+    .await;
+    let _ = agent_stop.send(true);
+    agent.await.unwrap().unwrap();
+    let _ = webhook_stop.send(true);
+}
+
 /// The same chain on two real clusters: `TENANT_KUBECONFIG` (where the
 /// agent watches) and `LB_KUBECONFIG` (with teapot's webhook and proxy
 /// installed, Tenant `acme` and namespace `tenant-acme`). Applies a
@@ -370,7 +486,7 @@ async fn real_clusters_mirror_and_copy_status_back() {
     let agent = tokio::spawn(teapot_controller::run(
         AgentConfig::new(tenant.clone(), lb.clone(), LB_NS),
         Metrics::new().unwrap(),
-        Arc::new(AtomicBool::new(false)),
+        Arc::new(teapot_controller::Health::default()),
         stopped,
     ));
     let pp = PatchParams::apply("teapot-e2e").force();

@@ -721,6 +721,44 @@ fn teapot_agent_renders_and_validates() {
             !leases.is_empty(),
             "{label}: no Lease RBAC for leader election"
         );
+        // Two replicas: one leads, one stands by, on the Lease that RBAC
+        // names.
+        let deployment = of_kind(&docs, "Deployment").next().expect("Deployment");
+        assert_eq!(deployment["spec"]["replicas"], 2, "{label}");
+        assert!(
+            args.contains(&"--lease-name=teapot-agent".to_string()),
+            "{label}: {args:?}"
+        );
+        assert!(
+            leases
+                .iter()
+                .any(|r| strs(&r["resourceNames"]).contains(&"teapot-agent".to_string())),
+            "{label}: the Lease RBAC names another Lease"
+        );
+        // What the agent writes in the tenant cluster.
+        let rules: Vec<_> = of_kind(&docs, "ClusterRole")
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let grants = |group: &str, resource: &str, verb: &str| {
+            rules.iter().any(|r| {
+                strs(&r["apiGroups"]).contains(&group.to_string())
+                    && strs(&r["resources"]).contains(&resource.to_string())
+                    && strs(&r["verbs"]).contains(&verb.to_string())
+            })
+        };
+        for (group, resource, verb) in [
+            ("networking.k8s.io", "ingresses", "patch"),
+            ("networking.k8s.io", "ingresses/status", "patch"),
+            ("networking.k8s.io", "ingressclasses", "create"),
+            ("", "services", "patch"),
+            ("", "services/status", "patch"),
+            ("events.k8s.io", "events", "create"),
+        ] {
+            assert!(
+                grants(group, resource, verb),
+                "{label}: no {verb} on {group}/{resource}"
+            );
+        }
     }
 }
 

@@ -34,7 +34,9 @@
 //!   through HTTP and may refuse it with a 4xx `Status`;
 //! - a log of every request ([`ApiServer::requests`]);
 //! - fault injection: [`ApiServer::drop_watches`] ends open watches,
-//!   [`ApiServer::delete_unannounced`] makes a change no watch sees.
+//!   [`ApiServer::delete_unannounced`] makes a change no watch sees,
+//!   [`ApiServer::hold_lists`] keeps the lists of one resource unanswered
+//!   (a slow listing) until its guard is dropped.
 //!
 //! Simplifications (documented in docs/kube.md too): server-side apply is
 //! a JSON merge of the applied object into the stored one (lists are
@@ -187,6 +189,8 @@ struct Inner {
     changes: broadcast::Sender<Arc<Change>>,
     /// Bumped by [`ApiServer::drop_watches`]: open watches end.
     watch_epoch: watch::Sender<u64>,
+    /// Resources whose lists wait ([`ApiServer::hold_lists`]).
+    held_lists: watch::Sender<Vec<Resource>>,
     admission: Mutex<Option<Arc<AdmissionHook>>>,
     requests: Mutex<Vec<RecordedRequest>>,
 }
@@ -275,6 +279,7 @@ impl ApiServer {
             state: Mutex::new(State::default()),
             changes,
             watch_epoch: watch::channel(0).0,
+            held_lists: watch::channel(Vec::new()).0,
             admission: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
         });
@@ -424,6 +429,21 @@ impl ApiServer {
         existed
     }
 
+    /// Lists of `group_version`/`plural` are not answered until the
+    /// returned guard is dropped (watches and other requests carry on), as
+    /// a large collection on a busy API server lists slowly: clients see
+    /// their other resources listed first.
+    pub fn hold_lists(&self, group_version: &str, plural: &str) -> ListHold {
+        let resource = Resource::new(group_version, plural);
+        self.inner
+            .held_lists
+            .send_modify(|held| held.push(resource.clone()));
+        ListHold {
+            inner: self.inner.clone(),
+            resource,
+        }
+    }
+
     pub fn compact(&self) {
         let mut state = lock(&self.inner.state);
         state.compacted = state.rv;
@@ -434,6 +454,23 @@ impl ApiServer {
         for c in changes {
             let _ = self.inner.changes.send(c);
         }
+    }
+}
+
+/// Keeps the lists of one resource waiting; see [`ApiServer::hold_lists`].
+#[must_use = "the lists are released when the guard is dropped"]
+pub struct ListHold {
+    inner: Arc<Inner>,
+    resource: Resource,
+}
+
+impl Drop for ListHold {
+    fn drop(&mut self) {
+        self.inner.held_lists.send_modify(|held| {
+            if let Some(i) = held.iter().position(|r| *r == self.resource) {
+                held.remove(i);
+            }
+        });
     }
 }
 
@@ -574,7 +611,11 @@ async fn handle(
         {
             return watch_response(&inner, &target, &params, stop);
         }
-        (&Method::GET, None) => list(&inner, &target, &params),
+        (&Method::GET, None) => {
+            let mut held = inner.held_lists.subscribe();
+            let _ = held.wait_for(|h| !h.contains(&target.resource)).await;
+            list(&inner, &target, &params)
+        }
         (&Method::GET, Some(name)) => get(&inner, &target, name),
         (&Method::POST, None) => match body {
             Some(b) => create(&inner, &target, b),

@@ -17,7 +17,6 @@
 //! (`-- --rounds 50`).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -262,7 +261,7 @@ async fn main() -> anyhow::Result<()> {
     let agent_config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
     let min_write = agent_config.min_write_interval;
     let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
-    let ready = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(teapot_controller::Health::default());
     let agent = tokio::spawn(async move {
         let result =
             teapot_controller::run(agent_config, Metrics::new()?, ready, agent_stopped).await;
