@@ -49,6 +49,11 @@ pub struct EdgeConfig {
     pub max_connections: usize,
     /// Open client connections from one IP address (0: no limit).
     pub max_connections_per_client: usize,
+    /// How long a request over its Tenant's rate or connection limit
+    /// waits for its 429/503 (crate::fairness): a client looping on
+    /// refusals must not be able to take the replica's CPU from other
+    /// tenants.
+    pub tenant_refusal_delay: Duration,
 }
 
 impl Default for EdgeConfig {
@@ -62,6 +67,7 @@ impl Default for EdgeConfig {
             max_body_size: 100 * 1024 * 1024,
             max_connections: 50_000,
             max_connections_per_client: 512,
+            tenant_refusal_delay: Duration::from_millis(500),
         }
     }
 }
@@ -90,10 +96,12 @@ pub enum Refusal {
     HeaderTimeout,
     ConnectionCap,
     ClientConnectionCap,
+    TenantRate,
+    TenantConnections,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 20] = [
+    pub const ALL: [Refusal; 22] = [
         Refusal::BothLengths,
         Refusal::TransferEncoding,
         Refusal::DuplicateLength,
@@ -114,6 +122,8 @@ impl Refusal {
         Refusal::HeaderTimeout,
         Refusal::ConnectionCap,
         Refusal::ClientConnectionCap,
+        Refusal::TenantRate,
+        Refusal::TenantConnections,
     ];
 
     pub fn label(self) -> &'static str {
@@ -138,6 +148,8 @@ impl Refusal {
             Refusal::HeaderTimeout => "header_timeout",
             Refusal::ConnectionCap => "connection_cap",
             Refusal::ClientConnectionCap => "client_connection_cap",
+            Refusal::TenantRate => "tenant_rate",
+            Refusal::TenantConnections => "tenant_connections",
         }
     }
 
@@ -147,7 +159,10 @@ impl Refusal {
             Refusal::HeaderTooLarge | Refusal::TooManyHeaders => 431,
             Refusal::BodyTooLarge => 413,
             Refusal::HeaderTimeout => 408,
-            Refusal::ConnectionCap | Refusal::ClientConnectionCap => 503,
+            Refusal::ConnectionCap | Refusal::ClientConnectionCap | Refusal::TenantConnections => {
+                503
+            }
+            Refusal::TenantRate => 429,
             _ => 400,
         }
     }
@@ -174,6 +189,8 @@ impl Refusal {
             Refusal::BodyTooLarge => "413 request body too large\n",
             Refusal::HeaderTimeout => "408 request header timeout\n",
             Refusal::ConnectionCap | Refusal::ClientConnectionCap => "503 too many connections\n",
+            Refusal::TenantRate => "429 this tenant's request rate limit is reached\n",
+            Refusal::TenantConnections => "503 this tenant's connection limit is reached\n",
         }
     }
 }

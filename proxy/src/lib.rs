@@ -34,6 +34,7 @@ pub mod acme;
 pub mod admin;
 pub mod compile;
 pub mod edge;
+pub mod fairness;
 pub mod kube_source;
 pub mod kube_status;
 pub mod l4;

@@ -30,6 +30,9 @@ pub(crate) struct EdgeArgs {
     /// Open client connections per client IP address (0: no limit).
     #[arg(long, default_value_t = 512)]
     max_connections_per_client: usize,
+    /// Milliseconds a request over its Tenant's rate or connection limit waits for its 429/503 (a looping client then cannot take the CPU from other tenants).
+    #[arg(long, default_value_t = 500)]
+    tenant_refusal_delay_ms: u64,
 }
 
 impl EdgeArgs {
@@ -43,6 +46,7 @@ impl EdgeArgs {
             max_body_size: self.max_body_size,
             max_connections: self.max_connections,
             max_connections_per_client: self.max_connections_per_client,
+            tenant_refusal_delay: Duration::from_millis(self.tenant_refusal_delay_ms),
         }
     }
 }

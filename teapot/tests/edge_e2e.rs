@@ -529,6 +529,82 @@ async fn size_limits_answer_431_414_413() {
         .await
         .unwrap();
     assert_eq!(statuses(&answer), vec![200]);
+
+    // Per route: `teapot.dev/max-body-size` lowers the operator maximum
+    // for its Ingress only, and cannot raise it.
+    let annotated = |name: &str, host: &str, size: &str| {
+        let mut i = simple_ingress("tenant-a", name, host, "web");
+        i["metadata"]["annotations"] = serde_json::json!({ "teapot.dev/max-body-size": size });
+        i
+    };
+    h.apply(
+        "per-route.yaml",
+        &docs(&[
+            annotated("small", "small.example", "100"),
+            annotated("large", "large.example", "1m"),
+        ]),
+    )
+    .await;
+    let to = |host: &str, headers: &str, body: &str| {
+        format!("POST / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n{body}")
+            .into_bytes()
+    };
+    let chunked = |n: usize| format!("{n:x}\r\n{}\r\n0\r\n\r\n", "b".repeat(n));
+    let route_cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        (
+            "declared over the route's limit",
+            to("small.example", "Content-Length: 200\r\n", &"b".repeat(200)),
+            413,
+        ),
+        (
+            "chunked over the route's limit",
+            to(
+                "small.example",
+                "Transfer-Encoding: chunked\r\n",
+                &chunked(200),
+            ),
+            413,
+        ),
+        (
+            "under the route's limit",
+            to("small.example", "Content-Length: 100\r\n", &"b".repeat(100)),
+            200,
+        ),
+        (
+            "the same body on another route of the tenant",
+            to("a.example", "Content-Length: 200\r\n", &"b".repeat(200)),
+            200,
+        ),
+        (
+            "a route annotation above the operator maximum",
+            to(
+                "large.example",
+                "Content-Length: 2000\r\n",
+                &"b".repeat(2000),
+            ),
+            413,
+        ),
+        (
+            "under the operator maximum on the large route",
+            to(
+                "large.example",
+                "Content-Length: 1000\r\n",
+                &"b".repeat(1000),
+            ),
+            200,
+        ),
+    ];
+    for (what, raw, status) in route_cases {
+        let answer = client::raw_exchange(h.proxy.http, &raw, RAW_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(
+            statuses(&answer).first(),
+            Some(&status),
+            "{what}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
 }
 
 /// One GET from a given local address; the status.
