@@ -703,3 +703,222 @@ async fn slowloris_does_not_starve_other_clients() {
     );
     assert!(timeouts >= 1.0 && capped >= 1.0, "{metrics}");
 }
+
+/// This machine's own address of one family that is not loopback: a
+/// Tenant's endpoints may never be loopback (DESIGN.md), so the fairness
+/// test serves its tenants on the interface addresses. Connecting a UDP
+/// socket sends nothing; it only picks the source address of the route.
+fn node_address(v6: bool) -> std::net::IpAddr {
+    let (bind, probe) = if v6 {
+        ("[::]:0", "[2001:db8::1]:9")
+    } else {
+        ("0.0.0.0:0", "203.0.113.1:9")
+    };
+    let socket = std::net::UdpSocket::bind(bind).expect("udp socket");
+    socket
+        .connect(probe)
+        .and_then(|()| socket.local_addr())
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        .unwrap_or_else(|| {
+            panic!(
+                "the fairness test needs a non-loopback IPv{} address with a route (tenant endpoints may not be loopback)",
+                if v6 { 6 } else { 4 }
+            )
+        })
+}
+
+/// A Tenant with its own node address, an echo backend there and one
+/// Ingress for `host`.
+async fn tenant_with_backend(
+    cluster: &str,
+    ip: std::net::IpAddr,
+    limits: serde_json::Value,
+    host: &str,
+) -> (EchoServer, Vec<serde_json::Value>) {
+    let namespace = format!("tenant-{cluster}");
+    let echo = EchoServer::start_on(
+        ip,
+        teapot_testkit::echo::EchoIdentity::new(&namespace, "", "web", "0"),
+    )
+    .await
+    .expect("echo on the node address");
+    let prefix = if ip.is_ipv4() { 32 } else { 128 };
+    let mut slice = slice(
+        &namespace,
+        "web-0",
+        "web",
+        &[(Some("http"), echo.addr().port())],
+        &[(&ip.to_string(), true)],
+    );
+    slice["addressType"] = serde_json::json!(if ip.is_ipv4() { "IPv4" } else { "IPv6" });
+    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
+        serde_json::json!("sync.teapot.dev");
+    let documents = vec![
+        serde_json::json!({
+            "apiVersion": "teapot.dev/v1alpha1",
+            "kind": "Tenant",
+            "metadata": { "name": cluster },
+            "spec": { "cluster": cluster, "nodeCIDRs": [format!("{ip}/{prefix}")], "limits": limits },
+        }),
+        service(&namespace, "web", &[(Some("http"), 80)]),
+        slice,
+        simple_ingress(&namespace, "web", host, "web"),
+    ];
+    (echo, documents)
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+    samples[i]
+}
+
+/// Sequential requests of the calm tenant on one kept-alive connection;
+/// their latencies.
+async fn calm_window(
+    conn: &mut client::Connection,
+    req: &client::Request,
+    n: usize,
+) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = std::time::Instant::now();
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, conn.send(req))
+            .await
+            .unwrap_or_else(|_| panic!("calm request {i}: no answer in time"))
+            .unwrap_or_else(|e| panic!("calm request {i}: {e}"));
+        out.push(started.elapsed());
+        assert_eq!(resp.status, 200, "calm request {i}: {}", resp.text());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_flood_degrades_only_that_tenant() {
+    // Rounds of (unloaded, loaded) windows, interleaved so that other load
+    // on the machine drifts into both sides alike.
+    const ROUNDS: usize = 4;
+    const WINDOW: usize = 750;
+    const FLOODERS: usize = 64;
+    let (flood_echo, mut documents) = tenant_with_backend(
+        "flood",
+        node_address(false),
+        serde_json::json!({ "requestsPerSecond": 200, "maxConnections": 8 }),
+        "app.flood.lb.localhost",
+    )
+    .await;
+    let (calm_echo, calm_docs) = tenant_with_backend(
+        "calm",
+        node_address(true),
+        serde_json::json!({}),
+        "app.calm.lb.localhost",
+    )
+    .await;
+    documents.extend(calm_docs);
+    let delay = std::env::var("TEAPOT_TEST_REFUSAL_DELAY_MS").unwrap_or_else(|_| "500".into());
+    let h = Harness::start_with_args(
+        &[("tenants.yaml", docs(&documents))],
+        &["--tenant-refusal-delay-ms", &delay],
+    )
+    .await;
+    let proxy = h.proxy.http;
+    assert_eq!(
+        h.echo_json("app.flood.lb.localhost", "/").await["namespace"],
+        "tenant-flood"
+    );
+    assert_eq!(
+        h.echo_json("app.calm.lb.localhost", "/").await["namespace"],
+        "tenant-calm"
+    );
+
+    let calm_req = client::Request::get("app.calm.lb.localhost", "/");
+    let mut calm = client::Connection::open(proxy, &client::Transport::Plain, client::Proto::Http1)
+        .await
+        .expect("calm connection");
+    calm_window(&mut calm, &calm_req, 200).await; // warm-up
+
+    let statuses = Arc::new(std::sync::Mutex::new(
+        std::collections::BTreeMap::<u16, u64>::new(),
+    ));
+    let (mut unloaded, mut loaded) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        unloaded.extend(calm_window(&mut calm, &calm_req, WINDOW).await);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flooders: Vec<_> = (0..FLOODERS)
+            .map(|i| {
+                let (stop, statuses) = (stop.clone(), statuses.clone());
+                tokio::spawn(async move {
+                    // Half of the flood holds its requests open at the
+                    // backend, which is what fills the connection cap.
+                    let mut req = client::Request::get("app.flood.lb.localhost", "/");
+                    if i % 2 == 0 {
+                        req = req.header(teapot_testkit::echo::DELAY_HEADER, "200");
+                    }
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(mut conn) = client::Connection::open(
+                            proxy,
+                            &client::Transport::Plain,
+                            client::Proto::Http1,
+                        )
+                        .await
+                        else {
+                            continue;
+                        };
+                        while !stop.load(Ordering::Relaxed) {
+                            match conn.send(&req).await {
+                                Ok(resp) => {
+                                    *statuses.lock().unwrap().entry(resp.status).or_default() += 1
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Let the flood use up its burst and reach its steady state.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        loaded.extend(calm_window(&mut calm, &calm_req, WINDOW).await);
+        stop.store(true, Ordering::Relaxed);
+        for f in flooders {
+            f.await.unwrap();
+        }
+    }
+    let (p50_u, p99_u) = (
+        percentile(&mut unloaded, 0.5),
+        percentile(&mut unloaded, 0.99),
+    );
+    let (p50_l, p99_l) = (percentile(&mut loaded, 0.5), percentile(&mut loaded, 0.99));
+    let statuses = statuses.lock().unwrap().clone();
+    let metrics = h.metrics().await;
+    let refused = |reason: &str| {
+        metric(
+            &metrics,
+            &format!("teapot_edge_refusals_total{{reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    let ratio = p99_l.as_secs_f64() / p99_u.as_secs_f64();
+    println!(
+        "fairness: calm tenant p50/p99 unloaded {p50_u:?}/{p99_u:?}, during the flood {p50_l:?}/{p99_l:?} (p99 ratio {ratio:.2}, {} samples each); flood answers {statuses:?}; refusals tenant_rate {} tenant_connections {}; flood backend served {}, calm backend {}",
+        unloaded.len(),
+        refused("tenant_rate"),
+        refused("tenant_connections"),
+        flood_echo.requests(),
+        calm_echo.requests(),
+    );
+    assert!(
+        statuses.get(&429).is_some_and(|n| *n > 0) && statuses.get(&503).is_some_and(|n| *n > 0),
+        "the flood meets both of its tenant's limits: {statuses:?}"
+    );
+    assert!(
+        statuses.keys().all(|s| [200, 429, 503].contains(s)),
+        "{statuses:?}"
+    );
+    assert!(
+        ratio <= 2.0,
+        "the calm tenant's p99 went from {p99_u:?} to {p99_l:?} during the other tenant's flood"
+    );
+}
