@@ -179,11 +179,11 @@ pub async fn run(
         .with_acme(acme_shared.clone())
         .with_edge(config.edge.clone());
     let mut app = pingora_proxy::http_proxy(&server_conf, router);
-    if config.h2c {
-        let mut options = HttpServerOptions::default();
-        options.h2c = true;
-        app.server_options = Some(options);
-    }
+    let mut options = HttpServerOptions::default();
+    options.h2c = config.h2c;
+    options.h2_idle_timeout = Some(config.edge.h2.idle_timeout);
+    app.server_options = Some(options);
+    app.h2_options = Some(config.edge.h2.options());
     // The edge wrapper counts connections and enforces the header-read
     // deadline around Pingora's HTTP application (crate::edge).
     let app = crate::edge::EdgeApp::new(app, config.edge.clone(), metrics.clone(), config.h2c);

@@ -922,3 +922,420 @@ async fn one_tenants_flood_degrades_only_that_tenant() {
         "the calm tenant's p99 went from {p99_u:?} to {p99_l:?} during the other tenant's flood"
     );
 }
+
+/// Hand-built HTTP/2 frames (RFC 9113) and HPACK literals (RFC 7541 §6.2.2,
+/// never indexed, no Huffman), so a test can send what no well-behaved
+/// client library would: control bytes in fields, lengths that lie,
+/// resets in bulk.
+mod h2raw {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    pub const DATA: u8 = 0x0;
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const GOAWAY: u8 = 0x7;
+    pub const WINDOW_UPDATE: u8 = 0x8;
+    pub const END_STREAM: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const ENHANCE_YOUR_CALM: u32 = 0xb;
+    pub const REFUSED_STREAM: u32 = 0x7;
+
+    pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn hpack_int(out: &mut Vec<u8>, mut n: usize) {
+        if n < 127 {
+            out.push(n as u8);
+            return;
+        }
+        out.push(127);
+        n -= 127;
+        while n >= 128 {
+            out.push((n % 128) as u8 | 0x80);
+            n /= 128;
+        }
+        out.push(n as u8);
+    }
+
+    /// A HEADERS frame for `method` on `authority` with extra fields.
+    pub fn request(
+        stream: u32,
+        method: &str,
+        authority: &str,
+        extra: &[(&[u8], &[u8])],
+        end_stream: bool,
+    ) -> Vec<u8> {
+        let mut block = Vec::new();
+        let pseudo: [(&[u8], &[u8]); 4] = [
+            (b":method", method.as_bytes()),
+            (b":scheme", b"http"),
+            (b":path", b"/"),
+            (b":authority", authority.as_bytes()),
+        ];
+        for (name, value) in pseudo.iter().chain(extra) {
+            block.push(0x10); // literal, never indexed, new name
+            hpack_int(&mut block, name.len());
+            block.extend_from_slice(name);
+            hpack_int(&mut block, value.len());
+            block.extend_from_slice(value);
+        }
+        let flags = END_HEADERS | if end_stream { END_STREAM } else { 0 };
+        frame(HEADERS, flags, stream, &block)
+    }
+
+    pub fn rst(stream: u32, code: u32) -> Vec<u8> {
+        frame(RST_STREAM, 0, stream, &code.to_be_bytes())
+    }
+
+    /// Connection preface and an empty SETTINGS frame.
+    pub async fn connect(addr: std::net::SocketAddr) -> TcpStream {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend(frame(SETTINGS, 0, 0, &[]));
+        s.write_all(&hello).await.expect("preface");
+        s
+    }
+
+    /// One received frame.
+    #[derive(Debug)]
+    pub struct Frame {
+        pub kind: u8,
+        pub stream: u32,
+        pub payload: Vec<u8>,
+    }
+
+    impl Frame {
+        /// Error code of RST_STREAM and GOAWAY.
+        pub fn error_code(&self) -> Option<u32> {
+            let at = match self.kind {
+                RST_STREAM => 0,
+                GOAWAY => 4,
+                _ => return None,
+            };
+            let b = self.payload.get(at..at + 4)?;
+            Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        }
+
+        /// A SETTINGS parameter.
+        pub fn setting(&self, id: u16) -> Option<u32> {
+            if self.kind != SETTINGS {
+                return None;
+            }
+            self.payload.chunks_exact(6).find_map(|c| {
+                (u16::from_be_bytes([c[0], c[1]]) == id)
+                    .then(|| u32::from_be_bytes([c[2], c[3], c[4], c[5]]))
+            })
+        }
+    }
+
+    /// Frames until the peer closes, a GOAWAY, `stop` says enough, or
+    /// `quiet` passes without a byte.
+    pub async fn read_frames(
+        s: &mut TcpStream,
+        quiet: Duration,
+        stop: impl Fn(&Frame) -> bool,
+    ) -> (Vec<Frame>, bool) {
+        let mut buf = Vec::new();
+        let mut frames = Vec::new();
+        let mut chunk = [0u8; 16384];
+        loop {
+            while buf.len() >= 9 {
+                let len = (buf[0] as usize) << 16 | (buf[1] as usize) << 8 | buf[2] as usize;
+                if buf.len() < 9 + len {
+                    break;
+                }
+                let f = Frame {
+                    kind: buf[3],
+                    stream: u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff,
+                    payload: buf[9..9 + len].to_vec(),
+                };
+                buf.drain(..9 + len);
+                let done = f.kind == GOAWAY || stop(&f);
+                frames.push(f);
+                if done {
+                    return (frames, false);
+                }
+            }
+            match tokio::time::timeout(quiet, s.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return (frames, true),
+                Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                Err(_) => return (frames, false),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_limits_and_malformed_frames() {
+    use h2raw::*;
+    let (h, a, b) = two_tenants(&[
+        "--h2c",
+        "--h2-max-concurrent-streams",
+        "8",
+        "--h2-max-header-list-size",
+        "4k",
+        "--max-connection-rate-per-client",
+        "30",
+    ])
+    .await;
+    let proxy = h.proxy.http;
+    let quiet = Duration::from_secs(3);
+    let counts = || (a.requests(), b.requests());
+
+    // Advertised limits.
+    let mut s = connect(proxy).await;
+    let (frames, _) = read_frames(&mut s, quiet, |f| f.kind == SETTINGS).await;
+    let settings = frames
+        .iter()
+        .find(|f| f.kind == SETTINGS)
+        .expect("SETTINGS");
+    assert_eq!(settings.setting(0x3), Some(8), "MAX_CONCURRENT_STREAMS");
+    assert_eq!(settings.setting(0x6), Some(4096), "MAX_HEADER_LIST_SIZE");
+
+    // More streams than allowed at once: the extra ones are refused.
+    let mut burst = Vec::new();
+    for i in 0..12u32 {
+        burst.extend(request(
+            2 * i + 1,
+            "GET",
+            "a.example",
+            &[(b"x-echo-delay-ms", b"1000")],
+            true,
+        ));
+    }
+    s.write_all(&burst).await.unwrap();
+    let (frames, _) = read_frames(&mut s, quiet, |f| {
+        f.kind == RST_STREAM && f.error_code() == Some(REFUSED_STREAM)
+    })
+    .await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.error_code() == Some(REFUSED_STREAM)),
+        "streams over MAX_CONCURRENT_STREAMS refused: {frames:?}"
+    );
+    drop(s);
+    // The accepted streams' requests are still on their way to A.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Malformed requests never reach a backend, and never B.
+    let before = counts();
+    let malformed: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "CR LF in a value",
+            request(
+                1,
+                "GET",
+                "a.example",
+                &[(b"x-a", b"a\r\nhost: b.example")],
+                true,
+            ),
+        ),
+        (
+            "LF in a value",
+            request(1, "GET", "a.example", &[(b"x-a", b"a\nb")], true),
+        ),
+        (
+            "NUL in a value",
+            request(1, "GET", "a.example", &[(b"x-a", b"a\0b")], true),
+        ),
+        (
+            "CR LF in a name",
+            request(
+                1,
+                "GET",
+                "a.example",
+                &[(b"x-a\r\nhost", b"b.example")],
+                true,
+            ),
+        ),
+        (
+            "upper case name",
+            request(1, "GET", "a.example", &[(b"X-A", b"a")], true),
+        ),
+        (
+            "transfer-encoding",
+            request(
+                1,
+                "GET",
+                "a.example",
+                &[(b"transfer-encoding", b"chunked")],
+                true,
+            ),
+        ),
+        (
+            "header list over the limit",
+            request(
+                1,
+                "GET",
+                "a.example",
+                &[(b"x-big", "v".repeat(6000).as_bytes())],
+                true,
+            ),
+        ),
+    ];
+    for (what, bytes) in malformed {
+        let mut s = connect(proxy).await;
+        s.write_all(&bytes).await.unwrap();
+        let (frames, closed) = read_frames(&mut s, quiet, |f| {
+            f.kind == RST_STREAM || (f.kind == HEADERS && f.stream == 1)
+        })
+        .await;
+        let refused = closed
+            || frames.iter().any(|f| {
+                matches!(f.kind, RST_STREAM | GOAWAY)
+                    || (f.kind == HEADERS && f.stream == 1 && f.payload.first() != Some(&0x88))
+            });
+        println!(
+            "h2 {what}: {}",
+            frames
+                .iter()
+                .map(|f| format!("{}:{:?}", f.kind, f.error_code()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert!(refused, "{what}: {frames:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(counts(), before, "no malformed request reached a backend");
+
+    // Content-Length that disagrees with the DATA frames, downgraded to
+    // HTTP/1.1 upstream: the hidden request must never reach B.
+    for (what, length, body) in [
+        ("DATA longer than Content-Length", "5", SMUGGLED.to_string()),
+        (
+            "DATA shorter than Content-Length",
+            "500",
+            SMUGGLED.to_string(),
+        ),
+    ] {
+        let b_before = b.requests();
+        let mut s = connect(proxy).await;
+        let mut bytes = request(
+            1,
+            "POST",
+            "a.example",
+            &[(b"content-length", length.as_bytes())],
+            false,
+        );
+        bytes.extend(frame(DATA, END_STREAM, 1, body.as_bytes()));
+        s.write_all(&bytes).await.unwrap();
+        let (frames, closed) = read_frames(&mut s, quiet, |f| f.kind == RST_STREAM).await;
+        println!(
+            "h2 {what}: {}",
+            frames
+                .iter()
+                .map(|f| format!("{}:{:?}", f.kind, f.error_code()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert!(
+            closed || frames.iter().any(|f| matches!(f.kind, RST_STREAM | GOAWAY)),
+            "{what}: stream reset: {frames:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(b.requests(), b_before, "{what}: B received nothing");
+    }
+
+    // Rapid reset: streams opened and cancelled at once, in bulk.
+    let a_before = a.requests();
+    let mut s = connect(proxy).await;
+    let mut bytes = Vec::new();
+    for i in 0..500u32 {
+        bytes.extend(request(2 * i + 1, "GET", "a.example", &[], false));
+        bytes.extend(rst(2 * i + 1, 0x8));
+    }
+    let _ = s.write_all(&bytes).await;
+    let (frames, closed) = read_frames(&mut s, quiet, |_| false).await;
+    let goaway = frames.iter().find(|f| f.kind == GOAWAY);
+    println!(
+        "h2 rapid reset: GOAWAY {:?}, closed {closed}, A received {}",
+        goaway.and_then(Frame::error_code),
+        a.requests() - a_before
+    );
+    assert_eq!(
+        goaway.and_then(Frame::error_code),
+        Some(ENHANCE_YOUR_CALM),
+        "{frames:?}"
+    );
+    assert!(
+        a.requests() - a_before < 100,
+        "most reset streams never reached A"
+    );
+
+    // MadeYouReset: valid frames that make the server reset streams
+    // (a WINDOW_UPDATE that overflows an open stream's window is a stream
+    // error; an increment of 0 would be a connection error, already fatal).
+    let mut s = connect(proxy).await;
+    let mut bytes = Vec::new();
+    for i in 0..300u32 {
+        let id = 2 * i + 1;
+        bytes.extend(request(id, "POST", "a.example", &[], false));
+        bytes.extend(frame(WINDOW_UPDATE, 0, id, &0x7fff_ffffu32.to_be_bytes()));
+    }
+    let _ = s.write_all(&bytes).await;
+    let (frames, closed) = read_frames(&mut s, quiet, |_| false).await;
+    let goaway = frames.iter().find(|f| f.kind == GOAWAY);
+    let resets = frames.iter().filter(|f| f.kind == RST_STREAM).count();
+    println!(
+        "h2 MadeYouReset: {resets} stream resets, then GOAWAY {:?}, closed {closed}",
+        goaway.and_then(Frame::error_code)
+    );
+    assert_eq!(
+        goaway.and_then(Frame::error_code),
+        Some(ENHANCE_YOUR_CALM),
+        "{frames:?}"
+    );
+
+    // Per client: reconnecting in a loop is paced (the reopen path after a
+    // GOAWAY), from its own address so the cases above are not affected.
+    let mut refused = 0;
+    for _ in 0..100 {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
+        let mut s = socket.connect(proxy).await.unwrap();
+        s.write_all(&request(1, "GET", "a.example", &[], true))
+            .await
+            .ok();
+        let mut one = [0u8; 1];
+        if matches!(
+            tokio::time::timeout(quiet, s.read(&mut one)).await,
+            Ok(Ok(0) | Err(_))
+        ) {
+            refused += 1;
+        }
+    }
+    let metrics = h.metrics().await;
+    let paced = metric(
+        &metrics,
+        "teapot_edge_refusals_total{reason=\"client_connection_rate\"}",
+    )
+    .unwrap_or(0.0);
+    println!("h2 reconnect loop: {refused} of 100 connections refused, counter {paced}");
+    assert!(
+        refused >= 50 && paced >= 50.0,
+        "{refused} refused, counter {paced}"
+    );
+    // And the proxy still serves HTTP/2.
+    assert_eq!(b.requests() >= 1, true);
+    let mut s = connect(proxy).await;
+    s.write_all(&request(1, "GET", "b.example", &[], true))
+        .await
+        .unwrap();
+    let (frames, _) = read_frames(&mut s, quiet, |f| f.kind == HEADERS && f.stream == 1).await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.kind == HEADERS && f.payload.first() == Some(&0x88)),
+        "200 for b.example: {frames:?}"
+    );
+}
