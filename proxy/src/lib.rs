@@ -38,6 +38,7 @@ pub mod fairness;
 pub mod kube_source;
 pub mod kube_status;
 pub mod l4;
+pub mod logflood;
 pub mod manifests;
 pub mod metrics;
 pub mod proof;

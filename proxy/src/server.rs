@@ -236,6 +236,11 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let watch_task = tokio::spawn(reloader.clone().watch(stop_rx.clone()));
+    let noise_task = tokio::spawn(crate::logflood::report(
+        crate::logflood::NoiseState::global().clone(),
+        metrics.log_lines_suppressed.clone(),
+        Duration::from_secs(10),
+    ));
     let prover_task = {
         let snapshots = snapshots.clone();
         let reloader = reloader.clone();
@@ -321,6 +326,7 @@ pub async fn run(
     let _ = l4_drain.await;
     admin_task.abort();
     watch_task.abort();
+    noise_task.abort();
     prover_task.abort();
     if let Some(t) = acme_task {
         t.abort();
