@@ -592,8 +592,11 @@ impl ClassFilter {
 /// per distinct (tenant, body limit).
 struct Policies<'a> {
     gates: &'a TenantGates,
-    cache: FastHashMap<(Option<&'a str>, Option<u64>), Option<Arc<RoutePolicy>>>,
+    cache: FastHashMap<PolicyKey<'a>, Option<Arc<RoutePolicy>>>,
 }
+
+/// (tenant cluster, `teapot.dev/max-body-size`).
+type PolicyKey<'a> = (Option<&'a str>, Option<u64>);
 
 impl<'a> Policies<'a> {
     fn new(gates: &'a TenantGates) -> Policies<'a> {
