@@ -80,10 +80,13 @@ pub struct TenantLimits {
     /// Largest object, in bytes of its JSON form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_object_bytes: Option<u32>,
-    /// Concurrent client connections across the fleet's replicas, per replica.
+    /// Client connections busy with this tenant at once, per proxy replica
+    /// (requests in flight; an upgraded WebSocket for its whole life).
+    /// Over it: 503. 0: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
-    /// Requests per second per replica.
+    /// Requests per second per proxy replica, with a burst of one second's
+    /// worth. Over it: 429. 0: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_second: Option<u32>,
 }

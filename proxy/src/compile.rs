@@ -20,9 +20,10 @@ use teapot_api::names::{
 };
 use teapot_api::{HostPattern, PathKind, hostname};
 
+use crate::fairness::TenantGates;
 use crate::manifests::Problem;
 use crate::proof::{Claim, ProofBook};
-use crate::routes::RouteTable;
+use crate::routes::{Route, RoutePolicy, RouteTable};
 use crate::snapshot::{Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport};
 use crate::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
 use crate::tenancy::{Tenancy, TenantView};
@@ -47,6 +48,8 @@ pub struct CompileOptions {
     pub acme: Option<std::sync::Arc<crate::acme::AcmeShared>>,
     /// L4 allocation and listeners; `None` serves no Service at L4.
     pub l4: Option<std::sync::Arc<crate::l4::L4>>,
+    /// Per-tenant rate and connection gates, kept across compiles.
+    pub tenant_gates: Arc<TenantGates>,
 }
 
 /// Allocator settings (environment variables, read by mimalloc at process
@@ -72,6 +75,7 @@ impl Default for CompileOptions {
             proofs: None,
             acme: None,
             l4: None,
+            tenant_gates: Arc::default(),
         }
     }
 }
@@ -96,6 +100,7 @@ pub fn compile(
         &holdings,
     );
     let mut resolver = Resolver::new(store, registry, &tenancy);
+    let mut policies = Policies::new(&options.tenant_gates);
     let (hosts, paths) = rule_counts(store);
     let mut routes = RouteTable::with_capacity(hosts, paths);
     let mut certs = CertTable::default();
@@ -152,6 +157,7 @@ pub fn compile(
                 &options.domain,
             ))
         });
+        let (policy, annotation_problems) = policies.of(ingress, tenant);
         let mut note = |upstream: &Upstream| {
             for why in upstream.unavailable.iter().chain(&upstream.refused) {
                 if !unresolved.contains(why) {
@@ -163,6 +169,7 @@ pub fn compile(
         if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
             let upstream = resolver.backend(&id.namespace, backend);
             note(&upstream);
+            let upstream = Route::new(upstream, policy.clone());
             match &own_host {
                 Some(host) => {
                     if !routes.host_mut(Some(host)).set_fallback(upstream) {
@@ -213,7 +220,8 @@ pub fn compile(
                 let path = p.path.as_deref().unwrap_or("/");
                 let upstream = resolver.backend(&id.namespace, &p.backend);
                 note(&upstream);
-                if let Err(owner) = table.insert(kind, path, upstream, index) {
+                let route = Route::new(upstream, policy.clone());
+                if let Err(owner) = table.insert(kind, path, route, index) {
                     let holder = owners[owner as usize];
                     let host = host.map_or("*".to_string(), |h| h.to_string());
                     conflicts.push(format!(
@@ -273,6 +281,14 @@ pub fn compile(
             "HostsAccepted",
             "HostsNotRouted",
         ));
+        if !annotation_problems.is_empty() {
+            conditions.push(Condition::unless_problems(
+                "AnnotationsAccepted",
+                &annotation_problems,
+                "AnnotationsAccepted",
+                "InvalidAnnotation",
+            ));
+        }
         let status = match &own_host {
             Some(host) => Arc::new(IngressStatus {
                 load_balancer: Some(load_balancer_status(&[host.to_string()])),
@@ -340,6 +356,7 @@ pub fn compile(
         l4,
     };
     registry.prune();
+    options.tenant_gates.prune();
     Snapshot {
         generation,
         routes,
@@ -590,6 +607,74 @@ impl ClassFilter {
             Some(c) => self.ours.iter().any(|o| o == c),
             None => self.default,
         }
+    }
+}
+
+/// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
+/// per distinct (tenant, body limit).
+struct Policies<'a> {
+    gates: &'a TenantGates,
+    cache: FastHashMap<PolicyKey<'a>, Option<Arc<RoutePolicy>>>,
+}
+
+/// (tenant cluster, `teapot.dev/max-body-size`).
+type PolicyKey<'a> = (Option<&'a str>, Option<u64>);
+
+impl<'a> Policies<'a> {
+    fn new(gates: &'a TenantGates) -> Policies<'a> {
+        Policies {
+            gates,
+            cache: FastHashMap::default(),
+        }
+    }
+
+    /// The policy of `ingress` and the annotations it could not read (the
+    /// webhook refuses those in tenant namespaces; an operator's manifest
+    /// can still carry one).
+    fn of(
+        &mut self,
+        ingress: &Ingress,
+        tenant: Option<&TenantView<'a>>,
+    ) -> (Option<Arc<RoutePolicy>>, Vec<String>) {
+        use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
+        const MAX_BODY: &str = "teapot.dev/max-body-size";
+        let mut problems = Vec::new();
+        let value = ingress
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MAX_BODY));
+        let max_body_size =
+            value.and_then(
+                |v| match annotations::parse(ObjectKind::Ingress, MAX_BODY, v) {
+                    Ok(AnnotationValue::Size(n)) => Some(n),
+                    Ok(_) => None,
+                    Err(e) => {
+                        problems.push(format!("{MAX_BODY}: {e}; the operator maximum applies"));
+                        None
+                    }
+                },
+            );
+        let cluster = tenant.map(|t| t.cluster);
+        let gates = self.gates;
+        let policy = self
+            .cache
+            .entry((cluster, max_body_size))
+            .or_insert_with(|| {
+                let gate = tenant.map(|t| {
+                    let limits =
+                        teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref());
+                    gates.gate(t.cluster, &limits)
+                });
+                (gate.is_some() || max_body_size.is_some()).then(|| {
+                    Arc::new(RoutePolicy {
+                        max_body_size,
+                        tenant: gate,
+                    })
+                })
+            })
+            .clone();
+        (policy, problems)
     }
 }
 
@@ -1088,6 +1173,82 @@ spec:
         );
         assert!(s.acme.is_empty());
         assert!(s.certs.lookup("a.example").is_some());
+    }
+
+    fn annotated(ingress: String, annotations: &str) -> String {
+        ingress.replacen(
+            "namespace: ",
+            &format!("annotations: {{{annotations}}}, namespace: "),
+            1,
+        )
+    }
+
+    #[test]
+    fn routes_carry_the_body_limit_and_the_tenant_gate() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(
+            &[
+                TENANT.replace(
+                    "nodeCIDRs",
+                    "limits: {requestsPerSecond: 7}
+  nodeCIDRs",
+                ),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                annotated(
+                    ingress("tenant-acme", "web.shop", &[None], false),
+                    "teapot.dev/max-body-size: 10k",
+                ),
+                backend("ops", "web", "127.0.0.1"),
+                ingress("ops", "plain", &[Some("plain.example")], false),
+                annotated(
+                    ingress("ops", "big", &[Some("big.example")], false),
+                    "teapot.dev/max-body-size: \"0\"",
+                ),
+                annotated(
+                    ingress("ops", "bad", &[Some("bad.example")], false),
+                    "teapot.dev/max-body-size: 10mb",
+                ),
+            ],
+            &options,
+        );
+        let tenant = s
+            .routes
+            .lookup("web-shop.acme.lb.example.net", "/")
+            .unwrap();
+        assert_eq!(tenant.max_body_size(), Some(10 * 1024));
+        assert_eq!(&*tenant.tenant().expect("tenant gate").cluster, "acme");
+        let plain = s.routes.lookup("plain.example", "/").unwrap();
+        assert!(plain.policy.is_none(), "no allocation without limits");
+        let big = s.routes.lookup("big.example", "/").unwrap();
+        assert_eq!(big.max_body_size(), Some(0));
+        assert!(big.tenant().is_none());
+        let bad = s.routes.lookup("bad.example", "/").unwrap();
+        assert_eq!(bad.max_body_size(), None);
+        let report = s.report.ingresses.iter().find(|r| r.name == "bad").unwrap();
+        let condition = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "AnnotationsAccepted")
+            .expect("condition");
+        assert!(condition.message.contains("max-body-size"), "{condition:?}");
+        // The same gate across compiles, so a reload keeps the counters.
+        let again = compile_test_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                ingress("tenant-acme", "web.shop", &[None], false),
+            ],
+            &options,
+        );
+        let gate = again
+            .routes
+            .lookup("web-shop.acme.lb.example.net", "/")
+            .and_then(|r| r.tenant().cloned())
+            .unwrap();
+        assert!(Arc::ptr_eq(&gate, tenant.tenant().unwrap()));
     }
 
     fn routed(s: &Snapshot, host: &str) -> bool {

@@ -49,6 +49,61 @@ pub struct EdgeConfig {
     pub max_connections: usize,
     /// Open client connections from one IP address (0: no limit).
     pub max_connections_per_client: usize,
+    /// How long a request over its Tenant's rate or connection limit
+    /// waits for its 429/503 (crate::fairness): a client looping on
+    /// refusals must not be able to take the replica's CPU from other
+    /// tenants.
+    pub tenant_refusal_delay: Duration,
+    /// New connections per second from one IP address, with a burst of
+    /// one second's worth (0: no limit). Bounds how fast one client can
+    /// reopen HTTP/2 connections that were closed for abuse (rapid reset,
+    /// MadeYouReset), and connection churn in general.
+    pub max_connection_rate_per_client: u32,
+    pub h2: H2Limits,
+}
+
+/// HTTP/2 limits, handed to the h2 crate (per connection).
+#[derive(Clone, Debug)]
+pub struct H2Limits {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS; streams over it are refused
+    /// (REFUSED_STREAM).
+    pub max_concurrent_streams: u32,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE (decoded); larger header lists are
+    /// answered 431 by h2.
+    pub max_header_list_size: u32,
+    /// Streams the client opened and reset before they were accepted
+    /// (rapid reset, CVE-2023-44487); over it: GOAWAY ENHANCE_YOUR_CALM.
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the server had to reset because of the client's errors
+    /// over the connection's life (MadeYouReset, CVE-2025-8671); over it:
+    /// GOAWAY ENHANCE_YOUR_CALM.
+    pub max_local_error_reset_streams: usize,
+    /// An HTTP/2 connection without streams is closed after this.
+    pub idle_timeout: Duration,
+}
+
+impl Default for H2Limits {
+    fn default() -> Self {
+        H2Limits {
+            max_concurrent_streams: 100,
+            max_header_list_size: 32 * 1024,
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 100,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl H2Limits {
+    /// The h2 server options Pingora hands to every HTTP/2 connection.
+    pub fn options(&self) -> pingora_core::protocols::http::v2::server::H2Options {
+        let mut o = pingora_core::protocols::http::v2::server::default_h2_options();
+        o.max_concurrent_streams(self.max_concurrent_streams)
+            .max_header_list_size(self.max_header_list_size)
+            .max_pending_accept_reset_streams(self.max_pending_accept_reset_streams)
+            .max_local_error_reset_streams(Some(self.max_local_error_reset_streams));
+        o
+    }
 }
 
 impl Default for EdgeConfig {
@@ -62,6 +117,9 @@ impl Default for EdgeConfig {
             max_body_size: 100 * 1024 * 1024,
             max_connections: 50_000,
             max_connections_per_client: 512,
+            tenant_refusal_delay: Duration::from_millis(500),
+            max_connection_rate_per_client: 200,
+            h2: H2Limits::default(),
         }
     }
 }
@@ -90,10 +148,13 @@ pub enum Refusal {
     HeaderTimeout,
     ConnectionCap,
     ClientConnectionCap,
+    TenantRate,
+    TenantConnections,
+    ClientConnectionRate,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 20] = [
+    pub const ALL: [Refusal; 23] = [
         Refusal::BothLengths,
         Refusal::TransferEncoding,
         Refusal::DuplicateLength,
@@ -114,6 +175,9 @@ impl Refusal {
         Refusal::HeaderTimeout,
         Refusal::ConnectionCap,
         Refusal::ClientConnectionCap,
+        Refusal::TenantRate,
+        Refusal::TenantConnections,
+        Refusal::ClientConnectionRate,
     ];
 
     pub fn label(self) -> &'static str {
@@ -138,6 +202,9 @@ impl Refusal {
             Refusal::HeaderTimeout => "header_timeout",
             Refusal::ConnectionCap => "connection_cap",
             Refusal::ClientConnectionCap => "client_connection_cap",
+            Refusal::TenantRate => "tenant_rate",
+            Refusal::TenantConnections => "tenant_connections",
+            Refusal::ClientConnectionRate => "client_connection_rate",
         }
     }
 
@@ -147,7 +214,11 @@ impl Refusal {
             Refusal::HeaderTooLarge | Refusal::TooManyHeaders => 431,
             Refusal::BodyTooLarge => 413,
             Refusal::HeaderTimeout => 408,
-            Refusal::ConnectionCap | Refusal::ClientConnectionCap => 503,
+            Refusal::ConnectionCap
+            | Refusal::ClientConnectionCap
+            | Refusal::TenantConnections
+            | Refusal::ClientConnectionRate => 503,
+            Refusal::TenantRate => 429,
             _ => 400,
         }
     }
@@ -174,6 +245,9 @@ impl Refusal {
             Refusal::BodyTooLarge => "413 request body too large\n",
             Refusal::HeaderTimeout => "408 request header timeout\n",
             Refusal::ConnectionCap | Refusal::ClientConnectionCap => "503 too many connections\n",
+            Refusal::ClientConnectionRate => "503 too many new connections\n",
+            Refusal::TenantRate => "429 this tenant's request rate limit is reached\n",
+            Refusal::TenantConnections => "503 this tenant's connection limit is reached\n",
         }
     }
 }
@@ -439,11 +513,36 @@ pub fn request_done(within: Duration) {
     let _ = CONNECTION.try_with(|c| c.set_deadline_in(within));
 }
 
-/// Counts connections, total and per client address.
+/// Counts connections, total and per client address, and paces new
+/// connections per client address.
 #[derive(Debug, Default)]
 pub struct ConnectionTable {
     total: AtomicUsize,
-    per_client: parking_lot::Mutex<HashMap<IpAddr, usize>>,
+    per_client: parking_lot::Mutex<ClientMap>,
+}
+
+#[derive(Debug, Default)]
+struct ClientMap {
+    clients: HashMap<IpAddr, ClientState>,
+    /// Size after the last sweep of idle entries.
+    swept_at: usize,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    open: usize,
+    /// GCRA theoretical arrival time of the next connection, ms on
+    /// [`clock_ms`]; the entry outlives its connections until then, so
+    /// closing and reopening does not reset the pace.
+    tat_ms: u64,
+}
+
+fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// One counted connection; uncounted on drop.
@@ -460,6 +559,15 @@ impl ConnectionTable {
         client: Option<IpAddr>,
         config: &EdgeConfig,
     ) -> Result<ConnectionSlot, Refusal> {
+        self.admit_at(client, config, clock_ms())
+    }
+
+    fn admit_at(
+        self: &Arc<Self>,
+        client: Option<IpAddr>,
+        config: &EdgeConfig,
+        now_ms: u64,
+    ) -> Result<ConnectionSlot, Refusal> {
         let total = self.total.fetch_add(1, Ordering::AcqRel) + 1;
         // The slot exists from here on, so every exit path uncounts it.
         let mut slot = ConnectionSlot {
@@ -471,11 +579,22 @@ impl ConnectionTable {
         }
         if let Some(ip) = client {
             let mut map = self.per_client.lock();
-            let n = map.entry(ip).or_insert(0);
-            if config.max_connections_per_client > 0 && *n >= config.max_connections_per_client {
+            map.sweep(now_ms);
+            let state = map.clients.entry(ip).or_default();
+            if config.max_connections_per_client > 0
+                && state.open >= config.max_connections_per_client
+            {
                 return Err(Refusal::ClientConnectionCap);
             }
-            *n += 1;
+            if config.max_connection_rate_per_client > 0 {
+                let interval = (1000 / u64::from(config.max_connection_rate_per_client)).max(1);
+                let next = state.tat_ms.max(now_ms) + interval;
+                if next > now_ms + 1000 {
+                    return Err(Refusal::ClientConnectionRate);
+                }
+                state.tat_ms = next;
+            }
+            state.open += 1;
             slot.client = Some(ip);
         }
         Ok(slot)
@@ -486,15 +605,26 @@ impl ConnectionTable {
     }
 }
 
+impl ClientMap {
+    /// Forgets clients without connections whose pace has run out, once
+    /// the map has doubled since the last sweep (amortized O(1)).
+    fn sweep(&mut self, now_ms: u64) {
+        if self.clients.len() >= 2 * self.swept_at.max(512) {
+            self.clients.retain(|_, c| c.open > 0 || c.tat_ms > now_ms);
+            self.swept_at = self.clients.len();
+        }
+    }
+}
+
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         self.table.total.fetch_sub(1, Ordering::AcqRel);
         if let Some(ip) = self.client {
             let mut map = self.table.per_client.lock();
-            if let Some(n) = map.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    map.remove(&ip);
+            if let Some(c) = map.clients.get_mut(&ip) {
+                c.open -= 1;
+                if c.open == 0 && c.tat_ms <= clock_ms() {
+                    map.clients.remove(&ip);
                 }
             }
         }
@@ -802,5 +932,31 @@ mod tests {
         assert_eq!(table.total(), 2);
         let _s4 = table.admit(Some(a), &config).unwrap();
         assert_eq!(table.total(), 3);
+    }
+
+    #[test]
+    fn new_connections_per_client_are_paced() {
+        let table = Arc::new(ConnectionTable::default());
+        let config = EdgeConfig {
+            max_connection_rate_per_client: 10,
+            ..EdgeConfig::default()
+        };
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let t = 50_000;
+        // A second's burst, even when each connection closes at once.
+        for _ in 0..10 {
+            drop(table.admit_at(Some(a), &config, t).unwrap());
+        }
+        assert_eq!(
+            table.admit_at(Some(a), &config, t).unwrap_err(),
+            Refusal::ClientConnectionRate
+        );
+        assert!(table.admit_at(Some(b), &config, t).is_ok(), "per client");
+        assert!(
+            table.admit_at(Some(a), &config, t + 100).is_ok(),
+            "one interval later"
+        );
+        assert_eq!(table.total(), 0, "every slot released");
     }
 }

@@ -30,6 +30,8 @@ pub struct Metrics {
     /// Front-door refusals by reason (`crate::edge::Refusal`), resolved
     /// once so a refusal does no label lookup.
     edge_refusals: Vec<IntCounter>,
+    /// Library log lines held back by crate::logflood.
+    pub log_lines_suppressed: IntCounter,
     pub l4: crate::l4::L4Metrics,
 }
 
@@ -116,6 +118,10 @@ impl Metrics {
                 "acme_issuer",
                 "1 while this replica is the fleet's ACME issuer",
             )?,
+            log_lines_suppressed: IntCounter::new(
+                "log_lines_suppressed_total",
+                "Pingora/h2 log lines about client errors held back by the log-flood protection",
+            )?,
             l4: crate::l4::L4Metrics::register(&registry)?,
             registry,
         };
@@ -134,6 +140,8 @@ impl Metrics {
         m.registry.register(Box::new(m.acme_issued.clone()))?;
         m.registry.register(Box::new(m.acme_failures.clone()))?;
         m.registry.register(Box::new(m.acme_issuer.clone()))?;
+        m.registry
+            .register(Box::new(m.log_lines_suppressed.clone()))?;
         Ok(m)
     }
 

@@ -18,7 +18,9 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 
 use crate::edge::{self, EdgeConfig, Refusal};
+use crate::fairness::TenantPermit;
 use crate::metrics::Metrics;
+use crate::routes::Route;
 use crate::snapshot::SnapshotHandle;
 use crate::upstream::{Endpoint, Tried, Upstream};
 
@@ -77,8 +79,8 @@ impl Router {
     }
 
     /// The front-door checks of one request (crate::edge); returns the
-    /// body limit that applies to it.
-    fn front_door(&self, session: &Session) -> std::result::Result<u64, Refusal> {
+    /// declared body length, if any.
+    fn front_door(&self, session: &Session) -> std::result::Result<Option<u64>, Refusal> {
         let req = session.req_header();
         let declared = match session.as_downstream().as_http1() {
             Some(h1) => edge::scan_h1(&h1.get_headers_raw_bytes(), &self.edge)?.content_length,
@@ -90,11 +92,47 @@ impl Router {
             }
         };
         edge::check_host(req)?;
-        let limit = edge::body_limit(self.edge.max_body_size, None);
+        Ok(declared)
+    }
+
+    /// The limits of the matched route: its body limit, and its tenant's
+    /// rate and connection gate.
+    fn route_limits(
+        &self,
+        route: &Route,
+        declared: Option<u64>,
+        ctx: &mut RequestCtx,
+    ) -> std::result::Result<(), Refusal> {
+        let limit = edge::body_limit(self.edge.max_body_size, route.max_body_size());
         if limit > 0 && declared.is_some_and(|n| n > limit) {
             return Err(Refusal::BodyTooLarge);
         }
-        Ok(limit)
+        ctx.body_limit = limit;
+        if let Some(gate) = route.tenant() {
+            ctx.tenant = Some(gate.enter()?);
+        }
+        Ok(())
+    }
+
+    async fn refuse_for_route(&self, session: &mut Session, refusal: Refusal) -> Result<()> {
+        self.metrics.refused(refusal);
+        match refusal {
+            Refusal::TenantRate | Refusal::TenantConnections => {
+                // A client looping on refusals gets one per delay: its
+                // tenant's flood stays cheap for the other tenants.
+                tokio::time::sleep(self.edge.tenant_refusal_delay).await;
+                let body = Bytes::from_static(refusal.body().as_bytes());
+                let mut resp = error_response(refusal.status(), body.len())?;
+                resp.insert_header(http::header::RETRY_AFTER, "1")?;
+                send_answer(session, resp, body).await
+            }
+            _ => {
+                // The body was not read: the connection cannot carry
+                // another request.
+                session.set_keepalive(None);
+                respond(session, refusal.status(), refusal.body()).await
+            }
+        }
     }
 
     /// Answers HTTP-01 validations from the ACME store.
@@ -114,6 +152,9 @@ pub struct RequestCtx {
     /// Request body bytes allowed (0: no limit) and seen so far.
     body_limit: u64,
     body_seen: u64,
+    /// The tenant's connection slot, held until the request (or the
+    /// upgraded connection) ends.
+    tenant: Option<TenantPermit>,
     _in_flight: InFlight,
 }
 
@@ -152,14 +193,15 @@ impl ProxyHttp for Router {
             upstream_started: None,
             body_limit: 0,
             body_seen: 0,
+            tenant: None,
             _in_flight: InFlight(self.metrics.in_flight.clone()),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         edge::header_complete();
-        match self.front_door(session) {
-            Ok(limit) => ctx.body_limit = limit,
+        let declared = match self.front_door(session) {
+            Ok(declared) => declared,
             Err(refusal) => {
                 self.metrics.refused(refusal);
                 // Whatever follows a refused header cannot be trusted to be
@@ -168,7 +210,7 @@ impl ProxyHttp for Router {
                 respond(session, refusal.status(), refusal.body()).await?;
                 return Ok(true);
             }
-        }
+        };
         let req = session.req_header();
         let hosts = req.headers.get_all(HOST).iter().count();
         if hosts > 1 {
@@ -201,10 +243,17 @@ impl ProxyHttp for Router {
                 respond(session, 503, "503 no ready endpoint for this route\n").await?;
                 Ok(true)
             }
-            Some(upstream) => {
-                ctx.upstream = Some(upstream.clone());
-                Ok(false)
-            }
+            Some(route) => match self.route_limits(route, declared, ctx) {
+                Ok(()) => {
+                    ctx.upstream = Some(route.upstream.clone());
+                    Ok(false)
+                }
+                Err(refusal) => {
+                    drop(snapshot);
+                    self.refuse_for_route(session, refusal).await?;
+                    Ok(true)
+                }
+            },
         }
     }
 
@@ -478,7 +527,10 @@ async fn respond(session: &mut Session, status: u16, body: &'static str) -> Resu
 }
 
 async fn respond_with(session: &mut Session, status: u16, body: Bytes) -> Result<()> {
-    let resp = error_response(status, body.len())?;
+    send_answer(session, error_response(status, body.len())?, body).await
+}
+
+async fn send_answer(session: &mut Session, resp: ResponseHeader, body: Bytes) -> Result<()> {
     let head_only = session.req_header().method == Method::HEAD;
     session
         .write_response_header(Box::new(resp), head_only)

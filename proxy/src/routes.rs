@@ -22,7 +22,54 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use teapot_api::{HostPattern, PathKind};
 
+use crate::fairness::TenantGate;
 use crate::upstream::Upstream;
+
+/// Where a matched rule goes, with the limits of the Ingress it came from.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub upstream: Arc<Upstream>,
+    /// `None` for an operator Ingress without limits (the common case in
+    /// large tables: no allocation); shared by every rule of one Ingress.
+    pub policy: Option<Arc<RoutePolicy>>,
+}
+
+impl Route {
+    pub fn new(upstream: Arc<Upstream>, policy: Option<Arc<RoutePolicy>>) -> Route {
+        Route { upstream, policy }
+    }
+
+    /// `teapot.dev/max-body-size` of the Ingress (0: no limit of its own).
+    pub fn max_body_size(&self) -> Option<u64> {
+        self.policy.as_ref().and_then(|p| p.max_body_size)
+    }
+
+    /// The gate of the Tenant owning the Ingress; `None` in operator namespaces.
+    pub fn tenant(&self) -> Option<&Arc<TenantGate>> {
+        self.policy.as_ref().and_then(|p| p.tenant.as_ref())
+    }
+}
+
+impl From<Arc<Upstream>> for Route {
+    fn from(upstream: Arc<Upstream>) -> Route {
+        Route::new(upstream, None)
+    }
+}
+
+impl std::ops::Deref for Route {
+    type Target = Upstream;
+    fn deref(&self) -> &Upstream {
+        &self.upstream
+    }
+}
+
+/// Per-Ingress limits carried by its routes.
+#[derive(Debug, Default)]
+pub struct RoutePolicy {
+    /// `teapot.dev/max-body-size`; it only lowers the operator maximum.
+    pub max_body_size: Option<u64>,
+    pub tenant: Option<Arc<TenantGate>>,
+}
 
 /// Keys are operator and tenant configuration, never request input, so a
 /// fast seeded hash is safe here; lookups by request hosts only probe.
@@ -39,7 +86,7 @@ struct Group {
     id: GroupId,
     /// Where requests for this host that match no path go: a tenant
     /// Ingress's `defaultBackend`, bound to its assigned hostname.
-    fallback: Option<Arc<Upstream>>,
+    fallback: Option<Route>,
     exact: u32,
     prefix: u32,
     /// Segments of the longest prefix key: a lookup starts its walk up the
@@ -56,7 +103,7 @@ struct PathEntry {
     exact: bool,
     start: u32,
     len: u32,
-    upstream: Arc<Upstream>,
+    route: Route,
     owner: u32,
 }
 
@@ -74,7 +121,7 @@ pub struct RouteTable {
     /// slash; `/` is the empty key.
     arena: String,
     hasher: foldhash::fast::RandomState,
-    default_backend: Option<Arc<Upstream>>,
+    default_backend: Option<Route>,
 }
 
 /// The paths of one host group, for adding rules.
@@ -94,7 +141,7 @@ impl PathTable<'_> {
         &mut self,
         kind: PathKind,
         path: &str,
-        upstream: Arc<Upstream>,
+        route: Route,
         owner: u32,
     ) -> Result<(), u32> {
         let (exact, key) = match kind {
@@ -117,7 +164,7 @@ impl PathTable<'_> {
             exact,
             start,
             len: key.len() as u32,
-            upstream,
+            route,
             owner,
         };
         let hasher = self.hasher;
@@ -136,12 +183,12 @@ impl PathTable<'_> {
     }
 
     /// Sets the fallback unless one is set; returns false if taken.
-    pub fn set_fallback(&mut self, upstream: Arc<Upstream>) -> bool {
+    pub fn set_fallback(&mut self, route: Route) -> bool {
         let g = &mut *self.group;
         if g.fallback.is_some() {
             return false;
         }
-        g.fallback = Some(upstream);
+        g.fallback = Some(route);
         true
     }
 }
@@ -216,17 +263,17 @@ impl RouteTable {
     }
 
     /// Sets the default backend unless one is set; returns false if taken.
-    pub fn set_default_backend(&mut self, upstream: Arc<Upstream>) -> bool {
+    pub fn set_default_backend(&mut self, route: Route) -> bool {
         if self.default_backend.is_some() {
             return false;
         }
-        self.default_backend = Some(upstream);
+        self.default_backend = Some(route);
         true
     }
 
     /// Looks up a request. `authority` is the Host header or `:authority`
     /// as received; `path` is the path without query.
-    pub fn lookup(&self, authority: &str, path: &str) -> Option<&Arc<Upstream>> {
+    pub fn lookup(&self, authority: &str, path: &str) -> Option<&Route> {
         let mut buf = [0u8; 256];
         let group = teapot_api::host::normalize_request_host(authority, &mut buf)
             .and_then(|host| {
@@ -241,7 +288,7 @@ impl RouteTable {
             .or(self.default_backend.as_ref())
     }
 
-    fn lookup_path(&self, g: &Group, path: &str) -> Option<&Arc<Upstream>> {
+    fn lookup_path(&self, g: &Group, path: &str) -> Option<&Route> {
         let group = g.id;
         if g.exact > 0
             && let Some(u) = self.probe(group, true, path)
@@ -260,13 +307,13 @@ impl RouteTable {
         }
     }
 
-    fn probe(&self, group: GroupId, exact: bool, key: &str) -> Option<&Arc<Upstream>> {
+    fn probe(&self, group: GroupId, exact: bool, key: &str) -> Option<&Route> {
         let hash = path_hash(&self.hasher, group, exact, key);
         self.paths
             .find(hash, |e| {
                 e.group == group && e.exact == exact && entry_key(&self.arena, e) == key
             })
-            .map(|e| &e.upstream)
+            .map(|e| &e.route)
     }
 
     /// Number of (host, path) routes, host fallbacks included.
@@ -295,8 +342,8 @@ mod tests {
     use super::*;
     use PathKind::{Exact, Prefix};
 
-    fn up(name: &str) -> Arc<Upstream> {
-        Arc::new(Upstream::new(name.into(), Vec::new(), None))
+    fn up(name: &str) -> Route {
+        Arc::new(Upstream::new(name.into(), Vec::new(), None)).into()
     }
 
     fn table(rules: &[(Option<&str>, PathKind, &str, &str)]) -> RouteTable {

@@ -187,11 +187,11 @@ pub async fn run(
         .with_acme(acme_shared.clone())
         .with_edge(config.edge.clone());
     let mut app = pingora_proxy::http_proxy(&server_conf, router);
-    if config.h2c {
-        let mut options = HttpServerOptions::default();
-        options.h2c = true;
-        app.server_options = Some(options);
-    }
+    let mut options = HttpServerOptions::default();
+    options.h2c = config.h2c;
+    options.h2_idle_timeout = Some(config.edge.h2.idle_timeout);
+    app.server_options = Some(options);
+    app.h2_options = Some(config.edge.h2.options());
     // The edge wrapper counts connections and enforces the header-read
     // deadline around Pingora's HTTP application (crate::edge).
     let app = crate::edge::EdgeApp::new(app, config.edge.clone(), metrics.clone(), config.h2c);
@@ -244,6 +244,11 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let watch_task = tokio::spawn(reloader.clone().watch(stop_rx.clone()));
+    let noise_task = tokio::spawn(crate::logflood::report(
+        crate::logflood::NoiseState::global().clone(),
+        metrics.log_lines_suppressed.clone(),
+        Duration::from_secs(10),
+    ));
     let prover_task = {
         let snapshots = snapshots.clone();
         let reloader = reloader.clone();
@@ -329,6 +334,7 @@ pub async fn run(
     let _ = l4_drain.await;
     admin_task.abort();
     watch_task.abort();
+    noise_task.abort();
     prover_task.abort();
     if let Some(t) = acme_task {
         t.abort();

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use teapot_proxy::edge::EdgeConfig;
+use teapot_proxy::edge::{EdgeConfig, H2Limits};
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct EdgeArgs {
@@ -30,6 +30,27 @@ pub(crate) struct EdgeArgs {
     /// Open client connections per client IP address (0: no limit).
     #[arg(long, default_value_t = 512)]
     max_connections_per_client: usize,
+    /// Milliseconds a request over its Tenant's rate or connection limit waits for its 429/503 (a looping client then cannot take the CPU from other tenants).
+    #[arg(long, default_value_t = 500)]
+    tenant_refusal_delay_ms: u64,
+    /// New connections per second from one client IP, burst of one second's worth (0: no limit).
+    #[arg(long, default_value_t = 200)]
+    max_connection_rate_per_client: u32,
+    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection.
+    #[arg(long, default_value_t = 100)]
+    h2_max_concurrent_streams: u32,
+    /// HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE (decoded bytes, k/m suffix); larger: 431.
+    #[arg(long, default_value = "32k", value_parser = parse_size)]
+    h2_max_header_list_size: u64,
+    /// HTTP/2 streams a client may reset before they are accepted (rapid reset); more: GOAWAY.
+    #[arg(long, default_value_t = 20)]
+    h2_max_pending_accept_reset_streams: usize,
+    /// HTTP/2 streams the proxy may have to reset for a client's errors per connection (MadeYouReset); more: GOAWAY.
+    #[arg(long, default_value_t = 100)]
+    h2_max_local_error_reset_streams: usize,
+    /// Seconds an HTTP/2 connection without streams stays open.
+    #[arg(long, default_value_t = 60)]
+    h2_idle_timeout: u64,
 }
 
 impl EdgeArgs {
@@ -43,6 +64,16 @@ impl EdgeArgs {
             max_body_size: self.max_body_size,
             max_connections: self.max_connections,
             max_connections_per_client: self.max_connections_per_client,
+            tenant_refusal_delay: Duration::from_millis(self.tenant_refusal_delay_ms),
+            max_connection_rate_per_client: self.max_connection_rate_per_client,
+            h2: H2Limits {
+                max_concurrent_streams: self.h2_max_concurrent_streams,
+                max_header_list_size: u32::try_from(self.h2_max_header_list_size)
+                    .unwrap_or(u32::MAX),
+                max_pending_accept_reset_streams: self.h2_max_pending_accept_reset_streams,
+                max_local_error_reset_streams: self.h2_max_local_error_reset_streams,
+                idle_timeout: Duration::from_secs(self.h2_idle_timeout),
+            },
         }
     }
 }

@@ -223,13 +223,22 @@ fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,pingora_core=warn,pingora_proxy=warn")
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    // Library lines a bad client can trigger per request are paced
+    // (teapot_proxy::logflood); teapot's own lines never are.
+    let noise =
+        teapot_proxy::logflood::ClientNoise(teapot_proxy::logflood::NoiseState::global().clone());
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = match format {
+        LogFormat::Json => layer.json().boxed(),
+        LogFormat::Text => layer.boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(layer.with_filter(noise))
+        .with(filter)
+        .init();
 }
 
 fn optional(addr: &str) -> Option<&str> {

@@ -529,6 +529,82 @@ async fn size_limits_answer_431_414_413() {
         .await
         .unwrap();
     assert_eq!(statuses(&answer), vec![200]);
+
+    // Per route: `teapot.dev/max-body-size` lowers the operator maximum
+    // for its Ingress only, and cannot raise it.
+    let annotated = |name: &str, host: &str, size: &str| {
+        let mut i = simple_ingress("tenant-a", name, host, "web");
+        i["metadata"]["annotations"] = serde_json::json!({ "teapot.dev/max-body-size": size });
+        i
+    };
+    h.apply(
+        "per-route.yaml",
+        &docs(&[
+            annotated("small", "small.example", "100"),
+            annotated("large", "large.example", "1m"),
+        ]),
+    )
+    .await;
+    let to = |host: &str, headers: &str, body: &str| {
+        format!("POST / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n{body}")
+            .into_bytes()
+    };
+    let chunked = |n: usize| format!("{n:x}\r\n{}\r\n0\r\n\r\n", "b".repeat(n));
+    let route_cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        (
+            "declared over the route's limit",
+            to("small.example", "Content-Length: 200\r\n", &"b".repeat(200)),
+            413,
+        ),
+        (
+            "chunked over the route's limit",
+            to(
+                "small.example",
+                "Transfer-Encoding: chunked\r\n",
+                &chunked(200),
+            ),
+            413,
+        ),
+        (
+            "under the route's limit",
+            to("small.example", "Content-Length: 100\r\n", &"b".repeat(100)),
+            200,
+        ),
+        (
+            "the same body on another route of the tenant",
+            to("a.example", "Content-Length: 200\r\n", &"b".repeat(200)),
+            200,
+        ),
+        (
+            "a route annotation above the operator maximum",
+            to(
+                "large.example",
+                "Content-Length: 2000\r\n",
+                &"b".repeat(2000),
+            ),
+            413,
+        ),
+        (
+            "under the operator maximum on the large route",
+            to(
+                "large.example",
+                "Content-Length: 1000\r\n",
+                &"b".repeat(1000),
+            ),
+            200,
+        ),
+    ];
+    for (what, raw, status) in route_cases {
+        let answer = client::raw_exchange(h.proxy.http, &raw, RAW_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(
+            statuses(&answer).first(),
+            Some(&status),
+            "{what}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
 }
 
 /// One GET from a given local address; the status.
@@ -626,4 +702,598 @@ async fn slowloris_does_not_starve_other_clients() {
         "slowloris: {SLOW} connections, {timeouts} closed at the header deadline, {capped} over the per-client cap"
     );
     assert!(timeouts >= 1.0 && capped >= 1.0, "{metrics}");
+}
+
+/// This machine's own address of one family that is not loopback: a
+/// Tenant's endpoints may never be loopback (DESIGN.md), so the fairness
+/// test serves its tenants on the interface addresses. Connecting a UDP
+/// socket sends nothing; it only picks the source address of the route.
+fn node_address(v6: bool) -> std::net::IpAddr {
+    let (bind, probe) = if v6 {
+        ("[::]:0", "[2001:db8::1]:9")
+    } else {
+        ("0.0.0.0:0", "203.0.113.1:9")
+    };
+    let socket = std::net::UdpSocket::bind(bind).expect("udp socket");
+    socket
+        .connect(probe)
+        .and_then(|()| socket.local_addr())
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        .unwrap_or_else(|| {
+            panic!(
+                "the fairness test needs a non-loopback IPv{} address with a route (tenant endpoints may not be loopback)",
+                if v6 { 6 } else { 4 }
+            )
+        })
+}
+
+/// A Tenant with its own node address, an echo backend there and one
+/// Ingress for `host`.
+async fn tenant_with_backend(
+    cluster: &str,
+    ip: std::net::IpAddr,
+    limits: serde_json::Value,
+    host: &str,
+) -> (EchoServer, Vec<serde_json::Value>) {
+    let namespace = format!("tenant-{cluster}");
+    let echo = EchoServer::start_on(
+        ip,
+        teapot_testkit::echo::EchoIdentity::new(&namespace, "", "web", "0"),
+    )
+    .await
+    .expect("echo on the node address");
+    let prefix = if ip.is_ipv4() { 32 } else { 128 };
+    let mut slice = slice(
+        &namespace,
+        "web-0",
+        "web",
+        &[(Some("http"), echo.addr().port())],
+        &[(&ip.to_string(), true)],
+    );
+    slice["addressType"] = serde_json::json!(if ip.is_ipv4() { "IPv4" } else { "IPv6" });
+    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
+        serde_json::json!("sync.teapot.dev");
+    let documents = vec![
+        serde_json::json!({
+            "apiVersion": "teapot.dev/v1alpha1",
+            "kind": "Tenant",
+            "metadata": { "name": cluster },
+            "spec": { "cluster": cluster, "nodeCIDRs": [format!("{ip}/{prefix}")], "limits": limits },
+        }),
+        service(&namespace, "web", &[(Some("http"), 80)]),
+        slice,
+        simple_ingress(&namespace, "web", host, "web"),
+    ];
+    (echo, documents)
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+    samples[i]
+}
+
+/// Sequential requests of the calm tenant on one kept-alive connection;
+/// their latencies.
+async fn calm_window(
+    conn: &mut client::Connection,
+    req: &client::Request,
+    n: usize,
+) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = std::time::Instant::now();
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, conn.send(req))
+            .await
+            .unwrap_or_else(|_| panic!("calm request {i}: no answer in time"))
+            .unwrap_or_else(|e| panic!("calm request {i}: {e}"));
+        out.push(started.elapsed());
+        assert_eq!(resp.status, 200, "calm request {i}: {}", resp.text());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_flood_degrades_only_that_tenant() {
+    // Rounds of (unloaded, loaded) windows, interleaved so that other load
+    // on the machine drifts into both sides alike.
+    const ROUNDS: usize = 4;
+    const WINDOW: usize = 750;
+    const FLOODERS: usize = 64;
+    let (flood_echo, mut documents) = tenant_with_backend(
+        "flood",
+        node_address(false),
+        serde_json::json!({ "requestsPerSecond": 200, "maxConnections": 8 }),
+        "app.flood.lb.localhost",
+    )
+    .await;
+    let (calm_echo, calm_docs) = tenant_with_backend(
+        "calm",
+        node_address(true),
+        serde_json::json!({}),
+        "app.calm.lb.localhost",
+    )
+    .await;
+    documents.extend(calm_docs);
+    let delay = std::env::var("TEAPOT_TEST_REFUSAL_DELAY_MS").unwrap_or_else(|_| "500".into());
+    let h = Harness::start_with_args(
+        &[("tenants.yaml", docs(&documents))],
+        &["--tenant-refusal-delay-ms", &delay],
+    )
+    .await;
+    let proxy = h.proxy.http;
+    assert_eq!(
+        h.echo_json("app.flood.lb.localhost", "/").await["namespace"],
+        "tenant-flood"
+    );
+    assert_eq!(
+        h.echo_json("app.calm.lb.localhost", "/").await["namespace"],
+        "tenant-calm"
+    );
+
+    let calm_req = client::Request::get("app.calm.lb.localhost", "/");
+    let mut calm = client::Connection::open(proxy, &client::Transport::Plain, client::Proto::Http1)
+        .await
+        .expect("calm connection");
+    calm_window(&mut calm, &calm_req, 200).await; // warm-up
+
+    let statuses = Arc::new(std::sync::Mutex::new(
+        std::collections::BTreeMap::<u16, u64>::new(),
+    ));
+    let (mut unloaded, mut loaded) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        unloaded.extend(calm_window(&mut calm, &calm_req, WINDOW).await);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flooders: Vec<_> = (0..FLOODERS)
+            .map(|i| {
+                let (stop, statuses) = (stop.clone(), statuses.clone());
+                tokio::spawn(async move {
+                    // Half of the flood holds its requests open at the
+                    // backend, which is what fills the connection cap.
+                    let mut req = client::Request::get("app.flood.lb.localhost", "/");
+                    if i % 2 == 0 {
+                        req = req.header(teapot_testkit::echo::DELAY_HEADER, "200");
+                    }
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(mut conn) = client::Connection::open(
+                            proxy,
+                            &client::Transport::Plain,
+                            client::Proto::Http1,
+                        )
+                        .await
+                        else {
+                            continue;
+                        };
+                        while !stop.load(Ordering::Relaxed) {
+                            match conn.send(&req).await {
+                                Ok(resp) => {
+                                    *statuses.lock().unwrap().entry(resp.status).or_default() += 1
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Let the flood use up its burst and reach its steady state.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        loaded.extend(calm_window(&mut calm, &calm_req, WINDOW).await);
+        stop.store(true, Ordering::Relaxed);
+        for f in flooders {
+            f.await.unwrap();
+        }
+    }
+    let (p50_u, p99_u) = (
+        percentile(&mut unloaded, 0.5),
+        percentile(&mut unloaded, 0.99),
+    );
+    let (p50_l, p99_l) = (percentile(&mut loaded, 0.5), percentile(&mut loaded, 0.99));
+    let statuses = statuses.lock().unwrap().clone();
+    let metrics = h.metrics().await;
+    let refused = |reason: &str| {
+        metric(
+            &metrics,
+            &format!("teapot_edge_refusals_total{{reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    let ratio = p99_l.as_secs_f64() / p99_u.as_secs_f64();
+    println!(
+        "fairness: calm tenant p50/p99 unloaded {p50_u:?}/{p99_u:?}, during the flood {p50_l:?}/{p99_l:?} (p99 ratio {ratio:.2}, {} samples each); flood answers {statuses:?}; refusals tenant_rate {} tenant_connections {}; flood backend served {}, calm backend {}",
+        unloaded.len(),
+        refused("tenant_rate"),
+        refused("tenant_connections"),
+        flood_echo.requests(),
+        calm_echo.requests(),
+    );
+    assert!(
+        statuses.get(&429).is_some_and(|n| *n > 0) && statuses.get(&503).is_some_and(|n| *n > 0),
+        "the flood meets both of its tenant's limits: {statuses:?}"
+    );
+    assert!(
+        statuses.keys().all(|s| [200, 429, 503].contains(s)),
+        "{statuses:?}"
+    );
+    assert!(
+        ratio <= 2.0,
+        "the calm tenant's p99 went from {p99_u:?} to {p99_l:?} during the other tenant's flood"
+    );
+}
+
+/// Hand-built HTTP/2 frames (RFC 9113) and HPACK literals (RFC 7541 §6.2.2,
+/// never indexed, no Huffman), so a test can send what no well-behaved
+/// client library would: control bytes in fields, lengths that lie,
+/// resets in bulk.
+mod h2raw {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    pub const DATA: u8 = 0x0;
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const GOAWAY: u8 = 0x7;
+    pub const WINDOW_UPDATE: u8 = 0x8;
+    pub const END_STREAM: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const ENHANCE_YOUR_CALM: u32 = 0xb;
+    pub const REFUSED_STREAM: u32 = 0x7;
+
+    pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn hpack_int(out: &mut Vec<u8>, mut n: usize) {
+        if n < 127 {
+            out.push(n as u8);
+            return;
+        }
+        out.push(127);
+        n -= 127;
+        while n >= 128 {
+            out.push((n % 128) as u8 | 0x80);
+            n /= 128;
+        }
+        out.push(n as u8);
+    }
+
+    /// A HEADERS frame for `method` on `authority` with extra fields.
+    pub fn request(
+        stream: u32,
+        method: &str,
+        authority: &str,
+        extra: &[(&[u8], &[u8])],
+        end_stream: bool,
+    ) -> Vec<u8> {
+        let mut block = Vec::new();
+        let pseudo: [(&[u8], &[u8]); 4] = [
+            (b":method", method.as_bytes()),
+            (b":scheme", b"http"),
+            (b":path", b"/"),
+            (b":authority", authority.as_bytes()),
+        ];
+        for (name, value) in pseudo.iter().chain(extra) {
+            block.push(0x10); // literal, never indexed, new name
+            hpack_int(&mut block, name.len());
+            block.extend_from_slice(name);
+            hpack_int(&mut block, value.len());
+            block.extend_from_slice(value);
+        }
+        let flags = END_HEADERS | if end_stream { END_STREAM } else { 0 };
+        frame(HEADERS, flags, stream, &block)
+    }
+
+    pub fn rst(stream: u32, code: u32) -> Vec<u8> {
+        frame(RST_STREAM, 0, stream, &code.to_be_bytes())
+    }
+
+    /// Connection preface and an empty SETTINGS frame.
+    pub async fn connect(addr: std::net::SocketAddr) -> TcpStream {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend(frame(SETTINGS, 0, 0, &[]));
+        s.write_all(&hello).await.expect("preface");
+        s
+    }
+
+    /// One received frame.
+    #[derive(Debug)]
+    pub struct Frame {
+        pub kind: u8,
+        pub stream: u32,
+        pub payload: Vec<u8>,
+    }
+
+    impl Frame {
+        /// Error code of RST_STREAM and GOAWAY.
+        pub fn error_code(&self) -> Option<u32> {
+            let at = match self.kind {
+                RST_STREAM => 0,
+                GOAWAY => 4,
+                _ => return None,
+            };
+            let b = self.payload.get(at..at + 4)?;
+            Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        }
+
+        /// A SETTINGS parameter.
+        pub fn setting(&self, id: u16) -> Option<u32> {
+            if self.kind != SETTINGS {
+                return None;
+            }
+            self.payload.chunks_exact(6).find_map(|c| {
+                (u16::from_be_bytes([c[0], c[1]]) == id)
+                    .then(|| u32::from_be_bytes([c[2], c[3], c[4], c[5]]))
+            })
+        }
+    }
+
+    /// Frames until the peer closes, a GOAWAY, `stop` says enough, or
+    /// `quiet` passes without a byte.
+    pub async fn read_frames(
+        s: &mut TcpStream,
+        quiet: Duration,
+        stop: impl Fn(&Frame) -> bool,
+    ) -> (Vec<Frame>, bool) {
+        let mut buf = Vec::new();
+        let mut frames = Vec::new();
+        let mut chunk = [0u8; 16384];
+        loop {
+            while buf.len() >= 9 {
+                let len = (buf[0] as usize) << 16 | (buf[1] as usize) << 8 | buf[2] as usize;
+                if buf.len() < 9 + len {
+                    break;
+                }
+                let f = Frame {
+                    kind: buf[3],
+                    stream: u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff,
+                    payload: buf[9..9 + len].to_vec(),
+                };
+                buf.drain(..9 + len);
+                let done = f.kind == GOAWAY || stop(&f);
+                frames.push(f);
+                if done {
+                    return (frames, false);
+                }
+            }
+            match tokio::time::timeout(quiet, s.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return (frames, true),
+                Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                Err(_) => return (frames, false),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_limits_and_malformed_frames() {
+    use h2raw::*;
+    let (h, a, b) = two_tenants(&[
+        "--h2c",
+        "--h2-max-concurrent-streams",
+        "8",
+        "--h2-max-header-list-size",
+        "4k",
+        "--max-connection-rate-per-client",
+        "30",
+    ])
+    .await;
+    let proxy = h.proxy.http;
+    let quiet = Duration::from_secs(3);
+    let counts = || (a.requests(), b.requests());
+
+    // Advertised limits.
+    let mut s = connect(proxy).await;
+    let (frames, _) = read_frames(&mut s, quiet, |f| f.kind == SETTINGS).await;
+    let settings = frames
+        .iter()
+        .find(|f| f.kind == SETTINGS)
+        .expect("SETTINGS");
+    assert_eq!(settings.setting(0x3), Some(8), "MAX_CONCURRENT_STREAMS");
+    assert_eq!(settings.setting(0x6), Some(4096), "MAX_HEADER_LIST_SIZE");
+
+    // More streams than allowed at once: the extra ones are refused.
+    let mut burst = Vec::new();
+    for i in 0..12u32 {
+        burst.extend(request(
+            2 * i + 1,
+            "GET",
+            "a.example",
+            &[(b"x-echo-delay-ms", b"1000")],
+            true,
+        ));
+    }
+    s.write_all(&burst).await.unwrap();
+    let (frames, _) = read_frames(&mut s, quiet, |f| {
+        f.kind == RST_STREAM && f.error_code() == Some(REFUSED_STREAM)
+    })
+    .await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.error_code() == Some(REFUSED_STREAM)),
+        "streams over MAX_CONCURRENT_STREAMS refused: {frames:?}"
+    );
+    drop(s);
+    // The accepted streams' requests are still on their way to A.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Malformed requests never reach a backend, and never B.
+    let before = counts();
+    let big = "v".repeat(6000);
+    let malformed: [(&str, &[u8], &[u8]); 7] = [
+        ("CR LF in a value", b"x-a", b"a\r\nhost: b.example"),
+        ("LF in a value", b"x-a", b"a\nb"),
+        ("NUL in a value", b"x-a", b"a\0b"),
+        ("CR LF in a name", b"x-a\r\nhost", b"b.example"),
+        ("upper case name", b"X-A", b"a"),
+        ("transfer-encoding", b"transfer-encoding", b"chunked"),
+        ("header list over the limit", b"x-big", big.as_bytes()),
+    ];
+    for (what, name, value) in malformed {
+        let mut s = connect(proxy).await;
+        s.write_all(&request(1, "GET", "a.example", &[(name, value)], true))
+            .await
+            .unwrap();
+        let (frames, closed) = read_frames(&mut s, quiet, |f| {
+            f.kind == RST_STREAM || (f.kind == HEADERS && f.stream == 1)
+        })
+        .await;
+        let refused = closed
+            || frames.iter().any(|f| {
+                matches!(f.kind, RST_STREAM | GOAWAY)
+                    || (f.kind == HEADERS && f.stream == 1 && f.payload.first() != Some(&0x88))
+            });
+        println!(
+            "h2 {what}: {}",
+            frames
+                .iter()
+                .map(|f| format!("{}:{:?}", f.kind, f.error_code()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert!(refused, "{what}: {frames:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(counts(), before, "no malformed request reached a backend");
+
+    // Content-Length that disagrees with the DATA frames, downgraded to
+    // HTTP/1.1 upstream: the hidden request must never reach B.
+    for (what, length, body) in [
+        ("DATA longer than Content-Length", "5", SMUGGLED.to_string()),
+        (
+            "DATA shorter than Content-Length",
+            "500",
+            SMUGGLED.to_string(),
+        ),
+    ] {
+        let b_before = b.requests();
+        let mut s = connect(proxy).await;
+        let mut bytes = request(
+            1,
+            "POST",
+            "a.example",
+            &[(b"content-length", length.as_bytes())],
+            false,
+        );
+        bytes.extend(frame(DATA, END_STREAM, 1, body.as_bytes()));
+        s.write_all(&bytes).await.unwrap();
+        let (frames, closed) = read_frames(&mut s, quiet, |f| f.kind == RST_STREAM).await;
+        println!(
+            "h2 {what}: {}",
+            frames
+                .iter()
+                .map(|f| format!("{}:{:?}", f.kind, f.error_code()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert!(
+            closed || frames.iter().any(|f| matches!(f.kind, RST_STREAM | GOAWAY)),
+            "{what}: stream reset: {frames:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(b.requests(), b_before, "{what}: B received nothing");
+    }
+
+    // Rapid reset: streams opened and cancelled at once, in bulk.
+    let a_before = a.requests();
+    let mut s = connect(proxy).await;
+    let mut bytes = Vec::new();
+    for i in 0..500u32 {
+        bytes.extend(request(2 * i + 1, "GET", "a.example", &[], false));
+        bytes.extend(rst(2 * i + 1, 0x8));
+    }
+    let _ = s.write_all(&bytes).await;
+    let (frames, closed) = read_frames(&mut s, quiet, |_| false).await;
+    let goaway = frames.iter().find(|f| f.kind == GOAWAY);
+    println!(
+        "h2 rapid reset: GOAWAY {:?}, closed {closed}, A received {}",
+        goaway.and_then(Frame::error_code),
+        a.requests() - a_before
+    );
+    assert_eq!(
+        goaway.and_then(Frame::error_code),
+        Some(ENHANCE_YOUR_CALM),
+        "{frames:?}"
+    );
+    assert!(
+        a.requests() - a_before < 100,
+        "most reset streams never reached A"
+    );
+
+    // MadeYouReset: valid frames that make the server reset streams
+    // (a WINDOW_UPDATE that overflows an open stream's window is a stream
+    // error; an increment of 0 would be a connection error, already fatal).
+    let mut s = connect(proxy).await;
+    let mut bytes = Vec::new();
+    for i in 0..300u32 {
+        let id = 2 * i + 1;
+        bytes.extend(request(id, "POST", "a.example", &[], false));
+        bytes.extend(frame(WINDOW_UPDATE, 0, id, &0x7fff_ffffu32.to_be_bytes()));
+    }
+    let _ = s.write_all(&bytes).await;
+    let (frames, closed) = read_frames(&mut s, quiet, |_| false).await;
+    let goaway = frames.iter().find(|f| f.kind == GOAWAY);
+    let resets = frames.iter().filter(|f| f.kind == RST_STREAM).count();
+    println!(
+        "h2 MadeYouReset: {resets} stream resets, then GOAWAY {:?}, closed {closed}",
+        goaway.and_then(Frame::error_code)
+    );
+    assert_eq!(
+        goaway.and_then(Frame::error_code),
+        Some(ENHANCE_YOUR_CALM),
+        "{frames:?}"
+    );
+
+    // Per client: reconnecting in a loop is paced (the reopen path after a
+    // GOAWAY), from its own address so the cases above are not affected.
+    let mut refused = 0;
+    for _ in 0..100 {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
+        let mut s = socket.connect(proxy).await.unwrap();
+        s.write_all(&request(1, "GET", "a.example", &[], true))
+            .await
+            .ok();
+        let mut one = [0u8; 1];
+        if matches!(
+            tokio::time::timeout(quiet, s.read(&mut one)).await,
+            Ok(Ok(0) | Err(_))
+        ) {
+            refused += 1;
+        }
+    }
+    let metrics = h.metrics().await;
+    let paced = metric(
+        &metrics,
+        "teapot_edge_refusals_total{reason=\"client_connection_rate\"}",
+    )
+    .unwrap_or(0.0);
+    println!("h2 reconnect loop: {refused} of 100 connections refused, counter {paced}");
+    assert!(
+        refused >= 50 && paced >= 50.0,
+        "{refused} refused, counter {paced}"
+    );
+    // And the proxy still serves HTTP/2.
+    assert_eq!(b.requests() >= 1, true);
+    let mut s = connect(proxy).await;
+    s.write_all(&request(1, "GET", "b.example", &[], true))
+        .await
+        .unwrap();
+    let (frames, _) = read_frames(&mut s, quiet, |f| f.kind == HEADERS && f.stream == 1).await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.kind == HEADERS && f.payload.first() == Some(&0x88)),
+        "200 for b.example: {frames:?}"
+    );
 }

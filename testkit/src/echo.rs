@@ -102,7 +102,17 @@ pub struct EchoServer {
 impl EchoServer {
     /// Binds 127.0.0.1:0 and serves in a spawned tokio task until stop()/drop.
     pub async fn start(identity: EchoIdentity) -> std::io::Result<EchoServer> {
-        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into(), identity).await
+    }
+
+    /// Like [`EchoServer::start`] on another local address: a tenant's
+    /// endpoints may never be loopback, so tests of Tenant namespaces
+    /// serve on one of the machine's own interface addresses.
+    pub async fn start_on(
+        ip: std::net::IpAddr,
+        identity: EchoIdentity,
+    ) -> std::io::Result<EchoServer> {
+        let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
         let (shutdown, stopped) = oneshot::channel::<()>();
