@@ -79,7 +79,10 @@ pub fn ensure(tools: &[Tool], install: bool) -> io::Result<Vec<PathBuf>> {
         .iter()
         .map(|t| {
             locate(t.bin).ok_or_else(|| {
-                io::Error::other(format!("{} still missing after installing {}", t.bin, t.package))
+                io::Error::other(format!(
+                    "{} still missing after installing {}",
+                    t.bin, t.package
+                ))
             })
         })
         .collect()
@@ -91,7 +94,11 @@ pub fn version(bin: &Path, args: &[&str]) -> String {
         .args(args)
         .output()
         .map(|o| {
-            let out = if o.stdout.is_empty() { o.stderr } else { o.stdout };
+            let out = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
             String::from_utf8_lossy(&out)
                 .lines()
                 .next()
@@ -131,7 +138,9 @@ pub fn signal(pid: u32, signal: &str) -> io::Result<()> {
     if status.success() {
         Ok(())
     } else {
-        Err(io::Error::other(format!("kill -s {signal} {pid}: {status}")))
+        Err(io::Error::other(format!(
+            "kill -s {signal} {pid}: {status}"
+        )))
     }
 }
 

@@ -411,8 +411,13 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         static_port: b_http,
         echo_port: e_port,
     };
-    let nginx = Peer::start(PeerKind::Nginx, &tools.nginx, &nginx_dir, &nginx_conf.render(0))
-        .context("starting nginx")?;
+    let nginx = Peer::start(
+        PeerKind::Nginx,
+        &tools.nginx,
+        &nginx_dir,
+        &nginx_conf.render(0),
+    )
+    .context("starting nginx")?;
 
     let (h_http, h_https) = (peers::free_port()?, peers::free_port()?);
     let haproxy_dir = subdir(dir.path(), "haproxy")?;
@@ -623,7 +628,13 @@ http {{
     )
 }
 
-fn nginx_backend_conf(cert_dir: &Path, dir: &Path, threads: usize, http: u16, https: u16) -> String {
+fn nginx_backend_conf(
+    cert_dir: &Path,
+    dir: &Path,
+    threads: usize,
+    http: u16,
+    https: u16,
+) -> String {
     format!(
         "{common}
   open_file_cache max=16 inactive=60s;
@@ -925,13 +936,7 @@ async fn teapot_reloads(fleet: &Fleet) -> u64 {
         .unwrap_or_default() as u64
 }
 
-async fn wrk(
-    bin: &Path,
-    args: &Args,
-    port: u16,
-    host: &str,
-    path: &str,
-) -> anyhow::Result<Values> {
+async fn wrk(bin: &Path, args: &Args, port: u16, host: &str, path: &str) -> anyhow::Result<Values> {
     let out = tokio::process::Command::new(bin)
         .args([
             "-t",
@@ -1081,17 +1086,22 @@ async fn tls_handshakes(
 ) -> anyhow::Result<Values> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(rustls::pki_types::CertificateDer::from(cert_der.to_vec()))?;
-    let mut config = rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut config =
+        rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
+            .with_root_certificates(roots)
+            .with_no_client_auth();
     config.resumption = rustls::client::Resumption::disabled();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = rustls::pki_types::ServerName::try_from(STATIC_HOST)?;
-    let request = format!("GET {STATIC_PATH} HTTP/1.1\r\nHost: {STATIC_HOST}\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {STATIC_PATH} HTTP/1.1\r\nHost: {STATIC_HOST}\r\nConnection: close\r\n\r\n");
     let warmup = Duration::from_millis(500);
     let start = Instant::now();
-    let (measure_from, end) = (start + warmup, start + warmup + Duration::from_secs_f64(seconds));
+    let (measure_from, end) = (
+        start + warmup,
+        start + warmup + Duration::from_secs_f64(seconds),
+    );
     let mut tasks = Vec::new();
     for _ in 0..clients {
         let (connector, name, request) = (connector.clone(), name.clone(), request.clone());
@@ -1399,7 +1409,12 @@ async fn measure_rss(args: &Args, fleet: &Fleet) -> anyhow::Result<Vec<Rss>> {
         let admin = peers::free_port()?;
         let started = Instant::now();
         let mut child = tokio::process::Command::new(&fleet.tools.teapot)
-            .args(["--threads", &args.threads.to_string(), "proxy", "--manifests"])
+            .args([
+                "--threads",
+                &args.threads.to_string(),
+                "proxy",
+                "--manifests",
+            ])
             .arg(dir.path())
             .args(["--http", "127.0.0.1:0", "--https", "127.0.0.1:0", "--admin"])
             .arg(format!("127.0.0.1:{admin}"))
@@ -1575,7 +1590,10 @@ impl Report {
                         )
                     })
                     .collect();
-                medians.entry(test.name()).or_default().insert(target, values);
+                medians
+                    .entry(test.name())
+                    .or_default()
+                    .insert(target, values);
             }
         }
         let mut ratios = Vec::new();

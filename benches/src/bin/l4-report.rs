@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use serde::Serialize;
+use teapot_benches::peers::{self, Peer, PeerKind, free_port, wait_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use teapot_benches::peers::{self, Peer, PeerKind, free_port, wait_port};
 use tokio::process::{Child, Command};
 
 #[derive(Parser, Debug)]
@@ -218,8 +218,13 @@ backend ping
 ",
         threads = args.threads
     );
-    let haproxy = Peer::start(PeerKind::Haproxy, &args.haproxy, dir.path(), &config)
-        .with_context(|| format!("starting {} (apt-get install haproxy)", args.haproxy.display()))?;
+    let haproxy =
+        Peer::start(PeerKind::Haproxy, &args.haproxy, dir.path(), &config).with_context(|| {
+            format!(
+                "starting {} (apt-get install haproxy)",
+                args.haproxy.display()
+            )
+        })?;
     for port in [t_sink, t_ping, h_sink, h_ping] {
         wait_port(port).await?;
     }
