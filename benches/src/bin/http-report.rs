@@ -1931,7 +1931,7 @@ TLS Protocol: TLSv1.3
             seconds: 1.0,
             ..LoadResult::default()
         };
-        assert_eq!(r.percentile_ms(0.5), 0.5);
+        assert_eq!(r.percentile_ms(0.5), 0.501);
         assert_eq!(r.percentile_ms(0.99), 0.99);
         assert_eq!(r.values()["achieved_per_s"], 1000.0);
     }
