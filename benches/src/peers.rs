@@ -238,8 +238,17 @@ impl Peer {
         )
     }
 
-    /// Stops the master and waits for it.
+    /// Stops the master and waits for it. SIGTERM first: a SIGKILLed
+    /// nginx master leaves its workers running.
     pub async fn stop(mut self) {
+        if let Some(pid) = self.pid()
+            && signal(pid, "TERM").is_ok()
+            && tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+                .await
+                .is_ok()
+        {
+            return;
+        }
         let _ = self.child.kill().await;
     }
 }
