@@ -754,3 +754,4 @@ mod tests {
         );
     }
 }
+pub mod peers;

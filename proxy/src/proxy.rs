@@ -341,16 +341,22 @@ impl ProxyHttp for Router {
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
         let upgrade = session.is_upgrade_req();
-        strip_hop_by_hop(upstream_request.headers.get_all(CONNECTION).iter(), upgrade)
-            .into_iter()
-            .for_each(|h| {
-                upstream_request.remove_header(&h);
-            });
+        // Almost no request carries a hop-by-hop header: look before
+        // building the list and removing (each removal scans the header
+        // table, and this runs on every request).
+        if has_hop_by_hop(&upstream_request.headers) {
+            strip_hop_by_hop(upstream_request.headers.get_all(CONNECTION).iter(), upgrade)
+                .into_iter()
+                .for_each(|h| {
+                    upstream_request.remove_header(&h);
+                });
+            if !upgrade {
+                upstream_request.remove_header(&CONNECTION);
+                upstream_request.remove_header(&UPGRADE);
+            }
+        }
         if upgrade {
             upstream_request.insert_header(CONNECTION, "upgrade")?;
-        } else {
-            upstream_request.remove_header(&CONNECTION);
-            upstream_request.remove_header(&UPGRADE);
         }
         // Client-supplied forwarding headers are replaced, never appended to:
         // the edge is where the chain of trust starts.
@@ -402,12 +408,14 @@ impl ProxyHttp for Router {
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
         let switching = response.status.as_u16() == 101;
-        for h in strip_hop_by_hop(response.headers.get_all(CONNECTION).iter(), switching) {
-            response.remove_header(&h);
-        }
-        if !switching {
-            response.remove_header(&CONNECTION);
-            response.remove_header(&UPGRADE);
+        if has_hop_by_hop(&response.headers) {
+            for h in strip_hop_by_hop(response.headers.get_all(CONNECTION).iter(), switching) {
+                response.remove_header(&h);
+            }
+            if !switching {
+                response.remove_header(&CONNECTION);
+                response.remove_header(&UPGRADE);
+            }
         }
         if !response.headers.contains_key(SERVER) {
             response.insert_header(SERVER, SERVER_NAME)?;
@@ -478,6 +486,11 @@ fn authority(req: &RequestHeader) -> &str {
         .get(HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("")
+}
+
+/// Whether any header [`strip_hop_by_hop`] would drop may be present.
+fn has_hop_by_hop(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(CONNECTION) || HOP_BY_HOP.iter().any(|h| headers.contains_key(*h))
 }
 
 /// Names of headers to drop: the fixed hop-by-hop set plus whatever the
@@ -554,6 +567,19 @@ mod tests {
         assert!(!names.iter().any(|n| n == "host"));
         let names = strip_hop_by_hop(std::iter::once(&v), true);
         assert!(!names.iter().any(|n| n == "upgrade"));
+    }
+
+    #[test]
+    fn hop_by_hop_is_detected_before_stripping() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(HOST, http::HeaderValue::from_static("a.example"));
+        headers.insert("x-custom", http::HeaderValue::from_static("1"));
+        assert!(!has_hop_by_hop(&headers));
+        headers.insert("te", http::HeaderValue::from_static("trailers"));
+        assert!(has_hop_by_hop(&headers));
+        headers.remove("te");
+        headers.insert(CONNECTION, http::HeaderValue::from_static("x-custom"));
+        assert!(has_hop_by_hop(&headers));
     }
 
     #[test]

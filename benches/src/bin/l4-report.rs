@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
 use serde::Serialize;
+use teapot_benches::peers::{self, Peer, PeerKind, free_port, wait_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
@@ -52,7 +53,7 @@ struct Args {
     #[arg(long)]
     teapot: Option<PathBuf>,
     #[arg(long, default_value = "haproxy")]
-    haproxy: String,
+    haproxy: PathBuf,
     /// Where the JSON goes (default: benches/results/l4-<unix time>.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -126,12 +127,6 @@ async fn start_backend(sink: Arc<Sink>) -> anyhow::Result<(SocketAddr, SocketAdd
     Ok(addrs)
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn teapot_bin(args: &Args) -> PathBuf {
     if let Some(p) = &args.teapot {
         return p.clone();
@@ -144,7 +139,7 @@ fn teapot_bin(args: &Args) -> PathBuf {
 
 struct Proxies {
     teapot: (Child, u16, u16),
-    haproxy: (Child, u16, u16),
+    haproxy: (Peer, u16, u16),
     _dir: tempfile::TempDir,
 }
 
@@ -223,16 +218,13 @@ backend ping
 ",
         threads = args.threads
     );
-    let cfg = dir.path().join("haproxy.cfg");
-    std::fs::write(&cfg, config)?;
-    let haproxy = Command::new(&args.haproxy)
-        .arg("-db")
-        .arg("-f")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {} (apt-get install haproxy)", args.haproxy))?;
+    let haproxy =
+        Peer::start(PeerKind::Haproxy, &args.haproxy, dir.path(), &config).with_context(|| {
+            format!(
+                "starting {} (apt-get install haproxy)",
+                args.haproxy.display()
+            )
+        })?;
     for port in [t_sink, t_ping, h_sink, h_ping] {
         wait_port(port).await?;
     }
@@ -241,17 +233,6 @@ backend ping
         haproxy: (haproxy, h_sink, h_ping),
         _dir: dir,
     })
-}
-
-async fn wait_port(port: u16) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("nothing listens on 127.0.0.1:{port} after 60 s")
 }
 
 /// Bytes per second the sink received through `port`.
@@ -358,17 +339,7 @@ async fn run(
     ping_addr: SocketAddr,
 ) -> anyhow::Result<()> {
     let mut proxies = start_proxies(args, sink_addr, ping_addr).await?;
-    let version = std::process::Command::new(&args.haproxy)
-        .arg("-v")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .unwrap_or_default();
+    let version = peers::version(&args.haproxy, &["-v"]);
     let mut samples = Vec::new();
     for round in 0..args.rounds {
         let order = if round % 2 == 0 {
@@ -452,6 +423,6 @@ async fn run(
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     println!("wrote {}", path.display());
     let _ = proxies.teapot.0.kill().await;
-    let _ = proxies.haproxy.0.kill().await;
+    proxies.haproxy.0.stop().await;
     Ok(())
 }
