@@ -1284,7 +1284,6 @@ async fn http2_limits_and_malformed_frames() {
         "{refused} refused, counter {paced}"
     );
     // And the proxy still serves HTTP/2.
-    assert_eq!(b.requests() >= 1, true);
     let mut s = connect(proxy).await;
     s.write_all(&request(1, "GET", "b.example", &[], true))
         .await
