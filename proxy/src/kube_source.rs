@@ -282,14 +282,26 @@ impl KubeSource {
     }
 }
 
-/// Waits for a change, then until `quiet` passes without another: a burst
-/// of events becomes one wake-up. Returns false when the source is gone.
+/// The longest a burst may hold a change back. Under a steady stream of
+/// changes (a rollout, an operator's automation, 20 Ingress edits a
+/// second) there is never a quiet period, and without a bound nothing
+/// would go live until the stream stops.
+pub const MAX_COALESCE: Duration = Duration::from_secs(1);
+
+/// Waits for a change, then until `quiet` passes without another (or
+/// [`MAX_COALESCE`] after the first): a burst of events becomes one
+/// wake-up. Returns false when the source is gone.
 pub async fn coalesced(changes: &mut watch::Receiver<u64>, quiet: Duration) -> bool {
     if changes.changed().await.is_err() {
         return false;
     }
+    let deadline = tokio::time::Instant::now() + MAX_COALESCE;
     loop {
-        match tokio::time::timeout(quiet, changes.changed()).await {
+        let wait = quiet.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        if wait.is_zero() {
+            return true;
+        }
+        match tokio::time::timeout(wait, changes.changed()).await {
             Ok(Ok(())) => continue,
             Ok(Err(_)) => return false,
             Err(_) => return true,
@@ -652,5 +664,28 @@ mod tests {
                 .iter()
                 .any(|s| s.kind == Kind::Tenant && s.namespace.is_none())
         );
+    }
+
+    #[tokio::test]
+    async fn a_steady_stream_of_changes_still_wakes_the_consumer() {
+        let (tx, mut rx) = watch::channel(0u64);
+        let stream = tokio::spawn(async move {
+            // Faster than the quiet period, forever.
+            for n in 1.. {
+                if tx.send(n).is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        // The bound guards against a hang only; without MAX_COALESCE the
+        // wake-up never comes while the stream runs.
+        let woke = tokio::time::timeout(
+            Duration::from_secs(60),
+            coalesced(&mut rx, Duration::from_millis(50)),
+        )
+        .await;
+        assert_eq!(woke, Ok(true));
+        stream.abort();
     }
 }

@@ -241,8 +241,15 @@ pub async fn watch_dir(
         tokio::select! {
             _ = shutdown.changed() => if *shutdown.borrow() { return },
             Some(()) = rx.recv() => {
-                // Let the burst finish.
-                while let Ok(Some(())) = tokio::time::timeout(QUIET_PERIOD, rx.recv()).await {}
+                // Let the burst finish, but not forever: a directory that
+                // changes more often than QUIET_PERIOD still reloads.
+                let deadline = tokio::time::Instant::now() + kube_source::MAX_COALESCE;
+                while let Ok(Some(())) = tokio::time::timeout_at(
+                    deadline.min(tokio::time::Instant::now() + QUIET_PERIOD),
+                    rx.recv(),
+                )
+                .await
+                {}
             }
             _ = tick.tick() => {
                 let now = fingerprint_blocking(&dir).await;
