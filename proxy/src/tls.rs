@@ -91,11 +91,32 @@ impl TlsCertificate {
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, "teapot default certificate");
+        // rcgen's default runs to the year 4096, which scanners rightly
+        // flag; 397 days is the longest a public CA may issue.
+        let (start, end) = default_validity().map_err(|e| TlsError::Generate(e.to_string()))?;
+        let ymd = |d: k8s_openapi::jiff::civil::Date| {
+            rcgen::date_time_ymd(i32::from(d.year()), d.month() as u8, d.day() as u8)
+        };
+        params.not_before = ymd(start);
+        params.not_after = ymd(end);
         let cert = params.self_signed(&key).map_err(gen_err)?;
         let key_der = PrivateKeyDer::try_from(key.serialize_der())
             .map_err(|e| TlsError::Generate(e.to_string()))?;
         Self::from_der(vec![cert.der().clone()], key_der)
     }
+}
+
+/// From yesterday (clocks disagree) to 397 days from today, UTC.
+fn default_validity() -> Result<
+    (
+        k8s_openapi::jiff::civil::Date,
+        k8s_openapi::jiff::civil::Date,
+    ),
+    k8s_openapi::jiff::Error,
+> {
+    use k8s_openapi::jiff::{Timestamp, ToSpan, tz::TimeZone};
+    let today = Timestamp::now().to_zoned(TimeZone::UTC).date();
+    Ok((today.yesterday()?, today.checked_add(397.days())?))
 }
 
 /// Certificates by the host names of `spec.tls`.
@@ -229,5 +250,16 @@ mod tests {
         assert!(Arc::ptr_eq(table.lookup("b.foo.com").unwrap(), &wild));
         assert!(table.lookup("c.b.foo.com").is_none());
         assert!(table.lookup("foo.com").is_none());
+    }
+
+    #[test]
+    fn the_default_certificate_is_valid_now_and_for_at_most_398_days() {
+        let cert = TlsCertificate::self_signed_default().unwrap();
+        let der = &cert.key.cert[0];
+        let (_, parsed) = x509_parser::parse_x509_certificate(der).unwrap();
+        let validity = parsed.validity();
+        assert!(validity.is_valid());
+        let days = (validity.not_after.timestamp() - validity.not_before.timestamp()) / 86_400;
+        assert!((397..=398).contains(&days), "{days} days");
     }
 }
