@@ -118,7 +118,9 @@ impl Default for EdgeConfig {
             max_connections: 50_000,
             max_connections_per_client: 512,
             tenant_refusal_delay: Duration::from_millis(500),
-            max_connection_rate_per_client: 200,
+            // Off: clients behind one NAT or egress proxy share an
+            // address, and one limit cannot fit both them and an abuser.
+            max_connection_rate_per_client: 0,
             h2: H2Limits::default(),
         }
     }

@@ -33,8 +33,8 @@ pub(crate) struct EdgeArgs {
     /// Milliseconds a request over its Tenant's rate or connection limit waits for its 429/503 (a looping client then cannot take the CPU from other tenants).
     #[arg(long, default_value_t = 500)]
     tenant_refusal_delay_ms: u64,
-    /// New connections per second from one client IP, burst of one second's worth (0: no limit).
-    #[arg(long, default_value_t = 200)]
+    /// New connections per second from one client IP, burst of one second's worth (0, the default: no limit; clients behind one NAT share an address).
+    #[arg(long, default_value_t = 0)]
     max_connection_rate_per_client: u32,
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection.
     #[arg(long, default_value_t = 100)]
