@@ -120,13 +120,31 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
-/// The status to write: the compiled one, plus the certificate's state
-/// where ACME has not delivered yet (Ingress status has no conditions).
+/// The Ingress's status as the compile made it, plus the problems the agent
+/// must see on the tenant's side as `ports[].error` codes
+/// ([`teapot_api::status`]): hosts the fleet does not route (outside the
+/// tenant's domains, held by another tenant, a custom domain without its
+/// DNS proof) on ports 80 and 443, else a certificate not ready on 443.
 fn desired_status(report: &IngressReport) -> Arc<IngressStatus> {
-    match certificate_error(&report.conditions) {
-        None => report.status.clone(),
-        Some(error) => Arc::new(with_port_error(&report.status, 443, error)),
+    let errors: Vec<(i32, String)> = match host_error(&report.conditions) {
+        Some(error) => vec![(80, error.clone()), (443, error)],
+        None => certificate_error(&report.conditions)
+            .map(|e| (443, e))
+            .into_iter()
+            .collect(),
+    };
+    if errors.is_empty() {
+        return report.status.clone();
     }
+    Arc::new(with_port_errors(&report.status, &errors))
+}
+
+/// `teapot.dev/HostsNotRouted` while some host of the Ingress is refused.
+fn host_error(conditions: &[Condition]) -> Option<String> {
+    conditions
+        .iter()
+        .any(|c| c.type_ == "HostsAccepted" && c.status == "False")
+        .then(|| teapot_api::status::port_error("HostsNotRouted"))
 }
 
 /// `teapot.dev/CertificatePending` or `teapot.dev/CertificateFailed` while
@@ -143,9 +161,9 @@ fn certificate_error(conditions: &[Condition]) -> Option<String> {
     }))
 }
 
-/// `status` with `ports: [{port, protocol: TCP, error}]` on each
+/// `status` with `ports: [{port, protocol: TCP, error}, …]` on each
 /// `loadBalancer.ingress[]` entry (next to its hostname or IP).
-fn with_port_error(status: &IngressStatus, port: i32, error: String) -> IngressStatus {
+fn with_port_errors(status: &IngressStatus, errors: &[(i32, String)]) -> IngressStatus {
     use k8s_openapi::api::networking::v1::IngressPortStatus;
     let mut status = status.clone();
     let entries = status
@@ -153,11 +171,16 @@ fn with_port_error(status: &IngressStatus, port: i32, error: String) -> IngressS
         .iter_mut()
         .flat_map(|lb| lb.ingress.iter_mut().flatten());
     for entry in entries {
-        entry.ports = Some(vec![IngressPortStatus {
-            port,
-            protocol: "TCP".into(),
-            error: Some(error.clone()),
-        }]);
+        entry.ports = Some(
+            errors
+                .iter()
+                .map(|(port, error)| IngressPortStatus {
+                    port: *port,
+                    protocol: "TCP".into(),
+                    error: Some(error.clone()),
+                })
+                .collect(),
+        );
     }
     status
 }
@@ -497,6 +520,36 @@ mod tests {
 
     fn ports(status: &IngressStatus) -> serde_json::Value {
         serde_json::to_value(status).unwrap()["loadBalancer"]["ingress"][0]["ports"].clone()
+    }
+
+    #[test]
+    fn refused_hosts_go_into_both_ports_and_win_over_the_certificate() {
+        let mut r = ingress_report(Some(Condition::new(
+            "CertificateReady",
+            false,
+            "Pending",
+            "x",
+        )));
+        r.conditions.push(Condition::new(
+            "HostsAccepted",
+            false,
+            "HostsNotRouted",
+            "custom domain shop.example is waiting for its DNS proof",
+        ));
+        assert_eq!(
+            ports(&desired_status(&r)),
+            serde_json::json!([
+                {"port": 80, "protocol": "TCP", "error": "teapot.dev/HostsNotRouted"},
+                {"port": 443, "protocol": "TCP", "error": "teapot.dev/HostsNotRouted"},
+            ])
+        );
+        let accepted = ingress_report(Some(Condition::new(
+            "HostsAccepted",
+            true,
+            "HostsAccepted",
+            "",
+        )));
+        assert!(Arc::ptr_eq(&desired_status(&accepted), &accepted.status));
     }
 
     #[test]
