@@ -124,15 +124,15 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// must see on the tenant's side as `ports[].error` codes
 /// ([`teapot_api::status`]): hosts the fleet does not route (outside the
 /// tenant's domains, held by another tenant, a custom domain without its
-/// DNS proof) on ports 80 and 443, else a certificate not ready on 443.
+/// DNS proof) on port 80, a certificate not ready on port 443: an Ingress
+/// with both problems shows both.
 fn desired_status(report: &IngressReport) -> Arc<IngressStatus> {
-    let errors: Vec<(i32, String)> = match host_error(&report.conditions) {
-        Some(error) => vec![(80, error.clone()), (443, error)],
-        None => certificate_error(&report.conditions)
-            .map(|e| (443, e))
-            .into_iter()
-            .collect(),
-    };
+    let hosts = host_error(&report.conditions);
+    let tls = certificate_error(&report.conditions);
+    let errors: Vec<(i32, String)> = [(80, hosts), (443, tls)]
+        .into_iter()
+        .filter_map(|(port, error)| Some((port, error?)))
+        .collect();
     if errors.is_empty() {
         return report.status.clone();
     }
@@ -523,7 +523,7 @@ mod tests {
     }
 
     #[test]
-    fn refused_hosts_go_into_both_ports_and_win_over_the_certificate() {
+    fn refused_hosts_and_a_pending_certificate_both_show() {
         let mut r = ingress_report(Some(Condition::new(
             "CertificateReady",
             false,
@@ -540,7 +540,14 @@ mod tests {
             ports(&desired_status(&r)),
             serde_json::json!([
                 {"port": 80, "protocol": "TCP", "error": "teapot.dev/HostsNotRouted"},
-                {"port": 443, "protocol": "TCP", "error": "teapot.dev/HostsNotRouted"},
+                {"port": 443, "protocol": "TCP", "error": "teapot.dev/CertificatePending"},
+            ])
+        );
+        r.conditions.remove(0);
+        assert_eq!(
+            ports(&desired_status(&r)),
+            serde_json::json!([
+                {"port": 80, "protocol": "TCP", "error": "teapot.dev/HostsNotRouted"},
             ])
         );
         let accepted = ingress_report(Some(Condition::new(

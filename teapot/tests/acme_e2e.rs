@@ -381,7 +381,8 @@ async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
 }
 
 /// The LB status `proxy` wrote on an Ingress in the API double: its
-/// hostname or IP and the `ports[].error` next to it.
+/// hostname or IP and the error of its port 443, the certificate's (port
+/// 80 carries host problems: this Ingress has an unproven custom domain).
 fn lb_status(api: &ApiServer, namespace: &str, name: &str) -> (Value, Value) {
     let ingress = api
         .get("networking.k8s.io/v1", "Ingress", namespace, name)
@@ -392,7 +393,11 @@ fn lb_status(api: &ApiServer, namespace: &str, name: &str) -> (Value, Value) {
     } else {
         entry["hostname"].clone()
     };
-    (address, entry["ports"][0]["error"].clone())
+    let https = entry["ports"]
+        .as_array()
+        .and_then(|ports| ports.iter().find(|p| p["port"] == 443))
+        .map_or(Value::Null, |p| p["error"].clone());
+    (address, https)
 }
 
 /// Sets the `teapot-acme` Lease: held by `holder` and renewed now, or
