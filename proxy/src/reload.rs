@@ -56,6 +56,9 @@ pub struct Reloader {
 #[derive(Debug, Default)]
 struct ReloadState {
     store: Store,
+    /// The directory as it was just before the last load read it: a change
+    /// made before the watcher started is then still a change.
+    loaded: Option<Fingerprint>,
     retired: Option<Arc<crate::snapshot::Snapshot>>,
     generation: u64,
     problems: HashSet<String>,
@@ -92,7 +95,10 @@ impl Reloader {
     pub fn reload(&self) -> u64 {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut loaded = match &self.source {
-            Source::Dir(dir) => load_dir(dir, &state.store),
+            Source::Dir(dir) => {
+                state.loaded = Some(fingerprint(dir));
+                load_dir(dir, &state.store)
+            }
             // Before every watch has listed, the store is a partial
             // picture: serving it would drop routes that do exist.
             Source::Kube(kube) if !kube.is_synced() => return state.generation,
@@ -167,8 +173,15 @@ impl Reloader {
                 return self.watch_kube(kube, shutdown).await;
             }
         };
+        let initial = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .loaded
+            .clone();
         watch_dir(
             dir,
+            initial,
             POLL_INTERVAL,
             shutdown,
             move || {
@@ -206,9 +219,13 @@ impl Reloader {
 /// `shutdown` turns true: after inotify events and a quiet period, or when
 /// the periodic fingerprint of sizes and modification times differs.
 /// `retry` makes a poll reload even when nothing changed (a source that has
-/// no state yet keeps trying). Shared by every manifests-directory source.
+/// no state yet keeps trying). `initial`: the directory as the caller's
+/// last load saw it, so a change between that load and the start of the
+/// watch is picked up by the first poll (`None`: as it is now). Shared by
+/// every manifests-directory source.
 pub async fn watch_dir(
     dir: PathBuf,
+    initial: Option<Fingerprint>,
     poll: Duration,
     mut shutdown: watch::Receiver<bool>,
     reload: impl Fn() + Send + Sync + 'static,
@@ -233,7 +250,10 @@ pub async fn watch_dir(
             None
         }
     };
-    let mut last = fingerprint_blocking(&dir).await;
+    let mut last = match initial {
+        Some(seen) => seen,
+        None => fingerprint_blocking(&dir).await,
+    };
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -284,7 +304,8 @@ fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) {
     *seen = now;
 }
 
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+/// Sizes and modification times of every file under a directory.
+pub type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
 async fn fingerprint_blocking(dir: &Path) -> Fingerprint {
     let dir = dir.to_path_buf();

@@ -96,6 +96,7 @@ impl ManifestSource {
         let loaded = self.clone();
         teapot_proxy::reload::watch_dir(
             dir,
+            None,
             poll,
             shutdown,
             move || {

@@ -493,6 +493,7 @@ impl Acme {
                 let handle = tokio::runtime::Handle::current();
                 crate::reload::watch_dir(
                     dir,
+                    None,
                     crate::reload::POLL_INTERVAL,
                     shutdown,
                     move || {
