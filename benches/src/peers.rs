@@ -260,3 +260,15 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
     std::fs::write(&tmp, contents)?;
     std::fs::rename(&tmp, path)
 }
+
+/// The `teapot` binary to measure: `explicit`, else the one built beside
+/// this benchmark (same profile, same target directory).
+pub fn teapot_bin(explicit: Option<&Path>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p.to_path_buf();
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    exe.parent()
+        .unwrap_or(Path::new("."))
+        .join(format!("teapot{}", std::env::consts::EXE_SUFFIX))
+}

@@ -181,7 +181,9 @@ impl std::fmt::Debug for KubeSource {
     }
 }
 
-struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+/// Background tasks that end with their owner (the last clone of a source
+/// or store): aborted on drop.
+pub(crate) struct Tasks(pub(crate) Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for Tasks {
     fn drop(&mut self) {

@@ -56,7 +56,7 @@ pub struct Reloader {
 #[derive(Debug, Default)]
 struct ReloadState {
     store: Store,
-    /// The directory as it was just before the last load read it: a change
+    /// The directory as it was just before the first load read it: a change
     /// made before the watcher started is then still a change.
     loaded: Option<Fingerprint>,
     retired: Option<Arc<crate::snapshot::Snapshot>>,
@@ -96,7 +96,11 @@ impl Reloader {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut loaded = match &self.source {
             Source::Dir(dir) => {
-                state.loaded = Some(fingerprint(dir));
+                // Only the watcher's start reads it; later loads follow
+                // the watcher's own fingerprints.
+                if state.loaded.is_none() {
+                    state.loaded = Some(fingerprint(dir));
+                }
                 load_dir(dir, &state.store)
             }
             // Before every watch has listed, the store is a partial

@@ -195,17 +195,24 @@ fn proxy_args(directory: &str, root_file: &str, dns_server: &str) -> Vec<String>
     .to_vec()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
+/// pebble-challtestsrv (the DNS of the custom-domain proof) and pebble
+/// resolving through it, issuing certificates valid for `VALIDITY`.
+async fn start_ca() -> (ChallTestSrv, Pebble) {
     let dns = ChallTestSrv::start("127.0.0.1")
         .await
         .expect("pebble-challtestsrv starts");
-    let mut pebble = Pebble::configure(PebbleOptions {
+    let pebble = Pebble::configure(PebbleOptions {
         http_port: 0,
         dns: dns.dns,
         validity: VALIDITY,
     })
     .expect("pebble is installed");
+    (dns, pebble)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_obtains_renews_and_keeps_serving_certificates_from_pebble() {
+    let (dns, mut pebble) = start_ca().await;
     let echo = common::echo("default", "web", "web-0").await;
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().to_str().unwrap().to_string();
@@ -429,15 +436,7 @@ const LEASE_NS: &str = "teapot-system";
 /// Killing the issuer hands the role (and the next renewal) over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_replicas_share_one_issuer_through_the_api() {
-    let dns = ChallTestSrv::start("127.0.0.1")
-        .await
-        .expect("pebble-challtestsrv starts");
-    let mut pebble = Pebble::configure(PebbleOptions {
-        http_port: 0,
-        dns: dns.dns,
-        validity: VALIDITY,
-    })
-    .expect("pebble is installed");
+    let (dns, mut pebble) = start_ca().await;
     dns.set_txt(&format!("_teapot.{CUSTOM}"), "teapot-tenant=acme")
         .await
         .unwrap();

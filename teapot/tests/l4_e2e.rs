@@ -46,24 +46,29 @@ fn lb_service(ns: &str, name: &str, ports: &[(&str, u16, &str)], annotations: Va
     })
 }
 
-/// An EndpointSlice of `service` at 127.0.0.1 with `(name, port, protocol)`.
+/// An EndpointSlice of `service` at 127.0.0.1 with `(name, port, protocol)`
+/// (`common::slice` with protocols, which L4 ports need).
 fn lb_slice(ns: &str, name: &str, service: &str, ports: &[(&str, u16, &str)]) -> Value {
-    let ports: Vec<Value> = ports
+    let mut out = slice(ns, name, service, &[], &[("127.0.0.1", true)]);
+    out["ports"] = ports
         .iter()
         .map(|(n, p, proto)| json!({ "name": n, "port": p, "protocol": proto }))
         .collect();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": { "kubernetes.io/service-name": service },
-        },
-        "addressType": "IPv4",
-        "ports": ports,
-        "endpoints": [{ "addresses": ["127.0.0.1"], "conditions": { "ready": true } }],
-    })
+    out
+}
+
+/// Two TCP and two UDP echo backends.
+async fn echo_pairs() -> ([TcpEcho; 2], [UdpEcho; 2]) {
+    (
+        [
+            TcpEcho::start(TcpMode::Echo).await.unwrap(),
+            TcpEcho::start(TcpMode::Echo).await.unwrap(),
+        ],
+        [
+            UdpEcho::start().await.unwrap(),
+            UdpEcho::start().await.unwrap(),
+        ],
+    )
 }
 
 /// The `/status` `l4` report of one Service.
@@ -164,14 +169,7 @@ async fn start(files: &[(&str, String)], extra: &[&str]) -> (Harness, tempfile::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_and_udp_echo_with_many_clients_byte_exact() {
     const NS: &str = "l4-echo";
-    let tcp = [
-        TcpEcho::start(TcpMode::Echo).await.unwrap(),
-        TcpEcho::start(TcpMode::Echo).await.unwrap(),
-    ];
-    let udp = [
-        UdpEcho::start().await.unwrap(),
-        UdpEcho::start().await.unwrap(),
-    ];
+    let (tcp, udp) = echo_pairs().await;
     let port = free_port(LOCALHOST).unwrap();
     // One port number for both protocols, as DNS does.
     let mut docs_ = vec![lb_service(
@@ -303,14 +301,7 @@ async fn proxy_protocol_v2_header_carries_the_client_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_an_endpoint_under_load_moves_new_traffic_without_errors() {
     const NS: &str = "l4-remove";
-    let tcp = [
-        TcpEcho::start(TcpMode::Echo).await.unwrap(),
-        TcpEcho::start(TcpMode::Echo).await.unwrap(),
-    ];
-    let udp = [
-        UdpEcho::start().await.unwrap(),
-        UdpEcho::start().await.unwrap(),
-    ];
+    let (tcp, udp) = echo_pairs().await;
     let port = free_port(LOCALHOST).unwrap();
     let service = lb_service(
         NS,

@@ -231,16 +231,6 @@ struct Tools {
     teapot: PathBuf,
 }
 
-fn teapot_bin(args: &Args) -> PathBuf {
-    if let Some(p) = &args.teapot {
-        return p.clone();
-    }
-    let exe = std::env::current_exe().unwrap_or_default();
-    exe.parent()
-        .unwrap_or(Path::new("."))
-        .join(format!("teapot{}", std::env::consts::EXE_SUFFIX))
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let found = peers::ensure(
@@ -252,7 +242,7 @@ fn main() -> anyhow::Result<()> {
         haproxy: found[1].clone(),
         wrk: found[2].clone(),
         h2load: found[3].clone(),
-        teapot: teapot_bin(&args),
+        teapot: peers::teapot_bin(args.teapot.as_deref()),
     };
     if !tools.teapot.is_file() {
         bail!(

@@ -127,16 +127,6 @@ async fn start_backend(sink: Arc<Sink>) -> anyhow::Result<(SocketAddr, SocketAdd
     Ok(addrs)
 }
 
-fn teapot_bin(args: &Args) -> PathBuf {
-    if let Some(p) = &args.teapot {
-        return p.clone();
-    }
-    let exe = std::env::current_exe().unwrap_or_default();
-    exe.parent()
-        .unwrap_or(Path::new("."))
-        .join(format!("teapot{}", std::env::consts::EXE_SUFFIX))
-}
-
 struct Proxies {
     teapot: (Child, u16, u16),
     haproxy: (Peer, u16, u16),
@@ -168,7 +158,7 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
         ping.port()
     );
     std::fs::write(manifests.join("bench.yaml"), manifest)?;
-    let bin = teapot_bin(args);
+    let bin = peers::teapot_bin(args.teapot.as_deref());
     let teapot = Command::new(&bin)
         .env("RUST_LOG", "warn")
         .args([

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 
 use super::store::{AcmeStore, HostRecord, Leadership, StoredHost, valid_host, valid_token};
 use super::{AcmeError, AcmeHost};
+use crate::kube_source::Tasks;
 
 /// Label of every certificate Secret the issuer writes; the proxy's own
 /// Secret watch leaves these out (they are not a tenant's certificates),
@@ -111,16 +112,6 @@ impl std::fmt::Debug for KubeStore {
             .field("namespace", &self.options.namespace)
             .field("watch_namespaces", &self.options.watch_namespaces)
             .finish_non_exhaustive()
-    }
-}
-
-struct Tasks(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
     }
 }
 
