@@ -392,7 +392,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
 
     let (n_http, n_https) = (peers::free_port()?, peers::free_port()?);
     let nginx_dir = subdir(dir.path(), "nginx")?;
-    let nginx_conf = NginxProxy {
+    let nginx_conf = PeerConf {
         cert_dir: dir.path().to_path_buf(),
         dir: nginx_dir.clone(),
         threads: args.threads,
@@ -405,13 +405,13 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         PeerKind::Nginx,
         &tools.nginx,
         &nginx_dir,
-        &nginx_conf.render(0),
+        &nginx_conf.nginx(0),
     )
     .context("starting nginx")?;
 
     let (h_http, h_https) = (peers::free_port()?, peers::free_port()?);
     let haproxy_dir = subdir(dir.path(), "haproxy")?;
-    let haproxy_conf = HaproxyConf {
+    let haproxy_conf = PeerConf {
         cert_dir: dir.path().to_path_buf(),
         dir: haproxy_dir.clone(),
         threads: args.threads,
@@ -424,7 +424,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         PeerKind::Haproxy,
         &tools.haproxy,
         &haproxy_dir,
-        &haproxy_conf.render(0),
+        &haproxy_conf.haproxy(0),
     )
     .context("starting haproxy")?;
 
@@ -501,30 +501,26 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
 }
 
 impl Fleet {
-    fn nginx_conf(&self, k: u64) -> String {
-        NginxProxy {
+    /// The configuration of peer `target`, kept in `sub` of the fleet's
+    /// directory.
+    fn peer_conf(&self, target: Target, sub: &str) -> PeerConf {
+        PeerConf {
             cert_dir: self.dir.path().to_path_buf(),
-            dir: self.dir.path().join("nginx"),
+            dir: self.dir.path().join(sub),
             threads: self.threads,
-            http: self.ports[&Target::Nginx].http,
-            https: self.ports[&Target::Nginx].https,
+            http: self.ports[&target].http,
+            https: self.ports[&target].https,
             static_port: self.backend_ports.0,
             echo_port: self.backend_ports.1,
         }
-        .render(k)
+    }
+
+    fn nginx_conf(&self, k: u64) -> String {
+        self.peer_conf(Target::Nginx, "nginx").nginx(k)
     }
 
     fn haproxy_conf(&self, k: u64) -> String {
-        HaproxyConf {
-            cert_dir: self.dir.path().to_path_buf(),
-            dir: self.dir.path().join("haproxy"),
-            threads: self.threads,
-            http: self.ports[&Target::Haproxy].http,
-            https: self.ports[&Target::Haproxy].https,
-            static_port: self.backend_ports.0,
-            echo_port: self.backend_ports.1,
-        }
-        .render(k)
+        self.peer_conf(Target::Haproxy, "haproxy").haproxy(k)
     }
 
     /// Applies configuration change `k` to `target`, the way its operator
@@ -644,9 +640,10 @@ fn nginx_backend_conf(
     )
 }
 
-/// nginx as a reverse proxy: the same routes as teapot's Ingresses, the
-/// same forwarding headers, upstream keep-alive.
-struct NginxProxy {
+/// What a peer proxy's configuration is made of; `nginx` and `haproxy`
+/// render it with the same routes, forwarding headers, TLS settings and
+/// upstream keep-alive as teapot's Ingresses.
+struct PeerConf {
     cert_dir: PathBuf,
     dir: PathBuf,
     threads: usize,
@@ -656,8 +653,9 @@ struct NginxProxy {
     echo_port: u16,
 }
 
-impl NginxProxy {
-    fn render(&self, k: u64) -> String {
+impl PeerConf {
+    /// nginx as a reverse proxy.
+    fn nginx(&self, k: u64) -> String {
         let listen = format!(
             "listen 127.0.0.1:{}; listen 127.0.0.1:{} ssl http2;\n    {}",
             self.http,
@@ -694,21 +692,9 @@ impl NginxProxy {
             e = self.echo_port,
         )
     }
-}
 
-/// HAProxy with the same routes, headers and TLS settings.
-struct HaproxyConf {
-    cert_dir: PathBuf,
-    dir: PathBuf,
-    threads: usize,
-    http: u16,
-    https: u16,
-    static_port: u16,
-    echo_port: u16,
-}
-
-impl HaproxyConf {
-    fn render(&self, k: u64) -> String {
+    /// HAProxy.
+    fn haproxy(&self, k: u64) -> String {
         format!(
             "global
   nbthread {threads}
