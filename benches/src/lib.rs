@@ -755,3 +755,4 @@ mod tests {
     }
 }
 pub mod peers;
+pub mod stats;

@@ -6,6 +6,8 @@
 //!
 //! # Layout
 //!
+//! - [`admission`]: AdmissionReview v1 request bodies for webhook tests and
+//!   benchmarks.
 //! - [`echo`]: the conformance suite's echo backend (HTTP/1.1, HTTP/2 cleartext,
 //!   WebSocket), plus test hooks for delays and status codes.
 //! - [`apiserver`]: an in-process Kubernetes API double behind a real
@@ -22,6 +24,7 @@
 //!   listener.
 //! - [`Error`]: the one error type of the crate.
 
+pub mod admission;
 pub mod apiserver;
 pub mod certs;
 pub mod client;

@@ -1,16 +1,14 @@
 //! The corpus: every malicious object under `tests/corpus/deny` is denied
 //! with the expected field named in `status.message`, every valid object
 //! under `tests/corpus/allow` is allowed, each sent as a real
-//! AdmissionReview through the validator. Plus the latency of a 100-rule
-//! Ingress (printed, not asserted: `cargo test -p teapot-webhook --test
-//! corpus -- --nocapture latency`).
+//! AdmissionReview through the validator. The latency of a 100-rule
+//! Ingress is measured over HTTPS by `admission-report` in benches/.
 
 mod common;
 
-use std::time::Instant;
-
 use common::{Case, admission_review, cases, state, validator};
-use serde_json::{Value, json};
+use serde_json::Value;
+use teapot_testkit::admission::many_rule_ingress;
 use teapot_webhook::offline::validate_text;
 
 fn answer(body: &[u8]) -> Value {
@@ -114,45 +112,10 @@ fn offline_validation_agrees() {
 }
 
 #[test]
-fn latency_of_a_100_rule_ingress() {
+fn a_100_rule_ingress_is_allowed() {
+    // Its latency is measured over HTTPS by `admission-report` (benches/).
     let (v, state) = (validator(), state());
-    let rules: Vec<Value> = (0..100)
-        .map(|i| {
-            json!({"host": format!("h{i:03}.globex.lb.example.net"), "http": {"paths": [
-                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}},
-                {"path": format!("/api/v{i}"), "pathType": "Exact", "backend": {"service": {"name": "api", "port": {"name": "http"}}}}
-            ]}})
-        })
-        .collect();
-    let ingress = json!({
-        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": {"name": "big.default", "namespace": "tenant-globex",
-                     "annotations": {"teapot.dev/ssl-redirect": "true"}},
-        "spec": {"ingressClassName": "teapot", "rules": rules}
-    });
-    let body = admission_review("lat", &ingress, "CREATE", None);
-    let first = answer(&v.review(Some(&state), &body).body);
-    assert_eq!(first["allowed"], true, "{}", first["status"]["message"]);
-    let mut samples: Vec<f64> = (0..1000)
-        .map(|_| {
-            let start = Instant::now();
-            let r = v.review(Some(&state), &body);
-            std::hint::black_box(r);
-            start.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-    println!(
-        "100-rule Ingress ({} bytes), 1000 validations: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} build)",
-        body.len(),
-        p(0.5),
-        p(0.99),
-        samples[samples.len() - 1],
-        if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
-    );
+    let body = admission_review("big", &many_rule_ingress(100), "CREATE", None);
+    let answer = answer(&v.review(Some(&state), &body).body);
+    assert_eq!(answer["allowed"], true, "{}", answer["status"]["message"]);
 }

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use serde_json::{Value, json};
+use teapot_benches::stats::percentile;
 use teapot_controller::{AgentConfig, Metrics};
 use teapot_proxy::kube_source::KubeConfig;
 use teapot_proxy::{Listeners, ProxyConfig};
@@ -210,20 +211,15 @@ impl Bench {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn report(what: &str, mut samples: Vec<Duration>) -> bool {
     samples.sort();
-    let p99 = percentile(&samples, 0.99);
+    let p99 = percentile(&samples, 0.99).unwrap_or_default();
     let pass = p99 < Duration::from_secs(1);
     println!(
         "{what:<44} n={:<3} p50={:>7.1?} p90={:>7.1?} p99={:>7.1?} max={:>7.1?}  {}",
         samples.len(),
-        percentile(&samples, 0.5),
-        percentile(&samples, 0.9),
+        percentile(&samples, 0.5).unwrap_or_default(),
+        percentile(&samples, 0.9).unwrap_or_default(),
         p99,
         samples[samples.len() - 1],
         if pass { "PASS (<1 s)" } else { "MISS (<1 s)" }

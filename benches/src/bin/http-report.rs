@@ -36,6 +36,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use serde::Serialize;
 use teapot_benches::peers::{self, Peer, PeerKind};
+use teapot_benches::stats::median;
 use teapot_testkit::certs;
 use teapot_testkit::process::ProxyProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1530,16 +1531,6 @@ struct Report {
     note: &'static str,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| !x.is_nan());
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 impl Report {
     fn new(
         args: &Args,
@@ -1562,7 +1553,7 @@ impl Report {
                     .map(|&k| {
                         (
                             k,
-                            median(of.iter().filter_map(|s| s.values.get(k).copied()).collect()),
+                            median(of.iter().filter_map(|s| s.values.get(k).copied())),
                         )
                     })
                     .collect();

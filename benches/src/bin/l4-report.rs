@@ -27,6 +27,7 @@ use anyhow::Context;
 use clap::Parser;
 use serde::Serialize;
 use teapot_benches::peers::{self, Peer, PeerKind, free_port, wait_port};
+use teapot_benches::stats::median;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
@@ -313,15 +314,6 @@ struct Report {
     note: &'static str,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 async fn run(
     args: &Args,
     sink: Arc<Sink>,
@@ -358,13 +350,7 @@ async fn run(
         }
     }
     let pick = |target: Target, f: fn(&Sample) -> f64| {
-        median(
-            samples
-                .iter()
-                .filter(|s| s.target == target)
-                .map(f)
-                .collect(),
-        )
+        median(samples.iter().filter(|s| s.target == target).map(f))
     };
     let tt = pick(Target::Teapot, |s| s.throughput_bytes_per_s);
     let ht = pick(Target::Haproxy, |s| s.throughput_bytes_per_s);

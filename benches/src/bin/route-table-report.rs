@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
+use teapot_benches::stats::median;
 use teapot_benches::{
     PackedRequests, RequestClass, compile_store, expected_hosts, expected_routes, samples,
     synthetic_store,
@@ -175,7 +176,7 @@ fn profile_compile(n: usize, runs: usize) -> anyhow::Result<()> {
     drop(live);
     println!(
         "compiled {n} Ingresses {runs} times: median {}",
-        fmt_ms(median(&times))
+        fmt_ms(median(times.iter().copied()))
     );
     Ok(())
 }
@@ -262,9 +263,9 @@ fn measure(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
         hosts: snapshot.routes.hosts(),
         store_build_ms: ms(store_build),
         first_compile_ms: ms(first_compile),
-        compile_ms_median: median(&compile_ms_runs),
+        compile_ms_median: median(compile_ms_runs.iter().copied()),
         compile_ms_runs,
-        drop_ms_median: median(&drop_ms_runs),
+        drop_ms_median: median(drop_ms_runs.iter().copied()),
         store_mib: delta(rss_before, rss_store),
         snapshot_mib: delta(rss_store, rss_snapshot),
         lookup_ns,
@@ -291,7 +292,7 @@ fn time_lookups(snapshot: &teapot_proxy::snapshot::Snapshot, pairs: &[(&str, &st
     };
     round();
     let rounds: Vec<f64> = (0..LOOKUP_ROUNDS).map(|_| round()).collect();
-    median(&rounds)
+    median(rounds.iter().copied())
 }
 
 fn goals(sizes: &[SizeReport]) -> Vec<Goal> {
@@ -433,16 +434,6 @@ fn rss_mib() -> Option<f64> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn fmt_ms(ms: f64) -> String {

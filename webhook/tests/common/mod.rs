@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use teapot_proxy::manifests::load_dir;
 use teapot_proxy::store::Store;
 use teapot_webhook::{PolicyConfig, PolicyState, Validator, corpus_dir};
@@ -114,41 +114,7 @@ impl Case {
     }
 }
 
-/// An AdmissionReview v1 request for `object`.
-pub fn admission_review(
-    uid: &str,
-    object: &Value,
-    operation: &str,
-    namespace: Option<&str>,
-) -> Vec<u8> {
-    let api_version = object["apiVersion"].as_str().unwrap_or("");
-    let kind = object["kind"].as_str().unwrap_or("");
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = format!("{}s", kind.to_ascii_lowercase()).replace("ss", "sses");
-    let namespace = namespace
-        .map(str::to_string)
-        .or_else(|| object["metadata"]["namespace"].as_str().map(str::to_string));
-    let mut request = json!({
-        "uid": uid,
-        "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": resource},
-        "requestKind": {"group": group, "version": version, "kind": kind},
-        "requestResource": {"group": group, "version": version, "resource": resource},
-        "name": object["metadata"]["name"],
-        "operation": operation,
-        "userInfo": {"username": "system:serviceaccount:tenant-acme:teapot-agent", "groups": ["system:serviceaccounts"]},
-        "object": object,
-        "oldObject": null,
-        "dryRun": false,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-    });
-    if let Some(ns) = namespace {
-        request["namespace"] = json!(ns);
-    }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
-        .to_string()
-        .into_bytes()
-}
+pub use teapot_testkit::admission::review_request as admission_review;
 
 /// The name the webhook's test certificate is issued for.
 pub const SNI: &str = "teapot-webhook.teapot-system.svc";
