@@ -219,6 +219,10 @@ pub async fn run(
             SniResolver::new(snapshots.clone(), default_cert.key).with_acme(acme_shared.clone()),
         ));
         tls.enable_h2();
+        // The server picks the TLS 1.2 suite from its own order (AES-GCM
+        // before ChaCha20, ECDSA before RSA) rather than whatever a client
+        // lists first; testssl rates a client-chosen order HIGH.
+        tls.set_ignore_client_order(true);
         service.add_tls_with_settings(&addr, None, tls);
         tracing::info!(%addr, "https listener");
     }

@@ -589,6 +589,32 @@ async fn tls_certificates_are_chosen_by_sni_and_rotate_without_restart() {
         }
     }
 
+    // The server, not the client, orders TLS 1.2 suites: a client that
+    // lists ChaCha20 first still gets AES-256-GCM, the server's first.
+    let mut chacha_first = rustls::crypto::ring::default_provider();
+    chacha_first.cipher_suites = {
+        use rustls::crypto::ring::cipher_suite::*;
+        vec![
+            TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+            TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        ]
+    };
+    let handshake = tls_handshake_offering(
+        https,
+        "one.tls.test",
+        &[ca.cert_der()],
+        &[&rustls::version::TLS12],
+        &[b"http/1.1"],
+        chacha_first,
+    )
+    .await
+    .expect("TLS 1.2 handshake");
+    assert_eq!(
+        handshake.suite,
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+    );
+
     // An unknown name gets the self-signed default: no tenant's certificate.
     let unknown = Transport::tls_verified("unknown.tls.test", &[ca.cert_der()]);
     let err = tokio::time::timeout(

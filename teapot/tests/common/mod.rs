@@ -415,6 +415,7 @@ pub fn condition<'a>(report: &'a Value, type_: &str) -> Option<&'a Value> {
 pub struct Handshake {
     pub stream: tokio_rustls::client::TlsStream<TcpStream>,
     pub version: rustls::ProtocolVersion,
+    pub suite: rustls::CipherSuite,
     pub peer_certificates: Vec<Vec<u8>>,
     pub alpn: Option<Vec<u8>>,
 }
@@ -428,7 +429,20 @@ pub async fn tls_handshake(
     versions: &[&'static rustls::SupportedProtocolVersion],
     alpn: &[&[u8]],
 ) -> Result<Handshake, std::io::Error> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = rustls::crypto::ring::default_provider();
+    tls_handshake_offering(addr, sni, roots, versions, alpn, provider).await
+}
+
+/// [`tls_handshake`] offering the cipher suites of `provider`, in its order.
+pub async fn tls_handshake_offering(
+    addr: SocketAddr,
+    sni: &str,
+    roots: &[&[u8]],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+    provider: rustls::crypto::CryptoProvider,
+) -> Result<Handshake, std::io::Error> {
+    let provider = Arc::new(provider);
     let mut store = rustls::RootCertStore::empty();
     for der in roots {
         store
@@ -454,6 +468,10 @@ pub async fn tls_handshake(
     .map_err(|_| std::io::Error::other("handshake timed out"))??;
     let (_, session) = stream.get_ref();
     let version = session.protocol_version().expect("negotiated version");
+    let suite = session
+        .negotiated_cipher_suite()
+        .expect("negotiated suite")
+        .suite();
     let peer_certificates = session
         .peer_certificates()
         .map(|chain| chain.iter().map(|c| c.to_vec()).collect())
@@ -462,6 +480,7 @@ pub async fn tls_handshake(
     Ok(Handshake {
         stream,
         version,
+        suite,
         peer_certificates,
         alpn,
     })
