@@ -21,8 +21,27 @@ impl Rng {
 }
 
 const INTERESTING: &[&[u8]] = &[
-    b"\r\n", b"\n", b"\r", b"\0", b":", b" ", b"\t", b"\x0b", b",", b"chunked", b"-", b"0",
-    b"99999999999999999999", b"\xff", b"{", b"[", b"'", b"\"", b"*", b"../", b"%00",
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b"\0",
+    b":",
+    b" ",
+    b"\t",
+    b"\x0b",
+    b",",
+    b"chunked",
+    b"-",
+    b"0",
+    b"99999999999999999999",
+    b"\xff",
+    b"{",
+    b"[",
+    b"'",
+    b"\"",
+    b"*",
+    b"../",
+    b"%00",
 ];
 
 fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {

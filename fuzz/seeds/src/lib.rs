@@ -52,7 +52,10 @@ fn yaml_under(dir: &str) -> io::Result<Vec<Vec<u8>>> {
         }
     }
     files.sort();
-    files.iter().map(|p| std::fs::read(p).map_err(|e| with_path(p, e))).collect()
+    files
+        .iter()
+        .map(|p| std::fs::read(p).map_err(|e| with_path(p, e)))
+        .collect()
 }
 
 /// The seed inputs of `target` (one of [`TARGETS`]), the empty input last.
