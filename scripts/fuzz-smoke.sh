@@ -70,9 +70,11 @@ for t in "${targets[@]}"; do
     set -e
     if [ "$status" != 0 ]; then
         failed+=("$t")
-        # libFuzzer names the input it saved; without one (a build error,
-        # a killed run) the log above says what happened.
-        grep -o 'Test unit written to .*' "$log" | sed 's/^Test unit written to //' | while read -r artifact; do
+        # libFuzzer names the input it saved (slow-unit-* are only slow,
+        # not the failure); without one (a build error, a killed run) the
+        # log above says what happened.
+        artifacts=$(sed -n 's/.*Test unit written to //p' "$log" | grep -v '/slow-unit-' || true)
+        for artifact in $artifacts; do
             echo "fuzz: $t crashed; reproduce with: (cd fuzz && ${cargo[*]} fuzz run ${build[*]} $t $artifact)" >&2
         done
     fi
