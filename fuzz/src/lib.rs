@@ -22,7 +22,10 @@ pub fn h1_scan(data: &[u8]) {
     let first = scan_h1(data, &limits);
     assert_eq!(first, scan_h1(data, &limits));
     if let Ok(f) = first {
-        assert!(!(f.chunked && f.content_length.is_some()), "both framings accepted");
+        assert!(
+            !(f.chunked && f.content_length.is_some()),
+            "both framings accepted"
+        );
     }
 }
 
@@ -43,7 +46,11 @@ pub fn manifests(data: &[u8]) {
         &CompileOptions::default(),
         &EndpointRegistry::default(),
     );
-    for (host, path) in [("a.example", "/"), ("", ""), ("x.localhost:8080", "/a/b/../c")] {
+    for (host, path) in [
+        ("a.example", "/"),
+        ("", ""),
+        ("x.localhost:8080", "/a/b/../c"),
+    ] {
         let _ = snapshot.routes.lookup(host, path);
     }
 }
@@ -53,9 +60,18 @@ fn demo_snapshot() -> &'static Snapshot {
     SNAPSHOT.get_or_init(|| {
         let mut loaded = Loaded::default();
         for (name, text) in [
-            ("services.yaml", include_str!("../../examples/demo/10-services.yaml")),
-            ("ingress.yaml", include_str!("../../examples/demo/20-ingress.yaml")),
-            ("class.yaml", include_str!("../../examples/demo/00-ingressclass.yaml")),
+            (
+                "services.yaml",
+                include_str!("../../examples/demo/10-services.yaml"),
+            ),
+            (
+                "ingress.yaml",
+                include_str!("../../examples/demo/20-ingress.yaml"),
+            ),
+            (
+                "class.yaml",
+                include_str!("../../examples/demo/00-ingressclass.yaml"),
+            ),
         ] {
             load_text(Path::new(name), text, &Store::default(), &mut loaded);
         }

@@ -1,0 +1,128 @@
+//! The seeds of each fuzz target, from the repository's own test data (so
+//! the corpus is never a second copy to keep in step): the demo manifests,
+//! the webhook's allow/deny corpus, and the HTTP/1 and routing cases below.
+//! Used by `write-seeds` (the corpus `cargo fuzz run` starts from) and by
+//! `fuzz/tests/seeds.rs` (the stable-Rust seed loop).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Every cargo-fuzz target in `fuzz/fuzz_targets/`.
+pub const TARGETS: [&str; 4] = ["h1_scan", "manifests", "route_match", "webhook_validate"];
+
+const H1: &[&str] = &[
+    "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n",
+    "GET / HTTP/1.0\r\nX: a\r\n b\r\n\r\n",
+    "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+    "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+    "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+];
+
+/// Authority and path, split at the NUL (see `teapot_fuzz::route_match`).
+const ROUTES: &[&str] = &[
+    "a.example\0/",
+    "echo.localhost:8080\0/api/v1",
+    "*.example\0//x/../y",
+    "[::1]:80\0",
+];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn with_path(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// The `.yaml` files under `dir` (relative to the repository), in a stable
+/// order so seed numbers do not move between runs.
+fn yaml_under(dir: &str) -> io::Result<Vec<Vec<u8>>> {
+    let mut files = Vec::new();
+    let mut stack = vec![repo_root().join(dir)];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| with_path(&d, e))? {
+            let path = e.map_err(|e| with_path(&d, e))?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+        .iter()
+        .map(|p| std::fs::read(p).map_err(|e| with_path(p, e)))
+        .collect()
+}
+
+/// The seed inputs of `target` (one of [`TARGETS`]), the empty input last.
+pub fn seeds(target: &str) -> io::Result<Vec<Vec<u8>>> {
+    let mut out: Vec<Vec<u8>> = match target {
+        "h1_scan" => H1.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        "route_match" => ROUTES.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        "manifests" => {
+            let mut v = yaml_under("examples/demo")?;
+            v.extend(yaml_under("webhook/tests/corpus/allow")?);
+            v
+        }
+        "webhook_validate" => yaml_under("webhook/tests/corpus")?,
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("fuzz target {other:?} has no seeds"),
+            ));
+        }
+    };
+    out.push(Vec::new());
+    Ok(out)
+}
+
+/// Writes `dir/<target>/seed-NNN` for every target; returns the number of
+/// seeds per target.
+pub fn write_corpus(dir: &Path) -> io::Result<Vec<(&'static str, usize)>> {
+    let mut counts = Vec::new();
+    for target in TARGETS {
+        let target_dir = dir.join(target);
+        std::fs::create_dir_all(&target_dir).map_err(|e| with_path(&target_dir, e))?;
+        let seeds = seeds(target)?;
+        for (i, seed) in seeds.iter().enumerate() {
+            let file = target_dir.join(format!("seed-{i:03}"));
+            std::fs::write(&file, seed).map_err(|e| with_path(&file, e))?;
+        }
+        counts.push((target, seeds.len()));
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_has_seeds_beyond_the_empty_input() {
+        for target in TARGETS {
+            let seeds = seeds(target).expect("seeds");
+            assert!(seeds.len() > 1, "{target}: only {} seeds", seeds.len());
+        }
+    }
+
+    #[test]
+    fn an_unknown_target_is_an_error_naming_it() {
+        let e = seeds("nope").expect_err("unknown target");
+        assert!(e.to_string().contains("\"nope\""), "{e}");
+    }
+
+    #[test]
+    fn the_corpus_is_written_per_target() {
+        let dir = std::env::temp_dir().join(format!("teapot-seeds-{}", std::process::id()));
+        let counts = write_corpus(&dir).expect("write");
+        for (target, n) in counts {
+            let written = std::fs::read_dir(dir.join(target)).expect("dir").count();
+            assert_eq!(written, n, "{target}");
+        }
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
