@@ -908,7 +908,7 @@ async fn teapot_reloads(fleet: &Fleet) -> u64 {
         return 0;
     };
     text.lines()
-        .find_map(|l| l.strip_prefix("reloads_total "))
+        .find_map(|l| l.strip_prefix("teapot_reloads_total "))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .unwrap_or_default() as u64
 }
