@@ -83,6 +83,45 @@ impl LeaderLease {
         }
     }
 
+    /// Gives the lease up at shutdown, so a standby takes over at its next
+    /// try instead of after the lease duration (client-go's
+    /// `ReleaseOnCancel`). Only a lease this replica holds is touched; a
+    /// failure is logged and left to expire.
+    pub async fn release(&mut self) {
+        match self.release_inner().await {
+            Ok(true) => tracing::info!(lease = %self.options.name, "lease released"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(lease = %self.options.name, error = %e, "lease not released; it expires on its own")
+            }
+        }
+    }
+
+    async fn release_inner(&mut self) -> Result<bool, kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.options.name).await? else {
+            return Ok(false);
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(false);
+        };
+        if spec.holder_identity.as_deref() != Some(self.options.identity.as_str()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        // A compare-and-swap like every other write: if someone else took
+        // it since the read, it is theirs and stays so.
+        match self
+            .api
+            .replace(&self.options.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn try_lead_inner(&mut self) -> Result<bool, kube::Error> {
         let me = &self.options.identity;
         let now = Timestamp::now();
@@ -185,5 +224,29 @@ mod tests {
             .unwrap();
         assert_eq!(lease["spec"]["holderIdentity"], "b");
         assert_eq!(lease["spec"]["leaseTransitions"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_released_lease_is_taken_at_once_and_only_the_holder_releases() {
+        let api = ApiServer::start().await;
+        let mut a = LeaderLease::new(api.client(), options("a"));
+        let mut b = LeaderLease::new(api.client(), options("b"));
+        assert!(a.try_lead().await);
+        // Not b's to give up: nothing changes.
+        b.release().await;
+        assert!(!b.try_lead().await);
+        // a gives it up long before its hour is over; b takes it at once.
+        a.release().await;
+        assert!(b.try_lead().await);
+        assert!(!a.try_lead().await);
+        let lease = api
+            .get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                "teapot-system",
+                "teapot-proxy-status",
+            )
+            .unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "b");
     }
 }

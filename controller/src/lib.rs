@@ -326,6 +326,7 @@ pub async fn run(
         };
         if let Some(result) = ended {
             health.set_leading(&metrics, false);
+            lease.release().await;
             return result.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "the agent's controllers panicked");
                 Ok(())

@@ -111,9 +111,22 @@ async fn one_replica_reconciles_and_the_other_takes_over() {
         "{writers:?}"
     );
 
-    // The leader goes away; after its lease runs out the standby leads.
+    // The leader stops and gives its lease up on the way out; the standby
+    // takes over at its next try, not after the lease runs out.
     a.stop.send(true).unwrap();
     a.task.await.unwrap().unwrap();
+    let lease = tenant
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "teapot-system",
+            "teapot-agent",
+        )
+        .expect("the agent lease");
+    assert!(
+        lease["spec"]["holderIdentity"].is_null() || lease["spec"]["holderIdentity"] == "b",
+        "released at shutdown: {lease}"
+    );
     tenant.apply(ingress("second"));
     eventually("replica b never took over", || {
         b.health.leading.load(Ordering::Acquire)

@@ -104,13 +104,16 @@ pub async fn run(
                 }
                 leading = now;
             }
-            changed = generations.changed() => if changed.is_err() { return },
-            _ = stopped(&mut shutdown) => return,
+            changed = generations.changed() => if changed.is_err() { break },
+            _ = stopped(&mut shutdown) => break,
         }
         let compiled = *generations.borrow() > 0;
         if leading && compiled {
             writer.sync(&source, &snapshots).await;
         }
+    }
+    if leading {
+        lease.release().await;
     }
 }
 

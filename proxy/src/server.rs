@@ -313,7 +313,7 @@ pub async fn run(
 
     shutdown.await;
     let started = Instant::now();
-    for t in [ready_task, status_task].into_iter().flatten() {
+    if let Some(t) = ready_task {
         t.abort();
     }
     ready.store(false, Ordering::Release);
@@ -322,6 +322,17 @@ pub async fn run(
         "shutting down: no new connections, draining"
     );
     let _ = stop_tx.send(true);
+    if let Some(t) = status_task {
+        // The status writer gives its Lease up on the stop signal, so a
+        // standby replica writes statuses at once instead of after the
+        // lease duration; an API that does not answer is not waited for.
+        if tokio::time::timeout(Duration::from_secs(2), t)
+            .await
+            .is_err()
+        {
+            tracing::warn!("status lease not released within 2 s; it expires on its own");
+        }
+    }
     let _ = proxy_task.await;
     let deadline = started + config.grace_period;
     let l4_drain = tokio::spawn(l4_service.shutdown(deadline.into()));

@@ -168,6 +168,24 @@ async fn serves_updates_and_deletes_ingresses_from_the_api() {
             .filter(|r| r.path.ends_with("/secrets"))
             .all(|r| r.param("fieldSelector").as_deref() == Some("type=kubernetes.io/tls"))
     );
+
+    // SIGTERM gives the status lease up, so a standby need not wait out
+    // its 15 s.
+    let mut proxy = proxy;
+    proxy.terminate().expect("SIGTERM");
+    assert!(proxy.wait(Duration::from_secs(20)).await.unwrap().success());
+    let lease = api
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "teapot-system",
+            "teapot-proxy-status",
+        )
+        .expect("the status lease");
+    assert!(
+        lease["spec"]["holderIdentity"].is_null(),
+        "released at shutdown: {lease}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
