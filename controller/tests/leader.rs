@@ -137,7 +137,11 @@ async fn one_replica_reconciles_and_the_other_takes_over() {
             .is_some()
     })
     .await;
-    assert!(reporters(&tenant).iter().any(|w| w == "b"));
+    // The Event follows the mirror write.
+    eventually("replica b never reported", || {
+        reporters(&tenant).iter().any(|w| w == "b")
+    })
+    .await;
 
     b.stop.send(true).unwrap();
     b.task.await.unwrap().unwrap();
