@@ -109,17 +109,8 @@ impl LeaderLease {
         }
         spec.holder_identity = None;
         spec.renew_time = Some(MicroTime(Timestamp::now()));
-        // A compare-and-swap like every other write: if someone else took
-        // it since the read, it is theirs and stays so.
-        match self
-            .api
-            .replace(&self.options.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(e),
-        }
+        // If someone else took it since the read, it is theirs and stays so.
+        self.swap(&lease).await
     }
 
     async fn try_lead_inner(&mut self) -> Result<bool, kube::Error> {
@@ -166,11 +157,16 @@ impl LeaderLease {
         }
         spec.renew_time = Some(MicroTime(now));
         spec.lease_duration_seconds = Some(duration);
-        // The resourceVersion from the read makes this a compare-and-swap:
-        // of two replicas racing for an expired lease, one gets 409.
+        // Of two replicas racing for an expired lease, one gets 409.
+        self.swap(&lease).await
+    }
+
+    /// Writes `lease` back; the resourceVersion from the read makes this a
+    /// compare-and-swap, and losing it (409) is `Ok(false)`.
+    async fn swap(&self, lease: &Lease) -> Result<bool, kube::Error> {
         match self
             .api
-            .replace(&self.options.name, &PostParams::default(), &lease)
+            .replace(&self.options.name, &PostParams::default(), lease)
             .await
         {
             Ok(_) => Ok(true),
@@ -193,6 +189,16 @@ mod tests {
         }
     }
 
+    fn stored(api: &ApiServer) -> serde_json::Value {
+        api.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "teapot-system",
+            "teapot-proxy-status",
+        )
+        .unwrap()
+    }
+
     #[tokio::test]
     async fn one_replica_holds_the_lease_until_it_expires() {
         let api = ApiServer::start().await;
@@ -202,26 +208,12 @@ mod tests {
         assert!(!b.try_lead().await);
         assert!(a.try_lead().await, "renewal");
         // A lease renewed long ago has expired: b takes over.
-        let mut stale = api
-            .get(
-                "coordination.k8s.io/v1",
-                "Lease",
-                "teapot-system",
-                "teapot-proxy-status",
-            )
-            .unwrap();
+        let mut stale = stored(&api);
         stale["spec"]["renewTime"] = serde_json::json!("2000-01-01T00:00:00.000000Z");
         api.apply(stale);
         assert!(b.try_lead().await);
         assert!(!a.try_lead().await);
-        let lease = api
-            .get(
-                "coordination.k8s.io/v1",
-                "Lease",
-                "teapot-system",
-                "teapot-proxy-status",
-            )
-            .unwrap();
+        let lease = stored(&api);
         assert_eq!(lease["spec"]["holderIdentity"], "b");
         assert_eq!(lease["spec"]["leaseTransitions"], 1);
     }
@@ -239,14 +231,7 @@ mod tests {
         a.release().await;
         assert!(b.try_lead().await);
         assert!(!a.try_lead().await);
-        let lease = api
-            .get(
-                "coordination.k8s.io/v1",
-                "Lease",
-                "teapot-system",
-                "teapot-proxy-status",
-            )
-            .unwrap();
+        let lease = stored(&api);
         assert_eq!(lease["spec"]["holderIdentity"], "b");
     }
 }

@@ -148,14 +148,7 @@ async fn serves_updates_and_deletes_ingresses_from_the_api() {
         .filter(|r| r.path.contains("/namespaces/tenant-acme/"))
         .count();
     assert_eq!(tenant_writes, 1, "written once, not on every compile");
-    let lease = api
-        .get(
-            "coordination.k8s.io/v1",
-            "Lease",
-            "teapot-system",
-            "teapot-proxy-status",
-        )
-        .expect("the status lease");
+    let lease = status_lease(&api);
     assert!(lease["spec"]["holderIdentity"].is_string());
 
     // Otherwise the proxy only reads; Secrets by type.
@@ -174,14 +167,7 @@ async fn serves_updates_and_deletes_ingresses_from_the_api() {
     let mut proxy = proxy;
     proxy.terminate().expect("SIGTERM");
     assert!(proxy.wait(Duration::from_secs(20)).await.unwrap().success());
-    let lease = api
-        .get(
-            "coordination.k8s.io/v1",
-            "Lease",
-            "teapot-system",
-            "teapot-proxy-status",
-        )
-        .expect("the status lease");
+    let lease = status_lease(&api);
     assert!(
         lease["spec"]["holderIdentity"].is_null(),
         "released at shutdown: {lease}"
@@ -333,4 +319,15 @@ async fn real_cluster_serves_updates_and_deletes() {
         .await
         .expect("delete");
     wait_answer(&proxy, "/a", 404, None).await;
+}
+
+/// The proxy's status-writer Lease.
+fn status_lease(api: &ApiServer) -> Value {
+    api.get(
+        "coordination.k8s.io/v1",
+        "Lease",
+        "teapot-system",
+        "teapot-proxy-status",
+    )
+    .expect("the status lease")
 }
