@@ -201,13 +201,9 @@ async fn status_is_copied_back_once() {
     let f = Fixture::new().await;
     f.reconcile().await;
     f.reconcile().await;
-    let mut copy =
-        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
-            .unwrap();
     let lb_status =
         json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net"}]}});
-    copy["status"] = lb_status.clone();
-    f.lb.apply(copy);
+    f.set_lb_ingress_status(lb_status.clone());
     let (_, tenant, _) = f.reconcile().await;
     assert_eq!(
         tenant,
@@ -245,15 +241,10 @@ async fn status_is_copied_back_once() {
 #[tokio::test]
 async fn a_webhook_refusal_becomes_a_condition_and_an_event() {
     let f = Fixture::new().await;
-    f.lb.set_admission(|r| {
-        if r.resource.plural == "ingresses" {
-            Err(Refusal::forbidden(
-                "spec.rules[0].host: \"evil.example.com\" is not under your domains",
-            ))
-        } else {
-            Ok(())
-        }
-    });
+    f.refuse_on_lb(
+        "ingresses",
+        "spec.rules[0].host: \"evil.example.com\" is not under your domains",
+    );
     f.reconcile().await;
     let (action, tenant, lb) = f.reconcile().await;
     // Requeued for the resync: a refusal may lift when the LB state changes.
@@ -410,13 +401,9 @@ async fn a_port_error_on_the_lb_status_becomes_a_condition_and_an_event() {
     let f = Fixture::new().await;
     f.reconcile().await;
     f.reconcile().await;
-    let mut copy =
-        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
-            .unwrap();
     let lb_status = json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net",
         "ports": [{"port": 443, "protocol": "TCP", "error": "teapot.dev/CertificatePending"}]}]}});
-    copy["status"] = lb_status.clone();
-    f.lb.apply(copy);
+    f.set_lb_ingress_status(lb_status.clone());
     let (_, tenant, _) = f.reconcile().await;
     assert_eq!(
         tenant,
@@ -448,12 +435,9 @@ async fn a_port_error_on_the_lb_status_becomes_a_condition_and_an_event() {
     let (_, tenant, _) = f.reconcile().await;
     assert_eq!(tenant, ["GET /api/v1/namespaces/shop/services/web"]);
     // Cleared: a Normal Event says so.
-    let mut copy =
-        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
-            .unwrap();
-    copy["status"] =
-        json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net"}]}});
-    f.lb.apply(copy);
+    f.set_lb_ingress_status(
+        json!({"loadBalancer": {"ingress": [{"hostname": "web-shop.acme.lb.example.net"}]}}),
+    );
     f.reconcile().await;
     assert_eq!(conditions(&f)[1]["status"], "True");
     let event = last_event(&f.tenant);
@@ -510,6 +494,28 @@ impl Fixture {
             .await
             .expect("reconcile");
         (action, requests(&self.tenant, t0), requests(&self.lb, l0))
+    }
+
+    /// The LB cluster's webhook refuses every write of `plural` with
+    /// `message`.
+    fn refuse_on_lb(&self, plural: &'static str, message: &'static str) {
+        self.lb.set_admission(move |r| {
+            if r.resource.plural == plural {
+                Err(Refusal::forbidden(message))
+            } else {
+                Ok(())
+            }
+        });
+    }
+
+    /// What the proxy fleet would write on the LB copy of `shop/web`.
+    fn set_lb_ingress_status(&self, status: Value) {
+        let mut copy = self
+            .lb
+            .get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .unwrap();
+        copy["status"] = status;
+        self.lb.apply(copy);
     }
 
     fn set_lb_service_status(&self, status: Value) {
@@ -674,15 +680,10 @@ async fn the_l4_address_and_its_errors_come_back_to_the_tenant_service() {
 #[tokio::test]
 async fn a_refused_l4_copy_is_reported_on_the_tenant_service() {
     let f = Fixture::new().await;
-    f.lb.set_admission(|r| {
-        if r.resource.plural == "services" {
-            Err(Refusal::forbidden(
-                "spec.ports: 60 listeners, more than your Tenant's maxListeners 50",
-            ))
-        } else {
-            Ok(())
-        }
-    });
+    f.refuse_on_lb(
+        "services",
+        "spec.ports: 60 listeners, more than your Tenant's maxListeners 50",
+    );
     f.tenant.apply(l4_service());
     f.reconcile_service("dns").await;
     let (_, tenant, lb) = f.reconcile_service("dns").await;

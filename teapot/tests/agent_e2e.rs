@@ -181,6 +181,37 @@ fn conditions(tenant: &ApiServer, name: &str) -> Option<Value> {
     serde_json::from_str(o["metadata"]["annotations"][CONDITIONS_ANNOTATION].as_str()?).ok()
 }
 
+/// The agent between the two clusters, without leader election, writing
+/// slices at most every 50 ms; send `true` to stop it.
+fn start_agent(
+    tenant: &ApiServer,
+    lb: &ApiServer,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<Result<(), teapot_controller::Error>>,
+) {
+    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
+    config.min_write_interval = Duration::from_millis(50);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(teapot_controller::run(
+        config,
+        Metrics::new().unwrap(),
+        Arc::new(teapot_controller::Health::default()),
+        stopped,
+    ));
+    (stop, agent)
+}
+
+/// A tenant cluster whose one node has the InternalIP `ip`.
+async fn tenant_cluster(ip: IpAddr) -> ApiServer {
+    let tenant = ApiServer::start().await;
+    tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+        "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}]},
+    }));
+    tenant
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_ingress_to_live_route_and_back() {
     let ip = local_address();
@@ -189,11 +220,7 @@ async fn tenant_ingress_to_live_route_and_back() {
     let (lb, webhook_stop) = lb_cluster(ip).await;
 
     // The tenant cluster: a node, a NodePort Service with one ready pod.
-    let tenant = ApiServer::start().await;
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}]},
-    }));
+    let tenant = tenant_cluster(ip).await;
     tenant.apply(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web", "namespace": NS},
@@ -207,15 +234,7 @@ async fn tenant_ingress_to_live_route_and_back() {
         ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
             .await
             .expect("teapot proxy --kube starts");
-    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    config.min_write_interval = Duration::from_millis(50);
-    let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        config,
-        Metrics::new().unwrap(),
-        Arc::new(teapot_controller::Health::default()),
-        agent_stopped,
-    ));
+    let (agent_stop, agent) = start_agent(&tenant, &lb);
 
     // `kubectl apply` of a teapot Ingress: served, and its ADDRESS shows.
     tenant.apply(tenant_ingress("web", HOST));
@@ -362,18 +381,14 @@ async fn the_agent_explains_a_bad_lb_kubeconfig() {
 /// selector, node ports off, endpoints inside `nodeCIDRs`), the address
 /// the fleet writes into the LB Service's status reaches the tenant
 /// Service (EXTERNAL-IP), a `teapot.dev/<Reason>` error becomes a
-/// condition, and deleting the Service removes the copies. (The proxy
-/// does not write Service status in kube mode yet; the test writes it as
-/// the fleet would, see docs/l4.md.)
+/// condition, and deleting the Service removes the copies. (No proxy runs
+/// here: the test writes the LB Service's status as the fleet's status
+/// writer would, see docs/l4.md.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_l4_service_to_lb_copy_and_back() {
     let ip = local_address();
     let (lb, webhook_stop) = lb_cluster(ip).await;
-    let tenant = ApiServer::start().await;
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}]},
-    }));
+    let tenant = tenant_cluster(ip).await;
     tenant.apply(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "db", "namespace": NS},
@@ -391,15 +406,7 @@ async fn tenant_l4_service_to_lb_copy_and_back() {
                        "conditions": {"ready": true}}],
         "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
     }));
-    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    config.min_write_interval = Duration::from_millis(50);
-    let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        config,
-        Metrics::new().unwrap(),
-        Arc::new(teapot_controller::Health::default()),
-        agent_stopped,
-    ));
+    let (agent_stop, agent) = start_agent(&tenant, &lb);
     let mirrored = teapot_api::hostname::mirrored_service_name(NS, "db");
     let slice = eventually(
         "the LB EndpointSlice of the L4 copy",
