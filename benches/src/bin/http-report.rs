@@ -36,7 +36,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use serde::Serialize;
 use teapot_benches::peers::{self, Peer, PeerKind};
-use teapot_benches::stats::median;
+use teapot_benches::stats::{median, percentile};
 use teapot_testkit::certs;
 use teapot_testkit::process::ProxyProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1143,11 +1143,7 @@ struct LoadResult {
 
 impl LoadResult {
     fn percentile_ms(&self, q: f64) -> f64 {
-        if self.latencies_us.is_empty() {
-            return f64::NAN;
-        }
-        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
-        f64::from(self.latencies_us[i]) / 1e3
+        percentile(&self.latencies_us, q).map_or(f64::NAN, |us| f64::from(us) / 1e3)
     }
 
     fn values(&self) -> Values {
