@@ -154,6 +154,51 @@ pub fn peak_rss_kib(pid: u32) -> io::Result<u64> {
     status_field(pid, "VmHWM:")
 }
 
+/// CPU seconds (user + system) a process tree has used: `pid`'s own
+/// threads, its reaped children (old nginx/HAProxy workers after a
+/// reload) and its live children (the workers). From `/proc/*/stat`,
+/// whose times are in `USER_HZ` (100 per second on every Linux ABI).
+pub fn cpu_seconds(pid: u32) -> io::Result<f64> {
+    const USER_HZ: f64 = 100.0;
+    let own = stat_fields(pid)?;
+    // utime, stime, cutime, cstime: fields 14-17 (1-based).
+    let mut ticks: u64 = own.get(13..17).map_or(0, |f| f.iter().sum());
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may exit between the listing and the read.
+        if let Ok(f) = stat_fields(child)
+            && f.get(3) == Some(&u64::from(pid))
+        {
+            ticks += f.get(13..15).map_or(0, |f| f.iter().sum::<u64>());
+        }
+    }
+    Ok(ticks as f64 / USER_HZ)
+}
+
+/// The numeric fields of `/proc/PID/stat`, 1-based field `n` at `n - 1`;
+/// the command name (field 2, which may hold spaces) and the state are
+/// kept as 0 so the indices stay the kernel's.
+fn stat_fields(pid: u32) -> io::Result<Vec<u64>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_comm = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| io::Error::other(format!("/proc/{pid}/stat: no command name")))?;
+    let mut fields = vec![pid.into(), 0];
+    fields.extend(
+        after_comm
+            .split_whitespace()
+            .map(|f| f.parse::<u64>().unwrap_or(0)),
+    );
+    Ok(fields)
+}
+
 fn status_field(pid: u32, field: &str) -> io::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
@@ -271,4 +316,36 @@ pub fn teapot_bin(explicit: Option<&Path>) -> PathBuf {
     exe.parent()
         .unwrap_or(Path::new("."))
         .join(format!("teapot{}", std::env::consts::EXE_SUFFIX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A busy child's CPU is counted in its parent's tree while it runs,
+    /// and still after it has exited and been reaped (as an nginx worker
+    /// retired by a reload is).
+    #[test]
+    fn cpu_seconds_counts_live_and_reaped_children() {
+        let me = std::process::id();
+        let own = |pid| -> f64 {
+            let f = stat_fields(pid).unwrap();
+            f[13..17].iter().sum::<u64>() as f64 / 100.0
+        };
+        let mut busy = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let live = cpu_seconds(me).unwrap() - own(me);
+        busy.kill().unwrap();
+        busy.wait().unwrap();
+        let reaped = cpu_seconds(me).unwrap();
+        assert!(live >= 0.2, "a busy child for 0.5 s counted {live} s");
+        assert!(
+            reaped - own(me) < 0.01,
+            "nothing left outside the own fields"
+        );
+        assert!(own(me) >= live, "the reaped child's time moved to cutime");
+    }
 }

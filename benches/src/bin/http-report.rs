@@ -86,6 +86,9 @@ struct Args {
     /// Only these tests (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// Only these targets (comma-separated: direct, teapot, nginx, haproxy).
+    #[arg(long, value_delimiter = ',')]
+    targets: Option<Vec<String>>,
     /// Fail instead of running apt-get when a tool is missing.
     #[arg(long)]
     no_install: bool,
@@ -183,6 +186,28 @@ impl Test {
         }
     }
 
+    /// The metric the rate of this test's work is in (requests or
+    /// handshakes per second), for the CPU cost of one; `None` for the
+    /// churn, whose run also waits for the last change.
+    fn rate_metric(self) -> Option<&'static str> {
+        match self {
+            Test::H1Static | Test::H1Echo | Test::H2 => Some("req_per_s"),
+            Test::TlsHandshakes => Some("handshakes_per_s"),
+            Test::FixedRate => Some("achieved_per_s"),
+            Test::Churn => None,
+        }
+    }
+
+    /// The rows of the ratio table: the headline, and the proxy's CPU per
+    /// request where there is one (the steadier number on a shared machine).
+    fn reported(self) -> Vec<(&'static str, bool)> {
+        let mut rows = vec![self.headline()];
+        if self.rate_metric().is_some() {
+            rows.push((CPU_PER_REQUEST, false));
+        }
+        rows
+    }
+
     /// Config churn has no meaning without a proxy.
     fn applies_to(self, target: Target) -> bool {
         !(self == Test::Churn && target == Target::Direct)
@@ -276,10 +301,18 @@ async fn run(args: Args, tools: Tools) -> anyhow::Result<()> {
                 .is_none_or(|only| only.iter().any(|o| o == t.name()))
         })
         .collect();
+    let targets: Vec<Target> = TARGETS
+        .into_iter()
+        .filter(|t| {
+            args.targets
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|o| o == t.name()))
+        })
+        .collect();
     let mut samples = Vec::new();
     let mut churn_k = 0u64;
     // Warm every path once (connection pools, page cache, JIT of nothing).
-    for target in TARGETS {
+    for &target in &targets {
         let p = fleet.ports[&target];
         fixed_rate(p.http, STATIC_HOST, STATIC_PATH, 500, 4, 0.5, None).await?;
     }
@@ -287,12 +320,26 @@ async fn run(args: Args, tools: Tools) -> anyhow::Result<()> {
         for &test in &tests {
             // Rotating the order spreads drift in the machine's load over
             // every target alike.
-            for i in 0..TARGETS.len() {
-                let target = TARGETS[(i + round) % TARGETS.len()];
+            for i in 0..targets.len() {
+                let target = targets[(i + round) % targets.len()];
                 if !test.applies_to(target) {
                     continue;
                 }
-                let values = measure(&args, &fleet, test, target, &mut churn_k).await?;
+                let cpu_before = proxy_cpu_seconds(&fleet, target);
+                let began = Instant::now();
+                let mut values = measure(&args, &fleet, test, target, &mut churn_k).await?;
+                // The work done over the whole call: its rate times its
+                // wall time (fixed-rate's warm-up runs at the same rate;
+                // wrk and h2load start in a few ms).
+                if let (Some(rate), Some(before), Some(after)) = (
+                    test.rate_metric().and_then(|m| values.get(m)),
+                    cpu_before,
+                    proxy_cpu_seconds(&fleet, target),
+                ) {
+                    let secs = began.elapsed().as_secs_f64();
+                    values.insert(CPU_PER_REQUEST, (after - before) * 1e6 / (rate * secs));
+                    values.insert("cpu_cores", (after - before) / secs);
+                }
                 println!(
                     "round {round} {:<14} {:<8} {}",
                     test.name(),
@@ -901,6 +948,22 @@ async fn measure(
             Ok(v)
         }
     }
+}
+
+/// Microseconds of the proxy's CPU (user + system, all its threads and
+/// workers) per request or handshake.
+const CPU_PER_REQUEST: &str = "cpu_us_per_req";
+
+/// CPU seconds the proxy of `target` has used so far, the workers of
+/// nginx and HAProxy included; `None` for the direct connection.
+fn proxy_cpu_seconds(fleet: &Fleet, target: Target) -> Option<f64> {
+    let pid = match target {
+        Target::Direct => return None,
+        Target::Teapot => Some(fleet.teapot.pid()),
+        Target::Nginx => fleet.nginx.pid(),
+        Target::Haproxy => fleet.haproxy.pid(),
+    }?;
+    peers::cpu_seconds(pid).ok()
 }
 
 async fn teapot_reloads(fleet: &Fleet) -> u64 {
@@ -1564,32 +1627,33 @@ impl Report {
             let Some(by_target) = medians.get(test.name()) else {
                 continue;
             };
-            let (metric, higher) = test.headline();
-            let m: BTreeMap<Target, f64> = by_target
-                .iter()
-                .filter_map(|(t, v)| Some((*t, *v.get(metric)?)))
-                .collect();
-            // Oriented so that > 1 always means "better than".
-            let better = |a: f64, b: f64| if higher { a / b } else { b / a };
-            let teapot = m.get(&Target::Teapot).copied();
-            let teapot_vs = m
-                .iter()
-                .filter(|(t, _)| **t != Target::Teapot)
-                .filter_map(|(t, v)| Some((*t, better(teapot?, *v))))
-                .collect();
-            let vs_direct = m
-                .iter()
-                .filter(|(t, _)| **t != Target::Direct)
-                .filter_map(|(t, v)| Some((*t, better(*v, *m.get(&Target::Direct)?))))
-                .collect();
-            ratios.push(Ratio {
-                test: test.name(),
-                metric,
-                higher_is_better: higher,
-                medians: m,
-                teapot_vs,
-                vs_direct,
-            });
+            for (metric, higher) in test.reported() {
+                let m: BTreeMap<Target, f64> = by_target
+                    .iter()
+                    .filter_map(|(t, v)| Some((*t, *v.get(metric)?)))
+                    .collect();
+                // Oriented so that > 1 always means "better than".
+                let better = |a: f64, b: f64| if higher { a / b } else { b / a };
+                let teapot = m.get(&Target::Teapot).copied();
+                let teapot_vs = m
+                    .iter()
+                    .filter(|(t, _)| **t != Target::Teapot)
+                    .filter_map(|(t, v)| Some((*t, better(teapot?, *v))))
+                    .collect();
+                let vs_direct = m
+                    .iter()
+                    .filter(|(t, _)| **t != Target::Direct)
+                    .filter_map(|(t, v)| Some((*t, better(*v, *m.get(&Target::Direct)?))))
+                    .collect();
+                ratios.push(Ratio {
+                    test: test.name(),
+                    metric,
+                    higher_is_better: higher,
+                    medians: m,
+                    teapot_vs,
+                    vs_direct,
+                });
+            }
         }
         let goals = goals(&medians);
         Report {
@@ -1884,6 +1948,29 @@ TLS Protocol: TLSv1.3
         let h1 = r.ratios.iter().find(|r| r.test == "h1-static").unwrap();
         assert_eq!(h1.teapot_vs[&Target::Nginx], 1.5);
         assert!(r.svg().starts_with("<svg"));
+    }
+
+    /// CPU per request is a row of its own, where less is better.
+    #[test]
+    fn cpu_per_request_is_a_ratio_row_oriented_like_latency() {
+        let sample = |target, v| Sample {
+            round: 0,
+            test: Test::H1Static.name(),
+            target,
+            values: Values::from([("req_per_s", 100.0), (CPU_PER_REQUEST, v)]),
+        };
+        let samples = vec![sample(Target::Teapot, 90.0), sample(Target::Haproxy, 30.0)];
+        let args = Args::parse_from(["http-report"]);
+        let r = Report::new(&args, BTreeMap::new(), samples, Vec::new(), Duration::ZERO);
+        let cpu = r
+            .ratios
+            .iter()
+            .find(|r| r.test == "h1-static" && r.metric == CPU_PER_REQUEST)
+            .unwrap();
+        assert!((cpu.teapot_vs[&Target::Haproxy] - 1.0 / 3.0).abs() < 1e-9);
+        assert!(!cpu.higher_is_better);
+        // The churn has no rate to divide by.
+        assert_eq!(Test::Churn.reported(), vec![Test::Churn.headline()]);
     }
 
     #[test]
