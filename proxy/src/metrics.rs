@@ -30,6 +30,8 @@ pub struct Metrics {
     /// Front-door refusals by reason (`crate::edge::Refusal`), resolved
     /// once so a refusal does no label lookup.
     edge_refusals: Vec<IntCounter>,
+    /// Requests whose client went away before the answer (not logged).
+    pub client_aborts: IntCounter,
     /// Library log lines held back by crate::logflood.
     pub log_lines_suppressed: IntCounter,
     pub l4: crate::l4::L4Metrics,
@@ -118,6 +120,10 @@ impl Metrics {
                 "acme_issuer",
                 "1 while this replica is the fleet's ACME issuer",
             )?,
+            client_aborts: IntCounter::new(
+                "client_aborts_total",
+                "Requests whose client closed the connection before the answer was written (not logged)",
+            )?,
             log_lines_suppressed: IntCounter::new(
                 "log_lines_suppressed_total",
                 "Pingora/h2 log lines about client errors held back by the log-flood protection",
@@ -135,6 +141,7 @@ impl Metrics {
         m.registry.register(Box::new(m.manifest_problems.clone()))?;
         m.registry.register(Box::new(m.reloads_total.clone()))?;
         m.registry.register(Box::new(m.in_flight.clone()))?;
+        m.registry.register(Box::new(m.client_aborts.clone()))?;
         m.registry.register(Box::new(m.acme_certificates.clone()))?;
         m.registry.register(Box::new(m.acme_orders.clone()))?;
         m.registry.register(Box::new(m.acme_issued.clone()))?;

@@ -438,10 +438,8 @@ impl ProxyHttp for Router {
                     | ErrorType::WriteTimedout => 504,
                     _ => 502,
                 },
-                ErrorSource::Downstream => match e.etype() {
-                    ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed => 0,
-                    _ => 400,
-                },
+                ErrorSource::Downstream if client_went_away(e) => 0,
+                ErrorSource::Downstream => 400,
                 ErrorSource::Internal | ErrorSource::Unset => 500,
             },
         };
@@ -466,12 +464,33 @@ impl ProxyHttp for Router {
         }
     }
 
+    /// A client that closes its connection before its answer is normal
+    /// traffic (a closed tab, a timed-out health probe): Pingora would log
+    /// each one as ERROR "Fail to proxy", which at the edge buries the
+    /// errors an operator must see. Counted instead.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, e: &Error) -> bool {
+        let gone = client_went_away(e);
+        if gone {
+            self.metrics.client_aborts.inc();
+        }
+        gone
+    }
+
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, _ctx: &mut RequestCtx) {
         edge::request_done(self.edge.keepalive_timeout);
         if let Some(resp) = session.response_written() {
             self.metrics.count_response(resp.status.as_u16());
         }
     }
+}
+
+/// The client closed or broke its connection: there is nobody to answer.
+fn client_went_away(e: &Error) -> bool {
+    *e.esource() == ErrorSource::Downstream
+        && matches!(
+            e.etype(),
+            ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed
+        )
 }
 
 /// The authority that decides routing: HTTP/2 `:authority` wins over a

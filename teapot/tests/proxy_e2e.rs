@@ -1636,3 +1636,38 @@ async fn admin_endpoints_report_health_and_count_responses() {
     let metrics = h.metrics().await;
     assert!(metric(&metrics, "teapot_snapshot_generation").unwrap() >= next as f64);
 }
+
+/// A client that hangs up while its request is at the backend is counted
+/// (`teapot_client_aborts_total`), not logged as an ERROR, and the backend
+/// and other clients never notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_early_is_counted_not_logged() {
+    use tokio::io::AsyncWriteExt as _;
+    const NS: &str = "aborts";
+    let e = echo(NS, "svc-abort", "abort-0").await;
+    let mut manifests = echo_service(NS, "svc-abort", &[&e]);
+    manifests.push(simple_ingress(NS, "abort", "abort.test", "svc-abort"));
+    let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
+    let before = metric(&h.metrics().await, "teapot_client_aborts_total").expect("the counter");
+
+    let mut gone = tokio::net::TcpStream::connect(h.proxy.http).await.unwrap();
+    gone.write_all(b"GET /slow HTTP/1.1\r\nHost: abort.test\r\nX-Echo-Delay-Ms: 400\r\n\r\n")
+        .await
+        .unwrap();
+    eventually("the request at the backend", REQUEST_TIMEOUT, || async {
+        if e.requests() == 1 {
+            Ok(())
+        } else {
+            Err(e.requests())
+        }
+    })
+    .await;
+    drop(gone);
+
+    eventually("the abort counted", REQUEST_TIMEOUT, || async {
+        let n = metric(&h.metrics().await, "teapot_client_aborts_total").unwrap_or(0.0);
+        if n == before + 1.0 { Ok(()) } else { Err(n) }
+    })
+    .await;
+    assert_eq!(h.echo_json("abort.test", "/after").await["path"], "/after");
+}
