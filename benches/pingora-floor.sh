@@ -25,7 +25,7 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-backend=$(port) teapot=$(port) teapot_ws=$(port) bare=$(port) haproxy=$(port) ngproxy=$(port)
+backend=$(port) teapot=$(port) bare=$(port) haproxy=$(port) ngproxy=$(port)
 echo hello >"$work/hello.txt"
 nginx_conf() { # $1: server block
     cat <<EOF
@@ -95,17 +95,14 @@ haproxy -f "$work/haproxy.cfg" -db >/dev/null 2>&1 & pids+=($!)
 RUST_LOG=warn "$bin/teapot" --threads 1 proxy --manifests "$work/manifests" \
     --http "127.0.0.1:$teapot" --https off --admin 127.0.0.1:0 >/dev/null 2>&1 & pids+=($!)
 "$bin/examples/bare_pingora" "127.0.0.1:$bare" "127.0.0.1:$backend" 1 >/dev/null 2>&1 & pids+=($!)
-# teapot-ws: the same teapot serving HTTP on its shared work-stealing runtime.
-RUST_LOG=warn "$bin/teapot" --threads 1 proxy --manifests "$work/manifests" --work-stealing \
-    --http "127.0.0.1:$teapot_ws" --https off --admin 127.0.0.1:0 >/dev/null 2>&1 & pids+=($!)
 sleep 2
 # The pid that does the proxying: nginx's and HAProxy's worker, not the master.
 worker_of() { local p; p=$(pgrep -P "$1" | head -1); echo "${p:-$1}"; }
 declare -A pid_of=(
-    [pingora]=${pids[4]} [teapot]=${pids[3]} [teapot-ws]=${pids[5]}
+    [pingora]=${pids[4]} [teapot]=${pids[3]}
     [haproxy]=$(worker_of "${pids[2]}") [nginx]=$(worker_of "${pids[1]}")
 )
-declare -A port_of=([pingora]=$bare [teapot]=$teapot [teapot-ws]=$teapot_ws [haproxy]=$haproxy [nginx]=$ngproxy)
+declare -A port_of=([pingora]=$bare [teapot]=$teapot [haproxy]=$haproxy [nginx]=$ngproxy)
 for t in "${!port_of[@]}"; do
     curl -sf -H "Host: bench.example" "http://127.0.0.1:${port_of[$t]}/hello.txt" >/dev/null \
         || { echo "$t does not answer" >&2; exit 1; }
@@ -113,7 +110,7 @@ done
 measure_for=$(python3 -c "print(max(1, $seconds - 2))")
 results="$work/results"
 for r in $(seq "$rounds"); do
-    for t in pingora teapot teapot-ws haproxy nginx; do
+    for t in pingora teapot haproxy nginx; do
         wrk -t1 -c50 -d"${seconds}s" -H "Host: bench.example" \
             "http://127.0.0.1:${port_of[$t]}/hello.txt" >"$work/wrk.out" &
         load=$!
@@ -134,9 +131,8 @@ for _, t, rps, ms, secs in rows:
     by.setdefault(t, []).append((float(rps), float(ms) * 1000 / (float(rps) * float(secs))))
 med = {t: (statistics.median(r for r, _ in v), statistics.median(c for _, c in v)) for t, v in by.items()}
 print(f"\n{'median':<9}{'req/s':>9}{'us CPU/req':>12}{'req/s vs haproxy':>18}")
-for t in ("pingora", "teapot", "teapot-ws", "haproxy", "nginx"):
+for t in ("pingora", "teapot", "haproxy", "nginx"):
     rps, cpu = med[t]
     print(f"{t:<9}{rps:>9.0f}{cpu:>12.1f}{rps / med['haproxy'][0]:>18.2f}")
 print(f"\nteapot over bare Pingora: {med['teapot'][1] / med['pingora'][1]:.2f}x the CPU per request")
-print(f"teapot with --work-stealing over without: {med['teapot-ws'][1] / med['teapot'][1]:.2f}x")
 PY

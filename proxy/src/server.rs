@@ -56,11 +56,6 @@ pub struct ProxyConfig {
     pub edge: crate::edge::EdgeConfig,
     /// TCP/UDP load balancing of LoadBalancer Services.
     pub l4: crate::l4::L4Config,
-    /// Where the HTTP data plane runs. `None`: on the caller's runtime
-    /// (tests, `teapot demo`). `Some(n)`: on `n` threads of its own, each a
-    /// single-threaded runtime without work stealing, as Pingora's own
-    /// server runs it; a connection stays on the thread that accepted it.
-    pub data_plane_threads: Option<usize>,
 }
 
 impl ProxyConfig {
@@ -78,7 +73,6 @@ impl ProxyConfig {
             kube: None,
             edge: crate::edge::EdgeConfig::default(),
             l4: crate::l4::L4Config::default(),
-            data_plane_threads: None,
         }
     }
 }
@@ -233,21 +227,11 @@ pub async fn run(
         tracing::info!(%addr, "https listener");
     }
     let fds = Arc::new(parking_lot::Mutex::new(fds));
-    // Pingora spawns each accepted connection on `pingora_runtime::
-    // current_handle()`: a random thread of the pool when the accept loop
-    // runs on one, else the runtime it runs on.
-    let data_plane = config
-        .data_plane_threads
-        .map(|n| pingora_runtime::Runtime::new_no_steal(n.max(1), "teapot-proxy"));
     let proxy_task = {
         let stop = stop_rx.clone();
-        let serve = async move {
+        tokio::spawn(async move {
             service.start_service(Some(fds), stop, 1).await;
-        };
-        match &data_plane {
-            Some(rt) => rt.get_handle().spawn(serve),
-            None => tokio::spawn(serve),
-        }
+        })
     };
 
     let admin_listener = {
@@ -363,12 +347,6 @@ pub async fn run(
         );
     }
     let _ = l4_drain.await;
-    if let Some(rt) = data_plane {
-        // A runtime cannot be dropped from async code; whatever is left on
-        // it after the grace period is abandoned, as on the main runtime.
-        let _ =
-            tokio::task::spawn_blocking(move || rt.shutdown_timeout(Duration::from_secs(1))).await;
-    }
     admin_task.abort();
     watch_task.abort();
     noise_task.abort();

@@ -102,7 +102,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         connect_timeout_ms: 3000,
         upstream_timeout: 60,
         upstream_pool_size: 128,
-        work_stealing: true,
         domain: "localhost".into(),
         lb_cidrs: Vec::new(),
         dns_servers: Vec::new(),

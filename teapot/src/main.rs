@@ -158,10 +158,6 @@ pub(crate) struct TuningArgs {
     /// Idle upstream connections kept for reuse.
     #[arg(long, default_value_t = 1024)]
     upstream_pool_size: usize,
-    /// Serve HTTP on the shared work-stealing runtime instead of one
-    /// single-threaded runtime per `--threads` (Pingora's own default).
-    #[arg(long)]
-    work_stealing: bool,
     /// DOMAIN of the hostnames assigned to tenant Ingresses (INGRESS.CLUSTER.lb.DOMAIN).
     #[arg(long, default_value = "localhost", env = "TEAPOT_DOMAIN")]
     domain: String,
@@ -209,7 +205,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = runtime.build().context("cannot start the async runtime")?;
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Proxy(args) => run_proxy(*args, cli.threads).await,
+            Command::Proxy(args) => run_proxy(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Echo(args) => run_echo(args).await,
             Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
@@ -311,7 +307,7 @@ pub(crate) fn proxy_config(
     config
 }
 
-async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
+async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let mut kube = args.kube.connect(args.manifests.as_deref()).await?;
     let acme = args.acme.config(kube.is_some())?;
     if let Some(kube) = kube.as_mut() {
@@ -325,10 +321,6 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.kube = kube;
     config.edge = args.edge.config();
     config.l4 = l4;
-    if !args.tuning.work_stealing {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        config.data_plane_threads = Some(if threads == 0 { cores } else { threads });
-    }
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

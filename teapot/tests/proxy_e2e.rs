@@ -1671,34 +1671,3 @@ async fn a_client_that_hangs_up_early_is_counted_not_logged() {
     .await;
     assert_eq!(h.echo_json("abort.test", "/after").await["path"], "/after");
 }
-
-/// By default HTTP is served on `--threads` single-threaded runtimes of its
-/// own (Pingora's no-steal pool, threads named `teapot-proxy`);
-/// `--work-stealing` serves it on the shared runtime. Both answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_http_data_plane_runs_on_threads_of_its_own() {
-    const NS: &str = "threads";
-    let e = echo(NS, "svc-threads", "threads-0").await;
-    let mut manifests = echo_service(NS, "svc-threads", &[&e]);
-    manifests.push(simple_ingress(NS, "threads", "threads.test", "svc-threads"));
-    let files = [("manifests.yaml", docs(&manifests))];
-    for (args, pool) in [
-        (&["--threads", "3"][..], 3),
-        (&["--threads", "3", "--work-stealing"][..], 0),
-    ] {
-        let h = Harness::start_with_args(&files, args).await;
-        let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", h.proxy.pid()))
-            .expect("the proxy's threads")
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-            .map(|n| n.trim().to_owned())
-            .collect();
-        let in_pool = names.iter().filter(|n| *n == "teapot-proxy").count();
-        assert_eq!(in_pool, pool, "{args:?}: threads {names:?}");
-        assert_eq!(
-            h.echo_json("threads.test", "/t").await["path"],
-            "/t",
-            "{args:?}"
-        );
-    }
-}
