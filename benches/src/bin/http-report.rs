@@ -86,6 +86,9 @@ struct Args {
     /// Only these tests (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// Extra argument for `teapot proxy` (repeatable), e.g. `--teapot-arg=--work-stealing`.
+    #[arg(long, allow_hyphen_values = true)]
+    teapot_arg: Vec<String>,
     /// Only these targets (comma-separated: direct, teapot, nginx, haproxy).
     #[arg(long, value_delimiter = ',')]
     targets: Option<Vec<String>>,
@@ -430,13 +433,12 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         teapot_manifests(b_http, e_port, &cert),
     )?;
     std::fs::write(manifests.join("churn.yaml"), churn_ingress(0))?;
-    let teapot = ProxyProcess::start(
-        &tools.teapot,
-        &manifests,
-        &["--threads", &args.threads.to_string()],
-    )
-    .await
-    .context("starting teapot proxy")?;
+    let threads = args.threads.to_string();
+    let mut teapot_args = vec!["--threads", threads.as_str()];
+    teapot_args.extend(args.teapot_arg.iter().map(String::as_str));
+    let teapot = ProxyProcess::start(&tools.teapot, &manifests, &teapot_args)
+        .await
+        .context("starting teapot proxy")?;
 
     let (n_http, n_https) = (peers::free_port()?, peers::free_port()?);
     let nginx_dir = subdir(dir.path(), "nginx")?;
