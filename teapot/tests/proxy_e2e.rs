@@ -814,10 +814,7 @@ const PINGORA_946: &str = "pingora 0.9.1 bug cloudflare/pingora#946: an HTTP/1 u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_messages_are_echoed_through_the_proxy() {
     const NS: &str = "ws";
-    let ws = echo(NS, "svc-ws", "ws-0").await;
-    let mut manifests = echo_service(NS, "svc-ws", &[&ws]);
-    manifests.push(simple_ingress(NS, "ws", "ws.test", "svc-ws"));
-    let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
+    let (ws, h) = one_route(NS, "ws", &[]).await;
 
     let messages = ["hello", "teapot 🫖", &"x".repeat(70_000), "bye"];
     let echoed = tokio::time::timeout(
@@ -848,10 +845,7 @@ async fn websocket_upgrade_is_never_torn_down() {
     const NS: &str = "ws";
     const CLIENTS: usize = 8;
     const SESSIONS: usize = 100;
-    let ws = echo(NS, "svc-ws", "ws-0").await;
-    let mut manifests = echo_service(NS, "svc-ws", &[&ws]);
-    manifests.push(simple_ingress(NS, "ws", "ws.test", "svc-ws"));
-    let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
+    let (_ws, h) = one_route(NS, "ws", &[]).await;
     let addr = h.proxy.http;
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
@@ -894,10 +888,7 @@ async fn websocket_upgrade_is_never_torn_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_headers_are_overwritten_and_hop_by_hop_headers_stripped() {
     const NS: &str = "fwd";
-    let fwd = echo(NS, "svc-fwd", "fwd-0").await;
-    let mut manifests = echo_service(NS, "svc-fwd", &[&fwd]);
-    manifests.push(simple_ingress(NS, "fwd", "fwd.test", "svc-fwd"));
-    let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
+    let (_fwd, h) = one_route(NS, "fwd", &[]).await;
 
     let request = |host: &str| {
         Request::get(host, "/headers")
@@ -1486,14 +1477,8 @@ async fn bad_manifests_are_reported_and_never_take_routes_down() {
 async fn sigterm_lets_in_flight_requests_finish() {
     const NS: &str = "shutdown";
     const GRACE: Duration = Duration::from_secs(10);
-    let slow = echo(NS, "svc-slow", "slow-0").await;
-    let mut manifests = echo_service(NS, "svc-slow", &[&slow]);
-    manifests.push(simple_ingress(NS, "slow", "slow.test", "svc-slow"));
-    let mut h = Harness::start_with_args(
-        &[("manifests.yaml", docs(&manifests))],
-        &["--grace-period", &GRACE.as_secs().to_string()],
-    )
-    .await;
+    let grace = GRACE.as_secs().to_string();
+    let (slow, mut h) = one_route(NS, "slow", &["--grace-period", &grace]).await;
     let http = h.proxy.http;
 
     // An idle kept-alive connection must not hold the shutdown up.
@@ -1575,10 +1560,7 @@ async fn sigterm_lets_in_flight_requests_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoints_report_health_and_count_responses() {
     const NS: &str = "admin";
-    let e = echo(NS, "svc-admin", "admin-0").await;
-    let mut manifests = echo_service(NS, "svc-admin", &[&e]);
-    manifests.push(simple_ingress(NS, "admin", "admin.test", "svc-admin"));
-    let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
+    let (_admin, h) = one_route(NS, "admin", &[]).await;
 
     for (path, body) in [("/healthz", "ok"), ("/readyz", "ready")] {
         let (code, text) = h.proxy.admin_get(path).await.expect(path);
@@ -1644,10 +1626,7 @@ async fn admin_endpoints_report_health_and_count_responses() {
 async fn a_client_that_hangs_up_early_is_counted_not_logged() {
     use tokio::io::AsyncWriteExt as _;
     const NS: &str = "aborts";
-    let e = echo(NS, "svc-abort", "abort-0").await;
-    let mut manifests = echo_service(NS, "svc-abort", &[&e]);
-    manifests.push(simple_ingress(NS, "abort", "abort.test", "svc-abort"));
-    let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
+    let (e, h) = one_route(NS, "abort", &[]).await;
     let before = metric(&h.metrics().await, "teapot_client_aborts_total").expect("the counter");
 
     let mut gone = tokio::net::TcpStream::connect(h.proxy.http).await.unwrap();

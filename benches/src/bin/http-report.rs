@@ -296,22 +296,8 @@ async fn run(args: Args, tools: Tools) -> anyhow::Result<()> {
     for (k, v) in &versions {
         println!("{k}: {v}");
     }
-    let tests: Vec<Test> = TESTS
-        .into_iter()
-        .filter(|t| {
-            args.only
-                .as_ref()
-                .is_none_or(|only| only.iter().any(|o| o == t.name()))
-        })
-        .collect();
-    let targets: Vec<Target> = TARGETS
-        .into_iter()
-        .filter(|t| {
-            args.targets
-                .as_ref()
-                .is_none_or(|only| only.iter().any(|o| o == t.name()))
-        })
-        .collect();
+    let tests = chosen(TESTS, &args.only, Test::name);
+    let targets = chosen(TARGETS, &args.targets, Target::name);
     let mut samples = Vec::new();
     let mut churn_k = 0u64;
     // Warm every path once (connection pools, page cache, JIT of nothing).
@@ -950,6 +936,17 @@ async fn measure(
             Ok(v)
         }
     }
+}
+
+/// The members of `all` whose names `only` lists (all when it is unset).
+fn chosen<T: Copy, const N: usize>(
+    all: [T; N],
+    only: &Option<Vec<String>>,
+    name: fn(T) -> &'static str,
+) -> Vec<T> {
+    all.into_iter()
+        .filter(|&t| only.as_ref().is_none_or(|o| o.iter().any(|o| o == name(t))))
+        .collect()
 }
 
 /// Microseconds of the proxy's CPU (user + system, all its threads and

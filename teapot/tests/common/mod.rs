@@ -299,6 +299,22 @@ pub fn ingress_with_class(namespace: &str, name: &str, class: Option<&str>, spec
     })
 }
 
+/// One echo backend (`<name>-0`) behind Service `svc-<name>`, routed from
+/// `<name>.test` by Ingress `<name>`, served by a proxy started with `args`.
+pub async fn one_route(namespace: &str, name: &str, args: &[&str]) -> (EchoServer, Harness) {
+    let service = format!("svc-{name}");
+    let backend = echo(namespace, &service, &format!("{name}-0")).await;
+    let mut manifests = echo_service(namespace, &service, &[&backend]);
+    manifests.push(simple_ingress(
+        namespace,
+        name,
+        &format!("{name}.test"),
+        &service,
+    ));
+    let h = Harness::start_with_args(&[("manifests.yaml", docs(&manifests))], args).await;
+    (backend, h)
+}
+
 /// An Ingress of class `teapot` routing `host` (all paths) to `service:80`.
 pub fn simple_ingress(namespace: &str, name: &str, host: &str, service: &str) -> Value {
     ingress(
