@@ -269,7 +269,7 @@ pub async fn run(
     // After the first reload, so the first table is there to bind.
     let l4_service = l4.spawn();
 
-    let acme_task = acme.map(|acme| {
+    let mut acme_task = acme.map(|acme| {
         let reloader = reloader.clone();
         tokio::spawn(acme.run(
             snapshots.clone(),
@@ -322,16 +322,23 @@ pub async fn run(
         "shutting down: no new connections, draining"
     );
     let _ = stop_tx.send(true);
-    if let Some(t) = status_task {
-        // The status writer gives its Lease up on the stop signal, so a
-        // standby replica writes statuses at once instead of after the
-        // lease duration; an API that does not answer is not waited for.
-        if tokio::time::timeout(Duration::from_secs(2), t)
-            .await
-            .is_err()
-        {
-            tracing::warn!("status lease not released within 2 s; it expires on its own");
+    // The status writer and the ACME issuer give their Leases up on the
+    // stop signal, so a standby replica takes over at once instead of
+    // after the lease duration; an API that does not answer is not waited
+    // for.
+    let leases_released = async {
+        if let Some(t) = status_task {
+            let _ = t.await;
         }
+        if let Some(t) = acme_task.as_mut() {
+            let _ = t.await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(2), leases_released)
+        .await
+        .is_err()
+    {
+        tracing::warn!("leases not released within 2 s; they expire on their own");
     }
     let _ = proxy_task.await;
     let deadline = started + config.grace_period;

@@ -433,7 +433,8 @@ const LEASE_NS: &str = "teapot-system";
 /// replica (only one) orders; pebble validates on A's port only, so if B
 /// issues, A served B's tokens. Both serve the certificates by SNI, the
 /// Secrets appear in the Ingresses' namespaces, the status error goes.
-/// Killing the issuer hands the role (and the next renewal) over.
+/// Stopping the issuer (SIGTERM) releases the Lease and hands the role
+/// (and the next renewal) over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_replicas_share_one_issuer_through_the_api() {
     let (dns, mut pebble) = start_ca().await;
@@ -589,11 +590,23 @@ async fn kube_replicas_share_one_issuer_through_the_api() {
     )
     .await;
 
-    // The issuer dies: the other takes the Lease over once it expires and
-    // orders the renewals (two thirds of pebble's short lifetime come
-    // soon; they fail if the survivor is B, whose port pebble does not
-    // validate on, but they are ordered).
-    drop(replicas.remove(issuer_index));
+    // The issuer is stopped (SIGTERM): it gives the Lease up on its way
+    // out, so the other takes it at its next try instead of after the
+    // lease duration, and orders the renewals (two thirds of pebble's
+    // short lifetime come soon; they fail if the survivor is B, whose port
+    // pebble does not validate on, but they are ordered). A crashed
+    // issuer's Lease expires instead (kube_store's unit tests).
+    let holder = |api: &ApiServer| {
+        api.get("coordination.k8s.io/v1", "Lease", LEASE_NS, "teapot-acme")
+            .expect("the ACME Lease")["spec"]["holderIdentity"]
+            .clone()
+    };
+    let issuer_identity = holder(&api);
+    let mut stopped = replicas.remove(issuer_index);
+    stopped.terminate().expect("SIGTERM");
+    let exit = stopped.wait(Duration::from_secs(30)).await.expect("exits");
+    assert!(exit.success(), "{exit}");
+    assert_ne!(holder(&api), issuer_identity, "the Lease was released");
     let survivor = &replicas[0];
     eventually("the survivor becomes the issuer", ISSUE_TIMEOUT, || async {
         let v = metric_of(survivor, "teapot_acme_issuer").await;

@@ -175,13 +175,17 @@ impl Issuer {
                 tracing::warn!(error = %e, "cannot clear stale ACME challenges");
             }
             while lead.held() {
-                tokio::select! {
-                    _ = stopped(&mut shutdown) => return,
-                    _ = self.step(&snapshots, &metrics) => {}
-                }
-                tokio::select! {
-                    _ = stopped(&mut shutdown) => return,
-                    _ = tokio::time::sleep(SCAN) => {}
+                let stop = tokio::select! {
+                    _ = stopped(&mut shutdown) => true,
+                    _ = self.step(&snapshots, &metrics) => false,
+                } || tokio::select! {
+                    _ = stopped(&mut shutdown) => true,
+                    _ = tokio::time::sleep(SCAN) => false,
+                };
+                if stop {
+                    metrics.acme_issuer.set(0);
+                    lead.release().await;
+                    return;
                 }
             }
             metrics.acme_issuer.set(0);

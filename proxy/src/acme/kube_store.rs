@@ -117,15 +117,32 @@ impl std::fmt::Debug for KubeStore {
 
 /// Holds the `teapot-acme` Lease: a task renews it and turns
 /// [`Leadership::held`] false at the first renewal that fails.
-#[derive(Debug)]
 struct LeaseHeld {
     held: Arc<AtomicBool>,
+    lease: Arc<tokio::sync::Mutex<LeaderLease>>,
     renewal: tokio::task::AbortHandle,
 }
 
+impl std::fmt::Debug for LeaseHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseHeld")
+            .field("held", &self.held)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
 impl Leadership for LeaseHeld {
     fn held(&self) -> bool {
         self.held.load(Ordering::Acquire)
+    }
+
+    async fn release(self: Box<Self>) {
+        // Stop renewing first: a renewal racing the release would take the
+        // Lease straight back.
+        self.renewal.abort();
+        self.held.store(false, Ordering::Release);
+        self.lease.lock().await.release().await;
     }
 }
 
@@ -498,10 +515,14 @@ fn strip_nulls(mut value: serde_json::Value) -> serde_json::Value {
     value
 }
 
-async fn renew(mut lease: LeaderLease, held: Arc<AtomicBool>, every: Duration) {
+async fn renew(
+    lease: Arc<tokio::sync::Mutex<LeaderLease>>,
+    held: Arc<AtomicBool>,
+    every: Duration,
+) {
     loop {
         tokio::time::sleep(every).await;
-        if !lease.try_lead().await {
+        if !lease.lock().await.try_lead().await {
             held.store(false, Ordering::Release);
             return;
         }
@@ -519,9 +540,15 @@ impl AcmeStore for KubeStore {
             return Ok(None);
         }
         let held = Arc::new(AtomicBool::new(true));
-        let renewal = tokio::spawn(renew(lease, held.clone(), self.options.lease.renew_every));
+        let lease = Arc::new(tokio::sync::Mutex::new(lease));
+        let renewal = tokio::spawn(renew(
+            lease.clone(),
+            held.clone(),
+            self.options.lease.renew_every,
+        ));
         Ok(Some(Box::new(LeaseHeld {
             held,
+            lease,
             renewal: renewal.abort_handle(),
         })))
     }
@@ -972,6 +999,33 @@ mod tests {
         })
         .await;
         assert!(b_lead.held());
+    }
+
+    /// A replica that shuts down hands the role over at once: the Lease
+    /// has no holder and the next replica leads at its first try.
+    #[tokio::test]
+    async fn a_released_lease_is_taken_at_the_next_try() {
+        let api = ApiServer::start().await;
+        let (a, b) = (replica(&api, "a"), replica(&api, "b"));
+        synced(&[&a, &b]).await;
+        let lead = a.try_lead().await.unwrap().expect("a leads");
+        assert!(b.try_lead().await.unwrap().is_none());
+        lead.release().await;
+        let lease = api
+            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
+            .unwrap();
+        assert!(
+            lease["spec"]["holderIdentity"].is_null(),
+            "released: {lease}"
+        );
+        let b_lead = b.try_lead().await.unwrap().expect("b leads at once");
+        // a's renewal stopped with the release: it never takes it back.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(b_lead.held());
+        let lease = api
+            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
+            .unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "b");
     }
 
     fn lead_expired(api: &ApiServer) {

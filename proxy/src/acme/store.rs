@@ -44,10 +44,16 @@ pub struct StoredHost {
 
 /// Held while this process is the fleet's issuer; dropping it gives the
 /// role up.
+#[async_trait]
 pub trait Leadership: Send + Sync + fmt::Debug {
     /// False once the role is lost (a Lease that could not be renewed);
     /// the issuer stops at its next step.
     fn held(&self) -> bool;
+
+    /// Gives the role up at shutdown so another replica takes it at its
+    /// next try, not after the Lease expires. Dropping without this is
+    /// still safe: the role then lapses on its own.
+    async fn release(self: Box<Self>) {}
 }
 
 /// Storage for ACME state. Host names and tokens are checked by the caller
@@ -138,6 +144,7 @@ struct DirLock {
     _file: std::fs::File,
 }
 
+#[async_trait]
 impl Leadership for DirLock {
     fn held(&self) -> bool {
         true
