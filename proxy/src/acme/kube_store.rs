@@ -979,16 +979,8 @@ mod tests {
 
     #[tokio::test]
     async fn one_issuer_holds_the_lease_until_it_expires() {
-        let api = ApiServer::start().await;
-        let (a, b) = (replica(&api, "a"), replica(&api, "b"));
-        synced(&[&a, &b]).await;
-        let lead = a.try_lead().await.unwrap().expect("a leads");
+        let (api, _a, b, lead) = a_leads().await;
         assert!(lead.held());
-        assert!(b.try_lead().await.unwrap().is_none());
-        let lease = api
-            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
-            .unwrap();
-        assert_eq!(lease["spec"]["holderIdentity"], "a");
 
         // A lease renewed long ago has expired (the holder is gone or
         // cut off): b takes over, and a's next renewal sees it lost.
@@ -1005,33 +997,38 @@ mod tests {
     /// has no holder and the next replica leads at its first try.
     #[tokio::test]
     async fn a_released_lease_is_taken_at_the_next_try() {
+        let (api, _a, b, lead) = a_leads().await;
+        lead.release().await;
+        assert!(holder(&api).is_null(), "released");
+        let b_lead = b.try_lead().await.unwrap().expect("b leads at once");
+        // a's renewal stopped with the release: it never takes it back.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(b_lead.held());
+        assert_eq!(holder(&api), "b");
+    }
+
+    /// Two synced replicas; a holds the Lease, b is refused it.
+    async fn a_leads() -> (ApiServer, KubeStore, KubeStore, Box<dyn Leadership>) {
         let api = ApiServer::start().await;
         let (a, b) = (replica(&api, "a"), replica(&api, "b"));
         synced(&[&a, &b]).await;
         let lead = a.try_lead().await.unwrap().expect("a leads");
         assert!(b.try_lead().await.unwrap().is_none());
-        lead.release().await;
-        let lease = api
-            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
-            .unwrap();
-        assert!(
-            lease["spec"]["holderIdentity"].is_null(),
-            "released: {lease}"
-        );
-        let b_lead = b.try_lead().await.unwrap().expect("b leads at once");
-        // a's renewal stopped with the release: it never takes it back.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(b_lead.held());
-        let lease = api
-            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
-            .unwrap();
-        assert_eq!(lease["spec"]["holderIdentity"], "b");
+        assert_eq!(holder(&api), "a");
+        (api, a, b, lead)
+    }
+
+    fn the_lease(api: &ApiServer) -> serde_json::Value {
+        api.get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
+            .unwrap()
+    }
+
+    fn holder(api: &ApiServer) -> serde_json::Value {
+        the_lease(api)["spec"]["holderIdentity"].clone()
     }
 
     fn lead_expired(api: &ApiServer) {
-        let mut stale = api
-            .get("coordination.k8s.io/v1", "Lease", NS, LEASE_NAME)
-            .unwrap();
+        let mut stale = the_lease(api);
         stale["spec"]["renewTime"] = json!("2000-01-01T00:00:00.000000Z");
         api.apply(stale);
     }
