@@ -174,7 +174,10 @@ impl Issuer {
             if let Err(e) = self.shared.store.clear_challenges().await {
                 tracing::warn!(error = %e, "cannot clear stale ACME challenges");
             }
-            while lead.held() {
+            let stopping = loop {
+                if !lead.held() {
+                    break false;
+                }
                 let stop = tokio::select! {
                     _ = stopped(&mut shutdown) => true,
                     _ = self.step(&snapshots, &metrics) => false,
@@ -183,12 +186,14 @@ impl Issuer {
                     _ = tokio::time::sleep(SCAN) => false,
                 };
                 if stop {
-                    metrics.acme_issuer.set(0);
-                    lead.release().await;
-                    return;
+                    break true;
                 }
-            }
+            };
             metrics.acme_issuer.set(0);
+            if stopping {
+                lead.release().await;
+                return;
+            }
             tracing::warn!("lost the ACME issuer role");
         }
     }
