@@ -869,3 +869,100 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
     );
     drop(proxy);
 }
+
+/// Isolation finding 1: tenants share a pool address; alpha's older Service
+/// adds the port beta's younger Service holds. beta keeps its listener and
+/// its clients keep reaching beta's backend; alpha is refused that port
+/// alone, in words that do not name beta's objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_service_adding_a_held_port_does_not_take_the_listener() {
+    let [alpha_backend, beta_backend] = [
+        TcpEcho::start(TcpMode::Echo).await.unwrap(),
+        TcpEcho::start(TcpMode::Echo).await.unwrap(),
+    ];
+    let held = free_port(LOCALHOST).unwrap();
+    let own = free_port(LOCALHOST).unwrap();
+    let aged = |mut svc: Value, created: &str| {
+        svc["metadata"]["creationTimestamp"] = json!(created);
+        svc
+    };
+    let game = |ports: &[(&str, u16, &str)]| {
+        aged(
+            lb_service("tenant-alpha", "game", ports, json!({})),
+            "2024-01-01T00:00:00Z",
+        )
+    };
+    let alpha_slice = lb_slice(
+        "tenant-alpha",
+        "game-1",
+        "game",
+        &[
+            ("own", alpha_backend.port(), "TCP"),
+            ("taken", alpha_backend.port(), "TCP"),
+        ],
+    );
+    let beta = docs(&[
+        aged(
+            lb_service("tenant-beta", "dns", &[("dns", held, "TCP")], json!({})),
+            "2024-01-02T00:00:00Z",
+        ),
+        lb_slice(
+            "tenant-beta",
+            "dns-1",
+            "dns",
+            &[("dns", beta_backend.port(), "TCP")],
+        ),
+    ]);
+    let alpha = |ports: &[(&str, u16, &str)]| docs(&[game(ports), alpha_slice.clone()]);
+    let (h, _state) = start(
+        &[
+            ("beta.yaml", beta),
+            ("alpha.yaml", alpha(&[("own", own, "TCP")])),
+        ],
+        &[],
+    )
+    .await;
+    wait_listening(&h, "tenant-beta", "dns", 1, 0).await;
+    wait_listening(&h, "tenant-alpha", "game", 1, 0).await;
+
+    let g = h
+        .apply(
+            "alpha.yaml",
+            &alpha(&[("own", own, "TCP"), ("taken", held, "TCP")]),
+        )
+        .await;
+    wait_applied(&h, g).await;
+    let status = h.status().await;
+    let dns = l4_service(&status, "tenant-beta", "dns").expect("dns reported");
+    assert_eq!(dns["listeners"].as_array().unwrap().len(), 1, "{dns}");
+    assert_eq!(dns["listeners"][0]["state"], "listening", "{dns}");
+    let game_report = l4_service(&status, "tenant-alpha", "game").expect("game reported");
+    let ports = condition(game_report, "PortsAllocated").expect("PortsAllocated");
+    assert_eq!(ports["status"], "False", "{game_report}");
+    let message = ports["message"].as_str().unwrap();
+    assert!(message.contains("held by another Service"), "{message}");
+    assert!(
+        !message.contains("tenant-beta") && !message.contains("dns"),
+        "a refusal names another tenant's objects: {message}"
+    );
+    assert_eq!(game_report["listeners"].as_array().unwrap().len(), 1);
+
+    // beta's clients still reach beta's backend, alpha's its own.
+    let before = (alpha_backend.served(), beta_backend.served());
+    let back = tcp_exchange(SocketAddr::new(LOCALHOST, held), b"query")
+        .await
+        .expect("beta's listener");
+    assert_eq!(back, b"query");
+    tcp_exchange(SocketAddr::new(LOCALHOST, own), b"move")
+        .await
+        .expect("alpha's listener");
+    eventually("both backends counted", IO_TIMEOUT, || async {
+        let now = (alpha_backend.served(), beta_backend.served());
+        if now == (before.0 + 1, before.1 + 1) {
+            Ok(())
+        } else {
+            Err(now)
+        }
+    })
+    .await;
+}

@@ -155,7 +155,7 @@ struct Candidate<'s> {
     /// `(port, protocol, name)`, deduplicated on `(port, protocol)`.
     ports: Vec<(u16, Protocol, &'s str)>,
     requested: Option<IpAddr>,
-    hint: Option<IpAddr>,
+    hint: Option<super::allocation::Holding>,
     options: RouteOptions,
     problems: Vec<String>,
     refused: Option<(&'static str, String)>,
@@ -227,7 +227,7 @@ pub(super) fn build<'s>(
                 pool: c.pool.as_deref().unwrap_or_default(),
                 ports: c.ports.iter().map(|&(p, proto, _)| (p, proto)).collect(),
                 requested: c.requested,
-                hint: c.hint,
+                hint: c.hint.clone(),
             }
         })
         .collect();
@@ -460,14 +460,7 @@ fn candidate<'s>(
             }
         },
     };
-    let hint = service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .and_then(|i| i.first())
-        .and_then(|i| i.ip.as_deref())
-        .and_then(|ip| ip.parse().ok());
+    let hint = status_holding(service);
     let options = route_options(config, service, &mut problems);
     Candidate {
         id,
@@ -480,6 +473,36 @@ fn candidate<'s>(
         problems,
         refused,
     }
+}
+
+/// What `status.loadBalancer` says the Service holds: the address, and
+/// the ports written there without an error (teapot writes both; a status
+/// without ports tells the address only).
+fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
+    let ingress = service
+        .status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?;
+    let addr = ingress.ip.as_deref()?.parse().ok()?;
+    let ports = ingress
+        .ports
+        .as_ref()
+        .filter(|p| !p.is_empty())
+        .map(|ports| {
+            ports
+                .iter()
+                .filter(|p| p.error.is_none())
+                .filter_map(|p| {
+                    let port = u16::try_from(p.port).ok()?;
+                    Some((port, Protocol::from_service(Some(&p.protocol)).ok()?))
+                })
+                .collect()
+        });
+    Some(super::allocation::Holding { addr, ports })
 }
 
 /// Reads the L4 annotations; a bad value keeps the default and is
