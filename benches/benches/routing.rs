@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode};
 use teapot_benches::{PackedRequests, RequestClass, compile_store, samples, synthetic_store};
-use teapot_proxy::snapshot::Snapshot;
-use teapot_proxy::store::Store;
-use teapot_proxy::upstream::EndpointRegistry;
+use teapot_model::store::Store;
+use teapot_proxy::compile::snapshot::Snapshot;
+use teapot_proxy::compile::upstream::EndpointRegistry;
 
 /// Table the lookup benches use.
 const LOOKUP_INGRESSES: usize = 100_000;

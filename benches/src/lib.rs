@@ -34,10 +34,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use teapot_api::names::{CONTROLLER_NAME, INGRESS_CLASS, SERVICE_NAME_LABEL};
+use teapot_model::store::{Kind, Object, ObjectKey, Origin, Store};
+use teapot_proxy::compile::snapshot::Snapshot;
+use teapot_proxy::compile::upstream::EndpointRegistry;
 use teapot_proxy::compile::{CompileOptions, compile};
-use teapot_proxy::snapshot::Snapshot;
-use teapot_proxy::store::{Kind, Object, ObjectKey, Origin, Store};
-use teapot_proxy::upstream::EndpointRegistry;
 
 /// Ingresses per namespace (tenant).
 pub const INGRESSES_PER_NAMESPACE: usize = 100;

@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use teapot_proxy::compile::{CompileOptions, compile};
-use teapot_proxy::edge::{EdgeConfig, scan_h1};
-use teapot_proxy::manifests::{Loaded, load_text};
-use teapot_proxy::snapshot::Snapshot;
-use teapot_proxy::store::Store;
-use teapot_proxy::upstream::EndpointRegistry;
+use teapot_proxy::plane::edge::{EdgeConfig, scan_h1};
+use teapot_model::manifests::{Loaded, load_text};
+use teapot_proxy::compile::snapshot::Snapshot;
+use teapot_model::store::Store;
+use teapot_proxy::compile::upstream::EndpointRegistry;
 use teapot_webhook::offline::validate_text;
 use teapot_webhook::{PolicyConfig, PolicyState, Validator};
 

@@ -13,7 +13,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error("TLS setup: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] teapot_model::certificate::TlsError),
     #[error("watching {path}: {source}")]
     Watch {
         path: std::path::PathBuf,
@@ -22,11 +22,11 @@ pub enum Error {
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     #[error(transparent)]
-    Acme(#[from] crate::acme::AcmeError),
+    Acme(#[from] crate::loops::acme::AcmeError),
     #[error("kubernetes: {0}")]
     Kube(String),
     #[error(transparent)]
-    L4State(#[from] crate::l4::allocation::StateError),
+    L4State(#[from] crate::loops::allocations::StateError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -1,57 +1,26 @@
-//! teapot's data plane.
+//! teapot's data plane, in three parts that depend one way
+//! (docs/architecture.md):
 //!
-//! Objects flow one way: a source (the manifests directory, or the
-//! Kubernetes watch) fills a [`store::Store`], [`compile::compile`]
-//! turns it into an immutable [`snapshot::Snapshot`], and the snapshot is
-//! swapped in with `arc-swap`. The Pingora proxy and the TLS resolver only
-//! ever read the current snapshot.
+//! - [`compile`]: pure. A `teapot_model` Store plus plain inputs (ACME
+//!   states, domain proofs, the previous L4 holdings, all as data) become
+//!   an immutable [`compile::snapshot::Snapshot`] and its status report. No
+//!   I/O, no clock-driven state, no pruning.
+//! - [`plane`]: the request path. Pingora wiring, the routing decision, the
+//!   front-door edge, the SNI resolver, the L4 listeners, metrics and the
+//!   admin endpoint. It only ever reads the current snapshot.
+//! - [`loops`]: the long-running tasks that own state: the reload loop
+//!   (the one place a compile is triggered), the Kubernetes status writer,
+//!   the ACME issuer, the DNS domain prover and the L4 allocations' memory.
 //!
-//! Layout:
-//! - [`kube_source`]: the Kubernetes watch source (production), feeding
-//!   the same store through the same validation.
-//! - [`kube_status`]: writes Ingress status in kube mode, from one replica
-//!   (a Lease).
-//! - [`manifests`]: reads a directory of YAML into a store, keeping the last
-//!   good version of objects that stop parsing.
-//! - [`validate`]: typed parsing and API-server-like validation, per field.
-//! - [`store`]: the objects, keyed as the API server keys them.
-//! - [`compile`]: store -> route table, certificate table, status report.
-//! - [`routes`]: host and path matching (DESIGN.md "Ingress semantics").
-//! - [`upstream`]: endpoints, round-robin, passive ejection.
-//! - [`tls`]: certificates from Secrets and the SNI resolver.
-//! - [`l4`]: TCP and UDP load balancing for `LoadBalancer` Services.
-//! - [`snapshot`]: what is swapped, and the status report.
-//! - [`reload`]: the directory watcher that recompiles on change.
-//! - [`proxy`]: the Pingora `ProxyHttp` implementation.
-//! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits
-//!   (sizes, header-read deadline, connection caps); docs/edge.md.
-//! - [`acme`]: certificates from ACME (HTTP-01), one issuer per fleet.
-//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
-//! - [`metrics`]: the Prometheus registry.
-//! - [`server`]: [`server::run`], wiring it all to listeners and shutdown.
+//! Arrows run model <- compile <- plane <- loops: `compile` imports neither
+//! `plane` nor `loops`, `plane` does not import `loops`
+//! (`tests/layering.rs` fails on a wrong-way import). [`server`] is the
+//! composition root that wires them to listeners and shutdown.
 
-pub mod acme;
-pub mod admin;
 pub mod compile;
-pub mod edge;
-pub mod fairness;
-pub mod kube_source;
-pub mod kube_status;
-pub mod l4;
-pub mod logflood;
-pub mod manifests;
-pub mod metrics;
-pub mod proof;
-pub mod proxy;
-pub mod reload;
-pub mod routes;
+pub mod loops;
+pub mod plane;
 pub mod server;
-pub mod snapshot;
-pub mod store;
-pub mod tenancy;
-pub mod tls;
-pub mod upstream;
-pub mod validate;
 
 mod error;
 

@@ -22,16 +22,21 @@ use pingora_core::server::configuration::ServerConf;
 use pingora_core::services::Service as _;
 use tokio::sync::watch;
 
+use teapot_model::certificate::TlsCertificate;
+use teapot_source::kube::{KubeConfig, KubeSource};
+
 use crate::Error;
-use crate::admin::{self, AdminState};
 use crate::compile::CompileOptions;
-use crate::kube_source::{KubeConfig, KubeSource};
-use crate::metrics::Metrics;
-use crate::proof::{DomainProver, ProofBook, ProofTiming};
-use crate::proxy::{Router, UpstreamOptions};
-use crate::reload::{Reloader, Source};
-use crate::snapshot::Snapshot;
-use crate::tls::{SniResolver, TlsCertificate};
+use crate::compile::snapshot::Snapshot;
+use crate::loops::allocations::Allocator;
+use crate::loops::kube_status::StatusOptions;
+use crate::loops::proof::{DomainProver, ProofBook, ProofTiming};
+use crate::loops::reload::{LiveInputs, Reloader, Source};
+use crate::plane::AcmeResponder;
+use crate::plane::admin::{self, AdminState};
+use crate::plane::metrics::Metrics;
+use crate::plane::proxy::{Router, UpstreamOptions};
+use crate::plane::tls::SniResolver;
 
 /// Everything `teapot proxy` is configured with, apart from sockets.
 #[derive(Clone, Debug)]
@@ -49,13 +54,16 @@ pub struct ProxyConfig {
     pub dns_servers: Vec<SocketAddr>,
     pub proof_timing: ProofTiming,
     /// Certificates from ACME; `None`: off.
-    pub acme: Option<crate::acme::AcmeConfig>,
+    pub acme: Option<crate::loops::acme::AcmeConfig>,
     /// Read objects from the Kubernetes API instead of `manifests`.
     pub kube: Option<KubeConfig>,
+    /// In kube mode, write Ingress and Service status (one replica, by
+    /// Lease); `None`: read only.
+    pub kube_status: Option<StatusOptions>,
     /// Front-door limits (docs/edge.md).
-    pub edge: crate::edge::EdgeConfig,
+    pub edge: crate::plane::edge::EdgeConfig,
     /// TCP/UDP load balancing of LoadBalancer Services.
-    pub l4: crate::l4::L4Config,
+    pub l4: crate::compile::l4::L4Config,
 }
 
 impl ProxyConfig {
@@ -71,8 +79,9 @@ impl ProxyConfig {
             proof_timing: ProofTiming::default(),
             acme: None,
             kube: None,
-            edge: crate::edge::EdgeConfig::default(),
-            l4: crate::l4::L4Config::default(),
+            kube_status: None,
+            edge: crate::plane::edge::EdgeConfig::default(),
+            l4: crate::compile::l4::L4Config::default(),
         }
     }
 }
@@ -142,33 +151,39 @@ pub async fn run(
     )
     .map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let acme = match (config.acme.clone(), &config.kube) {
-        (Some(c), None) => Some(crate::acme::Acme::start(c).await?),
+        (Some(c), None) => Some(crate::loops::acme::Acme::start(c).await?),
         (Some(c), Some(kube)) => {
-            let options = crate::acme::kube_store::KubeStoreOptions::new(
+            let options = crate::loops::acme::kube_store::KubeStoreOptions::new(
                 kube.lease_namespace.clone(),
                 kube.namespaces.clone(),
             );
-            let store = crate::acme::kube_store::KubeStore::start(kube.client.clone(), options);
-            Some(crate::acme::Acme::with_store(c, Arc::new(store)).await?)
+            let store =
+                crate::loops::acme::kube_store::KubeStore::start(kube.client.clone(), options);
+            Some(crate::loops::acme::Acme::with_store(c, Arc::new(store)).await?)
         }
         (None, _) => None,
     };
     let acme_shared = acme.as_ref().map(|a| a.shared());
-    let mut compile_options = config.compile.clone();
-    compile_options.proofs = Some(proofs);
-    compile_options.acme = acme_shared.clone();
-    let l4 = crate::l4::L4::new(config.l4.clone(), metrics.l4.clone())?;
-    compile_options.l4 = Some(l4.clone());
+    let l4 = crate::plane::l4::L4::new(config.l4.clone(), metrics.l4.clone());
+    let allocations = Allocator::new(config.l4.pools.clone(), config.l4.state_file.clone())?;
     let source = match &config.kube {
         Some(kube) => Source::Kube(KubeSource::start(kube)),
         None => Source::Dir(config.manifests.clone()),
     };
-    let reloader = Arc::new(Reloader::with_source(
-        source,
-        compile_options,
-        snapshots.clone(),
-        metrics.clone(),
-    ));
+    let reloader = Arc::new(
+        Reloader::with_source(
+            source,
+            config.compile.clone(),
+            snapshots.clone(),
+            metrics.clone(),
+        )
+        .with_live(LiveInputs {
+            proofs: Some(proofs),
+            acme: acme_shared.clone(),
+            l4: Some((l4.clone(), allocations)),
+        }),
+    );
+    let acme_responder = acme_shared.clone().map(|a| a as Arc<dyn AcmeResponder>);
     {
         let r = reloader.clone();
         tokio::task::spawn_blocking(move || r.reload())
@@ -184,7 +199,7 @@ pub async fn run(
         ..ServerConf::default()
     });
     let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone())
-        .with_acme(acme_shared.clone())
+        .with_acme(acme_responder.clone())
         .with_edge(config.edge.clone());
     let mut app = pingora_proxy::http_proxy(&server_conf, router);
     let mut options = HttpServerOptions::default();
@@ -193,8 +208,9 @@ pub async fn run(
     app.server_options = Some(options);
     app.h2_options = Some(config.edge.h2.options());
     // The edge wrapper counts connections and enforces the header-read
-    // deadline around Pingora's HTTP application (crate::edge).
-    let app = crate::edge::EdgeApp::new(app, config.edge.clone(), metrics.clone(), config.h2c);
+    // deadline around Pingora's HTTP application (crate::plane::edge).
+    let app =
+        crate::plane::edge::EdgeApp::new(app, config.edge.clone(), metrics.clone(), config.h2c);
     let mut service = pingora_core::services::listening::Service::new("teapot".to_string(), app);
     let mut fds = Fds::new();
     let mut hand_over = |listener: std::net::TcpListener| -> Result<String, Error> {
@@ -216,7 +232,7 @@ pub async fn run(
         let mut tls = TlsSettings::intermediate("", "")
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
         tls.set_cert_resolver(Arc::new(
-            SniResolver::new(snapshots.clone(), default_cert.key).with_acme(acme_shared.clone()),
+            SniResolver::new(snapshots.clone(), default_cert.key).with_acme(acme_responder.clone()),
         ));
         tls.enable_h2();
         // The server picks the TLS 1.2 suite from its own order (AES-GCM
@@ -248,20 +264,17 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let watch_task = tokio::spawn(reloader.clone().watch(stop_rx.clone()));
-    let noise_task = tokio::spawn(crate::logflood::report(
-        crate::logflood::NoiseState::global().clone(),
+    let noise_task = tokio::spawn(crate::plane::logflood::report(
+        crate::plane::logflood::NoiseState::global().clone(),
         metrics.log_lines_suppressed.clone(),
         Duration::from_secs(10),
     ));
     let prover_task = {
         let snapshots = snapshots.clone();
-        let reloader = reloader.clone();
+        let recompile = reloader.recompile();
         tokio::spawn(prover.run(
             move || snapshots.load().claims.clone(),
-            move || {
-                let r = reloader.clone();
-                tokio::task::spawn_blocking(move || r.reload());
-            },
+            move || recompile.request(),
             stop_rx.clone(),
         ))
     };
@@ -270,20 +283,18 @@ pub async fn run(
     let l4_service = l4.spawn();
 
     let mut acme_task = acme.map(|acme| {
-        let reloader = reloader.clone();
+        let recompile = reloader.recompile();
         tokio::spawn(acme.run(
             snapshots.clone(),
             metrics.clone(),
-            move || {
-                let r = reloader.clone();
-                tokio::task::spawn_blocking(move || r.reload());
-            },
+            move || recompile.request(),
             stop_rx.clone(),
         ))
     });
 
-    let status_task = crate::kube_status::spawn(
+    let status_task = crate::loops::kube_status::spawn(
         config.kube.as_ref(),
+        config.kube_status.clone(),
         reloader.source(),
         &snapshots,
         reloader.generations(),

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
-use teapot_proxy::acme::AcmeConfig;
+use teapot_proxy::loops::acme::AcmeConfig;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct AcmeArgs {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use teapot_proxy::edge::{EdgeConfig, H2Limits};
+use teapot_proxy::plane::edge::{EdgeConfig, H2Limits};
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct EdgeArgs {

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use teapot_proxy::kube_source::KubeConfig;
-use teapot_proxy::kube_status::StatusOptions;
+use teapot_proxy::loops::kube_status::StatusOptions;
+use teapot_source::kube::KubeConfig;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct KubeArgs {
@@ -45,7 +45,7 @@ pub(crate) struct StatusArgs {
     #[arg(long, alias = "no-status", requires = "kube")]
     no_ingress_status: bool,
     /// With --kube: the proxy's namespace: the Leases that pick the replica writing Ingress and Service status and the ACME issuer, and the ACME account and challenge Secrets.
-    #[arg(long, env = "POD_NAMESPACE", default_value = teapot_proxy::kube_source::DEFAULT_LEASE_NAMESPACE)]
+    #[arg(long, env = "POD_NAMESPACE", default_value = teapot_source::kube::DEFAULT_LEASE_NAMESPACE)]
     lease_namespace: String,
 }
 

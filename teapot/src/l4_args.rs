@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use teapot_proxy::l4::{HealthOptions, L4Config, Pool};
+use teapot_proxy::compile::l4::{HealthOptions, L4Config, Pool};
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct L4Args {

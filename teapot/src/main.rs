@@ -26,8 +26,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use teapot_proxy::compile::CompileOptions;
-use teapot_proxy::proof::ProofTiming;
-use teapot_proxy::proxy::UpstreamOptions;
+use teapot_proxy::loops::proof::ProofTiming;
+use teapot_proxy::plane::proxy::UpstreamOptions;
 use teapot_proxy::server::BoundAddrs;
 use teapot_proxy::{Listeners, ProxyConfig};
 
@@ -227,9 +227,10 @@ fn init_logging(format: LogFormat) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     // Library lines a bad client can trigger per request are paced
-    // (teapot_proxy::logflood); teapot's own lines never are.
-    let noise =
-        teapot_proxy::logflood::ClientNoise(teapot_proxy::logflood::NoiseState::global().clone());
+    // (teapot_proxy::plane::logflood); teapot's own lines never are.
+    let noise = teapot_proxy::plane::logflood::ClientNoise(
+        teapot_proxy::plane::logflood::NoiseState::global().clone(),
+    );
     let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let layer = match format {
         LogFormat::Json => layer.json().boxed(),
@@ -311,14 +312,15 @@ async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let mut kube = args.kube.connect(args.manifests.as_deref()).await?;
     let acme = args.acme.config(kube.is_some())?;
     if let Some(kube) = kube.as_mut() {
-        kube.status = args.status.options();
         kube.lease_namespace = args.status.lease_namespace().to_string();
     }
+    let kube_status = kube.as_ref().and(args.status.options());
     let (listeners, addrs) = bind(&args.listen)?;
     let l4 = args.l4.config(kube.is_some());
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.acme = acme;
     config.kube = kube;
+    config.kube_status = kube_status;
     config.edge = args.edge.config();
     config.l4 = l4;
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;

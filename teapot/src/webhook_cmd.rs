@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ipnet::IpNet;
-use teapot_proxy::manifests::load_dir;
-use teapot_proxy::store::Store;
+use teapot_model::manifests::load_dir;
+use teapot_model::store::Store;
 use teapot_webhook::offline::validate_text;
 use teapot_webhook::{PolicyConfig, PolicyState, Validator, WebhookConfig};
 

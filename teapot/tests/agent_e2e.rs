@@ -23,7 +23,7 @@ use common::*;
 use serde_json::{Value, json};
 use teapot_controller::ingress::CONDITIONS_ANNOTATION;
 use teapot_controller::{AgentConfig, Metrics};
-use teapot_proxy::kube_source::{KubeConfig, KubeSource};
+use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::{AdmissionRequest, ApiServer, Refusal};
 use teapot_testkit::client::{Request, Transport};
 use teapot_testkit::echo::EchoIdentity;

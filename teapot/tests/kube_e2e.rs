@@ -188,7 +188,7 @@ async fn not_ready_until_every_watch_has_listed() {
         teapot_proxy::Listeners::bind(Some("127.0.0.1:0"), None, "127.0.0.1:0").unwrap();
     let admin = listeners.addrs().unwrap().admin;
     let mut config = teapot_proxy::ProxyConfig::new(Default::default());
-    config.kube = Some(teapot_proxy::kube_source::KubeConfig::new(client));
+    config.kube = Some(teapot_source::kube::KubeConfig::new(client));
     config.grace_period = Duration::from_secs(1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(teapot_proxy::run(config, listeners, async move {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use teapot_proxy::tls::TlsCertificate;
+use teapot_model::certificate::TlsCertificate;
 use tokio::sync::watch;
 
 use crate::Error;

@@ -11,10 +11,10 @@
 //! Layout:
 //! - [`state`]: what the rules need to know about the LB cluster (Tenants,
 //!   who holds which host and network, object counts), built from the
-//!   proxy's [`Store`](teapot_proxy::store::Store).
+//!   proxy's [`Store`](teapot_model::store::Store).
 //! - [`source`]: fills the state from a manifests directory (the proxy's
 //!   loader), reloaded when it changes, or from the Kubernetes watch of
-//!   the LB cluster (`teapot_proxy::kube_source`).
+//!   the LB cluster (`teapot_source::kube`).
 //! - [`review`]: the validator: AdmissionReview JSON in, AdmissionReview
 //!   JSON out; kind and namespace dispatch, the Secret key check.
 //! - [`offline`]: the same rules over files (`teapot validate`).

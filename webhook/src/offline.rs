@@ -172,8 +172,8 @@ mod tests {
     use super::*;
     use crate::state::PolicyConfig;
     use std::path::Path;
-    use teapot_proxy::manifests::{Loaded, load_text};
-    use teapot_proxy::store::Store;
+    use teapot_model::manifests::{Loaded, load_text};
+    use teapot_model::store::Store;
 
     #[test]
     fn every_document_is_judged() {

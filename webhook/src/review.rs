@@ -18,7 +18,7 @@ use teapot_api::policy::{
     self, OBJECT_FIELD, PolicyContext, TenantObject, Violation, check_strings, check_tenant,
     object_kind, quote, summarize, tls_pair, unknown_fields,
 };
-use teapot_proxy::tls::TlsCertificate;
+use teapot_model::certificate::TlsCertificate;
 
 use crate::state::{PolicyConfig, PolicyState};
 
@@ -539,8 +539,8 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::path::Path;
-    use teapot_proxy::manifests::{Loaded, load_text};
-    use teapot_proxy::store::Store;
+    use teapot_model::manifests::{Loaded, load_text};
+    use teapot_model::store::Store;
 
     const STATE: &str = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme, nodeCIDRs: [10.1.0.0/24]}\n";
 

@@ -37,7 +37,7 @@ use crate::metrics::Metrics;
 use crate::review::Validator;
 use crate::source::{ManifestSource, StateHandle};
 use crate::state::PolicyConfig;
-use teapot_proxy::kube_source::{KubeConfig, KubeSource};
+use teapot_source::kube::{KubeConfig, KubeSource};
 
 /// Largest request body: an AdmissionReview carries the object and its
 /// old version, each at most the API server's 1.5 MiB object bound.

@@ -1,5 +1,5 @@
 //! Where the state comes from: a directory of manifests, read with the
-//! proxy's loader ([`teapot_proxy::manifests::load_dir`]) and reloaded when
+//! proxy's loader ([`teapot_model::manifests::load_dir`]) and reloaded when
 //! it changes (inotify, with a poll as a safety net), or, in production,
 //! the proxy's Kubernetes watch source ([`watch_kube`]) on the LB cluster.
 //! Both feed the same [`Store`] -> [`PolicyState`] path.
@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use teapot_proxy::kube_source::{self, KubeSource};
-use teapot_proxy::manifests::load_dir;
-use teapot_proxy::store::Store;
+use teapot_model::manifests::load_dir;
+use teapot_model::store::Store;
+use teapot_source::kube::KubeSource;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
@@ -94,7 +94,7 @@ impl ManifestSource {
     pub async fn watch(self: Arc<Self>, poll: Duration, shutdown: watch::Receiver<bool>) {
         let dir = self.dir.clone();
         let loaded = self.clone();
-        teapot_proxy::reload::watch_dir(
+        teapot_source::dir::watch_dir(
             dir,
             None,
             poll,
@@ -151,7 +151,7 @@ pub async fn watch_kube(
             }
         }
         tokio::select! {
-            more = kube_source::coalesced(&mut changes, kube_source::DEBOUNCE) => if !more { return },
+            more = teapot_source::kube::coalesced(&mut changes, teapot_source::kube::DEBOUNCE) => if !more { return },
             _ = shutdown.wait_for(|s| *s) => return,
         }
     }

@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use teapot_api::annotations::ObjectKind;
 use teapot_api::policy::{ExistingObjects, Holdings};
 use teapot_api::{HostPattern, Tenant};
-use teapot_proxy::store::Store;
+use teapot_model::store::Store;
 
 use crate::Error;
 
@@ -200,7 +200,7 @@ impl PolicyState {
 mod tests {
     use super::*;
     use std::path::Path;
-    use teapot_proxy::manifests::{Loaded, load_text};
+    use teapot_model::manifests::{Loaded, load_text};
 
     #[test]
     fn counts_exclude_the_object_under_review() {

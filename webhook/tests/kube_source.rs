@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{SNI, Webhook, admission_review, cases, policy};
 use serde_json::{Value, json};
-use teapot_proxy::kube_source::KubeConfig;
+use teapot_source::kube::KubeConfig;
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::certs::TestCa;
 use teapot_webhook::{WebhookConfig, corpus_dir};

@@ -25,7 +25,7 @@ use teapot_benches::{
     synthetic_store,
 };
 use teapot_proxy::compile::ALLOCATOR_ENV;
-use teapot_proxy::upstream::EndpointRegistry;
+use teapot_proxy::compile::upstream::EndpointRegistry;
 
 // The allocator `teapot` ships with, so the numbers are those of the binary.
 #[global_allocator]
@@ -275,7 +275,10 @@ fn measure(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
 
 /// Median ns per lookup over [`LOOKUP_ROUNDS`] rounds, after one warm-up
 /// round.
-fn time_lookups(snapshot: &teapot_proxy::snapshot::Snapshot, pairs: &[(&str, &str)]) -> f64 {
+fn time_lookups(
+    snapshot: &teapot_proxy::compile::snapshot::Snapshot,
+    pairs: &[(&str, &str)],
+) -> f64 {
     assert!(pairs.len().is_power_of_two());
     let mask = pairs.len() - 1;
     let round = || {

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use teapot_proxy::manifests::load_dir;
-use teapot_proxy::store::Store;
+use teapot_model::manifests::load_dir;
+use teapot_model::store::Store;
 use teapot_webhook::{PolicyConfig, PolicyState, Validator, corpus_dir};
 
 pub const DOMAIN: &str = "example.net";

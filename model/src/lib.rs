@@ -1,0 +1,22 @@
+//! teapot's object model: what the LB cluster's objects are once admitted.
+//!
+//! This is the first part of the data side (docs/architecture.md): it
+//! knows objects, not requests. Nothing here links Pingora or needs a
+//! runtime, so the admission webhook, the proxy's compile and the tools
+//! share it.
+//!
+//! Layout:
+//! - [`store`]: the objects, keyed as the API server keys them.
+//! - [`validate`]: typed parsing and API-server-like validation, per field;
+//!   one document becomes an [`store::Object`] or a field error.
+//! - [`manifests`]: a directory (or text) of YAML into a store, keeping the
+//!   last good version of objects that stop parsing.
+//! - [`certificate`]: `kubernetes.io/tls` Secrets' PEM into rustls keys.
+//! - [`tenancy`]: Tenant namespaces as the compile sees them, and the
+//!   proxy's second admission check (the webhook's rules, again).
+
+pub mod certificate;
+pub mod manifests;
+pub mod store;
+pub mod tenancy;
+pub mod validate;

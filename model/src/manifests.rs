@@ -1,0 +1,371 @@
+//! The manifests source: a directory of Kubernetes YAML read into a [`Store`].
+//!
+//! Every `*.yaml`, `*.yml` and `*.json` file below the directory is read
+//! (dot-files and dot-directories are skipped: editors' temporaries and the
+//! `..data` indirection of ConfigMap volumes), in path order, each file as a
+//! stream of YAML documents. A `v1 List` is unpacked.
+//!
+//! A document that does not parse or validate becomes a [`Problem`] naming
+//! file, document, object and field, and is skipped; if the previous load
+//! had a good version of that object, the good version stays (so a typo
+//! in a live file never takes a route down).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::store::{Kind, ObjectKey, Origin, Store};
+use crate::validate;
+
+/// Something wrong with one document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub file: PathBuf,
+    pub document: usize,
+    /// `Kind namespace/name`, when the document got that far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    /// Field path such as `spec.rules[0].host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    pub message: String,
+    /// Whether the previous good version of the object is still served.
+    pub kept_previous: bool,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} document {}", self.file.display(), self.document)?;
+        if let Some(o) = &self.object {
+            write!(f, " {o}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, " field {field}")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if self.kept_previous {
+            f.write_str(" (keeping the last good version)")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of reading a directory.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub store: Store,
+    pub problems: Vec<Problem>,
+}
+
+/// Reads every manifest below `dir`. `previous` is the last store, whose
+/// objects stand in for documents that fail now.
+pub fn load_dir(dir: &Path, previous: &Store) -> Loaded {
+    let mut loaded = Loaded::default();
+    let mut files = Vec::new();
+    if let Err(e) = collect_files(dir, &mut files) {
+        loaded.problems.push(Problem {
+            file: dir.to_path_buf(),
+            document: 0,
+            object: None,
+            field: None,
+            message: format!("cannot read directory: {e}"),
+            kept_previous: false,
+        });
+        // An unreadable directory (mid-rename, permissions) must not empty
+        // the route table: keep everything.
+        loaded.store = previous.clone();
+        return loaded;
+    }
+    files.sort();
+    for file in files {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => load_text(&file, &text, previous, &mut loaded),
+            Err(e) => {
+                let origin = Origin {
+                    file: file.clone(),
+                    document: 0,
+                };
+                let kept = retain_hidden(previous, &origin, &mut loaded.store);
+                loaded.problems.push(Problem {
+                    file,
+                    document: 0,
+                    object: None,
+                    field: None,
+                    message: format!("cannot read file: {e}"),
+                    kept_previous: kept,
+                });
+            }
+        }
+    }
+    loaded
+}
+
+/// Reads the documents of one file's text into `loaded`.
+pub fn load_text(file: &Path, text: &str, previous: &Store, loaded: &mut Loaded) {
+    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let origin = Origin {
+            file: file.to_path_buf(),
+            document: index,
+        };
+        let value = match <serde_json::Value as serde::Deserialize>::deserialize(document) {
+            Ok(v) => v,
+            Err(e) => {
+                // The document stream cannot be trusted past a syntax error:
+                // keep what the previous load had from here to the end.
+                let kept = retain_hidden(previous, &origin, &mut loaded.store);
+                loaded.problems.push(problem(
+                    &origin,
+                    None,
+                    None,
+                    format!("invalid YAML: {e}"),
+                    kept,
+                ));
+                return;
+            }
+        };
+        load_value(value, &origin, previous, loaded);
+    }
+}
+
+fn load_value(value: serde_json::Value, origin: &Origin, previous: &Store, loaded: &mut Loaded) {
+    if value.is_null() {
+        return; // an empty document, e.g. a trailing `---`
+    }
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    let kind_name = value.get("kind").and_then(|v| v.as_str()).unwrap_or("");
+    if api_version.is_empty() || kind_name.is_empty() {
+        let field = if api_version.is_empty() {
+            "apiVersion"
+        } else {
+            "kind"
+        };
+        loaded.problems.push(problem(
+            origin,
+            None,
+            Some(field.into()),
+            format!("{field} is required"),
+            false,
+        ));
+        return;
+    }
+    if api_version == "v1" && kind_name == "List" {
+        let items = match value.get("items") {
+            Some(serde_json::Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        for item in items {
+            load_value(item, origin, previous, loaded);
+        }
+        return;
+    }
+    let Some(kind) = Kind::from_type(api_version, kind_name) else {
+        loaded.problems.push(problem(
+            origin,
+            Some(format!("{api_version} {kind_name}")),
+            Some("kind".into()),
+            "unsupported kind (teapot reads Ingress, IngressClass, Service, EndpointSlice, Secret and Tenant)"
+                .into(),
+            false,
+        ));
+        return;
+    };
+    let name = value
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(|n| n.as_str())
+        .unwrap_or("")
+        .to_string();
+    if name.is_empty() {
+        loaded.problems.push(problem(
+            origin,
+            Some(kind.to_string()),
+            Some("metadata.name".into()),
+            "metadata.name is required".into(),
+            false,
+        ));
+        return;
+    }
+    let namespace = if kind.is_namespaced() {
+        value
+            .get("metadata")
+            .and_then(|m| m.get("namespace"))
+            .and_then(|n| n.as_str())
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default")
+            .to_string()
+    } else {
+        String::new()
+    };
+    let key = ObjectKey {
+        kind,
+        namespace,
+        name,
+    };
+    if loaded.store.contains(&key) {
+        loaded.problems.push(problem(
+            origin,
+            Some(key.to_string()),
+            Some("metadata.name".into()),
+            "defined more than once; the first definition (in path order) is used".into(),
+            false,
+        ));
+        return;
+    }
+    match validate::parse_object(kind, value, &key.namespace) {
+        Ok(object) => loaded.store.insert(key, object, origin.clone()),
+        Err(e) => {
+            let kept = loaded.store.retain_from(previous, &key);
+            loaded.problems.push(problem(
+                origin,
+                Some(key.to_string()),
+                e.field,
+                e.message,
+                kept,
+            ));
+        }
+    }
+}
+
+fn retain_hidden(previous: &Store, origin: &Origin, store: &mut Store) -> bool {
+    let keys = previous.keys_from(origin);
+    let mut kept = false;
+    for key in keys {
+        if !store.contains(&key) {
+            kept |= store.retain_from(previous, &key);
+        }
+    }
+    kept
+}
+
+fn problem(
+    origin: &Origin,
+    object: Option<String>,
+    field: Option<String>,
+    message: String,
+    kept_previous: bool,
+) -> Problem {
+    Problem {
+        file: origin.file.clone(),
+        document: origin.document,
+        object,
+        field,
+        message,
+        kept_previous,
+    }
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        // metadata() follows symlinks, as ConfigMap volumes need.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            collect_files(&path, out)?;
+        } else if is_manifest(&path) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn is_manifest(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, previous: &Store) -> Loaded {
+        let mut loaded = Loaded::default();
+        load_text(Path::new("x.yaml"), text, previous, &mut loaded);
+        loaded
+    }
+
+    const SVC: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: n}\nspec:\n  ports: [{port: 80}]\n";
+
+    #[test]
+    fn reads_multi_document_files() {
+        let text = format!(
+            "{SVC}---\n---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: teapot}}\nspec: {{controller: teapot.dev/ingress-controller}}\n"
+        );
+        let l = load(&text, &Store::default());
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+        assert_eq!(l.store.services.len(), 1);
+        assert_eq!(l.store.ingress_classes.len(), 1);
+    }
+
+    #[test]
+    fn unknown_kind_and_missing_fields_are_problems() {
+        let l = load(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\nkind: Service\n---\napiVersion: v1\nkind: Service\nmetadata: {}\n",
+            &Store::default(),
+        );
+        let fields: Vec<_> = l
+            .problems
+            .iter()
+            .map(|p| p.field.clone().unwrap())
+            .collect();
+        assert_eq!(fields, ["kind", "apiVersion", "metadata.name"]);
+        assert_eq!(l.problems[2].document, 2);
+    }
+
+    #[test]
+    fn type_errors_name_the_field_and_keep_the_last_good_version() {
+        let good = load(SVC, &Store::default());
+        let bad = load(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: n}\nspec:\n  ports: [{port: eighty}]\n",
+            &good.store,
+        );
+        assert_eq!(bad.problems.len(), 1);
+        let p = &bad.problems[0];
+        assert_eq!(p.object.as_deref(), Some("Service n/a"));
+        assert_eq!(p.field.as_deref(), Some("spec.ports[0].port"));
+        assert!(p.kept_previous);
+        assert_eq!(bad.store.services.len(), 1);
+    }
+
+    #[test]
+    fn syntax_errors_keep_what_the_file_had() {
+        let good = load(SVC, &Store::default());
+        let bad = load("apiVersion: v1\nkind: [Service\n", &good.store);
+        assert_eq!(bad.problems.len(), 1);
+        assert!(bad.problems[0].message.starts_with("invalid YAML"));
+        assert!(bad.problems[0].kept_previous);
+        assert_eq!(bad.store.services.len(), 1);
+    }
+
+    #[test]
+    fn duplicates_keep_the_first() {
+        let l = load(&format!("{SVC}---\n{SVC}"), &Store::default());
+        assert_eq!(l.problems.len(), 1);
+        assert_eq!(l.problems[0].document, 1);
+    }
+
+    #[test]
+    fn lists_are_unpacked() {
+        let l = load(
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: a}\n  spec: {ports: [{port: 80}]}\n",
+            &Store::default(),
+        );
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+        assert!(
+            l.store
+                .services
+                .contains_key(&crate::store::NsName::new("default", "a"))
+        );
+    }
+}

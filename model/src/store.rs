@@ -1,0 +1,413 @@
+//! The object store: every object the proxy knows, keyed the way the API
+//! server keys them, each remembering the file and document it came from.
+//!
+//! Objects enter the store only after they parsed and validated; an object
+//! that fails keeps its last good version (see [`crate::manifests`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use teapot_api::Tenant;
+
+use crate::certificate::TlsCertificate;
+
+/// Namespace and name of a namespaced object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NsName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl NsName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> NsName {
+        NsName {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for NsName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A borrowed [`NsName`] for lookups, so that finding a Service by an
+/// Ingress backend's name allocates nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct NsRef<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+impl std::hash::Hash for NsRef<'_> {
+    // Must hash exactly as the derived `Hash` of `NsName` does.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.namespace.hash(state);
+        self.name.hash(state);
+    }
+}
+
+impl hashbrown::Equivalent<NsName> for NsRef<'_> {
+    fn equivalent(&self, key: &NsName) -> bool {
+        self.namespace == key.namespace && self.name == key.name
+    }
+}
+
+/// Where an object was read from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Origin {
+    pub file: PathBuf,
+    /// Zero-based index of the YAML document in the file.
+    pub document: usize,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (document {})", self.file.display(), self.document)
+    }
+}
+
+/// An object plus where it came from.
+#[derive(Debug)]
+pub struct Stored<T> {
+    pub object: Arc<T>,
+    pub origin: Origin,
+}
+
+impl<T> Clone for Stored<T> {
+    fn clone(&self) -> Self {
+        Stored {
+            object: self.object.clone(),
+            origin: self.origin.clone(),
+        }
+    }
+}
+
+/// A `kubernetes.io/tls` Secret, already parsed into a usable certificate.
+#[derive(Debug)]
+pub struct TlsSecret {
+    pub certificate: Arc<TlsCertificate>,
+    /// The Secret as written, for the tenant policy re-check.
+    pub source: k8s_openapi::api::core::v1::Secret,
+}
+
+/// The kinds the proxy reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Ingress,
+    IngressClass,
+    Service,
+    EndpointSlice,
+    Secret,
+    Tenant,
+}
+
+impl Kind {
+    /// Maps `apiVersion` and `kind` to a supported kind.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
+        match (api_version, kind) {
+            ("networking.k8s.io/v1", "Ingress") => Some(Kind::Ingress),
+            ("networking.k8s.io/v1", "IngressClass") => Some(Kind::IngressClass),
+            ("v1", "Service") => Some(Kind::Service),
+            ("v1", "Secret") => Some(Kind::Secret),
+            ("discovery.k8s.io/v1", "EndpointSlice") => Some(Kind::EndpointSlice),
+            ("teapot.dev/v1alpha1", "Tenant") => Some(Kind::Tenant),
+            _ => None,
+        }
+    }
+
+    pub fn is_namespaced(self) -> bool {
+        !matches!(self, Kind::IngressClass | Kind::Tenant)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Identity of any stored object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    /// Empty for cluster-scoped kinds.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// Hash maps of the compile path. Object names come from configuration, and
+/// foldhash is seeded per map, so its speed costs no predictability an
+/// attacker could use; SipHash was a tenth of a compile.
+pub type FastHashMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Namespaced objects of one kind that compile looks up by name.
+pub type ObjectMap<T> = FastHashMap<NsName, Stored<T>>;
+
+/// Every object the proxy serves from.
+#[derive(Clone, Debug, Default)]
+pub struct Store {
+    pub ingresses: BTreeMap<NsName, Stored<Ingress>>,
+    pub ingress_classes: BTreeMap<String, Stored<IngressClass>>,
+    pub services: ObjectMap<Service>,
+    pub endpoint_slices: ObjectMap<EndpointSlice>,
+    pub secrets: ObjectMap<TlsSecret>,
+    /// Tenants by object name.
+    pub tenants: BTreeMap<String, Stored<Tenant>>,
+}
+
+/// One parsed object of any supported kind.
+#[derive(Debug)]
+pub enum Object {
+    Ingress(Ingress),
+    IngressClass(IngressClass),
+    Service(Service),
+    EndpointSlice(EndpointSlice),
+    Secret(TlsSecret),
+    Tenant(Tenant),
+}
+
+impl Store {
+    /// Number of objects of every kind.
+    pub fn len(&self) -> usize {
+        self.ingresses.len()
+            + self.ingress_classes.len()
+            + self.services.len()
+            + self.endpoint_slices.len()
+            + self.secrets.len()
+            + self.tenants.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether an object with this key is stored.
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        let ns = || NsName::new(key.namespace.clone(), key.name.clone());
+        match key.kind {
+            Kind::Ingress => self.ingresses.contains_key(&ns()),
+            Kind::IngressClass => self.ingress_classes.contains_key(&key.name),
+            Kind::Service => self.services.contains_key(&ns()),
+            Kind::EndpointSlice => self.endpoint_slices.contains_key(&ns()),
+            Kind::Secret => self.secrets.contains_key(&ns()),
+            Kind::Tenant => self.tenants.contains_key(&key.name),
+        }
+    }
+
+    /// Inserts an object; the caller has checked that the key is free.
+    pub fn insert(&mut self, key: ObjectKey, object: Object, origin: Origin) {
+        let ns = NsName::new(key.namespace, key.name.clone());
+        match object {
+            Object::Ingress(o) => {
+                self.ingresses.insert(ns, stored(o, origin));
+            }
+            Object::IngressClass(o) => {
+                self.ingress_classes.insert(key.name, stored(o, origin));
+            }
+            Object::Service(o) => {
+                self.services.insert(ns, stored(o, origin));
+            }
+            Object::EndpointSlice(o) => {
+                self.endpoint_slices.insert(ns, stored(o, origin));
+            }
+            Object::Secret(o) => {
+                self.secrets.insert(ns, stored(o, origin));
+            }
+            Object::Tenant(o) => {
+                self.tenants.insert(key.name, stored(o, origin));
+            }
+        }
+    }
+
+    /// Removes the object with `key`, if any.
+    pub fn remove(&mut self, key: &ObjectKey) {
+        let ns = NsName::new(key.namespace.clone(), key.name.clone());
+        match key.kind {
+            Kind::Ingress => drop(self.ingresses.remove(&ns)),
+            Kind::IngressClass => drop(self.ingress_classes.remove(&key.name)),
+            Kind::Service => drop(self.services.remove(&ns)),
+            Kind::EndpointSlice => drop(self.endpoint_slices.remove(&ns)),
+            Kind::Secret => drop(self.secrets.remove(&ns)),
+            Kind::Tenant => drop(self.tenants.remove(&key.name)),
+        }
+    }
+
+    /// Copies the stored object with `key` from `from` into `self`, keeping
+    /// its original origin. Returns whether there was one.
+    pub fn retain_from(&mut self, from: &Store, key: &ObjectKey) -> bool {
+        let ns = NsName::new(key.namespace.clone(), key.name.clone());
+        match key.kind {
+            Kind::Ingress => copy(&from.ingresses, &mut self.ingresses, &ns),
+            Kind::IngressClass => copy(&from.ingress_classes, &mut self.ingress_classes, &key.name),
+            Kind::Service => copy(&from.services, &mut self.services, &ns),
+            Kind::EndpointSlice => copy(&from.endpoint_slices, &mut self.endpoint_slices, &ns),
+            Kind::Secret => copy(&from.secrets, &mut self.secrets, &ns),
+            Kind::Tenant => copy(&from.tenants, &mut self.tenants, &key.name),
+        }
+    }
+
+    /// Keys of every object read from `origin` or a later document of the
+    /// same file: what a YAML syntax error at `origin` hides from view.
+    pub fn keys_from(&self, origin: &Origin) -> Vec<ObjectKey> {
+        let hit = |o: &Origin| o.file == origin.file && o.document >= origin.document;
+        let mut keys = Vec::new();
+        let mut push = |kind, ns: &NsName| {
+            keys.push(ObjectKey {
+                kind,
+                namespace: ns.namespace.clone(),
+                name: ns.name.clone(),
+            })
+        };
+        for (k, v) in &self.ingresses {
+            if hit(&v.origin) {
+                push(Kind::Ingress, k);
+            }
+        }
+        for (k, v) in &self.services {
+            if hit(&v.origin) {
+                push(Kind::Service, k);
+            }
+        }
+        for (k, v) in &self.endpoint_slices {
+            if hit(&v.origin) {
+                push(Kind::EndpointSlice, k);
+            }
+        }
+        for (k, v) in &self.secrets {
+            if hit(&v.origin) {
+                push(Kind::Secret, k);
+            }
+        }
+        for (kind, names) in [
+            (
+                Kind::IngressClass,
+                cluster_scoped(&self.ingress_classes, &hit),
+            ),
+            (Kind::Tenant, cluster_scoped(&self.tenants, &hit)),
+        ] {
+            keys.extend(names.into_iter().map(|name| ObjectKey {
+                kind,
+                namespace: String::new(),
+                name,
+            }));
+        }
+        keys
+    }
+}
+
+/// The order in which Ingresses claim hosts and paths: oldest first by
+/// `creationTimestamp`; objects without one (hand-written manifests) after
+/// those with one; then by namespace/name, so the order is stable.
+pub fn age_key<'a>(
+    ingress: &'a Stored<Ingress>,
+    id: &'a NsName,
+) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
+    let created = ingress
+        .object
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| &t.0);
+    (created.is_none(), created, id)
+}
+
+fn cluster_scoped<T>(
+    map: &BTreeMap<String, Stored<T>>,
+    hit: &impl Fn(&Origin) -> bool,
+) -> Vec<String> {
+    map.iter()
+        .filter(|(_, v)| hit(&v.origin))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+fn stored<T>(object: T, origin: Origin) -> Stored<T> {
+    Stored {
+        object: Arc::new(object),
+        origin,
+    }
+}
+
+fn copy<K, V, M>(from: &M, to: &mut M, key: &K) -> bool
+where
+    M: MapLike<K, V>,
+{
+    match from.get_entry(key) {
+        Some(v) => {
+            to.put(key, v);
+            true
+        }
+        None => false,
+    }
+}
+
+/// BTreeMap and HashMap, so retention is written once.
+trait MapLike<K, V> {
+    fn get_entry(&self, key: &K) -> Option<V>;
+    fn put(&mut self, key: &K, value: V);
+}
+
+impl<K: Ord + Clone, T> MapLike<K, Stored<T>> for BTreeMap<K, Stored<T>> {
+    fn get_entry(&self, key: &K) -> Option<Stored<T>> {
+        self.get(key).cloned()
+    }
+    fn put(&mut self, key: &K, value: Stored<T>) {
+        self.insert(key.clone(), value);
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone, T, S: std::hash::BuildHasher> MapLike<K, Stored<T>>
+    for hashbrown::HashMap<K, Stored<T>, S>
+{
+    fn get_entry(&self, key: &K) -> Option<Stored<T>> {
+        self.get(key).cloned()
+    }
+    fn put(&mut self, key: &K, value: Stored<T>) {
+        self.insert(key.clone(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_name_finds_the_owned_key() {
+        let mut map: FastHashMap<NsName, u32> = FastHashMap::default();
+        for i in 0..100 {
+            map.insert(NsName::new(format!("ns{i}"), format!("svc{i}")), i);
+        }
+        for i in 0..100 {
+            let (namespace, name) = (format!("ns{i}"), format!("svc{i}"));
+            let key = NsRef {
+                namespace: &namespace,
+                name: &name,
+            };
+            assert_eq!(map.get(&key), Some(&i));
+        }
+        // The split between namespace and name matters.
+        let key = NsRef {
+            namespace: "ns1s",
+            name: "vc1",
+        };
+        assert_eq!(map.get(&key), None);
+    }
+}

@@ -1,0 +1,381 @@
+//! Typed parsing and validation of one document, as the API server would
+//! do it before storing: a document either becomes an [`Object`] or a
+//! [`FieldError`] that names the field.
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
+use teapot_api::names::{SERVICE_NAME_LABEL, TLS_SECRET_TYPE};
+use teapot_api::{HostPattern, PathKind, Tenant, path};
+
+use crate::certificate::TlsCertificate;
+use crate::store::{Kind, Object, TlsSecret};
+
+/// Why a document was refused, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl FieldError {
+    fn at(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses `value` as `kind` and validates it. Every source hands its
+/// objects over as JSON values (a YAML document is read straight into one),
+/// so each object is converted once into its typed form.
+pub fn parse_object(
+    kind: Kind,
+    value: serde_json::Value,
+    _namespace: &str,
+) -> Result<Object, FieldError> {
+    Ok(match kind {
+        Kind::Ingress => {
+            let ingress: Ingress = typed(value)?;
+            validate_ingress(&ingress)?;
+            Object::Ingress(ingress)
+        }
+        Kind::IngressClass => Object::IngressClass(typed::<IngressClass>(value)?),
+        Kind::Service => {
+            let service: Service = typed(value)?;
+            validate_service(&service)?;
+            Object::Service(service)
+        }
+        Kind::EndpointSlice => {
+            let slice: EndpointSlice = typed(value)?;
+            validate_endpoint_slice(&slice)?;
+            Object::EndpointSlice(slice)
+        }
+        Kind::Secret => Object::Secret(parse_tls_secret(typed(value)?)?),
+        Kind::Tenant => {
+            let tenant: Tenant = typed(value)?;
+            validate_tenant(&tenant)?;
+            Object::Tenant(tenant)
+        }
+    })
+}
+
+fn typed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        FieldError {
+            field: (path != ".").then_some(path),
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
+fn validate_ingress(ingress: &Ingress) -> Result<(), FieldError> {
+    let Some(spec) = &ingress.spec else {
+        return Err(FieldError::at("spec", "spec is required"));
+    };
+    if let Some(backend) = &spec.default_backend {
+        validate_backend(backend, "spec.defaultBackend")?;
+    }
+    for (i, rule) in spec.rules.iter().flatten().enumerate() {
+        if let Some(host) = &rule.host {
+            HostPattern::parse(host)
+                .map_err(|e| FieldError::at(format!("spec.rules[{i}].host"), e.to_string()))?;
+        }
+        let Some(http) = &rule.http else { continue };
+        for (j, p) in http.paths.iter().enumerate() {
+            let at = format!("spec.rules[{i}].http.paths[{j}]");
+            PathKind::parse(&p.path_type)
+                .map_err(|e| FieldError::at(format!("{at}.pathType"), e.to_string()))?;
+            if let Some(value) = &p.path {
+                path::validate(value)
+                    .map_err(|e| FieldError::at(format!("{at}.path"), e.to_string()))?;
+            } else if p.path_type != "ImplementationSpecific" {
+                return Err(FieldError::at(
+                    format!("{at}.path"),
+                    "path is required for pathType Exact and Prefix",
+                ));
+            }
+            validate_backend(&p.backend, &format!("{at}.backend"))?;
+        }
+    }
+    for (i, tls) in spec.tls.iter().flatten().enumerate() {
+        for (j, host) in tls.hosts.iter().flatten().enumerate() {
+            HostPattern::parse(host)
+                .map_err(|e| FieldError::at(format!("spec.tls[{i}].hosts[{j}]"), e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+fn validate_backend(backend: &IngressBackend, at: &str) -> Result<(), FieldError> {
+    match (&backend.service, &backend.resource) {
+        (Some(service), None) => {
+            if service.name.is_empty() {
+                return Err(FieldError::at(
+                    format!("{at}.service.name"),
+                    "name is required",
+                ));
+            }
+            match &service.port {
+                Some(port) if port.number.is_some() != port.name.is_some() => Ok(()),
+                _ => Err(FieldError::at(
+                    format!("{at}.service.port"),
+                    "exactly one of port.number and port.name is required",
+                )),
+            }
+        }
+        (None, Some(_)) => Ok(()), // served as 503 with a status message
+        _ => Err(FieldError::at(
+            at,
+            "exactly one of backend.service and backend.resource is required",
+        )),
+    }
+}
+
+fn validate_service(service: &Service) -> Result<(), FieldError> {
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (i, p) in ports.iter().enumerate() {
+        if !(1..=65535).contains(&p.port) {
+            return Err(FieldError::at(
+                format!("spec.ports[{i}].port"),
+                "port must be between 1 and 65535",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_endpoint_slice(slice: &EndpointSlice) -> Result<(), FieldError> {
+    let has_service = slice
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get(SERVICE_NAME_LABEL).is_some_and(|v| !v.is_empty()));
+    if !has_service {
+        return Err(FieldError::at(
+            format!("metadata.labels[\"{SERVICE_NAME_LABEL}\"]"),
+            "the label naming the Service is required",
+        ));
+    }
+    for (i, p) in slice.ports.iter().flatten().enumerate() {
+        if let Some(port) = p.port
+            && !(1..=65535).contains(&port)
+        {
+            return Err(FieldError::at(
+                format!("ports[{i}].port"),
+                "port must be between 1 and 65535",
+            ));
+        }
+    }
+    for (i, e) in slice.endpoints.iter().flatten().enumerate() {
+        if slice.address_type != "FQDN" {
+            for (j, a) in e.addresses.iter().enumerate() {
+                if a.parse::<std::net::IpAddr>().is_err() {
+                    return Err(FieldError::at(
+                        format!("endpoints[{i}].addresses[{j}]"),
+                        format!("{a:?} is not an IP address"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_tenant(tenant: &Tenant) -> Result<(), FieldError> {
+    let spec = &tenant.spec;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if !label_ok(&spec.cluster) {
+        return Err(FieldError::at(
+            "spec.cluster",
+            "must be one lowercase DNS label (a-z, 0-9, '-', at most 63 characters)",
+        ));
+    }
+    if let Some(ns) = &spec.namespace
+        && !label_ok(ns)
+    {
+        return Err(FieldError::at(
+            "spec.namespace",
+            "must be a valid namespace name",
+        ));
+    }
+    for (i, domain) in spec.allowed_domains.iter().enumerate() {
+        match HostPattern::parse(domain) {
+            Ok(HostPattern::Exact(_)) => {}
+            Ok(HostPattern::Wildcard(_)) => {
+                return Err(FieldError::at(
+                    format!("spec.allowedDomains[{i}]"),
+                    "a domain covers its subdomains already; write it without '*.'",
+                ));
+            }
+            Err(e) => {
+                return Err(FieldError::at(
+                    format!("spec.allowedDomains[{i}]"),
+                    e.to_string(),
+                ));
+            }
+        }
+    }
+    for (i, cidr) in spec.node_cidrs.iter().enumerate() {
+        if cidr.parse::<ipnet::IpNet>().is_err() {
+            return Err(FieldError::at(
+                format!("spec.nodeCIDRs[{i}]"),
+                format!("{cidr:?} is not a CIDR such as 10.0.0.0/24"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse_tls_secret(secret: Secret) -> Result<TlsSecret, FieldError> {
+    let kind = secret.type_.as_deref().unwrap_or("Opaque");
+    if kind != TLS_SECRET_TYPE {
+        return Err(FieldError::at(
+            "type",
+            format!("only {TLS_SECRET_TYPE} Secrets are read, this one is {kind}"),
+        ));
+    }
+    let field = |key: &str| -> Result<Vec<u8>, FieldError> {
+        if let Some(v) = secret.data.as_ref().and_then(|d| d.get(key)) {
+            return Ok(v.0.clone());
+        }
+        if let Some(v) = secret.string_data.as_ref().and_then(|d| d.get(key)) {
+            return Ok(v.clone().into_bytes());
+        }
+        Err(FieldError::at(format!("data[\"{key}\"]"), "is required"))
+    };
+    let cert = field("tls.crt")?;
+    let key = field("tls.key")?;
+    let certificate = TlsCertificate::from_pem(&cert, &key).map_err(|e| FieldError {
+        field: Some(e.field().to_string()),
+        message: e.to_string(),
+    })?;
+    Ok(TlsSecret {
+        certificate: std::sync::Arc::new(certificate),
+        source: secret,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ingress(spec: &str) -> Result<Object, FieldError> {
+        let text = format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: i}}\nspec:\n{spec}"
+        );
+        parse_object(
+            Kind::Ingress,
+            serde_yaml::from_str(&text).unwrap(),
+            "default",
+        )
+    }
+
+    #[test]
+    fn ingress_errors_name_the_field() {
+        let bad_host = ingress("  rules:\n  - host: \"a_b.com\"\n");
+        assert_eq!(
+            bad_host.unwrap_err().field.as_deref(),
+            Some("spec.rules[0].host")
+        );
+        let bad_path = ingress(
+            "  rules:\n  - http:\n      paths:\n      - {path: nope, pathType: Prefix, backend: {service: {name: s, port: {number: 80}}}}\n",
+        );
+        assert_eq!(
+            bad_path.unwrap_err().field.as_deref(),
+            Some("spec.rules[0].http.paths[0].path")
+        );
+        let bad_type = ingress(
+            "  rules:\n  - http:\n      paths:\n      - {path: /, pathType: Regex, backend: {service: {name: s, port: {number: 80}}}}\n",
+        );
+        assert_eq!(
+            bad_type.unwrap_err().field.as_deref(),
+            Some("spec.rules[0].http.paths[0].pathType")
+        );
+        let no_port = ingress("  defaultBackend: {service: {name: s}}\n");
+        assert_eq!(
+            no_port.unwrap_err().field.as_deref(),
+            Some("spec.defaultBackend.service.port")
+        );
+        let missing_type = ingress(
+            "  rules:\n  - http:\n      paths:\n      - {path: /, backend: {service: {name: s, port: {number: 80}}}}\n",
+        );
+        assert_eq!(
+            missing_type.unwrap_err().field.as_deref(),
+            Some("spec.rules[0].http.paths[0].pathType")
+        );
+    }
+
+    #[test]
+    fn tenants_are_checked_field_by_field() {
+        let tenant = |spec: &str| {
+            let text = format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: t}}\nspec:\n{spec}"
+            );
+            parse_object(Kind::Tenant, serde_yaml::from_str(&text).unwrap(), "")
+        };
+        assert!(tenant("  cluster: acme\n  nodeCIDRs: [10.0.0.0/24]\n").is_ok());
+        assert_eq!(
+            tenant("  cluster: Acme\n").unwrap_err().field.as_deref(),
+            Some("spec.cluster")
+        );
+        assert_eq!(
+            tenant("  cluster: a\n  nodeCIDRs: [10.0.0.0/33]\n")
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("spec.nodeCIDRs[0]")
+        );
+        assert_eq!(
+            tenant("  cluster: a\n  allowedDomains: [\"*.x.com\"]\n")
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("spec.allowedDomains[0]")
+        );
+    }
+
+    #[test]
+    fn secrets_must_be_tls_and_parse() {
+        let text = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: nope\n  tls.key: nope\n";
+        let e = parse_object(Kind::Secret, serde_yaml::from_str(text).unwrap(), "d").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("data[\"tls.crt\"]"));
+        let opaque = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
+        let e = parse_object(Kind::Secret, serde_yaml::from_str(opaque).unwrap(), "d").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("type"));
+    }
+
+    #[test]
+    fn endpoint_slices_need_their_service_label_and_ips() {
+        let text = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e}\naddressType: IPv4\nendpoints: []\n";
+        let e = parse_object(
+            Kind::EndpointSlice,
+            serde_yaml::from_str(text).unwrap(),
+            "d",
+        )
+        .unwrap_err();
+        assert!(e.field.unwrap().contains("kubernetes.io/service-name"));
+        let text = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e, labels: {kubernetes.io/service-name: s}}\naddressType: IPv4\nendpoints: [{addresses: [not-an-ip]}]\n";
+        let e = parse_object(
+            Kind::EndpointSlice,
+            serde_yaml::from_str(text).unwrap(),
+            "d",
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("endpoints[0].addresses[0]"));
+    }
+}

@@ -1,0 +1,71 @@
+//! The certificate table of a snapshot: certificates by the host names
+//! of `spec.tls`, looked up by SNI.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::sign::CertifiedKey;
+
+/// Certificates by the host names of `spec.tls`.
+#[derive(Debug, Default)]
+pub struct CertTable {
+    exact: HashMap<Box<str>, Arc<CertifiedKey>>,
+    /// `*.foo.com` stored as `foo.com`.
+    wildcard: HashMap<Box<str>, Arc<CertifiedKey>>,
+}
+
+impl CertTable {
+    /// Adds a certificate for a host pattern; the first one added wins, so
+    /// callers add in age order. Returns false if the host was taken.
+    pub fn insert(&mut self, host: &teapot_api::HostPattern, key: Arc<CertifiedKey>) -> bool {
+        let (map, name) = match host {
+            teapot_api::HostPattern::Exact(h) => (&mut self.exact, h),
+            teapot_api::HostPattern::Wildcard(s) => (&mut self.wildcard, s),
+        };
+        if map.contains_key(name.as_str()) {
+            return false;
+        }
+        map.insert(name.as_str().into(), key);
+        true
+    }
+
+    /// Exact name first, then a wildcard one label up.
+    pub fn lookup(&self, server_name: &str) -> Option<&Arc<CertifiedKey>> {
+        let mut buf = [0u8; 256];
+        let name = teapot_api::host::normalize_request_host(server_name, &mut buf)?;
+        if let Some(k) = self.exact.get(name) {
+            return Some(k);
+        }
+        let (_, parent) = name.split_once('.')?;
+        self.wildcard.get(parent)
+    }
+
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.wildcard.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teapot_api::HostPattern;
+    use teapot_model::certificate::TlsCertificate;
+
+    #[test]
+    fn lookup_prefers_exact_then_one_label_wildcard() {
+        let exact = TlsCertificate::self_signed_default().unwrap().key;
+        let wild = TlsCertificate::self_signed_default().unwrap().key;
+        let mut table = CertTable::default();
+        assert!(table.insert(&HostPattern::parse("a.foo.com").unwrap(), exact.clone()));
+        assert!(table.insert(&HostPattern::parse("*.foo.com").unwrap(), wild.clone()));
+        assert!(!table.insert(&HostPattern::parse("*.foo.com").unwrap(), exact.clone()));
+        assert!(Arc::ptr_eq(table.lookup("A.foo.com").unwrap(), &exact));
+        assert!(Arc::ptr_eq(table.lookup("b.foo.com").unwrap(), &wild));
+        assert!(table.lookup("c.b.foo.com").is_none());
+        assert!(table.lookup("foo.com").is_none());
+    }
+}

@@ -1,0 +1,162 @@
+//! The L4 part of the compile: which LoadBalancer Services are served, on
+//! which address ([`allocation`], a pure function of the previous holdings),
+//! and the table of listeners with their endpoints ([`table`]).
+//!
+//! Nothing here binds a socket or writes a file: the previous holdings come
+//! in as data and the new ones go out in the [`L4Compiled`] result; the
+//! reload loop remembers them (`crate::loops::allocations`) and hands the
+//! table to the listeners (`crate::plane::l4`).
+
+pub mod allocation;
+pub mod pool;
+pub mod table;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use teapot_model::store::{NsName, Store};
+use teapot_model::tenancy::Tenancy;
+
+pub use allocation::Holding;
+pub use pool::{ListenerKey, Pool, Protocol};
+pub use table::{HealthOptions, L4Report, L4Table};
+
+use crate::compile::upstream::Upstream;
+
+/// The operator's L4 settings.
+#[derive(Clone, Debug)]
+pub struct L4Config {
+    /// Off: no Service is served at L4 and no socket is opened.
+    pub enabled: bool,
+    pub pools: Vec<Pool>,
+    /// The pool of Services in operator namespaces.
+    pub default_pool: String,
+    /// Where allocations survive restarts (manifests mode). `None` keeps
+    /// them in memory only.
+    pub state_file: Option<PathBuf>,
+    /// Serve `LoadBalancer` Services without `loadBalancerClass` too.
+    pub serve_classless: bool,
+    pub connect_timeout: Duration,
+    /// Endpoints tried per TCP connection before the client is closed.
+    pub connect_attempts: u32,
+    pub tcp_idle_timeout: Duration,
+    pub udp_idle_timeout: Duration,
+    /// How long connections to a removed endpoint (or of a removed
+    /// listener) may continue.
+    pub drain_timeout: Duration,
+    /// Concurrent TCP connections per listener; more wait in the backlog.
+    pub max_connections: usize,
+    /// UDP flows per listener; a new flow beyond it evicts the oldest idle.
+    pub udp_max_flows: usize,
+    pub health: HealthOptions,
+    /// How often listeners that failed to bind are retried.
+    pub bind_retry: Duration,
+}
+
+impl Default for L4Config {
+    fn default() -> Self {
+        L4Config {
+            enabled: true,
+            pools: vec![Pool {
+                name: "default".into(),
+                addresses: vec![std::net::Ipv4Addr::LOCALHOST.into()],
+            }],
+            default_pool: "default".into(),
+            state_file: None,
+            serve_classless: true,
+            connect_timeout: Duration::from_secs(3),
+            connect_attempts: 3,
+            tcp_idle_timeout: Duration::from_secs(3600),
+            udp_idle_timeout: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            udp_max_flows: 10_000,
+            health: HealthOptions::default(),
+            bind_retry: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Bind state of each listener, shared by the manager (writer) and the
+/// `/status` report (reader).
+#[derive(Debug, Default)]
+pub struct Runtime {
+    states: Mutex<HashMap<ListenerKey, Result<(), String>>>,
+    pub applied: std::sync::atomic::AtomicU64,
+}
+
+impl Runtime {
+    /// Generation of the last table the manager applied.
+    pub fn applied(&self) -> u64 {
+        self.applied.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// `listening`, `pending` (not bound yet) or `bind failed: …`.
+    pub fn state(&self, key: &ListenerKey) -> String {
+        match self.states.lock().get(key) {
+            Some(Ok(())) => "listening".into(),
+            Some(Err(e)) => format!("bind failed: {e}"),
+            None => "pending".into(),
+        }
+    }
+
+    pub fn set(&self, key: ListenerKey, state: Result<(), String>) {
+        self.states.lock().insert(key, state);
+    }
+
+    pub fn remove(&self, key: &ListenerKey) {
+        self.states.lock().remove(key);
+    }
+}
+
+/// What the L4 compile needs besides the store: the operator's settings,
+/// what each Service held after the last compile, and the listeners' bind
+/// states (read when the report is rendered, never written here).
+#[derive(Clone, Debug)]
+pub struct L4Inputs {
+    pub config: Arc<L4Config>,
+    pub previous: Arc<BTreeMap<NsName, Holding>>,
+    pub runtime: Arc<Runtime>,
+}
+
+/// The L4 result of one compile.
+#[derive(Debug, Default)]
+pub struct L4Compiled {
+    pub table: Arc<L4Table>,
+    /// What every allocated Service holds now: the next compile's
+    /// `previous`.
+    pub holdings: BTreeMap<NsName, Holding>,
+}
+
+/// Builds the L4 table and report of `store`. `resolve(namespace, service,
+/// port, port name)` is the compile's resolver.
+pub fn compile<'s>(
+    inputs: &L4Inputs,
+    store: &'s Store,
+    tenancy: &Tenancy<'_>,
+    generation: u64,
+    resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
+) -> Option<(L4Compiled, L4Report)> {
+    if !inputs.config.enabled {
+        return None;
+    }
+    let (table, report, holdings) = table::build(
+        &inputs.config,
+        &inputs.previous,
+        &inputs.runtime,
+        store,
+        tenancy,
+        generation,
+        resolve,
+    );
+    Some((
+        L4Compiled {
+            table: Arc::new(table),
+            holdings,
+        },
+        report,
+    ))
+}

@@ -1,0 +1,808 @@
+//! Store -> L4 table: which Services teapot serves at L4, the address
+//! each one gets, and per listener the upstream and its options.
+//!
+//! Runs inside [`crate::compile::compile`], so kube mode and manifests mode
+//! share it; endpoints come through the compile's resolver (same
+//! EndpointSlice reading, same tenant address checks, same endpoint health
+//! as the HTTP path).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, PortStatus, Service};
+use serde::Serialize;
+use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
+use teapot_api::names::LOAD_BALANCER_CLASS;
+use teapot_api::policy::DEFAULT_MAX_LISTENERS;
+
+use super::allocation::{Claim, Outcome};
+use super::pool::{ListenerKey, Protocol};
+use super::{L4Config, Runtime};
+use crate::compile::snapshot::Condition;
+use crate::compile::upstream::Upstream;
+use teapot_model::store::{NsName, Store};
+use teapot_model::tenancy::Tenancy;
+
+/// Health-check settings of one listener's endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HealthOptions {
+    pub interval: Duration,
+    /// Consecutive failures that eject an endpoint.
+    pub unhealthy_threshold: u32,
+    /// Consecutive successes that bring it back.
+    pub healthy_threshold: u32,
+}
+
+impl Default for HealthOptions {
+    fn default() -> Self {
+        // With a probe timeout of one interval at most, a dead endpoint is
+        // ejected within 3 s (DESIGN goal: 5 s).
+        HealthOptions {
+            interval: Duration::from_secs(1),
+            unhealthy_threshold: 2,
+            healthy_threshold: 2,
+        }
+    }
+}
+
+/// Per-listener options, from annotations over the operator's defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteOptions {
+    pub proxy_protocol: bool,
+    pub tcp_idle_timeout: Duration,
+    pub udp_idle_timeout: Duration,
+    pub health: HealthOptions,
+}
+
+/// What one listener forwards to.
+#[derive(Debug)]
+pub struct Route {
+    pub service: NsName,
+    pub port_name: String,
+    pub upstream: Arc<Upstream>,
+    pub options: RouteOptions,
+}
+
+/// The compiled L4 state: every listener that should exist.
+#[derive(Debug, Default)]
+pub struct L4Table {
+    pub generation: u64,
+    pub listeners: BTreeMap<ListenerKey, Arc<Route>>,
+}
+
+/// `/status` `l4` section; `status` of each Service is what kube mode
+/// writes into `status.loadBalancer`.
+#[derive(Debug, Serialize)]
+pub struct L4Report {
+    /// Generation of the table the listeners serve now (they follow the
+    /// compile within moments).
+    pub applied_generation: AppliedGeneration,
+    pub pools: Vec<PoolReport>,
+    pub services: Vec<ServiceReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PoolReport {
+    pub name: String,
+    pub addresses: usize,
+    /// Addresses holding at least one listener.
+    pub in_use: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ServiceReport {
+    pub namespace: String,
+    pub name: String,
+    pub pool: Option<String>,
+    pub address: Option<IpAddr>,
+    pub status: LoadBalancerStatus,
+    pub listeners: Vec<ListenerReport>,
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ListenerReport {
+    pub listener: ListenerKey,
+    pub port_name: String,
+    pub endpoints: Vec<String>,
+    /// `listening`, `pending` or the bind error.
+    pub state: LiveState,
+}
+
+/// A listener's bind state, read from the manager when rendered (binding
+/// happens after the compile).
+#[derive(Debug)]
+pub struct LiveState {
+    runtime: Arc<Runtime>,
+    key: ListenerKey,
+}
+
+impl Serialize for LiveState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.runtime.state(&self.key))
+    }
+}
+
+/// Read from the manager when rendered.
+#[derive(Debug)]
+pub struct AppliedGeneration(Arc<Runtime>);
+
+impl Serialize for AppliedGeneration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0.applied())
+    }
+}
+
+/// Whether `service` is one teapot serves at L4.
+pub fn is_l4_service(service: &Service, serve_classless: bool) -> bool {
+    let Some(spec) = &service.spec else {
+        return false;
+    };
+    spec.type_.as_deref() == Some("LoadBalancer")
+        && match spec.load_balancer_class.as_deref() {
+            Some(class) => class == LOAD_BALANCER_CLASS,
+            None => serve_classless,
+        }
+}
+
+/// One eligible Service before allocation.
+struct Candidate<'s> {
+    id: &'s NsName,
+    service: &'s Service,
+    pool: Option<String>,
+    /// `(port, protocol, name)`, deduplicated on `(port, protocol)`.
+    ports: Vec<(u16, Protocol, &'s str)>,
+    requested: Option<IpAddr>,
+    hint: Option<super::allocation::Holding>,
+    options: RouteOptions,
+    problems: Vec<String>,
+    refused: Option<(&'static str, String)>,
+}
+
+/// Builds the table, the report and the new holdings; allocates from
+/// `previous`.
+pub(super) fn build<'s>(
+    config: &L4Config,
+    previous: &BTreeMap<NsName, super::allocation::Holding>,
+    runtime: &Arc<Runtime>,
+    store: &'s Store,
+    tenancy: &Tenancy<'_>,
+    generation: u64,
+    mut resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
+) -> (
+    L4Table,
+    L4Report,
+    BTreeMap<NsName, super::allocation::Holding>,
+) {
+    let mut candidates: Vec<Candidate<'s>> = store
+        .services
+        .iter()
+        // A tenant's Service must name teapot's class whatever the flag
+        // says: the webhook requires it, and the proxy re-checks.
+        .filter(|(id, s)| {
+            let classless = config.serve_classless && tenancy.get(&id.namespace).is_none();
+            is_l4_service(&s.object, classless)
+        })
+        .map(|(id, s)| candidate(config, tenancy, id, &s.object))
+        .collect();
+    candidates.sort_by(|a, b| age(a).cmp(&age(b)));
+
+    // Tenant caps, oldest Service first.
+    let mut used: HashMap<&str, u32> = HashMap::new();
+    for c in &mut candidates {
+        if c.refused.is_some() {
+            continue;
+        }
+        let Some(t) = tenancy.get(&c.id.namespace) else {
+            continue;
+        };
+        let max = t
+            .tenant
+            .spec
+            .l4
+            .as_ref()
+            .and_then(|l| l.max_listeners)
+            .unwrap_or(DEFAULT_MAX_LISTENERS);
+        let count = used.entry(t.cluster).or_default();
+        let wanted = *count + c.ports.len() as u32;
+        if wanted > max {
+            c.refused = Some((
+                "ListenerLimit",
+                format!(
+                    "tenant {} would hold {wanted} L4 listeners, more than l4.maxListeners = {max}",
+                    t.cluster
+                ),
+            ));
+        } else {
+            *count = wanted;
+        }
+    }
+
+    let claimants: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].refused.is_none())
+        .collect();
+    let claims: Vec<Claim<'_>> = claimants
+        .iter()
+        .map(|&i| {
+            let c = &candidates[i];
+            Claim {
+                service: c.id,
+                pool: c.pool.as_deref().unwrap_or_default(),
+                ports: c.ports.iter().map(|&(p, proto, _)| (p, proto)).collect(),
+                requested: c.requested,
+                hint: c.hint.clone(),
+            }
+        })
+        .collect();
+    let outcomes = super::allocation::allocate(&config.pools, previous, &claims);
+    let holdings = super::allocation::holdings(&claims, &outcomes);
+    drop(claims);
+    let mut outcome_of: Vec<Option<Outcome>> = vec![None; candidates.len()];
+    for (i, o) in claimants.into_iter().zip(outcomes) {
+        outcome_of[i] = Some(o);
+    }
+
+    let mut table = L4Table {
+        generation,
+        listeners: BTreeMap::new(),
+    };
+    let mut services = Vec::with_capacity(candidates.len());
+    for (c, outcome) in candidates.into_iter().zip(outcome_of) {
+        let mut conditions = Vec::new();
+        let mut listeners = Vec::new();
+        let mut address = None;
+        let mut ingress_ports = Vec::new();
+        let mut unready = Vec::new();
+        let refusal = match (c.refused.clone(), &outcome) {
+            (Some(r), _) => Some(r),
+            (None, Some(Outcome::Refused { reason, message })) => Some((*reason, message.clone())),
+            _ => None,
+        };
+        match (refusal, outcome) {
+            (Some((reason, message)), _) => {
+                tracing::debug!(service = %c.id, reason, %message, "L4 allocation refused");
+                conditions.push(Condition::new("Allocated", false, reason, message));
+            }
+            (
+                None,
+                Some(Outcome::Allocated {
+                    addr,
+                    refused_ports,
+                }),
+            ) => {
+                address = Some(addr);
+                conditions.push(Condition::new("Allocated", true, "Allocated", ""));
+                let mut port_problems = Vec::new();
+                for &(port, protocol, port_name) in &c.ports {
+                    let key = ListenerKey {
+                        addr,
+                        port,
+                        protocol,
+                    };
+                    if let Some((_, why)) =
+                        refused_ports.iter().find(|(p, _)| *p == (port, protocol))
+                    {
+                        port_problems.push(why.clone());
+                        ingress_ports.push(PortStatus {
+                            port: port.into(),
+                            protocol: protocol.as_str().into(),
+                            error: Some(teapot_api::status::port_error("AddressTaken")),
+                        });
+                        continue;
+                    }
+                    let upstream = resolve(&c.id.namespace, &c.id.name, port.into(), port_name);
+                    for why in upstream.unavailable.iter().chain(&upstream.refused) {
+                        if !unready.contains(why) {
+                            unready.push(why.clone());
+                        }
+                    }
+                    listeners.push(ListenerReport {
+                        listener: key,
+                        port_name: port_name.to_string(),
+                        endpoints: upstream
+                            .endpoints
+                            .iter()
+                            .map(|e| e.addr.to_string())
+                            .collect(),
+                        state: LiveState {
+                            runtime: runtime.clone(),
+                            key,
+                        },
+                    });
+                    ingress_ports.push(PortStatus {
+                        port: port.into(),
+                        protocol: protocol.as_str().into(),
+                        error: None,
+                    });
+                    table.listeners.insert(
+                        key,
+                        Arc::new(Route {
+                            service: c.id.clone(),
+                            port_name: port_name.to_string(),
+                            upstream,
+                            options: c.options.clone(),
+                        }),
+                    );
+                }
+                conditions.push(Condition::unless_problems(
+                    "PortsAllocated",
+                    &port_problems,
+                    "PortsAllocated",
+                    "AddressTaken",
+                ));
+            }
+            (None, _) => {}
+        }
+        if address.is_some() {
+            conditions.push(Condition::unless_problems(
+                "BackendsReady",
+                &unready,
+                "EndpointsReady",
+                "NoReadyEndpoints",
+            ));
+        }
+        if !c.problems.is_empty() {
+            conditions.push(Condition::new(
+                "Configured",
+                false,
+                "InvalidSettings",
+                c.problems.join("; "),
+            ));
+        }
+        let status = LoadBalancerStatus {
+            ingress: address.map(|a| {
+                vec![LoadBalancerIngress {
+                    ip: Some(a.to_string()),
+                    ip_mode: Some("VIP".into()),
+                    ports: Some(ingress_ports),
+                    ..Default::default()
+                }]
+            }),
+        };
+        services.push(ServiceReport {
+            namespace: c.id.namespace.clone(),
+            name: c.id.name.clone(),
+            pool: c.pool,
+            address,
+            status,
+            listeners,
+            conditions,
+        });
+    }
+    services.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let pools = config
+        .pools
+        .iter()
+        .map(|p| PoolReport {
+            name: p.name.clone(),
+            addresses: p.addresses.len(),
+            in_use: {
+                let mut used: Vec<IpAddr> = table
+                    .listeners
+                    .keys()
+                    .map(|k| k.addr)
+                    .filter(|a| p.contains(*a))
+                    .collect();
+                used.dedup();
+                used.len()
+            },
+        })
+        .collect();
+    let report = L4Report {
+        applied_generation: AppliedGeneration(runtime.clone()),
+        pools,
+        services,
+    };
+    (table, report, holdings)
+}
+
+fn age<'a>(c: &'a Candidate<'_>) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
+    let created = c.service.metadata.creation_timestamp.as_ref().map(|t| &t.0);
+    (created.is_none(), created, c.id)
+}
+
+fn candidate<'s>(
+    config: &L4Config,
+    tenancy: &Tenancy<'_>,
+    id: &'s NsName,
+    service: &'s Service,
+) -> Candidate<'s> {
+    let spec = service.spec.as_ref();
+    let mut problems = Vec::new();
+    let mut refused = None;
+    let pool = match tenancy.get(&id.namespace) {
+        Some(t) => {
+            let pool = t.tenant.spec.l4.as_ref().and_then(|l| l.pool.clone());
+            if pool.is_none() {
+                refused = Some((
+                    "NoPool",
+                    format!(
+                        "Tenant {} has no spec.l4.pool: its LoadBalancer Services get no address",
+                        t.cluster
+                    ),
+                ));
+            }
+            pool
+        }
+        None => Some(config.default_pool.clone()),
+    };
+    let mut ports: Vec<(u16, Protocol, &str)> = Vec::new();
+    for (i, p) in spec
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let protocol = match Protocol::from_service(p.protocol.as_deref()) {
+            Ok(proto) => proto,
+            Err(why) => {
+                problems.push(format!("spec.ports[{i}].protocol: {why}; port skipped"));
+                continue;
+            }
+        };
+        let Ok(port) = u16::try_from(p.port) else {
+            continue;
+        };
+        if port == 0 || ports.iter().any(|(q, pr, _)| *q == port && *pr == protocol) {
+            continue;
+        }
+        ports.push((port, protocol, p.name.as_deref().unwrap_or("")));
+    }
+    if ports.is_empty() && refused.is_none() {
+        refused = Some(("NoPorts", "the Service has no TCP or UDP port".to_string()));
+    }
+    let requested = match spec.and_then(|s| s.load_balancer_ip.as_deref()) {
+        None | Some("") => None,
+        Some(text) => match text.parse() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                refused.get_or_insert((
+                    "InvalidAddress",
+                    format!("spec.loadBalancerIP {text:?} is not an IP address"),
+                ));
+                None
+            }
+        },
+    };
+    let hint = status_holding(service);
+    let options = route_options(config, service, &mut problems);
+    Candidate {
+        id,
+        service,
+        pool,
+        ports,
+        requested,
+        hint,
+        options,
+        problems,
+        refused,
+    }
+}
+
+/// What `status.loadBalancer` says the Service holds: the address, and
+/// the ports written there without an error (teapot writes both; a status
+/// without ports tells the address only).
+fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
+    let ingress = service
+        .status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?;
+    let addr = ingress.ip.as_deref()?.parse().ok()?;
+    let ports = ingress
+        .ports
+        .as_ref()
+        .filter(|p| !p.is_empty())
+        .map(|ports| {
+            ports
+                .iter()
+                .filter(|p| p.error.is_none())
+                .filter_map(|p| {
+                    let port = u16::try_from(p.port).ok()?;
+                    Some((port, Protocol::from_service(Some(&p.protocol)).ok()?))
+                })
+                .collect()
+        });
+    Some(super::allocation::Holding { addr, ports })
+}
+
+/// Reads the L4 annotations; a bad value keeps the default and is
+/// reported (the webhook refuses it for tenants before it gets here).
+fn route_options(config: &L4Config, service: &Service, problems: &mut Vec<String>) -> RouteOptions {
+    let mut o = RouteOptions {
+        proxy_protocol: false,
+        tcp_idle_timeout: config.tcp_idle_timeout,
+        udp_idle_timeout: config.udp_idle_timeout,
+        health: config.health,
+    };
+    for (key, value) in service.metadata.annotations.iter().flatten() {
+        let known = matches!(
+            key.as_str(),
+            "teapot.dev/proxy-protocol"
+                | "teapot.dev/udp-idle-timeout"
+                | "teapot.dev/tcp-idle-timeout"
+                | "teapot.dev/health-check-interval"
+                | "teapot.dev/health-check-unhealthy-threshold"
+                | "teapot.dev/health-check-healthy-threshold"
+        );
+        if !known {
+            continue;
+        }
+        match annotations::parse(ObjectKind::Service, key, value) {
+            Ok(v) => match (key.as_str(), v) {
+                ("teapot.dev/proxy-protocol", AnnotationValue::Word("v2")) => {
+                    o.proxy_protocol = true
+                }
+                ("teapot.dev/udp-idle-timeout", AnnotationValue::Duration(d)) => {
+                    o.udp_idle_timeout = d
+                }
+                ("teapot.dev/tcp-idle-timeout", AnnotationValue::Duration(d)) => {
+                    o.tcp_idle_timeout = d
+                }
+                ("teapot.dev/health-check-interval", AnnotationValue::Duration(d)) => {
+                    o.health.interval = d
+                }
+                ("teapot.dev/health-check-unhealthy-threshold", AnnotationValue::Count(n)) => {
+                    o.health.unhealthy_threshold = n
+                }
+                ("teapot.dev/health-check-healthy-threshold", AnnotationValue::Count(n)) => {
+                    o.health.healthy_threshold = n
+                }
+                _ => {}
+            },
+            Err(e) => problems.push(format!("metadata.annotations[{key:?}]: {e}")),
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::CompileOptions;
+    use crate::compile::l4::L4Inputs;
+    use crate::compile::snapshot::Snapshot;
+    use crate::compile::tests::compile_test_docs;
+
+    const TENANTS: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+  l4: {pool: edge, maxListeners: 2}
+---
+apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: beta}
+spec:
+  cluster: beta
+  nodeCIDRs: [10.2.0.0/24]
+";
+
+    fn service(ns: &str, name: &str, class: &str, ports: &str, annotations: &str) -> String {
+        let class = if class.is_empty() {
+            String::new()
+        } else {
+            format!("  loadBalancerClass: {class}\n")
+        };
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: {ns}
+  annotations: {{{annotations}}}
+spec:
+  type: LoadBalancer
+{class}  ports: {ports}
+"
+        )
+    }
+
+    fn slice(ns: &str, service: &str, ports: &str, ips: &[&str]) -> String {
+        let endpoints: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{{addresses: [\"{ip}\"]}}"))
+            .collect();
+        format!(
+            "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {service}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}
+addressType: IPv4
+ports: {ports}
+endpoints: [{}]
+",
+            endpoints.join(", ")
+        )
+    }
+
+    /// A first compile: nothing held before, no listener bound yet.
+    fn compile_with(config: L4Config, docs: &[String]) -> Snapshot {
+        let options = CompileOptions {
+            l4: Some(L4Inputs {
+                config: Arc::new(config),
+                previous: Arc::default(),
+                runtime: Arc::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        compile_test_docs(docs, &options)
+    }
+
+    fn config() -> L4Config {
+        L4Config {
+            pools: vec![
+                "default=127.0.0.1".parse().unwrap(),
+                "edge=192.0.2.10,192.0.2.11".parse().unwrap(),
+            ],
+            ..L4Config::default()
+        }
+    }
+
+    fn report<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a ServiceReport {
+        s.report
+            .l4
+            .as_ref()
+            .unwrap()
+            .services
+            .iter()
+            .find(|r| r.namespace == ns && r.name == name)
+            .unwrap_or_else(|| panic!("{ns}/{name} not reported"))
+    }
+
+    fn allocated(r: &ServiceReport) -> &Condition {
+        r.conditions
+            .iter()
+            .find(|c| c.type_ == "Allocated")
+            .unwrap()
+    }
+
+    fn table(s: &Snapshot) -> Arc<L4Table> {
+        s.l4.as_ref().expect("L4 compiled").table.clone()
+    }
+
+    #[test]
+    fn tenants_use_their_pool_their_cap_and_the_endpoint_rules() {
+        let dns_ports =
+            "[{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]";
+        let s = compile_with(
+            config(),
+            &[
+                TENANTS.into(),
+                service("tenant-acme", "dns", LOAD_BALANCER_CLASS, dns_ports, ""),
+                slice(
+                    "tenant-acme",
+                    "dns",
+                    "[{name: dns, port: 30053, protocol: UDP}, {name: dns-tcp, port: 30054, protocol: TCP}]",
+                    &["10.1.0.5", "127.0.0.1"],
+                ),
+                service(
+                    "tenant-acme",
+                    "game",
+                    LOAD_BALANCER_CLASS,
+                    "[{name: game, port: 7777, protocol: UDP}]",
+                    "",
+                ),
+                service("tenant-beta", "x", LOAD_BALANCER_CLASS, "[{port: 80}]", ""),
+                service("tenant-beta", "classless", "", "[{port: 81}]", ""),
+                service("ops", "db", "", "[{port: 5432}]", ""),
+                slice("ops", "db", "[{port: 5432}]", &["127.0.0.1"]),
+                service("ops", "foreign", "example.com/lb", "[{port: 81}]", ""),
+            ],
+        );
+        let dns = report(&s, "tenant-acme", "dns");
+        assert_eq!(dns.address, Some("192.0.2.10".parse().unwrap()));
+        assert_eq!(dns.pool.as_deref(), Some("edge"));
+        assert_eq!(dns.listeners.len(), 2);
+        for l in &dns.listeners {
+            // Loopback is refused in a tenant namespace; the node address
+            // passes.
+            assert_eq!(l.endpoints.len(), 1, "{l:?}");
+            assert!(l.endpoints[0].starts_with("10.1.0.5:"), "{l:?}");
+        }
+        let ready = dns
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "BackendsReady")
+            .unwrap();
+        assert!(ready.message.contains("loopback"), "{ready:?}");
+        let ingress = &dns.status.ingress.as_ref().unwrap()[0];
+        assert_eq!(ingress.ip.as_deref(), Some("192.0.2.10"));
+        assert_eq!(ingress.ports.as_ref().unwrap().len(), 2);
+
+        let game = allocated(report(&s, "tenant-acme", "game"));
+        assert_eq!((game.status, game.reason), ("False", "ListenerLimit"));
+        assert!(game.message.contains("maxListeners = 2"), "{game:?}");
+        let beta = allocated(report(&s, "tenant-beta", "x"));
+        assert_eq!((beta.status, beta.reason), ("False", "NoPool"));
+
+        let db = report(&s, "ops", "db");
+        assert_eq!(db.address, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(db.listeners[0].endpoints, ["127.0.0.1:5432"]);
+        for name in ["foreign", "classless"] {
+            let served = s
+                .report
+                .l4
+                .as_ref()
+                .unwrap()
+                .services
+                .iter()
+                .any(|r| r.name == name);
+            assert!(
+                !served,
+                "{name}: another class, or none in a tenant namespace"
+            );
+        }
+
+        let t = table(&s);
+        let keys: Vec<String> = t.listeners.keys().map(|k| k.to_string()).collect();
+        assert_eq!(
+            keys,
+            [
+                "127.0.0.1:5432/TCP",
+                "192.0.2.10:53/TCP",
+                "192.0.2.10:53/UDP"
+            ]
+        );
+        let json = serde_json::to_value(&s.report).unwrap();
+        assert_eq!(
+            json["l4"]["services"][1]["listeners"][0]["state"],
+            "pending"
+        );
+    }
+
+    #[test]
+    fn classless_services_follow_the_flag() {
+        let docs = [service("ops", "db", "", "[{port: 5432}]", "")];
+        let s = compile_with(config(), &docs);
+        assert_eq!(s.report.l4.as_ref().unwrap().services.len(), 1);
+        let s = compile_with(
+            L4Config {
+                serve_classless: false,
+                ..config()
+            },
+            &docs,
+        );
+        assert!(s.report.l4.as_ref().unwrap().services.is_empty());
+    }
+
+    #[test]
+    fn annotations_set_route_options_and_bad_values_are_reported() {
+        let s = compile_with(
+            config(),
+            &[service(
+                "ops",
+                "db",
+                "",
+                "[{port: 5432}, {port: 5433, protocol: SCTP}]",
+                "teapot.dev/proxy-protocol: v2, teapot.dev/udp-idle-timeout: 5s, teapot.dev/health-check-unhealthy-threshold: \"4\", teapot.dev/tcp-idle-timeout: forever",
+            )],
+        );
+        let route = table(&s).listeners.values().next().unwrap().clone();
+        assert!(route.options.proxy_protocol);
+        assert_eq!(route.options.udp_idle_timeout, Duration::from_secs(5));
+        assert_eq!(route.options.health.unhealthy_threshold, 4);
+        assert_eq!(
+            route.options.tcp_idle_timeout,
+            L4Config::default().tcp_idle_timeout
+        );
+        let r = report(&s, "ops", "db");
+        let configured = r
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Configured")
+            .unwrap();
+        assert!(
+            configured.message.contains("tcp-idle-timeout"),
+            "{configured:?}"
+        );
+        assert!(configured.message.contains("SCTP"), "{configured:?}");
+        assert_eq!(r.listeners.len(), 1);
+    }
+}

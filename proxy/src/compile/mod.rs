@@ -1,0 +1,1467 @@
+//! Compile: [`Store`] + plain inputs -> [`Snapshot`].
+//!
+//! A pure function (docs/architecture.md, "Who triggers a recompile"):
+//! everything it reads is in its arguments, as data. ACME states, domain
+//! proofs and the previous L4 holdings are handed over by the loops that
+//! own them; what it finds for them (ACME hosts, domain claims, L4
+//! holdings) goes back out in the snapshot. It does no I/O and prunes
+//! nothing: the endpoint and tenant-gate registries only intern shared
+//! per-endpoint and per-tenant state, and the reload loop prunes them
+//! after the swap.
+//!
+//! Layout:
+//! - [`routes`]: host and path matching (docs/architecture.md, "Ingress
+//!   semantics").
+//! - [`upstream`]: endpoints, round-robin, passive ejection.
+//! - [`certs`]: certificates by host, for the SNI resolver.
+//! - [`fairness`]: per-tenant gates the routes carry.
+//! - [`l4`]: LoadBalancer Services: allocation and listener table.
+//! - [`acme`], [`domains`]: what the compile knows of ACME and custom
+//!   domains, as data.
+//! - [`snapshot`]: what is swapped, and the status report.
+//!
+//! Ingresses are visited oldest first (creationTimestamp, then
+//! namespace/name), so "first insert wins" in the route and certificate
+//! tables is "oldest wins" as DESIGN.md requires, and every loser gets a
+//! condition saying which object holds its rule.
+
+pub mod acme;
+pub mod certs;
+pub mod domains;
+pub mod fairness;
+pub mod l4;
+pub mod routes;
+pub mod snapshot;
+pub mod upstream;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{
+    Ingress, IngressBackend, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
+    ServiceBackendPort,
+};
+use teapot_api::names::{
+    CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS, SERVICE_NAME_LABEL,
+};
+use teapot_api::{HostPattern, PathKind, hostname};
+
+use crate::compile::acme::AcmeInputs;
+use crate::compile::certs::CertTable;
+use crate::compile::domains::{Claim, ProofResults};
+use crate::compile::fairness::TenantGates;
+use crate::compile::l4::L4Inputs;
+use crate::compile::routes::{Route, RoutePolicy, RouteTable};
+use crate::compile::snapshot::{
+    Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
+};
+use crate::compile::upstream::{EndpointRegistry, Upstream};
+use teapot_api::policy::HostScope;
+use teapot_model::manifests::Problem;
+use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
+use teapot_model::tenancy::{Tenancy, TenantView};
+
+/// Settings that shape a compile but do not come from objects.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// What goes into `status.loadBalancer.ingress` of operator Ingresses
+    /// (IPs or hostnames).
+    pub status_addresses: Vec<String>,
+    /// DOMAIN of `INGRESS.CLUSTER.lb.DOMAIN`.
+    pub domain: String,
+    /// The LB cluster's own ranges: never a tenant endpoint.
+    pub lb_networks: Vec<ipnet::IpNet>,
+    /// Custom-domain proof results; `None` routes no custom domain.
+    pub proofs: Option<Arc<ProofResults>>,
+    /// ACME states; `None`: no ACME, hosts without a Secret get the default
+    /// certificate.
+    pub acme: Option<AcmeInputs>,
+    /// L4 settings and previous holdings; `None` serves no Service at L4.
+    pub l4: Option<L4Inputs>,
+    /// Per-tenant rate and connection gates, kept across compiles.
+    pub tenant_gates: Arc<TenantGates>,
+}
+
+/// Allocator settings (environment variables, read by mimalloc at process
+/// start only) under which compiles are fast: the `teapot` binary and the
+/// benchmarks run with them.
+///
+/// mimalloc gives freed memory back to the OS 10 ms after a free. A compile
+/// builds the next snapshot while the live one serves, then the old one is
+/// dropped: hundreds of MiB at 100k Ingresses, given back and faulted in
+/// again, page by page, by the next compile (a fifth of its time on this
+/// VM). Keeping freed memory for 10 s costs no more than the peak the
+/// process reaches anyway (two snapshots) and returns it when compiles stop.
+pub const ALLOCATOR_ENV: [(&str, &str); 1] = [("MIMALLOC_PURGE_DELAY", "10000")];
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            status_addresses: Vec::new(),
+            // `*.localhost` resolves to loopback in most resolvers, which is
+            // what a local setup without a real domain wants.
+            domain: "localhost".into(),
+            lb_networks: Vec::new(),
+            proofs: None,
+            acme: None,
+            l4: None,
+            tenant_gates: Arc::default(),
+        }
+    }
+}
+
+/// Builds a snapshot from a store. `problems` are the loader's, carried into
+/// the status report.
+pub fn compile(
+    store: &Store,
+    problems: Vec<Problem>,
+    generation: u64,
+    options: &CompileOptions,
+    registry: &EndpointRegistry,
+) -> Snapshot {
+    let started = Instant::now();
+    let tenant_list: Vec<&teapot_api::Tenant> =
+        store.tenants.values().map(|t| &*t.object).collect();
+    let holdings = Tenancy::holdings(&tenant_list);
+    let tenancy = Tenancy::new(
+        &tenant_list,
+        &options.domain,
+        &options.lb_networks,
+        &holdings,
+    );
+    let mut resolver = Resolver::new(store, registry, &tenancy);
+    let mut policies = Policies::new(&options.tenant_gates);
+    let (hosts, paths) = rule_counts(store);
+    let mut routes = RouteTable::with_capacity(hosts, paths);
+    let mut certs = CertTable::default();
+    let classes = ClassFilter::new(store);
+    // Every operator Ingress shows the same status: build it once.
+    let fleet_status = Arc::new(IngressStatus {
+        load_balancer: Some(load_balancer_status(&options.status_addresses)),
+    });
+    let no_status = Arc::new(IngressStatus::default());
+    let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
+    let mut claims: Vec<Claim> = Vec::new();
+    // (host, its own secretName, index into ingress_reports) of hosts that
+    // asked for ACME.
+    let mut acme_candidates: Vec<(String, Option<String>, usize)> = Vec::new();
+
+    let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
+    ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
+
+    let mut default_holder: Option<&NsName> = None;
+    let mut ingress_reports = Vec::with_capacity(ordered.len());
+
+    // A route remembers its owner as an index into `ordered`, which is
+    // how a conflict names the older Ingress without a side table.
+    let owners: Vec<&NsName> = ordered.iter().map(|(id, _)| *id).collect();
+    for (index, (id, stored)) in ordered.into_iter().enumerate() {
+        let index = index as u32;
+        let ingress = &stored.object;
+        if !classes.serves(ingress) {
+            ingress_reports.push(IngressReport {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                served: false,
+                status: no_status.clone(),
+                conditions: vec![Condition::new(
+                    "Accepted",
+                    false,
+                    "OtherClass",
+                    "the Ingress class is not implemented by teapot",
+                )],
+            });
+            continue;
+        }
+        let mut conflicts = Vec::new();
+        let mut unresolved = Vec::new();
+        let mut refused_hosts = Vec::new();
+        let spec = ingress.spec.as_ref();
+        let tenant = tenancy.get(&id.namespace);
+        // In a tenant namespace, host-less rules and defaultBackend belong
+        // to the Ingress's assigned hostname, never to the fleet.
+        let own_host = tenant.map(|t| {
+            HostPattern::Exact(hostname::assigned_hostname(
+                &id.name,
+                t.cluster,
+                &options.domain,
+            ))
+        });
+        let (policy, annotation_problems) = policies.of(ingress, tenant);
+        let mut note = |upstream: &Upstream| {
+            for why in upstream.unavailable.iter().chain(&upstream.refused) {
+                if !unresolved.contains(why) {
+                    unresolved.push(why.clone());
+                }
+            }
+        };
+
+        if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
+            let upstream = resolver.backend(&id.namespace, backend);
+            note(&upstream);
+            let upstream = Route::new(upstream, policy.clone());
+            match &own_host {
+                Some(host) => {
+                    if !routes.host_mut(Some(host)).set_fallback(upstream) {
+                        conflicts.push(format!("defaultBackend for {host} is already set"));
+                    }
+                }
+                None => {
+                    if routes.set_default_backend(upstream) {
+                        default_holder = Some(id);
+                    } else if let Some(holder) = default_holder {
+                        conflicts.push(format!("defaultBackend is held by older Ingress {holder}"));
+                    }
+                }
+            }
+        }
+        let mut rule_hosts = Vec::new();
+        for rule in spec.and_then(|s| s.rules.as_ref()).into_iter().flatten() {
+            // Validated at load; a parse failure here cannot happen.
+            let host = rule
+                .host
+                .as_deref()
+                .and_then(|h| HostPattern::parse(h).ok());
+            let host = match (tenant, host) {
+                (None, host) => host,
+                (Some(_), None) => own_host.clone(),
+                (Some(t), Some(host)) => {
+                    match admit_tenant_host(t, &host, options, &assigned, &mut claims) {
+                        Ok(()) => Some(host),
+                        Err(why) => {
+                            if !refused_hosts.contains(&why) {
+                                refused_hosts.push(why);
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            // Kept for the certificates; the paths below borrow it there.
+            let host = host.map(|h| {
+                rule_hosts.push(h);
+                &rule_hosts[rule_hosts.len() - 1]
+            });
+            let mut table = routes.host_mut(host);
+            for p in rule.http.iter().flat_map(|h| &h.paths) {
+                let Ok(kind) = PathKind::parse(&p.path_type) else {
+                    continue;
+                };
+                let path = p.path.as_deref().unwrap_or("/");
+                let upstream = resolver.backend(&id.namespace, &p.backend);
+                note(&upstream);
+                let route = Route::new(upstream, policy.clone());
+                if let Err(owner) = table.insert(kind, path, route, index) {
+                    let holder = owners[owner as usize];
+                    let host = host.map_or("*".to_string(), |h| h.to_string());
+                    conflicts.push(format!(
+                        "rule {host} {path} ({kind:?}) is held by older Ingress {holder}"
+                    ));
+                }
+            }
+        }
+        let acme = options.acme.as_ref().is_some_and(|a| {
+            let annotations = ingress.metadata.annotations.as_ref();
+            let value = annotations.and_then(|a| a.get(acme::ANNOTATION));
+            a.opted_in(value.map(String::as_str), tenant.is_some())
+        });
+        if acme {
+            let default_host = own_host
+                .as_ref()
+                .filter(|_| spec.is_some_and(|s| s.default_backend.is_some()));
+            for (host, secret) in acme_hosts(ingress, &rule_hosts, default_host) {
+                // A tenant's secretName names the agent's mirror of a
+                // tenant Secret: ACME must not take that name (docs/acme.md).
+                let secret = secret.filter(|_| tenant.is_none());
+                acme_candidates.push((host, secret, ingress_reports.len()));
+            }
+        }
+        let tls_problems = add_certificates(
+            store,
+            id,
+            ingress,
+            &rule_hosts,
+            tenant.is_some(),
+            acme,
+            &mut certs,
+        );
+
+        let mut conditions = Vec::with_capacity(5);
+        conditions.push(Condition::new("Accepted", true, "Accepted", ""));
+        conditions.push(if conflicts.is_empty() {
+            Condition::new("Conflicted", false, "NoConflict", "")
+        } else {
+            Condition::new("Conflicted", true, "OlderIngressWins", conflicts.join("; "))
+        });
+        conditions.push(Condition::unless_problems(
+            "BackendsReady",
+            &unresolved,
+            "EndpointsReady",
+            "NoReadyEndpoints",
+        ));
+        conditions.push(Condition::unless_problems(
+            "TLSReady",
+            &tls_problems,
+            "CertificatesLoaded",
+            "SecretUnusable",
+        ));
+        conditions.push(Condition::unless_problems(
+            "HostsAccepted",
+            &refused_hosts,
+            "HostsAccepted",
+            "HostsNotRouted",
+        ));
+        if !annotation_problems.is_empty() {
+            conditions.push(Condition::unless_problems(
+                "AnnotationsAccepted",
+                &annotation_problems,
+                "AnnotationsAccepted",
+                "InvalidAnnotation",
+            ));
+        }
+        let status = match &own_host {
+            Some(host) => Arc::new(IngressStatus {
+                load_balancer: Some(load_balancer_status(&[host.to_string()])),
+            }),
+            None => fleet_status.clone(),
+        };
+        ingress_reports.push(IngressReport {
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            served: true,
+            status,
+            conditions,
+        });
+    }
+
+    // Only hosts no Secret covers: a tenant's own certificate always wins.
+    let mut acme_hosts = acme::AcmeHosts::default();
+    let mut acme_by_report: FastHashMap<usize, Vec<String>> = FastHashMap::default();
+    for (host, secret, report) in acme_candidates {
+        if certs.lookup(&host).is_some() {
+            continue;
+        }
+        // Attributed to the oldest Ingress asking; every asker's condition
+        // shows the host.
+        let r = &ingress_reports[report];
+        acme_hosts.insert_with_secret(&host, &r.namespace, &r.name, secret.as_deref());
+        acme_by_report.entry(report).or_default().push(host);
+    }
+    if let Some(inputs) = &options.acme {
+        for (report, mut hosts) in acme_by_report {
+            hosts.sort();
+            hosts.dedup();
+            ingress_reports[report]
+                .conditions
+                .push(acme::condition(&inputs.states, &hosts));
+        }
+    }
+    let (l4, l4_report) = match options.l4.as_ref().and_then(|inputs| {
+        l4::compile(
+            inputs,
+            store,
+            &tenancy,
+            generation,
+            |ns, name, port, port_name| resolver.service_port(ns, name, port, port_name),
+        )
+    }) {
+        Some((compiled, report)) => (Some(compiled), Some(report)),
+        None => (None, None),
+    };
+
+    claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
+    claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
+    let proofs = options.proofs.as_deref();
+    let domains = claims
+        .iter()
+        .map(|c| DomainReport {
+            cluster: c.cluster.clone(),
+            host: c.host.clone(),
+            routed: proofs.is_some_and(|p| p.is_proven(&c.cluster, &c.host)),
+            detail: proofs
+                .and_then(|p| p.detail(&c.cluster, &c.host))
+                .unwrap_or_else(|| "not checked yet".into()),
+        })
+        .collect();
+    let report = StatusReport {
+        generation,
+        ingresses: ingress_reports,
+        backends: resolver.report(),
+        problems,
+        domains,
+        l4: l4_report,
+    };
+    Snapshot {
+        generation,
+        routes,
+        certs,
+        report,
+        claims,
+        acme: acme_hosts,
+        l4,
+        compile_time: started.elapsed(),
+    }
+}
+
+/// Upper bounds of the hosts and paths a compile will add, for sizing the
+/// route table once instead of growing it.
+fn rule_counts(store: &Store) -> (usize, usize) {
+    let mut hosts = 0;
+    let mut paths = 0;
+    for stored in store.ingresses.values() {
+        for rule in stored
+            .object
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+        {
+            hosts += 1;
+            paths += rule.http.as_ref().map_or(0, |h| h.paths.len());
+        }
+    }
+    (hosts, paths)
+}
+
+/// Decides whether a tenant may route a rule host now; custom hosts become
+/// claims for the prover and route once proven.
+fn admit_tenant_host(
+    tenant: &TenantView<'_>,
+    host: &HostPattern,
+    options: &CompileOptions,
+    assigned: &FastHashMap<&str, Vec<String>>,
+    claims: &mut Vec<Claim>,
+) -> Result<(), String> {
+    match tenant.scope(host)? {
+        HostScope::Assigned | HostScope::Allowed => Ok(()),
+        HostScope::Custom => {
+            let name = host.to_string();
+            claims.push(Claim {
+                cluster: tenant.cluster.to_string(),
+                host: name.clone(),
+                token: tenant.tenant.verification_token(),
+                targets: assigned.get(tenant.cluster).cloned().unwrap_or_default(),
+            });
+            let proofs = options.proofs.as_deref();
+            if proofs.is_some_and(|p| p.is_proven(tenant.cluster, &name)) {
+                return Ok(());
+            }
+            Err(proofs
+                .and_then(|p| p.detail(tenant.cluster, &name))
+                .unwrap_or_else(|| format!("custom domain {name} is waiting for its DNS proof")))
+        }
+    }
+}
+
+/// Every assigned hostname of each tenant (by cluster): the CNAME targets
+/// that prove a custom domain.
+fn assigned_hostnames<'s>(
+    store: &'s Store,
+    tenancy: &Tenancy<'s>,
+    classes: &ClassFilter,
+    domain: &str,
+) -> FastHashMap<&'s str, Vec<String>> {
+    let mut out: FastHashMap<&str, Vec<String>> = FastHashMap::default();
+    if tenancy.is_empty() {
+        return out;
+    }
+    for (id, ingress) in &store.ingresses {
+        if let Some(t) = tenancy.get(&id.namespace)
+            && classes.serves(&ingress.object)
+        {
+            out.entry(t.cluster)
+                .or_default()
+                .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
+        }
+    }
+    out
+}
+
+/// The exact TLS hosts of an Ingress that it routes (its rule hosts, plus
+/// `default_host` where a tenant's defaultBackend serves): what ACME may
+/// ask a certificate for. HTTP-01 cannot prove a wildcard. Each comes with
+/// its entry's `secretName` when that entry has no other such host (one
+/// certificate per host, so a shared name cannot hold them all).
+fn acme_hosts(
+    ingress: &Ingress,
+    rule_hosts: &[HostPattern],
+    default_host: Option<&HostPattern>,
+) -> Vec<(String, Option<String>)> {
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    let mut out = Vec::new();
+    for entry in tls.into_iter().flatten() {
+        let first = out.len();
+        for host in tls_entry_hosts(entry, rule_hosts) {
+            let routed = rule_hosts.contains(&host) || default_host == Some(&host);
+            if let (true, HostPattern::Exact(name)) = (routed, &host) {
+                out.push((name.to_string(), None));
+            }
+        }
+        if out.len() == first + 1 {
+            out[first].1 = entry.secret_name.clone();
+        }
+    }
+    out
+}
+
+/// The hosts a `spec.tls` entry names; without hosts, the certificate
+/// covers the Ingress's own rule hosts.
+fn tls_entry_hosts(
+    entry: &k8s_openapi::api::networking::v1::IngressTLS,
+    rule_hosts: &[HostPattern],
+) -> Vec<HostPattern> {
+    match &entry.hosts {
+        Some(hosts) if !hosts.is_empty() => hosts
+            .iter()
+            .filter_map(|h| HostPattern::parse(h).ok())
+            .collect(),
+        _ => rule_hosts.to_vec(),
+    }
+}
+
+/// Registers the certificates of an Ingress's `spec.tls`; returns messages
+/// for entries that could not be used. With `acme`, a missing Secret is
+/// expected (ACME supplies the certificate) and not a problem.
+fn add_certificates(
+    store: &Store,
+    id: &NsName,
+    ingress: &Ingress,
+    rule_hosts: &[HostPattern],
+    tenant: bool,
+    acme: bool,
+    certs: &mut CertTable,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    for (i, entry) in tls.into_iter().flatten().enumerate() {
+        let Some(secret_name) = entry.secret_name.as_deref() else {
+            if !acme {
+                problems.push(format!("spec.tls[{i}].secretName is empty"));
+            }
+            continue;
+        };
+        let Some(secret) = store.secrets.get(&NsRef {
+            namespace: &id.namespace,
+            name: secret_name,
+        }) else {
+            if acme {
+                continue;
+            }
+            problems.push(format!(
+                "spec.tls[{i}]: Secret {}/{secret_name} not found or not a usable kubernetes.io/tls Secret",
+                id.namespace
+            ));
+            continue;
+        };
+        for host in tls_entry_hosts(entry, rule_hosts) {
+            // A tenant's certificate covers only hosts it routes: a Secret
+            // must never put a certificate on another tenant's name.
+            if tenant && !rule_hosts.contains(&host) {
+                problems.push(format!(
+                    "spec.tls[{i}]: host {host} is not routed by this Ingress; its certificate is not used"
+                ));
+                continue;
+            }
+            if !certs.insert(&host, secret.object.certificate.key.clone()) {
+                problems.push(format!(
+                    "spec.tls[{i}]: host {host} already has a certificate from an older Ingress"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn load_balancer_status(addresses: &[String]) -> IngressLoadBalancerStatus {
+    IngressLoadBalancerStatus {
+        ingress: Some(
+            addresses
+                .iter()
+                .map(|a| {
+                    if a.parse::<IpAddr>().is_ok() {
+                        IngressLoadBalancerIngress {
+                            ip: Some(a.clone()),
+                            ..Default::default()
+                        }
+                    } else {
+                        IngressLoadBalancerIngress {
+                            hostname: Some(a.clone()),
+                            ..Default::default()
+                        }
+                    }
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Which Ingresses are ours.
+struct ClassFilter {
+    /// Names of IngressClasses whose controller is teapot.
+    ours: Vec<String>,
+    /// Whether one of them is the cluster default.
+    default: bool,
+}
+
+impl ClassFilter {
+    fn new(store: &Store) -> ClassFilter {
+        let mut ours = vec![INGRESS_CLASS.to_string()];
+        let mut default = false;
+        for (name, class) in &store.ingress_classes {
+            let controller = class
+                .object
+                .spec
+                .as_ref()
+                .and_then(|s| s.controller.as_deref());
+            if controller != Some(CONTROLLER_NAME) {
+                continue;
+            }
+            ours.push(name.clone());
+            let annotations = class.object.metadata.annotations.as_ref();
+            default |= annotations
+                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                .is_some_and(|v| v == "true");
+        }
+        ClassFilter { ours, default }
+    }
+
+    fn serves(&self, ingress: &Ingress) -> bool {
+        let class = ingress
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref())
+            .or_else(|| {
+                // The deprecated annotation still appears in older charts.
+                ingress
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get("kubernetes.io/ingress.class")
+                    .map(String::as_str)
+            });
+        match class {
+            Some(c) => self.ours.iter().any(|o| o == c),
+            None => self.default,
+        }
+    }
+}
+
+/// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
+/// per distinct (tenant, body limit).
+struct Policies<'a> {
+    gates: &'a TenantGates,
+    cache: FastHashMap<PolicyKey<'a>, Option<Arc<RoutePolicy>>>,
+}
+
+/// (tenant cluster, `teapot.dev/max-body-size`).
+type PolicyKey<'a> = (Option<&'a str>, Option<u64>);
+
+impl<'a> Policies<'a> {
+    fn new(gates: &'a TenantGates) -> Policies<'a> {
+        Policies {
+            gates,
+            cache: FastHashMap::default(),
+        }
+    }
+
+    /// The policy of `ingress` and the annotations it could not read (the
+    /// webhook refuses those in tenant namespaces; an operator's manifest
+    /// can still carry one).
+    fn of(
+        &mut self,
+        ingress: &Ingress,
+        tenant: Option<&TenantView<'a>>,
+    ) -> (Option<Arc<RoutePolicy>>, Vec<String>) {
+        use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
+        const MAX_BODY: &str = "teapot.dev/max-body-size";
+        let mut problems = Vec::new();
+        let value = ingress
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MAX_BODY));
+        let max_body_size =
+            value.and_then(
+                |v| match annotations::parse(ObjectKind::Ingress, MAX_BODY, v) {
+                    Ok(AnnotationValue::Size(n)) => Some(n),
+                    Ok(_) => None,
+                    Err(e) => {
+                        problems.push(format!("{MAX_BODY}: {e}; the operator maximum applies"));
+                        None
+                    }
+                },
+            );
+        let cluster = tenant.map(|t| t.cluster);
+        let gates = self.gates;
+        let policy = self
+            .cache
+            .entry((cluster, max_body_size))
+            .or_insert_with(|| {
+                let gate = tenant.map(|t| {
+                    let limits =
+                        teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref());
+                    gates.gate(t.cluster, &limits)
+                });
+                (gate.is_some() || max_body_size.is_some()).then(|| {
+                    Arc::new(RoutePolicy {
+                        max_body_size,
+                        tenant: gate,
+                    })
+                })
+            })
+            .clone();
+        (policy, problems)
+    }
+}
+
+/// Resolves backend references to upstreams, once per (Service, port).
+struct Resolver<'a> {
+    store: &'a Store,
+    registry: &'a EndpointRegistry,
+    tenancy: &'a Tenancy<'a>,
+    slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
+    cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
+}
+
+/// The EndpointSlices of one Service. Most Services have one slice; a Vec
+/// for each was a hundred thousand allocations per large compile.
+enum Slices<'a> {
+    One(&'a EndpointSlice),
+    Many(Vec<&'a EndpointSlice>),
+}
+
+impl<'a> Slices<'a> {
+    fn push(&mut self, slice: &'a EndpointSlice) {
+        match self {
+            Slices::One(first) => *self = Slices::Many(vec![*first, slice]),
+            Slices::Many(all) => all.push(slice),
+        }
+    }
+
+    fn as_slice(&self) -> &[&'a EndpointSlice] {
+        match self {
+            Slices::One(one) => std::slice::from_ref(one),
+            Slices::Many(all) => all,
+        }
+    }
+}
+
+/// One upstream: a Service port in a namespace.
+type BackendKey<'a> = (&'a str, &'a str, PortRef<'a>);
+
+/// The key of a Service backend; `None` for a resource backend.
+fn backend_key<'a>(namespace: &'a str, backend: &'a IngressBackend) -> Option<BackendKey<'a>> {
+    let service = backend.service.as_ref()?;
+    let port = match service.port.as_ref() {
+        Some(ServiceBackendPort {
+            number: Some(n), ..
+        }) => PortRef::Number(*n),
+        Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n),
+        _ => PortRef::Number(0),
+    };
+    Some((namespace, service.name.as_str(), port))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PortRef<'a> {
+    Number(i32),
+    Name(&'a str),
+}
+
+impl std::fmt::Display for PortRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortRef::Number(n) => write!(f, "{n}"),
+            PortRef::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+impl<'a> Resolver<'a> {
+    fn new(
+        store: &'a Store,
+        registry: &'a EndpointRegistry,
+        tenancy: &'a Tenancy<'a>,
+    ) -> Resolver<'a> {
+        let mut slices: FastHashMap<(&str, &str), Slices> =
+            FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
+        for (id, slice) in &store.endpoint_slices {
+            let labels = slice.object.metadata.labels.as_ref();
+            if let Some(service) = labels.and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+                let key = (id.namespace.as_str(), service.as_str());
+                match slices.entry(key) {
+                    hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
+                    hashbrown::hash_map::Entry::Vacant(e) => {
+                        e.insert(Slices::One(&slice.object));
+                    }
+                }
+            }
+        }
+        Resolver {
+            store,
+            registry,
+            tenancy,
+            slices,
+            cache: FastHashMap::default(),
+        }
+    }
+
+    fn backend(&mut self, namespace: &'a str, backend: &'a IngressBackend) -> Arc<Upstream> {
+        let Some(key) = backend_key(namespace, backend) else {
+            return Arc::new(Upstream::new(
+                format!("{namespace}/<resource>"),
+                Vec::new(),
+                Some("resource backends are not supported".into()),
+            ));
+        };
+        self.cached(key)
+    }
+
+    /// The upstream of one Service port (L4 listeners): by name when it
+    /// has one, since a TCP and a UDP port may share a number.
+    fn service_port(
+        &mut self,
+        namespace: &'a str,
+        name: &'a str,
+        port: i32,
+        port_name: &'a str,
+    ) -> Arc<Upstream> {
+        let port = if port_name.is_empty() {
+            PortRef::Number(port)
+        } else {
+            PortRef::Name(port_name)
+        };
+        self.cached((namespace, name, port))
+    }
+
+    fn cached(&mut self, key: BackendKey<'a>) -> Arc<Upstream> {
+        if let Some(u) = self.cache.get(&key) {
+            return u.clone();
+        }
+        let (namespace, name, port) = key;
+        let upstream = Arc::new(self.resolve(namespace, name, &port));
+        self.cache.insert(key, upstream.clone());
+        upstream
+    }
+
+    fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
+        let label = upstream_label(namespace, name, port);
+        let unavailable = |why: String| Upstream::new(label.clone(), Vec::new(), Some(why));
+        let Some(service) = self
+            .store
+            .services
+            .get(&NsRef { namespace, name })
+            .map(|s| &s.object)
+        else {
+            return unavailable(format!("Service {namespace}/{name} not found"));
+        };
+        let spec = service.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return unavailable(format!(
+                "Service {namespace}/{name} is ExternalName, which teapot does not route to"
+            ));
+        }
+        let Some(service_port) = find_port(service, port) else {
+            return unavailable(format!("Service {namespace}/{name} has no port {port}"));
+        };
+        let port_name = service_port.name.as_deref().unwrap_or("");
+        let tenant = self.tenancy.get(namespace);
+        let mut refused = Vec::new();
+        let mut addrs: Vec<SocketAddr> = Vec::new();
+        for slice in self
+            .slices
+            .get(&(namespace, name))
+            .map_or(&[][..], Slices::as_slice)
+        {
+            if slice.address_type == "FQDN" {
+                continue;
+            }
+            let Some(number) = slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+                .and_then(|p| p.port)
+            else {
+                continue;
+            };
+            let Ok(number) = u16::try_from(number) else {
+                continue;
+            };
+            for endpoint in slice.endpoints.iter().flatten() {
+                // `ready` unset means ready (discovery.k8s.io/v1).
+                let ready = endpoint
+                    .conditions
+                    .as_ref()
+                    .and_then(|c| c.ready)
+                    .unwrap_or(true);
+                if !ready {
+                    continue;
+                }
+                for a in &endpoint.addresses {
+                    let Ok(ip) = a.parse::<IpAddr>() else {
+                        continue;
+                    };
+                    if let Some(t) = tenant
+                        && let Err(why) = t.endpoint_allowed(ip)
+                    {
+                        refused.push(format!(
+                            "endpoint of Service {namespace}/{name} refused: {why}"
+                        ));
+                        continue;
+                    }
+                    addrs.push(SocketAddr::new(ip, number));
+                }
+            }
+        }
+        addrs.sort();
+        addrs.dedup();
+        refused.sort();
+        refused.dedup();
+        let mut upstream = if addrs.is_empty() {
+            unavailable(format!(
+                "no ready endpoints for Service {namespace}/{name} port {port}"
+            ))
+        } else {
+            Upstream::new(label, self.registry.endpoints(&addrs), None)
+        };
+        upstream.refused = refused;
+        upstream
+    }
+
+    fn report(&self) -> Backends {
+        Backends(self.cache.values().cloned().collect())
+    }
+}
+
+/// `namespace/service:port`. Built by hand: one per upstream, and the
+/// formatting machinery was a tenth of a compile.
+fn upstream_label(namespace: &str, name: &str, port: &PortRef) -> String {
+    let mut label = String::with_capacity(namespace.len() + name.len() + 8);
+    label.push_str(namespace);
+    label.push('/');
+    label.push_str(name);
+    label.push(':');
+    match port {
+        PortRef::Number(n) => label.push_str(itoa::Buffer::new().format(*n)),
+        PortRef::Name(n) => label.push_str(n),
+    }
+    label
+}
+
+fn find_port<'s>(
+    service: &'s Service,
+    port: &PortRef,
+) -> Option<&'s k8s_openapi::api::core::v1::ServicePort> {
+    let ports = service.spec.as_ref()?.ports.as_ref()?;
+    ports.iter().find(|p| match port {
+        PortRef::Number(n) => p.port == *n,
+        PortRef::Name(n) => p.name.as_deref() == Some(*n),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::compile::acme::{CertState, HostStatus};
+    use crate::compile::domains::Proof;
+    use teapot_model::manifests::{Loaded, load_text};
+
+    const TENANT: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  allowedDomains: [shop.example.com]
+  nodeCIDRs: [10.1.0.0/24]
+";
+
+    fn backend(ns: &str, name: &str, ip: &str) -> String {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+endpoints: [{{addresses: [\"{ip}\"]}}]
+ports: [{{name: \"\", port: 8080}}]
+"
+        )
+    }
+
+    fn ingress(ns: &str, name: &str, hosts: &[Option<&str>], default_backend: bool) -> String {
+        let rules: String = hosts
+            .iter()
+            .map(|h| {
+                let host = h.map(|h| format!("host: \"{h}\"\n    ")).unwrap_or_default();
+                format!("  - {host}http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}\n")
+            })
+            .collect();
+        let default = if default_backend {
+            "  defaultBackend: {service: {name: web, port: {number: 80}}}\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  ingressClassName: teapot
+{default}  rules:
+{rules}"
+        )
+    }
+
+    /// Loads YAML documents (which must all be valid) and compiles them.
+    pub(crate) fn compile_test_docs(docs: &[String], options: &CompileOptions) -> Snapshot {
+        let mut loaded = Loaded::default();
+        load_text(
+            Path::new("t.yaml"),
+            &docs.join("---\n"),
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        compile(
+            &loaded.store,
+            Vec::new(),
+            1,
+            options,
+            &EndpointRegistry::default(),
+        )
+    }
+
+    fn compile_docs(docs: &[String], proofs: Option<Arc<ProofResults>>) -> Snapshot {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            proofs,
+            ..CompileOptions::default()
+        };
+        compile_test_docs(docs, &options)
+    }
+
+    fn compile_acme(docs: &[String], default_tenants: bool) -> Snapshot {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            proofs: Some(Arc::default()),
+            acme: Some(AcmeInputs {
+                default_tenants,
+                states: Arc::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        compile_test_docs(docs, &options)
+    }
+
+    /// The compile is a function of its arguments: proof results and ACME
+    /// states handed over as plain data decide routing and conditions, with
+    /// no runtime, watcher, prover or issuer anywhere.
+    #[test]
+    fn proofs_and_acme_states_as_data_decide_routing_and_conditions() {
+        let docs = [
+            TENANT.into(),
+            backend("tenant-acme", "web", "10.1.0.5"),
+            with_tls(
+                ingress(
+                    "tenant-acme",
+                    "web.shop",
+                    &[Some("www.acme-corp.com")],
+                    false,
+                ),
+                Some("true"),
+                &["www.acme-corp.com"],
+            ),
+        ];
+        let waiting = compile_docs(&docs, Some(Arc::default()));
+        assert!(!routed(&waiting, "www.acme-corp.com"));
+        assert_eq!(waiting.claims.len(), 1, "the claim goes out for the prover");
+
+        let mut proofs = ProofResults::default();
+        proofs.insert(
+            "acme",
+            "www.acme-corp.com",
+            Proof {
+                routed: true,
+                detail: "CNAME to web-shop.acme.lb.example.net".into(),
+            },
+        );
+        let mut states = std::collections::HashMap::new();
+        states.insert(
+            "www.acme-corp.com".to_string(),
+            HostStatus {
+                state: CertState::Issued,
+                message: "valid until 2027-01-01".into(),
+            },
+        );
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            proofs: Some(Arc::new(proofs)),
+            acme: Some(AcmeInputs {
+                default_tenants: false,
+                states: Arc::new(states),
+            }),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(&docs, &options);
+        assert!(routed(&s, "www.acme-corp.com"));
+        assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["www.acme-corp.com"]);
+        let ready = s.report.ingresses[0]
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "CertificateReady")
+            .expect("CertificateReady");
+        assert_eq!((ready.status, ready.reason), ("True", "Issued"));
+        assert_eq!(
+            s.report.domains[0].detail,
+            "CNAME to web-shop.acme.lb.example.net"
+        );
+    }
+
+    fn with_tls(ingress: String, annotation: Option<&str>, hosts: &[&str]) -> String {
+        let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+        let ingress = match annotation {
+            Some(v) => {
+                let (head, tail) = ingress.split_once("}\nspec:").unwrap();
+                format!("{head}, annotations: {{teapot.dev/acme: \"{v}\"}}}}\nspec:{tail}")
+            }
+            None => ingress,
+        };
+        ingress.replace(
+            "spec:\n",
+            &format!(
+                "spec:\n  tls: [{{hosts: [{}], secretName: missing}}]\n",
+                hosts.join(", ")
+            ),
+        )
+    }
+
+    #[test]
+    fn acme_hosts_are_routed_exact_tls_hosts_of_opted_in_ingresses() {
+        let s = compile_acme(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                with_tls(
+                    ingress(
+                        "ops",
+                        "shop",
+                        &[Some("a.example"), Some("*.w.example")],
+                        false,
+                    ),
+                    Some("true"),
+                    &["a.example", "*.w.example", "not-routed.example"],
+                ),
+                with_tls(
+                    ingress("ops", "plain", &[Some("p.example")], false),
+                    None,
+                    &["p.example"],
+                ),
+            ],
+            false,
+        );
+        assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["a.example"]);
+        // Its entry's only ACME host: kube mode stores it under secretName.
+        assert_eq!(
+            s.acme.get("a.example").unwrap().secret.as_deref(),
+            Some("missing")
+        );
+        let report = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "shop")
+            .unwrap();
+        let tls = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "TLSReady")
+            .unwrap();
+        assert_eq!(
+            tls.status, "True",
+            "a missing Secret is expected with ACME: {}",
+            tls.message
+        );
+        let cert = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "CertificateReady")
+            .unwrap();
+        assert_eq!((cert.status, cert.reason), ("False", "Pending"));
+        let plain = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "plain")
+            .unwrap();
+        assert!(
+            plain
+                .conditions
+                .iter()
+                .all(|c| c.type_ != "CertificateReady")
+        );
+    }
+
+    #[test]
+    fn acme_in_tenant_namespaces_follows_policy_and_opt_out() {
+        let tenant_ingress = |annotation| {
+            with_tls(
+                ingress(
+                    "tenant-acme",
+                    "web.shop",
+                    &[
+                        Some("api.shop.example.com"),
+                        Some("www.acme-corp.com"),
+                        None,
+                    ],
+                    false,
+                ),
+                annotation,
+                &[
+                    "api.shop.example.com",
+                    "www.acme-corp.com",
+                    "web-shop.acme.lb.example.net",
+                ],
+            )
+        };
+        let docs = |annotation| {
+            [
+                TENANT.to_string(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                tenant_ingress(annotation),
+            ]
+        };
+        // The operator default covers tenants; an unproven custom domain
+        // is not routed, so it gets no certificate either.
+        let s = compile_acme(&docs(None), true);
+        assert_eq!(
+            s.acme.hosts().collect::<Vec<_>>(),
+            ["api.shop.example.com", "web-shop.acme.lb.example.net"]
+        );
+        assert_eq!(
+            s.acme.get("api.shop.example.com").unwrap().namespace,
+            "tenant-acme"
+        );
+        // A tenant's secretName is the agent's mirror name: never ACME's.
+        assert_eq!(s.acme.get("api.shop.example.com").unwrap().secret, None);
+        assert!(compile_acme(&docs(Some("false")), true).acme.is_empty());
+        assert!(compile_acme(&docs(None), false).acme.is_empty());
+    }
+
+    #[test]
+    fn a_secret_certificate_beats_acme() {
+        let pem = teapot_testkit::certs::self_signed(&["a.example"]);
+        let secret = teapot_testkit::certs::tls_secret_yaml("ops", "missing", &pem);
+        let s = compile_acme(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                secret,
+                with_tls(
+                    ingress("ops", "shop", &[Some("a.example")], false),
+                    Some("true"),
+                    &["a.example"],
+                ),
+            ],
+            false,
+        );
+        assert!(s.acme.is_empty());
+        assert!(s.certs.lookup("a.example").is_some());
+    }
+
+    fn annotated(ingress: String, annotations: &str) -> String {
+        ingress.replacen(
+            "namespace: ",
+            &format!("annotations: {{{annotations}}}, namespace: "),
+            1,
+        )
+    }
+
+    #[test]
+    fn routes_carry_the_body_limit_and_the_tenant_gate() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(
+            &[
+                TENANT.replace(
+                    "nodeCIDRs",
+                    "limits: {requestsPerSecond: 7}
+  nodeCIDRs",
+                ),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                annotated(
+                    ingress("tenant-acme", "web.shop", &[None], false),
+                    "teapot.dev/max-body-size: 10k",
+                ),
+                backend("ops", "web", "127.0.0.1"),
+                ingress("ops", "plain", &[Some("plain.example")], false),
+                annotated(
+                    ingress("ops", "big", &[Some("big.example")], false),
+                    "teapot.dev/max-body-size: \"0\"",
+                ),
+                annotated(
+                    ingress("ops", "bad", &[Some("bad.example")], false),
+                    "teapot.dev/max-body-size: 10mb",
+                ),
+            ],
+            &options,
+        );
+        let tenant = s
+            .routes
+            .lookup("web-shop.acme.lb.example.net", "/")
+            .unwrap();
+        assert_eq!(tenant.max_body_size(), Some(10 * 1024));
+        assert_eq!(&*tenant.tenant().expect("tenant gate").cluster, "acme");
+        let plain = s.routes.lookup("plain.example", "/").unwrap();
+        assert!(plain.policy.is_none(), "no allocation without limits");
+        let big = s.routes.lookup("big.example", "/").unwrap();
+        assert_eq!(big.max_body_size(), Some(0));
+        assert!(big.tenant().is_none());
+        let bad = s.routes.lookup("bad.example", "/").unwrap();
+        assert_eq!(bad.max_body_size(), None);
+        let report = s.report.ingresses.iter().find(|r| r.name == "bad").unwrap();
+        let condition = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "AnnotationsAccepted")
+            .expect("condition");
+        assert!(condition.message.contains("max-body-size"), "{condition:?}");
+        // The same gate across compiles, so a reload keeps the counters.
+        let again = compile_test_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                ingress("tenant-acme", "web.shop", &[None], false),
+            ],
+            &options,
+        );
+        let gate = again
+            .routes
+            .lookup("web-shop.acme.lb.example.net", "/")
+            .and_then(|r| r.tenant().cloned())
+            .unwrap();
+        assert!(Arc::ptr_eq(&gate, tenant.tenant().unwrap()));
+    }
+
+    fn routed(s: &Snapshot, host: &str) -> bool {
+        s.routes.lookup(host, "/").is_some_and(|u| !u.is_empty())
+    }
+
+    #[test]
+    fn tenant_hostless_rules_and_default_backend_bind_to_the_assigned_hostname() {
+        let s = compile_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                ingress("tenant-acme", "web.shop", &[None], true),
+            ],
+            None,
+        );
+        assert!(routed(&s, "web-shop.acme.lb.example.net"));
+        assert!(!routed(&s, "anything.else"), "never the whole fleet");
+        assert!(
+            s.routes
+                .lookup("web-shop.acme.lb.example.net", "/x")
+                .is_some()
+        );
+        let report = &s.report.ingresses[0];
+        let lb = report.status.load_balancer.as_ref().unwrap();
+        assert_eq!(
+            lb.ingress.as_ref().unwrap()[0].hostname.as_deref(),
+            Some("web-shop.acme.lb.example.net")
+        );
+    }
+
+    #[test]
+    fn operator_namespaces_keep_standard_semantics() {
+        let s = compile_docs(
+            &[
+                backend("ops", "web", "127.0.0.1"),
+                ingress("ops", "catchall", &[None], true),
+            ],
+            None,
+        );
+        assert!(routed(&s, "anything.else"));
+    }
+
+    #[test]
+    fn tenant_hosts_outside_its_scope_are_not_routed() {
+        let s = compile_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                ingress(
+                    "tenant-acme",
+                    "web.shop",
+                    &[
+                        Some("api.shop.example.com"),
+                        Some("web.other.lb.example.net"),
+                        Some("*.example.org"),
+                        Some("www.acme-corp.com"),
+                    ],
+                    false,
+                ),
+            ],
+            None,
+        );
+        assert!(routed(&s, "api.shop.example.com"));
+        assert!(!routed(&s, "web.other.lb.example.net"));
+        assert!(!routed(&s, "x.example.org"));
+        assert!(
+            !routed(&s, "www.acme-corp.com"),
+            "custom domain waits for proof"
+        );
+        assert_eq!(s.claims.len(), 1);
+        assert_eq!(s.claims[0].host, "www.acme-corp.com");
+        assert_eq!(s.claims[0].targets, ["web-shop.acme.lb.example.net"]);
+        let hosts = s.report.ingresses[0]
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "HostsAccepted")
+            .unwrap();
+        assert_eq!(hosts.status, "False");
+        assert!(
+            hosts.message.contains("outside your own subtree"),
+            "{}",
+            hosts.message
+        );
+        assert!(
+            hosts.message.contains("waiting for its DNS proof"),
+            "{}",
+            hosts.message
+        );
+    }
+
+    #[test]
+    fn tenant_endpoints_outside_node_cidrs_or_forbidden_are_dropped() {
+        for (ip, why) in [("127.0.0.1", "loopback"), ("10.9.0.1", "nodeCIDRs")] {
+            let s = compile_docs(
+                &[
+                    TENANT.into(),
+                    backend("tenant-acme", "web", ip),
+                    ingress("tenant-acme", "web.shop", &[None], false),
+                ],
+                None,
+            );
+            let upstream = s
+                .routes
+                .lookup("web-shop.acme.lb.example.net", "/")
+                .unwrap();
+            assert!(upstream.is_empty(), "{ip}");
+            assert!(
+                upstream.refused[0].contains(why),
+                "{ip}: {:?}",
+                upstream.refused
+            );
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! The route table: an immutable index from (host, path) to an upstream,
+//! built once per snapshot so that a lookup is a few hash probes and no
+//! allocation.
+//!
+//! Semantics (DESIGN.md, "Ingress semantics"): the most specific host group
+//! is chosen first (an exact host, else a wildcard one label up, else the
+//! rules without host); inside it `Exact` is tried on the whole path, then
+//! `Prefix` keys from the longest element-wise prefix of the path to `/`.
+//! A request that matches no path of its host group goes to the default
+//! backend, if any; it does not fall through to a less specific host group
+//! (as in ingress-nginx and the Gateway API, a host's rules are its own).
+//!
+//! Layout: hosts map to a group number; every path of every group lives in
+//! one hash table whose keys point into one string arena. A compile of 100k
+//! Ingresses inserts about a million paths, and a map (or a boxed key) per
+//! host made allocation the larger part of compile time.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use teapot_api::{HostPattern, PathKind};
+
+use crate::compile::fairness::TenantGate;
+use crate::compile::upstream::Upstream;
+
+/// Where a matched rule goes, with the limits of the Ingress it came from.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub upstream: Arc<Upstream>,
+    /// `None` for an operator Ingress without limits (the common case in
+    /// large tables: no allocation); shared by every rule of one Ingress.
+    pub policy: Option<Arc<RoutePolicy>>,
+}
+
+impl Route {
+    pub fn new(upstream: Arc<Upstream>, policy: Option<Arc<RoutePolicy>>) -> Route {
+        Route { upstream, policy }
+    }
+
+    /// `teapot.dev/max-body-size` of the Ingress (0: no limit of its own).
+    pub fn max_body_size(&self) -> Option<u64> {
+        self.policy.as_ref().and_then(|p| p.max_body_size)
+    }
+
+    /// The gate of the Tenant owning the Ingress; `None` in operator namespaces.
+    pub fn tenant(&self) -> Option<&Arc<TenantGate>> {
+        self.policy.as_ref().and_then(|p| p.tenant.as_ref())
+    }
+}
+
+impl From<Arc<Upstream>> for Route {
+    fn from(upstream: Arc<Upstream>) -> Route {
+        Route::new(upstream, None)
+    }
+}
+
+impl std::ops::Deref for Route {
+    type Target = Upstream;
+    fn deref(&self) -> &Upstream {
+        &self.upstream
+    }
+}
+
+/// Per-Ingress limits carried by its routes.
+#[derive(Debug, Default)]
+pub struct RoutePolicy {
+    /// `teapot.dev/max-body-size`; it only lowers the operator maximum.
+    pub max_body_size: Option<u64>,
+    pub tenant: Option<Arc<TenantGate>>,
+}
+
+/// Keys are operator and tenant configuration, never request input, so a
+/// fast seeded hash is safe here; lookups by request hosts only probe.
+type FastMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
+
+/// A host group: the paths of one host pattern (or of the rules without
+/// host, which are group 0), by number.
+type GroupId = u32;
+
+/// What a lookup needs about a host group, stored in the host map's entry
+/// so that finding the host costs no further cache miss.
+#[derive(Debug, Default)]
+struct Group {
+    id: GroupId,
+    /// Where requests for this host that match no path go: a tenant
+    /// Ingress's `defaultBackend`, bound to its assigned hostname.
+    fallback: Option<Route>,
+    exact: u32,
+    prefix: u32,
+    /// Segments of the longest prefix key: a lookup starts its walk up the
+    /// request path there, so a deep path costs no probes for depths no
+    /// rule has (each probe is a likely cache miss in a large table).
+    prefix_depth: u32,
+}
+
+/// One path rule: its key (in the arena), where it goes and which Ingress
+/// (by compile order) owns it.
+#[derive(Debug)]
+struct PathEntry {
+    group: GroupId,
+    exact: bool,
+    start: u32,
+    len: u32,
+    route: Route,
+    owner: u32,
+}
+
+/// Every route of a snapshot.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    exact_hosts: FastMap<Group>,
+    /// `*.foo.com` stored as `foo.com`.
+    wildcard_hosts: FastMap<Group>,
+    any_host: Group,
+    /// Groups handed out so far; 0 is the rules without host.
+    groups: u32,
+    paths: HashTable<PathEntry>,
+    /// Path keys of `paths`, back to back. Prefix keys have no trailing
+    /// slash; `/` is the empty key.
+    arena: String,
+    hasher: foldhash::fast::RandomState,
+    default_backend: Option<Route>,
+}
+
+/// The paths of one host group, for adding rules.
+#[derive(Debug)]
+pub struct PathTable<'t> {
+    group: &'t mut Group,
+    paths: &'t mut HashTable<PathEntry>,
+    arena: &'t mut String,
+    hasher: &'t foldhash::fast::RandomState,
+}
+
+impl PathTable<'_> {
+    /// Adds a rule for `owner` unless the same (kind, path) is already
+    /// there; on such a conflict returns the owner that holds it (the
+    /// caller adds oldest first, so that is the older one).
+    pub fn insert(
+        &mut self,
+        kind: PathKind,
+        path: &str,
+        route: Route,
+        owner: u32,
+    ) -> Result<(), u32> {
+        let (exact, key) = match kind {
+            PathKind::Exact => (true, path),
+            PathKind::Prefix => (false, teapot_api::path::prefix_key(path)),
+        };
+        let group = self.group.id;
+        let hash = path_hash(self.hasher, group, exact, key);
+        let arena = &*self.arena;
+        let found = self.paths.find(hash, |e| {
+            e.group == group && e.exact == exact && entry_key(arena, e) == key
+        });
+        if let Some(existing) = found {
+            return Err(existing.owner);
+        }
+        let start = u32::try_from(self.arena.len()).expect("route keys exceed 4 GiB");
+        self.arena.push_str(key);
+        let entry = PathEntry {
+            group,
+            exact,
+            start,
+            len: key.len() as u32,
+            route,
+            owner,
+        };
+        let hasher = self.hasher;
+        let arena = &*self.arena;
+        self.paths.insert_unique(hash, entry, |e| {
+            path_hash(hasher, e.group, e.exact, entry_key(arena, e))
+        });
+        let g = &mut *self.group;
+        if exact {
+            g.exact += 1;
+        } else {
+            g.prefix += 1;
+            g.prefix_depth = g.prefix_depth.max(segments(key));
+        }
+        Ok(())
+    }
+
+    /// Sets the fallback unless one is set; returns false if taken.
+    pub fn set_fallback(&mut self, route: Route) -> bool {
+        let g = &mut *self.group;
+        if g.fallback.is_some() {
+            return false;
+        }
+        g.fallback = Some(route);
+        true
+    }
+}
+
+fn path_hash(hasher: &foldhash::fast::RandomState, group: GroupId, exact: bool, key: &str) -> u64 {
+    hasher.hash_one((group, exact, key))
+}
+
+/// Segments of a prefix key (`""` for `/` has none, `/a/b` has two).
+fn segments(key: &str) -> u32 {
+    key.bytes().filter(|&b| b == b'/').count() as u32
+}
+
+/// The first `depth` segments of a path without trailing slash.
+fn truncate_segments(path: &str, depth: u32) -> &str {
+    let mut seen = 0;
+    for (i, b) in path.bytes().enumerate() {
+        if b == b'/' {
+            if seen == depth {
+                return &path[..i];
+            }
+            seen += 1;
+        }
+    }
+    path
+}
+
+fn entry_key<'a>(arena: &'a str, e: &PathEntry) -> &'a str {
+    &arena[e.start as usize..(e.start + e.len) as usize]
+}
+
+/// The group of `key`, created on first use; probes before it allocates a
+/// key, since most calls find an existing host.
+fn group_of<'m>(map: &'m mut FastMap<Group>, groups: &mut u32, key: &str) -> &'m mut Group {
+    if !map.contains_key(key) {
+        *groups += 1;
+        let group = Group {
+            id: *groups,
+            ..Group::default()
+        };
+        map.insert(key.into(), group);
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
+impl RouteTable {
+    /// An empty table with room for about `paths` rules on `hosts` hosts,
+    /// so that a compile does not rehash as it grows.
+    pub fn with_capacity(hosts: usize, paths: usize) -> RouteTable {
+        let mut t = RouteTable::default();
+        t.exact_hosts.reserve(hosts);
+        t.paths.reserve(paths, |_| 0);
+        t.arena.reserve(paths * 8);
+        t
+    }
+
+    /// The path table of a host pattern (`None`: rules without host).
+    pub fn host_mut(&mut self, host: Option<&HostPattern>) -> PathTable<'_> {
+        let group = match host {
+            None => &mut self.any_host,
+            Some(HostPattern::Exact(h)) => group_of(&mut self.exact_hosts, &mut self.groups, h),
+            Some(HostPattern::Wildcard(s)) => {
+                group_of(&mut self.wildcard_hosts, &mut self.groups, s)
+            }
+        };
+        PathTable {
+            group,
+            paths: &mut self.paths,
+            arena: &mut self.arena,
+            hasher: &self.hasher,
+        }
+    }
+
+    /// Sets the default backend unless one is set; returns false if taken.
+    pub fn set_default_backend(&mut self, route: Route) -> bool {
+        if self.default_backend.is_some() {
+            return false;
+        }
+        self.default_backend = Some(route);
+        true
+    }
+
+    /// Looks up a request. `authority` is the Host header or `:authority`
+    /// as received; `path` is the path without query.
+    pub fn lookup(&self, authority: &str, path: &str) -> Option<&Route> {
+        let mut buf = [0u8; 256];
+        let group = teapot_api::host::normalize_request_host(authority, &mut buf)
+            .and_then(|host| {
+                self.exact_hosts.get(host).or_else(|| {
+                    let (_, parent) = host.split_once('.')?;
+                    self.wildcard_hosts.get(parent)
+                })
+            })
+            .unwrap_or(&self.any_host);
+        self.lookup_path(group, path)
+            .or(group.fallback.as_ref())
+            .or(self.default_backend.as_ref())
+    }
+
+    fn lookup_path(&self, g: &Group, path: &str) -> Option<&Route> {
+        let group = g.id;
+        if g.exact > 0
+            && let Some(u) = self.probe(group, true, path)
+        {
+            return Some(u);
+        }
+        if g.prefix == 0 {
+            return None;
+        }
+        let mut candidate = truncate_segments(path.trim_end_matches('/'), g.prefix_depth);
+        loop {
+            if let Some(u) = self.probe(group, false, candidate) {
+                return Some(u);
+            }
+            candidate = &candidate[..candidate.rfind('/')?];
+        }
+    }
+
+    fn probe(&self, group: GroupId, exact: bool, key: &str) -> Option<&Route> {
+        let hash = path_hash(&self.hasher, group, exact, key);
+        self.paths
+            .find(hash, |e| {
+                e.group == group && e.exact == exact && entry_key(&self.arena, e) == key
+            })
+            .map(|e| &e.route)
+    }
+
+    /// Number of (host, path) routes, host fallbacks included.
+    pub fn len(&self) -> usize {
+        let fallbacks = self
+            .exact_hosts
+            .values()
+            .chain(self.wildcard_hosts.values())
+            .chain([&self.any_host])
+            .filter(|g| g.fallback.is_some())
+            .count();
+        self.paths.len() + fallbacks
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0 && self.default_backend.is_none()
+    }
+
+    pub fn hosts(&self) -> usize {
+        self.exact_hosts.len() + self.wildcard_hosts.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PathKind::{Exact, Prefix};
+
+    fn up(name: &str) -> Route {
+        Arc::new(Upstream::new(name.into(), Vec::new(), None)).into()
+    }
+
+    fn table(rules: &[(Option<&str>, PathKind, &str, &str)]) -> RouteTable {
+        let mut t = RouteTable::default();
+        for (i, (host, kind, path, name)) in rules.iter().enumerate() {
+            let host = host.map(|h| HostPattern::parse(h).unwrap());
+            assert!(
+                t.host_mut(host.as_ref())
+                    .insert(*kind, path, up(name), i as u32)
+                    .is_ok()
+            );
+        }
+        t
+    }
+
+    fn hit(t: &RouteTable, host: &str, path: &str) -> Option<String> {
+        t.lookup(host, path).map(|u| u.name.clone())
+    }
+
+    #[test]
+    fn prefix_matches_element_wise() {
+        let t = table(&[(None, Prefix, "/aaa", "aaa")]);
+        assert_eq!(hit(&t, "x", "/aaa").as_deref(), Some("aaa"));
+        assert_eq!(hit(&t, "x", "/aaa/").as_deref(), Some("aaa"));
+        assert_eq!(hit(&t, "x", "/aaa/bbb").as_deref(), Some("aaa"));
+        assert_eq!(hit(&t, "x", "/aaaccc"), None);
+        assert_eq!(hit(&t, "x", "/aa"), None);
+        assert_eq!(hit(&t, "x", "/"), None);
+    }
+
+    #[test]
+    fn trailing_slash_in_rule_is_ignored() {
+        let t = table(&[(None, Prefix, "/foo/", "foo")]);
+        assert_eq!(hit(&t, "x", "/foo").as_deref(), Some("foo"));
+        assert_eq!(hit(&t, "x", "/foo/").as_deref(), Some("foo"));
+        assert_eq!(hit(&t, "x", "/foo/bar").as_deref(), Some("foo"));
+        assert_eq!(hit(&t, "x", "/foobar"), None);
+    }
+
+    #[test]
+    fn root_prefix_matches_everything() {
+        let t = table(&[(None, Prefix, "/", "root")]);
+        for p in ["/", "/a", "/a/b/c/", "//"] {
+            assert_eq!(hit(&t, "x", p).as_deref(), Some("root"), "{p}");
+        }
+    }
+
+    #[test]
+    fn exact_is_whole_path_and_case_sensitive() {
+        let t = table(&[(None, Exact, "/foo", "foo")]);
+        assert_eq!(hit(&t, "x", "/foo").as_deref(), Some("foo"));
+        assert_eq!(hit(&t, "x", "/foo/"), None);
+        assert_eq!(hit(&t, "x", "/FOO"), None);
+        assert_eq!(hit(&t, "x", "/foo/bar"), None);
+    }
+
+    #[test]
+    fn prefix_is_case_sensitive() {
+        let t = table(&[(None, Prefix, "/Foo", "foo")]);
+        assert_eq!(hit(&t, "x", "/foo"), None);
+        assert_eq!(hit(&t, "x", "/Foo/x").as_deref(), Some("foo"));
+    }
+
+    #[test]
+    fn longest_match_wins_and_exact_beats_prefix_on_a_tie() {
+        let t = table(&[
+            (None, Prefix, "/", "root"),
+            (None, Prefix, "/foo", "foo-prefix"),
+            (None, Exact, "/foo", "foo-exact"),
+            (None, Prefix, "/foo/bar", "foobar"),
+            (None, Exact, "/foo/bar/baz/", "exact-slash"),
+        ]);
+        assert_eq!(hit(&t, "x", "/foo").as_deref(), Some("foo-exact"));
+        assert_eq!(hit(&t, "x", "/foo/").as_deref(), Some("foo-prefix"));
+        assert_eq!(hit(&t, "x", "/foo/x").as_deref(), Some("foo-prefix"));
+        assert_eq!(hit(&t, "x", "/foo/bar/x").as_deref(), Some("foobar"));
+        assert_eq!(
+            hit(&t, "x", "/foo/bar/baz/").as_deref(),
+            Some("exact-slash")
+        );
+        assert_eq!(hit(&t, "x", "/foo/bar/baz").as_deref(), Some("foobar"));
+        assert_eq!(hit(&t, "x", "/other").as_deref(), Some("root"));
+    }
+
+    #[test]
+    fn host_matching_case_port_trailing_dot() {
+        let t = table(&[(Some("foo.bar.com"), Prefix, "/", "foo")]);
+        for h in [
+            "foo.bar.com",
+            "FOO.Bar.COM",
+            "foo.bar.com:8080",
+            "foo.bar.com.",
+            "foo.bar.com.:443",
+        ] {
+            assert_eq!(hit(&t, h, "/").as_deref(), Some("foo"), "{h}");
+        }
+        assert_eq!(hit(&t, "bar.com", "/"), None);
+        assert_eq!(hit(&t, "xfoo.bar.com", "/"), None);
+    }
+
+    #[test]
+    fn wildcard_depth_and_exact_precedence() {
+        let t = table(&[
+            (Some("*.foo.com"), Prefix, "/", "wild"),
+            (Some("a.foo.com"), Prefix, "/api", "exact"),
+        ]);
+        assert_eq!(hit(&t, "b.foo.com", "/").as_deref(), Some("wild"));
+        assert_eq!(hit(&t, "B.Foo.com:80", "/x").as_deref(), Some("wild"));
+        assert_eq!(hit(&t, "a.foo.com", "/api/v1").as_deref(), Some("exact"));
+        // The exact host owns its requests: no fall-through to the wildcard.
+        assert_eq!(hit(&t, "a.foo.com", "/"), None);
+        assert_eq!(hit(&t, "c.b.foo.com", "/"), None);
+        assert_eq!(hit(&t, "foo.com", "/"), None);
+    }
+
+    #[test]
+    fn hostless_rules_catch_other_hosts_and_default_backend_catches_the_rest() {
+        let mut t = table(&[
+            (Some("a.com"), Prefix, "/a", "a"),
+            (None, Prefix, "/any", "any"),
+        ]);
+        assert_eq!(hit(&t, "b.com", "/any/x").as_deref(), Some("any"));
+        assert_eq!(hit(&t, "", "/any").as_deref(), Some("any"));
+        assert_eq!(hit(&t, "a.com", "/any"), None);
+        assert!(t.set_default_backend(up("default")));
+        assert!(!t.set_default_backend(up("second")));
+        assert_eq!(hit(&t, "a.com", "/any").as_deref(), Some("default"));
+        assert_eq!(hit(&t, "b.com", "/nothing").as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn a_host_fallback_catches_its_own_unmatched_paths_only() {
+        let mut t = table(&[(Some("a.com"), Prefix, "/api", "api")]);
+        let host = HostPattern::parse("a.com").unwrap();
+        assert!(t.host_mut(Some(&host)).set_fallback(up("a-default")));
+        assert!(!t.host_mut(Some(&host)).set_fallback(up("second")));
+        assert!(t.set_default_backend(up("global")));
+        assert_eq!(hit(&t, "a.com", "/api/x").as_deref(), Some("api"));
+        assert_eq!(hit(&t, "a.com", "/other").as_deref(), Some("a-default"));
+        assert_eq!(hit(&t, "b.com", "/other").as_deref(), Some("global"));
+    }
+
+    #[test]
+    fn deep_paths_start_at_the_deepest_rule() {
+        assert_eq!(truncate_segments("/a/b/c", 0), "");
+        assert_eq!(truncate_segments("/a/b/c", 1), "/a");
+        assert_eq!(truncate_segments("/a/b/c", 3), "/a/b/c");
+        assert_eq!(truncate_segments("/a/b/c", 9), "/a/b/c");
+        assert_eq!(truncate_segments("//x", 1), "/");
+        let t = table(&[
+            (None, Prefix, "/", "root"),
+            (None, Prefix, "/a/b", "ab"),
+            (Some("h.com"), Prefix, "/a", "h-a"),
+        ]);
+        assert_eq!(hit(&t, "x", "/a/b/c/d/e/f").as_deref(), Some("ab"));
+        assert_eq!(hit(&t, "x", "/a/bc/d").as_deref(), Some("root"));
+        assert_eq!(hit(&t, "h.com", "/a/b/c/d/e/f").as_deref(), Some("h-a"));
+        assert_eq!(hit(&t, "h.com", "/ab/c"), None);
+    }
+
+    #[test]
+    fn conflicts_keep_the_first_insert() {
+        let mut t = RouteTable::default();
+        let mut g = t.host_mut(None);
+        assert_eq!(g.insert(Prefix, "/x/", up("old"), 0), Ok(()));
+        assert_eq!(g.insert(Prefix, "/x", up("new"), 1), Err(0));
+        assert_eq!(g.insert(Exact, "/x", up("exact"), 1), Ok(()));
+        assert_eq!(hit(&t, "h", "/x/y").as_deref(), Some("old"));
+    }
+}

@@ -1,0 +1,153 @@
+//! A snapshot: everything a request or handshake needs, immutable, swapped
+//! in whole with `arc-swap` so readers never lock and never see half a
+//! reload.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use k8s_openapi::api::networking::v1::IngressStatus;
+use serde::Serialize;
+
+use crate::compile::certs::CertTable;
+use crate::compile::routes::RouteTable;
+use crate::compile::upstream::Upstream;
+use teapot_model::manifests::Problem;
+
+/// The compiled state the data plane serves from.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Counts up with every compile; 0 is the empty table before the first.
+    pub generation: u64,
+    pub routes: RouteTable,
+    pub certs: CertTable,
+    pub report: StatusReport,
+    /// Custom domains tenants route once DNS proves them.
+    pub claims: Vec<crate::compile::domains::Claim>,
+    /// Hosts that get their certificate from ACME.
+    pub acme: crate::compile::acme::AcmeHosts,
+    /// The L4 listener table and what each Service holds, for the loops to
+    /// publish and remember; `None` when L4 is off.
+    pub l4: Option<crate::compile::l4::L4Compiled>,
+    pub compile_time: Duration,
+}
+
+/// Shared, swappable pointer to the current snapshot.
+pub type SnapshotHandle = Arc<ArcSwap<Snapshot>>;
+
+/// What the admin API shows at `/status`, and what becomes Ingress status in
+/// kube mode.
+#[derive(Debug, Default, Serialize)]
+pub struct StatusReport {
+    pub generation: u64,
+    pub ingresses: Vec<IngressReport>,
+    pub backends: Backends,
+    pub problems: Vec<Problem>,
+    /// Custom domains claimed by tenants and where their proof stands.
+    pub domains: Vec<DomainReport>,
+    /// LoadBalancer Services: allocations, listeners, conditions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l4: Option<crate::compile::l4::L4Report>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DomainReport {
+    pub cluster: String,
+    pub host: String,
+    pub routed: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IngressReport {
+    pub namespace: String,
+    pub name: String,
+    /// Whether teapot implements this Ingress's class.
+    pub served: bool,
+    pub status: Arc<IngressStatus>,
+    pub conditions: Vec<Condition>,
+}
+
+/// A Kubernetes-style condition. Type, status and reason are fixed words,
+/// so they cost no allocation per Ingress and compile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: &'static str,
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Condition {
+    /// True with `ok_reason` when `problems` is empty, else False with
+    /// `problem_reason` and the problems joined.
+    pub fn unless_problems(
+        type_: &'static str,
+        problems: &[String],
+        ok_reason: &'static str,
+        problem_reason: &'static str,
+    ) -> Condition {
+        if problems.is_empty() {
+            Condition::new(type_, true, ok_reason, "")
+        } else {
+            Condition::new(type_, false, problem_reason, problems.join("; "))
+        }
+    }
+
+    pub fn new(
+        type_: &'static str,
+        ok: bool,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Condition {
+        Condition {
+            type_,
+            status: if ok { "True" } else { "False" },
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Every backend of a snapshot. Rendered only when `/status` asks:
+/// formatting every endpoint of a large table would be a real share of
+/// each compile.
+#[derive(Debug, Default)]
+pub struct Backends(pub Vec<Arc<Upstream>>);
+
+impl Serialize for Backends {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut sorted: Vec<&Upstream> = self.0.iter().map(|u| &**u).collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        serializer.collect_seq(sorted.into_iter().map(BackendView))
+    }
+}
+
+/// One backend as `/status` shows it: `namespace`, `service`, `port`,
+/// `endpoints`, and why some or all are missing.
+struct BackendView<'a>(&'a Upstream);
+
+impl Serialize for BackendView<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let u = self.0;
+        // The name is `namespace/service:port`; none of the parts can hold
+        // '/' or ':'.
+        let (namespace, rest) = u.name.split_once('/').unwrap_or(("", &u.name));
+        let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
+        let endpoints: Vec<String> = u.endpoints.iter().map(|e| e.addr.to_string()).collect();
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("namespace", namespace)?;
+        map.serialize_entry("service", service)?;
+        map.serialize_entry("port", port)?;
+        map.serialize_entry("endpoints", &endpoints)?;
+        if let Some(why) = &u.unavailable {
+            map.serialize_entry("unavailable", why)?;
+        }
+        if !u.refused.is_empty() {
+            map.serialize_entry("refused", &u.refused)?;
+        }
+        map.end()
+    }
+}

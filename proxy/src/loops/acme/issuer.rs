@@ -1,0 +1,624 @@
+//! The issuer: runs in every replica, works only while it holds the
+//! store's issuer role. Each second it walks the snapshot's ACME hosts and
+//! orders a certificate for each host that has none or is past two thirds
+//! of its lifetime, unless that host's backoff says to wait. One order at a
+//! time, one host per order: a failing host never holds another's
+//! certificate back, and the CA sees a gentle, steady client.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use instant_acme::{
+    Account, AccountBuilder, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier,
+    NewAccount, NewOrder, Order, OrderStatus, RetryPolicy,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::cert::{IssuedCert, from_unix_ms, unix_ms};
+use super::client::{AcmeHttp, RetryAfterSlot};
+use super::store::{HostRecord, valid_token};
+use super::{AcmeConfig, AcmeError, AcmeShared};
+use crate::compile::snapshot::SnapshotHandle;
+use crate::plane::metrics::Metrics;
+
+/// How often the issuer looks for due hosts.
+const SCAN: Duration = Duration::from_secs(1);
+
+/// `account.json`: the credentials and the directory they belong to, so a
+/// changed `--acme-directory` makes a new account instead of failing.
+#[derive(Serialize, Deserialize)]
+struct AccountFile {
+    directory: String,
+    credentials: AccountCredentials,
+}
+
+/// Why an attempt failed, and what that means for the next one.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    rate_limited: bool,
+    account_gone: bool,
+    /// The CA did not answer at all (connection, TLS, timeout): every host
+    /// would fail the same way.
+    unreachable: bool,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            rate_limited: false,
+            account_gone: false,
+            unreachable: false,
+        }
+    }
+
+    /// Whether all orders should pause, not just this host's.
+    fn pauses_all(&self) -> bool {
+        self.rate_limited || self.unreachable
+    }
+}
+
+impl From<instant_acme::Error> for Failure {
+    fn from(e: instant_acme::Error) -> Failure {
+        let kind = match &e {
+            instant_acme::Error::Api(p) => p.r#type.as_deref().unwrap_or(""),
+            _ => "",
+        };
+        Failure {
+            unreachable: matches!(
+                e,
+                instant_acme::Error::Other(_)
+                    | instant_acme::Error::Http(_)
+                    | instant_acme::Error::Hyper(_)
+            ),
+            rate_limited: kind.ends_with(":rateLimited"),
+            account_gone: kind.ends_with(":accountDoesNotExist"),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<AcmeError> for Failure {
+    fn from(e: AcmeError) -> Failure {
+        Failure::new(e.to_string())
+    }
+}
+
+impl From<rcgen::Error> for Failure {
+    fn from(e: rcgen::Error) -> Failure {
+        Failure::new(format!("key or CSR generation: {e}"))
+    }
+}
+
+pub struct Issuer {
+    config: AcmeConfig,
+    shared: Arc<AcmeShared>,
+    retry_after: RetryAfterSlot,
+    account: Option<Account>,
+    /// While the CA is unreachable or rate-limits the account, no host is
+    /// tried: one host's failure stands for all of them, and a thousand
+    /// due hosts must not become a thousand connection attempts.
+    paused_until: Option<SystemTime>,
+    /// Consecutive attempts that paused everything (drives that backoff).
+    pauses: u32,
+}
+
+/// Resolves once `shutdown` is true (or its sender is gone).
+pub(super) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    while !*shutdown.borrow_and_update() {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Exponential backoff with jitter: the n-th consecutive failure waits a
+/// random time between half and all of `min * 2^(n-1)`, capped at `max`,
+/// so replicas of many fleets do not retry in lockstep.
+pub fn backoff(failures: u32, min: Duration, max: Duration) -> Duration {
+    let exp = min.saturating_mul(1u32 << failures.saturating_sub(1).min(20));
+    let full = exp.min(max);
+    full.mul_f64(0.5 + rand::random::<f64>() * 0.5)
+}
+
+impl Issuer {
+    /// Checks what can be checked before serving (the root file, the
+    /// directory URL) so a bad flag stops the start with a clear message.
+    pub fn new(config: AcmeConfig, shared: Arc<AcmeShared>) -> Result<Issuer, AcmeError> {
+        if !config.directory.starts_with("https://") {
+            return Err(AcmeError::Config(format!(
+                "--acme-directory {:?} must be an https:// URL (RFC 8555 §6.1)",
+                config.directory
+            )));
+        }
+        let retry_after = RetryAfterSlot::default();
+        AcmeHttp::new(config.root.as_deref(), retry_after.clone())?;
+        Ok(Issuer {
+            config,
+            shared,
+            retry_after,
+            account: None,
+            paused_until: None,
+            pauses: 0,
+        })
+    }
+
+    fn builder(&self) -> Result<AccountBuilder, Failure> {
+        let http = AcmeHttp::new(self.config.root.as_deref(), self.retry_after.clone())?;
+        Ok(Account::builder_with_http(Box::new(http)))
+    }
+
+    /// Takes the issuer role whenever it is free, works while holding it.
+    pub async fn run(
+        mut self,
+        snapshots: SnapshotHandle,
+        metrics: Metrics,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        loop {
+            let lead = loop {
+                match self.shared.store.try_lead().await {
+                    Ok(Some(lead)) => break lead,
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot take the ACME issuer role"),
+                }
+                tokio::select! {
+                    _ = stopped(&mut shutdown) => return,
+                    _ = tokio::time::sleep(self.config.lock_retry) => {}
+                }
+            };
+            metrics.acme_issuer.set(1);
+            tracing::info!("this replica is the ACME issuer");
+            if let Err(e) = self.shared.store.clear_challenges().await {
+                tracing::warn!(error = %e, "cannot clear stale ACME challenges");
+            }
+            let stopping = loop {
+                if !lead.held() {
+                    break false;
+                }
+                let stop = tokio::select! {
+                    _ = stopped(&mut shutdown) => true,
+                    _ = self.step(&snapshots, &metrics) => false,
+                } || tokio::select! {
+                    _ = stopped(&mut shutdown) => true,
+                    _ = tokio::time::sleep(SCAN) => false,
+                };
+                if stop {
+                    break true;
+                }
+            };
+            metrics.acme_issuer.set(0);
+            if stopping {
+                lead.release().await;
+                return;
+            }
+            tracing::warn!("lost the ACME issuer role");
+        }
+    }
+
+    /// One pass over the hosts; attempts every host that is due.
+    async fn step(&mut self, snapshots: &SnapshotHandle, metrics: &Metrics) {
+        if self
+            .paused_until
+            .is_some_and(|until| SystemTime::now() < until)
+        {
+            return;
+        }
+        let snapshot = snapshots.load_full();
+        for (host, owner) in snapshot.acme.iter() {
+            let view = self.shared.view.load();
+            let now = SystemTime::now();
+            if view
+                .cert(host, Some(owner))
+                .is_some_and(|c| now < c.renew_at())
+            {
+                continue;
+            }
+            let record = view.records.get(host).cloned().unwrap_or_default();
+            if record
+                .next_attempt_ms
+                .is_some_and(|at| now < from_unix_ms(at))
+            {
+                continue;
+            }
+            drop(view);
+            let pause = self.attempt(host, owner, record, metrics).await;
+            if let Err(e) = self.shared.refresh().await {
+                tracing::warn!(error = %e, "cannot reload ACME state");
+            }
+            match pause {
+                Some(delay) => {
+                    self.pauses = self.pauses.saturating_add(1);
+                    self.paused_until = Some(SystemTime::now() + delay);
+                    tracing::warn!(
+                        pause_s = delay.as_secs_f64(),
+                        "the CA is unreachable or rate-limits us: pausing every order"
+                    );
+                    return;
+                }
+                None => {
+                    self.pauses = 0;
+                    self.paused_until = None;
+                }
+            }
+        }
+        self.forget_stale(&snapshot.acme).await;
+    }
+
+    /// Drops stored hosts no Ingress asks for any more once nothing useful
+    /// is left (no certificate, or an expired one). A valid certificate
+    /// stays until it expires, so an Ingress that comes back within that
+    /// time costs the CA nothing.
+    async fn forget_stale(&self, wanted: &super::AcmeHosts) {
+        let now = SystemTime::now();
+        let view = self.shared.view.load_full();
+        let mut stale: Vec<&String> = view
+            .certs
+            .keys()
+            .chain(view.records.keys())
+            .filter(|h| wanted.get(h).is_none())
+            .filter(|h| view.certs.get(*h).is_none_or(|c| c.expired(now)))
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        stale.sort();
+        stale.dedup();
+        for host in stale {
+            match self.shared.store.remove_host(host).await {
+                Ok(()) => {
+                    tracing::info!(host = %host, "forgot the ACME state of a host no Ingress asks for")
+                }
+                Err(e) => {
+                    tracing::warn!(host = %host, error = %e, "cannot remove stale ACME state")
+                }
+            }
+        }
+        if let Err(e) = self.shared.refresh().await {
+            tracing::warn!(error = %e, "cannot reload ACME state");
+        }
+    }
+
+    /// One order for `host`; returns how long to pause every order when the
+    /// failure was not this host's alone.
+    async fn attempt(
+        &mut self,
+        host: &str,
+        owner: &super::AcmeHost,
+        record: HostRecord,
+        metrics: &Metrics,
+    ) -> Option<Duration> {
+        metrics.acme_orders.inc();
+        *self.retry_after.lock() = None;
+        let renewal = self.shared.view.load().cert(host, Some(owner)).is_some();
+        tracing::info!(host, renewal, "ordering a certificate");
+        let limit = self.config.order_timeout.saturating_mul(3);
+        let result = match tokio::time::timeout(limit, self.issue(host)).await {
+            Ok(r) => r,
+            Err(_) => Err(Failure {
+                unreachable: true,
+                ..Failure::new(format!("no result within {limit:?}"))
+            }),
+        };
+        let now = SystemTime::now();
+        let store = &self.shared.store;
+        match result {
+            Ok((pem, cert)) => {
+                let stored = async {
+                    store.put_certificate(host, owner, &pem).await?;
+                    let record = HostRecord {
+                        updated_ms: unix_ms(now),
+                        ..HostRecord::default()
+                    };
+                    store.put_record(host, owner, &record).await
+                };
+                match stored.await {
+                    Ok(()) => {
+                        metrics.acme_issued.inc();
+                        tracing::info!(
+                            host,
+                            renewal,
+                            not_after_unix = super::cert::unix_s(cert.not_after),
+                            "certificate issued"
+                        );
+                    }
+                    Err(e) => {
+                        metrics.acme_failures.inc();
+                        tracing::error!(host, error = %e, "certificate issued but not stored");
+                    }
+                }
+                None
+            }
+            Err(failure) => {
+                metrics.acme_failures.inc();
+                let failures = record.failures.saturating_add(1);
+                let mut delay = backoff(failures, self.config.retry_min, self.config.retry_max);
+                if failure.rate_limited {
+                    delay = delay.max(self.config.retry_max);
+                }
+                // A Retry-After (429, 503) is the CA asking every client of
+                // it to wait, not only for this host.
+                let asked = self.retry_after.lock().take();
+                if let Some(at) = asked {
+                    delay = delay.max(at.duration_since(now).unwrap_or_default());
+                }
+                // The fleet-wide pause grows with its own count; a rate
+                // limit or Retry-After is never cut short.
+                let pause = (failure.pauses_all() || asked.is_some()).then(|| {
+                    if failure.rate_limited || asked.is_some() {
+                        return delay;
+                    }
+                    let global = backoff(
+                        self.pauses.saturating_add(1),
+                        self.config.retry_min,
+                        self.config.retry_max,
+                    );
+                    global.min(delay)
+                });
+                let next = now + delay;
+                tracing::warn!(
+                    host,
+                    failures,
+                    retry_in_s = delay.as_secs_f64(),
+                    rate_limited = failure.rate_limited,
+                    error = %failure.message,
+                    "certificate order failed; the current certificate (if any) keeps serving"
+                );
+                let record = HostRecord {
+                    failures,
+                    last_error: Some(failure.message),
+                    next_attempt_ms: Some(unix_ms(next)),
+                    updated_ms: unix_ms(now),
+                };
+                if let Err(e) = store.put_record(host, owner, &record).await {
+                    tracing::error!(host, error = %e, "cannot store the ACME attempt record");
+                }
+                pause
+            }
+        }
+    }
+
+    async fn issue(&mut self, host: &str) -> Result<(String, IssuedCert), Failure> {
+        match self.issue_once(host).await {
+            Err(f) if f.account_gone => {
+                // A CA that lost its database (or a directory URL that now
+                // points elsewhere): the stored account is useless.
+                tracing::warn!(error = %f.message, "the CA does not know our account; registering again");
+                self.account = None;
+                self.register().await?;
+                self.issue_once(host).await
+            }
+            r => r,
+        }
+    }
+
+    async fn account(&mut self) -> Result<Account, Failure> {
+        if let Some(a) = &self.account {
+            return Ok(a.clone());
+        }
+        let saved = self.shared.store.load_account().await?.and_then(|data| {
+            serde_json::from_slice::<AccountFile>(&data)
+                .inspect_err(|e| tracing::warn!(error = %e, "account.json unreadable; registering a new account"))
+                .ok()
+        });
+        let account = match saved {
+            Some(file) if file.directory == self.config.directory => {
+                self.builder()?.from_credentials(file.credentials).await?
+            }
+            _ => return self.register().await,
+        };
+        self.account = Some(account.clone());
+        Ok(account)
+    }
+
+    /// Registers a new account and persists it (key included).
+    async fn register(&mut self) -> Result<Account, Failure> {
+        let contact = self.config.email.as_ref().map(|e| format!("mailto:{e}"));
+        let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
+        let (account, credentials) = self
+            .builder()?
+            .create(
+                &NewAccount {
+                    contact: &contact,
+                    terms_of_service_agreed: true,
+                    only_return_existing: false,
+                },
+                self.config.directory.clone(),
+                None,
+            )
+            .await?;
+        let file = AccountFile {
+            directory: self.config.directory.clone(),
+            credentials,
+        };
+        let data = serde_json::to_vec_pretty(&file)
+            .map_err(|e| Failure::new(format!("encoding the account: {e}")))?;
+        self.shared.store.save_account(&data).await?;
+        tracing::info!(id = account.id(), "ACME account registered");
+        self.account = Some(account.clone());
+        Ok(account)
+    }
+
+    async fn issue_once(&mut self, host: &str) -> Result<(String, IssuedCert), Failure> {
+        let account = self.account().await?;
+        let identifiers = [Identifier::Dns(host.to_string())];
+        let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
+        let mut tokens = Vec::new();
+        let authorized = self.authorize(&mut order, &mut tokens).await;
+        for token in &tokens {
+            if let Err(e) = self.shared.store.remove_challenge(token).await {
+                tracing::warn!(error = %e, "cannot remove an ACME challenge token");
+            }
+        }
+        authorized?;
+
+        // ECDSA P-256: small, fast handshakes, accepted by every client
+        // that matters; a fresh key per certificate.
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        let mut params = rcgen::CertificateParams::new(vec![host.to_string()])?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        let csr = params.serialize_request(&key)?;
+        order.finalize_csr(csr.der()).await?;
+        let chain = order.poll_certificate(&self.policy()).await?;
+        let pem = format!("{}{}", key.serialize_pem(), chain);
+        let cert = IssuedCert::parse(&pem)?;
+        Ok((pem, cert))
+    }
+
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy::new()
+            .initial_delay(Duration::from_millis(250))
+            .backoff(1.5)
+            .timeout(self.config.order_timeout)
+    }
+
+    /// Publishes each HTTP-01 key authorization, tells the CA, and waits
+    /// for the order to become ready.
+    async fn authorize(&self, order: &mut Order, tokens: &mut Vec<String>) -> Result<(), Failure> {
+        let mut authorizations = order.authorizations();
+        while let Some(result) = authorizations.next().await {
+            let mut authz = result?;
+            match authz.status {
+                AuthorizationStatus::Pending => {}
+                AuthorizationStatus::Valid => continue,
+                other => return Err(Failure::new(format!("authorization is {other:?}"))),
+            }
+            let mut challenge = authz
+                .challenge(ChallengeType::Http01)
+                .ok_or_else(|| Failure::new("the CA offers no http-01 challenge"))?;
+            if !valid_token(&challenge.token) {
+                return Err(Failure::new("the CA sent a token that is not base64url"));
+            }
+            let key_authorization = challenge.key_authorization();
+            self.shared
+                .store
+                .put_challenge(&challenge.token, key_authorization.as_str())
+                .await?;
+            tokens.push(challenge.token.clone());
+            challenge.set_ready().await?;
+        }
+        let status = order.poll_ready(&self.policy()).await?;
+        if status == OrderStatus::Ready {
+            return Ok(());
+        }
+        // Say why: the challenge errors carry the CA's explanation
+        // (connection refused, wrong content, DNS).
+        let mut reasons = Vec::new();
+        let mut authorizations = order.authorizations();
+        while let Some(Ok(mut authz)) = authorizations.next().await {
+            if let Ok(state) = authz.refresh().await {
+                reasons.extend(
+                    state
+                        .challenges
+                        .iter()
+                        .filter_map(|c| c.error.as_ref())
+                        .map(|p| p.to_string()),
+                );
+            }
+        }
+        Err(Failure::new(format!(
+            "order is {status:?}: {}",
+            if reasons.is_empty() {
+                "the CA gave no reason".to_string()
+            } else {
+                reasons.join("; ")
+            }
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_caps() {
+        let (min, max) = (Duration::from_secs(10), Duration::from_secs(300));
+        for _ in 0..100 {
+            let first = backoff(1, min, max);
+            assert!(first >= Duration::from_secs(5) && first <= min, "{first:?}");
+            let third = backoff(3, min, max);
+            assert!(third >= Duration::from_secs(20) && third <= Duration::from_secs(40));
+            let many = backoff(50, min, max);
+            assert!(many >= max / 2 && many <= max, "{many:?}");
+        }
+    }
+
+    fn pem(host: &str, not_before: (i32, u8, u8), not_after: (i32, u8, u8)) -> String {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![host.into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(not_before.0, not_before.1, not_before.2);
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let cert = params.self_signed(&key).unwrap();
+        format!("{}{}", key.serialize_pem(), cert.pem())
+    }
+
+    #[tokio::test]
+    async fn forgets_unwanted_hosts_once_nothing_useful_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(super::super::store::DirStore::open(dir.path()).unwrap());
+        use super::super::store::AcmeStore as _;
+        store
+            .put_certificate(
+                "old.example",
+                &Default::default(),
+                &pem("old.example", (2000, 1, 1), (2000, 4, 1)),
+            )
+            .await
+            .unwrap();
+        store
+            .put_certificate(
+                "keep.example",
+                &Default::default(),
+                &pem("keep.example", (2000, 1, 1), (4000, 1, 1)),
+            )
+            .await
+            .unwrap();
+        store
+            .put_record(
+                "failed.example",
+                &Default::default(),
+                &HostRecord::default(),
+            )
+            .await
+            .unwrap();
+        store
+            .put_record(
+                "wanted.example",
+                &Default::default(),
+                &HostRecord::default(),
+            )
+            .await
+            .unwrap();
+        let shared = Arc::new(AcmeShared::new(store.clone(), false));
+        shared.refresh().await.unwrap();
+        let config = AcmeConfig::new("https://ca.invalid/dir", dir.path().to_path_buf());
+        let issuer = Issuer::new(config, shared.clone()).unwrap();
+        let mut wanted = super::super::AcmeHosts::default();
+        wanted.insert("wanted.example", "ns", "ing");
+        issuer.forget_stale(&wanted).await;
+        let left: Vec<String> = store
+            .load_hosts()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| h.host)
+            .collect();
+        assert_eq!(left, ["keep.example", "wanted.example"]);
+    }
+
+    #[test]
+    fn failures_classify_ca_problems() {
+        let problem = |t: &str| {
+            instant_acme::Error::Api(
+                serde_json::from_value(serde_json::json!({"type": t, "detail": "x"})).unwrap(),
+            )
+        };
+        let f = Failure::from(problem("urn:ietf:params:acme:error:rateLimited"));
+        assert!(f.rate_limited && !f.account_gone);
+        let f = Failure::from(problem("urn:ietf:params:acme:error:accountDoesNotExist"));
+        assert!(f.account_gone && !f.rate_limited);
+    }
+}

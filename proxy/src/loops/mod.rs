@@ -1,0 +1,20 @@
+//! The long-running tasks that own state and hand it to the compile.
+//!
+//! Layout:
+//! - [`reload`]: the reload loop. The only place a compile runs: it reads
+//!   the source (a manifests directory or the Kubernetes watch), takes the
+//!   other loops' state as data, compiles, swaps the snapshot, publishes
+//!   the L4 table and prunes the registries. Other loops ask for a
+//!   recompile through its [`reload::Recompile`] handle.
+//! - [`kube_status`]: writes Ingress and Service status in kube mode, from
+//!   one replica (a Lease).
+//! - [`acme`]: certificates from ACME (HTTP-01), one issuer per fleet.
+//! - [`proof`]: DNS proofs of tenants' custom domains.
+//! - [`allocations`]: what each L4 Service holds, remembered across
+//!   compiles and restarts.
+
+pub mod acme;
+pub mod allocations;
+pub mod kube_status;
+pub mod proof;
+pub mod reload;

@@ -1,0 +1,331 @@
+//! Hot reload: watch the manifests directory (or the Kubernetes watch
+//! source), recompile, swap. This loop is the only place a compile runs.
+//!
+//! Other loops never compile: the ACME loop and the domain prover hold a
+//! [`Recompile`] handle and ask for one when what they own changed
+//! (docs/architecture.md, "Who triggers a recompile"). Before each compile
+//! the loop takes their state as data (proof results, ACME host states,
+//! the L4 holdings); after it, it publishes the L4 table, remembers the
+//! holdings, prunes the registries and swaps the snapshot.
+//!
+//! inotify events (through `notify`) trigger a reload after a short quiet
+//! period, so a `kubectl`-style burst of writes or an editor's
+//! write-rename becomes one compile. A cheap poll of file sizes and
+//! modification times backs the watcher up on filesystems where events go
+//! missing. In kube mode the watch events are coalesced the same way
+//! ([`teapot_source::kube::coalesced`]) and nothing is compiled before every
+//! watch has listed. Compiles run on the blocking pool: a large table must not stall
+//! request handling.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use teapot_source::dir::{Fingerprint, POLL_INTERVAL, QUIET_PERIOD, fingerprint, watch_dir};
+use tokio::sync::watch;
+
+use crate::compile::acme::AcmeInputs;
+use crate::compile::snapshot::SnapshotHandle;
+use crate::compile::upstream::EndpointRegistry;
+use crate::compile::{CompileOptions, compile};
+use crate::loops::acme::AcmeShared;
+use crate::loops::allocations::Allocator;
+use crate::loops::proof::ProofBook;
+use crate::plane::l4::L4;
+use crate::plane::metrics::Metrics;
+use teapot_model::manifests::{Problem, load_dir};
+use teapot_model::store::Store;
+use teapot_source::kube::KubeSource;
+
+/// Where a [`Reloader`] reads its objects.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A manifests directory (`--manifests`).
+    Dir(PathBuf),
+    /// The Kubernetes watch (`--kube`).
+    Kube(KubeSource),
+}
+
+/// A request for a recompile, from a loop whose state the compile reads.
+/// Requests made while one is pending are one.
+#[derive(Clone, Debug, Default)]
+pub struct Recompile(Arc<tokio::sync::Notify>);
+
+impl Recompile {
+    pub fn request(&self) {
+        self.0.notify_one();
+    }
+
+    async fn requested(&self) {
+        self.0.notified().await;
+    }
+}
+
+/// The other loops' state, read as data before each compile.
+#[derive(Debug, Default)]
+pub struct LiveInputs {
+    pub proofs: Option<Arc<ProofBook>>,
+    pub acme: Option<Arc<AcmeShared>>,
+    /// The listeners the L4 table goes to, and what each Service holds.
+    pub l4: Option<(Arc<L4>, Allocator)>,
+}
+
+/// Loads, compiles and swaps; remembers what it needs for the next time.
+#[derive(Debug)]
+pub struct Reloader {
+    source: Source,
+    live: LiveInputs,
+    recompile: Recompile,
+    /// The generation swapped in last (0: none yet).
+    generations: watch::Sender<u64>,
+    options: CompileOptions,
+    snapshots: SnapshotHandle,
+    registry: EndpointRegistry,
+    metrics: Metrics,
+    state: Mutex<ReloadState>,
+}
+
+#[derive(Debug, Default)]
+struct ReloadState {
+    store: Store,
+    /// The directory as it was just before the first load read it: a change
+    /// made before the watcher started is then still a change.
+    loaded: Option<Fingerprint>,
+    retired: Option<Arc<crate::compile::snapshot::Snapshot>>,
+    generation: u64,
+    problems: HashSet<String>,
+}
+
+impl Reloader {
+    pub fn new(
+        dir: PathBuf,
+        options: CompileOptions,
+        snapshots: SnapshotHandle,
+        metrics: Metrics,
+    ) -> Reloader {
+        Reloader::with_source(Source::Dir(dir), options, snapshots, metrics)
+    }
+
+    pub fn with_source(
+        source: Source,
+        options: CompileOptions,
+        snapshots: SnapshotHandle,
+        metrics: Metrics,
+    ) -> Reloader {
+        Reloader {
+            source,
+            live: LiveInputs::default(),
+            recompile: Recompile::default(),
+            generations: watch::channel(0).0,
+            options,
+            snapshots,
+            registry: EndpointRegistry::default(),
+            metrics,
+            state: Mutex::new(ReloadState::default()),
+        }
+    }
+
+    /// The other loops' state the compiles read.
+    pub fn with_live(mut self, live: LiveInputs) -> Reloader {
+        self.live = live;
+        self
+    }
+
+    /// The handle other loops ask for a recompile with.
+    pub fn recompile(&self) -> Recompile {
+        self.recompile.clone()
+    }
+
+    /// The compile's inputs: the settings, plus the other loops' state
+    /// now.
+    fn inputs(&self) -> CompileOptions {
+        let mut options = self.options.clone();
+        if let Some(book) = &self.live.proofs {
+            options.proofs = Some(Arc::new(book.results()));
+        }
+        if let Some(acme) = &self.live.acme {
+            options.acme = Some(AcmeInputs {
+                default_tenants: acme.default_tenants,
+                states: acme.states.load_full(),
+            });
+        }
+        if let Some((l4, allocations)) = &self.live.l4 {
+            options.l4 = Some(l4.inputs(Arc::new(allocations.holdings())));
+        }
+        options
+    }
+
+    /// One full load -> compile -> swap. Returns the new generation.
+    pub fn reload(&self) -> u64 {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut loaded = match &self.source {
+            Source::Dir(dir) => {
+                // Only the watcher's start reads it; later loads follow
+                // the watcher's own fingerprints.
+                if state.loaded.is_none() {
+                    state.loaded = Some(fingerprint(dir));
+                }
+                load_dir(dir, &state.store)
+            }
+            // Before every watch has listed, the store is a partial
+            // picture: serving it would drop routes that do exist.
+            Source::Kube(kube) if !kube.is_synced() => return state.generation,
+            Source::Kube(kube) => kube.snapshot(),
+        };
+        teapot_model::tenancy::admit(
+            &mut loaded,
+            &state.store,
+            &self.options.domain,
+            &self.options.lb_networks,
+        );
+        log_problems(&loaded.problems, &mut state.problems);
+        self.metrics
+            .manifest_problems
+            .set(loaded.problems.len() as i64);
+        state.generation += 1;
+        let snapshot = compile(
+            &loaded.store,
+            loaded.problems,
+            state.generation,
+            &self.inputs(),
+            &self.registry,
+        );
+        state.store = loaded.store;
+        if let (Some((l4, allocations)), Some(compiled)) = (&self.live.l4, &snapshot.l4) {
+            allocations.remember(compiled.holdings.clone());
+            l4.publish(compiled.table.clone(), snapshot.report.l4.as_ref());
+        }
+        // Endpoints and tenants that left the store stop being tracked.
+        self.registry.prune();
+        self.options.tenant_gates.prune();
+        self.metrics
+            .compile_seconds
+            .observe(snapshot.compile_time.as_secs_f64());
+        self.metrics
+            .snapshot_generation
+            .set(snapshot.generation as i64);
+        self.metrics.routes.set(snapshot.routes.len() as i64);
+        self.metrics.reloads_total.inc();
+        tracing::info!(
+            generation = snapshot.generation,
+            objects = state.store.len(),
+            routes = snapshot.routes.len(),
+            hosts = snapshot.routes.hosts(),
+            certificates = snapshot.certs.len(),
+            compile_ms = snapshot.compile_time.as_secs_f64() * 1e3,
+            "snapshot swapped in"
+        );
+        // Dropping a large snapshot takes a while (about 1.4 s at 100k
+        // Ingresses); keep the old one here until the next reload so the
+        // drop happens on this blocking thread, not on whichever request
+        // releases it last.
+        state.retired = Some(self.snapshots.swap(Arc::new(snapshot)));
+        self.generations.send_replace(state.generation);
+        state.generation
+    }
+
+    /// Follows the generation swapped in last (0: none yet).
+    pub fn generations(&self) -> watch::Receiver<u64> {
+        self.generations.subscribe()
+    }
+
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Resolves once a snapshot has been swapped in (in kube mode: after
+    /// every watch has listed).
+    pub async fn wait_loaded(&self) {
+        let _ = self.generations.subscribe().wait_for(|g| *g > 0).await;
+    }
+
+    /// Reloads whenever the source changes or another loop asks, until
+    /// `shutdown` turns true.
+    pub async fn watch(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let requests = {
+            let (r, mut shutdown) = (self.clone(), shutdown.clone());
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = r.recompile.requested() => {}
+                        _ = shutdown.wait_for(|s| *s) => return,
+                    }
+                    let r = r.clone();
+                    if let Err(e) = tokio::task::spawn_blocking(move || r.reload()).await {
+                        tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
+                    }
+                }
+            }
+        };
+        tokio::join!(self.watch_source(shutdown), requests);
+    }
+
+    async fn watch_source(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let dir = match &self.source {
+            Source::Dir(dir) => dir.clone(),
+            Source::Kube(kube) => {
+                let kube = kube.clone();
+                return self.watch_kube(kube, shutdown).await;
+            }
+        };
+        let initial = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .loaded
+            .clone();
+        watch_dir(
+            dir,
+            initial,
+            POLL_INTERVAL,
+            shutdown,
+            move || {
+                self.reload();
+            },
+            || false,
+        )
+        .await;
+    }
+}
+
+impl Reloader {
+    /// Kube mode: the first compile once synced, then one per burst of
+    /// events.
+    async fn watch_kube(self: Arc<Self>, kube: KubeSource, mut shutdown: watch::Receiver<bool>) {
+        let mut changes = kube.changes();
+        tokio::select! {
+            _ = kube.wait_synced() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        loop {
+            let r = self.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || r.reload()).await {
+                tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
+            }
+            tokio::select! {
+                more = teapot_source::kube::coalesced(&mut changes, QUIET_PERIOD) => if !more { return },
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}
+
+fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) {
+    let mut now = HashSet::with_capacity(problems.len());
+    for p in problems {
+        let line = p.to_string();
+        if !seen.contains(&line) {
+            tracing::warn!(
+                file = %p.file.display(),
+                document = p.document,
+                object = p.object.as_deref().unwrap_or(""),
+                field = p.field.as_deref().unwrap_or(""),
+                kept_previous = p.kept_previous,
+                "skipped manifest: {}",
+                p.message
+            );
+        }
+        now.insert(line);
+    }
+    *seen = now;
+}

@@ -1,0 +1,253 @@
+//! The listener manager: makes the bound sockets follow the published
+//! [`L4Table`].
+//!
+//! Each listener task owns its socket and a `watch` receiver of its
+//! [`Route`]. A new table sends unchanged listeners their new route (no
+//! rebind, endpoints take effect for the next connection or flow); a
+//! listener missing from the table has its sender dropped, which closes it
+//! and starts the drain of its connections. Binds that fail (address not on
+//! this host yet, port in use) are retried every `bind_retry`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket, UdpSocket};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::health::HealthChecks;
+use super::{L4, L4Metrics};
+use crate::compile::l4::L4Config;
+use crate::compile::l4::pool::{ListenerKey, Protocol};
+use crate::compile::l4::table::{L4Table, Route};
+
+/// Accept backlog of TCP listeners.
+const BACKLOG: u32 = 1024;
+
+/// What listener and connection tasks share.
+#[derive(Debug)]
+pub(super) struct Context {
+    pub config: L4Config,
+    pub metrics: L4Metrics,
+    /// Connections and flows alive, for the shutdown wait.
+    pub active: AtomicUsize,
+    /// Turns true when the shutdown grace period is over: everything ends.
+    pub kill: watch::Receiver<bool>,
+    /// Node addresses the TCP checks find dead (UDP flows avoid them).
+    pub nodes: Arc<super::health::NodeHealth>,
+}
+
+/// Counts one connection (or flow) as active while it lives.
+pub(super) struct ActiveGuard(Arc<Context>);
+
+impl ActiveGuard {
+    pub fn new(ctx: &Arc<Context>) -> ActiveGuard {
+        ctx.active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(ctx.clone())
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct Bound {
+    route: watch::Sender<Arc<Route>>,
+    task: JoinHandle<()>,
+}
+
+/// The running L4 side of the proxy.
+#[derive(Debug)]
+pub struct L4Service {
+    stop: watch::Sender<bool>,
+    kill: watch::Sender<bool>,
+    ctx: Arc<Context>,
+    task: JoinHandle<()>,
+}
+
+impl L4Service {
+    pub(super) fn spawn(l4: Arc<L4>, tables: watch::Receiver<Arc<L4Table>>) -> L4Service {
+        let (stop, stop_rx) = watch::channel(false);
+        let (kill, kill_rx) = watch::channel(false);
+        let ctx = Arc::new(Context {
+            config: (*l4.config).clone(),
+            metrics: l4.metrics.clone(),
+            active: AtomicUsize::new(0),
+            kill: kill_rx,
+            nodes: Arc::default(),
+        });
+        let manager = Manager {
+            l4,
+            ctx: ctx.clone(),
+            bound: BTreeMap::new(),
+            failed: BTreeSet::new(),
+            health: HealthChecks::default(),
+        };
+        let task = tokio::spawn(manager.run(tables, stop_rx));
+        L4Service {
+            stop,
+            kill,
+            ctx,
+            task,
+        }
+    }
+
+    /// Connections and flows alive.
+    pub fn active(&self) -> usize {
+        self.ctx.active.load(Ordering::Relaxed)
+    }
+
+    /// Closes every listener, lets connections finish until `deadline`,
+    /// then ends the rest.
+    pub async fn shutdown(mut self, deadline: Instant) {
+        let _ = self.stop.send(true);
+        let _ = (&mut self.task).await;
+        while self.active() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = self.active();
+        if left > 0 {
+            tracing::warn!(
+                connections = left,
+                "grace period over; closing L4 connections"
+            );
+        }
+        let _ = self.kill.send(true);
+    }
+}
+
+struct Manager {
+    l4: Arc<L4>,
+    ctx: Arc<Context>,
+    bound: BTreeMap<ListenerKey, Bound>,
+    /// In the table but not bound; retried.
+    failed: BTreeSet<ListenerKey>,
+    health: HealthChecks,
+}
+
+impl Manager {
+    async fn run(
+        mut self,
+        mut tables: watch::Receiver<Arc<L4Table>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut retry = tokio::time::interval(self.ctx.config.bind_retry);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut table = tables.borrow_and_update().clone();
+        self.reconcile(&table);
+        loop {
+            tokio::select! {
+                changed = tables.changed() => {
+                    if changed.is_err() { break }
+                    table = tables.borrow_and_update().clone();
+                    self.reconcile(&table);
+                }
+                _ = retry.tick(), if !self.failed.is_empty() => self.reconcile(&table),
+                _ = stop.changed() => break,
+            }
+        }
+        // Dropping the senders closes every listener; connections drain.
+        for (key, b) in std::mem::take(&mut self.bound) {
+            drop(b.route);
+            let _ = b.task.await;
+            self.l4.runtime.remove(&key);
+        }
+        self.ctx.metrics.listeners.set(0);
+        tracing::info!("L4 listeners closed");
+    }
+
+    fn reconcile(&mut self, table: &L4Table) {
+        let gone: Vec<ListenerKey> = self
+            .bound
+            .keys()
+            .filter(|k| !table.listeners.contains_key(k))
+            .copied()
+            .collect();
+        for key in gone {
+            if let Some(b) = self.bound.remove(&key) {
+                // The task sees the closed channel and stops accepting;
+                // its connections drain on their own.
+                drop(b.route);
+                drop(b.task);
+                tracing::info!(listener = %key, "L4 listener closed");
+            }
+            self.l4.runtime.remove(&key);
+        }
+        self.failed.retain(|k| {
+            let keep = table.listeners.contains_key(k);
+            if !keep {
+                self.l4.runtime.remove(k);
+            }
+            keep
+        });
+        for (key, route) in &table.listeners {
+            if let Some(b) = self.bound.get(key) {
+                b.route.send_replace(route.clone());
+                continue;
+            }
+            match self.bind(*key, route.clone()) {
+                Ok(b) => {
+                    self.ctx.metrics.binds_total.inc();
+                    tracing::info!(listener = %key, service = %route.service, "L4 listener bound");
+                    self.bound.insert(*key, b);
+                    self.failed.remove(key);
+                    self.l4.runtime.set(*key, Ok(()));
+                }
+                Err(e) => {
+                    if self.failed.insert(*key) {
+                        tracing::warn!(listener = %key, service = %route.service, error = %e,
+                            "cannot bind L4 listener; retrying");
+                    }
+                    self.l4.runtime.set(*key, Err(e.to_string()));
+                }
+            }
+        }
+        self.ctx.metrics.listeners.set(self.bound.len() as i64);
+        self.ctx.metrics.bind_failures.set(self.failed.len() as i64);
+        self.health.reconcile(table, &self.ctx);
+        self.l4
+            .runtime
+            .applied
+            .store(table.generation, Ordering::Release);
+    }
+
+    fn bind(&self, key: ListenerKey, route: Arc<Route>) -> std::io::Result<Bound> {
+        let addr = key.socket_addr();
+        let (tx, rx) = watch::channel(route);
+        let ctx = self.ctx.clone();
+        let task = match key.protocol {
+            Protocol::Tcp => {
+                let listener = bind_tcp(addr)?;
+                tokio::spawn(super::tcp::serve(listener, key, rx, ctx))
+            }
+            Protocol::Udp => {
+                let socket = bind_udp(addr)?;
+                tokio::spawn(super::udp::serve(socket, key, rx, ctx))
+            }
+        };
+        Ok(Bound { route: tx, task })
+    }
+}
+
+fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // A restart must not wait for TIME_WAIT of the previous process.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+fn bind_udp(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    socket.set_nonblocking(true)?;
+    UdpSocket::from_std(socket)
+}

@@ -1,0 +1,259 @@
+//! TCP listeners: accept, connect to an endpoint (retrying others before
+//! any byte is sent), optional PROXY v2 header, then a full-duplex relay
+//! that passes half-closes on and ends on idle, on drain or on kill.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus::IntCounter;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+use super::manager::{ActiveGuard, Context};
+use super::proxy_protocol::header_v2;
+use crate::compile::l4::pool::{ListenerKey, Protocol};
+use crate::compile::l4::table::Route;
+use crate::compile::upstream::{Endpoint, Tried};
+
+/// Relay buffer per direction: large enough for bulk transfers to move in
+/// few syscalls, small enough for thousands of connections.
+const BUFFER: usize = 32 * 1024;
+
+pub(super) async fn serve(
+    listener: TcpListener,
+    key: ListenerKey,
+    mut routes: watch::Receiver<Arc<Route>>,
+    ctx: Arc<Context>,
+) {
+    let slots = Arc::new(Semaphore::new(ctx.config.max_connections));
+    loop {
+        // At the cap, stop accepting: clients wait in the backlog instead
+        // of being accepted and dropped.
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            changed = routes.changed() => if changed.is_err() { break } else { continue },
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off.
+                    tracing::warn!(listener = %key, error = %e, "L4 accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            changed = routes.changed() => if changed.is_err() { break } else { continue },
+        };
+        let routes = routes.clone();
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            connection(stream, peer, routes, ctx).await;
+        });
+    }
+    tracing::debug!(listener = %key, "L4 TCP listener stopped accepting");
+}
+
+/// How a relayed connection ended.
+#[derive(Debug)]
+enum End {
+    Done,
+    Idle,
+    Drained,
+    Killed,
+    Error(std::io::Error),
+}
+
+async fn connection(
+    client: TcpStream,
+    peer: SocketAddr,
+    mut routes: watch::Receiver<Arc<Route>>,
+    ctx: Arc<Context>,
+) {
+    let _active = ActiveGuard::new(&ctx);
+    let metrics = &ctx.metrics;
+    metrics.tcp_connections_total.inc();
+    metrics.tcp_connections_active.inc();
+    let _gauge = scopeguard(|| metrics.tcp_connections_active.dec());
+    let route = routes.borrow_and_update().clone();
+    let Some((mut upstream, endpoint)) = connect(&route, &ctx).await else {
+        tracing::debug!(service = %route.service, client = %peer,
+            "no L4 endpoint accepted the connection");
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    if route.options.proxy_protocol {
+        let local = client
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::new(peer.ip(), 0));
+        let header = header_v2(peer, local, Protocol::Tcp);
+        if upstream.write_all(&header).await.is_err() {
+            return;
+        }
+    }
+    let end = relay(
+        client,
+        upstream,
+        endpoint.addr,
+        route.options.tcp_idle_timeout,
+        &mut routes,
+        &ctx,
+    )
+    .await;
+    match end {
+        End::Done | End::Killed => {}
+        End::Idle => {
+            tracing::debug!(service = %route.service, client = %peer, "L4 connection idle; closed")
+        }
+        End::Drained => {
+            tracing::debug!(service = %route.service, client = %peer, "L4 connection drained; closed")
+        }
+        End::Error(e) => {
+            tracing::debug!(service = %route.service, client = %peer, error = %e, "L4 connection ended with an error")
+        }
+    }
+}
+
+/// Connects to the route's endpoints round-robin, skipping ejected ones;
+/// a failure ejects the endpoint and tries the next one.
+async fn connect(route: &Route, ctx: &Context) -> Option<(TcpStream, Arc<Endpoint>)> {
+    let mut tried = Tried::default();
+    for _ in 0..ctx.config.connect_attempts.max(1) {
+        let endpoint = route.upstream.pick(&mut tried)?.clone();
+        match tokio::time::timeout(
+            ctx.config.connect_timeout,
+            TcpStream::connect(endpoint.addr),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => {
+                endpoint.mark_healthy();
+                return Some((stream, endpoint));
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(endpoint = %endpoint.addr, error = %e, "L4 connect failed; endpoint ejected");
+                endpoint.eject();
+                ctx.metrics.tcp_connect_failures_total.inc();
+            }
+            Err(_) => {
+                tracing::debug!(endpoint = %endpoint.addr, "L4 connect timed out; endpoint ejected");
+                endpoint.eject();
+                ctx.metrics.tcp_connect_failures_total.inc();
+            }
+        }
+    }
+    None
+}
+
+/// Milliseconds since the relay started, for the idle clock.
+fn elapsed_ms(start: Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+async fn relay(
+    mut client: TcpStream,
+    mut upstream: TcpStream,
+    endpoint: SocketAddr,
+    idle: Duration,
+    routes: &mut watch::Receiver<Arc<Route>>,
+    ctx: &Context,
+) -> End {
+    let start = Instant::now();
+    let last = AtomicU64::new(0);
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = upstream.split();
+    let both = async {
+        tokio::try_join!(
+            pump(&mut cr, &mut uw, &last, start, &ctx.metrics.bytes_in),
+            pump(&mut ur, &mut cw, &last, start, &ctx.metrics.bytes_out),
+        )
+    };
+    tokio::pin!(both);
+    let idle_timer = tokio::time::sleep(idle);
+    tokio::pin!(idle_timer);
+    let mut drain_at: Option<Instant> = None;
+    let mut kill = ctx.kill.clone();
+    // A far deadline stands in for "no drain" (select! builds every
+    // branch's future even when its condition is false).
+    let never = start + Duration::from_secs(100 * 365 * 24 * 3600);
+    loop {
+        tokio::select! {
+            r = &mut both => return match r {
+                Ok(_) => End::Done,
+                Err(e) => End::Error(e),
+            },
+            () = &mut idle_timer => {
+                let quiet = Duration::from_millis(elapsed_ms(start) - last.load(Ordering::Relaxed));
+                if quiet >= idle {
+                    return End::Idle;
+                }
+                idle_timer.as_mut().reset(Instant::now() + (idle - quiet));
+            }
+            changed = routes.changed(), if drain_at.is_none() => {
+                // A closed listener, or an endpoint no longer in the
+                // route: finish within the drain timeout.
+                let removed = changed.is_err()
+                    || !routes.borrow().upstream.endpoints.iter().any(|e| e.addr == endpoint);
+                if removed {
+                    drain_at = Some(Instant::now() + ctx.config.drain_timeout);
+                }
+            }
+            () = tokio::time::sleep_until(drain_at.unwrap_or(never)), if drain_at.is_some() => {
+                return End::Drained;
+            }
+            _ = kill.changed() => return End::Killed,
+        }
+    }
+}
+
+/// Copies one direction; at EOF passes the half-close on (FIN) and lets
+/// the other direction continue.
+async fn pump<R, W>(
+    r: &mut R,
+    w: &mut W,
+    last: &AtomicU64,
+    start: Instant,
+    bytes: &IntCounter,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    // Reading into spare capacity spares zeroing 64 KiB per connection,
+    // which shows in the connection rate.
+    let mut buf: Vec<u8> = Vec::with_capacity(BUFFER);
+    loop {
+        buf.clear();
+        let n = r.read_buf(&mut buf).await?;
+        if n == 0 {
+            // The peer may already be gone; the other direction decides.
+            let _ = w.shutdown().await;
+            return Ok(());
+        }
+        w.write_all(&buf).await?;
+        bytes.inc_by(n as u64);
+        last.store(elapsed_ms(start), Ordering::Relaxed);
+    }
+}
+
+/// Runs `f` when dropped (the connection gauge must fall on every path).
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}

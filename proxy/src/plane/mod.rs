@@ -1,0 +1,43 @@
+//! The request path: everything that runs per connection or request, and
+//! reads only the current snapshot.
+//!
+//! Layout:
+//! - [`proxy`]: the Pingora `ProxyHttp` implementation (the routing
+//!   decision, header edits, upstream choice).
+//! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits (sizes,
+//!   header-read deadline, connection caps); docs/edge.md.
+//! - [`tls`]: the SNI certificate resolver.
+//! - [`l4`]: TCP and UDP listeners for LoadBalancer Services.
+//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
+//! - [`metrics`]: the Prometheus registry.
+//! - [`logflood`]: holding back a client's flood of library log lines.
+//!
+//! ACME is a loop (`crate::loops::acme`); the plane reaches it only through
+//! [`AcmeResponder`], so nothing here depends on the issuer.
+
+pub mod admin;
+pub mod edge;
+pub mod l4;
+pub mod logflood;
+pub mod metrics;
+pub mod proxy;
+pub mod tls;
+
+use std::sync::Arc;
+
+use rustls::sign::CertifiedKey;
+
+use crate::compile::acme::AcmeHosts;
+
+/// What the request path asks of ACME: HTTP-01 challenge answers and
+/// issued certificates, both read live (a token must answer the moment the
+/// CA asks, a new certificate serves at the next handshake).
+#[async_trait::async_trait]
+pub trait AcmeResponder: Send + Sync + std::fmt::Debug {
+    /// The key authorization for `token`, when a challenge is pending.
+    async fn challenge_response(&self, token: &str) -> Option<String>;
+
+    /// The ACME certificate for exactly `server_name`, if `hosts` (the
+    /// current snapshot's) still lists that host. Never another host's.
+    fn certificate(&self, hosts: &AcmeHosts, server_name: &str) -> Option<Arc<CertifiedKey>>;
+}

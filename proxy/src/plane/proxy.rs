@@ -1,0 +1,618 @@
+//! The Pingora `ProxyHttp` implementation: one [`Router`] holding `Arc`
+//! handles, per-request state in [`RequestCtx`].
+//!
+//! Each request reads the current snapshot once (an `arc-swap` load), so a
+//! reload in the middle of a request never changes where that request goes,
+//! and keep-alive connections pick up new routes on their next request.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, SERVER, UPGRADE};
+use http::{HeaderName, Method};
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_error::{Error, ErrorSource, ErrorType, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
+
+use crate::compile::fairness::TenantPermit;
+use crate::compile::routes::Route;
+use crate::compile::snapshot::SnapshotHandle;
+use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::plane::edge::{self, EdgeConfig, Refusal};
+use crate::plane::metrics::Metrics;
+
+/// Value of the `Server` header on responses that have none.
+pub const SERVER_NAME: &str = "teapot";
+
+/// Upstream timeouts and retry bounds.
+#[derive(Clone, Debug)]
+pub struct UpstreamOptions {
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub write_timeout: Duration,
+    /// How long a pooled upstream connection may sit idle.
+    pub pool_idle_timeout: Duration,
+    /// Endpoints tried per request when connects fail.
+    pub max_connect_attempts: u32,
+}
+
+impl Default for UpstreamOptions {
+    fn default() -> Self {
+        UpstreamOptions {
+            connect_timeout: Duration::from_secs(3),
+            read_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
+            pool_idle_timeout: Duration::from_secs(60),
+            max_connect_attempts: 3,
+        }
+    }
+}
+
+/// Routes requests with the current snapshot.
+#[derive(Debug)]
+pub struct Router {
+    snapshots: SnapshotHandle,
+    metrics: Metrics,
+    options: UpstreamOptions,
+    acme: Option<Arc<dyn crate::plane::AcmeResponder>>,
+    edge: EdgeConfig,
+}
+
+impl Router {
+    pub fn new(snapshots: SnapshotHandle, metrics: Metrics, options: UpstreamOptions) -> Router {
+        Router {
+            snapshots,
+            metrics,
+            options,
+            acme: None,
+            edge: EdgeConfig::default(),
+        }
+    }
+
+    /// Front-door limits (docs/edge.md).
+    pub fn with_edge(mut self, edge: EdgeConfig) -> Router {
+        self.edge = edge;
+        self
+    }
+
+    /// The front-door checks of one request (crate::plane::edge); returns the
+    /// declared body length, if any.
+    fn front_door(&self, session: &Session) -> std::result::Result<Option<u64>, Refusal> {
+        let req = session.req_header();
+        let declared = match session.as_downstream().as_http1() {
+            Some(h1) => edge::scan_h1(&h1.get_headers_raw_bytes(), &self.edge)?.content_length,
+            None => {
+                edge::check_h2_fields(req)?;
+                req.headers
+                    .get(CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+            }
+        };
+        edge::check_host(req)?;
+        Ok(declared)
+    }
+
+    /// The limits of the matched route: its body limit, and its tenant's
+    /// rate and connection gate.
+    fn route_limits(
+        &self,
+        route: &Route,
+        declared: Option<u64>,
+        ctx: &mut RequestCtx,
+    ) -> std::result::Result<(), Refusal> {
+        let limit = edge::body_limit(self.edge.max_body_size, route.max_body_size());
+        if limit > 0 && declared.is_some_and(|n| n > limit) {
+            return Err(Refusal::BodyTooLarge);
+        }
+        ctx.body_limit = limit;
+        if let Some(gate) = route.tenant() {
+            ctx.tenant = Some(gate.enter()?);
+        }
+        Ok(())
+    }
+
+    async fn refuse_for_route(&self, session: &mut Session, refusal: Refusal) -> Result<()> {
+        self.metrics.refused(refusal);
+        match refusal {
+            Refusal::TenantRate | Refusal::TenantConnections => {
+                // A client looping on refusals gets one per delay: its
+                // tenant's flood stays cheap for the other tenants.
+                tokio::time::sleep(self.edge.tenant_refusal_delay).await;
+                let body = Bytes::from_static(refusal.body().as_bytes());
+                let mut resp = error_response(refusal.status(), body.len())?;
+                resp.insert_header(http::header::RETRY_AFTER, "1")?;
+                send_answer(session, resp, body).await
+            }
+            _ => {
+                // The body was not read: the connection cannot carry
+                // another request.
+                session.set_keepalive(None);
+                respond(session, refusal.status(), refusal.body()).await
+            }
+        }
+    }
+
+    /// Answers HTTP-01 validations from the ACME store.
+    pub fn with_acme(mut self, acme: Option<Arc<dyn crate::plane::AcmeResponder>>) -> Router {
+        self.acme = acme;
+        self
+    }
+}
+
+/// Per-request state.
+#[derive(Debug)]
+pub struct RequestCtx {
+    upstream: Option<Arc<Upstream>>,
+    endpoint: Option<Arc<Endpoint>>,
+    tried: Tried,
+    upstream_started: Option<Instant>,
+    /// Request body bytes allowed (0: no limit) and seen so far.
+    body_limit: u64,
+    body_seen: u64,
+    /// The tenant's connection slot, held until the request (or the
+    /// upgraded connection) ends.
+    tenant: Option<TenantPermit>,
+    _in_flight: InFlight,
+}
+
+/// Counts a request as in flight from context creation to drop, which is
+/// what graceful shutdown waits on.
+#[derive(Debug)]
+struct InFlight(prometheus::IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 7] = [
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authenticate",
+    "proxy-authorization",
+];
+
+#[async_trait]
+impl ProxyHttp for Router {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        self.metrics.in_flight.inc();
+        RequestCtx {
+            upstream: None,
+            endpoint: None,
+            tried: Tried::default(),
+            upstream_started: None,
+            body_limit: 0,
+            body_seen: 0,
+            tenant: None,
+            _in_flight: InFlight(self.metrics.in_flight.clone()),
+        }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        edge::header_complete();
+        let declared = match self.front_door(session) {
+            Ok(declared) => declared,
+            Err(refusal) => {
+                self.metrics.refused(refusal);
+                // Whatever follows a refused header cannot be trusted to be
+                // a request boundary: never read another request from it.
+                session.set_keepalive(None);
+                respond(session, refusal.status(), refusal.body()).await?;
+                return Ok(true);
+            }
+        };
+        let req = session.req_header();
+        let hosts = req.headers.get_all(HOST).iter().count();
+        if hosts > 1 {
+            respond(session, 400, "400 more than one Host header\n").await?;
+            return Ok(true);
+        }
+        // RFC 9112 §3.2: an HTTP/1.1 request without Host is invalid.
+        if hosts == 0 && req.uri.authority().is_none() && req.version == http::Version::HTTP_11 {
+            respond(session, 400, "400 missing Host header\n").await?;
+            return Ok(true);
+        }
+        // HTTP-01 validation, before routing, on either listener (a CA
+        // follows redirects to HTTPS). A token that is not ours goes on to
+        // the routes: a tenant may run its own ACME client behind us.
+        if let Some(acme) = &self.acme
+            && let Some(token) = req
+                .uri
+                .path()
+                .strip_prefix(crate::compile::acme::CHALLENGE_PREFIX)
+            && let Some(answer) = acme.challenge_response(token).await
+        {
+            respond_with(session, 200, Bytes::from(answer)).await?;
+            return Ok(true);
+        }
+        let snapshot = self.snapshots.load();
+        let found = snapshot.routes.lookup(authority(req), req.uri.path());
+        match found {
+            None => {
+                respond(session, 404, "404 no route for this host and path\n").await?;
+                Ok(true)
+            }
+            Some(upstream) if upstream.is_empty() => {
+                respond(session, 503, "503 no ready endpoint for this route\n").await?;
+                Ok(true)
+            }
+            Some(route) => match self.route_limits(route, declared, ctx) {
+                Ok(()) => {
+                    ctx.upstream = Some(route.upstream.clone());
+                    Ok(false)
+                }
+                Err(refusal) => {
+                    drop(snapshot);
+                    self.refuse_for_route(session, refusal).await?;
+                    Ok(true)
+                }
+            },
+        }
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        // Chunked and HTTP/2 bodies announce no length up front.
+        if let Some(chunk) = body {
+            ctx.body_seen += chunk.len() as u64;
+            if ctx.body_limit > 0 && ctx.body_seen > ctx.body_limit {
+                self.metrics.refused(Refusal::BodyTooLarge);
+                return Error::e_explain(ErrorType::HTTPStatus(413), "request body too large");
+            }
+        }
+        Ok(())
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
+        let upstream = ctx
+            .upstream
+            .as_ref()
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream chosen"))?;
+        let endpoint = upstream
+            .pick(&mut ctx.tried)
+            .ok_or_else(|| Error::explain(ErrorType::ConnectNoRoute, "every endpoint was tried"))?;
+        let mut peer = HttpPeer::new(endpoint.addr, false, String::new());
+        peer.options.connection_timeout = Some(self.options.connect_timeout);
+        peer.options.read_timeout = Some(self.options.read_timeout);
+        peer.options.write_timeout = Some(self.options.write_timeout);
+        peer.options.idle_timeout = Some(self.options.pool_idle_timeout);
+        ctx.endpoint = Some(endpoint.clone());
+        ctx.upstream_started = Some(Instant::now());
+        Ok(Box::new(peer))
+    }
+
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        self.metrics.upstream_connect_failures.inc();
+        if let Some(endpoint) = &ctx.endpoint {
+            endpoint.eject();
+        }
+        let total = ctx.upstream.as_ref().map_or(0, |u| u.endpoints.len()) as u32;
+        let attempts = ctx.tried.count();
+        tracing::warn!(peer = %peer, attempts, error = %e, "upstream connect failed; endpoint ejected");
+        // Nothing was sent yet, so any method may go to another endpoint.
+        if attempts < total.min(self.options.max_connect_attempts) {
+            e.set_retry(true);
+        }
+        e
+    }
+
+    async fn connected_to_upstream(
+        &self,
+        _session: &mut Session,
+        _reused: bool,
+        _peer: &HttpPeer,
+        #[cfg(unix)] _fd: std::os::unix::io::RawFd,
+        #[cfg(windows)] _sock: std::os::windows::io::RawSocket,
+        _digest: Option<&pingora_core::protocols::Digest>,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(endpoint) = &ctx.endpoint {
+            endpoint.mark_healthy();
+        }
+        Ok(())
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let upgrade = session.is_upgrade_req();
+        // Almost no request carries a hop-by-hop header: look before
+        // building the list and removing (each removal scans the header
+        // table, and this runs on every request).
+        if has_hop_by_hop(&upstream_request.headers) {
+            strip_hop_by_hop(upstream_request.headers.get_all(CONNECTION).iter(), upgrade)
+                .into_iter()
+                .for_each(|h| {
+                    upstream_request.remove_header(&h);
+                });
+            if !upgrade {
+                upstream_request.remove_header(&CONNECTION);
+                upstream_request.remove_header(&UPGRADE);
+            }
+        }
+        if upgrade {
+            upstream_request.insert_header(CONNECTION, "upgrade")?;
+        }
+        // Client-supplied forwarding headers are replaced, never appended to:
+        // the edge is where the chain of trust starts.
+        let client_ip = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip().to_string());
+        let local_port = session
+            .server_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.port().to_string());
+        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        let host = authority(session.req_header()).to_string();
+        match client_ip {
+            Some(ip) => upstream_request.insert_header("x-forwarded-for", ip)?,
+            None => {
+                upstream_request.remove_header("x-forwarded-for");
+            }
+        }
+        upstream_request.insert_header("x-forwarded-proto", if tls { "https" } else { "http" })?;
+        upstream_request.insert_header("x-forwarded-host", host)?;
+        match local_port {
+            Some(port) => upstream_request.insert_header("x-forwarded-port", port)?,
+            None => {
+                upstream_request.remove_header("x-forwarded-port");
+            }
+        }
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        _upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(started) = ctx.upstream_started.take() {
+            self.metrics
+                .upstream_latency
+                .observe(started.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        response: &mut ResponseHeader,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let switching = response.status.as_u16() == 101;
+        if has_hop_by_hop(&response.headers) {
+            for h in strip_hop_by_hop(response.headers.get_all(CONNECTION).iter(), switching) {
+                response.remove_header(&h);
+            }
+            if !switching {
+                response.remove_header(&CONNECTION);
+                response.remove_header(&UPGRADE);
+            }
+        }
+        if !response.headers.contains_key(SERVER) {
+            response.insert_header(SERVER, SERVER_NAME)?;
+        }
+        Ok(())
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        _ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let code = match e.etype() {
+            ErrorType::HTTPStatus(code) => *code,
+            _ => match e.esource() {
+                ErrorSource::Upstream => match e.etype() {
+                    ErrorType::ConnectTimedout
+                    | ErrorType::ReadTimedout
+                    | ErrorType::WriteTimedout => 504,
+                    _ => 502,
+                },
+                ErrorSource::Downstream if client_went_away(e) => 0,
+                ErrorSource::Downstream => 400,
+                ErrorSource::Internal | ErrorSource::Unset => 500,
+            },
+        };
+        if code > 0 {
+            let body = match code {
+                502 => "502 the backend could not be reached\n",
+                504 => "504 the backend did not answer in time\n",
+                400 => "400 bad request\n",
+                413 => Refusal::BodyTooLarge.body(),
+                _ => "error\n",
+            };
+            if let Ok(resp) = error_response(code, body.len()) {
+                let _ = session
+                    .as_downstream_mut()
+                    .write_error_response(resp, Bytes::from_static(body.as_bytes()))
+                    .await;
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    /// A client that closes its connection before its answer is normal
+    /// traffic (a closed tab, a timed-out health probe): Pingora would log
+    /// each one as ERROR "Fail to proxy", which at the edge buries the
+    /// errors an operator must see. Counted instead.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, e: &Error) -> bool {
+        let gone = client_went_away(e);
+        if gone {
+            self.metrics.client_aborts.inc();
+        }
+        gone
+    }
+
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, _ctx: &mut RequestCtx) {
+        edge::request_done(self.edge.keepalive_timeout);
+        if let Some(resp) = session.response_written() {
+            self.metrics.count_response(resp.status.as_u16());
+        }
+    }
+}
+
+/// The client closed or broke its connection: there is nobody to answer.
+fn client_went_away(e: &Error) -> bool {
+    *e.esource() == ErrorSource::Downstream
+        && matches!(
+            e.etype(),
+            ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed
+        )
+}
+
+/// The authority that decides routing: HTTP/2 `:authority` wins over a
+/// `host` header (RFC 9113 §8.3.1). For an HTTP/1 absolute-form target
+/// Pingora keeps the authority out of the URI and rewrites the upstream
+/// target to match `Host`, so routing on `Host` is what the backend sees.
+fn authority(req: &RequestHeader) -> &str {
+    if let Some(a) = req.uri.authority() {
+        return a.as_str();
+    }
+    req.headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Whether any header [`strip_hop_by_hop`] would drop may be present.
+fn has_hop_by_hop(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(CONNECTION) || HOP_BY_HOP.iter().any(|h| headers.contains_key(*h))
+}
+
+/// Names of headers to drop: the fixed hop-by-hop set plus whatever the
+/// `Connection` header lists. `Upgrade` survives on upgrades.
+fn strip_hop_by_hop<'a>(
+    connection: impl Iterator<Item = &'a http::HeaderValue>,
+    keep_upgrade: bool,
+) -> Vec<HeaderName> {
+    let mut out: Vec<HeaderName> = HOP_BY_HOP
+        .iter()
+        .filter(|h| !(keep_upgrade && **h == "upgrade"))
+        .map(|h| HeaderName::from_static(h))
+        .collect();
+    for value in connection {
+        for token in value.to_str().unwrap_or("").split(',') {
+            let token = token.trim();
+            if token.is_empty()
+                || token.eq_ignore_ascii_case("close")
+                || token.eq_ignore_ascii_case("keep-alive")
+                || (keep_upgrade && token.eq_ignore_ascii_case("upgrade"))
+            {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_bytes(token.to_ascii_lowercase().as_bytes()) {
+                // Never let a client name the framing or routing headers.
+                if name != HOST && name != CONTENT_LENGTH && name != http::header::TRANSFER_ENCODING
+                {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn error_response(status: u16, len: usize) -> Result<ResponseHeader> {
+    let mut resp = ResponseHeader::build(status, Some(4))?;
+    resp.insert_header(SERVER, SERVER_NAME)?;
+    resp.insert_header(CONTENT_TYPE, "text/plain; charset=utf-8")?;
+    resp.insert_header(CONTENT_LENGTH, len.to_string())?;
+    Ok(resp)
+}
+
+/// A small response the proxy makes itself, keeping the connection alive.
+async fn respond(session: &mut Session, status: u16, body: &'static str) -> Result<()> {
+    respond_with(session, status, Bytes::from_static(body.as_bytes())).await
+}
+
+async fn respond_with(session: &mut Session, status: u16, body: Bytes) -> Result<()> {
+    send_answer(session, error_response(status, body.len())?, body).await
+}
+
+async fn send_answer(session: &mut Session, resp: ResponseHeader, body: Bytes) -> Result<()> {
+    let head_only = session.req_header().method == Method::HEAD;
+    session
+        .write_response_header(Box::new(resp), head_only)
+        .await?;
+    if !head_only {
+        session.write_response_body(Some(body), true).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_includes_connection_listed_headers() {
+        let v = http::HeaderValue::from_static("close, X-Secret, upgrade, Host");
+        let names = strip_hop_by_hop(std::iter::once(&v), false);
+        assert!(names.iter().any(|n| n == "x-secret"));
+        assert!(names.iter().any(|n| n == "upgrade"));
+        assert!(!names.iter().any(|n| n == "host"));
+        let names = strip_hop_by_hop(std::iter::once(&v), true);
+        assert!(!names.iter().any(|n| n == "upgrade"));
+    }
+
+    #[test]
+    fn hop_by_hop_is_detected_before_stripping() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(HOST, http::HeaderValue::from_static("a.example"));
+        headers.insert("x-custom", http::HeaderValue::from_static("1"));
+        assert!(!has_hop_by_hop(&headers));
+        headers.insert("te", http::HeaderValue::from_static("trailers"));
+        assert!(has_hop_by_hop(&headers));
+        headers.remove("te");
+        headers.insert(CONNECTION, http::HeaderValue::from_static("x-custom"));
+        assert!(has_hop_by_hop(&headers));
+    }
+
+    #[test]
+    fn authority_prefers_the_target() {
+        // HTTP/2 puts `:authority` into the URI.
+        let mut req = RequestHeader::build("GET", b"/x", None).unwrap();
+        req.set_uri("https://a.example/x".parse().unwrap());
+        req.insert_header(HOST, "b.example").unwrap();
+        assert_eq!(authority(&req), "a.example");
+        let mut req = RequestHeader::build("GET", b"/x", None).unwrap();
+        req.insert_header(HOST, "b.example:8080").unwrap();
+        assert_eq!(authority(&req), "b.example:8080");
+    }
+}

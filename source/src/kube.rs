@@ -1,0 +1,690 @@
+//! The Kubernetes watch source: the production alternative to the
+//! manifests directory (both feed the same store; docs/architecture.md).
+//!
+//! One [`kube::runtime::watcher`] per kind (Tenants, IngressClasses,
+//! Ingresses, Services, EndpointSlices and `kubernetes.io/tls` Secrets), all
+//! namespaces or one watcher per listed namespace, each with kube's default
+//! backoff. Objects are watched as [`DynamicObject`]s, not typed: a typed
+//! list fails as a whole on one undecodable object, and one bad object
+//! must never hide the others. Each object then goes through the manifests
+//! loader's own typed parse and validation ([`validate::parse_object`]);
+//! one that fails becomes a [`Problem`] naming object and field, and the
+//! store keeps its last good version, exactly as a bad document in a file.
+//!
+//! Consumers read a [`Loaded`] copy ([`KubeSource::snapshot`]) after a
+//! change, coalesced by [`coalesced`] (a burst of events is one
+//! recompile), and only after [`KubeSource::is_synced`]: every watcher has
+//! finished its first list. Before that the proxy is not ready and the
+//! webhook refuses everything.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use teapot_api::Tenant;
+use teapot_api::names::TLS_SECRET_TYPE;
+use tokio::sync::watch;
+
+use teapot_model::manifests::{Loaded, Problem};
+use teapot_model::store::{Kind, ObjectKey, Origin, Store};
+use teapot_model::validate;
+
+use crate::Error;
+
+/// Label of every certificate Secret the ACME issuer writes; the Secret
+/// watch leaves these out (they are not a tenant's certificates), and the
+/// webhook refuses the label on a tenant's Secret.
+pub const CERTIFICATE_LABEL: &str = "teapot.dev/acme-certificate";
+
+/// How long the event stream must be quiet before consumers recompile.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// `--lease-namespace` when neither it nor `POD_NAMESPACE` is set.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "teapot-system";
+
+/// Where to watch.
+#[derive(Clone)]
+pub struct KubeConfig {
+    pub client: kube::Client,
+    /// Namespaces to watch the namespaced kinds in; empty: all namespaces.
+    /// Cluster-scoped kinds (Tenant, IngressClass) are always watched whole.
+    pub namespaces: Vec<String>,
+    /// The proxy's own namespace (`--lease-namespace`): the Leases, and
+    /// the ACME account and challenge tokens.
+    pub lease_namespace: String,
+}
+
+impl std::fmt::Debug for KubeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeConfig")
+            .field("namespaces", &self.namespaces)
+            .field("lease_namespace", &self.lease_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeConfig {
+    /// All namespaces, read only.
+    pub fn new(client: kube::Client) -> KubeConfig {
+        KubeConfig {
+            client,
+            namespaces: Vec::new(),
+            lease_namespace: DEFAULT_LEASE_NAMESPACE.into(),
+        }
+    }
+
+    /// A client from `kubeconfig`, or else as kubectl finds one
+    /// (`KUBECONFIG`, `~/.kube/config`, the in-cluster service account).
+    pub async fn connect(
+        kubeconfig: Option<&Path>,
+        namespaces: Vec<String>,
+    ) -> Result<KubeConfig, Error> {
+        let config = match kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(file, &Default::default())
+                    .await
+                    .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?
+            }
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| Error::Kube(e.to_string()))?,
+        };
+        let client = kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))?;
+        Ok(KubeConfig {
+            client,
+            namespaces,
+            lease_namespace: DEFAULT_LEASE_NAMESPACE.into(),
+        })
+    }
+}
+
+/// The `ApiResource` of each kind the proxy reads.
+pub fn api_resource(kind: Kind) -> ApiResource {
+    match kind {
+        Kind::Ingress => ApiResource::erase::<Ingress>(&()),
+        Kind::IngressClass => ApiResource::erase::<IngressClass>(&()),
+        Kind::Service => ApiResource::erase::<Service>(&()),
+        Kind::EndpointSlice => ApiResource::erase::<EndpointSlice>(&()),
+        Kind::Secret => ApiResource::erase::<Secret>(&()),
+        Kind::Tenant => ApiResource::erase::<Tenant>(&()),
+    }
+}
+
+/// Every kind, in the order the watchers start.
+pub const KINDS: [Kind; 6] = [
+    Kind::Tenant,
+    Kind::IngressClass,
+    Kind::Ingress,
+    Kind::Service,
+    Kind::EndpointSlice,
+    Kind::Secret,
+];
+
+/// One watcher: a kind, in all namespaces or one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchSpec {
+    pub kind: Kind,
+    pub namespace: Option<String>,
+}
+
+impl WatchSpec {
+    /// The watchers `namespaces` needs (see [`KubeConfig::namespaces`]).
+    pub fn all(namespaces: &[String]) -> Vec<WatchSpec> {
+        let mut specs = Vec::new();
+        for kind in KINDS {
+            if !kind.is_namespaced() || namespaces.is_empty() {
+                specs.push(WatchSpec {
+                    kind,
+                    namespace: None,
+                });
+            } else {
+                specs.extend(namespaces.iter().map(|ns| WatchSpec {
+                    kind,
+                    namespace: Some(ns.clone()),
+                }));
+            }
+        }
+        specs
+    }
+
+    fn label(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} in {ns}", self.kind),
+            None => self.kind.to_string(),
+        }
+    }
+}
+
+/// The running watchers and what they have seen. Cheap to clone; the
+/// watchers stop when the last clone is dropped.
+#[derive(Clone)]
+pub struct KubeSource {
+    shared: Arc<Shared>,
+    _tasks: Arc<Tasks>,
+}
+
+impl std::fmt::Debug for KubeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeSource")
+            .field("synced", &self.is_synced())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Background tasks that end with their owner (the last clone of a source
+/// or store): aborted on drop.
+pub struct Tasks(pub Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+struct Shared {
+    state: Mutex<SourceState>,
+    /// Counts applied events; consumers wait for it to move.
+    changes: watch::Sender<u64>,
+    synced: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct SourceState {
+    /// Every object that validated, or its last good version.
+    store: Store,
+    /// Objects whose current version does not validate.
+    problems: BTreeMap<ObjectKey, Problem>,
+    watchers: Vec<WatcherState>,
+}
+
+struct WatcherState {
+    spec: WatchSpec,
+    /// Keys this watcher reported, so a re-list can drop the vanished.
+    seen: HashSet<ObjectKey>,
+    /// Keys of a re-list in progress.
+    relist: Option<HashSet<ObjectKey>>,
+    synced: bool,
+}
+
+impl KubeSource {
+    /// Starts the watchers `config` asks for (see [`WatchSpec::all`]).
+    /// Needs a tokio runtime.
+    pub fn start(config: &KubeConfig) -> KubeSource {
+        KubeSource::start_with(&config.client, WatchSpec::all(&config.namespaces))
+    }
+
+    /// Starts exactly these watchers.
+    pub fn start_with(client: &kube::Client, specs: Vec<WatchSpec>) -> KubeSource {
+        let (changes, _) = watch::channel(0);
+        let (synced, _) = watch::channel(specs.is_empty());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(SourceState {
+                watchers: specs
+                    .iter()
+                    .map(|spec| WatcherState {
+                        spec: spec.clone(),
+                        seen: HashSet::new(),
+                        relist: None,
+                        synced: false,
+                    })
+                    .collect(),
+                ..SourceState::default()
+            }),
+            changes,
+            synced,
+        });
+        let tasks = specs
+            .into_iter()
+            .enumerate()
+            .map(|(id, spec)| tokio::spawn(run_watcher(shared.clone(), client.clone(), id, spec)))
+            .collect();
+        KubeSource {
+            shared,
+            _tasks: Arc::new(Tasks(tasks)),
+        }
+    }
+
+    /// Whether every watcher has finished its first list.
+    pub fn is_synced(&self) -> bool {
+        *self.shared.synced.borrow()
+    }
+
+    /// Resolves once every watcher has finished its first list.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.shared.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// A receiver that changes whenever an event was applied; pass it to
+    /// [`coalesced`].
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.shared.changes.subscribe()
+    }
+
+    /// The objects now, as the manifests loader would return them: the
+    /// store plus one [`Problem`] per object whose current version fails.
+    pub fn snapshot(&self) -> Loaded {
+        let state = self.shared.state.lock();
+        Loaded {
+            store: state.store.clone(),
+            problems: state.problems.values().cloned().collect(),
+        }
+    }
+}
+
+/// The longest a burst may hold a change back. Under a steady stream of
+/// changes (a rollout, an operator's automation, 20 Ingress edits a
+/// second) there is never a quiet period, and without a bound nothing
+/// would go live until the stream stops.
+pub const MAX_COALESCE: Duration = Duration::from_secs(1);
+
+/// Waits for a change, then until `quiet` passes without another (or
+/// [`MAX_COALESCE`] after the first): a burst of events becomes one
+/// wake-up. Returns false when the source is gone.
+pub async fn coalesced(changes: &mut watch::Receiver<u64>, quiet: Duration) -> bool {
+    if changes.changed().await.is_err() {
+        return false;
+    }
+    let deadline = tokio::time::Instant::now() + MAX_COALESCE;
+    loop {
+        let wait = quiet.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        if wait.is_zero() {
+            return true;
+        }
+        match tokio::time::timeout(wait, changes.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec: WatchSpec) {
+    let resource = api_resource(spec.kind);
+    let api: Api<DynamicObject> = match &spec.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    let mut config = watcher::Config::default();
+    if spec.kind == Kind::Secret {
+        // The proxy reads certificates only; other Secrets stay unseen
+        // (and need no RBAC beyond the list/watch with this selector).
+        // Certificates from ACME are not a tenant's own certificates (which
+        // would switch ACME off for their hosts): the ACME store reads them.
+        config = config
+            .fields(&format!("type={TLS_SECRET_TYPE}"))
+            .labels(&format!("!{}", CERTIFICATE_LABEL));
+    }
+    let label = spec.label();
+    let mut events = watcher(api, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => shared.handle(id, &resource, event),
+            Err(e) => {
+                tracing::warn!(watch = %label, error = %e, "watch failed; retrying with backoff")
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn handle(&self, id: usize, resource: &ApiResource, event: watcher::Event<DynamicObject>) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let kind = state.watchers[id].spec.kind;
+        match event {
+            watcher::Event::Init => state.watchers[id].relist = Some(HashSet::new()),
+            watcher::Event::InitApply(object) => {
+                let key = state.apply(kind, resource, object);
+                let w = &mut state.watchers[id];
+                w.relist.get_or_insert_with(HashSet::new).insert(key);
+            }
+            watcher::Event::InitDone => {
+                let w = &mut state.watchers[id];
+                let listed = w.relist.take().unwrap_or_default();
+                let gone: Vec<ObjectKey> = w.seen.difference(&listed).cloned().collect();
+                w.seen = listed;
+                let first = !w.synced;
+                w.synced = true;
+                tracing::info!(watch = %w.spec.label(), objects = w.seen.len(), removed = gone.len(), "watch listed");
+                for key in gone {
+                    state.remove(&key);
+                }
+                if first && state.watchers.iter().all(|w| w.synced) {
+                    tracing::info!("every watch has listed: the kube source is synced");
+                    self.synced.send_replace(true);
+                }
+            }
+            watcher::Event::Apply(object) => {
+                let key = state.apply(kind, resource, object);
+                state.watchers[id].seen.insert(key);
+            }
+            watcher::Event::Delete(object) => {
+                let key = key_of(kind, &object);
+                state.watchers[id].seen.remove(&key);
+                state.remove(&key);
+            }
+        }
+        drop(guard);
+        self.changes.send_modify(|n| *n += 1);
+    }
+}
+
+impl SourceState {
+    /// Validates one object into the store, or records why not (keeping
+    /// the last good version). Returns its key.
+    fn apply(&mut self, kind: Kind, resource: &ApiResource, object: DynamicObject) -> ObjectKey {
+        let key = key_of(kind, &object);
+        let origin = origin_of(resource, &key);
+        let parsed = to_value(resource, &object)
+            .and_then(|value| validate::parse_object(kind, value, &key.namespace));
+        match parsed {
+            Ok(object) => {
+                if self.problems.remove(&key).is_some() {
+                    tracing::info!(object = %key, "object valid again");
+                }
+                self.store.insert(key.clone(), object, origin);
+            }
+            Err(e) => {
+                let problem = Problem {
+                    file: origin.file,
+                    document: 0,
+                    object: Some(key.to_string()),
+                    field: e.field,
+                    message: e.message,
+                    kept_previous: self.store.contains(&key),
+                };
+                if self.problems.get(&key) != Some(&problem) {
+                    tracing::warn!(
+                        object = %key,
+                        field = problem.field.as_deref().unwrap_or(""),
+                        kept_previous = problem.kept_previous,
+                        "skipped object from the API: {}",
+                        problem.message
+                    );
+                }
+                self.problems.insert(key.clone(), problem);
+            }
+        }
+        key
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        self.store.remove(key);
+        self.problems.remove(key);
+    }
+}
+
+fn key_of(kind: Kind, object: &DynamicObject) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace: if kind.is_namespaced() {
+            object.metadata.namespace.clone().unwrap_or_default()
+        } else {
+            String::new()
+        },
+        name: object.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The object's API path, so a problem says where it came from.
+fn origin_of(resource: &ApiResource, key: &ObjectKey) -> Origin {
+    let root = if resource.group.is_empty() {
+        format!("/api/{}", resource.version)
+    } else {
+        format!("/apis/{}/{}", resource.group, resource.version)
+    };
+    let path = if key.namespace.is_empty() {
+        format!("kube:{root}/{}/{}", resource.plural, key.name)
+    } else {
+        format!(
+            "kube:{root}/namespaces/{}/{}/{}",
+            key.namespace, resource.plural, key.name
+        )
+    };
+    Origin {
+        file: PathBuf::from(path),
+        document: 0,
+    }
+}
+
+/// The object as the loader's JSON value, with the type fields list items
+/// lack.
+fn to_value(
+    resource: &ApiResource,
+    object: &DynamicObject,
+) -> Result<serde_json::Value, validate::FieldError> {
+    let fail = |e: &dyn std::fmt::Display| validate::FieldError {
+        field: None,
+        message: format!("cannot read the object: {e}"),
+    };
+    let mut value = serde_json::to_value(object).map_err(|e| fail(&e))?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), resource.api_version.clone().into());
+        map.insert("kind".into(), resource.kind.clone().into());
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ApiServerVerifier pattern of kube-rs's controller-rs: a
+    //! `tower_test` mock stands in for the API server and the test answers
+    //! each request the watcher makes, checking it precisely.
+
+    use super::*;
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::json;
+
+    type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    async fn next_request(
+        handle: &mut Handle,
+    ) -> (
+        Request<Body>,
+        tower_test::mock::SendResponse<Response<Body>>,
+    ) {
+        tokio::time::timeout(Duration::from_secs(30), handle.next_request())
+            .await
+            .expect("the watcher sends a request in time")
+            .expect("the client is alive")
+    }
+
+    fn tenant(name: &str, cluster: &str, cidr: &str, rv: &str) -> serde_json::Value {
+        json!({
+            "metadata": {"name": name, "resourceVersion": rv},
+            "spec": {"cluster": cluster, "nodeCIDRs": [cidr]},
+        })
+    }
+
+    #[tokio::test]
+    async fn bad_objects_become_problems_and_keep_the_last_good_version() {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let source = KubeSource::start_with(
+            &client,
+            vec![WatchSpec {
+                kind: Kind::Tenant,
+                namespace: None,
+            }],
+        );
+
+        // The initial list: one good Tenant and one with a bad CLUSTER.
+        let (request, send) = next_request(&mut handle).await;
+        assert_eq!(request.method(), http::Method::GET);
+        assert_eq!(request.uri().path(), "/apis/teapot.dev/v1alpha1/tenants");
+        assert!(!request.uri().query().unwrap_or("").contains("watch=true"));
+        let list = json!({
+            "apiVersion": "teapot.dev/v1alpha1", "kind": "TenantList",
+            "metadata": {"resourceVersion": "10"},
+            "items": [tenant("acme", "acme", "10.1.0.0/16", "5"), tenant("bad", "Bad", "10.2.0.0/16", "6")],
+        });
+        send.send_response(Response::new(Body::from(
+            serde_json::to_vec(&list).unwrap(),
+        )));
+
+        // The watch from the list's version: acme turns invalid.
+        let (request, send) = next_request(&mut handle).await;
+        let query = request.uri().query().unwrap_or("").to_string();
+        assert!(query.contains("watch=true"), "{query}");
+        assert!(query.contains("resourceVersion=10"), "{query}");
+        source.wait_synced().await;
+        let loaded = source.snapshot();
+        assert_eq!(loaded.store.tenants.len(), 1);
+        assert_eq!(loaded.problems.len(), 1);
+        let p = &loaded.problems[0];
+        assert_eq!(p.object.as_deref(), Some("Tenant bad"));
+        assert_eq!(p.field.as_deref(), Some("spec.cluster"));
+        assert!(!p.kept_previous);
+        assert_eq!(
+            p.file,
+            PathBuf::from("kube:/apis/teapot.dev/v1alpha1/tenants/bad")
+        );
+
+        let mut changes = source.changes();
+        let event = json!({"type": "MODIFIED", "object": {
+            "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": "acme", "resourceVersion": "11"},
+            "spec": {"cluster": "acme", "nodeCIDRs": ["10.1.0.0/33"]},
+        }});
+        send.send_response(Response::new(Body::from(format!("{event}\n").into_bytes())));
+        assert!(coalesced(&mut changes, Duration::from_millis(10)).await);
+        let loaded = source.snapshot();
+        let acme = &loaded.store.tenants["acme"].object;
+        assert_eq!(
+            acme.spec.node_cidrs,
+            ["10.1.0.0/16"],
+            "the last good version"
+        );
+        let p = loaded
+            .problems
+            .iter()
+            .find(|p| p.object.as_deref() == Some("Tenant acme"))
+            .expect("a problem for acme");
+        assert_eq!(p.field.as_deref(), Some("spec.nodeCIDRs[0]"));
+        assert!(p.kept_previous);
+    }
+
+    #[tokio::test]
+    async fn secrets_are_listed_with_the_tls_type_selector() {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let _source = KubeSource::start_with(
+            &client,
+            vec![WatchSpec {
+                kind: Kind::Secret,
+                namespace: Some("tenant-acme".into()),
+            }],
+        );
+        let (request, _send) = next_request(&mut handle).await;
+        assert_eq!(
+            request.uri().path(),
+            "/api/v1/namespaces/tenant-acme/secrets"
+        );
+        let query = request.uri().query().unwrap_or("");
+        assert!(
+            query.contains("fieldSelector=type%3Dkubernetes.io%2Ftls"),
+            "{query}"
+        );
+        // ACME's certificates are not a tenant's: left to the ACME store.
+        assert!(
+            query.contains("labelSelector=%21teapot.dev%2Facme-certificate"),
+            "{query}"
+        );
+    }
+
+    /// Against the API double: events a watcher missed (a compaction while
+    /// it was away) come back through the 410 -> re-list path, which
+    /// drops what vanished.
+    #[tokio::test]
+    async fn a_relist_after_410_drops_what_vanished() {
+        use teapot_testkit::apiserver::ApiServer;
+        let api = ApiServer::start().await;
+        for name in ["a", "b"] {
+            let mut t = tenant(name, name, "10.1.0.0/16", "");
+            t["apiVersion"] = json!("teapot.dev/v1alpha1");
+            t["kind"] = json!("Tenant");
+            t["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("resourceVersion");
+            api.apply(t);
+        }
+        let source = KubeSource::start_with(
+            &api.client(),
+            vec![WatchSpec {
+                kind: Kind::Tenant,
+                namespace: None,
+            }],
+        );
+        tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
+            .await
+            .expect("synced in time");
+        assert_eq!(source.snapshot().store.tenants.len(), 2);
+
+        assert!(api.delete_unannounced("teapot.dev/v1alpha1", "Tenant", "", "b"));
+        api.compact();
+        api.drop_watches();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while source.snapshot().store.tenants.len() != 1 {
+            assert!(tokio::time::Instant::now() < deadline, "b still known");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(source.snapshot().store.tenants.contains_key("a"));
+        let lists = api
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/tenants") && r.param("watch").is_none())
+            .count();
+        assert_eq!(lists, 2, "the initial list and the re-list");
+    }
+
+    #[test]
+    fn namespaces_multiply_namespaced_watches_only() {
+        assert_eq!(WatchSpec::all(&[]).len(), 6);
+        let specs = WatchSpec::all(&["a".into(), "b".into()]);
+        assert_eq!(specs.len(), 2 + 4 * 2);
+        assert!(
+            specs
+                .iter()
+                .any(|s| s.kind == Kind::Tenant && s.namespace.is_none())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_steady_stream_of_changes_still_wakes_the_consumer() {
+        let (tx, mut rx) = watch::channel(0u64);
+        let stream = tokio::spawn(async move {
+            // Faster than the quiet period, forever.
+            for n in 1.. {
+                if tx.send(n).is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        // The bound guards against a hang only; without MAX_COALESCE the
+        // wake-up never comes while the stream runs.
+        let woke = tokio::time::timeout(
+            Duration::from_secs(60),
+            coalesced(&mut rx, Duration::from_millis(50)),
+        )
+        .await;
+        assert_eq!(woke, Ok(true));
+        stream.abort();
+    }
+}
