@@ -32,8 +32,8 @@ pub mod report;
 pub mod service;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -45,6 +45,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use parking_lot::Mutex;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde_json::Value;
 use teapot_api::lease::{LeaderLease, LeaseOptions};
@@ -213,12 +214,8 @@ impl Context {
 
     /// Forgets what was applied: the next reconciles write everything once.
     pub fn forget_applied(&self) {
-        lock(&self.applied).clear();
+        self.applied.lock().clear();
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Ingresses in `store` that reference `name` in `namespace` through

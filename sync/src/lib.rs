@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::net::IpAddr;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
@@ -45,6 +45,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use parking_lot::Mutex;
 use teapot_api::hostname::mirrored_service_name;
 use teapot_api::names::SERVICE_NAME_LABEL;
 use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
@@ -466,7 +467,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     if ctx.lb_services.get(&lb_ref).is_none() {
         tracing::debug!(service = %format!("{namespace}/{name}"), "not mirrored on the LB side (yet)");
         // Not exported (or no longer): the controller's GC removes the slice.
-        lock(&ctx.written).remove(&mirrored);
+        ctx.written.lock().remove(&mirrored);
         return Ok(Action::await_change());
     }
     let mode = mode_of(&service, ctx.config.mode)?;
@@ -490,7 +491,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let value = serde_json::to_value(&desired)?;
     let min = ctx.config.min_write_interval;
     let (wait, interval) = {
-        let mut written = lock(&ctx.written);
+        let mut written = ctx.written.lock();
         match written.get_mut(&mirrored) {
             Some(w) if w.slice == value => return Ok(Action::await_change()),
             Some(w) => {
@@ -515,7 +516,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     .await?;
     ctx.metrics.writes.inc();
     tracing::debug!(service = %format!("{namespace}/{name}"), slice = %mirrored, %mode, endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "EndpointSlice written");
-    lock(&ctx.written).insert(
+    ctx.written.lock().insert(
         mirrored,
         Written {
             slice: value,
@@ -524,7 +525,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             deferred: false,
         },
     );
-    lock(&ctx.failures).remove(&format!("{namespace}/{name}"));
+    ctx.failures.lock().remove(&format!("{namespace}/{name}"));
     Ok(Action::await_change())
 }
 
@@ -536,7 +537,7 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
         service.name_any()
     );
     let failures = {
-        let mut f = lock(&ctx.failures);
+        let mut f = ctx.failures.lock();
         let n = f.entry(key.clone()).or_insert(0);
         *n = n.saturating_add(1);
         *n
@@ -550,10 +551,6 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
 pub fn backoff(failures: u32) -> Duration {
     let secs = 1u64 << failures.saturating_sub(1).min(9);
     Duration::from_secs(secs.min(300))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Turns Node events into "reconcile everything" only when a node's
@@ -634,7 +631,7 @@ pub async fn run(
         Some(((), ()))
     })
     .map(move |()| {
-        lock(&forget.written).clear();
+        forget.written.lock().clear();
     });
     let relists = ctx.listed.relists();
     let all = futures::stream::select(
