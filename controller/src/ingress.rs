@@ -38,7 +38,7 @@ pub async fn reconcile(ingress: Arc<Ingress>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     apply(&ingress, &ctx).await?;
-    ctx.failures.lock().remove(&key(ingress.as_ref()));
+    ctx.failures.clear(&key(ingress.as_ref()));
     ctx.metrics
         .reconciles
         .with_label_values(&["ingress", "ok"])
@@ -108,12 +108,7 @@ async fn cleanup(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
 
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy(ingress: Arc<Ingress>, error: &Error, ctx: Arc<Context>) -> Action {
-    let failures = {
-        let mut f = ctx.failures.lock();
-        let n = f.entry(key(ingress.as_ref())).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.failures.record(key(ingress.as_ref()));
     ctx.metrics
         .reconciles
         .with_label_values(&["ingress", "error"])

@@ -189,7 +189,7 @@ pub struct Context {
     /// What was last applied to the LB cluster, by kind and name: an
     /// unchanged object is not written again (cleared on every resync).
     applied: Mutex<HashMap<(String, String), Value>>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: teapot_sync::Failures,
 }
 
 impl Context {
@@ -208,7 +208,7 @@ impl Context {
             metrics,
             recorder,
             applied: Mutex::new(HashMap::new()),
-            failures: Mutex::new(HashMap::new()),
+            failures: teapot_sync::Failures::default(),
         }
     }
 

@@ -53,8 +53,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     conditions.extend(Condition::programmed(status.as_ref()));
     report(&ctx, service.as_ref(), conditions).await?;
     ctx.failures
-        .lock()
-        .remove(&format!("Service {}", key(service.as_ref())));
+        .clear(&format!("Service {}", key(service.as_ref())));
     ctx.metrics
         .reconciles
         .with_label_values(&["service", "ok"])
@@ -64,14 +63,9 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
 
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
-    let failures = {
-        let mut f = ctx.failures.lock();
-        let n = f
-            .entry(format!("Service {}", key(service.as_ref())))
-            .or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx
+        .failures
+        .record(format!("Service {}", key(service.as_ref())));
     ctx.metrics
         .reconciles
         .with_label_values(&["service", "error"])

@@ -288,7 +288,7 @@ pub struct Context {
     /// The three stores above have listed.
     listed: Listed,
     written: Mutex<HashMap<String, Written>>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Failures,
 }
 
 /// The tenant Service an LB object mirrors, from its source labels.
@@ -525,7 +525,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             deferred: false,
         },
     );
-    ctx.failures.lock().remove(&format!("{namespace}/{name}"));
+    ctx.failures.clear(&format!("{namespace}/{name}"));
     Ok(Action::await_change())
 }
 
@@ -536,15 +536,32 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
         service.namespace().unwrap_or_default(),
         service.name_any()
     );
-    let failures = {
-        let mut f = ctx.failures.lock();
-        let n = f.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.failures.record(key.clone());
     ctx.metrics.reconciles.with_label_values(&["error"]).inc();
     tracing::warn!(service = %key, %error, failures, "EndpointSlice sync failed; retrying");
     Action::requeue(backoff(failures))
+}
+
+/// Consecutive reconcile failures by object key, which set the requeue
+/// [`backoff`] of both agent halves' error policies. A success clears the
+/// object, so its next failure is retried after 1 s again.
+#[derive(Debug, Default)]
+pub struct Failures(Mutex<HashMap<String, u32>>);
+
+impl Failures {
+    /// Counts one more failure of `key`; returns the count so far (1 for
+    /// the first).
+    pub fn record(&self, key: String) -> u32 {
+        let mut counts = self.0.lock();
+        let n = counts.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Forgets the failures of `key` after it reconciled.
+    pub fn clear(&self, key: &str) {
+        self.0.lock().remove(key);
+    }
 }
 
 /// 1 s, 2 s, 4 s, ... up to 5 min.
@@ -623,7 +640,7 @@ pub async fn run(
         lb_services,
         listed,
         written: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
+        failures: Failures::default(),
     });
     let forget = ctx.clone();
     let ticks = futures::stream::unfold((), move |()| async move {
