@@ -52,33 +52,9 @@ use teapot_api::lease::{LeaderLease, LeaseOptions};
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Listed, Mode, SyncConfig, SyncMetrics};
 use tokio::sync::watch;
 
-/// One error type for the agent.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// A tenant object teapot cannot mirror, with the field at fault.
-    #[error("{object}: {field}: {message}")]
-    Invalid {
-        object: String,
-        field: String,
-        message: String,
-    },
-    #[error(
-        "IngressClass {name} belongs to controller {controller:?}, not {expected}: delete it or run the agent with --no-install-class"
-    )]
-    ClassTaken {
-        name: String,
-        controller: String,
-        expected: &'static str,
-    },
-    #[error("serializing an object: {0}")]
-    Serialize(#[from] serde_json::Error),
-    #[error("metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
-    #[error("admin listener: {0}")]
-    Io(#[from] std::io::Error),
-}
+/// The agent's one error type, shared with its EndpointSlice half
+/// (`teapot-sync`): the agent is these two crates.
+pub use teapot_sync::Error;
 
 /// How the agent runs.
 #[derive(Clone)]

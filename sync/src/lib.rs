@@ -70,7 +70,10 @@ pub const FIELD_MANAGER: &str = "teapot-agent";
 /// copies it (it means nothing on the LB cluster).
 pub const MODE_ANNOTATION: &str = "teapot.dev/endpoints";
 
-/// One error type for the sync half.
+/// The one error type of the agent (`teapot agent`): this crate is its
+/// EndpointSlice half and `teapot-controller` its Ingress/Service half,
+/// which reuses this type as `teapot_controller::Error`, so both halves
+/// report a failure of the same kind the same way.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("Kubernetes API: {0}")]
@@ -84,8 +87,20 @@ pub enum Error {
     },
     #[error("a reflector store was dropped: the agent is shutting down")]
     StoreGone,
-    #[error("serializing the EndpointSlice: {0}")]
+    #[error(
+        "IngressClass {name} belongs to controller {controller:?}, not {expected}: delete it or run the agent with --no-install-class"
+    )]
+    ClassTaken {
+        name: String,
+        controller: String,
+        expected: &'static str,
+    },
+    #[error("serializing an object: {0}")]
     Serialize(#[from] serde_json::Error),
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("admin listener: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// Where endpoint addresses come from.
