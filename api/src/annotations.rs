@@ -1,4 +1,4 @@
-//! The `teapot.dev/` annotation allowlist (DESIGN.md: "Every tenant-facing
+//! The `teapot.dev/` annotation allowlist (docs/architecture.md: "Every tenant-facing
 //! annotation is `teapot.dev/<name>`, drawn from one allowlist that lives in
 //! the api crate and is documented for users. Unknown annotations are
 //! rejected, never ignored.").

@@ -1,4 +1,4 @@
-//! The hostname scheme (DESIGN.md, "Hostnames and hosts") and the names the
+//! The hostname scheme (docs/architecture.md, "Hostnames and hosts") and the names the
 //! agent gives mirrored objects.
 
 /// Longest DNS label.

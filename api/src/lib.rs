@@ -4,7 +4,7 @@
 //! host or path admitted by one part is read the same way by the others.
 //!
 //! Layout:
-//! - [`names`]: IngressClass, controller and label names from DESIGN.md.
+//! - [`names`]: IngressClass, controller and label names from docs/architecture.md.
 //! - [`host`]: Ingress rule hosts (exact or single-label wildcard) and their
 //!   validation.
 //! - [`path`]: Ingress path types and path validation.

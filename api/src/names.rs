@@ -1,4 +1,4 @@
-//! Names fixed by DESIGN.md. Changing one is an API break for tenants.
+//! Names fixed by docs/architecture.md. Changing one is an API break for tenants.
 
 /// The IngressClass tenants set (`spec.ingressClassName: teapot`).
 pub const INGRESS_CLASS: &str = "teapot";

@@ -10,7 +10,7 @@ pub enum PathKind {
 }
 
 impl PathKind {
-    /// Reads `pathType`; `ImplementationSpecific` behaves as `Prefix` (DESIGN.md).
+    /// Reads `pathType`; `ImplementationSpecific` behaves as `Prefix` (docs/architecture.md).
     pub fn parse(path_type: &str) -> Result<PathKind, PathError> {
         match path_type {
             "Exact" => Ok(PathKind::Exact),

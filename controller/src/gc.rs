@@ -15,7 +15,7 @@ use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL};
 
 use crate::mirror::{self, is_ours};
-use crate::{Context, Error, lock};
+use crate::{Context, Error};
 
 /// What the live tenant Ingresses and L4 Services need on the LB side.
 #[derive(Debug, Default)]
@@ -121,7 +121,9 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    lock(&ctx.applied).remove(&(K::kind(&()).to_string(), name.to_string()));
+    ctx.applied
+        .lock()
+        .remove(&(K::kind(&()).to_string(), name.to_string()));
     let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(1),

@@ -14,7 +14,7 @@ use teapot_sync::backoff;
 use crate::mirror::{self, is_ours};
 pub use crate::report::{CONDITIONS_ANNOTATION, Condition, FINALIZER};
 use crate::report::{apply_lb, copy_status, key, lb_status, report, set_finalizer};
-use crate::{Context, Error, gc, lock};
+use crate::{Context, Error, gc};
 
 /// Reconciles one tenant Ingress.
 pub async fn reconcile(ingress: Arc<Ingress>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -38,7 +38,7 @@ pub async fn reconcile(ingress: Arc<Ingress>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     apply(&ingress, &ctx).await?;
-    lock(&ctx.failures).remove(&key(ingress.as_ref()));
+    ctx.failures.clear(&key(ingress.as_ref()));
     ctx.metrics
         .reconciles
         .with_label_values(&["ingress", "ok"])
@@ -100,7 +100,7 @@ async fn cleanup(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
-    lock(&ctx.applied).remove(&("Ingress".to_string(), name));
+    ctx.applied.lock().remove(&("Ingress".to_string(), name));
     gc::collect(ctx).await?;
     tracing::info!(ingress = %key(ingress), "LB copies removed");
     Ok(())
@@ -108,12 +108,7 @@ async fn cleanup(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
 
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy(ingress: Arc<Ingress>, error: &Error, ctx: Arc<Context>) -> Action {
-    let failures = {
-        let mut f = lock(&ctx.failures);
-        let n = f.entry(key(ingress.as_ref())).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.failures.record(key(ingress.as_ref()));
     ctx.metrics
         .reconciles
         .with_label_values(&["ingress", "error"])

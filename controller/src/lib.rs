@@ -1,4 +1,4 @@
-//! The tenant agent (`teapot agent`, DESIGN.md "Roles"): runs in a tenant
+//! The tenant agent (`teapot agent`, docs/architecture.md, "Roles"): runs in a tenant
 //! cluster and makes teapot its Ingress controller.
 //!
 //! - [`class`]: installs (or checks) IngressClass `teapot`.
@@ -32,8 +32,8 @@ pub mod report;
 pub mod service;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -45,39 +45,16 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use parking_lot::Mutex;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde_json::Value;
 use teapot_api::lease::{LeaderLease, LeaseOptions};
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Listed, Mode, SyncConfig, SyncMetrics};
 use tokio::sync::watch;
 
-/// One error type for the agent.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// A tenant object teapot cannot mirror, with the field at fault.
-    #[error("{object}: {field}: {message}")]
-    Invalid {
-        object: String,
-        field: String,
-        message: String,
-    },
-    #[error(
-        "IngressClass {name} belongs to controller {controller:?}, not {expected}: delete it or run the agent with --no-install-class"
-    )]
-    ClassTaken {
-        name: String,
-        controller: String,
-        expected: &'static str,
-    },
-    #[error("serializing an object: {0}")]
-    Serialize(#[from] serde_json::Error),
-    #[error("metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
-    #[error("admin listener: {0}")]
-    Io(#[from] std::io::Error),
-}
+/// The agent's one error type, shared with its EndpointSlice half
+/// (`teapot-sync`): the agent is these two crates.
+pub use teapot_sync::Error;
 
 /// How the agent runs.
 #[derive(Clone)]
@@ -188,7 +165,7 @@ pub struct Context {
     /// What was last applied to the LB cluster, by kind and name: an
     /// unchanged object is not written again (cleared on every resync).
     applied: Mutex<HashMap<(String, String), Value>>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: teapot_sync::Failures,
 }
 
 impl Context {
@@ -207,18 +184,14 @@ impl Context {
             metrics,
             recorder,
             applied: Mutex::new(HashMap::new()),
-            failures: Mutex::new(HashMap::new()),
+            failures: teapot_sync::Failures::default(),
         }
     }
 
     /// Forgets what was applied: the next reconciles write everything once.
     pub fn forget_applied(&self) {
-        lock(&self.applied).clear();
+        self.applied.lock().clear();
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Ingresses in `store` that reference `name` in `namespace` through

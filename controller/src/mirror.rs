@@ -1,4 +1,4 @@
-//! The sanitized LB-cluster copies of tenant objects (DESIGN.md, "LB
+//! The sanitized LB-cluster copies of tenant objects (docs/architecture.md, "LB
 //! cluster API"). Pure functions: what to write, never how.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use teapot_api::status::reason_of;
 use teapot_sync::FIELD_MANAGER;
 
-use crate::{Context, Error, lock};
+use crate::{Context, Error};
 
 /// Finalizer on tenant objects the agent has mirrored: the LB copies go
 /// before the tenant object does.
@@ -172,7 +172,7 @@ pub async fn apply_lb<K: Tenant>(ctx: &Context, object: &K) -> Result<Option<Str
     let kind = K::kind(&()).to_string();
     let cache_key = (kind.clone(), name.clone());
     let value = serde_json::to_value(object)?;
-    if lock(&ctx.applied).get(&cache_key) == Some(&value) {
+    if ctx.applied.lock().get(&cache_key) == Some(&value) {
         return Ok(None);
     }
     let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
@@ -189,18 +189,18 @@ pub async fn apply_lb<K: Tenant>(ctx: &Context, object: &K) -> Result<Option<Str
                 .lb_writes
                 .with_label_values(&[kind.as_str()])
                 .inc();
-            lock(&ctx.applied).insert(cache_key, value);
+            ctx.applied.lock().insert(cache_key, value);
             Ok(None)
         }
         // 403: a denying admission webhook; 422: invalid. Both are about
         // the tenant's object and are reported to the tenant.
         Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => {
-            lock(&ctx.applied).remove(&cache_key);
+            ctx.applied.lock().remove(&cache_key);
             ctx.metrics.refusals.inc();
             Ok(Some(format!("{kind} {name}: {}", e.message)))
         }
         Err(e) => {
-            lock(&ctx.applied).remove(&cache_key);
+            ctx.applied.lock().remove(&cache_key);
             Err(e.into())
         }
     }

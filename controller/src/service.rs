@@ -18,7 +18,7 @@ use crate::mirror::{self, is_l4};
 use crate::report::{
     Condition, FINALIZER, apply_lb, copy_status, key, lb_status, report, set_finalizer,
 };
-use crate::{Context, Error, gc, lock};
+use crate::{Context, Error, gc};
 
 /// Reconciles one tenant Service (every Service is watched; only L4 ones
 /// of teapot's class, or ones still carrying the finalizer, are acted on).
@@ -52,7 +52,8 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let mut conditions = vec![Condition::accepted(&refusals)];
     conditions.extend(Condition::programmed(status.as_ref()));
     report(&ctx, service.as_ref(), conditions).await?;
-    lock(&ctx.failures).remove(&format!("Service {}", key(service.as_ref())));
+    ctx.failures
+        .clear(&format!("Service {}", key(service.as_ref())));
     ctx.metrics
         .reconciles
         .with_label_values(&["service", "ok"])
@@ -62,14 +63,9 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
 
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
-    let failures = {
-        let mut f = lock(&ctx.failures);
-        let n = f
-            .entry(format!("Service {}", key(service.as_ref())))
-            .or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx
+        .failures
+        .record(format!("Service {}", key(service.as_ref())));
     ctx.metrics
         .reconciles
         .with_label_values(&["service", "error"])

@@ -2,7 +2,7 @@
 //! hosts it may route and which addresses its endpoints may use.
 //!
 //! The rules are the webhook's own ([`teapot_api::policy`]), applied again
-//! here as defence in depth (DESIGN.md, "Security rules": the proxy never
+//! here as defence in depth (docs/architecture.md, "Security rules": the proxy never
 //! forwards a tenant's traffic to an address the webhook would refuse
 //! there). Host conflicts between tenants are not judged here: the compile
 //! gives a contested host to the oldest Ingress.

@@ -1,4 +1,4 @@
-//! The tenant agent's EndpointSlice mirror (`teapot agent`, DESIGN.md
+//! The tenant agent's EndpointSlice mirror (`teapot agent`, docs/architecture.md
 //! "LB cluster API").
 //!
 //! For every tenant Service that the controller half has mirrored into the
@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::net::IpAddr;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
@@ -45,6 +45,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use parking_lot::Mutex;
 use teapot_api::hostname::mirrored_service_name;
 use teapot_api::names::SERVICE_NAME_LABEL;
 use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
@@ -69,7 +70,10 @@ pub const FIELD_MANAGER: &str = "teapot-agent";
 /// copies it (it means nothing on the LB cluster).
 pub const MODE_ANNOTATION: &str = "teapot.dev/endpoints";
 
-/// One error type for the sync half.
+/// The one error type of the agent (`teapot agent`): this crate is its
+/// EndpointSlice half and `teapot-controller` its Ingress/Service half,
+/// which reuses this type as `teapot_controller::Error`, so both halves
+/// report a failure of the same kind the same way.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("Kubernetes API: {0}")]
@@ -83,8 +87,20 @@ pub enum Error {
     },
     #[error("a reflector store was dropped: the agent is shutting down")]
     StoreGone,
-    #[error("serializing the EndpointSlice: {0}")]
+    #[error(
+        "IngressClass {name} belongs to controller {controller:?}, not {expected}: delete it or run the agent with --no-install-class"
+    )]
+    ClassTaken {
+        name: String,
+        controller: String,
+        expected: &'static str,
+    },
+    #[error("serializing an object: {0}")]
     Serialize(#[from] serde_json::Error),
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("admin listener: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// Where endpoint addresses come from.
@@ -287,7 +303,7 @@ pub struct Context {
     /// The three stores above have listed.
     listed: Listed,
     written: Mutex<HashMap<String, Written>>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Failures,
 }
 
 /// The tenant Service an LB object mirrors, from its source labels.
@@ -466,7 +482,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     if ctx.lb_services.get(&lb_ref).is_none() {
         tracing::debug!(service = %format!("{namespace}/{name}"), "not mirrored on the LB side (yet)");
         // Not exported (or no longer): the controller's GC removes the slice.
-        lock(&ctx.written).remove(&mirrored);
+        ctx.written.lock().remove(&mirrored);
         return Ok(Action::await_change());
     }
     let mode = mode_of(&service, ctx.config.mode)?;
@@ -490,7 +506,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let value = serde_json::to_value(&desired)?;
     let min = ctx.config.min_write_interval;
     let (wait, interval) = {
-        let mut written = lock(&ctx.written);
+        let mut written = ctx.written.lock();
         match written.get_mut(&mirrored) {
             Some(w) if w.slice == value => return Ok(Action::await_change()),
             Some(w) => {
@@ -515,7 +531,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     .await?;
     ctx.metrics.writes.inc();
     tracing::debug!(service = %format!("{namespace}/{name}"), slice = %mirrored, %mode, endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "EndpointSlice written");
-    lock(&ctx.written).insert(
+    ctx.written.lock().insert(
         mirrored,
         Written {
             slice: value,
@@ -524,7 +540,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             deferred: false,
         },
     );
-    lock(&ctx.failures).remove(&format!("{namespace}/{name}"));
+    ctx.failures.clear(&format!("{namespace}/{name}"));
     Ok(Action::await_change())
 }
 
@@ -535,25 +551,38 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
         service.namespace().unwrap_or_default(),
         service.name_any()
     );
-    let failures = {
-        let mut f = lock(&ctx.failures);
-        let n = f.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.failures.record(key.clone());
     ctx.metrics.reconciles.with_label_values(&["error"]).inc();
     tracing::warn!(service = %key, %error, failures, "EndpointSlice sync failed; retrying");
     Action::requeue(backoff(failures))
+}
+
+/// Consecutive reconcile failures by object key, which set the requeue
+/// [`backoff`] of both agent halves' error policies. A success clears the
+/// object, so its next failure is retried after 1 s again.
+#[derive(Debug, Default)]
+pub struct Failures(Mutex<HashMap<String, u32>>);
+
+impl Failures {
+    /// Counts one more failure of `key`; returns the count so far (1 for
+    /// the first).
+    pub fn record(&self, key: String) -> u32 {
+        let mut counts = self.0.lock();
+        let n = counts.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Forgets the failures of `key` after it reconciled.
+    pub fn clear(&self, key: &str) {
+        self.0.lock().remove(key);
+    }
 }
 
 /// 1 s, 2 s, 4 s, ... up to 5 min.
 pub fn backoff(failures: u32) -> Duration {
     let secs = 1u64 << failures.saturating_sub(1).min(9);
     Duration::from_secs(secs.min(300))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Turns Node events into "reconcile everything" only when a node's
@@ -626,7 +655,7 @@ pub async fn run(
         lb_services,
         listed,
         written: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
+        failures: Failures::default(),
     });
     let forget = ctx.clone();
     let ticks = futures::stream::unfold((), move |()| async move {
@@ -634,7 +663,7 @@ pub async fn run(
         Some(((), ()))
     })
     .map(move |()| {
-        lock(&forget.written).clear();
+        forget.written.lock().clear();
     });
     let relists = ctx.listed.relists();
     let all = futures::stream::select(

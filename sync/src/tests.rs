@@ -126,6 +126,21 @@ fn bad_input_names_the_object_and_field() {
 }
 
 #[test]
+fn failures_count_per_key_until_cleared() {
+    let failures = Failures::default();
+    assert_eq!(failures.record("shop/web".into()), 1);
+    assert_eq!(failures.record("shop/web".into()), 2);
+    assert_eq!(failures.record("shop/api".into()), 1, "counted per key");
+    failures.clear("shop/web");
+    assert_eq!(
+        failures.record("shop/web".into()),
+        1,
+        "a success starts over"
+    );
+    assert_eq!(failures.record("shop/api".into()), 2);
+}
+
+#[test]
 fn backoff_grows_and_caps() {
     assert_eq!(backoff(1), Duration::from_secs(1));
     assert_eq!(backoff(3), Duration::from_secs(4));

@@ -9,8 +9,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use teapot_testkit::certs;
-use teapot_testkit::echo::{EchoIdentity, EchoServer};
+use teapot_echo::certs;
+use teapot_echo::{EchoIdentity, EchoServer};
 
 use crate::{ListenArgs, TuningArgs};
 

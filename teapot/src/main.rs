@@ -332,13 +332,13 @@ async fn run_echo(args: EchoArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot bind {}", args.listen))?;
     tracing::info!(addr = %listener.local_addr()?, "echo backend listening");
-    let identity = teapot_testkit::echo::EchoIdentity {
+    let identity = teapot_echo::EchoIdentity {
         namespace: args.namespace,
         ingress: args.ingress,
         service: args.service,
         pod: args.pod,
     };
-    teapot_testkit::echo::run(listener, identity, shutdown_signal()).await?;
+    teapot_echo::run(listener, identity, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -68,17 +68,9 @@ pub(crate) fn run(args: TenantArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The api crate's DNS-label rule, with the argument it checked named.
 fn dns_label(what: &str, s: &str) -> anyhow::Result<()> {
-    let ok = !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-');
-    if !ok {
-        bail!("{what} {s:?} is not a DNS label (a-z, 0-9, '-', at most 63)");
-    }
-    Ok(())
+    teapot_api::policy::dns_label(s).map_err(|message| anyhow::anyhow!("{what}: {message}"))
 }
 
 fn domain(s: &str) -> anyhow::Result<()> {
@@ -203,4 +195,21 @@ fn binding(y: &mut String, name: &str, ns: &str, role_kind: &str, role: &str, sa
          roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: {role_kind}\n  name: {role}\nsubjects:\n  \
          - kind: ServiceAccount\n    name: {sa_name}\n    namespace: {sa_ns}\n"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_label_errors_name_the_argument() {
+        assert!(dns_label("cluster", "acme-1").is_ok());
+        let err = dns_label("cluster", "Bad_Name").unwrap_err().to_string();
+        assert!(err.starts_with("cluster: "), "{err}");
+        assert!(err.contains("\"Bad_Name\""), "{err}");
+        assert!(dns_label("release", "").is_err());
+        assert!(dns_label("release", "-a").is_err());
+        assert!(dns_label("release", &"a".repeat(64)).is_err());
+        assert!(domain("a.com\n  evil: x").is_err());
+    }
 }

@@ -721,7 +721,7 @@ async fn slowloris_does_not_starve_other_clients() {
 }
 
 /// This machine's own address of one family that is not loopback: a
-/// Tenant's endpoints may never be loopback (DESIGN.md), so the fairness
+/// Tenant's endpoints may never be loopback (docs/architecture.md), so the fairness
 /// test serves its tenants on the interface addresses. Connecting a UDP
 /// socket sends nothing; it only picks the source address of the route.
 fn node_address(v6: bool) -> std::net::IpAddr {

@@ -52,7 +52,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -63,6 +63,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
@@ -327,21 +328,21 @@ impl ApiServer {
         &self,
         hook: impl Fn(&AdmissionRequest) -> Result<(), Refusal> + Send + Sync + 'static,
     ) {
-        *lock(&self.inner.admission) = Some(Arc::new(hook));
+        *self.inner.admission.lock() = Some(Arc::new(hook));
     }
 
     pub fn clear_admission(&self) {
-        *lock(&self.inner.admission) = None;
+        *self.inner.admission.lock() = None;
     }
 
     /// Every request so far, oldest first.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        lock(&self.inner.requests).clone()
+        self.inner.requests.lock().clone()
     }
 
     /// The current resourceVersion counter.
     pub fn resource_version(&self) -> u64 {
-        lock(&self.inner.state).rv
+        self.inner.state.lock().rv
     }
 
     /// Creates or replaces an object (from its `apiVersion`, `kind`,
@@ -350,7 +351,7 @@ impl ApiServer {
     /// Returns the stored object.
     pub fn apply(&self, object: Value) -> Value {
         let (resource, namespace, name) = identity(&object);
-        let mut state = lock(&self.inner.state);
+        let mut state = self.inner.state.lock();
         let old = state
             .objects
             .get(&resource)
@@ -377,7 +378,7 @@ impl ApiServer {
     /// Returns whether it existed.
     pub fn delete(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> bool {
         let resource = Resource::of_kind(api_version, kind);
-        let mut state = lock(&self.inner.state);
+        let mut state = self.inner.state.lock();
         match delete_object(&mut state, &resource, namespace, name) {
             Ok((_, changes)) => {
                 self.publish(changes);
@@ -390,7 +391,9 @@ impl ApiServer {
     /// The stored object, if any.
     pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         let resource = Resource::of_kind(api_version, kind);
-        lock(&self.inner.state)
+        self.inner
+            .state
+            .lock()
             .objects
             .get(&resource)
             .and_then(|m| m.get(&(namespace.to_string(), name.to_string())))
@@ -416,7 +419,7 @@ impl ApiServer {
         name: &str,
     ) -> bool {
         let resource = Resource::of_kind(api_version, kind);
-        let mut state = lock(&self.inner.state);
+        let mut state = self.inner.state.lock();
         let key = (namespace.to_string(), name.to_string());
         let existed = state
             .objects
@@ -445,7 +448,7 @@ impl ApiServer {
     }
 
     pub fn compact(&self) {
-        let mut state = lock(&self.inner.state);
+        let mut state = self.inner.state.lock();
         state.compacted = state.rv;
         state.log.clear();
     }
@@ -478,10 +481,6 @@ impl Drop for ListHold {
 /// `Send`, so it must not live in a `select!` of a spawned task).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn kubeconfig_text(addr: SocketAddr) -> String {
@@ -580,7 +579,7 @@ async fn handle(
         Err(e) => return failure(Failure::bad_request(format!("cannot read body: {e}"))),
     };
     let body = parse_body(&raw, content_type.as_deref());
-    lock(&inner.requests).push(RecordedRequest {
+    inner.requests.lock().push(RecordedRequest {
         method: method.clone(),
         path: path.clone(),
         query: query.clone(),
@@ -867,7 +866,7 @@ type Answer = Result<(StatusCode, Value), Failure>;
 
 fn list(inner: &Inner, target: &Target, params: &HashMap<String, String>) -> Answer {
     let filter = Filter::new(target, params)?;
-    let state = lock(&inner.state);
+    let state = inner.state.lock();
     let items: Vec<Value> = state
         .objects
         .get(&target.resource)
@@ -888,7 +887,7 @@ fn list(inner: &Inner, target: &Target, params: &HashMap<String, String>) -> Ans
 }
 
 fn get(inner: &Inner, target: &Target, name: &str) -> Answer {
-    let state = lock(&inner.state);
+    let state = inner.state.lock();
     let ns = target.namespace.clone().unwrap_or_default();
     state
         .objects
@@ -1137,7 +1136,7 @@ fn delete_object(state: &mut State, resource: &Resource, namespace: &str, name: 
 }
 
 fn admit(inner: &Inner, request: AdmissionRequest) -> Result<(), Failure> {
-    let hook = lock(&inner.admission).clone();
+    let hook = inner.admission.lock().clone();
     match hook {
         Some(hook) => hook(&request).map_err(|r| {
             let code = StatusCode::from_u16(r.code).unwrap_or(StatusCode::FORBIDDEN);
@@ -1163,7 +1162,7 @@ fn admit(inner: &Inner, request: AdmissionRequest) -> Result<(), Failure> {
 /// Runs one write under the state lock and publishes its changes while
 /// still holding it, so watches never see them out of order.
 fn write(inner: &Inner, f: impl FnOnce(&mut State) -> Written) -> Result<Value, Failure> {
-    let mut state = lock(&inner.state);
+    let mut state = inner.state.lock();
     let (value, changes) = f(&mut state)?;
     for c in changes {
         let _ = inner.changes.send(c);
@@ -1172,7 +1171,9 @@ fn write(inner: &Inner, f: impl FnOnce(&mut State) -> Written) -> Result<Value, 
 }
 
 fn stored(inner: &Inner, resource: &Resource, namespace: &str, name: &str) -> Option<Value> {
-    lock(&inner.state)
+    inner
+        .state
+        .lock()
         .objects
         .get(resource)
         .and_then(|m| m.get(&(namespace.to_string(), name.to_string())))
@@ -1414,7 +1415,7 @@ fn watch_response(
     let resource = target.resource.clone();
     // Subscribe and take the backlog under one lock: nothing falls between.
     let (backlog, mut live, mut last, kind) = {
-        let state = lock(&inner.state);
+        let state = inner.state.lock();
         let live = inner.changes.subscribe();
         let kind = list_kind(&state, &resource);
         let mut backlog = Vec::new();

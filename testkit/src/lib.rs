@@ -9,11 +9,13 @@
 //! - [`admission`]: AdmissionReview v1 request bodies for webhook tests and
 //!   benchmarks.
 //! - [`echo`]: the conformance suite's echo backend (HTTP/1.1, HTTP/2 cleartext,
-//!   WebSocket), plus test hooks for delays and status codes.
+//!   WebSocket), plus test hooks for delays and status codes; the product
+//!   crate `teapot-echo`, re-exported.
 //! - [`apiserver`]: an in-process Kubernetes API double behind a real
 //!   `kube::Client` (and a kubeconfig file for child processes).
-//! - [`certs`]: self-signed certificates, a small test CA, `kubernetes.io/tls`
-//!   Secret manifests and a SAN check.
+//! - [`certs`]: self-signed certificates and `kubernetes.io/tls` Secret
+//!   manifests (from `teapot-echo`, which the demo uses), a small test CA and
+//!   a SAN check.
 //! - [`client`]: an HTTP/1.1 + HTTP/2 client over plain TCP or TLS with a chosen
 //!   SNI that reports what the server presented, raw byte exchanges for framing
 //!   tests, and a WebSocket echo client.

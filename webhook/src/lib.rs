@@ -1,4 +1,4 @@
-//! `teapot webhook`: the LB cluster's ValidatingWebhook (DESIGN.md,
+//! `teapot webhook`: the LB cluster's ValidatingWebhook (docs/architecture.md,
 //! "Security rules that shape the code").
 //!
 //! It answers `AdmissionReview` v1 for Ingress, Service, EndpointSlice and

@@ -8,15 +8,13 @@
 
 use std::fmt;
 
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use teapot_api::Tenant;
 use teapot_api::annotations::ObjectKind;
 use teapot_api::policy::{
     self, OBJECT_FIELD, PolicyContext, TenantObject, Violation, check_strings, check_tenant,
-    object_kind, quote, summarize, tls_pair, unknown_fields,
+    object_kind, quote, summarize, tls_secret_data, unknown_fields,
 };
 use teapot_model::certificate::TlsCertificate;
 
@@ -263,34 +261,13 @@ impl Validator {
         .with_existing(existing);
         let checked = policy::check_object(&ctx, namespace, object);
         let mut violations = checked.violations;
+        // The shape rules ran in check_object; what needs a crypto provider
+        // (the chain parses, the key matches it) is checked here.
         if let Some(TenantObject::Secret(secret)) = &checked.object
-            && !violations.iter().any(|v| v.field == "type")
-            && let Some((cert, key)) = tls_pair(secret)
+            && let Ok(tls) = tls_secret_data(secret)
+            && let Err(e) = TlsCertificate::from_pem(tls.cert_chain, tls.key)
         {
-            if let Err(e) = TlsCertificate::from_pem(cert, key) {
-                violations.push(Violation::new(e.field(), e.to_string()));
-            }
-            if let Some(ca) = secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get("ca.crt"))
-                .map(|b| b.0.as_slice())
-                .or_else(|| {
-                    secret
-                        .string_data
-                        .as_ref()
-                        .and_then(|d| d.get("ca.crt"))
-                        .map(|s| s.as_bytes())
-                })
-            {
-                let certs = CertificateDer::pem_slice_iter(ca).collect::<Result<Vec<_>, _>>();
-                if !matches!(certs, Ok(c) if !c.is_empty()) {
-                    violations.push(Violation::new(
-                        "data[\"ca.crt\"]",
-                        "is not a PEM certificate bundle",
-                    ));
-                }
-            }
+            violations.push(Violation::new(e.field(), e.to_string()));
         }
         debug_assert!(checked.object.as_ref().is_none_or(|o| o.kind() == kind));
         Verdict {

@@ -1,4 +1,4 @@
-//! Which hosts a tenant may use (DESIGN.md, "Hostnames and hosts"), and
+//! Which hosts a tenant may use (docs/architecture.md, "Hostnames and hosts"), and
 //! who already holds what.
 
 use std::collections::HashMap;

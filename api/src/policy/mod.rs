@@ -1,10 +1,10 @@
 //! The admission rules: what a tenant may write into its LB-cluster
-//! namespace (DESIGN.md, "Security rules that shape the code").
+//! namespace (docs/architecture.md, "Security rules that shape the code").
 //!
 //! Pure functions over typed Kubernetes objects, shared by the webhook
 //! (which admits or refuses) and the proxy (which re-checks what it routes,
 //! defence in depth). No I/O and no crypto: the webhook adds the
-//! certificate/key check for Secrets.
+//! certificate/key check on what [`tls_secret_data`] returns.
 //!
 //! Every rule is an allowlist, and every check reports **all** its
 //! violations, each with the field it is about, so a refused tenant can fix
@@ -16,6 +16,9 @@
 //!   unknown fields, typed parse, then the typed checks below).
 //! - [`check_ingress`], [`check_service`], [`check_endpoint_slice`],
 //!   [`check_secret`]: the typed checks.
+//! - [`tls_secret_data`] and [`check_ca_bundle`]: what a TLS Secret must
+//!   hold and what its `ca.crt` may be, for the certificate checks of the
+//!   webhook and the proxy.
 //! - [`check_endpoint_address`]: one endpoint address (the proxy calls it
 //!   for every endpoint it compiles in a tenant namespace).
 //! - [`host_scope`] and [`Holdings`]: which hosts a tenant may use.
@@ -49,7 +52,7 @@ pub use hosts::{Holder, Holdings, HostScope, check_host, host_scope};
 pub use ingress::{check_ingress, pending_custom_hosts};
 pub use meta::{check_annotations, check_labels};
 pub use names::{dns_label, dns_subdomain, dns1035_label, port_name};
-pub use secret::{TLS_SECRET_KEYS, check_secret, tls_pair};
+pub use secret::{TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, tls_secret_data};
 pub use service::check_service;
 pub use strings::{check_path, check_strings, is_forbidden_char, quote, unknown_fields};
 pub use tenant::check_tenant;
@@ -246,7 +249,7 @@ pub fn object_kind(api_version: &str, kind: &str) -> Option<ObjectKind> {
 /// Checks one object a tenant wants to write into `namespace`: its kind,
 /// size, every string in it, unknown fields, the typed parse, and the
 /// rules of its kind. A Secret's certificate and key are not parsed here
-/// (see [`tls_pair`]).
+/// (see [`tls_secret_data`]).
 pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> Checked {
     let mut checked = Checked::default();
     let out = &mut checked.violations;

@@ -1,6 +1,12 @@
-//! Secret rules (shape only: the webhook parses the certificate and key).
+//! Secret rules: what a tenant's `kubernetes.io/tls` Secret must hold
+//! ([`tls_secret_data`]) and what its `ca.crt` may be
+//! ([`check_ca_bundle`]). Whether the certificate parses and the key
+//! matches it needs a crypto provider; the caller checks that on the pair
+//! [`tls_secret_data`] returns.
 
 use k8s_openapi::api::core::v1::Secret;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 
 use super::meta::check_metadata;
 use super::strings::key_field;
@@ -29,15 +35,8 @@ pub fn check_secret(ctx: &PolicyContext<'_>, namespace: &str, secret: &Secret) -
         "Secrets",
         "maxIngresses",
     ));
-    let ty = secret.type_.as_deref().unwrap_or("Opaque");
-    if ty != TLS_SECRET_TYPE {
-        out.push(Violation::new(
-            "type",
-            format!(
-                "only {TLS_SECRET_TYPE} Secrets are accepted in a tenant namespace, not {}",
-                quote(ty)
-            ),
-        ));
+    if let Some(wrong_type) = type_violation(secret) {
+        out.push(wrong_type);
         return out;
     }
     let data_keys = secret.data.iter().flatten().map(|(k, _)| ("data", k));
@@ -54,12 +53,25 @@ pub fn check_secret(ctx: &PolicyContext<'_>, namespace: &str, secret: &Secret) -
             ));
         }
     }
-    for key in ["tls.crt", "tls.key"] {
-        if get(secret, key).is_none_or(<[u8]>::is_empty) {
-            out.push(Violation::new(key_field("data", key), "is required"));
-        }
+    match tls_secret_data(secret) {
+        Err(missing) => out.extend(missing),
+        Ok(TlsSecretData { ca: Some(ca), .. }) => out.extend(check_ca_bundle(ca).err()),
+        Ok(_) => {}
     }
     out
+}
+
+fn type_violation(secret: &Secret) -> Option<Violation> {
+    let ty = secret.type_.as_deref().unwrap_or("Opaque");
+    (ty != TLS_SECRET_TYPE).then(|| {
+        Violation::new(
+            "type",
+            format!(
+                "only {TLS_SECRET_TYPE} Secrets are accepted in a tenant namespace, not {}",
+                quote(ty)
+            ),
+        )
+    })
 }
 
 fn get<'s>(secret: &'s Secret, key: &str) -> Option<&'s [u8]> {
@@ -77,11 +89,52 @@ fn get<'s>(secret: &'s Secret, key: &str) -> Option<&'s [u8]> {
         })
 }
 
-/// The PEM certificate chain and key of a TLS Secret (`stringData` wins
-/// over `data`, as the API server merges them), for the caller's crypto
-/// check.
-pub fn tls_pair(secret: &Secret) -> Option<(&[u8], &[u8])> {
-    Some((get(secret, "tls.crt")?, get(secret, "tls.key")?))
+/// The certificate material of a tenant TLS Secret, each key read as the
+/// API server merges them (`stringData` wins over `data`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsSecretData<'s> {
+    /// `tls.crt`: the PEM chain, leaf first (not parsed here).
+    pub cert_chain: &'s [u8],
+    /// `tls.key`: the PEM private key (not parsed here).
+    pub key: &'s [u8],
+    /// `ca.crt`, when present: see [`check_ca_bundle`].
+    pub ca: Option<&'s [u8]>,
+}
+
+/// What a tenant TLS Secret must hold: type `kubernetes.io/tls`, and a
+/// non-empty `tls.crt` and `tls.key`. Returns them (and `ca.crt`) for the
+/// caller's certificate check, or every violation: the type alone when it
+/// is wrong, else each missing key as `data["tls.crt"]`/`data["tls.key"]`.
+pub fn tls_secret_data(secret: &Secret) -> Result<TlsSecretData<'_>, Vec<Violation>> {
+    if let Some(wrong_type) = type_violation(secret) {
+        return Err(vec![wrong_type]);
+    }
+    let required = |key: &str| {
+        get(secret, key)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| Violation::new(key_field("data", key), "is required"))
+    };
+    match (required("tls.crt"), required("tls.key")) {
+        (Ok(cert_chain), Ok(key)) => Ok(TlsSecretData {
+            cert_chain,
+            key,
+            ca: get(secret, "ca.crt"),
+        }),
+        (cert_chain, key) => Err(cert_chain.err().into_iter().chain(key.err()).collect()),
+    }
+}
+
+/// What `ca.crt` may be: a PEM bundle of one or more certificates (nothing
+/// else in it parses as PEM). The certificates themselves are not
+/// verified: a tenant's CA is its own business, only the framing must hold.
+pub fn check_ca_bundle(ca: &[u8]) -> Result<(), Violation> {
+    match CertificateDer::pem_slice_iter(ca).collect::<Result<Vec<_>, _>>() {
+        Ok(certs) if !certs.is_empty() => Ok(()),
+        _ => Err(Violation::new(
+            key_field("data", "ca.crt"),
+            "is not a PEM certificate bundle",
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +165,57 @@ mod tests {
             check("type: kubernetes.io/tls\ndata: {tls.crt: YQ==, extra: YQ==}\n"),
             [r#"data.extra"#, r#"data["tls.key"]"#]
         );
+    }
+
+    fn secret(body: &str) -> Secret {
+        yaml(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: tls, namespace: {NS}}}\n{body}"
+        ))
+    }
+
+    #[test]
+    fn tls_secret_data_prefers_string_data_and_names_what_is_missing() {
+        let s = secret(
+            "type: kubernetes.io/tls\ndata: {tls.crt: YQ==, tls.key: Yg==, ca.crt: Yw==}\nstringData: {tls.crt: x}\n",
+        );
+        assert_eq!(
+            tls_secret_data(&s).unwrap(),
+            TlsSecretData {
+                cert_chain: b"x",
+                key: b"b",
+                ca: Some(b"c"),
+            }
+        );
+        let s = secret("type: kubernetes.io/tls\nstringData: {tls.crt: a, tls.key: b}\n");
+        assert_eq!(tls_secret_data(&s).unwrap().ca, None);
+        let s = secret("type: kubernetes.io/tls\nstringData: {tls.key: \"\"}\n");
+        assert_eq!(
+            fields(&tls_secret_data(&s).unwrap_err()),
+            [r#"data["tls.crt"]"#, r#"data["tls.key"]"#]
+        );
+        let s = secret("type: Opaque\nstringData: {tls.crt: a, tls.key: b}\n");
+        assert_eq!(fields(&tls_secret_data(&s).unwrap_err()), ["type"]);
+        assert_eq!(
+            fields(&tls_secret_data(&secret("stringData: {}\n")).unwrap_err()),
+            ["type"]
+        );
+    }
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIUYK73o5X0ArBY4b2QUYqL1kmeLDQwCgYIKoZIzj0EAwIw\nEDEOMAwGA1UEAwwFb3RoZXIwIBcNMjYxMTIyMDAyNzI0WhgPMjEyNjEwMjkwMDI3\nMjRaMBAxDjAMBgNVBAMMBW90aGVyMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n+STRwibuK4YifkjHWWaE7/gBZnxQSUmpxU2u23nPUT4/TxeUXlKXdyinfXnsWY/l\nKjwwLCbf98IGgtkOQFDctqNTMFEwHQYDVR0OBBYEFH9BAl3Z9JqYEMHinr1odFzL\nyxq7MB8GA1UdIwQYMBaAFH9BAl3Z9JqYEMHinr1odFzLyxq7MA8GA1UdEwEB/wQF\nMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIhAOQi+iHCAyQ35TKtLhnotXmdJAnla3s0\nT9mBRWiIii1XAiAnGFVSWn6+laDF/sfriQ0zuadu+YX+fy+C1KKl+M34QA==\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn ca_bundle_is_one_or_more_pem_certificates() {
+        assert_eq!(check_ca_bundle(CA.as_bytes()), Ok(()));
+        assert_eq!(check_ca_bundle(format!("{CA}{CA}").as_bytes()), Ok(()));
+        for bad in [
+            "",
+            "not pem",
+            "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n",
+        ] {
+            let v = check_ca_bundle(bad.as_bytes()).unwrap_err();
+            assert_eq!(v.field, r#"data["ca.crt"]"#, "{bad:?}");
+            assert_eq!(v.message, "is not a PEM certificate bundle");
+        }
     }
 
     /// The proxy marks its ACME certificate Secrets with these (proxy

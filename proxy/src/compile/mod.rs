@@ -22,7 +22,7 @@
 //!
 //! Ingresses are visited oldest first (creationTimestamp, then
 //! namespace/name), so "first insert wins" in the route and certificate
-//! tables is "oldest wins" as DESIGN.md requires, and every loser gets a
+//! tables is "oldest wins" as docs/architecture.md requires, and every loser gets a
 //! condition saying which object holds its rule.
 
 pub mod acme;

@@ -2,7 +2,7 @@
 //! built once per snapshot so that a lookup is a few hash probes and no
 //! allocation.
 //!
-//! Semantics (DESIGN.md, "Ingress semantics"): the most specific host group
+//! Semantics (docs/architecture.md, "Ingress semantics"): the most specific host group
 //! is chosen first (an exact host, else a wildcard one label up, else the
 //! rules without host); inside it `Exact` is tried on the whole path, then
 //! `Prefix` keys from the longest element-wise prefix of the path to `/`.

@@ -1,4 +1,4 @@
-//! Custom-domain ownership proofs (DESIGN.md, "Hostnames and hosts").
+//! Custom-domain ownership proofs (docs/architecture.md, "Hostnames and hosts").
 //!
 //! A tenant may route a host outside its own zone and its granted domains
 //! only after DNS shows the domain's owner meant it: a CNAME from the host

@@ -1,0 +1,575 @@
+//! The echo backend of `teapot echo` and `teapot demo`: it answers every
+//! request with its identity and the request it saw. The conformance suite
+//! and the integration tests use the same server (through `teapot-testkit`),
+//! so what the demo shows is what the tests check.
+//!
+//! The server is the echo backend of the Kubernetes ingress conformance
+//! suite, in Rust. Every request is answered with a JSON description of what arrived, so a
+//! test can see exactly what the proxy forwarded (path, Host, headers,
+//! protocol) and which backend answered (namespace, ingress, service, pod).
+//! The contract follows `images/echoserver/echoserver.go` of
+//! kubernetes-sigs/ingress-controller-conformance:
+//!
+//! ```json
+//! {"path": "/a?b=c", "host": "foo.bar.com", "method": "GET", "proto": "HTTP/1.1",
+//!  "headers": {"User-Agent": ["Go-http-client/1.1"]},
+//!  "namespace": "ns", "ingress": "ing", "service": "svc", "pod": "pod-1",
+//!  "bodyLength": 0}
+//! ```
+//!
+//! `bodyLength` is our addition. Like Go's `net/http`, `headers` leaves out
+//! `Host` (reported as `host`) and `Transfer-Encoding`, and uses Go's canonical
+//! header spelling (`X-Forwarded-For`).
+//!
+//! Test hooks (not in the Go server):
+//! - `X-Echo-Delay-Ms: N` waits N ms (at most 30 000) before answering, to keep
+//!   a request in flight across a reload or a graceful shutdown;
+//! - `X-Echo-Status: NNN` answers with that status (200..=599), body unchanged;
+//! - `Upgrade: websocket` gets a real handshake, then every text or binary
+//!   message is echoed back until the client closes.
+//!
+//! `/health` answers `200 OK` as text.
+//!
+//! [`certs`] makes the demo's self-signed certificate and its
+//! `kubernetes.io/tls` Secret; the test CA of `teapot-testkit` issues its
+//! leaves with the same parameters.
+
+pub mod certs;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+/// Upper bound for `X-Echo-Delay-Ms`, so a typo cannot hang a test run.
+pub const MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// Test hook: wait this many milliseconds before answering.
+pub const DELAY_HEADER: &str = "x-echo-delay-ms";
+
+/// Test hook: answer with this status code.
+pub const STATUS_HEADER: &str = "x-echo-status";
+
+/// Who this echo instance claims to be (the suite's NAMESPACE/INGRESS_NAME/SERVICE_NAME/POD_NAME env).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct EchoIdentity {
+    pub namespace: String,
+    pub ingress: String,
+    pub service: String,
+    pub pod: String,
+}
+
+impl EchoIdentity {
+    /// Shorthand for tests that name all four parts.
+    pub fn new(namespace: &str, ingress: &str, service: &str, pod: &str) -> EchoIdentity {
+        EchoIdentity {
+            namespace: namespace.to_owned(),
+            ingress: ingress.to_owned(),
+            service: service.to_owned(),
+            pod: pod.to_owned(),
+        }
+    }
+}
+
+/// An echo server running in a background task on `127.0.0.1:<random port>`.
+///
+/// Dropping it shuts it down like [`EchoServer::stop`], without waiting.
+#[derive(Debug)]
+pub struct EchoServer {
+    addr: SocketAddr,
+    identity: EchoIdentity,
+    requests: Arc<AtomicU64>,
+    // Dropping the sender also resolves the receiver, which is what makes a
+    // plain drop of the server a shutdown.
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl EchoServer {
+    /// Binds 127.0.0.1:0 and serves in a spawned tokio task until stop()/drop.
+    pub async fn start(identity: EchoIdentity) -> std::io::Result<EchoServer> {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into(), identity).await
+    }
+
+    /// Like [`EchoServer::start`] on another local address: a tenant's
+    /// endpoints may never be loopback, so tests of Tenant namespaces
+    /// serve on one of the machine's own interface addresses.
+    pub async fn start_on(
+        ip: std::net::IpAddr,
+        identity: EchoIdentity,
+    ) -> std::io::Result<EchoServer> {
+        let listener = TcpListener::bind((ip, 0)).await?;
+        let addr = listener.local_addr()?;
+        let requests = Arc::new(AtomicU64::new(0));
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(
+            listener,
+            identity.clone(),
+            requests.clone(),
+            async move {
+                // Ok (stop) and Err (sender dropped) both mean "shut down".
+                let _ = stopped.await;
+            },
+        ));
+        Ok(EchoServer {
+            addr,
+            identity,
+            requests,
+            shutdown,
+            task,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn identity(&self) -> &EchoIdentity {
+        &self.identity
+    }
+
+    /// Number of requests served so far (all connections).
+    ///
+    /// A request counts as soon as it arrives, so a delayed request that is
+    /// still in flight is already included.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Graceful stop: stop accepting, let in-flight requests finish, close
+    /// idle connections and WebSockets, then return.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(());
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "echo server ended with an error"),
+            Err(err) => tracing::warn!(%err, "echo server task failed"),
+        }
+    }
+}
+
+/// mini-redis style entry point so callers can bind themselves.
+///
+/// Serves until `shutdown` completes, then shuts down gracefully and returns
+/// once every connection (and WebSocket) is closed.
+pub async fn run(
+    listener: TcpListener,
+    identity: EchoIdentity,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve(listener, identity, Arc::new(AtomicU64::new(0)), shutdown).await
+}
+
+/// State every connection and WebSocket task shares.
+///
+/// Public for callers that accept connections themselves (a TLS listener in
+/// front of the echo service) and hand them to [`serve_connection`].
+pub struct Shared {
+    identity: EchoIdentity,
+    requests: Arc<AtomicU64>,
+    /// Turns `true` once the server shuts down.
+    shutdown: watch::Receiver<bool>,
+    /// Never used to send: the serve loop learns that the last task finished
+    /// when every `Arc<Shared>` (and with it this sender) is gone and its
+    /// receiver yields `None` (the mini-redis `shutdown_complete` pattern).
+    _alive: mpsc::Sender<()>,
+}
+
+/// The handles that control a set of connections sharing one [`Shared`].
+///
+/// Dropping it without shutting down leaves the connections serving.
+pub struct Control {
+    shutdown: watch::Sender<bool>,
+    all_closed: mpsc::Receiver<()>,
+}
+
+impl Shared {
+    /// State for connections answering as `identity`, counting into `requests`.
+    pub fn new(identity: EchoIdentity, requests: Arc<AtomicU64>) -> (Arc<Shared>, Control) {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (alive_tx, alive_rx) = mpsc::channel(1);
+        let shared = Arc::new(Shared {
+            identity,
+            requests,
+            shutdown: shutdown_rx,
+            _alive: alive_tx,
+        });
+        let control = Control {
+            shutdown: shutdown_tx,
+            all_closed: alive_rx,
+        };
+        (shared, control)
+    }
+
+    /// Resolves once the server shuts down.
+    async fn shutting_down(&self) {
+        let mut rx = self.shutdown.clone();
+        if rx.wait_for(|down| *down).await.is_err() {
+            // The sender is gone without ever saying "shut down": the owner
+            // (a test) let it go, so keep serving until the task is dropped.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    identity: EchoIdentity,
+    requests: Arc<AtomicU64>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let (shared, mut control) = Shared::new(identity, requests);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    // Small responses: don't let Nagle delay them.
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(serve_connection(stream, shared.clone()));
+                }
+                Err(err) => {
+                    // Accept errors (EMFILE, ECONNABORTED, ...) are transient
+                    // for a server; back off briefly instead of spinning.
+                    tracing::warn!(%err, "echo server accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    // Stop accepting first, so clients see "connection refused" rather than a
+    // connection that is never served.
+    drop(listener);
+    let _ = control.shutdown.send(true);
+    drop(shared);
+    // `None` once every connection and WebSocket task has dropped its Arc.
+    let _ = control.all_closed.recv().await;
+    Ok(())
+}
+
+/// Serves one accepted connection (plain TCP, or TLS in tests) until it closes
+/// or the server shuts down, in which case in-flight requests may finish.
+pub async fn serve_connection<IO>(io: IO, shared: Arc<Shared>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = {
+        let shared = shared.clone();
+        service_fn(move |req| {
+            let shared = shared.clone();
+            async move { Ok::<_, Infallible>(handle(req, shared).await) }
+        })
+    };
+    // `auto` sniffs the HTTP/2 preface, so one port speaks HTTP/1.1 and
+    // cleartext HTTP/2 (prior knowledge), whichever the proxy is configured to use.
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(err) = result {
+                tracing::debug!(%err, "echo connection ended with an error");
+            }
+        }
+        () = shared.shutting_down() => {
+            conn.as_mut().graceful_shutdown();
+            if let Err(err) = conn.await {
+                tracing::debug!(%err, "echo connection ended with an error during shutdown");
+            }
+        }
+    }
+}
+
+async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<Bytes>> {
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+
+    if req.version() == Version::HTTP_11 && wants_websocket(req.headers()) {
+        return websocket_handshake(&mut req, shared);
+    }
+    // Path only, any method: that is what Go's mux does with "/health".
+    if req.uri().path() == "/health" {
+        return text(StatusCode::OK, "OK");
+    }
+
+    let status = match hook_value(req.headers(), STATUS_HEADER) {
+        Ok(None) => StatusCode::OK,
+        Ok(Some(code)) => match u16::try_from(code)
+            .ok()
+            .and_then(|c| StatusCode::from_u16(c).ok())
+        {
+            Some(status) if (200..=599).contains(&status.as_u16()) => status,
+            // 1xx would not be a final answer, so it is refused like garbage.
+            _ => return text(StatusCode::BAD_REQUEST, "X-Echo-Status must be 200..=599"),
+        },
+        Err(msg) => return text(StatusCode::BAD_REQUEST, &msg),
+    };
+    let delay = match hook_value(req.headers(), DELAY_HEADER) {
+        Ok(ms) => Duration::from_millis(ms.unwrap_or(0)).min(MAX_DELAY),
+        Err(msg) => return text(StatusCode::BAD_REQUEST, &msg),
+    };
+
+    let (parts, mut body) = req.into_parts();
+    // Count the body frame by frame instead of buffering it: only its length
+    // is reported.
+    let mut body_length: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    body_length += data.len() as u64;
+                }
+            }
+            Err(err) => {
+                tracing::debug!(%err, "echo request body failed");
+                return text(StatusCode::BAD_REQUEST, "request body could not be read");
+            }
+        }
+    }
+
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    let reply = EchoReply {
+        path: request_target(&parts),
+        host: request_host(&parts),
+        method: parts.method.as_str(),
+        proto: proto_name(parts.version),
+        headers: go_headers(&parts.headers),
+        identity: &shared.identity,
+        body_length,
+    };
+    let body = match serde_json::to_vec(&reply) {
+        Ok(body) => body,
+        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("json: {err}")),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The JSON body; field order follows the Go struct.
+#[derive(Serialize)]
+struct EchoReply<'a> {
+    path: String,
+    host: String,
+    method: &'a str,
+    proto: &'static str,
+    headers: BTreeMap<String, Vec<String>>,
+    #[serde(flatten)]
+    identity: &'a EchoIdentity,
+    #[serde(rename = "bodyLength")]
+    body_length: u64,
+}
+
+/// Go's `r.RequestURI`: the request target as received. HTTP/1 keeps the
+/// whole target (absolute-form included); for HTTP/2 it is `:path`, which
+/// hyper folds into the URI next to `:scheme` and `:authority`.
+fn request_target(parts: &http::request::Parts) -> String {
+    if parts.version == Version::HTTP_2 {
+        parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned())
+    } else {
+        parts.uri.to_string()
+    }
+}
+
+/// Go's `r.Host`: the URI's authority when the target carried one
+/// (absolute-form, or `:authority` in HTTP/2), else the Host header.
+fn request_host(parts: &http::request::Parts) -> String {
+    if let Some(authority) = parts.uri.authority() {
+        return authority.as_str().to_owned();
+    }
+    parts
+        .headers
+        .get(header::HOST)
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+        .unwrap_or_default()
+}
+
+fn proto_name(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
+
+/// The headers as Go's `r.Header` shows them: canonical names, values in
+/// arrival order, without `Host` and `Transfer-Encoding` (Go moves those to
+/// `r.Host` / `r.TransferEncoding`).
+fn go_headers(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for name in headers.keys() {
+        if name == header::HOST || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        let values = headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect();
+        out.insert(canonical_header_name(name.as_str()), values);
+    }
+    out
+}
+
+/// Go's `textproto.CanonicalMIMEHeaderKey`: upper-case the first letter and
+/// every letter after a hyphen, lower-case the rest ("x-forwarded-for" ->
+/// "X-Forwarded-For"). Names hyper accepted are already valid tokens, so Go's
+/// "leave invalid keys alone" rule never applies.
+pub fn canonical_header_name(name: &str) -> String {
+    let mut upper = true;
+    name.chars()
+        .map(|c| {
+            let out = if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            };
+            upper = c == '-';
+            out
+        })
+        .collect()
+}
+
+/// Parses a numeric test-hook header; garbage is an error so a broken test
+/// fails loudly instead of silently getting the default.
+fn hook_value(headers: &HeaderMap, name: &str) -> Result<Option<u64>, String> {
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Some)
+        .ok_or_else(|| format!("{name} must be a decimal number"))
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *response.status_mut() = status;
+    // What Go's content sniffing picks for a plain `w.Write("OK")`.
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn wants_websocket(headers: &HeaderMap) -> bool {
+    headers.get_all(header::UPGRADE).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
+        })
+    })
+}
+
+/// Answers 101 and echoes on the upgraded connection in a separate task,
+/// because hyper only hands the socket over after the 101 has been written.
+fn websocket_handshake(req: &mut Request<Incoming>, shared: Arc<Shared>) -> Response<Full<Bytes>> {
+    let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY) else {
+        return text(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key");
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let on_upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => echo_websocket(TokioIo::new(upgraded), shared).await,
+            Err(err) => tracing::debug!(%err, "websocket upgrade failed"),
+        }
+    });
+
+    let mut response = Response::new(Full::default());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    match HeaderValue::from_str(&accept) {
+        Ok(accept) => {
+            headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        }
+        // Base64 is always a valid header value; keep the branch panic-free anyway.
+        Err(_) => return text(StatusCode::INTERNAL_SERVER_ERROR, "bad accept key"),
+    }
+    response
+}
+
+async fn echo_websocket<IO>(io: IO, shared: Arc<Shared>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+    loop {
+        tokio::select! {
+            message = ws.next() => match message {
+                Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
+                    if ws.send(message).await.is_err() {
+                        break;
+                    }
+                }
+                // Pings are answered and a Close is confirmed by tungstenite
+                // itself on the next poll; the stream then ends with `None`.
+                Some(Ok(_)) => {}
+                Some(Err(err)) => {
+                    tracing::debug!(%err, "websocket echo ended with an error");
+                    break;
+                }
+                None => break,
+            },
+            () = shared.shutting_down() => {
+                let frame = CloseFrame { code: CloseCode::Away, reason: "echo server shutting down".into() };
+                let _ = ws.close(Some(frame)).await;
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_names_match_go() {
+        assert_eq!(canonical_header_name("x-forwarded-for"), "X-Forwarded-For");
+        assert_eq!(canonical_header_name("user-agent"), "User-Agent");
+        assert_eq!(canonical_header_name("etag"), "Etag");
+        assert_eq!(canonical_header_name("x--a"), "X--A");
+    }
+}
