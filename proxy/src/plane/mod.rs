@@ -16,6 +16,7 @@
 //! [`AcmeResponder`], so nothing here depends on the issuer.
 
 pub mod admin;
+pub mod decide;
 pub mod edge;
 pub mod l4;
 pub mod logflood;

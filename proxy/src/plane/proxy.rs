@@ -18,9 +18,9 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 
 use crate::compile::fairness::TenantPermit;
-use crate::compile::routes::Route;
 use crate::compile::snapshot::SnapshotHandle;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::plane::decide::{Answer, Decision, Head, check_host, decide, forwarding_headers};
 use crate::plane::edge::{self, EdgeConfig, Refusal};
 use crate::plane::metrics::Metrics;
 
@@ -95,44 +95,24 @@ impl Router {
         Ok(declared)
     }
 
-    /// The limits of the matched route: its body limit, and its tenant's
-    /// rate and connection gate.
-    fn route_limits(
-        &self,
-        route: &Route,
-        declared: Option<u64>,
-        ctx: &mut RequestCtx,
-    ) -> std::result::Result<(), Refusal> {
-        let limit = edge::body_limit(self.edge.max_body_size, route.max_body_size());
-        if limit > 0 && declared.is_some_and(|n| n > limit) {
-            return Err(Refusal::BodyTooLarge);
+    /// Writes a local answer of the routing decision.
+    async fn answer(&self, session: &mut Session, answer: Answer) -> Result<()> {
+        if let Some(refusal) = answer.refusal {
+            self.metrics.refused(refusal);
         }
-        ctx.body_limit = limit;
-        if let Some(gate) = route.tenant() {
-            ctx.tenant = Some(gate.enter()?);
+        if answer.delayed() {
+            tokio::time::sleep(self.edge.tenant_refusal_delay).await;
         }
-        Ok(())
-    }
-
-    async fn refuse_for_route(&self, session: &mut Session, refusal: Refusal) -> Result<()> {
-        self.metrics.refused(refusal);
-        match refusal {
-            Refusal::TenantRate | Refusal::TenantConnections => {
-                // A client looping on refusals gets one per delay: its
-                // tenant's flood stays cheap for the other tenants.
-                tokio::time::sleep(self.edge.tenant_refusal_delay).await;
-                let body = Bytes::from_static(refusal.body().as_bytes());
-                let mut resp = error_response(refusal.status(), body.len())?;
-                resp.insert_header(http::header::RETRY_AFTER, "1")?;
-                send_answer(session, resp, body).await
-            }
-            _ => {
-                // The body was not read: the connection cannot carry
-                // another request.
-                session.set_keepalive(None);
-                respond(session, refusal.status(), refusal.body()).await
-            }
+        if !answer.keeps_connection() {
+            session.set_keepalive(None);
         }
+        if answer.delayed() {
+            let body = Bytes::from_static(answer.body.as_bytes());
+            let mut resp = error_response(answer.status, body.len())?;
+            resp.insert_header(http::header::RETRY_AFTER, "1")?;
+            return send_answer(session, resp, body).await;
+        }
+        respond(session, answer.status, answer.body).await
     }
 
     /// Answers HTTP-01 validations from the ACME store.
@@ -212,51 +192,41 @@ impl ProxyHttp for Router {
             }
         };
         let req = session.req_header();
-        let hosts = req.headers.get_all(HOST).iter().count();
-        if hosts > 1 {
-            respond(session, 400, "400 more than one Host header\n").await?;
-            return Ok(true);
-        }
-        // RFC 9112 §3.2: an HTTP/1.1 request without Host is invalid.
-        if hosts == 0 && req.uri.authority().is_none() && req.version == http::Version::HTTP_11 {
-            respond(session, 400, "400 missing Host header\n").await?;
+        let head = Head {
+            host_headers: req.headers.get_all(HOST).iter().count(),
+            authority: authority(req),
+            path: req.uri.path(),
+            requires_host: req.version == http::Version::HTTP_11,
+            declared_length: declared,
+        };
+        if let Err(answer) = check_host(&head) {
+            self.answer(session, answer).await?;
             return Ok(true);
         }
         // HTTP-01 validation, before routing, on either listener (a CA
         // follows redirects to HTTPS). A token that is not ours goes on to
         // the routes: a tenant may run its own ACME client behind us.
         if let Some(acme) = &self.acme
-            && let Some(token) = req
-                .uri
-                .path()
+            && let Some(token) = head
+                .path
                 .strip_prefix(crate::compile::acme::CHALLENGE_PREFIX)
             && let Some(answer) = acme.challenge_response(token).await
         {
             respond_with(session, 200, Bytes::from(answer)).await?;
             return Ok(true);
         }
-        let snapshot = self.snapshots.load();
-        let found = snapshot.routes.lookup(authority(req), req.uri.path());
-        match found {
-            None => {
-                respond(session, 404, "404 no route for this host and path\n").await?;
+        let decision = decide(&self.snapshots.load(), &self.edge, &head);
+        match decision {
+            Decision::Forward(forward) => {
+                ctx.upstream = Some(forward.upstream);
+                ctx.body_limit = forward.body_limit;
+                ctx.tenant = forward.tenant;
+                Ok(false)
+            }
+            Decision::Answer(answer) => {
+                self.answer(session, answer).await?;
                 Ok(true)
             }
-            Some(upstream) if upstream.is_empty() => {
-                respond(session, 503, "503 no ready endpoint for this route\n").await?;
-                Ok(true)
-            }
-            Some(route) => match self.route_limits(route, declared, ctx) {
-                Ok(()) => {
-                    ctx.upstream = Some(route.upstream.clone());
-                    Ok(false)
-                }
-                Err(refusal) => {
-                    drop(snapshot);
-                    self.refuse_for_route(session, refusal).await?;
-                    Ok(true)
-                }
-            },
         }
     }
 
@@ -361,8 +331,6 @@ impl ProxyHttp for Router {
         if upgrade {
             upstream_request.insert_header(CONNECTION, "upgrade")?;
         }
-        // Client-supplied forwarding headers are replaced, never appended to:
-        // the edge is where the chain of trust starts.
         let client_ip = session
             .client_addr()
             .and_then(|a| a.as_inet())
@@ -370,21 +338,15 @@ impl ProxyHttp for Router {
         let local_port = session
             .server_addr()
             .and_then(|a| a.as_inet())
-            .map(|a| a.port().to_string());
+            .map(|a| a.port());
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         let host = authority(session.req_header()).to_string();
-        match client_ip {
-            Some(ip) => upstream_request.insert_header("x-forwarded-for", ip)?,
-            None => {
-                upstream_request.remove_header("x-forwarded-for");
-            }
-        }
-        upstream_request.insert_header("x-forwarded-proto", if tls { "https" } else { "http" })?;
-        upstream_request.insert_header("x-forwarded-host", host)?;
-        match local_port {
-            Some(port) => upstream_request.insert_header("x-forwarded-port", port)?,
-            None => {
-                upstream_request.remove_header("x-forwarded-port");
+        for (name, value) in forwarding_headers(client_ip, tls, &host, local_port) {
+            match value {
+                Some(v) => upstream_request.insert_header(name, v)?,
+                None => {
+                    upstream_request.remove_header(name);
+                }
             }
         }
         Ok(())

@@ -1,0 +1,270 @@
+//! The routing decision, engine-agnostic: from a request head's facts and
+//! the current snapshot to "forward to this upstream, within these limits"
+//! or "answer here". Pingora's `ProxyHttp` path ([`crate::plane::proxy`])
+//! calls it, and so does any other HTTP engine, so their behaviour cannot
+//! drift. Pure but for the tenant gate it enters (a rate and connection
+//! count the route carries); tested without sockets.
+
+use std::sync::Arc;
+
+use crate::compile::fairness::TenantPermit;
+use crate::compile::routes::Route;
+use crate::compile::snapshot::Snapshot;
+use crate::compile::upstream::Upstream;
+use crate::plane::edge::{self, EdgeConfig, Refusal};
+
+/// What the decision needs to know of a request, whatever its protocol.
+#[derive(Clone, Copy, Debug)]
+pub struct Head<'a> {
+    /// `Host` headers in the request (HTTP/2: 0 or 1, `:authority` counts
+    /// as the authority below).
+    pub host_headers: usize,
+    /// The authority that decides routing (HTTP/2 `:authority` wins over
+    /// `Host`), empty when there is none.
+    pub authority: &'a str,
+    pub path: &'a str,
+    /// HTTP/1.1 requires a Host (RFC 9112 §3.2); HTTP/1.0 and HTTP/2 do not.
+    pub requires_host: bool,
+    /// The body length the request declared, if any.
+    pub declared_length: Option<u64>,
+}
+
+/// Forward to `upstream`.
+#[derive(Debug)]
+pub struct Forward {
+    pub upstream: Arc<Upstream>,
+    /// Request body bytes allowed (0: no limit), for bodies that announce
+    /// no length up front.
+    pub body_limit: u64,
+    /// The tenant's connection slot, held until the request (or upgraded
+    /// connection) ends.
+    pub tenant: Option<TenantPermit>,
+}
+
+/// Answer here, without a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: &'static str,
+    /// The front-door refusal it is, for metrics and `Retry-After`.
+    pub refusal: Option<Refusal>,
+}
+
+impl Answer {
+    const fn local(status: u16, body: &'static str) -> Answer {
+        Answer {
+            status,
+            body,
+            refusal: None,
+        }
+    }
+
+    pub fn refused(refusal: Refusal) -> Answer {
+        Answer {
+            status: refusal.status(),
+            body: refusal.body(),
+            refusal: Some(refusal),
+        }
+    }
+
+    /// A tenant over its limits is answered after a delay and may go on
+    /// using its connection; any other refusal leaves an unread body
+    /// behind, so the connection cannot carry another request.
+    pub fn keeps_connection(&self) -> bool {
+        matches!(
+            self.refusal,
+            None | Some(Refusal::TenantRate | Refusal::TenantConnections)
+        )
+    }
+
+    /// Whether the answer waits `EdgeConfig::tenant_refusal_delay` first:
+    /// a client looping on its tenant's refusals then costs one cheap answer
+    /// per delay, not the replica's CPU.
+    pub fn delayed(&self) -> bool {
+        matches!(
+            self.refusal,
+            Some(Refusal::TenantRate | Refusal::TenantConnections)
+        )
+    }
+}
+
+pub const MANY_HOSTS: Answer = Answer::local(400, "400 more than one Host header\n");
+pub const NO_HOST: Answer = Answer::local(400, "400 missing Host header\n");
+pub const NO_ROUTE: Answer = Answer::local(404, "404 no route for this host and path\n");
+pub const NO_ENDPOINT: Answer = Answer::local(503, "503 no ready endpoint for this route\n");
+
+#[derive(Debug)]
+pub enum Decision {
+    Forward(Forward),
+    Answer(Answer),
+}
+
+/// The Host rules every request must pass before anything answers it,
+/// ACME challenges included.
+pub fn check_host(head: &Head<'_>) -> Result<(), Answer> {
+    if head.host_headers > 1 {
+        return Err(MANY_HOSTS);
+    }
+    if head.host_headers == 0 && head.authority.is_empty() && head.requires_host {
+        return Err(NO_HOST);
+    }
+    Ok(())
+}
+
+/// Decides where a request goes. The front-door checks of its framing
+/// ([`edge`]) come first, in the engine that read it; then [`check_host`]
+/// and the ACME challenge answer.
+pub fn decide(snapshot: &Snapshot, edge: &EdgeConfig, head: &Head<'_>) -> Decision {
+    if let Err(answer) = check_host(head) {
+        return Decision::Answer(answer);
+    }
+    match snapshot.routes.lookup(head.authority, head.path) {
+        None => Decision::Answer(NO_ROUTE),
+        Some(route) if route.is_empty() => Decision::Answer(NO_ENDPOINT),
+        Some(route) => match limits(edge, route, head.declared_length) {
+            Ok((body_limit, tenant)) => Decision::Forward(Forward {
+                upstream: route.upstream.clone(),
+                body_limit,
+                tenant,
+            }),
+            Err(refusal) => Decision::Answer(Answer::refused(refusal)),
+        },
+    }
+}
+
+/// The limits of the matched route: its body limit, and its tenant's rate
+/// and connection gate.
+fn limits(
+    edge: &EdgeConfig,
+    route: &Route,
+    declared: Option<u64>,
+) -> Result<(u64, Option<TenantPermit>), Refusal> {
+    let limit = edge::body_limit(edge.max_body_size, route.max_body_size());
+    if limit > 0 && declared.is_some_and(|n| n > limit) {
+        return Err(Refusal::BodyTooLarge);
+    }
+    let tenant = route.tenant().map(|gate| gate.enter()).transpose()?;
+    Ok((limit, tenant))
+}
+
+/// The forwarding headers a backend gets, replacing whatever the client
+/// sent: the edge is where the chain of trust starts. `None` removes the
+/// header.
+pub fn forwarding_headers(
+    client_ip: Option<String>,
+    tls: bool,
+    authority: &str,
+    local_port: Option<u16>,
+) -> [(&'static str, Option<String>); 4] {
+    [
+        ("x-forwarded-for", client_ip),
+        (
+            "x-forwarded-proto",
+            Some(if tls { "https" } else { "http" }.to_string()),
+        ),
+        ("x-forwarded-host", Some(authority.to_string())),
+        ("x-forwarded-port", local_port.map(|p| p.to_string())),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::CompileOptions;
+    use crate::compile::tests::compile_test_docs;
+
+    const DOCS: &str = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: ops}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: a.example
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /empty, pathType: Prefix, backend: {service: {name: empty, port: {number: 80}}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: ops, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints: [{addresses: [127.0.0.1]}]
+ports: [{name: \"\", port: 8080}]
+";
+
+    fn head<'a>(authority: &'a str, path: &'a str) -> Head<'a> {
+        Head {
+            host_headers: 1,
+            authority,
+            path,
+            requires_host: true,
+            declared_length: None,
+        }
+    }
+
+    fn answer(d: Decision) -> Answer {
+        match d {
+            Decision::Answer(a) => a,
+            Decision::Forward(f) => panic!("forwarded to {:?}", f.upstream),
+        }
+    }
+
+    #[test]
+    fn routes_answers_and_limits_without_sockets() {
+        let s = compile_test_docs(&[DOCS.to_string()], &CompileOptions::default());
+        let edge = EdgeConfig::default();
+        match decide(&s, &edge, &head("A.example:80", "/x")) {
+            Decision::Forward(f) => {
+                assert_eq!(f.upstream.endpoints.len(), 1);
+                assert!(f.tenant.is_none(), "operator namespace: no tenant gate");
+            }
+            Decision::Answer(a) => panic!("{a:?}"),
+        }
+        assert_eq!(answer(decide(&s, &edge, &head("b.example", "/"))), NO_ROUTE);
+        assert_eq!(
+            answer(decide(&s, &edge, &head("a.example", "/empty"))),
+            NO_ENDPOINT
+        );
+
+        let mut two = head("a.example", "/");
+        two.host_headers = 2;
+        assert_eq!(answer(decide(&s, &edge, &two)), MANY_HOSTS);
+        let mut none = head("", "/");
+        none.host_headers = 0;
+        assert_eq!(answer(decide(&s, &edge, &none)), NO_HOST);
+        none.requires_host = false;
+        assert_eq!(answer(decide(&s, &edge, &none)), NO_ROUTE);
+
+        let mut big = head("a.example", "/");
+        big.declared_length = Some(edge.max_body_size + 1);
+        let a = answer(decide(&s, &edge, &big));
+        assert_eq!(a.refusal, Some(Refusal::BodyTooLarge));
+        assert_eq!(a.status, 413);
+        assert!(!a.keeps_connection() && !a.delayed());
+    }
+
+    #[test]
+    fn forwarding_headers_replace_what_the_client_sent() {
+        let h = forwarding_headers(Some("192.0.2.7".into()), true, "a.example", None);
+        assert_eq!(h[0], ("x-forwarded-for", Some("192.0.2.7".to_string())));
+        assert_eq!(h[1], ("x-forwarded-proto", Some("https".to_string())));
+        assert_eq!(h[2], ("x-forwarded-host", Some("a.example".to_string())));
+        assert_eq!(h[3], ("x-forwarded-port", None));
+    }
+}
