@@ -8,7 +8,9 @@
 //! that check and the previous certificate keeps serving.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -64,7 +66,7 @@ impl CertReloader {
     /// changed but are not usable (the previous pair keeps serving).
     pub fn reload_if_changed(&self) -> Result<bool, Error> {
         let (cert, key) = read_pair(&self.cert_path, &self.key_path)?;
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last.lock();
         if last.0 == cert && last.1 == key {
             return Ok(false);
         }

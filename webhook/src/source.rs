@@ -6,7 +6,9 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -54,7 +56,7 @@ impl ManifestSource {
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the manifests directory; keeping the current tenant state");
             return false;
         }
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.inner.lock();
         let loaded = load_dir(&self.dir, &inner.store);
         let mut now = HashSet::with_capacity(loaded.problems.len());
         for p in &loaded.problems {

@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// First ejection after a refused connection; doubles per consecutive
@@ -75,7 +77,7 @@ impl EndpointRegistry {
 
     /// [`Self::endpoint`] for each address, under one lock.
     pub fn endpoints(&self, addrs: &[SocketAddr]) -> Vec<Arc<Endpoint>> {
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self.known.lock();
         addrs
             .iter()
             .map(|&addr| {
@@ -91,7 +93,7 @@ impl EndpointRegistry {
 
     /// Drops entries no snapshot uses any more.
     pub fn prune(&self) {
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self.known.lock();
         known.retain(|_, w| w.strong_count() > 0);
     }
 }

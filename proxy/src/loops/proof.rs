@@ -11,7 +11,9 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::{Duration, Instant};
 
 use hickory_resolver::TokioResolver;
@@ -70,7 +72,7 @@ impl ProofBook {
     }
 
     fn read(&self, cluster: &str, host: &str) -> Option<ProofState> {
-        let states = self.states.read().unwrap_or_else(|e| e.into_inner());
+        let states = self.states.read();
         states
             .get(&(cluster.to_string(), host.to_string()))
             .cloned()
@@ -78,7 +80,7 @@ impl ProofBook {
 
     /// The results as the next compile reads them.
     pub fn results(&self) -> ProofResults {
-        let states = self.states.read().unwrap_or_else(|e| e.into_inner());
+        let states = self.states.read();
         let mut out = ProofResults::default();
         for ((cluster, host), s) in states.iter() {
             out.insert(
@@ -96,7 +98,7 @@ impl ProofBook {
     /// Records a check; returns whether routing changed.
     fn record(&self, claim: &Claim, result: Result<String, String>, timing: &ProofTiming) -> bool {
         let now = Instant::now();
-        let mut states = self.states.write().unwrap_or_else(|e| e.into_inner());
+        let mut states = self.states.write();
         let key = (claim.cluster.clone(), claim.host.clone());
         let previous = states.get(&key).cloned();
         let was_routed = previous.as_ref().is_some_and(|s| s.routed);
@@ -134,7 +136,7 @@ impl ProofBook {
 
     /// Forgets hosts nobody claims any more.
     fn retain(&self, claims: &[Claim]) {
-        let mut states = self.states.write().unwrap_or_else(|e| e.into_inner());
+        let mut states = self.states.write();
         states.retain(|(cluster, host), _| {
             claims
                 .iter()

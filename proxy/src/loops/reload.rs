@@ -19,7 +19,9 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use teapot_source::dir::{Fingerprint, POLL_INTERVAL, QUIET_PERIOD, fingerprint, watch_dir};
 use tokio::sync::watch;
@@ -157,7 +159,7 @@ impl Reloader {
 
     /// One full load -> compile -> swap. Returns the new generation.
     pub fn reload(&self) -> u64 {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock();
         let mut loaded = match &self.source {
             Source::Dir(dir) => {
                 // Only the watcher's start reads it; later loads follow
@@ -268,12 +270,7 @@ impl Reloader {
                 return self.watch_kube(kube, shutdown).await;
             }
         };
-        let initial = self
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .loaded
-            .clone();
+        let initial = self.state.lock().loaded.clone();
         watch_dir(
             dir,
             initial,
