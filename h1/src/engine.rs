@@ -652,6 +652,25 @@ where
             .unwrap_or(self.engine.config.upstream_read_timeout);
         let tag = plan.fwd.tag.as_ref();
         let mut decoder = BodyDecoder::new(plan.body, Emit::Same, limit);
+        // Body bytes already buffered behind the head go out with it; a
+        // framing error among them is refused before any upstream sees a
+        // byte of the request.
+        if !decoder.is_done() {
+            match decoder.feed(self.inbuf.filled(), &mut self.up_out) {
+                Ok(n) => {
+                    stats.bytes_in += n as u64;
+                    self.inbuf.consume(n);
+                }
+                Err(BodyError::TooLarge) => {
+                    self.refuse(Refusal::BodyTooLarge, stats).await;
+                    return Next::Close(ConnEnd::Closed);
+                }
+                Err(BodyError::BadChunk(_)) => {
+                    self.refuse(Refusal::BadChunkedBody, stats).await;
+                    return Next::Close(ConnEnd::Closed);
+                }
+            }
+        }
         let up_start = Instant::now();
         stats.upstream_start = Some(up_start);
         let mut fresh = false;
@@ -668,7 +687,7 @@ where
                 }
             };
             stats.upstream = Some(addr);
-            stats.reused = reused;
+            stats.reused |= reused;
             let sent = self
                 .send_request(&mut up, &mut decoder, plan, read_to, stats)
                 .await;
@@ -732,19 +751,6 @@ where
         let chunk = self.engine.config.read_chunk;
         let max_head = self.engine.config.max_response_header_bytes;
         let mut up_pos = 0usize;
-        // Body bytes already buffered behind the head go out with it.
-        if !decoder.is_done() {
-            match decoder.feed(self.inbuf.filled(), &mut self.up_out) {
-                Ok(n) => {
-                    stats.bytes_in += n as u64;
-                    self.inbuf.consume(n);
-                }
-                Err(BodyError::TooLarge) => return Sent::TooLarge,
-                Err(BodyError::BadChunk(_)) => {
-                    return Sent::Client(Outcome::Refused(Refusal::BadChunkedBody));
-                }
-            }
-        }
         // A bodyless request keeps its head in `up_out` for a retry.
         let keep_head = plan.retryable;
         let mut responded = false;
@@ -1229,6 +1235,18 @@ fn prepare<R: Router>(
         .and_then(|h| std::str::from_utf8(crate::scan::trim_ows(h.value)).ok());
     // Absolute form: the target's authority is the one that routes, and a
     // Host field that names another is refused (no routing confusion).
+    if method == "CONNECT" {
+        log.set(method, target, host_field);
+        return Plan::Local {
+            respond: Respond::new(405, "connect", "405 CONNECT is not supported\n").header(
+                bytes::Bytes::from_static(b"allow"),
+                bytes::Bytes::from_static(b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"),
+            ),
+            head_request: false,
+            unread_body: framing.chunked || framing.content_length.is_some_and(|n| n > 0),
+            client_keepalive: false,
+        };
+    }
     let (path, host, add_host) = match split_absolute(target) {
         Ok(None) => (target, host_field, false),
         Ok(Some((authority, path))) => {
@@ -1256,17 +1274,6 @@ fn prepare<R: Router>(
         !opts.close
     };
     let head_request = method == "HEAD";
-    if method == "CONNECT" {
-        return Plan::Local {
-            respond: Respond::new(405, "connect", "405 CONNECT is not supported\n").header(
-                bytes::Bytes::from_static(b"allow"),
-                bytes::Bytes::from_static(b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"),
-            ),
-            head_request,
-            unread_body: body != BodyFraming::None,
-            client_keepalive,
-        };
-    }
     let upgrade_value = headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("upgrade"))

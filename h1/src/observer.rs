@@ -75,7 +75,7 @@ pub struct RequestLog<'a> {
     pub outcome: Outcome,
     /// The client went away before the response was complete.
     pub client_abort: bool,
-    /// The upstream connection came from the pool.
+    /// The (first) upstream connection tried came from the pool.
     pub reused: bool,
     /// A reused connection failed and the request was sent again.
     pub retried: bool,
