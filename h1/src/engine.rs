@@ -1392,6 +1392,21 @@ mod tests {
         assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nA: b\n\r\n", 0), Some(23));
     }
 
+    /// Pingora's `ServerApp::process_new` is an `async_trait` method: the
+    /// serve future must be `Send` for a `Send` stream.
+    #[test]
+    fn serve_future_is_send() {
+        fn is_send<T: Send>(_: &T) {}
+        let router =
+            |_: &RequestHead<'_>, _: &ConnInfo| Decision::Respond(Respond::new(404, "none", ""));
+        let engine = Engine::new(router, (), EngineConfig::default());
+        let (_tx, rx) = watch::channel(false);
+        let info = ConnInfo::default();
+        let (stream, _peer) = tokio::io::duplex(64);
+        let fut = engine.serve(stream, &info, rx);
+        is_send(&fut);
+    }
+
     #[test]
     fn absolute_targets() {
         assert_eq!(split_absolute("/a?b"), Ok(None));

@@ -124,3 +124,73 @@ fn is_open(stream: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(stream.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    async fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    #[tokio::test]
+    async fn live_connections_are_reused_lifo_and_capped() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(2, Duration::from_secs(60));
+        let (a, _sa) = pair(&l).await;
+        let (b, _sb) = pair(&l).await;
+        let (c, _sc) = pair(&l).await;
+        let b_port = b.local_addr().unwrap().port();
+        pool.put(addr, a);
+        pool.put(addr, b);
+        pool.put(addr, c);
+        assert_eq!(pool.idle(addr), 2);
+        let got = pool.take(addr).unwrap();
+        assert_eq!(
+            got.local_addr().unwrap().port(),
+            b_port,
+            "most recent first"
+        );
+        let s = pool.stats();
+        assert_eq!((s.returned, s.overflow, s.reused), (2, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn closed_or_chatty_idle_connections_are_dropped_on_take() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(8, Duration::from_secs(60));
+        let (a, sa) = pair(&l).await;
+        let (b, mut sb) = pair(&l).await;
+        pool.put(addr, a);
+        pool.put(addr, b);
+        drop(sa);
+        sb.write_all(b"unsolicited").await.unwrap();
+        // Let the reactor see the FIN and the bytes.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(pool.take(addr).is_none());
+        assert_eq!(pool.stats().stale, 2);
+    }
+
+    #[tokio::test]
+    async fn expired_connections_are_dropped_lazily() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(8, Duration::ZERO);
+        let (a, _sa) = pair(&l).await;
+        let (b, _sb) = pair(&l).await;
+        pool.put(addr, a);
+        pool.put(addr, b);
+        assert!(pool.take(addr).is_none());
+        assert_eq!(pool.stats().expired, 2);
+        assert_eq!(pool.idle(addr), 0);
+    }
+}
