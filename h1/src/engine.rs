@@ -1,0 +1,1426 @@
+//! The per-connection proxy loop.
+//!
+//! One [`Engine::serve`] call owns one client connection from its first
+//! byte to its close, on the caller's task: no task, channel or timer is
+//! spawned per request. The loop is
+//!
+//! read head → [`scan_h1`] → `httparse` (in place) → [`Router::decide`] →
+//! local answer, or: write the upstream head (edits spliced in) → relay the
+//! request body while watching for an early or 1xx response → relay the
+//! response head and body → return the upstream connection to the
+//! [`Pool`] → next request from whatever is left in the buffer.
+//!
+//! Buffers (client input, upstream input, both outputs) live as long as
+//! the connection and are reused by every request on it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{Instant, timeout, timeout_at};
+
+use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
+use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
+use crate::pool::Pool;
+use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router};
+use crate::scan::{HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, is_authority, scan_h1};
+use crate::wire::{
+    checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
+};
+
+/// Engine-wide settings; per-request overrides come from the router.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub limits: HeadLimits,
+    /// From the start of [`Engine::serve`] to the complete first request
+    /// head; the connection is closed without an answer when it runs out.
+    pub header_read_timeout: Duration,
+    /// From the end of one response to the complete head of the next
+    /// request on a keep-alive connection (client idle timeout).
+    pub keepalive_timeout: Duration,
+    /// Largest request body, bytes (0: no limit); routes may only lower it.
+    pub max_body_size: u64,
+    pub connect_timeout: Duration,
+    /// Longest wait for an upstream byte, or for the upstream to take
+    /// request bytes; also bounds a client that stops sending its body.
+    pub upstream_read_timeout: Duration,
+    /// Longest wait for the client to take response bytes.
+    pub client_write_timeout: Duration,
+    /// Largest upstream response head, bytes (502 beyond).
+    pub max_response_header_bytes: usize,
+    /// Idle connections kept per upstream address.
+    pub pool_max_idle_per_upstream: usize,
+    /// Idle connections older than this are not reused.
+    pub pool_idle_timeout: Duration,
+    /// Bytes read from a socket at a time (buffers grow to about this).
+    pub read_chunk: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            limits: HeadLimits::default(),
+            header_read_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
+            max_body_size: 100 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(5),
+            upstream_read_timeout: Duration::from_secs(60),
+            client_write_timeout: Duration::from_secs(60),
+            max_response_header_bytes: 64 * 1024,
+            pool_max_idle_per_upstream: 64,
+            pool_idle_timeout: Duration::from_secs(30),
+            read_chunk: 16 * 1024,
+        }
+    }
+}
+
+/// Why [`Engine::serve`] returned. The client connection is finished in
+/// every case (the engine handles keep-alive itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnEnd {
+    /// The client closed between requests (or mid-request).
+    ClientClosed,
+    /// No next request within the keep-alive timeout.
+    IdleTimeout,
+    /// The first (or a partial) request head did not arrive in time.
+    HeaderTimeout,
+    /// Shutdown was signalled; the connection ended at a request boundary.
+    Shutdown,
+    /// The engine closed it: `Connection: close`, a refusal, an error.
+    Closed,
+    /// It switched protocols (101) and the tunnel has ended.
+    Upgraded,
+}
+
+/// The HTTP/1.1 proxy engine. Share it (`Arc<Engine>`) between all
+/// connections of a listener; it holds the router, the observer and the
+/// upstream [`Pool`].
+pub struct Engine<R, O = ()> {
+    router: R,
+    observer: O,
+    config: EngineConfig,
+    pool: Pool,
+}
+
+impl<R, O> std::fmt::Debug for Engine<R, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Router, O: Observer> Engine<R, O> {
+    pub fn new(router: R, observer: O, mut config: EngineConfig) -> Self {
+        config.limits.max_headers = config.limits.max_headers.min(MAX_HEADERS_CAP);
+        config.read_chunk = config.read_chunk.max(1024);
+        let pool = Pool::new(config.pool_max_idle_per_upstream, config.pool_idle_timeout);
+        Engine {
+            router,
+            observer,
+            config,
+            pool,
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn router(&self) -> &R {
+        &self.router
+    }
+
+    pub fn observer(&self) -> &O {
+        &self.observer
+    }
+
+    /// Serves one client connection until it closes, times out, fails, is
+    /// upgraded, or `shutdown` turns `true` (then at the next request
+    /// boundary; a request in flight finishes with `Connection: close`).
+    pub async fn serve<S>(
+        &self,
+        client: S,
+        conn: &ConnInfo,
+        shutdown: watch::Receiver<bool>,
+    ) -> ConnEnd
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut c = Conn {
+            engine: self,
+            info: conn,
+            client,
+            shutdown,
+            inbuf: Buf::default(),
+            upbuf: Buf::default(),
+            out: Vec::new(),
+            up_out: Vec::new(),
+            log: LogHead::default(),
+        };
+        c.run().await
+    }
+}
+
+/// A growable read buffer with a consumed prefix.
+#[derive(Debug, Default)]
+struct Buf {
+    data: Vec<u8>,
+    start: usize,
+}
+
+impl Buf {
+    fn filled(&self) -> &[u8] {
+        &self.data[self.start..]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.start == self.data.len()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        debug_assert!(self.start <= self.data.len());
+        if self.start >= self.data.len() {
+            self.data.clear();
+            self.start = 0;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.data.clear();
+        self.start = 0;
+    }
+
+    async fn read_from<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        chunk: usize,
+    ) -> io::Result<usize> {
+        if self.data.capacity() - self.data.len() < chunk / 2 {
+            if self.start > 0 {
+                self.data.drain(..self.start);
+                self.start = 0;
+            }
+            self.data.reserve(chunk);
+        }
+        r.read_buf(&mut self.data).await
+    }
+}
+
+/// The current request's method, path and host, copied for the observer
+/// (the head's bytes leave the buffer before the request ends).
+#[derive(Debug, Default)]
+struct LogHead {
+    method: String,
+    path: String,
+    host: String,
+    has_host: bool,
+}
+
+impl LogHead {
+    fn set(&mut self, method: &str, path: &str, host: Option<&str>) {
+        self.method.clear();
+        self.method.push_str(method);
+        self.path.clear();
+        self.path.push_str(path);
+        self.host.clear();
+        self.has_host = host.is_some();
+        self.host.push_str(host.unwrap_or(""));
+    }
+
+    fn clear(&mut self) {
+        self.set("", "", None);
+    }
+}
+
+/// Per-request accounting for the observer.
+#[derive(Debug)]
+struct Stats {
+    start: Instant,
+    bytes_in: u64,
+    bytes_out: u64,
+    status: u16,
+    upstream: Option<SocketAddr>,
+    upstream_start: Option<Instant>,
+    upstream_time: Option<Duration>,
+    ttfb: Option<Duration>,
+    reused: bool,
+    retried: bool,
+    client_abort: bool,
+}
+
+impl Stats {
+    fn new() -> Self {
+        Stats {
+            start: Instant::now(),
+            bytes_in: 0,
+            bytes_out: 0,
+            status: 0,
+            upstream: None,
+            upstream_start: None,
+            upstream_time: None,
+            ttfb: None,
+            reused: false,
+            retried: false,
+            client_abort: false,
+        }
+    }
+}
+
+/// What the synchronous part of a request decided.
+enum Plan {
+    Forward(Box<ForwardPlan>),
+    Local {
+        respond: Respond,
+        head_request: bool,
+        /// The request has a body the engine did not read.
+        unread_body: bool,
+        client_keepalive: bool,
+    },
+    Refuse(Refusal),
+}
+
+struct ForwardPlan {
+    fwd: Forward,
+    body: BodyFraming,
+    head_request: bool,
+    /// Safe to send again on a fresh connection: idempotent, no body.
+    retryable: bool,
+    client_keepalive: bool,
+    client_http10: bool,
+    upgrade: bool,
+}
+
+/// Why waiting for a request head ended without one.
+enum HeadWait {
+    /// EOF; `partial` if some bytes of a head had arrived.
+    Closed {
+        partial: bool,
+    },
+    Timeout {
+        partial: bool,
+    },
+    Shutdown,
+    Refused(Refusal),
+}
+
+/// How one request ended, for the loop.
+enum Next {
+    KeepAlive,
+    Close(ConnEnd),
+}
+
+/// An upstream failure before the response head was complete.
+struct UpErr {
+    kind: UpstreamError,
+    /// Some response byte had arrived.
+    responded: bool,
+}
+
+/// What the request-sending phase produced.
+enum Sent {
+    /// A final response head of this length is at the start of `upbuf`.
+    Response {
+        head_len: usize,
+    },
+    Upstream(UpErr),
+    /// The client went away or sent a malformed body.
+    Client(Outcome),
+    /// The client's body went over the limit.
+    TooLarge,
+}
+
+struct Conn<'e, S, R, O> {
+    engine: &'e Engine<R, O>,
+    info: &'e ConnInfo,
+    client: S,
+    shutdown: watch::Receiver<bool>,
+    inbuf: Buf,
+    upbuf: Buf,
+    out: Vec<u8>,
+    up_out: Vec<u8>,
+    log: LogHead,
+}
+
+const IDEMPOTENT: [&str; 6] = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"];
+
+impl<S, R, O> Conn<'_, S, R, O>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    R: Router,
+    O: Observer,
+{
+    fn cfg(&self) -> &EngineConfig {
+        &self.engine.config
+    }
+
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    async fn run(&mut self) -> ConnEnd {
+        let mut deadline = Instant::now() + self.cfg().header_read_timeout;
+        let mut first = true;
+        loop {
+            let mut stats = Stats::new();
+            let head_len = match self.read_head(deadline, &mut stats).await {
+                Ok(n) => n,
+                Err(HeadWait::Closed { partial }) => {
+                    if partial {
+                        stats.client_abort = true;
+                        self.observe(&stats, Outcome::ClientAbort, None);
+                    }
+                    return ConnEnd::ClientClosed;
+                }
+                Err(HeadWait::Timeout { partial }) => {
+                    if partial || first {
+                        self.observe(&stats, Outcome::Refused(Refusal::HeaderTimeout), None);
+                        return ConnEnd::HeaderTimeout;
+                    }
+                    return ConnEnd::IdleTimeout;
+                }
+                Err(HeadWait::Shutdown) => return ConnEnd::Shutdown,
+                Err(HeadWait::Refused(r)) => {
+                    self.refuse(r, &mut stats).await;
+                    return ConnEnd::Closed;
+                }
+            };
+            first = false;
+            stats.bytes_in += head_len as u64;
+            let plan = {
+                let Conn {
+                    engine,
+                    info,
+                    inbuf,
+                    up_out,
+                    log,
+                    ..
+                } = self;
+                prepare(
+                    &inbuf.filled()[..head_len],
+                    &engine.config,
+                    &engine.router,
+                    info,
+                    up_out,
+                    log,
+                )
+            };
+            self.inbuf.consume(head_len);
+            let next = match plan {
+                Plan::Refuse(r) => {
+                    self.refuse(r, &mut stats).await;
+                    Next::Close(ConnEnd::Closed)
+                }
+                Plan::Local {
+                    respond,
+                    head_request,
+                    unread_body,
+                    client_keepalive,
+                } => {
+                    let keep = client_keepalive && !unread_body && !respond.close;
+                    let next = self.local(&respond, head_request, keep, &mut stats).await;
+                    self.observe(&stats, Outcome::Local(respond.reason), respond.tag.as_ref());
+                    next
+                }
+                Plan::Forward(plan) => self.forward(&plan, &mut stats).await,
+            };
+            self.up_out.clear();
+            self.upbuf.clear();
+            match next {
+                Next::KeepAlive => {
+                    self.log.clear();
+                    deadline = Instant::now() + self.cfg().keepalive_timeout;
+                }
+                Next::Close(end) => {
+                    let _ = timeout(self.cfg().client_write_timeout, self.client.shutdown()).await;
+                    return end;
+                }
+            }
+        }
+    }
+
+    fn observe(&self, stats: &Stats, outcome: Outcome, tag: Option<&std::sync::Arc<str>>) {
+        self.engine.observer.on_request(&RequestLog {
+            method: &self.log.method,
+            path: &self.log.path,
+            host: self.log.has_host.then_some(self.log.host.as_str()),
+            status: stats.status,
+            bytes_in: stats.bytes_in,
+            bytes_out: stats.bytes_out,
+            upstream: stats.upstream,
+            upstream_time: stats.upstream_time,
+            upstream_ttfb: stats.ttfb,
+            total_time: stats.start.elapsed(),
+            outcome,
+            client_abort: stats.client_abort,
+            reused: stats.reused,
+            retried: stats.retried,
+            tag,
+        });
+    }
+
+    /// Reads until `inbuf` starts with a complete head; returns its length.
+    async fn read_head(&mut self, deadline: Instant, stats: &mut Stats) -> Result<usize, HeadWait> {
+        let limits = &self.engine.config.limits;
+        let chunk = self.engine.config.read_chunk;
+        let mut scanned = 0usize;
+        loop {
+            // RFC 9112 §2.2: ignore CRLFs before a request line.
+            let mut skip = 0;
+            let buf = self.inbuf.filled();
+            while buf[skip..].starts_with(b"\r\n") {
+                skip += 2;
+            }
+            if skip > 0 {
+                stats.bytes_in += skip as u64;
+                self.inbuf.consume(skip);
+                scanned = 0;
+            }
+            let buf = self.inbuf.filled();
+            if let Some(end) = find_head_end(buf, scanned) {
+                if stats.bytes_in == 0 {
+                    stats.start = Instant::now();
+                }
+                return Ok(end);
+            }
+            scanned = buf.len();
+            if !buf.contains(&b'\n') && buf.len() > limits.max_request_line {
+                return Err(HeadWait::Refused(Refusal::RequestLineTooLong));
+            }
+            if buf.len() > limits.max_header_bytes {
+                return Err(HeadWait::Refused(Refusal::HeaderTooLarge));
+            }
+            let partial = !buf.is_empty();
+            if partial && stats.bytes_in == 0 {
+                stats.start = Instant::now();
+            }
+            let Conn {
+                client,
+                inbuf,
+                shutdown,
+                ..
+            } = self;
+            let read = timeout_at(deadline, inbuf.read_from(client, chunk));
+            let n = if partial {
+                read.await
+            } else {
+                tokio::select! {
+                    biased;
+                    r = read => r,
+                    () = shutdown_signal(shutdown) => return Err(HeadWait::Shutdown),
+                }
+            };
+            match n {
+                Err(_) => return Err(HeadWait::Timeout { partial }),
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(HeadWait::Closed { partial }),
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Writes `out` to the client and clears it.
+    async fn flush(&mut self, stats: &mut Stats) -> io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let to = self.engine.config.client_write_timeout;
+        let Conn { client, out, .. } = self;
+        let r = timeout(to, async {
+            client.write_all(out).await?;
+            client.flush().await
+        })
+        .await
+        .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
+        stats.bytes_out += self.out.len() as u64;
+        self.out.clear();
+        if r.is_err() {
+            stats.client_abort = true;
+        }
+        r
+    }
+
+    async fn refuse(&mut self, r: Refusal, stats: &mut Stats) {
+        self.out.clear();
+        write_local_head(&mut self.out, r.status(), &[], r.body().len() as u64, false);
+        self.out.extend_from_slice(r.body().as_bytes());
+        stats.status = r.status();
+        let _ = self.flush(stats).await;
+        self.observe(stats, Outcome::Refused(r), None);
+    }
+
+    async fn local(
+        &mut self,
+        respond: &Respond,
+        head_request: bool,
+        keep: bool,
+        stats: &mut Stats,
+    ) -> Next {
+        let keep = keep && !self.shutting_down();
+        self.out.clear();
+        write_local_head(
+            &mut self.out,
+            respond.status,
+            &respond.headers,
+            respond.body.len() as u64,
+            keep,
+        );
+        if !head_request {
+            self.out.extend_from_slice(&respond.body);
+        }
+        stats.status = respond.status;
+        match self.flush(stats).await {
+            Ok(()) if keep => Next::KeepAlive,
+            Ok(()) => Next::Close(ConnEnd::Closed),
+            Err(_) => Next::Close(ConnEnd::ClientClosed),
+        }
+    }
+
+    /// A 502/504 for an upstream failure before any response byte was
+    /// relayed.
+    async fn gateway_error(&mut self, e: UpstreamError, keep: bool, stats: &mut Stats) -> Next {
+        let status = match e {
+            UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout => 504,
+            _ => 502,
+        };
+        let body: &'static str = if status == 504 {
+            "504 upstream timed out\n"
+        } else {
+            "502 upstream failed\n"
+        };
+        let respond = Respond::new(status, "", body);
+        self.local(&respond, false, keep, stats).await
+    }
+
+    async fn connect(
+        &self,
+        plan: &ForwardPlan,
+        fresh: bool,
+        stats: &mut Stats,
+    ) -> Result<(TcpStream, SocketAddr, bool), UpstreamError> {
+        let ups = &plan.fwd.upstreams;
+        if !fresh
+            && let Some(&first) = ups.first()
+            && let Some(s) = self.engine.pool.take(first)
+        {
+            return Ok((s, first, true));
+        }
+        let to = plan
+            .fwd
+            .timeouts
+            .connect
+            .unwrap_or(self.engine.config.connect_timeout);
+        let mut err = UpstreamError::Connect;
+        for &addr in ups.iter() {
+            stats.upstream = Some(addr);
+            match timeout(to, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok((s, addr, false));
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%addr, error = %e, "upstream connect failed");
+                    err = UpstreamError::Connect;
+                }
+                Err(_) => err = UpstreamError::ConnectTimeout,
+            }
+        }
+        Err(err)
+    }
+
+    async fn forward(&mut self, plan: &ForwardPlan, stats: &mut Stats) -> Next {
+        let limit = body_limit(self.engine.config.max_body_size, plan.fwd.max_body_size);
+        if let BodyFraming::Length(n) = plan.body
+            && limit != 0
+            && n > limit
+        {
+            self.refuse(Refusal::BodyTooLarge, stats).await;
+            return Next::Close(ConnEnd::Closed);
+        }
+        let read_to = plan
+            .fwd
+            .timeouts
+            .read
+            .unwrap_or(self.engine.config.upstream_read_timeout);
+        let tag = plan.fwd.tag.as_ref();
+        let mut decoder = BodyDecoder::new(plan.body, Emit::Same, limit);
+        // Body bytes already buffered behind the head go out with it; a
+        // framing error among them is refused before any upstream sees a
+        // byte of the request.
+        if !decoder.is_done() {
+            match decoder.feed(self.inbuf.filled(), &mut self.up_out) {
+                Ok(n) => {
+                    stats.bytes_in += n as u64;
+                    self.inbuf.consume(n);
+                }
+                Err(BodyError::TooLarge) => {
+                    self.refuse(Refusal::BodyTooLarge, stats).await;
+                    return Next::Close(ConnEnd::Closed);
+                }
+                Err(BodyError::BadChunk(_)) => {
+                    self.refuse(Refusal::BadChunkedBody, stats).await;
+                    return Next::Close(ConnEnd::Closed);
+                }
+            }
+        }
+        let up_start = Instant::now();
+        stats.upstream_start = Some(up_start);
+        let mut fresh = false;
+        let (up, addr, sent) = loop {
+            let (mut up, addr, reused) = match self.connect(plan, fresh, stats).await {
+                Ok(c) => c,
+                Err(e) => {
+                    // No body byte was read: the connection stays usable
+                    // unless there is a body still to come.
+                    let keep = plan.client_keepalive && plan.body == BodyFraming::None;
+                    let next = self.gateway_error(e, keep, stats).await;
+                    self.observe(stats, Outcome::Upstream(e), tag);
+                    return next;
+                }
+            };
+            stats.upstream = Some(addr);
+            stats.reused |= reused;
+            let sent = self
+                .send_request(&mut up, &mut decoder, plan, read_to, stats)
+                .await;
+            if let Sent::Upstream(UpErr {
+                responded: false, ..
+            }) = sent
+                && reused
+                && plan.retryable
+                && !stats.retried
+            {
+                tracing::debug!(%addr, "reused upstream connection failed; retrying once");
+                stats.retried = true;
+                fresh = true;
+                self.upbuf.clear();
+                continue;
+            }
+            break (up, addr, sent);
+        };
+        self.up_out.clear();
+        let head_len = match sent {
+            Sent::Response { head_len } => head_len,
+            Sent::Upstream(e) => {
+                stats.upstream_time = Some(up_start.elapsed());
+                let keep = plan.client_keepalive && decoder.is_done();
+                let next = if stats.status < 200 {
+                    self.gateway_error(e.kind, keep, stats).await
+                } else {
+                    Next::Close(ConnEnd::Closed)
+                };
+                self.observe(stats, Outcome::Upstream(e.kind), tag);
+                return next;
+            }
+            Sent::Client(Outcome::Refused(r)) if stats.status < 200 => {
+                self.refuse(r, stats).await;
+                return Next::Close(ConnEnd::Closed);
+            }
+            Sent::Client(outcome) => {
+                self.observe(stats, outcome, tag);
+                return Next::Close(ConnEnd::ClientClosed);
+            }
+            Sent::TooLarge => {
+                self.refuse(Refusal::BodyTooLarge, stats).await;
+                return Next::Close(ConnEnd::Closed);
+            }
+        };
+        let request_done = decoder.is_done();
+        self.respond(up, addr, head_len, plan, request_done, read_to, stats)
+            .await
+    }
+
+    /// Sends the head in `up_out` and the request body, relaying any 1xx
+    /// response on the way, until a final response head is in `upbuf`.
+    async fn send_request(
+        &mut self,
+        up: &mut TcpStream,
+        decoder: &mut BodyDecoder,
+        plan: &ForwardPlan,
+        read_to: Duration,
+        stats: &mut Stats,
+    ) -> Sent {
+        let chunk = self.engine.config.read_chunk;
+        let max_head = self.engine.config.max_response_header_bytes;
+        let mut up_pos = 0usize;
+        // A bodyless request keeps its head in `up_out` for a retry.
+        let keep_head = plan.retryable;
+        let mut responded = false;
+        loop {
+            // A complete response head ends the sending phase (an early
+            // final response abandons the rest of the body).
+            if !self.upbuf.is_empty() {
+                responded = true;
+                match response_head_len(self.upbuf.filled()) {
+                    Err(()) => {
+                        return Sent::Upstream(UpErr {
+                            kind: UpstreamError::BadResponse,
+                            responded,
+                        });
+                    }
+                    Ok(Some((len, status))) => {
+                        if stats.ttfb.is_none() {
+                            stats.ttfb = stats.upstream_start.map(|t| t.elapsed());
+                        }
+                        if (100..200).contains(&status) && status != 101 {
+                            if !plan.client_http10 {
+                                self.out.clear();
+                                write_interim(&mut self.out, &self.upbuf.filled()[..len]);
+                                if self.flush(stats).await.is_err() {
+                                    return Sent::Client(Outcome::ClientAbort);
+                                }
+                            }
+                            self.upbuf.consume(len);
+                            continue;
+                        }
+                        return Sent::Response { head_len: len };
+                    }
+                    Ok(None) if self.upbuf.filled().len() > max_head => {
+                        return Sent::Upstream(UpErr {
+                            kind: UpstreamError::BadResponse,
+                            responded,
+                        });
+                    }
+                    Ok(None) => {}
+                }
+            }
+            let sending = up_pos < self.up_out.len();
+            let need_body = !decoder.is_done();
+            let Conn {
+                client,
+                inbuf,
+                upbuf,
+                up_out,
+                ..
+            } = self;
+            let (mut up_r, mut up_w) = up.split();
+            enum Ev {
+                Wrote(io::Result<usize>),
+                ClientRead(io::Result<usize>),
+                UpRead(io::Result<usize>),
+            }
+            let ev = timeout(read_to, async {
+                tokio::select! {
+                    r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
+                    r = inbuf.read_from(client, chunk), if !sending && need_body => Ev::ClientRead(r),
+                    r = upbuf.read_from(&mut up_r, chunk) => Ev::UpRead(r),
+                }
+            })
+            .await;
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(_) if !sending && need_body => {
+                    // The client stopped sending its body.
+                    stats.client_abort = true;
+                    return Sent::Client(Outcome::ClientAbort);
+                }
+                Err(_) => {
+                    return Sent::Upstream(UpErr {
+                        kind: UpstreamError::ReadTimeout,
+                        responded,
+                    });
+                }
+            };
+            match ev {
+                Ev::Wrote(Ok(n)) if n > 0 => {
+                    up_pos += n;
+                    if up_pos == self.up_out.len() && !keep_head {
+                        self.up_out.clear();
+                        up_pos = 0;
+                    }
+                }
+                Ev::Wrote(_) => {
+                    return Sent::Upstream(UpErr {
+                        kind: UpstreamError::Closed,
+                        responded,
+                    });
+                }
+                Ev::ClientRead(Ok(0)) | Ev::ClientRead(Err(_)) => {
+                    stats.client_abort = true;
+                    return Sent::Client(Outcome::ClientAbort);
+                }
+                Ev::ClientRead(Ok(_)) => {
+                    match decoder.feed(self.inbuf.filled(), &mut self.up_out) {
+                        Ok(n) => {
+                            stats.bytes_in += n as u64;
+                            self.inbuf.consume(n);
+                        }
+                        Err(BodyError::TooLarge) => return Sent::TooLarge,
+                        Err(BodyError::BadChunk(_)) => {
+                            return Sent::Client(Outcome::Refused(Refusal::BadChunkedBody));
+                        }
+                    }
+                }
+                Ev::UpRead(Ok(0)) | Ev::UpRead(Err(_)) => {
+                    return Sent::Upstream(UpErr {
+                        kind: UpstreamError::Closed,
+                        responded: responded || !self.upbuf.is_empty(),
+                    });
+                }
+                Ev::UpRead(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Relays the final response whose head (`head_len` bytes) starts
+    /// `upbuf`, then its body; pools the upstream connection when it can.
+    #[allow(clippy::too_many_arguments)]
+    async fn respond(
+        &mut self,
+        mut up: TcpStream,
+        addr: SocketAddr,
+        head_len: usize,
+        plan: &ForwardPlan,
+        request_done: bool,
+        read_to: Duration,
+        stats: &mut Stats,
+    ) -> Next {
+        let tag = plan.fwd.tag.as_ref();
+        let shutting_down = self.shutting_down();
+        let parsed = {
+            let Conn { upbuf, out, .. } = self;
+            out.clear();
+            write_response_head(
+                out,
+                &upbuf.filled()[..head_len],
+                plan,
+                request_done && !shutting_down,
+            )
+        };
+        self.upbuf.consume(head_len);
+        let Ok(resp) = parsed else {
+            stats.upstream_time = stats.upstream_start.map(|t| t.elapsed());
+            let next = self
+                .gateway_error(UpstreamError::BadResponse, false, stats)
+                .await;
+            self.observe(stats, Outcome::Upstream(UpstreamError::BadResponse), tag);
+            return next;
+        };
+        stats.status = resp.status;
+        if resp.status == 101 {
+            return self.tunnel(up, stats, tag).await;
+        }
+        let emit = if resp.body == BodyFraming::Chunked && plan.client_http10 {
+            Emit::Raw
+        } else {
+            Emit::Same
+        };
+        let mut decoder = BodyDecoder::new(resp.body, emit, 0);
+        let chunk = self.engine.config.read_chunk;
+        let mut outcome = Outcome::Proxied;
+        loop {
+            match decoder.feed(self.upbuf.filled(), &mut self.out) {
+                Ok(n) => self.upbuf.consume(n),
+                Err(_) => {
+                    outcome = Outcome::Upstream(UpstreamError::BadResponse);
+                    break;
+                }
+            }
+            if self.flush(stats).await.is_err() {
+                outcome = Outcome::ClientAbort;
+                break;
+            }
+            if decoder.is_done() {
+                break;
+            }
+            let r = timeout(read_to, self.upbuf.read_from(&mut up, chunk)).await;
+            match r {
+                Ok(Ok(0)) => {
+                    if decoder.eof() {
+                        let _ = self.flush(stats).await;
+                        break;
+                    }
+                    outcome = Outcome::Upstream(UpstreamError::Closed);
+                    break;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => {
+                    outcome = Outcome::Upstream(UpstreamError::Closed);
+                    break;
+                }
+                Err(_) => {
+                    outcome = Outcome::Upstream(UpstreamError::ReadTimeout);
+                    break;
+                }
+            }
+        }
+        stats.upstream_time = stats.upstream_start.map(|t| t.elapsed());
+        let complete = outcome == Outcome::Proxied;
+        // Reusable: the response ended at its framing, nothing unsolicited
+        // followed, both the request and the response allow keep-alive.
+        if complete && request_done && resp.upstream_keepalive && self.upbuf.is_empty() {
+            self.engine.pool.put(addr, up);
+        }
+        self.upbuf.clear();
+        self.observe(stats, outcome, tag);
+        if complete && resp.client_keepalive {
+            Next::KeepAlive
+        } else if stats.client_abort {
+            Next::Close(ConnEnd::ClientClosed)
+        } else {
+            Next::Close(ConnEnd::Closed)
+        }
+    }
+
+    /// After a 101: the head is in `out`; bytes either side already read
+    /// go first, then both directions are copied until one closes.
+    async fn tunnel(
+        &mut self,
+        mut up: TcpStream,
+        stats: &mut Stats,
+        tag: Option<&std::sync::Arc<str>>,
+    ) -> Next {
+        let leftover = std::mem::take(&mut self.upbuf.data);
+        self.out.extend_from_slice(&leftover[self.upbuf.start..]);
+        self.upbuf.clear();
+        if self.flush(stats).await.is_err() {
+            self.observe(stats, Outcome::ClientAbort, tag);
+            return Next::Close(ConnEnd::ClientClosed);
+        }
+        if !self.inbuf.is_empty() {
+            stats.bytes_in += self.inbuf.filled().len() as u64;
+            if up.write_all(self.inbuf.filled()).await.is_err() {
+                self.observe(stats, Outcome::Upstream(UpstreamError::Closed), tag);
+                return Next::Close(ConnEnd::Closed);
+            }
+            self.inbuf.clear();
+        }
+        if let Ok((to_up, to_client)) =
+            tokio::io::copy_bidirectional(&mut self.client, &mut up).await
+        {
+            stats.bytes_in += to_up;
+            stats.bytes_out += to_client;
+        }
+        stats.upstream_time = stats.upstream_start.map(|t| t.elapsed());
+        self.observe(stats, Outcome::Upgraded, tag);
+        Next::Close(ConnEnd::Upgraded)
+    }
+}
+
+async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            // The sender is gone: no shutdown will ever be signalled.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The end of a head (after its blank line) in `buf`, searching from about
+/// `from`. A bare-LF blank line also ends it, so that the scan can refuse
+/// it rather than the engine waiting for a CRLF that never comes.
+fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let start = from.saturating_sub(3);
+    let mut i = start;
+    while let Some(p) = buf[i..].iter().position(|&b| b == b'\n') {
+        let nl = i + p;
+        match buf.get(nl + 1) {
+            Some(b'\n') => return Some(nl + 2),
+            Some(b'\r') if buf.get(nl + 2) == Some(&b'\n') => return Some(nl + 3),
+            _ => {}
+        }
+        i = nl + 1;
+    }
+    None
+}
+
+/// `Some((head length, status))` once a response head is complete.
+fn response_head_len(buf: &[u8]) -> Result<Option<(usize, u16)>, ()> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let mut resp = httparse::Response::new(&mut slots);
+    match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => Ok(Some((n, resp.code.unwrap_or(0)))),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(_) => Err(()),
+    }
+}
+
+/// A 1xx head for the client: status line and end-to-end fields.
+fn write_interim(out: &mut Vec<u8>, raw: &[u8]) {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let mut resp = httparse::Response::new(&mut slots);
+    if resp.parse(raw).is_err() {
+        return;
+    }
+    let status = resp.code.unwrap_or(100);
+    status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
+    let opts = connection_options(resp.headers);
+    write_fields(out, resp.headers, opts, &Default::default());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn clean_reason(r: &str) -> &[u8] {
+    if crate::scan::is_field_value(r.as_bytes()) {
+        r.as_bytes()
+    } else {
+        b""
+    }
+}
+
+fn write_local_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    headers: &[(bytes::Bytes, bytes::Bytes)],
+    len: u64,
+    keep: bool,
+) {
+    status_line(out, status, reason(status).as_bytes());
+    for (n, v) in headers {
+        if crate::wire::is_hop_by_hop(n) {
+            continue;
+        }
+        checked_field(out, n, v);
+    }
+    if !(100..200).contains(&status) && status != 204 && status != 304 {
+        out.extend_from_slice(b"content-length: ");
+        write_u64(out, len);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !keep {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What the response head says about the rest of the exchange.
+struct RespFacts {
+    status: u16,
+    body: BodyFraming,
+    upstream_keepalive: bool,
+    client_keepalive: bool,
+}
+
+/// Parses the upstream's final response head and writes the client's.
+fn write_response_head(
+    out: &mut Vec<u8>,
+    raw: &[u8],
+    plan: &ForwardPlan,
+    may_keep_client: bool,
+) -> Result<RespFacts, ()> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let mut resp = httparse::Response::new(&mut slots);
+    if !matches!(resp.parse(raw), Ok(httparse::Status::Complete(_))) {
+        return Err(());
+    }
+    let status = resp.code.ok_or(())?;
+    let http10 = resp.version == Some(0);
+    let opts = connection_options(resp.headers);
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    for h in resp.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n = crate::scan::parse_length(crate::scan::trim_ows(h.value)).map_err(|_| ())?;
+            if length.is_some_and(|l| l != n) {
+                return Err(());
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            if chunked || !crate::scan::trim_ows(h.value).eq_ignore_ascii_case(b"chunked") {
+                return Err(());
+            }
+            chunked = true;
+        }
+    }
+    if chunked && length.is_some() {
+        return Err(());
+    }
+    if status == 101 && !plan.upgrade {
+        return Err(());
+    }
+    let bodyless =
+        plan.head_request || status == 204 || status == 304 || (100..200).contains(&status);
+    let body = if bodyless {
+        BodyFraming::None
+    } else if chunked {
+        BodyFraming::Chunked
+    } else if let Some(n) = length {
+        BodyFraming::Length(n)
+    } else {
+        BodyFraming::Close
+    };
+    let upstream_keepalive = body != BodyFraming::Close
+        && status != 101
+        && if http10 {
+            opts.keep_alive && !opts.close
+        } else {
+            !opts.close
+        };
+    let client_chunked = body == BodyFraming::Chunked && !plan.client_http10;
+    let client_keepalive = may_keep_client
+        && plan.client_keepalive
+        && body != BodyFraming::Close
+        && (body != BodyFraming::Chunked || client_chunked);
+
+    status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
+    write_fields(out, resp.headers, opts, &plan.fwd.response_edits);
+    match body {
+        BodyFraming::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            write_u64(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
+        BodyFraming::Chunked if client_chunked => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        BodyFraming::None if status != 204 && !(100..200).contains(&status) => {
+            // HEAD and 304 keep the length of the representation.
+            if let Some(n) = length {
+                out.extend_from_slice(b"content-length: ");
+                write_u64(out, n);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        _ => {}
+    }
+    if status == 101 {
+        if let Some(u) = resp
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("upgrade"))
+        {
+            field(out, b"upgrade", u.value);
+        }
+        out.extend_from_slice(b"connection: upgrade\r\n");
+    } else if !client_keepalive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if plan.client_http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(RespFacts {
+        status,
+        body,
+        upstream_keepalive,
+        client_keepalive,
+    })
+}
+
+/// Scans, parses, routes and (for a forward) writes the upstream head.
+fn prepare<R: Router>(
+    raw: &[u8],
+    config: &EngineConfig,
+    router: &R,
+    info: &ConnInfo,
+    up_out: &mut Vec<u8>,
+    log: &mut LogHead,
+) -> Plan {
+    let framing = match scan_h1(raw, &config.limits) {
+        Ok(f) => f,
+        Err(r) => return Plan::Refuse(r),
+    };
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let mut req = httparse::Request::new(&mut slots);
+    match req.parse(raw) {
+        Ok(httparse::Status::Complete(n)) if n == raw.len() => {}
+        _ => return Plan::Refuse(Refusal::BadRequestLine),
+    }
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
+        return Plan::Refuse(Refusal::BadRequestLine);
+    };
+    let headers: &[httparse::Header<'_>] = req.headers;
+    let host_field = headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("host"))
+        .and_then(|h| std::str::from_utf8(crate::scan::trim_ows(h.value)).ok());
+    // Absolute form: the target's authority is the one that routes, and a
+    // Host field that names another is refused (no routing confusion).
+    if method == "CONNECT" {
+        log.set(method, target, host_field);
+        return Plan::Local {
+            respond: Respond::new(405, "connect", "405 CONNECT is not supported\n").header(
+                bytes::Bytes::from_static(b"allow"),
+                bytes::Bytes::from_static(b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"),
+            ),
+            head_request: false,
+            unread_body: framing.chunked || framing.content_length.is_some_and(|n| n > 0),
+            client_keepalive: false,
+        };
+    }
+    let (path, host, add_host) = match split_absolute(target) {
+        Ok(None) => (target, host_field, false),
+        Ok(Some((authority, path))) => {
+            if host_field.is_some_and(|h| !h.eq_ignore_ascii_case(authority)) {
+                return Plan::Refuse(Refusal::BadHost);
+            }
+            (path, Some(authority), host_field.is_none())
+        }
+        Err(r) => return Plan::Refuse(r),
+    };
+    log.set(method, path, host);
+    let body = if framing.chunked {
+        BodyFraming::Chunked
+    } else {
+        match framing.content_length {
+            None | Some(0) => BodyFraming::None,
+            Some(n) => BodyFraming::Length(n),
+        }
+    };
+    let opts = connection_options(headers);
+    let http10 = version == 0;
+    let client_keepalive = if http10 {
+        opts.keep_alive && !opts.close
+    } else {
+        !opts.close
+    };
+    let head_request = method == "HEAD";
+    let upgrade_value = headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("upgrade"))
+        .map(|h| h.value)
+        .filter(|_| opts.upgrade && !http10);
+    let head = RequestHead {
+        method,
+        path,
+        version,
+        host,
+        headers,
+        content_length: framing.content_length,
+        chunked: framing.chunked,
+    };
+    let fwd = match router.decide(&head, info) {
+        Decision::Respond(respond) => {
+            return Plan::Local {
+                respond,
+                head_request,
+                unread_body: body != BodyFraming::None,
+                client_keepalive,
+            };
+        }
+        Decision::Forward(f) if f.upstreams.is_empty() => {
+            return Plan::Local {
+                respond: Respond::new(503, "no_upstream", "503 no upstream\n"),
+                head_request,
+                unread_body: body != BodyFraming::None,
+                client_keepalive,
+            };
+        }
+        Decision::Forward(f) => f,
+    };
+    up_out.clear();
+    up_out.extend_from_slice(method.as_bytes());
+    up_out.push(b' ');
+    up_out.extend_from_slice(path.as_bytes());
+    up_out.extend_from_slice(b" HTTP/1.1\r\n");
+    if add_host && !fwd.request_edits.skips(b"host") {
+        field(up_out, b"host", host.unwrap_or("").as_bytes());
+    }
+    write_fields(up_out, headers, opts, &fwd.request_edits);
+    if let Some(u) = upgrade_value {
+        field(up_out, b"upgrade", u);
+        up_out.extend_from_slice(b"connection: upgrade\r\n");
+    }
+    match body {
+        BodyFraming::Length(n) => {
+            up_out.extend_from_slice(b"content-length: ");
+            write_u64(up_out, n);
+            up_out.extend_from_slice(b"\r\n");
+        }
+        BodyFraming::Chunked => up_out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        _ if framing.content_length == Some(0) => {
+            up_out.extend_from_slice(b"content-length: 0\r\n");
+        }
+        _ => {}
+    }
+    up_out.extend_from_slice(b"\r\n");
+    Plan::Forward(Box::new(ForwardPlan {
+        fwd,
+        body,
+        head_request,
+        retryable: body == BodyFraming::None && IDEMPOTENT.contains(&method),
+        client_keepalive,
+        client_http10: http10,
+        upgrade: upgrade_value.is_some(),
+    }))
+}
+
+/// `Ok(Some((authority, path)))` for an absolute-form target,
+/// `Ok(None)` for origin form or `*`.
+fn split_absolute(target: &str) -> Result<Option<(&str, &str)>, Refusal> {
+    if target.starts_with('/') || target == "*" {
+        return Ok(None);
+    }
+    let lower = |p: &str| {
+        target.len() >= p.len() && target.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+    };
+    let rest = if lower("http://") {
+        &target[7..]
+    } else if lower("https://") {
+        &target[8..]
+    } else {
+        return Err(Refusal::BadRequestLine);
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if !is_authority(authority.as_bytes()) {
+        return Err(Refusal::BadHost);
+    }
+    // The origin form of `http://a?q` is `/?q`; that needs a copy, so it
+    // is refused instead (no client sends it).
+    if path.is_empty() {
+        return Ok(Some((authority, "/")));
+    }
+    if path.starts_with('?') {
+        return Err(Refusal::BadRequestLine);
+    }
+    Ok(Some((authority, path)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_end_is_found_incrementally() {
+        let raw = b"GET / HTTP/1.1\r\nA: b\r\n\r\nNEXT";
+        assert_eq!(find_head_end(raw, 0), Some(raw.len() - 4));
+        for cut in 0..raw.len() - 4 {
+            assert_eq!(find_head_end(&raw[..cut], 0), None, "{cut}");
+            assert_eq!(find_head_end(raw, cut), Some(raw.len() - 4), "{cut}");
+        }
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\n\n", 0), Some(16));
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nA: b\n\r\n", 0), Some(23));
+    }
+
+    /// Pingora's `ServerApp::process_new` is an `async_trait` method: the
+    /// serve future must be `Send` for a `Send` stream.
+    #[test]
+    fn serve_future_is_send() {
+        fn is_send<T: Send>(_: &T) {}
+        let router =
+            |_: &RequestHead<'_>, _: &ConnInfo| Decision::Respond(Respond::new(404, "none", ""));
+        let engine = Engine::new(router, (), EngineConfig::default());
+        let (_tx, rx) = watch::channel(false);
+        let info = ConnInfo::default();
+        let (stream, _peer) = tokio::io::duplex(64);
+        let fut = engine.serve(stream, &info, rx);
+        is_send(&fut);
+    }
+
+    #[test]
+    fn absolute_targets() {
+        assert_eq!(split_absolute("/a?b"), Ok(None));
+        assert_eq!(split_absolute("*"), Ok(None));
+        assert_eq!(
+            split_absolute("http://a.example/x?y"),
+            Ok(Some(("a.example", "/x?y")))
+        );
+        assert_eq!(split_absolute("HTTPS://a:8443"), Ok(Some(("a:8443", "/"))));
+        assert_eq!(split_absolute("http://u@a/"), Err(Refusal::BadHost));
+        assert_eq!(split_absolute("ftp://a/"), Err(Refusal::BadRequestLine));
+        assert_eq!(
+            split_absolute("a.example:443"),
+            Err(Refusal::BadRequestLine)
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! teapot's HTTP/1.1 proxy engine.
+//!
+//! A keep-alive proxy loop for one client connection at a time, generic
+//! over the client stream (`AsyncRead + AsyncWrite + Unpin`: plain TCP,
+//! TLS, or Pingora's boxed `Stream`), with no Pingora dependency. Per
+//! request it parses the head once, in place, in a buffer the connection
+//! reuses; asks a synchronous [`Router`]; writes the upstream head as bytes
+//! with the router's edits spliced in; and relays both bodies with their
+//! framing re-validated. No task, channel, timer or header map is created
+//! per request, and idle upstream connections sit in a [`Pool`] with no
+//! watcher task.
+//!
+//! # Use
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use teapot_h1::{ConnInfo, Decision, Engine, EngineConfig, Forward, RequestHead};
+//!
+//! # async fn demo(listener: tokio::net::TcpListener) {
+//! let upstream: std::net::SocketAddr = "127.0.0.1:8080".parse().unwrap();
+//! let router = move |_: &RequestHead<'_>, _: &ConnInfo| {
+//!     Decision::Forward(Forward::to(vec![upstream]))
+//! };
+//! let engine = Arc::new(Engine::new(router, (), EngineConfig::default()));
+//! let (_tx, shutdown) = tokio::sync::watch::channel(false);
+//! loop {
+//!     let (stream, peer) = listener.accept().await.unwrap();
+//!     let (engine, shutdown) = (engine.clone(), shutdown.clone());
+//!     tokio::spawn(async move {
+//!         let info = ConnInfo { client: Some(peer), ..ConnInfo::default() };
+//!         engine.serve(stream, &info, shutdown).await;
+//!     });
+//! }
+//! # }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`scan`]: the request-smuggling defence ported from
+//!   `proxy/src/edge.rs` ([`scan_h1`], [`Refusal`], [`H1Framing`],
+//!   [`body_limit`]); runs on the raw head before `httparse`.
+//! - `body`: Content-Length, chunked (re-validated, re-encoded
+//!   canonically, trailers checked) and close-delimited body decoding that
+//!   never consumes past the framed end.
+//! - `wire`: head serialization: hop-by-hop and `Connection`-listed fields
+//!   dropped (RFC 9110 §7.6.1), [`HeaderEdits`] applied, framing re-emitted.
+//! - [`router`]: the decision interface ([`Router`], [`RequestHead`],
+//!   [`ConnInfo`], [`Decision`], [`Forward`], [`Respond`]).
+//! - [`observer`]: per-request metrics and access-log hook ([`Observer`],
+//!   [`RequestLog`], [`Outcome`]).
+//! - [`pool`]: idle upstream connections ([`Pool`]), checked lazily on reuse.
+//! - `engine`: the loop ([`Engine::serve`]), timeouts, limits, graceful
+//!   drain, 1xx/101 handling, retry of an idempotent request whose reused
+//!   connection failed before any response byte.
+
+mod body;
+mod engine;
+pub mod observer;
+pub mod pool;
+pub mod router;
+pub mod scan;
+mod wire;
+
+pub use body::{BodyError, BodyFraming};
+pub use engine::{ConnEnd, Engine, EngineConfig};
+pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
+pub use pool::{Pool, PoolStats};
+pub use router::{
+    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, Respond, Router, Timeouts,
+};
+pub use scan::{H1Framing, HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, scan_h1};

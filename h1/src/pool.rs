@@ -1,0 +1,196 @@
+//! Idle upstream connections, without a task or timer per connection.
+//!
+//! One [`Pool`] per engine: a mutex-guarded map from upstream address to a
+//! LIFO list of idle connections (the most recently used first, so the
+//! warmest connection is reused and the coldest ones age out). Nothing
+//! watches an idle connection: whether its peer closed it is checked when
+//! it is taken (a non-blocking read that must find nothing), and its age
+//! against the idle timeout at the same moment.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+#[derive(Debug)]
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
+}
+
+/// Counters of what the pool did, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Connections handed out from the pool.
+    pub reused: u64,
+    /// Idle connections found closed by their peer when taken.
+    pub stale: u64,
+    /// Idle connections dropped for age.
+    pub expired: u64,
+    /// Connections put back.
+    pub returned: u64,
+    /// Connections not put back because the list was full.
+    pub overflow: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    idle: HashMap<SocketAddr, Vec<Idle>>,
+    stats: PoolStats,
+}
+
+/// Idle keep-alive connections per upstream address. `Sync`: one per
+/// engine, shared by its connections; the lock is held only to push or pop.
+#[derive(Debug)]
+pub struct Pool {
+    inner: Mutex<Inner>,
+    max_idle_per_upstream: usize,
+    idle_timeout: Duration,
+}
+
+impl Pool {
+    pub fn new(max_idle_per_upstream: usize, idle_timeout: Duration) -> Self {
+        Pool {
+            inner: Mutex::new(Inner::default()),
+            max_idle_per_upstream,
+            idle_timeout,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A live idle connection to `addr`, if there is one. Closed and
+    /// expired ones met on the way are dropped.
+    pub fn take(&self, addr: SocketAddr) -> Option<TcpStream> {
+        let now = Instant::now();
+        loop {
+            let idle = {
+                let mut inner = self.lock();
+                let idle = inner.idle.get_mut(&addr)?.pop()?;
+                if now.duration_since(idle.since) >= self.idle_timeout {
+                    // Everything under it is older still.
+                    let older = inner.idle.remove(&addr).map_or(0, |l| l.len());
+                    inner.stats.expired += 1 + older as u64;
+                    return None;
+                }
+                idle
+            };
+            if is_open(&idle.stream) {
+                self.lock().stats.reused += 1;
+                return Some(idle.stream);
+            }
+            self.lock().stats.stale += 1;
+        }
+    }
+
+    /// Keeps `stream` for reuse; the caller guarantees the last response
+    /// was read to its end and both sides allow keep-alive.
+    pub fn put(&self, addr: SocketAddr, stream: TcpStream) {
+        let mut inner = self.lock();
+        let cap = self.max_idle_per_upstream;
+        let list = inner.idle.entry(addr).or_default();
+        if list.len() >= cap {
+            inner.stats.overflow += 1;
+            return;
+        }
+        list.push(Idle {
+            stream,
+            since: Instant::now(),
+        });
+        inner.stats.returned += 1;
+    }
+
+    /// Idle connections held for `addr`.
+    pub fn idle(&self, addr: SocketAddr) -> usize {
+        self.lock().idle.get(&addr).map_or(0, Vec::len)
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        self.lock().stats
+    }
+}
+
+/// An idle connection must have nothing to read: end of stream means the
+/// peer closed it, and bytes mean it sent something unsolicited (then it
+/// is no longer in a known state). Non-blocking: `WouldBlock` is the only
+/// healthy answer.
+fn is_open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    async fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    #[tokio::test]
+    async fn live_connections_are_reused_lifo_and_capped() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(2, Duration::from_secs(60));
+        let (a, _sa) = pair(&l).await;
+        let (b, _sb) = pair(&l).await;
+        let (c, _sc) = pair(&l).await;
+        let b_port = b.local_addr().unwrap().port();
+        pool.put(addr, a);
+        pool.put(addr, b);
+        pool.put(addr, c);
+        assert_eq!(pool.idle(addr), 2);
+        let got = pool.take(addr).unwrap();
+        assert_eq!(
+            got.local_addr().unwrap().port(),
+            b_port,
+            "most recent first"
+        );
+        let s = pool.stats();
+        assert_eq!((s.returned, s.overflow, s.reused), (2, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn closed_or_chatty_idle_connections_are_dropped_on_take() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(8, Duration::from_secs(60));
+        let (a, sa) = pair(&l).await;
+        let (b, mut sb) = pair(&l).await;
+        pool.put(addr, a);
+        pool.put(addr, b);
+        drop(sa);
+        sb.write_all(b"unsolicited").await.unwrap();
+        // Let the reactor see the FIN and the bytes.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(pool.take(addr).is_none());
+        assert_eq!(pool.stats().stale, 2);
+    }
+
+    #[tokio::test]
+    async fn expired_connections_are_dropped_lazily() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(8, Duration::ZERO);
+        let (a, _sa) = pair(&l).await;
+        let (b, _sb) = pair(&l).await;
+        pool.put(addr, a);
+        pool.put(addr, b);
+        assert!(pool.take(addr).is_none());
+        assert_eq!(pool.stats().expired, 2);
+        assert_eq!(pool.idle(addr), 0);
+    }
+}

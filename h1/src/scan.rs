@@ -1,0 +1,544 @@
+//! The request-smuggling defence: HTTP/1 request framing rules.
+//!
+//! Ported from `proxy/src/edge.rs` (`scan_h1`, `Refusal`, `H1Framing`,
+//! `body_limit`), which this module replaces as their home. [`scan_h1`]
+//! reads the raw header block once, without allocating, and refuses every
+//! framing ambiguity that could make the proxy and a backend disagree on
+//! where a request ends. It runs *before* `httparse` sees the block, so the
+//! refusal category is ours, not the parser's.
+
+/// Limits of the request header block.
+#[derive(Clone, Debug)]
+pub struct HeadLimits {
+    /// Longest HTTP/1 request line, bytes (414 beyond).
+    pub max_request_line: usize,
+    /// Largest header block incl. request line, bytes (431 beyond).
+    pub max_header_bytes: usize,
+    /// Most header fields in one request (431 beyond). Clamped to
+    /// [`MAX_HEADERS_CAP`] by the engine.
+    pub max_headers: usize,
+}
+
+/// The most header fields the engine ever parses (its `httparse` slots
+/// live on the stack).
+pub const MAX_HEADERS_CAP: usize = 128;
+
+impl Default for HeadLimits {
+    fn default() -> Self {
+        HeadLimits {
+            max_request_line: 8 * 1024,
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+        }
+    }
+}
+
+/// Why a request or connection was refused. The label is the `reason` of
+/// `teapot_edge_refusals_total`. Same categories, order and labels as
+/// `proxy/src/edge.rs`, plus two appended for what Pingora's own parser
+/// used to refuse: [`Refusal::BadRequestLine`] and
+/// [`Refusal::BadChunkedBody`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    BothLengths,
+    TransferEncoding,
+    DuplicateLength,
+    BadLength,
+    ObsFold,
+    BareCrLf,
+    ControlByte,
+    SpaceBeforeColon,
+    BadHeaderName,
+    Http10BodyNoLength,
+    H2cUpgrade,
+    DuplicateHost,
+    BadHost,
+    RequestLineTooLong,
+    HeaderTooLarge,
+    TooManyHeaders,
+    BodyTooLarge,
+    HeaderTimeout,
+    ConnectionCap,
+    ClientConnectionCap,
+    TenantRate,
+    TenantConnections,
+    ClientConnectionRate,
+    /// A request line `httparse` refuses (bad method token, target or
+    /// version) once the framing scan passed.
+    BadRequestLine,
+    /// A chunked request body whose framing is malformed (size line, CRLF
+    /// after the data, trailer fields).
+    BadChunkedBody,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 25] = [
+        Refusal::BothLengths,
+        Refusal::TransferEncoding,
+        Refusal::DuplicateLength,
+        Refusal::BadLength,
+        Refusal::ObsFold,
+        Refusal::BareCrLf,
+        Refusal::ControlByte,
+        Refusal::SpaceBeforeColon,
+        Refusal::BadHeaderName,
+        Refusal::Http10BodyNoLength,
+        Refusal::H2cUpgrade,
+        Refusal::DuplicateHost,
+        Refusal::BadHost,
+        Refusal::RequestLineTooLong,
+        Refusal::HeaderTooLarge,
+        Refusal::TooManyHeaders,
+        Refusal::BodyTooLarge,
+        Refusal::HeaderTimeout,
+        Refusal::ConnectionCap,
+        Refusal::ClientConnectionCap,
+        Refusal::TenantRate,
+        Refusal::TenantConnections,
+        Refusal::ClientConnectionRate,
+        Refusal::BadRequestLine,
+        Refusal::BadChunkedBody,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::BothLengths => "both_lengths",
+            Refusal::TransferEncoding => "transfer_encoding",
+            Refusal::DuplicateLength => "duplicate_length",
+            Refusal::BadLength => "bad_length",
+            Refusal::ObsFold => "obs_fold",
+            Refusal::BareCrLf => "bare_cr_lf",
+            Refusal::ControlByte => "control_byte",
+            Refusal::SpaceBeforeColon => "space_before_colon",
+            Refusal::BadHeaderName => "bad_header_name",
+            Refusal::Http10BodyNoLength => "http10_body_no_length",
+            Refusal::H2cUpgrade => "h2c_upgrade",
+            Refusal::DuplicateHost => "duplicate_host",
+            Refusal::BadHost => "bad_host",
+            Refusal::RequestLineTooLong => "request_line_too_long",
+            Refusal::HeaderTooLarge => "header_too_large",
+            Refusal::TooManyHeaders => "too_many_headers",
+            Refusal::BodyTooLarge => "body_too_large",
+            Refusal::HeaderTimeout => "header_timeout",
+            Refusal::ConnectionCap => "connection_cap",
+            Refusal::ClientConnectionCap => "client_connection_cap",
+            Refusal::TenantRate => "tenant_rate",
+            Refusal::TenantConnections => "tenant_connections",
+            Refusal::ClientConnectionRate => "client_connection_rate",
+            Refusal::BadRequestLine => "bad_request_line",
+            Refusal::BadChunkedBody => "bad_chunked_body",
+        }
+    }
+
+    pub fn status(self) -> u16 {
+        match self {
+            Refusal::RequestLineTooLong => 414,
+            Refusal::HeaderTooLarge | Refusal::TooManyHeaders => 431,
+            Refusal::BodyTooLarge => 413,
+            Refusal::HeaderTimeout => 408,
+            Refusal::ConnectionCap
+            | Refusal::ClientConnectionCap
+            | Refusal::TenantConnections
+            | Refusal::ClientConnectionRate => 503,
+            Refusal::TenantRate => 429,
+            _ => 400,
+        }
+    }
+
+    /// The body of the proxy's answer: status first, like the proxy's other answers.
+    pub fn body(self) -> &'static str {
+        match self {
+            Refusal::BothLengths => "400 both Content-Length and Transfer-Encoding\n",
+            Refusal::TransferEncoding => "400 Transfer-Encoding other than chunked\n",
+            Refusal::DuplicateLength => "400 more than one Content-Length\n",
+            Refusal::BadLength => "400 malformed Content-Length\n",
+            Refusal::ObsFold => "400 obsolete line folding\n",
+            Refusal::BareCrLf => "400 bare CR or LF in the header\n",
+            Refusal::ControlByte => "400 control character in the header\n",
+            Refusal::SpaceBeforeColon => "400 whitespace before a header colon\n",
+            Refusal::BadHeaderName => "400 invalid header name\n",
+            Refusal::Http10BodyNoLength => "400 HTTP/1.0 request body without Content-Length\n",
+            Refusal::H2cUpgrade => "400 Upgrade: h2c is not supported\n",
+            Refusal::DuplicateHost => "400 more than one Host\n",
+            Refusal::BadHost => "400 invalid Host\n",
+            Refusal::RequestLineTooLong => "414 request line too long\n",
+            Refusal::HeaderTooLarge => "431 request header too large\n",
+            Refusal::TooManyHeaders => "431 too many header fields\n",
+            Refusal::BodyTooLarge => "413 request body too large\n",
+            Refusal::HeaderTimeout => "408 request header timeout\n",
+            Refusal::ConnectionCap | Refusal::ClientConnectionCap => "503 too many connections\n",
+            Refusal::ClientConnectionRate => "503 too many new connections\n",
+            Refusal::TenantRate => "429 this tenant's request rate limit is reached\n",
+            Refusal::TenantConnections => "503 this tenant's connection limit is reached\n",
+            Refusal::BadRequestLine => "400 malformed request line\n",
+            Refusal::BadChunkedBody => "400 malformed chunked body\n",
+        }
+    }
+}
+
+/// What the framing scan learned about a valid request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct H1Framing {
+    pub content_length: Option<u64>,
+    pub chunked: bool,
+}
+
+/// Scans the raw HTTP/1 request header (request line through the blank
+/// line) and refuses every framing ambiguity.
+///
+/// One pass, no allocation: this runs on every HTTP/1 request.
+pub fn scan_h1(raw: &[u8], limits: &HeadLimits) -> Result<H1Framing, Refusal> {
+    if raw.len() > limits.max_header_bytes {
+        return Err(Refusal::HeaderTooLarge);
+    }
+    let mut framing = H1Framing::default();
+    let mut lengths = 0usize;
+    let mut encodings = 0usize;
+    let mut hosts = 0usize;
+    let mut fields = 0usize;
+    let mut http10 = false;
+    let mut method_may_have_body = false;
+    let mut first = true;
+    let mut rest = raw;
+    while !rest.is_empty() {
+        // Every line must end in CRLF: a bare LF is where parsers that
+        // accept it and parsers that do not disagree on the next line.
+        let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+            // The block is complete; anything after the last LF would be
+            // a line without an ending.
+            return Err(Refusal::BareCrLf);
+        };
+        if nl == 0 || rest[nl - 1] != b'\r' {
+            return Err(Refusal::BareCrLf);
+        }
+        let line = &rest[..nl - 1];
+        rest = &rest[nl + 1..];
+        for &b in line {
+            match b {
+                b'\r' => return Err(Refusal::BareCrLf),
+                b'\t' => {}
+                0..=0x1f | 0x7f => return Err(Refusal::ControlByte),
+                _ => {}
+            }
+        }
+        if first {
+            first = false;
+            if line.len() > limits.max_request_line {
+                return Err(Refusal::RequestLineTooLong);
+            }
+            http10 = line.ends_with(b" HTTP/1.0");
+            method_may_have_body = !(line.starts_with(b"GET ")
+                || line.starts_with(b"HEAD ")
+                || line.starts_with(b"OPTIONS ")
+                || line.starts_with(b"DELETE ")
+                || line.starts_with(b"TRACE "));
+            continue;
+        }
+        if line.is_empty() {
+            // The blank line ends the block; nothing may follow it.
+            if !rest.is_empty() {
+                return Err(Refusal::BareCrLf);
+            }
+            break;
+        }
+        if matches!(line[0], b' ' | b'\t') {
+            return Err(Refusal::ObsFold);
+        }
+        fields += 1;
+        if fields > limits.max_headers {
+            return Err(Refusal::TooManyHeaders);
+        }
+        let (name, value) = split_field(line)?;
+        if name.eq_ignore_ascii_case(b"content-length") {
+            lengths += 1;
+            if lengths > 1 {
+                return Err(Refusal::DuplicateLength);
+            }
+            framing.content_length = Some(parse_length(value)?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            encodings += 1;
+            // Anything but one `chunked` is a TE.TE obfuscation waiting
+            // for a backend that reads the list differently.
+            if encodings > 1 || !value.eq_ignore_ascii_case(b"chunked") {
+                return Err(Refusal::TransferEncoding);
+            }
+            framing.chunked = true;
+        } else if name.eq_ignore_ascii_case(b"host") {
+            hosts += 1;
+            if hosts > 1 {
+                return Err(Refusal::DuplicateHost);
+            }
+            if !is_authority(value) {
+                return Err(Refusal::BadHost);
+            }
+        } else if name.eq_ignore_ascii_case(b"upgrade") && has_token(value, b"h2c") {
+            return Err(Refusal::H2cUpgrade);
+        }
+    }
+    if framing.chunked && framing.content_length.is_some() {
+        return Err(Refusal::BothLengths);
+    }
+    if http10 {
+        if framing.chunked {
+            return Err(Refusal::TransferEncoding);
+        }
+        if method_may_have_body && framing.content_length.is_none() {
+            return Err(Refusal::Http10BodyNoLength);
+        }
+    }
+    Ok(framing)
+}
+
+/// Splits one field line (no CRLF, already free of control bytes) into a
+/// validated name and its OWS-trimmed value. Shared with the chunked
+/// trailer check.
+pub(crate) fn split_field(line: &[u8]) -> Result<(&[u8], &[u8]), Refusal> {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return Err(Refusal::BadHeaderName);
+    };
+    let name = &line[..colon];
+    if name.is_empty() {
+        return Err(Refusal::BadHeaderName);
+    }
+    if matches!(name[name.len() - 1], b' ' | b'\t') {
+        return Err(Refusal::SpaceBeforeColon);
+    }
+    if !name.iter().all(|&b| is_tchar(b)) {
+        return Err(Refusal::BadHeaderName);
+    }
+    Ok((name, trim_ows(&line[colon + 1..])))
+}
+
+/// RFC 9110 §5.6.2 token characters.
+pub(crate) fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+pub(crate) fn trim_ows(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// Digits only: no sign, no list, no whitespace inside, at most 19 digits
+/// so it always fits a u64.
+pub(crate) fn parse_length(v: &[u8]) -> Result<u64, Refusal> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return Err(Refusal::BadLength);
+    }
+    Ok(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+pub(crate) fn has_token(list: &[u8], token: &[u8]) -> bool {
+    list.split(|&b| b == b',')
+        .any(|t| trim_ows(t).eq_ignore_ascii_case(token))
+}
+
+/// A Host value that names one authority: a reg-name or IP literal with an
+/// optional port. No list, no userinfo, no whitespace, no path.
+pub(crate) fn is_authority(v: &[u8]) -> bool {
+    !v.is_empty()
+        && v.len() <= 255 + 6
+        && v.iter().all(|&b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
+        })
+}
+
+/// A field value the engine may write: no CR, LF, NUL or other control
+/// byte but HTAB (what [`scan_h1`] lets through, and what a router's edits
+/// must respect).
+pub(crate) fn is_field_value(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+/// The effective body limit: the route's limit lowers the operator
+/// maximum, never raises it (0 means "no limit" on both sides).
+pub fn body_limit(operator: u64, route: Option<u64>) -> u64 {
+    match (operator, route) {
+        (0, Some(r)) => r,
+        (o, Some(r)) if r != 0 => o.min(r),
+        (o, _) => o,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(raw: &str) -> Result<H1Framing, Refusal> {
+        scan_h1(raw.as_bytes(), &HeadLimits::default())
+    }
+
+    #[test]
+    fn plain_requests_pass() {
+        assert_eq!(
+            scan("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"),
+            Ok(H1Framing::default())
+        );
+        assert_eq!(
+            scan("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n"),
+            Ok(H1Framing {
+                content_length: Some(5),
+                chunked: false
+            })
+        );
+        assert_eq!(
+            scan("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n"),
+            Ok(H1Framing {
+                content_length: None,
+                chunked: true
+            })
+        );
+        assert!(scan("GET / HTTP/1.0\r\n\r\n").is_ok());
+        assert!(scan("POST / HTTP/1.0\r\nContent-Length: 0\r\n\r\n").is_ok());
+        assert!(scan("GET / HTTP/1.1\r\nHost: [::1]:8080\r\nX-A: \t v \t\r\n\r\n").is_ok());
+        assert!(scan("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn framing_ambiguities_are_refused() {
+        use Refusal::*;
+        let cases: &[(&str, Refusal)] = &[
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                BothLengths,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: identity, chunked\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n",
+                TransferEncoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: \x0bchunked\r\n\r\n",
+                ControlByte,
+            ),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+                DuplicateLength,
+            ),
+            ("POST / HTTP/1.1\r\nContent-Length: 1, 1\r\n\r\n", BadLength),
+            ("POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\n", BadLength),
+            ("POST / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n", BadLength),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                BadLength,
+            ),
+            ("GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", ObsFold),
+            ("GET / HTTP/1.1\r\nX-A: a\n\r\n", BareCrLf),
+            ("GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n", BareCrLf),
+            ("GET / HTTP/1.1\r\nX-A: a\0b\r\n\r\n", ControlByte),
+            ("GET / HTTP/1.1\r\nX-A : a\r\n\r\n", SpaceBeforeColon),
+            (
+                "GET / HTTP/1.1\r\nTransfer-Encoding\t: chunked\r\n\r\n",
+                SpaceBeforeColon,
+            ),
+            ("GET / HTTP/1.1\r\nX(A): a\r\n\r\n", BadHeaderName),
+            ("GET / HTTP/1.1\r\n: a\r\n\r\n", BadHeaderName),
+            ("GET / HTTP/1.1\r\nnocolon\r\n\r\n", BadHeaderName),
+            ("POST / HTTP/1.0\r\n\r\n", Http10BodyNoLength),
+            (
+                "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+                TransferEncoding,
+            ),
+            ("GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\n", H2cUpgrade),
+            (
+                "GET / HTTP/1.1\r\nUpgrade: websocket, H2C\r\n\r\n",
+                H2cUpgrade,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                DuplicateHost,
+            ),
+            ("GET / HTTP/1.1\r\nHost: a, b\r\n\r\n", BadHost),
+            ("GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", BadHost),
+            ("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", BadHost),
+            ("GET / HTTP/1.1\r\nHost: \r\n\r\n", BadHost),
+            ("GET / HTTP/1.1\r\n\r\nGET", BareCrLf),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(scan(raw), Err(*want), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn size_limits() {
+        let limits = HeadLimits {
+            max_request_line: 32,
+            max_header_bytes: 128,
+            max_headers: 2,
+        };
+        let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(40));
+        assert_eq!(
+            scan_h1(long_line.as_bytes(), &limits),
+            Err(Refusal::RequestLineTooLong)
+        );
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(200));
+        assert_eq!(
+            scan_h1(big.as_bytes(), &limits),
+            Err(Refusal::HeaderTooLarge)
+        );
+        let many = "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n";
+        assert_eq!(
+            scan_h1(many.as_bytes(), &limits),
+            Err(Refusal::TooManyHeaders)
+        );
+        assert_eq!(Refusal::TooManyHeaders.status(), 431);
+        assert_eq!(Refusal::BodyTooLarge.status(), 413);
+    }
+
+    #[test]
+    fn refusal_table_matches_declaration_order() {
+        for (i, r) in Refusal::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn labels_are_unique_and_bodies_start_with_the_status() {
+        let mut labels: Vec<_> = Refusal::ALL.iter().map(|r| r.label()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), Refusal::ALL.len());
+        for r in Refusal::ALL {
+            assert!(r.body().starts_with(&r.status().to_string()), "{r:?}");
+            assert!(r.body().ends_with('\n'));
+        }
+    }
+
+    #[test]
+    fn route_limits_only_lower_the_operator_maximum() {
+        assert_eq!(body_limit(100, None), 100);
+        assert_eq!(body_limit(100, Some(10)), 10);
+        assert_eq!(body_limit(100, Some(1000)), 100);
+        assert_eq!(body_limit(100, Some(0)), 100);
+        assert_eq!(body_limit(0, Some(10)), 10);
+        assert_eq!(body_limit(0, None), 0);
+    }
+
+    #[test]
+    fn field_helpers() {
+        assert_eq!(split_field(b"A: b "), Ok((&b"A"[..], &b"b"[..])));
+        assert_eq!(split_field(b"A :b"), Err(Refusal::SpaceBeforeColon));
+        assert!(has_token(b"keep-alive, Upgrade", b"upgrade"));
+        assert!(!has_token(b"keep-alive, upgraded", b"upgrade"));
+        assert!(is_field_value(b"a\tb c"));
+        assert!(!is_field_value(b"a\r\nb"));
+        assert_eq!(parse_length(b"0"), Ok(0));
+        assert_eq!(parse_length(b"-0"), Err(Refusal::BadLength));
+    }
+}

@@ -1,0 +1,202 @@
+//! Head serialization: request heads for upstreams and response heads for
+//! clients, written as bytes straight from the parsed slices, with the
+//! hop-by-hop rules and the router's edits applied on the way.
+
+use crate::router::HeaderEdits;
+use crate::scan::{has_token, is_field_value, is_tchar};
+
+/// RFC 9110 §7.6.1 connection-specific fields (plus the obsolete
+/// `proxy-connection`), and the framing fields the engine re-emits itself.
+pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 7] = [
+        b"connection",
+        b"proxy-connection",
+        b"keep-alive",
+        b"te",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// Fields a `Connection` option may not remove: routing and framing stay
+/// under the engine's control.
+fn is_protected(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"host")
+        || name.eq_ignore_ascii_case(b"content-length")
+        || name.eq_ignore_ascii_case(b"transfer-encoding")
+}
+
+/// Whether `name` is listed in any `Connection` field of `headers`.
+pub(crate) fn connection_lists(headers: &[httparse::Header<'_>], name: &[u8]) -> bool {
+    headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .any(|h| has_token(h.value, name))
+}
+
+/// The Connection options of a message.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ConnOptions {
+    pub(crate) close: bool,
+    pub(crate) keep_alive: bool,
+    pub(crate) upgrade: bool,
+    /// Some Connection field lists something else (a field to drop).
+    pub(crate) other: bool,
+}
+
+pub(crate) fn connection_options(headers: &[httparse::Header<'_>]) -> ConnOptions {
+    let mut o = ConnOptions::default();
+    for h in headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+    {
+        for t in h.value.split(|&b| b == b',') {
+            let t = crate::scan::trim_ows(t);
+            if t.eq_ignore_ascii_case(b"close") {
+                o.close = true;
+            } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                o.keep_alive = true;
+            } else if t.eq_ignore_ascii_case(b"upgrade") {
+                o.upgrade = true;
+            } else if !t.is_empty() {
+                o.other = true;
+            }
+        }
+    }
+    o
+}
+
+/// Copies the end-to-end fields of `headers` into `out`, then the edits.
+pub(crate) fn write_fields(
+    out: &mut Vec<u8>,
+    headers: &[httparse::Header<'_>],
+    options: ConnOptions,
+    edits: &HeaderEdits,
+) {
+    for h in headers {
+        let name = h.name.as_bytes();
+        if is_hop_by_hop(name)
+            || (options.other && !is_protected(name) && connection_lists(headers, name))
+            || (!edits.is_empty() && edits.skips(name))
+        {
+            continue;
+        }
+        field(out, name, h.value);
+    }
+    for (n, v) in edits.set.iter().chain(edits.append.iter()) {
+        checked_field(out, n, v);
+    }
+}
+
+pub(crate) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A field from the router: written only if the name is a token and the
+/// value cannot split the head.
+pub(crate) fn checked_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) -> bool {
+    if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) || !is_field_value(value) {
+        tracing::debug!(name = %String::from_utf8_lossy(name), "invalid header edit dropped");
+        return false;
+    }
+    field(out, name, value);
+    true
+}
+
+pub(crate) fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+pub(crate) fn status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    write_u64(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The reason phrase the engine writes for its own answers.
+pub(crate) fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        421 => "Misdirected Request",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn fields_skip_hop_by_hop_connection_listed_and_edited() {
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let mut req = httparse::Request::new(&mut slots);
+        let raw = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Secret, Host\r\n\
+            X-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nX-Forwarded-For: spoof\r\nX-Keep: k\r\n\r\n";
+        req.parse(raw).unwrap();
+        let opts = connection_options(req.headers);
+        assert!(opts.keep_alive && opts.other && !opts.close);
+        let edits = HeaderEdits::default()
+            .set(
+                Bytes::from_static(b"x-forwarded-for"),
+                Bytes::from_static(b"10.0.0.1"),
+            )
+            .append(Bytes::from_static(b"bad name"), Bytes::from_static(b"v"))
+            .append(Bytes::from_static(b"x-v"), Bytes::from_static(b"a\r\nb: c"));
+        let mut out = Vec::new();
+        write_fields(&mut out, req.headers, opts, &edits);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "Host: a\r\nX-Keep: k\r\nx-forwarded-for: 10.0.0.1\r\n"
+        );
+    }
+
+    #[test]
+    fn numbers() {
+        for n in [0u64, 7, 10, 1234567890, u64::MAX] {
+            let mut out = Vec::new();
+            write_u64(&mut out, n);
+            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        }
+    }
+}
