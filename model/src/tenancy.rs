@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::Ingress;
-use teapot_api::policy::{self, Holder, Holdings, HostScope, PolicyContext, Violation};
+use teapot_api::policy::{
+    self, Holder, Holdings, HostScope, PolicyContext, TenantObjectRef, Violation,
+};
 use teapot_api::{HostPattern, Tenant};
 
 use crate::manifests::{Loaded, Problem};
@@ -134,7 +136,8 @@ fn admit_pass(
     for (id, stored) in ingresses {
         let tenant = by_namespace[&id.namespace];
         let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let violations = check(&ctx, &id.namespace, &stored.object);
+        let violations =
+            policy::check_typed(&ctx, &id.namespace, TenantObjectRef::Ingress(&stored.object));
         if violations.is_empty() {
             let holder = Holder::Tenant(tenant.spec.cluster.clone());
             let spec = stored.object.spec.as_ref();
@@ -156,34 +159,25 @@ fn admit_pass(
             refused.push((key(Kind::Ingress, id), stored.origin.clone(), violations));
         }
     }
-    let mut judge =
-        |kind: Kind, id: &NsName, origin: &Origin, value: serde_json::Result<serde_json::Value>| {
-            let Some(tenant) = by_namespace.get(&id.namespace) else {
-                return;
-            };
-            let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-            let violations = match value {
-                Ok(v) => policy::check_object(&ctx, &id.namespace, &v).violations,
-                Err(e) => vec![Violation::new("(object)", e.to_string())],
-            };
-            if !violations.is_empty() {
-                refused.push((key(kind, id), origin.clone(), violations));
-            }
+    let mut judge = |kind: Kind, id: &NsName, origin: &Origin, object: TenantObjectRef<'_>| {
+        let Some(tenant) = by_namespace.get(&id.namespace) else {
+            return;
         };
+        let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
+        let violations = policy::check_typed(&ctx, &id.namespace, object);
+        if !violations.is_empty() {
+            refused.push((key(kind, id), origin.clone(), violations));
+        }
+    };
     for (id, s) in &store.services {
-        judge(
-            Kind::Service,
-            id,
-            &s.origin,
-            serde_json::to_value(&*s.object),
-        );
+        judge(Kind::Service, id, &s.origin, TenantObjectRef::Service(&s.object));
     }
     for (id, s) in &store.endpoint_slices {
         judge(
             Kind::EndpointSlice,
             id,
             &s.origin,
-            serde_json::to_value(&*s.object),
+            TenantObjectRef::EndpointSlice(&s.object),
         );
     }
     for (id, s) in &store.secrets {
@@ -191,7 +185,7 @@ fn admit_pass(
             Kind::Secret,
             id,
             &s.origin,
-            serde_json::to_value(&s.object.source),
+            TenantObjectRef::Secret(&s.object.source),
         );
     }
 
@@ -224,13 +218,6 @@ fn admit_pass(
         });
     }
     kept_any
-}
-
-fn check(ctx: &PolicyContext<'_>, namespace: &str, ingress: &Ingress) -> Vec<Violation> {
-    match serde_json::to_value(ingress) {
-        Ok(v) => policy::check_object(ctx, namespace, &v).violations,
-        Err(e) => vec![Violation::new("(object)", e.to_string())],
-    }
 }
 
 fn key(kind: Kind, id: &NsName) -> ObjectKey {

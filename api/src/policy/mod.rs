@@ -223,6 +223,38 @@ impl TenantObject {
     }
 }
 
+/// A tenant object borrowed, for the checks of an object that is typed
+/// already.
+#[derive(Clone, Copy, Debug)]
+pub enum TenantObjectRef<'a> {
+    Ingress(&'a Ingress),
+    Service(&'a Service),
+    EndpointSlice(&'a EndpointSlice),
+    Secret(&'a Secret),
+}
+
+impl serde::Serialize for TenantObjectRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TenantObjectRef::Ingress(o) => o.serialize(s),
+            TenantObjectRef::Service(o) => o.serialize(s),
+            TenantObjectRef::EndpointSlice(o) => o.serialize(s),
+            TenantObjectRef::Secret(o) => o.serialize(s),
+        }
+    }
+}
+
+impl TenantObject {
+    pub fn as_ref(&self) -> TenantObjectRef<'_> {
+        match self {
+            TenantObject::Ingress(o) => TenantObjectRef::Ingress(o),
+            TenantObject::Service(o) => TenantObjectRef::Service(o),
+            TenantObject::EndpointSlice(o) => TenantObjectRef::EndpointSlice(o),
+            TenantObject::Secret(o) => TenantObjectRef::Secret(o),
+        }
+    }
+}
+
 /// What [`check_object`] found.
 #[derive(Clone, Debug, Default)]
 pub struct Checked {
@@ -272,16 +304,7 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
         ));
         return checked;
     };
-    let size = json_size(value);
-    let max = ctx.limits.max_object_bytes as usize;
-    if size > max {
-        out.push(Violation::new(
-            OBJECT_FIELD,
-            format!(
-                "the object is {size} bytes as JSON, more than the limit (maxObjectBytes = {max})"
-            ),
-        ));
-    }
+    out.extend(check_size(ctx, value));
     out.extend(check_strings(value, kind == ObjectKind::Secret));
     let typed = match kind {
         ObjectKind::Ingress => parse(value).map(|o| TenantObject::Ingress(Box::new(o))),
@@ -309,16 +332,10 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
             format!("the object cannot be read back: {e}"),
         )),
     }
-    match &object {
-        TenantObject::Ingress(o) => {
-            out.extend(check_ingress(ctx, namespace, o));
-            if out.is_empty() {
-                checked.warnings = pending_custom_hosts(ctx, o);
-            }
-        }
-        TenantObject::Service(o) => out.extend(check_service(ctx, namespace, o)),
-        TenantObject::EndpointSlice(o) => out.extend(check_endpoint_slice(ctx, namespace, o)),
-        TenantObject::Secret(o) => out.extend(check_secret(ctx, namespace, o)),
+    let (violations, warnings) = check_kind(ctx, namespace, object.as_ref());
+    out.extend(violations);
+    if out.is_empty() {
+        checked.warnings = warnings;
     }
     checked.object = Some(object);
     checked
@@ -342,7 +359,60 @@ fn parse<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, Violation> 
 }
 
 /// Bytes of `value` as compact JSON, without building the text.
-fn json_size(value: &Value) -> usize {
+/// The size rule: the object as JSON within `maxObjectBytes`.
+fn check_size(ctx: &PolicyContext<'_>, object: &impl serde::Serialize) -> Option<Violation> {
+    let size = json_size(object);
+    let max = ctx.limits.max_object_bytes as usize;
+    (size > max).then(|| {
+        Violation::new(
+            OBJECT_FIELD,
+            format!(
+                "the object is {size} bytes as JSON, more than the limit (maxObjectBytes = {max})"
+            ),
+        )
+    })
+}
+
+/// The rules of each kind, on the typed object; and, for an Ingress that
+/// passes, the custom domains still waiting for their proof.
+fn check_kind(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    object: TenantObjectRef<'_>,
+) -> (Vec<Violation>, Vec<String>) {
+    match object {
+        TenantObjectRef::Ingress(o) => {
+            let violations = check_ingress(ctx, namespace, o);
+            let warnings = if violations.is_empty() {
+                pending_custom_hosts(ctx, o)
+            } else {
+                Vec::new()
+            };
+            (violations, warnings)
+        }
+        TenantObjectRef::Service(o) => (check_service(ctx, namespace, o), Vec::new()),
+        TenantObjectRef::EndpointSlice(o) => (check_endpoint_slice(ctx, namespace, o), Vec::new()),
+        TenantObjectRef::Secret(o) => (check_secret(ctx, namespace, o), Vec::new()),
+    }
+}
+
+/// Checks an object that is typed already (the proxy's second check; its
+/// sources parsed every object once): size, every string in it, and the
+/// rules of its kind. Unknown fields cannot be there: the typed form has
+/// none.
+pub fn check_typed(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    object: TenantObjectRef<'_>,
+) -> Vec<Violation> {
+    let secret = matches!(object, TenantObjectRef::Secret(_));
+    let mut out: Vec<Violation> = check_size(ctx, &object).into_iter().collect();
+    out.extend(check_strings(&object, secret));
+    out.extend(check_kind(ctx, namespace, object).0);
+    out
+}
+
+fn json_size(value: &impl serde::Serialize) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -354,7 +424,7 @@ fn json_size(value: &Value) -> usize {
         }
     }
     let mut count = Count(0);
-    // Writing a Value to a sink that never fails cannot fail.
+    // Writing to a sink that never fails cannot fail.
     let _ = serde_json::to_writer(&mut count, value);
     count.0
 }

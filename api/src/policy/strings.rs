@@ -64,54 +64,507 @@ pub(crate) fn key_field(parent: &str, key: &str) -> String {
     path
 }
 
-/// Every string (keys and values) in `value` that holds a forbidden
+/// Every string (keys and values) in `object` that holds a forbidden
 /// character, as a violation at its path. In a Secret, `stringData` values
 /// may hold line breaks (PEM text).
-pub fn check_strings(value: &Value, secret: bool) -> Vec<Violation> {
-    let mut out = Vec::new();
-    let mut path = String::new();
-    walk(value, &mut path, secret, false, &mut out);
-    out
+///
+/// `object` is anything serde can serialize: the raw JSON the webhook is
+/// given, or a typed object the proxy holds. The walk goes through serde's
+/// data model directly, so a typed object is never turned into JSON first.
+pub fn check_strings(object: &impl serde::Serialize, secret: bool) -> Vec<Violation> {
+    let mut walk = StringWalk {
+        path: String::new(),
+        depth: 0,
+        secret,
+        pem: false,
+        out: Vec::new(),
+    };
+    // The walk itself never fails; an error could only come from a type's
+    // own Serialize, and then what was walked so far stands.
+    let _ = object.serialize(&mut walk);
+    walk.out
 }
 
-fn walk(value: &Value, path: &mut String, top: bool, pem: bool, out: &mut Vec<Violation>) {
-    match value {
-        Value::String(s) => {
-            let bad = s
-                .chars()
-                .find(|&c| is_forbidden_char(c) && !(pem && (c == '\n' || c == '\r')));
-            if let Some(c) = bad {
-                out.push(Violation::new(
-                    field_or_object(path),
-                    format!("contains the control or invisible character {c:?}; teapot refuses them everywhere"),
-                ));
-            }
+/// The string walk as a serde `Serializer`: strings are checked where
+/// they stand, map keys and struct fields extend the path, everything else
+/// is passed over.
+struct StringWalk {
+    path: String,
+    /// 0 at the root object, 1 inside its fields.
+    depth: usize,
+    secret: bool,
+    /// Inside a Secret's `stringData`: line breaks are PEM text.
+    pem: bool,
+    out: Vec<Violation>,
+}
+
+/// Why the walk stopped: never, in practice (see [`check_strings`]).
+#[derive(Debug)]
+struct WalkError(String);
+
+impl std::fmt::Display for WalkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WalkError {}
+
+impl serde::ser::Error for WalkError {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        WalkError(msg.to_string())
+    }
+}
+
+impl StringWalk {
+    fn value(&mut self, s: &str) {
+        let pem = self.pem;
+        let bad = s
+            .chars()
+            .find(|&c| is_forbidden_char(c) && !(pem && (c == '\n' || c == '\r')));
+        if let Some(c) = bad {
+            self.out.push(Violation::new(
+                field_or_object(&self.path),
+                format!("contains the control or invisible character {c:?}; teapot refuses them everywhere"),
+            ));
         }
-        Value::Object(map) => {
-            for (key, v) in map {
-                let len = path.len();
-                push_key(path, key);
-                if key.chars().any(is_forbidden_char) {
-                    out.push(Violation::new(
-                        field_or_object(path),
-                        "the key contains a control or invisible character; teapot refuses them everywhere",
-                    ));
-                }
-                // `top` is true only at the root of a Secret.
-                let pem_here = pem || (top && key == "stringData");
-                walk(v, path, false, pem_here, out);
-                path.truncate(len);
-            }
+    }
+
+    /// Walks `value` under `key`.
+    fn entry<T: serde::Serialize + ?Sized>(
+        &mut self,
+        key: &str,
+        value: &T,
+    ) -> Result<(), WalkError> {
+        let len = self.path.len();
+        push_key(&mut self.path, key);
+        if key.chars().any(is_forbidden_char) {
+            self.out.push(Violation::new(
+                field_or_object(&self.path),
+                "the key contains a control or invisible character; teapot refuses them everywhere",
+            ));
         }
-        Value::Array(items) => {
-            for (i, v) in items.iter().enumerate() {
-                let len = path.len();
-                let _ = write!(path, "[{i}]");
-                walk(v, path, false, pem, out);
-                path.truncate(len);
-            }
-        }
-        _ => {}
+        let pem = self.pem;
+        self.pem = pem || (self.secret && self.depth == 0 && key == "stringData");
+        self.depth += 1;
+        let result = value.serialize(&mut *self);
+        self.depth -= 1;
+        self.pem = pem;
+        self.path.truncate(len);
+        result
+    }
+
+    fn element<T: serde::Serialize + ?Sized>(
+        &mut self,
+        index: usize,
+        value: &T,
+    ) -> Result<(), WalkError> {
+        let len = self.path.len();
+        let _ = write!(self.path, "[{index}]");
+        self.depth += 1;
+        let result = value.serialize(&mut *self);
+        self.depth -= 1;
+        self.path.truncate(len);
+        result
+    }
+}
+
+/// A map key as text: Kubernetes maps are keyed by strings.
+struct KeyText(Option<String>);
+
+impl serde::Serializer for &mut KeyText {
+    type Ok = ();
+    type Error = WalkError;
+    type SerializeSeq = serde::ser::Impossible<(), WalkError>;
+    type SerializeTuple = serde::ser::Impossible<(), WalkError>;
+    type SerializeTupleStruct = serde::ser::Impossible<(), WalkError>;
+    type SerializeTupleVariant = serde::ser::Impossible<(), WalkError>;
+    type SerializeMap = serde::ser::Impossible<(), WalkError>;
+    type SerializeStruct = serde::ser::Impossible<(), WalkError>;
+    type SerializeStructVariant = serde::ser::Impossible<(), WalkError>;
+
+    fn serialize_str(self, v: &str) -> Result<(), WalkError> {
+        self.0 = Some(v.to_string());
+        Ok(())
+    }
+    fn serialize_bool(self, v: bool) -> Result<(), WalkError> {
+        self.0 = Some(v.to_string());
+        Ok(())
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), WalkError> {
+        self.0 = Some(v.to_string());
+        Ok(())
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), WalkError> {
+        self.0 = Some(v.to_string());
+        Ok(())
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), WalkError> {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), WalkError> {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), WalkError> {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), WalkError> {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), WalkError> {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), WalkError> {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), WalkError> {
+        self.serialize_f64(v.into())
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), WalkError> {
+        self.0 = Some(v.to_string());
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Result<(), WalkError> {
+        self.0 = Some(v.to_string());
+        Ok(())
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_some<T: serde::Serialize + ?Sized>(self, v: &T) -> Result<(), WalkError> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        v: &'static str,
+    ) -> Result<(), WalkError> {
+        self.serialize_str(v)
+    }
+    fn serialize_newtype_struct<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), WalkError> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<(), WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+    fn serialize_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStruct, WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, WalkError> {
+        Err(serde::ser::Error::custom("a map key that is not a string"))
+    }
+}
+
+impl<'w> serde::Serializer for &'w mut StringWalk {
+    type Ok = ();
+    type Error = WalkError;
+    type SerializeSeq = Items<'w>;
+    type SerializeTuple = Items<'w>;
+    type SerializeTupleStruct = Items<'w>;
+    type SerializeTupleVariant = Items<'w>;
+    type SerializeMap = Entries<'w>;
+    type SerializeStruct = &'w mut StringWalk;
+    type SerializeStructVariant = &'w mut StringWalk;
+
+    fn serialize_str(self, v: &str) -> Result<(), WalkError> {
+        self.value(v);
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Result<(), WalkError> {
+        self.value(v.encode_utf8(&mut [0; 4]));
+        Ok(())
+    }
+    fn serialize_bool(self, _: bool) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_i8(self, _: i8) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_i16(self, _: i16) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_i32(self, _: i32) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_i64(self, _: i64) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_u8(self, _: u8) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_u16(self, _: u16) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_u32(self, _: u32) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_u64(self, _: u64) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_f32(self, _: f32) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_f64(self, _: f64) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_some<T: serde::Serialize + ?Sized>(self, v: &T) -> Result<(), WalkError> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        v: &'static str,
+    ) -> Result<(), WalkError> {
+        self.value(v);
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), WalkError> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Result<(), WalkError> {
+        self.entry(variant, v)
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Items<'w>, WalkError> {
+        Ok(Items {
+            walk: self,
+            index: 0,
+        })
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Items<'w>, WalkError> {
+        Ok(Items {
+            walk: self,
+            index: 0,
+        })
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Items<'w>, WalkError> {
+        Ok(Items {
+            walk: self,
+            index: 0,
+        })
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Items<'w>, WalkError> {
+        Ok(Items {
+            walk: self,
+            index: 0,
+        })
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Entries<'w>, WalkError> {
+        Ok(Entries {
+            walk: self,
+            key: None,
+        })
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, WalkError> {
+        Ok(self)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self, WalkError> {
+        Ok(self)
+    }
+}
+
+/// The elements of a list.
+struct Items<'w> {
+    walk: &'w mut StringWalk,
+    index: usize,
+}
+
+impl Items<'_> {
+    fn next<T: serde::Serialize + ?Sized>(&mut self, value: &T) -> Result<(), WalkError> {
+        let index = self.index;
+        self.index += 1;
+        self.walk.element(index, value)
+    }
+}
+
+impl serde::ser::SerializeSeq for Items<'_> {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_element<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
+        self.next(v)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeTuple for Items<'_> {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_element<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
+        self.next(v)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeTupleStruct for Items<'_> {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_field<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
+        self.next(v)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeTupleVariant for Items<'_> {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_field<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
+        self.next(v)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+/// The entries of a map: each key read as text, then its value walked
+/// under it.
+struct Entries<'w> {
+    walk: &'w mut StringWalk,
+    key: Option<String>,
+}
+
+impl serde::ser::SerializeMap for Entries<'_> {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_key<T: serde::Serialize + ?Sized>(&mut self, key: &T) -> Result<(), WalkError> {
+        let mut text = KeyText(None);
+        key.serialize(&mut text)?;
+        self.key = text.0;
+        Ok(())
+    }
+    fn serialize_value<T: serde::Serialize + ?Sized>(
+        &mut self,
+        value: &T,
+    ) -> Result<(), WalkError> {
+        let key = self.key.take().unwrap_or_default();
+        self.walk.entry(&key, value)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeStruct for &mut StringWalk {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), WalkError> {
+        self.entry(key, v)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeStructVariant for &mut StringWalk {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), WalkError> {
+        self.entry(key, v)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
     }
 }
 
@@ -268,6 +721,28 @@ mod tests {
         assert_eq!(got.len(), 3);
         let v = json!({"stringData": {"tls.key": "a\u{1b}b"}});
         assert_eq!(check_strings(&v, true).len(), 1);
+    }
+
+    /// The proxy checks typed objects, the webhook raw JSON: one walk, so
+    /// the same object gets the same violations either way.
+    #[test]
+    fn typed_objects_and_their_json_get_the_same_violations() {
+        let text = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s\u{202e}", "labels": {"a\tb": "v", "ok": "x\u{0}"}},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": "-----BEGIN\n", "tls.key": "k\u{7f}"}
+        });
+        let typed: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(text.clone()).unwrap();
+        let fields = |v: Vec<Violation>| {
+            let mut f: Vec<String> = v.into_iter().map(|v| v.to_string()).collect();
+            f.sort();
+            f
+        };
+        let from_json = fields(check_strings(&text, true));
+        assert_eq!(from_json.len(), 4, "{from_json:?}");
+        assert_eq!(fields(check_strings(&typed, true)), from_json);
     }
 
     #[test]
