@@ -136,8 +136,11 @@ fn admit_pass(
     for (id, stored) in ingresses {
         let tenant = by_namespace[&id.namespace];
         let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let violations =
-            policy::check_typed(&ctx, &id.namespace, TenantObjectRef::Ingress(&stored.object));
+        let violations = policy::check_typed(
+            &ctx,
+            &id.namespace,
+            TenantObjectRef::Ingress(&stored.object),
+        );
         if violations.is_empty() {
             let holder = Holder::Tenant(tenant.spec.cluster.clone());
             let spec = stored.object.spec.as_ref();
@@ -170,7 +173,12 @@ fn admit_pass(
         }
     };
     for (id, s) in &store.services {
-        judge(Kind::Service, id, &s.origin, TenantObjectRef::Service(&s.object));
+        judge(
+            Kind::Service,
+            id,
+            &s.origin,
+            TenantObjectRef::Service(&s.object),
+        );
     }
     for (id, s) in &store.endpoint_slices {
         judge(

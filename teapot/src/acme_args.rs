@@ -23,6 +23,9 @@ pub(crate) struct AcmeArgs {
     /// Obtain certificates for Ingresses in tenant namespaces unless they set teapot.dev/acme: "false".
     #[arg(long)]
     acme_default_tenants: bool,
+    /// New certificates (not renewals) each tenant namespace may get per week; 0: no budget. Every tenant shares one ACME account and, for assigned hostnames, the registered domain's CA limit (Let's Encrypt: 50 per week).
+    #[arg(long, default_value_t = 10)]
+    acme_new_names_per_week: u32,
     /// Seconds to wait after a first failure (doubles per failure, with jitter).
     #[arg(long, default_value_t = 60.0)]
     acme_retry_min: f64,
@@ -68,6 +71,7 @@ impl AcmeArgs {
         config.email = self.acme_email.clone();
         config.root = self.acme_root.clone();
         config.default_tenants = self.acme_default_tenants;
+        config.new_names_per_week = self.acme_new_names_per_week;
         config.retry_min = seconds("acme-retry-min", self.acme_retry_min)?;
         config.retry_max = seconds("acme-retry-max", self.acme_retry_max)?;
         config.lock_retry = seconds("acme-lock-retry", self.acme_lock_retry)?;

@@ -4,6 +4,19 @@
 //! of its lifetime, unless that host's backoff says to wait. One order at a
 //! time, one host per order: a failing host never holds another's
 //! certificate back, and the CA sees a gentle, steady client.
+//!
+//! One fleet serves many tenants through one account, so one tenant must
+//! not hold back another's certificates (docs/acme.md, "Tenants share one
+//! account"):
+//! - due hosts are served renewals first, then new names, and within each
+//!   class round-robin across tenants (a tenant is the namespace of the
+//!   Ingress that asked), starting each pass one tenant further on;
+//! - a rate limit or a `Retry-After` pauses the tenant whose order got it,
+//!   never the fleet; only a CA that does not answer at all (which every
+//!   order would meet) pauses every order;
+//! - each tenant gets a budget of new names per week
+//!   (`--acme-new-names-per-week`), so no tenant spends the registered
+//!   domain's shared CA limit on its own.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -35,13 +48,15 @@ struct AccountFile {
 
 /// Why an attempt failed, and what that means for the next one.
 #[derive(Debug)]
-struct Failure {
+pub(super) struct Failure {
     message: String,
     rate_limited: bool,
     account_gone: bool,
     /// The CA did not answer at all (connection, TLS, timeout): every host
     /// would fail the same way.
     unreachable: bool,
+    /// The CA's `Retry-After` (429, 503).
+    retry_after: Option<SystemTime>,
 }
 
 impl Failure {
@@ -51,13 +66,42 @@ impl Failure {
             rate_limited: false,
             account_gone: false,
             unreachable: false,
+            retry_after: None,
         }
     }
+}
 
-    /// Whether all orders should pause, not just this host's.
-    fn pauses_all(&self) -> bool {
-        self.rate_limited || self.unreachable
-    }
+/// What ordering one certificate takes: the ACME protocol against the CA
+/// in production ([`AcmeCa`]); a stand-in in tests.
+#[async_trait::async_trait]
+pub(super) trait CertificateAuthority: Send + Sync {
+    /// Orders, validates and downloads a certificate for `host`; returns
+    /// the key and chain as PEM.
+    async fn order(
+        &mut self,
+        host: &str,
+        shared: &AcmeShared,
+    ) -> Result<(String, IssuedCert), Failure>;
+}
+
+/// What the issuer remembers of one tenant between passes.
+#[derive(Debug, Default)]
+struct TenantState {
+    /// No order for this tenant before then (a rate limit, a Retry-After).
+    paused_until: Option<SystemTime>,
+    /// When its new names (not renewals) were issued, within the last week.
+    new_names: std::collections::VecDeque<SystemTime>,
+}
+
+/// The budget's window.
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// One host due for an order in this pass.
+struct Due<'s> {
+    host: &'s str,
+    owner: &'s super::AcmeHost,
+    record: HostRecord,
+    renewal: bool,
 }
 
 impl From<instant_acme::Error> for Failure {
@@ -76,6 +120,7 @@ impl From<instant_acme::Error> for Failure {
             rate_limited: kind.ends_with(":rateLimited"),
             account_gone: kind.ends_with(":accountDoesNotExist"),
             message: e.to_string(),
+            retry_after: None,
         }
     }
 }
@@ -95,14 +140,24 @@ impl From<rcgen::Error> for Failure {
 pub struct Issuer {
     config: AcmeConfig,
     shared: Arc<AcmeShared>,
-    retry_after: RetryAfterSlot,
-    account: Option<Account>,
-    /// While the CA is unreachable or rate-limits the account, no host is
-    /// tried: one host's failure stands for all of them, and a thousand
-    /// due hosts must not become a thousand connection attempts.
+    ca: Box<dyn CertificateAuthority>,
+    /// While the CA is unreachable, no host is tried: every order would
+    /// meet the same silence, and a thousand due hosts must not become a
+    /// thousand connection attempts.
     paused_until: Option<SystemTime>,
     /// Consecutive attempts that paused everything (drives that backoff).
     pauses: u32,
+    /// By namespace.
+    tenants: std::collections::HashMap<String, TenantState>,
+    /// Which tenant goes first in the next pass.
+    rotation: usize,
+}
+
+/// The ACME protocol against the configured CA.
+pub(super) struct AcmeCa {
+    config: AcmeConfig,
+    retry_after: RetryAfterSlot,
+    account: Option<Account>,
 }
 
 /// Resolves once `shutdown` is true (or its sender is gone).
@@ -135,19 +190,28 @@ impl Issuer {
         }
         let retry_after = RetryAfterSlot::default();
         AcmeHttp::new(config.root.as_deref(), retry_after.clone())?;
-        Ok(Issuer {
-            config,
-            shared,
+        let ca = AcmeCa {
+            config: config.clone(),
             retry_after,
             account: None,
-            paused_until: None,
-            pauses: 0,
-        })
+        };
+        Ok(Issuer::with_ca(config, shared, Box::new(ca)))
     }
 
-    fn builder(&self) -> Result<AccountBuilder, Failure> {
-        let http = AcmeHttp::new(self.config.root.as_deref(), self.retry_after.clone())?;
-        Ok(Account::builder_with_http(Box::new(http)))
+    pub(super) fn with_ca(
+        config: AcmeConfig,
+        shared: Arc<AcmeShared>,
+        ca: Box<dyn CertificateAuthority>,
+    ) -> Issuer {
+        Issuer {
+            config,
+            shared,
+            ca,
+            paused_until: None,
+            pauses: 0,
+            tenants: std::collections::HashMap::new(),
+            rotation: 0,
+        }
     }
 
     /// Takes the issuer role whenever it is free, works while holding it.
@@ -198,7 +262,8 @@ impl Issuer {
         }
     }
 
-    /// One pass over the hosts; attempts every host that is due.
+    /// One pass over the hosts; attempts every host that is due, in the
+    /// order [`Self::queue`] gives.
     async fn step(&mut self, snapshots: &SnapshotHandle, metrics: &Metrics) {
         if self
             .paused_until
@@ -207,13 +272,66 @@ impl Issuer {
             return;
         }
         let snapshot = snapshots.load_full();
-        for (host, owner) in snapshot.acme.iter() {
-            let view = self.shared.view.load();
+        let queue = self.queue(&snapshot.acme, SystemTime::now());
+        self.rotation = self.rotation.wrapping_add(1);
+        for due in queue {
+            let tenant = self.tenants.entry(due.owner.namespace.clone()).or_default();
             let now = SystemTime::now();
-            if view
-                .cert(host, Some(owner))
-                .is_some_and(|c| now < c.renew_at())
-            {
+            if tenant.paused_until.is_some_and(|until| now < until) {
+                continue;
+            }
+            if !due.renewal && !self.within_budget(&due, now).await {
+                continue;
+            }
+            let result = self.attempt(due.host, due.owner, due.record, metrics).await;
+            if let Err(e) = self.shared.refresh().await {
+                tracing::warn!(error = %e, "cannot reload ACME state");
+            }
+            let tenant = self.tenants.entry(due.owner.namespace.clone()).or_default();
+            match result {
+                Attempt::Issued => {
+                    if !due.renewal {
+                        tenant.new_names.push_back(SystemTime::now());
+                    }
+                    self.pauses = 0;
+                }
+                Attempt::Failed => self.pauses = 0,
+                Attempt::PauseTenant(delay) => {
+                    tenant.paused_until = Some(SystemTime::now() + delay);
+                    tracing::warn!(
+                        namespace = %due.owner.namespace,
+                        pause_s = delay.as_secs_f64(),
+                        "the CA rate-limits this tenant's orders: pausing them, the other tenants' go on"
+                    );
+                }
+                Attempt::PauseAll(delay) => {
+                    self.pauses = self.pauses.saturating_add(1);
+                    self.paused_until = Some(SystemTime::now() + delay);
+                    tracing::warn!(
+                        pause_s = delay.as_secs_f64(),
+                        "the CA does not answer: pausing every order"
+                    );
+                    return;
+                }
+            }
+        }
+        self.paused_until = None;
+        self.forget_stale(&snapshot.acme).await;
+    }
+
+    /// The hosts due now: renewals first, then new names; within each,
+    /// round-robin across tenants, the first tenant moving on by one each
+    /// pass, so a tenant with many hosts (or many failing ones) waits its
+    /// turn like the others.
+    fn queue<'s>(&self, hosts: &'s super::AcmeHosts, now: SystemTime) -> Vec<Due<'s>> {
+        let view = self.shared.view.load();
+        let mut by_tenant: std::collections::BTreeMap<
+            (bool, &str),
+            std::collections::VecDeque<Due<'s>>,
+        > = std::collections::BTreeMap::new();
+        for (host, owner) in hosts.iter() {
+            let cert = view.cert(host, Some(owner));
+            if cert.is_some_and(|c| now < c.renew_at()) {
                 continue;
             }
             let record = view.records.get(host).cloned().unwrap_or_default();
@@ -223,28 +341,76 @@ impl Issuer {
             {
                 continue;
             }
-            drop(view);
-            let pause = self.attempt(host, owner, record, metrics).await;
-            if let Err(e) = self.shared.refresh().await {
-                tracing::warn!(error = %e, "cannot reload ACME state");
+            let renewal = cert.is_some();
+            by_tenant
+                .entry((!renewal, owner.namespace.as_str()))
+                .or_default()
+                .push_back(Due {
+                    host,
+                    owner,
+                    record,
+                    renewal,
+                });
+        }
+        let mut out = Vec::new();
+        for renewals in [true, false] {
+            let mut lanes: Vec<std::collections::VecDeque<Due<'s>>> = Vec::new();
+            let keys: Vec<(bool, &str)> = by_tenant
+                .keys()
+                .filter(|(new, _)| *new != renewals)
+                .copied()
+                .collect();
+            for key in keys {
+                lanes.extend(by_tenant.remove(&key));
             }
-            match pause {
-                Some(delay) => {
-                    self.pauses = self.pauses.saturating_add(1);
-                    self.paused_until = Some(SystemTime::now() + delay);
-                    tracing::warn!(
-                        pause_s = delay.as_secs_f64(),
-                        "the CA is unreachable or rate-limits us: pausing every order"
-                    );
-                    return;
-                }
-                None => {
-                    self.pauses = 0;
-                    self.paused_until = None;
+            if lanes.is_empty() {
+                continue;
+            }
+            let start = self.rotation % lanes.len();
+            lanes.rotate_left(start);
+            while lanes.iter().any(|l| !l.is_empty()) {
+                for lane in &mut lanes {
+                    out.extend(lane.pop_front());
                 }
             }
         }
-        self.forget_stale(&snapshot.acme).await;
+        out
+    }
+
+    /// Whether the host's tenant may have one more new name this week; if
+    /// not, the host's record says so and when the budget frees up.
+    async fn within_budget(&mut self, due: &Due<'_>, now: SystemTime) -> bool {
+        let budget = self.config.new_names_per_week;
+        let tenant = self.tenants.entry(due.owner.namespace.clone()).or_default();
+        while tenant
+            .new_names
+            .front()
+            .is_some_and(|t| now.duration_since(*t).unwrap_or_default() >= WEEK)
+        {
+            tenant.new_names.pop_front();
+        }
+        if budget == 0 || (tenant.new_names.len() as u32) < budget {
+            return true;
+        }
+        let frees = tenant.new_names.front().map_or(now, |t| *t + WEEK);
+        let record = HostRecord {
+            last_error: Some(format!(
+                "namespace {} has had its {budget} new certificates this week (--acme-new-names-per-week); this one waits until the budget frees up",
+                due.owner.namespace
+            )),
+            next_attempt_ms: Some(unix_ms(frees)),
+            updated_ms: unix_ms(now),
+            ..due.record.clone()
+        };
+        if let Err(e) = self
+            .shared
+            .store
+            .put_record(due.host, due.owner, &record)
+            .await
+        {
+            tracing::error!(host = due.host, error = %e, "cannot store the ACME attempt record");
+        }
+        false
     }
 
     /// Drops stored hosts no Ingress asks for any more once nothing useful
@@ -281,21 +447,19 @@ impl Issuer {
         }
     }
 
-    /// One order for `host`; returns how long to pause every order when the
-    /// failure was not this host's alone.
+    /// One order for `host`, and what its result means for the next ones.
     async fn attempt(
         &mut self,
         host: &str,
         owner: &super::AcmeHost,
         record: HostRecord,
         metrics: &Metrics,
-    ) -> Option<Duration> {
+    ) -> Attempt {
         metrics.acme_orders.inc();
-        *self.retry_after.lock() = None;
         let renewal = self.shared.view.load().cert(host, Some(owner)).is_some();
-        tracing::info!(host, renewal, "ordering a certificate");
+        tracing::info!(host, renewal, namespace = %owner.namespace, "ordering a certificate");
         let limit = self.config.order_timeout.saturating_mul(3);
-        let result = match tokio::time::timeout(limit, self.issue(host)).await {
+        let result = match tokio::time::timeout(limit, self.ca.order(host, &self.shared)).await {
             Ok(r) => r,
             Err(_) => Err(Failure {
                 unreachable: true,
@@ -329,7 +493,7 @@ impl Issuer {
                         tracing::error!(host, error = %e, "certificate issued but not stored");
                     }
                 }
-                None
+                Attempt::Issued
             }
             Err(failure) => {
                 metrics.acme_failures.inc();
@@ -338,25 +502,24 @@ impl Issuer {
                 if failure.rate_limited {
                     delay = delay.max(self.config.retry_max);
                 }
-                // A Retry-After (429, 503) is the CA asking every client of
-                // it to wait, not only for this host.
-                let asked = self.retry_after.lock().take();
-                if let Some(at) = asked {
+                // A Retry-After (429, 503) is the CA asking us to wait: it
+                // is never cut short, for this host and its tenant.
+                if let Some(at) = failure.retry_after {
                     delay = delay.max(at.duration_since(now).unwrap_or_default());
                 }
-                // The fleet-wide pause grows with its own count; a rate
-                // limit or Retry-After is never cut short.
-                let pause = (failure.pauses_all() || asked.is_some()).then(|| {
-                    if failure.rate_limited || asked.is_some() {
-                        return delay;
-                    }
+                let pause = if failure.unreachable {
+                    // The fleet-wide pause grows with its own count.
                     let global = backoff(
                         self.pauses.saturating_add(1),
                         self.config.retry_min,
                         self.config.retry_max,
                     );
-                    global.min(delay)
-                });
+                    Attempt::PauseAll(global.min(delay))
+                } else if failure.rate_limited || failure.retry_after.is_some() {
+                    Attempt::PauseTenant(delay)
+                } else {
+                    Attempt::Failed
+                };
                 let next = now + delay;
                 tracing::warn!(
                     host,
@@ -379,26 +542,65 @@ impl Issuer {
             }
         }
     }
+}
 
-    async fn issue(&mut self, host: &str) -> Result<(String, IssuedCert), Failure> {
-        match self.issue_once(host).await {
+/// What one attempt means for the next ones.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    Issued,
+    /// This host backs off; nothing else does.
+    Failed,
+    /// The tenant's orders wait this long.
+    PauseTenant(Duration),
+    /// Every order waits this long.
+    PauseAll(Duration),
+}
+
+#[async_trait::async_trait]
+impl CertificateAuthority for AcmeCa {
+    async fn order(
+        &mut self,
+        host: &str,
+        shared: &AcmeShared,
+    ) -> Result<(String, IssuedCert), Failure> {
+        *self.retry_after.lock() = None;
+        let mut result = self.issue(host, shared).await;
+        if let Err(failure) = &mut result {
+            failure.retry_after = self.retry_after.lock().take();
+        }
+        result
+    }
+}
+
+impl AcmeCa {
+    fn builder(&self) -> Result<AccountBuilder, Failure> {
+        let http = AcmeHttp::new(self.config.root.as_deref(), self.retry_after.clone())?;
+        Ok(Account::builder_with_http(Box::new(http)))
+    }
+
+    async fn issue(
+        &mut self,
+        host: &str,
+        shared: &AcmeShared,
+    ) -> Result<(String, IssuedCert), Failure> {
+        match self.issue_once(host, shared).await {
             Err(f) if f.account_gone => {
                 // A CA that lost its database (or a directory URL that now
                 // points elsewhere): the stored account is useless.
                 tracing::warn!(error = %f.message, "the CA does not know our account; registering again");
                 self.account = None;
-                self.register().await?;
-                self.issue_once(host).await
+                self.register(shared).await?;
+                self.issue_once(host, shared).await
             }
             r => r,
         }
     }
 
-    async fn account(&mut self) -> Result<Account, Failure> {
+    async fn account(&mut self, shared: &AcmeShared) -> Result<Account, Failure> {
         if let Some(a) = &self.account {
             return Ok(a.clone());
         }
-        let saved = self.shared.store.load_account().await?.and_then(|data| {
+        let saved = shared.store.load_account().await?.and_then(|data| {
             serde_json::from_slice::<AccountFile>(&data)
                 .inspect_err(|e| tracing::warn!(error = %e, "account.json unreadable; registering a new account"))
                 .ok()
@@ -407,14 +609,14 @@ impl Issuer {
             Some(file) if file.directory == self.config.directory => {
                 self.builder()?.from_credentials(file.credentials).await?
             }
-            _ => return self.register().await,
+            _ => return self.register(shared).await,
         };
         self.account = Some(account.clone());
         Ok(account)
     }
 
     /// Registers a new account and persists it (key included).
-    async fn register(&mut self) -> Result<Account, Failure> {
+    async fn register(&mut self, shared: &AcmeShared) -> Result<Account, Failure> {
         let contact = self.config.email.as_ref().map(|e| format!("mailto:{e}"));
         let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
         let (account, credentials) = self
@@ -435,20 +637,24 @@ impl Issuer {
         };
         let data = serde_json::to_vec_pretty(&file)
             .map_err(|e| Failure::new(format!("encoding the account: {e}")))?;
-        self.shared.store.save_account(&data).await?;
+        shared.store.save_account(&data).await?;
         tracing::info!(id = account.id(), "ACME account registered");
         self.account = Some(account.clone());
         Ok(account)
     }
 
-    async fn issue_once(&mut self, host: &str) -> Result<(String, IssuedCert), Failure> {
-        let account = self.account().await?;
+    async fn issue_once(
+        &mut self,
+        host: &str,
+        shared: &AcmeShared,
+    ) -> Result<(String, IssuedCert), Failure> {
+        let account = self.account(shared).await?;
         let identifiers = [Identifier::Dns(host.to_string())];
         let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
         let mut tokens = Vec::new();
-        let authorized = self.authorize(&mut order, &mut tokens).await;
+        let authorized = Self::authorize(&mut order, &mut tokens, shared, &self.policy()).await;
         for token in &tokens {
-            if let Err(e) = self.shared.store.remove_challenge(token).await {
+            if let Err(e) = shared.store.remove_challenge(token).await {
                 tracing::warn!(error = %e, "cannot remove an ACME challenge token");
             }
         }
@@ -476,7 +682,12 @@ impl Issuer {
 
     /// Publishes each HTTP-01 key authorization, tells the CA, and waits
     /// for the order to become ready.
-    async fn authorize(&self, order: &mut Order, tokens: &mut Vec<String>) -> Result<(), Failure> {
+    async fn authorize(
+        order: &mut Order,
+        tokens: &mut Vec<String>,
+        shared: &AcmeShared,
+        policy: &RetryPolicy,
+    ) -> Result<(), Failure> {
         let mut authorizations = order.authorizations();
         while let Some(result) = authorizations.next().await {
             let mut authz = result?;
@@ -492,14 +703,14 @@ impl Issuer {
                 return Err(Failure::new("the CA sent a token that is not base64url"));
             }
             let key_authorization = challenge.key_authorization();
-            self.shared
+            shared
                 .store
                 .put_challenge(&challenge.token, key_authorization.as_str())
                 .await?;
             tokens.push(challenge.token.clone());
             challenge.set_ready().await?;
         }
-        let status = order.poll_ready(&self.policy()).await?;
+        let status = order.poll_ready(policy).await?;
         if status == OrderStatus::Ready {
             return Ok(());
         }
@@ -607,6 +818,186 @@ mod tests {
             .map(|h| h.host)
             .collect();
         assert_eq!(left, ["keep.example", "wanted.example"]);
+    }
+
+    /// A CA that rate-limits every order for hosts ending in `limited`
+    /// and issues the others a certificate valid for centuries, recording
+    /// the hosts in the order they were asked for.
+    struct FakeCa {
+        limited: &'static str,
+        calls: Arc<parking_lot::Mutex<Vec<String>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl CertificateAuthority for FakeCa {
+        async fn order(
+            &mut self,
+            host: &str,
+            _shared: &AcmeShared,
+        ) -> Result<(String, IssuedCert), Failure> {
+            self.calls.lock().push(host.to_string());
+            if host.ends_with(self.limited) {
+                return Err(Failure {
+                    rate_limited: true,
+                    ..Failure::new(
+                        "rateLimited: too many certificates already issued for this domain",
+                    )
+                });
+            }
+            let pem = pem(host, (2000, 1, 1), (4000, 1, 1));
+            let cert = IssuedCert::parse(&pem)?;
+            Ok((pem, cert))
+        }
+    }
+
+    struct Fleet {
+        issuer: Issuer,
+        shared: Arc<AcmeShared>,
+        snapshots: SnapshotHandle,
+        metrics: Metrics,
+        calls: Arc<parking_lot::Mutex<Vec<String>>>,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn fleet(limited: &'static str, budget: u32, hosts: &[(&str, &str)]) -> Fleet {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(super::super::store::DirStore::open(dir.path()).unwrap());
+        let shared = Arc::new(AcmeShared::new(store, false));
+        let mut config = AcmeConfig::new("https://ca.invalid/dir", dir.path().to_path_buf());
+        config.new_names_per_week = budget;
+        let calls = Arc::default();
+        let ca = FakeCa {
+            limited,
+            calls: Arc::clone(&calls),
+        };
+        let issuer = Issuer::with_ca(config, shared.clone(), Box::new(ca));
+        let mut acme = super::super::AcmeHosts::default();
+        for (host, namespace) in hosts {
+            acme.insert(host, namespace, "web");
+        }
+        let snapshot = crate::compile::snapshot::Snapshot {
+            acme,
+            ..Default::default()
+        };
+        Fleet {
+            issuer,
+            shared,
+            snapshots: Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
+            metrics: Metrics::new().unwrap(),
+            calls,
+            _dir: dir,
+        }
+    }
+
+    /// Isolation review, finding 2: one tenant's hosts sort first and the
+    /// CA rate-limits them. Before, the rate limit paused every order for
+    /// `--acme-retry-max` and no other tenant's host was ever tried.
+    #[tokio::test]
+    async fn a_rate_limited_tenant_waits_alone() {
+        let mut f = fleet(
+            ".alpha.test",
+            0,
+            &[
+                ("a1.alpha.test", "tenant-alpha"),
+                ("a2.alpha.test", "tenant-alpha"),
+                ("a3.alpha.test", "tenant-alpha"),
+                ("www.beta.test", "tenant-beta"),
+            ],
+        )
+        .await;
+        f.issuer.step(&f.snapshots, &f.metrics).await;
+        let calls = f.calls.lock().clone();
+        assert_eq!(calls.len(), 2, "one order per tenant: {calls:?}");
+        assert_eq!(
+            calls.iter().filter(|h| h.ends_with(".alpha.test")).count(),
+            1
+        );
+        assert!(calls.contains(&"www.beta.test".to_string()), "{calls:?}");
+        assert!(f.shared.view.load().certs.contains_key("www.beta.test"));
+        assert!(f.issuer.paused_until.is_none(), "the fleet is not paused");
+        assert!(f.issuer.tenants["tenant-alpha"].paused_until.is_some());
+
+        // The next pass asks nothing of the paused tenant.
+        f.issuer.step(&f.snapshots, &f.metrics).await;
+        assert_eq!(f.calls.lock().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn renewals_go_first_and_new_names_keep_to_the_weekly_budget() {
+        let f = fleet(
+            ".none",
+            1,
+            &[
+                ("n1.beta.test", "tenant-beta"),
+                ("n2.beta.test", "tenant-beta"),
+                ("r.beta.test", "tenant-beta"),
+            ],
+        )
+        .await;
+        // r.beta.test has a certificate past two thirds of its life.
+        let owner = super::super::AcmeHost {
+            namespace: "tenant-beta".into(),
+            ingress: "web".into(),
+            secret: None,
+        };
+        f.shared
+            .store
+            .put_certificate(
+                "r.beta.test",
+                &owner,
+                &pem("r.beta.test", (2000, 1, 1), (2001, 1, 1)),
+            )
+            .await
+            .unwrap();
+        f.shared.refresh().await.unwrap();
+        let mut f = f;
+        f.issuer.step(&f.snapshots, &f.metrics).await;
+        assert_eq!(*f.calls.lock(), ["r.beta.test", "n1.beta.test"]);
+        f.shared.refresh().await.unwrap();
+        let view = f.shared.view.load();
+        let waiting = &view.records["n2.beta.test"];
+        assert!(
+            waiting
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("1 new certificates this week")),
+            "{waiting:?}"
+        );
+        assert!(waiting.next_attempt_ms.is_some());
+    }
+
+    #[test]
+    fn the_queue_serves_tenants_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(super::super::store::DirStore::open(dir.path()).unwrap());
+        let shared = Arc::new(AcmeShared::new(store, false));
+        let config = AcmeConfig::new("https://ca.invalid/dir", dir.path().to_path_buf());
+        let ca = FakeCa {
+            limited: ".none",
+            calls: Arc::default(),
+        };
+        let mut issuer = Issuer::with_ca(config, shared, Box::new(ca));
+        let mut hosts = super::super::AcmeHosts::default();
+        for (host, ns) in [
+            ("a1", "a"),
+            ("a2", "a"),
+            ("a3", "a"),
+            ("b1", "b"),
+            ("c1", "c"),
+            ("c2", "c"),
+        ] {
+            hosts.insert(host, ns, "web");
+        }
+        let order = |issuer: &Issuer| -> Vec<String> {
+            issuer
+                .queue(&hosts, SystemTime::now())
+                .iter()
+                .map(|d| d.host.to_string())
+                .collect()
+        };
+        assert_eq!(order(&issuer), ["a1", "b1", "c1", "a2", "c2", "a3"]);
+        issuer.rotation = 1;
+        assert_eq!(order(&issuer), ["b1", "c1", "a1", "c2", "a2", "a3"]);
     }
 
     #[test]

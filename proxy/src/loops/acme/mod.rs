@@ -77,6 +77,10 @@ pub struct AcmeConfig {
     /// Tenant namespaces are opted in unless an Ingress says `"false"`.
     pub default_tenants: bool,
     /// Backoff after the first failure; doubles per failure up to `retry_max`.
+    /// New names (not renewals) each tenant may have issued per week; 0:
+    /// no budget. Every tenant shares the account and, for assigned
+    /// hostnames, the registered domain's CA limit.
+    pub new_names_per_week: u32,
     pub retry_min: Duration,
     pub retry_max: Duration,
     /// How often a replica that is not the issuer tries to become it.
@@ -93,6 +97,7 @@ impl AcmeConfig {
             root: None,
             state_dir,
             default_tenants: false,
+            new_names_per_week: 10,
             retry_min: Duration::from_secs(60),
             retry_max: Duration::from_secs(6 * 3600),
             lock_retry: Duration::from_secs(10),
