@@ -6,8 +6,14 @@
 //! `_teapot.<host>` holding the tenant's verification token. The
 //! [`DomainProver`] checks every claimed host with a real resolver,
 //! re-checks periodically, and keeps a lost proof for a grace period (a DNS
-//! outage must not take sites down). Compiles read the [`ProofBook`]; a
-//! change in any proof triggers a recompile.
+//! outage must not take sites down). Compiles read the [`ProofBook`]'s
+//! results; a change in any proof triggers a recompile.
+//!
+//! One tenant's slow DNS must not hold back another's proofs (isolation
+//! review, finding 3): checks run concurrently within [`ProofLimits`] (a
+//! bounded pool, a share of it per tenant, a deadline per check), and
+//! re-checks of proven domains are started before first checks of pending
+//! ones, so a proof keeps its own schedule whatever is pending.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -95,7 +101,8 @@ impl ProofBook {
         out
     }
 
-    /// Records a check; returns whether routing changed.
+    /// Records a check; returns whether routing or what `/status` says of
+    /// the host changed.
     fn record(&self, claim: &Claim, result: Result<String, String>, timing: &ProofTiming) -> bool {
         let now = Instant::now();
         let mut states = self.states.write();
@@ -110,7 +117,7 @@ impl ProofBook {
                 detail: how,
             },
             Err(why) => {
-                let last_success = previous.and_then(|s| s.last_success);
+                let last_success = previous.as_ref().and_then(|s| s.last_success);
                 let in_grace = last_success.is_some_and(|t| now.duration_since(t) < timing.grace);
                 ProofState {
                     routed: in_grace,
@@ -124,7 +131,8 @@ impl ProofBook {
                 }
             }
         };
-        let changed = state.routed != was_routed;
+        let said = previous.as_ref().map(|p| p.detail.as_str());
+        let changed = state.routed != was_routed || said != Some(state.detail.as_str());
         states.insert(key, state);
         changed
     }
@@ -145,18 +153,52 @@ impl ProofBook {
     }
 }
 
+/// How many checks run at once, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct ProofLimits {
+    /// Checks in flight across all tenants.
+    pub concurrent: usize,
+    /// Checks in flight for one tenant: the rest of the pool stays free
+    /// for the others.
+    pub per_tenant: usize,
+    /// One check (every lookup it makes) ends by then, proven or not.
+    pub check_timeout: Duration,
+}
+
+impl Default for ProofLimits {
+    fn default() -> Self {
+        ProofLimits {
+            concurrent: 16,
+            per_tenant: 4,
+            check_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The two lookups a proof needs; the resolver in production, a stand-in
+/// in tests.
+#[async_trait::async_trait]
+pub trait DnsLookup: Send + Sync {
+    /// The CNAME target of `name`, lower-case, without the final dot.
+    async fn cname(&self, name: &str) -> Option<String>;
+    /// The TXT strings at `name`.
+    async fn txt(&self, name: &str) -> Vec<String>;
+}
+
 /// Checks claims against DNS.
 #[derive(Clone)]
 pub struct DomainProver {
-    resolver: TokioResolver,
+    dns: Arc<dyn DnsLookup>,
     book: Arc<ProofBook>,
     timing: ProofTiming,
+    limits: ProofLimits,
 }
 
 impl std::fmt::Debug for DomainProver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DomainProver")
             .field("timing", &self.timing)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -193,11 +235,25 @@ impl DomainProver {
         builder.options_mut().cache_size = 0;
         builder.options_mut().timeout = Duration::from_secs(3);
         let resolver = builder.build().map_err(|e| err(&e))?;
-        Ok(DomainProver {
-            resolver,
+        Ok(DomainProver::with_lookup(
+            Arc::new(Resolver(resolver)),
             book,
             timing,
-        })
+        ))
+    }
+
+    pub fn with_lookup(dns: Arc<dyn DnsLookup>, book: Arc<ProofBook>, timing: ProofTiming) -> Self {
+        DomainProver {
+            dns,
+            book,
+            timing,
+            limits: ProofLimits::default(),
+        }
+    }
+
+    pub fn with_limits(mut self, limits: ProofLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     pub fn book(&self) -> &Arc<ProofBook> {
@@ -207,49 +263,155 @@ impl DomainProver {
     /// Looks for a CNAME (following up to 8 hops) to one of the targets, or
     /// the TXT token. `Ok` says how it was proven, `Err` what was found.
     pub async fn check(&self, claim: &Claim) -> Result<String, String> {
-        let mut name = claim.host.clone();
-        let mut seen = Vec::new();
-        for _ in 0..8 {
-            let Some(target) = self.cname(&name).await else {
-                break;
-            };
-            if claim
-                .targets
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case(&target))
-            {
-                return Ok(format!("CNAME {} -> {target}", claim.host));
-            }
-            seen.push(target.clone());
-            name = target;
-        }
-        let txt_name = format!("_teapot.{}", claim.host);
-        let txts = self.txt(&txt_name).await;
-        if txts.iter().any(|t| t == &claim.token) {
-            return Ok(format!("TXT {txt_name}"));
-        }
-        let cname = if seen.is_empty() {
-            "no CNAME".to_string()
-        } else {
-            format!("CNAME to {}", seen.join(" -> "))
-        };
-        Err(format!(
-            "custom domain {} not proven: {cname} and no TXT {txt_name} = {:?}; point a CNAME at {} or add that TXT record",
-            claim.host,
-            claim.token,
-            claim
-                .targets
-                .first()
-                .map_or("an assigned hostname", String::as_str),
-        ))
+        check(&*self.dns, claim).await
     }
 
+    /// Checks every claim of the current snapshot when due, within
+    /// [`ProofLimits`]; calls `on_change` when what a compile shows of a
+    /// proof changed (a host starts or stops being routable, or a check
+    /// found something new to say in `/status`).
+    pub async fn run(
+        self,
+        claims: impl Fn() -> Vec<Claim>,
+        on_change: impl Fn() + Send,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut checks: tokio::task::JoinSet<(Claim, Result<String, String>)> =
+            tokio::task::JoinSet::new();
+        let mut running: HashMap<String, usize> = HashMap::new();
+        let mut started: std::collections::HashSet<(String, String)> =
+            std::collections::HashSet::new();
+        loop {
+            let mut changed = false;
+            tokio::select! {
+                _ = tick.tick() => {}
+                Some(done) = checks.join_next(), if !checks.is_empty() => {
+                    if let Ok((claim, result)) = done {
+                        changed |= self.finish(&claim, result, &mut running, &mut started);
+                    }
+                    // Record everything else that finished meanwhile in the
+                    // same round: one recompile for a burst of results.
+                    while let Some(done) = checks.try_join_next() {
+                        if let Ok((claim, result)) = done {
+                            changed |= self.finish(&claim, result, &mut running, &mut started);
+                        }
+                    }
+                }
+                _ = shutdown.changed() => if *shutdown.borrow() { return },
+            }
+            let claims = claims();
+            self.book.retain(&claims);
+            let now = Instant::now();
+            // Re-checks of proven hosts first: a proof keeps its own
+            // schedule, whatever other claims are pending.
+            let mut due: Vec<&Claim> = claims
+                .iter()
+                .filter(|c| self.book.due(c, now))
+                .filter(|c| !started.contains(&(c.cluster.clone(), c.host.clone())))
+                .collect();
+            due.sort_by_key(|c| !self.book.is_proven(&c.cluster, &c.host));
+            for claim in due {
+                if checks.len() >= self.limits.concurrent {
+                    break;
+                }
+                let mine = running.entry(claim.cluster.clone()).or_default();
+                if *mine >= self.limits.per_tenant {
+                    continue;
+                }
+                *mine += 1;
+                started.insert((claim.cluster.clone(), claim.host.clone()));
+                let (dns, claim, limit) =
+                    (self.dns.clone(), claim.clone(), self.limits.check_timeout);
+                checks.spawn(async move {
+                    let result = match tokio::time::timeout(limit, check(&*dns, &claim)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(format!(
+                            "custom domain {} not proven: DNS did not answer within {limit:?}",
+                            claim.host
+                        )),
+                    };
+                    (claim, result)
+                });
+            }
+            if changed {
+                on_change();
+            }
+        }
+    }
+
+    /// Records one finished check; returns whether a compile would show
+    /// something new.
+    fn finish(
+        &self,
+        claim: &Claim,
+        result: Result<String, String>,
+        running: &mut HashMap<String, usize>,
+        started: &mut std::collections::HashSet<(String, String)>,
+    ) -> bool {
+        if let Some(n) = running.get_mut(&claim.cluster) {
+            *n = n.saturating_sub(1);
+        }
+        started.remove(&(claim.cluster.clone(), claim.host.clone()));
+        match &result {
+            Ok(how) => {
+                tracing::debug!(host = %claim.host, cluster = %claim.cluster, %how, "custom domain proven")
+            }
+            Err(why) => {
+                tracing::debug!(host = %claim.host, cluster = %claim.cluster, %why, "custom domain not proven")
+            }
+        }
+        self.book.record(claim, result, &self.timing)
+    }
+}
+
+/// Looks for a CNAME (following up to 8 hops) to one of the targets, or
+/// the TXT token. `Ok` says how it was proven, `Err` what was found.
+async fn check(dns: &dyn DnsLookup, claim: &Claim) -> Result<String, String> {
+    let mut name = claim.host.clone();
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let Some(target) = dns.cname(&name).await else {
+            break;
+        };
+        if claim
+            .targets
+            .iter()
+            .any(|t| t.eq_ignore_ascii_case(&target))
+        {
+            return Ok(format!("CNAME {} -> {target}", claim.host));
+        }
+        seen.push(target.clone());
+        name = target;
+    }
+    let txt_name = format!("_teapot.{}", claim.host);
+    let txts = dns.txt(&txt_name).await;
+    if txts.iter().any(|t| t == &claim.token) {
+        return Ok(format!("TXT {txt_name}"));
+    }
+    let cname = if seen.is_empty() {
+        "no CNAME".to_string()
+    } else {
+        format!("CNAME to {}", seen.join(" -> "))
+    };
+    Err(format!(
+        "custom domain {} not proven: {cname} and no TXT {txt_name} = {:?}; point a CNAME at {} or add that TXT record",
+        claim.host,
+        claim.token,
+        claim
+            .targets
+            .first()
+            .map_or("an assigned hostname", String::as_str),
+    ))
+}
+
+/// The system's (or the configured) resolver.
+struct Resolver(TokioResolver);
+
+#[async_trait::async_trait]
+impl DnsLookup for Resolver {
     async fn cname(&self, name: &str) -> Option<String> {
-        let lookup = self
-            .resolver
-            .lookup(fqdn(name), RecordType::CNAME)
-            .await
-            .ok()?;
+        let lookup = self.0.lookup(fqdn(name), RecordType::CNAME).await.ok()?;
         lookup.answers().iter().find_map(|r| match &r.data {
             RData::CNAME(c) => Some(c.0.to_utf8().trim_end_matches('.').to_ascii_lowercase()),
             _ => None,
@@ -257,7 +419,7 @@ impl DomainProver {
     }
 
     async fn txt(&self, name: &str) -> Vec<String> {
-        let Ok(lookup) = self.resolver.lookup(fqdn(name), RecordType::TXT).await else {
+        let Ok(lookup) = self.0.lookup(fqdn(name), RecordType::TXT).await else {
             return Vec::new();
         };
         lookup
@@ -273,42 +435,6 @@ impl DomainProver {
                 _ => None,
             })
             .collect()
-    }
-
-    /// Checks every claim of the current snapshot when due; calls
-    /// `on_change` when a host starts or stops being routable.
-    pub async fn run(
-        self,
-        claims: impl Fn() -> Vec<Claim>,
-        on_change: impl Fn() + Send,
-        mut shutdown: watch::Receiver<bool>,
-    ) {
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => if *shutdown.borrow() { return },
-            }
-            let claims = claims();
-            self.book.retain(&claims);
-            let now = Instant::now();
-            let mut changed = false;
-            for claim in claims.iter().filter(|c| self.book.due(c, now)) {
-                let result = self.check(claim).await;
-                match &result {
-                    Ok(how) => {
-                        tracing::debug!(host = %claim.host, cluster = %claim.cluster, %how, "custom domain proven")
-                    }
-                    Err(why) => {
-                        tracing::debug!(host = %claim.host, cluster = %claim.cluster, %why, "custom domain not proven")
-                    }
-                }
-                changed |= self.book.record(claim, result, &self.timing);
-            }
-            if changed {
-                on_change();
-            }
-        }
     }
 }
 
@@ -344,12 +470,105 @@ mod tests {
         assert!(!book.is_proven("acme", "shop.example.com"));
         assert!(book.record(&c, Ok("CNAME".into()), &timing));
         assert!(book.is_proven("acme", "shop.example.com"));
-        assert!(!book.record(&c, Err("gone".into()), &timing));
+        // Still routed, but `/status` has news: a recompile shows it.
+        assert!(book.record(&c, Err("gone".into()), &timing));
         assert!(book.is_proven("acme", "shop.example.com"));
+        // The same finding again changes nothing a compile shows.
+        assert!(!book.record(&c, Err("gone".into()), &timing));
         std::thread::sleep(Duration::from_millis(60));
         assert!(book.record(&c, Err("gone".into()), &timing));
         assert!(!book.is_proven("acme", "shop.example.com"));
         assert!(!book.is_proven("other", "shop.example.com"));
+    }
+
+    /// DNS where every name under `slow.test` never answers, and
+    /// `www.beta.test` is a CNAME to beta's assigned hostname; counts the
+    /// lookups in flight per zone.
+    #[derive(Default)]
+    struct FakeDns {
+        slow_in_flight: std::sync::atomic::AtomicUsize,
+        slow_most: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl DnsLookup for FakeDns {
+        async fn cname(&self, name: &str) -> Option<String> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if name.ends_with("slow.test") {
+                let now = self.slow_in_flight.fetch_add(1, SeqCst) + 1;
+                self.slow_most.fetch_max(now, SeqCst);
+                // Dropped by the check's deadline.
+                struct Leave<'a>(&'a std::sync::atomic::AtomicUsize);
+                impl Drop for Leave<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_sub(1, SeqCst);
+                    }
+                }
+                let _leave = Leave(&self.slow_in_flight);
+                std::future::pending::<()>().await;
+            }
+            (name == "www.beta.test").then(|| "web-shop.beta.lb.example.net".to_string())
+        }
+
+        async fn txt(&self, _: &str) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    /// Isolation review, finding 3: 20 claimed hosts under a zone whose
+    /// server never answers, and another tenant's properly CNAMEd domain.
+    /// Before, checks ran one after another and the other tenant waited
+    /// behind every slow one.
+    #[tokio::test(start_paused = true)]
+    async fn one_tenants_silent_dns_does_not_hold_back_anothers_proof() {
+        let dns = Arc::new(FakeDns::default());
+        let book = Arc::new(ProofBook::default());
+        let prover = DomainProver::with_lookup(dns.clone(), book.clone(), ProofTiming::default());
+        let mut claims: Vec<Claim> = (0..20)
+            .map(|i| Claim {
+                cluster: "alpha".into(),
+                host: format!("h{i}.slow.test"),
+                token: "a".into(),
+                targets: vec!["web-shop.alpha.lb.example.net".into()],
+            })
+            .collect();
+        claims.push(Claim {
+            cluster: "beta".into(),
+            host: "www.beta.test".into(),
+            token: "b".into(),
+            targets: vec!["web-shop.beta.lb.example.net".into()],
+        });
+        let changes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (stop, shutdown) = watch::channel(false);
+        let task = {
+            let changes = changes.clone();
+            tokio::spawn(prover.run(
+                move || claims.clone(),
+                move || {
+                    changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                },
+                shutdown,
+            ))
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            book.is_proven("beta", "www.beta.test"),
+            "beta waits behind alpha's DNS"
+        );
+        assert!(changes.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+        let most = dns.slow_most.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            most,
+            ProofLimits::default().per_tenant,
+            "alpha keeps to its share"
+        );
+
+        // Past the deadline the silent checks end, with a reason.
+        tokio::time::sleep(ProofLimits::default().check_timeout).await;
+        let detail = book.detail("alpha", "h0.slow.test").unwrap_or_default();
+        assert!(detail.contains("did not answer within"), "{detail}");
+        stop.send(true).unwrap();
+        task.await.unwrap();
     }
 
     #[test]
