@@ -201,6 +201,25 @@ impl Holdings {
         }
     }
 
+    /// Like [`Self::holder_conflicting`] for a host that is a custom domain
+    /// of tenant `cluster`: another tenant's claim on the same exact host
+    /// does not count. Custom domains go to the tenant that proves them
+    /// by DNS (the proxy's compile), not to whoever wrote the name first,
+    /// so an unproven claim never blocks the domain's owner (isolation
+    /// review, finding 5). The operator's hosts and other tenants'
+    /// grants still do.
+    pub fn holder_conflicting_custom(&self, host: &str, cluster: &str) -> Option<&Holder> {
+        self.exact
+            .get(host)
+            .and_then(|holders| {
+                holders
+                    .iter()
+                    .find(|h| matches!(h, Holder::Operator { .. }))
+            })
+            .or_else(|| parent(host).and_then(|p| other(&self.wildcard, p, cluster)))
+            .or_else(|| self.grant_over(host, cluster))
+    }
+
     /// A grant to someone else that `name` lies in.
     fn grant_over(&self, name: &str, cluster: &str) -> Option<&Holder> {
         self_and_ancestors(name).find_map(|n| other(&self.grants, n, cluster))
@@ -318,7 +337,13 @@ pub fn check_host(
             return None;
         }
     };
-    if let Some(holder) = ctx.holdings.holder_conflicting(&host, ctx.cluster()) {
+    let holder = match (&host, scope) {
+        (HostPattern::Exact(name), HostScope::Custom) => {
+            ctx.holdings.holder_conflicting_custom(name, ctx.cluster())
+        }
+        _ => ctx.holdings.holder_conflicting(&host, ctx.cluster()),
+    };
+    if let Some(holder) = holder {
         out.push(Violation::new(
             field,
             format!(
@@ -413,7 +438,14 @@ mod tests {
         let f = Fixture::new();
         let ctx = f.ctx();
         let mut out = Vec::new();
-        assert!(check_host(&ctx, "h", "www.globex.com", &mut out).is_none());
+        // In another tenant's granted domain: refused.
+        assert!(check_host(&ctx, "h", "api.globex.example.org", &mut out).is_none());
+        // A custom domain another tenant also claims: DNS proof decides
+        // (the proxy), so the claim blocks nobody here (finding 5).
+        assert_eq!(
+            check_host(&ctx, "h", "www.globex.com", &mut out).map(|(_, s)| s),
+            Some(HostScope::Custom)
+        );
         assert!(check_host(&ctx, "h", "grafana.ops.example.org", &mut out).is_none());
         assert!(check_host(&ctx, "h", "ex\u{0430}mple.com", &mut out).is_none());
         assert!(check_host(&ctx, "h", "a%2eb.com", &mut out).is_none());

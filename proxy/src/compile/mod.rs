@@ -145,6 +145,7 @@ pub fn compile(
     let no_status = Arc::new(IngressStatus::default());
     let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
     let mut claims: Vec<Claim> = Vec::new();
+    let mut custom_owners: FastHashMap<String, &str> = FastHashMap::default();
     // (host, its own secretName, index into ingress_reports) of hosts that
     // asked for ACME.
     let mut acme_candidates: Vec<(String, Option<String>, usize)> = Vec::new();
@@ -229,7 +230,14 @@ pub fn compile(
                 (None, host) => host,
                 (Some(_), None) => own_host.clone(),
                 (Some(t), Some(host)) => {
-                    match admit_tenant_host(t, &host, options, &assigned, &mut claims) {
+                    match admit_tenant_host(
+                        t,
+                        &host,
+                        options,
+                        &assigned,
+                        &mut claims,
+                        &mut custom_owners,
+                    ) {
                         Ok(()) => Some(host),
                         Err(why) => {
                             if !refused_hosts.contains(&why) {
@@ -426,13 +434,16 @@ fn rule_counts(store: &Store) -> (usize, usize) {
 }
 
 /// Decides whether a tenant may route a rule host now; custom hosts become
-/// claims for the prover and route once proven.
-fn admit_tenant_host(
-    tenant: &TenantView<'_>,
+/// claims for the prover and route once proven. A custom host belongs to
+/// one tenant: the first (oldest Ingress) that proved it; `custom_owners`
+/// remembers who, by host.
+fn admit_tenant_host<'t>(
+    tenant: &TenantView<'t>,
     host: &HostPattern,
     options: &CompileOptions,
     assigned: &FastHashMap<&str, Vec<String>>,
     claims: &mut Vec<Claim>,
+    custom_owners: &mut FastHashMap<String, &'t str>,
 ) -> Result<(), String> {
     match tenant.scope(host)? {
         HostScope::Assigned | HostScope::Allowed => Ok(()),
@@ -446,7 +457,13 @@ fn admit_tenant_host(
             });
             let proofs = options.proofs.as_deref();
             if proofs.is_some_and(|p| p.is_proven(tenant.cluster, &name)) {
-                return Ok(());
+                let owner = *custom_owners.entry(name.clone()).or_insert(tenant.cluster);
+                if owner == tenant.cluster {
+                    return Ok(());
+                }
+                return Err(format!(
+                    "custom domain {name} is proven by another tenant too, whose Ingress is older: a host belongs to one tenant"
+                ));
             }
             Err(proofs
                 .and_then(|p| p.detail(tenant.cluster, &name))
@@ -1061,6 +1078,121 @@ spec:
             ..CompileOptions::default()
         };
         compile_test_docs(docs, &options)
+    }
+
+    /// Isolation review, finding 5: an older Ingress of another tenant
+    /// that only names the custom domain in `tls.hosts` (no rule, no
+    /// Secret, no proof) used to get the proven owner's whole Ingress
+    /// refused, its assigned hostname included, for as long as it stayed.
+    #[test]
+    fn an_unproven_claim_never_blocks_the_domains_proven_owner() {
+        let tenant = |name: &str, net: u8| {
+            format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {name}}}\nspec: {{cluster: {name}, nodeCIDRs: [10.{net}.0.0/24]}}\n"
+            )
+        };
+        // As the agent writes it.
+        let mirrored = |ns: &str, ip: &str| {
+            backend(ns, "web", ip).replace(
+                "labels: {kubernetes.io/service-name: web}",
+                "labels: {kubernetes.io/service-name: web, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}",
+            )
+        };
+        let ingress = |ns: &str, created: &str, spec: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web.shop, namespace: {ns}, creationTimestamp: \"{created}\"}}\nspec:\n  ingressClassName: teapot\n{spec}"
+            )
+        };
+        // A rule for the custom domain and a host-less one, which binds to
+        // beta's assigned hostname.
+        let rule = |host: &str| {
+            let paths = "{paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}";
+            format!("  rules:\n  - host: {host}\n    http: {paths}\n  - http: {paths}\n")
+        };
+        let load = |alpha_spec: &str| {
+            let docs = [
+                tenant("alpha", 1),
+                tenant("beta", 2),
+                mirrored("tenant-alpha", "10.1.0.5"),
+                mirrored("tenant-beta", "10.2.0.6"),
+                ingress("tenant-alpha", "2024-01-01T00:00:00Z", alpha_spec),
+                ingress(
+                    "tenant-beta",
+                    "2024-01-02T00:00:00Z",
+                    &rule("www.beta-corp.test"),
+                ),
+            ];
+            let mut loaded = Loaded::default();
+            load_text(
+                Path::new("t.yaml"),
+                &docs.join("---\n"),
+                &Store::default(),
+                &mut loaded,
+            );
+            teapot_model::tenancy::admit(&mut loaded, &Store::default(), "example.net", &[]);
+            assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+            loaded.store
+        };
+        let squatted = load("  tls: [{hosts: [www.beta-corp.test]}]\n");
+        let proven = |clusters: &[&str]| {
+            let mut proofs = ProofResults::default();
+            for c in clusters {
+                proofs.insert(
+                    c,
+                    "www.beta-corp.test",
+                    Proof {
+                        routed: true,
+                        detail: "TXT".into(),
+                    },
+                );
+            }
+            CompileOptions {
+                domain: "example.net".into(),
+                proofs: Some(Arc::new(proofs)),
+                ..CompileOptions::default()
+            }
+        };
+        let compiled = |store: &Store, options: &CompileOptions| {
+            compile(store, Vec::new(), 1, options, &EndpointRegistry::default())
+        };
+        let s = compiled(&squatted, &proven(&["beta"]));
+        let upstream = s
+            .routes
+            .lookup("www.beta-corp.test", "/")
+            .expect("routed for beta");
+        assert_eq!(
+            upstream.upstream.endpoints[0].addr.ip().to_string(),
+            "10.2.0.6"
+        );
+        assert!(
+            routed(&s, "web-shop.beta.lb.example.net"),
+            "beta's own host routes too"
+        );
+        assert!(
+            s.certs.lookup("www.beta-corp.test").is_none(),
+            "alpha got no certificate"
+        );
+
+        // Two tenants that both proved it: the older Ingress's tenant has
+        // it, the other is told why, without its name.
+        let both = load(&rule("www.beta-corp.test"));
+        let s = compiled(&both, &proven(&["alpha", "beta"]));
+        let beta = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.namespace == "tenant-beta")
+            .unwrap();
+        let hosts = beta
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "HostsAccepted")
+            .unwrap();
+        assert!(
+            hosts.message.contains("proven by another tenant too"),
+            "{hosts:?}"
+        );
+        assert!(!hosts.message.contains("alpha"), "{hosts:?}");
     }
 
     /// The compile is a function of its arguments: proof results and ACME
