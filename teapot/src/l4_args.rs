@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use teapot_proxy::compile::l4::allocation::Reserved;
 use teapot_proxy::compile::l4::{HealthOptions, L4Config, Pool};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -13,6 +14,9 @@ pub(crate) struct L4Args {
     /// Address pool, NAME=ADDR[,ADDR…|CIDR] (repeatable). Default: default=127.0.0.1.
     #[arg(long = "l4-pool")]
     pools: Vec<Pool>,
+    /// A listener no Service may have on a pool address, PORT[/TCP|UDP] or ADDR:PORT[/TCP|UDP] (repeatable); the proxy's own HTTP, HTTPS and admin listeners are always reserved.
+    #[arg(long = "l4-reserved-port")]
+    reserved: Vec<Reserved>,
     /// Pool of LoadBalancer Services in namespaces no Tenant owns.
     #[arg(long, default_value = "default")]
     l4_default_pool: String,
@@ -66,6 +70,7 @@ impl L4Args {
                 self.pools.clone()
             },
             default_pool: self.l4_default_pool.clone(),
+            reserved: self.reserved.clone(),
             state_file: (state != "off").then(|| PathBuf::from(state)),
             serve_classless: self.l4_serve_classless.unwrap_or(!kube),
             connect_timeout: Duration::from_millis(self.l4_connect_timeout_ms),

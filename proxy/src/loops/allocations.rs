@@ -117,7 +117,7 @@ impl Allocator {
     /// One compile's worth: allocate from memory, then remember.
     #[cfg(test)]
     fn allocate(&self, claims: &[Claim<'_>]) -> Vec<Outcome> {
-        let outcomes = allocate(&self.pools, &self.holdings(), claims);
+        let outcomes = allocate(&self.pools, &[], &self.holdings(), claims);
         self.remember(crate::compile::l4::allocation::holdings(claims, &outcomes));
         outcomes
     }
@@ -382,8 +382,79 @@ mod tests {
         g.hint = Some(hint(&[7000]));
         let mut d = udp(&dns, &[5353]);
         d.hint = Some(hint(&[5353]));
-        let out = allocate(&one_address(), &BTreeMap::new(), &[g, d]);
+        let out = allocate(&one_address(), &[], &BTreeMap::new(), &[g, d]);
         assert_kept_by_the_holder(&out);
+    }
+
+    /// Isolation review, finding 7: a tenant Service asking for the
+    /// proxy's own port on a pool address got `Allocated=True`, and a
+    /// listener that could never bind.
+    #[test]
+    fn reserved_ports_are_never_allocated() {
+        use crate::compile::l4::allocation::Reserved;
+        let ids = ids(2);
+        let reserved = [
+            // The HTTPS listener on 0.0.0.0: every pool address.
+            Reserved {
+                addr: None,
+                port: 443,
+                protocol: Protocol::Tcp,
+            },
+            // The admin listener on one address only.
+            Reserved {
+                addr: Some(ip("10.0.0.1")),
+                port: 9000,
+                protocol: Protocol::Tcp,
+            },
+        ];
+        let https = Claim {
+            ports: vec![(443, Protocol::Tcp)],
+            ..claim(&ids[0], 443)
+        };
+        let admin = Claim {
+            ports: vec![(9000, Protocol::Tcp)],
+            ..claim(&ids[1], 9000)
+        };
+        let out = allocate(&pools(), &reserved, &BTreeMap::new(), &[https, admin]);
+        match &out[0] {
+            Outcome::Refused { reason, message } => {
+                assert_eq!(*reason, "PoolExhausted");
+                assert!(message.contains("443/TCP"), "{message}");
+            }
+            o => panic!("{o:?}"),
+        }
+        // 9000 is reserved on 10.0.0.1 only: the Service gets 10.0.0.2.
+        assert_eq!(addr(&out[1]), Some(ip("10.0.0.2")));
+
+        // A Service that holds 10.0.0.1 and adds the reserved port is
+        // refused that port, in words that say why.
+        let previous = BTreeMap::from([(
+            ids[1].clone(),
+            Holding {
+                addr: ip("10.0.0.1"),
+                ports: Some([(80, Protocol::Tcp)].into()),
+            },
+        )]);
+        let grown = Claim {
+            ports: vec![(80, Protocol::Tcp), (9000, Protocol::Tcp)],
+            ..claim(&ids[1], 80)
+        };
+        let out = allocate(&pools(), &reserved, &previous, &[grown]);
+        match &out[0] {
+            Outcome::Allocated {
+                addr,
+                refused_ports,
+            } => {
+                assert_eq!(*addr, ip("10.0.0.1"));
+                assert_eq!(refused_ports.len(), 1);
+                assert!(
+                    refused_ports[0].1.contains("reserved"),
+                    "{:?}",
+                    refused_ports[0]
+                );
+            }
+            o => panic!("{o:?}"),
+        }
     }
 
     #[test]
@@ -412,7 +483,7 @@ mod tests {
         let ids = ids(1);
         let mut c = claim(&ids[0], 53);
         c.pool = "gold";
-        let out = allocate(&pools(), &BTreeMap::new(), &[c]);
+        let out = allocate(&pools(), &[], &BTreeMap::new(), &[c]);
         assert!(matches!(
             &out[0],
             Outcome::Refused {

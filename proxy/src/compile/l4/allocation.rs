@@ -51,6 +51,67 @@ impl Holding {
     }
 }
 
+/// A listener no Service may have: the proxy's own HTTP, HTTPS and admin
+/// ports, and the operator's `--l4-reserved-port`s. `addr: None` reserves
+/// the port on every pool address (a proxy listener on `0.0.0.0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reserved {
+    pub addr: Option<IpAddr>,
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+impl Reserved {
+    fn covers(&self, key: &ListenerKey) -> bool {
+        self.port == key.port
+            && self.protocol == key.protocol
+            && self
+                .addr
+                .is_none_or(|a| a == key.addr || a.is_unspecified())
+    }
+}
+
+impl std::str::FromStr for Reserved {
+    type Err = String;
+
+    /// `PORT`, `PORT/PROTO` or `ADDR:PORT[/PROTO]` (`[v6]:PORT`); the
+    /// protocol defaults to TCP.
+    fn from_str(s: &str) -> Result<Reserved, String> {
+        let (target, protocol) = match s.rsplit_once('/') {
+            Some((t, p)) => (t, Protocol::from_service(Some(&p.to_ascii_uppercase()))?),
+            None => (s, Protocol::Tcp),
+        };
+        let bad = || format!("{s:?} is not PORT[/TCP|UDP] or ADDR:PORT[/TCP|UDP]");
+        if let Ok(port) = target.parse::<u16>() {
+            return Ok(Reserved {
+                addr: None,
+                port,
+                protocol,
+            });
+        }
+        let socket: std::net::SocketAddr = target.parse().map_err(|_| bad())?;
+        Ok(Reserved {
+            addr: Some(socket.ip()),
+            port: socket.port(),
+            protocol,
+        })
+    }
+}
+
+impl Reserved {
+    /// The TCP listener bound at `addr` (one of the proxy's own).
+    pub fn listener(addr: std::net::SocketAddr) -> Reserved {
+        Reserved {
+            addr: (!addr.ip().is_unspecified()).then_some(addr.ip()),
+            port: addr.port(),
+            protocol: Protocol::Tcp,
+        }
+    }
+}
+
+/// The holder index of a reserved listener in [`Table::taken`].
+const RESERVED: usize = usize::MAX;
+
 /// One Service asking for listeners.
 #[derive(Clone, Debug)]
 pub struct Claim<'a> {
@@ -89,6 +150,17 @@ fn holder_for(claimant: &NsName, holder: &NsName) -> String {
         format!("Service {holder}")
     } else {
         "another Service".to_string()
+    }
+}
+
+impl Table<'_, '_> {
+    /// Who holds `key`, as told to claim `i`.
+    fn holder(&self, i: usize, key: &ListenerKey) -> String {
+        match self.taken.get(key) {
+            Some(&RESERVED) => "the proxy itself (a reserved port)".to_string(),
+            Some(&holder) => holder_for(self.claims[i].service, self.claims[holder].service),
+            None => "nobody".to_string(),
+        }
     }
 }
 
@@ -137,8 +209,8 @@ impl<'c, 'a> Table<'c, 'a> {
             let key = Self::key(addr, p);
             match self.taken.get(&key) {
                 Some(&holder) if holder == i => {}
-                Some(&holder) => {
-                    let who = holder_for(self.claims[i].service, self.claims[holder].service);
+                Some(_) => {
+                    let who = self.holder(i, &key);
                     self.refused_ports[i].push((p, format!("{key} is held by {who}")));
                 }
                 None => {
@@ -161,6 +233,7 @@ impl<'c, 'a> Table<'c, 'a> {
 /// Service to what it held.
 pub fn allocate(
     pools: &[Pool],
+    reserved: &[Reserved],
     previous: &BTreeMap<NsName, Holding>,
     claims: &[Claim<'_>],
 ) -> Vec<Outcome> {
@@ -171,6 +244,23 @@ pub fn allocate(
         refused_ports: vec![Vec::new(); claims.len()],
         out: vec![None; claims.len()],
     };
+    // Reserved listeners are taken before anyone asks: a Service never
+    // gets the proxy's own port, so it is never "allocated" a listener
+    // whose bind must fail.
+    for pool in pools {
+        for &addr in &pool.addresses {
+            for r in reserved {
+                let key = ListenerKey {
+                    addr,
+                    port: r.port,
+                    protocol: r.protocol,
+                };
+                if r.covers(&key) {
+                    t.taken.insert(key, RESERVED);
+                }
+            }
+        }
+    }
     let pool_of = |c: &Claim<'_>| pools.iter().find(|p| p.name == c.pool);
     for (i, c) in claims.iter().enumerate() {
         if pool_of(c).is_none() {
@@ -252,7 +342,7 @@ pub fn allocate(
                 ),
             );
         } else if let Some(busy) = t.busy(addr, c.ports.iter().copied()) {
-            let who = holder_for(c.service, claims[t.taken[&busy]].service);
+            let who = t.holder(i, &busy);
             t.refuse(
                 i,
                 "AddressTaken",
@@ -342,4 +432,31 @@ pub fn holdings(claims: &[Claim<'_>], outcomes: &[Outcome]) -> BTreeMap<NsName, 
             Outcome::Refused { .. } => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_listeners_parse_and_cover() {
+        let r: Reserved = "443".parse().unwrap();
+        assert_eq!((r.addr, r.port, r.protocol), (None, 443, Protocol::Tcp));
+        let r: Reserved = "53/udp".parse().unwrap();
+        assert_eq!((r.port, r.protocol), (53, Protocol::Udp));
+        let r: Reserved = "[::1]:9000/TCP".parse().unwrap();
+        assert_eq!(r.addr, Some("::1".parse().unwrap()));
+        assert!("http".parse::<Reserved>().is_err());
+        assert!("80/sctp".parse::<Reserved>().is_err());
+
+        let any = Reserved::listener("0.0.0.0:80".parse().unwrap());
+        let key = |a: &str| ListenerKey {
+            addr: a.parse().unwrap(),
+            port: 80,
+            protocol: Protocol::Tcp,
+        };
+        assert!(any.covers(&key("10.0.0.1")) && any.covers(&key("10.0.0.2")));
+        let one = Reserved::listener("10.0.0.1:80".parse().unwrap());
+        assert!(one.covers(&key("10.0.0.1")) && !one.covers(&key("10.0.0.2")));
+    }
 }

@@ -34,6 +34,9 @@ pub struct L4Config {
     pub pools: Vec<Pool>,
     /// The pool of Services in operator namespaces.
     pub default_pool: String,
+    /// Listeners no Service may have: the proxy's own ports (added by
+    /// `server::run` from the bound listeners) and `--l4-reserved-port`.
+    pub reserved: Vec<allocation::Reserved>,
     /// Where allocations survive restarts (manifests mode). `None` keeps
     /// them in memory only.
     pub state_file: Option<PathBuf>,
@@ -65,6 +68,7 @@ impl Default for L4Config {
                 addresses: vec![std::net::Ipv4Addr::LOCALHOST.into()],
             }],
             default_pool: "default".into(),
+            reserved: Vec::new(),
             state_file: None,
             serve_classless: true,
             connect_timeout: Duration::from_secs(3),

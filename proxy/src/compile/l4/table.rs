@@ -236,7 +236,7 @@ pub(super) fn build<'s>(
             }
         })
         .collect();
-    let outcomes = super::allocation::allocate(&config.pools, previous, &claims);
+    let outcomes = super::allocation::allocate(&config.pools, &config.reserved, previous, &claims);
     let holdings = super::allocation::holdings(&claims, &outcomes);
     drop(claims);
     let mut outcome_of: Vec<Option<Outcome>> = vec![None; candidates.len()];
