@@ -133,6 +133,7 @@ fn admit_pass(
         .collect();
     ingresses.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
     let mut refused: Vec<(ObjectKey, Origin, Vec<Violation>)> = Vec::new();
+    let mut loaded_bytes: Vec<Weighed> = Vec::new();
     for (id, stored) in ingresses {
         let tenant = by_namespace[&id.namespace];
         let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
@@ -167,8 +168,16 @@ fn admit_pass(
             return;
         };
         let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let violations = policy::check_typed(&ctx, &id.namespace, object);
-        if !violations.is_empty() {
+        let size = policy::json_size(&object);
+        let violations = policy::check_typed_sized(&ctx, &id.namespace, object, size);
+        if violations.is_empty() {
+            loaded_bytes.push(Weighed {
+                created: object.creation_timestamp().cloned(),
+                key: key(kind, id),
+                origin: origin.clone(),
+                size,
+            });
+        } else {
             refused.push((key(kind, id), origin.clone(), violations));
         }
     };
@@ -196,6 +205,8 @@ fn admit_pass(
             TenantObjectRef::Secret(&s.object.source),
         );
     }
+
+    refused.extend(over_total(loaded_bytes, &by_namespace));
 
     let mut kept_any = false;
     for (key, origin, violations) in refused {
@@ -226,6 +237,57 @@ fn admit_pass(
         });
     }
     kept_any
+}
+
+/// An admitted object of a tenant namespace and its JSON size.
+struct Weighed {
+    created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    key: ObjectKey,
+    origin: Origin,
+    size: usize,
+}
+
+/// `limits.maxTotalBytes`: each tenant's objects are counted oldest first
+/// (then by kind and name); those that take its total past the limit are
+/// refused, so what a tenant already serves keeps serving and one tenant
+/// cannot fill every replica's memory (isolation review, finding 4).
+fn over_total(
+    mut objects: Vec<Weighed>,
+    by_namespace: &HashMap<String, &Tenant>,
+) -> Vec<(ObjectKey, Origin, Vec<Violation>)> {
+    objects.sort_by(|a, b| {
+        (&a.key.namespace, a.created.is_none(), &a.created, &a.key).cmp(&(
+            &b.key.namespace,
+            b.created.is_none(),
+            &b.created,
+            &b.key,
+        ))
+    });
+    let mut out = Vec::new();
+    let mut totals: HashMap<&str, u64> = HashMap::new();
+    for o in &objects {
+        let Some(tenant) = by_namespace.get(&o.key.namespace) else {
+            continue;
+        };
+        let max = teapot_api::tenant::TenantLimits::effective(tenant.spec.limits.as_ref())
+            .max_total_bytes;
+        let total = totals.entry(&o.key.namespace).or_default();
+        if *total + o.size as u64 > max {
+            out.push((
+                o.key.clone(),
+                o.origin.clone(),
+                vec![Violation::new(
+                    policy::OBJECT_FIELD,
+                    format!(
+                        "the tenant's objects are more than its limit of {max} bytes as JSON (maxTotalBytes) with this one; older objects keep theirs"
+                    ),
+                )],
+            ));
+        } else {
+            *total += o.size as u64;
+        }
+    }
+    out
 }
 
 fn key(kind: Kind, id: &NsName) -> ObjectKey {
@@ -279,5 +341,69 @@ mod tests {
         assert!(ok("127.0.0.1").is_err());
         assert!(ok("169.254.169.254").is_err());
         assert!(tenancy.get("default").is_none());
+    }
+
+    /// Isolation review, finding 4: one tenant loading many large
+    /// EndpointSlices (each admitted on its own) filled every replica's
+    /// memory. Past `maxTotalBytes` its newest objects are refused; its
+    /// older ones and the other tenant's stay.
+    #[test]
+    fn a_tenant_past_its_total_bytes_loses_its_newest_objects_only() {
+        let tenant = |cluster: &str, net: u8, max: u64| {
+            format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {cluster}}}\nspec: {{cluster: {cluster}, nodeCIDRs: [10.{net}.0.0/16], limits: {{maxTotalBytes: {max}}}}}\n"
+            )
+        };
+        let slice = |ns: &str, net: u8, i: usize| {
+            let endpoints: Vec<String> = (0..100)
+                .map(|e| format!("{{addresses: [\"10.{net}.{}.{}\"]}}", e / 200, e % 200 + 1))
+                .collect();
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: big-{i:02}, namespace: {ns}, creationTimestamp: \"2024-01-{:02}T00:00:00Z\", labels: {{kubernetes.io/service-name: big, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{}]\n",
+                i + 1,
+                endpoints.join(", ")
+            )
+        };
+        let mut docs = vec![tenant("noisy", 1, 40_000), tenant("quiet", 2, 40_000)];
+        docs.extend((0..20).map(|i| slice("tenant-noisy", 1, i)));
+        docs.extend((0..2).map(|i| slice("tenant-quiet", 2, i)));
+        let mut loaded = Loaded::default();
+        crate::manifests::load_text(
+            std::path::Path::new("t.yaml"),
+            &docs.join("---\n"),
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let one = policy::json_size(&*loaded.store.endpoint_slices.values().next().unwrap().object);
+        admit(&mut loaded, &Store::default(), "example.net", &[]);
+
+        let kept = |ns: &str| {
+            let mut names: Vec<String> = loaded
+                .store
+                .endpoint_slices
+                .keys()
+                .filter(|k| k.namespace == ns)
+                .map(|k| k.name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        let fits = 40_000 / one;
+        assert!(fits >= 2 && fits < 20, "{one} bytes a slice");
+        let noisy = kept("tenant-noisy");
+        assert_eq!(noisy.len(), fits, "{noisy:?}");
+        assert_eq!(
+            noisy.first().map(String::as_str),
+            Some("big-00"),
+            "the oldest stay"
+        );
+        assert_eq!(kept("tenant-quiet"), ["big-00", "big-01"]);
+        let refused = loaded
+            .problems
+            .iter()
+            .filter(|p| p.message.contains("maxTotalBytes"))
+            .count();
+        assert_eq!(refused, 20 - fits);
     }
 }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use teapot_api::annotations::ObjectKind;
-use teapot_api::policy::{ExistingObjects, Holdings};
+use teapot_api::policy::{ExistingObjects, Holdings, json_size};
 use teapot_api::{HostPattern, Tenant};
-use teapot_model::store::Store;
+use teapot_model::store::{NsName, Store};
 
 use crate::Error;
 
@@ -44,6 +44,8 @@ struct NamespaceObjects {
     names: HashMap<ObjectKind, HashSet<String>>,
     /// Ports of each `LoadBalancer` Service, by name.
     lb_listeners: HashMap<String, u32>,
+    /// JSON size of each object.
+    bytes: HashMap<(ObjectKind, String), u64>,
 }
 
 /// A consistent picture of the LB cluster for the rules.
@@ -89,29 +91,19 @@ impl PolicyState {
                 .iter()
                 .map(|(k, v)| (k.namespace.as_str(), v.object.as_ref())),
         );
-        let mut add = |kind, ns: &str, name: &str| {
-            if state.by_namespace.contains_key(ns) {
-                state
-                    .objects
-                    .entry(ns.to_string())
-                    .or_default()
-                    .names
-                    .entry(kind)
-                    .or_default()
-                    .insert(name.to_string());
-            }
-        };
-        for k in store.ingresses.keys() {
-            add(ObjectKind::Ingress, &k.namespace, &k.name);
+        // Names and JSON sizes of each tenant namespace's objects, for the
+        // count limits and maxTotalBytes.
+        for (k, v) in &store.ingresses {
+            state.record(ObjectKind::Ingress, k, || json_size(&*v.object));
         }
-        for k in store.services.keys() {
-            add(ObjectKind::Service, &k.namespace, &k.name);
+        for (k, v) in &store.services {
+            state.record(ObjectKind::Service, k, || json_size(&*v.object));
         }
-        for k in store.endpoint_slices.keys() {
-            add(ObjectKind::EndpointSlice, &k.namespace, &k.name);
+        for (k, v) in &store.endpoint_slices {
+            state.record(ObjectKind::EndpointSlice, k, || json_size(&*v.object));
         }
-        for k in store.secrets.keys() {
-            add(ObjectKind::Secret, &k.namespace, &k.name);
+        for (k, v) in &store.secrets {
+            state.record(ObjectKind::Secret, k, || json_size(&v.object.source));
         }
         for (k, svc) in &store.services {
             let Some(objects) = state.objects.get_mut(&k.namespace) else {
@@ -126,6 +118,21 @@ impl PolicyState {
             }
         }
         state
+    }
+
+    /// Notes an object of a tenant namespace (others are the operator's:
+    /// no limits).
+    fn record(&mut self, kind: ObjectKind, id: &NsName, size: impl FnOnce() -> usize) {
+        if !self.by_namespace.contains_key(&id.namespace) {
+            return;
+        }
+        let objects = self.objects.entry(id.namespace.clone()).or_default();
+        objects
+            .names
+            .entry(kind)
+            .or_default()
+            .insert(id.name.clone());
+        objects.bytes.insert((kind, id.name.clone()), size() as u64);
     }
 
     /// The Tenant owning `namespace`, if any.
@@ -185,8 +192,15 @@ impl PolicyState {
             .filter(|(n, _)| !(kind == ObjectKind::Service && n.as_str() == name))
             .map(|(_, p)| *p)
             .sum();
+        let own_bytes = objects
+            .bytes
+            .get(&(kind, name.to_string()))
+            .copied()
+            .unwrap_or(0);
         ExistingObjects {
             is_new,
+            bytes: objects.bytes.values().sum::<u64>() - own_bytes,
+            own_bytes,
             ingresses: count(ObjectKind::Ingress),
             services: count(ObjectKind::Service),
             endpoint_slices: count(ObjectKind::EndpointSlice),

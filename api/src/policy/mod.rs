@@ -114,6 +114,11 @@ pub struct ExistingObjects {
     pub secrets: u32,
     /// Ports of the tenant's other `LoadBalancer` Services.
     pub lb_listeners: u32,
+    /// Bytes of the JSON form of the tenant's other objects.
+    pub bytes: u64,
+    /// Bytes of the previous version of the object under review (0 for a
+    /// create).
+    pub own_bytes: u64,
 }
 
 /// What a check needs to know besides the object.
@@ -244,6 +249,20 @@ impl serde::Serialize for TenantObjectRef<'_> {
     }
 }
 
+impl TenantObjectRef<'_> {
+    pub fn creation_timestamp(
+        &self,
+    ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+        let meta = match self {
+            TenantObjectRef::Ingress(o) => &o.metadata,
+            TenantObjectRef::Service(o) => &o.metadata,
+            TenantObjectRef::EndpointSlice(o) => &o.metadata,
+            TenantObjectRef::Secret(o) => &o.metadata,
+        };
+        meta.creation_timestamp.as_ref()
+    }
+}
+
 impl TenantObject {
     pub fn as_ref(&self) -> TenantObjectRef<'_> {
         match self {
@@ -304,7 +323,9 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
         ));
         return checked;
     };
-    out.extend(check_size(ctx, value));
+    let size = json_size(value);
+    out.extend(check_size(ctx, size));
+    out.extend(check_total(ctx, size));
     out.extend(check_strings(value, kind == ObjectKind::Secret));
     let typed = match kind {
         ObjectKind::Ingress => parse(value).map(|o| TenantObject::Ingress(Box::new(o))),
@@ -360,14 +381,32 @@ fn parse<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, Violation> 
 
 /// Bytes of `value` as compact JSON, without building the text.
 /// The size rule: the object as JSON within `maxObjectBytes`.
-fn check_size(ctx: &PolicyContext<'_>, object: &impl serde::Serialize) -> Option<Violation> {
-    let size = json_size(object);
+fn check_size(ctx: &PolicyContext<'_>, size: usize) -> Option<Violation> {
     let max = ctx.limits.max_object_bytes as usize;
     (size > max).then(|| {
         Violation::new(
             OBJECT_FIELD,
             format!(
                 "the object is {size} bytes as JSON, more than the limit (maxObjectBytes = {max})"
+            ),
+        )
+    })
+}
+
+/// The tenant's total at admission: its other objects and this one within
+/// `maxTotalBytes`. Only an object that grows is refused, so lowering the
+/// limit never blocks an update that keeps or shrinks an object.
+fn check_total(ctx: &PolicyContext<'_>, size: usize) -> Option<Violation> {
+    // Admission only: the proxy counts a tenant's total itself, over every
+    // object it loaded (`teapot_model::tenancy`).
+    let existing = ctx.existing?;
+    let total = existing.bytes.saturating_add(size as u64);
+    let max = ctx.limits.max_total_bytes;
+    (total > max && size as u64 > existing.own_bytes).then(|| {
+        Violation::new(
+            OBJECT_FIELD,
+            format!(
+                "your tenant's objects would be {total} bytes as JSON, more than its limit (maxTotalBytes = {max}); delete some or ask the operator to raise the limit"
             ),
         )
     })
@@ -405,14 +444,26 @@ pub fn check_typed(
     namespace: &str,
     object: TenantObjectRef<'_>,
 ) -> Vec<Violation> {
+    check_typed_sized(ctx, namespace, object, json_size(&object))
+}
+
+/// [`check_typed`] for an object whose JSON size the caller has already
+/// counted.
+pub fn check_typed_sized(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    object: TenantObjectRef<'_>,
+    size: usize,
+) -> Vec<Violation> {
     let secret = matches!(object, TenantObjectRef::Secret(_));
-    let mut out: Vec<Violation> = check_size(ctx, &object).into_iter().collect();
+    let mut out: Vec<Violation> = check_size(ctx, size).into_iter().collect();
     out.extend(check_strings(&object, secret));
     out.extend(check_kind(ctx, namespace, object).0);
     out
 }
 
-fn json_size(value: &impl serde::Serialize) -> usize {
+/// Bytes of `value`'s JSON form: what the size limits count.
+pub fn json_size(value: &impl serde::Serialize) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -527,6 +578,47 @@ mod tests {
             ..full
         };
         assert!(check_service(&f.ctx().with_existing(update), NS, &svc).is_empty());
+    }
+
+    #[test]
+    fn the_total_stops_objects_that_grow_past_it() {
+        let f = Fixture::new();
+        let v = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": NS},
+            "spec": {"ports": [{"port": 80}]}
+        });
+        let size = json_size(&v) as u64;
+        let max = crate::tenant::DEFAULT_MAX_TOTAL_BYTES;
+        let near = ExistingObjects {
+            is_new: true,
+            bytes: max - size + 1,
+            ..ExistingObjects::default()
+        };
+        let c = check_object(&f.ctx().with_existing(near), NS, &v);
+        assert_eq!(fields(&c.violations), [OBJECT_FIELD]);
+        assert!(c.violations[0].message.contains("maxTotalBytes"));
+        // An update that does not grow the object passes, even over a
+        // lowered limit.
+        let same = ExistingObjects {
+            is_new: false,
+            own_bytes: size,
+            ..near
+        };
+        assert!(
+            check_object(&f.ctx().with_existing(same), NS, &v)
+                .violations
+                .is_empty()
+        );
+        let room = ExistingObjects {
+            bytes: max - size,
+            ..near
+        };
+        assert!(
+            check_object(&f.ctx().with_existing(room), NS, &v)
+                .violations
+                .is_empty()
+        );
     }
 
     #[test]
