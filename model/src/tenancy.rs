@@ -390,7 +390,7 @@ mod tests {
             names
         };
         let fits = 40_000 / one;
-        assert!(fits >= 2 && fits < 20, "{one} bytes a slice");
+        assert!((2..20).contains(&fits), "{one} bytes a slice");
         let noisy = kept("tenant-noisy");
         assert_eq!(noisy.len(), fits, "{noisy:?}");
         assert_eq!(
