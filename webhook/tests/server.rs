@@ -109,7 +109,7 @@ async fn admission_reviews_over_tls() {
         "metadata": {"name": "web.shop", "namespace": "tenant-acme",
                      "annotations": {"nginx.ingress.kubernetes.io/server-snippet": "x"}},
         "spec": {"ingressClassName": "teapot", "rules": [
-            {"host": "www.globex.com", "http": {"paths": [{"path": "/a/../b", "pathType": "Prefix",
+            {"host": "api.globex.example.org", "http": {"paths": [{"path": "/a/../b", "pathType": "Prefix",
               "backend": {"service": {"name": "kube-system/dns", "port": {"number": 53}}}}]}}]}
     });
     let denied = hook
