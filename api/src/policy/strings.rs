@@ -466,49 +466,28 @@ impl Items<'_> {
     }
 }
 
-impl serde::ser::SerializeSeq for Items<'_> {
-    type Ok = ();
-    type Error = WalkError;
-    fn serialize_element<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
-        self.next(v)
-    }
-    fn end(self) -> Result<(), WalkError> {
-        Ok(())
-    }
+/// The four list-like serde traits: each element is the next item.
+macro_rules! items {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl serde::ser::$trait for Items<'_> {
+            type Ok = ();
+            type Error = WalkError;
+            fn $method<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
+                self.next(v)
+            }
+            fn end(self) -> Result<(), WalkError> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl serde::ser::SerializeTuple for Items<'_> {
-    type Ok = ();
-    type Error = WalkError;
-    fn serialize_element<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
-        self.next(v)
-    }
-    fn end(self) -> Result<(), WalkError> {
-        Ok(())
-    }
-}
-
-impl serde::ser::SerializeTupleStruct for Items<'_> {
-    type Ok = ();
-    type Error = WalkError;
-    fn serialize_field<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
-        self.next(v)
-    }
-    fn end(self) -> Result<(), WalkError> {
-        Ok(())
-    }
-}
-
-impl serde::ser::SerializeTupleVariant for Items<'_> {
-    type Ok = ();
-    type Error = WalkError;
-    fn serialize_field<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), WalkError> {
-        self.next(v)
-    }
-    fn end(self) -> Result<(), WalkError> {
-        Ok(())
-    }
-}
+items!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 /// The entries of a map: each key read as text, then its value walked
 /// under it.
@@ -538,35 +517,28 @@ impl serde::ser::SerializeMap for Entries<'_> {
     }
 }
 
-impl serde::ser::SerializeStruct for &mut StringWalk {
-    type Ok = ();
-    type Error = WalkError;
-    fn serialize_field<T: serde::Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), WalkError> {
-        self.entry(key, v)
-    }
-    fn end(self) -> Result<(), WalkError> {
-        Ok(())
-    }
+/// Struct fields, of a struct or an enum's struct variant, walked under
+/// their names.
+macro_rules! fields {
+    ($($trait:ident),*) => {$(
+        impl serde::ser::$trait for &mut StringWalk {
+            type Ok = ();
+            type Error = WalkError;
+            fn serialize_field<T: serde::Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                v: &T,
+            ) -> Result<(), WalkError> {
+                self.entry(key, v)
+            }
+            fn end(self) -> Result<(), WalkError> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl serde::ser::SerializeStructVariant for &mut StringWalk {
-    type Ok = ();
-    type Error = WalkError;
-    fn serialize_field<T: serde::Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), WalkError> {
-        self.entry(key, v)
-    }
-    fn end(self) -> Result<(), WalkError> {
-        Ok(())
-    }
-}
+fields!(SerializeStruct, SerializeStructVariant);
 
 fn field_or_object(path: &str) -> String {
     if path.is_empty() {

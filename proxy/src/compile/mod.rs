@@ -1177,17 +1177,7 @@ spec:
         // it, the other is told why, without its name.
         let both = load(&rule("www.beta-corp.test"));
         let s = compiled(&both, &proven(&["alpha", "beta"]));
-        let beta = s
-            .report
-            .ingresses
-            .iter()
-            .find(|r| r.namespace == "tenant-beta")
-            .unwrap();
-        let hosts = beta
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "HostsAccepted")
-            .unwrap();
+        let hosts = report_condition(&s, |r| r.namespace == "tenant-beta", "HostsAccepted");
         assert!(
             hosts.message.contains("proven by another tenant too"),
             "{hosts:?}"
@@ -1247,11 +1237,7 @@ spec:
         let s = compile_test_docs(&docs, &options);
         assert!(routed(&s, "www.acme-corp.com"));
         assert_eq!(s.acme.hosts().collect::<Vec<_>>(), ["www.acme-corp.com"]);
-        let ready = s.report.ingresses[0]
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "CertificateReady")
-            .expect("CertificateReady");
+        let ready = report_condition(&s, |_| true, "CertificateReady");
         assert_eq!((ready.status, ready.reason), ("True", "Issued"));
         assert_eq!(
             s.report.domains[0].detail,
@@ -1306,27 +1292,13 @@ spec:
             s.acme.get("a.example").unwrap().secret.as_deref(),
             Some("missing")
         );
-        let report = s
-            .report
-            .ingresses
-            .iter()
-            .find(|r| r.name == "shop")
-            .unwrap();
-        let tls = report
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "TLSReady")
-            .unwrap();
+        let tls = report_condition(&s, |r| r.name == "shop", "TLSReady");
         assert_eq!(
             tls.status, "True",
             "a missing Secret is expected with ACME: {}",
             tls.message
         );
-        let cert = report
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "CertificateReady")
-            .unwrap();
+        let cert = report_condition(&s, |r| r.name == "shop", "CertificateReady");
         assert_eq!((cert.status, cert.reason), ("False", "Pending"));
         let plain = s
             .report
@@ -1460,12 +1432,7 @@ spec:
         assert!(big.tenant().is_none());
         let bad = s.routes.lookup("bad.example", "/").unwrap();
         assert_eq!(bad.max_body_size(), None);
-        let report = s.report.ingresses.iter().find(|r| r.name == "bad").unwrap();
-        let condition = report
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "AnnotationsAccepted")
-            .expect("condition");
+        let condition = report_condition(&s, |r| r.name == "bad", "AnnotationsAccepted");
         assert!(condition.message.contains("max-body-size"), "{condition:?}");
         // The same gate across compiles, so a reload keeps the counters.
         let again = compile_test_docs(
@@ -1482,6 +1449,25 @@ spec:
             .and_then(|r| r.tenant().cloned())
             .unwrap();
         assert!(Arc::ptr_eq(&gate, tenant.tenant().unwrap()));
+    }
+
+    /// The condition `type_` of the first Ingress report `which` picks.
+    fn report_condition<'s>(
+        s: &'s Snapshot,
+        which: impl Fn(&IngressReport) -> bool,
+        type_: &str,
+    ) -> &'s Condition {
+        let report = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| which(r))
+            .expect("reported");
+        report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} in {:?}", report.conditions))
     }
 
     fn routed(s: &Snapshot, host: &str) -> bool {
@@ -1555,11 +1541,7 @@ spec:
         assert_eq!(s.claims.len(), 1);
         assert_eq!(s.claims[0].host, "www.acme-corp.com");
         assert_eq!(s.claims[0].targets, ["web-shop.acme.lb.example.net"]);
-        let hosts = s.report.ingresses[0]
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "HostsAccepted")
-            .unwrap();
+        let hosts = report_condition(&s, |_| true, "HostsAccepted");
         assert_eq!(hosts.status, "False");
         assert!(
             hosts.message.contains("outside your own subtree"),

@@ -209,6 +209,13 @@ mod tests {
         }
     }
 
+    fn refused(o: &Outcome) -> (&'static str, &str) {
+        match o {
+            Outcome::Refused { reason, message } => (reason, message),
+            o => panic!("allocated: {o:?}"),
+        }
+    }
+
     fn addr(o: &Outcome) -> Option<IpAddr> {
         match o {
             Outcome::Allocated { addr, .. } => Some(*addr),
@@ -245,13 +252,9 @@ mod tests {
         // ids[0] is older than the others but arrives last: it must not
         // take an address away from them.
         let out = a.allocate(&[claim(&ids[0], 53), claim(&ids[1], 53), claim(&ids[2], 53)]);
-        match &out[0] {
-            Outcome::Refused { reason, message } => {
-                assert_eq!(*reason, "PoolExhausted");
-                assert!(message.contains("53/TCP, 53/UDP"), "{message}");
-            }
-            o => panic!("{o:?}"),
-        }
+        let (reason, message) = refused(&out[0]);
+        assert_eq!(reason, "PoolExhausted");
+        assert!(message.contains("53/TCP, 53/UDP"), "{message}");
         assert_eq!(addr(&out[1]), Some(ip("10.0.0.1")));
         assert_eq!(addr(&out[2]), Some(ip("10.0.0.2")));
     }
@@ -416,13 +419,9 @@ mod tests {
             ..claim(&ids[1], 9000)
         };
         let out = allocate(&pools(), &reserved, &BTreeMap::new(), &[https, admin]);
-        match &out[0] {
-            Outcome::Refused { reason, message } => {
-                assert_eq!(*reason, "PoolExhausted");
-                assert!(message.contains("443/TCP"), "{message}");
-            }
-            o => panic!("{o:?}"),
-        }
+        let (reason, message) = refused(&out[0]);
+        assert_eq!(reason, "PoolExhausted");
+        assert!(message.contains("443/TCP"), "{message}");
         // 9000 is reserved on 10.0.0.1 only: the Service gets 10.0.0.2.
         assert_eq!(addr(&out[1]), Some(ip("10.0.0.2")));
 
