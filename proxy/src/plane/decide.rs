@@ -149,21 +149,39 @@ fn limits(
 
 /// The forwarding headers a backend gets, replacing whatever the client
 /// sent: the edge is where the chain of trust starts. `None` removes the
-/// header.
+/// header. `Forwarded` (RFC 7239) and `X-Real-IP` are replaced like the
+/// `X-Forwarded-*` family (isolation review, finding 6: a client's own
+/// `Forwarded: for=…` reached tenant backends as if teapot had said it).
 pub fn forwarding_headers(
     client_ip: Option<String>,
     tls: bool,
     authority: &str,
     local_port: Option<u16>,
-) -> [(&'static str, Option<String>); 4] {
+) -> [(&'static str, Option<String>); 6] {
+    let proto = if tls { "https" } else { "http" };
+    let forwarded = client_ip.as_deref().map(|ip| {
+        // An IPv6 node and any host go in a quoted-string (RFC 7239 §4).
+        let node = if ip.contains(':') {
+            format!("\"[{ip}]\"")
+        } else {
+            ip.to_string()
+        };
+        let host: String = authority
+            .chars()
+            .flat_map(|c| match c {
+                '"' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        format!("for={node};proto={proto};host=\"{host}\"")
+    });
     [
-        ("x-forwarded-for", client_ip),
-        (
-            "x-forwarded-proto",
-            Some(if tls { "https" } else { "http" }.to_string()),
-        ),
+        ("x-forwarded-for", client_ip.clone()),
+        ("x-forwarded-proto", Some(proto.to_string())),
         ("x-forwarded-host", Some(authority.to_string())),
         ("x-forwarded-port", local_port.map(|p| p.to_string())),
+        ("forwarded", forwarded),
+        ("x-real-ip", client_ip),
     ]
 }
 
@@ -266,5 +284,27 @@ ports: [{name: \"\", port: 8080}]
         assert_eq!(h[1], ("x-forwarded-proto", Some("https".to_string())));
         assert_eq!(h[2], ("x-forwarded-host", Some("a.example".to_string())));
         assert_eq!(h[3], ("x-forwarded-port", None));
+        assert_eq!(
+            h[4],
+            (
+                "forwarded",
+                Some("for=192.0.2.7;proto=https;host=\"a.example\"".to_string())
+            )
+        );
+        assert_eq!(h[5], ("x-real-ip", Some("192.0.2.7".to_string())));
+        let v6 = forwarding_headers(
+            Some("2001:db8::1".into()),
+            false,
+            "a.example:8080",
+            Some(80),
+        );
+        assert_eq!(
+            v6[4].1.as_deref(),
+            Some("for=\"[2001:db8::1]\";proto=http;host=\"a.example:8080\"")
+        );
+        // Without a peer address, nothing the client sent survives.
+        let none = forwarding_headers(None, false, "a.example", None);
+        assert_eq!(none[4], ("forwarded", None));
+        assert_eq!(none[5], ("x-real-ip", None));
     }
 }
