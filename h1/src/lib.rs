@@ -66,6 +66,6 @@ pub use engine::{ConnEnd, Engine, EngineConfig};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use router::{
-    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, Respond, Router, Timeouts,
+    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, Respond, Router, Timeouts, Upstreams,
 };
 pub use scan::{H1Framing, HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, scan_h1};
