@@ -123,7 +123,7 @@ impl teapot_h1::Router for Router {
                     upstream: forward.upstream,
                     tried: Tried::default(),
                     max_attempts: self.options.max_connect_attempts.max(1),
-                    metrics: self.metrics.clone(),
+                    connect_failures: self.metrics.upstream_connect_failures.clone(),
                     _tenant: forward.tenant,
                     _in_flight: self.metrics.request_started(),
                 });
@@ -183,7 +183,8 @@ pub struct Target {
     upstream: Arc<Upstream>,
     tried: Tried,
     max_attempts: u32,
-    metrics: Metrics,
+    /// One counter, not all of [`Metrics`]: cloned per request.
+    connect_failures: prometheus::IntCounter,
     /// The tenant's connection slot: held for the request, and for an
     /// upgraded connection's whole life.
     _tenant: Option<TenantPermit>,
@@ -219,7 +220,7 @@ impl Upstreams for Target {
     }
 
     fn failed(&mut self, addr: SocketAddr) {
-        self.metrics.upstream_connect_failures.inc();
+        self.connect_failures.inc();
         if let Some(e) = self.endpoint(addr) {
             e.eject();
         }
