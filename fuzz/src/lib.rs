@@ -18,7 +18,7 @@ use teapot_webhook::{PolicyConfig, PolicyState, Validator};
 /// The HTTP/1 framing scan on arbitrary bytes; a valid verdict must be
 /// stable (scanning twice agrees).
 pub fn h1_scan(data: &[u8]) {
-    let limits = EdgeConfig::default();
+    let limits = EdgeConfig::default().head_limits();
     let first = scan_h1(data, &limits);
     assert_eq!(first, scan_h1(data, &limits));
     if let Ok(f) = first {

@@ -17,6 +17,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -25,7 +26,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
-use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router};
+use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router, Upstreams};
 use crate::scan::{HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, is_authority, scan_h1};
 use crate::wire::{
     checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
@@ -57,6 +58,12 @@ pub struct EngineConfig {
     pub pool_idle_timeout: Duration,
     /// Bytes read from a socket at a time (buffers grow to about this).
     pub read_chunk: usize,
+    /// `Server` of the engine's own answers, and of relayed responses
+    /// that carry none (`None`: not added).
+    pub server: Option<Bytes>,
+    /// Bodies of the engine's 502 and 504 answers (plain text).
+    pub bad_gateway_body: Bytes,
+    pub gateway_timeout_body: Bytes,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +80,9 @@ impl Default for EngineConfig {
             pool_max_idle_per_upstream: 64,
             pool_idle_timeout: Duration::from_secs(30),
             read_chunk: 16 * 1024,
+            server: None,
+            bad_gateway_body: Bytes::from_static(b"502 upstream failed\n"),
+            gateway_timeout_body: Bytes::from_static(b"504 upstream timed out\n"),
         }
     }
 }
@@ -276,9 +286,9 @@ impl Stats {
     }
 }
 
-/// What the synchronous part of a request decided.
-enum Plan {
-    Forward(Box<ForwardPlan>),
+/// What the head and the router decided.
+enum Plan<U> {
+    Forward(Box<ForwardPlan<U>>),
     Local {
         respond: Respond,
         head_request: bool,
@@ -289,8 +299,8 @@ enum Plan {
     Refuse(Refusal),
 }
 
-struct ForwardPlan {
-    fwd: Forward,
+struct ForwardPlan<U> {
+    fwd: Forward<U>,
     body: BodyFraming,
     head_request: bool,
     /// Safe to send again on a fresh connection: idempotent, no body.
@@ -413,6 +423,7 @@ where
                     up_out,
                     log,
                 )
+                .await
             };
             self.inbuf.consume(head_len);
             let next = match plan {
@@ -431,7 +442,9 @@ where
                     self.observe(&stats, Outcome::Local(respond.reason), respond.tag.as_ref());
                     next
                 }
-                Plan::Forward(plan) => self.forward(&plan, &mut stats).await,
+                // The plan (and what the router put in it, e.g. a
+                // tenant's slot) lives until the request has ended.
+                Plan::Forward(mut plan) => self.forward(&mut plan, &mut stats).await,
             };
             self.up_out.clear();
             self.upbuf.clear();
@@ -493,6 +506,9 @@ where
                 return Ok(end);
             }
             scanned = buf.len();
+            if !method_so_far_is_token(buf) {
+                return Err(HeadWait::Refused(Refusal::BadRequestLine));
+            }
             if !buf.contains(&b'\n') && buf.len() > limits.max_request_line {
                 return Err(HeadWait::Refused(Refusal::RequestLineTooLong));
             }
@@ -550,7 +566,14 @@ where
 
     async fn refuse(&mut self, r: Refusal, stats: &mut Stats) {
         self.out.clear();
-        write_local_head(&mut self.out, r.status(), &[], r.body().len() as u64, false);
+        write_local_head(
+            &mut self.out,
+            r.status(),
+            &PLAIN_TEXT,
+            r.body().len() as u64,
+            false,
+            self.engine.config.server.as_deref(),
+        );
         self.out.extend_from_slice(r.body().as_bytes());
         stats.status = r.status();
         let _ = self.flush(stats).await;
@@ -572,6 +595,7 @@ where
             &respond.headers,
             respond.body.len() as u64,
             keep,
+            self.engine.config.server.as_deref(),
         );
         if !head_request {
             self.out.extend_from_slice(&respond.body);
@@ -591,52 +615,70 @@ where
             UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout => 504,
             _ => 502,
         };
-        let body: &'static str = if status == 504 {
-            "504 upstream timed out\n"
+        let config = &self.engine.config;
+        let body = if status == 504 {
+            config.gateway_timeout_body.clone()
         } else {
-            "502 upstream failed\n"
+            config.bad_gateway_body.clone()
         };
-        let respond = Respond::new(status, "", body);
+        let mut respond = Respond::new(status, "", body);
+        respond.headers.extend_from_slice(&PLAIN_TEXT);
         self.local(&respond, false, keep, stats).await
     }
 
+    /// An upstream connection: a pooled one to the picked address when
+    /// there is one, else a fresh connect, moving on to the next address
+    /// the router's [`Upstreams`] gives while connects fail. `retry` is an
+    /// address whose pooled connection just failed: connected to afresh
+    /// first.
     async fn connect(
         &self,
-        plan: &ForwardPlan,
-        fresh: bool,
+        plan: &mut ForwardPlan<R::Upstreams>,
+        mut retry: Option<SocketAddr>,
+        attempts: &mut u32,
         stats: &mut Stats,
     ) -> Result<(TcpStream, SocketAddr, bool), UpstreamError> {
-        let ups = &plan.fwd.upstreams;
-        if !fresh
-            && let Some(&first) = ups.first()
-            && let Some(s) = self.engine.pool.take(first)
-        {
-            return Ok((s, first, true));
-        }
         let to = plan
             .fwd
             .timeouts
             .connect
             .unwrap_or(self.engine.config.connect_timeout);
         let mut err = UpstreamError::Connect;
-        for &addr in ups.iter() {
+        loop {
+            let addr = match retry.take() {
+                Some(addr) => addr,
+                None => {
+                    let Some(addr) = plan.fwd.upstreams.next(*attempts) else {
+                        return Err(err);
+                    };
+                    *attempts += 1;
+                    if let Some(s) = self.engine.pool.take(addr) {
+                        return Ok((s, addr, true));
+                    }
+                    addr
+                }
+            };
             stats.upstream = Some(addr);
             match timeout(to, TcpStream::connect(addr)).await {
                 Ok(Ok(s)) => {
                     let _ = s.set_nodelay(true);
+                    plan.fwd.upstreams.connected(addr);
                     return Ok((s, addr, false));
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(%addr, error = %e, "upstream connect failed");
+                    plan.fwd.upstreams.failed(addr);
                     err = UpstreamError::Connect;
                 }
-                Err(_) => err = UpstreamError::ConnectTimeout,
+                Err(_) => {
+                    plan.fwd.upstreams.failed(addr);
+                    err = UpstreamError::ConnectTimeout;
+                }
             }
         }
-        Err(err)
     }
 
-    async fn forward(&mut self, plan: &ForwardPlan, stats: &mut Stats) -> Next {
+    async fn forward(&mut self, plan: &mut ForwardPlan<R::Upstreams>, stats: &mut Stats) -> Next {
         let limit = body_limit(self.engine.config.max_body_size, plan.fwd.max_body_size);
         if let BodyFraming::Length(n) = plan.body
             && limit != 0
@@ -650,7 +692,6 @@ where
             .timeouts
             .read
             .unwrap_or(self.engine.config.upstream_read_timeout);
-        let tag = plan.fwd.tag.as_ref();
         let mut decoder = BodyDecoder::new(plan.body, Emit::Same, limit);
         // Body bytes already buffered behind the head go out with it; a
         // framing error among them is refused before any upstream sees a
@@ -673,16 +714,18 @@ where
         }
         let up_start = Instant::now();
         stats.upstream_start = Some(up_start);
-        let mut fresh = false;
+        let mut attempts = 0u32;
+        let mut retry = None;
         let (up, addr, sent) = loop {
-            let (mut up, addr, reused) = match self.connect(plan, fresh, stats).await {
+            let (mut up, addr, reused) = match self.connect(plan, retry, &mut attempts, stats).await
+            {
                 Ok(c) => c,
                 Err(e) => {
                     // No body byte was read: the connection stays usable
                     // unless there is a body still to come.
                     let keep = plan.client_keepalive && plan.body == BodyFraming::None;
                     let next = self.gateway_error(e, keep, stats).await;
-                    self.observe(stats, Outcome::Upstream(e), tag);
+                    self.observe(stats, Outcome::Upstream(e), plan.fwd.tag.as_ref());
                     return next;
                 }
             };
@@ -700,13 +743,14 @@ where
             {
                 tracing::debug!(%addr, "reused upstream connection failed; retrying once");
                 stats.retried = true;
-                fresh = true;
+                retry = Some(addr);
                 self.upbuf.clear();
                 continue;
             }
             break (up, addr, sent);
         };
         self.up_out.clear();
+        let tag = plan.fwd.tag.as_ref();
         let head_len = match sent {
             Sent::Response { head_len } => head_len,
             Sent::Upstream(e) => {
@@ -744,7 +788,7 @@ where
         &mut self,
         up: &mut TcpStream,
         decoder: &mut BodyDecoder,
-        plan: &ForwardPlan,
+        plan: &ForwardPlan<R::Upstreams>,
         read_to: Duration,
         stats: &mut Stats,
     ) -> Sent {
@@ -794,6 +838,11 @@ where
             }
             let sending = up_pos < self.up_out.len();
             let need_body = !decoder.is_done();
+            // With the body sent, the client is still read (up to a head's
+            // worth of pipelined bytes, kept for later) so that a client
+            // hanging up is noticed while its answer is awaited.
+            let watch_client =
+                need_body || self.inbuf.filled().len() < self.engine.config.limits.max_header_bytes;
             let Conn {
                 client,
                 inbuf,
@@ -810,7 +859,7 @@ where
             let ev = timeout(read_to, async {
                 tokio::select! {
                     r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
-                    r = inbuf.read_from(client, chunk), if !sending && need_body => Ev::ClientRead(r),
+                    r = inbuf.read_from(client, chunk), if !sending && watch_client => Ev::ClientRead(r),
                     r = upbuf.read_from(&mut up_r, chunk) => Ev::UpRead(r),
                 }
             })
@@ -847,6 +896,7 @@ where
                     stats.client_abort = true;
                     return Sent::Client(Outcome::ClientAbort);
                 }
+                Ev::ClientRead(Ok(_)) if !need_body => {}
                 Ev::ClientRead(Ok(_)) => {
                     match decoder.feed(self.inbuf.filled(), &mut self.up_out) {
                         Ok(n) => {
@@ -878,7 +928,7 @@ where
         mut up: TcpStream,
         addr: SocketAddr,
         head_len: usize,
-        plan: &ForwardPlan,
+        plan: &ForwardPlan<R::Upstreams>,
         request_done: bool,
         read_to: Duration,
         stats: &mut Stats,
@@ -886,13 +936,16 @@ where
         let tag = plan.fwd.tag.as_ref();
         let shutting_down = self.shutting_down();
         let parsed = {
-            let Conn { upbuf, out, .. } = self;
+            let Conn {
+                engine, upbuf, out, ..
+            } = self;
             out.clear();
             write_response_head(
                 out,
                 &upbuf.filled()[..head_len],
                 plan,
                 request_done && !shutting_down,
+                engine.config.server.as_deref(),
             )
         };
         self.upbuf.consume(head_len);
@@ -1035,6 +1088,14 @@ fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+/// Whether an incomplete head can still start with a method: a client
+/// speaking another protocol (a TLS hello, HTTP/2 frames without the h2c
+/// preface) is refused at its first bytes, not at the header timeout.
+fn method_so_far_is_token(buf: &[u8]) -> bool {
+    let end = buf.iter().position(|&b| b == b' ').unwrap_or(buf.len());
+    buf[..end].iter().all(|&b| crate::scan::is_tchar(b))
+}
+
 /// `Some((head length, status))` once a response head is complete.
 fn response_head_len(buf: &[u8]) -> Result<Option<(usize, u16)>, ()> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
@@ -1068,14 +1129,24 @@ fn clean_reason(r: &str) -> &[u8] {
     }
 }
 
+/// The engine's plain-text answers (refusals, 502, 504).
+static PLAIN_TEXT: [(Bytes, Bytes); 1] = [(
+    Bytes::from_static(b"content-type"),
+    Bytes::from_static(b"text/plain; charset=utf-8"),
+)];
+
 fn write_local_head(
     out: &mut Vec<u8>,
     status: u16,
-    headers: &[(bytes::Bytes, bytes::Bytes)],
+    headers: &[(Bytes, Bytes)],
     len: u64,
     keep: bool,
+    server: Option<&[u8]>,
 ) {
     status_line(out, status, reason(status).as_bytes());
+    if let Some(server) = server {
+        field(out, b"server", server);
+    }
     for (n, v) in headers {
         if crate::wire::is_hop_by_hop(n) {
             continue;
@@ -1102,11 +1173,12 @@ struct RespFacts {
 }
 
 /// Parses the upstream's final response head and writes the client's.
-fn write_response_head(
+fn write_response_head<U>(
     out: &mut Vec<u8>,
     raw: &[u8],
-    plan: &ForwardPlan,
+    plan: &ForwardPlan<U>,
     may_keep_client: bool,
+    server: Option<&[u8]>,
 ) -> Result<RespFacts, ()> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
     let mut resp = httparse::Response::new(&mut slots);
@@ -1157,13 +1229,24 @@ fn write_response_head(
             !opts.close
         };
     let client_chunked = body == BodyFraming::Chunked && !plan.client_http10;
+    // A refused upgrade closes: the client may already have sent bytes of
+    // the protocol it asked for, which are no request.
     let client_keepalive = may_keep_client
         && plan.client_keepalive
+        && !plan.upgrade
         && body != BodyFraming::Close
         && (body != BodyFraming::Chunked || client_chunked);
 
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
     write_fields(out, resp.headers, opts, &plan.fwd.response_edits);
+    if let Some(server) = server
+        && !resp
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("server"))
+    {
+        field(out, b"server", server);
+    }
     match body {
         BodyFraming::Length(n) => {
             out.extend_from_slice(b"content-length: ");
@@ -1207,14 +1290,14 @@ fn write_response_head(
 }
 
 /// Scans, parses, routes and (for a forward) writes the upstream head.
-fn prepare<R: Router>(
+async fn prepare<R: Router>(
     raw: &[u8],
     config: &EngineConfig,
     router: &R,
     info: &ConnInfo,
     up_out: &mut Vec<u8>,
     log: &mut LogHead,
-) -> Plan {
+) -> Plan<R::Upstreams> {
     let framing = match scan_h1(raw, &config.limits) {
         Ok(f) => f,
         Err(r) => return Plan::Refuse(r),
@@ -1288,7 +1371,7 @@ fn prepare<R: Router>(
         content_length: framing.content_length,
         chunked: framing.chunked,
     };
-    let fwd = match router.decide(&head, info) {
+    let fwd = match router.decide(&head, info).await {
         Decision::Respond(respond) => {
             return Plan::Local {
                 respond,
@@ -1379,6 +1462,15 @@ fn split_absolute(target: &str) -> Result<Option<(&str, &str)>, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_protocol_is_no_request() {
+        assert!(method_so_far_is_token(b""));
+        assert!(method_so_far_is_token(b"GE"));
+        assert!(method_so_far_is_token(b"GET /\0"));
+        assert!(!method_so_far_is_token(b"\x16\x03\x01"));
+        assert!(!method_so_far_is_token(b"\0\0\x1d\x01"));
+    }
 
     #[test]
     fn head_end_is_found_incrementally() {

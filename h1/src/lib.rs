@@ -4,7 +4,8 @@
 //! over the client stream (`AsyncRead + AsyncWrite + Unpin`: plain TCP,
 //! TLS, or Pingora's boxed `Stream`), with no Pingora dependency. Per
 //! request it parses the head once, in place, in a buffer the connection
-//! reuses; asks a synchronous [`Router`]; writes the upstream head as bytes
+//! reuses; asks a [`Router`] (an unboxed future, ready at once unless the
+//! router must wait); writes the upstream head as bytes
 //! with the router's edits spliced in; and relays both bodies with their
 //! framing re-validated. No task, channel, timer or header map is created
 //! per request, and idle upstream connections sit in a [`Pool`] with no
@@ -36,9 +37,10 @@
 //!
 //! # Layout
 //!
-//! - [`scan`]: the request-smuggling defence ported from
-//!   `proxy/src/edge.rs` ([`scan_h1`], [`Refusal`], [`H1Framing`],
-//!   [`body_limit`]); runs on the raw head before `httparse`.
+//! - [`scan`]: the request-smuggling defence ([`scan_h1`], [`Refusal`],
+//!   [`H1Framing`], [`body_limit`]), teapot's one home for the HTTP/1
+//!   framing rules (`proxy/src/plane/edge.rs` re-exports them); runs on
+//!   the raw head before `httparse`.
 //! - `body`: Content-Length, chunked (re-validated, re-encoded
 //!   canonically, trailers checked) and close-delimited body decoding that
 //!   never consumes past the framed end.
@@ -66,6 +68,6 @@ pub use engine::{ConnEnd, Engine, EngineConfig};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use router::{
-    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, Respond, Router, Timeouts,
+    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, Respond, Router, Timeouts, Upstreams,
 };
 pub use scan::{H1Framing, HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, scan_h1};

@@ -1,6 +1,7 @@
 //! The decision interface: what the engine asks the product about each
 //! request, and what it may answer.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,11 +136,43 @@ pub struct Timeouts {
     pub read: Option<Duration>,
 }
 
+/// Where a forwarded request may connect, asked one address at a time so
+/// a product can pick (round-robin, health) without building a list per
+/// request, and hear back how each connect went.
+pub trait Upstreams: Send + 'static {
+    /// The address for connect attempt `attempt` (0, 1, ...); `None` when
+    /// no more may be tried.
+    fn next(&mut self, attempt: u32) -> Option<SocketAddr>;
+
+    /// Nothing can ever be tried: answered 503 before anything is read.
+    fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// A fresh connection to `addr` was established.
+    fn connected(&mut self, _addr: SocketAddr) {}
+
+    /// Connecting to `addr` failed or timed out.
+    fn failed(&mut self, _addr: SocketAddr) {}
+}
+
+/// A fixed list, tried in order.
+impl Upstreams for Arc<[SocketAddr]> {
+    fn next(&mut self, attempt: u32) -> Option<SocketAddr> {
+        self.get(attempt as usize).copied()
+    }
+
+    fn is_empty(&self) -> bool {
+        <[SocketAddr]>::is_empty(self)
+    }
+}
+
 /// Forward the request to an upstream.
 #[derive(Clone, Debug)]
-pub struct Forward {
-    /// Addresses tried in order when connecting fails (at least one).
-    pub upstreams: Arc<[SocketAddr]>,
+pub struct Forward<U = Arc<[SocketAddr]>> {
+    /// Where to connect; lives until the request (or its upgraded tunnel)
+    /// ends, so it may hold per-request resources.
+    pub upstreams: U,
     /// Edits to the request head sent upstream.
     pub request_edits: HeaderEdits,
     /// Edits to the response head sent to the client.
@@ -154,8 +187,14 @@ pub struct Forward {
 
 impl Forward {
     pub fn to(upstreams: impl Into<Arc<[SocketAddr]>>) -> Self {
+        Forward::via(upstreams.into())
+    }
+}
+
+impl<U: Upstreams> Forward<U> {
+    pub fn via(upstreams: U) -> Self {
         Forward {
-            upstreams: upstreams.into(),
+            upstreams,
             request_edits: HeaderEdits::default(),
             response_edits: HeaderEdits::default(),
             timeouts: Timeouts::default(),
@@ -199,24 +238,40 @@ impl Respond {
 
 /// What to do with one request.
 #[derive(Clone, Debug)]
-pub enum Decision {
-    Forward(Forward),
+pub enum Decision<U = Arc<[SocketAddr]>> {
+    Forward(Forward<U>),
     Respond(Respond),
 }
 
 /// The product's routing: called once per request, after the head passed
-/// the framing rules and before any body byte is read. Synchronous on
-/// purpose: routing is a lookup in a snapshot, and the engine's per-request
-/// cost must not include a boxed future.
-pub trait Router: Send + Sync + 'static {
-    fn decide(&self, head: &RequestHead<'_>, conn: &ConnInfo) -> Decision;
+/// the framing rules and before any body byte is read. The future is not
+/// boxed: a router that decides from a snapshot returns a ready one, and
+/// the per-request cost stays a lookup; one that must wait (an ACME
+/// challenge store, a refusal delay) awaits only on those requests.
+// No `'static` bound: a router borrowing nothing is `'static` anyway, and
+// the bound would make rustc prove the serve future `Send` for every
+// lifetime of a boxed `dyn Fn` router (which it cannot).
+pub trait Router: Send + Sync {
+    type Upstreams: Upstreams;
+
+    fn decide(
+        &self,
+        head: &RequestHead<'_>,
+        conn: &ConnInfo,
+    ) -> impl Future<Output = Decision<Self::Upstreams>> + Send;
 }
 
 impl<F> Router for F
 where
-    F: Fn(&RequestHead<'_>, &ConnInfo) -> Decision + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>, &ConnInfo) -> Decision + Send + Sync,
 {
-    fn decide(&self, head: &RequestHead<'_>, conn: &ConnInfo) -> Decision {
-        self(head, conn)
+    type Upstreams = Arc<[SocketAddr]>;
+
+    fn decide(
+        &self,
+        head: &RequestHead<'_>,
+        conn: &ConnInfo,
+    ) -> impl Future<Output = Decision> + Send {
+        std::future::ready(self(head, conn))
     }
 }

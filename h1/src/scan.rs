@@ -310,7 +310,7 @@ pub(crate) fn split_field(line: &[u8]) -> Result<(&[u8], &[u8]), Refusal> {
 }
 
 /// RFC 9110 §5.6.2 token characters.
-pub(crate) fn is_tchar(b: u8) -> bool {
+pub fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
@@ -340,7 +340,7 @@ pub(crate) fn has_token(list: &[u8], token: &[u8]) -> bool {
 
 /// A Host value that names one authority: a reg-name or IP literal with an
 /// optional port. No list, no userinfo, no whitespace, no path.
-pub(crate) fn is_authority(v: &[u8]) -> bool {
+pub fn is_authority(v: &[u8]) -> bool {
     !v.is_empty()
         && v.len() <= 255 + 6
         && v.iter().all(|&b| {
@@ -351,7 +351,7 @@ pub(crate) fn is_authority(v: &[u8]) -> bool {
 /// A field value the engine may write: no CR, LF, NUL or other control
 /// byte but HTAB (what [`scan_h1`] lets through, and what a router's edits
 /// must respect).
-pub(crate) fn is_field_value(v: &[u8]) -> bool {
+pub fn is_field_value(v: &[u8]) -> bool {
     v.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 

@@ -6,16 +6,21 @@ use crate::router::HeaderEdits;
 use crate::scan::{has_token, is_field_value, is_tchar};
 
 /// RFC 9110 §7.6.1 connection-specific fields (plus the obsolete
-/// `proxy-connection`), and the framing fields the engine re-emits itself.
+/// `proxy-connection`, and the proxy credentials and challenges, which
+/// belong to the hop they were sent over), and the framing fields the
+/// engine re-emits itself.
 pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 7] = [
+    const HOP: [&[u8]; 10] = [
         b"connection",
         b"proxy-connection",
         b"keep-alive",
         b"te",
+        b"trailer",
         b"transfer-encoding",
         b"upgrade",
         b"content-length",
+        b"proxy-authenticate",
+        b"proxy-authorization",
     ];
     HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
 }

@@ -201,16 +201,18 @@ pub async fn run(
     let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone())
         .with_acme(acme_responder.clone())
         .with_edge(config.edge.clone());
+    let h1 = crate::plane::h1::engine(router.clone(), config.upstream_pool_size);
     let mut app = pingora_proxy::http_proxy(&server_conf, router);
     let mut options = HttpServerOptions::default();
     options.h2c = config.h2c;
     options.h2_idle_timeout = Some(config.edge.h2.idle_timeout);
     app.server_options = Some(options);
     app.h2_options = Some(config.edge.h2.options());
-    // The edge wrapper counts connections and enforces the header-read
-    // deadline around Pingora's HTTP application (crate::plane::edge).
+    // The edge application counts connections, then serves HTTP/2 with
+    // Pingora's HTTP application and HTTP/1 with the engine
+    // (crate::plane::edge, crate::plane::h1).
     let app =
-        crate::plane::edge::EdgeApp::new(app, config.edge.clone(), metrics.clone(), config.h2c);
+        crate::plane::edge::EdgeApp::new(app, h1, config.edge.clone(), metrics.clone(), config.h2c);
     let mut service = pingora_core::services::listening::Service::new("teapot".to_string(), app);
     let mut fds = Fds::new();
     let mut hand_over = |listener: std::net::TcpListener| -> Result<String, Error> {

@@ -2,8 +2,10 @@
 //! reads only the current snapshot.
 //!
 //! Layout:
-//! - [`proxy`]: the Pingora `ProxyHttp` implementation (the routing
-//!   decision, header edits, upstream choice).
+//! - [`proxy`]: the [`proxy::Router`] and its Pingora `ProxyHttp`
+//!   implementation, which serves HTTP/2.
+//! - [`h1`]: HTTP/1 through teapot's engine (`teapot_h1`), over the same
+//!   router and routing decision ([`decide`]).
 //! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits (sizes,
 //!   header-read deadline, connection caps); docs/edge.md.
 //! - [`tls`]: the SNI certificate resolver.
@@ -18,6 +20,7 @@
 pub mod admin;
 pub mod decide;
 pub mod edge;
+pub mod h1;
 pub mod l4;
 pub mod logflood;
 pub mod metrics;

@@ -1,5 +1,6 @@
-//! The Pingora `ProxyHttp` implementation: one [`Router`] holding `Arc`
-//! handles, per-request state in [`RequestCtx`].
+//! The Pingora `ProxyHttp` implementation, HTTP/2's adapter (HTTP/1 is
+//! the engine's, crate::plane::h1, over the same [`Router`]): one
+//! [`Router`] holding `Arc` handles, per-request state in [`RequestCtx`].
 //!
 //! Each request reads the current snapshot once (an `arc-swap` load), so a
 //! reload in the middle of a request never changes where that request goes,
@@ -22,7 +23,7 @@ use crate::compile::snapshot::SnapshotHandle;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
 use crate::plane::decide::{Answer, Decision, Head, check_host, decide, forwarding_headers};
 use crate::plane::edge::{self, EdgeConfig, Refusal};
-use crate::plane::metrics::Metrics;
+use crate::plane::metrics::{InFlight, Metrics};
 
 /// Value of the `Server` header on responses that have none.
 pub const SERVER_NAME: &str = "teapot";
@@ -51,14 +52,18 @@ impl Default for UpstreamOptions {
     }
 }
 
-/// Routes requests with the current snapshot.
-#[derive(Debug)]
+/// Bodies of the answers to a backend that failed or did not answer.
+pub const BAD_GATEWAY_BODY: &str = "502 the backend could not be reached\n";
+pub const GATEWAY_TIMEOUT_BODY: &str = "504 the backend did not answer in time\n";
+
+/// Routes requests with the current snapshot, for both engines.
+#[derive(Clone, Debug)]
 pub struct Router {
-    snapshots: SnapshotHandle,
-    metrics: Metrics,
-    options: UpstreamOptions,
-    acme: Option<Arc<dyn crate::plane::AcmeResponder>>,
-    edge: EdgeConfig,
+    pub(super) snapshots: SnapshotHandle,
+    pub(super) metrics: Metrics,
+    pub(super) options: UpstreamOptions,
+    pub(super) acme: Option<Arc<dyn crate::plane::AcmeResponder>>,
+    pub(super) edge: EdgeConfig,
 }
 
 impl Router {
@@ -78,21 +83,17 @@ impl Router {
         self
     }
 
-    /// The front-door checks of one request (crate::plane::edge); returns the
-    /// declared body length, if any.
+    /// The front-door checks of one HTTP/2 request (crate::plane::edge;
+    /// HTTP/1 is the engine's, crate::plane::h1); returns the declared
+    /// body length, if any.
     fn front_door(&self, session: &Session) -> std::result::Result<Option<u64>, Refusal> {
         let req = session.req_header();
-        let declared = match session.as_downstream().as_http1() {
-            Some(h1) => edge::scan_h1(&h1.get_headers_raw_bytes(), &self.edge)?.content_length,
-            None => {
-                edge::check_h2_fields(req)?;
-                req.headers
-                    .get(CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok()?.parse().ok())
-            }
-        };
+        edge::check_h2_fields(req)?;
         edge::check_host(req)?;
-        Ok(declared)
+        Ok(req
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok()))
     }
 
     /// Writes a local answer of the routing decision.
@@ -138,17 +139,6 @@ pub struct RequestCtx {
     _in_flight: InFlight,
 }
 
-/// Counts a request as in flight from context creation to drop, which is
-/// what graceful shutdown waits on.
-#[derive(Debug)]
-struct InFlight(prometheus::IntGauge);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
 /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [&str; 7] = [
     "keep-alive",
@@ -165,7 +155,6 @@ impl ProxyHttp for Router {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        self.metrics.in_flight.inc();
         RequestCtx {
             upstream: None,
             endpoint: None,
@@ -174,12 +163,11 @@ impl ProxyHttp for Router {
             body_limit: 0,
             body_seen: 0,
             tenant: None,
-            _in_flight: InFlight(self.metrics.in_flight.clone()),
+            _in_flight: self.metrics.request_started(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        edge::header_complete();
         let declared = match self.front_door(session) {
             Ok(declared) => declared,
             Err(refusal) => {
@@ -410,8 +398,8 @@ impl ProxyHttp for Router {
         };
         if code > 0 {
             let body = match code {
-                502 => "502 the backend could not be reached\n",
-                504 => "504 the backend did not answer in time\n",
+                502 => BAD_GATEWAY_BODY,
+                504 => GATEWAY_TIMEOUT_BODY,
                 400 => "400 bad request\n",
                 413 => Refusal::BodyTooLarge.body(),
                 _ => "error\n",
@@ -442,7 +430,6 @@ impl ProxyHttp for Router {
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, _ctx: &mut RequestCtx) {
-        edge::request_done(self.edge.keepalive_timeout);
         if let Some(resp) = session.response_written() {
             self.metrics.count_response(resp.status.as_u16());
         }
