@@ -164,7 +164,17 @@ pub async fn run(
         (None, _) => None,
     };
     let acme_shared = acme.as_ref().map(|a| a.shared());
-    let l4 = crate::plane::l4::L4::new(config.l4.clone(), metrics.l4.clone());
+    // The proxy's own ports are never a Service's listener (docs/l4.md,
+    // "Reserved listeners").
+    let mut l4_config = config.l4.clone();
+    let bound = listeners.addrs()?;
+    l4_config.reserved.extend(
+        [bound.http, bound.https, Some(bound.admin)]
+            .into_iter()
+            .flatten()
+            .map(crate::compile::l4::allocation::Reserved::listener),
+    );
+    let l4 = crate::plane::l4::L4::new(l4_config, metrics.l4.clone());
     let allocations = Allocator::new(config.l4.pools.clone(), config.l4.state_file.clone())?;
     let source = match &config.kube {
         Some(kube) => Source::Kube(KubeSource::start(kube)),
@@ -198,9 +208,20 @@ pub async fn run(
         upstream_keepalive_pool_size: config.upstream_pool_size,
         ..ServerConf::default()
     });
+    let sni = match &listeners.https {
+        Some(_) => Some(Arc::new(
+            SniResolver::new(
+                snapshots.clone(),
+                TlsCertificate::self_signed_default()?.key,
+            )
+            .with_acme(acme_responder.clone()),
+        )),
+        None => None,
+    };
     let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone())
         .with_acme(acme_responder.clone())
-        .with_edge(config.edge.clone());
+        .with_edge(config.edge.clone())
+        .with_tls(sni.clone());
     let h1 = crate::plane::h1::engine(router.clone(), config.upstream_pool_size);
     let mut app = pingora_proxy::http_proxy(&server_conf, router);
     let mut options = HttpServerOptions::default();
@@ -228,14 +249,12 @@ pub async fn run(
         service.add_tcp(&addr);
         tracing::info!(%addr, "http listener");
     }
-    if let Some(l) = listeners.https {
+    if let (Some(l), Some(sni)) = (listeners.https, sni) {
         let addr = hand_over(l)?;
-        let default_cert = TlsCertificate::self_signed_default()?;
-        let mut tls = TlsSettings::intermediate("", "")
+        // The callback keeps each connection's SNI for the 421 check.
+        let mut tls = TlsSettings::with_callbacks(Box::new(crate::plane::tls::ServerNameCallback))
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
-        tls.set_cert_resolver(Arc::new(
-            SniResolver::new(snapshots.clone(), default_cert.key).with_acme(acme_responder.clone()),
-        ));
+        tls.set_cert_resolver(sni);
         tls.enable_h2();
         // The server picks the TLS 1.2 suite from its own order (AES-GCM
         // before ChaCha20, ECDSA before RSA) rather than whatever a client

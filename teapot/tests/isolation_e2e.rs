@@ -61,3 +61,52 @@ async fn client_forwarded_and_real_ip_headers_never_reach_backends() {
         );
     }
 }
+
+/// Finding 6: a TLS connection made for tenant A's host (its SNI, its
+/// certificate) carried requests for another Ingress's host. Now that is
+/// 421 Misdirected Request, over HTTP/1.1 and HTTP/2 alike; the matching
+/// host is served on the same connection kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_the_connections_certificate_does_not_serve_gets_421() {
+    const NS: &str = "sni";
+    let backend = echo(NS, "web", "web-0").await;
+    let mut objects = echo_service(NS, "web", &[&backend]);
+    for host in ["a.test", "b.test"] {
+        let mut ingress = simple_ingress(NS, host, host, "web");
+        ingress["spec"]["tls"] = json!([{ "hosts": [host], "secretName": host }]);
+        objects.push(ingress);
+    }
+    let secrets: Vec<String> = ["a.test", "b.test"]
+        .iter()
+        .map(|h| teapot_echo::certs::tls_secret_yaml(NS, h, &teapot_echo::certs::self_signed(&[h])))
+        .collect();
+    let manifests = format!("{}\n---\n{}", docs(&objects), secrets.join("\n---\n"));
+    let h = Harness::start(&[("manifests.yaml", manifests)]).await;
+    h.wait_status("both certificates loaded", |s| {
+        s["ingresses"]
+            .as_array()
+            .is_some_and(|i| i.len() == 2 && i.iter().all(|r| r["served"] == true))
+    })
+    .await;
+
+    let a = Transport::tls_insecure("a.test");
+    for (n, proto) in [Proto::Http1, Proto::Http2].into_iter().enumerate() {
+        let ok = send(h.proxy.https, &a, &Request::get("a.test", "/").proto(proto)).await;
+        assert_eq!(ok.status, 200, "{proto:?}: {}", ok.text());
+        let fronted = send(h.proxy.https, &a, &Request::get("b.test", "/").proto(proto)).await;
+        assert_eq!(fronted.status, 421, "{proto:?}: {}", fronted.text());
+        assert_eq!(
+            backend.requests(),
+            n as u64 + 1,
+            "{proto:?}: the fronted request reached no backend"
+        );
+    }
+    // Plain HTTP has no certificate to disagree with.
+    let plain = send(
+        h.proxy.http,
+        &Transport::Plain,
+        &Request::get("b.test", "/"),
+    )
+    .await;
+    assert_eq!(plain.status, 200);
+}

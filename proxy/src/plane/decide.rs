@@ -92,6 +92,12 @@ pub const MANY_HOSTS: Answer = Answer::local(400, "400 more than one Host header
 pub const NO_HOST: Answer = Answer::local(400, "400 missing Host header\n");
 pub const NO_ROUTE: Answer = Answer::local(404, "404 no route for this host and path\n");
 pub const NO_ENDPOINT: Answer = Answer::local(503, "503 no ready endpoint for this route\n");
+/// A host the TLS connection's certificate does not serve: the client
+/// should open a connection for it (RFC 9110 §15.5.20).
+pub const MISDIRECTED: Answer = Answer::local(
+    421,
+    "421 this connection's certificate does not serve this host\n",
+);
 
 #[derive(Debug)]
 pub enum Decision {

@@ -31,7 +31,9 @@ use teapot_h1::{
 use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::fairness::TenantPermit;
 use crate::compile::upstream::{Tried, Upstream};
-use crate::plane::decide::{Answer, Decision, Head, check_host, decide, forwarding_headers};
+use crate::plane::decide::{
+    Answer, Decision, Head, MISDIRECTED, check_host, decide, forwarding_headers,
+};
 use crate::plane::edge::EdgeConfig;
 use crate::plane::metrics::{InFlight, Metrics};
 use crate::plane::proxy::{
@@ -77,7 +79,11 @@ pub fn conn_info(stream: &Stream) -> ConnInfo {
         client: socket.as_ref().and_then(|d| inet(d.peer_addr())),
         local: socket.as_ref().and_then(|d| inet(d.local_addr())),
         tls: stream.get_ssl_digest().is_some(),
-        sni: None,
+        sni: stream
+            .get_ssl_digest()
+            .as_deref()
+            .and_then(crate::plane::tls::server_name)
+            .map(Arc::from),
         alpn: None,
     }
 }
@@ -104,6 +110,9 @@ impl teapot_h1::Router for Router {
         };
         if let Err(answer) = check_host(&head) {
             return H1Decision::Respond(self.local_answer(answer).await);
+        }
+        if self.misdirected(conn.tls, conn.sni.as_deref(), head.authority) {
+            return H1Decision::Respond(self.local_answer(MISDIRECTED).await);
         }
         // HTTP-01 validation, before routing; a token that is not ours goes
         // on to the routes (a tenant may run its own ACME client behind us).

@@ -21,7 +21,9 @@ use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use crate::compile::fairness::TenantPermit;
 use crate::compile::snapshot::SnapshotHandle;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
-use crate::plane::decide::{Answer, Decision, Head, check_host, decide, forwarding_headers};
+use crate::plane::decide::{
+    Answer, Decision, Head, MISDIRECTED, check_host, decide, forwarding_headers,
+};
 use crate::plane::edge::{self, EdgeConfig, Refusal};
 use crate::plane::metrics::{InFlight, Metrics};
 
@@ -64,6 +66,9 @@ pub struct Router {
     pub(super) options: UpstreamOptions,
     pub(super) acme: Option<Arc<dyn crate::plane::AcmeResponder>>,
     pub(super) edge: EdgeConfig,
+    /// The HTTPS listener's certificate choice, to refuse a request for a
+    /// host its connection's certificate does not serve.
+    pub(super) tls: Option<Arc<crate::plane::tls::SniResolver>>,
 }
 
 impl Router {
@@ -74,6 +79,7 @@ impl Router {
             options,
             acme: None,
             edge: EdgeConfig::default(),
+            tls: None,
         }
     }
 
@@ -120,6 +126,22 @@ impl Router {
     pub fn with_acme(mut self, acme: Option<Arc<dyn crate::plane::AcmeResponder>>) -> Router {
         self.acme = acme;
         self
+    }
+
+    /// Answers 421 to requests for a host the connection's certificate
+    /// does not serve (crate::plane::tls::SniResolver::misdirected).
+    pub fn with_tls(mut self, tls: Option<Arc<crate::plane::tls::SniResolver>>) -> Router {
+        self.tls = tls;
+        self
+    }
+
+    /// Whether a request for `authority` on a TLS connection that named
+    /// `sni` must be answered 421 (RFC 9110 §15.5.20).
+    pub(super) fn misdirected(&self, tls: bool, sni: Option<&str>, authority: &str) -> bool {
+        tls && self
+            .tls
+            .as_ref()
+            .is_some_and(|r| r.misdirected(sni, authority))
     }
 }
 
@@ -189,6 +211,12 @@ impl ProxyHttp for Router {
         };
         if let Err(answer) = check_host(&head) {
             self.answer(session, answer).await?;
+            return Ok(true);
+        }
+        let ssl = session.digest().and_then(|d| d.ssl_digest.as_deref());
+        let sni = ssl.and_then(crate::plane::tls::server_name);
+        if self.misdirected(ssl.is_some(), sni, head.authority) {
+            self.answer(session, MISDIRECTED).await?;
             return Ok(true);
         }
         // HTTP-01 validation, before routing, on either listener (a CA
