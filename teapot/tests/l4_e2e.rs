@@ -966,3 +966,34 @@ async fn an_older_service_adding_a_held_port_does_not_take_the_listener() {
     })
     .await;
 }
+
+/// Isolation finding 7: a Service asking for the proxy's own port on a
+/// pool address was shown `Allocated=True` for a listener that could never
+/// bind. The proxy's HTTP, HTTPS and admin ports are reserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxys_own_ports_are_never_a_services_listener() {
+    const NS: &str = "l4-reserved";
+    // Started first, so its ports are known; the Service comes after.
+    let (h, _state) = start(&[], &[]).await;
+    let admin = h.proxy.admin.port();
+    let g = h
+        .apply(
+            "svc.yaml",
+            &docs(&[lb_service(
+                NS,
+                "grab",
+                &[("admin", admin, "TCP")],
+                json!({}),
+            )]),
+        )
+        .await;
+    wait_applied(&h, g).await;
+    let status = h.status().await;
+    let grab = l4_service(&status, NS, "grab").expect("reported");
+    assert_eq!(grab["address"], Value::Null, "{grab}");
+    let allocated = condition(grab, "Allocated").expect("Allocated");
+    assert_eq!(allocated["status"], "False", "{grab}");
+    assert_eq!(allocated["reason"], "PoolExhausted", "{grab}");
+    // The admin endpoint itself still answers.
+    assert!(h.metrics().await.contains("teapot_l4_listeners"));
+}
