@@ -27,6 +27,12 @@ pub struct Metrics {
     pub acme_failures: IntCounter,
     /// 1 while this replica holds the fleet's ACME issuer role.
     pub acme_issuer: IntGauge,
+    /// ACME orders by the namespace that asked and their result (issued,
+    /// failed, rate_limited): which tenant spends the shared account.
+    pub acme_tenant_orders: IntCounterVec,
+    /// 1 while a namespace's orders are paused (rate limit, Retry-After)
+    /// or its weekly budget of new names is spent.
+    pub acme_tenant_held: IntGaugeVec,
     /// Front-door refusals by reason (`crate::plane::edge::Refusal`), resolved
     /// once so a refusal does no label lookup.
     edge_refusals: Vec<IntCounter>,
@@ -120,6 +126,20 @@ impl Metrics {
                 "acme_issuer",
                 "1 while this replica is the fleet's ACME issuer",
             )?,
+            acme_tenant_orders: IntCounterVec::new(
+                Opts::new(
+                    "acme_tenant_orders_total",
+                    "ACME orders of the issuer by namespace and result (issued, failed, rate_limited)",
+                ),
+                &["namespace", "result"],
+            )?,
+            acme_tenant_held: IntGaugeVec::new(
+                Opts::new(
+                    "acme_tenant_held",
+                    "1 while a namespace's ACME orders wait: paused by the CA (reason=paused) or over its weekly budget of new names (reason=budget)",
+                ),
+                &["namespace", "reason"],
+            )?,
             client_aborts: IntCounter::new(
                 "client_aborts_total",
                 "Requests whose client closed the connection before the answer was written (not logged)",
@@ -147,6 +167,9 @@ impl Metrics {
         m.registry.register(Box::new(m.acme_issued.clone()))?;
         m.registry.register(Box::new(m.acme_failures.clone()))?;
         m.registry.register(Box::new(m.acme_issuer.clone()))?;
+        m.registry
+            .register(Box::new(m.acme_tenant_orders.clone()))?;
+        m.registry.register(Box::new(m.acme_tenant_held.clone()))?;
         m.registry
             .register(Box::new(m.log_lines_suppressed.clone()))?;
         Ok(m)

@@ -277,13 +277,33 @@ impl Issuer {
         for due in queue {
             let tenant = self.tenants.entry(due.owner.namespace.clone()).or_default();
             let now = SystemTime::now();
-            if tenant.paused_until.is_some_and(|until| now < until) {
+            let paused = tenant.paused_until.is_some_and(|until| now < until);
+            metrics
+                .acme_tenant_held
+                .with_label_values(&[&due.owner.namespace, "paused"])
+                .set(i64::from(paused));
+            if paused {
                 continue;
             }
-            if !due.renewal && !self.within_budget(&due, now).await {
+            let namespace = due.owner.namespace.as_str();
+            let within = due.renewal || self.within_budget(&due, now).await;
+            metrics
+                .acme_tenant_held
+                .with_label_values(&[namespace, "budget"])
+                .set(i64::from(!within));
+            if !within {
                 continue;
             }
             let result = self.attempt(due.host, due.owner, due.record, metrics).await;
+            let label = match result {
+                Attempt::Issued => "issued",
+                Attempt::PauseTenant(_) => "rate_limited",
+                Attempt::Failed | Attempt::PauseAll(_) => "failed",
+            };
+            metrics
+                .acme_tenant_orders
+                .with_label_values(&[namespace, label])
+                .inc();
             if let Err(e) = self.shared.refresh().await {
                 tracing::warn!(error = %e, "cannot reload ACME state");
             }
@@ -298,6 +318,10 @@ impl Issuer {
                 Attempt::Failed => self.pauses = 0,
                 Attempt::PauseTenant(delay) => {
                     tenant.paused_until = Some(SystemTime::now() + delay);
+                    metrics
+                        .acme_tenant_held
+                        .with_label_values(&[namespace, "paused"])
+                        .set(1);
                     tracing::warn!(
                         namespace = %due.owner.namespace,
                         pause_s = delay.as_secs_f64(),
