@@ -176,6 +176,68 @@ impl LeaderLease {
     }
 }
 
+/// Runs `work` while this replica holds the Lease, and stands by while
+/// another does. `work` gets a receiver that turns true when it must stop
+/// (the Lease was lost, or `shutdown` turned true); `on_leading` hears when
+/// leading starts and ends (health, metrics). Returns `work`'s result when
+/// it ended on its own or after `shutdown` (releasing the Lease, so a
+/// standby takes over at its next try), `None` when shutdown came while
+/// standing by. The agent and `teapot capi` both lead this way.
+pub async fn while_leading<T, Fut>(
+    client: kube::Client,
+    options: LeaseOptions,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    mut on_leading: impl FnMut(bool),
+    mut work: impl FnMut(tokio::sync::watch::Receiver<bool>) -> Fut,
+) -> Option<Result<T, tokio::task::JoinError>>
+where
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let stopped = |s: &mut tokio::sync::watch::Receiver<bool>| {
+        let mut s = s.clone();
+        async move {
+            let _ = s.wait_for(|stop| *stop).await;
+        }
+    };
+    let mut lease = LeaderLease::new(client, options.clone());
+    let mut tick = tokio::time::interval(options.renew_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        loop {
+            tokio::select! {
+                _ = tick.tick() => if lease.try_lead().await { break },
+                _ = stopped(&mut shutdown) => return None,
+            }
+        }
+        tracing::info!(identity = %options.identity, lease = %options.name, "holding the lease: working");
+        on_leading(true);
+        let (lost, lost_rx) = tokio::sync::watch::channel(false);
+        let mut task = tokio::spawn(work(lost_rx));
+        let ended = loop {
+            tokio::select! {
+                result = &mut task => break Some(result),
+                _ = tick.tick() => if !lease.try_lead().await {
+                    tracing::warn!(identity = %options.identity, lease = %options.name, "lost the lease: standing by");
+                    break None;
+                },
+                _ = stopped(&mut shutdown) => {
+                    let _ = lost.send(true);
+                    break Some((&mut task).await);
+                }
+            }
+        };
+        if let Some(result) = ended {
+            on_leading(false);
+            lease.release().await;
+            return Some(result);
+        }
+        let _ = lost.send(true);
+        let _ = task.await;
+        on_leading(false);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

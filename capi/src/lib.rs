@@ -43,7 +43,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
-use teapot_api::lease::{LeaderLease, LeaseOptions};
+use teapot_api::lease::{LeaseOptions, while_leading};
 use teapot_controller::Health;
 use teapot_controller::admin::stopped;
 use teapot_sync::{APP_MANAGED_BY_LABEL, Failures, Listed};
@@ -233,7 +233,7 @@ pub async fn run(
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let (stop, mut stopping) = watch::channel(false);
+    let (stop, stopping) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
@@ -244,43 +244,16 @@ pub async fn run(
         set_leading(&health, &metrics, false);
         return Ok(());
     };
-    let mut lease = LeaderLease::new(config.lb.clone(), options.clone());
-    let mut tick = tokio::time::interval(options.renew_every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        loop {
-            tokio::select! {
-                _ = tick.tick() => if lease.try_lead().await { break },
-                _ = stopped(&mut stopping) => return Ok(()),
-            }
-        }
-        tracing::info!(identity = %options.identity, lease = %options.name, "holding the capi lease: reconciling");
-        set_leading(&health, &metrics, true);
-        let (lost, lost_rx) = watch::channel(false);
-        let mut work = tokio::spawn(lead(
-            config.clone(),
-            metrics.clone(),
-            health.clone(),
-            lost_rx,
-        ));
-        let shutting_down = loop {
-            tokio::select! {
-                _ = &mut work => break true,
-                _ = tick.tick() => if !lease.try_lead().await {
-                    tracing::warn!(identity = %options.identity, "lost the capi lease: standing by");
-                    break false;
-                },
-                _ = stopped(&mut stopping) => break true,
-            }
-        };
-        let _ = lost.send(true);
-        let _ = work.await;
-        set_leading(&health, &metrics, false);
-        if shutting_down {
-            lease.release().await;
-            return Ok(());
-        }
-    }
+    let client = config.lb.clone();
+    while_leading(
+        client,
+        options,
+        stopping,
+        |on| set_leading(&health, &metrics, on),
+        |lost| lead(config.clone(), metrics.clone(), health.clone(), lost),
+    )
+    .await;
+    Ok(())
 }
 
 /// The leader's work until `shutdown` turns true: the Cluster controller,

@@ -48,7 +48,7 @@ use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde_json::Value;
-use teapot_api::lease::{LeaderLease, LeaseOptions};
+use teapot_api::lease::{LeaseOptions, while_leading};
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Listed, Mode, SyncConfig, SyncMetrics};
 use tokio::sync::watch;
 
@@ -254,7 +254,7 @@ pub async fn run(
     config: AgentConfig,
     metrics: Metrics,
     health: Arc<Health>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     if config.install_class {
         // Every replica checks: a class owned by another controller is
@@ -265,49 +265,22 @@ pub async fn run(
         health.set_leading(&metrics, true);
         return lead(config, metrics, health, shutdown).await;
     };
-    let mut lease = LeaderLease::new(config.tenant.clone(), options.clone());
-    let mut tick = tokio::time::interval(options.renew_every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        loop {
-            tokio::select! {
-                _ = tick.tick() => if lease.try_lead().await { break },
-                _ = admin::stopped(&mut shutdown) => return Ok(()),
-            }
+    let client = config.tenant.clone();
+    let leading = while_leading(
+        client,
+        options,
+        shutdown,
+        |on| health.set_leading(&metrics, on),
+        |lost| lead(config.clone(), metrics.clone(), health.clone(), lost),
+    )
+    .await;
+    match leading {
+        Some(Ok(result)) => result,
+        Some(Err(e)) => {
+            tracing::error!(error = %e, "the agent's controllers panicked");
+            Ok(())
         }
-        tracing::info!(identity = %options.identity, lease = %options.name, "holding the agent lease: reconciling");
-        health.set_leading(&metrics, true);
-        let (lost, lost_rx) = watch::channel(false);
-        let mut work = tokio::spawn(lead(
-            config.clone(),
-            metrics.clone(),
-            health.clone(),
-            lost_rx,
-        ));
-        let ended = loop {
-            tokio::select! {
-                result = &mut work => break Some(result),
-                _ = tick.tick() => if !lease.try_lead().await {
-                    tracing::warn!(identity = %options.identity, "lost the agent lease: standing by");
-                    break None;
-                },
-                _ = admin::stopped(&mut shutdown) => {
-                    let _ = lost.send(true);
-                    break Some((&mut work).await);
-                }
-            }
-        };
-        if let Some(result) = ended {
-            health.set_leading(&metrics, false);
-            lease.release().await;
-            return result.unwrap_or_else(|e| {
-                tracing::error!(error = %e, "the agent's controllers panicked");
-                Ok(())
-            });
-        }
-        let _ = lost.send(true);
-        let _ = work.await;
-        health.set_leading(&metrics, false);
+        None => Ok(()),
     }
 }
 

@@ -30,7 +30,7 @@ use crate::compile::CompileOptions;
 use crate::compile::snapshot::Snapshot;
 use crate::loops::allocations::Allocator;
 use crate::loops::kube_status::StatusOptions;
-use crate::loops::proof::{DomainProver, ProofBook, ProofTiming};
+use crate::loops::proof::{DomainProver, ProofBook, ProofLimits, ProofTiming};
 use crate::loops::reload::{LiveInputs, Reloader, Source};
 use crate::plane::AcmeResponder;
 use crate::plane::admin::{self, AdminState};
@@ -53,6 +53,8 @@ pub struct ProxyConfig {
     /// DNS servers for custom-domain proofs (empty: the system's).
     pub dns_servers: Vec<SocketAddr>,
     pub proof_timing: ProofTiming,
+    /// How many custom-domain checks run at once, and for how long.
+    pub proof_limits: ProofLimits,
     /// Certificates from ACME; `None`: off.
     pub acme: Option<crate::loops::acme::AcmeConfig>,
     /// Read objects from the Kubernetes API instead of `manifests`.
@@ -77,6 +79,7 @@ impl ProxyConfig {
             upstream_pool_size: 1024,
             dns_servers: Vec::new(),
             proof_timing: ProofTiming::default(),
+            proof_limits: ProofLimits::default(),
             acme: None,
             kube: None,
             kube_status: None,
@@ -149,7 +152,8 @@ pub async fn run(
         proofs.clone(),
         config.proof_timing.clone(),
     )
-    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+    .map_err(|e| Error::Io(std::io::Error::other(e)))?
+    .with_limits(config.proof_limits);
     let acme = match (config.acme.clone(), &config.kube) {
         (Some(c), None) => Some(crate::loops::acme::Acme::start(c).await?),
         (Some(c), Some(kube)) => {

@@ -108,6 +108,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         proof_recheck_pending: 15,
         proof_recheck_proven: 300,
         proof_grace: 3600,
+        proof_concurrency: 16,
+        proof_tenant_concurrency: 4,
+        proof_timeout: 10,
     };
     let config = crate::proxy_config(dir.clone(), &tuning, &addrs);
     let http = addrs.http.map(|a| a.port()).unwrap_or(0);

@@ -9,9 +9,12 @@
 //! - `teapot tenant add`: a new tenant's LB-cluster objects as YAML.
 //! - `teapot agent`: the tenant-cluster agent (Ingress controller and
 //!   EndpointSlice mirror).
+//! - `teapot capi`: API-server endpoints on the fleet for Cluster API
+//!   clusters (management cluster).
 
 mod acme_args;
 mod agent_cmd;
+mod capi_cmd;
 mod demo;
 mod edge_args;
 mod kube_args;
@@ -26,7 +29,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use teapot_proxy::compile::CompileOptions;
-use teapot_proxy::loops::proof::ProofTiming;
+use teapot_proxy::loops::proof::{ProofLimits, ProofTiming};
 use teapot_proxy::plane::proxy::UpstreamOptions;
 use teapot_proxy::server::BoundAddrs;
 use teapot_proxy::{Listeners, ProxyConfig};
@@ -101,6 +104,8 @@ enum Command {
     Tenant(tenant_cmd::TenantArgs),
     /// Run the tenant-cluster agent: mirror Ingresses and EndpointSlices to the LB cluster.
     Agent(agent_cmd::AgentArgs),
+    /// Give Cluster API clusters an API-server endpoint on the L4 fleet (runs in the management cluster).
+    Capi(capi_cmd::CapiArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -176,6 +181,15 @@ pub(crate) struct TuningArgs {
     /// Seconds a custom domain keeps routing after its proof disappears.
     #[arg(long, default_value_t = 3600)]
     proof_grace: u64,
+    /// Custom-domain checks in flight at once, across tenants.
+    #[arg(long, default_value_t = 16)]
+    proof_concurrency: usize,
+    /// Custom-domain checks in flight at once for one tenant (the rest of the pool stays free for the others).
+    #[arg(long, default_value_t = 4)]
+    proof_tenant_concurrency: usize,
+    /// Seconds one custom-domain check may take, every lookup included.
+    #[arg(long, default_value_t = 10)]
+    proof_timeout: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -212,6 +226,7 @@ fn main() -> anyhow::Result<()> {
             Command::Validate(args) => webhook_cmd::run_validate(args),
             Command::Tenant(args) => tenant_cmd::run(args),
             Command::Agent(args) => agent_cmd::run_agent(args).await,
+            Command::Capi(args) => capi_cmd::run(args).await,
         }
     });
     // Connections still open after the grace period are dropped here.
@@ -295,6 +310,11 @@ pub(crate) fn proxy_config(
         recheck_pending: Duration::from_secs(tuning.proof_recheck_pending),
         recheck_proven: Duration::from_secs(tuning.proof_recheck_proven),
         grace: Duration::from_secs(tuning.proof_grace),
+    };
+    config.proof_limits = ProofLimits {
+        concurrent: tuning.proof_concurrency.max(1),
+        per_tenant: tuning.proof_tenant_concurrency.max(1),
+        check_timeout: Duration::from_secs(tuning.proof_timeout.max(1)),
     };
     config.grace_period = Duration::from_secs(tuning.grace_period);
     config.h2c = tuning.h2c;
