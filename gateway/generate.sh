@@ -23,4 +23,5 @@ gen standard referencegrants reference_grants
 gen experimental tlsroutes tls_routes
 gen experimental tcproutes tcp_routes
 gen experimental udproutes udp_routes
+rustfmt --edition 2024 "$out"/*.rs
 echo "generated: $(ls "$out" | tr '\n' ' ')"

@@ -4,16 +4,22 @@
 
 #[allow(unused_imports)]
 mod prelude {
-    pub use kube::CustomResource;
-    pub use serde::{Serialize, Deserialize};
     pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    pub use kube::CustomResource;
+    pub use serde::{Deserialize, Serialize};
 }
 
 use self::prelude::*;
 
 /// Spec defines the desired state of GRPCRoute.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug)]
-#[kube(group = "gateway.networking.k8s.io", version = "v1", kind = "GRPCRoute", root = "GrpcRoute", plural = "grpcroutes")]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "GRPCRoute",
+    root = "GrpcRoute",
+    plural = "grpcroutes"
+)]
 #[kube(namespaced)]
 #[kube(status = "GrpcRouteStatus")]
 #[kube(schema = "disabled")]
@@ -21,15 +27,15 @@ pub struct GrpcRouteSpec {
     /// Hostnames defines a set of hostnames to match against the GRPC
     /// Host header to select a GRPCRoute to process the request. This matches
     /// the RFC 1123 definition of a hostname with 2 notable exceptions:
-    /// 
+    ///
     /// 1. IPs are not allowed.
     /// 2. A hostname may be prefixed with a wildcard label (`*.`). The wildcard
     ///    label MUST appear by itself as the first label.
-    /// 
+    ///
     /// If a hostname is specified by both the Listener and GRPCRoute, there
     /// MUST be at least one intersecting hostname for the GRPCRoute to be
     /// attached to the Listener. For example:
-    /// 
+    ///
     /// * A Listener with `test.example.com` as the hostname matches GRPCRoutes
     ///   that have either not specified any hostnames, or have specified at
     ///   least one of `test.example.com` or `*.example.com`.
@@ -38,35 +44,35 @@ pub struct GrpcRouteSpec {
     ///   one hostname that matches the Listener hostname. For example,
     ///   `test.example.com` and `*.example.com` would both match. On the other
     ///   hand, `example.com` and `test.example.net` would not match.
-    /// 
+    ///
     /// Hostnames that are prefixed with a wildcard label (`*.`) are interpreted
     /// as a suffix match. That means that a match for `*.example.com` would match
     /// both `test.example.com`, and `foo.test.example.com`, but not `example.com`.
-    /// 
+    ///
     /// If both the Listener and GRPCRoute have specified hostnames, any
     /// GRPCRoute hostnames that do not match the Listener hostname MUST be
     /// ignored. For example, if a Listener specified `*.example.com`, and the
     /// GRPCRoute specified `test.example.com` and `test.example.net`,
     /// `test.example.net` MUST NOT be considered for a match.
-    /// 
+    ///
     /// If both the Listener and GRPCRoute have specified hostnames, and none
     /// match with the criteria above, then the GRPCRoute MUST NOT be accepted by
     /// the implementation. The implementation MUST raise an 'Accepted' Condition
     /// with a status of `False` in the corresponding RouteParentStatus.
-    /// 
+    ///
     /// If a Route (A) of type HTTPRoute or GRPCRoute is attached to a
     /// Listener and that listener already has another Route (B) of the other
     /// type attached and the intersection of the hostnames of A and B is
     /// non-empty, then the implementation MUST accept exactly one of these two
     /// routes, determined by the following criteria, in order:
-    /// 
+    ///
     /// * The oldest Route based on creation timestamp.
     /// * The Route appearing first in alphabetical order by
     ///   "{namespace}/{name}".
-    /// 
+    ///
     /// The rejected Route MUST raise an 'Accepted' condition with a status of
     /// 'False' in the corresponding RouteParentStatus.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostnames: Option<Vec<String>>,
@@ -80,17 +86,17 @@ pub struct GrpcRouteSpec {
     /// not applicable for governing ParentRefs to Services - it is not possible to
     /// create a "producer" route for a Service in a different namespace from the
     /// Route.
-    /// 
+    ///
     /// There are two kinds of parent resources with "Core" support:
-    /// 
+    ///
     /// * Gateway (Gateway conformance profile)
     /// * Service (Mesh conformance profile, ClusterIP Services only)
-    /// 
+    ///
     /// This API may be extended in the future to support additional kinds of parent
     /// resources.
-    /// 
+    ///
     /// ParentRefs must be _distinct_. This means either that:
-    /// 
+    ///
     /// * They select different objects.  If this is the case, then parentRef
     ///   entries are distinct. In terms of fields, this means that the
     ///   multi-part key defined by `group`, `kind`, `namespace`, and `name` must
@@ -99,28 +105,32 @@ pub struct GrpcRouteSpec {
     ///   each ParentRef that selects the same object must set the same set of
     ///   optional fields to different values. If one ParentRef sets a
     ///   combination of optional fields, all must set the same combination.
-    /// 
+    ///
     /// Some examples:
-    /// 
+    ///
     /// * If one ParentRef sets `sectionName`, all ParentRefs referencing the
     ///   same object must also set `sectionName`.
     /// * If one ParentRef sets `port`, all ParentRefs referencing the same
     ///   object must also set `port`.
     /// * If one ParentRef sets `sectionName` and `port`, all ParentRefs
     ///   referencing the same object must also set `sectionName` and `port`.
-    /// 
+    ///
     /// It is possible to separately reference multiple distinct objects that may
     /// be collapsed by an implementation. For example, some implementations may
     /// choose to merge compatible Gateway Listeners together. If that is the
     /// case, the list of routes attached to those resources should also be
     /// merged.
-    /// 
+    ///
     /// Note that for ParentRefs that cross namespace boundaries, there are specific
     /// rules. Cross-namespace references are only valid if they are explicitly
     /// allowed by something in the namespace they are referring to. For example,
     /// Gateway has the AllowedRoutes field, and ReferenceGrant provides a
     /// generic way to enable other kinds of cross-namespace reference.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "parentRefs")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "parentRefs"
+    )]
     pub parent_refs: Option<Vec<GrpcRouteParentRefs>>,
     /// Rules are a list of GRPC matchers, filters and actions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,13 +140,13 @@ pub struct GrpcRouteSpec {
 /// ParentReference identifies an API object (usually a Gateway) that can be considered
 /// a parent of this resource (usually a route). There are two kinds of parent resources
 /// with "Core" support:
-/// 
+///
 /// * Gateway (Gateway conformance profile)
 /// * Service (Mesh conformance profile, ClusterIP Services only)
-/// 
+///
 /// This API may be extended in the future to support additional kinds of parent
 /// resources.
-/// 
+///
 /// The API object must be valid in the cluster; the Group and Kind must
 /// be registered in the cluster for this reference to be valid.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -145,39 +155,39 @@ pub struct GrpcRouteParentRefs {
     /// When unspecified, "gateway.networking.k8s.io" is inferred.
     /// To set the core API group (such as for a "Service" kind referent),
     /// Group must be explicitly set to "" (empty string).
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// Kind is kind of the referent.
-    /// 
+    ///
     /// There are two kinds of parent resources with "Core" support:
-    /// 
+    ///
     /// * Gateway (Gateway conformance profile)
     /// * Service (Mesh conformance profile, ClusterIP Services only)
-    /// 
+    ///
     /// Support for other resources is Implementation-Specific.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// Name is the name of the referent.
-    /// 
+    ///
     /// Support: Core
     pub name: String,
     /// Namespace is the namespace of the referent. When unspecified, this refers
     /// to the local namespace of the Route.
-    /// 
+    ///
     /// Note that there are specific rules for ParentRefs which cross namespace
     /// boundaries. Cross-namespace references are only valid if they are explicitly
     /// allowed by something in the namespace they are referring to. For example:
     /// Gateway has the AllowedRoutes field, and ReferenceGrant provides a
     /// generic way to enable any other kind of cross-namespace reference.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Port is the network port this Route targets. It can be interpreted
     /// differently based on the type of parent resource.
-    /// 
+    ///
     /// When the parent resource is a Gateway, this targets all listeners
     /// listening on the specified port that also support this kind of Route(and
     /// select this Route). It's not recommended to set `Port` unless the
@@ -185,11 +195,11 @@ pub struct GrpcRouteParentRefs {
     /// as opposed to a listener(s) whose port(s) may be changed. When both Port
     /// and SectionName are specified, the name and port of the selected listener
     /// must match both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support other parent resources.
     /// Implementations supporting other types of parent resources MUST clearly
     /// document how/if Port is interpreted.
-    /// 
+    ///
     /// For the purpose of status, an attachment is considered successful as
     /// long as the parent resource accepts it partially. For example, Gateway
     /// listeners can restrict which Routes can attach to them by Route kind,
@@ -197,24 +207,24 @@ pub struct GrpcRouteParentRefs {
     /// from the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route,
     /// the Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
     /// SectionName is the name of a section within the target resource. In the
     /// following resources, SectionName is interpreted as the following:
-    /// 
+    ///
     /// * Gateway: Listener name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
     /// * Service: Port name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support attaching Routes to other resources.
     /// If that is the case, they MUST clearly document how SectionName is
     /// interpreted.
-    /// 
+    ///
     /// When unspecified (empty string), this will reference the entire resource.
     /// For the purpose of status, an attachment is considered successful if at
     /// least one section in the parent resource accepts it. For example, Gateway
@@ -223,9 +233,13 @@ pub struct GrpcRouteParentRefs {
     /// the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route, the
     /// Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "sectionName")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "sectionName"
+    )]
     pub section_name: Option<String>,
 }
 
@@ -236,66 +250,70 @@ pub struct GrpcRouteParentRefs {
 pub struct GrpcRouteRules {
     /// BackendRefs defines the backend(s) where matching requests should be
     /// sent.
-    /// 
+    ///
     /// Failure behavior here depends on how many BackendRefs are specified and
     /// how many are invalid.
-    /// 
+    ///
     /// If *all* entries in BackendRefs are invalid, and there are also no filters
     /// specified in this route rule, *all* traffic which matches this rule MUST
     /// receive an `UNAVAILABLE` status.
-    /// 
+    ///
     /// See the GRPCBackendRef definition for the rules about what makes a single
     /// GRPCBackendRef invalid.
-    /// 
+    ///
     /// When a GRPCBackendRef is invalid, `UNAVAILABLE` statuses MUST be returned for
     /// requests that would have otherwise been routed to an invalid backend. If
     /// multiple backends are specified, and some are invalid, the proportion of
     /// requests that would otherwise have been routed to an invalid backend
     /// MUST receive an `UNAVAILABLE` status.
-    /// 
+    ///
     /// For example, if two backends are specified with equal weights, and one is
     /// invalid, 50 percent of traffic MUST receive an `UNAVAILABLE` status.
     /// Implementations may choose how that 50 percent is determined.
-    /// 
+    ///
     /// Support: Core for Kubernetes Service
-    /// 
+    ///
     /// Support: Implementation-specific for any other resource
-    /// 
+    ///
     /// Support for weight: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "backendRefs")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "backendRefs"
+    )]
     pub backend_refs: Option<Vec<GrpcRouteRulesBackendRefs>>,
     /// Filters define the filters that are applied to requests that match
     /// this rule.
-    /// 
+    ///
     /// The effects of ordering of multiple behaviors are currently unspecified.
     /// This can change in the future based on feedback during the alpha stage.
-    /// 
+    ///
     /// Conformance-levels at this level are defined based on the type of filter:
-    /// 
+    ///
     /// - ALL core filters MUST be supported by all implementations that support
     ///   GRPCRoute.
     /// - Implementers are encouraged to support extended filters.
     /// - Implementation-specific custom filters have no API guarantees across
     ///   implementations.
-    /// 
+    ///
     /// Specifying the same filter multiple times is not supported unless explicitly
     /// indicated in the filter.
-    /// 
+    ///
     /// If an implementation cannot support a combination of filters, it must clearly
     /// document that limitation. In cases where incompatible or unsupported
     /// filters are specified and cause the `Accepted` condition to be set to status
     /// `False`, implementations may use the `IncompatibleFilters` reason to specify
     /// this configuration error.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filters: Option<Vec<GrpcRouteRulesFilters>>,
     /// Matches define conditions used for matching the rule against incoming
     /// gRPC requests. Each match is independent, i.e. this rule will be matched
     /// if **any** one of the matches is satisfied.
-    /// 
+    ///
     /// For example, take the following matches configuration:
-    /// 
+    ///
     /// ```text
     /// matches:
     /// - method:
@@ -306,50 +324,50 @@ pub struct GrpcRouteRules {
     /// - method:
     ///     service: foo.bar.v2
     /// ```
-    /// 
+    ///
     /// For a request to match against this rule, it MUST satisfy
     /// EITHER of the two conditions:
-    /// 
+    ///
     /// - service of foo.bar AND contains the header `version: 2`
     /// - service of foo.bar.v2
-    /// 
+    ///
     /// See the documentation for GRPCRouteMatch on how to specify multiple
     /// match conditions to be ANDed together.
-    /// 
+    ///
     /// If no matches are specified, the implementation MUST match every gRPC request.
-    /// 
+    ///
     /// Proxy or Load Balancer routing configuration generated from GRPCRoutes
     /// MUST prioritize rules based on the following criteria, continuing on
     /// ties. Merging MUST not be done between GRPCRoutes and HTTPRoutes.
     /// Precedence MUST be given to the rule with the largest number of:
-    /// 
+    ///
     /// * Characters in a matching non-wildcard hostname.
     /// * Characters in a matching hostname.
     /// * Characters in a matching service.
     /// * Characters in a matching method.
     /// * Header matches.
-    /// 
+    ///
     /// If ties still exist across multiple Routes, matching precedence MUST be
     /// determined in order of the following criteria, continuing on ties:
-    /// 
+    ///
     /// * The oldest Route based on creation timestamp.
     /// * The Route appearing first in alphabetical order by
     ///   "{namespace}/{name}".
-    /// 
+    ///
     /// If ties still exist within the Route that has been given precedence,
     /// matching precedence MUST be granted to the first matching rule meeting
     /// the above criteria.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matches: Option<Vec<GrpcRouteRulesMatches>>,
     /// Name is the name of the route rule. This name MUST be unique within a Route if it is set.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
 /// GRPCBackendRef defines how a GRPCRoute forwards a gRPC request.
-/// 
+///
 /// Note that when a namespace different than the local namespace is specified, a
 /// ReferenceGrant object is required in the referent namespace to allow that
 /// namespace's owner to accept the reference. See the ReferenceGrant
@@ -358,7 +376,7 @@ pub struct GrpcRouteRules {
 pub struct GrpcRouteRulesBackendRefs {
     /// Filters defined at this level MUST be executed if and only if the
     /// request is being forwarded to the backend defined here.
-    /// 
+    ///
     /// Support: Implementation-specific (For broader support of filters, use the
     /// Filters field in GRPCRouteRule.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,17 +387,17 @@ pub struct GrpcRouteRulesBackendRefs {
     pub group: Option<String>,
     /// Kind is the Kubernetes resource kind of the referent. For example
     /// "Service".
-    /// 
+    ///
     /// Defaults to "Service" when not specified.
-    /// 
+    ///
     /// ExternalName services can refer to CNAME DNS records that may live
     /// outside of the cluster and as such are difficult to reason about in
     /// terms of conformance. They also may not be safe to forward to (see
     /// CVE-2021-25740 for more information). Implementations SHOULD NOT
     /// support ExternalName Services.
-    /// 
+    ///
     /// Support: Core (Services with a type other than ExternalName)
-    /// 
+    ///
     /// Support: Implementation-specific (Services with type ExternalName)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -387,12 +405,12 @@ pub struct GrpcRouteRulesBackendRefs {
     pub name: String,
     /// Namespace is the namespace of the backend. When unspecified, the local
     /// namespace is inferred.
-    /// 
+    ///
     /// Note that when a namespace different than the local namespace is specified,
     /// a ReferenceGrant object is required in the referent namespace to allow that
     /// namespace's owner to accept the reference. See the ReferenceGrant
     /// documentation for details.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -409,12 +427,12 @@ pub struct GrpcRouteRulesBackendRefs {
     /// the exact proportion defined here depending on the precision an
     /// implementation supports. Weight is not a percentage and the sum of
     /// weights does not need to equal 100.
-    /// 
+    ///
     /// If only one backend is specified and it has a weight greater than 0, 100%
     /// of the traffic is forwarded to that backend. If weight is set to 0, no
     /// traffic should be forwarded for this entry. If unspecified, weight
     /// defaults to 1.
-    /// 
+    ///
     /// Support for this field varies based on the context where used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
@@ -432,56 +450,72 @@ pub struct GrpcRouteRulesBackendRefsFilters {
     /// "filter" behavior.  For example, resource "myroutefilter" in group
     /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
     /// extended filters.
-    /// 
+    ///
     /// Support: Implementation-specific
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "extensionRef")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "extensionRef"
+    )]
     pub extension_ref: Option<GrpcRouteRulesBackendRefsFiltersExtensionRef>,
     /// RequestHeaderModifier defines a schema for a filter that modifies request
     /// headers.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestHeaderModifier"
+    )]
     pub request_header_modifier: Option<GrpcRouteRulesBackendRefsFiltersRequestHeaderModifier>,
     /// RequestMirror defines a schema for a filter that mirrors requests.
     /// Requests are sent to the specified destination, but responses from
     /// that destination are ignored.
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule. Note that
     /// not all implementations will be able to support mirroring to multiple
     /// backends.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestMirror")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestMirror"
+    )]
     pub request_mirror: Option<GrpcRouteRulesBackendRefsFiltersRequestMirror>,
     /// ResponseHeaderModifier defines a schema for a filter that modifies response
     /// headers.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "responseHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "responseHeaderModifier"
+    )]
     pub response_header_modifier: Option<GrpcRouteRulesBackendRefsFiltersResponseHeaderModifier>,
     /// Type identifies the type of filter to apply. As with other API fields,
     /// types are classified into three conformance levels:
-    /// 
+    ///
     /// - Core: Filter types and their corresponding configuration defined by
     ///   "Support: Core" in this package, e.g. "RequestHeaderModifier". All
     ///   implementations supporting GRPCRoute MUST support core filters.
-    /// 
+    ///
     /// - Extended: Filter types and their corresponding configuration defined by
     ///   "Support: Extended" in this package, e.g. "RequestMirror". Implementers
     ///   are encouraged to support extended filters.
-    /// 
+    ///
     /// - Implementation-specific: Filters that are defined and supported by specific vendors.
     ///   In the future, filters showing convergence in behavior across multiple
     ///   implementations will be considered for inclusion in extended or core
     ///   conformance levels. Filter-specific configuration for such filters
     ///   is specified using the ExtensionRef field. `Type` MUST be set to
     ///   "ExtensionRef" for custom filters.
-    /// 
+    ///
     /// Implementers are encouraged to define custom implementation types to
     /// extend the core API with implementation-specific behavior.
-    /// 
+    ///
     /// If a reference to a custom filter type cannot be resolved, the filter
     /// MUST NOT be skipped. Instead, requests that would have been processed by
     /// that filter MUST receive a HTTP error response.
@@ -493,9 +527,9 @@ pub struct GrpcRouteRulesBackendRefsFilters {
 /// "filter" behavior.  For example, resource "myroutefilter" in group
 /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
 /// extended filters.
-/// 
+///
 /// Support: Implementation-specific
-/// 
+///
 /// This filter can be used multiple times within the same rule.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesBackendRefsFiltersExtensionRef {
@@ -510,23 +544,23 @@ pub struct GrpcRouteRulesBackendRefsFiltersExtensionRef {
 
 /// RequestHeaderModifier defines a schema for a filter that modifies request
 /// headers.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -536,16 +570,16 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -553,16 +587,16 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -575,7 +609,7 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifier {
 pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -591,7 +625,7 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifierAdd {
 pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -605,38 +639,38 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestHeaderModifierSet {
 /// RequestMirror defines a schema for a filter that mirrors requests.
 /// Requests are sent to the specified destination, but responses from
 /// that destination are ignored.
-/// 
+///
 /// This filter can be used multiple times within the same rule. Note that
 /// not all implementations will be able to support mirroring to multiple
 /// backends.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesBackendRefsFiltersRequestMirror {
     /// BackendRef references a resource where mirrored requests are sent.
-    /// 
+    ///
     /// Mirrored requests must be sent only to a single destination endpoint
     /// within this BackendRef, irrespective of how many endpoints are present
     /// within this BackendRef.
-    /// 
+    ///
     /// If the referent cannot be found, this BackendRef is invalid and must be
     /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
     /// condition on the Route status is set to `status: False` and not configure
     /// this backend in the underlying implementation.
-    /// 
+    ///
     /// If there is a cross-namespace reference to an *existing* object
     /// that is not allowed by a ReferenceGrant, the controller must ensure the
     /// "ResolvedRefs"  condition on the Route is set to `status: False`,
     /// with the "RefNotPermitted" reason and not configure this backend in the
     /// underlying implementation.
-    /// 
+    ///
     /// In either error case, the Message of the `ResolvedRefs` Condition
     /// should be used to provide more detail about the problem.
-    /// 
+    ///
     /// Support: Extended for Kubernetes Service
-    /// 
+    ///
     /// Support: Implementation-specific for any other resource
-    /// 
+    ///
     /// If the backend service requires TLS, use BackendTLSPolicy to tell the
     /// implementation to supply the TLS details to be used to connect to that
     /// backend.
@@ -644,7 +678,7 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestMirror {
     pub backend_ref: GrpcRouteRulesBackendRefsFiltersRequestMirrorBackendRef,
     /// Fraction represents the fraction of requests that should be
     /// mirrored to BackendRef.
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -652,7 +686,7 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestMirror {
     /// Percent represents the percentage of requests that should be
     /// mirrored to BackendRef. Its minimum value is 0 (indicating 0% of
     /// requests) and its maximum value is 100 (indicating 100% of requests).
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -660,29 +694,29 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestMirror {
 }
 
 /// BackendRef references a resource where mirrored requests are sent.
-/// 
+///
 /// Mirrored requests must be sent only to a single destination endpoint
 /// within this BackendRef, irrespective of how many endpoints are present
 /// within this BackendRef.
-/// 
+///
 /// If the referent cannot be found, this BackendRef is invalid and must be
 /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
 /// condition on the Route status is set to `status: False` and not configure
 /// this backend in the underlying implementation.
-/// 
+///
 /// If there is a cross-namespace reference to an *existing* object
 /// that is not allowed by a ReferenceGrant, the controller must ensure the
 /// "ResolvedRefs"  condition on the Route is set to `status: False`,
 /// with the "RefNotPermitted" reason and not configure this backend in the
 /// underlying implementation.
-/// 
+///
 /// In either error case, the Message of the `ResolvedRefs` Condition
 /// should be used to provide more detail about the problem.
-/// 
+///
 /// Support: Extended for Kubernetes Service
-/// 
+///
 /// Support: Implementation-specific for any other resource
-/// 
+///
 /// If the backend service requires TLS, use BackendTLSPolicy to tell the
 /// implementation to supply the TLS details to be used to connect to that
 /// backend.
@@ -694,17 +728,17 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestMirrorBackendRef {
     pub group: Option<String>,
     /// Kind is the Kubernetes resource kind of the referent. For example
     /// "Service".
-    /// 
+    ///
     /// Defaults to "Service" when not specified.
-    /// 
+    ///
     /// ExternalName services can refer to CNAME DNS records that may live
     /// outside of the cluster and as such are difficult to reason about in
     /// terms of conformance. They also may not be safe to forward to (see
     /// CVE-2021-25740 for more information). Implementations SHOULD NOT
     /// support ExternalName Services.
-    /// 
+    ///
     /// Support: Core (Services with a type other than ExternalName)
-    /// 
+    ///
     /// Support: Implementation-specific (Services with type ExternalName)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -712,12 +746,12 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestMirrorBackendRef {
     pub name: String,
     /// Namespace is the namespace of the backend. When unspecified, the local
     /// namespace is inferred.
-    /// 
+    ///
     /// Note that when a namespace different than the local namespace is specified,
     /// a ReferenceGrant object is required in the referent namespace to allow that
     /// namespace's owner to accept the reference. See the ReferenceGrant
     /// documentation for details.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -732,7 +766,7 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestMirrorBackendRef {
 
 /// Fraction represents the fraction of requests that should be
 /// mirrored to BackendRef.
-/// 
+///
 /// Only one of Fraction or Percent may be specified. If neither field
 /// is specified, 100% of requests will be mirrored.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -744,23 +778,23 @@ pub struct GrpcRouteRulesBackendRefsFiltersRequestMirrorFraction {
 
 /// ResponseHeaderModifier defines a schema for a filter that modifies response
 /// headers.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesBackendRefsFiltersResponseHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -770,16 +804,16 @@ pub struct GrpcRouteRulesBackendRefsFiltersResponseHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -787,16 +821,16 @@ pub struct GrpcRouteRulesBackendRefsFiltersResponseHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -809,7 +843,7 @@ pub struct GrpcRouteRulesBackendRefsFiltersResponseHeaderModifier {
 pub struct GrpcRouteRulesBackendRefsFiltersResponseHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -825,7 +859,7 @@ pub struct GrpcRouteRulesBackendRefsFiltersResponseHeaderModifierAdd {
 pub struct GrpcRouteRulesBackendRefsFiltersResponseHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -862,56 +896,72 @@ pub struct GrpcRouteRulesFilters {
     /// "filter" behavior.  For example, resource "myroutefilter" in group
     /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
     /// extended filters.
-    /// 
+    ///
     /// Support: Implementation-specific
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "extensionRef")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "extensionRef"
+    )]
     pub extension_ref: Option<GrpcRouteRulesFiltersExtensionRef>,
     /// RequestHeaderModifier defines a schema for a filter that modifies request
     /// headers.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestHeaderModifier"
+    )]
     pub request_header_modifier: Option<GrpcRouteRulesFiltersRequestHeaderModifier>,
     /// RequestMirror defines a schema for a filter that mirrors requests.
     /// Requests are sent to the specified destination, but responses from
     /// that destination are ignored.
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule. Note that
     /// not all implementations will be able to support mirroring to multiple
     /// backends.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestMirror")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestMirror"
+    )]
     pub request_mirror: Option<GrpcRouteRulesFiltersRequestMirror>,
     /// ResponseHeaderModifier defines a schema for a filter that modifies response
     /// headers.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "responseHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "responseHeaderModifier"
+    )]
     pub response_header_modifier: Option<GrpcRouteRulesFiltersResponseHeaderModifier>,
     /// Type identifies the type of filter to apply. As with other API fields,
     /// types are classified into three conformance levels:
-    /// 
+    ///
     /// - Core: Filter types and their corresponding configuration defined by
     ///   "Support: Core" in this package, e.g. "RequestHeaderModifier". All
     ///   implementations supporting GRPCRoute MUST support core filters.
-    /// 
+    ///
     /// - Extended: Filter types and their corresponding configuration defined by
     ///   "Support: Extended" in this package, e.g. "RequestMirror". Implementers
     ///   are encouraged to support extended filters.
-    /// 
+    ///
     /// - Implementation-specific: Filters that are defined and supported by specific vendors.
     ///   In the future, filters showing convergence in behavior across multiple
     ///   implementations will be considered for inclusion in extended or core
     ///   conformance levels. Filter-specific configuration for such filters
     ///   is specified using the ExtensionRef field. `Type` MUST be set to
     ///   "ExtensionRef" for custom filters.
-    /// 
+    ///
     /// Implementers are encouraged to define custom implementation types to
     /// extend the core API with implementation-specific behavior.
-    /// 
+    ///
     /// If a reference to a custom filter type cannot be resolved, the filter
     /// MUST NOT be skipped. Instead, requests that would have been processed by
     /// that filter MUST receive a HTTP error response.
@@ -923,9 +973,9 @@ pub struct GrpcRouteRulesFilters {
 /// "filter" behavior.  For example, resource "myroutefilter" in group
 /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
 /// extended filters.
-/// 
+///
 /// Support: Implementation-specific
-/// 
+///
 /// This filter can be used multiple times within the same rule.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesFiltersExtensionRef {
@@ -940,23 +990,23 @@ pub struct GrpcRouteRulesFiltersExtensionRef {
 
 /// RequestHeaderModifier defines a schema for a filter that modifies request
 /// headers.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesFiltersRequestHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -966,16 +1016,16 @@ pub struct GrpcRouteRulesFiltersRequestHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -983,16 +1033,16 @@ pub struct GrpcRouteRulesFiltersRequestHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -1005,7 +1055,7 @@ pub struct GrpcRouteRulesFiltersRequestHeaderModifier {
 pub struct GrpcRouteRulesFiltersRequestHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1021,7 +1071,7 @@ pub struct GrpcRouteRulesFiltersRequestHeaderModifierAdd {
 pub struct GrpcRouteRulesFiltersRequestHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1035,38 +1085,38 @@ pub struct GrpcRouteRulesFiltersRequestHeaderModifierSet {
 /// RequestMirror defines a schema for a filter that mirrors requests.
 /// Requests are sent to the specified destination, but responses from
 /// that destination are ignored.
-/// 
+///
 /// This filter can be used multiple times within the same rule. Note that
 /// not all implementations will be able to support mirroring to multiple
 /// backends.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesFiltersRequestMirror {
     /// BackendRef references a resource where mirrored requests are sent.
-    /// 
+    ///
     /// Mirrored requests must be sent only to a single destination endpoint
     /// within this BackendRef, irrespective of how many endpoints are present
     /// within this BackendRef.
-    /// 
+    ///
     /// If the referent cannot be found, this BackendRef is invalid and must be
     /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
     /// condition on the Route status is set to `status: False` and not configure
     /// this backend in the underlying implementation.
-    /// 
+    ///
     /// If there is a cross-namespace reference to an *existing* object
     /// that is not allowed by a ReferenceGrant, the controller must ensure the
     /// "ResolvedRefs"  condition on the Route is set to `status: False`,
     /// with the "RefNotPermitted" reason and not configure this backend in the
     /// underlying implementation.
-    /// 
+    ///
     /// In either error case, the Message of the `ResolvedRefs` Condition
     /// should be used to provide more detail about the problem.
-    /// 
+    ///
     /// Support: Extended for Kubernetes Service
-    /// 
+    ///
     /// Support: Implementation-specific for any other resource
-    /// 
+    ///
     /// If the backend service requires TLS, use BackendTLSPolicy to tell the
     /// implementation to supply the TLS details to be used to connect to that
     /// backend.
@@ -1074,7 +1124,7 @@ pub struct GrpcRouteRulesFiltersRequestMirror {
     pub backend_ref: GrpcRouteRulesFiltersRequestMirrorBackendRef,
     /// Fraction represents the fraction of requests that should be
     /// mirrored to BackendRef.
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1082,7 +1132,7 @@ pub struct GrpcRouteRulesFiltersRequestMirror {
     /// Percent represents the percentage of requests that should be
     /// mirrored to BackendRef. Its minimum value is 0 (indicating 0% of
     /// requests) and its maximum value is 100 (indicating 100% of requests).
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1090,29 +1140,29 @@ pub struct GrpcRouteRulesFiltersRequestMirror {
 }
 
 /// BackendRef references a resource where mirrored requests are sent.
-/// 
+///
 /// Mirrored requests must be sent only to a single destination endpoint
 /// within this BackendRef, irrespective of how many endpoints are present
 /// within this BackendRef.
-/// 
+///
 /// If the referent cannot be found, this BackendRef is invalid and must be
 /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
 /// condition on the Route status is set to `status: False` and not configure
 /// this backend in the underlying implementation.
-/// 
+///
 /// If there is a cross-namespace reference to an *existing* object
 /// that is not allowed by a ReferenceGrant, the controller must ensure the
 /// "ResolvedRefs"  condition on the Route is set to `status: False`,
 /// with the "RefNotPermitted" reason and not configure this backend in the
 /// underlying implementation.
-/// 
+///
 /// In either error case, the Message of the `ResolvedRefs` Condition
 /// should be used to provide more detail about the problem.
-/// 
+///
 /// Support: Extended for Kubernetes Service
-/// 
+///
 /// Support: Implementation-specific for any other resource
-/// 
+///
 /// If the backend service requires TLS, use BackendTLSPolicy to tell the
 /// implementation to supply the TLS details to be used to connect to that
 /// backend.
@@ -1124,17 +1174,17 @@ pub struct GrpcRouteRulesFiltersRequestMirrorBackendRef {
     pub group: Option<String>,
     /// Kind is the Kubernetes resource kind of the referent. For example
     /// "Service".
-    /// 
+    ///
     /// Defaults to "Service" when not specified.
-    /// 
+    ///
     /// ExternalName services can refer to CNAME DNS records that may live
     /// outside of the cluster and as such are difficult to reason about in
     /// terms of conformance. They also may not be safe to forward to (see
     /// CVE-2021-25740 for more information). Implementations SHOULD NOT
     /// support ExternalName Services.
-    /// 
+    ///
     /// Support: Core (Services with a type other than ExternalName)
-    /// 
+    ///
     /// Support: Implementation-specific (Services with type ExternalName)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -1142,12 +1192,12 @@ pub struct GrpcRouteRulesFiltersRequestMirrorBackendRef {
     pub name: String,
     /// Namespace is the namespace of the backend. When unspecified, the local
     /// namespace is inferred.
-    /// 
+    ///
     /// Note that when a namespace different than the local namespace is specified,
     /// a ReferenceGrant object is required in the referent namespace to allow that
     /// namespace's owner to accept the reference. See the ReferenceGrant
     /// documentation for details.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -1162,7 +1212,7 @@ pub struct GrpcRouteRulesFiltersRequestMirrorBackendRef {
 
 /// Fraction represents the fraction of requests that should be
 /// mirrored to BackendRef.
-/// 
+///
 /// Only one of Fraction or Percent may be specified. If neither field
 /// is specified, 100% of requests will be mirrored.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -1174,23 +1224,23 @@ pub struct GrpcRouteRulesFiltersRequestMirrorFraction {
 
 /// ResponseHeaderModifier defines a schema for a filter that modifies response
 /// headers.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesFiltersResponseHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -1200,16 +1250,16 @@ pub struct GrpcRouteRulesFiltersResponseHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -1217,16 +1267,16 @@ pub struct GrpcRouteRulesFiltersResponseHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -1239,7 +1289,7 @@ pub struct GrpcRouteRulesFiltersResponseHeaderModifier {
 pub struct GrpcRouteRulesFiltersResponseHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1255,7 +1305,7 @@ pub struct GrpcRouteRulesFiltersResponseHeaderModifierAdd {
 pub struct GrpcRouteRulesFiltersResponseHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1283,10 +1333,10 @@ pub enum GrpcRouteRulesFiltersType {
 /// GRPCRouteMatch defines the predicate used to match requests to a given
 /// action. Multiple match types are ANDed together, i.e. the match will
 /// evaluate to true only if all conditions are satisfied.
-/// 
+///
 /// For example, the match below will match a gRPC request only if its service
 /// is `foo` AND it contains the `version: v1` header:
-/// 
+///
 /// ```text
 /// matches:
 ///   - method:
@@ -1295,7 +1345,7 @@ pub enum GrpcRouteRulesFiltersType {
 ///   - headers:
 ///     name: "version"
 ///     value "v1"
-/// 
+///
 /// ```
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesMatches {
@@ -1315,7 +1365,7 @@ pub struct GrpcRouteRulesMatches {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct GrpcRouteRulesMatchesHeaders {
     /// Name is the name of the gRPC Header to be matched.
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, only the first
     /// entry with an equivalent name MUST be considered for a match. Subsequent
     /// entries with an equivalent header name MUST be ignored. Due to the
@@ -1343,21 +1393,21 @@ pub enum GrpcRouteRulesMatchesHeadersType {
 pub struct GrpcRouteRulesMatchesMethod {
     /// Value of the method to match against. If left empty or omitted, will
     /// match all services.
-    /// 
+    ///
     /// At least one of Service and Method MUST be a non-empty string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     /// Value of the service to match against. If left empty or omitted, will
     /// match any service.
-    /// 
+    ///
     /// At least one of Service and Method MUST be a non-empty string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
     /// Type specifies how to match against the service and/or method.
     /// Support: Core (Exact with service and method specified)
-    /// 
+    ///
     /// Support: Implementation-specific (Exact with method specified but no service specified)
-    /// 
+    ///
     /// Support: Implementation-specific (RegularExpression)
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
     pub r#type: Option<GrpcRouteRulesMatchesMethodType>,
@@ -1380,12 +1430,12 @@ pub struct GrpcRouteStatus {
     /// manages the parent must add an entry to this list when the controller
     /// first sees the route and should update the entry as appropriate when the
     /// route or gateway is modified.
-    /// 
+    ///
     /// Note that parent references that cannot be resolved by an implementation
     /// of this API will not be added to this list. Implementations of this API
     /// can only populate Route status for the Gateways/parent resources they are
     /// responsible for.
-    /// 
+    ///
     /// A maximum of 32 Gateways will be represented in this list. An empty list
     /// means the route has not been attached to any Gateway.
     pub parents: Vec<GrpcRouteStatusParents>,
@@ -1398,19 +1448,19 @@ pub struct GrpcRouteStatusParents {
     /// Conditions describes the status of the route with respect to the Gateway.
     /// Note that the route's availability is also subject to the Gateway's own
     /// status conditions and listener status.
-    /// 
+    ///
     /// If the Route's ParentRef specifies an existing Gateway that supports
     /// Routes of this kind AND that Gateway's controller has sufficient access,
     /// then that Gateway's controller MUST set the "Accepted" condition on the
     /// Route, to indicate whether the route has been accepted or rejected by the
     /// Gateway, and why.
-    /// 
+    ///
     /// A Route MUST be considered "Accepted" if at least one of the Route's
     /// rules is implemented by the Gateway.
-    /// 
+    ///
     /// There are a number of cases where the "Accepted" condition may not be set
     /// due to lack of controller visibility, that includes when:
-    /// 
+    ///
     /// * The Route refers to a nonexistent parent.
     /// * The Route is of a type that the controller does not support.
     /// * The Route is in a namespace to which the controller does not have access.
@@ -1418,13 +1468,13 @@ pub struct GrpcRouteStatusParents {
     /// ControllerName is a domain/path string that indicates the name of the
     /// controller that wrote this status. This corresponds with the
     /// controllerName field on GatewayClass.
-    /// 
+    ///
     /// Example: "example.net/gateway-controller".
-    /// 
+    ///
     /// The format of this field is DOMAIN "/" PATH, where DOMAIN and PATH are
     /// valid Kubernetes names
     /// (<https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names).>
-    /// 
+    ///
     /// Controllers MUST populate this field when writing status. Controllers should ensure that
     /// entries to status populated with their ControllerName are cleaned up when they are no
     /// longer necessary.
@@ -1444,39 +1494,39 @@ pub struct GrpcRouteStatusParentsParentRef {
     /// When unspecified, "gateway.networking.k8s.io" is inferred.
     /// To set the core API group (such as for a "Service" kind referent),
     /// Group must be explicitly set to "" (empty string).
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// Kind is kind of the referent.
-    /// 
+    ///
     /// There are two kinds of parent resources with "Core" support:
-    /// 
+    ///
     /// * Gateway (Gateway conformance profile)
     /// * Service (Mesh conformance profile, ClusterIP Services only)
-    /// 
+    ///
     /// Support for other resources is Implementation-Specific.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// Name is the name of the referent.
-    /// 
+    ///
     /// Support: Core
     pub name: String,
     /// Namespace is the namespace of the referent. When unspecified, this refers
     /// to the local namespace of the Route.
-    /// 
+    ///
     /// Note that there are specific rules for ParentRefs which cross namespace
     /// boundaries. Cross-namespace references are only valid if they are explicitly
     /// allowed by something in the namespace they are referring to. For example:
     /// Gateway has the AllowedRoutes field, and ReferenceGrant provides a
     /// generic way to enable any other kind of cross-namespace reference.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Port is the network port this Route targets. It can be interpreted
     /// differently based on the type of parent resource.
-    /// 
+    ///
     /// When the parent resource is a Gateway, this targets all listeners
     /// listening on the specified port that also support this kind of Route(and
     /// select this Route). It's not recommended to set `Port` unless the
@@ -1484,11 +1534,11 @@ pub struct GrpcRouteStatusParentsParentRef {
     /// as opposed to a listener(s) whose port(s) may be changed. When both Port
     /// and SectionName are specified, the name and port of the selected listener
     /// must match both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support other parent resources.
     /// Implementations supporting other types of parent resources MUST clearly
     /// document how/if Port is interpreted.
-    /// 
+    ///
     /// For the purpose of status, an attachment is considered successful as
     /// long as the parent resource accepts it partially. For example, Gateway
     /// listeners can restrict which Routes can attach to them by Route kind,
@@ -1496,24 +1546,24 @@ pub struct GrpcRouteStatusParentsParentRef {
     /// from the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route,
     /// the Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
     /// SectionName is the name of a section within the target resource. In the
     /// following resources, SectionName is interpreted as the following:
-    /// 
+    ///
     /// * Gateway: Listener name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
     /// * Service: Port name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support attaching Routes to other resources.
     /// If that is the case, they MUST clearly document how SectionName is
     /// interpreted.
-    /// 
+    ///
     /// When unspecified (empty string), this will reference the entire resource.
     /// For the purpose of status, an attachment is considered successful if at
     /// least one section in the parent resource accepts it. For example, Gateway
@@ -1522,9 +1572,12 @@ pub struct GrpcRouteStatusParentsParentRef {
     /// the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route, the
     /// Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "sectionName")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "sectionName"
+    )]
     pub section_name: Option<String>,
 }
-

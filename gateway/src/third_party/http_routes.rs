@@ -4,16 +4,22 @@
 
 #[allow(unused_imports)]
 mod prelude {
-    pub use kube::CustomResource;
-    pub use serde::{Serialize, Deserialize};
     pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    pub use kube::CustomResource;
+    pub use serde::{Deserialize, Serialize};
 }
 
 use self::prelude::*;
 
 /// Spec defines the desired state of HTTPRoute.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug)]
-#[kube(group = "gateway.networking.k8s.io", version = "v1", kind = "HTTPRoute", root = "HttpRoute", plural = "httproutes")]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "HTTPRoute",
+    root = "HttpRoute",
+    plural = "httproutes"
+)]
 #[kube(namespaced)]
 #[kube(status = "HttpRouteStatus")]
 #[kube(schema = "disabled")]
@@ -23,18 +29,18 @@ pub struct HttpRouteSpec {
     /// MUST ignore any port value specified in the HTTP Host header while
     /// performing a match and (absent of any applicable header modification
     /// configuration) MUST forward this header unmodified to the backend.
-    /// 
+    ///
     /// Valid values for Hostnames are determined by RFC 1123 definition of a
     /// hostname with 2 notable exceptions:
-    /// 
+    ///
     /// 1. IPs are not allowed.
     /// 2. A hostname may be prefixed with a wildcard label (`*.`). The wildcard
     ///    label must appear by itself as the first label.
-    /// 
+    ///
     /// If a hostname is specified by both the Listener and HTTPRoute, there
     /// must be at least one intersecting hostname for the HTTPRoute to be
     /// attached to the Listener. For example:
-    /// 
+    ///
     /// * A Listener with `test.example.com` as the hostname matches HTTPRoutes
     ///   that have either not specified any hostnames, or have specified at
     ///   least one of `test.example.com` or `*.example.com`.
@@ -44,32 +50,32 @@ pub struct HttpRouteSpec {
     ///   `*.example.com`, `test.example.com`, and `foo.test.example.com` would
     ///   all match. On the other hand, `example.com` and `test.example.net` would
     ///   not match.
-    /// 
+    ///
     /// Hostnames that are prefixed with a wildcard label (`*.`) are interpreted
     /// as a suffix match. That means that a match for `*.example.com` would match
     /// both `test.example.com`, and `foo.test.example.com`, but not `example.com`.
-    /// 
+    ///
     /// If both the Listener and HTTPRoute have specified hostnames, any
     /// HTTPRoute hostnames that do not match the Listener hostname MUST be
     /// ignored. For example, if a Listener specified `*.example.com`, and the
     /// HTTPRoute specified `test.example.com` and `test.example.net`,
     /// `test.example.net` must not be considered for a match.
-    /// 
+    ///
     /// If both the Listener and HTTPRoute have specified hostnames, and none
     /// match with the criteria above, then the HTTPRoute is not accepted. The
     /// implementation must raise an 'Accepted' Condition with a status of
     /// `False` in the corresponding RouteParentStatus.
-    /// 
+    ///
     /// In the event that multiple HTTPRoutes specify intersecting hostnames (e.g.
     /// overlapping wildcard matching and exact matching hostnames), precedence must
     /// be given to rules from the HTTPRoute with the largest number of:
-    /// 
+    ///
     /// * Characters in a matching non-wildcard hostname.
     /// * Characters in a matching hostname.
-    /// 
+    ///
     /// If ties exist across multiple Routes, the matching precedence rules for
     /// HTTPRouteMatches takes over.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostnames: Option<Vec<String>>,
@@ -83,17 +89,17 @@ pub struct HttpRouteSpec {
     /// not applicable for governing ParentRefs to Services - it is not possible to
     /// create a "producer" route for a Service in a different namespace from the
     /// Route.
-    /// 
+    ///
     /// There are two kinds of parent resources with "Core" support:
-    /// 
+    ///
     /// * Gateway (Gateway conformance profile)
     /// * Service (Mesh conformance profile, ClusterIP Services only)
-    /// 
+    ///
     /// This API may be extended in the future to support additional kinds of parent
     /// resources.
-    /// 
+    ///
     /// ParentRefs must be _distinct_. This means either that:
-    /// 
+    ///
     /// * They select different objects.  If this is the case, then parentRef
     ///   entries are distinct. In terms of fields, this means that the
     ///   multi-part key defined by `group`, `kind`, `namespace`, and `name` must
@@ -102,28 +108,32 @@ pub struct HttpRouteSpec {
     ///   each ParentRef that selects the same object must set the same set of
     ///   optional fields to different values. If one ParentRef sets a
     ///   combination of optional fields, all must set the same combination.
-    /// 
+    ///
     /// Some examples:
-    /// 
+    ///
     /// * If one ParentRef sets `sectionName`, all ParentRefs referencing the
     ///   same object must also set `sectionName`.
     /// * If one ParentRef sets `port`, all ParentRefs referencing the same
     ///   object must also set `port`.
     /// * If one ParentRef sets `sectionName` and `port`, all ParentRefs
     ///   referencing the same object must also set `sectionName` and `port`.
-    /// 
+    ///
     /// It is possible to separately reference multiple distinct objects that may
     /// be collapsed by an implementation. For example, some implementations may
     /// choose to merge compatible Gateway Listeners together. If that is the
     /// case, the list of routes attached to those resources should also be
     /// merged.
-    /// 
+    ///
     /// Note that for ParentRefs that cross namespace boundaries, there are specific
     /// rules. Cross-namespace references are only valid if they are explicitly
     /// allowed by something in the namespace they are referring to. For example,
     /// Gateway has the AllowedRoutes field, and ReferenceGrant provides a
     /// generic way to enable other kinds of cross-namespace reference.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "parentRefs")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "parentRefs"
+    )]
     pub parent_refs: Option<Vec<HttpRouteParentRefs>>,
     /// Rules are a list of HTTP matchers, filters and actions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,13 +143,13 @@ pub struct HttpRouteSpec {
 /// ParentReference identifies an API object (usually a Gateway) that can be considered
 /// a parent of this resource (usually a route). There are two kinds of parent resources
 /// with "Core" support:
-/// 
+///
 /// * Gateway (Gateway conformance profile)
 /// * Service (Mesh conformance profile, ClusterIP Services only)
-/// 
+///
 /// This API may be extended in the future to support additional kinds of parent
 /// resources.
-/// 
+///
 /// The API object must be valid in the cluster; the Group and Kind must
 /// be registered in the cluster for this reference to be valid.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -148,39 +158,39 @@ pub struct HttpRouteParentRefs {
     /// When unspecified, "gateway.networking.k8s.io" is inferred.
     /// To set the core API group (such as for a "Service" kind referent),
     /// Group must be explicitly set to "" (empty string).
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// Kind is kind of the referent.
-    /// 
+    ///
     /// There are two kinds of parent resources with "Core" support:
-    /// 
+    ///
     /// * Gateway (Gateway conformance profile)
     /// * Service (Mesh conformance profile, ClusterIP Services only)
-    /// 
+    ///
     /// Support for other resources is Implementation-Specific.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// Name is the name of the referent.
-    /// 
+    ///
     /// Support: Core
     pub name: String,
     /// Namespace is the namespace of the referent. When unspecified, this refers
     /// to the local namespace of the Route.
-    /// 
+    ///
     /// Note that there are specific rules for ParentRefs which cross namespace
     /// boundaries. Cross-namespace references are only valid if they are explicitly
     /// allowed by something in the namespace they are referring to. For example:
     /// Gateway has the AllowedRoutes field, and ReferenceGrant provides a
     /// generic way to enable any other kind of cross-namespace reference.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Port is the network port this Route targets. It can be interpreted
     /// differently based on the type of parent resource.
-    /// 
+    ///
     /// When the parent resource is a Gateway, this targets all listeners
     /// listening on the specified port that also support this kind of Route(and
     /// select this Route). It's not recommended to set `Port` unless the
@@ -188,11 +198,11 @@ pub struct HttpRouteParentRefs {
     /// as opposed to a listener(s) whose port(s) may be changed. When both Port
     /// and SectionName are specified, the name and port of the selected listener
     /// must match both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support other parent resources.
     /// Implementations supporting other types of parent resources MUST clearly
     /// document how/if Port is interpreted.
-    /// 
+    ///
     /// For the purpose of status, an attachment is considered successful as
     /// long as the parent resource accepts it partially. For example, Gateway
     /// listeners can restrict which Routes can attach to them by Route kind,
@@ -200,24 +210,24 @@ pub struct HttpRouteParentRefs {
     /// from the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route,
     /// the Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
     /// SectionName is the name of a section within the target resource. In the
     /// following resources, SectionName is interpreted as the following:
-    /// 
+    ///
     /// * Gateway: Listener name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
     /// * Service: Port name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support attaching Routes to other resources.
     /// If that is the case, they MUST clearly document how SectionName is
     /// interpreted.
-    /// 
+    ///
     /// When unspecified (empty string), this will reference the entire resource.
     /// For the purpose of status, an attachment is considered successful if at
     /// least one section in the parent resource accepts it. For example, Gateway
@@ -226,9 +236,13 @@ pub struct HttpRouteParentRefs {
     /// the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route, the
     /// Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "sectionName")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "sectionName"
+    )]
     pub section_name: Option<String>,
 }
 
@@ -239,68 +253,72 @@ pub struct HttpRouteParentRefs {
 pub struct HttpRouteRules {
     /// BackendRefs defines the backend(s) where matching requests should be
     /// sent.
-    /// 
+    ///
     /// Failure behavior here depends on how many BackendRefs are specified and
     /// how many are invalid.
-    /// 
+    ///
     /// If *all* entries in BackendRefs are invalid, and there are also no filters
     /// specified in this route rule, *all* traffic which matches this rule MUST
     /// receive a 500 status code.
-    /// 
+    ///
     /// See the HTTPBackendRef definition for the rules about what makes a single
     /// HTTPBackendRef invalid.
-    /// 
+    ///
     /// When a HTTPBackendRef is invalid, 500 status codes MUST be returned for
     /// requests that would have otherwise been routed to an invalid backend. If
     /// multiple backends are specified, and some are invalid, the proportion of
     /// requests that would otherwise have been routed to an invalid backend
     /// MUST receive a 500 status code.
-    /// 
+    ///
     /// For example, if two backends are specified with equal weights, and one is
     /// invalid, 50 percent of traffic must receive a 500. Implementations may
     /// choose how that 50 percent is determined.
-    /// 
+    ///
     /// When a HTTPBackendRef refers to a Service that has no ready endpoints,
     /// implementations SHOULD return a 503 for requests to that backend instead.
     /// If an implementation chooses to do this, all of the above rules for 500 responses
     /// MUST also apply for responses that return a 503.
-    /// 
+    ///
     /// Support: Core for Kubernetes Service
-    /// 
+    ///
     /// Support: Extended for Kubernetes ServiceImport
-    /// 
+    ///
     /// Support: Implementation-specific for any other resource
-    /// 
+    ///
     /// Support for weight: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "backendRefs")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "backendRefs"
+    )]
     pub backend_refs: Option<Vec<HttpRouteRulesBackendRefs>>,
     /// Filters define the filters that are applied to requests that match
     /// this rule.
-    /// 
+    ///
     /// Wherever possible, implementations SHOULD implement filters in the order
     /// they are specified.
-    /// 
+    ///
     /// Implementations MAY choose to implement this ordering strictly, rejecting
     /// any combination or order of filters that cannot be supported. If implementations
     /// choose a strict interpretation of filter ordering, they MUST clearly document
     /// that behavior.
-    /// 
+    ///
     /// To reject an invalid combination or order of filters, implementations SHOULD
     /// consider the Route Rules with this configuration invalid. If all Route Rules
     /// in a Route are invalid, the entire Route would be considered invalid. If only
     /// a portion of Route Rules are invalid, implementations MUST set the
     /// "PartiallyInvalid" condition for the Route.
-    /// 
+    ///
     /// Conformance-levels at this level are defined based on the type of filter:
-    /// 
+    ///
     /// - ALL core filters MUST be supported by all implementations.
     /// - Implementers are encouraged to support extended filters.
     /// - Implementation-specific custom filters have no API guarantees across
     ///   implementations.
-    /// 
+    ///
     /// Specifying the same filter multiple times is not supported unless explicitly
     /// indicated in the filter.
-    /// 
+    ///
     /// All filters are expected to be compatible with each other except for the
     /// URLRewrite and RequestRedirect filters, which may not be combined. If an
     /// implementation cannot support other combinations of filters, they must clearly
@@ -308,16 +326,16 @@ pub struct HttpRouteRules {
     /// filters are specified and cause the `Accepted` condition to be set to status
     /// `False`, implementations may use the `IncompatibleFilters` reason to specify
     /// this configuration error.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filters: Option<Vec<HttpRouteRulesFilters>>,
     /// Matches define conditions used for matching the rule against incoming
     /// HTTP requests. Each match is independent, i.e. this rule will be matched
     /// if **any** one of the matches is satisfied.
-    /// 
+    ///
     /// For example, take the following matches configuration:
-    /// 
+    ///
     /// ```text
     /// matches:
     /// - path:
@@ -328,62 +346,62 @@ pub struct HttpRouteRules {
     /// - path:
     ///     value: "/v2/foo"
     /// ```
-    /// 
+    ///
     /// For a request to match against this rule, a request must satisfy
     /// EITHER of the two conditions:
-    /// 
+    ///
     /// - path prefixed with `/foo` AND contains the header `version: v2`
     /// - path prefix of `/v2/foo`
-    /// 
+    ///
     /// See the documentation for HTTPRouteMatch on how to specify multiple
     /// match conditions that should be ANDed together.
-    /// 
+    ///
     /// If no matches are specified, the default is a prefix
     /// path match on "/", which has the effect of matching every
     /// HTTP request.
-    /// 
+    ///
     /// Proxy or Load Balancer routing configuration generated from HTTPRoutes
     /// MUST prioritize matches based on the following criteria, continuing on
     /// ties. Across all rules specified on applicable Routes, precedence must be
     /// given to the match having:
-    /// 
+    ///
     /// * "Exact" path match.
     /// * "Prefix" path match with largest number of characters.
     /// * Method match.
     /// * Largest number of header matches.
     /// * Largest number of query param matches.
-    /// 
+    ///
     /// Note: The precedence of RegularExpression path matches are implementation-specific.
-    /// 
+    ///
     /// If ties still exist across multiple Routes, matching precedence MUST be
     /// determined in order of the following criteria, continuing on ties:
-    /// 
+    ///
     /// * The oldest Route based on creation timestamp.
     /// * The Route appearing first in alphabetical order by
     ///   "{namespace}/{name}".
-    /// 
+    ///
     /// If ties still exist within an HTTPRoute, matching precedence MUST be granted
     /// to the FIRST matching rule (in list order) with a match meeting the above
     /// criteria.
-    /// 
+    ///
     /// When no rules matching a request have been successfully attached to the
     /// parent a request is coming from, a HTTP 404 status code MUST be returned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matches: Option<Vec<HttpRouteRulesMatches>>,
     /// Name is the name of the route rule. This name MUST be unique within a Route if it is set.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Timeouts defines the timeouts that can be configured for an HTTP request.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<HttpRouteRulesTimeouts>,
 }
 
 /// HTTPBackendRef defines how a HTTPRoute forwards a HTTP request.
-/// 
+///
 /// Note that when a namespace different than the local namespace is specified, a
 /// ReferenceGrant object is required in the referent namespace to allow that
 /// namespace's owner to accept the reference. See the ReferenceGrant
@@ -392,7 +410,7 @@ pub struct HttpRouteRules {
 pub struct HttpRouteRulesBackendRefs {
     /// Filters defined at this level should be executed if and only if the
     /// request is being forwarded to the backend defined here.
-    /// 
+    ///
     /// Support: Implementation-specific (For broader support of filters, use the
     /// Filters field in HTTPRouteRule.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -403,17 +421,17 @@ pub struct HttpRouteRulesBackendRefs {
     pub group: Option<String>,
     /// Kind is the Kubernetes resource kind of the referent. For example
     /// "Service".
-    /// 
+    ///
     /// Defaults to "Service" when not specified.
-    /// 
+    ///
     /// ExternalName services can refer to CNAME DNS records that may live
     /// outside of the cluster and as such are difficult to reason about in
     /// terms of conformance. They also may not be safe to forward to (see
     /// CVE-2021-25740 for more information). Implementations SHOULD NOT
     /// support ExternalName Services.
-    /// 
+    ///
     /// Support: Core (Services with a type other than ExternalName)
-    /// 
+    ///
     /// Support: Implementation-specific (Services with type ExternalName)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -421,12 +439,12 @@ pub struct HttpRouteRulesBackendRefs {
     pub name: String,
     /// Namespace is the namespace of the backend. When unspecified, the local
     /// namespace is inferred.
-    /// 
+    ///
     /// Note that when a namespace different than the local namespace is specified,
     /// a ReferenceGrant object is required in the referent namespace to allow that
     /// namespace's owner to accept the reference. See the ReferenceGrant
     /// documentation for details.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -443,12 +461,12 @@ pub struct HttpRouteRulesBackendRefs {
     /// the exact proportion defined here depending on the precision an
     /// implementation supports. Weight is not a percentage and the sum of
     /// weights does not need to equal 100.
-    /// 
+    ///
     /// If only one backend is specified and it has a weight greater than 0, 100%
     /// of the traffic is forwarded to that backend. If weight is set to 0, no
     /// traffic should be forwarded for this entry. If unspecified, weight
     /// defaults to 1.
-    /// 
+    ///
     /// Support for this field varies based on the context where used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
@@ -464,7 +482,7 @@ pub struct HttpRouteRulesBackendRefs {
 pub struct HttpRouteRulesBackendRefsFilters {
     /// CORS defines a schema for a filter that responds to the
     /// cross-origin request based on HTTP response header.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<HttpRouteRulesBackendRefsFiltersCors>,
@@ -472,52 +490,72 @@ pub struct HttpRouteRulesBackendRefsFilters {
     /// "filter" behavior.  For example, resource "myroutefilter" in group
     /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
     /// extended filters.
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule.
-    /// 
+    ///
     /// Support: Implementation-specific
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "extensionRef")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "extensionRef"
+    )]
     pub extension_ref: Option<HttpRouteRulesBackendRefsFiltersExtensionRef>,
     /// RequestHeaderModifier defines a schema for a filter that modifies request
     /// headers.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestHeaderModifier"
+    )]
     pub request_header_modifier: Option<HttpRouteRulesBackendRefsFiltersRequestHeaderModifier>,
     /// RequestMirror defines a schema for a filter that mirrors requests.
     /// Requests are sent to the specified destination, but responses from
     /// that destination are ignored.
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule. Note that
     /// not all implementations will be able to support mirroring to multiple
     /// backends.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestMirror")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestMirror"
+    )]
     pub request_mirror: Option<HttpRouteRulesBackendRefsFiltersRequestMirror>,
     /// RequestRedirect defines a schema for a filter that responds to the
     /// request with an HTTP redirection.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestRedirect")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestRedirect"
+    )]
     pub request_redirect: Option<HttpRouteRulesBackendRefsFiltersRequestRedirect>,
     /// ResponseHeaderModifier defines a schema for a filter that modifies response
     /// headers.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "responseHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "responseHeaderModifier"
+    )]
     pub response_header_modifier: Option<HttpRouteRulesBackendRefsFiltersResponseHeaderModifier>,
     /// Type identifies the type of filter to apply. As with other API fields,
     /// types are classified into three conformance levels:
-    /// 
+    ///
     /// - Core: Filter types and their corresponding configuration defined by
     ///   "Support: Core" in this package, e.g. "RequestHeaderModifier". All
     ///   implementations must support core filters.
-    /// 
+    ///
     /// - Extended: Filter types and their corresponding configuration defined by
     ///   "Support: Extended" in this package, e.g. "RequestMirror". Implementers
     ///   are encouraged to support extended filters.
-    /// 
+    ///
     /// - Implementation-specific: Filters that are defined and supported by
     ///   specific vendors.
     ///   In the future, filters showing convergence in behavior across multiple
@@ -525,76 +563,84 @@ pub struct HttpRouteRulesBackendRefsFilters {
     ///   conformance levels. Filter-specific configuration for such filters
     ///   is specified using the ExtensionRef field. `Type` should be set to
     ///   "ExtensionRef" for custom filters.
-    /// 
+    ///
     /// Implementers are encouraged to define custom implementation types to
     /// extend the core API with implementation-specific behavior.
-    /// 
+    ///
     /// If a reference to a custom filter type cannot be resolved, the filter
     /// MUST NOT be skipped. Instead, requests that would have been processed by
     /// that filter MUST receive a HTTP error response.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
     #[serde(rename = "type")]
     pub r#type: HttpRouteRulesBackendRefsFiltersType,
     /// URLRewrite defines a schema for a filter that modifies a request during forwarding.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "urlRewrite")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "urlRewrite"
+    )]
     pub url_rewrite: Option<HttpRouteRulesBackendRefsFiltersUrlRewrite>,
 }
 
 /// CORS defines a schema for a filter that responds to the
 /// cross-origin request based on HTTP response header.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersCors {
     /// AllowCredentials indicates whether the actual cross-origin request allows
     /// to include credentials.
-    /// 
+    ///
     /// When set to true, the gateway will include the `Access-Control-Allow-Credentials`
     /// response header with value true (case-sensitive).
-    /// 
+    ///
     /// When set to false or omitted the gateway will omit the header
     /// `Access-Control-Allow-Credentials` entirely (this is the standard CORS
     /// behavior).
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowCredentials")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowCredentials"
+    )]
     pub allow_credentials: Option<bool>,
     /// AllowHeaders indicates which HTTP request headers are supported for
     /// accessing the requested resource.
-    /// 
+    ///
     /// Header names are not case-sensitive.
-    /// 
+    ///
     /// Multiple header names in the value of the `Access-Control-Allow-Headers`
     /// response header are separated by a comma (",").
-    /// 
+    ///
     /// When the `allowHeaders` field is configured with one or more headers, the
     /// gateway must return the `Access-Control-Allow-Headers` response header
     /// which value is present in the `allowHeaders` field.
-    /// 
+    ///
     /// If any header name in the `Access-Control-Request-Headers` request header
     /// is not included in the list of header names specified by the response
     /// header `Access-Control-Allow-Headers`, it will present an error on the
     /// client side.
-    /// 
+    ///
     /// If any header name in the `Access-Control-Allow-Headers` response header
     /// does not recognize by the client, it will also occur an error on the
     /// client side.
-    /// 
+    ///
     /// A wildcard indicates that the requests with all HTTP headers are allowed.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowHeaders` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Allow-Headers`
     /// response header may either contain the wildcard `*` or echo the value
     /// of the `Access-Control-Request-Headers` request header.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowHeaders` and
     /// `allowCredentials` is set to `true`, the gateway must not return `*`
     /// in the `Access-Control-Allow-Headers` response header. Instead, it must
@@ -603,41 +649,45 @@ pub struct HttpRouteRulesBackendRefsFiltersCors {
     /// If the `Access-Control-Request-Headers` header is not present in the
     /// request, the gateway must omit the `Access-Control-Allow-Headers`
     /// response header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowHeaders")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowHeaders"
+    )]
     pub allow_headers: Option<Vec<String>>,
     /// AllowMethods indicates which HTTP methods are supported for accessing the
     /// requested resource.
-    /// 
+    ///
     /// Valid values are any method defined by RFC9110, along with the special
     /// value `*`, which represents all HTTP methods are allowed.
-    /// 
+    ///
     /// Method names are case-sensitive, so these values are also case-sensitive.
     /// (See <https://www.rfc-editor.org/rfc/rfc2616#section-5.1.1)>
-    /// 
+    ///
     /// Multiple method names in the value of the `Access-Control-Allow-Methods`
     /// response header are separated by a comma (",").
-    /// 
+    ///
     /// A CORS-safelisted method is a method that is `GET`, `HEAD`, or `POST`.
     /// (See <https://fetch.spec.whatwg.org/#cors-safelisted-method)> The
     /// CORS-safelisted methods are always allowed, regardless of whether they
     /// are specified in the `allowMethods` field.
-    /// 
+    ///
     /// When the `allowMethods` field is configured with one or more methods, the
     /// gateway must return the `Access-Control-Allow-Methods` response header
     /// which value is present in the `allowMethods` field.
-    /// 
+    ///
     /// If the HTTP method of the `Access-Control-Request-Method` request header
     /// is not included in the list of methods specified by the response header
     /// `Access-Control-Allow-Methods`, it will present an error on the client
     /// side.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowMethods` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Allow-Methods`
     /// response header may either contain the wildcard `*` or echo the value
     /// of the `Access-Control-Request-Method` request header.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowMethods` and
     /// `allowCredentials` is set to `true`, the gateway must not return `*`
     /// in the `Access-Control-Allow-Methods` response header. Instead, it must
@@ -645,73 +695,81 @@ pub struct HttpRouteRulesBackendRefsFiltersCors {
     /// `Access-Control-Request-Method` request header.
     /// If the `Access-Control-Request-Method` header is not present in the request,
     /// the gateway must omit the `Access-Control-Allow-Methods` response header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowMethods")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowMethods"
+    )]
     pub allow_methods: Option<Vec<String>>,
     /// AllowOrigins indicates whether the response can be shared with requested
     /// resource from the given `Origin`.
-    /// 
+    ///
     /// The `Origin` consists of a scheme and a host, with an optional port, and
     /// takes the form `<scheme>://<host>(:<port>)`.
-    /// 
+    ///
     /// Valid values for scheme are: `http` and `https`.
-    /// 
+    ///
     /// Valid values for port are any integer between 1 and 65535 (the list of
     /// available TCP/UDP ports). Note that, if not included, port `80` is
     /// assumed for `http` scheme origins, and port `443` is assumed for `https`
     /// origins. This may affect origin matching.
-    /// 
+    ///
     /// The host part of the origin may contain the wildcard character `*`. These
     /// wildcard characters behave as follows:
-    /// 
+    ///
     /// * `*` is a greedy match to the _left_, including any number of
     ///   DNS labels to the left of its position. This also means that
     ///   `*` will include any number of period `.` characters to the
     ///   left of its position.
     /// * A wildcard by itself matches all hosts.
-    /// 
+    ///
     /// An origin value that includes _only_ the `*` character indicates requests
     /// from all `Origin`s are allowed.
-    /// 
+    ///
     /// When the `allowOrigins` field is configured with multiple origins, it
     /// means the server supports clients from multiple origins. If the request
     /// `Origin` matches the configured allowed origins, the gateway must return
     /// the given `Origin` and sets value of the header
     /// `Access-Control-Allow-Origin` same as the `Origin` header provided by the
     /// client.
-    /// 
+    ///
     /// The status code of a successful response to a "preflight" request is
     /// always an OK status (i.e., 204 or 200).
-    /// 
+    ///
     /// If the request `Origin` does not match the configured allowed origins,
     /// the gateway returns 204/200 response but doesn't set the relevant
     /// cross-origin response headers. Alternatively, the gateway responds with
     /// 403 status to the "preflight" request is denied, coupled with omitting
     /// the CORS headers. The cross-origin request fails on the client side.
     /// Therefore, the client doesn't attempt the actual cross-origin request.
-    /// 
+    ///
     /// Conversely, if the request `Origin` matches one of the configured
     /// allowed origins, the gateway sets the response header
     /// `Access-Control-Allow-Origin` to the same value as the `Origin`
     /// header provided by the client.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowOrigins` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Allow-Origin`
     /// response header may either contain the wildcard `*` or echo the value
     /// of the `Origin` request header.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowOrigins` and
     /// `allowCredentials` is set to `true`, the gateway must not return `*`
     /// in the `Access-Control-Allow-Origin` response header. Instead, it must
     /// return a single origin matching the value of the `Origin` request header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowOrigins")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowOrigins"
+    )]
     pub allow_origins: Option<Vec<String>>,
     /// ExposeHeaders indicates which HTTP response headers can be exposed
     /// to client-side scripts in response to a cross-origin request.
-    /// 
+    ///
     /// A CORS-safelisted response header is an HTTP header in a CORS response
     /// that it is considered safe to expose to the client scripts.
     /// The CORS-safelisted response headers include the following headers:
@@ -724,40 +782,44 @@ pub struct HttpRouteRulesBackendRefsFiltersCors {
     /// `Pragma`
     /// (See <https://fetch.spec.whatwg.org/#cors-safelisted-response-header-name)>
     /// The CORS-safelisted response headers are exposed to client by default.
-    /// 
+    ///
     /// When an HTTP header name is specified using the `exposeHeaders` field,
     /// this additional header will be exposed as part of the response to the
     /// client.
-    /// 
+    ///
     /// Header names are not case-sensitive.
-    /// 
+    ///
     /// Multiple header names in the value of the `Access-Control-Expose-Headers`
     /// response header are separated by a comma (",").
-    /// 
+    ///
     /// A wildcard indicates that the responses with all HTTP headers are exposed
     /// to clients.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `exposeHeaders` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Expose-Headers`
     /// response header can contain the wildcard `*`.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `exposeHeaders` and
     /// `allowCredentials` is set to `true`, the gateway cannot use the `*`
     /// in the `Access-Control-Expose-Headers` response header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "exposeHeaders")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "exposeHeaders"
+    )]
     pub expose_headers: Option<Vec<String>>,
     /// MaxAge indicates the duration (in seconds) for the client to cache the
     /// results of a "preflight" request.
-    /// 
+    ///
     /// The information provided by the `Access-Control-Allow-Methods` and
     /// `Access-Control-Allow-Headers` response headers can be cached by the
     /// client until the time specified by `Access-Control-Max-Age` elapses.
-    /// 
+    ///
     /// The default value of `Access-Control-Max-Age` response header is 5
     /// (seconds).
-    /// 
+    ///
     /// When the `MaxAge` field is unspecified, the gateway sets the response
     /// header "Access-Control-Max-Age: 5" by default.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxAge")]
@@ -768,9 +830,9 @@ pub struct HttpRouteRulesBackendRefsFiltersCors {
 /// "filter" behavior.  For example, resource "myroutefilter" in group
 /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
 /// extended filters.
-/// 
+///
 /// This filter can be used multiple times within the same rule.
-/// 
+///
 /// Support: Implementation-specific
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersExtensionRef {
@@ -785,23 +847,23 @@ pub struct HttpRouteRulesBackendRefsFiltersExtensionRef {
 
 /// RequestHeaderModifier defines a schema for a filter that modifies request
 /// headers.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -811,16 +873,16 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -828,16 +890,16 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -850,7 +912,7 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifier {
 pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -866,7 +928,7 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifierAdd {
 pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -880,38 +942,38 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestHeaderModifierSet {
 /// RequestMirror defines a schema for a filter that mirrors requests.
 /// Requests are sent to the specified destination, but responses from
 /// that destination are ignored.
-/// 
+///
 /// This filter can be used multiple times within the same rule. Note that
 /// not all implementations will be able to support mirroring to multiple
 /// backends.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersRequestMirror {
     /// BackendRef references a resource where mirrored requests are sent.
-    /// 
+    ///
     /// Mirrored requests must be sent only to a single destination endpoint
     /// within this BackendRef, irrespective of how many endpoints are present
     /// within this BackendRef.
-    /// 
+    ///
     /// If the referent cannot be found, this BackendRef is invalid and must be
     /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
     /// condition on the Route status is set to `status: False` and not configure
     /// this backend in the underlying implementation.
-    /// 
+    ///
     /// If there is a cross-namespace reference to an *existing* object
     /// that is not allowed by a ReferenceGrant, the controller must ensure the
     /// "ResolvedRefs"  condition on the Route is set to `status: False`,
     /// with the "RefNotPermitted" reason and not configure this backend in the
     /// underlying implementation.
-    /// 
+    ///
     /// In either error case, the Message of the `ResolvedRefs` Condition
     /// should be used to provide more detail about the problem.
-    /// 
+    ///
     /// Support: Extended for Kubernetes Service
-    /// 
+    ///
     /// Support: Implementation-specific for any other resource
-    /// 
+    ///
     /// If the backend service requires TLS, use BackendTLSPolicy to tell the
     /// implementation to supply the TLS details to be used to connect to that
     /// backend.
@@ -919,7 +981,7 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestMirror {
     pub backend_ref: HttpRouteRulesBackendRefsFiltersRequestMirrorBackendRef,
     /// Fraction represents the fraction of requests that should be
     /// mirrored to BackendRef.
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -927,7 +989,7 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestMirror {
     /// Percent represents the percentage of requests that should be
     /// mirrored to BackendRef. Its minimum value is 0 (indicating 0% of
     /// requests) and its maximum value is 100 (indicating 100% of requests).
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -935,29 +997,29 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestMirror {
 }
 
 /// BackendRef references a resource where mirrored requests are sent.
-/// 
+///
 /// Mirrored requests must be sent only to a single destination endpoint
 /// within this BackendRef, irrespective of how many endpoints are present
 /// within this BackendRef.
-/// 
+///
 /// If the referent cannot be found, this BackendRef is invalid and must be
 /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
 /// condition on the Route status is set to `status: False` and not configure
 /// this backend in the underlying implementation.
-/// 
+///
 /// If there is a cross-namespace reference to an *existing* object
 /// that is not allowed by a ReferenceGrant, the controller must ensure the
 /// "ResolvedRefs"  condition on the Route is set to `status: False`,
 /// with the "RefNotPermitted" reason and not configure this backend in the
 /// underlying implementation.
-/// 
+///
 /// In either error case, the Message of the `ResolvedRefs` Condition
 /// should be used to provide more detail about the problem.
-/// 
+///
 /// Support: Extended for Kubernetes Service
-/// 
+///
 /// Support: Implementation-specific for any other resource
-/// 
+///
 /// If the backend service requires TLS, use BackendTLSPolicy to tell the
 /// implementation to supply the TLS details to be used to connect to that
 /// backend.
@@ -969,17 +1031,17 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestMirrorBackendRef {
     pub group: Option<String>,
     /// Kind is the Kubernetes resource kind of the referent. For example
     /// "Service".
-    /// 
+    ///
     /// Defaults to "Service" when not specified.
-    /// 
+    ///
     /// ExternalName services can refer to CNAME DNS records that may live
     /// outside of the cluster and as such are difficult to reason about in
     /// terms of conformance. They also may not be safe to forward to (see
     /// CVE-2021-25740 for more information). Implementations SHOULD NOT
     /// support ExternalName Services.
-    /// 
+    ///
     /// Support: Core (Services with a type other than ExternalName)
-    /// 
+    ///
     /// Support: Implementation-specific (Services with type ExternalName)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -987,12 +1049,12 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestMirrorBackendRef {
     pub name: String,
     /// Namespace is the namespace of the backend. When unspecified, the local
     /// namespace is inferred.
-    /// 
+    ///
     /// Note that when a namespace different than the local namespace is specified,
     /// a ReferenceGrant object is required in the referent namespace to allow that
     /// namespace's owner to accept the reference. See the ReferenceGrant
     /// documentation for details.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -1007,7 +1069,7 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestMirrorBackendRef {
 
 /// Fraction represents the fraction of requests that should be
 /// mirrored to BackendRef.
-/// 
+///
 /// Only one of Fraction or Percent may be specified. If neither field
 /// is specified, 100% of requests will be mirrored.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -1019,113 +1081,125 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestMirrorFraction {
 
 /// RequestRedirect defines a schema for a filter that responds to the
 /// request with an HTTP redirection.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersRequestRedirect {
     /// Hostname is the hostname to be used in the value of the `Location`
     /// header in the response.
     /// When empty, the hostname in the `Host` header of the request is used.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     /// Path defines parameters used to modify the path of the incoming request.
     /// The modified path is then used to construct the `Location` header. When
     /// empty, the request path is used as-is.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<HttpRouteRulesBackendRefsFiltersRequestRedirectPath>,
     /// Port is the port to be used in the value of the `Location`
     /// header in the response.
-    /// 
+    ///
     /// If no port is specified, the redirect port MUST be derived using the
     /// following rules:
-    /// 
+    ///
     /// * If redirect scheme is not-empty, the redirect port MUST be the well-known
     ///   port associated with the redirect scheme. Specifically "http" to port 80
     ///   and "https" to port 443. If the redirect scheme does not have a
     ///   well-known port, the listener port of the Gateway SHOULD be used.
     /// * If redirect scheme is empty, the redirect port MUST be the Gateway
     ///   Listener port.
-    /// 
+    ///
     /// Implementations SHOULD NOT add the port number in the 'Location'
     /// header in the following cases:
-    /// 
+    ///
     /// * A Location header that will use HTTP (whether that is determined via
     ///   the Listener protocol or the Scheme field) _and_ use port 80.
     /// * A Location header that will use HTTPS (whether that is determined via
     ///   the Listener protocol or the Scheme field) _and_ use port 443.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
     /// Scheme is the scheme to be used in the value of the `Location` header in
     /// the response. When empty, the scheme of the request is used.
-    /// 
+    ///
     /// Scheme redirects can affect the port of the redirect, for more information,
     /// refer to the documentation for the port field of this filter.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheme: Option<HttpRouteRulesBackendRefsFiltersRequestRedirectScheme>,
     /// StatusCode is the HTTP status code to be used in response.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
-    /// 
+    ///
     /// Support: statusCode 301 and 302 are Core; all others are Extended.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "statusCode")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "statusCode"
+    )]
     pub status_code: Option<i64>,
 }
 
 /// Path defines parameters used to modify the path of the incoming request.
 /// The modified path is then used to construct the `Location` header. When
 /// empty, the request path is used as-is.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersRequestRedirectPath {
     /// ReplaceFullPath specifies the value with which to replace the full path
     /// of a request during a rewrite or redirect.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replaceFullPath")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replaceFullPath"
+    )]
     pub replace_full_path: Option<String>,
     /// ReplacePrefixMatch specifies the value with which to replace the prefix
     /// match of a request during a rewrite or redirect. For example, a request
     /// to "/foo/bar" with a prefix match of "/foo" and a ReplacePrefixMatch
     /// of "/xyz" would be modified to "/xyz/bar".
-    /// 
+    ///
     /// Note that this matches the behavior of the PathPrefix match type. This
     /// matches full path elements. A path element refers to the list of labels
     /// in the path split by the `/` separator. When specified, a trailing `/` is
     /// ignored. For example, the paths `/abc`, `/abc/`, and `/abc/def` would all
     /// match the prefix `/abc`, but the path `/abcd` would not.
-    /// 
+    ///
     /// ReplacePrefixMatch is only compatible with a `PathPrefix` HTTPRouteMatch.
     /// Using any other HTTPRouteMatch type on the same HTTPRouteRule will result in
     /// the implementation setting the Accepted Condition for the Route to `status: False`.
-    /// 
+    ///
     /// Request Path | Prefix Match | Replace Prefix | Modified Path
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replacePrefixMatch")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replacePrefixMatch"
+    )]
     pub replace_prefix_match: Option<String>,
     /// Type defines the type of path modifier. Additional types may be
     /// added in a future release of the API.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
@@ -1136,7 +1210,7 @@ pub struct HttpRouteRulesBackendRefsFiltersRequestRedirectPath {
 /// Path defines parameters used to modify the path of the incoming request.
 /// The modified path is then used to construct the `Location` header. When
 /// empty, the request path is used as-is.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesBackendRefsFiltersRequestRedirectPathType {
@@ -1146,7 +1220,7 @@ pub enum HttpRouteRulesBackendRefsFiltersRequestRedirectPathType {
 
 /// RequestRedirect defines a schema for a filter that responds to the
 /// request with an HTTP redirection.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesBackendRefsFiltersRequestRedirectScheme {
@@ -1158,7 +1232,7 @@ pub enum HttpRouteRulesBackendRefsFiltersRequestRedirectScheme {
 
 /// RequestRedirect defines a schema for a filter that responds to the
 /// request with an HTTP redirection.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesBackendRefsFiltersRequestRedirectStatusCode {
@@ -1176,23 +1250,23 @@ pub enum HttpRouteRulesBackendRefsFiltersRequestRedirectStatusCode {
 
 /// ResponseHeaderModifier defines a schema for a filter that modifies response
 /// headers.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersResponseHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -1202,16 +1276,16 @@ pub struct HttpRouteRulesBackendRefsFiltersResponseHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -1219,16 +1293,16 @@ pub struct HttpRouteRulesBackendRefsFiltersResponseHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -1241,7 +1315,7 @@ pub struct HttpRouteRulesBackendRefsFiltersResponseHeaderModifier {
 pub struct HttpRouteRulesBackendRefsFiltersResponseHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1257,7 +1331,7 @@ pub struct HttpRouteRulesBackendRefsFiltersResponseHeaderModifierAdd {
 pub struct HttpRouteRulesBackendRefsFiltersResponseHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1288,56 +1362,64 @@ pub enum HttpRouteRulesBackendRefsFiltersType {
 }
 
 /// URLRewrite defines a schema for a filter that modifies a request during forwarding.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersUrlRewrite {
     /// Hostname is the value to be used to replace the Host header value during
     /// forwarding.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     /// Path defines a path rewrite.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<HttpRouteRulesBackendRefsFiltersUrlRewritePath>,
 }
 
 /// Path defines a path rewrite.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesBackendRefsFiltersUrlRewritePath {
     /// ReplaceFullPath specifies the value with which to replace the full path
     /// of a request during a rewrite or redirect.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replaceFullPath")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replaceFullPath"
+    )]
     pub replace_full_path: Option<String>,
     /// ReplacePrefixMatch specifies the value with which to replace the prefix
     /// match of a request during a rewrite or redirect. For example, a request
     /// to "/foo/bar" with a prefix match of "/foo" and a ReplacePrefixMatch
     /// of "/xyz" would be modified to "/xyz/bar".
-    /// 
+    ///
     /// Note that this matches the behavior of the PathPrefix match type. This
     /// matches full path elements. A path element refers to the list of labels
     /// in the path split by the `/` separator. When specified, a trailing `/` is
     /// ignored. For example, the paths `/abc`, `/abc/`, and `/abc/def` would all
     /// match the prefix `/abc`, but the path `/abcd` would not.
-    /// 
+    ///
     /// ReplacePrefixMatch is only compatible with a `PathPrefix` HTTPRouteMatch.
     /// Using any other HTTPRouteMatch type on the same HTTPRouteRule will result in
     /// the implementation setting the Accepted Condition for the Route to `status: False`.
-    /// 
+    ///
     /// Request Path | Prefix Match | Replace Prefix | Modified Path
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replacePrefixMatch")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replacePrefixMatch"
+    )]
     pub replace_prefix_match: Option<String>,
     /// Type defines the type of path modifier. Additional types may be
     /// added in a future release of the API.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
@@ -1346,7 +1428,7 @@ pub struct HttpRouteRulesBackendRefsFiltersUrlRewritePath {
 }
 
 /// Path defines a path rewrite.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesBackendRefsFiltersUrlRewritePathType {
@@ -1364,7 +1446,7 @@ pub enum HttpRouteRulesBackendRefsFiltersUrlRewritePathType {
 pub struct HttpRouteRulesFilters {
     /// CORS defines a schema for a filter that responds to the
     /// cross-origin request based on HTTP response header.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<HttpRouteRulesFiltersCors>,
@@ -1372,52 +1454,72 @@ pub struct HttpRouteRulesFilters {
     /// "filter" behavior.  For example, resource "myroutefilter" in group
     /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
     /// extended filters.
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule.
-    /// 
+    ///
     /// Support: Implementation-specific
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "extensionRef")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "extensionRef"
+    )]
     pub extension_ref: Option<HttpRouteRulesFiltersExtensionRef>,
     /// RequestHeaderModifier defines a schema for a filter that modifies request
     /// headers.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestHeaderModifier"
+    )]
     pub request_header_modifier: Option<HttpRouteRulesFiltersRequestHeaderModifier>,
     /// RequestMirror defines a schema for a filter that mirrors requests.
     /// Requests are sent to the specified destination, but responses from
     /// that destination are ignored.
-    /// 
+    ///
     /// This filter can be used multiple times within the same rule. Note that
     /// not all implementations will be able to support mirroring to multiple
     /// backends.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestMirror")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestMirror"
+    )]
     pub request_mirror: Option<HttpRouteRulesFiltersRequestMirror>,
     /// RequestRedirect defines a schema for a filter that responds to the
     /// request with an HTTP redirection.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "requestRedirect")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "requestRedirect"
+    )]
     pub request_redirect: Option<HttpRouteRulesFiltersRequestRedirect>,
     /// ResponseHeaderModifier defines a schema for a filter that modifies response
     /// headers.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "responseHeaderModifier")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "responseHeaderModifier"
+    )]
     pub response_header_modifier: Option<HttpRouteRulesFiltersResponseHeaderModifier>,
     /// Type identifies the type of filter to apply. As with other API fields,
     /// types are classified into three conformance levels:
-    /// 
+    ///
     /// - Core: Filter types and their corresponding configuration defined by
     ///   "Support: Core" in this package, e.g. "RequestHeaderModifier". All
     ///   implementations must support core filters.
-    /// 
+    ///
     /// - Extended: Filter types and their corresponding configuration defined by
     ///   "Support: Extended" in this package, e.g. "RequestMirror". Implementers
     ///   are encouraged to support extended filters.
-    /// 
+    ///
     /// - Implementation-specific: Filters that are defined and supported by
     ///   specific vendors.
     ///   In the future, filters showing convergence in behavior across multiple
@@ -1425,76 +1527,84 @@ pub struct HttpRouteRulesFilters {
     ///   conformance levels. Filter-specific configuration for such filters
     ///   is specified using the ExtensionRef field. `Type` should be set to
     ///   "ExtensionRef" for custom filters.
-    /// 
+    ///
     /// Implementers are encouraged to define custom implementation types to
     /// extend the core API with implementation-specific behavior.
-    /// 
+    ///
     /// If a reference to a custom filter type cannot be resolved, the filter
     /// MUST NOT be skipped. Instead, requests that would have been processed by
     /// that filter MUST receive a HTTP error response.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
     #[serde(rename = "type")]
     pub r#type: HttpRouteRulesFiltersType,
     /// URLRewrite defines a schema for a filter that modifies a request during forwarding.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "urlRewrite")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "urlRewrite"
+    )]
     pub url_rewrite: Option<HttpRouteRulesFiltersUrlRewrite>,
 }
 
 /// CORS defines a schema for a filter that responds to the
 /// cross-origin request based on HTTP response header.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersCors {
     /// AllowCredentials indicates whether the actual cross-origin request allows
     /// to include credentials.
-    /// 
+    ///
     /// When set to true, the gateway will include the `Access-Control-Allow-Credentials`
     /// response header with value true (case-sensitive).
-    /// 
+    ///
     /// When set to false or omitted the gateway will omit the header
     /// `Access-Control-Allow-Credentials` entirely (this is the standard CORS
     /// behavior).
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowCredentials")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowCredentials"
+    )]
     pub allow_credentials: Option<bool>,
     /// AllowHeaders indicates which HTTP request headers are supported for
     /// accessing the requested resource.
-    /// 
+    ///
     /// Header names are not case-sensitive.
-    /// 
+    ///
     /// Multiple header names in the value of the `Access-Control-Allow-Headers`
     /// response header are separated by a comma (",").
-    /// 
+    ///
     /// When the `allowHeaders` field is configured with one or more headers, the
     /// gateway must return the `Access-Control-Allow-Headers` response header
     /// which value is present in the `allowHeaders` field.
-    /// 
+    ///
     /// If any header name in the `Access-Control-Request-Headers` request header
     /// is not included in the list of header names specified by the response
     /// header `Access-Control-Allow-Headers`, it will present an error on the
     /// client side.
-    /// 
+    ///
     /// If any header name in the `Access-Control-Allow-Headers` response header
     /// does not recognize by the client, it will also occur an error on the
     /// client side.
-    /// 
+    ///
     /// A wildcard indicates that the requests with all HTTP headers are allowed.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowHeaders` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Allow-Headers`
     /// response header may either contain the wildcard `*` or echo the value
     /// of the `Access-Control-Request-Headers` request header.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowHeaders` and
     /// `allowCredentials` is set to `true`, the gateway must not return `*`
     /// in the `Access-Control-Allow-Headers` response header. Instead, it must
@@ -1503,41 +1613,45 @@ pub struct HttpRouteRulesFiltersCors {
     /// If the `Access-Control-Request-Headers` header is not present in the
     /// request, the gateway must omit the `Access-Control-Allow-Headers`
     /// response header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowHeaders")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowHeaders"
+    )]
     pub allow_headers: Option<Vec<String>>,
     /// AllowMethods indicates which HTTP methods are supported for accessing the
     /// requested resource.
-    /// 
+    ///
     /// Valid values are any method defined by RFC9110, along with the special
     /// value `*`, which represents all HTTP methods are allowed.
-    /// 
+    ///
     /// Method names are case-sensitive, so these values are also case-sensitive.
     /// (See <https://www.rfc-editor.org/rfc/rfc2616#section-5.1.1)>
-    /// 
+    ///
     /// Multiple method names in the value of the `Access-Control-Allow-Methods`
     /// response header are separated by a comma (",").
-    /// 
+    ///
     /// A CORS-safelisted method is a method that is `GET`, `HEAD`, or `POST`.
     /// (See <https://fetch.spec.whatwg.org/#cors-safelisted-method)> The
     /// CORS-safelisted methods are always allowed, regardless of whether they
     /// are specified in the `allowMethods` field.
-    /// 
+    ///
     /// When the `allowMethods` field is configured with one or more methods, the
     /// gateway must return the `Access-Control-Allow-Methods` response header
     /// which value is present in the `allowMethods` field.
-    /// 
+    ///
     /// If the HTTP method of the `Access-Control-Request-Method` request header
     /// is not included in the list of methods specified by the response header
     /// `Access-Control-Allow-Methods`, it will present an error on the client
     /// side.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowMethods` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Allow-Methods`
     /// response header may either contain the wildcard `*` or echo the value
     /// of the `Access-Control-Request-Method` request header.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowMethods` and
     /// `allowCredentials` is set to `true`, the gateway must not return `*`
     /// in the `Access-Control-Allow-Methods` response header. Instead, it must
@@ -1545,73 +1659,81 @@ pub struct HttpRouteRulesFiltersCors {
     /// `Access-Control-Request-Method` request header.
     /// If the `Access-Control-Request-Method` header is not present in the request,
     /// the gateway must omit the `Access-Control-Allow-Methods` response header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowMethods")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowMethods"
+    )]
     pub allow_methods: Option<Vec<String>>,
     /// AllowOrigins indicates whether the response can be shared with requested
     /// resource from the given `Origin`.
-    /// 
+    ///
     /// The `Origin` consists of a scheme and a host, with an optional port, and
     /// takes the form `<scheme>://<host>(:<port>)`.
-    /// 
+    ///
     /// Valid values for scheme are: `http` and `https`.
-    /// 
+    ///
     /// Valid values for port are any integer between 1 and 65535 (the list of
     /// available TCP/UDP ports). Note that, if not included, port `80` is
     /// assumed for `http` scheme origins, and port `443` is assumed for `https`
     /// origins. This may affect origin matching.
-    /// 
+    ///
     /// The host part of the origin may contain the wildcard character `*`. These
     /// wildcard characters behave as follows:
-    /// 
+    ///
     /// * `*` is a greedy match to the _left_, including any number of
     ///   DNS labels to the left of its position. This also means that
     ///   `*` will include any number of period `.` characters to the
     ///   left of its position.
     /// * A wildcard by itself matches all hosts.
-    /// 
+    ///
     /// An origin value that includes _only_ the `*` character indicates requests
     /// from all `Origin`s are allowed.
-    /// 
+    ///
     /// When the `allowOrigins` field is configured with multiple origins, it
     /// means the server supports clients from multiple origins. If the request
     /// `Origin` matches the configured allowed origins, the gateway must return
     /// the given `Origin` and sets value of the header
     /// `Access-Control-Allow-Origin` same as the `Origin` header provided by the
     /// client.
-    /// 
+    ///
     /// The status code of a successful response to a "preflight" request is
     /// always an OK status (i.e., 204 or 200).
-    /// 
+    ///
     /// If the request `Origin` does not match the configured allowed origins,
     /// the gateway returns 204/200 response but doesn't set the relevant
     /// cross-origin response headers. Alternatively, the gateway responds with
     /// 403 status to the "preflight" request is denied, coupled with omitting
     /// the CORS headers. The cross-origin request fails on the client side.
     /// Therefore, the client doesn't attempt the actual cross-origin request.
-    /// 
+    ///
     /// Conversely, if the request `Origin` matches one of the configured
     /// allowed origins, the gateway sets the response header
     /// `Access-Control-Allow-Origin` to the same value as the `Origin`
     /// header provided by the client.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowOrigins` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Allow-Origin`
     /// response header may either contain the wildcard `*` or echo the value
     /// of the `Origin` request header.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `allowOrigins` and
     /// `allowCredentials` is set to `true`, the gateway must not return `*`
     /// in the `Access-Control-Allow-Origin` response header. Instead, it must
     /// return a single origin matching the value of the `Origin` request header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "allowOrigins")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowOrigins"
+    )]
     pub allow_origins: Option<Vec<String>>,
     /// ExposeHeaders indicates which HTTP response headers can be exposed
     /// to client-side scripts in response to a cross-origin request.
-    /// 
+    ///
     /// A CORS-safelisted response header is an HTTP header in a CORS response
     /// that it is considered safe to expose to the client scripts.
     /// The CORS-safelisted response headers include the following headers:
@@ -1624,40 +1746,44 @@ pub struct HttpRouteRulesFiltersCors {
     /// `Pragma`
     /// (See <https://fetch.spec.whatwg.org/#cors-safelisted-response-header-name)>
     /// The CORS-safelisted response headers are exposed to client by default.
-    /// 
+    ///
     /// When an HTTP header name is specified using the `exposeHeaders` field,
     /// this additional header will be exposed as part of the response to the
     /// client.
-    /// 
+    ///
     /// Header names are not case-sensitive.
-    /// 
+    ///
     /// Multiple header names in the value of the `Access-Control-Expose-Headers`
     /// response header are separated by a comma (",").
-    /// 
+    ///
     /// A wildcard indicates that the responses with all HTTP headers are exposed
     /// to clients.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `exposeHeaders` and
     /// `allowCredentials` is set to `false`, the `Access-Control-Expose-Headers`
     /// response header can contain the wildcard `*`.
-    /// 
+    ///
     /// If the configuration contains the wildcard `*` in `exposeHeaders` and
     /// `allowCredentials` is set to `true`, the gateway cannot use the `*`
     /// in the `Access-Control-Expose-Headers` response header.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "exposeHeaders")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "exposeHeaders"
+    )]
     pub expose_headers: Option<Vec<String>>,
     /// MaxAge indicates the duration (in seconds) for the client to cache the
     /// results of a "preflight" request.
-    /// 
+    ///
     /// The information provided by the `Access-Control-Allow-Methods` and
     /// `Access-Control-Allow-Headers` response headers can be cached by the
     /// client until the time specified by `Access-Control-Max-Age` elapses.
-    /// 
+    ///
     /// The default value of `Access-Control-Max-Age` response header is 5
     /// (seconds).
-    /// 
+    ///
     /// When the `MaxAge` field is unspecified, the gateway sets the response
     /// header "Access-Control-Max-Age: 5" by default.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxAge")]
@@ -1668,9 +1794,9 @@ pub struct HttpRouteRulesFiltersCors {
 /// "filter" behavior.  For example, resource "myroutefilter" in group
 /// "networking.example.net"). ExtensionRef MUST NOT be used for core and
 /// extended filters.
-/// 
+///
 /// This filter can be used multiple times within the same rule.
-/// 
+///
 /// Support: Implementation-specific
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersExtensionRef {
@@ -1685,23 +1811,23 @@ pub struct HttpRouteRulesFiltersExtensionRef {
 
 /// RequestHeaderModifier defines a schema for a filter that modifies request
 /// headers.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersRequestHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -1711,16 +1837,16 @@ pub struct HttpRouteRulesFiltersRequestHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -1728,16 +1854,16 @@ pub struct HttpRouteRulesFiltersRequestHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -1750,7 +1876,7 @@ pub struct HttpRouteRulesFiltersRequestHeaderModifier {
 pub struct HttpRouteRulesFiltersRequestHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1766,7 +1892,7 @@ pub struct HttpRouteRulesFiltersRequestHeaderModifierAdd {
 pub struct HttpRouteRulesFiltersRequestHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -1780,38 +1906,38 @@ pub struct HttpRouteRulesFiltersRequestHeaderModifierSet {
 /// RequestMirror defines a schema for a filter that mirrors requests.
 /// Requests are sent to the specified destination, but responses from
 /// that destination are ignored.
-/// 
+///
 /// This filter can be used multiple times within the same rule. Note that
 /// not all implementations will be able to support mirroring to multiple
 /// backends.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersRequestMirror {
     /// BackendRef references a resource where mirrored requests are sent.
-    /// 
+    ///
     /// Mirrored requests must be sent only to a single destination endpoint
     /// within this BackendRef, irrespective of how many endpoints are present
     /// within this BackendRef.
-    /// 
+    ///
     /// If the referent cannot be found, this BackendRef is invalid and must be
     /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
     /// condition on the Route status is set to `status: False` and not configure
     /// this backend in the underlying implementation.
-    /// 
+    ///
     /// If there is a cross-namespace reference to an *existing* object
     /// that is not allowed by a ReferenceGrant, the controller must ensure the
     /// "ResolvedRefs"  condition on the Route is set to `status: False`,
     /// with the "RefNotPermitted" reason and not configure this backend in the
     /// underlying implementation.
-    /// 
+    ///
     /// In either error case, the Message of the `ResolvedRefs` Condition
     /// should be used to provide more detail about the problem.
-    /// 
+    ///
     /// Support: Extended for Kubernetes Service
-    /// 
+    ///
     /// Support: Implementation-specific for any other resource
-    /// 
+    ///
     /// If the backend service requires TLS, use BackendTLSPolicy to tell the
     /// implementation to supply the TLS details to be used to connect to that
     /// backend.
@@ -1819,7 +1945,7 @@ pub struct HttpRouteRulesFiltersRequestMirror {
     pub backend_ref: HttpRouteRulesFiltersRequestMirrorBackendRef,
     /// Fraction represents the fraction of requests that should be
     /// mirrored to BackendRef.
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1827,7 +1953,7 @@ pub struct HttpRouteRulesFiltersRequestMirror {
     /// Percent represents the percentage of requests that should be
     /// mirrored to BackendRef. Its minimum value is 0 (indicating 0% of
     /// requests) and its maximum value is 100 (indicating 100% of requests).
-    /// 
+    ///
     /// Only one of Fraction or Percent may be specified. If neither field
     /// is specified, 100% of requests will be mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1835,29 +1961,29 @@ pub struct HttpRouteRulesFiltersRequestMirror {
 }
 
 /// BackendRef references a resource where mirrored requests are sent.
-/// 
+///
 /// Mirrored requests must be sent only to a single destination endpoint
 /// within this BackendRef, irrespective of how many endpoints are present
 /// within this BackendRef.
-/// 
+///
 /// If the referent cannot be found, this BackendRef is invalid and must be
 /// dropped from the Gateway. The controller must ensure the "ResolvedRefs"
 /// condition on the Route status is set to `status: False` and not configure
 /// this backend in the underlying implementation.
-/// 
+///
 /// If there is a cross-namespace reference to an *existing* object
 /// that is not allowed by a ReferenceGrant, the controller must ensure the
 /// "ResolvedRefs"  condition on the Route is set to `status: False`,
 /// with the "RefNotPermitted" reason and not configure this backend in the
 /// underlying implementation.
-/// 
+///
 /// In either error case, the Message of the `ResolvedRefs` Condition
 /// should be used to provide more detail about the problem.
-/// 
+///
 /// Support: Extended for Kubernetes Service
-/// 
+///
 /// Support: Implementation-specific for any other resource
-/// 
+///
 /// If the backend service requires TLS, use BackendTLSPolicy to tell the
 /// implementation to supply the TLS details to be used to connect to that
 /// backend.
@@ -1869,17 +1995,17 @@ pub struct HttpRouteRulesFiltersRequestMirrorBackendRef {
     pub group: Option<String>,
     /// Kind is the Kubernetes resource kind of the referent. For example
     /// "Service".
-    /// 
+    ///
     /// Defaults to "Service" when not specified.
-    /// 
+    ///
     /// ExternalName services can refer to CNAME DNS records that may live
     /// outside of the cluster and as such are difficult to reason about in
     /// terms of conformance. They also may not be safe to forward to (see
     /// CVE-2021-25740 for more information). Implementations SHOULD NOT
     /// support ExternalName Services.
-    /// 
+    ///
     /// Support: Core (Services with a type other than ExternalName)
-    /// 
+    ///
     /// Support: Implementation-specific (Services with type ExternalName)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -1887,12 +2013,12 @@ pub struct HttpRouteRulesFiltersRequestMirrorBackendRef {
     pub name: String,
     /// Namespace is the namespace of the backend. When unspecified, the local
     /// namespace is inferred.
-    /// 
+    ///
     /// Note that when a namespace different than the local namespace is specified,
     /// a ReferenceGrant object is required in the referent namespace to allow that
     /// namespace's owner to accept the reference. See the ReferenceGrant
     /// documentation for details.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -1907,7 +2033,7 @@ pub struct HttpRouteRulesFiltersRequestMirrorBackendRef {
 
 /// Fraction represents the fraction of requests that should be
 /// mirrored to BackendRef.
-/// 
+///
 /// Only one of Fraction or Percent may be specified. If neither field
 /// is specified, 100% of requests will be mirrored.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -1919,113 +2045,125 @@ pub struct HttpRouteRulesFiltersRequestMirrorFraction {
 
 /// RequestRedirect defines a schema for a filter that responds to the
 /// request with an HTTP redirection.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersRequestRedirect {
     /// Hostname is the hostname to be used in the value of the `Location`
     /// header in the response.
     /// When empty, the hostname in the `Host` header of the request is used.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     /// Path defines parameters used to modify the path of the incoming request.
     /// The modified path is then used to construct the `Location` header. When
     /// empty, the request path is used as-is.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<HttpRouteRulesFiltersRequestRedirectPath>,
     /// Port is the port to be used in the value of the `Location`
     /// header in the response.
-    /// 
+    ///
     /// If no port is specified, the redirect port MUST be derived using the
     /// following rules:
-    /// 
+    ///
     /// * If redirect scheme is not-empty, the redirect port MUST be the well-known
     ///   port associated with the redirect scheme. Specifically "http" to port 80
     ///   and "https" to port 443. If the redirect scheme does not have a
     ///   well-known port, the listener port of the Gateway SHOULD be used.
     /// * If redirect scheme is empty, the redirect port MUST be the Gateway
     ///   Listener port.
-    /// 
+    ///
     /// Implementations SHOULD NOT add the port number in the 'Location'
     /// header in the following cases:
-    /// 
+    ///
     /// * A Location header that will use HTTP (whether that is determined via
     ///   the Listener protocol or the Scheme field) _and_ use port 80.
     /// * A Location header that will use HTTPS (whether that is determined via
     ///   the Listener protocol or the Scheme field) _and_ use port 443.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
     /// Scheme is the scheme to be used in the value of the `Location` header in
     /// the response. When empty, the scheme of the request is used.
-    /// 
+    ///
     /// Scheme redirects can affect the port of the redirect, for more information,
     /// refer to the documentation for the port field of this filter.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheme: Option<HttpRouteRulesFiltersRequestRedirectScheme>,
     /// StatusCode is the HTTP status code to be used in response.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
-    /// 
+    ///
     /// Support: statusCode 301 and 302 are Core; all others are Extended.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "statusCode")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "statusCode"
+    )]
     pub status_code: Option<i64>,
 }
 
 /// Path defines parameters used to modify the path of the incoming request.
 /// The modified path is then used to construct the `Location` header. When
 /// empty, the request path is used as-is.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersRequestRedirectPath {
     /// ReplaceFullPath specifies the value with which to replace the full path
     /// of a request during a rewrite or redirect.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replaceFullPath")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replaceFullPath"
+    )]
     pub replace_full_path: Option<String>,
     /// ReplacePrefixMatch specifies the value with which to replace the prefix
     /// match of a request during a rewrite or redirect. For example, a request
     /// to "/foo/bar" with a prefix match of "/foo" and a ReplacePrefixMatch
     /// of "/xyz" would be modified to "/xyz/bar".
-    /// 
+    ///
     /// Note that this matches the behavior of the PathPrefix match type. This
     /// matches full path elements. A path element refers to the list of labels
     /// in the path split by the `/` separator. When specified, a trailing `/` is
     /// ignored. For example, the paths `/abc`, `/abc/`, and `/abc/def` would all
     /// match the prefix `/abc`, but the path `/abcd` would not.
-    /// 
+    ///
     /// ReplacePrefixMatch is only compatible with a `PathPrefix` HTTPRouteMatch.
     /// Using any other HTTPRouteMatch type on the same HTTPRouteRule will result in
     /// the implementation setting the Accepted Condition for the Route to `status: False`.
-    /// 
+    ///
     /// Request Path | Prefix Match | Replace Prefix | Modified Path
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replacePrefixMatch")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replacePrefixMatch"
+    )]
     pub replace_prefix_match: Option<String>,
     /// Type defines the type of path modifier. Additional types may be
     /// added in a future release of the API.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
@@ -2036,7 +2174,7 @@ pub struct HttpRouteRulesFiltersRequestRedirectPath {
 /// Path defines parameters used to modify the path of the incoming request.
 /// The modified path is then used to construct the `Location` header. When
 /// empty, the request path is used as-is.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesFiltersRequestRedirectPathType {
@@ -2046,7 +2184,7 @@ pub enum HttpRouteRulesFiltersRequestRedirectPathType {
 
 /// RequestRedirect defines a schema for a filter that responds to the
 /// request with an HTTP redirection.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesFiltersRequestRedirectScheme {
@@ -2058,7 +2196,7 @@ pub enum HttpRouteRulesFiltersRequestRedirectScheme {
 
 /// RequestRedirect defines a schema for a filter that responds to the
 /// request with an HTTP redirection.
-/// 
+///
 /// Support: Core
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesFiltersRequestRedirectStatusCode {
@@ -2076,23 +2214,23 @@ pub enum HttpRouteRulesFiltersRequestRedirectStatusCode {
 
 /// ResponseHeaderModifier defines a schema for a filter that modifies response
 /// headers.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersResponseHeaderModifier {
     /// Add adds the given header(s) (name, value) to the request
     /// before the action. It appends to any existing values associated
     /// with the header name.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   add:
     ///   - name: "my-header"
     ///     value: "bar,baz"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo,bar,baz
@@ -2102,16 +2240,16 @@ pub struct HttpRouteRulesFiltersResponseHeaderModifier {
     /// value of Remove is a list of HTTP header names. Note that the header
     /// names are case-insensitive (see
     /// <https://datatracker.ietf.org/doc/html/rfc2616#section-4.2).>
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header1: foo
     ///   my-header2: bar
     ///   my-header3: baz
-    /// 
+    ///
     /// Config:
     ///   remove: ["my-header1", "my-header3"]
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header2: bar
@@ -2119,16 +2257,16 @@ pub struct HttpRouteRulesFiltersResponseHeaderModifier {
     pub remove: Option<Vec<String>>,
     /// Set overwrites the request with the given header (name, value)
     /// before the action.
-    /// 
+    ///
     /// Input:
     ///   GET /foo HTTP/1.1
     ///   my-header: foo
-    /// 
+    ///
     /// Config:
     ///   set:
     ///   - name: "my-header"
     ///     value: "bar"
-    /// 
+    ///
     /// Output:
     ///   GET /foo HTTP/1.1
     ///   my-header: bar
@@ -2141,7 +2279,7 @@ pub struct HttpRouteRulesFiltersResponseHeaderModifier {
 pub struct HttpRouteRulesFiltersResponseHeaderModifierAdd {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -2157,7 +2295,7 @@ pub struct HttpRouteRulesFiltersResponseHeaderModifierAdd {
 pub struct HttpRouteRulesFiltersResponseHeaderModifierSet {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, the first entry with
     /// an equivalent name MUST be considered for a match. Subsequent entries
     /// with an equivalent header name MUST be ignored. Due to the
@@ -2188,56 +2326,64 @@ pub enum HttpRouteRulesFiltersType {
 }
 
 /// URLRewrite defines a schema for a filter that modifies a request during forwarding.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersUrlRewrite {
     /// Hostname is the value to be used to replace the Host header value during
     /// forwarding.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     /// Path defines a path rewrite.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<HttpRouteRulesFiltersUrlRewritePath>,
 }
 
 /// Path defines a path rewrite.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesFiltersUrlRewritePath {
     /// ReplaceFullPath specifies the value with which to replace the full path
     /// of a request during a rewrite or redirect.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replaceFullPath")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replaceFullPath"
+    )]
     pub replace_full_path: Option<String>,
     /// ReplacePrefixMatch specifies the value with which to replace the prefix
     /// match of a request during a rewrite or redirect. For example, a request
     /// to "/foo/bar" with a prefix match of "/foo" and a ReplacePrefixMatch
     /// of "/xyz" would be modified to "/xyz/bar".
-    /// 
+    ///
     /// Note that this matches the behavior of the PathPrefix match type. This
     /// matches full path elements. A path element refers to the list of labels
     /// in the path split by the `/` separator. When specified, a trailing `/` is
     /// ignored. For example, the paths `/abc`, `/abc/`, and `/abc/def` would all
     /// match the prefix `/abc`, but the path `/abcd` would not.
-    /// 
+    ///
     /// ReplacePrefixMatch is only compatible with a `PathPrefix` HTTPRouteMatch.
     /// Using any other HTTPRouteMatch type on the same HTTPRouteRule will result in
     /// the implementation setting the Accepted Condition for the Route to `status: False`.
-    /// 
+    ///
     /// Request Path | Prefix Match | Replace Prefix | Modified Path
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "replacePrefixMatch")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "replacePrefixMatch"
+    )]
     pub replace_prefix_match: Option<String>,
     /// Type defines the type of path modifier. Additional types may be
     /// added in a future release of the API.
-    /// 
+    ///
     /// Note that values may be added to this enum, implementations
     /// must ensure that unknown values will not cause a crash.
-    /// 
+    ///
     /// Unknown values here must result in the implementation setting the
     /// Accepted Condition for the Route to `status: False`, with a
     /// Reason of `UnsupportedValue`.
@@ -2246,7 +2392,7 @@ pub struct HttpRouteRulesFiltersUrlRewritePath {
 }
 
 /// Path defines a path rewrite.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesFiltersUrlRewritePathType {
@@ -2257,19 +2403,19 @@ pub enum HttpRouteRulesFiltersUrlRewritePathType {
 /// HTTPRouteMatch defines the predicate used to match requests to a given
 /// action. Multiple match types are ANDed together, i.e. the match will
 /// evaluate to true only if all conditions are satisfied.
-/// 
+///
 /// For example, the match below will match a HTTP request only if its path
 /// starts with `/foo` AND it contains the `version: v1` header:
-/// 
+///
 /// ```text
 /// match:
-/// 
+///
 /// 	path:
 /// 	  value: "/foo"
 /// 	headers:
 /// 	- name: "version"
 /// 	  value "v1"
-/// 
+///
 /// ```
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesMatches {
@@ -2281,7 +2427,7 @@ pub struct HttpRouteRulesMatches {
     /// Method specifies HTTP method matcher.
     /// When specified, this route will be matched only if the request has the
     /// specified method.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<HttpRouteRulesMatchesMethod>,
@@ -2292,9 +2438,13 @@ pub struct HttpRouteRulesMatches {
     /// QueryParams specifies HTTP query parameter matchers. Multiple match
     /// values are ANDed together, meaning, a request must match all the
     /// specified query parameters to select the route.
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "queryParams")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "queryParams"
+    )]
     pub query_params: Option<Vec<HttpRouteRulesMatchesQueryParams>>,
 }
 
@@ -2304,13 +2454,13 @@ pub struct HttpRouteRulesMatches {
 pub struct HttpRouteRulesMatchesHeaders {
     /// Name is the name of the HTTP Header to be matched. Name matching MUST be
     /// case-insensitive. (See <https://tools.ietf.org/html/rfc7230#section-3.2).>
-    /// 
+    ///
     /// If multiple entries specify equivalent header names, only the first
     /// entry with an equivalent name MUST be considered for a match. Subsequent
     /// entries with an equivalent header name MUST be ignored. Due to the
     /// case-insensitivity of header names, "foo" and "Foo" are considered
     /// equivalent.
-    /// 
+    ///
     /// When a header is repeated in an HTTP request, it is
     /// implementation-specific behavior as to how this is represented.
     /// Generally, proxies should follow the guidance from the RFC:
@@ -2318,11 +2468,11 @@ pub struct HttpRouteRulesMatchesHeaders {
     /// processing a repeated header, with special handling for "Set-Cookie".
     pub name: String,
     /// Type specifies how to match against the value of the header.
-    /// 
+    ///
     /// Support: Core (Exact)
-    /// 
+    ///
     /// Support: Implementation-specific (RegularExpression)
-    /// 
+    ///
     /// Since RegularExpression HeaderMatchType has implementation-specific
     /// conformance, implementations can support POSIX, PCRE or any other dialects
     /// of regular expressions. Please read the implementation's documentation to
@@ -2344,19 +2494,19 @@ pub enum HttpRouteRulesMatchesHeadersType {
 /// HTTPRouteMatch defines the predicate used to match requests to a given
 /// action. Multiple match types are ANDed together, i.e. the match will
 /// evaluate to true only if all conditions are satisfied.
-/// 
+///
 /// For example, the match below will match a HTTP request only if its path
 /// starts with `/foo` AND it contains the `version: v1` header:
-/// 
+///
 /// ```text
 /// match:
-/// 
+///
 /// 	path:
 /// 	  value: "/foo"
 /// 	headers:
 /// 	- name: "version"
 /// 	  value "v1"
-/// 
+///
 /// ```
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum HttpRouteRulesMatchesMethod {
@@ -2385,9 +2535,9 @@ pub enum HttpRouteRulesMatchesMethod {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesMatchesPath {
     /// Type specifies how to match against the path Value.
-    /// 
+    ///
     /// Support: Core (Exact, PathPrefix)
-    /// 
+    ///
     /// Support: Implementation-specific (RegularExpression)
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
     pub r#type: Option<HttpRouteRulesMatchesPathType>,
@@ -2412,27 +2562,27 @@ pub struct HttpRouteRulesMatchesQueryParams {
     /// Name is the name of the HTTP query param to be matched. This must be an
     /// exact string match. (See
     /// <https://tools.ietf.org/html/rfc7230#section-2.7.3).>
-    /// 
+    ///
     /// If multiple entries specify equivalent query param names, only the first
     /// entry with an equivalent name MUST be considered for a match. Subsequent
     /// entries with an equivalent query param name MUST be ignored.
-    /// 
+    ///
     /// If a query param is repeated in an HTTP request, the behavior is
     /// purposely left undefined, since different data planes have different
     /// capabilities. However, it is *recommended* that implementations should
     /// match against the first value of the param if the data plane supports it,
     /// as this behavior is expected in other load balancing contexts outside of
     /// the Gateway API.
-    /// 
+    ///
     /// Users SHOULD NOT route traffic based on repeated query params to guard
     /// themselves against potential differences in the implementations.
     pub name: String,
     /// Type specifies how to match against the value of the query parameter.
-    /// 
+    ///
     /// Support: Extended (Exact)
-    /// 
+    ///
     /// Support: Implementation-specific (RegularExpression)
-    /// 
+    ///
     /// Since RegularExpression QueryParamMatchType has Implementation-specific
     /// conformance, implementations can support POSIX, PCRE or any other
     /// dialects of regular expressions. Please read the implementation's
@@ -2452,52 +2602,56 @@ pub enum HttpRouteRulesMatchesQueryParamsType {
 }
 
 /// Timeouts defines the timeouts that can be configured for an HTTP request.
-/// 
+///
 /// Support: Extended
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct HttpRouteRulesTimeouts {
     /// BackendRequest specifies a timeout for an individual request from the gateway
     /// to a backend. This covers the time from when the request first starts being
     /// sent from the gateway to when the full response has been received from the backend.
-    /// 
+    ///
     /// Setting a timeout to the zero duration (e.g. "0s") SHOULD disable the timeout
     /// completely. Implementations that cannot completely disable the timeout MUST
     /// instead interpret the zero duration as the longest possible value to which
     /// the timeout can be set.
-    /// 
+    ///
     /// An entire client HTTP transaction with a gateway, covered by the Request timeout,
     /// may result in more than one call from the gateway to the destination backend,
     /// for example, if automatic retries are supported.
-    /// 
+    ///
     /// The value of BackendRequest must be a Gateway API Duration string as defined by
     /// GEP-2257.  When this field is unspecified, its behavior is implementation-specific;
     /// when specified, the value of BackendRequest must be no more than the value of the
     /// Request timeout (since the Request timeout encompasses the BackendRequest timeout).
-    /// 
+    ///
     /// Support: Extended
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "backendRequest")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "backendRequest"
+    )]
     pub backend_request: Option<String>,
     /// Request specifies the maximum duration for a gateway to respond to an HTTP request.
     /// If the gateway has not been able to respond before this deadline is met, the gateway
     /// MUST return a timeout error.
-    /// 
+    ///
     /// For example, setting the `rules.timeouts.request` field to the value `10s` in an
     /// `HTTPRoute` will cause a timeout if a client request is taking longer than 10 seconds
     /// to complete.
-    /// 
+    ///
     /// Setting a timeout to the zero duration (e.g. "0s") SHOULD disable the timeout
     /// completely. Implementations that cannot completely disable the timeout MUST
     /// instead interpret the zero duration as the longest possible value to which
     /// the timeout can be set.
-    /// 
+    ///
     /// This timeout is intended to cover as close to the whole request-response transaction
     /// as possible although an implementation MAY choose to start the timeout after the entire
     /// request stream has been received instead of immediately after the transaction is
     /// initiated by the client.
-    /// 
+    ///
     /// The value of Request is a Gateway API Duration string as defined by GEP-2257. When this
     /// field is unspecified, request timeout behavior is implementation-specific.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
@@ -2512,12 +2666,12 @@ pub struct HttpRouteStatus {
     /// manages the parent must add an entry to this list when the controller
     /// first sees the route and should update the entry as appropriate when the
     /// route or gateway is modified.
-    /// 
+    ///
     /// Note that parent references that cannot be resolved by an implementation
     /// of this API will not be added to this list. Implementations of this API
     /// can only populate Route status for the Gateways/parent resources they are
     /// responsible for.
-    /// 
+    ///
     /// A maximum of 32 Gateways will be represented in this list. An empty list
     /// means the route has not been attached to any Gateway.
     pub parents: Vec<HttpRouteStatusParents>,
@@ -2530,19 +2684,19 @@ pub struct HttpRouteStatusParents {
     /// Conditions describes the status of the route with respect to the Gateway.
     /// Note that the route's availability is also subject to the Gateway's own
     /// status conditions and listener status.
-    /// 
+    ///
     /// If the Route's ParentRef specifies an existing Gateway that supports
     /// Routes of this kind AND that Gateway's controller has sufficient access,
     /// then that Gateway's controller MUST set the "Accepted" condition on the
     /// Route, to indicate whether the route has been accepted or rejected by the
     /// Gateway, and why.
-    /// 
+    ///
     /// A Route MUST be considered "Accepted" if at least one of the Route's
     /// rules is implemented by the Gateway.
-    /// 
+    ///
     /// There are a number of cases where the "Accepted" condition may not be set
     /// due to lack of controller visibility, that includes when:
-    /// 
+    ///
     /// * The Route refers to a nonexistent parent.
     /// * The Route is of a type that the controller does not support.
     /// * The Route is in a namespace to which the controller does not have access.
@@ -2550,13 +2704,13 @@ pub struct HttpRouteStatusParents {
     /// ControllerName is a domain/path string that indicates the name of the
     /// controller that wrote this status. This corresponds with the
     /// controllerName field on GatewayClass.
-    /// 
+    ///
     /// Example: "example.net/gateway-controller".
-    /// 
+    ///
     /// The format of this field is DOMAIN "/" PATH, where DOMAIN and PATH are
     /// valid Kubernetes names
     /// (<https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names).>
-    /// 
+    ///
     /// Controllers MUST populate this field when writing status. Controllers should ensure that
     /// entries to status populated with their ControllerName are cleaned up when they are no
     /// longer necessary.
@@ -2576,39 +2730,39 @@ pub struct HttpRouteStatusParentsParentRef {
     /// When unspecified, "gateway.networking.k8s.io" is inferred.
     /// To set the core API group (such as for a "Service" kind referent),
     /// Group must be explicitly set to "" (empty string).
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// Kind is kind of the referent.
-    /// 
+    ///
     /// There are two kinds of parent resources with "Core" support:
-    /// 
+    ///
     /// * Gateway (Gateway conformance profile)
     /// * Service (Mesh conformance profile, ClusterIP Services only)
-    /// 
+    ///
     /// Support for other resources is Implementation-Specific.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// Name is the name of the referent.
-    /// 
+    ///
     /// Support: Core
     pub name: String,
     /// Namespace is the namespace of the referent. When unspecified, this refers
     /// to the local namespace of the Route.
-    /// 
+    ///
     /// Note that there are specific rules for ParentRefs which cross namespace
     /// boundaries. Cross-namespace references are only valid if they are explicitly
     /// allowed by something in the namespace they are referring to. For example:
     /// Gateway has the AllowedRoutes field, and ReferenceGrant provides a
     /// generic way to enable any other kind of cross-namespace reference.
-    /// 
+    ///
     /// Support: Core
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Port is the network port this Route targets. It can be interpreted
     /// differently based on the type of parent resource.
-    /// 
+    ///
     /// When the parent resource is a Gateway, this targets all listeners
     /// listening on the specified port that also support this kind of Route(and
     /// select this Route). It's not recommended to set `Port` unless the
@@ -2616,11 +2770,11 @@ pub struct HttpRouteStatusParentsParentRef {
     /// as opposed to a listener(s) whose port(s) may be changed. When both Port
     /// and SectionName are specified, the name and port of the selected listener
     /// must match both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support other parent resources.
     /// Implementations supporting other types of parent resources MUST clearly
     /// document how/if Port is interpreted.
-    /// 
+    ///
     /// For the purpose of status, an attachment is considered successful as
     /// long as the parent resource accepts it partially. For example, Gateway
     /// listeners can restrict which Routes can attach to them by Route kind,
@@ -2628,24 +2782,24 @@ pub struct HttpRouteStatusParentsParentRef {
     /// from the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route,
     /// the Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Extended
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
     /// SectionName is the name of a section within the target resource. In the
     /// following resources, SectionName is interpreted as the following:
-    /// 
+    ///
     /// * Gateway: Listener name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
     /// * Service: Port name. When both Port (experimental) and SectionName
     /// are specified, the name and port of the selected listener must match
     /// both specified values.
-    /// 
+    ///
     /// Implementations MAY choose to support attaching Routes to other resources.
     /// If that is the case, they MUST clearly document how SectionName is
     /// interpreted.
-    /// 
+    ///
     /// When unspecified (empty string), this will reference the entire resource.
     /// For the purpose of status, an attachment is considered successful if at
     /// least one section in the parent resource accepts it. For example, Gateway
@@ -2654,9 +2808,12 @@ pub struct HttpRouteStatusParentsParentRef {
     /// the referencing Route, the Route MUST be considered successfully
     /// attached. If no Gateway listeners accept attachment from this Route, the
     /// Route MUST be considered detached from the Gateway.
-    /// 
+    ///
     /// Support: Core
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "sectionName")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "sectionName"
+    )]
     pub section_name: Option<String>,
 }
-

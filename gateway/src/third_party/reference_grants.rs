@@ -5,14 +5,19 @@
 #[allow(unused_imports)]
 mod prelude {
     pub use kube::CustomResource;
-    pub use serde::{Serialize, Deserialize};
+    pub use serde::{Deserialize, Serialize};
 }
 
 use self::prelude::*;
 
 /// Spec defines the desired state of ReferenceGrant.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug)]
-#[kube(group = "gateway.networking.k8s.io", version = "v1", kind = "ReferenceGrant", plural = "referencegrants")]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "ReferenceGrant",
+    plural = "referencegrants"
+)]
 #[kube(namespaced)]
 #[kube(schema = "disabled")]
 pub struct ReferenceGrantSpec {
@@ -20,14 +25,14 @@ pub struct ReferenceGrantSpec {
     /// resources described in "To". Each entry in this list MUST be considered
     /// to be an additional place that references can be valid from, or to put
     /// this another way, entries MUST be combined using OR.
-    /// 
+    ///
     /// Support: Core
     pub from: Vec<ReferenceGrantFrom>,
     /// To describes the resources that may be referenced by the resources
     /// described in "From". Each entry in this list MUST be considered to be an
     /// additional place that references can be valid to, or to put this another
     /// way, entries MUST be combined using OR.
-    /// 
+    ///
     /// Support: Core
     pub to: Vec<ReferenceGrantTo>,
 }
@@ -37,19 +42,19 @@ pub struct ReferenceGrantSpec {
 pub struct ReferenceGrantFrom {
     /// Group is the group of the referent.
     /// When empty, the Kubernetes core API group is inferred.
-    /// 
+    ///
     /// Support: Core
     pub group: String,
     /// Kind is the kind of the referent. Although implementations may support
     /// additional resources, the following types are part of the "Core"
     /// support level for this field.
-    /// 
+    ///
     /// When used to permit a SecretObjectReference:
-    /// 
+    ///
     /// * Gateway
-    /// 
+    ///
     /// When used to permit a BackendObjectReference:
-    /// 
+    ///
     /// * GRPCRoute
     /// * HTTPRoute
     /// * TCPRoute
@@ -57,7 +62,7 @@ pub struct ReferenceGrantFrom {
     /// * UDPRoute
     pub kind: String,
     /// Namespace is the namespace of the referent.
-    /// 
+    ///
     /// Support: Core
     pub namespace: String,
 }
@@ -68,13 +73,13 @@ pub struct ReferenceGrantFrom {
 pub struct ReferenceGrantTo {
     /// Group is the group of the referent.
     /// When empty, the Kubernetes core API group is inferred.
-    /// 
+    ///
     /// Support: Core
     pub group: String,
     /// Kind is the kind of the referent. Although implementations may support
     /// additional resources, the following types are part of the "Core"
     /// support level for this field:
-    /// 
+    ///
     /// * Secret when used to permit a SecretObjectReference
     /// * Service when used to permit a BackendObjectReference
     pub kind: String,
@@ -84,4 +89,3 @@ pub struct ReferenceGrantTo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
-
