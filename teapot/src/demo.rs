@@ -95,23 +95,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         admin: args.admin.clone(),
     };
     let (listeners, addrs) = crate::bind(&listen)?;
-    let tuning = TuningArgs {
-        status_addresses: Vec::new(),
-        grace_period: 5,
-        h2c: false,
-        connect_timeout_ms: 3000,
-        upstream_timeout: 60,
-        upstream_pool_size: 128,
-        domain: "localhost".into(),
-        lb_cidrs: Vec::new(),
-        dns_servers: Vec::new(),
-        proof_recheck_pending: 15,
-        proof_recheck_proven: 300,
-        proof_grace: 3600,
-        proof_concurrency: 16,
-        proof_tenant_concurrency: 4,
-        proof_timeout: 10,
+    // `teapot proxy`'s defaults, from its own flag definitions, with the
+    // demo's shorter grace period and pool.
+    let mut tuning = {
+        use clap::{Args, FromArgMatches};
+        let command = TuningArgs::augment_args(clap::Command::new("demo"));
+        TuningArgs::from_arg_matches(&command.get_matches_from(["demo"]))?
     };
+    tuning.grace_period = 5;
+    tuning.upstream_pool_size = 128;
     let config = crate::proxy_config(dir.clone(), &tuning, &addrs);
     let http = addrs.http.map(|a| a.port()).unwrap_or(0);
     let https = addrs.https.map(|a| a.port()).unwrap_or(0);
