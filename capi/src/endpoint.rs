@@ -10,21 +10,21 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use teapot_api::hostname::mirrored_service_name;
 use teapot_api::names::{LOAD_BALANCER_CLASS, SERVICE_NAME_LABEL};
+use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_sync::{APP_MANAGED_BY_LABEL, label_value};
 
 use crate::objects::ControlPlaneMachine;
 
 /// `app.kubernetes.io/managed-by` of the LB objects, and the field manager
 /// of every write.
-pub const MANAGER: &str = "teapot-capi";
-/// `endpointslice.kubernetes.io/managed-by` of the slices, so the
-/// EndpointSlice controller (and the agent's mirror) leave them alone.
-pub const SLICE_MANAGER: &str = "capi.teapot.dev";
-/// On the LB objects: `namespace/name` of their Cluster, exactly (labels
-/// may be shortened); how an LB Service event finds its Cluster.
-pub const CLUSTER_ANNOTATION: &str = "capi.teapot.dev/cluster";
-pub const CLUSTER_NAMESPACE_LABEL: &str = "capi.teapot.dev/cluster-namespace";
-pub const CLUSTER_NAME_LABEL: &str = "capi.teapot.dev/cluster-name";
+pub use teapot_sync::CAPI as MANAGER;
+/// On the LB objects: their Cluster's namespace and name, how an LB Service
+/// event finds its Cluster. The agent's source labels (the only
+/// `teapot.dev/` labels a tenant namespace admits), not annotations (a
+/// tenant namespace admits only teapot's allowlist there).
+pub use teapot_sync::{
+    SOURCE_NAME_LABEL as CLUSTER_NAME_LABEL, SOURCE_NAMESPACE_LABEL as CLUSTER_NAMESPACE_LABEL,
+};
 /// The one port of the Service and the slice: kube-apiserver's HTTPS.
 pub const PORT_NAME: &str = "kube-apiserver";
 /// Active checks tighter than the fleet's defaults would not find a dead
@@ -57,11 +57,16 @@ impl ClusterKey {
         mirrored_service_name(&self.namespace, &self.name)
     }
 
-    /// The Cluster an LB object names in [`CLUSTER_ANNOTATION`].
+    /// The Cluster an LB object names in its labels. A name too long for a
+    /// label was shortened there and is not found this way; the periodic
+    /// resync still reconciles its Cluster.
     pub fn of_lb_object(meta: &ObjectMeta) -> Option<ClusterKey> {
-        let value = meta.annotations.as_ref()?.get(CLUSTER_ANNOTATION)?;
-        let (namespace, name) = value.split_once('/')?;
-        Some(ClusterKey::new(namespace, name))
+        let labels = meta.labels.as_ref()?;
+        let key = ClusterKey::new(
+            labels.get(CLUSTER_NAMESPACE_LABEL)?.clone(),
+            labels.get(CLUSTER_NAME_LABEL)?.clone(),
+        );
+        (key.lb_name() == *meta.name.as_ref()?).then_some(key)
     }
 
     fn meta(&self, lb_namespace: &str, labels: &[(&str, &str)]) -> ObjectMeta {
@@ -94,17 +99,20 @@ impl std::fmt::Display for ClusterKey {
 /// TCP port `port`, no selector (the slice is written here).
 pub fn service(cluster: &ClusterKey, lb_namespace: &str, port: u16) -> Service {
     let mut metadata = cluster.meta(lb_namespace, &[]);
-    let mut annotations: BTreeMap<String, String> = HEALTH_CHECKS
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    annotations.insert(CLUSTER_ANNOTATION.into(), cluster.to_string());
-    metadata.annotations = Some(annotations);
+    metadata.annotations = Some(
+        HEALTH_CHECKS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
     Service {
         metadata,
         spec: Some(ServiceSpec {
             type_: Some("LoadBalancer".into()),
             load_balancer_class: Some(LOAD_BALANCER_CLASS.into()),
+            // teapot listens itself; node ports would open the LB
+            // cluster's nodes (and a tenant namespace refuses them).
+            allocate_load_balancer_node_ports: Some(false),
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.into()),
                 port: port.into(),
@@ -126,17 +134,16 @@ pub fn slice(
     machines: &[ControlPlaneMachine],
 ) -> EndpointSlice {
     let service_name = cluster.lb_name();
-    let mut metadata = cluster.meta(
+    let metadata = cluster.meta(
         lb_namespace,
         &[
             (SERVICE_NAME_LABEL, &service_name),
-            ("endpointslice.kubernetes.io/managed-by", SLICE_MANAGER),
+            // The value the webhook asks of a tenant namespace's slices; the
+            // EndpointSlice controller leaves such slices alone, and the
+            // agent's GC takes only the slices it mirrored itself.
+            (MANAGED_BY_LABEL, MANAGED_BY_SYNC),
         ],
     );
-    metadata.annotations = Some(BTreeMap::from([(
-        CLUSTER_ANNOTATION.to_string(),
-        cluster.to_string(),
-    )]));
     EndpointSlice {
         metadata,
         address_type: "IPv4".into(),
@@ -249,5 +256,53 @@ mod tests {
             key.lb_name()
         );
         assert!(key.lb_name().len() <= 63);
+    }
+
+    /// A tenant namespace is a place for the endpoint too: the Service and
+    /// slice pass the webhook's rules there (the same `teapot_api::policy`
+    /// the proxy applies again), for a Tenant whose nodeCIDRs hold the
+    /// control-plane Machines.
+    #[test]
+    fn the_lb_objects_pass_the_tenant_policy() {
+        use teapot_api::policy::{self, Holdings, PolicyContext};
+        use teapot_api::{Tenant, TenantSpec};
+        let tenant = Tenant::new(
+            "prod",
+            TenantSpec {
+                cluster: "prod".into(),
+                node_cidrs: vec!["10.0.0.0/24".into()],
+                ..TenantSpec::default()
+            },
+        );
+        let holdings = Holdings::from_objects([&tenant], []);
+        let ctx = PolicyContext::new(&tenant, "example.net", &[], &holdings);
+        let ns = tenant.namespace_name();
+        let key = ClusterKey::new("capi-system", "prod");
+        let machines = [
+            machine("a", "10.0.0.1", true, false),
+            machine("b", "10.0.0.2", true, false),
+        ];
+        for object in [
+            serde_json::to_value(service(&key, &ns, 6443)).unwrap(),
+            serde_json::to_value(slice(&key, &ns, 6443, &machines)).unwrap(),
+        ] {
+            let mut object = object;
+            object["apiVersion"] = serde_json::json!(if object.get("addressType").is_some() {
+                "discovery.k8s.io/v1"
+            } else {
+                "v1"
+            });
+            object["kind"] = serde_json::json!(if object.get("addressType").is_some() {
+                "EndpointSlice"
+            } else {
+                "Service"
+            });
+            let checked = policy::check_object(&ctx, &ns, &object);
+            assert!(
+                checked.violations.is_empty(),
+                "{object}: {:?}",
+                checked.violations
+            );
+        }
     }
 }

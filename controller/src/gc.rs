@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::SERVICE_NAME_LABEL;
 use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
-use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL};
+use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, CAPI};
 
 use crate::mirror::{self, is_ours};
 use crate::{Context, Error};
@@ -61,7 +61,11 @@ impl Live {
 pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     let ns = &ctx.config.lb_namespace;
     let ours = ListParams::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}"));
-    let slices_sel = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_SYNC}"));
+    // Not the slices of `teapot capi`, which writes the same managed-by into
+    // a tenant namespace it may share with this agent.
+    let slices_sel = ListParams::default().labels(&format!(
+        "{MANAGED_BY_LABEL}={MANAGED_BY_SYNC},{APP_MANAGED_BY_LABEL}!={CAPI}"
+    ));
     // The LB side is listed before the tenant side: anything listed there
     // was written for a tenant object that the later tenant list still
     // shows, unless it was deleted meanwhile. The other order could delete

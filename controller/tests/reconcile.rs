@@ -356,6 +356,18 @@ async fn gc_deletes_copies_without_a_source_and_nothing_else() {
     // Not the agent's: never touched.
     f.lb.apply(json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "operator", "namespace": LB_NS}, "spec": {}}));
+    // `teapot capi`'s control-plane endpoint in the same tenant namespace:
+    // the same slice managed-by, but not the agent's to collect.
+    f.lb.apply(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "addressType": "IPv4",
+        "metadata": {"name": "capi-system-prod-4cddd", "namespace": LB_NS,
+                     "labels": {"endpointslice.kubernetes.io/managed-by": "sync.teapot.dev",
+                                "app.kubernetes.io/managed-by": "teapot-capi",
+                                "teapot.dev/source-namespace": "capi-system",
+                                "teapot.dev/source-name": "prod",
+                                "kubernetes.io/service-name": "capi-system-prod-4cddd"}}}),
+    );
     let l0 = f.lb.requests().len();
     let deleted = gc::collect(&f.ctx).await.unwrap();
     assert_eq!(deleted, 3);

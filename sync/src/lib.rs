@@ -62,6 +62,9 @@ pub const SOURCE_UID_ANNOTATION: &str = "teapot.dev/source-uid";
 pub const APP_MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`APP_MANAGED_BY_LABEL`].
 pub const AGENT: &str = "teapot-agent";
+/// [`APP_MANAGED_BY_LABEL`] of what `teapot capi` writes; the agent's GC
+/// leaves those objects alone.
+pub const CAPI: &str = "teapot-capi";
 /// Field manager of every server-side apply the agent makes.
 pub const FIELD_MANAGER: &str = "teapot-agent";
 /// Per-Service override of the agent's mode, on the tenant Service:
