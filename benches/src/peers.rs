@@ -347,7 +347,10 @@ mod tests {
         busy.kill().unwrap();
         busy.wait().unwrap();
         let reaped = cpu_seconds(me).unwrap();
-        assert!(live >= 0.2, "a busy child counted {live} s of CPU in a minute");
+        assert!(
+            live >= 0.2,
+            "a busy child counted {live} s of CPU in a minute"
+        );
         assert!(
             reaped - own(me) < 0.01,
             "nothing left outside the own fields"
