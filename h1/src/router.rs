@@ -385,3 +385,31 @@ where
         std::future::ready(self(head, conn))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HeaderEdits;
+
+    #[test]
+    fn edits_in_one_buffer_keep_their_order_and_kinds() {
+        let mut edits = HeaderEdits::with_capacity(64).append("x-added", "1");
+        edits.set_fmt(b"x-port", format_args!("{}", 8443u16));
+        edits.push_remove(b"x-gone");
+        edits.push_set(b"x-empty", b"");
+        let fields: Vec<_> = edits.fields().collect();
+        assert_eq!(
+            fields,
+            [
+                (&b"x-port"[..], &b"8443"[..]),
+                (b"x-empty", b""),
+                (b"x-added", b"1")
+            ]
+        );
+        assert!(edits.skips(b"X-Gone") && edits.skips(b"x-port"));
+        assert!(!edits.skips(b"x-added"), "an addition keeps the client's");
+        // Too long for its length field: dropped, the rest intact.
+        edits.set_fmt(&[b'a'; 70_000], format_args!("v"));
+        assert_eq!(edits.fields().count(), 3);
+        assert!(!HeaderEdits::default().skips(b"x"));
+    }
+}
