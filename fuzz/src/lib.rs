@@ -1,17 +1,18 @@
 //! The fuzzed functions, shared by the libFuzzer targets (`cargo +nightly
 //! fuzz run NAME`) and by `tests/seeds.rs`, which runs each over its seed
 //! corpus plus deterministic mutations on stable Rust. Every function must
-//! return without panicking for any input; that is the whole oracle.
+//! return without panicking for any input; that is the whole oracle (for
+//! `h1_forward`, its assertions are a differential one).
 
 use std::path::Path;
 use std::sync::OnceLock;
 
+use teapot_model::manifests::{Loaded, load_text};
+use teapot_model::store::Store;
+use teapot_proxy::compile::snapshot::Snapshot;
+use teapot_proxy::compile::upstream::EndpointRegistry;
 use teapot_proxy::compile::{CompileOptions, compile};
 use teapot_proxy::plane::edge::{EdgeConfig, scan_h1};
-use teapot_model::manifests::{Loaded, load_text};
-use teapot_proxy::compile::snapshot::Snapshot;
-use teapot_model::store::Store;
-use teapot_proxy::compile::upstream::EndpointRegistry;
 use teapot_webhook::offline::validate_text;
 use teapot_webhook::{PolicyConfig, PolicyState, Validator};
 
@@ -118,4 +119,333 @@ pub fn webhook_validate(data: &[u8]) {
     let (validator, state) = webhook();
     let _ = validate_text(validator, state, &text, None);
     let _ = validate_text(validator, state, &text, Some("acme"));
+}
+
+/// What a client sends, through teapot's HTTP/1 engine to a backend: the
+/// backend's raw bytes, parsed by a reference parser written apart from
+/// the engine, must hold whole requests only (a cut tail at most, where
+/// the engine gave up on a request midway), and those requests must be
+/// the client's, in order, with the same method, target and body, as the
+/// reference reads the client's bytes (`h1/tests/differential.rs` with
+/// arbitrary bytes instead of generated requests).
+pub fn h1_forward(data: &[u8]) {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let rt = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    });
+    let expected = reference::requests(data);
+    let heads: Vec<bool> = expected.iter().map(|r| r.method == b"HEAD").collect();
+    let upstream = rt.block_on(forward(data, &heads));
+    let mut expected = expected.iter();
+    for stream in &upstream {
+        let mut rest = &stream[..];
+        while !rest.is_empty() {
+            let (got, used) = match reference::request(rest) {
+                reference::Parsed::Request(r, n) => (r, n),
+                reference::Parsed::Partial => break,
+                reference::Parsed::Invalid(why) => {
+                    panic!("the backend got an invalid request: {why}")
+                }
+            };
+            rest = &rest[used..];
+            let want = expected
+                .next()
+                .expect("more requests reached the backend than the client sent");
+            assert_eq!(got.method, want.method);
+            if want.target.starts_with(b"/") {
+                assert_eq!(got.target, want.target);
+            }
+            assert!(got.body == want.body, "a body changed on the way");
+        }
+        assert!(
+            rest.is_empty() || std::ptr::eq(stream, upstream.last().expect("a stream")),
+            "a cut request and then another connection"
+        );
+    }
+}
+
+/// Serves `data` as one client connection through an engine forwarding
+/// everything to a local backend that answers each request it parses;
+/// returns each upstream connection's bytes in accept order. The client
+/// hangs up once it has read an answer to each of the requests the
+/// reference found (`heads`: whether each is a HEAD), or the engine
+/// closed: hanging up sooner would cut pipelined requests short.
+async fn forward(data: &[u8], heads: &[bool]) -> Vec<Vec<u8>> {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use teapot_h1::{ConnInfo, Decision, Engine, EngineConfig, Forward};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let backend = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        tokio::select! {
+            () = async {
+                while let Ok((s, _)) = listener.accept().await {
+                    conns.push(tokio::spawn(backend_conn(s)));
+                }
+            } => {}
+            _ = stopped => {}
+        }
+        let mut raw = Vec::new();
+        for c in conns {
+            raw.push(c.await.expect("backend connection"));
+        }
+        raw
+    });
+    let router = move |_: &teapot_h1::RequestHead<'_>, _: &ConnInfo| {
+        Decision::Forward(Forward::to(vec![addr]))
+    };
+    // Short client timeouts end a run that stops midway; the upstream's
+    // stays long, as a spurious one would send a request twice (retry).
+    let config = EngineConfig {
+        header_read_timeout: Duration::from_millis(200),
+        keepalive_timeout: Duration::from_millis(200),
+        ..EngineConfig::default()
+    };
+    let engine = Arc::new(Engine::new(router, (), config));
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (mut rd, mut wr) = tokio::io::split(client);
+    let (_tx, shutdown) = tokio::sync::watch::channel(false);
+    let serve = {
+        let engine = engine.clone();
+        async move { engine.serve(server, &ConnInfo::default(), shutdown).await }
+    };
+    let (answered, mut all_answered) = tokio::sync::watch::channel(false);
+    let write = async move {
+        let _ = wr.write_all(data).await;
+        // Err: the reader is gone, the engine closed.
+        let _ = all_answered.wait_for(|done| *done).await;
+        let _ = wr.shutdown().await;
+        wr
+    };
+    let read = async move {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 16 * 1024];
+        let mut seen = 0;
+        let mut pos = 0;
+        loop {
+            if seen >= heads.len() {
+                let _ = answered.send(true);
+            }
+            match rd.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            while let Some((len, fin)) = response_len(&buf[pos..], heads.get(seen) == Some(&true)) {
+                pos += len;
+                seen += usize::from(fin);
+            }
+        }
+    };
+    let (_, _, wr) = tokio::join!(serve, read, write);
+    drop(wr);
+    // Idle upstream connections close with the engine's pool.
+    drop(engine);
+    let _ = stop.send(());
+    backend.await.expect("backend")
+}
+
+/// The length of the whole response at the start of `buf` and whether it
+/// is final (not 1xx); `None` until one is complete, and for a response
+/// delimited by its connection's end (the client reads that to EOF).
+fn response_len(buf: &[u8], head_request: bool) -> Option<(usize, bool)> {
+    let mut slots = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut slots);
+    let httparse::Status::Complete(n) = resp.parse(buf).ok()? else {
+        return None;
+    };
+    let status = resp.code?;
+    let interim = (100..200).contains(&status);
+    let length = resp
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| {
+            std::str::from_utf8(h.value)
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        });
+    let body = if head_request || interim || status == 204 || status == 304 {
+        0
+    } else {
+        length?
+    };
+    (buf.len() >= n + body).then_some((n + body, !interim))
+}
+
+/// Answers every whole request it reads, until EOF or an invalid one;
+/// returns everything it read.
+async fn backend_conn(mut s: tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut raw = Vec::new();
+    let mut parsed = 0;
+    let mut answering = true;
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return raw,
+            Ok(n) => n,
+        };
+        raw.extend_from_slice(&buf[..n]);
+        while answering {
+            match reference::request(&raw[parsed..]) {
+                reference::Parsed::Request(r, used) => {
+                    parsed += used;
+                    let answer: &[u8] = if r.method == b"HEAD" {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                    };
+                    if s.write_all(answer).await.is_err() {
+                        answering = false;
+                    }
+                }
+                reference::Parsed::Partial => break,
+                reference::Parsed::Invalid(_) => answering = false,
+            }
+        }
+    }
+}
+
+/// The reference HTTP/1.1 request parser: httparse for the head and the
+/// engine's framing rules at its default limits (`scan_h1`, so both sides
+/// refuse the same heads), and its own body decoding, lenient where the engine may be
+/// stricter (chunk extensions, bare LF) so that only the engine taking
+/// more than the reference is a finding.
+mod reference {
+    use teapot_h1::{EngineConfig, MAX_HEADERS_CAP, scan_h1};
+
+    pub struct Request {
+        pub method: Vec<u8>,
+        pub target: Vec<u8>,
+        pub body: Vec<u8>,
+    }
+
+    pub enum Parsed {
+        Request(Request, usize),
+        Partial,
+        Invalid(&'static str),
+    }
+
+    /// The client's requests as the reference reads them, up to the first
+    /// it cannot.
+    pub fn requests(mut data: &[u8]) -> Vec<Request> {
+        let mut out = Vec::new();
+        loop {
+            while let Some(rest) = data.strip_prefix(b"\r\n") {
+                data = rest;
+            }
+            match request(data) {
+                Parsed::Request(r, n) => {
+                    out.push(r);
+                    data = &data[n..];
+                }
+                _ => return out,
+            }
+        }
+    }
+
+    pub fn request(data: &[u8]) -> Parsed {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+        let mut req = httparse::Request::new(&mut slots);
+        let head = match req.parse(data) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return Parsed::Partial,
+            Err(_) => return Parsed::Invalid("head"),
+        };
+        let Ok(framing) = scan_h1(&data[..head], &EngineConfig::default().limits) else {
+            return Parsed::Invalid("framing");
+        };
+        let method = req.method.unwrap_or("").as_bytes().to_vec();
+        let target = req.path.unwrap_or("").as_bytes().to_vec();
+        let rest = &data[head..];
+        let (body, used) = if framing.chunked {
+            match chunked(rest) {
+                Ok(Some(b)) => b,
+                Ok(None) => return Parsed::Partial,
+                Err(why) => return Parsed::Invalid(why),
+            }
+        } else {
+            let n = usize::try_from(framing.content_length.unwrap_or(0)).unwrap_or(usize::MAX);
+            if rest.len() < n {
+                return Parsed::Partial;
+            }
+            (rest[..n].to_vec(), n)
+        };
+        Parsed::Request(
+            Request {
+                method,
+                target,
+                body,
+            },
+            head + used,
+        )
+    }
+
+    /// A line ending in LF (CR before it dropped); `None` if incomplete.
+    fn line(data: &[u8]) -> Option<(&[u8], usize)> {
+        let lf = data.iter().position(|&b| b == b'\n')?;
+        let line = &data[..lf];
+        Some((line.strip_suffix(b"\r").unwrap_or(line), lf + 1))
+    }
+
+    /// A chunked body's data and its length on the wire, trailers
+    /// included; `Ok(None)` if incomplete.
+    fn chunked(data: &[u8]) -> Result<Option<(Vec<u8>, usize)>, &'static str> {
+        let mut body = Vec::new();
+        let mut pos = 0;
+        loop {
+            let Some((size_line, n)) = line(&data[pos..]) else {
+                return Ok(None);
+            };
+            pos += n;
+            let digits = size_line
+                .iter()
+                .take_while(|b| b.is_ascii_hexdigit())
+                .count();
+            let ext = &size_line[digits..];
+            let ext = ext.trim_ascii_start();
+            if digits == 0 || digits > 15 || !(ext.is_empty() || ext.starts_with(b";")) {
+                return Err("chunk size");
+            }
+            let size = std::str::from_utf8(&size_line[..digits])
+                .ok()
+                .and_then(|s| usize::from_str_radix(s, 16).ok())
+                .ok_or("chunk size")?;
+            if size == 0 {
+                // Trailer fields, then the empty line.
+                loop {
+                    let Some((l, n)) = line(&data[pos..]) else {
+                        return Ok(None);
+                    };
+                    pos += n;
+                    if l.is_empty() {
+                        return Ok(Some((body, pos)));
+                    }
+                }
+            }
+            if data.len() < pos + size {
+                return Ok(None);
+            }
+            body.extend_from_slice(&data[pos..pos + size]);
+            pos += size;
+            let Some((l, n)) = line(&data[pos..]) else {
+                return Ok(None);
+            };
+            if !l.is_empty() {
+                return Err("no CRLF after chunk data");
+            }
+            pos += n;
+        }
+    }
 }

@@ -88,6 +88,11 @@ fn h1_scan() {
 }
 
 #[test]
+fn h1_forward() {
+    run("h1_forward", teapot_fuzz::h1_forward);
+}
+
+#[test]
 fn manifests() {
     run("manifests", teapot_fuzz::manifests);
 }

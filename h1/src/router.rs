@@ -86,43 +86,153 @@ impl<'a> RequestHead<'a> {
 }
 
 /// Header changes applied while a head is copied, without building a map:
-/// fields named in `remove` or `set` are skipped, then `set` and `append`
-/// are written in order. Names are matched case-insensitively; a name that
-/// is not a token or a value with CR, LF or another control byte but HTAB
-/// is dropped (never written).
-#[derive(Clone, Debug, Default)]
+/// fields named by a removal or a replacement are skipped, then the
+/// replacements and the additions are written, each in the order given.
+/// Names are matched case-insensitively; a name that is not a token or a
+/// value with CR, LF or another control byte but HTAB is dropped (never
+/// written).
+///
+/// Every edit lives in one byte buffer (operation, lengths, name, value,
+/// back to back): a router that edits every request, like the forwarding
+/// headers, pays one allocation for all its edits, and formats values in
+/// place ([`Self::set_fmt`]) instead of building a `String` for each.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct HeaderEdits {
-    pub remove: Vec<Bytes>,
-    pub set: Vec<(Bytes, Bytes)>,
-    pub append: Vec<(Bytes, Bytes)>,
+    buf: Vec<u8>,
+}
+
+/// Per edit: operation, name length (u16), value length (u32).
+const EDIT_PREFIX: usize = 7;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Remove = 0,
+    Set = 1,
+    Append = 2,
 }
 
 impl HeaderEdits {
+    /// Room for `bytes` bytes of edits (names and values, plus 7 per edit).
+    pub fn with_capacity(bytes: usize) -> Self {
+        HeaderEdits {
+            buf: Vec::with_capacity(bytes),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.remove.is_empty() && self.set.is_empty() && self.append.is_empty()
+        self.buf.is_empty()
     }
 
     /// Replaces every field called `name` with one `name: value`.
-    pub fn set(mut self, name: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
-        self.set.push((name.into(), value.into()));
+    pub fn set(mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Self {
+        self.push(Op::Set, name.as_ref(), value.as_ref());
         self
     }
 
     /// Adds one more `name: value` field, keeping those already there.
-    pub fn append(mut self, name: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
-        self.append.push((name.into(), value.into()));
+    pub fn append(mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Self {
+        self.push(Op::Append, name.as_ref(), value.as_ref());
         self
     }
 
     /// Drops every field called `name`.
-    pub fn remove(mut self, name: impl Into<Bytes>) -> Self {
-        self.remove.push(name.into());
+    pub fn remove(mut self, name: impl AsRef<[u8]>) -> Self {
+        self.push(Op::Remove, name.as_ref(), b"");
         self
     }
 
+    /// [`Self::set`] in place.
+    pub fn push_set(&mut self, name: &[u8], value: &[u8]) {
+        self.push(Op::Set, name, value);
+    }
+
+    /// [`Self::remove`] in place.
+    pub fn push_remove(&mut self, name: &[u8]) {
+        self.push(Op::Remove, name, b"");
+    }
+
+    /// [`Self::set`] with the value formatted straight into the edits.
+    pub fn set_fmt(&mut self, name: &[u8], value: std::fmt::Arguments<'_>) {
+        let at = self.buf.len();
+        if !self.push(Op::Set, name, b"") {
+            return;
+        }
+        let before = self.buf.len();
+        // Writing into a Vec cannot fail; a Display impl that errs leaves
+        // what it wrote, as `to_string` would panic instead.
+        let _ = std::fmt::Write::write_fmt(&mut ByteWriter(&mut self.buf), value);
+        match u32::try_from(self.buf.len() - before) {
+            Ok(len) => self.buf[at + 3..at + EDIT_PREFIX].copy_from_slice(&len.to_le_bytes()),
+            Err(_) => self.buf.truncate(at),
+        }
+    }
+
+    /// False when the edit was dropped: a name or value too long for its
+    /// length field is no valid field in any head a limit lets through.
+    fn push(&mut self, op: Op, name: &[u8], value: &[u8]) -> bool {
+        let (Ok(n), Ok(v)) = (u16::try_from(name.len()), u32::try_from(value.len())) else {
+            tracing::debug!("oversized header edit dropped");
+            return false;
+        };
+        self.buf.reserve(EDIT_PREFIX + name.len() + value.len());
+        self.buf.push(op as u8);
+        self.buf.extend_from_slice(&n.to_le_bytes());
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self.buf.extend_from_slice(name);
+        self.buf.extend_from_slice(value);
+        true
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (Op, &[u8], &[u8])> + '_ {
+        let mut rest = self.buf.as_slice();
+        std::iter::from_fn(move || {
+            let (prefix, tail) = rest.split_first_chunk::<EDIT_PREFIX>()?;
+            let op = match prefix[0] {
+                0 => Op::Remove,
+                1 => Op::Set,
+                _ => Op::Append,
+            };
+            let n = usize::from(u16::from_le_bytes([prefix[1], prefix[2]]));
+            let v = u32::from_le_bytes([prefix[3], prefix[4], prefix[5], prefix[6]]) as usize;
+            let (name, tail) = tail.split_at(n);
+            let (value, tail) = tail.split_at(v);
+            rest = tail;
+            Some((op, name, value))
+        })
+    }
+
+    /// The fields to write: replacements, then additions.
+    pub(crate) fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let of = move |want: Op| {
+            self.iter()
+                .filter(move |(op, _, _)| *op == want)
+                .map(|(_, n, v)| (n, v))
+        };
+        of(Op::Set).chain(of(Op::Append))
+    }
+
     pub(crate) fn skips(&self, name: &[u8]) -> bool {
-        self.remove.iter().any(|r| r.eq_ignore_ascii_case(name))
-            || self.set.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+        self.iter()
+            .any(|(op, n, _)| op != Op::Append && n.eq_ignore_ascii_case(name))
+    }
+}
+
+impl std::fmt::Debug for HeaderEdits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut list = f.debug_list();
+        for (op, n, v) in self.iter() {
+            list.entry(&(op, String::from_utf8_lossy(n), String::from_utf8_lossy(v)));
+        }
+        list.finish()
+    }
+}
+
+struct ByteWriter<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for ByteWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
     }
 }
 
@@ -273,5 +383,33 @@ where
         conn: &ConnInfo,
     ) -> impl Future<Output = Decision> + Send {
         std::future::ready(self(head, conn))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeaderEdits;
+
+    #[test]
+    fn edits_in_one_buffer_keep_their_order_and_kinds() {
+        let mut edits = HeaderEdits::with_capacity(64).append("x-added", "1");
+        edits.set_fmt(b"x-port", format_args!("{}", 8443u16));
+        edits.push_remove(b"x-gone");
+        edits.push_set(b"x-empty", b"");
+        let fields: Vec<_> = edits.fields().collect();
+        assert_eq!(
+            fields,
+            [
+                (&b"x-port"[..], &b"8443"[..]),
+                (b"x-empty", b""),
+                (b"x-added", b"1")
+            ]
+        );
+        assert!(edits.skips(b"X-Gone") && edits.skips(b"x-port"));
+        assert!(!edits.skips(b"x-added"), "an addition keeps the client's");
+        // Too long for its length field: dropped, the rest intact.
+        edits.set_fmt(&[b'a'; 70_000], format_args!("v"));
+        assert_eq!(edits.fields().count(), 3);
+        assert!(!HeaderEdits::default().skips(b"x"));
     }
 }

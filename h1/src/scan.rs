@@ -311,8 +311,38 @@ pub(crate) fn split_field(line: &[u8]) -> Result<(&[u8], &[u8]), Refusal> {
 
 /// RFC 9110 §5.6.2 token characters.
 pub fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TCHAR[usize::from(b)]
 }
+
+/// A table: every field name of every head (and every edit) goes through
+/// [`is_tchar`] byte by byte.
+static TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        i += 1;
+    }
+    t
+};
 
 pub(crate) fn trim_ows(mut v: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = v {
@@ -368,6 +398,14 @@ pub fn body_limit(operator: u64, route: Option<u64>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tchar_table_is_rfc_9110_token_chars() {
+        for b in 0..=255u8 {
+            let rfc = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            assert_eq!(is_tchar(b), rfc, "byte {b:#04x}");
+        }
+    }
 
     fn scan(raw: &str) -> Result<H1Framing, Refusal> {
         scan_h1(raw.as_bytes(), &HeadLimits::default())

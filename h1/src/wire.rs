@@ -90,7 +90,7 @@ pub(crate) fn write_fields(
         }
         field(out, name, h.value);
     }
-    for (n, v) in edits.set.iter().chain(edits.append.iter()) {
+    for (n, v) in edits.fields() {
         checked_field(out, n, v);
     }
 }

@@ -454,7 +454,7 @@ async fn hop_by_hop_fields_are_dropped_and_edits_applied() {
                 )
                 .set(
                     Bytes::from_static(b"x-forwarded-host"),
-                    head.host().unwrap().to_string(),
+                    head.host().unwrap(),
                 )
                 .remove(Bytes::from_static(b"x-remove-me"));
             f.response_edits = f

@@ -8,7 +8,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Every cargo-fuzz target in `fuzz/fuzz_targets/`.
-pub const TARGETS: [&str; 4] = ["h1_scan", "manifests", "route_match", "webhook_validate"];
+pub const TARGETS: [&str; 5] = [
+    "h1_forward",
+    "h1_scan",
+    "manifests",
+    "route_match",
+    "webhook_validate",
+];
 
 const H1: &[&str] = &[
     "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n",
@@ -18,6 +24,13 @@ const H1: &[&str] = &[
     "POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
     "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
     "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+];
+
+/// Whole exchanges for `h1_forward`: bodies in both framings, pipelined.
+const H1_EXCHANGES: &[&str] = &[
+    "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+    "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\nHEAD /d HTTP/1.0\r\n\r\n",
+    "GET http://a.example/e HTTP/1.1\r\n\r\n\r\nGET /f HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
 ];
 
 /// Authority and path, split at the NUL (see `teapot_fuzz::route_match`).
@@ -62,6 +75,11 @@ fn yaml_under(dir: &str) -> io::Result<Vec<Vec<u8>>> {
 pub fn seeds(target: &str) -> io::Result<Vec<Vec<u8>>> {
     let mut out: Vec<Vec<u8>> = match target {
         "h1_scan" => H1.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        "h1_forward" => H1
+            .iter()
+            .chain(H1_EXCHANGES)
+            .map(|s| s.as_bytes().to_vec())
+            .collect(),
         "route_match" => ROUTES.iter().map(|s| s.as_bytes().to_vec()).collect(),
         "manifests" => {
             let mut v = yaml_under("examples/demo")?;

@@ -5,6 +5,7 @@
 //! drift. Pure but for the tenant gate it enters (a rate and connection
 //! count the route carries); tested without sockets.
 
+use std::fmt::Display;
 use std::sync::Arc;
 
 use crate::compile::fairness::TenantPermit;
@@ -164,31 +165,84 @@ pub fn forwarding_headers(
     authority: &str,
     local_port: Option<u16>,
 ) -> [(&'static str, Option<String>); 6] {
+    let mut headers: [(&'static str, Option<String>); 6] = Default::default();
+    let mut slots = headers.iter_mut();
+    each_forwarding_header(
+        client_ip.as_deref(),
+        tls,
+        authority,
+        local_port,
+        |name, value| {
+            if let Some(slot) = slots.next() {
+                *slot = (name, value.map(|v| v.to_string()));
+            }
+        },
+    );
+    headers
+}
+
+/// [`forwarding_headers`] one at a time, each value to be formatted, so
+/// that an engine writing heads as bytes formats them in place and
+/// allocates nothing per request.
+pub fn each_forwarding_header(
+    client_ip: Option<&str>,
+    tls: bool,
+    authority: &str,
+    local_port: Option<u16>,
+    mut emit: impl FnMut(&'static str, Option<&dyn Display>),
+) {
     let proto = if tls { "https" } else { "http" };
-    let forwarded = client_ip.as_deref().map(|ip| {
-        // An IPv6 node and any host go in a quoted-string (RFC 7239 §4).
-        let node = if ip.contains(':') {
-            format!("\"[{ip}]\"")
-        } else {
-            ip.to_string()
-        };
-        let host: String = authority
-            .chars()
-            .flat_map(|c| match c {
-                '"' | '\\' => vec!['\\', c],
-                c => vec![c],
-            })
-            .collect();
-        format!("for={node};proto={proto};host=\"{host}\"")
+    let ip = client_ip.as_ref().map(|ip| ip as &dyn Display);
+    let forwarded = client_ip.map(|ip| Forwarded {
+        ip,
+        proto,
+        host: authority,
     });
-    [
-        ("x-forwarded-for", client_ip.clone()),
-        ("x-forwarded-proto", Some(proto.to_string())),
-        ("x-forwarded-host", Some(authority.to_string())),
-        ("x-forwarded-port", local_port.map(|p| p.to_string())),
-        ("forwarded", forwarded),
-        ("x-real-ip", client_ip),
-    ]
+    emit("x-forwarded-for", ip);
+    emit("x-forwarded-proto", Some(&proto));
+    emit("x-forwarded-host", Some(&authority));
+    emit(
+        "x-forwarded-port",
+        local_port.as_ref().map(|p| p as &dyn Display),
+    );
+    emit("forwarded", forwarded.as_ref().map(|f| f as &dyn Display));
+    emit("x-real-ip", ip);
+}
+
+/// An RFC 7239 element: an IPv6 node and any host go in a quoted-string
+/// (§4).
+struct Forwarded<'a> {
+    ip: &'a str,
+    proto: &'a str,
+    host: &'a str,
+}
+
+impl Display for Forwarded<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Forwarded { ip, proto, host } = self;
+        if ip.contains(':') {
+            write!(f, "for=\"[{ip}]\"")?;
+        } else {
+            write!(f, "for={ip}")?;
+        }
+        write!(f, ";proto={proto};host=\"{}\"", QuotedText(host))
+    }
+}
+
+/// The inside of a quoted-string: `"` and `\` escaped.
+struct QuotedText<'a>(&'a str);
+
+impl Display for QuotedText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut rest = self.0;
+        while let Some(i) = rest.find(['"', '\\']) {
+            f.write_str(&rest[..i])?;
+            f.write_str("\\")?;
+            f.write_str(&rest[i..i + 1])?;
+            rest = &rest[i + 1..];
+        }
+        f.write_str(rest)
+    }
 }
 
 #[cfg(test)]
