@@ -82,8 +82,9 @@ pub struct Config {
     /// when both are one cluster).
     pub lb: Client,
     /// LB-cluster namespaces the Services may go to; the first is the
-    /// default. Operator namespaces (no Tenant owns them): the fleet
-    /// trusts their endpoints, and a tenant's quotas do not apply.
+    /// default. An operator namespace (the fleet trusts its endpoints) or
+    /// a tenant namespace (its Tenant's pool, quotas and nodeCIDRs apply;
+    /// docs/capi.md, "Where the Service goes").
     pub lb_namespaces: Vec<String>,
     pub version: CapiVersion,
     /// The Service's port, and so `controlPlaneEndpoint.port`.

@@ -169,147 +169,6 @@ impl StringWalk {
     }
 }
 
-/// A map key as text: Kubernetes maps are keyed by strings.
-struct KeyText(Option<String>);
-
-impl serde::Serializer for &mut KeyText {
-    type Ok = ();
-    type Error = WalkError;
-    type SerializeSeq = serde::ser::Impossible<(), WalkError>;
-    type SerializeTuple = serde::ser::Impossible<(), WalkError>;
-    type SerializeTupleStruct = serde::ser::Impossible<(), WalkError>;
-    type SerializeTupleVariant = serde::ser::Impossible<(), WalkError>;
-    type SerializeMap = serde::ser::Impossible<(), WalkError>;
-    type SerializeStruct = serde::ser::Impossible<(), WalkError>;
-    type SerializeStructVariant = serde::ser::Impossible<(), WalkError>;
-
-    fn serialize_str(self, v: &str) -> Result<(), WalkError> {
-        self.0 = Some(v.to_string());
-        Ok(())
-    }
-    fn serialize_bool(self, v: bool) -> Result<(), WalkError> {
-        self.0 = Some(v.to_string());
-        Ok(())
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), WalkError> {
-        self.0 = Some(v.to_string());
-        Ok(())
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), WalkError> {
-        self.0 = Some(v.to_string());
-        Ok(())
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), WalkError> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), WalkError> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), WalkError> {
-        self.serialize_i64(v.into())
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), WalkError> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), WalkError> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), WalkError> {
-        self.serialize_u64(v.into())
-    }
-    fn serialize_f32(self, v: f32) -> Result<(), WalkError> {
-        self.serialize_f64(v.into())
-    }
-    fn serialize_f64(self, v: f64) -> Result<(), WalkError> {
-        self.0 = Some(v.to_string());
-        Ok(())
-    }
-    fn serialize_char(self, v: char) -> Result<(), WalkError> {
-        self.0 = Some(v.to_string());
-        Ok(())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<(), WalkError> {
-        Ok(())
-    }
-    fn serialize_none(self) -> Result<(), WalkError> {
-        Ok(())
-    }
-    fn serialize_some<T: serde::Serialize + ?Sized>(self, v: &T) -> Result<(), WalkError> {
-        v.serialize(self)
-    }
-    fn serialize_unit(self) -> Result<(), WalkError> {
-        Ok(())
-    }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<(), WalkError> {
-        Ok(())
-    }
-    fn serialize_unit_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        v: &'static str,
-    ) -> Result<(), WalkError> {
-        self.serialize_str(v)
-    }
-    fn serialize_newtype_struct<T: serde::Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), WalkError> {
-        v.serialize(self)
-    }
-    fn serialize_newtype_variant<T: serde::Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct, WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-    fn serialize_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStruct, WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, WalkError> {
-        Err(serde::ser::Error::custom("a map key that is not a string"))
-    }
-}
-
 impl<'w> serde::Serializer for &'w mut StringWalk {
     type Ok = ();
     type Error = WalkError;
@@ -500,9 +359,13 @@ impl serde::ser::SerializeMap for Entries<'_> {
     type Ok = ();
     type Error = WalkError;
     fn serialize_key<T: serde::Serialize + ?Sized>(&mut self, key: &T) -> Result<(), WalkError> {
-        let mut text = KeyText(None);
-        key.serialize(&mut text)?;
-        self.key = text.0;
+        // Kubernetes maps are keyed by strings; anything else is shown as
+        // its JSON text.
+        self.key = match serde_json::to_value(key) {
+            Ok(serde_json::Value::String(s)) => Some(s),
+            Ok(other) => Some(other.to_string()),
+            Err(e) => return Err(serde::ser::Error::custom(e)),
+        };
         Ok(())
     }
     fn serialize_value<T: serde::Serialize + ?Sized>(
