@@ -347,19 +347,7 @@ fn cluster_api(cluster: &DynamicObject, ctx: &Context) -> Api<DynamicObject> {
 /// Adds or removes the finalizer by merge patch guarded by the Cluster's
 /// resourceVersion (a conflict just means another reconcile follows).
 async fn set_finalizer(cluster: &DynamicObject, ctx: &Context, present: bool) -> Result<(), Error> {
-    let mut finalizers: Vec<String> = cluster
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    if present {
-        finalizers.push(FINALIZER.into());
-    }
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": cluster.resource_version(),
-    }});
+    let patch = teapot_controller::report::finalizer_patch(cluster, FINALIZER, present);
     match cluster_api(cluster, ctx)
         .patch(
             &cluster.name_any(),

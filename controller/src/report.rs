@@ -131,6 +131,29 @@ fn tenant_api<K: Tenant>(ctx: &Context, object: &K) -> Api<K> {
     Api::namespaced(ctx.tenant.clone(), &object.namespace().unwrap_or_default())
 }
 
+/// A merge patch that adds or removes `finalizer` on `object`, guarded by
+/// its resourceVersion (a conflict means another reconcile follows). The
+/// agent and `teapot capi` both hold their objects this way.
+pub fn finalizer_patch(
+    object: &impl kube::ResourceExt,
+    finalizer: &str,
+    present: bool,
+) -> serde_json::Value {
+    let mut finalizers: Vec<String> = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(finalizer.into());
+    }
+    json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": object.resource_version(),
+    }})
+}
+
 /// Adds or removes the finalizer by merge patch guarded by the object's
 /// resourceVersion (a conflict just means another reconcile follows).
 pub async fn set_finalizer<K: Tenant>(
@@ -138,19 +161,7 @@ pub async fn set_finalizer<K: Tenant>(
     ctx: &Context,
     present: bool,
 ) -> Result<(), Error> {
-    let mut finalizers: Vec<String> = object
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    if present {
-        finalizers.push(FINALIZER.into());
-    }
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": object.resource_version(),
-    }});
+    let patch = finalizer_patch(object, FINALIZER, present);
     match tenant_api(ctx, object)
         .patch(
             &object.name_any(),
