@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
+use teapot_controller::report::patch_finalizer;
 use teapot_sync::backoff;
 
 use crate::endpoint::{self, ClusterKey, MANAGER};
@@ -344,25 +345,13 @@ fn cluster_api(cluster: &DynamicObject, ctx: &Context) -> Api<DynamicObject> {
     )
 }
 
-/// Adds or removes the finalizer by merge patch guarded by the Cluster's
-/// resourceVersion (a conflict just means another reconcile follows).
+/// Adds or removes the finalizer on the Cluster.
 async fn set_finalizer(cluster: &DynamicObject, ctx: &Context, present: bool) -> Result<(), Error> {
-    let patch = teapot_controller::report::finalizer_patch(cluster, FINALIZER, present);
-    match cluster_api(cluster, ctx)
-        .patch(
-            &cluster.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => {
-            ctx.metrics.cluster_writes.inc();
-            Ok(())
-        }
-        Err(kube::Error::Api(e)) if e.code == 404 && !present => Ok(()),
-        Err(e) => Err(e.into()),
+    let api = cluster_api(cluster, ctx);
+    if patch_finalizer(&api, cluster, FINALIZER, present).await? {
+        ctx.metrics.cluster_writes.inc();
     }
+    Ok(())
 }
 
 /// Writes `spec.controlPlaneEndpoint`. Only ever into an empty one:

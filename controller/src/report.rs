@@ -131,14 +131,20 @@ fn tenant_api<K: Tenant>(ctx: &Context, object: &K) -> Api<K> {
     Api::namespaced(ctx.tenant.clone(), &object.namespace().unwrap_or_default())
 }
 
-/// A merge patch that adds or removes `finalizer` on `object`, guarded by
-/// its resourceVersion (a conflict means another reconcile follows). The
-/// agent and `teapot capi` both hold their objects this way.
-pub fn finalizer_patch(
-    object: &impl kube::ResourceExt,
+/// Adds or removes `finalizer` on `object` by a merge patch guarded by its
+/// resourceVersion (a conflict just means another reconcile follows).
+/// Returns whether anything was written: removing it from an object that
+/// is already gone is done. The agent and `teapot capi` both hold their
+/// objects this way.
+pub async fn patch_finalizer<K>(
+    api: &Api<K>,
+    object: &K,
     finalizer: &str,
     present: bool,
-) -> serde_json::Value {
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let mut finalizers: Vec<String> = object
         .finalizers()
         .iter()
@@ -148,21 +154,11 @@ pub fn finalizer_patch(
     if present {
         finalizers.push(finalizer.into());
     }
-    json!({"metadata": {
+    let patch = json!({"metadata": {
         "finalizers": finalizers,
         "resourceVersion": object.resource_version(),
-    }})
-}
-
-/// Adds or removes the finalizer by merge patch guarded by the object's
-/// resourceVersion (a conflict just means another reconcile follows).
-pub async fn set_finalizer<K: Tenant>(
-    object: &K,
-    ctx: &Context,
-    present: bool,
-) -> Result<(), Error> {
-    let patch = finalizer_patch(object, FINALIZER, present);
-    match tenant_api(ctx, object)
+    }});
+    match api
         .patch(
             &object.name_any(),
             &PatchParams::default(),
@@ -170,10 +166,20 @@ pub async fn set_finalizer<K: Tenant>(
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 && !present => Ok(()),
-        Err(e) => Err(e.into()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 && !present => Ok(false),
+        Err(e) => Err(e),
     }
+}
+
+/// Adds or removes the agent's finalizer on a tenant object.
+pub async fn set_finalizer<K: Tenant>(
+    object: &K,
+    ctx: &Context,
+    present: bool,
+) -> Result<(), Error> {
+    patch_finalizer(&tenant_api(ctx, object), object, FINALIZER, present).await?;
+    Ok(())
 }
 
 /// Server-side applies `object` to the LB cluster unless the same content
