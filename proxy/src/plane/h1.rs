@@ -75,12 +75,12 @@ pub fn conn_info(stream: &Stream) -> ConnInfo {
     let inet = |a: Option<&pingora_core::protocols::l4::socket::SocketAddr>| {
         a.and_then(|a| a.as_inet()).copied()
     };
+    let ssl = stream.get_ssl_digest();
     ConnInfo {
         client: socket.as_ref().and_then(|d| inet(d.peer_addr())),
         local: socket.as_ref().and_then(|d| inet(d.local_addr())),
-        tls: stream.get_ssl_digest().is_some(),
-        sni: stream
-            .get_ssl_digest()
+        tls: ssl.is_some(),
+        sni: ssl
             .as_deref()
             .and_then(crate::plane::tls::server_name)
             .map(Arc::from),
