@@ -58,6 +58,9 @@ pub struct EngineConfig {
     pub pool_idle_timeout: Duration,
     /// Bytes read from a socket at a time (buffers grow to about this).
     pub read_chunk: usize,
+    /// An upgraded connection (WebSocket) with no byte either way for
+    /// this long is closed (at most twice this long after the last byte).
+    pub tunnel_idle_timeout: Duration,
     /// `Server` of the engine's own answers, and of relayed responses
     /// that carry none (`None`: not added).
     pub server: Option<Bytes>,
@@ -80,6 +83,7 @@ impl Default for EngineConfig {
             pool_max_idle_per_upstream: 64,
             pool_idle_timeout: Duration::from_secs(30),
             read_chunk: 16 * 1024,
+            tunnel_idle_timeout: Duration::from_secs(3600),
             server: None,
             bad_gateway_body: Bytes::from_static(b"502 upstream failed\n"),
             gateway_timeout_body: Bytes::from_static(b"504 upstream timed out\n"),
@@ -256,6 +260,9 @@ impl LogHead {
 #[derive(Debug)]
 struct Stats {
     start: Instant,
+    /// When the request ended, once known: read once and shared by the
+    /// durations, the pool's idle clock and the next keep-alive deadline.
+    end: std::cell::Cell<Option<Instant>>,
     bytes_in: u64,
     bytes_out: u64,
     status: u16,
@@ -269,9 +276,20 @@ struct Stats {
 }
 
 impl Stats {
-    fn new() -> Self {
+    /// The end of the request: the time already read for it, or now.
+    fn ended(&self) -> Instant {
+        self.end.get().unwrap_or_else(|| {
+            let now = Instant::now();
+            self.end.set(Some(now));
+            now
+        })
+    }
+
+    /// `start` until the next request's first byte moves it.
+    fn new(start: Instant) -> Self {
         Stats {
-            start: Instant::now(),
+            start,
+            end: std::cell::Cell::new(None),
             bytes_in: 0,
             bytes_out: 0,
             status: 0,
@@ -378,10 +396,11 @@ where
     }
 
     async fn run(&mut self) -> ConnEnd {
-        let mut deadline = Instant::now() + self.cfg().header_read_timeout;
+        let mut last_end = Instant::now();
+        let mut deadline = last_end + self.cfg().header_read_timeout;
         let mut first = true;
         loop {
-            let mut stats = Stats::new();
+            let mut stats = Stats::new(last_end);
             let head_len = match self.read_head(deadline, &mut stats).await {
                 Ok(n) => n,
                 Err(HeadWait::Closed { partial }) => {
@@ -451,7 +470,8 @@ where
             match next {
                 Next::KeepAlive => {
                     self.log.clear();
-                    deadline = Instant::now() + self.cfg().keepalive_timeout;
+                    last_end = stats.end.get().unwrap_or_else(Instant::now);
+                    deadline = last_end + self.cfg().keepalive_timeout;
                 }
                 Next::Close(end) => {
                     let _ = timeout(self.cfg().client_write_timeout, self.client.shutdown()).await;
@@ -472,7 +492,7 @@ where
             upstream: stats.upstream,
             upstream_time: stats.upstream_time,
             upstream_ttfb: stats.ttfb,
-            total_time: stats.start.elapsed(),
+            total_time: stats.ended().duration_since(stats.start),
             outcome,
             client_abort: stats.client_abort,
             reused: stats.reused,
@@ -815,13 +835,18 @@ where
                             stats.ttfb = stats.upstream_start.map(|t| t.elapsed());
                         }
                         if (100..200).contains(&status) && status != 101 {
-                            if !plan.client_http10 {
-                                self.out.clear();
-                                write_interim(&mut self.out, &self.upbuf.filled()[..len]);
-                                if self.flush(stats).await.is_err() {
-                                    return Sent::Client(Outcome::ClientAbort);
-                                }
+                            self.out.clear();
+                            if write_interim(&mut self.out, &self.upbuf.filled()[..len]).is_err() {
+                                return Sent::Upstream(UpErr {
+                                    kind: UpstreamError::BadResponse,
+                                    responded,
+                                });
                             }
+                            // An HTTP/1.0 client gets no interim answer.
+                            if !plan.client_http10 && self.flush(stats).await.is_err() {
+                                return Sent::Client(Outcome::ClientAbort);
+                            }
+                            self.out.clear();
                             self.upbuf.consume(len);
                             continue;
                         }
@@ -1005,12 +1030,13 @@ where
                 }
             }
         }
-        stats.upstream_time = stats.upstream_start.map(|t| t.elapsed());
+        let end = stats.ended();
+        stats.upstream_time = stats.upstream_start.map(|t| end.duration_since(t));
         let complete = outcome == Outcome::Proxied;
         // Reusable: the response ended at its framing, nothing unsolicited
         // followed, both the request and the response allow keep-alive.
         if complete && request_done && resp.upstream_keepalive && self.upbuf.is_empty() {
-            self.engine.pool.put(addr, up);
+            self.engine.pool.put_at(addr, up, end);
         }
         self.upbuf.clear();
         self.observe(stats, outcome, tag);
@@ -1046,11 +1072,12 @@ where
             }
             self.inbuf.clear();
         }
-        if let Ok((to_up, to_client)) =
-            tokio::io::copy_bidirectional(&mut self.client, &mut up).await
-        {
-            stats.bytes_in += to_up;
-            stats.bytes_out += to_client;
+        let idle = self.cfg().tunnel_idle_timeout;
+        let relayed = crate::tunnel::relay(&mut self.client, &mut up, idle).await;
+        stats.bytes_in += relayed.from_client;
+        stats.bytes_out += relayed.from_upstream;
+        if relayed.idle {
+            tracing::debug!("upgraded connection idle for the tunnel timeout; closed");
         }
         stats.upstream_time = stats.upstream_start.map(|t| t.elapsed());
         self.observe(stats, Outcome::Upgraded, tag);
@@ -1096,29 +1123,42 @@ fn method_so_far_is_token(buf: &[u8]) -> bool {
     buf[..end].iter().all(|&b| crate::scan::is_tchar(b))
 }
 
-/// `Some((head length, status))` once a response head is complete.
+/// `Some((head length, status))` once a response head is complete. Only
+/// the status line is read here: the head is parsed once, by
+/// [`write_response_head`], which refuses a malformed one. Bytes that
+/// cannot begin a status line are refused at once rather than waited on.
 fn response_head_len(buf: &[u8]) -> Result<Option<(usize, u16)>, ()> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
-    let mut resp = httparse::Response::new(&mut slots);
-    match resp.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => Ok(Some((n, resp.code.unwrap_or(0)))),
-        Ok(httparse::Status::Partial) => Ok(None),
-        Err(_) => Err(()),
+    const PREFIX: &[u8] = b"HTTP/1.";
+    let n = buf.len().min(PREFIX.len());
+    if buf[..n] != PREFIX[..n] {
+        return Err(());
+    }
+    let Some(end) = find_head_end(buf, 0) else {
+        return Ok(None);
+    };
+    // "HTTP/1.x NNN": the version digit, one space, three digits.
+    let line = &buf[..end];
+    match line.get(8..12) {
+        Some([b' ', a, b, c]) if [a, b, c].iter().all(|d| d.is_ascii_digit()) => {
+            let code = |d: &u8| u16::from(d - b'0');
+            Ok(Some((end, code(a) * 100 + code(b) * 10 + code(c))))
+        }
+        _ => Err(()),
     }
 }
 
-/// A 1xx head for the client: status line and end-to-end fields.
-fn write_interim(out: &mut Vec<u8>, raw: &[u8]) {
+fn write_interim(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ()> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
     let mut resp = httparse::Response::new(&mut slots);
-    if resp.parse(raw).is_err() {
-        return;
+    if !matches!(resp.parse(raw), Ok(httparse::Status::Complete(_))) {
+        return Err(());
     }
     let status = resp.code.unwrap_or(100);
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
     let opts = connection_options(resp.headers);
     write_fields(out, resp.headers, opts, &Default::default());
     out.extend_from_slice(b"\r\n");
+    Ok(())
 }
 
 fn clean_reason(r: &str) -> &[u8] {
@@ -1144,6 +1184,7 @@ fn write_local_head(
     server: Option<&[u8]>,
 ) {
     status_line(out, status, reason(status).as_bytes());
+    crate::wire::date_field(out);
     if let Some(server) = server {
         field(out, b"server", server);
     }
@@ -1239,13 +1280,20 @@ fn write_response_head<U>(
 
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
     write_fields(out, resp.headers, opts, &plan.fwd.response_edits);
+    let (mut has_server, mut has_date) = (false, false);
+    for h in resp.headers.iter() {
+        has_server |= h.name.eq_ignore_ascii_case("server");
+        has_date |= h.name.eq_ignore_ascii_case("date");
+    }
     if let Some(server) = server
-        && !resp
-            .headers
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case("server"))
+        && !has_server
     {
         field(out, b"server", server);
+    }
+    // RFC 9110 6.6.1: a recipient with a clock adds the Date a response
+    // lacks when it forwards it.
+    if !has_date {
+        crate::wire::date_field(out);
     }
     match body {
         BodyFraming::Length(n) => {

@@ -45,12 +45,15 @@
 //!   canonically, trailers checked) and close-delimited body decoding that
 //!   never consumes past the framed end.
 //! - `wire`: head serialization: hop-by-hop and `Connection`-listed fields
-//!   dropped (RFC 9110 §7.6.1), [`HeaderEdits`] applied, framing re-emitted.
+//!   dropped (RFC 9110 §7.6.1), [`HeaderEdits`] applied, framing re-emitted,
+//!   `Date` added where a response has none (RFC 9110 §6.6.1).
 //! - [`router`]: the decision interface ([`Router`], [`RequestHead`],
 //!   [`ConnInfo`], [`Decision`], [`Forward`], [`Respond`]).
 //! - [`observer`]: per-request metrics and access-log hook ([`Observer`],
 //!   [`RequestLog`], [`Outcome`]).
-//! - [`pool`]: idle upstream connections ([`Pool`]), checked lazily on reuse.
+//! - [`pool`]: idle upstream connections ([`Pool`]), checked lazily on
+//!   reuse; addresses no longer picked are swept when connections return.
+//! - `tunnel`: the relay after a 101, closed after an idle timeout.
 //! - `engine`: the loop ([`Engine::serve`]), timeouts, limits, graceful
 //!   drain, 1xx/101 handling, retry of an idempotent request whose reused
 //!   connection failed before any response byte.
@@ -61,6 +64,7 @@ pub mod observer;
 pub mod pool;
 pub mod router;
 pub mod scan;
+mod tunnel;
 mod wire;
 
 pub use body::{BodyError, BodyFraming};

@@ -5,7 +5,10 @@
 //! warmest connection is reused and the coldest ones age out). Nothing
 //! watches an idle connection: whether its peer closed it is checked when
 //! it is taken (a non-blocking read that must find nothing), and its age
-//! against the idle timeout at the same moment.
+//! against the idle timeout at the same moment. Addresses that are no
+//! longer picked (an endpoint gone from the snapshot) are swept when
+//! connections are put back, at most once per idle timeout, so their idle
+//! connections do not hold file descriptors until the backend closes them.
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
@@ -41,6 +44,27 @@ pub struct PoolStats {
 struct Inner {
     idle: HashMap<SocketAddr, Vec<Idle>>,
     stats: PoolStats,
+    last_sweep: Option<Instant>,
+}
+
+impl Inner {
+    /// Drops every idle connection older than `timeout`, and the lists
+    /// left empty.
+    fn sweep(&mut self, now: Instant, timeout: Duration) {
+        let mut expired = 0u64;
+        self.idle.retain(|_, list| {
+            // Oldest first: the list is pushed in the order of return.
+            let keep_from = list
+                .iter()
+                .position(|i| now.duration_since(i.since) < timeout)
+                .unwrap_or(list.len());
+            expired += keep_from as u64;
+            list.drain(..keep_from);
+            !list.is_empty()
+        });
+        self.stats.expired += expired;
+        self.last_sweep = Some(now);
+    }
 }
 
 /// Idle keep-alive connections per upstream address. `Sync`: one per
@@ -92,18 +116,31 @@ impl Pool {
     /// Keeps `stream` for reuse; the caller guarantees the last response
     /// was read to its end and both sides allow keep-alive.
     pub fn put(&self, addr: SocketAddr, stream: TcpStream) {
+        self.put_at(addr, stream, Instant::now());
+    }
+
+    /// [`Pool::put`] with the time the caller already read.
+    pub fn put_at(&self, addr: SocketAddr, stream: TcpStream, now: Instant) {
         let mut inner = self.lock();
+        if inner
+            .last_sweep
+            .is_none_or(|t| now.duration_since(t) >= self.idle_timeout)
+        {
+            inner.sweep(now, self.idle_timeout);
+        }
         let cap = self.max_idle_per_upstream;
         let list = inner.idle.entry(addr).or_default();
         if list.len() >= cap {
             inner.stats.overflow += 1;
             return;
         }
-        list.push(Idle {
-            stream,
-            since: Instant::now(),
-        });
+        list.push(Idle { stream, since: now });
         inner.stats.returned += 1;
+    }
+
+    /// Addresses with idle connections.
+    pub fn addresses(&self) -> usize {
+        self.lock().idle.len()
     }
 
     /// Idle connections held for `addr`.
@@ -178,6 +215,26 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(pool.take(addr).is_none());
         assert_eq!(pool.stats().stale, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn addresses_no_longer_used_are_swept_when_others_return() {
+        let old = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let new = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = Pool::new(8, Duration::from_secs(60));
+        let (a, _sa) = pair(&old).await;
+        pool.put(old.local_addr().unwrap(), a);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let (b, _sb) = pair(&new).await;
+        pool.put(new.local_addr().unwrap(), b);
+        assert_eq!(pool.addresses(), 2, "not yet idle for the timeout");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let (c, _sc) = pair(&new).await;
+        pool.put(new.local_addr().unwrap(), c);
+        assert_eq!(pool.addresses(), 1, "the unused address is gone");
+        assert_eq!(pool.idle(old.local_addr().unwrap()), 0);
+        assert_eq!(pool.idle(new.local_addr().unwrap()), 1);
+        assert_eq!(pool.stats().expired, 2);
     }
 
     #[tokio::test]

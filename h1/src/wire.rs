@@ -167,6 +167,27 @@ pub(crate) fn reason(status: u16) -> &'static str {
     }
 }
 
+/// `date: <now>\r\n`. The formatted date is cached per thread for the
+/// second it names: one clock read per call, one format per second.
+pub(crate) fn date_field(out: &mut Vec<u8>) {
+    use std::cell::RefCell;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    thread_local! {
+        static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let now = SystemTime::now();
+    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with_borrow_mut(|(cached, text)| {
+        if *cached != second {
+            *cached = second;
+            *text = httpdate::fmt_http_date(now);
+        }
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -301,6 +301,34 @@ async fn websocket_upgrade_becomes_a_bidirectional_tunnel() {
 }
 
 #[tokio::test]
+async fn a_response_without_date_gets_one_and_a_dated_one_keeps_its_own() {
+    let (up, _rec) = backend(Arc::new(|got, _| {
+        Reply::Bytes(if got.path == "/dated" {
+            b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\ncontent-length: 0\r\n\r\n"
+                .to_vec()
+        } else {
+            ok("")
+        })
+    }))
+    .await;
+    let p = proxy(to(up), EngineConfig::default()).await;
+    let mut c = Client::connect(p.addr).await;
+    c.send("GET /plain HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let r = c.response(false).await;
+    let dates = |r: &Resp| {
+        r.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("date"))
+            .map(|(_, v)| v.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(dates(&r).len(), 1, "{:?}", r.headers);
+    c.send("GET /dated HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let r = c.response(false).await;
+    assert_eq!(dates(&r), ["Sun, 06 Nov 1994 08:49:37 GMT"]);
+}
+
+#[tokio::test]
 async fn local_answers() {
     let mut p = proxy(
         Box::new(|head, _| match head.path() {
@@ -323,6 +351,11 @@ async fn local_answers() {
     c.send("GET /missing HTTP/1.1\r\nHost: a\r\n\r\n").await;
     let r = c.response(false).await;
     assert_eq!((r.status, r.text().as_str()), (404, "nothing here\n"));
+    assert!(
+        r.header("date").is_some_and(|d| d.ends_with(" GMT")),
+        "{:?}",
+        r.headers
+    );
     c.send("HEAD /missing HTTP/1.1\r\nHost: a\r\n\r\n").await;
     let r = c.response(true).await;
     assert_eq!((r.status, r.header("content-length")), (404, Some("13")));

@@ -8,7 +8,6 @@
 //! decides when to stop.
 
 use std::net::SocketAddr;
-use std::os::fd::IntoRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,9 +16,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
-use pingora_core::server::Fds;
 use pingora_core::server::configuration::ServerConf;
-use pingora_core::services::Service as _;
 use tokio::sync::watch;
 
 use teapot_model::certificate::TlsCertificate;
@@ -48,8 +45,13 @@ pub struct ProxyConfig {
     pub grace_period: Duration,
     /// Accept HTTP/2 with prior knowledge on the plain listener.
     pub h2c: bool,
-    /// Idle upstream connections kept for reuse.
+    /// Idle upstream connections kept for reuse, per upstream address and
+    /// serving thread.
     pub upstream_pool_size: usize,
+    /// Threads serving HTTP and HTTPS, each with its own single-threaded
+    /// runtime and listening sockets (crate::plane::serving); 0: one per
+    /// core.
+    pub serving_threads: usize,
     /// DNS servers for custom-domain proofs (empty: the system's).
     pub dns_servers: Vec<SocketAddr>,
     pub proof_timing: ProofTiming,
@@ -77,6 +79,7 @@ impl ProxyConfig {
             grace_period: Duration::from_secs(25),
             h2c: false,
             upstream_pool_size: 1024,
+            serving_threads: 0,
             dns_servers: Vec::new(),
             proof_timing: ProofTiming::default(),
             proof_limits: ProofLimits::default(),
@@ -107,18 +110,20 @@ pub struct BoundAddrs {
 
 impl Listeners {
     /// Binds each address; `None` leaves that listener off.
+    /// HTTP and HTTPS are the first sockets of their serving threads'
+    /// groups (crate::plane::serving::bind_first): listening from here on.
     pub fn bind(http: Option<&str>, https: Option<&str>, admin: &str) -> Result<Listeners, Error> {
-        let bind = |what: &'static str, addr: &str| {
-            std::net::TcpListener::bind(addr).map_err(|source| Error::Bind {
-                what,
-                addr: addr.to_string(),
-                source,
-            })
+        let err = |what: &'static str, addr: &str| {
+            let addr = addr.to_string();
+            move |source| Error::Bind { what, addr, source }
+        };
+        let serving = |what: &'static str, addr: &str| {
+            crate::plane::serving::bind_first(addr).map_err(err(what, addr))
         };
         Ok(Listeners {
-            http: http.map(|a| bind("http", a)).transpose()?,
-            https: https.map(|a| bind("https", a)).transpose()?,
-            admin: bind("admin", admin)?,
+            http: http.map(|a| serving("http", a)).transpose()?,
+            https: https.map(|a| serving("https", a)).transpose()?,
+            admin: std::net::TcpListener::bind(admin).map_err(err("admin", admin))?,
         })
     }
 
@@ -226,35 +231,35 @@ pub async fn run(
         .with_acme(acme_responder.clone())
         .with_edge(config.edge.clone())
         .with_tls(sni.clone());
-    let h1 = crate::plane::h1::engine(router.clone(), config.upstream_pool_size);
-    let mut app = pingora_proxy::http_proxy(&server_conf, router);
-    let mut options = HttpServerOptions::default();
-    options.h2c = config.h2c;
-    options.h2_idle_timeout = Some(config.edge.h2.idle_timeout);
-    app.server_options = Some(options);
-    app.h2_options = Some(config.edge.h2.options());
-    // The edge application counts connections, then serves HTTP/2 with
-    // Pingora's HTTP application and HTTP/1 with the engine
-    // (crate::plane::edge, crate::plane::h1).
-    let app =
-        crate::plane::edge::EdgeApp::new(app, h1, config.edge.clone(), metrics.clone(), config.h2c);
-    let mut service = pingora_core::services::listening::Service::new("teapot".to_string(), app);
-    let mut fds = Fds::new();
-    let mut hand_over = |listener: std::net::TcpListener| -> Result<String, Error> {
-        // Pingora adopts the socket by its address string; it must be
-        // non-blocking for tokio.
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?.to_string();
-        fds.add(addr.clone(), listener.into_raw_fd());
-        Ok(addr)
+    let threads = match config.serving_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
     };
-    if let Some(l) = listeners.http {
-        let addr = hand_over(l)?;
-        service.add_tcp(&addr);
-        tracing::info!(%addr, "http listener");
-    }
-    if let (Some(l), Some(sni)) = (listeners.https, sni) {
-        let addr = hand_over(l)?;
+    // Each serving thread gets its own HTTP/1 engine (and upstream pool)
+    // and HTTP/2 application; the edge wrapper's connection table is
+    // shared (crate::plane::serving).
+    let h2_app = |router: Router| {
+        let mut app = pingora_proxy::http_proxy(&server_conf, router);
+        let mut options = HttpServerOptions::default();
+        options.h2c = config.h2c;
+        options.h2_idle_timeout = Some(config.edge.h2.idle_timeout);
+        app.server_options = Some(options);
+        app.h2_options = Some(config.edge.h2.options());
+        app
+    };
+    let first = crate::plane::edge::EdgeApp::new(
+        h2_app(router.clone()),
+        crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
+        config.edge.clone(),
+        metrics.clone(),
+        config.h2c,
+    );
+    let tls = || -> Result<TlsSettings, Error> {
+        let sni = sni.clone().ok_or_else(|| {
+            Error::Io(std::io::Error::other(
+                "an HTTPS listener needs the SNI resolver",
+            ))
+        })?;
         // The callback keeps each connection's SNI for the 421 check.
         let mut tls = TlsSettings::with_callbacks(Box::new(crate::plane::tls::ServerNameCallback))
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
@@ -264,16 +269,28 @@ pub async fn run(
         // before ChaCha20, ECDSA before RSA) rather than whatever a client
         // lists first; testssl rates a client-chosen order HIGH.
         tls.set_ignore_client_order(true);
-        service.add_tls_with_settings(&addr, None, tls);
-        tracing::info!(%addr, "https listener");
-    }
-    let fds = Arc::new(parking_lot::Mutex::new(fds));
-    let proxy_task = {
-        let stop = stop_rx.clone();
-        tokio::spawn(async move {
-            service.start_service(Some(fds), stop, 1).await;
-        })
+        Ok(tls)
     };
+    if let Some(addr) = bound.http {
+        tracing::info!(%addr, threads, "http listener");
+    }
+    if let Some(addr) = bound.https {
+        tracing::info!(%addr, threads, "https listener");
+    }
+    let mut apps = Vec::with_capacity(threads);
+    for _ in 1..threads {
+        apps.push(first.sibling(
+            h2_app(router.clone()),
+            crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
+        ));
+    }
+    apps.push(first);
+    let services = crate::plane::serving::per_thread(listeners.http, listeners.https, threads)?
+        .into_iter()
+        .zip(apps)
+        .map(|(sockets, app)| crate::plane::serving::service(app, sockets, &tls))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let mut serving = crate::plane::serving::ServingThreads::start(services, stop_rx.clone())?;
 
     let admin_listener = {
         listeners.admin.set_nonblocking(true)?;
@@ -376,7 +393,7 @@ pub async fn run(
     {
         tracing::warn!("leases not released within 2 s; they expire on their own");
     }
-    let _ = proxy_task.await;
+    serving.stop_accepting().await;
     let deadline = started + config.grace_period;
     let l4_drain = tokio::spawn(l4_service.shutdown(deadline.into()));
     while metrics.in_flight.get() > 0 && Instant::now() < deadline {
@@ -390,6 +407,7 @@ pub async fn run(
         );
     }
     let _ = l4_drain.await;
+    serving.finish(Duration::from_secs(2)).await;
     admin_task.abort();
     watch_task.abort();
     noise_task.abort();

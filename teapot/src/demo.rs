@@ -51,7 +51,7 @@ pub struct DemoArgs {
     exit_after: u64,
 }
 
-pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+pub async fn run(args: DemoArgs, threads: usize) -> anyhow::Result<()> {
     let temp;
     let dir = match &args.dir {
         Some(d) => {
@@ -104,7 +104,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     };
     tuning.grace_period = 5;
     tuning.upstream_pool_size = 128;
-    let config = crate::proxy_config(dir.clone(), &tuning, &addrs);
+    let mut config = crate::proxy_config(dir.clone(), &tuning, &addrs);
+    config.serving_threads = threads;
     let http = addrs.http.map(|a| a.port()).unwrap_or(0);
     let https = addrs.https.map(|a| a.port()).unwrap_or(0);
     eprintln!(

@@ -74,7 +74,9 @@ struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TEAPOT_LOG_FORMAT")]
     log_format: LogFormat,
-    /// Worker threads (0: one per core).
+    /// Threads: the async runtime's workers, and for `proxy` and `demo`
+    /// also the serving threads, each with its own listening socket
+    /// (0: one per core).
     #[arg(long, global = true, default_value_t = 0, env = "TEAPOT_THREADS")]
     threads: usize,
     #[command(subcommand)]
@@ -219,8 +221,8 @@ fn main() -> anyhow::Result<()> {
     let runtime = runtime.build().context("cannot start the async runtime")?;
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Proxy(args) => run_proxy(*args).await,
-            Command::Demo(args) => demo::run(args).await,
+            Command::Proxy(args) => run_proxy(*args, cli.threads).await,
+            Command::Demo(args) => demo::run(args, cli.threads).await,
             Command::Echo(args) => run_echo(args).await,
             Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
             Command::Validate(args) => webhook_cmd::run_validate(args),
@@ -328,7 +330,7 @@ pub(crate) fn proxy_config(
     config
 }
 
-async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
+async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     let mut kube = args.kube.connect(args.manifests.as_deref()).await?;
     let acme = args.acme.config(kube.is_some())?;
     if let Some(kube) = kube.as_mut() {
@@ -338,6 +340,7 @@ async fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let (listeners, addrs) = bind(&args.listen)?;
     let l4 = args.l4.config(kube.is_some());
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
+    config.serving_threads = threads;
     config.acme = acme;
     config.kube = kube;
     config.kube_status = kube_status;

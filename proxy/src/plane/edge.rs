@@ -345,6 +345,20 @@ impl<A> EdgeApp<A> {
             h2c,
         }
     }
+
+    /// The application of another serving thread (crate::plane::serving):
+    /// its own engine and HTTP/2 application, but the same connection
+    /// table, so the caps hold for the replica, not per thread.
+    pub fn sibling(&self, h2: A, h1: H1Engine) -> Self {
+        EdgeApp {
+            h2: Arc::new(h2),
+            h1: Arc::new(h1),
+            config: self.config.clone(),
+            table: self.table.clone(),
+            metrics: self.metrics.clone(),
+            h2c: self.h2c,
+        }
+    }
 }
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -25,6 +25,7 @@ pub mod l4;
 pub mod logflood;
 pub mod metrics;
 pub mod proxy;
+pub mod serving;
 pub mod tls;
 
 use std::sync::Arc;

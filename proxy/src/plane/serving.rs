@@ -1,0 +1,271 @@
+//! Thread-per-core serving: the HTTP and HTTPS listeners run on `N`
+//! serving threads, each a single-threaded tokio runtime with its own
+//! listening socket per address and its own edge application (HTTP/1
+//! engine with its upstream pool, HTTP/2 application).
+//!
+//! Why: a connection and every request on it stay on the thread that
+//! accepted it. Nothing is stolen between workers, no wake-up crosses
+//! threads, and the upstream pool is only ever touched by one thread.
+//! With more than one thread the sockets share their address through
+//! `SO_REUSEPORT`, so the kernel spreads new connections over the threads'
+//! accept queues instead of waking every thread for each one.
+//!
+//! What stays shared: the snapshot, the metrics and the connection table
+//! (the caps of docs/edge.md hold for the replica, not per thread). The
+//! control loops (reload, ACME, proofs, L4, admin) run on the caller's
+//! runtime, so a compile or a slow API call never holds up a request.
+//!
+//! Shutdown has two steps: [`ServingThreads::stop_accepting`] returns once
+//! every thread has closed its listeners (connections in flight go on, and
+//! finish at their next request boundary), [`ServingThreads::finish`] then
+//! ends the runtimes, dropping whatever outlived the grace period.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::IntoRawFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use pingora_core::apps::ServerApp;
+use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::server::Fds;
+use pingora_core::services::Service as _;
+use pingora_core::services::listening::Service;
+use tokio::sync::{oneshot, watch};
+
+use crate::Error;
+
+/// The sockets one serving thread accepts on.
+#[derive(Debug, Default)]
+pub struct ThreadSockets {
+    pub http: Option<TcpListener>,
+    pub https: Option<TcpListener>,
+}
+
+/// Binds the first socket of an address's group: listening from here on,
+/// so a caller that prints the address may be connected to at once (the
+/// serving threads start later). A plain bind comes first, and proves that
+/// nothing else holds the address (a second proxy on the port must fail,
+/// not join the group); it also resolves port 0. Then the group's first
+/// socket, with `SO_REUSEPORT`, takes the very address the probe got.
+pub fn bind_first(addr: &str) -> std::io::Result<TcpListener> {
+    let probe = TcpListener::bind(addr)?;
+    let addr = probe.local_addr()?;
+    drop(probe);
+    reuse_port_socket(addr)
+}
+
+/// Splits the listeners into one set per thread: the first thread takes
+/// the sockets [`bind_first`] bound, each other thread binds its own
+/// member of each group on the same address.
+pub fn per_thread(
+    http: Option<TcpListener>,
+    https: Option<TcpListener>,
+    threads: usize,
+) -> Result<Vec<ThreadSockets>, Error> {
+    let mut sets = vec![ThreadSockets { http, https }];
+    for _ in 1..threads.max(1) {
+        let member = |l: &Option<TcpListener>| -> Result<Option<TcpListener>, Error> {
+            let Some(l) = l else { return Ok(None) };
+            let addr = l.local_addr()?;
+            reuse_port_socket(addr)
+                .map(Some)
+                .map_err(|source| Error::Bind {
+                    what: "serving thread",
+                    addr: addr.to_string(),
+                    source,
+                })
+        };
+        let set = ThreadSockets {
+            http: member(&sets[0].http)?,
+            https: member(&sets[0].https)?,
+        };
+        sets.push(set);
+    }
+    Ok(sets)
+}
+
+/// Enough for a burst of new connections while a thread is busy; the
+/// kernel caps it at `net.core.somaxconn`.
+const BACKLOG: i32 = 4096;
+
+fn reuse_port_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// One thread's Pingora service over its sockets. `tls` builds the HTTPS
+/// listener's settings (each thread needs its own: they are consumed).
+pub fn service<A>(
+    app: A,
+    sockets: ThreadSockets,
+    tls: &dyn Fn() -> Result<TlsSettings, Error>,
+) -> Result<(Service<A>, Fds), Error>
+where
+    A: ServerApp + Send + Sync + 'static,
+{
+    let mut service = Service::new("teapot".to_string(), app);
+    let mut fds = Fds::new();
+    // Pingora adopts a socket by its address string; it must be
+    // non-blocking for tokio.
+    let mut hand_over = |listener: TcpListener| -> Result<String, Error> {
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?.to_string();
+        fds.add(addr.clone(), listener.into_raw_fd());
+        Ok(addr)
+    };
+    if let Some(l) = sockets.http {
+        let addr = hand_over(l)?;
+        service.add_tcp(&addr);
+    }
+    if let Some(l) = sockets.https {
+        let addr = hand_over(l)?;
+        service.add_tls_with_settings(&addr, None, tls()?);
+    }
+    Ok((service, fds))
+}
+
+/// The running serving threads.
+#[derive(Debug)]
+pub struct ServingThreads {
+    threads: Vec<JoinHandle<()>>,
+    closed: Vec<oneshot::Receiver<()>>,
+    release: watch::Sender<bool>,
+}
+
+impl ServingThreads {
+    /// Starts one thread per service. Each accepts until `stop` turns
+    /// `true`; its connections see the same signal.
+    pub fn start<A>(
+        services: Vec<(Service<A>, Fds)>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Self, Error>
+    where
+        A: ServerApp + Send + Sync + 'static,
+    {
+        let (release, released) = watch::channel(false);
+        let mut threads = Vec::with_capacity(services.len());
+        let mut closed = Vec::with_capacity(services.len());
+        for (i, (mut service, fds)) in services.into_iter().enumerate() {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let stop = stop.clone();
+            let mut released = released.clone();
+            let (closed_tx, closed_rx) = oneshot::channel();
+            let fds = Arc::new(parking_lot::Mutex::new(fds));
+            let thread = std::thread::Builder::new()
+                .name(format!("teapot-serve-{i}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        service.start_service(Some(fds), stop, 1).await;
+                        let _ = closed_tx.send(());
+                        // Connections in flight finish on this runtime.
+                        let _ = released.wait_for(|r| *r).await;
+                    });
+                })?;
+            threads.push(thread);
+            closed.push(closed_rx);
+        }
+        Ok(ServingThreads {
+            threads,
+            closed,
+            release,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.threads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.threads.is_empty()
+    }
+
+    /// Waits until every thread has closed its listeners (after the stop
+    /// signal).
+    pub async fn stop_accepting(&mut self) {
+        for closed in self.closed.drain(..) {
+            let _ = closed.await;
+        }
+    }
+
+    /// Ends every thread's runtime (connections still open are dropped)
+    /// and waits at most `within` for the threads to exit.
+    pub async fn finish(self, within: Duration) {
+        let _ = self.release.send(true);
+        let threads = self.threads;
+        let joined = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        });
+        if tokio::time::timeout(within, joined).await.is_err() {
+            tracing::warn!("serving threads did not end in time");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_socket_listens_at_once_and_threads_join_its_address() {
+        let http = bind_first("127.0.0.1:0").unwrap();
+        let https = bind_first("127.0.0.1:0").unwrap();
+        let (a, b) = (http.local_addr().unwrap(), https.local_addr().unwrap());
+        // Connected before any serving thread exists: queued, not refused.
+        let _early = std::net::TcpStream::connect(a).unwrap();
+        let sets = per_thread(Some(http), Some(https), 3).unwrap();
+        assert_eq!(sets.len(), 3);
+        for s in &sets {
+            assert_eq!(s.http.as_ref().unwrap().local_addr().unwrap(), a);
+            assert_eq!(s.https.as_ref().unwrap().local_addr().unwrap(), b);
+        }
+        assert!(sets[0].http.as_ref().unwrap().accept().is_ok());
+        // Every socket of the group accepts: the kernel hands each new
+        // connection to one of them.
+        let mut accepted = 0;
+        for _ in 0..64 {
+            let _c = std::net::TcpStream::connect(a).unwrap();
+            for s in &sets {
+                if s.http.as_ref().unwrap().accept().is_ok() {
+                    accepted += 1;
+                }
+            }
+        }
+        assert_eq!(accepted, 64);
+    }
+
+    #[test]
+    fn one_thread_keeps_the_bound_sockets() {
+        let l = bind_first("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sets = per_thread(Some(l), None, 1).unwrap();
+        assert_eq!(sets.len(), 1);
+        assert_eq!(sets[0].http.as_ref().unwrap().local_addr().unwrap(), addr);
+        assert!(sets[0].https.is_none());
+    }
+
+    #[test]
+    fn another_process_on_the_port_is_refused_both_ways() {
+        let l = bind_first("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sets = per_thread(Some(l), None, 2).unwrap();
+        // A plain bind (another program) and another proxy's group both
+        // fail while this group holds the address.
+        assert!(TcpListener::bind(addr).is_err());
+        assert!(bind_first(&addr.to_string()).is_err());
+        drop(sets);
+    }
+}
