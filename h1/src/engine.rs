@@ -478,6 +478,7 @@ where
             reused: stats.reused,
             retried: stats.retried,
             tag,
+            conn: self.info,
         });
     }
 
