@@ -52,7 +52,9 @@ fn helm() -> Option<PathBuf> {
             String::from_utf8(out.stdout).expect("utf-8 path").trim(),
         )),
         Some(2) if std::env::var_os("TEAPOT_REQUIRE_HELM").is_none() => {
-            eprintln!("\n!!!!!!!! SKIPPED: no helm binary; the dashboard and rules were NOT rendered !!!!!!!!\n");
+            eprintln!(
+                "\n!!!!!!!! SKIPPED: no helm binary; the dashboard and rules were NOT rendered !!!!!!!!\n"
+            );
             None
         }
         _ => panic!(
@@ -132,7 +134,12 @@ fn with_values<'a>(values: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     let found: Vec<_> = docs
         .iter()
-        .filter(|d| d["kind"] == kind && d["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("teapot-")))
+        .filter(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("teapot-"))
+        })
         .filter(|d| kind != "ConfigMap" || d["metadata"]["name"] == "teapot-dashboards")
         .collect();
     assert_eq!(found.len(), 1, "one {kind} expected");
@@ -145,7 +152,10 @@ fn dashboard(docs: &[Value]) -> Value {
     let typed: ConfigMap = serde_path_to_error::deserialize(cm.clone())
         .unwrap_or_else(|e| panic!("dashboard ConfigMap: {}: {}", e.path(), e.inner()));
     let labels = typed.metadata.labels.expect("labels");
-    assert_eq!(labels.get("grafana_dashboard").map(String::as_str), Some("1"));
+    assert_eq!(
+        labels.get("grafana_dashboard").map(String::as_str),
+        Some("1")
+    );
     let data = typed.data.expect("data");
     serde_json::from_str(&data["teapot-lb.json"]).expect("dashboard JSON parses")
 }
@@ -218,8 +228,10 @@ fn off_by_default() {
     for values in ci_values() {
         let docs = render(&helm, &with_values(&values, &[]));
         assert!(
-            !docs.iter().any(|d| d["kind"] == "PrometheusRule"
-                || d["metadata"]["name"] == "teapot-dashboards"),
+            !docs
+                .iter()
+                .any(|d| d["kind"] == "PrometheusRule"
+                    || d["metadata"]["name"] == "teapot-dashboards"),
             "{}: rendered while off",
             values.display()
         );
@@ -296,7 +308,10 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             "TeapotWebhookRefusing",
             "TeapotProxyReplicasNotReady",
         ] {
-            assert!(names.contains(expected), "{label}: no {expected} in {names:?}");
+            assert!(
+                names.contains(expected),
+                "{label}: no {expected} in {names:?}"
+            );
         }
         let proxy_mode = if docs
             .iter()
@@ -319,7 +334,11 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
         );
         for r in &rules {
             let expr = r["expr"].as_str().expect("expr");
-            assert!(expr.contains(&format!("namespace=\"{NS}\"")) || expr.contains("webhook.teapot.dev"), "{expr}");
+            assert!(
+                expr.contains(&format!("namespace=\"{NS}\""))
+                    || expr.contains("webhook.teapot.dev"),
+                "{expr}"
+            );
             teapot_metrics(expr, &mut used);
         }
         for (_, q) in &queries {
@@ -327,7 +346,11 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
         }
 
         if let Some(promtool) = &promtool {
-            promtool_check(promtool, &json!({ "groups": rule["spec"]["groups"] }), &label);
+            promtool_check(
+                promtool,
+                &json!({ "groups": rule["spec"]["groups"] }),
+                &label,
+            );
             let recording: Vec<Value> = queries
                 .iter()
                 .enumerate()
@@ -353,7 +376,10 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
         .iter()
         .filter(|m| !source.contains(&format!("\"{}\"", m.trim_start_matches("teapot_"))))
         .collect();
-    assert!(unknown.is_empty(), "metrics the proxy does not define: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "metrics the proxy does not define: {unknown:?}"
+    );
     assert!(used.contains("teapot_tenant_requests_total"), "{used:?}");
 }
 
