@@ -495,3 +495,64 @@ async fn two_tenants_under_load_keep_their_own_series_and_top_shows_them() {
     // Off by default: no per-route series.
     assert!(!m.contains("teapot_route_requests_total{"), "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
+    let ca = teapot_testkit::certs::TestCa::new("teapot observe CA");
+    let cert = ca.issue(&["h2.test"]);
+    let backend = echo("h2", "web", "web-0").await;
+    let mut documents = echo_service("h2", "web", &[&backend]);
+    let mut ingress = simple_ingress("h2", "web", "h2.test", "web");
+    ingress["spec"]["tls"] = json!([{ "hosts": ["h2.test"], "secretName": "cert" }]);
+    documents.push(ingress);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let h = Harness::start_with_args(
+        &[
+            ("10-web.yaml", docs(&documents)),
+            (
+                "20-cert.yaml",
+                teapot_testkit::certs::tls_secret_yaml("h2", "cert", &cert),
+            ),
+        ],
+        &[
+            "--access-log",
+            "errors",
+            "--access-log-file",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let conn = H2Connection::open(h.proxy.https, "h2.test", &[ca.cert_der()]).await;
+    let (status, version, seen) =
+        h2_get(conn.sender.clone(), "h2.test", "/ok?q=1", &[("traceparent", TRACEPARENT)]).await;
+    assert_eq!((status, version), (200, http::Version::HTTP_2));
+    let id = seen["headers"]["X-Request-Id"][0].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 32, "{seen}");
+    assert_eq!(seen["headers"]["Traceparent"][0], TRACEPARENT);
+    // The errors mode logs the backend's 503, not the 200 before it.
+    let (status, _, _) = h2_get(
+        conn.sender.clone(),
+        "h2.test",
+        "/failing",
+        &[("x-echo-status", "503")],
+    )
+    .await;
+    assert_eq!(status, 503);
+
+    let lines = read_log(&log, |lines| !lines.is_empty()).await;
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let line = &lines[0];
+    for f in HTTP_FIELDS {
+        assert!(line.get(f).is_some(), "{f} missing from {line}");
+    }
+    assert_eq!(line["status"], 503);
+    assert_eq!(line["path"], "/failing");
+    assert_eq!(line["protocol"], "h2");
+    assert_eq!(line["tls"], "TLSv1.3");
+    assert_eq!(line["sni"], "h2.test");
+    assert_eq!(line["route"], "h2/web:80");
+    assert_eq!(line["upstream_addr"], backend.addr().to_string());
+    assert_eq!(line["request_id"].as_str().unwrap().len(), 32);
+    assert_ne!(line["request_id"], id.as_str(), "one ID per request");
+}
