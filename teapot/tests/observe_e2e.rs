@@ -18,7 +18,7 @@ use common::*;
 use serde_json::{Value, json};
 use teapot_testkit::client::{self, Request, Transport};
 use teapot_testkit::echo::{EchoIdentity, EchoServer};
-use teapot_testkit::l4::{TcpEcho, TcpMode, free_port};
+use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho, free_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -159,6 +159,7 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     .await;
     documents.extend(gamma_docs);
     let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let udp = UdpEcho::start().await.unwrap();
     let port = free_port(LOCALHOST).unwrap();
     documents.push(json!({
         "apiVersion": "v1",
@@ -167,11 +168,17 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerClass": "teapot.dev/lb",
-            "ports": [{ "name": "tcp", "port": port, "protocol": "TCP" }],
+            "ports": [
+                { "name": "tcp", "port": port, "protocol": "TCP" },
+                { "name": "udp", "port": port, "protocol": "UDP" },
+            ],
         },
     }));
     let mut l4_slice = slice("l4", "db-0", "db", &[], &[("127.0.0.1", true)]);
-    l4_slice["ports"] = json!([{ "name": "tcp", "port": tcp.port(), "protocol": "TCP" }]);
+    l4_slice["ports"] = json!([
+        { "name": "tcp", "port": tcp.port(), "protocol": "TCP" },
+        { "name": "udp", "port": udp.port(), "protocol": "UDP" },
+    ]);
     documents.push(l4_slice);
 
     let dir = tempfile::tempdir().unwrap();
@@ -261,6 +268,26 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     })
     .await;
 
+    // One UDP flow (a datagram may be lost: resent until answered).
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client
+        .connect(SocketAddr::new(LOCALHOST, port))
+        .await
+        .unwrap();
+    eventually("a UDP answer", RELOAD_TIMEOUT, || async {
+        client.send(b"hello").await?;
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(std::time::Duration::from_millis(500), client.recv(&mut buf))
+            .await
+            .map_err(|_| std::io::Error::other("no answer yet"))??;
+        if &buf[..n] == b"hello" {
+            Ok(())
+        } else {
+            Err(std::io::Error::other("a different answer"))
+        }
+    })
+    .await;
+
     let lines = read_log(&log, |lines| {
         lines
             .iter()
@@ -341,6 +368,23 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
         ),
         Some(1.0),
         "{metrics}"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "teapot_l4_service_udp_flows_total{service=\"l4/db\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    let tcp_out = metric(
+        &metrics,
+        "teapot_l4_service_bytes_total{direction=\"out\",service=\"l4/db\"}",
+    )
+    .unwrap();
+    assert!(
+        tcp_out >= 4.0 + 5.0,
+        "the TCP echo and at least one UDP answer: {tcp_out}"
     );
     assert!(!std::fs::read_to_string(&log).unwrap().contains("secret"));
 }
@@ -524,10 +568,18 @@ async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
     )
     .await;
     let conn = H2Connection::open(h.proxy.https, "h2.test", &[ca.cert_der()]).await;
-    let (status, version, seen) =
-        h2_get(conn.sender.clone(), "h2.test", "/ok?q=1", &[("traceparent", TRACEPARENT)]).await;
+    let (status, version, seen) = h2_get(
+        conn.sender.clone(),
+        "h2.test",
+        "/ok?q=1",
+        &[("traceparent", TRACEPARENT)],
+    )
+    .await;
     assert_eq!((status, version), (200, http::Version::HTTP_2));
-    let id = seen["headers"]["X-Request-Id"][0].as_str().unwrap().to_string();
+    let id = seen["headers"]["X-Request-Id"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(id.len(), 32, "{seen}");
     assert_eq!(seen["headers"]["Traceparent"][0], TRACEPARENT);
     // The errors mode logs the backend's 503, not the 200 before it.

@@ -59,7 +59,9 @@ pub struct L4Metrics {
     /// (`namespace/name`): resolved once per connection, not per read.
     pub service_connections: IntCounterVec,
     pub service_connect_failures: IntCounterVec,
+    /// TCP and UDP bytes by Service and direction.
     pub service_bytes: IntCounterVec,
+    pub service_udp_flows: IntCounterVec,
     /// One line per TCP connection (crate::plane::access_log); inert when
     /// the log is off.
     pub access_log: crate::plane::access_log::AccessLog,
@@ -92,14 +94,22 @@ impl L4Metrics {
         let service_bytes = IntCounterVec::new(
             Opts::new(
                 "l4_service_bytes_total",
-                "TCP bytes relayed by Service and direction (in: client to backend)",
+                "TCP and UDP bytes relayed by Service and direction (in: client to backend)",
             ),
             &["service", "direction"],
+        )?;
+        let service_udp_flows = IntCounterVec::new(
+            Opts::new(
+                "l4_service_udp_flows_total",
+                "UDP flows created, by Service",
+            ),
+            &["service"],
         )?;
         for v in [
             &service_connections,
             &service_connect_failures,
             &service_bytes,
+            &service_udp_flows,
         ] {
             registry.register(Box::new(v.clone()))?;
         }
@@ -107,6 +117,7 @@ impl L4Metrics {
             service_connections,
             service_connect_failures,
             service_bytes,
+            service_udp_flows,
             access_log: Default::default(),
             tcp_connections_total: IntCounter::new(
                 "l4_tcp_connections_total",
