@@ -564,6 +564,7 @@ async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
             "errors",
             "--access-log-file",
             log.to_str().unwrap(),
+            "--metrics-per-route",
         ],
     )
     .await;
@@ -607,4 +608,13 @@ async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
     assert_eq!(line["upstream_addr"], backend.addr().to_string());
     assert_eq!(line["request_id"].as_str().unwrap().len(), 32);
     assert_ne!(line["request_id"], id.as_str(), "one ID per request");
+
+    // --metrics-per-route: the route's own series beside the tenant's.
+    let m = h.metrics().await;
+    for (class, n) in [("2xx", 1.0), ("5xx", 1.0)] {
+        let name = format!(
+            "teapot_route_requests_total{{class=\"{class}\",route=\"h2/web:80\",tenant=\"_operator\"}}"
+        );
+        assert_eq!(metric(&m, &name), Some(n), "{m}");
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashTable;
 use parking_lot::RwLock;
@@ -218,11 +219,10 @@ impl Metrics {
     }
 
     /// Request series by route: per tenant always, per route too after
-    /// this (`teapot proxy --metrics-per-route`). Set before serving.
-    pub fn with_route_series(mut self, on: bool) -> Metrics {
-        if let Some(book) = Arc::get_mut(&mut self.series) {
-            book.per_route = on;
-        }
+    /// this (`teapot proxy --metrics-per-route`). Set before serving:
+    /// pairs already seen keep what they had.
+    pub fn with_route_series(self, on: bool) -> Metrics {
+        self.series.per_route.store(on, Ordering::Relaxed);
         self
     }
 
@@ -258,7 +258,7 @@ pub struct SeriesBook {
     connect_failures: IntCounterVec,
     route_requests: IntCounterVec,
     route_latency: HistogramVec,
-    per_route: bool,
+    per_route: AtomicBool,
     hasher: foldhash::fast::FixedState,
     entries: RwLock<HashTable<Arc<Series>>>,
 }
@@ -358,7 +358,7 @@ impl SeriesBook {
             connect_failures,
             route_requests,
             route_latency,
-            per_route: false,
+            per_route: AtomicBool::new(false),
             // Keys are tenant and route names from the snapshot, never
             // request input: a fixed seed is safe.
             hasher: foldhash::fast::FixedState::with_seed(0x7ea9),
@@ -405,7 +405,8 @@ impl SeriesBook {
     }
 
     fn series(&self, tenant: &str, route: &str) -> Series {
-        let route_series = (self.per_route && !route.is_empty()).then(|| RouteSeries {
+        let per_route = self.per_route.load(Ordering::Relaxed);
+        let route_series = (per_route && !route.is_empty()).then(|| RouteSeries {
             requests: CLASSES.map(|c| self.route_requests.with_label_values(&[tenant, route, c])),
             latency: self.route_latency.with_label_values(&[tenant, route]),
         });
