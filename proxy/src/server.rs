@@ -163,13 +163,13 @@ pub async fn run(
         metrics.access_log_dropped.clone(),
     )
     .map_err(|e| {
-        Error::Io(std::io::Error::new(
-            e.kind(),
-            format!(
-                "--access-log-file {:?}: {e}",
-                config.observe.access_log.destination
-            ),
-        ))
+        let what = match &config.observe.access_log.destination {
+            crate::plane::access_log::Destination::File(path) => {
+                format!("--access-log-file {}", path.display())
+            }
+            crate::plane::access_log::Destination::Stderr => "--access-log".to_string(),
+        };
+        Error::Io(std::io::Error::new(e.kind(), format!("{what}: {e}")))
     })?;
     metrics.l4.access_log = access_log.clone();
     let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));

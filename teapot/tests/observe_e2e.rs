@@ -618,3 +618,51 @@ async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
         assert_eq!(metric(&m, &name), Some(n), "{m}");
     }
 }
+
+#[test]
+fn bad_access_log_and_top_arguments_fail_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir").join("access.log");
+    let out = std::process::Command::new(teapot_bin())
+        .args(["proxy", "--manifests"])
+        .arg(dir.path())
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--https",
+            "off",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .args(["--access-log", "all", "--access-log-file"])
+        .arg(&missing)
+        .output()
+        .expect("run teapot proxy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "started with an unopenable access log"
+    );
+    assert!(
+        stderr.contains(&format!("--access-log-file {}", missing.display())),
+        "{stderr}"
+    );
+
+    let out = std::process::Command::new(teapot_bin())
+        .args(["proxy", "--manifests"])
+        .arg(dir.path())
+        .args(["--access-log", "sometimes"])
+        .output()
+        .expect("run teapot proxy");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--access-log"));
+
+    // Nothing listens on port 1.
+    let out = std::process::Command::new(teapot_bin())
+        .args(["top", "--admin", "127.0.0.1:1", "--iterations", "1"])
+        .output()
+        .expect("run teapot top");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--admin 127.0.0.1:1"), "{stderr}");
+}
