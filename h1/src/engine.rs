@@ -498,6 +498,7 @@ where
             reused: stats.reused,
             retried: stats.retried,
             tag,
+            conn: self.info,
         });
     }
 

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::router::ConnInfo;
 use crate::scan::Refusal;
 
 /// How a request ended.
@@ -80,6 +81,9 @@ pub struct RequestLog<'a> {
     /// A reused connection failed and the request was sent again.
     pub retried: bool,
     pub tag: Option<&'a Arc<str>>,
+    /// The client connection the request came on: its address, TLS and
+    /// SNI, for an access log.
+    pub conn: &'a ConnInfo,
 }
 
 /// Called once per request, on the connection's task. Keep it cheap

@@ -25,4 +25,4 @@ pub mod server;
 mod error;
 
 pub use error::Error;
-pub use server::{Listeners, ProxyConfig, run};
+pub use server::{Listeners, ObserveConfig, ProxyConfig, run};

@@ -68,6 +68,18 @@ pub struct ProxyConfig {
     pub edge: crate::plane::edge::EdgeConfig,
     /// TCP/UDP load balancing of LoadBalancer Services.
     pub l4: crate::compile::l4::L4Config,
+    /// Access log, request IDs, per-route series (docs/operations.md).
+    pub observe: ObserveConfig,
+}
+
+/// What `teapot proxy` tells an operator about each request.
+#[derive(Clone, Debug, Default)]
+pub struct ObserveConfig {
+    pub access_log: crate::plane::access_log::AccessLogConfig,
+    /// Operator namespaces whose routes keep a client's `X-Request-Id`.
+    pub trust_request_id: Vec<String>,
+    /// Request series per route as well as per tenant.
+    pub metrics_per_route: bool,
 }
 
 impl ProxyConfig {
@@ -88,6 +100,7 @@ impl ProxyConfig {
             kube_status: None,
             edge: crate::plane::edge::EdgeConfig::default(),
             l4: crate::compile::l4::L4Config::default(),
+            observe: ObserveConfig::default(),
         }
     }
 }
@@ -149,7 +162,21 @@ pub async fn run(
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
         });
     }
-    let metrics = Metrics::new()?;
+    let mut metrics = Metrics::new()?.with_route_series(config.observe.metrics_per_route);
+    let access_log = crate::plane::access_log::AccessLog::start(
+        &config.observe.access_log,
+        metrics.access_log_dropped.clone(),
+    )
+    .map_err(|e| {
+        let what = match &config.observe.access_log.destination {
+            crate::plane::access_log::Destination::File(path) => {
+                format!("--access-log-file {}", path.display())
+            }
+            crate::plane::access_log::Destination::Stderr => "--access-log".to_string(),
+        };
+        Error::Io(std::io::Error::new(e.kind(), format!("{what}: {e}")))
+    })?;
+    metrics.l4.access_log = access_log.clone();
     let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
     let proofs = Arc::new(ProofBook::default());
     let prover = DomainProver::new(
@@ -230,7 +257,16 @@ pub async fn run(
     let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone())
         .with_acme(acme_responder.clone())
         .with_edge(config.edge.clone())
-        .with_tls(sni.clone());
+        .with_tls(sni.clone())
+        .with_observe(crate::plane::proxy::Observe {
+            access_log,
+            trust_request_id: config
+                .observe
+                .trust_request_id
+                .iter()
+                .map(|ns| Box::from(ns.as_str()))
+                .collect(),
+        });
     let threads = match config.serving_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,

@@ -9,6 +9,7 @@
 //! - `teapot tenant add`: a new tenant's LB-cluster objects as YAML.
 //! - `teapot agent`: the tenant-cluster agent (Ingress controller and
 //!   EndpointSlice mirror).
+//! - `teapot top`: a live per-tenant view of a proxy's admin endpoint.
 //! - `teapot capi`: API-server endpoints on the fleet for Cluster API
 //!   clusters (management cluster).
 
@@ -19,7 +20,9 @@ mod demo;
 mod edge_args;
 mod kube_args;
 mod l4_args;
+mod observe_args;
 mod tenant_cmd;
+mod top_cmd;
 mod webhook_cmd;
 
 use std::net::SocketAddr;
@@ -108,6 +111,8 @@ enum Command {
     Agent(agent_cmd::AgentArgs),
     /// Give Cluster API clusters an API-server endpoint on the L4 fleet (runs in the management cluster).
     Capi(capi_cmd::CapiArgs),
+    /// Live per-tenant requests/s, errors and p99 of a proxy, from its admin endpoint.
+    Top(top_cmd::TopArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -143,6 +148,8 @@ struct ProxyArgs {
     acme: Box<acme_args::AcmeArgs>,
     #[command(flatten)]
     l4: Box<l4_args::L4Args>,
+    #[command(flatten)]
+    observe: Box<observe_args::ObserveArgs>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -229,6 +236,7 @@ fn main() -> anyhow::Result<()> {
             Command::Tenant(args) => tenant_cmd::run(args),
             Command::Agent(args) => agent_cmd::run_agent(args).await,
             Command::Capi(args) => capi_cmd::run(args).await,
+            Command::Top(args) => top_cmd::run(args).await,
         }
     });
     // Connections still open after the grace period are dropped here.
@@ -346,6 +354,7 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.kube_status = kube_status;
     config.edge = args.edge.config();
     config.l4 = l4;
+    config.observe = args.observe.config();
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

@@ -89,6 +89,11 @@ struct Args {
     /// Extra argument for `teapot proxy` (repeatable), e.g. `--teapot-arg=--work-stealing`.
     #[arg(long, allow_hyphen_values = true)]
     teapot_arg: Vec<String>,
+    /// teapot's access log during the run (off, all, errors), written to a
+    /// file in the run's temporary directory: compare a run with `all` to
+    /// one with `off` for the access log's CPU per request.
+    #[arg(long, default_value = "off", value_parser = ["off", "all", "errors"])]
+    access_log: String,
     /// Only these targets (comma-separated: direct, teapot, nginx, haproxy).
     #[arg(long, value_delimiter = ',')]
     targets: Option<Vec<String>>,
@@ -422,6 +427,16 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
     let threads = args.threads.to_string();
     let mut teapot_args = vec!["--threads", threads.as_str()];
     teapot_args.extend(args.teapot_arg.iter().map(String::as_str));
+    let access_log = [
+        format!("--access-log={}", args.access_log),
+        format!(
+            "--access-log-file={}",
+            dir.path().join("access.log").display()
+        ),
+    ];
+    if args.access_log != "off" {
+        teapot_args.extend(access_log.iter().map(String::as_str));
+    }
     let teapot = ProxyProcess::start(&tools.teapot, &manifests, &teapot_args)
         .await
         .context("starting teapot proxy")?;

@@ -40,6 +40,8 @@ pub struct Forward {
     /// The tenant's connection slot, held until the request (or upgraded
     /// connection) ends.
     pub tenant: Option<TenantPermit>,
+    /// The matched route, for metrics and the access log.
+    pub route: Route,
 }
 
 /// Answer here, without a backend.
@@ -49,14 +51,18 @@ pub struct Answer {
     pub body: &'static str,
     /// The front-door refusal it is, for metrics and `Retry-After`.
     pub refusal: Option<Refusal>,
+    /// Why teapot answered itself, for the access log (`no_route`,
+    /// `no_endpoint`, a refusal's label...).
+    pub reason: &'static str,
 }
 
 impl Answer {
-    const fn local(status: u16, body: &'static str) -> Answer {
+    const fn local(status: u16, reason: &'static str, body: &'static str) -> Answer {
         Answer {
             status,
             body,
             refusal: None,
+            reason,
         }
     }
 
@@ -65,6 +71,7 @@ impl Answer {
             status: refusal.status(),
             body: refusal.body(),
             refusal: Some(refusal),
+            reason: refusal.label(),
         }
     }
 
@@ -89,21 +96,26 @@ impl Answer {
     }
 }
 
-pub const MANY_HOSTS: Answer = Answer::local(400, "400 more than one Host header\n");
-pub const NO_HOST: Answer = Answer::local(400, "400 missing Host header\n");
-pub const NO_ROUTE: Answer = Answer::local(404, "404 no route for this host and path\n");
-pub const NO_ENDPOINT: Answer = Answer::local(503, "503 no ready endpoint for this route\n");
+pub const MANY_HOSTS: Answer = Answer::local(400, "many_hosts", "400 more than one Host header\n");
+pub const NO_HOST: Answer = Answer::local(400, "no_host", "400 missing Host header\n");
+pub const NO_ROUTE: Answer =
+    Answer::local(404, "no_route", "404 no route for this host and path\n");
+pub const NO_ENDPOINT: Answer =
+    Answer::local(503, "no_endpoint", "503 no ready endpoint for this route\n");
 /// A host the TLS connection's certificate does not serve: the client
 /// should open a connection for it (RFC 9110 §15.5.20).
 pub const MISDIRECTED: Answer = Answer::local(
     421,
+    "misdirected",
     "421 this connection's certificate does not serve this host\n",
 );
 
 #[derive(Debug)]
 pub enum Decision {
     Forward(Forward),
-    Answer(Answer),
+    /// A local answer, with the route it is about when one matched (a
+    /// tenant refusal, a route without endpoints).
+    Answer(Answer, Option<Route>),
 }
 
 /// The Host rules every request must pass before anything answers it,
@@ -123,18 +135,19 @@ pub fn check_host(head: &Head<'_>) -> Result<(), Answer> {
 /// and the ACME challenge answer.
 pub fn decide(snapshot: &Snapshot, edge: &EdgeConfig, head: &Head<'_>) -> Decision {
     if let Err(answer) = check_host(head) {
-        return Decision::Answer(answer);
+        return Decision::Answer(answer, None);
     }
     match snapshot.routes.lookup(head.authority, head.path) {
-        None => Decision::Answer(NO_ROUTE),
-        Some(route) if route.is_empty() => Decision::Answer(NO_ENDPOINT),
+        None => Decision::Answer(NO_ROUTE, None),
+        Some(route) if route.is_empty() => Decision::Answer(NO_ENDPOINT, Some(route.clone())),
         Some(route) => match limits(edge, route, head.declared_length) {
             Ok((body_limit, tenant)) => Decision::Forward(Forward {
                 upstream: route.upstream.clone(),
                 body_limit,
                 tenant,
+                route: route.clone(),
             }),
-            Err(refusal) => Decision::Answer(Answer::refused(refusal)),
+            Err(refusal) => Decision::Answer(Answer::refused(refusal), Some(route.clone())),
         },
     }
 }
@@ -298,7 +311,7 @@ ports: [{name: \"\", port: 8080}]
 
     fn answer(d: Decision) -> Answer {
         match d {
-            Decision::Answer(a) => a,
+            Decision::Answer(a, _) => a,
             Decision::Forward(f) => panic!("forwarded to {:?}", f.upstream),
         }
     }
@@ -312,7 +325,7 @@ ports: [{name: \"\", port: 8080}]
                 assert_eq!(f.upstream.endpoints.len(), 1);
                 assert!(f.tenant.is_none(), "operator namespace: no tenant gate");
             }
-            Decision::Answer(a) => panic!("{a:?}"),
+            Decision::Answer(a, _) => panic!("{a:?}"),
         }
         assert_eq!(answer(decide(&s, &edge, &head("b.example", "/"))), NO_ROUTE);
         assert_eq!(

@@ -30,15 +30,18 @@ use teapot_h1::{
 
 use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::fairness::TenantPermit;
+use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
+use crate::plane::access_log::{AccessLog, Entry};
 use crate::plane::decide::{
     Answer, Decision, Head, MISDIRECTED, check_host, decide, each_forwarding_header,
 };
 use crate::plane::edge::EdgeConfig;
-use crate::plane::metrics::{InFlight, Metrics};
+use crate::plane::metrics::{InFlight, Metrics, Series};
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
+use crate::plane::trace::{self, RequestId, TraceParent};
 
 /// The HTTP/1 engine of a listener.
 pub type H1Engine = Engine<Router, MetricsObserver>;
@@ -47,7 +50,10 @@ pub type H1Engine = Engine<Router, MetricsObserver>;
 /// `teapot proxy`.
 pub fn engine(router: Router, pool_size: usize) -> H1Engine {
     let config = engine_config(&router.edge, &router.options, pool_size);
-    let observer = MetricsObserver(router.metrics.clone());
+    let observer = MetricsObserver {
+        metrics: router.metrics.clone(),
+        access_log: router.observe.access_log.clone(),
+    };
     Engine::new(router, observer, config)
 }
 
@@ -109,10 +115,12 @@ impl teapot_h1::Router for Router {
             declared_length: req.content_length(),
         };
         if let Err(answer) = check_host(&head) {
-            return H1Decision::Respond(self.local_answer(answer).await);
+            let ids = self.ids(req, None);
+            return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
         }
         if self.misdirected(conn.tls, conn.sni.as_deref(), head.authority) {
-            return H1Decision::Respond(self.local_answer(MISDIRECTED).await);
+            let ids = self.ids(req, None);
+            return H1Decision::Respond(self.local_answer(MISDIRECTED, ids.tag).await);
         }
         // HTTP-01 validation, before routing; a token that is not ours goes
         // on to the routes (a tenant may run its own ACME client behind us).
@@ -122,41 +130,92 @@ impl teapot_h1::Router for Router {
         {
             let mut respond = Respond::new(200, "acme_challenge", answer);
             respond.headers.push(PLAIN_TEXT);
+            respond.tag = Some(self.ids(req, None).tag);
             return H1Decision::Respond(respond);
         }
         // The snapshot guard is dropped before any await.
         let decision = decide(&self.snapshots.load(), &self.edge, &head);
         match decision {
             Decision::Forward(forward) => {
+                let ids = self.ids(req, Some(&forward.route));
                 let mut fwd = H1Forward::via(Target {
                     upstream: forward.upstream,
                     tried: Tried::default(),
                     max_attempts: self.options.max_connect_attempts.max(1),
                     connect_failures: self.metrics.upstream_connect_failures.clone(),
+                    series: ids.series,
                     _tenant: forward.tenant,
                     _in_flight: self.metrics.request_started(),
                 });
                 fwd.max_body_size = Some(forward.body_limit);
-                fwd.request_edits = forwarding_edits(conn, head.authority);
+                fwd.request_edits =
+                    forwarding_edits(conn, head.authority, &ids.request_id, &ids.traceparent);
+                fwd.tag = Some(ids.tag);
                 H1Decision::Forward(fwd)
             }
-            Decision::Answer(answer) => H1Decision::Respond(self.local_answer(answer).await),
+            Decision::Answer(answer, route) => {
+                let ids = self.ids(req, route.as_ref());
+                H1Decision::Respond(self.local_answer(answer, ids.tag).await)
+            }
         }
     }
 }
 
+/// One request's series, IDs and the tag that carries them to the
+/// observer.
+struct Ids<'r> {
+    series: Arc<Series>,
+    request_id: RequestId<'r>,
+    traceparent: TraceParent<'r>,
+    tag: Arc<str>,
+}
+
+thread_local! {
+    /// Where a per-request tag is put together before its one allocation.
+    static TAG: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 impl Router {
+    /// The request's series (by its route's tenant), its `X-Request-Id` and
+    /// `traceparent`, and the engine's tag: the series' own (no
+    /// allocation) with the access log off, else one with the IDs added.
+    fn ids<'r>(&self, req: &RequestHead<'r>, route: Option<&Route>) -> Ids<'r> {
+        let (series, trusted) = self.series_of(route);
+        let request_id = trace::request_id(req.header(trace::REQUEST_ID), trusted);
+        let traceparent = trace::traceparent(req.header(trace::TRACEPARENT), &request_id);
+        let tag = if self.observe.access_log.is_on() {
+            TAG.with_borrow_mut(|buf| {
+                buf.clear();
+                buf.push_str(&series.tag);
+                buf.push('\x1f');
+                buf.push_str(request_id.as_str());
+                buf.push('\x1f');
+                buf.push_str(traceparent.as_str());
+                Arc::from(buf.as_str())
+            })
+        } else {
+            series.tag.clone()
+        };
+        Ids {
+            series,
+            request_id,
+            traceparent,
+            tag,
+        }
+    }
+
     /// A local answer of the routing decision, as the Pingora path writes
     /// it (crate::plane::proxy): counted, delayed for a tenant refusal.
-    async fn local_answer(&self, answer: Answer) -> Respond {
+    async fn local_answer(&self, answer: Answer, tag: Arc<str>) -> Respond {
         if let Some(refusal) = answer.refusal {
             self.metrics.refused(refusal);
         }
         let mut respond = Respond::new(
             answer.status,
-            answer.refusal.map_or("answer", |r| r.label()),
+            answer.reason,
             Bytes::from_static(answer.body.as_bytes()),
         );
+        respond.tag = Some(tag);
         respond.headers.push(PLAIN_TEXT);
         if answer.delayed() {
             tokio::time::sleep(self.edge.tenant_refusal_delay).await;
@@ -170,12 +229,28 @@ impl Router {
 }
 
 /// `X-Forwarded-*` from [`each_forwarding_header`], as replacements of
-/// whatever the client sent: formatted straight into one buffer, the
-/// client's address on the stack, so the edits cost one allocation.
-fn forwarding_edits(conn: &ConnInfo, authority: &str) -> HeaderEdits {
+/// whatever the client sent, and the request's ID and trace context when
+/// teapot made them: formatted straight into one buffer, the client's
+/// address on the stack, so the edits cost one allocation.
+fn forwarding_edits(
+    conn: &ConnInfo,
+    authority: &str,
+    request_id: &RequestId<'_>,
+    traceparent: &TraceParent<'_>,
+) -> HeaderEdits {
     // Six names and values (an IPv6 address three times, the authority
-    // twice) and 7 bytes of framing each.
-    let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len());
+    // twice) and 7 bytes of framing each; a new ID (12 + 32) and
+    // traceparent (11 + 55).
+    let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len() + 128);
+    if request_id.is_new() {
+        edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_str().as_bytes());
+    }
+    if traceparent.is_new() {
+        edits.push_set(
+            trace::TRACEPARENT.as_bytes(),
+            traceparent.as_str().as_bytes(),
+        );
+    }
     let mut ip = IpText {
         buf: [0; 48],
         len: 0,
@@ -230,6 +305,8 @@ pub struct Target {
     max_attempts: u32,
     /// One counter, not all of [`Metrics`]: cloned per request.
     connect_failures: prometheus::IntCounter,
+    /// The tenant's series (its connect failures).
+    series: Arc<Series>,
     /// The tenant's connection slot: held for the request, and for an
     /// upgraded connection's whole life.
     _tenant: Option<TenantPermit>,
@@ -266,6 +343,7 @@ impl Upstreams for Target {
 
     fn failed(&mut self, addr: SocketAddr) {
         self.connect_failures.inc();
+        self.series.connect_failures.inc();
         if let Some(e) = self.endpoint(addr) {
             e.eject();
         }
@@ -278,24 +356,83 @@ impl Upstreams for Target {
     }
 }
 
-/// Counts each finished request into [`Metrics`].
+/// Counts each finished request into [`Metrics`] and its tenant's
+/// series, and hands it to the access log.
 #[derive(Debug)]
-pub struct MetricsObserver(Metrics);
+pub struct MetricsObserver {
+    metrics: Metrics,
+    access_log: AccessLog,
+}
 
 impl Observer for MetricsObserver {
     fn on_request(&self, log: &RequestLog<'_>) {
+        let m = &self.metrics;
         if log.status != 0 {
-            self.0.count_response(log.status);
+            m.count_response(log.status);
         }
         if let Some(ttfb) = log.upstream_ttfb {
-            self.0.upstream_latency.observe(ttfb.as_secs_f64());
+            m.upstream_latency.observe(ttfb.as_secs_f64());
         }
         if let Outcome::Refused(refusal) = log.outcome {
-            self.0.refused(refusal);
+            m.refused(refusal);
         }
-        // A client that hangs up is normal traffic: counted, not logged.
+        // A client that hangs up is normal traffic: counted, not logged
+        // as an error (the access log still has its line).
         if log.client_abort || log.outcome == Outcome::ClientAbort {
-            self.0.client_aborts.inc();
+            m.client_aborts.inc();
         }
+        let series = match log.tag {
+            Some(tag) => m.series.by_tag(tag),
+            None => m.series.get(None, ""),
+        };
+        series.count(
+            log.status,
+            log.total_time.as_secs_f64(),
+            log.bytes_in,
+            log.bytes_out,
+        );
+        let reason = reason(log);
+        if !self.access_log.wants(log.status, reason.is_some()) {
+            return;
+        }
+        let mut entry = Entry::http(
+            log.method,
+            log.path,
+            log.host,
+            self.access_log.keeps_query(),
+        );
+        entry.tag = log.tag.cloned();
+        entry.protocol = "h1";
+        entry.tls = log.conn.tls.then_some("tls");
+        entry.sni = log.conn.sni.clone();
+        entry.status = log.status;
+        entry.bytes_in = log.bytes_in;
+        entry.bytes_out = log.bytes_out;
+        entry.duration = log.total_time;
+        entry.upstream_time = log.upstream_time;
+        entry.upstream = log.upstream;
+        entry.retries = u32::from(log.retried);
+        entry.client = log.conn.client;
+        entry.reason = reason;
+        self.access_log.send(entry);
+    }
+}
+
+/// Why a request was not a plain relayed exchange, for the access log.
+fn reason(log: &RequestLog<'_>) -> Option<&'static str> {
+    use teapot_h1::UpstreamError as U;
+    match log.outcome {
+        Outcome::Proxied | Outcome::Upgraded if log.client_abort => Some("client_abort"),
+        Outcome::Proxied | Outcome::Upgraded => None,
+        Outcome::Local(reason) => Some(reason),
+        Outcome::Refused(refusal) => Some(refusal.label()),
+        Outcome::ClientAbort => Some("client_abort"),
+        Outcome::Upstream(e) => Some(match e {
+            U::Connect => "upstream_connect",
+            U::ConnectTimeout => "upstream_connect_timeout",
+            U::ReadTimeout => "upstream_read_timeout",
+            U::Closed => "upstream_closed",
+            U::BadResponse => "upstream_bad_response",
+        }),
     }
 }

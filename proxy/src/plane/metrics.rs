@@ -1,10 +1,21 @@
 //! Prometheus metrics. Counters used on the request path are resolved to
 //! concrete children once, so the hot path does no label lookup.
 
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use hashbrown::HashTable;
+use parking_lot::RwLock;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+/// Buckets of the request and upstream latency histograms (seconds).
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// Every metric the proxy exports.
 #[derive(Debug, Clone)]
@@ -40,7 +51,11 @@ pub struct Metrics {
     pub client_aborts: IntCounter,
     /// Library log lines held back by crate::plane::logflood.
     pub log_lines_suppressed: IntCounter,
+    /// Access-log lines dropped because the writer's queue was full.
+    pub access_log_dropped: IntCounter,
     pub l4: crate::plane::l4::L4Metrics,
+    /// Request series by tenant (and by route, when switched on).
+    pub series: Arc<SeriesBook>,
 }
 
 impl Metrics {
@@ -61,10 +76,7 @@ impl Metrics {
                 "upstream_response_seconds",
                 "Time from choosing an upstream to its response header",
             )
-            .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0,
-            ]),
+            .buckets(LATENCY_BUCKETS.to_vec()),
         )?;
         let compile_seconds = Histogram::with_opts(
             HistogramOpts::new("snapshot_compile_seconds", "Time to compile a snapshot").buckets(
@@ -148,7 +160,12 @@ impl Metrics {
                 "log_lines_suppressed_total",
                 "Pingora/h2 log lines about client errors held back by the log-flood protection",
             )?,
+            access_log_dropped: IntCounter::new(
+                "access_log_dropped_total",
+                "Access-log lines dropped because the writer fell behind (the request was not held)",
+            )?,
             l4: crate::plane::l4::L4Metrics::register(&registry)?,
+            series: Arc::new(SeriesBook::register(&registry)?),
             registry,
         };
         m.registry.register(Box::new(m.upstream_latency.clone()))?;
@@ -172,6 +189,8 @@ impl Metrics {
         m.registry.register(Box::new(m.acme_tenant_held.clone()))?;
         m.registry
             .register(Box::new(m.log_lines_suppressed.clone()))?;
+        m.registry
+            .register(Box::new(m.access_log_dropped.clone()))?;
         Ok(m)
     }
 
@@ -199,12 +218,224 @@ impl Metrics {
         InFlight(self.in_flight.clone())
     }
 
+    /// Request series by route: per tenant always, per route too after
+    /// this (`teapot proxy --metrics-per-route`). Set before serving:
+    /// pairs already seen keep what they had.
+    pub fn with_route_series(self, on: bool) -> Metrics {
+        self.series.per_route.store(on, Ordering::Relaxed);
+        self
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for well-formed metrics.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// Tenant label of requests on an operator namespace's routes (cluster
+/// names are DNS labels, so no tenant can be called this).
+pub const OPERATOR: &str = "_operator";
+/// Tenant label of requests no route matched.
+pub const UNROUTED: &str = "_unrouted";
+
+/// Past this many (tenant, route) pairs the book starts over: routes come
+/// and go with reloads, and a book that only grows would keep every
+/// route a replica ever served. Series already exported stay (Prometheus
+/// children are not removed); only the lookup handles are rebuilt.
+const MAX_BOOK_ENTRIES: usize = 200_000;
+
+/// The per-tenant (and optionally per-route) request series, with their
+/// label children resolved once per (tenant, route): a request does one
+/// hash probe under a read lock, never a label lookup or an allocation.
+#[derive(Debug)]
+pub struct SeriesBook {
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    bytes: IntCounterVec,
+    connect_failures: IntCounterVec,
+    route_requests: IntCounterVec,
+    route_latency: HistogramVec,
+    per_route: AtomicBool,
+    hasher: foldhash::fast::FixedState,
+    entries: RwLock<HashTable<Arc<Series>>>,
+}
+
+/// The series of one (tenant, route).
+#[derive(Debug)]
+pub struct Series {
+    /// The tenant's cluster name, [`OPERATOR`] or [`UNROUTED`].
+    pub tenant: Box<str>,
+    /// The backend the route resolved to, `namespace/service:port`; empty
+    /// when unrouted.
+    pub route: Box<str>,
+    /// `tenant` `\x1f` `route`: the engine's per-request tag when no
+    /// request-specific field is added (crate::plane::h1).
+    pub tag: Arc<str>,
+    /// Requests by status class, index 0 = `1xx` .. 4 = `5xx`; 5: no
+    /// status sent (the client went away first).
+    requests: [IntCounter; 6],
+    latency: Histogram,
+    bytes_in: IntCounter,
+    bytes_out: IntCounter,
+    pub connect_failures: IntCounter,
+    per_route: Option<RouteSeries>,
+}
+
+#[derive(Debug)]
+struct RouteSeries {
+    requests: [IntCounter; 6],
+    latency: Histogram,
+}
+
+const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "none"];
+
+fn class_index(status: u16) -> usize {
+    match status {
+        100..=599 => usize::from(status / 100 - 1),
+        _ => 5,
+    }
+}
+
+impl SeriesBook {
+    fn register(registry: &Registry) -> Result<SeriesBook, prometheus::Error> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "tenant_requests_total",
+                "HTTP requests by tenant and status class (class=none: the client left before a status was sent)",
+            ),
+            &["tenant", "class"],
+        )?;
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "tenant_request_seconds",
+                "Whole request time by tenant, first request byte to last response byte",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["tenant"],
+        )?;
+        let bytes = IntCounterVec::new(
+            Opts::new(
+                "tenant_bytes_total",
+                "HTTP bytes by tenant and direction (in: from clients, out: to clients)",
+            ),
+            &["tenant", "direction"],
+        )?;
+        let connect_failures = IntCounterVec::new(
+            Opts::new(
+                "tenant_upstream_connect_failures_total",
+                "Upstream connections that failed, by tenant",
+            ),
+            &["tenant"],
+        )?;
+        let route_requests = IntCounterVec::new(
+            Opts::new(
+                "route_requests_total",
+                "HTTP requests by route (backend namespace/service:port) and status class; only with --metrics-per-route",
+            ),
+            &["tenant", "route", "class"],
+        )?;
+        let route_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "route_request_seconds",
+                "Whole request time by route; only with --metrics-per-route",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["tenant", "route"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(bytes.clone()))?;
+        registry.register(Box::new(connect_failures.clone()))?;
+        registry.register(Box::new(route_requests.clone()))?;
+        registry.register(Box::new(route_latency.clone()))?;
+        Ok(SeriesBook {
+            requests,
+            latency,
+            bytes,
+            connect_failures,
+            route_requests,
+            route_latency,
+            per_route: AtomicBool::new(false),
+            // Keys are tenant and route names from the snapshot, never
+            // request input: a fixed seed is safe.
+            hasher: foldhash::fast::FixedState::with_seed(0x7ea9),
+            entries: RwLock::new(HashTable::new()),
+        })
+    }
+
+    /// The series of `tenant` (a cluster name, `None` for an operator
+    /// route) and `route`; `route` empty for a request no route matched.
+    pub fn get(&self, tenant: Option<&str>, route: &str) -> Arc<Series> {
+        let tenant = match (tenant, route.is_empty()) {
+            (Some(t), _) => t,
+            (None, false) => OPERATOR,
+            (None, true) => UNROUTED,
+        };
+        self.lookup(tenant, route)
+    }
+
+    /// The series a tag of [`Series::tag`]'s form names.
+    pub fn by_tag(&self, tag: &str) -> Arc<Series> {
+        let mut fields = tag.split('\x1f');
+        let tenant = fields.next().unwrap_or(UNROUTED);
+        let route = fields.next().unwrap_or("");
+        self.lookup(tenant, route)
+    }
+
+    fn lookup(&self, tenant: &str, route: &str) -> Arc<Series> {
+        let hash = self.hasher.hash_one((tenant, route));
+        let eq = |s: &Arc<Series>| &*s.tenant == tenant && &*s.route == route;
+        if let Some(s) = self.entries.read().find(hash, eq) {
+            return s.clone();
+        }
+        let series = Arc::new(self.series(tenant, route));
+        let mut entries = self.entries.write();
+        if let Some(s) = entries.find(hash, eq) {
+            return s.clone();
+        }
+        if entries.len() >= MAX_BOOK_ENTRIES {
+            entries.clear();
+        }
+        let hasher = |s: &Arc<Series>| self.hasher.hash_one((&*s.tenant, &*s.route));
+        entries.insert_unique(hash, series.clone(), hasher);
+        series
+    }
+
+    fn series(&self, tenant: &str, route: &str) -> Series {
+        let per_route = self.per_route.load(Ordering::Relaxed);
+        let route_series = (per_route && !route.is_empty()).then(|| RouteSeries {
+            requests: CLASSES.map(|c| self.route_requests.with_label_values(&[tenant, route, c])),
+            latency: self.route_latency.with_label_values(&[tenant, route]),
+        });
+        Series {
+            tenant: tenant.into(),
+            route: route.into(),
+            tag: format!("{tenant}\x1f{route}").into(),
+            requests: CLASSES.map(|c| self.requests.with_label_values(&[tenant, c])),
+            latency: self.latency.with_label_values(&[tenant]),
+            bytes_in: self.bytes.with_label_values(&[tenant, "in"]),
+            bytes_out: self.bytes.with_label_values(&[tenant, "out"]),
+            connect_failures: self.connect_failures.with_label_values(&[tenant]),
+            per_route: route_series,
+        }
+    }
+}
+
+impl Series {
+    /// Counts one finished request.
+    pub fn count(&self, status: u16, seconds: f64, bytes_in: u64, bytes_out: u64) {
+        let class = class_index(status);
+        self.requests[class].inc();
+        self.latency.observe(seconds);
+        self.bytes_in.inc_by(bytes_in);
+        self.bytes_out.inc_by(bytes_out);
+        if let Some(r) = &self.per_route {
+            r.requests[class].inc();
+            r.latency.observe(seconds);
+        }
     }
 }
 
@@ -235,5 +466,38 @@ mod tests {
         );
         assert!(text.contains("teapot_http_responses_total{class=\"5xx\"} 1"));
         assert!(text.contains("teapot_snapshot_generation 0"));
+    }
+
+    #[test]
+    fn tenant_series_are_kept_apart_and_resolved_once() {
+        let m = Metrics::new().unwrap().with_route_series(true);
+        let a = m.series.get(Some("alpha"), "tenant-alpha/web:80");
+        let b = m.series.get(Some("beta"), "tenant-beta/web:80");
+        assert!(
+            Arc::ptr_eq(&a, &m.series.by_tag(&a.tag)),
+            "one entry per pair"
+        );
+        a.count(200, 0.01, 10, 20);
+        a.count(502, 0.02, 10, 20);
+        b.count(404, 0.001, 5, 5);
+        m.series.get(None, "").count(0, 0.0, 0, 0);
+        m.series.get(None, "ops/web:80").count(200, 0.0, 0, 0);
+        let text = m.render();
+        for line in [
+            "teapot_tenant_requests_total{class=\"2xx\",tenant=\"alpha\"} 1",
+            "teapot_tenant_requests_total{class=\"5xx\",tenant=\"alpha\"} 1",
+            "teapot_tenant_requests_total{class=\"4xx\",tenant=\"beta\"} 1",
+            "teapot_tenant_requests_total{class=\"none\",tenant=\"_unrouted\"} 1",
+            "teapot_tenant_requests_total{class=\"2xx\",tenant=\"_operator\"} 1",
+            "teapot_tenant_bytes_total{direction=\"out\",tenant=\"alpha\"} 40",
+            "teapot_tenant_request_seconds_count{tenant=\"beta\"} 1",
+            "teapot_route_requests_total{class=\"4xx\",route=\"tenant-beta/web:80\",tenant=\"beta\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert!(
+            text.contains("teapot_tenant_requests_total{class=\"4xx\",tenant=\"alpha\"} 0"),
+            "beta's 404 is not alpha's"
+        );
     }
 }

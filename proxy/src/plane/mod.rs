@@ -11,12 +11,15 @@
 //! - [`tls`]: the SNI certificate resolver.
 //! - [`l4`]: TCP and UDP listeners for LoadBalancer Services.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
-//! - [`metrics`]: the Prometheus registry.
+//! - [`metrics`]: the Prometheus registry, with per-tenant request series.
+//! - [`access_log`]: one line per request and L4 connection, written off
+//!   the request path; [`trace`]: `X-Request-Id` and `traceparent`.
 //! - [`logflood`]: holding back a client's flood of library log lines.
 //!
 //! ACME is a loop (`crate::loops::acme`); the plane reaches it only through
 //! [`AcmeResponder`], so nothing here depends on the issuer.
 
+pub mod access_log;
 pub mod admin;
 pub mod decide;
 pub mod edge;
@@ -27,6 +30,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod serving;
 pub mod tls;
+pub mod trace;
 
 use std::sync::Arc;
 

@@ -19,13 +19,16 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 
 use crate::compile::fairness::TenantPermit;
+use crate::compile::routes::Route;
 use crate::compile::snapshot::SnapshotHandle;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::plane::access_log::{AccessLog, Entry};
 use crate::plane::decide::{
     Answer, Decision, Head, MISDIRECTED, check_host, decide, forwarding_headers,
 };
 use crate::plane::edge::{self, EdgeConfig, Refusal};
-use crate::plane::metrics::{InFlight, Metrics};
+use crate::plane::metrics::{InFlight, Metrics, Series};
+use crate::plane::trace;
 
 /// Value of the `Server` header on responses that have none.
 pub const SERVER_NAME: &str = "teapot";
@@ -69,6 +72,15 @@ pub struct Router {
     /// The HTTPS listener's certificate choice, to refuse a request for a
     /// host its connection's certificate does not serve.
     pub(super) tls: Option<Arc<crate::plane::tls::SniResolver>>,
+    pub(super) observe: Observe,
+}
+
+/// The access log and whose request IDs are kept.
+#[derive(Clone, Debug, Default)]
+pub struct Observe {
+    pub access_log: AccessLog,
+    /// Operator namespaces whose routes keep a client's `X-Request-Id`.
+    pub trust_request_id: Arc<[Box<str>]>,
 }
 
 impl Router {
@@ -80,7 +92,47 @@ impl Router {
             acme: None,
             edge: EdgeConfig::default(),
             tls: None,
+            observe: Observe::default(),
         }
+    }
+
+    /// The access log and request-ID trust (docs/operations.md).
+    pub fn with_observe(mut self, observe: Observe) -> Router {
+        self.observe = observe;
+        self
+    }
+
+    /// The series of a request on `route` (`None`: unrouted), and whether
+    /// its client's `X-Request-Id` is kept: only on an operator route
+    /// whose namespace trusts it.
+    pub(super) fn series_of(&self, route: Option<&Route>) -> (Arc<Series>, bool) {
+        let tenant = route.and_then(|r| r.tenant()).map(|g| &*g.cluster);
+        let name = route.map_or("", |r| r.upstream.name.as_str());
+        let trusted = route.is_some_and(|r| r.tenant().is_none())
+            && !self.observe.trust_request_id.is_empty()
+            && name
+                .split_once('/')
+                .is_some_and(|(ns, _)| self.observe.trust_request_id.iter().any(|t| **t == *ns));
+        (self.metrics.series.get(tenant, name), trusted)
+    }
+
+    /// HTTP/2's IDs and series for the request, into `ctx`.
+    fn h2_ids(&self, session: &Session, ctx: &mut RequestCtx, route: Option<&Route>) {
+        let (series, trusted) = self.series_of(route);
+        let req = session.req_header();
+        let sent_id = req.headers.get(trace::REQUEST_ID).map(|v| v.as_bytes());
+        let id = trace::request_id(sent_id, trusted);
+        let sent_tp = req.headers.get(trace::TRACEPARENT).map(|v| v.as_bytes());
+        let tp = trace::traceparent(sent_tp, &id);
+        ctx.new_request_id = id.is_new();
+        ctx.new_traceparent = tp.is_new();
+        ctx.tag = Some(Arc::from(format!(
+            "{}\x1f{}\x1f{}",
+            series.tag,
+            id.as_str(),
+            tp.as_str()
+        )));
+        ctx.series = Some(series);
     }
 
     /// Front-door limits (docs/edge.md).
@@ -159,6 +211,21 @@ pub struct RequestCtx {
     /// upgraded connection) ends.
     tenant: Option<TenantPermit>,
     _in_flight: InFlight,
+    started: Instant,
+    series: Option<Arc<Series>>,
+    /// `tenant \x1f route \x1f request id \x1f traceparent`, as the HTTP/1
+    /// engine's tag (crate::plane::h1).
+    tag: Option<Arc<str>>,
+    new_request_id: bool,
+    new_traceparent: bool,
+    /// Why teapot answered itself, for the access log.
+    reason: Option<&'static str>,
+}
+
+impl RequestCtx {
+    fn field(&self, i: usize) -> Option<&str> {
+        self.tag.as_deref().and_then(|t| t.split('\x1f').nth(i))
+    }
 }
 
 /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
@@ -186,6 +253,12 @@ impl ProxyHttp for Router {
             body_seen: 0,
             tenant: None,
             _in_flight: self.metrics.request_started(),
+            started: Instant::now(),
+            series: None,
+            tag: None,
+            new_request_id: false,
+            new_traceparent: false,
+            reason: None,
         }
     }
 
@@ -194,6 +267,8 @@ impl ProxyHttp for Router {
             Ok(declared) => declared,
             Err(refusal) => {
                 self.metrics.refused(refusal);
+                ctx.reason = Some(refusal.label());
+                self.h2_ids(session, ctx, None);
                 // Whatever follows a refused header cannot be trusted to be
                 // a request boundary: never read another request from it.
                 session.set_keepalive(None);
@@ -210,12 +285,16 @@ impl ProxyHttp for Router {
             declared_length: declared,
         };
         if let Err(answer) = check_host(&head) {
+            ctx.reason = Some(answer.reason);
+            self.h2_ids(session, ctx, None);
             self.answer(session, answer).await?;
             return Ok(true);
         }
         let ssl = session.digest().and_then(|d| d.ssl_digest.as_deref());
         let sni = ssl.and_then(crate::plane::tls::server_name);
         if self.misdirected(ssl.is_some(), sni, head.authority) {
+            ctx.reason = Some(MISDIRECTED.reason);
+            self.h2_ids(session, ctx, None);
             self.answer(session, MISDIRECTED).await?;
             return Ok(true);
         }
@@ -228,18 +307,23 @@ impl ProxyHttp for Router {
                 .strip_prefix(crate::compile::acme::CHALLENGE_PREFIX)
             && let Some(answer) = acme.challenge_response(token).await
         {
+            ctx.reason = Some("acme_challenge");
+            self.h2_ids(session, ctx, None);
             respond_with(session, 200, Bytes::from(answer)).await?;
             return Ok(true);
         }
         let decision = decide(&self.snapshots.load(), &self.edge, &head);
         match decision {
             Decision::Forward(forward) => {
+                self.h2_ids(session, ctx, Some(&forward.route));
                 ctx.upstream = Some(forward.upstream);
                 ctx.body_limit = forward.body_limit;
                 ctx.tenant = forward.tenant;
                 Ok(false)
             }
-            Decision::Answer(answer) => {
+            Decision::Answer(answer, route) => {
+                ctx.reason = Some(answer.reason);
+                self.h2_ids(session, ctx, route.as_ref());
                 self.answer(session, answer).await?;
                 Ok(true)
             }
@@ -294,6 +378,9 @@ impl ProxyHttp for Router {
         mut e: Box<Error>,
     ) -> Box<Error> {
         self.metrics.upstream_connect_failures.inc();
+        if let Some(series) = &ctx.series {
+            series.connect_failures.inc();
+        }
         if let Some(endpoint) = &ctx.endpoint {
             endpoint.eject();
         }
@@ -327,8 +414,18 @@ impl ProxyHttp for Router {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
+        if ctx.new_request_id
+            && let Some(id) = ctx.field(2)
+        {
+            upstream_request.insert_header(trace::REQUEST_ID, id.to_string())?;
+        }
+        if ctx.new_traceparent
+            && let Some(tp) = ctx.field(3)
+        {
+            upstream_request.insert_header(trace::TRACEPARENT, tp.to_string())?;
+        }
         let upgrade = session.is_upgrade_req();
         // Almost no request carries a hop-by-hop header: look before
         // building the list and removing (each removal scans the header
@@ -457,10 +554,80 @@ impl ProxyHttp for Router {
         gone
     }
 
-    async fn logging(&self, session: &mut Session, _e: Option<&Error>, _ctx: &mut RequestCtx) {
-        if let Some(resp) = session.response_written() {
-            self.metrics.count_response(resp.status.as_u16());
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        if status != 0 {
+            self.metrics.count_response(status);
         }
+        let series = ctx
+            .series
+            .clone()
+            .unwrap_or_else(|| self.metrics.series.get(None, ""));
+        let duration = ctx.started.elapsed();
+        let bytes_in = session.body_bytes_read() as u64;
+        let bytes_out = session.body_bytes_sent() as u64;
+        series.count(status, duration.as_secs_f64(), bytes_in, bytes_out);
+        let reason = ctx.reason.or_else(|| e.map(error_reason));
+        let log = &self.observe.access_log;
+        if !log.wants(status, reason.is_some()) {
+            return;
+        }
+        let req = session.req_header();
+        let path = req.uri.path_and_query().map_or("/", |p| p.as_str());
+        let host = authority(req);
+        let mut entry = Entry::http(
+            req.method.as_str(),
+            path,
+            (!host.is_empty()).then_some(host),
+            log.keeps_query(),
+        );
+        entry.tag = ctx.tag.clone();
+        entry.protocol = if req.version == http::Version::HTTP_2 {
+            "h2"
+        } else {
+            "h1"
+        };
+        let ssl = session.digest().and_then(|d| d.ssl_digest.as_deref());
+        entry.tls = ssl.map(|d| tls_version(&d.version));
+        entry.sni = ssl.and_then(crate::plane::tls::server_name).map(Arc::from);
+        entry.status = status;
+        entry.bytes_in = bytes_in;
+        entry.bytes_out = bytes_out;
+        entry.duration = duration;
+        entry.upstream = ctx.endpoint.as_ref().map(|e| e.addr);
+        entry.retries = ctx.tried.count().saturating_sub(1);
+        entry.client = session.client_addr().and_then(|a| a.as_inet()).copied();
+        entry.reason = reason;
+        log.send(entry);
+    }
+}
+
+/// The access log's reason for a request Pingora ended with an error.
+fn error_reason(e: &Error) -> &'static str {
+    match (e.esource(), e.etype()) {
+        (_, ErrorType::HTTPStatus(413)) => "body_too_large",
+        (ErrorSource::Upstream, ErrorType::ConnectTimedout) => "upstream_connect_timeout",
+        (ErrorSource::Upstream, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => {
+            "upstream_read_timeout"
+        }
+        (ErrorSource::Upstream, _) => "upstream_error",
+        (_, ErrorType::ConnectNoRoute | ErrorType::ConnectRefused | ErrorType::ConnectError) => {
+            "upstream_connect"
+        }
+        _ if client_went_away(e) => "client_abort",
+        (ErrorSource::Downstream, _) => "client_error",
+        _ => "internal_error",
+    }
+}
+
+/// A TLS version as the access log spells it.
+fn tls_version(version: &str) -> &'static str {
+    if version.contains("1.3") || version.contains("1_3") {
+        "TLSv1.3"
+    } else if version.contains("1.2") || version.contains("1_2") {
+        "TLSv1.2"
+    } else {
+        "tls"
     }
 }
 

@@ -55,6 +55,16 @@ pub struct L4Metrics {
     pub binds_total: IntCounter,
     pub bind_failures: IntGauge,
     pub allocation_failures: IntGauge,
+    /// TCP connections, connect failures and bytes per Service
+    /// (`namespace/name`): resolved once per connection, not per read.
+    pub service_connections: IntCounterVec,
+    pub service_connect_failures: IntCounterVec,
+    /// TCP and UDP bytes by Service and direction.
+    pub service_bytes: IntCounterVec,
+    pub service_udp_flows: IntCounterVec,
+    /// One line per TCP connection (crate::plane::access_log); inert when
+    /// the log is off.
+    pub access_log: crate::plane::access_log::AccessLog,
 }
 
 impl L4Metrics {
@@ -67,7 +77,48 @@ impl L4Metrics {
             &["direction"],
         )?;
         registry.register(Box::new(bytes.clone()))?;
+        let service_connections = IntCounterVec::new(
+            Opts::new(
+                "l4_service_connections_total",
+                "TCP connections accepted, by Service (namespace/name)",
+            ),
+            &["service"],
+        )?;
+        let service_connect_failures = IntCounterVec::new(
+            Opts::new(
+                "l4_service_connect_failures_total",
+                "TCP connections no backend endpoint accepted, by Service",
+            ),
+            &["service"],
+        )?;
+        let service_bytes = IntCounterVec::new(
+            Opts::new(
+                "l4_service_bytes_total",
+                "TCP and UDP bytes relayed by Service and direction (in: client to backend)",
+            ),
+            &["service", "direction"],
+        )?;
+        let service_udp_flows = IntCounterVec::new(
+            Opts::new(
+                "l4_service_udp_flows_total",
+                "UDP flows created, by Service",
+            ),
+            &["service"],
+        )?;
+        for v in [
+            &service_connections,
+            &service_connect_failures,
+            &service_bytes,
+            &service_udp_flows,
+        ] {
+            registry.register(Box::new(v.clone()))?;
+        }
         let m = L4Metrics {
+            service_connections,
+            service_connect_failures,
+            service_bytes,
+            service_udp_flows,
+            access_log: Default::default(),
             tcp_connections_total: IntCounter::new(
                 "l4_tcp_connections_total",
                 "TCP connections accepted on L4 listeners",

@@ -18,6 +18,7 @@ use super::proxy_protocol::header_v2;
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::Route;
 use crate::compile::upstream::{Endpoint, Tried};
+use crate::plane::access_log::Entry;
 
 /// Relay buffer per direction: large enough for bulk transfers to move in
 /// few syscalls, small enough for thousands of connections.
@@ -84,11 +85,27 @@ async fn connection(
     metrics.tcp_connections_active.inc();
     let _gauge = scopeguard(|| metrics.tcp_connections_active.dec());
     let route = routes.borrow_and_update().clone();
+    let service = route.service.to_string();
+    metrics
+        .service_connections
+        .with_label_values(&[&service])
+        .inc();
+    let mut line = Line::new(&ctx, &service, peer);
     let Some((mut upstream, endpoint)) = connect(&route, &ctx).await else {
         tracing::debug!(service = %route.service, client = %peer,
             "no L4 endpoint accepted the connection");
+        metrics
+            .service_connect_failures
+            .with_label_values(&[&service])
+            .inc();
+        if let Some(line) = line.as_mut() {
+            line.entry.reason = Some("no_endpoint");
+        }
         return;
     };
+    if let Some(line) = line.as_mut() {
+        line.entry.upstream = Some(endpoint.addr);
+    }
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     if route.options.proxy_protocol {
@@ -100,6 +117,12 @@ async fn connection(
             return;
         }
     }
+    let counted = Counted {
+        bytes_in: metrics.service_bytes.with_label_values(&[&service, "in"]),
+        bytes_out: metrics.service_bytes.with_label_values(&[&service, "out"]),
+        seen_in: AtomicU64::new(0),
+        seen_out: AtomicU64::new(0),
+    };
     let end = relay(
         client,
         upstream,
@@ -107,8 +130,20 @@ async fn connection(
         route.options.tcp_idle_timeout,
         &mut routes,
         &ctx,
+        &counted,
     )
     .await;
+    if let Some(line) = line.as_mut() {
+        line.entry.bytes_in = counted.seen_in.load(Ordering::Relaxed);
+        line.entry.bytes_out = counted.seen_out.load(Ordering::Relaxed);
+        line.entry.reason = match &end {
+            End::Done => None,
+            End::Idle => Some("idle_timeout"),
+            End::Drained => Some("drained"),
+            End::Killed => Some("shutdown"),
+            End::Error(_) => Some("connection_error"),
+        };
+    }
     match end {
         End::Done | End::Killed => {}
         End::Idle => {
@@ -119,6 +154,51 @@ async fn connection(
         }
         End::Error(e) => {
             tracing::debug!(service = %route.service, client = %peer, error = %e, "L4 connection ended with an error")
+        }
+    }
+}
+
+/// A connection's per-Service byte counters, and its own totals for the
+/// access log.
+struct Counted {
+    bytes_in: IntCounter,
+    bytes_out: IntCounter,
+    seen_in: AtomicU64,
+    seen_out: AtomicU64,
+}
+
+/// The connection's access-log line, sent when it is dropped: every way
+/// out of [`connection`] ends the connection.
+struct Line<'c> {
+    log: &'c crate::plane::access_log::AccessLog,
+    start: Instant,
+    entry: Entry,
+}
+
+impl<'c> Line<'c> {
+    fn new(ctx: &'c Context, service: &str, peer: SocketAddr) -> Option<Self> {
+        let log = &ctx.metrics.access_log;
+        if !log.is_on() {
+            return None;
+        }
+        let mut entry = Entry::tcp();
+        entry.tag = Some(Arc::from(format!("\x1f{service}")));
+        entry.client = Some(peer);
+        Some(Line {
+            log,
+            start: Instant::now(),
+            entry,
+        })
+    }
+}
+
+impl Drop for Line<'_> {
+    fn drop(&mut self) {
+        let failed = self.entry.is_error();
+        if self.log.wants(if failed { 0 } else { 200 }, failed) {
+            let mut entry = std::mem::replace(&mut self.entry, Entry::tcp());
+            entry.duration = self.start.elapsed();
+            self.log.send(entry);
         }
     }
 }
@@ -166,6 +246,7 @@ async fn relay(
     idle: Duration,
     routes: &mut watch::Receiver<Arc<Route>>,
     ctx: &Context,
+    counted: &Counted,
 ) -> End {
     let start = Instant::now();
     let last = AtomicU64::new(0);
@@ -173,8 +254,22 @@ async fn relay(
     let (mut ur, mut uw) = upstream.split();
     let both = async {
         tokio::try_join!(
-            pump(&mut cr, &mut uw, &last, start, &ctx.metrics.bytes_in),
-            pump(&mut ur, &mut cw, &last, start, &ctx.metrics.bytes_out),
+            pump(
+                &mut cr,
+                &mut uw,
+                &last,
+                start,
+                [&ctx.metrics.bytes_in, &counted.bytes_in],
+                &counted.seen_in,
+            ),
+            pump(
+                &mut ur,
+                &mut cw,
+                &last,
+                start,
+                [&ctx.metrics.bytes_out, &counted.bytes_out],
+                &counted.seen_out,
+            ),
         )
     };
     tokio::pin!(both);
@@ -222,7 +317,8 @@ async fn pump<R, W>(
     w: &mut W,
     last: &AtomicU64,
     start: Instant,
-    bytes: &IntCounter,
+    bytes: [&IntCounter; 2],
+    seen: &AtomicU64,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -240,7 +336,10 @@ where
             return Ok(());
         }
         w.write_all(&buf).await?;
-        bytes.inc_by(n as u64);
+        for counter in bytes {
+            counter.inc_by(n as u64);
+        }
+        seen.fetch_add(n as u64, Ordering::Relaxed);
         last.store(elapsed_ms(start), Ordering::Relaxed);
     }
 }

@@ -142,6 +142,13 @@ pub(super) async fn serve(
     let socket = Arc::new(socket);
     let table = Arc::new(Mutex::new(FlowTable::new(ctx.config.udp_max_flows)));
     let mut route = routes.borrow_and_update().clone();
+    // The Service's counter, resolved per route, not per datagram.
+    let service_in = |route: &Route| {
+        ctx.metrics
+            .service_bytes
+            .with_label_values(&[&route.service.to_string(), "in"])
+    };
+    let mut bytes_in = service_in(&route);
     let mut kill = ctx.kill.clone();
     let mut buf = vec![0u8; DATAGRAM];
     loop {
@@ -156,6 +163,7 @@ pub(super) async fn serve(
             changed = routes.changed() => {
                 if changed.is_err() { break }
                 route = routes.borrow_and_update().clone();
+                bytes_in = service_in(&route);
                 let dropped = table.lock().retain_endpoints(|e| {
                     route.upstream.endpoints.iter().any(|x| x.addr == e)
                 });
@@ -178,7 +186,10 @@ pub(super) async fn serve(
         };
         last.store(now_ms(), Ordering::Relaxed);
         match upstream.send(&buf[..n]).await {
-            Ok(_) => ctx.metrics.bytes_in.inc_by(n as u64),
+            Ok(_) => {
+                ctx.metrics.bytes_in.inc_by(n as u64);
+                bytes_in.inc_by(n as u64);
+            }
             Err(e) => {
                 // ECONNREFUSED reports an earlier ICMP port unreachable.
                 if e.kind() == ErrorKind::ConnectionRefused
@@ -237,6 +248,15 @@ async fn open_flow(
     };
     ctx.metrics.udp_flows_total.inc();
     ctx.metrics.udp_flows_active.inc();
+    let service = route.service.to_string();
+    ctx.metrics
+        .service_udp_flows
+        .with_label_values(&[&service])
+        .inc();
+    let bytes_out = ctx
+        .metrics
+        .service_bytes
+        .with_label_values(&[&service, "out"]);
     let id = {
         let mut t = table.lock();
         if t.insert(client, flow).is_some() {
@@ -254,6 +274,7 @@ async fn open_flow(
         id,
         endpoint,
         ctx.clone(),
+        bytes_out,
     ));
     if let Some(f) = table.lock().flows.get_mut(&client)
         && f.id == id
@@ -293,6 +314,7 @@ async fn replies(
     id: u64,
     endpoint: Arc<Endpoint>,
     ctx: Arc<Context>,
+    service_bytes_out: prometheus::IntCounter,
 ) {
     let _active = ActiveGuard::new(&ctx);
     let idle_ms = idle.as_millis() as u64;
@@ -317,6 +339,7 @@ async fn replies(
                         // A full send buffer drops the datagram, as UDP may.
                         if listener.try_send_to(&buf[..n], client).is_ok() {
                             ctx.metrics.bytes_out.inc_by(n as u64);
+                            service_bytes_out.inc_by(n as u64);
                         }
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => return false,

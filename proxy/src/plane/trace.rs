@@ -1,0 +1,170 @@
+//! `X-Request-Id` and W3C `traceparent` (docs/operations.md): every
+//! request reaches its backend with both, and the access log carries them.
+//!
+//! - A client's `X-Request-Id` is kept only on routes of an operator
+//!   namespace that trusts it (`teapot proxy --trust-request-id NS`); any
+//!   other request gets a new one (128 random bits, 32 hex digits), so a
+//!   client cannot make its requests look like another's in a tenant's
+//!   logs.
+//! - A well-formed `traceparent` is passed through as it came (the client
+//!   or an earlier hop owns the trace). Otherwise one is started, trace-id
+//!   = the request ID when teapot made it, sampled flag off: teapot records
+//!   no spans, and a set flag would make every backend with parent-based
+//!   sampling record every request.
+
+/// The header names, lower case as sent upstream.
+pub const REQUEST_ID: &str = "x-request-id";
+pub const TRACEPARENT: &str = "traceparent";
+
+/// A request's ID: the trusted client's, or a new one (on the stack).
+#[derive(Clone, Copy, Debug)]
+pub enum RequestId<'a> {
+    Kept(&'a str),
+    New([u8; 32]),
+}
+
+impl RequestId<'_> {
+    pub fn as_str(&self) -> &str {
+        match self {
+            RequestId::Kept(s) => s,
+            // Only hex digits were written.
+            RequestId::New(b) => std::str::from_utf8(b).unwrap_or_default(),
+        }
+    }
+
+    /// Whether teapot made it (and so must send it upstream).
+    pub fn is_new(&self) -> bool {
+        matches!(self, RequestId::New(_))
+    }
+}
+
+/// A request's `traceparent`: passed through, or started here.
+#[derive(Clone, Copy, Debug)]
+pub enum TraceParent<'a> {
+    Kept(&'a str),
+    New([u8; 55]),
+}
+
+impl TraceParent<'_> {
+    pub fn as_str(&self) -> &str {
+        match self {
+            TraceParent::Kept(s) => s,
+            TraceParent::New(b) => std::str::from_utf8(b).unwrap_or_default(),
+        }
+    }
+
+    pub fn is_new(&self) -> bool {
+        matches!(self, TraceParent::New(_))
+    }
+}
+
+/// The request's ID: `sent` when `trusted` and it is 1 to 200 visible
+/// ASCII bytes, else a new one.
+pub fn request_id(sent: Option<&[u8]>, trusted: bool) -> RequestId<'_> {
+    if trusted
+        && let Some(v) = sent
+        && !v.is_empty()
+        && v.len() <= 200
+        && v.iter().all(|b| b.is_ascii_graphic())
+        && let Ok(s) = std::str::from_utf8(v)
+    {
+        return RequestId::Kept(s);
+    }
+    let mut id = [0u8; 32];
+    hex(&mut id, &rand::random::<[u8; 16]>());
+    RequestId::New(id)
+}
+
+/// The request's `traceparent`: `sent` when well formed, else a new one
+/// whose trace-id is `id` when that is 32 hex digits.
+pub fn traceparent<'a>(sent: Option<&'a [u8]>, id: &RequestId<'_>) -> TraceParent<'a> {
+    if let Some(v) = sent
+        && valid_traceparent(v)
+        && let Ok(s) = std::str::from_utf8(v)
+    {
+        return TraceParent::Kept(s);
+    }
+    let mut tp = *b"00-00000000000000000000000000000000-0000000000000000-00";
+    match id {
+        RequestId::New(b) => tp[3..35].copy_from_slice(b),
+        RequestId::Kept(_) => hex(&mut tp[3..35], &rand::random::<[u8; 16]>()),
+    }
+    // A zero span id is invalid; the chance of drawing one is 2^-64.
+    hex(&mut tp[36..52], &rand::random::<[u8; 8]>());
+    TraceParent::New(tp)
+}
+
+/// W3C Trace Context §3.2: `version-traceid-parentid-flags`, lower-case
+/// hex, neither id all zeros, version `ff` invalid; a version other than
+/// `00` may carry more fields after a `-`.
+fn valid_traceparent(v: &[u8]) -> bool {
+    let lower_hex = |s: &[u8]| s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let zeros = |s: &[u8]| s.iter().all(|&b| b == b'0');
+    if v.len() < 55 || v[2] != b'-' || v[35] != b'-' || v[52] != b'-' {
+        return false;
+    }
+    let (version, trace, parent, flags) = (&v[..2], &v[3..35], &v[36..52], &v[53..55]);
+    let tail_ok = match version {
+        b"00" => v.len() == 55,
+        _ => v.len() == 55 || v[55] == b'-',
+    };
+    version != b"ff"
+        && [version, trace, parent, flags].iter().all(|s| lower_hex(s))
+        && !zeros(trace)
+        && !zeros(parent)
+        && tail_ok
+}
+
+fn hex(out: &mut [u8], bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn request_id_is_kept_only_when_trusted_and_sane() {
+        assert_eq!(request_id(Some(b"abc-1"), true).as_str(), "abc-1");
+        let fresh = request_id(Some(b"abc-1"), false);
+        assert!(fresh.is_new());
+        assert_eq!(fresh.as_str().len(), 32);
+        assert!(fresh.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(request_id(Some(b"a b"), true).is_new(), "a space");
+        assert!(request_id(Some(b""), true).is_new());
+        assert_ne!(
+            request_id(None, true).as_str(),
+            request_id(None, true).as_str()
+        );
+    }
+
+    #[test]
+    fn traceparent_passes_through_or_starts_with_the_request_id() {
+        let id = request_id(None, false);
+        assert_eq!(traceparent(Some(TP.as_bytes()), &id).as_str(), TP);
+        let started = traceparent(None, &id);
+        let s = started.as_str();
+        assert!(started.is_new());
+        assert!(valid_traceparent(s.as_bytes()), "{s}");
+        assert_eq!(&s[3..35], id.as_str());
+        assert!(s.ends_with("-00"));
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            "garbage",
+        ] {
+            assert!(traceparent(Some(bad.as_bytes()), &id).is_new(), "{bad}");
+        }
+        let future = format!("01{}-more", &TP[2..]);
+        assert_eq!(traceparent(Some(future.as_bytes()), &id).as_str(), future);
+    }
+}

@@ -1,0 +1,417 @@
+//! The chart's Grafana dashboard and PrometheusRule (issue #19), rendered
+//! by the pinned helm (`scripts/helm.sh`, as in charts.rs):
+//!
+//! - off by default; on, each with every `ci/*.yaml` values file, `helm
+//!   lint --strict` clean, the ConfigMap a valid `v1/ConfigMap` carrying
+//!   the sidecar's label and dashboard JSON with the five sections;
+//! - every alert and every dashboard query parses as PromQL: `promtool
+//!   check rules` (Debian's `prometheus` package) over the rendered rule
+//!   group, and over the dashboard's queries as recording rules;
+//! - every `teapot_*` metric they read is one the proxy defines;
+//! - each alert has its own switch; the schema refuses bad values.
+//!
+//! Without helm or promtool the tests print a loud SKIP, unless
+//! `TEAPOT_REQUIRE_HELM=1` / `TEAPOT_REQUIRE_PROMTOOL=1` make it a failure.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+const NS: &str = "teapot-system";
+const KUBE_VERSION: &str = "1.31.0";
+const ALERTS: [&str; 6] = [
+    "tenant5xx",
+    "upstreamConnectFailures",
+    "certificates",
+    "reloads",
+    "webhook",
+    "proxyReplicas",
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn chart() -> PathBuf {
+    repo().join("charts/teapot-lb")
+}
+
+fn helm() -> Option<PathBuf> {
+    let out = Command::new(repo().join("scripts/helm.sh"))
+        .output()
+        .expect("run scripts/helm.sh");
+    match out.status.code() {
+        Some(0) => Some(PathBuf::from(
+            String::from_utf8(out.stdout).expect("utf-8 path").trim(),
+        )),
+        Some(2) if std::env::var_os("TEAPOT_REQUIRE_HELM").is_none() => {
+            eprintln!(
+                "\n!!!!!!!! SKIPPED: no helm binary; the dashboard and rules were NOT rendered !!!!!!!!\n"
+            );
+            None
+        }
+        _ => panic!(
+            "scripts/helm.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+fn promtool() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("promtool"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("TEAPOT_REQUIRE_PROMTOOL").is_none(),
+            "promtool not found (apt-get install prometheus)"
+        );
+        eprintln!(
+            "\n!!!!!!!! SKIPPED: no promtool (apt-get install prometheus); PromQL NOT checked !!!!!!!!\n"
+        );
+    }
+    found
+}
+
+fn ci_values() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart().join("ci"))
+        .expect("ci values")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn try_render(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
+    let out = Command::new(helm)
+        .args(["template", "teapot"])
+        .arg(chart())
+        .args(["--namespace", NS, "--kube-version", KUBE_VERSION])
+        .args(args)
+        .output()
+        .expect("run helm template");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = serde_yaml::Value::deserialize(doc).expect("helm printed YAML");
+        if !v.is_null() {
+            docs.push(serde_json::to_value(&v).expect("YAML as JSON"));
+        }
+    }
+    Ok(docs)
+}
+
+fn render(helm: &Path, args: &[&str]) -> Vec<Value> {
+    try_render(helm, args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
+}
+
+const ON: [&str; 4] = [
+    "--set",
+    "observability.dashboards.enabled=true",
+    "--set",
+    "observability.prometheusRule.enabled=true",
+];
+
+fn with_values<'a>(values: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["-f", values.to_str().expect("utf-8 path")];
+    args.extend_from_slice(extra);
+    args
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<_> = docs
+        .iter()
+        .filter(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("teapot-"))
+        })
+        .filter(|d| kind != "ConfigMap" || d["metadata"]["name"] == "teapot-dashboards")
+        .collect();
+    assert_eq!(found.len(), 1, "one {kind} expected");
+    found[0]
+}
+
+/// The dashboard JSON of the rendered ConfigMap.
+fn dashboard(docs: &[Value]) -> Value {
+    let cm = one(docs, "ConfigMap");
+    let typed: ConfigMap = serde_path_to_error::deserialize(cm.clone())
+        .unwrap_or_else(|e| panic!("dashboard ConfigMap: {}: {}", e.path(), e.inner()));
+    let labels = typed.metadata.labels.expect("labels");
+    assert_eq!(
+        labels.get("grafana_dashboard").map(String::as_str),
+        Some("1")
+    );
+    let data = typed.data.expect("data");
+    serde_json::from_str(&data["teapot-lb.json"]).expect("dashboard JSON parses")
+}
+
+/// Every PromQL query of the dashboard, Grafana's variables replaced by
+/// what they stand for.
+fn dashboard_queries(dash: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for panel in dash["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("expr").to_string();
+            let expr = expr
+                .replace("$__rate_interval", "5m")
+                .replace("$namespace", ".*")
+                .replace("$tenant", ".*");
+            out.push((panel["title"].as_str().unwrap_or("?").to_string(), expr));
+        }
+    }
+    out
+}
+
+fn rules_of(rule: &Value) -> Vec<&Value> {
+    rule["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules").iter())
+        .collect()
+}
+
+/// `promtool check rules` over a rules file holding `groups`.
+fn promtool_check(promtool: &Path, groups: &Value, what: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(&file, serde_yaml::to_string(groups).unwrap()).unwrap();
+    let out = Command::new(promtool)
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool check rules ({what}):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `teapot_*` metric names in a PromQL expression, without histogram
+/// suffixes.
+fn teapot_metrics(expr: &str, out: &mut BTreeSet<String>) {
+    let mut rest = expr;
+    while let Some(i) = rest.find("teapot_") {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[i + name.len()..];
+        let base = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(&name);
+        out.insert(base.to_string());
+    }
+}
+
+#[test]
+fn off_by_default() {
+    let Some(helm) = helm() else { return };
+    for values in ci_values() {
+        let docs = render(&helm, &with_values(&values, &[]));
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["kind"] == "PrometheusRule"
+                    || d["metadata"]["name"] == "teapot-dashboards"),
+            "{}: rendered while off",
+            values.display()
+        );
+    }
+}
+
+#[test]
+fn dashboard_and_rules_render_lint_and_parse_as_promql() {
+    let Some(helm) = helm() else { return };
+    let promtool = promtool();
+    let mut used = BTreeSet::new();
+    for values in ci_values() {
+        let docs = render(&helm, &with_values(&values, &ON));
+        let label = values.display().to_string();
+
+        // helm lint --strict with the same values (and the schema).
+        let dir = tempfile::tempdir().unwrap();
+        let on = dir.path().join("on.yaml");
+        std::fs::write(
+            &on,
+            "observability:\n  dashboards: {enabled: true}\n  prometheusRule: {enabled: true, labels: {release: prometheus}}\n",
+        )
+        .unwrap();
+        let lint = Command::new(&helm)
+            .args(["lint", "--strict", "--namespace", NS, "-f"])
+            .arg(&values)
+            .arg("-f")
+            .arg(&on)
+            .arg(chart())
+            .output()
+            .expect("helm lint");
+        assert!(
+            lint.status.success(),
+            "{label}: helm lint --strict:\n{}",
+            String::from_utf8_lossy(&lint.stdout)
+        );
+
+        let dash = dashboard(&docs);
+        let rows: Vec<&str> = dash["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["type"] == "row")
+            .filter_map(|p| p["title"].as_str())
+            .collect();
+        assert_eq!(
+            rows,
+            ["Fleet", "Per tenant", "ACME", "Reloads", "Webhook"],
+            "{label}"
+        );
+        let queries = dashboard_queries(&dash);
+        assert!(queries.len() >= 20, "{label}: {} queries", queries.len());
+        let vars: Vec<&str> = dash["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert_eq!(vars, ["datasource", "namespace", "tenant"]);
+
+        let rule = one(&docs, "PrometheusRule");
+        assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+        assert_eq!(rule["metadata"]["namespace"], NS);
+        let rules = rules_of(rule);
+        let names: BTreeSet<&str> = rules.iter().filter_map(|r| r["alert"].as_str()).collect();
+        for expected in [
+            "TeapotTenant5xxRatioHigh",
+            "TeapotUpstreamConnectFailures",
+            "TeapotCertificateExpiringOrFailing",
+            "TeapotAcmeFailing",
+            "TeapotManifestProblems",
+            "TeapotNoSnapshot",
+            "TeapotWebhookUnavailable",
+            "TeapotWebhookRefusing",
+            "TeapotProxyReplicasNotReady",
+        ] {
+            assert!(
+                names.contains(expected),
+                "{label}: no {expected} in {names:?}"
+            );
+        }
+        let proxy_mode = if docs
+            .iter()
+            .any(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "teapot-proxy")
+        {
+            "daemonset"
+        } else {
+            "deployment"
+        };
+        let replicas = rules
+            .iter()
+            .find(|r| r["alert"] == "TeapotProxyReplicasNotReady")
+            .unwrap();
+        assert!(
+            replicas["expr"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{proxy_mode}=\"teapot-proxy\"")),
+            "{label}: the replica alert watches the {proxy_mode}: {replicas}"
+        );
+        for r in &rules {
+            let expr = r["expr"].as_str().expect("expr");
+            assert!(
+                expr.contains(&format!("namespace=\"{NS}\""))
+                    || expr.contains("webhook.teapot.dev"),
+                "{expr}"
+            );
+            teapot_metrics(expr, &mut used);
+        }
+        for (_, q) in &queries {
+            teapot_metrics(q, &mut used);
+        }
+
+        if let Some(promtool) = &promtool {
+            promtool_check(
+                promtool,
+                &json!({ "groups": rule["spec"]["groups"] }),
+                &label,
+            );
+            let recording: Vec<Value> = queries
+                .iter()
+                .enumerate()
+                .map(|(i, (title, q))| {
+                    json!({ "record": format!("teapot:dashboard:{i}"), "expr": q, "labels": { "panel": title } })
+                })
+                .collect();
+            promtool_check(
+                promtool,
+                &json!({ "groups": [{ "name": "dashboard", "rules": recording }] }),
+                &format!("{label}: dashboard queries"),
+            );
+        }
+    }
+
+    // Every teapot metric read is one the proxy defines (metrics.rs and
+    // the L4 metrics name them without the `teapot_` prefix).
+    let source = ["proxy/src/plane/metrics.rs", "proxy/src/plane/l4/mod.rs"]
+        .iter()
+        .map(|p| std::fs::read_to_string(repo().join(p)).unwrap())
+        .collect::<String>();
+    let unknown: Vec<_> = used
+        .iter()
+        .filter(|m| !source.contains(&format!("\"{}\"", m.trim_start_matches("teapot_"))))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "metrics the proxy does not define: {unknown:?}"
+    );
+    assert!(used.contains("teapot_tenant_requests_total"), "{used:?}");
+}
+
+#[test]
+fn each_alert_has_its_own_switch() {
+    let Some(helm) = helm() else { return };
+    let values = &ci_values()[0];
+    let count = |docs: &[Value]| rules_of(one(docs, "PrometheusRule")).len();
+    let all = count(&render(&helm, &with_values(values, &ON)));
+    for alert in ALERTS {
+        let off = format!("observability.prometheusRule.alerts.{alert}.enabled=false");
+        let mut args = ON.to_vec();
+        args.extend(["--set", &off]);
+        let n = count(&render(&helm, &with_values(values, &args)));
+        assert!(n < all && n > 0, "{alert}: {n} of {all} rules left");
+    }
+}
+
+#[test]
+fn the_schema_refuses_bad_values() {
+    let Some(helm) = helm() else { return };
+    let values = &ci_values()[0];
+    for bad in [
+        "observability.prometheusRule.alerts.tenant5xx.ratio=2",
+        "observability.prometheusRule.alerts.webhook.for=soon",
+        "observability.prometheusRule.unknown=1",
+        "observability.dashboards.label=",
+    ] {
+        let mut args = ON.to_vec();
+        args.extend(["--set", bad]);
+        let err = try_render(&helm, &with_values(values, &args))
+            .expect_err(&format!("{bad} was accepted"));
+        assert!(err.contains("observability"), "{bad}: {err}");
+    }
+}
