@@ -916,7 +916,15 @@ async fn one_tenants_flood_degrades_only_that_tenant() {
         )
         .unwrap_or(0.0)
     };
-    let ratio = p99_l.as_secs_f64() / p99_u.as_secs_f64();
+    // Below a couple of milliseconds a p99 on this shared 2-core machine is
+    // the OS scheduler's (the test's client, both backends and the proxy
+    // share the cores), not the proxy's fairness: a calm tenant whose
+    // requests are starved shows tens of milliseconds. So the unloaded p99
+    // counts as at least SCHEDULER_NOISE; with thread-per-core serving the
+    // unloaded p99 is often well under a millisecond, where a doubling is
+    // one preemption.
+    const SCHEDULER_NOISE: Duration = Duration::from_millis(2);
+    let ratio = p99_l.as_secs_f64() / p99_u.max(SCHEDULER_NOISE).as_secs_f64();
     println!(
         "fairness: calm tenant p50/p99 unloaded {p50_u:?}/{p99_u:?}, during the flood {p50_l:?}/{p99_l:?} (p99 ratio {ratio:.2}, {} samples each); flood answers {statuses:?}; refusals tenant_rate {} tenant_connections {}; flood backend served {}, calm backend {}",
         unloaded.len(),
