@@ -451,6 +451,15 @@ pub async fn run(
     if let Some(t) = acme_task {
         t.abort();
     }
+    // The writer is a detached thread: returning (and exiting) would cut
+    // off the lines still queued, the last requests' and the L4
+    // connections' the drain above closed. Bounded: a stuck destination
+    // does not hold the exit.
+    let log = metrics.l4.access_log.clone();
+    let drained = tokio::task::spawn_blocking(move || log.drain(Duration::from_secs(1))).await;
+    if !matches!(drained, Ok(true)) {
+        tracing::warn!("access log lines still queued after 1 s are lost");
+    }
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "shutdown complete"
