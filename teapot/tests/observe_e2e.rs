@@ -350,7 +350,11 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     let ws = first(&lines, "the WebSocket", |l| l["status"] == 101);
     assert_eq!(ws["path"], "/chat");
     assert_eq!(ws["reason"], Value::Null);
-    let tcp_line = first(&lines, "the L4 connection", |l| l["kind"] == "tcp");
+    // A probe of the listener before it was ready may have a line of
+    // its own.
+    let tcp_line = first(&lines, "the L4 connection", |l| {
+        l["kind"] == "tcp" && l["bytes_in"] == 4
+    });
     assert_eq!(tcp_line["service"], "l4/db");
     assert_eq!(tcp_line["protocol"], "tcp");
     assert_eq!(
@@ -694,8 +698,40 @@ async fn lines_queued_at_shutdown_are_written_before_the_process_exits() {
         { "name": "udp", "port": udp.port(), "protocol": "UDP" },
     ]);
     documents.push(l4_slice);
+    // The log goes to a FIFO the test does not read until the very end of
+    // the shutdown, and then slowly: a destination that lags (a stderr
+    // read by a slow collector), so the writer blocks with the pipe full
+    // and the lines pile up in its queue. Only the drain at shutdown gets
+    // them out before the process exits.
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
+    let log = dir.path().join("access.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&log)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let (go, wait_for_sigterm) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn({
+        let log = log.clone();
+        move || {
+            use std::io::Read as _;
+            // Opening blocks until the proxy opens its end.
+            let mut fifo = std::fs::File::open(&log).expect("open the FIFO");
+            let _ = wait_for_sigterm.recv();
+            // About 800 KB/s: a few hundred milliseconds for the backlog,
+            // well within the drain's second.
+            let mut text = Vec::new();
+            let mut chunk = [0u8; 8192];
+            loop {
+                match fifo.read(&mut chunk).expect("read the FIFO") {
+                    0 => break,
+                    n => text.extend_from_slice(&chunk[..n]),
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            String::from_utf8(text).expect("UTF-8 lines")
+        }
+    });
     let state = dir.path().join("l4-state.json");
     let mut h = Harness::start_with_args(
         &[("all.yaml", docs(&documents))],
@@ -716,7 +752,7 @@ async fn lines_queued_at_shutdown_are_written_before_the_process_exits() {
 
     // A TCP connection and a UDP flow left open: the shutdown ends them,
     // so their lines are queued at the very end of the process.
-    let mut held = eventually("the L4 listener", RELOAD_TIMEOUT, || async {
+    let held = eventually("the L4 listener", RELOAD_TIMEOUT, || async {
         let mut s = tokio::net::TcpStream::connect(SocketAddr::new(LOCALHOST, port)).await?;
         s.write_all(b"ping").await?;
         let mut back = [0u8; 4];
@@ -739,11 +775,12 @@ async fn lines_queued_at_shutdown_are_written_before_the_process_exits() {
             .map_err(|_| std::io::Error::other("no answer yet"))?
     })
     .await;
-    // A burst of requests right before SIGTERM.
+    // Requests right before SIGTERM: more lines (about 400 bytes each)
+    // than the pipe (64 KiB) and the writer's buffer (64 KiB) hold.
     let mut conn = client::Connection::open(h.proxy.http, &Transport::Plain, client::Proto::Http1)
         .await
         .expect("connection");
-    const LAST: usize = 50;
+    const LAST: usize = 600;
     for i in 0..LAST {
         let resp = conn
             .send(&Request::get("ops.test", &format!("/last-{i}")))
@@ -752,32 +789,54 @@ async fn lines_queued_at_shutdown_are_written_before_the_process_exits() {
         assert_eq!(resp.status, 200);
     }
     h.proxy.terminate().expect("SIGTERM");
+    // The held connection is closed when the grace period is over, the
+    // last step before the server drains the log and returns: only now
+    // does the destination start taking lines.
+    let mut held = held;
+    let mut rest = [0u8; 16];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(20), held.read(&mut rest))
+        .await
+        .expect("the proxy closes the held connection");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    go.send(()).unwrap();
     let status = h
         .proxy
         .wait(std::time::Duration::from_secs(20))
         .await
         .expect("the proxy exits after SIGTERM");
     assert!(status.success(), "{status}");
-    let _ = held.shutdown().await;
 
-    // Read once, after the exit: nothing more can arrive.
-    let text = std::fs::read_to_string(&log).unwrap();
+    // All read once the proxy has exited (its end of the FIFO closed).
+    let text = reader.join().expect("the FIFO's reader");
     let lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
         .collect();
-    for i in 0..LAST {
-        let path = format!("/last-{i}");
-        first(&lines, &path, |l| l["path"] == path.as_str());
-    }
+    let paths: std::collections::HashSet<&str> =
+        lines.iter().filter_map(|l| l["path"].as_str()).collect();
+    let missing: Vec<usize> = (0..LAST)
+        .filter(|i| !paths.contains(format!("/last-{i}").as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no line for {} requests: {missing:?}",
+        missing.len()
+    );
     let ended = ["drained", "shutdown"];
-    let tcp_line = first(&lines, "the held TCP connection", |l| l["kind"] == "tcp");
+    // Earlier probes of the listener may have their own lines.
+    let held_at = held.local_addr().unwrap().to_string();
+    let tcp_line = first(&lines, "the held TCP connection", |l| {
+        l["kind"] == "tcp" && l["client"] == held_at.as_str()
+    });
     assert_eq!(tcp_line["bytes_in"], 4, "{tcp_line}");
     assert!(
         ended.contains(&tcp_line["reason"].as_str().unwrap_or("")),
         "{tcp_line}"
     );
-    let udp_line = first(&lines, "the open UDP flow", |l| l["kind"] == "udp");
+    let udp_at = client.local_addr().unwrap().to_string();
+    let udp_line = first(&lines, "the open UDP flow", |l| {
+        l["kind"] == "udp" && l["client"] == udp_at.as_str()
+    });
     assert!(
         ended.contains(&udp_line["reason"].as_str().unwrap_or("")),
         "{udp_line}"
