@@ -134,8 +134,8 @@ pub struct Entry {
     pub has_host: bool,
     /// `h1`, `h2`, `tcp`, `udp`.
     pub protocol: &'static str,
-    /// The TLS version (`TLSv1.3`), `tls` when the version is not known
-    /// (HTTP/1 sees only that the connection is TLS), `None` for plain.
+    /// The TLS version (`TLSv1.3`), `tls` when a TLS connection's version
+    /// is not known (its digest was missing), `None` for plain.
     pub tls: Option<&'static str>,
     pub sni: Option<Arc<str>>,
     pub status: u16,
