@@ -17,6 +17,10 @@ pub struct ConnInfo {
     pub local: Option<SocketAddr>,
     /// The connection is TLS (decides `X-Forwarded-Proto` and the like).
     pub tls: bool,
+    /// The TLS version negotiated (`TLSv1.3`, `TLSv1.2`), for the access
+    /// log; `None` on plain connections. Read once per connection, so a
+    /// request pays nothing for it.
+    pub tls_version: Option<&'static str>,
     /// The TLS server name the client asked for.
     pub sni: Option<Arc<str>>,
     /// The ALPN protocol negotiated (`http/1.1`, or none).

@@ -451,6 +451,15 @@ pub async fn run(
     if let Some(t) = acme_task {
         t.abort();
     }
+    // The access log's writer is a detached thread: returning (and
+    // exiting) would cut off the lines still queued, those of the last
+    // requests and of the L4 connections and flows closed above. Bounded:
+    // a stuck destination does not hold the exit.
+    let log = metrics.l4.access_log.clone();
+    let drained = tokio::task::spawn_blocking(move || log.drain(Duration::from_secs(1))).await;
+    if !matches!(drained, Ok(true)) {
+        tracing::warn!("access log lines still queued after 1 s are lost");
+    }
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "shutdown complete"

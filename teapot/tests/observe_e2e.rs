@@ -1,9 +1,11 @@
 //! Operating a shared fleet (issue #19), end to end against the real
 //! `teapot proxy` binary: the access log of a routed request, a 404, a
-//! 503, a tenant refusal, a WebSocket and an L4 connection, every line
-//! parsed as JSON; `X-Request-Id` and `traceparent` as the backend sees
-//! them; two tenants' series kept apart in `/metrics` under load; and
-//! `teapot top` reading that proxy's admin endpoint.
+//! 503, a tenant refusal, a WebSocket, an L4 TCP connection and an L4 UDP
+//! flow, every line parsed as JSON; HTTP/2 and HTTP/1.1 over TLS with
+//! their TLS version and SNI; the lines of the last requests written
+//! before the process exits on SIGTERM; `X-Request-Id` and `traceparent`
+//! as the backend sees them; two tenants' series kept apart in `/metrics`
+//! under load; and `teapot top` reading that proxy's admin endpoint.
 //!
 //! Tenant endpoints may never be loopback, so tenant backends listen on
 //! this machine's interface addresses (as in edge_e2e's fairness test).
@@ -164,7 +166,13 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     documents.push(json!({
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": { "name": "db", "namespace": "l4" },
+        // A short UDP idle timeout: the flow ends, and gets its line,
+        // while the test waits.
+        "metadata": {
+            "name": "db",
+            "namespace": "l4",
+            "annotations": { "teapot.dev/udp-idle-timeout": "1s" },
+        },
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerClass": "teapot.dev/lb",
@@ -293,10 +301,11 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
             .iter()
             .any(|l| l["kind"] == "tcp" && l["bytes_in"] == 4)
             && lines.iter().any(|l| l["status"] == 101)
+            && lines.iter().any(|l| l["kind"] == "udp")
     })
     .await;
     for line in &lines {
-        let fields: &[&str] = if line["kind"] == "tcp" {
+        let fields: &[&str] = if line["kind"] == "tcp" || line["kind"] == "udp" {
             &TCP_FIELDS
         } else {
             &HTTP_FIELDS
@@ -341,7 +350,11 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     let ws = first(&lines, "the WebSocket", |l| l["status"] == 101);
     assert_eq!(ws["path"], "/chat");
     assert_eq!(ws["reason"], Value::Null);
-    let tcp_line = first(&lines, "the L4 connection", |l| l["kind"] == "tcp");
+    // A probe of the listener before it was ready may have a line of
+    // its own.
+    let tcp_line = first(&lines, "the L4 connection", |l| {
+        l["kind"] == "tcp" && l["bytes_in"] == 4
+    });
     assert_eq!(tcp_line["service"], "l4/db");
     assert_eq!(tcp_line["protocol"], "tcp");
     assert_eq!(
@@ -354,6 +367,30 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     assert_eq!(
         tcp_line["upstream_addr"],
         format!("127.0.0.1:{}", tcp.port())
+    );
+    // The UDP flow: its line when it went idle, with every datagram of
+    // it (one "hello" and its echo, or a few if one was lost on the way).
+    let udp_line = first(&lines, "the UDP flow", |l| l["kind"] == "udp");
+    assert_eq!(udp_line["service"], "l4/db");
+    assert_eq!(udp_line["namespace"], "l4");
+    assert_eq!(udp_line["protocol"], "udp");
+    assert_eq!(udp_line["reason"], "idle_timeout");
+    assert_eq!(udp_line["client"], client.local_addr().unwrap().to_string());
+    assert_eq!(
+        udp_line["upstream_addr"],
+        format!("127.0.0.1:{}", udp.port())
+    );
+    let (udp_in, udp_out) = (
+        udp_line["bytes_in"].as_u64().unwrap(),
+        udp_line["bytes_out"].as_u64().unwrap(),
+    );
+    assert!(
+        udp_in >= 5 && udp_in % 5 == 0 && udp_out >= 5 && udp_out % 5 == 0 && udp_out <= udp_in,
+        "{udp_line}"
+    );
+    assert!(
+        udp_line["duration_ms"].as_f64().unwrap() >= 1000.0,
+        "{udp_line}"
     );
 
     let metrics = h.metrics().await;
@@ -541,7 +578,7 @@ async fn two_tenants_under_load_keep_their_own_series_and_top_shows_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
+async fn http2_and_http1_over_tls_are_logged_with_their_tls_version_and_server_name() {
     let ca = teapot_testkit::certs::TestCa::new("teapot observe CA");
     let cert = ca.issue(&["h2.test"]);
     let backend = echo("h2", "web", "web-0").await;
@@ -592,10 +629,25 @@ async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
     )
     .await;
     assert_eq!(status, 503);
+    // HTTP/1.1 over TLS (teapot's own engine): its line names the TLS
+    // version and the SNI as well.
+    let h1 = send(
+        h.proxy.https,
+        &Transport::tls_verified("h2.test", &[ca.cert_der()]),
+        &Request::get("h2.test", "/h1-failing").header("x-echo-status", "502"),
+    )
+    .await;
+    assert_eq!(h1.status, 502);
 
-    let lines = read_log(&log, |lines| !lines.is_empty()).await;
-    assert_eq!(lines.len(), 1, "{lines:#?}");
-    let line = &lines[0];
+    let lines = read_log(&log, |lines| lines.len() >= 2).await;
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    let h1_line = first(&lines, "the HTTP/1.1 request", |l| l["status"] == 502);
+    assert_eq!(h1_line["path"], "/h1-failing");
+    assert_eq!(h1_line["protocol"], "h1");
+    assert_eq!(h1_line["tls"], "TLSv1.3");
+    assert_eq!(h1_line["sni"], "h2.test");
+    assert_eq!(h1_line["route"], "h2/web:80");
+    let line = first(&lines, "the HTTP/2 request", |l| l["status"] == 503);
     for f in HTTP_FIELDS {
         assert!(line.get(f).is_some(), "{f} missing from {line}");
     }
@@ -611,12 +663,184 @@ async fn http2_over_tls_is_logged_with_its_tls_version_and_server_name() {
 
     // --metrics-per-route: the route's own series beside the tenant's.
     let m = h.metrics().await;
-    for (class, n) in [("2xx", 1.0), ("5xx", 1.0)] {
+    for (class, n) in [("2xx", 1.0), ("5xx", 2.0)] {
         let name = format!(
             "teapot_route_requests_total{{class=\"{class}\",route=\"h2/web:80\",tenant=\"_operator\"}}"
         );
         assert_eq!(metric(&m, &name), Some(n), "{m}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_queued_at_shutdown_are_written_before_the_process_exits() {
+    let backend = echo("ops", "web", "web-0").await;
+    let mut documents = echo_service("ops", "web", &[&backend]);
+    documents.push(simple_ingress("ops", "web", "ops.test", "web"));
+    let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let udp = UdpEcho::start().await.unwrap();
+    let port = free_port(LOCALHOST).unwrap();
+    documents.push(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": "db", "namespace": "l4" },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "teapot.dev/lb",
+            "ports": [
+                { "name": "tcp", "port": port, "protocol": "TCP" },
+                { "name": "udp", "port": port, "protocol": "UDP" },
+            ],
+        },
+    }));
+    let mut l4_slice = slice("l4", "db-0", "db", &[], &[("127.0.0.1", true)]);
+    l4_slice["ports"] = json!([
+        { "name": "tcp", "port": tcp.port(), "protocol": "TCP" },
+        { "name": "udp", "port": udp.port(), "protocol": "UDP" },
+    ]);
+    documents.push(l4_slice);
+    // The log goes to a FIFO the test does not read until the very end of
+    // the shutdown, and then slowly: a destination that lags (a stderr
+    // read by a slow collector), so the writer blocks with the pipe full
+    // and the lines pile up in its queue. Only the drain at shutdown gets
+    // them out before the process exits.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&log)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let (go, wait_for_sigterm) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn({
+        let log = log.clone();
+        move || {
+            use std::io::Read as _;
+            // Opening blocks until the proxy opens its end.
+            let mut fifo = std::fs::File::open(&log).expect("open the FIFO");
+            let _ = wait_for_sigterm.recv();
+            // About 800 KB/s: a few hundred milliseconds for the backlog,
+            // well within the drain's second.
+            let mut text = Vec::new();
+            let mut chunk = [0u8; 8192];
+            loop {
+                match fifo.read(&mut chunk).expect("read the FIFO") {
+                    0 => break,
+                    n => text.extend_from_slice(&chunk[..n]),
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            String::from_utf8(text).expect("UTF-8 lines")
+        }
+    });
+    let state = dir.path().join("l4-state.json");
+    let mut h = Harness::start_with_args(
+        &[("all.yaml", docs(&documents))],
+        &[
+            "--access-log",
+            "all",
+            "--access-log-file",
+            log.to_str().unwrap(),
+            "--grace-period",
+            "1",
+            "--l4-pool",
+            "default=127.0.0.1",
+            "--l4-state",
+            state.to_str().unwrap(),
+        ],
+    )
+    .await;
+
+    // A TCP connection and a UDP flow left open: the shutdown ends them,
+    // so their lines are queued at the very end of the process.
+    let held = eventually("the L4 listener", RELOAD_TIMEOUT, || async {
+        let mut s = tokio::net::TcpStream::connect(SocketAddr::new(LOCALHOST, port)).await?;
+        s.write_all(b"ping").await?;
+        let mut back = [0u8; 4];
+        tokio::time::timeout(std::time::Duration::from_secs(1), s.read_exact(&mut back))
+            .await
+            .map_err(|_| std::io::Error::other("no echo yet"))??;
+        Ok::<_, std::io::Error>(s)
+    })
+    .await;
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client
+        .connect(SocketAddr::new(LOCALHOST, port))
+        .await
+        .unwrap();
+    eventually("a UDP answer", RELOAD_TIMEOUT, || async {
+        client.send(b"hello").await?;
+        let mut buf = [0u8; 16];
+        tokio::time::timeout(std::time::Duration::from_millis(500), client.recv(&mut buf))
+            .await
+            .map_err(|_| std::io::Error::other("no answer yet"))?
+    })
+    .await;
+    // Requests right before SIGTERM: more lines (about 400 bytes each)
+    // than the pipe (64 KiB) and the writer's buffer (64 KiB) hold.
+    let mut conn = client::Connection::open(h.proxy.http, &Transport::Plain, client::Proto::Http1)
+        .await
+        .expect("connection");
+    const LAST: usize = 600;
+    for i in 0..LAST {
+        let resp = conn
+            .send(&Request::get("ops.test", &format!("/last-{i}")))
+            .await
+            .expect("request");
+        assert_eq!(resp.status, 200);
+    }
+    h.proxy.terminate().expect("SIGTERM");
+    // The held connection is closed when the grace period is over, the
+    // last step before the server drains the log and returns: only now
+    // does the destination start taking lines.
+    let mut held = held;
+    let mut rest = [0u8; 16];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(20), held.read(&mut rest))
+        .await
+        .expect("the proxy closes the held connection");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    go.send(()).unwrap();
+    let status = h
+        .proxy
+        .wait(std::time::Duration::from_secs(20))
+        .await
+        .expect("the proxy exits after SIGTERM");
+    assert!(status.success(), "{status}");
+
+    // All read once the proxy has exited (its end of the FIFO closed).
+    let text = reader.join().expect("the FIFO's reader");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+        .collect();
+    let paths: std::collections::HashSet<&str> =
+        lines.iter().filter_map(|l| l["path"].as_str()).collect();
+    let missing: Vec<usize> = (0..LAST)
+        .filter(|i| !paths.contains(format!("/last-{i}").as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no line for {} requests: {missing:?}",
+        missing.len()
+    );
+    let ended = ["drained", "shutdown"];
+    // Earlier probes of the listener may have their own lines.
+    let held_at = held.local_addr().unwrap().to_string();
+    let tcp_line = first(&lines, "the held TCP connection", |l| {
+        l["kind"] == "tcp" && l["client"] == held_at.as_str()
+    });
+    assert_eq!(tcp_line["bytes_in"], 4, "{tcp_line}");
+    assert!(
+        ended.contains(&tcp_line["reason"].as_str().unwrap_or("")),
+        "{tcp_line}"
+    );
+    let udp_at = client.local_addr().unwrap().to_string();
+    let udp_line = first(&lines, "the open UDP flow", |l| {
+        l["kind"] == "udp" && l["client"] == udp_at.as_str()
+    });
+    assert!(
+        ended.contains(&udp_line["reason"].as_str().unwrap_or("")),
+        "{udp_line}"
+    );
 }
 
 #[test]

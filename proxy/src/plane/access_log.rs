@@ -1,5 +1,5 @@
-//! The access log: one line per HTTP request and per L4 connection
-//! (docs/operations.md).
+//! The access log: one line per HTTP request, per L4 TCP connection and
+//! per L4 UDP flow (docs/operations.md).
 //!
 //! The request path only copies a few fields into an [`Entry`] (one
 //! allocation for the request's strings, `Arc` clones for the rest) and
@@ -8,6 +8,11 @@
 //! (`teapot_access_log_dropped_total`): a slow disk or a stalled stderr
 //! reader must never hold a request. With `--access-log off` there is no
 //! channel and no thread, and the request path checks one `Option`.
+//!
+//! At shutdown, `server::run` calls [`AccessLog::drain`]: a marker queued
+//! behind the last lines comes back once they are written, so the lines
+//! of the last requests (and of the L4 connections the shutdown closed)
+//! reach the file before the process exits.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -84,7 +89,7 @@ pub struct AccessLog {
 
 #[derive(Debug)]
 struct Inner {
-    tx: SyncSender<Entry>,
+    tx: SyncSender<Msg>,
     mode: Mode,
     sample: u64,
     query: bool,
@@ -92,11 +97,26 @@ struct Inner {
     dropped: IntCounter,
 }
 
+/// What the writer is sent: lines, and at shutdown a marker it answers
+/// once everything queued before it is written and flushed.
+///
+/// Not boxed although the variants differ in size: nearly every message
+/// is a line, and boxing it would add an allocation per request.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+enum Msg {
+    Line(Entry),
+    Drained(SyncSender<()>),
+}
+
 /// What kind of line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Http,
     Tcp,
+    /// An L4 UDP flow: one client's datagrams to one endpoint until the
+    /// flow ends (idle, evicted, its endpoint removed, shutdown).
+    Udp,
 }
 
 /// One line's fields, owned, built on the request path.
@@ -112,10 +132,10 @@ pub struct Entry {
     method_end: u32,
     path_end: u32,
     pub has_host: bool,
-    /// `h1`, `h2`, `tcp`.
+    /// `h1`, `h2`, `tcp`, `udp`.
     pub protocol: &'static str,
-    /// The TLS version (`TLSv1.3`), `tls` when the version is not known
-    /// (HTTP/1 sees only that the connection is TLS), `None` for plain.
+    /// The TLS version (`TLSv1.3`), `tls` when a TLS connection's version
+    /// is not known (its digest was missing), `None` for plain.
     pub tls: Option<&'static str>,
     pub sni: Option<Arc<str>>,
     pub status: u16,
@@ -176,6 +196,14 @@ impl Entry {
         e
     }
 
+    /// A line for an L4 UDP flow.
+    pub fn udp() -> Entry {
+        let mut e = Entry::http("", "", None, false);
+        e.kind = Kind::Udp;
+        e.protocol = "udp";
+        e
+    }
+
     pub fn method(&self) -> &str {
         self.strings.get(..self.method_end as usize).unwrap_or("")
     }
@@ -196,7 +224,9 @@ impl Entry {
     pub fn is_error(&self) -> bool {
         match self.kind {
             Kind::Http => self.reason.is_some() || self.status >= 400 || self.status == 0,
-            Kind::Tcp => matches!(self.reason, Some("no_endpoint" | "connection_error")),
+            Kind::Tcp | Kind::Udp => {
+                matches!(self.reason, Some("no_endpoint" | "connection_error"))
+            }
         }
     }
 }
@@ -289,22 +319,64 @@ impl AccessLog {
         if inner.mode == Mode::Errors && !entry.is_error() {
             return;
         }
-        match inner.tx.try_send(entry) {
+        match inner.tx.try_send(Msg::Line(entry)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => inner.dropped.inc(),
         }
+    }
+
+    /// Waits, at most `wait`, until every line queued before this call is
+    /// written and flushed; true when they are. For the end of the
+    /// process: the writer is a detached thread that exiting would cut
+    /// off mid-queue. Lines sent meanwhile by other threads may or may not
+    /// be included.
+    pub fn drain(&self, wait: Duration) -> bool {
+        let Some(inner) = &self.inner else {
+            return true;
+        };
+        let deadline = std::time::Instant::now() + wait;
+        let (ack_tx, ack_rx) = std::sync::mpsc::sync_channel(1);
+        let mut marker = Msg::Drained(ack_tx);
+        // The queue may be full: retry (the writer is emptying it) rather
+        // than block, so a stuck destination cannot hold the exit longer
+        // than `wait`.
+        loop {
+            match inner.tx.try_send(marker) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(m)) => {
+                    if std::time::Instant::now() >= deadline {
+                        return false;
+                    }
+                    marker = m;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        ack_rx.recv_timeout(left).is_ok()
     }
 }
 
 /// The writer: formats each line into one reused buffer and flushes when
 /// the queue runs dry (so a quiet proxy's lines show at once and a busy
 /// one's go out in large writes).
-fn write_lines(rx: Receiver<Entry>, out: Box<dyn std::io::Write + Send>, format: Format) {
+fn write_lines(rx: Receiver<Msg>, out: Box<dyn std::io::Write + Send>, format: Format) {
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
     let mut line = String::with_capacity(1024);
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
-        while let Some(entry) = next {
+        while let Some(msg) = next {
+            let entry = match msg {
+                Msg::Line(entry) => entry,
+                Msg::Drained(ack) => {
+                    // Everything before the marker is in `out`.
+                    let _ = out.flush();
+                    let _ = ack.try_send(());
+                    next = rx.try_recv().ok();
+                    continue;
+                }
+            };
             line.clear();
             match format {
                 Format::Json => json_line(&mut line, &entry),
@@ -348,6 +420,7 @@ fn fields(e: &Entry, mut f: impl FnMut(&'static str, Value<'_>)) {
         Value::Str(match e.kind {
             Kind::Http => "http",
             Kind::Tcp => "tcp",
+            Kind::Udp => "udp",
         }),
     );
     f("tenant", opt(tag.tenant));
@@ -356,7 +429,7 @@ fn fields(e: &Entry, mut f: impl FnMut(&'static str, Value<'_>)) {
     f(
         match e.kind {
             Kind::Http => "route",
-            Kind::Tcp => "service",
+            Kind::Tcp | Kind::Udp => "service",
         },
         opt(tag.route),
     );
@@ -627,5 +700,99 @@ mod tests {
         }
         assert!(start.elapsed() < Duration::from_secs(1));
         assert!(dropped.get() >= 97, "dropped {}", dropped.get());
+    }
+
+    fn log_on(tx: SyncSender<Msg>) -> AccessLog {
+        AccessLog {
+            inner: Some(Arc::new(Inner {
+                tx,
+                mode: Mode::All,
+                sample: 1,
+                query: false,
+                seen: AtomicU64::new(0),
+                dropped: IntCounter::new("d", "d").unwrap(),
+            })),
+        }
+    }
+
+    #[test]
+    fn drain_waits_until_the_queued_lines_are_written() {
+        // A destination that takes 200 ms per write: without the drain,
+        // the lines are still queued or buffered when the sends return.
+        #[derive(Clone, Default)]
+        struct Slow(Arc<parking_lot::Mutex<Vec<u8>>>);
+        impl std::io::Write for Slow {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                std::thread::sleep(Duration::from_millis(200));
+                self.0.lock().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let written = Slow::default();
+        let lines = |w: &Slow| w.0.lock().iter().filter(|&&b| b == b'\n').count();
+        let (tx, rx) = std::sync::mpsc::sync_channel(16);
+        let out = written.clone();
+        std::thread::spawn(move || write_lines(rx, Box::new(out), Format::Json));
+        let log = log_on(tx);
+        for _ in 0..5 {
+            log.send(sample());
+        }
+        assert!(lines(&written) < 5, "the test needs a slow destination");
+        assert!(log.drain(Duration::from_secs(5)));
+        assert_eq!(lines(&written), 5);
+        assert!(
+            AccessLog::default().drain(Duration::ZERO),
+            "off: nothing to wait for"
+        );
+    }
+
+    #[test]
+    fn drain_gives_up_after_its_bound_on_a_stuck_destination() {
+        struct Stuck;
+        impl std::io::Write for Stuck {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                std::thread::sleep(Duration::from_secs(3600));
+                Ok(0)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                std::thread::sleep(Duration::from_secs(3600));
+                Ok(())
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::spawn(move || write_lines(rx, Box::new(Stuck), Format::Json));
+        let log = log_on(tx);
+        for _ in 0..3 {
+            log.send(sample());
+        }
+        let start = std::time::Instant::now();
+        assert!(!log.drain(Duration::from_millis(200)));
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn udp_lines_name_the_service_and_have_no_status() {
+        let mut e = Entry::udp();
+        e.tag = Some(Arc::from("\x1fl4/dns"));
+        e.bytes_in = 5;
+        e.reason = Some("idle_timeout");
+        let mut line = String::new();
+        json_line(&mut line, &e);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["kind"], "udp");
+        assert_eq!(v["protocol"], "udp");
+        assert_eq!(v["service"], "l4/dns");
+        assert_eq!(v["namespace"], "l4");
+        assert!(v.get("status").is_none() && v.get("path").is_none(), "{v}");
+        assert!(!e.is_error(), "an idle flow ended normally");
+        e.reason = Some("connection_error");
+        assert!(e.is_error());
     }
 }

@@ -86,6 +86,9 @@ pub fn conn_info(stream: &Stream) -> ConnInfo {
         client: socket.as_ref().and_then(|d| inet(d.peer_addr())),
         local: socket.as_ref().and_then(|d| inet(d.local_addr())),
         tls: ssl.is_some(),
+        tls_version: ssl
+            .as_deref()
+            .map(|d| crate::plane::proxy::tls_version(&d.version)),
         sni: ssl
             .as_deref()
             .and_then(crate::plane::tls::server_name)
@@ -403,7 +406,12 @@ impl Observer for MetricsObserver {
         );
         entry.tag = log.tag.cloned();
         entry.protocol = "h1";
-        entry.tls = log.conn.tls.then_some("tls");
+        // The version the connection negotiated; `tls` only if a TLS
+        // connection's digest was missing (not expected).
+        entry.tls = log
+            .conn
+            .tls_version
+            .or_else(|| log.conn.tls.then_some("tls"));
         entry.sni = log.conn.sni.clone();
         entry.status = log.status;
         entry.bytes_in = log.bytes_in;

@@ -620,8 +620,9 @@ fn error_reason(e: &Error) -> &'static str {
     }
 }
 
-/// A TLS version as the access log spells it.
-fn tls_version(version: &str) -> &'static str {
+/// A TLS version as the access log spells it (HTTP/2 here, HTTP/1 in
+/// crate::plane::h1).
+pub(crate) fn tls_version(version: &str) -> &'static str {
     if version.contains("1.3") || version.contains("1_3") {
         "TLSv1.3"
     } else if version.contains("1.2") || version.contains("1_2") {

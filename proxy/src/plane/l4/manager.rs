@@ -118,6 +118,13 @@ impl L4Service {
             );
         }
         let _ = self.kill.send(true);
+        // The killed connections end at their next poll; waiting (briefly)
+        // for them puts their access-log lines in the queue before the
+        // server drains it, instead of losing them with the runtime.
+        let killed = Instant::now() + Duration::from_millis(500);
+        while self.active() > 0 && Instant::now() < killed {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 

@@ -114,6 +114,9 @@ async fn connection(
             .unwrap_or_else(|_| SocketAddr::new(peer.ip(), 0));
         let header = header_v2(peer, local, Protocol::Tcp);
         if upstream.write_all(&header).await.is_err() {
+            if let Some(line) = line.as_mut() {
+                line.entry.reason = Some("connection_error");
+            }
             return;
         }
     }
@@ -184,6 +187,9 @@ impl<'c> Line<'c> {
         let mut entry = Entry::tcp();
         entry.tag = Some(Arc::from(format!("\x1f{service}")));
         entry.client = Some(peer);
+        // Every way out of `connection` sets the reason; only a task the
+        // exiting runtime drops mid-relay keeps this one.
+        entry.reason = Some("shutdown");
         Some(Line {
             log,
             start: Instant::now(),

@@ -7,6 +7,11 @@
 //! flow that has been quiet longest. When an endpoint leaves the route,
 //! only its flows are dropped: their clients' next datagrams open a flow to
 //! a remaining endpoint, and every other flow carries on untouched.
+//!
+//! With the access log on, each flow gets one line when it ends (idle,
+//! evicted, its endpoint removed, an error, shutdown) with its bytes both
+//! ways; with it off a flow carries no line and a datagram counts nothing
+//! more than the metrics.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -27,6 +32,7 @@ use super::manager::{ActiveGuard, Context};
 use crate::compile::l4::pool::ListenerKey;
 use crate::compile::l4::table::Route;
 use crate::compile::upstream::{Endpoint, Tried};
+use crate::plane::access_log::{AccessLog, Entry};
 
 /// Largest UDP payload.
 const DATAGRAM: usize = 65_536;
@@ -52,6 +58,18 @@ pub struct Flow {
     last: Arc<AtomicU64>,
     replies: Option<AbortHandle>,
     metrics: Option<L4Metrics>,
+    /// The flow's access-log line, sent when the flow is dropped; `None`
+    /// with the log off. Boxed: most tables never carry one.
+    line: Option<Box<FlowLine>>,
+}
+
+impl Flow {
+    /// Why the flow ends, for its access-log line.
+    fn end(&mut self, reason: &'static str) {
+        if let Some(line) = &mut self.line {
+            line.entry.reason = Some(reason);
+        }
+    }
 }
 
 impl Drop for Flow {
@@ -62,8 +80,70 @@ impl Drop for Flow {
         if let Some(m) = &self.metrics {
             m.udp_flows_active.dec();
         }
+        if let Some(line) = self.line.take() {
+            line.send();
+        }
     }
 }
+
+/// A flow's bytes, client to backend (`sent`, counted by the listener's
+/// task) and back (`received`, by the flow's reply task).
+#[derive(Debug, Default)]
+struct FlowBytes {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+/// What a flow's access-log line needs beyond its [`Entry`].
+#[derive(Debug)]
+struct FlowLine {
+    log: AccessLog,
+    start: Instant,
+    bytes: Arc<FlowBytes>,
+    entry: Entry,
+}
+
+impl FlowLine {
+    fn new(
+        log: &AccessLog,
+        service: &str,
+        client: SocketAddr,
+        endpoint: SocketAddr,
+    ) -> Option<Box<Self>> {
+        if !log.is_on() {
+            return None;
+        }
+        let mut entry = Entry::udp();
+        entry.tag = Some(Arc::from(format!("\x1f{service}")));
+        entry.client = Some(client);
+        entry.upstream = Some(endpoint);
+        Some(Box::new(FlowLine {
+            log: log.clone(),
+            start: Instant::now(),
+            bytes: Arc::default(),
+            entry,
+        }))
+    }
+
+    fn send(self: Box<Self>) {
+        let FlowLine {
+            log,
+            start,
+            bytes,
+            mut entry,
+        } = *self;
+        let failed = entry.is_error();
+        if log.wants(if failed { 0 } else { 200 }, failed) {
+            entry.bytes_in = bytes.sent.load(Ordering::Relaxed);
+            entry.bytes_out = bytes.received.load(Ordering::Relaxed);
+            entry.duration = start.elapsed();
+            log.send(entry);
+        }
+    }
+}
+
+/// What the listener's task needs of a flow per datagram.
+type FlowHandle = (u64, Arc<UdpSocket>, Arc<AtomicU64>, Option<Arc<FlowBytes>>);
 
 /// Flows by client address, at most `max`.
 #[derive(Debug)]
@@ -93,7 +173,7 @@ impl FlowTable {
     /// Adds a flow; when full, first evicts the flow quiet for longest and
     /// returns it.
     pub fn insert(&mut self, client: SocketAddr, mut flow: Flow) -> Option<Flow> {
-        let mut evicted = None;
+        let mut evicted: Option<Flow> = None;
         if self.flows.len() >= self.max && !self.flows.contains_key(&client) {
             // A linear scan, only when full: cheaper overall than keeping
             // an ordered index on every datagram.
@@ -103,6 +183,9 @@ impl FlowTable {
                 .min_by_key(|(_, f)| f.last.load(Ordering::Relaxed))
                 .map(|(c, _)| *c);
             evicted = oldest.and_then(|c| self.flows.remove(&c));
+            if let Some(f) = &mut evicted {
+                f.end("evicted");
+            }
         }
         self.next_id += 1;
         flow.id = self.next_id;
@@ -122,14 +205,32 @@ impl FlowTable {
     /// Drops the flows whose endpoint `keep` rejects; returns how many.
     pub fn retain_endpoints(&mut self, keep: impl Fn(SocketAddr) -> bool) -> usize {
         let before = self.flows.len();
-        self.flows.retain(|_, f| keep(f.endpoint));
+        self.flows.retain(|_, f| {
+            let kept = keep(f.endpoint);
+            if !kept {
+                f.end("drained");
+            }
+            kept
+        });
         before - self.flows.len()
     }
 
-    fn get(&self, client: &SocketAddr) -> Option<(u64, Arc<UdpSocket>, Arc<AtomicU64>)> {
-        self.flows
-            .get(client)
-            .map(|f| (f.id, f.upstream.clone(), f.last.clone()))
+    /// Drops every flow, each ending for `reason`.
+    fn close_all(&mut self, reason: &'static str) {
+        for (_, mut flow) in self.flows.drain() {
+            flow.end(reason);
+        }
+    }
+
+    fn get(&self, client: &SocketAddr) -> Option<FlowHandle> {
+        self.flows.get(client).map(|f| {
+            (
+                f.id,
+                f.upstream.clone(),
+                f.last.clone(),
+                f.line.as_ref().map(|l| l.bytes.clone()),
+            )
+        })
     }
 }
 
@@ -151,6 +252,9 @@ pub(super) async fn serve(
     let mut bytes_in = service_in(&route);
     let mut kill = ctx.kill.clone();
     let mut buf = vec![0u8; DATAGRAM];
+    // Why the listener's remaining flows end: a closed listener lets them
+    // go as a drain would, a kill is the shutdown.
+    let mut closing = "drained";
     loop {
         let (n, client) = tokio::select! {
             received = socket.recv_from(&mut buf) => match received {
@@ -173,10 +277,13 @@ pub(super) async fn serve(
                 }
                 continue;
             }
-            _ = kill.changed() => break,
+            _ = kill.changed() => {
+                closing = "shutdown";
+                break;
+            }
         };
         let existing = table.lock().get(&client);
-        let (id, upstream, last) = match existing {
+        let (id, upstream, last, flow_bytes) = match existing {
             Some(f) => f,
             None => match open_flow(&route, &socket, &table, client, &ctx).await {
                 Some(f) => f,
@@ -189,19 +296,26 @@ pub(super) async fn serve(
             Ok(_) => {
                 ctx.metrics.bytes_in.inc_by(n as u64);
                 bytes_in.inc_by(n as u64);
+                if let Some(b) = &flow_bytes {
+                    b.sent.fetch_add(n as u64, Ordering::Relaxed);
+                }
             }
             Err(e) => {
                 // ECONNREFUSED reports an earlier ICMP port unreachable.
-                if e.kind() == ErrorKind::ConnectionRefused
-                    && let Some(flow) = table.lock().remove_if(&client, id)
-                {
+                let removed = (e.kind() == ErrorKind::ConnectionRefused)
+                    .then(|| table.lock().remove_if(&client, id))
+                    .flatten();
+                if let Some(mut flow) = removed {
+                    flow.end("connection_error");
                     eject(&route, flow.endpoint);
                 }
             }
         }
     }
-    let flows = std::mem::replace(&mut *table.lock(), FlowTable::new(1));
-    drop(flows);
+    // Taken out of the lock before they are dropped: dropping a flow
+    // sends its line and aborts its task.
+    let mut flows = std::mem::replace(&mut *table.lock(), FlowTable::new(1));
+    flows.close_all(closing);
     tracing::debug!(listener = %key, "L4 UDP listener closed");
 }
 
@@ -217,7 +331,7 @@ async fn open_flow(
     table: &Arc<Mutex<FlowTable>>,
     client: SocketAddr,
     ctx: &Arc<Context>,
-) -> Option<(u64, Arc<UdpSocket>, Arc<AtomicU64>)> {
+) -> Option<FlowHandle> {
     let endpoint = pick_live(route, &ctx.nodes)?;
     let local: SocketAddr = if endpoint.addr.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
@@ -238,6 +352,9 @@ async fn open_flow(
     }
     let upstream = Arc::new(upstream);
     let last = Arc::new(AtomicU64::new(now_ms()));
+    let service = route.service.to_string();
+    let line = FlowLine::new(&ctx.metrics.access_log, &service, client, endpoint.addr);
+    let flow_bytes = line.as_ref().map(|l| l.bytes.clone());
     let flow = Flow {
         id: 0,
         upstream: upstream.clone(),
@@ -245,10 +362,10 @@ async fn open_flow(
         last: last.clone(),
         replies: None,
         metrics: Some(ctx.metrics.clone()),
+        line,
     };
     ctx.metrics.udp_flows_total.inc();
     ctx.metrics.udp_flows_active.inc();
-    let service = route.service.to_string();
     ctx.metrics
         .service_udp_flows
         .with_label_values(&[&service])
@@ -257,13 +374,15 @@ async fn open_flow(
         .metrics
         .service_bytes
         .with_label_values(&[&service, "out"]);
-    let id = {
+    let (id, evicted) = {
         let mut t = table.lock();
-        if t.insert(client, flow).is_some() {
-            ctx.metrics.udp_flows_evicted_total.inc();
-        }
-        t.next_id
+        let evicted = t.insert(client, flow);
+        (t.next_id, evicted)
     };
+    if evicted.is_some() {
+        ctx.metrics.udp_flows_evicted_total.inc();
+    }
+    drop(evicted);
     let task = tokio::spawn(replies(
         upstream.clone(),
         listener.clone(),
@@ -275,6 +394,7 @@ async fn open_flow(
         endpoint,
         ctx.clone(),
         bytes_out,
+        flow_bytes.clone(),
     ));
     if let Some(f) = table.lock().flows.get_mut(&client)
         && f.id == id
@@ -283,7 +403,7 @@ async fn open_flow(
     } else {
         task.abort();
     }
-    Some((id, upstream, last))
+    Some((id, upstream, last, flow_bytes))
 }
 
 /// The next endpoint round-robin, passing over those on a node the TCP
@@ -315,18 +435,19 @@ async fn replies(
     endpoint: Arc<Endpoint>,
     ctx: Arc<Context>,
     service_bytes_out: prometheus::IntCounter,
+    flow_bytes: Option<Arc<FlowBytes>>,
 ) {
     let _active = ActiveGuard::new(&ctx);
     let idle_ms = idle.as_millis() as u64;
-    loop {
+    let reason = loop {
         let quiet = now_ms().saturating_sub(last.load(Ordering::Relaxed));
         if quiet >= idle_ms {
-            break;
+            break "idle_timeout";
         }
         let wait = Duration::from_millis(idle_ms - quiet);
         match tokio::time::timeout(wait, upstream.readable()).await {
             Err(_) => continue,
-            Ok(Err(_)) => break,
+            Ok(Err(_)) => break "connection_error",
             Ok(Ok(())) => {}
         }
         // Drain what is queued without awaiting, through the thread's
@@ -340,6 +461,9 @@ async fn replies(
                         if listener.try_send_to(&buf[..n], client).is_ok() {
                             ctx.metrics.bytes_out.inc_by(n as u64);
                             service_bytes_out.inc_by(n as u64);
+                            if let Some(b) = &flow_bytes {
+                                b.received.fetch_add(n as u64, Ordering::Relaxed);
+                            }
                         }
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
@@ -353,13 +477,15 @@ async fn replies(
             }
         });
         if ended {
-            break;
+            break "connection_error";
         }
-    }
-    // Removing our own flow drops it, which aborts this task at its next
-    // await; there is none left.
+    };
+    // Removing our own flow drops it (outside the lock), which sends its
+    // line and aborts this task at its next await; there is none left.
     let flow = table.lock().remove_if(&client, id);
-    drop(flow);
+    if let Some(mut flow) = flow {
+        flow.end(reason);
+    }
 }
 
 #[cfg(test)]
@@ -375,6 +501,7 @@ mod tests {
             last: Arc::new(AtomicU64::new(last)),
             replies: None,
             metrics: None,
+            line: None,
         }
     }
 
@@ -407,6 +534,73 @@ mod tests {
         let dropped = t.retain_endpoints(|e| e.port() != 9000);
         assert_eq!(dropped, 2);
         assert!(t.get(&client(2)).is_some());
+    }
+
+    #[tokio::test]
+    async fn each_ended_flow_gets_one_line_with_its_reason_and_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        let log = AccessLog::start(
+            &crate::plane::access_log::AccessLogConfig {
+                mode: crate::plane::access_log::Mode::All,
+                destination: crate::plane::access_log::Destination::File(path.clone()),
+                ..Default::default()
+            },
+            prometheus::IntCounter::new("d", "d").unwrap(),
+        )
+        .unwrap();
+        let logged = |port: u16, endpoint: u16, last: u64| {
+            let log = log.clone();
+            async move {
+                let mut f = flow(endpoint, last).await;
+                f.line = FlowLine::new(&log, "l4/dns", client(port), f.endpoint);
+                f
+            }
+        };
+        let mut t = FlowTable::new(2);
+        t.insert(client(1), logged(1, 9000, 10).await);
+        t.insert(client(2), logged(2, 9001, 20).await);
+        let (_, _, _, bytes) = t.get(&client(1)).unwrap();
+        let bytes = bytes.expect("a logged flow counts its bytes");
+        bytes.sent.fetch_add(5, Ordering::Relaxed);
+        bytes.received.fetch_add(7, Ordering::Relaxed);
+        // Client 1's flow is quiet longest: client 3 evicts it.
+        drop(t.insert(client(3), logged(3, 9002, 30).await));
+        assert_eq!(t.retain_endpoints(|e| e.port() != 9001), 1);
+        t.close_all("shutdown");
+        assert!(log.drain(Duration::from_secs(5)));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ended: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|l| (l["client"].as_str().unwrap(), l["reason"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            ended,
+            [
+                ("192.0.2.1:1", "evicted"),
+                ("192.0.2.1:2", "drained"),
+                ("192.0.2.1:3", "shutdown")
+            ],
+            "{text}"
+        );
+        for l in &lines {
+            assert_eq!(
+                (l["kind"].as_str(), l["service"].as_str()),
+                (Some("udp"), Some("l4/dns"))
+            );
+        }
+        let one = &lines[0];
+        assert_eq!(
+            (one["bytes_in"].as_u64(), one["bytes_out"].as_u64()),
+            (Some(5), Some(7)),
+            "{text}"
+        );
+        assert_eq!(one["upstream_addr"], "127.0.0.1:9000");
+        assert!(t.is_empty());
     }
 
     #[tokio::test]
