@@ -14,7 +14,9 @@
 #   benches/h1-side-by-side.sh [ROUNDS] [SECONDS]
 #
 # Environment: BASE=/path/to/teapot, PINGORA=1, PIN=0|1, CONNS (64),
-# BODY bytes (128), JSON=file (raw rounds), PROFILE=NAME (target/NAME).
+# BODY bytes (128), JSON=file (raw rounds), PROFILE=NAME (target/NAME),
+# TEAPOT_ARGS (more flags for the teapot target, e.g. "--access-log all
+# --access-log-file /tmp/access.log"; BASE runs without them).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds="${1:-5}"
@@ -108,14 +110,17 @@ spec:
   ingressClassName: teapot
   rules: [{host: bench.example, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: static, port: {name: http}}}}]}}]
 EOF
-start_teapot() { # $1: target name, $2: binary
+start_teapot() { # $1: target name, $2: binary, then extra flags
     port_of[$1]=$(port)
-    RUST_LOG=warn "${on_proxy_cpu[@]}" "$2" --threads 1 proxy --manifests "$work/manifests" \
-        --http "127.0.0.1:${port_of[$1]}" --https off --admin 127.0.0.1:0 >/dev/null 2>&1 &
+    local name=$1 binary=$2
+    shift 2
+    RUST_LOG=warn "${on_proxy_cpu[@]}" "$binary" --threads 1 proxy --manifests "$work/manifests" \
+        --http "127.0.0.1:${port_of[$name]}" --https off --admin 127.0.0.1:0 "$@" >/dev/null 2>&1 &
     pids+=($!)
-    pid_of[$1]=$!
+    pid_of[$name]=$!
 }
-start_teapot teapot "$bin/teapot"
+read -r -a teapot_args <<<"${TEAPOT_ARGS:-}"
+start_teapot teapot "$bin/teapot" "${teapot_args[@]}"
 if [ -n "${BASE:-}" ]; then
     start_teapot teapot-base "$BASE"
     targets=(teapot teapot-base haproxy nginx)
