@@ -215,12 +215,8 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
     },
     AnnotationSpec {
         key: "teapot.dev/source-uid",
-        applies_to: &[
-            ObjectKind::Ingress,
-            ObjectKind::Service,
-            ObjectKind::EndpointSlice,
-            ObjectKind::Secret,
-        ],
+        // Every kind the agent mirrors, the Gateway API ones included.
+        applies_to: &ObjectKind::ALL,
         value: ValueType::Uid,
         doc: "Set by the teapot agent: the UID of the tenant-cluster object this one mirrors.",
     },
