@@ -363,10 +363,8 @@ fn matching<K: Tenant>(store: &Store<K>, matches: impl Fn(&Value) -> bool) -> Ve
         .collect()
 }
 
-fn stop(mut rx: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
-    async move {
-        let _ = rx.wait_for(|s| *s).await;
-    }
+async fn stop(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 fn resync_ticks(ctx: Arc<Context>) -> impl futures::Stream<Item = ()> + Send + 'static {

@@ -55,7 +55,8 @@ pub use addresses::{check_endpoint_address, forbidden_address};
 pub use endpoint_slice::check_endpoint_slice;
 pub use gateway::{
     GATEWAY_GROUP, HTTP_LISTENER_PORT, HTTPS_LISTENER_PORT, ROUTE_KINDS, check_gateway,
-    check_gateway_host, check_reference_grant, check_route, pending_gateway_hosts,
+    check_gateway_host, check_reference_grant, check_route, gateway_api_hostnames,
+    pending_gateway_hosts,
 };
 pub use hosts::{Holder, Holdings, HostScope, check_host, host_scope};
 pub use ingress::{check_ingress, pending_custom_hosts};
