@@ -406,7 +406,7 @@ fn gateway_controller(
     shutdown: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
     let (gateways, store) = primary(Api::<Gateway>::all(ctx.tenant.clone()));
-    let secrets_store = store.clone();
+    let (secrets_store, grants_gateways) = (store.clone(), store.clone());
     Controller::for_stream(gateways, store)
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<Gateway>(&ctx), |lb: Gateway| source_ref(&lb))
@@ -417,6 +417,16 @@ fn gateway_controller(
                 let target = (s.namespace().unwrap_or_default(), s.name_any());
                 matching(&secrets_store, |g| {
                     gateway_needs(g).is_ok_and(|n| n.secrets.contains(&target))
+                })
+            },
+        )
+        .watches(
+            Api::<ReferenceGrant>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |g: ReferenceGrant| {
+                let namespace = g.namespace().unwrap_or_default();
+                matching(&grants_gateways, |gw| {
+                    gateway_needs(gw).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
                 })
             },
         )
@@ -436,7 +446,8 @@ fn route_controller<K: Route>(
     shutdown: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
     let (routes, store) = primary(Api::<K>::all(ctx.tenant.clone()));
-    let (services_store, gateways_store) = (store.clone(), store.clone());
+    let (services_store, gateways_store, grants_store) =
+        (store.clone(), store.clone(), store.clone());
     Controller::for_stream(routes, store)
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<K>(&ctx), |lb: K| source_ref(&lb))
@@ -459,6 +470,18 @@ fn route_controller<K: Route>(
                 let target = (g.namespace().unwrap_or_default(), g.name_any());
                 matching(&gateways_store, |r| {
                     route_parents(r).is_ok_and(|ps| ps.iter().any(|(_, p)| *p == target))
+                })
+            },
+        )
+        // A ReferenceGrant decides the cross-namespace backends of the
+        // routes pointing into its namespace.
+        .watches(
+            Api::<ReferenceGrant>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |g: ReferenceGrant| {
+                let namespace = g.namespace().unwrap_or_default();
+                matching(&grants_store, |r| {
+                    route_needs(r).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
                 })
             },
         )

@@ -630,6 +630,34 @@ mod tests {
     }
 
     #[test]
+    fn every_route_kind_copies_into_its_type() {
+        use teapot_api::gateway_api::{GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute};
+        for kind in ["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"] {
+            let r = json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": kind,
+                "metadata": {"name": "r", "namespace": "web"},
+                "spec": {"parentRefs": [{"name": "shop", "sectionName": "l4"}],
+                         "hostnames": ["db.example.com"],
+                         "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]}
+            });
+            let copy = lb_route(&r, "tenant-acme", &[0], &[]).unwrap();
+            let back = match kind {
+                "HTTPRoute" => serde_json::from_value::<HttpRoute>(copy.clone()).map(|_| ()),
+                "GRPCRoute" => serde_json::from_value::<GrpcRoute>(copy.clone()).map(|_| ()),
+                "TLSRoute" => serde_json::from_value::<TlsRoute>(copy.clone()).map(|_| ()),
+                "TCPRoute" => serde_json::from_value::<TcpRoute>(copy.clone()).map(|_| ()),
+                _ => serde_json::from_value::<UdpRoute>(copy.clone()).map(|_| ()),
+            };
+            assert!(back.is_ok(), "{kind}: {back:?} {copy}");
+            assert_eq!(copy["kind"], kind);
+            assert_eq!(
+                copy["spec"]["rules"][0]["backendRefs"][0]["name"],
+                mirrored_service_name("web", "db")
+            );
+        }
+    }
+
+    #[test]
     fn grants_follow_the_specification() {
         let cross = CrossRef {
             from_kind: "HTTPRoute".into(),
