@@ -442,6 +442,15 @@ pub fn check_route(
             if let Some(path) = m.get("path") {
                 check_path_match(path, &format!("{at}.matches[{j}].path"), &mut out);
             }
+            for (k, h) in items(m, "headers") {
+                let name = h.get("name").unwrap_or(&Value::Null);
+                check_header_name(
+                    name,
+                    format!("{at}.matches[{j}].headers[{k}].name"),
+                    false,
+                    &mut out,
+                );
+            }
         }
         for (j, f) in items(rule, "filters") {
             check_filter(f, &format!("{at}.filters[{j}]"), &own, &mut out);
@@ -685,7 +694,69 @@ fn check_backend_ref(r: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
     check_port(r, at, true, out);
 }
 
+/// Headers that frame the message or the connection: the proxy sets them
+/// itself, and a route may not (a wrong `Content-Length` or
+/// `Transfer-Encoding` towards a pooled upstream connection is request
+/// smuggling material).
+pub const FRAMING_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "host",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// An HTTP header name: an RFC 9110 token.
+fn header_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn check_header_name(name: &Value, field: String, modifier: bool, out: &mut Vec<Violation>) {
+    let Some(name) = name.as_str() else {
+        out.push(Violation::new(field, "a header name is a string"));
+        return;
+    };
+    if !header_token(name) {
+        out.push(Violation::new(
+            field,
+            format!("{} is not an HTTP header name", quote(name)),
+        ));
+    } else if modifier && FRAMING_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        out.push(Violation::new(
+            field,
+            format!(
+                "{} frames the message or the connection; the proxy sets it itself (for the Host header use URLRewrite hostname)",
+                quote(name)
+            ),
+        ));
+    }
+}
+
+/// Header names of RequestHeaderModifier and ResponseHeaderModifier.
+fn check_header_modifiers(f: &Value, at: &str, out: &mut Vec<Violation>) {
+    for modifier in ["requestHeaderModifier", "responseHeaderModifier"] {
+        let Some(m) = f.get(modifier) else { continue };
+        for op in ["set", "add"] {
+            for (i, h) in items(m, op) {
+                let name = h.get("name").unwrap_or(&Value::Null);
+                check_header_name(name, format!("{at}.{modifier}.{op}[{i}].name"), true, out);
+            }
+        }
+        for (i, name) in items(m, "remove") {
+            check_header_name(name, format!("{at}.{modifier}.remove[{i}]"), true, out);
+        }
+    }
+}
+
 fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
+    check_header_modifiers(f, at, out);
     let ty = text(f, "type").unwrap_or("");
     if ty == "ExtensionRef" || f.get("extensionRef").is_some() {
         out.push(Violation::new(
@@ -878,6 +949,20 @@ mod tests {
                 "spec.rules[0].backendRefs[0].namespace",
                 "spec.rules[0].backendRefs[1].kind",
                 "spec.rules[0].backendRefs[2].port",
+            ]
+        );
+    }
+
+    #[test]
+    fn header_modifiers_leave_framing_to_the_proxy() {
+        let spec = "  parentRefs: [{name: shop}]\n  rules:\n  - matches: [{headers: [{name: \"bad name\", value: x}, {name: Host, value: a}]}]\n    filters:\n    - type: RequestHeaderModifier\n      requestHeaderModifier:\n        set: [{name: Transfer-Encoding, value: chunked}, {name: X-Ok, value: y}]\n        add: [{name: content-length, value: \"0\"}]\n        remove: [Connection, X-Debug]\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {set: [{name: Strict-Transport-Security, value: max-age=60}]}\n    backendRefs: [{name: web, port: 80}]\n";
+        assert_eq!(
+            route("HTTPRoute", spec),
+            [
+                "spec.rules[0].matches[0].headers[0].name",
+                "spec.rules[0].filters[0].requestHeaderModifier.set[0].name",
+                "spec.rules[0].filters[0].requestHeaderModifier.add[0].name",
+                "spec.rules[0].filters[0].requestHeaderModifier.remove[0]",
             ]
         );
     }
