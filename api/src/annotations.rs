@@ -25,6 +25,14 @@ pub enum ObjectKind {
     Service,
     EndpointSlice,
     Secret,
+    /// Gateway API kinds (`gateway.networking.k8s.io/v1`, issue #18).
+    Gateway,
+    HttpRoute,
+    GrpcRoute,
+    TlsRoute,
+    TcpRoute,
+    UdpRoute,
+    ReferenceGrant,
 }
 
 impl ObjectKind {
@@ -35,16 +43,41 @@ impl ObjectKind {
             ObjectKind::Service => "Service",
             ObjectKind::EndpointSlice => "EndpointSlice",
             ObjectKind::Secret => "Secret",
+            ObjectKind::Gateway => "Gateway",
+            ObjectKind::HttpRoute => "HTTPRoute",
+            ObjectKind::GrpcRoute => "GRPCRoute",
+            ObjectKind::TlsRoute => "TLSRoute",
+            ObjectKind::TcpRoute => "TCPRoute",
+            ObjectKind::UdpRoute => "UDPRoute",
+            ObjectKind::ReferenceGrant => "ReferenceGrant",
         }
     }
 
     /// Every kind, for tables.
-    pub const ALL: [ObjectKind; 4] = [
+    pub const ALL: [ObjectKind; 11] = [
         ObjectKind::Ingress,
         ObjectKind::Service,
         ObjectKind::EndpointSlice,
         ObjectKind::Secret,
+        ObjectKind::Gateway,
+        ObjectKind::HttpRoute,
+        ObjectKind::GrpcRoute,
+        ObjectKind::TlsRoute,
+        ObjectKind::TcpRoute,
+        ObjectKind::UdpRoute,
+        ObjectKind::ReferenceGrant,
     ];
+
+    /// Whether this is a Gateway API kind (`gateway.networking.k8s.io`).
+    pub fn is_gateway_api(self) -> bool {
+        !matches!(
+            self,
+            ObjectKind::Ingress
+                | ObjectKind::Service
+                | ObjectKind::EndpointSlice
+                | ObjectKind::Secret
+        )
+    }
 }
 
 impl fmt::Display for ObjectKind {
@@ -182,12 +215,8 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
     },
     AnnotationSpec {
         key: "teapot.dev/source-uid",
-        applies_to: &[
-            ObjectKind::Ingress,
-            ObjectKind::Service,
-            ObjectKind::EndpointSlice,
-            ObjectKind::Secret,
-        ],
+        // Every kind the agent mirrors, the Gateway API ones included.
+        applies_to: &ObjectKind::ALL,
         value: ValueType::Uid,
         doc: "Set by the teapot agent: the UID of the tenant-cluster object this one mirrors.",
     },

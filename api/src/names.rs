@@ -14,3 +14,7 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const TENANT_LABEL: &str = "teapot.dev/tenant";
 /// `type` of Secrets that carry a certificate and key.
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+/// The GatewayClass tenants set (`spec.gatewayClassName: teapot`).
+pub const GATEWAY_CLASS: &str = "teapot";
+/// `spec.controllerName` of GatewayClasses that teapot implements.
+pub const GATEWAY_CONTROLLER_NAME: &str = "teapot.dev/gateway-controller";

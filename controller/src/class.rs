@@ -1,10 +1,13 @@
-//! IngressClass `teapot`: created when missing, checked when present.
+//! IngressClass `teapot` and GatewayClass `teapot`: created when missing,
+//! checked when present.
 
 use k8s_openapi::api::networking::v1::{IngressClass, IngressClassSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use teapot_api::names::{CONTROLLER_NAME, INGRESS_CLASS};
+use teapot_api::gateway_api::GatewayClass;
+use teapot_api::gateway_api::generated::gateway_classes::GatewayClassSpec;
+use teapot_api::names::{CONTROLLER_NAME, GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME, INGRESS_CLASS};
 
 use crate::Error;
 
@@ -42,6 +45,40 @@ pub async fn ensure(client: &Client) -> Result<(), Error> {
             Ok(())
         }
         // Another replica was faster.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates GatewayClass `teapot` (`spec.controllerName:
+/// teapot.dev/gateway-controller`) unless it exists, like IngressClass
+/// `teapot`: refuses to run when it exists for another controller, never
+/// modifies an existing one.
+pub async fn ensure_gateway_class(client: &Client) -> Result<(), Error> {
+    let api: Api<GatewayClass> = Api::all(client.clone());
+    if let Some(existing) = api.get_opt(GATEWAY_CLASS).await? {
+        if existing.spec.controller_name != GATEWAY_CONTROLLER_NAME {
+            return Err(Error::ClassTaken {
+                name: format!("GatewayClass {GATEWAY_CLASS}"),
+                controller: existing.spec.controller_name,
+                expected: GATEWAY_CONTROLLER_NAME,
+            });
+        }
+        return Ok(());
+    }
+    let class = GatewayClass::new(
+        GATEWAY_CLASS,
+        GatewayClassSpec {
+            controller_name: GATEWAY_CONTROLLER_NAME.into(),
+            description: Some("Shared load balancing by the teapot proxy fleet".into()),
+            parameters_ref: None,
+        },
+    );
+    match api.create(&PostParams::default(), &class).await {
+        Ok(_) => {
+            tracing::info!(class = GATEWAY_CLASS, "GatewayClass created");
+            Ok(())
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }

@@ -23,6 +23,8 @@ pub struct Live {
     pub ingresses: BTreeSet<String>,
     pub services: BTreeSet<String>,
     pub secrets: BTreeSet<String>,
+    /// Gateway API copies, as `(kind, name)`.
+    pub gateway_api: BTreeSet<(&'static str, String)>,
 }
 
 impl Live {
@@ -82,14 +84,27 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     let lb_slices = Api::<EndpointSlice>::namespaced(ctx.lb.clone(), ns)
         .list(&slices_sel)
         .await?;
+    let lb_gateway_api = if ctx.config.gateway_api_on() {
+        crate::gateway::lb_copy_names(ctx).await?
+    } else {
+        Vec::new()
+    };
     let tenant = Api::<Ingress>::all(ctx.tenant.clone())
         .list(&ListParams::default())
         .await?;
     let tenant_services = Api::<Service>::all(ctx.tenant.clone())
         .list(&ListParams::default())
         .await?;
-    let live = Live::of(tenant.items.iter(), tenant_services.items.iter());
+    let mut live = Live::of(tenant.items.iter(), tenant_services.items.iter());
+    if ctx.config.gateway_api_on() {
+        crate::gateway::add_live(ctx, &mut live).await?;
+    }
     let mut deleted = 0;
+    for (kind, name) in lb_gateway_api {
+        if !live.gateway_api.contains(&(kind, name.clone())) {
+            deleted += crate::gateway::delete_copy(ctx, kind, &name).await?;
+        }
+    }
     for o in lb_ingresses.items {
         if !live.ingresses.contains(&o.name_any()) {
             deleted += delete::<Ingress>(ctx, &o.name_any()).await?;
@@ -118,7 +133,7 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     Ok(deleted)
 }
 
-async fn delete<K>(ctx: &Context, name: &str) -> Result<usize, Error>
+pub(crate) async fn delete<K>(ctx: &Context, name: &str) -> Result<usize, Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone

@@ -12,6 +12,9 @@
 //!   address the fleet allocated back.
 //! - [`report`]: what both write back (status, conditions, Events) and
 //!   their shared writes (finalizer, server-side apply).
+//! - [`gateway`]: reconciles Gateways of class `teapot` and the routes
+//!   attached to them into the LB cluster the same way ([`gateway_mirror`]
+//!   builds the copies), when the tenant cluster serves the Gateway API.
 //! - [`gc`]: deletes LB copies without a live source, at start, after each
 //!   deletion and on every resync.
 //! - the EndpointSlice mirror is the sync crate ([`teapot_sync`]).
@@ -25,6 +28,8 @@
 
 pub mod admin;
 pub mod class;
+pub mod gateway;
+pub mod gateway_mirror;
 pub mod gc;
 pub mod ingress;
 pub mod mirror;
@@ -66,8 +71,11 @@ pub struct AgentConfig {
     pub mode: Mode,
     /// Full resync and GC period.
     pub resync: Duration,
-    /// Create IngressClass `teapot` when it is missing.
+    /// Create IngressClass `teapot` (and GatewayClass `teapot`) when it is
+    /// missing.
     pub install_class: bool,
+    /// Whether Gateways and routes are synced (issue #18).
+    pub gateway_api: GatewayApi,
     /// Least time between two writes of one LB EndpointSlice.
     pub min_write_interval: Duration,
     /// This replica's name in Events.
@@ -86,10 +94,30 @@ impl AgentConfig {
             mode: Mode::NodePort,
             resync: Duration::from_secs(300),
             install_class: true,
+            gateway_api: GatewayApi::Detect,
             min_write_interval: Duration::from_millis(500),
             instance: None,
             lease: None,
         }
+    }
+}
+
+/// Whether the agent syncs Gateways and routes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GatewayApi {
+    /// [`run`] asks the tenant cluster: on when it serves the Gateway API
+    /// (its CRDs are installed), off otherwise. Anything that reads the
+    /// config without [`run`] deciding sees it off.
+    #[default]
+    Detect,
+    On,
+    Off,
+}
+
+impl AgentConfig {
+    /// Whether the Gateway API half runs (decided by [`run`]).
+    pub fn gateway_api_on(&self) -> bool {
+        self.gateway_api == GatewayApi::On
     }
 }
 
@@ -251,7 +279,7 @@ impl Health {
 /// dropped) when a renewal fails, so two replicas never write at once
 /// (the other can take the lease only after it expired).
 pub async fn run(
-    config: AgentConfig,
+    mut config: AgentConfig,
     metrics: Metrics,
     health: Arc<Health>,
     shutdown: watch::Receiver<bool>,
@@ -260,6 +288,19 @@ pub async fn run(
         // Every replica checks: a class owned by another controller is
         // fatal wherever it is seen. Creating it twice is a harmless 409.
         class::ensure(&config.tenant).await?;
+    }
+    if config.gateway_api == GatewayApi::Detect {
+        config.gateway_api = if gateway::probe(&config.tenant).await? {
+            GatewayApi::On
+        } else {
+            tracing::warn!(
+                "the tenant cluster does not serve the Gateway API (no gateway.networking.k8s.io CRDs): syncing Ingresses and Services only; restart the agent after installing them"
+            );
+            GatewayApi::Off
+        };
+    }
+    if config.gateway_api_on() && config.install_class {
+        class::ensure_gateway_class(&config.tenant).await?;
     }
     let Some(options) = config.lease.clone() else {
         health.set_leading(&metrics, true);
@@ -420,6 +461,7 @@ async fn lead(
                 tracing::debug!(error = %e, "Ingress controller event");
             }
         });
+    let (gateway_ctx, gateway_stop) = (ctx.clone(), shutdown.clone());
     let service_controller = Controller::for_stream(services, service_store)
         .with_config(debounce)
         .watches_stream(lb_services, |lb: Service| service::lb_service_source(&lb))
@@ -431,7 +473,12 @@ async fn lead(
                 tracing::debug!(error = %e, "Service controller event");
             }
         });
-    futures::future::join(ingress_controller, service_controller).await;
+    let gateway_api = async move {
+        if config.gateway_api_on() {
+            gateway::run_controllers(gateway_ctx, gateway_stop).await;
+        }
+    };
+    futures::future::join3(ingress_controller, service_controller, gateway_api).await;
     gc_task.abort();
     let _ = sync.await;
     Ok(())

@@ -43,7 +43,9 @@ pub fn is_l4(service: &Service) -> bool {
 /// (unknown ones too, so the webhook refuses them with its message rather
 /// than the agent dropping them silently) except the ones the agent itself
 /// reads or writes.
-fn travelling_annotations(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn travelling_annotations(
+    annotations: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     annotations
         .iter()
         .filter(|(k, _)| {
@@ -94,7 +96,7 @@ pub fn referenced_secrets(ingress: &Ingress) -> BTreeSet<String> {
 }
 
 /// Labels and annotations every LB copy carries.
-fn lb_meta(
+pub(crate) fn lb_meta(
     name: String,
     lb_namespace: &str,
     source_namespace: &str,

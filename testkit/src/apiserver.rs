@@ -97,6 +97,9 @@ pub fn plural_of(kind: &str) -> String {
     match lower.as_str() {
         "endpoints" => lower,
         l if l.ends_with('s') || l.ends_with('x') => format!("{l}es"),
+        // A vowel before the `y` keeps it: Gateway -> gateways (added for
+        // the Gateway API kinds).
+        l if l.ends_with("ay") || l.ends_with("oy") || l.ends_with("uy") => format!("{l}s"),
         l if l.ends_with('y') && !l.ends_with("ey") => format!("{}ies", &l[..l.len() - 1]),
         l => format!("{l}s"),
     }
@@ -1557,6 +1560,9 @@ mod tests {
         assert_eq!(plural_of("EndpointSlice"), "endpointslices");
         assert_eq!(plural_of("Policy"), "policies");
         assert_eq!(plural_of("Endpoints"), "endpoints");
+        assert_eq!(plural_of("Gateway"), "gateways");
+        assert_eq!(plural_of("HTTPRoute"), "httproutes");
+        assert_eq!(plural_of("ReferenceGrant"), "referencegrants");
         assert_eq!(kind_guess("ingresses"), "Ingress");
         assert_eq!(kind_guess("ingressclasses"), "Ingressclass");
         assert_eq!(kind_guess("leases"), "Lease");

@@ -226,14 +226,7 @@ impl Validator {
             format!("{}/{}", s.group, s.version)
         };
         let Some(kind) = object_kind(&api_version, s.kind) else {
-            return Verdict::deny(
-                "kind",
-                format!(
-                    "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice and v1 Secret",
-                    quote(&api_version),
-                    quote(s.kind)
-                ),
-            );
+            return Verdict::deny("kind", policy::refused_kind_message(&api_version, s.kind));
         };
         let text = |k: &str| object.get(k).and_then(Value::as_str).unwrap_or("");
         if text("apiVersion") != api_version || text("kind") != s.kind {
@@ -449,6 +442,13 @@ fn metrics_kind(group: &str, kind: &str) -> &'static str {
         ("discovery.k8s.io", "EndpointSlice") => "EndpointSlice",
         ("", "Secret") => "Secret",
         ("teapot.dev", "Tenant") => "Tenant",
+        (policy::GATEWAY_GROUP, "Gateway") => "Gateway",
+        (policy::GATEWAY_GROUP, "HTTPRoute") => "HTTPRoute",
+        (policy::GATEWAY_GROUP, "GRPCRoute") => "GRPCRoute",
+        (policy::GATEWAY_GROUP, "TLSRoute") => "TLSRoute",
+        (policy::GATEWAY_GROUP, "TCPRoute") => "TCPRoute",
+        (policy::GATEWAY_GROUP, "UDPRoute") => "UDPRoute",
+        (policy::GATEWAY_GROUP, "ReferenceGrant") => "ReferenceGrant",
         _ => "other",
     }
 }
@@ -508,6 +508,13 @@ pub fn group_version(kind: ObjectKind) -> (&'static str, &'static str) {
         ObjectKind::Ingress => ("networking.k8s.io", "v1"),
         ObjectKind::Service | ObjectKind::Secret => ("", "v1"),
         ObjectKind::EndpointSlice => ("discovery.k8s.io", "v1"),
+        ObjectKind::Gateway
+        | ObjectKind::HttpRoute
+        | ObjectKind::GrpcRoute
+        | ObjectKind::TlsRoute
+        | ObjectKind::TcpRoute
+        | ObjectKind::UdpRoute
+        | ObjectKind::ReferenceGrant => (policy::GATEWAY_GROUP, "v1"),
     }
 }
 

@@ -205,6 +205,11 @@ impl PolicyState {
             services: count(ObjectKind::Service),
             endpoint_slices: count(ObjectKind::EndpointSlice),
             secrets: count(ObjectKind::Secret),
+            gateway_api: ObjectKind::ALL
+                .into_iter()
+                .filter(|k| k.is_gateway_api())
+                .map(count)
+                .sum(),
             lb_listeners,
         }
     }

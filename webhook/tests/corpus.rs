@@ -89,6 +89,27 @@ fn custom_domains_are_admitted_with_a_warning() {
     );
 }
 
+#[test]
+fn custom_route_hostnames_are_admitted_with_a_warning() {
+    let (v, state) = (validator(), state());
+    let case = cases("allow")
+        .into_iter()
+        .find(|c| c.name() == "httproute-custom-domain.yaml")
+        .unwrap();
+    let r = answer(&v.review(Some(&state), &case.review_body("w")).body);
+    assert_eq!(r["allowed"], true, "{}", r["status"]["message"]);
+    let warning = r["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("spec.hostnames[0]: www.acme-shop.com is a custom domain"),
+        "{warning}"
+    );
+    // The CNAME target is the parent Gateway's assigned hostname.
+    assert!(
+        warning.contains("CNAME to shop-default.acme.lb.example.net"),
+        "{warning}"
+    );
+}
+
 /// `teapot validate` applies the same rules: the offline path agrees
 /// with the webhook on every corpus file it can express (not the ones
 /// that set the request's namespace or operation apart from the object).

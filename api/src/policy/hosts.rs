@@ -68,6 +68,10 @@ pub struct Holdings {
     /// Exact hosts by their parent (`a.foo.com` -> `foo.com`): what a
     /// wildcard on the parent would cover.
     exact_by_parent: HashMap<String, Vec<Holder>>,
+    /// Gateway API wildcards, by suffix: `*.foo.com` on a Gateway listener
+    /// or a route covers every name below `foo.com`, any number of labels
+    /// down (also recorded in `wildcard`, which covers one label).
+    subtrees: HashMap<String, Vec<Holder>>,
     /// `allowedDomains`: the domain and everything below it.
     grants: HashMap<String, Vec<Holder>>,
     /// Granted domains by parent: what a wildcard on the parent covers.
@@ -121,6 +125,26 @@ impl Holdings {
             }
             HostPattern::Wildcard(s) => add(&mut self.wildcard, s, &holder),
         }
+    }
+
+    /// Records that `holder` uses `host` as a Gateway API hostname (a
+    /// listener's or a route's): a wildcard there holds the whole subtree
+    /// below its suffix.
+    pub fn insert_gateway_host(&mut self, holder: Holder, host: &HostPattern) {
+        if let HostPattern::Wildcard(s) = host {
+            add(&mut self.subtrees, s, &holder);
+        }
+        self.insert(holder, host);
+    }
+
+    /// A Gateway API wildcard of someone else whose subtree holds `name`
+    /// (strictly below its suffix), or, with `or_at`, whose suffix is
+    /// `name` itself.
+    fn subtree_over(&self, name: &str, cluster: &str, or_at: bool) -> Option<&Holder> {
+        let skip = usize::from(!or_at);
+        self_and_ancestors(name)
+            .skip(skip)
+            .find_map(|n| other(&self.subtrees, n, cluster))
     }
 
     /// Records that an admin granted `domain` (and everything below it) to
@@ -193,11 +217,13 @@ impl Holdings {
         match host {
             HostPattern::Exact(h) => other(&self.exact, h, cluster)
                 .or_else(|| parent(h).and_then(|p| other(&self.wildcard, p, cluster)))
-                .or_else(|| self.grant_over(h, cluster)),
+                .or_else(|| self.grant_over(h, cluster))
+                .or_else(|| self.subtree_over(h, cluster, false)),
             HostPattern::Wildcard(s) => other(&self.wildcard, s, cluster)
                 .or_else(|| other(&self.exact_by_parent, s, cluster))
                 .or_else(|| self.grant_over(s, cluster))
-                .or_else(|| other(&self.grants_by_parent, s, cluster)),
+                .or_else(|| other(&self.grants_by_parent, s, cluster))
+                .or_else(|| self.subtree_over(s, cluster, true)),
         }
     }
 
@@ -218,6 +244,7 @@ impl Holdings {
             })
             .or_else(|| parent(host).and_then(|p| other(&self.wildcard, p, cluster)))
             .or_else(|| self.grant_over(host, cluster))
+            .or_else(|| self.subtree_over(host, cluster, false))
     }
 
     /// A grant to someone else that `name` lies in.
@@ -249,8 +276,12 @@ impl Holdings {
                 }
             }
         }
-        // A granted domain above `domain` covers it too.
+        // A granted domain above `domain` covers it too, and so does a
+        // Gateway API wildcard above it.
         if let Some(h) = self.grant_over(domain, cluster) {
+            out.push((domain.to_string(), h));
+        }
+        if let Some(h) = self.subtree_over(domain, cluster, false) {
             out.push((domain.to_string(), h));
         }
         out.sort();
@@ -431,6 +462,38 @@ mod tests {
         assert_eq!(held, [("www.globex.com".to_string(), &g)]);
         let held = h.held_within("apps.globex.io", "acme");
         assert_eq!(held, [("*.apps.globex.io".to_string(), &g)]);
+    }
+
+    #[test]
+    fn gateway_api_wildcards_hold_a_subtree() {
+        let mut h = Holdings::default();
+        let g = Holder::Tenant("globex".into());
+        h.insert_gateway_host(g.clone(), &p("*.globex.io"));
+        let hit = |host: &str| h.holder_conflicting(&p(host), "acme").cloned();
+        assert_eq!(hit("a.globex.io"), Some(g.clone()), "one label down");
+        assert_eq!(hit("a.b.globex.io"), Some(g.clone()), "two labels down");
+        assert_eq!(hit("*.b.globex.io"), Some(g.clone()));
+        assert_eq!(hit("*.globex.io"), Some(g.clone()));
+        assert_eq!(hit("globex.io"), None, "the suffix itself is not covered");
+        assert_eq!(hit("*.io"), None, "*.io covers globex.io, which is free");
+        assert_eq!(
+            h.holder_conflicting_custom("shop.a.globex.io", "acme"),
+            Some(&g)
+        );
+        assert_eq!(h.holder_conflicting(&p("a.b.globex.io"), "globex"), None);
+        // Granting b.globex.io: its own name (one label under the
+        // wildcard) and its subtree are held.
+        assert_eq!(
+            h.held_within("b.globex.io", "acme"),
+            [
+                ("*.globex.io".to_string(), &g),
+                ("b.globex.io".to_string(), &g)
+            ]
+        );
+        // An Ingress wildcard stays one label.
+        let mut i = Holdings::default();
+        i.insert(g.clone(), &p("*.globex.io"));
+        assert_eq!(i.holder_conflicting(&p("a.b.globex.io"), "acme"), None);
     }
 
     #[test]

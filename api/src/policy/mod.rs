@@ -15,7 +15,8 @@
 //! - [`check_object`]: a whole object as JSON (size, control characters,
 //!   unknown fields, typed parse, then the typed checks below).
 //! - [`check_ingress`], [`check_service`], [`check_endpoint_slice`],
-//!   [`check_secret`]: the typed checks.
+//!   [`check_secret`]: the typed checks; [`check_gateway`], [`check_route`]
+//!   and [`check_reference_grant`] for the Gateway API kinds.
 //! - [`tls_secret_data`] and [`check_ca_bundle`]: what a TLS Secret must
 //!   hold and what its `ca.crt` may be, for the certificate checks of the
 //!   webhook and the proxy.
@@ -26,6 +27,7 @@
 
 mod addresses;
 mod endpoint_slice;
+mod gateway;
 mod hosts;
 mod ingress;
 mod meta;
@@ -42,12 +44,20 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde_json::Value;
+use teapot_gateway_api::{
+    Gateway, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+};
 
 use crate::annotations::ObjectKind;
 use crate::tenant::{EffectiveLimits, Tenant, TenantLimits};
 
 pub use addresses::{check_endpoint_address, forbidden_address};
 pub use endpoint_slice::check_endpoint_slice;
+pub use gateway::{
+    GATEWAY_GROUP, HTTP_LISTENER_PORT, HTTPS_LISTENER_PORT, ROUTE_KINDS, check_gateway,
+    check_gateway_host, check_reference_grant, check_route, gateway_api_hostnames,
+    pending_gateway_hosts,
+};
 pub use hosts::{Holder, Holdings, HostScope, check_host, host_scope};
 pub use ingress::{check_ingress, pending_custom_hosts};
 pub use meta::{check_annotations, check_labels};
@@ -112,7 +122,11 @@ pub struct ExistingObjects {
     pub services: u32,
     pub endpoint_slices: u32,
     pub secrets: u32,
-    /// Ports of the tenant's other `LoadBalancer` Services.
+    /// The tenant's other Gateway API objects (Gateways, routes and
+    /// ReferenceGrants), counted against `maxIngresses`.
+    pub gateway_api: u32,
+    /// Ports of the tenant's other `LoadBalancer` Services and TLS, TCP and
+    /// UDP listeners of its other Gateways.
     pub lb_listeners: u32,
     /// Bytes of the JSON form of the tenant's other objects.
     pub bytes: u64,
@@ -215,6 +229,13 @@ pub enum TenantObject {
     Service(Box<Service>),
     EndpointSlice(Box<EndpointSlice>),
     Secret(Box<Secret>),
+    Gateway(Box<Gateway>),
+    HttpRoute(Box<HttpRoute>),
+    GrpcRoute(Box<GrpcRoute>),
+    TlsRoute(Box<TlsRoute>),
+    TcpRoute(Box<TcpRoute>),
+    UdpRoute(Box<UdpRoute>),
+    ReferenceGrant(Box<ReferenceGrant>),
 }
 
 impl TenantObject {
@@ -224,6 +245,13 @@ impl TenantObject {
             TenantObject::Service(_) => ObjectKind::Service,
             TenantObject::EndpointSlice(_) => ObjectKind::EndpointSlice,
             TenantObject::Secret(_) => ObjectKind::Secret,
+            TenantObject::Gateway(_) => ObjectKind::Gateway,
+            TenantObject::HttpRoute(_) => ObjectKind::HttpRoute,
+            TenantObject::GrpcRoute(_) => ObjectKind::GrpcRoute,
+            TenantObject::TlsRoute(_) => ObjectKind::TlsRoute,
+            TenantObject::TcpRoute(_) => ObjectKind::TcpRoute,
+            TenantObject::UdpRoute(_) => ObjectKind::UdpRoute,
+            TenantObject::ReferenceGrant(_) => ObjectKind::ReferenceGrant,
         }
     }
 }
@@ -236,6 +264,13 @@ pub enum TenantObjectRef<'a> {
     Service(&'a Service),
     EndpointSlice(&'a EndpointSlice),
     Secret(&'a Secret),
+    Gateway(&'a Gateway),
+    HttpRoute(&'a HttpRoute),
+    GrpcRoute(&'a GrpcRoute),
+    TlsRoute(&'a TlsRoute),
+    TcpRoute(&'a TcpRoute),
+    UdpRoute(&'a UdpRoute),
+    ReferenceGrant(&'a ReferenceGrant),
 }
 
 impl serde::Serialize for TenantObjectRef<'_> {
@@ -245,21 +280,54 @@ impl serde::Serialize for TenantObjectRef<'_> {
             TenantObjectRef::Service(o) => o.serialize(s),
             TenantObjectRef::EndpointSlice(o) => o.serialize(s),
             TenantObjectRef::Secret(o) => o.serialize(s),
+            TenantObjectRef::Gateway(o) => o.serialize(s),
+            TenantObjectRef::HttpRoute(o) => o.serialize(s),
+            TenantObjectRef::GrpcRoute(o) => o.serialize(s),
+            TenantObjectRef::TlsRoute(o) => o.serialize(s),
+            TenantObjectRef::TcpRoute(o) => o.serialize(s),
+            TenantObjectRef::UdpRoute(o) => o.serialize(s),
+            TenantObjectRef::ReferenceGrant(o) => o.serialize(s),
         }
     }
 }
 
-impl TenantObjectRef<'_> {
+impl<'a> TenantObjectRef<'a> {
     pub fn creation_timestamp(
         &self,
-    ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
-        let meta = match self {
+    ) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+        self.metadata().creation_timestamp.as_ref()
+    }
+
+    pub fn metadata(&self) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match *self {
             TenantObjectRef::Ingress(o) => &o.metadata,
             TenantObjectRef::Service(o) => &o.metadata,
             TenantObjectRef::EndpointSlice(o) => &o.metadata,
             TenantObjectRef::Secret(o) => &o.metadata,
-        };
-        meta.creation_timestamp.as_ref()
+            TenantObjectRef::Gateway(o) => &o.metadata,
+            TenantObjectRef::HttpRoute(o) => &o.metadata,
+            TenantObjectRef::GrpcRoute(o) => &o.metadata,
+            TenantObjectRef::TlsRoute(o) => &o.metadata,
+            TenantObjectRef::TcpRoute(o) => &o.metadata,
+            TenantObjectRef::UdpRoute(o) => &o.metadata,
+            TenantObjectRef::ReferenceGrant(o) => &o.metadata,
+        }
+    }
+
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            TenantObjectRef::Ingress(_) => ObjectKind::Ingress,
+            TenantObjectRef::Service(_) => ObjectKind::Service,
+            TenantObjectRef::EndpointSlice(_) => ObjectKind::EndpointSlice,
+            TenantObjectRef::Secret(_) => ObjectKind::Secret,
+            TenantObjectRef::Gateway(_) => ObjectKind::Gateway,
+            TenantObjectRef::HttpRoute(_) => ObjectKind::HttpRoute,
+            TenantObjectRef::GrpcRoute(_) => ObjectKind::GrpcRoute,
+            TenantObjectRef::TlsRoute(_) => ObjectKind::TlsRoute,
+            TenantObjectRef::TcpRoute(_) => ObjectKind::TcpRoute,
+            TenantObjectRef::UdpRoute(_) => ObjectKind::UdpRoute,
+            TenantObjectRef::ReferenceGrant(_) => ObjectKind::ReferenceGrant,
+        }
     }
 }
 
@@ -270,6 +338,13 @@ impl TenantObject {
             TenantObject::Service(o) => TenantObjectRef::Service(o),
             TenantObject::EndpointSlice(o) => TenantObjectRef::EndpointSlice(o),
             TenantObject::Secret(o) => TenantObjectRef::Secret(o),
+            TenantObject::Gateway(o) => TenantObjectRef::Gateway(o),
+            TenantObject::HttpRoute(o) => TenantObjectRef::HttpRoute(o),
+            TenantObject::GrpcRoute(o) => TenantObjectRef::GrpcRoute(o),
+            TenantObject::TlsRoute(o) => TenantObjectRef::TlsRoute(o),
+            TenantObject::TcpRoute(o) => TenantObjectRef::TcpRoute(o),
+            TenantObject::UdpRoute(o) => TenantObjectRef::UdpRoute(o),
+            TenantObject::ReferenceGrant(o) => TenantObjectRef::ReferenceGrant(o),
         }
     }
 }
@@ -293,8 +368,39 @@ pub fn object_kind(api_version: &str, kind: &str) -> Option<ObjectKind> {
         ("v1", "Service") => Some(ObjectKind::Service),
         ("discovery.k8s.io/v1", "EndpointSlice") => Some(ObjectKind::EndpointSlice),
         ("v1", "Secret") => Some(ObjectKind::Secret),
+        ("gateway.networking.k8s.io/v1", kind) => match kind {
+            "Gateway" => Some(ObjectKind::Gateway),
+            "HTTPRoute" => Some(ObjectKind::HttpRoute),
+            "GRPCRoute" => Some(ObjectKind::GrpcRoute),
+            "TLSRoute" => Some(ObjectKind::TlsRoute),
+            "TCPRoute" => Some(ObjectKind::TcpRoute),
+            "UDPRoute" => Some(ObjectKind::UdpRoute),
+            "ReferenceGrant" => Some(ObjectKind::ReferenceGrant),
+            _ => None,
+        },
         _ => None,
     }
+}
+
+/// What a tenant is told about a kind it may not write.
+pub fn refused_kind_message(api_version: &str, kind: &str) -> String {
+    if api_version.starts_with("gateway.networking.k8s.io/") && kind == "GatewayClass" {
+        return "GatewayClass is the operator's: tenant Gateways use the class \"teapot\" the operator installs".to_string();
+    }
+    if let Some(version) = api_version.strip_prefix("gateway.networking.k8s.io/")
+        && version != "v1"
+    {
+        return format!(
+            "{} {} is not accepted in a tenant namespace: teapot admits the Gateway API kinds as gateway.networking.k8s.io/v1",
+            quote(api_version),
+            quote(kind)
+        );
+    }
+    format!(
+        "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Secret, and gateway.networking.k8s.io/v1 Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute and ReferenceGrant",
+        quote(api_version),
+        quote(kind)
+    )
 }
 
 /// Checks one object a tenant wants to write into `namespace`: its kind,
@@ -315,11 +421,7 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
     let Some(kind) = object_kind(text("apiVersion"), text("kind")) else {
         out.push(Violation::new(
             "kind",
-            format!(
-                "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice and v1 Secret",
-                quote(text("apiVersion")),
-                quote(text("kind"))
-            ),
+            refused_kind_message(text("apiVersion"), text("kind")),
         ));
         return checked;
     };
@@ -332,6 +434,15 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
         ObjectKind::Service => parse(value).map(|o| TenantObject::Service(Box::new(o))),
         ObjectKind::EndpointSlice => parse(value).map(|o| TenantObject::EndpointSlice(Box::new(o))),
         ObjectKind::Secret => parse(value).map(|o| TenantObject::Secret(Box::new(o))),
+        ObjectKind::Gateway => parse(value).map(|o| TenantObject::Gateway(Box::new(o))),
+        ObjectKind::HttpRoute => parse(value).map(|o| TenantObject::HttpRoute(Box::new(o))),
+        ObjectKind::GrpcRoute => parse(value).map(|o| TenantObject::GrpcRoute(Box::new(o))),
+        ObjectKind::TlsRoute => parse(value).map(|o| TenantObject::TlsRoute(Box::new(o))),
+        ObjectKind::TcpRoute => parse(value).map(|o| TenantObject::TcpRoute(Box::new(o))),
+        ObjectKind::UdpRoute => parse(value).map(|o| TenantObject::UdpRoute(Box::new(o))),
+        ObjectKind::ReferenceGrant => {
+            parse(value).map(|o| TenantObject::ReferenceGrant(Box::new(o)))
+        }
     };
     let object = match typed {
         Ok(o) => o,
@@ -340,12 +451,7 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
             return checked;
         }
     };
-    let known = match &object {
-        TenantObject::Ingress(o) => serde_json::to_value(o),
-        TenantObject::Service(o) => serde_json::to_value(o),
-        TenantObject::EndpointSlice(o) => serde_json::to_value(o),
-        TenantObject::Secret(o) => serde_json::to_value(o),
-    };
+    let known = serde_json::to_value(object.as_ref());
     match known {
         Ok(known) => out.extend(unknown_fields(value, &known)),
         Err(e) => out.push(Violation::new(
@@ -419,7 +525,7 @@ fn check_kind(
     namespace: &str,
     object: TenantObjectRef<'_>,
 ) -> (Vec<Violation>, Vec<String>) {
-    match object {
+    let violations = match object {
         TenantObjectRef::Ingress(o) => {
             let violations = check_ingress(ctx, namespace, o);
             let warnings = if violations.is_empty() {
@@ -427,12 +533,33 @@ fn check_kind(
             } else {
                 Vec::new()
             };
-            (violations, warnings)
+            return (violations, warnings);
         }
-        TenantObjectRef::Service(o) => (check_service(ctx, namespace, o), Vec::new()),
-        TenantObjectRef::EndpointSlice(o) => (check_endpoint_slice(ctx, namespace, o), Vec::new()),
-        TenantObjectRef::Secret(o) => (check_secret(ctx, namespace, o), Vec::new()),
-    }
+        TenantObjectRef::Service(o) => return (check_service(ctx, namespace, o), Vec::new()),
+        TenantObjectRef::EndpointSlice(o) => {
+            return (check_endpoint_slice(ctx, namespace, o), Vec::new());
+        }
+        TenantObjectRef::Secret(o) => return (check_secret(ctx, namespace, o), Vec::new()),
+        TenantObjectRef::Gateway(o) => check_gateway(ctx, namespace, o),
+        TenantObjectRef::ReferenceGrant(o) => check_reference_grant(ctx, namespace, o),
+        TenantObjectRef::HttpRoute(_)
+        | TenantObjectRef::GrpcRoute(_)
+        | TenantObjectRef::TlsRoute(_)
+        | TenantObjectRef::TcpRoute(_)
+        | TenantObjectRef::UdpRoute(_) => match serde_json::to_value(object) {
+            Ok(value) => check_route(ctx, namespace, object.kind(), object.metadata(), &value),
+            Err(e) => vec![Violation::new(
+                OBJECT_FIELD,
+                format!("the object cannot be read back: {e}"),
+            )],
+        },
+    };
+    // Gateway API kinds: custom hostnames wait for their DNS proof.
+    let warnings = match serde_json::to_value(object) {
+        Ok(value) if violations.is_empty() => pending_gateway_hosts(ctx, object.kind(), &value),
+        _ => Vec::new(),
+    };
+    (violations, warnings)
 }
 
 /// Checks an object that is typed already (the proxy's second check; its

@@ -1,0 +1,1071 @@
+//! Gateway API rules (issue #18): what a tenant may write of Gateway,
+//! HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute and ReferenceGrant
+//! into its namespace. GatewayClass is the operator's (cluster-scoped, never
+//! a tenant's: [`super::object_kind`] does not accept it).
+//!
+//! The same allowlist spirit as the Ingress rules: class `teapot` only; no
+//! address, infrastructure or listener placement a tenant picks; HTTP on
+//! the shared port 80 and HTTPS on 443 (terminated by teapot with a Secret
+//! of the namespace); TLS passthrough, TCP and UDP listeners on the L4
+//! plane, counted like the ports of `LoadBalancer` Services against
+//! `l4.maxListeners`; hostnames under the Ingress host rules; every
+//! reference (parent, backend, mirror, certificate, grant) inside the
+//! tenant's own namespace, so a tenant can never name another tenant's
+//! objects, with or without a ReferenceGrant.
+//!
+//! Routes are checked on their JSON form: the five route kinds share the
+//! shapes checked here (`parentRefs`, `hostnames`, `rules[].backendRefs`,
+//! filters) under different generated types, and the JSON form is the one
+//! the tenant wrote, so the field paths read as the tenant's own.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+use teapot_gateway_api::generated::gateways::{
+    GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
+};
+use teapot_gateway_api::{Gateway, ReferenceGrant};
+
+use super::hosts::{HostScope, check_host, host_scope, within};
+use super::meta::check_metadata;
+use super::names::{dns_subdomain, dns1035_label};
+use super::{MAX_PATH_LEN, PolicyContext, Violation, check_path, quote};
+use crate::annotations::ObjectKind;
+use crate::host::HostPattern;
+use crate::names::GATEWAY_CLASS;
+
+/// `gateway.networking.k8s.io`.
+pub const GATEWAY_GROUP: &str = teapot_gateway_api::GROUP;
+/// The port of HTTP listeners: the fleet's shared HTTP plane.
+pub const HTTP_LISTENER_PORT: i32 = 80;
+/// The port of HTTPS listeners: the fleet's shared HTTPS plane.
+pub const HTTPS_LISTENER_PORT: i32 = 443;
+/// The route kinds a tenant may write.
+pub const ROUTE_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"];
+/// Most listeners on one Gateway (the CRD's own bound).
+pub const MAX_LISTENERS_PER_GATEWAY: usize = 64;
+
+/// Checks a Gateway a tenant writes into `namespace`: class `teapot`; no
+/// `addresses`, `infrastructure`, `allowedListeners` or Gateway-level
+/// `tls`; each listener's protocol on its port (HTTP 80, HTTPS 443 with
+/// TLS terminated from Secrets of the namespace, TLS passthrough, TCP and
+/// UDP on any port of the L4 plane); listener hostnames under the host
+/// rules; routes attachable only from the Gateway's own namespace.
+pub fn check_gateway(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    gateway: &Gateway,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(
+        ctx,
+        namespace,
+        &gateway.metadata,
+        ObjectKind::Gateway,
+        &mut out,
+    );
+    out.extend(ctx.over_limit(
+        |e| e.gateway_api,
+        ctx.limits.max_ingresses,
+        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
+        "maxIngresses",
+    ));
+    let spec = &gateway.spec;
+    if spec.gateway_class_name != GATEWAY_CLASS {
+        out.push(Violation::new(
+            "spec.gatewayClassName",
+            format!(
+                "must be {GATEWAY_CLASS:?} (found {}): tenant Gateways are served by teapot only",
+                quote(&spec.gateway_class_name)
+            ),
+        ));
+    }
+    if spec.addresses.as_ref().is_some_and(|a| !a.is_empty()) {
+        out.push(Violation::new(
+            "spec.addresses",
+            "addresses are assigned by teapot (the hostname GATEWAY.CLUSTER.lb.DOMAIN, and L4 addresses from your Tenant's pool); remove spec.addresses",
+        ));
+    }
+    if spec.infrastructure.is_some() {
+        out.push(Violation::new(
+            "spec.infrastructure",
+            "infrastructure labels, annotations and parametersRef are refused: the proxy fleet is shared and configured by the operator",
+        ));
+    }
+    if spec.allowed_listeners.is_some() {
+        out.push(Violation::new(
+            "spec.allowedListeners",
+            "ListenerSets are not served by teapot; put the listeners on the Gateway",
+        ));
+    }
+    if spec.tls.is_some() {
+        out.push(Violation::new(
+            "spec.tls",
+            "Gateway-level TLS (client certificate validation, backend client certificates) is not served by teapot; set TLS per listener",
+        ));
+    }
+    if spec.listeners.len() > MAX_LISTENERS_PER_GATEWAY {
+        out.push(Violation::new(
+            "spec.listeners",
+            format!(
+                "{} listeners, more than {MAX_LISTENERS_PER_GATEWAY}",
+                spec.listeners.len()
+            ),
+        ));
+    }
+    let own = ctx.tenant.namespace_name();
+    let mut hosts = BTreeSet::new();
+    let mut l4 = 0u32;
+    for (i, l) in spec.listeners.iter().enumerate() {
+        let at = format!("spec.listeners[{i}]");
+        let port_must_be = |want: i32, out: &mut Vec<Violation>| {
+            if l.port != want {
+                out.push(Violation::new(
+                    format!("{at}.port"),
+                    format!(
+                        "{} listeners are served on the fleet's port {want}, not {}",
+                        l.protocol, l.port
+                    ),
+                ));
+            }
+        };
+        match l.protocol.as_str() {
+            "HTTP" => {
+                port_must_be(HTTP_LISTENER_PORT, &mut out);
+                if l.tls.is_some() {
+                    out.push(Violation::new(
+                        format!("{at}.tls"),
+                        "an HTTP listener has no tls; use protocol HTTPS",
+                    ));
+                }
+            }
+            "HTTPS" => {
+                port_must_be(HTTPS_LISTENER_PORT, &mut out);
+                check_listener_tls(l.tls.as_ref(), true, &at, &own, &mut out);
+            }
+            "TLS" | "TCP" | "UDP" => {
+                if !(1..=65535).contains(&l.port) {
+                    out.push(Violation::new(
+                        format!("{at}.port"),
+                        format!("{} is not a port (1-65535)", l.port),
+                    ));
+                }
+                l4 += 1;
+                if l.protocol == "TLS" {
+                    check_listener_tls(l.tls.as_ref(), false, &at, &own, &mut out);
+                } else if l.tls.is_some() {
+                    out.push(Violation::new(
+                        format!("{at}.tls"),
+                        format!("a {} listener has no tls", l.protocol),
+                    ));
+                }
+            }
+            other => out.push(Violation::new(
+                format!("{at}.protocol"),
+                format!("{} is not HTTP, HTTPS, TLS, TCP or UDP", quote(other)),
+            )),
+        }
+        if let Some(h) = &l.hostname
+            && let Some((host, _)) = check_gateway_host(ctx, &format!("{at}.hostname"), h, &mut out)
+        {
+            hosts.insert(host);
+        }
+        if let Some(allowed) = &l.allowed_routes {
+            if let Some(ns) = &allowed.namespaces {
+                if !matches!(
+                    ns.from,
+                    None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same)
+                ) {
+                    out.push(Violation::new(
+                        format!("{at}.allowedRoutes.namespaces.from"),
+                        "only Same: routes attach from the Gateway's own namespace (All or Selector would let other tenants' routes attach)",
+                    ));
+                }
+                if ns.selector.is_some() {
+                    out.push(Violation::new(
+                        format!("{at}.allowedRoutes.namespaces.selector"),
+                        "namespace selectors are refused: routes attach from the Gateway's own namespace only",
+                    ));
+                }
+            }
+            for (j, k) in allowed.kinds.iter().flatten().enumerate() {
+                let group_ok = k.group.as_deref().is_none_or(|g| g == GATEWAY_GROUP);
+                if !group_ok || !ROUTE_KINDS.contains(&k.kind.as_str()) {
+                    out.push(Violation::new(
+                        format!("{at}.allowedRoutes.kinds[{j}]"),
+                        format!(
+                            "{} {} is not a route kind teapot serves ({} of {GATEWAY_GROUP})",
+                            quote(k.group.as_deref().unwrap_or(GATEWAY_GROUP)),
+                            quote(&k.kind),
+                            ROUTE_KINDS.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let max_hosts = ctx.limits.max_hosts_per_ingress as usize;
+    if hosts.len() > max_hosts {
+        out.push(Violation::new(
+            "spec.listeners",
+            format!(
+                "{} distinct hostnames, more than the limit (maxHostsPerIngress = {max_hosts})",
+                hosts.len()
+            ),
+        ));
+    }
+    if l4 > 0 {
+        let max = ctx.max_listeners();
+        let others = ctx.existing.map_or(0, |e| e.lb_listeners);
+        let total = others.saturating_add(l4);
+        if total > max {
+            out.push(Violation::new(
+                "spec.listeners",
+                format!(
+                    "your tenant would have {total} L4 listeners (TLS, TCP and UDP listeners count like LoadBalancer Service ports), more than the limit (l4.maxListeners = {max})"
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// `tls` of an HTTPS listener (`terminate`: mode Terminate, certificates
+/// from Secrets of the namespace) or of a TLS listener (mode Passthrough,
+/// no certificates: teapot's L4 plane forwards the bytes).
+fn check_listener_tls(
+    tls: Option<&teapot_gateway_api::generated::gateways::GatewayListenersTls>,
+    terminate: bool,
+    at: &str,
+    own: &str,
+    out: &mut Vec<Violation>,
+) {
+    let Some(tls) = tls else {
+        if terminate {
+            out.push(Violation::new(
+                format!("{at}.tls"),
+                "an HTTPS listener needs tls with mode Terminate and certificateRefs",
+            ));
+        } else {
+            out.push(Violation::new(
+                format!("{at}.tls"),
+                "a TLS listener needs tls with mode Passthrough",
+            ));
+        }
+        return;
+    };
+    // The API's default mode is Terminate.
+    let passthrough = matches!(tls.mode, Some(GatewayListenersTlsMode::Passthrough));
+    if terminate && passthrough {
+        out.push(Violation::new(
+            format!("{at}.tls.mode"),
+            "HTTPS listeners terminate TLS; for passthrough use protocol TLS with a TLSRoute",
+        ));
+    }
+    if !terminate && !passthrough {
+        out.push(Violation::new(
+            format!("{at}.tls.mode"),
+            "TLS listeners are served as Passthrough only (the L4 plane forwards the bytes); to terminate, use protocol HTTPS",
+        ));
+    }
+    if tls.options.as_ref().is_some_and(|o| !o.is_empty()) {
+        out.push(Violation::new(
+            format!("{at}.tls.options"),
+            "implementation-specific TLS options are refused",
+        ));
+    }
+    let refs = tls.certificate_refs.as_deref().unwrap_or_default();
+    if terminate && refs.is_empty() {
+        out.push(Violation::new(
+            format!("{at}.tls.certificateRefs"),
+            "an HTTPS listener needs a kubernetes.io/tls Secret of this namespace",
+        ));
+    }
+    if !terminate && !refs.is_empty() {
+        out.push(Violation::new(
+            format!("{at}.tls.certificateRefs"),
+            "a passthrough listener holds no certificate",
+        ));
+    }
+    for (j, r) in refs.iter().enumerate() {
+        let rat = format!("{at}.tls.certificateRefs[{j}]");
+        if r.group.as_deref().is_some_and(|g| !g.is_empty()) {
+            out.push(Violation::new(
+                format!("{rat}.group"),
+                format!(
+                    "{} is not the core group: certificates are Secrets",
+                    quote(r.group.as_deref().unwrap_or(""))
+                ),
+            ));
+        }
+        if r.kind.as_deref().is_some_and(|k| k != "Secret") {
+            out.push(Violation::new(
+                format!("{rat}.kind"),
+                format!("{} is not Secret", quote(r.kind.as_deref().unwrap_or(""))),
+            ));
+        }
+        if let Some(ns) = &r.namespace
+            && ns != own
+        {
+            out.push(Violation::new(
+                format!("{rat}.namespace"),
+                format!(
+                    "{} is not this namespace ({own}): certificates come from your own Secrets",
+                    quote(ns)
+                ),
+            ));
+        }
+        if let Err(e) = dns_subdomain(&r.name) {
+            out.push(Violation::new(
+                format!("{rat}.name"),
+                format!("must name a Secret in this namespace: {e}"),
+            ));
+        }
+    }
+}
+
+/// A Gateway API hostname (listener or route) under the Ingress host
+/// rules ([`check_host`]), plus what Gateway API wildcards add: `*.foo.com`
+/// matches every name below `foo.com`, any number of labels down, where an
+/// Ingress wildcard matches one label. So a wildcard is also refused when
+/// someone else holds any host or domain below its suffix.
+pub fn check_gateway_host(
+    ctx: &PolicyContext<'_>,
+    field: &str,
+    raw: &str,
+    out: &mut Vec<Violation>,
+) -> Option<(HostPattern, HostScope)> {
+    let (host, scope) = check_host(ctx, field, raw, out)?;
+    if let HostPattern::Wildcard(suffix) = &host {
+        let below = ctx
+            .holdings
+            .held_within(suffix, ctx.cluster())
+            .into_iter()
+            .find(|(shown, _)| {
+                let bare = shown.strip_prefix("*.").unwrap_or(shown);
+                bare != suffix && within(bare, suffix)
+            });
+        if let Some((_, holder)) = below {
+            out.push(Violation::new(
+                field,
+                format!(
+                    "{host} covers every name below {suffix}, and a host there is held by {}; a host belongs to one tenant",
+                    holder.for_tenant()
+                ),
+            ));
+            return None;
+        }
+    }
+    Some((host, scope))
+}
+
+/// Checks a route of `kind` (one of [`ROUTE_KINDS`]) a tenant writes into
+/// `namespace`, on its JSON form: parents only Gateways of the namespace;
+/// hostnames under the host rules; backends (and mirrors) only Services of
+/// the namespace with a port; no ExtensionRef or ExternalAuth filters;
+/// HTTP path matches of the strict path class; no `useDefaultGateways`.
+pub fn check_route(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    kind: ObjectKind,
+    meta: &ObjectMeta,
+    route: &Value,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(ctx, namespace, meta, kind, &mut out);
+    out.extend(ctx.over_limit(
+        |e| e.gateway_api,
+        ctx.limits.max_ingresses,
+        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
+        "maxIngresses",
+    ));
+    let own = ctx.tenant.namespace_name();
+    let Some(spec) = route.get("spec") else {
+        out.push(Violation::new("spec", "spec is required"));
+        return out;
+    };
+    if let Some(d) = spec.get("useDefaultGateways").and_then(Value::as_str)
+        && d != "None"
+    {
+        out.push(Violation::new(
+            "spec.useDefaultGateways",
+            format!(
+                "{} would attach the route to Gateways outside your namespace; name your Gateway in parentRefs",
+                quote(d)
+            ),
+        ));
+    }
+    for (i, p) in items(spec, "parentRefs") {
+        let at = format!("spec.parentRefs[{i}]");
+        let group = text(p, "group").unwrap_or(GATEWAY_GROUP);
+        let pkind = text(p, "kind").unwrap_or("Gateway");
+        if group != GATEWAY_GROUP || pkind != "Gateway" {
+            out.push(Violation::new(
+                &at,
+                format!(
+                    "{} {} is not a Gateway: a route attaches to a Gateway of your namespace",
+                    quote(group),
+                    quote(pkind)
+                ),
+            ));
+        }
+        check_same_namespace(p, &at, &own, "Gateways", &mut out);
+        check_name(p, &at, dns_subdomain, "a Gateway", &mut out);
+        check_port(p, &at, false, &mut out);
+    }
+    let max_hosts = ctx.limits.max_hosts_per_ingress as usize;
+    let hostnames: Vec<_> = items(spec, "hostnames").collect();
+    if hostnames.len() > max_hosts {
+        out.push(Violation::new(
+            "spec.hostnames",
+            format!(
+                "{} hostnames, more than the limit (maxHostsPerIngress = {max_hosts})",
+                hostnames.len()
+            ),
+        ));
+    }
+    for (i, h) in hostnames {
+        let field = format!("spec.hostnames[{i}]");
+        match h.as_str() {
+            Some(h) => {
+                check_gateway_host(ctx, &field, h, &mut out);
+            }
+            None => out.push(Violation::new(field, "a hostname is a string")),
+        }
+    }
+    let mut matches = 0usize;
+    for (i, rule) in items(spec, "rules") {
+        let at = format!("spec.rules[{i}]");
+        for (j, m) in items(rule, "matches") {
+            matches += 1;
+            if let Some(path) = m.get("path") {
+                check_path_match(path, &format!("{at}.matches[{j}].path"), &mut out);
+            }
+            for (k, h) in items(m, "headers") {
+                let name = h.get("name").unwrap_or(&Value::Null);
+                check_header_name(
+                    name,
+                    format!("{at}.matches[{j}].headers[{k}].name"),
+                    false,
+                    &mut out,
+                );
+            }
+        }
+        for (j, f) in items(rule, "filters") {
+            check_filter(f, &format!("{at}.filters[{j}]"), &own, &mut out);
+        }
+        for (j, b) in items(rule, "backendRefs") {
+            let bat = format!("{at}.backendRefs[{j}]");
+            check_backend_ref(b, &bat, &own, &mut out);
+            for (k, f) in items(b, "filters") {
+                check_filter(f, &format!("{bat}.filters[{k}]"), &own, &mut out);
+            }
+        }
+    }
+    let max_paths = ctx.limits.max_paths_per_ingress as usize;
+    if matches > max_paths {
+        out.push(Violation::new(
+            "spec.rules",
+            format!("{matches} matches, more than the limit (maxPathsPerIngress = {max_paths})"),
+        ));
+    }
+    out
+}
+
+/// Checks a ReferenceGrant: from routes and Gateways of the tenant's own
+/// namespace only, to its own Services and Secrets. Since every reference
+/// a tenant writes stays in its namespace, such a grant changes nothing;
+/// it is admitted so that manifests written for other implementations
+/// apply unchanged, and a grant that would open the namespace to another
+/// is refused.
+pub fn check_reference_grant(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    grant: &ReferenceGrant,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(
+        ctx,
+        namespace,
+        &grant.metadata,
+        ObjectKind::ReferenceGrant,
+        &mut out,
+    );
+    out.extend(ctx.over_limit(
+        |e| e.gateway_api,
+        ctx.limits.max_ingresses,
+        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
+        "maxIngresses",
+    ));
+    let own = ctx.tenant.namespace_name();
+    for (i, f) in grant.spec.from.iter().enumerate() {
+        let at = format!("spec.from[{i}]");
+        if f.namespace != own {
+            out.push(Violation::new(
+                format!("{at}.namespace"),
+                format!(
+                    "{} is not this namespace ({own}): a grant here may only name your own namespace",
+                    quote(&f.namespace)
+                ),
+            ));
+        }
+        if f.group != GATEWAY_GROUP
+            || !(f.kind == "Gateway" || ROUTE_KINDS.contains(&f.kind.as_str()))
+        {
+            out.push(Violation::new(
+                format!("{at}.kind"),
+                format!(
+                    "{} {} is not a Gateway or route kind of {GATEWAY_GROUP}",
+                    quote(&f.group),
+                    quote(&f.kind)
+                ),
+            ));
+        }
+    }
+    for (i, t) in grant.spec.to.iter().enumerate() {
+        let at = format!("spec.to[{i}]");
+        if !t.group.is_empty() || !(t.kind == "Service" || t.kind == "Secret") {
+            out.push(Violation::new(
+                format!("{at}.kind"),
+                format!(
+                    "{} {} is not a Service or Secret of the core group",
+                    quote(&t.group),
+                    quote(&t.kind)
+                ),
+            ));
+        }
+        if let Some(name) = &t.name
+            && let Err(e) = dns_subdomain(name)
+        {
+            out.push(Violation::new(format!("{at}.name"), e));
+        }
+    }
+    out
+}
+
+/// Custom hostnames of an admitted Gateway or route that wait for their
+/// DNS proof, one message each (the webhook returns them as warnings).
+/// The assigned name a CNAME points at is the Gateway's
+/// (`GATEWAY.CLUSTER.lb.DOMAIN`); for a route, its first parent's.
+pub fn pending_gateway_hosts(
+    ctx: &PolicyContext<'_>,
+    kind: ObjectKind,
+    object: &Value,
+) -> Vec<String> {
+    let spec = object.get("spec").unwrap_or(&Value::Null);
+    let (gateway, hosts): (String, Vec<(String, &str)>) = if kind == ObjectKind::Gateway {
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let hosts = items(spec, "listeners")
+            .filter_map(|(i, l)| {
+                Some((
+                    format!("spec.listeners[{i}].hostname"),
+                    text(l, "hostname")?,
+                ))
+            })
+            .collect();
+        (name.to_string(), hosts)
+    } else {
+        let parent = items(spec, "parentRefs")
+            .find_map(|(_, p)| text(p, "name"))
+            .unwrap_or("");
+        let hosts = items(spec, "hostnames")
+            .filter_map(|(i, h)| Some((format!("spec.hostnames[{i}]"), h.as_str()?)))
+            .collect();
+        (parent.to_string(), hosts)
+    };
+    let assigned = crate::hostname::assigned_hostname(&gateway, ctx.cluster(), ctx.domain);
+    let token = ctx.tenant.verification_token();
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (field, raw) in hosts {
+        let Ok(host) = HostPattern::parse(raw) else {
+            continue;
+        };
+        let custom = host_scope(ctx, &host) == Ok(HostScope::Custom);
+        if custom && seen.insert(host.to_string()) {
+            out.push(format!(
+                "{field}: {host} is a custom domain; teapot serves it once DNS proves it is yours: a CNAME to {assigned}, or a TXT record _teapot.{host} containing {token:?}"
+            ));
+        }
+    }
+    out
+}
+
+/// The hostnames a Gateway API object claims, parsed (the invalid ones,
+/// which admission refuses, skipped): a Gateway's listener hostnames, a
+/// route's `spec.hostnames`. What [`super::Holdings::insert_gateway_host`]
+/// records for the first-claimant rule.
+pub fn gateway_api_hostnames(kind: ObjectKind, object: &Value) -> Vec<HostPattern> {
+    let spec = object.get("spec").unwrap_or(&Value::Null);
+    let raw: Vec<&str> = match kind {
+        ObjectKind::Gateway => items(spec, "listeners")
+            .filter_map(|(_, l)| text(l, "hostname"))
+            .collect(),
+        ObjectKind::HttpRoute | ObjectKind::GrpcRoute | ObjectKind::TlsRoute => {
+            items(spec, "hostnames")
+                .filter_map(|(_, h)| h.as_str())
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    raw.into_iter()
+        .filter_map(|h| HostPattern::parse(h).ok())
+        .collect()
+}
+
+/// The elements of array `key` of `v`, with their index.
+fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().enumerate())
+        .into_iter()
+        .flatten()
+}
+
+fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+fn check_same_namespace(r: &Value, at: &str, own: &str, what: &str, out: &mut Vec<Violation>) {
+    if let Some(ns) = text(r, "namespace")
+        && ns != own
+    {
+        out.push(Violation::new(
+            format!("{at}.namespace"),
+            format!(
+                "{} is not this namespace ({own}): only {what} of your own namespace may be referenced",
+                quote(ns)
+            ),
+        ));
+    }
+}
+
+fn check_name(
+    r: &Value,
+    at: &str,
+    rule: fn(&str) -> Result<(), String>,
+    what: &str,
+    out: &mut Vec<Violation>,
+) {
+    let name = text(r, "name").unwrap_or("");
+    if let Err(e) = rule(name) {
+        out.push(Violation::new(
+            format!("{at}.name"),
+            format!("must name {what} in this namespace: {e}"),
+        ));
+    }
+}
+
+fn check_port(r: &Value, at: &str, required: bool, out: &mut Vec<Violation>) {
+    match r.get("port").and_then(Value::as_i64) {
+        Some(p) if !(1..=65535).contains(&p) => out.push(Violation::new(
+            format!("{at}.port"),
+            format!("{p} is not a port (1-65535)"),
+        )),
+        None if required => out.push(Violation::new(
+            format!("{at}.port"),
+            "a Service backend needs its port",
+        )),
+        _ => {}
+    }
+}
+
+/// A backend (or mirror) reference: a Service of the namespace, by the
+/// core group, with its port.
+fn check_backend_ref(r: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
+    let group = text(r, "group").unwrap_or("");
+    let kind = text(r, "kind").unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        out.push(Violation::new(
+            format!("{at}.kind"),
+            format!(
+                "{} {} is refused: a backend is a Service (core group) of your namespace",
+                quote(group),
+                quote(kind)
+            ),
+        ));
+    }
+    check_same_namespace(r, at, own, "Services", out);
+    check_name(r, at, dns1035_label, "a Service", out);
+    check_port(r, at, true, out);
+}
+
+/// Headers that frame the message or the connection: the proxy sets them
+/// itself, and a route may not (a wrong `Content-Length` or
+/// `Transfer-Encoding` towards a pooled upstream connection is request
+/// smuggling material).
+pub const FRAMING_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "host",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// An HTTP header name: an RFC 9110 token.
+fn header_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn check_header_name(name: &Value, field: String, modifier: bool, out: &mut Vec<Violation>) {
+    let Some(name) = name.as_str() else {
+        out.push(Violation::new(field, "a header name is a string"));
+        return;
+    };
+    if !header_token(name) {
+        out.push(Violation::new(
+            field,
+            format!("{} is not an HTTP header name", quote(name)),
+        ));
+    } else if modifier && FRAMING_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        out.push(Violation::new(
+            field,
+            format!(
+                "{} frames the message or the connection; the proxy sets it itself (for the Host header use URLRewrite hostname)",
+                quote(name)
+            ),
+        ));
+    }
+}
+
+/// Header names of RequestHeaderModifier and ResponseHeaderModifier.
+fn check_header_modifiers(f: &Value, at: &str, out: &mut Vec<Violation>) {
+    for modifier in ["requestHeaderModifier", "responseHeaderModifier"] {
+        let Some(m) = f.get(modifier) else { continue };
+        for op in ["set", "add"] {
+            for (i, h) in items(m, op) {
+                let name = h.get("name").unwrap_or(&Value::Null);
+                check_header_name(name, format!("{at}.{modifier}.{op}[{i}].name"), true, out);
+            }
+        }
+        for (i, name) in items(m, "remove") {
+            check_header_name(name, format!("{at}.{modifier}.remove[{i}]"), true, out);
+        }
+    }
+}
+
+fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
+    check_header_modifiers(f, at, out);
+    let ty = text(f, "type").unwrap_or("");
+    if ty == "ExtensionRef" || f.get("extensionRef").is_some() {
+        out.push(Violation::new(
+            format!("{at}.extensionRef"),
+            "ExtensionRef filters are refused: they name implementation-specific objects teapot does not serve",
+        ));
+    }
+    if ty == "ExternalAuth" || f.get("externalAuth").is_some() {
+        out.push(Violation::new(
+            format!("{at}.externalAuth"),
+            "ExternalAuth filters are not served by teapot",
+        ));
+    }
+    if let Some(m) = f.get("requestMirror")
+        && let Some(b) = m.get("backendRef")
+    {
+        check_backend_ref(b, &format!("{at}.requestMirror.backendRef"), own, out);
+    }
+}
+
+/// An HTTPRoute path match: Exact and PathPrefix values of the strict
+/// path class Ingress paths have; RegularExpression values bounded (the
+/// proxy compiles them with a size limit).
+fn check_path_match(path: &Value, at: &str, out: &mut Vec<Violation>) {
+    let ty = text(path, "type").unwrap_or("PathPrefix");
+    let Some(value) = text(path, "value") else {
+        return;
+    };
+    match ty {
+        "Exact" | "PathPrefix" => {
+            if let Err(e) = check_path(value) {
+                out.push(Violation::new(format!("{at}.value"), e));
+            }
+        }
+        "RegularExpression" => {
+            if value.len() > MAX_PATH_LEN {
+                out.push(Violation::new(
+                    format!("{at}.value"),
+                    format!("{} bytes, more than {MAX_PATH_LEN}", value.len()),
+                ));
+            }
+        }
+        other => out.push(Violation::new(
+            format!("{at}.type"),
+            format!(
+                "{} is not Exact, PathPrefix or RegularExpression",
+                quote(other)
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::super::{ExistingObjects, check_object};
+    use super::*;
+
+    fn gateway(spec: &str) -> Gateway {
+        yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: shop, namespace: {NS}}}\nspec:\n{spec}"
+        ))
+    }
+
+    fn gw(spec: &str) -> Vec<String> {
+        let f = Fixture::new();
+        fields(&check_gateway(&f.ctx(), NS, &gateway(spec)))
+    }
+
+    fn route(kind: &str, spec: &str) -> Vec<String> {
+        let f = Fixture::new();
+        let text = format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: {kind}\nmetadata: {{name: r, namespace: {NS}}}\nspec:\n{spec}"
+        );
+        let value: Value = yaml(&text);
+        let c = check_object(&f.ctx(), NS, &value);
+        fields(&c.violations)
+    }
+
+    const LISTENERS: &str = "  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: \"*.acme.lb.example.net\"}\n  - name: https\n    protocol: HTTPS\n    port: 443\n    hostname: shop.example.com\n    tls: {mode: Terminate, certificateRefs: [{name: shop-tls}]}\n  - {name: db, protocol: TCP, port: 5432}\n  - {name: dns, protocol: UDP, port: 53}\n  - {name: sni, protocol: TLS, port: 8443, tls: {mode: Passthrough}}\n";
+
+    #[test]
+    fn a_good_gateway() {
+        assert_eq!(gw(LISTENERS), Vec::<String>::new());
+    }
+
+    #[test]
+    fn class_addresses_and_infrastructure_are_refused() {
+        let spec = "  gatewayClassName: nginx\n  addresses: [{type: IPAddress, value: 10.2.0.7}]\n  infrastructure: {parametersRef: {group: \"\", kind: ConfigMap, name: x}}\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n";
+        assert_eq!(
+            gw(spec),
+            [
+                "spec.gatewayClassName",
+                "spec.addresses",
+                "spec.infrastructure"
+            ]
+        );
+    }
+
+    #[test]
+    fn listener_protocols_ports_and_tls() {
+        let spec = "  gatewayClassName: teapot\n  listeners:\n  - {name: a, protocol: HTTP, port: 8080}\n  - {name: b, protocol: HTTPS, port: 443}\n  - name: c\n    protocol: HTTPS\n    port: 443\n    tls: {mode: Passthrough, certificateRefs: [{name: x, namespace: tenant-globex}, {kind: ConfigMap, name: y}]}\n  - {name: d, protocol: TLS, port: 9443, tls: {mode: Terminate, certificateRefs: [{name: z}]}}\n  - {name: e, protocol: SCTP, port: 9}\n  - {name: f, protocol: TCP, port: 0}\n";
+        assert_eq!(
+            gw(spec),
+            [
+                "spec.listeners[0].port",
+                "spec.listeners[1].tls",
+                "spec.listeners[2].tls.mode",
+                "spec.listeners[2].tls.certificateRefs[0].namespace",
+                "spec.listeners[2].tls.certificateRefs[1].kind",
+                "spec.listeners[3].tls.mode",
+                "spec.listeners[3].tls.certificateRefs",
+                "spec.listeners[4].protocol",
+                "spec.listeners[5].port",
+            ]
+        );
+    }
+
+    #[test]
+    fn listener_hostnames_follow_the_host_rules() {
+        let spec = "  gatewayClassName: teapot\n  listeners:\n  - {name: a, protocol: HTTP, port: 80, hostname: web.globex.lb.example.net}\n  - {name: b, protocol: HTTP, port: 80, hostname: www.globex.com}\n  - {name: c, protocol: HTTP, port: 80, hostname: \"*.example.com\"}\n  - {name: d, protocol: HTTP, port: 80, hostname: grafana.ops.example.org}\n  - {name: e, protocol: HTTP, port: 80, hostname: \"*.shop.example.com\"}\n";
+        // b: another tenant's unproven custom claim blocks nobody (DNS
+        // proof decides, as for Ingress hosts); e: within acme's grant, but
+        // a Gateway API wildcard covers eu.api.shop.example.com two labels
+        // down, which another holder has (an Ingress wildcard would not).
+        let mut f = Fixture::new();
+        f.holdings.insert(
+            crate::policy::Holder::Operator {
+                namespace: "monitoring".into(),
+            },
+            &HostPattern::parse("eu.api.shop.example.com").unwrap(),
+        );
+        let ingress_rules = check_host(&f.ctx(), "h", "*.shop.example.com", &mut Vec::new());
+        assert!(ingress_rules.is_some(), "one label down is free");
+        assert_eq!(
+            fields(&check_gateway(&f.ctx(), NS, &gateway(spec))),
+            [
+                "spec.listeners[0].hostname",
+                "spec.listeners[2].hostname",
+                "spec.listeners[3].hostname",
+                "spec.listeners[4].hostname",
+            ]
+        );
+    }
+
+    #[test]
+    fn routes_attach_only_from_the_same_namespace() {
+        let spec = "  gatewayClassName: teapot\n  listeners:\n  - name: http\n    protocol: HTTP\n    port: 80\n    allowedRoutes:\n      namespaces: {from: All}\n      kinds: [{kind: HTTPRoute}, {group: example.com, kind: Funnel}]\n  - name: b\n    protocol: HTTP\n    port: 80\n    allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {a: b}}}}\n";
+        assert_eq!(
+            gw(spec),
+            [
+                "spec.listeners[0].allowedRoutes.namespaces.from",
+                "spec.listeners[0].allowedRoutes.kinds[1]",
+                "spec.listeners[1].allowedRoutes.namespaces.from",
+                "spec.listeners[1].allowedRoutes.namespaces.selector",
+            ]
+        );
+    }
+
+    #[test]
+    fn l4_listeners_count_against_the_listener_limit() {
+        let mut f = Fixture::new();
+        f.max_listeners(2);
+        let ctx = f.ctx().with_existing(ExistingObjects {
+            lb_listeners: 1,
+            ..ExistingObjects::default()
+        });
+        let g = gateway(LISTENERS);
+        assert_eq!(fields(&check_gateway(&ctx, NS, &g)), ["spec.listeners"]);
+    }
+
+    #[test]
+    fn a_good_http_route() {
+        let spec = "  parentRefs: [{name: shop, sectionName: http}]\n  hostnames: [web.acme.lb.example.net, \"*.shop.example.com\"]\n  rules:\n  - matches: [{path: {type: PathPrefix, value: /api}, headers: [{name: x-v, value: \"2\"}]}]\n    filters:\n    - {type: RequestMirror, requestMirror: {backendRef: {name: shadow, port: 8080}}}\n    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-a, value: b}]}}\n    backendRefs: [{name: web, port: 80, weight: 90}, {name: web-canary, port: 80, weight: 10, namespace: tenant-acme}]\n";
+        assert_eq!(route("HTTPRoute", spec), Vec::<String>::new());
+    }
+
+    #[test]
+    fn route_references_stay_in_the_namespace() {
+        let spec = "  parentRefs: [{name: shop, namespace: tenant-globex}, {kind: Service, group: \"\", name: web}]\n  hostnames: [web.globex.lb.example.net]\n  rules:\n  - matches: [{path: {type: PathPrefix, value: \"/%2e%2e/admin\"}}]\n    filters:\n    - {type: RequestMirror, requestMirror: {backendRef: {name: spy, namespace: tenant-globex, port: 80}}}\n    - {type: ExtensionRef, extensionRef: {group: example.com, kind: Lua, name: x}}\n    backendRefs:\n    - {name: web, namespace: tenant-globex, port: 80}\n    - {group: example.com, kind: Bucket, name: b, port: 80}\n    - {name: web}\n";
+        assert_eq!(
+            route("HTTPRoute", spec),
+            [
+                "spec.parentRefs[0].namespace",
+                "spec.parentRefs[1]",
+                "spec.hostnames[0]",
+                "spec.rules[0].matches[0].path.value",
+                "spec.rules[0].filters[0].requestMirror.backendRef.namespace",
+                "spec.rules[0].filters[1].extensionRef",
+                "spec.rules[0].backendRefs[0].namespace",
+                "spec.rules[0].backendRefs[1].kind",
+                "spec.rules[0].backendRefs[2].port",
+            ]
+        );
+    }
+
+    #[test]
+    fn header_modifiers_leave_framing_to_the_proxy() {
+        let spec = "  parentRefs: [{name: shop}]\n  rules:\n  - matches: [{headers: [{name: \"bad name\", value: x}, {name: Host, value: a}]}]\n    filters:\n    - type: RequestHeaderModifier\n      requestHeaderModifier:\n        set: [{name: Transfer-Encoding, value: chunked}, {name: X-Ok, value: y}]\n        add: [{name: content-length, value: \"0\"}]\n        remove: [Connection, X-Debug]\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {set: [{name: Strict-Transport-Security, value: max-age=60}]}\n    backendRefs: [{name: web, port: 80}]\n";
+        assert_eq!(
+            route("HTTPRoute", spec),
+            [
+                "spec.rules[0].matches[0].headers[0].name",
+                "spec.rules[0].filters[0].requestHeaderModifier.set[0].name",
+                "spec.rules[0].filters[0].requestHeaderModifier.add[0].name",
+                "spec.rules[0].filters[0].requestHeaderModifier.remove[0]",
+            ]
+        );
+    }
+
+    #[test]
+    fn l4_routes_and_default_gateways() {
+        let spec = "  useDefaultGateways: All\n  parentRefs: [{name: shop, sectionName: db}]\n  rules: [{backendRefs: [{name: db, port: 5432}, {name: db, namespace: kube-system, port: 53}]}]\n";
+        assert_eq!(
+            route("TCPRoute", spec),
+            [
+                "spec.useDefaultGateways",
+                "spec.rules[0].backendRefs[1].namespace"
+            ]
+        );
+        let spec = "  parentRefs: [{name: shop, sectionName: sni}]\n  hostnames: [db.acme.lb.example.net]\n  rules: [{backendRefs: [{name: db, port: 5432}]}]\n";
+        assert_eq!(route("TLSRoute", spec), Vec::<String>::new());
+        let spec =
+            "  parentRefs: [{name: shop}]\n  rules: [{backendRefs: [{name: dns, port: 53}]}]\n";
+        assert_eq!(route("UDPRoute", spec), Vec::<String>::new());
+        let spec = "  parentRefs: [{name: shop}]\n  hostnames: [grpc.acme.lb.example.net]\n  rules: [{matches: [{method: {service: a.B, method: C}}], backendRefs: [{name: grpc, port: 9000}]}]\n";
+        assert_eq!(route("GRPCRoute", spec), Vec::<String>::new());
+    }
+
+    #[test]
+    fn reference_grants_name_only_the_own_namespace() {
+        let f = Fixture::new();
+        let grant = |spec: &str| -> ReferenceGrant {
+            yaml(&format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: ReferenceGrant\nmetadata: {{name: g, namespace: {NS}}}\nspec:\n{spec}"
+            ))
+        };
+        let ok = grant(&format!(
+            "  from: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: {NS}}}]\n  to: [{{group: \"\", kind: Service}}]\n"
+        ));
+        assert!(check_reference_grant(&f.ctx(), NS, &ok).is_empty());
+        let bad = grant(
+            "  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: tenant-globex}, {group: \"\", kind: Pod, namespace: tenant-acme}]\n  to: [{group: \"\", kind: ConfigMap}]\n",
+        );
+        assert_eq!(
+            fields(&check_reference_grant(&f.ctx(), NS, &bad)),
+            [
+                "spec.from[0].namespace",
+                "spec.from[1].kind",
+                "spec.to[0].kind"
+            ]
+        );
+    }
+
+    #[test]
+    fn gateway_classes_and_other_versions_are_not_tenant_kinds() {
+        let f = Fixture::new();
+        let class = serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "teapot"},
+            "spec": {"controllerName": "teapot.dev/gateway-controller"}
+        });
+        let c = check_object(&f.ctx(), NS, &class);
+        assert_eq!(fields(&c.violations), ["kind"]);
+        assert!(
+            c.violations[0].message.contains("GatewayClass"),
+            "{}",
+            c.violations[0].message
+        );
+    }
+
+    #[test]
+    fn claimed_hostnames_hold_like_ingress_hosts() {
+        let route: Value =
+            yaml("spec:\n  hostnames: [\"*.apps.example.com\", Bad_Host, shop.example.com]\n");
+        let hosts = gateway_api_hostnames(ObjectKind::HttpRoute, &route);
+        assert_eq!(hosts.len(), 2);
+        let gateway: Value = yaml(
+            "spec:\n  listeners: [{name: a, hostname: \"*.acme.lb.example.net\"}, {name: b}]\n",
+        );
+        assert_eq!(
+            gateway_api_hostnames(ObjectKind::Gateway, &gateway).len(),
+            1
+        );
+        assert!(gateway_api_hostnames(ObjectKind::TcpRoute, &route).is_empty());
+        // Held by globex, the subtree blocks acme two labels down.
+        let mut f = Fixture::new();
+        for h in &hosts {
+            f.holdings
+                .insert_gateway_host(crate::policy::Holder::Tenant("globex".into()), h);
+        }
+        let mut out = Vec::new();
+        assert!(check_gateway_host(&f.ctx(), "h", "a.b.apps.example.com", &mut out).is_none());
+        assert!(out[0].message.contains("another tenant"), "{}", out[0]);
+    }
+
+    #[test]
+    fn custom_gateway_hostnames_are_reported_as_pending() {
+        let f = Fixture::new();
+        let value: Value = yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r, namespace: {NS}}}\nspec:\n  parentRefs: [{{name: shop}}]\n  hostnames: [www.acme-shop.com, web.acme.lb.example.net]\n"
+        ));
+        let c = check_object(&f.ctx(), NS, &value);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        assert_eq!(c.warnings.len(), 1);
+        assert!(
+            c.warnings[0].contains("CNAME to shop.acme.lb.example.net"),
+            "{}",
+            c.warnings[0]
+        );
+    }
+}

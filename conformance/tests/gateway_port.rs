@@ -1,0 +1,220 @@
+//! The Gateway API conformance data (`conformance/gateway/data`) is what
+//! `conformance/gateway/port.py` makes of the upstream test files today,
+//! and it reads as a runner will read it.
+//!
+//! Needs `python3` (the script is standard library only) and the upstream
+//! copy at `<workspace>/../shared/conformance-upstream/gateway-api`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn upstream() -> PathBuf {
+    repo().join("../shared/conformance-upstream/gateway-api")
+}
+
+fn data() -> PathBuf {
+    repo().join("conformance/gateway/data")
+}
+
+fn read(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn the_committed_data_is_current() {
+    assert!(
+        upstream().is_dir(),
+        "the upstream Gateway API copy is missing: {}",
+        upstream().display()
+    );
+    let out = Command::new("python3")
+        .arg(repo().join("conformance/gateway/port.py"))
+        .arg("--check")
+        .arg("--upstream")
+        .arg(upstream())
+        .output()
+        .expect("python3 runs conformance/gateway/port.py");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&out.stdout).trim());
+}
+
+#[test]
+fn every_data_file_is_a_runnable_test() {
+    let index = read(&data().join("index.json"));
+    let tests = index["tests"].as_object().unwrap();
+    assert!(tests.len() >= 60, "only {} tests ported", tests.len());
+    let files = std::fs::read_dir(data())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != "index.json")
+        .count();
+    assert_eq!(files, tests.len(), "files vs index");
+    let mut cases = 0;
+    for (name, entry) in tests {
+        let test = read(&data().join(entry["file"].as_str().unwrap()));
+        assert_eq!(test["name"], name.as_str());
+        let manifests = test["manifests"].as_array().unwrap();
+        assert!(!manifests.is_empty(), "{name}: no manifests");
+        for m in manifests {
+            let path = upstream().join("conformance").join(m.as_str().unwrap());
+            assert!(path.is_file(), "{name}: {} missing", path.display());
+        }
+        let ported = test["cases"].as_array().unwrap();
+        assert_eq!(entry["cases"], ported.len(), "{name}");
+        for (i, case) in ported.iter().enumerate() {
+            let protocol = case["protocol"].as_str().unwrap();
+            assert!(
+                case["helper"].is_string(),
+                "{name}[{i}]: which helper judges it?"
+            );
+            assert!(
+                ["http", "grpc", "tcp", "udp"].contains(&protocol),
+                "{name}[{i}]: {protocol}"
+            );
+            // Every HTTP case says what to send and what must come back
+            // (or goes to a helper that expects a failure).
+            let failure = case["helper"]
+                .as_str()
+                .is_some_and(|h| h.contains("Failure"));
+            if protocol == "http" && !failure {
+                assert!(case["Request"].is_object(), "{name}[{i}]: no Request");
+                let expects = ["Response", "Backend", "ExpectedRequest", "RedirectRequest"]
+                    .iter()
+                    .any(|k| !case[k].is_null());
+                assert!(expects, "{name}[{i}]: nothing expected: {case}");
+            }
+        }
+        cases += ported.len();
+        for u in test["unported_cases"].as_array().unwrap() {
+            assert!(
+                !u["reason"].as_str().unwrap_or("").is_empty(),
+                "{name}: unported case without a reason"
+            );
+        }
+    }
+    // Tests without ported cases are listed with their reason.
+    for (name, reason) in index["unported"].as_object().unwrap() {
+        assert!(!reason.as_str().unwrap().is_empty(), "{name}");
+        assert!(!tests.contains_key(name), "{name} both ported and not");
+    }
+    assert!(cases >= 300, "only {cases} cases");
+}
+
+#[test]
+fn a_known_test_is_ported_field_for_field() {
+    // httproute-simple-same-namespace.go: one request to /, 200 from
+    // infra-backend-v1 in gateway-conformance-infra, through Gateway
+    // same-namespace.
+    let t = read(&data().join("HTTPRouteSimpleSameNamespace.json"));
+    assert_eq!(
+        t["cases"],
+        serde_json::json!([{
+            "protocol": "http",
+            "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse",
+            "Request": {"Path": "/"},
+            "Response": {"StatusCode": 200},
+            "Backend": "infra-backend-v1",
+            "Namespace": "gateway-conformance-infra",
+        }])
+    );
+    assert_eq!(
+        t["gateways"],
+        serde_json::json!([{"Name": "same-namespace", "Namespace": "gateway-conformance-infra"}])
+    );
+    assert_eq!(
+        t["manifests"],
+        serde_json::json!(["tests/httproute-simple-same-namespace.yaml"])
+    );
+}
+
+/// The script reads upstream files as data: a further test file of the same
+/// format is ported the same way, and what it cannot evaluate is listed,
+/// not guessed.
+#[test]
+fn a_further_test_file_is_ported_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("up");
+    std::fs::create_dir_all(up.join("conformance/tests")).unwrap();
+    std::fs::create_dir_all(up.join("conformance/base")).unwrap();
+    std::fs::copy(
+        upstream().join("conformance/base/manifests.yaml"),
+        up.join("conformance/base/manifests.yaml"),
+    )
+    .unwrap();
+    std::fs::write(up.join("conformance/tests/teapot-extra.yaml"), "{}\n").unwrap();
+    std::fs::write(
+        up.join("conformance/tests/teapot-extra.go"),
+        r#"package tests
+
+var TeapotExtra = confsuite.ConformanceTest{
+	ShortName:   "TeapotExtra",
+	Description: "further file",
+	Features:    []features.FeatureName{features.SupportHTTPRoute},
+	Manifests:   []string{"tests/teapot-extra.yaml"},
+	Test: func(t *testing.T, suite *confsuite.ConformanceTestSuite) {
+		ns := confsuite.InfrastructureNamespace
+		gwNN := types.NamespacedName{Name: "same-namespace", Namespace: ns}
+		cases := []http.ExpectedResponse{{
+			Request:   http.Request{Host: "a." + "example.com", Path: `/raw`, Method: "POST"},
+			Response:  http.Response{StatusCodes: []int{301, 302}},
+			Backend:   confsuite.InfraBackendServiceNameV2,
+			Namespace: ns,
+		}, {
+			Request:  http.Request{Path: fmt.Sprintf("/%d", 1)},
+			Response: http.Response{StatusCode: 404},
+		}}
+		for i := range cases {
+			tc := cases[i]
+			http.MakeRequestAndExpectEventuallyConsistentResponse(t, suite.RoundTripper, suite.TimeoutConfig, gwAddr, tc)
+		}
+	},
+}
+"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = Command::new("python3")
+        .arg(repo().join("conformance/gateway/port.py"))
+        .arg("--upstream")
+        .arg(&up)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = read(&out_dir.join("TeapotExtra.json"));
+    assert_eq!(
+        t["cases"],
+        serde_json::json!([{
+            "protocol": "http",
+            "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse",
+            "Request": {"Host": "a.example.com", "Path": "/raw", "Method": "POST"},
+            "Response": {"StatusCodes": [301, 302]},
+            "Backend": "infra-backend-v2",
+            "Namespace": "gateway-conformance-infra",
+        }])
+    );
+    assert_eq!(t["features"], serde_json::json!(["SupportHTTPRoute"]));
+    assert_eq!(t["gateways"][0]["Name"], "same-namespace");
+    let unported = &t["unported_cases"][0];
+    assert_eq!(unported["index"], 1);
+    assert!(
+        unported["reason"].as_str().unwrap().contains("fmt.Sprintf"),
+        "{unported}"
+    );
+}

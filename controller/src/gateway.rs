@@ -1,0 +1,604 @@
+//! The Gateway API reconcilers (issue #18): tenant Gateways of class
+//! `teapot` and the HTTPRoute, GRPCRoute, TLSRoute, TCPRoute and UDPRoute
+//! objects attached to them -> their LB copies ([`crate::gateway_mirror`]
+//! builds them) with the Services and TLS Secrets they reference (the sync
+//! half mirrors the Services' EndpointSlices, as for Ingress backends);
+//! the copies' status -> the tenant objects' status (Gateway addresses,
+//! conditions and listeners; route parent status); refusals -> the
+//! conditions annotation and Events, as for Ingresses.
+//!
+//! ReferenceGrants are read, not copied: a reference across tenant
+//! namespaces is mirrored only when a ReferenceGrant in the tenant cluster
+//! allows it, and on the LB side every copy shares one namespace.
+//!
+//! The Gateway API half runs when the tenant cluster serves the Gateway API
+//! ([`probe`], at start): without its CRDs the agent syncs Ingresses and
+//! Services only, and says so once.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use teapot_api::gateway_api::{
+    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+};
+use teapot_api::hostname::mirrored_ingress_name;
+use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, backoff};
+use tokio::sync::watch;
+
+use crate::gateway_mirror::{
+    self as gm, CrossRef, Ref, gateway_needs, granted, is_ours, lb_gateway, lb_route, route_needs,
+    route_parents,
+};
+use crate::report::{Condition, FINALIZER, Tenant, apply_lb, key, report, set_finalizer};
+use crate::{Context, Error, gc, mirror};
+
+/// Whether the tenant cluster serves the Gateway API (its GatewayClass
+/// resource answers a list); a 404 means the CRDs are not installed.
+pub async fn probe(client: &Client) -> Result<bool, Error> {
+    let api: Api<GatewayClass> = Api::all(client.clone());
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A route kind the agent mirrors.
+pub trait Route: Tenant + Send + Sync + 'static {}
+impl Route for HttpRoute {}
+impl Route for GrpcRoute {}
+impl Route for TlsRoute {}
+impl Route for TcpRoute {}
+impl Route for UdpRoute {}
+
+/// The kinds of LB copies this half writes, for the GC.
+const COPY_KINDS: [&str; 6] = [
+    "Gateway",
+    "HTTPRoute",
+    "GRPCRoute",
+    "TLSRoute",
+    "TCPRoute",
+    "UDPRoute",
+];
+
+/// Checks each cross-namespace reference against the ReferenceGrants of
+/// its target namespace in the tenant cluster: the refused ones, and a
+/// problem for each.
+async fn check_grants(
+    ctx: &Context,
+    cross: &[CrossRef],
+) -> Result<(Vec<CrossRef>, Vec<String>), Error> {
+    let mut refused = Vec::new();
+    let mut problems = Vec::new();
+    for c in cross {
+        let grants: Api<ReferenceGrant> = Api::namespaced(ctx.tenant.clone(), &c.to.0);
+        let list = grants.list(&ListParams::default()).await?;
+        let values = list
+            .items
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<Vec<_>, _>>()?;
+        if !granted(&values, c) {
+            problems.push(format!(
+                "{} {}/{} is in another namespace and no ReferenceGrant there allows it (RefNotPermitted)",
+                c.to_kind, c.to.0, c.to.1
+            ));
+            refused.push(c.clone());
+        }
+    }
+    Ok((refused, problems))
+}
+
+fn is_refused(refused: &[CrossRef], kind: &str, target: &Ref) -> bool {
+    refused.iter().any(|c| c.to_kind == kind && &c.to == target)
+}
+
+/// Writes `status` to the tenant object by a merge patch on its status
+/// subresource, unless it already shows it.
+async fn copy_gateway_api_status<K: Tenant>(
+    ctx: &Context,
+    object: &K,
+    current: &Value,
+    status: Option<Value>,
+) -> Result<(), Error> {
+    let Some(status) = status else {
+        return Ok(());
+    };
+    if current.get("status") == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<K> = Api::namespaced(ctx.tenant.clone(), &object.namespace().unwrap_or_default());
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"status": status})),
+    )
+    .await?;
+    ctx.metrics.tenant_writes.inc();
+    Ok(())
+}
+
+/// The LB copy of kind `K` named `name`, as JSON.
+async fn lb_copy<K: Tenant>(ctx: &Context, name: &str) -> Result<Option<Value>, Error> {
+    let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
+    match api.get_opt(name).await? {
+        Some(o) => Ok(Some(serde_json::to_value(o)?)),
+        None => Ok(None),
+    }
+}
+
+/// Mirrors the Services of `needs` that are not refused; problems for the
+/// missing ones, refusals for the ones the LB cluster refused.
+async fn mirror_services(
+    ctx: &Context,
+    services: impl IntoIterator<Item = &Ref>,
+    refused: &[CrossRef],
+    problems: &mut Vec<String>,
+    refusals: &mut Vec<String>,
+) -> Result<(), Error> {
+    for target in services {
+        if is_refused(refused, "Service", target) {
+            continue;
+        }
+        let api: Api<Service> = Api::namespaced(ctx.tenant.clone(), &target.0);
+        match api.get_opt(&target.1).await? {
+            None => problems.push(format!(
+                "Service {}/{} (backend) not found",
+                target.0, target.1
+            )),
+            Some(s) => refusals
+                .extend(apply_lb(ctx, &mirror::lb_service(&s, &ctx.config.lb_namespace)).await?),
+        }
+    }
+    Ok(())
+}
+
+/// The conditions annotation: Accepted (the LB cluster took every copy),
+/// ResolvedRefs when a reference could not be followed.
+fn conditions(refusals: &[String], problems: &[String]) -> Vec<Condition> {
+    let mut out = vec![Condition::accepted(refusals)];
+    if !problems.is_empty() {
+        out.push(Condition::new(
+            "ResolvedRefs",
+            false,
+            "RefNotResolved",
+            problems.join("; "),
+        ));
+    }
+    out
+}
+
+/// Deletes the LB copy of kind `K` (a 404 is done), then whatever only it
+/// referenced.
+async fn cleanup<K: Tenant>(object: &K, ctx: &Context) -> Result<(), Error> {
+    let name = mirrored_ingress_name(&object.namespace().unwrap_or_default(), &object.name_any());
+    let kind = K::kind(&()).to_string();
+    let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => ctx
+            .metrics
+            .lb_writes
+            .with_label_values(&[kind.as_str()])
+            .inc(),
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    ctx.applied.lock().remove(&(kind.clone(), name));
+    gc::collect(ctx).await?;
+    tracing::info!(kind = %kind, object = %key(object), "LB copy removed");
+    Ok(())
+}
+
+/// The finalizer dance shared with the Ingress reconciler: cleanup when
+/// deleted or no longer teapot's, the finalizer before any copy. `None`:
+/// go on and mirror.
+async fn hold<K: Tenant>(object: &K, ours: bool, ctx: &Context) -> Result<Option<Action>, Error> {
+    let has_finalizer = object.finalizers().iter().any(|f| f == FINALIZER);
+    if object.meta().deletion_timestamp.is_some() || (!ours && has_finalizer) {
+        if has_finalizer {
+            cleanup(object, ctx).await?;
+            set_finalizer(object, ctx, false).await?;
+        }
+        return Ok(Some(Action::await_change()));
+    }
+    if !ours {
+        return Ok(Some(Action::await_change()));
+    }
+    if !has_finalizer {
+        set_finalizer(object, ctx, true).await?;
+        return Ok(Some(Action::await_change()));
+    }
+    Ok(None)
+}
+
+/// Reconciles one tenant Gateway.
+pub async fn reconcile_gateway(gateway: Arc<Gateway>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if let Some(done) = hold(gateway.as_ref(), is_ours(&gateway), &ctx).await? {
+        return Ok(done);
+    }
+    let value = serde_json::to_value(gateway.as_ref())?;
+    let needs = gateway_needs(&value)?;
+    let (refused, mut problems) = check_grants(&ctx, &needs.cross).await?;
+    let mut refusals = Vec::new();
+    // Secrets before the Gateway, so what it references exists.
+    for target in &needs.secrets {
+        if is_refused(&refused, "Secret", target) {
+            continue;
+        }
+        let api: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &target.0);
+        match api.get_opt(&target.1).await? {
+            None => problems.push(format!(
+                "Secret {}/{} (certificateRefs) not found",
+                target.0, target.1
+            )),
+            Some(s) => match mirror::lb_secret(&s, &ctx.config.lb_namespace) {
+                Ok(copy) => refusals.extend(apply_lb(&ctx, &copy).await?),
+                Err(e) => problems.push(e.to_string()),
+            },
+        }
+    }
+    let copy: Gateway =
+        serde_json::from_value(lb_gateway(&value, &ctx.config.lb_namespace, &refused)?)?;
+    refusals.extend(apply_lb(&ctx, &copy).await?);
+    if let Some(lb) = lb_copy::<Gateway>(&ctx, &copy.name_any()).await? {
+        let status = gm::gateway_status_for_tenant(&lb, &value);
+        copy_gateway_api_status(&ctx, gateway.as_ref(), &value, status).await?;
+    }
+    report(&ctx, gateway.as_ref(), conditions(&refusals, &problems)).await?;
+    ctx.failures
+        .clear(&format!("Gateway {}", key(gateway.as_ref())));
+    ctx.metrics
+        .reconciles
+        .with_label_values(&["gateway", "ok"])
+        .inc();
+    Ok(Action::requeue(ctx.config.resync))
+}
+
+/// The `parentRefs` indexes of `route` whose Gateway is teapot's and lets
+/// it attach, and a problem for each teapot Gateway that does not.
+async fn attached(
+    ctx: &Context,
+    route: &Value,
+    kind: &str,
+) -> Result<(Vec<usize>, Vec<String>), Error> {
+    let namespace = route["metadata"]["namespace"].as_str().unwrap_or("");
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for (i, (ns, name)) in route_parents(route)? {
+        let api: Api<Gateway> = Api::namespaced(ctx.tenant.clone(), &ns);
+        let Some(g) = api.get_opt(&name).await? else {
+            continue;
+        };
+        if !is_ours(&g) {
+            continue;
+        }
+        let section = route["spec"]["parentRefs"][i]["sectionName"].as_str();
+        if gm::allows(&g, section, kind, namespace) {
+            out.push(i);
+        } else {
+            problems.push(format!(
+                "Gateway {ns}/{name} does not allow this {kind} (its listeners' allowedRoutes; namespace selectors are not supported)"
+            ));
+        }
+    }
+    Ok((out, problems))
+}
+
+/// Reconciles one tenant route of kind `K`.
+pub async fn reconcile_route<K: Route>(route: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let kind = K::kind(&()).to_string();
+    let value = serde_json::to_value(route.as_ref())?;
+    let (parents, mut problems) = attached(&ctx, &value, &kind).await?;
+    if let Some(done) = hold(route.as_ref(), !parents.is_empty(), &ctx).await? {
+        return Ok(done);
+    }
+    let needs = route_needs(&value)?;
+    let (refused, grant_problems) = check_grants(&ctx, &needs.cross).await?;
+    problems.extend(grant_problems);
+    let mut refusals = Vec::new();
+    mirror_services(
+        &ctx,
+        &needs.services,
+        &refused,
+        &mut problems,
+        &mut refusals,
+    )
+    .await?;
+    let copy: K = serde_json::from_value(lb_route(
+        &value,
+        &ctx.config.lb_namespace,
+        &parents,
+        &refused,
+    )?)?;
+    refusals.extend(apply_lb(&ctx, &copy).await?);
+    if let Some(lb) = lb_copy::<K>(&ctx, &copy.name_any()).await? {
+        let status = gm::route_status_for_tenant(&lb, &value);
+        copy_gateway_api_status(&ctx, route.as_ref(), &value, status).await?;
+    }
+    report(&ctx, route.as_ref(), conditions(&refusals, &problems)).await?;
+    ctx.failures
+        .clear(&format!("{kind} {}", key(route.as_ref())));
+    ctx.metrics
+        .reconciles
+        .with_label_values(&[kind.to_ascii_lowercase().as_str(), "ok"])
+        .inc();
+    Ok(Action::requeue(ctx.config.resync))
+}
+
+/// Logs, counts and requeues with exponential backoff (1 s to 5 min).
+pub fn error_policy<K: Tenant>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    let kind = K::kind(&()).to_string();
+    let failures = ctx
+        .failures
+        .record(format!("{kind} {}", key(object.as_ref())));
+    ctx.metrics
+        .reconciles
+        .with_label_values(&[kind.to_ascii_lowercase().as_str(), "error"])
+        .inc();
+    tracing::warn!(kind = %kind, object = %key(object.as_ref()), %error, failures, "reconcile failed; retrying");
+    Action::requeue(backoff(failures))
+}
+
+/// The tenant object an LB copy `<name>.<namespace>` mirrors.
+fn source_ref<K: Tenant>(lb: &K) -> Option<ObjectRef<K>> {
+    let (namespace, name) = mirror::source_of_lb_ingress(&lb.name_any())?;
+    Some(ObjectRef::new(&name).within(&namespace))
+}
+
+/// Objects in `store` (as JSON) for which `matches` holds.
+fn matching<K: Tenant>(store: &Store<K>, matches: impl Fn(&Value) -> bool) -> Vec<ObjectRef<K>> {
+    store
+        .state()
+        .iter()
+        .filter(|o| serde_json::to_value(o.as_ref()).is_ok_and(|v| matches(&v)))
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
+async fn stop(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+fn resync_ticks(ctx: Arc<Context>) -> impl futures::Stream<Item = ()> + Send + 'static {
+    let resync = ctx.config.resync;
+    futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(resync).await;
+        Some(((), ()))
+    })
+    .map(move |()| ctx.forget_applied())
+}
+
+fn primary<K>(
+    api: Api<K>,
+) -> (
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    Store<K>,
+)
+where
+    K: Tenant + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).applied_objects();
+    (stream, store)
+}
+
+fn lb_copies<K: Tenant + Send + Sync + 'static>(
+    ctx: &Context,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+    watcher(
+        Api::<K>::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace),
+        watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
+    )
+    .touched_objects()
+}
+
+fn gateway_controller(
+    ctx: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+) -> BoxFuture<'static, ()> {
+    let (gateways, store) = primary(Api::<Gateway>::all(ctx.tenant.clone()));
+    let (secrets_store, grants_gateways) = (store.clone(), store.clone());
+    Controller::for_stream(gateways, store)
+        .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
+        .watches_stream(lb_copies::<Gateway>(&ctx), |lb: Gateway| source_ref(&lb))
+        .watches(
+            Api::<Secret>::all(ctx.tenant.clone()),
+            watcher::Config::default().fields("type=kubernetes.io/tls"),
+            move |s: Secret| {
+                let target = (s.namespace().unwrap_or_default(), s.name_any());
+                matching(&secrets_store, |g| {
+                    gateway_needs(g).is_ok_and(|n| n.secrets.contains(&target))
+                })
+            },
+        )
+        .watches(
+            Api::<ReferenceGrant>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |g: ReferenceGrant| {
+                let namespace = g.namespace().unwrap_or_default();
+                matching(&grants_gateways, |gw| {
+                    gateway_needs(gw).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
+                })
+            },
+        )
+        .reconcile_all_on(resync_ticks(ctx.clone()))
+        .graceful_shutdown_on(stop(shutdown))
+        .run(reconcile_gateway, error_policy::<Gateway>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "Gateway controller event");
+            }
+        })
+        .boxed()
+}
+
+fn route_controller<K: Route>(
+    ctx: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+) -> BoxFuture<'static, ()> {
+    let (routes, store) = primary(Api::<K>::all(ctx.tenant.clone()));
+    let (services_store, gateways_store, grants_store) =
+        (store.clone(), store.clone(), store.clone());
+    Controller::for_stream(routes, store)
+        .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
+        .watches_stream(lb_copies::<K>(&ctx), |lb: K| source_ref(&lb))
+        .watches(
+            Api::<Service>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |s: Service| {
+                let target = (s.namespace().unwrap_or_default(), s.name_any());
+                matching(&services_store, |r| {
+                    route_needs(r).is_ok_and(|n| n.services.contains(&target))
+                })
+            },
+        )
+        // A Gateway that appears, changes class or listeners decides which
+        // routes attach.
+        .watches(
+            Api::<Gateway>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |g: Gateway| {
+                let target = (g.namespace().unwrap_or_default(), g.name_any());
+                matching(&gateways_store, |r| {
+                    route_parents(r).is_ok_and(|ps| ps.iter().any(|(_, p)| *p == target))
+                })
+            },
+        )
+        // A ReferenceGrant decides the cross-namespace backends of the
+        // routes pointing into its namespace.
+        .watches(
+            Api::<ReferenceGrant>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |g: ReferenceGrant| {
+                let namespace = g.namespace().unwrap_or_default();
+                matching(&grants_store, |r| {
+                    route_needs(r).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
+                })
+            },
+        )
+        .reconcile_all_on(resync_ticks(ctx.clone()))
+        .graceful_shutdown_on(stop(shutdown))
+        .run(reconcile_route::<K>, error_policy::<K>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "route controller event");
+            }
+        })
+        .boxed()
+}
+
+/// The Gateway and route controllers, until `shutdown` turns true.
+pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
+    futures::future::join_all([
+        gateway_controller(ctx.clone(), shutdown.clone()),
+        route_controller::<HttpRoute>(ctx.clone(), shutdown.clone()),
+        route_controller::<GrpcRoute>(ctx.clone(), shutdown.clone()),
+        route_controller::<TlsRoute>(ctx.clone(), shutdown.clone()),
+        route_controller::<TcpRoute>(ctx.clone(), shutdown.clone()),
+        route_controller::<UdpRoute>(ctx, shutdown),
+    ])
+    .await;
+}
+
+/// The LB copies this half wrote, as `(kind, name)`: listed by the GC
+/// before the tenant side.
+pub async fn lb_copy_names(ctx: &Context) -> Result<Vec<(&'static str, String)>, Error> {
+    async fn names<K: Tenant>(ctx: &Context) -> Result<Vec<String>, Error> {
+        let ours = ListParams::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}"));
+        let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
+        Ok(api
+            .list(&ours)
+            .await?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect())
+    }
+    let mut out = Vec::new();
+    let lists = [
+        names::<Gateway>(ctx).await?,
+        names::<HttpRoute>(ctx).await?,
+        names::<GrpcRoute>(ctx).await?,
+        names::<TlsRoute>(ctx).await?,
+        names::<TcpRoute>(ctx).await?,
+        names::<UdpRoute>(ctx).await?,
+    ];
+    for (kind, list) in COPY_KINDS.into_iter().zip(lists) {
+        out.extend(list.into_iter().map(|n| (kind, n)));
+    }
+    Ok(out)
+}
+
+/// Adds what the live tenant Gateways and routes need on the LB side to
+/// `live`: their copies, and the Services and Secrets they reference. A
+/// route counts while it carries the finalizer (the reconciler removes it
+/// once no teapot Gateway takes the route).
+pub async fn add_live(ctx: &Context, live: &mut gc::Live) -> Result<(), Error> {
+    for g in Api::<Gateway>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        if !is_ours(&g) || g.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ns = g.namespace().unwrap_or_default();
+        live.gateway_api
+            .insert(("Gateway", mirrored_ingress_name(&ns, &g.name_any())));
+        for (sns, s) in gateway_needs(&serde_json::to_value(&g)?)?.secrets {
+            live.secrets.insert(mirror::mirrored_secret_name(&sns, &s));
+        }
+    }
+    add_live_routes::<HttpRoute>(ctx, live).await?;
+    add_live_routes::<GrpcRoute>(ctx, live).await?;
+    add_live_routes::<TlsRoute>(ctx, live).await?;
+    add_live_routes::<TcpRoute>(ctx, live).await?;
+    add_live_routes::<UdpRoute>(ctx, live).await
+}
+
+async fn add_live_routes<K: Route>(ctx: &Context, live: &mut gc::Live) -> Result<(), Error> {
+    let kind = COPY_KINDS
+        .into_iter()
+        .find(|k| *k == K::kind(&()))
+        .unwrap_or("HTTPRoute");
+    for r in Api::<K>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        let held = r.finalizers().iter().any(|f| f == FINALIZER);
+        if !held || r.meta().deletion_timestamp.is_some() {
+            continue;
+        }
+        let ns = r.namespace().unwrap_or_default();
+        live.gateway_api
+            .insert((kind, mirrored_ingress_name(&ns, &r.name_any())));
+        for (sns, s) in route_needs(&serde_json::to_value(&r)?)?.services {
+            live.services
+                .insert(teapot_api::hostname::mirrored_service_name(&sns, &s));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the LB copy `(kind, name)`; 1 when it was there.
+pub async fn delete_copy(ctx: &Context, kind: &str, name: &str) -> Result<usize, Error> {
+    match kind {
+        "Gateway" => gc::delete::<Gateway>(ctx, name).await,
+        "HTTPRoute" => gc::delete::<HttpRoute>(ctx, name).await,
+        "GRPCRoute" => gc::delete::<GrpcRoute>(ctx, name).await,
+        "TLSRoute" => gc::delete::<TlsRoute>(ctx, name).await,
+        "TCPRoute" => gc::delete::<TcpRoute>(ctx, name).await,
+        "UDPRoute" => gc::delete::<UdpRoute>(ctx, name).await,
+        _ => Ok(0),
+    }
+}

@@ -1,0 +1,325 @@
+//! The Gateway API reconcilers, in the ApiServerVerifier style of
+//! `reconcile.rs`: one reconcile at a time against two API doubles
+//! (tenant cluster, LB cluster), asserting what each wrote.
+//!
+//! Run: `cargo test -p teapot-controller --test gateway`.
+
+use std::sync::Arc;
+
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use teapot_api::gateway_api::{Gateway, HttpRoute};
+use teapot_api::hostname::mirrored_service_name;
+use teapot_controller::gateway::{reconcile_gateway, reconcile_route};
+use teapot_controller::gateway_mirror::refused_backend_name;
+use teapot_controller::ingress::{CONDITIONS_ANNOTATION, FINALIZER};
+use teapot_controller::mirror::mirrored_secret_name;
+use teapot_controller::{AgentConfig, Context, GatewayApi, Metrics, gc};
+use teapot_testkit::apiserver::ApiServer;
+
+const NS: &str = "shop";
+const LB_NS: &str = "tenant-acme";
+const GW: &str = "gateway.networking.k8s.io/v1";
+
+struct Fixture {
+    tenant: ApiServer,
+    lb: ApiServer,
+    ctx: Arc<Context>,
+}
+
+fn tls_secret(namespace: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"tls.crt": "Y3J0", "tls.key": "a2V5"},
+    })
+}
+
+fn service(namespace: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"type": "NodePort", "selector": {"app": name},
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080}]},
+    })
+}
+
+fn gateway(allowed_from: &str) -> Value {
+    json!({
+        "apiVersion": GW, "kind": "Gateway",
+        "metadata": {"name": "public", "namespace": NS},
+        "spec": {"gatewayClassName": "teapot", "listeners": [
+            {"name": "http", "protocol": "HTTP", "port": 80,
+             "allowedRoutes": {"namespaces": {"from": allowed_from}}},
+            {"name": "https", "protocol": "HTTPS", "port": 443, "hostname": "shop.example.com",
+             "tls": {"certificateRefs": [{"name": "shop-tls"}]}}]},
+    })
+}
+
+fn route(namespace: &str) -> Value {
+    json!({
+        "apiVersion": GW, "kind": "HTTPRoute",
+        "metadata": {"name": "store", "namespace": namespace},
+        "spec": {
+            "parentRefs": [{"name": "public", "namespace": NS, "sectionName": "http"}],
+            "hostnames": ["shop.example.com"],
+            "rules": [{"backendRefs": [
+                {"name": "web", "namespace": NS, "port": 80},
+                {"name": "search", "namespace": "search", "port": 80}]}]},
+    })
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let tenant = ApiServer::start().await;
+        let lb = ApiServer::start().await;
+        let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
+        config.gateway_api = GatewayApi::On;
+        let ctx = Arc::new(Context::new(config, Metrics::new().unwrap()));
+        tenant.apply(service(NS, "web"));
+        tenant.apply(service("search", "search"));
+        tenant.apply(tls_secret(NS, "shop-tls"));
+        tenant.apply(gateway("Same"));
+        tenant.apply(route(NS));
+        Fixture { tenant, lb, ctx }
+    }
+
+    fn tenant_object<K: serde::de::DeserializeOwned>(
+        &self,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> Arc<K> {
+        let v = self
+            .tenant
+            .get(GW, kind, ns, name)
+            .expect("the tenant object");
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    /// Reconciles the Gateway until it holds the finalizer and is mirrored.
+    async fn gateway(&self) -> Action {
+        let mut action = Action::await_change();
+        for _ in 0..2 {
+            let g: Arc<Gateway> = self.tenant_object("Gateway", NS, "public");
+            action = reconcile_gateway(g, self.ctx.clone())
+                .await
+                .expect("reconcile");
+        }
+        action
+    }
+
+    async fn route(&self, ns: &str) -> Action {
+        let mut action = Action::await_change();
+        for _ in 0..2 {
+            let r: Arc<HttpRoute> = self.tenant_object("HTTPRoute", ns, "store");
+            action = reconcile_route(r, self.ctx.clone())
+                .await
+                .expect("reconcile");
+        }
+        action
+    }
+
+    fn lb_get(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
+        self.lb.get(api_version, kind, LB_NS, name)
+    }
+}
+
+fn conditions(object: &Value) -> Value {
+    serde_json::from_str(
+        object["metadata"]["annotations"][CONDITIONS_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_gateway_and_its_route_are_mirrored_renamed() {
+    let f = Fixture::new().await;
+    assert_eq!(f.gateway().await, Action::requeue(f.ctx.config.resync));
+    let g = f.tenant.get(GW, "Gateway", NS, "public").unwrap();
+    assert_eq!(g["metadata"]["finalizers"], json!([FINALIZER]));
+    assert_eq!(conditions(&g)[0]["status"], "True", "{}", conditions(&g));
+    let secret = mirrored_secret_name(NS, "shop-tls");
+    let copy = f.lb_get(GW, "Gateway", "public.shop").expect("LB Gateway");
+    assert_eq!(copy["spec"]["gatewayClassName"], "teapot");
+    assert_eq!(
+        copy["metadata"]["labels"]["teapot.dev/source-namespace"],
+        NS
+    );
+    assert_eq!(
+        copy["spec"]["listeners"][1]["tls"]["certificateRefs"],
+        json!([{"name": secret}])
+    );
+    let s = f.lb_get("v1", "Secret", &secret).expect("LB Secret");
+    assert_eq!(s["data"]["tls.crt"], "Y3J0");
+
+    f.route(NS).await;
+    let copy = f
+        .lb_get(GW, "HTTPRoute", "store.shop")
+        .expect("LB HTTPRoute");
+    assert_eq!(
+        copy["spec"]["parentRefs"],
+        json!([{"name": "public.shop", "sectionName": "http"}])
+    );
+    let backends = &copy["spec"]["rules"][0]["backendRefs"];
+    let web = mirrored_service_name(NS, "web");
+    assert_eq!(backends[0], json!({"name": web, "port": 80}));
+    // search/search is in another namespace and no ReferenceGrant allows
+    // it: not mirrored, named so the LB side answers it as invalid.
+    assert_eq!(
+        backends[1]["name"],
+        refused_backend_name("search", "search")
+    );
+    assert!(f.lb_get("v1", "Service", &web).is_some());
+    assert!(
+        f.lb_get("v1", "Service", &mirrored_service_name("search", "search"))
+            .is_none()
+    );
+    let r = f.tenant.get(GW, "HTTPRoute", NS, "store").unwrap();
+    let c = conditions(&r);
+    assert_eq!(c[1]["type"], "ResolvedRefs");
+    assert!(
+        c[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("RefNotPermitted"),
+        "{c}"
+    );
+
+    // A ReferenceGrant in the target namespace allows it.
+    f.tenant.apply(json!({
+        "apiVersion": GW, "kind": "ReferenceGrant",
+        "metadata": {"name": "from-shop", "namespace": "search"},
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": NS}],
+                 "to": [{"group": "", "kind": "Service"}]},
+    }));
+    f.route(NS).await;
+    let copy = f.lb_get(GW, "HTTPRoute", "store.shop").unwrap();
+    let search = mirrored_service_name("search", "search");
+    assert_eq!(
+        copy["spec"]["rules"][0]["backendRefs"][1],
+        json!({"name": search, "port": 80})
+    );
+    assert!(f.lb_get("v1", "Service", &search).is_some());
+    let r = f.tenant.get(GW, "HTTPRoute", NS, "store").unwrap();
+    assert_eq!(
+        conditions(&r).as_array().unwrap().len(),
+        1,
+        "{}",
+        conditions(&r)
+    );
+
+    // The GC keeps what the route needs while it lives.
+    gc::collect(&f.ctx).await.unwrap();
+    assert!(f.lb_get("v1", "Service", &web).is_some());
+    assert!(f.lb_get(GW, "HTTPRoute", "store.shop").is_some());
+    assert!(f.lb_get(GW, "Gateway", "public.shop").is_some());
+    assert!(f.lb_get("v1", "Secret", &secret).is_some());
+}
+
+#[tokio::test]
+async fn status_comes_back_onto_both_objects() {
+    let f = Fixture::new().await;
+    f.gateway().await;
+    f.route(NS).await;
+    // The fleet's status on the copies.
+    let mut g = f.lb_get(GW, "Gateway", "public.shop").unwrap();
+    let generation = g["metadata"]["generation"].clone();
+    g["status"] = json!({
+        "addresses": [{"type": "Hostname", "value": "public-shop.acme.lb.example.net"}],
+        "conditions": [{"type": "Programmed", "status": "True", "reason": "Programmed", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": generation}],
+    });
+    f.lb.apply(g);
+    let mut r = f.lb_get(GW, "HTTPRoute", "store.shop").unwrap();
+    r["status"] = json!({"parents": [{
+        "controllerName": "teapot.dev/gateway-controller",
+        "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public.shop", "sectionName": "http"},
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": r["metadata"]["generation"]}]}]});
+    f.lb.apply(r);
+
+    f.gateway().await;
+    f.route(NS).await;
+    let g = f.tenant.get(GW, "Gateway", NS, "public").unwrap();
+    assert_eq!(
+        g["status"]["addresses"][0]["value"],
+        "public-shop.acme.lb.example.net"
+    );
+    assert_eq!(
+        g["status"]["conditions"][0]["observedGeneration"],
+        g["metadata"]["generation"]
+    );
+    let r = f.tenant.get(GW, "HTTPRoute", NS, "store").unwrap();
+    let parent = &r["status"]["parents"][0];
+    assert_eq!(
+        parent["parentRef"],
+        json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public", "namespace": NS, "sectionName": "http"})
+    );
+    assert_eq!(parent["conditions"][0]["type"], "Accepted");
+
+    // Written once: the next reconcile finds it in place.
+    let before = f.tenant.requests().len();
+    f.gateway().await;
+    let status_writes = f.tenant.requests()[before..]
+        .iter()
+        .filter(|r| r.path.ends_with("/status"))
+        .count();
+    assert_eq!(status_writes, 0);
+}
+
+#[tokio::test]
+async fn routes_the_gateway_does_not_allow_are_not_mirrored() {
+    let f = Fixture::new().await;
+    f.gateway().await;
+    f.tenant.apply(route("other"));
+    f.tenant.apply(service("other", "web"));
+    f.route("other").await;
+    assert!(f.lb_get(GW, "HTTPRoute", "store.other").is_none());
+    let r = f.tenant.get(GW, "HTTPRoute", "other", "store").unwrap();
+    assert!(r["metadata"].get("finalizers").is_none());
+    // From All: it attaches.
+    f.tenant.apply(gateway("All"));
+    f.route("other").await;
+    assert!(f.lb_get(GW, "HTTPRoute", "store.other").is_some());
+}
+
+#[tokio::test]
+async fn deleting_a_route_removes_its_copy_then_the_finalizer() {
+    let f = Fixture::new().await;
+    f.gateway().await;
+    f.route(NS).await;
+    let web = mirrored_service_name(NS, "web");
+    assert!(f.lb_get("v1", "Service", &web).is_some());
+    f.tenant.delete(GW, "HTTPRoute", NS, "store");
+    let r: Arc<HttpRoute> = f.tenant_object("HTTPRoute", NS, "store");
+    assert!(r.metadata.deletion_timestamp.is_some());
+    reconcile_route(r, f.ctx.clone()).await.unwrap();
+    assert!(f.lb_get(GW, "HTTPRoute", "store.shop").is_none());
+    assert!(
+        f.lb_get("v1", "Service", &web).is_none(),
+        "only the route needed it"
+    );
+    assert!(f.tenant.get(GW, "HTTPRoute", NS, "store").is_none());
+    assert!(f.lb_get(GW, "Gateway", "public.shop").is_some());
+
+    // The Gateway moving to another class: its copy goes.
+    let mut g = f.tenant.get(GW, "Gateway", NS, "public").unwrap();
+    g["spec"]["gatewayClassName"] = json!("istio");
+    f.tenant.apply(g);
+    let g: Arc<Gateway> = f.tenant_object("Gateway", NS, "public");
+    reconcile_gateway(g, f.ctx.clone()).await.unwrap();
+    assert!(f.lb_get(GW, "Gateway", "public.shop").is_none());
+    assert!(
+        f.lb_get("v1", "Secret", &mirrored_secret_name(NS, "shop-tls"))
+            .is_none()
+    );
+    let g = f.tenant.get(GW, "Gateway", NS, "public").unwrap();
+    assert!(
+        g["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+    );
+}
