@@ -20,7 +20,7 @@ pub(crate) struct TenantArgs {
 
 #[derive(clap::Subcommand, Debug)]
 enum TenantCommand {
-    /// Print the Namespace, Tenant, agent ServiceAccount, Role and RoleBindings of a new tenant (YAML for `kubectl apply -f -`).
+    /// Print the Namespace, Tenant, agent ServiceAccount, Roles and RoleBindings of a new tenant (YAML for `kubectl apply -f -`).
     Add(AddArgs),
 }
 
@@ -168,6 +168,24 @@ fn add_yaml(a: &AddArgs) -> anyhow::Result<String> {
         &ns,
         "Role",
         "teapot-agent",
+        ("teapot-agent", &ns),
+    );
+    // The Gateway API copies: a Role of their own, as the chart renders
+    // it, so the two sets of rules are reviewed apart.
+    let _ = write!(
+        y,
+        "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: teapot-agent-gateway-api\n  namespace: {ns}\nrules:\n  \
+         # Gateway and route copies (server-side apply), their status read back for the tenant's objects, stale copies deleted; ReferenceGrant copies the same way.\n  \
+         - apiGroups: [\"gateway.networking.k8s.io\"]\n    \
+         resources: [gateways, httproutes, grpcroutes, tlsroutes, tcproutes, udproutes, referencegrants]\n    \
+         verbs: [get, list, watch, create, update, patch, delete]\n"
+    );
+    binding(
+        &mut y,
+        "teapot-agent-gateway-api",
+        &ns,
+        "Role",
+        "teapot-agent-gateway-api",
         ("teapot-agent", &ns),
     );
     if let Some(release) = &a.release {

@@ -886,7 +886,7 @@ fn tenant_add_prints_what_the_chart_renders() {
             serde_json::to_value(v).expect("JSON")
         })
         .collect();
-    assert_eq!(printed.len(), 8, "{text}");
+    assert_eq!(printed.len(), 10, "{text}");
     validate_all(&printed, "teapot tenant add");
 
     let rendered = try_render(
