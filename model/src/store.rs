@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use teapot_api::Tenant;
 
 use crate::certificate::TlsCertificate;
+use crate::endpoints::CompactSlice;
 
 /// Namespace and name of a namespaced object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -167,7 +167,8 @@ pub struct Store {
     pub ingresses: BTreeMap<NsName, Stored<Ingress>>,
     pub ingress_classes: BTreeMap<String, Stored<IngressClass>>,
     pub services: ObjectMap<Service>,
-    pub endpoint_slices: ObjectMap<EndpointSlice>,
+    /// In the compact form ([`crate::endpoints`]): the bulk of a large store.
+    pub endpoint_slices: ObjectMap<CompactSlice>,
     pub secrets: ObjectMap<TlsSecret>,
     /// Tenants by object name.
     pub tenants: BTreeMap<String, Stored<Tenant>>,
@@ -179,7 +180,7 @@ pub enum Object {
     Ingress(Ingress),
     IngressClass(IngressClass),
     Service(Service),
-    EndpointSlice(EndpointSlice),
+    EndpointSlice(CompactSlice),
     Secret(TlsSecret),
     Tenant(Tenant),
 }

@@ -163,13 +163,21 @@ fn admit_pass(
             refused.push((key(Kind::Ingress, id), stored.origin.clone(), violations));
         }
     }
-    let mut judge = |kind: Kind, id: &NsName, origin: &Origin, object: TenantObjectRef<'_>| {
+    // `size`: the object's JSON size as written, when it is kept in a
+    // smaller form than that (EndpointSlices).
+    let mut judge = |kind: Kind,
+                     id: &NsName,
+                     origin: &Origin,
+                     object: TenantObjectRef<'_>,
+                     size: Option<usize>,
+                     dropped: &[Violation]| {
         let Some(tenant) = by_namespace.get(&id.namespace) else {
             return;
         };
         let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let size = policy::json_size(&object);
-        let violations = policy::check_typed_sized(&ctx, &id.namespace, object, size);
+        let size = size.unwrap_or_else(|| policy::json_size(&object));
+        let mut violations = policy::check_typed_sized(&ctx, &id.namespace, object, size);
+        violations.extend_from_slice(dropped);
         if violations.is_empty() {
             loaded_bytes.push(Weighed {
                 created: object.creation_timestamp().cloned(),
@@ -187,14 +195,24 @@ fn admit_pass(
             id,
             &s.origin,
             TenantObjectRef::Service(&s.object),
+            None,
+            &[],
         );
     }
     for (id, s) in &store.endpoint_slices {
+        if !by_namespace.contains_key(&id.namespace) {
+            continue;
+        }
+        // The rules run on what the proxy kept, which is all it acts on
+        // (crate::endpoints); the quota counts the slice as written.
+        let typed = s.object.to_typed();
         judge(
             Kind::EndpointSlice,
             id,
             &s.origin,
-            TenantObjectRef::EndpointSlice(&s.object),
+            TenantObjectRef::EndpointSlice(&typed),
+            Some(s.object.source_bytes()),
+            s.object.dropped_violations(),
         );
     }
     for (id, s) in &store.secrets {
@@ -203,6 +221,8 @@ fn admit_pass(
             id,
             &s.origin,
             TenantObjectRef::Secret(&s.object.source),
+            None,
+            &[],
         );
     }
 
@@ -375,7 +395,14 @@ mod tests {
             &mut loaded,
         );
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-        let one = policy::json_size(&*loaded.store.endpoint_slices.values().next().unwrap().object);
+        let one = loaded
+            .store
+            .endpoint_slices
+            .values()
+            .next()
+            .unwrap()
+            .object
+            .source_bytes();
         admit(&mut loaded, &Store::default(), "example.net", &[]);
 
         let kept = |ns: &str| {

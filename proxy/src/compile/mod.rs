@@ -39,14 +39,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{
     Ingress, IngressBackend, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
     ServiceBackendPort,
 };
-use teapot_api::names::{
-    CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS, SERVICE_NAME_LABEL,
-};
+use teapot_api::names::{CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS};
 use teapot_api::{HostPattern, PathKind, hostname};
 
 use crate::compile::acme::AcmeInputs;
@@ -60,6 +57,7 @@ use crate::compile::snapshot::{
 };
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 use teapot_api::policy::HostScope;
+use teapot_model::endpoints::CompactSlice;
 use teapot_model::manifests::Problem;
 use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
 use teapot_model::tenancy::{Tenancy, TenantView};
@@ -745,19 +743,19 @@ struct Resolver<'a> {
 /// The EndpointSlices of one Service. Most Services have one slice; a Vec
 /// for each was a hundred thousand allocations per large compile.
 enum Slices<'a> {
-    One(&'a EndpointSlice),
-    Many(Vec<&'a EndpointSlice>),
+    One(&'a CompactSlice),
+    Many(Vec<&'a CompactSlice>),
 }
 
 impl<'a> Slices<'a> {
-    fn push(&mut self, slice: &'a EndpointSlice) {
+    fn push(&mut self, slice: &'a CompactSlice) {
         match self {
             Slices::One(first) => *self = Slices::Many(vec![*first, slice]),
             Slices::Many(all) => all.push(slice),
         }
     }
 
-    fn as_slice(&self) -> &[&'a EndpointSlice] {
+    fn as_slice(&self) -> &[&'a CompactSlice] {
         match self {
             Slices::One(one) => std::slice::from_ref(one),
             Slices::Many(all) => all,
@@ -805,9 +803,8 @@ impl<'a> Resolver<'a> {
         let mut slices: FastHashMap<(&str, &str), Slices> =
             FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
         for (id, slice) in &store.endpoint_slices {
-            let labels = slice.object.metadata.labels.as_ref();
-            if let Some(service) = labels.and_then(|l| l.get(SERVICE_NAME_LABEL)) {
-                let key = (id.namespace.as_str(), service.as_str());
+            if let Some(service) = slice.object.service_name() {
+                let key = (id.namespace.as_str(), service);
                 match slices.entry(key) {
                     hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
                     hashbrown::hash_map::Entry::Vacant(e) => {
@@ -898,7 +895,6 @@ impl<'a> Resolver<'a> {
             let Some(number) = slice
                 .ports
                 .iter()
-                .flatten()
                 .find(|p| p.name.as_deref().unwrap_or("") == port_name)
                 .and_then(|p| p.port)
             else {
@@ -907,20 +903,12 @@ impl<'a> Resolver<'a> {
             let Ok(number) = u16::try_from(number) else {
                 continue;
             };
-            for endpoint in slice.endpoints.iter().flatten() {
+            for (info, addresses) in slice.endpoints() {
                 // `ready` unset means ready (discovery.k8s.io/v1).
-                let ready = endpoint
-                    .conditions
-                    .as_ref()
-                    .and_then(|c| c.ready)
-                    .unwrap_or(true);
-                if !ready {
+                if !info.ready().unwrap_or(true) {
                     continue;
                 }
-                for a in &endpoint.addresses {
-                    let Ok(ip) = a.parse::<IpAddr>() else {
-                        continue;
-                    };
+                for &ip in addresses {
                     if let Some(t) = tenant
                         && let Err(why) = t.endpoint_allowed(ip)
                     {
