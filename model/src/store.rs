@@ -265,6 +265,57 @@ impl Store {
         }
     }
 
+    /// Calls `f` with the key and origin of every stored object.
+    pub fn for_each_key<'s>(&'s self, mut f: impl FnMut(ObjectKey, &'s Origin)) {
+        let ns = |kind, id: &NsName| ObjectKey {
+            kind,
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        };
+        let cluster = |kind, name: &String| ObjectKey {
+            kind,
+            namespace: String::new(),
+            name: name.clone(),
+        };
+        for (k, v) in &self.ingresses {
+            f(ns(Kind::Ingress, k), &v.origin);
+        }
+        for (k, v) in &self.services {
+            f(ns(Kind::Service, k), &v.origin);
+        }
+        for (k, v) in &self.endpoint_slices {
+            f(ns(Kind::EndpointSlice, k), &v.origin);
+        }
+        for (k, v) in &self.secrets {
+            f(ns(Kind::Secret, k), &v.origin);
+        }
+        for (k, v) in &self.ingress_classes {
+            f(cluster(Kind::IngressClass, k), &v.origin);
+        }
+        for (k, v) in &self.tenants {
+            f(cluster(Kind::Tenant, k), &v.origin);
+        }
+    }
+
+    /// The origin of the stored object with `key`.
+    pub fn origin(&self, key: &ObjectKey) -> Option<&Origin> {
+        let ns = NsRef {
+            namespace: &key.namespace,
+            name: &key.name,
+        };
+        match key.kind {
+            Kind::Ingress => self
+                .ingresses
+                .get(&NsName::new(key.namespace.clone(), key.name.clone()))
+                .map(|s| &s.origin),
+            Kind::IngressClass => self.ingress_classes.get(&key.name).map(|s| &s.origin),
+            Kind::Service => self.services.get(&ns).map(|s| &s.origin),
+            Kind::EndpointSlice => self.endpoint_slices.get(&ns).map(|s| &s.origin),
+            Kind::Secret => self.secrets.get(&ns).map(|s| &s.origin),
+            Kind::Tenant => self.tenants.get(&key.name).map(|s| &s.origin),
+        }
+    }
+
     /// Keys of every object read from `origin` or a later document of the
     /// same file: what a YAML syntax error at `origin` hides from view.
     pub fn keys_from(&self, origin: &Origin) -> Vec<ObjectKey> {

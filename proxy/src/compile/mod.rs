@@ -16,6 +16,8 @@
 //! - [`certs`]: certificates by host, for the SNI resolver.
 //! - [`fairness`]: per-tenant gates the routes carry.
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
+//! - [`parts`]: what a compile keeps per tenant namespace for the next
+//!   one (incremental recompile: the rule is there).
 //! - [`acme`], [`domains`]: what the compile knows of ACME and custom
 //!   domains, as data.
 //! - [`snapshot`]: what is swapped, and the status report.
@@ -30,6 +32,7 @@ pub mod certs;
 pub mod domains;
 pub mod fairness;
 pub mod l4;
+pub mod parts;
 pub mod routes;
 pub mod snapshot;
 pub mod upstream;
@@ -51,6 +54,7 @@ use crate::compile::certs::CertTable;
 use crate::compile::domains::{Claim, ProofResults};
 use crate::compile::fairness::TenantGates;
 use crate::compile::l4::L4Inputs;
+use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{
     Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
@@ -112,7 +116,7 @@ impl Default for CompileOptions {
 }
 
 /// Builds a snapshot from a store. `problems` are the loader's, carried into
-/// the status report.
+/// the status report. A full compile: nothing is taken from an earlier one.
 pub fn compile(
     store: &Store,
     problems: Vec<Problem>,
@@ -120,9 +124,33 @@ pub fn compile(
     options: &CompileOptions,
     registry: &EndpointRegistry,
 ) -> Snapshot {
+    compile_incremental(
+        store,
+        problems,
+        generation,
+        options,
+        registry,
+        &mut CompiledParts::default(),
+    )
+}
+
+/// [`compile`], taking the backends of namespaces that did not change from
+/// the last compile's `parts`, and leaving this one's there for the next
+/// ([`parts`] has the rule). The result equals a full compile's.
+pub fn compile_incremental(
+    store: &Store,
+    problems: Vec<Problem>,
+    generation: u64,
+    options: &CompileOptions,
+    registry: &EndpointRegistry,
+    parts: &mut CompiledParts,
+) -> Snapshot {
     let started = Instant::now();
-    let tenant_list: Vec<&teapot_api::Tenant> =
-        store.tenants.values().map(|t| &*t.object).collect();
+    let tenant_arcs: Vec<&Arc<teapot_api::Tenant>> =
+        store.tenants.values().map(|t| &t.object).collect();
+    let inputs = CurrentInputs::new(store);
+    let reuse = Reuse::new(parts, &inputs, &tenant_arcs, &options.lb_networks);
+    let tenant_list: Vec<&teapot_api::Tenant> = tenant_arcs.iter().map(|t| &***t).collect();
     let holdings = Tenancy::holdings(&tenant_list);
     let tenancy = Tenancy::new(
         &tenant_list,
@@ -130,7 +158,7 @@ pub fn compile(
         &options.lb_networks,
         &holdings,
     );
-    let mut resolver = Resolver::new(store, registry, &tenancy);
+    let mut resolver = Resolver::new(store, registry, &tenancy, reuse);
     let mut policies = Policies::new(&options.tenant_gates);
     let (hosts, paths) = rule_counts(store);
     let mut routes = RouteTable::with_capacity(hosts, paths);
@@ -392,10 +420,12 @@ pub fn compile(
                 .unwrap_or_else(|| "not checked yet".into()),
         })
         .collect();
+    let backends = resolver.report();
+    *parts = resolver.into_parts(&inputs, &tenant_arcs, &options.lb_networks);
     let report = StatusReport {
         generation,
         ingresses: ingress_reports,
-        backends: resolver.report(),
+        backends,
         problems,
         domains,
         l4: l4_report,
@@ -738,6 +768,8 @@ struct Resolver<'a> {
     tenancy: &'a Tenancy<'a>,
     slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
     cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
+    /// Upstreams of unchanged namespaces, from the last compile.
+    reuse: Reuse<'a>,
 }
 
 /// The EndpointSlices of one Service. Most Services have one slice; a Vec
@@ -799,6 +831,7 @@ impl<'a> Resolver<'a> {
         store: &'a Store,
         registry: &'a EndpointRegistry,
         tenancy: &'a Tenancy<'a>,
+        reuse: Reuse<'a>,
     ) -> Resolver<'a> {
         let mut slices: FastHashMap<(&str, &str), Slices> =
             FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
@@ -819,6 +852,7 @@ impl<'a> Resolver<'a> {
             tenancy,
             slices,
             cache: FastHashMap::default(),
+            reuse,
         }
     }
 
@@ -855,9 +889,39 @@ impl<'a> Resolver<'a> {
             return u.clone();
         }
         let (namespace, name, port) = key;
-        let upstream = Arc::new(self.resolve(namespace, name, &port));
+        let reused = self.reuse.reused(namespace).then(|| {
+            self.reuse
+                .get(namespace, &backend_name(namespace, name, &port))
+                .cloned()
+        });
+        let upstream = match reused.flatten() {
+            Some(u) => u,
+            None => Arc::new(self.resolve(namespace, name, &port)),
+        };
         self.cache.insert(key, upstream.clone());
         upstream
+    }
+
+    /// This compile's upstreams, kept per namespace for the next one.
+    fn into_parts(
+        self,
+        inputs: &CurrentInputs<'_>,
+        tenants: &[&Arc<teapot_api::Tenant>],
+        lb_networks: &[ipnet::IpNet],
+    ) -> CompiledParts {
+        let mut reused: Vec<&str> = self
+            .cache
+            .keys()
+            .map(|(ns, _, _)| *ns)
+            .filter(|ns| self.reuse.reused(ns))
+            .collect();
+        reused.sort_unstable();
+        reused.dedup();
+        let upstreams = self
+            .cache
+            .iter()
+            .map(|((ns, name, port), u)| (ns.to_string(), backend_name(ns, name, port), u.clone()));
+        parts::keep(inputs, tenants, lb_networks, upstreams, reused.len())
     }
 
     fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
@@ -939,6 +1003,13 @@ impl<'a> Resolver<'a> {
     fn report(&self) -> Backends {
         Backends(self.cache.values().cloned().collect())
     }
+}
+
+fn backend_name(namespace: &str, name: &str, port: &PortRef) -> BackendName {
+    BackendName(
+        upstream_label(namespace, name, port),
+        matches!(port, PortRef::Number(_)),
+    )
 }
 
 /// `namespace/service:port`. Built by hand: one per upstream, and the

@@ -27,15 +27,16 @@ use teapot_source::dir::{Fingerprint, POLL_INTERVAL, QUIET_PERIOD, fingerprint, 
 use tokio::sync::watch;
 
 use crate::compile::acme::AcmeInputs;
+use crate::compile::parts::CompiledParts;
 use crate::compile::snapshot::SnapshotHandle;
 use crate::compile::upstream::EndpointRegistry;
-use crate::compile::{CompileOptions, compile};
+use crate::compile::{CompileOptions, compile_incremental};
 use crate::loops::acme::AcmeShared;
 use crate::loops::allocations::Allocator;
 use crate::loops::proof::ProofBook;
 use crate::plane::l4::L4;
 use crate::plane::metrics::Metrics;
-use teapot_model::manifests::{Problem, load_dir};
+use teapot_model::manifests::{FileCache, Problem, load_dir_cached};
 use teapot_model::store::Store;
 use teapot_source::kube::KubeSource;
 
@@ -94,6 +95,12 @@ struct ReloadState {
     /// made before the watcher started is then still a change.
     loaded: Option<Fingerprint>,
     retired: Option<Arc<crate::compile::snapshot::Snapshot>>,
+    /// Per-namespace parts of the last compile: a change in one tenant
+    /// namespace redoes that namespace's backends only.
+    parts: CompiledParts,
+    /// The manifests files of the last load that can be taken over
+    /// unparsed while they stay unchanged.
+    files: FileCache,
     generation: u64,
     problems: HashSet<String>,
 }
@@ -167,7 +174,8 @@ impl Reloader {
                 if state.loaded.is_none() {
                     state.loaded = Some(fingerprint(dir));
                 }
-                load_dir(dir, &state.store)
+                let state = &mut *state;
+                load_dir_cached(dir, &state.store, &mut state.files)
             }
             // Before every watch has listed, the store is a partial
             // picture: serving it would drop routes that do exist.
@@ -180,17 +188,19 @@ impl Reloader {
             &self.options.domain,
             &self.options.lb_networks,
         );
+        state.files.settle(&loaded.problems);
         log_problems(&loaded.problems, &mut state.problems);
         self.metrics
             .manifest_problems
             .set(loaded.problems.len() as i64);
         state.generation += 1;
-        let snapshot = compile(
+        let snapshot = compile_incremental(
             &loaded.store,
             loaded.problems,
             state.generation,
             &self.inputs(),
             &self.registry,
+            &mut state.parts,
         );
         state.store = loaded.store;
         if let (Some((l4, allocations)), Some(compiled)) = (&self.live.l4, &snapshot.l4) {
