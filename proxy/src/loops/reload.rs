@@ -100,6 +100,8 @@ struct ReloadState {
     /// The manifests files of the last load that can be taken over
     /// unparsed while they stay unchanged.
     files: FileCache,
+    /// The tenant policy's verdicts on unchanged EndpointSlices.
+    verdicts: teapot_model::tenancy::SliceVerdicts,
     generation: u64,
     problems: HashSet<String>,
 }
@@ -181,11 +183,13 @@ impl Reloader {
             Source::Kube(kube) if !kube.is_synced() => return state.generation,
             Source::Kube(kube) => kube.snapshot(),
         };
-        teapot_model::tenancy::admit(
+        let state = &mut *state;
+        teapot_model::tenancy::admit_cached(
             &mut loaded,
             &state.store,
             &self.options.domain,
             &self.options.lb_networks,
+            &mut state.verdicts,
         );
         state.files.settle(&loaded.problems);
         log_problems(&loaded.problems, &mut state.problems);
@@ -224,6 +228,9 @@ impl Reloader {
             hosts = snapshot.routes.hosts(),
             certificates = snapshot.certs.len(),
             compile_ms = snapshot.compile_time.as_secs_f64() * 1e3,
+            files_taken_over = state.files.taken_over(),
+            slice_verdicts_reused = state.verdicts.reused(),
+            namespaces_reused = state.parts.reused_namespaces(),
             "snapshot swapped in"
         );
         retire(self.snapshots.swap(Arc::new(snapshot)));
