@@ -60,6 +60,10 @@ enum Cmd {
         /// The noisy tenant's EndpointSlices.
         #[arg(long, default_value_t = 1000)]
         slices: usize,
+        /// Endpoints in each noisy slice (50: the 1,000 slices are about 3 MB of
+        /// JSON, within the default 4 MiB quota).
+        #[arg(long, default_value_t = 50)]
+        endpoints_per_slice: usize,
         /// Milliseconds between two rewrites of a tenth of the noisy slices.
         #[arg(long, default_value_t = 250)]
         churn_ms: u64,
@@ -95,6 +99,7 @@ async fn main() -> Result<()> {
             rounds,
             changes,
             slices,
+            endpoints_per_slice,
             churn_ms,
             hostile_hosts,
         } => {
@@ -102,6 +107,7 @@ async fn main() -> Result<()> {
                 teapot,
                 changes,
                 slices,
+                endpoints_per_slice: endpoints_per_slice.clamp(1, 250),
                 churn: Duration::from_millis(churn_ms),
                 hostile_hosts,
             };
@@ -343,6 +349,7 @@ struct Setup {
     teapot: PathBuf,
     changes: usize,
     slices: usize,
+    endpoints_per_slice: usize,
     churn: Duration,
     hostile_hosts: usize,
 }
@@ -427,8 +434,9 @@ async fn run(setup: &Setup, rounds: usize) -> Result<()> {
         );
     }
     println!(
-        "\nnoisy: {} EndpointSlices, a tenth rewritten every {:?} when active; {} rate-limited orders, {} DNS queries never answered",
+        "\nnoisy: {} EndpointSlices of {} endpoints, a tenth rewritten every {:?} when active; {} rate-limited orders, {} DNS queries never answered",
         setup.slices,
+        setup.endpoints_per_slice,
         setup.churn,
         front.limited.load(Ordering::Relaxed),
         silent.dropped.load(Ordering::Relaxed)
@@ -454,14 +462,14 @@ fn percentile(v: &[Duration], p: f64) -> Duration {
 }
 
 /// The noisy tenant's slices in ten files, `version` moving every address.
-fn noisy_files(slices: usize, version: usize) -> Vec<(String, Vec<Value>)> {
+fn noisy_files(slices: usize, per_slice: usize, version: usize) -> Vec<(String, Vec<Value>)> {
     let per_file = slices.div_ceil(10);
     (0..10)
         .map(|f| {
             let docs = (f * per_file..((f + 1) * per_file).min(slices))
                 .map(|s| {
-                    let addresses: Vec<String> = (0..4)
-                        .map(|e| format!("10.200.{}.{}", s % 250, (version * 4 + e) % 250 + 1))
+                    let addresses: Vec<String> = (0..per_slice)
+                        .map(|e| format!("10.200.{}.{}", s % 250, (version + e) % 250 + 1))
                         .collect();
                     slice(
                         NOISY_NS,
@@ -537,7 +545,7 @@ async fn scenario(
         "noisy.yaml",
         &noisy_base(setup.slices, active, setup.hostile_hosts),
     )?;
-    for (name, docs) in noisy_files(setup.slices, 0) {
+    for (name, docs) in noisy_files(setup.slices, setup.endpoints_per_slice, 0) {
         manifests.write(&name, &docs)?;
     }
     let state = tempfile::tempdir()?;
@@ -572,12 +580,13 @@ async fn scenario(
     let stop = Arc::new(AtomicBool::new(false));
     let churn = active.then(|| {
         let (stop, slices, every) = (stop.clone(), setup.slices, setup.churn);
+        let per_slice = setup.endpoints_per_slice;
         let stage = manifests.stage.clone();
         let dir = manifests.dir.clone();
         tokio::spawn(async move {
             let mut version = 1;
             while !stop.load(Ordering::Relaxed) {
-                let files = noisy_files(slices, version);
+                let files = noisy_files(slices, per_slice, version);
                 let (name, docs) = &files[version % files.len()];
                 let text: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
                 let _ = std::fs::write(stage.join(name), text.join("\n---\n"));
