@@ -211,7 +211,9 @@ pub fn synthetic_store(ingresses: usize) -> Store {
             put(
                 Kind::EndpointSlice,
                 slice_name,
-                Object::EndpointSlice(slice),
+                Object::EndpointSlice(teapot_model::endpoints::CompactSlice::new(
+                    slice, &namespace,
+                )),
             );
         }
         put(

@@ -10,6 +10,8 @@
 //! had a good version of that object, the good version stays (so a typo
 //! in a live file never takes a route down).
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -60,6 +62,79 @@ pub struct Loaded {
 /// Reads every manifest below `dir`. `previous` is the last store, whose
 /// objects stand in for documents that fail now.
 pub fn load_dir(dir: &Path, previous: &Store) -> Loaded {
+    load_dir_cached(dir, previous, &mut FileCache::default())
+}
+
+/// The files of the last load whose objects the next load takes over
+/// without parsing them again, while their text stays the same: a change
+/// in one tenant's file does not re-read every tenant's (isolation review,
+/// finding 4), and unchanged objects stay the same `Arc`s, which is what
+/// lets the compile reuse their namespace's parts.
+///
+/// Only a clean file is taken over: one that had no problem at all (after
+/// the tenant re-check too, see [`FileCache::settle`]), so what it yields
+/// never depended on the previous store. Any other file is parsed again.
+/// The text is compared by length and a 64-bit SipHash; a file is
+/// operator-written configuration, never a tenant's.
+#[derive(Debug, Default)]
+pub struct FileCache {
+    files: HashMap<PathBuf, CachedFile>,
+    taken_over: usize,
+}
+
+#[derive(Debug)]
+struct CachedFile {
+    len: usize,
+    hash: u64,
+    /// What the file's documents defined, in document order.
+    keys: Vec<(ObjectKey, usize)>,
+    clean: bool,
+}
+
+impl FileCache {
+    /// Marks which files of the load just made are clean, once `problems`
+    /// is final (after [`crate::tenancy::admit`]).
+    pub fn settle(&mut self, problems: &[Problem]) {
+        for file in self.files.values_mut() {
+            file.clean = true;
+        }
+        for p in problems {
+            if let Some(file) = self.files.get_mut(&p.file) {
+                file.clean = false;
+            }
+        }
+    }
+
+    /// Files the last load took over unparsed.
+    pub fn taken_over(&self) -> usize {
+        self.taken_over
+    }
+
+    /// The clean entry for `file` whose text is `text`, and whose every
+    /// object `previous` still holds from that file.
+    fn unchanged(&self, file: &Path, text: &str, previous: &Store) -> Option<&CachedFile> {
+        let cached = self.files.get(file)?;
+        let whole = cached.clean
+            && cached.len == text.len()
+            && cached.hash == text_hash(text)
+            && cached
+                .keys
+                .iter()
+                .all(|(key, _)| previous.origin(key).is_some_and(|o| o.file == file));
+        whole.then_some(cached)
+    }
+}
+
+fn text_hash(text: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// [`load_dir`], taking unchanged clean files over from `cache` and leaving
+/// this load's files there (call [`FileCache::settle`] when the problems
+/// are final).
+pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> Loaded {
     let mut loaded = Loaded::default();
     let mut files = Vec::new();
     if let Err(e) = collect_files(dir, &mut files) {
@@ -77,9 +152,20 @@ pub fn load_dir(dir: &Path, previous: &Store) -> Loaded {
         return loaded;
     }
     files.sort();
+    let mut texts: Vec<(PathBuf, usize, u64)> = Vec::with_capacity(files.len());
+    cache.taken_over = 0;
     for file in files {
         match std::fs::read_to_string(&file) {
-            Ok(text) => load_text(&file, &text, previous, &mut loaded),
+            Ok(text) => {
+                match cache.unchanged(&file, &text, previous) {
+                    Some(cached) => {
+                        take_over(&file, cached, previous, &mut loaded);
+                        cache.taken_over += 1;
+                    }
+                    None => load_text(&file, &text, previous, &mut loaded),
+                }
+                texts.push((file, text.len(), text_hash(&text)));
+            }
             Err(e) => {
                 let origin = Origin {
                     file: file.clone(),
@@ -97,7 +183,54 @@ pub fn load_dir(dir: &Path, previous: &Store) -> Loaded {
             }
         }
     }
+    let mut keys: HashMap<&Path, Vec<(ObjectKey, usize)>> = HashMap::new();
+    loaded.store.for_each_key(|key, origin| {
+        keys.entry(origin.file.as_path())
+            .or_default()
+            .push((key, origin.document));
+    });
+    cache.files = texts
+        .into_iter()
+        .map(|(file, len, hash)| {
+            let mut keys = keys.remove(file.as_path()).unwrap_or_default();
+            keys.sort_by_key(|(_, document)| *document);
+            let entry = CachedFile {
+                len,
+                hash,
+                keys,
+                clean: false,
+            };
+            (file, entry)
+        })
+        .collect();
     loaded
+}
+
+/// Puts an unchanged file's objects into `loaded` as the previous load had
+/// them, with the same check against definitions in earlier files that
+/// parsing it would make.
+fn take_over(file: &Path, cached: &CachedFile, previous: &Store, loaded: &mut Loaded) {
+    for (key, document) in &cached.keys {
+        let origin = Origin {
+            file: file.to_path_buf(),
+            document: *document,
+        };
+        if loaded.store.contains(key) {
+            loaded.problems.push(duplicate(&origin, key));
+            continue;
+        }
+        loaded.store.retain_from(previous, key);
+    }
+}
+
+fn duplicate(origin: &Origin, key: &ObjectKey) -> Problem {
+    problem(
+        origin,
+        Some(key.to_string()),
+        Some("metadata.name".into()),
+        "defined more than once; the first definition (in path order) is used".into(),
+        false,
+    )
 }
 
 /// Reads the documents of one file's text into `loaded`.
@@ -205,13 +338,7 @@ fn load_value(value: serde_json::Value, origin: &Origin, previous: &Store, loade
         name,
     };
     if loaded.store.contains(&key) {
-        loaded.problems.push(problem(
-            origin,
-            Some(key.to_string()),
-            Some("metadata.name".into()),
-            "defined more than once; the first definition (in path order) is used".into(),
-            false,
-        ));
+        loaded.problems.push(duplicate(origin, &key));
         return;
     }
     match validate::parse_object(kind, value, &key.namespace) {
@@ -287,6 +414,8 @@ fn is_manifest(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     fn load(text: &str, previous: &Store) -> Loaded {
@@ -353,6 +482,78 @@ mod tests {
         let l = load(&format!("{SVC}---\n{SVC}"), &Store::default());
         assert_eq!(l.problems.len(), 1);
         assert_eq!(l.problems[0].document, 1);
+    }
+
+    #[test]
+    fn unchanged_clean_files_are_taken_over_as_the_same_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = |ns: &str, port: u16| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: a, namespace: {ns}}}\nspec:\n  ports: [{{port: {port}}}]\n"
+            )
+        };
+        let write = |file: &str, text: &str| std::fs::write(dir.path().join(file), text).unwrap();
+        write("a.yaml", &svc("one", 80));
+        write("b.yaml", &svc("two", 80));
+        write(
+            "c.yaml",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: three}\nspec: {ports: [{port: eighty}]}\n",
+        );
+        let mut cache = FileCache::default();
+        let first = load_dir_cached(dir.path(), &Store::default(), &mut cache);
+        cache.settle(&first.problems);
+        assert_eq!(cache.taken_over(), 0);
+        let arc = |store: &Store, ns: &str| {
+            store.services[&crate::store::NsName::new(ns, "a")]
+                .object
+                .clone()
+        };
+
+        write("b.yaml", &svc("two", 81));
+        let second = load_dir_cached(dir.path(), &first.store, &mut cache);
+        cache.settle(&second.problems);
+        // a.yaml is unchanged and clean; b.yaml changed; c.yaml has a problem.
+        assert_eq!(cache.taken_over(), 1);
+        assert!(Arc::ptr_eq(
+            &arc(&first.store, "one"),
+            &arc(&second.store, "one")
+        ));
+        assert!(!Arc::ptr_eq(
+            &arc(&first.store, "two"),
+            &arc(&second.store, "two")
+        ));
+        assert_eq!(second.problems.len(), 1);
+        let keys = |store: &Store| {
+            let mut all = Vec::new();
+            store.for_each_key(|k, o| all.push((k, o.clone())));
+            all.sort();
+            all
+        };
+        let parsed = load_dir(dir.path(), &first.store).store;
+        assert_eq!(keys(&second.store), keys(&parsed));
+        assert_eq!(
+            second.store.services[&crate::store::NsName::new("two", "a")].object,
+            parsed.services[&crate::store::NsName::new("two", "a")].object
+        );
+
+        // An earlier file now defines what the unchanged one does: the
+        // unchanged file's object is a duplicate, as parsing would find.
+        write("0.yaml", &svc("one", 90));
+        let third = load_dir_cached(dir.path(), &second.store, &mut cache);
+        assert_eq!(cache.taken_over(), 2);
+        let dup: Vec<_> = third
+            .problems
+            .iter()
+            .filter(|p| p.message.starts_with("defined more than once"))
+            .collect();
+        assert_eq!(dup.len(), 1);
+        assert!(dup[0].file.ends_with("a.yaml"));
+        assert!(
+            third.store.services[&crate::store::NsName::new("one", "a")]
+                .origin
+                .file
+                .ends_with("0.yaml")
+        );
     }
 
     #[test]

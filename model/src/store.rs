@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use teapot_api::Tenant;
 
 use crate::certificate::TlsCertificate;
+use crate::endpoints::CompactSlice;
 
 /// Namespace and name of a namespaced object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -167,7 +167,8 @@ pub struct Store {
     pub ingresses: BTreeMap<NsName, Stored<Ingress>>,
     pub ingress_classes: BTreeMap<String, Stored<IngressClass>>,
     pub services: ObjectMap<Service>,
-    pub endpoint_slices: ObjectMap<EndpointSlice>,
+    /// In the compact form ([`crate::endpoints`]): the bulk of a large store.
+    pub endpoint_slices: ObjectMap<CompactSlice>,
     pub secrets: ObjectMap<TlsSecret>,
     /// Tenants by object name.
     pub tenants: BTreeMap<String, Stored<Tenant>>,
@@ -179,7 +180,7 @@ pub enum Object {
     Ingress(Ingress),
     IngressClass(IngressClass),
     Service(Service),
-    EndpointSlice(EndpointSlice),
+    EndpointSlice(CompactSlice),
     Secret(TlsSecret),
     Tenant(Tenant),
 }
@@ -261,6 +262,57 @@ impl Store {
             Kind::EndpointSlice => copy(&from.endpoint_slices, &mut self.endpoint_slices, &ns),
             Kind::Secret => copy(&from.secrets, &mut self.secrets, &ns),
             Kind::Tenant => copy(&from.tenants, &mut self.tenants, &key.name),
+        }
+    }
+
+    /// Calls `f` with the key and origin of every stored object.
+    pub fn for_each_key<'s>(&'s self, mut f: impl FnMut(ObjectKey, &'s Origin)) {
+        let ns = |kind, id: &NsName| ObjectKey {
+            kind,
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        };
+        let cluster = |kind, name: &String| ObjectKey {
+            kind,
+            namespace: String::new(),
+            name: name.clone(),
+        };
+        for (k, v) in &self.ingresses {
+            f(ns(Kind::Ingress, k), &v.origin);
+        }
+        for (k, v) in &self.services {
+            f(ns(Kind::Service, k), &v.origin);
+        }
+        for (k, v) in &self.endpoint_slices {
+            f(ns(Kind::EndpointSlice, k), &v.origin);
+        }
+        for (k, v) in &self.secrets {
+            f(ns(Kind::Secret, k), &v.origin);
+        }
+        for (k, v) in &self.ingress_classes {
+            f(cluster(Kind::IngressClass, k), &v.origin);
+        }
+        for (k, v) in &self.tenants {
+            f(cluster(Kind::Tenant, k), &v.origin);
+        }
+    }
+
+    /// The origin of the stored object with `key`.
+    pub fn origin(&self, key: &ObjectKey) -> Option<&Origin> {
+        let ns = NsRef {
+            namespace: &key.namespace,
+            name: &key.name,
+        };
+        match key.kind {
+            Kind::Ingress => self
+                .ingresses
+                .get(&NsName::new(key.namespace.clone(), key.name.clone()))
+                .map(|s| &s.origin),
+            Kind::IngressClass => self.ingress_classes.get(&key.name).map(|s| &s.origin),
+            Kind::Service => self.services.get(&ns).map(|s| &s.origin),
+            Kind::EndpointSlice => self.endpoint_slices.get(&ns).map(|s| &s.origin),
+            Kind::Secret => self.secrets.get(&ns).map(|s| &s.origin),
+            Kind::Tenant => self.tenants.get(&key.name).map(|s| &s.origin),
         }
     }
 

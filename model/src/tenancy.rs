@@ -93,11 +93,115 @@ impl<'a> Tenancy<'a> {
 /// validating. Ingresses are judged oldest first, so a host goes to the
 /// first tenant that claimed it and later claims by others are refused.
 pub fn admit(loaded: &mut Loaded, previous: &Store, domain: &str, lb_networks: &[IpNet]) {
+    admit_cached(
+        loaded,
+        previous,
+        domain,
+        lb_networks,
+        &mut SliceVerdicts::default(),
+    );
+}
+
+/// [`admit`], taking the verdicts on EndpointSlices that did not change
+/// from `verdicts` (the bulk of a large store: re-judging each one on every
+/// reload re-built every endpoint's typed form).
+pub fn admit_cached(
+    loaded: &mut Loaded,
+    previous: &Store,
+    domain: &str,
+    lb_networks: &[IpNet],
+    verdicts: &mut SliceVerdicts,
+) {
+    verdicts.begin(&loaded.store, domain, lb_networks);
     // A previous version put back must pass too (a Tenant's nodeCIDRs or
     // another tenant's claims may have changed since): a second pass
     // without retention settles it.
-    if admit_pass(loaded, Some(previous), domain, lb_networks) {
-        admit_pass(loaded, None, domain, lb_networks);
+    if admit_pass(loaded, Some(previous), domain, lb_networks, verdicts) {
+        admit_pass(loaded, None, domain, lb_networks, verdicts);
+    }
+    verdicts.end();
+}
+
+/// The tenant policy's verdicts on EndpointSlices, kept from one load to
+/// the next. A slice's verdict depends on the slice, on every Tenant (its
+/// own for nodeCIDRs and limits, the others' nodeCIDRs, which its
+/// endpoints may not point into), on DOMAIN and on the LB networks; so a
+/// verdict is reused for the very same slice (`Arc`) while no Tenant's name
+/// or spec, DOMAIN and LB networks changed, and all are dropped otherwise.
+#[derive(Debug, Default)]
+pub struct SliceVerdicts {
+    context: Option<VerdictContext>,
+    kept: FastHashMap<NsName, Verdict>,
+    next: FastHashMap<NsName, Verdict>,
+    reused: usize,
+}
+
+#[derive(Debug, PartialEq)]
+struct VerdictContext {
+    tenants: Vec<(Option<String>, teapot_api::tenant::TenantSpec)>,
+    domain: String,
+    lb_networks: Vec<IpNet>,
+}
+
+#[derive(Clone, Debug)]
+struct Verdict {
+    slice: Arc<crate::endpoints::CompactSlice>,
+    violations: Vec<Violation>,
+}
+
+impl SliceVerdicts {
+    fn begin(&mut self, store: &Store, domain: &str, lb_networks: &[IpNet]) {
+        let context = VerdictContext {
+            tenants: store
+                .tenants
+                .values()
+                .map(|t| (t.object.metadata.name.clone(), t.object.spec.clone()))
+                .collect(),
+            domain: domain.to_string(),
+            lb_networks: lb_networks.to_vec(),
+        };
+        if self.context.as_ref() != Some(&context) {
+            self.kept.clear();
+            self.context = Some(context);
+        }
+        self.next.clear();
+        self.reused = 0;
+    }
+
+    fn end(&mut self) {
+        self.kept = std::mem::take(&mut self.next);
+    }
+
+    /// The violations of `slice`, judged by `judge` unless known.
+    fn get_or_judge(
+        &mut self,
+        id: &NsName,
+        slice: &Arc<crate::endpoints::CompactSlice>,
+        judge: impl FnOnce() -> Vec<Violation>,
+    ) -> Vec<Violation> {
+        let known = self
+            .next
+            .get(id)
+            .or_else(|| self.kept.get(id))
+            .filter(|v| Arc::ptr_eq(&v.slice, slice));
+        let verdict = match known {
+            Some(v) => {
+                self.reused += 1;
+                v.clone()
+            }
+            None => Verdict {
+                slice: slice.clone(),
+                violations: judge(),
+            },
+        };
+        let violations = verdict.violations.clone();
+        self.next.insert(id.clone(), verdict);
+        violations
+    }
+
+    /// Slices whose verdict the last admission took over.
+    pub fn reused(&self) -> usize {
+        self.reused
     }
 }
 
@@ -107,6 +211,7 @@ fn admit_pass(
     previous: Option<&Store>,
     domain: &str,
     lb_networks: &[IpNet],
+    verdicts: &mut SliceVerdicts,
 ) -> bool {
     if loaded.store.tenants.is_empty() {
         return false;
@@ -189,14 +294,6 @@ fn admit_pass(
             TenantObjectRef::Service(&s.object),
         );
     }
-    for (id, s) in &store.endpoint_slices {
-        judge(
-            Kind::EndpointSlice,
-            id,
-            &s.origin,
-            TenantObjectRef::EndpointSlice(&s.object),
-        );
-    }
     for (id, s) in &store.secrets {
         judge(
             Kind::Secret,
@@ -206,6 +303,33 @@ fn admit_pass(
         );
     }
 
+    for (id, s) in &store.endpoint_slices {
+        let Some(tenant) = by_namespace.get(&id.namespace) else {
+            continue;
+        };
+        // The rules run on what the proxy kept, which is all it acts on
+        // (crate::endpoints), plus what was found in the dropped fields;
+        // the quota counts the slice as written.
+        let size = s.object.source_bytes();
+        let violations = verdicts.get_or_judge(id, &s.object, || {
+            let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
+            let typed = s.object.to_typed();
+            let object = TenantObjectRef::EndpointSlice(&typed);
+            let mut v = policy::check_typed_sized(&ctx, &id.namespace, object, size);
+            v.extend_from_slice(s.object.dropped_violations());
+            v
+        });
+        if violations.is_empty() {
+            loaded_bytes.push(Weighed {
+                created: s.object.metadata.creation_timestamp.clone(),
+                key: key(Kind::EndpointSlice, id),
+                origin: s.origin.clone(),
+                size,
+            });
+        } else {
+            refused.push((key(Kind::EndpointSlice, id), s.origin.clone(), violations));
+        }
+    }
     refused.extend(over_total(loaded_bytes, &by_namespace));
 
     let mut kept_any = false;
@@ -316,6 +440,72 @@ mod tests {
     }
 
     #[test]
+    fn slice_verdicts_are_reused_until_a_tenant_changes() {
+        let docs = |cidr: &str, ip: &str| {
+            format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: a}}\nspec: {{cluster: a, nodeCIDRs: [{cidr}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s-1, namespace: tenant-a, labels: {{kubernetes.io/service-name: s, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{{addresses: [{ip}]}}]\n"
+            )
+        };
+        let load = |text: &str, previous: &Store| {
+            let mut loaded = Loaded::default();
+            crate::manifests::load_text(
+                std::path::Path::new("t.yaml"),
+                text,
+                previous,
+                &mut loaded,
+            );
+            loaded
+        };
+        let mut verdicts = SliceVerdicts::default();
+        let mut first = load(&docs("10.1.0.0/24", "10.1.0.5"), &Store::default());
+        admit_cached(
+            &mut first,
+            &Store::default(),
+            "example.net",
+            &[],
+            &mut verdicts,
+        );
+        assert_eq!(
+            (verdicts.reused(), first.store.endpoint_slices.len()),
+            (0, 1)
+        );
+
+        // The same objects again (what an unchanged file or watch gives).
+        let mut again = Loaded {
+            store: first.store.clone(),
+            problems: Vec::new(),
+        };
+        admit_cached(&mut again, &first.store, "example.net", &[], &mut verdicts);
+        assert_eq!(
+            (verdicts.reused(), again.store.endpoint_slices.len()),
+            (1, 1)
+        );
+
+        // The Tenant's nodeCIDRs no longer hold the endpoint: judged again,
+        // and refused.
+        let mut moved = load(&docs("10.2.0.0/24", "10.1.0.5"), &Store::default());
+        let slice = first.store.endpoint_slices.values().next().unwrap().clone();
+        moved
+            .store
+            .endpoint_slices
+            .insert(NsName::new("tenant-a", "s-1"), slice);
+        admit_cached(
+            &mut moved,
+            &Store::default(),
+            "example.net",
+            &[],
+            &mut verdicts,
+        );
+        assert_eq!(verdicts.reused(), 0);
+        assert!(moved.store.endpoint_slices.is_empty());
+        assert!(
+            moved.problems[0].message.contains("nodeCIDRs"),
+            "{:?}",
+            moved.problems
+        );
+    }
+
+    #[test]
     fn scopes_and_endpoints_follow_the_policy() {
         let acme = tenant("acme", "10.1.0.0/16");
         let other = tenant("other", "10.1.2.0/24");
@@ -375,7 +565,14 @@ mod tests {
             &mut loaded,
         );
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-        let one = policy::json_size(&*loaded.store.endpoint_slices.values().next().unwrap().object);
+        let one = loaded
+            .store
+            .endpoint_slices
+            .values()
+            .next()
+            .unwrap()
+            .object
+            .source_bytes();
         admit(&mut loaded, &Store::default(), "example.net", &[]);
 
         let kept = |ns: &str| {

@@ -9,6 +9,7 @@ use teapot_api::names::{SERVICE_NAME_LABEL, TLS_SECRET_TYPE};
 use teapot_api::{HostPattern, PathKind, Tenant, path};
 
 use crate::certificate::TlsCertificate;
+use crate::endpoints::{CompactSlice, MAX_ADDRESSES_PER_ENDPOINT};
 use crate::store::{Kind, Object, TlsSecret};
 
 /// Why a document was refused, and where.
@@ -33,7 +34,7 @@ impl FieldError {
 pub fn parse_object(
     kind: Kind,
     value: serde_json::Value,
-    _namespace: &str,
+    namespace: &str,
 ) -> Result<Object, FieldError> {
     Ok(match kind {
         Kind::Ingress => {
@@ -50,7 +51,7 @@ pub fn parse_object(
         Kind::EndpointSlice => {
             let slice: EndpointSlice = typed(value)?;
             validate_endpoint_slice(&slice)?;
-            Object::EndpointSlice(slice)
+            Object::EndpointSlice(CompactSlice::new(slice, namespace))
         }
         Kind::Secret => Object::Secret(parse_tls_secret(typed(value)?)?),
         Kind::Tenant => {
@@ -175,6 +176,12 @@ fn validate_endpoint_slice(slice: &EndpointSlice) -> Result<(), FieldError> {
         }
     }
     for (i, e) in slice.endpoints.iter().flatten().enumerate() {
+        if e.addresses.len() > MAX_ADDRESSES_PER_ENDPOINT {
+            return Err(FieldError::at(
+                format!("endpoints[{i}].addresses"),
+                format!("more than {MAX_ADDRESSES_PER_ENDPOINT} addresses"),
+            ));
+        }
         if slice.address_type != "FQDN" {
             for (j, a) in e.addresses.iter().enumerate() {
                 if a.parse::<std::net::IpAddr>().is_err() {

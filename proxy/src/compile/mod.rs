@@ -16,6 +16,8 @@
 //! - [`certs`]: certificates by host, for the SNI resolver.
 //! - [`fairness`]: per-tenant gates the routes carry.
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
+//! - [`parts`]: what a compile keeps per tenant namespace for the next
+//!   one (incremental recompile: the rule is there).
 //! - [`acme`], [`domains`]: what the compile knows of ACME and custom
 //!   domains, as data.
 //! - [`snapshot`]: what is swapped, and the status report.
@@ -30,6 +32,7 @@ pub mod certs;
 pub mod domains;
 pub mod fairness;
 pub mod l4;
+pub mod parts;
 pub mod routes;
 pub mod snapshot;
 pub mod upstream;
@@ -39,14 +42,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{
     Ingress, IngressBackend, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
     ServiceBackendPort,
 };
-use teapot_api::names::{
-    CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS, SERVICE_NAME_LABEL,
-};
+use teapot_api::names::{CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS};
 use teapot_api::{HostPattern, PathKind, hostname};
 
 use crate::compile::acme::AcmeInputs;
@@ -54,12 +54,14 @@ use crate::compile::certs::CertTable;
 use crate::compile::domains::{Claim, ProofResults};
 use crate::compile::fairness::TenantGates;
 use crate::compile::l4::L4Inputs;
+use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{
     Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
 };
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 use teapot_api::policy::HostScope;
+use teapot_model::endpoints::CompactSlice;
 use teapot_model::manifests::Problem;
 use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
 use teapot_model::tenancy::{Tenancy, TenantView};
@@ -114,7 +116,7 @@ impl Default for CompileOptions {
 }
 
 /// Builds a snapshot from a store. `problems` are the loader's, carried into
-/// the status report.
+/// the status report. A full compile: nothing is taken from an earlier one.
 pub fn compile(
     store: &Store,
     problems: Vec<Problem>,
@@ -122,9 +124,33 @@ pub fn compile(
     options: &CompileOptions,
     registry: &EndpointRegistry,
 ) -> Snapshot {
+    compile_incremental(
+        store,
+        problems,
+        generation,
+        options,
+        registry,
+        &mut CompiledParts::default(),
+    )
+}
+
+/// [`compile`], taking the backends of namespaces that did not change from
+/// the last compile's `parts`, and leaving this one's there for the next
+/// ([`parts`] has the rule). The result equals a full compile's.
+pub fn compile_incremental(
+    store: &Store,
+    problems: Vec<Problem>,
+    generation: u64,
+    options: &CompileOptions,
+    registry: &EndpointRegistry,
+    parts: &mut CompiledParts,
+) -> Snapshot {
     let started = Instant::now();
-    let tenant_list: Vec<&teapot_api::Tenant> =
-        store.tenants.values().map(|t| &*t.object).collect();
+    let tenant_arcs: Vec<&Arc<teapot_api::Tenant>> =
+        store.tenants.values().map(|t| &t.object).collect();
+    let inputs = CurrentInputs::new(store);
+    let reuse = Reuse::new(parts, &inputs, &tenant_arcs, &options.lb_networks);
+    let tenant_list: Vec<&teapot_api::Tenant> = tenant_arcs.iter().map(|t| &***t).collect();
     let holdings = Tenancy::holdings(&tenant_list);
     let tenancy = Tenancy::new(
         &tenant_list,
@@ -132,7 +158,7 @@ pub fn compile(
         &options.lb_networks,
         &holdings,
     );
-    let mut resolver = Resolver::new(store, registry, &tenancy);
+    let mut resolver = Resolver::new(store, registry, &tenancy, reuse);
     let mut policies = Policies::new(&options.tenant_gates);
     let (hosts, paths) = rule_counts(store);
     let mut routes = RouteTable::with_capacity(hosts, paths);
@@ -394,10 +420,12 @@ pub fn compile(
                 .unwrap_or_else(|| "not checked yet".into()),
         })
         .collect();
+    let backends = resolver.report();
+    *parts = resolver.into_parts(&inputs, &tenant_arcs, &options.lb_networks);
     let report = StatusReport {
         generation,
         ingresses: ingress_reports,
-        backends: resolver.report(),
+        backends,
         problems,
         domains,
         l4: l4_report,
@@ -740,24 +768,26 @@ struct Resolver<'a> {
     tenancy: &'a Tenancy<'a>,
     slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
     cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
+    /// Upstreams of unchanged namespaces, from the last compile.
+    reuse: Reuse<'a>,
 }
 
 /// The EndpointSlices of one Service. Most Services have one slice; a Vec
 /// for each was a hundred thousand allocations per large compile.
 enum Slices<'a> {
-    One(&'a EndpointSlice),
-    Many(Vec<&'a EndpointSlice>),
+    One(&'a CompactSlice),
+    Many(Vec<&'a CompactSlice>),
 }
 
 impl<'a> Slices<'a> {
-    fn push(&mut self, slice: &'a EndpointSlice) {
+    fn push(&mut self, slice: &'a CompactSlice) {
         match self {
             Slices::One(first) => *self = Slices::Many(vec![*first, slice]),
             Slices::Many(all) => all.push(slice),
         }
     }
 
-    fn as_slice(&self) -> &[&'a EndpointSlice] {
+    fn as_slice(&self) -> &[&'a CompactSlice] {
         match self {
             Slices::One(one) => std::slice::from_ref(one),
             Slices::Many(all) => all,
@@ -801,13 +831,13 @@ impl<'a> Resolver<'a> {
         store: &'a Store,
         registry: &'a EndpointRegistry,
         tenancy: &'a Tenancy<'a>,
+        reuse: Reuse<'a>,
     ) -> Resolver<'a> {
         let mut slices: FastHashMap<(&str, &str), Slices> =
             FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
         for (id, slice) in &store.endpoint_slices {
-            let labels = slice.object.metadata.labels.as_ref();
-            if let Some(service) = labels.and_then(|l| l.get(SERVICE_NAME_LABEL)) {
-                let key = (id.namespace.as_str(), service.as_str());
+            if let Some(service) = slice.object.service_name() {
+                let key = (id.namespace.as_str(), service);
                 match slices.entry(key) {
                     hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
                     hashbrown::hash_map::Entry::Vacant(e) => {
@@ -822,6 +852,7 @@ impl<'a> Resolver<'a> {
             tenancy,
             slices,
             cache: FastHashMap::default(),
+            reuse,
         }
     }
 
@@ -858,9 +889,39 @@ impl<'a> Resolver<'a> {
             return u.clone();
         }
         let (namespace, name, port) = key;
-        let upstream = Arc::new(self.resolve(namespace, name, &port));
+        let reused = self.reuse.reused(namespace).then(|| {
+            self.reuse
+                .get(namespace, &backend_name(namespace, name, &port))
+                .cloned()
+        });
+        let upstream = match reused.flatten() {
+            Some(u) => u,
+            None => Arc::new(self.resolve(namespace, name, &port)),
+        };
         self.cache.insert(key, upstream.clone());
         upstream
+    }
+
+    /// This compile's upstreams, kept per namespace for the next one.
+    fn into_parts(
+        self,
+        inputs: &CurrentInputs<'_>,
+        tenants: &[&Arc<teapot_api::Tenant>],
+        lb_networks: &[ipnet::IpNet],
+    ) -> CompiledParts {
+        let mut reused: Vec<&str> = self
+            .cache
+            .keys()
+            .map(|(ns, _, _)| *ns)
+            .filter(|ns| self.reuse.reused(ns))
+            .collect();
+        reused.sort_unstable();
+        reused.dedup();
+        let upstreams = self
+            .cache
+            .iter()
+            .map(|((ns, name, port), u)| (ns.to_string(), backend_name(ns, name, port), u.clone()));
+        parts::keep(inputs, tenants, lb_networks, upstreams, reused.len())
     }
 
     fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
@@ -898,7 +959,6 @@ impl<'a> Resolver<'a> {
             let Some(number) = slice
                 .ports
                 .iter()
-                .flatten()
                 .find(|p| p.name.as_deref().unwrap_or("") == port_name)
                 .and_then(|p| p.port)
             else {
@@ -907,20 +967,12 @@ impl<'a> Resolver<'a> {
             let Ok(number) = u16::try_from(number) else {
                 continue;
             };
-            for endpoint in slice.endpoints.iter().flatten() {
+            for (info, addresses) in slice.endpoints() {
                 // `ready` unset means ready (discovery.k8s.io/v1).
-                let ready = endpoint
-                    .conditions
-                    .as_ref()
-                    .and_then(|c| c.ready)
-                    .unwrap_or(true);
-                if !ready {
+                if !info.ready().unwrap_or(true) {
                     continue;
                 }
-                for a in &endpoint.addresses {
-                    let Ok(ip) = a.parse::<IpAddr>() else {
-                        continue;
-                    };
+                for &ip in addresses {
                     if let Some(t) = tenant
                         && let Err(why) = t.endpoint_allowed(ip)
                     {
@@ -951,6 +1003,13 @@ impl<'a> Resolver<'a> {
     fn report(&self) -> Backends {
         Backends(self.cache.values().cloned().collect())
     }
+}
+
+fn backend_name(namespace: &str, name: &str, port: &PortRef) -> BackendName {
+    BackendName(
+        upstream_label(namespace, name, port),
+        matches!(port, PortRef::Number(_)),
+    )
 }
 
 /// `namespace/service:port`. Built by hand: one per upstream, and the

@@ -1,0 +1,476 @@
+//! What one compile keeps for the next, per tenant namespace, so that a
+//! change in one namespace does not redo the others' work (isolation review,
+//! finding 4: one tenant's churn must not cost every other tenant).
+//!
+//! The part of a compile that grows with a tenant's endpoints is resolving
+//! its backends: Service ports to the ready, allowed endpoint addresses
+//! ([`Upstream`]s). Those depend on
+//!
+//! - the namespace's own Services and EndpointSlices;
+//! - the namespace's Tenant, and every other Tenant's `nodeCIDRs` (an
+//!   endpoint may not point into another tenant's nodes), and the LB
+//!   cluster's networks.
+//!
+//! So a namespace's upstreams are reused as they are (the same `Arc`s,
+//! round-robin position included) when its Services and EndpointSlices are
+//! the objects of the last compile (the same `Arc`s, which the kube watch
+//! and the manifests loader keep for unchanged objects and files, or
+//! equal ones) and no Tenant's name or spec and no LB network changed. Any Tenant
+//! change redoes every namespace: it can move what every other tenant's
+//! endpoints may use.
+//!
+//! What depends on several tenants at once and is cheap per object (host
+//! claims and their first claimant, certificates, custom-domain owners, L4
+//! addresses and ports) is recomputed in every compile, from the whole
+//! store: a released host or port is then seen by the next claimant in the
+//! same compile, with no rule for what to invalidate.
+
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Service;
+use teapot_api::Tenant;
+use teapot_model::endpoints::CompactSlice;
+use teapot_model::store::{FastHashMap, Store};
+
+use crate::compile::upstream::Upstream;
+
+/// The parts of the last compile, for the next. Start with
+/// [`CompiledParts::default`] (nothing to reuse: a full compile).
+#[derive(Debug, Default)]
+pub struct CompiledParts {
+    tenants: Vec<Arc<Tenant>>,
+    lb_networks: Vec<IpNet>,
+    namespaces: FastHashMap<String, NamespacePart>,
+    reused: usize,
+}
+
+impl CompiledParts {
+    /// Namespaces whose backends the last compile took over unchanged.
+    pub fn reused_namespaces(&self) -> usize {
+        self.reused
+    }
+
+    /// Namespaces the last compile keeps parts for.
+    pub fn namespaces(&self) -> usize {
+        self.namespaces.len()
+    }
+
+    /// The upstream the last compile kept for a Service port, if any.
+    pub fn upstream(&self, namespace: &str, service: &str, port: &str) -> Option<&Arc<Upstream>> {
+        let part = self.namespaces.get(namespace)?;
+        let key = BackendName::new(namespace, service, port);
+        part.backends.get(&key)
+    }
+}
+
+/// One namespace's inputs and what was built from them.
+#[derive(Debug, Default)]
+struct NamespacePart {
+    inputs: NamespaceInputs,
+    /// By `namespace/service:port` (the upstream's name) and whether the
+    /// port was a number.
+    backends: FastHashMap<BackendName, Arc<Upstream>>,
+}
+
+/// The objects a namespace's backends were resolved from, by name. Holding
+/// them keeps their addresses from being reused, so pointer equality means
+/// "the same object".
+#[derive(Debug, Default)]
+struct NamespaceInputs {
+    services: Vec<(String, Arc<Service>)>,
+    slices: Vec<(String, Arc<CompactSlice>)>,
+}
+
+/// An upstream's name (`namespace/service:port`) plus whether the port was
+/// given by number: port names are not validated to hold a letter in
+/// manifests mode, so `80` could be either.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct BackendName(pub(crate) String, pub(crate) bool);
+
+impl BackendName {
+    /// For lookups by hand (tests, tools): `port` is a number when it parses
+    /// as one.
+    pub(crate) fn new(namespace: &str, service: &str, port: &str) -> BackendName {
+        BackendName(
+            format!("{namespace}/{service}:{port}"),
+            port.parse::<i32>().is_ok(),
+        )
+    }
+}
+
+/// The current inputs of every namespace, borrowed from the store.
+pub(crate) struct CurrentInputs<'s> {
+    by_namespace: FastHashMap<&'s str, BorrowedInputs<'s>>,
+}
+
+#[derive(Default)]
+struct BorrowedInputs<'s> {
+    services: Vec<(&'s str, &'s Arc<Service>)>,
+    slices: Vec<(&'s str, &'s Arc<CompactSlice>)>,
+}
+
+impl<'s> CurrentInputs<'s> {
+    pub(crate) fn new(store: &'s Store) -> CurrentInputs<'s> {
+        let mut by_namespace: FastHashMap<&str, BorrowedInputs> = FastHashMap::default();
+        for (id, s) in &store.services {
+            let e = by_namespace.entry(id.namespace.as_str()).or_default();
+            e.services.push((id.name.as_str(), &s.object));
+        }
+        for (id, s) in &store.endpoint_slices {
+            let e = by_namespace.entry(id.namespace.as_str()).or_default();
+            e.slices.push((id.name.as_str(), &s.object));
+        }
+        for inputs in by_namespace.values_mut() {
+            inputs.services.sort_unstable_by_key(|(name, _)| *name);
+            inputs.slices.sort_unstable_by_key(|(name, _)| *name);
+        }
+        CurrentInputs { by_namespace }
+    }
+}
+
+/// The same objects by name: the very `Arc`s (the usual case, and a
+/// pointer compare), or equal ones (a file written again unchanged).
+fn same<T: PartialEq>(now: &[(&str, &Arc<T>)], then: &[(String, Arc<T>)]) -> bool {
+    now.len() == then.len()
+        && now
+            .iter()
+            .zip(then)
+            .all(|((n, a), (m, b))| *n == m && (Arc::ptr_eq(a, b) || ***a == **b))
+}
+
+/// A Tenant as the policy reads it: its name and spec.
+fn same_tenant(a: &Tenant, b: &Tenant) -> bool {
+    std::ptr::eq(a, b) || (a.metadata.name == b.metadata.name && a.spec == b.spec)
+}
+
+/// Which namespaces' upstreams a compile may take from the last one.
+pub(crate) struct Reuse<'p> {
+    namespaces: FastHashMap<&'p str, &'p FastHashMap<BackendName, Arc<Upstream>>>,
+}
+
+impl<'p> Reuse<'p> {
+    /// The namespaces of `previous` whose inputs are unchanged in `now`.
+    pub(crate) fn new(
+        previous: &'p CompiledParts,
+        now: &CurrentInputs<'_>,
+        tenants: &[&Arc<Tenant>],
+        lb_networks: &[IpNet],
+    ) -> Reuse<'p> {
+        let tenants_same = previous.tenants.len() == tenants.len()
+            && previous
+                .tenants
+                .iter()
+                .zip(tenants)
+                .all(|(a, b)| same_tenant(a, b))
+            && previous.lb_networks == lb_networks;
+        let mut namespaces = FastHashMap::default();
+        if tenants_same {
+            for (ns, part) in &previous.namespaces {
+                let unchanged = now.by_namespace.get(ns.as_str()).is_some_and(|n| {
+                    same(&n.services, &part.inputs.services) && same(&n.slices, &part.inputs.slices)
+                });
+                if unchanged {
+                    namespaces.insert(ns.as_str(), &part.backends);
+                }
+            }
+        }
+        Reuse { namespaces }
+    }
+
+    pub(crate) fn get(&self, namespace: &str, name: &BackendName) -> Option<&Arc<Upstream>> {
+        self.namespaces.get(namespace)?.get(name)
+    }
+
+    pub(crate) fn reused(&self, namespace: &str) -> bool {
+        self.namespaces.contains_key(namespace)
+    }
+}
+
+/// Builds the parts the next compile gets from this one's upstreams.
+pub(crate) fn keep(
+    now: &CurrentInputs<'_>,
+    tenants: &[&Arc<Tenant>],
+    lb_networks: &[IpNet],
+    upstreams: impl Iterator<Item = (String, BackendName, Arc<Upstream>)>,
+    reused: usize,
+) -> CompiledParts {
+    let mut namespaces: FastHashMap<String, NamespacePart> = FastHashMap::default();
+    for (namespace, name, upstream) in upstreams {
+        let part = namespaces.entry(namespace).or_default();
+        part.backends.insert(name, upstream);
+    }
+    for (ns, part) in namespaces.iter_mut() {
+        if let Some(n) = now.by_namespace.get(ns.as_str()) {
+            part.inputs = NamespaceInputs {
+                services: n
+                    .services
+                    .iter()
+                    .map(|(name, s)| (name.to_string(), Arc::clone(s)))
+                    .collect(),
+                slices: n
+                    .slices
+                    .iter()
+                    .map(|(name, s)| (name.to_string(), Arc::clone(s)))
+                    .collect(),
+            };
+        }
+    }
+    CompiledParts {
+        tenants: tenants.iter().map(|t| Arc::clone(t)).collect(),
+        lb_networks: lb_networks.to_vec(),
+        namespaces,
+        reused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use rand::{Rng, SeedableRng};
+    use teapot_model::manifests::FileCache;
+    use teapot_model::store::Store;
+
+    use super::*;
+    use crate::compile::upstream::EndpointRegistry;
+    use crate::compile::{CompileOptions, compile, compile_incremental};
+
+    const TENANTS: usize = 4;
+
+    /// One tenant's objects: a Tenant, a Service, `slices` EndpointSlices
+    /// with `ready` endpoints each, an Ingress.
+    fn tenant_docs(t: usize, slices: usize, ready: usize, cidr: u8) -> Vec<String> {
+        let mut docs = vec![format!(
+            "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: t{t}}}\nspec: {{cluster: t{t}, nodeCIDRs: [10.{t}.0.0/{cidr}]}}\n"
+        )];
+        docs.push(format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: tenant-t{t}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
+        ));
+        for s in 0..slices {
+            let endpoints: Vec<String> = (0..4)
+                .map(|e| {
+                    format!(
+                        "{{addresses: [10.{t}.{s}.{e}], conditions: {{ready: {}}}}}",
+                        e < ready
+                    )
+                })
+                .collect();
+            docs.push(format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-{s}, namespace: tenant-t{t}, labels: {{kubernetes.io/service-name: web, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{}]\n",
+                endpoints.join(", ")
+            ));
+        }
+        docs.push(format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: tenant-t{t}}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{name: http}}}}}}}}]}}\n"
+        ));
+        docs
+    }
+
+    /// A directory with one file per tenant, as the manifests source sees it.
+    struct World {
+        dir: tempfile::TempDir,
+        /// Per tenant: (slices, ready endpoints per slice, nodeCIDR prefix).
+        tenants: Vec<(usize, usize, u8)>,
+    }
+
+    impl World {
+        fn new() -> World {
+            let world = World {
+                dir: tempfile::tempdir().unwrap(),
+                tenants: vec![(2, 2, 16); TENANTS],
+            };
+            for t in 0..TENANTS {
+                world.write(t);
+            }
+            world
+        }
+
+        fn write(&self, t: usize) {
+            let (slices, ready, cidr) = self.tenants[t];
+            let text = tenant_docs(t, slices, ready, cidr).join("---\n");
+            std::fs::write(self.dir.path().join(format!("t{t}.yaml")), text).unwrap();
+        }
+
+        fn change(&mut self, t: usize, what: u32) {
+            let entry = &mut self.tenants[t];
+            match what {
+                0 => entry.0 = (entry.0 % 3) + 1,
+                1 => entry.1 = (entry.1 + 1) % 5,
+                // A Tenant change: its nodeCIDRs shrink so that some of its
+                // endpoints are refused.
+                _ => entry.2 = if entry.2 == 16 { 24 } else { 16 },
+            }
+            self.write(t);
+        }
+    }
+
+    fn options() -> CompileOptions {
+        CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        }
+    }
+
+    /// What the reload loop does: load (taking unchanged files over),
+    /// admit, compile incrementally.
+    fn reload(
+        dir: &Path,
+        store: &mut Store,
+        files: &mut FileCache,
+        parts: &mut CompiledParts,
+        registry: &EndpointRegistry,
+    ) -> String {
+        reload_with(dir, store, files, parts, registry, true)
+    }
+
+    /// `admit`: whether the tenant re-check runs first. Without it, refused
+    /// endpoints reach the compile, whose own check then has to follow
+    /// Tenant changes.
+    fn reload_with(
+        dir: &Path,
+        store: &mut Store,
+        files: &mut FileCache,
+        parts: &mut CompiledParts,
+        registry: &EndpointRegistry,
+        admit: bool,
+    ) -> String {
+        let mut loaded = teapot_model::manifests::load_dir_cached(dir, store, files);
+        if admit {
+            teapot_model::tenancy::admit(&mut loaded, store, "example.net", &[]);
+        }
+        files.settle(&loaded.problems);
+        let snapshot =
+            compile_incremental(&loaded.store, Vec::new(), 1, &options(), registry, parts);
+        *store = loaded.store;
+        report(&snapshot)
+    }
+
+    fn full(dir: &Path, admit: bool) -> String {
+        let mut loaded = teapot_model::manifests::load_dir(dir, &Store::default());
+        if admit {
+            teapot_model::tenancy::admit(&mut loaded, &Store::default(), "example.net", &[]);
+        }
+        let snapshot = compile(
+            &loaded.store,
+            Vec::new(),
+            1,
+            &options(),
+            &EndpointRegistry::default(),
+        );
+        report(&snapshot)
+    }
+
+    fn report(snapshot: &crate::compile::snapshot::Snapshot) -> String {
+        let mut r = serde_json::to_value(&snapshot.report).unwrap();
+        r.as_object_mut().unwrap().remove("compile_ms");
+        r.to_string()
+    }
+
+    #[test]
+    fn an_unchanged_tenant_keeps_its_upstreams_and_a_changed_one_does_not() {
+        let mut world = World::new();
+        let (mut store, mut files, mut parts) = (
+            Store::default(),
+            FileCache::default(),
+            CompiledParts::default(),
+        );
+        let registry = EndpointRegistry::default();
+        reload(
+            world.dir.path(),
+            &mut store,
+            &mut files,
+            &mut parts,
+            &registry,
+        );
+        assert_eq!(parts.reused_namespaces(), 0);
+        assert_eq!(parts.namespaces(), TENANTS);
+        let before: Vec<Arc<Upstream>> = (0..TENANTS)
+            .map(|t| {
+                parts
+                    .upstream(&format!("tenant-t{t}"), "web", "http")
+                    .unwrap()
+                    .clone()
+            })
+            .collect();
+        assert_eq!(before[0].endpoints.len(), 4);
+
+        world.change(1, 1);
+        reload(
+            world.dir.path(),
+            &mut store,
+            &mut files,
+            &mut parts,
+            &registry,
+        );
+        assert_eq!(files.taken_over(), TENANTS - 1);
+        assert_eq!(parts.reused_namespaces(), TENANTS - 1);
+        for (t, old) in before.iter().enumerate() {
+            let now = parts
+                .upstream(&format!("tenant-t{t}"), "web", "http")
+                .unwrap();
+            assert_eq!(Arc::ptr_eq(old, now), t != 1, "tenant {t}");
+        }
+        assert_eq!(
+            parts
+                .upstream("tenant-t1", "web", "http")
+                .unwrap()
+                .endpoints
+                .len(),
+            6
+        );
+
+        // A Tenant change can move what every tenant's endpoints may use.
+        world.change(2, 2);
+        reload(
+            world.dir.path(),
+            &mut store,
+            &mut files,
+            &mut parts,
+            &registry,
+        );
+        assert_eq!(parts.reused_namespaces(), 0);
+    }
+
+    #[test]
+    fn iterated_random_changes_compile_as_a_full_compile_does() {
+        for admit in [true, false] {
+            random_changes(admit);
+        }
+    }
+
+    fn random_changes(admit: bool) {
+        let mut world = World::new();
+        let (mut store, mut files, mut parts) = (
+            Store::default(),
+            FileCache::default(),
+            CompiledParts::default(),
+        );
+        let registry = EndpointRegistry::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(20);
+        let mut reused = 0;
+        for round in 0..40 {
+            let incremental = reload_with(
+                world.dir.path(),
+                &mut store,
+                &mut files,
+                &mut parts,
+                &registry,
+                admit,
+            );
+            assert_eq!(incremental, full(world.dir.path(), admit), "round {round}");
+            reused += parts.reused_namespaces();
+            for _ in 0..rng.random_range(0..3) {
+                let t = rng.random_range(0..TENANTS);
+                // Tenant changes are rarer, as in life.
+                let what = if rng.random_range(0..10) == 0 {
+                    2
+                } else {
+                    rng.random_range(0..2)
+                };
+                world.change(t, what);
+            }
+        }
+        assert!(reused > 40, "only {reused} namespaces reused in 40 rounds");
+    }
+}
