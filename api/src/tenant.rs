@@ -96,11 +96,12 @@ pub struct TenantLimits {
     pub requests_per_second: Option<u32>,
 }
 
-/// The default of `limits.maxTotalBytes`: 4 MiB of JSON per tenant. The
-/// isolation review measured about 12 bytes of proxy memory per byte of
-/// JSON at worst (29 MB of EndpointSlices, 384 MB of RSS after reloads), so
-/// the chart's 1 GiB limit holds 20 tenants at their full default
-/// allowance; raise the memory limit with the number of tenants.
+/// The default of `limits.maxTotalBytes`: 4 MiB of JSON per tenant. With
+/// EndpointSlices kept compact and reloads that reuse unchanged objects, a
+/// tenant at its full default allowance costs each replica at most about
+/// 16 MB (docs/capacity.md), so the chart's 1 GiB limit holds 30 such
+/// tenants, the compile's peak included; raise the memory limit with the
+/// number of tenants.
 pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Limits with every default filled in.

@@ -304,6 +304,7 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             "TeapotAcmeFailing",
             "TeapotManifestProblems",
             "TeapotNoSnapshot",
+            "TeapotReloadFailing",
             "TeapotWebhookUnavailable",
             "TeapotWebhookRefusing",
             "TeapotProxyReplicasNotReady",

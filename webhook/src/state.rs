@@ -100,7 +100,9 @@ impl PolicyState {
             state.record(ObjectKind::Service, k, || json_size(&*v.object));
         }
         for (k, v) in &store.endpoint_slices {
-            state.record(ObjectKind::EndpointSlice, k, || json_size(&*v.object));
+            // The compact form lacks the fields the proxy drops; the quota
+            // counts the JSON as written.
+            state.record(ObjectKind::EndpointSlice, k, || v.object.source_bytes());
         }
         for (k, v) in &store.secrets {
             state.record(ObjectKind::Secret, k, || json_size(&v.object.source));

@@ -218,6 +218,7 @@ pub fn compile_incremental(
             ))
         });
         let (policy, annotation_problems) = policies.of(ingress, tenant);
+        let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
         let mut note = |upstream: &Upstream| {
             for why in upstream.unavailable.iter().chain(&upstream.refused) {
                 if !unresolved.contains(why) {
@@ -229,7 +230,7 @@ pub fn compile_incremental(
         if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
             let upstream = resolver.backend(&id.namespace, backend);
             note(&upstream);
-            let upstream = Route::new(upstream, policy.clone());
+            let upstream = Route::new(upstream, policy.clone(), ingress_name.clone());
             match &own_host {
                 Some(host) => {
                     if !routes.host_mut(Some(host)).set_fallback(upstream) {
@@ -287,7 +288,7 @@ pub fn compile_incremental(
                 let path = p.path.as_deref().unwrap_or("/");
                 let upstream = resolver.backend(&id.namespace, &p.backend);
                 note(&upstream);
-                let route = Route::new(upstream, policy.clone());
+                let route = Route::new(upstream, policy.clone(), ingress_name.clone());
                 if let Err(owner) = table.insert(kind, path, route, index) {
                     let holder = owners[owner as usize];
                     let host = host.map_or("*".to_string(), |h| h.to_string());

@@ -32,11 +32,23 @@ pub struct Route {
     /// `None` for an operator Ingress without limits (the common case in
     /// large tables: no allocation); shared by every rule of one Ingress.
     pub policy: Option<Arc<RoutePolicy>>,
+    /// `namespace/name` of the Ingress the rule came from (empty for a
+    /// route no Ingress made), shared by its rules: what the access log
+    /// and the per-route series name (docs/operations.md).
+    pub ingress: Arc<str>,
 }
 
 impl Route {
-    pub fn new(upstream: Arc<Upstream>, policy: Option<Arc<RoutePolicy>>) -> Route {
-        Route { upstream, policy }
+    pub fn new(
+        upstream: Arc<Upstream>,
+        policy: Option<Arc<RoutePolicy>>,
+        ingress: Arc<str>,
+    ) -> Route {
+        Route {
+            upstream,
+            policy,
+            ingress,
+        }
     }
 
     /// `teapot.dev/max-body-size` of the Ingress (0: no limit of its own).
@@ -52,7 +64,7 @@ impl Route {
 
 impl From<Arc<Upstream>> for Route {
     fn from(upstream: Arc<Upstream>) -> Route {
-        Route::new(upstream, None)
+        Route::new(upstream, None, Arc::from(""))
     }
 }
 

@@ -264,8 +264,9 @@ impl Reloader {
                         _ = r.recompile.requested() => {}
                         _ = shutdown.wait_for(|s| *s) => return,
                     }
-                    let r = r.clone();
-                    if let Err(e) = tokio::task::spawn_blocking(move || r.reload()).await {
+                    let task = r.clone();
+                    if let Err(e) = tokio::task::spawn_blocking(move || task.reload()).await {
+                        r.metrics.reload_failures_total.inc();
                         tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
                     }
                 }
@@ -309,6 +310,7 @@ impl Reloader {
         loop {
             let r = self.clone();
             if let Err(e) = tokio::task::spawn_blocking(move || r.reload()).await {
+                self.metrics.reload_failures_total.inc();
                 tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
             }
             tokio::select! {

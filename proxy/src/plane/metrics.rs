@@ -30,6 +30,9 @@ pub struct Metrics {
     pub routes: IntGauge,
     pub manifest_problems: IntGauge,
     pub reloads_total: IntCounter,
+    /// Reloads that failed (the compile panicked); the previous snapshot
+    /// kept serving.
+    pub reload_failures_total: IntCounter,
     pub in_flight: IntGauge,
     /// ACME hosts by state: pending, issued, expiring, failed.
     pub acme_certificates: IntGaugeVec,
@@ -114,6 +117,10 @@ impl Metrics {
                 "Documents skipped in the last load because they did not parse or validate",
             )?,
             reloads_total: IntCounter::new("reloads_total", "Snapshots compiled and swapped in")?,
+            reload_failures_total: IntCounter::new(
+                "reload_failures_total",
+                "Reloads that failed; the previous snapshot kept serving",
+            )?,
             in_flight: IntGauge::new("requests_in_flight", "Requests being served")?,
             acme_certificates: IntGaugeVec::new(
                 Opts::new(
@@ -177,6 +184,8 @@ impl Metrics {
         m.registry.register(Box::new(m.routes.clone()))?;
         m.registry.register(Box::new(m.manifest_problems.clone()))?;
         m.registry.register(Box::new(m.reloads_total.clone()))?;
+        m.registry
+            .register(Box::new(m.reload_failures_total.clone()))?;
         m.registry.register(Box::new(m.in_flight.clone()))?;
         m.registry.register(Box::new(m.client_aborts.clone()))?;
         m.registry.register(Box::new(m.acme_certificates.clone()))?;
@@ -268,7 +277,7 @@ pub struct SeriesBook {
 pub struct Series {
     /// The tenant's cluster name, [`OPERATOR`] or [`UNROUTED`].
     pub tenant: Box<str>,
-    /// The backend the route resolved to, `namespace/service:port`; empty
+    /// The Ingress the route came from, `namespace/name`; empty
     /// when unrouted.
     pub route: Box<str>,
     /// `tenant` `\x1f` `route`: the engine's per-request tag when no
@@ -333,7 +342,7 @@ impl SeriesBook {
         let route_requests = IntCounterVec::new(
             Opts::new(
                 "route_requests_total",
-                "HTTP requests by route (backend namespace/service:port) and status class; only with --metrics-per-route",
+                "HTTP requests by route (the Ingress, namespace/name) and status class; only with --metrics-per-route",
             ),
             &["tenant", "route", "class"],
         )?;

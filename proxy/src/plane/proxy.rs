@@ -107,7 +107,7 @@ impl Router {
     /// whose namespace trusts it.
     pub(super) fn series_of(&self, route: Option<&Route>) -> (Arc<Series>, bool) {
         let tenant = route.and_then(|r| r.tenant()).map(|g| &*g.cluster);
-        let name = route.map_or("", |r| r.upstream.name.as_str());
+        let name = route.map_or("", |r| &*r.ingress);
         let trusted = route.is_some_and(|r| r.tenant().is_none())
             && !self.observe.trust_request_id.is_empty()
             && name
