@@ -12,6 +12,9 @@ use rustls::sign::CertifiedKey;
 #[derive(Debug)]
 pub struct TlsCertificate {
     pub key: Arc<CertifiedKey>,
+    /// The leaf's notAfter, Unix seconds (`None` if it could not be read):
+    /// read once here, for the expiry metric.
+    pub not_after: Option<i64>,
 }
 
 /// Why a certificate could not be used.
@@ -63,8 +66,14 @@ impl TlsCertificate {
         chain: Vec<CertificateDer<'static>>,
         key: PrivateKeyDer<'static>,
     ) -> Result<TlsCertificate, TlsError> {
+        let not_after = x509_parser::parse_x509_certificate(&chain[0])
+            .ok()
+            .map(|(_, leaf)| leaf.validity().not_after.timestamp());
         match CertifiedKey::from_der(chain, key, &provider()) {
-            Ok(k) => Ok(TlsCertificate { key: Arc::new(k) }),
+            Ok(k) => Ok(TlsCertificate {
+                key: Arc::new(k),
+                not_after,
+            }),
             Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::KeyMismatch),
             Err(rustls::Error::InvalidCertificate(e)) => {
                 Err(TlsError::BadCertificate(format!("{e:?}")))
@@ -148,6 +157,11 @@ mod tests {
         let cert = TlsCertificate::self_signed_default().unwrap();
         let der = &cert.key.cert[0];
         let (_, parsed) = x509_parser::parse_x509_certificate(der).unwrap();
+        assert_eq!(
+            cert.not_after,
+            Some(parsed.validity().not_after.timestamp()),
+            "notAfter read once at load"
+        );
         let validity = parsed.validity();
         assert!(validity.is_valid());
         let days = (validity.not_after.timestamp() - validity.not_before.timestamp()) / 86_400;

@@ -302,6 +302,7 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             "TeapotUpstreamConnectFailures",
             "TeapotCertificateExpiringOrFailing",
             "TeapotAcmeFailing",
+            "TeapotSecretCertificateExpiring",
             "TeapotManifestProblems",
             "TeapotNoSnapshot",
             "TeapotReloadFailing",

@@ -669,6 +669,17 @@ async fn http2_and_http1_over_tls_are_logged_with_their_tls_version_and_server_n
         );
         assert_eq!(metric(&m, &name), Some(n), "{m}");
     }
+    // The Secret serving h2.test, with its notAfter in the future.
+    let not_after = metric(
+        &m,
+        "teapot_certificate_not_after_seconds{secret=\"h2/cert\"}",
+    )
+    .unwrap_or_else(|| panic!("no expiry series for h2/cert: {m}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(not_after > now, "{not_after} <= {now}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,9 @@ pub struct CertTable {
     exact: HashMap<Box<str>, Arc<CertifiedKey>>,
     /// `*.foo.com` stored as `foo.com`.
     wildcard: HashMap<Box<str>, Arc<CertifiedKey>>,
+    /// notAfter (Unix seconds) of each Secret serving a host, by
+    /// `namespace/name`: the expiry metric's data.
+    expiry: std::collections::BTreeMap<String, i64>,
 }
 
 impl CertTable {
@@ -27,6 +30,17 @@ impl CertTable {
         }
         map.insert(name.as_str().into(), key);
         true
+    }
+
+    /// Records that the Secret `namespace/name`, valid until `not_after`,
+    /// serves a host of this table.
+    pub fn note_secret(&mut self, secret: String, not_after: i64) {
+        self.expiry.insert(secret, not_after);
+    }
+
+    /// The Secrets serving hosts and their notAfter, by name.
+    pub fn secret_expiry(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.expiry.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
     /// Exact name first, then a wildcard one label up.

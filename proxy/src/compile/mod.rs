@@ -610,7 +610,11 @@ fn add_certificates(
                 ));
                 continue;
             }
-            if !certs.insert(&host, secret.object.certificate.key.clone()) {
+            if certs.insert(&host, secret.object.certificate.key.clone()) {
+                if let Some(not_after) = secret.object.certificate.not_after {
+                    certs.note_secret(format!("{}/{secret_name}", id.namespace), not_after);
+                }
+            } else {
                 problems.push(format!(
                     "spec.tls[{i}]: host {host} already has a certificate from an older Ingress"
                 ));
@@ -1438,6 +1442,16 @@ spec:
         );
         assert!(s.acme.is_empty());
         assert!(s.certs.lookup("a.example").is_some());
+        // The Secret serving it is listed with its notAfter, for the
+        // expiry metric.
+        let expiry: Vec<(&str, i64)> = s.certs.secret_expiry().collect();
+        assert_eq!(expiry.len(), 1, "{expiry:?}");
+        assert_eq!(expiry[0].0, "ops/missing");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        assert!(expiry[0].1 > now, "{expiry:?}");
     }
 
     fn annotated(ingress: String, annotations: &str) -> String {

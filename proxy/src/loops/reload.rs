@@ -220,6 +220,14 @@ impl Reloader {
             .snapshot_generation
             .set(snapshot.generation as i64);
         self.metrics.routes.set(snapshot.routes.len() as i64);
+        // Secrets no longer serving leave the series.
+        self.metrics.certificate_not_after.reset();
+        for (secret, not_after) in snapshot.certs.secret_expiry() {
+            self.metrics
+                .certificate_not_after
+                .with_label_values(&[secret])
+                .set(not_after);
+        }
         self.metrics.reloads_total.inc();
         tracing::info!(
             generation = snapshot.generation,

@@ -28,6 +28,9 @@ pub struct Metrics {
     pub snapshot_generation: IntGauge,
     pub compile_seconds: Histogram,
     pub routes: IntGauge,
+    /// notAfter (Unix seconds) of each Secret certificate the snapshot
+    /// serves, by `secret` = `namespace/name`.
+    pub certificate_not_after: IntGaugeVec,
     pub manifest_problems: IntGauge,
     pub reloads_total: IntCounter,
     /// Reloads that failed (the compile panicked); the previous snapshot
@@ -122,6 +125,13 @@ impl Metrics {
                 "Reloads that failed; the previous snapshot kept serving",
             )?,
             in_flight: IntGauge::new("requests_in_flight", "Requests being served")?,
+            certificate_not_after: IntGaugeVec::new(
+                Opts::new(
+                    "certificate_not_after_seconds",
+                    "Expiry (notAfter, Unix seconds) of each kubernetes.io/tls Secret serving a host",
+                ),
+                &["secret"],
+            )?,
             acme_certificates: IntGaugeVec::new(
                 Opts::new(
                     "acme_certificates",
@@ -189,6 +199,8 @@ impl Metrics {
         m.registry.register(Box::new(m.in_flight.clone()))?;
         m.registry.register(Box::new(m.client_aborts.clone()))?;
         m.registry.register(Box::new(m.acme_certificates.clone()))?;
+        m.registry
+            .register(Box::new(m.certificate_not_after.clone()))?;
         m.registry.register(Box::new(m.acme_orders.clone()))?;
         m.registry.register(Box::new(m.acme_issued.clone()))?;
         m.registry.register(Box::new(m.acme_failures.clone()))?;
