@@ -36,37 +36,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod chart_tools;
+use chart_tools::{helm, repo};
+
 const NS: &str = "teapot-system";
 const KUBE_VERSION: &str = "1.31.0";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// The pinned helm, or `None` (with a loud message) when it cannot be had.
-fn helm() -> Option<PathBuf> {
-    let out = Command::new(repo().join("scripts/helm.sh"))
-        .output()
-        .expect("run scripts/helm.sh");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => Some(PathBuf::from(
-            String::from_utf8(out.stdout).expect("utf-8 path").trim(),
-        )),
-        Some(2) if std::env::var_os("TEAPOT_REQUIRE_HELM").is_none() => {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED: no helm binary ({}) !!!!!!!!\n\
-                 !!!!!!!! the charts were NOT rendered or validated; run scripts/helm.sh !!!!!!!!\n",
-                stderr.trim()
-            );
-            None
-        }
-        _ => panic!("scripts/helm.sh failed: {stderr}"),
-    }
-}
 
 fn chart(name: &str) -> PathBuf {
     repo().join("charts").join(name)

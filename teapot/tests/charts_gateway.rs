@@ -22,6 +22,9 @@ use teapot_api::annotations::ObjectKind;
 use teapot_api::gateway_api::GatewayClass;
 use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
 
+mod chart_tools;
+use chart_tools::{helm, repo};
+
 const NS: &str = "teapot-system";
 const KUBE_VERSION: &str = "1.31.0";
 const GROUP: &str = "gateway.networking.k8s.io";
@@ -36,38 +39,8 @@ const TENANT_RESOURCES: &[&str] = &[
     "referencegrants",
 ];
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
 fn crd_dir() -> PathBuf {
     repo().join("charts/teapot-lb/gateway-api-crds")
-}
-
-/// The pinned helm, or `None` with a loud message (as in `charts.rs`).
-fn helm() -> Option<PathBuf> {
-    let out = Command::new(repo().join("scripts/helm.sh"))
-        .output()
-        .expect("run scripts/helm.sh");
-    match out.status.code() {
-        Some(0) => Some(PathBuf::from(
-            String::from_utf8(out.stdout).expect("utf-8 path").trim(),
-        )),
-        Some(2) if std::env::var_os("TEAPOT_REQUIRE_HELM").is_none() => {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED: no helm binary ({}) !!!!!!!!\n",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            None
-        }
-        _ => panic!(
-            "scripts/helm.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
 }
 
 fn render(helm: &Path, chart: &str, args: &[&str]) -> Vec<Value> {

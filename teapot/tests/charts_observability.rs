@@ -21,6 +21,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+mod chart_tools;
+use chart_tools::{helm, repo};
+
 const NS: &str = "teapot-system";
 const KUBE_VERSION: &str = "1.31.0";
 const ALERTS: [&str; 6] = [
@@ -32,36 +35,8 @@ const ALERTS: [&str; 6] = [
     "proxyReplicas",
 ];
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
 fn chart() -> PathBuf {
     repo().join("charts/teapot-lb")
-}
-
-fn helm() -> Option<PathBuf> {
-    let out = Command::new(repo().join("scripts/helm.sh"))
-        .output()
-        .expect("run scripts/helm.sh");
-    match out.status.code() {
-        Some(0) => Some(PathBuf::from(
-            String::from_utf8(out.stdout).expect("utf-8 path").trim(),
-        )),
-        Some(2) if std::env::var_os("TEAPOT_REQUIRE_HELM").is_none() => {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED: no helm binary; the dashboard and rules were NOT rendered !!!!!!!!\n"
-            );
-            None
-        }
-        _ => panic!(
-            "scripts/helm.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
 }
 
 fn promtool() -> Option<PathBuf> {

@@ -473,49 +473,72 @@ fn fields(e: &Entry, mut f: impl FnMut(&'static str, Value<'_>)) {
     f("reason", e.reason.map_or(Value::Null, Value::Str));
 }
 
+/// How one format writes a line's fields.
+struct Style {
+    open: &'static str,
+    close: &'static str,
+    separator: char,
+    /// Written before and after a field's name.
+    name: (&'static str, &'static str),
+    string: fn(&mut String, &str),
+    /// Addresses are strings in JSON, bare in logfmt.
+    quote_addr: bool,
+    null: &'static str,
+}
+
+const JSON: Style = Style {
+    open: "{",
+    close: "}",
+    separator: ',',
+    name: ("\"", "\":"),
+    string: json_str,
+    quote_addr: true,
+    null: "null",
+};
+
+const TEXT: Style = Style {
+    open: "",
+    close: "",
+    separator: ' ',
+    name: ("", "="),
+    string: text_str,
+    quote_addr: false,
+    null: "-",
+};
+
 fn json_line(out: &mut String, e: &Entry) {
-    out.push('{');
-    let mut first = true;
-    fields(e, |name, value| {
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        out.push('"');
-        out.push_str(name);
-        out.push_str("\":");
-        match value {
-            Value::Str(s) => json_str(out, s),
-            Value::Num(n) => out.push_str(itoa::Buffer::new().format(n)),
-            Value::Ms(d) => milliseconds(out, d),
-            Value::Addr(a) => {
-                let _ = write!(out, "\"{a}\"");
-            }
-            Value::Null => out.push_str("null"),
-        }
-    });
-    out.push('}');
+    styled_line(out, e, &JSON);
 }
 
 fn text_line(out: &mut String, e: &Entry) {
+    styled_line(out, e, &TEXT);
+}
+
+fn styled_line(out: &mut String, e: &Entry, style: &Style) {
+    out.push_str(style.open);
     let mut first = true;
     fields(e, |name, value| {
         if !first {
-            out.push(' ');
+            out.push(style.separator);
         }
         first = false;
+        out.push_str(style.name.0);
         out.push_str(name);
-        out.push('=');
+        out.push_str(style.name.1);
         match value {
-            Value::Str(s) => text_str(out, s),
+            Value::Str(s) => (style.string)(out, s),
             Value::Num(n) => out.push_str(itoa::Buffer::new().format(n)),
             Value::Ms(d) => milliseconds(out, d),
+            Value::Addr(a) if style.quote_addr => {
+                let _ = write!(out, "\"{a}\"");
+            }
             Value::Addr(a) => {
                 let _ = write!(out, "{a}");
             }
-            Value::Null => out.push('-'),
+            Value::Null => out.push_str(style.null),
         }
     });
+    out.push_str(style.close);
 }
 
 /// `d` in milliseconds with three decimals (`15.408`), by integer
