@@ -24,11 +24,10 @@ use serde_json::{Value, json};
 use teapot_controller::ingress::CONDITIONS_ANNOTATION;
 use teapot_controller::{AgentConfig, Metrics};
 use teapot_source::kube::{KubeConfig, KubeSource};
-use teapot_testkit::apiserver::{AdmissionRequest, ApiServer, Refusal};
+use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::client::{Request, Transport};
 use teapot_testkit::echo::EchoIdentity;
 use teapot_testkit::process::ProxyProcess;
-use teapot_webhook::review::{Operation, Subject};
 use teapot_webhook::source::StateHandle;
 use teapot_webhook::{PolicyConfig, Validator};
 
@@ -67,51 +66,6 @@ async fn echo_on(ip: IpAddr, pod: &str) -> (SocketAddr, tokio::sync::oneshot::Se
     (addr, stop)
 }
 
-/// The LB cluster's admission: the webhook's rules on the state it builds
-/// from the LB double (as `teapot webhook --kube` does), for the kinds the
-/// real webhook is registered for. Fail closed until the state is loaded.
-fn webhook_admission(
-    state: StateHandle,
-    validator: Validator,
-) -> impl Fn(&AdmissionRequest) -> Result<(), Refusal> + Send + Sync + 'static {
-    move |r| {
-        let registered = ["ingresses", "services", "endpointslices", "secrets"];
-        if r.subresource.is_some()
-            || r.operation == "DELETE"
-            || !registered.contains(&r.resource.plural.as_str())
-        {
-            return Ok(());
-        }
-        let Some(object) = &r.object else {
-            return Ok(());
-        };
-        let Some(state) = state.load_full() else {
-            return Err(Refusal::forbidden("the webhook has not loaded its state"));
-        };
-        let gv = r.resource.group_version.as_str();
-        let (group, version) = gv.split_once('/').unwrap_or(("", gv));
-        let subject = Subject {
-            group,
-            version,
-            kind: object["kind"].as_str().unwrap_or(""),
-            namespace: Some(&r.namespace),
-            name: &r.name,
-            operation: if r.operation == "CREATE" {
-                Operation::Create
-            } else {
-                Operation::Update
-            },
-            object: Some(object),
-        };
-        let verdict = validator.validate(&state, &subject);
-        if verdict.allowed {
-            Ok(())
-        } else {
-            Err(Refusal::forbidden(verdict.to_string()))
-        }
-    }
-}
-
 /// The LB cluster: a Tenant whose nodes are this machine, the webhook's
 /// rules as admission. The webhook's watch stops with the sender.
 async fn lb_cluster(ip: IpAddr) -> (ApiServer, tokio::sync::watch::Sender<bool>) {
@@ -130,7 +84,11 @@ async fn lb_cluster(ip: IpAddr) -> (ApiServer, tokio::sync::watch::Sender<bool>)
         webhook_stopped,
     ));
     let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
-    lb.set_admission(webhook_admission(state, Validator::new(policy)));
+    lb.set_admission(common::webhook_admission(
+        state,
+        Validator::new(policy),
+        common::INGRESS_KINDS,
+    ));
     (lb, webhook_stop)
 }
 

@@ -21,8 +21,7 @@ use teapot_api::hostname::mirrored_service_name;
 use teapot_controller::ingress::CONDITIONS_ANNOTATION;
 use teapot_controller::{AgentConfig, Metrics};
 use teapot_source::kube::{KubeConfig, KubeSource};
-use teapot_testkit::apiserver::{AdmissionRequest, ApiServer, Refusal};
-use teapot_webhook::review::{Operation, Subject};
+use teapot_testkit::apiserver::ApiServer;
 use teapot_webhook::source::StateHandle;
 use teapot_webhook::{PolicyConfig, Validator};
 
@@ -32,63 +31,6 @@ const DOMAIN: &str = "example.net";
 const GW: &str = "gateway.networking.k8s.io/v1";
 const NODE_IP: &str = "10.1.0.5";
 const NODE_PORT: i64 = 30080;
-
-/// The webhook's rules for the resources the chart registers it for
-/// (charts/teapot-lb/templates/webhook-admission.yaml), fail closed until
-/// its state is loaded.
-fn webhook_admission(
-    state: StateHandle,
-    validator: Validator,
-) -> impl Fn(&AdmissionRequest) -> Result<(), Refusal> + Send + Sync + 'static {
-    move |r| {
-        let registered = [
-            "ingresses",
-            "services",
-            "endpointslices",
-            "secrets",
-            "gateways",
-            "httproutes",
-            "grpcroutes",
-            "tlsroutes",
-            "tcproutes",
-            "udproutes",
-            "referencegrants",
-        ];
-        if r.subresource.is_some()
-            || r.operation == "DELETE"
-            || !registered.contains(&r.resource.plural.as_str())
-        {
-            return Ok(());
-        }
-        let Some(object) = &r.object else {
-            return Ok(());
-        };
-        let Some(state) = state.load_full() else {
-            return Err(Refusal::forbidden("the webhook has not loaded its state"));
-        };
-        let gv = r.resource.group_version.as_str();
-        let (group, version) = gv.split_once('/').unwrap_or(("", gv));
-        let subject = Subject {
-            group,
-            version,
-            kind: object["kind"].as_str().unwrap_or(""),
-            namespace: Some(&r.namespace),
-            name: &r.name,
-            operation: if r.operation == "CREATE" {
-                Operation::Create
-            } else {
-                Operation::Update
-            },
-            object: Some(object),
-        };
-        let verdict = validator.validate(&state, &subject);
-        if verdict.allowed {
-            Ok(())
-        } else {
-            Err(Refusal::forbidden(verdict.to_string()))
-        }
-    }
-}
 
 async fn lb_cluster() -> (ApiServer, tokio::sync::watch::Sender<bool>) {
     let lb = ApiServer::start().await;
@@ -106,7 +48,11 @@ async fn lb_cluster() -> (ApiServer, tokio::sync::watch::Sender<bool>) {
         stopped,
     ));
     let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
-    lb.set_admission(webhook_admission(state, Validator::new(policy)));
+    lb.set_admission(common::webhook_admission(
+        state,
+        Validator::new(policy),
+        common::GATEWAY_API_KINDS,
+    ));
     (lb, stop)
 }
 

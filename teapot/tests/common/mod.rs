@@ -572,3 +572,74 @@ pub fn file_is(path: &Value, name: &str) -> bool {
     path.as_str()
         .is_some_and(|p| Path::new(p).file_name().is_some_and(|f| f == name))
 }
+
+/// The resources the real webhook is registered for: Ingress and what it
+/// references ...
+pub const INGRESS_KINDS: &[&str] = &["ingresses", "services", "endpointslices", "secrets"];
+
+/// ... and with the Gateway API kinds too.
+pub const GATEWAY_API_KINDS: &[&str] = &[
+    "ingresses",
+    "services",
+    "endpointslices",
+    "secrets",
+    "gateways",
+    "httproutes",
+    "grpcroutes",
+    "tlsroutes",
+    "tcproutes",
+    "udproutes",
+    "referencegrants",
+];
+
+/// The LB cluster's admission: the webhook's rules on the state it builds
+/// from the LB double (as `teapot webhook --kube` does), for the
+/// `registered` resources. Fail closed until the state is loaded.
+pub fn webhook_admission(
+    state: teapot_webhook::source::StateHandle,
+    validator: teapot_webhook::Validator,
+    registered: &'static [&'static str],
+) -> impl Fn(
+    &teapot_testkit::apiserver::AdmissionRequest,
+) -> Result<(), teapot_testkit::apiserver::Refusal>
++ Send
++ Sync
++ 'static {
+    use teapot_testkit::apiserver::Refusal;
+    use teapot_webhook::review::{Operation, Subject};
+    move |r| {
+        if r.subresource.is_some()
+            || r.operation == "DELETE"
+            || !registered.contains(&r.resource.plural.as_str())
+        {
+            return Ok(());
+        }
+        let Some(object) = &r.object else {
+            return Ok(());
+        };
+        let Some(state) = state.load_full() else {
+            return Err(Refusal::forbidden("the webhook has not loaded its state"));
+        };
+        let gv = r.resource.group_version.as_str();
+        let (group, version) = gv.split_once('/').unwrap_or(("", gv));
+        let subject = Subject {
+            group,
+            version,
+            kind: object["kind"].as_str().unwrap_or(""),
+            namespace: Some(&r.namespace),
+            name: &r.name,
+            operation: if r.operation == "CREATE" {
+                Operation::Create
+            } else {
+                Operation::Update
+            },
+            object: Some(object),
+        };
+        let verdict = validator.validate(&state, &subject);
+        if verdict.allowed {
+            Ok(())
+        } else {
+            Err(Refusal::forbidden(verdict.to_string()))
+        }
+    }
+}
