@@ -143,6 +143,30 @@ fn first<'a>(lines: &'a [Value], what: &str, f: impl Fn(&Value) -> bool) -> &'a 
         .unwrap_or_else(|| panic!("no line for {what} in {lines:#?}"))
 }
 
+/// LoadBalancer Service `l4/db` on `port`, TCP and UDP, to the two echo
+/// servers, and its EndpointSlice.
+fn l4_echo_service(port: u16, tcp: &TcpEcho, udp: &UdpEcho, annotations: Value) -> [Value; 2] {
+    let service = json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": "db", "namespace": "l4", "annotations": annotations },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "teapot.dev/lb",
+            "ports": [
+                { "name": "tcp", "port": port, "protocol": "TCP" },
+                { "name": "udp", "port": port, "protocol": "UDP" },
+            ],
+        },
+    });
+    let mut l4_slice = slice("l4", "db-0", "db", &[], &[("127.0.0.1", true)]);
+    l4_slice["ports"] = json!([
+        { "name": "tcp", "port": tcp.port(), "protocol": "TCP" },
+        { "name": "udp", "port": udp.port(), "protocol": "UDP" },
+    ]);
+    [service, l4_slice]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_access_log_has_one_json_line_per_request_and_connection() {
     // Operator routes: an echo (also the WebSocket's), a Service without
@@ -163,31 +187,14 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
     let udp = UdpEcho::start().await.unwrap();
     let port = free_port(LOCALHOST).unwrap();
-    documents.push(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        // A short UDP idle timeout: the flow ends, and gets its line,
-        // while the test waits.
-        "metadata": {
-            "name": "db",
-            "namespace": "l4",
-            "annotations": { "teapot.dev/udp-idle-timeout": "1s" },
-        },
-        "spec": {
-            "type": "LoadBalancer",
-            "loadBalancerClass": "teapot.dev/lb",
-            "ports": [
-                { "name": "tcp", "port": port, "protocol": "TCP" },
-                { "name": "udp", "port": port, "protocol": "UDP" },
-            ],
-        },
-    }));
-    let mut l4_slice = slice("l4", "db-0", "db", &[], &[("127.0.0.1", true)]);
-    l4_slice["ports"] = json!([
-        { "name": "tcp", "port": tcp.port(), "protocol": "TCP" },
-        { "name": "udp", "port": udp.port(), "protocol": "UDP" },
-    ]);
-    documents.push(l4_slice);
+    // A short UDP idle timeout: the flow ends, and gets its line, while
+    // the test waits.
+    documents.extend(l4_echo_service(
+        port,
+        &tcp,
+        &udp,
+        json!({ "teapot.dev/udp-idle-timeout": "1s" }),
+    ));
 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
@@ -690,25 +697,7 @@ async fn lines_queued_at_shutdown_are_written_before_the_process_exits() {
     let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
     let udp = UdpEcho::start().await.unwrap();
     let port = free_port(LOCALHOST).unwrap();
-    documents.push(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": { "name": "db", "namespace": "l4" },
-        "spec": {
-            "type": "LoadBalancer",
-            "loadBalancerClass": "teapot.dev/lb",
-            "ports": [
-                { "name": "tcp", "port": port, "protocol": "TCP" },
-                { "name": "udp", "port": port, "protocol": "UDP" },
-            ],
-        },
-    }));
-    let mut l4_slice = slice("l4", "db-0", "db", &[], &[("127.0.0.1", true)]);
-    l4_slice["ports"] = json!([
-        { "name": "tcp", "port": tcp.port(), "protocol": "TCP" },
-        { "name": "udp", "port": udp.port(), "protocol": "UDP" },
-    ]);
-    documents.push(l4_slice);
+    documents.extend(l4_echo_service(port, &tcp, &udp, json!({})));
     // The log goes to a FIFO the test does not read until the very end of
     // the shutdown, and then slowly: a destination that lags (a stderr
     // read by a slow collector), so the writer blocks with the pipe full
