@@ -22,7 +22,7 @@
 //! makes that a failure.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -37,55 +37,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod chart_tools;
-use chart_tools::{helm, repo};
-
-const NS: &str = "teapot-system";
-const KUBE_VERSION: &str = "1.31.0";
-
-fn chart(name: &str) -> PathBuf {
-    repo().join("charts").join(name)
-}
-
-fn ci_values(chart_name: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(chart(chart_name).join("ci"))
-        .expect("ci values")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no ci/*.yaml values in {chart_name}");
-    files
-}
-
-/// `helm template`; Err(stderr) when helm refuses.
-fn try_render(helm: &Path, chart_name: &str, args: &[&str]) -> Result<Vec<Value>, String> {
-    let release = if chart_name == "teapot-lb" {
-        "teapot"
-    } else {
-        "teapot-agent"
-    };
-    let out = Command::new(helm)
-        .arg("template")
-        .arg(release)
-        .arg(chart(chart_name))
-        .args(["--namespace", NS, "--kube-version", KUBE_VERSION])
-        .args(args)
-        .output()
-        .expect("run helm template");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8(out.stdout).expect("utf-8 output");
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value =
-            serde_yaml::Value::deserialize(doc).expect("helm printed YAML that does not parse");
-        if !value.is_null() {
-            docs.push(serde_json::to_value(&value).expect("YAML as JSON"));
-        }
-    }
-    Ok(docs)
-}
+use chart_tools::{
+    NS, assert_rules_commented, chart, ci_values, helm, of_kind, repo, strs, try_render,
+};
 
 fn render(helm: &Path, chart_name: &str, values: &Path, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["-f", values.to_str().expect("utf-8 path")];
@@ -222,20 +176,6 @@ fn validate_all(docs: &[Value], label: &str) {
         "{label}: rendered objects that do not validate:\n{}",
         failures.join("\n")
     );
-}
-
-fn of_kind<'a>(docs: &'a [Value], k: &str) -> impl Iterator<Item = &'a Value> {
-    docs.iter().filter(move |d| d["kind"] == k)
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 const WRITE_VERBS: &[&str] = &[
@@ -438,21 +378,6 @@ fn proxy_rbac_is_least_privilege() {
     let text = std::fs::read_to_string(chart("teapot-agent").join("templates/rbac.yaml"))
         .expect("agent rbac");
     assert_rules_commented(&text, "teapot-agent rbac.yaml");
-}
-
-/// Each `- apiGroups:` line must follow a `#` comment line.
-fn assert_rules_commented(text: &str, file: &str) {
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim_start().starts_with("- apiGroups:") {
-            let above = lines[..i].iter().rev().find(|l| !l.trim().is_empty());
-            assert!(
-                above.is_some_and(|l| l.trim_start().starts_with('#')),
-                "{file}:{}: RBAC rule without a comment saying why",
-                i + 1
-            );
-        }
-    }
 }
 
 #[test]

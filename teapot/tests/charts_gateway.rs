@@ -13,20 +13,16 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use serde::Deserialize;
 use serde_json::Value;
 use teapot_api::annotations::ObjectKind;
 use teapot_api::gateway_api::GatewayClass;
 use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
 
 mod chart_tools;
-use chart_tools::{helm, repo};
+use chart_tools::{assert_rules_commented, helm, of_kind, repo, strs};
 
-const NS: &str = "teapot-system";
-const KUBE_VERSION: &str = "1.31.0";
 const GROUP: &str = "gateway.networking.k8s.io";
 /// The resources of the kinds a tenant may write.
 const TENANT_RESOURCES: &[&str] = &[
@@ -43,51 +39,20 @@ fn crd_dir() -> PathBuf {
     repo().join("charts/teapot-lb/gateway-api-crds")
 }
 
+/// `helm template` with the chart's usual CI values first.
 fn render(helm: &Path, chart: &str, args: &[&str]) -> Vec<Value> {
-    let release = if chart == "teapot-lb" {
-        "teapot"
+    let values = chart_tools::chart(chart).join(if chart == "teapot-lb" {
+        "ci/deployment-values.yaml"
     } else {
-        "teapot-agent"
-    };
-    let chart_dir = repo().join("charts").join(chart);
-    let out = Command::new(helm)
-        .arg("template")
-        .arg(release)
-        .arg(&chart_dir)
-        .args(["--namespace", NS, "--kube-version", KUBE_VERSION])
-        .arg("-f")
-        .arg(chart_dir.join(if chart == "teapot-lb" {
-            "ci/deployment-values.yaml"
-        } else {
-            "ci/nodeport-values.yaml"
-        }))
-        .args(args)
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "helm template {chart} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8 output");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_json::to_value(serde_yaml::Value::deserialize(d).expect("YAML")).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
-}
-
-fn of_kind<'a>(docs: &'a [Value], kind: &str) -> impl Iterator<Item = &'a Value> {
-    docs.iter().filter(move |d| d["kind"] == kind)
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+        "ci/nodeport-values.yaml"
+    });
+    let values = values.to_str().expect("utf-8 path");
+    let args: Vec<&str> = ["-f", values]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    chart_tools::try_render(helm, chart, &args)
+        .unwrap_or_else(|e| panic!("helm template {chart} {args:?}: {e}"))
 }
 
 /// Whether some rule of `rules` grants `verb` on `group`/`resource`.
@@ -326,17 +291,7 @@ fn lb_rbac_for_gateway_api() {
     // Every rule of the file says why.
     let text =
         std::fs::read_to_string(repo().join("charts/teapot-lb/templates/rbac.yaml")).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim_start().starts_with("- apiGroups:") {
-            let above = lines[..i].iter().rev().find(|l| !l.trim().is_empty());
-            assert!(
-                above.is_some_and(|l| l.trim_start().starts_with('#')),
-                "rbac.yaml:{}: rule without a comment",
-                i + 1
-            );
-        }
-    }
+    assert_rules_commented(&text, "rbac.yaml");
 }
 
 #[test]

@@ -18,14 +18,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 mod chart_tools;
-use chart_tools::{helm, repo};
+use chart_tools::{NS, helm, repo};
 
-const NS: &str = "teapot-system";
-const KUBE_VERSION: &str = "1.31.0";
 const ALERTS: [&str; 6] = [
     "tenant5xx",
     "upstreamConnectFailures",
@@ -34,10 +31,6 @@ const ALERTS: [&str; 6] = [
     "webhook",
     "proxyReplicas",
 ];
-
-fn chart() -> PathBuf {
-    repo().join("charts/teapot-lb")
-}
 
 fn promtool() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
@@ -57,40 +50,9 @@ fn promtool() -> Option<PathBuf> {
     found
 }
 
-fn ci_values() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(chart().join("ci"))
-        .expect("ci values")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
-fn try_render(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
-    let out = Command::new(helm)
-        .args(["template", "teapot"])
-        .arg(chart())
-        .args(["--namespace", NS, "--kube-version", KUBE_VERSION])
-        .args(args)
-        .output()
-        .expect("run helm template");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = serde_yaml::Value::deserialize(doc).expect("helm printed YAML");
-        if !v.is_null() {
-            docs.push(serde_json::to_value(&v).expect("YAML as JSON"));
-        }
-    }
-    Ok(docs)
-}
-
 fn render(helm: &Path, args: &[&str]) -> Vec<Value> {
-    try_render(helm, args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
+    chart_tools::try_render(helm, "teapot-lb", args)
+        .unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
 }
 
 const ON: [&str; 4] = [
@@ -200,7 +162,7 @@ fn teapot_metrics(expr: &str, out: &mut BTreeSet<String>) {
 #[test]
 fn off_by_default() {
     let Some(helm) = helm() else { return };
-    for values in ci_values() {
+    for values in chart_tools::ci_values("teapot-lb") {
         let docs = render(&helm, &with_values(&values, &[]));
         assert!(
             !docs
@@ -218,7 +180,7 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
     let Some(helm) = helm() else { return };
     let promtool = promtool();
     let mut used = BTreeSet::new();
-    for values in ci_values() {
+    for values in chart_tools::ci_values("teapot-lb") {
         let docs = render(&helm, &with_values(&values, &ON));
         let label = values.display().to_string();
 
@@ -235,7 +197,7 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             .arg(&values)
             .arg("-f")
             .arg(&on)
-            .arg(chart())
+            .arg(chart_tools::chart("teapot-lb"))
             .output()
             .expect("helm lint");
         assert!(
@@ -363,7 +325,7 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
 #[test]
 fn each_alert_has_its_own_switch() {
     let Some(helm) = helm() else { return };
-    let values = &ci_values()[0];
+    let values = &chart_tools::ci_values("teapot-lb")[0];
     let count = |docs: &[Value]| rules_of(one(docs, "PrometheusRule")).len();
     let all = count(&render(&helm, &with_values(values, &ON)));
     for alert in ALERTS {
@@ -378,7 +340,7 @@ fn each_alert_has_its_own_switch() {
 #[test]
 fn the_schema_refuses_bad_values() {
     let Some(helm) = helm() else { return };
-    let values = &ci_values()[0];
+    let values = &chart_tools::ci_values("teapot-lb")[0];
     for bad in [
         "observability.prometheusRule.alerts.tenant5xx.ratio=2",
         "observability.prometheusRule.alerts.webhook.for=soon",
@@ -387,7 +349,7 @@ fn the_schema_refuses_bad_values() {
     ] {
         let mut args = ON.to_vec();
         args.extend(["--set", bad]);
-        let err = try_render(&helm, &with_values(values, &args))
+        let err = chart_tools::try_render(&helm, "teapot-lb", &with_values(values, &args))
             .expect_err(&format!("{bad} was accepted"));
         assert!(err.contains("observability"), "{bad}: {err}");
     }
