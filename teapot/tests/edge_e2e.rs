@@ -720,31 +720,6 @@ async fn slowloris_does_not_starve_other_clients() {
     assert!(timeouts >= 1.0 && capped >= 1.0, "{metrics}");
 }
 
-/// This machine's own address of one family that is not loopback: a
-/// Tenant's endpoints may never be loopback (docs/architecture.md), so the fairness
-/// test serves its tenants on the interface addresses. Connecting a UDP
-/// socket sends nothing; it only picks the source address of the route.
-fn node_address(v6: bool) -> std::net::IpAddr {
-    let (bind, probe) = if v6 {
-        ("[::]:0", "[2001:db8::1]:9")
-    } else {
-        ("0.0.0.0:0", "203.0.113.1:9")
-    };
-    let socket = std::net::UdpSocket::bind(bind).expect("udp socket");
-    socket
-        .connect(probe)
-        .and_then(|()| socket.local_addr())
-        .map(|a| a.ip())
-        .ok()
-        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
-        .unwrap_or_else(|| {
-            panic!(
-                "the fairness test needs a non-loopback IPv{} address with a route (tenant endpoints may not be loopback)",
-                if v6 { 6 } else { 4 }
-            )
-        })
-}
-
 /// A Tenant with its own node address, an echo backend there and one
 /// Ingress for `host`.
 async fn tenant_with_backend(
@@ -820,14 +795,14 @@ async fn one_tenants_flood_degrades_only_that_tenant() {
     const FLOODERS: usize = 64;
     let (flood_echo, mut documents) = tenant_with_backend(
         "flood",
-        node_address(false),
+        common::node_address(false),
         serde_json::json!({ "requestsPerSecond": 200, "maxConnections": 8 }),
         "app.flood.lb.localhost",
     )
     .await;
     let (calm_echo, calm_docs) = tenant_with_backend(
         "calm",
-        node_address(true),
+        common::node_address(true),
         serde_json::json!({}),
         "app.calm.lb.localhost",
     )

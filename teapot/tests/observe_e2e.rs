@@ -72,24 +72,6 @@ const TCP_FIELDS: [&str; 16] = [
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
-/// This machine's own non-loopback address of one family (a UDP connect
-/// sends nothing; it picks the route's source address).
-fn node_address(v6: bool) -> IpAddr {
-    let (bind, probe) = if v6 {
-        ("[::]:0", "[2001:db8::1]:9")
-    } else {
-        ("0.0.0.0:0", "203.0.113.1:9")
-    };
-    let socket = std::net::UdpSocket::bind(bind).expect("udp socket");
-    socket
-        .connect(probe)
-        .and_then(|()| socket.local_addr())
-        .map(|a| a.ip())
-        .ok()
-        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
-        .unwrap_or_else(|| panic!("these tests need a non-loopback address with a route"))
-}
-
 /// A Tenant whose node address is `ip`, an echo backend there and one
 /// Ingress for `host`.
 async fn tenant(cluster: &str, ip: IpAddr, limits: Value, host: &str) -> (EchoServer, Vec<Value>) {
@@ -178,7 +160,7 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     documents.push(simple_ingress("ops", "empty", "empty.test", "empty"));
     let (_gamma, gamma_docs) = tenant(
         "gamma",
-        node_address(false),
+        common::node_address(false),
         json!({ "requestsPerSecond": 1 }),
         "app.gamma.lb.localhost",
     )
@@ -437,14 +419,14 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
 async fn two_tenants_under_load_keep_their_own_series_and_top_shows_them() {
     let (alpha_echo, mut documents) = tenant(
         "alpha",
-        node_address(false),
+        common::node_address(false),
         json!({}),
         "app.alpha.lb.localhost",
     )
     .await;
     let (_beta_echo, beta_docs) = tenant(
         "beta",
-        node_address(true),
+        common::node_address(true),
         json!({}),
         "app.beta.lb.localhost",
     )

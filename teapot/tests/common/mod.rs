@@ -643,3 +643,28 @@ pub fn webhook_admission(
         }
     }
 }
+
+/// This machine's own address of one family that is not loopback: a
+/// Tenant's endpoints may never be loopback (docs/architecture.md), so tests
+/// serve their tenants on the interface addresses. Connecting a UDP
+/// socket sends nothing; it only picks the source address of the route.
+pub fn node_address(v6: bool) -> std::net::IpAddr {
+    let (bind, probe) = if v6 {
+        ("[::]:0", "[2001:db8::1]:9")
+    } else {
+        ("0.0.0.0:0", "203.0.113.1:9")
+    };
+    let socket = std::net::UdpSocket::bind(bind).expect("udp socket");
+    socket
+        .connect(probe)
+        .and_then(|()| socket.local_addr())
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        .unwrap_or_else(|| {
+            panic!(
+                "these tests need a non-loopback IPv{} address with a route (tenant endpoints may not be loopback)",
+                if v6 { 6 } else { 4 }
+            )
+        })
+}
