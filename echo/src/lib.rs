@@ -26,7 +26,14 @@
 //!   a request in flight across a reload or a graceful shutdown;
 //! - `X-Echo-Status: NNN` answers with that status (200..=599), body unchanged;
 //! - `Upgrade: websocket` gets a real handshake, then every text or binary
-//!   message is echoed back until the client closes.
+//!   message is echoed back until the client closes;
+//! - `X-Echo-Set-Header: Name:value,Other:value` sets those response headers
+//!   (the Gateway API conformance echo's `echo-basic` hook; a name given
+//!   twice gets its values joined with `,`, empty entries are ignored).
+//!
+//! [`EchoServer::targets`] lists the request targets served (the last
+//! [`TARGET_LOG_LEN`]), as the Gateway API conformance suite reads them from
+//! echo-basic's log to see a mirrored request arrive.
 //!
 //! `/health` answers `200 OK` as text.
 //!
@@ -74,6 +81,32 @@ pub const DELAY_HEADER: &str = "x-echo-delay-ms";
 /// Test hook: answer with this status code.
 pub const STATUS_HEADER: &str = "x-echo-status";
 
+/// Test hook (echo-basic's): set these `Name:value` response headers.
+pub const SET_HEADER: &str = "x-echo-set-header";
+
+/// How many request targets [`EchoServer::targets`] remembers.
+pub const TARGET_LOG_LEN: usize = 1024;
+
+/// The last [`TARGET_LOG_LEN`] request targets, oldest first.
+#[derive(Debug, Default)]
+struct TargetLog(std::sync::Mutex<std::collections::VecDeque<String>>);
+
+impl TargetLog {
+    fn record(&self, target: &str) {
+        // A poisoned lock only means a panicking writer; the log stays usable.
+        let mut log = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() == TARGET_LOG_LEN {
+            log.pop_front();
+        }
+        log.push_back(target.to_owned());
+    }
+
+    fn snapshot(&self) -> Vec<String> {
+        let log = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        log.iter().cloned().collect()
+    }
+}
+
 /// Who this echo instance claims to be (the suite's NAMESPACE/INGRESS_NAME/SERVICE_NAME/POD_NAME env).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct EchoIdentity {
@@ -103,6 +136,7 @@ pub struct EchoServer {
     addr: SocketAddr,
     identity: EchoIdentity,
     requests: Arc<AtomicU64>,
+    targets: Arc<TargetLog>,
     // Dropping the sender also resolves the receiver, which is what makes a
     // plain drop of the server a shutdown.
     shutdown: oneshot::Sender<()>,
@@ -125,11 +159,13 @@ impl EchoServer {
         let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
+        let targets = Arc::new(TargetLog::default());
         let (shutdown, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(serve(
             listener,
             identity.clone(),
             requests.clone(),
+            targets.clone(),
             async move {
                 // Ok (stop) and Err (sender dropped) both mean "shut down".
                 let _ = stopped.await;
@@ -139,6 +175,7 @@ impl EchoServer {
             addr,
             identity,
             requests,
+            targets,
             shutdown,
             task,
         })
@@ -158,6 +195,12 @@ impl EchoServer {
     /// still in flight is already included.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// The request targets (path and query, as reported in `path`) of the
+    /// last [`TARGET_LOG_LEN`] requests, oldest first.
+    pub fn targets(&self) -> Vec<String> {
+        self.targets.snapshot()
     }
 
     /// Graceful stop: stop accepting, let in-flight requests finish, close
@@ -181,7 +224,14 @@ pub async fn run(
     identity: EchoIdentity,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve(listener, identity, Arc::new(AtomicU64::new(0)), shutdown).await
+    serve(
+        listener,
+        identity,
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(TargetLog::default()),
+        shutdown,
+    )
+    .await
 }
 
 /// State every connection and WebSocket task shares.
@@ -191,6 +241,7 @@ pub async fn run(
 pub struct Shared {
     identity: EchoIdentity,
     requests: Arc<AtomicU64>,
+    targets: Arc<TargetLog>,
     /// Turns `true` once the server shuts down.
     shutdown: watch::Receiver<bool>,
     /// Never used to send: the serve loop learns that the last task finished
@@ -210,11 +261,20 @@ pub struct Control {
 impl Shared {
     /// State for connections answering as `identity`, counting into `requests`.
     pub fn new(identity: EchoIdentity, requests: Arc<AtomicU64>) -> (Arc<Shared>, Control) {
+        Shared::with_log(identity, requests, Arc::new(TargetLog::default()))
+    }
+
+    fn with_log(
+        identity: EchoIdentity,
+        requests: Arc<AtomicU64>,
+        targets: Arc<TargetLog>,
+    ) -> (Arc<Shared>, Control) {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (alive_tx, alive_rx) = mpsc::channel(1);
         let shared = Arc::new(Shared {
             identity,
             requests,
+            targets,
             shutdown: shutdown_rx,
             _alive: alive_tx,
         });
@@ -240,9 +300,10 @@ async fn serve(
     listener: TcpListener,
     identity: EchoIdentity,
     requests: Arc<AtomicU64>,
+    targets: Arc<TargetLog>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let (shared, mut control) = Shared::new(identity, requests);
+    let (shared, mut control) = Shared::with_log(identity, requests, targets);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -355,8 +416,10 @@ async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Ful
         tokio::time::sleep(delay).await;
     }
 
+    let target = request_target(&parts);
+    shared.targets.record(&target);
     let reply = EchoReply {
-        path: request_target(&parts),
+        path: target,
         host: request_host(&parts),
         method: parts.method.as_str(),
         proto: proto_name(parts.version),
@@ -374,7 +437,31 @@ async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Ful
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    set_requested_headers(&parts.headers, response.headers_mut());
     response
+}
+
+/// echo-basic's `X-Echo-Set-Header`: every `Name:value` entry of every such
+/// header becomes a response header; a repeated name gets `,value` appended
+/// to its first value. Entries that are no valid header are skipped.
+fn set_requested_headers(request: &HeaderMap, response: &mut HeaderMap) {
+    for list in request.get_all(SET_HEADER) {
+        let Ok(list) = list.to_str() else { continue };
+        for entry in list.split(',') {
+            let (name, value) = entry.trim().split_once(':').unwrap_or((entry.trim(), ""));
+            let Ok(name) = header::HeaderName::from_bytes(name.trim().as_bytes()) else {
+                continue;
+            };
+            let value = value.trim();
+            let joined = match response.get(&name) {
+                Some(first) => format!("{},{value}", String::from_utf8_lossy(first.as_bytes())),
+                None => value.to_owned(),
+            };
+            if let Ok(joined) = HeaderValue::from_str(&joined) {
+                response.insert(name, joined);
+            }
+        }
+    }
 }
 
 /// The JSON body; field order follows the Go struct.
@@ -571,5 +658,41 @@ mod tests {
         assert_eq!(canonical_header_name("user-agent"), "User-Agent");
         assert_eq!(canonical_header_name("etag"), "Etag");
         assert_eq!(canonical_header_name("x--a"), "X--A");
+    }
+
+    #[test]
+    fn set_header_hook_follows_echo_basic() {
+        let mut request = HeaderMap::new();
+        request.append(
+            SET_HEADER,
+            HeaderValue::from_static("Some-Header: a, Other:b"),
+        );
+        request.append(
+            SET_HEADER,
+            HeaderValue::from_static("some-header:c,,bad name:x"),
+        );
+        request.append(SET_HEADER, HeaderValue::from_static(""));
+        let mut response = HeaderMap::new();
+        response.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        set_requested_headers(&request, &mut response);
+        assert_eq!(response["some-header"], "a,c");
+        assert_eq!(response["other"], "b");
+        assert_eq!(response[header::CONTENT_TYPE], "application/json");
+        assert_eq!(response.len(), 3, "{response:?}");
+    }
+
+    #[test]
+    fn target_log_keeps_the_newest() {
+        let log = TargetLog::default();
+        for i in 0..TARGET_LOG_LEN + 2 {
+            log.record(&format!("/{i}"));
+        }
+        let seen = log.snapshot();
+        assert_eq!(seen.len(), TARGET_LOG_LEN);
+        assert_eq!(seen[0], "/2");
+        assert_eq!(seen.last().map(String::as_str), Some("/1025"));
     }
 }
