@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod feature;
+pub mod gateway;
 pub mod manifests;
 pub mod scenario;
 pub mod steps;

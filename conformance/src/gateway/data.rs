@@ -1,0 +1,303 @@
+//! The ported test files (`conformance/gateway/data/<Test>.json`, written by
+//! `conformance/gateway/port.py`): the upstream `ExpectedResponse` literals
+//! with their Go field names, plus the test's manifests, Gateways and the
+//! helper that judges each case.
+//!
+//! Fields the runner does not judge yet (gRPC's `EchoRequest`,
+//! `RequestMetadata`, ...) are kept in [`Case::other`], so a case is never
+//! silently read as less than it says.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One ported upstream test.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TestFile {
+    /// The upstream `ShortName`.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Manifest paths relative to upstream `conformance/` (the base
+    /// manifests are not listed: they apply to every test).
+    #[serde(default)]
+    pub manifests: Vec<String>,
+    /// The Gateways the test's Go code names literally.
+    #[serde(default)]
+    pub gateways: Vec<ObjectRef>,
+    #[serde(default)]
+    pub features: Vec<String>,
+    #[serde(default)]
+    pub cases: Vec<Case>,
+    /// Cases the port could not evaluate, with the reason.
+    #[serde(default)]
+    pub unported_cases: Vec<Value>,
+}
+
+/// A `types.NamespacedName` literal.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct ObjectRef {
+    #[serde(rename = "Name", default)]
+    pub name: String,
+    #[serde(rename = "Namespace", default)]
+    pub namespace: String,
+}
+
+/// One `ExpectedResponse` literal.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Case {
+    #[serde(rename = "Request", default)]
+    pub request: Request,
+    #[serde(rename = "ExpectedRequest", default)]
+    pub expected_request: Option<ExpectedRequest>,
+    #[serde(rename = "RedirectRequest", default)]
+    pub redirect_request: Option<RedirectRequest>,
+    #[serde(rename = "BackendSetResponseHeaders", default)]
+    pub backend_set_response_headers: Option<BTreeMap<String, String>>,
+    #[serde(rename = "Response", default)]
+    pub response: Response,
+    #[serde(rename = "Backend", default)]
+    pub backend: String,
+    #[serde(rename = "Namespace", default)]
+    pub namespace: String,
+    #[serde(rename = "MirroredTo", default)]
+    pub mirrored_to: Vec<MirroredBackend>,
+    #[serde(rename = "TestCaseName", default)]
+    pub test_case_name: String,
+    #[serde(rename = "ServerName", default)]
+    pub server_name: String,
+    /// The upstream function that judges the case (`http.MakeRequest...`).
+    #[serde(default)]
+    pub helper: String,
+    /// `http`, `grpc`, `tcp` or `udp`: which `ExpectedResponse` type.
+    #[serde(default)]
+    pub protocol: String,
+    /// Every other field, as written.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// `http.Request`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct Request {
+    #[serde(rename = "Host", default)]
+    pub host: String,
+    #[serde(rename = "Method", default)]
+    pub method: String,
+    #[serde(rename = "Path", default)]
+    pub path: String,
+    /// `None` when the literal has no headers (Go's nil map: not checked).
+    #[serde(rename = "Headers", default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    #[serde(rename = "UnfollowRedirect", default)]
+    pub unfollow_redirect: bool,
+    /// A `roundtripper` protocol: empty (HTTP/1.1), `H2C_PRIOR_KNOWLEDGE`,
+    /// `HTTPS`, `H2`, or the Go constant's name.
+    #[serde(rename = "Protocol", default)]
+    pub protocol: String,
+    #[serde(rename = "Body", default)]
+    pub body: String,
+    #[serde(rename = "SNI", default)]
+    pub sni: String,
+}
+
+/// `http.ExpectedRequest`: the request as the backend should see it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ExpectedRequest {
+    #[serde(rename = "Request", default)]
+    pub request: Request,
+    #[serde(rename = "AbsentHeaders", default)]
+    pub absent_headers: Vec<String>,
+    #[serde(rename = "HTTPPort", default)]
+    pub http_port: String,
+}
+
+/// `roundtripper.RedirectRequest`: the expected `Location`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct RedirectRequest {
+    #[serde(rename = "Scheme", default)]
+    pub scheme: String,
+    #[serde(rename = "Host", default)]
+    pub host: String,
+    #[serde(rename = "Port", default)]
+    pub port: String,
+    #[serde(rename = "Path", default)]
+    pub path: String,
+}
+
+/// `http.Response`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Response {
+    #[serde(rename = "StatusCode", default)]
+    pub status_code: u16,
+    #[serde(rename = "StatusCodes", default)]
+    pub status_codes: Vec<u16>,
+    #[serde(rename = "Headers", default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    #[serde(rename = "ValidHeaderValues", default)]
+    pub valid_header_values: Option<BTreeMap<String, Vec<String>>>,
+    #[serde(rename = "AbsentHeaders", default)]
+    pub absent_headers: Vec<String>,
+    #[serde(rename = "Protocol", default)]
+    pub protocol: String,
+    #[serde(rename = "IgnoreWhitespace", default)]
+    pub ignore_whitespace: bool,
+    /// gRPC cases: the expected `codes.Code` (`codes.Unimplemented` or a
+    /// number); absent means `OK`, Go's zero value.
+    #[serde(rename = "Code", default)]
+    pub code: Option<Value>,
+}
+
+/// `http.MirroredBackend`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct MirroredBackend {
+    #[serde(rename = "BackendRef", default)]
+    pub backend_ref: ObjectRef,
+    #[serde(rename = "Percent", default)]
+    pub percent: Option<i32>,
+}
+
+/// Why a data file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a test file: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+impl TestFile {
+    /// Reads one `<Test>.json`.
+    pub fn load(path: &Path) -> Result<TestFile, DataError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DataError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| DataError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// The test files among `paths`: files as given, directories' `*.json`
+/// (not recursive) except `index.json` (the port's summary), sorted.
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path).map_err(|source| DataError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == "json")
+                        && p.file_name().is_some_and(|n| n != "index.json")
+                })
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else if path.is_file() {
+            files.push(path.clone());
+        } else {
+            return Err(DataError::Read {
+                path: path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            });
+        }
+    }
+    Ok(files)
+}
+
+impl Case {
+    /// The upstream sub-test name (`ExpectedResponse.GetTestCaseName`).
+    pub fn name(&self, index: usize) -> String {
+        if !self.test_case_name.is_empty() {
+            return self.test_case_name.clone();
+        }
+        let with_headers = if self.request.headers.is_some() {
+            " with headers"
+        } else {
+            ""
+        };
+        let request = format!(
+            "{index} request to '{}{}'{with_headers}",
+            self.request.host, self.request.path
+        );
+        if !self.backend.is_empty() {
+            format!("{request} should go to {}", self.backend)
+        } else {
+            format!("{request} should receive one of {:?}", self.status_codes())
+        }
+    }
+
+    /// `StatusCode` folded into `StatusCodes`, 200 when neither is given
+    /// (as `http.MakeRequest` does).
+    pub fn status_codes(&self) -> Vec<u16> {
+        let mut codes = self.response.status_codes.clone();
+        if self.response.status_code != 0 && !codes.contains(&self.response.status_code) {
+            codes.push(self.response.status_code);
+        }
+        if codes.is_empty() {
+            codes.push(200);
+        }
+        codes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_ported_case() {
+        let json = r#"{
+          "name": "T", "manifests": ["tests/t.yaml"],
+          "gateways": [{"Name": "gw", "Namespace": "ns"}],
+          "features": ["SupportGateway"],
+          "cases": [
+            {"Backend": "b-v1", "Namespace": "ns",
+             "Request": {"Host": "h.example", "Path": "/p?x=1", "Headers": {"A": "1"}, "UnfollowRedirect": true},
+             "ExpectedRequest": {"Request": {"Path": "/q", "Headers": null}, "AbsentHeaders": ["X"]},
+             "RedirectRequest": {"Scheme": "https", "Port": "443"},
+             "Response": {"StatusCode": 302, "StatusCodes": [301]},
+             "MirroredTo": [{"BackendRef": {"Name": "m", "Namespace": "ns"}}],
+             "RequestMetadata": {"Authority": "x"},
+             "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse", "protocol": "http"},
+            {"Request": {"Path": "/"}, "helper": "h", "protocol": "http"}
+          ],
+          "unported_cases": [{"index": 2}]
+        }"#;
+        let file: TestFile = serde_json::from_str(json).unwrap();
+        assert_eq!(file.gateways[0].name, "gw");
+        let case = &file.cases[0];
+        assert_eq!(case.request.path, "/p?x=1");
+        assert!(case.request.unfollow_redirect);
+        let expected = case.expected_request.as_ref().unwrap();
+        assert_eq!(expected.request.headers, None);
+        assert_eq!(expected.absent_headers, vec!["X"]);
+        assert_eq!(case.status_codes(), vec![301, 302]);
+        assert_eq!(case.mirrored_to[0].backend_ref.name, "m");
+        assert!(case.other.contains_key("RequestMetadata"));
+        assert_eq!(
+            case.name(0),
+            "0 request to 'h.example/p?x=1' with headers should go to b-v1"
+        );
+        assert_eq!(file.cases[1].status_codes(), vec![200]);
+        assert_eq!(
+            file.cases[1].name(1),
+            "1 request to '/' should receive one of [200]"
+        );
+    }
+}

@@ -1,0 +1,425 @@
+//! The Gateway API conformance runner: the upstream tests' expectations as
+//! ported to data (`conformance/gateway/data/<Test>.json`) run against
+//! `teapot proxy --manifests DIR`.
+//!
+//! The files are data: the runner knows their format and the upstream
+//! harness's conventions (`conformance/utils`: the manifest substitutions,
+//! the echo-basic contract, `CompareRoundTrip`, the helpers' retry rules),
+//! never particular tests, hosts or services. Per test it writes a fresh
+//! manifests directory ([`manifests`]), starts an echo process per pod of
+//! every Deployment a Service selects, starts the proxy, waits for its
+//! first snapshot and judges every case as its `helper` does ([`runner`],
+//! [`judge`]).
+//!
+//! Output: `PASS|FAIL <Test>: <passed>/<total> cases` per test (a FAIL
+//! names the first failing case and why), `SKIP <Test>: <reason>` for a
+//! test of the out-of-scope list, `EMPTY <Test>: ...` for a test the port
+//! could not give any case, then `tests: N passed, N failed (...)` and
+//! `cases: N passed, N failed`.
+
+pub mod data;
+pub mod grpc;
+pub mod judge;
+pub mod manifests;
+pub mod runner;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use runner::{CaseOutcome, RunConfig};
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub config: RunConfig,
+    /// Only tests whose name contains this text.
+    pub filter: Option<String>,
+    /// Tests not run, with the reason (the out-of-scope list).
+    pub skip: BTreeMap<String, String>,
+    /// Test files, or directories of them.
+    pub paths: Vec<PathBuf>,
+}
+
+/// The default time one case may take to become consistent.
+pub const DEFAULT_CASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How one test went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TestResult {
+    /// Its cases ran.
+    Ran(Vec<CaseOutcome>),
+    /// Setup failed (manifests, echo, proxy): every case counts as failed.
+    Broken { reason: String, cases: usize },
+    /// On the out-of-scope list.
+    Skipped(String),
+    /// The port gave it no case.
+    Empty(String),
+}
+
+/// One test's report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestOutcome {
+    pub name: String,
+    pub result: TestResult,
+}
+
+impl TestOutcome {
+    /// (passed, total) cases.
+    pub fn cases(&self) -> (usize, usize) {
+        match &self.result {
+            TestResult::Ran(cases) => (
+                cases.iter().filter(|c| c.failure.is_none()).count(),
+                cases.len(),
+            ),
+            TestResult::Broken { cases, .. } => (0, *cases),
+            TestResult::Skipped(_) | TestResult::Empty(_) => (0, 0),
+        }
+    }
+
+    /// `Some(true)` passed, `Some(false)` failed, `None` not counted.
+    pub fn passed(&self) -> Option<bool> {
+        match &self.result {
+            TestResult::Ran(_) | TestResult::Broken { .. } => {
+                let (passed, total) = self.cases();
+                Some(passed == total && matches!(self.result, TestResult::Ran(_)))
+            }
+            TestResult::Skipped(_) | TestResult::Empty(_) => None,
+        }
+    }
+
+    /// The report line.
+    pub fn line(&self) -> String {
+        let (passed, total) = self.cases();
+        match &self.result {
+            TestResult::Ran(cases) => match cases.iter().find(|c| c.failure.is_some()) {
+                None => format!("PASS {}: {passed}/{total} cases", self.name),
+                Some(first) => format!(
+                    "FAIL {}: {passed}/{total} cases — {}: {}",
+                    self.name,
+                    one_line(&first.name),
+                    one_line(first.failure.as_deref().unwrap_or_default())
+                ),
+            },
+            TestResult::Broken { reason, .. } => format!(
+                "FAIL {}: {passed}/{total} cases — setup: {}",
+                self.name,
+                one_line(reason)
+            ),
+            TestResult::Skipped(reason) => format!("SKIP {}: {}", self.name, one_line(reason)),
+            TestResult::Empty(reason) => format!("EMPTY {}: {}", self.name, one_line(reason)),
+        }
+    }
+}
+
+/// Every outcome of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub outcomes: Vec<TestOutcome>,
+}
+
+impl Summary {
+    fn count(&self, want: Option<bool>) -> usize {
+        self.outcomes.iter().filter(|o| o.passed() == want).count()
+    }
+
+    /// (passed, failed) cases over all tests.
+    pub fn cases(&self) -> (usize, usize) {
+        self.outcomes.iter().fold((0, 0), |(p, f), o| {
+            let (passed, total) = o.cases();
+            (p + passed, f + total - passed)
+        })
+    }
+
+    /// `tests: N passed, N failed (...)` and `cases: N passed, N failed`.
+    pub fn closing_lines(&self) -> [String; 2] {
+        let skipped = self
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o.result, TestResult::Skipped(_)))
+            .count();
+        let empty = self
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o.result, TestResult::Empty(_)))
+            .count();
+        let (cases_passed, cases_failed) = self.cases();
+        [
+            format!(
+                "tests: {} passed, {} failed ({skipped} skipped as out of scope, {empty} without ported cases)",
+                self.count(Some(true)),
+                self.count(Some(false))
+            ),
+            format!("cases: {cases_passed} passed, {cases_failed} failed"),
+        ]
+    }
+
+    /// At least one test ran and none failed.
+    pub fn success(&self) -> bool {
+        self.count(Some(true)) > 0 && self.count(Some(false)) == 0
+    }
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Data(#[from] data::DataError),
+    #[error("{path}:{line}: {message}")]
+    SkipList {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// Reads an out-of-scope list: `<Test> <reason>` per line, `#` comments
+/// and blank lines ignored; a test without a reason is an error.
+pub fn read_skip_list(path: &Path) -> Result<BTreeMap<String, String>, RunError> {
+    let text = std::fs::read_to_string(path).map_err(|source| {
+        RunError::Data(data::DataError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    })?;
+    parse_skip_list(&text).map_err(|(line, message)| RunError::SkipList {
+        path: path.to_path_buf(),
+        line,
+        message,
+    })
+}
+
+fn parse_skip_list(text: &str) -> Result<BTreeMap<String, String>, (usize, String)> {
+    let mut out = BTreeMap::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, reason) = line
+            .split_once(char::is_whitespace)
+            .map(|(n, r)| (n, r.trim()))
+            .unwrap_or((line, ""));
+        if reason.is_empty() {
+            return Err((index + 1, format!("{name} has no reason")));
+        }
+        if out.insert(name.to_string(), reason.to_string()).is_some() {
+            return Err((index + 1, format!("{name} is listed twice")));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs every test file, sequentially, calling `on_outcome` as each one
+/// finishes. Only unusable paths are an error; an unreadable test file is
+/// a failed test.
+pub async fn run(
+    options: &Options,
+    mut on_outcome: impl FnMut(&TestOutcome),
+) -> Result<Summary, RunError> {
+    let files = data::discover(&options.paths)?;
+    let mut summary = Summary::default();
+    for file in files {
+        let outcome = match data::TestFile::load(&file) {
+            Err(err) => TestOutcome {
+                name: file
+                    .file_stem()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                result: TestResult::Broken {
+                    reason: err.to_string(),
+                    cases: 0,
+                },
+            },
+            Ok(test) => {
+                if let Some(filter) = &options.filter
+                    && !test.name.contains(filter.as_str())
+                {
+                    continue;
+                }
+                run_one(options, &test).await
+            }
+        };
+        on_outcome(&outcome);
+        summary.outcomes.push(outcome);
+    }
+    Ok(summary)
+}
+
+async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
+    let result = if let Some(reason) = options.skip.get(&test.name) {
+        TestResult::Skipped(reason.clone())
+    } else if test.cases.is_empty() {
+        let first = test
+            .unported_cases
+            .first()
+            .and_then(|c| c.get("reason"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("none listed");
+        TestResult::Empty(format!(
+            "no ported case ({} unported; first: {first})",
+            test.unported_cases.len()
+        ))
+    } else {
+        match runner::run_test(&options.config, test).await {
+            Ok(cases) => TestResult::Ran(cases),
+            Err(reason) => TestResult::Broken {
+                reason,
+                cases: test.cases.len(),
+            },
+        }
+    };
+    TestOutcome {
+        name: test.name.clone(),
+        result,
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran(name: &str, failures: &[Option<&str>]) -> TestOutcome {
+        TestOutcome {
+            name: name.into(),
+            result: TestResult::Ran(
+                failures
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| CaseOutcome {
+                        name: format!("{i} request"),
+                        failure: f.map(str::to_string),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn report_lines_and_totals() {
+        let outcomes = vec![
+            ran("A", &[None, None]),
+            ran(
+                "B",
+                &[
+                    None,
+                    Some("expected status code to be one of [200], got 404"),
+                    Some("x"),
+                ],
+            ),
+            TestOutcome {
+                name: "C".into(),
+                result: TestResult::Broken {
+                    reason: "starting proxy:\n gone".into(),
+                    cases: 4,
+                },
+            },
+            TestOutcome {
+                name: "D".into(),
+                result: TestResult::Skipped("L4 plane".into()),
+            },
+            TestOutcome {
+                name: "E".into(),
+                result: TestResult::Empty("no ported case".into()),
+            },
+        ];
+        let lines: Vec<String> = outcomes.iter().map(TestOutcome::line).collect();
+        assert_eq!(
+            lines,
+            [
+                "PASS A: 2/2 cases",
+                "FAIL B: 1/3 cases — 1 request: expected status code to be one of [200], got 404",
+                "FAIL C: 0/4 cases — setup: starting proxy: gone",
+                "SKIP D: L4 plane",
+                "EMPTY E: no ported case",
+            ]
+        );
+        let summary = Summary { outcomes };
+        assert_eq!(
+            summary.closing_lines(),
+            [
+                "tests: 1 passed, 2 failed (1 skipped as out of scope, 1 without ported cases)",
+                "cases: 3 passed, 6 failed",
+            ]
+        );
+        assert!(!summary.success());
+        assert!(!Summary::default().success());
+    }
+
+    #[test]
+    fn skip_lists_need_reasons() {
+        let list =
+            parse_skip_list("# comment\n\nTCPRouteX  needs the L4 plane\nGRPCY\tno gRPC echo\n")
+                .unwrap();
+        assert_eq!(list["TCPRouteX"], "needs the L4 plane");
+        assert_eq!(list["GRPCY"], "no gRPC echo");
+        assert_eq!(
+            parse_skip_list("A\n").unwrap_err(),
+            (1, "A has no reason".to_string())
+        );
+        assert_eq!(
+            parse_skip_list("A x\nA y\n").unwrap_err(),
+            (2, "A is listed twice".to_string())
+        );
+    }
+
+    /// Setup failures and unknown helpers fail before any proxy matters.
+    #[tokio::test]
+    async fn missing_binary_and_unknown_data_are_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let upstream = dir.path().join("upstream");
+        std::fs::create_dir_all(upstream.join("base")).unwrap();
+        std::fs::create_dir_all(upstream.join("tests")).unwrap();
+        std::fs::write(
+            upstream.join("base/manifests.yaml"),
+            "kind: Namespace\nmetadata: {name: ns}\n",
+        )
+        .unwrap();
+        std::fs::write(upstream.join("tests/t.yaml"), "").unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(
+            data.join("One.json"),
+            r#"{"name": "One", "manifests": ["tests/t.yaml"], "cases": [{"Request": {"Path": "/"}, "helper": "http.MakeRequest", "protocol": "http"}]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            data.join("Two.json"),
+            r#"{"name": "Two", "manifests": ["tests/t.yaml"], "gateways": [{"Name": "nowhere", "Namespace": "ns"}], "cases": [{"helper": "x", "protocol": "http"}]}"#,
+        )
+        .unwrap();
+        std::fs::write(data.join("Three.json"), "{").unwrap();
+        std::fs::write(data.join("index.json"), "{}").unwrap();
+        let options = Options {
+            config: RunConfig {
+                teapot: PathBuf::from("/nonexistent/teapot"),
+                upstream,
+                keep: false,
+                case_timeout: Duration::from_millis(100),
+                parallel: 2,
+            },
+            filter: None,
+            skip: BTreeMap::new(),
+            paths: vec![data],
+        };
+        let summary = run(&options, |_| {}).await.unwrap();
+        let lines: Vec<String> = summary.outcomes.iter().map(TestOutcome::line).collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with("FAIL One: 0/1 cases — setup: starting /nonexistent/teapot proxy"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("FAIL Three: 0/0 cases — setup: "),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            "FAIL Two: 0/1 cases — setup: the test addresses Gateway ns/nowhere, which neither the base nor the test manifests define"
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! `teapot-gateway-conformance [--teapot PATH] [--upstream DIR] [--skip FILE]
+//! [--filter TEXT] [--keep] [--report-only] [--case-timeout SECS] PATH...`
+//!
+//! Runs the Gateway API conformance tests ported to data
+//! (`conformance/gateway/data/*.json`) against `teapot proxy` in manifests
+//! mode. Prints one line per test and the totals over tests and cases;
+//! exits non-zero on any failure (or when no test ran) unless
+//! `--report-only`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use teapot_conformance::gateway;
+
+#[derive(Debug, Parser)]
+#[command(name = "teapot-gateway-conformance", version, about)]
+struct Cli {
+    /// The teapot binary (default: `teapot` next to this executable, or $TEAPOT_BIN).
+    #[arg(long, value_name = "PATH")]
+    teapot: Option<PathBuf>,
+    /// The upstream `conformance/` directory the tests' manifests are relative to
+    /// (holds `base/manifests.yaml`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "../shared/conformance-upstream/gateway-api/conformance"
+    )]
+    upstream: PathBuf,
+    /// Tests not to run: `<Test> <reason>` per line (the out-of-scope list).
+    #[arg(long, value_name = "FILE")]
+    skip: Option<PathBuf>,
+    /// Only run tests whose name contains this text.
+    #[arg(long, value_name = "SUBSTRING")]
+    filter: Option<String>,
+    /// Keep each test's manifests directory (the path is printed on stderr).
+    #[arg(long)]
+    keep: bool,
+    /// Exit 0 even when tests fail (a score, not a gate).
+    #[arg(long)]
+    report_only: bool,
+    /// How long one case may take to become consistent, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = gateway::DEFAULT_CASE_TIMEOUT.as_secs_f64())]
+    case_timeout: f64,
+    /// Cases of one test in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    parallel: usize,
+    /// Test files (`<Test>.json`), or directories of them.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let skip = match &cli.skip {
+        None => Default::default(),
+        Some(path) => match gateway::read_skip_list(path) {
+            Ok(skip) => skip,
+            Err(err) => {
+                eprintln!("teapot-gateway-conformance: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let case_timeout = match Duration::try_from_secs_f64(cli.case_timeout) {
+        Ok(timeout) => timeout,
+        Err(err) => {
+            eprintln!(
+                "teapot-gateway-conformance: --case-timeout {}: {err}",
+                cli.case_timeout
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = gateway::Options {
+        config: gateway::RunConfig {
+            teapot: cli
+                .teapot
+                .unwrap_or_else(teapot_testkit::process::teapot_bin),
+            upstream: cli.upstream,
+            keep: cli.keep,
+            case_timeout,
+            parallel: cli.parallel,
+        },
+        filter: cli.filter,
+        skip,
+        paths: cli.paths,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("teapot-gateway-conformance: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(gateway::run(&options, |outcome| {
+        println!("{}", outcome.line());
+    }));
+    match result {
+        Ok(summary) => {
+            for line in summary.closing_lines() {
+                println!("{line}");
+            }
+            if summary.outcomes.is_empty() {
+                eprintln!("teapot-gateway-conformance: no test found");
+            }
+            if summary.success() || cli.report_only {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(err) => {
+            eprintln!("teapot-gateway-conformance: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The Gateway API conformance runner against the real `teapot` binary:
+//!
+//! - every ported test of `conformance/gateway/data` runs (its manifests
+//!   load, its echo backends and proxy start, every case is judged), except
+//!   the ones `conformance/gateway/out-of-scope.txt` names with a reason,
+//!   and a score is printed; the tests of `conformance/gateway/expected-pass.txt`
+//!   pass;
+//! - a self-made test file of the same format (not upstream) runs through
+//!   the same code, which shows the runner treats the files as data.
+//!
+//! The binary is `$TEAPOT_BIN` when set; otherwise it is built first (see
+//! `common`).
+
+// `common::run_all` serves the Ingress suites.
+#[allow(dead_code)]
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use teapot_conformance::gateway::{self, Options, RunConfig, TestResult};
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn upstream() -> PathBuf {
+    crate_dir().join("../../shared/conformance-upstream/gateway-api/conformance")
+}
+
+fn names_in(list: &Path) -> BTreeSet<String> {
+    std::fs::read_to_string(list)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", list.display()))
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn options(paths: Vec<PathBuf>, upstream: PathBuf, skip: BTreeMap<String, String>) -> Options {
+    Options {
+        config: RunConfig {
+            teapot: common::teapot(),
+            upstream,
+            keep: false,
+            // Short: the proxy has its snapshot before the first request, so
+            // a passing case passes at once; failing cases wait this long.
+            case_timeout: Duration::from_secs(2),
+            parallel: 16,
+        },
+        filter: None,
+        skip,
+        paths,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_ported_test_runs_and_the_expected_ones_pass() {
+    let data = crate_dir().join("gateway/data");
+    assert!(
+        upstream().join("base/manifests.yaml").is_file(),
+        "the upstream Gateway API conformance files are missing: {}",
+        upstream().display()
+    );
+    let skip = gateway::read_skip_list(&crate_dir().join("gateway/out-of-scope.txt")).unwrap();
+    let expected_pass = names_in(&crate_dir().join("gateway/expected-pass.txt"));
+
+    let mut ported = BTreeMap::new();
+    for file in gateway::data::discover(std::slice::from_ref(&data)).unwrap() {
+        let test = gateway::data::TestFile::load(&file).unwrap();
+        ported.insert(test.name.clone(), test.cases.len());
+    }
+    for name in skip.keys().chain(&expected_pass) {
+        assert!(
+            ported.contains_key(name),
+            "{name} is listed but is no test of {}",
+            data.display()
+        );
+    }
+    for name in &expected_pass {
+        assert!(
+            !skip.contains_key(name),
+            "{name} is both expected to pass and skipped"
+        );
+    }
+
+    let summary = gateway::run(&options(vec![data], upstream(), skip.clone()), |o| {
+        println!("{}", o.line())
+    })
+    .await
+    .unwrap();
+    let [tests_line, cases_line] = summary.closing_lines();
+    println!("{tests_line}\n{cases_line}");
+    assert!(tests_line.starts_with("tests: ") && tests_line.contains(" passed, "));
+    assert!(cases_line.starts_with("cases: ") && cases_line.contains(" passed, "));
+
+    let outcomes: BTreeMap<&str, &gateway::TestOutcome> = summary
+        .outcomes
+        .iter()
+        .map(|o| (o.name.as_str(), o))
+        .collect();
+    assert_eq!(
+        outcomes
+            .keys()
+            .map(|k| k.to_string())
+            .collect::<BTreeSet<_>>(),
+        ported.keys().cloned().collect::<BTreeSet<_>>(),
+        "one outcome per ported test"
+    );
+    let mut problems = Vec::new();
+    for (name, cases) in &ported {
+        let outcome = outcomes[name.as_str()];
+        match &outcome.result {
+            TestResult::Skipped(_) if skip.contains_key(name) => {}
+            TestResult::Empty(_) if *cases == 0 => {}
+            TestResult::Ran(ran) if !skip.contains_key(name) && ran.len() == *cases => {
+                for case in ran {
+                    if case.failure.as_deref() == Some("") {
+                        problems.push(format!("{name}: {} failed without a reason", case.name));
+                    }
+                }
+            }
+            _ => problems.push(format!(
+                "{name} did not run as it should: {}",
+                outcome.line()
+            )),
+        }
+        if expected_pass.contains(name) && outcome.passed() != Some(true) {
+            problems.push(format!("expected to pass: {}", outcome.line()));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+const SELF_MADE_BASE: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: self-made
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: self-gateway
+  namespace: self-made
+spec:
+  gatewayClassName: "{GATEWAY_CLASS_NAME}"
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: self-backend
+  namespace: self-made
+spec:
+  selector:
+    app: self-backend
+  ports:
+  - name: web
+    port: 8080
+    targetPort: 3000
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: self-backend
+  namespace: self-made
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: self-backend
+  template:
+    metadata:
+      labels:
+        app: self-backend
+    spec:
+      containers:
+      - name: echo
+        image: echo-basic
+"#;
+
+/// Not a Gateway API test: an Ingress (which teapot serves today) next to an
+/// HTTPRoute, so the echo pods behind the Deployment answer either way.
+const SELF_MADE_TEST: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: self-class
+spec:
+  controller: teapot.dev/ingress-controller
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: self-ingress
+  namespace: self-made
+spec:
+  ingressClassName: self-class
+  rules:
+  - host: ingress.self-made.example
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend:
+          service:
+            name: self-backend
+            port:
+              name: web
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: self-route
+  namespace: self-made
+spec:
+  parentRefs:
+  - name: self-gateway
+  hostnames:
+  - route.self-made.example
+  rules:
+  - backendRefs:
+    - name: self-backend
+      port: 8080
+"#;
+
+const SELF_MADE_DATA: &str = r#"{
+  "name": "SelfMadeIngressAndRoute",
+  "description": "not upstream: a file of the same format",
+  "manifests": ["tests/self-made.yaml"],
+  "gateways": [{"Name": "self-gateway", "Namespace": "self-made"}],
+  "features": ["SupportGateway", "SupportHTTPRoute"],
+  "cases": [
+    {"Request": {"Host": "ingress.self-made.example", "Path": "/hello?x=1",
+                 "Headers": {"x-probe": "one"}},
+     "ExpectedRequest": {"Request": {"Path": "/hello?x=1", "Headers": {"X-Probe": "one"}},
+                         "AbsentHeaders": ["X-Never"]},
+     "BackendSetResponseHeaders": {"X-From-Backend": "set"},
+     "Response": {"Headers": {"X-From-Backend": "set"}},
+     "Backend": "self-backend", "Namespace": "self-made",
+     "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse", "protocol": "http"},
+    {"Request": {"Host": "nowhere.self-made.example", "Path": "/"},
+     "Response": {"StatusCode": 404},
+     "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse", "protocol": "http"},
+    {"Request": {"Host": "ingress.self-made.example", "Path": "/"},
+     "Backend": "another-backend", "Namespace": "self-made",
+     "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse", "protocol": "http"},
+    {"Request": {"Path": "/"}, "helper": "http.MakeRequestTheNewWay", "protocol": "http"}
+  ],
+  "unported_cases": []
+}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_made_test_file_is_run_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = dir.path().join("upstream");
+    std::fs::create_dir_all(upstream.join("base")).unwrap();
+    std::fs::create_dir_all(upstream.join("tests")).unwrap();
+    std::fs::write(upstream.join("base/manifests.yaml"), SELF_MADE_BASE).unwrap();
+    std::fs::write(upstream.join("tests/self-made.yaml"), SELF_MADE_TEST).unwrap();
+    let data = dir.path().join("SelfMade.json");
+    std::fs::write(&data, SELF_MADE_DATA).unwrap();
+
+    let summary = gateway::run(&options(vec![data], upstream, BTreeMap::new()), |o| {
+        println!("{}", o.line())
+    })
+    .await
+    .unwrap();
+    assert_eq!(summary.outcomes.len(), 1);
+    let outcome = &summary.outcomes[0];
+    assert_eq!(outcome.name, "SelfMadeIngressAndRoute");
+    let TestResult::Ran(cases) = &outcome.result else {
+        panic!("the self-made test did not run: {}", outcome.line());
+    };
+    let failures: Vec<Option<&str>> = cases.iter().map(|c| c.failure.as_deref()).collect();
+    assert_eq!(failures[0], None, "{}", outcome.line());
+    assert_eq!(failures[1], None, "{}", outcome.line());
+    assert!(
+        failures[2]
+            .is_some_and(|f| f
+                .starts_with("expected pod name to start with another-backend, got self-backend-")),
+        "{failures:?}"
+    );
+    assert_eq!(
+        failures[3],
+        Some("helper http.MakeRequestTheNewWay (http case) is not supported by this runner")
+    );
+    assert_eq!(
+        cases[0].name,
+        "0 request to 'ingress.self-made.example/hello?x=1' with headers should go to self-backend"
+    );
+    assert!(
+        outcome.line().starts_with(
+            "FAIL SelfMadeIngressAndRoute: 2/4 cases — 2 request to 'ingress.self-made.example/' should go to another-backend: "
+        ),
+        "{}",
+        outcome.line()
+    );
+    assert_eq!(summary.closing_lines()[1], "cases: 2 passed, 2 failed");
+}
