@@ -238,7 +238,15 @@ impl Case {
         if !self.backend.is_empty() {
             format!("{request} should go to {}", self.backend)
         } else {
-            format!("{request} should receive one of {:?}", self.status_codes())
+            // The literal's `StatusCodes` as Go's `%v` prints them: the name
+            // is taken before `MakeRequest` folds in `StatusCode`.
+            let codes: Vec<String> = self
+                .response
+                .status_codes
+                .iter()
+                .map(u16::to_string)
+                .collect();
+            format!("{request} should receive one of [{}]", codes.join(" "))
         }
     }
 
@@ -271,7 +279,7 @@ mod tests {
              "Request": {"Host": "h.example", "Path": "/p?x=1", "Headers": {"A": "1"}, "UnfollowRedirect": true},
              "ExpectedRequest": {"Request": {"Path": "/q", "Headers": null}, "AbsentHeaders": ["X"]},
              "RedirectRequest": {"Scheme": "https", "Port": "443"},
-             "Response": {"StatusCode": 302, "StatusCodes": [301]},
+             "Response": {"StatusCode": 302, "StatusCodes": [301, 308]},
              "MirroredTo": [{"BackendRef": {"Name": "m", "Namespace": "ns"}}],
              "RequestMetadata": {"Authority": "x"},
              "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse", "protocol": "http"},
@@ -287,7 +295,7 @@ mod tests {
         let expected = case.expected_request.as_ref().unwrap();
         assert_eq!(expected.request.headers, None);
         assert_eq!(expected.absent_headers, vec!["X"]);
-        assert_eq!(case.status_codes(), vec![301, 302]);
+        assert_eq!(case.status_codes(), vec![301, 308, 302]);
         assert_eq!(case.mirrored_to[0].backend_ref.name, "m");
         assert!(case.other.contains_key("RequestMetadata"));
         assert_eq!(
@@ -297,7 +305,14 @@ mod tests {
         assert_eq!(file.cases[1].status_codes(), vec![200]);
         assert_eq!(
             file.cases[1].name(1),
-            "1 request to '/' should receive one of [200]"
+            "1 request to '/' should receive one of []"
+        );
+        let mut redirect = file.cases[0].clone();
+        redirect.backend.clear();
+        redirect.request.headers = None;
+        assert_eq!(
+            redirect.name(0),
+            "0 request to 'h.example/p?x=1' should receive one of [301 308]"
         );
     }
 }

@@ -561,7 +561,8 @@ impl CaseContext<'_> {
         let authority = format!("{GATEWAY_ADDRESS}:80");
         let authority = authority.as_str();
         self.eventually(move || async move {
-            let got = grpc::call(self.http, authority, expected, REQUEST_TIMEOUT).await;
+            // Upstream gives each RPC the time left to consistency.
+            let got = grpc::call(self.http, authority, expected, self.timeout.max(POLL)).await;
             match judgement {
                 Judgement::GrpcFailure => match got {
                     Err(e) => Err(Attempt::Retry(e)),
