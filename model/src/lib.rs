@@ -12,12 +12,15 @@
 //! - [`manifests`]: a directory (or text) of YAML into a store, keeping the
 //!   last good version of objects that stop parsing.
 //! - [`endpoints`]: EndpointSlices in the compact form the store keeps.
+//! - [`gateway`]: Gateway API schema rules and the hostnames an object
+//!   claims.
 //! - [`certificate`]: `kubernetes.io/tls` Secrets' PEM into rustls keys.
 //! - [`tenancy`]: Tenant namespaces as the compile sees them, and the
 //!   proxy's second admission check (the webhook's rules, again).
 
 pub mod certificate;
 pub mod endpoints;
+pub mod gateway;
 pub mod manifests;
 pub mod store;
 pub mod tenancy;

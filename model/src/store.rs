@@ -12,6 +12,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use teapot_api::Tenant;
+use teapot_gateway_api::{
+    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+};
 
 use crate::certificate::TlsCertificate;
 use crate::endpoints::CompactSlice;
@@ -107,6 +110,33 @@ pub enum Kind {
     EndpointSlice,
     Secret,
     Tenant,
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+    GrpcRoute,
+    ReferenceGrant,
+    TlsRoute,
+    TcpRoute,
+    UdpRoute,
+}
+
+/// The Gateway API versions read: the generated types are v1's, and the
+/// older versions the CRDs still serve have the same schema for what
+/// teapot reads (the API server converts between them losslessly).
+fn gateway_kind(version: &str, kind: &str) -> Option<Kind> {
+    let stable = matches!(version, "v1" | "v1beta1");
+    let experimental = matches!(version, "v1" | "v1alpha2" | "v1alpha3");
+    match kind {
+        "GatewayClass" if stable => Some(Kind::GatewayClass),
+        "Gateway" if stable => Some(Kind::Gateway),
+        "HTTPRoute" if stable => Some(Kind::HttpRoute),
+        "GRPCRoute" if stable || experimental => Some(Kind::GrpcRoute),
+        "ReferenceGrant" if stable || experimental => Some(Kind::ReferenceGrant),
+        "TLSRoute" if experimental => Some(Kind::TlsRoute),
+        "TCPRoute" if experimental => Some(Kind::TcpRoute),
+        "UDPRoute" if experimental => Some(Kind::UdpRoute),
+        _ => None,
+    }
 }
 
 impl Kind {
@@ -119,12 +149,30 @@ impl Kind {
             ("v1", "Secret") => Some(Kind::Secret),
             ("discovery.k8s.io/v1", "EndpointSlice") => Some(Kind::EndpointSlice),
             ("teapot.dev/v1alpha1", "Tenant") => Some(Kind::Tenant),
-            _ => None,
+            (api_version, kind) => {
+                let version = api_version.strip_prefix("gateway.networking.k8s.io/")?;
+                gateway_kind(version, kind)
+            }
         }
     }
 
     pub fn is_namespaced(self) -> bool {
-        !matches!(self, Kind::IngressClass | Kind::Tenant)
+        !matches!(self, Kind::IngressClass | Kind::Tenant | Kind::GatewayClass)
+    }
+
+    /// Whether the kind is one of the Gateway API's.
+    pub fn is_gateway_api(self) -> bool {
+        matches!(
+            self,
+            Kind::GatewayClass
+                | Kind::Gateway
+                | Kind::HttpRoute
+                | Kind::GrpcRoute
+                | Kind::ReferenceGrant
+                | Kind::TlsRoute
+                | Kind::TcpRoute
+                | Kind::UdpRoute
+        )
     }
 }
 
@@ -172,6 +220,16 @@ pub struct Store {
     pub secrets: ObjectMap<TlsSecret>,
     /// Tenants by object name.
     pub tenants: BTreeMap<String, Stored<Tenant>>,
+    /// Gateway API (docs/gateway-api.md): ordered maps, as the compile
+    /// walks them whole and its status report is read in order.
+    pub gateway_classes: BTreeMap<String, Stored<GatewayClass>>,
+    pub gateways: BTreeMap<NsName, Stored<Gateway>>,
+    pub http_routes: BTreeMap<NsName, Stored<HttpRoute>>,
+    pub grpc_routes: BTreeMap<NsName, Stored<GrpcRoute>>,
+    pub reference_grants: BTreeMap<NsName, Stored<ReferenceGrant>>,
+    pub tls_routes: BTreeMap<NsName, Stored<TlsRoute>>,
+    pub tcp_routes: BTreeMap<NsName, Stored<TcpRoute>>,
+    pub udp_routes: BTreeMap<NsName, Stored<UdpRoute>>,
 }
 
 /// One parsed object of any supported kind.
@@ -183,6 +241,14 @@ pub enum Object {
     EndpointSlice(CompactSlice),
     Secret(TlsSecret),
     Tenant(Tenant),
+    GatewayClass(GatewayClass),
+    Gateway(Box<Gateway>),
+    HttpRoute(Box<HttpRoute>),
+    GrpcRoute(Box<GrpcRoute>),
+    ReferenceGrant(ReferenceGrant),
+    TlsRoute(TlsRoute),
+    TcpRoute(TcpRoute),
+    UdpRoute(UdpRoute),
 }
 
 impl Store {
@@ -194,6 +260,14 @@ impl Store {
             + self.endpoint_slices.len()
             + self.secrets.len()
             + self.tenants.len()
+            + self.gateway_classes.len()
+            + self.gateways.len()
+            + self.http_routes.len()
+            + self.grpc_routes.len()
+            + self.reference_grants.len()
+            + self.tls_routes.len()
+            + self.tcp_routes.len()
+            + self.udp_routes.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -210,6 +284,14 @@ impl Store {
             Kind::EndpointSlice => self.endpoint_slices.contains_key(&ns()),
             Kind::Secret => self.secrets.contains_key(&ns()),
             Kind::Tenant => self.tenants.contains_key(&key.name),
+            Kind::GatewayClass => self.gateway_classes.contains_key(&key.name),
+            Kind::Gateway => self.gateways.contains_key(&ns()),
+            Kind::HttpRoute => self.http_routes.contains_key(&ns()),
+            Kind::GrpcRoute => self.grpc_routes.contains_key(&ns()),
+            Kind::ReferenceGrant => self.reference_grants.contains_key(&ns()),
+            Kind::TlsRoute => self.tls_routes.contains_key(&ns()),
+            Kind::TcpRoute => self.tcp_routes.contains_key(&ns()),
+            Kind::UdpRoute => self.udp_routes.contains_key(&ns()),
         }
     }
 
@@ -235,6 +317,30 @@ impl Store {
             Object::Tenant(o) => {
                 self.tenants.insert(key.name, stored(o, origin));
             }
+            Object::GatewayClass(o) => {
+                self.gateway_classes.insert(key.name, stored(o, origin));
+            }
+            Object::Gateway(o) => {
+                self.gateways.insert(ns, stored(*o, origin));
+            }
+            Object::HttpRoute(o) => {
+                self.http_routes.insert(ns, stored(*o, origin));
+            }
+            Object::GrpcRoute(o) => {
+                self.grpc_routes.insert(ns, stored(*o, origin));
+            }
+            Object::ReferenceGrant(o) => {
+                self.reference_grants.insert(ns, stored(o, origin));
+            }
+            Object::TlsRoute(o) => {
+                self.tls_routes.insert(ns, stored(o, origin));
+            }
+            Object::TcpRoute(o) => {
+                self.tcp_routes.insert(ns, stored(o, origin));
+            }
+            Object::UdpRoute(o) => {
+                self.udp_routes.insert(ns, stored(o, origin));
+            }
         }
     }
 
@@ -248,6 +354,14 @@ impl Store {
             Kind::EndpointSlice => drop(self.endpoint_slices.remove(&ns)),
             Kind::Secret => drop(self.secrets.remove(&ns)),
             Kind::Tenant => drop(self.tenants.remove(&key.name)),
+            Kind::GatewayClass => drop(self.gateway_classes.remove(&key.name)),
+            Kind::Gateway => drop(self.gateways.remove(&ns)),
+            Kind::HttpRoute => drop(self.http_routes.remove(&ns)),
+            Kind::GrpcRoute => drop(self.grpc_routes.remove(&ns)),
+            Kind::ReferenceGrant => drop(self.reference_grants.remove(&ns)),
+            Kind::TlsRoute => drop(self.tls_routes.remove(&ns)),
+            Kind::TcpRoute => drop(self.tcp_routes.remove(&ns)),
+            Kind::UdpRoute => drop(self.udp_routes.remove(&ns)),
         }
     }
 
@@ -262,6 +376,14 @@ impl Store {
             Kind::EndpointSlice => copy(&from.endpoint_slices, &mut self.endpoint_slices, &ns),
             Kind::Secret => copy(&from.secrets, &mut self.secrets, &ns),
             Kind::Tenant => copy(&from.tenants, &mut self.tenants, &key.name),
+            Kind::GatewayClass => copy(&from.gateway_classes, &mut self.gateway_classes, &key.name),
+            Kind::Gateway => copy(&from.gateways, &mut self.gateways, &ns),
+            Kind::HttpRoute => copy(&from.http_routes, &mut self.http_routes, &ns),
+            Kind::GrpcRoute => copy(&from.grpc_routes, &mut self.grpc_routes, &ns),
+            Kind::ReferenceGrant => copy(&from.reference_grants, &mut self.reference_grants, &ns),
+            Kind::TlsRoute => copy(&from.tls_routes, &mut self.tls_routes, &ns),
+            Kind::TcpRoute => copy(&from.tcp_routes, &mut self.tcp_routes, &ns),
+            Kind::UdpRoute => copy(&from.udp_routes, &mut self.udp_routes, &ns),
         }
     }
 
@@ -295,6 +417,31 @@ impl Store {
         for (k, v) in &self.tenants {
             f(cluster(Kind::Tenant, k), &v.origin);
         }
+        for (k, v) in &self.gateway_classes {
+            f(cluster(Kind::GatewayClass, k), &v.origin);
+        }
+        self.for_each_gateway_api_key(|kind, id, origin| f(ns(kind, id), origin));
+    }
+
+    /// Calls `f` with the kind, name and origin of every namespaced
+    /// Gateway API object.
+    fn for_each_gateway_api_key<'s>(&'s self, mut f: impl FnMut(Kind, &'s NsName, &'s Origin)) {
+        fn each<'s, T>(
+            map: &'s BTreeMap<NsName, Stored<T>>,
+            kind: Kind,
+            f: &mut impl FnMut(Kind, &'s NsName, &'s Origin),
+        ) {
+            for (k, v) in map {
+                f(kind, k, &v.origin);
+            }
+        }
+        each(&self.gateways, Kind::Gateway, &mut f);
+        each(&self.http_routes, Kind::HttpRoute, &mut f);
+        each(&self.grpc_routes, Kind::GrpcRoute, &mut f);
+        each(&self.reference_grants, Kind::ReferenceGrant, &mut f);
+        each(&self.tls_routes, Kind::TlsRoute, &mut f);
+        each(&self.tcp_routes, Kind::TcpRoute, &mut f);
+        each(&self.udp_routes, Kind::UdpRoute, &mut f);
     }
 
     /// The origin of the stored object with `key`.
@@ -313,6 +460,31 @@ impl Store {
             Kind::EndpointSlice => self.endpoint_slices.get(&ns).map(|s| &s.origin),
             Kind::Secret => self.secrets.get(&ns).map(|s| &s.origin),
             Kind::Tenant => self.tenants.get(&key.name).map(|s| &s.origin),
+            Kind::GatewayClass => self.gateway_classes.get(&key.name).map(|s| &s.origin),
+            Kind::Gateway
+            | Kind::HttpRoute
+            | Kind::GrpcRoute
+            | Kind::ReferenceGrant
+            | Kind::TlsRoute
+            | Kind::TcpRoute
+            | Kind::UdpRoute => self.gateway_api_origin(key),
+        }
+    }
+
+    fn gateway_api_origin(&self, key: &ObjectKey) -> Option<&Origin> {
+        let id = NsName::new(key.namespace.clone(), key.name.clone());
+        fn get<'s, T>(map: &'s BTreeMap<NsName, Stored<T>>, id: &NsName) -> Option<&'s Origin> {
+            map.get(id).map(|s| &s.origin)
+        }
+        match key.kind {
+            Kind::Gateway => get(&self.gateways, &id),
+            Kind::HttpRoute => get(&self.http_routes, &id),
+            Kind::GrpcRoute => get(&self.grpc_routes, &id),
+            Kind::ReferenceGrant => get(&self.reference_grants, &id),
+            Kind::TlsRoute => get(&self.tls_routes, &id),
+            Kind::TcpRoute => get(&self.tcp_routes, &id),
+            Kind::UdpRoute => get(&self.udp_routes, &id),
+            _ => None,
         }
     }
 
@@ -348,12 +520,21 @@ impl Store {
                 push(Kind::Secret, k);
             }
         }
+        self.for_each_gateway_api_key(|kind, id, origin| {
+            if hit(origin) {
+                push(kind, id);
+            }
+        });
         for (kind, names) in [
             (
                 Kind::IngressClass,
                 cluster_scoped(&self.ingress_classes, &hit),
             ),
             (Kind::Tenant, cluster_scoped(&self.tenants, &hit)),
+            (
+                Kind::GatewayClass,
+                cluster_scoped(&self.gateway_classes, &hit),
+            ),
         ] {
             keys.extend(names.into_iter().map(|name| ObjectKey {
                 kind,

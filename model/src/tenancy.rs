@@ -21,7 +21,7 @@ use teapot_api::policy::{
 use teapot_api::{HostPattern, Tenant};
 
 use crate::manifests::{Loaded, Problem};
-use crate::store::{Kind, NsName, ObjectKey, Origin, Store, Stored, age_key};
+use crate::store::{Kind, NsName, ObjectKey, Origin, Store};
 
 /// One Tenant as the compile sees it.
 #[derive(Debug)]
@@ -90,8 +90,10 @@ impl<'a> Tenancy<'a> {
 /// (defence in depth: in manifests mode nothing else does). A refused
 /// object leaves the store and becomes a [`Problem`]; its previous version
 /// stays when that one still passes, as for any document that stops
-/// validating. Ingresses are judged oldest first, so a host goes to the
-/// first tenant that claimed it and later claims by others are refused.
+/// validating. Ingresses and the Gateway API objects that claim hosts
+/// (Gateways, HTTP, GRPC and TLS routes) are judged together, oldest
+/// first, so a host goes to the first tenant that claimed it in either API
+/// and later claims by others are refused.
 pub fn admit(loaded: &mut Loaded, previous: &Store, domain: &str, lb_networks: &[IpNet]) {
     admit_cached(
         loaded,
@@ -230,26 +232,80 @@ fn admit_pass(
         tenants.iter().map(|t| &**t),
         operator_ingresses.iter().map(|(ns, i)| (ns.as_str(), &**i)),
     );
-
-    let mut ingresses: Vec<(&NsName, &Stored<Ingress>)> = store
-        .ingresses
-        .iter()
-        .filter(|(id, _)| by_namespace.contains_key(&id.namespace))
-        .collect();
-    ingresses.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
     let mut refused: Vec<(ObjectKey, Origin, Vec<Violation>)> = Vec::new();
     let mut loaded_bytes: Vec<Weighed> = Vec::new();
-    for (id, stored) in ingresses {
-        let tenant = by_namespace[&id.namespace];
+
+    // Objects that claim hosts, Ingresses and Gateway API ones together,
+    // oldest first: the first claimant holds a host across both APIs.
+    let mut claimants: Vec<Claimant<'_>> = Vec::new();
+    for (id, s) in &store.ingresses {
+        claimants.push(Claimant::new(
+            Kind::Ingress,
+            id,
+            &s.origin,
+            TenantObjectRef::Ingress(&s.object),
+        ));
+    }
+    for (id, s) in &store.gateways {
+        claimants.push(Claimant::new(
+            Kind::Gateway,
+            id,
+            &s.origin,
+            TenantObjectRef::Gateway(&s.object),
+        ));
+    }
+    for (id, s) in &store.http_routes {
+        claimants.push(Claimant::new(
+            Kind::HttpRoute,
+            id,
+            &s.origin,
+            TenantObjectRef::HttpRoute(&s.object),
+        ));
+    }
+    for (id, s) in &store.grpc_routes {
+        claimants.push(Claimant::new(
+            Kind::GrpcRoute,
+            id,
+            &s.origin,
+            TenantObjectRef::GrpcRoute(&s.object),
+        ));
+    }
+    for (id, s) in &store.tls_routes {
+        claimants.push(Claimant::new(
+            Kind::TlsRoute,
+            id,
+            &s.origin,
+            TenantObjectRef::TlsRoute(&s.object),
+        ));
+    }
+    // The operator's Gateway API hosts are held before any tenant's.
+    for c in claimants
+        .iter()
+        .filter(|c| !by_namespace.contains_key(&c.id.namespace))
+    {
+        if c.kind != Kind::Ingress {
+            let holder = Holder::Operator {
+                namespace: c.id.namespace.clone(),
+            };
+            for host in claimed_hosts(c.object) {
+                holdings.insert_gateway_host(holder.clone(), &host);
+            }
+        }
+    }
+    claimants.retain(|c| by_namespace.contains_key(&c.id.namespace));
+    claimants.sort_by(|a, b| a.age().cmp(&b.age()));
+    for c in claimants {
+        let tenant = by_namespace[&c.id.namespace];
         let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let violations = policy::check_typed(
-            &ctx,
-            &id.namespace,
-            TenantObjectRef::Ingress(&stored.object),
-        );
-        if violations.is_empty() {
-            let holder = Holder::Tenant(tenant.spec.cluster.clone());
-            let spec = stored.object.spec.as_ref();
+        let size = policy::json_size(&c.object);
+        let violations = policy::check_typed_sized(&ctx, &c.id.namespace, c.object, size);
+        if !violations.is_empty() {
+            refused.push((key(c.kind, c.id), c.origin.clone(), violations));
+            continue;
+        }
+        let holder = Holder::Tenant(tenant.spec.cluster.clone());
+        if let TenantObjectRef::Ingress(ingress) = c.object {
+            let spec = ingress.spec.as_ref();
             let rule_hosts = spec
                 .into_iter()
                 .flat_map(|s| s.rules.iter().flatten())
@@ -265,7 +321,35 @@ fn admit_pass(
                 }
             }
         } else {
-            refused.push((key(Kind::Ingress, id), stored.origin.clone(), violations));
+            for host in claimed_hosts(c.object) {
+                holdings.insert_gateway_host(holder.clone(), &host);
+            }
+            loaded_bytes.push(Weighed {
+                created: c.object.creation_timestamp().cloned(),
+                key: key(c.kind, c.id),
+                origin: c.origin.clone(),
+                size,
+            });
+        }
+    }
+    // A GatewayClass is cluster-scoped and the operator's: one that names a
+    // tenant namespace was written as a tenant's.
+    for (name, s) in &store.gateway_classes {
+        if let Some(ns) = s.object.metadata.namespace.as_deref()
+            && by_namespace.contains_key(ns)
+        {
+            refused.push((
+                ObjectKey {
+                    kind: Kind::GatewayClass,
+                    namespace: String::new(),
+                    name: name.clone(),
+                },
+                s.origin.clone(),
+                vec![Violation::new(
+                    "kind",
+                    policy::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
+                )],
+            ));
         }
     }
     let mut judge = |kind: Kind, id: &NsName, origin: &Origin, object: TenantObjectRef<'_>| {
@@ -300,6 +384,30 @@ fn admit_pass(
             id,
             &s.origin,
             TenantObjectRef::Secret(&s.object.source),
+        );
+    }
+    for (id, s) in &store.tcp_routes {
+        judge(
+            Kind::TcpRoute,
+            id,
+            &s.origin,
+            TenantObjectRef::TcpRoute(&s.object),
+        );
+    }
+    for (id, s) in &store.udp_routes {
+        judge(
+            Kind::UdpRoute,
+            id,
+            &s.origin,
+            TenantObjectRef::UdpRoute(&s.object),
+        );
+    }
+    for (id, s) in &store.reference_grants {
+        judge(
+            Kind::ReferenceGrant,
+            id,
+            &s.origin,
+            TenantObjectRef::ReferenceGrant(&s.object),
         );
     }
 
@@ -361,6 +469,58 @@ fn admit_pass(
         });
     }
     kept_any
+}
+
+/// An object that claims hosts, in the order of the first-claimant rule.
+struct Claimant<'s> {
+    kind: Kind,
+    id: &'s NsName,
+    origin: &'s Origin,
+    object: TenantObjectRef<'s>,
+}
+
+impl<'s> Claimant<'s> {
+    fn new(kind: Kind, id: &'s NsName, origin: &'s Origin, object: TenantObjectRef<'s>) -> Self {
+        Claimant {
+            kind,
+            id,
+            origin,
+            object,
+        }
+    }
+
+    /// Oldest first by `creationTimestamp`, objects without one after,
+    /// then by namespace/name and kind (as [`crate::store::age_key`]).
+    fn age(
+        &self,
+    ) -> (
+        bool,
+        Option<&'s k8s_openapi::jiff::Timestamp>,
+        &'s NsName,
+        Kind,
+    ) {
+        let created = self.object.creation_timestamp().map(|t| &t.0);
+        (created.is_none(), created, self.id, self.kind)
+    }
+}
+
+/// The hostnames a Gateway API object claims.
+fn claimed_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
+    match object {
+        TenantObjectRef::Gateway(g) => crate::gateway::gateway_hostnames(g).collect(),
+        TenantObjectRef::HttpRoute(r) => {
+            let hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
+            crate::gateway::route_hostnames(hostnames).collect()
+        }
+        TenantObjectRef::GrpcRoute(r) => {
+            let hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
+            crate::gateway::route_hostnames(hostnames).collect()
+        }
+        TenantObjectRef::TlsRoute(r) => {
+            crate::gateway::route_hostnames(&r.spec.hostnames).collect()
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// An admitted object of a tenant namespace and its JSON size.
@@ -503,6 +663,42 @@ mod tests {
             "{:?}",
             moved.problems
         );
+    }
+
+    /// The first-claimant rule spans both APIs: an operator's HTTPRoute
+    /// wildcard holds its whole subtree (a Gateway API wildcard), so a
+    /// tenant Ingress two labels below it is refused even inside the
+    /// tenant's granted domain; a tenant HTTPRoute on a custom host an
+    /// operator's Ingress holds is refused too (the operator's hosts hold
+    /// whatever their age).
+    #[test]
+    fn hosts_are_held_across_ingresses_and_gateway_routes() {
+        let text = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme, allowedDomains: [acme.example.org]}\n---\napiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: globex}\nspec: {cluster: globex}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: shop, namespace: ops}\nspec:\n  hostnames: [\"*.shop.acme.example.org\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: deep.default, namespace: tenant-acme}\nspec:\n  ingressClassName: teapot\n  rules: [{host: a.b.shop.acme.example.org}]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: grafana, namespace: ops, creationTimestamp: \"2024-03-01T00:00:00Z\"}\nspec:\n  ingressClassName: teapot\n  rules: [{host: grafana.ops-corp.test}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web.default, namespace: tenant-acme, creationTimestamp: \"2024-02-01T00:00:00Z\"}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [grafana.ops-corp.test]\n";
+        let mut loaded = Loaded::default();
+        crate::manifests::load_text(
+            std::path::Path::new("t.yaml"),
+            text,
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        admit(&mut loaded, &Store::default(), "example.net", &[]);
+        let mut refused: Vec<&str> = loaded
+            .problems
+            .iter()
+            .filter_map(|p| p.object.as_deref())
+            .collect();
+        refused.sort();
+        assert_eq!(
+            refused,
+            [
+                "HttpRoute tenant-acme/web.default",
+                "Ingress tenant-acme/deep.default"
+            ],
+            "{:?}",
+            loaded.problems
+        );
+        assert_eq!(loaded.store.http_routes.len(), 1, "the operator's stays");
     }
 
     #[test]

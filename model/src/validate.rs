@@ -10,6 +10,7 @@ use teapot_api::{HostPattern, PathKind, Tenant, path};
 
 use crate::certificate::TlsCertificate;
 use crate::endpoints::{CompactSlice, MAX_ADDRESSES_PER_ENDPOINT};
+use crate::gateway;
 use crate::store::{Kind, Object, TlsSecret};
 
 /// Why a document was refused, and where.
@@ -20,7 +21,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn at(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    pub(crate) fn at(field: impl Into<String>, message: impl Into<String>) -> FieldError {
         FieldError {
             field: Some(field.into()),
             message: message.into(),
@@ -59,6 +60,41 @@ pub fn parse_object(
             validate_tenant(&tenant)?;
             Object::Tenant(tenant)
         }
+        Kind::GatewayClass => {
+            let class: teapot_gateway_api::GatewayClass = typed(value)?;
+            if class.spec.controller_name.is_empty() {
+                return Err(FieldError::at(
+                    "spec.controllerName",
+                    "controllerName is required",
+                ));
+            }
+            Object::GatewayClass(class)
+        }
+        Kind::Gateway => {
+            let gateway: teapot_gateway_api::Gateway = typed(value)?;
+            gateway::validate_gateway(&gateway)?;
+            Object::Gateway(Box::new(gateway))
+        }
+        Kind::HttpRoute => {
+            let route: teapot_gateway_api::HttpRoute = typed(value)?;
+            gateway::validate_http_route(&route)?;
+            Object::HttpRoute(Box::new(route))
+        }
+        Kind::GrpcRoute => {
+            let route: teapot_gateway_api::GrpcRoute = typed(value)?;
+            gateway::validate_grpc_route(&route)?;
+            Object::GrpcRoute(Box::new(route))
+        }
+        Kind::ReferenceGrant => Object::ReferenceGrant(typed(value)?),
+        Kind::TlsRoute => {
+            let route: teapot_gateway_api::TlsRoute = typed(value)?;
+            for (i, h) in route.spec.hostnames.iter().enumerate() {
+                gateway::parse_hostname(h, &format!("spec.hostnames[{i}]"))?;
+            }
+            Object::TlsRoute(route)
+        }
+        Kind::TcpRoute => Object::TcpRoute(typed(value)?),
+        Kind::UdpRoute => Object::UdpRoute(typed(value)?),
     })
 }
 

@@ -118,7 +118,22 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::EndpointSlice => ApiResource::erase::<EndpointSlice>(&()),
         Kind::Secret => ApiResource::erase::<Secret>(&()),
         Kind::Tenant => ApiResource::erase::<Tenant>(&()),
+        // Gateway API kinds (docs/gateway-api.md): read from manifests;
+        // not in KINDS, so not watched yet.
+        Kind::GatewayClass => gateway_api("GatewayClass", "gatewayclasses"),
+        Kind::Gateway => gateway_api("Gateway", "gateways"),
+        Kind::HttpRoute => gateway_api("HTTPRoute", "httproutes"),
+        Kind::GrpcRoute => gateway_api("GRPCRoute", "grpcroutes"),
+        Kind::ReferenceGrant => gateway_api("ReferenceGrant", "referencegrants"),
+        Kind::TlsRoute => gateway_api("TLSRoute", "tlsroutes"),
+        Kind::TcpRoute => gateway_api("TCPRoute", "tcproutes"),
+        Kind::UdpRoute => gateway_api("UDPRoute", "udproutes"),
     }
+}
+
+fn gateway_api(kind: &str, plural: &str) -> ApiResource {
+    let gvk = kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind);
+    ApiResource::from_gvk_with_plural(&gvk, plural)
 }
 
 /// Every kind, in the order the watchers start.

@@ -15,6 +15,8 @@
 //! - [`upstream`]: endpoints, round-robin, passive ejection.
 //! - [`certs`]: certificates by host, for the SNI resolver.
 //! - [`fairness`]: per-tenant gates the routes carry.
+//! - [`gateway`]: Gateway API objects into their own route table and
+//!   their status (docs/gateway-api.md).
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
 //! - [`parts`]: what a compile keeps per tenant namespace for the next
 //!   one (incremental recompile: the rule is there).
@@ -31,6 +33,7 @@ pub mod acme;
 pub mod certs;
 pub mod domains;
 pub mod fairness;
+pub mod gateway;
 pub mod l4;
 pub mod parts;
 pub mod routes;
@@ -175,6 +178,21 @@ pub fn compile_incremental(
     // (host, its own secretName, index into ingress_reports) of hosts that
     // asked for ACME.
     let mut acme_candidates: Vec<(String, Option<String>, usize)> = Vec::new();
+    // Gateway API routes first: an Ingress rule on a host pattern a route
+    // holds asks it (`claim`), and the older of the two keeps it.
+    let mut gateway = gateway::GatewayCompile::new(
+        &mut gateway::Context {
+            store,
+            tenancy: &tenancy,
+            options,
+            assigned: &assigned,
+            claims: &mut claims,
+            custom_owners: &mut custom_owners,
+        },
+        &mut resolver,
+        &mut policies,
+    );
+    let gateway_routes = !gateway.is_empty();
 
     let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
@@ -275,6 +293,12 @@ pub fn compile_incremental(
                     }
                 }
             };
+            if gateway_routes
+                && let Err(why) = gateway.claim(host.as_ref(), &ingress_name, age_key(stored, id))
+            {
+                conflicts.push(why);
+                continue;
+            }
             // Kept for the certificates; the paths below borrow it there.
             let host = host.map(|h| {
                 rule_hosts.push(h);
@@ -372,6 +396,7 @@ pub fn compile_incremental(
         });
     }
 
+    let (gateway_table, gateway_report) = gateway.finish(store, &mut certs);
     // Only hosts no Secret covers: a tenant's own certificate always wins.
     let mut acme_hosts = acme::AcmeHosts::default();
     let mut acme_by_report: FastHashMap<usize, Vec<String>> = FastHashMap::default();
@@ -430,10 +455,12 @@ pub fn compile_incremental(
         problems,
         domains,
         l4: l4_report,
+        gateway: gateway_report,
     };
     Snapshot {
         generation,
         routes,
+        gateway: gateway_table,
         certs,
         report,
         claims,
@@ -517,6 +544,14 @@ fn assigned_hostnames<'s>(
         if let Some(t) = tenancy.get(&id.namespace)
             && classes.serves(&ingress.object)
         {
+            out.entry(t.cluster)
+                .or_default()
+                .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
+        }
+    }
+    // A tenant Gateway's assigned hostname is a CNAME target too.
+    for id in store.gateways.keys() {
+        if let Some(t) = tenancy.get(&id.namespace) {
             out.entry(t.cluster)
                 .or_default()
                 .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
@@ -716,6 +751,26 @@ impl<'a> Policies<'a> {
         }
     }
 
+    /// The policy of a Gateway API route: its tenant's gate only (no
+    /// annotations there).
+    fn tenant(&mut self, tenant: Option<&TenantView<'a>>) -> Option<Arc<RoutePolicy>> {
+        let cluster = tenant.map(|t| t.cluster);
+        let gates = self.gates;
+        self.cache
+            .entry((cluster, None))
+            .or_insert_with(|| {
+                tenant.map(|t| {
+                    let limits =
+                        teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref());
+                    Arc::new(RoutePolicy {
+                        max_body_size: None,
+                        tenant: Some(gates.gate(t.cluster, &limits)),
+                    })
+                })
+            })
+            .clone()
+    }
+
     /// The policy of `ingress` and the annotations it could not read (the
     /// webhook refuses those in tenant namespaces; an operator's manifest
     /// can still carry one).
@@ -870,6 +925,11 @@ impl<'a> Resolver<'a> {
             ));
         };
         self.cached(key)
+    }
+
+    /// The upstream of a Service port by number (Gateway API backendRefs).
+    fn service(&mut self, namespace: &'a str, name: &'a str, port: i32) -> Arc<Upstream> {
+        self.cached((namespace, name, PortRef::Number(port)))
     }
 
     /// The upstream of one Service port (L4 listeners): by name when it

@@ -283,6 +283,26 @@ impl RouteTable {
         true
     }
 
+    /// How specific this table's match for a normalised host is (to weigh
+    /// it against the Gateway API table's, crate::plane::decide).
+    pub fn host_rank(&self, host: &str) -> crate::compile::gateway::HostRank {
+        use crate::compile::gateway::HostRank;
+        if self.exact_hosts.contains_key(host) {
+            return HostRank::Exact;
+        }
+        if let Some((_, parent)) = host.split_once('.')
+            && self.wildcard_hosts.contains_key(parent)
+        {
+            return HostRank::Wildcard(parent.len());
+        }
+        let any = &self.any_host;
+        if any.exact + any.prefix > 0 || any.fallback.is_some() {
+            HostRank::Any
+        } else {
+            HostRank::None
+        }
+    }
+
     /// Looks up a request. `authority` is the Host header or `:authority`
     /// as received; `path` is the path without query.
     pub fn lookup(&self, authority: &str, path: &str) -> Option<&Route> {

@@ -20,6 +20,8 @@ pub struct Snapshot {
     /// Counts up with every compile; 0 is the empty table before the first.
     pub generation: u64,
     pub routes: RouteTable,
+    /// Gateway API routes (docs/gateway-api.md); empty without Gateways.
+    pub gateway: crate::compile::gateway::GatewayTable,
     pub certs: CertTable,
     pub report: StatusReport,
     /// Custom domains tenants route once DNS proves them.
@@ -35,8 +37,8 @@ pub struct Snapshot {
 /// Shared, swappable pointer to the current snapshot.
 pub type SnapshotHandle = Arc<ArcSwap<Snapshot>>;
 
-/// What the admin API shows at `/status`, and what becomes Ingress status in
-/// kube mode.
+/// What the admin API shows at `/status`, and what becomes Ingress (and,
+/// later, Gateway API) status in kube mode.
 #[derive(Debug, Default, Serialize)]
 pub struct StatusReport {
     pub generation: u64,
@@ -48,6 +50,13 @@ pub struct StatusReport {
     /// LoadBalancer Services: allocations, listeners, conditions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub l4: Option<crate::compile::l4::L4Report>,
+    /// GatewayClass, Gateway and route status, in the shapes of their
+    /// status subresources.
+    #[serde(
+        rename = "gatewayAPI",
+        skip_serializing_if = "crate::compile::gateway::GatewayReport::is_empty"
+    )]
+    pub gateway: crate::compile::gateway::GatewayReport,
 }
 
 #[derive(Debug, Serialize)]

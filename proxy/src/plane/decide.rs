@@ -9,12 +9,19 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use crate::compile::fairness::TenantPermit;
+use crate::compile::gateway::table::{Action, Filters};
+use crate::compile::gateway::{GatewayTable, HostRank};
 use crate::compile::routes::Route;
 use crate::compile::snapshot::Snapshot;
 use crate::compile::upstream::Upstream;
 use crate::plane::edge::{self, EdgeConfig, Refusal};
 
+pub use crate::compile::gateway::{RequestFacts, RequestHeaders};
+
 /// What the decision needs to know of a request, whatever its protocol.
+/// What only Gateway API matches read (method, query, headers, listener)
+/// is in [`RequestFacts`], given to [`decide_request`]: the HTTP/1 engine
+/// builds this struct by its fields, so it keeps them.
 #[derive(Clone, Copy, Debug)]
 pub struct Head<'a> {
     /// `Host` headers in the request (HTTP/2: 0 or 1, `:authority` counts
@@ -42,13 +49,40 @@ pub struct Forward {
     pub tenant: Option<TenantPermit>,
     /// The matched route, for metrics and the access log.
     pub route: Route,
+    /// What a Gateway API rule does besides choosing the backend; `None`
+    /// for Ingress routes.
+    pub gateway: Option<GatewayForward>,
+}
+
+/// The Gateway API part of a [`Forward`]: the filters to apply (the
+/// rule's, then the chosen backendRef's own) with
+/// [`crate::plane::filters`], and the backend's protocol.
+#[derive(Debug, Default)]
+pub struct GatewayForward {
+    pub filters: Option<Arc<Filters>>,
+    pub backend_filters: Option<Arc<Filters>>,
+    /// HTTP/2 without TLS to the backend (GRPCRoute, `appProtocol:
+    /// kubernetes.io/h2c`).
+    pub h2c: bool,
+}
+
+impl GatewayForward {
+    /// The filters in the order they apply.
+    pub fn each(&self) -> impl Iterator<Item = &Filters> {
+        self.filters
+            .iter()
+            .chain(&self.backend_filters)
+            .map(|f| &**f)
+    }
 }
 
 /// Answer here, without a backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
     pub body: &'static str,
+    /// The `Location` of a redirect (a Gateway API RequestRedirect).
+    pub location: Option<Arc<str>>,
     /// The front-door refusal it is, for metrics and `Retry-After`.
     pub refusal: Option<Refusal>,
     /// Why teapot answered itself, for the access log (`no_route`,
@@ -61,6 +95,7 @@ impl Answer {
         Answer {
             status,
             body,
+            location: None,
             refusal: None,
             reason,
         }
@@ -70,8 +105,20 @@ impl Answer {
         Answer {
             status: refusal.status(),
             body: refusal.body(),
+            location: None,
             refusal: Some(refusal),
             reason: refusal.label(),
+        }
+    }
+
+    /// A Gateway API RequestRedirect.
+    pub fn redirect(status: u16, location: String) -> Answer {
+        Answer {
+            status,
+            body: "",
+            location: Some(Arc::from(location)),
+            refusal: None,
+            reason: "redirect",
         }
     }
 
@@ -102,6 +149,13 @@ pub const NO_ROUTE: Answer =
     Answer::local(404, "no_route", "404 no route for this host and path\n");
 pub const NO_ENDPOINT: Answer =
     Answer::local(503, "no_endpoint", "503 no ready endpoint for this route\n");
+/// A Gateway API rule whose backend does not resolve (missing, not
+/// permitted, not a Service) or that has none: the specification's 500.
+pub const UNRESOLVED_BACKEND: Answer = Answer::local(
+    500,
+    "backend_unresolved",
+    "500 the route's backend is not available (see the route's status)\n",
+);
 /// A host the TLS connection's certificate does not serve: the client
 /// should open a connection for it (RFC 9110 §15.5.20).
 pub const MISDIRECTED: Answer = Answer::local(
@@ -132,24 +186,115 @@ pub fn check_host(head: &Head<'_>) -> Result<(), Answer> {
 
 /// Decides where a request goes. The front-door checks of its framing
 /// ([`edge`]) come first, in the engine that read it; then [`check_host`]
-/// and the ACME challenge answer.
+/// and the ACME challenge answer. Nothing is known of the request beyond
+/// `head`: Gateway API rules that match on method, headers or query
+/// parameters do not match (see [`decide_request`]).
 pub fn decide(snapshot: &Snapshot, edge: &EdgeConfig, head: &Head<'_>) -> Decision {
+    decide_request(snapshot, edge, head, &RequestFacts::UNKNOWN)
+}
+
+/// [`decide`] with what Gateway API matches read of the request.
+pub fn decide_request(
+    snapshot: &Snapshot,
+    edge: &EdgeConfig,
+    head: &Head<'_>,
+    facts: &RequestFacts<'_>,
+) -> Decision {
     if let Err(answer) = check_host(head) {
         return Decision::Answer(answer, None);
     }
+    // A snapshot without Gateway routes pays this test and nothing more.
+    if !snapshot.gateway.is_empty()
+        && let Some(decision) = gateway(snapshot, edge, head, facts)
+    {
+        return decision;
+    }
     match snapshot.routes.lookup(head.authority, head.path) {
         None => Decision::Answer(NO_ROUTE, None),
-        Some(route) if route.is_empty() => Decision::Answer(NO_ENDPOINT, Some(route.clone())),
-        Some(route) => match limits(edge, route, head.declared_length) {
-            Ok((body_limit, tenant)) => Decision::Forward(Forward {
-                upstream: route.upstream.clone(),
-                body_limit,
-                tenant,
-                route: route.clone(),
-            }),
-            Err(refusal) => Decision::Answer(Answer::refused(refusal), Some(route.clone())),
-        },
+        Some(route) => forward(edge, route, head, None),
     }
+}
+
+fn forward(
+    edge: &EdgeConfig,
+    route: &Route,
+    head: &Head<'_>,
+    gateway: Option<GatewayForward>,
+) -> Decision {
+    if route.is_empty() {
+        return Decision::Answer(NO_ENDPOINT, Some(route.clone()));
+    }
+    match limits(edge, route, head.declared_length) {
+        Ok((body_limit, tenant)) => Decision::Forward(Forward {
+            upstream: route.upstream.clone(),
+            body_limit,
+            tenant,
+            route: route.clone(),
+            gateway,
+        }),
+        Err(refusal) => Decision::Answer(Answer::refused(refusal), Some(route.clone())),
+    }
+}
+
+/// The Gateway API decision, when the request's host is more specific
+/// there than in the Ingress table (docs/gateway-api.md, "Decisions").
+fn gateway(
+    snapshot: &Snapshot,
+    edge: &EdgeConfig,
+    head: &Head<'_>,
+    facts: &RequestFacts<'_>,
+) -> Option<Decision> {
+    let mut buf = [0u8; 256];
+    let host = teapot_api::host::normalize_request_host(head.authority, &mut buf).unwrap_or("");
+    let (rank, candidates) = snapshot.gateway.host(host);
+    if rank == HostRank::None || rank < snapshot.routes.host_rank(host) {
+        return None;
+    }
+    let Some(candidate) = GatewayTable::matching(candidates, head.path, facts) else {
+        return Some(Decision::Answer(NO_ROUTE, None));
+    };
+    let filters = candidate.filters.as_deref();
+    Some(match &*candidate.action {
+        Action::Redirect(r) => {
+            let scheme = if facts.tls == Some(true) {
+                "https"
+            } else {
+                "http"
+            };
+            let prefix = filters.and_then(|f| f.matched_prefix.as_deref()).or(
+                match &candidate.matcher.path {
+                    crate::compile::gateway::table::PathMatch::Prefix(p) => Some(&**p),
+                    _ => None,
+                },
+            );
+            let location = crate::plane::filters::redirect_location(
+                r,
+                scheme,
+                head.authority,
+                head.path,
+                facts.query,
+                prefix,
+            );
+            Decision::Answer(Answer::redirect(r.status, location), None)
+        }
+        Action::Unroutable => Decision::Answer(UNRESOLVED_BACKEND, None),
+        Action::Backends { .. } => match candidate.action.pick() {
+            Some(backend) => match &backend.route {
+                Ok(route) => forward(
+                    edge,
+                    route,
+                    head,
+                    Some(GatewayForward {
+                        filters: candidate.filters.clone(),
+                        backend_filters: backend.filters.clone(),
+                        h2c: backend.h2c,
+                    }),
+                ),
+                Err(()) => Decision::Answer(UNRESOLVED_BACKEND, None),
+            },
+            None => Decision::Answer(UNRESOLVED_BACKEND, None),
+        },
+    })
 }
 
 /// The limits of the matched route: its body limit, and its tenant's rate

@@ -6,6 +6,8 @@
 //!   implementation, which serves HTTP/2.
 //! - [`h1`]: HTTP/1 through teapot's engine (`teapot_h1`), over the same
 //!   router and routing decision ([`decide`]).
+//! - [`filters`]: the Gateway API filters as pure functions (rewrites,
+//!   redirects, header edits, mirrors), for both engines.
 //! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits (sizes,
 //!   header-read deadline, connection caps); docs/edge.md.
 //! - [`tls`]: the SNI certificate resolver.
@@ -23,6 +25,7 @@ pub mod access_log;
 pub mod admin;
 pub mod decide;
 pub mod edge;
+pub mod filters;
 pub mod h1;
 pub mod l4;
 pub mod logflood;

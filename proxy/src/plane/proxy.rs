@@ -24,9 +24,11 @@ use crate::compile::snapshot::SnapshotHandle;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
 use crate::plane::decide::{
-    Answer, Decision, Head, MISDIRECTED, check_host, decide, forwarding_headers,
+    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, check_host, decide_request,
+    forwarding_headers,
 };
 use crate::plane::edge::{self, EdgeConfig, Refusal};
+use crate::plane::filters::{self, HeaderList};
 use crate::plane::metrics::{InFlight, Metrics, Series};
 use crate::plane::trace;
 
@@ -73,6 +75,8 @@ pub struct Router {
     /// host its connection's certificate does not serve.
     pub(super) tls: Option<Arc<crate::plane::tls::SniResolver>>,
     pub(super) observe: Observe,
+    /// Counts mirrored-or-not decisions, for RequestMirror shares.
+    mirror_sequence: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The access log and whose request IDs are kept.
@@ -93,6 +97,7 @@ impl Router {
             edge: EdgeConfig::default(),
             tls: None,
             observe: Observe::default(),
+            mirror_sequence: Arc::default(),
         }
     }
 
@@ -159,6 +164,11 @@ impl Router {
         if let Some(refusal) = answer.refusal {
             self.metrics.refused(refusal);
         }
+        if let Some(location) = &answer.location {
+            let mut resp = error_response(answer.status, 0)?;
+            resp.insert_header(http::header::LOCATION, &**location)?;
+            return send_answer(session, resp, Bytes::new()).await;
+        }
         if answer.delayed() {
             tokio::time::sleep(self.edge.tenant_refusal_delay).await;
         }
@@ -172,6 +182,44 @@ impl Router {
             return send_answer(session, resp, body).await;
         }
         respond(session, answer.status, answer.body).await
+    }
+
+    /// Sends the request's head to each RequestMirror backend of the
+    /// rule, in a task nobody waits for: a mirror never slows or fails
+    /// the request. The body is not mirrored (the head is what mirrors
+    /// observe; a body would have to be buffered or teed).
+    fn mirror(&self, req: &RequestHeader, gateway: &GatewayForward) {
+        let mirrors = gateway.each().flat_map(|f| &f.mirrors);
+        for m in mirrors {
+            let sequence = self
+                .mirror_sequence
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !filters::mirrored(m.per_million, sequence) {
+                continue;
+            }
+            let Some(endpoint) = m.upstream.pick(&mut Tried::default()) else {
+                continue;
+            };
+            let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+            let headers = req.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+            let bytes =
+                filters::mirror_request(req.method.as_str(), target, authority(req), headers);
+            let addr = endpoint.addr;
+            let timeout = self.options.connect_timeout + self.options.read_timeout;
+            tokio::spawn(async move {
+                let send = async {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+                    stream.write_all(&bytes).await?;
+                    let mut sink = [0u8; 1024];
+                    while stream.read(&mut sink).await? > 0 {}
+                    std::io::Result::Ok(())
+                };
+                if let Ok(Err(e)) = tokio::time::timeout(timeout, send).await {
+                    tracing::debug!(%addr, error = %e, "request mirror failed");
+                }
+            });
+        }
     }
 
     /// Answers HTTP-01 validations from the ACME store.
@@ -220,6 +268,8 @@ pub struct RequestCtx {
     new_traceparent: bool,
     /// Why teapot answered itself, for the access log.
     reason: Option<&'static str>,
+    /// The Gateway API filters of the matched rule.
+    gateway: Option<GatewayForward>,
 }
 
 impl RequestCtx {
@@ -259,6 +309,7 @@ impl ProxyHttp for Router {
             new_request_id: false,
             new_traceparent: false,
             reason: None,
+            gateway: None,
         }
     }
 
@@ -312,13 +363,26 @@ impl ProxyHttp for Router {
             respond_with(session, 200, Bytes::from(answer)).await?;
             return Ok(true);
         }
-        let decision = decide(&self.snapshots.load(), &self.edge, &head);
+        let decision = {
+            let req = session.req_header();
+            let facts = RequestFacts {
+                method: req.method.as_str(),
+                query: Some(req.uri.query().unwrap_or("")),
+                headers: Some(&req.headers),
+                tls: Some(ssl.is_some()),
+            };
+            decide_request(&self.snapshots.load(), &self.edge, &head, &facts)
+        };
         match decision {
             Decision::Forward(forward) => {
+                if let Some(gateway) = &forward.gateway {
+                    self.mirror(session.req_header(), gateway);
+                }
                 self.h2_ids(session, ctx, Some(&forward.route));
                 ctx.upstream = Some(forward.upstream);
                 ctx.body_limit = forward.body_limit;
                 ctx.tenant = forward.tenant;
+                ctx.gateway = forward.gateway;
                 Ok(false)
             }
             Decision::Answer(answer, route) => {
@@ -363,6 +427,20 @@ impl ProxyHttp for Router {
         let mut peer = HttpPeer::new(endpoint.addr, false, String::new());
         peer.options.connection_timeout = Some(self.options.connect_timeout);
         peer.options.read_timeout = Some(self.options.read_timeout);
+        if let Some(gateway) = &ctx.gateway {
+            if gateway.h2c {
+                // Prior knowledge: HTTP/2 without TLS, no HTTP/1 fallback.
+                peer.options.set_http_version(2, 2);
+            }
+            // Gateway API timeouts bound the wait for the backend's
+            // answer (`request` also covers it: teapot adds no other
+            // wait between the request and the backend).
+            for f in gateway.each() {
+                for t in [f.backend_timeout, f.request_timeout].into_iter().flatten() {
+                    peer.options.read_timeout = peer.options.read_timeout.map(|r| r.min(t));
+                }
+            }
+        }
         peer.options.write_timeout = Some(self.options.write_timeout);
         peer.options.idle_timeout = Some(self.options.pool_idle_timeout);
         ctx.endpoint = Some(endpoint.clone());
@@ -444,6 +522,9 @@ impl ProxyHttp for Router {
         if upgrade {
             upstream_request.insert_header(CONNECTION, "upgrade")?;
         }
+        if let Some(gateway) = &ctx.gateway {
+            apply_request_filters(gateway, upstream_request)?;
+        }
         let client_ip = session
             .client_addr()
             .and_then(|a| a.as_inet())
@@ -483,8 +564,13 @@ impl ProxyHttp for Router {
         &self,
         _session: &mut Session,
         response: &mut ResponseHeader,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
+        if let Some(gateway) = &ctx.gateway {
+            for f in gateway.each() {
+                filters::apply_header_edits(&f.response_headers, &mut Response(response));
+            }
+        }
         let switching = response.status.as_u16() == 101;
         if has_hop_by_hop(&response.headers) {
             for h in strip_hop_by_hop(response.headers.get_all(CONNECTION).iter(), switching) {
@@ -639,6 +725,73 @@ fn client_went_away(e: &Error) -> bool {
             e.etype(),
             ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed
         )
+}
+
+/// A Gateway API rule's request filters: header edits, then the URL
+/// rewrite (host and path).
+fn apply_request_filters(gateway: &GatewayForward, req: &mut RequestHeader) -> Result<()> {
+    for f in gateway.each() {
+        filters::apply_header_edits(&f.request_headers, &mut Request(req));
+        if let Some(host) = filters::rewritten_host(f) {
+            req.insert_header(HOST, host)?;
+        }
+        let target = filters::rewritten_target(f, req.uri.path(), req.uri.query());
+        let host = filters::rewritten_host(f);
+        if target.is_none() && host.is_none() {
+            continue;
+        }
+        let target = target.unwrap_or_else(|| {
+            req.uri
+                .path_and_query()
+                .map_or("/".to_string(), |p| p.as_str().to_string())
+        });
+        // An HTTP/2 request carries its authority in the URI: keep the
+        // URI absolute then, with the rewritten host.
+        let uri = match (req.uri.scheme_str(), req.uri.authority()) {
+            (Some(scheme), Some(authority)) => {
+                let authority = host.unwrap_or(authority.as_str());
+                format!("{scheme}://{authority}{target}")
+            }
+            _ => target,
+        };
+        let uri = uri
+            .parse::<http::Uri>()
+            .map_err(|e| Error::because(ErrorType::InternalError, "URL rewrite", e))?;
+        req.set_uri(uri);
+    }
+    Ok(())
+}
+
+/// Pingora's request header as a [`HeaderList`].
+struct Request<'a>(&'a mut RequestHeader);
+
+impl HeaderList for Request<'_> {
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.0.headers.get(name).map(|v| v.as_bytes())
+    }
+    fn set(&mut self, name: &str, value: &[u8]) {
+        // Names and values were validated at load; one that still does
+        // not fit a header is skipped rather than failing the request.
+        let _ = self.0.insert_header(name.to_string(), value);
+    }
+    fn remove(&mut self, name: &str) {
+        self.0.remove_header(name);
+    }
+}
+
+/// Pingora's response header as a [`HeaderList`].
+struct Response<'a>(&'a mut ResponseHeader);
+
+impl HeaderList for Response<'_> {
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.0.headers.get(name).map(|v| v.as_bytes())
+    }
+    fn set(&mut self, name: &str, value: &[u8]) {
+        let _ = self.0.insert_header(name.to_string(), value);
+    }
+    fn remove(&mut self, name: &str) {
+        self.0.remove_header(name);
+    }
 }
 
 /// The authority that decides routing: HTTP/2 `:authority` wins over a

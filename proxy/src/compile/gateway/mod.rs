@@ -1,0 +1,2244 @@
+//! Gateway API compile (docs/gateway-api.md): GatewayClass, Gateway,
+//! HTTPRoute and GRPCRoute into the snapshot's [`GatewayTable`], and their
+//! status in the form the Gateway API status subresources take.
+//!
+//! - GatewayClasses of controller `teapot.dev/gateway-controller` (and the
+//!   class `teapot` when no object names it otherwise) are ours; a
+//!   Gateway of another class is not touched.
+//! - HTTP listeners on port 80 are served on `--http`, HTTPS listeners on
+//!   443 (TLS terminated with their `certificateRefs`) on `--https`. TLS,
+//!   TCP and UDP listeners belong to the L4 plane; other ports and
+//!   protocols are not served and their listener says why.
+//! - Routes attach to listeners by `parentRefs` (`sectionName`, `port`),
+//!   `allowedRoutes` and hostname intersection ([`hosts::intersect`]);
+//!   their rules become [`Candidate`]s of each hostname they bind to, in
+//!   the specification's precedence ([`table`]).
+//! - In a tenant namespace a listener without hostname binds to the
+//!   Gateway's assigned hostname `GATEWAY.CLUSTER.lb.DOMAIN`, and every
+//!   hostname passes the tenant host rules, as Ingress hosts do.
+//!
+//! Ingresses and Gateway API routes share hosts by specificity (an exact
+//! host beats a wildcard, and a longer wildcard a shorter one, across both
+//! APIs); on the very same host pattern the older object holds it and the
+//! other is told in its status ([`GatewayCompile::claim`]).
+
+pub mod hosts;
+pub mod table;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
+use teapot_api::{HostPattern, hostname};
+use teapot_gateway_api::generated::gateway_classes::GatewayClassStatus;
+use teapot_gateway_api::generated::gateways::{
+    GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
+    GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
+    GatewayStatusListenersSupportedKinds,
+};
+use teapot_gateway_api::generated::grpc_routes::{
+    GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType, GrpcRouteStatus,
+    GrpcRouteStatusParents, GrpcRouteStatusParentsParentRef,
+};
+use teapot_gateway_api::generated::http_routes::{
+    HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType,
+    HttpRouteRulesFiltersRequestRedirectScheme, HttpRouteRulesFiltersType,
+    HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches,
+    HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesPathType,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteStatus, HttpRouteStatusParents,
+    HttpRouteStatusParentsParentRef,
+};
+use teapot_gateway_api::{Gateway, GrpcRoute, HttpRoute};
+use teapot_model::store::{NsName, NsRef, Store};
+
+use super::{Policies, Resolver};
+use crate::compile::certs::CertTable;
+use crate::compile::routes::Route;
+use table::{
+    Action, Backend, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange, PathMatch,
+    Redirect, Rewrite, RouteInfo, TableBuilder, ValueMatch,
+};
+pub use table::{GatewayTable, HostRank, RequestFacts, RequestHeaders};
+
+/// The group of every Gateway API kind.
+const GROUP: &str = teapot_gateway_api::GROUP;
+/// Longest regular expression a match may carry (the tenant policy's bound
+/// too), and the most memory one may compile to.
+const MAX_REGEX_LEN: usize = 1024;
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+
+/// The Gateway API part of `/status`, in the shapes of the status
+/// subresources (what the kube status writer applies).
+#[derive(Debug, Default, Serialize)]
+pub struct GatewayReport {
+    #[serde(rename = "gatewayClasses")]
+    pub classes: Vec<Reported<GatewayClassStatus>>,
+    pub gateways: Vec<Reported<GatewayStatus>>,
+    #[serde(rename = "httpRoutes")]
+    pub http_routes: Vec<Reported<HttpRouteStatus>>,
+    #[serde(rename = "grpcRoutes")]
+    pub grpc_routes: Vec<Reported<GrpcRouteStatus>>,
+}
+
+impl GatewayReport {
+    pub fn is_empty(&self) -> bool {
+        self.classes.is_empty()
+            && self.gateways.is_empty()
+            && self.http_routes.is_empty()
+            && self.grpc_routes.is_empty()
+    }
+}
+
+/// One object's status.
+#[derive(Debug, Serialize)]
+pub struct Reported<S> {
+    /// Empty for cluster-scoped objects.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub name: String,
+    pub status: S,
+}
+
+/// A condition. `lastTransitionTime` is the epoch: the compile reads no
+/// clock; the status writer stamps the time when it applies a change.
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        message: message.into(),
+        observed_generation: generation,
+        reason: reason.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        type_: type_.into(),
+    }
+}
+
+/// Which listener plane serves a listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plane {
+    Http,
+    Https,
+}
+
+/// A listener as routes see it after the Gateway compile.
+#[derive(Debug)]
+struct Listener<'s> {
+    spec: &'s GatewayListeners,
+    /// `None`: not served (its conditions say why).
+    plane: Option<Plane>,
+    /// The hostname routes intersect with (the assigned hostname in a
+    /// tenant namespace when the listener has none).
+    hostname: Option<HostPattern>,
+    /// Route kinds it admits.
+    kinds: Vec<&'static str>,
+    attached: i32,
+    conditions: Vec<Condition>,
+}
+
+/// A Gateway of our class.
+#[derive(Debug)]
+struct GatewayEntry<'s> {
+    id: &'s NsName,
+    gateway: &'s Gateway,
+    listeners: Vec<Listener<'s>>,
+    addresses: Vec<GatewayStatusAddresses>,
+}
+
+/// What the compile has built before the Ingresses are compiled, and
+/// finishes after.
+pub struct GatewayCompile<'s> {
+    builder: TableBuilder,
+    report: GatewayReport,
+    /// (route name, age key) that holds each host pattern here.
+    holders: Vec<(Option<HostPattern>, Arc<str>, AgeKey<'s>)>,
+    /// Host patterns released to older Ingresses, with the routes that
+    /// lost them and the Ingress that holds them.
+    released: Vec<(String, Arc<str>, String)>,
+    /// (host, Secret) certificates of HTTPS listeners, added after the
+    /// Ingresses' (an Ingress's certificate keeps its host).
+    certificates: Vec<(HostPattern, NsName)>,
+    /// Index of each route's report by name, for the release conditions.
+    route_reports: std::collections::HashMap<Arc<str>, (bool, usize)>,
+}
+
+/// The order of claimants: `creationTimestamp`, those without one after,
+/// then namespace/name (as `teapot_model::store::age_key`).
+pub type AgeKey<'s> = (bool, Option<&'s Timestamp>, &'s NsName);
+
+fn age<'s>(
+    meta: &'s k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    id: &'s NsName,
+) -> AgeKey<'s> {
+    let created = meta.creation_timestamp.as_ref().map(|t| &t.0);
+    (created.is_none(), created, id)
+}
+
+/// Everything the Gateway compile reads besides the store.
+pub(super) struct Context<'c, 's, 't> {
+    pub store: &'s Store,
+    pub tenancy: &'c teapot_model::tenancy::Tenancy<'t>,
+    pub options: &'c crate::compile::CompileOptions,
+    pub assigned: &'c teapot_model::store::FastHashMap<&'t str, Vec<String>>,
+    pub claims: &'c mut Vec<crate::compile::domains::Claim>,
+    pub custom_owners: &'c mut teapot_model::store::FastHashMap<String, &'t str>,
+}
+
+impl<'s> GatewayCompile<'s> {
+    /// Compiles every Gateway API object of `store`.
+    pub(super) fn new<'p, 't>(
+        cx: &mut Context<'_, 's, 't>,
+        resolver: &mut Resolver<'s>,
+        policies: &mut Policies<'p>,
+    ) -> GatewayCompile<'s>
+    where
+        't: 'p,
+    {
+        let store = cx.store;
+        let mut out = GatewayCompile {
+            builder: TableBuilder::default(),
+            report: GatewayReport::default(),
+            holders: Vec::new(),
+            released: Vec::new(),
+            certificates: Vec::new(),
+            route_reports: Default::default(),
+        };
+        if store.gateways.is_empty() && store.gateway_classes.is_empty() {
+            return out;
+        }
+        let ours = |class: &str| match store.gateway_classes.get(class) {
+            Some(c) => c.object.spec.controller_name == GATEWAY_CONTROLLER_NAME,
+            None => class == GATEWAY_CLASS,
+        };
+        for (name, class) in &store.gateway_classes {
+            if class.object.spec.controller_name != GATEWAY_CONTROLLER_NAME {
+                continue;
+            }
+            let generation = class.object.metadata.generation;
+            out.report.classes.push(Reported {
+                namespace: String::new(),
+                name: name.clone(),
+                status: GatewayClassStatus {
+                    conditions: Some(vec![condition(
+                        "Accepted", true, "Accepted", "", generation,
+                    )]),
+                    supported_features: None,
+                },
+            });
+        }
+        let mut gateways: Vec<GatewayEntry<'s>> = store
+            .gateways
+            .iter()
+            .filter(|(_, g)| ours(&g.object.spec.gateway_class_name))
+            .map(|(id, g)| gateway_entry(cx, id, &g.object, &mut out.certificates))
+            .collect();
+
+        // Routes oldest first: the order decides precedence ties.
+        let mut routes: Vec<RouteIn<'s>> = Vec::new();
+        for (id, r) in &store.http_routes {
+            routes.push(RouteIn::http(id, &r.object));
+        }
+        for (id, r) in &store.grpc_routes {
+            routes.push(RouteIn::grpc(id, &r.object));
+        }
+        routes.sort_by(|a, b| a.age.cmp(&b.age));
+        for (index, route) in routes.iter().enumerate() {
+            out.route(cx, resolver, policies, &mut gateways, route, index as u32);
+        }
+
+        for g in gateways {
+            let generation = g.gateway.metadata.generation;
+            let accepted = g.listeners.iter().any(|l| l.plane.is_some());
+            let listeners = g
+                .listeners
+                .into_iter()
+                .map(|l| GatewayStatusListeners {
+                    attached_routes: l.attached,
+                    conditions: l.conditions,
+                    name: l.spec.name.clone(),
+                    supported_kinds: Some(
+                        l.kinds
+                            .iter()
+                            .map(|k| GatewayStatusListenersSupportedKinds {
+                                group: Some(GROUP.into()),
+                                kind: (*k).into(),
+                            })
+                            .collect(),
+                    ),
+                })
+                .collect();
+            let conditions = if accepted {
+                vec![
+                    condition("Accepted", true, "Accepted", "", generation),
+                    condition("Programmed", true, "Programmed", "", generation),
+                ]
+            } else {
+                vec![
+                    condition(
+                        "Accepted",
+                        false,
+                        "ListenersNotValid",
+                        "no listener teapot serves",
+                        generation,
+                    ),
+                    condition(
+                        "Programmed",
+                        false,
+                        "Invalid",
+                        "no listener teapot serves",
+                        generation,
+                    ),
+                ]
+            };
+            out.report.gateways.push(Reported {
+                namespace: g.id.namespace.clone(),
+                name: g.id.name.clone(),
+                status: GatewayStatus {
+                    addresses: Some(g.addresses),
+                    attached_listener_sets: None,
+                    conditions: Some(conditions),
+                    listeners: Some(listeners),
+                },
+            });
+        }
+        out
+    }
+
+    /// Whether no route bound anywhere (the Ingress compile then skips
+    /// [`Self::claim`]).
+    pub fn is_empty(&self) -> bool {
+        self.holders.is_empty()
+    }
+
+    /// Whether an Ingress of age `ingress_age` may use `host` (`None`: its
+    /// rules without host): `Err` names the older route holding it; a
+    /// younger route holding it here gives it up.
+    pub fn claim(
+        &mut self,
+        host: Option<&HostPattern>,
+        ingress: &str,
+        ingress_age: AgeKey<'_>,
+    ) -> Result<(), String> {
+        if !self.builder.holds(host) {
+            return Ok(());
+        }
+        let holder = self
+            .holders
+            .iter()
+            .filter(|(h, _, _)| h.as_ref() == host)
+            .min_by(|a, b| a.2.cmp(&b.2));
+        if let Some((_, name, route_age)) = holder
+            && *route_age < ingress_age
+        {
+            let host = host.map_or("*".to_string(), |h| h.to_string());
+            return Err(format!(
+                "host {host} is held by older Gateway API route {name}"
+            ));
+        }
+        let label = host.map_or("*".to_string(), |h| h.to_string());
+        for name in self.builder.release(host) {
+            self.released
+                .push((label.clone(), name, ingress.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The table and report, with the HTTPS listeners' certificates added
+    /// where no Ingress put one.
+    pub fn finish(mut self, store: &Store, certs: &mut CertTable) -> (GatewayTable, GatewayReport) {
+        for (host, secret) in &self.certificates {
+            if let Some(s) = store.secrets.get(&NsRef {
+                namespace: &secret.namespace,
+                name: &secret.name,
+            }) && certs.insert(host, s.object.certificate.key.clone())
+                && let Some(not_after) = s.object.certificate.not_after
+            {
+                certs.note_secret(secret.to_string(), not_after);
+            }
+        }
+        for (host, route, ingress) in std::mem::take(&mut self.released) {
+            let Some(&(grpc, index)) = self.route_reports.get(&route) else {
+                continue;
+            };
+            let message = format!(
+                "host {host} is held by older Ingress {ingress}; this route does not serve it"
+            );
+            let c = condition("Conflicted", true, "OlderIngressWins", message, None);
+            if grpc {
+                for p in &mut self.report.grpc_routes[index].status.parents {
+                    p.conditions.push(c.clone());
+                }
+            } else {
+                for p in &mut self.report.http_routes[index].status.parents {
+                    p.conditions.push(c.clone());
+                }
+            }
+        }
+        (self.builder.build(), self.report)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn route<'p, 't>(
+        &mut self,
+        cx: &mut Context<'_, 's, 't>,
+        resolver: &mut Resolver<'s>,
+        policies: &mut Policies<'p>,
+        gateways: &mut [GatewayEntry<'s>],
+        route: &RouteIn<'s>,
+        index: u32,
+    ) where
+        't: 'p,
+    {
+        let id = route.id;
+        let name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
+        let tenancy = cx.tenancy;
+        let tenant = tenancy.get(&id.namespace);
+        let info = Arc::new(RouteInfo {
+            name: name.clone(),
+            policy: policies.tenant(tenant),
+        });
+        // The rules, once for every listener they bind to.
+        let (rules, resolved, invalid_rules) = compile_rules(cx.store, resolver, route, &info);
+        let mut parents = Vec::new();
+        for p in &route.parents {
+            let group = p.group.unwrap_or(GROUP);
+            let kind = p.kind.unwrap_or("Gateway");
+            let namespace = p.namespace.unwrap_or(&id.namespace);
+            if group != GROUP || kind != "Gateway" {
+                continue; // not a parent teapot implements: not ours to report
+            }
+            let Some(gateway) = gateways
+                .iter_mut()
+                .find(|g| g.id.namespace == namespace && g.id.name == p.name)
+            else {
+                continue; // not a Gateway of our class
+            };
+            let generation = route.generation;
+            let mut conditions = Vec::new();
+            // A route none of whose rules can be served is not attached.
+            let countable = !rules.is_empty() || invalid_rules.is_empty();
+            let accepted = self.attach(cx, gateway, route, p, &rules, &name, index, countable);
+            match accepted {
+                Ok(()) if invalid_rules.is_empty() => {
+                    conditions.push(condition("Accepted", true, "Accepted", "", generation));
+                }
+                Ok(()) => {
+                    conditions.push(condition("Accepted", true, "Accepted", "", generation));
+                    conditions.push(condition(
+                        "PartiallyInvalid",
+                        true,
+                        "UnsupportedValue",
+                        invalid_rules.join("; "),
+                        generation,
+                    ));
+                }
+                Err((reason, message)) => {
+                    conditions.push(condition("Accepted", false, reason, message, generation));
+                }
+            }
+            conditions.push(match &resolved {
+                Ok(()) => condition("ResolvedRefs", true, "ResolvedRefs", "", generation),
+                Err((reason, message)) => {
+                    condition("ResolvedRefs", false, reason, message.clone(), generation)
+                }
+            });
+            parents.push((p, conditions));
+        }
+        if rules.is_empty() && !invalid_rules.is_empty() {
+            for (_, conditions) in &mut parents {
+                if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "Accepted") {
+                    *c = condition(
+                        "Accepted",
+                        false,
+                        "UnsupportedValue",
+                        invalid_rules.join("; "),
+                        route.generation,
+                    );
+                }
+            }
+        }
+        if parents.is_empty() {
+            return;
+        }
+        let namespace = id.namespace.clone();
+        let route_name = id.name.clone();
+        if route.grpc {
+            let status = GrpcRouteStatus {
+                parents: parents
+                    .into_iter()
+                    .map(|(p, conditions)| GrpcRouteStatusParents {
+                        conditions,
+                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
+                        parent_ref: GrpcRouteStatusParentsParentRef {
+                            group: p.group.map(Into::into),
+                            kind: p.kind.map(Into::into),
+                            name: p.name.into(),
+                            namespace: p.namespace.map(Into::into),
+                            port: p.port,
+                            section_name: p.section.map(Into::into),
+                        },
+                    })
+                    .collect(),
+            };
+            self.route_reports
+                .insert(name, (true, self.report.grpc_routes.len()));
+            self.report.grpc_routes.push(Reported {
+                namespace,
+                name: route_name,
+                status,
+            });
+        } else {
+            let status = HttpRouteStatus {
+                parents: parents
+                    .into_iter()
+                    .map(|(p, conditions)| HttpRouteStatusParents {
+                        conditions,
+                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
+                        parent_ref: HttpRouteStatusParentsParentRef {
+                            group: p.group.map(Into::into),
+                            kind: p.kind.map(Into::into),
+                            name: p.name.into(),
+                            namespace: p.namespace.map(Into::into),
+                            port: p.port,
+                            section_name: p.section.map(Into::into),
+                        },
+                    })
+                    .collect(),
+            };
+            self.route_reports
+                .insert(name, (false, self.report.http_routes.len()));
+            self.report.http_routes.push(Reported {
+                namespace,
+                name: route_name,
+                status,
+            });
+        }
+    }
+
+    /// Binds a route's rules to the listeners of one parentRef; the
+    /// reason when it binds to none.
+    #[allow(clippy::too_many_arguments)]
+    fn attach<'t>(
+        &mut self,
+        cx: &mut Context<'_, 's, 't>,
+        gateway: &mut GatewayEntry<'s>,
+        route: &RouteIn<'s>,
+        parent: &ParentIn<'s>,
+        rules: &[CompiledRule],
+        name: &Arc<str>,
+        index: u32,
+        countable: bool,
+    ) -> Result<(), (&'static str, String)> {
+        let id = route.id;
+        let tenancy = cx.tenancy;
+        let mut reason: Option<(&'static str, String)> = None;
+        let mut worse = |r: &'static str, m: String| {
+            // The first reason found is the one reported.
+            if reason.is_none() {
+                reason = Some((r, m));
+            }
+        };
+        let candidates: Vec<usize> = (0..gateway.listeners.len())
+            .filter(|&i| {
+                let l = gateway.listeners[i].spec;
+                parent.section.is_none_or(|s| s == l.name)
+                    && parent.port.is_none_or(|p| p == l.port)
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Err((
+                "NoMatchingParent",
+                format!(
+                    "Gateway {} has no listener{}{}",
+                    gateway.id,
+                    parent
+                        .section
+                        .map(|s| format!(" named {s}"))
+                        .unwrap_or_default(),
+                    parent
+                        .port
+                        .map(|p| format!(" on port {p}"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        let tenant = tenancy.get(&id.namespace);
+        let route_hosts: Vec<HostPattern> = route
+            .hostnames
+            .iter()
+            .filter_map(|h| HostPattern::parse(h).ok())
+            .collect();
+        let mut bound = false;
+        for i in candidates {
+            let listener = &gateway.listeners[i];
+            let Some(plane) = listener.plane else {
+                worse(
+                    "NotAllowedByListeners",
+                    format!("listener {} is not served", listener.spec.name),
+                );
+                continue;
+            };
+            if !listener.kinds.contains(&route.kind) {
+                worse(
+                    "NotAllowedByListeners",
+                    format!(
+                        "listener {} does not admit {}",
+                        listener.spec.name, route.kind
+                    ),
+                );
+                continue;
+            }
+            let from = listener
+                .spec
+                .allowed_routes
+                .as_ref()
+                .and_then(|a| a.namespaces.as_ref())
+                .and_then(|n| n.from.clone())
+                .unwrap_or(GatewayListenersAllowedRoutesNamespacesFrom::Same);
+            let allowed = match from {
+                GatewayListenersAllowedRoutesNamespacesFrom::All => true,
+                GatewayListenersAllowedRoutesNamespacesFrom::Same => {
+                    id.namespace == gateway.id.namespace
+                }
+                // Namespace labels are not read (no Namespace objects in
+                // the store yet, docs/gateway-api.md).
+                GatewayListenersAllowedRoutesNamespacesFrom::Selector => false,
+            };
+            if !allowed {
+                worse(
+                    "NotAllowedByListeners",
+                    format!(
+                        "listener {} does not admit routes from namespace {}",
+                        listener.spec.name, id.namespace
+                    ),
+                );
+                continue;
+            }
+            // A tenant's routes only ever bind to its own Gateways (the
+            // policy keeps parentRefs in the namespace); an operator's
+            // listener admitting All still takes no tenant route.
+            if tenant.is_some() && id.namespace != gateway.id.namespace {
+                worse(
+                    "NotAllowedByListeners",
+                    "a tenant route binds to its own namespace's Gateways only".into(),
+                );
+                continue;
+            }
+            let mut hosts: Vec<Option<HostPattern>> = Vec::new();
+            if route_hosts.is_empty() {
+                if let Some(h) = hosts::intersect(listener.hostname.as_ref(), None) {
+                    hosts.push(h);
+                }
+            } else {
+                for r in &route_hosts {
+                    if let Some(h) = hosts::intersect(listener.hostname.as_ref(), Some(r))
+                        && !hosts.contains(&h)
+                    {
+                        hosts.push(h);
+                    }
+                }
+            }
+            if hosts.is_empty() {
+                worse(
+                    "NoMatchingListenerHostname",
+                    format!(
+                        "no hostname of the route matches listener {}",
+                        listener.spec.name
+                    ),
+                );
+                continue;
+            }
+            let mut served_any = false;
+            for host in hosts {
+                if let (Some(t), Some(h)) = (tenant, &host)
+                    && let Err(why) = crate::compile::admit_tenant_host(
+                        t,
+                        h,
+                        cx.options,
+                        cx.assigned,
+                        cx.claims,
+                        cx.custom_owners,
+                    )
+                {
+                    worse("NoMatchingListenerHostname", why);
+                    continue;
+                }
+                served_any = true;
+                let planes = (plane == Plane::Http, plane == Plane::Https);
+                for rule in rules {
+                    for (m, matcher) in rule.matchers.iter().enumerate() {
+                        let filters = rule.filters_for(m);
+                        self.builder.add(
+                            host.as_ref(),
+                            Candidate::new(
+                                matcher.clone(),
+                                rule.action.clone(),
+                                rule.info.clone(),
+                                filters,
+                                planes,
+                                index,
+                                rule.index,
+                                m as u32,
+                            ),
+                        );
+                    }
+                }
+                if !self.holders.iter().any(|(h, n, _)| *h == host && n == name) {
+                    self.holders.push((host.clone(), name.clone(), route.age));
+                }
+                if plane == Plane::Https
+                    && let Some(h) = &host
+                {
+                    // The listener's certificates also cover the hosts its
+                    // routes bring (a listener without hostname).
+                    let refs = listener_secrets(gateway.id, listener.spec);
+                    for s in refs {
+                        self.certificates.push((h.clone(), s));
+                    }
+                }
+            }
+            if served_any {
+                gateway.listeners[i].attached += i32::from(countable);
+                bound = true;
+            }
+        }
+        match (bound, reason) {
+            (true, _) => Ok(()),
+            (false, Some(r)) => Err(r),
+            (false, None) => Err(("NoMatchingParent", "no listener matches".into())),
+        }
+    }
+}
+
+/// The Secrets a listener's `certificateRefs` name (own namespace unless
+/// a ReferenceGrant allowed another; checked when the listener compiled).
+fn listener_secrets(gateway: &NsName, listener: &GatewayListeners) -> Vec<NsName> {
+    listener
+        .tls
+        .as_ref()
+        .and_then(|t| t.certificate_refs.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            NsName::new(
+                r.namespace
+                    .clone()
+                    .unwrap_or_else(|| gateway.namespace.clone()),
+                r.name.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Whether a ReferenceGrant in `to_namespace` lets `from_kind` objects of
+/// `from_namespace` refer to `to_kind` `name` there.
+fn granted(
+    store: &Store,
+    from_kind: &str,
+    from_namespace: &str,
+    to_kind: &str,
+    to_namespace: &str,
+    name: &str,
+) -> bool {
+    store
+        .reference_grants
+        .range(NsName::new(to_namespace, "")..)
+        .take_while(|(id, _)| id.namespace == to_namespace)
+        .any(|(_, g)| {
+            let spec = &g.object.spec;
+            spec.from
+                .iter()
+                .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_namespace)
+                && spec.to.iter().any(|t| {
+                    t.group.is_empty()
+                        && t.kind == to_kind
+                        && t.name.as_deref().is_none_or(|n| n == name)
+                })
+        })
+}
+
+fn gateway_entry<'s>(
+    cx: &mut Context<'_, 's, '_>,
+    id: &'s NsName,
+    gateway: &'s Gateway,
+    certificates: &mut Vec<(HostPattern, NsName)>,
+) -> GatewayEntry<'s> {
+    let store = cx.store;
+    let generation = gateway.metadata.generation;
+    let tenancy = cx.tenancy;
+    let tenant = tenancy.get(&id.namespace);
+    let assigned = tenant.map(|t| {
+        HostPattern::Exact(hostname::assigned_hostname(
+            &id.name,
+            t.cluster,
+            &cx.options.domain,
+        ))
+    });
+    let addresses = match &assigned {
+        Some(h) => vec![GatewayStatusAddresses {
+            r#type: Some("Hostname".into()),
+            value: h.to_string(),
+        }],
+        None => cx
+            .options
+            .status_addresses
+            .iter()
+            .map(|a| GatewayStatusAddresses {
+                r#type: Some(
+                    if a.parse::<std::net::IpAddr>().is_ok() {
+                        "IPAddress"
+                    } else {
+                        "Hostname"
+                    }
+                    .into(),
+                ),
+                value: a.clone(),
+            })
+            .collect(),
+    };
+    let mut listeners = Vec::with_capacity(gateway.spec.listeners.len());
+    for (i, l) in gateway.spec.listeners.iter().enumerate() {
+        let mut conditions = Vec::new();
+        let mut plane = match (l.protocol.as_str(), l.port) {
+            ("HTTP", 80) => Some(Plane::Http),
+            ("HTTPS", 443) => Some(Plane::Https),
+            ("HTTP", _) | ("HTTPS", _) => {
+                conditions.push(condition(
+                    "Accepted",
+                    false,
+                    "PortUnavailable",
+                    format!(
+                        "teapot serves HTTP on port 80 and HTTPS on 443, not {}",
+                        l.port
+                    ),
+                    generation,
+                ));
+                None
+            }
+            ("TLS" | "TCP" | "UDP", _) => {
+                conditions.push(condition(
+                    "Accepted",
+                    false,
+                    "UnsupportedProtocol",
+                    format!("{} listeners are served by the L4 plane, which does not serve Gateways in this build", l.protocol),
+                    generation,
+                ));
+                None
+            }
+            _ => {
+                conditions.push(condition(
+                    "Accepted",
+                    false,
+                    "UnsupportedProtocol",
+                    format!("protocol {} is not served", l.protocol),
+                    generation,
+                ));
+                None
+            }
+        };
+        let default_kinds: &[&'static str] = match l.protocol.as_str() {
+            "TLS" => &["TLSRoute"],
+            "TCP" => &["TCPRoute"],
+            "UDP" => &["UDPRoute"],
+            _ => &["HTTPRoute", "GRPCRoute"],
+        };
+        let mut kinds: Vec<&'static str> = Vec::new();
+        let mut invalid_kinds = Vec::new();
+        match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
+            Some(list) if !list.is_empty() => {
+                for k in list {
+                    let group_ok = k.group.as_deref().unwrap_or(GROUP) == GROUP;
+                    match default_kinds.iter().find(|d| **d == k.kind) {
+                        Some(d) if group_ok => kinds.push(d),
+                        _ => invalid_kinds.push(k.kind.clone()),
+                    }
+                }
+            }
+            _ => kinds.extend_from_slice(default_kinds),
+        }
+        let mut resolved: Result<(), (&str, String)> = Ok(());
+        if !invalid_kinds.is_empty() {
+            resolved = Err((
+                "InvalidRouteKinds",
+                format!("route kinds not supported: {}", invalid_kinds.join(", ")),
+            ));
+        }
+        if plane == Some(Plane::Https) {
+            let tls = l.tls.as_ref();
+            if tls
+                .and_then(|t| t.mode.as_ref())
+                .is_some_and(|m| matches!(m, GatewayListenersTlsMode::Passthrough))
+            {
+                conditions.push(condition(
+                    "Accepted",
+                    false,
+                    "UnsupportedProtocol",
+                    "HTTPS listeners terminate TLS; Passthrough is for TLS listeners",
+                    generation,
+                ));
+                plane = None;
+            }
+            let refs = tls
+                .and_then(|t| t.certificate_refs.as_ref())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if refs.is_empty() && resolved.is_ok() {
+                resolved = Err((
+                    "InvalidCertificateRef",
+                    "an HTTPS listener needs certificateRefs".into(),
+                ));
+            }
+            for r in refs {
+                let ns = r.namespace.as_deref().unwrap_or(&id.namespace);
+                let kind_ok = r.group.as_deref().unwrap_or("").is_empty()
+                    && r.kind.as_deref().unwrap_or("Secret") == "Secret";
+                let why = if !kind_ok {
+                    Some((
+                        "InvalidCertificateRef",
+                        format!("certificateRef {} is not a core Secret", r.name),
+                    ))
+                } else if ns != id.namespace
+                    && (tenant.is_some()
+                        || !granted(store, "Gateway", &id.namespace, "Secret", ns, &r.name))
+                {
+                    Some((
+                        "RefNotPermitted",
+                        format!(
+                            "no ReferenceGrant lets this Gateway use Secret {ns}/{}",
+                            r.name
+                        ),
+                    ))
+                } else if !store.secrets.contains_key(&NsRef {
+                    namespace: ns,
+                    name: &r.name,
+                }) {
+                    Some((
+                        "InvalidCertificateRef",
+                        format!(
+                            "Secret {ns}/{} not found or not a usable kubernetes.io/tls Secret",
+                            r.name
+                        ),
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = why
+                    && resolved.is_ok()
+                {
+                    resolved = Err(why);
+                }
+            }
+            if resolved.is_err() {
+                plane = None;
+            }
+        }
+        let hostname = match (&l.hostname, &assigned) {
+            (Some(h), _) => HostPattern::parse(h).ok(),
+            (None, Some(own)) => Some(own.clone()),
+            (None, None) => None,
+        };
+        if plane.is_some() {
+            let conflicted = gateway.spec.listeners[..i]
+                .iter()
+                .any(|o| o.port == l.port && o.protocol == l.protocol && o.hostname == l.hostname);
+            if conflicted {
+                conditions.push(condition(
+                    "Conflicted",
+                    true,
+                    "HostnameConflict",
+                    "another listener of this Gateway has the same port, protocol and hostname",
+                    generation,
+                ));
+                plane = None;
+            } else {
+                conditions.push(condition(
+                    "Conflicted",
+                    false,
+                    "NoConflicts",
+                    "",
+                    generation,
+                ));
+            }
+        }
+        if plane.is_some() {
+            conditions.push(condition("Accepted", true, "Accepted", "", generation));
+        } else if !conditions.iter().any(|c| c.type_ == "Accepted") {
+            conditions.push(condition(
+                "Accepted",
+                false,
+                "Invalid",
+                "the listener is not served (see ResolvedRefs)",
+                generation,
+            ));
+        }
+        conditions.push(match &resolved {
+            Ok(()) => condition("ResolvedRefs", true, "ResolvedRefs", "", generation),
+            Err((reason, message)) => {
+                condition("ResolvedRefs", false, reason, message.clone(), generation)
+            }
+        });
+        conditions.push(if plane.is_some() {
+            condition("Programmed", true, "Programmed", "", generation)
+        } else {
+            condition(
+                "Programmed",
+                false,
+                "Invalid",
+                "the listener is not served",
+                generation,
+            )
+        });
+        if plane == Some(Plane::Https)
+            && let Some(h) = &hostname
+        {
+            for s in listener_secrets(id, l) {
+                certificates.push((h.clone(), s));
+            }
+        }
+        listeners.push(Listener {
+            spec: l,
+            plane,
+            hostname,
+            kinds,
+            attached: 0,
+            conditions,
+        });
+    }
+    GatewayEntry {
+        id,
+        gateway,
+        listeners,
+        addresses,
+    }
+}
+
+/// A parentRef, whatever the route kind.
+#[derive(Debug)]
+struct ParentIn<'s> {
+    group: Option<&'s str>,
+    kind: Option<&'s str>,
+    name: &'s str,
+    namespace: Option<&'s str>,
+    port: Option<i32>,
+    section: Option<&'s str>,
+}
+
+/// A backendRef, whatever the route kind.
+#[derive(Debug)]
+struct BackendIn<'s> {
+    group: Option<&'s str>,
+    kind: Option<&'s str>,
+    name: &'s str,
+    namespace: Option<&'s str>,
+    port: Option<i32>,
+    weight: Option<i32>,
+    /// Its own filters, as HTTPRoute rule filters (converted once).
+    filters: Vec<HttpRouteRulesFilters>,
+}
+
+/// A rule, whatever the route kind: matches already compiled.
+#[derive(Debug)]
+struct RuleIn<'s> {
+    matches: Result<Vec<Matcher>, String>,
+    backends: Vec<BackendIn<'s>>,
+    filters: std::borrow::Cow<'s, [HttpRouteRulesFilters]>,
+    timeouts: (Option<&'s str>, Option<&'s str>),
+}
+
+/// An HTTPRoute or GRPCRoute as the compile reads it.
+#[derive(Debug)]
+struct RouteIn<'s> {
+    id: &'s NsName,
+    grpc: bool,
+    kind: &'static str,
+    age: AgeKey<'s>,
+    generation: Option<i64>,
+    hostnames: &'s [String],
+    parents: Vec<ParentIn<'s>>,
+    rules: Vec<RuleIn<'s>>,
+}
+
+impl<'s> RouteIn<'s> {
+    fn http(id: &'s NsName, r: &'s HttpRoute) -> RouteIn<'s> {
+        let spec = &r.spec;
+        RouteIn {
+            id,
+            grpc: false,
+            kind: "HTTPRoute",
+            age: age(&r.metadata, id),
+            generation: r.metadata.generation,
+            hostnames: spec.hostnames.as_deref().unwrap_or_default(),
+            parents: spec
+                .parent_refs
+                .iter()
+                .flatten()
+                .map(|p| ParentIn {
+                    group: p.group.as_deref(),
+                    kind: p.kind.as_deref(),
+                    name: &p.name,
+                    namespace: p.namespace.as_deref(),
+                    port: p.port,
+                    section: p.section_name.as_deref(),
+                })
+                .collect(),
+            rules: match &spec.rules {
+                Some(rules) => rules.iter().map(http_rule).collect(),
+                // No rules: one rule matching everything, with no backend.
+                None => Vec::new(),
+            },
+        }
+    }
+
+    fn grpc(id: &'s NsName, r: &'s GrpcRoute) -> RouteIn<'s> {
+        let spec = &r.spec;
+        RouteIn {
+            id,
+            grpc: true,
+            kind: "GRPCRoute",
+            age: age(&r.metadata, id),
+            generation: r.metadata.generation,
+            hostnames: spec.hostnames.as_deref().unwrap_or_default(),
+            parents: spec
+                .parent_refs
+                .iter()
+                .flatten()
+                .map(|p| ParentIn {
+                    group: p.group.as_deref(),
+                    kind: p.kind.as_deref(),
+                    name: &p.name,
+                    namespace: p.namespace.as_deref(),
+                    port: p.port,
+                    section: p.section_name.as_deref(),
+                })
+                .collect(),
+            rules: spec
+                .rules
+                .iter()
+                .flatten()
+                .map(|rule| {
+                    let matches = match &rule.matches {
+                        Some(m) if !m.is_empty() => m.iter().map(grpc_matcher).collect(),
+                        _ => Ok(vec![any_path()]),
+                    };
+                    RuleIn {
+                        matches,
+                        backends: rule
+                            .backend_refs
+                            .iter()
+                            .flatten()
+                            .map(|b| BackendIn {
+                                group: b.group.as_deref(),
+                                kind: b.kind.as_deref(),
+                                name: &b.name,
+                                namespace: b.namespace.as_deref(),
+                                port: b.port,
+                                weight: b.weight,
+                                filters: as_http_filters(b.filters.as_ref()),
+                            })
+                            .collect(),
+                        filters: std::borrow::Cow::Owned(as_http_filters(rule.filters.as_ref())),
+                        timeouts: (None, None),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Filters of another generated type (backend-level, GRPCRoute) as
+/// HTTPRoute rule filters: the same shape under another name, converted
+/// once per compile where present (rare).
+fn as_http_filters<T: Serialize>(filters: Option<&Vec<T>>) -> Vec<HttpRouteRulesFilters> {
+    match filters {
+        Some(f) if !f.is_empty() => serde_json::to_value(f)
+            .ok()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+fn http_rule(rule: &teapot_gateway_api::generated::http_routes::HttpRouteRules) -> RuleIn<'_> {
+    let matches = match &rule.matches {
+        Some(m) if !m.is_empty() => m.iter().map(http_matcher).collect(),
+        _ => Ok(vec![any_path()]),
+    };
+    RuleIn {
+        matches,
+        backends: rule
+            .backend_refs
+            .iter()
+            .flatten()
+            .map(|b| BackendIn {
+                group: b.group.as_deref(),
+                kind: b.kind.as_deref(),
+                name: &b.name,
+                namespace: b.namespace.as_deref(),
+                port: b.port,
+                weight: b.weight,
+                filters: as_http_filters(b.filters.as_ref()),
+            })
+            .collect(),
+        filters: std::borrow::Cow::Borrowed(rule.filters.as_deref().unwrap_or_default()),
+        timeouts: (
+            rule.timeouts.as_ref().and_then(|t| t.request.as_deref()),
+            rule.timeouts
+                .as_ref()
+                .and_then(|t| t.backend_request.as_deref()),
+        ),
+    }
+}
+
+fn any_path() -> Matcher {
+    Matcher {
+        path: PathMatch::Prefix("".into()),
+        method: None,
+        headers: Box::new([]),
+        query: Box::new([]),
+    }
+}
+
+/// A bounded regular expression, matched against the whole value.
+fn regex(pattern: &str) -> Result<regex::Regex, String> {
+    if pattern.len() > MAX_REGEX_LEN {
+        return Err(format!(
+            "regular expression longer than {MAX_REGEX_LEN} bytes"
+        ));
+    }
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("regular expression {pattern:?} is not supported: {e}"))
+}
+
+fn value_match(exact: bool, value: &str) -> Result<ValueMatch, String> {
+    if exact {
+        Ok(ValueMatch::Exact(value.into()))
+    } else {
+        regex(value).map(ValueMatch::Regex)
+    }
+}
+
+fn http_matcher(m: &HttpRouteRulesMatches) -> Result<Matcher, String> {
+    let path = match &m.path {
+        None => PathMatch::Prefix("".into()),
+        Some(p) => {
+            let value = p.value.as_deref().unwrap_or("/");
+            match p
+                .r#type
+                .as_ref()
+                .unwrap_or(&HttpRouteRulesMatchesPathType::PathPrefix)
+            {
+                HttpRouteRulesMatchesPathType::Exact => PathMatch::Exact(value.into()),
+                HttpRouteRulesMatchesPathType::PathPrefix => {
+                    PathMatch::Prefix(value.trim_end_matches('/').into())
+                }
+                HttpRouteRulesMatchesPathType::RegularExpression => PathMatch::Regex(regex(value)?),
+            }
+        }
+    };
+    // Only the first of several conditions on one header name counts.
+    let mut headers: Vec<(Box<str>, ValueMatch)> = Vec::new();
+    for h in m.headers.iter().flatten() {
+        let name = h.name.to_ascii_lowercase();
+        if headers.iter().any(|(n, _)| **n == *name) {
+            continue;
+        }
+        let exact = !matches!(
+            h.r#type,
+            Some(HttpRouteRulesMatchesHeadersType::RegularExpression)
+        );
+        headers.push((name.into(), value_match(exact, &h.value)?));
+    }
+    let mut query: Vec<(Box<str>, ValueMatch)> = Vec::new();
+    for q in m.query_params.iter().flatten() {
+        if query.iter().any(|(n, _)| **n == *q.name) {
+            continue;
+        }
+        let exact = !matches!(
+            q.r#type,
+            Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression)
+        );
+        query.push((q.name.as_str().into(), value_match(exact, &q.value)?));
+    }
+    let method = m.method.as_ref().map(|method| {
+        serde_json::to_value(method)
+            .ok()
+            .and_then(|v| v.as_str().map(Box::from))
+            .unwrap_or_default()
+    });
+    Ok(Matcher {
+        path,
+        method,
+        headers: headers.into_boxed_slice(),
+        query: query.into_boxed_slice(),
+    })
+}
+
+/// A GRPCRoute match as a path and header match: gRPC calls are POSTs to
+/// `/SERVICE/METHOD`.
+fn grpc_matcher(
+    m: &teapot_gateway_api::generated::grpc_routes::GrpcRouteRulesMatches,
+) -> Result<Matcher, String> {
+    let path = match &m.method {
+        None => PathMatch::Prefix("".into()),
+        Some(method) => {
+            let exact = !matches!(
+                method.r#type,
+                Some(GrpcRouteRulesMatchesMethodType::RegularExpression)
+            );
+            match (method.service.as_deref(), method.method.as_deref(), exact) {
+                (Some(s), Some(m), true) => PathMatch::Exact(format!("/{s}/{m}").into()),
+                (Some(s), None, true) => PathMatch::Prefix(format!("/{s}").into()),
+                (None, Some(m), true) => {
+                    PathMatch::Regex(regex(&format!("/[^/]+/{}", regex::escape(m)))?)
+                }
+                (s, m, _) => PathMatch::Regex(regex(&format!(
+                    "/{}/{}",
+                    s.unwrap_or("[^/]+"),
+                    m.unwrap_or("[^/]+")
+                ))?),
+            }
+        }
+    };
+    let mut headers: Vec<(Box<str>, ValueMatch)> = Vec::new();
+    for h in m.headers.iter().flatten() {
+        let name = h.name.to_ascii_lowercase();
+        if headers.iter().any(|(n, _)| **n == *name) {
+            continue;
+        }
+        let exact = !matches!(
+            h.r#type,
+            Some(GrpcRouteRulesMatchesHeadersType::RegularExpression)
+        );
+        headers.push((name.into(), value_match(exact, &h.value)?));
+    }
+    Ok(Matcher {
+        path,
+        method: None,
+        headers: headers.into_boxed_slice(),
+        query: Box::new([]),
+    })
+}
+
+/// One rule compiled: its matches, what it does, and its filters (built
+/// per match when they need the prefix that matched: ReplacePrefixMatch).
+struct CompiledRule {
+    index: u32,
+    matchers: Vec<Arc<Matcher>>,
+    action: Arc<Action>,
+    info: Arc<RouteInfo>,
+    spec: FilterSpec,
+    mirrors: Vec<Mirror>,
+    /// The filters when they do not depend on the match.
+    filters: Option<Arc<Filters>>,
+}
+
+impl CompiledRule {
+    fn filters_for(&self, m: usize) -> Option<Arc<Filters>> {
+        if !self.spec.uses_prefix() {
+            return self.filters.clone();
+        }
+        let prefix = match &self.matchers[m].path {
+            PathMatch::Prefix(p) => Some(&**p),
+            _ => None,
+        };
+        let mut f = merged_filters(&self.spec, prefix).unwrap_or_default();
+        f.mirrors = self.mirrors.clone();
+        Some(Arc::new(f))
+    }
+}
+
+/// The route's rules; whether every backendRef resolved (the reason when
+/// not); the messages of rules that could not be served.
+#[allow(clippy::type_complexity)]
+fn compile_rules<'s>(
+    store: &'s Store,
+    resolver: &mut Resolver<'s>,
+    route: &RouteIn<'s>,
+    info: &Arc<RouteInfo>,
+) -> (
+    Vec<CompiledRule>,
+    Result<(), (&'static str, String)>,
+    Vec<String>,
+) {
+    let mut resolved: Result<(), (&'static str, String)> = Ok(());
+    let mut invalid = Vec::new();
+    let mut out = Vec::new();
+    let default_rule;
+    let rules: Vec<&RuleIn<'s>> = if route.rules.is_empty() {
+        default_rule = RuleIn {
+            matches: Ok(vec![any_path()]),
+            backends: Vec::new(),
+            filters: std::borrow::Cow::Borrowed(&[]),
+            timeouts: (None, None),
+        };
+        vec![&default_rule]
+    } else {
+        route.rules.iter().collect()
+    };
+    for (index, rule) in rules.into_iter().enumerate() {
+        let matchers = match &rule.matches {
+            Ok(m) => m
+                .iter()
+                .map(|m| Arc::new(clone_matcher(m)))
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                invalid.push(format!("rule {index}: {e}"));
+                continue;
+            }
+        };
+        let spec = match filter_spec(&rule.filters, rule.timeouts, route.grpc) {
+            Ok(s) => s,
+            Err(e) => {
+                invalid.push(format!("rule {index}: {e}"));
+                continue;
+            }
+        };
+        let mut mirrors = Vec::new();
+        for (ns, name, port, per_million) in &spec.mirrors {
+            let ns = ns.as_deref().unwrap_or(&route.id.namespace);
+            let permitted = ns == route.id.namespace
+                || granted(store, route.kind, &route.id.namespace, "Service", ns, name);
+            if let (true, Some((ns, name))) = (permitted, service_key(store, ns, name)) {
+                mirrors.push(Mirror {
+                    upstream: resolver.service(ns, name, *port),
+                    per_million: *per_million,
+                });
+            }
+        }
+        let action = if let Some(redirect) = spec.redirect.clone() {
+            Action::Redirect(redirect)
+        } else {
+            let mut backends = Vec::new();
+            let mut total = 0u64;
+            for b in &rule.backends {
+                let weight = b.weight.unwrap_or(1).max(0) as u64;
+                let target = match backend(store, resolver, route, b, info) {
+                    Ok(r) => Ok(r),
+                    Err(why) => {
+                        if resolved.is_ok() {
+                            resolved = Err(why);
+                        }
+                        Err(())
+                    }
+                };
+                let own = if b.filters.is_empty() {
+                    None
+                } else {
+                    match filter_spec(&b.filters, (None, None), route.grpc) {
+                        Ok(s) => merged_filters(&s, None).map(Arc::new),
+                        Err(e) => {
+                            invalid.push(format!("rule {index}: {e}"));
+                            None
+                        }
+                    }
+                };
+                let h2c = route.grpc || (target.is_ok() && app_protocol_h2c(store, route, b));
+                total += weight;
+                backends.push(Backend {
+                    weight,
+                    route: target,
+                    filters: own,
+                    h2c,
+                });
+            }
+            if total == 0 {
+                Action::Unroutable
+            } else {
+                Action::Backends {
+                    backends: backends.into_boxed_slice(),
+                    total,
+                    next: AtomicU64::new(0),
+                }
+            }
+        };
+        let filters = if spec.uses_prefix() {
+            None
+        } else {
+            let f = merged_filters(&spec, None);
+            let f = match (f, mirrors.is_empty()) {
+                (None, true) => None,
+                (f, _) => Some(f.unwrap_or_default()),
+            };
+            f.map(|mut f| {
+                f.mirrors = mirrors.clone();
+                Arc::new(f)
+            })
+        };
+        out.push(CompiledRule {
+            index: index as u32,
+            matchers,
+            action: Arc::new(action),
+            info: info.clone(),
+            spec,
+            mirrors,
+            filters,
+        });
+    }
+    (out, resolved, invalid)
+}
+
+/// The store's own strings for a Service's namespace and name (the
+/// resolver's cache keys borrow from the store).
+fn service_key<'s>(store: &'s Store, ns: &str, name: &str) -> Option<(&'s str, &'s str)> {
+    store
+        .services
+        .get_key_value(&NsRef {
+            namespace: ns,
+            name,
+        })
+        .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
+}
+
+fn clone_matcher(m: &Matcher) -> Matcher {
+    Matcher {
+        path: match &m.path {
+            PathMatch::Exact(p) => PathMatch::Exact(p.clone()),
+            PathMatch::Prefix(p) => PathMatch::Prefix(p.clone()),
+            PathMatch::Regex(r) => PathMatch::Regex(r.clone()),
+        },
+        method: m.method.clone(),
+        headers: m
+            .headers
+            .iter()
+            .map(|(n, v)| (n.clone(), clone_value(v)))
+            .collect(),
+        query: m
+            .query
+            .iter()
+            .map(|(n, v)| (n.clone(), clone_value(v)))
+            .collect(),
+    }
+}
+
+fn clone_value(v: &ValueMatch) -> ValueMatch {
+    match v {
+        ValueMatch::Exact(s) => ValueMatch::Exact(s.clone()),
+        ValueMatch::Regex(r) => ValueMatch::Regex(r.clone()),
+    }
+}
+
+/// Whether the Service port a backendRef names says `appProtocol:
+/// kubernetes.io/h2c`.
+fn app_protocol_h2c(store: &Store, route: &RouteIn<'_>, b: &BackendIn<'_>) -> bool {
+    let ns = b.namespace.unwrap_or(&route.id.namespace);
+    store
+        .services
+        .get(&NsRef {
+            namespace: ns,
+            name: b.name,
+        })
+        .and_then(|s| s.object.spec.as_ref()?.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|p| Some(p.port) == b.port && p.app_protocol.as_deref() == Some("kubernetes.io/h2c"))
+}
+
+/// A backendRef's route, or the ResolvedRefs reason it does not resolve.
+fn backend<'s>(
+    store: &'s Store,
+    resolver: &mut Resolver<'s>,
+    route: &RouteIn<'s>,
+    b: &BackendIn<'s>,
+    info: &Arc<RouteInfo>,
+) -> Result<Route, (&'static str, String)> {
+    let group = b.group.unwrap_or("");
+    let kind = b.kind.unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        return Err((
+            "InvalidKind",
+            format!("backendRef {} is a {group}/{kind}, not a Service", b.name),
+        ));
+    }
+    let ns: &'s str = b.namespace.unwrap_or(&route.id.namespace);
+    if ns != route.id.namespace
+        && !granted(
+            store,
+            route.kind,
+            &route.id.namespace,
+            "Service",
+            ns,
+            b.name,
+        )
+    {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "no ReferenceGrant in {ns} lets {} use Service {ns}/{}",
+                route.kind, b.name
+            ),
+        ));
+    }
+    let Some(port) = b.port else {
+        return Err((
+            "UnsupportedValue",
+            format!("backendRef {} has no port", b.name),
+        ));
+    };
+    let Some(service) = store.services.get(&NsRef {
+        namespace: ns,
+        name: b.name,
+    }) else {
+        return Err((
+            "BackendNotFound",
+            format!("Service {ns}/{} not found", b.name),
+        ));
+    };
+    let has_port = service
+        .object
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .is_some_and(|ports| ports.iter().any(|p| p.port == port));
+    if !has_port {
+        return Err((
+            "BackendNotFound",
+            format!("Service {ns}/{} has no port {port}", b.name),
+        ));
+    }
+    let upstream = resolver.service(ns, b.name, port);
+    Ok(Route::new(upstream, info.policy.clone(), info.name.clone()))
+}
+
+/// A rule's filters, read once: what [`merged_filters`] builds from.
+#[derive(Clone, Debug, Default)]
+struct FilterSpec {
+    request: HeaderEditsSpec,
+    response: HeaderEditsSpec,
+    rewrite_host: Option<String>,
+    rewrite_path: Option<PathChange>,
+    redirect: Option<Redirect>,
+    /// (namespace, name, port, per million).
+    mirrors: Vec<(Option<String>, String, i32, u32)>,
+    request_timeout: Option<std::time::Duration>,
+    backend_timeout: Option<std::time::Duration>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct HeaderEditsSpec {
+    set: Vec<(String, String)>,
+    add: Vec<(String, String)>,
+    remove: Vec<String>,
+}
+
+impl FilterSpec {
+    fn uses_prefix(&self) -> bool {
+        matches!(self.rewrite_path, Some(PathChange::Prefix(_)))
+    }
+}
+
+fn filter_spec(
+    filters: &[HttpRouteRulesFilters],
+    (request, backend): (Option<&str>, Option<&str>),
+    grpc: bool,
+) -> Result<FilterSpec, String> {
+    let mut spec = FilterSpec::default();
+    let timeout = |t: Option<&str>| -> Result<Option<std::time::Duration>, String> {
+        t.map(teapot_model::gateway::parse_duration)
+            .transpose()
+            .map(|d| d.filter(|d| !d.is_zero()))
+    };
+    spec.request_timeout = timeout(request)?;
+    spec.backend_timeout = timeout(backend)?;
+    for f in filters {
+        match f.r#type {
+            HttpRouteRulesFiltersType::RequestHeaderModifier => {
+                if let Some(m) = &f.request_header_modifier {
+                    let e = &mut spec.request;
+                    e.set.extend(
+                        m.set
+                            .iter()
+                            .flatten()
+                            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone())),
+                    );
+                    e.add.extend(
+                        m.add
+                            .iter()
+                            .flatten()
+                            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone())),
+                    );
+                    e.remove
+                        .extend(m.remove.iter().flatten().map(|h| h.to_ascii_lowercase()));
+                }
+            }
+            HttpRouteRulesFiltersType::ResponseHeaderModifier => {
+                if let Some(m) = &f.response_header_modifier {
+                    let e = &mut spec.response;
+                    e.set.extend(
+                        m.set
+                            .iter()
+                            .flatten()
+                            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone())),
+                    );
+                    e.add.extend(
+                        m.add
+                            .iter()
+                            .flatten()
+                            .map(|h| (h.name.to_ascii_lowercase(), h.value.clone())),
+                    );
+                    e.remove
+                        .extend(m.remove.iter().flatten().map(|h| h.to_ascii_lowercase()));
+                }
+            }
+            HttpRouteRulesFiltersType::RequestRedirect if !grpc => {
+                let Some(r) = &f.request_redirect else {
+                    continue;
+                };
+                let path = r.path.as_ref().map(|p| match p.r#type {
+                    HttpRouteRulesFiltersRequestRedirectPathType::ReplaceFullPath => {
+                        PathChange::Full(p.replace_full_path.clone().unwrap_or_default().into())
+                    }
+                    HttpRouteRulesFiltersRequestRedirectPathType::ReplacePrefixMatch => {
+                        PathChange::Prefix(
+                            p.replace_prefix_match.clone().unwrap_or_default().into(),
+                        )
+                    }
+                });
+                spec.redirect = Some(Redirect {
+                    scheme: r.scheme.as_ref().map(|s| match s {
+                        HttpRouteRulesFiltersRequestRedirectScheme::Http => "http",
+                        HttpRouteRulesFiltersRequestRedirectScheme::Https => "https",
+                    }),
+                    hostname: r.hostname.as_deref().map(Into::into),
+                    port: r.port.and_then(|p| u16::try_from(p).ok()),
+                    path,
+                    status: r
+                        .status_code
+                        .and_then(|c| u16::try_from(c).ok())
+                        .unwrap_or(302),
+                });
+            }
+            HttpRouteRulesFiltersType::UrlRewrite if !grpc => {
+                let Some(r) = &f.url_rewrite else { continue };
+                spec.rewrite_host = r.hostname.clone();
+                spec.rewrite_path = r.path.as_ref().map(|p| match p.r#type {
+                    HttpRouteRulesFiltersUrlRewritePathType::ReplaceFullPath => {
+                        PathChange::Full(p.replace_full_path.clone().unwrap_or_default().into())
+                    }
+                    HttpRouteRulesFiltersUrlRewritePathType::ReplacePrefixMatch => {
+                        PathChange::Prefix(
+                            p.replace_prefix_match.clone().unwrap_or_default().into(),
+                        )
+                    }
+                });
+            }
+            HttpRouteRulesFiltersType::RequestMirror => {
+                let Some(m) = &f.request_mirror else { continue };
+                let b = &m.backend_ref;
+                let group = b.group.as_deref().unwrap_or("");
+                let kind = b.kind.as_deref().unwrap_or("Service");
+                if !group.is_empty() || kind != "Service" {
+                    return Err(format!(
+                        "RequestMirror backendRef {} is not a Service",
+                        b.name
+                    ));
+                }
+                let Some(port) = b.port else {
+                    return Err(format!("RequestMirror backendRef {} has no port", b.name));
+                };
+                let per_million = match (&m.fraction, m.percent) {
+                    (Some(f), _) => {
+                        let d = f.denominator.unwrap_or(100).max(1) as u64;
+                        (f.numerator.max(0) as u64 * 1_000_000 / d).min(1_000_000) as u32
+                    }
+                    (None, Some(p)) => (p.clamp(0, 100) as u32) * 10_000,
+                    (None, None) => 1_000_000,
+                };
+                spec.mirrors
+                    .push((b.namespace.clone(), b.name.clone(), port, per_million));
+            }
+            _ => {
+                let kind = serde_json::to_value(&f.r#type)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+                return Err(format!("filter {kind} is not supported"));
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// The filters a request gets from one filter list, with the matched
+/// prefix; `None` when nothing is to be done.
+fn merged_filters(spec: &FilterSpec, prefix: Option<&str>) -> Option<Filters> {
+    let edits = |s: &HeaderEditsSpec| HeaderEdits {
+        set: s
+            .set
+            .iter()
+            .map(|(n, v)| (n.as_str().into(), v.as_str().into()))
+            .collect(),
+        add: s
+            .add
+            .iter()
+            .map(|(n, v)| (n.as_str().into(), v.as_str().into()))
+            .collect(),
+        remove: s.remove.iter().map(|n| n.as_str().into()).collect(),
+    };
+    let rewrite = (spec.rewrite_host.is_some() || spec.rewrite_path.is_some()).then(|| Rewrite {
+        hostname: spec.rewrite_host.as_deref().map(Into::into),
+        path: spec.rewrite_path.clone(),
+    });
+    let filters = Filters {
+        request_headers: edits(&spec.request),
+        response_headers: edits(&spec.response),
+        rewrite,
+        mirrors: Vec::new(),
+        matched_prefix: prefix.map(Into::into),
+        request_timeout: spec.request_timeout,
+        backend_timeout: spec.backend_timeout,
+    };
+    (!filters.is_empty()).then_some(filters)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use crate::compile::CompileOptions;
+    use crate::compile::snapshot::Snapshot;
+    use crate::compile::tests::compile_test_docs;
+    use crate::plane::decide::{Decision, Head, RequestFacts, decide_request};
+    use crate::plane::edge::EdgeConfig;
+
+    /// Services `web`, `v2` (with endpoints) and `empty` (none) in `infra`
+    /// and `other`, a Gateway `gw` in `infra` (HTTP on 80 for routes from
+    /// the same namespace, `*.example.com`; HTTP on 80 for all namespaces,
+    /// `all.example.com`; HTTP on 8080).
+    fn base() -> Vec<String> {
+        let svc = |ns: &str, name: &str, ip: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{ports: [{{port: 8080}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nendpoints: [{{addresses: [\"{ip}\"]}}]\nports: [{{name: \"\", port: 8080}}]\n"
+            )
+        };
+        vec![
+            svc("infra", "web", "10.0.0.1"),
+            svc("infra", "v2", "10.0.0.2"),
+            svc("other", "web", "10.0.0.3"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: empty, namespace: infra}\nspec: {ports: [{port: 8080}]}\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: \"*.example.com\"}\n  - {name: all, protocol: HTTP, port: 80, hostname: all.example.com, allowedRoutes: {namespaces: {from: All}}}\n  - {name: alt, protocol: HTTP, port: 8080}\n  - {name: tcp, protocol: TCP, port: 5432}\n".into(),
+        ]
+    }
+
+    fn route(ns: &str, name: &str, spec: &str) -> String {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n{spec}"
+        )
+    }
+
+    fn compile(extra: &[String]) -> Snapshot {
+        let mut docs = base();
+        docs.extend_from_slice(extra);
+        compile_test_docs(&docs, &CompileOptions::default())
+    }
+
+    fn status(s: &Snapshot) -> Value {
+        serde_json::to_value(&s.report.gateway).unwrap()
+    }
+
+    fn route_conditions(s: &Snapshot, name: &str) -> Vec<(String, String, String)> {
+        let status = status(s);
+        let routes = status["httpRoutes"].as_array().unwrap();
+        let r = routes
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {status}"));
+        r["status"]["parents"][0]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let f = |k: &str| c[k].as_str().unwrap().to_string();
+                (f("type"), f("status"), f("reason"))
+            })
+            .collect()
+    }
+
+    fn has(conds: &[(String, String, String)], t: &str, st: &str, reason: &str) -> bool {
+        conds
+            .iter()
+            .any(|(a, b, c)| a == t && b == st && c == reason)
+    }
+
+    /// Where a request goes: the upstream's name, or the answer's status.
+    fn go(s: &Snapshot, host: &str, path: &str, facts: &RequestFacts<'_>) -> String {
+        let head = Head {
+            host_headers: 1,
+            authority: host,
+            path,
+            requires_host: true,
+            declared_length: None,
+        };
+        match decide_request(s, &EdgeConfig::default(), &head, facts) {
+            Decision::Forward(f) => f.upstream.name.clone(),
+            Decision::Answer(a, _) => match a.location {
+                Some(l) => format!("{} {l}", a.status),
+                None => a.status.to_string(),
+            },
+        }
+    }
+
+    const PLAIN: RequestFacts<'static> = RequestFacts::UNKNOWN;
+
+    #[test]
+    fn status_reasons_follow_the_specification() {
+        let s = compile(&[
+            route(
+                "infra",
+                "ok",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n",
+            ),
+            route(
+                "infra",
+                "no-section",
+                "  parentRefs: [{name: gw, sectionName: nope}]\n",
+            ),
+            route("infra", "no-port", "  parentRefs: [{name: gw, port: 81}]\n"),
+            route(
+                "other",
+                "not-allowed",
+                "  parentRefs: [{name: gw, namespace: infra, sectionName: http}]\n",
+            ),
+            route(
+                "infra",
+                "no-hostname",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.org]\n",
+            ),
+            route(
+                "infra",
+                "missing",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [m.example.com]\n  rules: [{backendRefs: [{name: nothing, port: 8080}]}]\n",
+            ),
+            route(
+                "infra",
+                "kind",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [k.example.com]\n  rules: [{backendRefs: [{group: example.com, kind: Bucket, name: b}]}]\n",
+            ),
+            route(
+                "infra",
+                "cross",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [c.example.com]\n  rules: [{backendRefs: [{name: web, namespace: other, port: 8080}]}]\n",
+            ),
+            route(
+                "infra",
+                "regex",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [r.example.com]\n  rules: [{matches: [{path: {type: RegularExpression, value: \"(\"}}]}]\n",
+            ),
+        ]);
+        assert!(has(
+            &route_conditions(&s, "ok"),
+            "Accepted",
+            "True",
+            "Accepted"
+        ));
+        assert!(has(
+            &route_conditions(&s, "ok"),
+            "ResolvedRefs",
+            "True",
+            "ResolvedRefs"
+        ));
+        assert!(has(
+            &route_conditions(&s, "no-section"),
+            "Accepted",
+            "False",
+            "NoMatchingParent"
+        ));
+        assert!(has(
+            &route_conditions(&s, "no-port"),
+            "Accepted",
+            "False",
+            "NoMatchingParent"
+        ));
+        assert!(has(
+            &route_conditions(&s, "not-allowed"),
+            "Accepted",
+            "False",
+            "NotAllowedByListeners"
+        ));
+        assert!(has(
+            &route_conditions(&s, "no-hostname"),
+            "Accepted",
+            "False",
+            "NoMatchingListenerHostname"
+        ));
+        assert!(has(
+            &route_conditions(&s, "missing"),
+            "ResolvedRefs",
+            "False",
+            "BackendNotFound"
+        ));
+        assert!(has(
+            &route_conditions(&s, "kind"),
+            "ResolvedRefs",
+            "False",
+            "InvalidKind"
+        ));
+        assert!(has(
+            &route_conditions(&s, "cross"),
+            "ResolvedRefs",
+            "False",
+            "RefNotPermitted"
+        ));
+        assert!(has(
+            &route_conditions(&s, "regex"),
+            "Accepted",
+            "False",
+            "UnsupportedValue"
+        ));
+        // Unresolved backends answer 500; the rest routes.
+        assert_eq!(go(&s, "a.example.com", "/", &PLAIN), "infra/web:8080");
+        assert_eq!(go(&s, "m.example.com", "/", &PLAIN), "500");
+        assert_eq!(go(&s, "c.example.com", "/", &PLAIN), "500");
+        assert_eq!(go(&s, "z.example.com", "/", &PLAIN), "404");
+
+        let status = status(&s);
+        let gw = &status["gateways"][0]["status"];
+        let listener = |name: &str| {
+            gw["listeners"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == name)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(listener("http")["attachedRoutes"], 4, "{gw}");
+        assert_eq!(listener("tcp")["supportedKinds"][0]["kind"], "TCPRoute");
+        assert_eq!(
+            listener("alt")["conditions"][0]["reason"],
+            "PortUnavailable"
+        );
+        assert_eq!(
+            listener("tcp")["conditions"][0]["reason"],
+            "UnsupportedProtocol"
+        );
+        assert_eq!(gw["conditions"][0]["type"], "Accepted");
+        assert_eq!(gw["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn a_reference_grant_permits_a_cross_namespace_backend() {
+        let grant = "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: g, namespace: other}\nspec:\n  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: infra}]\n  to: [{group: \"\", kind: Service}]\n".to_string();
+        let s = compile(&[
+            grant,
+            route(
+                "infra",
+                "cross",
+                "  parentRefs: [{name: gw}]\n  hostnames: [c.example.com]\n  rules: [{backendRefs: [{name: web, namespace: other, port: 8080}]}]\n",
+            ),
+            route(
+                "other",
+                "from-other",
+                "  parentRefs: [{name: gw, namespace: infra}]\n  hostnames: [all.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n",
+            ),
+        ]);
+        assert!(has(
+            &route_conditions(&s, "cross"),
+            "ResolvedRefs",
+            "True",
+            "ResolvedRefs"
+        ));
+        assert_eq!(go(&s, "c.example.com", "/", &PLAIN), "other/web:8080");
+        // Attached to the listener admitting All, not to `http` (Same).
+        assert!(has(
+            &route_conditions(&s, "from-other"),
+            "Accepted",
+            "True",
+            "Accepted"
+        ));
+        assert_eq!(go(&s, "all.example.com", "/", &PLAIN), "other/web:8080");
+    }
+
+    #[test]
+    fn matches_precedence_and_filters_route_as_specified() {
+        let s = compile(&[
+            route(
+                "infra",
+                "m",
+                "  parentRefs: [{name: gw}]\n  hostnames: [m.example.com]\n  rules:\n  - backendRefs: [{name: web, port: 8080}]\n  - matches: [{headers: [{name: version, value: two}]}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{path: {type: Exact, value: /exact}, method: POST}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}, statusCode: 301}}]\n  - matches: [{path: {type: PathPrefix, value: /empty}}]\n    backendRefs: [{name: empty, port: 8080}]\n  - matches: [{queryParams: [{name: animal, value: whale}]}]\n    backendRefs: [{name: v2, port: 8080}]\n",
+            ),
+            // A younger route on the same host with a longer prefix wins
+            // its paths; precedence spans routes.
+            route(
+                "infra",
+                "n",
+                "  parentRefs: [{name: gw}]\n  hostnames: [m.example.com]\n  rules: [{matches: [{path: {type: PathPrefix, value: /v2}}], backendRefs: [{name: v2, port: 8080}]}]\n",
+            ),
+        ]);
+        let headers: &[(&str, &str)] = &[("Version", "two")];
+        let with = |method: &'static str, query: &'static str| RequestFacts {
+            method,
+            query: Some(query),
+            headers: Some(&headers),
+            tls: Some(false),
+        };
+        assert_eq!(go(&s, "m.example.com", "/", &PLAIN), "infra/web:8080");
+        assert_eq!(
+            go(&s, "m.example.com", "/", &with("GET", "")),
+            "infra/v2:8080"
+        );
+        assert_eq!(
+            go(&s, "m.example.com", "/exact", &with("POST", "")),
+            "infra/v2:8080"
+        );
+        let none: &[(&str, &str)] = &[];
+        let bare = |method: &'static str, query: &'static str| RequestFacts {
+            method,
+            query: Some(query),
+            headers: Some(&none),
+            tls: Some(false),
+        };
+        assert_eq!(
+            go(&s, "m.example.com", "/exact", &bare("GET", "")),
+            "infra/web:8080"
+        );
+        assert_eq!(
+            go(&s, "m.example.com", "/x", &bare("GET", "animal=whale")),
+            "infra/v2:8080"
+        );
+        assert_eq!(go(&s, "m.example.com", "/v2/x", &PLAIN), "infra/v2:8080");
+        assert_eq!(go(&s, "m.example.com", "/empty", &PLAIN), "503");
+        assert_eq!(
+            go(&s, "m.example.com:80", "/old/page", &bare("GET", "")),
+            "301 http://m.example.com/new/page"
+        );
+    }
+
+    #[test]
+    fn weights_split_traffic_and_zero_weights_get_none() {
+        let s = compile(&[route(
+            "infra",
+            "w",
+            "  parentRefs: [{name: gw}]\n  hostnames: [w.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080, weight: 3}, {name: v2, port: 8080, weight: 1}, {name: empty, port: 8080, weight: 0}]}]\n",
+        )]);
+        let hits: Vec<String> = (0..400)
+            .map(|_| go(&s, "w.example.com", "/", &PLAIN))
+            .collect();
+        let web = hits.iter().filter(|h| *h == "infra/web:8080").count();
+        let v2 = hits.iter().filter(|h| *h == "infra/v2:8080").count();
+        assert_eq!((web, v2), (300, 100));
+    }
+
+    #[test]
+    fn ingress_and_route_on_one_host_the_older_holds_it() {
+        let ingress = |name: &str, created: &str, host: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: infra, creationTimestamp: \"{created}\"}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - host: {host}\n    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: empty, port: {{number: 8080}}}}}}}}]}}\n"
+            )
+        };
+        let route = |name: &str, created: &str, host: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: infra, creationTimestamp: \"{created}\"}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [{host}]\n  rules: [{{backendRefs: [{{name: web, port: 8080}}]}}]\n"
+            )
+        };
+        let s = compile(&[
+            ingress("old-ingress", "2024-01-01T00:00:00Z", "one.example.com"),
+            route("young-route", "2024-02-01T00:00:00Z", "one.example.com"),
+            route("old-route", "2024-01-01T00:00:00Z", "two.example.com"),
+            ingress("young-ingress", "2024-02-01T00:00:00Z", "two.example.com"),
+            // Different patterns: the more specific one serves.
+            route(
+                "wild-route",
+                "2024-01-01T00:00:00Z",
+                "\"*.three.example.com\"",
+            ),
+            ingress(
+                "exact-ingress",
+                "2024-02-01T00:00:00Z",
+                "a.three.example.com",
+            ),
+        ]);
+        assert_eq!(
+            go(&s, "one.example.com", "/", &PLAIN),
+            "503",
+            "the older Ingress"
+        );
+        assert!(has(
+            &route_conditions(&s, "young-route"),
+            "Conflicted",
+            "True",
+            "OlderIngressWins"
+        ));
+        assert_eq!(
+            go(&s, "two.example.com", "/", &PLAIN),
+            "infra/web:8080",
+            "the older route"
+        );
+        let young = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "young-ingress")
+            .unwrap();
+        let conflicted = young
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Conflicted")
+            .unwrap();
+        assert_eq!(conflicted.status, "True", "{conflicted:?}");
+        assert!(conflicted.message.contains("infra/old-route"));
+        assert_eq!(
+            go(&s, "a.three.example.com", "/", &PLAIN),
+            "503",
+            "exact Ingress host"
+        );
+        assert_eq!(
+            go(&s, "b.c.three.example.com", "/", &PLAIN),
+            "infra/web:8080",
+            "any depth"
+        );
+    }
+
+    #[test]
+    fn tenant_listeners_without_hostname_bind_to_the_assigned_hostname() {
+        let docs = vec![
+            "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme, nodeCIDRs: [10.1.0.0/24]}\n".to_string(),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: tenant-acme}\nspec: {ports: [{port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: tenant-acme, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.1.0.5]}]\nports: [{name: \"\", port: 30080}]\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: shop.default, namespace: tenant-acme}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n".into(),
+            route("tenant-acme", "web.default", "  parentRefs: [{name: shop.default}]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n"),
+        ];
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(&docs, &options);
+        assert_eq!(
+            go(&s, "shop-default.acme.lb.example.net", "/", &PLAIN),
+            "tenant-acme/web:80"
+        );
+        assert_eq!(go(&s, "other.example", "/", &PLAIN), "404");
+        let status = status(&s);
+        assert_eq!(
+            status["gateways"][0]["status"]["addresses"][0]["value"],
+            "shop-default.acme.lb.example.net"
+        );
+        let f = match decide_request(
+            &s,
+            &EdgeConfig::default(),
+            &Head {
+                host_headers: 1,
+                authority: "shop-default.acme.lb.example.net",
+                path: "/",
+                requires_host: true,
+                declared_length: None,
+            },
+            &PLAIN,
+        ) {
+            Decision::Forward(f) => f,
+            Decision::Answer(a, _) => panic!("{a:?}"),
+        };
+        assert!(
+            f.tenant.is_some(),
+            "the tenant gate applies to its Gateway routes"
+        );
+    }
+}

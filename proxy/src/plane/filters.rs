@@ -1,0 +1,348 @@
+//! Gateway API filters as pure functions (docs/gateway-api.md): the new
+//! path of a URLRewrite, the `Location` of a RequestRedirect, header
+//! edits over an abstract header list, whether a request is mirrored.
+//! Each engine applies them to its own request and response types (the
+//! Pingora adapter in [`crate::plane::proxy`]; the HTTP/1 engine through
+//! [`HeaderList`]), so the behaviour is written once.
+
+use std::fmt::Write as _;
+
+use crate::compile::gateway::table::{Filters, HeaderEdits, PathChange, Redirect};
+
+/// A header list an engine can edit: names compared ASCII
+/// case-insensitively.
+pub trait HeaderList {
+    /// The first value of `name`.
+    fn get(&self, name: &str) -> Option<&[u8]>;
+    /// Replaces every value of `name` with `value`.
+    fn set(&mut self, name: &str, value: &[u8]);
+    /// Removes every value of `name`.
+    fn remove(&mut self, name: &str);
+}
+
+/// Applies header edits in the specification's order: set, add, remove.
+/// `add` appends to an existing value as a list element (`a,b`), the way
+/// the conformance suite reads a repeated header.
+pub fn apply_header_edits(edits: &HeaderEdits, headers: &mut impl HeaderList) {
+    for (name, value) in &edits.set {
+        headers.set(name, value.as_bytes());
+    }
+    for (name, value) in &edits.add {
+        match headers.get(name) {
+            Some(existing) => {
+                let mut joined = Vec::with_capacity(existing.len() + 1 + value.len());
+                joined.extend_from_slice(existing);
+                joined.push(b',');
+                joined.extend_from_slice(value.as_bytes());
+                headers.set(name, &joined);
+            }
+            None => headers.set(name, value.as_bytes()),
+        }
+    }
+    for name in &edits.remove {
+        headers.remove(name);
+    }
+}
+
+/// A path after a path change. `matched_prefix` is the PathPrefix the
+/// rule matched (without trailing slash; empty for `/`).
+pub fn changed_path(path: &str, change: &PathChange, matched_prefix: Option<&str>) -> String {
+    match change {
+        PathChange::Full(p) => p.to_string(),
+        PathChange::Prefix(replacement) => {
+            let prefix = matched_prefix.unwrap_or("");
+            let rest = path.strip_prefix(prefix).unwrap_or(path);
+            let head = replacement.trim_end_matches('/');
+            let mut out = String::with_capacity(head.len() + rest.len() + 1);
+            out.push_str(head);
+            if !rest.is_empty() && !rest.starts_with('/') {
+                out.push('/');
+            }
+            out.push_str(rest);
+            if out.is_empty() {
+                out.push('/');
+            }
+            out
+        }
+    }
+}
+
+/// The request target (path and query) after a URLRewrite, when it
+/// changes the path.
+pub fn rewritten_target(filters: &Filters, path: &str, query: Option<&str>) -> Option<String> {
+    let change = filters.rewrite.as_ref()?.path.as_ref()?;
+    let mut target = changed_path(path, change, filters.matched_prefix.as_deref());
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        target.push('?');
+        target.push_str(q);
+    }
+    Some(target)
+}
+
+/// The host a URLRewrite sends upstream, when it changes it.
+pub fn rewritten_host(filters: &Filters) -> Option<&str> {
+    filters.rewrite.as_ref()?.hostname.as_deref()
+}
+
+/// A RequestRedirect's `Location`. `scheme` is the request's (`http` or
+/// `https`), `host` its authority (a port in it is dropped).
+pub fn redirect_location(
+    redirect: &Redirect,
+    scheme: &str,
+    host: &str,
+    path: &str,
+    query: Option<&str>,
+    matched_prefix: Option<&str>,
+) -> String {
+    let scheme = redirect.scheme.unwrap_or(scheme);
+    let host = redirect
+        .hostname
+        .as_deref()
+        .unwrap_or_else(|| strip_port(host));
+    // Without a port the redirect goes to the well-known port of its
+    // scheme: that is the listener's (80, 443) when the scheme stays.
+    let well_known = if scheme == "https" { 443 } else { 80 };
+    let port = redirect.port.filter(|p| *p != well_known);
+    let mut out = String::with_capacity(scheme.len() + host.len() + path.len() + 16);
+    out.push_str(scheme);
+    out.push_str("://");
+    out.push_str(host);
+    if let Some(p) = port {
+        let _ = write!(out, ":{p}");
+    }
+    match &redirect.path {
+        Some(change) => out.push_str(&changed_path(path, change, matched_prefix)),
+        None => out.push_str(path),
+    }
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority.find(']').map_or(authority, |i| &authority[..=i]);
+    }
+    authority
+        .rsplit_once(':')
+        .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(authority, |(h, _)| h)
+}
+
+/// The head of a mirrored request, as HTTP/1.1 bytes: the request's
+/// method, target and headers, without a body (`Content-Length: 0`), its
+/// framing and hop-by-hop headers dropped, `Connection: close`.
+pub fn mirror_request<'h>(
+    method: &str,
+    target: &str,
+    authority: &str,
+    headers: impl Iterator<Item = (&'h str, &'h [u8])>,
+) -> Vec<u8> {
+    const DROPPED: [&str; 9] = [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    ];
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(authority.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        if DROPPED.iter().any(|d| d.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"content-length: 0\r\nconnection: close\r\n\r\n");
+    out
+}
+
+/// Whether the request numbered `sequence` is mirrored at `per_million`:
+/// a deterministic spread, so that a share is exact over each million.
+pub fn mirrored(per_million: u32, sequence: u64) -> bool {
+    if per_million >= 1_000_000 {
+        return true;
+    }
+    // Multiplying by a large odd constant spreads consecutive requests
+    // over the million evenly.
+    (sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % 1_000_000 < u64::from(per_million)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl HeaderList for Vec<(String, String)> {
+        fn get(&self, name: &str) -> Option<&[u8]> {
+            self.iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_bytes())
+        }
+        fn set(&mut self, name: &str, value: &[u8]) {
+            HeaderList::remove(self, name);
+            self.push((name.into(), String::from_utf8(value.to_vec()).unwrap()));
+        }
+        fn remove(&mut self, name: &str) {
+            self.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        }
+    }
+
+    #[test]
+    fn header_edits_set_append_and_remove_case_insensitively() {
+        let edits = HeaderEdits {
+            set: vec![("x-header-set".into(), "header-set".into())],
+            add: vec![
+                ("x-header-add".into(), "header-add".into()),
+                ("x-new".into(), "v".into()),
+            ],
+            remove: vec!["x-header-remove".into()],
+        };
+        let mut h: Vec<(String, String)> = vec![
+            ("x-header-add".into(), "original-val-add".into()),
+            ("X-Header-Remove".into(), "gone".into()),
+            ("x-header-set".into(), "original".into()),
+        ];
+        apply_header_edits(&edits, &mut h);
+        assert_eq!(h.get("X-Header-Set"), Some(&b"header-set"[..]));
+        assert_eq!(
+            h.get("x-header-add"),
+            Some(&b"original-val-add,header-add"[..])
+        );
+        assert_eq!(h.get("x-new"), Some(&b"v"[..]));
+        assert_eq!(h.get("x-header-remove"), None);
+    }
+
+    #[test]
+    fn prefix_rewrites_follow_the_conformance_cases() {
+        let p = |r: &str| PathChange::Prefix(r.into());
+        assert_eq!(
+            changed_path("/prefix/one/two", &p("/one"), Some("/prefix/one")),
+            "/one/two"
+        );
+        assert_eq!(
+            changed_path("/strip-prefix/three", &p("/"), Some("/strip-prefix")),
+            "/three"
+        );
+        assert_eq!(
+            changed_path("/strip-prefix", &p("/"), Some("/strip-prefix")),
+            "/"
+        );
+        assert_eq!(changed_path("/a/b", &p("/x/"), Some("/a")), "/x/b");
+        assert_eq!(changed_path("/a", &p("/x"), Some("")), "/x/a");
+        assert_eq!(
+            changed_path(
+                "/full/one/two",
+                &PathChange::Full("/one".into()),
+                Some("/full")
+            ),
+            "/one"
+        );
+    }
+
+    #[test]
+    fn redirect_locations_follow_the_conformance_cases() {
+        let r = |scheme: Option<&'static str>,
+                 host: Option<&str>,
+                 port: Option<u16>,
+                 path: Option<PathChange>| Redirect {
+            scheme,
+            hostname: host.map(Into::into),
+            port,
+            path,
+            status: 302,
+        };
+        let loc = |r: &Redirect, path: &str| {
+            redirect_location(
+                r,
+                "http",
+                "a.example:8080",
+                path,
+                None,
+                Some("/original-prefix"),
+            )
+        };
+        assert_eq!(
+            loc(&r(None, Some("example.org"), None, None), "/x"),
+            "http://example.org/x"
+        );
+        assert_eq!(
+            loc(&r(None, Some("example.org"), Some(80), None), "/x"),
+            "http://example.org/x"
+        );
+        assert_eq!(
+            loc(&r(None, Some("example.org"), Some(8080), None), "/x"),
+            "http://example.org:8080/x"
+        );
+        assert_eq!(
+            loc(
+                &r(Some("https"), Some("example.org"), Some(443), None),
+                "/x"
+            ),
+            "https://example.org/x"
+        );
+        assert_eq!(
+            loc(&r(Some("https"), None, Some(8443), None), "/x"),
+            "https://a.example:8443/x"
+        );
+        assert_eq!(
+            loc(
+                &r(
+                    None,
+                    None,
+                    None,
+                    Some(PathChange::Prefix("/replacement-prefix".into()))
+                ),
+                "/original-prefix/lemon"
+            ),
+            "http://a.example/replacement-prefix/lemon"
+        );
+        assert_eq!(
+            redirect_location(
+                &r(None, None, None, None),
+                "https",
+                "[::1]:443",
+                "/p",
+                Some("q=1"),
+                None
+            ),
+            "https://[::1]/p?q=1"
+        );
+    }
+
+    #[test]
+    fn a_mirrored_request_has_no_body_and_no_framing_of_its_own() {
+        let headers: Vec<(&str, &[u8])> = vec![
+            ("x-a", b"1"),
+            ("Content-Length", b"5"),
+            ("Host", b"evil"),
+            ("connection", b"keep-alive"),
+        ];
+        let bytes = mirror_request("POST", "/p?q", "a.example", headers.into_iter());
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            "POST /p?q HTTP/1.1\r\nhost: a.example\r\nx-a: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn mirror_shares_are_exact_at_the_ends_and_close_between() {
+        assert!((0..1000).all(|i| mirrored(1_000_000, i)));
+        assert!((0..1000).all(|i| !mirrored(0, i)));
+        let half = (0..100_000).filter(|&i| mirrored(500_000, i)).count();
+        assert!((45_000..55_000).contains(&half), "{half}");
+    }
+}
