@@ -27,9 +27,15 @@
 //! - `X-Echo-Status: NNN` answers with that status (200..=599), body unchanged;
 //! - `Upgrade: websocket` gets a real handshake, then every text or binary
 //!   message is echoed back until the client closes;
+//!
+//! [`EchoServer::start_echo_basic`] adds the hooks of the Gateway API
+//! conformance echo, `echo-basic` (kubernetes-sigs/gateway-api-conformance-images):
 //! - `X-Echo-Set-Header: Name:value,Other:value` sets those response headers
-//!   (the Gateway API conformance echo's `echo-basic` hook; a name given
-//!   twice gets its values joined with `,`, empty entries are ignored).
+//!   (a name given twice gets its values joined with `,`; entries that are no
+//!   valid header are ignored);
+//! - a `delay` query parameter (a Go duration: `1s`, `500ms`, `1m30s`; at most
+//!   [`MAX_DELAY`]) waits before answering; an unparsable one is a 500 with
+//!   `{"message": ...}`, as echo-basic answers.
 //!
 //! [`EchoServer::targets`] lists the request targets served (the last
 //! [`TARGET_LOG_LEN`]), as the Gateway API conformance suite reads them from
@@ -87,6 +93,14 @@ pub const SET_HEADER: &str = "x-echo-set-header";
 /// How many request targets [`EchoServer::targets`] remembers.
 pub const TARGET_LOG_LEN: usize = 1024;
 
+/// What a server adds to the ingress echo's contract.
+#[derive(Debug, Default)]
+struct Extras {
+    /// echo-basic's hooks (`X-Echo-Set-Header`, `?delay=`).
+    echo_basic: bool,
+    targets: TargetLog,
+}
+
 /// The last [`TARGET_LOG_LEN`] request targets, oldest first.
 #[derive(Debug, Default)]
 struct TargetLog(std::sync::Mutex<std::collections::VecDeque<String>>);
@@ -136,7 +150,7 @@ pub struct EchoServer {
     addr: SocketAddr,
     identity: EchoIdentity,
     requests: Arc<AtomicU64>,
-    targets: Arc<TargetLog>,
+    extras: Arc<Extras>,
     // Dropping the sender also resolves the receiver, which is what makes a
     // plain drop of the server a shutdown.
     shutdown: oneshot::Sender<()>,
@@ -156,16 +170,33 @@ impl EchoServer {
         ip: std::net::IpAddr,
         identity: EchoIdentity,
     ) -> std::io::Result<EchoServer> {
+        Self::start_with(ip, identity, Extras::default()).await
+    }
+
+    /// Like [`EchoServer::start`], with echo-basic's hooks (module docs).
+    pub async fn start_echo_basic(identity: EchoIdentity) -> std::io::Result<EchoServer> {
+        let extras = Extras {
+            echo_basic: true,
+            ..Extras::default()
+        };
+        Self::start_with(std::net::Ipv4Addr::LOCALHOST.into(), identity, extras).await
+    }
+
+    async fn start_with(
+        ip: std::net::IpAddr,
+        identity: EchoIdentity,
+        extras: Extras,
+    ) -> std::io::Result<EchoServer> {
         let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
-        let targets = Arc::new(TargetLog::default());
+        let extras = Arc::new(extras);
         let (shutdown, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(serve(
             listener,
             identity.clone(),
             requests.clone(),
-            targets.clone(),
+            extras.clone(),
             async move {
                 // Ok (stop) and Err (sender dropped) both mean "shut down".
                 let _ = stopped.await;
@@ -175,7 +206,7 @@ impl EchoServer {
             addr,
             identity,
             requests,
-            targets,
+            extras,
             shutdown,
             task,
         })
@@ -200,7 +231,7 @@ impl EchoServer {
     /// The request targets (path and query, as reported in `path`) of the
     /// last [`TARGET_LOG_LEN`] requests, oldest first.
     pub fn targets(&self) -> Vec<String> {
-        self.targets.snapshot()
+        self.extras.targets.snapshot()
     }
 
     /// Graceful stop: stop accepting, let in-flight requests finish, close
@@ -228,7 +259,7 @@ pub async fn run(
         listener,
         identity,
         Arc::new(AtomicU64::new(0)),
-        Arc::new(TargetLog::default()),
+        Arc::new(Extras::default()),
         shutdown,
     )
     .await
@@ -241,7 +272,7 @@ pub async fn run(
 pub struct Shared {
     identity: EchoIdentity,
     requests: Arc<AtomicU64>,
-    targets: Arc<TargetLog>,
+    extras: Arc<Extras>,
     /// Turns `true` once the server shuts down.
     shutdown: watch::Receiver<bool>,
     /// Never used to send: the serve loop learns that the last task finished
@@ -261,20 +292,20 @@ pub struct Control {
 impl Shared {
     /// State for connections answering as `identity`, counting into `requests`.
     pub fn new(identity: EchoIdentity, requests: Arc<AtomicU64>) -> (Arc<Shared>, Control) {
-        Shared::with_log(identity, requests, Arc::new(TargetLog::default()))
+        Shared::with_extras(identity, requests, Arc::new(Extras::default()))
     }
 
-    fn with_log(
+    fn with_extras(
         identity: EchoIdentity,
         requests: Arc<AtomicU64>,
-        targets: Arc<TargetLog>,
+        extras: Arc<Extras>,
     ) -> (Arc<Shared>, Control) {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (alive_tx, alive_rx) = mpsc::channel(1);
         let shared = Arc::new(Shared {
             identity,
             requests,
-            targets,
+            extras,
             shutdown: shutdown_rx,
             _alive: alive_tx,
         });
@@ -300,10 +331,10 @@ async fn serve(
     listener: TcpListener,
     identity: EchoIdentity,
     requests: Arc<AtomicU64>,
-    targets: Arc<TargetLog>,
+    extras: Arc<Extras>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let (shared, mut control) = Shared::with_log(identity, requests, targets);
+    let (shared, mut control) = Shared::with_extras(identity, requests, extras);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -389,10 +420,21 @@ async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Ful
         },
         Err(msg) => return text(StatusCode::BAD_REQUEST, &msg),
     };
-    let delay = match hook_value(req.headers(), DELAY_HEADER) {
+    // Logged on arrival, as echo-basic logs "Echoing back request made to".
+    let target = request_target(req.version(), req.uri());
+    shared.extras.targets.record(&target);
+    let mut delay = match hook_value(req.headers(), DELAY_HEADER) {
         Ok(ms) => Duration::from_millis(ms.unwrap_or(0)).min(MAX_DELAY),
         Err(msg) => return text(StatusCode::BAD_REQUEST, &msg),
     };
+    if shared.extras.echo_basic
+        && let Some(value) = query_value(req.uri().query().unwrap_or_default(), "delay")
+    {
+        match go_duration(&value) {
+            Ok(wait) => delay = delay.max(wait.min(MAX_DELAY)),
+            Err(msg) => return echo_basic_error(&msg),
+        }
+    }
 
     let (parts, mut body) = req.into_parts();
     // Count the body frame by frame instead of buffering it: only its length
@@ -416,8 +458,6 @@ async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Ful
         tokio::time::sleep(delay).await;
     }
 
-    let target = request_target(&parts);
-    shared.targets.record(&target);
     let reply = EchoReply {
         path: target,
         host: request_host(&parts),
@@ -437,7 +477,95 @@ async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Ful
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    set_requested_headers(&parts.headers, response.headers_mut());
+    if shared.extras.echo_basic {
+        set_requested_headers(&parts.headers, response.headers_mut());
+    }
+    response
+}
+
+/// The first value of `key` in a query string, percent-decoding `%XX`.
+fn query_value(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hex = |i: usize| bytes.get(i).and_then(|b| (*b as char).to_digit(16));
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                // Two hex digits: at most 0xff.
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Go's `time.ParseDuration` for the non-negative durations a test asks
+/// for: decimal numbers with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`,
+/// concatenated (`1m30s`); `0` alone is allowed.
+fn go_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || format!("time: invalid duration \"{text}\"");
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("time: missing unit in duration \"{text}\""))?;
+        let number: f64 = rest[..number_len].parse().map_err(|_| invalid())?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            unit => {
+                return Err(format!(
+                    "time: unknown unit \"{unit}\" in duration \"{text}\""
+                ));
+            }
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| invalid())
+}
+
+/// echo-basic's `processError`: a 500 with `{"message": ...}`.
+fn echo_basic_error(message: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({ "message": message }).to_string();
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -481,14 +609,12 @@ struct EchoReply<'a> {
 /// Go's `r.RequestURI`: the request target as received. HTTP/1 keeps the
 /// whole target (absolute-form included); for HTTP/2 it is `:path`, which
 /// hyper folds into the URI next to `:scheme` and `:authority`.
-fn request_target(parts: &http::request::Parts) -> String {
-    if parts.version == Version::HTTP_2 {
-        parts
-            .uri
-            .path_and_query()
+fn request_target(version: Version, uri: &http::Uri) -> String {
+    if version == Version::HTTP_2 {
+        uri.path_and_query()
             .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned())
     } else {
-        parts.uri.to_string()
+        uri.to_string()
     }
 }
 
@@ -682,6 +808,27 @@ mod tests {
         assert_eq!(response["other"], "b");
         assert_eq!(response[header::CONTENT_TYPE], "application/json");
         assert_eq!(response.len(), 3, "{response:?}");
+    }
+
+    #[test]
+    fn go_durations() {
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(go_duration("1s").unwrap(), ms(1000));
+        assert_eq!(go_duration("500ms").unwrap(), ms(500));
+        assert_eq!(go_duration("1m30s").unwrap(), ms(90_000));
+        assert_eq!(go_duration("1.5s").unwrap(), ms(1500));
+        assert_eq!(go_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(go_duration("10us").unwrap(), Duration::from_micros(10));
+        for bad in ["", "1", "s", "1x", "-1s", "1..2s"] {
+            assert!(go_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            query_value("a=1&delay=1%73&b", "delay").as_deref(),
+            Some("1s")
+        );
+        assert_eq!(query_value("delay", "delay").as_deref(), Some(""));
+        assert_eq!(query_value("x=1", "delay"), None);
+        assert_eq!(percent_decode("a+b%2"), "a b%2");
     }
 
     #[test]
