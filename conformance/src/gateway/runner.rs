@@ -172,7 +172,7 @@ impl Fixture {
                     let started = if workload.modes.iter().any(|m| m == "GRPC_ECHO_SERVER") {
                         GrpcEchoServer::start(identity).await.map(Pod::Grpc)
                     } else {
-                        EchoServer::start(identity).await.map(Pod::Http)
+                        EchoServer::start_echo_basic(identity).await.map(Pod::Http)
                     };
                     let pod = started.map_err(|e| {
                         format!("starting an echo for Deployment {}/{}: {e}", key.0, key.1)
@@ -874,6 +874,59 @@ mod tests {
         assert!(helper(&c).unwrap_err().contains("with a tcp case"));
         let c = case(r#"{"protocol": "http"}"#);
         assert!(helper(&c).unwrap_err().contains("helper (none)"));
+    }
+
+    /// The echo-basic hooks the judges rely on, over the wire.
+    #[tokio::test]
+    async fn echo_basic_hooks() {
+        let echo = EchoServer::start_echo_basic(EchoIdentity::new("ns", "", "svc", "pod-1"))
+            .await
+            .unwrap();
+        let request = |target: &str| {
+            Request::get("h.example", target).header("X-Echo-Set-Header", "X-A: 1,x-a:2,X-B:b")
+        };
+        let started = Instant::now();
+        let response = client::send(echo.addr(), &Transport::Plain, &request("/d?delay=300ms"))
+            .await
+            .unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(response.status, 200);
+        assert_eq!(response.headers["x-a"], "1,2");
+        assert_eq!(response.headers["x-b"], "b");
+        let captured = judge::captured_request(
+            header(&response, "content-type").as_deref(),
+            &response.body,
+            "GET",
+        )
+        .unwrap();
+        assert_eq!(captured.path, "/d?delay=300ms");
+        assert_eq!(
+            (captured.namespace.as_str(), captured.pod.as_str()),
+            ("ns", "pod-1")
+        );
+        let response = client::send(echo.addr(), &Transport::Plain, &request("/?delay=soon"))
+            .await
+            .unwrap();
+        assert_eq!(response.status, 500);
+        assert!(
+            response.text().contains("time: invalid duration"),
+            "{}",
+            response.text()
+        );
+        assert_eq!(echo.targets(), vec!["/d?delay=300ms", "/?delay=soon"]);
+        echo.stop().await;
+
+        // The ingress echo keeps its contract: no echo-basic hooks.
+        let plain = EchoServer::start(EchoIdentity::new("ns", "", "svc", "pod-2"))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let response = client::send(plain.addr(), &Transport::Plain, &request("/?delay=2s"))
+            .await
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(response.headers.get("x-a").is_none());
+        plain.stop().await;
     }
 
     #[test]
