@@ -101,6 +101,9 @@ pub struct Request {
     pub body: String,
     #[serde(rename = "SNI", default)]
     pub sni: String,
+    /// Fields the runner does not know.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `http.ExpectedRequest`: the request as the backend should see it.
@@ -112,6 +115,8 @@ pub struct ExpectedRequest {
     pub absent_headers: Vec<String>,
     #[serde(rename = "HTTPPort", default)]
     pub http_port: String,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `roundtripper.RedirectRequest`: the expected `Location`.
@@ -125,6 +130,8 @@ pub struct RedirectRequest {
     pub port: String,
     #[serde(rename = "Path", default)]
     pub path: String,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `http.Response`.
@@ -148,6 +155,8 @@ pub struct Response {
     /// number); absent means `OK`, Go's zero value.
     #[serde(rename = "Code", default)]
     pub code: Option<Value>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `http.MirroredBackend`.
@@ -220,7 +229,42 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
     Ok(files)
 }
 
+/// The top-level fields of a gRPC case (`grpc.ExpectedResponse`) that
+/// [`Case`] keeps in `other`.
+pub const GRPC_FIELDS: &[&str] = &[
+    "EchoRequest",
+    "EchoTwoRequest",
+    "EchoThreeRequest",
+    "RequestMetadata",
+];
+
 impl Case {
+    /// Fields of the case the runner would not judge (unknown to it, or
+    /// known but not judged: `Request.ClientCert`), as `Field` or
+    /// `Parent.Field`. A case with any fails: reading it as less than it
+    /// says would pass it wrongly.
+    pub fn unjudged_fields(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for key in self.other.keys() {
+            if !(self.protocol == "grpc" && GRPC_FIELDS.contains(&key.as_str())) {
+                out.push(key.clone());
+            }
+        }
+        let mut nested = |parent: &str, other: &BTreeMap<String, Value>| {
+            out.extend(other.keys().map(|k| format!("{parent}.{k}")));
+        };
+        nested("Request", &self.request.other);
+        nested("Response", &self.response.other);
+        if let Some(expected) = &self.expected_request {
+            nested("ExpectedRequest", &expected.other);
+            nested("ExpectedRequest.Request", &expected.request.other);
+        }
+        if let Some(redirect) = &self.redirect_request {
+            nested("RedirectRequest", &redirect.other);
+        }
+        out
+    }
+
     /// The upstream sub-test name (`ExpectedResponse.GetTestCaseName`).
     pub fn name(&self, index: usize) -> String {
         if !self.test_case_name.is_empty() {
@@ -303,6 +347,17 @@ mod tests {
             "0 request to 'h.example/p?x=1' with headers should go to b-v1"
         );
         assert_eq!(file.cases[1].status_codes(), vec![200]);
+        assert_eq!(case.unjudged_fields(), vec!["RequestMetadata"]);
+        assert!(file.cases[1].unjudged_fields().is_empty());
+        let odd: Case = serde_json::from_str(
+            r#"{"Request": {"Path": "/", "ClientCert": "x"}, "ExpectedRequest": {"Request": {"Trailer": 1}},
+                "EchoRequest": [], "protocol": "grpc"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            odd.unjudged_fields(),
+            vec!["Request.ClientCert", "ExpectedRequest.Request.Trailer"]
+        );
         assert_eq!(
             file.cases[1].name(1),
             "1 request to '/' should receive one of []"

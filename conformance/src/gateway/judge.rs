@@ -24,6 +24,8 @@ pub struct CapturedRequest {
     pub http_port: String,
     pub namespace: String,
     pub pod: String,
+    /// `tls.serverName` (a TLS backend's view of the SNI).
+    pub tls_server_name: String,
 }
 
 /// What came back (`roundtripper.CapturedResponse`).
@@ -109,6 +111,12 @@ pub fn captured_request(
         http_port: text("httpPort"),
         namespace: text("namespace"),
         pod: text("pod"),
+        tls_server_name: json
+            .get("tls")
+            .and_then(|t| t.get("serverName"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
     })
 }
 
@@ -271,6 +279,12 @@ fn compare_success(
             case.backend, request.pod
         ));
     }
+    if !expected.request.sni.is_empty() && expected.request.sni != request.tls_server_name {
+        return Err(format!(
+            "expected SNI {:?} at the backend, got {:?}",
+            expected.request.sni, request.tls_server_name
+        ));
+    }
     Ok(())
 }
 
@@ -390,6 +404,7 @@ pub fn parse_location(
         host: host.to_string(),
         port: port.to_string(),
         path: target_path,
+        other: BTreeMap::new(),
     })
 }
 
@@ -428,6 +443,7 @@ mod tests {
             http_port: String::new(),
             namespace: ns.into(),
             pod: pod.into(),
+            tls_server_name: String::new(),
         }
     }
 
@@ -669,6 +685,7 @@ mod tests {
             host: host.into(),
             port: port.into(),
             path: path.into(),
+            other: BTreeMap::new(),
         };
         let cases = [
             (
@@ -701,6 +718,25 @@ mod tests {
         assert_eq!(got.protocol, "HTTP/2.0");
         assert_eq!(got.headers.unwrap()["x-a"], vec!["1", "2"]);
         assert_eq!((got.namespace.as_str(), got.pod.as_str()), ("ns", "p-1"));
+        let tls = captured_request(
+            Some("application/json"),
+            br#"{"path": "/", "tls": {"serverName": "abc.example.com"}}"#,
+            "GET",
+        )
+        .unwrap();
+        assert_eq!(tls.tls_server_name, "abc.example.com");
+        let c = case(
+            r#"{"Request": {"Path": "/"}, "ExpectedRequest": {"Request": {"Path": "/", "SNI": "abc.example.com"}}}"#,
+        );
+        let mut seen = tls.clone();
+        seen.method = "GET".into();
+        assert_eq!(compare(&c, &sent(), &seen, &ok(200)), Ok(()));
+        seen.tls_server_name = "other".into();
+        assert!(
+            compare(&c, &sent(), &seen, &ok(200))
+                .unwrap_err()
+                .contains("expected SNI \"abc.example.com\" at the backend, got \"other\"")
+        );
         assert!(captured_request(Some("application/json"), b"<html>", "GET").is_err());
         let plain =
             captured_request(Some("application/json; charset=utf-8"), body, "POST").unwrap();

@@ -504,6 +504,13 @@ struct Exchange {
 impl CaseContext<'_> {
     async fn run(&self, case: &Case) -> Result<(), String> {
         let (scheme, judgement) = helper(case)?;
+        let unjudged = case.unjudged_fields();
+        if !unjudged.is_empty() {
+            return Err(format!(
+                "the case has fields this runner does not judge: {}",
+                unjudged.join(", ")
+            ));
+        }
         if matches!(judgement, Judgement::Grpc | Judgement::GrpcFailure) {
             return self.run_grpc(case, judgement).await;
         }
