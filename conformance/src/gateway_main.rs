@@ -15,7 +15,11 @@ use clap::Parser;
 use teapot_conformance::gateway;
 
 #[derive(Debug, Parser)]
-#[command(name = "teapot-gateway-conformance", version, about)]
+#[command(
+    name = "teapot-gateway-conformance",
+    version,
+    about = "runs the Gateway API conformance tests ported to data against teapot proxy --manifests"
+)]
 struct Cli {
     /// The teapot binary (default: `teapot` next to this executable, or $TEAPOT_BIN).
     #[arg(long, value_name = "PATH")]
