@@ -607,9 +607,15 @@ impl<'s> GatewayCompile<'s> {
                 GatewayListenersAllowedRoutesNamespacesFrom::Same => {
                     id.namespace == gateway.id.namespace
                 }
-                // Namespace labels are not read (no Namespace objects in
-                // the store yet, docs/gateway-api.md).
-                GatewayListenersAllowedRoutesNamespacesFrom::Selector => false,
+                GatewayListenersAllowedRoutesNamespacesFrom::Selector => {
+                    let selector = listener
+                        .spec
+                        .allowed_routes
+                        .as_ref()
+                        .and_then(|a| a.namespaces.as_ref())
+                        .and_then(|n| n.selector.as_ref());
+                    selector.is_some_and(|s| selected(cx.store, &id.namespace, s))
+                }
             };
             if !allowed {
                 worse(
@@ -715,6 +721,42 @@ impl<'s> GatewayCompile<'s> {
             (false, None) => Err(("NoMatchingParent", "no listener matches".into())),
         }
     }
+}
+
+/// Whether namespace `name` matches a label selector. A namespace without
+/// a Namespace object has only the label Kubernetes puts on every one,
+/// `kubernetes.io/metadata.name`.
+fn selected(
+    store: &Store,
+    name: &str,
+    selector: &teapot_gateway_api::generated::gateways::GatewayListenersAllowedRoutesNamespacesSelector,
+) -> bool {
+    let labels = store
+        .namespaces
+        .get(name)
+        .and_then(|n| n.object.metadata.labels.as_ref());
+    let label = |key: &str| -> Option<&str> {
+        if key == "kubernetes.io/metadata.name" {
+            return Some(name);
+        }
+        labels.and_then(|l| l.get(key)).map(String::as_str)
+    };
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| label(k) == Some(v.as_str()));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match (e.operator.as_str(), label(&e.key)) {
+            ("In", Some(v)) => values.iter().any(|x| x == v),
+            ("NotIn", v) => v.is_none_or(|v| !values.iter().any(|x| x == v)),
+            ("Exists", v) => v.is_some(),
+            ("DoesNotExist", v) => v.is_none(),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
 }
 
 /// The Secrets a listener's `certificateRefs` name (own namespace unless
@@ -2023,6 +2065,39 @@ mod tests {
         );
         assert_eq!(gw["conditions"][0]["type"], "Accepted");
         assert_eq!(gw["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn listeners_select_route_namespaces_by_label() {
+        let gw = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: sel, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: sel.example.com, allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: web}, matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [blocked]}]}}}}\n".to_string();
+        let ns = |name: &str, team: &str| {
+            format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{team: {team}}}}}\n"
+            )
+        };
+        let r = |ns: &str| route(ns, "r", "  parentRefs: [{name: sel, namespace: infra}]\n");
+        let s = compile(&[
+            gw,
+            ns("other", "web"),
+            ns("blocked", "web"),
+            ns("infra", "ops"),
+            r("other"),
+            r("blocked"),
+            r("infra"),
+        ]);
+        let status = status(&s);
+        let reason = |ns: &str| {
+            status["httpRoutes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["namespace"] == ns)
+                .unwrap()["status"]["parents"][0]["conditions"][0]["reason"]
+                .clone()
+        };
+        assert_eq!(reason("other"), "Accepted");
+        assert_eq!(reason("blocked"), "NotAllowedByListeners");
+        assert_eq!(reason("infra"), "NotAllowedByListeners");
     }
 
     #[test]
