@@ -158,7 +158,13 @@ pub struct GatewayCompile<'s> {
     builder: TableBuilder,
     report: GatewayReport,
     /// (route name, age key) that holds each host pattern here.
-    holders: Vec<(Option<HostPattern>, Arc<str>, AgeKey<'s>)>,
+    /// The oldest route bound to each host pattern (routes bind oldest
+    /// first, so the first one recorded).
+    holders: std::collections::HashMap<
+        Option<HostPattern>,
+        (Arc<str>, AgeKey<'s>),
+        foldhash::fast::RandomState,
+    >,
     /// Host patterns released to older Ingresses, with the routes that
     /// lost them and the Ingress that holds them.
     released: Vec<(String, Arc<str>, String)>,
@@ -205,7 +211,7 @@ impl<'s> GatewayCompile<'s> {
         let mut out = GatewayCompile {
             builder: TableBuilder::default(),
             report: GatewayReport::default(),
-            holders: Vec::new(),
+            holders: Default::default(),
             released: Vec::new(),
             certificates: Vec::new(),
             route_reports: Default::default(),
@@ -329,12 +335,7 @@ impl<'s> GatewayCompile<'s> {
         if !self.builder.holds(host) {
             return Ok(());
         }
-        let holder = self
-            .holders
-            .iter()
-            .filter(|(h, _, _)| h.as_ref() == host)
-            .min_by(|a, b| a.2.cmp(&b.2));
-        if let Some((_, name, route_age)) = holder
+        if let Some((name, route_age)) = self.holders.get(&host.cloned())
             && *route_age < ingress_age
         {
             let host = host.map_or("*".to_string(), |h| h.to_string());
@@ -696,8 +697,8 @@ impl<'s> GatewayCompile<'s> {
                         );
                     }
                 }
-                if !self.holders.iter().any(|(h, n, _)| *h == host && n == name) {
-                    self.holders.push((host.clone(), name.clone(), route.age));
+                if !self.holders.contains_key(&host) {
+                    self.holders.insert(host.clone(), (name.clone(), route.age));
                 }
                 if plane == Plane::Https
                     && let Some(h) = &host
@@ -1088,7 +1089,7 @@ struct BackendIn<'s> {
 /// A rule, whatever the route kind: matches already compiled.
 #[derive(Debug)]
 struct RuleIn<'s> {
-    matches: Result<Vec<Matcher>, String>,
+    matches: Result<Vec<Arc<Matcher>>, String>,
     backends: Vec<BackendIn<'s>>,
     filters: std::borrow::Cow<'s, [HttpRouteRulesFilters]>,
     timeouts: (Option<&'s str>, Option<&'s str>),
@@ -1166,8 +1167,10 @@ impl<'s> RouteIn<'s> {
                 .flatten()
                 .map(|rule| {
                     let matches = match &rule.matches {
-                        Some(m) if !m.is_empty() => m.iter().map(grpc_matcher).collect(),
-                        _ => Ok(vec![any_path()]),
+                        Some(m) if !m.is_empty() => {
+                            m.iter().map(|m| grpc_matcher(m).map(Arc::new)).collect()
+                        }
+                        _ => Ok(vec![Arc::new(any_path())]),
                     };
                     RuleIn {
                         matches,
@@ -1209,8 +1212,8 @@ fn as_http_filters<T: Serialize>(filters: Option<&Vec<T>>) -> Vec<HttpRouteRules
 
 fn http_rule(rule: &teapot_gateway_api::generated::http_routes::HttpRouteRules) -> RuleIn<'_> {
     let matches = match &rule.matches {
-        Some(m) if !m.is_empty() => m.iter().map(http_matcher).collect(),
-        _ => Ok(vec![any_path()]),
+        Some(m) if !m.is_empty() => m.iter().map(|m| http_matcher(m).map(Arc::new)).collect(),
+        _ => Ok(vec![Arc::new(any_path())]),
     };
     RuleIn {
         matches,
@@ -1418,7 +1421,7 @@ fn compile_rules<'s>(
     let default_rule;
     let rules: Vec<&RuleIn<'s>> = if route.rules.is_empty() {
         default_rule = RuleIn {
-            matches: Ok(vec![any_path()]),
+            matches: Ok(vec![Arc::new(any_path())]),
             backends: Vec::new(),
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
@@ -1429,10 +1432,7 @@ fn compile_rules<'s>(
     };
     for (index, rule) in rules.into_iter().enumerate() {
         let matchers = match &rule.matches {
-            Ok(m) => m
-                .iter()
-                .map(|m| Arc::new(clone_matcher(m)))
-                .collect::<Vec<_>>(),
+            Ok(m) => m.clone(),
             Err(e) => {
                 invalid.push(format!("rule {index}: {e}"));
                 continue;
@@ -1539,34 +1539,6 @@ fn service_key<'s>(store: &'s Store, ns: &str, name: &str) -> Option<(&'s str, &
             name,
         })
         .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
-}
-
-fn clone_matcher(m: &Matcher) -> Matcher {
-    Matcher {
-        path: match &m.path {
-            PathMatch::Exact(p) => PathMatch::Exact(p.clone()),
-            PathMatch::Prefix(p) => PathMatch::Prefix(p.clone()),
-            PathMatch::Regex(r) => PathMatch::Regex(r.clone()),
-        },
-        method: m.method.clone(),
-        headers: m
-            .headers
-            .iter()
-            .map(|(n, v)| (n.clone(), clone_value(v)))
-            .collect(),
-        query: m
-            .query
-            .iter()
-            .map(|(n, v)| (n.clone(), clone_value(v)))
-            .collect(),
-    }
-}
-
-fn clone_value(v: &ValueMatch) -> ValueMatch {
-    match v {
-        ValueMatch::Exact(s) => ValueMatch::Exact(s.clone()),
-        ValueMatch::Regex(r) => ValueMatch::Regex(r.clone()),
-    }
 }
 
 /// Whether the Service port a backendRef names says `appProtocol:
