@@ -225,6 +225,109 @@ pub fn synthetic_store(ingresses: usize) -> Store {
     store
 }
 
+/// The store of [`synthetic_store`] with each Ingress replaced by the
+/// HTTPRoute that routes the same (hostnames, `PathPrefix`/`Exact` paths,
+/// backendRefs by port number), attached to one Gateway `gw` of class
+/// `teapot` per namespace (an HTTP listener without hostname). The
+/// route-table report's `--kind httproute` (issue #18: 10k HTTPRoutes
+/// within the Ingress goals).
+pub fn synthetic_gateway_store(routes: usize) -> Store {
+    let mut store = synthetic_store(routes);
+    let ingresses = std::mem::take(&mut store.ingresses);
+    let mut namespaces = std::collections::BTreeSet::new();
+    for (id, stored) in ingresses {
+        let i: usize = id.name.trim_start_matches("app-").parse().expect("app-<i>");
+        let s = Shape { i };
+        namespaces.insert(id.namespace.clone());
+        // One rule list serves every hostname of a route: each gets the
+        // four paths an Ingress rule has at most (the others have three of
+        // them), so every sample routes as with the Ingress.
+        let rules: Vec<serde_json::Value> = (0..4)
+            .map(|k| {
+                let (path_type, path) = s.path(k);
+                let kind = if path_type == "Exact" {
+                    "Exact"
+                } else {
+                    "PathPrefix"
+                };
+                let api = s.uses_api(k);
+                let port = if api { API_PORT_NUMBER } else { 80 };
+                serde_json::json!({
+                    "matches": [{ "path": { "type": kind, "value": path } }],
+                    "backendRefs": [{ "name": s.service_name(api), "port": port }],
+                })
+            })
+            .collect();
+        let hostnames: Vec<String> = (0..s.rules()).map(|r| s.host(r)).collect();
+        let route = serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": stored.object.metadata,
+            "spec": {
+                "parentRefs": [{ "name": "gw" }],
+                "hostnames": hostnames,
+                "rules": rules,
+            },
+        });
+        store.insert(
+            ObjectKey {
+                kind: Kind::HttpRoute,
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+            },
+            Object::HttpRoute(Box::new(
+                serde_json::from_value(route).expect("a valid HTTPRoute"),
+            )),
+            stored.origin.clone(),
+        );
+    }
+    for namespace in namespaces {
+        let gateway = serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": { "name": "gw", "namespace": namespace },
+            "spec": {
+                "gatewayClassName": "teapot",
+                "listeners": [{ "name": "http", "protocol": "HTTP", "port": 80 }],
+            },
+        });
+        store.insert(
+            ObjectKey {
+                kind: Kind::Gateway,
+                namespace: namespace.clone(),
+                name: "gw".into(),
+            },
+            Object::Gateway(Box::new(
+                serde_json::from_value(gateway).expect("a valid Gateway"),
+            )),
+            Origin {
+                file: PathBuf::from(format!("synthetic/{namespace}-gateway.yaml")),
+                document: 0,
+            },
+        );
+    }
+    store
+}
+
+/// What a sample request of [`samples`] routes to in the store of
+/// [`synthetic_gateway_store`]: the same backend, named by port number,
+/// and hosts below a wildcard at any depth match (Gateway API wildcards).
+pub fn gateway_expectation(sample: &SampleRequest) -> Option<String> {
+    if let Some(e) = &sample.expected {
+        return Some(e.replace(":http", ":80"));
+    }
+    // The wildcard misses of `miss` (`a.b<n>.w<i>.example.com/static`)
+    // are hits here.
+    let host = sample.host.split(':').next().unwrap_or("");
+    let labels: Vec<&str> = host.split('.').collect();
+    let w = labels.iter().rev().nth(2)?;
+    let i: usize = w.strip_prefix('w')?.parse().ok()?;
+    (labels.len() > 4 && host.ends_with(".example.com") && sample.path == "/static").then(|| {
+        let s = Shape { i };
+        format!("{}/{}:80", s.namespace(), s.service_name(false))
+    })
+}
+
 /// Compiles a store the way the proxy does, with one status address.
 pub fn compile_store(store: &Store, registry: &EndpointRegistry, generation: u64) -> Snapshot {
     compile(

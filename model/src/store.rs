@@ -9,7 +9,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use teapot_api::Tenant;
 use teapot_gateway_api::{
@@ -118,6 +118,9 @@ pub enum Kind {
     TlsRoute,
     TcpRoute,
     UdpRoute,
+    /// Read for their labels: Gateway listeners admit routes by namespace
+    /// selector.
+    Namespace,
 }
 
 /// The Gateway API versions read: the generated types are v1's, and the
@@ -149,6 +152,7 @@ impl Kind {
             ("v1", "Secret") => Some(Kind::Secret),
             ("discovery.k8s.io/v1", "EndpointSlice") => Some(Kind::EndpointSlice),
             ("teapot.dev/v1alpha1", "Tenant") => Some(Kind::Tenant),
+            ("v1", "Namespace") => Some(Kind::Namespace),
             (api_version, kind) => {
                 let version = api_version.strip_prefix("gateway.networking.k8s.io/")?;
                 gateway_kind(version, kind)
@@ -157,7 +161,10 @@ impl Kind {
     }
 
     pub fn is_namespaced(self) -> bool {
-        !matches!(self, Kind::IngressClass | Kind::Tenant | Kind::GatewayClass)
+        !matches!(
+            self,
+            Kind::IngressClass | Kind::Tenant | Kind::GatewayClass | Kind::Namespace
+        )
     }
 
     /// Whether the kind is one of the Gateway API's.
@@ -230,6 +237,8 @@ pub struct Store {
     pub tls_routes: BTreeMap<NsName, Stored<TlsRoute>>,
     pub tcp_routes: BTreeMap<NsName, Stored<TcpRoute>>,
     pub udp_routes: BTreeMap<NsName, Stored<UdpRoute>>,
+    /// Namespaces by name, for their labels.
+    pub namespaces: BTreeMap<String, Stored<Namespace>>,
 }
 
 /// One parsed object of any supported kind.
@@ -249,6 +258,7 @@ pub enum Object {
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
     UdpRoute(UdpRoute),
+    Namespace(Namespace),
 }
 
 impl Store {
@@ -268,6 +278,7 @@ impl Store {
             + self.tls_routes.len()
             + self.tcp_routes.len()
             + self.udp_routes.len()
+            + self.namespaces.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -292,6 +303,7 @@ impl Store {
             Kind::TlsRoute => self.tls_routes.contains_key(&ns()),
             Kind::TcpRoute => self.tcp_routes.contains_key(&ns()),
             Kind::UdpRoute => self.udp_routes.contains_key(&ns()),
+            Kind::Namespace => self.namespaces.contains_key(&key.name),
         }
     }
 
@@ -341,6 +353,9 @@ impl Store {
             Object::UdpRoute(o) => {
                 self.udp_routes.insert(ns, stored(o, origin));
             }
+            Object::Namespace(o) => {
+                self.namespaces.insert(key.name, stored(o, origin));
+            }
         }
     }
 
@@ -362,6 +377,7 @@ impl Store {
             Kind::TlsRoute => drop(self.tls_routes.remove(&ns)),
             Kind::TcpRoute => drop(self.tcp_routes.remove(&ns)),
             Kind::UdpRoute => drop(self.udp_routes.remove(&ns)),
+            Kind::Namespace => drop(self.namespaces.remove(&key.name)),
         }
     }
 
@@ -384,6 +400,7 @@ impl Store {
             Kind::TlsRoute => copy(&from.tls_routes, &mut self.tls_routes, &ns),
             Kind::TcpRoute => copy(&from.tcp_routes, &mut self.tcp_routes, &ns),
             Kind::UdpRoute => copy(&from.udp_routes, &mut self.udp_routes, &ns),
+            Kind::Namespace => copy(&from.namespaces, &mut self.namespaces, &key.name),
         }
     }
 
@@ -419,6 +436,9 @@ impl Store {
         }
         for (k, v) in &self.gateway_classes {
             f(cluster(Kind::GatewayClass, k), &v.origin);
+        }
+        for (k, v) in &self.namespaces {
+            f(cluster(Kind::Namespace, k), &v.origin);
         }
         self.for_each_gateway_api_key(|kind, id, origin| f(ns(kind, id), origin));
     }
@@ -461,6 +481,7 @@ impl Store {
             Kind::Secret => self.secrets.get(&ns).map(|s| &s.origin),
             Kind::Tenant => self.tenants.get(&key.name).map(|s| &s.origin),
             Kind::GatewayClass => self.gateway_classes.get(&key.name).map(|s| &s.origin),
+            Kind::Namespace => self.namespaces.get(&key.name).map(|s| &s.origin),
             Kind::Gateway
             | Kind::HttpRoute
             | Kind::GrpcRoute
@@ -535,6 +556,7 @@ impl Store {
                 Kind::GatewayClass,
                 cluster_scoped(&self.gateway_classes, &hit),
             ),
+            (Kind::Namespace, cluster_scoped(&self.namespaces, &hit)),
         ] {
             keys.extend(names.into_iter().map(|name| ObjectKey {
                 kind,

@@ -95,6 +95,7 @@ pub fn parse_object(
         }
         Kind::TcpRoute => Object::TcpRoute(typed(value)?),
         Kind::UdpRoute => Object::UdpRoute(typed(value)?),
+        Kind::Namespace => Object::Namespace(typed(value)?),
     })
 }
 

@@ -128,6 +128,7 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::TlsRoute => gateway_api("TLSRoute", "tlsroutes"),
         Kind::TcpRoute => gateway_api("TCPRoute", "tcproutes"),
         Kind::UdpRoute => gateway_api("UDPRoute", "udproutes"),
+        Kind::Namespace => ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
     }
 }
 

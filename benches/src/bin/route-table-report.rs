@@ -21,8 +21,8 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use teapot_benches::stats::median;
 use teapot_benches::{
-    PackedRequests, RequestClass, compile_store, expected_hosts, expected_routes, samples,
-    synthetic_store,
+    PackedRequests, RequestClass, compile_store, expected_hosts, expected_routes,
+    gateway_expectation, samples, synthetic_gateway_store, synthetic_store,
 };
 use teapot_proxy::compile::ALLOCATOR_ENV;
 use teapot_proxy::compile::upstream::EndpointRegistry;
@@ -71,11 +71,25 @@ struct Args {
     /// Internal: measure one size and print it as JSON on stdout.
     #[arg(long, hide = true, value_name = "INGRESSES")]
     child: Option<usize>,
+    /// What the store routes with: Ingresses, or the same routes as
+    /// HTTPRoutes under one Gateway per namespace (looked up through the
+    /// routing decision, `plane::decide`).
+    #[arg(long, value_enum, default_value_t = RouteKind::Ingress)]
+    kind: RouteKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RouteKind {
+    Ingress,
+    Httproute,
 }
 
 /// The numbers for one store size.
 #[derive(Debug, Serialize, Deserialize)]
 struct SizeReport {
+    kind: RouteKind,
+    /// Ingresses, or HTTPRoutes with `--kind httproute`.
     ingresses: usize,
     services: usize,
     endpoint_slices: usize,
@@ -116,6 +130,7 @@ struct Goal {
 
 #[derive(Debug, Serialize)]
 struct Report {
+    kind: RouteKind,
     release_build: bool,
     runs: usize,
     sizes: Vec<SizeReport>,
@@ -125,13 +140,13 @@ struct Report {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(n) = args.child {
-        let report = measure(n, args.runs)?;
+        let report = measure(n, args.runs, args.kind)?;
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());
     }
     ensure!(args.runs > 0, "--runs must be at least 1");
     if let Some(n) = args.profile_compile {
-        return profile_compile(n, args.runs);
+        return profile_compile(n, args.runs, args.kind);
     }
     let release = !cfg!(debug_assertions);
     if !release {
@@ -139,15 +154,16 @@ fn main() -> anyhow::Result<()> {
     }
     let mut sizes = Vec::new();
     for &n in &args.sizes {
-        eprintln!("measuring {n} Ingresses...");
+        eprintln!("measuring {n} {:?}s...", args.kind);
         sizes.push(if args.in_process {
-            measure(n, args.runs)?
+            measure(n, args.runs, args.kind)?
         } else {
-            measure_in_child(n, args.runs)?
+            measure_in_child(n, args.runs, args.kind)?
         });
     }
     let goals = goals(&sizes);
     let report = Report {
+        kind: args.kind,
         release_build: release,
         runs: args.runs,
         sizes,
@@ -162,8 +178,15 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn profile_compile(n: usize, runs: usize) -> anyhow::Result<()> {
-    let store = synthetic_store(n);
+fn build_store(n: usize, kind: RouteKind) -> teapot_model::store::Store {
+    match kind {
+        RouteKind::Ingress => synthetic_store(n),
+        RouteKind::Httproute => synthetic_gateway_store(n),
+    }
+}
+
+fn profile_compile(n: usize, runs: usize, kind: RouteKind) -> anyhow::Result<()> {
+    let store = build_store(n, kind);
     let registry = EndpointRegistry::default();
     let live = compile_store(&store, &registry, 1);
     let mut times = Vec::with_capacity(runs);
@@ -181,7 +204,7 @@ fn profile_compile(n: usize, runs: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure_in_child(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
+fn measure_in_child(n: usize, runs: usize, kind: RouteKind) -> anyhow::Result<SizeReport> {
     let exe = std::env::current_exe().context("locating this binary")?;
     // The allocator settings `teapot` runs with, unless the caller chose.
     let tuning = ALLOCATOR_ENV
@@ -189,6 +212,14 @@ fn measure_in_child(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
         .filter(|(name, _)| std::env::var_os(name).is_none());
     let out = Command::new(exe)
         .args(["--child", &n.to_string(), "--runs", &runs.to_string()])
+        .args([
+            "--kind",
+            if kind == RouteKind::Ingress {
+                "ingress"
+            } else {
+                "httproute"
+            },
+        ])
         .envs(tuning.copied())
         .stderr(Stdio::inherit())
         .output()
@@ -200,10 +231,10 @@ fn measure_in_child(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
 }
 
 /// Measures one size; see [`SizeReport`] for what each number means.
-fn measure(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
+fn measure(n: usize, runs: usize, kind: RouteKind) -> anyhow::Result<SizeReport> {
     let rss_before = rss_mib();
     let started = Instant::now();
-    let store = synthetic_store(n);
+    let store = build_store(n, kind);
     let store_build = started.elapsed();
     let rss_store = rss_mib();
 
@@ -213,13 +244,24 @@ fn measure(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
     let first_compile = started.elapsed();
     let rss_snapshot = rss_mib();
 
-    ensure!(
-        snapshot.routes.len() == expected_routes(n),
-        "{n} Ingresses compiled to {} routes, expected {}",
-        snapshot.routes.len(),
-        expected_routes(n)
-    );
-    ensure!(snapshot.routes.hosts() == expected_hosts(n));
+    if kind == RouteKind::Ingress {
+        ensure!(
+            snapshot.routes.len() == expected_routes(n),
+            "{n} Ingresses compiled to {} routes, expected {}",
+            snapshot.routes.len(),
+            expected_routes(n)
+        );
+        ensure!(snapshot.routes.hosts() == expected_hosts(n));
+    } else {
+        ensure!(
+            snapshot.routes.is_empty(),
+            "no Ingress routes in the HTTPRoute store"
+        );
+        ensure!(
+            !snapshot.report.gateway.http_routes.is_empty(),
+            "the HTTPRoutes compiled to no status"
+        );
+    }
 
     // Warm-up, then the timed recompiles. The live `snapshot` keeps the
     // registry's endpoints alive, as the serving snapshot does on a reload.
@@ -241,26 +283,44 @@ fn measure(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
         let requests = samples(n, class, SAMPLES_PER_CLASS);
         // Check before timing: a wrong route would make the numbers lie.
         for r in &requests {
-            let got = snapshot.routes.lookup(&r.host, &r.path).map(|u| &u.name);
+            let (got, expected) = match kind {
+                RouteKind::Ingress => (
+                    snapshot
+                        .routes
+                        .lookup(&r.host, &r.path)
+                        .map(|u| u.name.clone()),
+                    r.expected.clone(),
+                ),
+                RouteKind::Httproute => {
+                    (decided(&snapshot, &r.host, &r.path), gateway_expectation(r))
+                }
+            };
             ensure!(
-                got == r.expected.as_ref(),
-                "{r:?} routed to {got:?} in the {n}-Ingress table"
+                got == expected,
+                "{r:?} routed to {got:?}, not {expected:?}, in the {n}-{kind:?} table"
             );
         }
         let packed = PackedRequests::new(&requests);
         let pairs = packed.pairs();
         let name = class.name().to_string();
-        lookup_ns.insert(name.clone(), time_lookups(&snapshot, &pairs));
-        lookup_hot_ns.insert(name, time_lookups(&snapshot, &pairs[..HOT_SAMPLES]));
+        lookup_ns.insert(name.clone(), time_lookups(&snapshot, &pairs, kind));
+        lookup_hot_ns.insert(name, time_lookups(&snapshot, &pairs[..HOT_SAMPLES], kind));
     }
 
     let delta = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
     Ok(SizeReport {
+        kind,
         ingresses: n,
         services: store.services.len(),
         endpoint_slices: store.endpoint_slices.len(),
-        routes: snapshot.routes.len(),
-        hosts: snapshot.routes.hosts(),
+        routes: match kind {
+            RouteKind::Ingress => snapshot.routes.len(),
+            RouteKind::Httproute => snapshot.gateway.len(),
+        },
+        hosts: match kind {
+            RouteKind::Ingress => snapshot.routes.hosts(),
+            RouteKind::Httproute => snapshot.gateway.hosts(),
+        },
         store_build_ms: ms(store_build),
         first_compile_ms: ms(first_compile),
         compile_ms_median: median(compile_ms_runs.iter().copied()),
@@ -273,12 +333,60 @@ fn measure(n: usize, runs: usize) -> anyhow::Result<SizeReport> {
     })
 }
 
+/// Where the routing decision sends a request (the Gateway API table
+/// is only reached through it): the upstream's name, `None` for a 404.
+fn decided(
+    snapshot: &teapot_proxy::compile::snapshot::Snapshot,
+    host: &str,
+    path: &str,
+) -> Option<String> {
+    use teapot_proxy::plane::decide::{Decision, Head, decide};
+    let head = Head {
+        host_headers: 1,
+        authority: host,
+        path,
+        requires_host: true,
+        declared_length: None,
+    };
+    match decide(
+        snapshot,
+        &teapot_proxy::plane::edge::EdgeConfig::default(),
+        &head,
+    ) {
+        Decision::Forward(f) => Some(f.upstream.name.clone()),
+        Decision::Answer(..) => None,
+    }
+}
+
 /// Median ns per lookup over [`LOOKUP_ROUNDS`] rounds, after one warm-up
-/// round.
+/// round. HTTPRoutes are looked up through the routing decision (the
+/// Gateway API table has no lookup of its own outside it); Ingresses
+/// through the route table, as before.
 fn time_lookups(
     snapshot: &teapot_proxy::compile::snapshot::Snapshot,
     pairs: &[(&str, &str)],
+    kind: RouteKind,
 ) -> f64 {
+    if kind == RouteKind::Httproute {
+        let edge = teapot_proxy::plane::edge::EdgeConfig::default();
+        return time_rounds(pairs, |host, path| {
+            use teapot_proxy::plane::decide::{Decision, Head, decide};
+            let head = Head {
+                host_headers: 1,
+                authority: host,
+                path,
+                requires_host: true,
+                declared_length: None,
+            };
+            matches!(decide(snapshot, &edge, &head), Decision::Forward(_))
+        });
+    }
+    time_rounds(pairs, |host, path| {
+        snapshot.routes.lookup(host, path).is_some()
+    })
+}
+
+fn time_rounds(pairs: &[(&str, &str)], lookup: impl Fn(&str, &str) -> bool) -> f64 {
     assert!(pairs.len().is_power_of_two());
     let mask = pairs.len() - 1;
     let round = || {
@@ -286,7 +394,7 @@ fn time_lookups(
         let mut found = 0usize;
         for q in 0..LOOKUPS_PER_ROUND {
             let (host, path) = pairs[q & mask];
-            if black_box(snapshot.routes.lookup(black_box(host), black_box(path))).is_some() {
+            if black_box(lookup(black_box(host), black_box(path))) {
                 found += 1;
             }
         }
@@ -298,12 +406,19 @@ fn time_lookups(
     median(rounds.iter().copied())
 }
 
+fn kind_name(sizes: &[SizeReport]) -> &'static str {
+    match sizes.first().map(|s| s.kind) {
+        Some(RouteKind::Httproute) => "HTTPRoutes",
+        _ => "Ingresses",
+    }
+}
+
 fn goals(sizes: &[SizeReport]) -> Vec<Goal> {
     let at = |n: usize| sizes.iter().find(|s| s.ingresses == n);
     let compile_goal = |n: usize, label: &str, target_ms: f64| {
         let measured = at(n).map(|s| s.compile_ms_median);
         Goal {
-            name: format!("compile {label} Ingresses"),
+            name: format!("compile {label} {}", kind_name(sizes)),
             target: format!("< {}", fmt_ms(target_ms)),
             measured: measured.map(fmt_ms),
             pass: measured.map(|m| m < target_ms),
@@ -340,7 +455,8 @@ fn goals(sizes: &[SizeReport]) -> Vec<Goal> {
 
 fn print_report(report: &Report) {
     println!(
-        "teapot route table report ({} build, {} CPUs, median of {} compiles after a warm-up)",
+        "teapot route table report: {:?}s ({} build, {} CPUs, median of {} compiles after a warm-up)",
+        report.kind,
         if report.release_build {
             "release"
         } else {

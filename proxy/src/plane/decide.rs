@@ -526,3 +526,482 @@ ports: [{name: \"\", port: 8080}]
         assert_eq!(none[5], ("x-real-ip", None));
     }
 }
+
+/// The Gateway API compile seen through the routing decision: status
+/// reasons, matches, precedence, weights, host sharing with Ingresses and
+/// tenant binding (compile::gateway builds what these read).
+#[cfg(test)]
+mod gateway_tests {
+    use serde_json::Value;
+
+    use crate::compile::CompileOptions;
+    use crate::compile::snapshot::Snapshot;
+    use crate::compile::tests::compile_test_docs;
+    use crate::plane::decide::{Decision, Head, RequestFacts, decide_request};
+    use crate::plane::edge::EdgeConfig;
+
+    /// Services `web`, `v2` (with endpoints) and `empty` (none) in `infra`
+    /// and `other`, a Gateway `gw` in `infra` (HTTP on 80 for routes from
+    /// the same namespace, `*.example.com`; HTTP on 80 for all namespaces,
+    /// `all.example.com`; HTTP on 8080).
+    fn base() -> Vec<String> {
+        let svc = |ns: &str, name: &str, ip: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{ports: [{{port: 8080}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nendpoints: [{{addresses: [\"{ip}\"]}}]\nports: [{{name: \"\", port: 8080}}]\n"
+            )
+        };
+        vec![
+            svc("infra", "web", "10.0.0.1"),
+            svc("infra", "v2", "10.0.0.2"),
+            svc("other", "web", "10.0.0.3"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: empty, namespace: infra}\nspec: {ports: [{port: 8080}]}\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: \"*.example.com\"}\n  - {name: all, protocol: HTTP, port: 80, hostname: all.example.com, allowedRoutes: {namespaces: {from: All}}}\n  - {name: alt, protocol: HTTP, port: 8080}\n  - {name: tcp, protocol: TCP, port: 5432}\n".into(),
+        ]
+    }
+
+    fn route(ns: &str, name: &str, spec: &str) -> String {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n{spec}"
+        )
+    }
+
+    fn compile(extra: &[String]) -> Snapshot {
+        let mut docs = base();
+        docs.extend_from_slice(extra);
+        compile_test_docs(&docs, &CompileOptions::default())
+    }
+
+    fn status(s: &Snapshot) -> Value {
+        serde_json::to_value(&s.report.gateway).unwrap()
+    }
+
+    fn route_conditions(s: &Snapshot, name: &str) -> Vec<(String, String, String)> {
+        let status = status(s);
+        let routes = status["httpRoutes"].as_array().unwrap();
+        let r = routes
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {status}"));
+        r["status"]["parents"][0]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let f = |k: &str| c[k].as_str().unwrap().to_string();
+                (f("type"), f("status"), f("reason"))
+            })
+            .collect()
+    }
+
+    fn has(conds: &[(String, String, String)], t: &str, st: &str, reason: &str) -> bool {
+        conds
+            .iter()
+            .any(|(a, b, c)| a == t && b == st && c == reason)
+    }
+
+    /// Where a request goes: the upstream's name, or the answer's status.
+    fn go(s: &Snapshot, host: &str, path: &str, facts: &RequestFacts<'_>) -> String {
+        let head = Head {
+            host_headers: 1,
+            authority: host,
+            path,
+            requires_host: true,
+            declared_length: None,
+        };
+        match decide_request(s, &EdgeConfig::default(), &head, facts) {
+            Decision::Forward(f) => f.upstream.name.clone(),
+            Decision::Answer(a, _) => match a.location {
+                Some(l) => format!("{} {l}", a.status),
+                None => a.status.to_string(),
+            },
+        }
+    }
+
+    const PLAIN: RequestFacts<'static> = RequestFacts::UNKNOWN;
+
+    #[test]
+    fn status_reasons_follow_the_specification() {
+        let s = compile(&[
+            route(
+                "infra",
+                "ok",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n",
+            ),
+            route(
+                "infra",
+                "no-section",
+                "  parentRefs: [{name: gw, sectionName: nope}]\n",
+            ),
+            route("infra", "no-port", "  parentRefs: [{name: gw, port: 81}]\n"),
+            route(
+                "other",
+                "not-allowed",
+                "  parentRefs: [{name: gw, namespace: infra, sectionName: http}]\n",
+            ),
+            route(
+                "infra",
+                "no-hostname",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.org]\n",
+            ),
+            route(
+                "infra",
+                "missing",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [m.example.com]\n  rules: [{backendRefs: [{name: nothing, port: 8080}]}]\n",
+            ),
+            route(
+                "infra",
+                "kind",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [k.example.com]\n  rules: [{backendRefs: [{group: example.com, kind: Bucket, name: b}]}]\n",
+            ),
+            route(
+                "infra",
+                "cross",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [c.example.com]\n  rules: [{backendRefs: [{name: web, namespace: other, port: 8080}]}]\n",
+            ),
+            route(
+                "infra",
+                "regex",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [r.example.com]\n  rules: [{matches: [{path: {type: RegularExpression, value: \"(\"}}]}]\n",
+            ),
+        ]);
+        assert!(has(
+            &route_conditions(&s, "ok"),
+            "Accepted",
+            "True",
+            "Accepted"
+        ));
+        assert!(has(
+            &route_conditions(&s, "ok"),
+            "ResolvedRefs",
+            "True",
+            "ResolvedRefs"
+        ));
+        assert!(has(
+            &route_conditions(&s, "no-section"),
+            "Accepted",
+            "False",
+            "NoMatchingParent"
+        ));
+        assert!(has(
+            &route_conditions(&s, "no-port"),
+            "Accepted",
+            "False",
+            "NoMatchingParent"
+        ));
+        assert!(has(
+            &route_conditions(&s, "not-allowed"),
+            "Accepted",
+            "False",
+            "NotAllowedByListeners"
+        ));
+        assert!(has(
+            &route_conditions(&s, "no-hostname"),
+            "Accepted",
+            "False",
+            "NoMatchingListenerHostname"
+        ));
+        assert!(has(
+            &route_conditions(&s, "missing"),
+            "ResolvedRefs",
+            "False",
+            "BackendNotFound"
+        ));
+        assert!(has(
+            &route_conditions(&s, "kind"),
+            "ResolvedRefs",
+            "False",
+            "InvalidKind"
+        ));
+        assert!(has(
+            &route_conditions(&s, "cross"),
+            "ResolvedRefs",
+            "False",
+            "RefNotPermitted"
+        ));
+        assert!(has(
+            &route_conditions(&s, "regex"),
+            "Accepted",
+            "False",
+            "UnsupportedValue"
+        ));
+        // Unresolved backends answer 500; the rest routes.
+        assert_eq!(go(&s, "a.example.com", "/", &PLAIN), "infra/web:8080");
+        assert_eq!(go(&s, "m.example.com", "/", &PLAIN), "500");
+        assert_eq!(go(&s, "c.example.com", "/", &PLAIN), "500");
+        assert_eq!(go(&s, "z.example.com", "/", &PLAIN), "404");
+
+        let status = status(&s);
+        let gw = &status["gateways"][0]["status"];
+        let listener = |name: &str| {
+            gw["listeners"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == name)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(listener("http")["attachedRoutes"], 4, "{gw}");
+        assert_eq!(listener("tcp")["supportedKinds"][0]["kind"], "TCPRoute");
+        assert_eq!(
+            listener("alt")["conditions"][0]["reason"],
+            "PortUnavailable"
+        );
+        assert_eq!(
+            listener("tcp")["conditions"][0]["reason"],
+            "UnsupportedProtocol"
+        );
+        assert_eq!(gw["conditions"][0]["type"], "Accepted");
+        assert_eq!(gw["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn listeners_select_route_namespaces_by_label() {
+        let gw = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: sel, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: sel.example.com, allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: web}, matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [blocked]}]}}}}\n".to_string();
+        let ns = |name: &str, team: &str| {
+            format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{team: {team}}}}}\n"
+            )
+        };
+        let r = |ns: &str| route(ns, "r", "  parentRefs: [{name: sel, namespace: infra}]\n");
+        let s = compile(&[
+            gw,
+            ns("other", "web"),
+            ns("blocked", "web"),
+            ns("infra", "ops"),
+            r("other"),
+            r("blocked"),
+            r("infra"),
+        ]);
+        let status = status(&s);
+        let reason = |ns: &str| {
+            status["httpRoutes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["namespace"] == ns)
+                .unwrap()["status"]["parents"][0]["conditions"][0]["reason"]
+                .clone()
+        };
+        assert_eq!(reason("other"), "Accepted");
+        assert_eq!(reason("blocked"), "NotAllowedByListeners");
+        assert_eq!(reason("infra"), "NotAllowedByListeners");
+    }
+
+    #[test]
+    fn a_reference_grant_permits_a_cross_namespace_backend() {
+        let grant = "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: g, namespace: other}\nspec:\n  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: infra}]\n  to: [{group: \"\", kind: Service}]\n".to_string();
+        let s = compile(&[
+            grant,
+            route(
+                "infra",
+                "cross",
+                "  parentRefs: [{name: gw}]\n  hostnames: [c.example.com]\n  rules: [{backendRefs: [{name: web, namespace: other, port: 8080}]}]\n",
+            ),
+            route(
+                "other",
+                "from-other",
+                "  parentRefs: [{name: gw, namespace: infra}]\n  hostnames: [all.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n",
+            ),
+        ]);
+        assert!(has(
+            &route_conditions(&s, "cross"),
+            "ResolvedRefs",
+            "True",
+            "ResolvedRefs"
+        ));
+        assert_eq!(go(&s, "c.example.com", "/", &PLAIN), "other/web:8080");
+        // Attached to the listener admitting All, not to `http` (Same).
+        assert!(has(
+            &route_conditions(&s, "from-other"),
+            "Accepted",
+            "True",
+            "Accepted"
+        ));
+        assert_eq!(go(&s, "all.example.com", "/", &PLAIN), "other/web:8080");
+    }
+
+    #[test]
+    fn matches_precedence_and_filters_route_as_specified() {
+        let s = compile(&[
+            route(
+                "infra",
+                "m",
+                "  parentRefs: [{name: gw}]\n  hostnames: [m.example.com]\n  rules:\n  - backendRefs: [{name: web, port: 8080}]\n  - matches: [{headers: [{name: version, value: two}]}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{path: {type: Exact, value: /exact}, method: POST}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}, statusCode: 301}}]\n  - matches: [{path: {type: PathPrefix, value: /empty}}]\n    backendRefs: [{name: empty, port: 8080}]\n  - matches: [{queryParams: [{name: animal, value: whale}]}]\n    backendRefs: [{name: v2, port: 8080}]\n",
+            ),
+            // A younger route on the same host with a longer prefix wins
+            // its paths; precedence spans routes.
+            route(
+                "infra",
+                "n",
+                "  parentRefs: [{name: gw}]\n  hostnames: [m.example.com]\n  rules: [{matches: [{path: {type: PathPrefix, value: /v2}}], backendRefs: [{name: v2, port: 8080}]}]\n",
+            ),
+        ]);
+        let headers: &[(&str, &str)] = &[("Version", "two")];
+        let with = |method: &'static str, query: &'static str| RequestFacts {
+            method,
+            query: Some(query),
+            headers: Some(&headers),
+            tls: Some(false),
+        };
+        assert_eq!(go(&s, "m.example.com", "/", &PLAIN), "infra/web:8080");
+        assert_eq!(
+            go(&s, "m.example.com", "/", &with("GET", "")),
+            "infra/v2:8080"
+        );
+        assert_eq!(
+            go(&s, "m.example.com", "/exact", &with("POST", "")),
+            "infra/v2:8080"
+        );
+        let none: &[(&str, &str)] = &[];
+        let bare = |method: &'static str, query: &'static str| RequestFacts {
+            method,
+            query: Some(query),
+            headers: Some(&none),
+            tls: Some(false),
+        };
+        assert_eq!(
+            go(&s, "m.example.com", "/exact", &bare("GET", "")),
+            "infra/web:8080"
+        );
+        assert_eq!(
+            go(&s, "m.example.com", "/x", &bare("GET", "animal=whale")),
+            "infra/v2:8080"
+        );
+        assert_eq!(go(&s, "m.example.com", "/v2/x", &PLAIN), "infra/v2:8080");
+        assert_eq!(go(&s, "m.example.com", "/empty", &PLAIN), "503");
+        assert_eq!(
+            go(&s, "m.example.com:80", "/old/page", &bare("GET", "")),
+            "301 http://m.example.com/new/page"
+        );
+    }
+
+    #[test]
+    fn weights_split_traffic_and_zero_weights_get_none() {
+        let s = compile(&[route(
+            "infra",
+            "w",
+            "  parentRefs: [{name: gw}]\n  hostnames: [w.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080, weight: 3}, {name: v2, port: 8080, weight: 1}, {name: empty, port: 8080, weight: 0}]}]\n",
+        )]);
+        let hits: Vec<String> = (0..400)
+            .map(|_| go(&s, "w.example.com", "/", &PLAIN))
+            .collect();
+        let web = hits.iter().filter(|h| *h == "infra/web:8080").count();
+        let v2 = hits.iter().filter(|h| *h == "infra/v2:8080").count();
+        assert_eq!((web, v2), (300, 100));
+    }
+
+    #[test]
+    fn ingress_and_route_on_one_host_the_older_holds_it() {
+        let ingress = |name: &str, created: &str, host: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: infra, creationTimestamp: \"{created}\"}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - host: {host}\n    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: empty, port: {{number: 8080}}}}}}}}]}}\n"
+            )
+        };
+        let route = |name: &str, created: &str, host: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: infra, creationTimestamp: \"{created}\"}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [{host}]\n  rules: [{{backendRefs: [{{name: web, port: 8080}}]}}]\n"
+            )
+        };
+        let s = compile(&[
+            ingress("old-ingress", "2024-01-01T00:00:00Z", "one.example.com"),
+            route("young-route", "2024-02-01T00:00:00Z", "one.example.com"),
+            route("old-route", "2024-01-01T00:00:00Z", "two.example.com"),
+            ingress("young-ingress", "2024-02-01T00:00:00Z", "two.example.com"),
+            // Different patterns: the more specific one serves.
+            route(
+                "wild-route",
+                "2024-01-01T00:00:00Z",
+                "\"*.three.example.com\"",
+            ),
+            ingress(
+                "exact-ingress",
+                "2024-02-01T00:00:00Z",
+                "a.three.example.com",
+            ),
+        ]);
+        assert_eq!(
+            go(&s, "one.example.com", "/", &PLAIN),
+            "503",
+            "the older Ingress"
+        );
+        assert!(has(
+            &route_conditions(&s, "young-route"),
+            "Conflicted",
+            "True",
+            "OlderIngressWins"
+        ));
+        assert_eq!(
+            go(&s, "two.example.com", "/", &PLAIN),
+            "infra/web:8080",
+            "the older route"
+        );
+        let young = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "young-ingress")
+            .unwrap();
+        let conflicted = young
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Conflicted")
+            .unwrap();
+        assert_eq!(conflicted.status, "True", "{conflicted:?}");
+        assert!(conflicted.message.contains("infra/old-route"));
+        assert_eq!(
+            go(&s, "a.three.example.com", "/", &PLAIN),
+            "503",
+            "exact Ingress host"
+        );
+        assert_eq!(
+            go(&s, "b.c.three.example.com", "/", &PLAIN),
+            "infra/web:8080",
+            "any depth"
+        );
+    }
+
+    #[test]
+    fn tenant_listeners_without_hostname_bind_to_the_assigned_hostname() {
+        let docs = vec![
+            "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme, nodeCIDRs: [10.1.0.0/24]}\n".to_string(),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: tenant-acme}\nspec: {ports: [{port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: tenant-acme, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.1.0.5]}]\nports: [{name: \"\", port: 30080}]\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: shop.default, namespace: tenant-acme}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n".into(),
+            route("tenant-acme", "web.default", "  parentRefs: [{name: shop.default}]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n"),
+        ];
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(&docs, &options);
+        assert_eq!(
+            go(&s, "shop-default.acme.lb.example.net", "/", &PLAIN),
+            "tenant-acme/web:80"
+        );
+        assert_eq!(go(&s, "other.example", "/", &PLAIN), "404");
+        let status = status(&s);
+        assert_eq!(
+            status["gateways"][0]["status"]["addresses"][0]["value"],
+            "shop-default.acme.lb.example.net"
+        );
+        let f = match decide_request(
+            &s,
+            &EdgeConfig::default(),
+            &Head {
+                host_headers: 1,
+                authority: "shop-default.acme.lb.example.net",
+                path: "/",
+                requires_host: true,
+                declared_length: None,
+            },
+            &PLAIN,
+        ) {
+            Decision::Forward(f) => f,
+            Decision::Answer(a, _) => panic!("{a:?}"),
+        };
+        assert!(
+            f.tenant.is_some(),
+            "the tenant gate applies to its Gateway routes"
+        );
+    }
+}

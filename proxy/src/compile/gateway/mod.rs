@@ -158,7 +158,13 @@ pub struct GatewayCompile<'s> {
     builder: TableBuilder,
     report: GatewayReport,
     /// (route name, age key) that holds each host pattern here.
-    holders: Vec<(Option<HostPattern>, Arc<str>, AgeKey<'s>)>,
+    /// The oldest route bound to each host pattern (routes bind oldest
+    /// first, so the first one recorded).
+    holders: std::collections::HashMap<
+        Option<HostPattern>,
+        (Arc<str>, AgeKey<'s>),
+        foldhash::fast::RandomState,
+    >,
     /// Host patterns released to older Ingresses, with the routes that
     /// lost them and the Ingress that holds them.
     released: Vec<(String, Arc<str>, String)>,
@@ -205,7 +211,7 @@ impl<'s> GatewayCompile<'s> {
         let mut out = GatewayCompile {
             builder: TableBuilder::default(),
             report: GatewayReport::default(),
-            holders: Vec::new(),
+            holders: Default::default(),
             released: Vec::new(),
             certificates: Vec::new(),
             route_reports: Default::default(),
@@ -329,12 +335,7 @@ impl<'s> GatewayCompile<'s> {
         if !self.builder.holds(host) {
             return Ok(());
         }
-        let holder = self
-            .holders
-            .iter()
-            .filter(|(h, _, _)| h.as_ref() == host)
-            .min_by(|a, b| a.2.cmp(&b.2));
-        if let Some((_, name, route_age)) = holder
+        if let Some((name, route_age)) = self.holders.get(&host.cloned())
             && *route_age < ingress_age
         {
             let host = host.map_or("*".to_string(), |h| h.to_string());
@@ -607,9 +608,15 @@ impl<'s> GatewayCompile<'s> {
                 GatewayListenersAllowedRoutesNamespacesFrom::Same => {
                     id.namespace == gateway.id.namespace
                 }
-                // Namespace labels are not read (no Namespace objects in
-                // the store yet, docs/gateway-api.md).
-                GatewayListenersAllowedRoutesNamespacesFrom::Selector => false,
+                GatewayListenersAllowedRoutesNamespacesFrom::Selector => {
+                    let selector = listener
+                        .spec
+                        .allowed_routes
+                        .as_ref()
+                        .and_then(|a| a.namespaces.as_ref())
+                        .and_then(|n| n.selector.as_ref());
+                    selector.is_some_and(|s| selected(cx.store, &id.namespace, s))
+                }
             };
             if !allowed {
                 worse(
@@ -690,8 +697,8 @@ impl<'s> GatewayCompile<'s> {
                         );
                     }
                 }
-                if !self.holders.iter().any(|(h, n, _)| *h == host && n == name) {
-                    self.holders.push((host.clone(), name.clone(), route.age));
+                if !self.holders.contains_key(&host) {
+                    self.holders.insert(host.clone(), (name.clone(), route.age));
                 }
                 if plane == Plane::Https
                     && let Some(h) = &host
@@ -715,6 +722,42 @@ impl<'s> GatewayCompile<'s> {
             (false, None) => Err(("NoMatchingParent", "no listener matches".into())),
         }
     }
+}
+
+/// Whether namespace `name` matches a label selector. A namespace without
+/// a Namespace object has only the label Kubernetes puts on every one,
+/// `kubernetes.io/metadata.name`.
+fn selected(
+    store: &Store,
+    name: &str,
+    selector: &teapot_gateway_api::generated::gateways::GatewayListenersAllowedRoutesNamespacesSelector,
+) -> bool {
+    let labels = store
+        .namespaces
+        .get(name)
+        .and_then(|n| n.object.metadata.labels.as_ref());
+    let label = |key: &str| -> Option<&str> {
+        if key == "kubernetes.io/metadata.name" {
+            return Some(name);
+        }
+        labels.and_then(|l| l.get(key)).map(String::as_str)
+    };
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| label(k) == Some(v.as_str()));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match (e.operator.as_str(), label(&e.key)) {
+            ("In", Some(v)) => values.iter().any(|x| x == v),
+            ("NotIn", v) => v.is_none_or(|v| !values.iter().any(|x| x == v)),
+            ("Exists", v) => v.is_some(),
+            ("DoesNotExist", v) => v.is_none(),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
 }
 
 /// The Secrets a listener's `certificateRefs` name (own namespace unless
@@ -1046,7 +1089,7 @@ struct BackendIn<'s> {
 /// A rule, whatever the route kind: matches already compiled.
 #[derive(Debug)]
 struct RuleIn<'s> {
-    matches: Result<Vec<Matcher>, String>,
+    matches: Result<Vec<Arc<Matcher>>, String>,
     backends: Vec<BackendIn<'s>>,
     filters: std::borrow::Cow<'s, [HttpRouteRulesFilters]>,
     timeouts: (Option<&'s str>, Option<&'s str>),
@@ -1124,8 +1167,10 @@ impl<'s> RouteIn<'s> {
                 .flatten()
                 .map(|rule| {
                     let matches = match &rule.matches {
-                        Some(m) if !m.is_empty() => m.iter().map(grpc_matcher).collect(),
-                        _ => Ok(vec![any_path()]),
+                        Some(m) if !m.is_empty() => {
+                            m.iter().map(|m| grpc_matcher(m).map(Arc::new)).collect()
+                        }
+                        _ => Ok(vec![Arc::new(any_path())]),
                     };
                     RuleIn {
                         matches,
@@ -1167,8 +1212,8 @@ fn as_http_filters<T: Serialize>(filters: Option<&Vec<T>>) -> Vec<HttpRouteRules
 
 fn http_rule(rule: &teapot_gateway_api::generated::http_routes::HttpRouteRules) -> RuleIn<'_> {
     let matches = match &rule.matches {
-        Some(m) if !m.is_empty() => m.iter().map(http_matcher).collect(),
-        _ => Ok(vec![any_path()]),
+        Some(m) if !m.is_empty() => m.iter().map(|m| http_matcher(m).map(Arc::new)).collect(),
+        _ => Ok(vec![Arc::new(any_path())]),
     };
     RuleIn {
         matches,
@@ -1376,7 +1421,7 @@ fn compile_rules<'s>(
     let default_rule;
     let rules: Vec<&RuleIn<'s>> = if route.rules.is_empty() {
         default_rule = RuleIn {
-            matches: Ok(vec![any_path()]),
+            matches: Ok(vec![Arc::new(any_path())]),
             backends: Vec::new(),
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
@@ -1387,10 +1432,7 @@ fn compile_rules<'s>(
     };
     for (index, rule) in rules.into_iter().enumerate() {
         let matchers = match &rule.matches {
-            Ok(m) => m
-                .iter()
-                .map(|m| Arc::new(clone_matcher(m)))
-                .collect::<Vec<_>>(),
+            Ok(m) => m.clone(),
             Err(e) => {
                 invalid.push(format!("rule {index}: {e}"));
                 continue;
@@ -1497,34 +1539,6 @@ fn service_key<'s>(store: &'s Store, ns: &str, name: &str) -> Option<(&'s str, &
             name,
         })
         .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
-}
-
-fn clone_matcher(m: &Matcher) -> Matcher {
-    Matcher {
-        path: match &m.path {
-            PathMatch::Exact(p) => PathMatch::Exact(p.clone()),
-            PathMatch::Prefix(p) => PathMatch::Prefix(p.clone()),
-            PathMatch::Regex(r) => PathMatch::Regex(r.clone()),
-        },
-        method: m.method.clone(),
-        headers: m
-            .headers
-            .iter()
-            .map(|(n, v)| (n.clone(), clone_value(v)))
-            .collect(),
-        query: m
-            .query
-            .iter()
-            .map(|(n, v)| (n.clone(), clone_value(v)))
-            .collect(),
-    }
-}
-
-fn clone_value(v: &ValueMatch) -> ValueMatch {
-    match v {
-        ValueMatch::Exact(s) => ValueMatch::Exact(s.clone()),
-        ValueMatch::Regex(r) => ValueMatch::Regex(r.clone()),
-    }
 }
 
 /// Whether the Service port a backendRef names says `appProtocol:
@@ -1798,447 +1812,4 @@ fn merged_filters(spec: &FilterSpec, prefix: Option<&str>) -> Option<Filters> {
         backend_timeout: spec.backend_timeout,
     };
     (!filters.is_empty()).then_some(filters)
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::Value;
-
-    use crate::compile::CompileOptions;
-    use crate::compile::snapshot::Snapshot;
-    use crate::compile::tests::compile_test_docs;
-    use crate::plane::decide::{Decision, Head, RequestFacts, decide_request};
-    use crate::plane::edge::EdgeConfig;
-
-    /// Services `web`, `v2` (with endpoints) and `empty` (none) in `infra`
-    /// and `other`, a Gateway `gw` in `infra` (HTTP on 80 for routes from
-    /// the same namespace, `*.example.com`; HTTP on 80 for all namespaces,
-    /// `all.example.com`; HTTP on 8080).
-    fn base() -> Vec<String> {
-        let svc = |ns: &str, name: &str, ip: &str| {
-            format!(
-                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{ports: [{{port: 8080}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nendpoints: [{{addresses: [\"{ip}\"]}}]\nports: [{{name: \"\", port: 8080}}]\n"
-            )
-        };
-        vec![
-            svc("infra", "web", "10.0.0.1"),
-            svc("infra", "v2", "10.0.0.2"),
-            svc("other", "web", "10.0.0.3"),
-            "apiVersion: v1\nkind: Service\nmetadata: {name: empty, namespace: infra}\nspec: {ports: [{port: 8080}]}\n".into(),
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: \"*.example.com\"}\n  - {name: all, protocol: HTTP, port: 80, hostname: all.example.com, allowedRoutes: {namespaces: {from: All}}}\n  - {name: alt, protocol: HTTP, port: 8080}\n  - {name: tcp, protocol: TCP, port: 5432}\n".into(),
-        ]
-    }
-
-    fn route(ns: &str, name: &str, spec: &str) -> String {
-        format!(
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n{spec}"
-        )
-    }
-
-    fn compile(extra: &[String]) -> Snapshot {
-        let mut docs = base();
-        docs.extend_from_slice(extra);
-        compile_test_docs(&docs, &CompileOptions::default())
-    }
-
-    fn status(s: &Snapshot) -> Value {
-        serde_json::to_value(&s.report.gateway).unwrap()
-    }
-
-    fn route_conditions(s: &Snapshot, name: &str) -> Vec<(String, String, String)> {
-        let status = status(s);
-        let routes = status["httpRoutes"].as_array().unwrap();
-        let r = routes
-            .iter()
-            .find(|r| r["name"] == name)
-            .unwrap_or_else(|| panic!("{name}: {status}"));
-        r["status"]["parents"][0]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                let f = |k: &str| c[k].as_str().unwrap().to_string();
-                (f("type"), f("status"), f("reason"))
-            })
-            .collect()
-    }
-
-    fn has(conds: &[(String, String, String)], t: &str, st: &str, reason: &str) -> bool {
-        conds
-            .iter()
-            .any(|(a, b, c)| a == t && b == st && c == reason)
-    }
-
-    /// Where a request goes: the upstream's name, or the answer's status.
-    fn go(s: &Snapshot, host: &str, path: &str, facts: &RequestFacts<'_>) -> String {
-        let head = Head {
-            host_headers: 1,
-            authority: host,
-            path,
-            requires_host: true,
-            declared_length: None,
-        };
-        match decide_request(s, &EdgeConfig::default(), &head, facts) {
-            Decision::Forward(f) => f.upstream.name.clone(),
-            Decision::Answer(a, _) => match a.location {
-                Some(l) => format!("{} {l}", a.status),
-                None => a.status.to_string(),
-            },
-        }
-    }
-
-    const PLAIN: RequestFacts<'static> = RequestFacts::UNKNOWN;
-
-    #[test]
-    fn status_reasons_follow_the_specification() {
-        let s = compile(&[
-            route(
-                "infra",
-                "ok",
-                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n",
-            ),
-            route(
-                "infra",
-                "no-section",
-                "  parentRefs: [{name: gw, sectionName: nope}]\n",
-            ),
-            route("infra", "no-port", "  parentRefs: [{name: gw, port: 81}]\n"),
-            route(
-                "other",
-                "not-allowed",
-                "  parentRefs: [{name: gw, namespace: infra, sectionName: http}]\n",
-            ),
-            route(
-                "infra",
-                "no-hostname",
-                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.org]\n",
-            ),
-            route(
-                "infra",
-                "missing",
-                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [m.example.com]\n  rules: [{backendRefs: [{name: nothing, port: 8080}]}]\n",
-            ),
-            route(
-                "infra",
-                "kind",
-                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [k.example.com]\n  rules: [{backendRefs: [{group: example.com, kind: Bucket, name: b}]}]\n",
-            ),
-            route(
-                "infra",
-                "cross",
-                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [c.example.com]\n  rules: [{backendRefs: [{name: web, namespace: other, port: 8080}]}]\n",
-            ),
-            route(
-                "infra",
-                "regex",
-                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [r.example.com]\n  rules: [{matches: [{path: {type: RegularExpression, value: \"(\"}}]}]\n",
-            ),
-        ]);
-        assert!(has(
-            &route_conditions(&s, "ok"),
-            "Accepted",
-            "True",
-            "Accepted"
-        ));
-        assert!(has(
-            &route_conditions(&s, "ok"),
-            "ResolvedRefs",
-            "True",
-            "ResolvedRefs"
-        ));
-        assert!(has(
-            &route_conditions(&s, "no-section"),
-            "Accepted",
-            "False",
-            "NoMatchingParent"
-        ));
-        assert!(has(
-            &route_conditions(&s, "no-port"),
-            "Accepted",
-            "False",
-            "NoMatchingParent"
-        ));
-        assert!(has(
-            &route_conditions(&s, "not-allowed"),
-            "Accepted",
-            "False",
-            "NotAllowedByListeners"
-        ));
-        assert!(has(
-            &route_conditions(&s, "no-hostname"),
-            "Accepted",
-            "False",
-            "NoMatchingListenerHostname"
-        ));
-        assert!(has(
-            &route_conditions(&s, "missing"),
-            "ResolvedRefs",
-            "False",
-            "BackendNotFound"
-        ));
-        assert!(has(
-            &route_conditions(&s, "kind"),
-            "ResolvedRefs",
-            "False",
-            "InvalidKind"
-        ));
-        assert!(has(
-            &route_conditions(&s, "cross"),
-            "ResolvedRefs",
-            "False",
-            "RefNotPermitted"
-        ));
-        assert!(has(
-            &route_conditions(&s, "regex"),
-            "Accepted",
-            "False",
-            "UnsupportedValue"
-        ));
-        // Unresolved backends answer 500; the rest routes.
-        assert_eq!(go(&s, "a.example.com", "/", &PLAIN), "infra/web:8080");
-        assert_eq!(go(&s, "m.example.com", "/", &PLAIN), "500");
-        assert_eq!(go(&s, "c.example.com", "/", &PLAIN), "500");
-        assert_eq!(go(&s, "z.example.com", "/", &PLAIN), "404");
-
-        let status = status(&s);
-        let gw = &status["gateways"][0]["status"];
-        let listener = |name: &str| {
-            gw["listeners"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|l| l["name"] == name)
-                .unwrap()
-                .clone()
-        };
-        assert_eq!(listener("http")["attachedRoutes"], 4, "{gw}");
-        assert_eq!(listener("tcp")["supportedKinds"][0]["kind"], "TCPRoute");
-        assert_eq!(
-            listener("alt")["conditions"][0]["reason"],
-            "PortUnavailable"
-        );
-        assert_eq!(
-            listener("tcp")["conditions"][0]["reason"],
-            "UnsupportedProtocol"
-        );
-        assert_eq!(gw["conditions"][0]["type"], "Accepted");
-        assert_eq!(gw["conditions"][0]["status"], "True");
-    }
-
-    #[test]
-    fn a_reference_grant_permits_a_cross_namespace_backend() {
-        let grant = "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: g, namespace: other}\nspec:\n  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: infra}]\n  to: [{group: \"\", kind: Service}]\n".to_string();
-        let s = compile(&[
-            grant,
-            route(
-                "infra",
-                "cross",
-                "  parentRefs: [{name: gw}]\n  hostnames: [c.example.com]\n  rules: [{backendRefs: [{name: web, namespace: other, port: 8080}]}]\n",
-            ),
-            route(
-                "other",
-                "from-other",
-                "  parentRefs: [{name: gw, namespace: infra}]\n  hostnames: [all.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n",
-            ),
-        ]);
-        assert!(has(
-            &route_conditions(&s, "cross"),
-            "ResolvedRefs",
-            "True",
-            "ResolvedRefs"
-        ));
-        assert_eq!(go(&s, "c.example.com", "/", &PLAIN), "other/web:8080");
-        // Attached to the listener admitting All, not to `http` (Same).
-        assert!(has(
-            &route_conditions(&s, "from-other"),
-            "Accepted",
-            "True",
-            "Accepted"
-        ));
-        assert_eq!(go(&s, "all.example.com", "/", &PLAIN), "other/web:8080");
-    }
-
-    #[test]
-    fn matches_precedence_and_filters_route_as_specified() {
-        let s = compile(&[
-            route(
-                "infra",
-                "m",
-                "  parentRefs: [{name: gw}]\n  hostnames: [m.example.com]\n  rules:\n  - backendRefs: [{name: web, port: 8080}]\n  - matches: [{headers: [{name: version, value: two}]}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{path: {type: Exact, value: /exact}, method: POST}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}, statusCode: 301}}]\n  - matches: [{path: {type: PathPrefix, value: /empty}}]\n    backendRefs: [{name: empty, port: 8080}]\n  - matches: [{queryParams: [{name: animal, value: whale}]}]\n    backendRefs: [{name: v2, port: 8080}]\n",
-            ),
-            // A younger route on the same host with a longer prefix wins
-            // its paths; precedence spans routes.
-            route(
-                "infra",
-                "n",
-                "  parentRefs: [{name: gw}]\n  hostnames: [m.example.com]\n  rules: [{matches: [{path: {type: PathPrefix, value: /v2}}], backendRefs: [{name: v2, port: 8080}]}]\n",
-            ),
-        ]);
-        let headers: &[(&str, &str)] = &[("Version", "two")];
-        let with = |method: &'static str, query: &'static str| RequestFacts {
-            method,
-            query: Some(query),
-            headers: Some(&headers),
-            tls: Some(false),
-        };
-        assert_eq!(go(&s, "m.example.com", "/", &PLAIN), "infra/web:8080");
-        assert_eq!(
-            go(&s, "m.example.com", "/", &with("GET", "")),
-            "infra/v2:8080"
-        );
-        assert_eq!(
-            go(&s, "m.example.com", "/exact", &with("POST", "")),
-            "infra/v2:8080"
-        );
-        let none: &[(&str, &str)] = &[];
-        let bare = |method: &'static str, query: &'static str| RequestFacts {
-            method,
-            query: Some(query),
-            headers: Some(&none),
-            tls: Some(false),
-        };
-        assert_eq!(
-            go(&s, "m.example.com", "/exact", &bare("GET", "")),
-            "infra/web:8080"
-        );
-        assert_eq!(
-            go(&s, "m.example.com", "/x", &bare("GET", "animal=whale")),
-            "infra/v2:8080"
-        );
-        assert_eq!(go(&s, "m.example.com", "/v2/x", &PLAIN), "infra/v2:8080");
-        assert_eq!(go(&s, "m.example.com", "/empty", &PLAIN), "503");
-        assert_eq!(
-            go(&s, "m.example.com:80", "/old/page", &bare("GET", "")),
-            "301 http://m.example.com/new/page"
-        );
-    }
-
-    #[test]
-    fn weights_split_traffic_and_zero_weights_get_none() {
-        let s = compile(&[route(
-            "infra",
-            "w",
-            "  parentRefs: [{name: gw}]\n  hostnames: [w.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080, weight: 3}, {name: v2, port: 8080, weight: 1}, {name: empty, port: 8080, weight: 0}]}]\n",
-        )]);
-        let hits: Vec<String> = (0..400)
-            .map(|_| go(&s, "w.example.com", "/", &PLAIN))
-            .collect();
-        let web = hits.iter().filter(|h| *h == "infra/web:8080").count();
-        let v2 = hits.iter().filter(|h| *h == "infra/v2:8080").count();
-        assert_eq!((web, v2), (300, 100));
-    }
-
-    #[test]
-    fn ingress_and_route_on_one_host_the_older_holds_it() {
-        let ingress = |name: &str, created: &str, host: &str| {
-            format!(
-                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: infra, creationTimestamp: \"{created}\"}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - host: {host}\n    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: empty, port: {{number: 8080}}}}}}}}]}}\n"
-            )
-        };
-        let route = |name: &str, created: &str, host: &str| {
-            format!(
-                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: infra, creationTimestamp: \"{created}\"}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [{host}]\n  rules: [{{backendRefs: [{{name: web, port: 8080}}]}}]\n"
-            )
-        };
-        let s = compile(&[
-            ingress("old-ingress", "2024-01-01T00:00:00Z", "one.example.com"),
-            route("young-route", "2024-02-01T00:00:00Z", "one.example.com"),
-            route("old-route", "2024-01-01T00:00:00Z", "two.example.com"),
-            ingress("young-ingress", "2024-02-01T00:00:00Z", "two.example.com"),
-            // Different patterns: the more specific one serves.
-            route(
-                "wild-route",
-                "2024-01-01T00:00:00Z",
-                "\"*.three.example.com\"",
-            ),
-            ingress(
-                "exact-ingress",
-                "2024-02-01T00:00:00Z",
-                "a.three.example.com",
-            ),
-        ]);
-        assert_eq!(
-            go(&s, "one.example.com", "/", &PLAIN),
-            "503",
-            "the older Ingress"
-        );
-        assert!(has(
-            &route_conditions(&s, "young-route"),
-            "Conflicted",
-            "True",
-            "OlderIngressWins"
-        ));
-        assert_eq!(
-            go(&s, "two.example.com", "/", &PLAIN),
-            "infra/web:8080",
-            "the older route"
-        );
-        let young = s
-            .report
-            .ingresses
-            .iter()
-            .find(|r| r.name == "young-ingress")
-            .unwrap();
-        let conflicted = young
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Conflicted")
-            .unwrap();
-        assert_eq!(conflicted.status, "True", "{conflicted:?}");
-        assert!(conflicted.message.contains("infra/old-route"));
-        assert_eq!(
-            go(&s, "a.three.example.com", "/", &PLAIN),
-            "503",
-            "exact Ingress host"
-        );
-        assert_eq!(
-            go(&s, "b.c.three.example.com", "/", &PLAIN),
-            "infra/web:8080",
-            "any depth"
-        );
-    }
-
-    #[test]
-    fn tenant_listeners_without_hostname_bind_to_the_assigned_hostname() {
-        let docs = vec![
-            "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme, nodeCIDRs: [10.1.0.0/24]}\n".to_string(),
-            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: tenant-acme}\nspec: {ports: [{port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: tenant-acme, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.1.0.5]}]\nports: [{name: \"\", port: 30080}]\n".into(),
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: shop.default, namespace: tenant-acme}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n".into(),
-            route("tenant-acme", "web.default", "  parentRefs: [{name: shop.default}]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n"),
-        ];
-        let options = CompileOptions {
-            domain: "example.net".into(),
-            ..CompileOptions::default()
-        };
-        let s = compile_test_docs(&docs, &options);
-        assert_eq!(
-            go(&s, "shop-default.acme.lb.example.net", "/", &PLAIN),
-            "tenant-acme/web:80"
-        );
-        assert_eq!(go(&s, "other.example", "/", &PLAIN), "404");
-        let status = status(&s);
-        assert_eq!(
-            status["gateways"][0]["status"]["addresses"][0]["value"],
-            "shop-default.acme.lb.example.net"
-        );
-        let f = match decide_request(
-            &s,
-            &EdgeConfig::default(),
-            &Head {
-                host_headers: 1,
-                authority: "shop-default.acme.lb.example.net",
-                path: "/",
-                requires_host: true,
-                declared_length: None,
-            },
-            &PLAIN,
-        ) {
-            Decision::Forward(f) => f,
-            Decision::Answer(a, _) => panic!("{a:?}"),
-        };
-        assert!(
-            f.tenant.is_some(),
-            "the tenant gate applies to its Gateway routes"
-        );
-    }
 }

@@ -433,10 +433,17 @@ pub struct TableBuilder {
 
 impl TableBuilder {
     pub fn add(&mut self, host: Option<&HostPattern>, candidate: Candidate) {
+        // Probe before allocating a key: most adds find their host.
+        fn list<'m>(map: &'m mut FastMap<Vec<Candidate>>, key: &str) -> &'m mut Vec<Candidate> {
+            if !map.contains_key(key) {
+                map.insert(key.into(), Vec::new());
+            }
+            map.get_mut(key).expect("inserted above")
+        }
         let list = match host {
             None => &mut self.any,
-            Some(HostPattern::Exact(h)) => self.exact.entry(h.as_str().into()).or_default(),
-            Some(HostPattern::Wildcard(s)) => self.wildcard.entry(s.as_str().into()).or_default(),
+            Some(HostPattern::Exact(h)) => list(&mut self.exact, h),
+            Some(HostPattern::Wildcard(s)) => list(&mut self.wildcard, s),
         };
         list.push(candidate);
     }
@@ -489,10 +496,12 @@ impl TableBuilder {
             list.into_boxed_slice()
         };
         let mut table = GatewayTable::default();
-        for (host, own) in &exact {
-            let mut list: Vec<Candidate> = own.iter().map(|c| c.at(HostRank::Exact)).collect();
-            covering(host, usize::MAX, &mut list);
-            table.exact.insert(host.clone(), finish(list));
+        table.exact.reserve(exact.len());
+        for (host, mut list) in exact {
+            // Candidates are made at HostRank::Exact: an exact host's own
+            // need no copy.
+            covering(&host, usize::MAX, &mut list);
+            table.exact.insert(host, finish(list));
         }
         for (suffix, own) in &wildcard {
             let mut list: Vec<Candidate> = own
@@ -559,6 +568,11 @@ impl GatewayTable {
         candidates
             .iter()
             .find(|c| c.on(facts.tls) && c.matcher.matches(path, facts))
+    }
+
+    /// Number of host patterns with candidates (the catch-all counts one).
+    pub fn hosts(&self) -> usize {
+        self.exact.len() + self.wildcard.len() + usize::from(self.any.is_some())
     }
 
     /// Number of (host, candidate) entries.
