@@ -50,6 +50,15 @@ struct Cli {
     /// Cases of one test in flight at once.
     #[arg(long, value_name = "N", default_value_t = 8)]
     parallel: usize,
+    /// An argument for `teapot proxy` (repeatable; replaces the default `--h2c`).
+    #[arg(
+        long = "proxy-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        num_args = 1,
+        action = clap::ArgAction::Append
+    )]
+    proxy_args: Vec<String>,
     /// Test files (`<Test>.json`), or directories of them.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
@@ -86,6 +95,14 @@ fn main() -> ExitCode {
             keep: cli.keep,
             case_timeout,
             parallel: cli.parallel,
+            proxy_args: if cli.proxy_args.is_empty() {
+                gateway::DEFAULT_PROXY_ARGS
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect()
+            } else {
+                cli.proxy_args
+            },
         },
         filter: cli.filter,
         skip,

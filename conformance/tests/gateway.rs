@@ -49,6 +49,10 @@ fn options(paths: Vec<PathBuf>, upstream: PathBuf, skip: BTreeMap<String, String
             // a passing case passes at once; failing cases wait this long.
             case_timeout: Duration::from_secs(2),
             parallel: 16,
+            proxy_args: gateway::DEFAULT_PROXY_ARGS
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
         },
         filter: None,
         skip,

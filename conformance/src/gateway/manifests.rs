@@ -12,7 +12,8 @@
 //!   addresses stay).
 //! - Kinds that only make sense with a cluster ([`DROPPED_KINDS`]) are not
 //!   written: Deployments become echo processes ([`Workload`]), the rest
-//!   (Namespaces, ConfigMaps, ...) have no reader in teapot.
+//!   (ConfigMaps, ...) have no reader in teapot. Namespaces are written:
+//!   their labels decide `allowedRoutes.namespaces.from: Selector`.
 //! - The runner adds GatewayClass `teapot`, the TLS Secrets the harness
 //!   creates for Gateway listeners ([`HARNESS_SECRETS`]), and one
 //!   EndpointSlice per echo process.
@@ -32,7 +33,6 @@ pub const CONTROLLER_NAME: &str = "teapot.dev/gateway-controller";
 /// echo processes and EndpointSlices) and cluster objects teapot does not
 /// read.
 pub const DROPPED_KINDS: &[&str] = &[
-    "Namespace",
     "Deployment",
     "ReplicaSet",
     "StatefulSet",
@@ -468,24 +468,35 @@ spec:
         let kinds: Vec<&str> = prepared.objects.iter().map(|o| o.kind.as_str()).collect();
         assert_eq!(
             kinds,
-            ["Gateway", "Service", "Service", "GatewayClass", "HTTPRoute"]
+            [
+                "Namespace",
+                "Gateway",
+                "Service",
+                "Service",
+                "GatewayClass",
+                "HTTPRoute"
+            ]
         );
         assert_eq!(
             prepared.dropped,
-            BTreeMap::from([("Deployment".to_string(), 1), ("Namespace".to_string(), 1)])
+            BTreeMap::from([("Deployment".to_string(), 1)])
         );
-        let gateway = &prepared.objects[0].value;
+        assert_eq!(
+            prepared.objects[0].value["metadata"]["labels"]["gateway-conformance"],
+            "infra"
+        );
+        let gateway = &prepared.objects[1].value;
         assert_eq!(gateway["spec"]["gatewayClassName"], "teapot");
         assert_eq!(
             gateway["spec"]["addresses"],
             serde_yaml::from_str::<Value>("[{type: test/fake-invalid-type, value: x}]").unwrap()
         );
         assert_eq!(gateway["spec"]["listeners"][0]["port"], 80);
-        let class = &prepared.objects[3].value;
+        let class = &prepared.objects[4].value;
         assert_eq!(class["spec"]["controllerName"], CONTROLLER_NAME);
         // The route is written untouched.
         assert_eq!(
-            prepared.objects[4].value,
+            prepared.objects[5].value,
             serde_yaml::from_str::<Value>(TEST.split("---").nth(2).unwrap()).unwrap()
         );
 

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use runner::{CaseOutcome, RunConfig};
+pub use runner::{CaseOutcome, DEFAULT_PROXY_ARGS, RunConfig};
 
 /// What to run and how.
 #[derive(Debug, Clone)]
@@ -401,6 +401,7 @@ mod tests {
                 keep: false,
                 case_timeout: Duration::from_millis(100),
                 parallel: 2,
+                proxy_args: Vec::new(),
             },
             filter: None,
             skip: BTreeMap::new(),

@@ -48,7 +48,14 @@ pub struct RunConfig {
     pub case_timeout: Duration,
     /// Cases of one test in flight at once (upstream runs them in parallel).
     pub parallel: usize,
+    /// Added to `teapot proxy --manifests DIR --http ... --https ... --admin ...`.
+    pub proxy_args: Vec<String>,
 }
+
+/// The proxy's arguments beyond the listeners: cleartext HTTP/2 on the
+/// plain listener, which the gRPC clients and the H2C test speak (prior
+/// knowledge), as a Gateway serving GRPCRoutes must accept.
+pub const DEFAULT_PROXY_ARGS: &[&str] = &["--h2c"];
 
 /// One case's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +145,8 @@ impl Fixture {
             .start_backends(&prepared.backends, &mut writer)
             .await?;
 
-        let proxy = ProxyProcess::start(&config.teapot, fixture.dir.path(), &[])
+        let proxy_args: Vec<&str> = config.proxy_args.iter().map(String::as_str).collect();
+        let proxy = ProxyProcess::start(&config.teapot, fixture.dir.path(), &proxy_args)
             .await
             .map_err(|e| format!("starting {} proxy: {e}", config.teapot.display()))?;
         wait_for_snapshot(&proxy, &prepared.backends, &fixture.services).await?;
