@@ -1,5 +1,6 @@
 //! `teapot-gateway-conformance [--teapot PATH] [--upstream DIR] [--skip FILE]
-//! [--filter TEXT] [--keep] [--report-only] [--case-timeout SECS] PATH...`
+//! [--filter TEXT] [--keep] [--report-only] [--verbose] [--case-timeout SECS]
+//! [--parallel N] [--proxy-arg ARG]... PATH...`
 //!
 //! Runs the Gateway API conformance tests ported to data
 //! (`conformance/gateway/data/*.json`) against `teapot proxy` in manifests
@@ -44,6 +45,9 @@ struct Cli {
     /// Exit 0 even when tests fail (a score, not a gate).
     #[arg(long)]
     report_only: bool,
+    /// After each test, one line per failing case.
+    #[arg(long)]
+    verbose: bool,
     /// How long one case may take to become consistent, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = gateway::DEFAULT_CASE_TIMEOUT.as_secs_f64())]
     case_timeout: f64,
@@ -121,6 +125,11 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(gateway::run(&options, |outcome| {
         println!("{}", outcome.line());
+        if cli.verbose {
+            for line in outcome.case_lines() {
+                println!("  {line}");
+            }
+        }
     }));
     match result {
         Ok(summary) => {

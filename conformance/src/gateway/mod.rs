@@ -88,6 +88,20 @@ impl TestOutcome {
         }
     }
 
+    /// `FAIL <case>: <reason>` for every failing case (for `--verbose`).
+    pub fn case_lines(&self) -> Vec<String> {
+        match &self.result {
+            TestResult::Ran(cases) => cases
+                .iter()
+                .filter_map(|c| {
+                    let reason = c.failure.as_deref()?;
+                    Some(format!("FAIL {}: {}", one_line(&c.name), one_line(reason)))
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The report line.
     pub fn line(&self) -> String {
         let (passed, total) = self.cases();
@@ -338,6 +352,14 @@ mod tests {
                 "EMPTY E: no ported case",
             ]
         );
+        assert_eq!(
+            outcomes[1].case_lines(),
+            [
+                "FAIL 1 request: expected status code to be one of [200], got 404",
+                "FAIL 2 request: x"
+            ]
+        );
+        assert!(outcomes[2].case_lines().is_empty());
         let summary = Summary { outcomes };
         assert_eq!(
             summary.closing_lines(),
