@@ -756,6 +756,95 @@ mod gateway_tests {
     }
 
     #[test]
+    fn grpc_routes_match_service_and_method_to_h2c_backends() {
+        let grpc = "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: g, namespace: infra}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [grpc.example.com]\n  rules:\n  - matches: [{method: {service: echo.Echo, method: Ping}}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{method: {service: echo.Echo}}, {headers: [{name: x-canary, value: \"1\"}]}]\n    backendRefs: [{name: web, port: 8080}]\n".to_string();
+        let s = compile(&[grpc]);
+        let status = status(&s);
+        assert_eq!(
+            status["grpcRoutes"][0]["status"]["parents"][0]["conditions"][0]["reason"], "Accepted",
+            "{status}"
+        );
+        assert_eq!(
+            go(&s, "grpc.example.com", "/echo.Echo/Ping", &PLAIN),
+            "infra/v2:8080"
+        );
+        assert_eq!(
+            go(&s, "grpc.example.com", "/echo.Echo/Other", &PLAIN),
+            "infra/web:8080"
+        );
+        assert_eq!(go(&s, "grpc.example.com", "/other.Svc/Ping", &PLAIN), "404");
+        let canary: &[(&str, &str)] = &[("x-canary", "1")];
+        let facts = RequestFacts {
+            method: "POST",
+            query: Some(""),
+            headers: Some(&canary),
+            tls: Some(false),
+        };
+        assert_eq!(
+            go(&s, "grpc.example.com", "/other.Svc/Ping", &facts),
+            "infra/web:8080"
+        );
+        let head = Head {
+            host_headers: 1,
+            authority: "grpc.example.com",
+            path: "/echo.Echo/Ping",
+            requires_host: true,
+            declared_length: None,
+        };
+        match decide_request(&s, &EdgeConfig::default(), &head, &PLAIN) {
+            Decision::Forward(f) => {
+                assert!(f.gateway.is_some_and(|g| g.h2c), "gRPC backends are h2c")
+            }
+            Decision::Answer(a, _) => panic!("{a:?}"),
+        }
+    }
+
+    #[test]
+    fn https_listeners_serve_their_certificate_by_sni_and_only_on_tls() {
+        let pem = teapot_testkit::certs::self_signed(&["secure.example.com"]);
+        let secret = teapot_testkit::certs::tls_secret_yaml("certs", "tls", &pem);
+        let gw = |grant: bool| {
+            let mut docs = vec![
+                secret.clone(),
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: tls, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - name: https\n    protocol: HTTPS\n    port: 443\n    hostname: secure.example.com\n    tls: {certificateRefs: [{name: tls, namespace: certs}]}\n".to_string(),
+                route("infra", "secure", "  parentRefs: [{name: tls}]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n"),
+            ];
+            if grant {
+                docs.push("apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: g, namespace: certs}\nspec:\n  from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: infra}]\n  to: [{group: \"\", kind: Secret}]\n".into());
+            }
+            compile(&docs)
+        };
+        let denied = gw(false);
+        assert!(denied.certs.lookup("secure.example.com").is_none());
+        let listener = &status(&denied)["gateways"][1]["status"]["listeners"][0];
+        let resolved = listener["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "ResolvedRefs")
+            .unwrap();
+        assert_eq!(resolved["reason"], "RefNotPermitted", "{listener}");
+
+        let s = gw(true);
+        assert!(s.certs.lookup("secure.example.com").is_some());
+        let on = |tls: bool| RequestFacts {
+            method: "GET",
+            query: Some(""),
+            headers: None,
+            tls: Some(tls),
+        };
+        assert_eq!(
+            go(&s, "secure.example.com", "/", &on(true)),
+            "infra/web:8080"
+        );
+        assert_eq!(
+            go(&s, "secure.example.com", "/", &on(false)),
+            "404",
+            "HTTPS listener only"
+        );
+    }
+
+    #[test]
     fn listeners_select_route_namespaces_by_label() {
         let gw = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: sel, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: sel.example.com, allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: web}, matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [blocked]}]}}}}\n".to_string();
         let ns = |name: &str, team: &str| {

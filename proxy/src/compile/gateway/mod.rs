@@ -1038,7 +1038,11 @@ fn gateway_entry<'s>(
                 generation,
             )
         });
+        // A tenant's certificates go on the hosts its routes bind (after
+        // the tenant host rules, in `attach`), never on a bare listener
+        // hostname: certificates only for routed hosts.
         if plane == Some(Plane::Https)
+            && tenant.is_none()
             && let Some(h) = &hostname
         {
             for s in listener_secrets(id, l) {

@@ -43,8 +43,9 @@ pub struct RequestFacts<'a> {
     /// when the request had none and the engine knows it (`Some("")`).
     pub query: Option<&'a str>,
     pub headers: Option<&'a dyn RequestHeaders>,
-    /// Whether the request came over TLS (the HTTPS listener); `None`
-    /// matches rules of either listener.
+    /// Whether the request came over TLS (the HTTPS listener). `None` is
+    /// taken as plain HTTP: a rule of an HTTPS listener only is never
+    /// served to a request whose transport is unknown.
     pub tls: Option<bool>,
 }
 
@@ -416,9 +417,8 @@ impl Candidate {
     /// Whether it serves a request on this listener plane.
     fn on(&self, tls: Option<bool>) -> bool {
         match tls {
-            None => true,
             Some(true) => self.https,
-            Some(false) => self.http,
+            None | Some(false) => self.http,
         }
     }
 }
