@@ -157,14 +157,23 @@ impl HeaderEdits {
 
     /// [`Self::set`] with the value formatted straight into the edits.
     pub fn set_fmt(&mut self, name: &[u8], value: std::fmt::Arguments<'_>) {
+        // Writing into a Vec cannot fail; a Display impl that errs leaves
+        // what it wrote, as `to_string` would panic instead.
+        self.push_set_with(name, |buf| {
+            let _ = std::fmt::Write::write_fmt(&mut ByteWriter(buf), value);
+        });
+    }
+
+    /// [`Self::set`] with the value written straight into the edits by
+    /// `write` (bytes appended to the vector it is given): for values put
+    /// together per request without `fmt`'s machinery.
+    pub fn push_set_with(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>)) {
         let at = self.buf.len();
         if !self.push(Op::Set, name, b"") {
             return;
         }
         let before = self.buf.len();
-        // Writing into a Vec cannot fail; a Display impl that errs leaves
-        // what it wrote, as `to_string` would panic instead.
-        let _ = std::fmt::Write::write_fmt(&mut ByteWriter(&mut self.buf), value);
+        write(&mut self.buf);
         match u32::try_from(self.buf.len() - before) {
             Ok(len) => self.buf[at + 3..at + EDIT_PREFIX].copy_from_slice(&len.to_le_bytes()),
             Err(_) => self.buf.truncate(at),
@@ -400,12 +409,14 @@ mod tests {
         edits.set_fmt(b"x-port", format_args!("{}", 8443u16));
         edits.push_remove(b"x-gone");
         edits.push_set(b"x-empty", b"");
+        edits.push_set_with(b"x-bytes", |v| v.extend_from_slice(b"a;b"));
         let fields: Vec<_> = edits.fields().collect();
         assert_eq!(
             fields,
             [
                 (&b"x-port"[..], &b"8443"[..]),
                 (b"x-empty", b""),
+                (b"x-bytes", b"a;b"),
                 (b"x-added", b"1")
             ]
         );
@@ -413,7 +424,8 @@ mod tests {
         assert!(!edits.skips(b"x-added"), "an addition keeps the client's");
         // Too long for its length field: dropped, the rest intact.
         edits.set_fmt(&[b'a'; 70_000], format_args!("v"));
-        assert_eq!(edits.fields().count(), 3);
+        edits.push_set_with(&[b'a'; 70_000], |v| v.push(b'v'));
+        assert_eq!(edits.fields().count(), 4);
         assert!(!HeaderEdits::default().skips(b"x"));
     }
 }

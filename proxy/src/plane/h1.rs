@@ -33,9 +33,7 @@ use crate::compile::fairness::TenantPermit;
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
-use crate::plane::decide::{
-    Answer, Decision, Head, MISDIRECTED, check_host, decide, each_forwarding_header,
-};
+use crate::plane::decide::{Answer, Decision, Head, MISDIRECTED, check_host, decide};
 use crate::plane::edge::EdgeConfig;
 use crate::plane::metrics::{InFlight, Metrics, Series};
 use crate::plane::proxy::{
@@ -231,10 +229,15 @@ impl Router {
     }
 }
 
-/// `X-Forwarded-*` from [`each_forwarding_header`], as replacements of
-/// whatever the client sent, and the request's ID and trace context when
-/// teapot made them: formatted straight into one buffer, the client's
-/// address on the stack, so the edits cost one allocation.
+/// `X-Forwarded-*` as [`each_forwarding_header`] defines them, as
+/// replacements of whatever the client sent, and the request's ID and
+/// trace context when teapot made them: written as bytes straight into
+/// one buffer (no `fmt`, the client's address on the stack), so the edits
+/// cost one allocation. The fields, their order and their values are
+/// [`each_forwarding_header`]'s; `forwarding_edits_match_the_decision`
+/// checks it.
+///
+/// [`each_forwarding_header`]: crate::plane::decide::each_forwarding_header
 fn forwarding_edits(
     conn: &ConnInfo,
     authority: &str,
@@ -246,31 +249,69 @@ fn forwarding_edits(
     // traceparent (11 + 55).
     let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len() + 128);
     if request_id.is_new() {
-        edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_str().as_bytes());
+        edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_bytes());
     }
     if traceparent.is_new() {
-        edits.push_set(
-            trace::TRACEPARENT.as_bytes(),
-            traceparent.as_str().as_bytes(),
-        );
+        edits.push_set(trace::TRACEPARENT.as_bytes(), traceparent.as_bytes());
     }
     let mut ip = IpText {
         buf: [0; 48],
         len: 0,
     };
     let client_ip = conn.client.map(|a| ip.of(a.ip()));
-    let local_port = conn.local.map(|a| a.port());
-    each_forwarding_header(
-        client_ip,
-        conn.tls,
-        authority,
-        local_port,
-        |name, value| match value {
-            Some(v) => edits.set_fmt(name.as_bytes(), format_args!("{v}")),
-            None => edits.push_remove(name.as_bytes()),
-        },
-    );
+    let proto: &[u8] = if conn.tls { b"https" } else { b"http" };
+    let set_or_remove = |edits: &mut HeaderEdits, name: &[u8], value: Option<&[u8]>| match value {
+        Some(v) => edits.push_set(name, v),
+        None => edits.push_remove(name),
+    };
+    set_or_remove(&mut edits, b"x-forwarded-for", client_ip);
+    edits.push_set(b"x-forwarded-proto", proto);
+    edits.push_set(b"x-forwarded-host", authority.as_bytes());
+    match conn.local {
+        Some(local) => edits.push_set_with(b"x-forwarded-port", |v| write_decimal(v, local.port())),
+        None => edits.push_remove(b"x-forwarded-port"),
+    }
+    match client_ip {
+        // RFC 7239 §4: an IPv6 node and the host go in a quoted-string.
+        Some(ip) => edits.push_set_with(b"forwarded", |v| {
+            if ip.contains(&b':') {
+                v.extend_from_slice(b"for=\"[");
+                v.extend_from_slice(ip);
+                v.extend_from_slice(b"]\"");
+            } else {
+                v.extend_from_slice(b"for=");
+                v.extend_from_slice(ip);
+            }
+            v.extend_from_slice(b";proto=");
+            v.extend_from_slice(proto);
+            v.extend_from_slice(b";host=\"");
+            for &b in authority.as_bytes() {
+                if matches!(b, b'"' | b'\\') {
+                    v.push(b'\\');
+                }
+                v.push(b);
+            }
+            v.push(b'"');
+        }),
+        None => edits.push_remove(b"forwarded"),
+    }
+    set_or_remove(&mut edits, b"x-real-ip", client_ip);
     edits
+}
+
+fn write_decimal(out: &mut Vec<u8>, n: u16) {
+    let mut digits = [0u8; 5];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// An IP address's text without a `String`: the longest, an IPv4-mapped
@@ -281,12 +322,38 @@ struct IpText {
 }
 
 impl IpText {
-    fn of(&mut self, ip: std::net::IpAddr) -> &str {
+    /// IPv4 by hand (every request of an IPv4 client formats it), IPv6
+    /// through `Display` (its zero compression is not worth repeating).
+    fn of(&mut self, ip: std::net::IpAddr) -> &[u8] {
         use std::fmt::Write as _;
         self.len = 0;
-        let _ = write!(self, "{ip}");
-        // Only whole `&str`s were copied in.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+        match ip {
+            std::net::IpAddr::V4(v4) => {
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        self.push(b'.');
+                    }
+                    if octet >= 100 {
+                        self.push(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        self.push(b'0' + octet / 10 % 10);
+                    }
+                    self.push(b'0' + octet % 10);
+                }
+            }
+            std::net::IpAddr::V6(_) => {
+                let _ = write!(self, "{ip}");
+            }
+        }
+        &self.buf[..self.len]
+    }
+
+    fn push(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
     }
 }
 
@@ -442,5 +509,98 @@ fn reason(log: &RequestLog<'_>) -> Option<&'static str> {
             U::Closed => "upstream_closed",
             U::BadResponse => "upstream_bad_response",
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plane::decide::each_forwarding_header;
+
+    /// The edits as [`each_forwarding_header`] formats them (what this
+    /// file did before the byte writer).
+    fn through_display(
+        conn: &ConnInfo,
+        authority: &str,
+        request_id: &RequestId<'_>,
+        traceparent: &TraceParent<'_>,
+    ) -> HeaderEdits {
+        let mut edits = HeaderEdits::default();
+        if request_id.is_new() {
+            edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_str().as_bytes());
+        }
+        if traceparent.is_new() {
+            edits.push_set(
+                trace::TRACEPARENT.as_bytes(),
+                traceparent.as_str().as_bytes(),
+            );
+        }
+        let client_ip = conn.client.map(|a| a.ip().to_string());
+        each_forwarding_header(
+            client_ip.as_deref(),
+            conn.tls,
+            authority,
+            conn.local.map(|a| a.port()),
+            |name, value| match value {
+                Some(v) => edits.set_fmt(name.as_bytes(), format_args!("{v}")),
+                None => edits.push_remove(name.as_bytes()),
+            },
+        );
+        edits
+    }
+
+    #[test]
+    fn forwarding_edits_match_the_decision() {
+        let clients = [
+            None,
+            Some("10.1.2.3:5555"),
+            Some("0.0.0.0:1"),
+            Some("255.255.255.255:1"),
+            Some("127.0.0.1:40000"),
+            Some("1.20.100.9:2"),
+            Some("[::1]:443"),
+            Some("[2001:db8::8a2e:370:7334]:80"),
+            Some("[::ffff:192.0.2.1]:80"),
+        ];
+        let locals = [
+            None,
+            Some("127.0.0.1:0"),
+            Some("127.0.0.1:8"),
+            Some("[::1]:65535"),
+        ];
+        let authorities = [
+            "a.example",
+            "a.example:8443",
+            "[::1]:80",
+            "we\"ird\\host",
+            "",
+        ];
+        let sent_id = b"kept-id";
+        let sent_tp = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        for client in clients {
+            for local in locals {
+                for tls in [false, true] {
+                    for authority in authorities {
+                        for (id_sent, tp_sent) in
+                            [(None, None), (Some(&sent_id[..]), Some(&sent_tp[..]))]
+                        {
+                            let conn = ConnInfo {
+                                client: client.map(|c| c.parse().unwrap()),
+                                local: local.map(|l| l.parse().unwrap()),
+                                tls,
+                                ..ConnInfo::default()
+                            };
+                            let id = trace::request_id(id_sent, true);
+                            let tp = trace::traceparent(tp_sent, &id);
+                            assert_eq!(
+                                forwarding_edits(&conn, authority, &id, &tp),
+                                through_display(&conn, authority, &id, &tp),
+                                "{client:?} {local:?} tls={tls} {authority:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -24,6 +24,15 @@ pub enum RequestId<'a> {
 }
 
 impl RequestId<'_> {
+    /// The ID's bytes, without [`Self::as_str`]'s UTF-8 check: what a head
+    /// written as bytes needs.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            RequestId::Kept(s) => s.as_bytes(),
+            RequestId::New(b) => b,
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         match self {
             RequestId::Kept(s) => s,
@@ -46,6 +55,14 @@ pub enum TraceParent<'a> {
 }
 
 impl TraceParent<'_> {
+    /// [`RequestId::as_bytes`]'s counterpart.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            TraceParent::Kept(s) => s.as_bytes(),
+            TraceParent::New(b) => b,
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         match self {
             TraceParent::Kept(s) => s,
@@ -132,6 +149,7 @@ mod tests {
     #[test]
     fn request_id_is_kept_only_when_trusted_and_sane() {
         assert_eq!(request_id(Some(b"abc-1"), true).as_str(), "abc-1");
+        assert_eq!(request_id(Some(b"abc-1"), true).as_bytes(), b"abc-1");
         let fresh = request_id(Some(b"abc-1"), false);
         assert!(fresh.is_new());
         assert_eq!(fresh.as_str().len(), 32);
@@ -151,6 +169,7 @@ mod tests {
         let started = traceparent(None, &id);
         let s = started.as_str();
         assert!(started.is_new());
+        assert_eq!(started.as_bytes(), s.as_bytes());
         assert!(valid_traceparent(s.as_bytes()), "{s}");
         assert_eq!(&s[3..35], id.as_str());
         assert!(s.ends_with("-00"));
