@@ -530,7 +530,7 @@ where
             if !method_so_far_is_token(buf) {
                 return Err(HeadWait::Refused(Refusal::BadRequestLine));
             }
-            if !buf.contains(&b'\n') && buf.len() > limits.max_request_line {
+            if buf.len() > limits.max_request_line && crate::scan::find_byte(buf, b'\n').is_none() {
                 return Err(HeadWait::Refused(Refusal::RequestLineTooLong));
             }
             if buf.len() > limits.max_header_bytes {
@@ -673,7 +673,8 @@ where
                         return Err(err);
                     };
                     *attempts += 1;
-                    if let Some(s) = self.engine.pool.take(addr) {
+                    let now = stats.upstream_start.unwrap_or_else(Instant::now);
+                    if let Some(s) = self.engine.pool.take_at(addr, now) {
                         return Ok((s, addr, true));
                     }
                     addr
@@ -1104,7 +1105,7 @@ async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {
 fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
     let start = from.saturating_sub(3);
     let mut i = start;
-    while let Some(p) = buf[i..].iter().position(|&b| b == b'\n') {
+    while let Some(p) = crate::scan::find_byte(&buf[i..], b'\n') {
         let nl = i + p;
         match buf.get(nl + 1) {
             Some(b'\n') => return Some(nl + 2),

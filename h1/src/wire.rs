@@ -10,19 +10,20 @@ use crate::scan::{has_token, is_field_value, is_tchar};
 /// belong to the hop they were sent over), and the framing fields the
 /// engine re-emits itself.
 pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 10] = [
-        b"connection",
-        b"proxy-connection",
-        b"keep-alive",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"content-length",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+    // By length first: every field of every head passes here, and most
+    // match no candidate's length.
+    let is = |h: &[u8]| h.eq_ignore_ascii_case(name);
+    match name.len() {
+        2 => is(b"te"),
+        7 => is(b"trailer") || is(b"upgrade"),
+        10 => is(b"connection") || is(b"keep-alive"),
+        14 => is(b"content-length"),
+        16 => is(b"proxy-connection"),
+        17 => is(b"transfer-encoding"),
+        18 => is(b"proxy-authenticate"),
+        19 => is(b"proxy-authorization"),
+        _ => false,
+    }
 }
 
 /// Fields a `Connection` option may not remove: routing and framing stay
@@ -192,6 +193,38 @@ pub(crate) fn date_field(out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn hop_by_hop_names_in_any_case_and_nothing_else() {
+        const HOP: [&str; 10] = [
+            "connection",
+            "proxy-connection",
+            "keep-alive",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "content-length",
+            "proxy-authenticate",
+            "proxy-authorization",
+        ];
+        for h in HOP {
+            assert!(is_hop_by_hop(h.as_bytes()), "{h}");
+            assert!(is_hop_by_hop(h.to_ascii_uppercase().as_bytes()), "{h}");
+            assert!(!is_hop_by_hop(&h.as_bytes()[1..]), "{h}");
+            assert!(!is_hop_by_hop(format!("{h}x").as_bytes()), "{h}");
+        }
+        for other in [
+            "host",
+            "tk",
+            "trailex",
+            "content-type",
+            "x-forwarded-for",
+            "",
+        ] {
+            assert!(!is_hop_by_hop(other.as_bytes()), "{other}");
+        }
+    }
 
     #[test]
     fn fields_skip_hop_by_hop_connection_listed_and_edited() {
