@@ -29,13 +29,13 @@ use teapot_h1::{
 };
 
 use crate::compile::acme::CHALLENGE_PREFIX;
-use crate::compile::fairness::TenantPermit;
+use crate::compile::fairness::{TenantGate, TenantPermit};
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
 use crate::plane::decide::{Answer, Decision, Head, MISDIRECTED, check_host, decide};
 use crate::plane::edge::EdgeConfig;
-use crate::plane::metrics::{InFlight, Metrics, Series};
+use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
@@ -181,7 +181,7 @@ impl Router {
     /// `traceparent`, and the engine's tag: the series' own (no
     /// allocation) with the access log off, else one with the IDs added.
     fn ids<'r>(&self, req: &RequestHead<'r>, route: Option<&Route>) -> Ids<'r> {
-        let (series, trusted) = self.series_of(route);
+        let (series, trusted) = self.cached_series_of(route);
         let request_id = trace::request_id(req.header(trace::REQUEST_ID), trusted);
         let traceparent = trace::traceparent(req.header(trace::TRACEPARENT), &request_id);
         let tag = if self.observe.access_log.is_on() {
@@ -203,6 +203,60 @@ impl Router {
             traceparent,
             tag,
         }
+    }
+
+    /// [`Router::series_of`] through a small per-thread cache keyed by the
+    /// route's Ingress and tenant (by pointer: every rule of an Ingress
+    /// shares them), so a request pays pointer compares, not a hash of the
+    /// names under the book's lock. An entry holds what it is keyed by
+    /// (the Ingress name, the tenant's gate, the book and the trusted
+    /// namespaces), so no key can be freed and reused while cached; a
+    /// reload's new routes simply miss.
+    fn cached_series_of(&self, route: Option<&Route>) -> (Arc<Series>, bool) {
+        const SLOTS: usize = 32;
+        struct Cached {
+            ingress: Arc<str>,
+            tenant: Option<Arc<TenantGate>>,
+            book: Arc<SeriesBook>,
+            trust: Arc<[Box<str>]>,
+            series: Arc<Series>,
+            trusted: bool,
+        }
+        thread_local! {
+            static RECENT: std::cell::RefCell<[Option<Cached>; SLOTS]> =
+                const { std::cell::RefCell::new([const { None }; SLOTS]) };
+        }
+        let Some(route) = route else {
+            return self.series_of(None);
+        };
+        let same = |c: &Cached| {
+            Arc::ptr_eq(&c.ingress, &route.ingress)
+                && match (&c.tenant, route.tenant()) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+                && Arc::ptr_eq(&c.book, &self.metrics.series)
+                && Arc::ptr_eq(&c.trust, &self.observe.trust_request_id)
+        };
+        let slot = (Arc::as_ptr(&route.ingress).cast::<u8>().addr() >> 4) % SLOTS;
+        RECENT.with_borrow_mut(|recent| {
+            if let Some(c) = &recent[slot]
+                && same(c)
+            {
+                return (c.series.clone(), c.trusted);
+            }
+            let (series, trusted) = self.series_of(Some(route));
+            recent[slot] = Some(Cached {
+                ingress: route.ingress.clone(),
+                tenant: route.tenant().cloned(),
+                book: self.metrics.series.clone(),
+                trust: self.observe.trust_request_id.clone(),
+                series: series.clone(),
+                trusted,
+            });
+            (series, trusted)
+        })
     }
 
     /// A local answer of the routing decision, as the Pingora path writes
@@ -452,7 +506,7 @@ impl Observer for MetricsObserver {
             m.client_aborts.inc();
         }
         let series = match log.tag {
-            Some(tag) => m.series.by_tag(tag),
+            Some(tag) => m.series.by_shared_tag(tag),
             None => m.series.get(None, ""),
         };
         series.count(
