@@ -91,9 +91,8 @@ pub(crate) fn write_fields(
         }
         field(out, name, h.value);
     }
-    for (n, v) in edits.fields() {
-        checked_field(out, n, v);
-    }
+    // Checked when they were pushed.
+    out.extend_from_slice(edits.wire());
 }
 
 pub(crate) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -247,6 +246,18 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "Host: a\r\nX-Keep: k\r\nx-forwarded-for: 10.0.0.1\r\n"
+        );
+        // A replacement whose value could split the head is not written,
+        // and still takes the client's field out; additions come last.
+        let edits = HeaderEdits::default()
+            .append("x-added", "1")
+            .set("x-keep", "a\r\nx-evil: 1")
+            .set("x-forwarded-for", "10.0.0.2");
+        let mut out = Vec::new();
+        write_fields(&mut out, req.headers, opts, &edits);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "Host: a\r\nx-forwarded-for: 10.0.0.2\r\nx-added: 1\r\n"
         );
     }
 
