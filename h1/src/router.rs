@@ -172,6 +172,18 @@ impl HeaderEdits {
         self.push_field(name, write, true);
     }
 
+    /// `other`'s edits after these, as if pushed here one by one, without
+    /// checking them again (they were when pushed to `other`): for a set
+    /// of edits a router keeps and reuses.
+    pub fn push_all(&mut self, other: &HeaderEdits) {
+        let (sets, appends) = other.wire.split_at(other.appends_at);
+        self.wire
+            .splice(self.appends_at..self.appends_at, sets.iter().copied());
+        self.appends_at += sets.len();
+        self.wire.extend_from_slice(appends);
+        self.skipped.extend_from_slice(&other.skipped);
+    }
+
     /// Writes `name: value\r\n` at the end of `wire`, checks it, and for
     /// a replacement moves it before the additions and skips the name.
     /// A name or value too long for the old length fields (u16, u32) is
@@ -461,5 +473,19 @@ mod tests {
         edits.push_set_with(&[b'a'; 70_000], |v| v.push(b'v'));
         assert_eq!(edits.fields().count(), 4);
         assert!(!HeaderEdits::default().skips(b"x"));
+        // push_all is pushing one by one.
+        let kept = HeaderEdits::default()
+            .append("x-a2", "2")
+            .set("x-s2", "s")
+            .remove("x-r2");
+        let mut one_by_one = HeaderEdits::default().set("x-s1", "1").append("x-a1", "1");
+        let mut at_once = one_by_one.clone();
+        one_by_one = one_by_one
+            .append("x-a2", "2")
+            .set("x-s2", "s")
+            .remove("x-r2");
+        at_once.push_all(&kept);
+        assert_eq!(at_once, one_by_one);
+        assert!(at_once.skips(b"x-r2") && at_once.skips(b"X-S1"));
     }
 }

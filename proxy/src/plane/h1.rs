@@ -284,12 +284,12 @@ impl Router {
 }
 
 /// `X-Forwarded-*` as [`each_forwarding_header`] defines them, as
-/// replacements of whatever the client sent, and the request's ID and
-/// trace context when teapot made them: written as bytes straight into
-/// one buffer (no `fmt`, the client's address on the stack), so the edits
-/// cost one allocation. The fields, their order and their values are
-/// [`each_forwarding_header`]'s; `forwarding_edits_match_the_decision`
-/// checks it.
+/// replacements of whatever the client sent, after the request's ID and
+/// trace context when teapot made them. The forwarding fields depend only
+/// on the connection and the authority, so they come from a per-thread
+/// cache ([`with_forwarding_block`]): a keep-alive connection's requests
+/// copy them, already checked, instead of writing and checking six fields
+/// each.
 ///
 /// [`each_forwarding_header`]: crate::plane::decide::each_forwarding_header
 fn forwarding_edits(
@@ -299,7 +299,7 @@ fn forwarding_edits(
     traceparent: &TraceParent<'_>,
 ) -> HeaderEdits {
     // Six names and values (an IPv6 address three times, the authority
-    // twice) and 7 bytes of framing each; a new ID (12 + 32) and
+    // twice) and 4 bytes of framing each; a new ID (12 + 32) and
     // traceparent (11 + 55).
     let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len() + 128);
     if request_id.is_new() {
@@ -308,6 +308,70 @@ fn forwarding_edits(
     if traceparent.is_new() {
         edits.push_set(trace::TRACEPARENT.as_bytes(), traceparent.as_bytes());
     }
+    with_forwarding_block(conn, authority, |block| edits.push_all(block));
+    edits
+}
+
+/// Calls `f` with the forwarding fields of (`conn`, `authority`), from a
+/// 64-slot per-thread cache keyed by everything they are made of: the
+/// client's address, TLS, the local port and the authority. A miss (a new
+/// client or host on the slot) makes them with [`forwarding_block`].
+fn with_forwarding_block<T>(
+    conn: &ConnInfo,
+    authority: &str,
+    f: impl FnOnce(&HeaderEdits) -> T,
+) -> T {
+    use std::hash::BuildHasher as _;
+    const SLOTS: usize = 64;
+    struct Block {
+        client: Option<std::net::IpAddr>,
+        tls: bool,
+        local_port: Option<u16>,
+        authority: Box<str>,
+        edits: HeaderEdits,
+    }
+    thread_local! {
+        static BLOCKS: std::cell::RefCell<[Option<Block>; SLOTS]> =
+            const { std::cell::RefCell::new([const { None }; SLOTS]) };
+    }
+    let client = conn.client.map(|a| a.ip());
+    let local_port = conn.local.map(|a| a.port());
+    // The key is the client's own input (its address, its Host): a
+    // collision only costs a miss, never another client's fields.
+    let hash = foldhash::fast::FixedState::with_seed(0xf0d)
+        .hash_one((client, conn.tls, local_port, authority));
+    let slot = (hash % SLOTS as u64) as usize;
+    BLOCKS.with_borrow_mut(|blocks| {
+        let hit = blocks[slot].as_ref().is_some_and(|b| {
+            b.client == client
+                && b.tls == conn.tls
+                && b.local_port == local_port
+                && *b.authority == *authority
+        });
+        if !hit {
+            blocks[slot] = Some(Block {
+                client,
+                tls: conn.tls,
+                local_port,
+                authority: authority.into(),
+                edits: forwarding_block(conn, authority),
+            });
+        }
+        match &blocks[slot] {
+            Some(b) => f(&b.edits),
+            None => f(&forwarding_block(conn, authority)),
+        }
+    })
+}
+
+/// The six forwarding fields, written as bytes straight into one buffer
+/// (no `fmt`, the client's address on the stack). The fields, their order
+/// and their values are [`each_forwarding_header`]'s;
+/// `forwarding_edits_match_the_decision` checks it.
+///
+/// [`each_forwarding_header`]: crate::plane::decide::each_forwarding_header
+fn forwarding_block(conn: &ConnInfo, authority: &str) -> HeaderEdits {
+    let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len());
     let mut ip = IpText {
         buf: [0; 48],
         len: 0,
@@ -646,11 +710,14 @@ mod tests {
                             };
                             let id = trace::request_id(id_sent, true);
                             let tp = trace::traceparent(tp_sent, &id);
-                            assert_eq!(
-                                forwarding_edits(&conn, authority, &id, &tp),
-                                through_display(&conn, authority, &id, &tp),
-                                "{client:?} {local:?} tls={tls} {authority:?}"
-                            );
+                            // Twice: made, then from the cache.
+                            for _ in 0..2 {
+                                assert_eq!(
+                                    forwarding_edits(&conn, authority, &id, &tp),
+                                    through_display(&conn, authority, &id, &tp),
+                                    "{client:?} {local:?} tls={tls} {authority:?}"
+                                );
+                            }
                         }
                     }
                 }
