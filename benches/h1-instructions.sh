@@ -23,7 +23,8 @@
 # Environment: BASE=/path/to/teapot, TARGETS (default "teapot [teapot-base]
 # haproxy nginx"), CONNS (64), BODY bytes (128), PROFILE=NAME (target/NAME),
 # KEEP=DIR (keep the callgrind dumps there, for callgrind_annotate),
-# PHASES ("native callgrind").
+# PHASES ("native callgrind"), DEBUG=1 (keep the work directory: logs,
+# configs, raw results).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-5}"
