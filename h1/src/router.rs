@@ -177,8 +177,13 @@ impl HeaderEdits {
     /// of edits a router keeps and reuses.
     pub fn push_all(&mut self, other: &HeaderEdits) {
         let (sets, appends) = other.wire.split_at(other.appends_at);
-        self.wire
-            .splice(self.appends_at..self.appends_at, sets.iter().copied());
+        if self.appends_at == self.wire.len() {
+            // No additions here yet: nothing to move.
+            self.wire.extend_from_slice(sets);
+        } else {
+            self.wire
+                .splice(self.appends_at..self.appends_at, sets.iter().copied());
+        }
         self.appends_at += sets.len();
         self.wire.extend_from_slice(appends);
         self.skipped.extend_from_slice(&other.skipped);
