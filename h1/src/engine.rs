@@ -21,7 +21,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::{Instant, timeout, timeout_at};
+use tokio::time::{Instant, timeout};
 
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
@@ -179,6 +179,9 @@ impl<R: Router, O: Observer> Engine<R, O> {
             out: Vec::new(),
             up_out: Vec::new(),
             log: LogHead::default(),
+            client_reads: Deadline::default(),
+            client_writes: Deadline::default(),
+            upstream_reads: Deadline::default(),
         };
         c.run().await
     }
@@ -377,6 +380,69 @@ struct Conn<'e, S, R, O> {
     out: Vec<u8>,
     up_out: Vec<u8>,
     log: LogHead,
+    /// The header and keep-alive timeouts.
+    client_reads: Deadline,
+    /// The client write timeout.
+    client_writes: Deadline,
+    /// The upstream read timeout (waits for any upstream byte).
+    upstream_reads: Deadline,
+}
+
+/// One reusable timer for one kind of wait on a connection, instead of a
+/// `tokio::time::timeout` per wait: each of those put an entry into the
+/// runtime's timer wheel and took it out again, several times per request.
+///
+/// The timer is moved lazily. A wait whose deadline is at or after the
+/// armed one leaves the timer alone; when it fires before the current
+/// wait's deadline it is re-armed for it. Deadlines of one kind only grow
+/// on a connection (now + the same timeout), so under traffic the wheel
+/// is touched about once per timeout period, not per request. A wait with
+/// an earlier deadline moves the timer at once.
+#[derive(Default)]
+struct Deadline {
+    /// Made at the first wait.
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// A wait ran past its deadline.
+struct Elapsed;
+
+impl Deadline {
+    /// `fut`'s output, unless `at` comes first.
+    async fn run<F: Future>(&mut self, at: Instant, fut: F) -> Result<F::Output, Elapsed> {
+        let mut fut = std::pin::pin!(fut);
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                if at < sleep.deadline() {
+                    sleep.as_mut().reset(at);
+                }
+                sleep
+            }
+            None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
+        };
+        std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
+                return std::task::Poll::Ready(Ok(v));
+            }
+            loop {
+                std::task::ready!(sleep.as_mut().poll(cx));
+                if sleep.deadline() >= at {
+                    return std::task::Poll::Ready(Err(Elapsed));
+                }
+                // Fired for an earlier wait: on to this one's deadline.
+                sleep.as_mut().reset(at);
+            }
+        })
+        .await
+    }
+}
+
+impl std::fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deadline")
+            .field("at", &self.sleep.as_ref().map(|s| s.deadline()))
+            .finish()
+    }
 }
 
 const IDEMPOTENT: [&str; 6] = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"];
@@ -530,7 +596,7 @@ where
             if !method_so_far_is_token(buf) {
                 return Err(HeadWait::Refused(Refusal::BadRequestLine));
             }
-            if !buf.contains(&b'\n') && buf.len() > limits.max_request_line {
+            if buf.len() > limits.max_request_line && crate::scan::find_byte(buf, b'\n').is_none() {
                 return Err(HeadWait::Refused(Refusal::RequestLineTooLong));
             }
             if buf.len() > limits.max_header_bytes {
@@ -544,9 +610,10 @@ where
                 client,
                 inbuf,
                 shutdown,
+                client_reads,
                 ..
             } = self;
-            let read = timeout_at(deadline, inbuf.read_from(client, chunk));
+            let read = client_reads.run(deadline, inbuf.read_from(client, chunk));
             let n = if partial {
                 read.await
             } else {
@@ -570,13 +637,19 @@ where
             return Ok(());
         }
         let to = self.engine.config.client_write_timeout;
-        let Conn { client, out, .. } = self;
-        let r = timeout(to, async {
-            client.write_all(out).await?;
-            client.flush().await
-        })
-        .await
-        .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
+        let Conn {
+            client,
+            out,
+            client_writes,
+            ..
+        } = self;
+        let r = client_writes
+            .run(Instant::now() + to, async {
+                client.write_all(out).await?;
+                client.flush().await
+            })
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
         stats.bytes_out += self.out.len() as u64;
         self.out.clear();
         if r.is_err() {
@@ -673,7 +746,8 @@ where
                         return Err(err);
                     };
                     *attempts += 1;
-                    if let Some(s) = self.engine.pool.take(addr) {
+                    let now = stats.upstream_start.unwrap_or_else(Instant::now);
+                    if let Some(s) = self.engine.pool.take_at(addr, now) {
                         return Ok((s, addr, true));
                     }
                     addr
@@ -874,6 +948,7 @@ where
                 inbuf,
                 upbuf,
                 up_out,
+                upstream_reads,
                 ..
             } = self;
             let (mut up_r, mut up_w) = up.split();
@@ -882,7 +957,7 @@ where
                 ClientRead(io::Result<usize>),
                 UpRead(io::Result<usize>),
             }
-            let ev = timeout(read_to, async {
+            let ev = upstream_reads.run(Instant::now() + read_to, async {
                 tokio::select! {
                     r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
                     r = inbuf.read_from(client, chunk), if !sending && watch_client => Ev::ClientRead(r),
@@ -1010,7 +1085,13 @@ where
             if decoder.is_done() {
                 break;
             }
-            let r = timeout(read_to, self.upbuf.read_from(&mut up, chunk)).await;
+            let r = self
+                .upstream_reads
+                .run(
+                    Instant::now() + read_to,
+                    self.upbuf.read_from(&mut up, chunk),
+                )
+                .await;
             match r {
                 Ok(Ok(0)) => {
                     if decoder.eof() {
@@ -1104,7 +1185,7 @@ async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {
 fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
     let start = from.saturating_sub(3);
     let mut i = start;
-    while let Some(p) = buf[i..].iter().position(|&b| b == b'\n') {
+    while let Some(p) = crate::scan::find_byte(&buf[i..], b'\n') {
         let nl = i + p;
         match buf.get(nl + 1) {
             Some(b'\n') => return Some(nl + 2),

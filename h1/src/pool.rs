@@ -40,9 +40,14 @@ pub struct PoolStats {
     pub overflow: u64,
 }
 
+/// Keys are upstream addresses from the snapshot, never request input: a
+/// fixed-seed fast hash is safe, and SipHash was a visible part of each
+/// request's cost (a lookup on take, another on put).
+type AddrHasher = foldhash::fast::FixedState;
+
 #[derive(Debug, Default)]
 struct Inner {
-    idle: HashMap<SocketAddr, Vec<Idle>>,
+    idle: HashMap<SocketAddr, Vec<Idle>, AddrHasher>,
     stats: PoolStats,
     last_sweep: Option<Instant>,
 }
@@ -92,7 +97,11 @@ impl Pool {
     /// A live idle connection to `addr`, if there is one. Closed and
     /// expired ones met on the way are dropped.
     pub fn take(&self, addr: SocketAddr) -> Option<TcpStream> {
-        let now = Instant::now();
+        self.take_at(addr, Instant::now())
+    }
+
+    /// [`Pool::take`] with the time the caller already read.
+    pub fn take_at(&self, addr: SocketAddr, now: Instant) -> Option<TcpStream> {
         loop {
             let idle = {
                 let mut inner = self.lock();

@@ -94,140 +94,200 @@ impl<'a> RequestHead<'a> {
 /// replacements and the additions are written, each in the order given.
 /// Names are matched case-insensitively; a name that is not a token or a
 /// value with CR, LF or another control byte but HTAB is dropped (never
-/// written).
+/// written; a dropped replacement still removes the client's field).
 ///
-/// Every edit lives in one byte buffer (operation, lengths, name, value,
-/// back to back): a router that edits every request, like the forwarding
-/// headers, pays one allocation for all its edits, and formats values in
-/// place ([`Self::set_fmt`]) instead of building a `String` for each.
+/// The fields are kept as they go on the wire (`name: value\r\n`, checked
+/// once, when pushed): writing a head copies all of them at once. A router
+/// that edits every request, like the forwarding headers, pays two
+/// allocations for all its edits, and writes values in place
+/// ([`Self::push_set_with`], [`Self::set_fmt`]) instead of building a
+/// `String` for each.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct HeaderEdits {
-    buf: Vec<u8>,
-}
-
-/// Per edit: operation, name length (u16), value length (u32).
-const EDIT_PREFIX: usize = 7;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Op {
-    Remove = 0,
-    Set = 1,
-    Append = 2,
+    /// The replacements, then the additions, as written.
+    wire: Vec<u8>,
+    /// Where the additions start in `wire`.
+    appends_at: usize,
+    /// The names removals and replacements take out of the head, each
+    /// after its length (u16, little-endian).
+    skipped: Vec<u8>,
 }
 
 impl HeaderEdits {
-    /// Room for `bytes` bytes of edits (names and values, plus 7 per edit).
+    /// Room for `bytes` bytes of edits (names and values, plus 4 per edit).
     pub fn with_capacity(bytes: usize) -> Self {
         HeaderEdits {
-            buf: Vec::with_capacity(bytes),
+            wire: Vec::with_capacity(bytes),
+            appends_at: 0,
+            skipped: Vec::with_capacity(bytes / 2),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.wire.is_empty() && self.skipped.is_empty()
     }
 
     /// Replaces every field called `name` with one `name: value`.
     pub fn set(mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Self {
-        self.push(Op::Set, name.as_ref(), value.as_ref());
+        self.push_set(name.as_ref(), value.as_ref());
         self
     }
 
     /// Adds one more `name: value` field, keeping those already there.
     pub fn append(mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Self {
-        self.push(Op::Append, name.as_ref(), value.as_ref());
+        let (name, value) = (name.as_ref(), value.as_ref());
+        self.push_field(name, |v| v.extend_from_slice(value), false);
         self
     }
 
     /// Drops every field called `name`.
     pub fn remove(mut self, name: impl AsRef<[u8]>) -> Self {
-        self.push(Op::Remove, name.as_ref(), b"");
+        self.push_remove(name.as_ref());
         self
     }
 
     /// [`Self::set`] in place.
     pub fn push_set(&mut self, name: &[u8], value: &[u8]) {
-        self.push(Op::Set, name, value);
+        self.push_field(name, |v| v.extend_from_slice(value), true);
     }
 
     /// [`Self::remove`] in place.
     pub fn push_remove(&mut self, name: &[u8]) {
-        self.push(Op::Remove, name, b"");
+        self.skip(name);
     }
 
     /// [`Self::set`] with the value formatted straight into the edits.
     pub fn set_fmt(&mut self, name: &[u8], value: std::fmt::Arguments<'_>) {
-        let at = self.buf.len();
-        if !self.push(Op::Set, name, b"") {
-            return;
-        }
-        let before = self.buf.len();
         // Writing into a Vec cannot fail; a Display impl that errs leaves
         // what it wrote, as `to_string` would panic instead.
-        let _ = std::fmt::Write::write_fmt(&mut ByteWriter(&mut self.buf), value);
-        match u32::try_from(self.buf.len() - before) {
-            Ok(len) => self.buf[at + 3..at + EDIT_PREFIX].copy_from_slice(&len.to_le_bytes()),
-            Err(_) => self.buf.truncate(at),
+        self.push_set_with(name, |buf| {
+            let _ = std::fmt::Write::write_fmt(&mut ByteWriter(buf), value);
+        });
+    }
+
+    /// [`Self::set`] with the value written straight into the edits by
+    /// `write` (bytes appended to the vector it is given): for values put
+    /// together per request without `fmt`'s machinery.
+    pub fn push_set_with(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>)) {
+        self.push_field(name, write, true);
+    }
+
+    /// `other`'s edits after these, as if pushed here one by one, without
+    /// checking them again (they were when pushed to `other`): for a set
+    /// of edits a router keeps and reuses.
+    pub fn push_all(&mut self, other: &HeaderEdits) {
+        let (sets, appends) = other.wire.split_at(other.appends_at);
+        if self.appends_at == self.wire.len() {
+            // No additions here yet: nothing to move.
+            self.wire.extend_from_slice(sets);
+        } else {
+            self.wire
+                .splice(self.appends_at..self.appends_at, sets.iter().copied());
+        }
+        self.appends_at += sets.len();
+        self.wire.extend_from_slice(appends);
+        self.skipped.extend_from_slice(&other.skipped);
+    }
+
+    /// Writes `name: value\r\n` at the end of `wire`, checks it, and for
+    /// a replacement moves it before the additions and skips the name.
+    /// A name or value too long for the old length fields (u16, u32) is
+    /// dropped whole, as no head a limit lets through has one.
+    fn push_field(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>), replace: bool) {
+        let start = self.wire.len();
+        self.wire.extend_from_slice(name);
+        self.wire.extend_from_slice(b": ");
+        let value_at = self.wire.len();
+        write(&mut self.wire);
+        let value = &self.wire[value_at..];
+        if u16::try_from(name.len()).is_err() || u32::try_from(value.len()).is_err() {
+            tracing::debug!("oversized header edit dropped");
+            self.wire.truncate(start);
+            return;
+        }
+        let valid = !name.is_empty()
+            && name.iter().all(|&b| crate::scan::is_tchar(b))
+            && crate::scan::is_field_value(value);
+        if valid {
+            self.wire.extend_from_slice(b"\r\n");
+        } else {
+            tracing::debug!(name = %String::from_utf8_lossy(name), "invalid header edit dropped");
+            self.wire.truncate(start);
+        }
+        if !replace {
+            return;
+        }
+        self.skip(name);
+        if valid {
+            // Replacements go before the additions already there (if any).
+            let len = self.wire.len() - start;
+            if self.appends_at != start {
+                self.wire[self.appends_at..].rotate_right(len);
+            }
+            self.appends_at += len;
         }
     }
 
-    /// False when the edit was dropped: a name or value too long for its
-    /// length field is no valid field in any head a limit lets through.
-    fn push(&mut self, op: Op, name: &[u8], value: &[u8]) -> bool {
-        let (Ok(n), Ok(v)) = (u16::try_from(name.len()), u32::try_from(value.len())) else {
+    fn skip(&mut self, name: &[u8]) {
+        let Ok(n) = u16::try_from(name.len()) else {
             tracing::debug!("oversized header edit dropped");
-            return false;
+            return;
         };
-        self.buf.reserve(EDIT_PREFIX + name.len() + value.len());
-        self.buf.push(op as u8);
-        self.buf.extend_from_slice(&n.to_le_bytes());
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self.buf.extend_from_slice(name);
-        self.buf.extend_from_slice(value);
-        true
+        self.skipped.extend_from_slice(&n.to_le_bytes());
+        self.skipped.extend_from_slice(name);
     }
 
-    fn iter(&self) -> impl Iterator<Item = (Op, &[u8], &[u8])> + '_ {
-        let mut rest = self.buf.as_slice();
-        std::iter::from_fn(move || {
-            let (prefix, tail) = rest.split_first_chunk::<EDIT_PREFIX>()?;
-            let op = match prefix[0] {
-                0 => Op::Remove,
-                1 => Op::Set,
-                _ => Op::Append,
-            };
-            let n = usize::from(u16::from_le_bytes([prefix[1], prefix[2]]));
-            let v = u32::from_le_bytes([prefix[3], prefix[4], prefix[5], prefix[6]]) as usize;
-            let (name, tail) = tail.split_at(n);
-            let (value, tail) = tail.split_at(v);
-            rest = tail;
-            Some((op, name, value))
-        })
+    /// The fields to write, as bytes: replacements, then additions.
+    pub(crate) fn wire(&self) -> &[u8] {
+        &self.wire
     }
 
-    /// The fields to write: replacements, then additions.
+    /// The fields to write, one by one (for tests and `Debug`).
     pub(crate) fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        let of = move |want: Op| {
-            self.iter()
-                .filter(move |(op, _, _)| *op == want)
-                .map(|(_, n, v)| (n, v))
-        };
-        of(Op::Set).chain(of(Op::Append))
+        self.wire
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| {
+                // A checked name has no colon, a checked value no CR or LF.
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
+                (&line[..colon], line.get(colon + 2..).unwrap_or_default())
+            })
     }
 
     pub(crate) fn skips(&self, name: &[u8]) -> bool {
-        self.iter()
-            .any(|(op, n, _)| op != Op::Append && n.eq_ignore_ascii_case(name))
+        let mut rest = self.skipped.as_slice();
+        while let Some((len, tail)) = rest.split_first_chunk::<2>() {
+            let (skipped, tail) = tail.split_at(usize::from(u16::from_le_bytes(*len)));
+            if skipped.eq_ignore_ascii_case(name) {
+                return true;
+            }
+            rest = tail;
+        }
+        false
     }
 }
 
 impl std::fmt::Debug for HeaderEdits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut list = f.debug_list();
-        for (op, n, v) in self.iter() {
-            list.entry(&(op, String::from_utf8_lossy(n), String::from_utf8_lossy(v)));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let mut skipped = Vec::new();
+        let mut rest = self.skipped.as_slice();
+        while let Some((len, tail)) = rest.split_first_chunk::<2>() {
+            let (name, tail) = tail.split_at(usize::from(u16::from_le_bytes(*len)));
+            skipped.push(text(name));
+            rest = tail;
         }
-        list.finish()
+        f.debug_struct("HeaderEdits")
+            .field("skipped", &skipped)
+            .field(
+                "fields",
+                &self
+                    .fields()
+                    .map(|(n, v)| (text(n), text(v)))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
     }
 }
 
@@ -400,12 +460,14 @@ mod tests {
         edits.set_fmt(b"x-port", format_args!("{}", 8443u16));
         edits.push_remove(b"x-gone");
         edits.push_set(b"x-empty", b"");
+        edits.push_set_with(b"x-bytes", |v| v.extend_from_slice(b"a;b"));
         let fields: Vec<_> = edits.fields().collect();
         assert_eq!(
             fields,
             [
                 (&b"x-port"[..], &b"8443"[..]),
                 (b"x-empty", b""),
+                (b"x-bytes", b"a;b"),
                 (b"x-added", b"1")
             ]
         );
@@ -413,7 +475,22 @@ mod tests {
         assert!(!edits.skips(b"x-added"), "an addition keeps the client's");
         // Too long for its length field: dropped, the rest intact.
         edits.set_fmt(&[b'a'; 70_000], format_args!("v"));
-        assert_eq!(edits.fields().count(), 3);
+        edits.push_set_with(&[b'a'; 70_000], |v| v.push(b'v'));
+        assert_eq!(edits.fields().count(), 4);
         assert!(!HeaderEdits::default().skips(b"x"));
+        // push_all is pushing one by one.
+        let kept = HeaderEdits::default()
+            .append("x-a2", "2")
+            .set("x-s2", "s")
+            .remove("x-r2");
+        let mut one_by_one = HeaderEdits::default().set("x-s1", "1").append("x-a1", "1");
+        let mut at_once = one_by_one.clone();
+        one_by_one = one_by_one
+            .append("x-a2", "2")
+            .set("x-s2", "s")
+            .remove("x-r2");
+        at_once.push_all(&kept);
+        assert_eq!(at_once, one_by_one);
+        assert!(at_once.skips(b"x-r2") && at_once.skips(b"X-S1"));
     }
 }

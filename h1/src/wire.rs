@@ -10,19 +10,20 @@ use crate::scan::{has_token, is_field_value, is_tchar};
 /// belong to the hop they were sent over), and the framing fields the
 /// engine re-emits itself.
 pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 10] = [
-        b"connection",
-        b"proxy-connection",
-        b"keep-alive",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"content-length",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+    // By length first: every field of every head passes here, and most
+    // match no candidate's length.
+    let is = |h: &[u8]| h.eq_ignore_ascii_case(name);
+    match name.len() {
+        2 => is(b"te"),
+        7 => is(b"trailer") || is(b"upgrade"),
+        10 => is(b"connection") || is(b"keep-alive"),
+        14 => is(b"content-length"),
+        16 => is(b"proxy-connection"),
+        17 => is(b"transfer-encoding"),
+        18 => is(b"proxy-authenticate"),
+        19 => is(b"proxy-authorization"),
+        _ => false,
+    }
 }
 
 /// Fields a `Connection` option may not remove: routing and framing stay
@@ -90,9 +91,8 @@ pub(crate) fn write_fields(
         }
         field(out, name, h.value);
     }
-    for (n, v) in edits.fields() {
-        checked_field(out, n, v);
-    }
+    // Checked when they were pushed.
+    out.extend_from_slice(edits.wire());
 }
 
 pub(crate) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -194,6 +194,38 @@ mod tests {
     use bytes::Bytes;
 
     #[test]
+    fn hop_by_hop_names_in_any_case_and_nothing_else() {
+        const HOP: [&str; 10] = [
+            "connection",
+            "proxy-connection",
+            "keep-alive",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "content-length",
+            "proxy-authenticate",
+            "proxy-authorization",
+        ];
+        for h in HOP {
+            assert!(is_hop_by_hop(h.as_bytes()), "{h}");
+            assert!(is_hop_by_hop(h.to_ascii_uppercase().as_bytes()), "{h}");
+            assert!(!is_hop_by_hop(&h.as_bytes()[1..]), "{h}");
+            assert!(!is_hop_by_hop(format!("{h}x").as_bytes()), "{h}");
+        }
+        for other in [
+            "host",
+            "tk",
+            "trailex",
+            "content-type",
+            "x-forwarded-for",
+            "",
+        ] {
+            assert!(!is_hop_by_hop(other.as_bytes()), "{other}");
+        }
+    }
+
+    #[test]
     fn fields_skip_hop_by_hop_connection_listed_and_edited() {
         let mut slots = [httparse::EMPTY_HEADER; 16];
         let mut req = httparse::Request::new(&mut slots);
@@ -214,6 +246,18 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "Host: a\r\nX-Keep: k\r\nx-forwarded-for: 10.0.0.1\r\n"
+        );
+        // A replacement whose value could split the head is not written,
+        // and still takes the client's field out; additions come last.
+        let edits = HeaderEdits::default()
+            .append("x-added", "1")
+            .set("x-keep", "a\r\nx-evil: 1")
+            .set("x-forwarded-for", "10.0.0.2");
+        let mut out = Vec::new();
+        write_fields(&mut out, req.headers, opts, &edits);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "Host: a\r\nx-forwarded-for: 10.0.0.2\r\nx-added: 1\r\n"
         );
     }
 

@@ -682,6 +682,70 @@ async fn idle_keep_alive_connections_are_closed() {
 }
 
 #[tokio::test]
+async fn keep_alive_timeout_counts_from_the_last_request() {
+    // Requests 60 ms apart over four timeout periods keep the connection
+    // (the connection's timer, armed for an earlier wait, fires and is
+    // moved on, never cutting a wait short); then silence closes it.
+    let config = EngineConfig {
+        keepalive_timeout: Duration::from_millis(150),
+        header_read_timeout: Duration::from_millis(150),
+        ..EngineConfig::default()
+    };
+    let (up, _) = backend(echo_path()).await;
+    let p = proxy(to(up), config).await;
+    let mut c = Client::connect(p.addr).await;
+    for i in 0..10 {
+        c.send(format!("GET /{i} HTTP/1.1\r\nHost: a\r\n\r\n"))
+            .await;
+        assert_eq!(c.response(false).await.text(), format!("/{i}"));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let idle = std::time::Instant::now();
+    assert!(c.closed().await);
+    let waited = idle.elapsed();
+    assert!(
+        waited >= Duration::from_millis(80) && waited < Duration::from_secs(2),
+        "closed after {waited:?} of silence"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_upstream_gets_a_504_after_the_read_timeout() {
+    let config = EngineConfig {
+        upstream_read_timeout: Duration::from_millis(200),
+        ..EngineConfig::default()
+    };
+    let handler: Handler = Arc::new(|got, _| match got.path.as_str() {
+        "/silent" => Reply::Bytes(Vec::new()),
+        path => Reply::Bytes(ok(path)),
+    });
+    let (up, _) = backend(handler).await;
+    let mut p = proxy(to(up), config).await;
+    let mut c = Client::connect(p.addr).await;
+    // Quick answers first, over more than one timeout period: the timer
+    // they armed must neither fire early nor be forgotten.
+    for i in 0..4 {
+        c.send(format!("GET /{i} HTTP/1.1\r\nHost: a\r\n\r\n"))
+            .await;
+        assert_eq!(c.response(false).await.text(), format!("/{i}"));
+        assert_eq!(p.next_seen().await.outcome, Outcome::Proxied);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    let asked = std::time::Instant::now();
+    c.send("GET /silent HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(c.response(false).await.status, 504);
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(180) && waited < Duration::from_secs(2),
+        "504 after {waited:?}"
+    );
+    assert_eq!(
+        p.next_seen().await.outcome,
+        Outcome::Upstream(UpstreamError::ReadTimeout)
+    );
+}
+
+#[tokio::test]
 async fn client_abort_mid_body_is_observed() {
     let (up, rec) = backend(echo_path()).await;
     let mut p = proxy(to(up), EngineConfig::default()).await;

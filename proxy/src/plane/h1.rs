@@ -29,15 +29,13 @@ use teapot_h1::{
 };
 
 use crate::compile::acme::CHALLENGE_PREFIX;
-use crate::compile::fairness::TenantPermit;
+use crate::compile::fairness::{TenantGate, TenantPermit};
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
-use crate::plane::decide::{
-    Answer, Decision, Head, MISDIRECTED, check_host, decide, each_forwarding_header,
-};
+use crate::plane::decide::{Answer, Decision, Head, MISDIRECTED, check_host, decide};
 use crate::plane::edge::EdgeConfig;
-use crate::plane::metrics::{InFlight, Metrics, Series};
+use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
@@ -183,7 +181,7 @@ impl Router {
     /// `traceparent`, and the engine's tag: the series' own (no
     /// allocation) with the access log off, else one with the IDs added.
     fn ids<'r>(&self, req: &RequestHead<'r>, route: Option<&Route>) -> Ids<'r> {
-        let (series, trusted) = self.series_of(route);
+        let (series, trusted) = self.cached_series_of(route);
         let request_id = trace::request_id(req.header(trace::REQUEST_ID), trusted);
         let traceparent = trace::traceparent(req.header(trace::TRACEPARENT), &request_id);
         let tag = if self.observe.access_log.is_on() {
@@ -205,6 +203,60 @@ impl Router {
             traceparent,
             tag,
         }
+    }
+
+    /// [`Router::series_of`] through a small per-thread cache keyed by the
+    /// route's Ingress and tenant (by pointer: every rule of an Ingress
+    /// shares them), so a request pays pointer compares, not a hash of the
+    /// names under the book's lock. An entry holds what it is keyed by
+    /// (the Ingress name, the tenant's gate, the book and the trusted
+    /// namespaces), so no key can be freed and reused while cached; a
+    /// reload's new routes simply miss.
+    fn cached_series_of(&self, route: Option<&Route>) -> (Arc<Series>, bool) {
+        const SLOTS: usize = 32;
+        struct Cached {
+            ingress: Arc<str>,
+            tenant: Option<Arc<TenantGate>>,
+            book: Arc<SeriesBook>,
+            trust: Arc<[Box<str>]>,
+            series: Arc<Series>,
+            trusted: bool,
+        }
+        thread_local! {
+            static RECENT: std::cell::RefCell<[Option<Cached>; SLOTS]> =
+                const { std::cell::RefCell::new([const { None }; SLOTS]) };
+        }
+        let Some(route) = route else {
+            return self.series_of(None);
+        };
+        let same = |c: &Cached| {
+            Arc::ptr_eq(&c.ingress, &route.ingress)
+                && match (&c.tenant, route.tenant()) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+                && Arc::ptr_eq(&c.book, &self.metrics.series)
+                && Arc::ptr_eq(&c.trust, &self.observe.trust_request_id)
+        };
+        let slot = (Arc::as_ptr(&route.ingress).cast::<u8>().addr() >> 4) % SLOTS;
+        RECENT.with_borrow_mut(|recent| {
+            if let Some(c) = &recent[slot]
+                && same(c)
+            {
+                return (c.series.clone(), c.trusted);
+            }
+            let (series, trusted) = self.series_of(Some(route));
+            recent[slot] = Some(Cached {
+                ingress: route.ingress.clone(),
+                tenant: route.tenant().cloned(),
+                book: self.metrics.series.clone(),
+                trust: self.observe.trust_request_id.clone(),
+                series: series.clone(),
+                trusted,
+            });
+            (series, trusted)
+        })
     }
 
     /// A local answer of the routing decision, as the Pingora path writes
@@ -231,10 +283,15 @@ impl Router {
     }
 }
 
-/// `X-Forwarded-*` from [`each_forwarding_header`], as replacements of
-/// whatever the client sent, and the request's ID and trace context when
-/// teapot made them: formatted straight into one buffer, the client's
-/// address on the stack, so the edits cost one allocation.
+/// `X-Forwarded-*` as [`each_forwarding_header`] defines them, as
+/// replacements of whatever the client sent, after the request's ID and
+/// trace context when teapot made them. The forwarding fields depend only
+/// on the connection and the authority, so they come from a per-thread
+/// cache ([`with_forwarding_block`]): a keep-alive connection's requests
+/// copy them, already checked, instead of writing and checking six fields
+/// each.
+///
+/// [`each_forwarding_header`]: crate::plane::decide::each_forwarding_header
 fn forwarding_edits(
     conn: &ConnInfo,
     authority: &str,
@@ -242,35 +299,137 @@ fn forwarding_edits(
     traceparent: &TraceParent<'_>,
 ) -> HeaderEdits {
     // Six names and values (an IPv6 address three times, the authority
-    // twice) and 7 bytes of framing each; a new ID (12 + 32) and
+    // twice) and 4 bytes of framing each; a new ID (12 + 32) and
     // traceparent (11 + 55).
     let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len() + 128);
     if request_id.is_new() {
-        edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_str().as_bytes());
+        edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_bytes());
     }
     if traceparent.is_new() {
-        edits.push_set(
-            trace::TRACEPARENT.as_bytes(),
-            traceparent.as_str().as_bytes(),
-        );
+        edits.push_set(trace::TRACEPARENT.as_bytes(), traceparent.as_bytes());
     }
+    with_forwarding_block(conn, authority, |block| edits.push_all(block));
+    edits
+}
+
+/// Calls `f` with the forwarding fields of (`conn`, `authority`), from a
+/// 64-slot per-thread cache keyed by everything they are made of: the
+/// client's address, TLS, the local port and the authority. A miss (a new
+/// client or host on the slot) makes them with [`forwarding_block`].
+fn with_forwarding_block<T>(
+    conn: &ConnInfo,
+    authority: &str,
+    f: impl FnOnce(&HeaderEdits) -> T,
+) -> T {
+    use std::hash::BuildHasher as _;
+    const SLOTS: usize = 64;
+    struct Block {
+        client: Option<std::net::IpAddr>,
+        tls: bool,
+        local_port: Option<u16>,
+        authority: Box<str>,
+        edits: HeaderEdits,
+    }
+    thread_local! {
+        static BLOCKS: std::cell::RefCell<[Option<Block>; SLOTS]> =
+            const { std::cell::RefCell::new([const { None }; SLOTS]) };
+    }
+    let client = conn.client.map(|a| a.ip());
+    let local_port = conn.local.map(|a| a.port());
+    // The key is the client's own input (its address, its Host): a
+    // collision only costs a miss, never another client's fields.
+    let hash = foldhash::fast::FixedState::with_seed(0xf0d)
+        .hash_one((client, conn.tls, local_port, authority));
+    let slot = (hash % SLOTS as u64) as usize;
+    BLOCKS.with_borrow_mut(|blocks| {
+        let hit = blocks[slot].as_ref().is_some_and(|b| {
+            b.client == client
+                && b.tls == conn.tls
+                && b.local_port == local_port
+                && *b.authority == *authority
+        });
+        if !hit {
+            blocks[slot] = Some(Block {
+                client,
+                tls: conn.tls,
+                local_port,
+                authority: authority.into(),
+                edits: forwarding_block(conn, authority),
+            });
+        }
+        match &blocks[slot] {
+            Some(b) => f(&b.edits),
+            None => f(&forwarding_block(conn, authority)),
+        }
+    })
+}
+
+/// The six forwarding fields, written as bytes straight into one buffer
+/// (no `fmt`, the client's address on the stack). The fields, their order
+/// and their values are [`each_forwarding_header`]'s;
+/// `forwarding_edits_match_the_decision` checks it.
+///
+/// [`each_forwarding_header`]: crate::plane::decide::each_forwarding_header
+fn forwarding_block(conn: &ConnInfo, authority: &str) -> HeaderEdits {
+    let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len());
     let mut ip = IpText {
         buf: [0; 48],
         len: 0,
     };
     let client_ip = conn.client.map(|a| ip.of(a.ip()));
-    let local_port = conn.local.map(|a| a.port());
-    each_forwarding_header(
-        client_ip,
-        conn.tls,
-        authority,
-        local_port,
-        |name, value| match value {
-            Some(v) => edits.set_fmt(name.as_bytes(), format_args!("{v}")),
-            None => edits.push_remove(name.as_bytes()),
-        },
-    );
+    let proto: &[u8] = if conn.tls { b"https" } else { b"http" };
+    let set_or_remove = |edits: &mut HeaderEdits, name: &[u8], value: Option<&[u8]>| match value {
+        Some(v) => edits.push_set(name, v),
+        None => edits.push_remove(name),
+    };
+    set_or_remove(&mut edits, b"x-forwarded-for", client_ip);
+    edits.push_set(b"x-forwarded-proto", proto);
+    edits.push_set(b"x-forwarded-host", authority.as_bytes());
+    match conn.local {
+        Some(local) => edits.push_set_with(b"x-forwarded-port", |v| write_decimal(v, local.port())),
+        None => edits.push_remove(b"x-forwarded-port"),
+    }
+    match client_ip {
+        // RFC 7239 §4: an IPv6 node and the host go in a quoted-string.
+        Some(ip) => edits.push_set_with(b"forwarded", |v| {
+            if ip.contains(&b':') {
+                v.extend_from_slice(b"for=\"[");
+                v.extend_from_slice(ip);
+                v.extend_from_slice(b"]\"");
+            } else {
+                v.extend_from_slice(b"for=");
+                v.extend_from_slice(ip);
+            }
+            v.extend_from_slice(b";proto=");
+            v.extend_from_slice(proto);
+            v.extend_from_slice(b";host=\"");
+            for &b in authority.as_bytes() {
+                if matches!(b, b'"' | b'\\') {
+                    v.push(b'\\');
+                }
+                v.push(b);
+            }
+            v.push(b'"');
+        }),
+        None => edits.push_remove(b"forwarded"),
+    }
+    set_or_remove(&mut edits, b"x-real-ip", client_ip);
     edits
+}
+
+fn write_decimal(out: &mut Vec<u8>, n: u16) {
+    let mut digits = [0u8; 5];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// An IP address's text without a `String`: the longest, an IPv4-mapped
@@ -281,12 +440,38 @@ struct IpText {
 }
 
 impl IpText {
-    fn of(&mut self, ip: std::net::IpAddr) -> &str {
+    /// IPv4 by hand (every request of an IPv4 client formats it), IPv6
+    /// through `Display` (its zero compression is not worth repeating).
+    fn of(&mut self, ip: std::net::IpAddr) -> &[u8] {
         use std::fmt::Write as _;
         self.len = 0;
-        let _ = write!(self, "{ip}");
-        // Only whole `&str`s were copied in.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+        match ip {
+            std::net::IpAddr::V4(v4) => {
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        self.push(b'.');
+                    }
+                    if octet >= 100 {
+                        self.push(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        self.push(b'0' + octet / 10 % 10);
+                    }
+                    self.push(b'0' + octet % 10);
+                }
+            }
+            std::net::IpAddr::V6(_) => {
+                let _ = write!(self, "{ip}");
+            }
+        }
+        &self.buf[..self.len]
+    }
+
+    fn push(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
     }
 }
 
@@ -385,7 +570,7 @@ impl Observer for MetricsObserver {
             m.client_aborts.inc();
         }
         let series = match log.tag {
-            Some(tag) => m.series.by_tag(tag),
+            Some(tag) => m.series.by_shared_tag(tag),
             None => m.series.get(None, ""),
         };
         series.count(
@@ -442,5 +627,101 @@ fn reason(log: &RequestLog<'_>) -> Option<&'static str> {
             U::Closed => "upstream_closed",
             U::BadResponse => "upstream_bad_response",
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plane::decide::each_forwarding_header;
+
+    /// The edits as [`each_forwarding_header`] formats them (what this
+    /// file did before the byte writer).
+    fn through_display(
+        conn: &ConnInfo,
+        authority: &str,
+        request_id: &RequestId<'_>,
+        traceparent: &TraceParent<'_>,
+    ) -> HeaderEdits {
+        let mut edits = HeaderEdits::default();
+        if request_id.is_new() {
+            edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_str().as_bytes());
+        }
+        if traceparent.is_new() {
+            edits.push_set(
+                trace::TRACEPARENT.as_bytes(),
+                traceparent.as_str().as_bytes(),
+            );
+        }
+        let client_ip = conn.client.map(|a| a.ip().to_string());
+        each_forwarding_header(
+            client_ip.as_deref(),
+            conn.tls,
+            authority,
+            conn.local.map(|a| a.port()),
+            |name, value| match value {
+                Some(v) => edits.set_fmt(name.as_bytes(), format_args!("{v}")),
+                None => edits.push_remove(name.as_bytes()),
+            },
+        );
+        edits
+    }
+
+    #[test]
+    fn forwarding_edits_match_the_decision() {
+        let clients = [
+            None,
+            Some("10.1.2.3:5555"),
+            Some("0.0.0.0:1"),
+            Some("255.255.255.255:1"),
+            Some("127.0.0.1:40000"),
+            Some("1.20.100.9:2"),
+            Some("[::1]:443"),
+            Some("[2001:db8::8a2e:370:7334]:80"),
+            Some("[::ffff:192.0.2.1]:80"),
+        ];
+        let locals = [
+            None,
+            Some("127.0.0.1:0"),
+            Some("127.0.0.1:8"),
+            Some("[::1]:65535"),
+        ];
+        let authorities = [
+            "a.example",
+            "a.example:8443",
+            "[::1]:80",
+            "we\"ird\\host",
+            "",
+        ];
+        let sent_id = b"kept-id";
+        let sent_tp = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        for client in clients {
+            for local in locals {
+                for tls in [false, true] {
+                    for authority in authorities {
+                        for (id_sent, tp_sent) in
+                            [(None, None), (Some(&sent_id[..]), Some(&sent_tp[..]))]
+                        {
+                            let conn = ConnInfo {
+                                client: client.map(|c| c.parse().unwrap()),
+                                local: local.map(|l| l.parse().unwrap()),
+                                tls,
+                                ..ConnInfo::default()
+                            };
+                            let id = trace::request_id(id_sent, true);
+                            let tp = trace::traceparent(tp_sent, &id);
+                            // Twice: made, then from the cache.
+                            for _ in 0..2 {
+                                assert_eq!(
+                                    forwarding_edits(&conn, authority, &id, &tp),
+                                    through_display(&conn, authority, &id, &tp),
+                                    "{client:?} {local:?} tls={tls} {authority:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Prometheus metrics. Counters used on the request path are resolved to
 //! concrete children once, so the hot path does no label lookup.
 
+use std::cell::RefCell;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -406,6 +407,32 @@ impl SeriesBook {
         self.lookup(tenant, route)
     }
 
+    /// [`Self::by_tag`] for a tag that is usually a series' own (the
+    /// engine's tag whenever the access log is off): found by pointer in a
+    /// small per-thread cache, without hashing the names or taking the
+    /// lock. Only a series' own tag is cached, and a cached series holds
+    /// its tag, so a pointer match is that very series.
+    pub fn by_shared_tag(&self, tag: &Arc<str>) -> Arc<Series> {
+        const SLOTS: usize = 16;
+        thread_local! {
+            static RECENT: RefCell<[Option<Arc<Series>>; SLOTS]> =
+                const { RefCell::new([const { None }; SLOTS]) };
+        }
+        let slot = (Arc::as_ptr(tag).cast::<u8>().addr() >> 4) % SLOTS;
+        RECENT.with_borrow_mut(|recent| {
+            if let Some(s) = &recent[slot]
+                && Arc::ptr_eq(&s.tag, tag)
+            {
+                return s.clone();
+            }
+            let s = self.by_tag(tag);
+            if Arc::ptr_eq(&s.tag, tag) {
+                recent[slot] = Some(s.clone());
+            }
+            s
+        })
+    }
+
     fn lookup(&self, tenant: &str, route: &str) -> Arc<Series> {
         let hash = self.hasher.hash_one((tenant, route));
         let eq = |s: &Arc<Series>| &*s.tenant == tenant && &*s.route == route;
@@ -498,6 +525,14 @@ mod tests {
             Arc::ptr_eq(&a, &m.series.by_tag(&a.tag)),
             "one entry per pair"
         );
+        for _ in 0..2 {
+            assert!(Arc::ptr_eq(&a, &m.series.by_shared_tag(&a.tag)));
+            assert!(Arc::ptr_eq(&b, &m.series.by_shared_tag(&b.tag)));
+        }
+        // A tag that is no series' own (the access log's, with the IDs)
+        // names the same series, and is not kept.
+        let with_ids: Arc<str> = format!("{}\x1fid\x1ftp", a.tag).into();
+        assert!(Arc::ptr_eq(&a, &m.series.by_shared_tag(&with_ids)));
         a.count(200, 0.01, 10, 20);
         a.count(502, 0.02, 10, 20);
         b.count(404, 0.001, 5, 5);

@@ -24,6 +24,15 @@ pub enum RequestId<'a> {
 }
 
 impl RequestId<'_> {
+    /// The ID's bytes, without [`Self::as_str`]'s UTF-8 check: what a head
+    /// written as bytes needs.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            RequestId::Kept(s) => s.as_bytes(),
+            RequestId::New(b) => b,
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         match self {
             RequestId::Kept(s) => s,
@@ -46,6 +55,14 @@ pub enum TraceParent<'a> {
 }
 
 impl TraceParent<'_> {
+    /// [`RequestId::as_bytes`]'s counterpart.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            TraceParent::Kept(s) => s.as_bytes(),
+            TraceParent::New(b) => b,
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         match self {
             TraceParent::Kept(s) => s,
@@ -71,7 +88,7 @@ pub fn request_id(sent: Option<&[u8]>, trusted: bool) -> RequestId<'_> {
         return RequestId::Kept(s);
     }
     let mut id = [0u8; 32];
-    hex(&mut id, &rand::random::<[u8; 16]>());
+    hex(&mut id, &random::<16>());
     RequestId::New(id)
 }
 
@@ -87,10 +104,10 @@ pub fn traceparent<'a>(sent: Option<&'a [u8]>, id: &RequestId<'_>) -> TraceParen
     let mut tp = *b"00-00000000000000000000000000000000-0000000000000000-00";
     match id {
         RequestId::New(b) => tp[3..35].copy_from_slice(b),
-        RequestId::Kept(_) => hex(&mut tp[3..35], &rand::random::<[u8; 16]>()),
+        RequestId::Kept(_) => hex(&mut tp[3..35], &random::<16>()),
     }
     // A zero span id is invalid; the chance of drawing one is 2^-64.
-    hex(&mut tp[36..52], &rand::random::<[u8; 8]>());
+    hex(&mut tp[36..52], &random::<8>());
     TraceParent::New(tp)
 }
 
@@ -115,6 +132,34 @@ fn valid_traceparent(v: &[u8]) -> bool {
         && tail_ok
 }
 
+/// `N` bytes from the thread's CSPRNG (`rand`'s thread generator), drawn
+/// 256 at a time: each request takes 24, and a call to the generator per
+/// ID cost more than the bytes themselves.
+fn random<const N: usize>() -> [u8; N] {
+    use rand::RngCore as _;
+    use std::cell::RefCell;
+    struct Pool {
+        bytes: [u8; 256],
+        used: usize,
+    }
+    thread_local! {
+        static POOL: RefCell<Pool> = const {
+            RefCell::new(Pool { bytes: [0; 256], used: 256 })
+        };
+    }
+    POOL.with_borrow_mut(|pool| {
+        if pool.used + N > pool.bytes.len() {
+            rand::rng().fill_bytes(&mut pool.bytes);
+            pool.used = 0;
+        }
+        let mut out = [0u8; N];
+        out.copy_from_slice(&pool.bytes[pool.used..pool.used + N]);
+        // Handed out once: never the same bytes to two requests.
+        pool.used += N;
+        out
+    })
+}
+
 fn hex(out: &mut [u8], bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
@@ -132,6 +177,7 @@ mod tests {
     #[test]
     fn request_id_is_kept_only_when_trusted_and_sane() {
         assert_eq!(request_id(Some(b"abc-1"), true).as_str(), "abc-1");
+        assert_eq!(request_id(Some(b"abc-1"), true).as_bytes(), b"abc-1");
         let fresh = request_id(Some(b"abc-1"), false);
         assert!(fresh.is_new());
         assert_eq!(fresh.as_str().len(), 32);
@@ -145,12 +191,24 @@ mod tests {
     }
 
     #[test]
+    fn new_ids_do_not_repeat_across_refills() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            let id = request_id(None, false);
+            let tp = traceparent(None, &id);
+            assert!(seen.insert(id.as_str().to_owned()));
+            assert!(seen.insert(tp.as_str()[36..52].to_owned()));
+        }
+    }
+
+    #[test]
     fn traceparent_passes_through_or_starts_with_the_request_id() {
         let id = request_id(None, false);
         assert_eq!(traceparent(Some(TP.as_bytes()), &id).as_str(), TP);
         let started = traceparent(None, &id);
         let s = started.as_str();
         assert!(started.is_new());
+        assert_eq!(started.as_bytes(), s.as_bytes());
         assert!(valid_traceparent(s.as_bytes()), "{s}");
         assert_eq!(&s[3..35], id.as_str());
         assert!(s.ends_with("-00"));
