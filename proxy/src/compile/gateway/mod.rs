@@ -152,6 +152,10 @@ struct GatewayEntry<'s> {
     addresses: Vec<GatewayStatusAddresses>,
 }
 
+/// The Gateways of our class by (namespace, name), as indexes.
+type GatewayIndex<'s> =
+    std::collections::HashMap<(&'s str, &'s str), usize, foldhash::fast::RandomState>;
+
 /// What the compile has built before the Ingresses are compiled, and
 /// finishes after.
 pub struct GatewayCompile<'s> {
@@ -255,8 +259,20 @@ impl<'s> GatewayCompile<'s> {
             routes.push(RouteIn::grpc(id, &r.object));
         }
         routes.sort_by(|a, b| a.age.cmp(&b.age));
-        for (index, route) in routes.iter().enumerate() {
-            out.route(cx, resolver, policies, &mut gateways, route, index as u32);
+        let by_name: GatewayIndex<'s> = gateways
+            .iter()
+            .enumerate()
+            .map(|(i, g)| ((g.id.namespace.as_str(), g.id.name.as_str()), i))
+            .collect();
+        for (index, route) in routes.iter_mut().enumerate() {
+            out.route(
+                cx,
+                resolver,
+                policies,
+                (&mut gateways, &by_name),
+                route,
+                index as u32,
+            );
         }
 
         for g in gateways {
@@ -391,8 +407,8 @@ impl<'s> GatewayCompile<'s> {
         cx: &mut Context<'_, 's, 't>,
         resolver: &mut Resolver<'s>,
         policies: &mut Policies<'p>,
-        gateways: &mut [GatewayEntry<'s>],
-        route: &RouteIn<'s>,
+        (gateways, by_name): (&mut [GatewayEntry<'s>], &GatewayIndex<'s>),
+        route: &mut RouteIn<'s>,
         index: u32,
     ) where
         't: 'p,
@@ -406,7 +422,10 @@ impl<'s> GatewayCompile<'s> {
             policy: policies.tenant(tenant),
         });
         // The rules, once for every listener they bind to.
-        let (rules, resolved, invalid_rules) = compile_rules(cx.store, resolver, route, &info);
+        let rules_in = std::mem::take(&mut route.rules);
+        let route = &*route;
+        let (rules, resolved, invalid_rules) =
+            compile_rules(cx.store, resolver, route, rules_in, &info);
         let mut parents = Vec::new();
         for p in &route.parents {
             let group = p.group.unwrap_or(GROUP);
@@ -415,10 +434,7 @@ impl<'s> GatewayCompile<'s> {
             if group != GROUP || kind != "Gateway" {
                 continue; // not a parent teapot implements: not ours to report
             }
-            let Some(gateway) = gateways
-                .iter_mut()
-                .find(|g| g.id.namespace == namespace && g.id.name == p.name)
-            else {
+            let Some(gateway) = by_name.get(&(namespace, p.name)).map(|&i| &mut gateways[i]) else {
                 continue; // not a Gateway of our class
             };
             let generation = route.generation;
@@ -571,11 +587,7 @@ impl<'s> GatewayCompile<'s> {
             ));
         }
         let tenant = tenancy.get(&id.namespace);
-        let route_hosts: Vec<HostPattern> = route
-            .hostnames
-            .iter()
-            .filter_map(|h| HostPattern::parse(h).ok())
-            .collect();
+        let route_hosts = &route.hosts;
         let mut bound = false;
         for i in candidates {
             let listener = &gateway.listeners[i];
@@ -644,7 +656,7 @@ impl<'s> GatewayCompile<'s> {
                     hosts.push(h);
                 }
             } else {
-                for r in &route_hosts {
+                for r in route_hosts {
                     if let Some(h) = hosts::intersect(listener.hostname.as_ref(), Some(r))
                         && !hosts.contains(&h)
                     {
@@ -1107,7 +1119,8 @@ struct RouteIn<'s> {
     kind: &'static str,
     age: AgeKey<'s>,
     generation: Option<i64>,
-    hostnames: &'s [String],
+    /// `spec.hostnames`, parsed once (invalid ones were refused at load).
+    hosts: Vec<HostPattern>,
     parents: Vec<ParentIn<'s>>,
     rules: Vec<RuleIn<'s>>,
 }
@@ -1121,7 +1134,7 @@ impl<'s> RouteIn<'s> {
             kind: "HTTPRoute",
             age: age(&r.metadata, id),
             generation: r.metadata.generation,
-            hostnames: spec.hostnames.as_deref().unwrap_or_default(),
+            hosts: parse_hosts(spec.hostnames.as_deref()),
             parents: spec
                 .parent_refs
                 .iter()
@@ -1151,7 +1164,7 @@ impl<'s> RouteIn<'s> {
             kind: "GRPCRoute",
             age: age(&r.metadata, id),
             generation: r.metadata.generation,
-            hostnames: spec.hostnames.as_deref().unwrap_or_default(),
+            hosts: parse_hosts(spec.hostnames.as_deref()),
             parents: spec
                 .parent_refs
                 .iter()
@@ -1199,6 +1212,14 @@ impl<'s> RouteIn<'s> {
                 .collect(),
         }
     }
+}
+
+fn parse_hosts(hostnames: Option<&[String]>) -> Vec<HostPattern> {
+    hostnames
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|h| HostPattern::parse(h).ok())
+        .collect()
 }
 
 /// Filters of another generated type (backend-level, GRPCRoute) as
@@ -1413,6 +1434,7 @@ fn compile_rules<'s>(
     store: &'s Store,
     resolver: &mut Resolver<'s>,
     route: &RouteIn<'s>,
+    rules: Vec<RuleIn<'s>>,
     info: &Arc<RouteInfo>,
 ) -> (
     Vec<CompiledRule>,
@@ -1421,22 +1443,22 @@ fn compile_rules<'s>(
 ) {
     let mut resolved: Result<(), (&'static str, String)> = Ok(());
     let mut invalid = Vec::new();
-    let mut out = Vec::new();
-    let default_rule;
-    let rules: Vec<&RuleIn<'s>> = if route.rules.is_empty() {
-        default_rule = RuleIn {
+    let mut out = Vec::with_capacity(rules.len());
+    let rules = if rules.is_empty() {
+        // No rules: one that matches everything, with no backend.
+        vec![RuleIn {
             matches: Ok(vec![Arc::new(any_path())]),
             backends: Vec::new(),
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
-        };
-        vec![&default_rule]
+        }]
     } else {
-        route.rules.iter().collect()
+        rules
     };
-    for (index, rule) in rules.into_iter().enumerate() {
-        let matchers = match &rule.matches {
-            Ok(m) => m.clone(),
+    for (index, mut rule) in rules.into_iter().enumerate() {
+        let matches = std::mem::replace(&mut rule.matches, Ok(Vec::new()));
+        let matchers = match matches {
+            Ok(m) => m,
             Err(e) => {
                 invalid.push(format!("rule {index}: {e}"));
                 continue;
@@ -1468,8 +1490,12 @@ fn compile_rules<'s>(
             let mut total = 0u64;
             for b in &rule.backends {
                 let weight = b.weight.unwrap_or(1).max(0) as u64;
+                let mut h2c = route.grpc;
                 let target = match backend(store, resolver, route, b, info) {
-                    Ok(r) => Ok(r),
+                    Ok((r, app_h2c)) => {
+                        h2c |= app_h2c;
+                        Ok(r)
+                    }
                     Err(why) => {
                         if resolved.is_ok() {
                             resolved = Err(why);
@@ -1488,7 +1514,6 @@ fn compile_rules<'s>(
                         }
                     }
                 };
-                let h2c = route.grpc || (target.is_ok() && app_protocol_h2c(store, route, b));
                 total += weight;
                 backends.push(Backend {
                     weight,
@@ -1545,30 +1570,15 @@ fn service_key<'s>(store: &'s Store, ns: &str, name: &str) -> Option<(&'s str, &
         .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
 }
 
-/// Whether the Service port a backendRef names says `appProtocol:
-/// kubernetes.io/h2c`.
-fn app_protocol_h2c(store: &Store, route: &RouteIn<'_>, b: &BackendIn<'_>) -> bool {
-    let ns = b.namespace.unwrap_or(&route.id.namespace);
-    store
-        .services
-        .get(&NsRef {
-            namespace: ns,
-            name: b.name,
-        })
-        .and_then(|s| s.object.spec.as_ref()?.ports.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|p| Some(p.port) == b.port && p.app_protocol.as_deref() == Some("kubernetes.io/h2c"))
-}
-
-/// A backendRef's route, or the ResolvedRefs reason it does not resolve.
+/// A backendRef's route and whether its Service port says `appProtocol:
+/// kubernetes.io/h2c`, or the ResolvedRefs reason it does not resolve.
 fn backend<'s>(
     store: &'s Store,
     resolver: &mut Resolver<'s>,
     route: &RouteIn<'s>,
     b: &BackendIn<'s>,
     info: &Arc<RouteInfo>,
-) -> Result<Route, (&'static str, String)> {
+) -> Result<(Route, bool), (&'static str, String)> {
     let group = b.group.unwrap_or("");
     let kind = b.kind.unwrap_or("Service");
     if !group.is_empty() || kind != "Service" {
@@ -1611,20 +1621,24 @@ fn backend<'s>(
             format!("Service {ns}/{} not found", b.name),
         ));
     };
-    let has_port = service
+    let service_port = service
         .object
         .spec
         .as_ref()
         .and_then(|s| s.ports.as_ref())
-        .is_some_and(|ports| ports.iter().any(|p| p.port == port));
-    if !has_port {
+        .and_then(|ports| ports.iter().find(|p| p.port == port));
+    let Some(service_port) = service_port else {
         return Err((
             "BackendNotFound",
             format!("Service {ns}/{} has no port {port}", b.name),
         ));
-    }
+    };
+    let h2c = service_port.app_protocol.as_deref() == Some("kubernetes.io/h2c");
     let upstream = resolver.service(ns, b.name, port);
-    Ok(Route::new(upstream, info.policy.clone(), info.name.clone()))
+    Ok((
+        Route::new(upstream, info.policy.clone(), info.name.clone()),
+        h2c,
+    ))
 }
 
 /// A rule's filters, read once: what [`merged_filters`] builds from.

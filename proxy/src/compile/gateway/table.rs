@@ -478,11 +478,14 @@ impl TableBuilder {
             wildcard,
             any,
         } = self;
+        let longest = wildcard.keys().map(|k| k.len()).max().unwrap_or(0);
         let covering = |name: &str, own_depth: usize, out: &mut Vec<Candidate>| {
-            // Every wildcard suffix strictly above `name`, deepest first.
+            // Every wildcard suffix strictly above `name`, deepest first
+            // (no probe for suffixes longer than any wildcard's).
             let mut rest = name;
             while let Some((_, parent)) = rest.split_once('.') {
                 if parent.len() < own_depth
+                    && parent.len() <= longest
                     && let Some(list) = wildcard.get(parent)
                 {
                     out.extend(list.iter().map(|c| c.at(HostRank::Wildcard(parent.len()))));
@@ -513,7 +516,7 @@ impl TableBuilder {
             covering(&format!("x.{suffix}"), suffix.len(), &mut list);
             table.wildcard.insert(suffix.clone(), finish(list));
         }
-        table.max_wildcard = wildcard.keys().map(|k| k.len()).max().unwrap_or(0);
+        table.max_wildcard = longest;
         if !any.is_empty() {
             table.any = Some(finish(any.iter().map(|c| c.at(HostRank::Any)).collect()));
         }
