@@ -78,9 +78,9 @@ pub struct GatewayReport {
     pub classes: Vec<Reported<GatewayClassStatus>>,
     pub gateways: Vec<Reported<GatewayStatus>>,
     #[serde(rename = "httpRoutes")]
-    pub http_routes: Vec<Reported<HttpRouteStatus>>,
+    pub http_routes: Vec<RouteReport>,
     #[serde(rename = "grpcRoutes")]
-    pub grpc_routes: Vec<Reported<GrpcRouteStatus>>,
+    pub grpc_routes: Vec<RouteReport>,
 }
 
 impl GatewayReport {
@@ -100,6 +100,152 @@ pub struct Reported<S> {
     pub namespace: String,
     pub name: String,
     pub status: S,
+}
+
+/// A route's status, kept compact (fixed words, the route object shared
+/// with the store) and rendered as the typed `HTTPRouteStatus` or
+/// `GRPCRouteStatus` when asked ([`RouteReport::http_status`], `/status`):
+/// building those for every route was a share of each compile, as
+/// rendering every backend would be (`snapshot::Backends`).
+#[derive(Debug)]
+pub struct RouteReport {
+    route: RouteObject,
+    /// Per reported parentRef: its index in `spec.parentRefs` and its
+    /// conditions.
+    parents: Vec<(usize, Vec<Cond>)>,
+}
+
+#[derive(Clone, Debug)]
+enum RouteObject {
+    Http(Arc<HttpRoute>),
+    Grpc(Arc<GrpcRoute>),
+}
+
+/// A condition before rendering.
+#[derive(Clone, Debug)]
+struct Cond {
+    type_: &'static str,
+    ok: bool,
+    reason: &'static str,
+    message: String,
+}
+
+impl Cond {
+    fn new(
+        type_: &'static str,
+        ok: bool,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Cond {
+        Cond {
+            type_,
+            ok,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl RouteReport {
+    pub fn namespace(&self) -> &str {
+        let meta = match &self.route {
+            RouteObject::Http(r) => &r.metadata,
+            RouteObject::Grpc(r) => &r.metadata,
+        };
+        meta.namespace.as_deref().unwrap_or("default")
+    }
+
+    pub fn name(&self) -> &str {
+        let meta = match &self.route {
+            RouteObject::Http(r) => &r.metadata,
+            RouteObject::Grpc(r) => &r.metadata,
+        };
+        meta.name.as_deref().unwrap_or("")
+    }
+
+    fn conditions(&self, conditions: &[Cond]) -> Vec<Condition> {
+        let generation = match &self.route {
+            RouteObject::Http(r) => r.metadata.generation,
+            RouteObject::Grpc(r) => r.metadata.generation,
+        };
+        conditions
+            .iter()
+            .map(|c| condition(c.type_, c.ok, c.reason, c.message.clone(), generation))
+            .collect()
+    }
+
+    /// The status of an HTTPRoute (`None` for a GRPCRoute).
+    pub fn http_status(&self) -> Option<HttpRouteStatus> {
+        let RouteObject::Http(route) = &self.route else {
+            return None;
+        };
+        let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
+        Some(HttpRouteStatus {
+            parents: self
+                .parents
+                .iter()
+                .filter_map(|(i, conditions)| {
+                    let p = refs.get(*i)?;
+                    Some(HttpRouteStatusParents {
+                        conditions: self.conditions(conditions),
+                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
+                        parent_ref: HttpRouteStatusParentsParentRef {
+                            group: p.group.clone(),
+                            kind: p.kind.clone(),
+                            name: p.name.clone(),
+                            namespace: p.namespace.clone(),
+                            port: p.port,
+                            section_name: p.section_name.clone(),
+                        },
+                    })
+                })
+                .collect(),
+        })
+    }
+
+    /// The status of a GRPCRoute (`None` for an HTTPRoute).
+    pub fn grpc_status(&self) -> Option<GrpcRouteStatus> {
+        let RouteObject::Grpc(route) = &self.route else {
+            return None;
+        };
+        let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
+        Some(GrpcRouteStatus {
+            parents: self
+                .parents
+                .iter()
+                .filter_map(|(i, conditions)| {
+                    let p = refs.get(*i)?;
+                    Some(GrpcRouteStatusParents {
+                        conditions: self.conditions(conditions),
+                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
+                        parent_ref: GrpcRouteStatusParentsParentRef {
+                            group: p.group.clone(),
+                            kind: p.kind.clone(),
+                            name: p.name.clone(),
+                            namespace: p.namespace.clone(),
+                            port: p.port,
+                            section_name: p.section_name.clone(),
+                        },
+                    })
+                })
+                .collect(),
+        })
+    }
+}
+
+impl Serialize for RouteReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("namespace", self.namespace())?;
+        map.serialize_entry("name", self.name())?;
+        match (self.http_status(), self.grpc_status()) {
+            (Some(s), _) => map.serialize_entry("status", &s)?,
+            (None, Some(s)) => map.serialize_entry("status", &s)?,
+            (None, None) => {}
+        }
+        map.end()
+    }
 }
 
 /// A condition. `lastTransitionTime` is the epoch: the compile reads no
@@ -387,15 +533,14 @@ impl<'s> GatewayCompile<'s> {
             let message = format!(
                 "host {host} is held by older Ingress {ingress}; this route does not serve it"
             );
-            let c = condition("Conflicted", true, "OlderIngressWins", message, None);
-            if grpc {
-                for p in &mut self.report.grpc_routes[index].status.parents {
-                    p.conditions.push(c.clone());
-                }
+            let c = Cond::new("Conflicted", true, "OlderIngressWins", message);
+            let list = if grpc {
+                &mut self.report.grpc_routes
             } else {
-                for p in &mut self.report.http_routes[index].status.parents {
-                    p.conditions.push(c.clone());
-                }
+                &mut self.report.http_routes
+            };
+            for (_, conditions) in &mut list[index].parents {
+                conditions.push(c.clone());
             }
         }
         (self.builder.build(), self.report)
@@ -427,7 +572,7 @@ impl<'s> GatewayCompile<'s> {
         let (rules, resolved, invalid_rules) =
             compile_rules(cx.store, resolver, route, rules_in, &info);
         let mut parents = Vec::new();
-        for p in &route.parents {
+        for (position, p) in route.parents.iter().enumerate() {
             let group = p.group.unwrap_or(GROUP);
             let kind = p.kind.unwrap_or("Gateway");
             let namespace = p.namespace.unwrap_or(&id.namespace);
@@ -437,46 +582,41 @@ impl<'s> GatewayCompile<'s> {
             let Some(gateway) = by_name.get(&(namespace, p.name)).map(|&i| &mut gateways[i]) else {
                 continue; // not a Gateway of our class
             };
-            let generation = route.generation;
-            let mut conditions = Vec::new();
+            let mut conditions = Vec::with_capacity(2);
             // A route none of whose rules can be served is not attached.
             let countable = !rules.is_empty() || invalid_rules.is_empty();
             let accepted = self.attach(cx, gateway, route, p, &rules, &name, index, countable);
             match accepted {
                 Ok(()) if invalid_rules.is_empty() => {
-                    conditions.push(condition("Accepted", true, "Accepted", "", generation));
+                    conditions.push(Cond::new("Accepted", true, "Accepted", ""));
                 }
                 Ok(()) => {
-                    conditions.push(condition("Accepted", true, "Accepted", "", generation));
-                    conditions.push(condition(
+                    conditions.push(Cond::new("Accepted", true, "Accepted", ""));
+                    conditions.push(Cond::new(
                         "PartiallyInvalid",
                         true,
                         "UnsupportedValue",
                         invalid_rules.join("; "),
-                        generation,
                     ));
                 }
                 Err((reason, message)) => {
-                    conditions.push(condition("Accepted", false, reason, message, generation));
+                    conditions.push(Cond::new("Accepted", false, reason, message));
                 }
             }
             conditions.push(match &resolved {
-                Ok(()) => condition("ResolvedRefs", true, "ResolvedRefs", "", generation),
-                Err((reason, message)) => {
-                    condition("ResolvedRefs", false, reason, message.clone(), generation)
-                }
+                Ok(()) => Cond::new("ResolvedRefs", true, "ResolvedRefs", ""),
+                Err((reason, message)) => Cond::new("ResolvedRefs", false, reason, message.clone()),
             });
-            parents.push((p, conditions));
+            parents.push((position, conditions));
         }
         if rules.is_empty() && !invalid_rules.is_empty() {
             for (_, conditions) in &mut parents {
                 if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "Accepted") {
-                    *c = condition(
+                    *c = Cond::new(
                         "Accepted",
                         false,
                         "UnsupportedValue",
                         invalid_rules.join("; "),
-                        route.generation,
                     );
                 }
             }
@@ -484,59 +624,16 @@ impl<'s> GatewayCompile<'s> {
         if parents.is_empty() {
             return;
         }
-        let namespace = id.namespace.clone();
-        let route_name = id.name.clone();
-        if route.grpc {
-            let status = GrpcRouteStatus {
-                parents: parents
-                    .into_iter()
-                    .map(|(p, conditions)| GrpcRouteStatusParents {
-                        conditions,
-                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
-                        parent_ref: GrpcRouteStatusParentsParentRef {
-                            group: p.group.map(Into::into),
-                            kind: p.kind.map(Into::into),
-                            name: p.name.into(),
-                            namespace: p.namespace.map(Into::into),
-                            port: p.port,
-                            section_name: p.section.map(Into::into),
-                        },
-                    })
-                    .collect(),
-            };
-            self.route_reports
-                .insert(name, (true, self.report.grpc_routes.len()));
-            self.report.grpc_routes.push(Reported {
-                namespace,
-                name: route_name,
-                status,
-            });
+        let list = if route.grpc {
+            &mut self.report.grpc_routes
         } else {
-            let status = HttpRouteStatus {
-                parents: parents
-                    .into_iter()
-                    .map(|(p, conditions)| HttpRouteStatusParents {
-                        conditions,
-                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
-                        parent_ref: HttpRouteStatusParentsParentRef {
-                            group: p.group.map(Into::into),
-                            kind: p.kind.map(Into::into),
-                            name: p.name.into(),
-                            namespace: p.namespace.map(Into::into),
-                            port: p.port,
-                            section_name: p.section.map(Into::into),
-                        },
-                    })
-                    .collect(),
-            };
-            self.route_reports
-                .insert(name, (false, self.report.http_routes.len()));
-            self.report.http_routes.push(Reported {
-                namespace,
-                name: route_name,
-                status,
-            });
-        }
+            &mut self.report.http_routes
+        };
+        self.route_reports.insert(name, (route.grpc, list.len()));
+        list.push(RouteReport {
+            route: route.object.clone(),
+            parents,
+        });
     }
 
     /// Binds a route's rules to the listeners of one parentRef; the
@@ -1118,22 +1215,23 @@ struct RouteIn<'s> {
     grpc: bool,
     kind: &'static str,
     age: AgeKey<'s>,
-    generation: Option<i64>,
     /// `spec.hostnames`, parsed once (invalid ones were refused at load).
     hosts: Vec<HostPattern>,
+    /// The object, shared with the store, for its status.
+    object: RouteObject,
     parents: Vec<ParentIn<'s>>,
     rules: Vec<RuleIn<'s>>,
 }
 
 impl<'s> RouteIn<'s> {
-    fn http(id: &'s NsName, r: &'s HttpRoute) -> RouteIn<'s> {
+    fn http(id: &'s NsName, r: &'s Arc<HttpRoute>) -> RouteIn<'s> {
         let spec = &r.spec;
         RouteIn {
+            object: RouteObject::Http(r.clone()),
             id,
             grpc: false,
             kind: "HTTPRoute",
             age: age(&r.metadata, id),
-            generation: r.metadata.generation,
             hosts: parse_hosts(spec.hostnames.as_deref()),
             parents: spec
                 .parent_refs
@@ -1156,14 +1254,14 @@ impl<'s> RouteIn<'s> {
         }
     }
 
-    fn grpc(id: &'s NsName, r: &'s GrpcRoute) -> RouteIn<'s> {
+    fn grpc(id: &'s NsName, r: &'s Arc<GrpcRoute>) -> RouteIn<'s> {
         let spec = &r.spec;
         RouteIn {
+            object: RouteObject::Grpc(r.clone()),
             id,
             grpc: true,
             kind: "GRPCRoute",
             age: age(&r.metadata, id),
-            generation: r.metadata.generation,
             hosts: parse_hosts(spec.hostnames.as_deref()),
             parents: spec
                 .parent_refs
