@@ -59,7 +59,7 @@ use crate::compile::certs::CertTable;
 use crate::compile::routes::Route;
 use table::{
     Action, Backend, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange, PathMatch,
-    Redirect, Rewrite, RouteInfo, TableBuilder, ValueMatch,
+    Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
 };
 pub use table::{GatewayTable, HostRank, RequestFacts, RequestHeaders};
 
@@ -789,20 +789,10 @@ impl<'s> GatewayCompile<'s> {
                 served_any = true;
                 let planes = (plane == Plane::Http, plane == Plane::Https);
                 for rule in rules {
-                    for (m, matcher) in rule.matchers.iter().enumerate() {
-                        let filters = rule.filters_for(m);
+                    for (m, target) in rule.targets.iter().enumerate() {
                         self.builder.add(
                             host.as_ref(),
-                            Candidate::new(
-                                matcher.clone(),
-                                rule.action.clone(),
-                                rule.info.clone(),
-                                filters,
-                                planes,
-                                index,
-                                rule.index,
-                                m as u32,
-                            ),
+                            Candidate::new(target.clone(), planes, index, rule.index, m as u32),
                         );
                     }
                 }
@@ -1497,32 +1487,12 @@ fn grpc_matcher(
     })
 }
 
-/// One rule compiled: its matches, what it does, and its filters (built
-/// per match when they need the prefix that matched: ReplacePrefixMatch).
+/// One rule compiled: a [`Target`] per match (the filters are per match
+/// when they need the prefix that matched: ReplacePrefixMatch), shared by
+/// every hostname the rule binds to.
 struct CompiledRule {
     index: u32,
-    matchers: Vec<Arc<Matcher>>,
-    action: Arc<Action>,
-    info: Arc<RouteInfo>,
-    spec: FilterSpec,
-    mirrors: Vec<Mirror>,
-    /// The filters when they do not depend on the match.
-    filters: Option<Arc<Filters>>,
-}
-
-impl CompiledRule {
-    fn filters_for(&self, m: usize) -> Option<Arc<Filters>> {
-        if !self.spec.uses_prefix() {
-            return self.filters.clone();
-        }
-        let prefix = match &self.matchers[m].path {
-            PathMatch::Prefix(p) => Some(&**p),
-            _ => None,
-        };
-        let mut f = merged_filters(&self.spec, prefix).unwrap_or_default();
-        f.mirrors = self.mirrors.clone();
-        Some(Arc::new(f))
-    }
+    targets: Vec<Arc<Target>>,
 }
 
 /// The route's rules; whether every backendRef resolved (the reason when
@@ -1643,14 +1613,32 @@ fn compile_rules<'s>(
                 Arc::new(f)
             })
         };
+        let action = Arc::new(action);
+        let targets = matchers
+            .into_iter()
+            .map(|matcher| {
+                let filters = if spec.uses_prefix() {
+                    let prefix = match &matcher.path {
+                        PathMatch::Prefix(p) => Some(&**p),
+                        _ => None,
+                    };
+                    let mut f = merged_filters(&spec, prefix).unwrap_or_default();
+                    f.mirrors = mirrors.clone();
+                    Some(Arc::new(f))
+                } else {
+                    filters.clone()
+                };
+                Arc::new(Target {
+                    matcher,
+                    action: action.clone(),
+                    info: info.clone(),
+                    filters,
+                })
+            })
+            .collect();
         out.push(CompiledRule {
             index: index as u32,
-            matchers,
-            action: Arc::new(action),
-            info: info.clone(),
-            spec,
-            mirrors,
-            filters,
+            targets,
         });
     }
     (out, resolved, invalid)
