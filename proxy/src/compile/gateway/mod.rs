@@ -59,7 +59,7 @@ use crate::compile::certs::CertTable;
 use crate::compile::routes::Route;
 use table::{
     Action, Backend, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange, PathMatch,
-    Redirect, Rewrite, RouteInfo, TableBuilder, ValueMatch,
+    Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
 };
 pub use table::{GatewayTable, HostRank, RequestFacts, RequestHeaders};
 
@@ -78,9 +78,9 @@ pub struct GatewayReport {
     pub classes: Vec<Reported<GatewayClassStatus>>,
     pub gateways: Vec<Reported<GatewayStatus>>,
     #[serde(rename = "httpRoutes")]
-    pub http_routes: Vec<Reported<HttpRouteStatus>>,
+    pub http_routes: Vec<RouteReport>,
     #[serde(rename = "grpcRoutes")]
-    pub grpc_routes: Vec<Reported<GrpcRouteStatus>>,
+    pub grpc_routes: Vec<RouteReport>,
 }
 
 impl GatewayReport {
@@ -100,6 +100,152 @@ pub struct Reported<S> {
     pub namespace: String,
     pub name: String,
     pub status: S,
+}
+
+/// A route's status, kept compact (fixed words, the route object shared
+/// with the store) and rendered as the typed `HTTPRouteStatus` or
+/// `GRPCRouteStatus` when asked ([`RouteReport::http_status`], `/status`):
+/// building those for every route was a share of each compile, as
+/// rendering every backend would be (`snapshot::Backends`).
+#[derive(Debug)]
+pub struct RouteReport {
+    route: RouteObject,
+    /// Per reported parentRef: its index in `spec.parentRefs` and its
+    /// conditions.
+    parents: Vec<(usize, Vec<Cond>)>,
+}
+
+#[derive(Clone, Debug)]
+enum RouteObject {
+    Http(Arc<HttpRoute>),
+    Grpc(Arc<GrpcRoute>),
+}
+
+/// A condition before rendering.
+#[derive(Clone, Debug)]
+struct Cond {
+    type_: &'static str,
+    ok: bool,
+    reason: &'static str,
+    message: String,
+}
+
+impl Cond {
+    fn new(
+        type_: &'static str,
+        ok: bool,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Cond {
+        Cond {
+            type_,
+            ok,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl RouteReport {
+    pub fn namespace(&self) -> &str {
+        let meta = match &self.route {
+            RouteObject::Http(r) => &r.metadata,
+            RouteObject::Grpc(r) => &r.metadata,
+        };
+        meta.namespace.as_deref().unwrap_or("default")
+    }
+
+    pub fn name(&self) -> &str {
+        let meta = match &self.route {
+            RouteObject::Http(r) => &r.metadata,
+            RouteObject::Grpc(r) => &r.metadata,
+        };
+        meta.name.as_deref().unwrap_or("")
+    }
+
+    fn conditions(&self, conditions: &[Cond]) -> Vec<Condition> {
+        let generation = match &self.route {
+            RouteObject::Http(r) => r.metadata.generation,
+            RouteObject::Grpc(r) => r.metadata.generation,
+        };
+        conditions
+            .iter()
+            .map(|c| condition(c.type_, c.ok, c.reason, c.message.clone(), generation))
+            .collect()
+    }
+
+    /// The status of an HTTPRoute (`None` for a GRPCRoute).
+    pub fn http_status(&self) -> Option<HttpRouteStatus> {
+        let RouteObject::Http(route) = &self.route else {
+            return None;
+        };
+        let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
+        Some(HttpRouteStatus {
+            parents: self
+                .parents
+                .iter()
+                .filter_map(|(i, conditions)| {
+                    let p = refs.get(*i)?;
+                    Some(HttpRouteStatusParents {
+                        conditions: self.conditions(conditions),
+                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
+                        parent_ref: HttpRouteStatusParentsParentRef {
+                            group: p.group.clone(),
+                            kind: p.kind.clone(),
+                            name: p.name.clone(),
+                            namespace: p.namespace.clone(),
+                            port: p.port,
+                            section_name: p.section_name.clone(),
+                        },
+                    })
+                })
+                .collect(),
+        })
+    }
+
+    /// The status of a GRPCRoute (`None` for an HTTPRoute).
+    pub fn grpc_status(&self) -> Option<GrpcRouteStatus> {
+        let RouteObject::Grpc(route) = &self.route else {
+            return None;
+        };
+        let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
+        Some(GrpcRouteStatus {
+            parents: self
+                .parents
+                .iter()
+                .filter_map(|(i, conditions)| {
+                    let p = refs.get(*i)?;
+                    Some(GrpcRouteStatusParents {
+                        conditions: self.conditions(conditions),
+                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
+                        parent_ref: GrpcRouteStatusParentsParentRef {
+                            group: p.group.clone(),
+                            kind: p.kind.clone(),
+                            name: p.name.clone(),
+                            namespace: p.namespace.clone(),
+                            port: p.port,
+                            section_name: p.section_name.clone(),
+                        },
+                    })
+                })
+                .collect(),
+        })
+    }
+}
+
+impl Serialize for RouteReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("namespace", self.namespace())?;
+        map.serialize_entry("name", self.name())?;
+        match (self.http_status(), self.grpc_status()) {
+            (Some(s), _) => map.serialize_entry("status", &s)?,
+            (None, Some(s)) => map.serialize_entry("status", &s)?,
+            (None, None) => {}
+        }
+        map.end()
+    }
 }
 
 /// A condition. `lastTransitionTime` is the epoch: the compile reads no
@@ -151,6 +297,10 @@ struct GatewayEntry<'s> {
     listeners: Vec<Listener<'s>>,
     addresses: Vec<GatewayStatusAddresses>,
 }
+
+/// The Gateways of our class by (namespace, name), as indexes.
+type GatewayIndex<'s> =
+    std::collections::HashMap<(&'s str, &'s str), usize, foldhash::fast::RandomState>;
 
 /// What the compile has built before the Ingresses are compiled, and
 /// finishes after.
@@ -255,8 +405,20 @@ impl<'s> GatewayCompile<'s> {
             routes.push(RouteIn::grpc(id, &r.object));
         }
         routes.sort_by(|a, b| a.age.cmp(&b.age));
-        for (index, route) in routes.iter().enumerate() {
-            out.route(cx, resolver, policies, &mut gateways, route, index as u32);
+        let by_name: GatewayIndex<'s> = gateways
+            .iter()
+            .enumerate()
+            .map(|(i, g)| ((g.id.namespace.as_str(), g.id.name.as_str()), i))
+            .collect();
+        for (index, route) in routes.iter_mut().enumerate() {
+            out.route(
+                cx,
+                resolver,
+                policies,
+                (&mut gateways, &by_name),
+                route,
+                index as u32,
+            );
         }
 
         for g in gateways {
@@ -371,15 +533,14 @@ impl<'s> GatewayCompile<'s> {
             let message = format!(
                 "host {host} is held by older Ingress {ingress}; this route does not serve it"
             );
-            let c = condition("Conflicted", true, "OlderIngressWins", message, None);
-            if grpc {
-                for p in &mut self.report.grpc_routes[index].status.parents {
-                    p.conditions.push(c.clone());
-                }
+            let c = Cond::new("Conflicted", true, "OlderIngressWins", message);
+            let list = if grpc {
+                &mut self.report.grpc_routes
             } else {
-                for p in &mut self.report.http_routes[index].status.parents {
-                    p.conditions.push(c.clone());
-                }
+                &mut self.report.http_routes
+            };
+            for (_, conditions) in &mut list[index].parents {
+                conditions.push(c.clone());
             }
         }
         (self.builder.build(), self.report)
@@ -391,8 +552,8 @@ impl<'s> GatewayCompile<'s> {
         cx: &mut Context<'_, 's, 't>,
         resolver: &mut Resolver<'s>,
         policies: &mut Policies<'p>,
-        gateways: &mut [GatewayEntry<'s>],
-        route: &RouteIn<'s>,
+        (gateways, by_name): (&mut [GatewayEntry<'s>], &GatewayIndex<'s>),
+        route: &mut RouteIn<'s>,
         index: u32,
     ) where
         't: 'p,
@@ -406,61 +567,56 @@ impl<'s> GatewayCompile<'s> {
             policy: policies.tenant(tenant),
         });
         // The rules, once for every listener they bind to.
-        let (rules, resolved, invalid_rules) = compile_rules(cx.store, resolver, route, &info);
+        let rules_in = std::mem::take(&mut route.rules);
+        let route = &*route;
+        let (rules, resolved, invalid_rules) =
+            compile_rules(cx.store, resolver, route, rules_in, &info);
         let mut parents = Vec::new();
-        for p in &route.parents {
+        for (position, p) in route.parents.iter().enumerate() {
             let group = p.group.unwrap_or(GROUP);
             let kind = p.kind.unwrap_or("Gateway");
             let namespace = p.namespace.unwrap_or(&id.namespace);
             if group != GROUP || kind != "Gateway" {
                 continue; // not a parent teapot implements: not ours to report
             }
-            let Some(gateway) = gateways
-                .iter_mut()
-                .find(|g| g.id.namespace == namespace && g.id.name == p.name)
-            else {
+            let Some(gateway) = by_name.get(&(namespace, p.name)).map(|&i| &mut gateways[i]) else {
                 continue; // not a Gateway of our class
             };
-            let generation = route.generation;
-            let mut conditions = Vec::new();
+            let mut conditions = Vec::with_capacity(2);
             // A route none of whose rules can be served is not attached.
             let countable = !rules.is_empty() || invalid_rules.is_empty();
             let accepted = self.attach(cx, gateway, route, p, &rules, &name, index, countable);
             match accepted {
                 Ok(()) if invalid_rules.is_empty() => {
-                    conditions.push(condition("Accepted", true, "Accepted", "", generation));
+                    conditions.push(Cond::new("Accepted", true, "Accepted", ""));
                 }
                 Ok(()) => {
-                    conditions.push(condition("Accepted", true, "Accepted", "", generation));
-                    conditions.push(condition(
+                    conditions.push(Cond::new("Accepted", true, "Accepted", ""));
+                    conditions.push(Cond::new(
                         "PartiallyInvalid",
                         true,
                         "UnsupportedValue",
                         invalid_rules.join("; "),
-                        generation,
                     ));
                 }
                 Err((reason, message)) => {
-                    conditions.push(condition("Accepted", false, reason, message, generation));
+                    conditions.push(Cond::new("Accepted", false, reason, message));
                 }
             }
             conditions.push(match &resolved {
-                Ok(()) => condition("ResolvedRefs", true, "ResolvedRefs", "", generation),
-                Err((reason, message)) => {
-                    condition("ResolvedRefs", false, reason, message.clone(), generation)
-                }
+                Ok(()) => Cond::new("ResolvedRefs", true, "ResolvedRefs", ""),
+                Err((reason, message)) => Cond::new("ResolvedRefs", false, reason, message.clone()),
             });
-            parents.push((p, conditions));
+            parents.push((position, conditions));
         }
         if rules.is_empty() && !invalid_rules.is_empty() {
             for (_, conditions) in &mut parents {
                 if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "Accepted") {
-                    *c = condition(
+                    *c = Cond::new(
                         "Accepted",
                         false,
                         "UnsupportedValue",
                         invalid_rules.join("; "),
-                        route.generation,
                     );
                 }
             }
@@ -468,59 +624,16 @@ impl<'s> GatewayCompile<'s> {
         if parents.is_empty() {
             return;
         }
-        let namespace = id.namespace.clone();
-        let route_name = id.name.clone();
-        if route.grpc {
-            let status = GrpcRouteStatus {
-                parents: parents
-                    .into_iter()
-                    .map(|(p, conditions)| GrpcRouteStatusParents {
-                        conditions,
-                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
-                        parent_ref: GrpcRouteStatusParentsParentRef {
-                            group: p.group.map(Into::into),
-                            kind: p.kind.map(Into::into),
-                            name: p.name.into(),
-                            namespace: p.namespace.map(Into::into),
-                            port: p.port,
-                            section_name: p.section.map(Into::into),
-                        },
-                    })
-                    .collect(),
-            };
-            self.route_reports
-                .insert(name, (true, self.report.grpc_routes.len()));
-            self.report.grpc_routes.push(Reported {
-                namespace,
-                name: route_name,
-                status,
-            });
+        let list = if route.grpc {
+            &mut self.report.grpc_routes
         } else {
-            let status = HttpRouteStatus {
-                parents: parents
-                    .into_iter()
-                    .map(|(p, conditions)| HttpRouteStatusParents {
-                        conditions,
-                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
-                        parent_ref: HttpRouteStatusParentsParentRef {
-                            group: p.group.map(Into::into),
-                            kind: p.kind.map(Into::into),
-                            name: p.name.into(),
-                            namespace: p.namespace.map(Into::into),
-                            port: p.port,
-                            section_name: p.section.map(Into::into),
-                        },
-                    })
-                    .collect(),
-            };
-            self.route_reports
-                .insert(name, (false, self.report.http_routes.len()));
-            self.report.http_routes.push(Reported {
-                namespace,
-                name: route_name,
-                status,
-            });
-        }
+            &mut self.report.http_routes
+        };
+        self.route_reports.insert(name, (route.grpc, list.len()));
+        list.push(RouteReport {
+            route: route.object.clone(),
+            parents,
+        });
     }
 
     /// Binds a route's rules to the listeners of one parentRef; the
@@ -571,11 +684,7 @@ impl<'s> GatewayCompile<'s> {
             ));
         }
         let tenant = tenancy.get(&id.namespace);
-        let route_hosts: Vec<HostPattern> = route
-            .hostnames
-            .iter()
-            .filter_map(|h| HostPattern::parse(h).ok())
-            .collect();
+        let route_hosts = &route.hosts;
         let mut bound = false;
         for i in candidates {
             let listener = &gateway.listeners[i];
@@ -644,7 +753,7 @@ impl<'s> GatewayCompile<'s> {
                     hosts.push(h);
                 }
             } else {
-                for r in &route_hosts {
+                for r in route_hosts {
                     if let Some(h) = hosts::intersect(listener.hostname.as_ref(), Some(r))
                         && !hosts.contains(&h)
                     {
@@ -680,20 +789,10 @@ impl<'s> GatewayCompile<'s> {
                 served_any = true;
                 let planes = (plane == Plane::Http, plane == Plane::Https);
                 for rule in rules {
-                    for (m, matcher) in rule.matchers.iter().enumerate() {
-                        let filters = rule.filters_for(m);
+                    for (m, target) in rule.targets.iter().enumerate() {
                         self.builder.add(
                             host.as_ref(),
-                            Candidate::new(
-                                matcher.clone(),
-                                rule.action.clone(),
-                                rule.info.clone(),
-                                filters,
-                                planes,
-                                index,
-                                rule.index,
-                                m as u32,
-                            ),
+                            Candidate::new(target.clone(), planes, index, rule.index, m as u32),
                         );
                     }
                 }
@@ -1106,22 +1205,24 @@ struct RouteIn<'s> {
     grpc: bool,
     kind: &'static str,
     age: AgeKey<'s>,
-    generation: Option<i64>,
-    hostnames: &'s [String],
+    /// `spec.hostnames`, parsed once (invalid ones were refused at load).
+    hosts: Vec<HostPattern>,
+    /// The object, shared with the store, for its status.
+    object: RouteObject,
     parents: Vec<ParentIn<'s>>,
     rules: Vec<RuleIn<'s>>,
 }
 
 impl<'s> RouteIn<'s> {
-    fn http(id: &'s NsName, r: &'s HttpRoute) -> RouteIn<'s> {
+    fn http(id: &'s NsName, r: &'s Arc<HttpRoute>) -> RouteIn<'s> {
         let spec = &r.spec;
         RouteIn {
+            object: RouteObject::Http(r.clone()),
             id,
             grpc: false,
             kind: "HTTPRoute",
             age: age(&r.metadata, id),
-            generation: r.metadata.generation,
-            hostnames: spec.hostnames.as_deref().unwrap_or_default(),
+            hosts: parse_hosts(spec.hostnames.as_deref()),
             parents: spec
                 .parent_refs
                 .iter()
@@ -1143,15 +1244,15 @@ impl<'s> RouteIn<'s> {
         }
     }
 
-    fn grpc(id: &'s NsName, r: &'s GrpcRoute) -> RouteIn<'s> {
+    fn grpc(id: &'s NsName, r: &'s Arc<GrpcRoute>) -> RouteIn<'s> {
         let spec = &r.spec;
         RouteIn {
+            object: RouteObject::Grpc(r.clone()),
             id,
             grpc: true,
             kind: "GRPCRoute",
             age: age(&r.metadata, id),
-            generation: r.metadata.generation,
-            hostnames: spec.hostnames.as_deref().unwrap_or_default(),
+            hosts: parse_hosts(spec.hostnames.as_deref()),
             parents: spec
                 .parent_refs
                 .iter()
@@ -1199,6 +1300,14 @@ impl<'s> RouteIn<'s> {
                 .collect(),
         }
     }
+}
+
+fn parse_hosts(hostnames: Option<&[String]>) -> Vec<HostPattern> {
+    hostnames
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|h| HostPattern::parse(h).ok())
+        .collect()
 }
 
 /// Filters of another generated type (backend-level, GRPCRoute) as
@@ -1378,32 +1487,12 @@ fn grpc_matcher(
     })
 }
 
-/// One rule compiled: its matches, what it does, and its filters (built
-/// per match when they need the prefix that matched: ReplacePrefixMatch).
+/// One rule compiled: a [`Target`] per match (the filters are per match
+/// when they need the prefix that matched: ReplacePrefixMatch), shared by
+/// every hostname the rule binds to.
 struct CompiledRule {
     index: u32,
-    matchers: Vec<Arc<Matcher>>,
-    action: Arc<Action>,
-    info: Arc<RouteInfo>,
-    spec: FilterSpec,
-    mirrors: Vec<Mirror>,
-    /// The filters when they do not depend on the match.
-    filters: Option<Arc<Filters>>,
-}
-
-impl CompiledRule {
-    fn filters_for(&self, m: usize) -> Option<Arc<Filters>> {
-        if !self.spec.uses_prefix() {
-            return self.filters.clone();
-        }
-        let prefix = match &self.matchers[m].path {
-            PathMatch::Prefix(p) => Some(&**p),
-            _ => None,
-        };
-        let mut f = merged_filters(&self.spec, prefix).unwrap_or_default();
-        f.mirrors = self.mirrors.clone();
-        Some(Arc::new(f))
-    }
+    targets: Vec<Arc<Target>>,
 }
 
 /// The route's rules; whether every backendRef resolved (the reason when
@@ -1413,6 +1502,7 @@ fn compile_rules<'s>(
     store: &'s Store,
     resolver: &mut Resolver<'s>,
     route: &RouteIn<'s>,
+    rules: Vec<RuleIn<'s>>,
     info: &Arc<RouteInfo>,
 ) -> (
     Vec<CompiledRule>,
@@ -1421,22 +1511,22 @@ fn compile_rules<'s>(
 ) {
     let mut resolved: Result<(), (&'static str, String)> = Ok(());
     let mut invalid = Vec::new();
-    let mut out = Vec::new();
-    let default_rule;
-    let rules: Vec<&RuleIn<'s>> = if route.rules.is_empty() {
-        default_rule = RuleIn {
+    let mut out = Vec::with_capacity(rules.len());
+    let rules = if rules.is_empty() {
+        // No rules: one that matches everything, with no backend.
+        vec![RuleIn {
             matches: Ok(vec![Arc::new(any_path())]),
             backends: Vec::new(),
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
-        };
-        vec![&default_rule]
+        }]
     } else {
-        route.rules.iter().collect()
+        rules
     };
-    for (index, rule) in rules.into_iter().enumerate() {
-        let matchers = match &rule.matches {
-            Ok(m) => m.clone(),
+    for (index, mut rule) in rules.into_iter().enumerate() {
+        let matches = std::mem::replace(&mut rule.matches, Ok(Vec::new()));
+        let matchers = match matches {
+            Ok(m) => m,
             Err(e) => {
                 invalid.push(format!("rule {index}: {e}"));
                 continue;
@@ -1468,8 +1558,12 @@ fn compile_rules<'s>(
             let mut total = 0u64;
             for b in &rule.backends {
                 let weight = b.weight.unwrap_or(1).max(0) as u64;
+                let mut h2c = route.grpc;
                 let target = match backend(store, resolver, route, b, info) {
-                    Ok(r) => Ok(r),
+                    Ok((r, app_h2c)) => {
+                        h2c |= app_h2c;
+                        Ok(r)
+                    }
                     Err(why) => {
                         if resolved.is_ok() {
                             resolved = Err(why);
@@ -1488,7 +1582,6 @@ fn compile_rules<'s>(
                         }
                     }
                 };
-                let h2c = route.grpc || (target.is_ok() && app_protocol_h2c(store, route, b));
                 total += weight;
                 backends.push(Backend {
                     weight,
@@ -1520,14 +1613,32 @@ fn compile_rules<'s>(
                 Arc::new(f)
             })
         };
+        let action = Arc::new(action);
+        let targets = matchers
+            .into_iter()
+            .map(|matcher| {
+                let filters = if spec.uses_prefix() {
+                    let prefix = match &matcher.path {
+                        PathMatch::Prefix(p) => Some(&**p),
+                        _ => None,
+                    };
+                    let mut f = merged_filters(&spec, prefix).unwrap_or_default();
+                    f.mirrors = mirrors.clone();
+                    Some(Arc::new(f))
+                } else {
+                    filters.clone()
+                };
+                Arc::new(Target {
+                    matcher,
+                    action: action.clone(),
+                    info: info.clone(),
+                    filters,
+                })
+            })
+            .collect();
         out.push(CompiledRule {
             index: index as u32,
-            matchers,
-            action: Arc::new(action),
-            info: info.clone(),
-            spec,
-            mirrors,
-            filters,
+            targets,
         });
     }
     (out, resolved, invalid)
@@ -1545,30 +1656,15 @@ fn service_key<'s>(store: &'s Store, ns: &str, name: &str) -> Option<(&'s str, &
         .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
 }
 
-/// Whether the Service port a backendRef names says `appProtocol:
-/// kubernetes.io/h2c`.
-fn app_protocol_h2c(store: &Store, route: &RouteIn<'_>, b: &BackendIn<'_>) -> bool {
-    let ns = b.namespace.unwrap_or(&route.id.namespace);
-    store
-        .services
-        .get(&NsRef {
-            namespace: ns,
-            name: b.name,
-        })
-        .and_then(|s| s.object.spec.as_ref()?.ports.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|p| Some(p.port) == b.port && p.app_protocol.as_deref() == Some("kubernetes.io/h2c"))
-}
-
-/// A backendRef's route, or the ResolvedRefs reason it does not resolve.
+/// A backendRef's route and whether its Service port says `appProtocol:
+/// kubernetes.io/h2c`, or the ResolvedRefs reason it does not resolve.
 fn backend<'s>(
     store: &'s Store,
     resolver: &mut Resolver<'s>,
     route: &RouteIn<'s>,
     b: &BackendIn<'s>,
     info: &Arc<RouteInfo>,
-) -> Result<Route, (&'static str, String)> {
+) -> Result<(Route, bool), (&'static str, String)> {
     let group = b.group.unwrap_or("");
     let kind = b.kind.unwrap_or("Service");
     if !group.is_empty() || kind != "Service" {
@@ -1611,20 +1707,24 @@ fn backend<'s>(
             format!("Service {ns}/{} not found", b.name),
         ));
     };
-    let has_port = service
+    let service_port = service
         .object
         .spec
         .as_ref()
         .and_then(|s| s.ports.as_ref())
-        .is_some_and(|ports| ports.iter().any(|p| p.port == port));
-    if !has_port {
+        .and_then(|ports| ports.iter().find(|p| p.port == port));
+    let Some(service_port) = service_port else {
         return Err((
             "BackendNotFound",
             format!("Service {ns}/{} has no port {port}", b.name),
         ));
-    }
+    };
+    let h2c = service_port.app_protocol.as_deref() == Some("kubernetes.io/h2c");
     let upstream = resolver.service(ns, b.name, port);
-    Ok(Route::new(upstream, info.policy.clone(), info.name.clone()))
+    Ok((
+        Route::new(upstream, info.policy.clone(), info.name.clone()),
+        h2c,
+    ))
 }
 
 /// A rule's filters, read once: what [`merged_filters`] builds from.

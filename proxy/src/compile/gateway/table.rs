@@ -334,20 +334,35 @@ pub struct RouteInfo {
     pub policy: Option<Arc<RoutePolicy>>,
 }
 
-/// One candidate of a host: a (rule, match) of a route, with where it came
-/// from.
+/// What one (rule, match) of a route is: its conditions, what it does,
+/// where it came from. Shared by the candidates of every hostname it binds
+/// to.
 #[derive(Debug)]
-pub struct Candidate {
+pub struct Target {
     pub matcher: Arc<Matcher>,
     pub action: Arc<Action>,
     pub info: Arc<RouteInfo>,
     /// Filters of the rule (for redirects and unresolved answers too).
     pub filters: Option<Arc<Filters>>,
+}
+
+/// One candidate of a host: a [`Target`] on the listener planes it was
+/// bound through.
+#[derive(Debug)]
+pub struct Candidate {
+    pub target: Arc<Target>,
     /// Listener planes: HTTP (`--http`) and HTTPS (`--https`).
     pub http: bool,
     pub https: bool,
     /// The sort key, compile-time only.
     order: Order,
+}
+
+impl std::ops::Deref for Candidate {
+    type Target = Target;
+    fn deref(&self) -> &Target {
+        &self.target
+    }
 }
 
 /// The precedence of a candidate (GEP-1294 and the HTTPRoute
@@ -368,32 +383,26 @@ pub struct Order {
 }
 
 impl Candidate {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        matcher: Arc<Matcher>,
-        action: Arc<Action>,
-        info: Arc<RouteInfo>,
-        filters: Option<Arc<Filters>>,
+        target: Arc<Target>,
         (http, https): (bool, bool),
         route: u32,
         rule: u32,
         matched: u32,
     ) -> Candidate {
+        let m = &target.matcher;
         let order = Order {
             host: std::cmp::Reverse(HostRank::Exact),
-            path: matcher.path.rank(),
-            method: matcher.method.is_none(),
-            headers: std::cmp::Reverse(matcher.headers.len()),
-            query: std::cmp::Reverse(matcher.query.len()),
+            path: m.path.rank(),
+            method: m.method.is_none(),
+            headers: std::cmp::Reverse(m.headers.len()),
+            query: std::cmp::Reverse(m.query.len()),
             route,
             rule,
             matched,
         };
         Candidate {
-            matcher,
-            action,
-            info,
-            filters,
+            target,
             http,
             https,
             order,
@@ -404,10 +413,7 @@ impl Candidate {
         let mut order = self.order.clone();
         order.host = std::cmp::Reverse(host);
         Candidate {
-            matcher: self.matcher.clone(),
-            action: self.action.clone(),
-            info: self.info.clone(),
-            filters: self.filters.clone(),
+            target: self.target.clone(),
             http: self.http,
             https: self.https,
             order,
@@ -478,11 +484,14 @@ impl TableBuilder {
             wildcard,
             any,
         } = self;
+        let longest = wildcard.keys().map(|k| k.len()).max().unwrap_or(0);
         let covering = |name: &str, own_depth: usize, out: &mut Vec<Candidate>| {
-            // Every wildcard suffix strictly above `name`, deepest first.
+            // Every wildcard suffix strictly above `name`, deepest first
+            // (no probe for suffixes longer than any wildcard's).
             let mut rest = name;
             while let Some((_, parent)) = rest.split_once('.') {
                 if parent.len() < own_depth
+                    && parent.len() <= longest
                     && let Some(list) = wildcard.get(parent)
                 {
                     out.extend(list.iter().map(|c| c.at(HostRank::Wildcard(parent.len()))));
@@ -513,7 +522,7 @@ impl TableBuilder {
             covering(&format!("x.{suffix}"), suffix.len(), &mut list);
             table.wildcard.insert(suffix.clone(), finish(list));
         }
-        table.max_wildcard = wildcard.keys().map(|k| k.len()).max().unwrap_or(0);
+        table.max_wildcard = longest;
         if !any.is_empty() {
             table.any = Some(finish(any.iter().map(|c| c.at(HostRank::Any)).collect()));
         }
@@ -597,19 +606,16 @@ mod tests {
     }
 
     fn candidate(name: &str, m: Matcher, route: u32) -> Candidate {
-        Candidate::new(
-            Arc::new(m),
-            Arc::new(Action::Unroutable),
-            Arc::new(RouteInfo {
+        let target = Target {
+            matcher: Arc::new(m),
+            action: Arc::new(Action::Unroutable),
+            info: Arc::new(RouteInfo {
                 name: Arc::from(name),
                 policy: None,
             }),
-            None,
-            (true, true),
-            route,
-            0,
-            0,
-        )
+            filters: None,
+        };
+        Candidate::new(Arc::new(target), (true, true), route, 0, 0)
     }
 
     #[test]
