@@ -321,8 +321,6 @@ pub struct GatewayCompile<'s> {
     /// (host, Secret) certificates of HTTPS listeners, added after the
     /// Ingresses' (an Ingress's certificate keeps its host).
     certificates: Vec<(HostPattern, NsName)>,
-    /// Index of each route's report by name, for the release conditions.
-    route_reports: std::collections::HashMap<Arc<str>, (bool, usize)>,
 }
 
 /// The order of claimants: `creationTimestamp`, those without one after,
@@ -364,7 +362,6 @@ impl<'s> GatewayCompile<'s> {
             holders: Default::default(),
             released: Vec::new(),
             certificates: Vec::new(),
-            route_reports: Default::default(),
         };
         if store.gateways.is_empty() && store.gateway_classes.is_empty() {
             return out;
@@ -405,6 +402,11 @@ impl<'s> GatewayCompile<'s> {
             routes.push(RouteIn::grpc(id, &r.object));
         }
         routes.sort_by(|a, b| a.age.cmp(&b.age));
+        // Sized once: a large compile otherwise rehashes its host maps a
+        // dozen times as they grow.
+        let hosts: usize = routes.iter().map(|r| r.hosts.len().max(1)).sum();
+        out.builder.reserve(hosts);
+        out.holders.reserve(hosts);
         let by_name: GatewayIndex<'s> = gateways
             .iter()
             .enumerate()
@@ -526,21 +528,27 @@ impl<'s> GatewayCompile<'s> {
                 certs.note_secret(secret.to_string(), not_after);
             }
         }
+        // Rare (an Ingress older than a route on one host): the reports
+        // are searched by name rather than indexed on every compile.
         for (host, route, ingress) in std::mem::take(&mut self.released) {
-            let Some(&(grpc, index)) = self.route_reports.get(&route) else {
-                continue;
-            };
             let message = format!(
                 "host {host} is held by older Ingress {ingress}; this route does not serve it"
             );
             let c = Cond::new("Conflicted", true, "OlderIngressWins", message);
-            let list = if grpc {
-                &mut self.report.grpc_routes
-            } else {
-                &mut self.report.http_routes
-            };
-            for (_, conditions) in &mut list[index].parents {
-                conditions.push(c.clone());
+            let reports = self
+                .report
+                .http_routes
+                .iter_mut()
+                .chain(self.report.grpc_routes.iter_mut());
+            for r in reports.filter(|r| {
+                route
+                    .strip_prefix(r.namespace())
+                    .and_then(|n| n.strip_prefix('/'))
+                    == Some(r.name())
+            }) {
+                for (_, conditions) in &mut r.parents {
+                    conditions.push(c.clone());
+                }
             }
         }
         (self.builder.build(), self.report)
@@ -629,7 +637,6 @@ impl<'s> GatewayCompile<'s> {
         } else {
             &mut self.report.http_routes
         };
-        self.route_reports.insert(name, (route.grpc, list.len()));
         list.push(RouteReport {
             route: route.object.clone(),
             parents,
@@ -788,12 +795,16 @@ impl<'s> GatewayCompile<'s> {
                 }
                 served_any = true;
                 let planes = (plane == Plane::Http, plane == Plane::Https);
+                let list = self.builder.list_mut(host.as_ref());
                 for rule in rules {
                     for (m, target) in rule.targets.iter().enumerate() {
-                        self.builder.add(
-                            host.as_ref(),
-                            Candidate::new(target.clone(), planes, index, rule.index, m as u32),
-                        );
+                        list.push(Candidate::new(
+                            target.clone(),
+                            planes,
+                            index,
+                            rule.index,
+                            m as u32,
+                        ));
                     }
                 }
                 if !self.holders.contains_key(&host) {

@@ -439,19 +439,29 @@ pub struct TableBuilder {
 
 impl TableBuilder {
     pub fn add(&mut self, host: Option<&HostPattern>, candidate: Candidate) {
-        // Probe before allocating a key: most adds find their host.
+        self.list_mut(host).push(candidate);
+    }
+
+    /// Room for about `hosts` host patterns.
+    pub fn reserve(&mut self, hosts: usize) {
+        self.exact.reserve(hosts);
+    }
+
+    /// The candidates bound to `host` so far, to add to (one probe for
+    /// all a route's rules on that host).
+    pub fn list_mut(&mut self, host: Option<&HostPattern>) -> &mut Vec<Candidate> {
+        // Probe before allocating a key: most hosts are there already.
         fn list<'m>(map: &'m mut FastMap<Vec<Candidate>>, key: &str) -> &'m mut Vec<Candidate> {
             if !map.contains_key(key) {
                 map.insert(key.into(), Vec::new());
             }
             map.get_mut(key).expect("inserted above")
         }
-        let list = match host {
+        match host {
             None => &mut self.any,
             Some(HostPattern::Exact(h)) => list(&mut self.exact, h),
             Some(HostPattern::Wildcard(s)) => list(&mut self.wildcard, s),
-        };
-        list.push(candidate);
+        }
     }
 
     /// Whether anything is bound to `host` (`None`: the catch-all).
