@@ -20,10 +20,13 @@
 //!   flow table.
 //! - [`health`]: active TCP checks feeding [`crate::compile::upstream`] ejection.
 //! - [`proxy_protocol`]: the PROXY v2 header.
+//! - [`sni`]: the server name of a ClientHello, for TLS passthrough
+//!   listeners of Gateways (the route is chosen by it).
 
 pub mod health;
 pub mod manager;
 pub mod proxy_protocol;
+pub mod sni;
 pub mod tcp;
 pub mod udp;
 
