@@ -464,6 +464,9 @@ pub struct GatewayListenerReport {
     /// The socket, when the Gateway has an address and the listener is
     /// served.
     pub listener: Option<super::pool::ListenerKey>,
+    /// `listening`, `pending` or the bind error, read when rendered (the
+    /// listeners bind after the compile).
+    pub state: Option<super::table::LiveState>,
     /// Routes attached (accepted) to this listener.
     pub attached_routes: u32,
     /// Accepted, Programmed, ResolvedRefs and Conflicted, as the
@@ -917,7 +920,7 @@ pub(super) fn serve<'s>(
     attached: &Attached<'s>,
     pool: Option<String>,
     outcome: Allocation<'_>,
-    runtime_state: impl Fn(&super::pool::ListenerKey) -> String,
+    runtime: &Arc<super::Runtime>,
 ) -> (BTreeMap<super::pool::ListenerKey, Target>, GatewayReport) {
     let mut sockets: BTreeMap<super::pool::ListenerKey, Target> = BTreeMap::new();
     let mut listeners = Vec::new();
@@ -951,6 +954,7 @@ pub(super) fn serve<'s>(
             .unwrap_or_default();
         let mut conditions = Vec::new();
         let mut key = None;
+        let mut bound = None;
         conditions.push(match &l.problem {
             Some(("Accepted", reason, message)) => {
                 Condition::new("Accepted", false, reason, message.clone())
@@ -978,7 +982,9 @@ pub(super) fn serve<'s>(
                     protocol: l.kind.protocol(),
                 };
                 key = Some(k);
-                let state = runtime_state(&k);
+                let live = super::table::LiveState::new(runtime.clone(), k);
+                let state = live.now();
+                bound = Some(live);
                 add_target(&mut sockets, k, l, &attached_routes, attached);
                 if state.starts_with("bind failed") {
                     Condition::new("Programmed", false, "Pending", state)
@@ -1000,6 +1006,7 @@ pub(super) fn serve<'s>(
             port: l.port,
             protocol,
             listener: key,
+            state: bound,
             attached_routes: attached_routes.len() as u32,
             conditions,
         });

@@ -133,6 +133,17 @@ pub struct LiveState {
     key: ListenerKey,
 }
 
+impl LiveState {
+    pub(super) fn new(runtime: Arc<Runtime>, key: ListenerKey) -> LiveState {
+        LiveState { runtime, key }
+    }
+
+    /// `listening`, `pending` or the bind error, now.
+    pub fn now(&self) -> String {
+        self.runtime.state(&self.key)
+    }
+}
+
 impl Serialize for LiveState {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.runtime.state(&self.key))
@@ -301,9 +312,7 @@ pub(super) fn build<'s>(
                     (None, None) => Err(("NoPorts", "no listener to serve".to_string())),
                 };
                 let (sockets, report) =
-                    super::gateway::serve(plan, &attached, c.pool.clone(), result, |k| {
-                        runtime.state(k)
-                    });
+                    super::gateway::serve(plan, &attached, c.pool.clone(), result, runtime);
                 for (key, target) in sockets {
                     let (upstream, sni) = match target {
                         super::gateway::Target::Backends(u) => (u, None),
