@@ -367,8 +367,10 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
     }
     let label = spec.label();
     let optional = spec.kind.is_gateway_api();
+    // Said once per change, not every REPROBE.
+    let mut told = false;
     loop {
-        if optional && !served(&api, &label).await {
+        if optional && !served(&api, &label, &mut told).await {
             shared.absent(id);
             tokio::time::sleep(REPROBE).await;
             continue;
@@ -380,6 +382,7 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
             match event {
                 Ok(event) => shared.handle(id, &resource, event),
                 Err(e) if optional && unserved(&e) => {
+                    told = false;
                     // The CRD went away (or the role lost it): its
                     // objects are gone with it; ask again as at start.
                     tracing::warn!(watch = %label, error = %e, "no longer served; dropping its objects");
@@ -399,10 +402,19 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
 /// Whether the API server answers a one-item list of an optional kind.
 /// Other failures (a timeout, a 500) count as served: the watcher's own
 /// backoff then retries, and the source waits for it as for any kind.
-async fn served(api: &Api<DynamicObject>, label: &str) -> bool {
+async fn served(api: &Api<DynamicObject>, label: &str, told: &mut bool) -> bool {
     match api.list(&kube::api::ListParams::default().limit(1)).await {
-        Ok(_) => true,
+        Ok(_) => {
+            if *told {
+                tracing::info!(watch = %label, "now served by the API server; watching");
+            }
+            *told = false;
+            true
+        }
         Err(kube::Error::Api(status)) if status.is_not_found() || status.is_forbidden() => {
+            if std::mem::replace(told, true) {
+                return false;
+            }
             tracing::info!(
                 watch = %label,
                 code = status.code,
