@@ -1694,6 +1694,34 @@ spec:
         assert_eq!(db.endpoints[0].addr.to_string(), "127.0.0.2:15432");
     }
 
+    /// Kube mode after a restart: nothing remembered, the address the
+    /// Gateway's status shows is kept while its ports are free there.
+    #[test]
+    fn the_status_address_is_kept_after_a_restart() {
+        let mut doc = gw(
+            "ops",
+            "edge",
+            OLD,
+            "[{name: db, port: 5432, protocol: TCP}]",
+        );
+        doc.push_str(
+            "status:\n  addresses: [{type: Hostname, value: edge.example.net}, {type: IPAddress, value: 192.0.2.11}]\n",
+        );
+        let tenant = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
+";
+        let doc = doc.replace("namespace: ops", "namespace: tenant-acme");
+        let s = compile(BTreeMap::new(), &[CLASS, tenant, &doc]);
+        let g = gateway(&s, "tenant-acme", "edge");
+        assert_eq!(
+            g.address,
+            Some("192.0.2.11".parse().unwrap()),
+            "not the first pool address"
+        );
+    }
+
     #[test]
     fn gateways_of_other_classes_are_not_served() {
         let s = compile(
