@@ -131,14 +131,14 @@ pub fn merge_l4_gateway(status: &mut Value, l4: &GatewayReport) {
         .as_array_mut();
     if let Some(listeners) = listeners {
         for l in &l4.listeners {
-            let kind = match l.protocol {
-                "UDP" => "UDPRoute",
-                "TLS" => "TLSRoute",
-                _ => "TCPRoute",
-            };
+            let kinds: Vec<Value> = l
+                .supported_kinds
+                .iter()
+                .map(|kind| json!({"group": crate::compile::l4::gateway::GROUP, "kind": kind}))
+                .collect();
             let entry = json!({
                 "name": l.name,
-                "supportedKinds": [{"group": crate::compile::l4::gateway::GROUP, "kind": kind}],
+                "supportedKinds": kinds,
                 "attachedRoutes": l.attached_routes,
                 "conditions": l.conditions,
             });
@@ -570,6 +570,7 @@ mod tests {
                 protocol: "UDP",
                 listener: None,
                 state: None,
+                supported_kinds: vec!["UDPRoute"],
                 attached_routes: 2,
                 conditions: vec![Condition::new("Accepted", true, "Accepted", "")],
             }],

@@ -109,14 +109,26 @@ pub(super) struct Listener<'s> {
     pub kind: ListenerKind,
     pub hostname: Option<HostPattern>,
     spec: &'s GatewayListeners,
-    /// Why the listener is not served: `(condition type, reason, message)`.
-    pub problem: Option<(&'static str, &'static str, String)>,
+    /// Why the listener is not served: the `Accepted=False` reason and
+    /// message (`ProtocolConflict` and `HostnameConflict` also set
+    /// `Conflicted=True`).
+    pub problem: Option<(&'static str, String)>,
+    /// `allowedRoutes.kinds` named a kind this listener cannot take
+    /// (`ResolvedRefs=False`, `InvalidRouteKinds`); the valid ones still
+    /// attach.
+    pub invalid_kinds: Vec<String>,
+    /// Whether its route kind is among the allowed ones.
+    pub takes_routes: bool,
 }
 
 /// The L4 listeners of a Gateway (its HTTP and HTTPS listeners are not
-/// here). Listeners that cannot be served carry their problem.
+/// here), with the specification's listener checks: a TLS listener must
+/// pass through (Terminate is `UnsupportedValue`); listeners sharing a
+/// `(port, transport)` conflict (`ProtocolConflict`) unless all are TLS
+/// passthrough listeners with distinct hostnames, which SNI tells apart.
 pub(super) fn listeners(gateway: &Gateway) -> Vec<Listener<'_>> {
     let mut out: Vec<Listener<'_>> = Vec::new();
+    let mut passthrough = Vec::new();
     for l in &gateway.spec.listeners {
         let kind = match l.protocol.as_str() {
             "TCP" => ListenerKind::Tcp,
@@ -124,65 +136,87 @@ pub(super) fn listeners(gateway: &Gateway) -> Vec<Listener<'_>> {
             "TLS" => ListenerKind::TlsPassthrough,
             _ => continue,
         };
+        let Some(port) = u16::try_from(l.port).ok().filter(|p| *p != 0) else {
+            continue;
+        };
         let mut problem = None;
-        if kind == ListenerKind::TlsPassthrough
-            && !matches!(
-                l.tls.as_ref().and_then(|t| t.mode.as_ref()),
-                Some(GatewayListenersTlsMode::Passthrough)
-            )
-        {
-            // Terminate on a TLS listener would need the L4 plane to
-            // terminate TLS; the spec lets an implementation refuse it.
+        let is_passthrough = matches!(
+            l.tls.as_ref().and_then(|t| t.mode.as_ref()),
+            Some(GatewayListenersTlsMode::Passthrough)
+        );
+        if kind == ListenerKind::TlsPassthrough && !is_passthrough {
+            // Terminating TLS on the L4 plane is not served; the
+            // specification lets an implementation refuse the mode.
             problem = Some((
-                "Accepted",
-                "UnsupportedProtocol",
+                "UnsupportedValue",
                 "a TLS listener is served with tls.mode Passthrough only".to_string(),
             ));
         }
-        let port = u16::try_from(l.port).ok().filter(|p| *p != 0);
-        let Some(port) = port else {
-            continue;
-        };
-        let hostname = l
-            .hostname
-            .as_deref()
-            .and_then(|h| HostPattern::parse(h).ok());
-        if problem.is_none() {
-            // Two listeners on one socket: TLS listeners share it by SNI
-            // when their hostnames differ; anything else conflicts.
-            let clash = out.iter().find(|o| {
-                o.problem.is_none()
-                    && o.port == port
-                    && o.kind.protocol() == kind.protocol()
-                    && !(o.kind == ListenerKind::TlsPassthrough
-                        && kind == ListenerKind::TlsPassthrough
-                        && o.hostname != hostname)
-            });
-            if let Some(o) = clash {
-                let reason = if o.kind == kind {
-                    "HostnameConflict"
-                } else {
-                    "ProtocolConflict"
+        passthrough.push(kind == ListenerKind::TlsPassthrough && is_passthrough);
+        let route_kind = kind.route_kind();
+        let (takes_routes, invalid_kinds) = match l
+            .allowed_routes
+            .as_ref()
+            .and_then(|a| a.kinds.as_ref())
+        {
+            None => (true, Vec::new()),
+            Some(kinds) => {
+                let fits = |k: &&teapot_gateway_api::generated::gateways::GatewayListenersAllowedRoutesKinds| {
+                    k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == route_kind.as_str()
                 };
-                problem = Some((
-                    "Conflicted",
-                    reason,
-                    format!(
-                        "listener {:?} already serves {port}/{}",
-                        o.name,
-                        kind.protocol()
-                    ),
-                ));
+                (
+                    kinds.iter().any(|k| fits(&k)),
+                    kinds
+                        .iter()
+                        .filter(|k| !fits(k))
+                        .map(|k| k.kind.clone())
+                        .collect(),
+                )
             }
-        }
+        };
         out.push(Listener {
             name: &l.name,
             port,
             kind,
-            hostname,
+            hostname: l
+                .hostname
+                .as_deref()
+                .and_then(|h| HostPattern::parse(h).ok()),
             spec: l,
             problem,
+            invalid_kinds,
+            takes_routes,
         });
+    }
+    // Sockets shared by several listeners.
+    for i in 0..out.len() {
+        let socket = (out[i].port, out[i].kind.protocol());
+        let sharing: Vec<usize> = (0..out.len())
+            .filter(|&j| j != i && (out[j].port, out[j].kind.protocol()) == socket)
+            .collect();
+        if sharing.is_empty() {
+            continue;
+        }
+        let all_passthrough = passthrough[i] && sharing.iter().all(|&j| passthrough[j]);
+        let conflict = if !all_passthrough {
+            Some("ProtocolConflict")
+        } else if sharing.iter().any(|&j| out[j].hostname == out[i].hostname) {
+            Some("HostnameConflict")
+        } else {
+            None
+        };
+        if let Some(reason) = conflict {
+            let others: Vec<&str> = sharing.iter().map(|&j| out[j].name).collect();
+            out[i].problem = Some((
+                reason,
+                format!(
+                    "{}/{} is also listener {} of this Gateway",
+                    socket.0,
+                    socket.1,
+                    others.join(", ")
+                ),
+            ));
+        }
     }
     out
 }
@@ -467,7 +501,11 @@ pub struct GatewayListenerReport {
     /// `listening`, `pending` or the bind error, read when rendered (the
     /// listeners bind after the compile).
     pub state: Option<super::table::LiveState>,
-    /// Routes attached (accepted) to this listener.
+    /// `status.listeners[].supportedKinds`: the route kind of its
+    /// protocol, when `allowedRoutes.kinds` allows it.
+    pub supported_kinds: Vec<&'static str>,
+    /// Routes attached (accepted) to this listener; of several on a TCP or
+    /// UDP listener only the oldest is bound.
     pub attached_routes: u32,
     /// Accepted, Programmed, ResolvedRefs and Conflicted, as the
     /// specification's listener status has them.
@@ -647,7 +685,8 @@ pub(super) struct Plan<'s> {
     pub listeners: Vec<Listener<'s>>,
 }
 
-/// Gateways of teapot's with at least one L4 listener.
+/// Gateways of teapot's: those with L4 listeners are allocated; every one
+/// answers the L4 routes that name it.
 pub(super) fn plans<'s>(store: &'s Store) -> Vec<Plan<'s>> {
     store
         .gateways
@@ -658,7 +697,6 @@ pub(super) fn plans<'s>(store: &'s Store) -> Vec<Plan<'s>> {
             gateway: &g.object,
             listeners: listeners(&g.object),
         })
-        .filter(|p| !p.listeners.is_empty())
         .collect()
 }
 
@@ -698,48 +736,59 @@ pub(super) fn attach<'s>(
                 .iter()
                 .find(|p| p.id.namespace == parent.namespace && p.id.name == parent.name)
             else {
-                // Not one of teapot's Gateways with L4 listeners: its
-                // controller (or the HTTP compile) answers for it.
+                // Not one of teapot's Gateways: its controller answers.
                 continue;
             };
+            // Every listener the parentRef names, HTTP and HTTPS ones too:
+            // a route of the wrong kind there is NotAllowedByListeners.
             let mut named = false;
             let mut accepted_on = Vec::new();
-            let mut reason = "NoMatchingParent";
-            for l in &plan.listeners {
-                if parent.section_name.as_deref().is_some_and(|s| s != l.name)
-                    || parent.port.is_some_and(|p| p != i32::from(l.port))
+            let mut reason = "NotAllowedByListeners";
+            for spec in &plan.gateway.spec.listeners {
+                if parent
+                    .section_name
+                    .as_deref()
+                    .is_some_and(|s| s != spec.name)
+                    || parent.port.is_some_and(|p| p != spec.port)
                 {
                     continue;
                 }
                 named = true;
-                if l.problem.is_some() || l.kind.route_kind() != route.kind {
+                let Some(l) = plan.listeners.iter().find(|l| l.name == spec.name) else {
                     continue;
-                }
-                if !allows(l.spec, &plan.id.namespace, &route.id.namespace, route.kind) {
-                    reason = "NotAllowedByListeners";
+                };
+                if l.problem.is_some()
+                    || l.kind.route_kind() != route.kind
+                    || !l.takes_routes
+                    || !allows(l.spec, &plan.id.namespace, &route.id.namespace, route.kind)
+                {
                     continue;
                 }
                 if route.kind == RouteKind::Tls
                     && intersect(l.hostname.as_ref(), &route.hostnames).is_empty()
                 {
-                    if reason != "NotAllowedByListeners" {
-                        reason = "NoMatchingListenerHostname";
-                    }
+                    reason = "NoMatchingListenerHostname";
                     continue;
                 }
                 accepted_on.push(l.name);
             }
             let accepted = if accepted_on.is_empty() {
-                let message = if named {
-                    format!(
-                        "no listener of Gateway {} takes this {} ({reason})",
-                        plan.id,
-                        route.kind.as_str()
+                let (reason, message) = if named {
+                    (
+                        reason,
+                        format!(
+                            "no listener of Gateway {} takes this {} ({reason})",
+                            plan.id,
+                            route.kind.as_str()
+                        ),
                     )
                 } else {
-                    format!(
-                        "Gateway {} has no listener matching sectionName/port",
-                        plan.id
+                    (
+                        "NoMatchingParent",
+                        format!(
+                            "Gateway {} has no listener matching sectionName/port",
+                            plan.id
+                        ),
                     )
                 };
                 Condition::new("Accepted", false, reason, message)
@@ -769,48 +818,10 @@ pub(super) fn attach<'s>(
             });
         }
     }
-    // A TCP or UDP listener serves its oldest route; the others are told.
-    for ((gateway, listener), attached) in &mut by_listener {
-        let Some(plan) = plans.iter().find(|p| p.id == *gateway) else {
-            continue;
-        };
-        let Some(l) = plan.listeners.iter().find(|l| l.name == *listener) else {
-            continue;
-        };
-        if l.kind == ListenerKind::TlsPassthrough || attached.len() < 2 {
-            continue;
-        }
-        let first = attached[0];
-        for &later in &attached[1..] {
-            let route = &routes[later];
-            let report = reports
-                .iter_mut()
-                .find(|r| {
-                    r.kind == route.kind
-                        && r.namespace == route.id.namespace
-                        && r.name == route.id.name
-                })
-                .expect("an attached route is reported");
-            for p in &mut report.parents {
-                if p.parent_ref.namespace == gateway.namespace
-                    && p.parent_ref.name == gateway.name
-                    && p.conditions[0].status == "True"
-                {
-                    p.conditions[0] = Condition::new(
-                        "Accepted",
-                        false,
-                        "Conflicted",
-                        format!(
-                            "listener {listener:?} of Gateway {gateway} already forwards to {} {}",
-                            routes[first].kind.as_str(),
-                            routes[first].id
-                        ),
-                    );
-                }
-            }
-        }
-        attached.truncate(1);
-    }
+    // Several routes on one TCP or UDP listener are all Accepted and
+    // counted in attachedRoutes, but only the oldest is bound: the
+    // specification's conflict rule (GEP "Conflicts", and the
+    // TCPRouteMultipleRoutesAttachment conformance test).
     reports.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     Attached {
         by_listener,
@@ -956,19 +967,30 @@ pub(super) fn serve<'s>(
         let mut key = None;
         let mut bound = None;
         conditions.push(match &l.problem {
-            Some(("Accepted", reason, message)) => {
-                Condition::new("Accepted", false, reason, message.clone())
-            }
-            _ => Condition::new("Accepted", true, "Accepted", ""),
+            Some((reason, message)) => Condition::new("Accepted", false, reason, message.clone()),
+            None => Condition::new("Accepted", true, "Accepted", ""),
         });
         conditions.push(match &l.problem {
-            Some(("Conflicted", reason, message)) => {
+            Some((reason @ ("ProtocolConflict" | "HostnameConflict"), message)) => {
                 Condition::new("Conflicted", true, reason, message.clone())
             }
             _ => Condition::new("Conflicted", false, "NoConflicts", ""),
         });
-        conditions.push(Condition::new("ResolvedRefs", true, "ResolvedRefs", ""));
-        let programmed = if let Some((_, _, message)) = &l.problem {
+        conditions.push(if l.invalid_kinds.is_empty() {
+            Condition::new("ResolvedRefs", true, "ResolvedRefs", "")
+        } else {
+            Condition::new(
+                "ResolvedRefs",
+                false,
+                "InvalidRouteKinds",
+                format!(
+                    "allowedRoutes.kinds: a {protocol} listener takes {} only, not {}",
+                    l.kind.route_kind().as_str(),
+                    l.invalid_kinds.join(", ")
+                ),
+            )
+        });
+        let programmed = if let Some((_, message)) = &l.problem {
             Condition::new("Programmed", false, "Invalid", message.clone())
         } else if let Some(addr) = address {
             let port = (l.port, l.kind.protocol());
@@ -1007,6 +1029,11 @@ pub(super) fn serve<'s>(
             protocol,
             listener: key,
             state: bound,
+            supported_kinds: if l.takes_routes {
+                vec![l.kind.route_kind().as_str()]
+            } else {
+                Vec::new()
+            },
             attached_routes: attached_routes.len() as u32,
             conditions,
         });
@@ -1550,11 +1577,12 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
             ["db", "dns", "tls", "term"],
             "HTTP listeners are not L4's"
         );
-        assert_eq!(listener(g, "db").attached_routes, 1);
+        // Both TCPRoutes are attached; the older is bound (below).
+        assert_eq!(listener(g, "db").attached_routes, 2);
         assert_eq!(listener(g, "dns").attached_routes, 1);
         assert_eq!(listener(g, "tls").attached_routes, 1);
         let term = condition(&listener(g, "term").conditions, "Accepted");
-        assert_eq!((term.status, term.reason), ("False", "UnsupportedProtocol"));
+        assert_eq!((term.status, term.reason), ("False", "UnsupportedValue"));
 
         let accepted = |kind, name: &str, parent: usize| {
             let r = route(&s, kind, name);
@@ -1570,15 +1598,16 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
         );
         assert_eq!(
             accepted(RouteKind::Tcp, "pg-late", 0),
-            ("Conflicted", "ResolvedRefs")
+            ("Accepted", "ResolvedRefs")
         );
         assert_eq!(
             accepted(RouteKind::Udp, "dns", 0),
             ("Accepted", "ResolvedRefs")
         );
+        // Its second parentRef names the TCP listener.
         assert_eq!(
             accepted(RouteKind::Udp, "dns", 1),
-            ("NoMatchingParent", "ResolvedRefs")
+            ("NotAllowedByListeners", "ResolvedRefs")
         );
         assert_eq!(
             accepted(RouteKind::Tcp, "other-ns", 0),
@@ -1719,6 +1748,89 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             g.address,
             Some("192.0.2.11".parse().unwrap()),
             "not the first pool address"
+        );
+    }
+
+    /// The listener checks of the upstream conformance tests
+    /// TLSRouteListenerMixedTerminationNotSupported,
+    /// TLSRouteListenerTerminateNotSupported,
+    /// TLSRouteListenerPassthroughSupportedKinds and
+    /// TCPRouteInvalidNonTCPListener.
+    #[test]
+    fn listener_conflicts_modes_kinds_and_http_parents() {
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                &gw(
+                    "ops",
+                    "mixed",
+                    OLD,
+                    "[{name: tls-terminate, port: 8443, protocol: TLS, hostname: t.example.com, tls: {mode: Terminate}},
+                      {name: tls-passthrough, port: 8443, protocol: TLS, hostname: p.example.com, tls: {mode: Passthrough}},
+                      {name: terminate-only, port: 9443, protocol: TLS, tls: {mode: Terminate}},
+                      {name: kinds, port: 443, protocol: TLS, tls: {mode: Passthrough},
+                       allowedRoutes: {kinds: [{kind: TCPRoute}, {kind: TLSRoute}]}},
+                      {name: tcp-and-tls, port: 7000, protocol: TCP},
+                      {name: tls-on-tcp, port: 7000, protocol: TLS, tls: {mode: Passthrough}}]",
+                ),
+                &gw(
+                    "ops",
+                    "http-only",
+                    OLD,
+                    "[{name: only-allow-http-routes, port: 5300, protocol: HTTP, allowedRoutes: {kinds: [{kind: HTTPRoute}]}}]",
+                ),
+                &backend("ops", "db", "[{port: 8080}]"),
+                &route_doc(
+                    "TCPRoute",
+                    "ops",
+                    "tcp-route",
+                    OLD,
+                    "{parentRefs: [{name: http-only, sectionName: only-allow-http-routes}], rules: [{backendRefs: [{name: db, port: 8080}]}]}",
+                ),
+            ],
+        );
+        let g = gateway(&s, "ops", "mixed");
+        for name in [
+            "tls-terminate",
+            "tls-passthrough",
+            "tcp-and-tls",
+            "tls-on-tcp",
+        ] {
+            let l = listener(g, name);
+            let accepted = condition(&l.conditions, "Accepted");
+            assert_eq!(
+                (accepted.status, accepted.reason),
+                ("False", "ProtocolConflict"),
+                "{name}"
+            );
+            assert_eq!(
+                condition(&l.conditions, "Conflicted").status,
+                "True",
+                "{name}"
+            );
+            assert_eq!(l.attached_routes, 0);
+            assert!(l.listener.is_none(), "{name}: not served");
+        }
+        let terminate = condition(&listener(g, "terminate-only").conditions, "Accepted");
+        assert_eq!(
+            (terminate.status, terminate.reason),
+            ("False", "UnsupportedValue")
+        );
+        let kinds = listener(g, "kinds");
+        let refs = condition(&kinds.conditions, "ResolvedRefs");
+        assert_eq!((refs.status, refs.reason), ("False", "InvalidRouteKinds"));
+        assert_eq!(kinds.supported_kinds, ["TLSRoute"]);
+        assert_eq!(condition(&kinds.conditions, "Programmed").status, "True");
+
+        // A Gateway with HTTP listeners only is not an L4 one, but a
+        // TCPRoute naming it is told why it is not attached.
+        assert!(l4(&s).gateways.iter().all(|g| g.name != "http-only"));
+        let r = route(&s, RouteKind::Tcp, "tcp-route");
+        let accepted = condition(&r.parents[0].conditions, "Accepted");
+        assert_eq!(
+            (accepted.status, accepted.reason),
+            ("False", "NotAllowedByListeners")
         );
     }
 

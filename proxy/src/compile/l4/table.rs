@@ -229,6 +229,7 @@ pub(super) fn build<'s>(
     candidates.extend(
         plans
             .into_iter()
+            .filter(|plan| !plan.listeners.is_empty())
             .map(|plan| gateway_candidate(config, tenancy, plan)),
     );
     candidates.sort_by(|a, b| age(a).cmp(&age(b)));
