@@ -386,6 +386,7 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
                     // The CRD went away (or the role lost it): its
                     // objects are gone with it; ask again as at start.
                     tracing::warn!(watch = %label, error = %e, "no longer served; dropping its objects");
+                    shared.absent(id);
                     break;
                 }
                 Err(e) => {
@@ -837,13 +838,24 @@ mod tests {
         send.send_response(Response::new(Body::from(
             serde_json::to_vec(&list(vec![tcp_route("db")])).unwrap(),
         )));
-        let (request, _watch) = next_request(&mut handle).await;
+        let (request, watch) = next_request(&mut handle).await;
         assert!(request.uri().query().unwrap_or("").contains("watch=true"));
         let loaded = source.snapshot();
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let route =
             &loaded.store.tcp_routes[&NsName::new("ops".to_string(), "db".to_string())].object;
         assert_eq!(route.spec.rules[0].backend_refs[0].name, "db");
+
+        // The CRD is removed: the watch is answered 404, the objects go
+        // with it, and the kind is asked about again.
+        let mut changes = source.changes();
+        let mut answer = Response::new(Body::from(serde_json::to_vec(&not_found).unwrap()));
+        *answer.status_mut() = http::StatusCode::NOT_FOUND;
+        watch.send_response(answer);
+        assert!(coalesced(&mut changes, Duration::from_millis(10)).await);
+        assert!(source.snapshot().store.tcp_routes.is_empty());
+        let (request, _probe) = next_request(&mut handle).await;
+        assert!(request.uri().query().unwrap_or("").contains("limit=1"));
     }
 
     /// Against the API double: the Gateway API kinds are watched with the
