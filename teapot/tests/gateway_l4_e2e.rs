@@ -193,12 +193,14 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
     let a = tls_backend(&ca, "a.example.com").await;
     let b = tls_backend(&ca, "b.example.com").await;
     let port = free_port(LOCALHOST).unwrap();
-    let tls_port = loop {
+    let mut ports = vec![port];
+    while ports.len() < 3 {
         let p = free_port(LOCALHOST).unwrap();
-        if p != port {
-            break p;
+        if !ports.contains(&p) {
+            ports.push(p);
         }
-    };
+    }
+    let (tls_port, half_port) = (ports[1], ports[2]);
 
     let mut objects = vec![
         json!({"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "teapot"},
@@ -209,11 +211,18 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
             {"name": "dns", "port": port, "protocol": "UDP"},
             {"name": "tls", "port": tls_port, "protocol": "TLS", "hostname": "*.example.com",
              "tls": {"mode": "Passthrough"}},
+            {"name": "half", "port": half_port, "protocol": "TCP"},
         ]}}),
         route("TCPRoute", "db", "db", &[], "echo-tcp", 7000),
         route("UDPRoute", "dns", "dns", &[], "echo-udp", 5300),
         route("TLSRoute", "a", "tls", &["a.example.com"], "tls-a", 443),
         route("TLSRoute", "b", "tls", &["b.example.com"], "tls-b", 443),
+        // Half the weight on a Service that does not exist: half the
+        // connections are refused (the specification's weighted rejection).
+        json!({"apiVersion": GW, "kind": "TCPRoute", "metadata": {"name": "half", "namespace": NS},
+               "spec": {"parentRefs": [{"name": "edge", "sectionName": "half"}],
+                        "rules": [{"backendRefs": [{"name": "echo-tcp", "port": 7000},
+                                                   {"name": "missing", "port": 7000}]}]}}),
     ];
     objects.extend(backend("echo-tcp", 7000, "TCP", tcp.port()));
     objects.extend(backend("echo-udp", 5300, "UDP", udp.port()));
@@ -243,7 +252,7 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
             };
             let listening = g["listeners"]
                 .as_array()
-                .is_some_and(|l| l.len() == 3 && l.iter().all(|l| l["state"] == "listening"));
+                .is_some_and(|l| l.len() == 4 && l.iter().all(|l| l["state"] == "listening"));
             if listening {
                 Ok(g.clone())
             } else {
@@ -268,10 +277,11 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
     }
     let status = h.status().await;
     let routes = status["l4"]["routes"].as_array().unwrap();
-    assert_eq!(routes.len(), 4, "{routes:?}");
+    assert_eq!(routes.len(), 5, "{routes:?}");
     for r in routes {
         for c in r["parents"][0]["conditions"].as_array().unwrap() {
-            assert_eq!(c["status"], "True", "{r}");
+            let invalid = r["name"] == "half" && c["type"] == "ResolvedRefs";
+            assert_eq!(c["status"], if invalid { "False" } else { "True" }, "{r}");
         }
     }
 
@@ -310,11 +320,26 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
     let back = tcp_exchange(tls_addr, b"GET / HTTP/1.1\r\nHost: a.example.com\r\n\r\n").await;
     assert!(back.is_ok_and(|b| b.is_empty()));
 
+    // Weighted rejection: of 10 connections, exactly 5 echo and 5 are
+    // closed without a byte.
+    let half = SocketAddr::new(LOCALHOST, half_port);
+    let mut echoed = 0;
+    for i in 0..10u64 {
+        let data = payload(i, 100);
+        let back = tcp_exchange(half, &data).await.unwrap_or_default();
+        if back == data {
+            echoed += 1;
+        } else {
+            assert!(back.is_empty(), "a refused connection gets nothing");
+        }
+    }
+    assert_eq!(echoed, 5);
+
     // The state file holds the Gateway's listeners, under a key no
     // Service can have.
     let saved: Value =
         serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
     let held = &saved["allocations"][format!("{NS}/Gateway:edge")];
     assert_eq!(held["address"], "127.0.0.1", "{saved}");
-    assert_eq!(held["ports"].as_array().unwrap().len(), 3, "{saved}");
+    assert_eq!(held["ports"].as_array().unwrap().len(), 4, "{saved}");
 }

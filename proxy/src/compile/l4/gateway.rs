@@ -533,13 +533,17 @@ pub struct GatewayReport {
 pub struct SniRoutes {
     /// `None`: any name (a route without hostnames under a listener
     /// without one). Kept in match order.
-    pub entries: Vec<(Option<HostPattern>, Arc<Upstream>)>,
+    pub entries: Vec<(Option<HostPattern>, Arc<Chosen>)>,
 }
+
+/// What an SNI entry forwards to: the route's rotation and its refused
+/// share.
+pub type Chosen = (Arc<Upstream>, Option<Arc<Refusals>>);
 
 impl SniRoutes {
     /// The backends for a ClientHello's server name (`None`: the client
     /// sent none). No match: the connection is refused.
-    pub fn choose(&self, server_name: Option<&str>) -> Option<&Arc<Upstream>> {
+    pub fn choose(&self, server_name: Option<&str>) -> Option<&Chosen> {
         let name = server_name.and_then(|n| HostPattern::parse(n).ok());
         self.entries
             .iter()
@@ -548,7 +552,7 @@ impl SniRoutes {
                 (Some(p), Some(n @ HostPattern::Exact(_))) => covers(p, n),
                 _ => false,
             })
-            .map(|(_, u)| u)
+            .map(|(_, c)| &**c)
     }
 
     fn sort(&mut self) {
@@ -576,10 +580,42 @@ impl SniRoutes {
 /// What one Gateway socket forwards to.
 #[derive(Debug)]
 pub enum Target {
-    /// A TCP or UDP listener: one route's weighted backends.
-    Backends(Arc<Upstream>),
+    /// A TCP or UDP listener: one route's weighted backends, and the share
+    /// refused for its invalid ones.
+    Backends(Arc<Upstream>, Option<Arc<Refusals>>),
     /// TLS passthrough listeners on this socket, by SNI.
     Sni(SniRoutes),
+}
+
+/// The share of a route's connections (TCP) or datagrams (UDP) that must
+/// be refused because it belongs to invalid backendRefs or to backends
+/// without endpoints: the specification asks for the rejections to
+/// respect the weights ("if an invalid backend is requested to have 80% of
+/// connections, then 80% of connections must be rejected").
+#[derive(Debug)]
+pub struct Refusals {
+    refused: u64,
+    total: u64,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Refusals {
+    fn new(refused: u64, total: u64) -> Option<Arc<Refusals>> {
+        (refused > 0 && total > 0).then(|| {
+            Arc::new(Refusals {
+                refused,
+                total,
+                next: std::sync::atomic::AtomicU64::new(0),
+            })
+        })
+    }
+
+    /// Whether the next connection or datagram is refused: exactly
+    /// `refused` of every `total`, spread evenly (Bresenham).
+    pub fn refuse_next(&self) -> bool {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.total;
+        (n + 1) * self.refused / self.total > n * self.refused / self.total
+    }
 }
 
 /// Most entries a weighted upstream's rotation may have: weights are
@@ -590,8 +626,24 @@ const MAX_ROTATION: u64 = 1024;
 /// rotation repeats each backend's endpoints in proportion to its weight
 /// divided by its endpoint count, interleaved smoothly (nginx's smooth
 /// weighted round robin), so consecutive connections alternate. Backends
-/// without endpoints take no share.
-pub fn weighted(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
+/// without endpoints take no share of the rotation: their weight, with
+/// `invalid` (the weight of invalid backendRefs), is the refused share.
+pub fn weighted(
+    label: String,
+    backends: &[(u32, Arc<Upstream>)],
+    invalid: u32,
+) -> (Arc<Upstream>, Option<Arc<Refusals>>) {
+    let empty: u64 = backends
+        .iter()
+        .filter(|(_, u)| u.endpoints.is_empty())
+        .map(|(w, _)| u64::from(*w))
+        .sum();
+    let total: u64 = backends.iter().map(|(w, _)| u64::from(*w)).sum::<u64>() + u64::from(invalid);
+    let refusals = Refusals::new(empty + u64::from(invalid), total);
+    (rotation(label, backends), refusals)
+}
+
+fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
     let live: Vec<&(u32, Arc<Upstream>)> = backends
         .iter()
         .filter(|(w, u)| *w > 0 && !u.endpoints.is_empty())
@@ -662,7 +714,7 @@ pub fn union(label: &str, sni: &SniRoutes) -> Arc<Upstream> {
     let endpoints = sni
         .entries
         .iter()
-        .flat_map(|(_, u)| u.endpoints.iter())
+        .flat_map(|(_, c)| c.0.endpoints.iter())
         .filter(|e| seen.insert(e.addr))
         .cloned()
         .collect();
@@ -700,14 +752,18 @@ pub(super) fn plans<'s>(store: &'s Store) -> Vec<Plan<'s>> {
         .collect()
 }
 
+/// A route's valid backends with their weights.
+type Weighted = Vec<(u32, Arc<Upstream>)>;
+
 /// Routes resolved against the Gateways: which route each listener serves
 /// and every route's parent statuses.
 pub(super) struct Attached<'s> {
     /// `(gateway, listener name)` -> routes accepted there, oldest first.
     by_listener: BTreeMap<(&'s NsName, &'s str), Vec<usize>>,
     routes: Vec<RouteView<'s>>,
-    /// Per route, its backends resolved (`None` when a ref is invalid).
-    resolved: Vec<Vec<(u32, Arc<Upstream>)>>,
+    /// Per route, its valid backends resolved, and the weight of its
+    /// invalid ones.
+    resolved: Vec<(Weighted, u32)>,
     pub reports: Vec<RouteReport>,
 }
 
@@ -725,8 +781,8 @@ pub(super) fn attach<'s>(
     let mut reports = Vec::new();
     let mut resolved = Vec::with_capacity(routes.len());
     for (ri, route) in routes.iter().enumerate() {
-        let (backends, refs_problem) = backends(store, tenancy, route, resolve);
-        resolved.push(backends);
+        let (backends, invalid, refs_problem) = backends(store, tenancy, route, resolve);
+        resolved.push((backends, invalid));
         let mut parents = Vec::new();
         for parent in &route.parents {
             if parent.group != GROUP || parent.kind != "Gateway" {
@@ -831,22 +887,27 @@ pub(super) fn attach<'s>(
     }
 }
 
-/// Resolves a route's backendRefs: the weighted upstreams, and the first
-/// problem as a ResolvedRefs reason and message.
+/// Resolves a route's backendRefs: the weighted upstreams, the weight of
+/// the invalid ones, and the first problem as a ResolvedRefs reason and
+/// message.
 #[allow(clippy::type_complexity)]
 fn backends<'s>(
     store: &'s Store,
     tenancy: &Tenancy<'_>,
     route: &RouteView<'s>,
     resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
-) -> (Vec<(u32, Arc<Upstream>)>, Option<(&'static str, String)>) {
+) -> (Weighted, u32, Option<(&'static str, String)>) {
     let mut out = Vec::new();
+    let mut invalid: u32 = 0;
     let mut problem: Option<(&'static str, String)> = None;
     let protocol = match route.kind {
         RouteKind::Udp => "UDP",
         RouteKind::Tcp | RouteKind::Tls => "TCP",
     };
     for (i, b) in route.backends.iter().enumerate() {
+        // Counted as invalid until it resolves.
+        let weight = u32::try_from(b.weight).unwrap_or(0);
+        invalid = invalid.saturating_add(weight);
         let at = format!("spec.rules[].backendRefs[{i}] ({})", b.name);
         if !b.group.is_empty() || b.kind != "Service" {
             problem.get_or_insert((
@@ -909,7 +970,7 @@ fn backends<'s>(
             ));
             continue;
         };
-        let weight = u32::try_from(b.weight).unwrap_or(0);
+        invalid = invalid.saturating_sub(weight);
         let (store_ns, store_name) = store
             .services
             .get_key_value(&NsName::new(namespace, b.name))
@@ -917,7 +978,7 @@ fn backends<'s>(
             .expect("looked up above");
         out.push((weight, resolve(store_ns, store_name, port, port_name)));
     }
-    (out, problem)
+    (out, invalid, problem)
 }
 
 /// A Gateway's allocation: its address and the sockets refused there, or
@@ -1067,15 +1128,21 @@ fn add_target<'s>(
     };
     match listener.kind {
         ListenerKind::Tcp | ListenerKind::Udp => {
-            let upstream = match attached_routes.first() {
-                Some(&ri) => weighted(label(ri), &attached.resolved[ri]),
-                None => Arc::new(Upstream::new(
-                    format!("listener {}", listener.name),
-                    Vec::new(),
-                    Some("no route is attached to the listener".into()),
-                )),
+            let (upstream, refusals) = match attached_routes.first() {
+                Some(&ri) => {
+                    let (backends, invalid) = &attached.resolved[ri];
+                    weighted(label(ri), backends, *invalid)
+                }
+                None => (
+                    Arc::new(Upstream::new(
+                        format!("listener {}", listener.name),
+                        Vec::new(),
+                        Some("no route is attached to the listener".into()),
+                    )),
+                    None,
+                ),
             };
-            sockets.insert(key, Target::Backends(upstream));
+            sockets.insert(key, Target::Backends(upstream, refusals));
         }
         ListenerKind::TlsPassthrough => {
             let Target::Sni(sni) = sockets
@@ -1086,9 +1153,10 @@ fn add_target<'s>(
             };
             for &ri in attached_routes {
                 let route = &attached.routes[ri];
-                let upstream = weighted(label(ri), &attached.resolved[ri]);
+                let (backends, invalid) = &attached.resolved[ri];
+                let chosen = Arc::new(weighted(label(ri), backends, *invalid));
                 for host in intersect(listener.hostname.as_ref(), &route.hostnames) {
-                    sni.entries.push((host, upstream.clone()));
+                    sni.entries.push((host, chosen.clone()));
                 }
             }
         }
@@ -1128,7 +1196,7 @@ mod tests {
 
     #[test]
     fn sni_prefers_exact_then_longest_suffix_and_refuses_the_rest() {
-        let up = |n: &str| Arc::new(Upstream::new(n.into(), Vec::new(), None));
+        let up = |n: &str| Arc::new((Arc::new(Upstream::new(n.into(), Vec::new(), None)), None));
         let mut sni = SniRoutes {
             entries: vec![
                 (Some(host("*.example.com")), up("wide")),
@@ -1138,7 +1206,7 @@ mod tests {
             ],
         };
         sni.sort();
-        let pick = |n: Option<&str>| sni.choose(n).map(|u| u.name.clone());
+        let pick = |n: Option<&str>| sni.choose(n).map(|c| c.0.name.clone());
         assert_eq!(pick(Some("a.db.example.com")).as_deref(), Some("exact"));
         assert_eq!(pick(Some("B.DB.example.com")).as_deref(), Some("narrow"));
         assert_eq!(pick(Some("x.example.com")).as_deref(), Some("wide"));
@@ -1167,14 +1235,16 @@ mod tests {
 
     #[test]
     fn weights_split_the_rotation_per_backend_not_per_endpoint() {
-        // 3:1 over a backend with 2 endpoints and one with 1.
-        let u = weighted(
+        // 3:1 over a backend with 2 endpoints and one with 1; weight 5 on
+        // one without endpoints and 2 on invalid refs.
+        let (u, refusals) = weighted(
             "r".into(),
             &[
                 (3, endpoints(1, 2)),
                 (1, endpoints(2, 1)),
                 (5, endpoints(3, 0)),
             ],
+            2,
         );
         let of = |base: u8| {
             u.endpoints
@@ -1191,14 +1261,20 @@ mod tests {
             .iter()
             .position(|e| e.addr.ip().to_string() == "10.0.2.0");
         assert!(matches!(light, Some(0..=3)), "{light:?}");
-        // One live backend: its own upstream, unchanged.
+        // 7 of every 11 connections refused (the empty and invalid
+        // backends' weight), spread out.
+        let refusals = refusals.expect("a refused share");
+        let picks: Vec<bool> = (0..22).map(|_| refusals.refuse_next()).collect();
+        assert_eq!(picks.iter().filter(|r| **r).count(), 14);
+        assert!(picks.windows(4).all(|w| w.iter().any(|r| *r)), "{picks:?}");
+        assert!(picks.windows(2).any(|w| w == [true, false]));
+        // One live backend: its own upstream, unchanged, nothing refused.
         let one = endpoints(4, 2);
-        assert!(Arc::ptr_eq(
-            &weighted("r".into(), &[(1, one.clone()), (0, endpoints(5, 1))]),
-            &one
-        ));
-        let none = weighted("r".into(), &[(1, endpoints(6, 0))]);
+        let (u, refusals) = weighted("r".into(), &[(1, one.clone()), (0, endpoints(5, 1))], 0);
+        assert!(Arc::ptr_eq(&u, &one) && refusals.is_none());
+        let (none, refusals) = weighted("r".into(), &[(1, endpoints(6, 0))], 0);
         assert!(none.endpoints.is_empty() && none.unavailable.is_some());
+        assert!(refusals.is_some_and(|r| (0..5).all(|_| r.refuse_next())));
     }
 }
 
@@ -1661,8 +1737,11 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
             .sni
             .as_ref()
             .expect("a passthrough listener chooses by SNI");
-        let site = sni.choose(Some("site.example.com")).expect("routed");
+        let (site, refusals) = sni.choose(Some("site.example.com")).expect("routed");
         assert_eq!(site.endpoints[0].addr.to_string(), "127.0.0.5:10443");
+        // Its ungranted backend's half of the connections is refused.
+        let refusals = refusals.as_ref().expect("a refused share");
+        assert_eq!((0..4).filter(|_| refusals.refuse_next()).count(), 2);
         assert!(
             sni.choose(Some("other.org")).is_none(),
             "outside the listener's hostname"
@@ -1720,7 +1799,8 @@ spec:
             .unwrap()
             .choose(Some("db.example.com"))
             .expect("routed");
-        assert_eq!(db.endpoints[0].addr.to_string(), "127.0.0.2:15432");
+        assert_eq!(db.0.endpoints[0].addr.to_string(), "127.0.0.2:15432");
+        assert!(db.1.is_none());
     }
 
     /// Kube mode after a restart: nothing remembered, the address the

@@ -70,6 +70,9 @@ pub struct Route {
     /// TLS passthrough (a Gateway's TLS listeners on this socket): the
     /// upstream is chosen by the ClientHello's server name.
     pub sni: Option<Arc<super::gateway::SniRoutes>>,
+    /// A Gateway route's share refused for invalid or empty backendRefs
+    /// (TCP: the connection is closed; UDP: the datagram is dropped).
+    pub refusals: Option<Arc<super::gateway::Refusals>>,
     pub options: RouteOptions,
 }
 
@@ -315,11 +318,12 @@ pub(super) fn build<'s>(
                 let (sockets, report) =
                     super::gateway::serve(plan, &attached, c.pool.clone(), result, runtime);
                 for (key, target) in sockets {
-                    let (upstream, sni) = match target {
-                        super::gateway::Target::Backends(u) => (u, None),
+                    let (upstream, sni, refusals) = match target {
+                        super::gateway::Target::Backends(u, refusals) => (u, None, refusals),
                         super::gateway::Target::Sni(sni) => (
                             super::gateway::union(&c.id.to_string(), &sni),
                             Some(Arc::new(sni)),
+                            None,
                         ),
                     };
                     table.listeners.insert(
@@ -329,6 +333,7 @@ pub(super) fn build<'s>(
                             port_name: String::new(),
                             upstream,
                             sni,
+                            refusals,
                             options: c.options.clone(),
                         }),
                     );
@@ -411,6 +416,7 @@ pub(super) fn build<'s>(
                             port_name: port_name.to_string(),
                             upstream,
                             sni: None,
+                            refusals: None,
                             options: c.options.clone(),
                         }),
                     );

@@ -95,11 +95,11 @@ async fn connection(
     let mut client = client;
     // TLS passthrough: the backends are chosen by the ClientHello's
     // server name, read (not answered) before anything is connected.
-    let (chosen, hello) = match &route.sni {
-        None => (route.upstream.clone(), Vec::new()),
+    let (chosen, refusals, hello) = match &route.sni {
+        None => (route.upstream.clone(), route.refusals.clone(), Vec::new()),
         Some(sni) => match read_hello(&mut client, &ctx).await {
             Ok((bytes, name)) => match sni.choose(name.as_deref()) {
-                Some(u) => (u.clone(), bytes),
+                Some((upstream, refusals)) => (upstream.clone(), refusals.clone(), bytes),
                 None => {
                     tracing::debug!(service = %route.service, client = %peer, server_name = ?name,
                         "no TLSRoute for the server name; connection closed");
@@ -119,6 +119,15 @@ async fn connection(
             }
         },
     };
+    // A Gateway route's share for invalid backendRefs is refused, by weight.
+    if refusals.as_ref().is_some_and(|r| r.refuse_next()) {
+        tracing::debug!(service = %route.service, client = %peer,
+            "connection refused: its share belongs to an invalid backendRef");
+        if let Some(line) = line.as_mut() {
+            line.entry.reason = Some("invalid_backend");
+        }
+        return;
+    }
     let Some((mut upstream, endpoint)) = connect(&chosen, &ctx).await else {
         tracing::debug!(service = %route.service, client = %peer,
             "no L4 endpoint accepted the connection");
