@@ -35,6 +35,8 @@ use teapot_api::names::TLS_SECRET_TYPE;
 use tokio::sync::watch;
 
 use teapot_model::manifests::{Loaded, Problem};
+#[cfg(test)]
+use teapot_model::store::NsName;
 use teapot_model::store::{Kind, ObjectKey, Origin, Store};
 use teapot_model::validate;
 
@@ -118,8 +120,8 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::EndpointSlice => ApiResource::erase::<EndpointSlice>(&()),
         Kind::Secret => ApiResource::erase::<Secret>(&()),
         Kind::Tenant => ApiResource::erase::<Tenant>(&()),
-        // Gateway API kinds (docs/gateway-api.md): read from manifests;
-        // not in KINDS, so not watched yet.
+        // Gateway API kinds (docs/gateway-api.md): watched when served
+        // (GATEWAY_API_KINDS).
         Kind::GatewayClass => gateway_api("GatewayClass", "gatewayclasses"),
         Kind::Gateway => gateway_api("Gateway", "gateways"),
         Kind::HttpRoute => gateway_api("HTTPRoute", "httproutes"),
@@ -137,7 +139,7 @@ fn gateway_api(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&gvk, plural)
 }
 
-/// Every kind, in the order the watchers start.
+/// The kinds every cluster serves, in the order the watchers start.
 pub const KINDS: [Kind; 6] = [
     Kind::Tenant,
     Kind::IngressClass,
@@ -146,6 +148,26 @@ pub const KINDS: [Kind; 6] = [
     Kind::EndpointSlice,
     Kind::Secret,
 ];
+
+/// The Gateway API kinds (docs/gateway-api-l4.md, "Kube mode"), watched
+/// after [`KINDS`] when the API server serves them. Their CRDs are
+/// optional: a kind the server answers with 404 (not installed) or 403
+/// (the role does not grant it) counts as listed and empty, so the source
+/// syncs as it did before the Gateway API, and is asked again every
+/// [`REPROBE`], so CRDs installed later are picked up without a restart.
+pub const GATEWAY_API_KINDS: [Kind; 8] = [
+    Kind::GatewayClass,
+    Kind::Gateway,
+    Kind::HttpRoute,
+    Kind::GrpcRoute,
+    Kind::ReferenceGrant,
+    Kind::TlsRoute,
+    Kind::TcpRoute,
+    Kind::UdpRoute,
+];
+
+/// How often an optional kind the server does not serve is asked again.
+pub const REPROBE: Duration = Duration::from_secs(30);
 
 /// One watcher: a kind, in all namespaces or one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,7 +180,7 @@ impl WatchSpec {
     /// The watchers `namespaces` needs (see [`KubeConfig::namespaces`]).
     pub fn all(namespaces: &[String]) -> Vec<WatchSpec> {
         let mut specs = Vec::new();
-        for kind in KINDS {
+        for kind in KINDS.into_iter().chain(GATEWAY_API_KINDS) {
             if !kind.is_namespaced() || namespaces.is_empty() {
                 specs.push(WatchSpec {
                     kind,
@@ -345,18 +367,108 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
             .labels(&format!("!{}", CERTIFICATE_LABEL));
     }
     let label = spec.label();
-    let mut events = watcher(api, config).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => shared.handle(id, &resource, event),
-            Err(e) => {
-                tracing::warn!(watch = %label, error = %e, "watch failed; retrying with backoff")
+    let optional = spec.kind.is_gateway_api();
+    // Said once per change, not every REPROBE.
+    let mut told = false;
+    loop {
+        if optional && !served(&api, &label, &mut told).await {
+            shared.absent(id);
+            tokio::time::sleep(REPROBE).await;
+            continue;
+        }
+        let mut events = watcher(api.clone(), config.clone())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => shared.handle(id, &resource, event),
+                Err(e) if optional && unserved(&e) => {
+                    told = false;
+                    // The CRD went away (or the role lost it): its
+                    // objects are gone with it; ask again as at start.
+                    tracing::warn!(watch = %label, error = %e, "no longer served; dropping its objects");
+                    shared.absent(id);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(watch = %label, error = %e, "watch failed; retrying with backoff")
+                }
             }
+        }
+        if !optional {
+            return;
         }
     }
 }
 
+/// Whether the API server answers a one-item list of an optional kind.
+/// Other failures (a timeout, a 500) count as served: the watcher's own
+/// backoff then retries, and the source waits for it as for any kind.
+async fn served(api: &Api<DynamicObject>, label: &str, told: &mut bool) -> bool {
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => {
+            if *told {
+                tracing::info!(watch = %label, "now served by the API server; watching");
+            }
+            *told = false;
+            true
+        }
+        Err(kube::Error::Api(status)) if status.is_not_found() || status.is_forbidden() => {
+            if std::mem::replace(told, true) {
+                return false;
+            }
+            tracing::info!(
+                watch = %label,
+                code = status.code,
+                "not served by the API server (CRD not installed, or not granted); \
+                 treated as empty, asked again every {}s",
+                REPROBE.as_secs()
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(watch = %label, error = %e, "could not ask whether it is served; watching");
+            true
+        }
+    }
+}
+
+/// A watch error that says the kind is not served (any more).
+fn unserved(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.is_not_found() || s.is_forbidden(),
+        watcher::Error::WatchError(s) => s.is_not_found() || s.is_forbidden(),
+        _ => false,
+    }
+}
+
 impl Shared {
+    /// An optional kind is not served: nothing of it exists (what it
+    /// reported before is removed) and it counts as listed.
+    fn absent(&self, id: usize) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let w = &mut state.watchers[id];
+        w.relist = None;
+        let gone: Vec<ObjectKey> = w.seen.drain().collect();
+        let first = !w.synced;
+        w.synced = true;
+        let changed = !gone.is_empty();
+        for key in gone {
+            state.remove(&key);
+        }
+        if first && state.watchers.iter().all(|w| w.synced) {
+            tracing::info!("every watch has listed: the kube source is synced");
+            self.synced.send_replace(true);
+        }
+        drop(guard);
+        if changed {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
     fn handle(&self, id: usize, resource: &ApiResource, event: watcher::Event<DynamicObject>) {
         let mut guard = self.state.lock();
         let state = &mut *guard;
@@ -514,7 +626,9 @@ mod tests {
         Request<Body>,
         tower_test::mock::SendResponse<Response<Body>>,
     ) {
-        tokio::time::timeout(Duration::from_secs(30), handle.next_request())
+        // Longer than REPROBE: under paused time the re-probe must come
+        // first.
+        tokio::time::timeout(2 * REPROBE, handle.next_request())
             .await
             .expect("the watcher sends a request in time")
             .expect("the client is alive")
@@ -669,11 +783,159 @@ mod tests {
         assert_eq!(lists, 2, "the initial list and the re-list");
     }
 
+    fn tcp_route(name: &str) -> serde_json::Value {
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "TCPRoute",
+            "metadata": {"name": name, "namespace": "ops", "resourceVersion": "7"},
+            "spec": {"parentRefs": [{"name": "edge", "sectionName": "db"}],
+                     "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]},
+        })
+    }
+
+    /// A cluster without the Gateway API CRDs: the kind answers 404, the
+    /// source syncs without it, and asks again; once the CRD is there its
+    /// objects arrive.
+    #[tokio::test(start_paused = true)]
+    async fn an_unserved_gateway_api_kind_is_empty_until_its_crd_appears() {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let source = KubeSource::start_with(
+            &client,
+            vec![WatchSpec {
+                kind: Kind::TcpRoute,
+                namespace: None,
+            }],
+        );
+        let path = "/apis/gateway.networking.k8s.io/v1/tcproutes";
+        let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "NotFound", "code": 404,
+                               "message": "the server could not find the requested resource"});
+
+        let (request, send) = next_request(&mut handle).await;
+        assert_eq!(request.uri().path(), path);
+        assert!(request.uri().query().unwrap_or("").contains("limit=1"));
+        let mut answer = Response::new(Body::from(serde_json::to_vec(&not_found).unwrap()));
+        *answer.status_mut() = http::StatusCode::NOT_FOUND;
+        send.send_response(answer);
+        tokio::time::timeout(Duration::from_secs(1), source.wait_synced())
+            .await
+            .expect("an unserved kind does not hold the source back");
+        assert!(source.snapshot().store.tcp_routes.is_empty());
+
+        // REPROBE later (virtual time): the CRD is installed now.
+        let list = |items: Vec<serde_json::Value>| {
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TCPRouteList",
+                   "metadata": {"resourceVersion": "8"}, "items": items})
+        };
+        let (request, send) = next_request(&mut handle).await;
+        assert_eq!(request.uri().path(), path);
+        assert!(request.uri().query().unwrap_or("").contains("limit=1"));
+        send.send_response(Response::new(Body::from(
+            serde_json::to_vec(&list(vec![tcp_route("db")])).unwrap(),
+        )));
+        let (request, send) = next_request(&mut handle).await;
+        assert_eq!(request.uri().path(), path);
+        assert!(!request.uri().query().unwrap_or("").contains("watch=true"));
+        send.send_response(Response::new(Body::from(
+            serde_json::to_vec(&list(vec![tcp_route("db")])).unwrap(),
+        )));
+        let (request, watch) = next_request(&mut handle).await;
+        assert!(request.uri().query().unwrap_or("").contains("watch=true"));
+        let loaded = source.snapshot();
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let route =
+            &loaded.store.tcp_routes[&NsName::new("ops".to_string(), "db".to_string())].object;
+        assert_eq!(route.spec.rules[0].backend_refs[0].name, "db");
+
+        // The CRD is removed: the watch is answered 404, the objects go
+        // with it, and the kind is asked about again.
+        let mut changes = source.changes();
+        let mut answer = Response::new(Body::from(serde_json::to_vec(&not_found).unwrap()));
+        *answer.status_mut() = http::StatusCode::NOT_FOUND;
+        watch.send_response(answer);
+        assert!(coalesced(&mut changes, Duration::from_millis(10)).await);
+        assert!(source.snapshot().store.tcp_routes.is_empty());
+        let (request, _probe) = next_request(&mut handle).await;
+        assert!(request.uri().query().unwrap_or("").contains("limit=1"));
+    }
+
+    /// Against the API double: the Gateway API kinds are watched with the
+    /// others and reach the store, typed and validated.
+    #[tokio::test]
+    async fn gateway_api_objects_reach_the_store() {
+        use teapot_testkit::apiserver::ApiServer;
+        let api = ApiServer::start().await;
+        let gw = "gateway.networking.k8s.io/v1";
+        api.apply(
+            json!({"apiVersion": gw, "kind": "GatewayClass", "metadata": {"name": "teapot"},
+                         "spec": {"controllerName": "teapot.dev/gateway-controller"}}),
+        );
+        api.apply(json!({"apiVersion": gw, "kind": "Gateway",
+                         "metadata": {"name": "edge", "namespace": "ops"},
+                         "spec": {"gatewayClassName": "teapot", "listeners": [
+                             {"name": "db", "port": 5432, "protocol": "TCP"},
+                             {"name": "dns", "port": 53, "protocol": "UDP"},
+                             {"name": "tls", "port": 8443, "protocol": "TLS",
+                              "tls": {"mode": "Passthrough"}}]}}));
+        let mut route = tcp_route("db");
+        route["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        api.apply(route);
+        for kind in [
+            "UDPRoute",
+            "TLSRoute",
+            "HTTPRoute",
+            "GRPCRoute",
+            "ReferenceGrant",
+        ] {
+            let spec = match kind {
+                "ReferenceGrant" => json!({"from": [{"group": "gateway.networking.k8s.io",
+                                          "kind": "TCPRoute", "namespace": "ops"}],
+                                          "to": [{"group": "", "kind": "Service"}]}),
+                "TLSRoute" => {
+                    json!({"parentRefs": [{"name": "edge"}], "hostnames": ["a.example.com"],
+                                     "rules": [{"backendRefs": [{"name": "a", "port": 443}]}]})
+                }
+                _ => json!({"parentRefs": [{"name": "edge"}],
+                            "rules": [{"backendRefs": [{"name": "a", "port": 53}]}]}),
+            };
+            api.apply(json!({"apiVersion": gw, "kind": kind,
+                             "metadata": {"name": "r", "namespace": "ops"}, "spec": spec}));
+        }
+        let source = KubeSource::start(&KubeConfig::new(api.client()));
+        tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
+            .await
+            .expect("synced in time");
+        let loaded = source.snapshot();
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let store = &loaded.store;
+        let key = |n: &str| NsName::new("ops".to_string(), n.to_string());
+        assert!(store.gateway_classes.contains_key("teapot"));
+        assert_eq!(store.gateways[&key("edge")].object.spec.listeners.len(), 3);
+        assert!(store.tcp_routes.contains_key(&key("db")));
+        assert!(store.udp_routes.contains_key(&key("r")));
+        assert!(store.tls_routes.contains_key(&key("r")));
+        assert!(store.http_routes.contains_key(&key("r")));
+        assert!(store.grpc_routes.contains_key(&key("r")));
+        assert!(store.reference_grants.contains_key(&key("r")));
+
+        // A change is watched like any other kind's.
+        let mut changes = source.changes();
+        assert!(api.delete(gw, "TCPRoute", "ops", "db"));
+        while source.snapshot().store.tcp_routes.contains_key(&key("db")) {
+            assert!(coalesced(&mut changes, Duration::from_millis(10)).await);
+        }
+    }
+
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
-        assert_eq!(WatchSpec::all(&[]).len(), 6);
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 8);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
-        assert_eq!(specs.len(), 2 + 4 * 2);
+        // Tenant, IngressClass and GatewayClass once; the other eleven
+        // kinds in each namespace.
+        assert_eq!(specs.len(), 3 + 11 * 2);
         assert!(
             specs
                 .iter()

@@ -256,7 +256,21 @@ fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
                         | ("coordination.k8s.io", "leases")
                         // Events about refused L4 allocations: records, not state.
                         | ("events.k8s.io", "events")
-                ) || (group.is_empty() && resource == "secrets" && named);
+                        // Gateway API status (docs/gateway-api-l4.md).
+                        | (
+                            "gateway.networking.k8s.io",
+                            "gateways/status"
+                                | "httproutes/status"
+                                | "grpcroutes/status"
+                                | "tlsroutes/status"
+                                | "tcproutes/status"
+                                | "udproutes/status"
+                        )
+                ) || (group.is_empty() && resource == "secrets" && named)
+                    // The teapot GatewayClass's status, by name only.
+                    || (group == "gateway.networking.k8s.io"
+                        && resource == "gatewayclasses/status"
+                        && strs(&rule["resourceNames"]) == ["teapot"]);
                 if !allowed {
                     bad.push(format!(
                         "{writes:?} on {group:?}/{resource} (scope {})",
@@ -333,7 +347,13 @@ fn proxy_rbac_is_least_privilege() {
             if scope.is_none() && !cluster_wide {
                 for r in &resources {
                     assert!(
-                        ["tenants", "ingressclasses"].contains(&r.as_str()),
+                        [
+                            "tenants",
+                            "ingressclasses",
+                            "gatewayclasses",
+                            "gatewayclasses/status"
+                        ]
+                        .contains(&r.as_str()),
                         "{label}: cluster-wide access to {r} without rbac.clusterWide"
                     );
                 }

@@ -9,7 +9,8 @@
 //!   controller `teapot.dev/gateway-controller`;
 //! - the webhook judges every Gateway API kind the policy admits;
 //! - the tenant agents, proxy and webhook get the Gateway API rights they
-//!   need, each rule commented, and the proxy no Gateway API write.
+//!   need, each rule commented; the proxy writes only the kinds' status
+//!   (and GatewayClass `teapot`'s by name).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -277,17 +278,47 @@ fn lb_rbac_for_gateway_api() {
             assert!(grants(&rules_of(read), GROUP, resource, "watch"));
         }
     }
+    // The proxy reads the kinds and writes their status only (patch, by
+    // server-side apply), GatewayClass's by name.
+    let mut status_writes = BTreeSet::new();
     for role in of_kind(&docs, "ClusterRole").chain(of_kind(&docs, "Role")) {
         let name = role["metadata"]["name"].as_str().unwrap();
         if !name.starts_with("teapot-proxy") {
             continue;
         }
         for r in rules_of(role) {
-            if strs(&r["apiGroups"]).contains(&GROUP.to_string()) {
+            if !strs(&r["apiGroups"]).contains(&GROUP.to_string()) {
+                continue;
+            }
+            let resources = strs(&r["resources"]);
+            if resources.iter().all(|r| r.ends_with("/status")) {
+                assert_eq!(strs(&r["verbs"]), ["patch"], "{name}: {r}");
+                if resources.contains(&"gatewayclasses/status".to_string()) {
+                    assert_eq!(strs(&r["resourceNames"]), ["teapot"], "{name}: {r}");
+                }
+                status_writes.extend(resources);
+            } else {
                 assert_eq!(strs(&r["verbs"]), ["list", "watch"], "{name}: {r}");
             }
         }
     }
+    let expected: BTreeSet<String> = TENANT_RESOURCES
+        .iter()
+        .filter(|r| **r != "referencegrants")
+        .chain(&["gatewayclasses"])
+        .map(|r| format!("{r}/status"))
+        .collect();
+    assert_eq!(status_writes, expected);
+    // GatewayClasses are read cluster-wide by the proxy alone.
+    let class_readers: Vec<&str> = of_kind(&docs, "ClusterRole")
+        .filter(|r| grants(&rules_of(r), GROUP, "gatewayclasses", "watch"))
+        .map(|r| r["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(class_readers, ["teapot-proxy-cluster"]);
+    let bound = of_kind(&docs, "ClusterRoleBinding").any(|b| {
+        b["roleRef"]["name"] == "teapot-proxy-cluster" && b["subjects"][0]["name"] == "teapot-proxy"
+    });
+    assert!(bound, "the proxy's cluster role is bound cluster-wide");
     // Every rule of the file says why.
     let text =
         std::fs::read_to_string(repo().join("charts/teapot-lb/templates/rbac.yaml")).unwrap();

@@ -331,3 +331,155 @@ fn status_lease(api: &ApiServer) -> Value {
     )
     .expect("the status lease")
 }
+
+/// Gateway API in kube mode (docs/gateway-api-l4.md): a Gateway with a TCP
+/// listener and a TCPRoute applied to the API double reach the proxy
+/// (routed, in `/status`), and their status comes back on the objects by
+/// server-side apply on `/status`, written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_api_objects_are_watched_routed_and_given_status() {
+    use std::net::SocketAddr;
+    use teapot_testkit::l4::{TcpEcho, TcpMode, free_port};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const GW: &str = "gateway.networking.k8s.io/v1";
+    const GNS: &str = "kube-gw";
+    let echo = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let port = free_port("127.0.0.1".parse().unwrap()).unwrap();
+    let api = ApiServer::start().await;
+    api.apply(
+        json!({"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "teapot"},
+                     "spec": {"controllerName": "teapot.dev/gateway-controller"}}),
+    );
+    api.apply(
+        json!({"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": GNS},
+                     "spec": {"gatewayClassName": "teapot",
+                              "listeners": [{"name": "db", "port": port, "protocol": "TCP"}]}}),
+    );
+    api.apply(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db", "namespace": GNS},
+                     "spec": {"ports": [{"name": "pg", "port": 5432}]}}),
+    );
+    api.apply(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                     "metadata": {"name": "db-1", "namespace": GNS,
+                                  "labels": {"kubernetes.io/service-name": "db"}},
+                     "addressType": "IPv4", "ports": [{"name": "pg", "port": echo.port()}],
+                     "endpoints": [{"addresses": ["127.0.0.1"]}]}),
+    );
+    let proxy = ProxyProcess::start_kube(
+        &teapot_bin(),
+        api.kubeconfig_path(),
+        &["--l4-pool", "default=127.0.0.1"],
+    )
+    .await
+    .expect("teapot proxy --kube starts");
+    // The route comes after the start: a watch event, not the first list.
+    api.apply(
+        json!({"apiVersion": GW, "kind": "TCPRoute", "metadata": {"name": "db", "namespace": GNS},
+                     "spec": {"parentRefs": [{"name": "edge", "sectionName": "db"}],
+                              "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]}}),
+    );
+
+    let status_json = || async {
+        let (code, body) = proxy.admin_get("/status").await.expect("/status");
+        assert_eq!(code, 200);
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    eventually(
+        "the Gateway's listener in /status",
+        RELOAD_TIMEOUT,
+        || async {
+            let status = status_json().await;
+            let gateway = &status["l4"]["gateways"][0];
+            let listener = &gateway["listeners"][0];
+            if listener["state"] == "listening" && listener["attached_routes"] == 1 {
+                Ok(())
+            } else {
+                Err(status["l4"].clone())
+            }
+        },
+    )
+    .await;
+    let addr = SocketAddr::new("127.0.0.1".parse().unwrap(), port);
+    let mut stream = tokio::time::timeout(RELOAD_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .unwrap()
+        .unwrap();
+    stream.write_all(b"through the gateway").await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    tokio::time::timeout(RELOAD_TIMEOUT, stream.read_to_end(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, b"through the gateway");
+
+    // Status on the objects, from the status writer.
+    let gateway = eventually("Gateway status written", RELOAD_TIMEOUT, || async {
+        let g = api.get(GW, "Gateway", GNS, "edge").unwrap();
+        if g["status"]["listeners"][0]["attachedRoutes"] == 1 {
+            Ok(g)
+        } else {
+            Err(g)
+        }
+    })
+    .await;
+    assert_eq!(gateway["status"]["addresses"][0]["value"], "127.0.0.1");
+    let route = eventually("TCPRoute status written", RELOAD_TIMEOUT, || async {
+        let r = api.get(GW, "TCPRoute", GNS, "db").unwrap();
+        if r["status"]["parents"]
+            .as_array()
+            .is_some_and(|p| p.len() == 1)
+        {
+            Ok(r)
+        } else {
+            Err(r)
+        }
+    })
+    .await;
+    let parent = &route["status"]["parents"][0];
+    assert_eq!(parent["controllerName"], "teapot.dev/gateway-controller");
+    assert_eq!(parent["conditions"][0]["type"], "Accepted");
+    assert_eq!(parent["conditions"][0]["status"], "True");
+    assert_eq!(
+        parent["conditions"][0]["observedGeneration"],
+        route["metadata"]["generation"]
+    );
+    // Written once each: later compiles find the objects up to date.
+    let status_patches = |kind: &str| {
+        api.requests()
+            .iter()
+            .filter(|r| {
+                r.method == http::Method::PATCH
+                    && r.path.contains(kind)
+                    && r.path.ends_with("/status")
+            })
+            .count()
+    };
+    let before = (status_patches("/gateways/"), status_patches("/tcproutes/"));
+    // Another compile (a new object elsewhere) must not write them again.
+    api.apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "other", "namespace": GNS},
+                     "spec": {"ports": [{"port": 80}]}}));
+    let generation = status_json().await["generation"].as_u64().unwrap();
+    eventually("a compile after the change", RELOAD_TIMEOUT, || async {
+        let g = status_json().await["generation"].as_u64().unwrap();
+        if g > generation { Ok(()) } else { Err(g) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The Gateway's first status may precede the route (attachedRoutes 0).
+    assert!(before.0 <= 2 && before.1 == 1, "{before:?}");
+    assert_eq!(
+        (status_patches("/gateways/"), status_patches("/tcproutes/")),
+        before
+    );
+    // No write to the main resources.
+    let writes = api
+        .requests()
+        .iter()
+        .filter(|r| r.method != http::Method::GET && r.path.contains("gateway.networking.k8s.io"))
+        .filter(|r| !r.path.ends_with("/status"))
+        .count();
+    assert_eq!(writes, 0);
+}

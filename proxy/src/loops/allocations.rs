@@ -456,6 +456,28 @@ mod tests {
         }
     }
 
+    /// A Gateway's holding shares the file with the Services' under a key
+    /// no Service can have, and comes back as it was.
+    #[test]
+    fn gateway_holdings_round_trip_beside_services() {
+        use crate::compile::l4::gateway::{gateway_of, holder_key};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let service = NsName::new("ops", "edge");
+        let gateway = holder_key(&service);
+        let held = |port| Holding {
+            addr: ip("10.0.0.1"),
+            ports: Some([(port, Protocol::Tcp)].into()),
+        };
+        let current = BTreeMap::from([(service.clone(), held(80)), (gateway.clone(), held(5432))]);
+        write_state(&path, &current).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"ops/Gateway:edge\""), "{text}");
+        let read = read_state(&path).unwrap();
+        assert_eq!(read, current);
+        assert_eq!(gateway_of(read.keys().next().unwrap()), Some(service));
+    }
+
     #[test]
     fn a_version_1_state_file_is_still_read() {
         let dir = tempfile::tempdir().unwrap();

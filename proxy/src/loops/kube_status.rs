@@ -13,6 +13,9 @@
 //!   A refused allocation also becomes a Warning Event on the Service, once
 //!   per reason.
 //!
+//! - Gateway API objects: GatewayClass, Gateway and route status
+//!   ([`super::gateway_status`]).
+//!
 //! - Server-side apply of `/status` under field manager `teapot-proxy`,
 //!   so other writers' fields are left alone.
 //! - Only when it changed: the desired status is compared with the status
@@ -200,6 +203,7 @@ struct StatusWriter {
     /// unchanged refusal is one Event, not one per compile.
     warned: HashMap<NsName, &'static str>,
     events: Recorder,
+    gateway_api: super::gateway_status::GatewayStatusWriter,
 }
 
 impl StatusWriter {
@@ -214,6 +218,7 @@ impl StatusWriter {
             written: HashMap::new(),
             services_written: HashMap::new(),
             warned: HashMap::new(),
+            gateway_api: Default::default(),
         }
     }
 
@@ -221,6 +226,7 @@ impl StatusWriter {
         self.written.clear();
         self.services_written.clear();
         self.warned.clear();
+        self.gateway_api.forget();
     }
 
     async fn sync(&mut self, source: &KubeSource, snapshots: &SnapshotHandle) {
@@ -269,6 +275,8 @@ impl StatusWriter {
         self.services_written
             .retain(|id, _| store.services.contains_key(id));
         self.warned.retain(|id, _| store.services.contains_key(id));
+        let updates = super::gateway_status::updates(&snapshot);
+        self.gateway_api.sync(&self.client, &updates, &store).await;
     }
 
     async fn sync_service(&mut self, report: &ServiceReport, store: &teapot_model::store::Store) {

@@ -8,6 +8,8 @@
 //!   recompile through its [`reload::Recompile`] handle.
 //! - [`kube_status`]: writes Ingress and Service status in kube mode, from
 //!   one replica (a Lease).
+//! - [`gateway_status`]: the Gateway API part of it (GatewayClass, Gateway
+//!   and route status), written against a list of updates.
 //! - [`acme`]: certificates from ACME (HTTP-01), one issuer per fleet.
 //! - [`proof`]: DNS proofs of tenants' custom domains.
 //! - [`allocations`]: what each L4 Service holds, remembered across
@@ -15,6 +17,7 @@
 
 pub mod acme;
 pub mod allocations;
+pub mod gateway_status;
 pub mod kube_status;
 pub mod proof;
 pub mod reload;

@@ -143,13 +143,18 @@ pub enum Outcome {
     },
 }
 
-/// Who holds a listener, as told to `claimant`: a Service of its own
-/// namespace by name, any other as "another Service".
+/// Who holds a listener, as told to `claimant`: a Service or Gateway of
+/// its own namespace by name, any other as "another Service" or "another
+/// Gateway".
 fn holder_for(claimant: &NsName, holder: &NsName) -> String {
-    if holder.namespace == claimant.namespace {
-        format!("Service {holder}")
-    } else {
-        "another Service".to_string()
+    match (
+        holder.namespace == claimant.namespace,
+        super::gateway::gateway_of(holder),
+    ) {
+        (true, None) => format!("Service {holder}"),
+        (true, Some(gateway)) => format!("Gateway {gateway}"),
+        (false, None) => "another Service".to_string(),
+        (false, Some(_)) => "another Gateway".to_string(),
     }
 }
 

@@ -8,6 +8,7 @@
 //! table to the listeners (`crate::plane::l4`).
 
 pub mod allocation;
+pub mod gateway;
 pub mod pool;
 pub mod table;
 

@@ -59,9 +59,20 @@ pub struct RouteOptions {
 /// What one listener forwards to.
 #[derive(Debug)]
 pub struct Route {
+    /// The Service, or the Gateway whose listener this is (metrics and
+    /// logs label by it).
     pub service: NsName,
     pub port_name: String,
+    /// Every endpoint the listener may forward to: for a TLS passthrough
+    /// listener the union of its SNI choices (health checks and draining
+    /// follow it).
     pub upstream: Arc<Upstream>,
+    /// TLS passthrough (a Gateway's TLS listeners on this socket): the
+    /// upstream is chosen by the ClientHello's server name.
+    pub sni: Option<Arc<super::gateway::SniRoutes>>,
+    /// A Gateway route's share refused for invalid or empty backendRefs
+    /// (TCP: the connection is closed; UDP: the datagram is dropped).
+    pub refusals: Option<Arc<super::gateway::Refusals>>,
     pub options: RouteOptions,
 }
 
@@ -81,6 +92,12 @@ pub struct L4Report {
     pub applied_generation: AppliedGeneration,
     pub pools: Vec<PoolReport>,
     pub services: Vec<ServiceReport>,
+    /// Gateways with TCP, UDP or TLS listeners: their address and the
+    /// L4 listeners' status (docs/gateway-api-l4.md).
+    pub gateways: Vec<super::gateway::GatewayReport>,
+    /// TCPRoutes, UDPRoutes and TLSRoutes under teapot's Gateways: their
+    /// parent statuses.
+    pub routes: Vec<super::gateway::RouteReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,6 +136,17 @@ pub struct LiveState {
     key: ListenerKey,
 }
 
+impl LiveState {
+    pub(super) fn new(runtime: Arc<Runtime>, key: ListenerKey) -> LiveState {
+        LiveState { runtime, key }
+    }
+
+    /// `listening`, `pending` or the bind error, now.
+    pub fn now(&self) -> String {
+        self.runtime.state(&self.key)
+    }
+}
+
 impl Serialize for LiveState {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.runtime.state(&self.key))
@@ -147,10 +175,22 @@ pub fn is_l4_service(service: &Service, serve_classless: bool) -> bool {
         }
 }
 
-/// One eligible Service before allocation.
+/// What asks for listeners.
+enum Owner<'s> {
+    Service,
+    Gateway(super::gateway::Plan<'s>),
+}
+
+/// One eligible Service or Gateway before allocation.
 struct Candidate<'s> {
     id: &'s NsName,
-    service: &'s Service,
+    owner: Owner<'s>,
+    /// The key of its holding (a Gateway's differs from its name).
+    holder: NsName,
+    created: Option<&'s k8s_openapi::jiff::Timestamp>,
+    /// What counts against the tenant's `l4.maxListeners`: a Service's
+    /// ports, a Gateway's L4 listeners (as the webhook counts them).
+    counted: u32,
     pool: Option<String>,
     /// `(port, protocol, name)`, deduplicated on `(port, protocol)`.
     ports: Vec<(u16, Protocol, &'s str)>,
@@ -187,6 +227,14 @@ pub(super) fn build<'s>(
         })
         .map(|(id, s)| candidate(config, tenancy, id, &s.object))
         .collect();
+    let plans = super::gateway::plans(store);
+    let attached = super::gateway::attach(store, tenancy, &plans, &mut resolve);
+    candidates.extend(
+        plans
+            .into_iter()
+            .filter(|plan| !plan.listeners.is_empty())
+            .map(|plan| gateway_candidate(config, tenancy, plan)),
+    );
     candidates.sort_by(|a, b| age(a).cmp(&age(b)));
 
     // Tenant caps, oldest Service first.
@@ -206,7 +254,7 @@ pub(super) fn build<'s>(
             .and_then(|l| l.max_listeners)
             .unwrap_or(DEFAULT_MAX_LISTENERS);
         let count = used.entry(t.cluster).or_default();
-        let wanted = *count + c.ports.len() as u32;
+        let wanted = *count + c.counted;
         if wanted > max {
             c.refused = Some((
                 "ListenerLimit",
@@ -228,7 +276,7 @@ pub(super) fn build<'s>(
         .map(|&i| {
             let c = &candidates[i];
             Claim {
-                service: c.id,
+                service: &c.holder,
                 pool: c.pool.as_deref().unwrap_or_default(),
                 ports: c.ports.iter().map(|&(p, proto, _)| (p, proto)).collect(),
                 requested: c.requested,
@@ -249,7 +297,52 @@ pub(super) fn build<'s>(
         listeners: BTreeMap::new(),
     };
     let mut services = Vec::with_capacity(candidates.len());
+    let mut gateways = Vec::new();
     for (c, outcome) in candidates.into_iter().zip(outcome_of) {
+        let c = match c.owner {
+            Owner::Gateway(ref plan) => {
+                let result = match (&c.refused, &outcome) {
+                    (Some((reason, message)), _) => Err((*reason, message.clone())),
+                    (None, Some(Outcome::Refused { reason, message })) => {
+                        Err((*reason, message.clone()))
+                    }
+                    (
+                        None,
+                        Some(Outcome::Allocated {
+                            addr,
+                            refused_ports,
+                        }),
+                    ) => Ok((*addr, refused_ports.as_slice())),
+                    (None, None) => Err(("NoPorts", "no listener to serve".to_string())),
+                };
+                let (sockets, report) =
+                    super::gateway::serve(plan, &attached, c.pool.clone(), result, runtime);
+                for (key, target) in sockets {
+                    let (upstream, sni, refusals) = match target {
+                        super::gateway::Target::Backends(u, refusals) => (u, None, refusals),
+                        super::gateway::Target::Sni(sni) => (
+                            super::gateway::union(&c.id.to_string(), &sni),
+                            Some(Arc::new(sni)),
+                            None,
+                        ),
+                    };
+                    table.listeners.insert(
+                        key,
+                        Arc::new(Route {
+                            service: c.id.clone(),
+                            port_name: String::new(),
+                            upstream,
+                            sni,
+                            refusals,
+                            options: c.options.clone(),
+                        }),
+                    );
+                }
+                gateways.push(report);
+                continue;
+            }
+            Owner::Service => c,
+        };
         let mut conditions = Vec::new();
         let mut listeners = Vec::new();
         let mut address = None;
@@ -322,6 +415,8 @@ pub(super) fn build<'s>(
                             service: c.id.clone(),
                             port_name: port_name.to_string(),
                             upstream,
+                            sni: None,
+                            refusals: None,
                             options: c.options.clone(),
                         }),
                     );
@@ -394,13 +489,79 @@ pub(super) fn build<'s>(
         applied_generation: AppliedGeneration(runtime.clone()),
         pools,
         services,
+        gateways,
+        routes: attached.reports,
     };
     (table, report, holdings)
 }
 
 fn age<'a>(c: &'a Candidate<'_>) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
-    let created = c.service.metadata.creation_timestamp.as_ref().map(|t| &t.0);
-    (created.is_none(), created, c.id)
+    (c.created.is_none(), c.created, &c.holder)
+}
+
+/// A Gateway's claim: its L4 listeners' sockets on one address of its
+/// namespace's pool, as a Service's ports.
+fn gateway_candidate<'s>(
+    config: &L4Config,
+    tenancy: &Tenancy<'_>,
+    plan: super::gateway::Plan<'s>,
+) -> Candidate<'s> {
+    let mut refused = None;
+    let pool = match tenancy.get(&plan.id.namespace) {
+        Some(t) => {
+            let pool = t.tenant.spec.l4.as_ref().and_then(|l| l.pool.clone());
+            if pool.is_none() {
+                refused = Some((
+                    "NoPool",
+                    format!(
+                        "Tenant {} has no spec.l4.pool: its Gateways' TCP, UDP and TLS listeners get no address",
+                        t.cluster
+                    ),
+                ));
+            }
+            pool
+        }
+        None => Some(config.default_pool.clone()),
+    };
+    let ports: Vec<(u16, Protocol, &'s str)> = super::gateway::ports(&plan.listeners)
+        .into_iter()
+        .map(|(p, proto)| (p, proto, ""))
+        .collect();
+    if ports.is_empty() && refused.is_none() {
+        refused = Some((
+            "NoPorts",
+            "no TCP, UDP or TLS listener of the Gateway can be served".to_string(),
+        ));
+    }
+    let counted = plan
+        .listeners
+        .iter()
+        .filter(|l| l.problem.is_none())
+        .count() as u32;
+    Candidate {
+        id: plan.id,
+        holder: super::gateway::holder_key(plan.id),
+        created: plan
+            .gateway
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| &t.0),
+        counted,
+        hint: super::gateway::status_holding(plan.gateway),
+        owner: Owner::Gateway(plan),
+        pool,
+        ports,
+        requested: None,
+        options: RouteOptions {
+            proxy_protocol: false,
+            tcp_idle_timeout: config.tcp_idle_timeout,
+            udp_idle_timeout: config.udp_idle_timeout,
+            health: config.health,
+        },
+        problems: Vec::new(),
+        refused,
+    }
 }
 
 fn candidate<'s>(
@@ -470,7 +631,10 @@ fn candidate<'s>(
     let options = route_options(config, service, &mut problems);
     Candidate {
         id,
-        service,
+        owner: Owner::Service,
+        holder: id.clone(),
+        created: service.metadata.creation_timestamp.as_ref().map(|t| &t.0),
+        counted: ports.len() as u32,
         pool,
         ports,
         requested,

@@ -20,10 +20,13 @@
 //!   flow table.
 //! - [`health`]: active TCP checks feeding [`crate::compile::upstream`] ejection.
 //! - [`proxy_protocol`]: the PROXY v2 header.
+//! - [`sni`]: the server name of a ClientHello, for TLS passthrough
+//!   listeners of Gateways (the route is chosen by it).
 
 pub mod health;
 pub mod manager;
 pub mod proxy_protocol;
+pub mod sni;
 pub mod tcp;
 pub mod udp;
 
@@ -150,7 +153,7 @@ impl L4Metrics {
             )?,
             allocation_failures: IntGauge::new(
                 "l4_allocation_failures",
-                "LoadBalancer Services without an address (pool full, address taken, no pool)",
+                "LoadBalancer Services and Gateways with L4 listeners without an address (pool full, address taken, no pool)",
             )?,
         };
         for c in [
@@ -225,9 +228,21 @@ impl L4 {
         self.tables.send_replace(table);
     }
 
-    /// Logs (as the manifests-mode stand-in for an Event) each Service
-    /// that newly lost or failed to get an address.
+    /// Logs (as the manifests-mode stand-in for an Event) each Service or
+    /// Gateway that newly lost or failed to get an address.
     fn log_refusals(&self, report: &L4Report) {
+        let gateways = report
+            .gateways
+            .iter()
+            .filter(|g| g.address.is_none())
+            .filter_map(|g| {
+                let c = g.conditions.iter().find(|c| c.type_ == "Programmed")?;
+                let id = NsName::new(g.namespace.clone(), g.name.clone());
+                Some((
+                    crate::compile::l4::gateway::holder_key(&id),
+                    c.message.clone(),
+                ))
+            });
         let now: HashMap<NsName, String> = report
             .services
             .iter()
@@ -239,12 +254,20 @@ impl L4 {
                     format!("{}: {}", c.reason, c.message),
                 ))
             })
+            .chain(gateways)
             .collect();
         self.metrics.allocation_failures.set(now.len() as i64);
         let mut seen = self.refusals.lock();
-        for (service, why) in &now {
-            if seen.get(service) != Some(why) {
-                tracing::warn!(%service, "LoadBalancer Service gets no address: {why}");
+        for (holder, why) in &now {
+            if seen.get(holder) == Some(why) {
+                continue;
+            }
+            match crate::compile::l4::gateway::gateway_of(holder) {
+                Some(gateway) => tracing::warn!(%gateway,
+                    "Gateway gets no address for its TCP, UDP and TLS listeners: {why}"),
+                None => {
+                    tracing::warn!(service = %holder, "LoadBalancer Service gets no address: {why}")
+                }
             }
         }
         *seen = now;

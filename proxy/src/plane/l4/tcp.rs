@@ -15,9 +15,10 @@ use tokio::time::Instant;
 
 use super::manager::{ActiveGuard, Context};
 use super::proxy_protocol::header_v2;
+use super::sni::{Hello, MAX_READ, server_name};
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::Route;
-use crate::compile::upstream::{Endpoint, Tried};
+use crate::compile::upstream::{Endpoint, Tried, Upstream};
 use crate::plane::access_log::Entry;
 
 /// Relay buffer per direction: large enough for bulk transfers to move in
@@ -91,7 +92,43 @@ async fn connection(
         .with_label_values(&[&service])
         .inc();
     let mut line = Line::new(&ctx, &service, peer);
-    let Some((mut upstream, endpoint)) = connect(&route, &ctx).await else {
+    let mut client = client;
+    // TLS passthrough: the backends are chosen by the ClientHello's
+    // server name, read (not answered) before anything is connected.
+    let (chosen, refusals, hello) = match &route.sni {
+        None => (route.upstream.clone(), route.refusals.clone(), Vec::new()),
+        Some(sni) => match read_hello(&mut client, &ctx).await {
+            Ok((bytes, name)) => match sni.choose(name.as_deref()) {
+                Some((upstream, refusals)) => (upstream.clone(), refusals.clone(), bytes),
+                None => {
+                    tracing::debug!(service = %route.service, client = %peer, server_name = ?name,
+                        "no TLSRoute for the server name; connection closed");
+                    if let Some(line) = line.as_mut() {
+                        line.entry.reason = Some("no_route");
+                    }
+                    return;
+                }
+            },
+            Err(why) => {
+                tracing::debug!(service = %route.service, client = %peer, %why,
+                    "no ClientHello read; connection closed");
+                if let Some(line) = line.as_mut() {
+                    line.entry.reason = Some("bad_request");
+                }
+                return;
+            }
+        },
+    };
+    // A Gateway route's share for invalid backendRefs is refused, by weight.
+    if refusals.as_ref().is_some_and(|r| r.refuse_next()) {
+        tracing::debug!(service = %route.service, client = %peer,
+            "connection refused: its share belongs to an invalid backendRef");
+        if let Some(line) = line.as_mut() {
+            line.entry.reason = Some("invalid_backend");
+        }
+        return;
+    }
+    let Some((mut upstream, endpoint)) = connect(&chosen, &ctx).await else {
         tracing::debug!(service = %route.service, client = %peer,
             "no L4 endpoint accepted the connection");
         metrics
@@ -120,10 +157,19 @@ async fn connection(
             return;
         }
     }
+    if !hello.is_empty() {
+        if upstream.write_all(&hello).await.is_err() {
+            if let Some(line) = line.as_mut() {
+                line.entry.reason = Some("connection_error");
+            }
+            return;
+        }
+        metrics.bytes_in.inc_by(hello.len() as u64);
+    }
     let counted = Counted {
         bytes_in: metrics.service_bytes.with_label_values(&[&service, "in"]),
         bytes_out: metrics.service_bytes.with_label_values(&[&service, "out"]),
-        seen_in: AtomicU64::new(0),
+        seen_in: AtomicU64::new(hello.len() as u64),
         seen_out: AtomicU64::new(0),
     };
     let end = relay(
@@ -209,12 +255,41 @@ impl Drop for Line<'_> {
     }
 }
 
-/// Connects to the route's endpoints round-robin, skipping ejected ones;
-/// a failure ejects the endpoint and tries the next one.
-async fn connect(route: &Route, ctx: &Context) -> Option<(TcpStream, Arc<Endpoint>)> {
+/// Reads from `client` until its ClientHello names a server (or says it
+/// names none), within the connect timeout and [`MAX_READ`] bytes.
+/// Returns the bytes read, to be sent on untouched, and the name.
+async fn read_hello(
+    client: &mut TcpStream,
+    ctx: &Context,
+) -> Result<(Vec<u8>, Option<String>), String> {
+    let mut bytes = Vec::with_capacity(2048);
+    let deadline = Instant::now() + ctx.config.connect_timeout;
+    loop {
+        match server_name(&bytes) {
+            Hello::Complete(name) => return Ok((bytes, name)),
+            Hello::Invalid(why) => return Err(why.to_string()),
+            Hello::Incomplete => {}
+        }
+        if bytes.len() >= MAX_READ {
+            return Err("the ClientHello did not end within the read bound".into());
+        }
+        bytes.reserve(1024);
+        let read = tokio::time::timeout_at(deadline, client.read_buf(&mut bytes)).await;
+        match read {
+            Ok(Ok(0)) => return Err("the client closed before its ClientHello ended".into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("no complete ClientHello within the connect timeout".into()),
+        }
+    }
+}
+
+/// Connects to the upstream's endpoints round-robin, skipping ejected
+/// ones; a failure ejects the endpoint and tries the next one.
+async fn connect(upstream: &Upstream, ctx: &Context) -> Option<(TcpStream, Arc<Endpoint>)> {
     let mut tried = Tried::default();
     for _ in 0..ctx.config.connect_attempts.max(1) {
-        let endpoint = route.upstream.pick(&mut tried)?.clone();
+        let endpoint = upstream.pick(&mut tried)?.clone();
         match tokio::time::timeout(
             ctx.config.connect_timeout,
             TcpStream::connect(endpoint.addr),

@@ -282,6 +282,11 @@ pub(super) async fn serve(
                 break;
             }
         };
+        // A Gateway route's share for invalid backendRefs is dropped, by
+        // weight, per datagram (as the UDPRoute specification asks).
+        if route.refusals.as_ref().is_some_and(|r| r.refuse_next()) {
+            continue;
+        }
         let existing = table.lock().get(&client);
         let (id, upstream, last, flow_bytes) = match existing {
             Some(f) => f,

@@ -1,0 +1,1948 @@
+//! Gateway API on the L4 plane (docs/gateway-api-l4.md): Gateway listeners
+//! of protocol TCP, UDP and TLS (mode Passthrough), and the TCPRoutes,
+//! UDPRoutes and TLSRoutes attached to them.
+//!
+//! A Gateway with such listeners is allocated like a LoadBalancer Service
+//! ([`super::allocation`], same pools, holdings and first-holder rules):
+//! one address for all its L4 listeners, each distinct `(port, transport)`
+//! one claimed listener. Its holding is kept under [`holder_key`], a name
+//! no Service can have, so Services and Gateways share one holdings map and
+//! one state file. HTTP and HTTPS listeners are not this module's: they are
+//! served on the proxy's `--http` / `--https` listeners (`compile::gateway`).
+//!
+//! Attachment follows the specification: a route's `parentRefs` name a
+//! Gateway (and optionally a listener by `sectionName` and/or `port`); a
+//! listener takes it when its protocol fits the route kind (TCPRoute ->
+//! TCP, UDPRoute -> UDP, TLSRoute -> TLS) and its `allowedRoutes` allow the
+//! route's namespace and kind. A TLSRoute's hostnames intersect the
+//! listener's hostname (a wildcard is a suffix there). A TCP or UDP
+//! listener forwards to one route: the oldest attached (creationTimestamp,
+//! then namespace/name); later ones are told so (`Accepted=False`, reason
+//! `Conflicted`, implementation-specific). All `backendRefs` of a route's
+//! rules share its traffic by weight.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use teapot_api::HostPattern;
+use teapot_api::names::GATEWAY_CONTROLLER_NAME;
+use teapot_gateway_api::Gateway;
+use teapot_gateway_api::generated::gateways::{
+    GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
+};
+use teapot_model::store::{NsName, Store};
+use teapot_model::tenancy::Tenancy;
+
+use super::allocation::{Holding, PortKey};
+use super::pool::Protocol;
+use crate::compile::snapshot::Condition;
+use crate::compile::upstream::Upstream;
+
+/// The Gateway API group.
+pub const GROUP: &str = "gateway.networking.k8s.io";
+
+/// What marks a holding as a Gateway's: Service names are DNS labels, so
+/// none contains a colon.
+const HOLDER_PREFIX: &str = "Gateway:";
+
+/// The key of a Gateway's holding in the holdings map (and the state
+/// file): `namespace/Gateway:name`.
+pub fn holder_key(gateway: &NsName) -> NsName {
+    NsName::new(
+        gateway.namespace.clone(),
+        format!("{HOLDER_PREFIX}{}", gateway.name),
+    )
+}
+
+/// The Gateway a holding belongs to, if it is a Gateway's.
+pub fn gateway_of(holder: &NsName) -> Option<NsName> {
+    let name = holder.name.strip_prefix(HOLDER_PREFIX)?;
+    Some(NsName::new(holder.namespace.clone(), name))
+}
+
+/// Whether teapot serves `gateway`: its class is a GatewayClass of
+/// teapot's controller, or (with no GatewayClass of that name in the
+/// store, as in a manifests directory written for teapot) it is named
+/// `teapot`.
+pub fn is_teapot_gateway(store: &Store, gateway: &Gateway) -> bool {
+    let class = gateway.spec.gateway_class_name.as_str();
+    match store.gateway_classes.get(class) {
+        Some(c) => c.object.spec.controller_name == GATEWAY_CONTROLLER_NAME,
+        None => class == teapot_api::names::GATEWAY_CLASS,
+    }
+}
+
+/// The transport and mode of an L4 listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenerKind {
+    Tcp,
+    Udp,
+    TlsPassthrough,
+}
+
+impl ListenerKind {
+    fn protocol(self) -> Protocol {
+        match self {
+            ListenerKind::Udp => Protocol::Udp,
+            ListenerKind::Tcp | ListenerKind::TlsPassthrough => Protocol::Tcp,
+        }
+    }
+
+    /// The route kind this listener takes.
+    fn route_kind(self) -> RouteKind {
+        match self {
+            ListenerKind::Tcp => RouteKind::Tcp,
+            ListenerKind::Udp => RouteKind::Udp,
+            ListenerKind::TlsPassthrough => RouteKind::Tls,
+        }
+    }
+}
+
+/// One L4 listener of a Gateway, before allocation.
+#[derive(Debug)]
+pub(super) struct Listener<'s> {
+    pub name: &'s str,
+    pub port: u16,
+    pub kind: ListenerKind,
+    pub hostname: Option<HostPattern>,
+    spec: &'s GatewayListeners,
+    /// Why the listener is not served: the `Accepted=False` reason and
+    /// message (`ProtocolConflict` and `HostnameConflict` also set
+    /// `Conflicted=True`).
+    pub problem: Option<(&'static str, String)>,
+    /// `allowedRoutes.kinds` named a kind this listener cannot take
+    /// (`ResolvedRefs=False`, `InvalidRouteKinds`); the valid ones still
+    /// attach.
+    pub invalid_kinds: Vec<String>,
+    /// Whether its route kind is among the allowed ones.
+    pub takes_routes: bool,
+}
+
+/// The L4 listeners of a Gateway (its HTTP and HTTPS listeners are not
+/// here), with the specification's listener checks: a TLS listener must
+/// pass through (Terminate is `UnsupportedValue`); listeners sharing a
+/// `(port, transport)` conflict (`ProtocolConflict`) unless all are TLS
+/// passthrough listeners with distinct hostnames, which SNI tells apart.
+pub(super) fn listeners(gateway: &Gateway) -> Vec<Listener<'_>> {
+    let mut out: Vec<Listener<'_>> = Vec::new();
+    let mut passthrough = Vec::new();
+    for l in &gateway.spec.listeners {
+        let kind = match l.protocol.as_str() {
+            "TCP" => ListenerKind::Tcp,
+            "UDP" => ListenerKind::Udp,
+            "TLS" => ListenerKind::TlsPassthrough,
+            _ => continue,
+        };
+        let Some(port) = u16::try_from(l.port).ok().filter(|p| *p != 0) else {
+            continue;
+        };
+        let mut problem = None;
+        let is_passthrough = matches!(
+            l.tls.as_ref().and_then(|t| t.mode.as_ref()),
+            Some(GatewayListenersTlsMode::Passthrough)
+        );
+        if kind == ListenerKind::TlsPassthrough && !is_passthrough {
+            // Terminating TLS on the L4 plane is not served; the
+            // specification lets an implementation refuse the mode.
+            problem = Some((
+                "UnsupportedValue",
+                "a TLS listener is served with tls.mode Passthrough only".to_string(),
+            ));
+        }
+        passthrough.push(kind == ListenerKind::TlsPassthrough && is_passthrough);
+        let route_kind = kind.route_kind();
+        let (takes_routes, invalid_kinds) = match l
+            .allowed_routes
+            .as_ref()
+            .and_then(|a| a.kinds.as_ref())
+        {
+            None => (true, Vec::new()),
+            Some(kinds) => {
+                let fits = |k: &&teapot_gateway_api::generated::gateways::GatewayListenersAllowedRoutesKinds| {
+                    k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == route_kind.as_str()
+                };
+                (
+                    kinds.iter().any(|k| fits(&k)),
+                    kinds
+                        .iter()
+                        .filter(|k| !fits(k))
+                        .map(|k| k.kind.clone())
+                        .collect(),
+                )
+            }
+        };
+        out.push(Listener {
+            name: &l.name,
+            port,
+            kind,
+            hostname: l
+                .hostname
+                .as_deref()
+                .and_then(|h| HostPattern::parse(h).ok()),
+            spec: l,
+            problem,
+            invalid_kinds,
+            takes_routes,
+        });
+    }
+    // Sockets shared by several listeners.
+    for i in 0..out.len() {
+        let socket = (out[i].port, out[i].kind.protocol());
+        let sharing: Vec<usize> = (0..out.len())
+            .filter(|&j| j != i && (out[j].port, out[j].kind.protocol()) == socket)
+            .collect();
+        if sharing.is_empty() {
+            continue;
+        }
+        let all_passthrough = passthrough[i] && sharing.iter().all(|&j| passthrough[j]);
+        let conflict = if !all_passthrough {
+            Some("ProtocolConflict")
+        } else if sharing.iter().any(|&j| out[j].hostname == out[i].hostname) {
+            Some("HostnameConflict")
+        } else {
+            None
+        };
+        if let Some(reason) = conflict {
+            let others: Vec<&str> = sharing.iter().map(|&j| out[j].name).collect();
+            out[i].problem = Some((
+                reason,
+                format!(
+                    "{}/{} is also listener {} of this Gateway",
+                    socket.0,
+                    socket.1,
+                    others.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// The distinct sockets the served listeners need.
+pub(super) fn ports(listeners: &[Listener<'_>]) -> Vec<PortKey> {
+    let set: BTreeSet<PortKey> = listeners
+        .iter()
+        .filter(|l| l.problem.is_none())
+        .map(|l| (l.port, l.kind.protocol()))
+        .collect();
+    set.into_iter().collect()
+}
+
+/// What `status.addresses` says the Gateway holds (kube mode, after a
+/// restart): the first IP address; its ports are not recorded there, so
+/// it counts as a hint for the address alone.
+pub(super) fn status_holding(gateway: &Gateway) -> Option<Holding> {
+    let addresses = gateway.status.as_ref()?.addresses.as_ref()?;
+    let addr: IpAddr = addresses
+        .iter()
+        .filter(|a| a.r#type.as_deref().is_none_or(|t| t == "IPAddress"))
+        .find_map(|a| a.value.parse().ok())?;
+    Some(Holding { addr, ports: None })
+}
+
+/// The route kinds of the L4 plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum RouteKind {
+    #[serde(rename = "TCPRoute")]
+    Tcp,
+    #[serde(rename = "UDPRoute")]
+    Udp,
+    #[serde(rename = "TLSRoute")]
+    Tls,
+}
+
+impl RouteKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteKind::Tcp => "TCPRoute",
+            RouteKind::Udp => "UDPRoute",
+            RouteKind::Tls => "TLSRoute",
+        }
+    }
+}
+
+/// A parentRef as written, with the defaults the CRD applies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentRef {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// A backendRef as written.
+#[derive(Clone, Debug)]
+struct BackendRef<'s> {
+    group: &'s str,
+    kind: &'s str,
+    namespace: Option<&'s str>,
+    name: &'s str,
+    port: Option<i32>,
+    weight: i32,
+}
+
+/// One TCPRoute, UDPRoute or TLSRoute in the shape the three share.
+#[derive(Debug)]
+struct RouteView<'s> {
+    kind: RouteKind,
+    id: &'s NsName,
+    created: Option<&'s Timestamp>,
+    parents: Vec<ParentRef>,
+    /// TLSRoute only; empty: every hostname of the listener.
+    hostnames: Vec<HostPattern>,
+    backends: Vec<BackendRef<'s>>,
+}
+
+macro_rules! route_view {
+    ($kind:expr, $id:expr, $route:expr, $hostnames:expr) => {{
+        let route = $route;
+        let id: &NsName = $id;
+        RouteView {
+            kind: $kind,
+            id,
+            created: route.metadata.creation_timestamp.as_ref().map(|t| &t.0),
+            parents: route
+                .spec
+                .parent_refs
+                .iter()
+                .flatten()
+                .map(|p| ParentRef {
+                    group: p.group.clone().unwrap_or_else(|| GROUP.to_string()),
+                    kind: p.kind.clone().unwrap_or_else(|| "Gateway".to_string()),
+                    namespace: p.namespace.clone().unwrap_or_else(|| id.namespace.clone()),
+                    name: p.name.clone(),
+                    section_name: p.section_name.clone(),
+                    port: p.port,
+                })
+                .collect(),
+            hostnames: $hostnames,
+            backends: route
+                .spec
+                .rules
+                .iter()
+                .flat_map(|r| r.backend_refs.iter())
+                .map(|b| BackendRef {
+                    group: b.group.as_deref().unwrap_or(""),
+                    kind: b.kind.as_deref().unwrap_or("Service"),
+                    namespace: b.namespace.as_deref(),
+                    name: &b.name,
+                    port: b.port,
+                    weight: b.weight.unwrap_or(1),
+                })
+                .collect(),
+        }
+    }};
+}
+
+fn routes(store: &Store) -> Vec<RouteView<'_>> {
+    let mut out: Vec<RouteView<'_>> = Vec::new();
+    for (id, r) in &store.tcp_routes {
+        out.push(route_view!(RouteKind::Tcp, id, &r.object, Vec::new()));
+    }
+    for (id, r) in &store.udp_routes {
+        out.push(route_view!(RouteKind::Udp, id, &r.object, Vec::new()));
+    }
+    for (id, r) in &store.tls_routes {
+        // The loader validated every hostname.
+        let hosts = r
+            .object
+            .spec
+            .hostnames
+            .iter()
+            .filter_map(|h| HostPattern::parse(h).ok())
+            .collect();
+        out.push(route_view!(RouteKind::Tls, id, &r.object, hosts));
+    }
+    // Oldest first: the specification's tie-break, and the first-holder
+    // rule for TCP and UDP listeners.
+    out.sort_by(|a, b| {
+        (a.created.is_none(), a.created, a.id).cmp(&(b.created.is_none(), b.created, b.id))
+    });
+    out
+}
+
+/// Whether `pattern` (a listener's or route's hostname) covers `name`
+/// (exact, or any name below a wildcard's suffix: Gateway API wildcards
+/// match any number of labels).
+fn covers(pattern: &HostPattern, name: &HostPattern) -> bool {
+    match (pattern, name) {
+        (HostPattern::Exact(a), HostPattern::Exact(b)) => a == b,
+        (HostPattern::Wildcard(s), HostPattern::Exact(b)) => below(b, s),
+        (HostPattern::Wildcard(s), HostPattern::Wildcard(t)) => t == s || below(t, s),
+        (HostPattern::Exact(_), HostPattern::Wildcard(_)) => false,
+    }
+}
+
+fn below(name: &str, suffix: &str) -> bool {
+    name.len() > suffix.len() + 1
+        && name.ends_with(suffix)
+        && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
+}
+
+/// The hostnames a route serves on a listener: the intersection of the
+/// route's and the listener's (the more specific of each intersecting
+/// pair). `None` in the result means any hostname.
+fn intersect(listener: Option<&HostPattern>, route: &[HostPattern]) -> Vec<Option<HostPattern>> {
+    match (listener, route.is_empty()) {
+        (None, true) => vec![None],
+        (Some(l), true) => vec![Some(l.clone())],
+        (None, false) => route.iter().cloned().map(Some).collect(),
+        (Some(l), false) => route
+            .iter()
+            .filter_map(|r| {
+                if covers(l, r) {
+                    Some(Some(r.clone()))
+                } else if covers(r, l) {
+                    Some(Some(l.clone()))
+                } else {
+                    None
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Whether `listener` of the Gateway in `gateway_ns` allows a route of
+/// `kind` from `route_ns`. Namespace selectors are not evaluated (the
+/// proxy does not read Namespaces): `From: Selector` admits no route.
+fn allows(listener: &GatewayListeners, gateway_ns: &str, route_ns: &str, kind: RouteKind) -> bool {
+    let allowed = listener.allowed_routes.as_ref();
+    let from = allowed
+        .and_then(|a| a.namespaces.as_ref())
+        .and_then(|n| n.from.as_ref());
+    let ns_ok = match from {
+        None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => gateway_ns == route_ns,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => false,
+    };
+    let kind_ok = match allowed.and_then(|a| a.kinds.as_ref()) {
+        None => true,
+        Some(kinds) => kinds
+            .iter()
+            .any(|k| k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == kind.as_str()),
+    };
+    ns_ok && kind_ok
+}
+
+/// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of
+/// `from_ns` refer to Service `name` there.
+fn granted(store: &Store, from_ns: &str, from_kind: RouteKind, to_ns: &str, name: &str) -> bool {
+    store
+        .reference_grants
+        .iter()
+        .filter(|(id, _)| id.namespace == to_ns)
+        .any(|(_, g)| {
+            let spec = &g.object.spec;
+            spec.from
+                .iter()
+                .any(|f| f.group == GROUP && f.kind == from_kind.as_str() && f.namespace == from_ns)
+                && spec.to.iter().any(|t| {
+                    t.group.is_empty()
+                        && t.kind == "Service"
+                        && t.name.as_deref().is_none_or(|n| n == name)
+                })
+        })
+}
+
+/// One route's status under one of teapot's Gateways.
+#[derive(Debug, Serialize)]
+pub struct RouteParentReport {
+    pub parent_ref: ParentRef,
+    pub conditions: Vec<Condition>,
+}
+
+/// A TCPRoute, UDPRoute or TLSRoute with at least one parentRef to one of
+/// teapot's Gateways.
+#[derive(Debug, Serialize)]
+pub struct RouteReport {
+    pub kind: RouteKind,
+    pub namespace: String,
+    pub name: String,
+    pub parents: Vec<RouteParentReport>,
+}
+
+impl RouteReport {
+    /// The route's `status` as teapot writes it: one `parents[]` entry per
+    /// parentRef to one of teapot's Gateways, with `controllerName`. The
+    /// status writer adds `observedGeneration` and `lastTransitionTime`.
+    pub fn status(&self) -> serde_json::Value {
+        let parents: Vec<serde_json::Value> = self
+            .parents
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "parentRef": p.parent_ref,
+                    "controllerName": GATEWAY_CONTROLLER_NAME,
+                    "conditions": p.conditions,
+                })
+            })
+            .collect();
+        serde_json::json!({ "parents": parents })
+    }
+}
+
+/// One L4 listener of a Gateway, as served.
+#[derive(Debug, Serialize)]
+pub struct GatewayListenerReport {
+    pub name: String,
+    pub port: u16,
+    pub protocol: &'static str,
+    /// The socket, when the Gateway has an address and the listener is
+    /// served.
+    pub listener: Option<super::pool::ListenerKey>,
+    /// `listening`, `pending` or the bind error, read when rendered (the
+    /// listeners bind after the compile).
+    pub state: Option<super::table::LiveState>,
+    /// `status.listeners[].supportedKinds`: the route kind of its
+    /// protocol, when `allowedRoutes.kinds` allows it.
+    pub supported_kinds: Vec<&'static str>,
+    /// Routes attached (accepted) to this listener; of several on a TCP or
+    /// UDP listener only the oldest is bound.
+    pub attached_routes: u32,
+    /// Accepted, Programmed, ResolvedRefs and Conflicted, as the
+    /// specification's listener status has them.
+    pub conditions: Vec<Condition>,
+}
+
+/// The L4 part of a Gateway's status; the lead's Gateway status merges it
+/// with the HTTP listeners' (docs/gateway-api-l4.md, "Status").
+#[derive(Debug, Serialize)]
+pub struct GatewayReport {
+    pub namespace: String,
+    pub name: String,
+    pub pool: Option<String>,
+    /// `status.addresses[]` gets `{type: IPAddress, value}` of it.
+    pub address: Option<IpAddr>,
+    /// `Programmed` (False with the allocation's reason, such as
+    /// `AddressNotAssigned`, when the Gateway got no address).
+    pub conditions: Vec<Condition>,
+    pub listeners: Vec<GatewayListenerReport>,
+}
+
+/// What a TLS passthrough listener forwards, by SNI: the routes' backends
+/// per hostname, exact names before wildcards, longer suffixes first.
+#[derive(Debug, Default)]
+pub struct SniRoutes {
+    /// `None`: any name (a route without hostnames under a listener
+    /// without one). Kept in match order.
+    pub entries: Vec<(Option<HostPattern>, Arc<Chosen>)>,
+}
+
+/// What an SNI entry forwards to: the route's rotation and its refused
+/// share.
+pub type Chosen = (Arc<Upstream>, Option<Arc<Refusals>>);
+
+impl SniRoutes {
+    /// The backends for a ClientHello's server name (`None`: the client
+    /// sent none). No match: the connection is refused.
+    pub fn choose(&self, server_name: Option<&str>) -> Option<&Chosen> {
+        let name = server_name.and_then(|n| HostPattern::parse(n).ok());
+        self.entries
+            .iter()
+            .find(|(pattern, _)| match (pattern, &name) {
+                (None, _) => true,
+                (Some(p), Some(n @ HostPattern::Exact(_))) => covers(p, n),
+                _ => false,
+            })
+            .map(|(_, c)| &**c)
+    }
+
+    fn sort(&mut self) {
+        fn rank(p: &Option<HostPattern>) -> (u8, std::cmp::Reverse<usize>) {
+            match p {
+                Some(HostPattern::Exact(n)) => (0, std::cmp::Reverse(n.len())),
+                Some(HostPattern::Wildcard(s)) => (1, std::cmp::Reverse(s.len())),
+                None => (2, std::cmp::Reverse(0)),
+            }
+        }
+        // Stable: among equals, the older route (inserted first) wins.
+        self.entries.sort_by_key(|(p, _)| rank(p));
+        let mut seen = Vec::new();
+        self.entries.retain(|(p, _)| {
+            if seen.contains(p) {
+                false
+            } else {
+                seen.push(p.clone());
+                true
+            }
+        });
+    }
+}
+
+/// What one Gateway socket forwards to.
+#[derive(Debug)]
+pub enum Target {
+    /// A TCP or UDP listener: one route's weighted backends, and the share
+    /// refused for its invalid ones.
+    Backends(Arc<Upstream>, Option<Arc<Refusals>>),
+    /// TLS passthrough listeners on this socket, by SNI.
+    Sni(SniRoutes),
+}
+
+/// The share of a route's connections (TCP) or datagrams (UDP) that must
+/// be refused because it belongs to invalid backendRefs or to backends
+/// without endpoints: the specification asks for the rejections to
+/// respect the weights ("if an invalid backend is requested to have 80% of
+/// connections, then 80% of connections must be rejected").
+#[derive(Debug)]
+pub struct Refusals {
+    refused: u64,
+    total: u64,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Refusals {
+    fn new(refused: u64, total: u64) -> Option<Arc<Refusals>> {
+        (refused > 0 && total > 0).then(|| {
+            Arc::new(Refusals {
+                refused,
+                total,
+                next: std::sync::atomic::AtomicU64::new(0),
+            })
+        })
+    }
+
+    /// Whether the next connection or datagram is refused: exactly
+    /// `refused` of every `total`, spread evenly (Bresenham).
+    pub fn refuse_next(&self) -> bool {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.total;
+        (n + 1) * self.refused / self.total > n * self.refused / self.total
+    }
+}
+
+/// Most entries a weighted upstream's rotation may have: weights are
+/// scaled down to fit, each backend keeping at least one.
+const MAX_ROTATION: u64 = 1024;
+
+/// Spreads traffic over `backends` by weight: one upstream whose endpoint
+/// rotation repeats each backend's endpoints in proportion to its weight
+/// divided by its endpoint count, interleaved smoothly (nginx's smooth
+/// weighted round robin), so consecutive connections alternate. Backends
+/// without endpoints take no share of the rotation: their weight, with
+/// `invalid` (the weight of invalid backendRefs), is the refused share.
+pub fn weighted(
+    label: String,
+    backends: &[(u32, Arc<Upstream>)],
+    invalid: u32,
+) -> (Arc<Upstream>, Option<Arc<Refusals>>) {
+    let empty: u64 = backends
+        .iter()
+        .filter(|(_, u)| u.endpoints.is_empty())
+        .map(|(w, _)| u64::from(*w))
+        .sum();
+    let total: u64 = backends.iter().map(|(w, _)| u64::from(*w)).sum::<u64>() + u64::from(invalid);
+    let refusals = Refusals::new(empty + u64::from(invalid), total);
+    (rotation(label, backends), refusals)
+}
+
+fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
+    let live: Vec<&(u32, Arc<Upstream>)> = backends
+        .iter()
+        .filter(|(w, u)| *w > 0 && !u.endpoints.is_empty())
+        .collect();
+    if let [(_, only)] = live.as_slice() {
+        return only.clone();
+    }
+    if live.is_empty() {
+        let why = backends
+            .iter()
+            .filter_map(|(_, u)| u.unavailable.clone())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let why = if why.is_empty() {
+            "no backend with a weight above 0".to_string()
+        } else {
+            why
+        };
+        return Arc::new(Upstream::new(label, Vec::new(), Some(why)));
+    }
+    // Each endpoint's share: weight / endpoints, made integral over the
+    // product of the endpoint counts (bounded below).
+    let counts: u64 = live
+        .iter()
+        .map(|(_, u)| u.endpoints.len() as u64)
+        .fold(1, |a, n| a.saturating_mul(n).min(1 << 20));
+    let mut shares: Vec<(u64, &Arc<crate::compile::upstream::Endpoint>)> = Vec::new();
+    for (w, u) in &live {
+        let each = (*w as u64).saturating_mul(counts) / u.endpoints.len() as u64;
+        for e in u.endpoints.iter() {
+            shares.push((each.max(1), e));
+        }
+    }
+    let g = shares.iter().fold(0, |g, (s, _)| gcd(g, *s)).max(1);
+    for s in &mut shares {
+        s.0 /= g;
+    }
+    let total: u64 = shares.iter().map(|s| s.0).sum();
+    if total > MAX_ROTATION {
+        for s in &mut shares {
+            s.0 = (s.0 * MAX_ROTATION / total).max(1);
+        }
+    }
+    let total: u64 = shares.iter().map(|s| s.0).sum();
+    let mut current = vec![0i64; shares.len()];
+    let mut rotation = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        for (c, (s, _)) in current.iter_mut().zip(&shares) {
+            *c += *s as i64;
+        }
+        let (best, _) = current
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, c)| (**c, std::cmp::Reverse(*i)))
+            .expect("at least two endpoints");
+        current[best] -= total as i64;
+        rotation.push(shares[best].1.clone());
+    }
+    let mut upstream = Upstream::new(label, rotation, None);
+    upstream.refused = live.iter().flat_map(|(_, u)| u.refused.clone()).collect();
+    Arc::new(upstream)
+}
+
+/// Every endpoint of a TLS listener's SNI choices, once: what health
+/// checks probe and draining compares with.
+pub fn union(label: &str, sni: &SniRoutes) -> Arc<Upstream> {
+    let mut seen = std::collections::HashSet::new();
+    let endpoints = sni
+        .entries
+        .iter()
+        .flat_map(|(_, c)| c.0.endpoints.iter())
+        .filter(|e| seen.insert(e.addr))
+        .cloned()
+        .collect();
+    Arc::new(Upstream::new(
+        format!("TLS passthrough of {label}"),
+        endpoints,
+        None,
+    ))
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// A Gateway about to be allocated.
+#[derive(Debug)]
+pub(super) struct Plan<'s> {
+    pub id: &'s NsName,
+    pub gateway: &'s Gateway,
+    pub listeners: Vec<Listener<'s>>,
+}
+
+/// Gateways of teapot's: those with L4 listeners are allocated; every one
+/// answers the L4 routes that name it.
+pub(super) fn plans<'s>(store: &'s Store) -> Vec<Plan<'s>> {
+    store
+        .gateways
+        .iter()
+        .filter(|(_, g)| is_teapot_gateway(store, &g.object))
+        .map(|(id, g)| Plan {
+            id,
+            gateway: &g.object,
+            listeners: listeners(&g.object),
+        })
+        .collect()
+}
+
+/// A route's valid backends with their weights.
+type Weighted = Vec<(u32, Arc<Upstream>)>;
+
+/// Routes resolved against the Gateways: which route each listener serves
+/// and every route's parent statuses.
+pub(super) struct Attached<'s> {
+    /// `(gateway, listener name)` -> routes accepted there, oldest first.
+    by_listener: BTreeMap<(&'s NsName, &'s str), Vec<usize>>,
+    routes: Vec<RouteView<'s>>,
+    /// Per route, its valid backends resolved, and the weight of its
+    /// invalid ones.
+    resolved: Vec<(Weighted, u32)>,
+    pub reports: Vec<RouteReport>,
+}
+
+/// Attaches every L4 route to the listeners of `plans` and resolves its
+/// backends. `resolve(namespace, service, port, port name)` is the
+/// compile's resolver.
+pub(super) fn attach<'s>(
+    store: &'s Store,
+    tenancy: &Tenancy<'_>,
+    plans: &[Plan<'s>],
+    resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
+) -> Attached<'s> {
+    let routes = routes(store);
+    let mut by_listener: BTreeMap<(&'s NsName, &'s str), Vec<usize>> = BTreeMap::new();
+    let mut reports = Vec::new();
+    let mut resolved = Vec::with_capacity(routes.len());
+    for (ri, route) in routes.iter().enumerate() {
+        let (backends, invalid, refs_problem) = backends(store, tenancy, route, resolve);
+        resolved.push((backends, invalid));
+        let mut parents = Vec::new();
+        for parent in &route.parents {
+            if parent.group != GROUP || parent.kind != "Gateway" {
+                continue;
+            }
+            let Some(plan) = plans
+                .iter()
+                .find(|p| p.id.namespace == parent.namespace && p.id.name == parent.name)
+            else {
+                // Not one of teapot's Gateways: its controller answers.
+                continue;
+            };
+            // Every listener the parentRef names, HTTP and HTTPS ones too:
+            // a route of the wrong kind there is NotAllowedByListeners.
+            let mut named = false;
+            let mut accepted_on = Vec::new();
+            let mut reason = "NotAllowedByListeners";
+            for spec in &plan.gateway.spec.listeners {
+                if parent
+                    .section_name
+                    .as_deref()
+                    .is_some_and(|s| s != spec.name)
+                    || parent.port.is_some_and(|p| p != spec.port)
+                {
+                    continue;
+                }
+                named = true;
+                let Some(l) = plan.listeners.iter().find(|l| l.name == spec.name) else {
+                    continue;
+                };
+                if l.problem.is_some()
+                    || l.kind.route_kind() != route.kind
+                    || !l.takes_routes
+                    || !allows(l.spec, &plan.id.namespace, &route.id.namespace, route.kind)
+                {
+                    continue;
+                }
+                if route.kind == RouteKind::Tls
+                    && intersect(l.hostname.as_ref(), &route.hostnames).is_empty()
+                {
+                    reason = "NoMatchingListenerHostname";
+                    continue;
+                }
+                accepted_on.push(l.name);
+            }
+            let accepted = if accepted_on.is_empty() {
+                let (reason, message) = if named {
+                    (
+                        reason,
+                        format!(
+                            "no listener of Gateway {} takes this {} ({reason})",
+                            plan.id,
+                            route.kind.as_str()
+                        ),
+                    )
+                } else {
+                    (
+                        "NoMatchingParent",
+                        format!(
+                            "Gateway {} has no listener matching sectionName/port",
+                            plan.id
+                        ),
+                    )
+                };
+                Condition::new("Accepted", false, reason, message)
+            } else {
+                for name in &accepted_on {
+                    by_listener.entry((plan.id, name)).or_default().push(ri);
+                }
+                Condition::new("Accepted", true, "Accepted", "")
+            };
+            let refs = match &refs_problem {
+                None => Condition::new("ResolvedRefs", true, "ResolvedRefs", ""),
+                Some((reason, message)) => {
+                    Condition::new("ResolvedRefs", false, reason, message.clone())
+                }
+            };
+            parents.push(RouteParentReport {
+                parent_ref: parent.clone(),
+                conditions: vec![accepted, refs],
+            });
+        }
+        if !parents.is_empty() {
+            reports.push(RouteReport {
+                kind: route.kind,
+                namespace: route.id.namespace.clone(),
+                name: route.id.name.clone(),
+                parents,
+            });
+        }
+    }
+    // Several routes on one TCP or UDP listener are all Accepted and
+    // counted in attachedRoutes, but only the oldest is bound: the
+    // specification's conflict rule (GEP "Conflicts", and the
+    // TCPRouteMultipleRoutesAttachment conformance test).
+    reports.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    Attached {
+        by_listener,
+        routes,
+        resolved,
+        reports,
+    }
+}
+
+/// Resolves a route's backendRefs: the weighted upstreams, the weight of
+/// the invalid ones, and the first problem as a ResolvedRefs reason and
+/// message.
+#[allow(clippy::type_complexity)]
+fn backends<'s>(
+    store: &'s Store,
+    tenancy: &Tenancy<'_>,
+    route: &RouteView<'s>,
+    resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
+) -> (Weighted, u32, Option<(&'static str, String)>) {
+    let mut out = Vec::new();
+    let mut invalid: u32 = 0;
+    let mut problem: Option<(&'static str, String)> = None;
+    let protocol = match route.kind {
+        RouteKind::Udp => "UDP",
+        RouteKind::Tcp | RouteKind::Tls => "TCP",
+    };
+    for (i, b) in route.backends.iter().enumerate() {
+        // Counted as invalid until it resolves.
+        let weight = u32::try_from(b.weight).unwrap_or(0);
+        invalid = invalid.saturating_add(weight);
+        let at = format!("spec.rules[].backendRefs[{i}] ({})", b.name);
+        if !b.group.is_empty() || b.kind != "Service" {
+            problem.get_or_insert((
+                "InvalidKind",
+                format!(
+                    "{at}: only core Services are backends, not {}/{}",
+                    b.group, b.kind
+                ),
+            ));
+            continue;
+        }
+        let namespace: &'s str = b.namespace.unwrap_or(&route.id.namespace);
+        if namespace != route.id.namespace {
+            let permitted = tenancy.get(&route.id.namespace).is_none()
+                && granted(store, &route.id.namespace, route.kind, namespace, b.name);
+            if !permitted {
+                problem.get_or_insert((
+                    "RefNotPermitted",
+                    format!("{at}: Service {namespace}/{} is in another namespace and no ReferenceGrant there allows it", b.name),
+                ));
+                continue;
+            }
+        }
+        let Some(port) = b.port else {
+            problem.get_or_insert((
+                "UnsupportedValue",
+                format!("{at}: a Service backend needs a port"),
+            ));
+            continue;
+        };
+        let Some(service) = store
+            .services
+            .get(&NsName::new(namespace, b.name))
+            .map(|s| &s.object)
+        else {
+            problem.get_or_insert((
+                "BackendNotFound",
+                format!("{at}: Service {namespace}/{} not found", b.name),
+            ));
+            continue;
+        };
+        // The Service port of this number and the route's transport: its
+        // name selects the EndpointSlice port (a TCP and a UDP port may
+        // share a number, as DNS's do).
+        let port_name: Option<&'s str> = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|p| p.port == port && p.protocol.as_deref().unwrap_or("TCP") == protocol)
+            .map(|p| p.name.as_deref().unwrap_or(""));
+        let Some(port_name) = port_name else {
+            problem.get_or_insert((
+                "BackendNotFound",
+                format!(
+                    "{at}: Service {namespace}/{} has no {protocol} port {port}",
+                    b.name
+                ),
+            ));
+            continue;
+        };
+        invalid = invalid.saturating_sub(weight);
+        let (store_ns, store_name) = store
+            .services
+            .get_key_value(&NsName::new(namespace, b.name))
+            .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
+            .expect("looked up above");
+        out.push((weight, resolve(store_ns, store_name, port, port_name)));
+    }
+    (out, invalid, problem)
+}
+
+/// A Gateway's allocation: its address and the sockets refused there, or
+/// the refusal's reason and message.
+pub(super) type Allocation<'o> = Result<(IpAddr, &'o [(PortKey, String)]), (&'static str, String)>;
+
+/// What one Gateway forwards, per socket, and its report, once its address
+/// is known (`None`: refused, with the reason and message).
+pub(super) fn serve<'s>(
+    plan: &Plan<'s>,
+    attached: &Attached<'s>,
+    pool: Option<String>,
+    outcome: Allocation<'_>,
+    runtime: &Arc<super::Runtime>,
+) -> (BTreeMap<super::pool::ListenerKey, Target>, GatewayReport) {
+    let mut sockets: BTreeMap<super::pool::ListenerKey, Target> = BTreeMap::new();
+    let mut listeners = Vec::new();
+    let (address, refused_ports, gateway_conditions) = match &outcome {
+        Ok((addr, refused)) => (
+            Some(*addr),
+            *refused,
+            vec![Condition::new("Programmed", true, "Programmed", "")],
+        ),
+        Err((reason, message)) => (
+            None,
+            &[][..],
+            vec![Condition::new(
+                "Programmed",
+                false,
+                "AddressNotAssigned",
+                format!("{reason}: {message}"),
+            )],
+        ),
+    };
+    for l in &plan.listeners {
+        let protocol = match l.kind {
+            ListenerKind::Tcp => "TCP",
+            ListenerKind::Udp => "UDP",
+            ListenerKind::TlsPassthrough => "TLS",
+        };
+        let attached_routes: Vec<usize> = attached
+            .by_listener
+            .get(&(plan.id, l.name))
+            .cloned()
+            .unwrap_or_default();
+        let mut conditions = Vec::new();
+        let mut key = None;
+        let mut bound = None;
+        conditions.push(match &l.problem {
+            Some((reason, message)) => Condition::new("Accepted", false, reason, message.clone()),
+            None => Condition::new("Accepted", true, "Accepted", ""),
+        });
+        conditions.push(match &l.problem {
+            Some((reason @ ("ProtocolConflict" | "HostnameConflict"), message)) => {
+                Condition::new("Conflicted", true, reason, message.clone())
+            }
+            _ => Condition::new("Conflicted", false, "NoConflicts", ""),
+        });
+        conditions.push(if l.invalid_kinds.is_empty() {
+            Condition::new("ResolvedRefs", true, "ResolvedRefs", "")
+        } else {
+            Condition::new(
+                "ResolvedRefs",
+                false,
+                "InvalidRouteKinds",
+                format!(
+                    "allowedRoutes.kinds: a {protocol} listener takes {} only, not {}",
+                    l.kind.route_kind().as_str(),
+                    l.invalid_kinds.join(", ")
+                ),
+            )
+        });
+        let programmed = if let Some((_, message)) = &l.problem {
+            Condition::new("Programmed", false, "Invalid", message.clone())
+        } else if let Some(addr) = address {
+            let port = (l.port, l.kind.protocol());
+            if let Some((_, why)) = refused_ports.iter().find(|(p, _)| *p == port) {
+                conditions[0] = Condition::new("Accepted", false, "PortUnavailable", why.clone());
+                Condition::new("Programmed", false, "Invalid", why.clone())
+            } else {
+                let k = super::pool::ListenerKey {
+                    addr,
+                    port: l.port,
+                    protocol: l.kind.protocol(),
+                };
+                key = Some(k);
+                let live = super::table::LiveState::new(runtime.clone(), k);
+                let state = live.now();
+                bound = Some(live);
+                add_target(&mut sockets, k, l, &attached_routes, attached);
+                if state.starts_with("bind failed") {
+                    Condition::new("Programmed", false, "Pending", state)
+                } else {
+                    Condition::new("Programmed", true, "Programmed", "")
+                }
+            }
+        } else {
+            Condition::new(
+                "Programmed",
+                false,
+                "Pending",
+                "the Gateway has no address".to_string(),
+            )
+        };
+        conditions.push(programmed);
+        listeners.push(GatewayListenerReport {
+            name: l.name.to_string(),
+            port: l.port,
+            protocol,
+            listener: key,
+            state: bound,
+            supported_kinds: if l.takes_routes {
+                vec![l.kind.route_kind().as_str()]
+            } else {
+                Vec::new()
+            },
+            attached_routes: attached_routes.len() as u32,
+            conditions,
+        });
+    }
+    for target in sockets.values_mut() {
+        if let Target::Sni(sni) = target {
+            sni.sort();
+        }
+    }
+    let report = GatewayReport {
+        namespace: plan.id.namespace.clone(),
+        name: plan.id.name.clone(),
+        pool,
+        address,
+        conditions: gateway_conditions,
+        listeners,
+    };
+    (sockets, report)
+}
+
+fn add_target<'s>(
+    sockets: &mut BTreeMap<super::pool::ListenerKey, Target>,
+    key: super::pool::ListenerKey,
+    listener: &Listener<'s>,
+    attached_routes: &[usize],
+    attached: &Attached<'s>,
+) {
+    let label = |ri: usize| {
+        let r = &attached.routes[ri];
+        format!("{} {}", r.kind.as_str(), r.id)
+    };
+    match listener.kind {
+        ListenerKind::Tcp | ListenerKind::Udp => {
+            let (upstream, refusals) = match attached_routes.first() {
+                Some(&ri) => {
+                    let (backends, invalid) = &attached.resolved[ri];
+                    weighted(label(ri), backends, *invalid)
+                }
+                None => (
+                    Arc::new(Upstream::new(
+                        format!("listener {}", listener.name),
+                        Vec::new(),
+                        Some("no route is attached to the listener".into()),
+                    )),
+                    None,
+                ),
+            };
+            sockets.insert(key, Target::Backends(upstream, refusals));
+        }
+        ListenerKind::TlsPassthrough => {
+            let Target::Sni(sni) = sockets
+                .entry(key)
+                .or_insert_with(|| Target::Sni(SniRoutes::default()))
+            else {
+                return;
+            };
+            for &ri in attached_routes {
+                let route = &attached.routes[ri];
+                let (backends, invalid) = &attached.resolved[ri];
+                let chosen = Arc::new(weighted(label(ri), backends, *invalid));
+                for host in intersect(listener.hostname.as_ref(), &route.hostnames) {
+                    sni.entries.push((host, chosen.clone()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(h: &str) -> HostPattern {
+        HostPattern::parse(h).unwrap()
+    }
+
+    #[test]
+    fn hostnames_intersect_with_suffix_wildcards() {
+        let any = intersect(Some(&host("*.example.com")), &[]);
+        assert_eq!(any, [Some(host("*.example.com"))]);
+        let both = intersect(
+            Some(&host("*.example.com")),
+            &[
+                host("a.b.example.com"),
+                host("other.org"),
+                host("*.example.com"),
+            ],
+        );
+        assert_eq!(
+            both,
+            [Some(host("a.b.example.com")), Some(host("*.example.com"))]
+        );
+        // A route wildcard wider than the listener's name: the listener's.
+        let narrow = intersect(Some(&host("db.example.com")), &[host("*.example.com")]);
+        assert_eq!(narrow, [Some(host("db.example.com"))]);
+        assert!(intersect(Some(&host("example.com")), &[host("*.example.com")]).is_empty());
+        assert_eq!(intersect(None, &[]), [None]);
+    }
+
+    #[test]
+    fn sni_prefers_exact_then_longest_suffix_and_refuses_the_rest() {
+        let up = |n: &str| Arc::new((Arc::new(Upstream::new(n.into(), Vec::new(), None)), None));
+        let mut sni = SniRoutes {
+            entries: vec![
+                (Some(host("*.example.com")), up("wide")),
+                (Some(host("*.db.example.com")), up("narrow")),
+                (Some(host("a.db.example.com")), up("exact")),
+                (Some(host("*.example.com")), up("younger, same pattern")),
+            ],
+        };
+        sni.sort();
+        let pick = |n: Option<&str>| sni.choose(n).map(|c| c.0.name.clone());
+        assert_eq!(pick(Some("a.db.example.com")).as_deref(), Some("exact"));
+        assert_eq!(pick(Some("B.DB.example.com")).as_deref(), Some("narrow"));
+        assert_eq!(pick(Some("x.example.com")).as_deref(), Some("wide"));
+        assert_eq!(pick(Some("example.com")), None);
+        assert_eq!(pick(None), None, "no SNI, no catch-all: refused");
+        assert_eq!(pick(Some("not a name")), None);
+        assert_eq!(sni.entries.len(), 3);
+    }
+
+    #[test]
+    fn holder_keys_never_collide_with_services() {
+        let gw = NsName::new("ops", "edge");
+        let key = holder_key(&gw);
+        assert_ne!(key, gw);
+        assert_eq!(gateway_of(&key), Some(gw.clone()));
+        assert_eq!(gateway_of(&gw), None);
+    }
+
+    fn endpoints(base: u8, n: u8) -> Arc<Upstream> {
+        let registry = crate::compile::upstream::EndpointRegistry::default();
+        let eps = (0..n)
+            .map(|i| registry.endpoint(std::net::SocketAddr::from(([10, 0, base, i], 80))))
+            .collect();
+        Arc::new(Upstream::new(format!("b{base}"), eps, None))
+    }
+
+    #[test]
+    fn weights_split_the_rotation_per_backend_not_per_endpoint() {
+        // 3:1 over a backend with 2 endpoints and one with 1; weight 5 on
+        // one without endpoints and 2 on invalid refs.
+        let (u, refusals) = weighted(
+            "r".into(),
+            &[
+                (3, endpoints(1, 2)),
+                (1, endpoints(2, 1)),
+                (5, endpoints(3, 0)),
+            ],
+            2,
+        );
+        let of = |base: u8| {
+            u.endpoints
+                .iter()
+                .filter(|e| matches!(e.addr.ip(), IpAddr::V4(v) if v.octets()[2] == base))
+                .count()
+        };
+        // Per backend 3:1, whatever the endpoint counts; none for the
+        // backend without endpoints.
+        assert_eq!((of(1), of(2), of(3)), (6, 2, 0), "{:?}", u.endpoints);
+        // Smooth: the light backend comes early, not after all the others.
+        let light = u
+            .endpoints
+            .iter()
+            .position(|e| e.addr.ip().to_string() == "10.0.2.0");
+        assert!(matches!(light, Some(0..=3)), "{light:?}");
+        // 7 of every 11 connections refused (the empty and invalid
+        // backends' weight), spread out.
+        let refusals = refusals.expect("a refused share");
+        let picks: Vec<bool> = (0..22).map(|_| refusals.refuse_next()).collect();
+        assert_eq!(picks.iter().filter(|r| **r).count(), 14);
+        assert!(picks.windows(4).all(|w| w.iter().any(|r| *r)), "{picks:?}");
+        assert!(picks.windows(2).any(|w| w == [true, false]));
+        // One live backend: its own upstream, unchanged, nothing refused.
+        let one = endpoints(4, 2);
+        let (u, refusals) = weighted("r".into(), &[(1, one.clone()), (0, endpoints(5, 1))], 0);
+        assert!(Arc::ptr_eq(&u, &one) && refusals.is_none());
+        let (none, refusals) = weighted("r".into(), &[(1, endpoints(6, 0))], 0);
+        assert!(none.endpoints.is_empty() && none.unavailable.is_some());
+        assert!(refusals.is_some_and(|r| (0..5).all(|_| r.refuse_next())));
+    }
+}
+
+/// The Gateway L4 compile through `compile::compile`, with Services in the
+/// same pools.
+#[cfg(test)]
+mod compiled {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::super::{Holding, L4Config, L4Inputs, L4Report};
+    use super::*;
+    use crate::compile::CompileOptions;
+    use crate::compile::snapshot::Snapshot;
+    use crate::compile::tests::compile_test_docs;
+
+    fn compile(previous: BTreeMap<NsName, Holding>, docs: &[&str]) -> Snapshot {
+        let config = L4Config {
+            pools: vec![
+                "default=127.0.0.1".parse().unwrap(),
+                "edge=192.0.2.10,192.0.2.11".parse().unwrap(),
+            ],
+            ..L4Config::default()
+        };
+        let options = CompileOptions {
+            l4: Some(L4Inputs {
+                config: Arc::new(config),
+                previous: Arc::new(previous),
+                runtime: Arc::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        let docs: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
+        compile_test_docs(&docs, &options)
+    }
+
+    fn l4(s: &Snapshot) -> &L4Report {
+        s.report.l4.as_ref().expect("L4 compiled")
+    }
+
+    fn gateway<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a GatewayReport {
+        l4(s)
+            .gateways
+            .iter()
+            .find(|g| g.namespace == ns && g.name == name)
+            .unwrap_or_else(|| panic!("Gateway {ns}/{name} not reported"))
+    }
+
+    fn listener<'a>(g: &'a GatewayReport, name: &str) -> &'a GatewayListenerReport {
+        g.listeners.iter().find(|l| l.name == name).unwrap()
+    }
+
+    fn condition<'a>(conditions: &'a [Condition], type_: &str) -> &'a Condition {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} in {conditions:?}"))
+    }
+
+    fn route<'a>(s: &'a Snapshot, kind: RouteKind, name: &str) -> &'a RouteReport {
+        l4(s)
+            .routes
+            .iter()
+            .find(|r| r.kind == kind && r.name == name)
+            .unwrap_or_else(|| panic!("{kind:?} {name} not reported"))
+    }
+
+    const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: teapot}
+spec: {controllerName: teapot.dev/gateway-controller}
+";
+
+    fn gw(ns: &str, name: &str, created: &str, listeners: &str) -> String {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: \"{created}\"}}
+spec:
+  gatewayClassName: teapot
+  listeners: {listeners}
+"
+        )
+    }
+
+    fn svc(ns: &str, name: &str, created: &str, ports: &str) -> String {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: \"{created}\"}}
+spec: {{type: LoadBalancer, ports: {ports}}}
+"
+        )
+    }
+
+    /// A backend Service (ClusterIP: no listener of its own).
+    fn backend(ns: &str, name: &str, ports: &str) -> String {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec: {{ports: {ports}}}
+"
+        )
+    }
+
+    fn slice(ns: &str, service: &str, ports: &str, ip: &str) -> String {
+        format!(
+            "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {service}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}
+addressType: IPv4
+ports: {ports}
+endpoints: [{{addresses: [\"{ip}\"]}}]
+"
+        )
+    }
+
+    fn route_doc(kind: &str, ns: &str, name: &str, created: &str, spec: &str) -> String {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: {kind}
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: \"{created}\"}}
+spec: {spec}
+"
+        )
+    }
+
+    const OLD: &str = "2024-01-01T00:00:00Z";
+    const NEW: &str = "2025-01-01T00:00:00Z";
+
+    #[test]
+    fn a_listener_held_by_one_object_is_never_taken_by_another() {
+        let addr: IpAddr = "127.0.0.1".parse().unwrap();
+        let tcp = |p: u16| (p, Protocol::Tcp);
+        // The younger Gateway holds 5432; the older Service holds 80 on the
+        // same address and adds 5432.
+        let previous = BTreeMap::from([
+            (
+                holder_key(&NsName::new("ops", "edge")),
+                Holding {
+                    addr,
+                    ports: Some([tcp(5432)].into()),
+                },
+            ),
+            (
+                NsName::new("ops", "web"),
+                Holding {
+                    addr,
+                    ports: Some([tcp(80)].into()),
+                },
+            ),
+        ]);
+        let s = compile(
+            previous.clone(),
+            &[
+                CLASS,
+                &gw(
+                    "ops",
+                    "edge",
+                    NEW,
+                    "[{name: db, port: 5432, protocol: TCP}]",
+                ),
+                &svc(
+                    "ops",
+                    "web",
+                    OLD,
+                    "[{name: http, port: 80}, {name: db, port: 5432}]",
+                ),
+            ],
+        );
+        let g = gateway(&s, "ops", "edge");
+        assert_eq!(g.address, Some(addr));
+        let db = listener(g, "db");
+        assert_eq!(condition(&db.conditions, "Programmed").status, "True");
+        let web = l4(&s).services.iter().find(|r| r.name == "web").unwrap();
+        let ports = condition(&web.conditions, "PortsAllocated");
+        assert_eq!((ports.status, ports.reason), ("False", "AddressTaken"));
+        assert!(ports.message.contains("Gateway ops/edge"), "{ports:?}");
+        let holdings = &s.l4.as_ref().unwrap().holdings;
+        assert_eq!(
+            holdings[&NsName::new("ops", "web")].ports,
+            Some([tcp(80)].into())
+        );
+
+        // The other way round: the Gateway adds a listener on a port the
+        // Service holds there; only that listener is refused.
+        let previous = BTreeMap::from([
+            (
+                holder_key(&NsName::new("ops", "edge")),
+                Holding {
+                    addr,
+                    ports: Some([tcp(5432)].into()),
+                },
+            ),
+            (
+                NsName::new("ops", "web"),
+                Holding {
+                    addr,
+                    ports: Some([tcp(80)].into()),
+                },
+            ),
+        ]);
+        let s = compile(
+            previous,
+            &[
+                CLASS,
+                &gw(
+                    "ops",
+                    "edge",
+                    OLD,
+                    "[{name: db, port: 5432, protocol: TCP}, {name: web, port: 80, protocol: TCP}]",
+                ),
+                &svc("ops", "web", NEW, "[{name: http, port: 80}]"),
+            ],
+        );
+        let g = gateway(&s, "ops", "edge");
+        let web = listener(g, "web");
+        let accepted = condition(&web.conditions, "Accepted");
+        assert_eq!(
+            (accepted.status, accepted.reason),
+            ("False", "PortUnavailable")
+        );
+        assert!(accepted.message.contains("Service ops/web"), "{accepted:?}");
+        assert!(web.listener.is_none());
+        assert_eq!(
+            condition(&listener(g, "db").conditions, "Programmed").status,
+            "True"
+        );
+        let t = &s.l4.as_ref().unwrap().table;
+        let service_route = &t.listeners[&super::super::ListenerKey {
+            addr,
+            port: 80,
+            protocol: Protocol::Tcp,
+        }];
+        assert_eq!(service_route.service, NsName::new("ops", "web"));
+    }
+
+    #[test]
+    fn new_gateways_and_services_take_free_addresses_and_share_the_tenant_cap() {
+        let tenant = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+  l4: {pool: edge, maxListeners: 3}
+";
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                tenant,
+                "apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: tenant-acme, creationTimestamp: \"2024-01-01T00:00:00Z\"}
+spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns, port: 53, protocol: UDP}, {name: db, port: 5432}]}
+",
+                &gw(
+                    "tenant-acme",
+                    "edge",
+                    "2024-06-01T00:00:00Z",
+                    "[{name: db, port: 5432, protocol: TCP}]",
+                ),
+                &gw(
+                    "tenant-acme",
+                    "late",
+                    NEW,
+                    "[{name: a, port: 7000, protocol: TCP}]",
+                ),
+            ],
+        );
+        let dns = l4(&s).services.iter().find(|r| r.name == "dns").unwrap();
+        assert_eq!(dns.address, Some("192.0.2.10".parse().unwrap()));
+        // 5432 is taken on .10: the Gateway gets the next address.
+        let edge = gateway(&s, "tenant-acme", "edge");
+        assert_eq!(edge.address, Some("192.0.2.11".parse().unwrap()));
+        assert_eq!(edge.pool.as_deref(), Some("edge"));
+        // Two Service ports and one Gateway listener: the cap is reached.
+        let late = gateway(&s, "tenant-acme", "late");
+        assert_eq!(late.address, None);
+        let programmed = condition(&late.conditions, "Programmed");
+        assert_eq!(
+            (programmed.status, programmed.reason),
+            ("False", "AddressNotAssigned")
+        );
+        assert!(
+            programmed.message.contains("ListenerLimit"),
+            "{programmed:?}"
+        );
+        assert!(
+            programmed.message.contains("maxListeners = 3"),
+            "{programmed:?}"
+        );
+    }
+
+    #[test]
+    fn routes_attach_by_section_port_kind_and_namespace_and_forward_by_weight() {
+        let listeners = "[{name: db, port: 5432, protocol: TCP},
+                          {name: dns, port: 53, protocol: UDP},
+                          {name: tls, port: 8443, protocol: TLS, hostname: \"*.example.com\", tls: {mode: Passthrough},
+                           allowedRoutes: {namespaces: {from: All}}},
+                          {name: term, port: 9443, protocol: TLS, tls: {mode: Terminate}},
+                          {name: web, port: 80, protocol: HTTP}]";
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                &gw("ops", "edge", OLD, listeners),
+                &backend("ops", "pg-a", "[{name: pg, port: 5432}]"),
+                &slice("ops", "pg-a", "[{name: pg, port: 15432}]", "127.0.0.2"),
+                &backend("ops", "pg-b", "[{name: pg, port: 5432}]"),
+                &slice("ops", "pg-b", "[{name: pg, port: 25432}]", "127.0.0.3"),
+                &backend(
+                    "ops",
+                    "dns",
+                    "[{name: dns-tcp, port: 53, protocol: TCP}, {name: dns, port: 53, protocol: UDP}]",
+                ),
+                &slice(
+                    "ops",
+                    "dns",
+                    "[{name: dns-tcp, port: 1053, protocol: TCP}, {name: dns, port: 2053, protocol: UDP}]",
+                    "127.0.0.4",
+                ),
+                &backend("apps", "site", "[{port: 443}]"),
+                &slice("apps", "site", "[{port: 10443}]", "127.0.0.5"),
+                &route_doc(
+                    "TCPRoute",
+                    "ops",
+                    "pg",
+                    OLD,
+                    "{parentRefs: [{name: edge, sectionName: db}], rules: [{backendRefs: [{name: pg-a, port: 5432, weight: 3}, {name: pg-b, port: 5432}]}]}",
+                ),
+                &route_doc(
+                    "TCPRoute",
+                    "ops",
+                    "pg-late",
+                    NEW,
+                    "{parentRefs: [{name: edge, port: 5432}], rules: [{backendRefs: [{name: pg-b, port: 5432}]}]}",
+                ),
+                &route_doc(
+                    "UDPRoute",
+                    "ops",
+                    "dns",
+                    OLD,
+                    "{parentRefs: [{name: edge, sectionName: dns}, {name: edge, sectionName: db}], rules: [{backendRefs: [{name: dns, port: 53}]}]}",
+                ),
+                &route_doc(
+                    "TCPRoute",
+                    "apps",
+                    "other-ns",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops, sectionName: db}], rules: [{backendRefs: [{name: site, port: 443}]}]}",
+                ),
+                &route_doc(
+                    "TLSRoute",
+                    "apps",
+                    "site",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops}], hostnames: [site.example.com, other.org], rules: [{backendRefs: [{name: site, port: 443}, {name: pg-a, namespace: ops, port: 5432}]}]}",
+                ),
+                &route_doc(
+                    "TLSRoute",
+                    "apps",
+                    "foreign",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops}], hostnames: [foreign.org], rules: [{backendRefs: [{name: site, port: 443}]}]}",
+                ),
+            ],
+        );
+        let g = gateway(&s, "ops", "edge");
+        assert_eq!(g.address, Some("127.0.0.1".parse().unwrap()));
+        let names: Vec<&str> = g.listeners.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["db", "dns", "tls", "term"],
+            "HTTP listeners are not L4's"
+        );
+        // Both TCPRoutes are attached; the older is bound (below).
+        assert_eq!(listener(g, "db").attached_routes, 2);
+        assert_eq!(listener(g, "dns").attached_routes, 1);
+        assert_eq!(listener(g, "tls").attached_routes, 1);
+        let term = condition(&listener(g, "term").conditions, "Accepted");
+        assert_eq!((term.status, term.reason), ("False", "UnsupportedValue"));
+
+        let accepted = |kind, name: &str, parent: usize| {
+            let r = route(&s, kind, name);
+            let c = &r.parents[parent].conditions;
+            (
+                condition(c, "Accepted").reason,
+                condition(c, "ResolvedRefs").reason,
+            )
+        };
+        assert_eq!(
+            accepted(RouteKind::Tcp, "pg", 0),
+            ("Accepted", "ResolvedRefs")
+        );
+        assert_eq!(
+            accepted(RouteKind::Tcp, "pg-late", 0),
+            ("Accepted", "ResolvedRefs")
+        );
+        assert_eq!(
+            accepted(RouteKind::Udp, "dns", 0),
+            ("Accepted", "ResolvedRefs")
+        );
+        // Its second parentRef names the TCP listener.
+        assert_eq!(
+            accepted(RouteKind::Udp, "dns", 1),
+            ("NotAllowedByListeners", "ResolvedRefs")
+        );
+        assert_eq!(
+            accepted(RouteKind::Tcp, "other-ns", 0),
+            ("NotAllowedByListeners", "ResolvedRefs")
+        );
+        // Accepted (its site.example.com is under the listener's wildcard),
+        // but its cross-namespace backend has no grant.
+        assert_eq!(
+            accepted(RouteKind::Tls, "site", 0),
+            ("Accepted", "RefNotPermitted")
+        );
+        assert_eq!(
+            accepted(RouteKind::Tls, "foreign", 0),
+            ("NoMatchingListenerHostname", "ResolvedRefs")
+        );
+        let status = route(&s, RouteKind::Tcp, "pg").status();
+        assert_eq!(
+            status["parents"][0]["controllerName"],
+            GATEWAY_CONTROLLER_NAME
+        );
+        assert_eq!(status["parents"][0]["parentRef"]["sectionName"], "db");
+        assert_eq!(status["parents"][0]["parentRef"]["namespace"], "ops");
+
+        let table = &s.l4.as_ref().unwrap().table;
+        let key = |port, protocol| super::super::ListenerKey {
+            addr: "127.0.0.1".parse().unwrap(),
+            port,
+            protocol,
+        };
+        let db = &table.listeners[&key(5432, Protocol::Tcp)];
+        assert_eq!(db.service, NsName::new("ops", "edge"));
+        let rotation: Vec<String> = db
+            .upstream
+            .endpoints
+            .iter()
+            .map(|e| e.addr.to_string())
+            .collect();
+        assert_eq!(
+            rotation,
+            [
+                "127.0.0.2:15432",
+                "127.0.0.2:15432",
+                "127.0.0.3:25432",
+                "127.0.0.2:15432"
+            ]
+        );
+        let dns = &table.listeners[&key(53, Protocol::Udp)];
+        assert_eq!(dns.upstream.endpoints[0].addr.to_string(), "127.0.0.4:2053");
+        let tls = &table.listeners[&key(8443, Protocol::Tcp)];
+        let sni = tls
+            .sni
+            .as_ref()
+            .expect("a passthrough listener chooses by SNI");
+        let (site, refusals) = sni.choose(Some("site.example.com")).expect("routed");
+        assert_eq!(site.endpoints[0].addr.to_string(), "127.0.0.5:10443");
+        // Its ungranted backend's half of the connections is refused.
+        let refusals = refusals.as_ref().expect("a refused share");
+        assert_eq!((0..4).filter(|_| refusals.refuse_next()).count(), 2);
+        assert!(
+            sni.choose(Some("other.org")).is_none(),
+            "outside the listener's hostname"
+        );
+        assert!(sni.choose(Some("x.example.com")).is_none());
+        assert!(!table.listeners.contains_key(&key(9443, Protocol::Tcp)));
+        assert!(!table.listeners.contains_key(&key(80, Protocol::Tcp)));
+    }
+
+    #[test]
+    fn a_reference_grant_opens_a_backend_in_another_namespace() {
+        let grant = "apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {name: from-apps, namespace: ops}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: TLSRoute, namespace: apps}]
+  to: [{group: \"\", kind: Service, name: pg-a}]
+";
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                grant,
+                &gw(
+                    "ops",
+                    "edge",
+                    OLD,
+                    "[{name: tls, port: 8443, protocol: TLS, tls: {mode: Passthrough}, allowedRoutes: {namespaces: {from: All}}}]",
+                ),
+                &backend("ops", "pg-a", "[{name: pg, port: 5432}]"),
+                &slice("ops", "pg-a", "[{name: pg, port: 15432}]", "127.0.0.2"),
+                &route_doc(
+                    "TLSRoute",
+                    "apps",
+                    "site",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops}], hostnames: [db.example.com], rules: [{backendRefs: [{name: pg-a, namespace: ops, port: 5432}]}]}",
+                ),
+            ],
+        );
+        let r = route(&s, RouteKind::Tls, "site");
+        assert_eq!(
+            condition(&r.parents[0].conditions, "ResolvedRefs").status,
+            "True"
+        );
+        let table = &s.l4.as_ref().unwrap().table;
+        let tls = &table.listeners[&super::super::ListenerKey {
+            addr: "127.0.0.1".parse().unwrap(),
+            port: 8443,
+            protocol: Protocol::Tcp,
+        }];
+        let db = tls
+            .sni
+            .as_ref()
+            .unwrap()
+            .choose(Some("db.example.com"))
+            .expect("routed");
+        assert_eq!(db.0.endpoints[0].addr.to_string(), "127.0.0.2:15432");
+        assert!(db.1.is_none());
+    }
+
+    /// Kube mode after a restart: nothing remembered, the address the
+    /// Gateway's status shows is kept while its ports are free there.
+    #[test]
+    fn the_status_address_is_kept_after_a_restart() {
+        let mut doc = gw(
+            "ops",
+            "edge",
+            OLD,
+            "[{name: db, port: 5432, protocol: TCP}]",
+        );
+        doc.push_str(
+            "status:\n  addresses: [{type: Hostname, value: edge.example.net}, {type: IPAddress, value: 192.0.2.11}]\n",
+        );
+        let tenant = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
+";
+        let doc = doc.replace("namespace: ops", "namespace: tenant-acme");
+        let s = compile(BTreeMap::new(), &[CLASS, tenant, &doc]);
+        let g = gateway(&s, "tenant-acme", "edge");
+        assert_eq!(
+            g.address,
+            Some("192.0.2.11".parse().unwrap()),
+            "not the first pool address"
+        );
+    }
+
+    /// The listener checks of the upstream conformance tests
+    /// TLSRouteListenerMixedTerminationNotSupported,
+    /// TLSRouteListenerTerminateNotSupported,
+    /// TLSRouteListenerPassthroughSupportedKinds and
+    /// TCPRouteInvalidNonTCPListener.
+    #[test]
+    fn listener_conflicts_modes_kinds_and_http_parents() {
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                &gw(
+                    "ops",
+                    "mixed",
+                    OLD,
+                    "[{name: tls-terminate, port: 8443, protocol: TLS, hostname: t.example.com, tls: {mode: Terminate}},
+                      {name: tls-passthrough, port: 8443, protocol: TLS, hostname: p.example.com, tls: {mode: Passthrough}},
+                      {name: terminate-only, port: 9443, protocol: TLS, tls: {mode: Terminate}},
+                      {name: kinds, port: 443, protocol: TLS, tls: {mode: Passthrough},
+                       allowedRoutes: {kinds: [{kind: TCPRoute}, {kind: TLSRoute}]}},
+                      {name: tcp-and-tls, port: 7000, protocol: TCP},
+                      {name: tls-on-tcp, port: 7000, protocol: TLS, tls: {mode: Passthrough}}]",
+                ),
+                &gw(
+                    "ops",
+                    "http-only",
+                    OLD,
+                    "[{name: only-allow-http-routes, port: 5300, protocol: HTTP, allowedRoutes: {kinds: [{kind: HTTPRoute}]}}]",
+                ),
+                &backend("ops", "db", "[{port: 8080}]"),
+                &route_doc(
+                    "TCPRoute",
+                    "ops",
+                    "tcp-route",
+                    OLD,
+                    "{parentRefs: [{name: http-only, sectionName: only-allow-http-routes}], rules: [{backendRefs: [{name: db, port: 8080}]}]}",
+                ),
+            ],
+        );
+        let g = gateway(&s, "ops", "mixed");
+        for name in [
+            "tls-terminate",
+            "tls-passthrough",
+            "tcp-and-tls",
+            "tls-on-tcp",
+        ] {
+            let l = listener(g, name);
+            let accepted = condition(&l.conditions, "Accepted");
+            assert_eq!(
+                (accepted.status, accepted.reason),
+                ("False", "ProtocolConflict"),
+                "{name}"
+            );
+            assert_eq!(
+                condition(&l.conditions, "Conflicted").status,
+                "True",
+                "{name}"
+            );
+            assert_eq!(l.attached_routes, 0);
+            assert!(l.listener.is_none(), "{name}: not served");
+        }
+        let terminate = condition(&listener(g, "terminate-only").conditions, "Accepted");
+        assert_eq!(
+            (terminate.status, terminate.reason),
+            ("False", "UnsupportedValue")
+        );
+        let kinds = listener(g, "kinds");
+        let refs = condition(&kinds.conditions, "ResolvedRefs");
+        assert_eq!((refs.status, refs.reason), ("False", "InvalidRouteKinds"));
+        assert_eq!(kinds.supported_kinds, ["TLSRoute"]);
+        assert_eq!(condition(&kinds.conditions, "Programmed").status, "True");
+
+        // A Gateway with HTTP listeners only is not an L4 one, but a
+        // TCPRoute naming it is told why it is not attached.
+        assert!(l4(&s).gateways.iter().all(|g| g.name != "http-only"));
+        let r = route(&s, RouteKind::Tcp, "tcp-route");
+        let accepted = condition(&r.parents[0].conditions, "Accepted");
+        assert_eq!(
+            (accepted.status, accepted.reason),
+            ("False", "NotAllowedByListeners")
+        );
+    }
+
+    #[test]
+    fn gateways_of_other_classes_are_not_served() {
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: teapot}
+spec: {controllerName: example.com/other}
+",
+                &gw(
+                    "ops",
+                    "edge",
+                    OLD,
+                    "[{name: db, port: 5432, protocol: TCP}]",
+                ),
+            ],
+        );
+        assert!(l4(&s).gateways.is_empty());
+        // No GatewayClass object: the class named teapot is served.
+        let s = compile(
+            BTreeMap::new(),
+            &[&gw(
+                "ops",
+                "edge",
+                OLD,
+                "[{name: db, port: 5432, protocol: TCP}]",
+            )],
+        );
+        assert_eq!(l4(&s).gateways.len(), 1);
+    }
+}

@@ -1,0 +1,601 @@
+//! Gateway API status in kube mode (docs/gateway-api-l4.md, "Status in
+//! kube mode"): GatewayClass, Gateway and route status written by
+//! server-side apply on `/status` under field manager `teapot-proxy`, as
+//! Ingress and Service status are ([`super::kube_status`] runs it, from the
+//! replica holding the status Lease).
+//!
+//! The writer takes a list of [`StatusUpdate`]s (kind, namespace, name and
+//! the status teapot wants, as JSON) and:
+//!
+//! - fills in every condition's `observedGeneration` (the object's
+//!   `metadata.generation`) and `lastTransitionTime` (kept from the object
+//!   while the condition's status is unchanged, else now), wherever
+//!   conditions appear: `status.conditions`, `status.listeners[].conditions`
+//!   (matched by listener name), `status.parents[].conditions` (matched by
+//!   parentRef);
+//! - keeps other controllers' entries of a route's `status.parents` (the
+//!   CRD makes that list atomic, so an apply replaces it whole): only the
+//!   entries with teapot's `controllerName` are teapot's;
+//! - writes only when the object's status differs, compared in the typed
+//!   form (the desired status read into the generated type and written out
+//!   again, so defaults and field order do not count as a change), and not
+//!   twice for one object version.
+//!
+//! [`updates`] is the adapter from a compiled snapshot to that list.
+
+use std::collections::HashMap;
+
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use teapot_api::names::GATEWAY_CONTROLLER_NAME;
+use teapot_model::store::{Kind, NsName, Store};
+
+use super::kube_status::FIELD_MANAGER;
+use crate::compile::l4::gateway::{GatewayReport, RouteKind};
+use crate::compile::snapshot::Snapshot;
+
+/// One Gateway API object's status as teapot wants it. Conditions need no
+/// `lastTransitionTime` or `observedGeneration` (the writer sets them); a
+/// route's `parents` hold teapot's entries only.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusUpdate {
+    pub kind: Kind,
+    /// Empty for GatewayClass.
+    pub namespace: String,
+    pub name: String,
+    pub status: Value,
+}
+
+/// The adapter from a compile to the writer: every Gateway API status the
+/// snapshot's report decides.
+///
+/// Today that is the L4 report's: TCPRoute, UDPRoute and TLSRoute parent
+/// statuses, and for Gateways with TCP, UDP or TLS listeners their
+/// address, `Programmed` and those listeners' status. When the HTTP
+/// compile's Gateway report joins it, its Gateway status goes first and
+/// [`merge_l4_gateway`] adds the L4 part to it.
+pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
+    let Some(l4) = snapshot.report.l4.as_ref() else {
+        return Vec::new();
+    };
+    let mut out: Vec<StatusUpdate> = l4
+        .routes
+        .iter()
+        .map(|r| StatusUpdate {
+            kind: match r.kind {
+                RouteKind::Tcp => Kind::TcpRoute,
+                RouteKind::Udp => Kind::UdpRoute,
+                RouteKind::Tls => Kind::TlsRoute,
+            },
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            status: r.status(),
+        })
+        .collect();
+    for g in &l4.gateways {
+        let mut status = json!({
+            "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""}],
+        });
+        merge_l4_gateway(&mut status, g);
+        out.push(StatusUpdate {
+            kind: Kind::Gateway,
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+            status,
+        });
+    }
+    out
+}
+
+/// Adds a Gateway's L4 part to its status: the allocated address in
+/// `addresses` (type IPAddress), the L4 listeners in `listeners` (by name,
+/// replacing an entry of that name), and `Programmed` False when the
+/// address was refused (a Programmed condition already there stays when
+/// the L4 part is programmed).
+pub fn merge_l4_gateway(status: &mut Value, l4: &GatewayReport) {
+    let Some(map) = status.as_object_mut() else {
+        return;
+    };
+    if let Some(addr) = l4.address {
+        let addresses = map
+            .entry("addresses")
+            .or_insert_with(|| json!([]))
+            .as_array_mut();
+        if let Some(addresses) = addresses {
+            let value = json!({"type": "IPAddress", "value": addr.to_string()});
+            if !addresses.contains(&value) {
+                addresses.push(value);
+            }
+        }
+    }
+    let programmed = l4.conditions.iter().find(|c| c.type_ == "Programmed");
+    if let Some(p) = programmed {
+        let conditions = map
+            .entry("conditions")
+            .or_insert_with(|| json!([]))
+            .as_array_mut();
+        if let Some(conditions) = conditions {
+            let mine = serde_json::to_value(p).unwrap_or_default();
+            match conditions.iter_mut().find(|c| c["type"] == "Programmed") {
+                Some(c) if p.status == "False" => *c = mine,
+                Some(_) => {}
+                None => conditions.push(mine),
+            }
+        }
+    }
+    let listeners = map
+        .entry("listeners")
+        .or_insert_with(|| json!([]))
+        .as_array_mut();
+    if let Some(listeners) = listeners {
+        for l in &l4.listeners {
+            let kinds: Vec<Value> = l
+                .supported_kinds
+                .iter()
+                .map(|kind| json!({"group": crate::compile::l4::gateway::GROUP, "kind": kind}))
+                .collect();
+            let entry = json!({
+                "name": l.name,
+                "supportedKinds": kinds,
+                "attachedRoutes": l.attached_routes,
+                "conditions": l.conditions,
+            });
+            match listeners.iter_mut().find(|e| e["name"] == l.name.as_str()) {
+                Some(e) => *e = entry,
+                None => listeners.push(entry),
+            }
+        }
+    }
+}
+
+/// Writes Gateway API statuses that differ from the objects'.
+#[derive(Debug, Default)]
+pub struct GatewayStatusWriter {
+    /// What was written last, for which object version.
+    written: HashMap<(Kind, NsName), (String, Value)>,
+}
+
+impl GatewayStatusWriter {
+    /// Forgets what was written (a new lease term: the objects decide).
+    pub fn forget(&mut self) {
+        self.written.clear();
+    }
+
+    /// Applies every update whose object is in `store` and whose status
+    /// differs; returns how many were written.
+    pub async fn sync(
+        &mut self,
+        client: &kube::Client,
+        updates: &[StatusUpdate],
+        store: &Store,
+    ) -> usize {
+        let mut count = 0;
+        for u in updates {
+            let id = NsName::new(u.namespace.clone(), u.name.clone());
+            let Some(current) = current(store, u.kind, &id) else {
+                continue;
+            };
+            let desired = match desired(u, &current) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(kind = %u.kind, object = %id, error = %e,
+                        "Gateway API status does not fit its schema; not written");
+                    continue;
+                }
+            };
+            if desired == current.status {
+                continue;
+            }
+            let key = (u.kind, id.clone());
+            if self
+                .written
+                .get(&key)
+                .is_some_and(|(v, s)| *v == current.version && *s == desired)
+            {
+                continue;
+            }
+            match apply(client, u, &desired).await {
+                Ok(()) => {
+                    tracing::info!(kind = %u.kind, object = %id, "Gateway API status written");
+                    self.written.insert(key, (current.version, desired));
+                    count += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %u.kind, object = %id, error = %e,
+                        "cannot write Gateway API status; retrying later")
+                }
+            }
+        }
+        self.written
+            .retain(|(kind, id), _| current(store, *kind, id).is_some());
+        count
+    }
+}
+
+/// What the API has of an object: its status (typed and written out again,
+/// so it compares with [`desired`]), generation and version.
+struct Current {
+    status: Value,
+    generation: Option<i64>,
+    version: String,
+}
+
+fn current(store: &Store, kind: Kind, id: &NsName) -> Option<Current> {
+    fn of<T: Serialize>(
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        status: &Option<T>,
+    ) -> Current {
+        Current {
+            status: status
+                .as_ref()
+                .and_then(|s| serde_json::to_value(s).ok())
+                .unwrap_or(Value::Null),
+            generation: meta.generation,
+            version: meta.resource_version.clone().unwrap_or_default(),
+        }
+    }
+    Some(match kind {
+        Kind::GatewayClass => {
+            let o = &store.gateway_classes.get(&id.name)?.object;
+            of(&o.metadata, &o.status)
+        }
+        Kind::Gateway => {
+            let o = &store.gateways.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
+        Kind::HttpRoute => {
+            let o = &store.http_routes.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
+        Kind::GrpcRoute => {
+            let o = &store.grpc_routes.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
+        Kind::TlsRoute => {
+            let o = &store.tls_routes.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
+        Kind::TcpRoute => {
+            let o = &store.tcp_routes.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
+        Kind::UdpRoute => {
+            let o = &store.udp_routes.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
+        _ => return None,
+    })
+}
+
+/// The status to apply: `update` with other controllers' route parents
+/// kept, conditions completed, in the typed form.
+fn desired(update: &StatusUpdate, current: &Current) -> Result<Value, serde_json::Error> {
+    let mut status = update.status.clone();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    complete(&mut status, &current.status, current.generation, &now);
+    if let (Some(mine), Some(theirs)) = (
+        status.get_mut("parents").and_then(Value::as_array_mut),
+        current.status.get("parents").and_then(Value::as_array),
+    ) {
+        let others: Vec<Value> = theirs
+            .iter()
+            .filter(|p| p["controllerName"] != GATEWAY_CONTROLLER_NAME)
+            .cloned()
+            .collect();
+        mine.splice(0..0, others);
+    }
+    typed(update.kind, status)
+}
+
+/// Sets `observedGeneration` and `lastTransitionTime` on every condition
+/// under `value`, taking the time from the same condition in `current`
+/// when its status is unchanged.
+fn complete(value: &mut Value, current: &Value, generation: Option<i64>, now: &str) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                let cur = current.get(key).unwrap_or(&Value::Null);
+                if key == "conditions"
+                    && let Some(conditions) = v.as_array_mut()
+                {
+                    for c in conditions {
+                        let before = cur
+                            .as_array()
+                            .and_then(|cs| cs.iter().find(|o| o["type"] == c["type"]));
+                        let since = before
+                            .filter(|o| o["status"] == c["status"])
+                            .and_then(|o| o.get("lastTransitionTime").cloned())
+                            .unwrap_or_else(|| Value::String(now.to_string()));
+                        c["lastTransitionTime"] = since;
+                        if let Some(g) = generation {
+                            c["observedGeneration"] = g.into();
+                        }
+                    }
+                } else {
+                    complete(v, cur, generation, now);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                // The same entry on the object: a listener by name, a
+                // route parent by parentRef and controller.
+                let cur = current.as_array().and_then(|cs| {
+                    cs.iter().find(|o| {
+                        if item.get("name").is_some() {
+                            o["name"] == item["name"]
+                        } else if item.get("parentRef").is_some() {
+                            o["parentRef"] == item["parentRef"]
+                                && o["controllerName"] == item["controllerName"]
+                        } else {
+                            false
+                        }
+                    })
+                });
+                complete(item, cur.unwrap_or(&Value::Null), generation, now);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Reads `status` into the kind's generated status type and writes it out
+/// again: what fits the schema, in the form the store's objects have.
+fn typed(kind: Kind, status: Value) -> Result<Value, serde_json::Error> {
+    use teapot_gateway_api::generated as g;
+    fn round<T: DeserializeOwned + Serialize>(v: Value) -> Result<Value, serde_json::Error> {
+        serde_json::to_value(serde_json::from_value::<T>(v)?)
+    }
+    match kind {
+        Kind::GatewayClass => round::<g::gateway_classes::GatewayClassStatus>(status),
+        Kind::Gateway => round::<g::gateways::GatewayStatus>(status),
+        Kind::HttpRoute => round::<g::http_routes::HttpRouteStatus>(status),
+        Kind::GrpcRoute => round::<g::grpc_routes::GrpcRouteStatus>(status),
+        Kind::TlsRoute => round::<g::tls_routes::TlsRouteStatus>(status),
+        Kind::TcpRoute => round::<g::tcp_routes::TcpRouteStatus>(status),
+        Kind::UdpRoute => round::<g::udp_routes::UdpRouteStatus>(status),
+        _ => Ok(status),
+    }
+}
+
+async fn apply(client: &kube::Client, u: &StatusUpdate, status: &Value) -> Result<(), kube::Error> {
+    let resource: ApiResource = teapot_source::kube::api_resource(u.kind);
+    let api: Api<DynamicObject> = if u.kind.is_namespaced() {
+        Api::namespaced_with(client.clone(), &u.namespace, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    let mut metadata = json!({"name": u.name});
+    if u.kind.is_namespaced() {
+        metadata["namespace"] = u.namespace.clone().into();
+    }
+    let body = json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": metadata,
+        "status": status,
+    });
+    api.patch_status(
+        &u.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use teapot_source::kube::{KubeSource, WatchSpec};
+    use teapot_testkit::apiserver::ApiServer;
+
+    const GW: &str = "gateway.networking.k8s.io/v1";
+
+    fn route_update(conditions_ok: bool) -> StatusUpdate {
+        let (status, reason) = if conditions_ok {
+            ("True", "Accepted")
+        } else {
+            ("False", "NotAllowedByListeners")
+        };
+        StatusUpdate {
+            kind: Kind::TcpRoute,
+            namespace: "ops".into(),
+            name: "db".into(),
+            status: json!({"parents": [{
+                "parentRef": {"group": GW.split('/').next().unwrap(), "kind": "Gateway",
+                              "namespace": "ops", "name": "edge", "sectionName": "db"},
+                "controllerName": GATEWAY_CONTROLLER_NAME,
+                "conditions": [
+                    {"type": "Accepted", "status": status, "reason": reason, "message": ""},
+                    {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": ""},
+                ],
+            }]}),
+        }
+    }
+
+    fn gateway_update() -> StatusUpdate {
+        StatusUpdate {
+            kind: Kind::Gateway,
+            namespace: "ops".into(),
+            name: "edge".into(),
+            status: json!({
+                "addresses": [{"type": "IPAddress", "value": "192.0.2.10"}],
+                "conditions": [
+                    {"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""},
+                    {"type": "Programmed", "status": "True", "reason": "Programmed", "message": ""},
+                ],
+                "listeners": [{
+                    "name": "db", "attachedRoutes": 1,
+                    "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "TCPRoute"}],
+                    "conditions": [{"type": "Programmed", "status": "True", "reason": "Programmed", "message": ""}],
+                }],
+            }),
+        }
+    }
+
+    async fn store_of(source: &KubeSource, ready: impl Fn(&Store) -> bool) -> Store {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let store = source.snapshot().store;
+            if ready(&store) {
+                return store;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the watch did not deliver"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn status_patches(api: &ApiServer) -> usize {
+        api.requests()
+            .iter()
+            .filter(|r| r.method == http::Method::PATCH && r.path.ends_with("/status"))
+            .count()
+    }
+
+    /// Against the API double: the status appears on the objects, another
+    /// controller's route parent stays, and an unchanged status is not
+    /// written again.
+    #[tokio::test]
+    async fn status_is_applied_once_and_other_controllers_parents_stay() {
+        let api = ApiServer::start().await;
+        api.apply(json!({"apiVersion": GW, "kind": "Gateway",
+            "metadata": {"name": "edge", "namespace": "ops"},
+            "spec": {"gatewayClassName": "teapot",
+                     "listeners": [{"name": "db", "port": 5432, "protocol": "TCP"}]}}));
+        let other = json!({
+            "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "ops", "name": "mesh"},
+            "controllerName": "example.com/mesh",
+            "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                            "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+        });
+        api.apply(json!({"apiVersion": GW, "kind": "TCPRoute",
+            "metadata": {"name": "db", "namespace": "ops"},
+            "spec": {"parentRefs": [{"name": "edge"}, {"name": "mesh"}],
+                     "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]},
+            "status": {"parents": [other.clone()]}}));
+        let source = KubeSource::start_with(
+            &api.client(),
+            vec![
+                WatchSpec {
+                    kind: Kind::Gateway,
+                    namespace: None,
+                },
+                WatchSpec {
+                    kind: Kind::TcpRoute,
+                    namespace: None,
+                },
+            ],
+        );
+        source.wait_synced().await;
+        let store = source.snapshot().store;
+        let client = api.client();
+        let mut writer = GatewayStatusWriter::default();
+        let updates = [route_update(true), gateway_update()];
+        assert_eq!(writer.sync(&client, &updates, &store).await, 2);
+
+        let gateway = api.get(GW, "Gateway", "ops", "edge").unwrap();
+        assert_eq!(gateway["status"]["addresses"][0]["value"], "192.0.2.10");
+        let listener = &gateway["status"]["listeners"][0];
+        assert_eq!(listener["attachedRoutes"], 1);
+        let generation = gateway["metadata"]["generation"].clone();
+        assert_eq!(listener["conditions"][0]["observedGeneration"], generation);
+        assert!(listener["conditions"][0]["lastTransitionTime"].is_string());
+        let route = api.get(GW, "TCPRoute", "ops", "db").unwrap();
+        let parents = route["status"]["parents"].as_array().unwrap();
+        assert_eq!(parents.len(), 2, "{parents:?}");
+        assert_eq!(
+            parents[0], other,
+            "another controller's entry is kept as it was"
+        );
+        assert_eq!(parents[1]["controllerName"], GATEWAY_CONTROLLER_NAME);
+        let accepted_since = parents[1]["conditions"][0]["lastTransitionTime"].clone();
+
+        // Once the watch has the written status, the same updates write
+        // nothing; and nothing is written twice for one version either.
+        let written = status_patches(&api);
+        let store = store_of(&source, |s| {
+            s.gateways.values().all(|g| g.object.status.is_some())
+                && s.tcp_routes.values().all(|r| {
+                    r.object
+                        .status
+                        .as_ref()
+                        .is_some_and(|st| st.parents.len() == 2)
+                })
+        })
+        .await;
+        assert_eq!(writer.sync(&client, &updates, &store).await, 0);
+        let mut fresh = GatewayStatusWriter::default();
+        assert_eq!(
+            fresh.sync(&client, &updates, &store).await,
+            0,
+            "the objects already say it"
+        );
+        assert_eq!(status_patches(&api), written);
+
+        // A change of one condition is written; the others keep their time.
+        let changed = [route_update(false)];
+        assert_eq!(writer.sync(&client, &changed, &store).await, 1);
+        let route = api.get(GW, "TCPRoute", "ops", "db").unwrap();
+        let ours = &route["status"]["parents"][1]["conditions"];
+        assert_eq!(ours[0]["reason"], "NotAllowedByListeners");
+        assert_eq!(ours[1]["lastTransitionTime"], accepted_since);
+        // Objects the store does not have are not written.
+        let missing = StatusUpdate {
+            name: "gone".into(),
+            ..route_update(true)
+        };
+        assert_eq!(writer.sync(&client, &[missing], &store).await, 0);
+    }
+
+    #[test]
+    fn the_l4_part_joins_a_gateway_status() {
+        use crate::compile::l4::gateway::GatewayListenerReport;
+        use crate::compile::snapshot::Condition;
+        let l4 = GatewayReport {
+            namespace: "ops".into(),
+            name: "edge".into(),
+            pool: Some("default".into()),
+            address: Some("192.0.2.10".parse().unwrap()),
+            conditions: vec![Condition::new("Programmed", true, "Programmed", "")],
+            listeners: vec![GatewayListenerReport {
+                name: "dns".into(),
+                port: 53,
+                protocol: "UDP",
+                listener: None,
+                state: None,
+                supported_kinds: vec!["UDPRoute"],
+                attached_routes: 2,
+                conditions: vec![Condition::new("Accepted", true, "Accepted", "")],
+            }],
+        };
+        let mut status = json!({
+            "addresses": [{"type": "Hostname", "value": "edge-ops.acme.lb.example.net"}],
+            "conditions": [{"type": "Programmed", "status": "True", "reason": "Programmed", "message": ""}],
+            "listeners": [{"name": "http", "attachedRoutes": 3, "conditions": [],
+                           "supportedKinds": [{"kind": "HTTPRoute"}]}],
+        });
+        merge_l4_gateway(&mut status, &l4);
+        assert_eq!(status["addresses"].as_array().unwrap().len(), 2);
+        assert_eq!(status["addresses"][1]["value"], "192.0.2.10");
+        assert_eq!(status["conditions"].as_array().unwrap().len(), 1);
+        assert_eq!(status["listeners"][1]["name"], "dns");
+        assert_eq!(
+            status["listeners"][1]["supportedKinds"][0]["kind"],
+            "UDPRoute"
+        );
+        assert_eq!(status["listeners"][1]["attachedRoutes"], 2);
+        complete(&mut status, &Value::Null, Some(1), "2026-01-01T00:00:00Z");
+        let typed = typed(Kind::Gateway, status).expect("fits the schema");
+        assert_eq!(
+            typed["listeners"][1]["conditions"][0]["observedGeneration"],
+            1
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! End-to-end tests of Gateway API routes on the L4 plane (issue #18,
+//! docs/gateway-api-l4.md): the real `teapot proxy` binary, a Gateway with
+//! TCP, UDP and TLS (Passthrough) listeners in a manifests directory,
+//! TCPRoute, UDPRoute and TLSRoutes to echo and TLS backends on loopback.
+//!
+//! A Gateway listener listens on its own port at the Gateway's allocated
+//! address, so the test finds free ports first (as `l4_e2e` does for
+//! Services; docs/l4.md, "Tests and the port decision").
+//!
+//! Run with `cargo test -p teapot --test gateway_l4_e2e`.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use serde_json::{Value, json};
+use teapot_testkit::certs::{TestCa, cert_matches_hostname};
+use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho, free_port, payload};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+const NS: &str = "gw-l4";
+const GW: &str = "gateway.networking.k8s.io/v1";
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A ClusterIP Service with one port, and its EndpointSlice on loopback.
+fn backend(name: &str, port: u16, protocol: &str, target: u16) -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"ports": [{"name": "p", "port": port, "protocol": protocol}]},
+        }),
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{name}-1"), "namespace": NS,
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "p", "port": target, "protocol": protocol}],
+            "endpoints": [{"addresses": ["127.0.0.1"]}],
+        }),
+    ]
+}
+
+fn route(
+    kind: &str,
+    name: &str,
+    section: &str,
+    hostnames: &[&str],
+    service: &str,
+    port: u16,
+) -> Value {
+    let mut spec = json!({
+        "parentRefs": [{"name": "edge", "sectionName": section}],
+        "rules": [{"backendRefs": [{"name": service, "port": port}]}],
+    });
+    if !hostnames.is_empty() {
+        spec["hostnames"] = json!(hostnames);
+    }
+    json!({"apiVersion": GW, "kind": kind, "metadata": {"name": name, "namespace": NS}, "spec": spec})
+}
+
+/// A TLS server for `host` (certificate from `ca`) that writes `host`
+/// after the handshake and closes.
+async fn tls_backend(ca: &TestCa, host: &'static str) -> SocketAddr {
+    let leaf = ca.issue(&[host]);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.cert_der.clone())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf.key_der.clone())),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind((LOCALHOST, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(tcp).await {
+                    let _ = tls.write_all(host.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Connects through the proxy with `sni`, trusting `ca`: the backend's
+/// certificate and what it wrote.
+async fn tls_through(
+    addr: SocketAddr,
+    sni: &str,
+    ca: &TestCa,
+) -> std::io::Result<(Vec<u8>, String)> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(ca.cert_der().to_vec()))
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    tokio::time::timeout(IO_TIMEOUT, async {
+        let tcp = TcpStream::connect(addr).await?;
+        let name = ServerName::try_from(sni.to_string()).map_err(std::io::Error::other)?;
+        let mut tls = connector.connect(name, tcp).await?;
+        let cert = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+        let mut text = String::new();
+        tls.read_to_string(&mut text).await?;
+        Ok((cert, text))
+    })
+    .await
+    .map_err(|_| std::io::Error::other("TLS exchange timed out"))?
+}
+
+async fn tcp_exchange(addr: SocketAddr, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    tokio::time::timeout(IO_TIMEOUT, async {
+        let stream = TcpStream::connect(addr).await?;
+        let (mut r, mut w) = stream.into_split();
+        let writer = async {
+            w.write_all(data).await?;
+            w.shutdown().await
+        };
+        let reader = async {
+            let mut back = Vec::new();
+            r.read_to_end(&mut back).await?;
+            Ok::<_, std::io::Error>(back)
+        };
+        let ((), back) = tokio::try_join!(writer, reader)?;
+        Ok(back)
+    })
+    .await
+    .map_err(|_| std::io::Error::other("TCP exchange timed out"))?
+}
+
+/// One datagram and its echo, resent when the network drops one.
+async fn udp_exchange(addr: SocketAddr, data: &[u8]) {
+    let socket = UdpSocket::bind((LOCALHOST, 0)).await.unwrap();
+    socket.connect(addr).await.unwrap();
+    let mut buf = vec![0u8; 65_536];
+    for _ in 0..6 {
+        socket.send(data).await.unwrap();
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(5), socket.recv(&mut buf)).await
+        {
+            assert_eq!(&buf[..n], data);
+            return;
+        }
+    }
+    panic!("no UDP answer through the Gateway");
+}
+
+fn gateway_report<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
+    status["l4"]["gateways"]
+        .as_array()?
+        .iter()
+        .find(|g| g["namespace"] == NS && g["name"] == name)
+}
+
+fn listener_condition<'a>(gateway: &'a Value, listener: &str, type_: &str) -> &'a Value {
+    let l = gateway["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == listener)
+        .unwrap_or_else(|| panic!("no listener {listener} in {gateway}"));
+    l["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_} on {listener}: {l}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
+    let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let udp = UdpEcho::start().await.unwrap();
+    let ca = TestCa::new("gateway l4 e2e CA");
+    let a = tls_backend(&ca, "a.example.com").await;
+    let b = tls_backend(&ca, "b.example.com").await;
+    let port = free_port(LOCALHOST).unwrap();
+    let mut ports = vec![port];
+    while ports.len() < 3 {
+        let p = free_port(LOCALHOST).unwrap();
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+    }
+    let (tls_port, half_port) = (ports[1], ports[2]);
+
+    let mut objects = vec![
+        json!({"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "teapot"},
+               "spec": {"controllerName": "teapot.dev/gateway-controller"}}),
+        json!({"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": NS},
+        "spec": {"gatewayClassName": "teapot", "listeners": [
+            {"name": "db", "port": port, "protocol": "TCP"},
+            {"name": "dns", "port": port, "protocol": "UDP"},
+            {"name": "tls", "port": tls_port, "protocol": "TLS", "hostname": "*.example.com",
+             "tls": {"mode": "Passthrough"}},
+            {"name": "half", "port": half_port, "protocol": "TCP"},
+        ]}}),
+        route("TCPRoute", "db", "db", &[], "echo-tcp", 7000),
+        route("UDPRoute", "dns", "dns", &[], "echo-udp", 5300),
+        route("TLSRoute", "a", "tls", &["a.example.com"], "tls-a", 443),
+        route("TLSRoute", "b", "tls", &["b.example.com"], "tls-b", 443),
+        // Half the weight on a Service that does not exist: half the
+        // connections are refused (the specification's weighted rejection).
+        json!({"apiVersion": GW, "kind": "TCPRoute", "metadata": {"name": "half", "namespace": NS},
+               "spec": {"parentRefs": [{"name": "edge", "sectionName": "half"}],
+                        "rules": [{"backendRefs": [{"name": "echo-tcp", "port": 7000},
+                                                   {"name": "missing", "port": 7000}]}]}}),
+    ];
+    objects.extend(backend("echo-tcp", 7000, "TCP", tcp.port()));
+    objects.extend(backend("echo-udp", 5300, "UDP", udp.port()));
+    objects.extend(backend("tls-a", 443, "TCP", a.port()));
+    objects.extend(backend("tls-b", 443, "TCP", b.port()));
+
+    let state = tempfile::tempdir().unwrap();
+    let state_file = state.path().join("l4-state.json");
+    let h = Harness::start_with_args(
+        &[("gateway.yaml", docs(&objects))],
+        &[
+            "--l4-pool",
+            "default=127.0.0.1",
+            "--l4-state",
+            state_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+
+    let gateway = eventually(
+        "the Gateway's three listeners listening",
+        RELOAD_TIMEOUT,
+        || async {
+            let status = h.status().await;
+            let Some(g) = gateway_report(&status, "edge") else {
+                return Err(status["l4"].clone());
+            };
+            let listening = g["listeners"]
+                .as_array()
+                .is_some_and(|l| l.len() == 4 && l.iter().all(|l| l["state"] == "listening"));
+            if listening {
+                Ok(g.clone())
+            } else {
+                Err(g.clone())
+            }
+        },
+    )
+    .await;
+    assert_eq!(gateway["address"], "127.0.0.1");
+    for (listener, routes) in [("db", 1), ("dns", 1), ("tls", 2)] {
+        assert_eq!(
+            listener_condition(&gateway, listener, "Programmed")["status"],
+            "True"
+        );
+        let l = gateway["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == listener)
+            .unwrap();
+        assert_eq!(l["attached_routes"], routes, "{l}");
+    }
+    let status = h.status().await;
+    let routes = status["l4"]["routes"].as_array().unwrap();
+    assert_eq!(routes.len(), 5, "{routes:?}");
+    for r in routes {
+        for c in r["parents"][0]["conditions"].as_array().unwrap() {
+            let invalid = r["name"] == "half" && c["type"] == "ResolvedRefs";
+            assert_eq!(c["status"], if invalid { "False" } else { "True" }, "{r}");
+        }
+    }
+
+    // TCP: byte-exact through the TCPRoute.
+    let addr = SocketAddr::new(LOCALHOST, port);
+    for len in [1usize, 70_000] {
+        let data = payload(len as u64, len);
+        assert!(
+            tcp_exchange(addr, &data).await.unwrap() == data,
+            "{len} bytes"
+        );
+    }
+    assert!(tcp.served() > 0);
+    // UDP on the same port number.
+    udp_exchange(addr, b"dns query").await;
+    assert!(udp.datagrams() > 0);
+
+    // TLS passthrough: the backend chosen by SNI terminates, so the client
+    // sees that backend's certificate.
+    let tls_addr = SocketAddr::new(LOCALHOST, tls_port);
+    for host in ["a.example.com", "b.example.com", "A.Example.COM"] {
+        let (cert, text) = tls_through(tls_addr, host, &ca)
+            .await
+            .expect("TLS through the Gateway");
+        let lower = host.to_ascii_lowercase();
+        assert!(
+            cert_matches_hostname(&cert, &lower),
+            "{host}: another backend's certificate"
+        );
+        assert_eq!(text, lower);
+    }
+    // No TLSRoute for the name: the connection is closed, nothing answers.
+    let refused = tls_through(tls_addr, "c.example.com", &ca).await;
+    assert!(refused.is_err(), "{refused:?}");
+    // Not TLS at all: closed without a byte.
+    let back = tcp_exchange(tls_addr, b"GET / HTTP/1.1\r\nHost: a.example.com\r\n\r\n").await;
+    assert!(back.is_ok_and(|b| b.is_empty()));
+
+    // Weighted rejection: of 10 connections, exactly 5 echo and 5 are
+    // closed without a byte.
+    let half = SocketAddr::new(LOCALHOST, half_port);
+    let mut echoed = 0;
+    for i in 0..10u64 {
+        let data = payload(i, 100);
+        let back = tcp_exchange(half, &data).await.unwrap_or_default();
+        if back == data {
+            echoed += 1;
+        } else {
+            assert!(back.is_empty(), "a refused connection gets nothing");
+        }
+    }
+    assert_eq!(echoed, 5);
+
+    // The state file holds the Gateway's listeners, under a key no
+    // Service can have.
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    let held = &saved["allocations"][format!("{NS}/Gateway:edge")];
+    assert_eq!(held["address"], "127.0.0.1", "{saved}");
+    assert_eq!(held["ports"].as_array().unwrap().len(), 4, "{saved}");
+}
