@@ -51,30 +51,75 @@ pub struct StatusUpdate {
 /// The adapter from a compile to the writer: every Gateway API status the
 /// snapshot's report decides.
 ///
-/// Today that is the L4 report's: TCPRoute, UDPRoute and TLSRoute parent
-/// statuses, and for Gateways with TCP, UDP or TLS listeners their
-/// address, `Programmed` and those listeners' status. When the HTTP
-/// compile's Gateway report joins it, its Gateway status goes first and
-/// [`merge_l4_gateway`] adds the L4 part to it.
+/// The HTTP compile's report (`report.gateway`) gives GatewayClass,
+/// Gateway, HTTPRoute and GRPCRoute status; the L4 report adds TCPRoute,
+/// UDPRoute and TLSRoute parent statuses and, for Gateways with TCP, UDP
+/// or TLS listeners, their address, `Programmed` and those listeners
+/// ([`merge_l4_gateway`] joins them to the HTTP compile's Gateway status,
+/// replacing its entries for those listeners by name).
 pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
-    let Some(l4) = snapshot.report.l4.as_ref() else {
-        return Vec::new();
-    };
-    let mut out: Vec<StatusUpdate> = l4
-        .routes
+    let http = &snapshot.report.gateway;
+    let mut out = Vec::new();
+    for c in &http.classes {
+        out.push(StatusUpdate {
+            kind: Kind::GatewayClass,
+            namespace: String::new(),
+            name: c.name.clone(),
+            status: to_value(&c.status),
+        });
+    }
+    let mut l4_gateways: HashMap<(&str, &str), &GatewayReport> = snapshot
+        .report
+        .l4
         .iter()
-        .map(|r| StatusUpdate {
-            kind: match r.kind {
-                RouteKind::Tcp => Kind::TcpRoute,
-                RouteKind::Udp => Kind::UdpRoute,
-                RouteKind::Tls => Kind::TlsRoute,
-            },
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-            status: r.status(),
-        })
+        .flat_map(|l4| &l4.gateways)
+        .map(|g| ((g.namespace.as_str(), g.name.as_str()), g))
         .collect();
-    for g in &l4.gateways {
+    for g in &http.gateways {
+        let mut status = to_value(&g.status);
+        if let Some(l4) = l4_gateways.remove(&(g.namespace.as_str(), g.name.as_str())) {
+            merge_l4_gateway(&mut status, l4);
+            settle_gateway(&mut status);
+        }
+        out.push(StatusUpdate {
+            kind: Kind::Gateway,
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+            status,
+        });
+    }
+    for (kind, routes) in [
+        (Kind::HttpRoute, &http.http_routes),
+        (Kind::GrpcRoute, &http.grpc_routes),
+    ] {
+        for r in routes {
+            let mut whole = serde_json::to_value(r).unwrap_or_default();
+            out.push(StatusUpdate {
+                kind,
+                namespace: r.namespace().to_string(),
+                name: r.name().to_string(),
+                status: whole["status"].take(),
+            });
+        }
+    }
+    let Some(l4) = snapshot.report.l4.as_ref() else {
+        return out;
+    };
+    out.extend(l4.routes.iter().map(|r| StatusUpdate {
+        kind: match r.kind {
+            RouteKind::Tcp => Kind::TcpRoute,
+            RouteKind::Udp => Kind::UdpRoute,
+            RouteKind::Tls => Kind::TlsRoute,
+        },
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+        status: r.status(),
+    }));
+    // Gateways only the L4 compile reported (the HTTP compile reports every
+    // Gateway of the class; this keeps the L4 part written if it did not).
+    let mut rest: Vec<&GatewayReport> = l4_gateways.into_values().collect();
+    rest.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    for g in rest {
         let mut status = json!({
             "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""}],
         });
@@ -87,6 +132,46 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
         });
     }
     out
+}
+
+/// A typed status of the HTTP compile's report, as JSON.
+fn to_value<T: Serialize>(status: &T) -> Value {
+    serde_json::to_value(status).unwrap_or_default()
+}
+
+/// After the L4 listeners joined a Gateway's status: the HTTP compile
+/// judged the Gateway on its HTTP(S) listeners alone, so a Gateway whose
+/// only served listeners are L4 ones was "no listener teapot serves"
+/// there. It is accepted (and programmed, unless its address was refused)
+/// when any listener now is.
+fn settle_gateway(status: &mut Value) {
+    let accepted = |l: &Value| {
+        l["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+        })
+    };
+    let any = status["listeners"]
+        .as_array()
+        .is_some_and(|ls| ls.iter().any(accepted));
+    if !any {
+        return;
+    }
+    let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for c in conditions.iter_mut() {
+        let (ok_reason, not_served) = match c["type"].as_str() {
+            Some("Accepted") => ("Accepted", c["reason"] == "ListenersNotValid"),
+            Some("Programmed") => ("Programmed", c["reason"] == "Invalid"),
+            _ => continue,
+        };
+        if c["status"] == "False" && not_served {
+            c["status"] = json!("True");
+            c["reason"] = json!(ok_reason);
+            c["message"] = json!("");
+        }
+    }
 }
 
 /// Adds a Gateway's L4 part to its status: the allocated address in
@@ -597,5 +682,125 @@ mod tests {
             typed["listeners"][1]["conditions"][0]["observedGeneration"],
             1
         );
+    }
+
+    /// One Gateway with an HTTP and a TCP listener, an HTTPRoute and a
+    /// TCPRoute: the writer gets the class, the Gateway with both halves
+    /// (the TCP listener's entry from the L4 plane, not the HTTP compile's
+    /// "not served"), and both routes.
+    #[test]
+    fn updates_join_the_http_and_l4_compiles() {
+        use crate::compile::CompileOptions;
+        use crate::compile::l4::{L4Config, L4Inputs};
+        use crate::compile::tests::compile_test_docs;
+        use std::sync::Arc;
+        let docs = "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: teapot}
+spec: {controllerName: teapot.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: ops}
+spec:
+  gatewayClassName: teapot
+  listeners:
+  - {name: web, protocol: HTTP, port: 80}
+  - {name: db, protocol: TCP, port: 5432}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: site, namespace: ops}
+spec:
+  parentRefs: [{name: edge, sectionName: web}]
+  hostnames: [site.example]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: pg, namespace: ops}
+spec:
+  parentRefs: [{name: edge, sectionName: db}]
+  rules: [{backendRefs: [{name: pg, port: 5432}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: pg, namespace: ops}
+spec: {ports: [{port: 5432}]}
+";
+        let options = CompileOptions {
+            l4: Some(L4Inputs {
+                config: Arc::new(L4Config {
+                    pools: vec!["default=192.0.2.10".parse().unwrap()],
+                    ..L4Config::default()
+                }),
+                previous: Arc::default(),
+                runtime: Arc::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        let snapshot = compile_test_docs(&[docs.to_string()], &options);
+        let all = updates(&snapshot);
+        let find = |kind: Kind, name: &str| {
+            all.iter()
+                .find(|u| u.kind == kind && u.name == name)
+                .unwrap_or_else(|| panic!("no {kind} {name} in {all:#?}"))
+        };
+        let class = find(Kind::GatewayClass, "teapot");
+        assert_eq!(class.status["conditions"][0]["status"], "True");
+        let gateway = &find(Kind::Gateway, "edge").status;
+        let listener = |name: &str| {
+            gateway["listeners"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == name)
+                .unwrap_or_else(|| panic!("no listener {name} in {gateway:#}"))
+                .clone()
+        };
+        assert_eq!(listener("web")["attachedRoutes"], 1);
+        let db = listener("db");
+        assert_eq!(db["attachedRoutes"], 1, "{db:#}");
+        assert_eq!(db["supportedKinds"][0]["kind"], "TCPRoute");
+        assert!(
+            !db.to_string().contains("UnsupportedProtocol"),
+            "the L4 plane's entry replaced the HTTP compile's: {db:#}"
+        );
+        assert!(
+            gateway["addresses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["value"] == "192.0.2.10"),
+            "{gateway:#}"
+        );
+        let accepted = gateway["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Accepted")
+            .unwrap();
+        assert_eq!(accepted["status"], "True", "{gateway:#}");
+        let site = &find(Kind::HttpRoute, "site").status;
+        assert_eq!(
+            site["parents"][0]["controllerName"],
+            GATEWAY_CONTROLLER_NAME
+        );
+        let pg = &find(Kind::TcpRoute, "pg").status;
+        assert_eq!(
+            pg["parents"][0]["conditions"][0]["status"], "True",
+            "{pg:#}"
+        );
+        // Every update fits its kind's schema.
+        for u in &all {
+            let mut status = u.status.clone();
+            complete(&mut status, &Value::Null, Some(1), "2026-01-01T00:00:00Z");
+            typed(u.kind, status).unwrap_or_else(|e| panic!("{} {}: {e}", u.kind, u.name));
+        }
     }
 }
