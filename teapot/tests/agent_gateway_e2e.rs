@@ -4,9 +4,12 @@
 //! kinds the chart registers) -> status written on the LB copies (as the
 //! fleet will) -> status back on the tenant Gateway and HTTPRoute.
 //!
-//! The proxy does not serve Gateways yet (the next step of issue #18), so
-//! the LB side's status is written here by hand; everything else is the
-//! real agent and the real admission rules.
+//! `tenant_gateway_and_route_mirrored_and_status_back` writes the LB
+//! side's status by hand, to check the agent's half alone;
+//! `tenant_gateway_and_route_to_live_route_and_back` runs the whole chain
+//! with `teapot proxy --kube` (the real binary) serving the copies to an
+//! echo backend on this machine's non-loopback address (tenant endpoints
+//! may not be loopback) and writing their status.
 //!
 //! Run: `cargo test -p teapot --test agent_gateway_e2e`.
 
@@ -15,13 +18,15 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RELOAD_TIMEOUT, eventually};
+use common::{RELOAD_TIMEOUT, eventually, send, teapot_bin};
 use serde_json::{Value, json};
 use teapot_api::hostname::mirrored_service_name;
 use teapot_controller::ingress::CONDITIONS_ANNOTATION;
 use teapot_controller::{AgentConfig, Metrics};
 use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::ApiServer;
+use teapot_testkit::client::{Request, Transport};
+use teapot_testkit::process::ProxyProcess;
 use teapot_webhook::source::StateHandle;
 use teapot_webhook::{PolicyConfig, Validator};
 
@@ -33,11 +38,15 @@ const NODE_IP: &str = "10.1.0.5";
 const NODE_PORT: i64 = 30080;
 
 async fn lb_cluster() -> (ApiServer, tokio::sync::watch::Sender<bool>) {
+    lb_cluster_with_nodes("10.1.0.0/24").await
+}
+
+async fn lb_cluster_with_nodes(node_cidr: &str) -> (ApiServer, tokio::sync::watch::Sender<bool>) {
     let lb = ApiServer::start().await;
     lb.apply(json!({
         "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
         "metadata": {"name": "acme"},
-        "spec": {"cluster": "acme", "nodeCIDRs": ["10.1.0.0/24"]},
+        "spec": {"cluster": "acme", "nodeCIDRs": [node_cidr]},
     }));
     let state: StateHandle = Default::default();
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -57,17 +66,23 @@ async fn lb_cluster() -> (ApiServer, tokio::sync::watch::Sender<bool>) {
 }
 
 async fn tenant_cluster() -> ApiServer {
+    tenant_cluster_on(NODE_IP, NODE_PORT).await
+}
+
+/// A tenant cluster whose one node is `node_ip`, with a NodePort Service
+/// `web` on `node_port` and one ready pod.
+async fn tenant_cluster_on(node_ip: &str, node_port: i64) -> ApiServer {
     let tenant = ApiServer::start().await;
     tenant.apply(json!({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]},
+        "status": {"addresses": [{"type": "InternalIP", "address": node_ip}]},
     }));
     tenant.apply(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web", "namespace": NS},
         "spec": {"type": "NodePort", "selector": {"app": "web"},
                  "ports": [{"name": "http", "port": 80, "targetPort": 8080,
-                            "nodePort": NODE_PORT, "protocol": "TCP"}]},
+                            "nodePort": node_port, "protocol": "TCP"}]},
     }));
     tenant.apply(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -117,6 +132,148 @@ fn set_lb_status(lb: &ApiServer, kind: &str, name: &str, status: impl Fn(&Value)
 fn condition(type_: &str, generation: &Value) -> Value {
     json!({"type": type_, "status": "True", "reason": type_, "message": "",
            "lastTransitionTime": "2026-11-24T00:00:00Z", "observedGeneration": generation})
+}
+
+fn start_agent(
+    tenant: &ApiServer,
+    lb: &ApiServer,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<Result<(), teapot_controller::Error>>,
+) {
+    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
+    config.min_write_interval = Duration::from_millis(50);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(teapot_controller::run(
+        config,
+        Metrics::new().unwrap(),
+        Arc::new(teapot_controller::Health::default()),
+        stopped,
+    ));
+    (stop, agent)
+}
+
+/// The whole chain: a tenant's `kubectl apply` of a Gateway and an
+/// HTTPRoute becomes a routed hostname on the real proxy, and the status
+/// the proxy writes on the LB copies comes back onto both tenant objects
+/// (`kubectl get gateway` shows the assigned hostname, `kubectl describe
+/// httproute` the conditions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_gateway_and_route_to_live_route_and_back() {
+    let ip = common::node_address(false);
+    // The echo listens on the node address: tenant endpoints may not be
+    // loopback (docs/architecture.md).
+    let node = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let node_port = node.local_addr().unwrap().port();
+    let (_echo_stop, echo_stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(teapot_testkit::echo::run(
+        node,
+        teapot_testkit::echo::EchoIdentity::new(NS, "web", "web", "web-0"),
+        async move {
+            let _ = echo_stopped.await;
+        },
+    ));
+
+    let (lb, webhook_stop) = lb_cluster_with_nodes(&format!("{ip}/32")).await;
+    let tenant = tenant_cluster_on(&ip.to_string(), i64::from(node_port)).await;
+    let proxy =
+        ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
+            .await
+            .expect("teapot proxy --kube starts");
+    let (agent_stop, agent) = start_agent(&tenant, &lb);
+
+    tenant.apply(gateway("*.acme.lb.example.net"));
+    tenant.apply(http_route());
+
+    let host = "store.acme.lb.example.net";
+    let body = eventually(&format!("GET {host}/ -> 200"), RELOAD_TIMEOUT, || async {
+        let r = send(proxy.http, &Transport::Plain, &Request::get(host, "/")).await;
+        if r.status == 200 {
+            Ok(r.json().unwrap_or(Value::Null))
+        } else {
+            Err(format!("{} {}", r.status, r.text()))
+        }
+    })
+    .await;
+    assert_eq!(body["pod"], "web-0");
+    // A host of the tenant's subtree no route names: not served.
+    let other = send(
+        proxy.http,
+        &Transport::Plain,
+        &Request::get("other.acme.lb.example.net", "/"),
+    )
+    .await;
+    assert_eq!(other.status, 404);
+
+    // `kubectl get gateway`: the assigned hostname and the conditions the
+    // proxy wrote on the copy, with the tenant's generation.
+    let gateway = eventually("the tenant Gateway status", RELOAD_TIMEOUT, || async {
+        let g = tenant.get(GW, "Gateway", NS, "public").unwrap();
+        let programmed = g["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Programmed" && c["status"] == "True")
+        });
+        (programmed && g["status"]["addresses"][0]["value"].is_string())
+            .then(|| g.clone())
+            .ok_or(g["status"].clone())
+    })
+    .await;
+    assert_eq!(
+        gateway["status"]["addresses"][0],
+        json!({"type": "Hostname", "value": "public-shop.acme.lb.example.net"}),
+        "{:#}",
+        gateway["status"]
+    );
+    let listener = &gateway["status"]["listeners"][0];
+    assert_eq!(listener["name"], "http");
+    assert_eq!(listener["attachedRoutes"], 1, "{listener:#}");
+    for c in gateway["status"]["conditions"].as_array().unwrap() {
+        assert_eq!(
+            c["observedGeneration"], gateway["metadata"]["generation"],
+            "{c:#}"
+        );
+    }
+
+    // `kubectl describe httproute`: Accepted and ResolvedRefs from the
+    // proxy, under the tenant's own Gateway name.
+    let route = eventually("the tenant HTTPRoute status", RELOAD_TIMEOUT, || async {
+        let r = tenant.get(GW, "HTTPRoute", NS, "store").unwrap();
+        let parent = &r["status"]["parents"][0];
+        let accepted = parent["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+        });
+        accepted
+            .then(|| r["status"].clone())
+            .ok_or(r["status"].clone())
+    })
+    .await;
+    let parent = &route["parents"][0];
+    assert_eq!(parent["parentRef"]["name"], "public", "{route:#}");
+    assert_eq!(parent["controllerName"], "teapot.dev/gateway-controller");
+    let resolved = parent["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ResolvedRefs")
+        .expect("ResolvedRefs");
+    assert_eq!(resolved["status"], "True", "{route:#}");
+
+    // The route deleted: its copy goes and the host is no longer served.
+    assert!(tenant.delete(GW, "HTTPRoute", NS, "store"));
+    eventually("the route no longer served", RELOAD_TIMEOUT, || async {
+        let r = send(proxy.http, &Transport::Plain, &Request::get(host, "/")).await;
+        (r.status == 404).then_some(()).ok_or(r.status)
+    })
+    .await;
+
+    agent_stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), agent)
+        .await
+        .expect("the agent stops")
+        .unwrap()
+        .unwrap();
+    let _ = webhook_stop.send(true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
