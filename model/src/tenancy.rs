@@ -505,7 +505,10 @@ impl<'s> Claimant<'s> {
 }
 
 /// The hostnames a Gateway API object claims.
-fn claimed_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
+/// The hostnames a Gateway API object holds once admitted (a Gateway's
+/// listener hostnames, a route's `hostnames`); none for other kinds. The
+/// webhook's state holds them the same way (first claimant).
+pub fn claimed_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
     match object {
         TenantObjectRef::Gateway(g) => crate::gateway::gateway_hostnames(g).collect(),
         TenantObjectRef::HttpRoute(r) => {

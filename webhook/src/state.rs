@@ -7,10 +7,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use teapot_api::annotations::ObjectKind;
-use teapot_api::policy::{ExistingObjects, Holdings, json_size};
+use teapot_api::policy::{ExistingObjects, Holder, Holdings, TenantObjectRef, json_size};
 use teapot_api::{HostPattern, Tenant};
 use teapot_model::store::{NsName, Store};
+use teapot_model::tenancy::claimed_hosts;
 
 use crate::Error;
 
@@ -107,6 +109,7 @@ impl PolicyState {
         for (k, v) in &store.secrets {
             state.record(ObjectKind::Secret, k, || json_size(&v.object.source));
         }
+        state.record_gateway_api(store);
         for (k, svc) in &store.services {
             let Some(objects) = state.objects.get_mut(&k.namespace) else {
                 continue;
@@ -120,6 +123,90 @@ impl PolicyState {
             }
         }
         state
+    }
+
+    /// The Gateway API objects: counted and weighed like the others, their
+    /// hostnames held (operators' first, then tenants' oldest first, as the
+    /// proxy's re-check does in `teapot_model::tenancy`), and each
+    /// Gateway's TLS, TCP and UDP listeners counted with the namespace's
+    /// LoadBalancer Service ports against `l4.maxListeners`.
+    fn record_gateway_api(&mut self, store: &Store) {
+        let mut claimants: Vec<(&NsName, Option<&Time>, TenantObjectRef<'_>)> = Vec::new();
+        for (k, v) in &store.gateways {
+            self.record(ObjectKind::Gateway, k, || json_size(&*v.object));
+            claimants.push((
+                k,
+                v.object.metadata.creation_timestamp.as_ref(),
+                TenantObjectRef::Gateway(&v.object),
+            ));
+            let l4 = v
+                .object
+                .spec
+                .listeners
+                .iter()
+                .filter(|l| matches!(l.protocol.as_str(), "TLS" | "TCP" | "UDP"))
+                .count();
+            if l4 > 0
+                && let Some(objects) = self.objects.get_mut(&k.namespace)
+            {
+                objects.lb_listeners.insert(
+                    gateway_listener_key(&k.name),
+                    u32::try_from(l4).unwrap_or(u32::MAX),
+                );
+            }
+        }
+        for (k, v) in &store.http_routes {
+            self.record(ObjectKind::HttpRoute, k, || json_size(&*v.object));
+            claimants.push((
+                k,
+                v.object.metadata.creation_timestamp.as_ref(),
+                TenantObjectRef::HttpRoute(&v.object),
+            ));
+        }
+        for (k, v) in &store.grpc_routes {
+            self.record(ObjectKind::GrpcRoute, k, || json_size(&*v.object));
+            claimants.push((
+                k,
+                v.object.metadata.creation_timestamp.as_ref(),
+                TenantObjectRef::GrpcRoute(&v.object),
+            ));
+        }
+        for (k, v) in &store.tls_routes {
+            self.record(ObjectKind::TlsRoute, k, || json_size(&*v.object));
+            claimants.push((
+                k,
+                v.object.metadata.creation_timestamp.as_ref(),
+                TenantObjectRef::TlsRoute(&v.object),
+            ));
+        }
+        for (k, v) in &store.tcp_routes {
+            self.record(ObjectKind::TcpRoute, k, || json_size(&*v.object));
+        }
+        for (k, v) in &store.udp_routes {
+            self.record(ObjectKind::UdpRoute, k, || json_size(&*v.object));
+        }
+        for (k, v) in &store.reference_grants {
+            self.record(ObjectKind::ReferenceGrant, k, || json_size(&*v.object));
+        }
+        // Operators' hosts before any tenant's; tenants' oldest first.
+        claimants.sort_by_key(|(k, created, _)| {
+            (
+                self.by_namespace.contains_key(&k.namespace),
+                created.map(|t| t.0),
+                *k,
+            )
+        });
+        for (k, _, object) in claimants {
+            let holder = match self.by_namespace.get(&k.namespace) {
+                Some(t) => Holder::Tenant(t.spec.cluster.clone()),
+                None => Holder::Operator {
+                    namespace: k.namespace.clone(),
+                },
+            };
+            for host in claimed_hosts(object) {
+                self.holdings.insert_gateway_host(holder.clone(), &host);
+            }
+        }
     }
 
     /// Notes an object of a tenant namespace (others are the operator's:
@@ -191,7 +278,11 @@ impl PolicyState {
         let lb_listeners = objects
             .lb_listeners
             .iter()
-            .filter(|(n, _)| !(kind == ObjectKind::Service && n.as_str() == name))
+            .filter(|(n, _)| match kind {
+                ObjectKind::Service => n.as_str() != name,
+                ObjectKind::Gateway => **n != gateway_listener_key(name),
+                _ => true,
+            })
             .map(|(_, p)| *p)
             .sum();
         let own_bytes = objects
@@ -215,6 +306,12 @@ impl PolicyState {
             lb_listeners,
         }
     }
+}
+
+/// A Gateway's entry among the LoadBalancer Services' listener counts: no
+/// Service name can hold a ':'.
+fn gateway_listener_key(name: &str) -> String {
+    format!("Gateway:{name}")
 }
 
 #[cfg(test)]
@@ -245,6 +342,65 @@ mod tests {
         assert_eq!((e.services, e.lb_listeners, e.is_new), (2, 2, true));
         assert!(state.contains("tenant-acme", ObjectKind::Service, "b"));
         assert!(!state.contains("other", ObjectKind::Service, "c"));
+    }
+
+    /// Gateway API objects count against the tenant's limits, a Gateway's
+    /// TLS/TCP/UDP listeners with its LoadBalancer Services' ports, and
+    /// their hostnames are held against other tenants.
+    #[test]
+    fn gateway_api_objects_are_counted_and_hold_their_hosts() {
+        let text = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec: {cluster: acme}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: tenant-acme}
+spec: {type: LoadBalancer, ports: [{port: 53}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: tenant-acme}
+spec:
+  gatewayClassName: teapot
+  listeners:
+  - {name: web, protocol: HTTP, port: 80, hostname: '*.shop.acme.lb.example.net'}
+  - {name: db, protocol: TCP, port: 5432}
+  - {name: dns, protocol: UDP, port: 5353}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: store, namespace: tenant-acme}
+spec:
+  parentRefs: [{name: edge}]
+  hostnames: [store.acme.lb.example.net]
+";
+        let mut loaded = Loaded::default();
+        load_text(Path::new("x.yaml"), text, &Store::default(), &mut loaded);
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let state = PolicyState::from_store(&loaded.store, 0);
+        let e = state.existing("tenant-acme", ObjectKind::HttpRoute, "new", true);
+        assert_eq!((e.gateway_api, e.lb_listeners), (2, 3));
+        // The Gateway under review does not count its own listeners twice.
+        let e = state.existing("tenant-acme", ObjectKind::Gateway, "edge", false);
+        assert_eq!((e.gateway_api, e.lb_listeners), (1, 1));
+        assert!(state.contains("tenant-acme", ObjectKind::Gateway, "edge"));
+        // Another tenant's names under the Gateway's wildcard, or the
+        // route's host, are held by acme.
+        for host in [
+            "deep.a.shop.acme.lb.example.net",
+            "store.acme.lb.example.net",
+        ] {
+            let host = HostPattern::parse(host).unwrap();
+            assert!(
+                matches!(
+                    state.holdings().holder_conflicting(&host, "globex"),
+                    Some(Holder::Tenant(c)) if c == "acme"
+                ),
+                "{host:?}"
+            );
+        }
     }
 
     #[test]
