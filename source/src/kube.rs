@@ -166,6 +166,12 @@ pub const GATEWAY_API_KINDS: [Kind; 8] = [
     Kind::UdpRoute,
 ];
 
+/// Kinds read for what Gateway API objects refer to: Namespaces, for the
+/// labels a listener's `allowedRoutes.namespaces.from: Selector` matches.
+/// Optional like [`GATEWAY_API_KINDS`]: a role without them (the
+/// webhook's) reads none, and no Gateway selects by them.
+pub const GATEWAY_API_CONTEXT_KINDS: [Kind; 1] = [Kind::Namespace];
+
 /// How often an optional kind the server does not serve is asked again.
 pub const REPROBE: Duration = Duration::from_secs(30);
 
@@ -180,7 +186,11 @@ impl WatchSpec {
     /// The watchers `namespaces` needs (see [`KubeConfig::namespaces`]).
     pub fn all(namespaces: &[String]) -> Vec<WatchSpec> {
         let mut specs = Vec::new();
-        for kind in KINDS.into_iter().chain(GATEWAY_API_KINDS) {
+        for kind in KINDS
+            .into_iter()
+            .chain(GATEWAY_API_KINDS)
+            .chain(GATEWAY_API_CONTEXT_KINDS)
+        {
             if !kind.is_namespaced() || namespaces.is_empty() {
                 specs.push(WatchSpec {
                     kind,
@@ -367,7 +377,7 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
             .labels(&format!("!{}", CERTIFICATE_LABEL));
     }
     let label = spec.label();
-    let optional = spec.kind.is_gateway_api();
+    let optional = spec.kind.is_gateway_api() || GATEWAY_API_CONTEXT_KINDS.contains(&spec.kind);
     // Said once per change, not every REPROBE.
     let mut told = false;
     loop {
@@ -931,11 +941,11 @@ mod tests {
 
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
-        assert_eq!(WatchSpec::all(&[]).len(), 6 + 8);
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 8 + 1);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
-        // Tenant, IngressClass and GatewayClass once; the other eleven
-        // kinds in each namespace.
-        assert_eq!(specs.len(), 3 + 11 * 2);
+        // Tenant, IngressClass, GatewayClass and Namespace once; the other
+        // eleven kinds in each namespace.
+        assert_eq!(specs.len(), 4 + 11 * 2);
         assert!(
             specs
                 .iter()

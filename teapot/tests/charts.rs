@@ -351,7 +351,8 @@ fn proxy_rbac_is_least_privilege() {
                             "tenants",
                             "ingressclasses",
                             "gatewayclasses",
-                            "gatewayclasses/status"
+                            "gatewayclasses/status",
+                            "namespaces"
                         ]
                         .contains(&r.as_str()),
                         "{label}: cluster-wide access to {r} without rbac.clusterWide"
