@@ -1213,11 +1213,54 @@ struct BackendIn<'s> {
     filters: Vec<HttpRouteRulesFilters>,
 }
 
+/// A rule's backendRefs, read as [`BackendIn`] when compiled (no list
+/// built per rule beforehand).
+#[derive(Debug)]
+enum BackendsIn<'s> {
+    Http(&'s [teapot_gateway_api::generated::http_routes::HttpRouteRulesBackendRefs]),
+    Grpc(&'s [teapot_gateway_api::generated::grpc_routes::GrpcRouteRulesBackendRefs]),
+}
+
+impl<'s> BackendsIn<'s> {
+    fn len(&self) -> usize {
+        match self {
+            BackendsIn::Http(b) => b.len(),
+            BackendsIn::Grpc(b) => b.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = BackendIn<'s>> + use<'s> {
+        let (http, grpc) = match *self {
+            BackendsIn::Http(b) => (b, &[][..]),
+            BackendsIn::Grpc(b) => (&[][..], b),
+        };
+        let http = http.iter().map(|b| BackendIn {
+            group: b.group.as_deref(),
+            kind: b.kind.as_deref(),
+            name: &b.name,
+            namespace: b.namespace.as_deref(),
+            port: b.port,
+            weight: b.weight,
+            filters: as_http_filters(b.filters.as_ref()),
+        });
+        let grpc = grpc.iter().map(|b| BackendIn {
+            group: b.group.as_deref(),
+            kind: b.kind.as_deref(),
+            name: &b.name,
+            namespace: b.namespace.as_deref(),
+            port: b.port,
+            weight: b.weight,
+            filters: as_http_filters(b.filters.as_ref()),
+        });
+        http.chain(grpc)
+    }
+}
+
 /// A rule, whatever the route kind: matches already compiled.
 #[derive(Debug)]
 struct RuleIn<'s> {
     matches: Result<Vec<Matcher>, String>,
-    backends: Vec<BackendIn<'s>>,
+    backends: BackendsIn<'s>,
     filters: std::borrow::Cow<'s, [HttpRouteRulesFilters]>,
     timeouts: (Option<&'s str>, Option<&'s str>),
 }
@@ -1301,20 +1344,9 @@ impl<'s> RouteIn<'s> {
                     };
                     RuleIn {
                         matches,
-                        backends: rule
-                            .backend_refs
-                            .iter()
-                            .flatten()
-                            .map(|b| BackendIn {
-                                group: b.group.as_deref(),
-                                kind: b.kind.as_deref(),
-                                name: &b.name,
-                                namespace: b.namespace.as_deref(),
-                                port: b.port,
-                                weight: b.weight,
-                                filters: as_http_filters(b.filters.as_ref()),
-                            })
-                            .collect(),
+                        backends: BackendsIn::Grpc(
+                            rule.backend_refs.as_deref().unwrap_or_default(),
+                        ),
                         filters: std::borrow::Cow::Owned(as_http_filters(rule.filters.as_ref())),
                         timeouts: (None, None),
                     }
@@ -1352,20 +1384,7 @@ fn http_rule(rule: &teapot_gateway_api::generated::http_routes::HttpRouteRules) 
     };
     RuleIn {
         matches,
-        backends: rule
-            .backend_refs
-            .iter()
-            .flatten()
-            .map(|b| BackendIn {
-                group: b.group.as_deref(),
-                kind: b.kind.as_deref(),
-                name: &b.name,
-                namespace: b.namespace.as_deref(),
-                port: b.port,
-                weight: b.weight,
-                filters: as_http_filters(b.filters.as_ref()),
-            })
-            .collect(),
+        backends: BackendsIn::Http(rule.backend_refs.as_deref().unwrap_or_default()),
         filters: std::borrow::Cow::Borrowed(rule.filters.as_deref().unwrap_or_default()),
         timeouts: (
             rule.timeouts.as_ref().and_then(|t| t.request.as_deref()),
@@ -1540,7 +1559,7 @@ fn compile_rules<'s>(
         // No rules: one that matches everything, with no backend.
         vec![RuleIn {
             matches: Ok(vec![any_path()]),
-            backends: Vec::new(),
+            backends: BackendsIn::Http(&[]),
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
         }]
@@ -1590,7 +1609,8 @@ fn compile_rules<'s>(
         } else {
             let mut backends = Vec::with_capacity(rule.backends.len());
             let mut total = 0u64;
-            for b in &rule.backends {
+            for b in rule.backends.iter() {
+                let b = &b;
                 let weight = b.weight.unwrap_or(1).max(0) as u64;
                 let mut h2c = route.grpc;
                 let key = (b.group, b.kind, b.namespace, b.name, b.port);
