@@ -589,7 +589,7 @@ impl<'s> GatewayCompile<'s> {
         // The rules as one sorted list per listener plane (HTTP, HTTPS),
         // made at the first listener of that plane and shared by every
         // hostname bound through it.
-        let mut lists: [Option<Arc<[Candidate]>>; 2] = [None, None];
+        let mut lists: PlaneLists = [None, None];
         let mut parents = Vec::with_capacity(route.parents.len());
         for (position, p) in route.parents.iter().enumerate() {
             let group = p.group.unwrap_or(GROUP);
@@ -671,7 +671,7 @@ impl<'s> GatewayCompile<'s> {
         gateway: &mut GatewayEntry<'s>,
         route: &RouteIn<'s>,
         parent: &ParentIn<'s>,
-        (targets, lists): (&[Arc<Target>], &mut [Option<Arc<[Candidate]>>; 2]),
+        (targets, lists): (&[Arc<Target>], &mut PlaneLists),
         index: u32,
         countable: bool,
     ) -> Result<(), (&'static str, String)> {
@@ -1189,6 +1189,10 @@ fn gateway_entry<'s>(
     }
 }
 
+/// A route's candidate list per listener plane (HTTP, HTTPS), made when
+/// first bound.
+type PlaneLists = [Option<Arc<[Candidate]>>; 2];
+
 /// A parentRef, whatever the route kind.
 #[derive(Debug)]
 struct ParentIn<'s> {
@@ -1664,7 +1668,7 @@ fn compile_rules<'s>(
         let filters = if spec.uses_prefix() || (plain && mirrors.is_empty()) {
             None
         } else {
-            let f = merged_filters(&spec, None);
+            let f = merged_filters(spec, None);
             let f = match (f, mirrors.is_empty()) {
                 (None, true) => None,
                 (f, _) => Some(f.unwrap_or_default()),
@@ -1681,7 +1685,7 @@ fn compile_rules<'s>(
                     PathMatch::Prefix(p) => Some(&**p),
                     _ => None,
                 };
-                let mut f = merged_filters(&spec, prefix).unwrap_or_default();
+                let mut f = merged_filters(spec, prefix).unwrap_or_default();
                 f.mirrors = mirrors.clone();
                 Some(Arc::new(f))
             } else {

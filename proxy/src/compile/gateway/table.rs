@@ -439,7 +439,7 @@ impl Candidate {
 pub fn route_list(mut candidates: Vec<Candidate>) -> Arc<[Candidate]> {
     // Within one host pattern the host rank is the same for all: the
     // order at `Exact` is the order at any rank.
-    candidates.sort_by(|a, b| a.order(HostRank::Exact).cmp(&b.order(HostRank::Exact)));
+    candidates.sort_by_key(|c| c.order(HostRank::Exact));
     candidates.into()
 }
 
