@@ -11,8 +11,9 @@
 //!   protocols are not served and their listener says why.
 //! - Routes attach to listeners by `parentRefs` (`sectionName`, `port`),
 //!   `allowedRoutes` and hostname intersection ([`hosts::intersect`]);
-//!   their rules become [`Candidate`]s of each hostname they bind to, in
-//!   the specification's precedence ([`table`]).
+//!   their rules become one list of [`Candidate`]s in the
+//!   specification's precedence, shared by each hostname they bind to
+//!   ([`table`]).
 //! - In a tenant namespace a listener without hostname binds to the
 //!   Gateway's assigned hostname `GATEWAY.CLUSTER.lb.DOMAIN`, and every
 //!   hostname passes the tenant host rules, as Ingress hosts do.
