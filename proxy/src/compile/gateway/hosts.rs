@@ -13,24 +13,25 @@ fn below(name: &str, suffix: &str) -> bool {
 
 /// The hostname a request must carry to match both a listener's hostname
 /// and a route's: the more specific of the two when one covers the other,
-/// else none. `None` for either side means "any host".
-pub fn intersect(
-    listener: Option<&HostPattern>,
-    route: Option<&HostPattern>,
-) -> Option<Option<HostPattern>> {
+/// else none. `None` for either side means "any host". The intersection
+/// is always one of the two, so it is returned by reference.
+pub fn intersect<'h>(
+    listener: Option<&'h HostPattern>,
+    route: Option<&'h HostPattern>,
+) -> Option<Option<&'h HostPattern>> {
     use HostPattern::{Exact, Wildcard};
     match (listener, route) {
-        (None, r) => Some(r.cloned()),
-        (l, None) => Some(l.cloned()),
-        (Some(Exact(l)), Some(Exact(r))) => (l == r).then(|| Some(Exact(l.clone()))),
-        (Some(Wildcard(s)), Some(Exact(r))) | (Some(Exact(r)), Some(Wildcard(s))) => {
-            below(r, s).then(|| Some(Exact(r.clone())))
+        (None, r) => Some(r),
+        (l, None) => Some(l),
+        (Some(Exact(l)), Some(r @ Exact(e))) => (l == e).then_some(Some(r)),
+        (Some(Wildcard(s)), Some(e @ Exact(r))) | (Some(e @ Exact(r)), Some(Wildcard(s))) => {
+            below(r, s).then_some(Some(e))
         }
-        (Some(Wildcard(l)), Some(Wildcard(r))) => {
+        (Some(lw @ Wildcard(l)), Some(rw @ Wildcard(r))) => {
             if l == r || below(r, l) {
-                Some(Some(Wildcard(r.clone())))
+                Some(Some(rw))
             } else if below(l, r) {
-                Some(Some(Wildcard(l.clone())))
+                Some(Some(lw))
             } else {
                 None
             }
@@ -47,7 +48,8 @@ mod tests {
     }
 
     fn i(l: Option<&str>, r: Option<&str>) -> Option<Option<String>> {
-        intersect(l.map(h).as_ref(), r.map(h).as_ref()).map(|o| o.map(|p| p.to_string()))
+        let (l, r) = (l.map(h), r.map(h));
+        intersect(l.as_ref(), r.as_ref()).map(|o| o.map(|p| p.to_string()))
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //!   protocols are not served and their listener says why.
 //! - Routes attach to listeners by `parentRefs` (`sectionName`, `port`),
 //!   `allowedRoutes` and hostname intersection ([`hosts::intersect`]);
-//!   their rules become [`Candidate`]s of each hostname they bind to, in
-//!   the specification's precedence ([`table`]).
+//!   their rules become one list of [`Candidate`]s in the
+//!   specification's precedence, shared by each hostname they bind to
+//!   ([`table`]).
 //! - In a tenant namespace a listener without hostname binds to the
 //!   Gateway's assigned hostname `GATEWAY.CLUSTER.lb.DOMAIN`, and every
 //!   hostname passes the tenant host rules, as Ingress hosts do.
@@ -307,14 +308,12 @@ type GatewayIndex<'s> =
 pub struct GatewayCompile<'s> {
     builder: TableBuilder,
     report: GatewayReport,
-    /// (route name, age key) that holds each host pattern here.
-    /// The oldest route bound to each host pattern (routes bind oldest
-    /// first, so the first one recorded).
-    holders: std::collections::HashMap<
-        Option<HostPattern>,
-        (Arc<str>, AgeKey<'s>),
-        foldhash::fast::RandomState,
-    >,
+    /// (route name, age key) of each route by its index in age order:
+    /// a host pattern's holder is the route that bound it first
+    /// ([`TableBuilder::holder`]), the oldest, as routes bind oldest first.
+    claimants: Vec<(Arc<str>, AgeKey<'s>)>,
+    /// Whether any route bound to any host.
+    bound_any: bool,
     /// Host patterns released to older Ingresses, with the routes that
     /// lost them and the Ingress that holds them.
     released: Vec<(String, Arc<str>, String)>,
@@ -359,7 +358,8 @@ impl<'s> GatewayCompile<'s> {
         let mut out = GatewayCompile {
             builder: TableBuilder::default(),
             report: GatewayReport::default(),
-            holders: Default::default(),
+            claimants: Vec::new(),
+            bound_any: false,
             released: Vec::new(),
             certificates: Vec::new(),
         };
@@ -406,7 +406,7 @@ impl<'s> GatewayCompile<'s> {
         // dozen times as they grow.
         let hosts: usize = routes.iter().map(|r| r.hosts.len().max(1)).sum();
         out.builder.reserve(hosts);
-        out.holders.reserve(hosts);
+        out.claimants.reserve(routes.len());
         let by_name: GatewayIndex<'s> = gateways
             .iter()
             .enumerate()
@@ -484,7 +484,7 @@ impl<'s> GatewayCompile<'s> {
     /// Whether no route bound anywhere (the Ingress compile then skips
     /// [`Self::claim`]).
     pub fn is_empty(&self) -> bool {
-        self.holders.is_empty()
+        !self.bound_any
     }
 
     /// Whether an Ingress of age `ingress_age` may use `host` (`None`: its
@@ -496,10 +496,10 @@ impl<'s> GatewayCompile<'s> {
         ingress: &str,
         ingress_age: AgeKey<'_>,
     ) -> Result<(), String> {
-        if !self.builder.holds(host) {
+        let Some(holder) = self.builder.holder(host) else {
             return Ok(());
-        }
-        if let Some((name, route_age)) = self.holders.get(&host.cloned())
+        };
+        if let Some((name, route_age)) = self.claimants.get(holder as usize)
             && *route_age < ingress_age
         {
             let host = host.map_or("*".to_string(), |h| h.to_string());
@@ -567,7 +567,13 @@ impl<'s> GatewayCompile<'s> {
         't: 'p,
     {
         let id = route.id;
-        let name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
+        let mut name = String::with_capacity(id.namespace.len() + 1 + id.name.len());
+        name.push_str(&id.namespace);
+        name.push('/');
+        name.push_str(&id.name);
+        let name: Arc<str> = Arc::from(name);
+        debug_assert_eq!(self.claimants.len(), index as usize);
+        self.claimants.push((name.clone(), route.age));
         let tenancy = cx.tenancy;
         let tenant = tenancy.get(&id.namespace);
         let info = Arc::new(RouteInfo {
@@ -577,9 +583,15 @@ impl<'s> GatewayCompile<'s> {
         // The rules, once for every listener they bind to.
         let rules_in = std::mem::take(&mut route.rules);
         let route = &*route;
-        let (rules, resolved, invalid_rules) =
-            compile_rules(cx.store, resolver, route, rules_in, &info);
-        let mut parents = Vec::new();
+        // Every served rule has at least one target (a rule without
+        // matches matches everything): no targets, no rule served.
+        let (targets, resolved, invalid_rules) =
+            compile_rules(cx.store, resolver, route, rules_in, &info, index);
+        // The rules as one sorted list per listener plane (HTTP, HTTPS),
+        // made at the first listener of that plane and shared by every
+        // hostname bound through it.
+        let mut lists: PlaneLists = [None, None];
+        let mut parents = Vec::with_capacity(route.parents.len());
         for (position, p) in route.parents.iter().enumerate() {
             let group = p.group.unwrap_or(GROUP);
             let kind = p.kind.unwrap_or("Gateway");
@@ -592,8 +604,16 @@ impl<'s> GatewayCompile<'s> {
             };
             let mut conditions = Vec::with_capacity(2);
             // A route none of whose rules can be served is not attached.
-            let countable = !rules.is_empty() || invalid_rules.is_empty();
-            let accepted = self.attach(cx, gateway, route, p, &rules, &name, index, countable);
+            let countable = !targets.is_empty() || invalid_rules.is_empty();
+            let accepted = self.attach(
+                cx,
+                gateway,
+                route,
+                p,
+                (&targets, &mut lists),
+                index,
+                countable,
+            );
             match accepted {
                 Ok(()) if invalid_rules.is_empty() => {
                     conditions.push(Cond::new("Accepted", true, "Accepted", ""));
@@ -617,7 +637,7 @@ impl<'s> GatewayCompile<'s> {
             });
             parents.push((position, conditions));
         }
-        if rules.is_empty() && !invalid_rules.is_empty() {
+        if targets.is_empty() && !invalid_rules.is_empty() {
             for (_, conditions) in &mut parents {
                 if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "Accepted") {
                     *c = Cond::new(
@@ -652,8 +672,7 @@ impl<'s> GatewayCompile<'s> {
         gateway: &mut GatewayEntry<'s>,
         route: &RouteIn<'s>,
         parent: &ParentIn<'s>,
-        rules: &[CompiledRule],
-        name: &Arc<str>,
+        (targets, lists): (&[Arc<Target>], &mut PlaneLists),
         index: u32,
         countable: bool,
     ) -> Result<(), (&'static str, String)> {
@@ -666,14 +685,11 @@ impl<'s> GatewayCompile<'s> {
                 reason = Some((r, m));
             }
         };
-        let candidates: Vec<usize> = (0..gateway.listeners.len())
-            .filter(|&i| {
-                let l = gateway.listeners[i].spec;
-                parent.section.is_none_or(|s| s == l.name)
-                    && parent.port.is_none_or(|p| p == l.port)
-            })
-            .collect();
-        if candidates.is_empty() {
+        let named = |l: &Listener<'_>| {
+            parent.section.is_none_or(|s| s == l.spec.name)
+                && parent.port.is_none_or(|p| p == l.spec.port)
+        };
+        if !gateway.listeners.iter().any(named) {
             return Err((
                 "NoMatchingParent",
                 format!(
@@ -693,8 +709,11 @@ impl<'s> GatewayCompile<'s> {
         let tenant = tenancy.get(&id.namespace);
         let route_hosts = &route.hosts;
         let mut bound = false;
-        for i in candidates {
+        for i in 0..gateway.listeners.len() {
             let listener = &gateway.listeners[i];
+            if !named(listener) {
+                continue;
+            }
             let Some(plane) = listener.plane else {
                 worse(
                     "NotAllowedByListeners",
@@ -754,7 +773,7 @@ impl<'s> GatewayCompile<'s> {
                 );
                 continue;
             }
-            let mut hosts: Vec<Option<HostPattern>> = Vec::new();
+            let mut hosts: Vec<Option<&HostPattern>> = Vec::with_capacity(route_hosts.len().max(1));
             if route_hosts.is_empty() {
                 if let Some(h) = hosts::intersect(listener.hostname.as_ref(), None) {
                     hosts.push(h);
@@ -780,7 +799,7 @@ impl<'s> GatewayCompile<'s> {
             }
             let mut served_any = false;
             for host in hosts {
-                if let (Some(t), Some(h)) = (tenant, &host)
+                if let (Some(t), Some(h)) = (tenant, host)
                     && let Err(why) = crate::compile::admit_tenant_host(
                         t,
                         h,
@@ -794,24 +813,19 @@ impl<'s> GatewayCompile<'s> {
                     continue;
                 }
                 served_any = true;
-                let planes = (plane == Plane::Http, plane == Plane::Https);
-                let list = self.builder.list_mut(host.as_ref());
-                for rule in rules {
-                    for (m, target) in rule.targets.iter().enumerate() {
-                        list.push(Candidate::new(
-                            target.clone(),
-                            planes,
-                            index,
-                            rule.index,
-                            m as u32,
-                        ));
-                    }
-                }
-                if !self.holders.contains_key(&host) {
-                    self.holders.insert(host.clone(), (name.clone(), route.age));
-                }
+                let list = lists[usize::from(plane == Plane::Https)].get_or_insert_with(|| {
+                    let planes = (plane == Plane::Http, plane == Plane::Https);
+                    table::route_list(
+                        targets
+                            .iter()
+                            .map(|t| Candidate::new(t.clone(), planes))
+                            .collect(),
+                    )
+                });
+                self.builder.bind(host, index, list);
+                self.bound_any = true;
                 if plane == Plane::Https
-                    && let Some(h) = &host
+                    && let Some(h) = host
                 {
                     // The listener's certificates also cover the hosts its
                     // routes bring (a listener without hostname).
@@ -1176,6 +1190,10 @@ fn gateway_entry<'s>(
     }
 }
 
+/// A route's candidate list per listener plane (HTTP, HTTPS), made when
+/// first bound.
+type PlaneLists = [Option<Arc<[Candidate]>>; 2];
+
 /// A parentRef, whatever the route kind.
 #[derive(Debug)]
 struct ParentIn<'s> {
@@ -1200,11 +1218,54 @@ struct BackendIn<'s> {
     filters: Vec<HttpRouteRulesFilters>,
 }
 
+/// A rule's backendRefs, read as [`BackendIn`] when compiled (no list
+/// built per rule beforehand).
+#[derive(Debug)]
+enum BackendsIn<'s> {
+    Http(&'s [teapot_gateway_api::generated::http_routes::HttpRouteRulesBackendRefs]),
+    Grpc(&'s [teapot_gateway_api::generated::grpc_routes::GrpcRouteRulesBackendRefs]),
+}
+
+impl<'s> BackendsIn<'s> {
+    fn len(&self) -> usize {
+        match self {
+            BackendsIn::Http(b) => b.len(),
+            BackendsIn::Grpc(b) => b.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = BackendIn<'s>> + use<'s> {
+        let (http, grpc) = match *self {
+            BackendsIn::Http(b) => (b, &[][..]),
+            BackendsIn::Grpc(b) => (&[][..], b),
+        };
+        let http = http.iter().map(|b| BackendIn {
+            group: b.group.as_deref(),
+            kind: b.kind.as_deref(),
+            name: &b.name,
+            namespace: b.namespace.as_deref(),
+            port: b.port,
+            weight: b.weight,
+            filters: as_http_filters(b.filters.as_ref()),
+        });
+        let grpc = grpc.iter().map(|b| BackendIn {
+            group: b.group.as_deref(),
+            kind: b.kind.as_deref(),
+            name: &b.name,
+            namespace: b.namespace.as_deref(),
+            port: b.port,
+            weight: b.weight,
+            filters: as_http_filters(b.filters.as_ref()),
+        });
+        http.chain(grpc)
+    }
+}
+
 /// A rule, whatever the route kind: matches already compiled.
 #[derive(Debug)]
 struct RuleIn<'s> {
-    matches: Result<Vec<Arc<Matcher>>, String>,
-    backends: Vec<BackendIn<'s>>,
+    matches: Result<Vec<Matcher>, String>,
+    backends: BackendsIn<'s>,
     filters: std::borrow::Cow<'s, [HttpRouteRulesFilters]>,
     timeouts: (Option<&'s str>, Option<&'s str>),
 }
@@ -1283,27 +1344,14 @@ impl<'s> RouteIn<'s> {
                 .flatten()
                 .map(|rule| {
                     let matches = match &rule.matches {
-                        Some(m) if !m.is_empty() => {
-                            m.iter().map(|m| grpc_matcher(m).map(Arc::new)).collect()
-                        }
-                        _ => Ok(vec![Arc::new(any_path())]),
+                        Some(m) if !m.is_empty() => m.iter().map(grpc_matcher).collect(),
+                        _ => Ok(vec![any_path()]),
                     };
                     RuleIn {
                         matches,
-                        backends: rule
-                            .backend_refs
-                            .iter()
-                            .flatten()
-                            .map(|b| BackendIn {
-                                group: b.group.as_deref(),
-                                kind: b.kind.as_deref(),
-                                name: &b.name,
-                                namespace: b.namespace.as_deref(),
-                                port: b.port,
-                                weight: b.weight,
-                                filters: as_http_filters(b.filters.as_ref()),
-                            })
-                            .collect(),
+                        backends: BackendsIn::Grpc(
+                            rule.backend_refs.as_deref().unwrap_or_default(),
+                        ),
                         filters: std::borrow::Cow::Owned(as_http_filters(rule.filters.as_ref())),
                         timeouts: (None, None),
                     }
@@ -1336,25 +1384,12 @@ fn as_http_filters<T: Serialize>(filters: Option<&Vec<T>>) -> Vec<HttpRouteRules
 
 fn http_rule(rule: &teapot_gateway_api::generated::http_routes::HttpRouteRules) -> RuleIn<'_> {
     let matches = match &rule.matches {
-        Some(m) if !m.is_empty() => m.iter().map(|m| http_matcher(m).map(Arc::new)).collect(),
-        _ => Ok(vec![Arc::new(any_path())]),
+        Some(m) if !m.is_empty() => m.iter().map(http_matcher).collect(),
+        _ => Ok(vec![any_path()]),
     };
     RuleIn {
         matches,
-        backends: rule
-            .backend_refs
-            .iter()
-            .flatten()
-            .map(|b| BackendIn {
-                group: b.group.as_deref(),
-                kind: b.kind.as_deref(),
-                name: &b.name,
-                namespace: b.namespace.as_deref(),
-                port: b.port,
-                weight: b.weight,
-                filters: as_http_filters(b.filters.as_ref()),
-            })
-            .collect(),
+        backends: BackendsIn::Http(rule.backend_refs.as_deref().unwrap_or_default()),
         filters: std::borrow::Cow::Borrowed(rule.filters.as_deref().unwrap_or_default()),
         timeouts: (
             rule.timeouts.as_ref().and_then(|t| t.request.as_deref()),
@@ -1498,14 +1533,6 @@ fn grpc_matcher(
     })
 }
 
-/// One rule compiled: a [`Target`] per match (the filters are per match
-/// when they need the prefix that matched: ReplacePrefixMatch), shared by
-/// every hostname the rule binds to.
-struct CompiledRule {
-    index: u32,
-    targets: Vec<Arc<Target>>,
-}
-
 /// The route's rules; whether every backendRef resolved (the reason when
 /// not); the messages of rules that could not be served.
 #[allow(clippy::type_complexity)]
@@ -1515,19 +1542,29 @@ fn compile_rules<'s>(
     route: &RouteIn<'s>,
     rules: Vec<RuleIn<'s>>,
     info: &Arc<RouteInfo>,
+    route_index: u32,
 ) -> (
-    Vec<CompiledRule>,
+    Vec<Arc<Target>>,
     Result<(), (&'static str, String)>,
     Vec<String>,
 ) {
     let mut resolved: Result<(), (&'static str, String)> = Ok(());
     let mut invalid = Vec::new();
     let mut out = Vec::with_capacity(rules.len());
+    // The backendRefs this route resolved: its rules often name the same
+    // Service port again, and a reference resolves the same way within
+    // one compile.
+    #[allow(clippy::type_complexity)]
+    let mut resolved_backends: Vec<(
+        (Option<&str>, Option<&str>, Option<&str>, &str, Option<i32>),
+        Route,
+        bool,
+    )> = Vec::new();
     let rules = if rules.is_empty() {
         // No rules: one that matches everything, with no backend.
         vec![RuleIn {
-            matches: Ok(vec![Arc::new(any_path())]),
-            backends: Vec::new(),
+            matches: Ok(vec![any_path()]),
+            backends: BackendsIn::Http(&[]),
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
         }]
@@ -1543,11 +1580,21 @@ fn compile_rules<'s>(
                 continue;
             }
         };
-        let spec = match filter_spec(&rule.filters, rule.timeouts, route.grpc) {
-            Ok(s) => s,
-            Err(e) => {
-                invalid.push(format!("rule {index}: {e}"));
-                continue;
+        // Most rules have neither filters nor timeouts: nothing to read.
+        let plain = rule.filters.is_empty() && rule.timeouts == (None, None);
+        let read;
+        let spec = if plain {
+            &NO_FILTERS
+        } else {
+            match filter_spec(&rule.filters, rule.timeouts, route.grpc) {
+                Ok(s) => {
+                    read = s;
+                    &read
+                }
+                Err(e) => {
+                    invalid.push(format!("rule {index}: {e}"));
+                    continue;
+                }
             }
         };
         let mut mirrors = Vec::new();
@@ -1565,12 +1612,20 @@ fn compile_rules<'s>(
         let action = if let Some(redirect) = spec.redirect.clone() {
             Action::Redirect(redirect)
         } else {
-            let mut backends = Vec::new();
+            let mut backends = Vec::with_capacity(rule.backends.len());
             let mut total = 0u64;
-            for b in &rule.backends {
+            for b in rule.backends.iter() {
+                let b = &b;
                 let weight = b.weight.unwrap_or(1).max(0) as u64;
                 let mut h2c = route.grpc;
-                let target = match backend(store, resolver, route, b, info) {
+                let key = (b.group, b.kind, b.namespace, b.name, b.port);
+                let found = match resolved_backends.iter().find(|(k, ..)| *k == key) {
+                    Some((_, r, app_h2c)) => Ok((r.clone(), *app_h2c)),
+                    None => backend(store, resolver, route, b, info).inspect(|(r, app_h2c)| {
+                        resolved_backends.push((key, r.clone(), *app_h2c));
+                    }),
+                };
+                let target = match found {
                     Ok((r, app_h2c)) => {
                         h2c |= app_h2c;
                         Ok(r)
@@ -1611,10 +1666,10 @@ fn compile_rules<'s>(
                 }
             }
         };
-        let filters = if spec.uses_prefix() {
+        let filters = if spec.uses_prefix() || (plain && mirrors.is_empty()) {
             None
         } else {
-            let f = merged_filters(&spec, None);
+            let f = merged_filters(spec, None);
             let f = match (f, mirrors.is_empty()) {
                 (None, true) => None,
                 (f, _) => Some(f.unwrap_or_default()),
@@ -1625,32 +1680,27 @@ fn compile_rules<'s>(
             })
         };
         let action = Arc::new(action);
-        let targets = matchers
-            .into_iter()
-            .map(|matcher| {
-                let filters = if spec.uses_prefix() {
-                    let prefix = match &matcher.path {
-                        PathMatch::Prefix(p) => Some(&**p),
-                        _ => None,
-                    };
-                    let mut f = merged_filters(&spec, prefix).unwrap_or_default();
-                    f.mirrors = mirrors.clone();
-                    Some(Arc::new(f))
-                } else {
-                    filters.clone()
+        let targets = matchers.into_iter().enumerate().map(|(m, matcher)| {
+            let filters = if spec.uses_prefix() {
+                let prefix = match &matcher.path {
+                    PathMatch::Prefix(p) => Some(&**p),
+                    _ => None,
                 };
-                Arc::new(Target {
-                    matcher,
-                    action: action.clone(),
-                    info: info.clone(),
-                    filters,
-                })
-            })
-            .collect();
-        out.push(CompiledRule {
-            index: index as u32,
-            targets,
+                let mut f = merged_filters(spec, prefix).unwrap_or_default();
+                f.mirrors = mirrors.clone();
+                Some(Arc::new(f))
+            } else {
+                filters.clone()
+            };
+            Arc::new(Target::new(
+                matcher,
+                action.clone(),
+                info.clone(),
+                filters,
+                (route_index, index as u32, m as u32),
+            ))
         });
+        out.extend(targets);
     }
     (out, resolved, invalid)
 }
@@ -1758,6 +1808,27 @@ struct HeaderEditsSpec {
     add: Vec<(String, String)>,
     remove: Vec<String>,
 }
+
+impl HeaderEditsSpec {
+    const NONE: HeaderEditsSpec = HeaderEditsSpec {
+        set: Vec::new(),
+        add: Vec::new(),
+        remove: Vec::new(),
+    };
+}
+
+/// No filter, no timeout: what most rules have (a static: nothing to
+/// build or drop per rule).
+static NO_FILTERS: FilterSpec = FilterSpec {
+    request: HeaderEditsSpec::NONE,
+    response: HeaderEditsSpec::NONE,
+    rewrite_host: None,
+    rewrite_path: None,
+    redirect: None,
+    mirrors: Vec::new(),
+    request_timeout: None,
+    backend_timeout: None,
+};
 
 impl FilterSpec {
     fn uses_prefix(&self) -> bool {
