@@ -343,6 +343,54 @@ pub fn route_hostnames(hostnames: &[String]) -> impl Iterator<Item = HostPattern
     hostnames.iter().filter_map(|h| HostPattern::parse(h).ok())
 }
 
+/// Whether teapot serves Gateways of class `class`: a GatewayClass of that
+/// name with teapot's controllerName, or (with no GatewayClass of that name
+/// in the store, as in a manifests directory written for teapot) the class
+/// named `teapot`. The one rule the HTTP and the L4 compile share.
+pub fn is_teapot_class(store: &crate::store::Store, class: &str) -> bool {
+    match store.gateway_classes.get(class) {
+        Some(c) => c.object.spec.controller_name == teapot_api::names::GATEWAY_CONTROLLER_NAME,
+        None => class == teapot_api::names::GATEWAY_CLASS,
+    }
+}
+
+/// Whether namespace `name` matches a listener's
+/// `allowedRoutes.namespaces.selector`. A namespace without a Namespace
+/// object has only the label Kubernetes puts on every one,
+/// `kubernetes.io/metadata.name`.
+pub fn namespace_selected(
+    store: &crate::store::Store,
+    name: &str,
+    selector: &teapot_gateway_api::generated::gateways::GatewayListenersAllowedRoutesNamespacesSelector,
+) -> bool {
+    let labels = store
+        .namespaces
+        .get(name)
+        .and_then(|n| n.object.metadata.labels.as_ref());
+    let label = |key: &str| -> Option<&str> {
+        if key == "kubernetes.io/metadata.name" {
+            return Some(name);
+        }
+        labels.and_then(|l| l.get(key)).map(String::as_str)
+    };
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| label(k) == Some(v.as_str()));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match (e.operator.as_str(), label(&e.key)) {
+            ("In", Some(v)) => values.iter().any(|x| x == v),
+            ("NotIn", v) => v.is_none_or(|v| !values.iter().any(|x| x == v)),
+            ("Exists", v) => v.is_some(),
+            ("DoesNotExist", v) => v.is_none(),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

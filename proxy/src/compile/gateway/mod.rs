@@ -32,7 +32,7 @@ use std::sync::atomic::AtomicU64;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
+use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_api::{HostPattern, hostname};
 use teapot_gateway_api::generated::gateway_classes::GatewayClassStatus;
 use teapot_gateway_api::generated::gateways::{
@@ -366,10 +366,7 @@ impl<'s> GatewayCompile<'s> {
         if store.gateways.is_empty() && store.gateway_classes.is_empty() {
             return out;
         }
-        let ours = |class: &str| match store.gateway_classes.get(class) {
-            Some(c) => c.object.spec.controller_name == GATEWAY_CONTROLLER_NAME,
-            None => class == GATEWAY_CLASS,
-        };
+        let ours = |class: &str| teapot_model::gateway::is_teapot_class(store, class);
         for (name, class) in &store.gateway_classes {
             if class.object.spec.controller_name != GATEWAY_CONTROLLER_NAME {
                 continue;
@@ -750,7 +747,9 @@ impl<'s> GatewayCompile<'s> {
                         .as_ref()
                         .and_then(|a| a.namespaces.as_ref())
                         .and_then(|n| n.selector.as_ref());
-                    selector.is_some_and(|s| selected(cx.store, &id.namespace, s))
+                    selector.is_some_and(|s| {
+                        teapot_model::gateway::namespace_selected(cx.store, &id.namespace, s)
+                    })
                 }
             };
             if !allowed {
@@ -846,42 +845,6 @@ impl<'s> GatewayCompile<'s> {
             (false, None) => Err(("NoMatchingParent", "no listener matches".into())),
         }
     }
-}
-
-/// Whether namespace `name` matches a label selector. A namespace without
-/// a Namespace object has only the label Kubernetes puts on every one,
-/// `kubernetes.io/metadata.name`.
-fn selected(
-    store: &Store,
-    name: &str,
-    selector: &teapot_gateway_api::generated::gateways::GatewayListenersAllowedRoutesNamespacesSelector,
-) -> bool {
-    let labels = store
-        .namespaces
-        .get(name)
-        .and_then(|n| n.object.metadata.labels.as_ref());
-    let label = |key: &str| -> Option<&str> {
-        if key == "kubernetes.io/metadata.name" {
-            return Some(name);
-        }
-        labels.and_then(|l| l.get(key)).map(String::as_str)
-    };
-    let by_labels = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| label(k) == Some(v.as_str()));
-    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        match (e.operator.as_str(), label(&e.key)) {
-            ("In", Some(v)) => values.iter().any(|x| x == v),
-            ("NotIn", v) => v.is_none_or(|v| !values.iter().any(|x| x == v)),
-            ("Exists", v) => v.is_some(),
-            ("DoesNotExist", v) => v.is_none(),
-            _ => false,
-        }
-    });
-    by_labels && by_expressions
 }
 
 /// The Secrets a listener's `certificateRefs` name (own namespace unless

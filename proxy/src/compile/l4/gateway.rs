@@ -68,11 +68,7 @@ pub fn gateway_of(holder: &NsName) -> Option<NsName> {
 /// store, as in a manifests directory written for teapot) it is named
 /// `teapot`.
 pub fn is_teapot_gateway(store: &Store, gateway: &Gateway) -> bool {
-    let class = gateway.spec.gateway_class_name.as_str();
-    match store.gateway_classes.get(class) {
-        Some(c) => c.object.spec.controller_name == GATEWAY_CONTROLLER_NAME,
-        None => class == teapot_api::names::GATEWAY_CLASS,
-    }
+    teapot_model::gateway::is_teapot_class(store, &gateway.spec.gateway_class_name)
 }
 
 /// The transport and mode of an L4 listener.
@@ -411,9 +407,15 @@ fn intersect(listener: Option<&HostPattern>, route: &[HostPattern]) -> Vec<Optio
 }
 
 /// Whether `listener` of the Gateway in `gateway_ns` allows a route of
-/// `kind` from `route_ns`. Namespace selectors are not evaluated (the
-/// proxy does not read Namespaces): `From: Selector` admits no route.
-fn allows(listener: &GatewayListeners, gateway_ns: &str, route_ns: &str, kind: RouteKind) -> bool {
+/// `kind` from `route_ns` (`From: Selector` by the route namespace's
+/// labels, as the HTTP compile judges it).
+fn allows(
+    store: &Store,
+    listener: &GatewayListeners,
+    gateway_ns: &str,
+    route_ns: &str,
+    kind: RouteKind,
+) -> bool {
     let allowed = listener.allowed_routes.as_ref();
     let from = allowed
         .and_then(|a| a.namespaces.as_ref())
@@ -421,7 +423,10 @@ fn allows(listener: &GatewayListeners, gateway_ns: &str, route_ns: &str, kind: R
     let ns_ok = match from {
         None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => gateway_ns == route_ns,
         Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
-        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => false,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => allowed
+            .and_then(|a| a.namespaces.as_ref())
+            .and_then(|n| n.selector.as_ref())
+            .is_some_and(|sel| teapot_model::gateway::namespace_selected(store, route_ns, sel)),
     };
     let kind_ok = match allowed.and_then(|a| a.kinds.as_ref()) {
         None => true,
@@ -816,7 +821,13 @@ pub(super) fn attach<'s>(
                 if l.problem.is_some()
                     || l.kind.route_kind() != route.kind
                     || !l.takes_routes
-                    || !allows(l.spec, &plan.id.namespace, &route.id.namespace, route.kind)
+                    || !allows(
+                        store,
+                        l.spec,
+                        &plan.id.namespace,
+                        &route.id.namespace,
+                        route.kind,
+                    )
                 {
                     continue;
                 }
@@ -1912,6 +1923,38 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             (accepted.status, accepted.reason),
             ("False", "NotAllowedByListeners")
         );
+    }
+
+    /// `allowedRoutes.namespaces.from: Selector` on an L4 listener admits
+    /// routes from namespaces whose labels match, as on HTTP listeners.
+    #[test]
+    fn a_selector_admits_routes_by_their_namespaces_labels() {
+        let listeners = "[{name: db, protocol: TCP, port: 5432, allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: data}}}}}]";
+        let spec = "{parentRefs: [{name: edge, namespace: ops}], rules: [{backendRefs: [{name: pg, port: 5432}]}]}";
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                &gw("ops", "edge", OLD, listeners),
+                "apiVersion: v1
+kind: Namespace
+metadata: {name: data, labels: {team: data}}
+",
+                &route_doc("TCPRoute", "data", "in", OLD, spec),
+                &route_doc("TCPRoute", "web", "out", NEW, spec),
+                &backend("data", "pg", "[{port: 5432}]"),
+                &backend("web", "pg", "[{port: 5432}]"),
+            ],
+        );
+        let accepted = |name: &str| {
+            let r = route(&s, RouteKind::Tcp, name);
+            let c = condition(&r.parents[0].conditions, "Accepted");
+            (c.status, c.reason)
+        };
+        assert_eq!(accepted("in"), ("True", "Accepted"));
+        assert_eq!(accepted("out"), ("False", "NotAllowedByListeners"));
+        let g = gateway(&s, "ops", "edge");
+        assert_eq!(listener(g, "db").attached_routes, 1);
     }
 
     #[test]
