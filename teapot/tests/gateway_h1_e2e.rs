@@ -1,5 +1,5 @@
-//! Gateway API over HTTP/1.1, through teapot's own engine
-//! (`plane::h1`, docs/gateway-api-h1.md), plain and on TLS: header,
+//! Gateway API over HTTP/1.1, through teapot's own engine (`plane::h1`,
+//! docs/gateway-api.md "The HTTP/1 engine"), plain and on TLS: header,
 //! method and query matches, a redirect's `Location`, request and response
 //! header modifiers, path prefix and host rewrites, a request mirror seen
 //! by the mirror backend, a request timeout answered 504, and a route of
@@ -95,6 +95,7 @@ fn shop_route() -> Value {
                 } }],
                 "backendRefs": to("v1"),
             },
+            { "matches": prefix("/grpc"), "backendRefs": to("grpc") },
             {
                 "matches": prefix("/slow"),
                 "timeouts": { "request": "500ms" },
@@ -134,6 +135,10 @@ async fn gateway_matches_and_filters_over_http1_plain_and_tls() {
     for (name, e) in [("v1", &v1), ("v2", &v2), ("mirror", &mirror)] {
         objects.extend(echo_service(NS, name, &[e]));
     }
+    // A backend that speaks HTTP/2 only (h2c): no HTTP/1 request for it.
+    let mut grpc = echo_service(NS, "grpc", &[&v1]);
+    grpc[0]["spec"]["ports"][0]["appProtocol"] = json!("kubernetes.io/h2c");
+    objects.extend(grpc);
     let h = Harness::start(&[
         ("gw.yaml", docs(&objects)),
         ("secret.yaml", certs::tls_secret_yaml(NS, "wildcard", &cert)),
@@ -236,6 +241,11 @@ async fn gateway_matches_and_filters_over_http1_plain_and_tls() {
             service(&go(get("/slow").header("X-Echo-Delay-Ms", "10")).await),
             "v1"
         );
+
+        // An h2c backend over HTTP/1: 502, saying why.
+        let h2c = go(get("/grpc/x")).await;
+        assert_eq!(h2c.status, 502, "{what}");
+        assert!(h2c.text().contains("HTTP/2"), "{what}: {}", h2c.text());
     }
 
     // A route of the HTTPS listener only: served on TLS, not on plain.

@@ -176,10 +176,10 @@ impl teapot_h1::Router for Router {
                 if let Some(gateway) = &forward.gateway
                     && let Err(answer) = self.gateway_filters(&mut fwd, gateway, req, path, query)
                 {
-                    return H1Decision::Respond(
-                        self.local_answer(answer, fwd.tag.take().unwrap_or_default())
-                            .await,
-                    );
+                    // The tenant's slot and the in-flight count go with it.
+                    let tag = fwd.tag.take().unwrap_or_default();
+                    drop(fwd);
+                    return H1Decision::Respond(self.local_answer(answer, tag).await);
                 }
                 H1Decision::Forward(fwd)
             }
