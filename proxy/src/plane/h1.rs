@@ -557,7 +557,7 @@ fn with_forwarding_block<T>(
     authority: &str,
     f: impl FnOnce(&HeaderEdits) -> T,
 ) -> T {
-    use std::hash::BuildHasher as _;
+    use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
     const SLOTS: usize = 64;
     struct Block {
         client: Option<std::net::IpAddr>,
@@ -574,8 +574,14 @@ fn with_forwarding_block<T>(
     let local_port = conn.local.map(|a| a.port());
     // The key is the client's own input (its address, its Host): a
     // collision only costs a miss, never another client's fields.
-    let hash = foldhash::fast::FixedState::with_seed(0xf0d)
-        .hash_one((client, conn.tls, local_port, authority));
+    // Fed field by field rather than through `hash_one` on a tuple, which
+    // the optimizer may keep out of line: this runs on every request.
+    let mut hasher = foldhash::fast::FixedState::with_seed(0xf0d).build_hasher();
+    client.hash(&mut hasher);
+    conn.tls.hash(&mut hasher);
+    local_port.hash(&mut hasher);
+    authority.hash(&mut hasher);
+    let hash = hasher.finish();
     let slot = (hash % SLOTS as u64) as usize;
     BLOCKS.with_borrow_mut(|blocks| {
         let hit = blocks[slot].as_ref().is_some_and(|b| {
