@@ -1523,7 +1523,9 @@ async fn prepare<R: Router>(
     up_out.clear();
     up_out.extend_from_slice(method.as_bytes());
     up_out.push(b' ');
-    up_out.extend_from_slice(path.as_bytes());
+    // A rewritten target was checked when it was made (RequestTarget).
+    let target = fwd.target.as_ref().map_or(path, |t| t.as_str());
+    up_out.extend_from_slice(target.as_bytes());
     up_out.extend_from_slice(b" HTTP/1.1\r\n");
     if add_host && !fwd.request_edits.skips(b"host") {
         field(up_out, b"host", host.unwrap_or("").as_bytes());

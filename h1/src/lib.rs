@@ -72,6 +72,7 @@ pub use engine::{ConnEnd, Engine, EngineConfig};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use router::{
-    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, Respond, Router, Timeouts, Upstreams,
+    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, RequestTarget, Respond, Router,
+    Timeouts, Upstreams,
 };
 pub use scan::{H1Framing, HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, scan_h1};

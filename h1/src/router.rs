@@ -89,12 +89,20 @@ impl<'a> RequestHead<'a> {
     }
 }
 
+/// The lengths of the names an edit may not write: the hop-by-hop and
+/// framing ones (`crate::wire::is_hop_by_hop`) and `host`.
+const ENGINE_OWNED_LENGTHS: u32 =
+    1 << 2 | 1 << 4 | 1 << 7 | 1 << 10 | 1 << 14 | 1 << 16 | 1 << 17 | 1 << 18 | 1 << 19;
+
 /// Header changes applied while a head is copied, without building a map:
 /// fields named by a removal or a replacement are skipped, then the
 /// replacements and the additions are written, each in the order given.
-/// Names are matched case-insensitively; a name that is not a token or a
-/// value with CR, LF or another control byte but HTAB is dropped (never
-/// written; a dropped replacement still removes the client's field).
+/// Names are matched case-insensitively; a name that is not a token, a
+/// value with CR, LF or another control byte but HTAB, a framing or
+/// hop-by-hop name (`content-length`, `transfer-encoding`, `connection`,
+/// `upgrade`...: the engine writes those itself) and an addition of a
+/// second `host` are dropped (never written; a dropped replacement still
+/// removes the client's field).
 ///
 /// The fields are kept as they go on the wire (`name: value\r\n`, checked
 /// once, when pushed): writing a head copies all of them at once. A router
@@ -135,8 +143,7 @@ impl HeaderEdits {
 
     /// Adds one more `name: value` field, keeping those already there.
     pub fn append(mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Self {
-        let (name, value) = (name.as_ref(), value.as_ref());
-        self.push_field(name, |v| v.extend_from_slice(value), false);
+        self.push_append(name.as_ref(), value.as_ref());
         self
     }
 
@@ -149,6 +156,11 @@ impl HeaderEdits {
     /// [`Self::set`] in place.
     pub fn push_set(&mut self, name: &[u8], value: &[u8]) {
         self.push_field(name, |v| v.extend_from_slice(value), true);
+    }
+
+    /// [`Self::append`] in place.
+    pub fn push_append(&mut self, name: &[u8], value: &[u8]) {
+        self.push_field(name, |v| v.extend_from_slice(value), false);
     }
 
     /// [`Self::remove`] in place.
@@ -205,7 +217,18 @@ impl HeaderEdits {
             self.wire.truncate(start);
             return;
         }
+        // The framing and hop-by-hop fields are the engine's own (it
+        // writes them after the edits), and a second Host would let the
+        // upstream route by another authority: an edit never writes them.
+        // One test of the name's length clears most names (every request
+        // pushes some edits).
+        let engine_owned = ENGINE_OWNED_LENGTHS
+            .checked_shr(name.len() as u32)
+            .is_some_and(|bits| bits & 1 == 1)
+            && (crate::wire::is_hop_by_hop(name)
+                || (!replace && name.eq_ignore_ascii_case(b"host")));
         let valid = !name.is_empty()
+            && !engine_owned
             && name.iter().all(|&b| crate::scan::is_tchar(b))
             && crate::scan::is_field_value(value);
         if valid {
@@ -306,7 +329,8 @@ pub struct Timeouts {
     /// Connecting to one upstream address.
     pub connect: Option<Duration>,
     /// Longest wait for any upstream byte (response head or body) and for
-    /// the upstream to accept request bytes.
+    /// the upstream to accept request bytes; when it passes before the
+    /// response head, the client gets a 504.
     pub read: Option<Duration>,
 }
 
@@ -341,15 +365,45 @@ impl Upstreams for Arc<[SocketAddr]> {
     }
 }
 
+/// A request target that replaces the client's in the forwarded head (a
+/// URL rewrite), checked once, when made: origin form (`/` first) and
+/// visible ASCII only, so it can neither end the request line early (a
+/// space would start the version; CR or LF a header) nor carry a byte an
+/// upstream might read otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestTarget(Box<str>);
+
+impl RequestTarget {
+    /// `None` for a target that is not a `/`-rooted run of visible ASCII
+    /// (`0x21..=0x7e`): spaces, controls and non-ASCII bytes must be
+    /// percent-encoded in a target (RFC 9112 §3.2, RFC 3986 §2).
+    pub fn new(target: impl Into<Box<str>>) -> Option<Self> {
+        let target = target.into();
+        let valid = target.starts_with('/')
+            && u16::try_from(target.len()).is_ok()
+            && target.bytes().all(|b| b.is_ascii_graphic());
+        valid.then_some(RequestTarget(target))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Forward the request to an upstream.
 #[derive(Clone, Debug)]
 pub struct Forward<U = Arc<[SocketAddr]>> {
     /// Where to connect; lives until the request (or its upgraded tunnel)
     /// ends, so it may hold per-request resources.
     pub upstreams: U,
+    /// The target sent upstream instead of the client's (`None`: the
+    /// client's, in origin form).
+    pub target: Option<RequestTarget>,
     /// Edits to the request head sent upstream.
     pub request_edits: HeaderEdits,
-    /// Edits to the response head sent to the client.
+    /// Edits to the response head sent to the client: applied to the
+    /// upstream's final response head (not to 1xx heads, nor to the
+    /// engine's own answers).
     pub response_edits: HeaderEdits,
     pub timeouts: Timeouts,
     /// The route's body limit; lowers the engine's maximum, never raises
@@ -369,6 +423,7 @@ impl<U: Upstreams> Forward<U> {
     pub fn via(upstreams: U) -> Self {
         Forward {
             upstreams,
+            target: None,
             request_edits: HeaderEdits::default(),
             response_edits: HeaderEdits::default(),
             timeouts: Timeouts::default(),
@@ -452,7 +507,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::HeaderEdits;
+    use super::{HeaderEdits, RequestTarget};
 
     #[test]
     fn edits_in_one_buffer_keep_their_order_and_kinds() {
@@ -492,5 +547,77 @@ mod tests {
         at_once.push_all(&kept);
         assert_eq!(at_once, one_by_one);
         assert!(at_once.skips(b"x-r2") && at_once.skips(b"X-S1"));
+    }
+
+    /// A value or name that could split the head, or a field that would
+    /// frame the message a second time, is never written: the smuggling
+    /// a header filter could otherwise open.
+    #[test]
+    fn edits_never_carry_line_breaks_framing_or_a_second_host() {
+        let edits = HeaderEdits::default()
+            .set("x-a", "1\r\nx-injected: 1")
+            .append("x-b", "2\nx-injected: 2")
+            .append("x-c", "3\r")
+            .set("x-d\r\nx-injected", "4")
+            .append("x d", "5")
+            .set("Content-Length", "0")
+            .append("transfer-encoding", "chunked")
+            .set("connection", "keep-alive")
+            .append("upgrade", "h2c")
+            .append("Host", "evil.example")
+            .set("x-ok", "fine\tvalue");
+        let fields: Vec<_> = edits.fields().collect();
+        assert_eq!(fields, [(&b"x-ok"[..], &b"fine\tvalue"[..])]);
+        for name in [
+            "te",
+            "trailer",
+            "keep-alive",
+            "proxy-connection",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "TE",
+        ] {
+            let e = HeaderEdits::default().set(name, "1").append(name, "2");
+            assert_eq!(e.fields().count(), 0, "{name}");
+        }
+        // Dropped replacements still take the client's field out.
+        for name in ["x-a", "content-length", "connection"] {
+            assert!(edits.skips(name.as_bytes()), "{name}");
+        }
+        // Replacing Host is a rewrite: one Host, the new one.
+        let host = HeaderEdits::default().set("host", "b.example");
+        assert_eq!(
+            host.fields().collect::<Vec<_>>(),
+            [(&b"host"[..], &b"b.example"[..])]
+        );
+        assert!(host.skips(b"Host"));
+    }
+
+    #[test]
+    fn rewritten_targets_are_origin_form_visible_ascii() {
+        for good in ["/", "/a/b?c=d&e=%20f", "/~!$&'()*+,;=:@"] {
+            assert_eq!(
+                RequestTarget::new(good).map(|t| t.as_str().to_owned()),
+                Some(good.to_owned()),
+                "{good}"
+            );
+        }
+        for bad in [
+            "",
+            "a/b",
+            "*",
+            "http://a.example/",
+            "/a b",
+            "/a HTTP/1.1\r\nhost: evil",
+            "/a\r\nx: 1",
+            "/a\nb",
+            "/a\tb",
+            "/a\u{0}b",
+            "/a\u{7f}",
+            "/caf\u{e9}",
+        ] {
+            assert!(RequestTarget::new(bad).is_none(), "{bad:?}");
+        }
+        assert!(RequestTarget::new("/".repeat(70_000)).is_none());
     }
 }

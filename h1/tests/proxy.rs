@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use teapot_h1::{Decision, EngineConfig, Forward, Outcome, Refusal, Respond, UpstreamError};
+use teapot_h1::{
+    Decision, EngineConfig, Forward, Outcome, Refusal, RequestTarget, Respond, UpstreamError,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -528,6 +530,89 @@ async fn hop_by_hop_fields_are_dropped_and_edits_applied() {
     assert_eq!(got.headers_named("x-forwarded-for"), ["127.0.0.1"]);
     assert_eq!(got.header("x-forwarded-host"), Some("h.example"));
     assert_eq!(got.header("x-keep"), Some("k"));
+}
+
+/// The hooks a URL rewrite and header filters use (Gateway API,
+/// docs/edge.md): the target and Host replaced in the forwarded head,
+/// edits applied to the response head, a per-request read timeout; and
+/// nothing a router hands over can split either head.
+#[tokio::test]
+async fn rewritten_target_and_host_response_edits_and_a_shorter_read_timeout() {
+    let (up, rec) = backend(Arc::new(|got, _| {
+        if got.path.ends_with("/slow") {
+            return Reply::Bytes(Vec::new());
+        }
+        Reply::Bytes(
+            b"HTTP/1.1 200 OK\r\nx-drop: 1\r\nx-set: old\r\nx-add: a\r\ncontent-length: 2\r\n\r\nok"
+                .to_vec(),
+        )
+    }))
+    .await;
+    let mut p = proxy(
+        Box::new(move |head, _| {
+            let mut f = Forward::to(vec![up]);
+            f.target = RequestTarget::new(format!("/new{}", head.path()));
+            f.request_edits = f
+                .request_edits
+                .set("host", "rewritten.example")
+                .set("x-req", "v\r\nx-smuggled: 1");
+            f.response_edits = f
+                .response_edits
+                .set("x-set", "new")
+                .append("x-add", "b")
+                .remove("x-drop")
+                .append("x-evil", "1\r\nset-cookie: stolen=1")
+                .set("content-length", "0");
+            if head.path().starts_with("/slow") {
+                f.timeouts.read = Some(Duration::from_millis(150));
+            }
+            Decision::Forward(f)
+        }),
+        EngineConfig::default(),
+    )
+    .await;
+    let mut c = Client::connect(p.addr).await;
+    c.send("GET /p?q=1 HTTP/1.1\r\nHost: a.example\r\nX-Req: client\r\n\r\n")
+        .await;
+    let r = c.response(false).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+    assert_eq!(r.header("x-set"), Some("new"));
+    let added: Vec<_> = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("x-add"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(added, ["a", "b"], "an addition keeps the upstream's value");
+    for gone in ["x-drop", "x-evil", "set-cookie"] {
+        assert!(r.header(gone).is_none(), "{gone} reached the client");
+    }
+    let lengths: Vec<_> = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .collect();
+    assert_eq!(lengths.len(), 1, "the engine frames the response alone");
+    let got = &rec.requests()[0];
+    assert_eq!(got.path, "/new/p?q=1");
+    assert_eq!(got.headers_named("host"), ["rewritten.example"]);
+    assert!(got.header("x-req").is_none() && got.header("x-smuggled").is_none());
+    assert_eq!(
+        p.next_seen().await.path,
+        "/p?q=1",
+        "the log keeps the client's"
+    );
+    // The shorter read timeout of this request: a 504, well before the
+    // engine's own 60 s.
+    let asked = std::time::Instant::now();
+    c.send("GET /slow HTTP/1.1\r\nHost: a.example\r\n\r\n")
+        .await;
+    assert_eq!(c.response(false).await.status, 504);
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        p.next_seen().await.outcome,
+        Outcome::Upstream(UpstreamError::ReadTimeout)
+    );
 }
 
 #[tokio::test]

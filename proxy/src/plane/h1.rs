@@ -20,21 +20,27 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use pingora_core::protocols::Stream;
 use teapot_h1::{
     ConnInfo, Decision as H1Decision, Engine, EngineConfig, Forward as H1Forward, HeaderEdits,
-    Observer, Outcome, RequestHead, RequestLog, Respond, Upstreams,
+    Observer, Outcome, RequestHead, RequestLog, RequestTarget, Respond, Upstreams,
 };
 
 use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::fairness::{TenantGate, TenantPermit};
+use crate::compile::gateway::table::{HeaderEdits as GatewayHeaderEdits, Mirror};
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
-use crate::plane::decide::{Answer, Decision, Head, MISDIRECTED, check_host, decide};
+use crate::plane::decide::{
+    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders, check_host,
+    decide_request,
+};
 use crate::plane::edge::EdgeConfig;
+use crate::plane::filters;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
@@ -105,13 +111,14 @@ impl teapot_h1::Router for Router {
 
     async fn decide(&self, req: &RequestHead<'_>, conn: &ConnInfo) -> H1Decision<Target> {
         let target = req.path();
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let head = Head {
             host_headers: req
                 .headers()
                 .filter(|(name, _)| name.eq_ignore_ascii_case("host"))
                 .count(),
             authority: req.host().unwrap_or(""),
-            path: target.split_once('?').map_or(target, |(path, _)| path),
+            path,
             requires_host: req.version() == 1,
             declared_length: req.content_length(),
         };
@@ -134,11 +141,25 @@ impl teapot_h1::Router for Router {
             respond.tag = Some(self.ids(req, None).tag);
             return H1Decision::Respond(respond);
         }
-        // The snapshot guard is dropped before any await.
-        let decision = decide(&self.snapshots.load(), &self.edge, &head);
+        // The snapshot guard and the facts (a `dyn` reference, not `Send`)
+        // are dropped before any await. Building the facts reads nothing:
+        // only Gateway API matches look at them.
+        let decision = {
+            let headers = H1Headers(req);
+            let facts = RequestFacts {
+                method: req.method(),
+                query: Some(query),
+                headers: Some(&headers),
+                tls: Some(conn.tls),
+            };
+            decide_request(&self.snapshots.load(), &self.edge, &head, &facts)
+        };
         match decision {
             Decision::Forward(forward) => {
                 let ids = self.ids(req, Some(&forward.route));
+                if forward.gateway.as_ref().is_some_and(|g| g.h2c) {
+                    return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
+                }
                 let mut fwd = H1Forward::via(Target {
                     upstream: forward.upstream,
                     tried: Tried::default(),
@@ -152,6 +173,14 @@ impl teapot_h1::Router for Router {
                 fwd.request_edits =
                     forwarding_edits(conn, head.authority, &ids.request_id, &ids.traceparent);
                 fwd.tag = Some(ids.tag);
+                if let Some(gateway) = &forward.gateway
+                    && let Err(answer) = self.gateway_filters(&mut fwd, gateway, req, path, query)
+                {
+                    // The tenant's slot and the in-flight count go with it.
+                    let tag = fwd.tag.take().unwrap_or_default();
+                    drop(fwd);
+                    return H1Decision::Respond(self.local_answer(answer, tag).await);
+                }
                 H1Decision::Forward(fwd)
             }
             Decision::Answer(answer, route) => {
@@ -161,6 +190,205 @@ impl teapot_h1::Router for Router {
         }
     }
 }
+
+/// A GRPCRoute backend (or an h2c `appProtocol`) reached over HTTP/1: the
+/// engine speaks HTTP/1 upstream only, and a gRPC backend does not answer
+/// HTTP/1, so the request is refused here rather than sent where it would
+/// fail; gRPC clients speak HTTP/2, which the Pingora path serves.
+const H2C_OVER_H1: Answer = Answer {
+    status: 502,
+    body: "502 this route's backend speaks HTTP/2 only (gRPC, h2c); send the request over HTTP/2\n",
+    location: None,
+    refusal: None,
+    reason: "h2c_backend_over_h1",
+};
+
+/// A URL rewrite whose result is no valid request target (a replacement
+/// path the route's configuration made unusable for this request).
+const BAD_REWRITE: Answer = Answer {
+    status: 500,
+    body: "500 the route's URL rewrite made no valid request target\n",
+    location: None,
+    refusal: None,
+    reason: "rewrite_invalid",
+};
+
+/// The request's header fields for Gateway API header matches.
+struct H1Headers<'a, 'r>(&'a RequestHead<'r>);
+
+impl RequestHeaders for H1Headers<'_, '_> {
+    fn first(&self, name: &str) -> Option<&[u8]> {
+        self.0.header(name)
+    }
+}
+
+/// The fields teapot sets on every forwarded request
+/// ([`forwarding_edits`]): the edge's chain of trust. A header filter's
+/// edit of one of them is not applied (it would write a second field).
+const FORWARDING_FIELDS: [&str; 8] = [
+    trace::REQUEST_ID,
+    trace::TRACEPARENT,
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "forwarded",
+    "x-real-ip",
+];
+
+/// A Gateway API filter's header edits as the engine's: `set` replaces,
+/// `add` appends one more field (the same list as `a,b`, RFC 9110 §5.3,
+/// and what the conformance suite reads), `remove` removes, in that
+/// order; a name both edited and removed is removed. The engine checks
+/// each name and value when pushed (no CR/LF, no framing field).
+fn push_gateway_edits(edits: &mut HeaderEdits, spec: &GatewayHeaderEdits, request: bool) {
+    let teapots = |name: &str| {
+        request
+            && FORWARDING_FIELDS
+                .iter()
+                .any(|f| f.eq_ignore_ascii_case(name))
+    };
+    let kept =
+        |name: &str| !teapots(name) && !spec.remove.iter().any(|r| r.eq_ignore_ascii_case(name));
+    for (name, value) in spec.set.iter().filter(|(n, _)| kept(n)) {
+        edits.push_set(name.as_bytes(), value.as_bytes());
+    }
+    for (name, value) in spec.add.iter().filter(|(n, _)| kept(n)) {
+        edits.push_append(name.as_bytes(), value.as_bytes());
+    }
+    for name in spec.remove.iter().filter(|n| !teapots(n)) {
+        edits.push_remove(name.as_bytes());
+    }
+}
+
+/// Mirrored requests in flight, across the process: over the cap, a
+/// mirror is dropped (and counted) rather than queued, so a slow mirror
+/// backend never holds more than this many connections and tasks.
+static MIRRORS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+const MAX_MIRRORS_IN_FLIGHT: usize = 256;
+/// Mirrors dropped for the cap, since the start.
+static MIRRORS_DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Counts mirrored-or-not decisions, for RequestMirror shares.
+static MIRROR_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// A slot among [`MIRRORS_IN_FLIGHT`], given back when the mirror ends.
+struct MirrorSlot;
+
+impl MirrorSlot {
+    fn take() -> Option<MirrorSlot> {
+        let taken = MIRRORS_IN_FLIGHT
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < MAX_MIRRORS_IN_FLIGHT).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken {
+            let dropped = MIRRORS_DROPPED.fetch_add(1, Ordering::Relaxed) + 1;
+            // Once per power of two: a flood is visible, never a log flood.
+            if dropped.is_power_of_two() {
+                tracing::warn!(
+                    dropped,
+                    cap = MAX_MIRRORS_IN_FLIGHT,
+                    "request mirrors dropped: too many in flight"
+                );
+            }
+        }
+        taken.then_some(MirrorSlot)
+    }
+}
+
+impl Drop for MirrorSlot {
+    fn drop(&mut self) {
+        MIRRORS_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Router {
+    /// What a Gateway API rule's filters do to a forwarded request, as the
+    /// Pingora path does (crate::plane::proxy): request header edits, Host
+    /// and target rewrites, response header edits, the timeouts, and the
+    /// mirrors (started here, on their own tasks). `Err`: a rewrite made
+    /// no valid target.
+    fn gateway_filters(
+        &self,
+        fwd: &mut H1Forward<Target>,
+        gateway: &GatewayForward,
+        req: &RequestHead<'_>,
+        path: &str,
+        query: &str,
+    ) -> Result<(), Answer> {
+        let mut rewritten: Option<String> = None;
+        let mut read_timeout = self.options.read_timeout;
+        for f in gateway.each() {
+            push_gateway_edits(&mut fwd.request_edits, &f.request_headers, true);
+            push_gateway_edits(&mut fwd.response_edits, &f.response_headers, false);
+            if let Some(host) = filters::rewritten_host(f) {
+                fwd.request_edits.push_set(b"host", host.as_bytes());
+            }
+            // A backend's rewrite applies to the path the rule's left.
+            let current = rewritten
+                .as_deref()
+                .map_or(path, |t| t.split_once('?').map_or(t, |(p, _)| p));
+            if let Some(target) = filters::rewritten_target(f, current, Some(query)) {
+                rewritten = Some(target);
+            }
+            for t in [f.backend_timeout, f.request_timeout].into_iter().flatten() {
+                read_timeout = read_timeout.min(t);
+            }
+            for m in &f.mirrors {
+                mirror(m, req);
+            }
+        }
+        if let Some(target) = rewritten {
+            fwd.target = Some(RequestTarget::new(target).ok_or(BAD_REWRITE)?);
+        }
+        // Only a bound shorter than the engine's own changes anything.
+        if read_timeout < self.options.read_timeout {
+            fwd.timeouts.read = Some(read_timeout);
+        }
+        Ok(())
+    }
+}
+
+/// Sends the request's head (no body, docs/gateway-api.md) to a
+/// RequestMirror backend on a task nobody waits for: a mirror never slows
+/// or fails the request; its answer is read and dropped.
+fn mirror(m: &Mirror, req: &RequestHead<'_>) {
+    let sequence = MIRROR_SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    if !filters::mirrored(m.per_million, sequence) {
+        return;
+    }
+    let Some(endpoint) = m.upstream.pick(&mut Tried::default()) else {
+        return;
+    };
+    let Some(slot) = MirrorSlot::take() else {
+        return;
+    };
+    let bytes = filters::mirror_request(
+        req.method(),
+        req.path(),
+        req.host().unwrap_or(""),
+        req.headers(),
+    );
+    let addr = endpoint.addr;
+    tokio::spawn(async move {
+        let _slot = slot;
+        let send = async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut stream = tokio::net::TcpStream::connect(addr).await?;
+            stream.write_all(&bytes).await?;
+            let mut sink = [0u8; 1024];
+            while stream.read(&mut sink).await? > 0 {}
+            std::io::Result::Ok(())
+        };
+        if let Ok(Err(e)) = tokio::time::timeout(MIRROR_TIMEOUT, send).await {
+            tracing::debug!(%addr, error = %e, "request mirror failed");
+        }
+    });
+}
+
+/// How long a mirror may hold its slot: connect, send a head, read an
+/// answer to drop.
+const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One request's series, IDs and the tag that carries them to the
 /// observer.
@@ -271,7 +499,15 @@ impl Router {
             Bytes::from_static(answer.body.as_bytes()),
         );
         respond.tag = Some(tag);
-        respond.headers.push(PLAIN_TEXT);
+        match &answer.location {
+            // A redirect: no body, its Location checked by the engine like
+            // any header of a local answer.
+            Some(location) => respond.headers.push((
+                Bytes::from_static(b"location"),
+                Bytes::copy_from_slice(location.as_bytes()),
+            )),
+            None => respond.headers.push(PLAIN_TEXT),
+        }
         if answer.delayed() {
             tokio::time::sleep(self.edge.tenant_refusal_delay).await;
             respond
@@ -321,7 +557,7 @@ fn with_forwarding_block<T>(
     authority: &str,
     f: impl FnOnce(&HeaderEdits) -> T,
 ) -> T {
-    use std::hash::BuildHasher as _;
+    use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
     const SLOTS: usize = 64;
     struct Block {
         client: Option<std::net::IpAddr>,
@@ -338,8 +574,14 @@ fn with_forwarding_block<T>(
     let local_port = conn.local.map(|a| a.port());
     // The key is the client's own input (its address, its Host): a
     // collision only costs a miss, never another client's fields.
-    let hash = foldhash::fast::FixedState::with_seed(0xf0d)
-        .hash_one((client, conn.tls, local_port, authority));
+    // Fed field by field rather than through `hash_one` on a tuple, which
+    // the optimizer may keep out of line: this runs on every request.
+    let mut hasher = foldhash::fast::FixedState::with_seed(0xf0d).build_hasher();
+    client.hash(&mut hasher);
+    conn.tls.hash(&mut hasher);
+    local_port.hash(&mut hasher);
+    authority.hash(&mut hasher);
+    let hash = hasher.finish();
     let slot = (hash % SLOTS as u64) as usize;
     BLOCKS.with_borrow_mut(|blocks| {
         let hit = blocks[slot].as_ref().is_some_and(|b| {
@@ -665,6 +907,57 @@ mod tests {
             },
         );
         edits
+    }
+
+    /// A filter's edits in the engine's terms: set, add, remove in that
+    /// order; the forwarding fields stay teapot's; a value that could
+    /// split the head or a framing field never reaches it.
+    #[test]
+    fn gateway_header_edits_become_engine_edits() {
+        let spec = GatewayHeaderEdits {
+            set: vec![
+                ("x-set".into(), "s".into()),
+                ("X-Forwarded-For".into(), "6.6.6.6".into()),
+                ("x-gone".into(), "g".into()),
+                ("x-split".into(), "a\r\nx-injected: 1".into()),
+                ("content-length".into(), "0".into()),
+            ],
+            add: vec![
+                ("x-add".into(), "a".into()),
+                ("transfer-encoding".into(), "chunked".into()),
+            ],
+            remove: vec!["X-Gone".into(), "x-real-ip".into()],
+        };
+        let mut request = HeaderEdits::default().set("x-forwarded-for", "10.0.0.1");
+        push_gateway_edits(&mut request, &spec, true);
+        let mut response = HeaderEdits::default();
+        push_gateway_edits(&mut response, &spec, false);
+        let shown = |e: &HeaderEdits| format!("{e:?}");
+        assert_eq!(
+            shown(&request),
+            shown(
+                &HeaderEdits::default()
+                    .set("x-forwarded-for", "10.0.0.1")
+                    .set("x-set", "s")
+                    .remove("x-split")
+                    .remove("content-length")
+                    .append("x-add", "a")
+                    .remove("X-Gone")
+            )
+        );
+        assert_eq!(
+            shown(&response),
+            shown(
+                &HeaderEdits::default()
+                    .set("x-set", "s")
+                    .set("X-Forwarded-For", "6.6.6.6")
+                    .remove("x-split")
+                    .remove("content-length")
+                    .append("x-add", "a")
+                    .remove("X-Gone")
+                    .remove("x-real-ip")
+            )
+        );
     }
 
     #[test]
