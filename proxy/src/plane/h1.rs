@@ -266,8 +266,6 @@ fn push_gateway_edits(edits: &mut HeaderEdits, spec: &GatewayHeaderEdits, reques
 /// backend never holds more than this many connections and tasks.
 static MIRRORS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 const MAX_MIRRORS_IN_FLIGHT: usize = 256;
-/// Mirrors dropped for the cap, since the start.
-static MIRRORS_DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Counts mirrored-or-not decisions, for RequestMirror shares.
 static MIRROR_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
@@ -275,14 +273,16 @@ static MIRROR_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 struct MirrorSlot;
 
 impl MirrorSlot {
-    fn take() -> Option<MirrorSlot> {
+    /// `dropped` is `teapot_mirror_dropped_total`.
+    fn take(dropped: &prometheus::IntCounter) -> Option<MirrorSlot> {
         let taken = MIRRORS_IN_FLIGHT
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
                 (n < MAX_MIRRORS_IN_FLIGHT).then_some(n + 1)
             })
             .is_ok();
         if !taken {
-            let dropped = MIRRORS_DROPPED.fetch_add(1, Ordering::Relaxed) + 1;
+            dropped.inc();
+            let dropped = dropped.get();
             // Once per power of two: a flood is visible, never a log flood.
             if dropped.is_power_of_two() {
                 tracing::warn!(
@@ -335,7 +335,7 @@ impl Router {
                 read_timeout = read_timeout.min(t);
             }
             for m in &f.mirrors {
-                mirror(m, req);
+                mirror(m, req, &self.metrics.mirrors_dropped);
             }
         }
         if let Some(target) = rewritten {
@@ -352,7 +352,7 @@ impl Router {
 /// Sends the request's head (no body, docs/gateway-api.md) to a
 /// RequestMirror backend on a task nobody waits for: a mirror never slows
 /// or fails the request; its answer is read and dropped.
-fn mirror(m: &Mirror, req: &RequestHead<'_>) {
+fn mirror(m: &Mirror, req: &RequestHead<'_>, dropped: &prometheus::IntCounter) {
     let sequence = MIRROR_SEQUENCE.fetch_add(1, Ordering::Relaxed);
     if !filters::mirrored(m.per_million, sequence) {
         return;
@@ -360,7 +360,7 @@ fn mirror(m: &Mirror, req: &RequestHead<'_>) {
     let Some(endpoint) = m.upstream.pick(&mut Tried::default()) else {
         return;
     };
-    let Some(slot) = MirrorSlot::take() else {
+    let Some(slot) = MirrorSlot::take(dropped) else {
         return;
     };
     let bytes = filters::mirror_request(

@@ -60,6 +60,8 @@ pub struct Metrics {
     pub log_lines_suppressed: IntCounter,
     /// Access-log lines dropped because the writer's queue was full.
     pub access_log_dropped: IntCounter,
+    /// Gateway API RequestMirror copies not sent: too many in flight.
+    pub mirrors_dropped: IntCounter,
     pub l4: crate::plane::l4::L4Metrics,
     /// Request series by tenant (and by route, when switched on).
     pub series: Arc<SeriesBook>,
@@ -182,6 +184,10 @@ impl Metrics {
                 "access_log_dropped_total",
                 "Access-log lines dropped because the writer fell behind (the request was not held)",
             )?,
+            mirrors_dropped: IntCounter::new(
+                "mirror_dropped_total",
+                "Gateway API RequestMirror copies not sent because too many mirrors were in flight (the request was not held)",
+            )?,
             l4: crate::plane::l4::L4Metrics::register(&registry)?,
             series: Arc::new(SeriesBook::register(&registry)?),
             registry,
@@ -213,6 +219,7 @@ impl Metrics {
             .register(Box::new(m.log_lines_suppressed.clone()))?;
         m.registry
             .register(Box::new(m.access_log_dropped.clone()))?;
+        m.registry.register(Box::new(m.mirrors_dropped.clone()))?;
         Ok(m)
     }
 
