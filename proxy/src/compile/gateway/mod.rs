@@ -587,7 +587,7 @@ impl<'s> GatewayCompile<'s> {
         // The rules as one sorted list per listener plane (HTTP, HTTPS),
         // made at the first listener of that plane and shared by every
         // hostname bound through it.
-        let mut lists: PlaneLists = [None, None];
+        let mut lists: PlaneLists = Vec::new();
         let mut parents = Vec::with_capacity(route.parents.len());
         for (position, p) in route.parents.iter().enumerate() {
             let group = p.group.unwrap_or(GROUP);
@@ -812,15 +812,23 @@ impl<'s> GatewayCompile<'s> {
                     continue;
                 }
                 served_any = true;
-                let list = lists[usize::from(plane == Plane::Https)].get_or_insert_with(|| {
-                    let planes = (plane == Plane::Http, plane == Plane::Https);
-                    table::route_list(
-                        targets
-                            .iter()
-                            .map(|t| Candidate::new(t.clone(), planes))
-                            .collect(),
-                    )
-                });
+                let rank = table::listener_rank(listener.hostname.as_ref());
+                let https = plane == Plane::Https;
+                let at = match lists.iter().position(|(p, r, _)| *p == https && *r == rank) {
+                    Some(at) => at,
+                    None => {
+                        let planes = (!https, https);
+                        let list = table::route_list(
+                            targets
+                                .iter()
+                                .map(|t| Candidate::new(t.clone(), planes, rank))
+                                .collect(),
+                        );
+                        lists.push((https, rank, list));
+                        lists.len() - 1
+                    }
+                };
+                let list = &lists[at].2;
                 self.builder.bind(host, index, list);
                 self.bound_any = true;
                 if plane == Plane::Https
@@ -1155,7 +1163,9 @@ fn gateway_entry<'s>(
 
 /// A route's candidate list per listener plane (HTTP, HTTPS), made when
 /// first bound.
-type PlaneLists = [Option<Arc<[Candidate]>>; 2];
+/// A route's candidate lists, one per (HTTPS plane?, listener hostname
+/// rank) it binds through: shared by every hostname bound that way.
+type PlaneLists = Vec<(bool, u32, Arc<[Candidate]>)>;
 
 /// A parentRef, whatever the route kind.
 #[derive(Debug)]

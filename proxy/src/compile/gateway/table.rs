@@ -385,6 +385,21 @@ pub struct Candidate {
     /// Listener planes: HTTP (`--http`) and HTTPS (`--https`).
     pub http: bool,
     pub https: bool,
+    /// How specific the hostname of the listener it came through is
+    /// ([`listener_rank`]): a request sees only the routes of the most
+    /// specific listener matching its host (listener isolation).
+    pub listener: u32,
+}
+
+/// A listener hostname's specificity, as a number that fits beside the
+/// planes in a [`Candidate`]: no hostname 0, a wildcard its suffix length
+/// plus one, an exact name the most.
+pub fn listener_rank(hostname: Option<&HostPattern>) -> u32 {
+    match hostname {
+        None => 0,
+        Some(HostPattern::Wildcard(s)) => u32::try_from(s.len() + 1).unwrap_or(u32::MAX - 1),
+        Some(HostPattern::Exact(_)) => u32::MAX,
+    }
 }
 
 impl std::ops::Deref for Candidate {
@@ -409,11 +424,12 @@ struct Order {
 }
 
 impl Candidate {
-    pub fn new(target: Arc<Target>, (http, https): (bool, bool)) -> Candidate {
+    pub fn new(target: Arc<Target>, (http, https): (bool, bool), listener: u32) -> Candidate {
         Candidate {
             target,
             http,
             https,
+            listener,
         }
     }
 
@@ -699,7 +715,23 @@ fn merged(
         })
         .collect();
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    all.into_iter().map(|(_, c)| c.clone()).collect()
+    // Listener isolation (GatewayHTTPListenerIsolation): on each plane,
+    // only the candidates of the most specific listener hostname matching
+    // the host. Every candidate here matches it (the bound pattern is the
+    // intersection of its listener's and its route's hostnames).
+    let most = |https: bool| {
+        all.iter()
+            .filter(|(_, c)| if https { c.https } else { c.http })
+            .map(|(_, c)| c.listener)
+            .max()
+    };
+    let (http, https) = (most(false), most(true));
+    all.into_iter()
+        .filter(|(_, c)| {
+            (c.http && Some(c.listener) == http) || (c.https && Some(c.listener) == https)
+        })
+        .map(|(_, c)| c.clone())
+        .collect()
 }
 
 /// The Gateway API routes of a snapshot.
@@ -788,7 +820,7 @@ mod tests {
             None,
             (route, 0, 0),
         );
-        Candidate::new(Arc::new(target), (true, true))
+        Candidate::new(Arc::new(target), (true, true), 0)
     }
 
     impl TableBuilder {
@@ -797,6 +829,40 @@ mod tests {
             let route = c.position.0;
             self.bind(host, route, &route_list(vec![c]));
         }
+    }
+
+    /// A host sees only the routes of the most specific listener hostname
+    /// that matches it: the catch-all listener's routes are not in the
+    /// lists of hosts a wildcard or exact listener takes.
+    #[test]
+    fn a_host_sees_the_most_specific_listeners_routes_only() {
+        let wildcard = HostPattern::parse("*.example.com").unwrap();
+        let exact = HostPattern::parse("foo.example.com").unwrap();
+        let mut b = TableBuilder::default();
+        let mut any = candidate("any", matcher(PathMatch::Prefix("".into())), 0);
+        any.listener = listener_rank(None);
+        b.add(None, any);
+        let mut wild = candidate("wild", matcher(PathMatch::Prefix("/w".into())), 1);
+        wild.listener = listener_rank(Some(&wildcard));
+        b.add(Some(&wildcard), wild);
+        let mut own = candidate("own", matcher(PathMatch::Prefix("/o".into())), 2);
+        own.listener = listener_rank(Some(&exact));
+        b.add(Some(&exact), own);
+        // A route with hostname foo.example.com on the wildcard listener.
+        let mut through = candidate("through", matcher(PathMatch::Prefix("/t".into())), 3);
+        through.listener = listener_rank(Some(&wildcard));
+        b.add(Some(&exact), through);
+        let t = b.build();
+        let names = |host: &str| -> Vec<String> {
+            t.host(host)
+                .1
+                .iter()
+                .map(|c| c.info.name.to_string())
+                .collect()
+        };
+        assert_eq!(names("bar.example.com"), ["wild"]);
+        assert_eq!(names("foo.example.com"), ["own"]);
+        assert_eq!(names("other.org"), ["any"]);
     }
 
     #[test]
