@@ -73,6 +73,11 @@ async fn serve(mut s: TcpStream, conn: usize, seen: Seen) {
             })
         };
         let (cl, te) = (field("content-length"), field("transfer-encoding"));
+        if field("expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+            && s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+        {
+            return;
+        }
         let mut body = Vec::new();
         if let Some(n) = cl.as_deref().and_then(|v| v.parse::<usize>().ok()) {
             while buf.len() < n {
@@ -262,6 +267,17 @@ async fn h2_requests_to_http1_backends() {
         body.contains(r#"POST /echo cl=None te=Some("chunked") body=abcdef"#),
         "{body}"
     );
+    // A backend that waits for the body until it said `100 Continue`.
+    let (status, body) = send(
+        &mut c,
+        "POST",
+        "/echo",
+        &[("expect", "100-continue")],
+        streamed(&["after ", "continue"]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.unwrap().contains("body=after continue"));
     // The forwarding fields are there, and the Host is the authority.
     let (_, body) = send(&mut c, "GET", "/echo", &[], empty()).await;
     assert!(body.unwrap().contains("GET /echo cl=None te=None body="));

@@ -283,7 +283,17 @@ impl Exchange<'_> {
                     ready.map_err(|e| up_io(ErrorType::ReadError, "reading the upstream response", e))?;
                     match stream.try_read_buf(&mut buf) {
                         Ok(0) => return Err(up(ErrorType::ConnectionClosed, "upstream closed before its response").into()),
-                        Ok(_) => { received = true; break; }
+                        Ok(_) => {
+                            received = true;
+                            // A `100 Continue` (the client's `Expect` is
+                            // forwarded) asks for the body: go on sending
+                            // it. A final head (or a broken one) ends it.
+                            match parse_response(&buf, self.head_request) {
+                                Ok(Some(head)) if head.informational() => buf.advance(head.len),
+                                Ok(None) => {}
+                                _ => break,
+                            }
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                         Err(e) => return Err(up_io(ErrorType::ReadError, "reading the upstream response", e).into()),
                     }
