@@ -107,7 +107,13 @@ async fn serve(mut s: TcpStream, conn: usize, seen: Seen) {
             }
         }
         let line = format!(
-            "c{conn} #{index} {method} {path} cl={cl:?} te={te:?} body={}",
+            "c{conn} #{index} {method} {path} cl={cl:?} te={te:?} host={:?} xff={:?} xfp={:?} xfh={:?} id={} tp={} body={}",
+            field("host"),
+            field("x-forwarded-for"),
+            field("x-forwarded-proto"),
+            field("x-forwarded-host"),
+            field("x-request-id").is_some_and(|v| v.len() >= 16),
+            field("traceparent").is_some_and(|v| v.starts_with("00-")),
             String::from_utf8_lossy(&body)
         );
         seen.0.lock().unwrap().push(line.clone());
@@ -257,16 +263,18 @@ async fn h2_requests_to_http1_backends() {
     assert_eq!(status, 200);
     let body = body.unwrap();
     assert!(
-        body.contains(r#"POST /echo cl=Some("5") te=None body=hello"#),
+        body.contains(r#"POST /echo cl=Some("5") te=None host="#),
         "{body}"
     );
+    assert!(body.ends_with("body=hello"), "{body}");
     let (status, body) = send(&mut c, "POST", "/echo", &[], streamed(&["abc", "def"])).await;
     assert_eq!(status, 200);
     let body = body.unwrap();
     assert!(
-        body.contains(r#"POST /echo cl=None te=Some("chunked") body=abcdef"#),
+        body.contains(r#"POST /echo cl=None te=Some("chunked") host="#),
         "{body}"
     );
+    assert!(body.ends_with("body=abcdef"), "{body}");
     // A backend that waits for the body until it said `100 Continue`.
     let (status, body) = send(
         &mut c,
@@ -279,8 +287,22 @@ async fn h2_requests_to_http1_backends() {
     assert_eq!(status, 200);
     assert!(body.unwrap().contains("body=after continue"));
     // The forwarding fields are there, and the Host is the authority.
-    let (_, body) = send(&mut c, "GET", "/echo", &[], empty()).await;
-    assert!(body.unwrap().contains("GET /echo cl=None te=None body="));
+    let (_, body) = send(
+        &mut c,
+        "GET",
+        "/echo",
+        &[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-host", "evil.example"),
+        ],
+        empty(),
+    )
+    .await;
+    let body = body.unwrap();
+    assert!(
+        body.contains(r#"GET /echo cl=None te=None host=Some("h2up.test") xff=Some("127.0.0.1") xfp=Some("http") xfh=Some("h2up.test") id=true tp=true body="#),
+        "{body}"
+    );
 
     // Close-delimited and chunked responses.
     let (status, body) = send(&mut c, "GET", "/close", &[], empty()).await;

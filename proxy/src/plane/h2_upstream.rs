@@ -30,8 +30,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
+use crate::plane::decide::each_forwarding_header;
 use crate::plane::edge::Refusal;
-use crate::plane::proxy::{RequestCtx, Router};
+use crate::plane::proxy::{RequestCtx, Router, authority, has_hop_by_hop};
+use crate::plane::trace;
 
 /// Idle connections kept per backend address and serving thread.
 const MAX_IDLE_PER_UPSTREAM: usize = 256;
@@ -98,13 +100,18 @@ pub(super) async fn forward(
     session: &mut Session,
     ctx: &mut RequestCtx,
 ) -> Result<()> {
-    let mut req = session.req_header().clone();
-    router.edit_upstream_request(session, &mut req, ctx)?;
     let has_body = !session.is_body_empty();
-    let chunked = has_body && !req.headers.contains_key(CONTENT_LENGTH);
-    let mut head = Vec::with_capacity(256 + req.headers.len() * 32);
-    request_head(&req, chunked, &mut head);
-    drop(req);
+    let chunked = has_body && !session.req_header().headers.contains_key(CONTENT_LENGTH);
+    let mut head = Vec::with_capacity(512 + session.req_header().headers.len() * 32);
+    if ctx.gateway.is_some() || has_hop_by_hop(&session.req_header().headers) {
+        // Gateway filters and hop-by-hop fields edit the head in ways
+        // only a header map follows exactly: the rare case.
+        let mut req = session.req_header().clone();
+        router.edit_upstream_request(session, &mut req, ctx)?;
+        request_head(&req, chunked, &mut head);
+    } else {
+        direct_head(session, ctx, chunked, &mut head);
+    }
     let upstream = ctx
         .upstream
         .clone()
@@ -495,6 +502,104 @@ pub(super) fn request_head(req: &RequestHeader, chunked: bool, out: &mut Vec<u8>
     out.extend_from_slice(b"\r\n");
 }
 
+/// [`request_head`] of the edits `Router::edit_upstream_request` makes
+/// when there is neither a Gateway filter nor a hop-by-hop field (almost
+/// every request), written straight from the client's head: the new
+/// request ID and traceparent and the forwarding fields replace the
+/// client's, formatted in place (no header map copied or edited).
+fn direct_head(session: &Session, ctx: &RequestCtx, chunked: bool, out: &mut Vec<u8>) {
+    let req = session.req_header();
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(if target.is_empty() {
+        b"/"
+    } else {
+        target.as_bytes()
+    });
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let uri_authority = req.uri.authority().map(|a| a.as_str());
+    if let Some(a) = uri_authority {
+        field(out, "host", a.as_bytes());
+    }
+    let new_id = ctx.new_request_id.then(|| ctx.field(2)).flatten();
+    let new_tp = ctx.new_traceparent.then(|| ctx.field(3)).flatten();
+    for (name, value) in req.headers.iter() {
+        let n = name.as_str();
+        let replaced = (uri_authority.is_some() && name == http::header::HOST)
+            || name == http::header::TRANSFER_ENCODING
+            || FORWARDING.contains(&n)
+            || (new_id.is_some() && n == trace::REQUEST_ID)
+            || (new_tp.is_some() && n == trace::TRACEPARENT);
+        if !replaced {
+            field(out, n, value.as_bytes());
+        }
+    }
+    if let Some(id) = new_id {
+        field(out, trace::REQUEST_ID, id.as_bytes());
+    }
+    if let Some(tp) = new_tp {
+        field(out, trace::TRACEPARENT, tp.as_bytes());
+    }
+    let mut ip = IpText::default();
+    let client = session.client_addr().and_then(|a| a.as_inet()).map(|a| {
+        use std::io::Write;
+        let _ = write!(ip.buf.as_mut_slice(), "{}", a.ip());
+        ip.len = ip.buf.iter().position(|&b| b == 0).unwrap_or(ip.buf.len());
+        std::str::from_utf8(&ip.buf[..ip.len]).unwrap_or("")
+    });
+    let local_port = session
+        .server_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.port());
+    let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+    each_forwarding_header(client, tls, authority(req), local_port, |name, value| {
+        if let Some(v) = value {
+            use std::io::Write;
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            let _ = write!(out, "{v}");
+            out.extend_from_slice(b"\r\n");
+        }
+    });
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The names `each_forwarding_header` sets or removes.
+const FORWARDING: [&str; 6] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "forwarded",
+    "x-real-ip",
+];
+
+/// An IP address's text without an allocation.
+struct IpText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Default for IpText {
+    fn default() -> Self {
+        IpText {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// A backend's response head, validated.
 #[derive(Debug)]
 pub(super) struct ResponseHead {
@@ -855,6 +960,15 @@ mod tests {
         assert!(d.decode(&mut buf).is_err());
         let mut buf = BytesMut::from(&b"zz\r\n"[..]);
         assert!(Chunked::default().decode(&mut buf).is_err());
+    }
+
+    #[test]
+    fn the_forwarding_names_are_those_the_decision_sets() {
+        let mut names = Vec::new();
+        each_forwarding_header(Some("192.0.2.1"), true, "a.example", Some(443), |n, _| {
+            names.push(n)
+        });
+        assert_eq!(names, FORWARDING);
     }
 
     #[test]

@@ -264,8 +264,8 @@ pub struct RequestCtx {
     /// `tenant \x1f route \x1f request id \x1f traceparent`, as the HTTP/1
     /// engine's tag (crate::plane::h1).
     tag: Option<Arc<str>>,
-    new_request_id: bool,
-    new_traceparent: bool,
+    pub(super) new_request_id: bool,
+    pub(super) new_traceparent: bool,
     /// Why teapot answered itself, for the access log.
     reason: Option<&'static str>,
     /// The Gateway API filters of the matched rule.
@@ -273,7 +273,7 @@ pub struct RequestCtx {
 }
 
 impl RequestCtx {
-    fn field(&self, i: usize) -> Option<&str> {
+    pub(super) fn field(&self, i: usize) -> Option<&str> {
         self.tag.as_deref().and_then(|t| t.split('\x1f').nth(i))
     }
 }
@@ -836,7 +836,7 @@ impl HeaderList for Response<'_> {
 /// `host` header (RFC 9113 §8.3.1). For an HTTP/1 absolute-form target
 /// Pingora keeps the authority out of the URI and rewrites the upstream
 /// target to match `Host`, so routing on `Host` is what the backend sees.
-fn authority(req: &RequestHeader) -> &str {
+pub(super) fn authority(req: &RequestHeader) -> &str {
     if let Some(a) = req.uri.authority() {
         return a.as_str();
     }
@@ -847,7 +847,7 @@ fn authority(req: &RequestHeader) -> &str {
 }
 
 /// Whether any header [`strip_hop_by_hop`] would drop may be present.
-fn has_hop_by_hop(headers: &http::HeaderMap) -> bool {
+pub(super) fn has_hop_by_hop(headers: &http::HeaderMap) -> bool {
     headers.contains_key(CONNECTION) || HOP_BY_HOP.iter().any(|h| headers.contains_key(*h))
 }
 
