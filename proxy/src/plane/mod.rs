@@ -27,6 +27,7 @@ pub mod decide;
 pub mod edge;
 pub mod filters;
 pub mod h1;
+pub mod h2_upstream;
 pub mod l4;
 pub mod logflood;
 pub mod metrics;

@@ -248,32 +248,32 @@ impl Router {
 /// Per-request state.
 #[derive(Debug)]
 pub struct RequestCtx {
-    upstream: Option<Arc<Upstream>>,
-    endpoint: Option<Arc<Endpoint>>,
-    tried: Tried,
-    upstream_started: Option<Instant>,
+    pub(super) upstream: Option<Arc<Upstream>>,
+    pub(super) endpoint: Option<Arc<Endpoint>>,
+    pub(super) tried: Tried,
+    pub(super) upstream_started: Option<Instant>,
     /// Request body bytes allowed (0: no limit) and seen so far.
-    body_limit: u64,
-    body_seen: u64,
+    pub(super) body_limit: u64,
+    pub(super) body_seen: u64,
     /// The tenant's connection slot, held until the request (or the
     /// upgraded connection) ends.
     tenant: Option<TenantPermit>,
     _in_flight: InFlight,
     started: Instant,
-    series: Option<Arc<Series>>,
+    pub(super) series: Option<Arc<Series>>,
     /// `tenant \x1f route \x1f request id \x1f traceparent`, as the HTTP/1
     /// engine's tag (crate::plane::h1).
     tag: Option<Arc<str>>,
-    new_request_id: bool,
-    new_traceparent: bool,
+    pub(super) new_request_id: bool,
+    pub(super) new_traceparent: bool,
     /// Why teapot answered itself, for the access log.
     reason: Option<&'static str>,
     /// The Gateway API filters of the matched rule.
-    gateway: Option<GatewayForward>,
+    pub(super) gateway: Option<GatewayForward>,
 }
 
 impl RequestCtx {
-    fn field(&self, i: usize) -> Option<&str> {
+    pub(super) fn field(&self, i: usize) -> Option<&str> {
         self.tag.as_deref().and_then(|t| t.split('\x1f').nth(i))
     }
 }
@@ -383,6 +383,16 @@ impl ProxyHttp for Router {
                 ctx.body_limit = forward.body_limit;
                 ctx.tenant = forward.tenant;
                 ctx.gateway = forward.gateway;
+                // HTTP/1 backends are teapot's own exchange
+                // (crate::plane::h2_upstream); h2c backends stay on
+                // Pingora's path.
+                if session.req_header().version == http::Version::HTTP_2
+                    && session.req_header().method != Method::CONNECT
+                    && !ctx.gateway.as_ref().is_some_and(|g| g.h2c)
+                {
+                    crate::plane::h2_upstream::forward(self, session, ctx).await?;
+                    return Ok(true);
+                }
                 Ok(false)
             }
             Decision::Answer(answer, route) => {
@@ -426,20 +436,10 @@ impl ProxyHttp for Router {
             .ok_or_else(|| Error::explain(ErrorType::ConnectNoRoute, "every endpoint was tried"))?;
         let mut peer = HttpPeer::new(endpoint.addr, false, String::new());
         peer.options.connection_timeout = Some(self.options.connect_timeout);
-        peer.options.read_timeout = Some(self.options.read_timeout);
-        if let Some(gateway) = &ctx.gateway {
-            if gateway.h2c {
-                // Prior knowledge: HTTP/2 without TLS, no HTTP/1 fallback.
-                peer.options.set_http_version(2, 2);
-            }
-            // Gateway API timeouts bound the wait for the backend's
-            // answer (`request` also covers it: teapot adds no other
-            // wait between the request and the backend).
-            for f in gateway.each() {
-                for t in [f.backend_timeout, f.request_timeout].into_iter().flatten() {
-                    peer.options.read_timeout = peer.options.read_timeout.map(|r| r.min(t));
-                }
-            }
+        peer.options.read_timeout = Some(self.read_timeout(ctx));
+        if ctx.gateway.as_ref().is_some_and(|g| g.h2c) {
+            // Prior knowledge: HTTP/2 without TLS, no HTTP/1 fallback.
+            peer.options.set_http_version(2, 2);
         }
         peer.options.write_timeout = Some(self.options.write_timeout);
         peer.options.idle_timeout = Some(self.options.pool_idle_timeout);
@@ -494,56 +494,7 @@ impl ProxyHttp for Router {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if ctx.new_request_id
-            && let Some(id) = ctx.field(2)
-        {
-            upstream_request.insert_header(trace::REQUEST_ID, id.to_string())?;
-        }
-        if ctx.new_traceparent
-            && let Some(tp) = ctx.field(3)
-        {
-            upstream_request.insert_header(trace::TRACEPARENT, tp.to_string())?;
-        }
-        let upgrade = session.is_upgrade_req();
-        // Almost no request carries a hop-by-hop header: look before
-        // building the list and removing (each removal scans the header
-        // table, and this runs on every request).
-        if has_hop_by_hop(&upstream_request.headers) {
-            strip_hop_by_hop(upstream_request.headers.get_all(CONNECTION).iter(), upgrade)
-                .into_iter()
-                .for_each(|h| {
-                    upstream_request.remove_header(&h);
-                });
-            if !upgrade {
-                upstream_request.remove_header(&CONNECTION);
-                upstream_request.remove_header(&UPGRADE);
-            }
-        }
-        if upgrade {
-            upstream_request.insert_header(CONNECTION, "upgrade")?;
-        }
-        if let Some(gateway) = &ctx.gateway {
-            apply_request_filters(gateway, upstream_request)?;
-        }
-        let client_ip = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip().to_string());
-        let local_port = session
-            .server_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.port());
-        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
-        let host = authority(session.req_header()).to_string();
-        for (name, value) in forwarding_headers(client_ip, tls, &host, local_port) {
-            match value {
-                Some(v) => upstream_request.insert_header(name, v)?,
-                None => {
-                    upstream_request.remove_header(name);
-                }
-            }
-        }
-        Ok(())
+        self.edit_upstream_request(session, upstream_request, ctx)
     }
 
     async fn upstream_response_filter(
@@ -566,25 +517,7 @@ impl ProxyHttp for Router {
         response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if let Some(gateway) = &ctx.gateway {
-            for f in gateway.each() {
-                filters::apply_header_edits(&f.response_headers, &mut Response(response));
-            }
-        }
-        let switching = response.status.as_u16() == 101;
-        if has_hop_by_hop(&response.headers) {
-            for h in strip_hop_by_hop(response.headers.get_all(CONNECTION).iter(), switching) {
-                response.remove_header(&h);
-            }
-            if !switching {
-                response.remove_header(&CONNECTION);
-                response.remove_header(&UPGRADE);
-            }
-        }
-        if !response.headers.contains_key(SERVER) {
-            response.insert_header(SERVER, SERVER_NAME)?;
-        }
-        Ok(())
+        self.edit_response(response, ctx)
     }
 
     async fn fail_to_proxy(
@@ -685,6 +618,111 @@ impl ProxyHttp for Router {
         entry.client = session.client_addr().and_then(|a| a.as_inet()).copied();
         entry.reason = reason;
         log.send(entry);
+    }
+}
+
+impl Router {
+    /// The edits of an HTTP/2 request before it goes to its backend: new
+    /// request IDs, hop-by-hop fields, Gateway filters, forwarding fields.
+    pub(super) fn edit_upstream_request(
+        &self,
+        session: &Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &RequestCtx,
+    ) -> Result<()> {
+        if ctx.new_request_id
+            && let Some(id) = ctx.field(2)
+        {
+            upstream_request.insert_header(trace::REQUEST_ID, id.to_string())?;
+        }
+        if ctx.new_traceparent
+            && let Some(tp) = ctx.field(3)
+        {
+            upstream_request.insert_header(trace::TRACEPARENT, tp.to_string())?;
+        }
+        let upgrade = session.is_upgrade_req();
+        // Almost no request carries a hop-by-hop header: look before
+        // building the list and removing (each removal scans the header
+        // table, and this runs on every request).
+        if has_hop_by_hop(&upstream_request.headers) {
+            strip_hop_by_hop(upstream_request.headers.get_all(CONNECTION).iter(), upgrade)
+                .into_iter()
+                .for_each(|h| {
+                    upstream_request.remove_header(&h);
+                });
+            if !upgrade {
+                upstream_request.remove_header(&CONNECTION);
+                upstream_request.remove_header(&UPGRADE);
+            }
+        }
+        if upgrade {
+            upstream_request.insert_header(CONNECTION, "upgrade")?;
+        }
+        if let Some(gateway) = &ctx.gateway {
+            apply_request_filters(gateway, upstream_request)?;
+        }
+        let client_ip = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip().to_string());
+        let local_port = session
+            .server_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.port());
+        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        let host = authority(session.req_header()).to_string();
+        for (name, value) in forwarding_headers(client_ip, tls, &host, local_port) {
+            match value {
+                Some(v) => upstream_request.insert_header(name, v)?,
+                None => {
+                    upstream_request.remove_header(name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The edits of a backend's response: Gateway filters, hop-by-hop
+    /// fields, `Server`.
+    pub(super) fn edit_response(
+        &self,
+        response: &mut ResponseHeader,
+        ctx: &RequestCtx,
+    ) -> Result<()> {
+        if let Some(gateway) = &ctx.gateway {
+            for f in gateway.each() {
+                filters::apply_header_edits(&f.response_headers, &mut Response(response));
+            }
+        }
+        let switching = response.status.as_u16() == 101;
+        if has_hop_by_hop(&response.headers) {
+            for h in strip_hop_by_hop(response.headers.get_all(CONNECTION).iter(), switching) {
+                response.remove_header(&h);
+            }
+            if !switching {
+                response.remove_header(&CONNECTION);
+                response.remove_header(&UPGRADE);
+            }
+        }
+        if !response.headers.contains_key(SERVER) {
+            response.insert_header(SERVER, SERVER_NAME)?;
+        }
+        Ok(())
+    }
+
+    /// How long to wait for the backend's answer: Gateway API timeouts
+    /// bound it (`request` also covers it: teapot adds no other wait
+    /// between the request and the backend).
+    pub(super) fn read_timeout(&self, ctx: &RequestCtx) -> Duration {
+        let mut read = self.options.read_timeout;
+        if let Some(gateway) = &ctx.gateway {
+            for f in gateway.each() {
+                for t in [f.backend_timeout, f.request_timeout].into_iter().flatten() {
+                    read = read.min(t);
+                }
+            }
+        }
+        read
     }
 }
 
@@ -798,7 +836,7 @@ impl HeaderList for Response<'_> {
 /// `host` header (RFC 9113 §8.3.1). For an HTTP/1 absolute-form target
 /// Pingora keeps the authority out of the URI and rewrites the upstream
 /// target to match `Host`, so routing on `Host` is what the backend sees.
-fn authority(req: &RequestHeader) -> &str {
+pub(super) fn authority(req: &RequestHeader) -> &str {
     if let Some(a) = req.uri.authority() {
         return a.as_str();
     }
@@ -809,7 +847,7 @@ fn authority(req: &RequestHeader) -> &str {
 }
 
 /// Whether any header [`strip_hop_by_hop`] would drop may be present.
-fn has_hop_by_hop(headers: &http::HeaderMap) -> bool {
+pub(super) fn has_hop_by_hop(headers: &http::HeaderMap) -> bool {
     headers.contains_key(CONNECTION) || HOP_BY_HOP.iter().any(|h| headers.contains_key(*h))
 }
 

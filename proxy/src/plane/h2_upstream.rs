@@ -1,0 +1,987 @@
+//! HTTP/2 requests to HTTP/1 backends, exchanged by teapot itself.
+//!
+//! Pingora keeps the HTTP/2 server side (flow control, limits, the
+//! request's field checks); once the routing decision forwards to an
+//! HTTP/1 backend, the request head is written as bytes to a connection
+//! from this thread's pool, the body streamed, and the response head and
+//! body framing read and re-validated here. Pingora's per-request proxy
+//! machinery (two channels, `try_join!` of `select!` loops, header map
+//! copies) and its connector (an `Arc<Mutex>` pool, an idle-watch task per
+//! released connection, a `getpeername` per reuse) are skipped.
+//! docs/edge.md, "HTTP/2 to HTTP/1 backends".
+//!
+//! GRPCRoute's h2c backends still go through Pingora's path.
+
+use std::cell::OnceCell;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::CONTENT_LENGTH;
+use http::{HeaderName, HeaderValue, Method};
+use pingora_core::protocols::http::ServerSession;
+use pingora_error::{Error, ErrorType, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::Session;
+use teapot_h1::scan::{is_field_value, is_tchar};
+use teapot_h1::{BodyFraming, Pool};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::compile::upstream::{Endpoint, Upstream};
+use crate::plane::decide::each_forwarding_header;
+use crate::plane::edge::Refusal;
+use crate::plane::proxy::{RequestCtx, Router, authority, has_hop_by_hop};
+use crate::plane::trace;
+
+/// Idle connections kept per backend address and serving thread.
+const MAX_IDLE_PER_UPSTREAM: usize = 256;
+/// Largest response head accepted from a backend.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// Most fields in a response head.
+const MAX_RESPONSE_FIELDS: usize = 256;
+/// Longest chunk-size line and largest trailer section accepted.
+const MAX_CHUNK_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 16 * 1024;
+const READ_SIZE: usize = 16 * 1024;
+
+thread_local! {
+    /// Serving is thread per core (crate::plane::serving), and an HTTP/2
+    /// stream runs on the thread that accepted its connection: one pool
+    /// per thread needs no lock contention and no cross-thread wake-up.
+    static POOL: OnceCell<Pool> = const { OnceCell::new() };
+}
+
+fn with_pool<T>(idle_timeout: Duration, f: impl FnOnce(&Pool) -> T) -> T {
+    POOL.with(|p| f(p.get_or_init(|| Pool::new(MAX_IDLE_PER_UPSTREAM, idle_timeout))))
+}
+
+/// Whether a request with this method may be sent again after its
+/// connection failed (RFC 9110 §9.2.2).
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+fn up(etype: ErrorType, context: &'static str) -> Box<Error> {
+    Error::explain(etype, context).into_up()
+}
+
+fn up_io(etype: ErrorType, context: &'static str, e: std::io::Error) -> Box<Error> {
+    Error::because(etype, context, e).into_up()
+}
+
+/// How an exchange failed: `stale` when nothing came back from the
+/// backend and nothing of the request body was consumed, so an
+/// idempotent request may be sent again on a fresh connection.
+struct Failure {
+    error: Box<Error>,
+    stale: bool,
+}
+
+impl From<Box<Error>> for Failure {
+    fn from(error: Box<Error>) -> Self {
+        Failure {
+            error,
+            stale: false,
+        }
+    }
+}
+
+/// Forwards the session's request (already routed into `ctx`) to an HTTP/1
+/// backend and writes its response; an `Err` is answered by
+/// `fail_to_proxy` (502, 504, 413) when no response head went out yet, or
+/// else ends with the stream reset.
+pub(super) async fn forward(
+    router: &Router,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+) -> Result<()> {
+    let has_body = !session.is_body_empty();
+    let chunked = has_body && !session.req_header().headers.contains_key(CONTENT_LENGTH);
+    let mut head = Vec::with_capacity(512 + session.req_header().headers.len() * 32);
+    if ctx.gateway.is_some() || has_hop_by_hop(&session.req_header().headers) {
+        // Gateway filters and hop-by-hop fields edit the head in ways
+        // only a header map follows exactly: the rare case.
+        let mut req = session.req_header().clone();
+        router.edit_upstream_request(session, &mut req, ctx)?;
+        request_head(&req, chunked, &mut head);
+    } else {
+        direct_head(session, ctx, chunked, &mut head);
+    }
+    let upstream = ctx
+        .upstream
+        .clone()
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream chosen"))?;
+    let head_request = session.req_header().method == Method::HEAD;
+    let may_retry = idempotent(&session.req_header().method) && !has_body;
+    let timeouts = Timeouts {
+        read: router.read_timeout(ctx),
+        write: router.options.write_timeout,
+    };
+    let idle = router.options.pool_idle_timeout;
+    let mut retry_on: Option<Arc<Endpoint>> = None;
+    loop {
+        let fresh = retry_on.is_some();
+        let (mut stream, reused, endpoint) = match retry_on.take() {
+            Some(endpoint) => {
+                let stream = connect_to(router, &endpoint).await;
+                match stream {
+                    Ok(s) => (s, false, endpoint),
+                    Err(e) => {
+                        connect_failed(router, ctx, &upstream, &endpoint, &e);
+                        return Err(e);
+                    }
+                }
+            }
+            None => connect(router, ctx, &upstream, idle).await?,
+        };
+        let exchange = Exchange {
+            head: &head,
+            has_body,
+            chunked,
+            head_request,
+            timeouts,
+            body_limit: ctx.body_limit,
+        };
+        match exchange.run(router, session, ctx, &mut stream).await {
+            Ok(true) => {
+                with_pool(idle, |p| p.put(endpoint.addr, stream));
+                return Ok(());
+            }
+            Ok(false) => return Ok(()),
+            Err(f) if f.stale && reused && may_retry && !fresh => {
+                tracing::debug!(addr = %endpoint.addr, error = %f.error, "pooled upstream connection was stale; retrying once");
+                retry_on = Some(endpoint);
+            }
+            Err(f) => {
+                if session.response_written().is_some() {
+                    // The head went out: only a reset tells the client
+                    // that the body is incomplete.
+                    if let ServerSession::H2(h2) = session.as_downstream_mut() {
+                        h2.shutdown();
+                    }
+                }
+                return Err(f.error);
+            }
+        }
+    }
+}
+
+/// An endpoint of `upstream` and a connection to it: a pooled one, or a
+/// new one, trying further endpoints (each failed one ejected) as the
+/// Pingora path's `fail_to_connect` does.
+async fn connect(
+    router: &Router,
+    ctx: &mut RequestCtx,
+    upstream: &Arc<Upstream>,
+    idle: Duration,
+) -> Result<(TcpStream, bool, Arc<Endpoint>)> {
+    loop {
+        let endpoint = upstream
+            .pick(&mut ctx.tried)
+            .ok_or_else(|| up(ErrorType::ConnectNoRoute, "every endpoint was tried"))?
+            .clone();
+        ctx.endpoint = Some(endpoint.clone());
+        let now = Instant::now();
+        ctx.upstream_started = Some(now);
+        if let Some(stream) = with_pool(idle, |p| p.take(endpoint.addr)) {
+            endpoint.mark_healthy();
+            return Ok((stream, true, endpoint));
+        }
+        match connect_to(router, &endpoint).await {
+            Ok(stream) => return Ok((stream, false, endpoint)),
+            Err(mut e) => {
+                let attempts = ctx.tried.count();
+                let total = upstream.endpoints.len() as u32;
+                connect_failed(router, ctx, upstream, &endpoint, &e);
+                if attempts < total.min(router.options.max_connect_attempts) {
+                    continue;
+                }
+                e.set_retry(false);
+                return Err(e);
+            }
+        }
+    }
+}
+
+fn connect_failed(
+    router: &Router,
+    ctx: &RequestCtx,
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    e: &Error,
+) {
+    router.metrics.upstream_connect_failures.inc();
+    if let Some(series) = &ctx.series {
+        series.connect_failures.inc();
+    }
+    endpoint.eject();
+    tracing::warn!(
+        peer = %endpoint.addr,
+        attempts = ctx.tried.count(),
+        endpoints = upstream.endpoints.len(),
+        error = %e,
+        "upstream connect failed; endpoint ejected"
+    );
+}
+
+async fn connect_to(router: &Router, endpoint: &Endpoint) -> Result<TcpStream> {
+    let addr: SocketAddr = endpoint.addr;
+    match tokio::time::timeout(router.options.connect_timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            endpoint.mark_healthy();
+            Ok(stream)
+        }
+        Ok(Err(e)) => {
+            let etype = if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                ErrorType::ConnectRefused
+            } else {
+                ErrorType::ConnectError
+            };
+            Err(up_io(etype, "connecting to the upstream", e))
+        }
+        Err(_) => Err(up(ErrorType::ConnectTimedout, "connecting to the upstream")),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Timeouts {
+    read: Duration,
+    write: Duration,
+}
+
+struct Exchange<'a> {
+    head: &'a [u8],
+    has_body: bool,
+    chunked: bool,
+    head_request: bool,
+    timeouts: Timeouts,
+    body_limit: u64,
+}
+
+impl Exchange<'_> {
+    /// One request and its response; `Ok(true)`: the connection may be
+    /// pooled again.
+    async fn run(
+        &self,
+        router: &Router,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        stream: &mut TcpStream,
+    ) -> std::result::Result<bool, Failure> {
+        let t = self.timeouts;
+        write(stream, self.head, t.write)
+            .await
+            .map_err(|error| Failure { error, stale: true })?;
+        let mut buf = BytesMut::with_capacity(READ_SIZE);
+        let mut body_sent = !self.has_body;
+        let mut received = false;
+        // The request body, until its end or until the backend answers
+        // early (it may refuse the body: stop sending it then).
+        while !body_sent {
+            tokio::select! {
+                biased;
+                ready = stream.readable() => {
+                    ready.map_err(|e| up_io(ErrorType::ReadError, "reading the upstream response", e))?;
+                    match stream.try_read_buf(&mut buf) {
+                        Ok(0) => return Err(up(ErrorType::ConnectionClosed, "upstream closed before its response").into()),
+                        Ok(_) => {
+                            received = true;
+                            // A `100 Continue` (the client's `Expect` is
+                            // forwarded) asks for the body: go on sending
+                            // it. A final head (or a broken one) ends it.
+                            match parse_response(&buf, self.head_request) {
+                                Ok(Some(head)) if head.informational() => buf.advance(head.len),
+                                Ok(None) => {}
+                                _ => break,
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(up_io(ErrorType::ReadError, "reading the upstream response", e).into()),
+                    }
+                }
+                chunk = session.downstream_session.read_request_body() => {
+                    match chunk.map_err(|e| e.into_down())? {
+                        Some(chunk) => {
+                            ctx.body_seen += chunk.len() as u64;
+                            if self.body_limit > 0 && ctx.body_seen > self.body_limit {
+                                router.metrics.refused(Refusal::BodyTooLarge);
+                                return Err(Error::explain(ErrorType::HTTPStatus(413), "request body too large").into());
+                            }
+                            if chunk.is_empty() {
+                                continue;
+                            }
+                            if self.chunked {
+                                let mut size = Vec::with_capacity(20);
+                                size.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                                write(stream, &size, t.write).await?;
+                                write(stream, &chunk, t.write).await?;
+                                write(stream, b"\r\n", t.write).await?;
+                            } else {
+                                write(stream, &chunk, t.write).await?;
+                            }
+                        }
+                        None => {
+                            if self.chunked {
+                                write(stream, b"0\r\n\r\n", t.write).await?;
+                            }
+                            body_sent = true;
+                        }
+                    }
+                }
+            }
+        }
+        let head = loop {
+            match parse_response(&buf, self.head_request) {
+                Ok(Some(head)) if head.informational() => buf.advance(head.len),
+                Ok(Some(head)) => break head,
+                Ok(None) => {
+                    let n = read(stream, &mut buf, t.read)
+                        .await
+                        .map_err(|error| Failure {
+                            stale: !received && !self.has_body,
+                            error,
+                        })?;
+                    if n == 0 {
+                        return Err(Failure {
+                            error: up(
+                                ErrorType::ConnectionClosed,
+                                "upstream closed before its response",
+                            ),
+                            stale: !received && !self.has_body,
+                        });
+                    }
+                    received = true;
+                }
+                Err(why) => return Err(up(ErrorType::InvalidHTTPHeader, why).into()),
+            }
+        };
+        if let Some(started) = ctx.upstream_started.take() {
+            router
+                .metrics
+                .upstream_latency
+                .observe(started.elapsed().as_secs_f64());
+        }
+        buf.advance(head.len);
+        let framing = head.framing;
+        let mut response = head.header;
+        router.edit_response(&mut response, ctx)?;
+        let done_now = matches!(framing, BodyFraming::None | BodyFraming::Length(0));
+        session
+            .write_response_header(Box::new(response), done_now)
+            .await
+            .map_err(|e| e.into_down())?;
+        let complete = match framing {
+            BodyFraming::None | BodyFraming::Length(0) => true,
+            BodyFraming::Length(n) => {
+                let mut remaining = n;
+                loop {
+                    if buf.is_empty() && read(stream, &mut buf, t.read).await? == 0 {
+                        return Err(
+                            up(ErrorType::ConnectionClosed, "upstream closed mid-body").into()
+                        );
+                    }
+                    let take = (remaining.min(buf.len() as u64)) as usize;
+                    remaining -= take as u64;
+                    let data = buf.split_to(take).freeze();
+                    send(session, Some(data), remaining == 0).await?;
+                    if remaining == 0 {
+                        break;
+                    }
+                }
+                true
+            }
+            BodyFraming::Chunked => {
+                let mut decoder = Chunked::default();
+                loop {
+                    match decoder.decode(&mut buf) {
+                        Err(why) => return Err(up(ErrorType::InvalidHTTPHeader, why).into()),
+                        Ok(Some(data)) => send(session, Some(data), false).await?,
+                        Ok(None) if decoder.done() => break,
+                        Ok(None) => {
+                            if read(stream, &mut buf, t.read).await? == 0 {
+                                return Err(up(
+                                    ErrorType::ConnectionClosed,
+                                    "upstream closed mid-body",
+                                )
+                                .into());
+                            }
+                        }
+                    }
+                }
+                send(session, None, true).await?;
+                true
+            }
+            BodyFraming::Close => {
+                loop {
+                    if !buf.is_empty() {
+                        let data = buf.split().freeze();
+                        send(session, Some(data), false).await?;
+                    }
+                    if read(stream, &mut buf, t.read).await? == 0 {
+                        break;
+                    }
+                }
+                send(session, None, true).await?;
+                false
+            }
+        };
+        Ok(complete && head.keep_alive && body_sent && buf.is_empty())
+    }
+}
+
+async fn send(session: &mut Session, data: Option<Bytes>, end: bool) -> Result<()> {
+    session
+        .write_response_body(data, end)
+        .await
+        .map_err(|e| e.into_down())
+}
+
+async fn write(stream: &mut TcpStream, bytes: &[u8], timeout: Duration) -> Result<()> {
+    match tokio::time::timeout(timeout, stream.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(up_io(ErrorType::WriteError, "writing to the upstream", e)),
+        Err(_) => Err(up(ErrorType::WriteTimedout, "writing to the upstream")),
+    }
+}
+
+async fn read(stream: &mut TcpStream, buf: &mut BytesMut, timeout: Duration) -> Result<usize> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(READ_SIZE);
+    }
+    match tokio::time::timeout(timeout, stream.read_buf(buf)).await {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(up_io(
+            ErrorType::ReadError,
+            "reading the upstream response",
+            e,
+        )),
+        Err(_) => Err(up(ErrorType::ReadTimedout, "reading the upstream response")),
+    }
+}
+
+/// The HTTP/1.1 request head for `req` (already edited for the backend):
+/// `Host` from the authority (HTTP/2's `:authority`, or a rewritten host),
+/// the body as `Content-Length` when the client declared one, else
+/// chunked.
+pub(super) fn request_head(req: &RequestHeader, chunked: bool, out: &mut Vec<u8>) {
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(if target.is_empty() {
+        b"/"
+    } else {
+        target.as_bytes()
+    });
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let authority = req.uri.authority().map(|a| a.as_str());
+    if let Some(a) = authority {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(a.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in req.headers.iter() {
+        if (authority.is_some() && name == http::header::HOST)
+            || name == http::header::TRANSFER_ENCODING
+        {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// [`request_head`] of the edits `Router::edit_upstream_request` makes
+/// when there is neither a Gateway filter nor a hop-by-hop field (almost
+/// every request), written straight from the client's head: the new
+/// request ID and traceparent and the forwarding fields replace the
+/// client's, formatted in place (no header map copied or edited).
+fn direct_head(session: &Session, ctx: &RequestCtx, chunked: bool, out: &mut Vec<u8>) {
+    let req = session.req_header();
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(if target.is_empty() {
+        b"/"
+    } else {
+        target.as_bytes()
+    });
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let uri_authority = req.uri.authority().map(|a| a.as_str());
+    if let Some(a) = uri_authority {
+        field(out, "host", a.as_bytes());
+    }
+    let new_id = ctx.new_request_id.then(|| ctx.field(2)).flatten();
+    let new_tp = ctx.new_traceparent.then(|| ctx.field(3)).flatten();
+    for (name, value) in req.headers.iter() {
+        let n = name.as_str();
+        let replaced = (uri_authority.is_some() && name == http::header::HOST)
+            || name == http::header::TRANSFER_ENCODING
+            || FORWARDING.contains(&n)
+            || (new_id.is_some() && n == trace::REQUEST_ID)
+            || (new_tp.is_some() && n == trace::TRACEPARENT);
+        if !replaced {
+            field(out, n, value.as_bytes());
+        }
+    }
+    if let Some(id) = new_id {
+        field(out, trace::REQUEST_ID, id.as_bytes());
+    }
+    if let Some(tp) = new_tp {
+        field(out, trace::TRACEPARENT, tp.as_bytes());
+    }
+    let mut ip = IpText::default();
+    let client = session.client_addr().and_then(|a| a.as_inet()).map(|a| {
+        use std::io::Write;
+        let _ = write!(ip.buf.as_mut_slice(), "{}", a.ip());
+        ip.len = ip.buf.iter().position(|&b| b == 0).unwrap_or(ip.buf.len());
+        std::str::from_utf8(&ip.buf[..ip.len]).unwrap_or("")
+    });
+    let local_port = session
+        .server_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.port());
+    let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+    each_forwarding_header(client, tls, authority(req), local_port, |name, value| {
+        if let Some(v) = value {
+            use std::io::Write;
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            let _ = write!(out, "{v}");
+            out.extend_from_slice(b"\r\n");
+        }
+    });
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The names `each_forwarding_header` sets or removes.
+const FORWARDING: [&str; 6] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "forwarded",
+    "x-real-ip",
+];
+
+/// An IP address's text without an allocation.
+struct IpText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Default for IpText {
+    fn default() -> Self {
+        IpText {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A backend's response head, validated.
+#[derive(Debug)]
+pub(super) struct ResponseHead {
+    pub header: ResponseHeader,
+    pub framing: BodyFraming,
+    /// Both the version and `Connection` allow another request.
+    pub keep_alive: bool,
+    /// Bytes of the head, its blank line included.
+    pub len: usize,
+}
+
+impl ResponseHead {
+    fn informational(&self) -> bool {
+        (100..200).contains(&self.header.status.as_u16())
+    }
+}
+
+/// Parses a response head at the start of `buf`: `Ok(None)` until it is
+/// complete. Framing as RFC 9112 §6.3: no body for HEAD, 1xx, 204 and 304;
+/// a Transfer-Encoding whose last coding is chunked, else close-delimited;
+/// else one Content-Length (repeats must agree); else close-delimited.
+/// A 101 is refused: HTTP/2 has no upgrade.
+pub(super) fn parse_response(
+    buf: &[u8],
+    head_request: bool,
+) -> std::result::Result<Option<ResponseHead>, &'static str> {
+    let Some(end) = find(buf, b"\r\n\r\n") else {
+        if buf.len() > MAX_RESPONSE_HEAD {
+            return Err("response head too large");
+        }
+        return Ok(None);
+    };
+    if end > MAX_RESPONSE_HEAD {
+        return Err("response head too large");
+    }
+    // Each line with its CRLF: the blank line's CRLF is left out, so the
+    // last piece of the split is empty.
+    let mut lines = buf[..end + 2].split(|&b| b == b'\n').peekable();
+    let status_line = lines.next().ok_or("empty response head")?;
+    let status_line = status_line
+        .strip_suffix(b"\r")
+        .ok_or("bare LF in response head")?;
+    let (http10, rest) = if let Some(r) = status_line.strip_prefix(b"HTTP/1.1 ") {
+        (false, r)
+    } else if let Some(r) = status_line.strip_prefix(b"HTTP/1.0 ") {
+        (true, r)
+    } else {
+        return Err("malformed status line");
+    };
+    if rest.len() < 3
+        || !rest[..3].iter().all(u8::is_ascii_digit)
+        || (rest.len() > 3 && rest[3] != b' ')
+    {
+        return Err("malformed status code");
+    }
+    let status =
+        (rest[0] - b'0') as u16 * 100 + (rest[1] - b'0') as u16 * 10 + (rest[2] - b'0') as u16;
+    if !(100..=999).contains(&status) || status == 101 {
+        return Err("unusable status code");
+    }
+    let mut header = ResponseHeader::build(status, Some(16)).map_err(|_| "bad status")?;
+    let mut length: Option<u64> = None;
+    let mut chunked_last = None;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut fields = 0;
+    while let Some(line) = lines.next() {
+        if line.is_empty() && lines.peek().is_none() {
+            break;
+        }
+        let line = line.strip_suffix(b"\r").ok_or("bare LF in response head")?;
+        fields += 1;
+        if fields > MAX_RESPONSE_FIELDS {
+            return Err("too many response fields");
+        }
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or("response field without a colon")?;
+        let name = &line[..colon];
+        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+            return Err("malformed response field name");
+        }
+        let value = trim(&line[colon + 1..]);
+        if !is_field_value(value) {
+            return Err("malformed response field value");
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            for v in value.split(|&b| b == b',') {
+                let v = trim(v);
+                if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+                    return Err("malformed Content-Length");
+                }
+                let n: u64 = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("malformed Content-Length")?;
+                if length.is_some_and(|l| l != n) {
+                    return Err("conflicting Content-Length");
+                }
+                length = Some(n);
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if let Some(last) = value.rsplit(|&b| b == b',').next() {
+                chunked_last = Some(trim(last).eq_ignore_ascii_case(b"chunked"));
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',') {
+                let token = trim(token);
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        let name = HeaderName::from_bytes(name).map_err(|_| "malformed response field name")?;
+        let value = HeaderValue::from_bytes(value).map_err(|_| "malformed response field value")?;
+        header
+            .append_header(name, value)
+            .map_err(|_| "malformed response field")?;
+    }
+    let mut keep_alive = !close && (!http10 || keep_alive_token);
+    let framing = if head_request || status < 200 || status == 204 || status == 304 {
+        BodyFraming::None
+    } else if let Some(chunked) = chunked_last {
+        // Both framings sent: the message is suspect, never reuse its
+        // connection (RFC 9112 §6.3, point 3).
+        if length.is_some() {
+            keep_alive = false;
+        }
+        if chunked {
+            BodyFraming::Chunked
+        } else {
+            BodyFraming::Close
+        }
+    } else if let Some(n) = length {
+        BodyFraming::Length(n)
+    } else {
+        BodyFraming::Close
+    };
+    if framing == BodyFraming::Close {
+        keep_alive = false;
+    }
+    Ok(Some(ResponseHead {
+        header,
+        framing,
+        keep_alive,
+        len: end + 4,
+    }))
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    Data,
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+/// Decodes a chunked response body (RFC 9112 §7.1) to its payload:
+/// extensions and trailers are read, checked for size, and dropped.
+#[derive(Debug, Default)]
+struct Chunked {
+    state: ChunkState,
+    remaining: u64,
+    trailers: usize,
+}
+
+impl Chunked {
+    fn done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+
+    /// The next payload bytes in `buf` (consumed), or `None` when `buf`
+    /// holds no more of them (more must be read, or the body is done).
+    fn decode(&mut self, buf: &mut BytesMut) -> std::result::Result<Option<Bytes>, &'static str> {
+        loop {
+            match self.state {
+                ChunkState::Done => return Ok(None),
+                ChunkState::Size => {
+                    let Some(eol) = find(buf, b"\r\n") else {
+                        if buf.len() > MAX_CHUNK_LINE {
+                            return Err("chunk size line too long");
+                        }
+                        return Ok(None);
+                    };
+                    let line = &buf[..eol];
+                    let digits = line
+                        .iter()
+                        .position(|&b| !b.is_ascii_hexdigit())
+                        .unwrap_or(line.len());
+                    if digits == 0 || digits > 15 {
+                        return Err("malformed chunk size");
+                    }
+                    let rest = trim(&line[digits..]);
+                    if !rest.is_empty() && rest[0] != b';' {
+                        return Err("malformed chunk size");
+                    }
+                    let size = std::str::from_utf8(&line[..digits])
+                        .ok()
+                        .and_then(|s| u64::from_str_radix(s, 16).ok())
+                        .ok_or("malformed chunk size")?;
+                    buf.advance(eol + 2);
+                    if size == 0 {
+                        self.state = ChunkState::Trailers;
+                    } else {
+                        self.remaining = size;
+                        self.state = ChunkState::Data;
+                    }
+                }
+                ChunkState::Data => {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    let take = self.remaining.min(buf.len() as u64) as usize;
+                    self.remaining -= take as u64;
+                    if self.remaining == 0 {
+                        self.state = ChunkState::DataEnd;
+                    }
+                    return Ok(Some(buf.split_to(take).freeze()));
+                }
+                ChunkState::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(None);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err("chunk not followed by CRLF");
+                    }
+                    buf.advance(2);
+                    self.state = ChunkState::Size;
+                }
+                ChunkState::Trailers => {
+                    let Some(eol) = find(buf, b"\r\n") else {
+                        if self.trailers + buf.len() > MAX_TRAILERS {
+                            return Err("trailer section too large");
+                        }
+                        return Ok(None);
+                    };
+                    self.trailers += eol + 2;
+                    if self.trailers > MAX_TRAILERS {
+                        return Err("trailer section too large");
+                    }
+                    buf.advance(eol + 2);
+                    if eol == 0 {
+                        self.state = ChunkState::Done;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_framing() {
+        let h = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::Length(5));
+        assert!(h.keep_alive);
+        assert_eq!(h.len, 38);
+        let h = parse_response(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.framing, BodyFraming::Chunked);
+        let h = parse_response(b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n", false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::Close);
+        assert!(!h.keep_alive);
+        let h = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::None);
+        let h = parse_response(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false)
+            .unwrap()
+            .unwrap();
+        assert!(!h.keep_alive);
+        let h = parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.framing, BodyFraming::Chunked);
+        assert!(!h.keep_alive, "both framings: never reused");
+        assert!(
+            parse_response(b"HTTP/1.1 200 OK\r\nContent", false)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn response_heads_that_are_refused() {
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            b"HTTP/1.1 20 OK\r\n\r\n",
+            b"HTTP/2 200 OK\r\n\r\n",
+            b"HTTP/1.1 101 Switching\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\n folded\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nA: b\r\n\nContent-Length: 5\r\n\r\n",
+            b"HTTP/1.1 200 OK\nA: b\r\n\r\n",
+        ] {
+            assert!(
+                parse_response(bad, false).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_payload_across_reads() {
+        let wire = b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\nNEXT";
+        for split in 1..wire.len() {
+            let mut d = Chunked::default();
+            let mut buf = BytesMut::new();
+            let mut out = Vec::new();
+            for part in [&wire[..split], &wire[split..]] {
+                buf.extend_from_slice(part);
+                while let Some(b) = d.decode(&mut buf).unwrap() {
+                    out.extend_from_slice(&b);
+                }
+            }
+            assert!(d.done());
+            assert_eq!(out, b"hello world");
+            assert_eq!(&buf[..], b"NEXT", "nothing past the body is consumed");
+        }
+        let mut d = Chunked::default();
+        let mut buf = BytesMut::from(&b"5\r\nhelloXX"[..]);
+        assert!(d.decode(&mut buf).unwrap().is_some());
+        assert!(d.decode(&mut buf).is_err());
+        let mut buf = BytesMut::from(&b"zz\r\n"[..]);
+        assert!(Chunked::default().decode(&mut buf).is_err());
+    }
+
+    #[test]
+    fn the_forwarding_names_are_those_the_decision_sets() {
+        let mut names = Vec::new();
+        each_forwarding_header(Some("192.0.2.1"), true, "a.example", Some(443), |n, _| {
+            names.push(n)
+        });
+        assert_eq!(names, FORWARDING);
+    }
+
+    #[test]
+    fn request_head_from_an_h2_request() {
+        let mut req = RequestHeader::build("POST", b"/a?b=1", None).unwrap();
+        req.set_uri("https://a.example/a?b=1".parse().unwrap());
+        req.insert_header("host", "other.example").unwrap();
+        req.insert_header("x-one", "1").unwrap();
+        let mut out = Vec::new();
+        request_head(&req, true, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /a?b=1 HTTP/1.1\r\nhost: a.example\r\nx-one: 1\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+    }
+}
