@@ -14,9 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
-use pingora_core::server::configuration::ServerConf;
 use tokio::sync::watch;
 
 use teapot_model::certificate::TlsCertificate;
@@ -240,10 +238,6 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
 
-    let server_conf = Arc::new(ServerConf {
-        upstream_keepalive_pool_size: config.upstream_pool_size,
-        ..ServerConf::default()
-    });
     let sni = match &listeners.https {
         Some(_) => Some(Arc::new(
             SniResolver::new(
@@ -274,15 +268,7 @@ pub async fn run(
     // Each serving thread gets its own HTTP/1 engine (and upstream pool)
     // and HTTP/2 application; the edge wrapper's connection table is
     // shared (crate::plane::serving).
-    let h2_app = |router: Router| {
-        let mut app = pingora_proxy::http_proxy(&server_conf, router);
-        let mut options = HttpServerOptions::default();
-        options.h2c = config.h2c;
-        options.h2_idle_timeout = Some(config.edge.h2.idle_timeout);
-        app.server_options = Some(options);
-        app.h2_options = Some(config.edge.h2.options());
-        app
-    };
+    let h2_app = crate::plane::h2::H2Server::new;
     let first = crate::plane::edge::EdgeApp::new(
         h2_app(router.clone()),
         crate::plane::h1::engine(router.clone(), config.upstream_pool_size),

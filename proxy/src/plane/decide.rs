@@ -1,8 +1,7 @@
 //! The routing decision, engine-agnostic: from a request head's facts and
 //! the current snapshot to "forward to this upstream, within these limits"
-//! or "answer here". Pingora's `ProxyHttp` path ([`crate::plane::proxy`])
-//! calls it, and so does any other HTTP engine, so their behaviour cannot
-//! drift. Pure but for the tenant gate it enters (a rate and connection
+//! or "answer here". Both engines call it (HTTP/1: crate::plane::h1,
+//! HTTP/2: crate::plane::h2), so their behaviour cannot drift. Pure but for the tenant gate it enters (a rate and connection
 //! count the route carries); tested without sockets.
 
 use std::fmt::Display;

@@ -9,8 +9,8 @@
 //! - [`check_host`] and [`check_h2_fields`] keep one authority in charge of
 //!   routing and keep control bytes out of HTTP/2 fields.
 //! - [`EdgeApp`] is the listener's application: connection caps (total and
-//!   per client address), then HTTP/2 to Pingora and everything else to
-//!   the HTTP/1 engine (crate::plane::h1), whose header-read deadline and
+//!   per client address), then HTTP/2 to teapot's HTTP/2 server
+//!   (crate::plane::h2) and everything else to the HTTP/1 engine (crate::plane::h1), whose header-read deadline and
 //!   keep-alive timeout are docs/edge.md's.
 
 use std::collections::HashMap;
@@ -23,7 +23,6 @@ use async_trait::async_trait;
 use pingora_core::apps::ServerApp;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
-use pingora_http::RequestHeader;
 pub use teapot_h1::scan::{
     H1Framing, HeadLimits, Refusal, body_limit, is_authority, is_field_value, is_tchar, scan_h1,
 };
@@ -98,9 +97,10 @@ impl Default for H2Limits {
 }
 
 impl H2Limits {
-    /// The h2 server options Pingora hands to every HTTP/2 connection.
-    pub fn options(&self) -> pingora_core::protocols::http::v2::server::H2Options {
-        let mut o = pingora_core::protocols::http::v2::server::default_h2_options();
+    /// The h2 server options of every HTTP/2 connection
+    /// (crate::plane::h2).
+    pub fn options(&self) -> h2::server::Builder {
+        let mut o = h2::server::Builder::new();
         o.max_concurrent_streams(self.max_concurrent_streams)
             .max_header_list_size(self.max_header_list_size)
             .max_pending_accept_reset_streams(self.max_pending_accept_reset_streams)
@@ -149,11 +149,11 @@ impl From<crate::compile::fairness::OverLimit> for Refusal {
     }
 }
 
-/// Host rules for both protocols: exactly one `host` field, naming one
-/// authority. Pingora already refuses a Host that differs from an
-/// absolute-form target or `:authority`.
-pub fn check_host(req: &RequestHeader) -> Result<(), Refusal> {
-    let mut hosts = req.headers.get_all(http::header::HOST).iter();
+/// Host rules of an HTTP/2 request: at most one `host` field, and every
+/// authority well formed (crate::plane::h2 also refuses a `host` that
+/// differs from `:authority`; HTTP/1's rules are the engine's).
+pub fn check_host(headers: &http::HeaderMap, uri: &http::Uri) -> Result<(), Refusal> {
+    let mut hosts = headers.get_all(http::header::HOST).iter();
     if let Some(host) = hosts.next() {
         if hosts.next().is_some() {
             return Err(Refusal::DuplicateHost);
@@ -162,7 +162,7 @@ pub fn check_host(req: &RequestHeader) -> Result<(), Refusal> {
             return Err(Refusal::BadHost);
         }
     }
-    if let Some(a) = req.uri.authority()
+    if let Some(a) = uri.authority()
         && !is_authority(a.as_str().as_bytes())
     {
         return Err(Refusal::BadHost);
@@ -172,8 +172,8 @@ pub fn check_host(req: &RequestHeader) -> Result<(), Refusal> {
 
 /// HTTP/2 fields carry no framing of their own, but downgraded to HTTP/1.1
 /// a CR, LF or NUL in a name or value would split a header upstream.
-pub fn check_h2_fields(req: &RequestHeader) -> Result<(), Refusal> {
-    for (name, value) in req.headers.iter() {
+pub fn check_h2_fields(headers: &http::HeaderMap) -> Result<(), Refusal> {
+    for (name, value) in headers.iter() {
         if name.as_str().bytes().any(|b| !is_tchar(b)) {
             return Err(Refusal::BadHeaderName);
         }
@@ -181,7 +181,7 @@ pub fn check_h2_fields(req: &RequestHeader) -> Result<(), Refusal> {
             return Err(Refusal::ControlByte);
         }
     }
-    if req.headers.contains_key(http::header::TRANSFER_ENCODING) {
+    if headers.contains_key(http::header::TRANSFER_ENCODING) {
         // RFC 9113 §8.2.2: connection-specific fields are malformed in HTTP/2.
         return Err(Refusal::TransferEncoding);
     }
@@ -397,7 +397,8 @@ where
             false
         };
         if h2 {
-            // HTTP/2 has its own idle timeout and streams in their own tasks.
+            // HTTP/2 has its own idle timeout; its streams are futures of
+            // the connection's task (crate::plane::h2).
             return self.h2.process_new(stream, shutdown).await;
         }
         let info = crate::plane::h1::conn_info(&stream);
@@ -416,16 +417,23 @@ mod tests {
 
     #[test]
     fn h2_fields_and_host() {
-        let mut req = RequestHeader::build("GET", b"/", None).unwrap();
-        req.insert_header("x-a", "ok").unwrap();
-        assert!(check_h2_fields(&req).is_ok());
-        req.insert_header("transfer-encoding", "chunked").unwrap();
-        assert_eq!(check_h2_fields(&req), Err(Refusal::TransferEncoding));
-        let mut req = RequestHeader::build("GET", b"/", None).unwrap();
-        req.append_header("host", "a").unwrap();
-        assert!(check_host(&req).is_ok());
-        req.append_header("host", "b").unwrap();
-        assert_eq!(check_host(&req), Err(Refusal::DuplicateHost));
+        use http::HeaderValue;
+        let uri = http::Uri::from_static("/");
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-a", HeaderValue::from_static("ok"));
+        assert!(check_h2_fields(&headers).is_ok());
+        headers.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        assert_eq!(check_h2_fields(&headers), Err(Refusal::TransferEncoding));
+        let mut headers = http::HeaderMap::new();
+        headers.append("host", HeaderValue::from_static("a"));
+        assert!(check_host(&headers, &uri).is_ok());
+        headers.append("host", HeaderValue::from_static("b"));
+        assert_eq!(check_host(&headers, &uri), Err(Refusal::DuplicateHost));
+        let bad = http::Uri::from_static("https://a@b.example/");
+        assert_eq!(
+            check_host(&http::HeaderMap::new(), &bad),
+            Err(Refusal::BadHost)
+        );
     }
 
     #[test]

@@ -335,7 +335,14 @@ impl Router {
                 read_timeout = read_timeout.min(t);
             }
             for m in &f.mirrors {
-                mirror(m, req, &self.metrics.mirrors_dropped);
+                mirror(
+                    m,
+                    req.method(),
+                    req.path(),
+                    req.host().unwrap_or(""),
+                    req.headers(),
+                    &self.metrics.mirrors_dropped,
+                );
             }
         }
         if let Some(target) = rewritten {
@@ -351,8 +358,16 @@ impl Router {
 
 /// Sends the request's head (no body, docs/gateway-api.md) to a
 /// RequestMirror backend on a task nobody waits for: a mirror never slows
-/// or fails the request; its answer is read and dropped.
-fn mirror(m: &Mirror, req: &RequestHead<'_>, dropped: &prometheus::IntCounter) {
+/// or fails the request; its answer is read and dropped. Both engines'
+/// (HTTP/2: crate::plane::h2), so one cap holds for the process.
+pub(super) fn mirror<'h>(
+    m: &Mirror,
+    method: &str,
+    target: &str,
+    authority: &str,
+    headers: impl Iterator<Item = (&'h str, &'h [u8])>,
+    dropped: &prometheus::IntCounter,
+) {
     let sequence = MIRROR_SEQUENCE.fetch_add(1, Ordering::Relaxed);
     if !filters::mirrored(m.per_million, sequence) {
         return;
@@ -363,12 +378,7 @@ fn mirror(m: &Mirror, req: &RequestHead<'_>, dropped: &prometheus::IntCounter) {
     let Some(slot) = MirrorSlot::take(dropped) else {
         return;
     };
-    let bytes = filters::mirror_request(
-        req.method(),
-        req.path(),
-        req.host().unwrap_or(""),
-        req.headers(),
-    );
+    let bytes = filters::mirror_request(method, target, authority, headers);
     let addr = endpoint.addr;
     tokio::spawn(async move {
         let _slot = slot;
@@ -440,7 +450,7 @@ impl Router {
     /// (the Ingress name, the tenant's gate, the book and the trusted
     /// namespaces), so no key can be freed and reused while cached; a
     /// reload's new routes simply miss.
-    fn cached_series_of(&self, route: Option<&Route>) -> (Arc<Series>, bool) {
+    pub(super) fn cached_series_of(&self, route: Option<&Route>) -> (Arc<Series>, bool) {
         const SLOTS: usize = 32;
         struct Cached {
             ingress: Arc<str>,

@@ -1,16 +1,10 @@
-//! HTTP/2 requests to HTTP/1 backends, exchanged by teapot itself.
-//!
-//! Pingora keeps the HTTP/2 server side (flow control, limits, the
-//! request's field checks); once the routing decision forwards to an
-//! HTTP/1 backend, the request head is written as bytes to a connection
-//! from this thread's pool, the body streamed, and the response head and
-//! body framing read and re-validated here. Pingora's per-request proxy
-//! machinery (two channels, `try_join!` of `select!` loops, header map
-//! copies) and its connector (an `Arc<Mutex>` pool, an idle-watch task per
-//! released connection, a `getpeername` per reuse) are skipped.
+//! HTTP/2 requests to HTTP/1 backends, exchanged by teapot itself
+//! (crate::plane::h2 serves the client's side): the request head written
+//! as bytes to a connection from this thread's pool, the body streamed,
+//! and the response head and body framing read and re-validated here.
 //! docs/edge.md, "HTTP/2 to HTTP/1 backends".
 //!
-//! GRPCRoute's h2c backends still go through Pingora's path.
+//! GRPCRoute's h2c backends are crate::plane::h2c_upstream's.
 
 use std::cell::OnceCell;
 use std::net::SocketAddr;
@@ -18,21 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::CONTENT_LENGTH;
-use http::{HeaderName, HeaderValue, Method};
-use pingora_core::protocols::http::ServerSession;
-use pingora_error::{Error, ErrorType, Result};
-use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::Session;
+use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use teapot_h1::scan::{is_field_value, is_tchar};
-use teapot_h1::{BodyFraming, Pool};
+use teapot_h1::{BodyFraming, ConnInfo, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
 use crate::plane::decide::each_forwarding_header;
-use crate::plane::edge::Refusal;
-use crate::plane::proxy::{RequestCtx, Router, authority, has_hop_by_hop};
+use crate::plane::h2::{Failure, Ids, StreamCtx, authority};
+use crate::plane::proxy::{Router, has_hop_by_hop};
 use crate::plane::trace;
 
 /// Idle connections kept per backend address and serving thread.
@@ -66,60 +57,56 @@ fn idempotent(method: &Method) -> bool {
     )
 }
 
-fn up(etype: ErrorType, context: &'static str) -> Box<Error> {
-    Error::explain(etype, context).into_up()
-}
-
-fn up_io(etype: ErrorType, context: &'static str, e: std::io::Error) -> Box<Error> {
-    Error::because(etype, context, e).into_up()
-}
-
 /// How an exchange failed: `stale` when nothing came back from the
 /// backend and nothing of the request body was consumed, so an
 /// idempotent request may be sent again on a fresh connection.
-struct Failure {
-    error: Box<Error>,
+struct Stale {
+    failure: Failure,
     stale: bool,
 }
 
-impl From<Box<Error>> for Failure {
-    fn from(error: Box<Error>) -> Self {
-        Failure {
-            error,
+impl From<Failure> for Stale {
+    fn from(failure: Failure) -> Self {
+        Stale {
+            failure,
             stale: false,
         }
     }
 }
 
-/// Forwards the session's request (already routed into `ctx`) to an HTTP/1
-/// backend and writes its response; an `Err` is answered by
-/// `fail_to_proxy` (502, 504, 413) when no response head went out yet, or
-/// else ends with the stream reset.
+/// Forwards the stream's request (already routed into `st`) to an HTTP/1
+/// backend and writes its response; an `Err` is answered by the caller
+/// (502, 504, 413) when no response head went out yet, or else ends with
+/// the stream reset.
 pub(super) async fn forward(
     router: &Router,
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-) -> Result<()> {
-    let has_body = !session.is_body_empty();
-    let chunked = has_body && !session.req_header().headers.contains_key(CONTENT_LENGTH);
-    let mut head = Vec::with_capacity(512 + session.req_header().headers.len() * 32);
-    if ctx.gateway.is_some() || has_hop_by_hop(&session.req_header().headers) {
+    parts: &Parts,
+    conn: &ConnInfo,
+    st: &mut StreamCtx<'_>,
+) -> Result<(), Failure> {
+    let has_body = !st.client.body.is_empty();
+    let chunked = has_body && !parts.headers.contains_key(CONTENT_LENGTH);
+    let mut head = Vec::with_capacity(512 + parts.headers.len() * 32);
+    if st.gateway.is_some() || has_hop_by_hop(&parts.headers) {
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
-        let mut req = session.req_header().clone();
-        router.edit_upstream_request(session, &mut req, ctx)?;
-        request_head(&req, chunked, &mut head);
+        let mut headers = parts.headers.clone();
+        let mut uri = parts.uri.clone();
+        router
+            .edit_upstream_request(&mut headers, &mut uri, conn, st)
+            .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
+        request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
-        direct_head(session, ctx, chunked, &mut head);
+        direct_head(parts, st.ids.as_ref(), conn, chunked, &mut head);
     }
-    let upstream = ctx
+    let upstream = st
         .upstream
         .clone()
-        .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream chosen"))?;
-    let head_request = session.req_header().method == Method::HEAD;
-    let may_retry = idempotent(&session.req_header().method) && !has_body;
+        .ok_or(Failure::Upstream("no upstream chosen"))?;
+    let head_request = parts.method == Method::HEAD;
+    let may_retry = idempotent(&parts.method) && !has_body;
     let timeouts = Timeouts {
-        read: router.read_timeout(ctx),
+        read: router.read_timeout(st.gateway.as_ref()),
         write: router.options.write_timeout,
     };
     let idle = router.options.pool_idle_timeout;
@@ -127,17 +114,14 @@ pub(super) async fn forward(
     loop {
         let fresh = retry_on.is_some();
         let (mut stream, reused, endpoint) = match retry_on.take() {
-            Some(endpoint) => {
-                let stream = connect_to(router, &endpoint).await;
-                match stream {
-                    Ok(s) => (s, false, endpoint),
-                    Err(e) => {
-                        connect_failed(router, ctx, &upstream, &endpoint, &e);
-                        return Err(e);
-                    }
+            Some(endpoint) => match connect_to(router, &endpoint).await {
+                Ok(s) => (s, false, endpoint),
+                Err(e) => {
+                    connect_failed(router, st, &upstream, &endpoint, &e);
+                    return Err(e);
                 }
-            }
-            None => connect(router, ctx, &upstream, idle).await?,
+            },
+            None => connect(router, st, &upstream, idle).await?,
         };
         let exchange = Exchange {
             head: &head,
@@ -145,91 +129,80 @@ pub(super) async fn forward(
             chunked,
             head_request,
             timeouts,
-            body_limit: ctx.body_limit,
         };
-        match exchange.run(router, session, ctx, &mut stream).await {
+        match exchange.run(router, st, &mut stream).await {
             Ok(true) => {
                 with_pool(idle, |p| p.put(endpoint.addr, stream));
                 return Ok(());
             }
             Ok(false) => return Ok(()),
             Err(f) if f.stale && reused && may_retry && !fresh => {
-                tracing::debug!(addr = %endpoint.addr, error = %f.error, "pooled upstream connection was stale; retrying once");
+                tracing::debug!(addr = %endpoint.addr, error = %f.failure, "pooled upstream connection was stale; retrying once");
                 retry_on = Some(endpoint);
             }
-            Err(f) => {
-                if session.response_written().is_some() {
-                    // The head went out: only a reset tells the client
-                    // that the body is incomplete.
-                    if let ServerSession::H2(h2) = session.as_downstream_mut() {
-                        h2.shutdown();
-                    }
-                }
-                return Err(f.error);
-            }
+            Err(f) => return Err(f.failure),
         }
     }
 }
 
 /// An endpoint of `upstream` and a connection to it: a pooled one, or a
-/// new one, trying further endpoints (each failed one ejected) as the
-/// Pingora path's `fail_to_connect` does.
+/// new one, trying further endpoints (each failed one ejected).
 async fn connect(
     router: &Router,
-    ctx: &mut RequestCtx,
+    st: &mut StreamCtx<'_>,
     upstream: &Arc<Upstream>,
     idle: Duration,
-) -> Result<(TcpStream, bool, Arc<Endpoint>)> {
+) -> Result<(TcpStream, bool, Arc<Endpoint>), Failure> {
     loop {
         let endpoint = upstream
-            .pick(&mut ctx.tried)
-            .ok_or_else(|| up(ErrorType::ConnectNoRoute, "every endpoint was tried"))?
+            .pick(&mut st.tried)
+            .ok_or(Failure::Connect("every endpoint was tried"))?
             .clone();
-        ctx.endpoint = Some(endpoint.clone());
-        let now = Instant::now();
-        ctx.upstream_started = Some(now);
+        st.endpoint = Some(endpoint.clone());
+        st.upstream_started = Some(Instant::now());
         if let Some(stream) = with_pool(idle, |p| p.take(endpoint.addr)) {
             endpoint.mark_healthy();
             return Ok((stream, true, endpoint));
         }
         match connect_to(router, &endpoint).await {
             Ok(stream) => return Ok((stream, false, endpoint)),
-            Err(mut e) => {
-                let attempts = ctx.tried.count();
+            Err(e) => {
+                let attempts = st.tried.count();
                 let total = upstream.endpoints.len() as u32;
-                connect_failed(router, ctx, upstream, &endpoint, &e);
+                connect_failed(router, st, upstream, &endpoint, &e);
                 if attempts < total.min(router.options.max_connect_attempts) {
                     continue;
                 }
-                e.set_retry(false);
                 return Err(e);
             }
         }
     }
 }
 
-fn connect_failed(
+/// Counts and logs a failed connect, and ejects the endpoint.
+pub(super) fn connect_failed(
     router: &Router,
-    ctx: &RequestCtx,
+    st: &StreamCtx<'_>,
     upstream: &Upstream,
     endpoint: &Endpoint,
-    e: &Error,
+    e: &Failure,
 ) {
     router.metrics.upstream_connect_failures.inc();
-    if let Some(series) = &ctx.series {
+    if let Some(series) = &st.series {
         series.connect_failures.inc();
     }
     endpoint.eject();
     tracing::warn!(
         peer = %endpoint.addr,
-        attempts = ctx.tried.count(),
+        attempts = st.tried.count(),
         endpoints = upstream.endpoints.len(),
         error = %e,
         "upstream connect failed; endpoint ejected"
     );
 }
 
-async fn connect_to(router: &Router, endpoint: &Endpoint) -> Result<TcpStream> {
+/// A new connection to `endpoint`, within the connect timeout.
+pub(super) async fn connect_to(router: &Router, endpoint: &Endpoint) -> Result<TcpStream, Failure> {
     let addr: SocketAddr = endpoint.addr;
     match tokio::time::timeout(router.options.connect_timeout, TcpStream::connect(addr)).await {
         Ok(Ok(stream)) => {
@@ -238,14 +211,16 @@ async fn connect_to(router: &Router, endpoint: &Endpoint) -> Result<TcpStream> {
             Ok(stream)
         }
         Ok(Err(e)) => {
-            let etype = if e.kind() == std::io::ErrorKind::ConnectionRefused {
-                ErrorType::ConnectRefused
-            } else {
-                ErrorType::ConnectError
-            };
-            Err(up_io(etype, "connecting to the upstream", e))
+            tracing::debug!(%addr, error = %e, "connecting to the upstream");
+            Err(Failure::Connect(
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    "connection refused"
+                } else {
+                    "connecting to the upstream failed"
+                },
+            ))
         }
-        Err(_) => Err(up(ErrorType::ConnectTimedout, "connecting to the upstream")),
+        Err(_) => Err(Failure::ConnectTimeout),
     }
 }
 
@@ -261,7 +236,6 @@ struct Exchange<'a> {
     chunked: bool,
     head_request: bool,
     timeouts: Timeouts,
-    body_limit: u64,
 }
 
 impl Exchange<'_> {
@@ -270,26 +244,29 @@ impl Exchange<'_> {
     async fn run(
         &self,
         router: &Router,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
+        st: &mut StreamCtx<'_>,
         stream: &mut TcpStream,
-    ) -> std::result::Result<bool, Failure> {
+    ) -> Result<bool, Stale> {
         let t = self.timeouts;
         write(stream, self.head, t.write)
             .await
-            .map_err(|error| Failure { error, stale: true })?;
+            .map_err(|failure| Stale {
+                failure,
+                stale: true,
+            })?;
         let mut buf = BytesMut::with_capacity(READ_SIZE);
         let mut body_sent = !self.has_body;
         let mut received = false;
+        let body_limit = st.body_limit;
         // The request body, until its end or until the backend answers
         // early (it may refuse the body: stop sending it then).
         while !body_sent {
             tokio::select! {
                 biased;
                 ready = stream.readable() => {
-                    ready.map_err(|e| up_io(ErrorType::ReadError, "reading the upstream response", e))?;
+                    ready.map_err(|_| Failure::Upstream("reading the upstream response"))?;
                     match stream.try_read_buf(&mut buf) {
-                        Ok(0) => return Err(up(ErrorType::ConnectionClosed, "upstream closed before its response").into()),
+                        Ok(0) => return Err(Failure::Upstream("upstream closed before its response").into()),
                         Ok(_) => {
                             received = true;
                             // A `100 Continue` (the client's `Expect` is
@@ -302,24 +279,22 @@ impl Exchange<'_> {
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(up_io(ErrorType::ReadError, "reading the upstream response", e).into()),
+                        Err(_) => return Err(Failure::Upstream("reading the upstream response").into()),
                     }
                 }
-                chunk = session.downstream_session.read_request_body() => {
-                    match chunk.map_err(|e| e.into_down())? {
+                chunk = st.client.body.read() => {
+                    match chunk? {
                         Some(chunk) => {
-                            ctx.body_seen += chunk.len() as u64;
-                            if self.body_limit > 0 && ctx.body_seen > self.body_limit {
-                                router.metrics.refused(Refusal::BodyTooLarge);
-                                return Err(Error::explain(ErrorType::HTTPStatus(413), "request body too large").into());
+                            if body_limit > 0 && st.client.body.bytes > body_limit {
+                                return Err(Failure::BodyTooLarge.into());
                             }
                             if chunk.is_empty() {
                                 continue;
                             }
                             if self.chunked {
-                                let mut size = Vec::with_capacity(20);
-                                size.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
-                                write(stream, &size, t.write).await?;
+                                let mut size = [0u8; 18];
+                                let n = chunk_size_line(chunk.len(), &mut size);
+                                write(stream, &size[..n], t.write).await?;
                                 write(stream, &chunk, t.write).await?;
                                 write(stream, b"\r\n", t.write).await?;
                             } else {
@@ -343,25 +318,22 @@ impl Exchange<'_> {
                 Ok(None) => {
                     let n = read(stream, &mut buf, t.read)
                         .await
-                        .map_err(|error| Failure {
+                        .map_err(|failure| Stale {
                             stale: !received && !self.has_body,
-                            error,
+                            failure,
                         })?;
                     if n == 0 {
-                        return Err(Failure {
-                            error: up(
-                                ErrorType::ConnectionClosed,
-                                "upstream closed before its response",
-                            ),
+                        return Err(Stale {
+                            failure: Failure::Upstream("upstream closed before its response"),
                             stale: !received && !self.has_body,
                         });
                     }
                     received = true;
                 }
-                Err(why) => return Err(up(ErrorType::InvalidHTTPHeader, why).into()),
+                Err(why) => return Err(Failure::Upstream(why).into()),
             }
         };
-        if let Some(started) = ctx.upstream_started.take() {
+        if let Some(started) = st.upstream_started.take() {
             router
                 .metrics
                 .upstream_latency
@@ -369,27 +341,28 @@ impl Exchange<'_> {
         }
         buf.advance(head.len);
         let framing = head.framing;
-        let mut response = head.header;
-        router.edit_response(&mut response, ctx)?;
+        let mut response = Response::new(());
+        *response.status_mut() = head.status;
+        *response.headers_mut() = head.headers;
+        router.edit_response(
+            response.status(),
+            response.headers_mut(),
+            st.gateway.as_ref(),
+        );
         let done_now = matches!(framing, BodyFraming::None | BodyFraming::Length(0));
-        session
-            .write_response_header(Box::new(response), done_now)
-            .await
-            .map_err(|e| e.into_down())?;
+        st.client.out.send_head(response, done_now)?;
         let complete = match framing {
             BodyFraming::None | BodyFraming::Length(0) => true,
             BodyFraming::Length(n) => {
                 let mut remaining = n;
                 loop {
                     if buf.is_empty() && read(stream, &mut buf, t.read).await? == 0 {
-                        return Err(
-                            up(ErrorType::ConnectionClosed, "upstream closed mid-body").into()
-                        );
+                        return Err(Failure::Upstream("upstream closed mid-body").into());
                     }
                     let take = (remaining.min(buf.len() as u64)) as usize;
                     remaining -= take as u64;
                     let data = buf.split_to(take).freeze();
-                    send(session, Some(data), remaining == 0).await?;
+                    st.client.out.send_data(data, remaining == 0).await?;
                     if remaining == 0 {
                         break;
                     }
@@ -400,34 +373,30 @@ impl Exchange<'_> {
                 let mut decoder = Chunked::default();
                 loop {
                     match decoder.decode(&mut buf) {
-                        Err(why) => return Err(up(ErrorType::InvalidHTTPHeader, why).into()),
-                        Ok(Some(data)) => send(session, Some(data), false).await?,
+                        Err(why) => return Err(Failure::Upstream(why).into()),
+                        Ok(Some(data)) => st.client.out.send_data(data, false).await?,
                         Ok(None) if decoder.done() => break,
                         Ok(None) => {
                             if read(stream, &mut buf, t.read).await? == 0 {
-                                return Err(up(
-                                    ErrorType::ConnectionClosed,
-                                    "upstream closed mid-body",
-                                )
-                                .into());
+                                return Err(Failure::Upstream("upstream closed mid-body").into());
                             }
                         }
                     }
                 }
-                send(session, None, true).await?;
+                st.client.out.send_data(Bytes::new(), true).await?;
                 true
             }
             BodyFraming::Close => {
                 loop {
                     if !buf.is_empty() {
                         let data = buf.split().freeze();
-                        send(session, Some(data), false).await?;
+                        st.client.out.send_data(data, false).await?;
                     }
                     if read(stream, &mut buf, t.read).await? == 0 {
                         break;
                     }
                 }
-                send(session, None, true).await?;
+                st.client.out.send_data(Bytes::new(), true).await?;
                 false
             }
         };
@@ -435,66 +404,69 @@ impl Exchange<'_> {
     }
 }
 
-async fn send(session: &mut Session, data: Option<Bytes>, end: bool) -> Result<()> {
-    session
-        .write_response_body(data, end)
-        .await
-        .map_err(|e| e.into_down())
+/// `{len:x}\r\n` into `out`, without `fmt`; returns its length.
+fn chunk_size_line(len: usize, out: &mut [u8; 18]) -> usize {
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+    for i in 0..digits {
+        let nibble = (len >> (4 * (digits - 1 - i))) & 0xf;
+        out[i] = b"0123456789abcdef"[nibble];
+    }
+    out[digits] = b'\r';
+    out[digits + 1] = b'\n';
+    digits + 2
 }
 
-async fn write(stream: &mut TcpStream, bytes: &[u8], timeout: Duration) -> Result<()> {
+async fn write(stream: &mut TcpStream, bytes: &[u8], timeout: Duration) -> Result<(), Failure> {
     match tokio::time::timeout(timeout, stream.write_all(bytes)).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(up_io(ErrorType::WriteError, "writing to the upstream", e)),
-        Err(_) => Err(up(ErrorType::WriteTimedout, "writing to the upstream")),
+        Ok(Err(_)) => Err(Failure::Upstream("writing to the upstream failed")),
+        Err(_) => Err(Failure::ReadTimeout),
     }
 }
 
-async fn read(stream: &mut TcpStream, buf: &mut BytesMut, timeout: Duration) -> Result<usize> {
+async fn read(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    timeout: Duration,
+) -> Result<usize, Failure> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_SIZE);
     }
     match tokio::time::timeout(timeout, stream.read_buf(buf)).await {
         Ok(Ok(n)) => Ok(n),
-        Ok(Err(e)) => Err(up_io(
-            ErrorType::ReadError,
-            "reading the upstream response",
-            e,
-        )),
-        Err(_) => Err(up(ErrorType::ReadTimedout, "reading the upstream response")),
+        Ok(Err(_)) => Err(Failure::Upstream("reading the upstream response failed")),
+        Err(_) => Err(Failure::ReadTimeout),
     }
 }
 
-/// The HTTP/1.1 request head for `req` (already edited for the backend):
-/// `Host` from the authority (HTTP/2's `:authority`, or a rewritten host),
-/// the body as `Content-Length` when the client declared one, else
-/// chunked.
-pub(super) fn request_head(req: &RequestHeader, chunked: bool, out: &mut Vec<u8>) {
-    out.extend_from_slice(req.method.as_str().as_bytes());
+/// The HTTP/1.1 request head of an edited request: `Host` from the
+/// authority (HTTP/2's `:authority`, or a rewritten host), the body as
+/// `Content-Length` when the client declared one, else chunked.
+pub(super) fn request_head(
+    method: &Method,
+    uri: &http::Uri,
+    headers: &HeaderMap,
+    chunked: bool,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
-    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(if target.is_empty() {
         b"/"
     } else {
         target.as_bytes()
     });
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let authority = req.uri.authority().map(|a| a.as_str());
+    let authority = uri.authority().map(|a| a.as_str());
     if let Some(a) = authority {
-        out.extend_from_slice(b"host: ");
-        out.extend_from_slice(a.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        field(out, "host", a.as_bytes());
     }
-    for (name, value) in req.headers.iter() {
-        if (authority.is_some() && name == http::header::HOST)
-            || name == http::header::TRANSFER_ENCODING
-        {
+    for (name, value) in headers.iter() {
+        if (authority.is_some() && name == HOST) || name == TRANSFER_ENCODING {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        field(out, name.as_str(), value.as_bytes());
     }
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
@@ -507,27 +479,32 @@ pub(super) fn request_head(req: &RequestHeader, chunked: bool, out: &mut Vec<u8>
 /// every request), written straight from the client's head: the new
 /// request ID and traceparent and the forwarding fields replace the
 /// client's, formatted in place (no header map copied or edited).
-fn direct_head(session: &Session, ctx: &RequestCtx, chunked: bool, out: &mut Vec<u8>) {
-    let req = session.req_header();
-    out.extend_from_slice(req.method.as_str().as_bytes());
+fn direct_head(
+    parts: &Parts,
+    ids: Option<&Ids<'_>>,
+    conn: &ConnInfo,
+    chunked: bool,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
-    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(if target.is_empty() {
         b"/"
     } else {
         target.as_bytes()
     });
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let uri_authority = req.uri.authority().map(|a| a.as_str());
+    let uri_authority = parts.uri.authority().map(|a| a.as_str());
     if let Some(a) = uri_authority {
         field(out, "host", a.as_bytes());
     }
-    let new_id = ctx.new_request_id.then(|| ctx.field(2)).flatten();
-    let new_tp = ctx.new_traceparent.then(|| ctx.field(3)).flatten();
-    for (name, value) in req.headers.iter() {
+    let new_id = ids.map(|i| i.request_id).filter(|i| i.is_new());
+    let new_tp = ids.map(|i| i.traceparent).filter(|t| t.is_new());
+    for (name, value) in parts.headers.iter() {
         let n = name.as_str();
-        let replaced = (uri_authority.is_some() && name == http::header::HOST)
-            || name == http::header::TRANSFER_ENCODING
+        let replaced = (uri_authority.is_some() && name == HOST)
+            || name == TRANSFER_ENCODING
             || FORWARDING.contains(&n)
             || (new_id.is_some() && n == trace::REQUEST_ID)
             || (new_tp.is_some() && n == trace::TRACEPARENT);
@@ -542,26 +519,28 @@ fn direct_head(session: &Session, ctx: &RequestCtx, chunked: bool, out: &mut Vec
         field(out, trace::TRACEPARENT, tp.as_bytes());
     }
     let mut ip = IpText::default();
-    let client = session.client_addr().and_then(|a| a.as_inet()).map(|a| {
+    let client = conn.client.map(|a| {
         use std::io::Write;
         let _ = write!(ip.buf.as_mut_slice(), "{}", a.ip());
         ip.len = ip.buf.iter().position(|&b| b == 0).unwrap_or(ip.buf.len());
         std::str::from_utf8(&ip.buf[..ip.len]).unwrap_or("")
     });
-    let local_port = session
-        .server_addr()
-        .and_then(|a| a.as_inet())
-        .map(|a| a.port());
-    let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
-    each_forwarding_header(client, tls, authority(req), local_port, |name, value| {
-        if let Some(v) = value {
-            use std::io::Write;
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            let _ = write!(out, "{v}");
-            out.extend_from_slice(b"\r\n");
-        }
-    });
+    let local_port = conn.local.map(|a| a.port());
+    each_forwarding_header(
+        client,
+        conn.tls,
+        authority(parts),
+        local_port,
+        |name, value| {
+            if let Some(v) = value {
+                use std::io::Write;
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b": ");
+                let _ = write!(out, "{v}");
+                out.extend_from_slice(b"\r\n");
+            }
+        },
+    );
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
@@ -603,7 +582,11 @@ fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 /// A backend's response head, validated.
 #[derive(Debug)]
 pub(super) struct ResponseHead {
-    pub header: ResponseHeader,
+    pub status: StatusCode,
+    /// Its fields, less those that belong to HTTP/1.1's framing and
+    /// connection (an HTTP/2 response must not carry them, RFC 9113
+    /// §8.2.2).
+    pub headers: HeaderMap,
     pub framing: BodyFraming,
     /// Both the version and `Connection` allow another request.
     pub keep_alive: bool,
@@ -613,7 +596,7 @@ pub(super) struct ResponseHead {
 
 impl ResponseHead {
     fn informational(&self) -> bool {
-        (100..200).contains(&self.header.status.as_u16())
+        self.status.is_informational()
     }
 }
 
@@ -660,7 +643,8 @@ pub(super) fn parse_response(
     if !(100..=999).contains(&status) || status == 101 {
         return Err("unusable status code");
     }
-    let mut header = ResponseHeader::build(status, Some(16)).map_err(|_| "bad status")?;
+    let status = StatusCode::from_u16(status).map_err(|_| "bad status")?;
+    let mut headers = HeaderMap::with_capacity(16);
     let mut length: Option<u64> = None;
     let mut chunked_last = None;
     let mut close = false;
@@ -714,13 +698,16 @@ pub(super) fn parse_response(
             }
         }
         let name = HeaderName::from_bytes(name).map_err(|_| "malformed response field name")?;
+        if name == TRANSFER_ENCODING {
+            // HTTP/1.1 framing, re-done by HTTP/2's DATA frames.
+            continue;
+        }
         let value = HeaderValue::from_bytes(value).map_err(|_| "malformed response field value")?;
-        header
-            .append_header(name, value)
-            .map_err(|_| "malformed response field")?;
+        headers.append(name, value);
     }
     let mut keep_alive = !close && (!http10 || keep_alive_token);
-    let framing = if head_request || status < 200 || status == 204 || status == 304 {
+    let code = status.as_u16();
+    let framing = if head_request || code < 200 || code == 204 || code == 304 {
         BodyFraming::None
     } else if let Some(chunked) = chunked_last {
         // Both framings sent: the message is suspect, never reuse its
@@ -742,7 +729,8 @@ pub(super) fn parse_response(
         keep_alive = false;
     }
     Ok(Some(ResponseHead {
-        header,
+        status,
+        headers,
         framing,
         keep_alive,
         len: end + 4,
@@ -972,13 +960,22 @@ mod tests {
     }
 
     #[test]
+    fn chunk_size_lines() {
+        for n in [1usize, 9, 10, 15, 16, 255, 4096, 16384, 0x1234_5678] {
+            let mut out = [0u8; 18];
+            let len = chunk_size_line(n, &mut out);
+            assert_eq!(&out[..len], format!("{n:x}\r\n").as_bytes());
+        }
+    }
+
+    #[test]
     fn request_head_from_an_h2_request() {
-        let mut req = RequestHeader::build("POST", b"/a?b=1", None).unwrap();
-        req.set_uri("https://a.example/a?b=1".parse().unwrap());
-        req.insert_header("host", "other.example").unwrap();
-        req.insert_header("x-one", "1").unwrap();
+        let uri: http::Uri = "https://a.example/a?b=1".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("other.example"));
+        headers.insert("x-one", HeaderValue::from_static("1"));
         let mut out = Vec::new();
-        request_head(&req, true, &mut out);
+        request_head(&Method::POST, &uri, &headers, true, &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "POST /a?b=1 HTTP/1.1\r\nhost: a.example\r\nx-one: 1\r\ntransfer-encoding: chunked\r\n\r\n"

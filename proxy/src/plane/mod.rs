@@ -2,10 +2,12 @@
 //! reads only the current snapshot.
 //!
 //! Layout:
-//! - [`proxy`]: the [`proxy::Router`] and its Pingora `ProxyHttp`
-//!   implementation, which serves HTTP/2.
-//! - [`h1`]: HTTP/1 through teapot's engine (`teapot_h1`), over the same
-//!   router and routing decision ([`decide`]).
+//! - [`proxy`]: the [`proxy::Router`] both engines route with.
+//! - [`h1`]: HTTP/1 through teapot's engine (`teapot_h1`), over the
+//!   router and the routing decision ([`decide`]).
+//! - [`h2`]: HTTP/2 through teapot's server on the h2 crate, over the same
+//!   router and decision; its backends are HTTP/1 ([`h2_upstream`]) or
+//!   h2c ([`h2c_upstream`]).
 //! - [`filters`]: the Gateway API filters as pure functions (rewrites,
 //!   redirects, header edits, mirrors), for both engines.
 //! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits (sizes,
@@ -27,7 +29,9 @@ pub mod decide;
 pub mod edge;
 pub mod filters;
 pub mod h1;
+pub mod h2;
 pub mod h2_upstream;
+pub mod h2c_upstream;
 pub mod l4;
 pub mod logflood;
 pub mod metrics;

@@ -1,0 +1,857 @@
+//! HTTP/2, served by teapot over the h2 crate: the connection's frames,
+//! flow control and limits are h2's; everything per stream is here, over
+//! the same [`Router`] and routing decision ([`crate::plane::decide`]) as
+//! the HTTP/1 engine (crate::plane::h1).
+//!
+//! Why not Pingora's `HttpProxy`: per stream it spawned a task, converted
+//! the request into its own header type, built a `Session` with its
+//! downstream modules, and went through its proxy machinery; that was about
+//! two thirds of an HTTP/2 request's user-space instructions (benches/
+//! README.md, "HTTP/2 on teapot's own server"). Here a stream is a future
+//! polled by its connection's task (no spawn, no cross-thread wake-up:
+//! serving is thread per core), the request's fields are read where h2
+//! decoded them, and the backend exchange writes HTTP/1 heads as bytes
+//! (crate::plane::h2_upstream) or speaks h2c (crate::plane::h2c_upstream).
+//!
+//! Pingora still owns the listeners, TLS and ALPN (crate::plane::edge
+//! hands HTTP/2 connections here).
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, LOCATION, RETRY_AFTER, SERVER};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use pingora_core::apps::ServerApp;
+use pingora_core::protocols::Stream;
+use pingora_core::server::ShutdownWatch;
+use teapot_h1::ConnInfo;
+
+use crate::compile::fairness::TenantPermit;
+use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::plane::access_log::Entry;
+use crate::plane::decide::{
+    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, check_host, decide_request,
+};
+use crate::plane::edge::{self, Refusal};
+use crate::plane::metrics::Series;
+use crate::plane::proxy::{BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME};
+use crate::plane::trace::{self, RequestId, TraceParent};
+
+/// Malformed streams (reset before routing) a connection may open over its
+/// life before it is closed with ENHANCE_YOUR_CALM: a client that keeps
+/// sending them is probing, not browsing.
+const MAX_MALFORMED_STREAMS: usize = 32;
+
+/// The HTTP/2 side of a listener: one per serving thread.
+pub struct H2Server {
+    router: Router,
+    options: h2::server::Builder,
+    idle_timeout: Duration,
+    handshake_timeout: Duration,
+}
+
+impl std::fmt::Debug for H2Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Server")
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl H2Server {
+    /// The limits come from the router's edge configuration
+    /// (`EdgeConfig::h2`, docs/edge.md).
+    pub fn new(router: Router) -> H2Server {
+        let options = router.edge.h2.options();
+        let idle_timeout = router.edge.h2.idle_timeout;
+        let handshake_timeout = router.edge.header_read_timeout;
+        H2Server {
+            router,
+            options,
+            idle_timeout,
+            handshake_timeout,
+        }
+    }
+
+    /// Serves one HTTP/2 connection until the client closes it, it stays
+    /// idle past the idle timeout, or `shutdown` asks it to drain (GOAWAY,
+    /// streams in flight finish).
+    pub async fn serve(&self, io: Stream, conn: &ConnInfo, mut shutdown: ShutdownWatch) {
+        let handshake = self.options.handshake::<_, Bytes>(io);
+        let mut h2 = match tokio::time::timeout(self.handshake_timeout, handshake).await {
+            Ok(Ok(h2)) => h2,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "HTTP/2 handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("HTTP/2 handshake timed out");
+                return;
+            }
+        };
+        let mut streams = FuturesUnordered::new();
+        let mut idle = pin!(tokio::time::sleep(self.idle_timeout));
+        let mut draining = false;
+        if *shutdown.borrow() {
+            h2.graceful_shutdown();
+            draining = true;
+        }
+        let mut malformed = 0usize;
+        loop {
+            tokio::select! {
+                // Finished streams first: their slots and memory go back
+                // before new streams are taken.
+                biased;
+                Some(end) = streams.next(), if !streams.is_empty() => {
+                    if end == StreamEnd::Malformed {
+                        malformed += 1;
+                        if malformed >= MAX_MALFORMED_STREAMS {
+                            tracing::debug!(malformed, "closing an HTTP/2 connection that keeps sending malformed requests");
+                            h2.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                        }
+                    }
+                    if streams.is_empty() {
+                        idle.as_mut().reset(tokio::time::Instant::now() + self.idle_timeout);
+                    }
+                }
+                // Polling `accept` is what drives the connection's I/O for
+                // every stream, so it runs on every turn of the loop.
+                next = h2.accept() => match next {
+                    Some(Ok((req, respond))) => streams.push(self.stream(req, respond, conn)),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "HTTP/2 connection ended with an error");
+                        break;
+                    }
+                    None => break,
+                },
+                _ = shutdown.changed(), if !draining => {
+                    draining = true;
+                    h2.graceful_shutdown();
+                }
+                () = &mut idle, if streams.is_empty() && !draining => {
+                    draining = true;
+                    h2.graceful_shutdown();
+                }
+            }
+        }
+        // The connection is closed: whatever a stream still waits for
+        // fails at once, and the stream logs what it got.
+        while streams.next().await.is_some() {}
+    }
+
+    /// One stream: front-door checks, the routing decision, then a local
+    /// answer or the backend exchange; logged and counted at its end.
+    async fn stream(
+        &self,
+        req: http::Request<RecvStream>,
+        respond: SendResponse<Bytes>,
+        conn: &ConnInfo,
+    ) -> StreamEnd {
+        let (parts, body) = req.into_parts();
+        if malformed(&parts) {
+            let mut respond = respond;
+            respond.send_reset(Reason::PROTOCOL_ERROR);
+            return StreamEnd::Malformed;
+        }
+        let mut st = StreamCtx {
+            started: Instant::now(),
+            _in_flight: self.router.metrics.request_started(),
+            client: Client::new(body, respond),
+            upstream: None,
+            endpoint: None,
+            tried: Tried::default(),
+            upstream_started: None,
+            body_limit: 0,
+            _tenant: None,
+            gateway: None,
+            series: None,
+            ids: None,
+            reason: None,
+        };
+        if let Err(failure) = self.route(&parts, conn, &mut st).await {
+            self.fail(&mut st, &failure);
+        }
+        self.log(&parts, conn, &st);
+        StreamEnd::Done
+    }
+
+    /// Routes and answers one request; an `Err` is answered by
+    /// [`Self::fail`].
+    async fn route<'p>(
+        &self,
+        parts: &'p Parts,
+        conn: &ConnInfo,
+        st: &mut StreamCtx<'p>,
+    ) -> Result<(), Failure> {
+        let router = &self.router;
+        let declared = match front_door(parts) {
+            Ok(declared) => declared,
+            Err(refusal) => {
+                router.metrics.refused(refusal);
+                st.reason = Some(refusal.label());
+                self.ids(parts, st, None);
+                return st
+                    .client
+                    .out
+                    .answer(parts, refusal.status(), refusal.body(), &[]);
+            }
+        };
+        let authority = authority(parts);
+        let head = Head {
+            host_headers: parts.headers.get_all(HOST).iter().count(),
+            authority,
+            path: parts.uri.path(),
+            requires_host: false,
+            declared_length: declared,
+        };
+        if let Err(answer) = check_host(&head) {
+            return self.answer(parts, st, answer, None).await;
+        }
+        if router.misdirected(conn.tls, conn.sni.as_deref(), authority) {
+            return self.answer(parts, st, MISDIRECTED, None).await;
+        }
+        // HTTP-01 validation before routing, as on HTTP/1: a token that is
+        // not ours goes on to the routes (a tenant's own ACME client).
+        if let Some(acme) = &router.acme
+            && let Some(token) = head
+                .path
+                .strip_prefix(crate::compile::acme::CHALLENGE_PREFIX)
+            && let Some(answer) = acme.challenge_response(token).await
+        {
+            st.reason = Some("acme_challenge");
+            self.ids(parts, st, None);
+            let body = Bytes::from(answer);
+            return st.client.out.answer_bytes(parts, 200, body, &[]);
+        }
+        // The snapshot's guard and the facts (not `Send`) are dropped here,
+        // before anything waits.
+        let decision = {
+            let facts = RequestFacts {
+                method: parts.method.as_str(),
+                query: Some(parts.uri.query().unwrap_or("")),
+                headers: Some(&parts.headers),
+                tls: Some(conn.tls),
+            };
+            decide_request(&router.snapshots.load(), &router.edge, &head, &facts)
+        };
+        match decision {
+            Decision::Forward(forward) => {
+                if let Some(gateway) = &forward.gateway {
+                    for m in gateway.each().flat_map(|f| &f.mirrors) {
+                        crate::plane::h1::mirror(
+                            m,
+                            parts.method.as_str(),
+                            parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+                            authority,
+                            parts
+                                .headers
+                                .iter()
+                                .map(|(n, v)| (n.as_str(), v.as_bytes())),
+                            &router.metrics.mirrors_dropped,
+                        );
+                    }
+                }
+                self.ids(parts, st, Some(&forward.route));
+                st.upstream = Some(forward.upstream);
+                st.body_limit = forward.body_limit;
+                st._tenant = forward.tenant;
+                st.gateway = forward.gateway;
+                if parts.method == Method::CONNECT {
+                    // HTTP/2 CONNECT asks for a tunnel, which no route
+                    // offers (RFC 9113 §8.5).
+                    st.reason = Some("connect");
+                    return st
+                        .client
+                        .out
+                        .answer(parts, 405, "405 CONNECT is not served\n", &[]);
+                }
+                if st.gateway.as_ref().is_some_and(|g| g.h2c) {
+                    crate::plane::h2c_upstream::forward(router, parts, conn, st).await
+                } else {
+                    crate::plane::h2_upstream::forward(router, parts, conn, st).await
+                }
+            }
+            Decision::Answer(answer, route) => self.answer(parts, st, answer, route.as_ref()).await,
+        }
+    }
+
+    /// A local answer of the routing decision.
+    async fn answer<'p>(
+        &self,
+        parts: &'p Parts,
+        st: &mut StreamCtx<'p>,
+        answer: Answer,
+        route: Option<&crate::compile::routes::Route>,
+    ) -> Result<(), Failure> {
+        st.reason = Some(answer.reason);
+        self.ids(parts, st, route);
+        if let Some(refusal) = answer.refusal {
+            self.router.metrics.refused(refusal);
+        }
+        if let Some(location) = &answer.location {
+            return st.client.out.answer(
+                parts,
+                answer.status,
+                "",
+                &[(LOCATION, location.as_bytes())],
+            );
+        }
+        if answer.delayed() {
+            // A client looping on its tenant's refusals costs one cheap
+            // answer per delay (docs/edge.md).
+            tokio::time::sleep(self.router.edge.tenant_refusal_delay).await;
+            return st
+                .client
+                .out
+                .answer(parts, answer.status, answer.body, &[(RETRY_AFTER, b"1")]);
+        }
+        st.client.out.answer(parts, answer.status, answer.body, &[])
+    }
+
+    /// The request's series, `X-Request-Id` and `traceparent`.
+    fn ids<'p>(
+        &self,
+        parts: &'p Parts,
+        st: &mut StreamCtx<'p>,
+        route: Option<&crate::compile::routes::Route>,
+    ) {
+        let (series, trusted) = self.router.cached_series_of(route);
+        let sent = |name: &str| parts.headers.get(name).map(|v| v.as_bytes());
+        let request_id = trace::request_id(sent(trace::REQUEST_ID), trusted);
+        let traceparent = trace::traceparent(sent(trace::TRACEPARENT), &request_id);
+        st.series = Some(series);
+        st.ids = Some(Ids {
+            request_id,
+            traceparent,
+        });
+    }
+
+    /// Answers a failed exchange: 502, 504, 413 or 400 while no response
+    /// head went out; a reset once one did (only a reset tells the client
+    /// that the body is incomplete).
+    fn fail(&self, st: &mut StreamCtx<'_>, failure: &Failure) {
+        st.reason.get_or_insert(failure.reason());
+        match failure {
+            Failure::ClientGone => self.router.metrics.client_aborts.inc(),
+            Failure::BodyTooLarge => self.router.metrics.refused(Refusal::BodyTooLarge),
+            _ => {}
+        }
+        if st.client.out.status != 0 || matches!(failure, Failure::ClientGone) {
+            st.client.out.reset(Reason::INTERNAL_ERROR);
+            return;
+        }
+        let status = failure.status();
+        let body = match status {
+            502 => BAD_GATEWAY_BODY,
+            504 => GATEWAY_TIMEOUT_BODY,
+            413 => Refusal::BodyTooLarge.body(),
+            _ => "400 bad request\n",
+        };
+        let body = Bytes::from_static(body.as_bytes());
+        let _ = st.client.out.answer_with(status, body, &[], false);
+    }
+
+    /// Counts the request in the metrics and its tenant's series, and
+    /// writes its access log line.
+    fn log(&self, parts: &Parts, conn: &ConnInfo, st: &StreamCtx<'_>) {
+        let router = &self.router;
+        let status = st.client.out.status;
+        if status != 0 {
+            router.metrics.count_response(status);
+        }
+        let series = st
+            .series
+            .clone()
+            .unwrap_or_else(|| router.metrics.series.get(None, ""));
+        let duration = st.started.elapsed();
+        let (bytes_in, bytes_out) = (st.client.body.bytes, st.client.out.bytes);
+        series.count(status, duration.as_secs_f64(), bytes_in, bytes_out);
+        let log = &router.observe.access_log;
+        if !log.wants(status, st.reason.is_some()) {
+            return;
+        }
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let host = authority(parts);
+        let mut entry = Entry::http(
+            parts.method.as_str(),
+            path,
+            (!host.is_empty()).then_some(host),
+            log.keeps_query(),
+        );
+        entry.tag = Some(match &st.ids {
+            Some(ids) => Arc::from(format!(
+                "{}\x1f{}\x1f{}",
+                series.tag,
+                ids.request_id.as_str(),
+                ids.traceparent.as_str()
+            )),
+            None => series.tag.clone(),
+        });
+        entry.protocol = "h2";
+        entry.tls = conn.tls_version;
+        entry.sni = conn.sni.clone();
+        entry.status = status;
+        entry.bytes_in = bytes_in;
+        entry.bytes_out = bytes_out;
+        entry.duration = duration;
+        entry.upstream = st.endpoint.as_ref().map(|e| e.addr);
+        entry.retries = st.tried.count().saturating_sub(1);
+        entry.client = conn.client;
+        entry.reason = st.reason;
+        log.send(entry);
+    }
+}
+
+#[async_trait]
+impl ServerApp for H2Server {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let conn = crate::plane::h1::conn_info(&stream);
+        self.serve(stream, &conn, shutdown.clone()).await;
+        None
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamEnd {
+    Done,
+    /// Reset before routing: counted against the connection.
+    Malformed,
+}
+
+/// A request no HTTP/1.1 backend may see, reset as a stream error (RFC
+/// 9113 §8.1.1): control bytes or a space in `:path` would split the
+/// request line once downgraded, and a Content-Length that is not one
+/// number cannot frame a body.
+fn malformed(parts: &Parts) -> bool {
+    let target = parts.uri.path_and_query().map_or("", |p| p.as_str());
+    if target
+        .bytes()
+        .any(|b| matches!(b, 0x00 | b'\n' | b'\r' | b' '))
+    {
+        return true;
+    }
+    let mut lengths = parts.headers.get_all(CONTENT_LENGTH).iter();
+    match (lengths.next(), lengths.next()) {
+        (None, _) => false,
+        (Some(v), None) => content_length(v).is_none(),
+        // Repeats must agree, as one number each.
+        (Some(first), Some(_)) => {
+            let first = content_length(first);
+            first.is_none()
+                || parts
+                    .headers
+                    .get_all(CONTENT_LENGTH)
+                    .iter()
+                    .any(|v| content_length(v) != first)
+        }
+    }
+}
+
+fn content_length(v: &HeaderValue) -> Option<u64> {
+    let v = v.as_bytes();
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// The front-door checks of an HTTP/2 request (docs/edge.md): field bytes,
+/// no Transfer-Encoding, one well-formed authority that a `host` field
+/// does not contradict. Returns the declared body length.
+fn front_door(parts: &Parts) -> Result<Option<u64>, Refusal> {
+    edge::check_h2_fields(&parts.headers)?;
+    edge::check_host(&parts.headers, &parts.uri)?;
+    if let (Some(a), Some(host)) = (parts.uri.authority(), parts.headers.get(HOST))
+        && !a.as_str().as_bytes().eq_ignore_ascii_case(host.as_bytes())
+    {
+        // RFC 9113 §8.3.1: a host field that differs from :authority makes
+        // two claims about where the request goes.
+        return Err(Refusal::BadHost);
+    }
+    if parts.uri.authority().is_none() && !parts.headers.contains_key(HOST) {
+        return Err(Refusal::BadHost);
+    }
+    Ok(parts.headers.get(CONTENT_LENGTH).and_then(content_length))
+}
+
+/// The authority that decides routing: `:authority` wins over a `host`
+/// field (RFC 9113 §8.3.1).
+pub(super) fn authority(parts: &Parts) -> &str {
+    authority_of(&parts.uri, &parts.headers)
+}
+
+/// [`authority`] of an edited request.
+pub(super) fn authority_of<'a>(uri: &'a http::Uri, headers: &'a HeaderMap) -> &'a str {
+    if let Some(a) = uri.authority() {
+        return a.as_str();
+    }
+    headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+}
+
+/// The request's IDs, sent upstream when teapot made them.
+pub(super) struct Ids<'p> {
+    pub request_id: RequestId<'p>,
+    pub traceparent: TraceParent<'p>,
+}
+
+/// Per-stream state: what the exchange needs and what the log reports.
+pub(super) struct StreamCtx<'p> {
+    started: Instant,
+    _in_flight: crate::plane::metrics::InFlight,
+    pub client: Client,
+    pub upstream: Option<Arc<Upstream>>,
+    pub endpoint: Option<Arc<Endpoint>>,
+    pub tried: Tried,
+    pub upstream_started: Option<Instant>,
+    /// Request body bytes allowed (0: no limit).
+    pub body_limit: u64,
+    /// The tenant's connection slot, held until the stream ends.
+    _tenant: Option<TenantPermit>,
+    pub gateway: Option<GatewayForward>,
+    pub series: Option<Arc<Series>>,
+    pub ids: Option<Ids<'p>>,
+    /// Why teapot answered itself, or how the exchange failed.
+    pub reason: Option<&'static str>,
+}
+
+/// The client's side of one stream: its request body, and where the
+/// answer goes (two parts, so an exchange can stream both ways at once).
+pub(super) struct Client {
+    pub body: RequestBody,
+    pub out: Responder,
+}
+
+impl Client {
+    fn new(body: RecvStream, respond: SendResponse<Bytes>) -> Client {
+        Client {
+            body: RequestBody {
+                stream: body,
+                bytes: 0,
+            },
+            out: Responder {
+                respond,
+                send: None,
+                status: 0,
+                bytes: 0,
+            },
+        }
+    }
+}
+
+/// The request body of a stream.
+pub(super) struct RequestBody {
+    stream: RecvStream,
+    /// Bytes read so far.
+    pub bytes: u64,
+}
+
+impl RequestBody {
+    /// Whether the request has no body (its HEADERS ended the stream).
+    pub fn is_empty(&self) -> bool {
+        self.stream.is_end_stream()
+    }
+
+    /// The next piece of the body, its flow-control window given back at
+    /// once (the backend's socket or stream is the back pressure).
+    pub async fn read(&mut self) -> Result<Option<Bytes>, Failure> {
+        match self.stream.data().await {
+            None => Ok(None),
+            Some(Ok(data)) => {
+                let _ = self.stream.flow_control().release_capacity(data.len());
+                self.bytes += data.len() as u64;
+                Ok(Some(data))
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "reading an HTTP/2 request body");
+                Err(Failure::ClientGone)
+            }
+        }
+    }
+
+    /// The request's trailers (gRPC sends some), after its body.
+    pub async fn trailers(&mut self) -> Result<Option<HeaderMap>, Failure> {
+        self.stream
+            .trailers()
+            .await
+            .map_err(|_| Failure::ClientGone)
+    }
+}
+
+/// Where a stream's answer goes.
+pub(super) struct Responder {
+    respond: SendResponse<Bytes>,
+    send: Option<SendStream<Bytes>>,
+    /// The response status once its head went out, else 0.
+    pub status: u16,
+    /// Body bytes sent.
+    pub bytes: u64,
+}
+
+impl Responder {
+    /// Sends the response head; `end`: there is no body.
+    pub fn send_head(&mut self, resp: Response<()>, end: bool) -> Result<(), Failure> {
+        let status = resp.status().as_u16();
+        let send = self.respond.send_response(resp, end).map_err(|e| {
+            tracing::debug!(error = %e, "sending an HTTP/2 response head");
+            Failure::ClientGone
+        })?;
+        self.status = status;
+        self.send = Some(send);
+        Ok(())
+    }
+
+    /// Sends body bytes as the client's flow-control window allows, so no
+    /// more is buffered than one read of the backend.
+    pub async fn send_data(&mut self, data: Bytes, end: bool) -> Result<(), Failure> {
+        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+        self.bytes += data.len() as u64;
+        send_flow_controlled(send, data, end)
+            .await
+            .map_err(|_| Failure::ClientGone)
+    }
+
+    /// Ends the response with trailers.
+    pub fn send_trailers(&mut self, trailers: HeaderMap) -> Result<(), Failure> {
+        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+        send.send_trailers(trailers)
+            .map_err(|_| Failure::ClientGone)
+    }
+
+    fn reset(&mut self, reason: Reason) {
+        match &mut self.send {
+            Some(send) => send.send_reset(reason),
+            None => self.respond.send_reset(reason),
+        }
+    }
+
+    /// A small answer teapot makes itself.
+    fn answer(
+        &mut self,
+        parts: &Parts,
+        status: u16,
+        body: &'static str,
+        extra: &[(http::HeaderName, &[u8])],
+    ) -> Result<(), Failure> {
+        self.answer_bytes(parts, status, Bytes::from_static(body.as_bytes()), extra)
+    }
+
+    fn answer_bytes(
+        &mut self,
+        parts: &Parts,
+        status: u16,
+        body: Bytes,
+        extra: &[(http::HeaderName, &[u8])],
+    ) -> Result<(), Failure> {
+        self.answer_with(status, body, extra, parts.method == Method::HEAD)
+    }
+
+    fn answer_with(
+        &mut self,
+        status: u16,
+        body: Bytes,
+        extra: &[(http::HeaderName, &[u8])],
+        head_only: bool,
+    ) -> Result<(), Failure> {
+        let mut resp = Response::new(());
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        let headers = resp.headers_mut();
+        headers.insert(SERVER, HeaderValue::from_static(SERVER_NAME));
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        for (name, value) in extra {
+            if let Ok(v) = HeaderValue::from_bytes(value) {
+                headers.insert(name.clone(), v);
+            }
+        }
+        let end = head_only || body.is_empty();
+        self.send_head(resp, end)?;
+        if !end {
+            let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+            self.bytes += body.len() as u64;
+            // A few hundred bytes: within what h2 buffers for a stream.
+            send.send_data(body, true)
+                .map_err(|_| Failure::ClientGone)?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends `data` on `send` as its flow-control window allows: waits for
+/// capacity rather than letting h2 buffer whatever a peer will not read.
+pub(super) async fn send_flow_controlled(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+) -> Result<(), h2::Error> {
+    if data.is_empty() {
+        return send.send_data(data, end);
+    }
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
+            Some(granted) => granted?,
+            // The stream is gone: the peer reset it.
+            None => return Err(h2::Error::from(Reason::CANCEL)),
+        };
+        if granted == 0 {
+            continue;
+        }
+        let chunk = data.split_to(granted.min(data.len()));
+        send.send_data(chunk, end && data.is_empty())?;
+    }
+    Ok(())
+}
+
+/// How a forwarded request ended without its backend's whole answer.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// No endpoint could be connected to (502).
+    Connect(&'static str),
+    /// Connecting timed out (504).
+    ConnectTimeout,
+    /// The backend did not answer in time (504).
+    ReadTimeout,
+    /// The backend broke the exchange or sent what cannot be forwarded
+    /// (502).
+    Upstream(&'static str),
+    /// The request body went over the route's limit (413).
+    BodyTooLarge,
+    /// The client reset its stream or went away.
+    ClientGone,
+}
+
+impl Failure {
+    fn status(&self) -> u16 {
+        match self {
+            Failure::Connect(_) | Failure::Upstream(_) => 502,
+            Failure::ConnectTimeout | Failure::ReadTimeout => 504,
+            Failure::BodyTooLarge => 413,
+            Failure::ClientGone => 0,
+        }
+    }
+
+    /// The access log's reason.
+    fn reason(&self) -> &'static str {
+        match self {
+            Failure::Connect(_) => "upstream_connect",
+            Failure::ConnectTimeout => "upstream_connect_timeout",
+            Failure::ReadTimeout => "upstream_read_timeout",
+            Failure::Upstream(_) => "upstream_error",
+            Failure::BodyTooLarge => "body_too_large",
+            Failure::ClientGone => "client_abort",
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Connect(why) | Failure::Upstream(why) => f.write_str(why),
+            other => f.write_str(other.reason()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(target: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut req = http::Request::builder()
+            .method("GET")
+            .uri(target)
+            .version(http::Version::HTTP_2);
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn malformed_requests_are_reset() {
+        assert!(!malformed(&parts("https://a.example/x?y=1", &[])));
+        assert!(!malformed(&parts(
+            "https://a.example/",
+            &[("content-length", "5")]
+        )));
+        assert!(!malformed(&parts(
+            "https://a.example/",
+            &[("content-length", "5"), ("content-length", "5")]
+        )));
+        assert!(malformed(&parts(
+            "https://a.example/",
+            &[("content-length", "5"), ("content-length", "6")]
+        )));
+        assert!(malformed(&parts(
+            "https://a.example/",
+            &[("content-length", "5, 5")]
+        )));
+        assert!(malformed(&parts(
+            "https://a.example/",
+            &[("content-length", "-1")]
+        )));
+    }
+
+    #[test]
+    fn the_front_door_wants_one_authority() {
+        assert_eq!(front_door(&parts("https://a.example/", &[])), Ok(None));
+        assert_eq!(
+            front_door(&parts("https://a.example/", &[("host", "A.example")])),
+            Ok(None)
+        );
+        assert_eq!(
+            front_door(&parts("https://a.example/", &[("host", "b.example")])),
+            Err(Refusal::BadHost)
+        );
+        assert_eq!(front_door(&parts("/x", &[])), Err(Refusal::BadHost));
+        assert_eq!(front_door(&parts("/x", &[("host", "a.example")])), Ok(None));
+        assert_eq!(
+            front_door(&parts(
+                "https://a.example/",
+                &[("transfer-encoding", "chunked")]
+            )),
+            Err(Refusal::TransferEncoding)
+        );
+        assert_eq!(
+            front_door(&parts("https://a.example/", &[("content-length", "12")])),
+            Ok(Some(12))
+        );
+        assert_eq!(
+            authority(&parts("/x", &[("host", "h.example")])),
+            "h.example"
+        );
+        assert_eq!(
+            authority(&parts("https://a.example/x", &[("host", "h.example")])),
+            "a.example"
+        );
+    }
+
+    #[test]
+    fn failures_map_to_statuses() {
+        assert_eq!(Failure::Connect("x").status(), 502);
+        assert_eq!(Failure::ConnectTimeout.status(), 504);
+        assert_eq!(Failure::ReadTimeout.status(), 504);
+        assert_eq!(Failure::Upstream("x").status(), 502);
+        assert_eq!(Failure::BodyTooLarge.status(), 413);
+        assert_eq!(Failure::ClientGone.status(), 0);
+        assert_eq!(Failure::ReadTimeout.reason(), "upstream_read_timeout");
+    }
+}

@@ -1,0 +1,265 @@
+//! HTTP/2 requests to h2c backends (GRPCRoute, or a Service port with
+//! `appProtocol: kubernetes.io/h2c`): HTTP/2 end to end, so a gRPC call's
+//! streams flow both ways at once and its trailers (`grpc-status`) reach
+//! the client.
+//!
+//! One HTTP/2 connection per backend address and serving thread carries
+//! every stream to it (h2 multiplexes; a backend that limits concurrent
+//! streams makes a stream wait for a slot). A connection the backend
+//! closed is noticed when a stream asks it for a slot, and replaced.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use http::header::{HOST, TE};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response, Uri};
+use teapot_h1::ConnInfo;
+
+use crate::compile::upstream::{Endpoint, Upstream};
+use crate::plane::h2::{Failure, RequestBody, StreamCtx, authority_of, send_flow_controlled};
+use crate::plane::h2_upstream::{connect_failed, connect_to};
+use crate::plane::proxy::Router;
+
+thread_local! {
+    /// The serving thread's connections, by backend address.
+    static CONNECTIONS: RefCell<foldhash::HashMap<SocketAddr, SendRequest<Bytes>>> =
+        RefCell::default();
+}
+
+/// Forwards the stream's request (already routed into `st`) to an h2c
+/// backend; an `Err` is answered by the caller.
+pub(super) async fn forward(
+    router: &Router,
+    parts: &Parts,
+    conn: &ConnInfo,
+    st: &mut StreamCtx<'_>,
+) -> Result<(), Failure> {
+    let mut headers = parts.headers.clone();
+    let mut uri = parts.uri.clone();
+    router
+        .edit_upstream_request(&mut headers, &mut uri, conn, st)
+        .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
+    // gRPC asks for trailers with `te: trailers`, the one TE value HTTP/2
+    // allows (RFC 9113 §8.2.2); the hop-by-hop edit removed every TE.
+    if parts
+        .headers
+        .get(TE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"))
+    {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+    let uri = backend_uri(&uri, &headers)?;
+    // `:authority` carries it.
+    headers.remove(HOST);
+    let mut req = Request::new(());
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.version_mut() = http::Version::HTTP_2;
+    *req.headers_mut() = headers;
+
+    let upstream = st
+        .upstream
+        .clone()
+        .ok_or(Failure::Upstream("no upstream chosen"))?;
+    let mut sender = connect(router, st, &upstream).await?;
+    let no_body = st.client.body.is_empty();
+    let (response, request_body) = sender.send_request(req, no_body).map_err(|e| {
+        tracing::debug!(error = %e, "sending a request to an h2c upstream");
+        Failure::Upstream("the upstream refused the stream")
+    })?;
+    let read_timeout = router.read_timeout(st.gateway.as_ref());
+    let started = st.upstream_started.take();
+    let body_limit = st.body_limit;
+    let gateway = st.gateway.as_ref();
+    let out = &mut st.client.out;
+    let mut sending = pin!(upload(
+        &mut st.client.body,
+        request_body,
+        no_body,
+        body_limit
+    ));
+    let mut receiving = pin!(async {
+        let response = match tokio::time::timeout(read_timeout, response).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "an h2c upstream's response");
+                return Err(Failure::Upstream("the upstream reset the stream"));
+            }
+            Err(_) => return Err(Failure::ReadTimeout),
+        };
+        if let Some(started) = started {
+            router
+                .metrics
+                .upstream_latency
+                .observe(started.elapsed().as_secs_f64());
+        }
+        let (mut head, mut body) = response.into_parts();
+        router.edit_response(head.status, &mut head.headers, gateway);
+        let end = body.is_end_stream();
+        out.send_head(Response::from_parts(head, ()), end)?;
+        if end {
+            return Ok(());
+        }
+        loop {
+            match tokio::time::timeout(read_timeout, body.data()).await {
+                Err(_) => return Err(Failure::ReadTimeout),
+                Ok(None) => break,
+                Ok(Some(Err(_))) => return Err(Failure::Upstream("the upstream reset the stream")),
+                Ok(Some(Ok(data))) => {
+                    let _ = body.flow_control().release_capacity(data.len());
+                    out.send_data(data, false).await?;
+                }
+            }
+        }
+        match tokio::time::timeout(read_timeout, body.trailers()).await {
+            Err(_) => Err(Failure::ReadTimeout),
+            Ok(Err(_)) => Err(Failure::Upstream("the upstream reset the stream")),
+            Ok(Ok(Some(trailers))) => out.send_trailers(trailers),
+            Ok(Ok(None)) => out.send_data(Bytes::new(), true).await,
+        }
+    });
+    // Both ways at once: a streaming call's answer may begin before its
+    // request ends. The answer's end ends the exchange.
+    let mut uploaded = no_body;
+    loop {
+        tokio::select! {
+            done = &mut sending, if !uploaded => {
+                done?;
+                uploaded = true;
+            }
+            done = &mut receiving => return done,
+        }
+    }
+}
+
+/// Streams the client's request body and trailers to the backend.
+async fn upload(
+    body: &mut RequestBody,
+    mut to: h2::SendStream<Bytes>,
+    no_body: bool,
+    limit: u64,
+) -> Result<(), Failure> {
+    if no_body {
+        return Ok(());
+    }
+    let gone = |_| Failure::Upstream("the upstream stopped reading the request");
+    while let Some(chunk) = body.read().await? {
+        if limit > 0 && body.bytes > limit {
+            to.send_reset(h2::Reason::CANCEL);
+            return Err(Failure::BodyTooLarge);
+        }
+        send_flow_controlled(&mut to, chunk, false)
+            .await
+            .map_err(gone)?;
+    }
+    match body.trailers().await? {
+        Some(trailers) => to.send_trailers(trailers).map_err(gone),
+        None => to.send_data(Bytes::new(), true).map_err(gone),
+    }
+}
+
+/// The request's URI as an h2c backend gets it: `http`, the (possibly
+/// rewritten) authority, the target.
+fn backend_uri(uri: &Uri, headers: &HeaderMap) -> Result<Uri, Failure> {
+    let authority = authority_of(uri, headers);
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(target)
+        .build()
+        .map_err(|_| Failure::Upstream("the request has no authority to send"))
+}
+
+/// A connection with a free stream slot to an endpoint of `upstream`: the
+/// thread's own to that address, or a new one (each endpoint that fails
+/// to connect ejected and the next tried).
+async fn connect(
+    router: &Router,
+    st: &mut StreamCtx<'_>,
+    upstream: &Arc<Upstream>,
+) -> Result<SendRequest<Bytes>, Failure> {
+    loop {
+        let endpoint = upstream
+            .pick(&mut st.tried)
+            .ok_or(Failure::Connect("every endpoint was tried"))?
+            .clone();
+        st.endpoint = Some(endpoint.clone());
+        st.upstream_started = Some(Instant::now());
+        let addr = endpoint.addr;
+        if let Some(existing) = CONNECTIONS.with_borrow(|c| c.get(&addr).cloned()) {
+            match existing.ready().await {
+                Ok(ready) => return Ok(ready),
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "h2c upstream connection ended; reconnecting");
+                    CONNECTIONS.with_borrow_mut(|c| c.remove(&addr));
+                }
+            }
+        }
+        match handshake(router, &endpoint).await {
+            Ok(sender) => {
+                CONNECTIONS.with_borrow_mut(|c| c.insert(addr, sender.clone()));
+                return sender.ready().await.map_err(|e| {
+                    tracing::debug!(%addr, error = %e, "h2c upstream connection");
+                    Failure::Upstream("the upstream closed its HTTP/2 connection")
+                });
+            }
+            Err(e) => {
+                let attempts = st.tried.count();
+                let total = upstream.endpoints.len() as u32;
+                connect_failed(router, st, upstream, &endpoint, &e);
+                if attempts < total.min(router.options.max_connect_attempts) {
+                    continue;
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// A new HTTP/2 connection (prior knowledge) to `endpoint`, its frames
+/// driven by a task of this thread until either side closes it.
+async fn handshake(router: &Router, endpoint: &Endpoint) -> Result<SendRequest<Bytes>, Failure> {
+    let tcp = connect_to(router, endpoint).await?;
+    let timeout: Duration = router.options.connect_timeout;
+    let (sender, connection) = match tokio::time::timeout(timeout, h2::client::handshake(tcp)).await
+    {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(e)) => {
+            tracing::debug!(addr = %endpoint.addr, error = %e, "h2c handshake");
+            return Err(Failure::Connect("the upstream did not speak HTTP/2"));
+        }
+        Err(_) => return Err(Failure::ConnectTimeout),
+    };
+    let addr = endpoint.addr;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(%addr, error = %e, "h2c upstream connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backend_uri_is_cleartext_with_the_request_authority() {
+        let uri: Uri = "https://a.example/pkg.Svc/Call".parse().unwrap();
+        let got = backend_uri(&uri, &HeaderMap::new()).unwrap();
+        assert_eq!(got.to_string(), "http://a.example/pkg.Svc/Call");
+        let uri: Uri = "/pkg.Svc/Call".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(HOST, HeaderValue::from_static("rewritten.example"));
+        let got = backend_uri(&uri, &headers).unwrap();
+        assert_eq!(got.to_string(), "http://rewritten.example/pkg.Svc/Call");
+        assert!(backend_uri(&uri, &HeaderMap::new()).is_err());
+    }
+}
