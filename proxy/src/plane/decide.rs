@@ -8,7 +8,7 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use crate::compile::fairness::TenantPermit;
-use crate::compile::gateway::table::{Action, Filters};
+use crate::compile::gateway::table::{Action, Filters, PathMatch, Redirect};
 use crate::compile::gateway::{GatewayTable, HostRank};
 use crate::compile::routes::Route;
 use crate::compile::snapshot::Snapshot;
@@ -252,48 +252,70 @@ fn gateway(
     let Some(candidate) = GatewayTable::matching(candidates, head.path, facts) else {
         return Some(Decision::Answer(NO_ROUTE, None));
     };
-    let filters = candidate.filters.as_deref();
+    let prefix = match &candidate.matcher.path {
+        PathMatch::Prefix(p) => Some(&**p),
+        _ => None,
+    };
     Some(match &*candidate.action {
         Action::Redirect(r) => {
-            let scheme = if facts.tls == Some(true) {
-                "https"
-            } else {
-                "http"
-            };
-            let prefix = filters.and_then(|f| f.matched_prefix.as_deref()).or(
-                match &candidate.matcher.path {
-                    crate::compile::gateway::table::PathMatch::Prefix(p) => Some(&**p),
-                    _ => None,
-                },
-            );
-            let location = crate::plane::filters::redirect_location(
-                r,
-                scheme,
-                head.authority,
-                head.path,
-                facts.query,
-                prefix,
-            );
-            Decision::Answer(Answer::redirect(r.status, location), None)
+            let prefix = candidate
+                .filters
+                .as_deref()
+                .and_then(|f| f.matched_prefix.as_deref())
+                .or(prefix);
+            redirect(r, head, facts, prefix)
         }
         Action::Unroutable => Decision::Answer(UNRESOLVED_BACKEND, None),
         Action::Backends { .. } => match candidate.action.pick() {
-            Some(backend) => match &backend.route {
-                Ok(route) => forward(
-                    edge,
-                    route,
-                    head,
-                    Some(GatewayForward {
-                        filters: candidate.filters.clone(),
-                        backend_filters: backend.filters.clone(),
-                        h2c: backend.h2c,
-                    }),
-                ),
-                Err(()) => Decision::Answer(UNRESOLVED_BACKEND, None),
-            },
+            Some(backend) => {
+                let backend_filters = backend.filters.get(candidate.match_index());
+                // A backendRef's redirect answers before its backend is
+                // looked at: the request never goes there, so neither its
+                // endpoints nor its resolution matter.
+                if let Some(r) = backend_filters.and_then(|f| f.redirect.as_ref()) {
+                    return Some(redirect(r, head, facts, prefix));
+                }
+                match &backend.route {
+                    Ok(route) => forward(
+                        edge,
+                        route,
+                        head,
+                        Some(GatewayForward {
+                            filters: candidate.filters.clone(),
+                            backend_filters: backend_filters.cloned(),
+                            h2c: backend.h2c,
+                        }),
+                    ),
+                    Err(()) => Decision::Answer(UNRESOLVED_BACKEND, None),
+                }
+            }
             None => Decision::Answer(UNRESOLVED_BACKEND, None),
         },
     })
+}
+
+/// A RequestRedirect's answer; `prefix` is the PathPrefix the rule
+/// matched, for ReplacePrefixMatch.
+fn redirect(
+    r: &Redirect,
+    head: &Head<'_>,
+    facts: &RequestFacts<'_>,
+    prefix: Option<&str>,
+) -> Decision {
+    let scheme = if facts.tls == Some(true) {
+        "https"
+    } else {
+        "http"
+    };
+    let location = crate::plane::filters::redirect_location(
+        r,
+        scheme,
+        head.authority,
+        head.path,
+        facts.query,
+        prefix,
+    );
+    Decision::Answer(Answer::redirect(r.status, location), None)
 }
 
 /// The limits of the matched route: its body limit, and its tenant's rate
@@ -962,6 +984,66 @@ mod gateway_tests {
             go(&s, "m.example.com:80", "/old/page", &bare("GET", "")),
             "301 http://m.example.com/new/page"
         );
+    }
+
+    #[test]
+    fn a_backend_redirect_answers_instead_of_forwarding() {
+        let s = compile(&[route(
+            "infra",
+            "br",
+            "  parentRefs: [{name: gw}]\n  hostnames: [br.example.com]\n  rules:\n  - matches: [{path: {type: PathPrefix, value: /full}}]\n    backendRefs: [{name: web, port: 8080, filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /redirected-full}}}]}]\n  - matches: [{path: {type: PathPrefix, value: /prefix}}, {path: {type: PathPrefix, value: /other}}]\n    backendRefs: [{name: web, port: 8080, filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /redirected-prefix}, port: 8443, scheme: https}}]}]\n  - matches: [{path: {type: PathPrefix, value: /nowhere}}]\n    backendRefs: [{name: empty, port: 8080, filters: [{type: RequestRedirect, requestRedirect: {hostname: elsewhere.example, statusCode: 301}}]}]\n",
+        )]);
+        assert_eq!(
+            go(&s, "br.example.com", "/full/original", &PLAIN),
+            "302 http://br.example.com/redirected-full"
+        );
+        assert_eq!(
+            go(&s, "br.example.com", "/prefix/original", &PLAIN),
+            "302 https://br.example.com:8443/redirected-prefix/original"
+        );
+        // The prefix is that of the match that chose the rule.
+        assert_eq!(
+            go(&s, "br.example.com", "/other/x", &PLAIN),
+            "302 https://br.example.com:8443/redirected-prefix/x"
+        );
+        // The backend is never reached, so its missing endpoints do not
+        // matter.
+        assert_eq!(
+            go(&s, "br.example.com:80", "/nowhere/a", &PLAIN),
+            "301 http://elsewhere.example/nowhere/a"
+        );
+    }
+
+    #[test]
+    fn a_backend_prefix_rewrite_replaces_the_prefix_its_match_took() {
+        let s = compile(&[route(
+            "infra",
+            "bw",
+            "  parentRefs: [{name: gw}]\n  hostnames: [bw.example.com]\n  rules:\n  - matches: [{path: {type: PathPrefix, value: /prefix}}, {path: {type: PathPrefix, value: /p2/deeper}}]\n    filters: [{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: x-rule, value: \"1\"}]}}]\n    backendRefs: [{name: web, port: 8080, filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /rewritten-prefix}}}]}]\n",
+        )]);
+        let target = |path: &str| {
+            let head = Head {
+                host_headers: 1,
+                authority: "bw.example.com",
+                path,
+                requires_host: true,
+                declared_length: None,
+            };
+            let Decision::Forward(f) = decide_request(&s, &EdgeConfig::default(), &head, &PLAIN)
+            else {
+                panic!("{path}: not forwarded");
+            };
+            let g = f.gateway.expect("a Gateway API forward");
+            assert_eq!(
+                g.each().count(),
+                2,
+                "the rule's filters, then the backend's"
+            );
+            let backend = g.backend_filters.expect("the backendRef's filters");
+            crate::plane::filters::rewritten_target(&backend, path, Some("q=1")).unwrap()
+        };
+        assert_eq!(target("/prefix/original"), "/rewritten-prefix/original?q=1");
+        assert_eq!(target("/p2/deeper/x"), "/rewritten-prefix/x?q=1");
     }
 
     #[test]

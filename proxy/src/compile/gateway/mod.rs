@@ -59,8 +59,8 @@ use super::{Policies, Resolver};
 use crate::compile::certs::CertTable;
 use crate::compile::routes::Route;
 use table::{
-    Action, Backend, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange, PathMatch,
-    Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
+    Action, Backend, BackendFilters, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange,
+    PathMatch, Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
 };
 pub use table::{GatewayTable, HostRank, RequestFacts, RequestHeaders};
 
@@ -1598,7 +1598,7 @@ fn compile_rules<'s>(
                         resolved_backends.push((key, r.clone(), *app_h2c));
                     }),
                 };
-                let target = match found {
+                let mut target = match found {
                     Ok((r, app_h2c)) => {
                         h2c |= app_h2c;
                         Ok(r)
@@ -1611,13 +1611,16 @@ fn compile_rules<'s>(
                     }
                 };
                 let own = if b.filters.is_empty() {
-                    None
+                    BackendFilters::None
                 } else {
                     match filter_spec(&b.filters, (None, None), route.grpc) {
-                        Ok(s) => merged_filters(&s, None).map(Arc::new),
+                        Ok(s) => backend_filters(&s, &matchers),
                         Err(e) => {
-                            invalid.push(format!("rule {index}: {e}"));
-                            None
+                            invalid.push(format!("rule {index} backendRef {}: {e}", b.name));
+                            // A filter is never skipped (the specification's
+                            // MUST): the backend's share is answered 500.
+                            target = Err(());
+                            BackendFilters::None
                         }
                     }
                 };
@@ -1941,6 +1944,35 @@ fn filter_spec(
     Ok(spec)
 }
 
+/// A backendRef's own filters: its RequestRedirect is kept (answered by
+/// the decision, `plane::decide`), and a URLRewrite replacing the matched
+/// prefix gets one `Filters` per match of the rule, each with the prefix
+/// its match took.
+fn backend_filters(spec: &FilterSpec, matchers: &[Matcher]) -> BackendFilters {
+    let build = |prefix: Option<&str>| {
+        let mut f = merged_filters(spec, prefix).unwrap_or_default();
+        f.redirect = spec.redirect.clone();
+        f.matched_prefix = prefix.map(Into::into);
+        (!f.is_empty()).then(|| Arc::new(f))
+    };
+    fn prefix(m: &Matcher) -> Option<&str> {
+        match &m.path {
+            PathMatch::Prefix(p) => Some(p),
+            _ => None,
+        }
+    }
+    match matchers {
+        _ if !spec.uses_prefix() => {
+            build(None).map_or(BackendFilters::None, BackendFilters::Shared)
+        }
+        [one] => build(prefix(one)).map_or(BackendFilters::None, BackendFilters::Shared),
+        many => {
+            let each: Option<Box<[Arc<Filters>]>> = many.iter().map(|m| build(prefix(m))).collect();
+            each.map_or(BackendFilters::None, BackendFilters::PerMatch)
+        }
+    }
+}
+
 /// The filters a request gets from one filter list, with the matched
 /// prefix; `None` when nothing is to be done.
 fn merged_filters(spec: &FilterSpec, prefix: Option<&str>) -> Option<Filters> {
@@ -1966,9 +1998,119 @@ fn merged_filters(spec: &FilterSpec, prefix: Option<&str>) -> Option<Filters> {
         response_headers: edits(&spec.response),
         rewrite,
         mirrors: Vec::new(),
+        redirect: None,
         matched_prefix: prefix.map(Into::into),
         request_timeout: spec.request_timeout,
         backend_timeout: spec.backend_timeout,
     };
     (!filters.is_empty()).then_some(filters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::CompileOptions;
+    use crate::compile::snapshot::Snapshot;
+    use crate::compile::tests::compile_test_docs;
+
+    /// A Gateway without listener hostname in `infra`, Service `web` with
+    /// an endpoint, and an HTTPRoute of `rules` on `b.example`.
+    fn compile(rules: &str) -> Snapshot {
+        let docs = [
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: infra}\nspec: {ports: [{port: 8080}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: infra, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [\"10.0.0.1\"]}]\nports: [{name: \"\", port: 8080}]\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n".into(),
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r, namespace: infra}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [b.example]\n  rules:\n{rules}"
+            ),
+        ];
+        compile_test_docs(&docs, &CompileOptions::default())
+    }
+
+    /// The first backend's filters of the candidate whose path condition
+    /// prints as `path`, as the decision picks them (by match index).
+    fn backend_filters_of<'s>(s: &'s Snapshot, path: &str) -> Option<&'s Filters> {
+        let (_, candidates) = s.gateway.host("b.example");
+        let c = candidates
+            .iter()
+            .find(|c| format!("{:?}", c.matcher.path) == path)
+            .unwrap_or_else(|| panic!("no candidate {path}"));
+        let Action::Backends { backends, .. } = &*c.action else {
+            panic!("{path}: not forwarded");
+        };
+        backends[0].filters.get(c.match_index()).map(|f| &**f)
+    }
+
+    #[test]
+    fn a_backend_prefix_rewrite_gets_the_prefix_of_each_match() {
+        let s = compile(
+            "  - matches: [{path: {type: PathPrefix, value: /a}}, {path: {type: PathPrefix, value: /b/c/}}, {path: {type: Exact, value: /e}}]\n    backendRefs:\n    - name: web\n      port: 8080\n      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /x}}}]\n",
+        );
+        let prefix = |path: &str| {
+            backend_filters_of(&s, path)
+                .expect("filters")
+                .matched_prefix
+                .as_deref()
+                .map(String::from)
+        };
+        assert_eq!(prefix(r#"Prefix("/a")"#).as_deref(), Some("/a"));
+        assert_eq!(prefix(r#"Prefix("/b/c")"#).as_deref(), Some("/b/c"));
+        assert_eq!(prefix(r#"Exact("/e")"#), None);
+        let rewrite = |path: &str, request: &str| {
+            let f = backend_filters_of(&s, path).unwrap();
+            crate::plane::filters::rewritten_target(f, request, None).unwrap()
+        };
+        assert_eq!(rewrite(r#"Prefix("/a")"#, "/a/original"), "/x/original");
+        assert_eq!(rewrite(r#"Prefix("/b/c")"#, "/b/c"), "/x");
+    }
+
+    #[test]
+    fn a_backend_redirect_is_kept_and_other_backend_filters_are_shared() {
+        let s = compile(
+            "  - matches: [{path: {type: PathPrefix, value: /r}}, {path: {type: PathPrefix, value: /s}}]\n    backendRefs:\n    - name: web\n      port: 8080\n      filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /to}, statusCode: 301}}]\n  - matches: [{path: {type: PathPrefix, value: /h}}]\n    backendRefs:\n    - name: web\n      port: 8080\n      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-A, value: b}]}}]\n",
+        );
+        let (_, candidates) = s.gateway.host("b.example");
+        let c = candidates
+            .iter()
+            .find(|c| matches!(&c.matcher.path, PathMatch::Prefix(p) if &**p == "/s"))
+            .unwrap();
+        let Action::Backends { backends, .. } = &*c.action else {
+            panic!("not forwarded");
+        };
+        assert!(
+            matches!(backends[0].filters, BackendFilters::Shared(_)),
+            "the redirect's prefix is the match's, read at request time"
+        );
+        let redirect = backend_filters_of(&s, r#"Prefix("/r")"#)
+            .and_then(|f| f.redirect.clone())
+            .expect("redirect kept");
+        assert_eq!(redirect.status, 301);
+        assert_eq!(redirect.path, Some(PathChange::Prefix("/to".into())));
+        let headers = backend_filters_of(&s, r#"Prefix("/h")"#).unwrap();
+        assert_eq!(headers.request_headers.set.len(), 1);
+        assert!(headers.redirect.is_none() && headers.matched_prefix.is_none());
+    }
+
+    #[test]
+    fn an_unsupported_backend_filter_is_named_and_its_backend_not_served() {
+        let s = compile(
+            "  - backendRefs:\n    - name: web\n      port: 8080\n      filters: [{type: ExtensionRef, extensionRef: {group: example.com, kind: Auth, name: a}}]\n",
+        );
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let conditions = &status["httpRoutes"][0]["status"]["parents"][0]["conditions"];
+        let partial = conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "PartiallyInvalid")
+            .unwrap_or_else(|| panic!("{conditions}"));
+        assert_eq!(
+            partial["message"],
+            "rule 0 backendRef web: filter ExtensionRef is not supported"
+        );
+        let (_, candidates) = s.gateway.host("b.example");
+        let Action::Backends { backends, .. } = &*candidates[0].action else {
+            panic!("not a backend rule");
+        };
+        assert!(backends[0].route.is_err(), "a filter is never skipped");
+    }
 }

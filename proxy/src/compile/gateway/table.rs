@@ -260,6 +260,9 @@ pub struct Filters {
     pub response_headers: HeaderEdits,
     pub rewrite: Option<Rewrite>,
     pub mirrors: Vec<Mirror>,
+    /// A backendRef's RequestRedirect: the request is answered, not
+    /// forwarded. A rule's redirect is its [`Action::Redirect`] instead.
+    pub redirect: Option<Redirect>,
     /// The prefix the rule matched (PathPrefix), for ReplacePrefixMatch.
     pub matched_prefix: Option<Box<str>>,
     /// `timeouts.request`: the whole request, client to response.
@@ -274,6 +277,7 @@ impl Filters {
             && self.response_headers.is_empty()
             && self.rewrite.is_none()
             && self.mirrors.is_empty()
+            && self.redirect.is_none()
             && self.request_timeout.is_none()
             && self.backend_timeout.is_none()
     }
@@ -287,10 +291,36 @@ pub struct Backend {
     /// a Service): requests it would get are answered 500.
     pub route: Result<Route, ()>,
     /// This backendRef's own filters (the rule's apply first).
-    pub filters: Option<Arc<Filters>>,
+    pub filters: BackendFilters,
     /// Whether the backend speaks HTTP/2 without TLS (h2c): GRPCRoute
     /// backends, and Service ports with `appProtocol: kubernetes.io/h2c`.
     pub h2c: bool,
+}
+
+/// A backendRef's own filters. The backendRefs of a rule are shared by
+/// all its matches, but a ReplacePrefixMatch replaces the prefix of the
+/// match that chose the rule: such filters are compiled once per match.
+/// Only those are (rare), so a rule's backends stay one list.
+#[derive(Debug, Default)]
+pub enum BackendFilters {
+    #[default]
+    None,
+    /// The same for every match of the rule.
+    Shared(Arc<Filters>),
+    /// One per match of the rule, by the match's index.
+    PerMatch(Box<[Arc<Filters>]>),
+}
+
+impl BackendFilters {
+    /// The filters for a request chosen by the rule's match `matched`
+    /// ([`Target::match_index`]).
+    pub fn get(&self, matched: usize) -> Option<&Arc<Filters>> {
+        match self {
+            BackendFilters::None => None,
+            BackendFilters::Shared(f) => Some(f),
+            BackendFilters::PerMatch(each) => each.get(matched),
+        }
+    }
 }
 
 /// What a rule does with a request that matched it.
@@ -373,6 +403,11 @@ impl Target {
             filters,
             position: (route, rule, matched),
         }
+    }
+
+    /// The index of this match among its rule's matches.
+    pub fn match_index(&self) -> usize {
+        self.position.2 as usize
     }
 }
 
@@ -1061,19 +1096,19 @@ mod tests {
                 Backend {
                     weight: 3,
                     route: route("a"),
-                    filters: None,
+                    filters: BackendFilters::None,
                     h2c: false,
                 },
                 Backend {
                     weight: 0,
                     route: route("never"),
-                    filters: None,
+                    filters: BackendFilters::None,
                     h2c: false,
                 },
                 Backend {
                     weight: 1,
                     route: Err(()),
-                    filters: None,
+                    filters: BackendFilters::None,
                     h2c: false,
                 },
             ]
