@@ -275,7 +275,8 @@ async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
             test.unported_cases.len()
         ))
     } else {
-        match runner::run_test(&options.config, test).await {
+        let skip = skipped_cases(&options.skip, &test.name);
+        match runner::run_test(&options.config, test, &skip).await {
             Ok(cases) => TestResult::Ran(cases),
             Err(reason) => TestResult::Broken {
                 reason,
@@ -287,6 +288,14 @@ async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
         name: test.name.clone(),
         result,
     }
+}
+
+/// The cases of `test` the skip list names one by one (`<Test>#<index>`,
+/// the index as the report numbers cases).
+fn skipped_cases(skip: &BTreeMap<String, String>, test: &str) -> Vec<usize> {
+    skip.keys()
+        .filter_map(|key| key.strip_prefix(test)?.strip_prefix('#')?.parse().ok())
+        .collect()
 }
 
 fn one_line(text: &str) -> String {
@@ -370,6 +379,15 @@ mod tests {
         );
         assert!(!summary.success());
         assert!(!Summary::default().success());
+    }
+
+    #[test]
+    fn cases_are_skipped_one_by_one() {
+        let skip =
+            parse_skip_list("A whole test\nB#6 one case\nB#10 another\nBC#1 not B's\n").unwrap();
+        assert_eq!(skipped_cases(&skip, "B"), vec![10, 6]);
+        assert!(skipped_cases(&skip, "A").is_empty());
+        assert!(skip.contains_key("A"));
     }
 
     #[test]

@@ -97,9 +97,14 @@ struct Fixture {
 }
 
 /// Runs every case of `test`. `Err` is a setup failure (no case ran).
-pub async fn run_test(config: &RunConfig, test: &TestFile) -> Result<Vec<CaseOutcome>, String> {
+/// `skip`: indices of cases not to run (out of scope one by one).
+pub async fn run_test(
+    config: &RunConfig,
+    test: &TestFile,
+    skip: &[usize],
+) -> Result<Vec<CaseOutcome>, String> {
     let fixture = Fixture::set_up(config, test).await?;
-    let result = fixture.run_cases(config, test).await;
+    let result = fixture.run_cases(config, test, skip).await;
     fixture.tear_down(config.keep, &test.name).await;
     Ok(result)
 }
@@ -203,7 +208,12 @@ impl Fixture {
         Ok(())
     }
 
-    async fn run_cases(&self, config: &RunConfig, test: &TestFile) -> Vec<CaseOutcome> {
+    async fn run_cases(
+        &self,
+        config: &RunConfig,
+        test: &TestFile,
+        skip: &[usize],
+    ) -> Vec<CaseOutcome> {
         let Some(proxy) = &self.proxy else {
             return Vec::new();
         };
@@ -213,7 +223,8 @@ impl Fixture {
             timeout: config.case_timeout,
             fixture: self,
         };
-        futures::stream::iter(test.cases.iter().enumerate())
+        let cases = test.cases.iter().enumerate();
+        futures::stream::iter(cases.filter(|(index, _)| !skip.contains(index)))
             .map(|(index, case)| {
                 let context = &context;
                 async move {
