@@ -154,33 +154,49 @@ async fn connect(
     idle: Duration,
 ) -> Result<(TcpStream, bool, Arc<Endpoint>), Failure> {
     loop {
-        let endpoint = upstream
-            .pick(&mut st.tried)
-            .ok_or(Failure::Connect("every endpoint was tried"))?
-            .clone();
-        st.endpoint = Some(endpoint.clone());
-        st.upstream_started = Some(Instant::now());
+        let endpoint = next_endpoint(st, upstream)?;
         if let Some(stream) = with_pool(idle, |p| p.take(endpoint.addr)) {
             endpoint.mark_healthy();
             return Ok((stream, true, endpoint));
         }
         match connect_to(router, &endpoint).await {
             Ok(stream) => return Ok((stream, false, endpoint)),
-            Err(e) => {
-                let attempts = st.tried.count();
-                let total = upstream.endpoints.len() as u32;
-                connect_failed(router, st, upstream, &endpoint, &e);
-                if attempts < total.min(router.options.max_connect_attempts) {
-                    continue;
-                }
-                return Err(e);
-            }
+            Err(e) if another_endpoint(router, st, upstream, &endpoint, &e) => continue,
+            Err(e) => return Err(e),
         }
     }
 }
 
+/// The next endpoint of `upstream` to try (none left: every one was
+/// tried), noted in `st` for the log and the latency.
+pub(super) fn next_endpoint(
+    st: &mut StreamCtx<'_>,
+    upstream: &Upstream,
+) -> Result<Arc<Endpoint>, Failure> {
+    let endpoint = upstream
+        .pick(&mut st.tried)
+        .ok_or(Failure::Connect("every endpoint was tried"))?
+        .clone();
+    st.endpoint = Some(endpoint.clone());
+    st.upstream_started = Some(Instant::now());
+    Ok(endpoint)
+}
+
+/// After `endpoint` failed to connect (counted, logged, ejected): whether
+/// another endpoint may be tried (`--max-connect-attempts`).
+pub(super) fn another_endpoint(
+    router: &Router,
+    st: &StreamCtx<'_>,
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    e: &Failure,
+) -> bool {
+    connect_failed(router, st, upstream, endpoint, e);
+    st.tried.count() < (upstream.endpoints.len() as u32).min(router.options.max_connect_attempts)
+}
+
 /// Counts and logs a failed connect, and ejects the endpoint.
-pub(super) fn connect_failed(
+fn connect_failed(
     router: &Router,
     st: &StreamCtx<'_>,
     upstream: &Upstream,
@@ -407,9 +423,9 @@ impl Exchange<'_> {
 /// `{len:x}\r\n` into `out`, without `fmt`; returns its length.
 fn chunk_size_line(len: usize, out: &mut [u8; 18]) -> usize {
     let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
-    for i in 0..digits {
+    for (i, digit) in out.iter_mut().take(digits).enumerate() {
         let nibble = (len >> (4 * (digits - 1 - i))) & 0xf;
-        out[i] = b"0123456789abcdef"[nibble];
+        *digit = b"0123456789abcdef"[nibble];
     }
     out[digits] = b'\r';
     out[digits + 1] = b'\n';

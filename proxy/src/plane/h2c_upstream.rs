@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use h2::client::SendRequest;
@@ -23,7 +23,7 @@ use teapot_h1::ConnInfo;
 
 use crate::compile::upstream::{Endpoint, Upstream};
 use crate::plane::h2::{Failure, RequestBody, StreamCtx, authority_of, send_flow_controlled};
-use crate::plane::h2_upstream::{connect_failed, connect_to};
+use crate::plane::h2_upstream::{another_endpoint, connect_to, next_endpoint};
 use crate::plane::proxy::Router;
 
 thread_local! {
@@ -186,12 +186,7 @@ async fn connect(
     upstream: &Arc<Upstream>,
 ) -> Result<SendRequest<Bytes>, Failure> {
     loop {
-        let endpoint = upstream
-            .pick(&mut st.tried)
-            .ok_or(Failure::Connect("every endpoint was tried"))?
-            .clone();
-        st.endpoint = Some(endpoint.clone());
-        st.upstream_started = Some(Instant::now());
+        let endpoint = next_endpoint(st, upstream)?;
         let addr = endpoint.addr;
         if let Some(existing) = CONNECTIONS.with_borrow(|c| c.get(&addr).cloned()) {
             match existing.ready().await {
@@ -210,15 +205,8 @@ async fn connect(
                     Failure::Upstream("the upstream closed its HTTP/2 connection")
                 });
             }
-            Err(e) => {
-                let attempts = st.tried.count();
-                let total = upstream.endpoints.len() as u32;
-                connect_failed(router, st, upstream, &endpoint, &e);
-                if attempts < total.min(router.options.max_connect_attempts) {
-                    continue;
-                }
-                return Err(e);
-            }
+            Err(e) if another_endpoint(router, st, upstream, &endpoint, &e) => continue,
+            Err(e) => return Err(e),
         }
     }
 }
