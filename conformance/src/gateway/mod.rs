@@ -130,6 +130,8 @@ impl TestOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     pub outcomes: Vec<TestOutcome>,
+    /// Cases of tests that ran, left out one by one as out of scope.
+    pub skipped_cases: usize,
 }
 
 impl Summary {
@@ -164,7 +166,12 @@ impl Summary {
                 self.count(Some(true)),
                 self.count(Some(false))
             ),
-            format!("cases: {cases_passed} passed, {cases_failed} failed"),
+            match self.skipped_cases {
+                0 => format!("cases: {cases_passed} passed, {cases_failed} failed"),
+                n => format!(
+                    "cases: {cases_passed} passed, {cases_failed} failed ({n} skipped as out of scope)"
+                ),
+            },
         ]
     }
 
@@ -251,7 +258,11 @@ pub async fn run(
                 {
                     continue;
                 }
-                run_one(options, &test).await
+                let outcome = run_one(options, &test).await;
+                if matches!(outcome.result, TestResult::Ran(_)) {
+                    summary.skipped_cases += skipped_cases(&options.skip, &test.name).len();
+                }
+                outcome
             }
         };
         on_outcome(&outcome);
@@ -292,7 +303,7 @@ async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
 
 /// The cases of `test` the skip list names one by one (`<Test>#<index>`,
 /// the index as the report numbers cases).
-fn skipped_cases(skip: &BTreeMap<String, String>, test: &str) -> Vec<usize> {
+pub fn skipped_cases(skip: &BTreeMap<String, String>, test: &str) -> Vec<usize> {
     skip.keys()
         .filter_map(|key| key.strip_prefix(test)?.strip_prefix('#')?.parse().ok())
         .collect()
@@ -369,7 +380,10 @@ mod tests {
             ]
         );
         assert!(outcomes[2].case_lines().is_empty());
-        let summary = Summary { outcomes };
+        let summary = Summary {
+            outcomes,
+            skipped_cases: 0,
+        };
         assert_eq!(
             summary.closing_lines(),
             [
