@@ -3,13 +3,16 @@
 //! declared length, close-delimited and chunked responses, a backend that
 //! breaks its response (the stream is reset, its connection never pooled
 //! again), and a pooled connection the backend closed as the request
-//! arrived (retried once for GET, never for POST).
+//! arrived (retried once for GET, never for POST); and h2c backends
+//! (proxy/src/plane/h2c_upstream.rs): a streaming call whose answer starts
+//! before its request ends, trailers both ways, and CONNECT refused.
 
 mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
@@ -382,4 +385,183 @@ async fn h2_requests_to_http1_backends() {
         .filter(|l| l.contains("POST /stale"))
         .count();
     assert_eq!(posts, 1, "{:?}", seen.lines());
+}
+
+/// An h2c backend that answers at once and then echoes each request
+/// DATA frame as a response DATA frame, ending with trailers
+/// (`grpc-status: 0` and the number of non-empty frames): a streaming gRPC call's
+/// shape. `x-te` reports the request's `te`.
+async fn h2c_echo_backend() -> SocketAddr {
+    use hyper::server::conn::http2;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| async move {
+                        let te = req
+                            .headers()
+                            .get("te")
+                            .map(|v| v.to_str().unwrap_or("").to_string())
+                            .unwrap_or_default();
+                        let (tx, rx) =
+                            tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+                        let mut body = req.into_body();
+                        tokio::spawn(async move {
+                            let mut frames = 0;
+                            while let Some(Ok(frame)) = body.frame().await {
+                                // An empty DATA frame only carries END_STREAM.
+                                if let Ok(data) = frame.into_data()
+                                    && !data.is_empty()
+                                {
+                                    frames += 1;
+                                    let _ = tx.send(Ok(Frame::data(data))).await;
+                                }
+                            }
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                            trailers.insert("x-frames", http::HeaderValue::from(frames));
+                            let _ = tx.send(Ok(Frame::trailers(trailers))).await;
+                        });
+                        let stream = futures::stream::unfold(rx, |mut rx| async move {
+                            rx.recv().await.map(|f| (f, rx))
+                        });
+                        let resp = http::Response::builder()
+                            .header("x-te", te)
+                            .body(StreamBody::new(stream))
+                            .unwrap();
+                        Ok::<_, Infallible>(resp)
+                    },
+                );
+                let _ = http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_backends_stream_both_ways_with_trailers() {
+    const NS: &str = "h2c-up";
+    let backend = h2c_echo_backend().await;
+    let mut svc = service(NS, "grpc", &[(Some("grpc"), 80)]);
+    svc["spec"]["ports"][0]["appProtocol"] = serde_json::json!("kubernetes.io/h2c");
+    let manifests = vec![
+        serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": { "name": "gw", "namespace": NS },
+            "spec": {
+                "gatewayClassName": "teapot",
+                "listeners": [{ "name": "http", "protocol": "HTTP", "port": 80 }],
+            },
+        }),
+        serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": { "name": "calls", "namespace": NS },
+            "spec": {
+                "parentRefs": [{ "name": "gw" }],
+                "hostnames": [HOST],
+                "rules": [{ "backendRefs": [{ "name": "grpc", "port": 80 }] }],
+            },
+        }),
+        svc,
+        slice(
+            NS,
+            "grpc-0",
+            "grpc",
+            &[(Some("grpc"), backend.port())],
+            &[("127.0.0.1", true)],
+        ),
+    ];
+    let h = Harness::start_with_args(&[("m.yaml", docs(&manifests))], &["--h2c"]).await;
+    let mut c = h2c(h.proxy.http).await;
+    // Served once the snapshot has the route.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _) = send(&mut c, "POST", "/ready", &[], full("x")).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "route not served: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The answer starts before the request ends: both ways at once.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+    let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|f| (f, rx))
+    }))
+    .boxed();
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{HOST}/pkg.Echo/Stream"))
+        .header("te", "trailers")
+        .header("content-type", "application/grpc")
+        .body(body)
+        .unwrap();
+    c.ready().await.unwrap();
+    tx.send(Ok(Frame::data(Bytes::from_static(b"one"))))
+        .await
+        .unwrap();
+    let call = async {
+        let resp = c.send_request(req).await.expect("response head");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            header_value(resp.headers(), "x-te"),
+            "trailers",
+            "te: trailers kept"
+        );
+        let mut body = resp.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"one", "echoed while the request is still open");
+        tx.send(Ok(Frame::data(Bytes::from_static(b"two"))))
+            .await
+            .unwrap();
+        let second = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&second[..], b"two");
+        drop(tx);
+        let trailers = loop {
+            match body.frame().await {
+                Some(Ok(frame)) if frame.is_trailers() => break frame.into_trailers().unwrap(),
+                Some(Ok(_)) => continue,
+                other => panic!("no trailers: {other:?}"),
+            }
+        };
+        assert_eq!(header_value(&trailers, "grpc-status"), "0");
+        assert_eq!(header_value(&trailers, "x-frames"), "2");
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, call)
+        .await
+        .expect("streaming call timed out");
+
+    // HTTP/2 CONNECT asks for a tunnel no route offers.
+    let connect = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("{HOST}:443"))
+        .body(empty())
+        .unwrap();
+    c.ready().await.unwrap();
+    let resp = tokio::time::timeout(REQUEST_TIMEOUT, c.send_request(connect))
+        .await
+        .expect("CONNECT answered")
+        .expect("CONNECT response");
+    assert_eq!(resp.status(), 405);
+}
+
+fn header_value<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }

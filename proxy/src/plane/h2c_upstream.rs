@@ -154,6 +154,11 @@ async fn upload(
             to.send_reset(h2::Reason::CANCEL);
             return Err(Failure::BodyTooLarge);
         }
+        if chunk.is_empty() {
+            // An empty DATA frame carries nothing but its END_STREAM flag,
+            // which the end below sends.
+            continue;
+        }
         send_flow_controlled(&mut to, chunk, false)
             .await
             .map_err(gone)?;
