@@ -5,7 +5,8 @@
 //! again), and a pooled connection the backend closed as the request
 //! arrived (retried once for GET, never for POST); and h2c backends
 //! (proxy/src/plane/h2c_upstream.rs): a streaming call whose answer starts
-//! before its request ends, trailers both ways, and CONNECT refused.
+//! before its request ends, trailers both ways, CONNECT refused, and a
+//! connection the backend closed replaced without failing a call.
 
 mod common;
 
@@ -390,16 +391,27 @@ async fn h2_requests_to_http1_backends() {
 /// An h2c backend that answers at once and then echoes each request
 /// DATA frame as a response DATA frame, ending with trailers
 /// (`grpc-status: 0` and the number of non-empty frames): a streaming gRPC call's
-/// shape. `x-te` reports the request's `te`.
-async fn h2c_echo_backend() -> SocketAddr {
+/// shape. `x-te` reports the request's `te`. Returns its address, the
+/// connections it accepted, and a switch that closes every connection.
+async fn h2c_echo_backend() -> (
+    SocketAddr,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::sync::watch::Sender<u32>,
+) {
     use hyper::server::conn::http2;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (close, closing) = tokio::sync::watch::channel(0u32);
+    let counter = accepted.clone();
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut closing = closing.clone();
+            closing.mark_unchanged();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(
                     |req: http::Request<hyper::body::Incoming>| async move {
@@ -437,19 +449,23 @@ async fn h2c_echo_backend() -> SocketAddr {
                         Ok::<_, Infallible>(resp)
                     },
                 );
-                let _ = http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
+                let serve = http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tcp), service);
+                // Dropping the connection closes its socket.
+                tokio::select! {
+                    _ = serve => {}
+                    _ = closing.changed() => {}
+                }
             });
         }
     });
-    addr
+    (addr, accepted, close)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2c_backends_stream_both_ways_with_trailers() {
     const NS: &str = "h2c-up";
-    let backend = h2c_echo_backend().await;
+    let (backend, accepted, close) = h2c_echo_backend().await;
     let mut svc = service(NS, "grpc", &[(Some("grpc"), 80)]);
     svc["spec"]["ports"][0]["appProtocol"] = serde_json::json!("kubernetes.io/h2c");
     let manifests = vec![
@@ -557,6 +573,17 @@ async fn h2c_backends_stream_both_ways_with_trailers() {
         .expect("CONNECT answered")
         .expect("CONNECT response");
     assert_eq!(resp.status(), 405);
+
+    // Every stream so far shared one connection to the backend; once the
+    // backend closes it, the next call gets a new one.
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    close.send(1).unwrap();
+    // The proxy's side of the connection sees the close and leaves the
+    // thread's map: the next call connects anew, and is not failed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = send(&mut c, "POST", "/again", &[], full("x")).await;
+    assert_eq!((status, body.as_deref()), (200, Ok("x")));
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
 fn header_value<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {

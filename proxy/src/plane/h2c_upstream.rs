@@ -6,13 +6,16 @@
 //! One HTTP/2 connection per backend address and serving thread carries
 //! every stream to it (h2 multiplexes; a backend that limits concurrent
 //! streams makes a stream wait for a slot). A connection the backend
-//! closed is noticed when a stream asks it for a slot, and replaced.
+//! closed leaves the thread's map when its driver ends (or is noticed when
+//! a stream asks it for a slot), and one unused for the upstream pool's
+//! idle timeout is dropped, which closes it: endpoints that come and go
+//! leave no connections behind.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
@@ -28,8 +31,16 @@ use crate::plane::proxy::Router;
 
 thread_local! {
     /// The serving thread's connections, by backend address.
-    static CONNECTIONS: RefCell<foldhash::HashMap<SocketAddr, SendRequest<Bytes>>> =
+    static CONNECTIONS: RefCell<foldhash::HashMap<SocketAddr, Connection>> =
         RefCell::default();
+    /// Tells a connection from the one that replaced it at its address.
+    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+struct Connection {
+    id: u64,
+    sender: SendRequest<Bytes>,
+    used: Instant,
 }
 
 /// Forwards the stream's request (already routed into `st`) to an h2c
@@ -193,7 +204,16 @@ async fn connect(
     loop {
         let endpoint = next_endpoint(st, upstream)?;
         let addr = endpoint.addr;
-        if let Some(existing) = CONNECTIONS.with_borrow(|c| c.get(&addr).cloned()) {
+        let now = Instant::now();
+        let idle = router.options.pool_idle_timeout;
+        let existing = CONNECTIONS.with_borrow_mut(|c| {
+            c.retain(|_, conn| now.duration_since(conn.used) < idle);
+            c.get_mut(&addr).map(|conn| {
+                conn.used = now;
+                conn.sender.clone()
+            })
+        });
+        if let Some(existing) = existing {
             match existing.ready().await {
                 Ok(ready) => return Ok(ready),
                 Err(e) => {
@@ -204,7 +224,6 @@ async fn connect(
         }
         match handshake(router, &endpoint).await {
             Ok(sender) => {
-                CONNECTIONS.with_borrow_mut(|c| c.insert(addr, sender.clone()));
                 return sender.ready().await.map_err(|e| {
                     tracing::debug!(%addr, error = %e, "h2c upstream connection");
                     Failure::Upstream("the upstream closed its HTTP/2 connection")
@@ -219,6 +238,8 @@ async fn connect(
 /// A new HTTP/2 connection (prior knowledge) to `endpoint`, its frames
 /// driven by a task of this thread until either side closes it.
 async fn handshake(router: &Router, endpoint: &Endpoint) -> Result<SendRequest<Bytes>, Failure> {
+    // Registered in the thread's map here, so the driver below can take
+    // its own entry (and only its own) out when the connection ends.
     let tcp = connect_to(router, endpoint).await?;
     let timeout: Duration = router.options.connect_timeout;
     let (sender, connection) = match tokio::time::timeout(timeout, h2::client::handshake(tcp)).await
@@ -231,10 +252,31 @@ async fn handshake(router: &Router, endpoint: &Endpoint) -> Result<SendRequest<B
         Err(_) => return Err(Failure::ConnectTimeout),
     };
     let addr = endpoint.addr;
+    let id = NEXT_ID.with(|n| {
+        n.set(n.get() + 1);
+        n.get()
+    });
+    CONNECTIONS.with_borrow_mut(|c| {
+        c.insert(
+            addr,
+            Connection {
+                id,
+                sender: sender.clone(),
+                used: Instant::now(),
+            },
+        )
+    });
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(%addr, error = %e, "h2c upstream connection ended");
         }
+        // Serving threads are single-threaded runtimes: this task runs on
+        // the thread whose map holds the connection.
+        CONNECTIONS.with_borrow_mut(|c| {
+            if c.get(&addr).is_some_and(|conn| conn.id == id) {
+                c.remove(&addr);
+            }
+        });
     });
     Ok(sender)
 }
