@@ -178,7 +178,7 @@ for t in "${targets[@]}"; do
     if [[ " $phases " == *" callgrind "* ]]; then
         p=$(port)
         out="$work/callgrind.$t"
-        pid=$(start "$t" "$p" valgrind -q --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no)
+        pid=$(start "$t" "$p" valgrind -q --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no --compress-strings=no)
         wait_answer "$p" || { echo "$t does not answer under valgrind" >&2; cat "$work/$t.log" >&2; exit 1; }
         load "$p" 1 >/dev/null
         callgrind_control -z "$pid" >/dev/null 2>&1

@@ -216,7 +216,7 @@ for t in "${targets[@]}"; do
     if [[ " $phases " == *" callgrind "* ]]; then
         p=$(port)
         out="$work/callgrind.$t"
-        pid=$(start "$t" "$p" valgrind -q --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no)
+        pid=$(start "$t" "$p" valgrind -q --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no --compress-strings=no)
         wait_answer "$p" || { echo "$t does not answer under valgrind" >&2; cat "$work/$t.log" >&2; exit 1; }
         load "$p" 1 >/dev/null
         # Two counted runs, a short and a long one: each pays for its

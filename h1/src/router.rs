@@ -260,8 +260,10 @@ impl HeaderEdits {
         self.skipped.extend_from_slice(name);
     }
 
-    /// The fields to write, as bytes: replacements, then additions.
-    pub(crate) fn wire(&self) -> &[u8] {
+    /// The fields to write, as bytes (`name: value\r\n` each):
+    /// replacements, then additions. Public for another writer of heads
+    /// (HTTP/2 to HTTP/1) that drops the replaced names itself.
+    pub fn wire(&self) -> &[u8] {
         &self.wire
     }
 

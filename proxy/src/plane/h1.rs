@@ -562,7 +562,7 @@ fn forwarding_edits(
 /// 64-slot per-thread cache keyed by everything they are made of: the
 /// client's address, TLS, the local port and the authority. A miss (a new
 /// client or host on the slot) makes them with [`forwarding_block`].
-fn with_forwarding_block<T>(
+pub(super) fn with_forwarding_block<T>(
     conn: &ConnInfo,
     authority: &str,
     f: impl FnOnce(&HeaderEdits) -> T,

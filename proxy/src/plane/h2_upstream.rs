@@ -21,7 +21,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
-use crate::plane::decide::each_forwarding_header;
 use crate::plane::h2::{Failure, Ids, StreamCtx, authority};
 use crate::plane::proxy::{Router, has_hop_by_hop};
 use crate::plane::trace;
@@ -534,29 +533,11 @@ fn direct_head(
     if let Some(tp) = new_tp {
         field(out, trace::TRACEPARENT, tp.as_bytes());
     }
-    let mut ip = IpText::default();
-    let client = conn.client.map(|a| {
-        use std::io::Write;
-        let _ = write!(ip.buf.as_mut_slice(), "{}", a.ip());
-        ip.len = ip.buf.iter().position(|&b| b == 0).unwrap_or(ip.buf.len());
-        std::str::from_utf8(&ip.buf[..ip.len]).unwrap_or("")
+    // The forwarding fields as HTTP/1 writes them, from the same
+    // per-thread cache (a connection's requests share them).
+    crate::plane::h1::with_forwarding_block(conn, authority(parts), |block| {
+        out.extend_from_slice(block.wire())
     });
-    let local_port = conn.local.map(|a| a.port());
-    each_forwarding_header(
-        client,
-        conn.tls,
-        authority(parts),
-        local_port,
-        |name, value| {
-            if let Some(v) = value {
-                use std::io::Write;
-                out.extend_from_slice(name.as_bytes());
-                out.extend_from_slice(b": ");
-                let _ = write!(out, "{v}");
-                out.extend_from_slice(b"\r\n");
-            }
-        },
-    );
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
@@ -572,21 +553,6 @@ const FORWARDING: [&str; 6] = [
     "forwarded",
     "x-real-ip",
 ];
-
-/// An IP address's text without an allocation.
-struct IpText {
-    buf: [u8; 48],
-    len: usize,
-}
-
-impl Default for IpText {
-    fn default() -> Self {
-        IpText {
-            buf: [0; 48],
-            len: 0,
-        }
-    }
-}
 
 fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(name.as_bytes());
@@ -636,7 +602,11 @@ pub(super) fn parse_response(
     }
     // Each line with its CRLF: the blank line's CRLF is left out, so the
     // last piece of the split is empty.
-    let mut lines = buf[..end + 2].split(|&b| b == b'\n').peekable();
+    let mut lines = Lines {
+        rest: &buf[..end + 2],
+        done: false,
+    }
+    .peekable();
     let status_line = lines.next().ok_or("empty response head")?;
     let status_line = status_line
         .strip_suffix(b"\r")
@@ -675,10 +645,7 @@ pub(super) fn parse_response(
         if fields > MAX_RESPONSE_FIELDS {
             return Err("too many response fields");
         }
-        let colon = line
-            .iter()
-            .position(|&b| b == b':')
-            .ok_or("response field without a colon")?;
+        let colon = memchr::memchr(b':', line).ok_or("response field without a colon")?;
         let name = &line[..colon];
         if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
             return Err("malformed response field name");
@@ -753,6 +720,36 @@ pub(super) fn parse_response(
     }))
 }
 
+/// A head's lines split at LF (each keeps its CR, if any), as
+/// `split(|&b| b == b'\n')` does, found with `memchr` rather than a byte
+/// at a time: the last piece is what follows the last LF (empty when the
+/// head ends with one).
+struct Lines<'a> {
+    rest: &'a [u8],
+    done: bool,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.done {
+            return None;
+        }
+        match memchr::memchr(b'\n', self.rest) {
+            Some(lf) => {
+                let line = &self.rest[..lf];
+                self.rest = &self.rest[lf + 1..];
+                Some(line)
+            }
+            None => {
+                self.done = true;
+                Some(self.rest)
+            }
+        }
+    }
+}
+
 fn trim(v: &[u8]) -> &[u8] {
     let start = v
         .iter()
@@ -766,7 +763,7 @@ fn trim(v: &[u8]) -> &[u8] {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -875,6 +872,7 @@ impl Chunked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plane::decide::each_forwarding_header;
 
     #[test]
     fn response_framing() {
@@ -973,6 +971,19 @@ mod tests {
             names.push(n)
         });
         assert_eq!(names, FORWARDING);
+    }
+
+    #[test]
+    fn lines_split_as_split_does() {
+        for head in [&b""[..], b"a", b"a\n", b"a\r\nb\r\n", b"\n\n", b"x\ny"] {
+            let ours: Vec<&[u8]> = Lines {
+                rest: head,
+                done: false,
+            }
+            .collect();
+            let std: Vec<&[u8]> = head.split(|&b| b == b'\n').collect();
+            assert_eq!(ours, std, "{:?}", String::from_utf8_lossy(head));
+        }
     }
 
     #[test]
