@@ -359,8 +359,9 @@ pub(crate) fn trim_ows(mut v: &[u8]) -> &[u8] {
 }
 
 /// Digits only: no sign, no list, no whitespace inside, at most 19 digits
-/// so it always fits a u64.
-pub(crate) fn parse_length(v: &[u8]) -> Result<u64, Refusal> {
+/// so it always fits a u64. Public for the proxy's HTTP/2 path, which
+/// reads lengths by the same rule.
+pub fn parse_length(v: &[u8]) -> Result<u64, Refusal> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return Err(Refusal::BadLength);
     }

@@ -409,11 +409,6 @@ struct Ids<'r> {
     tag: Arc<str>,
 }
 
-thread_local! {
-    /// Where a per-request tag is put together before its one allocation.
-    static TAG: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-}
-
 impl Router {
     /// The request's series (by its route's tenant), its `X-Request-Id` and
     /// `traceparent`, and the engine's tag: the series' own (no
@@ -423,15 +418,7 @@ impl Router {
         let request_id = trace::request_id(req.header(trace::REQUEST_ID), trusted);
         let traceparent = trace::traceparent(req.header(trace::TRACEPARENT), &request_id);
         let tag = if self.observe.access_log.is_on() {
-            TAG.with_borrow_mut(|buf| {
-                buf.clear();
-                buf.push_str(&series.tag);
-                buf.push('\x1f');
-                buf.push_str(request_id.as_str());
-                buf.push('\x1f');
-                buf.push_str(traceparent.as_str());
-                Arc::from(buf.as_str())
-            })
+            trace::tag(&series.tag, &request_id, &traceparent)
         } else {
             series.tag.clone()
         };

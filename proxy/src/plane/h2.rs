@@ -387,12 +387,7 @@ impl H2Server {
             log.keeps_query(),
         );
         entry.tag = Some(match &st.ids {
-            Some(ids) => Arc::from(format!(
-                "{}\x1f{}\x1f{}",
-                series.tag,
-                ids.request_id.as_str(),
-                ids.traceparent.as_str()
-            )),
+            Some(ids) => trace::tag(&series.tag, &ids.request_id, &ids.traceparent),
             None => series.tag.clone(),
         });
         entry.protocol = "h2";
@@ -460,11 +455,7 @@ fn malformed(parts: &Parts) -> bool {
 }
 
 fn content_length(v: &HeaderValue) -> Option<u64> {
-    let v = v.as_bytes();
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
+    teapot_h1::scan::parse_length(v.as_bytes()).ok()
 }
 
 /// The front-door checks of an HTTP/2 request (docs/edge.md): field bytes,

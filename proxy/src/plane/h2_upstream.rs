@@ -656,14 +656,8 @@ pub(super) fn parse_response(
         }
         if name.eq_ignore_ascii_case(b"content-length") {
             for v in value.split(|&b| b == b',') {
-                let v = trim(v);
-                if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-                    return Err("malformed Content-Length");
-                }
-                let n: u64 = std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or("malformed Content-Length")?;
+                let n = teapot_h1::scan::parse_length(trim(v))
+                    .map_err(|_| "malformed Content-Length")?;
                 if length.is_some_and(|l| l != n) {
                     return Err("conflicting Content-Length");
                 }
