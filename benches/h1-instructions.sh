@@ -21,7 +21,8 @@
 #   BASE=/work/bin/teapot-main benches/h1-instructions.sh [SECONDS]
 #
 # Environment: BASE=/path/to/teapot, TARGETS (default "teapot [teapot-base]
-# haproxy nginx"), CONNS (64), BODY bytes (128), PROFILE=NAME (target/NAME),
+# haproxy nginx"; "floor" is benches/examples/floor_h1.rs, a bare tokio loop
+# built with `cargo build --release -p teapot-benches --example floor_h1`), CONNS (64), BODY bytes (128), PROFILE=NAME (target/NAME),
 # KEEP=DIR (keep the callgrind dumps there, for callgrind_annotate),
 # PHASES ("native callgrind"), DEBUG=1 (keep the work directory: logs,
 # configs, raw results).
@@ -122,6 +123,9 @@ backend b
   server s1 127.0.0.1:$backend
 EOF
         "$@" haproxy -f "$work/haproxy.cfg" -db >"$work/$t.log" 2>&1 &
+        ;;
+    floor) # benches/examples/floor_h1.rs: no routing, edits or timeouts
+        "$@" "$root/target/release/examples/floor_h1" "127.0.0.1:$p" "127.0.0.1:$backend" >"$work/$t.log" 2>&1 &
         ;;
     nginx)
         nginx_conf "server { listen 127.0.0.1:$p; location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }" >"$work/proxy-$p.conf"

@@ -3,17 +3,25 @@
 # each with ONE worker, in front of one nginx backend serving a 128-byte
 # body, loaded by wrk in rotated rounds. Optional targets: a second teapot
 # binary (BASE=path: the build before a change, so "before" and "after"
-# share one run) and bare Pingora (PINGORA=1; benches/examples/bare_pingora.rs).
+# share one run), bare Pingora (PINGORA=1; benches/examples/bare_pingora.rs)
+# and a bare tokio loop with no routing or edits (FLOOR=1;
+# benches/examples/floor_h1.rs, built in target/release).
 #
 # With PIN=1 (the default on 2+ CPUs) every proxy runs on CPU 1 and wrk
 # and the backend on CPU 0, so the proxy under test has a core to itself.
 # The proxy's CPU time over the middle of each run (perf stat task-clock)
 # gives its CPU per request, which is steadier than requests/s.
 #
-#   cargo build --release -p teapot -p teapot-benches --bin teapot [--example bare_pingora]
+#   cargo build --release -p teapot -p teapot-benches --bin teapot [--example bare_pingora] [--example floor_h1]
 #   benches/h1-side-by-side.sh [ROUNDS] [SECONDS]
 #
-# Environment: BASE=/path/to/teapot, PINGORA=1, PIN=0|1, CONNS (64),
+# BACKEND=file (the default) has the backend open and send a file per
+# request, so on 2 CPUs wrk plus the backend saturate CPU 0 first and the
+# proxies wait on them (the run measures the load side); BACKEND=inline
+# answers from nginx's memory (`return 200`), which leaves the proxy's CPU
+# the limit, so req/s and CPU per request are the proxy's own.
+#
+# Environment: BASE=/path/to/teapot, PINGORA=1, FLOOR=1, PIN=0|1, BACKEND, CONNS (64),
 # BODY bytes (128), JSON=file (raw rounds), PROFILE=NAME (target/NAME),
 # TEAPOT_ARGS (more flags for the teapot target, e.g. "--access-log all
 # --access-log-file /tmp/access.log"; BASE runs without them).
@@ -25,6 +33,7 @@ bin="${CARGO_TARGET_DIR:-$root/target}/${PROFILE:-release}"
 conns="${CONNS:-64}"
 body="${BODY:-128}"
 pin="${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}"
+backend_kind="${BACKEND:-file}"
 for tool in wrk nginx haproxy perf taskset python3 curl; do
     command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
 done
@@ -56,7 +65,12 @@ EOF
 }
 declare -A pid_of port_of
 worker_of() { local p; p=$(pgrep -P "$1" | head -1); echo "${p:-$1}"; }
-nginx_conf "server { listen 127.0.0.1:$backend; root $work; location / { try_files /body.txt =404; } }" >"$work/backend.conf"
+case "$backend_kind" in
+    file) serve='root '"$work"'; location / { try_files /body.txt =404; }' ;;
+    inline) serve='location / { default_type text/plain; return 200 "'"$(cat "$work/body.txt")"'"; }' ;;
+    *) echo "BACKEND must be file or inline, not '$backend_kind'" >&2; exit 2 ;;
+esac
+nginx_conf "server { listen 127.0.0.1:$backend; $serve }" >"$work/backend.conf"
 "${on_load_cpu[@]}" nginx -c "$work/backend.conf" >/dev/null 2>&1 & pids+=($!)
 
 targets=(teapot haproxy nginx)
@@ -125,6 +139,13 @@ if [ -n "${BASE:-}" ]; then
     start_teapot teapot-base "$BASE"
     targets=(teapot teapot-base haproxy nginx)
 fi
+if [ "${FLOOR:-0}" = 1 ]; then
+    port_of[floor]=$(port)
+    "${on_proxy_cpu[@]}" "$root/target/release/examples/floor_h1" "127.0.0.1:${port_of[floor]}" "127.0.0.1:$backend" >/dev/null 2>&1 &
+    pids+=($!)
+    pid_of[floor]=$!
+    targets+=(floor)
+fi
 if [ "${PINGORA:-0}" = 1 ]; then
     port_of[pingora]=$(port)
     "${on_proxy_cpu[@]}" "$bin/examples/bare_pingora" "127.0.0.1:${port_of[pingora]}" "127.0.0.1:$backend" 1 >/dev/null 2>&1 &
@@ -160,9 +181,9 @@ for r in $(seq "$rounds"); do
             "$(python3 -c "print($ms * 1000 / ($rps * $measure_for))")" "$errors"
     done
 done
-python3 - "$results" "${JSON:-}" "$conns" "$body" "$pin" <<'PY'
+python3 - "$results" "${JSON:-}" "$conns" "$body" "$pin" "$backend_kind" <<'PY'
 import json, statistics, sys
-path, out, conns, body, pin = sys.argv[1:6]
+path, out, conns, body, pin, backend = sys.argv[1:7]
 rows = [l.split() for l in open(path)]
 by = {}
 for r, t, rps, ms, secs in rows:
@@ -176,7 +197,7 @@ print(f"\n{'median':<13}{'req/s':>9}{'us CPU/req':>12}{'req/s vs HAProxy':>18}{'
 for t, (rps, cpu) in med.items():
     print(f"{t:<13}{rps:>9.0f}{cpu:>12.2f}{rps / h_rps:>18.2f}{rps / n_rps:>10.2f}{cpu / h_cpu:>16.2f}")
 if out:
-    json.dump({"connections": int(conns), "body_bytes": int(body), "pinned": pin == "1",
+    json.dump({"connections": int(conns), "body_bytes": int(body), "pinned": pin == "1", "backend": backend,
                "rounds": by, "medians": {t: {"req_s": m[0], "us_cpu_per_request": m[1]} for t, m in med.items()}},
               open(out, "w"), indent=1)
 PY
