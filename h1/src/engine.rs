@@ -1241,16 +1241,23 @@ fn header_slots<'b>() -> [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS_CAP] {
     [const { MaybeUninit::uninit() }; MAX_HEADERS_CAP]
 }
 
+/// A complete response head, its fields in `slots`; anything else is `Err`.
+fn parse_response_head<'h, 'b>(
+    raw: &'b [u8],
+    slots: &'h mut [MaybeUninit<httparse::Header<'b>>],
+) -> Result<httparse::Response<'h, 'b>, ()> {
+    let mut resp = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, raw, slots)
+    {
+        Ok(httparse::Status::Complete(_)) => Ok(resp),
+        _ => Err(()),
+    }
+}
+
 fn write_interim(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ()> {
     let mut slots = header_slots();
-    let mut resp = httparse::Response::new(&mut []);
-    if !matches!(
-        httparse::ParserConfig::default()
-            .parse_response_with_uninit_headers(&mut resp, raw, &mut slots),
-        Ok(httparse::Status::Complete(_))
-    ) {
-        return Err(());
-    }
+    let resp = parse_response_head(raw, &mut slots)?;
     let status = resp.code.unwrap_or(100);
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
     let opts = connection_options(resp.headers);
@@ -1320,14 +1327,7 @@ fn write_response_head<U>(
     server: Option<&[u8]>,
 ) -> Result<RespFacts, ()> {
     let mut slots = header_slots();
-    let mut resp = httparse::Response::new(&mut []);
-    if !matches!(
-        httparse::ParserConfig::default()
-            .parse_response_with_uninit_headers(&mut resp, raw, &mut slots),
-        Ok(httparse::Status::Complete(_))
-    ) {
-        return Err(());
-    }
+    let resp = parse_response_head(raw, &mut slots)?;
     let status = resp.code.ok_or(())?;
     let http10 = resp.version == Some(0);
     let opts = connection_options(resp.headers);
