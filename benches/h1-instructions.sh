@@ -125,7 +125,7 @@ EOF
         "$@" haproxy -f "$work/haproxy.cfg" -db >"$work/$t.log" 2>&1 &
         ;;
     floor) # benches/examples/floor_h1.rs: no routing, edits or timeouts
-        "$@" "$root/target/release/examples/floor_h1" "127.0.0.1:$p" "127.0.0.1:$backend" >"$work/$t.log" 2>&1 &
+        "$@" "${CARGO_TARGET_DIR:-$root/target}/release/examples/floor_h1" "127.0.0.1:$p" "127.0.0.1:$backend" >"$work/$t.log" 2>&1 &
         ;;
     nginx)
         nginx_conf "server { listen 127.0.0.1:$p; location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }" >"$work/proxy-$p.conf"

@@ -141,7 +141,7 @@ if [ -n "${BASE:-}" ]; then
 fi
 if [ "${FLOOR:-0}" = 1 ]; then
     port_of[floor]=$(port)
-    "${on_proxy_cpu[@]}" "$root/target/release/examples/floor_h1" "127.0.0.1:${port_of[floor]}" "127.0.0.1:$backend" >/dev/null 2>&1 &
+    "${on_proxy_cpu[@]}" "${CARGO_TARGET_DIR:-$root/target}/release/examples/floor_h1" "127.0.0.1:${port_of[floor]}" "127.0.0.1:$backend" >/dev/null 2>&1 &
     pids+=($!)
     pid_of[floor]=$!
     targets+=(floor)

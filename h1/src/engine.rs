@@ -14,13 +14,13 @@
 //! the connection and are reused by every request on it.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use memchr::memmem;
-use std::mem::MaybeUninit;
-use std::sync::LazyLock;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
