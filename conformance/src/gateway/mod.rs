@@ -224,6 +224,16 @@ fn parse_skip_list(text: &str) -> Result<BTreeMap<String, String>, (usize, Strin
         if reason.is_empty() {
             return Err((index + 1, format!("{name} has no reason")));
         }
+        // `<Test>#<case>`: a case that is no number would be skipped by
+        // nothing, and the whole test would run as if it were not listed.
+        if let Some((_, case)) = name.split_once('#')
+            && case.parse::<usize>().is_err()
+        {
+            return Err((
+                index + 1,
+                format!("{name}: the case after '#' is not a number"),
+            ));
+        }
         if out.insert(name.to_string(), reason.to_string()).is_some() {
             return Err((index + 1, format!("{name} is listed twice")));
         }
@@ -402,6 +412,17 @@ mod tests {
         assert_eq!(skipped_cases(&skip, "B"), vec![10, 6]);
         assert!(skipped_cases(&skip, "A").is_empty());
         assert!(skip.contains_key("A"));
+    }
+
+    #[test]
+    fn skipped_cases_are_numbers() {
+        let err = parse_skip_list("A#first no index\n").unwrap_err();
+        assert_eq!(
+            err,
+            (1, "A#first: the case after '#' is not a number".to_string())
+        );
+        assert!(parse_skip_list("A# no index\n").is_err());
+        assert!(parse_skip_list("A#3 fine\n").is_ok());
     }
 
     #[test]
