@@ -35,7 +35,13 @@ thread_local! {
         RefCell::default();
     /// Tells a connection from the one that replaced it at its address.
     static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// When the map was last swept for idle connections.
+    static SWEPT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
+
+/// How often at most a stream's connect sweeps the thread's map: a sweep
+/// walks every backend address of the thread, too much for every stream.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 struct Connection {
     id: u64,
@@ -206,8 +212,19 @@ async fn connect(
         let addr = endpoint.addr;
         let now = Instant::now();
         let idle = router.options.pool_idle_timeout;
+        let sweep = SWEPT
+            .get()
+            .is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY.min(idle));
         let existing = CONNECTIONS.with_borrow_mut(|c| {
-            c.retain(|_, conn| now.duration_since(conn.used) < idle);
+            let fresh = |conn: &Connection| now.duration_since(conn.used) < idle;
+            if sweep {
+                c.retain(|_, conn| fresh(conn));
+                SWEPT.set(Some(now));
+            } else if c.get(&addr).is_some_and(|conn| !fresh(conn)) {
+                // Between sweeps, the one connection about to be used is
+                // held to the idle timeout all the same.
+                c.remove(&addr);
+            }
             c.get_mut(&addr).map(|conn| {
                 conn.used = now;
                 conn.sender.clone()
