@@ -14,6 +14,8 @@
 //!   values.
 //! - [`policy`]: the admission rules (what a tenant may write), shared by
 //!   the webhook and the proxy's defence-in-depth checks.
+//! - [`regex`]: tenant regular expressions as bounded DFAs, shared by
+//!   pattern, and what they cost a tenant's budget.
 //! - [`lease`]: leader election on a Lease, for jobs one replica does.
 //! - [`status`]: the `teapot.dev/<Reason>` problem codes the LB side puts
 //!   in `status.loadBalancer` for the agent.
@@ -25,6 +27,7 @@ pub mod lease;
 pub mod names;
 pub mod path;
 pub mod policy;
+pub mod regex;
 pub mod status;
 pub mod tenant;
 

@@ -94,6 +94,15 @@ pub struct TenantLimits {
     /// worth. Over it: 429. 0: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_second: Option<u32>,
+    /// Regular expressions (Gateway API RegularExpression path, header
+    /// and query matches, GRPCRoute method patterns) in all of the
+    /// tenant's routes together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_regexes: Option<u32>,
+    /// Memory of the matching automata of all those regular expressions,
+    /// in bytes, as every replica holds them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_regex_bytes: Option<u64>,
 }
 
 /// The default of `limits.maxTotalBytes`: 4 MiB of JSON per tenant. With
@@ -103,6 +112,14 @@ pub struct TenantLimits {
 /// tenants, the compile's peak included; raise the memory limit with the
 /// number of tenants.
 pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The default of `limits.maxRegexes`: well above what routes written for
+/// ingress-nginx's regex paths use, and at most 256 automata of
+/// [`crate::regex::MAX_AUTOMATON_BYTES`] each.
+pub const DEFAULT_MAX_REGEXES: u32 = 256;
+/// The default of `limits.maxRegexBytes`: 8 MiB of automata per tenant on
+/// every replica (docs/capacity.md).
+pub const DEFAULT_MAX_REGEX_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Limits with every default filled in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +133,8 @@ pub struct EffectiveLimits {
     pub max_total_bytes: u64,
     pub max_connections: u32,
     pub requests_per_second: u32,
+    pub max_regexes: u32,
+    pub max_regex_bytes: u64,
 }
 
 impl TenantLimits {
@@ -132,6 +151,8 @@ impl TenantLimits {
             max_total_bytes: l.max_total_bytes.unwrap_or(DEFAULT_MAX_TOTAL_BYTES),
             max_connections: l.max_connections.unwrap_or(10_000),
             requests_per_second: l.requests_per_second.unwrap_or(10_000),
+            max_regexes: l.max_regexes.unwrap_or(DEFAULT_MAX_REGEXES),
+            max_regex_bytes: l.max_regex_bytes.unwrap_or(DEFAULT_MAX_REGEX_BYTES),
         }
     }
 }

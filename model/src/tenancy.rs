@@ -18,6 +18,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use teapot_api::policy::{
     self, Holder, Holdings, HostScope, PolicyContext, TenantObjectRef, Violation,
 };
+use teapot_api::regex::RegexCost;
 use teapot_api::{HostPattern, Tenant};
 
 use crate::manifests::{Loaded, Problem};
@@ -329,6 +330,7 @@ fn admit_pass(
                 key: key(c.kind, c.id),
                 origin: c.origin.clone(),
                 size,
+                regex: policy::object_regex_cost(c.object),
             });
         }
     }
@@ -365,6 +367,7 @@ fn admit_pass(
                 key: key(kind, id),
                 origin: origin.clone(),
                 size,
+                regex: RegexCost::default(),
             });
         } else {
             refused.push((key(kind, id), origin.clone(), violations));
@@ -433,6 +436,7 @@ fn admit_pass(
                 key: key(Kind::EndpointSlice, id),
                 origin: s.origin.clone(),
                 size,
+                regex: RegexCost::default(),
             });
         } else {
             refused.push((key(Kind::EndpointSlice, id), s.origin.clone(), violations));
@@ -532,6 +536,8 @@ struct Weighed {
     key: ObjectKey,
     origin: Origin,
     size: usize,
+    /// Its regular expressions (routes only).
+    regex: RegexCost,
 }
 
 /// `limits.maxTotalBytes`: each tenant's objects are counted oldest first
@@ -551,14 +557,33 @@ fn over_total(
         ))
     });
     let mut out = Vec::new();
-    let mut totals: HashMap<&str, u64> = HashMap::new();
+    let mut totals: HashMap<&str, (u64, RegexCost)> = HashMap::new();
     for o in &objects {
         let Some(tenant) = by_namespace.get(&o.key.namespace) else {
             continue;
         };
-        let max = teapot_api::tenant::TenantLimits::effective(tenant.spec.limits.as_ref())
-            .max_total_bytes;
-        let total = totals.entry(&o.key.namespace).or_default();
+        let limits = teapot_api::tenant::TenantLimits::effective(tenant.spec.limits.as_ref());
+        let max = limits.max_total_bytes;
+        let (total, regex) = totals.entry(&o.key.namespace).or_default();
+        let max_regex = RegexCost {
+            count: limits.max_regexes,
+            bytes: limits.max_regex_bytes,
+        };
+        if o.regex != RegexCost::default() && regex.add(o.regex).exceeds(max_regex) {
+            out.push((
+                o.key.clone(),
+                o.origin.clone(),
+                vec![Violation::new(
+                    policy::OBJECT_FIELD,
+                    format!(
+                        "with this route the tenant's routes hold more regular expressions than its limits allow (maxRegexes = {}, maxRegexBytes = {} KiB); older routes keep theirs",
+                        max_regex.count,
+                        max_regex.bytes / 1024
+                    ),
+                )],
+            ));
+            continue;
+        }
         if *total + o.size as u64 > max {
             out.push((
                 o.key.clone(),
@@ -572,6 +597,7 @@ fn over_total(
             ));
         } else {
             *total += o.size as u64;
+            *regex = regex.add(o.regex);
         }
     }
     out

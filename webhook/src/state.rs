@@ -9,7 +9,10 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use teapot_api::annotations::ObjectKind;
-use teapot_api::policy::{ExistingObjects, Holder, Holdings, TenantObjectRef, json_size};
+use teapot_api::policy::{
+    ExistingObjects, Holder, Holdings, TenantObjectRef, json_size, object_regex_cost,
+};
+use teapot_api::regex::RegexCost;
 use teapot_api::{HostPattern, Tenant};
 use teapot_model::store::{NsName, Store};
 use teapot_model::tenancy::claimed_hosts;
@@ -48,6 +51,9 @@ struct NamespaceObjects {
     lb_listeners: HashMap<String, u32>,
     /// JSON size of each object.
     bytes: HashMap<(ObjectKind, String), u64>,
+    /// What each route's regular expressions cost (routes with none are
+    /// not listed).
+    regex: HashMap<(ObjectKind, String), RegexCost>,
 }
 
 /// A consistent picture of the LB cluster for the rules.
@@ -157,6 +163,7 @@ impl PolicyState {
         }
         for (k, v) in &store.http_routes {
             self.record(ObjectKind::HttpRoute, k, || json_size(&*v.object));
+            self.record_regexes(ObjectKind::HttpRoute, k, TenantObjectRef::HttpRoute(&v.object));
             claimants.push((
                 k,
                 v.object.metadata.creation_timestamp.as_ref(),
@@ -165,6 +172,7 @@ impl PolicyState {
         }
         for (k, v) in &store.grpc_routes {
             self.record(ObjectKind::GrpcRoute, k, || json_size(&*v.object));
+            self.record_regexes(ObjectKind::GrpcRoute, k, TenantObjectRef::GrpcRoute(&v.object));
             claimants.push((
                 k,
                 v.object.metadata.creation_timestamp.as_ref(),
@@ -206,6 +214,18 @@ impl PolicyState {
             for host in claimed_hosts(object) {
                 self.holdings.insert_gateway_host(holder.clone(), &host);
             }
+        }
+    }
+
+    /// Notes what a tenant route's regular expressions cost, for
+    /// `maxRegexes` and `maxRegexBytes`.
+    fn record_regexes(&mut self, kind: ObjectKind, id: &NsName, object: TenantObjectRef<'_>) {
+        let Some(objects) = self.objects.get_mut(&id.namespace) else {
+            return;
+        };
+        let cost = object_regex_cost(object);
+        if cost != RegexCost::default() {
+            objects.regex.insert((kind, id.name.clone()), cost);
         }
     }
 
@@ -290,8 +310,22 @@ impl PolicyState {
             .get(&(kind, name.to_string()))
             .copied()
             .unwrap_or(0);
+        let own_regex = objects
+            .regex
+            .get(&(kind, name.to_string()))
+            .copied()
+            .unwrap_or_default();
+        let all_regex = objects
+            .regex
+            .values()
+            .fold(RegexCost::default(), |a, c| a.add(*c));
         ExistingObjects {
             is_new,
+            regex: RegexCost {
+                count: all_regex.count - own_regex.count,
+                bytes: all_regex.bytes - own_regex.bytes,
+            },
+            own_regex,
             bytes: objects.bytes.values().sum::<u64>() - own_bytes,
             own_bytes,
             ingresses: count(ObjectKind::Ingress),

@@ -30,7 +30,7 @@ use teapot_gateway_api::{Gateway, ReferenceGrant};
 use super::hosts::{HostScope, check_host, host_scope, within};
 use super::meta::check_metadata;
 use super::names::{dns_subdomain, dns1035_label};
-use super::{MAX_PATH_LEN, PolicyContext, Violation, check_path, quote};
+use super::{PolicyContext, Violation, check_path, quote};
 use crate::annotations::ObjectKind;
 use crate::host::HostPattern;
 use crate::names::GATEWAY_CLASS;
@@ -778,8 +778,8 @@ fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
 }
 
 /// An HTTPRoute path match: Exact and PathPrefix values of the strict
-/// path class Ingress paths have; RegularExpression values bounded (the
-/// proxy compiles them with a size limit).
+/// path class Ingress paths have (RegularExpression values are checked
+/// with every other pattern of the route: `regexes::check_regexes`).
 fn check_path_match(path: &Value, at: &str, out: &mut Vec<Violation>) {
     let ty = text(path, "type").unwrap_or("PathPrefix");
     let Some(value) = text(path, "value") else {
@@ -791,14 +791,9 @@ fn check_path_match(path: &Value, at: &str, out: &mut Vec<Violation>) {
                 out.push(Violation::new(format!("{at}.value"), e));
             }
         }
-        "RegularExpression" => {
-            if value.len() > MAX_PATH_LEN {
-                out.push(Violation::new(
-                    format!("{at}.value"),
-                    format!("{} bytes, more than {MAX_PATH_LEN}", value.len()),
-                ));
-            }
-        }
+        // Compiled to a bounded automaton, or refused on this field, with
+        // the route's other patterns (`regexes::check_regexes`).
+        "RegularExpression" => {}
         other => out.push(Violation::new(
             format!("{at}.type"),
             format!(

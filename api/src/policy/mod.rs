@@ -32,6 +32,7 @@ mod hosts;
 mod ingress;
 mod meta;
 mod names;
+mod regexes;
 mod secret;
 mod service;
 mod strings;
@@ -63,6 +64,7 @@ pub use ingress::{check_ingress, pending_custom_hosts};
 pub use meta::{check_annotations, check_labels};
 pub use names::{dns_label, dns_subdomain, dns1035_label, port_name};
 pub use secret::{TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, tls_secret_data};
+pub use regexes::{object_regex_cost, object_regexes, regex_budget};
 pub use service::check_service;
 pub use strings::{check_path, check_strings, is_forbidden_char, quote, unknown_fields};
 pub use tenant::check_tenant;
@@ -133,6 +135,10 @@ pub struct ExistingObjects {
     /// Bytes of the previous version of the object under review (0 for a
     /// create).
     pub own_bytes: u64,
+    /// The regular expressions of the tenant's other routes.
+    pub regex: crate::regex::RegexCost,
+    /// Those of the previous version of the object under review.
+    pub own_regex: crate::regex::RegexCost,
 }
 
 /// What a check needs to know besides the object.
@@ -546,13 +552,17 @@ fn check_kind(
         | TenantObjectRef::GrpcRoute(_)
         | TenantObjectRef::TlsRoute(_)
         | TenantObjectRef::TcpRoute(_)
-        | TenantObjectRef::UdpRoute(_) => match serde_json::to_value(object) {
-            Ok(value) => check_route(ctx, namespace, object.kind(), object.metadata(), &value),
-            Err(e) => vec![Violation::new(
-                OBJECT_FIELD,
-                format!("the object cannot be read back: {e}"),
-            )],
-        },
+        | TenantObjectRef::UdpRoute(_) => {
+            let mut out = match serde_json::to_value(object) {
+                Ok(value) => check_route(ctx, namespace, object.kind(), object.metadata(), &value),
+                Err(e) => vec![Violation::new(
+                    OBJECT_FIELD,
+                    format!("the object cannot be read back: {e}"),
+                )],
+            };
+            out.extend(regexes::check_regexes(ctx, object));
+            out
+        }
     };
     // Gateway API kinds: custom hostnames wait for their DNS proof.
     let warnings = match serde_json::to_value(object) {

@@ -60,7 +60,7 @@ use crate::compile::l4::L4Inputs;
 use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{
-    Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport,
+    Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport, TableSizes,
 };
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 use teapot_api::policy::HostScope;
@@ -456,6 +456,12 @@ pub fn compile_incremental(
         domains,
         l4: l4_report,
         gateway: gateway_report,
+        tables: TableSizes {
+            ingress_routes: routes.len(),
+            gateway_hosts: gateway_table.hosts(),
+            gateway_entries: gateway_table.len(),
+            gateway_links: gateway_table.links(),
+        },
     };
     Snapshot {
         generation,

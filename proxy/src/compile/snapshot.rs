@@ -57,6 +57,24 @@ pub struct StatusReport {
         skip_serializing_if = "crate::compile::gateway::GatewayReport::is_empty"
     )]
     pub gateway: crate::compile::gateway::GatewayReport,
+    /// How large the compiled tables are: what tenants' objects cost every
+    /// replica's memory, visible to the operator.
+    pub tables: TableSizes,
+}
+
+/// Sizes of a snapshot's route tables.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableSizes {
+    /// Host/path routes of Ingresses.
+    pub ingress_routes: usize,
+    /// Gateway API host patterns with routes.
+    pub gateway_hosts: usize,
+    /// Gateway API (host pattern, rule match) entries, as bound: they grow
+    /// with what routes wrote, never with hosts times covering wildcards.
+    pub gateway_entries: usize,
+    /// Pointers from host patterns to the lists they see.
+    pub gateway_links: usize,
 }
 
 #[derive(Debug, Serialize)]

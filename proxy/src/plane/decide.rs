@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use crate::compile::fairness::TenantPermit;
 use crate::compile::gateway::table::{Action, Filters, PathMatch, Redirect};
-use crate::compile::gateway::{GatewayTable, HostRank};
+use crate::compile::gateway::HostRank;
+use crate::compile::gateway::table::BudgetExhausted;
 use crate::compile::routes::Route;
 use crate::compile::snapshot::Snapshot;
 use crate::compile::upstream::Upstream;
@@ -155,6 +156,15 @@ pub const UNRESOLVED_BACKEND: Answer = Answer::local(
     "backend_unresolved",
     "500 the route's backend is not available (see the route's status)\n",
 );
+/// A request whose route lookup would run more than
+/// [`crate::compile::gateway::table::REGEX_BYTES_PER_REQUEST`] through
+/// the host's regular expressions (a long path against many patterns):
+/// refused rather than routed by a partial look.
+pub const ROUTE_TOO_COSTLY: Answer = Answer::local(
+    400,
+    "route_too_costly",
+    "400 the request is too costly to match against this host's routes\n",
+);
 /// A host the TLS connection's certificate does not serve: the client
 /// should open a connection for it (RFC 9110 §15.5.20).
 pub const MISDIRECTED: Answer = Answer::local(
@@ -245,12 +255,14 @@ fn gateway(
 ) -> Option<Decision> {
     let mut buf = [0u8; 256];
     let host = teapot_api::host::normalize_request_host(head.authority, &mut buf).unwrap_or("");
-    let (rank, candidates) = snapshot.gateway.host(host);
-    if rank == HostRank::None || rank < snapshot.routes.host_rank(host) {
+    let view = snapshot.gateway.host(host);
+    if view.rank == HostRank::None || view.rank < snapshot.routes.host_rank(host) {
         return None;
     }
-    let Some(candidate) = GatewayTable::matching(candidates, head.path, facts) else {
-        return Some(Decision::Answer(NO_ROUTE, None));
+    let candidate = match view.matching(head.path, facts) {
+        Ok(Some(candidate)) => candidate,
+        Ok(None) => return Some(Decision::Answer(NO_ROUTE, None)),
+        Err(BudgetExhausted) => return Some(Decision::Answer(ROUTE_TOO_COSTLY, None)),
     };
     let prefix = match &candidate.matcher.path {
         PathMatch::Prefix(p) => Some(&**p),

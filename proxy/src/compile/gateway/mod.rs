@@ -33,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
+use teapot_api::regex::{TenantRegex, grpc_method_pattern};
 use teapot_api::{HostPattern, hostname};
 use teapot_gateway_api::generated::gateway_classes::GatewayClassStatus;
 use teapot_gateway_api::generated::gateways::{
@@ -66,10 +67,6 @@ pub use table::{GatewayTable, HostRank, RequestFacts, RequestHeaders};
 
 /// The group of every Gateway API kind.
 const GROUP: &str = teapot_gateway_api::GROUP;
-/// Longest regular expression a match may carry (the tenant policy's bound
-/// too), and the most memory one may compile to.
-const MAX_REGEX_LEN: usize = 1024;
-const REGEX_SIZE_LIMIT: usize = 256 * 1024;
 
 /// The Gateway API part of `/status`, in the shapes of the status
 /// subresources (what the kube status writer applies).
@@ -1382,18 +1379,11 @@ fn any_path() -> Matcher {
     }
 }
 
-/// A bounded regular expression, matched against the whole value.
-fn regex(pattern: &str) -> Result<regex::Regex, String> {
-    if pattern.len() > MAX_REGEX_LEN {
-        return Err(format!(
-            "regular expression longer than {MAX_REGEX_LEN} bytes"
-        ));
-    }
-    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| format!("regular expression {pattern:?} is not supported: {e}"))
+/// A tenant pattern as a bounded automaton (`teapot_api::regex`), shared
+/// with every route and earlier snapshot that holds the same pattern, so a
+/// reload compiles only patterns it has not seen.
+fn regex(pattern: &str) -> Result<Arc<TenantRegex>, String> {
+    TenantRegex::compile(pattern).map_err(|e| e.to_string())
 }
 
 fn value_match(exact: bool, value: &str) -> Result<ValueMatch, String> {
@@ -1472,17 +1462,15 @@ fn grpc_matcher(
                 method.r#type,
                 Some(GrpcRouteRulesMatchesMethodType::RegularExpression)
             );
-            match (method.service.as_deref(), method.method.as_deref(), exact) {
+            let (service, name) = (method.service.as_deref(), method.method.as_deref());
+            match (service, name, exact) {
                 (Some(s), Some(m), true) => PathMatch::Exact(format!("/{s}/{m}").into()),
                 (Some(s), None, true) => PathMatch::Prefix(format!("/{s}").into()),
-                (None, Some(m), true) => {
-                    PathMatch::Regex(regex(&format!("/[^/]+/{}", regex::escape(m)))?)
+                // The one list of method patterns the tenant budget counts.
+                _ => {
+                    let pattern = grpc_method_pattern(service, name, !exact).unwrap_or_default();
+                    PathMatch::Regex(regex(&pattern)?)
                 }
-                (s, m, _) => PathMatch::Regex(regex(&format!(
-                    "/{}/{}",
-                    s.unwrap_or("[^/]+"),
-                    m.unwrap_or("[^/]+")
-                ))?),
             }
         }
     };
@@ -2029,7 +2017,7 @@ mod tests {
     /// The first backend's filters of the candidate whose path condition
     /// prints as `path`, as the decision picks them (by match index).
     fn backend_filters_of<'s>(s: &'s Snapshot, path: &str) -> Option<&'s Filters> {
-        let (_, candidates) = s.gateway.host("b.example");
+        let candidates = s.gateway.host("b.example").candidates();
         let c = candidates
             .iter()
             .find(|c| format!("{:?}", c.matcher.path) == path)
@@ -2064,7 +2052,7 @@ mod tests {
         let s = compile(
             "  - matches: [{path: {type: PathPrefix, value: /r}}, {path: {type: PathPrefix, value: /s}}]\n    backendRefs:\n    - name: web\n      port: 8080\n      filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /to}, statusCode: 301}}]\n  - matches: [{path: {type: PathPrefix, value: /h}}]\n    backendRefs:\n    - name: web\n      port: 8080\n      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-A, value: b}]}}]\n",
         );
-        let (_, candidates) = s.gateway.host("b.example");
+        let candidates = s.gateway.host("b.example").candidates();
         let c = candidates
             .iter()
             .find(|c| matches!(&c.matcher.path, PathMatch::Prefix(p) if &**p == "/s"))
@@ -2103,7 +2091,7 @@ mod tests {
             partial["message"],
             "rule 0 backendRef web: filter ExtensionRef is not supported"
         );
-        let (_, candidates) = s.gateway.host("b.example");
+        let candidates = s.gateway.host("b.example").candidates();
         let Action::Backends { backends, .. } = &*candidates[0].action else {
             panic!("not a backend rule");
         };

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use teapot_api::HostPattern;
+use teapot_api::regex::TenantRegex;
 
 use crate::compile::routes::{Route, RoutePolicy};
 
@@ -104,18 +105,23 @@ pub enum PathMatch {
     Exact(Box<str>),
     /// Element-wise, stored without trailing slash (`/` is empty).
     Prefix(Box<str>),
-    Regex(regex::Regex),
+    /// A tenant pattern: a bounded automaton, shared by pattern text
+    /// across routes and reloads.
+    Regex(Arc<TenantRegex>),
 }
 
 impl PathMatch {
-    pub fn matches(&self, path: &str) -> bool {
-        match self {
+    fn matches(&self, path: &str, budget: &mut EvalBudget) -> Result<bool, BudgetExhausted> {
+        Ok(match self {
             PathMatch::Exact(p) => path == &**p,
             PathMatch::Prefix(p) => {
                 path.starts_with(&**p) && matches!(path.as_bytes().get(p.len()), None | Some(b'/'))
             }
-            PathMatch::Regex(r) => r.is_match(path),
-        }
+            PathMatch::Regex(r) => {
+                budget.take(path.len())?;
+                r.is_match(path.as_bytes())
+            }
+        })
     }
 
     /// The precedence of a path condition: Exact first, then the longest
@@ -134,15 +140,18 @@ impl PathMatch {
 #[derive(Debug)]
 pub enum ValueMatch {
     Exact(Box<str>),
-    Regex(regex::Regex),
+    Regex(Arc<TenantRegex>),
 }
 
 impl ValueMatch {
-    fn matches(&self, value: &[u8]) -> bool {
-        match self {
+    fn matches(&self, value: &[u8], budget: &mut EvalBudget) -> Result<bool, BudgetExhausted> {
+        Ok(match self {
             ValueMatch::Exact(v) => value == v.as_bytes(),
-            ValueMatch::Regex(r) => std::str::from_utf8(value).is_ok_and(|v| r.is_match(v)),
-        }
+            ValueMatch::Regex(r) => {
+                budget.take(value.len())?;
+                std::str::from_utf8(value).is_ok() && r.is_match(value)
+            }
+        })
     }
 }
 
@@ -157,40 +166,53 @@ pub struct Matcher {
 }
 
 impl Matcher {
+    /// Whether a request matches, with a fresh evaluation budget.
     pub fn matches(&self, path: &str, facts: &RequestFacts<'_>) -> bool {
-        if !self.path.matches(path) {
-            return false;
-        }
+        self.matches_within(path, facts, &mut EvalBudget::default())
+            .unwrap_or(false)
+    }
+
+    /// Whether a request matches, its regular expressions paid from
+    /// `budget`.
+    pub fn matches_within(
+        &self,
+        path: &str,
+        facts: &RequestFacts<'_>,
+        budget: &mut EvalBudget,
+    ) -> Result<bool, BudgetExhausted> {
         if let Some(m) = &self.method
             && facts.method != &**m
         {
-            return false;
+            return Ok(false);
         }
-        if !self.headers.is_empty() {
-            let Some(headers) = facts.headers else {
-                return false;
-            };
-            let ok = self
-                .headers
-                .iter()
-                .all(|(name, v)| headers.first(name).is_some_and(|value| v.matches(value)));
-            if !ok {
-                return false;
+        // Header and query conditions need facts the engine may not have:
+        // checked before the path, whose pattern may be the costly part.
+        if !self.headers.is_empty() && facts.headers.is_none() {
+            return Ok(false);
+        }
+        if !self.query.is_empty() && facts.query.is_none() {
+            return Ok(false);
+        }
+        if !self.path.matches(path, budget)? {
+            return Ok(false);
+        }
+        if let Some(headers) = facts.headers {
+            for (name, v) in self.headers.iter() {
+                match headers.first(name) {
+                    Some(value) if v.matches(value, budget)? => {}
+                    _ => return Ok(false),
+                }
             }
         }
-        if !self.query.is_empty() {
-            let Some(query) = facts.query else {
-                return false;
-            };
-            let ok = self
-                .query
-                .iter()
-                .all(|(name, v)| query_param(query, name).is_some_and(|value| v.matches(value)));
-            if !ok {
-                return false;
+        if let Some(query) = facts.query {
+            for (name, v) in self.query.iter() {
+                match query_param(query, name) {
+                    Some(value) if v.matches(value, budget)? => {}
+                    _ => return Ok(false),
+                }
             }
         }
-        true
+        Ok(true)
     }
 }
 
@@ -617,9 +639,12 @@ impl TableBuilder {
         names
     }
 
-    /// Each host's candidates in precedence, with those of the wildcards
-    /// covering it (and the catch-all) after its own, as one list. A host
-    /// only one route bound and nothing covers shares that route's list.
+    /// Each host pattern's chain: its own lists, then the lists of the
+    /// wildcards covering it (deepest first) and the catch-all's. No
+    /// candidate is copied: a pattern's lists are shared by every chain
+    /// that holds them, so the table grows with the routes and hostnames
+    /// tenants wrote (one pointer per covering wildcard per host), never
+    /// with their product (docs/capacity.md, "Hostile routes").
     pub fn build(self) -> GatewayTable {
         let TableBuilder {
             exact,
@@ -627,56 +652,160 @@ impl TableBuilder {
             any,
         } = self;
         let suffixes = Suffixes::new(&wildcard);
-        let longest = suffixes.longest;
-        let any = any.as_ref().map(|b| b.lists.as_slice());
-        let mut covering: Vec<(HostRank, &[Arc<[Candidate]>])> = Vec::new();
-        let mut table = GatewayTable::default();
+        let wildcard: FastMap<Group> = wildcard
+            .into_iter()
+            .map(|(suffix, b)| {
+                let rank = HostRank::Wildcard(suffix.len());
+                (suffix, Group::new(rank, b.lists))
+            })
+            .collect();
+        let any = any.map(|b| Group::new(HostRank::Any, b.lists));
+        let mut table = GatewayTable {
+            max_wildcard: suffixes.longest,
+            ..GatewayTable::default()
+        };
         table.exact.reserve(exact.len());
         for (host, own) in exact {
-            covering_lists(&wildcard, &suffixes, any, &host, usize::MAX, &mut covering);
-            let list = merged((HostRank::Exact, own.lists.as_slice()), &covering);
-            table.exact.insert(host, list);
+            let own = Group::new(HostRank::Exact, own.lists);
+            let chain = chain(own, &wildcard, &suffixes, any.as_ref(), &host, usize::MAX);
+            table.exact.insert(host, chain);
         }
         table.wildcard.reserve(wildcard.len());
         for (suffix, own) in &wildcard {
             // A wildcard's own suffix is below it: `*.a.b` covers `x.a.b`,
             // and `*.b` covers it too.
-            covering_lists(
+            let chain = chain(
+                own.clone(),
                 &wildcard,
                 &suffixes,
-                any,
+                any.as_ref(),
                 suffix,
                 suffix.len(),
-                &mut covering,
             );
-            let rank = HostRank::Wildcard(suffix.len());
-            let list = merged((rank, own.lists.as_slice()), &covering);
-            table.wildcard.insert(suffix.clone(), list);
+            table.wildcard.insert(suffix.clone(), chain);
         }
-        table.max_wildcard = longest;
         if let Some(any) = any {
-            table.any = Some(merged((HostRank::Any, any), &[]));
+            table.any = Some(Chain::new(vec![any]));
         }
         table
     }
 }
 
-/// Into `out`: the lists of every wildcard suffix strictly above `name`
-/// and shorter than `own_depth`, deepest first, then the catch-all's.
-fn covering_lists<'b>(
-    wildcard: &'b FastMap<Bound>,
+/// One host pattern's own candidate lists (one per route that bound it,
+/// each sorted), shared by every chain that reaches the pattern.
+#[derive(Clone, Debug)]
+struct Group {
+    rank: HostRank,
+    lists: Arc<[Arc<[Candidate]>]>,
+    /// The most specific listener among its candidates, per plane.
+    listener: Planes,
+}
+
+/// A value per listener plane: HTTP, HTTPS.
+type Planes = [Option<u32>; 2];
+
+fn plane(tls: Option<bool>) -> usize {
+    usize::from(tls == Some(true))
+}
+
+impl Group {
+    fn new(rank: HostRank, lists: Lists) -> Group {
+        let lists: Arc<[Arc<[Candidate]>]> = match lists {
+            Lists::One(l) => Arc::new([l]),
+            Lists::Many(v) => v.into(),
+        };
+        let mut listener: Planes = [None, None];
+        for c in lists.iter().flat_map(|l| l.iter()) {
+            for (p, on) in [(0, c.http), (1, c.https)] {
+                if on {
+                    listener[p] = listener[p].max(Some(c.listener));
+                }
+            }
+        }
+        Group {
+            rank,
+            lists,
+            listener,
+        }
+    }
+
+    /// Its first candidate a request matches on the listener `listener`:
+    /// the first match of each list, the best of those in precedence (a
+    /// target in two lists keeps the first list's place).
+    fn first_match(
+        &self,
+        listener: u32,
+        path: &str,
+        facts: &RequestFacts<'_>,
+        budget: &mut EvalBudget,
+    ) -> Result<Option<&Candidate>, BudgetExhausted> {
+        let mut best: Option<(Order, &Candidate)> = None;
+        for list in self.lists.iter() {
+            for c in list.iter() {
+                if !(c.on(facts.tls) && c.listener == listener) {
+                    continue;
+                }
+                if c.matcher.matches_within(path, facts, budget)? {
+                    let order = c.order(self.rank);
+                    if best.as_ref().is_none_or(|(o, _)| order < *o) {
+                        best = Some((order, c));
+                    }
+                    break;
+                }
+            }
+            if self.lists.len() == 1 {
+                break;
+            }
+        }
+        Ok(best.map(|(_, c)| c))
+    }
+}
+
+/// What a request on a host pattern sees, most specific first.
+#[derive(Debug)]
+pub struct Chain {
+    groups: Box<[Group]>,
+    /// Listener isolation (GatewayHTTPListenerIsolation): per plane, only
+    /// candidates of the most specific listener hostname matching the
+    /// host serve. Every candidate here matches it (a bound pattern is the
+    /// intersection of its listener's and its route's hostnames).
+    listener: Planes,
+}
+
+impl Chain {
+    fn new(groups: Vec<Group>) -> Chain {
+        let mut listener: Planes = [None, None];
+        for g in &groups {
+            for p in 0..2 {
+                listener[p] = listener[p].max(g.listener[p]);
+            }
+        }
+        Chain {
+            groups: groups.into(),
+            listener,
+        }
+    }
+
+    fn rank(&self) -> HostRank {
+        self.groups.first().map_or(HostRank::None, |g| g.rank)
+    }
+}
+
+/// A chain for `own` at `name`: then every wildcard suffix strictly above
+/// `name` and shorter than `own_depth`, deepest first, then the catch-all.
+fn chain(
+    own: Group,
+    wildcard: &FastMap<Group>,
     suffixes: &Suffixes,
-    any: Option<&'b [Arc<[Candidate]>]>,
+    any: Option<&Group>,
     name: &str,
     own_depth: usize,
-    out: &mut Vec<(HostRank, &'b [Arc<[Candidate]>])>,
-) {
-    out.clear();
+) -> Chain {
+    let mut groups = vec![own];
     if !wildcard.is_empty() {
         // No probe for suffixes longer than any wildcard's: start where
         // the parents become short enough.
-        let longest = suffixes.longest;
-        let start = name.len().saturating_sub(longest + 1);
+        let start = name.len().saturating_sub(suffixes.longest + 1);
         for (i, b) in name.bytes().enumerate().skip(start) {
             if b != b'.' {
                 continue;
@@ -684,15 +813,14 @@ fn covering_lists<'b>(
             let parent = &name[i + 1..];
             if parent.len() < own_depth
                 && suffixes.may_hold(parent)
-                && let Some(bound) = wildcard.get(parent)
+                && let Some(g) = wildcard.get(parent)
             {
-                out.push((HostRank::Wildcard(parent.len()), bound.lists.as_slice()));
+                groups.push(g.clone());
             }
         }
     }
-    if let Some(any) = any {
-        out.push((HostRank::Any, any));
-    }
+    groups.extend(any.cloned());
+    Chain::new(groups)
 }
 
 /// Which (length, first byte) the wildcard suffixes have: most parents of
@@ -727,56 +855,111 @@ impl Suffixes {
     }
 }
 
-/// One host's candidates in precedence: its own lists at rank `own.0`,
-/// then the covering ones at theirs, sorted (stably: a target bound twice
-/// keeps its binding order). Shares the one list when there is nothing to
-/// merge.
-fn merged(
-    own: (HostRank, &[Arc<[Candidate]>]),
-    covering: &[(HostRank, &[Arc<[Candidate]>])],
-) -> Arc<[Candidate]> {
-    if covering.is_empty()
-        && let [list] = own.1
-    {
-        return list.clone();
-    }
-    let mut all: Vec<(Order, &Candidate)> = std::iter::once(own)
-        .chain(covering.iter().copied())
-        .flat_map(|(rank, lists)| {
-            lists
-                .iter()
-                .flat_map(|l| l.iter())
-                .map(move |c| (c.order(rank), c))
-        })
-        .collect();
-    all.sort_by(|a, b| a.0.cmp(&b.0));
-    // Listener isolation (GatewayHTTPListenerIsolation): on each plane,
-    // only the candidates of the most specific listener hostname matching
-    // the host. Every candidate here matches it (the bound pattern is the
-    // intersection of its listener's and its route's hostnames).
-    let most = |https: bool| {
-        all.iter()
-            .filter(|(_, c)| if https { c.https } else { c.http })
-            .map(|(_, c)| c.listener)
-            .max()
-    };
-    let (http, https) = (most(false), most(true));
-    all.into_iter()
-        .filter(|(_, c)| {
-            (c.http && Some(c.listener) == http) || (c.https && Some(c.listener) == https)
-        })
-        .map(|(_, c)| c.clone())
-        .collect()
+/// How many bytes one request may run through regular expressions while
+/// its route is looked up. Every automaton takes one step per byte
+/// (`teapot_api::regex`), so this bounds the time a request can hold a
+/// serving thread, whatever the routes: 256 KiB is well under a
+/// millisecond, and 100 patterns over a 2 KiB path.
+pub const REGEX_BYTES_PER_REQUEST: usize = 256 * 1024;
+
+/// What is left of a request's [`REGEX_BYTES_PER_REQUEST`].
+#[derive(Debug)]
+pub struct EvalBudget {
+    left: usize,
 }
+
+impl Default for EvalBudget {
+    fn default() -> EvalBudget {
+        EvalBudget {
+            left: REGEX_BYTES_PER_REQUEST,
+        }
+    }
+}
+
+impl EvalBudget {
+    /// Takes the cost of running a pattern over `len` bytes.
+    fn take(&mut self, len: usize) -> Result<(), BudgetExhausted> {
+        let cost = len + 1;
+        if cost > self.left {
+            self.left = 0;
+            return Err(BudgetExhausted);
+        }
+        self.left -= cost;
+        Ok(())
+    }
+}
+
+/// A request whose lookup would run more than [`REGEX_BYTES_PER_REQUEST`]
+/// through regular expressions: it is refused, not routed by a guess.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetExhausted;
 
 /// The Gateway API routes of a snapshot.
 #[derive(Debug, Default)]
 pub struct GatewayTable {
-    exact: FastMap<Arc<[Candidate]>>,
-    wildcard: FastMap<Arc<[Candidate]>>,
-    any: Option<Arc<[Candidate]>>,
+    exact: FastMap<Chain>,
+    wildcard: FastMap<Chain>,
+    any: Option<Chain>,
     /// Longest wildcard suffix: no probe for longer ones.
     max_wildcard: usize,
+}
+
+/// The candidates a host sees ([`GatewayTable::host`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HostView<'t> {
+    pub rank: HostRank,
+    chain: Option<&'t Chain>,
+}
+
+impl<'t> HostView<'t> {
+    /// The first candidate a request matches: the most specific host
+    /// pattern's groups first; within one, the specification's precedence.
+    pub fn matching(
+        &self,
+        path: &str,
+        facts: &RequestFacts<'_>,
+    ) -> Result<Option<&'t Candidate>, BudgetExhausted> {
+        let Some(chain) = self.chain else {
+            return Ok(None);
+        };
+        let Some(listener) = chain.listener[plane(facts.tls)] else {
+            return Ok(None);
+        };
+        let mut budget = EvalBudget::default();
+        for g in chain.groups.iter() {
+            if g.listener[plane(facts.tls)].is_none() {
+                continue;
+            }
+            if let Some(c) = g.first_match(listener, path, facts, &mut budget)? {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every candidate the host sees on either plane, in precedence (for
+    /// status and tests; a request walks [`HostView::matching`]).
+    pub fn candidates(&self) -> Vec<&'t Candidate> {
+        let Some(chain) = self.chain else {
+            return Vec::new();
+        };
+        let mut all: Vec<(Order, &Candidate)> = chain
+            .groups
+            .iter()
+            .flat_map(|g| {
+                g.lists
+                    .iter()
+                    .flat_map(|l| l.iter())
+                    .map(move |c| (c.order(g.rank), c))
+            })
+            .filter(|(_, c)| {
+                (c.http && Some(c.listener) == chain.listener[0])
+                    || (c.https && Some(c.listener) == chain.listener[1])
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.into_iter().map(|(_, c)| c).collect()
+    }
 }
 
 impl GatewayTable {
@@ -784,38 +967,27 @@ impl GatewayTable {
         self.exact.is_empty() && self.wildcard.is_empty() && self.any.is_none()
     }
 
-    /// Candidates for a normalised host, and how specific the match is.
-    pub fn host(&self, host: &str) -> (HostRank, &[Candidate]) {
-        if let Some(list) = self.exact.get(host) {
-            return (HostRank::Exact, list);
-        }
-        if !self.wildcard.is_empty() {
-            let mut rest = host;
-            while let Some((first, parent)) = rest.split_once('.') {
-                if !first.is_empty()
-                    && parent.len() <= self.max_wildcard
-                    && let Some(list) = self.wildcard.get(parent)
-                {
-                    return (HostRank::Wildcard(parent.len()), list);
+    /// What a normalised host sees, and how specific its match is.
+    pub fn host(&self, host: &str) -> HostView<'_> {
+        let chain = self.exact.get(host).or_else(|| {
+            if !self.wildcard.is_empty() {
+                let mut rest = host;
+                while let Some((first, parent)) = rest.split_once('.') {
+                    if !first.is_empty()
+                        && parent.len() <= self.max_wildcard
+                        && let Some(chain) = self.wildcard.get(parent)
+                    {
+                        return Some(chain);
+                    }
+                    rest = parent;
                 }
-                rest = parent;
             }
+            self.any.as_ref()
+        });
+        HostView {
+            rank: chain.map_or(HostRank::None, Chain::rank),
+            chain,
         }
-        match &self.any {
-            Some(list) => (HostRank::Any, list),
-            None => (HostRank::None, &[]),
-        }
-    }
-
-    /// The first candidate of `candidates` a request matches.
-    pub fn matching<'t>(
-        candidates: &'t [Candidate],
-        path: &str,
-        facts: &RequestFacts<'_>,
-    ) -> Option<&'t Candidate> {
-        candidates
-            .iter()
-            .find(|c| c.on(facts.tls) && c.matcher.matches(path, facts))
     }
 
     /// Number of host patterns with candidates (the catch-all counts one).
@@ -823,17 +995,41 @@ impl GatewayTable {
         self.exact.len() + self.wildcard.len() + usize::from(self.any.is_some())
     }
 
-    /// Number of (host, candidate) entries.
+    /// Number of (host pattern, candidate) entries the table holds: each
+    /// pattern's own, as bound; covering wildcards are shared, not counted
+    /// again.
     pub fn len(&self) -> usize {
-        self.exact.values().map(|l| l.len()).sum::<usize>()
-            + self.wildcard.values().map(|l| l.len()).sum::<usize>()
-            + self.any.as_ref().map_or(0, |l| l.len())
+        let own = |c: &Chain| {
+            c.groups
+                .first()
+                .map_or(0, |g| g.lists.iter().map(|l| l.len()).sum::<usize>())
+        };
+        self.exact.values().map(own).sum::<usize>()
+            + self.wildcard.values().map(own).sum::<usize>()
+            + self.any.as_ref().map_or(0, own)
+    }
+
+    /// Pointers from host patterns to the groups they see (own and
+    /// covering): what the table costs beyond the candidates themselves.
+    pub fn links(&self) -> usize {
+        self.exact
+            .values()
+            .chain(self.wildcard.values())
+            .chain(self.any.as_ref())
+            .map(|c| c.groups.len())
+            .sum()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl PathMatch {
+        fn is(&self, path: &str) -> bool {
+            self.matches(path, &mut EvalBudget::default()).unwrap()
+        }
+    }
 
     fn matcher(path: PathMatch) -> Matcher {
         Matcher {
@@ -890,8 +1086,8 @@ mod tests {
         let t = b.build();
         let names = |host: &str| -> Vec<String> {
             t.host(host)
-                .1
-                .iter()
+                .candidates()
+                .into_iter()
                 .map(|c| c.info.name.to_string())
                 .collect()
         };
@@ -903,10 +1099,10 @@ mod tests {
     #[test]
     fn prefixes_match_element_wise() {
         let p = PathMatch::Prefix("/foo".into());
-        assert!(p.matches("/foo") && p.matches("/foo/") && p.matches("/foo/bar"));
-        assert!(!p.matches("/foobar") && !p.matches("/fo"));
+        assert!(p.is("/foo") && p.is("/foo/") && p.is("/foo/bar"));
+        assert!(!p.is("/foobar") && !p.is("/fo"));
         let root = PathMatch::Prefix("".into());
-        assert!(root.matches("/") && root.matches("/x"));
+        assert!(root.is("/") && root.is("/x"));
     }
 
     #[test]
@@ -917,7 +1113,7 @@ mod tests {
             headers: Box::new([("version".into(), ValueMatch::Exact("two".into()))]),
             query: Box::new([(
                 "animal".into(),
-                ValueMatch::Regex(regex::Regex::new("^wh.*$").unwrap()),
+                ValueMatch::Regex(TenantRegex::compile("wh.*").unwrap()),
             )]),
         };
         let headers: &[(&str, &str)] = &[("Version", "two")];
@@ -988,8 +1184,8 @@ mod tests {
         let t = b.build();
         let names = |host: &str| -> Vec<String> {
             t.host(host)
-                .1
-                .iter()
+                .candidates()
+                .into_iter()
                 .map(|c| c.info.name.to_string())
                 .collect()
         };
@@ -1004,11 +1200,11 @@ mod tests {
                 "any"
             ]
         );
-        assert_eq!(t.host("deep.b.example").0, HostRank::Wildcard(7));
+        assert_eq!(t.host("deep.b.example").rank, HostRank::Wildcard(7));
         assert_eq!(names("deep.b.example"), ["wild-exact", "any"]);
-        assert_eq!(t.host("example").0, HostRank::Any);
+        assert_eq!(t.host("example").rank, HostRank::Any);
         let facts = RequestFacts::UNKNOWN;
-        let hit = GatewayTable::matching(t.host("a.example").1, "/x/y", &facts).unwrap();
+        let hit = t.host("a.example").matching("/x/y", &facts).unwrap().unwrap();
         assert_eq!(
             &*hit.info.name, "prefix-long-older",
             "the header rule needs headers"
@@ -1016,7 +1212,7 @@ mod tests {
     }
 
     #[test]
-    fn hosts_share_a_routes_list_until_another_route_or_a_wildcard_joins() {
+    fn hosts_share_route_lists_and_see_covering_wildcards_in_precedence() {
         let mut b = TableBuilder::default();
         let h = |s: &str| HostPattern::parse(s).unwrap();
         let (a, c, d, w) = (
@@ -1044,13 +1240,12 @@ mod tests {
         let t = b.build();
         let names = |host: &str| -> Vec<String> {
             t.host(host)
-                .1
-                .iter()
+                .candidates()
+                .into_iter()
                 .map(|c| format!("{} {:?}", c.info.name, c.matcher.path))
                 .collect()
         };
         // Alone on its host: the route's own list, sorted once.
-        assert!(std::ptr::eq(t.host("a.example").1, &*old));
         assert_eq!(
             names("a.example"),
             [r#"old Exact("/e")"#, r#"old Prefix("")"#]
@@ -1067,7 +1262,6 @@ mod tests {
             ]
         );
         // A covering wildcard's rules come after the host's own.
-        assert!(!std::ptr::eq(t.host("d.x.example").1, &*old));
         assert_eq!(
             names("d.x.example"),
             [
@@ -1077,8 +1271,97 @@ mod tests {
                 r#"wild Prefix("")"#
             ]
         );
-        assert!(std::ptr::eq(t.host("e.x.example").1, &*wild));
-        assert_eq!((t.hosts(), t.len()), (4, 12));
+        assert_eq!(
+            names("e.x.example"),
+            [r#"wild Exact("/e")"#, r#"wild Prefix("")"#]
+        );
+        // Every list is held once, whatever shares it: a.example, c.example
+        // and d.x.example hold old's (2 each), c.example young's, the
+        // wildcard its own.
+        assert_eq!((t.hosts(), t.len()), (4, 10));
+        // a, c: their own group; d.x: its own and the wildcard's; the
+        // wildcard: its own.
+        assert_eq!(t.links(), 5);
+    }
+
+    /// The review's table blow-up: 10 wildcard routes of 500 matches and
+    /// 1,000 exact hosts below them made 5 million (host, candidate)
+    /// entries. Hosts now point at the wildcards' lists.
+    #[test]
+    fn exact_hosts_under_wildcards_do_not_copy_their_candidates() {
+        let mut b = TableBuilder::default();
+        let many = |name: &str, route: u32| {
+            route_list(
+                (0..500)
+                    .map(|i| {
+                        let m = matcher(PathMatch::Exact(format!("/p{i}").into()));
+                        let mut c = candidate(name, m, route);
+                        c.target = Arc::new(Target::new(
+                            matcher(PathMatch::Exact(format!("/p{i}").into())),
+                            c.action.clone(),
+                            c.info.clone(),
+                            None,
+                            (route, 0, i),
+                        ));
+                        c
+                    })
+                    .collect(),
+            )
+        };
+        let mut suffix = String::from("example");
+        for w in 0..10u32 {
+            suffix = format!("l{w}.{suffix}");
+            let wild = HostPattern::parse(&format!("*.{suffix}")).unwrap();
+            b.bind(Some(&wild), w, &many("wild", w));
+        }
+        let own = route_list(vec![candidate(
+            "own",
+            matcher(PathMatch::Exact("/own".into())),
+            100,
+        )]);
+        for h in 0..1000 {
+            let host = HostPattern::parse(&format!("h{h}.{suffix}")).unwrap();
+            b.bind(Some(&host), 100, &own);
+        }
+        let t = b.build();
+        assert_eq!(t.len(), 10 * 500 + 1000);
+        // Each exact host: its own group and the ten wildcards above it.
+        assert!(t.links() <= 1000 * 11 + 10 * 10, "{}", t.links());
+        let facts = RequestFacts::UNKNOWN;
+        let host = format!("h7.{suffix}");
+        let hit = t.host(&host).matching("/p499", &facts).unwrap().unwrap();
+        assert_eq!(&*hit.info.name, "wild");
+        let hit = t.host(&host).matching("/own", &facts).unwrap().unwrap();
+        assert_eq!(&*hit.info.name, "own");
+    }
+
+    /// The review's stall: a 7 KiB path against 480 regular expressions.
+    /// Each automaton step is cheap, and the request's budget stops the
+    /// walk long before it holds the thread.
+    #[test]
+    fn a_request_cannot_run_unbounded_bytes_through_patterns() {
+        let mut b = TableBuilder::default();
+        let host = HostPattern::parse("a.example").unwrap();
+        let list = route_list(
+            (0..480)
+                .map(|i| {
+                    let re = TenantRegex::compile(&format!("/x{i}[a-z]*b")).unwrap();
+                    candidate("many", matcher(PathMatch::Regex(re)), i)
+                })
+                .collect(),
+        );
+        b.bind(Some(&host), 0, &list);
+        let t = b.build();
+        let facts = RequestFacts::UNKNOWN;
+        let long = format!("/{}", "a".repeat(7 * 1024));
+        assert!(matches!(
+            t.host("a.example").matching(&long, &facts),
+            Err(BudgetExhausted)
+        ));
+        // A short path walks every pattern within the budget.
+        assert!(t.host("a.example").matching("/nope", &facts).unwrap().is_none());
+        let hit = t.host("a.example").matching("/x479zzb", &facts).unwrap();
+        assert!(hit.is_some());
     }
 
     #[test]

@@ -1,0 +1,531 @@
+//! Tenant regular expressions with a hard cost bound.
+//!
+//! Every replica evaluates every tenant's regular expressions on its
+//! serving threads, so a pattern's cost is paid by all tenants. A
+//! backtracking or lazy-DFA engine lets a short pattern such as
+//! `/(?:[\s\S]*a[\s\S]{60})` cost seconds per request, and `\w{4}` (Unicode)
+//! compile to hundreds of KiB. Here a pattern is compiled, once, to a fully
+//! built dense DFA within [`MAX_AUTOMATON_BYTES`]: matching is one table
+//! step per byte, whatever the pattern, and a pattern whose automaton does
+//! not fit is refused, at admission with the field named, and again by the
+//! proxy's re-check.
+//!
+//! - [`TenantRegex::compile`]: the one way a tenant pattern becomes a
+//!   matcher; compiled patterns are shared by pattern text across objects
+//!   and reloads ([`cache`](self)), so an unrelated tenant's change
+//!   compiles none.
+//! - [`route_regexes`]: every pattern a route carries, with its field, the
+//!   same list the proxy compiles and the budget counts ([`RegexCost`],
+//!   `limits.maxRegexes` and `limits.maxRegexBytes`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Weak};
+
+use parking_lot::Mutex;
+
+use regex_automata::dfa::{Automaton, StartKind, dense};
+use regex_automata::nfa::thompson;
+use regex_automata::util::syntax;
+use regex_automata::{Anchored, Input, MatchKind};
+use teapot_gateway_api::generated::grpc_routes::{GrpcRoute, GrpcRouteRulesMatchesMethodType};
+use teapot_gateway_api::generated::http_routes::{
+    HttpRoute, HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesPathType,
+    HttpRouteRulesMatchesQueryParamsType,
+};
+
+/// Longest pattern a tenant may write.
+pub const MAX_PATTERN_LEN: usize = 1024;
+/// The most memory one pattern's automaton may take. A pattern the DFA
+/// cannot represent within it (exponential state blow-up, large Unicode
+/// classes repeated) is refused rather than matched slowly.
+pub const MAX_AUTOMATON_BYTES: usize = 256 * 1024;
+/// Memory the determinization may use on the way (it is refused past it,
+/// which bounds the compile's time too).
+const DETERMINIZE_BYTES: usize = 4 * MAX_AUTOMATON_BYTES;
+/// The NFA the DFA is built from.
+const NFA_BYTES: usize = MAX_AUTOMATON_BYTES;
+/// Refused patterns remembered, so one written again is not compiled again.
+const REFUSED_REMEMBERED: usize = 4096;
+/// Sizes of compiled patterns remembered ([`cost`] without compiling).
+const SIZES_REMEMBERED: usize = 65_536;
+
+/// Why a pattern is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegexError {
+    #[error("regular expression of {len} bytes, more than {MAX_PATTERN_LEN}")]
+    TooLong { len: usize },
+    #[error("regular expression {pattern:?} is not valid: {reason}")]
+    Invalid { pattern: String, reason: String },
+    #[error(
+        "regular expression {pattern:?} needs a matching automaton larger than {} KiB; write a more specific pattern (an ASCII class such as [A-Za-z0-9_] instead of \\w, fewer or shorter repetitions of wide classes)",
+        MAX_AUTOMATON_BYTES / 1024
+    )]
+    TooLarge { pattern: String },
+}
+
+/// A compiled tenant pattern, matched against a whole value: the pattern
+/// `p` matches `v` when `^(?:p)$` would.
+#[derive(Debug)]
+pub struct TenantRegex {
+    pattern: Box<str>,
+    dfa: dense::DFA<Vec<u32>>,
+}
+
+impl TenantRegex {
+    /// Compiles `pattern`, or shares the automaton of the same pattern
+    /// compiled before and still in use.
+    pub fn compile(pattern: &str) -> Result<Arc<TenantRegex>, RegexError> {
+        cache::get_or_compile(pattern)
+    }
+
+    fn build(pattern: &str) -> Result<TenantRegex, RegexError> {
+        if pattern.len() > MAX_PATTERN_LEN {
+            return Err(RegexError::TooLong { len: pattern.len() });
+        }
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    // Every thread is kept, so a match that ends at the end
+                    // of the value is seen whichever alternative wins.
+                    .match_kind(MatchKind::All)
+                    .start_kind(StartKind::Anchored)
+                    .dfa_size_limit(Some(MAX_AUTOMATON_BYTES))
+                    .determinize_size_limit(Some(DETERMINIZE_BYTES))
+                    // `\b` builds; on a non-ASCII byte the DFA gives up and
+                    // the value does not match (docs/gateway-api.md).
+                    .unicode_word_boundary(true),
+            )
+            .syntax(syntax::Config::new())
+            .thompson(thompson::Config::new().nfa_size_limit(Some(NFA_BYTES)))
+            .build(pattern)
+            .map_err(|e| {
+                // The NFA's own limit is reported as a plain build error.
+                if e.is_size_limit_exceeded() || error_reason(&e).contains("exceeded limit") {
+                    RegexError::TooLarge {
+                        pattern: pattern.to_string(),
+                    }
+                } else {
+                    RegexError::Invalid {
+                        pattern: pattern.to_string(),
+                        reason: error_reason(&e),
+                    }
+                }
+            })?;
+        Ok(TenantRegex {
+            pattern: pattern.into(),
+            dfa,
+        })
+    }
+
+    /// Whether the whole of `value` matches: one automaton step per byte.
+    pub fn is_match(&self, value: &[u8]) -> bool {
+        let dfa = &self.dfa;
+        let Ok(mut state) = dfa.start_state_forward(&Input::new(value).anchored(Anchored::Yes))
+        else {
+            return false;
+        };
+        for &b in value {
+            state = dfa.next_state(state, b);
+            if dfa.is_special_state(state) && (dfa.is_dead_state(state) || dfa.is_quit_state(state))
+            {
+                return false;
+            }
+        }
+        // A DFA reports a match one step late: after the end of input.
+        dfa.is_match_state(dfa.next_eoi_state(state))
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Bytes the automaton holds.
+    pub fn memory(&self) -> usize {
+        self.dfa.memory_usage() + self.pattern.len()
+    }
+}
+
+/// The first line of a build error's chain: the parser's message without
+/// its multi-line rendering of the pattern.
+fn error_reason(e: &dense::BuildError) -> String {
+    let mut reason = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        reason = s.to_string();
+        source = s.source();
+    }
+    reason
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .last()
+        .unwrap_or("")
+        .trim()
+        .trim_start_matches("error: ")
+        .to_string()
+}
+
+/// Compiled patterns shared by text. Entries hold the automaton weakly:
+/// it lives as long as a snapshot (or an admission in progress) uses it,
+/// so the cache never keeps what no route needs any more.
+mod cache {
+    use super::*;
+
+    #[derive(Default)]
+    struct Cache {
+        live: HashMap<Box<str>, Weak<TenantRegex>>,
+        /// Entries when `live` was last swept of dead ones.
+        swept: usize,
+        refused: HashMap<Box<str>, RegexError>,
+        /// Memory of each pattern compiled, kept after its automaton is
+        /// gone: the webhook weighs every tenant's patterns on each state
+        /// rebuild without compiling them again.
+        sizes: HashMap<Box<str>, usize>,
+    }
+
+    static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Mutex::default);
+
+    pub(super) fn get_or_compile(pattern: &str) -> Result<Arc<TenantRegex>, RegexError> {
+        {
+            let cache = CACHE.lock();
+            if let Some(r) = cache.live.get(pattern).and_then(Weak::upgrade) {
+                return Ok(r);
+            }
+            if let Some(e) = cache.refused.get(pattern) {
+                return Err(e.clone());
+            }
+        }
+        // Compiled without the lock: admissions and compiles on other
+        // threads do not wait for this one.
+        let built = TenantRegex::build(pattern).map(Arc::new);
+        let mut cache = CACHE.lock();
+        match &built {
+            Ok(r) => {
+                if let Some(other) = cache.live.get(pattern).and_then(Weak::upgrade) {
+                    return Ok(other);
+                }
+                cache.live.insert(pattern.into(), Arc::downgrade(r));
+                if cache.sizes.len() >= SIZES_REMEMBERED {
+                    cache.sizes.clear();
+                }
+                cache.sizes.insert(pattern.into(), r.memory());
+                if cache.live.len() > 2 * cache.swept + 64 {
+                    cache.live.retain(|_, w| w.strong_count() > 0);
+                    cache.swept = cache.live.len();
+                }
+            }
+            Err(e) => {
+                if cache.refused.len() >= REFUSED_REMEMBERED {
+                    cache.refused.clear();
+                }
+                cache.refused.insert(pattern.into(), e.clone());
+            }
+        }
+        built
+    }
+
+    /// The memory `pattern`'s automaton takes, compiling it only when it
+    /// was never compiled (or forgotten).
+    pub(super) fn memory_of(pattern: &str) -> Result<usize, RegexError> {
+        {
+            let cache = CACHE.lock();
+            if let Some(size) = cache.sizes.get(pattern) {
+                return Ok(*size);
+            }
+            if let Some(e) = cache.refused.get(pattern) {
+                return Err(e.clone());
+            }
+        }
+        get_or_compile(pattern).map(|r| r.memory())
+    }
+
+    /// Patterns whose automaton is alive (tests).
+    #[cfg(test)]
+    pub(super) fn alive(pattern: &str) -> bool {
+        let cache = CACHE.lock();
+        cache
+            .live
+            .get(pattern)
+            .is_some_and(|w| w.strong_count() > 0)
+    }
+}
+
+/// What a tenant's patterns cost a replica: how many, and the memory of
+/// their automata.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegexCost {
+    pub count: u32,
+    pub bytes: u64,
+}
+
+impl RegexCost {
+    pub fn add(self, other: RegexCost) -> RegexCost {
+        RegexCost {
+            count: self.count.saturating_add(other.count),
+            bytes: self.bytes.saturating_add(other.bytes),
+        }
+    }
+
+    pub fn exceeds(self, max: RegexCost) -> bool {
+        self.count > max.count || self.bytes > max.bytes
+    }
+}
+
+/// One pattern of a route and where it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutePattern {
+    /// The field, as violations name it (`spec.rules[0].matches[1].path.value`).
+    pub field: String,
+    pub pattern: String,
+}
+
+/// The path pattern of a GRPCRoute method match, when it needs one: an
+/// exact service and method are a path compare, an exact service alone a
+/// prefix; every other form is a pattern over `/SERVICE/METHOD`.
+pub fn grpc_method_pattern(
+    service: Option<&str>,
+    method: Option<&str>,
+    is_regex: bool,
+) -> Option<String> {
+    match (service, method, is_regex) {
+        (Some(_), _, false) => None,
+        (None, Some(m), false) => Some(format!("/[^/]+/{}", regex_syntax::escape(m))),
+        (s, m, _) => Some(format!(
+            "/{}/{}",
+            s.unwrap_or("[^/]+"),
+            m.unwrap_or("[^/]+")
+        )),
+    }
+}
+
+/// Every pattern an HTTPRoute carries: RegularExpression path, header and
+/// query parameter matches.
+pub fn http_route_regexes(route: &HttpRoute) -> Vec<RoutePattern> {
+    let mut out = Vec::new();
+    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
+        for (j, m) in rule.matches.iter().flatten().enumerate() {
+            let at = format!("spec.rules[{i}].matches[{j}]");
+            if let Some(p) = &m.path
+                && matches!(
+                    p.r#type,
+                    Some(HttpRouteRulesMatchesPathType::RegularExpression)
+                )
+            {
+                out.push(RoutePattern {
+                    field: format!("{at}.path.value"),
+                    pattern: p.value.clone().unwrap_or_else(|| "/".into()),
+                });
+            }
+            for (k, h) in m.headers.iter().flatten().enumerate() {
+                if matches!(
+                    h.r#type,
+                    Some(HttpRouteRulesMatchesHeadersType::RegularExpression)
+                ) {
+                    out.push(RoutePattern {
+                        field: format!("{at}.headers[{k}].value"),
+                        pattern: h.value.clone(),
+                    });
+                }
+            }
+            for (k, q) in m.query_params.iter().flatten().enumerate() {
+                if matches!(
+                    q.r#type,
+                    Some(HttpRouteRulesMatchesQueryParamsType::RegularExpression)
+                ) {
+                    out.push(RoutePattern {
+                        field: format!("{at}.queryParams[{k}].value"),
+                        pattern: q.value.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every pattern a GRPCRoute carries: method matches that need one
+/// ([`grpc_method_pattern`]) and RegularExpression header matches.
+pub fn grpc_route_regexes(route: &GrpcRoute) -> Vec<RoutePattern> {
+    use teapot_gateway_api::generated::grpc_routes::GrpcRouteRulesMatchesHeadersType;
+    let mut out = Vec::new();
+    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
+        for (j, m) in rule.matches.iter().flatten().enumerate() {
+            let at = format!("spec.rules[{i}].matches[{j}]");
+            if let Some(method) = &m.method {
+                let is_regex = matches!(
+                    method.r#type,
+                    Some(GrpcRouteRulesMatchesMethodType::RegularExpression)
+                );
+                if let Some(pattern) = grpc_method_pattern(
+                    method.service.as_deref(),
+                    method.method.as_deref(),
+                    is_regex,
+                ) {
+                    out.push(RoutePattern {
+                        field: format!("{at}.method"),
+                        pattern,
+                    });
+                }
+            }
+            for (k, h) in m.headers.iter().flatten().enumerate() {
+                if matches!(
+                    h.r#type,
+                    Some(GrpcRouteRulesMatchesHeadersType::RegularExpression)
+                ) {
+                    out.push(RoutePattern {
+                        field: format!("{at}.headers[{k}].value"),
+                        pattern: h.value.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The cost of `patterns`: every one that compiles counts (a refused one
+/// is reported on its own field and never served).
+pub fn cost(patterns: &[RoutePattern]) -> RegexCost {
+    patterns
+        .iter()
+        .filter_map(|p| cache::memory_of(&p.pattern).ok())
+        .fold(RegexCost::default(), |c, bytes| {
+            c.add(RegexCost {
+                count: 1,
+                bytes: bytes as u64,
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn re(p: &str) -> Arc<TenantRegex> {
+        TenantRegex::compile(p).unwrap_or_else(|e| panic!("{p}: {e}"))
+    }
+
+    #[test]
+    fn matches_the_whole_value_like_an_anchored_regex() {
+        let cases: &[(&str, &str)] = &[
+            ("/api/v[0-9]+/.*", "/api/v12/users"),
+            ("/api/v[0-9]+/.*", "/api/v/users"),
+            ("/api/v[0-9]+/.*", "x/api/v1/"),
+            ("a|ab", "ab"),
+            ("a|ab", "a"),
+            ("a|ab", "abc"),
+            ("(?i)/Foo", "/fOO"),
+            ("/caf\u{e9}", "/caf\u{e9}"),
+            ("\\w+", "\u{e9}t\u{e9}"),
+            ("/.*", "/any\nthing"),
+            ("", ""),
+            ("", "x"),
+            ("/[^/]+/Ping", "/echo.Echo/Ping"),
+            ("/[^/]+/Ping", "/a/b/Ping"),
+            ("\\d{3}", "123"),
+            ("\\bfoo\\b", "foo"),
+        ];
+        for (pattern, value) in cases {
+            let want = regex::Regex::new(&format!("^(?:{pattern})$"))
+                .unwrap()
+                .is_match(*value);
+            assert_eq!(
+                re(pattern).is_match(value.as_bytes()),
+                want,
+                "{pattern:?} on {value:?}"
+            );
+        }
+    }
+
+    /// The review's stall: a lazy DFA re-determinizes on every byte of a
+    /// long path; the full DFA is refused at compile instead.
+    #[test]
+    fn patterns_whose_automaton_blows_up_are_refused() {
+        for p in [
+            "/(?:[\\s\\S]*a[\\s\\S]{60})",
+            "(?:.*a.{40})",
+            "\\w{4}\\w{4}\\w{4}\\w{4}N",
+        ] {
+            match TenantRegex::compile(p) {
+                Err(RegexError::TooLarge { .. }) => {}
+                other => panic!("{p}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_name_what_is_wrong() {
+        let e = TenantRegex::compile("/(unclosed").unwrap_err();
+        assert!(
+            matches!(&e, RegexError::Invalid { reason, .. } if reason.contains("unclosed")),
+            "{e}"
+        );
+        let long = "a".repeat(MAX_PATTERN_LEN + 1);
+        assert_eq!(
+            TenantRegex::compile(&long).unwrap_err(),
+            RegexError::TooLong {
+                len: MAX_PATTERN_LEN + 1
+            }
+        );
+        assert!(
+            TenantRegex::compile("(?:.*a.{40})")
+                .unwrap_err()
+                .to_string()
+                .contains("KiB")
+        );
+    }
+
+    #[test]
+    fn every_automaton_fits_its_bound() {
+        for p in ["/\\w{4}N", "\\w+", "/api/(v1|v2|v3)/[a-z]+/[0-9]{1,8}", ".*"] {
+            if let Ok(r) = TenantRegex::compile(p) {
+                assert!(r.memory() <= MAX_AUTOMATON_BYTES + p.len(), "{p}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_same_pattern_is_compiled_once_while_used() {
+        let p = "/shared/[a-z]+/cache-test";
+        let a = re(p);
+        let b = re(p);
+        assert!(Arc::ptr_eq(&a, &b));
+        drop((a, b));
+        assert!(!cache::alive(p), "nothing keeps an unused automaton");
+    }
+
+    #[test]
+    fn grpc_method_forms() {
+        assert_eq!(grpc_method_pattern(Some("a.S"), Some("M"), false), None);
+        assert_eq!(grpc_method_pattern(Some("a.S"), None, false), None);
+        assert_eq!(
+            grpc_method_pattern(None, Some("M.x"), false).as_deref(),
+            Some("/[^/]+/M\\.x")
+        );
+        assert_eq!(
+            grpc_method_pattern(Some("a\\..*"), None, true).as_deref(),
+            Some("/a\\..*/[^/]+")
+        );
+    }
+
+    #[test]
+    fn route_patterns_name_their_fields() {
+        let route: HttpRoute = serde_yaml::from_str(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: n}\nspec:\n  rules:\n  - matches:\n    - path: {type: PathPrefix, value: /a}\n    - path: {type: RegularExpression, value: \"/b.*\"}\n      headers: [{name: x, type: RegularExpression, value: \"v[0-9]\"}, {name: y, value: exact}]\n      queryParams: [{name: q, type: RegularExpression, value: \"[a-z]+\"}]\n",
+        )
+        .unwrap();
+        let got = http_route_regexes(&route);
+        let fields: Vec<&str> = got.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.rules[0].matches[1].path.value",
+                "spec.rules[0].matches[1].headers[0].value",
+                "spec.rules[0].matches[1].queryParams[0].value",
+            ]
+        );
+        let c = cost(&got);
+        assert_eq!(c.count, 3);
+        assert!(c.bytes > 0);
+    }
+}
