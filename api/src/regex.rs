@@ -157,8 +157,7 @@ fn error_reason(e: &dense::BuildError) -> String {
     }
     reason
         .lines()
-        .filter(|l| !l.trim().is_empty())
-        .last()
+        .rfind(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim()
         .trim_start_matches("error: ")
@@ -259,7 +258,7 @@ pub struct RegexCost {
 }
 
 impl RegexCost {
-    pub fn add(self, other: RegexCost) -> RegexCost {
+    pub fn plus(self, other: RegexCost) -> RegexCost {
         RegexCost {
             count: self.count.saturating_add(other.count),
             bytes: self.bytes.saturating_add(other.bytes),
@@ -390,7 +389,7 @@ pub fn cost(patterns: &[RoutePattern]) -> RegexCost {
         .iter()
         .filter_map(|p| cache::memory_of(&p.pattern).ok())
         .fold(RegexCost::default(), |c, bytes| {
-            c.add(RegexCost {
+            c.plus(RegexCost {
                 count: 1,
                 bytes: bytes as u64,
             })
@@ -477,7 +476,12 @@ mod tests {
 
     #[test]
     fn every_automaton_fits_its_bound() {
-        for p in ["/\\w{4}N", "\\w+", "/api/(v1|v2|v3)/[a-z]+/[0-9]{1,8}", ".*"] {
+        for p in [
+            "/\\w{4}N",
+            "\\w+",
+            "/api/(v1|v2|v3)/[a-z]+/[0-9]{1,8}",
+            ".*",
+        ] {
             if let Ok(r) = TenantRegex::compile(p) {
                 assert!(r.memory() <= MAX_AUTOMATON_BYTES + p.len(), "{p}");
             }

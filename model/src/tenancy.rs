@@ -569,7 +569,7 @@ fn over_total(
             count: limits.max_regexes,
             bytes: limits.max_regex_bytes,
         };
-        if o.regex != RegexCost::default() && regex.add(o.regex).exceeds(max_regex) {
+        if o.regex != RegexCost::default() && regex.plus(o.regex).exceeds(max_regex) {
             out.push((
                 o.key.clone(),
                 o.origin.clone(),
@@ -597,7 +597,7 @@ fn over_total(
             ));
         } else {
             *total += o.size as u64;
-            *regex = regex.add(o.regex);
+            *regex = regex.plus(o.regex);
         }
     }
     out

@@ -120,7 +120,10 @@ async fn a_tenants_patterns_cannot_stall_a_serving_thread() {
     assert_proxy_answer(&resp, 400, "long path against 480 patterns");
     assert!(resp.text().contains("too costly"), "{}", resp.text());
     // A path that matches the last pattern is served.
-    assert_eq!(h.echo_json("many.example", "/x479zzb").await["service"], "web");
+    assert_eq!(
+        h.echo_json("many.example", "/x479zzb").await["service"],
+        "web"
+    );
     assert_eq!(h.echo_json("quiet.example", "/").await["service"], "web");
 }
 

@@ -163,7 +163,11 @@ impl PolicyState {
         }
         for (k, v) in &store.http_routes {
             self.record(ObjectKind::HttpRoute, k, || json_size(&*v.object));
-            self.record_regexes(ObjectKind::HttpRoute, k, TenantObjectRef::HttpRoute(&v.object));
+            self.record_regexes(
+                ObjectKind::HttpRoute,
+                k,
+                TenantObjectRef::HttpRoute(&v.object),
+            );
             claimants.push((
                 k,
                 v.object.metadata.creation_timestamp.as_ref(),
@@ -172,7 +176,11 @@ impl PolicyState {
         }
         for (k, v) in &store.grpc_routes {
             self.record(ObjectKind::GrpcRoute, k, || json_size(&*v.object));
-            self.record_regexes(ObjectKind::GrpcRoute, k, TenantObjectRef::GrpcRoute(&v.object));
+            self.record_regexes(
+                ObjectKind::GrpcRoute,
+                k,
+                TenantObjectRef::GrpcRoute(&v.object),
+            );
             claimants.push((
                 k,
                 v.object.metadata.creation_timestamp.as_ref(),
@@ -318,7 +326,7 @@ impl PolicyState {
         let all_regex = objects
             .regex
             .values()
-            .fold(RegexCost::default(), |a, c| a.add(*c));
+            .fold(RegexCost::default(), |a, c| a.plus(*c));
         ExistingObjects {
             is_new,
             regex: RegexCost {

@@ -32,7 +32,10 @@ pub fn regex_budget(ctx: &PolicyContext<'_>) -> RegexCost {
 /// the tenant's budget with this object's patterns in it. Only an object
 /// whose patterns grow is refused, so lowering the limits never blocks an
 /// update that keeps or shrinks them.
-pub(super) fn check_regexes(ctx: &PolicyContext<'_>, object: TenantObjectRef<'_>) -> Vec<Violation> {
+pub(super) fn check_regexes(
+    ctx: &PolicyContext<'_>,
+    object: TenantObjectRef<'_>,
+) -> Vec<Violation> {
     let patterns = object_regexes(object);
     if patterns.is_empty() {
         return Vec::new();
@@ -49,7 +52,7 @@ pub(super) fn check_regexes(ctx: &PolicyContext<'_>, object: TenantObjectRef<'_>
         return out;
     };
     let max = regex_budget(ctx);
-    let total = existing.regex.add(own);
+    let total = existing.regex.plus(own);
     let grows = own.count > existing.own_regex.count || own.bytes > existing.own_regex.bytes;
     if total.exceeds(max) && grows {
         out.push(Violation::new(
@@ -144,10 +147,7 @@ mod tests {
         let message = violations(
             &f.ctx().with_existing(ExistingObjects {
                 is_new: true,
-                regex: RegexCost {
-                    count: 2,
-                    bytes: 0,
-                },
+                regex: RegexCost { count: 2, bytes: 0 },
                 ..ExistingObjects::default()
             }),
             &route,

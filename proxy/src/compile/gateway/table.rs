@@ -776,8 +776,8 @@ impl Chain {
     fn new(groups: Vec<Group>) -> Chain {
         let mut listener: Planes = [None, None];
         for g in &groups {
-            for p in 0..2 {
-                listener[p] = listener[p].max(g.listener[p]);
+            for (most, own) in listener.iter_mut().zip(g.listener) {
+                *most = (*most).max(own);
             }
         }
         Chain {
@@ -1204,7 +1204,11 @@ mod tests {
         assert_eq!(names("deep.b.example"), ["wild-exact", "any"]);
         assert_eq!(t.host("example").rank, HostRank::Any);
         let facts = RequestFacts::UNKNOWN;
-        let hit = t.host("a.example").matching("/x/y", &facts).unwrap().unwrap();
+        let hit = t
+            .host("a.example")
+            .matching("/x/y", &facts)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             &*hit.info.name, "prefix-long-older",
             "the header rule needs headers"
@@ -1359,7 +1363,12 @@ mod tests {
             Err(BudgetExhausted)
         ));
         // A short path walks every pattern within the budget.
-        assert!(t.host("a.example").matching("/nope", &facts).unwrap().is_none());
+        assert!(
+            t.host("a.example")
+                .matching("/nope", &facts)
+                .unwrap()
+                .is_none()
+        );
         let hit = t.host("a.example").matching("/x479zzb", &facts).unwrap();
         assert!(hit.is_some());
     }
