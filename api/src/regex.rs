@@ -427,7 +427,7 @@ mod tests {
         for (pattern, value) in cases {
             let want = regex::Regex::new(&format!("^(?:{pattern})$"))
                 .unwrap()
-                .is_match(*value);
+                .is_match(value);
             assert_eq!(
                 re(pattern).is_match(value.as_bytes()),
                 want,
