@@ -74,6 +74,21 @@ async fn recording_backend() -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
     (addr, seen)
 }
 
+/// `a.example` routed to tenant-a's Service whose one endpoint is `backend`.
+fn tenant_a_routes_to(backend: SocketAddr) -> Vec<serde_json::Value> {
+    vec![
+        service("tenant-a", "raw", &[(Some("http"), 80)]),
+        slice(
+            "tenant-a",
+            "raw-0",
+            "raw",
+            &[(Some("http"), backend.port())],
+            &[("127.0.0.1", true)],
+        ),
+        simple_ingress("tenant-a", "raw", "a.example", "raw"),
+    ]
+}
+
 /// Writes `bytes` on a new connection and reads until the proxy closes it
 /// (`None` if it did not within [`RAW_TIMEOUT`]).
 async fn exchange_until_close(proxy: SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {
@@ -97,19 +112,9 @@ async fn exchange_until_close(proxy: SocketAddr, bytes: &[u8]) -> Option<Vec<u8>
 async fn an_open_quote_in_a_chunk_extension_is_refused_and_smuggles_nothing() {
     let (a_addr, a_seen) = recording_backend().await;
     let b: EchoServer = echo("tenant-b", "web", "b-0").await;
-    let mut documents = vec![
-        service("tenant-a", "raw", &[(Some("http"), 80)]),
-        slice(
-            "tenant-a",
-            "raw-0",
-            "raw",
-            &[(Some("http"), a_addr.port())],
-            &[("127.0.0.1", true)],
-        ),
-        simple_ingress("tenant-a", "raw", "a.example", "raw"),
-        simple_ingress("tenant-b", "web", "b.example", "web"),
-    ];
+    let mut documents = tenant_a_routes_to(a_addr);
     documents.extend(echo_service("tenant-b", "web", &[&b]));
+    documents.push(simple_ingress("tenant-b", "web", "b.example", "web"));
     let h = Harness::start(&[("t.yaml", docs(&documents))]).await;
     assert_eq!(h.echo_json("b.example", "/").await["namespace"], "tenant-b");
     let b_before = b.requests();
@@ -172,17 +177,7 @@ async fn an_open_quote_in_a_chunk_extension_is_refused_and_smuggles_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valid_chunk_extensions_are_still_served() {
     let (a_addr, a_seen) = recording_backend().await;
-    let documents = vec![
-        service("tenant-a", "raw", &[(Some("http"), 80)]),
-        slice(
-            "tenant-a",
-            "raw-0",
-            "raw",
-            &[(Some("http"), a_addr.port())],
-            &[("127.0.0.1", true)],
-        ),
-        simple_ingress("tenant-a", "raw", "a.example", "raw"),
-    ];
+    let documents = tenant_a_routes_to(a_addr);
     let h = Harness::start(&[("t.yaml", docs(&documents))]).await;
     let request = "POST /ext HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
         5 ; a = b ;c=\"say \\\"hi\\\"; \\\\\"\r\nhello\r\n0;d\r\nX-Trailer: 1\r\n\r\n";
