@@ -13,7 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -22,7 +23,8 @@ const NS: &str = "h2c-limits";
 
 /// An h2c backend answering by path: `/huge-field` with one 1 MiB field,
 /// `/huge-head` with 1,024 fields of 1 KiB, `/many-fields` with 300 small
-/// fields, `/some-fields` with 100, anything else with a plain 200 `ok`.
+/// fields, `/some-fields` with 100, `/many-trailers` with 300 trailer
+/// fields, anything else with a plain 200 `ok`.
 async fn h2c_backend() -> SocketAddr {
     use hyper::server::conn::http2;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -53,10 +55,27 @@ async fn h2c_backend() -> SocketAddr {
                                     resp = resp.header(format!("x-field-{i}"), "1");
                                 }
                             }
+                            "/many-trailers" => {
+                                let mut trailers = http::HeaderMap::new();
+                                for i in 0..300 {
+                                    trailers.insert(
+                                        http::HeaderName::try_from(format!("x-trailer-{i}"))
+                                            .unwrap(),
+                                        http::HeaderValue::from_static("1"),
+                                    );
+                                }
+                                let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
+                                    Ok(Frame::data(Bytes::from_static(b"ok"))),
+                                    Ok(Frame::trailers(trailers)),
+                                ];
+                                let body = StreamBody::new(futures::stream::iter(frames)).boxed();
+                                return Ok::<_, Infallible>(resp.body(body).unwrap());
+                            }
                             _ => {}
                         }
                         Ok::<_, Infallible>(
-                            resp.body(Full::new(Bytes::from_static(b"ok"))).unwrap(),
+                            resp.body(Full::new(Bytes::from_static(b"ok")).boxed())
+                                .unwrap(),
                         )
                     },
                 );
@@ -162,6 +181,23 @@ async fn h2c_response_heads_over_the_http1_limits_are_a_502() {
             "after {path}"
         );
     }
+    // Trailers are held to the same count: the head may have gone out, so
+    // the stream is reset and the client never takes the answer for whole
+    // (a reset before the head was flushed is an error instead of a head).
+    let req = http::Request::builder()
+        .uri(format!("http://{HOST}/many-trailers"))
+        .body(Full::new(Bytes::new()).boxed())
+        .unwrap();
+    let cut = async {
+        c.ready().await.expect("h2 sender ready");
+        let resp = c.send_request(req).await?;
+        resp.into_body().collect().await.map(|b| b.to_bytes())
+    };
+    let cut = tokio::time::timeout(REQUEST_TIMEOUT, cut)
+        .await
+        .expect("h2 request timed out");
+    assert!(cut.is_err(), "{cut:?}");
+    assert_eq!(get(&mut c, "/ok").await, (200, "ok".to_string()));
     // Under the limits, a head with many fields still passes.
     assert_eq!(get(&mut c, "/some-fields").await, (200, "ok".to_string()));
     let metrics = h.metrics().await;

@@ -180,6 +180,10 @@ pub(super) async fn forward(
         match tokio::time::timeout(read_timeout, body.trailers()).await {
             Err(_) => Err(Failure::ReadTimeout),
             Ok(Err(_)) => Err(Failure::Upstream("the upstream reset the stream")),
+            // Trailers are a header block too: the same count.
+            Ok(Ok(Some(trailers))) if trailers.len() > MAX_RESPONSE_FIELDS => Err(
+                Failure::Upstream("the upstream's trailers have too many fields"),
+            ),
             Ok(Ok(Some(trailers))) => out.send_trailers(trailers),
             Ok(Ok(None)) => out.send_data(Bytes::new(), true).await,
         }
