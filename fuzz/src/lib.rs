@@ -319,9 +319,12 @@ async fn backend_conn(mut s: tokio::net::TcpStream) -> Vec<u8> {
 
 /// The reference HTTP/1.1 request parser: httparse for the head and the
 /// engine's framing rules at its default limits (`scan_h1`, so both sides
-/// refuse the same heads), and its own body decoding, lenient where the engine may be
-/// stricter (chunk extensions, bare LF) so that only the engine taking
-/// more than the reference is a finding.
+/// refuse the same heads), and its own body decoding, lenient where the
+/// engine may be stricter (bare LF, long lines) so that only the engine
+/// taking more than the reference is a finding. Chunk extensions are read
+/// by RFC 9112's grammar, written apart from the engine's: one the
+/// grammar refuses (a quoted-string left open at the line's end) is where
+/// a backend reading on would see another request.
 mod reference {
     use teapot_h1::{EngineConfig, MAX_HEADERS_CAP, scan_h1};
 
@@ -399,6 +402,55 @@ mod reference {
         Some((line.strip_suffix(b"\r").unwrap_or(line), lf + 1))
     }
 
+    /// `*( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] )`
+    /// (RFC 9112 §7.1.1), the whole rest of a chunk-size line.
+    fn extensions(mut rest: &[u8]) -> bool {
+        let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+        let token = |v: &[u8]| v.iter().take_while(|b| tchar(b)).count();
+        // What is left of `v` after its leading SP and HTAB.
+        let bws = |v: &[u8]| v.len() - v.iter().take_while(|b| matches!(b, b' ' | b'\t')).count();
+        while !rest.is_empty() {
+            rest = &rest[rest.len() - bws(rest)..];
+            let Some(after) = rest.strip_prefix(b";") else {
+                return false;
+            };
+            rest = &after[after.len() - bws(after)..];
+            let name = token(rest);
+            if name == 0 {
+                return false;
+            }
+            rest = &rest[name..];
+            let trimmed = &rest[rest.len() - bws(rest)..];
+            let Some(after) = trimmed.strip_prefix(b"=") else {
+                continue;
+            };
+            rest = &after[after.len() - bws(after)..];
+            if let Some(quoted) = rest.strip_prefix(b"\"") {
+                let mut i = 0;
+                loop {
+                    match quoted.get(i) {
+                        None => return false,
+                        Some(b'"') => break,
+                        Some(b'\\') => match quoted.get(i + 1) {
+                            Some(&b) if b == b'\t' || b >= 0x20 && b != 0x7f => i += 2,
+                            _ => return false,
+                        },
+                        Some(&b) if b == b'\t' || b >= 0x20 && b != 0x7f => i += 1,
+                        Some(_) => return false,
+                    }
+                }
+                rest = &quoted[i + 1..];
+            } else {
+                let value = token(rest);
+                if value == 0 {
+                    return false;
+                }
+                rest = &rest[value..];
+            }
+        }
+        true
+    }
+
     /// A chunked body's data and its length on the wire, trailers
     /// included; `Ok(None)` if incomplete.
     fn chunked(data: &[u8]) -> Result<Option<(Vec<u8>, usize)>, &'static str> {
@@ -413,9 +465,7 @@ mod reference {
                 .iter()
                 .take_while(|b| b.is_ascii_hexdigit())
                 .count();
-            let ext = &size_line[digits..];
-            let ext = ext.trim_ascii_start();
-            if digits == 0 || digits > 15 || !(ext.is_empty() || ext.starts_with(b";")) {
+            if digits == 0 || digits > 16 || !extensions(&size_line[digits..]) {
                 return Err("chunk size");
             }
             let size = std::str::from_utf8(&size_line[..digits])

@@ -5,7 +5,7 @@
 //! whatever follows (a pipelined request, or bytes a smuggler hoped a
 //! backend would read as one) stays in the buffer for the next head parse.
 
-use crate::scan::{Refusal, split_field};
+use crate::scan::{Refusal, is_tchar, split_field};
 
 /// How a message body is delimited on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +49,8 @@ const MAX_TRAILERS: usize = 16 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ChunkState {
     Size,
-    Ext,
+    /// Past the size digits, inside the chunk extensions.
+    Ext(Ext),
     SizeLf,
     Data,
     DataCr,
@@ -58,6 +59,82 @@ enum ChunkState {
     Trailer,
     TrailerEndLf,
     Done,
+}
+
+/// Where the chunk-size line is within its grammar (RFC 9112 §7.1.1, RFC
+/// 9110 §5.6):
+///
+/// ```text
+/// chunk-ext     = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+/// chunk-ext-val = token / quoted-string
+/// quoted-string = DQUOTE *( qdtext / quoted-pair ) DQUOTE
+/// ```
+///
+/// Extensions are dropped when the body is re-chunked, but they are still
+/// read to the letter: a line a backend (or a proxy in front) would end
+/// somewhere else, say inside a quoted-string left open at the CRLF, is
+/// where the two disagree on where the next request starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ext {
+    /// Whitespace after the size or a value: only a `;` may follow.
+    Bws,
+    /// After a `;`: whitespace, then a name.
+    NameStart,
+    Name,
+    /// Whitespace after a name: `=` or `;` must follow.
+    AfterName,
+    /// After a `=`: whitespace, then a token or a quoted-string.
+    ValueStart,
+    Token,
+    Quoted,
+    /// After a backslash inside a quoted-string.
+    Escape,
+    /// Right after a quoted-string's closing quote.
+    Closed,
+}
+
+/// What one byte of a chunk extension does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExtStep {
+    Next(Ext),
+    /// The CR ending the line.
+    LineEnd,
+}
+
+/// The transition for byte `b` in state `at`; every byte the grammar has
+/// no place for is refused, CR and LF inside a quoted-string first.
+fn ext_step(at: Ext, b: u8) -> Result<ExtStep, &'static str> {
+    use Ext::*;
+    use ExtStep::{LineEnd, Next};
+    let ws = matches!(b, b' ' | b'\t');
+    Ok(match at {
+        Bws if ws => Next(Bws),
+        NameStart if ws => Next(NameStart),
+        AfterName if ws => Next(AfterName),
+        ValueStart if ws => Next(ValueStart),
+        Name if ws => Next(AfterName),
+        Token | Closed if ws => Next(Bws),
+        Bws | Name | AfterName | Token | Closed if b == b';' => Next(NameStart),
+        Name | AfterName if b == b'=' => Next(ValueStart),
+        Name | Token | Closed if b == b'\r' => LineEnd,
+        NameStart | Name if is_tchar(b) => Next(Name),
+        ValueStart | Token if is_tchar(b) => Next(Token),
+        ValueStart if b == b'"' => Next(Quoted),
+        Quoted => match b {
+            b'"' => Next(Closed),
+            b'\\' => Next(Escape),
+            b'\t' | b' ' | 0x21 | 0x23..=0x5b | 0x5d..=0x7e | 0x80..=0xff => Next(Quoted),
+            _ => return Err("CR, LF or control byte in a chunk extension's quoted-string"),
+        },
+        Escape => match b {
+            b'\t' | b' ' | 0x21..=0x7e | 0x80..=0xff => Next(Quoted),
+            _ => return Err("chunk extension's quoted-pair escapes no character"),
+        },
+        NameStart => return Err("chunk extension without a name"),
+        ValueStart => return Err("chunk extension '=' without a value"),
+        Bws => return Err("whitespace in the chunk-size line not before ';'"),
+        Name | AfterName | Token | Closed => return Err("chunk extension"),
+    })
 }
 
 #[derive(Debug)]
@@ -154,11 +231,11 @@ impl BodyDecoder {
                         b'0'..=b'9' => b - b'0',
                         b'a'..=b'f' => b - b'a' + 10,
                         b'A'..=b'F' => b - b'A' + 10,
-                        b';' | b'\r' if self.digits > 0 => {
-                            self.state = if b == b';' {
-                                ChunkState::Ext
-                            } else {
-                                ChunkState::SizeLf
+                        b';' | b' ' | b'\t' | b'\r' if self.digits > 0 => {
+                            self.state = match b {
+                                b';' => ChunkState::Ext(Ext::NameStart),
+                                b'\r' => ChunkState::SizeLf,
+                                _ => ChunkState::Ext(Ext::Bws),
                             };
                             i += 1;
                             continue;
@@ -172,17 +249,15 @@ impl BodyDecoder {
                     self.remaining = self.remaining * 16 + u64::from(d);
                     i += 1;
                 }
-                ChunkState::Ext => {
+                ChunkState::Ext(at) => {
                     self.line += 1;
                     if self.line > MAX_CHUNK_LINE {
                         return Err(BodyError::BadChunk("chunk extension too long"));
                     }
-                    match b {
-                        b'\r' => self.state = ChunkState::SizeLf,
-                        b'\t' => {}
-                        0..=0x1f | 0x7f => return Err(BodyError::BadChunk("chunk extension")),
-                        _ => {}
-                    }
+                    self.state = match ext_step(at, b).map_err(BodyError::BadChunk)? {
+                        ExtStep::Next(next) => ChunkState::Ext(next),
+                        ExtStep::LineEnd => ChunkState::SizeLf,
+                    };
                     i += 1;
                 }
                 ChunkState::SizeLf => {
@@ -408,6 +483,237 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `line` as the size line of a one-byte chunk, then the last chunk.
+    fn chunk_with_line(line: &[u8]) -> Vec<u8> {
+        [line, b"\r\na\r\n0\r\n\r\n"].concat()
+    }
+
+    fn refused(wire: &[u8]) -> bool {
+        [1, 2, 1000]
+            .iter()
+            .all(|&step| run(BodyFraming::Chunked, Emit::Same, wire, step).is_err())
+    }
+
+    #[test]
+    fn chunk_lines_in_the_grammar_are_accepted() {
+        let good: &[&[u8]] = &[
+            b"1",
+            b"01",
+            b"000000000000001",
+            b"1;a",
+            b"1;a=b",
+            b"1;a=b;c",
+            b"1;a=b;c=d",
+            b"1;!#$%&'*+-.^_`|~09AZaz=!#$%&'*+-.^_`|~",
+            b"1;a=\"\"",
+            b"1;a=\"x y\tz\"",
+            b"1;a=\"\\\"\"",
+            b"1;a=\"\\\\\"",
+            b"1;a=\"say \\\"hi\\\"; b=c\"",
+            b"1;a=\"\\x\\ \\\t\"",
+            b"1;a=\"!#[]~\x80\xff\"",
+            b"1;a=\"\\\xff\"",
+            b"1;a=\"x\";b",
+            b"1 ;a",
+            b"1\t;a",
+            b"1; a",
+            b"1;a =b",
+            b"1;a= b",
+            b"1;a = \"b\" ; c = d",
+            b"1;a=b ;c",
+            b"1;a;b;c",
+        ];
+        for line in good {
+            let wire = chunk_with_line(line);
+            for step in [1, 2, 1000] {
+                let (out, used, done) = run(BodyFraming::Chunked, Emit::Same, &wire, step)
+                    .unwrap_or_else(|e| {
+                        panic!("{:?} step {step}: {e}", line.escape_ascii().to_string())
+                    });
+                assert!(done, "{:?}", line.escape_ascii().to_string());
+                assert_eq!(used, wire.len());
+                // Extensions are never forwarded.
+                assert_eq!(out, b"1\r\na\r\n0\r\n\r\n");
+            }
+        }
+    }
+
+    #[test]
+    fn chunk_lines_outside_the_grammar_are_refused() {
+        let bad: &[&[u8]] = &[
+            // Size: hex digits only, at least one, at most 16.
+            b"",
+            b";a",
+            b" 1",
+            b"+1",
+            b"0x1",
+            b"1g",
+            b"1.",
+            b"1,2",
+            b"1=a",
+            b"1\"a\"",
+            b"11111111111111111",
+            b"00000000000000001",
+            // Whitespace after the size or a value leads to a `;`.
+            b"1 ",
+            b"1\t",
+            b"1 a",
+            b"1;a ",
+            b"1;a=b ",
+            b"1;a=\"b\" ",
+            // A name after every `;`.
+            b"1;",
+            b"1; ",
+            b"1;;a",
+            b"1;=b",
+            b"1;a;",
+            b"1;\"a\"",
+            b"1;a(b)",
+            b"1;a/b",
+            b"1;a@b",
+            b"1;a b",
+            // A value after every `=`.
+            b"1;a=",
+            b"1;a= ",
+            b"1;a=;b",
+            b"1;a==b",
+            b"1;a=b=c",
+            b"1;a=(b)",
+            b"1;a=b,c",
+            b"1;a=b\"c\"",
+            // Quoted-strings: closed on the line, no control byte, no
+            // escape of nothing, nothing glued after the closing quote.
+            b"1;a=\"",
+            b"1;a=\"b",
+            b"1;a=\"b\\\"",
+            b"1;a=\"b\\",
+            b"1;a=\"b\"c",
+            b"1;a=\"b\"\"c\"",
+            b"1;a=\"\0\"",
+            b"1;a=\"\x01\"",
+            b"1;a=\"\x7f\"",
+            b"1;a=\"\x1b[0m\"",
+            b"1;a=\"\\\x7f\"",
+            b"1;a=\"\\\0\"",
+            // Control bytes anywhere in the line.
+            b"1;a\0",
+            b"1;a=b\x0b",
+            b"1;\x7f",
+            b"1\x0c;a",
+        ];
+        for line in bad {
+            assert!(
+                refused(&chunk_with_line(line)),
+                "{:?}",
+                line.escape_ascii().to_string()
+            );
+        }
+        // Line endings: a bare LF or CR anywhere in the line, also inside
+        // a quoted-string (where a reader that reads it on ends the line
+        // elsewhere), and an escape or a quote left open at the CRLF.
+        let endings: &[&[u8]] = &[
+            b"1\na\r\n0\r\n\r\n",
+            b"1\r\ra\r\n0\r\n\r\n",
+            b"1;a\nb\r\na\r\n0\r\n\r\n",
+            b"1;a\rb\r\na\r\n0\r\n\r\n",
+            b"1;a=\"\n\"\r\na\r\n0\r\n\r\n",
+            b"1;a=\"\r\"\r\na\r\n0\r\n\r\n",
+            b"1;a=\"\r\n\"\r\na\r\n0\r\n\r\n",
+            b"1;a=\"\\\r\n\"\r\na\r\n0\r\n\r\n",
+            b"1;a=\"\\\n\"\r\na\r\n0\r\n\r\n",
+            b"0;a=\"\r\n\r\nGET / HTTP/1.1\r\nHost: b\r\n\r\n\"\r\n\r\n",
+            b"0;a=\"\\\r\n\r\n",
+        ];
+        for wire in endings {
+            assert!(refused(wire), "{:?}", wire.escape_ascii().to_string());
+        }
+        // The extension's length is bounded like the size's.
+        let long = [&b"1;a="[..], &[b'b'; MAX_CHUNK_LINE]].concat();
+        assert!(refused(&chunk_with_line(&long)));
+        let fits = [&b"1;a="[..], &[b'b'; MAX_CHUNK_LINE - 4]].concat();
+        assert!(!refused(&chunk_with_line(&fits)));
+    }
+
+    /// The open quote at the end of the last chunk's line: refused before
+    /// a byte after it is taken as the end of the body.
+    #[test]
+    fn an_open_quote_does_not_end_the_last_chunk() {
+        let wire = b"0;a=\"\r\n\r\nGET /x HTTP/1.1\r\nHost: b.example\r\n\r\n";
+        for step in [1, 6, 7, 1000] {
+            let mut d = BodyDecoder::new(BodyFraming::Chunked, Emit::Same, 0);
+            let mut out = Vec::new();
+            let mut pos = 0;
+            let verdict = loop {
+                let end = (pos + step).min(wire.len());
+                match d.feed(&wire[pos..end], &mut out) {
+                    Ok(n) => pos += n,
+                    Err(e) => break Err(e),
+                }
+                if d.is_done() || pos == wire.len() {
+                    break Ok(pos);
+                }
+            };
+            assert!(
+                matches!(verdict, Err(BodyError::BadChunk(_))),
+                "step {step}: {verdict:?}"
+            );
+            assert!(!d.is_done());
+        }
+    }
+
+    #[test]
+    fn trailer_sections_follow_the_header_rules() {
+        let good: &[&[u8]] = &[
+            b"0\r\n\r\n",
+            b"0;a=\"b\"\r\n\r\n",
+            b"0\r\nX: y\r\n\r\n",
+            b"0\r\nX:\r\n\r\n",
+            b"0\r\nX:y\r\nZ: \t w \t\r\n\r\n",
+            b"0\r\nX: a\tb \x80\xff\"\\\r\n\r\n",
+        ];
+        for wire in good {
+            for step in [1, 2, 1000] {
+                let r = run(BodyFraming::Chunked, Emit::Same, wire, step);
+                assert!(
+                    matches!(r, Ok((_, n, true)) if n == wire.len()),
+                    "{:?} step {step}: {r:?}",
+                    wire.escape_ascii().to_string()
+                );
+            }
+        }
+        let bad: &[&[u8]] = &[
+            b"0\r\nX: y\n\r\n",
+            b"0\r\nX: y\r\n\n",
+            b"0\r\n\n",
+            b"0\r\n\r\r\n",
+            b"0\r\n\rX: y\r\n\r\n",
+            b"0\r\nX: a\rb\r\n\r\n",
+            b"0\r\nX: a\0b\r\n\r\n",
+            b"0\r\nX: a\x7f\r\n\r\n",
+            b"0\r\nX: a\x1b\r\n\r\n",
+            b"0\r\n X: y\r\n\r\n",
+            b"0\r\nX: y\r\n\tz\r\n\r\n",
+            b"0\r\nX : y\r\n\r\n",
+            b"0\r\nX\t: y\r\n\r\n",
+            b"0\r\n: y\r\n\r\n",
+            b"0\r\nX(1): y\r\n\r\n",
+            b"0\r\n\"X\": y\r\n\r\n",
+            b"0\r\nnocolon\r\n\r\n",
+            b"0\r\nGET / HTTP/1.1\r\n\r\n",
+        ];
+        for wire in bad {
+            assert!(refused(wire), "{:?}", wire.escape_ascii().to_string());
+        }
+        let big = [
+            &b"0\r\n"[..],
+            &b"X: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
+                .repeat(MAX_TRAILERS / 64 + 1),
+            b"\r\n",
+        ]
+        .concat();
+        assert!(refused(&big));
     }
 
     #[test]

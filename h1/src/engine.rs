@@ -30,7 +30,10 @@ use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
 use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router, Upstreams};
-use crate::scan::{HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, is_authority, scan_h1};
+use crate::scan::{
+    HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, is_authority,
+    scan_h1,
+};
 use crate::wire::{
     checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
 };
@@ -82,7 +85,7 @@ impl Default for EngineConfig {
             connect_timeout: Duration::from_secs(5),
             upstream_read_timeout: Duration::from_secs(60),
             client_write_timeout: Duration::from_secs(60),
-            max_response_header_bytes: 64 * 1024,
+            max_response_header_bytes: MAX_RESPONSE_HEADER_BYTES,
             pool_max_idle_per_upstream: 64,
             pool_idle_timeout: Duration::from_secs(30),
             read_chunk: 16 * 1024,

@@ -75,4 +75,6 @@ pub use router::{
     ConnInfo, Decision, Forward, HeaderEdits, RequestHead, RequestTarget, Respond, Router,
     Timeouts, Upstreams,
 };
-pub use scan::{H1Framing, HeadLimits, MAX_HEADERS_CAP, Refusal, body_limit, scan_h1};
+pub use scan::{
+    H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,
+};

@@ -19,9 +19,16 @@ pub struct HeadLimits {
     pub max_headers: usize,
 }
 
-/// The most header fields the engine ever parses (its `httparse` slots
-/// live on the stack).
+/// The most header fields the engine ever parses in a head, a request's
+/// or a backend's response (its `httparse` slots live on the stack); a
+/// response with more is a 502. teapot's h2c backends are held to the same
+/// count.
 pub const MAX_HEADERS_CAP: usize = 128;
+
+/// Largest backend response head, bytes: the engine's default
+/// (`EngineConfig::max_response_header_bytes`), and the header list size
+/// teapot allows its h2c backends.
+pub const MAX_RESPONSE_HEADER_BYTES: usize = 64 * 1024;
 
 impl Default for HeadLimits {
     fn default() -> Self {

@@ -63,10 +63,18 @@ fn generate(rng: &mut Lcg, i: usize) -> Case {
         let mut rest = &body[..];
         while !rest.is_empty() {
             let n = (1 + rng.below(40_000) as usize).min(rest.len());
-            if rng.below(3) == 0 {
-                wire.extend(format!("{n:X};ext={i}\r\n").bytes());
-            } else {
+            // Extensions in every form the grammar allows (RFC 9112
+            // §7.1.1): tokens, quoted-strings with quoted-pairs, BWS.
+            let ext = match rng.below(6) {
+                0 => format!(";ext={i}"),
+                1 => format!(" ; a = \"q\\\"{i}\\\\\" ;b"),
+                2 => format!(";a=\"x;y=z\\r\"\t;c={i}"),
+                _ => String::new(),
+            };
+            if ext.is_empty() {
                 wire.extend(format!("{n:x}\r\n").bytes());
+            } else {
+                wire.extend(format!("{n:X}{ext}\r\n").bytes());
             }
             wire.extend(&rest[..n]);
             wire.extend(b"\r\n");

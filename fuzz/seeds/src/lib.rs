@@ -31,6 +31,14 @@ const H1_EXCHANGES: &[&str] = &[
     "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
     "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\nHEAD /d HTTP/1.0\r\n\r\n",
     "GET http://a.example/e HTTP/1.1\r\n\r\n\r\nGET /f HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    // Chunk lines by RFC 9112's grammar: BWS, token and quoted values,
+    // quoted-pairs; then a quoted-string left open at the line's end
+    // (the next request must not be read out of it), an escape at the
+    // end, a name missing, a value missing.
+    "POST /g HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3 ; a = b ;c= \"d\\\"e\"\r\nabc\r\n0;f=\"\\\\\"\r\nX-T: 1\r\n\r\nGET /h HTTP/1.1\r\nHost: a\r\n\r\n",
+    "POST /i HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0;a=\"\r\n\r\nGET /j HTTP/1.1\r\nHost: b\r\n\r\n\"\r\n\r\n",
+    "POST /k HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;a=\"b\\\r\nc\r\n0\r\n\r\nGET /l HTTP/1.1\r\nHost: b\r\n\r\n",
+    "POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1; =b\r\nc\r\n0;a=\r\n\r\nGET /n HTTP/1.1\r\nHost: b\r\n\r\n",
 ];
 
 /// Authority and path, split at the NUL (see `teapot_fuzz::route_match`).

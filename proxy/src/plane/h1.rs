@@ -41,6 +41,7 @@ use crate::plane::decide::{
 };
 use crate::plane::edge::EdgeConfig;
 use crate::plane::filters;
+use crate::plane::logflood::EndpointLog;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
@@ -766,6 +767,7 @@ impl Upstreams for Target {
         if let Some(e) = self.endpoint(addr) {
             e.mark_healthy();
         }
+        EndpointLog::global().connected(addr);
     }
 
     fn failed(&mut self, addr: SocketAddr) {
@@ -774,11 +776,11 @@ impl Upstreams for Target {
         if let Some(e) = self.endpoint(addr) {
             e.eject();
         }
-        tracing::warn!(
-            peer = %addr,
-            upstream = %self.upstream.name,
-            attempts = self.tried.count(),
-            "upstream connect failed; endpoint ejected"
+        // The engine's debug line has the socket error.
+        EndpointLog::global().connect_failed(
+            addr,
+            &self.upstream.name,
+            &"connect failed or timed out",
         );
     }
 }

@@ -50,6 +50,19 @@ use crate::plane::trace::{self, RequestId, TraceParent};
 /// sending them is probing, not browsing.
 const MAX_MALFORMED_STREAMS: usize = 32;
 
+/// The flow-control window teapot grants each stream of an HTTP/2 peer,
+/// client or h2c backend: what the peer may send on one stream before
+/// teapot reads it. And the largest frame teapot accepts, which it holds
+/// whole before parsing. Both are the protocol's initial values (RFC 9113
+/// §6.5.2), set explicitly so that no change of the h2 crate's defaults
+/// moves them; docs/edge.md, "HTTP/2".
+pub(super) const STREAM_WINDOW: u32 = 65_535;
+pub(super) const MAX_FRAME_SIZE: u32 = 16_384;
+/// A client connection's window: one stream's worth, so what one client
+/// connection makes teapot hold is bounded by the same 64 KiB however many
+/// streams it opens (there may be --max-connections of them).
+const CLIENT_CONNECTION_WINDOW: u32 = STREAM_WINDOW;
+
 /// The HTTP/2 side of a listener: one per serving thread.
 pub struct H2Server {
     router: Router,
@@ -70,7 +83,11 @@ impl H2Server {
     /// The limits come from the router's edge configuration
     /// (`EdgeConfig::h2`, docs/edge.md).
     pub fn new(router: Router) -> H2Server {
-        let options = router.edge.h2.options();
+        let mut options = router.edge.h2.options();
+        options
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CLIENT_CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME_SIZE);
         let idle_timeout = router.edge.h2.idle_timeout;
         let handshake_timeout = router.edge.header_read_timeout;
         H2Server {

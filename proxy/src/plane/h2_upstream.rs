@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
 use crate::plane::h2::{Failure, Ids, StreamCtx, authority};
+use crate::plane::logflood::EndpointLog;
 use crate::plane::proxy::{Router, has_hop_by_hop};
 use crate::plane::trace;
 
@@ -207,13 +208,7 @@ fn connect_failed(
         series.connect_failures.inc();
     }
     endpoint.eject();
-    tracing::warn!(
-        peer = %endpoint.addr,
-        attempts = st.tried.count(),
-        endpoints = upstream.endpoints.len(),
-        error = %e,
-        "upstream connect failed; endpoint ejected"
-    );
+    EndpointLog::global().connect_failed(endpoint.addr, &upstream.name, e);
 }
 
 /// A new connection to `endpoint`, within the connect timeout.
@@ -223,6 +218,7 @@ pub(super) async fn connect_to(router: &Router, endpoint: &Endpoint) -> Result<T
         Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
             endpoint.mark_healthy();
+            EndpointLog::global().connected(addr);
             Ok(stream)
         }
         Ok(Err(e)) => {

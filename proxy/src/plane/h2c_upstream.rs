@@ -25,7 +25,10 @@ use http::{HeaderMap, HeaderValue, Request, Response, Uri};
 use teapot_h1::ConnInfo;
 
 use crate::compile::upstream::{Endpoint, Upstream};
-use crate::plane::h2::{Failure, RequestBody, StreamCtx, authority_of, send_flow_controlled};
+use crate::plane::h2::{
+    Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority_of,
+    send_flow_controlled,
+};
 use crate::plane::h2_upstream::{another_endpoint, connect_to, next_endpoint};
 use crate::plane::proxy::Router;
 
@@ -42,6 +45,40 @@ thread_local! {
 /// How often at most a stream's connect sweeps the thread's map: a sweep
 /// walks every backend address of the thread, too much for every stream.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What an h2c backend may make teapot hold (docs/edge.md, "h2c
+/// backends"). The h2 crate's client defaults let a response head be 16
+/// MiB; a backend's head is held to what an HTTP/1 backend's is: the
+/// engine's head size as the decoded header list size, and its field count
+/// (checked here, as h2 has no count).
+const MAX_RESPONSE_HEADER_LIST: u32 = teapot_h1::MAX_RESPONSE_HEADER_BYTES as u32;
+const MAX_RESPONSE_FIELDS: usize = teapot_h1::MAX_HEADERS_CAP;
+/// Streams teapot opens on a new connection before the backend's SETTINGS
+/// say how many it takes (then the backend's limit holds); h2's own is no
+/// limit. The default of `--h2-max-concurrent-streams`, what one client
+/// connection may have open.
+const INITIAL_SEND_STREAMS: usize = 100;
+/// Response bytes all streams of one backend connection may have in
+/// flight: 16 streams' windows, so a few streams whose clients read slowly
+/// (their data waits in h2 for the client's window) do not stall the rest
+/// of the connection, which carries every client's streams to that backend
+/// on this thread. There is one such connection per backend address and
+/// thread, not one per client, so this is not multiplied by the clients.
+const CONNECTION_WINDOW: u32 = 16 * STREAM_WINDOW;
+
+/// The h2 client options of every h2c backend connection.
+fn client_options() -> h2::client::Builder {
+    let mut o = h2::client::Builder::new();
+    o.max_header_list_size(MAX_RESPONSE_HEADER_LIST)
+        // A backend opens no streams towards teapot (no server push).
+        .enable_push(false)
+        .max_concurrent_streams(0)
+        .initial_max_send_streams(INITIAL_SEND_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME_SIZE);
+    o
+}
 
 struct Connection {
     id: u64,
@@ -116,6 +153,12 @@ pub(super) async fn forward(
                 .upstream_latency
                 .observe(started.elapsed().as_secs_f64());
         }
+        if response.headers().len() > MAX_RESPONSE_FIELDS {
+            // Dropping the response resets the stream (CANCEL).
+            return Err(Failure::Upstream(
+                "the upstream's response head has too many fields",
+            ));
+        }
         let (mut head, mut body) = response.into_parts();
         router.edit_response(head.status, &mut head.headers, gateway);
         let end = body.is_end_stream();
@@ -137,6 +180,10 @@ pub(super) async fn forward(
         match tokio::time::timeout(read_timeout, body.trailers()).await {
             Err(_) => Err(Failure::ReadTimeout),
             Ok(Err(_)) => Err(Failure::Upstream("the upstream reset the stream")),
+            // Trailers are a header block too: the same count.
+            Ok(Ok(Some(trailers))) if trailers.len() > MAX_RESPONSE_FIELDS => Err(
+                Failure::Upstream("the upstream's trailers have too many fields"),
+            ),
             Ok(Ok(Some(trailers))) => out.send_trailers(trailers),
             Ok(Ok(None)) => out.send_data(Bytes::new(), true).await,
         }
@@ -259,15 +306,15 @@ async fn handshake(router: &Router, endpoint: &Endpoint) -> Result<SendRequest<B
     // its own entry (and only its own) out when the connection ends.
     let tcp = connect_to(router, endpoint).await?;
     let timeout: Duration = router.options.connect_timeout;
-    let (sender, connection) = match tokio::time::timeout(timeout, h2::client::handshake(tcp)).await
-    {
-        Ok(Ok(pair)) => pair,
-        Ok(Err(e)) => {
-            tracing::debug!(addr = %endpoint.addr, error = %e, "h2c handshake");
-            return Err(Failure::Connect("the upstream did not speak HTTP/2"));
-        }
-        Err(_) => return Err(Failure::ConnectTimeout),
-    };
+    let (sender, connection) =
+        match tokio::time::timeout(timeout, client_options().handshake::<_, Bytes>(tcp)).await {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) => {
+                tracing::debug!(addr = %endpoint.addr, error = %e, "h2c handshake");
+                return Err(Failure::Connect("the upstream did not speak HTTP/2"));
+            }
+            Err(_) => return Err(Failure::ConnectTimeout),
+        };
     let addr = endpoint.addr;
     let id = NEXT_ID.with(|n| {
         n.set(n.get() + 1);
