@@ -60,8 +60,9 @@ pub struct Metrics {
     pub log_lines_suppressed: IntCounter,
     /// Access-log lines dropped because the writer's queue was full.
     pub access_log_dropped: IntCounter,
-    /// Gateway API RequestMirror copies not sent: too many in flight.
-    pub mirrors_dropped: IntCounter,
+    /// Gateway API RequestMirror copies not sent, by the mirror backend's
+    /// namespace and why (crate::plane::mirror::Full).
+    pub mirrors_dropped: IntCounterVec,
     pub l4: crate::plane::l4::L4Metrics,
     /// Request series by tenant (and by route, when switched on).
     pub series: Arc<SeriesBook>,
@@ -184,9 +185,12 @@ impl Metrics {
                 "access_log_dropped_total",
                 "Access-log lines dropped because the writer fell behind (the request was not held)",
             )?,
-            mirrors_dropped: IntCounter::new(
-                "mirror_dropped_total",
-                "Gateway API RequestMirror copies not sent because too many mirrors were in flight (the request was not held)",
+            mirrors_dropped: IntCounterVec::new(
+                Opts::new(
+                    "mirror_dropped_total",
+                    "Gateway API RequestMirror copies not sent because too many mirrors were in flight (the request was not held), by the mirror backend's namespace and reason (namespace_share, process_cap)",
+                ),
+                &["namespace", "reason"],
             )?,
             l4: crate::plane::l4::L4Metrics::register(&registry)?,
             series: Arc::new(SeriesBook::register(&registry)?),
