@@ -788,6 +788,7 @@ pub(super) fn attach<'s>(
     for (ri, route) in routes.iter().enumerate() {
         let (backends, invalid, refs_problem) = backends(store, tenancy, route, resolve);
         resolved.push((backends, invalid));
+        let tenant = tenancy.get(&route.id.namespace);
         let mut parents = Vec::new();
         for parent in &route.parents {
             if parent.group != GROUP || parent.kind != "Gateway" {
@@ -805,6 +806,8 @@ pub(super) fn attach<'s>(
             let mut named = false;
             let mut accepted_on = Vec::new();
             let mut reason = "NotAllowedByListeners";
+            // Why, when more is known than the reason says.
+            let mut why: Option<&'static str> = None;
             for spec in &plan.gateway.spec.listeners {
                 if parent
                     .section_name
@@ -831,6 +834,14 @@ pub(super) fn attach<'s>(
                 {
                     continue;
                 }
+                if let Err(w) = crate::compile::bind::tenant_route_may_bind(
+                    tenant.is_some(),
+                    &route.id.namespace,
+                    &plan.id.namespace,
+                ) {
+                    why = Some(w);
+                    continue;
+                }
                 if route.kind == RouteKind::Tls
                     && intersect(l.hostname.as_ref(), &route.hostnames).is_empty()
                 {
@@ -841,10 +852,14 @@ pub(super) fn attach<'s>(
             }
             let accepted = if accepted_on.is_empty() {
                 let (reason, message) = if named {
+                    let detail = match why {
+                        Some(w) => format!(": {w}"),
+                        None => format!(" ({reason})"),
+                    };
                     (
                         reason,
                         format!(
-                            "no listener of Gateway {} takes this {} ({reason})",
+                            "no listener of Gateway {} takes this {}{detail}",
                             plan.id,
                             route.kind.as_str()
                         ),
@@ -1303,6 +1318,15 @@ mod compiled {
     use crate::compile::tests::compile_test_docs;
 
     fn compile(previous: BTreeMap<NsName, Holding>, docs: &[&str]) -> Snapshot {
+        compile_with(previous, docs, CompileOptions::default())
+    }
+
+    /// [`compile`] with other options besides the L4 ones (domain, proofs).
+    fn compile_with(
+        previous: BTreeMap<NsName, Holding>,
+        docs: &[&str],
+        options: CompileOptions,
+    ) -> Snapshot {
         let config = L4Config {
             pools: vec![
                 "default=127.0.0.1".parse().unwrap(),
@@ -1316,7 +1340,7 @@ mod compiled {
                 previous: Arc::new(previous),
                 runtime: Arc::default(),
             }),
-            ..CompileOptions::default()
+            ..options
         };
         let docs: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
         compile_test_docs(&docs, &options)
@@ -1987,5 +2011,96 @@ spec: {controllerName: example.com/other}
             )],
         );
         assert_eq!(l4(&s).gateways.len(), 1);
+    }
+
+    const TENANT_ACME: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
+";
+
+    /// The listener key of `port` (TCP) on a Gateway's address.
+    fn tcp_key(g: &GatewayReport, port: u16) -> super::super::ListenerKey {
+        super::super::ListenerKey {
+            addr: g.address.expect("the Gateway has an address"),
+            port,
+            protocol: Protocol::Tcp,
+        }
+    }
+
+    /// Defence in depth for the policy's same-namespace parentRefs: a
+    /// tenant's TCPRoute and TLSRoute naming an operator's Gateway whose
+    /// listeners admit routes from All namespaces are not attached, as the
+    /// HTTP compile refuses a tenant HTTPRoute there; an operator
+    /// namespace's route still is.
+    #[test]
+    fn a_tenant_route_never_binds_to_another_namespaces_gateway() {
+        let listeners =
+            "[{name: db, port: 5432, protocol: TCP, allowedRoutes: {namespaces: {from: All}}},
+                          {name: tls, port: 8443, protocol: TLS, tls: {mode: Passthrough},
+                           allowedRoutes: {namespaces: {from: All}}}]";
+        let s = compile_with(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                TENANT_ACME,
+                &gw("ops", "edge", OLD, listeners),
+                &backend("tenant-acme", "db", "[{port: 5432}]"),
+                &slice("tenant-acme", "db", "[{port: 5432}]", "10.1.0.5"),
+                &backend("apps", "site", "[{port: 443}]"),
+                &slice("apps", "site", "[{port: 10443}]", "127.0.0.5"),
+                &route_doc(
+                    "TCPRoute",
+                    "tenant-acme",
+                    "db",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops, sectionName: db}], rules: [{backendRefs: [{name: db, port: 5432}]}]}",
+                ),
+                &route_doc(
+                    "TLSRoute",
+                    "tenant-acme",
+                    "site",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops, sectionName: tls}], hostnames: [shop.acme.lb.example.net], rules: [{backendRefs: [{name: db, port: 5432}]}]}",
+                ),
+                &route_doc(
+                    "TLSRoute",
+                    "apps",
+                    "site",
+                    NEW,
+                    "{parentRefs: [{name: edge, namespace: ops, sectionName: tls}], hostnames: [site.example.com], rules: [{backendRefs: [{name: site, port: 443}]}]}",
+                ),
+            ],
+            CompileOptions {
+                domain: "example.net".into(),
+                ..CompileOptions::default()
+            },
+        );
+        for kind in [RouteKind::Tcp, RouteKind::Tls] {
+            let r = l4(&s)
+                .routes
+                .iter()
+                .find(|r| r.kind == kind && r.namespace == "tenant-acme")
+                .unwrap();
+            let accepted = condition(&r.parents[0].conditions, "Accepted");
+            assert_eq!(
+                (accepted.status, accepted.reason),
+                ("False", "NotAllowedByListeners"),
+                "{kind:?}"
+            );
+            assert!(
+                accepted.message.contains("own namespace's Gateways"),
+                "{accepted:?}"
+            );
+        }
+        let g = gateway(&s, "ops", "edge");
+        assert_eq!(listener(g, "db").attached_routes, 0);
+        assert_eq!(listener(g, "tls").attached_routes, 1, "the operator's");
+        let table = &s.l4.as_ref().unwrap().table;
+        let db = &table.listeners[&tcp_key(g, 5432)];
+        assert!(db.upstream.endpoints.is_empty(), "{:?}", db.upstream);
+        let sni = table.listeners[&tcp_key(g, 8443)].sni.clone().unwrap();
+        assert!(sni.choose(Some("shop.acme.lb.example.net")).is_none());
+        assert!(sni.choose(Some("site.example.com")).is_some());
     }
 }
