@@ -3,9 +3,17 @@
 //! and the L4 one (`compile::l4::gateway`: TCPRoute, UDPRoute, TLSRoute)
 //! both ask here, so the two planes cannot drift apart.
 //!
-//! Defence in depth: the admission policy already keeps a tenant's
-//! parentRefs in its namespace; the compile holds to the same rule for
+//! Both rules are defence in depth as much as routing: the admission
+//! policy already keeps a tenant's parentRefs in its namespace and its
+//! hostnames in its domains; the compile holds to the same rules for
 //! whatever reaches it anyway (docs/architecture.md, "Security rules").
+
+use teapot_api::HostPattern;
+use teapot_model::store::FastHashMap;
+use teapot_model::tenancy::{Tenancy, TenantView};
+
+use crate::compile::CompileOptions;
+use crate::compile::domains::Claim;
 
 /// Whether a route of `route_namespace` may bind to a Gateway of
 /// `gateway_namespace`: a tenant's routes (`tenant_route`) only ever bind
@@ -21,6 +29,39 @@ pub(crate) fn tenant_route_may_bind(
         return Err("a tenant route binds to its own namespace's Gateways only");
     }
     Ok(())
+}
+
+/// What deciding a tenant's hostnames reads and records, for a compile
+/// that is not the Ingress or HTTP one (those pass the parts along
+/// themselves): the L4 plane's TLSRoutes.
+pub(crate) struct TenantHosts<'c, 't> {
+    pub tenancy: &'c Tenancy<'t>,
+    pub options: &'c CompileOptions,
+    /// Every tenant's assigned hostnames: the CNAME targets that prove a
+    /// custom domain.
+    pub assigned: &'c FastHashMap<&'t str, Vec<String>>,
+    /// Custom hosts found, for the prover.
+    pub claims: &'c mut Vec<Claim>,
+    /// The tenant a proven custom host belongs to, by host.
+    pub custom_owners: &'c mut FastHashMap<String, &'t str>,
+}
+
+impl<'t> TenantHosts<'_, 't> {
+    /// Whether `tenant` may route `host` now, by the rule Ingress hosts
+    /// and HTTPRoute hostnames follow (`compile::admit_tenant_host`: its
+    /// own subtree and `allowedDomains` at once, a custom domain once DNS
+    /// proves it and no older claimant has). `Err`: why not, for the
+    /// route's status.
+    pub fn admit(&mut self, tenant: &TenantView<'t>, host: &HostPattern) -> Result<(), String> {
+        crate::compile::admit_tenant_host(
+            tenant,
+            host,
+            self.options,
+            self.assigned,
+            self.claims,
+            self.custom_owners,
+        )
+    }
 }
 
 #[cfg(test)]
