@@ -669,6 +669,13 @@ async fn http2_and_http1_over_tls_are_logged_with_their_tls_version_and_server_n
         .unwrap()
         .as_secs_f64();
     assert!(not_after > now, "{not_after} <= {now}");
+
+    // The Ingress deleted: its route's series leave the registry with the
+    // reload that drops the route (a tenant creating and deleting routes
+    // must not grow every replica's registry).
+    h.delete("10-web.yaml").await;
+    let m = h.metrics().await;
+    assert!(!m.contains("route=\"h2/web\""), "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -739,18 +739,133 @@ fn check_header_name(name: &Value, field: String, modifier: bool, out: &mut Vec<
     }
 }
 
-/// Header names of RequestHeaderModifier and ResponseHeaderModifier.
+/// Header names and values of RequestHeaderModifier and
+/// ResponseHeaderModifier.
 fn check_header_modifiers(f: &Value, at: &str, out: &mut Vec<Violation>) {
     for modifier in ["requestHeaderModifier", "responseHeaderModifier"] {
         let Some(m) = f.get(modifier) else { continue };
+        let request = modifier == "requestHeaderModifier";
         for op in ["set", "add"] {
             for (i, h) in items(m, op) {
                 let name = h.get("name").unwrap_or(&Value::Null);
-                check_header_name(name, format!("{at}.{modifier}.{op}[{i}].name"), true, out);
+                let field = format!("{at}.{modifier}.{op}[{i}]");
+                check_header_name(name, format!("{field}.name"), true, out);
+                check_edited_header(name, request, format!("{field}.name"), out);
+                let value = h.get("value").unwrap_or(&Value::Null);
+                check_header_value(value, format!("{field}.value"), out);
             }
         }
         for (i, name) in items(m, "remove") {
-            check_header_name(name, format!("{at}.{modifier}.remove[{i}]"), true, out);
+            let field = format!("{at}.{modifier}.remove[{i}]");
+            check_header_name(name, field.clone(), true, out);
+            check_edited_header(name, request, field, out);
+        }
+    }
+}
+
+/// Longest header name a modifier may write (the CRD's bound).
+pub const MAX_HEADER_NAME_LEN: usize = 256;
+/// Longest header value a modifier may write (the CRD's bound): a value
+/// longer than a backend's header limit would fail every request.
+pub const MAX_HEADER_VALUE_LEN: usize = 4096;
+
+/// Request fields teapot sets on every forwarded request from the real
+/// peer and its own request IDs (docs/edge.md): the engines leave a
+/// request modifier's edit of them unapplied, so a route naming one is
+/// told instead of being ignored.
+pub const FORWARDING_HEADERS: &[&str] = &[
+    "forwarded",
+    "traceparent",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "x-request-id",
+];
+
+/// Hop-by-hop fields besides the framing ones: the engines strip them on
+/// the way through, so an edit of them never arrives.
+pub const HOP_BY_HOP_HEADERS: &[&str] = &["proxy-authenticate", "proxy-authorization"];
+
+/// What a modifier may not edit besides the framing headers: names too
+/// long for a header, hop-by-hop fields, and on requests the forwarding
+/// fields teapot writes itself. `name` has passed or failed
+/// [`check_header_name`] already; a non-string is left to it.
+fn check_edited_header(name: &Value, request: bool, field: String, out: &mut Vec<Violation>) {
+    let Some(name) = name.as_str() else { return };
+    if name.len() > MAX_HEADER_NAME_LEN {
+        out.push(Violation::new(
+            field,
+            format!(
+                "the header name is {} bytes long, more than {MAX_HEADER_NAME_LEN}",
+                name.len()
+            ),
+        ));
+        return;
+    }
+    let lower = name.to_ascii_lowercase();
+    if HOP_BY_HOP_HEADERS.contains(&lower.as_str()) {
+        out.push(Violation::new(
+            field,
+            format!(
+                "{} is a hop-by-hop header: the proxy strips it, so the edit would never arrive",
+                quote(name)
+            ),
+        ));
+    } else if request && FORWARDING_HEADERS.contains(&lower.as_str()) {
+        out.push(Violation::new(
+            field,
+            format!(
+                "{} is set by the proxy on every request (from the real client, or its request ID); a route cannot change it",
+                quote(name)
+            ),
+        ));
+    }
+}
+
+/// A header value a modifier writes: a string of at most
+/// [`MAX_HEADER_VALUE_LEN`] bytes. Control characters (a CR or LF would end
+/// the field; NUL and the rest every engine refuses, dropping the edit)
+/// are refused in every string of a tenant object, at this same field
+/// (`super::strings::check_strings`, which every caller of the policy
+/// runs), so they are not reported twice here.
+fn check_header_value(value: &Value, field: String, out: &mut Vec<Violation>) {
+    let Some(value) = value.as_str() else {
+        out.push(Violation::new(field, "a header value is a string"));
+        return;
+    };
+    if value.len() > MAX_HEADER_VALUE_LEN {
+        out.push(Violation::new(
+            field,
+            format!(
+                "the header value is {} bytes long, more than {MAX_HEADER_VALUE_LEN}",
+                value.len()
+            ),
+        ));
+    }
+}
+
+/// The path of a URLRewrite or RequestRedirect (`path` at `at`): a
+/// ReplaceFullPath or ReplacePrefixMatch value of the strict path class
+/// Ingress paths have (absolute, no query or fragment, no dot segments,
+/// no control characters or escapes of separators). A request the engine
+/// rewrote to anything else would fail (500) or reach the backend as
+/// another path than the one written. ReplacePrefixMatch may be empty
+/// (the matched prefix is removed).
+fn check_path_modifier(path: &Value, at: &str, out: &mut Vec<Violation>) {
+    for (key, may_be_empty) in [("replaceFullPath", false), ("replacePrefixMatch", true)] {
+        let Some(value) = path.get(key) else { continue };
+        let field = format!("{at}.{key}");
+        let Some(value) = value.as_str() else {
+            out.push(Violation::new(field, "a path is a string"));
+            continue;
+        };
+        if value.is_empty() && may_be_empty {
+            continue;
+        }
+        if let Err(e) = check_path(value) {
+            out.push(Violation::new(field, format!("{}: {e}", quote(value))));
         }
     }
 }
@@ -774,6 +889,11 @@ fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
         && let Some(b) = m.get("backendRef")
     {
         check_backend_ref(b, &format!("{at}.requestMirror.backendRef"), own, out);
+    }
+    for filter in ["urlRewrite", "requestRedirect"] {
+        if let Some(path) = f.get(filter).and_then(|r| r.get("path")) {
+            check_path_modifier(path, &format!("{at}.{filter}.path"), out);
+        }
     }
 }
 
@@ -960,6 +1080,179 @@ mod tests {
                 "spec.rules[0].filters[0].requestHeaderModifier.remove[0]",
             ]
         );
+    }
+
+    /// A route with one header edit or path change: the violations'
+    /// fields and messages.
+    fn one_filter(filter: &str) -> Vec<(String, String)> {
+        let spec = format!(
+            "  parentRefs: [{{name: shop}}]\n  rules:\n  - filters:\n    - {{type: RequestHeaderModifier, requestHeaderModifier: {{set: [{{name: X-Ok, value: fine}}]}}}}\n    - {filter}\n    backendRefs: [{{name: web, port: 80}}]\n"
+        );
+        let f = Fixture::new();
+        let route: Value = yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: web, namespace: {NS}}}\nspec:\n{spec}"
+        ));
+        let meta: ObjectMeta = serde_json::from_value(route["metadata"].clone()).unwrap();
+        check_route(&f.ctx(), NS, ObjectKind::HttpRoute, &meta, &route)
+            .into_iter()
+            .map(|v| (v.field, v.message))
+            .collect()
+    }
+
+    fn refused(filter: &str, field: &str, says: &str) {
+        let v = one_filter(filter);
+        assert_eq!(v.len(), 1, "{filter}: {v:?}");
+        assert_eq!(v[0].0, field, "{filter}");
+        assert!(v[0].1.contains(says), "{filter}: {}", v[0].1);
+    }
+
+    #[test]
+    fn header_values_the_engines_would_drop_are_refused() {
+        let long = "v".repeat(MAX_HEADER_VALUE_LEN + 1);
+        let cases = [
+            (
+                &*format!(
+                    "{{type: ResponseHeaderModifier, responseHeaderModifier: {{add: [{{name: X-A, value: {long}}}]}}}}"
+                ),
+                "spec.rules[0].filters[1].responseHeaderModifier.add[0].value",
+                "more than 4096",
+            ),
+            (
+                "{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-A, value: [5]}]}}",
+                "spec.rules[0].filters[1].requestHeaderModifier.set[0].value",
+                "is a string",
+            ),
+        ];
+        for (filter, field, says) in cases {
+            refused(filter, field, says);
+        }
+        assert!(one_filter("{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-A, value: \"b c é\"}]}}").is_empty());
+        // CR, LF, NUL and DEL: refused at the value's own field by the
+        // string rule every object passes (check_object), once.
+        for (value, at) in [
+            (
+                "\"a\\r\\nX-Injected: 1\"",
+                "requestHeaderModifier.set[0].value",
+            ),
+            ("\"a\\u0000b\"", "requestHeaderModifier.add[0].value"),
+            ("\"a\\u007fb\"", "responseHeaderModifier.set[0].value"),
+        ] {
+            let (modifier, op) = at.split_once('.').unwrap();
+            let op = op.split_once('[').unwrap().0;
+            let filter = format!(
+                "      - type: {}\n        {modifier}: {{{op}: [{{name: X-A, value: {value}}}]}}\n",
+                if modifier.starts_with("request") {
+                    "RequestHeaderModifier"
+                } else {
+                    "ResponseHeaderModifier"
+                }
+            );
+            let spec = format!(
+                "  parentRefs: [{{name: shop}}]\n  rules:\n  - filters:\n{filter}    backendRefs: [{{name: web, port: 80}}]\n"
+            );
+            assert_eq!(
+                route("HTTPRoute", &spec),
+                [format!("spec.rules[0].filters[0].{at}")],
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn header_names_the_proxy_owns_are_refused() {
+        let long = "x".repeat(MAX_HEADER_NAME_LEN + 1);
+        let cases = [
+            (
+                "{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Forwarded-For, value: 1.2.3.4}]}}",
+                "spec.rules[0].filters[1].requestHeaderModifier.set[0].name",
+                "set by the proxy",
+            ),
+            (
+                "{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: x-request-id, value: abc}]}}",
+                "spec.rules[0].filters[1].requestHeaderModifier.add[0].name",
+                "set by the proxy",
+            ),
+            (
+                "{type: RequestHeaderModifier, requestHeaderModifier: {remove: [Forwarded]}}",
+                "spec.rules[0].filters[1].requestHeaderModifier.remove[0]",
+                "set by the proxy",
+            ),
+            (
+                "{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Proxy-Authorization, value: x}]}}",
+                "spec.rules[0].filters[1].requestHeaderModifier.set[0].name",
+                "hop-by-hop",
+            ),
+            (
+                "{type: ResponseHeaderModifier, responseHeaderModifier: {remove: [Proxy-Authenticate]}}",
+                "spec.rules[0].filters[1].responseHeaderModifier.remove[0]",
+                "hop-by-hop",
+            ),
+            (
+                &format!(
+                    "{{type: ResponseHeaderModifier, responseHeaderModifier: {{set: [{{name: {long}, value: x}}]}}}}"
+                ),
+                "spec.rules[0].filters[1].responseHeaderModifier.set[0].name",
+                "more than 256",
+            ),
+        ];
+        for (filter, field, says) in cases {
+            refused(filter, field, says);
+        }
+        // Only requests carry the forwarding fields; X-Forwarded-Prefix is
+        // not one teapot sets.
+        assert!(one_filter("{type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: X-Request-Id, value: a}]}}").is_empty());
+        assert!(one_filter("{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Forwarded-Prefix, value: /api}]}}").is_empty());
+    }
+
+    #[test]
+    fn rewrite_and_redirect_paths_are_absolute_clean_paths() {
+        let cases = [
+            (
+                "{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: relative/x}}}",
+                "spec.rules[0].filters[1].urlRewrite.path.replaceFullPath",
+                "start with '/'",
+            ),
+            (
+                "{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: \"\"}}}",
+                "spec.rules[0].filters[1].urlRewrite.path.replaceFullPath",
+                "start with '/'",
+            ),
+            (
+                "{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: \"/a?b=1\"}}}",
+                "spec.rules[0].filters[1].urlRewrite.path.replacePrefixMatch",
+                "query",
+            ),
+            (
+                "{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: \"/a#frag\"}}}",
+                "spec.rules[0].filters[1].urlRewrite.path.replacePrefixMatch",
+                "query",
+            ),
+            (
+                "{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /a/../admin}}}",
+                "spec.rules[0].filters[1].requestRedirect.path.replaceFullPath",
+                "segment",
+            ),
+            (
+                "{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: \"/a\\r\\nLocation: x\"}}}",
+                "spec.rules[0].filters[1].requestRedirect.path.replacePrefixMatch",
+                "not allowed",
+            ),
+            (
+                "{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /a%2F..}}}",
+                "spec.rules[0].filters[1].urlRewrite.path.replaceFullPath",
+                "escape",
+            ),
+        ];
+        for (filter, field, says) in cases {
+            refused(filter, field, says);
+        }
+        for fine in [
+            "{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: \"\"}}}",
+            "{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}}",
+            "{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /one/two}}}",
+        ] {
+            assert!(one_filter(fine).is_empty(), "{fine}");
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! - [`gateway`]: Gateway API objects into their own route table and
 //!   their status (docs/gateway-api.md).
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
+//! - [`bind`]: what a tenant's Gateway API route may bind to (its own
+//!   Gateways, hosts it may route), for the HTTP and L4 compiles alike.
 //! - [`parts`]: what a compile keeps per tenant namespace for the next
 //!   one (incremental recompile: the rule is there).
 //! - [`acme`], [`domains`]: what the compile knows of ACME and custom
@@ -30,6 +32,7 @@
 //! condition saying which object holds its rule.
 
 pub mod acme;
+pub(crate) mod bind;
 pub mod certs;
 pub mod domains;
 pub mod fairness;
@@ -423,7 +426,13 @@ pub fn compile_incremental(
         l4::compile(
             inputs,
             store,
-            &tenancy,
+            &mut bind::TenantHosts {
+                tenancy: &tenancy,
+                options,
+                assigned: &assigned,
+                claims: &mut claims,
+                custom_owners: &mut custom_owners,
+            },
             generation,
             |ns, name, port, port_name| resolver.service_port(ns, name, port, port_name),
         )

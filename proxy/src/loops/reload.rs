@@ -37,7 +37,7 @@ use crate::loops::proof::ProofBook;
 use crate::plane::l4::L4;
 use crate::plane::metrics::Metrics;
 use teapot_model::manifests::{FileCache, Problem, load_dir_cached};
-use teapot_model::store::Store;
+use teapot_model::store::{NsName, Store};
 use teapot_source::kube::KubeSource;
 
 /// Where a [`Reloader`] reads its objects.
@@ -228,6 +228,11 @@ impl Reloader {
                 .with_label_values(&[secret])
                 .set(not_after);
         }
+        // Routes that are gone leave the per-route series.
+        let store = &state.store;
+        self.metrics
+            .series
+            .retain_routes(|route| route_exists(store, route));
         self.metrics.reloads_total.inc();
         tracing::info!(
             generation = snapshot.generation,
@@ -354,6 +359,19 @@ fn retire(old: Arc<crate::compile::snapshot::Snapshot>) {
         // The snapshot was dropped here with the closure: only slower.
         tracing::warn!(error = %e, "cannot start a thread to retire a snapshot");
     }
+}
+
+/// Whether `route`, a series' route name (`namespace/name`,
+/// `crate::compile::routes::Route::ingress`), is still an Ingress, HTTPRoute
+/// or GRPCRoute of `store`: the objects routes are made from.
+fn route_exists(store: &Store, route: &str) -> bool {
+    let Some((namespace, name)) = route.split_once('/') else {
+        return false;
+    };
+    let id = NsName::new(namespace, name);
+    store.ingresses.contains_key(&id)
+        || store.http_routes.contains_key(&id)
+        || store.grpc_routes.contains_key(&id)
 }
 
 fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) {

@@ -20,7 +20,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use pingora_core::protocols::Stream;
@@ -31,7 +30,7 @@ use teapot_h1::{
 
 use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::fairness::{TenantGate, TenantPermit};
-use crate::compile::gateway::table::{HeaderEdits as GatewayHeaderEdits, Mirror};
+use crate::compile::gateway::table::HeaderEdits as GatewayHeaderEdits;
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
@@ -43,6 +42,7 @@ use crate::plane::edge::EdgeConfig;
 use crate::plane::filters;
 use crate::plane::logflood::EndpointLog;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
+pub(super) use crate::plane::mirror::mirror;
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
@@ -262,47 +262,6 @@ fn push_gateway_edits(edits: &mut HeaderEdits, spec: &GatewayHeaderEdits, reques
     }
 }
 
-/// Mirrored requests in flight, across the process: over the cap, a
-/// mirror is dropped (and counted) rather than queued, so a slow mirror
-/// backend never holds more than this many connections and tasks.
-static MIRRORS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-const MAX_MIRRORS_IN_FLIGHT: usize = 256;
-/// Counts mirrored-or-not decisions, for RequestMirror shares.
-static MIRROR_SEQUENCE: AtomicU64 = AtomicU64::new(0);
-
-/// A slot among [`MIRRORS_IN_FLIGHT`], given back when the mirror ends.
-struct MirrorSlot;
-
-impl MirrorSlot {
-    /// `dropped` is `teapot_mirror_dropped_total`.
-    fn take(dropped: &prometheus::IntCounter) -> Option<MirrorSlot> {
-        let taken = MIRRORS_IN_FLIGHT
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                (n < MAX_MIRRORS_IN_FLIGHT).then_some(n + 1)
-            })
-            .is_ok();
-        if !taken {
-            dropped.inc();
-            let dropped = dropped.get();
-            // Once per power of two: a flood is visible, never a log flood.
-            if dropped.is_power_of_two() {
-                tracing::warn!(
-                    dropped,
-                    cap = MAX_MIRRORS_IN_FLIGHT,
-                    "request mirrors dropped: too many in flight"
-                );
-            }
-        }
-        taken.then_some(MirrorSlot)
-    }
-}
-
-impl Drop for MirrorSlot {
-    fn drop(&mut self) {
-        MIRRORS_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 impl Router {
     /// What a Gateway API rule's filters do to a forwarded request, as the
     /// Pingora path does (crate::plane::proxy): request header edits, Host
@@ -356,50 +315,6 @@ impl Router {
         Ok(())
     }
 }
-
-/// Sends the request's head (no body, docs/gateway-api.md) to a
-/// RequestMirror backend on a task nobody waits for: a mirror never slows
-/// or fails the request; its answer is read and dropped. Both engines'
-/// (HTTP/2: crate::plane::h2), so one cap holds for the process.
-pub(super) fn mirror<'h>(
-    m: &Mirror,
-    method: &str,
-    target: &str,
-    authority: &str,
-    headers: impl Iterator<Item = (&'h str, &'h [u8])>,
-    dropped: &prometheus::IntCounter,
-) {
-    let sequence = MIRROR_SEQUENCE.fetch_add(1, Ordering::Relaxed);
-    if !filters::mirrored(m.per_million, sequence) {
-        return;
-    }
-    let Some(endpoint) = m.upstream.pick(&mut Tried::default()) else {
-        return;
-    };
-    let Some(slot) = MirrorSlot::take(dropped) else {
-        return;
-    };
-    let bytes = filters::mirror_request(method, target, authority, headers);
-    let addr = endpoint.addr;
-    tokio::spawn(async move {
-        let _slot = slot;
-        let send = async {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut stream = tokio::net::TcpStream::connect(addr).await?;
-            stream.write_all(&bytes).await?;
-            let mut sink = [0u8; 1024];
-            while stream.read(&mut sink).await? > 0 {}
-            std::io::Result::Ok(())
-        };
-        if let Ok(Err(e)) = tokio::time::timeout(MIRROR_TIMEOUT, send).await {
-            tracing::debug!(%addr, error = %e, "request mirror failed");
-        }
-    });
-}
-
-/// How long a mirror may hold its slot: connect, send a head, read an
-/// answer to drop.
-const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One request's series, IDs and the tag that carries them to the
 /// observer.

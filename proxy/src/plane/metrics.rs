@@ -60,8 +60,9 @@ pub struct Metrics {
     pub log_lines_suppressed: IntCounter,
     /// Access-log lines dropped because the writer's queue was full.
     pub access_log_dropped: IntCounter,
-    /// Gateway API RequestMirror copies not sent: too many in flight.
-    pub mirrors_dropped: IntCounter,
+    /// Gateway API RequestMirror copies not sent, by the mirror backend's
+    /// namespace and why (crate::plane::mirror::Full).
+    pub mirrors_dropped: IntCounterVec,
     pub l4: crate::plane::l4::L4Metrics,
     /// Request series by tenant (and by route, when switched on).
     pub series: Arc<SeriesBook>,
@@ -184,9 +185,12 @@ impl Metrics {
                 "access_log_dropped_total",
                 "Access-log lines dropped because the writer fell behind (the request was not held)",
             )?,
-            mirrors_dropped: IntCounter::new(
-                "mirror_dropped_total",
-                "Gateway API RequestMirror copies not sent because too many mirrors were in flight (the request was not held)",
+            mirrors_dropped: IntCounterVec::new(
+                Opts::new(
+                    "mirror_dropped_total",
+                    "Gateway API RequestMirror copies not sent because too many mirrors were in flight (the request was not held), by the mirror backend's namespace and reason (namespace_share, process_cap)",
+                ),
+                &["namespace", "reason"],
             )?,
             l4: crate::plane::l4::L4Metrics::register(&registry)?,
             series: Arc::new(SeriesBook::register(&registry)?),
@@ -270,10 +274,10 @@ pub const OPERATOR: &str = "_operator";
 /// Tenant label of requests no route matched.
 pub const UNROUTED: &str = "_unrouted";
 
-/// Past this many (tenant, route) pairs the book starts over: routes come
-/// and go with reloads, and a book that only grows would keep every
-/// route a replica ever served. Series already exported stay (Prometheus
-/// children are not removed); only the lookup handles are rebuilt.
+/// Past this many (tenant, route) pairs the book starts over: a bound for
+/// the time between reloads, which remove the pairs and series of routes
+/// that are gone ([`SeriesBook::retain_routes`]). Series already exported
+/// stay; only the lookup handles are rebuilt.
 const MAX_BOOK_ENTRIES: usize = 200_000;
 
 /// The per-tenant (and optionally per-route) request series, with their
@@ -440,6 +444,47 @@ impl SeriesBook {
         })
     }
 
+    /// Forgets every route `exists` says is gone, after a reload: its
+    /// per-route series leave the registry and its (tenant, route) pairs
+    /// leave the book. Without this a tenant that creates and deletes
+    /// routes would grow every replica's registry without bound. The
+    /// registry's own children are walked, so series whose pair the book
+    /// no longer held (it starts over past [`MAX_BOOK_ENTRIES`]) go too.
+    /// A request still finishing on a removed route after this counts
+    /// into a fresh pair, which the next reload removes. Returns the
+    /// number of routes removed from the registry.
+    pub fn retain_routes(&self, exists: impl Fn(&str) -> bool) -> usize {
+        use prometheus::core::Collector as _;
+        self.entries
+            .write()
+            .retain(|s| s.route.is_empty() || exists(&s.route));
+        let mut gone: Vec<(String, String)> = Vec::new();
+        for family in self.route_latency.collect() {
+            for m in family.get_metric() {
+                let label = |name: &str| {
+                    m.get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map_or("", |l| l.value())
+                };
+                let route = label("route");
+                if !exists(route) {
+                    gone.push((label("tenant").to_string(), route.to_string()));
+                }
+            }
+        }
+        for (tenant, route) in &gone {
+            // A child that is not there (never made) is no error here.
+            for class in CLASSES {
+                let _ = self
+                    .route_requests
+                    .remove_label_values(&[tenant, route, class]);
+            }
+            let _ = self.route_latency.remove_label_values(&[tenant, route]);
+        }
+        gone.len()
+    }
+
     fn lookup(&self, tenant: &str, route: &str) -> Arc<Series> {
         let hash = self.hasher.hash_one((tenant, route));
         let eq = |s: &Arc<Series>| &*s.tenant == tenant && &*s.route == route;
@@ -562,5 +607,48 @@ mod tests {
             text.contains("teapot_tenant_requests_total{class=\"4xx\",tenant=\"alpha\"} 0"),
             "beta's 404 is not alpha's"
         );
+    }
+
+    /// A route deleted (and a reload) takes its per-route series out of
+    /// the registry; the tenant's own series and the routes that still
+    /// exist stay, and a route that comes back counts from a new series.
+    #[test]
+    fn series_of_routes_that_are_gone_leave_the_registry() {
+        let m = Metrics::new().unwrap().with_route_series(true);
+        for i in 0..100 {
+            let route = format!("tenant-alpha/churn-{i}");
+            m.series.get(Some("alpha"), &route).count(200, 0.01, 1, 1);
+        }
+        let kept = m.series.get(Some("alpha"), "tenant-alpha/web");
+        kept.count(200, 0.01, 1, 1);
+        let before = m.render();
+        assert!(before.contains("route=\"tenant-alpha/churn-99\""));
+        let removed = m.series.retain_routes(|r| r == "tenant-alpha/web");
+        assert_eq!(removed, 100);
+        let after = m.render();
+        assert!(!after.contains("churn-"), "{after}");
+        assert!(after.contains(
+            "teapot_route_requests_total{class=\"2xx\",route=\"tenant-alpha/web\",tenant=\"alpha\"} 1"
+        ));
+        assert!(
+            after.contains("teapot_tenant_requests_total{class=\"2xx\",tenant=\"alpha\"} 101"),
+            "the tenant's series keep its whole count"
+        );
+        assert!(Arc::ptr_eq(
+            &kept,
+            &m.series.get(Some("alpha"), "tenant-alpha/web")
+        ));
+        assert_eq!(m.series.entries.read().len(), 1, "the book forgot them too");
+        // Back again: a new series, exported, counting from zero.
+        m.series
+            .get(Some("alpha"), "tenant-alpha/churn-1")
+            .count(404, 0.01, 1, 1);
+        let back = m.render();
+        assert!(back.contains(
+            "teapot_route_requests_total{class=\"4xx\",route=\"tenant-alpha/churn-1\",tenant=\"alpha\"} 1"
+        ));
+        assert!(back.contains(
+            "teapot_route_requests_total{class=\"2xx\",route=\"tenant-alpha/churn-1\",tenant=\"alpha\"} 0"
+        ));
     }
 }

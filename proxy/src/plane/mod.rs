@@ -9,7 +9,8 @@
 //!   router and decision; its backends are HTTP/1 ([`h2_upstream`]) or
 //!   h2c ([`h2c_upstream`]).
 //! - [`filters`]: the Gateway API filters as pure functions (rewrites,
-//!   redirects, header edits, mirrors), for both engines.
+//!   redirects, header edits, mirrors), for both engines; [`mirror`]
+//!   sends RequestMirror copies within per-namespace slots.
 //! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits (sizes,
 //!   header-read deadline, connection caps); docs/edge.md.
 //! - [`tls`]: the SNI certificate resolver.
@@ -35,6 +36,7 @@ pub mod h2c_upstream;
 pub mod l4;
 pub mod logflood;
 pub mod metrics;
+pub mod mirror;
 pub mod proxy;
 pub mod serving;
 pub mod tls;

@@ -759,14 +759,12 @@ impl<'s> GatewayCompile<'s> {
                 );
                 continue;
             }
-            // A tenant's routes only ever bind to its own Gateways (the
-            // policy keeps parentRefs in the namespace); an operator's
-            // listener admitting All still takes no tenant route.
-            if tenant.is_some() && id.namespace != gateway.id.namespace {
-                worse(
-                    "NotAllowedByListeners",
-                    "a tenant route binds to its own namespace's Gateways only".into(),
-                );
+            if let Err(why) = crate::compile::bind::tenant_route_may_bind(
+                tenant.is_some(),
+                &id.namespace,
+                &gateway.id.namespace,
+            ) {
+                worse("NotAllowedByListeners", why.into());
                 continue;
             }
             let mut hosts: Vec<Option<&HostPattern>> = Vec::with_capacity(route_hosts.len().max(1));

@@ -38,6 +38,7 @@ use teapot_model::tenancy::Tenancy;
 
 use super::allocation::{Holding, PortKey};
 use super::pool::Protocol;
+use crate::compile::bind::TenantHosts;
 use crate::compile::snapshot::Condition;
 use crate::compile::upstream::Upstream;
 
@@ -760,11 +761,16 @@ pub(super) fn plans<'s>(store: &'s Store) -> Vec<Plan<'s>> {
 /// A route's valid backends with their weights.
 type Weighted = Vec<(u32, Arc<Upstream>)>;
 
+/// A route accepted on a listener: its index, and for a TLSRoute the
+/// hostnames it serves there (`None`: any), those a tenant may not route
+/// left out.
+type Bound = (usize, Vec<Option<HostPattern>>);
+
 /// Routes resolved against the Gateways: which route each listener serves
 /// and every route's parent statuses.
 pub(super) struct Attached<'s> {
     /// `(gateway, listener name)` -> routes accepted there, oldest first.
-    by_listener: BTreeMap<(&'s NsName, &'s str), Vec<usize>>,
+    by_listener: BTreeMap<(&'s NsName, &'s str), Vec<Bound>>,
     routes: Vec<RouteView<'s>>,
     /// Per route, its valid backends resolved, and the weight of its
     /// invalid ones.
@@ -774,20 +780,25 @@ pub(super) struct Attached<'s> {
 
 /// Attaches every L4 route to the listeners of `plans` and resolves its
 /// backends. `resolve(namespace, service, port, port name)` is the
-/// compile's resolver.
+/// compile's resolver. A tenant's route binds to its own Gateways only,
+/// and a TLSRoute of a tenant serves the hostnames the tenant may route
+/// (`hosts`: a custom domain once DNS proves it), as HTTPRoutes do
+/// ([`crate::compile::bind`]).
 pub(super) fn attach<'s>(
     store: &'s Store,
-    tenancy: &Tenancy<'_>,
+    hosts: &mut TenantHosts<'_, '_>,
     plans: &[Plan<'s>],
     resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
 ) -> Attached<'s> {
+    let tenancy = hosts.tenancy;
     let routes = routes(store);
-    let mut by_listener: BTreeMap<(&'s NsName, &'s str), Vec<usize>> = BTreeMap::new();
+    let mut by_listener: BTreeMap<(&'s NsName, &'s str), Vec<Bound>> = BTreeMap::new();
     let mut reports = Vec::new();
     let mut resolved = Vec::with_capacity(routes.len());
     for (ri, route) in routes.iter().enumerate() {
         let (backends, invalid, refs_problem) = backends(store, tenancy, route, resolve);
         resolved.push((backends, invalid));
+        let tenant = tenancy.get(&route.id.namespace);
         let mut parents = Vec::new();
         for parent in &route.parents {
             if parent.group != GROUP || parent.kind != "Gateway" {
@@ -803,8 +814,11 @@ pub(super) fn attach<'s>(
             // Every listener the parentRef names, HTTP and HTTPS ones too:
             // a route of the wrong kind there is NotAllowedByListeners.
             let mut named = false;
-            let mut accepted_on = Vec::new();
+            let mut accepted_on: Vec<(&'s str, Vec<Option<HostPattern>>)> = Vec::new();
             let mut reason = "NotAllowedByListeners";
+            // Why, when more is known than the reason says.
+            let mut why: Option<&'static str> = None;
+            let mut refused_hosts: Vec<String> = Vec::new();
             for spec in &plan.gateway.spec.listeners {
                 if parent
                     .section_name
@@ -831,20 +845,52 @@ pub(super) fn attach<'s>(
                 {
                     continue;
                 }
-                if route.kind == RouteKind::Tls
-                    && intersect(l.hostname.as_ref(), &route.hostnames).is_empty()
-                {
-                    reason = "NoMatchingListenerHostname";
+                if let Err(w) = crate::compile::bind::tenant_route_may_bind(
+                    tenant.is_some(),
+                    &route.id.namespace,
+                    &plan.id.namespace,
+                ) {
+                    why = Some(w);
                     continue;
                 }
-                accepted_on.push(l.name);
+                let mut served = Vec::new();
+                if route.kind == RouteKind::Tls {
+                    served = intersect(l.hostname.as_ref(), &route.hostnames);
+                    if let Some(t) = tenant {
+                        served.retain(|h| {
+                            let Some(h) = h else { return true };
+                            match hosts.admit(t, h) {
+                                Ok(()) => true,
+                                Err(w) => {
+                                    if !refused_hosts.contains(&w) {
+                                        refused_hosts.push(w);
+                                    }
+                                    false
+                                }
+                            }
+                        });
+                    }
+                    if served.is_empty() {
+                        reason = "NoMatchingListenerHostname";
+                        continue;
+                    }
+                }
+                accepted_on.push((l.name, served));
             }
+            let refused_hosts = refused_hosts.join("; ");
             let accepted = if accepted_on.is_empty() {
                 let (reason, message) = if named {
+                    let detail = match (why, reason) {
+                        (Some(w), _) => format!(": {w}"),
+                        (None, "NoMatchingListenerHostname") if !refused_hosts.is_empty() => {
+                            format!(": {refused_hosts}")
+                        }
+                        (None, _) => format!(" ({reason})"),
+                    };
                     (
                         reason,
                         format!(
-                            "no listener of Gateway {} takes this {} ({reason})",
+                            "no listener of Gateway {} takes this {}{detail}",
                             plan.id,
                             route.kind.as_str()
                         ),
@@ -860,10 +906,14 @@ pub(super) fn attach<'s>(
                 };
                 Condition::new("Accepted", false, reason, message)
             } else {
-                for name in &accepted_on {
-                    by_listener.entry((plan.id, name)).or_default().push(ri);
+                for (name, served) in accepted_on {
+                    by_listener
+                        .entry((plan.id, name))
+                        .or_default()
+                        .push((ri, served));
                 }
-                Condition::new("Accepted", true, "Accepted", "")
+                // Served in part: the hostnames left out, and why.
+                Condition::new("Accepted", true, "Accepted", refused_hosts)
             };
             let refs = match &refs_problem {
                 None => Condition::new("ResolvedRefs", true, "ResolvedRefs", ""),
@@ -1030,11 +1080,10 @@ pub(super) fn serve<'s>(
             ListenerKind::Udp => "UDP",
             ListenerKind::TlsPassthrough => "TLS",
         };
-        let attached_routes: Vec<usize> = attached
+        let attached_routes: &[Bound] = attached
             .by_listener
             .get(&(plan.id, l.name))
-            .cloned()
-            .unwrap_or_default();
+            .map_or(&[], Vec::as_slice);
         let mut conditions = Vec::new();
         let mut key = None;
         let mut bound = None;
@@ -1079,7 +1128,7 @@ pub(super) fn serve<'s>(
                 let live = super::table::LiveState::new(runtime.clone(), k);
                 let state = live.now();
                 bound = Some(live);
-                add_target(&mut sockets, k, l, &attached_routes, attached);
+                add_target(&mut sockets, k, l, attached_routes, attached);
                 if state.starts_with("bind failed") {
                     Condition::new("Programmed", false, "Pending", state)
                 } else {
@@ -1130,7 +1179,7 @@ fn add_target<'s>(
     sockets: &mut BTreeMap<super::pool::ListenerKey, Target>,
     key: super::pool::ListenerKey,
     listener: &Listener<'s>,
-    attached_routes: &[usize],
+    attached_routes: &[Bound],
     attached: &Attached<'s>,
 ) {
     let label = |ri: usize| {
@@ -1140,7 +1189,7 @@ fn add_target<'s>(
     match listener.kind {
         ListenerKind::Tcp | ListenerKind::Udp => {
             let (upstream, refusals) = match attached_routes.first() {
-                Some(&ri) => {
+                Some(&(ri, _)) => {
                     let (backends, invalid) = &attached.resolved[ri];
                     weighted(label(ri), backends, *invalid)
                 }
@@ -1162,12 +1211,11 @@ fn add_target<'s>(
             else {
                 return;
             };
-            for &ri in attached_routes {
-                let route = &attached.routes[ri];
-                let (backends, invalid) = &attached.resolved[ri];
-                let chosen = Arc::new(weighted(label(ri), backends, *invalid));
-                for host in intersect(listener.hostname.as_ref(), &route.hostnames) {
-                    sni.entries.push((host, chosen.clone()));
+            for (ri, served) in attached_routes {
+                let (backends, invalid) = &attached.resolved[*ri];
+                let chosen = Arc::new(weighted(label(*ri), backends, *invalid));
+                for host in served {
+                    sni.entries.push((host.clone(), chosen.clone()));
                 }
             }
         }
@@ -1303,6 +1351,15 @@ mod compiled {
     use crate::compile::tests::compile_test_docs;
 
     fn compile(previous: BTreeMap<NsName, Holding>, docs: &[&str]) -> Snapshot {
+        compile_with(previous, docs, CompileOptions::default())
+    }
+
+    /// [`compile`] with other options besides the L4 ones (domain, proofs).
+    fn compile_with(
+        previous: BTreeMap<NsName, Holding>,
+        docs: &[&str],
+        options: CompileOptions,
+    ) -> Snapshot {
         let config = L4Config {
             pools: vec![
                 "default=127.0.0.1".parse().unwrap(),
@@ -1316,7 +1373,7 @@ mod compiled {
                 previous: Arc::new(previous),
                 runtime: Arc::default(),
             }),
-            ..CompileOptions::default()
+            ..options
         };
         let docs: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
         compile_test_docs(&docs, &options)
@@ -1987,5 +2044,200 @@ spec: {controllerName: example.com/other}
             )],
         );
         assert_eq!(l4(&s).gateways.len(), 1);
+    }
+
+    const TENANT_ACME: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
+";
+
+    /// The listener key of `port` (TCP) on a Gateway's address.
+    fn tcp_key(g: &GatewayReport, port: u16) -> super::super::ListenerKey {
+        super::super::ListenerKey {
+            addr: g.address.expect("the Gateway has an address"),
+            port,
+            protocol: Protocol::Tcp,
+        }
+    }
+
+    /// Defence in depth for the policy's same-namespace parentRefs: a
+    /// tenant's TCPRoute and TLSRoute naming an operator's Gateway whose
+    /// listeners admit routes from All namespaces are not attached, as the
+    /// HTTP compile refuses a tenant HTTPRoute there; an operator
+    /// namespace's route still is.
+    #[test]
+    fn a_tenant_route_never_binds_to_another_namespaces_gateway() {
+        let listeners =
+            "[{name: db, port: 5432, protocol: TCP, allowedRoutes: {namespaces: {from: All}}},
+                          {name: tls, port: 8443, protocol: TLS, tls: {mode: Passthrough},
+                           allowedRoutes: {namespaces: {from: All}}}]";
+        let s = compile_with(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                TENANT_ACME,
+                &gw("ops", "edge", OLD, listeners),
+                &backend("tenant-acme", "db", "[{port: 5432}]"),
+                &slice("tenant-acme", "db", "[{port: 5432}]", "10.1.0.5"),
+                &backend("apps", "site", "[{port: 443}]"),
+                &slice("apps", "site", "[{port: 10443}]", "127.0.0.5"),
+                &route_doc(
+                    "TCPRoute",
+                    "tenant-acme",
+                    "db",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops, sectionName: db}], rules: [{backendRefs: [{name: db, port: 5432}]}]}",
+                ),
+                &route_doc(
+                    "TLSRoute",
+                    "tenant-acme",
+                    "site",
+                    OLD,
+                    "{parentRefs: [{name: edge, namespace: ops, sectionName: tls}], hostnames: [shop.acme.lb.example.net], rules: [{backendRefs: [{name: db, port: 5432}]}]}",
+                ),
+                &route_doc(
+                    "TLSRoute",
+                    "apps",
+                    "site",
+                    NEW,
+                    "{parentRefs: [{name: edge, namespace: ops, sectionName: tls}], hostnames: [site.example.com], rules: [{backendRefs: [{name: site, port: 443}]}]}",
+                ),
+            ],
+            CompileOptions {
+                domain: "example.net".into(),
+                ..CompileOptions::default()
+            },
+        );
+        for kind in [RouteKind::Tcp, RouteKind::Tls] {
+            let r = l4(&s)
+                .routes
+                .iter()
+                .find(|r| r.kind == kind && r.namespace == "tenant-acme")
+                .unwrap();
+            let accepted = condition(&r.parents[0].conditions, "Accepted");
+            assert_eq!(
+                (accepted.status, accepted.reason),
+                ("False", "NotAllowedByListeners"),
+                "{kind:?}"
+            );
+            assert!(
+                accepted.message.contains("own namespace's Gateways"),
+                "{accepted:?}"
+            );
+        }
+        let g = gateway(&s, "ops", "edge");
+        assert_eq!(listener(g, "db").attached_routes, 0);
+        assert_eq!(listener(g, "tls").attached_routes, 1, "the operator's");
+        let table = &s.l4.as_ref().unwrap().table;
+        let db = &table.listeners[&tcp_key(g, 5432)];
+        assert!(db.upstream.endpoints.is_empty(), "{:?}", db.upstream);
+        let sni = table.listeners[&tcp_key(g, 8443)].sni.clone().unwrap();
+        assert!(sni.choose(Some("shop.acme.lb.example.net")).is_none());
+        assert!(sni.choose(Some("site.example.com")).is_some());
+    }
+
+    /// A tenant TLSRoute's custom hostname waits for the DNS proof an
+    /// HTTPRoute's waits for (a CNAME to an assigned hostname or the TXT
+    /// token): not served before, its claim out for the prover, and the
+    /// status says why; the tenant's own subtree is served at once.
+    #[test]
+    fn a_tenant_tls_route_serves_a_custom_hostname_once_dns_proves_it() {
+        let docs = [
+            CLASS,
+            TENANT_ACME,
+            &gw(
+                "tenant-acme",
+                "edge",
+                OLD,
+                "[{name: tls, port: 8443, protocol: TLS, tls: {mode: Passthrough}}]",
+            ),
+            &backend("tenant-acme", "shop", "[{port: 443}]"),
+            &slice("tenant-acme", "shop", "[{port: 443}]", "10.1.0.5"),
+            &route_doc(
+                "TLSRoute",
+                "tenant-acme",
+                "shop",
+                OLD,
+                "{parentRefs: [{name: edge}], hostnames: [shop.acme.lb.example.net, www.acme-corp.com], rules: [{backendRefs: [{name: shop, port: 443}]}]}",
+            ),
+            &route_doc(
+                "TLSRoute",
+                "tenant-acme",
+                "custom-only",
+                OLD,
+                "{parentRefs: [{name: edge}], hostnames: [db.acme-corp.com], rules: [{backendRefs: [{name: shop, port: 443}]}]}",
+            ),
+        ];
+        let with_proofs = |proven: &[&str]| {
+            let mut proofs = crate::compile::domains::ProofResults::default();
+            for host in proven {
+                proofs.insert(
+                    "acme",
+                    host,
+                    crate::compile::domains::Proof {
+                        routed: true,
+                        detail: "CNAME to edge-tenant-acme.acme.lb.example.net".into(),
+                    },
+                );
+            }
+            compile_with(
+                BTreeMap::new(),
+                &docs,
+                CompileOptions {
+                    domain: "example.net".into(),
+                    proofs: Some(Arc::new(proofs)),
+                    ..CompileOptions::default()
+                },
+            )
+        };
+        let sni = |s: &Snapshot| {
+            let g = gateway(s, "tenant-acme", "edge");
+            s.l4.as_ref().unwrap().table.listeners[&tcp_key(g, 8443)]
+                .sni
+                .clone()
+                .unwrap()
+        };
+        let accepted = |s: &Snapshot, name: &str| {
+            let c = condition(
+                &route(s, RouteKind::Tls, name).parents[0].conditions,
+                "Accepted",
+            );
+            (c.status, c.reason, c.message.clone())
+        };
+
+        let waiting = with_proofs(&[]);
+        let routes = sni(&waiting);
+        assert!(routes.choose(Some("shop.acme.lb.example.net")).is_some());
+        assert!(routes.choose(Some("www.acme-corp.com")).is_none());
+        assert!(routes.choose(Some("db.acme-corp.com")).is_none());
+        let (status, reason, message) = accepted(&waiting, "shop");
+        assert_eq!((status, reason), ("True", "Accepted"));
+        assert!(
+            message.contains("www.acme-corp.com is waiting for its DNS proof"),
+            "{message}"
+        );
+        let (status, reason, message) = accepted(&waiting, "custom-only");
+        assert_eq!((status, reason), ("False", "NoMatchingListenerHostname"));
+        assert!(
+            message.contains("db.acme-corp.com is waiting for its DNS proof"),
+            "{message}"
+        );
+        let claimed: Vec<&str> = waiting.claims.iter().map(|c| c.host.as_str()).collect();
+        assert_eq!(claimed, ["db.acme-corp.com", "www.acme-corp.com"]);
+        let g = gateway(&waiting, "tenant-acme", "edge");
+        assert_eq!(listener(g, "tls").attached_routes, 1);
+
+        let proven = with_proofs(&["www.acme-corp.com", "db.acme-corp.com"]);
+        let routes = sni(&proven);
+        for host in [
+            "shop.acme.lb.example.net",
+            "www.acme-corp.com",
+            "db.acme-corp.com",
+        ] {
+            assert!(routes.choose(Some(host)).is_some(), "{host}");
+        }
+        assert_eq!(accepted(&proven, "shop").2, "");
+        assert_eq!(accepted(&proven, "custom-only").0, "True");
     }
 }

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use teapot_model::store::{NsName, Store};
-use teapot_model::tenancy::Tenancy;
 
 pub use allocation::Holding;
 pub use pool::{ListenerKey, Pool, Protocol};
 pub use table::{HealthOptions, L4Report, L4Table};
 
+use crate::compile::bind::TenantHosts;
 use crate::compile::upstream::Upstream;
 
 /// The operator's L4 settings.
@@ -138,10 +138,14 @@ pub struct L4Compiled {
 
 /// Builds the L4 table and report of `store`. `resolve(namespace, service,
 /// port, port name)` is the compile's resolver.
-pub fn compile<'s>(
+///
+/// `hosts` decides which TLSRoute hostnames a tenant may route, by the
+/// rule of its Ingress hosts (custom domains once DNS proves them), and
+/// records the custom ones for the prover.
+pub(crate) fn compile<'s>(
     inputs: &L4Inputs,
     store: &'s Store,
-    tenancy: &Tenancy<'_>,
+    hosts: &mut TenantHosts<'_, '_>,
     generation: u64,
     resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
 ) -> Option<(L4Compiled, L4Report)> {
@@ -153,7 +157,7 @@ pub fn compile<'s>(
         &inputs.previous,
         &inputs.runtime,
         store,
-        tenancy,
+        hosts,
         generation,
         resolve,
     );

@@ -20,6 +20,7 @@ use teapot_api::policy::DEFAULT_MAX_LISTENERS;
 use super::allocation::{Claim, Outcome};
 use super::pool::{ListenerKey, Protocol};
 use super::{L4Config, Runtime};
+use crate::compile::bind::TenantHosts;
 use crate::compile::snapshot::Condition;
 use crate::compile::upstream::Upstream;
 use teapot_model::store::{NsName, Store};
@@ -208,7 +209,7 @@ pub(super) fn build<'s>(
     previous: &BTreeMap<NsName, super::allocation::Holding>,
     runtime: &Arc<Runtime>,
     store: &'s Store,
-    tenancy: &Tenancy<'_>,
+    hosts: &mut TenantHosts<'_, '_>,
     generation: u64,
     mut resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
 ) -> (
@@ -216,6 +217,7 @@ pub(super) fn build<'s>(
     L4Report,
     BTreeMap<NsName, super::allocation::Holding>,
 ) {
+    let tenancy = hosts.tenancy;
     let mut candidates: Vec<Candidate<'s>> = store
         .services
         .iter()
@@ -228,7 +230,7 @@ pub(super) fn build<'s>(
         .map(|(id, s)| candidate(config, tenancy, id, &s.object))
         .collect();
     let plans = super::gateway::plans(store);
-    let attached = super::gateway::attach(store, tenancy, &plans, &mut resolve);
+    let attached = super::gateway::attach(store, hosts, &plans, &mut resolve);
     candidates.extend(
         plans
             .into_iter()
