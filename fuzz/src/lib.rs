@@ -97,6 +97,73 @@ pub fn route_match(data: &[u8]) {
     let _ = demo_snapshot().routes.lookup(&authority, &path);
 }
 
+/// Tenant patterns and request paths: the first line is a pattern a tenant
+/// could write, the rest a path (and, after a NUL, a header value). A
+/// pattern that compiles must agree with the `regex` crate's anchored match
+/// (a differential oracle; `\b` on non-ASCII text is documented to differ),
+/// and a table of such patterns must answer any path within the request's
+/// evaluation budget.
+pub fn route_patterns(data: &[u8]) {
+    use teapot_api::regex::TenantRegex;
+    use teapot_proxy::compile::gateway::table::{
+        Action, Candidate, Matcher, PathMatch, RouteInfo, TableBuilder, Target, ValueMatch,
+        route_list,
+    };
+    use teapot_proxy::compile::gateway::RequestFacts;
+
+    let text = String::from_utf8_lossy(data);
+    let (pattern, rest) = text.split_once('\n').unwrap_or((&text, "/"));
+    let (path, value) = rest.split_once('\0').unwrap_or((rest, ""));
+    let Ok(re) = TenantRegex::compile(pattern) else {
+        return;
+    };
+    let word_boundary = pattern.contains("\\b") || pattern.contains("\\B");
+    if let Ok(reference) = regex::Regex::new(&format!("^(?:{pattern})$")) {
+        for hay in [path, value] {
+            if !(word_boundary && !hay.is_ascii()) {
+                assert_eq!(
+                    re.is_match(hay.as_bytes()),
+                    reference.is_match(hay),
+                    "{pattern:?} on {hay:?}"
+                );
+            }
+        }
+    }
+    let host = teapot_api::HostPattern::parse("a.example").expect("host");
+    let candidates = (0..64u32)
+        .map(|i| {
+            let matcher = Matcher {
+                path: PathMatch::Regex(re.clone()),
+                method: None,
+                headers: Box::new([("x".into(), ValueMatch::Regex(re.clone()))]),
+                query: Box::new([]),
+            };
+            let target = Target::new(
+                matcher,
+                std::sync::Arc::new(Action::Unroutable),
+                std::sync::Arc::new(RouteInfo {
+                    name: "fuzz/r".into(),
+                    policy: None,
+                }),
+                None,
+                (0, i, 0),
+            );
+            Candidate::new(std::sync::Arc::new(target), (true, true), 0)
+        })
+        .collect();
+    let mut builder = TableBuilder::default();
+    builder.bind(Some(&host), 0, &route_list(candidates));
+    let table = builder.build();
+    let headers: &[(&str, &str)] = &[("x", value)];
+    let facts = RequestFacts {
+        method: "GET",
+        query: Some(""),
+        headers: Some(&headers),
+        tls: Some(false),
+    };
+    let _ = table.host("a.example").matching(path, &facts);
+}
+
 fn webhook() -> &'static (Validator, PolicyState) {
     static STATE: OnceLock<(Validator, PolicyState)> = OnceLock::new();
     STATE.get_or_init(|| {

@@ -44,6 +44,11 @@ const INTERESTING: &[&[u8]] = &[
     b"*",
     b"../",
     b"%00",
+    b"[\\s\\S]*",
+    b"{60}",
+    b"\\w",
+    b"(?i)",
+    b"|",
 ];
 
 fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
@@ -102,6 +107,11 @@ fn manifests() {
 #[test]
 fn route_match() {
     run("route_match", teapot_fuzz::route_match);
+}
+
+#[test]
+fn route_patterns() {
+    run("route_patterns", teapot_fuzz::route_patterns);
 }
 
 #[test]

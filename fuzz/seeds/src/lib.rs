@@ -8,11 +8,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Every cargo-fuzz target in `fuzz/fuzz_targets/`.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 6] = [
     "h1_forward",
     "h1_scan",
     "manifests",
     "route_match",
+    "route_patterns",
     "webhook_validate",
 ];
 
@@ -47,6 +48,21 @@ const ROUTES: &[&str] = &[
     "echo.localhost:8080\0/api/v1",
     "*.example\0//x/../y",
     "[::1]:80\0",
+];
+
+/// A tenant pattern, a newline, a path, a NUL and a header value (see
+/// `teapot_fuzz::route_patterns`): the forms routes use, the patterns the
+/// review found costly, classes Unicode and ASCII.
+const PATTERNS: &[&str] = &[
+    "/api/v[0-9]+/.*\n/api/v12/users\0v1",
+    "/(?:[\\s\\S]*a[\\s\\S]{60})\n/aaaa\0a",
+    "\\w+\n/caf\u{e9}\0\u{e9}t\u{e9}",
+    "(?i)/[a-z0-9-]+/(users|orders)/[0-9]+\n/Shop/ORDERS/42\0x",
+    "a|ab\nab\0a",
+    "\\bfoo\\b\n/foo\0foo bar",
+    "/[^/]+/Ping\n/echo.Echo/Ping\0",
+    "(unclosed\n/\0",
+    "\n\0",
 ];
 
 fn repo_root() -> PathBuf {
@@ -89,6 +105,7 @@ pub fn seeds(target: &str) -> io::Result<Vec<Vec<u8>>> {
             .map(|s| s.as_bytes().to_vec())
             .collect(),
         "route_match" => ROUTES.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        "route_patterns" => PATTERNS.iter().map(|s| s.as_bytes().to_vec()).collect(),
         "manifests" => {
             let mut v = yaml_under("examples/demo")?;
             v.extend(yaml_under("webhook/tests/corpus/allow")?);
