@@ -349,26 +349,22 @@ async fn opening(conn: &mut Conn, open: &Open, peer: &PeerConfig) -> Result<Open
         return Err(conn.notify_and_fail(n, err).await);
     }
     conn.send(&wire::encode_keepalive()).await?;
-    loop {
-        match timeout(OPEN_TIMEOUT, conn.next()).await {
-            Err(_) => {
-                return Err(Error::Timeout(
-                    "waiting for the peer's KEEPALIVE after OPEN",
-                ));
-            }
-            Ok(Err(e)) => return Err(e),
-            Ok(Ok(Message::Keepalive)) => return Ok(theirs),
-            Ok(Ok(Message::Notification(n))) => return Err(Error::Notification(n)),
-            Ok(Ok(other)) => {
-                let n = Notification {
-                    code: code::FSM,
-                    subcode: 2,
-                    data: vec![],
-                };
-                return Err(conn
-                    .notify_and_fail(n, Error::Protocol(format!("{other:?} in OpenConfirm")))
-                    .await);
-            }
+    match timeout(OPEN_TIMEOUT, conn.next()).await {
+        Err(_) => Err(Error::Timeout(
+            "waiting for the peer's KEEPALIVE after OPEN",
+        )),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(Message::Keepalive)) => Ok(theirs),
+        Ok(Ok(Message::Notification(n))) => Err(Error::Notification(n)),
+        Ok(Ok(other)) => {
+            let n = Notification {
+                code: code::FSM,
+                subcode: 2,
+                data: vec![],
+            };
+            Err(conn
+                .notify_and_fail(n, Error::Protocol(format!("{other:?} in OpenConfirm")))
+                .await)
         }
     }
 }
@@ -795,7 +791,7 @@ mod tests {
         let mut router = FakeRouter::accept(&listener).await;
         let open = router.establish(LOCAL_ASN, 3).await;
         assert_eq!(open.families, vec![Family::Ipv4, Family::Ipv6]);
-        let mut updates = vec![router.update().await, router.update().await];
+        let mut updates = [router.update().await, router.update().await];
         updates.sort_by_key(|u| u.announced.clone());
         let [v4, v6] = &updates[..] else {
             unreachable!()
