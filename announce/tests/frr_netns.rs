@@ -367,7 +367,9 @@ fn graceful_stop_marks_the_route_then_leaves_one_next_hop() {
         return;
     }
     let mut lab = Lab::new();
-    lab.start_speaker(0, 3000);
+    // A wait long enough that the next hop moves before the withdrawal
+    // on a loaded machine too.
+    lab.start_speaker(0, 10_000);
     lab.start_speaker(1, 3000);
     lab.wait_for_ecmp();
 
@@ -391,9 +393,16 @@ fn graceful_stop_marks_the_route_then_leaves_one_next_hop() {
                 .then_some(())
         },
     );
+    // The router lowers the marked path's preference (FRR: LOCAL_PREF 0),
+    // so traffic leaves the replica while its route is still announced.
     lab.wait("one IPv4 next hop", || {
         (lab.gateways(VIP4) == [LINKS[1].speaker4]).then_some(())
     });
+    let out = lab.vtysh(&format!("show bgp ipv4 unicast {VIP4}/32 json"));
+    assert!(
+        out.contains(leaving),
+        "the leaving replica's path is withdrawn only after the wait: {out}"
+    );
     lab.wait("one IPv6 next hop", || {
         (lab.gateways(VIP6) == [LINKS[1].speaker6]).then_some(())
     });
