@@ -1,7 +1,9 @@
 //! Makes the fleet's addresses reachable: a BGP speaker that announces a
 //! watched set of addresses as host routes (/32, /128) with this host as
 //! the next hop, so routers send the traffic here and spread it across
-//! replicas by ECMP.
+//! replicas by ECMP; or, on a plain L2 segment, one owner per address
+//! that puts it on an interface and announces it with gratuitous ARP /
+//! unsolicited neighbour advertisements.
 //!
 //! Announce-only by design: received UPDATEs are framed and dropped
 //! unread, and only addresses of the set are ever announced. Sessions
@@ -39,7 +41,11 @@
 //!   timer, announce/withdraw on change, backoff, the graceful stop.
 //! - [`speaker`]: [`Speaker`] starts the tasks, exposes their status and
 //!   stops them together.
+//! - [`l2`]: layer-2 mode: the owner of each address (a rendezvous hash
+//!   over the live replicas) puts it on an interface and sends gratuitous
+//!   ARP / unsolicited neighbour advertisements.
 
+pub mod l2;
 pub mod peer;
 pub mod session;
 pub mod speaker;
@@ -67,4 +73,6 @@ pub enum Error {
     Timeout(&'static str),
     #[error("{0}: {1}")]
     Io(&'static str, #[source] std::io::Error),
+    #[error("netlink: {0}")]
+    Netlink(String),
 }

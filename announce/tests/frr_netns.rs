@@ -7,7 +7,7 @@
 //!
 //! Needs root, iproute2 and Debian's `frr`; without them each test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
-//! failure.
+//! failure (tests/netns/mod.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,9 +19,6 @@ const SPEAKER_ASN: u32 = 64501;
 const VIP4: &str = "203.0.113.10";
 const VIP6: &str = "2001:db8:ffff::10";
 const FRR_DIR: &str = "/usr/lib/frr";
-/// Every wait below ends here with the state dumped: a bound, not a
-/// measurement.
-const PATIENCE: Duration = Duration::from_secs(40);
 
 /// One replica's link to the router.
 struct Link {
@@ -46,11 +43,11 @@ const LINKS: [Link; 2] = [
     },
 ];
 
-fn missing_prerequisite() -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("network namespaces need root".into());
-    }
+mod netns;
+
+use netns::{Namespaces, run};
+
+fn frr_missing() -> Option<String> {
     for tool in ["zebra", "bgpd"] {
         if !Path::new(FRR_DIR).join(tool).exists() {
             return Some(format!("{FRR_DIR}/{tool} missing (apt-get install frr)"));
@@ -59,35 +56,11 @@ fn missing_prerequisite() -> Option<String> {
     if Command::new("vtysh").arg("--version").output().is_err() {
         return Some("vtysh missing (apt-get install frr)".into());
     }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("ip (iproute2) missing".into());
-    }
     None
 }
 
-/// `true` when the test may run; prints why not otherwise.
 fn runnable(test: &str) -> bool {
-    let Some(reason) = missing_prerequisite() else {
-        return true;
-    };
-    if std::env::var("TEAPOT_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("{test}: {reason}, and TEAPOT_REQUIRE_NETNS=1");
-    }
-    eprintln!("SKIP {test}: {reason}");
-    false
-}
-
-fn run(cmd: &[&str]) -> String {
-    let out = Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    netns::runnable(test, frr_missing)
 }
 
 /// The namespaces, daemons and speakers of one test; all removed on drop,
@@ -97,6 +70,8 @@ struct Lab {
     speakers: Vec<String>,
     dir: tempfile::TempDir,
     children: Vec<Option<Child>>,
+    // Last: dropped after the daemons are killed.
+    namespaces: Namespaces,
 }
 
 static LABS: AtomicUsize = AtomicUsize::new(0);
@@ -110,16 +85,17 @@ impl Lab {
         let n = LABS.fetch_add(1, Ordering::Relaxed);
         let tag = format!("tpa{}x{n}", std::process::id());
         let dir = tempfile::tempdir().unwrap();
-        let lab = Lab {
+        let mut lab = Lab {
             router: format!("{tag}r"),
             speakers: (1..=LINKS.len()).map(|i| format!("{tag}s{i}")).collect(),
             dir,
             children: Vec::new(),
+            namespaces: Namespaces(Vec::new()),
         };
         // From here on, Drop cleans whatever was made.
-        run(&["ip", "netns", "add", &lab.router]);
+        lab.namespaces.add(lab.router.clone());
         for ns in lab.speakers.clone() {
-            run(&["ip", "netns", "add", &ns]);
+            lab.namespaces.add(ns);
         }
         lab.router_sh("sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1");
         lab.router_sh("ip link set lo up");
@@ -158,7 +134,7 @@ impl Lab {
     }
 
     fn sh(&self, ns: &str, script: &str) -> String {
-        run(&["ip", "netns", "exec", ns, "sh", "-c", script])
+        netns::sh(ns, script)
     }
 
     fn router_sh(&self, script: &str) -> String {
@@ -280,17 +256,8 @@ impl Lab {
     }
 
     /// Polls `check` until it yields, or fails with the router's view.
-    fn wait<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(v) = check() {
-                return v;
-            }
-            if Instant::now() > deadline {
-                panic!("timed out waiting for {what}\n{}", self.dump());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    fn wait<T>(&self, what: &str, check: impl FnMut() -> Option<T>) -> T {
+        netns::wait(what, || self.dump(), check)
     }
 
     fn dump(&self) -> String {
@@ -325,7 +292,7 @@ impl Lab {
 
     fn wait_exit(&mut self, i: usize) -> std::process::ExitStatus {
         let mut child = self.children[i].take().expect("speaker running");
-        let deadline = Instant::now() + PATIENCE;
+        let deadline = Instant::now() + netns::PATIENCE;
         loop {
             if let Some(status) = child.try_wait().unwrap() {
                 return status;
@@ -353,9 +320,6 @@ impl Drop for Lab {
             if let Ok(pid) = std::fs::read_to_string(pid) {
                 let _ = Command::new("kill").args(["-9", pid.trim()]).status();
             }
-        }
-        for ns in std::iter::once(&self.router).chain(&self.speakers) {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
         let _ = std::fs::remove_dir_all(self.frr_run_dir());
     }
