@@ -26,11 +26,18 @@ pub(crate) struct AnnounceArgs {
     #[arg(long, default_value_t = 5)]
     bgp_graceful_wait: u64,
     /// The fleet's own address, ADDR or CIDR (each host address), announced while ready (repeatable).
-    #[arg(long = "announce")]
+    #[arg(long = "announce", value_parser = addr_or_cidr)]
     announce: Vec<ipnet::IpNet>,
     /// Also announce every address an L4 Service holds.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     announce_l4: bool,
+}
+
+/// `203.0.113.10` is `203.0.113.10/32`.
+fn addr_or_cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("`{text}` is neither an IP address nor a CIDR"))
 }
 
 impl AnnounceArgs {
