@@ -699,6 +699,23 @@ mod tests {
         (Speaker::start(config, rx).unwrap(), tx)
     }
 
+    /// A speaker with one eBGP peer (hold 3 s) at a fake router on
+    /// 127.0.0.1, and the router's side of its first connection.
+    async fn ebgp(
+        addrs: &[&str],
+    ) -> (
+        Speaker,
+        watch::Sender<BTreeSet<IpAddr>>,
+        TcpListener,
+        FakeRouter,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (speaker, tx) = start(&format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"), addrs);
+        let router = FakeRouter::accept(&listener).await;
+        (speaker, tx, listener, router)
+    }
+
     async fn wait_status(
         speaker: &Speaker,
         what: &str,
@@ -717,13 +734,7 @@ mod tests {
 
     #[tokio::test]
     async fn ebgp_announces_the_set_follows_changes_and_ignores_received_routes() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (speaker, addrs) = start(
-            &format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"),
-            &["203.0.113.10", "2001:db8::10"],
-        );
-        let mut router = FakeRouter::accept(&listener).await;
+        let (speaker, addrs, _listener, mut router) = ebgp(&["203.0.113.10", "2001:db8::10"]).await;
         let open = router.establish(ROUTER_ASN, 90).await;
         assert_eq!(open.asn, LOCAL_ASN);
         assert_eq!(open.hold_time_secs, 3);
@@ -813,13 +824,7 @@ mod tests {
 
     #[tokio::test]
     async fn graceful_stop_marks_routes_then_withdraws_then_ceases() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (speaker, _addrs) = start(
-            &format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"),
-            &["203.0.113.10", "203.0.113.11"],
-        );
-        let mut router = FakeRouter::accept(&listener).await;
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10", "203.0.113.11"]).await;
         router.establish(ROUTER_ASN, 3).await;
         assert_eq!(router.update().await.announced.len(), 2);
         let stopped = tokio::spawn(speaker.stop());
@@ -854,13 +859,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wrong_asn_is_refused_with_a_notification_and_retried() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (speaker, _addrs) = start(
-            &format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"),
-            &["203.0.113.10"],
-        );
-        let mut router = FakeRouter::accept(&listener).await;
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10"]).await;
         router.open(64999, 3).await;
         let Some(Message::Notification(n)) = router.next().await else {
             panic!("expected NOTIFICATION");
@@ -878,13 +877,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_session_reconnects_and_announces_again() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (speaker, _addrs) = start(
-            &format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"),
-            &["203.0.113.10"],
-        );
-        let mut router = FakeRouter::accept(&listener).await;
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10"]).await;
         router.establish(ROUTER_ASN, 3).await;
         router.update().await;
         router
@@ -906,13 +899,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_silent_peer_expires_the_hold_timer() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (speaker, _addrs) = start(
-            &format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"),
-            &["203.0.113.10"],
-        );
-        let mut router = FakeRouter::accept(&listener).await;
+        let (speaker, _addrs, _listener, mut router) = ebgp(&["203.0.113.10"]).await;
         router.establish(ROUTER_ASN, 3).await;
         // Keepalives keep coming from the speaker; nothing goes back.
         let n = loop {

@@ -206,7 +206,7 @@ impl Lab {
         let log = std::fs::File::create(self.dir.path().join(format!("speaker{i}.log"))).unwrap();
         let child = Command::new("ip")
             .args(["netns", "exec", &self.speakers[i]])
-            .arg(env!("CARGO_BIN_EXE_teapot-bgp-speaker"))
+            .args([env!("CARGO_BIN_EXE_teapot-announce"), "bgp"])
             .args(["--asn", &SPEAKER_ASN.to_string()])
             .args([
                 "--peer",
@@ -276,6 +276,19 @@ impl Lab {
             &std::fs::read_to_string(self.frr_run_dir().join("bgpd.log")).unwrap_or_default(),
         );
         out
+    }
+
+    /// Only replica `i`'s next hop left for `vip`.
+    fn wait_only(&self, i: usize, vip: &str) {
+        let hop = if vip == VIP6 {
+            LINKS[i].speaker6
+        } else {
+            LINKS[i].speaker4
+        };
+        self.wait(
+            &format!("replica {i} as the only next hop of {vip}"),
+            || (self.gateways(vip) == [hop]).then_some(()),
+        );
     }
 
     /// Both replicas announced: two kernel next hops for each address.
@@ -359,17 +372,13 @@ fn graceful_stop_marks_the_route_then_leaves_one_next_hop() {
     );
     // The router lowers the marked path's preference (FRR: LOCAL_PREF 0),
     // so traffic leaves the replica while its route is still announced.
-    lab.wait("one IPv4 next hop", || {
-        (lab.gateways(VIP4) == [LINKS[1].speaker4]).then_some(())
-    });
+    lab.wait_only(1, VIP4);
     let out = lab.vtysh(&format!("show bgp ipv4 unicast {VIP4}/32 json"));
     assert!(
         out.contains(leaving),
         "the leaving replica's path is withdrawn only after the wait: {out}"
     );
-    lab.wait("one IPv6 next hop", || {
-        (lab.gateways(VIP6) == [LINKS[1].speaker6]).then_some(())
-    });
+    lab.wait_only(1, VIP6);
     let status = lab.wait_exit(0);
     assert!(status.success(), "graceful stop exits cleanly: {status}");
     // Withdrawn, not just deprioritised: the router holds no path from the
@@ -393,16 +402,12 @@ fn a_killed_replica_leaves_the_route_within_the_hold_time() {
 
     let killed = Instant::now();
     lab.signal(0, "-KILL");
-    lab.wait("one IPv4 next hop", || {
-        (lab.gateways(VIP4) == [LINKS[1].speaker4]).then_some(())
-    });
+    lab.wait_only(1, VIP4);
     eprintln!(
         "SIGKILL to one next hop: {:?} (hold time 3 s)",
         killed.elapsed()
     );
-    lab.wait("one IPv6 next hop", || {
-        (lab.gateways(VIP6) == [LINKS[1].speaker6]).then_some(())
-    });
+    lab.wait_only(1, VIP6);
     lab.wait_exit(0);
 
     // The last replica gone too: the route leaves the table.
@@ -424,9 +429,7 @@ fn a_frozen_replica_leaves_the_route_when_the_hold_timer_expires() {
     // hold timer can tell (SIGKILL closes the socket, which the router
     // sees at once).
     lab.signal(0, "-STOP");
-    lab.wait("one IPv4 next hop", || {
-        (lab.gateways(VIP4) == [LINKS[1].speaker4]).then_some(())
-    });
+    lab.wait_only(1, VIP4);
     lab.signal(0, "-KILL");
     lab.wait_exit(0);
 }
@@ -456,9 +459,7 @@ fn measure_failover() {
             std::thread::sleep(Duration::from_secs(2));
             let failed = Instant::now();
             lab.signal(0, signal);
-            lab.wait("one IPv4 next hop", || {
-                (lab.gateways(VIP4) == [LINKS[1].speaker4]).then_some(())
-            });
+            lab.wait_only(1, VIP4);
             times.push(failed.elapsed());
             lab.signal(0, "-KILL");
             lab.wait_exit(0);

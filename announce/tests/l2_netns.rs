@@ -1,5 +1,5 @@
 //! Layer-2 mode on a real segment: a bridge in one network namespace, a
-//! client and two replicas (`teapot-l2-announcer`) in three more. The
+//! client and two replicas (`teapot-announce l2`) in three more. The
 //! client's neighbour entry for the address must point at the owner the
 //! hash names, and move to the other replica, without any traffic from the
 //! client, when the owner leaves the live set.
@@ -91,7 +91,7 @@ impl Segment {
         let names: Vec<&str> = REPLICAS.iter().map(|(n, _, _)| *n).collect();
         let mut child = Command::new("ip")
             .args(["netns", "exec", &self.replicas[replica]])
-            .arg(env!("CARGO_BIN_EXE_teapot-l2-announcer"))
+            .args([env!("CARGO_BIN_EXE_teapot-announce"), "l2"])
             .args(["--interface", "lan", "--replica", REPLICAS[replica].0])
             .args(["--replicas", &names.join(",")])
             .args(["--announce", VIP4, "--announce", VIP6])
