@@ -60,6 +60,54 @@ impl Statuses {
     pub fn snapshot(&self) -> Vec<PeerStatus> {
         self.0.iter().map(|r| r.borrow().clone()).collect()
     }
+
+    /// The sessions in Prometheus' text format, `teapot_bgp_*` per peer,
+    /// for appending to a scrape.
+    pub fn render_prometheus(&self) -> String {
+        use std::fmt::Write;
+        let peers = self.snapshot();
+        let mut out = String::new();
+        let series: [(&str, &str, &str, fn(&PeerStatus) -> u64); 5] = [
+            (
+                "session_established",
+                "gauge",
+                "1 when the BGP session to the peer is established",
+                |p| (p.state == crate::SessionState::Established) as u64,
+            ),
+            (
+                "routes_announced",
+                "gauge",
+                "Host routes the peer holds from this replica",
+                |p| p.announced as u64,
+            ),
+            (
+                "announcements_sent_total",
+                "counter",
+                "Routes sent in UPDATEs to the peer, re-announcements included",
+                |p| p.announcements_sent,
+            ),
+            (
+                "withdrawals_sent_total",
+                "counter",
+                "Routes withdrawn from the peer",
+                |p| p.withdrawals_sent,
+            ),
+            (
+                "sessions_established_total",
+                "counter",
+                "BGP sessions established with the peer",
+                |p| p.sessions_established,
+            ),
+        ];
+        for (name, kind, help, value) in series {
+            let _ = writeln!(out, "# HELP teapot_bgp_{name} {help}.");
+            let _ = writeln!(out, "# TYPE teapot_bgp_{name} {kind}");
+            for p in &peers {
+                let _ = writeln!(out, "teapot_bgp_{name}{{peer=\"{}\"}} {}", p.peer, value(p));
+            }
+        }
+        out
+    }
 }
 
 /// The running speaker. Dropping it without [`Speaker::stop`] ends the
@@ -116,5 +164,26 @@ impl Speaker {
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_one_series_per_peer_and_name() {
+        let peer: PeerConfig = "192.0.2.1,64500".parse().unwrap();
+        let (_tx, rx) = watch::channel(PeerStatus {
+            announced: 2,
+            announcements_sent: 3,
+            ..PeerStatus::new(&peer)
+        });
+        let text = Statuses(vec![rx]).render_prometheus();
+        assert!(text.contains("teapot_bgp_session_established{peer=\"192.0.2.1:179\"} 0\n"));
+        assert!(text.contains("teapot_bgp_routes_announced{peer=\"192.0.2.1:179\"} 2\n"));
+        assert!(text.contains("# TYPE teapot_bgp_announcements_sent_total counter\n"));
+        assert!(text.contains("teapot_bgp_announcements_sent_total{peer=\"192.0.2.1:179\"} 3\n"));
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 5);
     }
 }

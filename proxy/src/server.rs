@@ -337,6 +337,7 @@ pub async fn run(
             snapshots: snapshots.clone(),
             metrics: metrics.clone(),
             ready: ready.clone(),
+            bgp: announcer.as_ref().map(|a| a.statuses()),
         },
         stop_rx.clone(),
     ));

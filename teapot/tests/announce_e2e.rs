@@ -55,7 +55,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm() {
     let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = router.local_addr().unwrap().port();
-    let peer = format!("127.0.0.1,64500,port={port},hold=3");
+    // No hold timer: this router answers no keepalives, and a loaded
+    // machine must not see the session expire mid-test.
+    let peer = format!("127.0.0.1,64500,port={port},hold=0");
     let mut harness = Harness::start_with_args(
         &[],
         &[
@@ -86,7 +88,7 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
     r.stream
         .write_all(&wire::encode_open(&Open {
             asn: 64500,
-            hold_time_secs: 3,
+            hold_time_secs: 0,
             router_id: Ipv4Addr::new(192, 0, 2, 1),
             families: vec![Family::Ipv4],
             four_octet_as: true,
@@ -99,6 +101,16 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
     assert_eq!(announced[18], 2, "UPDATE");
     assert!(contains(&announced, &PREFIX), "{announced:?}");
     assert!(!contains(&announced, &GSHUT_ATTR));
+
+    let status = harness
+        .wait_status("the BGP session established with one route", |s| {
+            s["bgp"][0]["state"] == "Established" && s["bgp"][0]["announced"] == 1
+        })
+        .await;
+    assert_eq!(status["bgp"][0]["peer"], format!("127.0.0.1:{port}"));
+    let metrics = harness.metrics().await;
+    let established = format!("teapot_bgp_session_established{{peer=\"127.0.0.1:{port}\"}} 1");
+    assert!(metrics.contains(&established), "{metrics}");
 
     harness.proxy.terminate().unwrap();
     let marked = r.next().await.expect("the GRACEFUL_SHUTDOWN UPDATE");
