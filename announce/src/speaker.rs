@@ -51,6 +51,14 @@ impl SpeakerConfig {
     }
 }
 
+/// One `teapot_bgp_*` series: name, type, help, the value of a peer.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PeerStatus) -> u64,
+);
+
 /// Every peer's status, readable from anywhere (`/status`, metrics) while
 /// the speaker runs.
 #[derive(Debug, Clone, Default)]
@@ -67,7 +75,7 @@ impl Statuses {
         use std::fmt::Write;
         let peers = self.snapshot();
         let mut out = String::new();
-        let series: [(&str, &str, &str, fn(&PeerStatus) -> u64); 5] = [
+        let series: [Series; 5] = [
             (
                 "session_established",
                 "gauge",
