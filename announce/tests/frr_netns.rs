@@ -189,6 +189,14 @@ impl Lab {
                 });
             }
         }
+        // A connection bgpd accepts before it has read its neighbours gets
+        // an FSM error NOTIFICATION (and a backoff): wait for the config.
+        let last = LINKS[LINKS.len() - 1].speaker6;
+        self.wait("bgpd's neighbours", || {
+            self.vtysh("show bgp summary json")
+                .contains(last)
+                .then_some(())
+        });
     }
 
     fn vtysh(&self, command: &str) -> String {
@@ -381,13 +389,12 @@ fn graceful_stop_marks_the_route_then_leaves_one_next_hop() {
     lab.wait_only(1, VIP6);
     let status = lab.wait_exit(0);
     assert!(status.success(), "graceful stop exits cleanly: {status}");
-    // Withdrawn, not just deprioritised: the router holds no path from the
-    // stopped replica.
-    let out = lab.vtysh(&format!("show bgp ipv4 unicast {VIP4}/32 json"));
-    assert!(
-        !out.contains(leaving),
-        "path from {leaving} still held: {out}"
-    );
+    // Withdrawn, not just deprioritised: the router drops every path from
+    // the stopped replica (it processes the withdrawal asynchronously).
+    lab.wait("no path from the stopped replica", || {
+        let out = lab.vtysh(&format!("show bgp ipv4 unicast {VIP4}/32 json"));
+        (!out.contains(leaving)).then_some(())
+    });
 }
 
 #[test]
