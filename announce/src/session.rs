@@ -384,6 +384,16 @@ impl Established<'_> {
     }
 
     async fn announce(&mut self, addrs: &[IpAddr]) -> Result<(), Error> {
+        self.send_routes(addrs, false).await
+    }
+
+    async fn withdraw(&mut self, addrs: &[IpAddr]) -> Result<(), Error> {
+        self.send_routes(addrs, true).await
+    }
+
+    /// Announces or withdraws `addrs`, family by family (addresses of a
+    /// family the session does not carry are skipped), and counts them.
+    async fn send_routes(&mut self, addrs: &[IpAddr], withdraw: bool) -> Result<(), Error> {
         for (family, next_hop) in self.families.clone() {
             let of_family: Vec<IpAddr> = addrs
                 .iter()
@@ -393,43 +403,26 @@ impl Established<'_> {
             if of_family.is_empty() {
                 continue;
             }
-            self.conn
-                .send_all(wire::encode_announce(
-                    family,
-                    &of_family,
-                    next_hop,
-                    &self.attrs,
-                ))
-                .await?;
-            self.announced.extend(&of_family);
-            let (sent, now) = (of_family.len() as u64, self.announced.len());
-            self.status.send_modify(|s| {
-                s.announcements_sent += sent;
-                s.announced = now;
-            });
-        }
-        Ok(())
-    }
-
-    async fn withdraw(&mut self, addrs: &[IpAddr]) -> Result<(), Error> {
-        for (family, _) in self.families.clone() {
-            let of_family: Vec<IpAddr> = addrs
-                .iter()
-                .filter(|a| Family::of(a) == family)
-                .copied()
-                .collect();
-            if of_family.is_empty() {
-                continue;
-            }
-            self.conn
-                .send_all(wire::encode_withdraw(family, &of_family))
-                .await?;
+            let messages = if withdraw {
+                wire::encode_withdraw(family, &of_family)
+            } else {
+                wire::encode_announce(family, &of_family, next_hop, &self.attrs)
+            };
+            self.conn.send_all(messages).await?;
             for a in &of_family {
-                self.announced.remove(a);
+                if withdraw {
+                    self.announced.remove(a);
+                } else {
+                    self.announced.insert(*a);
+                }
             }
             let (sent, now) = (of_family.len() as u64, self.announced.len());
             self.status.send_modify(|s| {
-                s.withdrawals_sent += sent;
+                if withdraw {
+                    s.withdrawals_sent += sent;
+                } else {
+                    s.announcements_sent += sent;
+                }
                 s.announced = now;
             });
         }
