@@ -133,6 +133,16 @@ impl Lab {
         lab
     }
 
+    /// Both replicas announcing, the router using both (replica 0 with
+    /// `graceful_wait_ms`).
+    fn with_both_replicas(graceful_wait_ms: u64) -> Lab {
+        let mut lab = Lab::new();
+        lab.start_speaker(0, graceful_wait_ms);
+        lab.start_speaker(1, 3000);
+        lab.wait_for_ecmp();
+        lab
+    }
+
     fn sh(&self, ns: &str, script: &str) -> String {
         netns::sh(ns, script)
     }
@@ -351,12 +361,9 @@ fn graceful_stop_marks_the_route_then_leaves_one_next_hop() {
     if !runnable("graceful_stop_marks_the_route_then_leaves_one_next_hop") {
         return;
     }
-    let mut lab = Lab::new();
     // A wait long enough that the next hop moves before the withdrawal
     // on a loaded machine too.
-    lab.start_speaker(0, 10_000);
-    lab.start_speaker(1, 3000);
-    lab.wait_for_ecmp();
+    let mut lab = Lab::with_both_replicas(10_000);
 
     lab.signal(0, "-TERM");
     let leaving = LINKS[0].speaker4;
@@ -402,10 +409,7 @@ fn a_killed_replica_leaves_the_route_within_the_hold_time() {
     if !runnable("a_killed_replica_leaves_the_route_within_the_hold_time") {
         return;
     }
-    let mut lab = Lab::new();
-    lab.start_speaker(0, 3000);
-    lab.start_speaker(1, 3000);
-    lab.wait_for_ecmp();
+    let mut lab = Lab::with_both_replicas(3000);
 
     let killed = Instant::now();
     lab.signal(0, "-KILL");
@@ -427,10 +431,7 @@ fn a_frozen_replica_leaves_the_route_when_the_hold_timer_expires() {
     if !runnable("a_frozen_replica_leaves_the_route_when_the_hold_timer_expires") {
         return;
     }
-    let mut lab = Lab::new();
-    lab.start_speaker(0, 3000);
-    lab.start_speaker(1, 3000);
-    lab.wait_for_ecmp();
+    let mut lab = Lab::with_both_replicas(3000);
 
     // SIGSTOP keeps the TCP connection open but silent: only the router's
     // hold timer can tell (SIGKILL closes the socket, which the router
