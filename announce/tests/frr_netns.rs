@@ -97,6 +97,15 @@ impl Lab {
         for ns in lab.speakers.clone() {
             lab.namespaces.add(ns);
         }
+        // No duplicate detection on the links about to be made: bgpd resets
+        // an IPv6 session (FSM error) while its interface's link-local
+        // address is still tentative.
+        for ns in std::iter::once(&lab.router).chain(&lab.speakers) {
+            lab.sh(
+                ns,
+                "sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0",
+            );
+        }
         lab.router_sh("sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1");
         lab.router_sh("ip link set lo up");
         for (i, link) in LINKS.iter().enumerate() {
@@ -199,8 +208,7 @@ impl Lab {
                 });
             }
         }
-        // A connection bgpd accepts before it has read its neighbours gets
-        // an FSM error NOTIFICATION (and a backoff): wait for the config.
+        // The replicas connect once bgpd has read its neighbours.
         let last = LINKS[LINKS.len() - 1].speaker6;
         self.wait("bgpd's neighbours", || {
             self.vtysh("show bgp summary json")
