@@ -68,6 +68,9 @@ pub struct ProxyConfig {
     pub l4: crate::compile::l4::L4Config,
     /// Access log, request IDs, per-route series (docs/operations.md).
     pub observe: ObserveConfig,
+    /// BGP announcement of this replica's addresses (docs/announce.md);
+    /// `None`: off.
+    pub announce: Option<crate::loops::announce::AnnounceConfig>,
 }
 
 /// What `teapot proxy` tells an operator about each request.
@@ -99,6 +102,7 @@ impl ProxyConfig {
             edge: crate::plane::edge::EdgeConfig::default(),
             l4: crate::compile::l4::L4Config::default(),
             observe: ObserveConfig::default(),
+            announce: None,
         }
     }
 }
@@ -237,6 +241,15 @@ pub async fn run(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
+    // Announces nothing until ready; a bad setting fails here, before
+    // anything serves.
+    let announcer = match config.announce.clone() {
+        Some(c) => Some(
+            crate::loops::announce::Announcer::start(c, snapshots.clone(), ready.clone())
+                .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?,
+        ),
+        None => None,
+    };
 
     let sni = match &listeners.https {
         Some(_) => Some(Arc::new(
@@ -324,6 +337,7 @@ pub async fn run(
             snapshots: snapshots.clone(),
             metrics: metrics.clone(),
             ready: ready.clone(),
+            bgp: announcer.as_ref().map(|a| a.statuses()),
         },
         stop_rx.clone(),
     ));
@@ -388,6 +402,11 @@ pub async fn run(
 
     shutdown.await;
     let started = Instant::now();
+    // Routers first: GRACEFUL_SHUTDOWN moves new connections to the other
+    // replicas while this one still serves, then the routes go.
+    if let Some(announcer) = announcer {
+        announcer.stop().await;
+    }
     if let Some(t) = ready_task {
         t.abort();
     }

@@ -15,6 +15,7 @@
 
 mod acme_args;
 mod agent_cmd;
+mod announce_args;
 mod capi_cmd;
 mod demo;
 mod edge_args;
@@ -150,6 +151,8 @@ struct ProxyArgs {
     l4: Box<l4_args::L4Args>,
     #[command(flatten)]
     observe: Box<observe_args::ObserveArgs>,
+    #[command(flatten)]
+    announce: Box<announce_args::AnnounceArgs>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -355,6 +358,7 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.edge = args.edge.config();
     config.l4 = l4;
     config.observe = args.observe.config();
+    config.announce = args.announce.config().map_err(anyhow::Error::msg)?;
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

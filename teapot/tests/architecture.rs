@@ -3,7 +3,8 @@
 //!
 //! - Crates: the webhook reaches no Pingora crate and not the proxy; the
 //!   shipped binary's normal dependencies reach no testkit; model and
-//!   source reach neither the proxy nor Pingora.
+//!   source reach neither the proxy nor Pingora; announce reaches no
+//!   Pingora, no kube and no other teapot crate but api.
 //! - Modules of the proxy crate: `compile` imports neither `plane` nor
 //!   `loops`; `plane` does not import `loops`.
 //!
@@ -99,6 +100,21 @@ fn model_and_source_link_no_pingora_and_not_the_proxy() {
         &["pingora", "teapot-proxy", "teapot-source"],
     );
     assert_not_reached("teapot-source", &["pingora", "teapot-proxy"]);
+}
+
+#[test]
+fn announce_links_no_pingora_no_kube_and_no_proxy() {
+    assert_not_reached(
+        "teapot-announce",
+        &[
+            "pingora",
+            "kube",
+            "k8s-openapi",
+            "teapot-proxy",
+            "teapot-model",
+            "teapot-source",
+        ],
+    );
 }
 
 #[test]

@@ -14,9 +14,12 @@
 //! - [`proof`]: DNS proofs of tenants' custom domains.
 //! - [`allocations`]: what each L4 Service holds, remembered across
 //!   compiles and restarts.
+//! - [`announce`]: the BGP speaker that announces the fleet's and the L4
+//!   addresses while the replica is ready.
 
 pub mod acme;
 pub mod allocations;
+pub mod announce;
 pub mod gateway_status;
 pub mod kube_status;
 pub mod proof;

@@ -1,7 +1,8 @@
 //! The admin listener: `/healthz` (the process runs), `/readyz` (a snapshot
 //! is loaded and the proxy accepts traffic), `/metrics` (Prometheus text) and
 //! `/status` (the status report: Ingress status, backends, manifest
-//! problems; in manifests mode this is where Ingress status is observed).
+//! problems; in manifests mode this is where Ingress status is observed;
+//! with `--bgp-peer`, each BGP session under `bgp`).
 //!
 //! Keep it off the public interfaces: it is read-only but reveals topology.
 
@@ -29,6 +30,22 @@ pub struct AdminState {
     /// Set once listeners serve and the first snapshot is in; cleared when
     /// shutting down so load balancers drain us first.
     pub ready: Arc<AtomicBool>,
+    /// The BGP sessions of `--bgp-peer` (docs/announce.md); `None`: off.
+    pub bgp: Option<teapot_announce::Statuses>,
+}
+
+/// One BGP session as `/status` shows it.
+fn bgp_json(peer: &teapot_announce::PeerStatus) -> serde_json::Value {
+    serde_json::json!({
+        "peer": peer.peer.to_string(),
+        "remote_asn": peer.remote_asn,
+        "state": peer.state.as_str(),
+        "announced": peer.announced,
+        "announcements_sent": peer.announcements_sent,
+        "withdrawals_sent": peer.withdrawals_sent,
+        "sessions_established": peer.sessions_established,
+        "last_error": peer.last_error,
+    })
 }
 
 /// Serves the admin API on `listener` until `shutdown` turns true.
@@ -72,7 +89,11 @@ fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Full<Bytes>> {
             }
         }
         "/metrics" => {
-            let mut r = Response::new(Full::new(Bytes::from(state.metrics.render())));
+            let mut body = state.metrics.render();
+            if let Some(bgp) = &state.bgp {
+                body.push_str(&bgp.render_prometheus());
+            }
+            let mut r = Response::new(Full::new(Bytes::from(body)));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -81,7 +102,18 @@ fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         "/status" => {
             let snapshot = state.snapshots.load();
-            match serde_json::to_vec_pretty(&snapshot.report) {
+            // Through a `Value` only with BGP on: that one sorts the keys.
+            let body = match &state.bgp {
+                None => serde_json::to_vec_pretty(&snapshot.report),
+                Some(bgp) => serde_json::to_value(&snapshot.report).and_then(|mut report| {
+                    if let Some(object) = report.as_object_mut() {
+                        let peers = bgp.snapshot().iter().map(bgp_json).collect();
+                        object.insert("bgp".into(), serde_json::Value::Array(peers));
+                    }
+                    serde_json::to_vec_pretty(&report)
+                }),
+            };
+            match body {
                 Ok(body) => {
                     let mut r = Response::new(Full::new(Bytes::from(body)));
                     r.headers_mut().insert(

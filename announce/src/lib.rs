@@ -1,0 +1,78 @@
+//! Makes the fleet's addresses reachable: a BGP speaker that announces a
+//! watched set of addresses as host routes (/32, /128) with this host as
+//! the next hop, so routers send the traffic here and spread it across
+//! replicas by ECMP; or, on a plain L2 segment, one owner per address
+//! that puts it on an interface and announces it with gratuitous ARP /
+//! unsolicited neighbour advertisements.
+//!
+//! Announce-only by design: received UPDATEs are framed and dropped
+//! unread, and only addresses of the set are ever announced. Sessions
+//! reconnect with backoff; a stop first re-announces everything with the
+//! GRACEFUL_SHUTDOWN community (RFC 8326), so routers move new flows to
+//! the other replicas before the withdrawal. No Pingora, no kube: the
+//! crate builds in seconds and runs beside any serving code.
+//!
+//! # Use
+//!
+//! ```no_run
+//! use std::collections::BTreeSet;
+//! use teapot_announce::{PeerConfig, Speaker, SpeakerConfig};
+//!
+//! # async fn demo() -> Result<(), teapot_announce::Error> {
+//! let peer: PeerConfig = "192.0.2.1,64500,hold=3,keepalive=1".parse()?;
+//! let (addrs, addrs_rx) = tokio::sync::watch::channel(BTreeSet::new());
+//! let speaker = Speaker::start(SpeakerConfig::new(64501, vec![peer]), addrs_rx)?;
+//! addrs.send_modify(|set| {
+//!     set.insert("203.0.113.10".parse().unwrap());
+//! });
+//! // ... serve; on SIGTERM:
+//! speaker.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`wire`]: the BGP messages (RFC 4271, 4760, 6793, 8326), encoded and
+//!   decoded, with tests against hand-assembled byte vectors.
+//! - [`peer`]: a neighbour's settings (parsed from `ADDR,ASN[,key=value]`)
+//!   and its [`PeerStatus`].
+//! - [`session`]: the per-peer task: connect, OPEN, keepalives and hold
+//!   timer, announce/withdraw on change, backoff, the graceful stop.
+//! - [`speaker`]: [`Speaker`] starts the tasks, exposes their status and
+//!   stops them together.
+//! - [`l2`]: layer-2 mode: the owner of each address (a rendezvous hash
+//!   over the live replicas) puts it on an interface and sends gratuitous
+//!   ARP / unsolicited neighbour advertisements.
+
+pub mod l2;
+pub mod peer;
+pub mod session;
+pub mod speaker;
+pub mod wire;
+
+pub use peer::{PeerConfig, PeerStatus, SessionState};
+pub use speaker::{Speaker, SpeakerConfig, Statuses};
+
+/// Everything that can go wrong configuring or running a BGP session.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{setting}: {reason}")]
+    Config { setting: String, reason: String },
+    #[error("malformed BGP message from the peer: {0}")]
+    Malformed(String),
+    #[error("BGP protocol error: {0}")]
+    Protocol(String),
+    #[error("peer sent NOTIFICATION {0}")]
+    Notification(wire::Notification),
+    #[error("hold timer expired: nothing heard from the peer for {0:?}")]
+    HoldTimerExpired(std::time::Duration),
+    #[error("the peer closed the connection")]
+    Closed,
+    #[error("timed out {0}")]
+    Timeout(&'static str),
+    #[error("{0}: {1}")]
+    Io(&'static str, #[source] std::io::Error),
+    #[error("netlink: {0}")]
+    Netlink(String),
+}

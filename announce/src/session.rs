@@ -1,0 +1,910 @@
+//! The per-peer task: connect, OPEN, keep the session alive, announce and
+//! withdraw as the watched address set changes, and reconnect with backoff
+//! when the session ends. On stop, the graceful sequence of RFC 8326.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+
+use crate::Error;
+use crate::peer::{PeerConfig, PeerStatus, SessionState};
+use crate::wire::{self, Family, Message, Notification, Open, PathAttributes, code};
+
+/// First pause after a failed or ended session; doubles up to
+/// [`MAX_BACKOFF`] and starts over after an established session.
+pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long to wait for the TCP connection and for the peer's OPEN
+/// (RFC 4271 suggests a large OpenSent hold time; routers answer at once).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every session of one speaker shares.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub local_asn: u32,
+    pub router_id: Option<Ipv4Addr>,
+    pub graceful_shutdown_wait: Duration,
+}
+
+/// How one session ended.
+enum Ended {
+    /// Stop was asked and the graceful sequence ran (or nothing was open).
+    Stopped,
+    /// The session had been established: the next attempt starts at the
+    /// shortest backoff.
+    AfterEstablished(Error),
+    Failed(Error),
+}
+
+/// Runs until `stop` turns true: one session after another with backoff.
+pub async fn run(
+    shared: Arc<Shared>,
+    peer: PeerConfig,
+    mut addrs: watch::Receiver<BTreeSet<IpAddr>>,
+    mut stop: watch::Receiver<bool>,
+    status: watch::Sender<PeerStatus>,
+) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        if stopping(&stop) {
+            break;
+        }
+        let ended = session(&shared, &peer, &mut addrs, &mut stop, &status).await;
+        status.send_modify(|s| {
+            s.state = SessionState::Idle;
+            s.announced = 0;
+        });
+        let err = match ended {
+            Ended::Stopped => break,
+            Ended::AfterEstablished(err) => {
+                backoff = MIN_BACKOFF;
+                err
+            }
+            Ended::Failed(err) => err,
+        };
+        tracing::warn!(peer = %peer.socket_addr(), error = %err, retry_in = ?backoff, "BGP session down");
+        status.send_modify(|s| s.last_error = Some(err.to_string()));
+        tokio::select! {
+            _ = sleep(backoff) => {}
+            _ = until_stopped(&mut stop) => break,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+    status.send_modify(|s| s.state = SessionState::Idle);
+}
+
+/// Stop was asked, or whoever could ask is gone.
+fn stopping(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow() || stop.has_changed().is_err()
+}
+
+/// Resolves when stop is asked or whoever could ask is gone.
+async fn until_stopped(stop: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`: drop it here.
+    let _ = stop.wait_for(|stop| *stop).await.is_ok();
+}
+
+async fn connect(peer: &PeerConfig, local_asn: u32) -> Result<TcpStream, Error> {
+    let target = peer.socket_addr();
+    let io = |what: &'static str| move |e| Error::Io(what, e);
+    let socket = match target {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .map_err(io("creating the socket"))?;
+    if let Some(source) = peer.source {
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .map_err(io("binding the source address"))?;
+    }
+    // Directly connected eBGP speaks with TTL 1 (RFC 4271 practice; a
+    // router with GTSM expects it); multihop raises it; iBGP keeps the
+    // system default.
+    let ttl = match peer.multihop_ttl {
+        Some(ttl) => Some(ttl),
+        None if peer.remote_asn != local_asn => Some(1),
+        None => None,
+    };
+    if let Some(ttl) = ttl {
+        let sock = socket2::SockRef::from(&socket);
+        match target {
+            SocketAddr::V4(_) => sock.set_ttl_v4(ttl as u32),
+            SocketAddr::V6(_) => sock.set_unicast_hops_v6(ttl as u32),
+        }
+        .map_err(io("setting the TTL"))?;
+    }
+    let stream = timeout(CONNECT_TIMEOUT, socket.connect(target))
+        .await
+        .map_err(|_| Error::Timeout("connecting"))?
+        .map_err(io("connecting"))?;
+    stream
+        .set_nodelay(true)
+        .map_err(io("setting TCP_NODELAY"))?;
+    Ok(stream)
+}
+
+/// The session's reading and writing, with the bytes read but not yet
+/// taken as messages.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    write_timeout: Duration,
+}
+
+impl Conn {
+    async fn send(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        timeout(self.write_timeout, self.stream.write_all(bytes))
+            .await
+            .map_err(|_| Error::Timeout("writing to the peer"))?
+            .map_err(|e| Error::Io("writing to the peer", e))
+    }
+
+    async fn send_all(&mut self, messages: Vec<Vec<u8>>) -> Result<(), Error> {
+        for m in messages {
+            self.send(&m).await?;
+        }
+        Ok(())
+    }
+
+    /// One whole message if the buffer holds one.
+    fn take(&mut self) -> Result<Option<Message>, Error> {
+        match wire::decode(&self.buf)? {
+            Some((message, len)) => {
+                self.buf.drain(..len);
+                Ok(Some(message))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Reads more bytes. Cancel-safe: `read_buf` only appends what it read.
+    async fn fill(&mut self) -> Result<(), Error> {
+        match self.stream.read_buf(&mut self.buf).await {
+            Ok(0) => Err(Error::Closed),
+            Ok(_) => Ok(()),
+            Err(e) => Err(Error::Io("reading from the peer", e)),
+        }
+    }
+
+    async fn next(&mut self) -> Result<Message, Error> {
+        loop {
+            if let Some(m) = self.take()? {
+                return Ok(m);
+            }
+            self.fill().await?;
+        }
+    }
+
+    async fn notify_and_fail(&mut self, n: Notification, err: Error) -> Error {
+        // Best effort: the peer learns why; the error is what is reported.
+        let _ = self.send(&wire::encode_notification(&n)).await;
+        err
+    }
+}
+
+fn router_id(shared: &Shared, local: IpAddr) -> Ipv4Addr {
+    if let Some(id) = shared.router_id {
+        return id;
+    }
+    match local {
+        IpAddr::V4(a) => a,
+        // An IPv6-only host has no natural 32-bit identifier: the low 32
+        // bits of its address (docs/announce.md says to set one when two
+        // speakers could collide).
+        IpAddr::V6(a) => {
+            let low = u128::from(a) as u32;
+            Ipv4Addr::from(low.max(1))
+        }
+    }
+}
+
+/// Announceable families and their next hops on a session from `local`.
+fn next_hops(peer: &PeerConfig, local: IpAddr) -> Vec<(Family, IpAddr)> {
+    let mut out = Vec::new();
+    match (local, peer.next_hop_v4) {
+        (_, Some(nh)) => out.push((Family::Ipv4, IpAddr::V4(nh))),
+        (IpAddr::V4(a), None) => out.push((Family::Ipv4, IpAddr::V4(a))),
+        _ => {}
+    }
+    match (local, peer.next_hop_v6) {
+        (_, Some(nh)) => out.push((Family::Ipv6, IpAddr::V6(nh))),
+        (IpAddr::V6(a), None) => out.push((Family::Ipv6, IpAddr::V6(a))),
+        _ => {}
+    }
+    out
+}
+
+async fn session(
+    shared: &Shared,
+    peer: &PeerConfig,
+    addrs: &mut watch::Receiver<BTreeSet<IpAddr>>,
+    stop: &mut watch::Receiver<bool>,
+    status: &watch::Sender<PeerStatus>,
+) -> Ended {
+    status.send_modify(|s| s.state = SessionState::Connect);
+    let stream = tokio::select! {
+        r = connect(peer, shared.local_asn) => match r {
+            Ok(s) => s,
+            Err(e) => return Ended::Failed(e),
+        },
+        _ = until_stopped(stop) => return Ended::Stopped,
+    };
+    let local = match stream.local_addr() {
+        Ok(a) => a.ip(),
+        Err(e) => return Ended::Failed(Error::Io("reading the local address", e)),
+    };
+    let hold = peer.hold_time;
+    let mut conn = Conn {
+        stream,
+        buf: Vec::with_capacity(4096),
+        write_timeout: if hold.is_zero() { OPEN_TIMEOUT } else { hold },
+    };
+    let offered = next_hops(peer, local);
+    let open = Open {
+        asn: shared.local_asn,
+        hold_time_secs: hold.as_secs() as u16,
+        router_id: router_id(shared, local),
+        families: offered.iter().map(|(f, _)| *f).collect(),
+        four_octet_as: true,
+    };
+    status.send_modify(|s| s.state = SessionState::OpenSent);
+    let theirs = tokio::select! {
+        r = opening(&mut conn, &open, peer) => match r {
+            Ok(theirs) => theirs,
+            Err(e) => return Ended::Failed(e),
+        },
+        _ = until_stopped(stop) => {
+            let _ = conn.send(&wire::encode_notification(&wire::cease("speaker stopping"))).await;
+            return Ended::Stopped;
+        }
+    };
+    let negotiated = hold.min(Duration::from_secs(theirs.hold_time_secs as u64));
+    let families: Vec<(Family, IpAddr)> = offered
+        .into_iter()
+        .filter(|(f, _)| theirs.families.contains(f))
+        .collect();
+    let attrs = PathAttributes {
+        ebgp_asn: (peer.remote_asn != shared.local_asn).then_some(shared.local_asn),
+        four_octet_as: theirs.four_octet_as,
+        local_pref: peer.local_pref,
+        graceful_shutdown: false,
+    };
+    status.send_modify(|s| {
+        s.state = SessionState::Established;
+        s.sessions_established += 1;
+        s.last_error = None;
+    });
+    tracing::info!(peer = %peer.socket_addr(), local = %local, hold = ?negotiated, ?families, "BGP session established");
+    let mut established = Established {
+        conn,
+        families,
+        attrs,
+        announced: BTreeSet::new(),
+        status,
+    };
+    match established
+        .run(
+            negotiated,
+            peer.keepalive,
+            shared.graceful_shutdown_wait,
+            addrs,
+            stop,
+        )
+        .await
+    {
+        Ok(()) => Ended::Stopped,
+        Err(e) => Ended::AfterEstablished(e),
+    }
+}
+
+/// OPEN both ways and the KEEPALIVE that confirms it (OpenSent and
+/// OpenConfirm).
+async fn opening(conn: &mut Conn, open: &Open, peer: &PeerConfig) -> Result<Open, Error> {
+    conn.send(&wire::encode_open(open)).await?;
+    let theirs = match timeout(OPEN_TIMEOUT, conn.next()).await {
+        Err(_) => return Err(Error::Timeout("waiting for the peer's OPEN")),
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(Message::Open(theirs))) => theirs,
+        Ok(Ok(Message::Notification(n))) => return Err(Error::Notification(n)),
+        Ok(Ok(other)) => {
+            let n = Notification {
+                code: code::FSM,
+                subcode: 1,
+                data: vec![],
+            };
+            return Err(conn
+                .notify_and_fail(n, Error::Protocol(format!("{other:?} before OPEN")))
+                .await);
+        }
+    };
+    if theirs.asn != peer.remote_asn {
+        let n = Notification {
+            code: code::OPEN_MESSAGE,
+            subcode: code::BAD_PEER_AS,
+            data: vec![],
+        };
+        let err = Error::Protocol(format!(
+            "peer's OPEN says AS {}, configured remote ASN is {}",
+            theirs.asn, peer.remote_asn
+        ));
+        return Err(conn.notify_and_fail(n, err).await);
+    }
+    if matches!(theirs.hold_time_secs, 1 | 2) {
+        let n = Notification {
+            code: code::OPEN_MESSAGE,
+            subcode: code::UNACCEPTABLE_HOLD_TIME,
+            data: vec![],
+        };
+        let err = Error::Protocol(format!(
+            "peer's hold time {} s is below 3 s",
+            theirs.hold_time_secs
+        ));
+        return Err(conn.notify_and_fail(n, err).await);
+    }
+    conn.send(&wire::encode_keepalive()).await?;
+    match timeout(OPEN_TIMEOUT, conn.next()).await {
+        Err(_) => Err(Error::Timeout(
+            "waiting for the peer's KEEPALIVE after OPEN",
+        )),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(Message::Keepalive)) => Ok(theirs),
+        Ok(Ok(Message::Notification(n))) => Err(Error::Notification(n)),
+        Ok(Ok(other)) => {
+            let n = Notification {
+                code: code::FSM,
+                subcode: 2,
+                data: vec![],
+            };
+            Err(conn
+                .notify_and_fail(n, Error::Protocol(format!("{other:?} in OpenConfirm")))
+                .await)
+        }
+    }
+}
+
+struct Established<'a> {
+    conn: Conn,
+    families: Vec<(Family, IpAddr)>,
+    attrs: PathAttributes,
+    /// What the router holds from this session.
+    announced: BTreeSet<IpAddr>,
+    status: &'a watch::Sender<PeerStatus>,
+}
+
+impl Established<'_> {
+    fn carried(&self, addr: &IpAddr) -> bool {
+        self.families.iter().any(|(f, _)| *f == Family::of(addr))
+    }
+
+    async fn announce(&mut self, addrs: &[IpAddr]) -> Result<(), Error> {
+        self.send_routes(addrs, false).await
+    }
+
+    async fn withdraw(&mut self, addrs: &[IpAddr]) -> Result<(), Error> {
+        self.send_routes(addrs, true).await
+    }
+
+    /// Announces or withdraws `addrs`, family by family (addresses of a
+    /// family the session does not carry are skipped), and counts them.
+    async fn send_routes(&mut self, addrs: &[IpAddr], withdraw: bool) -> Result<(), Error> {
+        for (family, next_hop) in self.families.clone() {
+            let of_family: Vec<IpAddr> = addrs
+                .iter()
+                .filter(|a| Family::of(a) == family)
+                .copied()
+                .collect();
+            if of_family.is_empty() {
+                continue;
+            }
+            let messages = if withdraw {
+                wire::encode_withdraw(family, &of_family)
+            } else {
+                wire::encode_announce(family, &of_family, next_hop, &self.attrs)
+            };
+            self.conn.send_all(messages).await?;
+            for a in &of_family {
+                if withdraw {
+                    self.announced.remove(a);
+                } else {
+                    self.announced.insert(*a);
+                }
+            }
+            let (sent, now) = (of_family.len() as u64, self.announced.len());
+            self.status.send_modify(|s| {
+                if withdraw {
+                    s.withdrawals_sent += sent;
+                } else {
+                    s.announcements_sent += sent;
+                }
+                s.announced = now;
+            });
+        }
+        Ok(())
+    }
+
+    /// Brings the router's view to `wanted`: withdrawals first, so a
+    /// replaced set never briefly holds both.
+    async fn sync(&mut self, wanted: &BTreeSet<IpAddr>) -> Result<(), Error> {
+        let gone: Vec<IpAddr> = self.announced.difference(wanted).copied().collect();
+        let new: Vec<IpAddr> = wanted
+            .iter()
+            .filter(|a| !self.announced.contains(a) && self.carried(a))
+            .copied()
+            .collect();
+        self.withdraw(&gone).await?;
+        self.announce(&new).await
+    }
+
+    async fn run(
+        &mut self,
+        hold: Duration,
+        keepalive: Option<Duration>,
+        graceful_wait: Duration,
+        addrs: &mut watch::Receiver<BTreeSet<IpAddr>>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), Error> {
+        // RFC 4271 10: keepalive at a third of the hold time unless set
+        // lower.
+        let keepalive_every = match keepalive {
+            Some(k) if k < hold / 3 => k,
+            _ => hold / 3,
+        };
+        let far = Duration::from_secs(86_400 * 365);
+        let mut keepalive_at = Instant::now() + if hold.is_zero() { far } else { keepalive_every };
+        let mut hold_deadline = Instant::now() + if hold.is_zero() { far } else { hold };
+        // `Some(until)`: the graceful-shutdown announcements went out and
+        // the withdrawal follows at `until`.
+        let mut draining: Option<Instant> = None;
+        let mut addrs_open = true;
+        let wanted = addrs.borrow_and_update().clone();
+        self.sync(&wanted).await?;
+        loop {
+            if draining.is_none() && stopping(stop) {
+                self.attrs.graceful_shutdown = true;
+                let all: Vec<IpAddr> = self.announced.iter().copied().collect();
+                self.announce(&all).await?;
+                tracing::info!(routes = all.len(), wait = ?graceful_wait, "BGP graceful shutdown announced");
+                draining = Some(Instant::now() + graceful_wait);
+            }
+            tokio::select! {
+                biased;
+                _ = stop.changed(), if draining.is_none() => {}
+                _ = async { sleep_until(draining.unwrap_or(Instant::now())).await }, if draining.is_some() => {
+                    let all: Vec<IpAddr> = self.announced.iter().copied().collect();
+                    self.withdraw(&all).await?;
+                    let cease = wire::encode_notification(&wire::cease("teapot speaker stopping"));
+                    self.conn.send(&cease).await?;
+                    let _ = self.conn.stream.shutdown().await;
+                    return Ok(());
+                }
+                read = self.conn.fill() => {
+                    read?;
+                    while let Some(message) = self.conn.take()? {
+                        match message {
+                            Message::Keepalive | Message::Update | Message::RouteRefresh => {}
+                            Message::Notification(n) => return Err(Error::Notification(n)),
+                            Message::Open(_) => {
+                                let n = Notification { code: code::FSM, subcode: 3, data: vec![] };
+                                return Err(self.conn.notify_and_fail(n, Error::Protocol("OPEN in Established".into())).await);
+                            }
+                        }
+                        if !hold.is_zero() {
+                            hold_deadline = Instant::now() + hold;
+                        }
+                    }
+                }
+                _ = sleep_until(hold_deadline) => {
+                    let n = Notification { code: code::HOLD_TIMER_EXPIRED, subcode: 0, data: vec![] };
+                    return Err(self.conn.notify_and_fail(n, Error::HoldTimerExpired(hold)).await);
+                }
+                _ = sleep_until(keepalive_at) => {
+                    self.conn.send(&wire::encode_keepalive()).await?;
+                    keepalive_at = Instant::now() + keepalive_every;
+                }
+                changed = addrs.changed(), if draining.is_none() && addrs_open => {
+                    // The owner of the address set is gone: keep what is
+                    // announced until stopped.
+                    if changed.is_err() {
+                        addrs_open = false;
+                        continue;
+                    }
+                    let wanted = addrs.borrow_and_update().clone();
+                    self.sync(&wanted).await?;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The state machine against an in-process fake router on loopback.
+
+    use std::net::Ipv6Addr;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::speaker::{Speaker, SpeakerConfig};
+
+    const LOCAL_ASN: u32 = 65001;
+    const ROUTER_ASN: u32 = 64500;
+    const STEP: Duration = Duration::from_secs(20);
+
+    /// What one received UPDATE said, as a router would read it.
+    #[derive(Debug, Default, PartialEq, Eq)]
+    struct Update {
+        announced: Vec<IpAddr>,
+        withdrawn: Vec<IpAddr>,
+        next_hop: Option<IpAddr>,
+        as_path: Option<Vec<u8>>,
+        local_pref: Option<u32>,
+        communities: Vec<u32>,
+    }
+
+    fn prefixes(mut b: &[u8], v6: bool) -> Vec<IpAddr> {
+        let mut out = Vec::new();
+        while let [len, rest @ ..] = b {
+            let n = (*len as usize).div_ceil(8);
+            let mut octets = [0u8; 16];
+            octets[..n].copy_from_slice(&rest[..n]);
+            out.push(if v6 {
+                IpAddr::V6(Ipv6Addr::from(octets))
+            } else {
+                IpAddr::V4(Ipv4Addr::new(octets[0], octets[1], octets[2], octets[3]))
+            });
+            b = &rest[n..];
+        }
+        out
+    }
+
+    fn parse_update(msg: &[u8]) -> Update {
+        let body = &msg[wire::HEADER_LEN..];
+        let wlen = u16::from_be_bytes([body[0], body[1]]) as usize;
+        let mut u = Update {
+            withdrawn: prefixes(&body[2..2 + wlen], false),
+            ..Update::default()
+        };
+        let alen = u16::from_be_bytes([body[2 + wlen], body[3 + wlen]]) as usize;
+        let mut attrs = &body[4 + wlen..4 + wlen + alen];
+        u.announced = prefixes(&body[4 + wlen + alen..], false);
+        while !attrs.is_empty() {
+            let (flags, kind) = (attrs[0], attrs[1]);
+            let (len, start) = if flags & 0x10 != 0 {
+                (u16::from_be_bytes([attrs[2], attrs[3]]) as usize, 4)
+            } else {
+                (attrs[2] as usize, 3)
+            };
+            let v = &attrs[start..start + len];
+            match kind {
+                2 => u.as_path = Some(v.to_vec()),
+                3 => u.next_hop = Some(IpAddr::V4(Ipv4Addr::new(v[0], v[1], v[2], v[3]))),
+                5 => u.local_pref = Some(u32::from_be_bytes(v.try_into().unwrap())),
+                8 => {
+                    u.communities = v
+                        .chunks(4)
+                        .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+                        .collect()
+                }
+                14 => {
+                    let nh: [u8; 16] = v[4..20].try_into().unwrap();
+                    u.next_hop = Some(IpAddr::V6(Ipv6Addr::from(nh)));
+                    u.announced.extend(prefixes(&v[21..], true));
+                }
+                15 => u.withdrawn.extend(prefixes(&v[3..], true)),
+                _ => {}
+            }
+            attrs = &attrs[start + len..];
+        }
+        u
+    }
+
+    /// A router's side of one accepted connection.
+    struct FakeRouter {
+        stream: TcpStream,
+        buf: Vec<u8>,
+    }
+
+    impl FakeRouter {
+        async fn accept(listener: &TcpListener) -> FakeRouter {
+            let (stream, _) = timeout(STEP, listener.accept())
+                .await
+                .expect("speaker connects")
+                .unwrap();
+            FakeRouter {
+                stream,
+                buf: Vec::new(),
+            }
+        }
+
+        /// The next message, raw.
+        async fn next_raw(&mut self) -> Option<Vec<u8>> {
+            loop {
+                if let Some((_, len)) = wire::decode(&self.buf).unwrap() {
+                    return Some(self.buf.drain(..len).collect());
+                }
+                let n = timeout(STEP, self.stream.read_buf(&mut self.buf))
+                    .await
+                    .expect("speaker speaks")
+                    .unwrap();
+                if n == 0 {
+                    return None;
+                }
+            }
+        }
+
+        async fn next(&mut self) -> Option<Message> {
+            let raw = self.next_raw().await?;
+            Some(wire::decode(&raw).unwrap().unwrap().0)
+        }
+
+        /// The next UPDATE, skipping keepalives.
+        async fn update(&mut self) -> Update {
+            loop {
+                let raw = self.next_raw().await.expect("connection open");
+                if raw[18] == 2 {
+                    return parse_update(&raw);
+                }
+            }
+        }
+
+        async fn send(&mut self, bytes: &[u8]) {
+            self.stream.write_all(bytes).await.unwrap();
+        }
+
+        /// OPEN exchange as a router with `asn` and `hold` seconds; returns
+        /// the speaker's OPEN.
+        async fn open(&mut self, asn: u32, hold: u16) -> Open {
+            let Some(Message::Open(theirs)) = self.next().await else {
+                panic!("expected OPEN");
+            };
+            self.send(&wire::encode_open(&Open {
+                asn,
+                hold_time_secs: hold,
+                router_id: Ipv4Addr::new(192, 0, 2, 1),
+                families: vec![Family::Ipv4, Family::Ipv6],
+                four_octet_as: true,
+            }))
+            .await;
+            theirs
+        }
+
+        async fn establish(&mut self, asn: u32, hold: u16) -> Open {
+            let theirs = self.open(asn, hold).await;
+            assert_eq!(self.next().await, Some(Message::Keepalive));
+            self.send(&wire::encode_keepalive()).await;
+            theirs
+        }
+    }
+
+    fn start(peer: &str, addrs: &[&str]) -> (Speaker, watch::Sender<BTreeSet<IpAddr>>) {
+        let set = addrs.iter().map(|a| a.parse().unwrap()).collect();
+        let (tx, rx) = watch::channel(set);
+        let mut config = SpeakerConfig::new(LOCAL_ASN, vec![peer.parse().unwrap()]);
+        config.graceful_shutdown_wait = Duration::from_millis(300);
+        (Speaker::start(config, rx).unwrap(), tx)
+    }
+
+    /// A speaker with one eBGP peer (hold 3 s) at a fake router on
+    /// 127.0.0.1, and the router's side of its first connection.
+    async fn ebgp(
+        addrs: &[&str],
+    ) -> (
+        Speaker,
+        watch::Sender<BTreeSet<IpAddr>>,
+        TcpListener,
+        FakeRouter,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (speaker, tx) = start(&format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"), addrs);
+        let router = FakeRouter::accept(&listener).await;
+        (speaker, tx, listener, router)
+    }
+
+    async fn wait_status(
+        speaker: &Speaker,
+        what: &str,
+        ok: impl Fn(&PeerStatus) -> bool,
+    ) -> PeerStatus {
+        let deadline = Instant::now() + STEP;
+        loop {
+            let s = speaker.statuses().snapshot().remove(0);
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{what}: {s:?}");
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn ebgp_announces_the_set_follows_changes_and_ignores_received_routes() {
+        let (speaker, addrs, _listener, mut router) = ebgp(&["203.0.113.10", "2001:db8::10"]).await;
+        let open = router.establish(ROUTER_ASN, 90).await;
+        assert_eq!(open.asn, LOCAL_ASN);
+        assert_eq!(open.hold_time_secs, 3);
+        assert_eq!(open.router_id, Ipv4Addr::LOCALHOST);
+        // An IPv4 session has no IPv6 next hop unless one is configured.
+        assert_eq!(open.families, vec![Family::Ipv4]);
+
+        let first = router.update().await;
+        assert_eq!(
+            first.announced,
+            vec!["203.0.113.10".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(first.next_hop, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(first.as_path, Some(vec![2, 1, 0, 0, 0xfd, 0xe9]));
+        assert_eq!(first.local_pref, None);
+        assert!(first.communities.is_empty());
+
+        // A route the router offers changes nothing the speaker announces.
+        let offered = wire::encode_announce(
+            Family::Ipv4,
+            &["198.51.100.7".parse().unwrap()],
+            "192.0.2.1".parse().unwrap(),
+            &PathAttributes {
+                ebgp_asn: Some(ROUTER_ASN),
+                four_octet_as: true,
+                local_pref: 100,
+                graceful_shutdown: false,
+            },
+        );
+        router.send(&offered[0]).await;
+
+        addrs.send_modify(|s| {
+            s.insert("203.0.113.11".parse().unwrap());
+        });
+        let second = router.update().await;
+        assert_eq!(
+            second.announced,
+            vec!["203.0.113.11".parse::<IpAddr>().unwrap()]
+        );
+        addrs.send_modify(|s| {
+            s.remove(&"203.0.113.10".parse().unwrap());
+        });
+        let third = router.update().await;
+        assert_eq!(
+            third.withdrawn,
+            vec!["203.0.113.10".parse::<IpAddr>().unwrap()]
+        );
+        assert!(third.announced.is_empty());
+
+        let status = wait_status(&speaker, "one route announced", |s| s.announced == 1).await;
+        assert_eq!(status.state, SessionState::Established);
+        assert_eq!(status.announcements_sent, 2);
+        assert_eq!(status.withdrawals_sent, 1);
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn ibgp_over_ipv6_uses_mp_reach_an_empty_as_path_and_local_pref() {
+        let listener = TcpListener::bind("[::1]:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (speaker, _addrs) = start(
+            &format!("::1,{LOCAL_ASN},port={port},hold=3,local-pref=150,next-hop=192.0.2.2"),
+            &["203.0.113.10", "2001:db8::10"],
+        );
+        let mut router = FakeRouter::accept(&listener).await;
+        let open = router.establish(LOCAL_ASN, 3).await;
+        assert_eq!(open.families, vec![Family::Ipv4, Family::Ipv6]);
+        let mut updates = [router.update().await, router.update().await];
+        updates.sort_by_key(|u| u.announced.clone());
+        let [v4, v6] = &updates[..] else {
+            unreachable!()
+        };
+        assert_eq!(
+            v4.announced,
+            vec!["203.0.113.10".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(v4.next_hop, Some("192.0.2.2".parse().unwrap()));
+        assert_eq!(
+            v6.announced,
+            vec!["2001:db8::10".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(v6.next_hop, Some("::1".parse().unwrap()));
+        assert_eq!(v6.as_path, Some(vec![]));
+        assert_eq!(v6.local_pref, Some(150));
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn graceful_stop_marks_routes_then_withdraws_then_ceases() {
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10", "203.0.113.11"]).await;
+        router.establish(ROUTER_ASN, 3).await;
+        assert_eq!(router.update().await.announced.len(), 2);
+        let stopped = tokio::spawn(speaker.stop());
+
+        let marked = router.update().await;
+        assert_eq!(marked.announced.len(), 2);
+        assert_eq!(marked.communities, vec![wire::GRACEFUL_SHUTDOWN]);
+        let withdrawn = router.update().await;
+        assert_eq!(withdrawn.withdrawn.len(), 2);
+        let cease = loop {
+            match router.next().await {
+                Some(Message::Keepalive) => continue,
+                other => break other,
+            }
+        };
+        let Some(Message::Notification(n)) = cease else {
+            panic!("expected CEASE, got {cease:?}");
+        };
+        assert_eq!(
+            (n.code, n.subcode),
+            (code::CEASE, code::ADMINISTRATIVE_SHUTDOWN)
+        );
+        assert_eq!(router.next().await, None, "connection closed after CEASE");
+        timeout(STEP, stopped).await.expect("stop returns").unwrap();
+        // Stopped means stopped: no reconnection.
+        assert!(
+            timeout(Duration::from_millis(1500), listener.accept())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wrong_asn_is_refused_with_a_notification_and_retried() {
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10"]).await;
+        router.open(64999, 3).await;
+        let Some(Message::Notification(n)) = router.next().await else {
+            panic!("expected NOTIFICATION");
+        };
+        assert_eq!((n.code, n.subcode), (code::OPEN_MESSAGE, code::BAD_PEER_AS));
+        let status = wait_status(&speaker, "error recorded", |s| s.last_error.is_some()).await;
+        assert!(status.last_error.unwrap().contains("AS 64999"));
+        assert_eq!(status.announced, 0);
+        // After the backoff, a new attempt.
+        let mut again = FakeRouter::accept(&listener).await;
+        again.establish(ROUTER_ASN, 3).await;
+        assert_eq!(again.update().await.announced.len(), 1);
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn a_closed_session_reconnects_and_announces_again() {
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10"]).await;
+        router.establish(ROUTER_ASN, 3).await;
+        router.update().await;
+        router
+            .send(&wire::encode_notification(&wire::cease("maintenance")))
+            .await;
+        drop(router);
+        let status = wait_status(&speaker, "session down", |s| {
+            s.state != SessionState::Established
+        })
+        .await;
+        assert_eq!(status.announced, 0);
+        let mut again = FakeRouter::accept(&listener).await;
+        again.establish(ROUTER_ASN, 3).await;
+        assert_eq!(again.update().await.announced.len(), 1);
+        let status = wait_status(&speaker, "re-established", |s| s.sessions_established == 2).await;
+        assert!(status.last_error.is_none());
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_expires_the_hold_timer() {
+        let (speaker, _addrs, _listener, mut router) = ebgp(&["203.0.113.10"]).await;
+        router.establish(ROUTER_ASN, 3).await;
+        // Keepalives keep coming from the speaker; nothing goes back.
+        let n = loop {
+            match router.next().await {
+                Some(Message::Notification(n)) => break n,
+                Some(_) => continue,
+                None => panic!("closed without NOTIFICATION"),
+            }
+        };
+        assert_eq!(n.code, code::HOLD_TIMER_EXPIRED);
+        let status = wait_status(&speaker, "error recorded", |s| s.last_error.is_some()).await;
+        assert!(status.last_error.unwrap().contains("hold timer"));
+        drop(speaker);
+    }
+}

@@ -1,0 +1,197 @@
+//! The speaker: one session task per configured peer, all announcing the
+//! same watched address set, stopped together with the graceful sequence.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::Error;
+use crate::peer::{PeerConfig, PeerStatus};
+use crate::session::{self, Shared};
+
+/// How long routers get to move traffic away after the GRACEFUL_SHUTDOWN
+/// announcement before the routes are withdrawn, when none is configured.
+pub const DEFAULT_GRACEFUL_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct SpeakerConfig {
+    pub local_asn: u32,
+    /// BGP identifier; by default the session's local IPv4 address.
+    pub router_id: Option<Ipv4Addr>,
+    pub graceful_shutdown_wait: Duration,
+    pub peers: Vec<PeerConfig>,
+}
+
+impl SpeakerConfig {
+    pub fn new(local_asn: u32, peers: Vec<PeerConfig>) -> SpeakerConfig {
+        SpeakerConfig {
+            local_asn,
+            router_id: None,
+            graceful_shutdown_wait: DEFAULT_GRACEFUL_SHUTDOWN_WAIT,
+            peers,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut seen = BTreeSet::new();
+        for peer in &self.peers {
+            peer.validate(self.local_asn)?;
+            if !seen.insert(peer.socket_addr()) {
+                return Err(Error::Config {
+                    setting: format!("BGP peer {}", peer.socket_addr()),
+                    reason: "configured twice".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One `teapot_bgp_*` series: name, type, help, the value of a peer.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PeerStatus) -> u64,
+);
+
+/// Every peer's status, readable from anywhere (`/status`, metrics) while
+/// the speaker runs.
+#[derive(Debug, Clone, Default)]
+pub struct Statuses(Vec<watch::Receiver<PeerStatus>>);
+
+impl Statuses {
+    pub fn snapshot(&self) -> Vec<PeerStatus> {
+        self.0.iter().map(|r| r.borrow().clone()).collect()
+    }
+
+    /// The sessions in Prometheus' text format, `teapot_bgp_*` per peer,
+    /// for appending to a scrape.
+    pub fn render_prometheus(&self) -> String {
+        use std::fmt::Write;
+        let peers = self.snapshot();
+        let mut out = String::new();
+        let series: [Series; 5] = [
+            (
+                "session_established",
+                "gauge",
+                "1 when the BGP session to the peer is established",
+                |p| (p.state == crate::SessionState::Established) as u64,
+            ),
+            (
+                "routes_announced",
+                "gauge",
+                "Host routes the peer holds from this replica",
+                |p| p.announced as u64,
+            ),
+            (
+                "announcements_sent_total",
+                "counter",
+                "Routes sent in UPDATEs to the peer, re-announcements included",
+                |p| p.announcements_sent,
+            ),
+            (
+                "withdrawals_sent_total",
+                "counter",
+                "Routes withdrawn from the peer",
+                |p| p.withdrawals_sent,
+            ),
+            (
+                "sessions_established_total",
+                "counter",
+                "BGP sessions established with the peer",
+                |p| p.sessions_established,
+            ),
+        ];
+        for (name, kind, help, value) in series {
+            let _ = writeln!(out, "# HELP teapot_bgp_{name} {help}.");
+            let _ = writeln!(out, "# TYPE teapot_bgp_{name} {kind}");
+            for p in &peers {
+                let _ = writeln!(out, "teapot_bgp_{name}{{peer=\"{}\"}} {}", p.peer, value(p));
+            }
+        }
+        out
+    }
+}
+
+/// The running speaker. Dropping it without [`Speaker::stop`] ends the
+/// sessions abruptly (routers fall back on their hold timers).
+#[derive(Debug)]
+pub struct Speaker {
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+    statuses: Statuses,
+}
+
+impl Speaker {
+    /// Starts one session task per peer on the current tokio runtime;
+    /// each announces `addrs` as it changes.
+    pub fn start(
+        config: SpeakerConfig,
+        addrs: watch::Receiver<BTreeSet<IpAddr>>,
+    ) -> Result<Speaker, Error> {
+        config.validate()?;
+        let shared = Arc::new(Shared {
+            local_asn: config.local_asn,
+            router_id: config.router_id,
+            graceful_shutdown_wait: config.graceful_shutdown_wait,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let mut statuses = Vec::new();
+        for peer in config.peers {
+            let (status, status_rx) = watch::channel(PeerStatus::new(&peer));
+            statuses.push(status_rx);
+            tasks.spawn(session::run(
+                shared.clone(),
+                peer,
+                addrs.clone(),
+                stop_rx.clone(),
+                status,
+            ));
+        }
+        Ok(Speaker {
+            stop,
+            tasks,
+            statuses: Statuses(statuses),
+        })
+    }
+
+    pub fn statuses(&self) -> Statuses {
+        self.statuses.clone()
+    }
+
+    /// The graceful stop: every established session re-announces its
+    /// routes with GRACEFUL_SHUTDOWN, waits the configured moment, then
+    /// withdraws them and sends a CEASE. Returns when every session is
+    /// closed.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_one_series_per_peer_and_name() {
+        let peer: PeerConfig = "192.0.2.1,64500".parse().unwrap();
+        let (_tx, rx) = watch::channel(PeerStatus {
+            announced: 2,
+            announcements_sent: 3,
+            ..PeerStatus::new(&peer)
+        });
+        let text = Statuses(vec![rx]).render_prometheus();
+        assert!(text.contains("teapot_bgp_session_established{peer=\"192.0.2.1:179\"} 0\n"));
+        assert!(text.contains("teapot_bgp_routes_announced{peer=\"192.0.2.1:179\"} 2\n"));
+        assert!(text.contains("# TYPE teapot_bgp_announcements_sent_total counter\n"));
+        assert!(text.contains("teapot_bgp_announcements_sent_total{peer=\"192.0.2.1:179\"} 3\n"));
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 5);
+    }
+}

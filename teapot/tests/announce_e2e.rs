@@ -1,0 +1,139 @@
+//! `teapot proxy --bgp-peer`: the real binary announces the fleet's
+//! address to a router played by this test on loopback, and on SIGTERM
+//! marks it GRACEFUL_SHUTDOWN, withdraws it and ends the session with a
+//! CEASE before it exits (docs/announce.md). The FRR tests of the speaker
+//! itself are in announce/tests/frr_netns.rs.
+//!
+//! Run with `cargo test -p teapot --test announce_e2e`.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use common::*;
+use teapot_announce::wire::{self, Family, Message, Open};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// 203.0.113.10/32 as NLRI bytes.
+const PREFIX: [u8; 5] = [32, 203, 0, 113, 10];
+const GSHUT_ATTR: [u8; 7] = [0xc0, 8, 4, 0xff, 0xff, 0, 0];
+
+struct Router {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Router {
+    /// The next message other than a KEEPALIVE, raw.
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some((message, len)) = wire::decode(&self.buf).unwrap() {
+                let raw: Vec<u8> = self.buf.drain(..len).collect();
+                if message != Message::Keepalive {
+                    return Some(raw);
+                }
+                continue;
+            }
+            let n = tokio::time::timeout(RELOAD_TIMEOUT, self.stream.read_buf(&mut self.buf))
+                .await
+                .expect("the proxy speaks in time")
+                .unwrap();
+            if n == 0 {
+                return None;
+            }
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm() {
+    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = router.local_addr().unwrap().port();
+    // No hold timer: this router answers no keepalives, and a loaded
+    // machine must not see the session expire mid-test.
+    let peer = format!("127.0.0.1,64500,port={port},hold=0");
+    let mut harness = Harness::start_with_args(
+        &[],
+        &[
+            "--bgp-peer",
+            &peer,
+            "--bgp-asn",
+            "64501",
+            "--announce",
+            "203.0.113.10",
+            "--bgp-graceful-wait",
+            "1",
+        ],
+    )
+    .await;
+    let (stream, _) = tokio::time::timeout(RELOAD_TIMEOUT, router.accept())
+        .await
+        .expect("the proxy connects")
+        .unwrap();
+    let mut r = Router {
+        stream,
+        buf: Vec::new(),
+    };
+    let Some(Message::Open(open)) = r.next().await.map(|m| wire::decode(&m).unwrap().unwrap().0)
+    else {
+        panic!("expected OPEN");
+    };
+    assert_eq!(open.asn, 64501);
+    r.stream
+        .write_all(&wire::encode_open(&Open {
+            asn: 64500,
+            hold_time_secs: 0,
+            router_id: Ipv4Addr::new(192, 0, 2, 1),
+            families: vec![Family::Ipv4],
+            four_octet_as: true,
+        }))
+        .await
+        .unwrap();
+    r.stream.write_all(&wire::encode_keepalive()).await.unwrap();
+
+    let announced = r.next().await.expect("an UPDATE");
+    assert_eq!(announced[18], 2, "UPDATE");
+    assert!(contains(&announced, &PREFIX), "{announced:?}");
+    assert!(!contains(&announced, &GSHUT_ATTR));
+
+    let status = harness
+        .wait_status("the BGP session established with one route", |s| {
+            s["bgp"][0]["state"] == "Established" && s["bgp"][0]["announced"] == 1
+        })
+        .await;
+    assert_eq!(status["bgp"][0]["peer"], format!("127.0.0.1:{port}"));
+    let metrics = harness.metrics().await;
+    let established = format!("teapot_bgp_session_established{{peer=\"127.0.0.1:{port}\"}} 1");
+    assert!(metrics.contains(&established), "{metrics}");
+
+    harness.proxy.terminate().unwrap();
+    let marked = r.next().await.expect("the GRACEFUL_SHUTDOWN UPDATE");
+    assert!(
+        contains(&marked, &PREFIX) && contains(&marked, &GSHUT_ATTR),
+        "{marked:?}"
+    );
+    let withdrawn = r.next().await.expect("the withdrawal");
+    // Withdrawn-routes length 5, then the prefix.
+    assert_eq!(
+        &withdrawn[19..26],
+        &[0, 5, 32, 203, 0, 113, 10],
+        "{withdrawn:?}"
+    );
+    let cease = r.next().await.expect("CEASE");
+    let Message::Notification(n) = wire::decode(&cease).unwrap().unwrap().0 else {
+        panic!("expected NOTIFICATION, got {cease:?}");
+    };
+    assert_eq!(n.code, wire::code::CEASE);
+    let status = harness
+        .proxy
+        .wait(Duration::from_secs(60))
+        .await
+        .expect("the proxy exits");
+    assert!(status.success(), "{status}");
+}
