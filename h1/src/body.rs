@@ -137,6 +137,32 @@ fn ext_step(at: Ext, b: u8) -> Result<ExtStep, &'static str> {
     })
 }
 
+/// A chunked HTTP/1 body decoded to its payload, for a relay into another
+/// framing (a backend's response to an HTTP/2 client): the same grammar,
+/// limits and trailer rules as the engine's own bodies, extensions and
+/// trailers dropped.
+#[derive(Debug)]
+pub struct ChunkedPayload(BodyDecoder);
+
+impl Default for ChunkedPayload {
+    fn default() -> Self {
+        ChunkedPayload(BodyDecoder::new(BodyFraming::Chunked, Emit::Raw, 0))
+    }
+}
+
+impl ChunkedPayload {
+    /// Decodes from `input`, appends the payload to `out` and returns how
+    /// many input bytes belong to the body (never more than that).
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, BodyError> {
+        self.0.feed(input, out)
+    }
+
+    /// Whether the last chunk and the trailer section have been read.
+    pub fn is_done(&self) -> bool {
+        self.0.is_done()
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct BodyDecoder {
     framing: BodyFraming,

@@ -67,7 +67,7 @@ pub mod scan;
 mod tunnel;
 mod wire;
 
-pub use body::{BodyError, BodyFraming};
+pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use engine::{ConnEnd, Engine, EngineConfig};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
