@@ -275,7 +275,10 @@ mod tests {
         assert_eq!(norm("/a//../b"), "/a/b");
         assert_eq!(norm("//../a"), "/a");
         // Escapes of reserved and other bytes keep their spelling.
-        assert_eq!(norm("/a%20b/%3F%23/%25/caf%C3%A9"), "/a%20b/%3F%23/%25/caf%C3%A9");
+        assert_eq!(
+            norm("/a%20b/%3F%23/%25/caf%C3%A9"),
+            "/a%20b/%3F%23/%25/caf%C3%A9"
+        );
     }
 
     #[test]
@@ -306,7 +309,10 @@ mod tests {
             "/a//b",
         ] {
             let out = normalize(path);
-            assert!(matches!(out, Cow::Borrowed(p) if p.as_ptr() == path.as_ptr()), "{path:?}");
+            assert!(
+                matches!(out, Cow::Borrowed(p) if p.as_ptr() == path.as_ptr()),
+                "{path:?}"
+            );
         }
     }
 

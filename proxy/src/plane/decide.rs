@@ -219,7 +219,15 @@ pub fn decide_request(
     // What is matched is what the backend gets: `/public/../admin` is
     // `/admin` to every rule, and to the backend (docs/decisions.md).
     let path = teapot_api::path::normalize(head.path);
-    let mut decision = route(snapshot, edge, &Head { path: &path, ..*head }, facts);
+    let mut decision = route(
+        snapshot,
+        edge,
+        &Head {
+            path: &path,
+            ..*head
+        },
+        facts,
+    );
     if let (Decision::Forward(forward), Cow::Owned(path)) = (&mut decision, path) {
         forward.path = Some(path);
     }
@@ -553,8 +561,17 @@ ports: [{name: \"\", port: 8080}]
         let s = compile_test_docs(&[DOCS.to_string()], &CompileOptions::default());
         let edge = EdgeConfig::default();
         // `/empty` has no endpoint: its 503 shows which rule matched.
-        for path in ["/x/../empty", "/x/%2e%2e/empty", "/x/.%2E/empty/.", "/../empty"] {
-            assert_eq!(answer(decide(&s, &edge, &head("a.example", path))), NO_ENDPOINT, "{path}");
+        for path in [
+            "/x/../empty",
+            "/x/%2e%2e/empty",
+            "/x/.%2E/empty/.",
+            "/../empty",
+        ] {
+            assert_eq!(
+                answer(decide(&s, &edge, &head("a.example", path))),
+                NO_ENDPOINT,
+                "{path}"
+            );
         }
         let forwarded = |path| match decide(&s, &edge, &head("a.example", path)) {
             Decision::Forward(f) => f.path,
@@ -1046,7 +1063,11 @@ mod gateway_tests {
         )]);
         let host = "p.example.com";
         assert_eq!(go(&s, host, "/public/x", &PLAIN), "infra/web:8080");
-        for path in ["/public/../admin", "/public/%2e%2e/admin", "/public/.%2e/admin"] {
+        for path in [
+            "/public/../admin",
+            "/public/%2e%2e/admin",
+            "/public/.%2e/admin",
+        ] {
             assert_eq!(go(&s, host, path, &PLAIN), "404", "{path}");
         }
         assert_eq!(go(&s, host, "/admin/../public/x", &PLAIN), "infra/web:8080");

@@ -96,7 +96,14 @@ pub(super) async fn forward(
             .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
-        direct_head(parts, st.uri(parts), st.ids.as_ref(), conn, chunked, &mut head);
+        direct_head(
+            parts,
+            st.uri(parts),
+            st.ids.as_ref(),
+            conn,
+            chunked,
+            &mut head,
+        );
     }
     let upstream = st
         .upstream
