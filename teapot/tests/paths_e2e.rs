@@ -41,30 +41,20 @@ fn to(service: &str) -> Value {
 }
 
 fn manifests(public: &EchoServer, admin: &EchoServer) -> String {
-    let http_route = |name: &str, host: &str, rules: Value| {
-        json!({
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": { "name": name, "namespace": NS },
-            "spec": { "parentRefs": [{ "name": "gw" }], "hostnames": [host], "rules": rules },
-        })
+    let route = |name: &str, host: &str, rules: Value| {
+        http_route(NS, name, json!({ "name": "gw" }), &[host], rules)
     };
     let mut objects = vec![
-        json!({
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": { "name": "gw", "namespace": NS },
-            "spec": {
-                "gatewayClassName": "teapot",
-                "listeners": [{ "name": "http", "protocol": "HTTP", "port": 80 }],
-            },
-        }),
-        http_route(
+        gateway_gw(
+            NS,
+            json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        route(
             "public-only",
             GATEWAY_HOST,
             json!([{ "matches": prefix("/public"), "backendRefs": to("public") }]),
         ),
-        http_route(
+        route(
             "public-and-admin",
             GATEWAY_BOTH,
             json!([
