@@ -62,9 +62,9 @@ pub fn prefix_key(path: &str) -> &str {
 /// `/`-rooted (`*`) is returned as is.
 ///
 /// Borrowed, without allocating, when nothing changes: one scan for `.`
-/// and `%` decides almost every request.
+/// and `%` (memchr) decides almost every request.
 pub fn normalize(path: &str) -> Cow<'_, str> {
-    if !path.bytes().any(|b| b == b'.' || b == b'%') || !needs_normalizing(path) {
+    if !needs_normalizing(path) {
         return Cow::Borrowed(path);
     }
     let mut out = String::with_capacity(path.len());
@@ -97,25 +97,40 @@ pub fn normalize(path: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Whether [`normalize`] may change `path`, found without allocating.
+/// Whether [`normalize`] may change `path`, found in one scan for `.` and
+/// `%` that looks only at what it finds: a dot segment, or an escape of an
+/// unreserved character.
 fn needs_normalizing(path: &str) -> bool {
-    let Some(rest) = path.strip_prefix('/') else {
+    let bytes = path.as_bytes();
+    // A first search on its own: a path with neither byte (most of them)
+    // then costs no iterator, measured 10-15 ns against 15-18.
+    let Some(first) = memchr::memchr2(b'.', b'%', bytes) else {
         return false;
     };
-    rest.split('/').any(|segment| {
-        segment == "." || segment == ".." || escapes(segment).any(|(_, b)| unreserved(b))
+    if bytes[0] != b'/' {
+        return false;
+    }
+    let rest = memchr::memchr2_iter(b'.', b'%', &bytes[first + 1..]).map(|i| first + 1 + i);
+    std::iter::once(first).chain(rest).any(|i| match bytes[i] {
+        // `i > 0`: the path starts with `/`.
+        b'.' => {
+            bytes[i - 1] == b'/'
+                && matches!(&bytes[i + 1..], [] | [b'/', ..] | [b'.'] | [b'.', b'/', ..])
+        }
+        _ => escape_at(bytes, i).is_some_and(unreserved),
     })
+}
+
+/// The byte of the escape at `bytes[i]` (a `%`), if it is a valid one.
+fn escape_at(bytes: &[u8], i: usize) -> Option<u8> {
+    let hex = |i: usize| char::from(*bytes.get(i)?).to_digit(16);
+    u8::try_from(hex(i + 1)? << 4 | hex(i + 2)?).ok()
 }
 
 /// The valid escapes of `segment`: where each starts, and its byte.
 fn escapes(segment: &str) -> impl Iterator<Item = (usize, u8)> + '_ {
     let bytes = segment.as_bytes();
-    let hex = |i: usize| char::from(*bytes.get(i)?).to_digit(16);
-    bytes
-        .iter()
-        .enumerate()
-        .filter(|&(_, &b)| b == b'%')
-        .filter_map(move |(i, _)| Some((i, u8::try_from(hex(i + 1)? << 4 | hex(i + 2)?).ok()?)))
+    memchr::memchr_iter(b'%', bytes).filter_map(|i| Some((i, escape_at(bytes, i)?)))
 }
 
 /// RFC 3986 §2.3.
@@ -304,6 +319,8 @@ mod tests {
             "/api/v1/users",
             "/index.html",
             "/a.b/.c/d./...",
+            "/.well-known/acme-challenge/x",
+            "/..a/a../.../.b",
             "/a%20b",
             "/a%2Fb",
             "/a//b",
