@@ -310,6 +310,58 @@ mod tests {
         assert_eq!(norm("/%%7e/%%2e"), "/%~/%.");
     }
 
+    /// A backend's single percent-decoding, but for `%2F` (which teapot
+    /// keeps as data, never a separator).
+    fn decode_once(path: &str) -> String {
+        let bytes = path.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            match escape_at(bytes, i).filter(|&b| bytes[i] == b'%' && b != b'/') {
+                Some(b) => {
+                    out.push(b);
+                    i += 3;
+                }
+                None => {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Every path of up to five pieces: normalising is idempotent, and
+    /// what a backend decodes from the result has no dot segment left.
+    #[test]
+    fn no_dot_segment_survives_one_more_decoding() {
+        const PIECES: [&str; 11] = [
+            "a", ".", "%2e", "%2E", "%", "%2", "%32", "%65", "/", "%2F", "%25",
+        ];
+        let mut paths = vec![String::from("/")];
+        let mut start = 0;
+        for _ in 0..5 {
+            let end = paths.len();
+            for i in start..end {
+                for piece in PIECES {
+                    let next = format!("{}{piece}", paths[i]);
+                    paths.push(next);
+                }
+            }
+            start = end;
+        }
+        for path in &paths {
+            let once = normalize(path).into_owned();
+            assert!(once.starts_with('/'), "{path:?} -> {once:?}");
+            assert_eq!(normalize(&once), once, "{path:?} is not idempotent");
+            let decoded = decode_once(&once);
+            assert!(
+                !decoded.split('/').any(|s| s == "." || s == ".."),
+                "{path:?} -> {once:?} decodes to {decoded:?}"
+            );
+        }
+    }
+
     #[test]
     fn borrowed_when_nothing_changes() {
         for path in [
