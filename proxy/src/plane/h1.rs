@@ -176,11 +176,15 @@ impl teapot_h1::Router for Router {
                 // The path the route matched goes upstream, the query as
                 // sent; Gateway filters rewrite that path.
                 let path = forward.path.as_deref().unwrap_or(path);
-                let edited = normalised_target(&mut fwd, &forward.path, &target[head.path.len()..])
-                    .and_then(|()| match &forward.gateway {
-                        Some(gateway) => self.gateway_filters(&mut fwd, gateway, req, path, query),
-                        None => Ok(()),
-                    });
+                let edited = normalised_target(
+                    &mut fwd,
+                    forward.path.as_deref(),
+                    &target[head.path.len()..],
+                )
+                .and_then(|()| match &forward.gateway {
+                    Some(gateway) => self.gateway_filters(&mut fwd, gateway, req, path, query),
+                    None => Ok(()),
+                });
                 if let Err(answer) = edited {
                     // The tenant's slot and the in-flight count go with it.
                     let tag = fwd.tag.take().unwrap_or_default();
@@ -223,7 +227,7 @@ const BAD_REWRITE: Answer = Answer {
 /// client's `query` (with its `?`) as the upstream target.
 fn normalised_target(
     fwd: &mut H1Forward<Target>,
-    normalised: &Option<String>,
+    normalised: Option<&str>,
     query: &str,
 ) -> Result<(), Answer> {
     if let Some(path) = normalised {
