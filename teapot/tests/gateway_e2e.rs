@@ -15,30 +15,14 @@ use teapot_testkit::client::{Proto, Request};
 const NS: &str = "gw-e2e";
 
 fn gateway() -> Value {
-    json!({
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "Gateway",
-        "metadata": { "name": "gw", "namespace": NS },
-        "spec": {
-            "gatewayClassName": "teapot",
-            "listeners": [
-                { "name": "http", "protocol": "HTTP", "port": 80, "hostname": "*.example.com" },
-            ],
-        },
-    })
+    gateway_gw(
+        NS,
+        json!([{ "name": "http", "protocol": "HTTP", "port": 80, "hostname": "*.example.com" }]),
+    )
 }
 
 fn route(name: &str, hostnames: &[&str], rules: Value) -> Value {
-    json!({
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": { "name": name, "namespace": NS },
-        "spec": {
-            "parentRefs": [{ "name": "gw" }],
-            "hostnames": hostnames,
-            "rules": rules,
-        },
-    })
+    http_route(NS, name, json!({ "name": "gw" }), hostnames, rules)
 }
 
 fn to(service: &str) -> Value {

@@ -35,12 +35,7 @@ fn gateway() -> Value {
 }
 
 fn route(name: &str, parent: Value, hostnames: &[&str], rules: Value) -> Value {
-    json!({
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": { "name": name, "namespace": NS },
-        "spec": { "parentRefs": [parent], "hostnames": hostnames, "rules": rules },
-    })
+    http_route(NS, name, parent, hostnames, rules)
 }
 
 fn to(service: &str) -> Value {

@@ -469,15 +469,10 @@ async fn h2c_backends_stream_both_ways_with_trailers() {
     let mut svc = service(NS, "grpc", &[(Some("grpc"), 80)]);
     svc["spec"]["ports"][0]["appProtocol"] = serde_json::json!("kubernetes.io/h2c");
     let manifests = vec![
-        serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": { "name": "gw", "namespace": NS },
-            "spec": {
-                "gatewayClassName": "teapot",
-                "listeners": [{ "name": "http", "protocol": "HTTP", "port": 80 }],
-            },
-        }),
+        gateway_gw(
+            NS,
+            serde_json::json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
         serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1",
             "kind": "HTTPRoute",

@@ -4,6 +4,7 @@
 //! HTTP/2: crate::plane::h2), so their behaviour cannot drift. Pure but for the tenant gate it enters (a rate and connection
 //! count the route carries); tested without sockets.
 
+use std::borrow::Cow;
 use std::fmt::Display;
 use std::sync::Arc;
 
@@ -30,6 +31,8 @@ pub struct Head<'a> {
     /// The authority that decides routing (HTTP/2 `:authority` wins over
     /// `Host`), empty when there is none.
     pub authority: &'a str,
+    /// The path as the client sent it (no query); [`decide_request`]
+    /// normalises it before anything matches it.
     pub path: &'a str,
     /// HTTP/1.1 requires a Host (RFC 9112 §3.2); HTTP/1.0 and HTTP/2 do not.
     pub requires_host: bool,
@@ -52,6 +55,10 @@ pub struct Forward {
     /// What a Gateway API rule does besides choosing the backend; `None`
     /// for Ingress routes.
     pub gateway: Option<GatewayForward>,
+    /// The normalised path the route matched, when it differs from the
+    /// client's ([`teapot_api::path::normalize`]): the path the backend
+    /// gets, before any Gateway URL rewrite, with the query as sent.
+    pub path: Option<String>,
 }
 
 /// The Gateway API part of a [`Forward`]: the filters to apply (the
@@ -165,6 +172,13 @@ pub const ROUTE_TOO_COSTLY: Answer = Answer::local(
     "route_too_costly",
     "400 the request is too costly to match against this host's routes\n",
 );
+/// A normalised path the engine cannot write as a request target (it
+/// keeps bytes that are not printable ASCII, which only escapes may carry).
+pub const UNFORWARDABLE_PATH: Answer = Answer::local(
+    400,
+    "bad_path",
+    "400 the request path must be printable ASCII (percent-encode other bytes)\n",
+);
 /// A host the TLS connection's certificate does not serve: the client
 /// should open a connection for it (RFC 9110 §15.5.20).
 pub const MISDIRECTED: Answer = Answer::local(
@@ -212,6 +226,31 @@ pub fn decide_request(
     if let Err(answer) = check_host(head) {
         return Decision::Answer(answer, None);
     }
+    // What is matched is what the backend gets: `/public/../admin` is
+    // `/admin` to every rule, and to the backend (docs/decisions.md).
+    let path = teapot_api::path::normalize(head.path);
+    let mut decision = route(
+        snapshot,
+        edge,
+        &Head {
+            path: &path,
+            ..*head
+        },
+        facts,
+    );
+    if let (Decision::Forward(forward), Cow::Owned(path)) = (&mut decision, path) {
+        forward.path = Some(path);
+    }
+    decision
+}
+
+/// [`decide_request`] on the normalised path.
+fn route(
+    snapshot: &Snapshot,
+    edge: &EdgeConfig,
+    head: &Head<'_>,
+    facts: &RequestFacts<'_>,
+) -> Decision {
     // A snapshot without Gateway routes pays this test and nothing more.
     if !snapshot.gateway.is_empty()
         && let Some(decision) = gateway(snapshot, edge, head, facts)
@@ -240,6 +279,7 @@ fn forward(
             tenant,
             route: route.clone(),
             gateway,
+            path: None,
         }),
         Err(refusal) => Decision::Answer(Answer::refused(refusal), Some(route.clone())),
     }
@@ -526,6 +566,34 @@ ports: [{name: \"\", port: 8080}]
         assert_eq!(a.refusal, Some(Refusal::BodyTooLarge));
         assert_eq!(a.status, 413);
         assert!(!a.keeps_connection() && !a.delayed());
+    }
+
+    #[test]
+    fn the_normalised_path_is_matched_and_forwarded() {
+        let s = compile_test_docs(&[DOCS.to_string()], &CompileOptions::default());
+        let edge = EdgeConfig::default();
+        // `/empty` has no endpoint: its 503 shows which rule matched.
+        for path in [
+            "/x/../empty",
+            "/x/%2e%2e/empty",
+            "/x/.%2E/empty/.",
+            "/../empty",
+        ] {
+            assert_eq!(
+                answer(decide(&s, &edge, &head("a.example", path))),
+                NO_ENDPOINT,
+                "{path}"
+            );
+        }
+        let forwarded = |path| match decide(&s, &edge, &head("a.example", path)) {
+            Decision::Forward(f) => f.path,
+            Decision::Answer(a, _) => panic!("{path}: {a:?}"),
+        };
+        assert_eq!(forwarded("/x/./y").as_deref(), Some("/x/y"));
+        assert_eq!(forwarded("/x/%2e%2e/y").as_deref(), Some("/y"));
+        // Nothing to normalise: the client's path goes as sent.
+        assert_eq!(forwarded("/x/y.html"), None);
+        assert_eq!(forwarded("/x%2F..%2Fempty"), None);
     }
 
     #[test]
@@ -995,6 +1063,30 @@ mod gateway_tests {
         assert_eq!(
             go(&s, "m.example.com:80", "/old/page", &bare("GET", "")),
             "301 http://m.example.com/new/page"
+        );
+    }
+
+    #[test]
+    fn gateway_rules_match_the_normalised_path() {
+        let s = compile(&[route(
+            "infra",
+            "p",
+            "  parentRefs: [{name: gw}]\n  hostnames: [p.example.com]\n  rules:\n  - matches: [{path: {type: PathPrefix, value: /public}}]\n    backendRefs: [{name: web, port: 8080}]\n  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}, statusCode: 301}}]\n",
+        )]);
+        let host = "p.example.com";
+        assert_eq!(go(&s, host, "/public/x", &PLAIN), "infra/web:8080");
+        for path in [
+            "/public/../admin",
+            "/public/%2e%2e/admin",
+            "/public/.%2e/admin",
+        ] {
+            assert_eq!(go(&s, host, path, &PLAIN), "404", "{path}");
+        }
+        assert_eq!(go(&s, host, "/admin/../public/x", &PLAIN), "infra/web:8080");
+        // A redirect rewrites the path it matched.
+        assert_eq!(
+            go(&s, host, "/public/../old/./page", &PLAIN),
+            "301 http://p.example.com/new/page"
         );
     }
 

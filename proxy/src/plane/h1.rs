@@ -35,8 +35,8 @@ use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
 use crate::plane::decide::{
-    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders, check_host,
-    decide_request,
+    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders,
+    UNFORWARDABLE_PATH, check_host, decide_request,
 };
 use crate::plane::edge::EdgeConfig;
 use crate::plane::filters;
@@ -174,9 +174,19 @@ impl teapot_h1::Router for Router {
                 fwd.request_edits =
                     forwarding_edits(conn, head.authority, &ids.request_id, &ids.traceparent);
                 fwd.tag = Some(ids.tag);
-                if let Some(gateway) = &forward.gateway
-                    && let Err(answer) = self.gateway_filters(&mut fwd, gateway, req, path, query)
-                {
+                // The path the route matched goes upstream, the query as
+                // sent; Gateway filters rewrite that path.
+                let path = forward.path.as_deref().unwrap_or(path);
+                let edited = normalised_target(
+                    &mut fwd,
+                    forward.path.as_deref(),
+                    &target[head.path.len()..],
+                )
+                .and_then(|()| match &forward.gateway {
+                    Some(gateway) => self.gateway_filters(&mut fwd, gateway, req, path, query),
+                    None => Ok(()),
+                });
+                if let Err(answer) = edited {
                     // The tenant's slot and the in-flight count go with it.
                     let tag = fwd.tag.take().unwrap_or_default();
                     drop(fwd);
@@ -213,6 +223,20 @@ const BAD_REWRITE: Answer = Answer {
     refusal: None,
     reason: "rewrite_invalid",
 };
+
+/// The normalised path ([`crate::plane::decide::Forward::path`]) and the
+/// client's `query` (with its `?`) as the upstream target.
+fn normalised_target(
+    fwd: &mut H1Forward<Target>,
+    normalised: Option<&str>,
+    query: &str,
+) -> Result<(), Answer> {
+    if let Some(path) = normalised {
+        let target = RequestTarget::new(format!("{path}{query}")).ok_or(UNFORWARDABLE_PATH)?;
+        fwd.target = Some(target);
+    }
+    Ok(())
+}
 
 /// The request's header fields for Gateway API header matches.
 struct H1Headers<'a, 'r>(&'a RequestHead<'r>);
@@ -278,6 +302,9 @@ impl Router {
     ) -> Result<(), Answer> {
         let mut rewritten: Option<String> = None;
         let mut read_timeout = self.options.read_timeout;
+        // Mirrors get the target the backend gets before any rewrite.
+        let sent = fwd.target.clone();
+        let sent = sent.as_ref().map_or(req.path(), |t| t.as_str());
         for f in gateway.each() {
             push_gateway_edits(&mut fwd.request_edits, &f.request_headers, true);
             push_gateway_edits(&mut fwd.response_edits, &f.response_headers, false);
@@ -298,7 +325,7 @@ impl Router {
                 mirror(
                     m,
                     req.method(),
-                    req.path(),
+                    sent,
                     req.host().unwrap_or(""),
                     req.headers(),
                     &self.metrics.mirrors_dropped,

@@ -28,7 +28,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, LOCATION, RETRY_AFTER, SERVER};
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 use pingora_core::apps::ServerApp;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
@@ -38,7 +38,8 @@ use crate::compile::fairness::TenantPermit;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
 use crate::plane::access_log::Entry;
 use crate::plane::decide::{
-    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, check_host, decide_request,
+    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, UNFORWARDABLE_PATH,
+    check_host, decide_request,
 };
 use crate::plane::edge::{self, Refusal};
 use crate::plane::metrics::Series;
@@ -192,6 +193,7 @@ impl H2Server {
             series: None,
             ids: None,
             reason: None,
+            uri: None,
         };
         if let Err(failure) = self.route(&parts, conn, &mut st).await {
             self.fail(&mut st, &failure);
@@ -261,12 +263,22 @@ impl H2Server {
         };
         match decision {
             Decision::Forward(forward) => {
+                if let Some(path) = &forward.path {
+                    match with_path(&parts.uri, path) {
+                        Some(uri) => st.uri = Some(uri),
+                        None => {
+                            return self
+                                .answer(parts, st, UNFORWARDABLE_PATH, Some(&forward.route))
+                                .await;
+                        }
+                    }
+                }
                 if let Some(gateway) = &forward.gateway {
                     for m in gateway.each().flat_map(|f| &f.mirrors) {
                         crate::plane::h1::mirror(
                             m,
                             parts.method.as_str(),
-                            parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+                            st.uri(parts).path_and_query().map_or("/", |p| p.as_str()),
                             authority,
                             parts
                                 .headers
@@ -494,6 +506,17 @@ fn front_door(parts: &Parts) -> Result<Option<u64>, Refusal> {
     Ok(parts.headers.get(CONTENT_LENGTH).and_then(content_length))
 }
 
+/// `uri` with `path` for its path, its query as sent.
+fn with_path(uri: &Uri, path: &str) -> Option<Uri> {
+    let target = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(target.parse().ok()?);
+    Uri::from_parts(parts).ok()
+}
+
 /// The authority that decides routing: `:authority` wins over a `host`
 /// field (RFC 9113 §8.3.1).
 pub(super) fn authority(parts: &Parts) -> &str {
@@ -535,6 +558,17 @@ pub(super) struct StreamCtx<'p> {
     pub ids: Option<Ids<'p>>,
     /// Why teapot answered itself, or how the exchange failed.
     pub reason: Option<&'static str>,
+    /// The client's URI with the normalised path the route matched, when
+    /// that differs from the client's ([`StreamCtx::uri`]).
+    uri: Option<Uri>,
+}
+
+impl StreamCtx<'_> {
+    /// The URI the backend gets (before Gateway filters): the client's,
+    /// with the path the route matched.
+    pub fn uri<'a>(&'a self, parts: &'a Parts) -> &'a Uri {
+        self.uri.as_ref().unwrap_or(&parts.uri)
+    }
 }
 
 /// The client's side of one stream: its request body, and where the

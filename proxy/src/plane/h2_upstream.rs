@@ -91,13 +91,20 @@ pub(super) async fn forward(
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
         let mut headers = parts.headers.clone();
-        let mut uri = parts.uri.clone();
+        let mut uri = st.uri(parts).clone();
         router
             .edit_upstream_request(&mut headers, &mut uri, conn, st)
             .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
-        direct_head(parts, st.ids.as_ref(), conn, chunked, &mut head);
+        direct_head(
+            parts,
+            st.uri(parts),
+            st.ids.as_ref(),
+            conn,
+            chunked,
+            &mut head,
+        );
     }
     let upstream = st
         .upstream
@@ -489,9 +496,11 @@ pub(super) fn request_head(
 /// when there is neither a Gateway filter nor a hop-by-hop field (almost
 /// every request), written straight from the client's head: the new
 /// request ID and traceparent and the forwarding fields replace the
-/// client's, formatted in place (no header map copied or edited).
+/// client's, formatted in place (no header map copied or edited). `uri`
+/// is the client's with the path the route matched.
 fn direct_head(
     parts: &Parts,
+    uri: &http::Uri,
     ids: Option<&Ids<'_>>,
     conn: &ConnInfo,
     chunked: bool,
@@ -499,14 +508,14 @@ fn direct_head(
 ) {
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(if target.is_empty() {
         b"/"
     } else {
         target.as_bytes()
     });
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let uri_authority = parts.uri.authority().map(|a| a.as_str());
+    let uri_authority = uri.authority().map(|a| a.as_str());
     if let Some(a) = uri_authority {
         field(out, "host", a.as_bytes());
     }

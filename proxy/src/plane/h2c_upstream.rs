@@ -95,7 +95,7 @@ pub(super) async fn forward(
     st: &mut StreamCtx<'_>,
 ) -> Result<(), Failure> {
     let mut headers = parts.headers.clone();
-    let mut uri = parts.uri.clone();
+    let mut uri = st.uri(parts).clone();
     router
         .edit_upstream_request(&mut headers, &mut uri, conn, st)
         .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;

@@ -573,6 +573,32 @@ pub fn file_is(path: &Value, name: &str) -> bool {
         .is_some_and(|p| Path::new(p).file_name().is_some_and(|f| f == name))
 }
 
+/// A Gateway `gw` of class `teapot` in `namespace` with these listeners.
+pub fn gateway_gw(namespace: &str, listeners: Value) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": { "name": "gw", "namespace": namespace },
+        "spec": { "gatewayClassName": "teapot", "listeners": listeners },
+    })
+}
+
+/// An HTTPRoute of `namespace` attached to `parent`.
+pub fn http_route(
+    namespace: &str,
+    name: &str,
+    parent: Value,
+    hostnames: &[&str],
+    rules: Value,
+) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": { "name": name, "namespace": namespace },
+        "spec": { "parentRefs": [parent], "hostnames": hostnames, "rules": rules },
+    })
+}
+
 /// The resources the real webhook is registered for: Ingress and what it
 /// references ...
 pub const INGRESS_KINDS: &[&str] = &["ingresses", "services", "endpointslices", "secrets"];
