@@ -16,7 +16,7 @@ use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use teapot_h1::scan::{is_field_value, is_tchar};
-use teapot_h1::{BodyFraming, ConnInfo, Pool};
+use teapot_h1::{BodyError, BodyFraming, ChunkedPayload, ConnInfo, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -28,13 +28,11 @@ use crate::plane::trace;
 
 /// Idle connections kept per backend address and serving thread.
 const MAX_IDLE_PER_UPSTREAM: usize = 256;
-/// Largest response head accepted from a backend.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-/// Most fields in a response head.
-const MAX_RESPONSE_FIELDS: usize = 256;
-/// Longest chunk-size line and largest trailer section accepted.
-const MAX_CHUNK_LINE: usize = 4096;
-const MAX_TRAILERS: usize = 16 * 1024;
+/// Largest response head accepted from a backend, and most fields in it:
+/// the HTTP/1 engine's, so a backend's head is held to the same bounds
+/// whichever protocol the client speaks.
+const MAX_RESPONSE_HEAD: usize = teapot_h1::MAX_RESPONSE_HEADER_BYTES;
+const MAX_RESPONSE_FIELDS: usize = teapot_h1::MAX_HEADERS_CAP;
 const READ_SIZE: usize = 16 * 1024;
 
 thread_local! {
@@ -765,106 +763,31 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum ChunkState {
-    #[default]
-    Size,
-    Data,
-    DataEnd,
-    Trailers,
-    Done,
-}
-
-/// Decodes a chunked response body (RFC 9112 §7.1) to its payload:
-/// extensions and trailers are read, checked for size, and dropped.
+/// A chunked response body decoded to its payload by the HTTP/1 engine's
+/// own decoder (`teapot_h1::ChunkedPayload`: RFC 9112's chunk-line
+/// grammar, its limits and trailer rules), so a backend's body is read the
+/// same whichever protocol the client speaks.
 #[derive(Debug, Default)]
-struct Chunked {
-    state: ChunkState,
-    remaining: u64,
-    trailers: usize,
-}
+struct Chunked(ChunkedPayload);
 
 impl Chunked {
     fn done(&self) -> bool {
-        self.state == ChunkState::Done
+        self.0.is_done()
     }
 
     /// The next payload bytes in `buf` (consumed), or `None` when `buf`
     /// holds no more of them (more must be read, or the body is done).
     fn decode(&mut self, buf: &mut BytesMut) -> std::result::Result<Option<Bytes>, &'static str> {
-        loop {
-            match self.state {
-                ChunkState::Done => return Ok(None),
-                ChunkState::Size => {
-                    let Some(eol) = find(buf, b"\r\n") else {
-                        if buf.len() > MAX_CHUNK_LINE {
-                            return Err("chunk size line too long");
-                        }
-                        return Ok(None);
-                    };
-                    let line = &buf[..eol];
-                    let digits = line
-                        .iter()
-                        .position(|&b| !b.is_ascii_hexdigit())
-                        .unwrap_or(line.len());
-                    if digits == 0 || digits > 15 {
-                        return Err("malformed chunk size");
-                    }
-                    let rest = trim(&line[digits..]);
-                    if !rest.is_empty() && rest[0] != b';' {
-                        return Err("malformed chunk size");
-                    }
-                    let size = std::str::from_utf8(&line[..digits])
-                        .ok()
-                        .and_then(|s| u64::from_str_radix(s, 16).ok())
-                        .ok_or("malformed chunk size")?;
-                    buf.advance(eol + 2);
-                    if size == 0 {
-                        self.state = ChunkState::Trailers;
-                    } else {
-                        self.remaining = size;
-                        self.state = ChunkState::Data;
-                    }
-                }
-                ChunkState::Data => {
-                    if buf.is_empty() {
-                        return Ok(None);
-                    }
-                    let take = self.remaining.min(buf.len() as u64) as usize;
-                    self.remaining -= take as u64;
-                    if self.remaining == 0 {
-                        self.state = ChunkState::DataEnd;
-                    }
-                    return Ok(Some(buf.split_to(take).freeze()));
-                }
-                ChunkState::DataEnd => {
-                    if buf.len() < 2 {
-                        return Ok(None);
-                    }
-                    if &buf[..2] != b"\r\n" {
-                        return Err("chunk not followed by CRLF");
-                    }
-                    buf.advance(2);
-                    self.state = ChunkState::Size;
-                }
-                ChunkState::Trailers => {
-                    let Some(eol) = find(buf, b"\r\n") else {
-                        if self.trailers + buf.len() > MAX_TRAILERS {
-                            return Err("trailer section too large");
-                        }
-                        return Ok(None);
-                    };
-                    self.trailers += eol + 2;
-                    if self.trailers > MAX_TRAILERS {
-                        return Err("trailer section too large");
-                    }
-                    buf.advance(eol + 2);
-                    if eol == 0 {
-                        self.state = ChunkState::Done;
-                    }
-                }
-            }
+        if buf.is_empty() || self.0.is_done() {
+            return Ok(None);
         }
+        let mut out = Vec::new();
+        let n = self.0.feed(buf, &mut out).map_err(|e| match e {
+            BodyError::BadChunk(why) => why,
+            BodyError::TooLarge => "chunked body larger than the limit",
+        })?;
+        buf.advance(n);
+        Ok((!out.is_empty()).then(|| Bytes::from(out)))
     }
 }
 
@@ -955,12 +878,22 @@ mod tests {
             assert_eq!(out, b"hello world");
             assert_eq!(&buf[..], b"NEXT", "nothing past the body is consumed");
         }
-        let mut d = Chunked::default();
+        // Data longer than its size: refused (with the payload before it:
+        // the body is broken either way).
         let mut buf = BytesMut::from(&b"5\r\nhelloXX"[..]);
-        assert!(d.decode(&mut buf).unwrap().is_some());
-        assert!(d.decode(&mut buf).is_err());
+        assert!(Chunked::default().decode(&mut buf).is_err());
         let mut buf = BytesMut::from(&b"zz\r\n"[..]);
         assert!(Chunked::default().decode(&mut buf).is_err());
+        // The engine's chunk-line grammar: a quoted-string left open at
+        // the end of the line ends nothing.
+        for bad in [
+            &b"1;a=\"\r\nx\r\n0\r\n\r\n"[..],
+            b"1;\r\nx\r\n",
+            b"1;a=\r\nx\r\n",
+        ] {
+            let mut buf = BytesMut::from(bad);
+            assert!(Chunked::default().decode(&mut buf).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
