@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
 use teapot_testkit::client::{Request, Transport, send};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -238,4 +238,51 @@ impl Manifests {
         std::fs::remove_file(self.dir.join(name))?;
         Ok(())
     }
+}
+
+/// A Tenant of `cluster` whose nodes are `cidr`.
+pub fn tenant(cluster: &str, cidr: &str) -> Value {
+    json!({
+        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": cluster},
+        "spec": {"cluster": cluster, "nodeCIDRs": [cidr]},
+    })
+}
+
+/// A Service with one port, `http` 80, of `app_protocol` if given.
+pub fn service(namespace: &str, name: &str, app_protocol: Option<&str>) -> Value {
+    let mut port = json!({"name": "http", "port": 80});
+    if let Some(p) = app_protocol {
+        port["appProtocol"] = json!(p);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"ports": [port]},
+    })
+}
+
+/// An IPv4 EndpointSlice of `service` on `port`, one endpoint per address.
+pub fn endpoint_slice(
+    namespace: &str,
+    service: &str,
+    name: &str,
+    port: u16,
+    addresses: &[String],
+    ready: bool,
+) -> Value {
+    let endpoints: Vec<Value> = addresses
+        .iter()
+        .map(|a| json!({"addresses": [a], "conditions": {"ready": ready}}))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        // Tenant slices are the agent's to write; operator ones may say so too.
+        "metadata": {"name": name, "namespace": namespace, "labels": {
+            "kubernetes.io/service-name": service,
+            "endpointslice.kubernetes.io/managed-by": "sync.teapot.dev"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": port}],
+        "endpoints": endpoints,
+    })
 }

@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
-use teapot_benches::manifests_proxy::{Manifests, ManifestsProxy};
+use teapot_benches::manifests_proxy::{
+    Manifests, ManifestsProxy, endpoint_slice as slice, service, tenant,
+};
 use teapot_benches::peers::teapot_bin;
 use teapot_benches::stats::percentile;
 use teapot_testkit::client::{Connection, Proto, Request, Transport};
@@ -42,7 +44,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Parser)]
-#[command(about = "cost of a hostile tenant's objects and requests to a quiet tenant and a replica")]
+#[command(
+    about = "cost of a hostile tenant's objects and requests to a quiet tenant and a replica"
+)]
 struct Cli {
     /// The release `teapot` binary (default: beside this benchmark).
     #[arg(long)]
@@ -106,9 +110,7 @@ async fn main() -> Result<()> {
     let plan = Plan {
         teapot,
         threads: cli.threads.max(1),
-        requests: cli
-            .requests
-            .unwrap_or(if cli.quick { 600 } else { 3000 }),
+        requests: cli.requests.unwrap_or(if cli.quick { 600 } else { 3000 }),
         concurrency: cli.concurrency.max(1),
         rate: cli.rate.max(1),
         changes: cli.changes.unwrap_or(if cli.quick { 1 } else { 3 }).max(1),
@@ -153,10 +155,8 @@ async fn main() -> Result<()> {
         "checks": checks,
     });
     let path = cli.json.unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-            "results/hostile-tenant-cost-{}.json",
-            utc_date()
-        ))
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("results/hostile-tenant-cost-{}.json", utc_date()))
     });
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     eprintln!(
@@ -174,6 +174,9 @@ const GOAL_RECOMPILE_MS: f64 = 100.0;
 // ---------------------------------------------------------------------------
 // The attacks: data, so a new one is one more entry
 
+/// A file of the manifests directory: its name and documents.
+type ManifestFile = (String, Vec<Value>);
+
 /// One attack: the objects the hostile tenant applies and the requests it
 /// sends while the quiet tenant is measured.
 struct Attack {
@@ -181,7 +184,7 @@ struct Attack {
     /// The review's finding it reproduces.
     finding: &'static str,
     /// The hostile objects, as files of the manifests directory.
-    objects: fn(&World, usize) -> Vec<(String, Vec<Value>)>,
+    objects: fn(&World, usize) -> Vec<ManifestFile>,
     /// The request the hostile loop sends over and over.
     request: fn(&World, u64) -> HostileRequest,
     /// Hostile connections, each one request at a time.
@@ -213,11 +216,7 @@ static ATTACKS: &[Attack] = &[
                 ),
             )]
         },
-        request: |_, _| HostileRequest {
-            proto: Proto::Http1,
-            host: format!("stall.{HOSTILE_ZONE}"),
-            target: stall_path(7 * 1024),
-        },
+        request: stall_request,
         concurrency: 2,
         rate: 0,
     },
@@ -325,11 +324,7 @@ static ATTACKS: &[Attack] = &[
             files.push(("hostile-filters.yaml".into(), filter_routes(20 * scale)));
             files
         },
-        request: |_, _| HostileRequest {
-            proto: Proto::Http1,
-            host: format!("stall.{HOSTILE_ZONE}"),
-            target: stall_path(7 * 1024),
-        },
+        request: stall_request,
         concurrency: 2,
         rate: 0,
     },
@@ -444,48 +439,6 @@ fn path_match(m: &PathMatch) -> Value {
     json!({"path": {"type": ty, "value": value}})
 }
 
-fn tenant(cluster: &str, cidr: &str) -> Value {
-    json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": cluster},
-        "spec": {"cluster": cluster, "nodeCIDRs": [cidr]},
-    })
-}
-
-fn service(namespace: &str, name: &str, app_protocol: Option<&str>) -> Value {
-    let mut port = json!({"name": "http", "port": 80});
-    if let Some(p) = app_protocol {
-        port["appProtocol"] = json!(p);
-    }
-    json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"ports": [port]},
-    })
-}
-
-fn slice(
-    namespace: &str,
-    service: &str,
-    name: &str,
-    port: u16,
-    addresses: &[String],
-    ready: bool,
-) -> Value {
-    let endpoints: Vec<Value> = addresses
-        .iter()
-        .map(|a| json!({"addresses": [a], "conditions": {"ready": ready}}))
-        .collect();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": namespace, "labels": {
-            "kubernetes.io/service-name": service}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": port}],
-        "endpoints": endpoints,
-    })
-}
-
 fn gateway(namespace: &str, name: &str, hostname: &str) -> Value {
     json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
@@ -572,9 +525,7 @@ fn bulk_endpoints(slices: usize) -> Vec<Value> {
         let addresses: Vec<String> = (0..1000)
             .map(|e| format!("10.66.{}.{}", (s * 4 + e / 250) % 256, e % 250 + 1))
             .collect();
-        docs.push(slice(
-            HOSTILE_NS, &name, &name, 8080, &addresses, true,
-        ));
+        docs.push(slice(HOSTILE_NS, &name, &name, 8080, &addresses, true));
     }
     docs
 }
@@ -691,6 +642,15 @@ fn bystander_docs(version: usize) -> Vec<Value> {
     ]
 }
 
+/// A 7 KiB path to the host of the stalling matches.
+fn stall_request(_: &World, _: u64) -> HostileRequest {
+    HostileRequest {
+        proto: Proto::Http1,
+        host: format!("stall.{HOSTILE_ZONE}"),
+        target: stall_path(7 * 1024),
+    }
+}
+
 /// A path of `len` bytes of `a` and `b` (a fixed pseudo-random mix), every
 /// `a` a place where `[\s\S]*a[\s\S]{K}` may start; its last 61 bytes are
 /// `b`, so no match with K up to 60 succeeds.
@@ -770,7 +730,8 @@ async fn run_attack(plan: &Plan, attack: &Attack) -> Result<Value> {
     let routes_before = proxy.metric("teapot_routes").await;
 
     let mut version = 1;
-    let recompile_before = bystander_changes(plan, &proxy, &manifests, &mut generation, &mut version).await?;
+    let recompile_before =
+        bystander_changes(plan, &proxy, &manifests, &mut generation, &mut version).await?;
     let quiet_before = quiet_loop(plan, proxy.http).await;
 
     // The attack's objects: write, wait for the snapshot, let it settle.
@@ -800,7 +761,8 @@ async fn run_attack(plan: &Plan, attack: &Attack) -> Result<Value> {
     let rss_after = proxy.rss();
     let routes_after = proxy.metric("teapot_routes").await;
     let problems = proxy.metric("teapot_manifest_problems").await;
-    let recompile_after = bystander_changes(plan, &proxy, &manifests, &mut generation, &mut version).await?;
+    let recompile_after =
+        bystander_changes(plan, &proxy, &manifests, &mut generation, &mut version).await?;
 
     // The quiet tenant again, the hostile requests running beside it.
     let log_before = proxy.log.counts();
@@ -1025,6 +987,8 @@ struct HostileStats {
     statuses: StatusCounts,
     slowest_us: AtomicU64,
     total_us: AtomicU64,
+    /// The first failure, as the client saw it.
+    first_error: std::sync::OnceLock<String>,
 }
 
 /// Answers by status class.
@@ -1096,7 +1060,12 @@ impl HostileLoop {
                             stats.answered.fetch_add(1, Ordering::Relaxed);
                             stats.statuses.add(resp.status);
                         }
-                        _ => {
+                        failed => {
+                            let why = match failed {
+                                Ok(Err(e)) => e.to_string(),
+                                _ => "no answer in 60 s".to_string(),
+                            };
+                            let _ = stats.first_error.set(why);
                             stats.errors.fetch_add(1, Ordering::Relaxed);
                             conn = None;
                         }
@@ -1135,7 +1104,10 @@ impl HostileLoop {
                 "sent": sent,
                 "answered": answered,
                 "errors_or_timeouts": errors,
+                "unanswered_at_stop": sent.saturating_sub(answered + errors),
+                "first_error": s.first_error.get(),
                 "statuses": s.statuses.json(),
+                // Of the requests that finished.
                 "mean_ms": s.total_us.load(Ordering::Relaxed) as f64 / done as f64 / 1e3,
                 "slowest_ms": s.slowest_us.load(Ordering::Relaxed) as f64 / 1e3,
             }),
@@ -1317,7 +1289,11 @@ async fn serve_h2c(mut tcp: TcpStream, block: &[u8]) -> std::io::Result<()> {
                 let mut out = Vec::with_capacity(block.len() + block.len() / MAX_FRAME * 9 + 9);
                 let chunks: Vec<&[u8]> = block.chunks(MAX_FRAME).collect();
                 for (i, chunk) in chunks.iter().enumerate() {
-                    let last = if i + 1 == chunks.len() { END_HEADERS } else { 0 };
+                    let last = if i + 1 == chunks.len() {
+                        END_HEADERS
+                    } else {
+                        0
+                    };
                     if i == 0 {
                         out.extend(frame(HEADERS, END_STREAM | last, stream, chunk));
                     } else {
@@ -1358,7 +1334,9 @@ fn print_table(attacks: &[Value], checks: &[Value]) {
             f(&a["bystander_recompile_after"]["compile_ms_median"]),
             a["hostile"]["sent"],
             f(&a["hostile"]["mean_ms"]),
-            a["log_lines_per_hostile_request"].as_f64().unwrap_or(f64::NAN),
+            a["log_lines_per_hostile_request"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
         );
     }
     if !checks.is_empty() {
@@ -1375,22 +1353,14 @@ fn print_table(attacks: &[Value], checks: &[Value]) {
     }
 }
 
-/// Today's UTC date as YYYYMMDD (civil from days, Howard Hinnant's
-/// algorithm), for the result file's name.
+/// Today's UTC date as YYYYMMDD, for the result file's name.
 fn utc_date() -> String {
-    let days = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 86_400) as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}{month:02}{day:02}")
+    std::process::Command::new("date")
+        .args(["-u", "+%Y%m%d"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map_or_else(|| "undated".to_string(), |d| d.trim().to_string())
 }
 
 #[cfg(test)]

@@ -23,7 +23,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,9 +30,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
+use teapot_benches::manifests_proxy::{self, Manifests, ManifestsProxy as Proxy, metric, tenant};
 use teapot_testkit::certs::TestCa;
 use teapot_testkit::client::{Request, Transport, send};
-use teapot_benches::manifests_proxy::{Manifests, ManifestsProxy as Proxy, metric};
 use teapot_testkit::pebble::{ChallTestSrv, Pebble, PebbleOptions, free_port};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -146,36 +145,12 @@ fn new_manifests() -> Result<Manifests> {
 // ---------------------------------------------------------------------------
 // Objects
 
-fn tenant(cluster: &str, cidr: &str) -> Value {
-    json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": cluster},
-        "spec": {"cluster": cluster, "nodeCIDRs": [cidr]},
-    })
-}
-
 fn service(namespace: &str, name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"ports": [{"name": "http", "port": 80}]},
-    })
+    manifests_proxy::service(namespace, name, None)
 }
 
 fn slice(namespace: &str, service: &str, name: &str, addresses: &[String]) -> Value {
-    let endpoints: Vec<Value> = addresses
-        .iter()
-        .map(|a| json!({"addresses": [a], "conditions": {"ready": true}}))
-        .collect();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": namespace, "labels": {
-            "kubernetes.io/service-name": service,
-            "endpointslice.kubernetes.io/managed-by": "sync.teapot.dev"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 30080}],
-        "endpoints": endpoints,
-    })
+    manifests_proxy::endpoint_slice(namespace, service, name, 30080, addresses, true)
 }
 
 fn backend(service: &str) -> Value {
