@@ -859,5 +859,6 @@ mod tests {
         );
     }
 }
+pub mod manifests_proxy;
 pub mod peers;
 pub mod stats;

@@ -23,7 +23,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
+use teapot_benches::manifests_proxy::{self, Manifests, ManifestsProxy as Proxy, metric, tenant};
 use teapot_testkit::certs::TestCa;
 use teapot_testkit::client::{Request, Transport, send};
 use teapot_testkit::pebble::{ChallTestSrv, Pebble, PebbleOptions, free_port};
@@ -127,181 +127,30 @@ async fn main() -> Result<()> {
 
 const DOMAIN: &str = "example.net";
 
-struct Proxy {
-    child: tokio::process::Child,
-    http: SocketAddr,
-    https: SocketAddr,
-    admin: SocketAddr,
+/// NOISY_LOG=1 shows the proxy's log.
+async fn start_proxy(
+    teapot: &Path,
+    manifests: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> Result<Proxy> {
+    let echo_log = std::env::var_os("NOISY_LOG").is_some();
+    Proxy::start(teapot, manifests, DOMAIN, args, env, echo_log).await
 }
 
-impl Proxy {
-    async fn start(
-        teapot: &Path,
-        manifests: &Path,
-        args: &[String],
-        env: &[(&str, &str)],
-    ) -> Result<Proxy> {
-        let mut cmd = tokio::process::Command::new(teapot);
-        cmd.args(["proxy", "--manifests"])
-            .arg(manifests)
-            .args([
-                "--https",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--domain",
-                DOMAIN,
-            ])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            // NOISY_LOG=1 shows the proxy's log.
-            .stderr(if std::env::var_os("NOISY_LOG").is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
-            .kill_on_drop(true);
-        if !args.iter().any(|a| a == "--http") {
-            cmd.args(["--http", "127.0.0.1:0"]);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().context("starting teapot")?;
-        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-        let addrs = tokio::time::timeout(Duration::from_secs(120), async {
-            loop {
-                match lines.next_line().await? {
-                    Some(line) => {
-                        if let Some(a) = teapot_testkit::process::parse_listening_line(&line) {
-                            return Ok::<_, anyhow::Error>(a);
-                        }
-                    }
-                    None => bail!("teapot exited before listening"),
-                }
-            }
-        })
-        .await
-        .context("no listening line in 120 s")??;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Proxy {
-            child,
-            http: addrs.http,
-            https: addrs.https,
-            admin: addrs.admin,
-        })
-    }
-
-    async fn admin(&self, path: &str) -> Result<String> {
-        let resp = send(self.admin, &Transport::Plain, &Request::get("admin", path))
-            .await
-            .map_err(|e| anyhow!("{path}: {e}"))?;
-        Ok(resp.text())
-    }
-
-    async fn generation(&self) -> u64 {
-        match self.admin("/metrics").await {
-            Ok(text) => metric(&text, "teapot_snapshot_generation") as u64,
-            Err(_) => 0,
-        }
-    }
-
-    async fn wait_generation(&self, above: u64) -> Result<(u64, Duration)> {
-        let started = Instant::now();
-        loop {
-            let g = self.generation().await;
-            if g > above {
-                return Ok((g, started.elapsed()));
-            }
-            if started.elapsed() > Duration::from_secs(600) {
-                bail!("no generation above {above} in 600 s");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    fn rss(&self) -> u64 {
-        let pid = self.child.id().unwrap_or(0);
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
-    }
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// Writes through a staging directory, so the watcher never sees half a file.
-struct Manifests {
-    _root: tempfile::TempDir,
-    dir: PathBuf,
-    stage: PathBuf,
-}
-
-impl Manifests {
-    fn new() -> Result<Manifests> {
-        let root = tempfile::Builder::new().prefix("teapot-noisy-").tempdir()?;
-        let dir = root.path().join("manifests");
-        let stage = root.path().join("stage");
-        std::fs::create_dir_all(&dir)?;
-        std::fs::create_dir_all(&stage)?;
-        Ok(Manifests {
-            _root: root,
-            dir,
-            stage,
-        })
-    }
-
-    fn write(&self, name: &str, docs: &[Value]) -> Result<()> {
-        let text: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
-        std::fs::write(self.stage.join(name), text.join("\n---\n"))?;
-        std::fs::rename(self.stage.join(name), self.dir.join(name))?;
-        Ok(())
-    }
+fn new_manifests() -> Result<Manifests> {
+    Manifests::new("teapot-noisy-")
 }
 
 // ---------------------------------------------------------------------------
 // Objects
 
-fn tenant(cluster: &str, cidr: &str) -> Value {
-    json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": cluster},
-        "spec": {"cluster": cluster, "nodeCIDRs": [cidr]},
-    })
-}
-
 fn service(namespace: &str, name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"ports": [{"name": "http", "port": 80}]},
-    })
+    manifests_proxy::service(namespace, name, None)
 }
 
 fn slice(namespace: &str, service: &str, name: &str, addresses: &[String]) -> Value {
-    let endpoints: Vec<Value> = addresses
-        .iter()
-        .map(|a| json!({"addresses": [a], "conditions": {"ready": true}}))
-        .collect();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": namespace, "labels": {
-            "kubernetes.io/service-name": service,
-            "endpointslice.kubernetes.io/managed-by": "sync.teapot.dev"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 30080}],
-        "endpoints": endpoints,
-    })
+    manifests_proxy::endpoint_slice(namespace, service, name, 30080, addresses, true)
 }
 
 fn backend(service: &str) -> Value {
@@ -540,7 +389,7 @@ async fn scenario(
     front: &CaDouble,
     issued_root: &str,
 ) -> Result<Times> {
-    let manifests = Manifests::new()?;
+    let manifests = new_manifests()?;
     manifests.write(
         "noisy.yaml",
         &noisy_base(setup.slices, active, setup.hostile_hosts),
@@ -574,7 +423,7 @@ async fn scenario(
     ]
     .map(String::from)
     .to_vec();
-    let proxy = Proxy::start(&setup.teapot, &manifests.dir, &args, &[]).await?;
+    let proxy = start_proxy(&setup.teapot, &manifests.dir, &args, &[]).await?;
     proxy.wait_generation(0).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -639,7 +488,7 @@ async fn scenario(
     }
     // The next run binds the same HTTP port (pebble dials it).
     let mut proxy = proxy;
-    let _ = proxy.child.kill().await;
+    proxy.stop().await;
     Ok(Times {
         first_certificate,
         custom_domain_proof,
@@ -1031,9 +880,9 @@ async fn memory(
     // once, which shows what the proxy keeps.
     for purge in ["10000", "0"] {
         let env = [("MIMALLOC_PURGE_DELAY", purge)];
-        let m = Manifests::new()?;
+        let m = new_manifests()?;
         m.write("empty.yaml", &[service("default", "none")])?;
-        let proxy = Proxy::start(teapot, &m.dir, &[], &env).await?;
+        let proxy = start_proxy(teapot, &m.dir, &[], &env).await?;
         let (mut g, _) = proxy.wait_generation(0).await?;
         let settle = Duration::from_millis(if purge == "0" { 1500 } else { 12_000 });
         tokio::time::sleep(settle).await;
@@ -1110,11 +959,11 @@ async fn memory(
 
     // One tenant's change with `tenants` others present, each with 100
     // endpoints and 10 Ingresses: time from the write to the new generation.
-    let m = Manifests::new()?;
+    let m = new_manifests()?;
     for t in 0..=tenants {
         m.write(&format!("t{t}.yaml"), &reload_tenant(t, 0))?;
     }
-    let proxy = Proxy::start(teapot, &m.dir, &[], &[]).await?;
+    let proxy = start_proxy(teapot, &m.dir, &[], &[]).await?;
     let (mut g, _) = proxy.wait_generation(0).await?;
     let mut times = Vec::new();
     for v in 1..=10 {
