@@ -32,16 +32,8 @@ impl Proxy {
         let mut child = tokio::process::Command::new(common::teapot_bin())
             .args(["proxy", "--manifests"])
             .arg(manifests)
-            .args([
-                "--http",
-                "127.0.0.1:0",
-                "--https",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--domain",
-                "example.net",
-            ])
+            .args(teapot_testkit::process::LOOPBACK_LISTENERS)
+            .args(["--domain", "example.net"])
             .env("MIMALLOC_PURGE_DELAY", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

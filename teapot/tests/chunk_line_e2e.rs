@@ -74,21 +74,6 @@ async fn recording_backend() -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
     (addr, seen)
 }
 
-/// `a.example` routed to tenant-a's Service whose one endpoint is `backend`.
-fn tenant_a_routes_to(backend: SocketAddr) -> Vec<serde_json::Value> {
-    vec![
-        service("tenant-a", "raw", &[(Some("http"), 80)]),
-        slice(
-            "tenant-a",
-            "raw-0",
-            "raw",
-            &[(Some("http"), backend.port())],
-            &[("127.0.0.1", true)],
-        ),
-        simple_ingress("tenant-a", "raw", "a.example", "raw"),
-    ]
-}
-
 /// Writes `bytes` on a new connection and reads until the proxy closes it
 /// (`None` if it did not within [`RAW_TIMEOUT`]).
 async fn exchange_until_close(proxy: SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {

@@ -394,18 +394,8 @@ struct Log {
 async fn bytes_after_an_upgrade_request_wait_for_101() {
     let (addr, log) = recording_backend().await;
     let b = echo("tenant-b", "web", "b-0").await;
-    let mut documents = vec![
-        service("tenant-a", "raw", &[(Some("http"), 80)]),
-        slice(
-            "tenant-a",
-            "raw-0",
-            "raw",
-            &[(Some("http"), addr.port())],
-            &[("127.0.0.1", true)],
-        ),
-        simple_ingress("tenant-a", "raw", "a.example", "raw"),
-        simple_ingress("tenant-b", "web", "b.example", "web"),
-    ];
+    let mut documents = tenant_a_routes_to(addr);
+    documents.push(simple_ingress("tenant-b", "web", "b.example", "web"));
     documents.extend(echo_service("tenant-b", "web", &[&b]));
     let h = Harness::start(&[("t.yaml", docs(&documents))]).await;
     for upgrade in ["websocket", "foo"] {

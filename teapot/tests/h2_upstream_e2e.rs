@@ -466,32 +466,7 @@ async fn h2c_echo_backend() -> (
 async fn h2c_backends_stream_both_ways_with_trailers() {
     const NS: &str = "h2c-up";
     let (backend, accepted, close) = h2c_echo_backend().await;
-    let mut svc = service(NS, "grpc", &[(Some("grpc"), 80)]);
-    svc["spec"]["ports"][0]["appProtocol"] = serde_json::json!("kubernetes.io/h2c");
-    let manifests = vec![
-        gateway_gw(
-            NS,
-            serde_json::json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
-        ),
-        serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": { "name": "calls", "namespace": NS },
-            "spec": {
-                "parentRefs": [{ "name": "gw" }],
-                "hostnames": [HOST],
-                "rules": [{ "backendRefs": [{ "name": "grpc", "port": 80 }] }],
-            },
-        }),
-        svc,
-        slice(
-            NS,
-            "grpc-0",
-            "grpc",
-            &[(Some("grpc"), backend.port())],
-            &[("127.0.0.1", true)],
-        ),
-    ];
+    let manifests = h2c_route(NS, HOST, backend.port());
     let h = Harness::start_with_args(&[("m.yaml", docs(&manifests))], &["--h2c"]).await;
     let mut c = h2c(h.proxy.http).await;
     // Served once the snapshot has the route.

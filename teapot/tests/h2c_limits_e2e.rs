@@ -128,37 +128,7 @@ async fn get(sender: &mut Sender, path: &str) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2c_response_heads_over_the_http1_limits_are_a_502() {
     let backend = h2c_backend().await;
-    let mut svc = service(NS, "grpc", &[(Some("grpc"), 80)]);
-    svc["spec"]["ports"][0]["appProtocol"] = serde_json::json!("kubernetes.io/h2c");
-    let manifests = vec![
-        serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": { "name": "gw", "namespace": NS },
-            "spec": {
-                "gatewayClassName": "teapot",
-                "listeners": [{ "name": "http", "protocol": "HTTP", "port": 80 }],
-            },
-        }),
-        serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": { "name": "calls", "namespace": NS },
-            "spec": {
-                "parentRefs": [{ "name": "gw" }],
-                "hostnames": [HOST],
-                "rules": [{ "backendRefs": [{ "name": "grpc", "port": 80 }] }],
-            },
-        }),
-        svc,
-        slice(
-            NS,
-            "grpc-0",
-            "grpc",
-            &[(Some("grpc"), backend.port())],
-            &[("127.0.0.1", true)],
-        ),
-    ];
+    let manifests = h2c_route(NS, HOST, backend.port());
     let h = Harness::start_with_args(&[("m.yaml", docs(&manifests))], &["--h2c"]).await;
     let mut c = h2c(h.proxy.http).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

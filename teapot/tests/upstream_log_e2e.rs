@@ -51,17 +51,8 @@ async fn a_closed_backend_port_writes_a_handful_of_lines_and_counts_every_failur
     let mut child = Command::new(teapot_bin())
         .args(["proxy", "--manifests"])
         .arg(dir.path())
-        .args([
-            "--http",
-            "127.0.0.1:0",
-            "--https",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--h2c",
-            "--log-format",
-            "json",
-        ])
+        .args(teapot_testkit::process::LOOPBACK_LISTENERS)
+        .args(["--h2c", "--log-format", "json"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

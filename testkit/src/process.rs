@@ -27,6 +27,17 @@ use crate::client::{self, Transport};
 /// report ready (a debug build compiling its first route table is slow).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Every listener of `teapot proxy` on 127.0.0.1, on a port the kernel
+/// picks: what a test proxy starts with (its log names the ports).
+pub const LOOPBACK_LISTENERS: [&str; 6] = [
+    "--http",
+    "127.0.0.1:0",
+    "--https",
+    "127.0.0.1:0",
+    "--admin",
+    "127.0.0.1:0",
+];
+
 /// A running `teapot proxy` child process whose addresses were read from its stdout.
 ///
 /// Dropping it kills the process (SIGKILL); use [`ProxyProcess::terminate`]
@@ -103,14 +114,7 @@ impl ProxyProcess {
         let mut child = Command::new(bin)
             .arg("proxy")
             .args(source)
-            .args([
-                "--http",
-                "127.0.0.1:0",
-                "--https",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-            ])
+            .args(LOOPBACK_LISTENERS)
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

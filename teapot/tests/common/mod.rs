@@ -599,6 +599,50 @@ pub fn http_route(
     })
 }
 
+/// A Gateway `gw` with one HTTP listener, an HTTPRoute `calls` for `host`
+/// to Service `grpc` (port 80, `appProtocol: kubernetes.io/h2c`) and its
+/// one endpoint, an h2c backend on 127.0.0.1:`port`.
+pub fn h2c_route(namespace: &str, host: &str, port: u16) -> Vec<Value> {
+    let mut svc = service(namespace, "grpc", &[(Some("grpc"), 80)]);
+    svc["spec"]["ports"][0]["appProtocol"] = json!("kubernetes.io/h2c");
+    vec![
+        gateway_gw(
+            namespace,
+            json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        http_route(
+            namespace,
+            "calls",
+            json!({ "name": "gw" }),
+            &[host],
+            json!([{ "backendRefs": [{ "name": "grpc", "port": 80 }] }]),
+        ),
+        svc,
+        slice(
+            namespace,
+            "grpc-0",
+            "grpc",
+            &[(Some("grpc"), port)],
+            &[("127.0.0.1", true)],
+        ),
+    ]
+}
+
+/// `a.example` routed to tenant-a's Service whose one endpoint is `backend`.
+pub fn tenant_a_routes_to(backend: SocketAddr) -> Vec<Value> {
+    vec![
+        service("tenant-a", "raw", &[(Some("http"), 80)]),
+        slice(
+            "tenant-a",
+            "raw-0",
+            "raw",
+            &[(Some("http"), backend.port())],
+            &[("127.0.0.1", true)],
+        ),
+        simple_ingress("tenant-a", "raw", "a.example", "raw"),
+    ]
+}
+
 /// The resources the real webhook is registered for: Ingress and what it
 /// references ...
 pub const INGRESS_KINDS: &[&str] = &["ingresses", "services", "endpointslices", "secrets"];
