@@ -569,31 +569,24 @@ fn over_total(
             count: limits.max_regexes,
             bytes: limits.max_regex_bytes,
         };
-        if o.regex != RegexCost::default() && regex.plus(o.regex).exceeds(max_regex) {
+        let refusal = if o.regex != RegexCost::default() && regex.plus(o.regex).exceeds(max_regex) {
+            Some(format!(
+                "with this route the tenant's routes hold more regular expressions than its limits allow (maxRegexes = {}, maxRegexBytes = {} KiB); older routes keep theirs",
+                max_regex.count,
+                max_regex.bytes / 1024
+            ))
+        } else if *total + o.size as u64 > max {
+            Some(format!(
+                "the tenant's objects are more than its limit of {max} bytes as JSON (maxTotalBytes) with this one; older objects keep theirs"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
             out.push((
                 o.key.clone(),
                 o.origin.clone(),
-                vec![Violation::new(
-                    policy::OBJECT_FIELD,
-                    format!(
-                        "with this route the tenant's routes hold more regular expressions than its limits allow (maxRegexes = {}, maxRegexBytes = {} KiB); older routes keep theirs",
-                        max_regex.count,
-                        max_regex.bytes / 1024
-                    ),
-                )],
-            ));
-            continue;
-        }
-        if *total + o.size as u64 > max {
-            out.push((
-                o.key.clone(),
-                o.origin.clone(),
-                vec![Violation::new(
-                    policy::OBJECT_FIELD,
-                    format!(
-                        "the tenant's objects are more than its limit of {max} bytes as JSON (maxTotalBytes) with this one; older objects keep theirs"
-                    ),
-                )],
+                vec![Violation::new(policy::OBJECT_FIELD, message)],
             ));
         } else {
             *total += o.size as u64;

@@ -14,15 +14,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 async fn demo_serves_the_embedded_example() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_teapot"))
-        .args([
-            "demo",
-            "--http",
-            "127.0.0.1:0",
-            "--https",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-        ])
+        .arg("demo")
+        .args(teapot_testkit::process::LOOPBACK_LISTENERS)
         .arg("--dir")
         .arg(dir.path())
         .args(["--exit-after", "60"])

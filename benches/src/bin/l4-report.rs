@@ -169,18 +169,8 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
             "--manifests",
         ])
         .arg(&manifests)
-        .args([
-            "--http",
-            "127.0.0.1:0",
-            "--https",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--l4-pool",
-            "default=127.0.0.1",
-            "--l4-state",
-            "off",
-        ])
+        .args(teapot_testkit::process::LOOPBACK_LISTENERS)
+        .args(["--l4-pool", "default=127.0.0.1", "--l4-state", "off"])
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
