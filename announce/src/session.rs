@@ -373,7 +373,7 @@ struct Established<'a> {
     conn: Conn,
     families: Vec<(Family, IpAddr)>,
     attrs: PathAttributes,
-    /// What the router holds from this session.
+    /// What the router holds from this BGP session.
     announced: BTreeSet<IpAddr>,
     status: &'a watch::Sender<PeerStatus>,
 }

@@ -163,25 +163,10 @@ async fn read_until(s: &mut TcpStream, buf: &mut Vec<u8>, needle: &[u8]) -> Opti
     }
 }
 
-type Sender = hyper::client::conn::http2::SendRequest<BoxBody<Bytes, Infallible>>;
-
-/// An h2c (prior knowledge) client connection.
-async fn h2c(addr: SocketAddr) -> Sender {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .handshake(TokioIo::new(tcp))
-        .await
-        .expect("HTTP/2 handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    sender
-}
-
 /// Sends a request; `Err` when the response broke off (status 0 when
 /// it did before its head).
 async fn send(
-    sender: &mut Sender,
+    sender: &mut H2cSender,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],

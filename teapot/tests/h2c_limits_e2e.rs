@@ -12,11 +12,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 const HOST: &str = "h2c-limits.test";
 const NS: &str = "h2c-limits";
@@ -89,22 +88,8 @@ async fn h2c_backend() -> SocketAddr {
     addr
 }
 
-type Sender = hyper::client::conn::http2::SendRequest<BoxBody<Bytes, Infallible>>;
-
-async fn h2c(addr: SocketAddr) -> Sender {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .handshake(TokioIo::new(tcp))
-        .await
-        .expect("HTTP/2 handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    sender
-}
-
 /// GETs `path`; the status and body.
-async fn get(sender: &mut Sender, path: &str) -> (u16, String) {
+async fn get(sender: &mut H2cSender, path: &str) -> (u16, String) {
     let req = http::Request::builder()
         .method("GET")
         .uri(format!("http://{HOST}{path}"))

@@ -599,6 +599,24 @@ pub fn http_route(
     })
 }
 
+/// The sending half of an h2c client connection.
+pub type H2cSender = hyper::client::conn::http2::SendRequest<
+    http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>,
+>;
+
+/// An h2c (prior knowledge) client connection to `addr`.
+pub async fn h2c(addr: SocketAddr) -> H2cSender {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(tcp))
+        .await
+        .expect("HTTP/2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    sender
+}
+
 /// A Gateway `gw` with one HTTP listener, an HTTPRoute `calls` for `host`
 /// to Service `grpc` (port 80, `appProtocol: kubernetes.io/h2c`) and its
 /// one endpoint, an h2c backend on 127.0.0.1:`port`.

@@ -753,9 +753,6 @@ impl Group {
                     break;
                 }
             }
-            if self.lists.len() == 1 {
-                break;
-            }
         }
         Ok(best.map(|(_, c)| c))
     }
