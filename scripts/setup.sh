@@ -12,6 +12,8 @@ command -v npm >/dev/null 2>&1 || packages+=(npm)             # scripts/helm.sh 
 command -v promtool >/dev/null 2>&1 || packages+=(prometheus) # promtool checks the chart's alert and dashboard PromQL
 [ -x /usr/lib/frr/bgpd ] || packages+=(frr)                    # the router of announce/tests/frr_netns.rs (BGP in network namespaces)
 command -v ip >/dev/null 2>&1 || packages+=(iproute2)         # network namespaces and veth pairs of the announce tests
+command -v bird >/dev/null 2>&1 || packages+=(bird2)          # the second router of the announce tests (BIRD 2)
+command -v nft >/dev/null 2>&1 || packages+=(nftables)        # a silent replica in the failover tests: every packet dropped
 for extra in "$@"; do                                           # e.g. nginx-light haproxy wrk for benches
   dpkg -s "$extra" >/dev/null 2>&1 || packages+=("$extra")
 done
