@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use crate::Error;
+use crate::bfd;
 use crate::peer::{PeerConfig, PeerStatus, SessionState};
 use crate::wire::{self, Family, Message, Notification, Open, PathAttributes, code};
 
@@ -26,11 +27,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What every session of one speaker shares.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Shared {
     pub local_asn: u32,
     pub router_id: Option<Ipv4Addr>,
     pub graceful_shutdown_wait: Duration,
+    /// Where BFD packets from the routers arrive.
+    pub bfd: bfd::Listener,
+    /// The routers' BFD port ([`bfd::CONTROL_PORT`] outside tests).
+    pub bfd_peer_port: u16,
 }
 
 /// How one session ended.
@@ -52,11 +57,28 @@ pub async fn run(
     status: watch::Sender<PeerStatus>,
 ) {
     let mut backoff = MIN_BACKOFF;
+    // Lives as long as this task, across BGP sessions: the router's BFD
+    // hears from this process as long as it runs.
+    let mut bfd: Option<bfd::Handle> = None;
     loop {
         if stopping(&stop) {
             break;
         }
-        let ended = session(&shared, &peer, &mut addrs, &mut stop, &status).await;
+        if let (Some(timing), None) = (peer.bfd, &bfd) {
+            match start_bfd(&shared, &peer, timing, &status).await {
+                Ok(handle) => bfd = Some(handle),
+                Err(err) => {
+                    failed(&peer, &status, &err, backoff);
+                    tokio::select! {
+                        _ = sleep(backoff) => {}
+                        _ = until_stopped(&mut stop) => break,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            }
+        }
+        let ended = session(&shared, &peer, &mut addrs, &mut stop, &status, bfd.as_mut()).await;
         status.send_modify(|s| {
             s.state = SessionState::Idle;
             s.announced = 0;
@@ -69,15 +91,66 @@ pub async fn run(
             }
             Ended::Failed(err) => err,
         };
-        tracing::warn!(peer = %peer.socket_addr(), error = %err, retry_in = ?backoff, "BGP session down");
-        status.send_modify(|s| s.last_error = Some(err.to_string()));
+        failed(&peer, &status, &err, backoff);
         tokio::select! {
             _ = sleep(backoff) => {}
             _ = until_stopped(&mut stop) => break,
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+    // Stopped on purpose: the router's BFD learns it is no failure
+    // (already done before the CEASE when a session was established).
+    if let Some(bfd) = bfd.as_mut() {
+        bfd.admin_down().await;
+    }
     status.send_modify(|s| s.state = SessionState::Idle);
+}
+
+/// Records why a session failed or ended: `last_error` names the peer,
+/// the failure is counted by reason, and the log says when the next
+/// attempt comes.
+fn failed(peer: &PeerConfig, status: &watch::Sender<PeerStatus>, err: &Error, retry_in: Duration) {
+    let reason = err.failure_reason();
+    tracing::warn!(peer = %peer.socket_addr(), error = %err, reason, ?retry_in, "BGP session down");
+    status.send_modify(|s| {
+        s.last_error = Some(format!("BGP peer {}: {err}", peer.socket_addr()));
+        *s.failures.entry(reason).or_default() += 1;
+    });
+}
+
+/// The BFD session beside a peer's BGP sessions, from the address a BGP
+/// session to it would use; its state is copied into the peer's status.
+async fn start_bfd(
+    shared: &Shared,
+    peer: &PeerConfig,
+    timing: bfd::Timing,
+    status: &watch::Sender<PeerStatus>,
+) -> Result<bfd::Handle, Error> {
+    let local = match peer.source {
+        Some(source) => source,
+        None => bfd::local_address_towards(peer.address).await?,
+    };
+    let handle = bfd::start(
+        &shared.bfd,
+        local,
+        peer.address,
+        shared.bfd_peer_port,
+        timing,
+    )
+    .await?;
+    let mut bfd_status = handle.status.clone();
+    let status = status.clone();
+    // Ends when the handle is dropped (the BFD task and its sender go).
+    tokio::spawn(async move {
+        loop {
+            let now = *bfd_status.borrow_and_update();
+            status.send_modify(|s| s.bfd = Some(now));
+            if bfd_status.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(handle)
 }
 
 /// Stop was asked, or whoever could ask is gone.
@@ -227,6 +300,7 @@ async fn session(
     addrs: &mut watch::Receiver<BTreeSet<IpAddr>>,
     stop: &mut watch::Receiver<bool>,
     status: &watch::Sender<PeerStatus>,
+    bfd: Option<&mut bfd::Handle>,
 ) -> Ended {
     status.send_modify(|s| s.state = SessionState::Connect);
     let stream = tokio::select! {
@@ -296,6 +370,7 @@ async fn session(
             shared.graceful_shutdown_wait,
             addrs,
             stop,
+            bfd,
         )
         .await
     {
@@ -330,10 +405,10 @@ async fn opening(conn: &mut Conn, open: &Open, peer: &PeerConfig) -> Result<Open
             subcode: code::BAD_PEER_AS,
             data: vec![],
         };
-        let err = Error::Protocol(format!(
-            "peer's OPEN says AS {}, configured remote ASN is {}",
-            theirs.asn, peer.remote_asn
-        ));
+        let err = Error::WrongPeerAsn {
+            got: theirs.asn,
+            configured: peer.remote_asn,
+        };
         return Err(conn.notify_and_fail(n, err).await);
     }
     if matches!(theirs.hold_time_secs, 1 | 2) {
@@ -449,6 +524,7 @@ impl Established<'_> {
         graceful_wait: Duration,
         addrs: &mut watch::Receiver<BTreeSet<IpAddr>>,
         stop: &mut watch::Receiver<bool>,
+        mut bfd: Option<&mut bfd::Handle>,
     ) -> Result<(), Error> {
         // RFC 4271 10: keepalive at a third of the hold time unless set
         // lower.
@@ -463,6 +539,11 @@ impl Established<'_> {
         // the withdrawal follows at `until`.
         let mut draining: Option<Instant> = None;
         let mut addrs_open = true;
+        // BFD failures before this session are not this session's.
+        let mut bfd_status = bfd.as_ref().map(|b| b.status.clone());
+        let bfd_failures = bfd_status
+            .as_mut()
+            .map_or(0, |s| s.borrow_and_update().failures);
         let wanted = addrs.borrow_and_update().clone();
         self.sync(&wanted).await?;
         loop {
@@ -479,6 +560,11 @@ impl Established<'_> {
                 _ = async { sleep_until(draining.unwrap_or(Instant::now())).await }, if draining.is_some() => {
                     let all: Vec<IpAddr> = self.announced.iter().copied().collect();
                     self.withdraw(&all).await?;
+                    // AdminDown before the CEASE: the router's BFD takes
+                    // the session down as asked, not as failed.
+                    if let Some(bfd) = bfd.as_mut() {
+                        bfd.admin_down().await;
+                    }
                     let cease = wire::encode_notification(&wire::cease("teapot speaker stopping"));
                     self.conn.send(&cease).await?;
                     let _ = self.conn.stream.shutdown().await;
@@ -498,6 +584,20 @@ impl Established<'_> {
                         if !hold.is_zero() {
                             hold_deadline = Instant::now() + hold;
                         }
+                    }
+                }
+                changed = async { bfd_status.as_mut().expect("guarded").changed().await }, if bfd_status.is_some() => {
+                    let Some(watched) = bfd_status.as_mut() else { continue };
+                    if changed.is_err() {
+                        bfd_status = None;
+                        continue;
+                    }
+                    let now = *watched.borrow_and_update();
+                    if now.failures > bfd_failures {
+                        // The router stopped answering BFD: it is gone,
+                        // and routes through it with it.
+                        let n = Notification { code: code::CEASE, subcode: code::BFD_DOWN, data: vec![] };
+                        return Err(self.conn.notify_and_fail(n, Error::BfdDown(bfd::diag::text(now.diag))).await);
                     }
                 }
                 _ = sleep_until(hold_deadline) => {
