@@ -767,6 +767,7 @@ async fn run(
             packet = registration.packets.recv() => {
                 let Some(packet) = packet else { return };
                 let was = machine.state();
+                let interval_was = machine.tx_interval();
                 if let Received::Taken(Some(now_state)) = machine.receive(&packet, Instant::now()) {
                     transition(&status, &machine, peer, was, now_state);
                     if was == State::Down {
@@ -777,6 +778,15 @@ async fn run(
                 }
                 if machine.final_due() {
                     send(&mut machine);
+                }
+                // Up (or the remote asking for more): the packet due after
+                // a slow interval comes at the new pace, or the remote's
+                // detection time runs out before it.
+                if let Some(interval) = machine.tx_interval()
+                    && interval_was.is_none_or(|was| interval < was)
+                {
+                    let sooner = Instant::now() + jittered(interval, machine.timing.multiplier, &mut rng);
+                    next_tx = next_tx.min(sooner);
                 }
             }
             _ = sleep_until(next_tx) => {

@@ -3,7 +3,10 @@
 //! links on TEST-NET addresses. Both replicas announce the same /32 and
 //! /128; the router's kernel table must hold both as ECMP next hops, lose
 //! one after a graceful stop (GRACEFUL_SHUTDOWN seen first) and lose one
-//! after a SIGKILL (hold timer).
+//! after a SIGKILL (hold timer). With BFD (bfdd beside bgpd, 100 ms x 3
+//! both ways), a frozen replica's sessions are cut by BFD, and a graceful
+//! stop says AdminDown. A neighbour the router refuses does not disturb
+//! the replica's other session.
 //!
 //! Needs root, iproute2 and Debian's `frr`; without them each test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
@@ -19,6 +22,8 @@ const SPEAKER_ASN: u32 = 64501;
 const VIP4: &str = "203.0.113.10";
 const VIP6: &str = "2001:db8:ffff::10";
 const FRR_DIR: &str = "/usr/lib/frr";
+/// Not the speakers' ASN: a router expecting it refuses the session.
+const WRONG_ASN: u32 = 64999;
 
 /// One replica's link to the router.
 struct Link {
@@ -48,7 +53,7 @@ mod netns;
 use netns::{Namespaces, run};
 
 fn frr_missing() -> Option<String> {
-    for tool in ["zebra", "bgpd"] {
+    for tool in ["zebra", "bgpd", "bfdd"] {
         if !Path::new(FRR_DIR).join(tool).exists() {
             return Some(format!("{FRR_DIR}/{tool} missing (apt-get install frr)"));
         }
@@ -63,9 +68,21 @@ fn runnable(test: &str) -> bool {
     netns::runnable(test, frr_missing)
 }
 
+/// How the router is set up.
+#[derive(Clone, Copy, Default)]
+struct Setup {
+    /// bfdd runs, every neighbour has `bfd profile fast` (100 ms x 3) and
+    /// the replicas' peers `bfd=100x3`.
+    bfd: bool,
+    /// The router expects this wrong ASN from this speaker address, so it
+    /// refuses the session with "Bad Peer AS".
+    wrong_remote_as: Option<&'static str>,
+}
+
 /// The namespaces, daemons and speakers of one test; all removed on drop,
 /// failure included.
 struct Lab {
+    setup: Setup,
     router: String,
     speakers: Vec<String>,
     dir: tempfile::TempDir,
@@ -81,11 +98,12 @@ impl Lab {
         Path::new("/var/run/frr").join(&self.router)
     }
 
-    fn new() -> Lab {
+    fn new(setup: Setup) -> Lab {
         let n = LABS.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("tpa{}x{n}", std::process::id());
+        let tag = format!("tpbd{}x{n}", std::process::id());
         let dir = tempfile::tempdir().unwrap();
         let mut lab = Lab {
+            setup,
             router: format!("{tag}r"),
             speakers: (1..=LINKS.len()).map(|i| format!("{tag}s{i}")).collect(),
             dir,
@@ -144,8 +162,8 @@ impl Lab {
 
     /// Both replicas announcing, the router using both (replica 0 with
     /// `graceful_wait_ms`).
-    fn with_both_replicas(graceful_wait_ms: u64) -> Lab {
-        let mut lab = Lab::new();
+    fn with_both_replicas(setup: Setup, graceful_wait_ms: u64) -> Lab {
+        let mut lab = Lab::new(setup);
         lab.start_speaker(0, graceful_wait_ms);
         lab.start_speaker(1, 3000);
         lab.wait_for_ecmp();
@@ -168,9 +186,18 @@ impl Lab {
         let mut activate6 = String::new();
         for link in &LINKS {
             for addr in [link.speaker4, link.speaker6] {
+                let asn = match self.setup.wrong_remote_as {
+                    Some(wrong) if wrong == addr => WRONG_ASN,
+                    _ => SPEAKER_ASN,
+                };
                 neighbors.push_str(&format!(
-                    " neighbor {addr} remote-as {SPEAKER_ASN}\n neighbor {addr} timers 1 3\n neighbor {addr} timers connect 1\n"
+                    " neighbor {addr} remote-as {asn}\n neighbor {addr} timers 1 3\n neighbor {addr} timers connect 1\n"
                 ));
+                if self.setup.bfd {
+                    neighbors.push_str(&format!(
+                        " neighbor {addr} bfd\n neighbor {addr} bfd profile fast\n"
+                    ));
+                }
             }
             activate6.push_str(&format!("  neighbor {} activate\n", link.speaker6));
         }
@@ -183,7 +210,18 @@ impl Lab {
         );
         let conf_dir = self.dir.path();
         run(&["chmod", "755", conf_dir.to_str().unwrap()]);
-        for (daemon, conf) in [("zebra", String::new()), ("bgpd", bgpd)] {
+        let mut daemons = vec![("zebra", String::new())];
+        if self.setup.bfd {
+            daemons.push((
+                "bfdd",
+                format!(
+                    "log file {}\n!\nbfd\n profile fast\n  transmit-interval 100\n  receive-interval 100\n  detect-multiplier 3\n !\n!\n",
+                    run_dir.join("bfdd.log").display()
+                ),
+            ));
+        }
+        daemons.push(("bgpd", bgpd));
+        for (daemon, conf) in daemons {
             let path = conf_dir.join(format!("{daemon}.conf"));
             std::fs::write(&path, conf).unwrap();
             run(&["chmod", "644", path.to_str().unwrap()]);
@@ -229,6 +267,7 @@ impl Lab {
     /// IPv4 and an IPv6 session.
     fn start_speaker(&mut self, i: usize, graceful_wait_ms: u64) {
         let link = &LINKS[i];
+        let bfd = if self.setup.bfd { ",bfd=100x3" } else { "" };
         let log = std::fs::File::create(self.dir.path().join(format!("speaker{i}.log"))).unwrap();
         let child = Command::new("ip")
             .args(["netns", "exec", &self.speakers[i]])
@@ -236,11 +275,11 @@ impl Lab {
             .args(["--asn", &SPEAKER_ASN.to_string()])
             .args([
                 "--peer",
-                &format!("{},{ROUTER_ASN},hold=3,keepalive=1", link.router4),
+                &format!("{},{ROUTER_ASN},hold=3,keepalive=1{bfd}", link.router4),
             ])
             .args([
                 "--peer",
-                &format!("{},{ROUTER_ASN},hold=3,keepalive=1", link.router6),
+                &format!("{},{ROUTER_ASN},hold=3,keepalive=1{bfd}", link.router6),
             ])
             .args(["--announce", VIP4, "--announce", VIP6])
             .args(["--graceful-wait-ms", &graceful_wait_ms.to_string()])
@@ -288,6 +327,9 @@ impl Lab {
 
     fn dump(&self) -> String {
         let mut out = self.vtysh("show bgp summary");
+        if self.setup.bfd {
+            out.push_str(&self.vtysh("show bfd peers"));
+        }
         out.push_str(&self.router_sh("ip route; ip -6 route"));
         for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
             if entry.path().extension().is_some_and(|e| e == "log") {
@@ -298,10 +340,42 @@ impl Lab {
                 ));
             }
         }
-        out.push_str(
-            &std::fs::read_to_string(self.frr_run_dir().join("bgpd.log")).unwrap_or_default(),
-        );
+        for daemon in ["bgpd", "bfdd"] {
+            out.push_str(
+                &std::fs::read_to_string(self.frr_run_dir().join(format!("{daemon}.log")))
+                    .unwrap_or_default(),
+            );
+        }
         out
+    }
+
+    /// The router's BFD peer with address `peer`, as `show bfd peers json`
+    /// has it.
+    fn bfd_peer(&self, peer: &str) -> Option<serde_json::Value> {
+        let peers: serde_json::Value =
+            serde_json::from_str(&self.vtysh("show bfd peers json")).ok()?;
+        peers
+            .as_array()?
+            .iter()
+            .find(|p| p.get("peer").and_then(|a| a.as_str()) == Some(peer))
+            .cloned()
+    }
+
+    /// Every BFD session of replica `i` Up at the router.
+    fn wait_bfd_up(&self, i: usize) {
+        for addr in [LINKS[i].speaker4, LINKS[i].speaker6] {
+            self.wait(&format!("the router's BFD session with {addr} up"), || {
+                let peer = self.bfd_peer(addr)?;
+                (peer.get("status")?.as_str()? == "up").then_some(())
+            });
+        }
+    }
+
+    /// `show bgp neighbors ADDR json` for the neighbour `addr`.
+    fn neighbor(&self, addr: &str) -> serde_json::Value {
+        let out = self.vtysh(&format!("show bgp neighbors {addr} json"));
+        let all: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        all.get(addr).cloned().unwrap_or_default()
     }
 
     /// Only replica `i`'s next hop left for `vip`.
@@ -354,7 +428,7 @@ impl Drop for Lab {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for daemon in ["bgpd", "zebra"] {
+        for daemon in ["bgpd", "bfdd", "zebra"] {
             let pid = self.frr_run_dir().join(format!("{daemon}.pid"));
             if let Ok(pid) = std::fs::read_to_string(pid) {
                 let _ = Command::new("kill").args(["-9", pid.trim()]).status();
@@ -371,7 +445,7 @@ fn graceful_stop_marks_the_route_then_leaves_one_next_hop() {
     }
     // A wait long enough that the next hop moves before the withdrawal
     // on a loaded machine too.
-    let mut lab = Lab::with_both_replicas(10_000);
+    let mut lab = Lab::with_both_replicas(Setup::default(), 10_000);
 
     lab.signal(0, "-TERM");
     let leaving = LINKS[0].speaker4;
@@ -417,7 +491,7 @@ fn a_killed_replica_leaves_the_route_within_the_hold_time() {
     if !runnable("a_killed_replica_leaves_the_route_within_the_hold_time") {
         return;
     }
-    let mut lab = Lab::with_both_replicas(3000);
+    let mut lab = Lab::with_both_replicas(Setup::default(), 3000);
 
     let killed = Instant::now();
     lab.signal(0, "-KILL");
@@ -439,7 +513,7 @@ fn a_frozen_replica_leaves_the_route_when_the_hold_timer_expires() {
     if !runnable("a_frozen_replica_leaves_the_route_when_the_hold_timer_expires") {
         return;
     }
-    let mut lab = Lab::with_both_replicas(3000);
+    let mut lab = Lab::with_both_replicas(Setup::default(), 3000);
 
     // SIGSTOP keeps the TCP connection open but silent: only the router's
     // hold timer can tell (SIGKILL closes the socket, which the router
@@ -450,10 +524,151 @@ fn a_frozen_replica_leaves_the_route_when_the_hold_timer_expires() {
     lab.wait_exit(0);
 }
 
+#[test]
+fn with_bfd_a_frozen_replica_is_cut_by_bfd_before_the_hold_timer() {
+    if !runnable("with_bfd_a_frozen_replica_is_cut_by_bfd_before_the_hold_timer") {
+        return;
+    }
+    let bfd = Setup {
+        bfd: true,
+        ..Setup::default()
+    };
+    let mut lab = Lab::with_both_replicas(bfd, 3000);
+    lab.wait_bfd_up(0);
+    lab.wait_bfd_up(1);
+
+    lab.signal(0, "-STOP");
+    lab.wait_only(1, VIP4);
+    lab.wait_only(1, VIP6);
+    // Why the router dropped the frozen replica's sessions: BFD, not the
+    // hold timer.
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let n = lab.wait(&format!("{addr}'s last reset"), || {
+            let n = lab.neighbor(addr);
+            (n.get("bgpState")?.as_str()? != "Established").then_some(n)
+        });
+        // FRR 8.4 resets the session with CEASE / BFD Down (RFC 9384);
+        // the hold timer would have said "Hold Timer Expired".
+        assert_eq!(n["lastNotificationReason"], "Cease/BFD Down", "{addr}: {n}");
+    }
+    let peer = lab.bfd_peer(LINKS[0].speaker4).unwrap();
+    assert_eq!(
+        peer["diagnostic"], "control detection time expired",
+        "{peer}"
+    );
+    // The other replica's sessions never noticed.
+    for addr in [LINKS[1].speaker4, LINKS[1].speaker6] {
+        assert_eq!(lab.bfd_peer(addr).unwrap()["status"], "up");
+        assert_eq!(lab.neighbor(addr)["connectionsDropped"], 0);
+    }
+    lab.signal(0, "-KILL");
+    lab.wait_exit(0);
+}
+
+#[test]
+fn with_bfd_a_graceful_stop_takes_bfd_administratively_down() {
+    if !runnable("with_bfd_a_graceful_stop_takes_bfd_administratively_down") {
+        return;
+    }
+    let bfd = Setup {
+        bfd: true,
+        ..Setup::default()
+    };
+    let mut lab = Lab::with_both_replicas(bfd, 1000);
+    lab.wait_bfd_up(0);
+
+    lab.signal(0, "-TERM");
+    let status = lab.wait_exit(0);
+    assert!(status.success(), "graceful stop exits cleanly: {status}");
+    lab.wait_only(1, VIP4);
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let peer = lab.wait(
+            &format!("the router's BFD session with {addr} down"),
+            || {
+                let peer = lab.bfd_peer(addr)?;
+                (peer.get("status")?.as_str()? == "down").then_some(peer)
+            },
+        );
+        // AdminDown, not silence: the router knows it was asked.
+        assert_eq!(peer["remote-diagnostic"], "administratively down", "{peer}");
+        assert_eq!(
+            peer["diagnostic"], "neighbor signaled session down",
+            "{peer}"
+        );
+    }
+}
+
+#[test]
+fn a_refused_neighbor_leaves_the_other_session_and_its_route_alone() {
+    if !runnable("a_refused_neighbor_leaves_the_other_session_and_its_route_alone") {
+        return;
+    }
+    // The router expects the wrong ASN from replica 0's IPv6 address: it
+    // refuses that session with NOTIFICATION "Bad Peer AS".
+    let refused = LINKS[0].speaker6;
+    let mut lab = Lab::new(Setup {
+        wrong_remote_as: Some(refused),
+        ..Setup::default()
+    });
+    lab.start_speaker(0, 3000);
+    let good = LINKS[0].speaker4;
+    lab.wait_only(0, VIP4);
+    // Refused twice (the backoff retried), each time logged with the peer
+    // and the router's reason.
+    let log_path = lab.dir.path().join("speaker0.log");
+    let refusals = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains("BGP session down")
+                    && l.contains("Bad Peer AS")
+                    && l.contains(&format!("[{}]:179", LINKS[0].router6))
+                    && l.contains("\"refused_open\"")
+            })
+            .count()
+    };
+    lab.wait("two refusals in the speaker's log", || {
+        let log = std::fs::read_to_string(&log_path).ok()?;
+        (refusals(&log) >= 2).then_some(())
+    });
+    let n = lab.neighbor(good);
+    assert_eq!(n["bgpState"], "Established", "{n}");
+    assert_eq!(n["connectionsDropped"], 0, "{n}");
+    assert_eq!(lab.gateways(VIP4), [good]);
+    assert!(lab.gateways(VIP6).is_empty());
+}
+
 /// Not a check: the figures docs/announce.md quotes.
 /// `TEAPOT_FAILOVER_RUNS` rounds each of SIGKILL and of SIGSTOP (a silent
 /// replica) to one replica, timed until the router's kernel has one next
 /// hop left.
+/// `runs` rounds of `signal` to replica 0 (restarted each round, replica
+/// 1 running throughout): the time until the router's kernel has one next
+/// hop left for the IPv4 address.
+fn time_failovers(lab: &mut Lab, signal: &str, runs: usize) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        lab.start_speaker(0, 3000);
+        lab.wait_for_ecmp();
+        if lab.setup.bfd {
+            lab.wait_bfd_up(0);
+        }
+        // Let the new session settle past its first keepalives.
+        std::thread::sleep(Duration::from_secs(2));
+        let failed = Instant::now();
+        lab.signal(0, signal);
+        lab.wait_only(1, VIP4);
+        times.push(failed.elapsed());
+        lab.signal(0, "-KILL");
+        lab.wait_exit(0);
+    }
+    times.sort();
+    times
+}
+
+/// Not a check: the figures docs/announce.md quotes.
+/// `TEAPOT_FAILOVER_RUNS` rounds each of SIGKILL and of SIGSTOP (a silent
+/// replica) to one replica, timed until the router's kernel has one next
+/// hop left; SIGSTOP once more with BFD at 100 ms x 3.
 #[test]
 #[ignore]
 fn measure_failover() {
@@ -464,25 +679,29 @@ fn measure_failover() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(5);
-    let mut lab = Lab::new();
-    lab.start_speaker(1, 3000);
-    for signal in ["-KILL", "-STOP"] {
-        let mut times = Vec::new();
-        for _ in 0..runs {
-            lab.start_speaker(0, 3000);
-            lab.wait_for_ecmp();
-            // Let the new session settle past its first keepalives.
-            std::thread::sleep(Duration::from_secs(2));
-            let failed = Instant::now();
-            lab.signal(0, signal);
-            lab.wait_only(1, VIP4);
-            times.push(failed.elapsed());
-            lab.signal(0, "-KILL");
-            lab.wait_exit(0);
+    let rows = [
+        (Setup::default(), "-KILL", "keepalive 1 s / hold 3 s"),
+        (Setup::default(), "-STOP", "keepalive 1 s / hold 3 s"),
+        (
+            Setup {
+                bfd: true,
+                ..Setup::default()
+            },
+            "-STOP",
+            "keepalive 1 s / hold 3 s, BFD 100 ms x 3",
+        ),
+    ];
+    let mut lab: Option<Lab> = None;
+    for (setup, signal, timers) in rows {
+        if lab.as_ref().is_none_or(|l| l.setup.bfd != setup.bfd) {
+            drop(lab.take());
+            let mut fresh = Lab::new(setup);
+            fresh.start_speaker(1, 3000);
+            lab = Some(fresh);
         }
-        times.sort();
+        let times = time_failovers(lab.as_mut().unwrap(), signal, runs);
         eprintln!(
-            "SIG{} -> one next hop, {runs} runs, keepalive 1 s / hold 3 s: median {:?}, worst {:?}, all {:?}",
+            "SIG{} -> one next hop, {runs} runs, {timers}: median {:?}, worst {:?}, all {:?}",
             &signal[1..],
             times[times.len() / 2],
             times[times.len() - 1],
