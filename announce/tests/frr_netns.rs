@@ -11,46 +11,19 @@
 //! Needs root, iproute2 and Debian's `frr`; without them each test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
 //! failure (tests/netns/mod.rs).
-
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const ROUTER_ASN: u32 = 64500;
-const SPEAKER_ASN: u32 = 64501;
-const VIP4: &str = "203.0.113.10";
-const VIP6: &str = "2001:db8:ffff::10";
+mod netns;
+
+use netns::{LINKS, ROUTER_ASN, Replicas, SPEAKER_ASN, VIP4, VIP6, run};
+
 const FRR_DIR: &str = "/usr/lib/frr";
 /// Not the speakers' ASN: a router expecting it refuses the session.
 const WRONG_ASN: u32 = 64999;
-
-/// One replica's link to the router.
-struct Link {
-    router4: &'static str,
-    speaker4: &'static str,
-    router6: &'static str,
-    speaker6: &'static str,
-}
-
-const LINKS: [Link; 2] = [
-    Link {
-        router4: "192.0.2.1",
-        speaker4: "192.0.2.2",
-        router6: "2001:db8:1::1",
-        speaker6: "2001:db8:1::2",
-    },
-    Link {
-        router4: "198.51.100.1",
-        speaker4: "198.51.100.2",
-        router6: "2001:db8:2::1",
-        speaker6: "2001:db8:2::2",
-    },
-];
-
-mod netns;
-
-use netns::{Namespaces, run};
 
 fn frr_missing() -> Option<String> {
     for tool in ["zebra", "bgpd", "bfdd"] {
@@ -79,16 +52,24 @@ struct Setup {
     wrong_remote_as: Option<&'static str>,
 }
 
-/// The namespaces, daemons and speakers of one test; all removed on drop,
-/// failure included.
+/// FRR in the router namespace of [`Replicas`]; the daemons are killed on
+/// drop, failure included, before the namespaces go.
 struct Lab {
     setup: Setup,
-    router: String,
-    speakers: Vec<String>,
-    dir: tempfile::TempDir,
-    children: Vec<Option<Child>>,
-    // Last: dropped after the daemons are killed.
-    namespaces: Namespaces,
+    replicas: Replicas,
+}
+
+impl Deref for Lab {
+    type Target = Replicas;
+    fn deref(&self) -> &Replicas {
+        &self.replicas
+    }
+}
+
+impl DerefMut for Lab {
+    fn deref_mut(&mut self) -> &mut Replicas {
+        &mut self.replicas
+    }
 }
 
 static LABS: AtomicUsize = AtomicUsize::new(0);
@@ -100,62 +81,10 @@ impl Lab {
 
     fn new(setup: Setup) -> Lab {
         let n = LABS.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("tpbd{}x{n}", std::process::id());
-        let dir = tempfile::tempdir().unwrap();
-        let mut lab = Lab {
+        let lab = Lab {
             setup,
-            router: format!("{tag}r"),
-            speakers: (1..=LINKS.len()).map(|i| format!("{tag}s{i}")).collect(),
-            dir,
-            children: Vec::new(),
-            namespaces: Namespaces(Vec::new()),
+            replicas: Replicas::new(&format!("tpbd{}x{n}", std::process::id())),
         };
-        // From here on, Drop cleans whatever was made.
-        lab.namespaces.add(lab.router.clone());
-        for ns in lab.speakers.clone() {
-            lab.namespaces.add(ns);
-        }
-        // No duplicate detection on the links about to be made: bgpd resets
-        // an IPv6 session (FSM error) while its interface's link-local
-        // address is still tentative.
-        for ns in std::iter::once(&lab.router).chain(&lab.speakers) {
-            lab.sh(
-                ns,
-                "sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0",
-            );
-        }
-        lab.router_sh("sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1");
-        lab.router_sh("ip link set lo up");
-        for (i, link) in LINKS.iter().enumerate() {
-            let ns = lab.speakers[i].clone();
-            let port = format!("s{}", i + 1);
-            run(&[
-                "ip",
-                "link",
-                "add",
-                &port,
-                "netns",
-                &lab.router,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "uplink",
-                "netns",
-                &ns,
-            ]);
-            lab.router_sh(&format!(
-                "ip addr add {}/24 dev {port} && ip addr add {}/64 dev {port} nodad && ip link set {port} up",
-                link.router4, link.router6
-            ));
-            lab.sh(
-                &ns,
-                &format!(
-                    "ip link set lo up && ip addr add {}/24 dev uplink && ip addr add {}/64 dev uplink nodad && ip link set uplink up",
-                    link.speaker4, link.speaker6
-                ),
-            );
-        }
         lab.start_frr();
         lab
     }
@@ -168,14 +97,6 @@ impl Lab {
         lab.start_speaker(1, 3000);
         lab.wait_for_ecmp();
         lab
-    }
-
-    fn sh(&self, ns: &str, script: &str) -> String {
-        netns::sh(ns, script)
-    }
-
-    fn router_sh(&self, script: &str) -> String {
-        self.sh(&self.router, script)
     }
 
     fn start_frr(&self) {
@@ -263,61 +184,10 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Starts replica `i`'s speaker, announcing both addresses over an
-    /// IPv4 and an IPv6 session.
+    /// Starts replica `i`'s speaker, with BFD when the router has it.
     fn start_speaker(&mut self, i: usize, graceful_wait_ms: u64) {
-        let link = &LINKS[i];
         let bfd = if self.setup.bfd { ",bfd=100x3" } else { "" };
-        let log = std::fs::File::create(self.dir.path().join(format!("speaker{i}.log"))).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.speakers[i]])
-            .args([env!("CARGO_BIN_EXE_teapot-announce"), "bgp"])
-            .args(["--asn", &SPEAKER_ASN.to_string()])
-            .args([
-                "--peer",
-                &format!("{},{ROUTER_ASN},hold=3,keepalive=1{bfd}", link.router4),
-            ])
-            .args([
-                "--peer",
-                &format!("{},{ROUTER_ASN},hold=3,keepalive=1{bfd}", link.router6),
-            ])
-            .args(["--announce", VIP4, "--announce", VIP6])
-            .args(["--graceful-wait-ms", &graceful_wait_ms.to_string()])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        if self.children.len() <= i {
-            self.children.resize_with(i + 1, || None);
-        }
-        self.children[i] = Some(child);
-    }
-
-    fn signal(&self, i: usize, signal: &str) {
-        let pid = self.children[i].as_ref().expect("speaker running").id();
-        run(&["kill", signal, &pid.to_string()]);
-    }
-
-    /// The next hops the router's kernel uses for `prefix`.
-    fn gateways(&self, prefix: &str) -> Vec<String> {
-        let family = if prefix.contains(':') { "-6" } else { "-4" };
-        let out = self.router_sh(&format!("ip {family} -j route show {prefix}"));
-        let routes: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
-        let mut found = Vec::new();
-        for route in routes.as_array().into_iter().flatten() {
-            let hops = match route.get("nexthops").and_then(|h| h.as_array()) {
-                Some(hops) => hops.clone(),
-                None => vec![route.clone()],
-            };
-            for hop in hops {
-                if let Some(gw) = hop.get("gateway").and_then(|g| g.as_str()) {
-                    found.push(gw.to_string());
-                }
-            }
-        }
-        found.sort();
-        found
+        self.replicas.start_speaker(i, bfd, graceful_wait_ms);
     }
 
     /// Polls `check` until it yields, or fails with the router's view.
@@ -330,16 +200,7 @@ impl Lab {
         if self.setup.bfd {
             out.push_str(&self.vtysh("show bfd peers"));
         }
-        out.push_str(&self.router_sh("ip route; ip -6 route"));
-        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
-            if entry.path().extension().is_some_and(|e| e == "log") {
-                out.push_str(&format!(
-                    "--- {}\n{}",
-                    entry.path().display(),
-                    std::fs::read_to_string(entry.path()).unwrap_or_default()
-                ));
-            }
-        }
+        out.push_str(&self.replicas.dump());
         for daemon in ["bgpd", "bfdd"] {
             out.push_str(
                 &std::fs::read_to_string(self.frr_run_dir().join(format!("{daemon}.log")))
@@ -380,42 +241,22 @@ impl Lab {
 
     /// Only replica `i`'s next hop left for `vip`.
     fn wait_only(&self, i: usize, vip: &str) {
-        let hop = if vip == VIP6 {
-            LINKS[i].speaker6
-        } else {
-            LINKS[i].speaker4
-        };
         self.wait(
             &format!("replica {i} as the only next hop of {vip}"),
-            || (self.gateways(vip) == [hop]).then_some(()),
+            || self.only(i, vip).then_some(()),
         );
     }
 
     /// Both replicas announced: two kernel next hops for each address.
     fn wait_for_ecmp(&self) {
-        let expected4: Vec<String> = LINKS.iter().map(|l| l.speaker4.to_string()).collect();
-        let expected6: Vec<String> = LINKS.iter().map(|l| l.speaker6.to_string()).collect();
-        self.wait("ECMP for the IPv4 address", || {
-            (self.gateways(VIP4) == expected4).then_some(())
-        });
-        self.wait("ECMP for the IPv6 address", || {
-            (self.gateways(VIP6) == expected6).then_some(())
-        });
+        for vip in [VIP4, VIP6] {
+            self.wait(&format!("ECMP for {vip}"), || self.ecmp(vip).then_some(()));
+        }
     }
 
     fn wait_exit(&mut self, i: usize) -> std::process::ExitStatus {
-        let mut child = self.children[i].take().expect("speaker running");
-        let deadline = Instant::now() + netns::PATIENCE;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("speaker {i} did not exit\n{}", self.dump());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = self.take_speaker(i);
+        netns::wait_exit(child, &format!("speaker {i}"), || self.dump())
     }
 }
 
@@ -423,10 +264,6 @@ impl Drop for Lab {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("{}", self.dump());
-        }
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
         for daemon in ["bgpd", "bfdd", "zebra"] {
             let pid = self.frr_run_dir().join(format!("{daemon}.pid"));
