@@ -5,6 +5,8 @@
 //! router's kernel table as ECMP next hops; a graceful stop first lowers
 //! the leaving replica's path (BIRD's import filter honours
 //! GRACEFUL_SHUTDOWN, as docs/announce.md shows), then withdraws it.
+//! With BIRD's `protocol bfd` and `bfd=100x3`, a frozen replica is cut
+//! by BFD.
 //!
 //! Needs root, iproute2 and Debian's `bird2`; without them the test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
@@ -12,6 +14,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod netns;
 
@@ -53,13 +56,21 @@ impl DerefMut for Lab {
 /// The router's configuration: every replica address declared (BIRD 2.0
 /// has no neighbour ranges), one BGP protocol per replica and family, the
 /// kernel tables fed with merged paths.
-fn bird_conf(log: &str) -> String {
+fn bird_conf(log: &str, bfd: bool) -> String {
+    let (bfd_protocol, bfd_on) = if bfd {
+        (
+            "protocol bfd {\n  interface \"*\" {\n    min rx interval 100 ms;\n    min tx interval 100 ms;\n    multiplier 3;\n  };\n}\n",
+            "  bfd on;\n",
+        )
+    } else {
+        ("", "")
+    };
     let mut conf = format!(
         r#"log "{log}" all;
 router id {rid};
 
 protocol device {{ }}
-
+{bfd_protocol}
 protocol kernel kernel4 {{
   ipv4 {{ export all; }};
   merge paths on;
@@ -82,7 +93,7 @@ template bgp replica {{
   keepalive time 1;
   connect retry time 1;
   error wait time 1, 5;
-}}
+{bfd_on}}}
 "#,
         rid = LINKS[0].router4,
     );
@@ -96,12 +107,15 @@ template bgp replica {{
     conf
 }
 
+static LABS: AtomicUsize = AtomicUsize::new(0);
+
 impl Lab {
-    fn new() -> Lab {
-        let replicas = Replicas::new(&format!("tpbd{}b", std::process::id()));
+    fn new(bfd: bool) -> Lab {
+        let n = LABS.fetch_add(1, Ordering::Relaxed);
+        let replicas = Replicas::new(&format!("tpbd{}b{n}", std::process::id()));
         let conf = replicas.dir.path().join("bird.conf");
         let log = replicas.dir.path().join("bird.log");
-        std::fs::write(&conf, bird_conf(log.to_str().unwrap())).unwrap();
+        std::fs::write(&conf, bird_conf(log.to_str().unwrap(), bfd)).unwrap();
         let socket = replicas.dir.path().join("bird.ctl");
         let bird = Command::new("ip")
             .args(["netns", "exec", &replicas.router, "bird", "-f"])
@@ -169,7 +183,7 @@ fn bird_spreads_both_addresses_over_both_replicas_and_a_graceful_stop_leaves_one
     ) {
         return;
     }
-    let mut lab = Lab::new();
+    let mut lab = Lab::new(false);
     // A wait long enough that the path moves before the withdrawal on a
     // loaded machine too.
     lab.start_speaker(0, "", 10_000);
@@ -205,4 +219,35 @@ fn bird_spreads_both_addresses_over_both_replicas_and_a_graceful_stop_leaves_one
         .then_some(())
     });
     assert!(lab.only(1, VIP4) && lab.only(1, VIP6));
+}
+
+#[test]
+fn with_bfd_bird_cuts_a_frozen_replica() {
+    if !netns::runnable("with_bfd_bird_cuts_a_frozen_replica", bird_missing) {
+        return;
+    }
+    let mut lab = Lab::new(true);
+    lab.start_speaker(0, ",bfd=100x3", 3000);
+    lab.start_speaker(1, ",bfd=100x3", 3000);
+    for vip in [VIP4, VIP6] {
+        lab.wait(&format!("two kernel next hops for {vip}"), || {
+            lab.ecmp(vip).then_some(())
+        });
+    }
+    lab.wait("four BFD sessions Up at the router", || {
+        let sessions = lab.birdc("show bfd sessions");
+        (sessions.matches(" Up ").count() == 4).then_some(())
+    });
+
+    lab.signal(0, "-STOP");
+    lab.wait("replica 1 alone for the IPv4 address", || {
+        lab.only(1, VIP4).then_some(())
+    });
+    // Why BIRD dropped the frozen replica: BFD, not the hold timer.
+    let protocol = lab.wait("replica 0's IPv4 session down", || {
+        let out = lab.birdc("show protocols all replica0_ipv4");
+        (!out.contains("Established")).then_some(out)
+    });
+    assert!(protocol.contains("BFD session down"), "{protocol}");
+    lab.signal(0, "-KILL");
 }
