@@ -937,6 +937,14 @@ mod tests {
         }
     }
 
+    /// A session (discriminator 7) brought Up by a remote (42).
+    fn up(now: Instant) -> Machine {
+        let mut m = Machine::new(7, TIMING);
+        m.receive(&from_remote(State::Down, 0), now);
+        m.receive(&from_remote(State::Up, 7), now);
+        m
+    }
+
     #[test]
     fn three_way_handshake_and_the_slower_side_wins() {
         let now = Instant::now();
@@ -977,9 +985,7 @@ mod tests {
     #[test]
     fn a_poll_is_answered_with_final_and_without_poll() {
         let now = Instant::now();
-        let mut m = Machine::new(7, TIMING);
-        m.receive(&from_remote(State::Down, 0), now);
-        m.receive(&from_remote(State::Up, 7), now);
+        let mut m = up(now);
         assert!(m.packet().poll, "our own poll sequence runs");
         let mut poll = from_remote(State::Up, 7);
         poll.poll = true;
@@ -1014,9 +1020,7 @@ mod tests {
     #[test]
     fn silence_for_the_detection_time_takes_the_session_down() {
         let now = Instant::now();
-        let mut m = Machine::new(7, TIMING);
-        m.receive(&from_remote(State::Down, 0), now);
-        m.receive(&from_remote(State::Up, 7), now);
+        let mut m = up(now);
         assert_eq!(m.expire(), Some(State::Down));
         assert_eq!(m.diag(), diag::DETECTION_TIME_EXPIRED);
         let p = m.packet();
@@ -1029,18 +1033,14 @@ mod tests {
     #[test]
     fn the_remote_going_down_or_admin_down_takes_the_session_down() {
         let now = Instant::now();
-        let mut m = Machine::new(7, TIMING);
-        m.receive(&from_remote(State::Down, 0), now);
-        m.receive(&from_remote(State::Up, 7), now);
+        let mut m = up(now);
         assert_eq!(
             m.receive(&from_remote(State::Down, 7), now),
             Received::Taken(Some(State::Down))
         );
         assert_eq!(m.diag(), diag::NEIGHBOR_SIGNALED_DOWN);
 
-        let mut m = Machine::new(7, TIMING);
-        m.receive(&from_remote(State::Down, 0), now);
-        m.receive(&from_remote(State::Up, 7), now);
+        let mut m = up(now);
         assert_eq!(
             m.receive(&from_remote(State::AdminDown, 7), now),
             Received::Taken(Some(State::Down))

@@ -12,7 +12,6 @@
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
 //! failure (tests/netns/mod.rs).
 
-use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -40,18 +39,7 @@ struct Lab {
     replicas: Replicas,
 }
 
-impl Deref for Lab {
-    type Target = Replicas;
-    fn deref(&self) -> &Replicas {
-        &self.replicas
-    }
-}
-
-impl DerefMut for Lab {
-    fn deref_mut(&mut self) -> &mut Replicas {
-        &mut self.replicas
-    }
-}
+netns::labs_are_replicas!(Lab);
 
 /// The router's configuration: every replica address declared (BIRD 2.0
 /// has no neighbour ranges), one BGP protocol per replica and family, the
@@ -138,6 +126,21 @@ impl Lab {
         lab
     }
 
+    /// Both replicas announcing (with `bfd=100x3` when `bfd`), the kernel
+    /// using both (replica 0 with `graceful_wait_ms`).
+    fn with_both_replicas(bfd: bool, graceful_wait_ms: u64) -> Lab {
+        let mut lab = Lab::new(bfd);
+        let options = if bfd { ",bfd=100x3" } else { "" };
+        lab.start_speaker(0, options, graceful_wait_ms);
+        lab.start_speaker(1, options, 3000);
+        for vip in [VIP4, VIP6] {
+            lab.wait(&format!("two kernel next hops for {vip}"), || {
+                lab.ecmp(vip).then_some(())
+            });
+        }
+        lab
+    }
+
     fn birdc(&self, command: &str) -> String {
         let out = Command::new("birdc")
             .arg("-s")
@@ -183,16 +186,9 @@ fn bird_spreads_both_addresses_over_both_replicas_and_a_graceful_stop_leaves_one
     ) {
         return;
     }
-    let mut lab = Lab::new(false);
     // A wait long enough that the path moves before the withdrawal on a
     // loaded machine too.
-    lab.start_speaker(0, "", 10_000);
-    lab.start_speaker(1, "", 3000);
-    for vip in [VIP4, VIP6] {
-        lab.wait(&format!("two kernel next hops for {vip}"), || {
-            lab.ecmp(vip).then_some(())
-        });
-    }
+    let mut lab = Lab::with_both_replicas(false, 10_000);
 
     lab.signal(0, "-TERM");
     let leaving = LINKS[0].speaker4;
@@ -226,14 +222,7 @@ fn with_bfd_bird_cuts_a_frozen_replica() {
     if !netns::runnable("with_bfd_bird_cuts_a_frozen_replica", bird_missing) {
         return;
     }
-    let mut lab = Lab::new(true);
-    lab.start_speaker(0, ",bfd=100x3", 3000);
-    lab.start_speaker(1, ",bfd=100x3", 3000);
-    for vip in [VIP4, VIP6] {
-        lab.wait(&format!("two kernel next hops for {vip}"), || {
-            lab.ecmp(vip).then_some(())
-        });
-    }
+    let lab = Lab::with_both_replicas(true, 3000);
     lab.wait("four BFD sessions Up at the router", || {
         let sessions = lab.birdc("show bfd sessions");
         (sessions.matches(" Up ").count() == 4).then_some(())

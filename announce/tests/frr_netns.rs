@@ -11,7 +11,6 @@
 //! Needs root, iproute2 and Debian's `frr`; without them each test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
 //! failure (tests/netns/mod.rs).
-use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,18 +58,12 @@ struct Lab {
     replicas: Replicas,
 }
 
-impl Deref for Lab {
-    type Target = Replicas;
-    fn deref(&self) -> &Replicas {
-        &self.replicas
-    }
-}
+netns::labs_are_replicas!(Lab);
 
-impl DerefMut for Lab {
-    fn deref_mut(&mut self) -> &mut Replicas {
-        &mut self.replicas
-    }
-}
+const BFD: Setup = Setup {
+    bfd: true,
+    wrong_remote_as: None,
+};
 
 static LABS: AtomicUsize = AtomicUsize::new(0);
 
@@ -366,11 +359,7 @@ fn with_bfd_a_frozen_replica_is_cut_by_bfd_before_the_hold_timer() {
     if !runnable("with_bfd_a_frozen_replica_is_cut_by_bfd_before_the_hold_timer") {
         return;
     }
-    let bfd = Setup {
-        bfd: true,
-        ..Setup::default()
-    };
-    let mut lab = Lab::with_both_replicas(bfd, 3000);
+    let mut lab = Lab::with_both_replicas(BFD, 3000);
     lab.wait_bfd_up(0);
     lab.wait_bfd_up(1);
 
@@ -407,11 +396,7 @@ fn with_bfd_a_graceful_stop_takes_bfd_administratively_down() {
     if !runnable("with_bfd_a_graceful_stop_takes_bfd_administratively_down") {
         return;
     }
-    let bfd = Setup {
-        bfd: true,
-        ..Setup::default()
-    };
-    let mut lab = Lab::with_both_replicas(bfd, 1000);
+    let mut lab = Lab::with_both_replicas(BFD, 1000);
     lab.wait_bfd_up(0);
 
     lab.signal(0, "-TERM");
@@ -519,14 +504,7 @@ fn measure_failover() {
     let rows = [
         (Setup::default(), "-KILL", "keepalive 1 s / hold 3 s"),
         (Setup::default(), "-STOP", "keepalive 1 s / hold 3 s"),
-        (
-            Setup {
-                bfd: true,
-                ..Setup::default()
-            },
-            "-STOP",
-            "keepalive 1 s / hold 3 s, BFD 100 ms x 3",
-        ),
+        (BFD, "-STOP", "keepalive 1 s / hold 3 s, BFD 100 ms x 3"),
     ];
     let mut lab: Option<Lab> = None;
     for (setup, signal, timers) in rows {

@@ -3,7 +3,7 @@
 //! two replica namespaces, veth links) the router tests build on.
 
 // Each test file uses its part.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros, unused_imports)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,6 +137,26 @@ pub const LINKS: [Link; 2] = [
         speaker6: "2001:db8:2::2",
     },
 ];
+
+/// `Deref` and `DerefMut` from a router test's lab to its [`Replicas`]:
+/// `lab.signal(..)`, `lab.gateways(..)` read as the lab's.
+macro_rules! labs_are_replicas {
+    ($lab:ty) => {
+        impl std::ops::Deref for $lab {
+            type Target = netns::Replicas;
+            fn deref(&self) -> &netns::Replicas {
+                &self.replicas
+            }
+        }
+
+        impl std::ops::DerefMut for $lab {
+            fn deref_mut(&mut self) -> &mut netns::Replicas {
+                &mut self.replicas
+            }
+        }
+    };
+}
+pub(crate) use labs_are_replicas;
 
 /// A router namespace (forwarding on, no daemon yet) and one namespace per
 /// replica with a veth link on [`LINKS`]' addresses, the replicas'
