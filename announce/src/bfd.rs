@@ -454,16 +454,60 @@ pub struct BfdStatus {
 
 type Routes = Arc<Mutex<HashMap<IpAddr, mpsc::UnboundedSender<ControlPacket>>>>;
 
+/// The thread BFD runs on, with a tokio runtime of its own: a packet due
+/// every 100 ms must not wait behind whatever keeps the serving runtime
+/// busy. Stopped (its tasks with it) when dropped.
+#[derive(Debug)]
+struct BfdThread {
+    runtime: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl BfdThread {
+    fn start() -> Result<BfdThread, Error> {
+        let io = |e| Error::Io("starting the BFD thread", e);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("teapot-bfd".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(io)?;
+        Ok(BfdThread {
+            runtime: handle,
+            stop: Some(stop),
+        })
+    }
+}
+
+impl Drop for BfdThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
 /// The receiving end every BFD session of a speaker shares: one socket
 /// per address family on port 3784, opened with the first session of the
 /// family. Packets are handed to the session of their source address;
 /// packets from anyone else, or that came from beyond the link (TTL or
-/// hop limit below 255), are dropped.
+/// hop limit below 255), are dropped. The sessions and the sockets run
+/// on a thread of their own, started with the first session.
 #[derive(Debug)]
 pub struct Listener {
     port: u16,
     routes: Routes,
-    readers: Mutex<[Option<JoinHandle<()>>; 2]>,
+    thread: Mutex<Option<BfdThread>>,
+    /// Which families' sockets are open: IPv4, IPv6.
+    open: Mutex<[bool; 2]>,
 }
 
 /// A session's place in the [`Listener`]: its packets arrive on `packets`;
@@ -489,19 +533,38 @@ impl Listener {
         Listener {
             port,
             routes: Arc::default(),
-            readers: Mutex::default(),
+            thread: Mutex::default(),
+            open: Mutex::default(),
         }
     }
 
+    /// The BFD thread's runtime, started on first use.
+    fn runtime(&self) -> Result<tokio::runtime::Handle, Error> {
+        let mut thread = self.thread.lock().expect("BFD thread lock");
+        if thread.is_none() {
+            *thread = Some(BfdThread::start()?);
+        }
+        Ok(thread.as_ref().expect("started").runtime.clone())
+    }
+
     /// Takes the packets from `peer`, opening the family's socket if it is
-    /// not open yet. Must run inside a tokio runtime.
+    /// not open yet.
     pub fn register(&self, peer: IpAddr) -> Result<Registration, Error> {
-        let family = peer.is_ipv6() as usize;
+        let runtime = self.runtime()?;
         {
-            let mut readers = self.readers.lock().expect("BFD listener lock");
-            if readers[family].is_none() {
+            let mut open = self.open.lock().expect("BFD listener lock");
+            let family = peer.is_ipv6() as usize;
+            if !open[family] {
                 let socket = listen_socket(peer, self.port)?;
-                readers[family] = Some(tokio::spawn(read_packets(socket, self.routes.clone())));
+                let routes = self.routes.clone();
+                runtime.spawn(async move {
+                    // Registered with the reactor of the thread that reads it.
+                    match UdpSocket::from_std(socket) {
+                        Ok(socket) => read_packets(socket, routes).await,
+                        Err(e) => tracing::error!(error = %e, "registering the BFD socket"),
+                    }
+                });
+                open[family] = true;
             }
         }
         let (tx, packets) = mpsc::unbounded_channel();
@@ -521,17 +584,7 @@ impl Listener {
     }
 }
 
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Ok(readers) = self.readers.lock() {
-            for reader in readers.iter().flatten() {
-                reader.abort();
-            }
-        }
-    }
-}
-
-fn listen_socket(peer: IpAddr, port: u16) -> Result<UdpSocket, Error> {
+fn listen_socket(peer: IpAddr, port: u16) -> Result<std::net::UdpSocket, Error> {
     let io = |what: &'static str| move |e| Error::Io(what, e);
     let (domain, any) = match peer {
         IpAddr::V4(_) => (socket2::Domain::IPV4, IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
@@ -557,7 +610,7 @@ fn listen_socket(peer: IpAddr, port: u16) -> Result<UdpSocket, Error> {
     socket
         .bind(&SocketAddr::new(any, port).into())
         .map_err(io("binding the BFD port"))?;
-    UdpSocket::from_std(socket.into()).map_err(io("registering the BFD socket"))
+    Ok(socket.into())
 }
 
 /// One datagram with the TTL (hop limit) it arrived with.
@@ -629,13 +682,13 @@ async fn read_packets(socket: UdpSocket, routes: Routes) {
 
 /// The sending socket of one session: from `local` and a port of
 /// [`SOURCE_PORTS`], to `peer`, TTL 255.
-async fn send_socket(local: IpAddr, peer: SocketAddr) -> Result<UdpSocket, Error> {
+fn send_socket(local: IpAddr, peer: SocketAddr) -> Result<std::net::UdpSocket, Error> {
     let mut last = None;
     // RFC 5881 4: the source port is unique per session; a taken one is
     // another session's, so try others.
     for _ in 0..64 {
         let port = rand::rng().random_range(SOURCE_PORTS);
-        match UdpSocket::bind(SocketAddr::new(local, port)).await {
+        match std::net::UdpSocket::bind(SocketAddr::new(local, port)) {
             Ok(socket) => {
                 match peer {
                     SocketAddr::V4(_) => socket.set_ttl(TTL as u32),
@@ -646,8 +699,10 @@ async fn send_socket(local: IpAddr, peer: SocketAddr) -> Result<UdpSocket, Error
                 .map_err(|e| Error::Io("setting the BFD TTL", e))?;
                 socket
                     .connect(peer)
-                    .await
                     .map_err(|e| Error::Io("addressing the BFD peer", e))?;
+                socket
+                    .set_nonblocking(true)
+                    .map_err(|e| Error::Io("setting the BFD socket non-blocking", e))?;
                 return Ok(socket);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
@@ -662,22 +717,21 @@ async fn send_socket(local: IpAddr, peer: SocketAddr) -> Result<UdpSocket, Error
 
 /// The local address a packet to `peer` leaves from (the kernel's route
 /// lookup; nothing is sent).
-pub async fn local_address_towards(peer: IpAddr) -> Result<IpAddr, Error> {
+pub fn local_address_towards(peer: IpAddr) -> Result<IpAddr, Error> {
     let any = match peer {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
     let io = |e| Error::Io("finding the local address towards the BFD peer", e);
-    let probe = UdpSocket::bind(SocketAddr::new(any, 0)).await.map_err(io)?;
+    let probe = std::net::UdpSocket::bind(SocketAddr::new(any, 0)).map_err(io)?;
     probe
         .connect(SocketAddr::new(peer, CONTROL_PORT))
-        .await
         .map_err(io)?;
     Ok(probe.local_addr().map_err(io)?.ip())
 }
 
-/// How the owner of a running session asks for AdminDown: the session
-/// answers by setting `sent` once the AdminDown packets are out.
+/// How the owner of a running session asks for AdminDown and reads its
+/// state; dropping it ends the session.
 #[derive(Debug)]
 pub struct Handle {
     admin_down: watch::Sender<bool>,
@@ -705,8 +759,9 @@ impl Drop for Handle {
 }
 
 /// Starts the session with `peer` (its control port `peer_port`), sending
-/// from `local`; runs until the [`Handle`] is dropped.
-pub async fn start(
+/// from `local`, on the listener's BFD thread; runs until the [`Handle`]
+/// is dropped.
+pub fn start(
     listener: &Listener,
     local: IpAddr,
     peer: IpAddr,
@@ -714,12 +769,17 @@ pub async fn start(
     timing: Timing,
 ) -> Result<Handle, Error> {
     let registration = listener.register(peer)?;
-    let socket = send_socket(local, SocketAddr::new(peer, peer_port)).await?;
+    let socket = send_socket(local, SocketAddr::new(peer, peer_port))?;
     let (admin_down, admin_down_rx) = watch::channel(false);
     let (status_tx, status) = watch::channel(BfdStatus::default());
     let discriminator = rand::rng().random_range(1..=u32::MAX);
     let machine = Machine::new(discriminator, timing);
-    let task = tokio::spawn(run(socket, registration, machine, admin_down_rx, status_tx));
+    let task = listener.runtime()?.spawn(async move {
+        match UdpSocket::from_std(socket) {
+            Ok(socket) => run(socket, registration, machine, admin_down_rx, status_tx).await,
+            Err(e) => tracing::error!(%peer, error = %e, "registering the BFD socket"),
+        }
+    });
     Ok(Handle {
         admin_down,
         status,
@@ -736,7 +796,9 @@ async fn run(
 ) {
     let peer = registration.peer;
     let send = |machine: &mut Machine| {
-        let packet = machine.packet().encode();
+        let packet = machine.packet();
+        tracing::trace!(%peer, ?packet, "BFD packet out");
+        let packet = packet.encode();
         // Best effort: a lost packet is what BFD's multiplier is for; a
         // send error (no route yet) is the same to the remote.
         if let Err(e) = socket.try_send(&packet) {
@@ -766,6 +828,7 @@ async fn run(
             }
             packet = registration.packets.recv() => {
                 let Some(packet) = packet else { return };
+                tracing::trace!(%peer, ?packet, "BFD packet in");
                 let was = machine.state();
                 let interval_was = machine.tx_interval();
                 if let Received::Taken(Some(now_state)) = machine.receive(&packet, Instant::now()) {
