@@ -469,6 +469,12 @@ fn time_failovers(lab: &mut Lab, signal: &str, runs: usize) -> Vec<Duration> {
         }
         // Let the new session settle past its first keepalives.
         std::thread::sleep(Duration::from_secs(2));
+        // Still both next hops and, with BFD, still Up: the clock starts
+        // from a steady state.
+        lab.wait_for_ecmp();
+        if lab.setup.bfd {
+            lab.wait_bfd_up(0);
+        }
         let failed = Instant::now();
         lab.signal(0, signal);
         lab.wait_only(1, VIP4);
