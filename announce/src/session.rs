@@ -57,7 +57,7 @@ pub async fn run(
     status: watch::Sender<PeerStatus>,
 ) {
     let mut backoff = MIN_BACKOFF;
-    // Lives as long as this task, across BGP sessions: the router's BFD
+    // Lives as long as the peer's task, across BGP sessions: the router's BFD
     // hears from this process as long as it runs.
     let mut bfd: Option<bfd::Handle> = None;
     loop {
