@@ -41,10 +41,15 @@
 //!   timer, announce/withdraw on change, backoff, the graceful stop.
 //! - [`speaker`]: [`Speaker`] starts the tasks, exposes their status and
 //!   stops them together.
+//! - [`bfd`]: BFD (RFC 5880, 5881), asynchronous mode over one hop: the
+//!   control packet, the state machine, and a session per peer with
+//!   `bfd=INTERVALxMULT`, so a router notices a silent replica in
+//!   milliseconds rather than at the hold timer.
 //! - [`l2`]: layer-2 mode: the owner of each address (a rendezvous hash
 //!   over the live replicas) puts it on an interface and sends gratuitous
 //!   ARP / unsolicited neighbour advertisements.
 
+pub mod bfd;
 pub mod l2;
 pub mod peer;
 pub mod session;
@@ -65,6 +70,8 @@ pub enum Error {
     Protocol(String),
     #[error("peer sent NOTIFICATION {0}")]
     Notification(wire::Notification),
+    #[error("peer's OPEN says AS {got}, configured remote ASN is {configured}")]
+    WrongPeerAsn { got: u32, configured: u32 },
     #[error("hold timer expired: nothing heard from the peer for {0:?}")]
     HoldTimerExpired(std::time::Duration),
     #[error("the peer closed the connection")]
@@ -75,4 +82,33 @@ pub enum Error {
     Io(&'static str, #[source] std::io::Error),
     #[error("netlink: {0}")]
     Netlink(String),
+    #[error("malformed BFD packet: {0}")]
+    BfdPacket(String),
+    #[error("BFD session down: {0}")]
+    BfdDown(&'static str),
+}
+
+impl Error {
+    /// The `reason` label of `teapot_bgp_session_failures_total`: few
+    /// values, stable across releases, one per thing an operator fixes
+    /// differently.
+    pub fn failure_reason(&self) -> &'static str {
+        match self {
+            Error::Config { .. } => "config",
+            Error::Malformed(_) | Error::Protocol(_) | Error::BfdPacket(_) => "protocol",
+            Error::Notification(n) => match n.code {
+                wire::code::OPEN_MESSAGE => "refused_open",
+                wire::code::CEASE => "cease",
+                wire::code::HOLD_TIMER_EXPIRED => "peer_hold_timer",
+                _ => "notification",
+            },
+            Error::WrongPeerAsn { .. } => "wrong_peer_asn",
+            Error::HoldTimerExpired(_) => "hold_timer",
+            Error::Closed => "closed",
+            Error::Timeout(_) => "timeout",
+            Error::Io("connecting", _) => "connect",
+            Error::Io(..) | Error::Netlink(_) => "io",
+            Error::BfdDown(_) => "bfd_down",
+        }
+    }
 }

@@ -42,7 +42,8 @@ struct BgpArgs {
     #[arg(long)]
     asn: u32,
     /// A peer: ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL]
-    /// [,source=ADDR][,next-hop=ADDR][,local-pref=N]. Repeatable.
+    /// [,source=ADDR][,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT].
+    /// Repeatable.
     #[arg(long = "peer", required = true)]
     peers: Vec<PeerConfig>,
     /// An address to announce as a host route. Repeatable.
@@ -104,7 +105,19 @@ async fn until_stopped(live: Option<watch::Sender<BTreeSet<String>>>) -> std::io
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The error as its message says it (the setting and why), not
+            // as a debug dump of the enum.
+            eprintln!("teapot-announce: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

@@ -6,7 +6,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use crate::Error;
+use crate::bfd::{self, BfdStatus, Timing};
 
 /// The BGP port (RFC 4271).
 pub const BGP_PORT: u16 = 179;
@@ -41,6 +44,9 @@ pub struct PeerConfig {
     pub next_hop_v6: Option<Ipv6Addr>,
     /// LOCAL_PREF sent on iBGP sessions.
     pub local_pref: u32,
+    /// A BFD session beside the BGP session (`bfd=100x3`): the router
+    /// notices a silent replica after `multiplier` missed intervals.
+    pub bfd: Option<Timing>,
 }
 
 impl PeerConfig {
@@ -56,6 +62,7 @@ impl PeerConfig {
             next_hop_v4: None,
             next_hop_v6: None,
             local_pref: crate::wire::DEFAULT_LOCAL_PREF,
+            bfd: None,
         }
     }
 
@@ -105,8 +112,56 @@ impl PeerConfig {
                 "applies to eBGP; an iBGP session already uses the system TTL".into(),
             ));
         }
+        if let Some(timing) = self.bfd {
+            if timing.interval < bfd::MIN_INTERVAL {
+                return Err(bad(
+                    "bfd",
+                    format!(
+                        "an interval of {:?} is below the {:?} minimum",
+                        timing.interval,
+                        bfd::MIN_INTERVAL
+                    ),
+                ));
+            }
+            if timing.interval > MAX_BFD_INTERVAL {
+                return Err(bad(
+                    "bfd",
+                    format!(
+                        "an interval of {:?} is above {MAX_BFD_INTERVAL:?}: the hold timer detects that",
+                        timing.interval
+                    ),
+                ));
+            }
+            if timing.multiplier == 0 {
+                return Err(bad("bfd", "a multiplier of 0 detects nothing".into()));
+            }
+            if self.multihop_ttl.is_some() {
+                return Err(bad(
+                    "bfd",
+                    "single-hop BFD (RFC 5881) only: not with multihop".into(),
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// Above this, BFD detects nothing the BGP hold timer would not.
+pub const MAX_BFD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// `INTERVALxMULT`, the interval in milliseconds.
+fn bfd_timing(value: &str, spec: &str) -> Result<Timing, Error> {
+    let err = || Error::Config {
+        setting: format!("BGP peer `{spec}` bfd"),
+        reason: format!(
+            "`{value}` is not INTERVALxMULTIPLIER (milliseconds x missed packets, e.g. 100x3)"
+        ),
+    };
+    let (interval, multiplier) = value.split_once('x').ok_or_else(err)?;
+    Ok(Timing {
+        interval: Duration::from_millis(interval.parse().map_err(|_| err())?),
+        multiplier: multiplier.parse().map_err(|_| err())?,
+    })
 }
 
 fn secs(field: &str, value: &str, spec: &str) -> Result<Duration, Error> {
@@ -127,7 +182,7 @@ fn parsed<T: FromStr>(field: &str, value: &str, spec: &str, what: &str) -> Resul
 }
 
 /// `ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL][,source=ADDR]
-/// [,next-hop=ADDR][,local-pref=N]`.
+/// [,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT]`.
 impl FromStr for PeerConfig {
     type Err = Error;
 
@@ -155,11 +210,12 @@ impl FromStr for PeerConfig {
                     IpAddr::V6(a) => peer.next_hop_v6 = Some(a),
                 },
                 "local-pref" => peer.local_pref = parsed(key, value, spec, "a number")?,
+                "bfd" => peer.bfd = Some(bfd_timing(value, spec)?),
                 _ => {
                     return Err(Error::Config {
                         setting: format!("BGP peer `{spec}`"),
                         reason: format!(
-                            "unknown key `{key}` (port, hold, keepalive, multihop, source, next-hop, local-pref)"
+                            "unknown key `{key}` (port, hold, keepalive, multihop, source, next-hop, local-pref, bfd)"
                         ),
                     });
                 }
@@ -203,8 +259,13 @@ pub struct PeerStatus {
     pub announcements_sent: u64,
     pub withdrawals_sent: u64,
     pub sessions_established: u64,
-    /// Why the last session ended or failed, until one is established.
+    /// Why the last session ended or failed, until one is established;
+    /// names the peer.
     pub last_error: Option<String>,
+    /// Sessions that failed or ended, by [`Error::failure_reason`].
+    pub failures: BTreeMap<&'static str, u64>,
+    /// The BFD session, when the peer has `bfd=`.
+    pub bfd: Option<BfdStatus>,
 }
 
 impl PeerStatus {
@@ -218,6 +279,8 @@ impl PeerStatus {
             withdrawals_sent: 0,
             sessions_established: 0,
             last_error: None,
+            failures: BTreeMap::new(),
+            bfd: peer.bfd.map(|_| BfdStatus::default()),
         }
     }
 }
@@ -241,6 +304,17 @@ mod tests {
         assert_eq!(peer.source, Some("192.0.2.2".parse().unwrap()));
         assert_eq!(peer.next_hop_v6, Some("2001:db8::2".parse().unwrap()));
         assert_eq!(peer.local_pref, 200);
+        assert_eq!(peer.bfd, None);
+        peer.validate(64501).unwrap();
+
+        let peer: PeerConfig = "192.0.2.1,64500,bfd=100x3".parse().unwrap();
+        assert_eq!(
+            peer.bfd,
+            Some(Timing {
+                interval: Duration::from_millis(100),
+                multiplier: 3
+            })
+        );
         peer.validate(64501).unwrap();
     }
 
@@ -253,6 +327,12 @@ mod tests {
             ("192.0.2.1,64500,hold=fast", "hold"),
             ("192.0.2.1,64500,ttl=3", "unknown key `ttl`"),
             ("192.0.2.1,64500,multihop", "not key=value"),
+            (
+                "192.0.2.1,64500,bfd=100",
+                "bfd: `100` is not INTERVALxMULTIPLIER",
+            ),
+            ("192.0.2.1,64500,bfd=fastx3", "bfd"),
+            ("192.0.2.1,64500,bfd=100x300", "bfd"),
         ];
         for (spec, needle) in cases {
             let err = spec.parse::<PeerConfig>().unwrap_err().to_string();
@@ -275,6 +355,22 @@ mod tests {
         check("192.0.2.1,0", 64501, "ASN");
         check("192.0.2.1,64500,multihop=0", 64501, "multihop");
         check("192.0.2.1,64500,multihop=2", 64500, "eBGP");
+        check(
+            "192.0.2.1,64500,bfd=5x3",
+            64501,
+            "bfd: an interval of 5ms is below",
+        );
+        check(
+            "192.0.2.1,64500,bfd=20000x3",
+            64501,
+            "bfd: an interval of 20s is above",
+        );
+        check("192.0.2.1,64500,bfd=100x0", 64501, "bfd: a multiplier of 0");
+        check(
+            "192.0.2.1,64500,bfd=100x3,multihop=2",
+            64501,
+            "bfd: single-hop",
+        );
         "192.0.2.1,64500,hold=0"
             .parse::<PeerConfig>()
             .unwrap()

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use crate::Error;
+use crate::bfd;
 use crate::peer::{PeerConfig, PeerStatus, SessionState};
 use crate::wire::{self, Family, Message, Notification, Open, PathAttributes, code};
 
@@ -26,11 +27,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What every session of one speaker shares.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Shared {
     pub local_asn: u32,
     pub router_id: Option<Ipv4Addr>,
     pub graceful_shutdown_wait: Duration,
+    /// Where BFD packets from the routers arrive.
+    pub bfd: bfd::Listener,
+    /// The routers' BFD port ([`bfd::CONTROL_PORT`] outside tests).
+    pub bfd_peer_port: u16,
 }
 
 /// How one session ended.
@@ -52,11 +57,28 @@ pub async fn run(
     status: watch::Sender<PeerStatus>,
 ) {
     let mut backoff = MIN_BACKOFF;
+    // Lives as long as the peer's task, across BGP sessions: the router's BFD
+    // hears from this process as long as it runs.
+    let mut bfd: Option<bfd::Handle> = None;
     loop {
         if stopping(&stop) {
             break;
         }
-        let ended = session(&shared, &peer, &mut addrs, &mut stop, &status).await;
+        if let (Some(timing), None) = (peer.bfd, &bfd) {
+            match start_bfd(&shared, &peer, timing, &status) {
+                Ok(handle) => bfd = Some(handle),
+                Err(err) => {
+                    failed(&peer, &status, &err, backoff);
+                    tokio::select! {
+                        _ = sleep(backoff) => {}
+                        _ = until_stopped(&mut stop) => break,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            }
+        }
+        let ended = session(&shared, &peer, &mut addrs, &mut stop, &status, bfd.as_mut()).await;
         status.send_modify(|s| {
             s.state = SessionState::Idle;
             s.announced = 0;
@@ -69,15 +91,65 @@ pub async fn run(
             }
             Ended::Failed(err) => err,
         };
-        tracing::warn!(peer = %peer.socket_addr(), error = %err, retry_in = ?backoff, "BGP session down");
-        status.send_modify(|s| s.last_error = Some(err.to_string()));
+        failed(&peer, &status, &err, backoff);
         tokio::select! {
             _ = sleep(backoff) => {}
             _ = until_stopped(&mut stop) => break,
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+    // Stopped on purpose: the router's BFD learns it is no failure
+    // (already done before the CEASE when a session was established).
+    if let Some(bfd) = bfd.as_mut() {
+        bfd.admin_down().await;
+    }
     status.send_modify(|s| s.state = SessionState::Idle);
+}
+
+/// Records why a session failed or ended: `last_error` names the peer,
+/// the failure is counted by reason, and the log says when the next
+/// attempt comes.
+fn failed(peer: &PeerConfig, status: &watch::Sender<PeerStatus>, err: &Error, retry_in: Duration) {
+    let reason = err.failure_reason();
+    tracing::warn!(peer = %peer.socket_addr(), error = %err, reason, ?retry_in, "BGP session down");
+    status.send_modify(|s| {
+        s.last_error = Some(format!("BGP peer {}: {err}", peer.socket_addr()));
+        *s.failures.entry(reason).or_default() += 1;
+    });
+}
+
+/// The BFD session beside a peer's BGP sessions, from the address a BGP
+/// session to it would use; its state is copied into the peer's status.
+fn start_bfd(
+    shared: &Shared,
+    peer: &PeerConfig,
+    timing: bfd::Timing,
+    status: &watch::Sender<PeerStatus>,
+) -> Result<bfd::Handle, Error> {
+    let local = match peer.source {
+        Some(source) => source,
+        None => bfd::local_address_towards(peer.address)?,
+    };
+    let handle = bfd::start(
+        &shared.bfd,
+        local,
+        peer.address,
+        shared.bfd_peer_port,
+        timing,
+    )?;
+    let mut bfd_status = handle.status.clone();
+    let status = status.clone();
+    // Ends when the handle is dropped (the BFD task and its sender go).
+    tokio::spawn(async move {
+        loop {
+            let now = *bfd_status.borrow_and_update();
+            status.send_modify(|s| s.bfd = Some(now));
+            if bfd_status.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(handle)
 }
 
 /// Stop was asked, or whoever could ask is gone.
@@ -227,6 +299,7 @@ async fn session(
     addrs: &mut watch::Receiver<BTreeSet<IpAddr>>,
     stop: &mut watch::Receiver<bool>,
     status: &watch::Sender<PeerStatus>,
+    bfd: Option<&mut bfd::Handle>,
 ) -> Ended {
     status.send_modify(|s| s.state = SessionState::Connect);
     let stream = tokio::select! {
@@ -296,6 +369,7 @@ async fn session(
             shared.graceful_shutdown_wait,
             addrs,
             stop,
+            bfd,
         )
         .await
     {
@@ -330,10 +404,10 @@ async fn opening(conn: &mut Conn, open: &Open, peer: &PeerConfig) -> Result<Open
             subcode: code::BAD_PEER_AS,
             data: vec![],
         };
-        let err = Error::Protocol(format!(
-            "peer's OPEN says AS {}, configured remote ASN is {}",
-            theirs.asn, peer.remote_asn
-        ));
+        let err = Error::WrongPeerAsn {
+            got: theirs.asn,
+            configured: peer.remote_asn,
+        };
         return Err(conn.notify_and_fail(n, err).await);
     }
     if matches!(theirs.hold_time_secs, 1 | 2) {
@@ -449,6 +523,7 @@ impl Established<'_> {
         graceful_wait: Duration,
         addrs: &mut watch::Receiver<BTreeSet<IpAddr>>,
         stop: &mut watch::Receiver<bool>,
+        mut bfd: Option<&mut bfd::Handle>,
     ) -> Result<(), Error> {
         // RFC 4271 10: keepalive at a third of the hold time unless set
         // lower.
@@ -463,6 +538,11 @@ impl Established<'_> {
         // the withdrawal follows at `until`.
         let mut draining: Option<Instant> = None;
         let mut addrs_open = true;
+        // BFD failures before this session are not this session's.
+        let mut bfd_status = bfd.as_ref().map(|b| b.status.clone());
+        let bfd_failures = bfd_status
+            .as_mut()
+            .map_or(0, |s| s.borrow_and_update().failures);
         let wanted = addrs.borrow_and_update().clone();
         self.sync(&wanted).await?;
         loop {
@@ -479,6 +559,11 @@ impl Established<'_> {
                 _ = async { sleep_until(draining.unwrap_or(Instant::now())).await }, if draining.is_some() => {
                     let all: Vec<IpAddr> = self.announced.iter().copied().collect();
                     self.withdraw(&all).await?;
+                    // AdminDown before the CEASE: the router's BFD takes
+                    // the session down as asked, not as failed.
+                    if let Some(bfd) = bfd.as_mut() {
+                        bfd.admin_down().await;
+                    }
                     let cease = wire::encode_notification(&wire::cease("teapot speaker stopping"));
                     self.conn.send(&cease).await?;
                     let _ = self.conn.stream.shutdown().await;
@@ -498,6 +583,20 @@ impl Established<'_> {
                         if !hold.is_zero() {
                             hold_deadline = Instant::now() + hold;
                         }
+                    }
+                }
+                changed = async { bfd_status.as_mut().expect("guarded").changed().await }, if bfd_status.is_some() => {
+                    let Some(watched) = bfd_status.as_mut() else { continue };
+                    if changed.is_err() {
+                        bfd_status = None;
+                        continue;
+                    }
+                    let now = *watched.borrow_and_update();
+                    if now.failures > bfd_failures {
+                        // The router stopped answering BFD: it is gone,
+                        // and routes through it with it.
+                        let n = Notification { code: code::CEASE, subcode: code::BFD_DOWN, data: vec![] };
+                        return Err(self.conn.notify_and_fail(n, Error::BfdDown(bfd::diag::text(now.diag))).await);
                     }
                 }
                 _ = sleep_until(hold_deadline) => {
@@ -685,11 +784,124 @@ mod tests {
     }
 
     fn start(peer: &str, addrs: &[&str]) -> (Speaker, watch::Sender<BTreeSet<IpAddr>>) {
+        start_with(&[peer], addrs, |_| {})
+    }
+
+    fn start_with(
+        peers: &[&str],
+        addrs: &[&str],
+        configure: impl FnOnce(&mut SpeakerConfig),
+    ) -> (Speaker, watch::Sender<BTreeSet<IpAddr>>) {
         let set = addrs.iter().map(|a| a.parse().unwrap()).collect();
         let (tx, rx) = watch::channel(set);
-        let mut config = SpeakerConfig::new(LOCAL_ASN, vec![peer.parse().unwrap()]);
+        let peers = peers.iter().map(|p| p.parse().unwrap()).collect();
+        let mut config = SpeakerConfig::new(LOCAL_ASN, peers);
         config.graceful_shutdown_wait = Duration::from_millis(300);
+        configure(&mut config);
         (Speaker::start(config, rx).unwrap(), tx)
+    }
+
+    /// A UDP port free a moment ago.
+    fn free_udp_port() -> u16 {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// A router's BFD side on 127.0.0.1, port `port`: its own state
+    /// machine at 100 ms x 3 answering the speaker (control port
+    /// `speaker_port`) until `quiet` turns true. Every packet the speaker
+    /// sent (and the router's [`bfd::Listener`] took: TTL 255) comes out
+    /// of the returned receiver.
+    fn fake_bfd(
+        port: u16,
+        speaker_port: u16,
+        mut quiet: watch::Receiver<bool>,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<bfd::ControlPacket> {
+        let (seen, seen_rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let listener = bfd::Listener::new(port);
+            let mut registration = listener.register(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+            let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            socket.set_ttl(255).unwrap();
+            socket.connect(("127.0.0.1", speaker_port)).await.unwrap();
+            let mut machine = bfd::Machine::new(
+                99,
+                bfd::Timing {
+                    interval: Duration::from_millis(100),
+                    multiplier: 3,
+                },
+            );
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                let silent = *quiet.borrow();
+                tokio::select! {
+                    packet = registration.packets.recv() => {
+                        let Some(packet) = packet else { return };
+                        machine.receive(&packet, Instant::now());
+                        if seen.send(packet).is_err() {
+                            return;
+                        }
+                        if machine.final_due() && !silent {
+                            let _ = socket.send(&machine.packet().encode()).await;
+                        }
+                    }
+                    _ = every.tick(), if !silent => {
+                        let _ = socket.send(&machine.packet().encode()).await;
+                    }
+                    changed = quiet.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+        seen_rx
+    }
+
+    /// A speaker with one eBGP peer with `bfd=100x3` at a fake router on
+    /// 127.0.0.1 with a BFD side, the session established and the BFD
+    /// session Up.
+    async fn ebgp_with_bfd() -> (
+        Speaker,
+        FakeRouter,
+        watch::Sender<bool>,
+        tokio::sync::mpsc::UnboundedReceiver<bfd::ControlPacket>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (speaker_bfd, router_bfd) = (free_udp_port(), free_udp_port());
+        let (quiet, quiet_rx) = watch::channel(false);
+        let seen = fake_bfd(router_bfd, speaker_bfd, quiet_rx);
+        let (speaker, _addrs) = start_with(
+            &[&format!(
+                "127.0.0.1,{ROUTER_ASN},port={port},hold=3,bfd=100x3"
+            )],
+            &["203.0.113.10"],
+            |config| {
+                config.bfd_listen_port = speaker_bfd;
+                config.bfd_peer_port = router_bfd;
+            },
+        );
+        let mut router = FakeRouter::accept(&listener).await;
+        router.establish(ROUTER_ASN, 3).await;
+        router.update().await;
+        wait_status(&speaker, "BFD up", |s| {
+            s.bfd.is_some_and(|b| b.state == bfd::State::Up)
+        })
+        .await;
+        (speaker, router, quiet, seen)
+    }
+
+    /// Skips keepalives and UPDATEs: the NOTIFICATION that ends the
+    /// session.
+    async fn notification(router: &mut FakeRouter) -> Notification {
+        loop {
+            match router.next().await {
+                Some(Message::Notification(n)) => return n,
+                Some(_) => continue,
+                None => panic!("closed without NOTIFICATION"),
+            }
+        }
     }
 
     /// A speaker with one eBGP peer (hold 3 s) at a fake router on
@@ -860,6 +1072,7 @@ mod tests {
         assert_eq!((n.code, n.subcode), (code::OPEN_MESSAGE, code::BAD_PEER_AS));
         let status = wait_status(&speaker, "error recorded", |s| s.last_error.is_some()).await;
         assert!(status.last_error.unwrap().contains("AS 64999"));
+        assert_eq!(status.failures.get("wrong_peer_asn"), Some(&1));
         assert_eq!(status.announced, 0);
         // After the backoff, a new attempt.
         let mut again = FakeRouter::accept(&listener).await;
@@ -887,6 +1100,164 @@ mod tests {
         assert_eq!(again.update().await.announced.len(), 1);
         let status = wait_status(&speaker, "re-established", |s| s.sessions_established == 2).await;
         assert!(status.last_error.is_none());
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn bfd_comes_up_from_a_high_port_and_its_loss_resets_the_bgp_session() {
+        let (speaker, mut router, quiet, mut seen) = ebgp_with_bfd().await;
+        let status = speaker.statuses().snapshot().remove(0);
+        assert_eq!(status.state, SessionState::Established);
+        let first = seen.recv().await.unwrap();
+        assert_eq!(first.detect_mult, 3);
+        assert_eq!(first.required_min_rx, Duration::from_millis(100));
+        assert!(speaker.statuses().render_prometheus().contains(&format!(
+            "teapot_bfd_session_up{{peer=\"{}\"}} 1\n",
+            status.peer
+        )));
+
+        // The router's BFD goes silent while its BGP keeps talking: the
+        // speaker takes BGP down with CEASE / BFD Down (RFC 9384) long
+        // before the hold timer.
+        quiet.send(true).unwrap();
+        let n = notification(&mut router).await;
+        assert_eq!((n.code, n.subcode), (code::CEASE, code::BFD_DOWN));
+        let status = wait_status(&speaker, "failure recorded, BFD down", |s| {
+            s.failures.contains_key("bfd_down") && s.bfd.is_some_and(|b| b.state != bfd::State::Up)
+        })
+        .await;
+        let error = status.last_error.unwrap();
+        assert!(
+            error.starts_with("BGP peer 127.0.0.1:") && error.contains("BFD session down"),
+            "{error}"
+        );
+        assert!(speaker.statuses().render_prometheus().contains(&format!(
+            "teapot_bfd_session_up{{peer=\"{}\"}} 0\n",
+            status.peer
+        )));
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn a_graceful_stop_sends_bfd_admin_down_then_the_cease() {
+        let (speaker, mut router, _quiet, mut seen) = ebgp_with_bfd().await;
+        let stopped = tokio::spawn(speaker.stop());
+        let n = notification(&mut router).await;
+        assert_eq!(
+            (n.code, n.subcode),
+            (code::CEASE, code::ADMINISTRATIVE_SHUTDOWN)
+        );
+        let admin_down = loop {
+            let packet = timeout(STEP, seen.recv())
+                .await
+                .expect("AdminDown sent")
+                .unwrap();
+            if packet.state == bfd::State::AdminDown {
+                break packet;
+            }
+        };
+        assert_eq!(admin_down.diag, bfd::diag::ADMINISTRATIVELY_DOWN);
+        assert_eq!(admin_down.your_discriminator, 99);
+        timeout(STEP, stopped).await.expect("stop returns").unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_router_shutting_the_neighbor_down_is_named_counted_and_retried() {
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10"]).await;
+        router.open(ROUTER_ASN, 3).await;
+        // What FRR sends for `neighbor X shutdown`.
+        router
+            .send(&wire::encode_notification(&Notification {
+                code: code::CEASE,
+                subcode: code::ADMINISTRATIVE_SHUTDOWN,
+                data: vec![],
+            }))
+            .await;
+        let status = wait_status(&speaker, "error recorded", |s| s.last_error.is_some()).await;
+        let error = status.last_error.unwrap();
+        assert_eq!(
+            error,
+            format!(
+                "BGP peer {}: peer sent NOTIFICATION cease (6/2) Administrative Shutdown",
+                status.peer
+            )
+        );
+        assert_eq!(status.failures.get("cease"), Some(&1));
+        assert!(speaker.statuses().render_prometheus().contains(&format!(
+            "teapot_bgp_session_failures_total{{peer=\"{}\",reason=\"cease\"}} 1\n",
+            status.peer
+        )));
+        // The backoff, then another attempt.
+        FakeRouter::accept(&listener).await;
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn a_router_not_listening_is_named_counted_and_retried() {
+        // A port nobody listens on: connection refused.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let (speaker, _addrs) = start(
+            &format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3"),
+            &["203.0.113.10"],
+        );
+        let status = wait_status(&speaker, "two refused connections", |s| {
+            s.failures.get("connect") >= Some(&2)
+        })
+        .await;
+        let error = status.last_error.unwrap();
+        assert!(
+            error.starts_with(&format!("BGP peer 127.0.0.1:{port}: connecting:")),
+            "{error}"
+        );
+        assert_eq!(status.state, SessionState::Idle);
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn a_misconfigured_peer_leaves_the_other_session_and_its_routes_alone() {
+        let good = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let bad = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = |l: &TcpListener| {
+            format!(
+                "127.0.0.1,{ROUTER_ASN},port={},hold=3",
+                l.local_addr().unwrap().port()
+            )
+        };
+        let (speaker, _addrs) = start_with(&[&peer(&good), &peer(&bad)], &["203.0.113.10"], |_| {});
+        let mut router = FakeRouter::accept(&good).await;
+        router.establish(ROUTER_ASN, 3).await;
+        assert_eq!(router.update().await.announced.len(), 1);
+        // The other router is set up for another AS: its OPEN is refused,
+        // twice (backoff in between).
+        for _ in 0..2 {
+            let mut wrong = FakeRouter::accept(&bad).await;
+            wrong.open(64999, 3).await;
+            let n = notification(&mut wrong).await;
+            assert_eq!((n.code, n.subcode), (code::OPEN_MESSAGE, code::BAD_PEER_AS));
+        }
+        let statuses = speaker.statuses().snapshot();
+        let refused = &statuses[1];
+        assert_eq!(refused.failures.get("wrong_peer_asn"), Some(&2));
+        let error = refused.last_error.as_deref().unwrap();
+        assert_eq!(
+            error,
+            format!(
+                "BGP peer {}: peer's OPEN says AS 64999, configured remote ASN is {ROUTER_ASN}",
+                refused.peer
+            )
+        );
+        // The good session never noticed: established once, its route
+        // still announced, nothing withdrawn, no failure.
+        let kept = &statuses[0];
+        assert_eq!(kept.state, SessionState::Established);
+        assert_eq!(kept.announced, 1);
+        assert_eq!(kept.sessions_established, 1);
+        assert_eq!(kept.withdrawals_sent, 0);
+        assert!(kept.failures.is_empty() && kept.last_error.is_none());
+        router.send(&wire::encode_keepalive()).await;
         drop(speaker);
     }
 

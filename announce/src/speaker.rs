@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::Error;
+use crate::bfd;
 use crate::peer::{PeerConfig, PeerStatus};
 use crate::session::{self, Shared};
 
@@ -24,6 +25,11 @@ pub struct SpeakerConfig {
     pub router_id: Option<Ipv4Addr>,
     pub graceful_shutdown_wait: Duration,
     pub peers: Vec<PeerConfig>,
+    /// The UDP port BFD packets are received on, and the one they are sent
+    /// to: [`bfd::CONTROL_PORT`] (RFC 5881) unless a test runs speaker and
+    /// router on one host.
+    pub bfd_listen_port: u16,
+    pub bfd_peer_port: u16,
 }
 
 impl SpeakerConfig {
@@ -33,17 +39,27 @@ impl SpeakerConfig {
             router_id: None,
             graceful_shutdown_wait: DEFAULT_GRACEFUL_SHUTDOWN_WAIT,
             peers,
+            bfd_listen_port: bfd::CONTROL_PORT,
+            bfd_peer_port: bfd::CONTROL_PORT,
         }
     }
 
     pub fn validate(&self) -> Result<(), Error> {
         let mut seen = BTreeSet::new();
+        let mut with_bfd = BTreeSet::new();
         for peer in &self.peers {
             peer.validate(self.local_asn)?;
             if !seen.insert(peer.socket_addr()) {
                 return Err(Error::Config {
                     setting: format!("BGP peer {}", peer.socket_addr()),
                     reason: "configured twice".into(),
+                });
+            }
+            // BFD packets are told apart by their source address.
+            if peer.bfd.is_some() && !with_bfd.insert(peer.address) {
+                return Err(Error::Config {
+                    setting: format!("BGP peer {} bfd", peer.socket_addr()),
+                    reason: "another peer at this address has BFD already".into(),
                 });
             }
         }
@@ -114,6 +130,29 @@ impl Statuses {
                 let _ = writeln!(out, "teapot_bgp_{name}{{peer=\"{}\"}} {}", p.peer, value(p));
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP teapot_bgp_session_failures_total BGP sessions to the peer that failed or ended, by reason.\n# TYPE teapot_bgp_session_failures_total counter"
+        );
+        for p in &peers {
+            for (reason, n) in &p.failures {
+                let _ = writeln!(
+                    out,
+                    "teapot_bgp_session_failures_total{{peer=\"{}\",reason=\"{reason}\"}} {n}",
+                    p.peer
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP teapot_bfd_session_up 1 when the BFD session to the peer is Up.\n# TYPE teapot_bfd_session_up gauge"
+        );
+        for p in &peers {
+            if let Some(bfd) = p.bfd {
+                let up = (bfd.state == bfd::State::Up) as u8;
+                let _ = writeln!(out, "teapot_bfd_session_up{{peer=\"{}\"}} {up}", p.peer);
+            }
+        }
         out
     }
 }
@@ -139,6 +178,8 @@ impl Speaker {
             local_asn: config.local_asn,
             router_id: config.router_id,
             graceful_shutdown_wait: config.graceful_shutdown_wait,
+            bfd: bfd::Listener::new(config.bfd_listen_port),
+            bfd_peer_port: config.bfd_peer_port,
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -187,11 +228,28 @@ mod tests {
             announcements_sent: 3,
             ..PeerStatus::new(&peer)
         });
-        let text = Statuses(vec![rx]).render_prometheus();
+        let with_bfd: PeerConfig = "192.0.2.5,64500,bfd=100x3".parse().unwrap();
+        let (_tx2, rx2) = watch::channel(PeerStatus {
+            failures: [("refused_open", 2), ("connect", 1)].into_iter().collect(),
+            bfd: Some(bfd::BfdStatus {
+                state: bfd::State::Up,
+                ..Default::default()
+            }),
+            ..PeerStatus::new(&with_bfd)
+        });
+        let text = Statuses(vec![rx, rx2]).render_prometheus();
+        assert!(text.contains("teapot_bfd_session_up{peer=\"192.0.2.5:179\"} 1\n"));
+        assert!(!text.contains("teapot_bfd_session_up{peer=\"192.0.2.1:179\"}"));
+        assert!(text.contains(
+            "teapot_bgp_session_failures_total{peer=\"192.0.2.5:179\",reason=\"refused_open\"} 2\n"
+        ));
+        assert!(text.contains(
+            "teapot_bgp_session_failures_total{peer=\"192.0.2.5:179\",reason=\"connect\"} 1\n"
+        ));
         assert!(text.contains("teapot_bgp_session_established{peer=\"192.0.2.1:179\"} 0\n"));
         assert!(text.contains("teapot_bgp_routes_announced{peer=\"192.0.2.1:179\"} 2\n"));
         assert!(text.contains("# TYPE teapot_bgp_announcements_sent_total counter\n"));
         assert!(text.contains("teapot_bgp_announcements_sent_total{peer=\"192.0.2.1:179\"} 3\n"));
-        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 5);
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 13);
     }
 }

@@ -64,6 +64,8 @@ pub mod code {
     pub const UNACCEPTABLE_HOLD_TIME: u8 = 6;
     /// CEASE subcode (RFC 4486) sent when the speaker stops.
     pub const ADMINISTRATIVE_SHUTDOWN: u8 = 2;
+    /// CEASE subcode (RFC 9384) sent when BFD finds the router gone.
+    pub const BFD_DOWN: u8 = 10;
 }
 
 /// An address family a session carries (unicast only).
@@ -122,6 +124,9 @@ impl std::fmt::Display for Notification {
             _ => "unknown error",
         };
         write!(f, "{name} ({}/{})", self.code, self.subcode)?;
+        if let Some(subcode) = subcode_name(self.code, self.subcode) {
+            write!(f, " {subcode}")?;
+        }
         // A CEASE may carry a shutdown communication (RFC 9003): a length
         // byte and UTF-8 text an operator wrote.
         if self.code == code::CEASE
@@ -134,6 +139,29 @@ impl std::fmt::Display for Notification {
         }
         Ok(())
     }
+}
+
+/// What an operator reads in a router's log for the subcodes that come
+/// up when a session is refused (RFC 4271 6.2, RFC 4486, RFC 9384).
+fn subcode_name(code: u8, subcode: u8) -> Option<&'static str> {
+    Some(match (code, subcode) {
+        (code::OPEN_MESSAGE, 1) => "Unsupported Version Number",
+        (code::OPEN_MESSAGE, code::BAD_PEER_AS) => "Bad Peer AS",
+        (code::OPEN_MESSAGE, 3) => "Bad BGP Identifier",
+        (code::OPEN_MESSAGE, 4) => "Unsupported Optional Parameter",
+        (code::OPEN_MESSAGE, code::UNACCEPTABLE_HOLD_TIME) => "Unacceptable Hold Time",
+        (code::OPEN_MESSAGE, 7) => "Unsupported Capability",
+        (code::CEASE, 1) => "Maximum Number of Prefixes Reached",
+        (code::CEASE, code::ADMINISTRATIVE_SHUTDOWN) => "Administrative Shutdown",
+        (code::CEASE, 3) => "Peer De-configured",
+        (code::CEASE, 4) => "Administrative Reset",
+        (code::CEASE, 5) => "Connection Rejected",
+        (code::CEASE, 6) => "Other Configuration Change",
+        (code::CEASE, 7) => "Connection Collision Resolution",
+        (code::CEASE, 8) => "Out of Resources",
+        (code::CEASE, code::BFD_DOWN) => "BFD Down",
+        _ => return None,
+    })
 }
 
 /// A received message, as far as the speaker reads it.
@@ -688,6 +716,9 @@ mod tests {
         let Some((Message::Notification(back), _)) = decode(&bytes).unwrap() else {
             panic!("not a NOTIFICATION");
         };
-        assert_eq!(back.to_string(), "cease (6/2): teapot stopping".to_string());
+        assert_eq!(
+            back.to_string(),
+            "cease (6/2) Administrative Shutdown: teapot stopping".to_string()
+        );
     }
 }

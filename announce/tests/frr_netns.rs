@@ -3,52 +3,29 @@
 //! links on TEST-NET addresses. Both replicas announce the same /32 and
 //! /128; the router's kernel table must hold both as ECMP next hops, lose
 //! one after a graceful stop (GRACEFUL_SHUTDOWN seen first) and lose one
-//! after a SIGKILL (hold timer).
+//! after a SIGKILL (hold timer). With BFD (bfdd beside bgpd, 100 ms x 3
+//! both ways), a frozen replica's sessions are cut by BFD, and a graceful
+//! stop says AdminDown. A neighbour the router refuses does not disturb
+//! the replica's other session.
 //!
 //! Needs root, iproute2 and Debian's `frr`; without them each test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
 //! failure (tests/netns/mod.rs).
-
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const ROUTER_ASN: u32 = 64500;
-const SPEAKER_ASN: u32 = 64501;
-const VIP4: &str = "203.0.113.10";
-const VIP6: &str = "2001:db8:ffff::10";
-const FRR_DIR: &str = "/usr/lib/frr";
-
-/// One replica's link to the router.
-struct Link {
-    router4: &'static str,
-    speaker4: &'static str,
-    router6: &'static str,
-    speaker6: &'static str,
-}
-
-const LINKS: [Link; 2] = [
-    Link {
-        router4: "192.0.2.1",
-        speaker4: "192.0.2.2",
-        router6: "2001:db8:1::1",
-        speaker6: "2001:db8:1::2",
-    },
-    Link {
-        router4: "198.51.100.1",
-        speaker4: "198.51.100.2",
-        router6: "2001:db8:2::1",
-        speaker6: "2001:db8:2::2",
-    },
-];
-
 mod netns;
 
-use netns::{Namespaces, run};
+use netns::{LINKS, ROUTER_ASN, Replicas, SPEAKER_ASN, VIP4, VIP6, run};
+
+const FRR_DIR: &str = "/usr/lib/frr";
+/// Not the speakers' ASN: a router expecting it refuses the session.
+const WRONG_ASN: u32 = 64999;
 
 fn frr_missing() -> Option<String> {
-    for tool in ["zebra", "bgpd"] {
+    for tool in ["zebra", "bgpd", "bfdd"] {
         if !Path::new(FRR_DIR).join(tool).exists() {
             return Some(format!("{FRR_DIR}/{tool} missing (apt-get install frr)"));
         }
@@ -63,16 +40,30 @@ fn runnable(test: &str) -> bool {
     netns::runnable(test, frr_missing)
 }
 
-/// The namespaces, daemons and speakers of one test; all removed on drop,
-/// failure included.
-struct Lab {
-    router: String,
-    speakers: Vec<String>,
-    dir: tempfile::TempDir,
-    children: Vec<Option<Child>>,
-    // Last: dropped after the daemons are killed.
-    namespaces: Namespaces,
+/// How the router is set up.
+#[derive(Clone, Copy, Default)]
+struct Setup {
+    /// bfdd runs, every neighbour has `bfd profile fast` (100 ms x 3) and
+    /// the replicas' peers `bfd=100x3`.
+    bfd: bool,
+    /// The router expects this wrong ASN from this speaker address, so it
+    /// refuses the session with "Bad Peer AS".
+    wrong_remote_as: Option<&'static str>,
 }
+
+/// FRR in the router namespace of [`Replicas`]; the daemons are killed on
+/// drop, failure included, before the namespaces go.
+struct Lab {
+    setup: Setup,
+    replicas: Replicas,
+}
+
+netns::labs_are_replicas!(Lab);
+
+const BFD: Setup = Setup {
+    bfd: true,
+    wrong_remote_as: None,
+};
 
 static LABS: AtomicUsize = AtomicUsize::new(0);
 
@@ -81,83 +72,24 @@ impl Lab {
         Path::new("/var/run/frr").join(&self.router)
     }
 
-    fn new() -> Lab {
+    fn new(setup: Setup) -> Lab {
         let n = LABS.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("tpa{}x{n}", std::process::id());
-        let dir = tempfile::tempdir().unwrap();
-        let mut lab = Lab {
-            router: format!("{tag}r"),
-            speakers: (1..=LINKS.len()).map(|i| format!("{tag}s{i}")).collect(),
-            dir,
-            children: Vec::new(),
-            namespaces: Namespaces(Vec::new()),
+        let lab = Lab {
+            setup,
+            replicas: Replicas::new(&format!("tpbd{}x{n}", std::process::id())),
         };
-        // From here on, Drop cleans whatever was made.
-        lab.namespaces.add(lab.router.clone());
-        for ns in lab.speakers.clone() {
-            lab.namespaces.add(ns);
-        }
-        // No duplicate detection on the links about to be made: bgpd resets
-        // an IPv6 session (FSM error) while its interface's link-local
-        // address is still tentative.
-        for ns in std::iter::once(&lab.router).chain(&lab.speakers) {
-            lab.sh(
-                ns,
-                "sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0",
-            );
-        }
-        lab.router_sh("sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1");
-        lab.router_sh("ip link set lo up");
-        for (i, link) in LINKS.iter().enumerate() {
-            let ns = lab.speakers[i].clone();
-            let port = format!("s{}", i + 1);
-            run(&[
-                "ip",
-                "link",
-                "add",
-                &port,
-                "netns",
-                &lab.router,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "uplink",
-                "netns",
-                &ns,
-            ]);
-            lab.router_sh(&format!(
-                "ip addr add {}/24 dev {port} && ip addr add {}/64 dev {port} nodad && ip link set {port} up",
-                link.router4, link.router6
-            ));
-            lab.sh(
-                &ns,
-                &format!(
-                    "ip link set lo up && ip addr add {}/24 dev uplink && ip addr add {}/64 dev uplink nodad && ip link set uplink up",
-                    link.speaker4, link.speaker6
-                ),
-            );
-        }
         lab.start_frr();
         lab
     }
 
     /// Both replicas announcing, the router using both (replica 0 with
     /// `graceful_wait_ms`).
-    fn with_both_replicas(graceful_wait_ms: u64) -> Lab {
-        let mut lab = Lab::new();
+    fn with_both_replicas(setup: Setup, graceful_wait_ms: u64) -> Lab {
+        let mut lab = Lab::new(setup);
         lab.start_speaker(0, graceful_wait_ms);
         lab.start_speaker(1, 3000);
         lab.wait_for_ecmp();
         lab
-    }
-
-    fn sh(&self, ns: &str, script: &str) -> String {
-        netns::sh(ns, script)
-    }
-
-    fn router_sh(&self, script: &str) -> String {
-        self.sh(&self.router, script)
     }
 
     fn start_frr(&self) {
@@ -168,9 +100,18 @@ impl Lab {
         let mut activate6 = String::new();
         for link in &LINKS {
             for addr in [link.speaker4, link.speaker6] {
+                let asn = match self.setup.wrong_remote_as {
+                    Some(wrong) if wrong == addr => WRONG_ASN,
+                    _ => SPEAKER_ASN,
+                };
                 neighbors.push_str(&format!(
-                    " neighbor {addr} remote-as {SPEAKER_ASN}\n neighbor {addr} timers 1 3\n neighbor {addr} timers connect 1\n"
+                    " neighbor {addr} remote-as {asn}\n neighbor {addr} timers 1 3\n neighbor {addr} timers connect 1\n"
                 ));
+                if self.setup.bfd {
+                    neighbors.push_str(&format!(
+                        " neighbor {addr} bfd\n neighbor {addr} bfd profile fast\n"
+                    ));
+                }
             }
             activate6.push_str(&format!("  neighbor {} activate\n", link.speaker6));
         }
@@ -183,7 +124,18 @@ impl Lab {
         );
         let conf_dir = self.dir.path();
         run(&["chmod", "755", conf_dir.to_str().unwrap()]);
-        for (daemon, conf) in [("zebra", String::new()), ("bgpd", bgpd)] {
+        let mut daemons = vec![("zebra", String::new())];
+        if self.setup.bfd {
+            daemons.push((
+                "bfdd",
+                format!(
+                    "log file {}\n!\nbfd\n profile fast\n  transmit-interval 100\n  receive-interval 100\n  detect-multiplier 3\n !\n!\n",
+                    run_dir.join("bfdd.log").display()
+                ),
+            ));
+        }
+        daemons.push(("bgpd", bgpd));
+        for (daemon, conf) in daemons {
             let path = conf_dir.join(format!("{daemon}.conf"));
             std::fs::write(&path, conf).unwrap();
             run(&["chmod", "644", path.to_str().unwrap()]);
@@ -225,60 +177,10 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Starts replica `i`'s speaker, announcing both addresses over an
-    /// IPv4 and an IPv6 session.
+    /// Starts replica `i`'s speaker, with BFD when the router has it.
     fn start_speaker(&mut self, i: usize, graceful_wait_ms: u64) {
-        let link = &LINKS[i];
-        let log = std::fs::File::create(self.dir.path().join(format!("speaker{i}.log"))).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.speakers[i]])
-            .args([env!("CARGO_BIN_EXE_teapot-announce"), "bgp"])
-            .args(["--asn", &SPEAKER_ASN.to_string()])
-            .args([
-                "--peer",
-                &format!("{},{ROUTER_ASN},hold=3,keepalive=1", link.router4),
-            ])
-            .args([
-                "--peer",
-                &format!("{},{ROUTER_ASN},hold=3,keepalive=1", link.router6),
-            ])
-            .args(["--announce", VIP4, "--announce", VIP6])
-            .args(["--graceful-wait-ms", &graceful_wait_ms.to_string()])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        if self.children.len() <= i {
-            self.children.resize_with(i + 1, || None);
-        }
-        self.children[i] = Some(child);
-    }
-
-    fn signal(&self, i: usize, signal: &str) {
-        let pid = self.children[i].as_ref().expect("speaker running").id();
-        run(&["kill", signal, &pid.to_string()]);
-    }
-
-    /// The next hops the router's kernel uses for `prefix`.
-    fn gateways(&self, prefix: &str) -> Vec<String> {
-        let family = if prefix.contains(':') { "-6" } else { "-4" };
-        let out = self.router_sh(&format!("ip {family} -j route show {prefix}"));
-        let routes: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
-        let mut found = Vec::new();
-        for route in routes.as_array().into_iter().flatten() {
-            let hops = match route.get("nexthops").and_then(|h| h.as_array()) {
-                Some(hops) => hops.clone(),
-                None => vec![route.clone()],
-            };
-            for hop in hops {
-                if let Some(gw) = hop.get("gateway").and_then(|g| g.as_str()) {
-                    found.push(gw.to_string());
-                }
-            }
-        }
-        found.sort();
-        found
+        let bfd = if self.setup.bfd { ",bfd=100x3" } else { "" };
+        self.replicas.start_speaker(i, bfd, graceful_wait_ms);
     }
 
     /// Polls `check` until it yields, or fails with the router's view.
@@ -288,60 +190,66 @@ impl Lab {
 
     fn dump(&self) -> String {
         let mut out = self.vtysh("show bgp summary");
-        out.push_str(&self.router_sh("ip route; ip -6 route"));
-        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
-            if entry.path().extension().is_some_and(|e| e == "log") {
-                out.push_str(&format!(
-                    "--- {}\n{}",
-                    entry.path().display(),
-                    std::fs::read_to_string(entry.path()).unwrap_or_default()
-                ));
-            }
+        if self.setup.bfd {
+            out.push_str(&self.vtysh("show bfd peers"));
         }
-        out.push_str(
-            &std::fs::read_to_string(self.frr_run_dir().join("bgpd.log")).unwrap_or_default(),
-        );
+        out.push_str(&self.replicas.dump());
+        for daemon in ["bgpd", "bfdd"] {
+            out.push_str(
+                &std::fs::read_to_string(self.frr_run_dir().join(format!("{daemon}.log")))
+                    .unwrap_or_default(),
+            );
+        }
         out
+    }
+
+    /// The router's BFD peer with address `peer`, as `show bfd peers json`
+    /// has it.
+    fn bfd_peer(&self, peer: &str) -> Option<serde_json::Value> {
+        let peers: serde_json::Value =
+            serde_json::from_str(&self.vtysh("show bfd peers json")).ok()?;
+        peers
+            .as_array()?
+            .iter()
+            .find(|p| p.get("peer").and_then(|a| a.as_str()) == Some(peer))
+            .cloned()
+    }
+
+    /// Every BFD session of replica `i` Up at the router.
+    fn wait_bfd_up(&self, i: usize) {
+        for addr in [LINKS[i].speaker4, LINKS[i].speaker6] {
+            self.wait(&format!("the router's BFD session with {addr} up"), || {
+                let peer = self.bfd_peer(addr)?;
+                (peer.get("status")?.as_str()? == "up").then_some(())
+            });
+        }
+    }
+
+    /// `show bgp neighbors ADDR json` for the neighbour `addr`.
+    fn neighbor(&self, addr: &str) -> serde_json::Value {
+        let out = self.vtysh(&format!("show bgp neighbors {addr} json"));
+        let all: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        all.get(addr).cloned().unwrap_or_default()
     }
 
     /// Only replica `i`'s next hop left for `vip`.
     fn wait_only(&self, i: usize, vip: &str) {
-        let hop = if vip == VIP6 {
-            LINKS[i].speaker6
-        } else {
-            LINKS[i].speaker4
-        };
         self.wait(
             &format!("replica {i} as the only next hop of {vip}"),
-            || (self.gateways(vip) == [hop]).then_some(()),
+            || self.only(i, vip).then_some(()),
         );
     }
 
     /// Both replicas announced: two kernel next hops for each address.
     fn wait_for_ecmp(&self) {
-        let expected4: Vec<String> = LINKS.iter().map(|l| l.speaker4.to_string()).collect();
-        let expected6: Vec<String> = LINKS.iter().map(|l| l.speaker6.to_string()).collect();
-        self.wait("ECMP for the IPv4 address", || {
-            (self.gateways(VIP4) == expected4).then_some(())
-        });
-        self.wait("ECMP for the IPv6 address", || {
-            (self.gateways(VIP6) == expected6).then_some(())
-        });
+        for vip in [VIP4, VIP6] {
+            self.wait(&format!("ECMP for {vip}"), || self.ecmp(vip).then_some(()));
+        }
     }
 
     fn wait_exit(&mut self, i: usize) -> std::process::ExitStatus {
-        let mut child = self.children[i].take().expect("speaker running");
-        let deadline = Instant::now() + netns::PATIENCE;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("speaker {i} did not exit\n{}", self.dump());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = self.take_speaker(i);
+        netns::wait_exit(child, &format!("speaker {i}"), || self.dump())
     }
 }
 
@@ -350,11 +258,7 @@ impl Drop for Lab {
         if std::thread::panicking() {
             eprintln!("{}", self.dump());
         }
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for daemon in ["bgpd", "zebra"] {
+        for daemon in ["bgpd", "bfdd", "zebra"] {
             let pid = self.frr_run_dir().join(format!("{daemon}.pid"));
             if let Ok(pid) = std::fs::read_to_string(pid) {
                 let _ = Command::new("kill").args(["-9", pid.trim()]).status();
@@ -371,7 +275,7 @@ fn graceful_stop_marks_the_route_then_leaves_one_next_hop() {
     }
     // A wait long enough that the next hop moves before the withdrawal
     // on a loaded machine too.
-    let mut lab = Lab::with_both_replicas(10_000);
+    let mut lab = Lab::with_both_replicas(Setup::default(), 10_000);
 
     lab.signal(0, "-TERM");
     let leaving = LINKS[0].speaker4;
@@ -417,7 +321,7 @@ fn a_killed_replica_leaves_the_route_within_the_hold_time() {
     if !runnable("a_killed_replica_leaves_the_route_within_the_hold_time") {
         return;
     }
-    let mut lab = Lab::with_both_replicas(3000);
+    let mut lab = Lab::with_both_replicas(Setup::default(), 3000);
 
     let killed = Instant::now();
     lab.signal(0, "-KILL");
@@ -439,7 +343,7 @@ fn a_frozen_replica_leaves_the_route_when_the_hold_timer_expires() {
     if !runnable("a_frozen_replica_leaves_the_route_when_the_hold_timer_expires") {
         return;
     }
-    let mut lab = Lab::with_both_replicas(3000);
+    let mut lab = Lab::with_both_replicas(Setup::default(), 3000);
 
     // SIGSTOP keeps the TCP connection open but silent: only the router's
     // hold timer can tell (SIGKILL closes the socket, which the router
@@ -450,10 +354,142 @@ fn a_frozen_replica_leaves_the_route_when_the_hold_timer_expires() {
     lab.wait_exit(0);
 }
 
+#[test]
+fn with_bfd_a_frozen_replica_is_cut_by_bfd_before_the_hold_timer() {
+    if !runnable("with_bfd_a_frozen_replica_is_cut_by_bfd_before_the_hold_timer") {
+        return;
+    }
+    let mut lab = Lab::with_both_replicas(BFD, 3000);
+    lab.wait_bfd_up(0);
+    lab.wait_bfd_up(1);
+
+    lab.signal(0, "-STOP");
+    lab.wait_only(1, VIP4);
+    lab.wait_only(1, VIP6);
+    // Why the router dropped the frozen replica's sessions: BFD, not the
+    // hold timer.
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let n = lab.wait(&format!("{addr}'s last reset"), || {
+            let n = lab.neighbor(addr);
+            (n.get("bgpState")?.as_str()? != "Established").then_some(n)
+        });
+        // FRR 8.4 resets the session for "BFD down received", with CEASE /
+        // BFD Down (RFC 9384) when it can still send it; the hold timer
+        // would have said "Hold Timer Expired".
+        assert!(
+            n["lastResetDueTo"] == "BFD down received"
+                || n["lastNotificationReason"] == "Cease/BFD Down",
+            "{addr}: {n}"
+        );
+    }
+    // The other replica's BFD sessions stay Up.
+    lab.wait_bfd_up(1);
+    lab.signal(0, "-KILL");
+    lab.wait_exit(0);
+}
+
+#[test]
+fn with_bfd_a_graceful_stop_takes_bfd_administratively_down() {
+    if !runnable("with_bfd_a_graceful_stop_takes_bfd_administratively_down") {
+        return;
+    }
+    let mut lab = Lab::with_both_replicas(BFD, 1000);
+    lab.wait_bfd_up(0);
+
+    lab.signal(0, "-TERM");
+    let status = lab.wait_exit(0);
+    assert!(status.success(), "graceful stop exits cleanly: {status}");
+    lab.wait_only(1, VIP4);
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let peer = lab.wait(
+            &format!("the router's BFD session with {addr} down"),
+            || {
+                let peer = lab.bfd_peer(addr)?;
+                (peer.get("status")?.as_str()? == "down").then_some(peer)
+            },
+        );
+        // AdminDown, not silence: the router knows it was asked.
+        assert_eq!(peer["remote-diagnostic"], "administratively down", "{peer}");
+    }
+}
+
+#[test]
+fn a_refused_neighbor_leaves_the_other_session_and_its_route_alone() {
+    if !runnable("a_refused_neighbor_leaves_the_other_session_and_its_route_alone") {
+        return;
+    }
+    // The router expects the wrong ASN from replica 0's IPv6 address: it
+    // refuses that session with NOTIFICATION "Bad Peer AS".
+    let refused = LINKS[0].speaker6;
+    let mut lab = Lab::new(Setup {
+        wrong_remote_as: Some(refused),
+        ..Setup::default()
+    });
+    lab.start_speaker(0, 3000);
+    let good = LINKS[0].speaker4;
+    lab.wait_only(0, VIP4);
+    // Refused twice (the backoff retried), each time logged with the peer
+    // and the router's reason.
+    let log_path = lab.dir.path().join("speaker0.log");
+    let refusals = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains("BGP session down")
+                    && l.contains("Bad Peer AS")
+                    && l.contains(&format!("[{}]:179", LINKS[0].router6))
+                    && l.contains("\"refused_open\"")
+            })
+            .count()
+    };
+    lab.wait("two refusals in the speaker's log", || {
+        let log = std::fs::read_to_string(&log_path).ok()?;
+        (refusals(&log) >= 2).then_some(())
+    });
+    let n = lab.neighbor(good);
+    assert_eq!(n["bgpState"], "Established", "{n}");
+    assert_eq!(n["connectionsDropped"], 0, "{n}");
+    assert_eq!(lab.gateways(VIP4), [good]);
+    assert!(lab.gateways(VIP6).is_empty());
+}
+
 /// Not a check: the figures docs/announce.md quotes.
 /// `TEAPOT_FAILOVER_RUNS` rounds each of SIGKILL and of SIGSTOP (a silent
 /// replica) to one replica, timed until the router's kernel has one next
 /// hop left.
+/// `runs` rounds of `signal` to replica 0 (restarted each round, replica
+/// 1 running throughout): the time until the router's kernel has one next
+/// hop left for the IPv4 address.
+fn time_failovers(lab: &mut Lab, signal: &str, runs: usize) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        lab.start_speaker(0, 3000);
+        lab.wait_for_ecmp();
+        if lab.setup.bfd {
+            lab.wait_bfd_up(0);
+        }
+        // Let the new session settle past its first keepalives.
+        std::thread::sleep(Duration::from_secs(2));
+        // Still both next hops and, with BFD, still Up: the clock starts
+        // from a steady state.
+        lab.wait_for_ecmp();
+        if lab.setup.bfd {
+            lab.wait_bfd_up(0);
+        }
+        let failed = Instant::now();
+        lab.signal(0, signal);
+        lab.wait_only(1, VIP4);
+        times.push(failed.elapsed());
+        lab.signal(0, "-KILL");
+        lab.wait_exit(0);
+    }
+    times.sort();
+    times
+}
+
+/// Not a check: the figures docs/announce.md quotes.
+/// `TEAPOT_FAILOVER_RUNS` rounds each of SIGKILL and of SIGSTOP (a silent
+/// replica) to one replica, timed until the router's kernel has one next
+/// hop left; SIGSTOP once more with BFD at 100 ms x 3.
 #[test]
 #[ignore]
 fn measure_failover() {
@@ -464,25 +500,22 @@ fn measure_failover() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(5);
-    let mut lab = Lab::new();
-    lab.start_speaker(1, 3000);
-    for signal in ["-KILL", "-STOP"] {
-        let mut times = Vec::new();
-        for _ in 0..runs {
-            lab.start_speaker(0, 3000);
-            lab.wait_for_ecmp();
-            // Let the new session settle past its first keepalives.
-            std::thread::sleep(Duration::from_secs(2));
-            let failed = Instant::now();
-            lab.signal(0, signal);
-            lab.wait_only(1, VIP4);
-            times.push(failed.elapsed());
-            lab.signal(0, "-KILL");
-            lab.wait_exit(0);
+    let rows = [
+        (Setup::default(), "-KILL", "keepalive 1 s / hold 3 s"),
+        (Setup::default(), "-STOP", "keepalive 1 s / hold 3 s"),
+        (BFD, "-STOP", "keepalive 1 s / hold 3 s, BFD 100 ms x 3"),
+    ];
+    let mut lab: Option<Lab> = None;
+    for (setup, signal, timers) in rows {
+        if lab.as_ref().is_none_or(|l| l.setup.bfd != setup.bfd) {
+            drop(lab.take());
+            let mut fresh = Lab::new(setup);
+            fresh.start_speaker(1, 3000);
+            lab = Some(fresh);
         }
-        times.sort();
+        let times = time_failovers(lab.as_mut().unwrap(), signal, runs);
         eprintln!(
-            "SIG{} -> one next hop, {runs} runs, keepalive 1 s / hold 3 s: median {:?}, worst {:?}, all {:?}",
+            "SIG{} -> one next hop, {runs} runs, {timers}: median {:?}, worst {:?}, all {:?}",
             &signal[1..],
             times[times.len() / 2],
             times[times.len() - 1],
