@@ -128,6 +128,25 @@ fn interface(name: &str) -> Result<(u32, [u8; 6], LinkAddr), Error> {
     Err(bad("no such interface with a link-layer address".into()))
 }
 
+/// Every address on this host's interfaces: what `subnet=` of an
+/// announce pool is matched against.
+pub fn local_addresses() -> Result<Vec<IpAddr>, Error> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Config {
+        setting: "local addresses".into(),
+        reason: format!("listing interfaces: {e}"),
+    })?;
+    Ok(addrs
+        .filter_map(|ifa| {
+            let a = ifa.address?;
+            if let Some(v4) = a.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect())
+}
+
 /// The sockets and netlink handle one announcer uses.
 struct Link {
     index: u32,
@@ -254,6 +273,8 @@ impl Link {
 pub struct L2Status {
     pub owned: BTreeSet<IpAddr>,
     pub announcements_sent: u64,
+    /// Failed adds, removals and sends so far (`last_error` says the last).
+    pub errors: u64,
     pub last_error: Option<String>,
 }
 
@@ -305,7 +326,10 @@ async fn run(
     let report = |result: Result<(), Error>| {
         if let Err(e) = result {
             tracing::warn!(interface = %config.interface, error = %e, "L2 announcement");
-            status.send_modify(|s| s.last_error = Some(e.to_string()));
+            status.send_modify(|s| {
+                s.errors += 1;
+                s.last_error = Some(e.to_string());
+            });
         }
     };
     loop {
@@ -335,6 +359,7 @@ async fn run(
             match link.add(addr).await {
                 Ok(()) => {
                     report(link.announce(addr));
+                    status.send_modify(|s| s.announcements_sent += 1);
                     owned.insert(addr, Instant::now() + config.repeat_for);
                     next_repeat = Instant::now() + REPEAT_EVERY;
                     tracing::info!(%addr, interface = %config.interface, "L2 address taken");
