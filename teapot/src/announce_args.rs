@@ -35,7 +35,7 @@ pub(crate) struct AnnounceArgs {
     announce_l4: bool,
     /// Addresses announced one way, NAME=ADDR|CIDR[,ADDR|CIDR...],mode=l2|bgp[,interface=IF][,subnet=CIDR][,node-label=K=V...] (repeatable); an address in no pool is not announced.
     #[arg(long = "announce-pool", value_parser = pool)]
-    pools: Vec<AnnouncePool>,
+    announce_pools: Vec<AnnouncePool>,
     /// L2 mode: the interface facing the clients' segment (the default of an l2 pool's interface=; without --announce-pool, every address goes by L2 on it).
     #[arg(long)]
     l2_interface: Option<String>,
@@ -202,7 +202,7 @@ impl AnnounceArgs {
     /// two pools share an address.
     fn pools(&self) -> Result<Vec<AnnouncePool>, String> {
         let bgp = !self.bgp_peers.is_empty();
-        if self.pools.is_empty() {
+        if self.announce_pools.is_empty() {
             return match (bgp, &self.l2_interface) {
                 (true, Some(_)) => Err(
                     "--bgp-peer and --l2-interface together need --announce-pool to say which addresses go which way".into(),
@@ -216,7 +216,7 @@ impl AnnounceArgs {
                 (false, None) => Ok(Vec::new()),
             };
         }
-        let mut pools = self.pools.clone();
+        let mut pools = self.announce_pools.clone();
         for pool in &mut pools {
             match pool.mode {
                 Mode::Bgp if !bgp => {
