@@ -389,6 +389,7 @@ async fn run(
     }
     for addr in std::mem::take(&mut owned).into_keys() {
         report(link.remove(addr).await);
+        tracing::info!(%addr, "L2 address released: stopping");
     }
     status.send_modify(|s| s.owned.clear());
 }
