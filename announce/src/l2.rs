@@ -215,7 +215,10 @@ impl Link {
             .map_err(|e| Error::Netlink(format!("adding {addr}: {e}")))
     }
 
-    async fn remove(&self, addr: IpAddr) -> Result<(), Error> {
+    /// Removes `addr` as a host address (/32, /128) from the interface;
+    /// the same address with a shorter prefix is the node's own and stays.
+    /// Whether one was there.
+    async fn remove(&self, addr: IpAddr) -> Result<bool, Error> {
         let mut found = self
             .netlink
             .address()
@@ -223,11 +226,16 @@ impl Link {
             .set_link_index_filter(self.index)
             .set_address_filter(addr)
             .execute();
+        let mut removed = false;
         while let Some(msg) = found
             .try_next()
             .await
             .map_err(|e| Error::Netlink(format!("looking up {addr}: {e}")))?
         {
+            if msg.header.prefix_len != Self::host_prefix(&addr) {
+                continue;
+            }
+            removed = true;
             self.netlink
                 .address()
                 .del(msg)
@@ -235,7 +243,7 @@ impl Link {
                 .await
                 .map_err(|e| Error::Netlink(format!("removing {addr}: {e}")))?;
         }
-        Ok(())
+        Ok(removed)
     }
 
     /// One announcement; a full socket buffer drops it (the next repeat
@@ -322,6 +330,11 @@ async fn run(
 ) {
     // Owned address -> until when its announcement repeats.
     let mut owned: BTreeMap<IpAddr, Instant> = BTreeMap::new();
+    // Addresses looked at once: a process killed without its stop left
+    // its addresses on the interface, and the kernel would go on
+    // answering ARP for them beside the real owner's. Each address is
+    // cleared the first time it is to be announced by someone else.
+    let mut checked: BTreeSet<IpAddr> = BTreeSet::new();
     let mut next_repeat = Instant::now();
     let report = |result: Result<(), Error>| {
         if let Err(e) = result {
@@ -333,15 +346,34 @@ async fn run(
         }
     };
     loop {
-        let wanted: BTreeSet<IpAddr> = {
+        let (wanted, others): (BTreeSet<IpAddr>, Vec<IpAddr>) = {
             let live = replicas.borrow_and_update();
-            addrs
-                .borrow_and_update()
+            let all = addrs.borrow_and_update();
+            let wanted = all
                 .iter()
                 .filter(|a| owner(a, &live) == Some(config.replica.as_str()))
                 .copied()
-                .collect()
+                .collect();
+            let others = all
+                .iter()
+                .filter(|a| !checked.contains(a) && owner(a, &live).is_some())
+                .copied()
+                .collect();
+            (wanted, others)
         };
+        for addr in others {
+            checked.insert(addr);
+            if wanted.contains(&addr) || owned.contains_key(&addr) {
+                continue;
+            }
+            match link.remove(addr).await {
+                Ok(true) => {
+                    tracing::info!(%addr, "L2 address left over from an earlier run removed")
+                }
+                Ok(false) => {}
+                Err(e) => report(Err(e)),
+            }
+        }
         let lost: Vec<IpAddr> = owned
             .keys()
             .filter(|a| !wanted.contains(a))
@@ -349,7 +381,7 @@ async fn run(
             .collect();
         for addr in lost {
             owned.remove(&addr);
-            report(link.remove(addr).await);
+            report(link.remove(addr).await.map(drop));
             tracing::info!(%addr, "L2 address released");
         }
         for addr in wanted {
@@ -388,7 +420,7 @@ async fn run(
         }
     }
     for addr in std::mem::take(&mut owned).into_keys() {
-        report(link.remove(addr).await);
+        report(link.remove(addr).await.map(drop));
         tracing::info!(%addr, "L2 address released: stopping");
     }
     status.send_modify(|s| s.owned.clear());

@@ -419,6 +419,7 @@ impl Announcer {
                         .collect(),
                     renew_every: config.l2.renew_every,
                     duration: config.l2.lease_duration,
+                    forget_after: MembershipConfig::forget_after(config.l2.lease_duration),
                 },
                 ready.clone(),
                 owned_rx,

@@ -316,6 +316,17 @@ pub struct MembershipConfig {
     pub pools: BTreeSet<String>,
     pub renew_every: Duration,
     pub duration: Duration,
+    /// A Lease seen unchanged this long belongs to a replica that died
+    /// without deleting it (SIGKILL, a lost node): deleted, so dead
+    /// replicas do not pile up.
+    pub forget_after: Duration,
+}
+
+impl MembershipConfig {
+    /// Ten lease durations, at least 30 s: far beyond any renewal hiccup.
+    pub fn forget_after(duration: Duration) -> Duration {
+        (duration * 10).max(Duration::from_secs(30))
+    }
 }
 
 /// This replica's side: its own Lease, and the watch of all of them.
@@ -348,6 +359,7 @@ impl Membership {
         let renewer = tokio::spawn(renew(
             api,
             config,
+            view.clone(),
             ready,
             owned,
             leave_rx,
@@ -491,9 +503,33 @@ async fn delete(api: &Api<Lease>, replica: &str) -> Result<(), kube::Error> {
     }
 }
 
+/// Deletes the Leases of replicas gone long ago. Several replicas may do
+/// it at once; a Lease already gone is fine, and one renewed meanwhile
+/// is only recreated by its owner's next renewal.
+async fn forget_dead(api: &Api<Lease>, config: &MembershipConfig, view: &watch::Receiver<View>) {
+    let dead: Vec<String> = view
+        .borrow()
+        .leases
+        .values()
+        .filter(|o| o.replica != config.replica && o.seen.elapsed() > config.forget_after)
+        .map(|o| o.replica.clone())
+        .collect();
+    for replica in dead {
+        match delete(api, &replica).await {
+            Ok(()) => {
+                tracing::info!(%replica, "announcer Lease of a replica gone long ago deleted")
+            }
+            Err(e) => {
+                tracing::warn!(%replica, error = %e, "announcer Lease of a gone replica not deleted")
+            }
+        }
+    }
+}
+
 async fn renew(
     api: Api<Lease>,
     config: MembershipConfig,
+    view: watch::Receiver<View>,
     ready: Arc<AtomicBool>,
     mut owned: watch::Receiver<BTreeSet<IpAddr>>,
     mut leave: watch::Receiver<bool>,
@@ -547,6 +583,9 @@ async fn renew(
         }
         let ok = last_ok.is_some_and(|t| t.elapsed() < config.duration);
         healthy.send_if_modified(|h| std::mem::replace(h, ok) != ok);
+        if ok {
+            forget_dead(&api, &config, &view).await;
+        }
     }
     let _ = healthy.send(false);
     if let Err(e) = delete(&api, &config.replica).await {
@@ -584,6 +623,7 @@ mod tests {
                 .collect(),
             renew_every: Duration::from_secs(1),
             duration: Duration::from_secs(2),
+            forget_after: Duration::from_secs(30),
         };
         let owned = owned.split(',').filter_map(|a| a.parse().ok()).collect();
         let mut l = own_lease(&config, &owned);
@@ -749,6 +789,7 @@ mod tests {
             pools: ["lan".to_string()].into(),
             renew_every: Duration::from_millis(50),
             duration: Duration::from_secs(60),
+            forget_after: Duration::from_secs(3600),
         };
         let m = Membership::start(api.client(), config, ready.clone(), owned);
         let mut view = m.view();
@@ -780,5 +821,38 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[tokio::test]
+    async fn the_lease_of_a_replica_gone_long_ago_is_deleted() {
+        use teapot_testkit::apiserver::ApiServer;
+        let api = ApiServer::start().await;
+        // A replica killed without deleting its Lease.
+        let mut dead = serde_json::to_value(lease("lb-dead", "1", "lan", "")).unwrap();
+        dead["apiVersion"] = "coordination.k8s.io/v1".into();
+        dead["kind"] = "Lease".into();
+        dead["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        api.apply(dead);
+        let (_owned_tx, owned) = watch::channel(BTreeSet::new());
+        let config = MembershipConfig {
+            namespace: "teapot-system".into(),
+            replica: "lb-0".into(),
+            pools: ["lan".to_string()].into(),
+            renew_every: Duration::from_millis(50),
+            duration: Duration::from_secs(60),
+            forget_after: Duration::from_millis(300),
+        };
+        let m = Membership::start(api.client(), config, Arc::new(AtomicBool::new(true)), owned);
+        let mut view = m.view();
+        view.wait_for(|v| v.leases.contains_key("lb-dead"))
+            .await
+            .unwrap();
+        // lb-0's own Lease changes with every renewal; lb-dead's never does.
+        view.wait_for(|v| !v.leases.contains_key("lb-dead") && v.leases.contains_key("lb-0"))
+            .await
+            .unwrap();
     }
 }
