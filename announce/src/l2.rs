@@ -30,6 +30,13 @@ use crate::Error;
 /// host that missed the first one still learns within a few seconds.
 pub const DEFAULT_REPEAT_FOR: Duration = Duration::from_secs(5);
 pub const REPEAT_EVERY: Duration = Duration::from_secs(1);
+/// In the first second after taking an address, repeat faster: Linux
+/// ignores an announcement for a neighbour entry that changed state
+/// within the last second (`locktime`), which a client whose traffic to
+/// the dead owner goes unanswered is doing, so one of the quick repeats
+/// lands after that second.
+pub const REPEAT_FAST: Duration = Duration::from_millis(250);
+pub const FAST_FOR: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct L2Config {
@@ -393,7 +400,7 @@ async fn run(
                     report(link.announce(addr));
                     status.send_modify(|s| s.announcements_sent += 1);
                     owned.insert(addr, Instant::now() + config.repeat_for);
-                    next_repeat = Instant::now() + REPEAT_EVERY;
+                    next_repeat = Instant::now() + REPEAT_FAST;
                     tracing::info!(%addr, interface = %config.interface, "L2 address taken");
                 }
                 Err(e) => report(Err(e)),
@@ -415,7 +422,10 @@ async fn run(
                     }
                 }
                 status.send_modify(|s| s.announcements_sent += sent);
-                next_repeat = now + REPEAT_EVERY;
+                let fresh = owned
+                    .values()
+                    .any(|until| *until + FAST_FOR > now + config.repeat_for);
+                next_repeat = now + if fresh { REPEAT_FAST } else { REPEAT_EVERY };
             }
         }
     }
