@@ -355,7 +355,9 @@ pub async fn run(
             metrics: metrics.clone(),
             ready: ready.clone(),
             bgp: announcer.as_ref().and_then(|a| a.statuses()),
-            announce: announcer.as_ref().map(|a| a.view()),
+            announce: announcer
+                .as_ref()
+                .map(|a| Arc::new(a.view()) as Arc<dyn admin::StatusSection>),
         },
         stop_rx.clone(),
     ));

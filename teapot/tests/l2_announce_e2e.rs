@@ -22,7 +22,6 @@ mod netns;
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -38,7 +37,7 @@ const ECHO_PORT: u16 = 9000;
 
 /// The test's own namespace holds one address on the segment, so one
 /// segment at a time.
-static SEGMENT: Mutex<()> = Mutex::new(());
+static SEGMENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn curl_missing() -> Option<String> {
     Command::new("curl")
@@ -345,7 +344,7 @@ async fn the_owner_moves_on_sigkill_and_hands_over_on_sigterm() {
     if !netns::runnable("l2_announce_e2e", curl_missing) {
         return;
     }
-    let _one = SEGMENT.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SEGMENT.lock().await;
     let mut seg = Segment::new(3);
     let _api = seg.api().await;
     for i in 0..3 {
@@ -464,7 +463,7 @@ async fn measure_l2_failover() {
     if !netns::runnable("measure_l2_failover", curl_missing) {
         return;
     }
-    let _one = SEGMENT.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SEGMENT.lock().await;
     let runs: usize = std::env::var("L2_FAILOVER_RUNS")
         .ok()
         .and_then(|r| r.parse().ok())

@@ -146,9 +146,9 @@ pub struct AnnounceView {
     unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl AnnounceView {
+impl crate::plane::admin::StatusSection for AnnounceView {
     /// `/status`'s `announce` object.
-    pub fn json(&self) -> serde_json::Value {
+    fn json(&self) -> serde_json::Value {
         let report = self.report.lock().clone();
         let mut owned = BTreeSet::new();
         let mut sent = 0;
@@ -181,7 +181,7 @@ impl AnnounceView {
     }
 
     /// `teapot_l2_*` and `teapot_announce_*` in Prometheus' text format.
-    pub fn render_prometheus(&self) -> String {
+    fn render_prometheus(&self) -> String {
         use std::fmt::Write;
         let report = self.report.lock().clone();
         let mut out = String::new();
@@ -444,7 +444,11 @@ impl Announcer {
                 bgp: bgp_tx,
                 l2: l2
                     .iter()
-                    .map(|p| (p.pool.clone(), p.addrs.clone(), p.replicas.clone()))
+                    .map(|p| L2Inputs {
+                        pool: p.pool.clone(),
+                        addrs: p.addrs.clone(),
+                        replicas: p.replicas.clone(),
+                    })
                     .collect(),
                 membership: membership.as_ref().map(|m| (m.view(), m.healthy())),
                 report,
@@ -521,15 +525,18 @@ impl Announcer {
     }
 }
 
+/// What one L2 pool's announcer follows.
+struct L2Inputs {
+    pool: String,
+    addrs: watch::Sender<BTreeSet<IpAddr>>,
+    replicas: watch::Sender<BTreeSet<String>>,
+}
+
 struct Follow {
     config: AnnounceConfig,
     allowed: Vec<bool>,
     bgp: watch::Sender<BTreeSet<IpAddr>>,
-    l2: Vec<(
-        String,
-        watch::Sender<BTreeSet<IpAddr>>,
-        watch::Sender<BTreeSet<String>>,
-    )>,
+    l2: Vec<L2Inputs>,
     membership: Option<(watch::Receiver<View>, watch::Receiver<bool>)>,
     report: Arc<Mutex<Report>>,
     unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
@@ -588,7 +595,12 @@ async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<Ato
         });
         let l2 = pick(Mode::L2);
         let mut live_any = BTreeSet::new();
-        for (pool, addrs_tx, replicas_tx) in &f.l2 {
+        for L2Inputs {
+            pool,
+            addrs: addrs_tx,
+            replicas: replicas_tx,
+        } in &f.l2
+        {
             let addrs = if eligible {
                 l2.get(pool.as_str()).cloned().unwrap_or_default()
             } else {

@@ -356,16 +356,19 @@ impl Membership {
         let (leave, leave_rx) = watch::channel(false);
         let errors = Arc::new(AtomicU64::new(0));
         let watcher = tokio::spawn(watch_leases(api.clone(), config.duration, view_tx));
-        let renewer = tokio::spawn(renew(
-            api,
-            config,
-            view.clone(),
-            ready,
-            owned,
-            leave_rx,
-            healthy_tx,
-            errors.clone(),
-        ));
+        let renewer = tokio::spawn(
+            Renewer {
+                api,
+                config,
+                view: view.clone(),
+                ready,
+                owned,
+                leave: leave_rx,
+                healthy: healthy_tx,
+                errors: errors.clone(),
+            }
+            .run(),
+        );
         Membership {
             view,
             healthy,
@@ -526,73 +529,90 @@ async fn forget_dead(api: &Api<Lease>, config: &MembershipConfig, view: &watch::
     }
 }
 
-async fn renew(
+/// The renewal loop's inputs and outputs.
+struct Renewer {
     api: Api<Lease>,
     config: MembershipConfig,
     view: watch::Receiver<View>,
     ready: Arc<AtomicBool>,
-    mut owned: watch::Receiver<BTreeSet<IpAddr>>,
-    mut leave: watch::Receiver<bool>,
+    owned: watch::Receiver<BTreeSet<IpAddr>>,
+    leave: watch::Receiver<bool>,
     healthy: watch::Sender<bool>,
     errors: Arc<AtomicU64>,
-) {
-    let mut stored: Option<Lease> = None;
-    let mut held = false;
-    let mut last_ok: Option<Instant> = None;
-    let mut tick = tokio::time::interval(config.renew_every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // A write that hangs must not outlive the lease it renews.
-    let bound = config.renew_every.max(Duration::from_millis(500));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            r = owned.changed() => if r.is_err() { return },
-            _ = leave.wait_for(|l| *l) => break,
-        }
-        if ready.load(Ordering::Acquire) {
-            let now_owned = owned.borrow_and_update().clone();
-            match tokio::time::timeout(bound, write(&api, &mut stored, &config, &now_owned)).await {
-                Ok(Ok(())) => {
-                    held = true;
-                    last_ok = Some(Instant::now());
-                }
-                Ok(Err(e)) => {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(replica = %config.replica, error = %e, "announcer Lease renewal failed");
-                }
-                Err(_) => {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(replica = %config.replica, "announcer Lease renewal timed out");
-                }
+}
+
+impl Renewer {
+    async fn run(self) {
+        let Renewer {
+            api,
+            config,
+            view,
+            ready,
+            mut owned,
+            mut leave,
+            healthy,
+            errors,
+        } = self;
+        let mut stored: Option<Lease> = None;
+        let mut held = false;
+        let mut last_ok: Option<Instant> = None;
+        let mut tick = tokio::time::interval(config.renew_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A write that hangs must not outlive the lease it renews.
+        let bound = config.renew_every.max(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                r = owned.changed() => if r.is_err() { return },
+                _ = leave.wait_for(|l| *l) => break,
             }
-        } else {
-            last_ok = None;
-            if held {
-                match delete(&api, &config.replica).await {
-                    Ok(()) => {
-                        held = false;
-                        stored = None;
-                        tracing::info!(replica = %config.replica, "not ready: announcer Lease deleted");
+            if ready.load(Ordering::Acquire) {
+                let now_owned = owned.borrow_and_update().clone();
+                match tokio::time::timeout(bound, write(&api, &mut stored, &config, &now_owned))
+                    .await
+                {
+                    Ok(Ok(())) => {
+                        held = true;
+                        last_ok = Some(Instant::now());
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(replica = %config.replica, error = %e, "announcer Lease not deleted");
+                        tracing::warn!(replica = %config.replica, error = %e, "announcer Lease renewal failed");
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(replica = %config.replica, "announcer Lease renewal timed out");
+                    }
+                }
+            } else {
+                last_ok = None;
+                if held {
+                    match delete(&api, &config.replica).await {
+                        Ok(()) => {
+                            held = false;
+                            stored = None;
+                            tracing::info!(replica = %config.replica, "not ready: announcer Lease deleted");
+                        }
+                        Err(e) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(replica = %config.replica, error = %e, "announcer Lease not deleted");
+                        }
                     }
                 }
             }
+            let ok = last_ok.is_some_and(|t| t.elapsed() < config.duration);
+            healthy.send_if_modified(|h| std::mem::replace(h, ok) != ok);
+            if ok {
+                forget_dead(&api, &config, &view).await;
+            }
         }
-        let ok = last_ok.is_some_and(|t| t.elapsed() < config.duration);
-        healthy.send_if_modified(|h| std::mem::replace(h, ok) != ok);
-        if ok {
-            forget_dead(&api, &config, &view).await;
+        let _ = healthy.send(false);
+        if let Err(e) = delete(&api, &config.replica).await {
+            errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(replica = %config.replica, error = %e, "announcer Lease not deleted; it expires on its own");
+        } else {
+            tracing::info!(replica = %config.replica, "announcer Lease deleted: handing addresses over");
         }
-    }
-    let _ = healthy.send(false);
-    if let Err(e) = delete(&api, &config.replica).await {
-        errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(replica = %config.replica, error = %e, "announcer Lease not deleted; it expires on its own");
-    } else {
-        tracing::info!(replica = %config.replica, "announcer Lease deleted: handing addresses over");
     }
 }
 

@@ -34,7 +34,17 @@ pub struct AdminState {
     /// The BGP sessions of `--bgp-peer` (docs/announce.md); `None`: off.
     pub bgp: Option<teapot_announce::Statuses>,
     /// Pools, L2 owners and live replicas (docs/announce.md); `None`: off.
-    pub announce: Option<crate::loops::announce::AnnounceView>,
+    pub announce: Option<Arc<dyn StatusSection>>,
+}
+
+/// A part of `/status` and `/metrics` that a loop keeps (the
+/// announcement's pools and owners): the plane shows it without knowing
+/// the loop.
+pub trait StatusSection: Send + Sync + std::fmt::Debug {
+    /// Its object under `/status`.
+    fn json(&self) -> serde_json::Value;
+    /// Its series, Prometheus text format.
+    fn render_prometheus(&self) -> String;
 }
 
 /// One BGP session as `/status` shows it.
