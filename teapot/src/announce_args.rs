@@ -256,6 +256,14 @@ mod tests {
         cli.announce.config()
     }
 
+    /// Each `args` refused with a message containing its needle.
+    fn assert_refused(cases: &[(&[&str], &str)]) {
+        for (args, needle) in cases {
+            let err = config(args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
     #[test]
     fn peers_asn_and_addresses() {
         let c = config(&[
@@ -304,10 +312,7 @@ mod tests {
                 "--announce 203.0.0.0/8",
             ),
         ];
-        for (args, needle) in cases {
-            let err = config(args).unwrap_err();
-            assert!(err.contains(needle), "{args:?}: {err}");
-        }
+        assert_refused(&cases);
     }
 
     #[test]
@@ -400,9 +405,6 @@ mod tests {
                 "--l2-renew",
             ),
         ];
-        for (args, needle) in cases {
-            let err = config(args).unwrap_err();
-            assert!(err.contains(needle), "{args:?}: {err}");
-        }
+        assert_refused(&cases);
     }
 }

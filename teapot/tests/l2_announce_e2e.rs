@@ -331,6 +331,21 @@ fn objects(api: &ApiServer) {
     ));
 }
 
+/// The segment (this test's alone while the guard lives) with three
+/// ready replicas and the API double they watch.
+async fn three_replicas() -> (tokio::sync::MutexGuard<'static, ()>, Segment, ApiServer) {
+    let one = SEGMENT.lock().await;
+    let mut seg = Segment::new(3);
+    let api = seg.api().await;
+    for i in 0..3 {
+        seg.start(i);
+    }
+    for i in 0..3 {
+        seg.wait_ready(i);
+    }
+    (one, seg, api)
+}
+
 /// The replica `/status` names as the owner of the L2 address.
 fn owner_in_status(seg: &Segment, i: usize) -> Option<String> {
     let status: Value = serde_json::from_str(&seg.admin(i, "/status")?).ok()?;
@@ -344,15 +359,7 @@ async fn the_owner_moves_on_sigkill_and_hands_over_on_sigterm() {
     if !netns::runnable("l2_announce_e2e", curl_missing) {
         return;
     }
-    let _one = SEGMENT.lock().await;
-    let mut seg = Segment::new(3);
-    let _api = seg.api().await;
-    for i in 0..3 {
-        seg.start(i);
-    }
-    for i in 0..3 {
-        seg.wait_ready(i);
-    }
+    let (_one, mut seg, _api) = three_replicas().await;
     let first = tokio::task::block_in_place(|| seg.settled());
     let metrics = seg.admin(first, "/metrics").unwrap();
     assert!(metrics.contains("teapot_l2_live_replicas 3"), "{metrics}");
@@ -463,19 +470,11 @@ async fn measure_l2_failover() {
     if !netns::runnable("measure_l2_failover", curl_missing) {
         return;
     }
-    let _one = SEGMENT.lock().await;
     let runs: usize = std::env::var("L2_FAILOVER_RUNS")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(10);
-    let mut seg = Segment::new(3);
-    let _api = seg.api().await;
-    for i in 0..3 {
-        seg.start(i);
-    }
-    for i in 0..3 {
-        seg.wait_ready(i);
-    }
+    let (_one, mut seg, _api) = three_replicas().await;
     let mut results = serde_json::Map::new();
     for kind in ["sigkill", "link", "silent"] {
         let mut times: Vec<f64> = (0..runs)

@@ -797,20 +797,25 @@ mod tests {
         assert!(left.is_empty());
     }
 
+    /// Renewals every 50 ms, a lease that never expires in a test.
+    fn quick(replica: &str, forget_after: Duration) -> MembershipConfig {
+        MembershipConfig {
+            namespace: "teapot-system".into(),
+            replica: replica.into(),
+            pools: ["lan".to_string()].into(),
+            renew_every: Duration::from_millis(50),
+            duration: Duration::from_secs(60),
+            forget_after,
+        }
+    }
+
     #[tokio::test]
     async fn the_lease_is_renewed_while_ready_and_deleted_when_not() {
         use teapot_testkit::apiserver::ApiServer;
         let api = ApiServer::start().await;
         let ready = Arc::new(AtomicBool::new(true));
         let (owned_tx, owned) = watch::channel(BTreeSet::new());
-        let config = MembershipConfig {
-            namespace: "teapot-system".into(),
-            replica: "lb-0".into(),
-            pools: ["lan".to_string()].into(),
-            renew_every: Duration::from_millis(50),
-            duration: Duration::from_secs(60),
-            forget_after: Duration::from_secs(3600),
-        };
+        let config = quick("lb-0", Duration::from_secs(3600));
         let m = Membership::start(api.client(), config, ready.clone(), owned);
         let mut view = m.view();
         let seen = |v: &View| v.leases.get("lb-0").cloned();
@@ -857,14 +862,7 @@ mod tests {
             .remove("resourceVersion");
         api.apply(dead);
         let (_owned_tx, owned) = watch::channel(BTreeSet::new());
-        let config = MembershipConfig {
-            namespace: "teapot-system".into(),
-            replica: "lb-0".into(),
-            pools: ["lan".to_string()].into(),
-            renew_every: Duration::from_millis(50),
-            duration: Duration::from_secs(60),
-            forget_after: Duration::from_millis(300),
-        };
+        let config = quick("lb-0", Duration::from_millis(300));
         let m = Membership::start(api.client(), config, Arc::new(AtomicBool::new(true)), owned);
         let mut view = m.view();
         view.wait_for(|v| v.leases.contains_key("lb-dead"))
