@@ -694,4 +694,56 @@ mod tests {
         config.l4 = false;
         assert_eq!(wanted(&config, &snapshot, true), config.addresses);
     }
+
+    #[tokio::test]
+    async fn an_address_in_no_pool_is_listed_counted_once_and_not_announced() {
+        use crate::plane::admin::StatusSection;
+        let mut config = config(true);
+        config.speaker = None;
+        config.addresses = ["203.0.113.10", "198.51.100.1"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        config.pools = vec![AnnouncePool {
+            name: "wan".into(),
+            origin: "--announce-pool wan".into(),
+            ranges: vec!["203.0.113.0/24".parse().unwrap()],
+            mode: Mode::Bgp,
+            interface: None,
+            subnet: None,
+            node_labels: Vec::new(),
+        }];
+        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        let ready = Arc::new(AtomicBool::new(true));
+        let announcer = Announcer::start(config, snapshots, ready, None)
+            .await
+            .unwrap();
+        let view = announcer.view();
+        let status = loop {
+            let status = view.json();
+            if !status["addresses"].as_array().unwrap().is_empty() {
+                break status;
+            }
+            tokio::time::sleep(FOLLOW_EVERY).await;
+        };
+        assert_eq!(
+            status["not_in_any_pool"],
+            serde_json::json!(["198.51.100.1"])
+        );
+        assert_eq!(status["addresses"][0]["address"], "203.0.113.10");
+        assert_eq!(status["addresses"][0]["pool"], "wan");
+        assert_eq!(status["addresses"][0]["mode"], "bgp");
+        // Seen on every pass, counted once.
+        tokio::time::sleep(FOLLOW_EVERY * 3).await;
+        let metrics = view.render_prometheus();
+        assert!(
+            metrics.contains("teapot_announce_unpooled_addresses 1\n"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("teapot_announce_unpooled_total 1\n"),
+            "{metrics}"
+        );
+        announcer.stop().await;
+    }
 }
