@@ -746,4 +746,27 @@ mod tests {
         );
         announcer.stop().await;
     }
+
+    #[tokio::test]
+    async fn a_missing_interface_is_refused_naming_the_pool_and_the_interface() {
+        let mut config = config(true);
+        config.speaker = None;
+        config.pools = vec![AnnouncePool {
+            name: "lan".into(),
+            origin: "--announce-pool lan".into(),
+            ranges: vec!["192.0.2.0/24".parse().unwrap()],
+            mode: Mode::L2,
+            interface: Some("teapot-nope0".into()),
+            subnet: None,
+            node_labels: Vec::new(),
+        }];
+        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        let ready = Arc::new(AtomicBool::new(true));
+        let err = Announcer::start(config, snapshots, ready, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--announce-pool lan"), "{err}");
+        assert!(err.contains("teapot-nope0"), "{err}");
+    }
 }
