@@ -404,7 +404,9 @@ impl Announcer {
                 }
             })
         });
-        let membership = kube.as_ref().map(|k| {
+        // Only a replica that may announce some L2 pool holds a Lease:
+        // BGP needs no owner, and a replica no pool allows is no owner.
+        let membership = kube.as_ref().filter(|_| !l2.is_empty()).map(|k| {
             Membership::start(
                 k.client.clone(),
                 MembershipConfig {
@@ -439,6 +441,7 @@ impl Announcer {
         };
         let follow = tokio::spawn(follow(
             Follow {
+                alone: kube.is_none(),
                 config,
                 allowed,
                 bgp: bgp_tx,
@@ -534,6 +537,8 @@ struct L2Inputs {
 
 struct Follow {
     config: AnnounceConfig,
+    /// Manifests mode: this replica is the only one.
+    alone: bool,
     allowed: Vec<bool>,
     bgp: watch::Sender<BTreeSet<IpAddr>>,
     l2: Vec<L2Inputs>,
@@ -550,8 +555,9 @@ async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<Ato
         match f.membership.as_mut() {
             Some((view, healthy)) => tokio::select! {
                 _ = tick.tick() => {}
-                _ = view.changed() => {}
-                _ = healthy.changed() => {}
+                // A closed channel disables its branch: the tick goes on.
+                Ok(()) = view.changed() => {}
+                Ok(()) = healthy.changed() => {}
             },
             None => {
                 tick.tick().await;
@@ -620,7 +626,10 @@ async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<Ato
             let pool = &f.config.pools[*i];
             let live = match &view {
                 Some(v) => v.live(&pool.name, now),
-                None => [f.config.l2.replica.clone()].into(),
+                None if f.alone && f.allowed[*i] => [f.config.l2.replica.clone()].into(),
+                // Kube mode without a Lease of its own: this replica is no
+                // owner and does not watch who is.
+                None => BTreeSet::new(),
             };
             for addr in addrs {
                 addresses.push(AddressReport {
@@ -768,5 +777,39 @@ mod tests {
             .to_string();
         assert!(err.contains("--announce-pool lan"), "{err}");
         assert!(err.contains("teapot-nope0"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn bgp_alone_in_kube_mode_holds_no_lease() {
+        let api = teapot_testkit::apiserver::ApiServer::start().await;
+        let mut config = config(true);
+        config.speaker = None;
+        config.pools = vec![AnnouncePool {
+            name: "wan".into(),
+            origin: "--announce-pool wan".into(),
+            ranges: vec!["203.0.113.0/24".parse().unwrap()],
+            mode: Mode::Bgp,
+            interface: None,
+            subnet: None,
+            node_labels: Vec::new(),
+        }];
+        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        let ready = Arc::new(AtomicBool::new(true));
+        let kube = KubeMembership {
+            client: api.client(),
+            namespace: "teapot-system".into(),
+        };
+        let announcer = Announcer::start(config, snapshots, ready, Some(kube))
+            .await
+            .unwrap();
+        // Several passes of the follow loop.
+        tokio::time::sleep(FOLLOW_EVERY * 5).await;
+        announcer.stop().await;
+        let leases: Vec<_> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("leases"))
+            .collect();
+        assert!(leases.is_empty(), "{leases:?}");
     }
 }

@@ -563,7 +563,9 @@ impl Renewer {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                r = owned.changed() => if r.is_err() { return },
+                // Nothing owned any more (the announcers stopped): the
+                // renewals go on.
+                Ok(()) = owned.changed() => {}
                 _ = leave.wait_for(|l| *l) => break,
             }
             if ready.load(Ordering::Acquire) {
