@@ -216,14 +216,7 @@ impl Segment {
     /// The echo pod that answered GET l2.test/ on the L2 address from the
     /// client, if one did within `timeout`.
     fn client_get(&self, timeout: &str) -> Option<String> {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.client, "curl", "-s", "-m", timeout])
-            .args(["-H", &format!("Host: {HOST}")])
-            .arg(format!("http://{VIP}:8080/"))
-            .output()
-            .ok()?;
-        let body: Value = serde_json::from_slice(&out.stdout).ok()?;
-        body["pod"].as_str().map(String::from)
+        get_from(&self.client, timeout)
     }
 
     fn holds_vip(&self, i: usize) -> bool {
@@ -314,6 +307,19 @@ impl Segment {
         let pid = self.replicas[i].proxy.as_ref().unwrap().id().to_string();
         run(&["kill", signal, &pid]);
     }
+}
+
+/// The echo pod that answered GET l2.test/ on the L2 address from
+/// namespace `client`, if one did within `timeout` seconds.
+fn get_from(client: &str, timeout: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", client, "curl", "-s", "-m", timeout])
+        .args(["-H", &format!("Host: {HOST}")])
+        .arg(format!("http://{VIP}:8080/"))
+        .output()
+        .ok()?;
+    let body: Value = serde_json::from_slice(&out.stdout).ok()?;
+    body["pod"].as_str().map(String::from)
 }
 
 fn objects(api: &ApiServer) {
@@ -558,4 +564,55 @@ async fn measure_l2_failover() {
         results.insert(kind.into(), result);
     }
     println!("RESULT {}", Value::Object(results));
+}
+
+/// Planned restarts: every replica in turn gets SIGTERM and starts again
+/// while a client opens one new connection after another to the L2
+/// address; how many of them failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measures; run with --include-ignored"]
+async fn measure_l2_rolling_restart() {
+    if !netns::runnable("measure_l2_rolling_restart", curl_missing) {
+        return;
+    }
+    let rounds: usize = std::env::var("L2_ROLLING_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let (_one, mut seg, _api) = three_replicas().await;
+    tokio::task::block_in_place(|| seg.settled());
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let client = seg.client.clone();
+    let load = std::thread::spawn(move || {
+        let (mut ok, mut failed) = (0u64, 0u64);
+        while stop_rx.try_recv().is_err() {
+            match get_from(&client, "2") {
+                Some(_) => ok += 1,
+                None => failed += 1,
+            }
+        }
+        (ok, failed)
+    });
+    let mut owners_restarted = 0;
+    for _ in 0..rounds {
+        for i in 0..seg.replicas.len() {
+            let owner = tokio::task::block_in_place(|| seg.settled());
+            owners_restarted += usize::from(owner == i);
+            seg.signal(i, "-TERM");
+            let status = seg.replicas[i].proxy.as_mut().unwrap().wait().unwrap();
+            assert!(status.success(), "{status}\n{}", seg.dump());
+            seg.start(i);
+            seg.wait_ready(i);
+        }
+    }
+    tokio::task::block_in_place(|| seg.settled());
+    stop_tx.send(()).unwrap();
+    let (ok, failed) = load.join().unwrap();
+    let result = json!({
+        "restarts": rounds * seg.replicas.len(),
+        "owner_restarts": owners_restarted,
+        "requests_ok": ok,
+        "requests_failed": failed,
+    });
+    println!("RESULT {result}");
 }
