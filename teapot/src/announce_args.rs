@@ -256,6 +256,16 @@ mod tests {
         cli.announce.config()
     }
 
+    /// A BGP peer and an L2 interface: pools must say which goes where.
+    const BGP_AND_L2: &[&str] = &[
+        "--bgp-peer",
+        "192.0.2.1,64500",
+        "--bgp-asn",
+        "64501",
+        "--l2-interface",
+        "lan",
+    ];
+
     /// Each `args` refused with a message containing its needle.
     fn assert_refused(cases: &[(&[&str], &str)]) {
         for (args, needle) in cases {
@@ -318,19 +328,17 @@ mod tests {
     #[test]
     fn pools_with_modes_and_announcers() {
         let c = config(&[
-            "--bgp-peer",
-            "192.0.2.1,64500",
-            "--bgp-asn",
-            "64501",
-            "--l2-interface",
-            "lan",
+            BGP_AND_L2,
+            &[
             "--announce-pool",
             "office=192.0.2.96/28,192.0.2.200,mode=l2,subnet=192.0.2.0/24,node-label=zone=a",
             "--announce-pool",
             "wan=203.0.113.0/24,2001:db8::/64,mode=bgp",
             "--announce-pool",
             "dmz=198.51.100.10,mode=l2,interface=dmz0",
-        ])
+            ],
+        ]
+        .concat())
         .unwrap()
         .unwrap();
         let office = &c.pools[0];
@@ -382,17 +390,7 @@ mod tests {
                 "mode `arp`",
             ),
             (&["--announce-pool", "a=lan,mode=l2"], "`lan` is neither"),
-            (
-                &[
-                    "--bgp-peer",
-                    "192.0.2.1,64500",
-                    "--bgp-asn",
-                    "64501",
-                    "--l2-interface",
-                    "lan",
-                ],
-                "need --announce-pool",
-            ),
+            (BGP_AND_L2, "need --announce-pool"),
             (
                 &[
                     "--l2-interface",

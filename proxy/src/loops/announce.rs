@@ -665,6 +665,31 @@ mod tests {
         }
     }
 
+    /// No BGP speaker; one pool.
+    fn with_pool(name: &str, range: &str, mode: Mode, interface: Option<&str>) -> AnnounceConfig {
+        let mut config = config(true);
+        config.speaker = None;
+        config.pools = vec![AnnouncePool {
+            name: name.into(),
+            origin: format!("--announce-pool {name}"),
+            ranges: vec![range.parse().unwrap()],
+            mode,
+            interface: interface.map(String::from),
+            subnet: None,
+            node_labels: Vec::new(),
+        }];
+        config
+    }
+
+    /// Started ready, on an empty snapshot.
+    async fn start(
+        config: AnnounceConfig,
+        kube: Option<KubeMembership>,
+    ) -> Result<Announcer, teapot_announce::Error> {
+        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        Announcer::start(config, snapshots, Arc::new(AtomicBool::new(true)), kube).await
+    }
+
     #[test]
     fn nothing_is_announced_unless_ready() {
         let config = config(true);
@@ -707,26 +732,12 @@ mod tests {
     #[tokio::test]
     async fn an_address_in_no_pool_is_listed_counted_once_and_not_announced() {
         use crate::plane::admin::StatusSection;
-        let mut config = config(true);
-        config.speaker = None;
+        let mut config = with_pool("wan", "203.0.113.0/24", Mode::Bgp, None);
         config.addresses = ["203.0.113.10", "198.51.100.1"]
             .iter()
             .map(|a| a.parse().unwrap())
             .collect();
-        config.pools = vec![AnnouncePool {
-            name: "wan".into(),
-            origin: "--announce-pool wan".into(),
-            ranges: vec!["203.0.113.0/24".parse().unwrap()],
-            mode: Mode::Bgp,
-            interface: None,
-            subnet: None,
-            node_labels: Vec::new(),
-        }];
-        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
-        let ready = Arc::new(AtomicBool::new(true));
-        let announcer = Announcer::start(config, snapshots, ready, None)
-            .await
-            .unwrap();
+        let announcer = start(config, None).await.unwrap();
         let view = announcer.view();
         let status = loop {
             let status = view.json();
@@ -758,23 +769,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_interface_is_refused_naming_the_pool_and_the_interface() {
-        let mut config = config(true);
-        config.speaker = None;
-        config.pools = vec![AnnouncePool {
-            name: "lan".into(),
-            origin: "--announce-pool lan".into(),
-            ranges: vec!["192.0.2.0/24".parse().unwrap()],
-            mode: Mode::L2,
-            interface: Some("teapot-nope0".into()),
-            subnet: None,
-            node_labels: Vec::new(),
-        }];
-        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
-        let ready = Arc::new(AtomicBool::new(true));
-        let err = Announcer::start(config, snapshots, ready, None)
-            .await
-            .unwrap_err()
-            .to_string();
+        let config = with_pool("lan", "192.0.2.0/24", Mode::L2, Some("teapot-nope0"));
+        let err = start(config, None).await.unwrap_err().to_string();
         assert!(err.contains("--announce-pool lan"), "{err}");
         assert!(err.contains("teapot-nope0"), "{err}");
     }
@@ -782,26 +778,12 @@ mod tests {
     #[tokio::test]
     async fn bgp_alone_in_kube_mode_holds_no_lease() {
         let api = teapot_testkit::apiserver::ApiServer::start().await;
-        let mut config = config(true);
-        config.speaker = None;
-        config.pools = vec![AnnouncePool {
-            name: "wan".into(),
-            origin: "--announce-pool wan".into(),
-            ranges: vec!["203.0.113.0/24".parse().unwrap()],
-            mode: Mode::Bgp,
-            interface: None,
-            subnet: None,
-            node_labels: Vec::new(),
-        }];
-        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
-        let ready = Arc::new(AtomicBool::new(true));
+        let config = with_pool("wan", "203.0.113.0/24", Mode::Bgp, None);
         let kube = KubeMembership {
             client: api.client(),
             namespace: "teapot-system".into(),
         };
-        let announcer = Announcer::start(config, snapshots, ready, Some(kube))
-            .await
-            .unwrap();
+        let announcer = start(config, Some(kube)).await.unwrap();
         // Several passes of the follow loop.
         tokio::time::sleep(FOLLOW_EVERY * 5).await;
         announcer.stop().await;
