@@ -140,6 +140,8 @@ struct L2Pool {
 #[derive(Clone, Debug)]
 pub struct AnnounceView {
     replica: String,
+    /// Each pool: name, mode, whether this replica may announce it.
+    pools: Vec<(String, Mode, bool)>,
     l2: Vec<(String, String, watch::Receiver<L2Status>)>,
     report: Arc<Mutex<Report>>,
     lease_errors: Option<Arc<std::sync::atomic::AtomicU64>>,
@@ -171,6 +173,15 @@ impl crate::plane::admin::StatusSection for AnnounceView {
             .collect();
         serde_json::json!({
             "replica": self.replica,
+            "pools": self
+                .pools
+                .iter()
+                .map(|(name, mode, announcer)| serde_json::json!({
+                    "name": name,
+                    "mode": mode.as_str(),
+                    "announcer": announcer,
+                }))
+                .collect::<Vec<_>>(),
             "live_replicas": report.live,
             "owned": owned,
             "announcements_sent": sent,
@@ -431,6 +442,12 @@ impl Announcer {
         let unpooled_seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let view = AnnounceView {
             replica: config.l2.replica.clone(),
+            pools: config
+                .pools
+                .iter()
+                .zip(&allowed)
+                .map(|(p, ok)| (p.name.clone(), p.mode, *ok))
+                .collect(),
             l2: l2
                 .iter()
                 .map(|p| (p.pool.clone(), p.interface.clone(), p.announcer.status()))
@@ -793,5 +810,40 @@ mod tests {
             .filter(|r| r.path.contains("leases"))
             .collect();
         assert!(leases.is_empty(), "{leases:?}");
+    }
+
+    #[tokio::test]
+    async fn node_labels_decide_which_pools_this_replica_announces() {
+        let api = teapot_testkit::apiserver::ApiServer::start().await;
+        api.apply(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "lb-node-1", "labels": {"zone": "a"}},
+        }));
+        let mut config = with_pool("zone-a", "203.0.113.0/25", Mode::Bgp, None);
+        let mut zone_b = config.pools[0].clone();
+        zone_b.name = "zone-b".into();
+        zone_b.ranges = vec!["203.0.113.128/25".parse().unwrap()];
+        zone_b.node_labels = vec![("zone".into(), "b".into())];
+        config.pools[0].node_labels = vec![("zone".into(), "a".into())];
+        config.pools.push(zone_b);
+        let kube = || KubeMembership {
+            client: api.client(),
+            namespace: "teapot-system".into(),
+        };
+        // Without NODE_NAME a labelled pool cannot be matched: refused.
+        let err = start(config.clone(), Some(kube())).await.unwrap_err();
+        assert!(err.to_string().contains("NODE_NAME"), "{err}");
+        config.node_name = Some("lb-node-1".into());
+        let announcer = start(config, Some(kube())).await.unwrap();
+        use crate::plane::admin::StatusSection;
+        let pools = announcer.view().json()["pools"].clone();
+        assert_eq!(
+            pools,
+            serde_json::json!([
+                {"name": "zone-a", "mode": "bgp", "announcer": true},
+                {"name": "zone-b", "mode": "bgp", "announcer": false},
+            ])
+        );
+        announcer.stop().await;
     }
 }
