@@ -30,6 +30,13 @@ use crate::Error;
 /// host that missed the first one still learns within a few seconds.
 pub const DEFAULT_REPEAT_FOR: Duration = Duration::from_secs(5);
 pub const REPEAT_EVERY: Duration = Duration::from_secs(1);
+/// In the first second after taking an address, repeat faster: Linux
+/// ignores an announcement for a neighbour entry that changed state
+/// within the last second (`locktime`), which a client whose traffic to
+/// the dead owner goes unanswered is doing, so one of the quick repeats
+/// lands after that second.
+pub const REPEAT_FAST: Duration = Duration::from_millis(250);
+pub const FAST_FOR: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct L2Config {
@@ -128,6 +135,25 @@ fn interface(name: &str) -> Result<(u32, [u8; 6], LinkAddr), Error> {
     Err(bad("no such interface with a link-layer address".into()))
 }
 
+/// Every address on this host's interfaces: what `subnet=` of an
+/// announce pool is matched against.
+pub fn local_addresses() -> Result<Vec<IpAddr>, Error> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Config {
+        setting: "local addresses".into(),
+        reason: format!("listing interfaces: {e}"),
+    })?;
+    Ok(addrs
+        .filter_map(|ifa| {
+            let a = ifa.address?;
+            if let Some(v4) = a.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect())
+}
+
 /// The sockets and netlink handle one announcer uses.
 struct Link {
     index: u32,
@@ -196,7 +222,10 @@ impl Link {
             .map_err(|e| Error::Netlink(format!("adding {addr}: {e}")))
     }
 
-    async fn remove(&self, addr: IpAddr) -> Result<(), Error> {
+    /// Removes `addr` as a host address (/32, /128) from the interface;
+    /// the same address with a shorter prefix is the node's own and stays.
+    /// Whether one was there.
+    async fn remove(&self, addr: IpAddr) -> Result<bool, Error> {
         let mut found = self
             .netlink
             .address()
@@ -204,11 +233,16 @@ impl Link {
             .set_link_index_filter(self.index)
             .set_address_filter(addr)
             .execute();
+        let mut removed = false;
         while let Some(msg) = found
             .try_next()
             .await
             .map_err(|e| Error::Netlink(format!("looking up {addr}: {e}")))?
         {
+            if msg.header.prefix_len != Self::host_prefix(&addr) {
+                continue;
+            }
+            removed = true;
             self.netlink
                 .address()
                 .del(msg)
@@ -216,7 +250,7 @@ impl Link {
                 .await
                 .map_err(|e| Error::Netlink(format!("removing {addr}: {e}")))?;
         }
-        Ok(())
+        Ok(removed)
     }
 
     /// One announcement; a full socket buffer drops it (the next repeat
@@ -254,6 +288,8 @@ impl Link {
 pub struct L2Status {
     pub owned: BTreeSet<IpAddr>,
     pub announcements_sent: u64,
+    /// Failed adds, removals and sends so far (`last_error` says the last).
+    pub errors: u64,
     pub last_error: Option<String>,
 }
 
@@ -301,23 +337,50 @@ async fn run(
 ) {
     // Owned address -> until when its announcement repeats.
     let mut owned: BTreeMap<IpAddr, Instant> = BTreeMap::new();
+    // Addresses looked at once: a process killed without its stop left
+    // its addresses on the interface, and the kernel would go on
+    // answering ARP for them beside the real owner's. Each address is
+    // cleared the first time it is to be announced by someone else.
+    let mut checked: BTreeSet<IpAddr> = BTreeSet::new();
     let mut next_repeat = Instant::now();
     let report = |result: Result<(), Error>| {
         if let Err(e) = result {
             tracing::warn!(interface = %config.interface, error = %e, "L2 announcement");
-            status.send_modify(|s| s.last_error = Some(e.to_string()));
+            status.send_modify(|s| {
+                s.errors += 1;
+                s.last_error = Some(e.to_string());
+            });
         }
     };
     loop {
-        let wanted: BTreeSet<IpAddr> = {
+        let (wanted, others): (BTreeSet<IpAddr>, Vec<IpAddr>) = {
             let live = replicas.borrow_and_update();
-            addrs
-                .borrow_and_update()
+            let all = addrs.borrow_and_update();
+            let wanted = all
                 .iter()
                 .filter(|a| owner(a, &live) == Some(config.replica.as_str()))
                 .copied()
-                .collect()
+                .collect();
+            let others = all
+                .iter()
+                .filter(|a| !checked.contains(a) && owner(a, &live).is_some())
+                .copied()
+                .collect();
+            (wanted, others)
         };
+        for addr in others {
+            checked.insert(addr);
+            if wanted.contains(&addr) || owned.contains_key(&addr) {
+                continue;
+            }
+            match link.remove(addr).await {
+                Ok(true) => {
+                    tracing::info!(%addr, "L2 address left over from an earlier run removed")
+                }
+                Ok(false) => {}
+                Err(e) => report(Err(e)),
+            }
+        }
         let lost: Vec<IpAddr> = owned
             .keys()
             .filter(|a| !wanted.contains(a))
@@ -325,7 +388,7 @@ async fn run(
             .collect();
         for addr in lost {
             owned.remove(&addr);
-            report(link.remove(addr).await);
+            report(link.remove(addr).await.map(drop));
             tracing::info!(%addr, "L2 address released");
         }
         for addr in wanted {
@@ -335,8 +398,9 @@ async fn run(
             match link.add(addr).await {
                 Ok(()) => {
                     report(link.announce(addr));
+                    status.send_modify(|s| s.announcements_sent += 1);
                     owned.insert(addr, Instant::now() + config.repeat_for);
-                    next_repeat = Instant::now() + REPEAT_EVERY;
+                    next_repeat = Instant::now() + REPEAT_FAST;
                     tracing::info!(%addr, interface = %config.interface, "L2 address taken");
                 }
                 Err(e) => report(Err(e)),
@@ -358,12 +422,16 @@ async fn run(
                     }
                 }
                 status.send_modify(|s| s.announcements_sent += sent);
-                next_repeat = now + REPEAT_EVERY;
+                let fresh = owned
+                    .values()
+                    .any(|until| *until + FAST_FOR > now + config.repeat_for);
+                next_repeat = now + if fresh { REPEAT_FAST } else { REPEAT_EVERY };
             }
         }
     }
     for addr in std::mem::take(&mut owned).into_keys() {
-        report(link.remove(addr).await);
+        report(link.remove(addr).await.map(drop));
+        tracing::info!(%addr, "L2 address released: stopping");
     }
     status.send_modify(|s| s.owned.clear());
 }

@@ -68,8 +68,8 @@ pub struct ProxyConfig {
     pub l4: crate::compile::l4::L4Config,
     /// Access log, request IDs, per-route series (docs/operations.md).
     pub observe: ObserveConfig,
-    /// BGP announcement of this replica's addresses (docs/announce.md);
-    /// `None`: off.
+    /// BGP and L2 announcement of this replica's addresses
+    /// (docs/announce.md); `None`: off.
     pub announce: Option<crate::loops::announce::AnnounceConfig>,
 }
 
@@ -244,10 +244,27 @@ pub async fn run(
     // Announces nothing until ready; a bad setting fails here, before
     // anything serves.
     let announcer = match config.announce.clone() {
-        Some(c) => Some(
-            crate::loops::announce::Announcer::start(c, snapshots.clone(), ready.clone())
+        Some(c) => {
+            // In kube mode the replicas find each other by Leases; in
+            // manifests mode this one owns every L2 address.
+            let membership = config
+                .kube
+                .as_ref()
+                .map(|k| crate::loops::announce::KubeMembership {
+                    client: k.client.clone(),
+                    namespace: k.lease_namespace.clone(),
+                });
+            Some(
+                crate::loops::announce::Announcer::start(
+                    c,
+                    snapshots.clone(),
+                    ready.clone(),
+                    membership,
+                )
+                .await
                 .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?,
-        ),
+            )
+        }
         None => None,
     };
 
@@ -337,7 +354,10 @@ pub async fn run(
             snapshots: snapshots.clone(),
             metrics: metrics.clone(),
             ready: ready.clone(),
-            bgp: announcer.as_ref().map(|a| a.statuses()),
+            bgp: announcer.as_ref().and_then(|a| a.statuses()),
+            announce: announcer
+                .as_ref()
+                .map(|a| Arc::new(a.view()) as Arc<dyn admin::StatusSection>),
         },
         stop_rx.clone(),
     ));
@@ -402,8 +422,10 @@ pub async fn run(
 
     shutdown.await;
     let started = Instant::now();
-    // Routers first: GRACEFUL_SHUTDOWN moves new connections to the other
-    // replicas while this one still serves, then the routes go.
+    // Routers and the segment first: GRACEFUL_SHUTDOWN moves new
+    // connections to the other replicas while this one still serves, then
+    // the routes go; L2 addresses pass to their next owners before they
+    // leave this replica.
     if let Some(announcer) = announcer {
         announcer.stop().await;
     }

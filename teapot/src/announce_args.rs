@@ -1,11 +1,13 @@
-//! `teapot proxy` flags of BGP announcement (docs/announce.md).
+//! `teapot proxy` flags of announcement, BGP and L2, and of the pools
+//! that say which address goes which way (docs/announce.md).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use teapot_announce::{PeerConfig, SpeakerConfig};
-use teapot_proxy::loops::announce::AnnounceConfig;
+use teapot_proxy::loops::announce::{AnnounceConfig, L2Options};
+use teapot_proxy::loops::announcers::{AnnouncePool, Mode, check_overlap};
 
 /// Host routes one `--announce` CIDR may expand to: a typo such as /8
 /// must not announce sixteen million routes.
@@ -31,6 +33,95 @@ pub(crate) struct AnnounceArgs {
     /// Also announce every address an L4 Service holds.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     announce_l4: bool,
+    /// Addresses announced one way, NAME=ADDR|CIDR[,ADDR|CIDR...],mode=l2|bgp[,interface=IF][,subnet=CIDR][,node-label=K=V...] (repeatable); an address in no pool is not announced.
+    #[arg(long = "announce-pool", value_parser = pool)]
+    announce_pools: Vec<AnnouncePool>,
+    /// L2 mode: the interface facing the clients' segment (the default of an l2 pool's interface=; without --announce-pool, every address goes by L2 on it).
+    #[arg(long)]
+    l2_interface: Option<String>,
+    /// L2 mode: seconds between renewals of this replica's announcer Lease.
+    #[arg(long, default_value_t = 1)]
+    l2_renew: u64,
+    /// L2 mode: seconds without a renewal after which the others count this replica gone.
+    #[arg(long, default_value_t = 2)]
+    l2_lease: u64,
+    /// The Node this replica runs on, for node-label= of --announce-pool (kube mode).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+}
+
+/// `--announce-pool NAME=ADDR|CIDR[,...],mode=l2|bgp[,key=value...]`: the
+/// `--l4-pool` list with `--bgp-peer`'s keys after it.
+fn pool(text: &str) -> Result<AnnouncePool, String> {
+    let (name, rest) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}`: expected NAME=ADDR|CIDR[,...],mode=l2|bgp"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{text}`: the pool needs a name"));
+    }
+    let bad = |reason: String| format!("pool {name}: {reason}");
+    let mut pool = AnnouncePool {
+        name: name.to_string(),
+        origin: format!("--announce-pool {name}"),
+        ranges: Vec::new(),
+        mode: Mode::Bgp,
+        interface: None,
+        subnet: None,
+        node_labels: Vec::new(),
+    };
+    let mut mode = None;
+    for part in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = part.split_once('=') else {
+            pool.ranges.push(addr_or_cidr(part).map_err(bad)?);
+            continue;
+        };
+        match key {
+            "mode" => {
+                mode = Some(match value {
+                    "l2" => Mode::L2,
+                    "bgp" => Mode::Bgp,
+                    _ => return Err(bad(format!("mode `{value}`: l2 or bgp"))),
+                })
+            }
+            "interface" => pool.interface = Some(value.to_string()),
+            "subnet" => {
+                pool.subnet = Some(addr_or_cidr(value).map_err(|e| bad(format!("subnet: {e}")))?)
+            }
+            "node-label" => {
+                let (k, v) = value
+                    .split_once('=')
+                    .ok_or_else(|| bad(format!("node-label `{value}`: expected KEY=VALUE")))?;
+                pool.node_labels.push((k.to_string(), v.to_string()));
+            }
+            _ => {
+                return Err(bad(format!(
+                    "unknown key `{key}` (mode, interface, subnet, node-label)"
+                )));
+            }
+        }
+    }
+    pool.mode = mode.ok_or_else(|| bad("needs mode=l2 or mode=bgp".into()))?;
+    if pool.ranges.is_empty() {
+        return Err(bad("needs at least one address or CIDR".into()));
+    }
+    if pool.mode == Mode::Bgp && pool.interface.is_some() {
+        return Err(bad("interface= is for mode=l2".into()));
+    }
+    Ok(pool)
+}
+
+/// A pool of every address, for the flags without `--announce-pool`.
+fn everything(origin: &str, mode: Mode, interface: Option<String>) -> AnnouncePool {
+    AnnouncePool {
+        name: "default".into(),
+        origin: origin.into(),
+        ranges: vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
+        mode,
+        interface,
+        subnet: None,
+        node_labels: Vec::new(),
+    }
 }
 
 /// `203.0.113.10` is `203.0.113.10/32`.
@@ -41,22 +132,36 @@ fn addr_or_cidr(text: &str) -> Result<ipnet::IpNet, String> {
 }
 
 impl AnnounceArgs {
-    /// `None` without `--bgp-peer`; a message naming the flag when the
-    /// settings cannot work.
+    /// `None` without anything to announce with; a message naming the
+    /// flag when the settings cannot work.
     pub(crate) fn config(&self) -> Result<Option<AnnounceConfig>, String> {
-        if self.bgp_peers.is_empty() {
+        let pools = self.pools()?;
+        if pools.is_empty() {
             if !self.announce.is_empty() {
-                return Err("--announce needs at least one --bgp-peer".into());
+                return Err(
+                    "--announce needs --bgp-peer, --l2-interface or --announce-pool".into(),
+                );
             }
             return Ok(None);
         }
-        let asn = self
-            .bgp_asn
-            .ok_or("--bgp-peer needs --bgp-asn (this replica's AS number)")?;
-        let mut speaker = SpeakerConfig::new(asn, self.bgp_peers.clone());
-        speaker.router_id = self.bgp_router_id;
-        speaker.graceful_shutdown_wait = Duration::from_secs(self.bgp_graceful_wait);
-        speaker.validate().map_err(|e| format!("--bgp-peer: {e}"))?;
+        let speaker = if self.bgp_peers.is_empty() {
+            None
+        } else {
+            let asn = self
+                .bgp_asn
+                .ok_or("--bgp-peer needs --bgp-asn (this replica's AS number)")?;
+            let mut speaker = SpeakerConfig::new(asn, self.bgp_peers.clone());
+            speaker.router_id = self.bgp_router_id;
+            speaker.graceful_shutdown_wait = Duration::from_secs(self.bgp_graceful_wait);
+            speaker.validate().map_err(|e| format!("--bgp-peer: {e}"))?;
+            Some(speaker)
+        };
+        if self.l2_lease == 0 || self.l2_renew == 0 || self.l2_renew >= self.l2_lease {
+            return Err(format!(
+                "--l2-renew {} must be at least 1 and below --l2-lease {}: a replica renewing no faster than its Lease expires flaps",
+                self.l2_renew, self.l2_lease
+            ));
+        }
         let mut addresses = BTreeSet::new();
         for net in &self.announce {
             let before = addresses.len();
@@ -82,7 +187,54 @@ impl AnnounceArgs {
             speaker,
             addresses,
             l4: self.announce_l4,
+            pools,
+            l2: L2Options {
+                renew_every: Duration::from_secs(self.l2_renew),
+                lease_duration: Duration::from_secs(self.l2_lease),
+                ..L2Options::default()
+            },
+            node_name: self.node_name.clone().filter(|n| !n.is_empty()),
         }))
+    }
+
+    /// The pools, or without `--announce-pool` one pool of everything in
+    /// the one mode configured; checked: modes have what they need, no
+    /// two pools share an address.
+    fn pools(&self) -> Result<Vec<AnnouncePool>, String> {
+        let bgp = !self.bgp_peers.is_empty();
+        if self.announce_pools.is_empty() {
+            return match (bgp, &self.l2_interface) {
+                (true, Some(_)) => Err(
+                    "--bgp-peer and --l2-interface together need --announce-pool to say which addresses go which way".into(),
+                ),
+                (true, None) => Ok(vec![everything("--bgp-peer", Mode::Bgp, None)]),
+                (false, Some(interface)) => Ok(vec![everything(
+                    "--l2-interface",
+                    Mode::L2,
+                    Some(interface.clone()),
+                )]),
+                (false, None) => Ok(Vec::new()),
+            };
+        }
+        let mut pools = self.announce_pools.clone();
+        for pool in &mut pools {
+            match pool.mode {
+                Mode::Bgp if !bgp => {
+                    return Err(format!("{}: mode=bgp needs --bgp-peer", pool.origin));
+                }
+                Mode::L2 if pool.interface.is_none() => {
+                    pool.interface = Some(self.l2_interface.clone().ok_or_else(|| {
+                        format!(
+                            "{}: mode=l2 needs interface= or --l2-interface",
+                            pool.origin
+                        )
+                    })?);
+                }
+                _ => {}
+            }
+        }
+        check_overlap(&pools)?;
+        Ok(pools)
     }
 }
 
@@ -104,6 +256,24 @@ mod tests {
         cli.announce.config()
     }
 
+    /// A BGP peer and an L2 interface: pools must say which goes where.
+    const BGP_AND_L2: &[&str] = &[
+        "--bgp-peer",
+        "192.0.2.1,64500",
+        "--bgp-asn",
+        "64501",
+        "--l2-interface",
+        "lan",
+    ];
+
+    /// Each `args` refused with a message containing its needle.
+    fn assert_refused(cases: &[(&[&str], &str)]) {
+        for (args, needle) in cases {
+            let err = config(args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
     #[test]
     fn peers_asn_and_addresses() {
         let c = config(&[
@@ -118,11 +288,16 @@ mod tests {
         ])
         .unwrap()
         .unwrap();
-        assert_eq!(c.speaker.local_asn, 64501);
-        assert_eq!(c.speaker.peers[0].hold_time, Duration::from_secs(3));
+        assert_eq!(c.speaker.as_ref().unwrap().local_asn, 64501);
+        assert_eq!(
+            c.speaker.as_ref().unwrap().peers[0].hold_time,
+            Duration::from_secs(3)
+        );
         let addrs: Vec<String> = c.addresses.iter().map(|a| a.to_string()).collect();
         assert_eq!(addrs, ["203.0.113.9", "203.0.113.10", "2001:db8::10"]);
         assert!(c.l4);
+        assert_eq!(c.pools.len(), 1, "without pools everything goes by BGP");
+        assert_eq!(c.pools[0].mode, Mode::Bgp);
         assert!(config(&[]).unwrap().is_none());
     }
 
@@ -147,9 +322,87 @@ mod tests {
                 "--announce 203.0.0.0/8",
             ),
         ];
-        for (args, needle) in cases {
-            let err = config(args).unwrap_err();
-            assert!(err.contains(needle), "{args:?}: {err}");
-        }
+        assert_refused(&cases);
+    }
+
+    #[test]
+    fn pools_with_modes_and_announcers() {
+        let c = config(&[
+            BGP_AND_L2,
+            &[
+            "--announce-pool",
+            "office=192.0.2.96/28,192.0.2.200,mode=l2,subnet=192.0.2.0/24,node-label=zone=a",
+            "--announce-pool",
+            "wan=203.0.113.0/24,2001:db8::/64,mode=bgp",
+            "--announce-pool",
+            "dmz=198.51.100.10,mode=l2,interface=dmz0",
+            ],
+        ]
+        .concat())
+        .unwrap()
+        .unwrap();
+        let office = &c.pools[0];
+        assert_eq!(office.mode, Mode::L2);
+        assert_eq!(office.interface.as_deref(), Some("lan"));
+        assert_eq!(office.ranges.len(), 2);
+        assert_eq!(office.subnet, Some("192.0.2.0/24".parse().unwrap()));
+        assert_eq!(office.node_labels, [("zone".to_string(), "a".to_string())]);
+        assert_eq!(c.pools[1].mode, Mode::Bgp);
+        assert_eq!(c.pools[2].interface.as_deref(), Some("dmz0"));
+        assert_eq!(c.l2.renew_every, Duration::from_secs(1));
+        assert_eq!(c.l2.lease_duration, Duration::from_secs(2));
+        // L2 alone: everything on the interface.
+        let c = config(&["--l2-interface", "lan", "--announce", "192.0.2.100"])
+            .unwrap()
+            .unwrap();
+        assert!(c.speaker.is_none());
+        assert_eq!(c.pools[0].interface.as_deref(), Some("lan"));
+    }
+
+    #[test]
+    fn bad_pools_name_the_flag() {
+        let cases: [(&[&str], &str); 8] = [
+            (
+                &[
+                    "--l2-interface",
+                    "lan",
+                    "--announce-pool",
+                    "a=192.0.2.0/24,mode=l2",
+                    "--announce-pool",
+                    "b=192.0.2.128/25,mode=l2",
+                ],
+                "--announce-pool a and --announce-pool b overlap",
+            ),
+            (
+                &["--announce-pool", "a=192.0.2.0/24,mode=l2"],
+                "--announce-pool a: mode=l2 needs interface= or --l2-interface",
+            ),
+            (
+                &["--announce-pool", "a=192.0.2.0/24,mode=bgp"],
+                "--announce-pool a: mode=bgp needs --bgp-peer",
+            ),
+            (
+                &["--announce-pool", "a=192.0.2.0/24"],
+                "pool a: needs mode=",
+            ),
+            (
+                &["--announce-pool", "a=192.0.2.0/24,mode=arp"],
+                "mode `arp`",
+            ),
+            (&["--announce-pool", "a=lan,mode=l2"], "`lan` is neither"),
+            (BGP_AND_L2, "need --announce-pool"),
+            (
+                &[
+                    "--l2-interface",
+                    "lan",
+                    "--l2-renew",
+                    "2",
+                    "--l2-lease",
+                    "2",
+                ],
+                "--l2-renew",
+            ),
+        ];
+        assert_refused(&cases);
     }
 }

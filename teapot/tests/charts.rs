@@ -352,7 +352,10 @@ fn proxy_rbac_is_least_privilege() {
                             "ingressclasses",
                             "gatewayclasses",
                             "gatewayclasses/status",
-                            "namespaces"
+                            "namespaces",
+                            // Cluster-scoped too: the labels of the proxy's
+                            // own Node, for announce pools' node-label=.
+                            "nodes"
                         ]
                         .contains(&r.as_str()),
                         "{label}: cluster-wide access to {r} without rbac.clusterWide"

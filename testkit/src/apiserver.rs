@@ -274,7 +274,14 @@ impl ApiServer {
     /// Binds `127.0.0.1:0`, writes a kubeconfig pointing at it and serves
     /// until dropped.
     pub async fn start() -> ApiServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        ApiServer::start_on("127.0.0.1:0".parse().expect("loopback")).await
+    }
+
+    /// Like [`ApiServer::start`] on `addr`: an address of a veth or bridge
+    /// makes the double reachable from network namespaces, where the
+    /// replicas of the announcement tests run.
+    pub async fn start_on(addr: SocketAddr) -> ApiServer {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind the API double");
         let addr = listener.local_addr().expect("local addr");

@@ -1,35 +1,87 @@
-//! Makes this replica's addresses reachable over BGP (docs/announce.md):
-//! the fleet's own addresses and every allocated L4 address, announced by
-//! a `teapot_announce::Speaker` while the replica is ready and withdrawn
-//! when it is not. On shutdown the speaker's graceful stop
-//! (GRACEFUL_SHUTDOWN, a wait, the withdrawal) runs before the drain, so
-//! routers move new connections away while requests still finish.
+//! Makes this replica's addresses reachable (docs/announce.md): the
+//! fleet's own addresses and every allocated L4 address, each by the pool
+//! containing it, in that pool's mode:
+//!
+//! - BGP: a `teapot_announce::Speaker` announces them while the replica is
+//!   ready and withdraws them when it is not. On shutdown the speaker's
+//!   graceful stop (GRACEFUL_SHUTDOWN, a wait, the withdrawal) runs before
+//!   the drain, so routers move new connections away while requests still
+//!   finish.
+//! - L2: one `teapot_announce::l2::L2Announcer` per pool puts the
+//!   addresses this replica owns on the pool's interface. Ownership is the
+//!   rendezvous hash over the live replicas ([`crate::loops::announcers`]:
+//!   a Lease per replica in kube mode; in manifests mode this replica
+//!   alone). On shutdown the replica deletes its Lease, waits until the
+//!   next owners list its addresses, and only then removes them: the new
+//!   owner answers ARP before the old one stops.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use teapot_announce::l2::{L2Announcer, L2Config, L2Status};
 use teapot_announce::{Speaker, SpeakerConfig, Statuses};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::compile::snapshot::Snapshot;
+use crate::loops::announcers::{AnnouncePool, Membership, MembershipConfig, Mode, View, classify};
 
-/// How often readiness and the snapshot's L4 addresses are looked at: an
-/// atomic load and a walk over the holdings, cheap at this rate, and no
-/// hook into the reload loop or the readiness owners.
-const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+/// How often readiness, liveness and the snapshot's L4 addresses are
+/// looked at: an atomic load and a walk over the holdings, cheap at this
+/// rate, and no hook into the reload loop or the readiness owners. It
+/// also bounds how late an expired Lease is noticed.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// How long a stopping replica waits for the next owners to take its L2
+/// addresses before it removes them anyway.
+pub const HAND_OVER_BOUND: Duration = Duration::from_secs(5);
+
+/// L2 membership timing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct L2Options {
+    /// This replica's name in the hash and on its Lease.
+    pub replica: String,
+    pub renew_every: Duration,
+    pub lease_duration: Duration,
+    pub repeat_for: Duration,
+}
+
+impl Default for L2Options {
+    fn default() -> L2Options {
+        L2Options {
+            replica: crate::loops::announcers::replica_name(&teapot_api::lease::default_identity()),
+            renew_every: Duration::from_secs(1),
+            lease_duration: Duration::from_secs(2),
+            repeat_for: teapot_announce::l2::DEFAULT_REPEAT_FOR,
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct AnnounceConfig {
-    pub speaker: SpeakerConfig,
+    /// BGP; `None` without `--bgp-peer`.
+    pub speaker: Option<SpeakerConfig>,
     /// The fleet's own addresses (the ones `*.lb.DOMAIN` points at).
     pub addresses: BTreeSet<IpAddr>,
     /// Also every address an L4 Service holds.
     pub l4: bool,
+    /// Each with its mode; never empty (the flags make a default pool).
+    pub pools: Vec<AnnouncePool>,
+    pub l2: L2Options,
+    /// The Node this replica runs on (`NODE_NAME`), for `node-label=`.
+    pub node_name: Option<String>,
+}
+
+/// Where the Leases live in kube mode.
+#[derive(Clone)]
+pub struct KubeMembership {
+    pub client: kube::Client,
+    pub namespace: String,
 }
 
 /// An address a router could send traffic to: not loopback (the default
@@ -57,49 +109,561 @@ pub fn wanted(config: &AnnounceConfig, snapshot: &Snapshot, ready: bool) -> BTre
     set
 }
 
+/// One address as `/status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AddressReport {
+    pub address: IpAddr,
+    pub pool: String,
+    pub mode: &'static str,
+    /// L2: the replica the hash names among the live ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// What the follow loop last computed, for `/status` and `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Report {
+    addresses: Vec<AddressReport>,
+    outside: BTreeSet<IpAddr>,
+    live: BTreeSet<String>,
+}
+
+struct L2Pool {
+    pool: String,
+    interface: String,
+    announcer: L2Announcer,
+    addrs: watch::Sender<BTreeSet<IpAddr>>,
+    replicas: watch::Sender<BTreeSet<String>>,
+}
+
+/// `/status` and `/metrics` of the announcement, cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AnnounceView {
+    replica: String,
+    /// Each pool: name, mode, whether this replica may announce it.
+    pools: Vec<(String, Mode, bool)>,
+    l2: Vec<(String, String, watch::Receiver<L2Status>)>,
+    report: Arc<Mutex<Report>>,
+    lease_errors: Option<Arc<std::sync::atomic::AtomicU64>>,
+    unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl crate::plane::admin::StatusSection for AnnounceView {
+    /// `/status`'s `announce` object.
+    fn json(&self) -> serde_json::Value {
+        let report = self.report.lock().clone();
+        let mut owned = BTreeSet::new();
+        let mut sent = 0;
+        let pools: Vec<serde_json::Value> = self
+            .l2
+            .iter()
+            .map(|(pool, interface, status)| {
+                let s = status.borrow().clone();
+                owned.extend(s.owned.iter().copied());
+                sent += s.announcements_sent;
+                serde_json::json!({
+                    "pool": pool,
+                    "interface": interface,
+                    "owned": s.owned,
+                    "announcements_sent": s.announcements_sent,
+                    "errors": s.errors,
+                    "last_error": s.last_error,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "replica": self.replica,
+            "pools": self
+                .pools
+                .iter()
+                .map(|(name, mode, announcer)| serde_json::json!({
+                    "name": name,
+                    "mode": mode.as_str(),
+                    "announcer": announcer,
+                }))
+                .collect::<Vec<_>>(),
+            "live_replicas": report.live,
+            "owned": owned,
+            "announcements_sent": sent,
+            "addresses": report.addresses,
+            "not_in_any_pool": report.outside,
+            "l2": pools,
+        })
+    }
+
+    /// `teapot_l2_*` and `teapot_announce_*` in Prometheus' text format.
+    fn render_prometheus(&self) -> String {
+        use std::fmt::Write;
+        let report = self.report.lock().clone();
+        let mut out = String::new();
+        let mut owned = String::new();
+        let mut sent = String::new();
+        let mut errors = String::new();
+        for (pool, interface, status) in &self.l2 {
+            let s = status.borrow();
+            let _ = writeln!(
+                owned,
+                "teapot_l2_addresses_owned{{pool=\"{pool}\"}} {}",
+                s.owned.len()
+            );
+            let _ = writeln!(
+                sent,
+                "teapot_l2_announcements_sent_total{{pool=\"{pool}\"}} {}",
+                s.announcements_sent
+            );
+            let _ = writeln!(
+                errors,
+                "teapot_announce_errors_total{{setting=\"interface {interface}\"}} {}",
+                s.errors
+            );
+        }
+        if let Some(e) = &self.lease_errors {
+            let _ = writeln!(
+                errors,
+                "teapot_announce_errors_total{{setting=\"lease\"}} {}",
+                e.load(Ordering::Relaxed)
+            );
+        }
+        let families = [
+            (
+                "teapot_l2_addresses_owned",
+                "gauge",
+                "Addresses this replica holds on the pool's interface",
+                owned,
+            ),
+            (
+                "teapot_l2_announcements_sent_total",
+                "counter",
+                "Gratuitous ARPs and unsolicited neighbour advertisements sent",
+                sent,
+            ),
+            (
+                "teapot_l2_live_replicas",
+                "gauge",
+                "Replicas whose announcer Lease this replica saw renewed within its duration",
+                format!("teapot_l2_live_replicas {}\n", report.live.len()),
+            ),
+            (
+                "teapot_announce_unpooled_addresses",
+                "gauge",
+                "Addresses to announce that are in no --announce-pool (not announced)",
+                format!(
+                    "teapot_announce_unpooled_addresses {}\n",
+                    report.outside.len()
+                ),
+            ),
+            (
+                "teapot_announce_unpooled_total",
+                "counter",
+                "Addresses found in no --announce-pool, each counted once",
+                format!(
+                    "teapot_announce_unpooled_total {}\n",
+                    self.unpooled_seen.load(Ordering::Relaxed)
+                ),
+            ),
+            (
+                "teapot_announce_errors_total",
+                "counter",
+                "Failed announcement steps, by setting (an L2 interface, the Lease)",
+                errors,
+            ),
+        ];
+        for (name, kind, help, body) in families {
+            if body.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            out.push_str(&body);
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for L2Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("L2Pool").field("pool", &self.pool).finish()
+    }
+}
+
 #[derive(Debug)]
 pub struct Announcer {
-    speaker: Speaker,
+    speaker: Option<Speaker>,
+    l2: Vec<L2Pool>,
+    membership: Option<Membership>,
     follow: JoinHandle<()>,
+    merge: Option<JoinHandle<()>>,
+    view: AnnounceView,
+}
+
+/// A bad setting, named.
+fn refused(setting: String, reason: impl std::fmt::Display) -> teapot_announce::Error {
+    teapot_announce::Error::Config {
+        setting,
+        reason: reason.to_string(),
+    }
+}
+
+/// The labels of the Node this replica runs on.
+async fn node_labels(
+    kube: &KubeMembership,
+    node: &str,
+) -> Result<BTreeMap<String, String>, teapot_announce::Error> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(kube.client.clone());
+    let node = api
+        .get(node)
+        .await
+        .map_err(|e| refused(format!("Node `{node}` (NODE_NAME)"), e))?;
+    Ok(node.metadata.labels.unwrap_or_default())
 }
 
 impl Announcer {
-    pub fn start(
+    /// Opens what each pool needs (an L2 interface that does not exist is
+    /// refused here, named) and starts following readiness and the
+    /// snapshot. `kube`: Leases decide the live replicas; without, this
+    /// replica owns every L2 address.
+    pub async fn start(
         config: AnnounceConfig,
         snapshots: Arc<ArcSwap<Snapshot>>,
         ready: Arc<AtomicBool>,
+        kube: Option<KubeMembership>,
     ) -> Result<Announcer, teapot_announce::Error> {
-        let initial = wanted(&config, &snapshots.load(), ready.load(Ordering::Acquire));
-        let (addrs, addrs_rx) = watch::channel(initial);
-        let speaker = Speaker::start(config.speaker.clone(), addrs_rx)?;
-        let follow = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(FOLLOW_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let now = wanted(&config, &snapshots.load(), ready.load(Ordering::Acquire));
-                addrs.send_if_modified(|set| {
-                    if *set == now {
-                        return false;
-                    }
-                    tracing::info!(announced = now.len(), "BGP announcement set changed");
-                    *set = now;
-                    true
-                });
+        let local = teapot_announce::l2::local_addresses()?;
+        let needs_labels = config.pools.iter().any(|p| !p.node_labels.is_empty());
+        let labels = match (&kube, &config.node_name, needs_labels) {
+            (Some(kube), Some(node), true) => Some(node_labels(kube, node).await?),
+            (_, None, true) if kube.is_some() => {
+                return Err(refused(
+                    "--announce-pool node-label".into(),
+                    "needs NODE_NAME (the Node this replica runs on)",
+                ));
             }
+            _ => None,
+        };
+        let allowed: Vec<bool> = config
+            .pools
+            .iter()
+            .map(|p| p.allows(&local, labels.as_ref()))
+            .collect();
+        for (pool, ok) in config.pools.iter().zip(&allowed) {
+            tracing::info!(pool = %pool.name, mode = pool.mode.as_str(), announcer = ok, "announce pool");
+        }
+
+        let (bgp_tx, bgp_rx) = watch::channel(BTreeSet::new());
+        let speaker = match &config.speaker {
+            Some(s) => Some(Speaker::start(s.clone(), bgp_rx)?),
+            None => None,
+        };
+        let alone: BTreeSet<String> = [config.l2.replica.clone()].into();
+        let mut l2 = Vec::new();
+        for (pool, ok) in config.pools.iter().zip(&allowed) {
+            if pool.mode != Mode::L2 || !ok {
+                continue;
+            }
+            let interface = pool.interface.clone().ok_or_else(|| {
+                refused(
+                    pool.origin.clone(),
+                    "an l2 pool needs interface= (or --l2-interface)",
+                )
+            })?;
+            let (addrs, addrs_rx) = watch::channel(BTreeSet::new());
+            let live = if kube.is_some() {
+                BTreeSet::new()
+            } else {
+                alone.clone()
+            };
+            let (replicas, replicas_rx) = watch::channel(live);
+            let announcer = L2Announcer::start(
+                L2Config {
+                    interface: interface.clone(),
+                    replica: config.l2.replica.clone(),
+                    repeat_for: config.l2.repeat_for,
+                },
+                addrs_rx,
+                replicas_rx,
+            )
+            .map_err(|e| refused(pool.origin.clone(), e))?;
+            l2.push(L2Pool {
+                pool: pool.name.clone(),
+                interface,
+                announcer,
+                addrs,
+                replicas,
+            });
+        }
+
+        // Every L2 pool's owned addresses, for the Lease.
+        let (owned_tx, owned_rx) = watch::channel(BTreeSet::new());
+        let statuses: Vec<watch::Receiver<L2Status>> =
+            l2.iter().map(|p| p.announcer.status()).collect();
+        let merge = (!statuses.is_empty()).then(|| {
+            let statuses = statuses.clone();
+            tokio::spawn(async move {
+                loop {
+                    let now: BTreeSet<IpAddr> = statuses
+                        .iter()
+                        .flat_map(|s| s.borrow().owned.clone())
+                        .collect();
+                    owned_tx.send_if_modified(|o| std::mem::replace(o, now.clone()) != now);
+                    let changes = statuses
+                        .iter()
+                        .cloned()
+                        .map(|mut s| Box::pin(async move { s.changed().await }));
+                    let (r, _, _) = futures::future::select_all(changes).await;
+                    if r.is_err() {
+                        return;
+                    }
+                }
+            })
         });
-        Ok(Announcer { speaker, follow })
+        // Only a replica that may announce some L2 pool holds a Lease:
+        // BGP needs no owner, and a replica no pool allows is no owner.
+        let membership = kube.as_ref().filter(|_| !l2.is_empty()).map(|k| {
+            Membership::start(
+                k.client.clone(),
+                MembershipConfig {
+                    namespace: k.namespace.clone(),
+                    replica: config.l2.replica.clone(),
+                    pools: config
+                        .pools
+                        .iter()
+                        .zip(&allowed)
+                        .filter(|(p, ok)| **ok && p.mode == Mode::L2)
+                        .map(|(p, _)| p.name.clone())
+                        .collect(),
+                    renew_every: config.l2.renew_every,
+                    duration: config.l2.lease_duration,
+                    forget_after: MembershipConfig::forget_after(config.l2.lease_duration),
+                },
+                ready.clone(),
+                owned_rx,
+            )
+        });
+        let report = Arc::new(Mutex::new(Report::default()));
+        let unpooled_seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let view = AnnounceView {
+            replica: config.l2.replica.clone(),
+            pools: config
+                .pools
+                .iter()
+                .zip(&allowed)
+                .map(|(p, ok)| (p.name.clone(), p.mode, *ok))
+                .collect(),
+            l2: l2
+                .iter()
+                .map(|p| (p.pool.clone(), p.interface.clone(), p.announcer.status()))
+                .collect(),
+            report: report.clone(),
+            lease_errors: membership.as_ref().map(|m| m.errors.clone()),
+            unpooled_seen: unpooled_seen.clone(),
+        };
+        let follow = tokio::spawn(follow(
+            Follow {
+                alone: kube.is_none(),
+                config,
+                allowed,
+                bgp: bgp_tx,
+                l2: l2
+                    .iter()
+                    .map(|p| L2Inputs {
+                        pool: p.pool.clone(),
+                        addrs: p.addrs.clone(),
+                        replicas: p.replicas.clone(),
+                    })
+                    .collect(),
+                membership: membership.as_ref().map(|m| (m.view(), m.healthy())),
+                report,
+                unpooled_seen,
+            },
+            snapshots,
+            ready,
+        ));
+        Ok(Announcer {
+            speaker,
+            l2,
+            membership,
+            follow,
+            merge,
+            view,
+        })
     }
 
-    pub fn statuses(&self) -> Statuses {
-        self.speaker.statuses()
+    pub fn statuses(&self) -> Option<Statuses> {
+        self.speaker.as_ref().map(|s| s.statuses())
+    }
+
+    pub fn view(&self) -> AnnounceView {
+        self.view.clone()
     }
 
     /// Stops following readiness (the shutdown's own `ready = false` must
-    /// not withdraw ahead of the graceful sequence), then runs it.
+    /// not withdraw or release ahead of the planned sequence), then runs
+    /// both: BGP's graceful stop, and L2's hand-over (the Lease goes, the
+    /// next owners take the addresses, then this replica removes them).
     pub async fn stop(self) {
         self.follow.abort();
-        self.speaker.stop().await;
+        let replica = self.view.replica.clone();
+        let l2 = async {
+            if let Some(membership) = &self.membership {
+                let mine: BTreeMap<IpAddr, String> = self
+                    .l2
+                    .iter()
+                    .flat_map(|p| {
+                        let owned = p.announcer.status().borrow().owned.clone();
+                        owned.into_iter().map(|a| (a, p.pool.clone()))
+                    })
+                    .collect();
+                membership.leave().await;
+                let left = crate::loops::announcers::wait_handed_over(
+                    membership.view(),
+                    &replica,
+                    &mine,
+                    HAND_OVER_BOUND,
+                )
+                .await;
+                if left.is_empty() {
+                    tracing::info!(addresses = mine.len(), "L2 addresses handed over");
+                } else {
+                    tracing::warn!(
+                        ?left,
+                        "L2 addresses not taken by the next owner in time; removing them anyway"
+                    );
+                }
+            }
+            for pool in self.l2 {
+                pool.announcer.stop().await;
+            }
+        };
+        let bgp = async {
+            if let Some(speaker) = self.speaker {
+                speaker.stop().await;
+            }
+        };
+        tokio::join!(l2, bgp);
+        if let Some(m) = self.merge {
+            m.abort();
+        }
+    }
+}
+
+/// What one L2 pool's announcer follows.
+struct L2Inputs {
+    pool: String,
+    addrs: watch::Sender<BTreeSet<IpAddr>>,
+    replicas: watch::Sender<BTreeSet<String>>,
+}
+
+struct Follow {
+    config: AnnounceConfig,
+    /// Manifests mode: this replica is the only one.
+    alone: bool,
+    allowed: Vec<bool>,
+    bgp: watch::Sender<BTreeSet<IpAddr>>,
+    l2: Vec<L2Inputs>,
+    membership: Option<(watch::Receiver<View>, watch::Receiver<bool>)>,
+    report: Arc<Mutex<Report>>,
+    unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
+}
+
+async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<AtomicBool>) {
+    let mut tick = tokio::time::interval(FOLLOW_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut logged: BTreeSet<IpAddr> = BTreeSet::new();
+    loop {
+        match f.membership.as_mut() {
+            Some((view, healthy)) => tokio::select! {
+                _ = tick.tick() => {}
+                // A closed channel disables its branch: the tick goes on.
+                Ok(()) = view.changed() => {}
+                Ok(()) = healthy.changed() => {}
+            },
+            None => {
+                tick.tick().await;
+            }
+        }
+        let now_ready = ready.load(Ordering::Acquire);
+        let all = wanted(&f.config, &snapshots.load(), now_ready);
+        let (by_pool, outside) = classify(&f.config.pools, &all);
+        for addr in outside.difference(&logged) {
+            f.unpooled_seen.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%addr, "address in no --announce-pool: not announced");
+        }
+        logged.extend(outside.iter().copied());
+        // Own renewals failing for the lease duration: the others stop
+        // counting this replica, so it lets go too (never two owners on
+        // purpose).
+        let (view, eligible) = match &f.membership {
+            Some((view, healthy)) => (Some(view.borrow().clone()), *healthy.borrow()),
+            None => (None, true),
+        };
+        let now = std::time::Instant::now();
+        let pick = |mode: Mode| -> BTreeMap<&str, BTreeSet<IpAddr>> {
+            by_pool
+                .iter()
+                .filter(|(i, _)| f.config.pools[**i].mode == mode)
+                .map(|(i, a)| (f.config.pools[*i].name.as_str(), a.clone()))
+                .collect()
+        };
+        let bgp: BTreeSet<IpAddr> = by_pool
+            .iter()
+            .filter(|(i, _)| f.config.pools[**i].mode == Mode::Bgp && f.allowed[**i])
+            .flat_map(|(_, a)| a.iter().copied())
+            .collect();
+        f.bgp.send_if_modified(|set| {
+            if *set == bgp {
+                return false;
+            }
+            tracing::info!(announced = bgp.len(), "BGP announcement set changed");
+            *set = bgp;
+            true
+        });
+        let l2 = pick(Mode::L2);
+        let mut live_any = BTreeSet::new();
+        for L2Inputs {
+            pool,
+            addrs: addrs_tx,
+            replicas: replicas_tx,
+        } in &f.l2
+        {
+            let addrs = if eligible {
+                l2.get(pool.as_str()).cloned().unwrap_or_default()
+            } else {
+                BTreeSet::new()
+            };
+            addrs_tx.send_if_modified(|a| std::mem::replace(a, addrs.clone()) != addrs);
+            if let Some(view) = &view {
+                let live = view.live(pool, now);
+                live_any.extend(live.iter().cloned());
+                replicas_tx.send_if_modified(|r| std::mem::replace(r, live.clone()) != live);
+            } else {
+                live_any.insert(f.config.l2.replica.clone());
+            }
+        }
+        let mut addresses = Vec::new();
+        for (i, addrs) in &by_pool {
+            let pool = &f.config.pools[*i];
+            let live = match &view {
+                Some(v) => v.live(&pool.name, now),
+                None if f.alone && f.allowed[*i] => [f.config.l2.replica.clone()].into(),
+                // Kube mode without a Lease of its own: this replica is no
+                // owner and does not watch who is.
+                None => BTreeSet::new(),
+            };
+            for addr in addrs {
+                addresses.push(AddressReport {
+                    address: *addr,
+                    pool: pool.name.clone(),
+                    mode: pool.mode.as_str(),
+                    owner: (pool.mode == Mode::L2)
+                        .then(|| teapot_announce::l2::owner(addr, &live).map(String::from))
+                        .flatten(),
+                });
+            }
+        }
+        *f.report.lock() = Report {
+            addresses,
+            outside,
+            live: live_any,
+        };
     }
 }
 
@@ -107,13 +671,45 @@ impl Announcer {
 mod tests {
     use super::*;
 
+    fn config(l4: bool) -> AnnounceConfig {
+        AnnounceConfig {
+            speaker: Some(SpeakerConfig::new(64501, Vec::new())),
+            addresses: ["203.0.113.10".parse().unwrap()].into(),
+            l4,
+            pools: Vec::new(),
+            l2: L2Options::default(),
+            node_name: None,
+        }
+    }
+
+    /// No BGP speaker; one pool.
+    fn with_pool(name: &str, range: &str, mode: Mode, interface: Option<&str>) -> AnnounceConfig {
+        let mut config = config(true);
+        config.speaker = None;
+        config.pools = vec![AnnouncePool {
+            name: name.into(),
+            origin: format!("--announce-pool {name}"),
+            ranges: vec![range.parse().unwrap()],
+            mode,
+            interface: interface.map(String::from),
+            subnet: None,
+            node_labels: Vec::new(),
+        }];
+        config
+    }
+
+    /// Started ready, on an empty snapshot.
+    async fn start(
+        config: AnnounceConfig,
+        kube: Option<KubeMembership>,
+    ) -> Result<Announcer, teapot_announce::Error> {
+        let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        Announcer::start(config, snapshots, Arc::new(AtomicBool::new(true)), kube).await
+    }
+
     #[test]
     fn nothing_is_announced_unless_ready() {
-        let config = AnnounceConfig {
-            speaker: SpeakerConfig::new(64501, Vec::new()),
-            addresses: ["203.0.113.10".parse().unwrap()].into(),
-            l4: true,
-        };
+        let config = config(true);
         let snapshot = Snapshot::default();
         assert!(wanted(&config, &snapshot, false).is_empty());
         assert_eq!(wanted(&config, &snapshot, true), config.addresses);
@@ -140,11 +736,7 @@ mod tests {
             }),
             ..Snapshot::default()
         };
-        let mut config = AnnounceConfig {
-            speaker: SpeakerConfig::new(64501, Vec::new()),
-            addresses: ["203.0.113.10".parse().unwrap()].into(),
-            l4: true,
-        };
+        let mut config = config(true);
         let got: Vec<String> = wanted(&config, &snapshot, true)
             .iter()
             .map(|a| a.to_string())
@@ -152,5 +744,106 @@ mod tests {
         assert_eq!(got, ["203.0.113.10", "203.0.113.20"]);
         config.l4 = false;
         assert_eq!(wanted(&config, &snapshot, true), config.addresses);
+    }
+
+    #[tokio::test]
+    async fn an_address_in_no_pool_is_listed_counted_once_and_not_announced() {
+        use crate::plane::admin::StatusSection;
+        let mut config = with_pool("wan", "203.0.113.0/24", Mode::Bgp, None);
+        config.addresses = ["203.0.113.10", "198.51.100.1"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let announcer = start(config, None).await.unwrap();
+        let view = announcer.view();
+        let status = loop {
+            let status = view.json();
+            if !status["addresses"].as_array().unwrap().is_empty() {
+                break status;
+            }
+            tokio::time::sleep(FOLLOW_EVERY).await;
+        };
+        assert_eq!(
+            status["not_in_any_pool"],
+            serde_json::json!(["198.51.100.1"])
+        );
+        assert_eq!(status["addresses"][0]["address"], "203.0.113.10");
+        assert_eq!(status["addresses"][0]["pool"], "wan");
+        assert_eq!(status["addresses"][0]["mode"], "bgp");
+        // Seen on every pass, counted once.
+        tokio::time::sleep(FOLLOW_EVERY * 3).await;
+        let metrics = view.render_prometheus();
+        assert!(
+            metrics.contains("teapot_announce_unpooled_addresses 1\n"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("teapot_announce_unpooled_total 1\n"),
+            "{metrics}"
+        );
+        announcer.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_missing_interface_is_refused_naming_the_pool_and_the_interface() {
+        let config = with_pool("lan", "192.0.2.0/24", Mode::L2, Some("teapot-nope0"));
+        let err = start(config, None).await.unwrap_err().to_string();
+        assert!(err.contains("--announce-pool lan"), "{err}");
+        assert!(err.contains("teapot-nope0"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn bgp_alone_in_kube_mode_holds_no_lease() {
+        let api = teapot_testkit::apiserver::ApiServer::start().await;
+        let config = with_pool("wan", "203.0.113.0/24", Mode::Bgp, None);
+        let kube = KubeMembership {
+            client: api.client(),
+            namespace: "teapot-system".into(),
+        };
+        let announcer = start(config, Some(kube)).await.unwrap();
+        // Several passes of the follow loop.
+        tokio::time::sleep(FOLLOW_EVERY * 5).await;
+        announcer.stop().await;
+        let leases: Vec<_> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("leases"))
+            .collect();
+        assert!(leases.is_empty(), "{leases:?}");
+    }
+
+    #[tokio::test]
+    async fn node_labels_decide_which_pools_this_replica_announces() {
+        let api = teapot_testkit::apiserver::ApiServer::start().await;
+        api.apply(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "lb-node-1", "labels": {"zone": "a"}},
+        }));
+        let mut config = with_pool("zone-a", "203.0.113.0/25", Mode::Bgp, None);
+        let mut zone_b = config.pools[0].clone();
+        zone_b.name = "zone-b".into();
+        zone_b.ranges = vec!["203.0.113.128/25".parse().unwrap()];
+        zone_b.node_labels = vec![("zone".into(), "b".into())];
+        config.pools[0].node_labels = vec![("zone".into(), "a".into())];
+        config.pools.push(zone_b);
+        let kube = || KubeMembership {
+            client: api.client(),
+            namespace: "teapot-system".into(),
+        };
+        // Without NODE_NAME a labelled pool cannot be matched: refused.
+        let err = start(config.clone(), Some(kube())).await.unwrap_err();
+        assert!(err.to_string().contains("NODE_NAME"), "{err}");
+        config.node_name = Some("lb-node-1".into());
+        let announcer = start(config, Some(kube())).await.unwrap();
+        use crate::plane::admin::StatusSection;
+        let pools = announcer.view().json()["pools"].clone();
+        assert_eq!(
+            pools,
+            serde_json::json!([
+                {"name": "zone-a", "mode": "bgp", "announcer": true},
+                {"name": "zone-b", "mode": "bgp", "announcer": false},
+            ])
+        );
+        announcer.stop().await;
     }
 }

@@ -14,12 +14,15 @@
 //! - [`proof`]: DNS proofs of tenants' custom domains.
 //! - [`allocations`]: what each L4 Service holds, remembered across
 //!   compiles and restarts.
-//! - [`announce`]: the BGP speaker that announces the fleet's and the L4
-//!   addresses while the replica is ready.
+//! - [`announce`]: announces the fleet's and the L4 addresses while the
+//!   replica is ready, each by its pool's mode (BGP speaker, L2 owner).
+//! - [`announcers`]: the pools, and which replicas are live (a Lease per
+//!   replica) for L2 ownership.
 
 pub mod acme;
 pub mod allocations;
 pub mod announce;
+pub mod announcers;
 pub mod gateway_status;
 pub mod kube_status;
 pub mod proof;

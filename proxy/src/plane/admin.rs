@@ -2,7 +2,8 @@
 //! is loaded and the proxy accepts traffic), `/metrics` (Prometheus text) and
 //! `/status` (the status report: Ingress status, backends, manifest
 //! problems; in manifests mode this is where Ingress status is observed;
-//! with `--bgp-peer`, each BGP session under `bgp`).
+//! with `--bgp-peer`, each BGP session under `bgp`; with announcement, the
+//! pools, L2 owners and live replicas under `announce`).
 //!
 //! Keep it off the public interfaces: it is read-only but reveals topology.
 
@@ -32,6 +33,18 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// The BGP sessions of `--bgp-peer` (docs/announce.md); `None`: off.
     pub bgp: Option<teapot_announce::Statuses>,
+    /// Pools, L2 owners and live replicas (docs/announce.md); `None`: off.
+    pub announce: Option<Arc<dyn StatusSection>>,
+}
+
+/// A part of `/status` and `/metrics` that a loop keeps (the
+/// announcement's pools and owners): the plane shows it without knowing
+/// the loop.
+pub trait StatusSection: Send + Sync + std::fmt::Debug {
+    /// Its object under `/status`.
+    fn json(&self) -> serde_json::Value;
+    /// Its series, Prometheus text format.
+    fn render_prometheus(&self) -> String;
 }
 
 /// One BGP session as `/status` shows it.
@@ -93,6 +106,9 @@ fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Full<Bytes>> {
             if let Some(bgp) = &state.bgp {
                 body.push_str(&bgp.render_prometheus());
             }
+            if let Some(announce) = &state.announce {
+                body.push_str(&announce.render_prometheus());
+            }
             let mut r = Response::new(Full::new(Bytes::from(body)));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -103,12 +119,17 @@ fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Full<Bytes>> {
         "/status" => {
             let snapshot = state.snapshots.load();
             // Through a `Value` only with BGP on: that one sorts the keys.
-            let body = match &state.bgp {
-                None => serde_json::to_vec_pretty(&snapshot.report),
-                Some(bgp) => serde_json::to_value(&snapshot.report).and_then(|mut report| {
+            let body = match (&state.bgp, &state.announce) {
+                (None, None) => serde_json::to_vec_pretty(&snapshot.report),
+                (bgp, announce) => serde_json::to_value(&snapshot.report).and_then(|mut report| {
                     if let Some(object) = report.as_object_mut() {
-                        let peers = bgp.snapshot().iter().map(bgp_json).collect();
-                        object.insert("bgp".into(), serde_json::Value::Array(peers));
+                        if let Some(bgp) = bgp {
+                            let peers = bgp.snapshot().iter().map(bgp_json).collect();
+                            object.insert("bgp".into(), serde_json::Value::Array(peers));
+                        }
+                        if let Some(announce) = announce {
+                            object.insert("announce".into(), announce.json());
+                        }
                     }
                     serde_json::to_vec_pretty(&report)
                 }),

@@ -1,0 +1,878 @@
+//! Who may announce which address, and which replicas are live
+//! (docs/announce.md, "Pools" and "L2 mode").
+//!
+//! - [`AnnouncePool`]: a range of addresses with its mode (`l2` or `bgp`)
+//!   and the replicas allowed to announce it (a local address inside
+//!   `subnet`, node labels). Each address goes by the one pool containing
+//!   it; an address in no pool is not announced.
+//! - Membership: one `coordination.k8s.io/v1` Lease per replica, renewed
+//!   every `renew_every`, so the API cost grows with replicas, not with
+//!   addresses. The Lease's annotations carry the pools the replica may
+//!   announce and the addresses it owns now. Every replica watches the
+//!   announcer Leases and counts one live while it saw its Lease change
+//!   within the Lease's duration, on its own clock (client-go's rule: no
+//!   trust in the writer's clock, so clock skew cannot make two owners).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The label every announcer Lease carries (what the watch selects).
+pub const ANNOUNCER_LABEL: &str = "teapot.dev/announcer";
+/// Comma-separated pool names this replica may announce.
+pub const POOLS_ANNOTATION: &str = "teapot.dev/announce-pools";
+/// Comma-separated addresses this replica holds on its interface now.
+pub const OWNED_ANNOTATION: &str = "teapot.dev/announce-owned";
+/// Lease name prefix; the rest is the replica's name.
+pub const LEASE_PREFIX: &str = "teapot-announcer-";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    L2,
+    Bgp,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::L2 => "l2",
+            Mode::Bgp => "bgp",
+        }
+    }
+}
+
+/// One `--announce-pool`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnnouncePool {
+    pub name: String,
+    /// The flag that made it, for errors (`--announce-pool lan`,
+    /// `--l2-interface`).
+    pub origin: String,
+    pub ranges: Vec<ipnet::IpNet>,
+    pub mode: Mode,
+    /// L2: the interface the addresses go on.
+    pub interface: Option<String>,
+    /// Replicas with a local address inside it may announce the pool.
+    pub subnet: Option<ipnet::IpNet>,
+    /// Replicas whose Node has every one of these labels may announce it.
+    pub node_labels: Vec<(String, String)>,
+}
+
+impl AnnouncePool {
+    pub fn contains(&self, addr: &IpAddr) -> bool {
+        self.ranges.iter().any(|r| r.contains(addr))
+    }
+
+    /// Whether a replica with these local addresses and node labels (`None`:
+    /// no Node known, manifests mode) may announce this pool.
+    pub fn allows(&self, local: &[IpAddr], node_labels: Option<&BTreeMap<String, String>>) -> bool {
+        let subnet_ok = self
+            .subnet
+            .is_none_or(|net| local.iter().any(|a| net.contains(a)));
+        let labels_ok = self.node_labels.is_empty()
+            || node_labels.is_some_and(|labels| {
+                self.node_labels
+                    .iter()
+                    .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
+            });
+        subnet_ok && labels_ok
+    }
+}
+
+/// Two pools sharing an address would give it two modes or two owners:
+/// refused, naming both.
+pub fn check_overlap(pools: &[AnnouncePool]) -> Result<(), String> {
+    for (i, a) in pools.iter().enumerate() {
+        for b in &pools[i + 1..] {
+            if a.name == b.name {
+                return Err(format!("{}: given twice", a.origin));
+            }
+            for ra in &a.ranges {
+                for rb in &b.ranges {
+                    if ra.contains(&rb.network()) || rb.contains(&ra.network()) {
+                        return Err(format!(
+                            "{} and {} overlap ({ra} and {rb})",
+                            a.origin, b.origin
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The pool (index into `pools`) of each address, and the addresses in
+/// no pool.
+pub fn classify(
+    pools: &[AnnouncePool],
+    addrs: &BTreeSet<IpAddr>,
+) -> (BTreeMap<usize, BTreeSet<IpAddr>>, BTreeSet<IpAddr>) {
+    let mut by_pool: BTreeMap<usize, BTreeSet<IpAddr>> = BTreeMap::new();
+    let mut outside = BTreeSet::new();
+    for addr in addrs {
+        match pools.iter().position(|p| p.contains(addr)) {
+            Some(i) => {
+                by_pool.entry(i).or_default().insert(*addr);
+            }
+            None => {
+                outside.insert(*addr);
+            }
+        }
+    }
+    (by_pool, outside)
+}
+
+/// A Lease name may only hold lower-case letters, digits, `-` and `.`.
+pub fn replica_name(identity: &str) -> String {
+    let name: String = identity
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let name = name.trim_matches(|c| c == '-' || c == '.').to_string();
+    let name = if name.is_empty() {
+        "teapot".into()
+    } else {
+        name
+    };
+    name.chars().take(253 - LEASE_PREFIX.len()).collect()
+}
+
+fn join<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One announcer Lease as this replica last saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub replica: String,
+    /// The Lease's resourceVersion: a new one is a renewal.
+    pub version: String,
+    /// When this replica saw that version first (its own clock).
+    pub seen: Instant,
+    pub duration: Duration,
+    pub pools: BTreeSet<String>,
+    pub owned: BTreeSet<IpAddr>,
+}
+
+/// Every announcer Lease this replica knows of, by replica name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    pub leases: BTreeMap<String, Observed>,
+}
+
+impl View {
+    /// Takes the watch's current Leases: a changed resourceVersion is a
+    /// renewal seen now; a Lease gone is a replica gone.
+    pub fn observe<'a>(
+        &mut self,
+        leases: impl IntoIterator<Item = &'a Lease>,
+        now: Instant,
+        default_duration: Duration,
+    ) {
+        let mut next = BTreeMap::new();
+        for lease in leases {
+            let Some(replica) = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()) else {
+                continue;
+            };
+            let version = lease.metadata.resource_version.clone().unwrap_or_default();
+            let annotation = |key: &str| {
+                lease
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .map(String::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let seen = match self.leases.get(&replica) {
+                Some(old) if old.version == version => old.seen,
+                _ => now,
+            };
+            let duration = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .map_or(default_duration, Duration::from_secs);
+            next.insert(
+                replica.clone(),
+                Observed {
+                    replica,
+                    version,
+                    seen,
+                    duration,
+                    pools: annotation(POOLS_ANNOTATION)
+                        .split(',')
+                        .filter(|p| !p.is_empty())
+                        .map(String::from)
+                        .collect(),
+                    owned: annotation(OWNED_ANNOTATION)
+                        .split(',')
+                        .filter_map(|a| a.parse().ok())
+                        .collect(),
+                },
+            );
+        }
+        self.leases = next;
+    }
+
+    /// Replicas allowed to announce `pool` whose Lease changed within its
+    /// duration.
+    pub fn live(&self, pool: &str, now: Instant) -> BTreeSet<String> {
+        self.leases
+            .values()
+            .filter(|o| o.pools.contains(pool) && now.duration_since(o.seen) < o.duration)
+            .map(|o| o.replica.clone())
+            .collect()
+    }
+
+    /// Every replica live now, any pool.
+    pub fn live_any(&self, now: Instant) -> BTreeSet<String> {
+        self.leases
+            .values()
+            .filter(|o| now.duration_since(o.seen) < o.duration)
+            .map(|o| o.replica.clone())
+            .collect()
+    }
+}
+
+/// The addresses of `mine` (address -> its pool) whose next owner, the
+/// hash's choice among the other live replicas of the pool, does not list
+/// it as owned yet. An address no other replica may take is not waited
+/// for.
+pub fn not_handed_over(
+    view: &View,
+    me: &str,
+    mine: &BTreeMap<IpAddr, String>,
+    now: Instant,
+) -> Vec<IpAddr> {
+    mine.iter()
+        .filter(|(addr, pool)| {
+            let mut live = view.live(pool, now);
+            live.remove(me);
+            match teapot_announce::l2::owner(addr, &live) {
+                None => false,
+                Some(next) => !view
+                    .leases
+                    .get(next)
+                    .is_some_and(|o| o.owned.contains(addr)),
+            }
+        })
+        .map(|(addr, _)| *addr)
+        .collect()
+}
+
+/// Waits until each of `mine` is listed as owned by its next owner, or
+/// `bound` passed; returns what was still not handed over.
+pub async fn wait_handed_over(
+    mut view: watch::Receiver<View>,
+    me: &str,
+    mine: &BTreeMap<IpAddr, String>,
+    bound: Duration,
+) -> Vec<IpAddr> {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let left = not_handed_over(&view.borrow_and_update(), me, mine, Instant::now());
+        if left.is_empty() {
+            return left;
+        }
+        tokio::select! {
+            r = view.changed() => if r.is_err() { return left },
+            // Liveness also changes with time alone.
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = tokio::time::sleep_until(deadline) => return left,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct MembershipConfig {
+    pub namespace: String,
+    pub replica: String,
+    /// The pools this replica may announce (written on its Lease).
+    pub pools: BTreeSet<String>,
+    pub renew_every: Duration,
+    pub duration: Duration,
+    /// A Lease seen unchanged this long belongs to a replica that died
+    /// without deleting it (SIGKILL, a lost node): deleted, so dead
+    /// replicas do not pile up.
+    pub forget_after: Duration,
+}
+
+impl MembershipConfig {
+    /// Ten lease durations, at least 30 s: far beyond any renewal hiccup.
+    pub fn forget_after(duration: Duration) -> Duration {
+        (duration * 10).max(Duration::from_secs(30))
+    }
+}
+
+/// This replica's side: its own Lease, and the watch of all of them.
+#[derive(Debug)]
+pub struct Membership {
+    view: watch::Receiver<View>,
+    healthy: watch::Receiver<bool>,
+    leave: watch::Sender<bool>,
+    renewer: JoinHandle<()>,
+    watcher: JoinHandle<()>,
+    pub errors: Arc<AtomicU64>,
+}
+
+impl Membership {
+    /// Starts renewing (while `ready`) and watching. `owned`: the
+    /// addresses this replica holds, written on its Lease at once when
+    /// they change.
+    pub fn start(
+        client: kube::Client,
+        config: MembershipConfig,
+        ready: Arc<AtomicBool>,
+        owned: watch::Receiver<BTreeSet<IpAddr>>,
+    ) -> Membership {
+        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        let (view_tx, view) = watch::channel(View::default());
+        let (healthy_tx, healthy) = watch::channel(false);
+        let (leave, leave_rx) = watch::channel(false);
+        let errors = Arc::new(AtomicU64::new(0));
+        let watcher = tokio::spawn(watch_leases(api.clone(), config.duration, view_tx));
+        let renewer = tokio::spawn(
+            Renewer {
+                api,
+                config,
+                view: view.clone(),
+                ready,
+                owned,
+                leave: leave_rx,
+                healthy: healthy_tx,
+                errors: errors.clone(),
+            }
+            .run(),
+        );
+        Membership {
+            view,
+            healthy,
+            leave,
+            renewer,
+            watcher,
+            errors,
+        }
+    }
+
+    pub fn view(&self) -> watch::Receiver<View> {
+        self.view.clone()
+    }
+
+    /// True while this replica's own renewals succeed (within the lease
+    /// duration of the last success) and it is ready.
+    pub fn healthy(&self) -> watch::Receiver<bool> {
+        self.healthy.clone()
+    }
+
+    /// Deletes this replica's Lease (bounded: an API that does not answer
+    /// lets it expire) and stops renewing; the watch goes on for the
+    /// hand-over.
+    pub async fn leave(&self) {
+        let _ = self.leave.send(true);
+        let renewer = &self.renewer;
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while !renewer.is_finished() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        self.watcher.abort();
+    }
+}
+
+async fn watch_leases(api: Api<Lease>, default_duration: Duration, view: watch::Sender<View>) {
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().labels(&format!("{ANNOUNCER_LABEL}=true"));
+    let stream = watcher(api, config).default_backoff().reflect(writer);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "announcer Lease watch failed; retrying with backoff");
+            continue;
+        }
+        let leases = reader.state();
+        view.send_if_modified(|v| {
+            let before = v.clone();
+            v.observe(
+                leases.iter().map(|l| l.as_ref()),
+                Instant::now(),
+                default_duration,
+            );
+            *v != before
+        });
+    }
+}
+
+/// The Lease this replica writes.
+fn own_lease(config: &MembershipConfig, owned: &BTreeSet<IpAddr>) -> Lease {
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(format!("{LEASE_PREFIX}{}", config.replica)),
+            namespace: Some(config.namespace.clone()),
+            labels: Some([(ANNOUNCER_LABEL.to_string(), "true".to_string())].into()),
+            annotations: Some(
+                [
+                    (POOLS_ANNOTATION.to_string(), join(&config.pools)),
+                    (OWNED_ANNOTATION.to_string(), join(owned)),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(config.replica.clone()),
+            lease_duration_seconds: Some(
+                i32::try_from(config.duration.as_secs().max(1)).unwrap_or(i32::MAX),
+            ),
+            renew_time: Some(now.clone()),
+            acquire_time: Some(now),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// Writes the Lease: a replace on the last stored version (one write per
+/// renewal); after a conflict or when it is gone, a read and a create or
+/// replace.
+async fn write(
+    api: &Api<Lease>,
+    stored: &mut Option<Lease>,
+    config: &MembershipConfig,
+    owned: &BTreeSet<IpAddr>,
+) -> Result<(), kube::Error> {
+    let name = format!("{LEASE_PREFIX}{}", config.replica);
+    let mut lease = own_lease(config, owned);
+    let version = match stored.take() {
+        Some(s) => s.metadata.resource_version,
+        None => api
+            .get_opt(&name)
+            .await?
+            .and_then(|l| l.metadata.resource_version),
+    };
+    let result = match version {
+        Some(v) => {
+            lease.metadata.resource_version = Some(v);
+            api.replace(&name, &PostParams::default(), &lease).await
+        }
+        None => api.create(&PostParams::default(), &lease).await,
+    };
+    *stored = Some(result?);
+    Ok(())
+}
+
+async fn delete(api: &Api<Lease>, replica: &str) -> Result<(), kube::Error> {
+    match api
+        .delete(
+            &format!("{LEASE_PREFIX}{replica}"),
+            &DeleteParams::default(),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the Leases of replicas gone long ago. Several replicas may do
+/// it at once; a Lease already gone is fine, and one renewed meanwhile
+/// is only recreated by its owner's next renewal.
+async fn forget_dead(api: &Api<Lease>, config: &MembershipConfig, view: &watch::Receiver<View>) {
+    let dead: Vec<String> = view
+        .borrow()
+        .leases
+        .values()
+        .filter(|o| o.replica != config.replica && o.seen.elapsed() > config.forget_after)
+        .map(|o| o.replica.clone())
+        .collect();
+    for replica in dead {
+        match delete(api, &replica).await {
+            Ok(()) => {
+                tracing::info!(%replica, "announcer Lease of a replica gone long ago deleted")
+            }
+            Err(e) => {
+                tracing::warn!(%replica, error = %e, "announcer Lease of a gone replica not deleted")
+            }
+        }
+    }
+}
+
+/// The renewal loop's inputs and outputs.
+struct Renewer {
+    api: Api<Lease>,
+    config: MembershipConfig,
+    view: watch::Receiver<View>,
+    ready: Arc<AtomicBool>,
+    owned: watch::Receiver<BTreeSet<IpAddr>>,
+    leave: watch::Receiver<bool>,
+    healthy: watch::Sender<bool>,
+    errors: Arc<AtomicU64>,
+}
+
+impl Renewer {
+    async fn run(self) {
+        let Renewer {
+            api,
+            config,
+            view,
+            ready,
+            mut owned,
+            mut leave,
+            healthy,
+            errors,
+        } = self;
+        let mut stored: Option<Lease> = None;
+        let mut held = false;
+        let mut last_ok: Option<Instant> = None;
+        let mut tick = tokio::time::interval(config.renew_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A write that hangs must not outlive the lease it renews.
+        let bound = config.renew_every.max(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                // Nothing owned any more (the announcers stopped): the
+                // renewals go on.
+                Ok(()) = owned.changed() => {}
+                _ = leave.wait_for(|l| *l) => break,
+            }
+            if ready.load(Ordering::Acquire) {
+                let now_owned = owned.borrow_and_update().clone();
+                match tokio::time::timeout(bound, write(&api, &mut stored, &config, &now_owned))
+                    .await
+                {
+                    Ok(Ok(())) => {
+                        held = true;
+                        last_ok = Some(Instant::now());
+                    }
+                    Ok(Err(e)) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(replica = %config.replica, error = %e, "announcer Lease renewal failed");
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(replica = %config.replica, "announcer Lease renewal timed out");
+                    }
+                }
+            } else {
+                last_ok = None;
+                if held {
+                    match delete(&api, &config.replica).await {
+                        Ok(()) => {
+                            held = false;
+                            stored = None;
+                            tracing::info!(replica = %config.replica, "not ready: announcer Lease deleted");
+                        }
+                        Err(e) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(replica = %config.replica, error = %e, "announcer Lease not deleted");
+                        }
+                    }
+                }
+            }
+            let ok = last_ok.is_some_and(|t| t.elapsed() < config.duration);
+            healthy.send_if_modified(|h| std::mem::replace(h, ok) != ok);
+            if ok {
+                forget_dead(&api, &config, &view).await;
+            }
+        }
+        let _ = healthy.send(false);
+        if let Err(e) = delete(&api, &config.replica).await {
+            errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(replica = %config.replica, error = %e, "announcer Lease not deleted; it expires on its own");
+        } else {
+            tracing::info!(replica = %config.replica, "announcer Lease deleted: handing addresses over");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(name: &str, ranges: &[&str], mode: Mode) -> AnnouncePool {
+        AnnouncePool {
+            name: name.into(),
+            origin: format!("--announce-pool {name}"),
+            ranges: ranges.iter().map(|r| r.parse().unwrap()).collect(),
+            mode,
+            interface: None,
+            subnet: None,
+            node_labels: Vec::new(),
+        }
+    }
+
+    fn lease(replica: &str, version: &str, pools: &str, owned: &str) -> Lease {
+        let config = MembershipConfig {
+            namespace: "teapot-system".into(),
+            replica: replica.into(),
+            pools: pools
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .collect(),
+            renew_every: Duration::from_secs(1),
+            duration: Duration::from_secs(2),
+            forget_after: Duration::from_secs(30),
+        };
+        let owned = owned.split(',').filter_map(|a| a.parse().ok()).collect();
+        let mut l = own_lease(&config, &owned);
+        l.metadata.resource_version = Some(version.into());
+        l
+    }
+
+    #[test]
+    fn a_replica_is_live_while_its_lease_changes_on_the_observers_clock() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut view = View::default();
+        view.observe(
+            [&lease("a", "1", "lan", ""), &lease("b", "1", "lan", "")],
+            t0,
+            2 * s,
+        );
+        assert_eq!(
+            view.live("lan", t0 + s),
+            ["a", "b"].map(String::from).into()
+        );
+        // a renews (a new version, whatever its renewTime says); b does
+        // not: b expires two seconds after it was last seen changing.
+        view.observe(
+            [&lease("a", "2", "lan", ""), &lease("b", "1", "lan", "")],
+            t0 + s + s / 2,
+            2 * s,
+        );
+        assert_eq!(
+            view.live("lan", t0 + 2 * s + s / 2),
+            ["a"].map(String::from).into()
+        );
+        // The same version seen again is no renewal.
+        view.observe(
+            [&lease("a", "2", "lan", ""), &lease("b", "1", "lan", "")],
+            t0 + 3 * s,
+            2 * s,
+        );
+        assert!(view.live("lan", t0 + 4 * s).is_empty());
+        // A deleted Lease is gone at once; another pool is not this one.
+        view.observe([&lease("c", "7", "dmz", "")], t0 + 4 * s, 2 * s);
+        assert!(view.live("lan", t0 + 4 * s).is_empty());
+        assert_eq!(view.live("dmz", t0 + 4 * s), ["c"].map(String::from).into());
+    }
+
+    #[test]
+    fn each_address_goes_by_its_pool_and_outsiders_are_listed() {
+        let pools = [
+            pool("lan", &["192.0.2.0/28"], Mode::L2),
+            pool("wan", &["203.0.113.10/32", "2001:db8::/64"], Mode::Bgp),
+        ];
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.5", "203.0.113.10", "2001:db8::1", "198.51.100.1"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let (by_pool, outside) = classify(&pools, &addrs);
+        assert_eq!(by_pool[&0].len(), 1);
+        assert_eq!(by_pool[&1].len(), 2);
+        assert_eq!(join(&outside), "198.51.100.1");
+    }
+
+    #[test]
+    fn overlapping_pools_are_refused_naming_both() {
+        let err = check_overlap(&[
+            pool("lan", &["192.0.2.0/24"], Mode::L2),
+            pool("wan", &["203.0.113.0/24", "192.0.2.128/25"], Mode::Bgp),
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("--announce-pool lan and --announce-pool wan"),
+            "{err}"
+        );
+        assert!(
+            check_overlap(&[
+                pool("lan", &["192.0.2.0/25"], Mode::L2),
+                pool("wan", &["192.0.2.128/25"], Mode::Bgp),
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn announcers_match_by_subnet_and_node_labels() {
+        let mut p = pool("lan", &["192.0.2.0/24"], Mode::L2);
+        let local: Vec<IpAddr> = vec!["10.0.0.5".parse().unwrap(), "192.0.2.11".parse().unwrap()];
+        assert!(p.allows(&local, None));
+        p.subnet = Some("198.51.100.0/24".parse().unwrap());
+        assert!(!p.allows(&local, None));
+        p.subnet = Some("192.0.2.0/24".parse().unwrap());
+        p.node_labels = vec![("zone".into(), "a".into())];
+        assert!(
+            !p.allows(&local, None),
+            "no Node known: a labelled pool is not ours"
+        );
+        let labels: BTreeMap<String, String> = [("zone".to_string(), "a".to_string())].into();
+        assert!(p.allows(&local, Some(&labels)));
+        let other: BTreeMap<String, String> = [("zone".to_string(), "b".to_string())].into();
+        assert!(!p.allows(&local, Some(&other)));
+    }
+
+    #[test]
+    fn lease_names_are_valid_object_names() {
+        assert_eq!(replica_name("LB-0_4711"), "lb-0-4711");
+        assert_eq!(replica_name("__"), "teapot");
+    }
+
+    #[tokio::test]
+    async fn the_hand_over_waits_until_the_next_owner_lists_the_address() {
+        let t0 = Instant::now();
+        let addr: IpAddr = "192.0.2.100".parse().unwrap();
+        let mine: BTreeMap<IpAddr, String> = [(addr, "lan".to_string())].into();
+        let mut view = View::default();
+        view.observe(
+            [
+                &lease("a", "1", "lan", "192.0.2.100"),
+                &lease("b", "1", "lan", ""),
+            ],
+            t0,
+            Duration::from_secs(60),
+        );
+        // a leaves; b is the only other live replica and owns nothing yet.
+        assert_eq!(not_handed_over(&view, "a", &mine, t0), vec![addr]);
+        let (tx, rx) = watch::channel(view.clone());
+        let waiting = tokio::spawn(async move {
+            wait_handed_over(rx, "a", &mine, Duration::from_secs(3600)).await
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        // b's Lease now lists the address: the hand-over is complete.
+        view.observe(
+            [&lease("b", "2", "lan", "192.0.2.100")],
+            Instant::now(),
+            Duration::from_secs(60),
+        );
+        tx.send(view).unwrap();
+        assert!(waiting.await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn nobody_to_hand_over_to_means_no_wait() {
+        let addr: IpAddr = "192.0.2.100".parse().unwrap();
+        let mine: BTreeMap<IpAddr, String> = [(addr, "lan".to_string())].into();
+        let mut view = View::default();
+        view.observe(
+            [&lease("a", "1", "lan", "192.0.2.100")],
+            Instant::now(),
+            Duration::from_secs(60),
+        );
+        let (_tx, rx) = watch::channel(view);
+        let left = wait_handed_over(rx, "a", &mine, Duration::from_secs(3600)).await;
+        assert!(left.is_empty());
+    }
+
+    /// Renewals every 50 ms, a lease that never expires in a test.
+    fn quick(replica: &str, forget_after: Duration) -> MembershipConfig {
+        MembershipConfig {
+            namespace: "teapot-system".into(),
+            replica: replica.into(),
+            pools: ["lan".to_string()].into(),
+            renew_every: Duration::from_millis(50),
+            duration: Duration::from_secs(60),
+            forget_after,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_lease_is_renewed_while_ready_and_deleted_when_not() {
+        use teapot_testkit::apiserver::ApiServer;
+        let api = ApiServer::start().await;
+        let ready = Arc::new(AtomicBool::new(true));
+        let (owned_tx, owned) = watch::channel(BTreeSet::new());
+        let config = quick("lb-0", Duration::from_secs(3600));
+        let m = Membership::start(api.client(), config, ready.clone(), owned);
+        let mut view = m.view();
+        let seen = |v: &View| v.leases.get("lb-0").cloned();
+        let first = view.wait_for(|v| seen(v).is_some()).await.unwrap().clone();
+        assert_eq!(seen(&first).unwrap().pools, ["lan".to_string()].into());
+        // An ownership change is written at once.
+        owned_tx.send_replace(["192.0.2.100".parse().unwrap()].into());
+        view.wait_for(|v| seen(v).is_some_and(|o| !o.owned.is_empty()))
+            .await
+            .unwrap();
+        let mut healthy = m.healthy();
+        healthy.wait_for(|h| *h).await.unwrap();
+        // Not ready: the Lease goes and this replica is unhealthy.
+        ready.store(false, Ordering::Release);
+        view.wait_for(|v| v.leases.is_empty()).await.unwrap();
+        healthy.wait_for(|h| !*h).await.unwrap();
+        // Ready again, then leaving: deleted once more.
+        ready.store(true, Ordering::Release);
+        view.wait_for(|v| !v.leases.is_empty()).await.unwrap();
+        m.leave().await;
+        view.wait_for(|v| v.leases.is_empty()).await.unwrap();
+        assert!(
+            api.get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                "teapot-system",
+                "teapot-announcer-lb-0"
+            )
+            .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_lease_of_a_replica_gone_long_ago_is_deleted() {
+        use teapot_testkit::apiserver::ApiServer;
+        let api = ApiServer::start().await;
+        // A replica killed without deleting its Lease.
+        let mut dead = serde_json::to_value(lease("lb-dead", "1", "lan", "")).unwrap();
+        dead["apiVersion"] = "coordination.k8s.io/v1".into();
+        dead["kind"] = "Lease".into();
+        dead["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        api.apply(dead);
+        let (_owned_tx, owned) = watch::channel(BTreeSet::new());
+        let config = quick("lb-0", Duration::from_millis(300));
+        let m = Membership::start(api.client(), config, Arc::new(AtomicBool::new(true)), owned);
+        let mut view = m.view();
+        view.wait_for(|v| v.leases.contains_key("lb-dead"))
+            .await
+            .unwrap();
+        // lb-0's own Lease changes with every renewal; lb-dead's never does.
+        view.wait_for(|v| !v.leases.contains_key("lb-dead") && v.leases.contains_key("lb-0"))
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,618 @@
+//! L2 mode of `teapot proxy --kube` on a real segment: three replicas,
+//! each in its own network namespace with a veth to a bridge (in a
+//! namespace of its own), a client namespace on the same bridge, and the
+//! API double on an address of a veth from the test's namespace to that
+//! bridge. The replicas find each other by their announcer Leases; the
+//! client reaches an HTTP route on the L2 address, served by the owner.
+//!
+//! - SIGKILL of the owner: another replica takes the address and the
+//!   client reaches it again; restarted, the killed replica clears the
+//!   address its last run left behind (one holder).
+//! - SIGTERM of the owner: the planned hand-over, the next owner holds the
+//!   address before this one removes it.
+//! - `measure_l2_failover` (ignored): the failover figures of
+//!   docs/announce.md.
+//!
+//! Needs root, iproute2 and curl (announce/tests/netns/mod.rs says when it
+//! skips).
+
+#[path = "../../announce/tests/netns/mod.rs"]
+mod netns;
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::jiff::Timestamp;
+use netns::{Namespaces, run, sh};
+use serde_json::{Value, json};
+use teapot_testkit::apiserver::ApiServer;
+
+const VIP: &str = "198.51.100.200";
+const API: &str = "198.51.100.254";
+const HOST: &str = "l2.test";
+const NS: &str = "l2-e2e";
+const ECHO_PORT: u16 = 9000;
+
+/// The test's own namespace holds one address on the segment, so one
+/// segment at a time.
+static SEGMENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn curl_missing() -> Option<String> {
+    Command::new("curl")
+        .arg("--version")
+        .output()
+        .err()
+        .map(|_| "curl missing".into())
+}
+
+struct Replica {
+    ns: String,
+    name: String,
+    proxy: Option<Child>,
+    echo: Child,
+    log: std::path::PathBuf,
+}
+
+struct Segment {
+    client: String,
+    switch: String,
+    replicas: Vec<Replica>,
+    root_link: String,
+    dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+    // Dropped last: the processes above go first.
+    _namespaces: Namespaces,
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        for r in &mut self.replicas {
+            for child in r.proxy.iter_mut().chain(std::iter::once(&mut r.echo)) {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.root_link])
+            .status();
+    }
+}
+
+fn teapot() -> String {
+    teapot_bin().display().to_string()
+}
+
+impl Segment {
+    /// The segment, with the echo backends running; the API double goes
+    /// on `API` once the segment exists ([`Segment::api`]).
+    fn new(replicas: usize) -> Segment {
+        let pid = std::process::id();
+        let tag = format!("tpl2{pid}");
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut namespaces = Namespaces(Vec::new());
+        let switch = namespaces.add(format!("{tag}sw"));
+        sh(&switch, "ip link add br0 type bridge && ip link set br0 up");
+        // The API double's side: a veth from the test's namespace.
+        let root_link = format!("tpl2r{pid}");
+        run(&[
+            "ip", "link", "add", &root_link, "type", "veth", "peer", "name", "up0", "netns",
+            &switch,
+        ]);
+        sh(&switch, "ip link set up0 master br0 && ip link set up0 up");
+        run(&["ip", "addr", "add", &format!("{API}/24"), "dev", &root_link]);
+        run(&["ip", "link", "set", &root_link, "up"]);
+        let client = format!("{tag}c");
+        let mut hosts = vec![(client.clone(), "198.51.100.1".to_string())];
+        for i in 0..replicas {
+            hosts.push((format!("{tag}r{i}"), format!("198.51.100.1{i}")));
+        }
+        for (i, (ns, addr)) in hosts.iter().enumerate() {
+            namespaces.add(ns.clone());
+            let port = format!("p{i}");
+            run(&[
+                "ip", "link", "add", &port, "netns", &switch, "type", "veth", "peer", "name",
+                "lan", "netns", ns,
+            ]);
+            sh(
+                &switch,
+                &format!("ip link set {port} master br0 && ip link set {port} up"),
+            );
+            sh(
+                ns,
+                &format!(
+                    "ip link set lo up && ip addr add {addr}/24 dev lan && ip link set lan up"
+                ),
+            );
+        }
+        let mut seg = Segment {
+            client,
+            switch,
+            replicas: Vec::new(),
+            root_link,
+            dir,
+            kubeconfig,
+            _namespaces: namespaces,
+        };
+        for i in 0..replicas {
+            let ns = format!("{tag}r{i}");
+            let echo = Command::new("ip")
+                .args(["netns", "exec", &ns, &teapot(), "echo"])
+                .args(["--listen", &format!("127.0.0.1:{ECHO_PORT}")])
+                .args(["--pod", &format!("r{i}"), "--namespace", NS])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let log = seg.dir.path().join(format!("r{i}.log"));
+            seg.replicas.push(Replica {
+                ns,
+                name: format!("r{i}"),
+                proxy: None,
+                echo,
+                log,
+            });
+        }
+        seg
+    }
+
+    async fn api(&self) -> ApiServer {
+        let api = ApiServer::start_on(format!("{API}:0").parse().unwrap()).await;
+        std::fs::copy(api.kubeconfig_path(), &self.kubeconfig).unwrap();
+        objects(&api);
+        api
+    }
+
+    fn start(&mut self, i: usize) {
+        let r = &mut self.replicas[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&r.log)
+            .unwrap();
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &r.ns,
+                "env",
+                &format!("HOSTNAME={}", r.name),
+            ])
+            .args([&teapot(), "proxy", "--kube", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(["--http", "0.0.0.0:8080", "--https", "off"])
+            .args(["--admin", "127.0.0.1:9901", "--no-ingress-status"])
+            .args(["--l4", "false", "--lease-namespace", "teapot-system"])
+            .args(["--l2-interface", "lan", "--announce", VIP])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        r.proxy = Some(child);
+    }
+
+    fn admin(&self, i: usize, path: &str) -> Option<String> {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.replicas[i].ns,
+                "curl",
+                "-sf",
+                "-m",
+                "2",
+            ])
+            .arg(format!("http://127.0.0.1:9901{path}"))
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The echo pod that answered GET l2.test/ on the L2 address from the
+    /// client, if one did within `timeout`.
+    fn client_get(&self, timeout: &str) -> Option<String> {
+        get_from(&self.client, timeout)
+    }
+
+    fn holds_vip(&self, i: usize) -> bool {
+        sh(&self.replicas[i].ns, "ip -4 -o addr show dev lan").contains(&format!("{VIP}/32"))
+    }
+
+    fn dump(&self) -> String {
+        let mut out = String::new();
+        for (i, r) in self.replicas.iter().enumerate() {
+            let log = std::fs::read_to_string(&r.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            out.push_str(&format!(
+                "--- {} holds={} status={:?}\n{}\n",
+                r.name,
+                self.holds_vip(i),
+                self.admin(i, "/status")
+                    .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                    .map(|v| v["announce"].clone()),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ));
+        }
+        out.push_str(&sh(&self.client, "ip neigh show"));
+        out
+    }
+
+    /// Index of the replica whose pod answered.
+    fn index_of(&self, pod: &str) -> usize {
+        self.replicas.iter().position(|r| r.name == pod).unwrap()
+    }
+
+    fn wait_ready(&self, i: usize) {
+        netns::wait(
+            &format!("{} ready", self.replicas[i].name),
+            || self.dump(),
+            || self.admin(i, "/readyz"),
+        );
+    }
+
+    /// Waits until the client is answered by a replica other than
+    /// `not`; returns its index.
+    fn wait_served(&self, not: Option<usize>) -> usize {
+        netns::wait(
+            &format!("the client served by a replica other than {not:?}"),
+            || self.dump(),
+            || {
+                let pod = self.client_get("1")?;
+                let i = self.index_of(&pod);
+                (Some(i) != not).then_some(i)
+            },
+        )
+    }
+
+    /// Waits until every running replica is live for every other, all
+    /// name the same owner, exactly that one holds the address, and the
+    /// client is served by it; returns its index.
+    fn settled(&self) -> usize {
+        let running: Vec<usize> = (0..self.replicas.len())
+            .filter(|i| self.replicas[*i].proxy.is_some())
+            .collect();
+        netns::wait(
+            "one owner, named by every replica",
+            || self.dump(),
+            || {
+                let live = format!("teapot_l2_live_replicas {}", running.len());
+                let all_live = running.iter().all(|i| {
+                    self.admin(*i, "/metrics")
+                        .is_some_and(|m| m.contains(&live))
+                });
+                let owners: Vec<Option<String>> =
+                    running.iter().map(|i| owner_in_status(self, *i)).collect();
+                let owner = owners[0].clone()?;
+                let holders: Vec<usize> = running
+                    .iter()
+                    .copied()
+                    .filter(|i| self.holds_vip(*i))
+                    .collect();
+                let served = self.index_of(&self.client_get("1")?);
+                (all_live
+                    && owners.iter().all(|o| o.as_deref() == Some(owner.as_str()))
+                    && holders == [served]
+                    && owner.starts_with(&format!("{}-", self.replicas[served].name)))
+                .then_some(served)
+            },
+        )
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let pid = self.replicas[i].proxy.as_ref().unwrap().id().to_string();
+        run(&["kill", signal, &pid]);
+    }
+}
+
+/// The echo pod that answered GET l2.test/ on the L2 address from
+/// namespace `client`, if one did within `timeout` seconds.
+fn get_from(client: &str, timeout: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", client, "curl", "-s", "-m", timeout])
+        .args(["-H", &format!("Host: {HOST}")])
+        .arg(format!("http://{VIP}:8080/"))
+        .output()
+        .ok()?;
+    let body: Value = serde_json::from_slice(&out.stdout).ok()?;
+    body["pod"].as_str().map(String::from)
+}
+
+fn objects(api: &ApiServer) {
+    api.apply(service(NS, "web", &[(Some("http"), 80)]));
+    api.apply(slice(
+        NS,
+        "web-0",
+        "web",
+        &[(Some("http"), ECHO_PORT)],
+        &[("127.0.0.1", true)],
+    ));
+    api.apply(ingress(
+        NS,
+        "web",
+        json!({ "rules": [rule(Some(HOST), vec![path("Prefix", "/", backend("web", Port::Name("http")))])] }),
+    ));
+}
+
+/// The segment (this test's alone while the guard lives) with three
+/// ready replicas and the API double they watch.
+async fn three_replicas() -> (tokio::sync::MutexGuard<'static, ()>, Segment, ApiServer) {
+    let one = SEGMENT.lock().await;
+    let mut seg = Segment::new(3);
+    let api = seg.api().await;
+    for i in 0..3 {
+        seg.start(i);
+    }
+    for i in 0..3 {
+        seg.wait_ready(i);
+    }
+    (one, seg, api)
+}
+
+/// The replica `/status` names as the owner of the L2 address.
+fn owner_in_status(seg: &Segment, i: usize) -> Option<String> {
+    let status: Value = serde_json::from_str(&seg.admin(i, "/status")?).ok()?;
+    status["announce"]["addresses"][0]["owner"]
+        .as_str()
+        .map(String::from)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_moves_on_sigkill_and_hands_over_on_sigterm() {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    let (_one, mut seg, api) = three_replicas().await;
+    // When each replica's Lease first listed the address as owned, by the
+    // API's clock (this host's). Once `slow` is set, such a write waits a
+    // little first: the leaving replica must wait for it, not merely be
+    // slower than its successor.
+    let listed: std::sync::Arc<std::sync::Mutex<Vec<(String, Timestamp)>>> = Default::default();
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (listed, slow) = (listed.clone(), slow.clone());
+        api.set_admission(move |req| {
+            let owned = req
+                .object
+                .as_ref()
+                .and_then(|o| o["metadata"]["annotations"]["teapot.dev/announce-owned"].as_str());
+            if owned.is_some_and(|o| o.split(',').any(|a| a == VIP)) {
+                if slow.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                listed
+                    .lock()
+                    .unwrap()
+                    .push((req.name.clone(), Timestamp::now()));
+            }
+            Ok(())
+        });
+    }
+    let first = tokio::task::block_in_place(|| seg.settled());
+    let metrics = seg.admin(first, "/metrics").unwrap();
+    assert!(metrics.contains("teapot_l2_live_replicas 3"), "{metrics}");
+    assert!(
+        metrics.contains("teapot_l2_addresses_owned{pool=\"default\"} 1"),
+        "{metrics}"
+    );
+
+    // SIGKILL: nothing is released; the others stop seeing its Lease
+    // renewed and the next owner takes the address.
+    seg.signal(first, "-KILL");
+    let _ = seg.replicas[first].proxy.as_mut().unwrap().wait();
+    tokio::task::block_in_place(|| seg.wait_served(Some(first)));
+    // Restarted, it clears the address its killed run left on the
+    // interface unless the hash makes it the owner again: one holder.
+    seg.start(first);
+    seg.wait_ready(first);
+    let owner = tokio::task::block_in_place(|| seg.settled());
+
+    // SIGTERM: the planned hand-over. Sample every replica meanwhile:
+    // never a moment with nobody holding the address.
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let namespaces: Vec<String> = seg.replicas.iter().map(|r| r.ns.clone()).collect();
+    let sampler = std::thread::spawn(move || {
+        let holds = |ns: &str| sh(ns, "ip -4 -o addr show dev lan").contains(&format!("{VIP}/32"));
+        let (mut samples, mut gaps) = (0, 0);
+        while stop_rx.try_recv().is_err() {
+            samples += 1;
+            if !namespaces.iter().any(|ns| holds(ns)) {
+                gaps += 1;
+            }
+        }
+        (samples, gaps)
+    });
+    let term = Timestamp::now();
+    slow.store(true, std::sync::atomic::Ordering::Relaxed);
+    seg.signal(owner, "-TERM");
+    let status = seg.replicas[owner].proxy.as_mut().unwrap().wait().unwrap();
+    seg.replicas[owner].proxy = None;
+    stop_tx.send(()).unwrap();
+    let (samples, gaps) = sampler.join().unwrap();
+    assert!(status.success(), "SIGTERM exit: {status}\n{}", seg.dump());
+    let log = std::fs::read_to_string(&seg.replicas[owner].log).unwrap();
+    let stopping = &log[log.rfind("SIGTERM received").expect("SIGTERM logged")..];
+    let handed = stopping
+        .find("L2 addresses handed over")
+        .unwrap_or_else(|| panic!("no hand-over logged\n{}", seg.dump()));
+    let released = stopping
+        .find("L2 address released")
+        .unwrap_or_else(|| panic!("no release logged\n{}", seg.dump()));
+    assert!(handed < released, "{stopping}");
+    assert!(!seg.holds_vip(owner), "{}", seg.dump());
+    assert_eq!(gaps, 0, "{gaps} of {samples} samples saw nobody holding it");
+    let next = tokio::task::block_in_place(|| seg.settled());
+    assert_ne!(next, owner);
+    // The order, by one host's clock: the next owner's Lease listed the
+    // address before this one removed it from its interface.
+    let next_lease = format!("teapot-announcer-{}", owner_in_status(&seg, next).unwrap());
+    let listed_at = listed
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(lease, at)| *lease == next_lease && *at >= term)
+        .map(|(_, at)| *at)
+        .unwrap_or_else(|| panic!("{next_lease} never listed {VIP}\n{}", seg.dump()));
+    let removed = logged_at(&seg, owner, "L2 address released: stopping", term)
+        .expect("removed after SIGTERM");
+    assert!(
+        listed_at < removed,
+        "listed by the next owner {listed_at}, removed {removed}, SIGTERM {term}, listings {:?}\n{}",
+        listed.lock().unwrap(),
+        seg.dump()
+    );
+}
+
+/// When replica `i` first logged `what` at or after `since`.
+fn logged_at(seg: &Segment, i: usize, what: &str, since: Timestamp) -> Option<Timestamp> {
+    let log = std::fs::read_to_string(&seg.replicas[i].log).ok()?;
+    log.lines()
+        .filter(|l| l.contains(what))
+        .filter_map(|l| {
+            // `ESC[2m2026-11-26T16:00:38.287259ZESC[0m ...`
+            let start = l.find("20")?;
+            let end = start + l[start..].find('Z')? + 1;
+            l[start..end].parse::<Timestamp>().ok()
+        })
+        .find(|t| *t >= since)
+}
+
+/// One failover: the failure injected into the owner; the time until the
+/// next owner took the address (its log), and until a new client
+/// connection is answered by it.
+fn failover(seg: &mut Segment, kind: &str) -> (Duration, Duration) {
+    let owner = seg.settled();
+    let ns = seg.replicas[owner].ns.clone();
+    let wall = Timestamp::now();
+    let started = Instant::now();
+    match kind {
+        "sigkill" => seg.signal(owner, "-KILL"),
+        "link" => {
+            sh(&seg.switch, &format!("ip link set p{} down", owner + 1));
+        }
+        "silent" => {
+            sh(
+                &ns,
+                "nft add table inet tpl2x && nft add chain inet tpl2x in '{ type filter hook input priority 0; policy drop; }' && nft add chain inet tpl2x out '{ type filter hook output priority 0; policy drop; }'",
+            );
+        }
+        _ => unreachable!(),
+    }
+    let (served, next) = loop {
+        if let Some(pod) = seg.client_get("0.2")
+            && seg.index_of(&pod) != owner
+        {
+            break (started.elapsed(), seg.index_of(&pod));
+        }
+        assert!(started.elapsed() < netns::PATIENCE, "{}", seg.dump());
+    };
+    let taken = logged_at(seg, next, "L2 address taken", wall)
+        .expect("the next owner logged taking the address");
+    let taken = Duration::try_from(taken.duration_since(wall)).unwrap_or_default();
+    // Back to three live replicas.
+    match kind {
+        "sigkill" => {
+            // Restarted, it clears the address its killed run left.
+            let _ = seg.replicas[owner].proxy.as_mut().unwrap().wait();
+            seg.start(owner);
+            seg.wait_ready(owner);
+        }
+        "link" => {
+            sh(&seg.switch, &format!("ip link set p{} up", owner + 1));
+        }
+        "silent" => {
+            sh(&ns, "nft delete table inet tpl2x");
+        }
+        _ => unreachable!(),
+    }
+    (taken, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measures; run with --include-ignored"]
+async fn measure_l2_failover() {
+    if !netns::runnable("measure_l2_failover", curl_missing) {
+        return;
+    }
+    let runs: usize = std::env::var("L2_FAILOVER_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(10);
+    let (_one, mut seg, _api) = three_replicas().await;
+    let mut results = serde_json::Map::new();
+    let summary = |mut times: Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        json!({
+            "median_s": times[times.len() / 2],
+            "worst_s": times[times.len() - 1],
+            "runs_s": times,
+        })
+    };
+    for kind in ["sigkill", "link", "silent"] {
+        let (taken, served): (Vec<f64>, Vec<f64>) = (0..runs)
+            .map(|_| {
+                let (t, s) = tokio::task::block_in_place(|| failover(&mut seg, kind));
+                (t.as_secs_f64(), s.as_secs_f64())
+            })
+            .unzip();
+        let result = json!({ "address_taken": summary(taken), "client_served": summary(served) });
+        println!("{kind}: {result}");
+        results.insert(kind.into(), result);
+    }
+    println!("RESULT {}", Value::Object(results));
+}
+
+/// Planned restarts: every replica in turn gets SIGTERM and starts again
+/// while a client opens one new connection after another to the L2
+/// address; how many of them failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measures; run with --include-ignored"]
+async fn measure_l2_rolling_restart() {
+    if !netns::runnable("measure_l2_rolling_restart", curl_missing) {
+        return;
+    }
+    let rounds: usize = std::env::var("L2_ROLLING_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let (_one, mut seg, _api) = three_replicas().await;
+    tokio::task::block_in_place(|| seg.settled());
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let client = seg.client.clone();
+    let load = std::thread::spawn(move || {
+        let (mut ok, mut failed) = (0u64, 0u64);
+        while stop_rx.try_recv().is_err() {
+            match get_from(&client, "2") {
+                Some(_) => ok += 1,
+                None => failed += 1,
+            }
+        }
+        (ok, failed)
+    });
+    let mut owners_restarted = 0;
+    for _ in 0..rounds {
+        for i in 0..seg.replicas.len() {
+            let owner = tokio::task::block_in_place(|| seg.settled());
+            owners_restarted += usize::from(owner == i);
+            seg.signal(i, "-TERM");
+            let status = seg.replicas[i].proxy.as_mut().unwrap().wait().unwrap();
+            assert!(status.success(), "{status}\n{}", seg.dump());
+            seg.start(i);
+            seg.wait_ready(i);
+        }
+    }
+    tokio::task::block_in_place(|| seg.settled());
+    stop_tx.send(()).unwrap();
+    let (ok, failed) = load.join().unwrap();
+    let result = json!({
+        "restarts": rounds * seg.replicas.len(),
+        "owner_restarts": owners_restarted,
+        "requests_ok": ok,
+        "requests_failed": failed,
+    });
+    println!("RESULT {result}");
+}
