@@ -108,6 +108,9 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
         })
         .await;
     assert_eq!(status["bgp"][0]["peer"], format!("127.0.0.1:{port}"));
+    // Failures by reason and BFD are reported even when there are none.
+    assert!(status["bgp"][0]["failures"].is_object(), "{status}");
+    assert!(status["bgp"][0]["bfd"].is_null(), "{status}");
     let metrics = harness.metrics().await;
     let established = format!("teapot_bgp_session_established{{peer=\"127.0.0.1:{port}\"}} 1");
     assert!(metrics.contains(&established), "{metrics}");

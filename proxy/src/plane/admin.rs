@@ -58,6 +58,12 @@ fn bgp_json(peer: &teapot_announce::PeerStatus) -> serde_json::Value {
         "withdrawals_sent": peer.withdrawals_sent,
         "sessions_established": peer.sessions_established,
         "last_error": peer.last_error,
+        "failures": peer.failures,
+        "bfd": peer.bfd.as_ref().map(|b| serde_json::json!({
+            "state": b.state.as_str(),
+            "diagnostic": b.diag,
+            "failures": b.failures,
+        })),
     })
 }
 
