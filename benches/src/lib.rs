@@ -859,6 +859,7 @@ mod tests {
         );
     }
 }
+pub mod bgp_lab;
 pub mod manifests_proxy;
 pub mod peers;
 pub mod stats;
