@@ -82,6 +82,8 @@ struct Replica {
     echo: Option<Child>,
     /// bgpd and zebra pids in [`Announcer::Frr`] mode.
     frr: bool,
+    /// Who announces for the running replica.
+    announcer: Option<Announcer>,
 }
 
 /// The whole topology; everything it made is removed on drop.
@@ -668,6 +670,7 @@ impl Lab {
             }
         }
         self.procs[i].teapot = Some(cmd.spawn()?);
+        self.procs[i].announcer = Some(announcer);
         Ok(())
     }
 
@@ -676,6 +679,11 @@ impl Lab {
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("{name}.log")))?)
+    }
+
+    /// Who announces replica `i` now (`None`: not running).
+    pub fn announcer(&self, i: usize) -> Option<Announcer> {
+        self.procs[i].announcer
     }
 
     /// The pid of replica `i`'s teapot (`ip netns exec` execs it).
@@ -719,6 +727,7 @@ impl Lab {
 
     /// Waits for replica `i`'s teapot to exit (FRR daemons are killed).
     pub fn reap(&mut self, i: usize, bound: Duration) -> Result<()> {
+        self.procs[i].announcer = None;
         if let Some(mut child) = self.procs[i].teapot.take() {
             let done = poll(
                 "the replica's exit",
