@@ -133,19 +133,30 @@ fn main() -> Result<()> {
                 other => bail!("--announcers: `{other}` is neither teapot nor frr"),
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut sections = Vec::new();
+        // Results of kinds and announcers not measured now stay.
+        let mut sections: Vec<Value> = report["failover"]["results"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         start_all(&mut lab, announcers[0])?;
         for kind in &args.kinds {
             let kind = Failure::parse(kind)?;
             let runs = failover_runs(&args, &mut lab, &rt, &announcers, kind)?;
             for &announcer in &announcers {
+                sections.retain(|s| {
+                    !(s["failure"] == json!(kind) && s["announcer"] == json!(announcer))
+                });
                 let mine = runs.iter().filter(|(a, _)| *a == announcer).map(|(_, r)| r);
-                sections.push(summarise_failover(announcer, kind, mine.collect()));
+                let mut section = summarise_failover(announcer, kind, mine.collect());
+                section["commit"] = json!(commit());
+                section["date"] = json!(utc_date());
+                sections.push(section);
             }
             report["failover"] = json!({
                 "probe_interval_ms": args.probe_interval_ms,
                 "probe_timeout_ms": args.probe_timeout_ms,
                 "order": "interleaved: each run fails the same replica once announced by each announcer in turn (the victim restarted with the other announcer in between); the two other replicas stay as they are",
+                "strike": "1 s of probes, then a uniformly random 0-1 s more (sections with strike_jitter: true), so the failure falls anywhere in the 1 s keepalive interval",
                 "measures": "time from the failure until the last new connection to the VIP that failed (its start); failed = new connections that failed after the failure; router = until the router's kernel route lost the replica",
                 "results": sections.clone(),
             });
@@ -428,6 +439,7 @@ fn failover_runs(
     kind: Failure,
 ) -> Result<Vec<(Announcer, FailoverRun)>> {
     let mut runs = Vec::new();
+    let mut jitter = Jitter::seeded();
     for run in 0..args.runs {
       for &announcer in announcers {
         let victim = run % REPLICAS;
@@ -444,7 +456,9 @@ fn failover_runs(
             Duration::from_millis(args.probe_interval_ms),
             Duration::from_millis(args.probe_timeout_ms),
         );
-        std::thread::sleep(Duration::from_secs(1));
+        // Anywhere in the keepalive interval: a silent failure's detection
+        // depends on how long ago the last keepalive left.
+        std::thread::sleep(Duration::from_secs(1) + jitter.next_within(Duration::from_secs(1)));
         let struck = Instant::now();
         match kind {
             Failure::Kill => lab.kill_replica(victim)?,
@@ -511,11 +525,33 @@ fn failover_runs(
     Ok(runs)
 }
 
+/// A small xorshift generator: uniform delays, no crate for it.
+struct Jitter(u64);
+
+impl Jitter {
+    fn seeded() -> Jitter {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() as u64)
+            .unwrap_or(1);
+        Jitter(nanos | 1)
+    }
+
+    /// Uniform in [0, bound).
+    fn next_within(&mut self, bound: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        bound.mul_f64((self.0 >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
 fn summarise_failover(announcer: Announcer, kind: Failure, runs: Vec<&FailoverRun>) -> Value {
     let worst = |f: fn(&FailoverRun) -> f64| runs.iter().map(|r| f(r)).fold(f64::NAN, f64::max);
     json!({
         "announcer": announcer,
         "failure": kind,
+        "strike_jitter": true,
         "runs": runs.len(),
         "median_s": median(runs.iter().map(|r| r.failover_s)),
         "worst_s": worst(|r| r.failover_s),
@@ -1078,4 +1114,25 @@ fn utc_date() -> String {
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map_or_else(|| "undated".to_string(), |d| d.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_below_its_bound_and_spreads() {
+        let mut j = Jitter(0x9e37_79b9_7f4a_7c15);
+        let bound = Duration::from_secs(1);
+        let draws: Vec<Duration> = (0..1000).map(|_| j.next_within(bound)).collect();
+        assert!(draws.iter().all(|d| *d < bound));
+        let low = draws.iter().filter(|d| **d < bound / 2).count();
+        assert!((400..600).contains(&low), "{low} of 1000 in the lower half");
+    }
+
+    #[test]
+    fn find_locates_the_end_of_a_head() {
+        assert_eq!(find(b"HTTP/1.1 200 OK\r\n\r\nbody", b"\r\n\r\n"), Some(15));
+        assert_eq!(find(b"HTTP/1.1 200 OK\r\n", b"\r\n\r\n"), None);
+    }
 }
