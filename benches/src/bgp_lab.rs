@@ -865,12 +865,7 @@ kind: Service
 metadata: {{name: web, namespace: bench}}
 spec: {{ports: [{{name: http, port: 80}}]}}
 ---
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: web-1, namespace: bench, labels: {{kubernetes.io/service-name: web}}}}
-addressType: IPv4
-ports: [{{name: http, port: 3000, protocol: TCP}}]
-endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]
+{web}
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -889,12 +884,22 @@ spec:
   loadBalancerClass: teapot.dev/lb
   ports: [{{name: tcp, port: {L4_PORT}, protocol: TCP}}]
 ---
-apiVersion: discovery.k8s.io/v1
+{stream}
+",
+        web = echo_slice("web", "http"),
+        stream = echo_slice("stream", "tcp"),
+    )
+}
+
+/// The EndpointSlice of `service`: its port `port_name` is the echo
+/// backend on the replica's loopback.
+fn echo_slice(service: &str, port_name: &str) -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {{name: stream-1, namespace: bench, labels: {{kubernetes.io/service-name: stream}}}}
+metadata: {{name: {service}-1, namespace: bench, labels: {{kubernetes.io/service-name: {service}}}}}
 addressType: IPv4
-ports: [{{name: tcp, port: 3000, protocol: TCP}}]
-endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]
-"
+ports: [{{name: {port_name}, port: 3000, protocol: TCP}}]
+endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]"
     )
 }

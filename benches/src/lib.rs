@@ -862,4 +862,5 @@ mod tests {
 pub mod bgp_lab;
 pub mod manifests_proxy;
 pub mod peers;
+pub mod results;
 pub mod stats;

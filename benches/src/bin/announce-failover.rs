@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 use teapot_benches::bgp_lab::{
     self, Announcer, HOST, HTTP_PORT, L4_PORT, L4_VIP, Lab, REPLICAS, VIP, replica_name,
 };
+use teapot_benches::results::utc_date;
 use teapot_benches::stats::median;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -441,86 +442,88 @@ fn failover_runs(
     let mut runs = Vec::new();
     let mut jitter = Jitter::seeded();
     for run in 0..args.runs {
-      for &announcer in announcers {
-        let victim = run % REPLICAS;
-        if lab.announcer(victim) != Some(announcer) {
-            lab.kill_replica(victim)?;
-            lab.start_replica(victim, announcer)?;
+        for &announcer in announcers {
+            let victim = run % REPLICAS;
+            if lab.announcer(victim) != Some(announcer) {
+                lab.kill_replica(victim)?;
+                lab.start_replica(victim, announcer)?;
+                lab.wait_next_hops(&[0, 1, 2], Duration::from_secs(90))?;
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            let others: Vec<usize> = (0..REPLICAS).filter(|&i| i != victim).collect();
+            let probes = Probes::start(
+                rt,
+                vip_http(),
+                Duration::from_millis(args.probe_interval_ms),
+                Duration::from_millis(args.probe_timeout_ms),
+            );
+            // Anywhere in the keepalive interval: a silent failure's detection
+            // depends on how long ago the last keepalive left.
+            std::thread::sleep(Duration::from_secs(1) + jitter.next_within(Duration::from_secs(1)));
+            let struck = Instant::now();
+            match kind {
+                Failure::Kill => lab.kill_replica(victim)?,
+                Failure::Link => lab.link_down(victim)?,
+                Failure::Silent => lab.silence(victim)?,
+            }
+            let router = lab.wait_next_hops(&others, Duration::from_secs(30));
+            let router_s = struck.elapsed().as_secs_f64();
+            // Probes in flight at the switch end within their timeout; the
+            // rest shows no failure lingers.
+            std::thread::sleep(
+                Duration::from_millis(args.probe_timeout_ms) + Duration::from_secs(2),
+            );
+            let log = probes.finish(rt);
+            router?;
+            let after: Vec<&Probe> = log.iter().filter(|p| p.started >= struck).collect();
+            let last_failure = after
+                .iter()
+                .filter(|p| p.result.is_err())
+                .map(|p| p.started)
+                .max();
+            let failover_s = last_failure.map_or(0.0, |t| (t - struck).as_secs_f64());
+            let r = FailoverRun {
+                replica: victim,
+                failover_s,
+                router_s,
+                failed: after.iter().filter(|p| p.result.is_err()).count(),
+                attempts_in_window: last_failure
+                    .map_or(0, |t| after.iter().filter(|p| p.started <= t).count()),
+                failed_before: log
+                    .iter()
+                    .filter(|p| p.started < struck && p.result.is_err())
+                    .count(),
+                attempts_after: after.len(),
+                failures: after
+                    .iter()
+                    .filter_map(|p| Some(((p.started - struck).as_secs_f64(), p.result.err()?)))
+                    .collect(),
+            };
+            println!(
+                "{announcer:?} {kind:?} run {run} (replica {victim}): failover {:.2} s, router {:.2} s, {} of {} new connections failed ({} of {} after the failure; {} before)",
+                r.failover_s,
+                r.router_s,
+                r.failed,
+                r.attempts_in_window,
+                r.failed,
+                r.attempts_after,
+                r.failed_before
+            );
+            if let (Some(first), Some(last)) = (r.failures.first(), r.failures.last()) {
+                println!(
+                    "  failures from {:.3} s ({:?}) to {:.3} s ({:?})",
+                    first.0, first.1, last.0, last.1
+                );
+            }
+            runs.push((announcer, r));
+            match kind {
+                Failure::Kill => lab.start_replica(victim, announcer)?,
+                Failure::Link => lab.link_up(victim)?,
+                Failure::Silent => lab.unsilence(victim)?,
+            }
             lab.wait_next_hops(&[0, 1, 2], Duration::from_secs(90))?;
             std::thread::sleep(Duration::from_secs(2));
         }
-        let others: Vec<usize> = (0..REPLICAS).filter(|&i| i != victim).collect();
-        let probes = Probes::start(
-            rt,
-            vip_http(),
-            Duration::from_millis(args.probe_interval_ms),
-            Duration::from_millis(args.probe_timeout_ms),
-        );
-        // Anywhere in the keepalive interval: a silent failure's detection
-        // depends on how long ago the last keepalive left.
-        std::thread::sleep(Duration::from_secs(1) + jitter.next_within(Duration::from_secs(1)));
-        let struck = Instant::now();
-        match kind {
-            Failure::Kill => lab.kill_replica(victim)?,
-            Failure::Link => lab.link_down(victim)?,
-            Failure::Silent => lab.silence(victim)?,
-        }
-        let router = lab.wait_next_hops(&others, Duration::from_secs(30));
-        let router_s = struck.elapsed().as_secs_f64();
-        // Probes in flight at the switch end within their timeout; the
-        // rest shows no failure lingers.
-        std::thread::sleep(Duration::from_millis(args.probe_timeout_ms) + Duration::from_secs(2));
-        let log = probes.finish(rt);
-        router?;
-        let after: Vec<&Probe> = log.iter().filter(|p| p.started >= struck).collect();
-        let last_failure = after
-            .iter()
-            .filter(|p| p.result.is_err())
-            .map(|p| p.started)
-            .max();
-        let failover_s = last_failure.map_or(0.0, |t| (t - struck).as_secs_f64());
-        let r = FailoverRun {
-            replica: victim,
-            failover_s,
-            router_s,
-            failed: after.iter().filter(|p| p.result.is_err()).count(),
-            attempts_in_window: last_failure
-                .map_or(0, |t| after.iter().filter(|p| p.started <= t).count()),
-            failed_before: log
-                .iter()
-                .filter(|p| p.started < struck && p.result.is_err())
-                .count(),
-            attempts_after: after.len(),
-            failures: after
-                .iter()
-                .filter_map(|p| Some(((p.started - struck).as_secs_f64(), p.result.err()?)))
-                .collect(),
-        };
-        println!(
-            "{announcer:?} {kind:?} run {run} (replica {victim}): failover {:.2} s, router {:.2} s, {} of {} new connections failed ({} of {} after the failure; {} before)",
-            r.failover_s,
-            r.router_s,
-            r.failed,
-            r.attempts_in_window,
-            r.failed,
-            r.attempts_after,
-            r.failed_before
-        );
-        if let (Some(first), Some(last)) = (r.failures.first(), r.failures.last()) {
-            println!(
-                "  failures from {:.3} s ({:?}) to {:.3} s ({:?})",
-                first.0, first.1, last.0, last.1
-            );
-        }
-        runs.push((announcer, r));
-        match kind {
-            Failure::Kill => lab.start_replica(victim, announcer)?,
-            Failure::Link => lab.link_up(victim)?,
-            Failure::Silent => lab.unsilence(victim)?,
-        }
-        lab.wait_next_hops(&[0, 1, 2], Duration::from_secs(90))?;
-        std::thread::sleep(Duration::from_secs(2));
-      }
     }
     Ok(runs)
 }
@@ -1092,28 +1095,7 @@ fn scale(lab: &mut Lab) -> Result<Value> {
 // ---------------------------------------------------------------- misc
 
 fn commit() -> String {
-    std::process::Command::new("git")
-        .args([
-            "-C",
-            env!("CARGO_MANIFEST_DIR"),
-            "rev-parse",
-            "--short",
-            "HEAD",
-        ])
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map_or_else(|| "unknown".into(), |s| s.trim().to_string())
-}
-
-/// Today's UTC date as YYYYMMDD, for the result file's name.
-fn utc_date() -> String {
-    std::process::Command::new("date")
-        .args(["-u", "+%Y%m%d"])
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map_or_else(|| "undated".to_string(), |d| d.trim().to_string())
+    teapot_benches::results::commit(Path::new(env!("CARGO_MANIFEST_DIR")))
 }
 
 #[cfg(test)]
