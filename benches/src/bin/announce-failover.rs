@@ -866,8 +866,7 @@ fn keepalive_load(
             });
         }
         while tasks.join_next().await.is_some() {}
-        let t = tally.lock().expect("tally").clone();
-        t
+        tally.lock().expect("tally").clone()
     })
 }
 
