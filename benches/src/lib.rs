@@ -859,6 +859,8 @@ mod tests {
         );
     }
 }
+pub mod bgp_lab;
 pub mod manifests_proxy;
 pub mod peers;
+pub mod results;
 pub mod stats;

@@ -37,6 +37,7 @@ use teapot_benches::manifests_proxy::{
     Manifests, ManifestsProxy, endpoint_slice as slice, service, tenant,
 };
 use teapot_benches::peers::teapot_bin;
+use teapot_benches::results::utc_date;
 use teapot_benches::stats::percentile;
 use teapot_testkit::client::{Connection, Proto, Request, Transport};
 use teapot_testkit::echo::{EchoIdentity, EchoServer};
@@ -1353,16 +1354,6 @@ fn print_table(attacks: &[Value], checks: &[Value]) {
     }
 }
 
-/// Today's UTC date as YYYYMMDD, for the result file's name.
-fn utc_date() -> String {
-    std::process::Command::new("date")
-        .args(["-u", "+%Y%m%d"])
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map_or_else(|| "undated".to_string(), |d| d.trim().to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1412,10 +1403,5 @@ mod tests {
     fn statuses_lists_every_response_head() {
         let s = statuses(b"HTTP/1.1 200 OK\r\n\r\nHTTP/1.1 400 Bad Request\r\n\r\n");
         assert_eq!(s, [200, 400]);
-    }
-
-    #[test]
-    fn utc_date_is_eight_digits() {
-        assert_eq!(utc_date().len(), 8);
     }
 }
