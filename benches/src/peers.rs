@@ -154,6 +154,37 @@ pub fn peak_rss_kib(pid: u32) -> io::Result<u64> {
     status_field(pid, "VmHWM:")
 }
 
+/// `VmRSS` of a process and its live children (nginx's and HAProxy's
+/// workers), in KiB.
+pub fn tree_rss_kib(pid: u32) -> io::Result<u64> {
+    let mut kib = rss_kib(pid)?;
+    for child in children(pid)? {
+        // A worker may exit between the listing and the read.
+        kib += rss_kib(child).unwrap_or(0);
+    }
+    Ok(kib)
+}
+
+/// The live processes whose parent is `pid`.
+fn children(pid: u32) -> io::Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(f) = stat_fields(child)
+            && f.get(3) == Some(&u64::from(pid))
+        {
+            out.push(child);
+        }
+    }
+    Ok(out)
+}
+
 /// CPU seconds (user + system) a process tree has used: `pid`'s own
 /// threads, its reaped children (old nginx/HAProxy workers after a
 /// reload) and its live children (the workers). From `/proc/*/stat`,
@@ -163,18 +194,9 @@ pub fn cpu_seconds(pid: u32) -> io::Result<f64> {
     let own = stat_fields(pid)?;
     // utime, stime, cutime, cstime: fields 14-17 (1-based).
     let mut ticks: u64 = own.get(13..17).map_or(0, |f| f.iter().sum());
-    for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(child) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for child in children(pid)? {
         // A process may exit between the listing and the read.
-        if let Ok(f) = stat_fields(child)
-            && f.get(3) == Some(&u64::from(pid))
-        {
+        if let Ok(f) = stat_fields(child) {
             ticks += f.get(13..15).map_or(0, |f| f.iter().sum::<u64>());
         }
     }

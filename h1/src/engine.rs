@@ -17,6 +17,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::sync::LazyLock;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -97,6 +98,41 @@ impl Default for EngineConfig {
     }
 }
 
+/// A client connection the engine serves.
+///
+/// An idle keep-alive connection should cost almost nothing: no read
+/// buffer, no response buffer. A stream that can say when it becomes
+/// readable (a TCP socket) lets the engine give its buffers back while it
+/// waits and take fresh ones when the next request arrives, with no extra
+/// system call (the read that found nothing is the one that armed the
+/// wait). Streams that cannot (TLS, test pipes) keep their buffers, as
+/// before.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+    /// Whether [`ClientStream::poll_readable`] means anything.
+    fn tells_readable(&self) -> bool {
+        false
+    }
+
+    /// Ready once a read would find bytes (or the end of the stream).
+    fn poll_readable(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl ClientStream for TcpStream {
+    fn tells_readable(&self) -> bool {
+        true
+    }
+
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_read_ready(cx)
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + ?Sized> ClientStream for Box<T> {}
+
+impl ClientStream for tokio::io::DuplexStream {}
+
 /// Why [`Engine::serve`] returned. The client connection is finished in
 /// every case (the engine handles keep-alive itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,7 +209,7 @@ impl<R: Router, O: Observer> Engine<R, O> {
         shutdown: watch::Receiver<bool>,
     ) -> ConnEnd
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: ClientStream,
     {
         let mut c = Conn {
             engine: self,
@@ -192,6 +228,15 @@ impl<R: Router, O: Observer> Engine<R, O> {
         c.run().await
     }
 }
+
+/// The first read of a connection that waited without a buffer: most
+/// request heads fit, and a larger one grows the buffer to the full
+/// read size.
+const IDLE_READ: usize = 2048;
+
+/// Room for an upstream request head or a response head: most fit, a
+/// larger one grows its buffer.
+const HEAD_CAPACITY: usize = 1024;
 
 /// A growable read buffer with a consumed prefix.
 #[derive(Debug, Default)]
@@ -221,6 +266,30 @@ impl Buf {
     fn clear(&mut self) {
         self.data.clear();
         self.start = 0;
+    }
+
+    /// Gives the memory back (an idle connection's buffer).
+    fn release(&mut self) {
+        *self = Buf::default();
+    }
+
+    fn holds_memory(&self) -> bool {
+        self.data.capacity() > 0
+    }
+
+    /// One read attempt with the buffer already held: `None` when
+    /// nothing is there yet (the attempt armed the stream's readiness).
+    async fn try_read_from<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        chunk: usize,
+    ) -> Option<io::Result<usize>> {
+        let mut read = std::pin::pin!(self.read_from(r, chunk));
+        std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+            Poll::Pending => Poll::Ready(None),
+            Poll::Ready(v) => Poll::Ready(Some(v)),
+        })
+        .await
     }
 
     async fn read_from<R: AsyncRead + Unpin>(
@@ -455,7 +524,7 @@ const IDEMPOTENT: [&str; 6] = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE
 
 impl<S, R, O> Conn<'_, S, R, O>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: ClientStream,
     R: Router,
     O: Observer,
 {
@@ -497,46 +566,11 @@ where
             };
             first = false;
             stats.bytes_in += head_len as u64;
-            let plan = {
-                let Conn {
-                    engine,
-                    info,
-                    inbuf,
-                    up_out,
-                    log,
-                    ..
-                } = self;
-                prepare(
-                    &inbuf.filled()[..head_len],
-                    &engine.config,
-                    &engine.router,
-                    info,
-                    up_out,
-                    log,
-                )
-                .await
-            };
-            self.inbuf.consume(head_len);
-            let next = match plan {
-                Plan::Refuse(r) => {
-                    self.refuse(r, &mut stats).await;
-                    Next::Close(ConnEnd::Closed)
-                }
-                Plan::Local {
-                    respond,
-                    head_request,
-                    unread_body,
-                    client_keepalive,
-                } => {
-                    let keep = client_keepalive && !unread_body && !respond.close;
-                    let next = self.local(&respond, head_request, keep, &mut stats).await;
-                    self.observe(&stats, Outcome::Local(respond.reason), respond.tag.as_ref());
-                    next
-                }
-                // The plan (and what the router put in it, e.g. a
-                // tenant's slot) lives until the request has ended.
-                Plan::Forward(mut plan) => self.forward(&mut plan, &mut stats).await,
-            };
+            // Boxed, once per request: routing and forwarding are most of
+            // the connection's future (a head parsed in place, the upstream
+            // exchange), and an idle keep-alive connection, which only
+            // waits in `read_head`, should not carry them.
+            let next = Box::pin(self.request(head_len, &mut stats)).await;
             self.up_out.clear();
             self.upbuf.clear();
             match next {
@@ -550,6 +584,55 @@ where
                     return end;
                 }
             }
+        }
+    }
+
+    /// One request whose head is the first `head_len` bytes of `inbuf`:
+    /// routed, answered or forwarded.
+    async fn request(&mut self, head_len: usize, stats: &mut Stats) -> Next {
+        // After an idle wait both heads start empty: one allocation each
+        // at the size a head usually takes, not a doubling from nothing.
+        self.up_out.reserve(HEAD_CAPACITY);
+        self.out.reserve(HEAD_CAPACITY);
+        let plan = {
+            let Conn {
+                engine,
+                info,
+                inbuf,
+                up_out,
+                log,
+                ..
+            } = self;
+            prepare(
+                &inbuf.filled()[..head_len],
+                &engine.config,
+                &engine.router,
+                info,
+                up_out,
+                log,
+            )
+            .await
+        };
+        self.inbuf.consume(head_len);
+        match plan {
+            Plan::Refuse(r) => {
+                self.refuse(r, stats).await;
+                Next::Close(ConnEnd::Closed)
+            }
+            Plan::Local {
+                respond,
+                head_request,
+                unread_body,
+                client_keepalive,
+            } => {
+                let keep = client_keepalive && !unread_body && !respond.close;
+                let next = self.local(&respond, head_request, keep, stats).await;
+                self.observe(stats, Outcome::Local(respond.reason), respond.tag.as_ref());
+                next
+            }
+            // The plan (and what the router put in it, e.g. a
+            // tenant's slot) lives until the request has ended.
+            Plan::Forward(mut plan) => self.forward(&mut plan, stats).await,
         }
     }
 
@@ -612,6 +695,49 @@ where
             if partial && stats.bytes_in == 0 {
                 stats.start = Instant::now();
             }
+            if !partial && !self.client.tells_readable() {
+                // No readiness to wait on (TLS): the buffers go back all
+                // the same, and the wait reads into a small one; a larger
+                // head grows it as usual.
+                if self.inbuf.holds_memory() {
+                    match self.inbuf.try_read_from(&mut self.client, chunk).await {
+                        Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
+                        Some(Ok(_)) => continue,
+                        None => self.release_idle(),
+                    }
+                }
+            }
+            if !partial && self.client.tells_readable() {
+                if self.inbuf.holds_memory() {
+                    // A client that pipelines, or answers at once, finds
+                    // the buffer still there.
+                    match self.inbuf.try_read_from(&mut self.client, chunk).await {
+                        Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
+                        Some(Ok(_)) => continue,
+                        None => self.release_idle(),
+                    }
+                }
+                let Conn {
+                    client,
+                    shutdown,
+                    client_reads,
+                    ..
+                } = self;
+                let readable = client_reads.run(
+                    deadline,
+                    std::future::poll_fn(|cx| client.poll_readable(cx)),
+                );
+                let ready = tokio::select! {
+                    biased;
+                    r = readable => r,
+                    () = shutdown_signal(shutdown) => return Err(HeadWait::Shutdown),
+                };
+                match ready {
+                    Err(_) => return Err(HeadWait::Timeout { partial }),
+                    Ok(Err(_)) => return Err(HeadWait::Closed { partial }),
+                    Ok(Ok(())) => {}
+                }
+            }
             let Conn {
                 client,
                 inbuf,
@@ -619,6 +745,12 @@ where
                 client_reads,
                 ..
             } = self;
+            // An idle connection's first read takes a small buffer.
+            let chunk = if inbuf.holds_memory() {
+                chunk
+            } else {
+                IDLE_READ
+            };
             let read = client_reads.run(deadline, inbuf.read_from(client, chunk));
             let n = if partial {
                 read.await
@@ -635,6 +767,18 @@ where
                 Ok(Ok(_)) => {}
             }
         }
+    }
+
+    /// An idle keep-alive connection gives back every buffer it holds for
+    /// requests; the next request takes fresh ones.
+    fn release_idle(&mut self) {
+        self.inbuf.release();
+        self.upbuf.release();
+        self.out = Vec::new();
+        self.up_out = Vec::new();
+        self.log = LogHead::default();
+        // The timers stay: re-arming one per request is what `Deadline`
+        // exists to avoid, and each is a hundred bytes.
     }
 
     /// Writes `out` to the client and clears it.
@@ -1686,6 +1830,23 @@ mod tests {
         let (stream, _peer) = tokio::io::duplex(64);
         let fut = engine.serve(stream, &info, rx);
         is_send(&fut);
+    }
+
+    /// The serve future is allocated once per connection and lives as
+    /// long as it, idle or not: forwarding is boxed per request so that
+    /// an idle keep-alive connection stays small (docs/capacity.md).
+    #[test]
+    fn serve_future_is_small() {
+        let router =
+            |_: &RequestHead<'_>, _: &ConnInfo| Decision::Respond(Respond::new(404, "none", ""));
+        let engine = Engine::new(router, (), EngineConfig::default());
+        let (_tx, rx) = watch::channel(false);
+        let info = ConnInfo::default();
+        let (stream, _peer) = tokio::io::duplex(64);
+        let fut = engine.serve(stream, &info, rx);
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("serve future: {size} bytes");
+        assert!(size <= 1024, "serve future is {size} bytes");
     }
 
     #[test]

@@ -68,7 +68,7 @@ mod tunnel;
 mod wire;
 
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
-pub use engine::{ConnEnd, Engine, EngineConfig};
+pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use router::{

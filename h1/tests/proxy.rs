@@ -931,3 +931,90 @@ async fn early_upstream_response_abandons_the_request_body() {
     assert!(r.closes());
     assert!(c.closed().await);
 }
+
+/// A request head larger than the first read after an idle wait, sent in
+/// pieces with pauses.
+fn big_head(i: usize) -> (String, String) {
+    let head = format!(
+        "GET /b{i} HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(5000)
+    );
+    let (first, rest) = head.split_at(100);
+    (first.to_string(), rest.to_string())
+}
+
+/// An idle keep-alive connection gives its buffers back and takes new ones
+/// at its next request (on a socket the engine waits on readiness): heads
+/// larger than the first read, arriving in pieces after a pause, are read
+/// whole, and the pooled upstream connection is still reused.
+#[tokio::test]
+async fn requests_after_an_idle_wait_are_read_whole_on_a_socket() {
+    let (up, rec) = backend(echo_path()).await;
+    let p = proxy(to(up), EngineConfig::default()).await;
+    let mut c = Client::connect(p.addr).await;
+    for i in 0..3 {
+        c.send(format!("GET /a{i} HTTP/1.1\r\nHost: a\r\n\r\n"))
+            .await;
+        assert_eq!(c.response(false).await.text(), format!("/a{i}"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (first, rest) = big_head(i);
+        c.send(first).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c.send(rest).await;
+        assert_eq!(c.response(false).await.text(), format!("/b{i}"));
+    }
+    let got = rec.requests();
+    assert_eq!(got.len(), 6);
+    assert_eq!(got[1].header("x-big").map(str::len), Some(5000));
+    assert_eq!(rec.conns(), 1, "one pooled upstream connection reused");
+}
+
+/// The same over a stream that cannot tell readiness (a pipe, like TLS):
+/// the buffers go back and the wait reads into a small one.
+#[tokio::test]
+async fn requests_after_an_idle_wait_are_read_whole_on_a_pipe() {
+    let (up, rec) = backend(echo_path()).await;
+    let engine = Arc::new(teapot_h1::Engine::new(to(up), (), EngineConfig::default()));
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let (_tx, shutdown) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let info = teapot_h1::ConnInfo::default();
+        engine.serve(server, &info, shutdown).await
+    });
+    let mut read = Vec::new();
+    let mut response = async |client: &mut tokio::io::DuplexStream| -> String {
+        loop {
+            if let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&read[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().unwrap())
+                    .unwrap();
+                if read.len() >= end + 4 + len {
+                    let body = String::from_utf8_lossy(&read[end + 4..end + 4 + len]).into_owned();
+                    read.drain(..end + 4 + len);
+                    return body;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = client.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed");
+            read.extend_from_slice(&chunk[..n]);
+        }
+    };
+    for i in 0..3 {
+        client
+            .write_all(format!("GET /a{i} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(response(&mut client).await, format!("/a{i}"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (first, rest) = big_head(i);
+        client.write_all(first.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        client.write_all(rest.as_bytes()).await.unwrap();
+        assert_eq!(response(&mut client).await, format!("/b{i}"));
+    }
+    assert_eq!(rec.requests()[5].header("x-big").map(str::len), Some(5000));
+}

@@ -77,6 +77,9 @@ struct Args {
     /// Concurrent clients of the TLS handshake run.
     #[arg(long, default_value_t = 16)]
     tls_clients: usize,
+    /// Connections of the idle-connection runs (idle-h1, idle-tls), per target.
+    #[arg(long, default_value_t = 4000)]
+    idle_connections: usize,
     /// Configuration changes per second during the churn run.
     #[arg(long, default_value_t = 20.0)]
     churn: f64,
@@ -162,15 +165,19 @@ enum Test {
     H2,
     TlsHandshakes,
     Churn,
+    IdleH1,
+    IdleTls,
 }
 
-const TESTS: [Test; 6] = [
+const TESTS: [Test; 8] = [
     Test::H1Static,
     Test::H1Echo,
     Test::FixedRate,
     Test::H2,
     Test::TlsHandshakes,
     Test::Churn,
+    Test::IdleH1,
+    Test::IdleTls,
 ];
 
 impl Test {
@@ -182,6 +189,8 @@ impl Test {
             Test::H2 => "h2",
             Test::TlsHandshakes => "tls-handshakes",
             Test::Churn => "churn",
+            Test::IdleH1 => "idle-h1",
+            Test::IdleTls => "idle-tls",
         }
     }
 
@@ -191,6 +200,7 @@ impl Test {
             Test::H1Static | Test::H1Echo | Test::H2 => ("req_per_s", true),
             Test::TlsHandshakes => ("handshakes_per_s", true),
             Test::FixedRate | Test::Churn => ("p99_ms", false),
+            Test::IdleH1 | Test::IdleTls => (KIB_PER_CONNECTION, false),
         }
     }
 
@@ -202,7 +212,7 @@ impl Test {
             Test::H1Static | Test::H1Echo | Test::H2 => Some("req_per_s"),
             Test::TlsHandshakes => Some("handshakes_per_s"),
             Test::FixedRate => Some("achieved_per_s"),
-            Test::Churn => None,
+            Test::Churn | Test::IdleH1 | Test::IdleTls => None,
         }
     }
 
@@ -216,9 +226,9 @@ impl Test {
         rows
     }
 
-    /// Config churn has no meaning without a proxy.
+    /// Config churn and a proxy's memory have no meaning without a proxy.
     fn applies_to(self, target: Target) -> bool {
-        !(self == Test::Churn && target == Target::Direct)
+        !(matches!(self, Test::Churn | Test::IdleH1 | Test::IdleTls) && target == Target::Direct)
     }
 }
 
@@ -425,7 +435,14 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
     )?;
     std::fs::write(manifests.join("churn.yaml"), churn_ingress(0))?;
     let threads = args.threads.to_string();
-    let mut teapot_args = vec!["--threads", threads.as_str()];
+    // Every client of the bench is 127.0.0.1: the per-client cap would
+    // refuse the idle-connection runs' thousands of connections.
+    let mut teapot_args = vec![
+        "--threads",
+        threads.as_str(),
+        "--max-connections-per-client",
+        "0",
+    ];
     teapot_args.extend(args.teapot_arg.iter().map(String::as_str));
     let access_log = [
         format!("--access-log={}", args.access_log),
@@ -902,6 +919,18 @@ async fn measure(
         Test::TlsHandshakes => {
             tls_handshakes(p.https, &fleet.cert_der, args.tls_clients, secs).await
         }
+        Test::IdleH1 | Test::IdleTls => {
+            let pid = match target {
+                Target::Teapot => Some(fleet.teapot.pid()),
+                Target::Nginx => fleet.nginx.pid(),
+                Target::Haproxy => fleet.haproxy.pid(),
+                Target::Direct => None,
+            }
+            .context("the proxy's pid")?;
+            let tls = (test == Test::IdleTls).then_some(fleet.cert_der.as_slice());
+            let port = if tls.is_some() { p.https } else { p.http };
+            idle_connections(pid, port, tls, args.idle_connections).await
+        }
         Test::Churn => {
             let reloads_before = teapot_reloads(fleet).await;
             let changes = Arc::new(AtomicU64::new(0));
@@ -949,6 +978,124 @@ async fn measure(
             // Old nginx/HAProxy workers finish draining before the next run.
             tokio::time::sleep(Duration::from_secs(1)).await;
             Ok(v)
+        }
+    }
+}
+
+/// KiB of the proxy's RSS (its whole process tree) per idle connection.
+const KIB_PER_CONNECTION: &str = "kib_per_conn";
+
+/// Longer than teapot's allocator purge delay (`MIMALLOC_PURGE_DELAY`,
+/// 10 s): freed memory it still keeps is not charged to the connections.
+const IDLE_SETTLE: Duration = Duration::from_secs(12);
+
+/// Opens `n` connections to `port`, each with one keep-alive request
+/// answered and then left idle, and charges the growth of the proxy's RSS
+/// (its process tree: nginx's and HAProxy's workers included) to them.
+/// The same method for every target, measured after the same settling
+/// time before and after.
+async fn idle_connections(
+    pid: u32,
+    port: u16,
+    tls: Option<&[u8]>,
+    n: usize,
+) -> anyhow::Result<Values> {
+    let connector = match tls {
+        Some(cert_der) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(rustls::pki_types::CertificateDer::from(cert_der.to_vec()))?;
+            let mut config =
+                rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
+        }
+        None => None,
+    };
+    let name = rustls::pki_types::ServerName::try_from(STATIC_HOST)?;
+    let request = format!("GET {STATIC_PATH} HTTP/1.1\r\nHost: {STATIC_HOST}\r\n\r\n");
+    tokio::time::sleep(IDLE_SETTLE).await;
+    let before = peers::tree_rss_kib(pid)?;
+    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::with_capacity(n);
+    let mut failed = 0usize;
+    // A few hundred at a time, as a crowd of clients arrives.
+    for batch in (0..n).collect::<Vec<_>>().chunks(200) {
+        let mut opening = tokio::task::JoinSet::new();
+        for _ in batch {
+            let (connector, name, request) = (connector.clone(), name.clone(), request.clone());
+            opening.spawn(async move {
+                let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+                tcp.set_nodelay(true)?;
+                let held: Box<dyn std::any::Any + Send> = match connector {
+                    Some(c) => {
+                        let mut tls = c.connect(name, tcp).await?;
+                        one_keepalive_exchange(&mut tls, &request).await?;
+                        Box::new(tls)
+                    }
+                    None => {
+                        let mut tcp = tcp;
+                        one_keepalive_exchange(&mut tcp, &request).await?;
+                        Box::new(tcp)
+                    }
+                };
+                anyhow::Ok(held)
+            });
+        }
+        let opened = opening.join_all().await;
+        for o in opened {
+            match o {
+                Ok(h) => held.push(h),
+                Err(_) => failed += 1,
+            }
+        }
+    }
+    tokio::time::sleep(IDLE_SETTLE).await;
+    let after = peers::tree_rss_kib(pid)?;
+    let open = held.len();
+    drop(held);
+    if open == 0 {
+        bail!("no idle connection could be opened ({failed} failed)");
+    }
+    let mut v = Values::new();
+    v.insert("connections", open as f64);
+    v.insert("failed", failed as f64);
+    v.insert("rss_before_mib", before as f64 / 1024.0);
+    v.insert("rss_after_mib", after as f64 / 1024.0);
+    v.insert(
+        KIB_PER_CONNECTION,
+        after.saturating_sub(before) as f64 / open as f64,
+    );
+    // The closed connections' memory goes back before the next run.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok(v)
+}
+
+/// One request and its whole response (`Content-Length` framed), leaving
+/// the connection open and idle.
+async fn one_keepalive_exchange<S>(s: &mut S, request: &str) -> anyhow::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    s.write_all(request.as_bytes()).await?;
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        let mut chunk = [0u8; 1024];
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("closed before the response ended");
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = find(&buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .context("a response without Content-Length")?;
+            if buf.len() >= end + 4 + len {
+                return Ok(());
+            }
         }
     }
 }

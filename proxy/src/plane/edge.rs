@@ -23,9 +23,11 @@ use async_trait::async_trait;
 use pingora_core::apps::ServerApp;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
+use teapot_h1::ConnInfo;
 pub use teapot_h1::scan::{
     H1Framing, HeadLimits, Refusal, body_limit, is_authority, is_field_value, is_tchar, scan_h1,
 };
+use tokio::net::TcpStream;
 
 use crate::plane::h1::H1Engine;
 
@@ -320,6 +322,22 @@ pub struct EdgeApp<A> {
     h2c: bool,
 }
 
+// Every field is shared: a clone is the same application (the plain
+// listener's accept loop and the HTTPS listener's Pingora service of one
+// thread hold one each).
+impl<A> Clone for EdgeApp<A> {
+    fn clone(&self) -> Self {
+        EdgeApp {
+            h2: self.h2.clone(),
+            h1: self.h1.clone(),
+            config: self.config.clone(),
+            table: self.table.clone(),
+            metrics: self.metrics.clone(),
+            h2c: self.h2c,
+        }
+    }
+}
+
 impl<A> std::fmt::Debug for EdgeApp<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EdgeApp")
@@ -362,6 +380,42 @@ impl<A> EdgeApp<A> {
 }
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+impl EdgeApp<crate::plane::h2::H2Server> {
+    /// One plain-HTTP connection from teapot's own accept loop
+    /// (crate::plane::serving): the same slot and the same split as
+    /// [`ServerApp::process_new`], on the bare socket. The HTTP/1 engine
+    /// gets the `TcpStream` itself, so an idle keep-alive connection waits
+    /// on the socket's readiness holding no buffer.
+    pub async fn serve_tcp(self: Arc<Self>, tcp: TcpStream, shutdown: ShutdownWatch) {
+        // Heads and small answers go out at once, as Pingora's listener did.
+        let _ = tcp.set_nodelay(true);
+        let client = tcp.peer_addr().ok();
+        let _slot = match self.table.admit(client.map(|a| a.ip()), &self.config) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                self.metrics.refused(refusal);
+                return;
+            }
+        };
+        let info = ConnInfo {
+            client,
+            local: tcp.local_addr().ok(),
+            ..ConnInfo::default()
+        };
+        if self.h2c {
+            let mut buf = [0u8; H2_PREFACE.len()];
+            if matches!(tcp.peek(&mut buf).await, Ok(n) if n == buf.len()) && buf == H2_PREFACE {
+                // Boxed: HTTP/2's connection future is several times the
+                // HTTP/1 engine's, and every plain connection's task would
+                // otherwise be sized for it.
+                Box::pin(self.h2.serve(tcp, &info, shutdown)).await;
+                return;
+            }
+        }
+        self.h1.serve(tcp, &info, shutdown).await;
+    }
+}
 
 #[async_trait]
 impl<A> ServerApp for EdgeApp<A>

@@ -102,7 +102,10 @@ impl H2Server {
     /// Serves one HTTP/2 connection until the client closes it, it stays
     /// idle past the idle timeout, or `shutdown` asks it to drain (GOAWAY,
     /// streams in flight finish).
-    pub async fn serve(&self, io: Stream, conn: &ConnInfo, mut shutdown: ShutdownWatch) {
+    pub async fn serve<T>(&self, io: T, conn: &ConnInfo, mut shutdown: ShutdownWatch)
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
         let handshake = self.options.handshake::<_, Bytes>(io);
         let mut h2 = match tokio::time::timeout(self.handshake_timeout, handshake).await {
             Ok(Ok(h2)) => h2,

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use pingora_core::apps::ServerApp;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
 use pingora_core::server::Fds;
@@ -104,40 +103,87 @@ fn reuse_port_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(socket.into())
 }
 
-/// One thread's Pingora service over its sockets. `tls` builds the HTTPS
+/// What one serving thread runs: teapot's own accept loop on the plain
+/// HTTP socket, Pingora's TLS listener on the HTTPS socket, one
+/// application for both.
+pub struct ThreadServing {
+    app: Arc<Edge>,
+    http: Option<TcpListener>,
+    https: Option<(Service<Edge>, Fds)>,
+}
+
+/// The serving threads' application.
+pub type Edge = crate::plane::edge::EdgeApp<crate::plane::h2::H2Server>;
+
+/// One thread's listeners over its sockets. `tls` builds the HTTPS
 /// listener's settings (each thread needs its own: they are consumed).
-pub fn service<A>(
-    app: A,
+pub fn service(
+    app: Edge,
     sockets: ThreadSockets,
     tls: &dyn Fn() -> Result<TlsSettings, Error>,
-) -> Result<(Service<A>, Fds), Error>
-where
-    A: ServerApp + Send + Sync + 'static,
-{
-    let mut service = Service::new("teapot".to_string(), app);
-    let mut fds = Fds::new();
-    // Pingora adopts a socket by its address string; it must be
-    // non-blocking for tokio.
-    let mut hand_over = |listener: TcpListener| -> Result<String, Error> {
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?.to_string();
-        fds.add(addr.clone(), listener.into_raw_fd());
-        Ok(addr)
+) -> Result<ThreadServing, Error> {
+    let https = match sockets.https {
+        Some(l) => {
+            let mut service = Service::new("teapot".to_string(), app.clone());
+            let mut fds = Fds::new();
+            // Pingora adopts a socket by its address string; it must be
+            // non-blocking for tokio.
+            l.set_nonblocking(true)?;
+            let addr = l.local_addr()?.to_string();
+            fds.add(addr.clone(), l.into_raw_fd());
+            // No Pingora stream buffer under rustls either: 64 KiB per
+            // connection, idle or not, for fewer system calls on large
+            // uploads (rustls reads 4 KiB of records at a time without
+            // it). An edge holds far more idle connections than uploads.
+            service.add_listener(
+                ListenerConfig::tcp(&addr)
+                    .tls(tls()?)
+                    .l4_buffer(L4BufferSettings::unbuffered()),
+            );
+            Some((service, fds))
+        }
+        None => None,
     };
-    if let Some(l) = sockets.http {
-        let addr = hand_over(l)?;
-        // Pingora's default puts a 64 KiB read buffer (zeroed, per
-        // connection) and a 1,460-byte write buffer between the socket and
-        // the engine. The engine reads into its own reused 16 KiB buffer and
-        // writes whole heads, so those buffers only added a copy each way
-        // per request and 64 KiB to every idle keep-alive connection.
-        service.add_listener(ListenerConfig::tcp(addr).l4_buffer(L4BufferSettings::unbuffered()));
+    Ok(ThreadServing {
+        app: Arc::new(app),
+        http: sockets.http,
+        https,
+    })
+}
+
+/// Accepts plain HTTP connections until `stop` turns `true`, each on a
+/// task of this thread that holds the bare socket and the engine's small
+/// per-connection state, nothing else (docs/capacity.md, "Idle
+/// connections"). Pingora's listener put a stream wrapper, a socket
+/// digest, a handshake timer and a task sized for a TLS handshake on
+/// every connection; plain HTTP needs none of them.
+pub async fn accept_plain(listener: TcpListener, app: Arc<Edge>, mut stop: watch::Receiver<bool>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "plain HTTP listener");
+            return;
+        }
+    };
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((tcp, _)) => {
+                tokio::spawn(app.clone().serve_tcp(tcp, stop.clone()));
+            }
+            // Out of file descriptors: accepting again would fail at
+            // once and spin; connections closing free some.
+            Err(e) if e.raw_os_error() == Some(24) || e.raw_os_error() == Some(23) => {
+                tracing::warn!(error = %e, "accept: out of file descriptors, pausing 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "accept"),
+        }
     }
-    if let Some(l) = sockets.https {
-        let addr = hand_over(l)?;
-        service.add_tls_with_settings(&addr, None, tls()?);
-    }
-    Ok((service, fds))
 }
 
 /// The running serving threads.
@@ -151,29 +197,30 @@ pub struct ServingThreads {
 impl ServingThreads {
     /// Starts one thread per service. Each accepts until `stop` turns
     /// `true`; its connections see the same signal.
-    pub fn start<A>(
-        services: Vec<(Service<A>, Fds)>,
-        stop: watch::Receiver<bool>,
-    ) -> Result<Self, Error>
-    where
-        A: ServerApp + Send + Sync + 'static,
-    {
+    pub fn start(services: Vec<ThreadServing>, stop: watch::Receiver<bool>) -> Result<Self, Error> {
         let (release, released) = watch::channel(false);
         let mut threads = Vec::with_capacity(services.len());
         let mut closed = Vec::with_capacity(services.len());
-        for (i, (mut service, fds)) in services.into_iter().enumerate() {
+        for (i, serving) in services.into_iter().enumerate() {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             let stop = stop.clone();
             let mut released = released.clone();
             let (closed_tx, closed_rx) = oneshot::channel();
-            let fds = Arc::new(parking_lot::Mutex::new(fds));
             let thread = std::thread::Builder::new()
                 .name(format!("teapot-serve-{i}"))
                 .spawn(move || {
                     runtime.block_on(async move {
-                        service.start_service(Some(fds), stop, 1).await;
+                        let ThreadServing { app, http, https } = serving;
+                        let plain = http.map(|l| tokio::spawn(accept_plain(l, app, stop.clone())));
+                        if let Some((mut service, fds)) = https {
+                            let fds = Arc::new(parking_lot::Mutex::new(fds));
+                            service.start_service(Some(fds), stop, 1).await;
+                        }
+                        if let Some(plain) = plain {
+                            let _ = plain.await;
+                        }
                         let _ = closed_tx.send(());
                         // Connections in flight finish on this runtime.
                         let _ = released.wait_for(|r| *r).await;
