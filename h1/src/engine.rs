@@ -542,7 +542,7 @@ where
         let mut first = true;
         loop {
             let mut stats = Stats::new(last_end);
-            let head_len = match self.read_head(deadline, &mut stats).await {
+            let head_len = match self.read_head(deadline, first, &mut stats).await {
                 Ok(n) => n,
                 Err(HeadWait::Closed { partial }) => {
                     if partial {
@@ -658,7 +658,17 @@ where
     }
 
     /// Reads until `inbuf` starts with a complete head; returns its length.
-    async fn read_head(&mut self, deadline: Instant, stats: &mut Stats) -> Result<usize, HeadWait> {
+    ///
+    /// Shutdown ends the wait between requests, not before the first: the
+    /// client connected to be served (a replica handing its traffic over
+    /// still accepts until the routers have moved), and the header-read
+    /// deadline bounds that wait.
+    async fn read_head(
+        &mut self,
+        deadline: Instant,
+        first: bool,
+        stats: &mut Stats,
+    ) -> Result<usize, HeadWait> {
         let limits = &self.engine.config.limits;
         let chunk = self.engine.config.read_chunk;
         let mut scanned = 0usize;
@@ -730,7 +740,7 @@ where
                 let ready = tokio::select! {
                     biased;
                     r = readable => r,
-                    () = shutdown_signal(shutdown) => return Err(HeadWait::Shutdown),
+                    () = shutdown_signal(shutdown), if !first => return Err(HeadWait::Shutdown),
                 };
                 match ready {
                     Err(_) => return Err(HeadWait::Timeout { partial }),
@@ -758,7 +768,7 @@ where
                 tokio::select! {
                     biased;
                     r = read => r,
-                    () = shutdown_signal(shutdown) => return Err(HeadWait::Shutdown),
+                    () = shutdown_signal(shutdown), if !first => return Err(HeadWait::Shutdown),
                 }
             };
             match n {

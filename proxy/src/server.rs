@@ -240,6 +240,12 @@ pub async fn run(
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Connections finish on their own signal, sent before the routers
+    // are told: a replica whose routes are moving away closes its
+    // keep-alive connections at response boundaries (and sends HTTP/2
+    // GOAWAY) while it still accepts, so no client's next request rides
+    // a connection the routers now send elsewhere.
+    let (drain_tx, drain_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
     // Announces nothing until ready; a bad setting fails here, before
     // anything serves.
@@ -305,7 +311,8 @@ pub async fn run(
         config.edge.clone(),
         metrics.clone(),
         config.h2c,
-    );
+    )
+    .with_drain(drain_rx);
     let tls = || -> Result<TlsSettings, Error> {
         let sni = sni.clone().ok_or_else(|| {
             Error::Io(std::io::Error::other(
@@ -426,6 +433,7 @@ pub async fn run(
     // connections to the other replicas while this one still serves, then
     // the routes go; L2 addresses pass to their next owners before they
     // leave this replica.
+    let _ = drain_tx.send(true);
     if let Some(announcer) = announcer {
         announcer.stop().await;
     }

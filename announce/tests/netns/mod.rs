@@ -242,7 +242,13 @@ impl Replicas {
         let peer = |router: &str| format!("{router},{ROUTER_ASN},hold=3,keepalive=1{peer_options}");
         let child = Command::new("ip")
             .args(["netns", "exec", &self.speakers[i]])
-            .args([env!("CARGO_BIN_EXE_teapot-announce"), "bgp"])
+            .args([
+                // `option_env!`: teapot's own tests include this file for
+                // its generic half and never start a speaker (outside
+                // teapot-announce's tests, one on PATH would be used).
+                option_env!("CARGO_BIN_EXE_teapot-announce").unwrap_or("teapot-announce"),
+                "bgp",
+            ])
             .args(["--asn", &SPEAKER_ASN.to_string()])
             .args(["--peer", &peer(link.router4), "--peer", &peer(link.router6)])
             .args(["--announce", VIP4, "--announce", VIP6])

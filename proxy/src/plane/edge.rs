@@ -320,6 +320,10 @@ pub struct EdgeApp<A> {
     table: Arc<ConnectionTable>,
     metrics: crate::plane::metrics::Metrics,
     h2c: bool,
+    /// When set, what tells connections to finish (keep-alive off, HTTP/2
+    /// GOAWAY) instead of the listener's stop: a replica handing its
+    /// addresses over drains its connections while it still accepts.
+    drain: Option<ShutdownWatch>,
 }
 
 // Every field is shared: a clone is the same application (the plain
@@ -334,6 +338,7 @@ impl<A> Clone for EdgeApp<A> {
             table: self.table.clone(),
             metrics: self.metrics.clone(),
             h2c: self.h2c,
+            drain: self.drain.clone(),
         }
     }
 }
@@ -361,7 +366,19 @@ impl<A> EdgeApp<A> {
             table: Arc::new(ConnectionTable::default()),
             metrics,
             h2c,
+            drain: None,
         }
+    }
+
+    /// Connections finish on `drain` rather than on the listener's stop.
+    pub fn with_drain(mut self, drain: ShutdownWatch) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    /// The signal this connection finishes on.
+    fn finish_on(&self, listener_stop: &ShutdownWatch) -> ShutdownWatch {
+        self.drain.clone().unwrap_or_else(|| listener_stop.clone())
     }
 
     /// The application of another serving thread (crate::plane::serving):
@@ -375,6 +392,7 @@ impl<A> EdgeApp<A> {
             table: self.table.clone(),
             metrics: self.metrics.clone(),
             h2c: self.h2c,
+            drain: self.drain.clone(),
         }
     }
 }
@@ -387,7 +405,9 @@ impl EdgeApp<crate::plane::h2::H2Server> {
     /// [`ServerApp::process_new`], on the bare socket. The HTTP/1 engine
     /// gets the `TcpStream` itself, so an idle keep-alive connection waits
     /// on the socket's readiness holding no buffer.
-    pub async fn serve_tcp(self: Arc<Self>, tcp: TcpStream, shutdown: ShutdownWatch) {
+    pub async fn serve_tcp(self: Arc<Self>, tcp: TcpStream, stop: ShutdownWatch) {
+        let shutdown = self.finish_on(&stop);
+        drop(stop);
         // Heads and small answers go out at once, as Pingora's listener did.
         let _ = tcp.set_nodelay(true);
         let client = tcp.peer_addr().ok();
@@ -453,10 +473,10 @@ where
         if h2 {
             // HTTP/2 has its own idle timeout; its streams are futures of
             // the connection's task (crate::plane::h2).
-            return self.h2.process_new(stream, shutdown).await;
+            return self.h2.process_new(stream, &self.finish_on(shutdown)).await;
         }
         let info = crate::plane::h1::conn_info(&stream);
-        self.h1.serve(stream, &info, shutdown.clone()).await;
+        self.h1.serve(stream, &info, self.finish_on(shutdown)).await;
         None
     }
 
