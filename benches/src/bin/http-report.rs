@@ -1001,16 +1001,9 @@ async fn idle_connections(
     n: usize,
 ) -> anyhow::Result<Values> {
     let connector = match tls {
-        Some(cert_der) => {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(rustls::pki_types::CertificateDer::from(cert_der.to_vec()))?;
-            let mut config =
-                rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
-                    .with_root_certificates(roots)
-                    .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
-        }
+        Some(cert_der) => Some(tokio_rustls::TlsConnector::from(Arc::new(
+            tls13_http1_client(cert_der)?,
+        ))),
         None => None,
     };
     let name = rustls::pki_types::ServerName::try_from(STATIC_HOST)?;
@@ -1279,20 +1272,27 @@ fn parse_h2load(text: &str) -> anyhow::Result<Values> {
 /// handshake (resumption off, so never a PSK), one `Connection: close`
 /// request, read to the end. h2load cannot do this: in duration mode it
 /// stalls once servers close its connections.
-async fn tls_handshakes(
-    port: u16,
-    cert_der: &[u8],
-    clients: usize,
-    seconds: f64,
-) -> anyhow::Result<Values> {
+/// A TLS 1.3 client that trusts the bench's certificate and asks for
+/// HTTP/1.1.
+fn tls13_http1_client(cert_der: &[u8]) -> anyhow::Result<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(rustls::pki_types::CertificateDer::from(cert_der.to_vec()))?;
     let mut config =
         rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
             .with_root_certificates(roots)
             .with_no_client_auth();
-    config.resumption = rustls::client::Resumption::disabled();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+async fn tls_handshakes(
+    port: u16,
+    cert_der: &[u8],
+    clients: usize,
+    seconds: f64,
+) -> anyhow::Result<Values> {
+    let mut config = tls13_http1_client(cert_der)?;
+    config.resumption = rustls::client::Resumption::disabled();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = rustls::pki_types::ServerName::try_from(STATIC_HOST)?;
     let request =
