@@ -705,6 +705,8 @@ where
             if partial && stats.bytes_in == 0 {
                 stats.start = Instant::now();
             }
+            // Until the first byte, the end of the previous response.
+            let idle_since = stats.start;
             if !partial && !self.client.tells_readable() {
                 // No readiness to wait on (TLS): the buffers go back all
                 // the same, and the wait reads into a small one; a larger
@@ -740,7 +742,7 @@ where
                 let ready = tokio::select! {
                     biased;
                     r = readable => r,
-                    () = shutdown_signal(shutdown), if !first => return Err(HeadWait::Shutdown),
+                    () = drained(shutdown, idle_since), if !first => return Err(HeadWait::Shutdown),
                 };
                 match ready {
                     Err(_) => return Err(HeadWait::Timeout { partial }),
@@ -768,7 +770,7 @@ where
                 tokio::select! {
                     biased;
                     r = read => r,
-                    () = shutdown_signal(shutdown), if !first => return Err(HeadWait::Shutdown),
+                    () = drained(shutdown, idle_since), if !first => return Err(HeadWait::Shutdown),
                 }
             };
             match n {
@@ -1325,6 +1327,19 @@ where
         self.observe(stats, Outcome::Upgraded, tag);
         Next::Close(ConnEnd::Upgraded)
     }
+}
+
+/// How long a connection that has just answered may still send its next
+/// request once shutdown begins: that request is served with
+/// `Connection: close` instead of racing the close of an idle
+/// connection (a client that sends as the server closes sees its request
+/// fail with no response byte). Longer idle connections close at once.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_millis(250);
+
+/// Shutdown, for a connection idle since `idle_since`.
+async fn drained(rx: &mut watch::Receiver<bool>, idle_since: Instant) {
+    shutdown_signal(rx).await;
+    tokio::time::sleep_until(idle_since + IDLE_CLOSE_GRACE).await;
 }
 
 async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {

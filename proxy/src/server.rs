@@ -33,6 +33,11 @@ use crate::plane::metrics::Metrics;
 use crate::plane::proxy::{Router, UpstreamOptions};
 use crate::plane::tls::SniResolver;
 
+/// Between telling connections to finish and telling the routers: long
+/// enough for a busy keep-alive connection's next request to be answered
+/// with `Connection: close` and for idle ones to be closed.
+const DRAIN_LEAD: Duration = Duration::from_millis(500);
+
 /// Everything `teapot proxy` is configured with, apart from sockets.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
@@ -435,6 +440,10 @@ pub async fn run(
     // leave this replica.
     let _ = drain_tx.send(true);
     if let Some(announcer) = announcer {
+        // Connections in use answer their next request with
+        // `Connection: close` (HTTP/1 grants a quarter of a second for it,
+        // teapot_h1's IDLE_CLOSE_GRACE) before the routes move.
+        tokio::time::sleep(DRAIN_LEAD).await;
         announcer.stop().await;
     }
     if let Some(t) = ready_task {

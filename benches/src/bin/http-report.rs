@@ -167,10 +167,12 @@ enum Test {
     Churn,
     IdleH1,
     IdleTls,
+    H1Close,
 }
 
-const TESTS: [Test; 8] = [
+const TESTS: [Test; 9] = [
     Test::H1Static,
+    Test::H1Close,
     Test::H1Echo,
     Test::FixedRate,
     Test::H2,
@@ -191,13 +193,14 @@ impl Test {
             Test::Churn => "churn",
             Test::IdleH1 => "idle-h1",
             Test::IdleTls => "idle-tls",
+            Test::H1Close => "h1-close",
         }
     }
 
     /// The number the ratios are taken on, and whether higher is better.
     fn headline(self) -> (&'static str, bool) {
         match self {
-            Test::H1Static | Test::H1Echo | Test::H2 => ("req_per_s", true),
+            Test::H1Static | Test::H1Echo | Test::H1Close | Test::H2 => ("req_per_s", true),
             Test::TlsHandshakes => ("handshakes_per_s", true),
             Test::FixedRate | Test::Churn => ("p99_ms", false),
             Test::IdleH1 | Test::IdleTls => (KIB_PER_CONNECTION, false),
@@ -209,7 +212,7 @@ impl Test {
     /// churn, whose run also waits for the last change.
     fn rate_metric(self) -> Option<&'static str> {
         match self {
-            Test::H1Static | Test::H1Echo | Test::H2 => Some("req_per_s"),
+            Test::H1Static | Test::H1Echo | Test::H1Close | Test::H2 => Some("req_per_s"),
             Test::TlsHandshakes => Some("handshakes_per_s"),
             Test::FixedRate => Some("achieved_per_s"),
             Test::Churn | Test::IdleH1 | Test::IdleTls => None,
@@ -887,8 +890,30 @@ async fn measure(
     let p = fleet.ports[&target];
     let secs = args.seconds();
     match test {
-        Test::H1Static => wrk(&fleet.tools.wrk, args, p.http, STATIC_HOST, STATIC_PATH).await,
-        Test::H1Echo => wrk(&fleet.tools.wrk, args, p.echo, ECHO_HOST, "/").await,
+        Test::H1Static => {
+            wrk(
+                &fleet.tools.wrk,
+                args,
+                p.http,
+                STATIC_HOST,
+                STATIC_PATH,
+                false,
+            )
+            .await
+        }
+        // A new connection per request: the accept path's cost.
+        Test::H1Close => {
+            wrk(
+                &fleet.tools.wrk,
+                args,
+                p.http,
+                STATIC_HOST,
+                STATIC_PATH,
+                true,
+            )
+            .await
+        }
+        Test::H1Echo => wrk(&fleet.tools.wrk, args, p.echo, ECHO_HOST, "/", false).await,
         Test::FixedRate => {
             let r = fixed_rate(
                 p.http,
@@ -1130,8 +1155,19 @@ async fn teapot_reloads(fleet: &Fleet) -> u64 {
         .unwrap_or_default() as u64
 }
 
-async fn wrk(bin: &Path, args: &Args, port: u16, host: &str, path: &str) -> anyhow::Result<Values> {
-    let out = tokio::process::Command::new(bin)
+async fn wrk(
+    bin: &Path,
+    args: &Args,
+    port: u16,
+    host: &str,
+    path: &str,
+    close: bool,
+) -> anyhow::Result<Values> {
+    let mut cmd = tokio::process::Command::new(bin);
+    if close {
+        cmd.args(["-H", "Connection: close"]);
+    }
+    let out = cmd
         .args([
             "-t",
             "1",
