@@ -890,26 +890,16 @@ async fn measure(
     let p = fleet.ports[&target];
     let secs = args.seconds();
     match test {
-        Test::H1Static => {
+        // h1-close: a new connection per request, the accept path's cost.
+        Test::H1Static | Test::H1Close => {
+            let close = test == Test::H1Close;
             wrk(
                 &fleet.tools.wrk,
                 args,
                 p.http,
                 STATIC_HOST,
                 STATIC_PATH,
-                false,
-            )
-            .await
-        }
-        // A new connection per request: the accept path's cost.
-        Test::H1Close => {
-            wrk(
-                &fleet.tools.wrk,
-                args,
-                p.http,
-                STATIC_HOST,
-                STATIC_PATH,
-                true,
+                close,
             )
             .await
         }
