@@ -707,28 +707,19 @@ where
             }
             // Until the first byte, the end of the previous response.
             let idle_since = stats.start;
-            if !partial && !self.client.tells_readable() {
-                // No readiness to wait on (TLS): the buffers go back all
-                // the same, and the wait reads into a small one; a larger
-                // head grows it as usual.
-                if self.inbuf.holds_memory() {
-                    match self.inbuf.try_read_from(&mut self.client, chunk).await {
-                        Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
-                        Some(Ok(_)) => continue,
-                        None => self.release_idle(),
-                    }
+            if !partial && self.inbuf.holds_memory() {
+                // A client that pipelines, or answers at once, finds the
+                // buffer still there; otherwise the buffers go back. A
+                // stream that tells readiness waits on it below; one that
+                // cannot (TLS) waits in a small read, and a larger head
+                // grows it as usual.
+                match self.inbuf.try_read_from(&mut self.client, chunk).await {
+                    Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
+                    Some(Ok(_)) => continue,
+                    None => self.release_idle(),
                 }
             }
             if !partial && self.client.tells_readable() {
-                if self.inbuf.holds_memory() {
-                    // A client that pipelines, or answers at once, finds
-                    // the buffer still there.
-                    match self.inbuf.try_read_from(&mut self.client, chunk).await {
-                        Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
-                        Some(Ok(_)) => continue,
-                        None => self.release_idle(),
-                    }
-                }
                 let Conn {
                     client,
                     shutdown,

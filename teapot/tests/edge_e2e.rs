@@ -922,38 +922,13 @@ mod h2raw {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
-    pub const DATA: u8 = 0x0;
-    pub const HEADERS: u8 = 0x1;
-    pub const RST_STREAM: u8 = 0x3;
-    pub const SETTINGS: u8 = 0x4;
-    pub const GOAWAY: u8 = 0x7;
-    pub const WINDOW_UPDATE: u8 = 0x8;
-    pub const END_STREAM: u8 = 0x1;
-    pub const END_HEADERS: u8 = 0x4;
+    pub use teapot_testkit::h2frames::{
+        DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, RST_STREAM, SETTINGS, WINDOW_UPDATE, frame,
+        hpack_length,
+    };
+
     pub const ENHANCE_YOUR_CALM: u32 = 0xb;
     pub const REFUSED_STREAM: u32 = 0x7;
-
-    pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let len = payload.len() as u32;
-        let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-        out.extend_from_slice(&stream.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
-    }
-
-    fn hpack_int(out: &mut Vec<u8>, mut n: usize) {
-        if n < 127 {
-            out.push(n as u8);
-            return;
-        }
-        out.push(127);
-        n -= 127;
-        while n >= 128 {
-            out.push((n % 128) as u8 | 0x80);
-            n /= 128;
-        }
-        out.push(n as u8);
-    }
 
     /// A HEADERS frame for `method` on `authority` with extra fields.
     pub fn request(
@@ -972,9 +947,9 @@ mod h2raw {
         ];
         for (name, value) in pseudo.iter().chain(extra) {
             block.push(0x10); // literal, never indexed, new name
-            hpack_int(&mut block, name.len());
+            hpack_length(&mut block, name.len());
             block.extend_from_slice(name);
-            hpack_int(&mut block, value.len());
+            hpack_length(&mut block, value.len());
             block.extend_from_slice(value);
         }
         let flags = END_HEADERS | if end_stream { END_STREAM } else { 0 };

@@ -19,6 +19,7 @@
 //! - [`client`]: an HTTP/1.1 + HTTP/2 client over plain TCP or TLS with a chosen
 //!   SNI that reports what the server presented, raw byte exchanges for framing
 //!   tests, and a WebSocket echo client.
+//! - [`h2frames`]: hand-built HTTP/2 frames and HPACK lengths.
 //! - [`pebble`]: Debian's `pebble` ACME test CA and `pebble-challtestsrv`
 //!   DNS server, on free ports, stoppable for outage tests.
 //! - [`l4`]: TCP and UDP echo backends (PROXY v2 aware) for L4 tests.
@@ -31,6 +32,7 @@ pub mod apiserver;
 pub mod certs;
 pub mod client;
 pub mod echo;
+pub mod h2frames;
 pub mod l4;
 pub mod pebble;
 pub mod process;

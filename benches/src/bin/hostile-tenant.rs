@@ -41,6 +41,7 @@ use teapot_benches::results::utc_date;
 use teapot_benches::stats::percentile;
 use teapot_testkit::client::{Connection, Proto, Request, Transport};
 use teapot_testkit::echo::{EchoIdentity, EchoServer};
+use teapot_testkit::h2frames::{frame, hpack_length};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -1238,38 +1239,10 @@ fn huge_header_block(bytes: usize) -> Vec<u8> {
     block
 }
 
-/// An HPACK string length: 7-bit prefix integer, Huffman bit clear.
-fn hpack_length(out: &mut Vec<u8>, mut n: usize) {
-    if n < 127 {
-        out.push(n as u8);
-        return;
-    }
-    out.push(127);
-    n -= 127;
-    while n >= 128 {
-        out.push((n % 128 + 128) as u8);
-        n /= 128;
-    }
-    out.push(n as u8);
-}
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
 async fn serve_h2c(mut tcp: TcpStream, block: &[u8]) -> std::io::Result<()> {
-    const HEADERS: u8 = 1;
-    const SETTINGS: u8 = 4;
-    const PING: u8 = 6;
-    const GOAWAY: u8 = 7;
-    const CONTINUATION: u8 = 9;
-    const END_STREAM: u8 = 1;
-    const END_HEADERS: u8 = 4;
-    const ACK: u8 = 1;
+    use teapot_testkit::h2frames::{
+        ACK, CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, SETTINGS,
+    };
     const MAX_FRAME: usize = 16 * 1024;
     let mut preface = [0u8; 24];
     tcp.read_exact(&mut preface).await?;
@@ -1388,15 +1361,6 @@ mod tests {
         assert_eq!(p.len(), 7 * 1024);
         assert!(p[p.len() - 61..].bytes().all(|b| b == b'b'));
         assert!(p.bytes().filter(|&b| b == b'a').count() > 3000);
-    }
-
-    #[test]
-    fn hpack_lengths_use_the_prefix_integer() {
-        let mut v = Vec::new();
-        hpack_length(&mut v, 10);
-        hpack_length(&mut v, 4000);
-        // 4000 - 127 = 3873 = 0x1e * 128 + 0x21.
-        assert_eq!(v, [10, 127, 0x21 | 0x80, 0x1e]);
     }
 
     #[test]

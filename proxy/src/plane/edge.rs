@@ -376,6 +376,16 @@ impl<A> EdgeApp<A> {
         self
     }
 
+    /// A connection slot under the caps, or `None` (counted): the
+    /// connection is then closed at once, the cheapest answer to a flood
+    /// (the client sees a reset, not a 503 it would have to read).
+    fn admit(&self, client: Option<IpAddr>) -> Option<ConnectionSlot> {
+        self.table
+            .admit(client, &self.config)
+            .map_err(|refusal| self.metrics.refused(refusal))
+            .ok()
+    }
+
     /// The signal this connection finishes on.
     fn finish_on(&self, listener_stop: &ShutdownWatch) -> ShutdownWatch {
         self.drain.clone().unwrap_or_else(|| listener_stop.clone())
@@ -411,12 +421,8 @@ impl EdgeApp<crate::plane::h2::H2Server> {
         // Heads and small answers go out at once, as Pingora's listener did.
         let _ = tcp.set_nodelay(true);
         let client = tcp.peer_addr().ok();
-        let _slot = match self.table.admit(client.map(|a| a.ip()), &self.config) {
-            Ok(slot) => slot,
-            Err(refusal) => {
-                self.metrics.refused(refusal);
-                return;
-            }
+        let Some(_slot) = self.admit(client.map(|a| a.ip())) else {
+            return;
         };
         let info = ConnInfo {
             client,
@@ -450,15 +456,7 @@ where
         let client = stream
             .get_socket_digest()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
-        let _slot = match self.table.admit(client, &self.config) {
-            Ok(slot) => slot,
-            Err(refusal) => {
-                // Closing at once is the cheapest answer to a flood; the
-                // client sees a reset, not a 503 it would have to read.
-                self.metrics.refused(refusal);
-                return None;
-            }
-        };
+        let _slot = self.admit(client)?;
         let h2 = if stream.get_ssl_digest().is_some() {
             matches!(
                 stream.selected_alpn_proto(),
