@@ -127,7 +127,42 @@ impl Timing {
     pub fn detection_time(&self) -> Duration {
         self.interval * self.multiplier as u32
     }
+
+    /// `INTERVALxMULT`, the interval in milliseconds (`100x3`); the error
+    /// says what was expected, for the caller to name its setting.
+    pub fn parse(value: &str) -> Result<Timing, String> {
+        let err = || {
+            format!(
+                "`{value}` is not INTERVALxMULTIPLIER (milliseconds x missed packets, e.g. 100x3)"
+            )
+        };
+        let (interval, multiplier) = value.split_once('x').ok_or_else(err)?;
+        let timing = Timing {
+            interval: Duration::from_millis(interval.parse().map_err(|_| err())?),
+            multiplier: multiplier.parse().map_err(|_| err())?,
+        };
+        if timing.interval < MIN_INTERVAL {
+            return Err(format!(
+                "an interval of {:?} is below the {MIN_INTERVAL:?} minimum",
+                timing.interval
+            ));
+        }
+        if timing.interval > MAX_INTERVAL {
+            return Err(format!(
+                "an interval of {:?} is above {MAX_INTERVAL:?}: the hold timer or the Lease detects that",
+                timing.interval
+            ));
+        }
+        if timing.multiplier == 0 {
+            return Err("a multiplier of 0 detects nothing".into());
+        }
+        Ok(timing)
+    }
 }
+
+/// Above this, BFD detects nothing a BGP hold timer or an announcer
+/// Lease would not.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A control packet without authentication (RFC 5880 4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -896,6 +931,22 @@ mod tests {
         interval: Duration::from_millis(100),
         multiplier: 3,
     };
+
+    #[test]
+    fn timing_parses_and_refuses_with_the_reason() {
+        assert_eq!(Timing::parse("100x3"), Ok(TIMING));
+        for (bad, says) in [
+            ("fastx3", "INTERVALxMULTIPLIER"),
+            ("100", "INTERVALxMULTIPLIER"),
+            ("100x300", "INTERVALxMULTIPLIER"),
+            ("5x3", "minimum"),
+            ("20000x3", "above"),
+            ("100x0", "detects nothing"),
+        ] {
+            let e = Timing::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn control_packet_matches_hand_assembled_bytes() {

@@ -154,6 +154,34 @@ pub fn local_addresses() -> Result<Vec<IpAddr>, Error> {
         .collect())
 }
 
+/// The address this host has on interface `name` for talking to its
+/// neighbours there: a global address with a subnet (an announced
+/// address is a host route, /32 or /128, and is skipped), IPv4 first.
+/// `None`: the interface has none.
+pub fn interface_address(name: &str) -> Result<Option<IpAddr>, Error> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Config {
+        setting: "local addresses".into(),
+        reason: format!("listing interfaces: {e}"),
+    })?;
+    let mut found: Vec<IpAddr> = addrs
+        .filter(|ifa| ifa.interface_name == name)
+        .filter_map(|ifa| {
+            let (a, mask) = (ifa.address?, ifa.netmask?);
+            if let (Some(v4), Some(m)) = (a.as_sockaddr_in(), mask.as_sockaddr_in()) {
+                let host = m.ip() == Ipv4Addr::BROADCAST;
+                (!host).then_some(IpAddr::V4(v4.ip()))
+            } else {
+                let (v6, m) = (a.as_sockaddr_in6()?, mask.as_sockaddr_in6()?);
+                let host = m.ip() == Ipv6Addr::from(u128::MAX);
+                let link_local = v6.ip().segments()[0] & 0xffc0 == 0xfe80;
+                (!host && !link_local).then_some(IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect();
+    found.sort_by_key(|a| a.is_ipv6());
+    Ok(found.first().copied())
+}
+
 /// The sockets and netlink handle one announcer uses.
 struct Link {
     index: u32,
@@ -297,6 +325,7 @@ pub struct L2Status {
 #[derive(Debug)]
 pub struct L2Announcer {
     stop: watch::Sender<bool>,
+    again: watch::Sender<u64>,
     task: JoinHandle<()>,
     status: watch::Receiver<L2Status>,
 }
@@ -311,9 +340,26 @@ impl L2Announcer {
     ) -> Result<L2Announcer, Error> {
         let link = Link::open(&config.interface)?;
         let (stop, stop_rx) = watch::channel(false);
+        let (again, again_rx) = watch::channel(0);
         let (status_tx, status) = watch::channel(L2Status::default());
-        let task = tokio::spawn(run(config, link, addrs, replicas, stop_rx, status_tx));
-        Ok(L2Announcer { stop, task, status })
+        let inputs = Inputs {
+            addrs,
+            replicas,
+            again: again_rx,
+            stop: stop_rx,
+        };
+        let task = tokio::spawn(run(config, link, inputs, status_tx));
+        Ok(L2Announcer {
+            stop,
+            again,
+            task,
+            status,
+        })
+    }
+
+    /// What makes this announcer announce its addresses again.
+    pub fn announce_again(&self) -> AnnounceAgain {
+        AnnounceAgain(self.again.clone())
     }
 
     pub fn status(&self) -> watch::Receiver<L2Status> {
@@ -327,14 +373,34 @@ impl L2Announcer {
     }
 }
 
-async fn run(
-    config: L2Config,
-    link: Link,
-    mut addrs: watch::Receiver<BTreeSet<IpAddr>>,
-    mut replicas: watch::Receiver<BTreeSet<String>>,
-    mut stop: watch::Receiver<bool>,
-    status: watch::Sender<L2Status>,
-) {
+/// Announces every owned address again, as when it was taken: the others
+/// may have counted this replica gone meanwhile (its link was down, it
+/// was silent), and a neighbour that followed their announcements still
+/// sends to a replica that has let go.
+#[derive(Clone, Debug)]
+pub struct AnnounceAgain(watch::Sender<u64>);
+
+impl AnnounceAgain {
+    pub fn now(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+}
+
+/// What the announcer follows.
+struct Inputs {
+    addrs: watch::Receiver<BTreeSet<IpAddr>>,
+    replicas: watch::Receiver<BTreeSet<String>>,
+    again: watch::Receiver<u64>,
+    stop: watch::Receiver<bool>,
+}
+
+async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender<L2Status>) {
+    let Inputs {
+        mut addrs,
+        mut replicas,
+        mut again,
+        mut stop,
+    } = inputs;
     // Owned address -> until when its announcement repeats.
     let mut owned: BTreeMap<IpAddr, Instant> = BTreeMap::new();
     // Addresses looked at once: a process killed without its stop left
@@ -412,6 +478,16 @@ async fn run(
             _ = stop.wait_for(|s| *s) => break,
             r = addrs.changed() => if r.is_err() { break },
             r = replicas.changed() => if r.is_err() { break },
+            Ok(()) = again.changed() => {
+                let until = Instant::now() + config.repeat_for;
+                for (addr, repeat) in owned.iter_mut() {
+                    *repeat = until;
+                    report(link.announce(*addr));
+                    status.send_modify(|s| s.announcements_sent += 1);
+                    tracing::info!(%addr, "L2 address announced again");
+                }
+                next_repeat = Instant::now() + REPEAT_FAST;
+            }
             _ = sleep_until(next_repeat), if repeating => {
                 let now = Instant::now();
                 let mut sent = 0;

@@ -45,6 +45,12 @@ pub(crate) struct AnnounceArgs {
     /// L2 mode: seconds without a renewal after which the others count this replica gone.
     #[arg(long, default_value_t = 2)]
     l2_lease: u64,
+    /// L2 mode: BFD with the other replicas, INTERVALxMULT in milliseconds, so one that fails is counted gone within INTERVAL*MULT instead of --l2-lease; `off`: by the Lease alone.
+    #[arg(long, default_value = "100x3")]
+    l2_bfd: String,
+    /// L2 mode: the UDP port the replicas' BFD uses (not 3784, a node's own BFD daemon's).
+    #[arg(long, default_value_t = teapot_proxy::loops::peer_liveness::DEFAULT_PORT)]
+    l2_bfd_port: u16,
     /// The Node this replica runs on, for node-label= of --announce-pool (kube mode).
     #[arg(long, env = "NODE_NAME")]
     node_name: Option<String>,
@@ -162,6 +168,12 @@ impl AnnounceArgs {
                 self.l2_renew, self.l2_lease
             ));
         }
+        let l2_bfd = match self.l2_bfd.as_str() {
+            "off" => None,
+            value => Some(
+                teapot_announce::bfd::Timing::parse(value).map_err(|e| format!("--l2-bfd: {e}"))?,
+            ),
+        };
         let mut addresses = BTreeSet::new();
         for net in &self.announce {
             let before = addresses.len();
@@ -191,6 +203,8 @@ impl AnnounceArgs {
             l2: L2Options {
                 renew_every: Duration::from_secs(self.l2_renew),
                 lease_duration: Duration::from_secs(self.l2_lease),
+                bfd: l2_bfd,
+                bfd_port: self.l2_bfd_port,
                 ..L2Options::default()
             },
             node_name: self.node_name.clone().filter(|n| !n.is_empty()),

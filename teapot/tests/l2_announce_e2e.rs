@@ -10,6 +10,9 @@
 //!   address its last run left behind (one holder).
 //! - SIGTERM of the owner: the planned hand-over, the next owner holds the
 //!   address before this one removes it.
+//! - A silent owner (nftables drops every packet, ARP too), with Leases
+//!   far too long to notice: BFD between the replicas moves the address;
+//!   the owner back, the address returns and is announced again.
 //! - `measure_l2_failover` (ignored): the failover figures of
 //!   docs/announce.md.
 //!
@@ -63,6 +66,8 @@ struct Segment {
     root_link: String,
     dir: tempfile::TempDir,
     kubeconfig: std::path::PathBuf,
+    /// Flags every replica starts with beside the test's own.
+    flags: Vec<String>,
     // Dropped last: the processes above go first.
     _namespaces: Namespaces,
 }
@@ -135,6 +140,7 @@ impl Segment {
             root_link,
             dir,
             kubeconfig,
+            flags: Vec::new(),
             _namespaces: namespaces,
         };
         for i in 0..replicas {
@@ -187,6 +193,7 @@ impl Segment {
             .args(["--admin", "127.0.0.1:9901", "--no-ingress-status"])
             .args(["--l4", "false", "--lease-namespace", "teapot-system"])
             .args(["--l2-interface", "lan", "--announce", VIP])
+            .args(&self.flags)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -303,6 +310,26 @@ impl Segment {
         )
     }
 
+    /// Waits until every replica's BFD sessions with all the others are
+    /// up.
+    fn wait_bfd_up(&self) {
+        let others = self.replicas.len() - 1;
+        for i in 0..self.replicas.len() {
+            netns::wait(
+                "BFD up with every other replica",
+                || self.dump(),
+                || {
+                    let metrics = self.admin(i, "/metrics")?;
+                    let up = metrics
+                        .lines()
+                        .filter(|l| l.starts_with("teapot_l2_bfd_session_up{") && l.ends_with(" 1"))
+                        .count();
+                    (up == others).then_some(())
+                },
+            );
+        }
+    }
+
     fn signal(&self, i: usize, signal: &str) {
         let pid = self.replicas[i].proxy.as_ref().unwrap().id().to_string();
         run(&["kill", signal, &pid]);
@@ -340,9 +367,12 @@ fn objects(api: &ApiServer) {
 
 /// The segment (this test's alone while the guard lives) with three
 /// ready replicas and the API double they watch.
-async fn three_replicas() -> (tokio::sync::MutexGuard<'static, ()>, Segment, ApiServer) {
+async fn three_replicas(
+    flags: &[&str],
+) -> (tokio::sync::MutexGuard<'static, ()>, Segment, ApiServer) {
     let one = SEGMENT.lock().await;
     let mut seg = Segment::new(3);
+    seg.flags = flags.iter().map(|f| f.to_string()).collect();
     let api = seg.api().await;
     for i in 0..3 {
         seg.start(i);
@@ -366,7 +396,7 @@ async fn the_owner_moves_on_sigkill_and_hands_over_on_sigterm() {
     if !netns::runnable("l2_announce_e2e", curl_missing) {
         return;
     }
-    let (_one, mut seg, api) = three_replicas().await;
+    let (_one, mut seg, api) = three_replicas(&[]).await;
     // When each replica's Lease first listed the address as owned, by the
     // API's clock (this host's). Once `slow` is set, such a write waits a
     // little first: the leaving replica must wait for it, not merely be
@@ -467,6 +497,67 @@ async fn the_owner_moves_on_sigkill_and_hands_over_on_sigterm() {
     );
 }
 
+/// Namespace `ns` drops every packet in and out, ARP included: a node
+/// that froze, as its neighbours see it (its link stays up).
+fn go_silent(ns: &str) {
+    for family in ["inet", "arp"] {
+        sh(
+            ns,
+            &format!(
+                "nft add table {family} tpl2x && nft add chain {family} tpl2x in '{{ type filter hook input priority 0; policy drop; }}' && nft add chain {family} tpl2x out '{{ type filter hook output priority 0; policy drop; }}'"
+            ),
+        );
+    }
+}
+
+fn speak_again(ns: &str) {
+    sh(
+        ns,
+        "nft delete table inet tpl2x && nft delete table arp tpl2x",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_owner_is_counted_gone_by_bfd_and_announces_again_when_back() {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    // Leases far longer than the test's patience: only BFD can tell.
+    let (_one, seg, _api) = three_replicas(&["--l2-lease", "600", "--l2-bfd", "100x3"]).await;
+    let owner = tokio::task::block_in_place(|| seg.settled());
+    tokio::task::block_in_place(|| seg.wait_bfd_up());
+    let ns = seg.replicas[owner].ns.clone();
+    go_silent(&ns);
+    let next = tokio::task::block_in_place(|| seg.wait_served(Some(owner)));
+    let status: Value = serde_json::from_str(&seg.admin(next, "/status").unwrap()).unwrap();
+    let silenced = &status["announce"]["bfd"]["silenced"];
+    assert_eq!(silenced.as_array().map(Vec::len), Some(1), "{status}");
+    assert!(
+        silenced[0]
+            .as_str()
+            .is_some_and(|r| r.starts_with(&format!("{}-", seg.replicas[owner].name))),
+        "{status}"
+    );
+    // Back: its BFD sessions come up, the hash names it again, the
+    // stand-in lets go, and its announcement reaches the client again
+    // (which otherwise keeps sending to the stand-in until its neighbour
+    // entry runs out).
+    speak_again(&ns);
+    let back = tokio::task::block_in_place(|| seg.settled());
+    assert_eq!(back, owner, "{}", seg.dump());
+    assert!(
+        logged_at(
+            &seg,
+            owner,
+            "L2 address announced again",
+            Timestamp::UNIX_EPOCH
+        )
+        .is_some(),
+        "{}",
+        seg.dump()
+    );
+}
+
 /// When replica `i` first logged `what` at or after `since`.
 fn logged_at(seg: &Segment, i: usize, what: &str, since: Timestamp) -> Option<Timestamp> {
     let log = std::fs::read_to_string(&seg.replicas[i].log).ok()?;
@@ -484,8 +575,15 @@ fn logged_at(seg: &Segment, i: usize, what: &str, since: Timestamp) -> Option<Ti
 /// One failover: the failure injected into the owner; the time until the
 /// next owner took the address (its log), and until a new client
 /// connection is answered by it.
-fn failover(seg: &mut Segment, kind: &str) -> (Duration, Duration) {
+fn failover(seg: &mut Segment, kind: &str, bfd: bool) -> (Duration, Duration) {
     let owner = seg.settled();
+    if bfd {
+        // A session comes up at one packet a second and switches to its
+        // 100 ms pace a round trip later (RFC 5880's poll): measured from
+        // the steady state, not from the last run's recovery.
+        seg.wait_bfd_up();
+        std::thread::sleep(Duration::from_secs(2));
+    }
     let ns = seg.replicas[owner].ns.clone();
     let wall = Timestamp::now();
     let started = Instant::now();
@@ -494,12 +592,7 @@ fn failover(seg: &mut Segment, kind: &str) -> (Duration, Duration) {
         "link" => {
             sh(&seg.switch, &format!("ip link set p{} down", owner + 1));
         }
-        "silent" => {
-            sh(
-                &ns,
-                "nft add table inet tpl2x && nft add chain inet tpl2x in '{ type filter hook input priority 0; policy drop; }' && nft add chain inet tpl2x out '{ type filter hook output priority 0; policy drop; }'",
-            );
-        }
+        "silent" => go_silent(&ns),
         _ => unreachable!(),
     }
     let (served, next) = loop {
@@ -524,9 +617,7 @@ fn failover(seg: &mut Segment, kind: &str) -> (Duration, Duration) {
         "link" => {
             sh(&seg.switch, &format!("ip link set p{} up", owner + 1));
         }
-        "silent" => {
-            sh(&ns, "nft delete table inet tpl2x");
-        }
+        "silent" => speak_again(&ns),
         _ => unreachable!(),
     }
     (taken, served)
@@ -542,7 +633,9 @@ async fn measure_l2_failover() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(10);
-    let (_one, mut seg, _api) = three_replicas().await;
+    // `L2_BFD=off` measures the Lease alone.
+    let bfd = std::env::var("L2_BFD").unwrap_or_else(|_| "100x3".into());
+    let (_one, mut seg, _api) = three_replicas(&["--l2-bfd", &bfd]).await;
     let mut results = serde_json::Map::new();
     let summary = |mut times: Vec<f64>| {
         times.sort_by(f64::total_cmp);
@@ -555,7 +648,7 @@ async fn measure_l2_failover() {
     for kind in ["sigkill", "link", "silent"] {
         let (taken, served): (Vec<f64>, Vec<f64>) = (0..runs)
             .map(|_| {
-                let (t, s) = tokio::task::block_in_place(|| failover(&mut seg, kind));
+                let (t, s) = tokio::task::block_in_place(|| failover(&mut seg, kind, bfd != "off"));
                 (t.as_secs_f64(), s.as_secs_f64())
             })
             .unzip();
@@ -579,7 +672,7 @@ async fn measure_l2_rolling_restart() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(3);
-    let (_one, mut seg, _api) = three_replicas().await;
+    let (_one, mut seg, _api) = three_replicas(&[]).await;
     tokio::task::block_in_place(|| seg.settled());
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let client = seg.client.clone();

@@ -41,6 +41,12 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 /// addresses before it removes them anyway.
 pub const HAND_OVER_BOUND: Duration = Duration::from_secs(5);
 
+/// BFD between the replicas by default: 300 ms to count a silent one gone.
+pub const DEFAULT_L2_BFD: teapot_announce::bfd::Timing = teapot_announce::bfd::Timing {
+    interval: Duration::from_millis(100),
+    multiplier: 3,
+};
+
 /// L2 membership timing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct L2Options {
@@ -49,6 +55,10 @@ pub struct L2Options {
     pub renew_every: Duration,
     pub lease_duration: Duration,
     pub repeat_for: Duration,
+    /// BFD with the other replicas (`--l2-bfd`); `None`: liveness by the
+    /// Lease alone.
+    pub bfd: Option<teapot_announce::bfd::Timing>,
+    pub bfd_port: u16,
 }
 
 impl Default for L2Options {
@@ -58,6 +68,8 @@ impl Default for L2Options {
             renew_every: Duration::from_secs(1),
             lease_duration: Duration::from_secs(2),
             repeat_for: teapot_announce::l2::DEFAULT_REPEAT_FOR,
+            bfd: Some(DEFAULT_L2_BFD),
+            bfd_port: crate::loops::peer_liveness::DEFAULT_PORT,
         }
     }
 }
@@ -146,6 +158,8 @@ pub struct AnnounceView {
     report: Arc<Mutex<Report>>,
     lease_errors: Option<Arc<std::sync::atomic::AtomicU64>>,
     unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
+    /// The announcer Leases and BFD with the other replicas (kube mode).
+    membership: Option<watch::Receiver<View>>,
 }
 
 impl crate::plane::admin::StatusSection for AnnounceView {
@@ -188,6 +202,13 @@ impl crate::plane::admin::StatusSection for AnnounceView {
             "addresses": report.addresses,
             "not_in_any_pool": report.outside,
             "l2": pools,
+            "bfd": self.membership.as_ref().map(|m| {
+                let view = m.borrow();
+                serde_json::json!({
+                    "sessions": view.bfd.iter().map(|(r, s)| (r.clone(), s.as_str())).collect::<BTreeMap<_, _>>(),
+                    "silenced": view.silenced.keys().collect::<Vec<_>>(),
+                })
+            }),
         })
     }
 
@@ -217,6 +238,16 @@ impl crate::plane::admin::StatusSection for AnnounceView {
                 s.errors
             );
         }
+        let mut bfd = String::new();
+        if let Some(m) = &self.membership {
+            for (replica, state) in &m.borrow().bfd {
+                let up = u8::from(*state == teapot_announce::bfd::State::Up);
+                let _ = writeln!(
+                    bfd,
+                    "teapot_l2_bfd_session_up{{replica=\"{replica}\"}} {up}"
+                );
+            }
+        }
         if let Some(e) = &self.lease_errors {
             let _ = writeln!(
                 errors,
@@ -242,6 +273,12 @@ impl crate::plane::admin::StatusSection for AnnounceView {
                 "gauge",
                 "Replicas whose announcer Lease this replica saw renewed within its duration",
                 format!("teapot_l2_live_replicas {}\n", report.live.len()),
+            ),
+            (
+                "teapot_l2_bfd_session_up",
+                "gauge",
+                "1 while the BFD session with that replica is up (--l2-bfd)",
+                bfd,
             ),
             (
                 "teapot_announce_unpooled_addresses",
@@ -415,6 +452,22 @@ impl Announcer {
                 }
             })
         });
+        let bfd = match (&config.l2.bfd, l2.first(), &kube) {
+            (Some(timing), Some(first), Some(_)) => {
+                match teapot_announce::l2::interface_address(&first.interface)? {
+                    Some(local) => Some(crate::loops::peer_liveness::LivenessConfig {
+                        local,
+                        port: config.l2.bfd_port,
+                        timing: *timing,
+                    }),
+                    None => {
+                        tracing::warn!(interface = %first.interface, "no address with a subnet on the L2 interface: no BFD with the other announcers, liveness by the Lease alone");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         // Only a replica that may announce some L2 pool holds a Lease:
         // BGP needs no owner, and a replica no pool allows is no owner.
         let membership = kube.as_ref().filter(|_| !l2.is_empty()).map(|k| {
@@ -433,6 +486,7 @@ impl Announcer {
                     renew_every: config.l2.renew_every,
                     duration: config.l2.lease_duration,
                     forget_after: MembershipConfig::forget_after(config.l2.lease_duration),
+                    bfd,
                 },
                 ready.clone(),
                 owned_rx,
@@ -454,6 +508,7 @@ impl Announcer {
                 .collect(),
             report: report.clone(),
             lease_errors: membership.as_ref().map(|m| m.errors.clone()),
+            membership: membership.as_ref().map(|m| m.view()),
             unpooled_seen: unpooled_seen.clone(),
         };
         let follow = tokio::spawn(follow(
@@ -468,6 +523,7 @@ impl Announcer {
                         pool: p.pool.clone(),
                         addrs: p.addrs.clone(),
                         replicas: p.replicas.clone(),
+                        again: p.announcer.announce_again(),
                     })
                     .collect(),
                 membership: membership.as_ref().map(|m| (m.view(), m.healthy())),
@@ -550,6 +606,7 @@ struct L2Inputs {
     pool: String,
     addrs: watch::Sender<BTreeSet<IpAddr>>,
     replicas: watch::Sender<BTreeSet<String>>,
+    again: teapot_announce::l2::AnnounceAgain,
 }
 
 struct Follow {
@@ -568,6 +625,7 @@ async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<Ato
     let mut tick = tokio::time::interval(FOLLOW_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut logged: BTreeSet<IpAddr> = BTreeSet::new();
+    let mut rejoined = 0;
     loop {
         match f.membership.as_mut() {
             Some((view, healthy)) => tokio::select! {
@@ -618,12 +676,20 @@ async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<Ato
         });
         let l2 = pick(Mode::L2);
         let mut live_any = BTreeSet::new();
+        let again = view.as_ref().is_some_and(|v| v.rejoined != rejoined);
+        if let Some(v) = &view {
+            rejoined = v.rejoined;
+        }
         for L2Inputs {
             pool,
             addrs: addrs_tx,
             replicas: replicas_tx,
+            again: announce_again,
         } in &f.l2
         {
+            if again {
+                announce_again.now();
+            }
             let addrs = if eligible {
                 l2.get(pool.as_str()).cloned().unwrap_or_default()
             } else {

@@ -14,7 +14,7 @@
 //!   trust in the writer's clock, so clock skew cannot make two owners).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,6 +33,9 @@ pub const ANNOUNCER_LABEL: &str = "teapot.dev/announcer";
 pub const POOLS_ANNOTATION: &str = "teapot.dev/announce-pools";
 /// Comma-separated addresses this replica holds on its interface now.
 pub const OWNED_ANNOTATION: &str = "teapot.dev/announce-owned";
+/// Where this replica answers BFD from the others of its L2 pools
+/// (`ADDR:PORT`; absent without `--l2-bfd`).
+pub const BFD_ANNOTATION: &str = "teapot.dev/announce-bfd";
 /// Lease name prefix; the rest is the replica's name.
 pub const LEASE_PREFIX: &str = "teapot-announcer-";
 
@@ -174,12 +177,30 @@ pub struct Observed {
     pub duration: Duration,
     pub pools: BTreeSet<String>,
     pub owned: BTreeSet<IpAddr>,
+    /// Its BFD endpoint ([`BFD_ANNOTATION`]).
+    pub bfd: Option<SocketAddr>,
 }
+
+/// A replica whose Lease this long after its BFD session failed is a
+/// renewal that was already on its way: still gone.
+pub const RENEWAL_IN_FLIGHT: Duration = Duration::from_millis(500);
 
 /// Every announcer Lease this replica knows of, by replica name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
     pub leases: BTreeMap<String, Observed>,
+    /// Replicas whose BFD session with this one failed, and when
+    /// ([`crate::loops::peer_liveness`]): gone at once, unless their
+    /// Lease is renewed after that (a BFD path broken between live
+    /// replicas costs one move of their addresses, not two owners for
+    /// good).
+    pub silenced: BTreeMap<String, Instant>,
+    /// The state of each BFD session with another replica.
+    pub bfd: BTreeMap<String, teapot_announce::bfd::State>,
+    /// Counts BFD sessions that came back Up after failing: the others
+    /// may have counted this replica gone meanwhile, so it announces what
+    /// it owns again.
+    pub rejoined: u64,
 }
 
 impl View {
@@ -233,6 +254,7 @@ impl View {
                         .split(',')
                         .filter_map(|a| a.parse().ok())
                         .collect(),
+                    bfd: annotation(BFD_ANNOTATION).parse().ok(),
                 },
             );
         }
@@ -244,7 +266,7 @@ impl View {
     pub fn live(&self, pool: &str, now: Instant) -> BTreeSet<String> {
         self.leases
             .values()
-            .filter(|o| o.pools.contains(pool) && now.duration_since(o.seen) < o.duration)
+            .filter(|o| o.pools.contains(pool) && self.is_live(o, now))
             .map(|o| o.replica.clone())
             .collect()
     }
@@ -253,9 +275,17 @@ impl View {
     pub fn live_any(&self, now: Instant) -> BTreeSet<String> {
         self.leases
             .values()
-            .filter(|o| now.duration_since(o.seen) < o.duration)
+            .filter(|o| self.is_live(o, now))
             .map(|o| o.replica.clone())
             .collect()
+    }
+
+    fn is_live(&self, o: &Observed, now: Instant) -> bool {
+        let silent = self
+            .silenced
+            .get(&o.replica)
+            .is_some_and(|since| o.seen < *since + RENEWAL_IN_FLIGHT);
+        now.duration_since(o.seen) < o.duration && !silent
     }
 }
 
@@ -320,6 +350,9 @@ pub struct MembershipConfig {
     /// without deleting it (SIGKILL, a lost node): deleted, so dead
     /// replicas do not pile up.
     pub forget_after: Duration,
+    /// BFD with the other replicas of its pools; `None`: liveness by the
+    /// Lease alone.
+    pub bfd: Option<crate::loops::peer_liveness::LivenessConfig>,
 }
 
 impl MembershipConfig {
@@ -337,6 +370,7 @@ pub struct Membership {
     leave: watch::Sender<bool>,
     renewer: JoinHandle<()>,
     watcher: JoinHandle<()>,
+    liveness: Option<JoinHandle<()>>,
     pub errors: Arc<AtomicU64>,
 }
 
@@ -355,6 +389,13 @@ impl Membership {
         let (healthy_tx, healthy) = watch::channel(false);
         let (leave, leave_rx) = watch::channel(false);
         let errors = Arc::new(AtomicU64::new(0));
+        let liveness = config.bfd.clone().map(|bfd| {
+            tokio::spawn(crate::loops::peer_liveness::run(
+                config.replica.clone(),
+                bfd,
+                view_tx.clone(),
+            ))
+        });
         let watcher = tokio::spawn(watch_leases(api.clone(), config.duration, view_tx));
         let renewer = tokio::spawn(
             Renewer {
@@ -375,6 +416,7 @@ impl Membership {
             leave,
             renewer,
             watcher,
+            liveness,
             errors,
         }
     }
@@ -408,6 +450,9 @@ impl Drop for Membership {
     fn drop(&mut self) {
         self.renewer.abort();
         self.watcher.abort();
+        if let Some(liveness) = &self.liveness {
+            liveness.abort();
+        }
     }
 }
 
@@ -437,18 +482,20 @@ async fn watch_leases(api: Api<Lease>, default_duration: Duration, view: watch::
 /// The Lease this replica writes.
 fn own_lease(config: &MembershipConfig, owned: &BTreeSet<IpAddr>) -> Lease {
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let mut annotations: BTreeMap<String, String> = [
+        (POOLS_ANNOTATION.to_string(), join(&config.pools)),
+        (OWNED_ANNOTATION.to_string(), join(owned)),
+    ]
+    .into();
+    if let Some(bfd) = &config.bfd {
+        annotations.insert(BFD_ANNOTATION.to_string(), bfd.endpoint().to_string());
+    }
     Lease {
         metadata: ObjectMeta {
             name: Some(format!("{LEASE_PREFIX}{}", config.replica)),
             namespace: Some(config.namespace.clone()),
             labels: Some([(ANNOUNCER_LABEL.to_string(), "true".to_string())].into()),
-            annotations: Some(
-                [
-                    (POOLS_ANNOTATION.to_string(), join(&config.pools)),
-                    (OWNED_ANNOTATION.to_string(), join(owned)),
-                ]
-                .into(),
-            ),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
@@ -646,6 +693,7 @@ mod tests {
             renew_every: Duration::from_secs(1),
             duration: Duration::from_secs(2),
             forget_after: Duration::from_secs(30),
+            bfd: None,
         };
         let owned = owned.split(',').filter_map(|a| a.parse().ok()).collect();
         let mut l = own_lease(&config, &owned);
@@ -689,6 +737,43 @@ mod tests {
         view.observe([&lease("c", "7", "dmz", "")], t0 + 4 * s, 2 * s);
         assert!(view.live("lan", t0 + 4 * s).is_empty());
         assert_eq!(view.live("dmz", t0 + 4 * s), ["c"].map(String::from).into());
+    }
+
+    #[test]
+    fn a_replica_silent_on_bfd_is_gone_until_its_lease_is_renewed_after() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut view = View::default();
+        view.observe(
+            [&lease("a", "1", "lan", ""), &lease("b", "1", "lan", "")],
+            t0,
+            2 * s,
+        );
+        view.silenced.insert("b".into(), t0 + s / 10);
+        assert_eq!(
+            view.live("lan", t0 + s / 5),
+            ["a"].map(String::from).into(),
+            "long before its Lease runs out"
+        );
+        // A renewal already on its way when BFD failed proves nothing.
+        view.observe(
+            [&lease("a", "1", "lan", ""), &lease("b", "2", "lan", "")],
+            t0 + s / 5,
+            2 * s,
+        );
+        assert_eq!(view.live_any(t0 + s / 4), ["a"].map(String::from).into());
+        // One well after: b is alive, only its BFD path is broken.
+        view.observe(
+            [&lease("a", "1", "lan", ""), &lease("b", "3", "lan", "")],
+            t0 + s,
+            2 * s,
+        );
+        assert_eq!(
+            view.live("lan", t0 + s),
+            ["a", "b"].map(String::from).into()
+        );
+        // The Lease watch keeps what BFD said.
+        assert!(view.silenced.contains_key("b"));
     }
 
     #[test]
@@ -808,6 +893,7 @@ mod tests {
             renew_every: Duration::from_millis(50),
             duration: Duration::from_secs(60),
             forget_after,
+            bfd: None,
         }
     }
 

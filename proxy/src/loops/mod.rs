@@ -18,6 +18,8 @@
 //!   replica is ready, each by its pool's mode (BGP speaker, L2 owner).
 //! - [`announcers`]: the pools, and which replicas are live (a Lease per
 //!   replica) for L2 ownership.
+//! - [`peer_liveness`]: BFD between those replicas, so one that fails is
+//!   counted gone before its Lease runs out.
 
 pub mod acme;
 pub mod allocations;
@@ -25,5 +27,6 @@ pub mod announce;
 pub mod announcers;
 pub mod gateway_status;
 pub mod kube_status;
+pub mod peer_liveness;
 pub mod proof;
 pub mod reload;
