@@ -787,6 +787,15 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
         (&allocated["status"], &allocated["reason"]),
         (&json!("True"), &json!("Allocated"))
     );
+    // Nothing announced: no Announced condition at all.
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "Announced"),
+        "{status}"
+    );
     let data = payload(7, 4096);
     let back = tcp_exchange(SocketAddr::new(LOCALHOST, port), &data).await;
     assert_eq!(back.expect("TCP through the kube-mode listener"), data);
@@ -868,6 +877,141 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
         "only status, by server-side apply"
     );
     drop(proxy);
+}
+
+/// The `Announced` condition of each Service's status, with `--announce-l4`
+/// on (docs/announce.md, "Events and conditions"): True for an address in a
+/// BGP pool, False with `NotInAnnouncePool` and one Warning Event for an
+/// address in no `--announce-pool`, False with `NoAnnouncer` for an L2 pool
+/// no replica may announce (its `subnet=` holds no address of this one, and
+/// no other holds an announcer Lease). The addresses are documentation
+/// ranges, never bound on this machine: listening fails, the status does not
+/// depend on it, and the BGP peer is a closed port (the session only fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_mode_says_whether_each_address_is_announced() {
+    use k8s_openapi::api::events::v1::Event;
+    use teapot_testkit::apiserver::ApiServer;
+    use teapot_testkit::process::ProxyProcess;
+
+    const NS: &str = "l4-announce";
+    let port = free_port(LOCALHOST).unwrap();
+    let closed = free_port(LOCALHOST).unwrap();
+    let api = ApiServer::start().await;
+    let peer = format!("127.0.0.1,64500,port={closed}");
+    let args = [
+        "--l4-pool",
+        "default=203.0.113.7,198.51.100.7,192.0.2.7",
+        "--bgp-asn",
+        "64501",
+        "--bgp-peer",
+        &peer,
+        "--announce-pool",
+        "wan=203.0.113.0/24,mode=bgp",
+        "--announce-pool",
+        "office=192.0.2.0/24,mode=l2,interface=teapot-none0,subnet=10.255.255.0/24",
+    ];
+    let _proxy = ProxyProcess::start_kube(&teapot_bin(), api.kubeconfig_path(), &args)
+        .await
+        .expect("teapot proxy --kube starts");
+    let announced = |name: &'static str, want: &'static str| {
+        let api = &api;
+        async move {
+            eventually(
+                &format!("{name}'s Announced condition {want}"),
+                RELOAD_TIMEOUT,
+                || async {
+                    let status = api
+                        .get("v1", "Service", NS, name)
+                        .map(|s| s["status"].clone())
+                        .unwrap_or(Value::Null);
+                    let condition = status["conditions"]
+                        .as_array()
+                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Announced").cloned());
+                    match condition {
+                        Some(c) if c["status"] == want => Ok(c),
+                        _ => Err(status),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    for name in ["pooled", "unpooled", "unannounced"] {
+        api.apply(lb_service(NS, name, &[("tcp", port, "TCP")], json!({})));
+        service_ip(&api, NS, name).await;
+    }
+    let pooled = announced("pooled", "True").await;
+    assert_eq!(pooled["reason"], "Announced");
+    assert!(
+        pooled["message"]
+            .as_str()
+            .unwrap()
+            .contains("203.0.113.7: pool wan, mode bgp"),
+        "{pooled}"
+    );
+    let unpooled = announced("unpooled", "False").await;
+    assert_eq!(unpooled["reason"], "NotInAnnouncePool");
+    let message = unpooled["message"].as_str().unwrap();
+    assert!(message.contains("198.51.100.7"), "{message}");
+    assert!(message.contains("--announce-pool"), "{message}");
+    let l2 = announced("unannounced", "False").await;
+    assert_eq!(l2["reason"], "NoAnnouncer");
+    assert!(
+        l2["message"].as_str().unwrap().contains("pool office"),
+        "{l2}"
+    );
+
+    let events: kube::Api<Event> = kube::Api::namespaced(api.client(), NS);
+    let warnings = || async {
+        let list = events
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut warned: Vec<(String, String)> = list
+            .items
+            .into_iter()
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .map(|e| {
+                let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
+                (name, e.reason.unwrap_or_default())
+            })
+            .collect();
+        warned.sort();
+        if warned.len() < 2 {
+            Err(format!("{warned:?}"))
+        } else {
+            Ok(warned)
+        }
+    };
+    let want = [
+        ("unannounced".to_string(), "NoAnnouncer".to_string()),
+        ("unpooled".to_string(), "NotInAnnouncePool".to_string()),
+    ];
+    assert_eq!(
+        eventually("Warning Events", RELOAD_TIMEOUT, warnings).await,
+        want
+    );
+    // Each status pass lists the announcer Leases: two passes later, still
+    // one Event per Service and reason.
+    let passes = || {
+        api.requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == http::Method::GET
+                    && r.param("labelSelector").as_deref() == Some("teapot.dev/announcer=true")
+            })
+            .count()
+    };
+    let before = passes();
+    eventually("two more status passes", RELOAD_TIMEOUT, || async {
+        let now = passes();
+        if now >= before + 2 { Ok(()) } else { Err(now) }
+    })
+    .await;
+    assert_eq!(
+        eventually("Warning Events", RELOAD_TIMEOUT, warnings).await,
+        want
+    );
 }
 
 /// Isolation finding 1: tenants share a pool address; alpha's older Service

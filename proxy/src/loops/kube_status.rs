@@ -11,7 +11,9 @@
 //!   the Service's address hint), and the L4 conditions (`Allocated`,
 //!   `PortsAllocated`, `BackendsReady`, `Configured`) in `status.conditions`.
 //!   A refused allocation also becomes a Warning Event on the Service, once
-//!   per reason.
+//!   per reason. While L4 addresses are announced, an `Announced` condition
+//!   too ([`super::announce_status`]), and a Warning Event once per reason
+//!   when the address cannot be announced.
 //!
 //! - Gateway API objects: GatewayClass, Gateway and route status
 //!   ([`super::gateway_status`]).
@@ -39,6 +41,7 @@ use tokio::sync::watch;
 
 use crate::compile::l4::table::ServiceReport;
 use crate::compile::snapshot::{Condition, IngressReport, SnapshotHandle};
+use crate::loops::announce_status::{ANNOUNCED, AnnounceStatusConfig, AnnouncerLeases};
 use crate::loops::reload::Source;
 use teapot_model::store::NsName;
 use teapot_source::kube::{KubeConfig, KubeSource};
@@ -50,12 +53,15 @@ pub const FIELD_MANAGER: &str = "teapot-proxy";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusOptions {
     pub lease: LeaseOptions,
+    /// While L4 addresses are announced: the `Announced` condition.
+    pub announce: Option<AnnounceStatusConfig>,
 }
 
 impl StatusOptions {
     pub fn new(lease_namespace: impl Into<String>) -> StatusOptions {
         StatusOptions {
             lease: LeaseOptions::new(lease_namespace, "teapot-proxy-status"),
+            announce: None,
         }
     }
 }
@@ -94,7 +100,11 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut lease = LeaderLease::new(client.clone(), options.lease.clone());
-    let mut writer = StatusWriter::new(client, &options.lease.identity);
+    let announce = options
+        .announce
+        .clone()
+        .map(|config| AnnouncerLeases::new(client.clone(), &options.lease.namespace, config));
+    let mut writer = StatusWriter::new(client, &options.lease.identity, announce);
     let mut tick = tokio::time::interval(options.lease.renew_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leading = false;
@@ -199,15 +209,22 @@ struct StatusWriter {
     /// the watch has not delivered the write yet.
     written: HashMap<NsName, (String, Arc<IngressStatus>)>,
     services_written: HashMap<NsName, (String, ServiceStatusPatch)>,
-    /// The refusal reason each Service was last warned about, so an
-    /// unchanged refusal is one Event, not one per compile.
-    warned: HashMap<NsName, &'static str>,
+    /// The reason each Service was last warned about, by condition type
+    /// (a refused allocation, an address not announced), so an unchanged
+    /// problem is one Event, not one per compile.
+    warned: HashMap<(NsName, &'static str), &'static str>,
     events: Recorder,
     gateway_api: super::gateway_status::GatewayStatusWriter,
+    /// While L4 addresses are announced.
+    announce: Option<AnnouncerLeases>,
 }
 
 impl StatusWriter {
-    fn new(client: kube::Client, identity: &str) -> StatusWriter {
+    fn new(
+        client: kube::Client,
+        identity: &str,
+        announce: Option<AnnouncerLeases>,
+    ) -> StatusWriter {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(identity.into()),
@@ -219,6 +236,7 @@ impl StatusWriter {
             services_written: HashMap::new(),
             warned: HashMap::new(),
             gateway_api: Default::default(),
+            announce,
         }
     }
 
@@ -268,13 +286,17 @@ impl StatusWriter {
         self.written
             .retain(|id, _| store.ingresses.contains_key(id));
         if let Some(l4) = &snapshot.report.l4 {
+            if let Some(announce) = self.announce.as_mut() {
+                announce.refresh().await;
+            }
             for service in &l4.services {
                 self.sync_service(service, &store).await;
             }
         }
         self.services_written
             .retain(|id, _| store.services.contains_key(id));
-        self.warned.retain(|id, _| store.services.contains_key(id));
+        self.warned
+            .retain(|(id, _), _| store.services.contains_key(id));
         let updates = super::gateway_status::updates(&snapshot);
         self.gateway_api.sync(&self.client, &updates, &store).await;
     }
@@ -285,10 +307,20 @@ impl StatusWriter {
             return;
         };
         let service = &stored.object;
-        self.warn_on_refusal(&id, service, &report.conditions).await;
+        let mut conditions = report.conditions.clone();
+        if let (Some(announce), Some(addr)) = (&self.announce, report.address) {
+            conditions.push(announce.condition(addr));
+        }
+        self.warn_when_false(&id, service, &conditions, "Allocated", "AllocateAddress")
+            .await;
+        self.warn_when_false(&id, service, &conditions, ANNOUNCED, "AnnounceAddress")
+            .await;
         let current = service.status.as_ref();
-        let desired =
-            ServiceStatusPatch::new(report, current.and_then(|s| s.conditions.as_deref()));
+        let desired = ServiceStatusPatch::new(
+            &report.status,
+            &conditions,
+            current.and_then(|s| s.conditions.as_deref()),
+        );
         if desired.is_current(current) {
             return;
         }
@@ -329,17 +361,26 @@ impl StatusWriter {
         }
     }
 
-    /// A Warning Event when a Service's allocation is refused (pool full,
-    /// address taken, no pool, listener limit), once per reason.
-    async fn warn_on_refusal(&mut self, id: &NsName, service: &Service, conditions: &[Condition]) {
+    /// A Warning Event when the Service's condition `type_` is False: a
+    /// refused allocation (pool full, address taken, no pool, listener
+    /// limit), an address that cannot be announced. Once per reason.
+    async fn warn_when_false(
+        &mut self,
+        id: &NsName,
+        service: &Service,
+        conditions: &[Condition],
+        type_: &'static str,
+        action: &str,
+    ) {
+        let key = (id.clone(), type_);
         let refused = conditions
             .iter()
-            .find(|c| c.type_ == "Allocated" && c.status == "False");
+            .find(|c| c.type_ == type_ && c.status == "False");
         let Some(refused) = refused else {
-            self.warned.remove(id);
+            self.warned.remove(&key);
             return;
         };
-        if self.warned.get(id) == Some(&refused.reason) {
+        if self.warned.get(&key) == Some(&refused.reason) {
             return;
         }
         let reference = ObjectReference {
@@ -354,12 +395,12 @@ impl StatusWriter {
             type_: EventType::Warning,
             reason: refused.reason.into(),
             note: Some(refused.message.chars().take(1000).collect()),
-            action: "AllocateAddress".into(),
+            action: action.into(),
             secondary: None,
         };
         match self.events.publish(&event, &reference).await {
             Ok(()) => {
-                self.warned.insert(id.clone(), refused.reason);
+                self.warned.insert(key, refused.reason);
             }
             Err(e) => {
                 tracing::warn!(service = %id, error = %e, "cannot publish Event; retrying later")
@@ -385,10 +426,16 @@ impl StatusWriter {
     }
 }
 
-/// Condition types the L4 compile reports; all of them are teapot's, so a
-/// type that disappeared from the report must disappear from the object.
-const L4_CONDITION_TYPES: [&str; 4] =
-    ["Allocated", "PortsAllocated", "BackendsReady", "Configured"];
+/// Condition types the L4 compile reports, and `Announced`; all of them
+/// are teapot's, so a type that disappeared from the report (announcement
+/// turned off) must disappear from the object.
+const L4_CONDITION_TYPES: [&str; 5] = [
+    "Allocated",
+    "PortsAllocated",
+    "BackendsReady",
+    "Configured",
+    ANNOUNCED,
+];
 
 /// The part of a Service's status teapot owns.
 #[derive(Clone, Debug, PartialEq)]
@@ -398,12 +445,15 @@ struct ServiceStatusPatch {
 }
 
 impl ServiceStatusPatch {
-    /// The report as API conditions; a condition whose status did not
-    /// change keeps its `lastTransitionTime` (it says when it became so).
-    fn new(report: &ServiceReport, current: Option<&[MetaCondition]>) -> ServiceStatusPatch {
+    /// The conditions as API conditions; one whose status did not change
+    /// keeps its `lastTransitionTime` (it says when it became so).
+    fn new(
+        load_balancer: &LoadBalancerStatus,
+        conditions: &[Condition],
+        current: Option<&[MetaCondition]>,
+    ) -> ServiceStatusPatch {
         let now = Time(Timestamp::now());
-        let conditions = report
-            .conditions
+        let conditions = conditions
             .iter()
             .map(|c| {
                 let since = current
@@ -423,7 +473,7 @@ impl ServiceStatusPatch {
             })
             .collect();
         ServiceStatusPatch {
-            load_balancer: report.status.clone(),
+            load_balancer: load_balancer.clone(),
             conditions,
         }
     }
@@ -458,23 +508,15 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ServiceStatus;
 
-    fn report(conditions: Vec<Condition>) -> ServiceReport {
-        ServiceReport {
-            namespace: "ns".into(),
-            name: "svc".into(),
-            pool: Some("default".into()),
-            address: None,
-            status: LoadBalancerStatus::default(),
-            listeners: Vec::new(),
-            conditions,
-        }
+    fn patch(conditions: Vec<Condition>, current: Option<&[MetaCondition]>) -> ServiceStatusPatch {
+        ServiceStatusPatch::new(&LoadBalancerStatus::default(), &conditions, current)
     }
 
     #[test]
     fn an_unchanged_condition_keeps_its_transition_time_and_a_dropped_one_is_a_change() {
         let refused = Condition::new("Allocated", false, "PoolExhausted", "full");
         let configured = Condition::new("Configured", false, "InvalidSettings", "bad");
-        let first = ServiceStatusPatch::new(&report(vec![refused.clone(), configured]), None);
+        let first = patch(vec![refused.clone(), configured], None);
         let on_object = ServiceStatus {
             load_balancer: Some(LoadBalancerStatus::default()),
             conditions: Some(first.conditions.clone()),
@@ -482,8 +524,7 @@ mod tests {
         assert!(first.is_current(Some(&on_object)));
 
         // Configured is gone from the report: the object must lose it.
-        let second =
-            ServiceStatusPatch::new(&report(vec![refused]), on_object.conditions.as_deref());
+        let second = patch(vec![refused], on_object.conditions.as_deref());
         assert!(!second.is_current(Some(&on_object)));
         assert_eq!(
             second.conditions[0].last_transition_time,
@@ -492,8 +533,7 @@ mod tests {
 
         // A new status for the same type is a transition.
         let allocated = Condition::new("Allocated", true, "Allocated", "");
-        let third =
-            ServiceStatusPatch::new(&report(vec![allocated]), on_object.conditions.as_deref());
+        let third = patch(vec![allocated], on_object.conditions.as_deref());
         assert!(!third.is_current(Some(&on_object)));
         assert!(
             third.conditions[0].last_transition_time >= first.conditions[0].last_transition_time

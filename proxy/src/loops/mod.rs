@@ -18,10 +18,13 @@
 //!   replica is ready, each by its pool's mode (BGP speaker, L2 owner).
 //! - [`announcers`]: the pools, and which replicas are live (a Lease per
 //!   replica) for L2 ownership.
+//! - [`announce_status`]: whether an L4 address is announced, for the
+//!   status writer's `Announced` condition.
 
 pub mod acme;
 pub mod allocations;
 pub mod announce;
+pub mod announce_status;
 pub mod announcers;
 pub mod gateway_status;
 pub mod kube_status;
