@@ -884,7 +884,8 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
 /// BGP pool, False with `NotInAnnouncePool` and one Warning Event for an
 /// address in no `--announce-pool`, False with `NoAnnouncer` for an L2 pool
 /// no replica may announce (its `subnet=` holds no address of this one, and
-/// no other holds an announcer Lease). The addresses are documentation
+/// no other holds an announcer Lease); a Gateway's address likewise. The
+/// addresses are documentation
 /// ranges, never bound on this machine: listening fails, the status does not
 /// depend on it, and the BGP peer is a closed port (the session only fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -900,7 +901,7 @@ async fn kube_mode_says_whether_each_address_is_announced() {
     let peer = format!("127.0.0.1,64500,port={closed}");
     let args = [
         "--l4-pool",
-        "default=203.0.113.7,198.51.100.7,192.0.2.7",
+        "default=203.0.113.7,198.51.100.7,192.0.2.7,198.51.100.8",
         "--bgp-asn",
         "64501",
         "--bgp-peer",
@@ -961,38 +962,93 @@ async fn kube_mode_says_whether_each_address_is_announced() {
         "{l2}"
     );
 
+    // A Gateway on the same port gets the fourth address, in no pool.
+    const GW: &str = "gateway.networking.k8s.io/v1";
+    api.apply(
+        json!({"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "teapot"},
+                     "spec": {"controllerName": "teapot.dev/gateway-controller"}}),
+    );
+    api.apply(
+        json!({"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": NS},
+                     "spec": {"gatewayClassName": "teapot",
+                              "listeners": [{"name": "db", "port": port, "protocol": "TCP"}]}}),
+    );
+    let gateway = eventually(
+        "the Gateway's Announced condition",
+        RELOAD_TIMEOUT,
+        || async {
+            let status = api
+                .get(GW, "Gateway", NS, "edge")
+                .map(|g| g["status"].clone())
+                .unwrap_or(Value::Null);
+            let condition = status["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Announced").cloned());
+            match condition {
+                Some(c) => Ok((status["addresses"].clone(), c)),
+                None => Err(status),
+            }
+        },
+    )
+    .await;
+    // Next to the fleet's own address (the HTTP listeners').
+    assert!(
+        gateway
+            .0
+            .as_array()
+            .unwrap()
+            .contains(&json!({"type": "IPAddress", "value": "198.51.100.8"})),
+        "{gateway:?}"
+    );
+    assert!(
+        gateway.1["message"]
+            .as_str()
+            .unwrap()
+            .contains("198.51.100.8"),
+        "{gateway:?}"
+    );
+    assert_eq!(
+        (&gateway.1["status"], &gateway.1["reason"]),
+        (&json!("False"), &json!("NotInAnnouncePool")),
+        "{gateway:?}"
+    );
+
     let events: kube::Api<Event> = kube::Api::namespaced(api.client(), NS);
     let warnings = || async {
         let list = events
             .list(&Default::default())
             .await
             .map_err(|e| e.to_string())?;
-        let mut warned: Vec<(String, String)> = list
+        let mut warned: Vec<(String, String, String)> = list
             .items
             .into_iter()
             .filter(|e| e.type_.as_deref() == Some("Warning"))
             .map(|e| {
-                let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
-                (name, e.reason.unwrap_or_default())
+                let regarding = e.regarding.unwrap_or_default();
+                let kind = regarding.kind.unwrap_or_default();
+                let name = regarding.name.unwrap_or_default();
+                (kind, name, e.reason.unwrap_or_default())
             })
             .collect();
         warned.sort();
-        if warned.len() < 2 {
+        if warned.len() < 3 {
             Err(format!("{warned:?}"))
         } else {
             Ok(warned)
         }
     };
     let want = [
-        ("unannounced".to_string(), "NoAnnouncer".to_string()),
-        ("unpooled".to_string(), "NotInAnnouncePool".to_string()),
-    ];
+        ("Gateway", "edge", "NotInAnnouncePool"),
+        ("Service", "unannounced", "NoAnnouncer"),
+        ("Service", "unpooled", "NotInAnnouncePool"),
+    ]
+    .map(|(k, n, r)| (k.to_string(), n.to_string(), r.to_string()));
     assert_eq!(
         eventually("Warning Events", RELOAD_TIMEOUT, warnings).await,
         want
     );
     // Each status pass lists the announcer Leases: two passes later, still
-    // one Event per Service and reason.
+    // one Event per object and reason.
     let passes = || {
         api.requests()
             .into_iter()

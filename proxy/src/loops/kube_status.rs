@@ -209,10 +209,10 @@ struct StatusWriter {
     /// the watch has not delivered the write yet.
     written: HashMap<NsName, (String, Arc<IngressStatus>)>,
     services_written: HashMap<NsName, (String, ServiceStatusPatch)>,
-    /// The reason each Service was last warned about, by condition type
-    /// (a refused allocation, an address not announced), so an unchanged
-    /// problem is one Event, not one per compile.
-    warned: HashMap<(NsName, &'static str), &'static str>,
+    /// The reason each Service or Gateway was last warned about, by
+    /// condition type (a refused allocation, an address not announced), so
+    /// an unchanged problem is one Event, not one per compile.
+    warned: HashMap<(&'static str, NsName, &'static str), &'static str>,
     events: Recorder,
     gateway_api: super::gateway_status::GatewayStatusWriter,
     /// While L4 addresses are announced.
@@ -295,9 +295,30 @@ impl StatusWriter {
         }
         self.services_written
             .retain(|id, _| store.services.contains_key(id));
-        self.warned
-            .retain(|(id, _), _| store.services.contains_key(id));
-        let updates = super::gateway_status::updates(&snapshot);
+        let mut updates = super::gateway_status::updates(&snapshot);
+        if self.announce.is_some()
+            && let Some(l4) = &snapshot.report.l4
+        {
+            for gateway in &l4.gateways {
+                let (Some(addr), Some(announce)) = (gateway.address, &self.announce) else {
+                    continue;
+                };
+                let id = NsName::new(gateway.namespace.clone(), gateway.name.clone());
+                let condition = announce.condition(addr);
+                add_gateway_condition(&mut updates, &id, &condition);
+                let uid = store
+                    .gateways
+                    .get(&id)
+                    .and_then(|g| g.object.metadata.uid.clone());
+                let regarding = Regarding::gateway(&id, uid);
+                self.warn_when_false(&regarding, &[condition], ANNOUNCED, "AnnounceAddress")
+                    .await;
+            }
+        }
+        self.warned.retain(|(kind, id, _), _| match *kind {
+            "Gateway" => store.gateways.contains_key(id),
+            _ => store.services.contains_key(id),
+        });
         self.gateway_api.sync(&self.client, &updates, &store).await;
     }
 
@@ -311,9 +332,10 @@ impl StatusWriter {
         if let (Some(announce), Some(addr)) = (&self.announce, report.address) {
             conditions.push(announce.condition(addr));
         }
-        self.warn_when_false(&id, service, &conditions, "Allocated", "AllocateAddress")
+        let regarding = Regarding::service(&id, service.metadata.uid.clone());
+        self.warn_when_false(&regarding, &conditions, "Allocated", "AllocateAddress")
             .await;
-        self.warn_when_false(&id, service, &conditions, ANNOUNCED, "AnnounceAddress")
+        self.warn_when_false(&regarding, &conditions, ANNOUNCED, "AnnounceAddress")
             .await;
         let current = service.status.as_ref();
         let desired = ServiceStatusPatch::new(
@@ -361,18 +383,18 @@ impl StatusWriter {
         }
     }
 
-    /// A Warning Event when the Service's condition `type_` is False: a
+    /// A Warning Event when the object's condition `type_` is False: a
     /// refused allocation (pool full, address taken, no pool, listener
     /// limit), an address that cannot be announced. Once per reason.
     async fn warn_when_false(
         &mut self,
-        id: &NsName,
-        service: &Service,
+        regarding: &Regarding<'_>,
         conditions: &[Condition],
         type_: &'static str,
         action: &str,
     ) {
-        let key = (id.clone(), type_);
+        let id = regarding.id;
+        let key = (regarding.kind, id.clone(), type_);
         let refused = conditions
             .iter()
             .find(|c| c.type_ == type_ && c.status == "False");
@@ -384,11 +406,11 @@ impl StatusWriter {
             return;
         }
         let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Service".into()),
+            api_version: Some(regarding.api_version.into()),
+            kind: Some(regarding.kind.into()),
             name: Some(id.name.clone()),
             namespace: Some(id.namespace.clone()),
-            uid: service.metadata.uid.clone(),
+            uid: regarding.uid.clone(),
             ..ObjectReference::default()
         };
         let event = Event {
@@ -423,6 +445,64 @@ impl StatusWriter {
         )
         .await
         .map(drop)
+    }
+}
+
+/// The object a Warning Event is about.
+struct Regarding<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    id: &'a NsName,
+    uid: Option<String>,
+}
+
+impl<'a> Regarding<'a> {
+    fn service(id: &'a NsName, uid: Option<String>) -> Regarding<'a> {
+        Regarding {
+            api_version: "v1",
+            kind: "Service",
+            id,
+            uid,
+        }
+    }
+
+    fn gateway(id: &'a NsName, uid: Option<String>) -> Regarding<'a> {
+        Regarding {
+            api_version: "gateway.networking.k8s.io/v1",
+            kind: "Gateway",
+            id,
+            uid,
+        }
+    }
+}
+
+/// Puts `condition` into the Gateway's status among `updates` (replacing
+/// one of its type): the Gateway's `Announced`, next to `Accepted` and
+/// `Programmed`.
+fn add_gateway_condition(
+    updates: &mut [super::gateway_status::StatusUpdate],
+    id: &NsName,
+    condition: &Condition,
+) {
+    let update = updates.iter_mut().find(|u| {
+        u.kind == teapot_model::store::Kind::Gateway
+            && u.namespace == id.namespace
+            && u.name == id.name
+    });
+    let Some(status) = update.and_then(|u| u.status.as_object_mut()) else {
+        return;
+    };
+    let Some(conditions) = status
+        .entry("conditions")
+        .or_insert_with(|| serde_json::json!([]))
+        .as_array_mut()
+    else {
+        return;
+    };
+    let value = serde_json::to_value(condition).unwrap_or_default();
+    match conditions.iter_mut().find(|c| c["type"] == condition.type_) {
+        Some(c) => *c = value,
+        None => conditions.push(value),
     }
 }
 
