@@ -709,16 +709,26 @@ async fn sigterm_closes_listeners_and_lets_open_connections_finish() {
     assert!(status.success(), "{status}");
 }
 
+/// An object's `status` in the API double (null while it has none).
+fn status_in_api(
+    api: &teapot_testkit::apiserver::ApiServer,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Value {
+    api.get(api_version, kind, ns, name)
+        .map(|o| o["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
 /// Waits for the address in a Service's `status.loadBalancer` in the API.
 async fn service_ip(api: &teapot_testkit::apiserver::ApiServer, ns: &str, name: &str) -> String {
     eventually(
         &format!("{ns}/{name}'s address in its status"),
         RELOAD_TIMEOUT,
         || async {
-            let status = api
-                .get("v1", "Service", ns, name)
-                .map(|s| s["status"].clone())
-                .unwrap_or(Value::Null);
+            let status = status_in_api(api, "v1", "Service", ns, name);
             match status["loadBalancer"]["ingress"][0]["ip"].as_str() {
                 Some(ip) => Ok(ip.to_string()),
                 None => Err(status),
@@ -754,11 +764,7 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
             .await
             .expect("teapot proxy --kube starts")
     };
-    let status_of = |name: &str| {
-        api.get("v1", "Service", NS, name)
-            .map(|s| s["status"].clone())
-            .unwrap_or(Value::Null)
-    };
+    let status_of = |name: &str| status_in_api(&api, "v1", "Service", NS, name);
     api.apply(svc("b"));
     api.apply(lb_slice(NS, "b-0", "b", &[("tcp", echo.port(), "TCP")]));
     // Without loadBalancerClass: another load balancer's in kube mode.
@@ -879,6 +885,33 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
     drop(proxy);
 }
 
+/// Waits for the object's `Announced` condition with status `want`;
+/// returns the object's status and the condition.
+async fn announced(
+    api: &teapot_testkit::apiserver::ApiServer,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    want: &str,
+) -> (Value, Value) {
+    eventually(
+        &format!("{kind} {name}'s Announced condition {want}"),
+        RELOAD_TIMEOUT,
+        || async {
+            let status = status_in_api(api, api_version, kind, ns, name);
+            let condition = status["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Announced").cloned());
+            match condition {
+                Some(c) if c["status"] == want => Ok((status, c)),
+                _ => Err(status),
+            }
+        },
+    )
+    .await
+}
+
 /// The `Announced` condition of each Service's status, with `--announce-l4`
 /// on (docs/announce.md, "Events and conditions"): True for an address in a
 /// BGP pool, False with `NotInAnnouncePool` and one Warning Event for an
@@ -914,34 +947,11 @@ async fn kube_mode_says_whether_each_address_is_announced() {
     let _proxy = ProxyProcess::start_kube(&teapot_bin(), api.kubeconfig_path(), &args)
         .await
         .expect("teapot proxy --kube starts");
-    let announced = |name: &'static str, want: &'static str| {
-        let api = &api;
-        async move {
-            eventually(
-                &format!("{name}'s Announced condition {want}"),
-                RELOAD_TIMEOUT,
-                || async {
-                    let status = api
-                        .get("v1", "Service", NS, name)
-                        .map(|s| s["status"].clone())
-                        .unwrap_or(Value::Null);
-                    let condition = status["conditions"]
-                        .as_array()
-                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Announced").cloned());
-                    match condition {
-                        Some(c) if c["status"] == want => Ok(c),
-                        _ => Err(status),
-                    }
-                },
-            )
-            .await
-        }
-    };
     for name in ["pooled", "unpooled", "unannounced"] {
         api.apply(lb_service(NS, name, &[("tcp", port, "TCP")], json!({})));
         service_ip(&api, NS, name).await;
     }
-    let pooled = announced("pooled", "True").await;
+    let (_, pooled) = announced(&api, "v1", "Service", NS, "pooled", "True").await;
     assert_eq!(pooled["reason"], "Announced");
     assert!(
         pooled["message"]
@@ -950,12 +960,12 @@ async fn kube_mode_says_whether_each_address_is_announced() {
             .contains("203.0.113.7: pool wan, mode bgp"),
         "{pooled}"
     );
-    let unpooled = announced("unpooled", "False").await;
+    let (_, unpooled) = announced(&api, "v1", "Service", NS, "unpooled", "False").await;
     assert_eq!(unpooled["reason"], "NotInAnnouncePool");
     let message = unpooled["message"].as_str().unwrap();
     assert!(message.contains("198.51.100.7"), "{message}");
     assert!(message.contains("--announce-pool"), "{message}");
-    let l2 = announced("unannounced", "False").await;
+    let (_, l2) = announced(&api, "v1", "Service", NS, "unannounced", "False").await;
     assert_eq!(l2["reason"], "NoAnnouncer");
     assert!(
         l2["message"].as_str().unwrap().contains("pool office"),
@@ -964,54 +974,23 @@ async fn kube_mode_says_whether_each_address_is_announced() {
 
     // A Gateway on the same port gets the fourth address, in no pool.
     const GW: &str = "gateway.networking.k8s.io/v1";
-    api.apply(
-        json!({"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "teapot"},
-                     "spec": {"controllerName": "teapot.dev/gateway-controller"}}),
-    );
-    api.apply(
-        json!({"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": NS},
-                     "spec": {"gatewayClassName": "teapot",
-                              "listeners": [{"name": "db", "port": port, "protocol": "TCP"}]}}),
-    );
-    let gateway = eventually(
-        "the Gateway's Announced condition",
-        RELOAD_TIMEOUT,
-        || async {
-            let status = api
-                .get(GW, "Gateway", NS, "edge")
-                .map(|g| g["status"].clone())
-                .unwrap_or(Value::Null);
-            let condition = status["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Announced").cloned());
-            match condition {
-                Some(c) => Ok((status["addresses"].clone(), c)),
-                None => Err(status),
-            }
-        },
-    )
-    .await;
+    api.apply(gateway_class());
+    api.apply(gateway_gw(
+        NS,
+        json!([{"name": "db", "port": port, "protocol": "TCP"}]),
+    ));
+    let (status, condition) = announced(&api, GW, "Gateway", NS, "gw", "False").await;
     // Next to the fleet's own address (the HTTP listeners').
     assert!(
-        gateway
-            .0
+        status["addresses"]
             .as_array()
             .unwrap()
             .contains(&json!({"type": "IPAddress", "value": "198.51.100.8"})),
-        "{gateway:?}"
+        "{status}"
     );
-    assert!(
-        gateway.1["message"]
-            .as_str()
-            .unwrap()
-            .contains("198.51.100.8"),
-        "{gateway:?}"
-    );
-    assert_eq!(
-        (&gateway.1["status"], &gateway.1["reason"]),
-        (&json!("False"), &json!("NotInAnnouncePool")),
-        "{gateway:?}"
-    );
+    assert_eq!(condition["reason"], "NotInAnnouncePool");
+    let message = condition["message"].as_str().unwrap();
+    assert!(message.contains("198.51.100.8"), "{message}");
 
     let events: kube::Api<Event> = kube::Api::namespaced(api.client(), NS);
     let warnings = || async {
@@ -1038,7 +1017,7 @@ async fn kube_mode_says_whether_each_address_is_announced() {
         }
     };
     let want = [
-        ("Gateway", "edge", "NotInAnnouncePool"),
+        ("Gateway", "gw", "NotInAnnouncePool"),
         ("Service", "unannounced", "NoAnnouncer"),
         ("Service", "unpooled", "NotInAnnouncePool"),
     ]
