@@ -402,9 +402,20 @@ pub async fn run(
         ))
     });
 
+    // The status writer says whether each L4 address is announced while
+    // L4 addresses are (docs/announce.md, "Events and conditions").
+    let kube_status = config.kube_status.clone().map(|mut options| {
+        options.announce = config.announce.as_ref().filter(|a| a.l4).map(|a| {
+            crate::loops::announce_status::AnnounceStatusConfig {
+                pools: a.pools.clone(),
+                lease_duration: a.l2.lease_duration,
+            }
+        });
+        options
+    });
     let status_task = crate::loops::kube_status::spawn(
         config.kube.as_ref(),
-        config.kube_status.clone(),
+        kube_status,
         reloader.source(),
         &snapshots,
         reloader.generations(),

@@ -493,6 +493,138 @@ fn chart_flags_exist_in_the_binary() {
     }
 }
 
+/// The proxy's pod spec (DaemonSet or Deployment).
+fn proxy_pod(docs: &[Value]) -> &Value {
+    let workload = docs
+        .iter()
+        .find(|d| {
+            (d["kind"] == "DaemonSet" || d["kind"] == "Deployment")
+                && d["metadata"]["labels"]["app.kubernetes.io/component"] == "proxy"
+        })
+        .expect("proxy workload");
+    &workload["spec"]["template"]["spec"]
+}
+
+fn bgp_args(docs: &[Value]) -> Vec<String> {
+    container_args(docs, "proxy")
+        .into_iter()
+        .filter(|a| a.starts_with("--bgp-"))
+        .collect()
+}
+
+#[test]
+fn bgp_values_render_to_the_speakers_flags() {
+    let Some(helm) = helm() else { return };
+    let values = chart("teapot-lb").join("ci/bgp-values.yaml");
+    let docs = render(&helm, "teapot-lb", &values, &[]);
+    assert_eq!(
+        bgp_args(&docs),
+        [
+            // A 32-bit ASN in full, not in a float's exponent form.
+            "--bgp-asn=4200000001",
+            "--bgp-router-id=192.0.2.10",
+            "--bgp-graceful-wait=5",
+            "--bgp-peer=192.0.2.1,64500,hold=3,keepalive=1,bfd=100x3",
+            "--bgp-peer=2001:db8:1::1,64500,port=1179,multihop=2,source=2001:db8:1::10,\
+             next-hop=192.0.2.10,local-pref=0",
+        ]
+    );
+    let pod = proxy_pod(&docs);
+    let volumes: Vec<&Value> = pod["volumes"].as_array().expect("volumes").iter().collect();
+    assert_eq!(
+        volumes.len(),
+        1,
+        "no password, no Secret volume: {volumes:?}"
+    );
+    // BFD listens on UDP 3784: UID 0 with NET_BIND_SERVICE, although the
+    // HTTP ports are high.
+    assert_eq!(pod["securityContext"]["runAsUser"], 0);
+    assert_eq!(
+        strs(&pod["containers"][0]["securityContext"]["capabilities"]["add"]),
+        ["NET_BIND_SERVICE"]
+    );
+    // The graceful BGP stop runs before the drain: the pod waits for both.
+    let wait = pod["terminationGracePeriodSeconds"]
+        .as_i64()
+        .expect("grace");
+    let plain = render(
+        &helm,
+        "teapot-lb",
+        &values,
+        &["--set", "announce.bgp.peers=null"],
+    );
+    let plain_wait = proxy_pod(&plain)["terminationGracePeriodSeconds"]
+        .as_i64()
+        .expect("grace");
+    assert_eq!(wait, plain_wait + 5);
+    assert!(bgp_args(&plain).is_empty());
+
+    let v = values.to_str().expect("utf-8");
+    let err = try_render(
+        &helm,
+        "teapot-lb",
+        &["-f", v, "--set", "announce.bgp.asn=0"],
+    )
+    .expect_err("peers without an ASN");
+    assert!(err.contains("announce.bgp.asn"), "{err}");
+}
+
+#[test]
+fn a_bgp_peer_password_comes_from_a_secret_mounted_read_only() {
+    let Some(helm) = helm() else { return };
+    let values = chart("teapot-lb").join("ci/bgp-values.yaml");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let peers = dir.path().join("peers.yaml");
+    std::fs::write(
+        &peers,
+        "announce:\n  bgp:\n    peers:\n\
+         \x20     - {address: 192.0.2.1, asn: 64500}\n\
+         \x20     - {address: 192.0.2.2, asn: 64500, hold: 0, passwordSecret: {name: bgp-routers, key: router-2}}\n",
+    )
+    .expect("write values");
+    let docs = render(
+        &helm,
+        "teapot-lb",
+        &values,
+        &["-f", peers.to_str().expect("utf-8")],
+    );
+    validate_all(&docs, "teapot-lb with a BGP password");
+    let args = bgp_args(&docs);
+    assert_eq!(
+        args[3..],
+        [
+            "--bgp-peer=192.0.2.1,64500",
+            "--bgp-peer=192.0.2.2,64500,hold=0,password-file=/etc/teapot/bgp-peers/1/password",
+        ]
+    );
+    let pod = proxy_pod(&docs);
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "bgp-peer-1-password")
+        .expect("the password's volume");
+    assert_eq!(
+        volume["secret"],
+        serde_json::json!({
+            "secretName": "bgp-routers",
+            "items": [{"key": "router-2", "path": "password"}],
+            "defaultMode": 0o440,
+        })
+    );
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "bgp-peer-1-password")
+        .expect("the password's mount");
+    assert_eq!(mount["mountPath"], "/etc/teapot/bgp-peers/1");
+    assert_eq!(mount["readOnly"], true);
+    // No BFD and high ports: neither root nor any capability.
+    assert_ne!(pod["securityContext"]["runAsUser"], 0);
+    assert!(pod["containers"][0]["securityContext"]["capabilities"]["add"].is_null());
+}
+
 #[test]
 fn webhook_fails_closed_and_is_scoped() {
     let Some(helm) = helm() else { return };

@@ -347,10 +347,7 @@ async fn gateway_api_objects_are_watched_routed_and_given_status() {
     let echo = TcpEcho::start(TcpMode::Echo).await.unwrap();
     let port = free_port("127.0.0.1".parse().unwrap()).unwrap();
     let api = ApiServer::start().await;
-    api.apply(
-        json!({"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "teapot"},
-                     "spec": {"controllerName": "teapot.dev/gateway-controller"}}),
-    );
+    api.apply(gateway_class());
     api.apply(
         json!({"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": GNS},
                      "spec": {"gatewayClassName": "teapot",

@@ -709,16 +709,26 @@ async fn sigterm_closes_listeners_and_lets_open_connections_finish() {
     assert!(status.success(), "{status}");
 }
 
+/// An object's `status` in the API double (null while it has none).
+fn status_in_api(
+    api: &teapot_testkit::apiserver::ApiServer,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Value {
+    api.get(api_version, kind, ns, name)
+        .map(|o| o["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
 /// Waits for the address in a Service's `status.loadBalancer` in the API.
 async fn service_ip(api: &teapot_testkit::apiserver::ApiServer, ns: &str, name: &str) -> String {
     eventually(
         &format!("{ns}/{name}'s address in its status"),
         RELOAD_TIMEOUT,
         || async {
-            let status = api
-                .get("v1", "Service", ns, name)
-                .map(|s| s["status"].clone())
-                .unwrap_or(Value::Null);
+            let status = status_in_api(api, "v1", "Service", ns, name);
             match status["loadBalancer"]["ingress"][0]["ip"].as_str() {
                 Some(ip) => Ok(ip.to_string()),
                 None => Err(status),
@@ -754,11 +764,7 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
             .await
             .expect("teapot proxy --kube starts")
     };
-    let status_of = |name: &str| {
-        api.get("v1", "Service", NS, name)
-            .map(|s| s["status"].clone())
-            .unwrap_or(Value::Null)
-    };
+    let status_of = |name: &str| status_in_api(&api, "v1", "Service", NS, name);
     api.apply(svc("b"));
     api.apply(lb_slice(NS, "b-0", "b", &[("tcp", echo.port(), "TCP")]));
     // Without loadBalancerClass: another load balancer's in kube mode.
@@ -786,6 +792,15 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
     assert_eq!(
         (&allocated["status"], &allocated["reason"]),
         (&json!("True"), &json!("Allocated"))
+    );
+    // Nothing announced: no Announced condition at all.
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "Announced"),
+        "{status}"
     );
     let data = payload(7, 4096);
     let back = tcp_exchange(SocketAddr::new(LOCALHOST, port), &data).await;
@@ -868,6 +883,170 @@ async fn kube_mode_keeps_allocations_in_service_status_and_warns_when_refused() 
         "only status, by server-side apply"
     );
     drop(proxy);
+}
+
+/// Waits for the object's `Announced` condition with status `want`;
+/// returns the object's status and the condition.
+async fn announced(
+    api: &teapot_testkit::apiserver::ApiServer,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    want: &str,
+) -> (Value, Value) {
+    eventually(
+        &format!("{kind} {name}'s Announced condition {want}"),
+        RELOAD_TIMEOUT,
+        || async {
+            let status = status_in_api(api, api_version, kind, ns, name);
+            let condition = status["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Announced").cloned());
+            match condition {
+                Some(c) if c["status"] == want => Ok((status, c)),
+                _ => Err(status),
+            }
+        },
+    )
+    .await
+}
+
+/// The `Announced` condition of each Service's status, with `--announce-l4`
+/// on (docs/announce.md, "Events and conditions"): True for an address in a
+/// BGP pool, False with `NotInAnnouncePool` and one Warning Event for an
+/// address in no `--announce-pool`, False with `NoAnnouncer` for an L2 pool
+/// no replica may announce (its `subnet=` holds no address of this one, and
+/// no other holds an announcer Lease); a Gateway's address likewise. The
+/// addresses are documentation
+/// ranges, never bound on this machine: listening fails, the status does not
+/// depend on it, and the BGP peer is a closed port (the session only fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_mode_says_whether_each_address_is_announced() {
+    use k8s_openapi::api::events::v1::Event;
+    use teapot_testkit::apiserver::ApiServer;
+    use teapot_testkit::process::ProxyProcess;
+
+    const NS: &str = "l4-announce";
+    let port = free_port(LOCALHOST).unwrap();
+    let closed = free_port(LOCALHOST).unwrap();
+    let api = ApiServer::start().await;
+    let peer = format!("127.0.0.1,64500,port={closed}");
+    let args = [
+        "--l4-pool",
+        "default=203.0.113.7,198.51.100.7,192.0.2.7,198.51.100.8",
+        "--bgp-asn",
+        "64501",
+        "--bgp-peer",
+        &peer,
+        "--announce-pool",
+        "wan=203.0.113.0/24,mode=bgp",
+        "--announce-pool",
+        "office=192.0.2.0/24,mode=l2,interface=teapot-none0,subnet=10.255.255.0/24",
+    ];
+    let _proxy = ProxyProcess::start_kube(&teapot_bin(), api.kubeconfig_path(), &args)
+        .await
+        .expect("teapot proxy --kube starts");
+    for name in ["pooled", "unpooled", "unannounced"] {
+        api.apply(lb_service(NS, name, &[("tcp", port, "TCP")], json!({})));
+        service_ip(&api, NS, name).await;
+    }
+    let (_, pooled) = announced(&api, "v1", "Service", NS, "pooled", "True").await;
+    assert_eq!(pooled["reason"], "Announced");
+    assert!(
+        pooled["message"]
+            .as_str()
+            .unwrap()
+            .contains("203.0.113.7: pool wan, mode bgp"),
+        "{pooled}"
+    );
+    let (_, unpooled) = announced(&api, "v1", "Service", NS, "unpooled", "False").await;
+    assert_eq!(unpooled["reason"], "NotInAnnouncePool");
+    let message = unpooled["message"].as_str().unwrap();
+    assert!(message.contains("198.51.100.7"), "{message}");
+    assert!(message.contains("--announce-pool"), "{message}");
+    let (_, l2) = announced(&api, "v1", "Service", NS, "unannounced", "False").await;
+    assert_eq!(l2["reason"], "NoAnnouncer");
+    assert!(
+        l2["message"].as_str().unwrap().contains("pool office"),
+        "{l2}"
+    );
+
+    // A Gateway on the same port gets the fourth address, in no pool.
+    const GW: &str = "gateway.networking.k8s.io/v1";
+    api.apply(gateway_class());
+    api.apply(gateway_gw(
+        NS,
+        json!([{"name": "db", "port": port, "protocol": "TCP"}]),
+    ));
+    let (status, condition) = announced(&api, GW, "Gateway", NS, "gw", "False").await;
+    // Next to the fleet's own address (the HTTP listeners').
+    assert!(
+        status["addresses"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"type": "IPAddress", "value": "198.51.100.8"})),
+        "{status}"
+    );
+    assert_eq!(condition["reason"], "NotInAnnouncePool");
+    let message = condition["message"].as_str().unwrap();
+    assert!(message.contains("198.51.100.8"), "{message}");
+
+    let events: kube::Api<Event> = kube::Api::namespaced(api.client(), NS);
+    let warnings = || async {
+        let list = events
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut warned: Vec<(String, String, String)> = list
+            .items
+            .into_iter()
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .map(|e| {
+                let regarding = e.regarding.unwrap_or_default();
+                let kind = regarding.kind.unwrap_or_default();
+                let name = regarding.name.unwrap_or_default();
+                (kind, name, e.reason.unwrap_or_default())
+            })
+            .collect();
+        warned.sort();
+        if warned.len() < 3 {
+            Err(format!("{warned:?}"))
+        } else {
+            Ok(warned)
+        }
+    };
+    let want = [
+        ("Gateway", "gw", "NotInAnnouncePool"),
+        ("Service", "unannounced", "NoAnnouncer"),
+        ("Service", "unpooled", "NotInAnnouncePool"),
+    ]
+    .map(|(k, n, r)| (k.to_string(), n.to_string(), r.to_string()));
+    assert_eq!(
+        eventually("Warning Events", RELOAD_TIMEOUT, warnings).await,
+        want
+    );
+    // Each status pass lists the announcer Leases: two passes later, still
+    // one Event per object and reason.
+    let passes = || {
+        api.requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == http::Method::GET
+                    && r.param("labelSelector").as_deref() == Some("teapot.dev/announcer=true")
+            })
+            .count()
+    };
+    let before = passes();
+    eventually("two more status passes", RELOAD_TIMEOUT, || async {
+        let now = passes();
+        if now >= before + 2 { Ok(()) } else { Err(now) }
+    })
+    .await;
+    assert_eq!(
+        eventually("Warning Events", RELOAD_TIMEOUT, warnings).await,
+        want
+    );
 }
 
 /// Isolation finding 1: tenants share a pool address; alpha's older Service

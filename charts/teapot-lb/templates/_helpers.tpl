@@ -58,3 +58,27 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end }}
+
+{{- /* Where announce.bgp.peers[INDEX].passwordSecret is mounted. */}}
+{{- define "teapot.bgpPasswordDir" -}}
+/etc/teapot/bgp-peers/{{ . }}
+{{- end }}
+
+{{- /* One --bgp-peer spec (docs/announce.md, "Peer settings"):
+       ADDR,ASN[,key=value...] from announce.bgp.peers[INDEX]. hold and
+       local-pref may be 0, so they go by presence, not truth. Numbers go
+       through int64: helm reads YAML numbers as floats, and a 32-bit ASN
+       would print in exponent form. */}}
+{{- define "teapot.bgpPeer" -}}
+{{- $p := .peer -}}
+{{ $p.address }},{{ int64 $p.asn }}
+{{- with $p.port }},port={{ int64 . }}{{ end }}
+{{- if hasKey $p "hold" }},hold={{ int64 $p.hold }}{{ end }}
+{{- with $p.keepalive }},keepalive={{ int64 . }}{{ end }}
+{{- with $p.multihop }},multihop={{ int64 . }}{{ end }}
+{{- with $p.source }},source={{ . }}{{ end }}
+{{- with $p.nextHop }},next-hop={{ . }}{{ end }}
+{{- if hasKey $p "localPref" }},local-pref={{ int64 $p.localPref }}{{ end }}
+{{- with $p.bfd }},bfd={{ . }}{{ end }}
+{{- if $p.passwordSecret }},password-file={{ include "teapot.bgpPasswordDir" .index }}/password{{ end }}
+{{- end }}

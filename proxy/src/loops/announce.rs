@@ -98,7 +98,7 @@ pub struct KubeMembership {
 
 /// An address a router could send traffic to: not loopback (the default
 /// L4 pool is 127.0.0.1), unspecified, link-local or multicast.
-fn routable(addr: &IpAddr) -> bool {
+pub(crate) fn routable(addr: &IpAddr) -> bool {
     let local = match addr {
         IpAddr::V4(a) => a.is_link_local(),
         IpAddr::V6(a) => a.is_unicast_link_local(),

@@ -11,7 +11,9 @@
 //!   the Service's address hint), and the L4 conditions (`Allocated`,
 //!   `PortsAllocated`, `BackendsReady`, `Configured`) in `status.conditions`.
 //!   A refused allocation also becomes a Warning Event on the Service, once
-//!   per reason.
+//!   per reason. While L4 addresses are announced, an `Announced` condition
+//!   too ([`super::announce_status`]), and a Warning Event once per reason
+//!   when the address cannot be announced.
 //!
 //! - Gateway API objects: GatewayClass, Gateway and route status
 //!   ([`super::gateway_status`]).
@@ -39,6 +41,7 @@ use tokio::sync::watch;
 
 use crate::compile::l4::table::ServiceReport;
 use crate::compile::snapshot::{Condition, IngressReport, SnapshotHandle};
+use crate::loops::announce_status::{ANNOUNCED, AnnounceStatusConfig, AnnouncerLeases};
 use crate::loops::reload::Source;
 use teapot_model::store::NsName;
 use teapot_source::kube::{KubeConfig, KubeSource};
@@ -50,12 +53,15 @@ pub const FIELD_MANAGER: &str = "teapot-proxy";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusOptions {
     pub lease: LeaseOptions,
+    /// While L4 addresses are announced: the `Announced` condition.
+    pub announce: Option<AnnounceStatusConfig>,
 }
 
 impl StatusOptions {
     pub fn new(lease_namespace: impl Into<String>) -> StatusOptions {
         StatusOptions {
             lease: LeaseOptions::new(lease_namespace, "teapot-proxy-status"),
+            announce: None,
         }
     }
 }
@@ -94,7 +100,11 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut lease = LeaderLease::new(client.clone(), options.lease.clone());
-    let mut writer = StatusWriter::new(client, &options.lease.identity);
+    let announce = options
+        .announce
+        .clone()
+        .map(|config| AnnouncerLeases::new(client.clone(), &options.lease.namespace, config));
+    let mut writer = StatusWriter::new(client, &options.lease.identity, announce);
     let mut tick = tokio::time::interval(options.lease.renew_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leading = false;
@@ -199,15 +209,22 @@ struct StatusWriter {
     /// the watch has not delivered the write yet.
     written: HashMap<NsName, (String, Arc<IngressStatus>)>,
     services_written: HashMap<NsName, (String, ServiceStatusPatch)>,
-    /// The refusal reason each Service was last warned about, so an
-    /// unchanged refusal is one Event, not one per compile.
-    warned: HashMap<NsName, &'static str>,
+    /// The reason each Service or Gateway was last warned about, by
+    /// condition type (a refused allocation, an address not announced), so
+    /// an unchanged problem is one Event, not one per compile.
+    warned: HashMap<(&'static str, NsName, &'static str), &'static str>,
     events: Recorder,
     gateway_api: super::gateway_status::GatewayStatusWriter,
+    /// While L4 addresses are announced.
+    announce: Option<AnnouncerLeases>,
 }
 
 impl StatusWriter {
-    fn new(client: kube::Client, identity: &str) -> StatusWriter {
+    fn new(
+        client: kube::Client,
+        identity: &str,
+        announce: Option<AnnouncerLeases>,
+    ) -> StatusWriter {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(identity.into()),
@@ -219,6 +236,7 @@ impl StatusWriter {
             services_written: HashMap::new(),
             warned: HashMap::new(),
             gateway_api: Default::default(),
+            announce,
         }
     }
 
@@ -268,14 +286,39 @@ impl StatusWriter {
         self.written
             .retain(|id, _| store.ingresses.contains_key(id));
         if let Some(l4) = &snapshot.report.l4 {
+            if let Some(announce) = self.announce.as_mut() {
+                announce.refresh().await;
+            }
             for service in &l4.services {
                 self.sync_service(service, &store).await;
             }
         }
         self.services_written
             .retain(|id, _| store.services.contains_key(id));
-        self.warned.retain(|id, _| store.services.contains_key(id));
-        let updates = super::gateway_status::updates(&snapshot);
+        let mut updates = super::gateway_status::updates(&snapshot);
+        if self.announce.is_some()
+            && let Some(l4) = &snapshot.report.l4
+        {
+            for gateway in &l4.gateways {
+                let (Some(addr), Some(announce)) = (gateway.address, &self.announce) else {
+                    continue;
+                };
+                let id = NsName::new(gateway.namespace.clone(), gateway.name.clone());
+                let condition = announce.condition(addr);
+                add_gateway_condition(&mut updates, &id, &condition);
+                let uid = store
+                    .gateways
+                    .get(&id)
+                    .and_then(|g| g.object.metadata.uid.clone());
+                let regarding = Regarding::gateway(&id, uid);
+                self.warn_when_false(&regarding, &[condition], ANNOUNCED, "AnnounceAddress")
+                    .await;
+            }
+        }
+        self.warned.retain(|(kind, id, _), _| match *kind {
+            "Gateway" => store.gateways.contains_key(id),
+            _ => store.services.contains_key(id),
+        });
         self.gateway_api.sync(&self.client, &updates, &store).await;
     }
 
@@ -285,10 +328,21 @@ impl StatusWriter {
             return;
         };
         let service = &stored.object;
-        self.warn_on_refusal(&id, service, &report.conditions).await;
+        let mut conditions = report.conditions.clone();
+        if let (Some(announce), Some(addr)) = (&self.announce, report.address) {
+            conditions.push(announce.condition(addr));
+        }
+        let regarding = Regarding::service(&id, service.metadata.uid.clone());
+        self.warn_when_false(&regarding, &conditions, "Allocated", "AllocateAddress")
+            .await;
+        self.warn_when_false(&regarding, &conditions, ANNOUNCED, "AnnounceAddress")
+            .await;
         let current = service.status.as_ref();
-        let desired =
-            ServiceStatusPatch::new(report, current.and_then(|s| s.conditions.as_deref()));
+        let desired = ServiceStatusPatch::new(
+            &report.status,
+            &conditions,
+            current.and_then(|s| s.conditions.as_deref()),
+        );
         if desired.is_current(current) {
             return;
         }
@@ -329,37 +383,46 @@ impl StatusWriter {
         }
     }
 
-    /// A Warning Event when a Service's allocation is refused (pool full,
-    /// address taken, no pool, listener limit), once per reason.
-    async fn warn_on_refusal(&mut self, id: &NsName, service: &Service, conditions: &[Condition]) {
+    /// A Warning Event when the object's condition `type_` is False: a
+    /// refused allocation (pool full, address taken, no pool, listener
+    /// limit), an address that cannot be announced. Once per reason.
+    async fn warn_when_false(
+        &mut self,
+        regarding: &Regarding<'_>,
+        conditions: &[Condition],
+        type_: &'static str,
+        action: &str,
+    ) {
+        let id = regarding.id;
+        let key = (regarding.kind, id.clone(), type_);
         let refused = conditions
             .iter()
-            .find(|c| c.type_ == "Allocated" && c.status == "False");
+            .find(|c| c.type_ == type_ && c.status == "False");
         let Some(refused) = refused else {
-            self.warned.remove(id);
+            self.warned.remove(&key);
             return;
         };
-        if self.warned.get(id) == Some(&refused.reason) {
+        if self.warned.get(&key) == Some(&refused.reason) {
             return;
         }
         let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Service".into()),
+            api_version: Some(regarding.api_version.into()),
+            kind: Some(regarding.kind.into()),
             name: Some(id.name.clone()),
             namespace: Some(id.namespace.clone()),
-            uid: service.metadata.uid.clone(),
+            uid: regarding.uid.clone(),
             ..ObjectReference::default()
         };
         let event = Event {
             type_: EventType::Warning,
             reason: refused.reason.into(),
             note: Some(refused.message.chars().take(1000).collect()),
-            action: "AllocateAddress".into(),
+            action: action.into(),
             secondary: None,
         };
         match self.events.publish(&event, &reference).await {
             Ok(()) => {
-                self.warned.insert(id.clone(), refused.reason);
+                self.warned.insert(key, refused.reason);
             }
             Err(e) => {
                 tracing::warn!(service = %id, error = %e, "cannot publish Event; retrying later")
@@ -385,10 +448,74 @@ impl StatusWriter {
     }
 }
 
-/// Condition types the L4 compile reports; all of them are teapot's, so a
-/// type that disappeared from the report must disappear from the object.
-const L4_CONDITION_TYPES: [&str; 4] =
-    ["Allocated", "PortsAllocated", "BackendsReady", "Configured"];
+/// The object a Warning Event is about.
+struct Regarding<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    id: &'a NsName,
+    uid: Option<String>,
+}
+
+impl<'a> Regarding<'a> {
+    fn service(id: &'a NsName, uid: Option<String>) -> Regarding<'a> {
+        Regarding {
+            api_version: "v1",
+            kind: "Service",
+            id,
+            uid,
+        }
+    }
+
+    fn gateway(id: &'a NsName, uid: Option<String>) -> Regarding<'a> {
+        Regarding {
+            api_version: "gateway.networking.k8s.io/v1",
+            kind: "Gateway",
+            id,
+            uid,
+        }
+    }
+}
+
+/// Puts `condition` into the Gateway's status among `updates` (replacing
+/// one of its type): the Gateway's `Announced`, next to `Accepted` and
+/// `Programmed`.
+fn add_gateway_condition(
+    updates: &mut [super::gateway_status::StatusUpdate],
+    id: &NsName,
+    condition: &Condition,
+) {
+    let update = updates.iter_mut().find(|u| {
+        u.kind == teapot_model::store::Kind::Gateway
+            && u.namespace == id.namespace
+            && u.name == id.name
+    });
+    let Some(status) = update.and_then(|u| u.status.as_object_mut()) else {
+        return;
+    };
+    let Some(conditions) = status
+        .entry("conditions")
+        .or_insert_with(|| serde_json::json!([]))
+        .as_array_mut()
+    else {
+        return;
+    };
+    let value = serde_json::to_value(condition).unwrap_or_default();
+    match conditions.iter_mut().find(|c| c["type"] == condition.type_) {
+        Some(c) => *c = value,
+        None => conditions.push(value),
+    }
+}
+
+/// Condition types the L4 compile reports, and `Announced`; all of them
+/// are teapot's, so a type that disappeared from the report (announcement
+/// turned off) must disappear from the object.
+const L4_CONDITION_TYPES: [&str; 5] = [
+    "Allocated",
+    "PortsAllocated",
+    "BackendsReady",
+    "Configured",
+    ANNOUNCED,
+];
 
 /// The part of a Service's status teapot owns.
 #[derive(Clone, Debug, PartialEq)]
@@ -398,12 +525,15 @@ struct ServiceStatusPatch {
 }
 
 impl ServiceStatusPatch {
-    /// The report as API conditions; a condition whose status did not
-    /// change keeps its `lastTransitionTime` (it says when it became so).
-    fn new(report: &ServiceReport, current: Option<&[MetaCondition]>) -> ServiceStatusPatch {
+    /// The conditions as API conditions; one whose status did not change
+    /// keeps its `lastTransitionTime` (it says when it became so).
+    fn new(
+        load_balancer: &LoadBalancerStatus,
+        conditions: &[Condition],
+        current: Option<&[MetaCondition]>,
+    ) -> ServiceStatusPatch {
         let now = Time(Timestamp::now());
-        let conditions = report
-            .conditions
+        let conditions = conditions
             .iter()
             .map(|c| {
                 let since = current
@@ -423,7 +553,7 @@ impl ServiceStatusPatch {
             })
             .collect();
         ServiceStatusPatch {
-            load_balancer: report.status.clone(),
+            load_balancer: load_balancer.clone(),
             conditions,
         }
     }
@@ -458,23 +588,15 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ServiceStatus;
 
-    fn report(conditions: Vec<Condition>) -> ServiceReport {
-        ServiceReport {
-            namespace: "ns".into(),
-            name: "svc".into(),
-            pool: Some("default".into()),
-            address: None,
-            status: LoadBalancerStatus::default(),
-            listeners: Vec::new(),
-            conditions,
-        }
+    fn patch(conditions: Vec<Condition>, current: Option<&[MetaCondition]>) -> ServiceStatusPatch {
+        ServiceStatusPatch::new(&LoadBalancerStatus::default(), &conditions, current)
     }
 
     #[test]
     fn an_unchanged_condition_keeps_its_transition_time_and_a_dropped_one_is_a_change() {
         let refused = Condition::new("Allocated", false, "PoolExhausted", "full");
         let configured = Condition::new("Configured", false, "InvalidSettings", "bad");
-        let first = ServiceStatusPatch::new(&report(vec![refused.clone(), configured]), None);
+        let first = patch(vec![refused.clone(), configured], None);
         let on_object = ServiceStatus {
             load_balancer: Some(LoadBalancerStatus::default()),
             conditions: Some(first.conditions.clone()),
@@ -482,8 +604,7 @@ mod tests {
         assert!(first.is_current(Some(&on_object)));
 
         // Configured is gone from the report: the object must lose it.
-        let second =
-            ServiceStatusPatch::new(&report(vec![refused]), on_object.conditions.as_deref());
+        let second = patch(vec![refused], on_object.conditions.as_deref());
         assert!(!second.is_current(Some(&on_object)));
         assert_eq!(
             second.conditions[0].last_transition_time,
@@ -492,8 +613,7 @@ mod tests {
 
         // A new status for the same type is a transition.
         let allocated = Condition::new("Allocated", true, "Allocated", "");
-        let third =
-            ServiceStatusPatch::new(&report(vec![allocated]), on_object.conditions.as_deref());
+        let third = patch(vec![allocated], on_object.conditions.as_deref());
         assert!(!third.is_current(Some(&on_object)));
         assert!(
             third.conditions[0].last_transition_time >= first.conditions[0].last_transition_time

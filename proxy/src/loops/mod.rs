@@ -20,10 +20,13 @@
 //!   replica) for L2 ownership.
 //! - [`peer_liveness`]: BFD between those replicas, so one that fails is
 //!   counted gone before its Lease runs out.
+//! - [`announce_status`]: whether an L4 address is announced, for the
+//!   status writer's `Announced` condition.
 
 pub mod acme;
 pub mod allocations;
 pub mod announce;
+pub mod announce_status;
 pub mod announcers;
 pub mod gateway_status;
 pub mod kube_status;

@@ -573,6 +573,16 @@ pub fn file_is(path: &Value, name: &str) -> bool {
         .is_some_and(|p| Path::new(p).file_name().is_some_and(|f| f == name))
 }
 
+/// The GatewayClass `teapot`, teapot's controller.
+pub fn gateway_class() -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GatewayClass",
+        "metadata": { "name": "teapot" },
+        "spec": { "controllerName": "teapot.dev/gateway-controller" },
+    })
+}
+
 /// A Gateway `gw` of class `teapot` in `namespace` with these listeners.
 pub fn gateway_gw(namespace: &str, listeners: Value) -> Value {
     json!({
