@@ -1275,27 +1275,20 @@ mod tests {
     }
 
     /// A router on 127.0.0.1 that takes only segments signed with
-    /// `password` (FRR's `neighbor 127.0.0.1 password ...`), and a file
-    /// holding `in_file` for the speaker's `password-file=`.
-    fn md5_router(password: &[u8], in_file: &[u8]) -> (TcpListener, tempfile::NamedTempFile) {
+    /// `password` (FRR's `neighbor 127.0.0.1 password ...`), and a speaker
+    /// whose `password-file=` holds `in_file` connecting to it.
+    fn md5_router_and_speaker(
+        password: &[u8],
+        in_file: &[u8],
+    ) -> (Speaker, TcpListener, tempfile::NamedTempFile) {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        md5::set_key(
-            &socket,
-            localhost,
-            &md5::Key::new(password.to_vec()).unwrap(),
-        )
-        .unwrap();
+        let key = md5::Key::new(password.to_vec()).unwrap();
+        md5::set_key(&socket, localhost, &key).unwrap();
         socket.bind(SocketAddr::new(localhost, 0)).unwrap();
+        let listener = socket.listen(8).unwrap();
         let mut file = tempfile::NamedTempFile::new().unwrap();
         std::io::Write::write_all(&mut file, in_file).unwrap();
-        (socket.listen(8).unwrap(), file)
-    }
-
-    #[tokio::test]
-    async fn a_shared_password_signs_the_session_and_status_says_md5_only() {
-        // The file ends in a newline, as `echo s3cret > file` leaves it.
-        let (listener, file) = md5_router(b"s3cret", b"s3cret\n");
         let (speaker, _addrs) = start(
             &format!(
                 "127.0.0.1,{ROUTER_ASN},port={},hold=3,password-file={}",
@@ -1304,6 +1297,13 @@ mod tests {
             ),
             &["203.0.113.10"],
         );
+        (speaker, listener, file)
+    }
+
+    #[tokio::test]
+    async fn a_shared_password_signs_the_session_and_status_says_md5_only() {
+        // The file ends in a newline, as `echo s3cret > file` leaves it.
+        let (speaker, listener, _file) = md5_router_and_speaker(b"s3cret", b"s3cret\n");
         // Unsigned, or signed with another key, the SYN would be dropped
         // and nothing accepted.
         let mut router = FakeRouter::accept(&listener).await;
@@ -1321,15 +1321,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_password_the_router_does_not_share_is_a_timeout_that_names_md5() {
-        let (listener, file) = md5_router(b"the router's", b"another");
-        let (speaker, _addrs) = start(
-            &format!(
-                "127.0.0.1,{ROUTER_ASN},port={},hold=3,password-file={}",
-                listener.local_addr().unwrap().port(),
-                file.path().display()
-            ),
-            &["203.0.113.10"],
-        );
+        let (speaker, _listener, _file) = md5_router_and_speaker(b"the router's", b"another");
         let status = wait_status(&speaker, "a failed attempt", |s| !s.failures.is_empty()).await;
         assert_eq!(status.failures.get("timeout"), Some(&1), "{status:?}");
         let error = status.last_error.unwrap();

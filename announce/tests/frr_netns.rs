@@ -86,6 +86,17 @@ impl Lab {
         Lab::named("tpbd", setup)
     }
 
+    /// A router with [`PASSWORD`] on every neighbour.
+    fn with_password() -> Lab {
+        Lab::named(
+            "md5",
+            Setup {
+                password: Some(PASSWORD),
+                ..Setup::default()
+            },
+        )
+    }
+
     /// A lab whose namespaces and run directories start with `prefix`.
     fn named(prefix: &str, setup: Setup) -> Lab {
         let n = LABS.fetch_add(1, Ordering::Relaxed);
@@ -493,13 +504,7 @@ fn with_the_routers_password_the_sessions_establish_and_the_route_is_installed()
     if !runnable("with_the_routers_password_the_sessions_establish_and_the_route_is_installed") {
         return;
     }
-    let mut lab = Lab::named(
-        "md5",
-        Setup {
-            password: Some(PASSWORD),
-            ..Setup::default()
-        },
-    );
+    let mut lab = Lab::with_password();
     lab.start_speaker_with_password(0, PASSWORD);
     lab.wait_only(0, VIP4);
     lab.wait_only(0, VIP6);
@@ -516,13 +521,7 @@ fn with_another_password_no_session_establishes_and_no_route_is_installed() {
     if !runnable("with_another_password_no_session_establishes_and_no_route_is_installed") {
         return;
     }
-    let mut lab = Lab::named(
-        "md5",
-        Setup {
-            password: Some(PASSWORD),
-            ..Setup::default()
-        },
-    );
+    let mut lab = Lab::with_password();
     // Replica 1 has the router's password and shows the router takes
     // sessions; replica 0 has another one.
     lab.start_speaker_with_password(1, PASSWORD);

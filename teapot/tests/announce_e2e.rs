@@ -79,16 +79,12 @@ impl Router {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-#[tokio::test]
-async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm() {
-    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// `teapot proxy` announcing 203.0.113.10 to `router` (AS 64500, no hold
+/// timer, then `peer_options`), the session established.
+async fn announcing_proxy(router: &TcpListener, peer_options: &str) -> (Harness, Router) {
     let port = router.local_addr().unwrap().port();
-    let peer = format!("127.0.0.1,64500,port={port},hold=0");
-    let mut harness = Harness::start_with_args(
+    let peer = format!("127.0.0.1,64500,port={port},hold=0{peer_options}");
+    let harness = Harness::start_with_args(
         &[],
         &[
             "--bgp-peer",
@@ -102,7 +98,19 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
         ],
     )
     .await;
-    let mut r = Router::establish(&router).await;
+    let r = Router::establish(router).await;
+    (harness, r)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm() {
+    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = router.local_addr().unwrap().port();
+    let (mut harness, mut r) = announcing_proxy(&router, "").await;
 
     let announced = r.next().await.expect("an UPDATE");
     assert_eq!(announced[18], 2, "UPDATE");
@@ -161,26 +169,10 @@ async fn with_a_password_file_the_session_is_signed_and_status_says_md5_only() {
     teapot_announce::md5::set_key(&socket, Ipv4Addr::LOCALHOST.into(), &key).unwrap();
     socket.bind((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
     let router = socket.listen(8).unwrap();
-    let port = router.local_addr().unwrap().port();
     let secret = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(secret.path(), format!("{password}\n")).unwrap();
-    let peer = format!(
-        "127.0.0.1,64500,port={port},hold=0,password-file={}",
-        secret.path().display()
-    );
-    let harness = Harness::start_with_args(
-        &[],
-        &[
-            "--bgp-peer",
-            &peer,
-            "--bgp-asn",
-            "64501",
-            "--announce",
-            "203.0.113.10",
-        ],
-    )
-    .await;
-    let mut r = Router::establish(&router).await;
+    let options = format!(",password-file={}", secret.path().display());
+    let (harness, mut r) = announcing_proxy(&router, &options).await;
     let announced = r.next().await.expect("an UPDATE");
     assert!(contains(&announced, &PREFIX), "{announced:?}");
     let status = harness
