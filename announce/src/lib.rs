@@ -45,12 +45,15 @@
 //!   control packet, the state machine, and a session per peer with
 //!   `bfd=INTERVALxMULT`, so a router notices a silent replica in
 //!   milliseconds rather than at the hold timer.
+//! - [`md5`]: TCP-MD5 signatures (RFC 2385) on a session's socket, for
+//!   peers with `password-file=`; the crate's only unsafe code.
 //! - [`l2`]: layer-2 mode: the owner of each address (a rendezvous hash
 //!   over the live replicas) puts it on an interface and sends gratuitous
 //!   ARP / unsolicited neighbour advertisements.
 
 pub mod bfd;
 pub mod l2;
+pub mod md5;
 pub mod peer;
 pub mod session;
 pub mod speaker;

@@ -42,7 +42,8 @@ struct BgpArgs {
     #[arg(long)]
     asn: u32,
     /// A peer: ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL]
-    /// [,source=ADDR][,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT].
+    /// [,source=ADDR][,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT]
+    /// [,password-file=PATH] (the TCP-MD5 password, read from the file).
     /// Repeatable.
     #[arg(long = "peer", required = true)]
     peers: Vec<PeerConfig>,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::Error;
 use crate::bfd::{self, BfdStatus, Timing};
+use crate::md5;
 
 /// The BGP port (RFC 4271).
 pub const BGP_PORT: u16 = 179;
@@ -47,6 +48,9 @@ pub struct PeerConfig {
     /// A BFD session beside the BGP session (`bfd=100x3`): the router
     /// notices a silent replica after `multiplier` missed intervals.
     pub bfd: Option<Timing>,
+    /// The TCP-MD5 password (RFC 2385) the router expects, read from
+    /// `password-file=` at start.
+    pub md5: Option<md5::Key>,
 }
 
 impl PeerConfig {
@@ -63,6 +67,7 @@ impl PeerConfig {
             next_hop_v6: None,
             local_pref: crate::wire::DEFAULT_LOCAL_PREF,
             bfd: None,
+            md5: None,
         }
     }
 
@@ -174,6 +179,36 @@ fn secs(field: &str, value: &str, spec: &str) -> Result<Duration, Error> {
         })
 }
 
+/// The TCP-MD5 password in the file at `path`: a mounted Secret, so the
+/// password appears neither on the command line nor in the process list.
+/// One trailing newline (what `echo` and most editors leave) is not part of
+/// it.
+fn password_file(path: &str, spec: &str) -> Result<md5::Key, Error> {
+    let bad = |reason: String| Error::Config {
+        setting: format!("BGP peer `{spec}` password-file"),
+        reason,
+    };
+    let mut password =
+        std::fs::read(path).map_err(|e| bad(format!("cannot read `{path}`: {e}")))?;
+    if password.ends_with(b"\n") {
+        password.pop();
+        if password.ends_with(b"\r") {
+            password.pop();
+        }
+    }
+    let len = password.len();
+    md5::Key::new(password).ok_or_else(|| {
+        bad(if len == 0 {
+            format!("`{path}` is empty: a TCP-MD5 password has at least one byte")
+        } else {
+            format!(
+                "the password in `{path}` has {len} bytes, above the {} a TCP-MD5 key can have (TCP_MD5SIG_MAXKEYLEN)",
+                md5::MAX_KEY_LEN
+            )
+        })
+    })
+}
+
 fn parsed<T: FromStr>(field: &str, value: &str, spec: &str, what: &str) -> Result<T, Error> {
     value.parse().map_err(|_| Error::Config {
         setting: format!("BGP peer `{spec}` {field}"),
@@ -182,11 +217,23 @@ fn parsed<T: FromStr>(field: &str, value: &str, spec: &str, what: &str) -> Resul
 }
 
 /// `ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL][,source=ADDR]
-/// [,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT]`.
+/// [,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT][,password-file=PATH]`.
 impl FromStr for PeerConfig {
     type Err = Error;
 
     fn from_str(spec: &str) -> Result<PeerConfig, Error> {
+        // An inline password would show in the process list, the shell's
+        // history, and every error below, which quotes the spec: refused
+        // first, naming the peer by its address alone.
+        if spec
+            .split(',')
+            .any(|part| part.trim().split('=').next() == Some("password"))
+        {
+            return Err(Error::Config {
+                setting: format!("BGP peer {} password", spec.split(',').next().unwrap_or("").trim()),
+                reason: "not accepted inline: put the TCP-MD5 password in a file and give password-file=PATH".into(),
+            });
+        }
         let mut parts = spec.split(',').map(str::trim);
         let address = parsed("address", parts.next().unwrap_or(""), spec, "an IP address")?;
         let asn = parts.next().ok_or_else(|| Error::Config {
@@ -211,11 +258,12 @@ impl FromStr for PeerConfig {
                 },
                 "local-pref" => peer.local_pref = parsed(key, value, spec, "a number")?,
                 "bfd" => peer.bfd = Some(bfd_timing(value, spec)?),
+                "password-file" => peer.md5 = Some(password_file(value, spec)?),
                 _ => {
                     return Err(Error::Config {
                         setting: format!("BGP peer `{spec}`"),
                         reason: format!(
-                            "unknown key `{key}` (port, hold, keepalive, multihop, source, next-hop, local-pref, bfd)"
+                            "unknown key `{key}` (port, hold, keepalive, multihop, source, next-hop, local-pref, bfd, password-file)"
                         ),
                     });
                 }
@@ -266,6 +314,9 @@ pub struct PeerStatus {
     pub failures: BTreeMap<&'static str, u64>,
     /// The BFD session, when the peer has `bfd=`.
     pub bfd: Option<BfdStatus>,
+    /// The session is signed with TCP-MD5 (`password-file=`); the
+    /// password itself is never shown.
+    pub md5: bool,
 }
 
 impl PeerStatus {
@@ -281,6 +332,7 @@ impl PeerStatus {
             last_error: None,
             failures: BTreeMap::new(),
             bfd: peer.bfd.map(|_| BfdStatus::default()),
+            md5: peer.md5.is_some(),
         }
     }
 }
@@ -337,6 +389,78 @@ mod tests {
         for (spec, needle) in cases {
             let err = spec.parse::<PeerConfig>().unwrap_err().to_string();
             assert!(err.contains(needle), "{spec}: {err}");
+        }
+    }
+
+    /// A file holding `content`, for `password-file=`.
+    fn password_in(content: &[u8]) -> tempfile::NamedTempFile {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, content).unwrap();
+        file
+    }
+
+    #[test]
+    fn a_password_file_is_read_at_parse_without_one_trailing_newline() {
+        let spec = |file: &tempfile::NamedTempFile| {
+            format!("192.0.2.1,64500,password-file={}", file.path().display())
+        };
+        let key = |password: &[u8]| Some(md5::Key::new(password.to_vec()).unwrap());
+        let peer: PeerConfig = spec(&password_in(b"s3cret\n")).parse().unwrap();
+        assert_eq!(peer.md5, key(b"s3cret"));
+        assert!(PeerStatus::new(&peer).md5);
+        // Only the one newline a file usually ends in; the rest is the
+        // password, as the router has it.
+        let peer: PeerConfig = spec(&password_in(b" s3cret\n\n")).parse().unwrap();
+        assert_eq!(peer.md5, key(b" s3cret\n"));
+        let peer: PeerConfig = spec(&password_in(b"s3cret\r\n")).parse().unwrap();
+        assert_eq!(peer.md5, key(b"s3cret"));
+        let peer: PeerConfig = spec(&password_in(&[b'x'; 80])).parse().unwrap();
+        assert!(peer.md5.is_some());
+        // Printed or logged, a peer never shows its password.
+        assert!(!format!("{peer:?}").contains("xxx"), "{peer:?}");
+
+        let peer: PeerConfig = "192.0.2.1,64500".parse().unwrap();
+        assert_eq!(peer.md5, None);
+        assert!(!PeerStatus::new(&peer).md5);
+    }
+
+    #[test]
+    fn unusable_password_files_name_the_peer_and_the_key() {
+        let empty = password_in(b"");
+        let newline_only = password_in(b"\n");
+        let long = password_in(&[b'x'; 81]);
+        let missing = empty.path().with_extension("missing");
+        let cases = [
+            (empty.path().to_owned(), "is empty"),
+            (newline_only.path().to_owned(), "is empty"),
+            (long.path().to_owned(), "has 81 bytes, above the 80"),
+            (missing.clone(), "cannot read"),
+        ];
+        for (path, needle) in cases {
+            let spec = format!("192.0.2.1,64500,password-file={}", path.display());
+            let err = spec.parse::<PeerConfig>().unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("BGP peer `{spec}` password-file: ")),
+                "{err}"
+            );
+            assert!(
+                err.contains(needle) && err.contains(&*path.to_string_lossy()),
+                "{err}"
+            );
+        }
+        // Not inline: refused before anything could quote the secret, also
+        // when another key is bad too.
+        for spec in [
+            "192.0.2.1,64500,password=s3cret",
+            "192.0.2.1,64500,ttl=3,password=s3cret",
+            "192.0.2.1,AS64500,password=s3cret",
+        ] {
+            let err = spec.parse::<PeerConfig>().unwrap_err().to_string();
+            assert!(err.starts_with("BGP peer 192.0.2.1 password: "), "{err}");
+            assert!(
+                err.contains("password-file=PATH") && !err.contains("s3cret"),
+                "{err}"
+            );
         }
     }
 

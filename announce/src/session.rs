@@ -14,6 +14,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use crate::Error;
 use crate::bfd;
+use crate::md5;
 use crate::peer::{PeerConfig, PeerStatus, SessionState};
 use crate::wire::{self, Family, Message, Notification, Open, PathAttributes, code};
 
@@ -25,6 +26,10 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// (RFC 4271 suggests a large OpenSent hold time; routers answer at once).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a connection timeout says when the peer has a TCP-MD5 password: a
+/// router with another password (or none) drops the signed SYN without a
+/// word, so a mismatch shows as nothing but this timeout.
+const CONNECT_TIMEOUT_WITH_MD5: &str = "connecting, with TCP-MD5 configured (a password the router does not share looks exactly like this: it drops the segments unanswered)";
 
 /// What every session of one speaker shares.
 #[derive(Debug)]
@@ -192,9 +197,17 @@ async fn connect(peer: &PeerConfig, local_asn: u32) -> Result<TcpStream, Error> 
         }
         .map_err(io("setting the TTL"))?;
     }
+    if let Some(key) = &peer.md5 {
+        md5::set_key(&socket, peer.address, key).map_err(io("setting TCP-MD5 (TCP_MD5SIG)"))?;
+    }
     let stream = timeout(CONNECT_TIMEOUT, socket.connect(target))
         .await
-        .map_err(|_| Error::Timeout("connecting"))?
+        .map_err(|_| {
+            Error::Timeout(match peer.md5 {
+                Some(_) => CONNECT_TIMEOUT_WITH_MD5,
+                None => "connecting",
+            })
+        })?
         .map_err(io("connecting"))?;
     stream
         .set_nodelay(true)
@@ -1258,6 +1271,68 @@ mod tests {
         assert_eq!(kept.withdrawals_sent, 0);
         assert!(kept.failures.is_empty() && kept.last_error.is_none());
         router.send(&wire::encode_keepalive()).await;
+        drop(speaker);
+    }
+
+    /// A router on 127.0.0.1 that takes only segments signed with
+    /// `password` (FRR's `neighbor 127.0.0.1 password ...`), and a speaker
+    /// whose `password-file=` holds `in_file` connecting to it.
+    fn md5_router_and_speaker(
+        password: &[u8],
+        in_file: &[u8],
+    ) -> (Speaker, TcpListener, tempfile::NamedTempFile) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let key = md5::Key::new(password.to_vec()).unwrap();
+        md5::set_key(&socket, localhost, &key).unwrap();
+        socket.bind(SocketAddr::new(localhost, 0)).unwrap();
+        let listener = socket.listen(8).unwrap();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, in_file).unwrap();
+        let (speaker, _addrs) = start(
+            &format!(
+                "127.0.0.1,{ROUTER_ASN},port={},hold=3,password-file={}",
+                listener.local_addr().unwrap().port(),
+                file.path().display()
+            ),
+            &["203.0.113.10"],
+        );
+        (speaker, listener, file)
+    }
+
+    #[tokio::test]
+    async fn a_shared_password_signs_the_session_and_status_says_md5_only() {
+        // The file ends in a newline, as `echo s3cret > file` leaves it.
+        let (speaker, listener, _file) = md5_router_and_speaker(b"s3cret", b"s3cret\n");
+        // Unsigned, or signed with another key, the SYN would be dropped
+        // and nothing accepted.
+        let mut router = FakeRouter::accept(&listener).await;
+        router.establish(ROUTER_ASN, 3).await;
+        assert_eq!(router.update().await.announced.len(), 1);
+        let status = wait_status(&speaker, "established", |s| {
+            s.state == SessionState::Established
+        })
+        .await;
+        assert!(status.md5);
+        let shown = format!("{status:?}{}", speaker.statuses().render_prometheus());
+        assert!(!shown.contains("s3cret"), "{shown}");
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn a_password_the_router_does_not_share_is_a_timeout_that_names_md5() {
+        let (speaker, _listener, _file) = md5_router_and_speaker(b"the router's", b"another");
+        let status = wait_status(&speaker, "a failed attempt", |s| !s.failures.is_empty()).await;
+        assert_eq!(status.failures.get("timeout"), Some(&1), "{status:?}");
+        let error = status.last_error.unwrap();
+        assert_eq!(
+            error,
+            format!(
+                "BGP peer {}: timed out {CONNECT_TIMEOUT_WITH_MD5}",
+                status.peer
+            )
+        );
+        assert!(status.md5 && status.state != SessionState::Established);
         drop(speaker);
     }
 

@@ -6,7 +6,8 @@
 //! the leaving replica's path (BIRD's import filter honours
 //! GRACEFUL_SHUTDOWN, as docs/announce.md shows), then withdraws it.
 //! With BIRD's `protocol bfd` and `bfd=100x3`, a frozen replica is cut
-//! by BFD.
+//! by BFD. With `password` in BIRD's template, a replica with the same
+//! TCP-MD5 password in `password-file=` is a next hop.
 //!
 //! Needs root, iproute2 and Debian's `bird2`; without them the test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
@@ -43,8 +44,9 @@ netns::labs_are_replicas!(Lab);
 
 /// The router's configuration: every replica address declared (BIRD 2.0
 /// has no neighbour ranges), one BGP protocol per replica and family, the
-/// kernel tables fed with merged paths.
-fn bird_conf(log: &str, bfd: bool) -> String {
+/// kernel tables fed with merged paths; every session signed with
+/// `password` (TCP-MD5) when there is one.
+fn bird_conf(log: &str, bfd: bool, password: Option<&str>) -> String {
     let (bfd_protocol, bfd_on) = if bfd {
         (
             "protocol bfd {\n  interface \"*\" {\n    min rx interval 100 ms;\n    min tx interval 100 ms;\n    multiplier 3;\n  };\n}\n",
@@ -53,6 +55,9 @@ fn bird_conf(log: &str, bfd: bool) -> String {
     } else {
         ("", "")
     };
+    let password = password
+        .map(|p| format!("  password \"{p}\";\n"))
+        .unwrap_or_default();
     let mut conf = format!(
         r#"log "{log}" all;
 router id {rid};
@@ -81,7 +86,7 @@ template bgp replica {{
   keepalive time 1;
   connect retry time 1;
   error wait time 1, 5;
-{bfd_on}}}
+{bfd_on}{password}}}
 "#,
         rid = LINKS[0].router4,
     );
@@ -99,11 +104,17 @@ static LABS: AtomicUsize = AtomicUsize::new(0);
 
 impl Lab {
     fn new(bfd: bool) -> Lab {
+        Lab::start("tpbd", bfd, None)
+    }
+
+    /// BIRD with `password` on every session, its namespaces and files
+    /// named by `prefix`.
+    fn start(prefix: &str, bfd: bool, password: Option<&str>) -> Lab {
         let n = LABS.fetch_add(1, Ordering::Relaxed);
-        let replicas = Replicas::new(&format!("tpbd{}b{n}", std::process::id()));
+        let replicas = Replicas::new(&format!("{prefix}{}b{n}", std::process::id()));
         let conf = replicas.dir.path().join("bird.conf");
         let log = replicas.dir.path().join("bird.log");
-        std::fs::write(&conf, bird_conf(log.to_str().unwrap(), bfd)).unwrap();
+        std::fs::write(&conf, bird_conf(log.to_str().unwrap(), bfd, password)).unwrap();
         let socket = replicas.dir.path().join("bird.ctl");
         let bird = Command::new("ip")
             .args(["netns", "exec", &replicas.router, "bird", "-f"])
@@ -239,4 +250,28 @@ fn with_bfd_bird_cuts_a_frozen_replica() {
     });
     assert!(protocol.contains("BFD session down"), "{protocol}");
     lab.signal(0, "-KILL");
+}
+
+#[test]
+fn with_birds_password_the_sessions_establish_and_the_route_is_installed() {
+    if !netns::runnable(
+        "with_birds_password_the_sessions_establish_and_the_route_is_installed",
+        bird_missing,
+    ) {
+        return;
+    }
+    let password = "s3cret-shared-with-bird";
+    let mut lab = Lab::start("md5", false, Some(password));
+    let file = lab.dir.path().join("speaker0.password");
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    lab.start_speaker(0, &format!(",password-file={}", file.display()), 3000);
+    for vip in [VIP4, VIP6] {
+        lab.wait(&format!("replica 0 the next hop for {vip}"), || {
+            lab.only(0, vip).then_some(())
+        });
+    }
+    for protocol in ["replica0_ipv4", "replica0_ipv6"] {
+        let out = lab.birdc(&format!("show protocols all {protocol}"));
+        assert!(out.contains("Established"), "{out}");
+    }
 }

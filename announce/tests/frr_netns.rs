@@ -6,7 +6,9 @@
 //! after a SIGKILL (hold timer). With BFD (bfdd beside bgpd, 100 ms x 3
 //! both ways), a frozen replica's sessions are cut by BFD, and a graceful
 //! stop says AdminDown. A neighbour the router refuses does not disturb
-//! the replica's other session.
+//! the replica's other session. With `neighbor X password` on the router,
+//! a replica with the same TCP-MD5 password is a next hop and one with
+//! another is not.
 //!
 //! Needs root, iproute2 and Debian's `frr`; without them each test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
@@ -49,6 +51,9 @@ struct Setup {
     /// The router expects this wrong ASN from this speaker address, so it
     /// refuses the session with "Bad Peer AS".
     wrong_remote_as: Option<&'static str>,
+    /// Every neighbour has `neighbor X password` with this TCP-MD5
+    /// password.
+    password: Option<&'static str>,
 }
 
 /// FRR in the router namespace of [`Replicas`]; the daemons are killed on
@@ -63,7 +68,12 @@ netns::labs_are_replicas!(Lab);
 const BFD: Setup = Setup {
     bfd: true,
     wrong_remote_as: None,
+    password: None,
 };
+
+/// The router's TCP-MD5 password in the password tests.
+const PASSWORD: &str = "s3cret-shared-with-the-router";
+const WRONG_PASSWORD: &str = "not-the-routers-password";
 
 static LABS: AtomicUsize = AtomicUsize::new(0);
 
@@ -73,10 +83,26 @@ impl Lab {
     }
 
     fn new(setup: Setup) -> Lab {
+        Lab::named("tpbd", setup)
+    }
+
+    /// A router with [`PASSWORD`] on every neighbour.
+    fn with_password() -> Lab {
+        Lab::named(
+            "md5",
+            Setup {
+                password: Some(PASSWORD),
+                ..Setup::default()
+            },
+        )
+    }
+
+    /// A lab whose namespaces and run directories start with `prefix`.
+    fn named(prefix: &str, setup: Setup) -> Lab {
         let n = LABS.fetch_add(1, Ordering::Relaxed);
         let lab = Lab {
             setup,
-            replicas: Replicas::new(&format!("tpbd{}x{n}", std::process::id())),
+            replicas: Replicas::new(&format!("{prefix}{}x{n}", std::process::id())),
         };
         lab.start_frr();
         lab
@@ -111,6 +137,9 @@ impl Lab {
                     neighbors.push_str(&format!(
                         " neighbor {addr} bfd\n neighbor {addr} bfd profile fast\n"
                     ));
+                }
+                if let Some(password) = self.setup.password {
+                    neighbors.push_str(&format!(" neighbor {addr} password {password}\n"));
                 }
             }
             activate6.push_str(&format!("  neighbor {} activate\n", link.speaker6));
@@ -181,6 +210,24 @@ impl Lab {
     fn start_speaker(&mut self, i: usize, graceful_wait_ms: u64) {
         let bfd = if self.setup.bfd { ",bfd=100x3" } else { "" };
         self.replicas.start_speaker(i, bfd, graceful_wait_ms);
+    }
+
+    /// Starts replica `i`'s speaker with `password` as its TCP-MD5
+    /// password, in a file as a mounted Secret has it (newline included).
+    fn start_speaker_with_password(&mut self, i: usize, password: &str) {
+        let file = self.dir.path().join(format!("speaker{i}.password"));
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        let options = format!(",password-file={}", file.display());
+        self.replicas.start_speaker(i, &options, 3000);
+    }
+
+    /// `TcpExt` counter `name` of the router's network namespace.
+    fn router_tcp_ext(&self, name: &str) -> u64 {
+        let text = self.router_sh("cat /proc/net/netstat");
+        let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+        let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
+        let at = names.split_whitespace().position(|n| n == name).unwrap();
+        values.split_whitespace().nth(at).unwrap().parse().unwrap()
     }
 
     /// Polls `check` until it yields, or fails with the router's view.
@@ -450,6 +497,68 @@ fn a_refused_neighbor_leaves_the_other_session_and_its_route_alone() {
     assert_eq!(n["connectionsDropped"], 0, "{n}");
     assert_eq!(lab.gateways(VIP4), [good]);
     assert!(lab.gateways(VIP6).is_empty());
+}
+
+#[test]
+fn with_the_routers_password_the_sessions_establish_and_the_route_is_installed() {
+    if !runnable("with_the_routers_password_the_sessions_establish_and_the_route_is_installed") {
+        return;
+    }
+    let mut lab = Lab::with_password();
+    lab.start_speaker_with_password(0, PASSWORD);
+    lab.wait_only(0, VIP4);
+    lab.wait_only(0, VIP6);
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let n = lab.neighbor(addr);
+        assert_eq!(n["bgpState"], "Established", "{addr}: {n}");
+    }
+    // Signed alike at both ends: no segment failed the router's check.
+    assert_eq!(lab.router_tcp_ext("TCPMD5Failure"), 0, "{}", lab.dump());
+}
+
+#[test]
+fn with_another_password_no_session_establishes_and_no_route_is_installed() {
+    if !runnable("with_another_password_no_session_establishes_and_no_route_is_installed") {
+        return;
+    }
+    let mut lab = Lab::with_password();
+    // Replica 1 has the router's password and shows the router takes
+    // sessions; replica 0 has another one.
+    lab.start_speaker_with_password(1, PASSWORD);
+    lab.start_speaker_with_password(0, WRONG_PASSWORD);
+    lab.wait_only(1, VIP4);
+    lab.wait_only(1, VIP6);
+    // Each of replica 0's sessions failed once, as a timeout that names
+    // TCP-MD5: the router's kernel dropped the SYNs unanswered.
+    let log_path = lab.dir.path().join("speaker0.log");
+    let timeouts = |log: &str, router: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains("BGP session down")
+                    && l.contains(router)
+                    && l.contains("with TCP-MD5 configured")
+                    && l.contains("\"timeout\"")
+            })
+            .count()
+    };
+    lab.wait("a timeout naming TCP-MD5 on both sessions", || {
+        let log = std::fs::read_to_string(&log_path).ok()?;
+        let v4 = format!("{}:179", LINKS[0].router4);
+        let v6 = format!("[{}]:179", LINKS[0].router6);
+        (timeouts(&log, &v4) >= 1 && timeouts(&log, &v6) >= 1).then_some(())
+    });
+    assert!(lab.router_tcp_ext("TCPMD5Failure") > 0, "{}", lab.dump());
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let n = lab.neighbor(addr);
+        assert_ne!(n["bgpState"], "Established", "{addr}: {n}");
+        assert_eq!(n["connectionsEstablished"], 0, "{addr}: {n}");
+    }
+    // Only the replica with the router's password is a next hop.
+    assert_eq!(lab.gateways(VIP4), [LINKS[1].speaker4]);
+    assert_eq!(lab.gateways(VIP6), [LINKS[1].speaker6]);
+    // The password is in no log line.
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains(WRONG_PASSWORD), "{log}");
 }
 
 /// Not a check: the figures docs/announce.md quotes.

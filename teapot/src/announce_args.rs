@@ -15,7 +15,7 @@ const MAX_ANNOUNCED_PER_CIDR: usize = 4096;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct AnnounceArgs {
-    /// BGP peer that receives this replica's addresses as host routes, ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL][,source=ADDR][,next-hop=ADDR][,local-pref=N] (repeatable).
+    /// BGP peer that receives this replica's addresses as host routes, ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL][,source=ADDR][,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT][,password-file=PATH] (repeatable; password-file holds the TCP-MD5 password).
     #[arg(long = "bgp-peer")]
     bgp_peers: Vec<PeerConfig>,
     /// This replica's AS number (required with --bgp-peer).

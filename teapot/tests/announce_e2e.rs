@@ -26,6 +26,38 @@ struct Router {
 }
 
 impl Router {
+    /// Accepts the proxy's connection and completes the OPEN exchange,
+    /// without a hold timer: this router answers no keepalives, and a
+    /// loaded machine must not see the session expire mid-test.
+    async fn establish(listener: &TcpListener) -> Router {
+        let (stream, _) = tokio::time::timeout(RELOAD_TIMEOUT, listener.accept())
+            .await
+            .expect("the proxy connects")
+            .unwrap();
+        let mut r = Router {
+            stream,
+            buf: Vec::new(),
+        };
+        let Some(Message::Open(open)) =
+            r.next().await.map(|m| wire::decode(&m).unwrap().unwrap().0)
+        else {
+            panic!("expected OPEN");
+        };
+        assert_eq!(open.asn, 64501);
+        r.stream
+            .write_all(&wire::encode_open(&Open {
+                asn: 64500,
+                hold_time_secs: 0,
+                router_id: Ipv4Addr::new(192, 0, 2, 1),
+                families: vec![Family::Ipv4],
+                four_octet_as: true,
+            }))
+            .await
+            .unwrap();
+        r.stream.write_all(&wire::encode_keepalive()).await.unwrap();
+        r
+    }
+
     /// The next message other than a KEEPALIVE, raw.
     async fn next(&mut self) -> Option<Vec<u8>> {
         loop {
@@ -47,18 +79,12 @@ impl Router {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-#[tokio::test]
-async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm() {
-    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// `teapot proxy` announcing 203.0.113.10 to `router` (AS 64500, no hold
+/// timer, then `peer_options`), the session established.
+async fn announcing_proxy(router: &TcpListener, peer_options: &str) -> (Harness, Router) {
     let port = router.local_addr().unwrap().port();
-    // No hold timer: this router answers no keepalives, and a loaded
-    // machine must not see the session expire mid-test.
-    let peer = format!("127.0.0.1,64500,port={port},hold=0");
-    let mut harness = Harness::start_with_args(
+    let peer = format!("127.0.0.1,64500,port={port},hold=0{peer_options}");
+    let harness = Harness::start_with_args(
         &[],
         &[
             "--bgp-peer",
@@ -72,30 +98,19 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
         ],
     )
     .await;
-    let (stream, _) = tokio::time::timeout(RELOAD_TIMEOUT, router.accept())
-        .await
-        .expect("the proxy connects")
-        .unwrap();
-    let mut r = Router {
-        stream,
-        buf: Vec::new(),
-    };
-    let Some(Message::Open(open)) = r.next().await.map(|m| wire::decode(&m).unwrap().unwrap().0)
-    else {
-        panic!("expected OPEN");
-    };
-    assert_eq!(open.asn, 64501);
-    r.stream
-        .write_all(&wire::encode_open(&Open {
-            asn: 64500,
-            hold_time_secs: 0,
-            router_id: Ipv4Addr::new(192, 0, 2, 1),
-            families: vec![Family::Ipv4],
-            four_octet_as: true,
-        }))
-        .await
-        .unwrap();
-    r.stream.write_all(&wire::encode_keepalive()).await.unwrap();
+    let r = Router::establish(router).await;
+    (harness, r)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm() {
+    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = router.local_addr().unwrap().port();
+    let (mut harness, mut r) = announcing_proxy(&router, "").await;
 
     let announced = r.next().await.expect("an UPDATE");
     assert_eq!(announced[18], 2, "UPDATE");
@@ -111,6 +126,7 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
     // Failures by reason and BFD are reported even when there are none.
     assert!(status["bgp"][0]["failures"].is_object(), "{status}");
     assert!(status["bgp"][0]["bfd"].is_null(), "{status}");
+    assert_eq!(status["bgp"][0]["md5"], false, "{status}");
     let metrics = harness.metrics().await;
     let established = format!("teapot_bgp_session_established{{peer=\"127.0.0.1:{port}\"}} 1");
     assert!(metrics.contains(&established), "{metrics}");
@@ -139,4 +155,32 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
         .await
         .expect("the proxy exits");
     assert!(status.success(), "{status}");
+}
+
+/// `--bgp-peer ...,password-file=PATH`: the router's socket takes only
+/// segments signed with its TCP-MD5 password, so the session comes up only
+/// if the proxy signs with the file's password; `/status` says `md5` and
+/// neither it nor `/metrics` shows the password.
+#[tokio::test]
+async fn with_a_password_file_the_session_is_signed_and_status_says_md5_only() {
+    let password = "s3cret-of-the-router";
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    let key = teapot_announce::md5::Key::new(password.into()).unwrap();
+    teapot_announce::md5::set_key(&socket, Ipv4Addr::LOCALHOST.into(), &key).unwrap();
+    socket.bind((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    let router = socket.listen(8).unwrap();
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), format!("{password}\n")).unwrap();
+    let options = format!(",password-file={}", secret.path().display());
+    let (harness, mut r) = announcing_proxy(&router, &options).await;
+    let announced = r.next().await.expect("an UPDATE");
+    assert!(contains(&announced, &PREFIX), "{announced:?}");
+    let status = harness
+        .wait_status("the signed BGP session established", |s| {
+            s["bgp"][0]["state"] == "Established"
+        })
+        .await;
+    assert_eq!(status["bgp"][0]["md5"], true, "{status}");
+    let shown = format!("{status}{}", harness.metrics().await);
+    assert!(!shown.contains(password), "{shown}");
 }

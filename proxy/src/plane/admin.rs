@@ -59,6 +59,8 @@ fn bgp_json(peer: &teapot_announce::PeerStatus) -> serde_json::Value {
         "sessions_established": peer.sessions_established,
         "last_error": peer.last_error,
         "failures": peer.failures,
+        // Whether a TCP-MD5 password is set; the password is never shown.
+        "md5": peer.md5,
         "bfd": peer.bfd.as_ref().map(|b| serde_json::json!({
             "state": b.state.as_str(),
             "diagnostic": b.diag,
