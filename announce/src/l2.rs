@@ -15,8 +15,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
-use futures::TryStreamExt;
-use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags};
+use netlink_packet_route::AddressFamily as RouteFamily;
+use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use nix::sys::socket::{
     AddressFamily, LinkAddr, MsgFlags, SockFlag, SockProtocol, SockType, sendto, socket,
 };
@@ -254,31 +254,34 @@ impl Link {
     /// the same address with a shorter prefix is the node's own and stays.
     /// Whether one was there.
     async fn remove(&self, addr: IpAddr) -> Result<bool, Error> {
-        let mut found = self
-            .netlink
-            .address()
-            .get()
-            .set_link_index_filter(self.index)
-            .set_address_filter(addr)
-            .execute();
-        let mut removed = false;
-        while let Some(msg) = found
-            .try_next()
-            .await
-            .map_err(|e| Error::Netlink(format!("looking up {addr}: {e}")))?
-        {
-            if msg.header.prefix_len != Self::host_prefix(&addr) {
-                continue;
-            }
-            removed = true;
-            self.netlink
-                .address()
-                .del(msg)
-                .execute()
-                .await
-                .map_err(|e| Error::Netlink(format!("removing {addr}: {e}")))?;
+        // A delete by address and prefix, not a lookup first: looking up
+        // is a dump of every address on the link, and releasing a
+        // thousand addresses one dump each took most of a minute.
+        let mut msg = AddressMessage::default();
+        msg.header.family = match addr {
+            IpAddr::V4(_) => RouteFamily::Inet,
+            IpAddr::V6(_) => RouteFamily::Inet6,
+        };
+        msg.header.prefix_len = Self::host_prefix(&addr);
+        msg.header.index = self.index;
+        msg.attributes.push(AddressAttribute::Address(addr));
+        if addr.is_ipv4() {
+            msg.attributes.push(AddressAttribute::Local(addr));
         }
-        Ok(removed)
+        match self.netlink.address().del(msg).execute().await {
+            Ok(()) => Ok(true),
+            // Not there (EADDRNOTAVAIL for IPv4, ENODEV or ENOENT for
+            // IPv6 depending on the kernel).
+            Err(rtnetlink::Error::NetlinkError(e))
+                if matches!(
+                    e.raw_code().unsigned_abs() as i32,
+                    libc::EADDRNOTAVAIL | libc::ENOENT | libc::ENODEV | libc::ESRCH
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(Error::Netlink(format!("removing {addr}: {e}"))),
+        }
     }
 
     /// One announcement; a full socket buffer drops it (the next repeat

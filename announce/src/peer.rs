@@ -152,22 +152,7 @@ impl PeerConfig {
 }
 
 /// Above this, BFD detects nothing the BGP hold timer would not.
-pub const MAX_BFD_INTERVAL: Duration = Duration::from_secs(10);
-
-/// `INTERVALxMULT`, the interval in milliseconds.
-fn bfd_timing(value: &str, spec: &str) -> Result<Timing, Error> {
-    let err = || Error::Config {
-        setting: format!("BGP peer `{spec}` bfd"),
-        reason: format!(
-            "`{value}` is not INTERVALxMULTIPLIER (milliseconds x missed packets, e.g. 100x3)"
-        ),
-    };
-    let (interval, multiplier) = value.split_once('x').ok_or_else(err)?;
-    Ok(Timing {
-        interval: Duration::from_millis(interval.parse().map_err(|_| err())?),
-        multiplier: multiplier.parse().map_err(|_| err())?,
-    })
-}
+pub const MAX_BFD_INTERVAL: Duration = bfd::MAX_INTERVAL;
 
 fn secs(field: &str, value: &str, spec: &str) -> Result<Duration, Error> {
     value
@@ -257,7 +242,12 @@ impl FromStr for PeerConfig {
                     IpAddr::V6(a) => peer.next_hop_v6 = Some(a),
                 },
                 "local-pref" => peer.local_pref = parsed(key, value, spec, "a number")?,
-                "bfd" => peer.bfd = Some(bfd_timing(value, spec)?),
+                "bfd" => {
+                    peer.bfd = Some(bfd::Timing::parse(value).map_err(|reason| Error::Config {
+                        setting: format!("BGP peer `{spec}` bfd"),
+                        reason,
+                    })?)
+                }
                 "password-file" => peer.md5 = Some(password_file(value, spec)?),
                 _ => {
                     return Err(Error::Config {
@@ -479,17 +469,21 @@ mod tests {
         check("192.0.2.1,0", 64501, "ASN");
         check("192.0.2.1,64500,multihop=0", 64501, "multihop");
         check("192.0.2.1,64500,multihop=2", 64500, "eBGP");
-        check(
-            "192.0.2.1,64500,bfd=5x3",
-            64501,
-            "bfd: an interval of 5ms is below",
-        );
-        check(
-            "192.0.2.1,64500,bfd=20000x3",
-            64501,
-            "bfd: an interval of 20s is above",
-        );
-        check("192.0.2.1,64500,bfd=100x0", 64501, "bfd: a multiplier of 0");
+        // BFD timings out of range are refused as they are read.
+        for (spec, needle) in [
+            (
+                "192.0.2.1,64500,bfd=5x3",
+                "bfd: an interval of 5ms is below",
+            ),
+            (
+                "192.0.2.1,64500,bfd=20000x3",
+                "bfd: an interval of 20s is above",
+            ),
+            ("192.0.2.1,64500,bfd=100x0", "bfd: a multiplier of 0"),
+        ] {
+            let err = spec.parse::<PeerConfig>().unwrap_err();
+            assert!(err.to_string().contains(needle), "{spec}: {err}");
+        }
         check(
             "192.0.2.1,64500,bfd=100x3,multihop=2",
             64501,

@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 use teapot_testkit::apiserver::ApiServer;
 
 const VIP: &str = "198.51.100.200";
+const VIP6: &str = "2001:db8:100::200";
 const API: &str = "198.51.100.254";
 const HOST: &str = "l2.test";
 const NS: &str = "l2-e2e";
@@ -68,6 +69,8 @@ struct Segment {
     kubeconfig: std::path::PathBuf,
     /// Flags every replica starts with beside the test's own.
     flags: Vec<String>,
+    /// The L2 address the replicas announce and the client asks.
+    vip: &'static str,
     // Dropped last: the processes above go first.
     _namespaces: Namespaces,
 }
@@ -129,7 +132,8 @@ impl Segment {
             sh(
                 ns,
                 &format!(
-                    "ip link set lo up && ip addr add {addr}/24 dev lan && ip link set lan up"
+                    "ip link set lo up && ip addr add {addr}/24 dev lan && ip -6 addr add 2001:db8:100::{}/64 dev lan nodad && ip link set lan up",
+                    &addr[addr.rfind('.').unwrap() + 1..]
                 ),
             );
         }
@@ -141,6 +145,7 @@ impl Segment {
             dir,
             kubeconfig,
             flags: Vec::new(),
+            vip: VIP,
             _namespaces: namespaces,
         };
         for i in 0..replicas {
@@ -189,10 +194,18 @@ impl Segment {
             ])
             .args([&teapot(), "proxy", "--kube", "--kubeconfig"])
             .arg(&self.kubeconfig)
-            .args(["--http", "0.0.0.0:8080", "--https", "off"])
+            .args([
+                "--http",
+                if self.vip.contains(':') {
+                    "[::]:8080"
+                } else {
+                    "0.0.0.0:8080"
+                },
+            ])
+            .args(["--https", "off"])
             .args(["--admin", "127.0.0.1:9901", "--no-ingress-status"])
             .args(["--l4", "false", "--lease-namespace", "teapot-system"])
-            .args(["--l2-interface", "lan", "--announce", VIP])
+            .args(["--l2-interface", "lan", "--announce", self.vip])
             .args(&self.flags)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -223,11 +236,13 @@ impl Segment {
     /// The echo pod that answered GET l2.test/ on the L2 address from the
     /// client, if one did within `timeout`.
     fn client_get(&self, timeout: &str) -> Option<String> {
-        get_from(&self.client, timeout)
+        get_from(&self.client, self.vip, timeout)
     }
 
     fn holds_vip(&self, i: usize) -> bool {
-        sh(&self.replicas[i].ns, "ip -4 -o addr show dev lan").contains(&format!("{VIP}/32"))
+        let addrs = sh(&self.replicas[i].ns, "ip -o addr show dev lan");
+        addrs.contains(&format!(" {}/32 ", self.vip))
+            || addrs.contains(&format!(" {}/128 ", self.vip))
     }
 
     fn dump(&self) -> String {
@@ -338,11 +353,16 @@ impl Segment {
 
 /// The echo pod that answered GET l2.test/ on the L2 address from
 /// namespace `client`, if one did within `timeout` seconds.
-fn get_from(client: &str, timeout: &str) -> Option<String> {
+fn get_from(client: &str, vip: &str, timeout: &str) -> Option<String> {
+    let host = if vip.contains(':') {
+        format!("[{vip}]")
+    } else {
+        vip.to_string()
+    };
     let out = Command::new("ip")
-        .args(["netns", "exec", client, "curl", "-s", "-m", timeout])
+        .args(["netns", "exec", client, "curl", "-s", "-g", "-m", timeout])
         .args(["-H", &format!("Host: {HOST}")])
-        .arg(format!("http://{VIP}:8080/"))
+        .arg(format!("http://{host}:8080/"))
         .output()
         .ok()?;
     let body: Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -370,9 +390,17 @@ fn objects(api: &ApiServer) {
 async fn three_replicas(
     flags: &[&str],
 ) -> (tokio::sync::MutexGuard<'static, ()>, Segment, ApiServer) {
+    three_replicas_on(VIP, flags).await
+}
+
+async fn three_replicas_on(
+    vip: &'static str,
+    flags: &[&str],
+) -> (tokio::sync::MutexGuard<'static, ()>, Segment, ApiServer) {
     let one = SEGMENT.lock().await;
     let mut seg = Segment::new(3);
     seg.flags = flags.iter().map(|f| f.to_string()).collect();
+    seg.vip = vip;
     let api = seg.api().await;
     for i in 0..3 {
         seg.start(i);
@@ -493,6 +521,30 @@ async fn the_owner_moves_on_sigkill_and_hands_over_on_sigterm() {
         listed_at < removed,
         "listed by the next owner {listed_at}, removed {removed}, SIGTERM {term}, listings {:?}\n{}",
         listed.lock().unwrap(),
+        seg.dump()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv6_address_moves_to_the_next_owner_on_sigkill() {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    let (_one, mut seg, _api) = three_replicas_on(VIP6, &[]).await;
+    let first = tokio::task::block_in_place(|| seg.settled());
+    let client_neighbour = |seg: &Segment| sh(&seg.client, &format!("ip -6 neigh show {VIP6}"));
+    seg.signal(first, "-KILL");
+    let _ = seg.replicas[first].proxy.as_mut().unwrap().wait();
+    seg.replicas[first].proxy = None;
+    // The client's neighbour entry follows the unsolicited advertisement
+    // of the next owner, which serves it.
+    let next = tokio::task::block_in_place(|| seg.settled());
+    assert_ne!(next, first);
+    let mac = sh(&seg.replicas[next].ns, "cat /sys/class/net/lan/address");
+    assert!(
+        client_neighbour(&seg).contains(mac.trim()),
+        "{}\n{}",
+        client_neighbour(&seg),
         seg.dump()
     );
 }
@@ -679,7 +731,7 @@ async fn measure_l2_rolling_restart() {
     let load = std::thread::spawn(move || {
         let (mut ok, mut failed) = (0u64, 0u64);
         while stop_rx.try_recv().is_err() {
-            match get_from(&client, "2") {
+            match get_from(&client, VIP, "2") {
                 Some(_) => ok += 1,
                 None => failed += 1,
             }
@@ -706,6 +758,137 @@ async fn measure_l2_rolling_restart() {
         "owner_restarts": owners_restarted,
         "requests_ok": ok,
         "requests_failed": failed,
+    });
+    println!("RESULT {result}");
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The addresses of the scale measurement: a /21 on the segment (2,046
+/// host addresses), which the client reaches on-link.
+const SCALE_RANGE: &str = "10.200.0.0/21";
+const SCALE_ADDRESSES: usize = 2046;
+
+/// Scale: 2,046 addresses over three replicas. The time from starting
+/// the three until every address is on exactly one replica's interface;
+/// the announcer Lease writes per second per replica at rest; memory
+/// beside the same replicas announcing one address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measures; run with --include-ignored"]
+async fn measure_l2_scale() {
+    if !netns::runnable("measure_l2_scale", curl_missing) {
+        return;
+    }
+    let (_one, mut seg, api) = three_replicas(&[]).await;
+    tokio::task::block_in_place(|| seg.settled());
+    let pids = |seg: &Segment| -> Vec<u32> {
+        seg.replicas
+            .iter()
+            .map(|r| r.proxy.as_ref().unwrap().id())
+            .collect()
+    };
+    // `ip netns exec` runs the proxy itself (exec), so the child's pid is
+    // the proxy's.
+    let rss_one: Vec<u64> = pids(&seg).into_iter().map(rss_kib).collect();
+    for i in 0..3 {
+        seg.signal(i, "-TERM");
+        let _ = seg.replicas[i].proxy.as_mut().unwrap().wait();
+        seg.replicas[i].proxy = None;
+    }
+    sh(&seg.client, &format!("ip route add {SCALE_RANGE} dev lan"));
+    let writes: std::sync::Arc<std::sync::Mutex<Vec<(String, Instant)>>> = Default::default();
+    {
+        let writes = writes.clone();
+        api.set_admission(move |req| {
+            if req.name.starts_with("teapot-announcer-") {
+                writes
+                    .lock()
+                    .unwrap()
+                    .push((req.name.clone(), Instant::now()));
+            }
+            Ok(())
+        });
+    }
+    seg.flags = vec!["--announce".into(), SCALE_RANGE.into()];
+    // Inside the range: no address beside the 2,046.
+    seg.vip = "10.200.0.1";
+    let started = Instant::now();
+    for i in 0..3 {
+        seg.start(i);
+    }
+    let held = |seg: &Segment, i: usize| {
+        sh(&seg.replicas[i].ns, "ip -4 -o addr show dev lan")
+            .lines()
+            .filter(|l| l.contains(" 10.200."))
+            .count()
+    };
+    let all_held = tokio::task::block_in_place(|| {
+        netns::wait(
+            "every address on exactly one replica",
+            || seg.dump(),
+            || {
+                let counts: Vec<usize> = (0..3).map(|i| held(&seg, i)).collect();
+                (counts.iter().sum::<usize>() == SCALE_ADDRESSES && counts.iter().all(|c| *c > 0))
+                    .then_some(counts)
+            },
+        )
+    });
+    let to_all = started.elapsed();
+    // Each replica's owned addresses, as its /metrics says, agree with
+    // its interface.
+    for (i, count) in all_held.iter().enumerate() {
+        let metrics = seg.admin(i, "/metrics").unwrap();
+        assert!(
+            metrics.contains(&format!(
+                "teapot_l2_addresses_owned{{pool=\"default\"}} {count}"
+            )),
+            "{metrics}"
+        );
+    }
+    // A sample of addresses answers from the client.
+    for addr in ["10.200.0.1", "10.200.3.77", "10.200.7.254"] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &seg.client, "curl", "-s", "-m", "2"])
+            .args(["-H", &format!("Host: {HOST}")])
+            .arg(format!("http://{addr}:8080/"))
+            .output()
+            .unwrap();
+        let body: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        assert!(body["pod"].is_string(), "{addr}: {body}\n{}", seg.dump());
+    }
+    // At rest: Lease writes per replica over 10 s.
+    std::thread::sleep(Duration::from_secs(2));
+    let from = Instant::now();
+    std::thread::sleep(Duration::from_secs(10));
+    let window = from.elapsed().as_secs_f64();
+    let per_replica: std::collections::BTreeMap<String, f64> = {
+        let writes = writes.lock().unwrap();
+        let mut counts = std::collections::BTreeMap::new();
+        for (name, at) in writes.iter().filter(|(_, at)| *at >= from) {
+            let _ = at;
+            *counts.entry(name.clone()).or_insert(0.0) += 1.0 / window;
+        }
+        counts
+    };
+    let rss_scale: Vec<u64> = pids(&seg).into_iter().map(rss_kib).collect();
+    let result = json!({
+        "addresses": SCALE_ADDRESSES,
+        "replicas": 3,
+        "held_per_replica": all_held,
+        "seconds_from_start_to_all_held": to_all.as_secs_f64(),
+        "lease_writes_per_second_per_replica_at_rest": per_replica,
+        "rss_kib_one_address": rss_one,
+        "rss_kib_all_addresses": rss_scale,
     });
     println!("RESULT {result}");
 }
