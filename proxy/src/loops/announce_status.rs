@@ -196,10 +196,12 @@ mod tests {
                         duration: Duration::from_secs(2),
                         pools: pools.iter().map(|p| p.to_string()).collect(),
                         owned: BTreeSet::new(),
+                        bfd: None,
                     };
                     (replica.to_string(), observed)
                 })
                 .collect(),
+            ..View::default()
         }
     }
 
