@@ -17,9 +17,11 @@ use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
+use teapot_api::gateway_api::generated::reference_grants::ReferenceGrantSpec;
 use teapot_api::gateway_api::{GROUP, Gateway};
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
+use teapot_model::attachment;
 
 use crate::Error;
 use crate::mirror::{lb_meta, mirrored_secret_name, source_of_lb_ingress, travelling_annotations};
@@ -50,20 +52,16 @@ pub struct CrossRef {
 /// unset or the target's.
 pub fn granted(grants: &[Value], cross: &CrossRef) -> bool {
     grants.iter().any(|g| {
-        let spec = &g["spec"];
-        let from = spec["from"].as_array().into_iter().flatten().any(|f| {
-            f["group"] == GROUP
-                && f["kind"] == cross.from_kind.as_str()
-                && f["namespace"] == cross.from_namespace.as_str()
-        });
-        let to = spec["to"].as_array().into_iter().flatten().any(|t| {
-            t["group"].as_str().unwrap_or("").is_empty()
-                && t["kind"] == cross.to_kind
-                && t["name"]
-                    .as_str()
-                    .is_none_or(|n| n.is_empty() || n == cross.to.1)
-        });
-        from && to
+        // A grant the schema would refuse grants nothing.
+        serde_json::from_value::<ReferenceGrantSpec>(g["spec"].clone()).is_ok_and(|spec| {
+            attachment::grant_permits(
+                &spec,
+                &cross.from_kind,
+                &cross.from_namespace,
+                cross.to_kind,
+                &cross.to.1,
+            )
+        })
     })
 }
 
@@ -316,32 +314,13 @@ pub fn route_parents(route: &Value) -> Result<Vec<(usize, Ref)>, Error> {
 /// Same (the default) or All; Selector needs namespace labels the agent
 /// does not read, so it allows nothing (reported to the tenant).
 pub fn allows(gateway: &Gateway, section: Option<&str>, kind: &str, route_namespace: &str) -> bool {
-    use teapot_api::gateway_api::generated::gateways::GatewayListenersAllowedRoutesNamespacesFrom as From;
     let gateway_ns = gateway.namespace().unwrap_or_default();
     gateway
         .spec
         .listeners
         .iter()
         .filter(|l| section.is_none_or(|s| s == l.name))
-        .any(|l| {
-            let allowed = l.allowed_routes.as_ref();
-            let from = allowed
-                .and_then(|a| a.namespaces.as_ref())
-                .and_then(|n| n.from.as_ref());
-            let namespace_ok = match from {
-                None | Some(From::Same) => route_namespace == gateway_ns,
-                Some(From::All) => true,
-                Some(From::Selector) => false,
-            };
-            let kinds = allowed.and_then(|a| a.kinds.as_ref());
-            let kind_ok = kinds.is_none_or(|ks| {
-                ks.is_empty()
-                    || ks
-                        .iter()
-                        .any(|k| k.kind == kind && k.group.as_deref().is_none_or(|g| g == GROUP))
-            });
-            namespace_ok && kind_ok
-        })
+        .any(|l| attachment::admits(l, &gateway_ns, route_namespace, kind, |_| false))
 }
 
 /// The LB copy of a route: only the parents in `parents` (indexes into
@@ -739,6 +718,28 @@ mod tests {
             "selectors are not read"
         );
         assert!(!allows(&g, Some("nope"), "HTTPRoute", "web"));
+    }
+
+    /// `allowedRoutes.kinds` unset or `[]` is the listener protocol's
+    /// kinds (the rule the proxy's HTTP and L4 compiles judge by too).
+    #[test]
+    fn empty_route_kinds_are_the_protocols() {
+        let g: Gateway = serde_json::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "shop", "namespace": "web"},
+            "spec": {"gatewayClassName": "teapot", "listeners": [
+                {"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": {"kinds": []}},
+                {"name": "db", "protocol": "TCP", "port": 5432, "allowedRoutes": {"kinds": []}},
+                {"name": "dns", "protocol": "UDP", "port": 53}]}
+        }))
+        .unwrap();
+        assert!(allows(&g, Some("http"), "HTTPRoute", "web"));
+        assert!(allows(&g, Some("http"), "GRPCRoute", "web"));
+        assert!(!allows(&g, Some("http"), "TCPRoute", "web"));
+        assert!(allows(&g, Some("db"), "TCPRoute", "web"));
+        assert!(!allows(&g, Some("db"), "HTTPRoute", "web"));
+        assert!(allows(&g, Some("dns"), "UDPRoute", "web"));
+        assert!(!allows(&g, Some("dns"), "TLSRoute", "web"));
     }
 
     #[test]

@@ -14,10 +14,14 @@
 //! - [`endpoints`]: EndpointSlices in the compact form the store keeps.
 //! - [`gateway`]: Gateway API schema rules and the hostnames an object
 //!   claims.
+//! - [`attachment`]: Gateway API attachment rules (route kinds of a
+//!   listener, namespaces, ReferenceGrants, hostname intersection), the
+//!   one copy the HTTP compile, the L4 compile and the agent judge by.
 //! - [`certificate`]: `kubernetes.io/tls` Secrets' PEM into rustls keys.
 //! - [`tenancy`]: Tenant namespaces as the compile sees them, and the
 //!   proxy's second admission check (the webhook's rules, again).
 
+pub mod attachment;
 pub mod certificate;
 pub mod endpoints;
 pub mod gateway;

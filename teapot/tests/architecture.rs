@@ -117,6 +117,16 @@ fn announce_links_no_pingora_no_kube_and_no_proxy() {
     );
 }
 
+/// The agent shares the Gateway API attachment rules with the proxy's
+/// compile (`teapot_model::attachment`), not the proxy itself.
+#[test]
+fn the_agent_links_no_pingora_and_not_the_proxy() {
+    assert_not_reached(
+        "teapot-controller",
+        &["pingora", "teapot-proxy", "teapot-source"],
+    );
+}
+
 #[test]
 fn the_shipped_binary_has_no_testkit() {
     assert_not_reached("teapot", &["teapot-testkit"]);

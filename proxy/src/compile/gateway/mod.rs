@@ -10,7 +10,7 @@
 //!   TCP and UDP listeners belong to the L4 plane; other ports and
 //!   protocols are not served and their listener says why.
 //! - Routes attach to listeners by `parentRefs` (`sectionName`, `port`),
-//!   `allowedRoutes` and hostname intersection ([`hosts::intersect`]);
+//!   `allowedRoutes` and hostname intersection ([`teapot_model::attachment`]);
 //!   their rules become one list of [`Candidate`]s in the
 //!   specification's precedence, shared by each hostname they bind to
 //!   ([`table`]).
@@ -23,7 +23,6 @@
 //! APIs); on the very same host pattern the older object holds it and the
 //! other is told in its status ([`GatewayCompile::claim`]).
 
-pub mod hosts;
 pub mod table;
 
 use std::sync::Arc;
@@ -37,9 +36,8 @@ use teapot_api::regex::{TenantRegex, grpc_method_pattern};
 use teapot_api::{HostPattern, hostname};
 use teapot_gateway_api::generated::gateway_classes::GatewayClassStatus;
 use teapot_gateway_api::generated::gateways::{
-    GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
-    GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
-    GatewayStatusListenersSupportedKinds,
+    GatewayListeners, GatewayListenersTlsMode, GatewayStatus, GatewayStatusAddresses,
+    GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
 };
 use teapot_gateway_api::generated::grpc_routes::{
     GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType, GrpcRouteStatus,
@@ -66,7 +64,7 @@ use table::{
 pub use table::{GatewayTable, HostRank, RequestFacts, RequestHeaders};
 
 /// The group of every Gateway API kind.
-const GROUP: &str = teapot_gateway_api::GROUP;
+use teapot_model::attachment::{self, GROUP};
 
 /// The Gateway API part of `/status`, in the shapes of the status
 /// subresources (what the kube status writer applies).
@@ -725,30 +723,12 @@ impl<'s> GatewayCompile<'s> {
                 );
                 continue;
             }
-            let from = listener
-                .spec
-                .allowed_routes
-                .as_ref()
-                .and_then(|a| a.namespaces.as_ref())
-                .and_then(|n| n.from.clone())
-                .unwrap_or(GatewayListenersAllowedRoutesNamespacesFrom::Same);
-            let allowed = match from {
-                GatewayListenersAllowedRoutesNamespacesFrom::All => true,
-                GatewayListenersAllowedRoutesNamespacesFrom::Same => {
-                    id.namespace == gateway.id.namespace
-                }
-                GatewayListenersAllowedRoutesNamespacesFrom::Selector => {
-                    let selector = listener
-                        .spec
-                        .allowed_routes
-                        .as_ref()
-                        .and_then(|a| a.namespaces.as_ref())
-                        .and_then(|n| n.selector.as_ref());
-                    selector.is_some_and(|s| {
-                        teapot_model::gateway::namespace_selected(cx.store, &id.namespace, s)
-                    })
-                }
-            };
+            let allowed = attachment::namespace_admitted(
+                listener.spec,
+                &gateway.id.namespace,
+                &id.namespace,
+                |s| teapot_model::gateway::namespace_selected(cx.store, &id.namespace, s),
+            );
             if !allowed {
                 worse(
                     "NotAllowedByListeners",
@@ -767,20 +747,7 @@ impl<'s> GatewayCompile<'s> {
                 worse("NotAllowedByListeners", why.into());
                 continue;
             }
-            let mut hosts: Vec<Option<&HostPattern>> = Vec::with_capacity(route_hosts.len().max(1));
-            if route_hosts.is_empty() {
-                if let Some(h) = hosts::intersect(listener.hostname.as_ref(), None) {
-                    hosts.push(h);
-                }
-            } else {
-                for r in route_hosts {
-                    if let Some(h) = hosts::intersect(listener.hostname.as_ref(), Some(r))
-                        && !hosts.contains(&h)
-                    {
-                        hosts.push(h);
-                    }
-                }
-            }
+            let hosts = attachment::served_hostnames(listener.hostname.as_ref(), route_hosts);
             if hosts.is_empty() {
                 worse(
                     "NoMatchingListenerHostname",
@@ -885,15 +852,7 @@ fn granted(
         .range(NsName::new(to_namespace, "")..)
         .take_while(|(id, _)| id.namespace == to_namespace)
         .any(|(_, g)| {
-            let spec = &g.object.spec;
-            spec.from
-                .iter()
-                .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_namespace)
-                && spec.to.iter().any(|t| {
-                    t.group.is_empty()
-                        && t.kind == to_kind
-                        && t.name.as_deref().is_none_or(|n| n == name)
-                })
+            attachment::grant_permits(&g.object.spec, from_kind, from_namespace, to_kind, name)
         })
 }
 
@@ -976,26 +935,10 @@ fn gateway_entry<'s>(
                 None
             }
         };
-        let default_kinds: &[&'static str] = match l.protocol.as_str() {
-            "TLS" => &["TLSRoute"],
-            "TCP" => &["TCPRoute"],
-            "UDP" => &["UDPRoute"],
-            _ => &["HTTPRoute", "GRPCRoute"],
-        };
-        let mut kinds: Vec<&'static str> = Vec::new();
-        let mut invalid_kinds = Vec::new();
-        match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
-            Some(list) if !list.is_empty() => {
-                for k in list {
-                    let group_ok = k.group.as_deref().unwrap_or(GROUP) == GROUP;
-                    match default_kinds.iter().find(|d| **d == k.kind) {
-                        Some(d) if group_ok => kinds.push(d),
-                        _ => invalid_kinds.push(k.kind.clone()),
-                    }
-                }
-            }
-            _ => kinds.extend_from_slice(default_kinds),
-        }
+        let attachment::RouteKinds {
+            admitted: kinds,
+            invalid: invalid_kinds,
+        } = attachment::route_kinds(l);
         let mut resolved: Result<(), (&str, String)> = Ok(());
         if !invalid_kinds.is_empty() {
             resolved = Err((
@@ -2024,6 +1967,19 @@ mod tests {
             panic!("{path}: not forwarded");
         };
         backends[0].filters.get(c.match_index()).map(|f| &**f)
+    }
+
+    /// `allowedRoutes.kinds: []` is the protocol's kinds: the route
+    /// attaches and is served (the rule the L4 compile and the agent
+    /// judge by too, `teapot_model::attachment`).
+    #[test]
+    fn empty_route_kinds_are_the_protocols() {
+        let docs = [
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80, allowedRoutes: {kinds: []}}]\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: infra}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [b.example]\n  rules: [{matches: [{path: {type: PathPrefix, value: /}}]}]\n".into(),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        assert!(!s.gateway.host("b.example").candidates().is_empty());
     }
 
     #[test]

@@ -30,9 +30,7 @@ use serde::Serialize;
 use teapot_api::HostPattern;
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_gateway_api::Gateway;
-use teapot_gateway_api::generated::gateways::{
-    GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
-};
+use teapot_gateway_api::generated::gateways::{GatewayListeners, GatewayListenersTlsMode};
 use teapot_model::store::{NsName, Store};
 use teapot_model::tenancy::Tenancy;
 
@@ -42,8 +40,9 @@ use crate::compile::bind::TenantHosts;
 use crate::compile::snapshot::Condition;
 use crate::compile::upstream::Upstream;
 
+use teapot_model::attachment;
 /// The Gateway API group.
-pub const GROUP: &str = "gateway.networking.k8s.io";
+pub use teapot_model::attachment::GROUP;
 
 /// What marks a holding as a Gateway's: Service names are DNS labels, so
 /// none contains a colon.
@@ -151,26 +150,9 @@ pub(super) fn listeners(gateway: &Gateway) -> Vec<Listener<'_>> {
         }
         passthrough.push(kind == ListenerKind::TlsPassthrough && is_passthrough);
         let route_kind = kind.route_kind();
-        let (takes_routes, invalid_kinds) = match l
-            .allowed_routes
-            .as_ref()
-            .and_then(|a| a.kinds.as_ref())
-        {
-            None => (true, Vec::new()),
-            Some(kinds) => {
-                let fits = |k: &&teapot_gateway_api::generated::gateways::GatewayListenersAllowedRoutesKinds| {
-                    k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == route_kind.as_str()
-                };
-                (
-                    kinds.iter().any(|k| fits(&k)),
-                    kinds
-                        .iter()
-                        .filter(|k| !fits(k))
-                        .map(|k| k.kind.clone())
-                        .collect(),
-                )
-            }
-        };
+        let kinds = attachment::route_kinds(l);
+        let takes_routes = kinds.admitted.contains(&route_kind.as_str());
+        let invalid_kinds = kinds.invalid;
         out.push(Listener {
             name: &l.name,
             port,
@@ -366,50 +348,8 @@ fn routes(store: &Store) -> Vec<RouteView<'_>> {
     out
 }
 
-/// Whether `pattern` (a listener's or route's hostname) covers `name`
-/// (exact, or any name below a wildcard's suffix: Gateway API wildcards
-/// match any number of labels).
-fn covers(pattern: &HostPattern, name: &HostPattern) -> bool {
-    match (pattern, name) {
-        (HostPattern::Exact(a), HostPattern::Exact(b)) => a == b,
-        (HostPattern::Wildcard(s), HostPattern::Exact(b)) => below(b, s),
-        (HostPattern::Wildcard(s), HostPattern::Wildcard(t)) => t == s || below(t, s),
-        (HostPattern::Exact(_), HostPattern::Wildcard(_)) => false,
-    }
-}
-
-fn below(name: &str, suffix: &str) -> bool {
-    name.len() > suffix.len() + 1
-        && name.ends_with(suffix)
-        && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
-}
-
-/// The hostnames a route serves on a listener: the intersection of the
-/// route's and the listener's (the more specific of each intersecting
-/// pair). `None` in the result means any hostname.
-fn intersect(listener: Option<&HostPattern>, route: &[HostPattern]) -> Vec<Option<HostPattern>> {
-    match (listener, route.is_empty()) {
-        (None, true) => vec![None],
-        (Some(l), true) => vec![Some(l.clone())],
-        (None, false) => route.iter().cloned().map(Some).collect(),
-        (Some(l), false) => route
-            .iter()
-            .filter_map(|r| {
-                if covers(l, r) {
-                    Some(Some(r.clone()))
-                } else if covers(r, l) {
-                    Some(Some(l.clone()))
-                } else {
-                    None
-                }
-            })
-            .collect(),
-    }
-}
-
 /// Whether `listener` of the Gateway in `gateway_ns` allows a route of
-/// `kind` from `route_ns` (`From: Selector` by the route namespace's
-/// labels, as the HTTP compile judges it).
+/// `kind` from `route_ns` (the attachment rules every plane shares).
 fn allows(
     store: &Store,
     listener: &GatewayListeners,
@@ -417,25 +357,9 @@ fn allows(
     route_ns: &str,
     kind: RouteKind,
 ) -> bool {
-    let allowed = listener.allowed_routes.as_ref();
-    let from = allowed
-        .and_then(|a| a.namespaces.as_ref())
-        .and_then(|n| n.from.as_ref());
-    let ns_ok = match from {
-        None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => gateway_ns == route_ns,
-        Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
-        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => allowed
-            .and_then(|a| a.namespaces.as_ref())
-            .and_then(|n| n.selector.as_ref())
-            .is_some_and(|sel| teapot_model::gateway::namespace_selected(store, route_ns, sel)),
-    };
-    let kind_ok = match allowed.and_then(|a| a.kinds.as_ref()) {
-        None => true,
-        Some(kinds) => kinds
-            .iter()
-            .any(|k| k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == kind.as_str()),
-    };
-    ns_ok && kind_ok
+    attachment::admits(listener, gateway_ns, route_ns, kind.as_str(), |sel| {
+        teapot_model::gateway::namespace_selected(store, route_ns, sel)
+    })
 }
 
 /// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of
@@ -446,15 +370,7 @@ fn granted(store: &Store, from_ns: &str, from_kind: RouteKind, to_ns: &str, name
         .iter()
         .filter(|(id, _)| id.namespace == to_ns)
         .any(|(_, g)| {
-            let spec = &g.object.spec;
-            spec.from
-                .iter()
-                .any(|f| f.group == GROUP && f.kind == from_kind.as_str() && f.namespace == from_ns)
-                && spec.to.iter().any(|t| {
-                    t.group.is_empty()
-                        && t.kind == "Service"
-                        && t.name.as_deref().is_none_or(|n| n == name)
-                })
+            attachment::grant_permits(&g.object.spec, from_kind.as_str(), from_ns, "Service", name)
         })
 }
 
@@ -555,7 +471,9 @@ impl SniRoutes {
             .iter()
             .find(|(pattern, _)| match (pattern, &name) {
                 (None, _) => true,
-                (Some(p), Some(n @ HostPattern::Exact(_))) => covers(p, n),
+                (Some(p), Some(n @ HostPattern::Exact(_))) => {
+                    attachment::intersect(Some(p), Some(n)).is_some()
+                }
                 _ => false,
             })
             .map(|(_, c)| &**c)
@@ -855,7 +773,10 @@ pub(super) fn attach<'s>(
                 }
                 let mut served = Vec::new();
                 if route.kind == RouteKind::Tls {
-                    served = intersect(l.hostname.as_ref(), &route.hostnames);
+                    served = attachment::served_hostnames(l.hostname.as_ref(), &route.hostnames)
+                        .into_iter()
+                        .map(|h| h.cloned())
+                        .collect();
                     if let Some(t) = tenant {
                         served.retain(|h| {
                             let Some(h) = h else { return true };
@@ -1228,29 +1149,6 @@ mod tests {
 
     fn host(h: &str) -> HostPattern {
         HostPattern::parse(h).unwrap()
-    }
-
-    #[test]
-    fn hostnames_intersect_with_suffix_wildcards() {
-        let any = intersect(Some(&host("*.example.com")), &[]);
-        assert_eq!(any, [Some(host("*.example.com"))]);
-        let both = intersect(
-            Some(&host("*.example.com")),
-            &[
-                host("a.b.example.com"),
-                host("other.org"),
-                host("*.example.com"),
-            ],
-        );
-        assert_eq!(
-            both,
-            [Some(host("a.b.example.com")), Some(host("*.example.com"))]
-        );
-        // A route wildcard wider than the listener's name: the listener's.
-        let narrow = intersect(Some(&host("db.example.com")), &[host("*.example.com")]);
-        assert_eq!(narrow, [Some(host("db.example.com"))]);
-        assert!(intersect(Some(&host("example.com")), &[host("*.example.com")]).is_empty());
-        assert_eq!(intersect(None, &[]), [None]);
     }
 
     #[test]
@@ -1979,6 +1877,41 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
         assert_eq!(
             (accepted.status, accepted.reason),
             ("False", "NotAllowedByListeners")
+        );
+    }
+
+    /// `allowedRoutes.kinds: []` means the listener protocol's kinds, as
+    /// unset does (the specification; the HTTP compile and the agent
+    /// judge by the same rule in `teapot_model::attachment`).
+    #[test]
+    fn empty_route_kinds_are_the_protocols() {
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                &gw(
+                    "ops",
+                    "edge",
+                    OLD,
+                    "[{name: db, port: 5432, protocol: TCP, allowedRoutes: {kinds: []}}]",
+                ),
+                &backend("ops", "pg", "[{port: 5432}]"),
+                &route_doc(
+                    "TCPRoute",
+                    "ops",
+                    "db",
+                    OLD,
+                    "{parentRefs: [{name: edge}], rules: [{backendRefs: [{name: pg, port: 5432}]}]}",
+                ),
+            ],
+        );
+        let l = listener(gateway(&s, "ops", "edge"), "db");
+        assert_eq!(l.supported_kinds, ["TCPRoute"]);
+        assert_eq!(l.attached_routes, 1);
+        let r = route(&s, RouteKind::Tcp, "db");
+        assert_eq!(
+            condition(&r.parents[0].conditions, "Accepted").status,
+            "True"
         );
     }
 
