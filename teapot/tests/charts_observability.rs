@@ -3,7 +3,7 @@
 //!
 //! - off by default; on, each with every `ci/*.yaml` values file, `helm
 //!   lint --strict` clean, the ConfigMap a valid `v1/ConfigMap` carrying
-//!   the sidecar's label and dashboard JSON with the five sections;
+//!   the sidecar's label and dashboard JSON with the six sections;
 //! - every alert and every dashboard query parses as PromQL: `promtool
 //!   check rules` (Debian's `prometheus` package) over the rendered rule
 //!   group, and over the dashboard's queries as recording rules;
@@ -23,13 +23,17 @@ use serde_json::{Value, json};
 mod chart_tools;
 use chart_tools::{NS, helm, repo};
 
-const ALERTS: [&str; 6] = [
+const ALERTS: [&str; 10] = [
     "tenant5xx",
     "upstreamConnectFailures",
     "certificates",
     "reloads",
     "webhook",
     "proxyReplicas",
+    "bgpSessions",
+    "unpooledAddresses",
+    "announceErrors",
+    "l2Replicas",
 ];
 
 fn promtool() -> Option<PathBuf> {
@@ -216,7 +220,14 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             .collect();
         assert_eq!(
             rows,
-            ["Fleet", "Per tenant", "ACME", "Reloads", "Webhook"],
+            [
+                "Fleet",
+                "Per tenant",
+                "ACME",
+                "Reloads",
+                "Webhook",
+                "Announcement"
+            ],
             "{label}"
         );
         let queries = dashboard_queries(&dash);
@@ -246,6 +257,11 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             "TeapotWebhookUnavailable",
             "TeapotWebhookRefusing",
             "TeapotProxyReplicasNotReady",
+            "TeapotBgpSessionDown",
+            "TeapotAnnounceAddressNotInPool",
+            "TeapotAnnounceErrors",
+            "TeapotL2ReplicaUnreachable",
+            "TeapotL2LiveReplicasLow",
         ] {
             assert!(
                 names.contains(expected),
@@ -305,21 +321,63 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
         }
     }
 
-    // Every teapot metric read is one the proxy defines (metrics.rs and
-    // the L4 metrics name them without the `teapot_` prefix).
-    let source = ["proxy/src/plane/metrics.rs", "proxy/src/plane/l4/mod.rs"]
-        .iter()
-        .map(|p| std::fs::read_to_string(repo().join(p)).unwrap())
-        .collect::<String>();
-    let unknown: Vec<_> = used
-        .iter()
-        .filter(|m| !source.contains(&format!("\"{}\"", m.trim_start_matches("teapot_"))))
-        .collect();
+    // Every teapot metric read is one the proxy defines.
+    let defined = ProxyMetrics::read();
+    for misspelt in [
+        "teapot_tenant_request_total",
+        "teapot_l2_live_replica",
+        "teapot_bgp_session_establish",
+        "teapot_session_established",
+        "teapot_bfd_session",
+    ] {
+        assert!(!defined.defines(misspelt), "{misspelt} passes as defined");
+    }
+    let unknown: Vec<_> = used.iter().filter(|m| !defined.defines(m)).collect();
     assert!(
         unknown.is_empty(),
         "metrics the proxy does not define: {unknown:?}"
     );
-    assert!(used.contains("teapot_tenant_requests_total"), "{used:?}");
+    for read in [
+        "teapot_tenant_requests_total",
+        "teapot_bgp_session_established",
+        "teapot_l2_live_replicas",
+        "teapot_bfd_session_up",
+    ] {
+        assert!(used.contains(read), "{read} not read: {used:?}");
+    }
+}
+
+/// The sources that name the metrics of the proxy's /metrics.
+struct ProxyMetrics {
+    /// The registry (metrics.rs, the L4 metrics): names quoted without
+    /// the `teapot_` prefix.
+    registry: String,
+    /// The announcement's text exposition (L2 and the BGP speaker, whose
+    /// scrapes /metrics appends): full names, quoted or in a `# TYPE`
+    /// line.
+    exposition: String,
+}
+
+impl ProxyMetrics {
+    fn read() -> Self {
+        let read = |paths: &[&str]| {
+            paths
+                .iter()
+                .map(|p| std::fs::read_to_string(repo().join(p)).unwrap())
+                .collect::<String>()
+        };
+        ProxyMetrics {
+            registry: read(&["proxy/src/plane/metrics.rs", "proxy/src/plane/l4/mod.rs"]),
+            exposition: read(&["proxy/src/loops/announce.rs", "announce/src/speaker.rs"]),
+        }
+    }
+
+    fn defines(&self, metric: &str) -> bool {
+        let short = metric.trim_start_matches("teapot_");
+        self.registry.contains(&format!("\"{short}\""))
+            || self.exposition.contains(&format!("\"{metric}\""))
+            || self.exposition.contains(&format!("# TYPE {metric} "))
+    }
 }
 
 #[test]
