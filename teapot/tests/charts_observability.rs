@@ -395,6 +395,116 @@ fn each_alert_has_its_own_switch() {
     }
 }
 
+/// The announcement alerts fire on the series a troubled fleet exports,
+/// for the replica and peer concerned only, and stay quiet on a healthy
+/// one (`promtool test rules` over the rendered group, annotations left
+/// out since only the expressions are judged).
+#[test]
+fn announcement_alerts_fire_on_their_series() {
+    let Some(helm) = helm() else { return };
+    let Some(promtool) = promtool() else { return };
+    let values = &chart_tools::ci_values("teapot-lb")[0];
+    let docs = render(&helm, &with_values(values, &ON));
+    let mut groups = one(&docs, "PrometheusRule")["spec"]["groups"].clone();
+    for group in groups.as_array_mut().unwrap() {
+        for rule in group["rules"].as_array_mut().unwrap() {
+            rule.as_object_mut().unwrap().remove("annotations");
+        }
+    }
+    let series = |name: &str, labels: &str, values: &str| json!({ "series": format!("{name}{{namespace=\"{NS}\",{labels}}}"), "values": values });
+    // One minute a sample; a-* troubled, b-* healthy.
+    let input_series = json!([
+        series(
+            "teapot_bgp_session_established",
+            r#"pod="a",peer="192.0.2.1:179""#,
+            "1x10 0x10"
+        ),
+        series(
+            "teapot_bgp_session_established",
+            r#"pod="b",peer="192.0.2.1:179""#,
+            "1x20"
+        ),
+        series(
+            "teapot_announce_unpooled_addresses",
+            r#"pod="a""#,
+            "0x5 2x15"
+        ),
+        series("teapot_announce_unpooled_addresses", r#"pod="b""#, "0x20"),
+        series(
+            "teapot_announce_errors_total",
+            r#"pod="a",setting="lease""#,
+            "0+1x20"
+        ),
+        series(
+            "teapot_announce_errors_total",
+            r#"pod="b",setting="interface lan""#,
+            "3x20"
+        ),
+        series(
+            "teapot_l2_bfd_session_up",
+            r#"pod="a",replica="b""#,
+            "1x5 0x15"
+        ),
+        series("teapot_l2_bfd_session_up", r#"pod="b",replica="a""#, "1x20"),
+        series("teapot_l2_live_replicas", r#"pod="a""#, "1x20"),
+        series("teapot_l2_live_replicas", r#"pod="b""#, "2x20"),
+    ]);
+    let firing = |alert: &str, labels: Value| {
+        let mut labels = labels;
+        labels["severity"] = json!("warning");
+        json!({ "eval_time": "20m", "alertname": alert, "exp_alerts": [{ "exp_labels": labels }] })
+    };
+    let quiet = |alert: &str| json!({ "eval_time": "1m", "alertname": alert, "exp_alerts": [] });
+    let mut alert_rule_test = vec![
+        firing(
+            "TeapotBgpSessionDown",
+            json!({ "pod": "a", "peer": "192.0.2.1:179" }),
+        ),
+        firing("TeapotAnnounceAddressNotInPool", json!({ "pod": "a" })),
+        firing(
+            "TeapotAnnounceErrors",
+            json!({ "pod": "a", "setting": "lease" }),
+        ),
+        firing(
+            "TeapotL2ReplicaUnreachable",
+            json!({ "pod": "a", "replica": "b" }),
+        ),
+        firing("TeapotL2LiveReplicasLow", json!({ "pod": "a" })),
+    ];
+    for alert in [
+        "TeapotBgpSessionDown",
+        "TeapotAnnounceAddressNotInPool",
+        "TeapotL2ReplicaUnreachable",
+    ] {
+        alert_rule_test.push(quiet(alert));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        serde_yaml::to_string(&json!({ "groups": groups })).unwrap(),
+    )
+    .unwrap();
+    let tests = dir.path().join("tests.yaml");
+    let suite = json!({
+        "rule_files": [rules],
+        "evaluation_interval": "1m",
+        "tests": [{ "interval": "1m", "input_series": input_series, "alert_rule_test": alert_rule_test }],
+    });
+    std::fs::write(&tests, serde_yaml::to_string(&suite).unwrap()).unwrap();
+    let out = Command::new(&promtool)
+        .args(["test", "rules"])
+        .arg(&tests)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn the_schema_refuses_bad_values() {
     let Some(helm) = helm() else { return };
