@@ -130,16 +130,27 @@ fn rules_of(rule: &Value) -> Vec<&Value> {
 /// `promtool check rules` over a rules file holding `groups`.
 fn promtool_check(promtool: &Path, groups: &Value, what: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("rules.yaml");
-    std::fs::write(&file, serde_yaml::to_string(groups).unwrap()).unwrap();
+    let file = write_yaml(dir.path(), "rules.yaml", groups);
+    promtool_rules(promtool, "check", &file, what);
+}
+
+fn write_yaml(dir: &Path, name: &str, doc: &Value) -> PathBuf {
+    let file = dir.join(name);
+    std::fs::write(&file, serde_yaml::to_string(doc).unwrap()).unwrap();
+    file
+}
+
+/// `promtool check rules FILE` or `promtool test rules FILE`, which must
+/// pass.
+fn promtool_rules(promtool: &Path, command: &str, file: &Path, what: &str) {
     let out = Command::new(promtool)
-        .args(["check", "rules"])
-        .arg(&file)
+        .args([command, "rules"])
+        .arg(file)
         .output()
         .expect("run promtool");
     assert!(
         out.status.success(),
-        "promtool check rules ({what}):\n{}{}",
+        "promtool {command} rules ({what}):\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -479,30 +490,14 @@ fn announcement_alerts_fire_on_their_series() {
         alert_rule_test.push(quiet(alert));
     }
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("rules.yaml");
-    std::fs::write(
-        &rules,
-        serde_yaml::to_string(&json!({ "groups": groups })).unwrap(),
-    )
-    .unwrap();
-    let tests = dir.path().join("tests.yaml");
+    let rules = write_yaml(dir.path(), "rules.yaml", &json!({ "groups": groups }));
     let suite = json!({
         "rule_files": [rules],
         "evaluation_interval": "1m",
         "tests": [{ "interval": "1m", "input_series": input_series, "alert_rule_test": alert_rule_test }],
     });
-    std::fs::write(&tests, serde_yaml::to_string(&suite).unwrap()).unwrap();
-    let out = Command::new(&promtool)
-        .args(["test", "rules"])
-        .arg(&tests)
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "promtool test rules:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let tests = write_yaml(dir.path(), "tests.yaml", &suite);
+    promtool_rules(&promtool, "test", &tests, "announcement alerts");
 }
 
 #[test]
@@ -512,6 +507,8 @@ fn the_schema_refuses_bad_values() {
     for bad in [
         "observability.prometheusRule.alerts.tenant5xx.ratio=2",
         "observability.prometheusRule.alerts.webhook.for=soon",
+        "observability.prometheusRule.alerts.bgpSessions.for=soon",
+        "observability.prometheusRule.alerts.l2Replicas.enabled=maybe",
         "observability.prometheusRule.unknown=1",
         "observability.dashboards.label=",
     ] {
