@@ -67,7 +67,9 @@ impl SpeakerConfig {
     }
 }
 
-/// One `teapot_bgp_*` series: name, type, help, the value of a peer.
+/// One `teapot_bgp_*` series: name, type, help, the value of a peer. The
+/// name is written in full so that a search for it (and the chart's check
+/// that its alerts read defined metrics) finds it here.
 type Series = (
     &'static str,
     &'static str,
@@ -93,41 +95,41 @@ impl Statuses {
         let mut out = String::new();
         let series: [Series; 5] = [
             (
-                "session_established",
+                "teapot_bgp_session_established",
                 "gauge",
                 "1 when the BGP session to the peer is established",
                 |p| (p.state == crate::SessionState::Established) as u64,
             ),
             (
-                "routes_announced",
+                "teapot_bgp_routes_announced",
                 "gauge",
                 "Host routes the peer holds from this replica",
                 |p| p.announced as u64,
             ),
             (
-                "announcements_sent_total",
+                "teapot_bgp_announcements_sent_total",
                 "counter",
                 "Routes sent in UPDATEs to the peer, re-announcements included",
                 |p| p.announcements_sent,
             ),
             (
-                "withdrawals_sent_total",
+                "teapot_bgp_withdrawals_sent_total",
                 "counter",
                 "Routes withdrawn from the peer",
                 |p| p.withdrawals_sent,
             ),
             (
-                "sessions_established_total",
+                "teapot_bgp_sessions_established_total",
                 "counter",
                 "BGP sessions established with the peer",
                 |p| p.sessions_established,
             ),
         ];
         for (name, kind, help, value) in series {
-            let _ = writeln!(out, "# HELP teapot_bgp_{name} {help}.");
-            let _ = writeln!(out, "# TYPE teapot_bgp_{name} {kind}");
+            let _ = writeln!(out, "# HELP {name} {help}.");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
             for p in &peers {
-                let _ = writeln!(out, "teapot_bgp_{name}{{peer=\"{}\"}} {}", p.peer, value(p));
+                let _ = writeln!(out, "{name}{{peer=\"{}\"}} {}", p.peer, value(p));
             }
         }
         let _ = writeln!(

@@ -3,7 +3,7 @@
 //!
 //! - off by default; on, each with every `ci/*.yaml` values file, `helm
 //!   lint --strict` clean, the ConfigMap a valid `v1/ConfigMap` carrying
-//!   the sidecar's label and dashboard JSON with the five sections;
+//!   the sidecar's label and dashboard JSON with the six sections;
 //! - every alert and every dashboard query parses as PromQL: `promtool
 //!   check rules` (Debian's `prometheus` package) over the rendered rule
 //!   group, and over the dashboard's queries as recording rules;
@@ -23,13 +23,17 @@ use serde_json::{Value, json};
 mod chart_tools;
 use chart_tools::{NS, helm, repo};
 
-const ALERTS: [&str; 6] = [
+const ALERTS: [&str; 10] = [
     "tenant5xx",
     "upstreamConnectFailures",
     "certificates",
     "reloads",
     "webhook",
     "proxyReplicas",
+    "bgpSessions",
+    "unpooledAddresses",
+    "announceErrors",
+    "l2Replicas",
 ];
 
 fn promtool() -> Option<PathBuf> {
@@ -126,16 +130,27 @@ fn rules_of(rule: &Value) -> Vec<&Value> {
 /// `promtool check rules` over a rules file holding `groups`.
 fn promtool_check(promtool: &Path, groups: &Value, what: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("rules.yaml");
-    std::fs::write(&file, serde_yaml::to_string(groups).unwrap()).unwrap();
+    let file = write_yaml(dir.path(), "rules.yaml", groups);
+    promtool_rules(promtool, "check", &file, what);
+}
+
+fn write_yaml(dir: &Path, name: &str, doc: &Value) -> PathBuf {
+    let file = dir.join(name);
+    std::fs::write(&file, serde_yaml::to_string(doc).unwrap()).unwrap();
+    file
+}
+
+/// `promtool check rules FILE` or `promtool test rules FILE`, which must
+/// pass.
+fn promtool_rules(promtool: &Path, command: &str, file: &Path, what: &str) {
     let out = Command::new(promtool)
-        .args(["check", "rules"])
-        .arg(&file)
+        .args([command, "rules"])
+        .arg(file)
         .output()
         .expect("run promtool");
     assert!(
         out.status.success(),
-        "promtool check rules ({what}):\n{}{}",
+        "promtool {command} rules ({what}):\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -216,7 +231,14 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             .collect();
         assert_eq!(
             rows,
-            ["Fleet", "Per tenant", "ACME", "Reloads", "Webhook"],
+            [
+                "Fleet",
+                "Per tenant",
+                "ACME",
+                "Reloads",
+                "Webhook",
+                "Announcement"
+            ],
             "{label}"
         );
         let queries = dashboard_queries(&dash);
@@ -246,6 +268,11 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
             "TeapotWebhookUnavailable",
             "TeapotWebhookRefusing",
             "TeapotProxyReplicasNotReady",
+            "TeapotBgpSessionDown",
+            "TeapotAnnounceAddressNotInPool",
+            "TeapotAnnounceErrors",
+            "TeapotL2ReplicaUnreachable",
+            "TeapotL2LiveReplicasLow",
         ] {
             assert!(
                 names.contains(expected),
@@ -305,21 +332,63 @@ fn dashboard_and_rules_render_lint_and_parse_as_promql() {
         }
     }
 
-    // Every teapot metric read is one the proxy defines (metrics.rs and
-    // the L4 metrics name them without the `teapot_` prefix).
-    let source = ["proxy/src/plane/metrics.rs", "proxy/src/plane/l4/mod.rs"]
-        .iter()
-        .map(|p| std::fs::read_to_string(repo().join(p)).unwrap())
-        .collect::<String>();
-    let unknown: Vec<_> = used
-        .iter()
-        .filter(|m| !source.contains(&format!("\"{}\"", m.trim_start_matches("teapot_"))))
-        .collect();
+    // Every teapot metric read is one the proxy defines.
+    let defined = ProxyMetrics::read();
+    for misspelt in [
+        "teapot_tenant_request_total",
+        "teapot_l2_live_replica",
+        "teapot_bgp_session_establish",
+        "teapot_session_established",
+        "teapot_bfd_session",
+    ] {
+        assert!(!defined.defines(misspelt), "{misspelt} passes as defined");
+    }
+    let unknown: Vec<_> = used.iter().filter(|m| !defined.defines(m)).collect();
     assert!(
         unknown.is_empty(),
         "metrics the proxy does not define: {unknown:?}"
     );
-    assert!(used.contains("teapot_tenant_requests_total"), "{used:?}");
+    for read in [
+        "teapot_tenant_requests_total",
+        "teapot_bgp_session_established",
+        "teapot_l2_live_replicas",
+        "teapot_bfd_session_up",
+    ] {
+        assert!(used.contains(read), "{read} not read: {used:?}");
+    }
+}
+
+/// The sources that name the metrics of the proxy's /metrics.
+struct ProxyMetrics {
+    /// The registry (metrics.rs, the L4 metrics): names quoted without
+    /// the `teapot_` prefix.
+    registry: String,
+    /// The announcement's text exposition (L2 and the BGP speaker, whose
+    /// scrapes /metrics appends): full names, quoted or in a `# TYPE`
+    /// line.
+    exposition: String,
+}
+
+impl ProxyMetrics {
+    fn read() -> Self {
+        let read = |paths: &[&str]| {
+            paths
+                .iter()
+                .map(|p| std::fs::read_to_string(repo().join(p)).unwrap())
+                .collect::<String>()
+        };
+        ProxyMetrics {
+            registry: read(&["proxy/src/plane/metrics.rs", "proxy/src/plane/l4/mod.rs"]),
+            exposition: read(&["proxy/src/loops/announce.rs", "announce/src/speaker.rs"]),
+        }
+    }
+
+    fn defines(&self, metric: &str) -> bool {
+        let short = metric.trim_start_matches("teapot_");
+        self.registry.contains(&format!("\"{short}\""))
+            || self.exposition.contains(&format!("\"{metric}\""))
+            || self.exposition.contains(&format!("# TYPE {metric} "))
+    }
 }
 
 #[test]
@@ -337,6 +406,100 @@ fn each_alert_has_its_own_switch() {
     }
 }
 
+/// The announcement alerts fire on the series a troubled fleet exports,
+/// for the replica and peer concerned only, and stay quiet on a healthy
+/// one (`promtool test rules` over the rendered group, annotations left
+/// out since only the expressions are judged).
+#[test]
+fn announcement_alerts_fire_on_their_series() {
+    let Some(helm) = helm() else { return };
+    let Some(promtool) = promtool() else { return };
+    let values = &chart_tools::ci_values("teapot-lb")[0];
+    let docs = render(&helm, &with_values(values, &ON));
+    let mut groups = one(&docs, "PrometheusRule")["spec"]["groups"].clone();
+    for group in groups.as_array_mut().unwrap() {
+        for rule in group["rules"].as_array_mut().unwrap() {
+            rule.as_object_mut().unwrap().remove("annotations");
+        }
+    }
+    let series = |name: &str, labels: &str, values: &str| json!({ "series": format!("{name}{{namespace=\"{NS}\",{labels}}}"), "values": values });
+    // One minute a sample; a-* troubled, b-* healthy.
+    let input_series = json!([
+        series(
+            "teapot_bgp_session_established",
+            r#"pod="a",peer="192.0.2.1:179""#,
+            "1x10 0x10"
+        ),
+        series(
+            "teapot_bgp_session_established",
+            r#"pod="b",peer="192.0.2.1:179""#,
+            "1x20"
+        ),
+        series(
+            "teapot_announce_unpooled_addresses",
+            r#"pod="a""#,
+            "0x5 2x15"
+        ),
+        series("teapot_announce_unpooled_addresses", r#"pod="b""#, "0x20"),
+        series(
+            "teapot_announce_errors_total",
+            r#"pod="a",setting="lease""#,
+            "0+1x20"
+        ),
+        series(
+            "teapot_announce_errors_total",
+            r#"pod="b",setting="interface lan""#,
+            "3x20"
+        ),
+        series(
+            "teapot_l2_bfd_session_up",
+            r#"pod="a",replica="b""#,
+            "1x5 0x15"
+        ),
+        series("teapot_l2_bfd_session_up", r#"pod="b",replica="a""#, "1x20"),
+        series("teapot_l2_live_replicas", r#"pod="a""#, "1x20"),
+        series("teapot_l2_live_replicas", r#"pod="b""#, "2x20"),
+    ]);
+    let firing = |alert: &str, labels: Value| {
+        let mut labels = labels;
+        labels["severity"] = json!("warning");
+        json!({ "eval_time": "20m", "alertname": alert, "exp_alerts": [{ "exp_labels": labels }] })
+    };
+    let quiet = |alert: &str| json!({ "eval_time": "1m", "alertname": alert, "exp_alerts": [] });
+    let mut alert_rule_test = vec![
+        firing(
+            "TeapotBgpSessionDown",
+            json!({ "pod": "a", "peer": "192.0.2.1:179" }),
+        ),
+        firing("TeapotAnnounceAddressNotInPool", json!({ "pod": "a" })),
+        firing(
+            "TeapotAnnounceErrors",
+            json!({ "pod": "a", "setting": "lease" }),
+        ),
+        firing(
+            "TeapotL2ReplicaUnreachable",
+            json!({ "pod": "a", "replica": "b" }),
+        ),
+        firing("TeapotL2LiveReplicasLow", json!({ "pod": "a" })),
+    ];
+    for alert in [
+        "TeapotBgpSessionDown",
+        "TeapotAnnounceAddressNotInPool",
+        "TeapotL2ReplicaUnreachable",
+    ] {
+        alert_rule_test.push(quiet(alert));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = write_yaml(dir.path(), "rules.yaml", &json!({ "groups": groups }));
+    let suite = json!({
+        "rule_files": [rules],
+        "evaluation_interval": "1m",
+        "tests": [{ "interval": "1m", "input_series": input_series, "alert_rule_test": alert_rule_test }],
+    });
+    let tests = write_yaml(dir.path(), "tests.yaml", &suite);
+    promtool_rules(&promtool, "test", &tests, "announcement alerts");
+}
+
 #[test]
 fn the_schema_refuses_bad_values() {
     let Some(helm) = helm() else { return };
@@ -344,6 +507,8 @@ fn the_schema_refuses_bad_values() {
     for bad in [
         "observability.prometheusRule.alerts.tenant5xx.ratio=2",
         "observability.prometheusRule.alerts.webhook.for=soon",
+        "observability.prometheusRule.alerts.bgpSessions.for=soon",
+        "observability.prometheusRule.alerts.l2Replicas.enabled=maybe",
         "observability.prometheusRule.unknown=1",
         "observability.dashboards.label=",
     ] {
