@@ -10,6 +10,7 @@
 //! - [`path`]: Ingress path types and path validation.
 //! - [`tenant`]: the `Tenant` custom resource and its CRD.
 //! - [`hostname`]: assigned hostnames and mirrored object names.
+//! - [`kind`]: the kinds a tenant writes, which the rules are written per.
 //! - [`annotations`]: the `teapot.dev/` annotation allowlist and its typed
 //!   values.
 //! - [`policy`]: the admission rules (what a tenant may write), shared by
@@ -23,6 +24,7 @@
 pub mod annotations;
 pub mod host;
 pub mod hostname;
+pub mod kind;
 pub mod lease;
 pub mod names;
 pub mod path;

@@ -16,7 +16,7 @@ use teapot_gateway_api::generated::http_routes::{
 };
 use teapot_gateway_api::{Gateway, GrpcRoute, HttpRoute};
 
-use crate::validate::FieldError;
+use crate::field::FieldError;
 
 /// Most weight on one backendRef (the CRD's bound).
 pub const MAX_WEIGHT: i32 = 1_000_000;

@@ -8,7 +8,8 @@
 //! Layout:
 //! - [`store`]: the objects, keyed as the API server keys them.
 //! - [`validate`]: typed parsing and API-server-like validation, per field;
-//!   one document becomes an [`store::Object`] or a field error.
+//!   one document becomes an [`store::Object`] or a field error
+//!   ([`field`]).
 //! - [`manifests`]: a directory (or text) of YAML into a store, keeping the
 //!   last good version of objects that stop parsing.
 //! - [`endpoints`]: EndpointSlices in the compact form the store keeps.
@@ -24,6 +25,7 @@
 pub mod attachment;
 pub mod certificate;
 pub mod endpoints;
+pub mod field;
 pub mod gateway;
 pub mod manifests;
 pub mod store;

@@ -13,21 +13,7 @@ use crate::endpoints::{CompactSlice, MAX_ADDRESSES_PER_ENDPOINT};
 use crate::gateway;
 use crate::store::{Kind, Object, TlsSecret};
 
-/// Why a document was refused, and where.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    pub field: Option<String>,
-    pub message: String,
-}
-
-impl FieldError {
-    pub(crate) fn at(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-        FieldError {
-            field: Some(field.into()),
-            message: message.into(),
-        }
-    }
-}
+pub use crate::field::FieldError;
 
 /// Parses `value` as `kind` and validates it. Every source hands its
 /// objects over as JSON values (a YAML document is read straight into one),

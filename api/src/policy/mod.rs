@@ -49,7 +49,7 @@ use teapot_gateway_api::{
     Gateway, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
 };
 
-use crate::annotations::ObjectKind;
+use crate::kind::ObjectKind;
 use crate::tenant::{EffectiveLimits, Tenant, TenantLimits};
 
 pub use addresses::{check_endpoint_address, forbidden_address};

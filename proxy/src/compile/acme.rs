@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::compile::snapshot::Condition;
+use crate::compile::condition::Condition;
 
 /// The path prefix HTTP-01 validation requests use (RFC 8555 §8.3).
 pub const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";

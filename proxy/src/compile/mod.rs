@@ -34,6 +34,7 @@
 pub mod acme;
 pub(crate) mod bind;
 pub mod certs;
+pub mod condition;
 pub mod domains;
 pub mod fairness;
 pub mod gateway;

@@ -25,6 +25,17 @@ use teapot_api::{HostPattern, PathKind};
 use crate::compile::fairness::TenantGate;
 use crate::compile::upstream::Upstream;
 
+/// How specific the host pattern a request matched is, across the
+/// Gateway API and Ingress tables: an exact host beats a wildcard, a
+/// longer wildcard suffix a shorter one, any wildcard the catch-all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HostRank {
+    None,
+    Any,
+    Wildcard(usize),
+    Exact,
+}
+
 /// Where a matched rule goes, with the limits of the Ingress it came from.
 #[derive(Clone, Debug)]
 pub struct Route {
@@ -285,8 +296,7 @@ impl RouteTable {
 
     /// How specific this table's match for a normalised host is (to weigh
     /// it against the Gateway API table's, crate::plane::decide).
-    pub fn host_rank(&self, host: &str) -> crate::compile::gateway::HostRank {
-        use crate::compile::gateway::HostRank;
+    pub fn host_rank(&self, host: &str) -> HostRank {
         if self.exact_hosts.contains_key(host) {
             return HostRank::Exact;
         }

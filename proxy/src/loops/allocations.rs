@@ -460,7 +460,7 @@ mod tests {
     /// no Service can have, and comes back as it was.
     #[test]
     fn gateway_holdings_round_trip_beside_services() {
-        use crate::compile::l4::gateway::{gateway_of, holder_key};
+        use crate::compile::l4::allocation::{gateway_of, holder_key};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         let service = NsName::new("ops", "edge");

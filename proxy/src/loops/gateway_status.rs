@@ -32,9 +32,12 @@ use serde_json::{Value, json};
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_model::store::{Kind, NsName, Store};
 
-use super::kube_status::FIELD_MANAGER;
 use crate::compile::l4::gateway::{GatewayReport, RouteKind};
 use crate::compile::snapshot::Snapshot;
+
+/// Field manager of every status write (Ingress, Service and Gateway API
+/// status alike).
+pub const FIELD_MANAGER: &str = "teapot-proxy";
 
 /// One Gateway API object's status as teapot wants it. Conditions need no
 /// `lastTransitionTime` or `observedGeneration` (the writer sets them); a
@@ -219,7 +222,7 @@ pub fn merge_l4_gateway(status: &mut Value, l4: &GatewayReport) {
             let kinds: Vec<Value> = l
                 .supported_kinds
                 .iter()
-                .map(|kind| json!({"group": crate::compile::l4::gateway::GROUP, "kind": kind}))
+                .map(|kind| json!({"group": teapot_model::attachment::GROUP, "kind": kind}))
                 .collect();
             let entry = json!({
                 "name": l.name,

@@ -46,8 +46,7 @@ use crate::loops::reload::Source;
 use teapot_model::store::NsName;
 use teapot_source::kube::{KubeConfig, KubeSource};
 
-/// Field manager of every status write.
-pub const FIELD_MANAGER: &str = "teapot-proxy";
+pub use super::gateway_status::FIELD_MANAGER;
 
 /// Where the status lease lives and how it is timed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -18,6 +18,8 @@
 //!   replica is ready, each by its pool's mode (BGP speaker, L2 owner).
 //! - [`announcers`]: the pools, and which replicas are live (a Lease per
 //!   replica) for L2 ownership.
+//! - [`live_replicas`]: the view of which of them are live, from their
+//!   Leases and BFD.
 //! - [`peer_liveness`]: BFD between those replicas, so one that fails is
 //!   counted gone before its Lease runs out.
 //! - [`announce_status`]: whether an L4 address is announced, for the
@@ -30,6 +32,7 @@ pub mod announce_status;
 pub mod announcers;
 pub mod gateway_status;
 pub mod kube_status;
+pub mod live_replicas;
 pub mod peer_liveness;
 pub mod proof;
 pub mod reload;

@@ -6,7 +6,7 @@
 //! and the last word:
 //!
 //! - Each replica publishes its BFD endpoint on its Lease
-//!   ([`super::announcers::BFD_ANNOTATION`]) and runs one single-hop BFD
+//!   ([`super::live_replicas::BFD_ANNOTATION`]) and runs one single-hop BFD
 //!   session (RFC 5880/5881, the speaker's own implementation) with every
 //!   other replica that publishes one.
 //! - A session that was Up and failed puts the replica in
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use teapot_announce::bfd::{self, BfdStatus, State, Timing};
 use tokio::sync::watch;
 
-use crate::loops::announcers::View;
+use crate::loops::live_replicas::View;
 
 /// The replicas' BFD port: not 3784, where a BFD daemon on the node (FRR's
 /// bfdd peering with the routers) listens.
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn sessions_go_to_current_leases_and_a_reused_endpoint_to_the_newest() {
-        use crate::loops::announcers::Observed;
+        use crate::loops::live_replicas::Observed;
         let t0 = Instant::now();
         let config = LivenessConfig {
             local: "192.0.2.10".parse().unwrap(),

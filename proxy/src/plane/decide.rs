@@ -9,9 +9,9 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use crate::compile::fairness::TenantPermit;
-use crate::compile::gateway::HostRank;
 use crate::compile::gateway::table::BudgetExhausted;
 use crate::compile::gateway::table::{Action, Filters, PathMatch, Redirect};
+use crate::compile::routes::HostRank;
 use crate::compile::routes::Route;
 use crate::compile::snapshot::Snapshot;
 use crate::compile::upstream::Upstream;

@@ -61,7 +61,7 @@ use table::{
     Action, Backend, BackendFilters, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange,
     PathMatch, Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
 };
-pub use table::{GatewayTable, HostRank, RequestFacts, RequestHeaders};
+pub use table::{GatewayTable, RequestFacts, RequestHeaders};
 
 /// The group of every Gateway API kind.
 use teapot_model::attachment::{self, GROUP};

@@ -23,21 +23,10 @@ use std::time::Duration;
 use teapot_api::HostPattern;
 use teapot_api::regex::TenantRegex;
 
-use crate::compile::routes::{Route, RoutePolicy};
+use crate::compile::routes::{HostRank, Route, RoutePolicy};
 
 /// Keys are configuration, never request input (lookups only probe).
 type FastMap<V> = std::collections::HashMap<Box<str>, V, foldhash::fast::RandomState>;
-
-/// How specific the host pattern a request matched is, across the
-/// Gateway API and Ingress tables: an exact host beats a wildcard, a
-/// longer wildcard suffix a shorter one, any wildcard the catch-all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum HostRank {
-    None,
-    Any,
-    Wildcard(usize),
-    Exact,
-}
 
 /// A request's facts the matches read, whatever its engine. Each is
 /// optional: an engine that does not provide one (the HTTP/1 engine before

@@ -30,6 +30,25 @@ use std::net::IpAddr;
 use super::pool::{ListenerKey, Pool, Protocol};
 use teapot_model::store::NsName;
 
+/// What marks a holding as a Gateway's: Service names are DNS labels, so
+/// none contains a colon.
+const HOLDER_PREFIX: &str = "Gateway:";
+
+/// The key of a Gateway's holding in the holdings map (and the state
+/// file): `namespace/Gateway:name`.
+pub fn holder_key(gateway: &NsName) -> NsName {
+    NsName::new(
+        gateway.namespace.clone(),
+        format!("{HOLDER_PREFIX}{}", gateway.name),
+    )
+}
+
+/// The Gateway a holding belongs to, if it is a Gateway's.
+pub fn gateway_of(holder: &NsName) -> Option<NsName> {
+    let name = holder.name.strip_prefix(HOLDER_PREFIX)?;
+    Some(NsName::new(holder.namespace.clone(), name))
+}
+
 /// One `(port, protocol)` pair of a Service.
 pub type PortKey = (u16, Protocol);
 
@@ -147,10 +166,7 @@ pub enum Outcome {
 /// its own namespace by name, any other as "another Service" or "another
 /// Gateway".
 fn holder_for(claimant: &NsName, holder: &NsName) -> String {
-    match (
-        holder.namespace == claimant.namespace,
-        super::gateway::gateway_of(holder),
-    ) {
+    match (holder.namespace == claimant.namespace, gateway_of(holder)) {
         (true, None) => format!("Service {holder}"),
         (true, Some(gateway)) => format!("Gateway {gateway}"),
         (false, None) => "another Service".to_string(),
@@ -442,6 +458,15 @@ pub fn holdings(claims: &[Claim<'_>], outcomes: &[Outcome]) -> BTreeMap<NsName, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holder_keys_never_collide_with_services() {
+        let gw = NsName::new("ops", "edge");
+        let key = holder_key(&gw);
+        assert_ne!(key, gw);
+        assert_eq!(gateway_of(&key), Some(gw.clone()));
+        assert_eq!(gateway_of(&gw), None);
+    }
 
     #[test]
     fn reserved_listeners_parse_and_cover() {

@@ -37,31 +37,10 @@ use teapot_model::tenancy::Tenancy;
 use super::allocation::{Holding, PortKey};
 use super::pool::Protocol;
 use crate::compile::bind::TenantHosts;
-use crate::compile::snapshot::Condition;
+use crate::compile::condition::Condition;
 use crate::compile::upstream::Upstream;
 
-use teapot_model::attachment;
-/// The Gateway API group.
-pub use teapot_model::attachment::GROUP;
-
-/// What marks a holding as a Gateway's: Service names are DNS labels, so
-/// none contains a colon.
-const HOLDER_PREFIX: &str = "Gateway:";
-
-/// The key of a Gateway's holding in the holdings map (and the state
-/// file): `namespace/Gateway:name`.
-pub fn holder_key(gateway: &NsName) -> NsName {
-    NsName::new(
-        gateway.namespace.clone(),
-        format!("{HOLDER_PREFIX}{}", gateway.name),
-    )
-}
-
-/// The Gateway a holding belongs to, if it is a Gateway's.
-pub fn gateway_of(holder: &NsName) -> Option<NsName> {
-    let name = holder.name.strip_prefix(HOLDER_PREFIX)?;
-    Some(NsName::new(holder.namespace.clone(), name))
-}
+use teapot_model::attachment::{self, GROUP};
 
 /// Whether teapot serves `gateway`: its class is a GatewayClass of
 /// teapot's controller, or (with no GatewayClass of that name in the
@@ -422,7 +401,7 @@ pub struct GatewayListenerReport {
     pub listener: Option<super::pool::ListenerKey>,
     /// `listening`, `pending` or the bind error, read when rendered (the
     /// listeners bind after the compile).
-    pub state: Option<super::table::LiveState>,
+    pub state: Option<super::runtime::LiveState>,
     /// `status.listeners[].supportedKinds`: the route kind of its
     /// protocol, when `allowedRoutes.kinds` allows it.
     pub supported_kinds: Vec<&'static str>,
@@ -1046,7 +1025,7 @@ pub(super) fn serve<'s>(
                     protocol: l.kind.protocol(),
                 };
                 key = Some(k);
-                let live = super::table::LiveState::new(runtime.clone(), k);
+                let live = super::runtime::LiveState::new(runtime.clone(), k);
                 let state = live.now();
                 bound = Some(live);
                 add_target(&mut sockets, k, l, attached_routes, attached);
@@ -1173,15 +1152,6 @@ mod tests {
         assert_eq!(sni.entries.len(), 3);
     }
 
-    #[test]
-    fn holder_keys_never_collide_with_services() {
-        let gw = NsName::new("ops", "edge");
-        let key = holder_key(&gw);
-        assert_ne!(key, gw);
-        assert_eq!(gateway_of(&key), Some(gw.clone()));
-        assert_eq!(gateway_of(&gw), None);
-    }
-
     fn endpoints(base: u8, n: u8) -> Arc<Upstream> {
         let registry = crate::compile::upstream::EndpointRegistry::default();
         let eps = (0..n)
@@ -1242,6 +1212,7 @@ mod compiled {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
+    use super::super::allocation::holder_key;
     use super::super::{Holding, L4Config, L4Inputs, L4Report};
     use super::*;
     use crate::compile::CompileOptions;

@@ -10,18 +10,19 @@
 pub mod allocation;
 pub mod gateway;
 pub mod pool;
+pub mod runtime;
 pub mod table;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use teapot_model::store::{NsName, Store};
 
 pub use allocation::Holding;
 pub use pool::{ListenerKey, Pool, Protocol};
+pub use runtime::Runtime;
 pub use table::{HealthOptions, L4Report, L4Table};
 
 use crate::compile::bind::TenantHosts;
@@ -82,38 +83,6 @@ impl Default for L4Config {
             health: HealthOptions::default(),
             bind_retry: Duration::from_secs(5),
         }
-    }
-}
-
-/// Bind state of each listener, shared by the manager (writer) and the
-/// `/status` report (reader).
-#[derive(Debug, Default)]
-pub struct Runtime {
-    states: Mutex<HashMap<ListenerKey, Result<(), String>>>,
-    pub applied: std::sync::atomic::AtomicU64,
-}
-
-impl Runtime {
-    /// Generation of the last table the manager applied.
-    pub fn applied(&self) -> u64 {
-        self.applied.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// `listening`, `pending` (not bound yet) or `bind failed: …`.
-    pub fn state(&self, key: &ListenerKey) -> String {
-        match self.states.lock().get(key) {
-            Some(Ok(())) => "listening".into(),
-            Some(Err(e)) => format!("bind failed: {e}"),
-            None => "pending".into(),
-        }
-    }
-
-    pub fn set(&self, key: ListenerKey, state: Result<(), String>) {
-        self.states.lock().insert(key, state);
-    }
-
-    pub fn remove(&self, key: &ListenerKey) {
-        self.states.lock().remove(key);
     }
 }
 

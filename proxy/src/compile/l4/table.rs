@@ -17,11 +17,12 @@ use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
 use teapot_api::names::LOAD_BALANCER_CLASS;
 use teapot_api::policy::DEFAULT_MAX_LISTENERS;
 
+use super::L4Config;
 use super::allocation::{Claim, Outcome};
 use super::pool::{ListenerKey, Protocol};
-use super::{L4Config, Runtime};
+use super::runtime::{AppliedGeneration, LiveState, Runtime};
 use crate::compile::bind::TenantHosts;
-use crate::compile::snapshot::Condition;
+use crate::compile::condition::Condition;
 use crate::compile::upstream::Upstream;
 use teapot_model::store::{NsName, Store};
 use teapot_model::tenancy::Tenancy;
@@ -127,41 +128,6 @@ pub struct ListenerReport {
     pub endpoints: Vec<String>,
     /// `listening`, `pending` or the bind error.
     pub state: LiveState,
-}
-
-/// A listener's bind state, read from the manager when rendered (binding
-/// happens after the compile).
-#[derive(Debug)]
-pub struct LiveState {
-    runtime: Arc<Runtime>,
-    key: ListenerKey,
-}
-
-impl LiveState {
-    pub(super) fn new(runtime: Arc<Runtime>, key: ListenerKey) -> LiveState {
-        LiveState { runtime, key }
-    }
-
-    /// `listening`, `pending` or the bind error, now.
-    pub fn now(&self) -> String {
-        self.runtime.state(&self.key)
-    }
-}
-
-impl Serialize for LiveState {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.runtime.state(&self.key))
-    }
-}
-
-/// Read from the manager when rendered.
-#[derive(Debug)]
-pub struct AppliedGeneration(Arc<Runtime>);
-
-impl Serialize for AppliedGeneration {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(self.0.applied())
-    }
 }
 
 /// Whether `service` is one teapot serves at L4.
@@ -401,10 +367,7 @@ pub(super) fn build<'s>(
                             .iter()
                             .map(|e| e.addr.to_string())
                             .collect(),
-                        state: LiveState {
-                            runtime: runtime.clone(),
-                            key,
-                        },
+                        state: LiveState::new(runtime.clone(), key),
                     });
                     ingress_ports.push(PortStatus {
                         port: port.into(),
@@ -542,7 +505,7 @@ fn gateway_candidate<'s>(
         .count() as u32;
     Candidate {
         id: plan.id,
-        holder: super::gateway::holder_key(plan.id),
+        holder: super::allocation::holder_key(plan.id),
         created: plan
             .gateway
             .metadata

@@ -239,7 +239,7 @@ impl L4 {
                 let c = g.conditions.iter().find(|c| c.type_ == "Programmed")?;
                 let id = NsName::new(g.namespace.clone(), g.name.clone());
                 Some((
-                    crate::compile::l4::gateway::holder_key(&id),
+                    crate::compile::l4::allocation::holder_key(&id),
                     c.message.clone(),
                 ))
             });
@@ -262,7 +262,7 @@ impl L4 {
             if seen.get(holder) == Some(why) {
                 continue;
             }
-            match crate::compile::l4::gateway::gateway_of(holder) {
+            match crate::compile::l4::allocation::gateway_of(holder) {
                 Some(gateway) => tracing::warn!(%gateway,
                     "Gateway gets no address for its TCP, UDP and TLS listeners: {why}"),
                 None => {
