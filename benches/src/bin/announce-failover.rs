@@ -181,6 +181,7 @@ fn main() -> Result<()> {
                 section["bfd"] = json!(bfd);
                 section["commit"] = json!(commit());
                 section["date"] = json!(utc_date());
+                section["command"] = report["command"].clone();
                 section["load_average_before"] = json!(load_before);
                 section["load_average_after"] = json!(load_after);
                 sections.push(section);
