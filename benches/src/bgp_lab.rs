@@ -1015,3 +1015,45 @@ ports: [{{name: {port_name}, port: 3000, protocol: TCP}}]
 endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bfd_reads_and_writes_teapots_spelling() {
+        let bfd: Bfd = "100x3".parse().unwrap();
+        assert_eq!(
+            bfd,
+            Bfd {
+                interval_ms: 100,
+                multiplier: 3
+            }
+        );
+        assert_eq!(bfd.to_string(), "100x3");
+        let conf = bfd.bfdd_conf(Path::new("/x/bfdd.log"));
+        assert!(conf.contains("transmit-interval 100\n"), "{conf}");
+        assert!(conf.contains("receive-interval 100\n"), "{conf}");
+        assert!(conf.contains("detect-multiplier 3\n"), "{conf}");
+    }
+
+    #[test]
+    fn bfd_refuses_what_bfdd_would() {
+        for bad in [
+            "100", "fastx3", "100x", "5x3", "100x1", "100x300", "70000x3",
+        ] {
+            assert!(bad.parse::<Bfd>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn neighbours_get_bfd_lines_only_with_bfd() {
+        assert_eq!(neighbor_bfd(None, "198.18.1.2"), "");
+        let lines = neighbor_bfd("100x3".parse().ok(), "198.18.1.2");
+        assert!(lines.contains(" neighbor 198.18.1.2 bfd\n"), "{lines}");
+        assert!(
+            lines.contains(&format!(" neighbor 198.18.1.2 bfd profile {BFD_PROFILE}\n")),
+            "{lines}"
+        );
+    }
+}
