@@ -11,6 +11,12 @@
 //! VIP/32`) with teapot serving unannounced, the baseline teapot is
 //! measured against.
 //!
+//! With [`Bfd`] (`--bfd 100x3`) every BGP session between a replica and
+//! the router has a BFD session beside it with the same timers on both
+//! ends: bfdd runs on the router (`neighbor REPLICA bfd`), teapot's peers
+//! get `bfd=100x3`, and an FRR announcer runs bfdd in the replica's
+//! namespace (`neighbor ROUTER bfd`).
+//!
 //! Addresses come from 198.18.0.0/15 (RFC 2544, benchmarking) and
 //! 203.0.113.0/24 (TEST-NET-3); every object is named `tpbf<pid>…` and
 //! removed on drop, failure included.
@@ -65,6 +71,67 @@ pub fn replica_name(i: usize) -> String {
     format!("s{}", i + 1)
 }
 
+/// BFD beside every BGP session: the interval (Desired Min TX and
+/// Required Min RX alike) and the detection multiplier, the same on the
+/// router and on every replica, written as teapot's `bfd=` has it
+/// (`100x3`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bfd {
+    pub interval_ms: u32,
+    pub multiplier: u8,
+}
+
+impl std::str::FromStr for Bfd {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Bfd> {
+        let (interval, multiplier) = s
+            .split_once('x')
+            .with_context(|| format!("bfd `{s}` is not INTERVALxMULTIPLIER (e.g. 100x3)"))?;
+        let bfd = Bfd {
+            interval_ms: interval
+                .parse()
+                .with_context(|| format!("bfd `{s}`: interval `{interval}` in ms"))?,
+            multiplier: multiplier
+                .parse()
+                .with_context(|| format!("bfd `{s}`: multiplier `{multiplier}`"))?,
+        };
+        // What bfdd accepts: 10-60000 ms, a multiplier of 2-255.
+        if !(10..=60_000).contains(&bfd.interval_ms) || bfd.multiplier < 2 {
+            bail!("bfd `{s}`: FRR takes an interval of 10-60000 ms and a multiplier of 2-255");
+        }
+        Ok(bfd)
+    }
+}
+
+impl std::fmt::Display for Bfd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.interval_ms, self.multiplier)
+    }
+}
+
+impl Bfd {
+    /// bfdd's configuration: the one profile every neighbour uses.
+    fn bfdd_conf(&self, log: &Path) -> String {
+        format!(
+            "log file {log}\n!\nbfd\n profile {BFD_PROFILE}\n  transmit-interval {i}\n  receive-interval {i}\n  detect-multiplier {m}\n !\n!\n",
+            log = log.display(),
+            i = self.interval_ms,
+            m = self.multiplier,
+        )
+    }
+}
+
+/// bgpd's lines giving neighbour `addr` a BFD session, when `bfd` is set.
+fn neighbor_bfd(bfd: Option<Bfd>, addr: &str) -> String {
+    match bfd {
+        Some(_) => format!(" neighbor {addr} bfd\n neighbor {addr} bfd profile {BFD_PROFILE}\n"),
+        None => String::new(),
+    }
+}
+
+const BFD_PROFILE: &str = "fleet";
+
 /// Who announces a replica's addresses to the router.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -98,6 +165,8 @@ pub struct Lab {
     procs: Vec<Replica>,
     /// Extra `teapot proxy` flags of the next starts (the scale run's CIDR).
     pub extra_announce: Vec<String>,
+    /// BFD beside every BGP session, on the router and every replica.
+    bfd: Option<Bfd>,
     namespaces: Vec<String>,
     frr_dirs: Vec<PathBuf>,
 }
@@ -138,13 +207,15 @@ pub fn poll<T>(
     }
 }
 
-/// Missing tools, or `None` when the lab can be built.
-pub fn missing() -> Option<String> {
+/// Missing tools, or `None` when the lab can be built (with bfdd when
+/// `bfd`).
+pub fn missing(bfd: bool) -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("network namespaces need root".into());
     }
-    for tool in ["zebra", "bgpd"] {
+    let bfdd = bfd.then_some("bfdd");
+    for tool in ["zebra", "bgpd"].into_iter().chain(bfdd) {
         if !Path::new(FRR_DIR).join(tool).exists() {
             return Some(format!("{FRR_DIR}/{tool} missing (apt-get install frr)"));
         }
@@ -226,6 +297,19 @@ impl Router {
             }
         }
         used
+    }
+
+    /// The state of the router's BFD session with `peer` (`up`, `down`,
+    /// `init`), as `show bfd peers json` has it.
+    pub fn bfd_status(&self, peer: &str) -> Option<String> {
+        let peers: Value = serde_json::from_str(&self.vtysh("show bfd peers json")).ok()?;
+        peers
+            .as_array()?
+            .iter()
+            .find(|p| p.get("peer").and_then(|a| a.as_str()) == Some(peer))?
+            .get("status")?
+            .as_str()
+            .map(str::to_string)
     }
 
     /// Routes the router has received from each replica (`pfxRcd`).
@@ -391,9 +475,9 @@ impl Router {
 }
 
 impl Lab {
-    /// Namespaces, links, addresses and the router's FRR; no replica
-    /// process yet.
-    pub fn new(teapot: &Path) -> Result<Lab> {
+    /// Namespaces, links, addresses and the router's FRR (with bfdd when
+    /// `bfd`); no replica process yet.
+    pub fn new(teapot: &Path, bfd: Option<Bfd>) -> Result<Lab> {
         let tag = format!("tpbf{}", std::process::id());
         let dir = tempfile::Builder::new().prefix(&tag).tempdir()?;
         let manifests = dir.path().join("manifests");
@@ -409,6 +493,7 @@ impl Lab {
             manifests,
             procs: (0..REPLICAS).map(|_| Replica::default()).collect(),
             extra_announce: Vec::new(),
+            bfd,
             namespaces: Vec::new(),
             frr_dirs: Vec::new(),
         };
@@ -494,7 +579,7 @@ impl Lab {
         Path::new("/var/run/frr").join(ns)
     }
 
-    /// Starts zebra and bgpd in `ns` on `bgpd_conf`.
+    /// Starts zebra, bfdd (with BFD) and bgpd in `ns` on `bgpd_conf`.
     fn start_frr(&mut self, ns: &str, bgpd_conf: &str) -> Result<()> {
         let run_dir = self.frr_run_dir(ns);
         let _ = std::fs::remove_dir_all(&run_dir);
@@ -511,8 +596,13 @@ impl Lab {
         // drops a nexthop object whose link loses carrier, and zebra 8.4
         // does not put it back when the link returns (the route keeps two
         // next hops while BGP and zebra's RIB show three).
-        let zebra = "no zebra nexthop kernel enable\n".to_string();
-        for (daemon, conf) in [("zebra", zebra), ("bgpd", bgpd_conf.to_string())] {
+        let mut daemons = vec![("zebra", "no zebra nexthop kernel enable\n".to_string())];
+        // bfdd before bgpd: bgpd registers its BFD neighbours with it.
+        if let Some(bfd) = self.bfd {
+            daemons.push(("bfdd", bfd.bfdd_conf(&run_dir.join("bfdd.log"))));
+        }
+        daemons.push(("bgpd", bgpd_conf.to_string()));
+        for (daemon, conf) in daemons {
             let path = conf_dir.join(format!("{daemon}.conf"));
             std::fs::write(&path, conf)?;
             run(&["chmod", "644", &path.to_string_lossy()])?;
@@ -543,9 +633,9 @@ impl Lab {
         Ok(())
     }
 
-    /// SIGKILLs (or signals) the FRR daemons in `ns`; their pids.
+    /// The pids of the FRR daemons running in `ns`.
     fn frr_pids(&self, ns: &str) -> Vec<String> {
-        ["bgpd", "zebra"]
+        ["bgpd", "bfdd", "zebra"]
             .iter()
             .filter_map(|d| {
                 std::fs::read_to_string(self.frr_run_dir(ns).join(format!("{d}.pid"))).ok()
@@ -566,8 +656,9 @@ impl Lab {
             let a = replica_addr(i);
             let _ = write!(
                 conf,
-                " neighbor {a} remote-as {}\n neighbor {a} timers 1 3\n neighbor {a} timers connect 1\n",
-                replica_asn(i)
+                " neighbor {a} remote-as {}\n neighbor {a} timers 1 3\n neighbor {a} timers connect 1\n{}",
+                replica_asn(i),
+                neighbor_bfd(self.bfd, &a),
             );
         }
         conf.push_str(" address-family ipv4 unicast\n  maximum-paths 16\n");
@@ -589,6 +680,22 @@ impl Lab {
                     .then_some(())
             },
         )
+    }
+
+    /// With BFD, waits until the router's BFD session with replica `i` is
+    /// Up: a failure before that is seen by the hold timer alone.
+    pub fn wait_bfd_up(&self, i: usize, bound: Duration) -> Result<()> {
+        if self.bfd.is_none() {
+            return Ok(());
+        }
+        let addr = replica_addr(i);
+        poll(
+            &format!("the router's BFD session with {addr} up"),
+            bound,
+            Duration::from_millis(20),
+            || (self.net().bfd_status(&addr).as_deref() == Some("up")).then_some(()),
+        )
+        .with_context(|| self.dump())
     }
 
     /// Waits until the kernel routes the VIP over exactly `replicas`.
@@ -650,10 +757,11 @@ impl Lab {
             .stderr(log);
         match announcer {
             Announcer::Teapot => {
+                let bfd = self.bfd.map(|b| format!(",bfd={b}")).unwrap_or_default();
                 cmd.args(["--bgp-asn", &replica_asn(i).to_string()])
                     .args([
                         "--bgp-peer",
-                        &format!("{},{ROUTER_ASN},hold=3,keepalive=1", router_addr(i)),
+                        &format!("{},{ROUTER_ASN},hold=3,keepalive=1{bfd}", router_addr(i)),
                     ])
                     .args(["--announce", VIP])
                     .args(&self.extra_announce);
@@ -661,9 +769,10 @@ impl Lab {
             Announcer::Frr => {
                 let a = router_addr(i);
                 let conf = format!(
-                    "hostname {ns}\n!\nrouter bgp {asn}\n bgp router-id {rid}\n no bgp ebgp-requires-policy\n no bgp network import-check\n neighbor {a} remote-as {ROUTER_ASN}\n neighbor {a} timers 1 3\n neighbor {a} timers connect 1\n address-family ipv4 unicast\n  network {VIP}/32\n  network {L4_VIP}/32\n exit-address-family\n!\n",
+                    "hostname {ns}\n!\nrouter bgp {asn}\n bgp router-id {rid}\n no bgp ebgp-requires-policy\n no bgp network import-check\n neighbor {a} remote-as {ROUTER_ASN}\n neighbor {a} timers 1 3\n neighbor {a} timers connect 1\n{bfd} address-family ipv4 unicast\n  network {VIP}/32\n  network {L4_VIP}/32\n exit-address-family\n!\n",
                     asn = replica_asn(i),
                     rid = replica_addr(i),
+                    bfd = neighbor_bfd(self.bfd, &a),
                 );
                 self.start_frr(&ns, &conf)?;
                 self.procs[i].frr = true;
@@ -814,6 +923,9 @@ impl Lab {
     /// The router's view and the replicas' logs, for an error.
     pub fn dump(&self) -> String {
         let mut out = self.net().vtysh("show bgp summary");
+        if self.bfd.is_some() {
+            out.push_str(&self.net().vtysh("show bfd peers"));
+        }
         out.push_str(&self.net().vtysh(&format!("show bgp ipv4 unicast {VIP}/32")));
         out.push_str(&self.net().vtysh(&format!("show ip route {VIP}/32")));
         out.push_str(&run(&["ip", "-n", &self.router, "route"]).unwrap_or_default());
@@ -902,4 +1014,46 @@ addressType: IPv4
 ports: [{{name: {port_name}, port: 3000, protocol: TCP}}]
 endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bfd_reads_and_writes_teapots_spelling() {
+        let bfd: Bfd = "100x3".parse().unwrap();
+        assert_eq!(
+            bfd,
+            Bfd {
+                interval_ms: 100,
+                multiplier: 3
+            }
+        );
+        assert_eq!(bfd.to_string(), "100x3");
+        let conf = bfd.bfdd_conf(Path::new("/x/bfdd.log"));
+        assert!(conf.contains("transmit-interval 100\n"), "{conf}");
+        assert!(conf.contains("receive-interval 100\n"), "{conf}");
+        assert!(conf.contains("detect-multiplier 3\n"), "{conf}");
+    }
+
+    #[test]
+    fn bfd_refuses_what_bfdd_would() {
+        for bad in [
+            "100", "fastx3", "100x", "5x3", "100x1", "100x300", "70000x3",
+        ] {
+            assert!(bad.parse::<Bfd>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn neighbours_get_bfd_lines_only_with_bfd() {
+        assert_eq!(neighbor_bfd(None, "198.18.1.2"), "");
+        let lines = neighbor_bfd("100x3".parse().ok(), "198.18.1.2");
+        assert!(lines.contains(" neighbor 198.18.1.2 bfd\n"), "{lines}");
+        assert!(
+            lines.contains(&format!(" neighbor 198.18.1.2 bfd profile {BFD_PROFILE}\n")),
+            "{lines}"
+        );
+    }
 }

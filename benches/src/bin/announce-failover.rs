@@ -24,9 +24,18 @@
 //!   replica: time from the start until the router holds every route over
 //!   all three replicas, and the replicas' RSS.
 //!
+//! With `--bfd 100x3` every BGP session has BFD beside it, the same
+//! timers on both ends: the router runs bfdd with `neighbor REPLICA bfd`,
+//! teapot's peers get `bfd=100x3`, and the FRR announcer runs bfdd in the
+//! replica's namespace with `neighbor ROUTER bfd`. Each failure then
+//! strikes only once the router's BFD session with the victim is Up.
+//! `--only failover --kinds silent --bfd 100x3` measures the failure only
+//! BFD (or the hold timer) can tell.
+//!
 //! Run as root after `cargo build --release -p teapot -p teapot-benches`:
 //! `target/release/announce-failover`. Writes (merging what an earlier
-//! run with `--only` measured) benches/results/announce-failover-DATE.json.
+//! run with `--only` measured) benches/results/announce-failover-DATE.json,
+//! with `--bfd` announce-failover-bfd-DATE.json.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -39,7 +48,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 use teapot_benches::bgp_lab::{
-    self, Announcer, HOST, HTTP_PORT, L4_PORT, L4_VIP, Lab, REPLICAS, VIP, replica_name,
+    self, Announcer, Bfd, HOST, HTTP_PORT, L4_PORT, L4_VIP, Lab, REPLICAS, VIP, replica_name,
 };
 use teapot_benches::results::utc_date;
 use teapot_benches::stats::median;
@@ -79,24 +88,34 @@ struct Args {
     /// Long-lived keep-alive connections of the withdrawal.
     #[arg(long, default_value_t = 300)]
     long_lived: usize,
+    /// BFD beside every BGP session, INTERVALxMULTIPLIER in ms (e.g.
+    /// 100x3): bfdd on the router and, for the FRR announcer, in each
+    /// replica; `bfd=` on teapot's peers. Without it, BGP's hold timer
+    /// alone.
+    #[arg(long)]
+    bfd: Option<Bfd>,
     /// The teapot binary (default: next to this one).
     #[arg(long)]
     teapot: Option<PathBuf>,
-    /// Where the JSON goes (default: benches/results/announce-failover-DATE.json).
+    /// Where the JSON goes (default: benches/results/announce-failover-DATE.json,
+    /// with --bfd announce-failover-bfd-DATE.json).
     #[arg(long)]
     json: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if let Some(why) = bgp_lab::missing() {
+    if let Some(why) = bgp_lab::missing(args.bfd.is_some()) {
         bail!("cannot build the lab: {why}");
     }
     let teapot = teapot_benches::peers::teapot_bin(args.teapot.as_deref());
     let path = args.json.clone().unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("results")
-            .join(format!("announce-failover-{}.json", utc_date()))
+            .join(match args.bfd {
+                Some(_) => format!("announce-failover-bfd-{}.json", utc_date()),
+                None => format!("announce-failover-{}.json", utc_date()),
+            })
     });
     let mut report: Value = std::fs::read_to_string(&path)
         .ok()
@@ -108,11 +127,16 @@ fn main() -> Result<()> {
     report["machine"] = json!(
         "2 cores shared with other work; client, router and replicas in network namespaces of one kernel"
     );
-    report["router"] = json!(
-        "FRR 8.4 zebra+bgpd, keepalive 1 s / hold 3 s, maximum-paths 16, bgp bestpath as-path multipath-relax, fib_multipath_hash_policy=1"
-    );
+    report["router"] = json!(match args.bfd {
+        None => "FRR 8.4 zebra+bgpd, keepalive 1 s / hold 3 s, maximum-paths 16, bgp bestpath as-path multipath-relax, fib_multipath_hash_policy=1".to_string(),
+        Some(bfd) => format!(
+            "FRR 8.4 zebra+bfdd+bgpd, keepalive 1 s / hold 3 s, BFD {bfd} (transmit-interval = receive-interval = {} ms, detect-multiplier {}) on every neighbour, maximum-paths 16, bgp bestpath as-path multipath-relax, fib_multipath_hash_policy=1",
+            bfd.interval_ms, bfd.multiplier
+        ),
+    });
+    report["command"] = json!(std::env::args().collect::<Vec<_>>().join(" "));
 
-    let mut lab = Lab::new(&teapot)?;
+    let mut lab = Lab::new(&teapot, args.bfd)?;
     let rt = client_runtime(&lab.client)?;
     let wanted = |s: &str| args.only.iter().any(|o| o == s);
     let save = |report: &Value| -> Result<()> {
@@ -140,17 +164,26 @@ fn main() -> Result<()> {
             .cloned()
             .unwrap_or_default();
         start_all(&mut lab, announcers[0])?;
+        let bfd = args.bfd.map(|b| b.to_string());
         for kind in &args.kinds {
             let kind = Failure::parse(kind)?;
+            let load_before = load_average();
             let runs = failover_runs(&args, &mut lab, &rt, &announcers, kind)?;
+            let load_after = load_average();
             for &announcer in &announcers {
                 sections.retain(|s| {
-                    !(s["failure"] == json!(kind) && s["announcer"] == json!(announcer))
+                    !(s["failure"] == json!(kind)
+                        && s["announcer"] == json!(announcer)
+                        && s["bfd"] == json!(bfd))
                 });
                 let mine = runs.iter().filter(|(a, _)| *a == announcer).map(|(_, r)| r);
                 let mut section = summarise_failover(announcer, kind, mine.collect());
+                section["bfd"] = json!(bfd);
                 section["commit"] = json!(commit());
                 section["date"] = json!(utc_date());
+                section["command"] = report["command"].clone();
+                section["load_average_before"] = json!(load_before);
+                section["load_average_after"] = json!(load_after);
                 sections.push(section);
             }
             report["failover"] = json!({
@@ -450,6 +483,7 @@ fn failover_runs(
                 lab.wait_next_hops(&[0, 1, 2], Duration::from_secs(90))?;
                 std::thread::sleep(Duration::from_secs(2));
             }
+            lab.wait_bfd_up(victim, Duration::from_secs(30))?;
             let others: Vec<usize> = (0..REPLICAS).filter(|&i| i != victim).collect();
             let probes = Probes::start(
                 rt,
@@ -569,16 +603,24 @@ fn summarise_failover(announcer: Announcer, kind: Failure, runs: Vec<&FailoverRu
 
 fn print_failover(sections: &[Value]) {
     println!(
-        "\n{:<32} {:>8} {:>9} {:>8} {:>10} {:>10} {:>14}",
-        "failure", "announcer", "median s", "worst s", "router med", "failed med", "failed worst"
+        "\n{:<32} {:>6} {:>8} {:>9} {:>8} {:>10} {:>10} {:>14}",
+        "failure",
+        "bfd",
+        "announcer",
+        "median s",
+        "worst s",
+        "router med",
+        "failed med",
+        "failed worst"
     );
     for s in sections {
         let kind: Failure = serde_json::from_value(s["failure"].clone())
             .ok()
             .unwrap_or(Failure::Kill);
         println!(
-            "{:<32} {:>8} {:>9.2} {:>8.2} {:>10.2} {:>10} {:>14}",
+            "{:<32} {:>6} {:>8} {:>9.2} {:>8.2} {:>10.2} {:>10} {:>14}",
             kind.describe(),
+            s["bfd"].as_str().unwrap_or("-"),
             s["announcer"].as_str().unwrap_or("?"),
             s["median_s"].as_f64().unwrap_or(f64::NAN),
             s["worst_s"].as_f64().unwrap_or(f64::NAN),
@@ -1092,6 +1134,17 @@ fn scale(lab: &mut Lab) -> Result<Value> {
 }
 
 // ---------------------------------------------------------------- misc
+
+/// The 1, 5 and 15 minute load averages (/proc/loadavg) now: how busy
+/// the shared machine was around a measurement.
+fn load_average() -> Vec<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .filter_map(|v| v.parse().ok())
+        .collect()
+}
 
 fn commit() -> String {
     teapot_benches::results::commit(Path::new(env!("CARGO_MANIFEST_DIR")))
