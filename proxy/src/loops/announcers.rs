@@ -571,16 +571,23 @@ mod tests {
         l
     }
 
-    #[test]
-    fn a_replica_is_live_while_its_lease_changes_on_the_observers_clock() {
-        let t0 = Instant::now();
-        let s = Duration::from_secs(1);
+    /// Replicas `a` and `b` of pool `lan`, first seen at `t0`, with 2 s
+    /// Leases.
+    fn a_and_b_seen_at(t0: Instant) -> View {
         let mut view = View::default();
         view.observe(
             [&lease("a", "1", "lan", ""), &lease("b", "1", "lan", "")],
             t0,
-            2 * s,
+            Duration::from_secs(2),
         );
+        view
+    }
+
+    #[test]
+    fn a_replica_is_live_while_its_lease_changes_on_the_observers_clock() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut view = a_and_b_seen_at(t0);
         assert_eq!(
             view.live("lan", t0 + s),
             ["a", "b"].map(String::from).into()
@@ -613,12 +620,7 @@ mod tests {
     fn a_replica_silent_on_bfd_is_gone_until_its_lease_is_renewed_after() {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
-        let mut view = View::default();
-        view.observe(
-            [&lease("a", "1", "lan", ""), &lease("b", "1", "lan", "")],
-            t0,
-            2 * s,
-        );
+        let mut view = a_and_b_seen_at(t0);
         view.silenced.insert("b".into(), t0 + s / 10);
         assert_eq!(
             view.live("lan", t0 + s / 5),
