@@ -276,6 +276,38 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
         assert_eq!(l["attached_routes"], routes, "{l}");
     }
     let status = h.status().await;
+    // The Gateway's own status, as the status subresource would carry it
+    // (manifests mode: nothing writes it, `/status` shows it): the L4
+    // listeners joined in, with their address, not "not served".
+    let whole = status["gatewayAPI"]["gateways"]
+        .as_array()
+        .and_then(|gs| {
+            gs.iter()
+                .find(|g| g["namespace"] == NS && g["name"] == "edge")
+        })
+        .unwrap_or_else(|| panic!("edge in gatewayAPI: {}", status["gatewayAPI"]))["status"]
+        .clone();
+    for (listener, routes) in [("db", 1), ("dns", 1), ("tls", 2)] {
+        assert_eq!(
+            listener_condition(&whole, listener, "Accepted")["status"],
+            "True",
+            "{whole}"
+        );
+        let l = whole["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == listener)
+            .unwrap();
+        assert_eq!(l["attachedRoutes"], routes, "{l}");
+    }
+    assert!(
+        whole["addresses"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|a| a["value"] == "127.0.0.1")),
+        "{whole}"
+    );
+    assert!(!whole.to_string().contains("not served"), "{whole}");
     let routes = status["l4"]["routes"].as_array().unwrap();
     assert_eq!(routes.len(), 5, "{routes:?}");
     for r in routes {

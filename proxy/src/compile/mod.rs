@@ -38,6 +38,7 @@ pub mod condition;
 pub mod domains;
 pub mod fairness;
 pub mod gateway;
+pub mod gateway_join;
 pub mod l4;
 pub mod parts;
 pub mod routes;
@@ -441,6 +442,8 @@ pub fn compile_incremental(
         Some((compiled, report)) => (Some(compiled), Some(report)),
         None => (None, None),
     };
+    let mut gateway_report = gateway_report;
+    gateway_join::join(&mut gateway_report, l4_report.as_ref());
 
     claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
     claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);

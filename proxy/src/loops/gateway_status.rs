@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_model::store::{Kind, NsName, Store};
 
-use crate::compile::l4::gateway::{GatewayReport, RouteKind};
+use crate::compile::l4::gateway::RouteKind;
 use crate::compile::snapshot::Snapshot;
 
 /// Field manager of every status write (Ingress, Service and Gateway API
@@ -54,12 +54,10 @@ pub struct StatusUpdate {
 /// The adapter from a compile to the writer: every Gateway API status the
 /// snapshot's report decides.
 ///
-/// The HTTP compile's report (`report.gateway`) gives GatewayClass,
-/// Gateway, HTTPRoute and GRPCRoute status; the L4 report adds TCPRoute,
-/// UDPRoute and TLSRoute parent statuses and, for Gateways with TCP, UDP
-/// or TLS listeners, their address, `Programmed` and those listeners
-/// ([`merge_l4_gateway`] joins them to the HTTP compile's Gateway status,
-/// replacing its entries for those listeners by name).
+/// The compile's report (`report.gateway`) gives GatewayClass, Gateway
+/// (its L4 listeners and address already joined in,
+/// [`crate::compile::gateway_join`]), HTTPRoute and GRPCRoute status; the
+/// L4 report adds TCPRoute, UDPRoute and TLSRoute parent statuses.
 pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
     let http = &snapshot.report.gateway;
     let mut out = Vec::new();
@@ -71,24 +69,13 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
             status: to_value(&c.status),
         });
     }
-    let mut l4_gateways: HashMap<(&str, &str), &GatewayReport> = snapshot
-        .report
-        .l4
-        .iter()
-        .flat_map(|l4| &l4.gateways)
-        .map(|g| ((g.namespace.as_str(), g.name.as_str()), g))
-        .collect();
+    // Already joined with the L4 compile's part (`compile::gateway_join`).
     for g in &http.gateways {
-        let mut status = to_value(&g.status);
-        if let Some(l4) = l4_gateways.remove(&(g.namespace.as_str(), g.name.as_str())) {
-            merge_l4_gateway(&mut status, l4);
-            settle_gateway(&mut status);
-        }
         out.push(StatusUpdate {
             kind: Kind::Gateway,
             namespace: g.namespace.clone(),
             name: g.name.clone(),
-            status,
+            status: to_value(&g.status),
         });
     }
     for (kind, routes) in [
@@ -118,124 +105,12 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
         name: r.name.clone(),
         status: r.status(),
     }));
-    // Gateways only the L4 compile reported (the HTTP compile reports every
-    // Gateway of the class; this keeps the L4 part written if it did not).
-    let mut rest: Vec<&GatewayReport> = l4_gateways.into_values().collect();
-    rest.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    for g in rest {
-        let mut status = json!({
-            "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""}],
-        });
-        merge_l4_gateway(&mut status, g);
-        out.push(StatusUpdate {
-            kind: Kind::Gateway,
-            namespace: g.namespace.clone(),
-            name: g.name.clone(),
-            status,
-        });
-    }
     out
 }
 
 /// A typed status of the HTTP compile's report, as JSON.
 fn to_value<T: Serialize>(status: &T) -> Value {
     serde_json::to_value(status).unwrap_or_default()
-}
-
-/// After the L4 listeners joined a Gateway's status: the HTTP compile
-/// judged the Gateway on its HTTP(S) listeners alone, so a Gateway whose
-/// only served listeners are L4 ones was "no listener teapot serves"
-/// there. It is accepted (and programmed, unless its address was refused)
-/// when any listener now is.
-fn settle_gateway(status: &mut Value) {
-    let accepted = |l: &Value| {
-        l["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Accepted" && c["status"] == "True")
-        })
-    };
-    let any = status["listeners"]
-        .as_array()
-        .is_some_and(|ls| ls.iter().any(accepted));
-    if !any {
-        return;
-    }
-    let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for c in conditions.iter_mut() {
-        let (ok_reason, not_served) = match c["type"].as_str() {
-            Some("Accepted") => ("Accepted", c["reason"] == "ListenersNotValid"),
-            Some("Programmed") => ("Programmed", c["reason"] == "Invalid"),
-            _ => continue,
-        };
-        if c["status"] == "False" && not_served {
-            c["status"] = json!("True");
-            c["reason"] = json!(ok_reason);
-            c["message"] = json!("");
-        }
-    }
-}
-
-/// Adds a Gateway's L4 part to its status: the allocated address in
-/// `addresses` (type IPAddress), the L4 listeners in `listeners` (by name,
-/// replacing an entry of that name), and `Programmed` False when the
-/// address was refused (a Programmed condition already there stays when
-/// the L4 part is programmed).
-pub fn merge_l4_gateway(status: &mut Value, l4: &GatewayReport) {
-    let Some(map) = status.as_object_mut() else {
-        return;
-    };
-    if let Some(addr) = l4.address {
-        let addresses = map
-            .entry("addresses")
-            .or_insert_with(|| json!([]))
-            .as_array_mut();
-        if let Some(addresses) = addresses {
-            let value = json!({"type": "IPAddress", "value": addr.to_string()});
-            if !addresses.contains(&value) {
-                addresses.push(value);
-            }
-        }
-    }
-    let programmed = l4.conditions.iter().find(|c| c.type_ == "Programmed");
-    if let Some(p) = programmed {
-        let conditions = map
-            .entry("conditions")
-            .or_insert_with(|| json!([]))
-            .as_array_mut();
-        if let Some(conditions) = conditions {
-            let mine = serde_json::to_value(p).unwrap_or_default();
-            match conditions.iter_mut().find(|c| c["type"] == "Programmed") {
-                Some(c) if p.status == "False" => *c = mine,
-                Some(_) => {}
-                None => conditions.push(mine),
-            }
-        }
-    }
-    let listeners = map
-        .entry("listeners")
-        .or_insert_with(|| json!([]))
-        .as_array_mut();
-    if let Some(listeners) = listeners {
-        for l in &l4.listeners {
-            let kinds: Vec<Value> = l
-                .supported_kinds
-                .iter()
-                .map(|kind| json!({"group": teapot_model::attachment::GROUP, "kind": kind}))
-                .collect();
-            let entry = json!({
-                "name": l.name,
-                "supportedKinds": kinds,
-                "attachedRoutes": l.attached_routes,
-                "conditions": l.conditions,
-            });
-            match listeners.iter_mut().find(|e| e["name"] == l.name.as_str()) {
-                Some(e) => *e = entry,
-                None => listeners.push(entry),
-            }
-        }
-    }
 }
 
 /// Writes Gateway API statuses that differ from the objects'.
@@ -640,51 +515,6 @@ mod tests {
             ..route_update(true)
         };
         assert_eq!(writer.sync(&client, &[missing], &store).await, 0);
-    }
-
-    #[test]
-    fn the_l4_part_joins_a_gateway_status() {
-        use crate::compile::l4::gateway::GatewayListenerReport;
-        use crate::compile::snapshot::Condition;
-        let l4 = GatewayReport {
-            namespace: "ops".into(),
-            name: "edge".into(),
-            pool: Some("default".into()),
-            address: Some("192.0.2.10".parse().unwrap()),
-            conditions: vec![Condition::new("Programmed", true, "Programmed", "")],
-            listeners: vec![GatewayListenerReport {
-                name: "dns".into(),
-                port: 53,
-                protocol: "UDP",
-                listener: None,
-                state: None,
-                supported_kinds: vec!["UDPRoute"],
-                attached_routes: 2,
-                conditions: vec![Condition::new("Accepted", true, "Accepted", "")],
-            }],
-        };
-        let mut status = json!({
-            "addresses": [{"type": "Hostname", "value": "edge-ops.acme.lb.example.net"}],
-            "conditions": [{"type": "Programmed", "status": "True", "reason": "Programmed", "message": ""}],
-            "listeners": [{"name": "http", "attachedRoutes": 3, "conditions": [],
-                           "supportedKinds": [{"kind": "HTTPRoute"}]}],
-        });
-        merge_l4_gateway(&mut status, &l4);
-        assert_eq!(status["addresses"].as_array().unwrap().len(), 2);
-        assert_eq!(status["addresses"][1]["value"], "192.0.2.10");
-        assert_eq!(status["conditions"].as_array().unwrap().len(), 1);
-        assert_eq!(status["listeners"][1]["name"], "dns");
-        assert_eq!(
-            status["listeners"][1]["supportedKinds"][0]["kind"],
-            "UDPRoute"
-        );
-        assert_eq!(status["listeners"][1]["attachedRoutes"], 2);
-        complete(&mut status, &Value::Null, Some(1), "2026-01-01T00:00:00Z");
-        let typed = typed(Kind::Gateway, status).expect("fits the schema");
-        assert_eq!(
-            typed["listeners"][1]["conditions"][0]["observedGeneration"],
-            1
-        );
     }
 
     /// One Gateway with an HTTP and a TCP listener, an HTTPRoute and a

@@ -919,7 +919,13 @@ fn gateway_entry<'s>(
                     "Accepted",
                     false,
                     "UnsupportedProtocol",
-                    format!("{} listeners are served by the L4 plane, which does not serve Gateways in this build", l.protocol),
+                    // With the L4 plane on, its report replaces this entry
+                    // (`compile::gateway_join`); what stays is the L4
+                    // plane being off.
+                    format!(
+                        "{} listeners are served by the L4 plane, which is off (--l4 false)",
+                        l.protocol
+                    ),
                     generation,
                 ));
                 None
