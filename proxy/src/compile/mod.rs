@@ -18,8 +18,15 @@
 //! - [`gateway`]: Gateway API objects into their own route table and
 //!   their status (docs/gateway-api.md).
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
+//! - [`gateway_join`]: each Gateway's status, its HTTP and L4 parts
+//!   joined once.
 //! - [`bind`]: what a tenant's Gateway API route may bind to (its own
 //!   Gateways, hosts it may route), for the HTTP and L4 compiles alike.
+//! - [`backends`]: the backend resolver (Service and port to upstream),
+//!   for the Ingress, Gateway API and L4 compiles alike.
+//! - [`policies`]: the policy each route carries (annotation limits, the
+//!   tenant's gate).
+//! - [`condition`]: the condition every report is written in.
 //! - [`parts`]: what a compile keeps per tenant namespace for the next
 //!   one (incremental recompile: the rule is there).
 //! - [`acme`], [`domains`]: what the compile knows of ACME and custom
@@ -32,6 +39,7 @@
 //! condition saying which object holds its rule.
 
 pub mod acme;
+pub mod backends;
 pub(crate) mod bind;
 pub mod certs;
 pub mod condition;
@@ -41,35 +49,35 @@ pub mod gateway;
 pub mod gateway_join;
 pub mod l4;
 pub mod parts;
+pub mod policies;
 pub mod routes;
 pub mod snapshot;
 pub mod upstream;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{
-    Ingress, IngressBackend, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
-    ServiceBackendPort,
+    Ingress, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
 };
 use teapot_api::names::{CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS};
 use teapot_api::{HostPattern, PathKind, hostname};
 
 use crate::compile::acme::AcmeInputs;
+use crate::compile::backends::Resolver;
 use crate::compile::certs::CertTable;
 use crate::compile::domains::{Claim, ProofResults};
 use crate::compile::fairness::TenantGates;
 use crate::compile::l4::L4Inputs;
-use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
-use crate::compile::routes::{Route, RoutePolicy, RouteTable};
+use crate::compile::parts::{CompiledParts, CurrentInputs, Reuse};
+use crate::compile::policies::Policies;
+use crate::compile::routes::{Route, RouteTable};
 use crate::compile::snapshot::{
-    Backends, Condition, DomainReport, IngressReport, Snapshot, StatusReport, TableSizes,
+    Condition, DomainReport, IngressReport, Snapshot, StatusReport, TableSizes,
 };
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 use teapot_api::policy::HostScope;
-use teapot_model::endpoints::CompactSlice;
 use teapot_model::manifests::Problem;
 use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
 use teapot_model::tenancy::{Tenancy, TenantView};
@@ -750,376 +758,6 @@ impl ClassFilter {
             None => self.default,
         }
     }
-}
-
-/// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
-/// per distinct (tenant, body limit).
-struct Policies<'a> {
-    gates: &'a TenantGates,
-    cache: FastHashMap<PolicyKey<'a>, Option<Arc<RoutePolicy>>>,
-}
-
-/// (tenant cluster, `teapot.dev/max-body-size`).
-type PolicyKey<'a> = (Option<&'a str>, Option<u64>);
-
-impl<'a> Policies<'a> {
-    fn new(gates: &'a TenantGates) -> Policies<'a> {
-        Policies {
-            gates,
-            cache: FastHashMap::default(),
-        }
-    }
-
-    /// The policy of a Gateway API route: its tenant's gate only (no
-    /// annotations there).
-    fn tenant(&mut self, tenant: Option<&TenantView<'a>>) -> Option<Arc<RoutePolicy>> {
-        let cluster = tenant.map(|t| t.cluster);
-        let gates = self.gates;
-        self.cache
-            .entry((cluster, None))
-            .or_insert_with(|| {
-                tenant.map(|t| {
-                    let limits =
-                        teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref());
-                    Arc::new(RoutePolicy {
-                        max_body_size: None,
-                        tenant: Some(gates.gate(t.cluster, &limits)),
-                    })
-                })
-            })
-            .clone()
-    }
-
-    /// The policy of `ingress` and the annotations it could not read (the
-    /// webhook refuses those in tenant namespaces; an operator's manifest
-    /// can still carry one).
-    fn of(
-        &mut self,
-        ingress: &Ingress,
-        tenant: Option<&TenantView<'a>>,
-    ) -> (Option<Arc<RoutePolicy>>, Vec<String>) {
-        use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
-        const MAX_BODY: &str = "teapot.dev/max-body-size";
-        let mut problems = Vec::new();
-        let value = ingress
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(MAX_BODY));
-        let max_body_size =
-            value.and_then(
-                |v| match annotations::parse(ObjectKind::Ingress, MAX_BODY, v) {
-                    Ok(AnnotationValue::Size(n)) => Some(n),
-                    Ok(_) => None,
-                    Err(e) => {
-                        problems.push(format!("{MAX_BODY}: {e}; the operator maximum applies"));
-                        None
-                    }
-                },
-            );
-        let cluster = tenant.map(|t| t.cluster);
-        let gates = self.gates;
-        let policy = self
-            .cache
-            .entry((cluster, max_body_size))
-            .or_insert_with(|| {
-                let gate = tenant.map(|t| {
-                    let limits =
-                        teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref());
-                    gates.gate(t.cluster, &limits)
-                });
-                (gate.is_some() || max_body_size.is_some()).then(|| {
-                    Arc::new(RoutePolicy {
-                        max_body_size,
-                        tenant: gate,
-                    })
-                })
-            })
-            .clone();
-        (policy, problems)
-    }
-}
-
-/// Resolves backend references to upstreams, once per (Service, port).
-struct Resolver<'a> {
-    store: &'a Store,
-    registry: &'a EndpointRegistry,
-    tenancy: &'a Tenancy<'a>,
-    slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
-    cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
-    /// Upstreams of unchanged namespaces, from the last compile.
-    reuse: Reuse<'a>,
-}
-
-/// The EndpointSlices of one Service. Most Services have one slice; a Vec
-/// for each was a hundred thousand allocations per large compile.
-enum Slices<'a> {
-    One(&'a CompactSlice),
-    Many(Vec<&'a CompactSlice>),
-}
-
-impl<'a> Slices<'a> {
-    fn push(&mut self, slice: &'a CompactSlice) {
-        match self {
-            Slices::One(first) => *self = Slices::Many(vec![*first, slice]),
-            Slices::Many(all) => all.push(slice),
-        }
-    }
-
-    fn as_slice(&self) -> &[&'a CompactSlice] {
-        match self {
-            Slices::One(one) => std::slice::from_ref(one),
-            Slices::Many(all) => all,
-        }
-    }
-}
-
-/// One upstream: a Service port in a namespace.
-type BackendKey<'a> = (&'a str, &'a str, PortRef<'a>);
-
-/// The key of a Service backend; `None` for a resource backend.
-fn backend_key<'a>(namespace: &'a str, backend: &'a IngressBackend) -> Option<BackendKey<'a>> {
-    let service = backend.service.as_ref()?;
-    let port = match service.port.as_ref() {
-        Some(ServiceBackendPort {
-            number: Some(n), ..
-        }) => PortRef::Number(*n),
-        Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n),
-        _ => PortRef::Number(0),
-    };
-    Some((namespace, service.name.as_str(), port))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum PortRef<'a> {
-    Number(i32),
-    Name(&'a str),
-}
-
-impl std::fmt::Display for PortRef<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PortRef::Number(n) => write!(f, "{n}"),
-            PortRef::Name(n) => f.write_str(n),
-        }
-    }
-}
-
-impl<'a> Resolver<'a> {
-    fn new(
-        store: &'a Store,
-        registry: &'a EndpointRegistry,
-        tenancy: &'a Tenancy<'a>,
-        reuse: Reuse<'a>,
-    ) -> Resolver<'a> {
-        let mut slices: FastHashMap<(&str, &str), Slices> =
-            FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
-        for (id, slice) in &store.endpoint_slices {
-            if let Some(service) = slice.object.service_name() {
-                let key = (id.namespace.as_str(), service);
-                match slices.entry(key) {
-                    hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
-                    hashbrown::hash_map::Entry::Vacant(e) => {
-                        e.insert(Slices::One(&slice.object));
-                    }
-                }
-            }
-        }
-        Resolver {
-            store,
-            registry,
-            tenancy,
-            slices,
-            cache: FastHashMap::default(),
-            reuse,
-        }
-    }
-
-    fn backend(&mut self, namespace: &'a str, backend: &'a IngressBackend) -> Arc<Upstream> {
-        let Some(key) = backend_key(namespace, backend) else {
-            return Arc::new(Upstream::new(
-                format!("{namespace}/<resource>"),
-                Vec::new(),
-                Some("resource backends are not supported".into()),
-            ));
-        };
-        self.cached(key)
-    }
-
-    /// The upstream of a Service port by number (Gateway API backendRefs).
-    fn service(&mut self, namespace: &'a str, name: &'a str, port: i32) -> Arc<Upstream> {
-        self.cached((namespace, name, PortRef::Number(port)))
-    }
-
-    /// The upstream of one Service port (L4 listeners): by name when it
-    /// has one, since a TCP and a UDP port may share a number.
-    fn service_port(
-        &mut self,
-        namespace: &'a str,
-        name: &'a str,
-        port: i32,
-        port_name: &'a str,
-    ) -> Arc<Upstream> {
-        let port = if port_name.is_empty() {
-            PortRef::Number(port)
-        } else {
-            PortRef::Name(port_name)
-        };
-        self.cached((namespace, name, port))
-    }
-
-    fn cached(&mut self, key: BackendKey<'a>) -> Arc<Upstream> {
-        if let Some(u) = self.cache.get(&key) {
-            return u.clone();
-        }
-        let (namespace, name, port) = key;
-        let reused = self.reuse.reused(namespace).then(|| {
-            self.reuse
-                .get(namespace, &backend_name(namespace, name, &port))
-                .cloned()
-        });
-        let upstream = match reused.flatten() {
-            Some(u) => u,
-            None => Arc::new(self.resolve(namespace, name, &port)),
-        };
-        self.cache.insert(key, upstream.clone());
-        upstream
-    }
-
-    /// This compile's upstreams, kept per namespace for the next one.
-    fn into_parts(
-        self,
-        inputs: &CurrentInputs<'_>,
-        tenants: &[&Arc<teapot_api::Tenant>],
-        lb_networks: &[ipnet::IpNet],
-    ) -> CompiledParts {
-        let mut reused: Vec<&str> = self
-            .cache
-            .keys()
-            .map(|(ns, _, _)| *ns)
-            .filter(|ns| self.reuse.reused(ns))
-            .collect();
-        reused.sort_unstable();
-        reused.dedup();
-        let upstreams = self
-            .cache
-            .iter()
-            .map(|((ns, name, port), u)| (ns.to_string(), backend_name(ns, name, port), u.clone()));
-        parts::keep(inputs, tenants, lb_networks, upstreams, reused.len())
-    }
-
-    fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
-        let label = upstream_label(namespace, name, port);
-        let unavailable = |why: String| Upstream::new(label.clone(), Vec::new(), Some(why));
-        let Some(service) = self
-            .store
-            .services
-            .get(&NsRef { namespace, name })
-            .map(|s| &s.object)
-        else {
-            return unavailable(format!("Service {namespace}/{name} not found"));
-        };
-        let spec = service.spec.as_ref();
-        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
-            return unavailable(format!(
-                "Service {namespace}/{name} is ExternalName, which teapot does not route to"
-            ));
-        }
-        let Some(service_port) = find_port(service, port) else {
-            return unavailable(format!("Service {namespace}/{name} has no port {port}"));
-        };
-        let port_name = service_port.name.as_deref().unwrap_or("");
-        let tenant = self.tenancy.get(namespace);
-        let mut refused = Vec::new();
-        let mut addrs: Vec<SocketAddr> = Vec::new();
-        for slice in self
-            .slices
-            .get(&(namespace, name))
-            .map_or(&[][..], Slices::as_slice)
-        {
-            if slice.address_type == "FQDN" {
-                continue;
-            }
-            let Some(number) = slice
-                .ports
-                .iter()
-                .find(|p| p.name.as_deref().unwrap_or("") == port_name)
-                .and_then(|p| p.port)
-            else {
-                continue;
-            };
-            let Ok(number) = u16::try_from(number) else {
-                continue;
-            };
-            for (info, addresses) in slice.endpoints() {
-                // `ready` unset means ready (discovery.k8s.io/v1).
-                if !info.ready().unwrap_or(true) {
-                    continue;
-                }
-                for &ip in addresses {
-                    if let Some(t) = tenant
-                        && let Err(why) = t.endpoint_allowed(ip)
-                    {
-                        refused.push(format!(
-                            "endpoint of Service {namespace}/{name} refused: {why}"
-                        ));
-                        continue;
-                    }
-                    addrs.push(SocketAddr::new(ip, number));
-                }
-            }
-        }
-        addrs.sort();
-        addrs.dedup();
-        refused.sort();
-        refused.dedup();
-        let mut upstream = if addrs.is_empty() {
-            unavailable(format!(
-                "no ready endpoints for Service {namespace}/{name} port {port}"
-            ))
-        } else {
-            Upstream::new(label, self.registry.endpoints(&addrs), None)
-        };
-        upstream.refused = refused;
-        upstream
-    }
-
-    fn report(&self) -> Backends {
-        Backends(self.cache.values().cloned().collect())
-    }
-}
-
-fn backend_name(namespace: &str, name: &str, port: &PortRef) -> BackendName {
-    BackendName(
-        upstream_label(namespace, name, port),
-        matches!(port, PortRef::Number(_)),
-    )
-}
-
-/// `namespace/service:port`. Built by hand: one per upstream, and the
-/// formatting machinery was a tenth of a compile.
-fn upstream_label(namespace: &str, name: &str, port: &PortRef) -> String {
-    let mut label = String::with_capacity(namespace.len() + name.len() + 8);
-    label.push_str(namespace);
-    label.push('/');
-    label.push_str(name);
-    label.push(':');
-    match port {
-        PortRef::Number(n) => label.push_str(itoa::Buffer::new().format(*n)),
-        PortRef::Name(n) => label.push_str(n),
-    }
-    label
-}
-
-fn find_port<'s>(
-    service: &'s Service,
-    port: &PortRef,
-) -> Option<&'s k8s_openapi::api::core::v1::ServicePort> {
-    let ports = service.spec.as_ref()?.ports.as_ref()?;
-    ports.iter().find(|p| match port {
-        PortRef::Number(n) => p.port == *n,
-        PortRef::Name(n) => p.name.as_deref() == Some(*n),
-    })
 }
 
 #[cfg(test)]

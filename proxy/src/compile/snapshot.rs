@@ -9,10 +9,10 @@ use arc_swap::ArcSwap;
 use k8s_openapi::api::networking::v1::IngressStatus;
 use serde::Serialize;
 
+pub use crate::compile::backends::Backends;
 use crate::compile::certs::CertTable;
 pub use crate::compile::condition::Condition;
 use crate::compile::routes::RouteTable;
-use crate::compile::upstream::Upstream;
 use teapot_model::manifests::Problem;
 
 /// The compiled state the data plane serves from.
@@ -94,46 +94,4 @@ pub struct IngressReport {
     pub served: bool,
     pub status: Arc<IngressStatus>,
     pub conditions: Vec<Condition>,
-}
-
-/// Every backend of a snapshot. Rendered only when `/status` asks:
-/// formatting every endpoint of a large table would be a real share of
-/// each compile.
-#[derive(Debug, Default)]
-pub struct Backends(pub Vec<Arc<Upstream>>);
-
-impl Serialize for Backends {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut sorted: Vec<&Upstream> = self.0.iter().map(|u| &**u).collect();
-        sorted.sort_by(|a, b| a.name.cmp(&b.name));
-        serializer.collect_seq(sorted.into_iter().map(BackendView))
-    }
-}
-
-/// One backend as `/status` shows it: `namespace`, `service`, `port`,
-/// `endpoints`, and why some or all are missing.
-struct BackendView<'a>(&'a Upstream);
-
-impl Serialize for BackendView<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let u = self.0;
-        // The name is `namespace/service:port`; none of the parts can hold
-        // '/' or ':'.
-        let (namespace, rest) = u.name.split_once('/').unwrap_or(("", &u.name));
-        let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
-        let endpoints: Vec<String> = u.endpoints.iter().map(|e| e.addr.to_string()).collect();
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("namespace", namespace)?;
-        map.serialize_entry("service", service)?;
-        map.serialize_entry("port", port)?;
-        map.serialize_entry("endpoints", &endpoints)?;
-        if let Some(why) = &u.unavailable {
-            map.serialize_entry("unavailable", why)?;
-        }
-        if !u.refused.is_empty() {
-            map.serialize_entry("refused", &u.refused)?;
-        }
-        map.end()
-    }
 }

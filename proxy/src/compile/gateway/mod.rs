@@ -54,8 +54,9 @@ use teapot_gateway_api::generated::http_routes::{
 use teapot_gateway_api::{Gateway, GrpcRoute, HttpRoute};
 use teapot_model::store::{NsName, NsRef, Store};
 
-use super::{Policies, Resolver};
+use crate::compile::backends::Resolver;
 use crate::compile::certs::CertTable;
+use crate::compile::policies::Policies;
 use crate::compile::routes::Route;
 use table::{
     Action, Backend, BackendFilters, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange,

@@ -1,0 +1,354 @@
+//! The backend resolver: a Service and port (by number or name) to its
+//! upstream, the EndpointSlices' ready endpoints, once per compile and
+//! (Service, port), reusing the last compile's upstreams for unchanged
+//! namespaces. The Ingress, Gateway API and L4 compiles all resolve here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::{IngressBackend, ServiceBackendPort};
+use teapot_model::endpoints::CompactSlice;
+use teapot_model::store::{FastHashMap, NsRef, Store};
+use teapot_model::tenancy::Tenancy;
+
+use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
+use crate::compile::upstream::{EndpointRegistry, Upstream};
+
+/// Resolves backend references to upstreams, once per (Service, port).
+pub(crate) struct Resolver<'a> {
+    store: &'a Store,
+    registry: &'a EndpointRegistry,
+    tenancy: &'a Tenancy<'a>,
+    slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
+    cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
+    /// Upstreams of unchanged namespaces, from the last compile.
+    reuse: Reuse<'a>,
+}
+
+/// The EndpointSlices of one Service. Most Services have one slice; a Vec
+/// for each was a hundred thousand allocations per large compile.
+pub(crate) enum Slices<'a> {
+    One(&'a CompactSlice),
+    Many(Vec<&'a CompactSlice>),
+}
+
+impl<'a> Slices<'a> {
+    pub(crate) fn push(&mut self, slice: &'a CompactSlice) {
+        match self {
+            Slices::One(first) => *self = Slices::Many(vec![*first, slice]),
+            Slices::Many(all) => all.push(slice),
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[&'a CompactSlice] {
+        match self {
+            Slices::One(one) => std::slice::from_ref(one),
+            Slices::Many(all) => all,
+        }
+    }
+}
+
+/// One upstream: a Service port in a namespace.
+pub(crate) type BackendKey<'a> = (&'a str, &'a str, PortRef<'a>);
+
+/// The key of a Service backend; `None` for a resource backend.
+pub(crate) fn backend_key<'a>(
+    namespace: &'a str,
+    backend: &'a IngressBackend,
+) -> Option<BackendKey<'a>> {
+    let service = backend.service.as_ref()?;
+    let port = match service.port.as_ref() {
+        Some(ServiceBackendPort {
+            number: Some(n), ..
+        }) => PortRef::Number(*n),
+        Some(ServiceBackendPort { name: Some(n), .. }) => PortRef::Name(n),
+        _ => PortRef::Number(0),
+    };
+    Some((namespace, service.name.as_str(), port))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum PortRef<'a> {
+    Number(i32),
+    Name(&'a str),
+}
+
+impl std::fmt::Display for PortRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortRef::Number(n) => write!(f, "{n}"),
+            PortRef::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+impl<'a> Resolver<'a> {
+    pub(crate) fn new(
+        store: &'a Store,
+        registry: &'a EndpointRegistry,
+        tenancy: &'a Tenancy<'a>,
+        reuse: Reuse<'a>,
+    ) -> Resolver<'a> {
+        let mut slices: FastHashMap<(&str, &str), Slices> =
+            FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
+        for (id, slice) in &store.endpoint_slices {
+            if let Some(service) = slice.object.service_name() {
+                let key = (id.namespace.as_str(), service);
+                match slices.entry(key) {
+                    hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
+                    hashbrown::hash_map::Entry::Vacant(e) => {
+                        e.insert(Slices::One(&slice.object));
+                    }
+                }
+            }
+        }
+        Resolver {
+            store,
+            registry,
+            tenancy,
+            slices,
+            cache: FastHashMap::default(),
+            reuse,
+        }
+    }
+
+    pub(crate) fn backend(
+        &mut self,
+        namespace: &'a str,
+        backend: &'a IngressBackend,
+    ) -> Arc<Upstream> {
+        let Some(key) = backend_key(namespace, backend) else {
+            return Arc::new(Upstream::new(
+                format!("{namespace}/<resource>"),
+                Vec::new(),
+                Some("resource backends are not supported".into()),
+            ));
+        };
+        self.cached(key)
+    }
+
+    /// The upstream of a Service port by number (Gateway API backendRefs).
+    pub(crate) fn service(
+        &mut self,
+        namespace: &'a str,
+        name: &'a str,
+        port: i32,
+    ) -> Arc<Upstream> {
+        self.cached((namespace, name, PortRef::Number(port)))
+    }
+
+    /// The upstream of one Service port (L4 listeners): by name when it
+    /// has one, since a TCP and a UDP port may share a number.
+    pub(crate) fn service_port(
+        &mut self,
+        namespace: &'a str,
+        name: &'a str,
+        port: i32,
+        port_name: &'a str,
+    ) -> Arc<Upstream> {
+        let port = if port_name.is_empty() {
+            PortRef::Number(port)
+        } else {
+            PortRef::Name(port_name)
+        };
+        self.cached((namespace, name, port))
+    }
+
+    pub(crate) fn cached(&mut self, key: BackendKey<'a>) -> Arc<Upstream> {
+        if let Some(u) = self.cache.get(&key) {
+            return u.clone();
+        }
+        let (namespace, name, port) = key;
+        let reused = self.reuse.reused(namespace).then(|| {
+            self.reuse
+                .get(namespace, &backend_name(namespace, name, &port))
+                .cloned()
+        });
+        let upstream = match reused.flatten() {
+            Some(u) => u,
+            None => Arc::new(self.resolve(namespace, name, &port)),
+        };
+        self.cache.insert(key, upstream.clone());
+        upstream
+    }
+
+    /// This compile's upstreams, kept per namespace for the next one.
+    pub(crate) fn into_parts(
+        self,
+        inputs: &CurrentInputs<'_>,
+        tenants: &[&Arc<teapot_api::Tenant>],
+        lb_networks: &[ipnet::IpNet],
+    ) -> CompiledParts {
+        let mut reused: Vec<&str> = self
+            .cache
+            .keys()
+            .map(|(ns, _, _)| *ns)
+            .filter(|ns| self.reuse.reused(ns))
+            .collect();
+        reused.sort_unstable();
+        reused.dedup();
+        let upstreams = self
+            .cache
+            .iter()
+            .map(|((ns, name, port), u)| (ns.to_string(), backend_name(ns, name, port), u.clone()));
+        crate::compile::parts::keep(inputs, tenants, lb_networks, upstreams, reused.len())
+    }
+
+    pub(crate) fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
+        let label = upstream_label(namespace, name, port);
+        let unavailable = |why: String| Upstream::new(label.clone(), Vec::new(), Some(why));
+        let Some(service) = self
+            .store
+            .services
+            .get(&NsRef { namespace, name })
+            .map(|s| &s.object)
+        else {
+            return unavailable(format!("Service {namespace}/{name} not found"));
+        };
+        let spec = service.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return unavailable(format!(
+                "Service {namespace}/{name} is ExternalName, which teapot does not route to"
+            ));
+        }
+        let Some(service_port) = find_port(service, port) else {
+            return unavailable(format!("Service {namespace}/{name} has no port {port}"));
+        };
+        let port_name = service_port.name.as_deref().unwrap_or("");
+        let tenant = self.tenancy.get(namespace);
+        let mut refused = Vec::new();
+        let mut addrs: Vec<SocketAddr> = Vec::new();
+        for slice in self
+            .slices
+            .get(&(namespace, name))
+            .map_or(&[][..], Slices::as_slice)
+        {
+            if slice.address_type == "FQDN" {
+                continue;
+            }
+            let Some(number) = slice
+                .ports
+                .iter()
+                .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+                .and_then(|p| p.port)
+            else {
+                continue;
+            };
+            let Ok(number) = u16::try_from(number) else {
+                continue;
+            };
+            for (info, addresses) in slice.endpoints() {
+                // `ready` unset means ready (discovery.k8s.io/v1).
+                if !info.ready().unwrap_or(true) {
+                    continue;
+                }
+                for &ip in addresses {
+                    if let Some(t) = tenant
+                        && let Err(why) = t.endpoint_allowed(ip)
+                    {
+                        refused.push(format!(
+                            "endpoint of Service {namespace}/{name} refused: {why}"
+                        ));
+                        continue;
+                    }
+                    addrs.push(SocketAddr::new(ip, number));
+                }
+            }
+        }
+        addrs.sort();
+        addrs.dedup();
+        refused.sort();
+        refused.dedup();
+        let mut upstream = if addrs.is_empty() {
+            unavailable(format!(
+                "no ready endpoints for Service {namespace}/{name} port {port}"
+            ))
+        } else {
+            Upstream::new(label, self.registry.endpoints(&addrs), None)
+        };
+        upstream.refused = refused;
+        upstream
+    }
+
+    pub(crate) fn report(&self) -> Backends {
+        Backends(self.cache.values().cloned().collect())
+    }
+}
+
+pub(crate) fn backend_name(namespace: &str, name: &str, port: &PortRef) -> BackendName {
+    BackendName(
+        upstream_label(namespace, name, port),
+        matches!(port, PortRef::Number(_)),
+    )
+}
+
+/// `namespace/service:port`. Built by hand: one per upstream, and the
+/// formatting machinery was a tenth of a compile.
+pub(crate) fn upstream_label(namespace: &str, name: &str, port: &PortRef) -> String {
+    let mut label = String::with_capacity(namespace.len() + name.len() + 8);
+    label.push_str(namespace);
+    label.push('/');
+    label.push_str(name);
+    label.push(':');
+    match port {
+        PortRef::Number(n) => label.push_str(itoa::Buffer::new().format(*n)),
+        PortRef::Name(n) => label.push_str(n),
+    }
+    label
+}
+
+pub(crate) fn find_port<'s>(
+    service: &'s Service,
+    port: &PortRef,
+) -> Option<&'s k8s_openapi::api::core::v1::ServicePort> {
+    let ports = service.spec.as_ref()?.ports.as_ref()?;
+    ports.iter().find(|p| match port {
+        PortRef::Number(n) => p.port == *n,
+        PortRef::Name(n) => p.name.as_deref() == Some(*n),
+    })
+}
+
+/// Every backend of a snapshot. Rendered only when `/status` asks:
+/// formatting every endpoint of a large table would be a real share of
+/// each compile.
+#[derive(Debug, Default)]
+pub struct Backends(pub Vec<Arc<Upstream>>);
+
+impl Serialize for Backends {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut sorted: Vec<&Upstream> = self.0.iter().map(|u| &**u).collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        serializer.collect_seq(sorted.into_iter().map(BackendView))
+    }
+}
+
+/// One backend as `/status` shows it: `namespace`, `service`, `port`,
+/// `endpoints`, and why some or all are missing.
+struct BackendView<'a>(&'a Upstream);
+
+impl Serialize for BackendView<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let u = self.0;
+        // The name is `namespace/service:port`; none of the parts can hold
+        // '/' or ':'.
+        let (namespace, rest) = u.name.split_once('/').unwrap_or(("", &u.name));
+        let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
+        let endpoints: Vec<String> = u.endpoints.iter().map(|e| e.addr.to_string()).collect();
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("namespace", namespace)?;
+        map.serialize_entry("service", service)?;
+        map.serialize_entry("port", port)?;
+        map.serialize_entry("endpoints", &endpoints)?;
+        if let Some(why) = &u.unavailable {
+            map.serialize_entry("unavailable", why)?;
+        }
+        if !u.refused.is_empty() {
+            map.serialize_entry("refused", &u.refused)?;
+        }
+        map.end()
+    }
+}
