@@ -1060,8 +1060,7 @@ async fn idle_connections(
         }
         Idle::Https1 => {
             idle_memory(pid, n, || {
-                let (connector, name, request) =
-                    (connector.clone(), name.clone(), request.clone());
+                let (connector, name, request) = (connector.clone(), name.clone(), request.clone());
                 async move {
                     let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
                     tcp.set_nodelay(true)?;

@@ -42,7 +42,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 
 #[derive(Parser, Debug)]
-#[command(about = "L4 TCP throughput, connection rate and idle memory: teapot vs HAProxy and nginx")]
+#[command(
+    about = "L4 TCP throughput, connection rate and idle memory: teapot vs HAProxy and nginx"
+)]
 struct Args {
     /// Interleaved rounds of throughput and connection rate (0: idle only).
     #[arg(long, default_value_t = 3)]
@@ -236,8 +238,8 @@ backend ping
     );
     let haproxy_dir = dir.path().join("haproxy");
     std::fs::create_dir(&haproxy_dir)?;
-    let haproxy =
-        Peer::start(PeerKind::Haproxy, &args.haproxy, &haproxy_dir, &config).with_context(|| {
+    let haproxy = Peer::start(PeerKind::Haproxy, &args.haproxy, &haproxy_dir, &config)
+        .with_context(|| {
             format!(
                 "starting {} (apt-get install haproxy)",
                 args.haproxy.display()
@@ -574,7 +576,10 @@ async fn run(
             ("bytes_per_s", m.bytes_per_s),
             ("connections_per_s", m.connections_per_s),
             ("cpu_us_per_connection", m.cpu_us_per_connection),
-            ("idle_kib_per_conn", m.idle.as_ref().map_or(f64::NAN, |i| i.kib_per_conn)),
+            (
+                "idle_kib_per_conn",
+                m.idle.as_ref().map_or(f64::NAN, |i| i.kib_per_conn),
+            ),
         ]
     };
     let teapot = figures(&medians[&Target::Teapot]);
