@@ -18,6 +18,9 @@
 //! - `churn`: the fixed-rate run while the routing config changes
 //!   `--churn` times per second (teapot: an Ingress file rewritten in its
 //!   manifests directory; nginx, HAProxy: config rewritten and reloaded).
+//! - `idle-h1`, `idle-tls`, `idle-h2`: KiB of the proxy's RSS per idle
+//!   connection (`--idle-connections` of them, one request each: HTTP/1.1,
+//!   HTTP/1.1 over TLS, HTTP/2 over TLS with no stream left open).
 //!
 //! Then the proxy's RSS with 10k and 100k synthetic Ingresses. Prints a
 //! table of medians and ratios and writes JSON and an SVG chart under
@@ -35,6 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use serde::Serialize;
+use teapot_benches::idle::idle_memory;
 use teapot_benches::peers::{self, Peer, PeerKind};
 use teapot_benches::stats::{median, percentile};
 use teapot_testkit::certs;
@@ -77,7 +81,7 @@ struct Args {
     /// Concurrent clients of the TLS handshake run.
     #[arg(long, default_value_t = 16)]
     tls_clients: usize,
-    /// Connections of the idle-connection runs (idle-h1, idle-tls), per target.
+    /// Connections of the idle-connection runs (idle-h1, idle-tls, idle-h2), per target.
     #[arg(long, default_value_t = 4000)]
     idle_connections: usize,
     /// Configuration changes per second during the churn run.
@@ -167,10 +171,11 @@ enum Test {
     Churn,
     IdleH1,
     IdleTls,
+    IdleH2,
     H1Close,
 }
 
-const TESTS: [Test; 9] = [
+const TESTS: [Test; 10] = [
     Test::H1Static,
     Test::H1Close,
     Test::H1Echo,
@@ -180,6 +185,7 @@ const TESTS: [Test; 9] = [
     Test::Churn,
     Test::IdleH1,
     Test::IdleTls,
+    Test::IdleH2,
 ];
 
 impl Test {
@@ -193,6 +199,7 @@ impl Test {
             Test::Churn => "churn",
             Test::IdleH1 => "idle-h1",
             Test::IdleTls => "idle-tls",
+            Test::IdleH2 => "idle-h2",
             Test::H1Close => "h1-close",
         }
     }
@@ -203,7 +210,7 @@ impl Test {
             Test::H1Static | Test::H1Echo | Test::H1Close | Test::H2 => ("req_per_s", true),
             Test::TlsHandshakes => ("handshakes_per_s", true),
             Test::FixedRate | Test::Churn => ("p99_ms", false),
-            Test::IdleH1 | Test::IdleTls => (KIB_PER_CONNECTION, false),
+            Test::IdleH1 | Test::IdleTls | Test::IdleH2 => (KIB_PER_CONNECTION, false),
         }
     }
 
@@ -215,7 +222,7 @@ impl Test {
             Test::H1Static | Test::H1Echo | Test::H1Close | Test::H2 => Some("req_per_s"),
             Test::TlsHandshakes => Some("handshakes_per_s"),
             Test::FixedRate => Some("achieved_per_s"),
-            Test::Churn | Test::IdleH1 | Test::IdleTls => None,
+            Test::Churn | Test::IdleH1 | Test::IdleTls | Test::IdleH2 => None,
         }
     }
 
@@ -231,7 +238,10 @@ impl Test {
 
     /// Config churn and a proxy's memory have no meaning without a proxy.
     fn applies_to(self, target: Target) -> bool {
-        !(matches!(self, Test::Churn | Test::IdleH1 | Test::IdleTls) && target == Target::Direct)
+        !(matches!(
+            self,
+            Test::Churn | Test::IdleH1 | Test::IdleTls | Test::IdleH2
+        ) && target == Target::Direct)
     }
 }
 
@@ -934,7 +944,7 @@ async fn measure(
         Test::TlsHandshakes => {
             tls_handshakes(p.https, &fleet.cert_der, args.tls_clients, secs).await
         }
-        Test::IdleH1 | Test::IdleTls => {
+        Test::IdleH1 | Test::IdleTls | Test::IdleH2 => {
             let pid = match target {
                 Target::Teapot => Some(fleet.teapot.pid()),
                 Target::Nginx => fleet.nginx.pid(),
@@ -942,9 +952,12 @@ async fn measure(
                 Target::Direct => None,
             }
             .context("the proxy's pid")?;
-            let tls = (test == Test::IdleTls).then_some(fleet.cert_der.as_slice());
-            let port = if tls.is_some() { p.https } else { p.http };
-            idle_connections(pid, port, tls, args.idle_connections).await
+            let (kind, port) = match test {
+                Test::IdleH1 => (Idle::Http1, p.http),
+                Test::IdleTls => (Idle::Https1, p.https),
+                _ => (Idle::Http2, p.https),
+            };
+            idle_connections(pid, port, kind, &fleet.cert_der, args.idle_connections).await
         }
         Test::Churn => {
             let reloads_before = teapot_reloads(fleet).await;
@@ -1000,83 +1013,126 @@ async fn measure(
 /// KiB of the proxy's RSS (its whole process tree) per idle connection.
 const KIB_PER_CONNECTION: &str = "kib_per_conn";
 
-/// Longer than teapot's allocator purge delay (`MIMALLOC_PURGE_DELAY`,
-/// 10 s): freed memory it still keeps is not charged to the connections.
-const IDLE_SETTLE: Duration = Duration::from_secs(12);
+/// What the idle connections of a test carried before going quiet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Idle {
+    /// One HTTP/1.1 keep-alive request over plain TCP.
+    Http1,
+    /// The same over TLS 1.3 (ALPN http/1.1).
+    Https1,
+    /// TLS 1.3 with ALPN h2 (offered with http/1.1, as browsers do), one
+    /// GET on one stream to its end, then no stream open.
+    Http2,
+}
 
-/// Opens `n` connections to `port`, each with one keep-alive request
-/// answered and then left idle, and charges the growth of the proxy's RSS
-/// (its process tree: nginx's and HAProxy's workers included) to them.
-/// The same method for every target, measured after the same settling
-/// time before and after.
+/// Opens `n` connections to `port`, each with one request answered and
+/// then left idle, and charges the growth of the proxy's RSS (its process
+/// tree: nginx's and HAProxy's workers included) to them
+/// ([`teapot_benches::idle::idle_memory`]: the same method and settling
+/// time for every target).
 async fn idle_connections(
     pid: u32,
     port: u16,
-    tls: Option<&[u8]>,
+    kind: Idle,
+    cert_der: &[u8],
     n: usize,
 ) -> anyhow::Result<Values> {
-    let connector = match tls {
-        Some(cert_der) => Some(tokio_rustls::TlsConnector::from(Arc::new(
-            tls13_http1_client(cert_der)?,
-        ))),
-        None => None,
-    };
     let name = rustls::pki_types::ServerName::try_from(STATIC_HOST)?;
     let request = format!("GET {STATIC_PATH} HTTP/1.1\r\nHost: {STATIC_HOST}\r\n\r\n");
-    tokio::time::sleep(IDLE_SETTLE).await;
-    let before = peers::tree_rss_kib(pid)?;
-    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::with_capacity(n);
-    let mut failed = 0usize;
-    // A few hundred at a time, as a crowd of clients arrives.
-    for batch in (0..n).collect::<Vec<_>>().chunks(200) {
-        let mut opening = tokio::task::JoinSet::new();
-        for _ in batch {
-            let (connector, name, request) = (connector.clone(), name.clone(), request.clone());
-            opening.spawn(async move {
-                let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
-                tcp.set_nodelay(true)?;
-                let held: Box<dyn std::any::Any + Send> = match connector {
-                    Some(c) => {
-                        let mut tls = c.connect(name, tcp).await?;
-                        one_keepalive_exchange(&mut tls, &request).await?;
-                        Box::new(tls)
-                    }
-                    None => {
-                        let mut tcp = tcp;
-                        one_keepalive_exchange(&mut tcp, &request).await?;
-                        Box::new(tcp)
-                    }
-                };
-                anyhow::Ok(held)
-            });
+    let alpn: &[&[u8]] = if kind == Idle::Http2 {
+        &[b"h2", b"http/1.1"]
+    } else {
+        &[b"http/1.1"]
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls13_client(cert_der, alpn)?));
+    let memory = match kind {
+        Idle::Http1 => {
+            idle_memory(pid, n, || {
+                let request = request.clone();
+                async move {
+                    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+                    tcp.set_nodelay(true)?;
+                    one_keepalive_exchange(&mut tcp, &request).await?;
+                    anyhow::Ok(tcp)
+                }
+            })
+            .await?
         }
-        let opened = opening.join_all().await;
-        for o in opened {
-            match o {
-                Ok(h) => held.push(h),
-                Err(_) => failed += 1,
-            }
+        Idle::Https1 => {
+            idle_memory(pid, n, || {
+                let (connector, name, request) = (connector.clone(), name.clone(), request.clone());
+                async move {
+                    let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+                    tcp.set_nodelay(true)?;
+                    let mut tls = connector.connect(name, tcp).await?;
+                    one_keepalive_exchange(&mut tls, &request).await?;
+                    anyhow::Ok(tls)
+                }
+            })
+            .await?
         }
-    }
-    tokio::time::sleep(IDLE_SETTLE).await;
-    let after = peers::tree_rss_kib(pid)?;
-    let open = held.len();
-    drop(held);
-    if open == 0 {
-        bail!("no idle connection could be opened ({failed} failed)");
-    }
+        Idle::Http2 => {
+            idle_memory(pid, n, || {
+                one_h2_exchange(connector.clone(), name.clone(), port)
+            })
+            .await?
+        }
+    };
     let mut v = Values::new();
-    v.insert("connections", open as f64);
-    v.insert("failed", failed as f64);
-    v.insert("rss_before_mib", before as f64 / 1024.0);
-    v.insert("rss_after_mib", after as f64 / 1024.0);
-    v.insert(
-        KIB_PER_CONNECTION,
-        after.saturating_sub(before) as f64 / open as f64,
-    );
-    // The closed connections' memory goes back before the next run.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    v.insert("connections", memory.connections as f64);
+    v.insert("failed", memory.failed as f64);
+    v.insert("rss_before_mib", memory.rss_before_kib as f64 / 1024.0);
+    v.insert("rss_after_mib", memory.rss_after_kib as f64 / 1024.0);
+    v.insert(KIB_PER_CONNECTION, memory.kib_per_connection());
     Ok(v)
+}
+
+/// An HTTP/2 connection with no stream open, its connection task kept
+/// running (it answers the server's PINGs and SETTINGS); dropping it
+/// closes the connection.
+struct IdleH2 {
+    _send: h2::client::SendRequest<bytes::Bytes>,
+    connection: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for IdleH2 {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
+}
+
+/// TLS with ALPN h2, one GET on one stream read to its end.
+async fn one_h2_exchange(
+    connector: tokio_rustls::TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
+    port: u16,
+) -> anyhow::Result<IdleH2> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+    tcp.set_nodelay(true)?;
+    let tls = connector.connect(name, tcp).await?;
+    if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+        bail!("the server on port {port} did not choose h2 by ALPN");
+    }
+    let (send, connection) = h2::client::handshake(tls).await?;
+    let connection = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut send = send.ready().await?;
+    let request = http::Request::get(format!("https://{STATIC_HOST}{STATIC_PATH}")).body(())?;
+    let (response, _) = send.send_request(request, true)?;
+    let response = response.await?;
+    if response.status() != http::StatusCode::OK {
+        bail!("HTTP/2 GET answered {}", response.status());
+    }
+    let mut body = response.into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    Ok(IdleH2 {
+        _send: send,
+        connection,
+    })
 }
 
 /// One request and its whole response (`Content-Length` framed), leaving
@@ -1298,16 +1354,16 @@ fn parse_h2load(text: &str) -> anyhow::Result<Values> {
 /// handshake (resumption off, so never a PSK), one `Connection: close`
 /// request, read to the end. h2load cannot do this: in duration mode it
 /// stalls once servers close its connections.
-/// A TLS 1.3 client that trusts the bench's certificate and asks for
-/// HTTP/1.1.
-fn tls13_http1_client(cert_der: &[u8]) -> anyhow::Result<rustls::ClientConfig> {
+/// A TLS 1.3 client that trusts the bench's certificate and offers the
+/// protocols `alpn`.
+fn tls13_client(cert_der: &[u8], alpn: &[&[u8]]) -> anyhow::Result<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(rustls::pki_types::CertificateDer::from(cert_der.to_vec()))?;
     let mut config =
         rustls::ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
             .with_root_certificates(roots)
             .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }
 
@@ -1317,7 +1373,7 @@ async fn tls_handshakes(
     clients: usize,
     seconds: f64,
 ) -> anyhow::Result<Values> {
-    let mut config = tls13_http1_client(cert_der)?;
+    let mut config = tls13_client(cert_der, &[b"http/1.1"])?;
     config.resumption = rustls::client::Resumption::disabled();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = rustls::pki_types::ServerName::try_from(STATIC_HOST)?;
@@ -1755,6 +1811,9 @@ struct Goal {
 #[derive(Serialize)]
 struct Report {
     command: String,
+    /// The checkout this harness ran from (`--teapot` may name another
+    /// build).
+    commit: String,
     versions: BTreeMap<&'static str, String>,
     threads: usize,
     rounds: usize,
@@ -1845,6 +1904,7 @@ impl Report {
         let goals = goals(&medians);
         Report {
             command: std::env::args().collect::<Vec<_>>().join(" "),
+            commit: teapot_benches::results::commit(Path::new(env!("CARGO_MANIFEST_DIR"))),
             versions,
             threads: args.threads,
             rounds: args.rounds(),

@@ -1,21 +1,29 @@
-//! L4 TCP: teapot against HAProxy, one run, same backend, same thread
-//! count.
+//! L4 TCP: teapot against HAProxy (and nginx `stream` where the installed
+//! nginx has the module), one run, same backend, same thread count.
 //!
-//! Starts an in-process backend (a sink that counts bytes and a 1-byte
-//! ping server), `teapot proxy` serving a LoadBalancer Service in front of
-//! both ports, and `haproxy` (mode tcp) in front of the same ports. Then,
-//! in interleaved rounds (ABBA order, so drift in the machine's load hits
-//! both alike), measures
+//! Starts an in-process backend (a sink that counts bytes and an echo
+//! server), `teapot proxy` serving a LoadBalancer Service in front of
+//! both ports, `haproxy` (mode tcp) and nginx (`stream`) in front of the
+//! same ports. Then, in interleaved rounds (the order rotates, so drift in
+//! the machine's load hits every proxy alike), measures
 //!
 //! - throughput: `--connections` parallel connections stream to the sink
 //!   for `--seconds`; bytes the sink received per second;
 //! - connection rate: `--concurrency` loops each connect, send one byte,
-//!   read one byte and close; completed connections per second.
+//!   read one byte and close; completed connections per second, and the
+//!   proxy's CPU (its process tree) per connection over the same window;
 //!
-//! Prints medians and teapot/HAProxy ratios and writes JSON under
+//! and once per proxy after the rounds, the memory of idle connections:
+//! `--idle-connections` connections each send a few bytes and read their
+//! echo (both directions have carried data), then stay open and quiet; the
+//! growth of the proxy's RSS is charged to them
+//! (`teapot_benches::idle`).
+//!
+//! Prints medians and teapot/peer ratios and writes JSON under
 //! `benches/results/`. Build both in release first:
 //! `cargo run --release -p teapot-benches --bin l4-report`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -26,6 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use serde::Serialize;
+use teapot_benches::idle::idle_memory;
 use teapot_benches::peers::{self, Peer, PeerKind, free_port, wait_port};
 use teapot_benches::stats::median;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,9 +42,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 
 #[derive(Parser, Debug)]
-#[command(about = "L4 TCP throughput and connection rate: teapot vs HAProxy")]
+#[command(
+    about = "L4 TCP throughput, connection rate and idle memory: teapot vs HAProxy and nginx"
+)]
 struct Args {
-    /// Interleaved rounds per measurement.
+    /// Interleaved rounds of throughput and connection rate (0: idle only).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Seconds per measurement.
@@ -47,7 +58,12 @@ struct Args {
     /// Concurrent loops of the connection-rate test.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
-    /// Worker threads of each proxy (teapot --threads, haproxy nbthread).
+    /// Idle connections per proxy after the rounds (0: none). Each proxied
+    /// connection is two descriptors in the proxy and two here.
+    #[arg(long, default_value_t = 4000)]
+    idle_connections: usize,
+    /// Worker threads of each proxy (teapot --threads, haproxy nbthread,
+    /// nginx worker_processes).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// The teapot binary (default: next to this one).
@@ -55,17 +71,21 @@ struct Args {
     teapot: Option<PathBuf>,
     #[arg(long, default_value = "haproxy")]
     haproxy: PathBuf,
+    /// nginx, run with its `stream` module when it has one (Debian:
+    /// libnginx-mod-stream); left out otherwise.
+    #[arg(long, default_value = "nginx")]
+    nginx: PathBuf,
     /// Where the JSON goes (default: benches/results/l4-<unix time>.json).
     #[arg(long)]
     json: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Target {
-    #[serde(rename = "teapot")]
     Teapot,
-    #[serde(rename = "haproxy")]
     Haproxy,
+    Nginx,
 }
 
 /// The backend's counters.
@@ -128,9 +148,22 @@ async fn start_backend(sink: Arc<Sink>) -> anyhow::Result<(SocketAddr, SocketAdd
     Ok(addrs)
 }
 
+/// One proxy in front of the backend: its sink and echo ports.
+struct Front {
+    target: Target,
+    sink: u16,
+    ping: u16,
+    /// The process whose tree's CPU and RSS are charged.
+    pid: u32,
+}
+
 struct Proxies {
-    teapot: (Child, u16, u16),
-    haproxy: (Peer, u16, u16),
+    fronts: Vec<Front>,
+    teapot: Child,
+    haproxy: Peer,
+    nginx: Option<Peer>,
+    /// Why nginx is not measured, when it is not.
+    nginx_missing: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -175,12 +208,15 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
+    let teapot_pid = teapot.id().context("teapot exited at start")?;
 
     let (h_sink, h_ping) = (free_port()?, free_port()?);
+    // maxconn above the idle run's connections, below the machine's
+    // descriptor limit (two per proxied connection).
     let config = format!(
         "global
   nbthread {threads}
-  maxconn 4000
+  maxconn {maxconn}
 defaults
   mode tcp
   timeout connect 3s
@@ -197,23 +233,114 @@ frontend ping
 backend ping
   server p1 {ping}
 ",
-        threads = args.threads
+        threads = args.threads,
+        maxconn = args.idle_connections.max(4000) + 500,
     );
-    let haproxy =
-        Peer::start(PeerKind::Haproxy, &args.haproxy, dir.path(), &config).with_context(|| {
+    let haproxy_dir = dir.path().join("haproxy");
+    std::fs::create_dir(&haproxy_dir)?;
+    let haproxy = Peer::start(PeerKind::Haproxy, &args.haproxy, &haproxy_dir, &config)
+        .with_context(|| {
             format!(
                 "starting {} (apt-get install haproxy)",
                 args.haproxy.display()
             )
         })?;
-    for port in [t_sink, t_ping, h_sink, h_ping] {
-        wait_port(port).await?;
+    let haproxy_pid = haproxy.pid().context("haproxy exited at start")?;
+    let mut fronts = vec![
+        Front {
+            target: Target::Teapot,
+            sink: t_sink,
+            ping: t_ping,
+            pid: teapot_pid,
+        },
+        Front {
+            target: Target::Haproxy,
+            sink: h_sink,
+            ping: h_ping,
+            pid: haproxy_pid,
+        },
+    ];
+
+    let (nginx, nginx_missing) = match nginx_stream(&args.nginx) {
+        Ok(load_module) => {
+            let (n_sink, n_ping) = (free_port()?, free_port()?);
+            let nginx_dir = dir.path().join("nginx");
+            std::fs::create_dir(&nginx_dir)?;
+            let config = format!(
+                "{load_module}user root;
+worker_processes {threads};
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections {workers}; multi_accept on; }}
+stream {{
+  proxy_connect_timeout 3s;
+  proxy_timeout 1h;
+  server {{ listen 127.0.0.1:{n_sink}; proxy_pass {sink}; }}
+  server {{ listen 127.0.0.1:{n_ping}; proxy_pass {ping}; }}
+}}
+",
+                threads = args.threads,
+                d = nginx_dir.display(),
+                workers = 2 * args.idle_connections.max(4000) + 1000,
+            );
+            let nginx = Peer::start(PeerKind::Nginx, &args.nginx, &nginx_dir, &config)
+                .with_context(|| format!("starting {}", args.nginx.display()))?;
+            fronts.push(Front {
+                target: Target::Nginx,
+                sink: n_sink,
+                ping: n_ping,
+                pid: nginx.pid().context("nginx exited at start")?,
+            });
+            (Some(nginx), None)
+        }
+        Err(why) => {
+            println!("nginx left out: {why}");
+            (None, Some(why))
+        }
+    };
+    for f in &fronts {
+        wait_port(f.sink).await?;
+        wait_port(f.ping).await?;
     }
     Ok(Proxies {
-        teapot: (teapot, t_sink, t_ping),
-        haproxy: (haproxy, h_sink, h_ping),
+        fronts,
+        teapot,
+        haproxy,
+        nginx,
+        nginx_missing,
         _dir: dir,
     })
+}
+
+/// The `load_module` line nginx needs for `stream` (empty when the module
+/// is built in), or why it has none.
+fn nginx_stream(nginx: &Path) -> Result<String, String> {
+    let out = std::process::Command::new(nginx)
+        .arg("-V")
+        .output()
+        .map_err(|e| format!("{}: {e}", nginx.display()))?;
+    // nginx prints its configure arguments on stderr.
+    let configure = String::from_utf8_lossy(&out.stderr).into_owned();
+    let args: Vec<&str> = configure.split_whitespace().collect();
+    if args.contains(&"--with-stream") {
+        return Ok(String::new());
+    }
+    if !args.contains(&"--with-stream=dynamic") {
+        return Err("built without the stream module".into());
+    }
+    let modules = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--modules-path="))
+        .unwrap_or("/usr/lib/nginx/modules");
+    let module = Path::new(modules).join("ngx_stream_module.so");
+    if module.is_file() {
+        Ok(format!("load_module {};\n", module.display()))
+    } else {
+        Err(format!(
+            "{} is missing (Debian: apt-get install libnginx-mod-stream)",
+            module.display()
+        ))
+    }
 }
 
 /// Bytes per second the sink received through `port`.
@@ -244,8 +371,17 @@ async fn throughput(port: u16, args: &Args, sink: &Sink) -> anyhow::Result<f64> 
     Ok(rate)
 }
 
-/// Completed connect + 1-byte exchange + close per second through `port`.
-async fn connection_rate(port: u16, args: &Args) -> anyhow::Result<f64> {
+/// The connection-rate run through one proxy.
+struct Rate {
+    connections_per_s: f64,
+    /// The proxy's CPU (its process tree) per completed connection over
+    /// the same window.
+    cpu_us_per_connection: f64,
+}
+
+/// Completed connect + 1-byte exchange + close per second through `port`,
+/// and the CPU the proxy `pid` spent per connection meanwhile.
+async fn connection_rate(port: u16, pid: u32, args: &Args) -> anyhow::Result<Rate> {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -268,15 +404,46 @@ async fn connection_rate(port: u16, args: &Args) -> anyhow::Result<f64> {
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let start = (Instant::now(), done.load(Ordering::Relaxed));
+    let start = (
+        Instant::now(),
+        done.load(Ordering::Relaxed),
+        peers::cpu_seconds(pid)?,
+    );
     tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
     let n = done.load(Ordering::Relaxed) - start.1;
-    let rate = n as f64 / start.0.elapsed().as_secs_f64();
+    let cpu = peers::cpu_seconds(pid)? - start.2;
+    let secs = start.0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await??;
     }
-    Ok(rate)
+    Ok(Rate {
+        connections_per_s: n as f64 / secs,
+        cpu_us_per_connection: cpu * 1e6 / n.max(1) as f64,
+    })
+}
+
+/// Opens `n` connections through `port` to the echo backend, each sending
+/// a few bytes and reading them back, and charges the growth of the
+/// proxy's RSS to them while they stay open and idle.
+async fn idle(pid: u32, port: u16, n: usize) -> anyhow::Result<Idle> {
+    let memory = idle_memory(pid, n, || async move {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+        s.set_nodelay(true)?;
+        let mut echo = [0u8; 5];
+        s.write_all(b"hello").await?;
+        s.read_exact(&mut echo).await?;
+        anyhow::ensure!(&echo == b"hello", "the echo came back changed");
+        anyhow::Ok(s)
+    })
+    .await?;
+    Ok(Idle {
+        connections: memory.connections,
+        failed: memory.failed,
+        rss_before_mib: memory.rss_before_kib as f64 / 1024.0,
+        rss_after_mib: memory.rss_after_kib as f64 / 1024.0,
+        kib_per_conn: memory.kib_per_connection(),
+    })
 }
 
 #[derive(Serialize)]
@@ -285,23 +452,52 @@ struct Sample {
     target: Target,
     throughput_bytes_per_s: f64,
     connections_per_s: f64,
+    cpu_us_per_connection: f64,
+}
+
+#[derive(Serialize)]
+struct Idle {
+    connections: usize,
+    failed: usize,
+    rss_before_mib: f64,
+    rss_after_mib: f64,
+    kib_per_conn: f64,
+}
+
+/// Medians of one proxy, and teapot's figure over it (above 1: teapot
+/// moved more bytes or connections, or spent more CPU or memory).
+#[derive(Serialize)]
+struct Medians {
+    bytes_per_s: f64,
+    connections_per_s: f64,
+    cpu_us_per_connection: f64,
+    idle: Option<Idle>,
+    teapot_over_this: BTreeMap<&'static str, f64>,
 }
 
 #[derive(Serialize)]
 struct Report {
+    command: String,
+    commit: String,
     threads: usize,
     connections: usize,
     concurrency: usize,
+    idle_connections: usize,
     seconds: f64,
+    load_average_before: String,
+    load_average_after: String,
+    versions: BTreeMap<&'static str, String>,
+    nginx_missing: Option<String>,
+    medians: BTreeMap<Target, Medians>,
     samples: Vec<Sample>,
-    teapot_median_bytes_per_s: f64,
-    haproxy_median_bytes_per_s: f64,
-    throughput_ratio: f64,
-    teapot_median_connections_per_s: f64,
-    haproxy_median_connections_per_s: f64,
-    connection_rate_ratio: f64,
-    haproxy_version: String,
     note: &'static str,
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 async fn run(
@@ -310,67 +506,122 @@ async fn run(
     sink_addr: SocketAddr,
     ping_addr: SocketAddr,
 ) -> anyhow::Result<()> {
+    let load_average_before = load_average();
     let mut proxies = start_proxies(args, sink_addr, ping_addr).await?;
-    let version = peers::version(&args.haproxy, &["-v"]);
+    let mut versions = BTreeMap::from([
+        ("haproxy", peers::version(&args.haproxy, &["-v"])),
+        (
+            "teapot",
+            peers::version(&peers::teapot_bin(args.teapot.as_deref()), &["--version"]),
+        ),
+        ("kernel", peers::version(Path::new("uname"), &["-sr"])),
+    ]);
+    if proxies.nginx.is_some() {
+        versions.insert("nginx", peers::version(&args.nginx, &["-v"]));
+    }
+    let fronts = &proxies.fronts;
     let mut samples = Vec::new();
     for round in 0..args.rounds {
-        let order = if round % 2 == 0 {
-            [Target::Teapot, Target::Haproxy]
-        } else {
-            [Target::Haproxy, Target::Teapot]
-        };
-        for target in order {
-            let (sink_port, ping_port) = match target {
-                Target::Teapot => (proxies.teapot.1, proxies.teapot.2),
-                Target::Haproxy => (proxies.haproxy.1, proxies.haproxy.2),
-            };
-            let t = throughput(sink_port, args, &sink).await?;
-            let c = connection_rate(ping_port, args).await?;
+        for i in 0..fronts.len() {
+            let f = &fronts[(i + round) % fronts.len()];
+            let t = throughput(f.sink, args, &sink).await?;
+            let c = connection_rate(f.ping, f.pid, args).await?;
             println!(
-                "round {round} {target:?}: {:.0} MB/s, {:.0} connections/s",
+                "round {round} {:?}: {:.0} MB/s, {:.0} connections/s, {:.1} µs CPU per connection",
+                f.target,
                 t / 1e6,
-                c
+                c.connections_per_s,
+                c.cpu_us_per_connection,
             );
             samples.push(Sample {
                 round,
-                target,
+                target: f.target,
                 throughput_bytes_per_s: t,
-                connections_per_s: c,
+                connections_per_s: c.connections_per_s,
+                cpu_us_per_connection: c.cpu_us_per_connection,
             });
+        }
+    }
+    let mut idles = BTreeMap::new();
+    if args.idle_connections > 0 {
+        for f in fronts {
+            let m = idle(f.pid, f.ping, args.idle_connections).await?;
+            println!(
+                "idle {:?}: {} connections ({} failed), {:.2} KiB each",
+                f.target, m.connections, m.failed, m.kib_per_conn
+            );
+            idles.insert(f.target, m);
         }
     }
     let pick = |target: Target, f: fn(&Sample) -> f64| {
         median(samples.iter().filter(|s| s.target == target).map(f))
     };
-    let tt = pick(Target::Teapot, |s| s.throughput_bytes_per_s);
-    let ht = pick(Target::Haproxy, |s| s.throughput_bytes_per_s);
-    let tc = pick(Target::Teapot, |s| s.connections_per_s);
-    let hc = pick(Target::Haproxy, |s| s.connections_per_s);
+    let mut medians: BTreeMap<Target, Medians> = fronts
+        .iter()
+        .map(|f| {
+            (
+                f.target,
+                Medians {
+                    bytes_per_s: pick(f.target, |s| s.throughput_bytes_per_s),
+                    connections_per_s: pick(f.target, |s| s.connections_per_s),
+                    cpu_us_per_connection: pick(f.target, |s| s.cpu_us_per_connection),
+                    idle: idles.remove(&f.target),
+                    teapot_over_this: BTreeMap::new(),
+                },
+            )
+        })
+        .collect();
+    let figures = |m: &Medians| {
+        [
+            ("bytes_per_s", m.bytes_per_s),
+            ("connections_per_s", m.connections_per_s),
+            ("cpu_us_per_connection", m.cpu_us_per_connection),
+            (
+                "idle_kib_per_conn",
+                m.idle.as_ref().map_or(f64::NAN, |i| i.kib_per_conn),
+            ),
+        ]
+    };
+    let teapot = figures(&medians[&Target::Teapot]);
+    for m in medians.values_mut() {
+        m.teapot_over_this = teapot
+            .iter()
+            .zip(figures(m))
+            .filter(|((_, t), (_, p))| t.is_finite() && p.is_finite() && *p != 0.0)
+            .map(|((name, t), (_, p))| (*name, t / p))
+            .collect();
+    }
+    println!();
+    println!(
+        "{:<8} {:>10} {:>14} {:>14} {:>14}",
+        "", "MB/s", "connections/s", "µs CPU/conn", "KiB/idle conn"
+    );
+    for (target, m) in &medians {
+        println!(
+            "{:<8} {:>10.0} {:>14.0} {:>14.1} {:>14.2}",
+            format!("{target:?}"),
+            m.bytes_per_s / 1e6,
+            m.connections_per_s,
+            m.cpu_us_per_connection,
+            m.idle.as_ref().map_or(f64::NAN, |i| i.kib_per_conn),
+        );
+    }
     let report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        commit: teapot_benches::results::commit(Path::new(env!("CARGO_MANIFEST_DIR"))),
         threads: args.threads,
         connections: args.connections,
         concurrency: args.concurrency,
+        idle_connections: args.idle_connections,
         seconds: args.seconds,
+        load_average_before,
+        load_average_after: load_average(),
+        versions,
+        nginx_missing: proxies.nginx_missing.take(),
+        medians,
         samples,
-        teapot_median_bytes_per_s: tt,
-        haproxy_median_bytes_per_s: ht,
-        throughput_ratio: tt / ht,
-        teapot_median_connections_per_s: tc,
-        haproxy_median_connections_per_s: hc,
-        connection_rate_ratio: tc / hc,
-        haproxy_version: version,
-        note: "load generator, backend and both proxies share one machine; numbers compare, they do not measure capacity",
+        note: "load generator, backend and the proxies share one machine; numbers compare, they do not measure capacity",
     };
-    println!(
-        "throughput: teapot {:.0} MB/s, HAProxy {:.0} MB/s, ratio {:.2}",
-        tt / 1e6,
-        ht / 1e6,
-        report.throughput_ratio
-    );
-    println!(
-        "connection rate: teapot {tc:.0}/s, HAProxy {hc:.0}/s, ratio {:.2}",
-        report.connection_rate_ratio
-    );
     let path = match &args.json {
         Some(p) => p.clone(),
         None => {
@@ -388,7 +639,10 @@ async fn run(
     }
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     println!("wrote {}", path.display());
-    let _ = proxies.teapot.0.kill().await;
-    proxies.haproxy.0.stop().await;
+    let _ = proxies.teapot.kill().await;
+    proxies.haproxy.stop().await;
+    if let Some(nginx) = proxies.nginx.take() {
+        nginx.stop().await;
+    }
     Ok(())
 }

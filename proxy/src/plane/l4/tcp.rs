@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus::IntCounter;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::ReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
@@ -21,8 +22,9 @@ use crate::compile::l4::table::Route;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
 use crate::plane::access_log::Entry;
 
-/// Relay buffer per direction: large enough for bulk transfers to move in
-/// few syscalls, small enough for thousands of connections.
+/// Relay buffer per direction while data flows: large enough for bulk
+/// transfers to move in few syscalls. An idle connection holds none (see
+/// [`pump`]).
 const BUFFER: usize = 32 * 1024;
 
 pub(super) async fn serve(
@@ -331,12 +333,12 @@ async fn relay(
 ) -> End {
     let start = Instant::now();
     let last = AtomicU64::new(0);
-    let (mut cr, mut cw) = client.split();
-    let (mut ur, mut uw) = upstream.split();
+    let (cr, mut cw) = client.split();
+    let (ur, mut uw) = upstream.split();
     let both = async {
         tokio::try_join!(
             pump(
-                &mut cr,
+                &cr,
                 &mut uw,
                 &last,
                 start,
@@ -344,7 +346,7 @@ async fn relay(
                 &counted.seen_in,
             ),
             pump(
-                &mut ur,
+                &ur,
                 &mut cw,
                 &last,
                 start,
@@ -393,8 +395,14 @@ async fn relay(
 
 /// Copies one direction; at EOF passes the half-close on (FIN) and lets
 /// the other direction continue.
-async fn pump<R, W>(
-    r: &mut R,
+///
+/// Waits for readability without a buffer, so an idle connection holds
+/// none: one is taken when data arrives, reused while reads keep finding
+/// data, and given back when a read would block. A bulk transfer keeps one
+/// buffer; thousands of quiet connections keep none (docs/decisions.md,
+/// "L4 relay buffers only while data flows").
+async fn pump<W>(
+    r: &ReadHalf<'_>,
     w: &mut W,
     last: &AtomicU64,
     start: Instant,
@@ -402,26 +410,52 @@ async fn pump<R, W>(
     seen: &AtomicU64,
 ) -> std::io::Result<()>
 where
-    R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    // Reading into spare capacity spares zeroing 64 KiB per connection,
-    // which shows in the connection rate.
-    let mut buf: Vec<u8> = Vec::with_capacity(BUFFER);
     loop {
-        buf.clear();
-        let n = r.read_buf(&mut buf).await?;
-        if n == 0 {
-            // The peer may already be gone; the other direction decides.
-            let _ = w.shutdown().await;
-            return Ok(());
+        r.readable().await?;
+        let mut buf = Buffer::new();
+        loop {
+            buf.0.clear();
+            // Into spare capacity: zeroing 32 KiB per burst would show in
+            // the connection rate.
+            let n = match r.try_read_buf(&mut buf.0) {
+                Ok(n) => n,
+                // Readiness was stale or the burst is over: the buffer
+                // goes back until the next one.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                // The peer may already be gone; the other direction decides.
+                let _ = w.shutdown().await;
+                return Ok(());
+            }
+            w.write_all(&buf.0).await?;
+            for counter in bytes {
+                counter.inc_by(n as u64);
+            }
+            seen.fetch_add(n as u64, Ordering::Relaxed);
+            last.store(elapsed_ms(start), Ordering::Relaxed);
         }
-        w.write_all(&buf).await?;
-        for counter in bytes {
-            counter.inc_by(n as u64);
-        }
-        seen.fetch_add(n as u64, Ordering::Relaxed);
-        last.store(elapsed_ms(start), Ordering::Relaxed);
+    }
+}
+
+/// One direction's relay buffer, held only while data flows.
+struct Buffer(Vec<u8>);
+
+impl Buffer {
+    fn new() -> Buffer {
+        #[cfg(test)]
+        tests::LIVE_BUFFERS.with(|n| n.set(n.get() + 1));
+        Buffer(Vec::with_capacity(BUFFER))
+    }
+}
+
+#[cfg(test)]
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        tests::LIVE_BUFFERS.with(|n| n.set(n.get() - 1));
     }
 }
 
@@ -436,4 +470,97 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
         }
     }
     Guard(Some(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Relay buffers alive on this thread (the tests run the relay on
+        /// a current-thread runtime).
+        pub(super) static LIVE_BUFFERS: Cell<isize> = const { Cell::new(0) };
+    }
+
+    /// Two connected sockets on 127.0.0.1.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (near, far) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        (near.unwrap(), far.unwrap().0)
+    }
+
+    fn counter() -> IntCounter {
+        IntCounter::new("relayed_bytes", "bytes").unwrap()
+    }
+
+    /// The relay of one direction, with the end the test writes to and the
+    /// end it reads from: `client` -> (`proxy_in` -> `proxy_out`) -> `upstream`.
+    struct Direction {
+        client: TcpStream,
+        proxy_in: TcpStream,
+        proxy_out: TcpStream,
+        upstream: TcpStream,
+    }
+
+    async fn direction() -> Direction {
+        let (client, proxy_in) = pair().await;
+        let (proxy_out, upstream) = pair().await;
+        Direction {
+            client,
+            proxy_in,
+            proxy_out,
+            upstream,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_direction_holds_no_buffer_and_a_burst_is_relayed_whole() {
+        let Direction {
+            mut client,
+            mut proxy_in,
+            mut proxy_out,
+            mut upstream,
+        } = direction().await;
+        let (r, _) = proxy_in.split();
+        let (_, mut w) = proxy_out.split();
+        let (c1, c2, last, seen) = (counter(), counter(), AtomicU64::new(0), AtomicU64::new(0));
+        let pumping = pump(&r, &mut w, &last, Instant::now(), [&c1, &c2], &seen);
+        tokio::pin!(pumping);
+        // More than one buffer's worth, so the burst takes several reads.
+        let burst: Vec<u8> = (0..3 * BUFFER + 17).map(|i| i as u8).collect();
+        let talk = async {
+            // Before any data: nothing held.
+            assert_eq!(LIVE_BUFFERS.get(), 0);
+            client.write_all(b"hello").await.unwrap();
+            let mut got = [0u8; 5];
+            upstream.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"hello");
+            // Relayed, and quiet again: the buffer went back (the relay
+            // yields only after its read found nothing more).
+            assert_eq!(LIVE_BUFFERS.get(), 0);
+            client.write_all(&burst).await.unwrap();
+            let mut got = vec![0u8; burst.len()];
+            upstream.read_exact(&mut got).await.unwrap();
+            assert!(got == burst, "the burst arrived changed");
+            assert_eq!(LIVE_BUFFERS.get(), 0);
+        };
+        tokio::select! {
+            biased;
+            r = &mut pumping => panic!("the relay ended before the client closed: {r:?}"),
+            () = talk => {}
+        }
+        // The client's FIN ends this direction and is passed on.
+        client.shutdown().await.unwrap();
+        pumping.await.unwrap();
+        let mut rest = Vec::new();
+        upstream.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(LIVE_BUFFERS.get(), 0);
+        let total = 5 + burst.len() as u64;
+        assert_eq!(seen.load(Ordering::Relaxed), total);
+        assert_eq!(c1.get(), total);
+        assert_eq!(c2.get(), total);
+    }
 }
