@@ -28,7 +28,6 @@ use parking_lot::{Mutex, RwLock};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
-use super::manager::Context;
 use crate::compile::l4::pool::Protocol;
 use crate::compile::l4::table::{HealthOptions, L4Table};
 use crate::compile::upstream::Endpoint;
@@ -92,7 +91,12 @@ impl HealthChecks {
     /// Starts checks for new endpoints, stops those of removed ones, and
     /// restarts those whose settings changed. An endpoint used by several
     /// listeners is probed at the shortest interval among them.
-    pub(super) fn reconcile(&mut self, table: &L4Table, ctx: &Arc<Context>) {
+    pub(super) fn reconcile(
+        &mut self,
+        table: &L4Table,
+        nodes: &Arc<NodeHealth>,
+        connect_timeout: Duration,
+    ) {
         let mut want: HashMap<SocketAddr, (HealthOptions, Arc<Endpoint>)> = HashMap::new();
         for (key, route) in &table.listeners {
             if key.protocol != Protocol::Tcp {
@@ -113,7 +117,7 @@ impl HealthChecks {
             let keep = want.get(addr).is_some_and(|(o, _)| o == opts);
             if !keep {
                 task.abort();
-                ctx.nodes.forget(addr);
+                nodes.forget(addr);
             }
             keep
         });
@@ -121,8 +125,8 @@ impl HealthChecks {
             if self.checks.contains_key(&addr) {
                 continue;
             }
-            let timeout = opts.interval.min(ctx.config.connect_timeout);
-            let task = tokio::spawn(probe_loop(endpoint, opts, timeout, ctx.nodes.clone()));
+            let timeout = opts.interval.min(connect_timeout);
+            let task = tokio::spawn(probe_loop(endpoint, opts, timeout, nodes.clone()));
             self.checks.insert(addr, (opts, task));
         }
     }

@@ -18,43 +18,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::L4;
 use super::health::HealthChecks;
-use super::{L4, L4Metrics};
-use crate::compile::l4::L4Config;
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::{L4Table, Route};
 
 /// Accept backlog of TCP listeners.
 const BACKLOG: u32 = 1024;
 
-/// What listener and connection tasks share.
-#[derive(Debug)]
-pub(super) struct Context {
-    pub config: L4Config,
-    pub metrics: L4Metrics,
-    /// Connections and flows alive, for the shutdown wait.
-    pub active: AtomicUsize,
-    /// Turns true when the shutdown grace period is over: everything ends.
-    pub kill: watch::Receiver<bool>,
-    /// Node addresses the TCP checks find dead (UDP flows avoid them).
-    pub nodes: Arc<super::health::NodeHealth>,
-}
-
-/// Counts one connection (or flow) as active while it lives.
-pub(super) struct ActiveGuard(Arc<Context>);
-
-impl ActiveGuard {
-    pub fn new(ctx: &Arc<Context>) -> ActiveGuard {
-        ctx.active.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard(ctx.clone())
-    }
-}
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+use super::context::Context;
 
 struct Bound {
     route: watch::Sender<Arc<Route>>,
@@ -216,7 +188,8 @@ impl Manager {
         }
         self.ctx.metrics.listeners.set(self.bound.len() as i64);
         self.ctx.metrics.bind_failures.set(self.failed.len() as i64);
-        self.health.reconcile(table, &self.ctx);
+        self.health
+            .reconcile(table, &self.ctx.nodes, self.ctx.config.connect_timeout);
         self.l4
             .runtime
             .applied

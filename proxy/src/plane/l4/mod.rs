@@ -23,6 +23,7 @@
 //! - [`sni`]: the server name of a ClientHello, for TLS passthrough
 //!   listeners of Gateways (the route is chosen by it).
 
+pub mod context;
 pub mod health;
 pub mod manager;
 pub mod proxy_protocol;

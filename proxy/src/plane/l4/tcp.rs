@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
-use super::manager::{ActiveGuard, Context};
+use super::context::{ActiveGuard, Context};
 use super::proxy_protocol::header_v2;
 use super::sni::{Hello, MAX_READ, server_name};
 use crate::compile::l4::pool::{ListenerKey, Protocol};

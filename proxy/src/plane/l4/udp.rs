@@ -28,7 +28,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::L4Metrics;
-use super::manager::{ActiveGuard, Context};
+use super::context::{ActiveGuard, Context};
 use crate::compile::l4::pool::ListenerKey;
 use crate::compile::l4::table::Route;
 use crate::compile::upstream::{Endpoint, Tried};
