@@ -172,6 +172,26 @@ fn compile_imports_neither_plane_nor_loops() {
     assert!(wrong.is_empty(), "wrong-way imports:\n{}", wrong.join("\n"));
 }
 
+/// The L4 compile (TCP, UDP and TLS routes) and the HTTP Gateway compile
+/// (HTTP and gRPC routes) are two route families side by side: what they
+/// share (attachment rules, backends, conditions) lives below both, and
+/// neither imports the other; only `compile::gateway_join` sees both.
+#[test]
+fn the_l4_and_http_gateway_compiles_do_not_import_each_other() {
+    let l4 = imports_below(&root().join("proxy/src/compile/l4"), &["compile::gateway"]);
+    assert!(
+        l4.is_empty(),
+        "L4 compile importing the HTTP one:\n{}",
+        l4.join("\n")
+    );
+    let http = imports_below(&root().join("proxy/src/compile/gateway"), &["compile::l4"]);
+    assert!(
+        http.is_empty(),
+        "HTTP compile importing the L4 one:\n{}",
+        http.join("\n")
+    );
+}
+
 #[test]
 fn plane_does_not_import_loops() {
     let src = root().join("proxy/src/plane");
