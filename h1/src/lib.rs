@@ -78,3 +78,4 @@ pub use router::{
 pub use scan::{
     H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,
 };
+pub use wire::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};

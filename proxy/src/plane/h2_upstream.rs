@@ -21,6 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
+use crate::plane::forwarding;
 use crate::plane::h2::{Failure, Ids, StreamCtx, authority};
 use crate::plane::logflood::EndpointLog;
 use crate::plane::proxy::{Router, has_hop_by_hop};
@@ -91,7 +92,7 @@ pub(super) async fn forward(
         let mut headers = parts.headers.clone();
         let mut uri = st.uri(parts).clone();
         router
-            .edit_upstream_request(&mut headers, &mut uri, conn, st)
+            .edit_upstream_request(&mut headers, &mut uri, conn, authority(parts), st)
             .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
@@ -523,7 +524,7 @@ fn direct_head(
         let n = name.as_str();
         let replaced = (uri_authority.is_some() && name == HOST)
             || name == TRANSFER_ENCODING
-            || FORWARDING.contains(&n)
+            || forwarding::FORWARDING.contains(&n)
             || (new_id.is_some() && n == trace::REQUEST_ID)
             || (new_tp.is_some() && n == trace::TRACEPARENT);
         if !replaced {
@@ -538,7 +539,7 @@ fn direct_head(
     }
     // The forwarding fields as HTTP/1 writes them, from the same
     // per-thread cache (a connection's requests share them).
-    crate::plane::h1::with_forwarding_block(conn, authority(parts), |block| {
+    forwarding::with_block(conn, authority(parts), |block| {
         out.extend_from_slice(block.wire())
     });
     if chunked {
@@ -546,16 +547,6 @@ fn direct_head(
     }
     out.extend_from_slice(b"\r\n");
 }
-
-/// The names `each_forwarding_header` sets or removes.
-const FORWARDING: [&str; 6] = [
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "forwarded",
-    "x-real-ip",
-];
 
 fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(name.as_bytes());
@@ -794,7 +785,6 @@ impl Chunked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plane::decide::each_forwarding_header;
 
     #[test]
     fn response_framing() {
@@ -894,15 +884,6 @@ mod tests {
             let mut buf = BytesMut::from(bad);
             assert!(Chunked::default().decode(&mut buf).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn the_forwarding_names_are_those_the_decision_sets() {
-        let mut names = Vec::new();
-        each_forwarding_header(Some("192.0.2.1"), true, "a.example", Some(443), |n, _| {
-            names.push(n)
-        });
-        assert_eq!(names, FORWARDING);
     }
 
     #[test]

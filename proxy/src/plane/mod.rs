@@ -29,6 +29,7 @@ pub mod admin;
 pub mod decide;
 pub mod edge;
 pub mod filters;
+pub mod forwarding;
 pub mod h1;
 pub mod h2;
 pub mod h2_upstream;
