@@ -1,6 +1,8 @@
 //! HTTP/1 through teapot's own engine (`teapot_h1`), over the same
-//! [`Router`] and routing decision ([`crate::plane::decide`]) as the
-//! Pingora path, which is left to HTTP/2.
+//! [`Router`] and request pipeline ([`crate::plane::pipeline`]: Host
+//! rules, 421, ACME, the routing decision, the Gateway filters' shared
+//! parts) as HTTP/2 (crate::plane::h2); what is here is the engine's side
+//! of it.
 //!
 //! Why a second engine: Pingora's per-request machinery (a header map, a
 //! boxed future per filter, a task per body) cost about three times the
@@ -9,14 +11,14 @@
 //! per request is one snapshot lookup, the tenant gate, and the four
 //! forwarding headers.
 //!
-//! - [`Router`] implements `teapot_h1::Router`: Host rules, the ACME
-//!   HTTP-01 answer (the only await on the way, besides a tenant refusal's
-//!   delay), then [`decide`].
+//! - [`Router`] implements `teapot_h1::Router`: the request pipeline (its
+//!   ACME lookup the only await on the way, besides a tenant refusal's
+//!   delay), then the forward's edits as the engine's [`HeaderEdits`].
 //! - [`Target`] is one request's upstream: round-robin over live
 //!   endpoints, ejection on connect failure, the tenant's slot and the
 //!   in-flight count held until the request (or its upgraded tunnel) ends.
 //! - [`MetricsObserver`] turns each finished request into the same
-//!   metrics the Pingora path counts.
+//!   metrics the HTTP/2 server counts.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,22 +30,18 @@ use teapot_h1::{
     Observer, Outcome, RequestHead, RequestLog, RequestTarget, Respond, Upstreams,
 };
 
-use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::fairness::{TenantGate, TenantPermit};
 use crate::compile::gateway::table::HeaderEdits as GatewayHeaderEdits;
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
-use crate::plane::decide::{
-    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders,
-    UNFORWARDABLE_PATH, check_host, decide_request,
-};
+use crate::plane::decide::{Answer, GatewayForward, Head, RequestHeaders, UNFORWARDABLE_PATH};
 use crate::plane::edge::EdgeConfig;
 use crate::plane::filters;
 use crate::plane::forwarding;
 use crate::plane::logflood::EndpointLog;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
-pub(super) use crate::plane::mirror::mirror;
+use crate::plane::pipeline::{self, Routed};
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
@@ -124,89 +122,69 @@ impl teapot_h1::Router for Router {
             requires_host: req.version() == 1,
             declared_length: req.content_length(),
         };
-        if let Err(answer) = check_host(&head) {
-            let ids = self.ids(req, None);
-            return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
-        }
-        if self.misdirected(conn.tls, conn.sni.as_deref(), head.authority) {
-            let ids = self.ids(req, None);
-            return H1Decision::Respond(self.local_answer(MISDIRECTED, ids.tag).await);
-        }
-        // HTTP-01 validation, before routing; a token that is not ours goes
-        // on to the routes (a tenant may run its own ACME client behind us).
-        if let Some(acme) = &self.acme
-            && let Some(token) = head.path.strip_prefix(CHALLENGE_PREFIX)
-            && let Some(answer) = acme.challenge_response(token).await
-        {
-            let mut respond = Respond::new(200, "acme_challenge", answer);
-            respond.headers.push(PLAIN_TEXT);
-            respond.tag = Some(self.ids(req, None).tag);
-            return H1Decision::Respond(respond);
-        }
-        // The snapshot guard and the facts (a `dyn` reference, not `Send`)
-        // are dropped before any await. Building the facts reads nothing:
-        // only Gateway API matches look at them.
-        let decision = {
-            let headers = H1Headers(req);
-            let facts = RequestFacts {
-                method: req.method(),
-                query: Some(query),
-                headers: Some(&headers),
-                tls: Some(conn.tls),
-            };
-            decide_request(&self.snapshots.load(), &self.edge, &head, &facts)
+        let headers = H1Headers(req);
+        let request = pipeline::Request {
+            head,
+            method: req.method(),
+            query,
+            headers: &headers,
         };
-        match decision {
-            Decision::Forward(forward) => {
-                let ids = self.ids(req, Some(&forward.route));
-                if forward.gateway.as_ref().is_some_and(|g| g.h2c) {
-                    return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
-                }
-                let mut fwd = H1Forward::via(Target {
-                    upstream: forward.upstream,
-                    tried: Tried::default(),
-                    max_attempts: self.options.max_connect_attempts.max(1),
-                    connect_failures: self.metrics.upstream_connect_failures.clone(),
-                    series: ids.series,
-                    _tenant: forward.tenant,
-                    _in_flight: self.metrics.request_started(),
-                });
-                fwd.max_body_size = Some(forward.body_limit);
-                fwd.request_edits =
-                    forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
-                fwd.tag = Some(ids.tag);
-                // The path the route matched goes upstream, the query as
-                // sent; Gateway filters rewrite that path.
-                let path = forward.path.as_deref().unwrap_or(path);
-                let edited = normalised_target(
-                    &mut fwd,
-                    forward.path.as_deref(),
-                    &target[head.path.len()..],
-                )
-                .and_then(|()| match &forward.gateway {
-                    Some(gateway) => self.gateway_filters(&mut fwd, gateway, req, path, query),
-                    None => Ok(()),
-                });
-                if let Err(answer) = edited {
-                    // The tenant's slot and the in-flight count go with it.
-                    let tag = fwd.tag.take().unwrap_or_default();
-                    drop(fwd);
-                    return H1Decision::Respond(self.local_answer(answer, tag).await);
-                }
-                H1Decision::Forward(fwd)
-            }
-            Decision::Answer(answer, route) => {
+        let forward = match pipeline::route(self, &request, conn).await {
+            Routed::Forward(forward) => forward,
+            Routed::Answer(answer, route) => {
                 let ids = self.ids(req, route.as_ref());
-                H1Decision::Respond(self.local_answer(answer, ids.tag).await)
+                return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
             }
+            Routed::AcmeChallenge(answer) => {
+                let mut respond = Respond::new(200, "acme_challenge", answer);
+                respond.headers.push(PLAIN_TEXT);
+                respond.tag = Some(self.ids(req, None).tag);
+                return H1Decision::Respond(respond);
+            }
+        };
+        let ids = self.ids(req, Some(&forward.route));
+        if forward.gateway.as_ref().is_some_and(|g| g.h2c) {
+            return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
         }
+        let mut fwd = H1Forward::via(Target {
+            upstream: forward.upstream,
+            tried: Tried::default(),
+            max_attempts: self.options.max_connect_attempts.max(1),
+            connect_failures: self.metrics.upstream_connect_failures.clone(),
+            series: ids.series,
+            _tenant: forward.tenant,
+            _in_flight: self.metrics.request_started(),
+        });
+        fwd.max_body_size = Some(forward.body_limit);
+        fwd.request_edits =
+            forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
+        fwd.tag = Some(ids.tag);
+        // The path the route matched goes upstream, the query as
+        // sent; Gateway filters rewrite that path.
+        let path = forward.path.as_deref().unwrap_or(path);
+        let edited = normalised_target(
+            &mut fwd,
+            forward.path.as_deref(),
+            &target[head.path.len()..],
+        )
+        .and_then(|()| match &forward.gateway {
+            Some(gateway) => self.gateway_filters(&mut fwd, gateway, req, path, query),
+            None => Ok(()),
+        });
+        if let Err(answer) = edited {
+            // The tenant's slot and the in-flight count go with it.
+            let tag = fwd.tag.take().unwrap_or_default();
+            drop(fwd);
+            return H1Decision::Respond(self.local_answer(answer, tag).await);
+        }
+        H1Decision::Forward(fwd)
     }
 }
 
 /// A GRPCRoute backend (or an h2c `appProtocol`) reached over HTTP/1: the
 /// engine speaks HTTP/1 upstream only, and a gRPC backend does not answer
 /// HTTP/1, so the request is refused here rather than sent where it would
-/// fail; gRPC clients speak HTTP/2, which the Pingora path serves.
+/// fail; gRPC clients speak HTTP/2, which crate::plane::h2 serves.
 const H2C_OVER_H1: Answer = Answer {
     status: 502,
     body: "502 this route's backend speaks HTTP/2 only (gRPC, h2c); send the request over HTTP/2\n",
@@ -269,11 +247,11 @@ fn push_gateway_edits(edits: &mut HeaderEdits, spec: &GatewayHeaderEdits, reques
 }
 
 impl Router {
-    /// What a Gateway API rule's filters do to a forwarded request, as the
-    /// Pingora path does (crate::plane::proxy): request header edits, Host
-    /// and target rewrites, response header edits, the timeouts, and the
-    /// mirrors (started here, on their own tasks). `Err`: a rewrite made
-    /// no valid target.
+    /// What a Gateway API rule's filters do to a forwarded request (the
+    /// parts both engines share are crate::plane::pipeline's): request
+    /// header edits, Host and target rewrites, response header edits, the
+    /// timeouts, and the mirrors (started here, on their own tasks).
+    /// `Err`: a rewrite made no valid target.
     fn gateway_filters(
         &self,
         fwd: &mut H1Forward<Target>,
@@ -282,42 +260,25 @@ impl Router {
         path: &str,
         query: &str,
     ) -> Result<(), Answer> {
-        let mut rewritten: Option<String> = None;
-        let mut read_timeout = self.options.read_timeout;
         // Mirrors get the target the backend gets before any rewrite.
         let sent = fwd.target.clone();
         let sent = sent.as_ref().map_or(req.path(), |t| t.as_str());
+        let authority = req.host().unwrap_or("");
+        pipeline::start_mirrors(self, gateway, req.method(), sent, authority, || {
+            req.headers()
+        });
         for f in gateway.each() {
             push_gateway_edits(&mut fwd.request_edits, &f.request_headers, true);
             push_gateway_edits(&mut fwd.response_edits, &f.response_headers, false);
             if let Some(host) = filters::rewritten_host(f) {
                 fwd.request_edits.push_set(b"host", host.as_bytes());
             }
-            // A backend's rewrite applies to the path the rule's left.
-            let current = rewritten
-                .as_deref()
-                .map_or(path, |t| t.split_once('?').map_or(t, |(p, _)| p));
-            if let Some(target) = filters::rewritten_target(f, current, Some(query)) {
-                rewritten = Some(target);
-            }
-            for t in [f.backend_timeout, f.request_timeout].into_iter().flatten() {
-                read_timeout = read_timeout.min(t);
-            }
-            for m in &f.mirrors {
-                mirror(
-                    m,
-                    req.method(),
-                    sent,
-                    req.host().unwrap_or(""),
-                    req.headers(),
-                    &self.metrics.mirrors_dropped,
-                );
-            }
         }
-        if let Some(target) = rewritten {
+        if let Some(target) = pipeline::rewritten_target(gateway, path, Some(query)) {
             fwd.target = Some(RequestTarget::new(target).ok_or(BAD_REWRITE)?);
         }
         // Only a bound shorter than the engine's own changes anything.
+        let read_timeout = self.read_timeout(Some(gateway));
         if read_timeout < self.options.read_timeout {
             fwd.timeouts.read = Some(read_timeout);
         }
@@ -409,8 +370,8 @@ impl Router {
         })
     }
 
-    /// A local answer of the routing decision, as the Pingora path writes
-    /// it (crate::plane::proxy): counted, delayed for a tenant refusal.
+    /// A local answer of the routing decision, as the HTTP/2 server writes
+    /// it (crate::plane::h2): counted, delayed for a tenant refusal.
     async fn local_answer(&self, answer: Answer, tag: Arc<str>) -> Respond {
         if let Some(refusal) = answer.refusal {
             self.metrics.refused(refusal);

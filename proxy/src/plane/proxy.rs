@@ -23,6 +23,7 @@ use crate::plane::filters::{self, HeaderList};
 use crate::plane::forwarding;
 use crate::plane::h2::{Ids, StreamCtx};
 use crate::plane::metrics::{Metrics, Series};
+use crate::plane::pipeline;
 use crate::plane::trace;
 
 /// Value of the `Server` header on responses that have none.
@@ -260,8 +261,8 @@ pub(crate) fn tls_version(version: &str) -> &'static str {
     }
 }
 
-/// A Gateway API rule's request filters: header edits, then the URL
-/// rewrite (host and path).
+/// A Gateway API rule's request filters: header edits and the Host,
+/// then the URL rewrite (host and path, crate::plane::pipeline's).
 fn apply_request_filters(
     gateway: &GatewayForward,
     headers: &mut HeaderMap,
@@ -269,29 +270,29 @@ fn apply_request_filters(
 ) -> Result<(), http::Error> {
     for f in gateway.each() {
         filters::apply_header_edits(&f.request_headers, &mut Headers::request(headers));
-        let host = filters::rewritten_host(f);
-        if let Some(host) = host {
+        if let Some(host) = filters::rewritten_host(f) {
             headers.insert(HOST, HeaderValue::from_str(host)?);
         }
-        let target = filters::rewritten_target(f, uri.path(), uri.query());
-        if target.is_none() && host.is_none() {
-            continue;
-        }
-        let target = target.unwrap_or_else(|| {
-            uri.path_and_query()
-                .map_or("/".to_string(), |p| p.as_str().to_string())
-        });
-        // An HTTP/2 request carries its authority in the URI: keep the
-        // URI absolute then, with the rewritten host.
-        let new = match (uri.scheme_str(), uri.authority()) {
-            (Some(scheme), Some(authority)) => {
-                let authority = host.unwrap_or(authority.as_str());
-                format!("{scheme}://{authority}{target}")
-            }
-            _ => target,
-        };
-        *uri = new.parse::<Uri>()?;
     }
+    let host = pipeline::rewritten_host(gateway);
+    let target = pipeline::rewritten_target(gateway, uri.path(), uri.query());
+    if target.is_none() && host.is_none() {
+        return Ok(());
+    }
+    let target = target.unwrap_or_else(|| {
+        uri.path_and_query()
+            .map_or("/".to_string(), |p| p.as_str().to_string())
+    });
+    // An HTTP/2 request carries its authority in the URI: keep the URI
+    // absolute then, with the rewritten host.
+    let new = match (uri.scheme_str(), uri.authority()) {
+        (Some(scheme), Some(authority)) => {
+            let authority = host.unwrap_or(authority.as_str());
+            format!("{scheme}://{authority}{target}")
+        }
+        _ => target,
+    };
+    *uri = new.parse::<Uri>()?;
     Ok(())
 }
 
@@ -318,8 +319,8 @@ impl<'a> Headers<'a> {
     }
 
     fn editable(&self, name: &str) -> bool {
-        !teapot_h1::is_hop_by_hop(name.as_bytes())
-            && !(self.request && forwarding::is_teapots(name))
+        let engines = teapot_h1::is_hop_by_hop(name.as_bytes());
+        !(engines || (self.request && forwarding::is_teapots(name)))
     }
 }
 
