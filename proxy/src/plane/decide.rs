@@ -385,12 +385,14 @@ fn limits(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::compile::CompileOptions;
     use crate::compile::tests::compile_test_docs;
 
-    const DOCS: &str = "apiVersion: networking.k8s.io/v1
+    /// An Ingress for `a.example` (`/` to `web`, `/empty` to a Service
+    /// without endpoints), also the request pipeline's tests' store.
+    pub(crate) const DOCS: &str = "apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: web, namespace: ops}
 spec:

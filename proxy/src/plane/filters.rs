@@ -140,17 +140,6 @@ pub fn mirror_request<'h>(
     authority: &str,
     headers: impl Iterator<Item = (&'h str, &'h [u8])>,
 ) -> Vec<u8> {
-    const DROPPED: [&str; 9] = [
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "upgrade",
-    ];
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
@@ -159,7 +148,9 @@ pub fn mirror_request<'h>(
     out.extend_from_slice(authority.as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        if DROPPED.iter().any(|d| d.eq_ignore_ascii_case(name)) {
+        // `host` is written above; the framing and hop-by-hop fields are
+        // the HTTP/1 engine's list (`teapot_h1::is_hop_by_hop`).
+        if name.eq_ignore_ascii_case("host") || teapot_h1::is_hop_by_hop(name.as_bytes()) {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
@@ -330,6 +321,7 @@ mod tests {
             ("Content-Length", b"5"),
             ("Host", b"evil"),
             ("connection", b"keep-alive"),
+            ("Proxy-Authorization", b"Basic eDp5"),
         ];
         let bytes = mirror_request("POST", "/p?q", "a.example", headers.into_iter());
         assert_eq!(

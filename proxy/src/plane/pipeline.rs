@@ -158,40 +158,12 @@ mod tests {
     use crate::compile::CompileOptions;
     use crate::compile::acme::AcmeHosts;
     use crate::compile::tests::compile_test_docs;
+    use crate::plane::decide::tests::DOCS;
     use crate::plane::decide::{MANY_HOSTS, NO_HOST, NO_ROUTE};
     use crate::plane::metrics::Metrics;
     use crate::plane::proxy::UpstreamOptions;
     use crate::plane::tls::SniResolver;
     use crate::plane::{AcmeResponder, forwarding, trace};
-
-    const DOCS: &str = "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: web, namespace: ops}
-spec:
-  ingressClassName: teapot
-  rules:
-  - host: a.example
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
----
-apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: teapot}
-spec: {controller: teapot.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: ops}
-spec: {ports: [{port: 80}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: web-1, namespace: ops, labels: {kubernetes.io/service-name: web}}
-addressType: IPv4
-endpoints: [{addresses: [127.0.0.1]}]
-ports: [{name: \"\", port: 8080}]
-";
 
     #[derive(Debug)]
     struct Acme;
