@@ -15,12 +15,10 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::LazyLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use memchr::memmem;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -34,8 +32,8 @@ use crate::response::{
 };
 use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router, Upstreams};
 use crate::scan::{
-    HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, is_authority,
-    scan_h1,
+    HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, find_head_end,
+    is_authority, scan_h1,
 };
 use crate::wire::{
     checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
@@ -1344,27 +1342,6 @@ async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {
             // The sender is gone: no shutdown will ever be signalled.
             std::future::pending::<()>().await;
         }
-    }
-}
-
-/// The end of a head (after its blank line) in `buf`, searching from about
-/// `from`. A bare-LF blank line also ends it, so that the scan can refuse
-/// it rather than the engine waiting for a CRLF that never comes.
-pub(crate) fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
-    // Two vectorised passes over the head rather than a search per line:
-    // the first "\n\r\n" (a CRLF blank line), then any "\n\n" before it.
-    static CRLF_BLANK: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(b"\n\r\n"));
-    static LF_BLANK: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(b"\n\n"));
-    let start = from.saturating_sub(3).min(buf.len());
-    let hay = &buf[start..];
-    let crlf = CRLF_BLANK.find(hay);
-    let before = crlf.map_or(hay.len(), |p| p + 2);
-    match (LF_BLANK.find(&hay[..before]), crlf) {
-        (Some(p), _) => Some(start + p + 2),
-        (None, Some(p)) => Some(start + p + 3),
-        (None, None) => None,
     }
 }
 

@@ -134,7 +134,7 @@ pub(crate) fn response_head_len(buf: &[u8]) -> Result<Option<(usize, u16)>, &'st
     if buf[..n] != PREFIX[..n] {
         return Err("malformed status line");
     }
-    let Some(end) = crate::engine::find_head_end(buf, 0) else {
+    let Some(end) = crate::scan::find_head_end(buf, 0) else {
         return Ok(None);
     };
     // "HTTP/1.x NNN": the version digit, one space, three digits.

@@ -131,6 +131,32 @@ fn strip_port(authority: &str) -> &str {
         .map_or(authority, |(h, _)| h)
 }
 
+/// The request target (path and query) after the URL rewrites of a
+/// rule's `filters` in order, each applied to the path the one before
+/// left; `None` when none rewrites it. Both engines' rewrite.
+pub fn chained_target<'f>(
+    filters: impl IntoIterator<Item = &'f Filters>,
+    path: &str,
+    query: Option<&str>,
+) -> Option<String> {
+    let mut rewritten: Option<String> = None;
+    for f in filters {
+        let current = rewritten
+            .as_deref()
+            .map_or(path, |t| t.split_once('?').map_or(t, |(p, _)| p));
+        if let Some(target) = rewritten_target(f, current, query) {
+            rewritten = Some(target);
+        }
+    }
+    rewritten
+}
+
+/// The Host the URL rewrites of `filters` set: the last one's that sets
+/// one.
+pub fn last_host<'f>(filters: impl IntoIterator<Item = &'f Filters>) -> Option<&'f str> {
+    filters.into_iter().filter_map(rewritten_host).last()
+}
+
 /// The head of a mirrored request, as HTTP/1.1 bytes: the request's
 /// method, target and headers, without a body (`Content-Length: 0`), its
 /// framing and hop-by-hop headers dropped, `Connection: close`.

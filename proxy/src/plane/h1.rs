@@ -274,7 +274,7 @@ impl Router {
                 fwd.request_edits.push_set(b"host", host.as_bytes());
             }
         }
-        if let Some(target) = pipeline::rewritten_target(gateway, path, Some(query)) {
+        if let Some(target) = filters::chained_target(gateway.each(), path, Some(query)) {
             fwd.target = Some(RequestTarget::new(target).ok_or(BAD_REWRITE)?);
         }
         // Only a bound shorter than the engine's own changes anything.

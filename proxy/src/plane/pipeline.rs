@@ -10,8 +10,9 @@
 //! 4. the connection facts and the request's for Gateway API matches,
 //! 5. [`decide_request`],
 //! 6. after it, the Gateway filters' shared parts: mirrors
-//!    ([`start_mirrors`]), the rewritten target ([`rewritten_target`]),
-//!    the read timeout (`Router::read_timeout`), and the edit rules
+//!    ([`start_mirrors`]), the rewritten target and host
+//!    (crate::plane::filters: `chained_target`, `last_host`), the read
+//!    timeout (`Router::read_timeout`), and the edit rules
 //!    (crate::plane::forwarding, `teapot_h1::is_hop_by_hop`).
 //!
 //! What each engine keeps is its codec's: building the [`Head`] from its
@@ -27,7 +28,6 @@ use crate::plane::decide::{
     Answer, Decision, Forward, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders,
     check_host, decide_request,
 };
-use crate::plane::filters;
 use crate::plane::mirror::mirror;
 use crate::plane::proxy::Router;
 
@@ -116,31 +116,6 @@ pub(super) fn start_mirrors<'h, I>(
             &router.metrics.mirrors_dropped,
         );
     }
-}
-
-/// The request target (path and query) after the URL rewrites of
-/// `gateway`'s filters, each applied to the path the one before left;
-/// `None` when none rewrites it.
-pub(super) fn rewritten_target(
-    gateway: &GatewayForward,
-    path: &str,
-    query: Option<&str>,
-) -> Option<String> {
-    let mut rewritten: Option<String> = None;
-    for f in gateway.each() {
-        let current = rewritten
-            .as_deref()
-            .map_or(path, |t| t.split_once('?').map_or(t, |(p, _)| p));
-        if let Some(target) = filters::rewritten_target(f, current, query) {
-            rewritten = Some(target);
-        }
-    }
-    rewritten
-}
-
-/// The Host a Gateway URLRewrite sets (the last filter's that sets one).
-pub(super) fn rewritten_host(gateway: &GatewayForward) -> Option<&str> {
-    gateway.each().filter_map(filters::rewritten_host).last()
 }
 
 #[cfg(test)]

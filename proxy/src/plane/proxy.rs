@@ -23,7 +23,6 @@ use crate::plane::filters::{self, HeaderList};
 use crate::plane::forwarding;
 use crate::plane::h2::{Ids, StreamCtx};
 use crate::plane::metrics::{Metrics, Series};
-use crate::plane::pipeline;
 use crate::plane::trace;
 
 /// Value of the `Server` header on responses that have none.
@@ -262,7 +261,7 @@ pub(crate) fn tls_version(version: &str) -> &'static str {
 }
 
 /// A Gateway API rule's request filters: header edits and the Host,
-/// then the URL rewrite (host and path, crate::plane::pipeline's).
+/// then the URL rewrite (host and path, as HTTP/1's).
 fn apply_request_filters(
     gateway: &GatewayForward,
     headers: &mut HeaderMap,
@@ -274,8 +273,8 @@ fn apply_request_filters(
             headers.insert(HOST, HeaderValue::from_str(host)?);
         }
     }
-    let host = pipeline::rewritten_host(gateway);
-    let target = pipeline::rewritten_target(gateway, uri.path(), uri.query());
+    let host = filters::last_host(gateway.each());
+    let target = filters::chained_target(gateway.each(), uri.path(), uri.query());
     if target.is_none() && host.is_none() {
         return Ok(());
     }
