@@ -27,9 +27,7 @@ use tokio::time::{Instant, timeout};
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
-use crate::response::{
-    ResponseFraming, header_slots, parse_head, response_framing, response_head_len,
-};
+use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
 use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router, Upstreams};
 use crate::scan::{
     HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, find_head_end,
@@ -1436,7 +1434,7 @@ fn write_response_head<U>(
         body,
         length,
         keep_alive: upstream_keepalive,
-    } = response_framing(status, http10, plan.head_request, resp.headers).map_err(|_| ())?;
+    } = framing_with(status, http10, plan.head_request, resp.headers, opts).map_err(|_| ())?;
     let client_chunked = body == BodyFraming::Chunked && !plan.client_http10;
     // A refused upgrade closes: the client may already have sent bytes of
     // the protocol it asked for, which are no request.

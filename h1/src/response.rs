@@ -33,7 +33,24 @@ pub fn response_framing(
     head_request: bool,
     headers: &[httparse::Header<'_>],
 ) -> Result<ResponseFraming, &'static str> {
-    let opts: ConnOptions = connection_options(headers);
+    framing_with(
+        status,
+        http10,
+        head_request,
+        headers,
+        connection_options(headers),
+    )
+}
+
+/// [`response_framing`] with the head's `Connection` options already read
+/// (the engine reads them once, for the fields it drops too).
+pub(crate) fn framing_with(
+    status: u16,
+    http10: bool,
+    head_request: bool,
+    headers: &[httparse::Header<'_>],
+    opts: ConnOptions,
+) -> Result<ResponseFraming, &'static str> {
     let mut length: Option<u64> = None;
     let mut chunked = false;
     for h in headers {
