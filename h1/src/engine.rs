@@ -14,14 +14,11 @@
 //! the connection and are reused by every request on it.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::sync::LazyLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use memchr::memmem;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -30,10 +27,11 @@ use tokio::time::{Instant, timeout};
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
+use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
 use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router, Upstreams};
 use crate::scan::{
-    HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, is_authority,
-    scan_h1,
+    HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, find_head_end,
+    is_authority, scan_h1,
 };
 use crate::wire::{
     checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
@@ -1052,7 +1050,7 @@ where
             if !self.upbuf.is_empty() {
                 responded = true;
                 match response_head_len(self.upbuf.filled()) {
-                    Err(()) => {
+                    Err(_) => {
                         return Sent::Upstream(UpErr {
                             kind: UpstreamError::BadResponse,
                             responded,
@@ -1345,27 +1343,6 @@ async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-/// The end of a head (after its blank line) in `buf`, searching from about
-/// `from`. A bare-LF blank line also ends it, so that the scan can refuse
-/// it rather than the engine waiting for a CRLF that never comes.
-fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
-    // Two vectorised passes over the head rather than a search per line:
-    // the first "\n\r\n" (a CRLF blank line), then any "\n\n" before it.
-    static CRLF_BLANK: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(b"\n\r\n"));
-    static LF_BLANK: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(b"\n\n"));
-    let start = from.saturating_sub(3).min(buf.len());
-    let hay = &buf[start..];
-    let crlf = CRLF_BLANK.find(hay);
-    let before = crlf.map_or(hay.len(), |p| p + 2);
-    match (LF_BLANK.find(&hay[..before]), crlf) {
-        (Some(p), _) => Some(start + p + 2),
-        (None, Some(p)) => Some(start + p + 3),
-        (None, None) => None,
-    }
-}
-
 /// Whether an incomplete head can still start with a method: a client
 /// speaking another protocol (a TLS hello, HTTP/2 frames without the h2c
 /// preface) is refused at its first bytes, not at the header timeout.
@@ -1374,53 +1351,9 @@ fn method_so_far_is_token(buf: &[u8]) -> bool {
     buf[..end].iter().all(|&b| crate::scan::is_tchar(b))
 }
 
-/// `Some((head length, status))` once a response head is complete. Only
-/// the status line is read here: the head is parsed once, by
-/// [`write_response_head`], which refuses a malformed one. Bytes that
-/// cannot begin a status line are refused at once rather than waited on.
-fn response_head_len(buf: &[u8]) -> Result<Option<(usize, u16)>, ()> {
-    const PREFIX: &[u8] = b"HTTP/1.";
-    let n = buf.len().min(PREFIX.len());
-    if buf[..n] != PREFIX[..n] {
-        return Err(());
-    }
-    let Some(end) = find_head_end(buf, 0) else {
-        return Ok(None);
-    };
-    // "HTTP/1.x NNN": the version digit, one space, three digits.
-    let line = &buf[..end];
-    match line.get(8..12) {
-        Some([b' ', a, b, c]) if [a, b, c].iter().all(|d| d.is_ascii_digit()) => {
-            let code = |d: &u8| u16::from(d - b'0');
-            Ok(Some((end, code(a) * 100 + code(b) * 10 + code(c))))
-        }
-        _ => Err(()),
-    }
-}
-
-/// Room for a head's fields, left uninitialised: httparse fills only what
-/// it parses, and zeroing all 128 slots cost more than parsing a short head.
-fn header_slots<'b>() -> [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS_CAP] {
-    [const { MaybeUninit::uninit() }; MAX_HEADERS_CAP]
-}
-
-/// A complete response head, its fields in `slots`; anything else is `Err`.
-fn parse_response_head<'h, 'b>(
-    raw: &'b [u8],
-    slots: &'h mut [MaybeUninit<httparse::Header<'b>>],
-) -> Result<httparse::Response<'h, 'b>, ()> {
-    let mut resp = httparse::Response::new(&mut []);
-    match httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, raw, slots)
-    {
-        Ok(httparse::Status::Complete(_)) => Ok(resp),
-        _ => Err(()),
-    }
-}
-
 fn write_interim(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ()> {
     let mut slots = header_slots();
-    let resp = parse_response_head(raw, &mut slots)?;
+    let resp = parse_head(raw, &mut slots)?;
     let status = resp.code.unwrap_or(100);
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
     let opts = connection_options(resp.headers);
@@ -1490,50 +1423,18 @@ fn write_response_head<U>(
     server: Option<&[u8]>,
 ) -> Result<RespFacts, ()> {
     let mut slots = header_slots();
-    let resp = parse_response_head(raw, &mut slots)?;
+    let resp = parse_head(raw, &mut slots)?;
     let status = resp.code.ok_or(())?;
     let http10 = resp.version == Some(0);
     let opts = connection_options(resp.headers);
-    let mut length: Option<u64> = None;
-    let mut chunked = false;
-    for h in resp.headers.iter() {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let n = crate::scan::parse_length(crate::scan::trim_ows(h.value)).map_err(|_| ())?;
-            if length.is_some_and(|l| l != n) {
-                return Err(());
-            }
-            length = Some(n);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            if chunked || !crate::scan::trim_ows(h.value).eq_ignore_ascii_case(b"chunked") {
-                return Err(());
-            }
-            chunked = true;
-        }
-    }
-    if chunked && length.is_some() {
-        return Err(());
-    }
     if status == 101 && !plan.upgrade {
         return Err(());
     }
-    let bodyless =
-        plan.head_request || status == 204 || status == 304 || (100..200).contains(&status);
-    let body = if bodyless {
-        BodyFraming::None
-    } else if chunked {
-        BodyFraming::Chunked
-    } else if let Some(n) = length {
-        BodyFraming::Length(n)
-    } else {
-        BodyFraming::Close
-    };
-    let upstream_keepalive = body != BodyFraming::Close
-        && status != 101
-        && if http10 {
-            opts.keep_alive && !opts.close
-        } else {
-            !opts.close
-        };
+    let ResponseFraming {
+        body,
+        length,
+        keep_alive: upstream_keepalive,
+    } = framing_with(status, http10, plan.head_request, resp.headers, opts).map_err(|_| ())?;
     let client_chunked = body == BodyFraming::Chunked && !plan.client_http10;
     // A refused upgrade closes: the client may already have sent bytes of
     // the protocol it asked for, which are no request.

@@ -41,6 +41,9 @@
 //!   [`H1Framing`], [`body_limit`]), teapot's one home for the HTTP/1
 //!   framing rules (`proxy/src/plane/edge.rs` re-exports them); runs on
 //!   the raw head before `httparse`.
+//! - `response`: a backend's response head ([`parse_response`]) and its
+//!   body's framing ([`response_framing`], RFC 9112 §6.3), for the engine
+//!   and for teapot's HTTP/2-to-HTTP/1 exchange alike.
 //! - `body`: Content-Length, chunked (re-validated, re-encoded
 //!   canonically, trailers checked) and close-delimited body decoding that
 //!   never consumes past the framed end.
@@ -62,6 +65,7 @@ mod body;
 mod engine;
 pub mod observer;
 pub mod pool;
+mod response;
 pub mod router;
 pub mod scan;
 mod tunnel;
@@ -71,6 +75,7 @@ pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
+pub use response::{ResponseFraming, ResponseHead, parse_response, response_framing};
 pub use router::{
     ConnInfo, Decision, Forward, HeaderEdits, RequestHead, RequestTarget, Respond, Router,
     Timeouts, Upstreams,
@@ -78,3 +83,4 @@ pub use router::{
 pub use scan::{
     H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,
 };
+pub use wire::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};

@@ -456,6 +456,27 @@ pub fn body_limit(operator: u64, route: Option<u64>) -> u64 {
     }
 }
 
+/// The end of a head (after its blank line) in `buf`, searching from about
+/// `from`. A bare-LF blank line also ends it, so that the scan can refuse
+/// it rather than the engine waiting for a CRLF that never comes.
+pub(crate) fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
+    // Two vectorised passes over the head rather than a search per line:
+    // the first "\n\r\n" (a CRLF blank line), then any "\n\n" before it.
+    static CRLF_BLANK: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\n\r\n"));
+    static LF_BLANK: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\n\n"));
+    let start = from.saturating_sub(3).min(buf.len());
+    let hay = &buf[start..];
+    let crlf = CRLF_BLANK.find(hay);
+    let before = crlf.map_or(hay.len(), |p| p + 2);
+    match (LF_BLANK.find(&hay[..before]), crlf) {
+        (Some(p), _) => Some(start + p + 2),
+        (None, Some(p)) => Some(start + p + 3),
+        (None, None) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,8 @@
 //!   states, domain proofs, the previous L4 holdings, all as data) become
 //!   an immutable [`compile::snapshot::Snapshot`] and its status report. No
 //!   I/O, no clock-driven state, no pruning.
-//! - [`plane`]: the request path. Pingora wiring, the routing decision, the
-//!   front-door edge, the SNI resolver, the L4 listeners, metrics and the
+//! - [`plane`]: the request path. Pingora's listeners and TLS, the HTTP/1
+//!   and HTTP/2 engines over one request pipeline, the front-door edge, the SNI resolver, the L4 listeners, metrics and the
 //!   admin endpoint. It only ever reads the current snapshot.
 //! - [`loops`]: the long-running tasks that own state: the reload loop
 //!   (the one place a compile is triggered), the Kubernetes status writer,
@@ -14,7 +14,7 @@
 //!
 //! Arrows run model <- compile <- plane <- loops: `compile` imports neither
 //! `plane` nor `loops`, `plane` does not import `loops`
-//! (`tests/layering.rs` fails on a wrong-way import). [`server`] is the
+//! (`teapot/tests/architecture.rs` fails on a wrong-way import). [`server`] is the
 //! composition root that wires them to listeners and shutdown.
 
 pub mod compile;

@@ -3,8 +3,8 @@
 //! of echo backends. Path matches, weights, redirects and unresolved
 //! backends over HTTP/1 (decided in `plane::decide`); header and method
 //! matches, the redirect's `Location` and header filters over cleartext
-//! HTTP/2 (the Pingora path, which gives the decision the request's
-//! method, headers and query); a hot reload; `/status` conditions.
+//! HTTP/2 (teapot's HTTP/2 server, over the same request pipeline as
+//! HTTP/1, crate::plane::pipeline); a hot reload; `/status` conditions.
 
 mod common;
 

@@ -5,7 +5,6 @@
 //! count the route carries); tested without sockets.
 
 use std::borrow::Cow;
-use std::fmt::Display;
 use std::sync::Arc;
 
 use crate::compile::fairness::TenantPermit;
@@ -385,104 +384,15 @@ fn limits(
     Ok((limit, tenant))
 }
 
-/// The forwarding headers a backend gets, replacing whatever the client
-/// sent: the edge is where the chain of trust starts. `None` removes the
-/// header. `Forwarded` (RFC 7239) and `X-Real-IP` are replaced like the
-/// `X-Forwarded-*` family (isolation review, finding 6: a client's own
-/// `Forwarded: for=…` reached tenant backends as if teapot had said it).
-pub fn forwarding_headers(
-    client_ip: Option<String>,
-    tls: bool,
-    authority: &str,
-    local_port: Option<u16>,
-) -> [(&'static str, Option<String>); 6] {
-    let mut headers: [(&'static str, Option<String>); 6] = Default::default();
-    let mut slots = headers.iter_mut();
-    each_forwarding_header(
-        client_ip.as_deref(),
-        tls,
-        authority,
-        local_port,
-        |name, value| {
-            if let Some(slot) = slots.next() {
-                *slot = (name, value.map(|v| v.to_string()));
-            }
-        },
-    );
-    headers
-}
-
-/// [`forwarding_headers`] one at a time, each value to be formatted, so
-/// that an engine writing heads as bytes formats them in place and
-/// allocates nothing per request.
-pub fn each_forwarding_header(
-    client_ip: Option<&str>,
-    tls: bool,
-    authority: &str,
-    local_port: Option<u16>,
-    mut emit: impl FnMut(&'static str, Option<&dyn Display>),
-) {
-    let proto = if tls { "https" } else { "http" };
-    let ip = client_ip.as_ref().map(|ip| ip as &dyn Display);
-    let forwarded = client_ip.map(|ip| Forwarded {
-        ip,
-        proto,
-        host: authority,
-    });
-    emit("x-forwarded-for", ip);
-    emit("x-forwarded-proto", Some(&proto));
-    emit("x-forwarded-host", Some(&authority));
-    emit(
-        "x-forwarded-port",
-        local_port.as_ref().map(|p| p as &dyn Display),
-    );
-    emit("forwarded", forwarded.as_ref().map(|f| f as &dyn Display));
-    emit("x-real-ip", ip);
-}
-
-/// An RFC 7239 element: an IPv6 node and any host go in a quoted-string
-/// (§4).
-struct Forwarded<'a> {
-    ip: &'a str,
-    proto: &'a str,
-    host: &'a str,
-}
-
-impl Display for Forwarded<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let Forwarded { ip, proto, host } = self;
-        if ip.contains(':') {
-            write!(f, "for=\"[{ip}]\"")?;
-        } else {
-            write!(f, "for={ip}")?;
-        }
-        write!(f, ";proto={proto};host=\"{}\"", QuotedText(host))
-    }
-}
-
-/// The inside of a quoted-string: `"` and `\` escaped.
-struct QuotedText<'a>(&'a str);
-
-impl Display for QuotedText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut rest = self.0;
-        while let Some(i) = rest.find(['"', '\\']) {
-            f.write_str(&rest[..i])?;
-            f.write_str("\\")?;
-            f.write_str(&rest[i..i + 1])?;
-            rest = &rest[i + 1..];
-        }
-        f.write_str(rest)
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::compile::CompileOptions;
     use crate::compile::tests::compile_test_docs;
 
-    const DOCS: &str = "apiVersion: networking.k8s.io/v1
+    /// An Ingress for `a.example` (`/` to `web`, `/empty` to a Service
+    /// without endpoints), also the request pipeline's tests' store.
+    pub(crate) const DOCS: &str = "apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: web, namespace: ops}
 spec:
@@ -594,37 +504,6 @@ ports: [{name: \"\", port: 8080}]
         // Nothing to normalise: the client's path goes as sent.
         assert_eq!(forwarded("/x/y.html"), None);
         assert_eq!(forwarded("/x%2F..%2Fempty"), None);
-    }
-
-    #[test]
-    fn forwarding_headers_replace_what_the_client_sent() {
-        let h = forwarding_headers(Some("192.0.2.7".into()), true, "a.example", None);
-        assert_eq!(h[0], ("x-forwarded-for", Some("192.0.2.7".to_string())));
-        assert_eq!(h[1], ("x-forwarded-proto", Some("https".to_string())));
-        assert_eq!(h[2], ("x-forwarded-host", Some("a.example".to_string())));
-        assert_eq!(h[3], ("x-forwarded-port", None));
-        assert_eq!(
-            h[4],
-            (
-                "forwarded",
-                Some("for=192.0.2.7;proto=https;host=\"a.example\"".to_string())
-            )
-        );
-        assert_eq!(h[5], ("x-real-ip", Some("192.0.2.7".to_string())));
-        let v6 = forwarding_headers(
-            Some("2001:db8::1".into()),
-            false,
-            "a.example:8080",
-            Some(80),
-        );
-        assert_eq!(
-            v6[4].1.as_deref(),
-            Some("for=\"[2001:db8::1]\";proto=http;host=\"a.example:8080\"")
-        );
-        // Without a peer address, nothing the client sent survives.
-        let none = forwarding_headers(None, false, "a.example", None);
-        assert_eq!(none[4], ("forwarded", None));
-        assert_eq!(none[5], ("x-real-ip", None));
     }
 }
 

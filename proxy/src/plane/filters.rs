@@ -131,6 +131,32 @@ fn strip_port(authority: &str) -> &str {
         .map_or(authority, |(h, _)| h)
 }
 
+/// The request target (path and query) after the URL rewrites of a
+/// rule's `filters` in order, each applied to the path the one before
+/// left; `None` when none rewrites it. Both engines' rewrite.
+pub fn chained_target<'f>(
+    filters: impl IntoIterator<Item = &'f Filters>,
+    path: &str,
+    query: Option<&str>,
+) -> Option<String> {
+    let mut rewritten: Option<String> = None;
+    for f in filters {
+        let current = rewritten
+            .as_deref()
+            .map_or(path, |t| t.split_once('?').map_or(t, |(p, _)| p));
+        if let Some(target) = rewritten_target(f, current, query) {
+            rewritten = Some(target);
+        }
+    }
+    rewritten
+}
+
+/// The Host the URL rewrites of `filters` set: the last one's that sets
+/// one.
+pub fn last_host<'f>(filters: impl IntoIterator<Item = &'f Filters>) -> Option<&'f str> {
+    filters.into_iter().filter_map(rewritten_host).last()
+}
+
 /// The head of a mirrored request, as HTTP/1.1 bytes: the request's
 /// method, target and headers, without a body (`Content-Length: 0`), its
 /// framing and hop-by-hop headers dropped, `Connection: close`.
@@ -140,17 +166,6 @@ pub fn mirror_request<'h>(
     authority: &str,
     headers: impl Iterator<Item = (&'h str, &'h [u8])>,
 ) -> Vec<u8> {
-    const DROPPED: [&str; 9] = [
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "upgrade",
-    ];
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
@@ -159,7 +174,9 @@ pub fn mirror_request<'h>(
     out.extend_from_slice(authority.as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        if DROPPED.iter().any(|d| d.eq_ignore_ascii_case(name)) {
+        // `host` is written above; the framing and hop-by-hop fields are
+        // the HTTP/1 engine's list (`teapot_h1::is_hop_by_hop`).
+        if name.eq_ignore_ascii_case("host") || teapot_h1::is_hop_by_hop(name.as_bytes()) {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
@@ -330,6 +347,7 @@ mod tests {
             ("Content-Length", b"5"),
             ("Host", b"evil"),
             ("connection", b"keep-alive"),
+            ("Proxy-Authorization", b"Basic eDp5"),
         ];
         let bytes = mirror_request("POST", "/p?q", "a.example", headers.into_iter());
         assert_eq!(

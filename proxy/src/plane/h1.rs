@@ -1,6 +1,8 @@
 //! HTTP/1 through teapot's own engine (`teapot_h1`), over the same
-//! [`Router`] and routing decision ([`crate::plane::decide`]) as the
-//! Pingora path, which is left to HTTP/2.
+//! [`Router`] and request pipeline ([`crate::plane::pipeline`]: Host
+//! rules, 421, ACME, the routing decision, the Gateway filters' shared
+//! parts) as HTTP/2 (crate::plane::h2); what is here is the engine's side
+//! of it.
 //!
 //! Why a second engine: Pingora's per-request machinery (a header map, a
 //! boxed future per filter, a task per body) cost about three times the
@@ -9,14 +11,14 @@
 //! per request is one snapshot lookup, the tenant gate, and the four
 //! forwarding headers.
 //!
-//! - [`Router`] implements `teapot_h1::Router`: Host rules, the ACME
-//!   HTTP-01 answer (the only await on the way, besides a tenant refusal's
-//!   delay), then [`decide`].
+//! - [`Router`] implements `teapot_h1::Router`: the request pipeline (its
+//!   ACME lookup the only await on the way, besides a tenant refusal's
+//!   delay), then the forward's edits as the engine's [`HeaderEdits`].
 //! - [`Target`] is one request's upstream: round-robin over live
 //!   endpoints, ejection on connect failure, the tenant's slot and the
 //!   in-flight count held until the request (or its upgraded tunnel) ends.
 //! - [`MetricsObserver`] turns each finished request into the same
-//!   metrics the Pingora path counts.
+//!   metrics the HTTP/2 server counts.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,21 +30,18 @@ use teapot_h1::{
     Observer, Outcome, RequestHead, RequestLog, RequestTarget, Respond, Upstreams,
 };
 
-use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::fairness::{TenantGate, TenantPermit};
 use crate::compile::gateway::table::HeaderEdits as GatewayHeaderEdits;
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::access_log::{AccessLog, Entry};
-use crate::plane::decide::{
-    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders,
-    UNFORWARDABLE_PATH, check_host, decide_request,
-};
+use crate::plane::decide::{Answer, GatewayForward, Head, RequestHeaders, UNFORWARDABLE_PATH};
 use crate::plane::edge::EdgeConfig;
 use crate::plane::filters;
+use crate::plane::forwarding;
 use crate::plane::logflood::EndpointLog;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
-pub(super) use crate::plane::mirror::mirror;
+use crate::plane::pipeline::{self, Routed};
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
@@ -123,89 +122,69 @@ impl teapot_h1::Router for Router {
             requires_host: req.version() == 1,
             declared_length: req.content_length(),
         };
-        if let Err(answer) = check_host(&head) {
-            let ids = self.ids(req, None);
-            return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
-        }
-        if self.misdirected(conn.tls, conn.sni.as_deref(), head.authority) {
-            let ids = self.ids(req, None);
-            return H1Decision::Respond(self.local_answer(MISDIRECTED, ids.tag).await);
-        }
-        // HTTP-01 validation, before routing; a token that is not ours goes
-        // on to the routes (a tenant may run its own ACME client behind us).
-        if let Some(acme) = &self.acme
-            && let Some(token) = head.path.strip_prefix(CHALLENGE_PREFIX)
-            && let Some(answer) = acme.challenge_response(token).await
-        {
-            let mut respond = Respond::new(200, "acme_challenge", answer);
-            respond.headers.push(PLAIN_TEXT);
-            respond.tag = Some(self.ids(req, None).tag);
-            return H1Decision::Respond(respond);
-        }
-        // The snapshot guard and the facts (a `dyn` reference, not `Send`)
-        // are dropped before any await. Building the facts reads nothing:
-        // only Gateway API matches look at them.
-        let decision = {
-            let headers = H1Headers(req);
-            let facts = RequestFacts {
-                method: req.method(),
-                query: Some(query),
-                headers: Some(&headers),
-                tls: Some(conn.tls),
-            };
-            decide_request(&self.snapshots.load(), &self.edge, &head, &facts)
+        let headers = H1Headers(req);
+        let request = pipeline::Request {
+            head,
+            method: req.method(),
+            query,
+            headers: &headers,
         };
-        match decision {
-            Decision::Forward(forward) => {
-                let ids = self.ids(req, Some(&forward.route));
-                if forward.gateway.as_ref().is_some_and(|g| g.h2c) {
-                    return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
-                }
-                let mut fwd = H1Forward::via(Target {
-                    upstream: forward.upstream,
-                    tried: Tried::default(),
-                    max_attempts: self.options.max_connect_attempts.max(1),
-                    connect_failures: self.metrics.upstream_connect_failures.clone(),
-                    series: ids.series,
-                    _tenant: forward.tenant,
-                    _in_flight: self.metrics.request_started(),
-                });
-                fwd.max_body_size = Some(forward.body_limit);
-                fwd.request_edits =
-                    forwarding_edits(conn, head.authority, &ids.request_id, &ids.traceparent);
-                fwd.tag = Some(ids.tag);
-                // The path the route matched goes upstream, the query as
-                // sent; Gateway filters rewrite that path.
-                let path = forward.path.as_deref().unwrap_or(path);
-                let edited = normalised_target(
-                    &mut fwd,
-                    forward.path.as_deref(),
-                    &target[head.path.len()..],
-                )
-                .and_then(|()| match &forward.gateway {
-                    Some(gateway) => self.gateway_filters(&mut fwd, gateway, req, path, query),
-                    None => Ok(()),
-                });
-                if let Err(answer) = edited {
-                    // The tenant's slot and the in-flight count go with it.
-                    let tag = fwd.tag.take().unwrap_or_default();
-                    drop(fwd);
-                    return H1Decision::Respond(self.local_answer(answer, tag).await);
-                }
-                H1Decision::Forward(fwd)
-            }
-            Decision::Answer(answer, route) => {
+        let forward = match pipeline::route(self, &request, conn).await {
+            Routed::Forward(forward) => forward,
+            Routed::Answer(answer, route) => {
                 let ids = self.ids(req, route.as_ref());
-                H1Decision::Respond(self.local_answer(answer, ids.tag).await)
+                return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
             }
+            Routed::AcmeChallenge(answer) => {
+                let mut respond = Respond::new(200, "acme_challenge", answer);
+                respond.headers.push(PLAIN_TEXT);
+                respond.tag = Some(self.ids(req, None).tag);
+                return H1Decision::Respond(respond);
+            }
+        };
+        let ids = self.ids(req, Some(&forward.route));
+        if forward.gateway.as_ref().is_some_and(|g| g.h2c) {
+            return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
         }
+        let mut fwd = H1Forward::via(Target {
+            upstream: forward.upstream,
+            tried: Tried::default(),
+            max_attempts: self.options.max_connect_attempts.max(1),
+            connect_failures: self.metrics.upstream_connect_failures.clone(),
+            series: ids.series,
+            _tenant: forward.tenant,
+            _in_flight: self.metrics.request_started(),
+        });
+        fwd.max_body_size = Some(forward.body_limit);
+        fwd.request_edits =
+            forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
+        fwd.tag = Some(ids.tag);
+        // The path the route matched goes upstream, the query as
+        // sent; Gateway filters rewrite that path.
+        let path = forward.path.as_deref().unwrap_or(path);
+        let edited = normalised_target(
+            &mut fwd,
+            forward.path.as_deref(),
+            &target[head.path.len()..],
+        )
+        .and_then(|()| match &forward.gateway {
+            Some(gateway) => self.gateway_filters(&mut fwd, gateway, req, path, query),
+            None => Ok(()),
+        });
+        if let Err(answer) = edited {
+            // The tenant's slot and the in-flight count go with it.
+            let tag = fwd.tag.take().unwrap_or_default();
+            drop(fwd);
+            return H1Decision::Respond(self.local_answer(answer, tag).await);
+        }
+        H1Decision::Forward(fwd)
     }
 }
 
 /// A GRPCRoute backend (or an h2c `appProtocol`) reached over HTTP/1: the
 /// engine speaks HTTP/1 upstream only, and a gRPC backend does not answer
 /// HTTP/1, so the request is refused here rather than sent where it would
-/// fail; gRPC clients speak HTTP/2, which the Pingora path serves.
+/// fail; gRPC clients speak HTTP/2, which crate::plane::h2 serves.
 const H2C_OVER_H1: Answer = Answer {
     status: 502,
     body: "502 this route's backend speaks HTTP/2 only (gRPC, h2c); send the request over HTTP/2\n",
@@ -247,32 +226,13 @@ impl RequestHeaders for H1Headers<'_, '_> {
     }
 }
 
-/// The fields teapot sets on every forwarded request
-/// ([`forwarding_edits`]): the edge's chain of trust. A header filter's
-/// edit of one of them is not applied (it would write a second field).
-const FORWARDING_FIELDS: [&str; 8] = [
-    trace::REQUEST_ID,
-    trace::TRACEPARENT,
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "forwarded",
-    "x-real-ip",
-];
-
 /// A Gateway API filter's header edits as the engine's: `set` replaces,
 /// `add` appends one more field (the same list as `a,b`, RFC 9110 §5.3,
 /// and what the conformance suite reads), `remove` removes, in that
 /// order; a name both edited and removed is removed. The engine checks
 /// each name and value when pushed (no CR/LF, no framing field).
 fn push_gateway_edits(edits: &mut HeaderEdits, spec: &GatewayHeaderEdits, request: bool) {
-    let teapots = |name: &str| {
-        request
-            && FORWARDING_FIELDS
-                .iter()
-                .any(|f| f.eq_ignore_ascii_case(name))
-    };
+    let teapots = |name: &str| request && forwarding::is_teapots(name);
     let kept =
         |name: &str| !teapots(name) && !spec.remove.iter().any(|r| r.eq_ignore_ascii_case(name));
     for (name, value) in spec.set.iter().filter(|(n, _)| kept(n)) {
@@ -287,11 +247,11 @@ fn push_gateway_edits(edits: &mut HeaderEdits, spec: &GatewayHeaderEdits, reques
 }
 
 impl Router {
-    /// What a Gateway API rule's filters do to a forwarded request, as the
-    /// Pingora path does (crate::plane::proxy): request header edits, Host
-    /// and target rewrites, response header edits, the timeouts, and the
-    /// mirrors (started here, on their own tasks). `Err`: a rewrite made
-    /// no valid target.
+    /// What a Gateway API rule's filters do to a forwarded request (the
+    /// parts both engines share are crate::plane::pipeline's): request
+    /// header edits, Host and target rewrites, response header edits, the
+    /// timeouts, and the mirrors (started here, on their own tasks).
+    /// `Err`: a rewrite made no valid target.
     fn gateway_filters(
         &self,
         fwd: &mut H1Forward<Target>,
@@ -300,42 +260,25 @@ impl Router {
         path: &str,
         query: &str,
     ) -> Result<(), Answer> {
-        let mut rewritten: Option<String> = None;
-        let mut read_timeout = self.options.read_timeout;
         // Mirrors get the target the backend gets before any rewrite.
         let sent = fwd.target.clone();
         let sent = sent.as_ref().map_or(req.path(), |t| t.as_str());
+        let authority = req.host().unwrap_or("");
+        pipeline::start_mirrors(self, gateway, req.method(), sent, authority, || {
+            req.headers()
+        });
         for f in gateway.each() {
             push_gateway_edits(&mut fwd.request_edits, &f.request_headers, true);
             push_gateway_edits(&mut fwd.response_edits, &f.response_headers, false);
             if let Some(host) = filters::rewritten_host(f) {
                 fwd.request_edits.push_set(b"host", host.as_bytes());
             }
-            // A backend's rewrite applies to the path the rule's left.
-            let current = rewritten
-                .as_deref()
-                .map_or(path, |t| t.split_once('?').map_or(t, |(p, _)| p));
-            if let Some(target) = filters::rewritten_target(f, current, Some(query)) {
-                rewritten = Some(target);
-            }
-            for t in [f.backend_timeout, f.request_timeout].into_iter().flatten() {
-                read_timeout = read_timeout.min(t);
-            }
-            for m in &f.mirrors {
-                mirror(
-                    m,
-                    req.method(),
-                    sent,
-                    req.host().unwrap_or(""),
-                    req.headers(),
-                    &self.metrics.mirrors_dropped,
-                );
-            }
         }
-        if let Some(target) = rewritten {
+        if let Some(target) = filters::chained_target(gateway.each(), path, Some(query)) {
             fwd.target = Some(RequestTarget::new(target).ok_or(BAD_REWRITE)?);
         }
         // Only a bound shorter than the engine's own changes anything.
+        let read_timeout = self.read_timeout(Some(gateway));
         if read_timeout < self.options.read_timeout {
             fwd.timeouts.read = Some(read_timeout);
         }
@@ -427,8 +370,8 @@ impl Router {
         })
     }
 
-    /// A local answer of the routing decision, as the Pingora path writes
-    /// it (crate::plane::proxy): counted, delayed for a tenant refusal.
+    /// A local answer of the routing decision, as the HTTP/2 server writes
+    /// it (crate::plane::h2): counted, delayed for a tenant refusal.
     async fn local_answer(&self, answer: Answer, tag: Arc<str>) -> Respond {
         if let Some(refusal) = answer.refusal {
             self.metrics.refused(refusal);
@@ -456,214 +399,6 @@ impl Router {
         }
         respond.close = !answer.keeps_connection();
         respond
-    }
-}
-
-/// `X-Forwarded-*` as [`each_forwarding_header`] defines them, as
-/// replacements of whatever the client sent, after the request's ID and
-/// trace context when teapot made them. The forwarding fields depend only
-/// on the connection and the authority, so they come from a per-thread
-/// cache ([`with_forwarding_block`]): a keep-alive connection's requests
-/// copy them, already checked, instead of writing and checking six fields
-/// each.
-///
-/// [`each_forwarding_header`]: crate::plane::decide::each_forwarding_header
-fn forwarding_edits(
-    conn: &ConnInfo,
-    authority: &str,
-    request_id: &RequestId<'_>,
-    traceparent: &TraceParent<'_>,
-) -> HeaderEdits {
-    // Six names and values (an IPv6 address three times, the authority
-    // twice) and 4 bytes of framing each; a new ID (12 + 32) and
-    // traceparent (11 + 55).
-    let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len() + 128);
-    if request_id.is_new() {
-        edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_bytes());
-    }
-    if traceparent.is_new() {
-        edits.push_set(trace::TRACEPARENT.as_bytes(), traceparent.as_bytes());
-    }
-    with_forwarding_block(conn, authority, |block| edits.push_all(block));
-    edits
-}
-
-/// Calls `f` with the forwarding fields of (`conn`, `authority`), from a
-/// 64-slot per-thread cache keyed by everything they are made of: the
-/// client's address, TLS, the local port and the authority. A miss (a new
-/// client or host on the slot) makes them with [`forwarding_block`].
-pub(super) fn with_forwarding_block<T>(
-    conn: &ConnInfo,
-    authority: &str,
-    f: impl FnOnce(&HeaderEdits) -> T,
-) -> T {
-    use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
-    const SLOTS: usize = 64;
-    struct Block {
-        client: Option<std::net::IpAddr>,
-        tls: bool,
-        local_port: Option<u16>,
-        authority: Box<str>,
-        edits: HeaderEdits,
-    }
-    thread_local! {
-        static BLOCKS: std::cell::RefCell<[Option<Block>; SLOTS]> =
-            const { std::cell::RefCell::new([const { None }; SLOTS]) };
-    }
-    let client = conn.client.map(|a| a.ip());
-    let local_port = conn.local.map(|a| a.port());
-    // The key is the client's own input (its address, its Host): a
-    // collision only costs a miss, never another client's fields.
-    // Fed field by field rather than through `hash_one` on a tuple, which
-    // the optimizer may keep out of line: this runs on every request.
-    let mut hasher = foldhash::fast::FixedState::with_seed(0xf0d).build_hasher();
-    client.hash(&mut hasher);
-    conn.tls.hash(&mut hasher);
-    local_port.hash(&mut hasher);
-    authority.hash(&mut hasher);
-    let hash = hasher.finish();
-    let slot = (hash % SLOTS as u64) as usize;
-    BLOCKS.with_borrow_mut(|blocks| {
-        let hit = blocks[slot].as_ref().is_some_and(|b| {
-            b.client == client
-                && b.tls == conn.tls
-                && b.local_port == local_port
-                && *b.authority == *authority
-        });
-        if !hit {
-            blocks[slot] = Some(Block {
-                client,
-                tls: conn.tls,
-                local_port,
-                authority: authority.into(),
-                edits: forwarding_block(conn, authority),
-            });
-        }
-        match &blocks[slot] {
-            Some(b) => f(&b.edits),
-            None => f(&forwarding_block(conn, authority)),
-        }
-    })
-}
-
-/// The six forwarding fields, written as bytes straight into one buffer
-/// (no `fmt`, the client's address on the stack). The fields, their order
-/// and their values are [`each_forwarding_header`]'s;
-/// `forwarding_edits_match_the_decision` checks it.
-///
-/// [`each_forwarding_header`]: crate::plane::decide::each_forwarding_header
-fn forwarding_block(conn: &ConnInfo, authority: &str) -> HeaderEdits {
-    let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len());
-    let mut ip = IpText {
-        buf: [0; 48],
-        len: 0,
-    };
-    let client_ip = conn.client.map(|a| ip.of(a.ip()));
-    let proto: &[u8] = if conn.tls { b"https" } else { b"http" };
-    let set_or_remove = |edits: &mut HeaderEdits, name: &[u8], value: Option<&[u8]>| match value {
-        Some(v) => edits.push_set(name, v),
-        None => edits.push_remove(name),
-    };
-    set_or_remove(&mut edits, b"x-forwarded-for", client_ip);
-    edits.push_set(b"x-forwarded-proto", proto);
-    edits.push_set(b"x-forwarded-host", authority.as_bytes());
-    match conn.local {
-        Some(local) => edits.push_set_with(b"x-forwarded-port", |v| write_decimal(v, local.port())),
-        None => edits.push_remove(b"x-forwarded-port"),
-    }
-    match client_ip {
-        // RFC 7239 §4: an IPv6 node and the host go in a quoted-string.
-        Some(ip) => edits.push_set_with(b"forwarded", |v| {
-            if ip.contains(&b':') {
-                v.extend_from_slice(b"for=\"[");
-                v.extend_from_slice(ip);
-                v.extend_from_slice(b"]\"");
-            } else {
-                v.extend_from_slice(b"for=");
-                v.extend_from_slice(ip);
-            }
-            v.extend_from_slice(b";proto=");
-            v.extend_from_slice(proto);
-            v.extend_from_slice(b";host=\"");
-            for &b in authority.as_bytes() {
-                if matches!(b, b'"' | b'\\') {
-                    v.push(b'\\');
-                }
-                v.push(b);
-            }
-            v.push(b'"');
-        }),
-        None => edits.push_remove(b"forwarded"),
-    }
-    set_or_remove(&mut edits, b"x-real-ip", client_ip);
-    edits
-}
-
-fn write_decimal(out: &mut Vec<u8>, n: u16) {
-    let mut digits = [0u8; 5];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
-
-/// An IP address's text without a `String`: the longest, an IPv4-mapped
-/// IPv6 address, is 45 bytes.
-struct IpText {
-    buf: [u8; 48],
-    len: usize,
-}
-
-impl IpText {
-    /// IPv4 by hand (every request of an IPv4 client formats it), IPv6
-    /// through `Display` (its zero compression is not worth repeating).
-    fn of(&mut self, ip: std::net::IpAddr) -> &[u8] {
-        use std::fmt::Write as _;
-        self.len = 0;
-        match ip {
-            std::net::IpAddr::V4(v4) => {
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        self.push(b'.');
-                    }
-                    if octet >= 100 {
-                        self.push(b'0' + octet / 100);
-                    }
-                    if octet >= 10 {
-                        self.push(b'0' + octet / 10 % 10);
-                    }
-                    self.push(b'0' + octet % 10);
-                }
-            }
-            std::net::IpAddr::V6(_) => {
-                let _ = write!(self, "{ip}");
-            }
-        }
-        &self.buf[..self.len]
-    }
-
-    fn push(&mut self, b: u8) {
-        if let Some(slot) = self.buf.get_mut(self.len) {
-            *slot = b;
-            self.len += 1;
-        }
-    }
-}
-
-impl std::fmt::Write for IpText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        dst.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
     }
 }
 
@@ -816,39 +551,6 @@ fn reason(log: &RequestLog<'_>) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plane::decide::each_forwarding_header;
-
-    /// The edits as [`each_forwarding_header`] formats them (what this
-    /// file did before the byte writer).
-    fn through_display(
-        conn: &ConnInfo,
-        authority: &str,
-        request_id: &RequestId<'_>,
-        traceparent: &TraceParent<'_>,
-    ) -> HeaderEdits {
-        let mut edits = HeaderEdits::default();
-        if request_id.is_new() {
-            edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_str().as_bytes());
-        }
-        if traceparent.is_new() {
-            edits.push_set(
-                trace::TRACEPARENT.as_bytes(),
-                traceparent.as_str().as_bytes(),
-            );
-        }
-        let client_ip = conn.client.map(|a| a.ip().to_string());
-        each_forwarding_header(
-            client_ip.as_deref(),
-            conn.tls,
-            authority,
-            conn.local.map(|a| a.port()),
-            |name, value| match value {
-                Some(v) => edits.set_fmt(name.as_bytes(), format_args!("{v}")),
-                None => edits.push_remove(name.as_bytes()),
-            },
-        );
-        edits
-    }
 
     /// A filter's edits in the engine's terms: set, add, remove in that
     /// order; the forwarding fields stay teapot's; a value that could
@@ -899,63 +601,5 @@ mod tests {
                     .remove("x-real-ip")
             )
         );
-    }
-
-    #[test]
-    fn forwarding_edits_match_the_decision() {
-        let clients = [
-            None,
-            Some("10.1.2.3:5555"),
-            Some("0.0.0.0:1"),
-            Some("255.255.255.255:1"),
-            Some("127.0.0.1:40000"),
-            Some("1.20.100.9:2"),
-            Some("[::1]:443"),
-            Some("[2001:db8::8a2e:370:7334]:80"),
-            Some("[::ffff:192.0.2.1]:80"),
-        ];
-        let locals = [
-            None,
-            Some("127.0.0.1:0"),
-            Some("127.0.0.1:8"),
-            Some("[::1]:65535"),
-        ];
-        let authorities = [
-            "a.example",
-            "a.example:8443",
-            "[::1]:80",
-            "we\"ird\\host",
-            "",
-        ];
-        let sent_id = b"kept-id";
-        let sent_tp = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        for client in clients {
-            for local in locals {
-                for tls in [false, true] {
-                    for authority in authorities {
-                        for (id_sent, tp_sent) in
-                            [(None, None), (Some(&sent_id[..]), Some(&sent_tp[..]))]
-                        {
-                            let conn = ConnInfo {
-                                client: client.map(|c| c.parse().unwrap()),
-                                local: local.map(|l| l.parse().unwrap()),
-                                tls,
-                                ..ConnInfo::default()
-                            };
-                            let id = trace::request_id(id_sent, true);
-                            let tp = trace::traceparent(tp_sent, &id);
-                            // Twice: made, then from the cache.
-                            for _ in 0..2 {
-                                assert_eq!(
-                                    forwarding_edits(&conn, authority, &id, &tp),
-                                    through_display(&conn, authority, &id, &tp),
-                                    "{client:?} {local:?} tls={tls} {authority:?}"
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
     }
 }

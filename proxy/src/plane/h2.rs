@@ -37,12 +37,10 @@ use teapot_h1::ConnInfo;
 use crate::compile::fairness::TenantPermit;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
 use crate::plane::access_log::Entry;
-use crate::plane::decide::{
-    Answer, Decision, GatewayForward, Head, MISDIRECTED, RequestFacts, UNFORWARDABLE_PATH,
-    check_host, decide_request,
-};
+use crate::plane::decide::{Answer, GatewayForward, Head, UNFORWARDABLE_PATH};
 use crate::plane::edge::{self, Refusal};
 use crate::plane::metrics::Series;
+use crate::plane::pipeline::{self, Routed};
 use crate::plane::proxy::{BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME};
 use crate::plane::trace::{self, RequestId, TraceParent};
 
@@ -234,84 +232,68 @@ impl H2Server {
             requires_host: false,
             declared_length: declared,
         };
-        if let Err(answer) = check_host(&head) {
-            return self.answer(parts, st, answer, None).await;
-        }
-        if router.misdirected(conn.tls, conn.sni.as_deref(), authority) {
-            return self.answer(parts, st, MISDIRECTED, None).await;
-        }
-        // HTTP-01 validation before routing, as on HTTP/1: a token that is
-        // not ours goes on to the routes (a tenant's own ACME client).
-        if let Some(acme) = &router.acme
-            && let Some(token) = head
-                .path
-                .strip_prefix(crate::compile::acme::CHALLENGE_PREFIX)
-            && let Some(answer) = acme.challenge_response(token).await
-        {
-            st.reason = Some("acme_challenge");
-            self.ids(parts, st, None);
-            let body = Bytes::from(answer);
-            return st.client.out.answer_bytes(parts, 200, body, &[]);
-        }
-        // The snapshot's guard and the facts (not `Send`) are dropped here,
-        // before anything waits.
-        let decision = {
-            let facts = RequestFacts {
-                method: parts.method.as_str(),
-                query: Some(parts.uri.query().unwrap_or("")),
-                headers: Some(&parts.headers),
-                tls: Some(conn.tls),
-            };
-            decide_request(&router.snapshots.load(), &router.edge, &head, &facts)
+        let request = pipeline::Request {
+            head,
+            method: parts.method.as_str(),
+            query: parts.uri.query().unwrap_or(""),
+            headers: &parts.headers,
         };
-        match decision {
-            Decision::Forward(forward) => {
-                if let Some(path) = &forward.path {
-                    match with_path(&parts.uri, path) {
-                        Some(uri) => st.uri = Some(uri),
-                        None => {
-                            return self
-                                .answer(parts, st, UNFORWARDABLE_PATH, Some(&forward.route))
-                                .await;
-                        }
-                    }
-                }
-                if let Some(gateway) = &forward.gateway {
-                    for m in gateway.each().flat_map(|f| &f.mirrors) {
-                        crate::plane::h1::mirror(
-                            m,
-                            parts.method.as_str(),
-                            st.uri(parts).path_and_query().map_or("/", |p| p.as_str()),
-                            authority,
-                            parts
-                                .headers
-                                .iter()
-                                .map(|(n, v)| (n.as_str(), v.as_bytes())),
-                            &router.metrics.mirrors_dropped,
-                        );
-                    }
-                }
-                self.ids(parts, st, Some(&forward.route));
-                st.upstream = Some(forward.upstream);
-                st.body_limit = forward.body_limit;
-                st._tenant = forward.tenant;
-                st.gateway = forward.gateway;
-                if parts.method == Method::CONNECT {
-                    // HTTP/2 CONNECT asks for a tunnel, which no route
-                    // offers (RFC 9113 §8.5).
-                    st.reason = Some("connect");
-                    return st
-                        .client
-                        .out
-                        .answer(parts, 405, "405 CONNECT is not served\n", &[]);
-                }
-                if st.gateway.as_ref().is_some_and(|g| g.h2c) {
-                    crate::plane::h2c_upstream::forward(router, parts, conn, st).await
-                } else {
-                    crate::plane::h2_upstream::forward(router, parts, conn, st).await
+        let forward = match pipeline::route(router, &request, conn).await {
+            Routed::Forward(forward) => forward,
+            Routed::Answer(answer, route) => {
+                return self.answer(parts, st, answer, route.as_ref()).await;
+            }
+            Routed::AcmeChallenge(answer) => {
+                st.reason = Some("acme_challenge");
+                self.ids(parts, st, None);
+                let body = Bytes::from(answer);
+                return st.client.out.answer_bytes(parts, 200, body, &[]);
+            }
+        };
+        if let Some(path) = &forward.path {
+            match with_path(&parts.uri, path) {
+                Some(uri) => st.uri = Some(uri),
+                None => {
+                    return self
+                        .answer(parts, st, UNFORWARDABLE_PATH, Some(&forward.route))
+                        .await;
                 }
             }
-            Decision::Answer(answer, route) => self.answer(parts, st, answer, route.as_ref()).await,
+        }
+        if let Some(gateway) = &forward.gateway {
+            let target = st.uri(parts).path_and_query().map_or("/", |p| p.as_str());
+            pipeline::start_mirrors(
+                router,
+                gateway,
+                parts.method.as_str(),
+                target,
+                authority,
+                || {
+                    parts
+                        .headers
+                        .iter()
+                        .map(|(n, v)| (n.as_str(), v.as_bytes()))
+                },
+            );
+        }
+        self.ids(parts, st, Some(&forward.route));
+        st.upstream = Some(forward.upstream);
+        st.body_limit = forward.body_limit;
+        st._tenant = forward.tenant;
+        st.gateway = forward.gateway;
+        if parts.method == Method::CONNECT {
+            // HTTP/2 CONNECT asks for a tunnel, which no route
+            // offers (RFC 9113 §8.5).
+            st.reason = Some("connect");
+            return st
+                .client
+                .out
+                .answer(parts, 405, "405 CONNECT is not served\n", &[]);
+        }
+        if st.gateway.as_ref().is_some_and(|g| g.h2c) {
+            crate::plane::h2c_upstream::forward(router, parts, conn, st).await
+        } else {
+            crate::plane::h2_upstream::forward(router, parts, conn, st).await
         }
     }
 

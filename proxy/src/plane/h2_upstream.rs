@@ -15,12 +15,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
-use teapot_h1::scan::{is_field_value, is_tchar};
 use teapot_h1::{BodyError, BodyFraming, ChunkedPayload, ConnInfo, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
+use crate::plane::forwarding;
 use crate::plane::h2::{Failure, Ids, StreamCtx, authority};
 use crate::plane::logflood::EndpointLog;
 use crate::plane::proxy::{Router, has_hop_by_hop};
@@ -28,11 +28,6 @@ use crate::plane::trace;
 
 /// Idle connections kept per backend address and serving thread.
 const MAX_IDLE_PER_UPSTREAM: usize = 256;
-/// Largest response head accepted from a backend, and most fields in it:
-/// the HTTP/1 engine's, so a backend's head is held to the same bounds
-/// whichever protocol the client speaks.
-const MAX_RESPONSE_HEAD: usize = teapot_h1::MAX_RESPONSE_HEADER_BYTES;
-const MAX_RESPONSE_FIELDS: usize = teapot_h1::MAX_HEADERS_CAP;
 const READ_SIZE: usize = 16 * 1024;
 
 thread_local! {
@@ -91,7 +86,7 @@ pub(super) async fn forward(
         let mut headers = parts.headers.clone();
         let mut uri = st.uri(parts).clone();
         router
-            .edit_upstream_request(&mut headers, &mut uri, conn, st)
+            .edit_upstream_request(&mut headers, &mut uri, conn, authority(parts), st)
             .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
@@ -523,7 +518,7 @@ fn direct_head(
         let n = name.as_str();
         let replaced = (uri_authority.is_some() && name == HOST)
             || name == TRANSFER_ENCODING
-            || FORWARDING.contains(&n)
+            || forwarding::FORWARDING.contains(&n)
             || (new_id.is_some() && n == trace::REQUEST_ID)
             || (new_tp.is_some() && n == trace::TRACEPARENT);
         if !replaced {
@@ -538,7 +533,7 @@ fn direct_head(
     }
     // The forwarding fields as HTTP/1 writes them, from the same
     // per-thread cache (a connection's requests share them).
-    crate::plane::h1::with_forwarding_block(conn, authority(parts), |block| {
+    forwarding::with_block(conn, authority(parts), |block| {
         out.extend_from_slice(block.wire())
     });
     if chunked {
@@ -547,16 +542,6 @@ fn direct_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// The names `each_forwarding_header` sets or removes.
-const FORWARDING: [&str; 6] = [
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "forwarded",
-    "x-real-ip",
-];
-
 fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b": ");
@@ -564,13 +549,15 @@ fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// A backend's response head, validated.
+/// A backend's response head, validated by the HTTP/1 engine's rules
+/// (`teapot_h1::parse_response`: RFC 9112's framing, the engine's limits).
 #[derive(Debug)]
 pub(super) struct ResponseHead {
     pub status: StatusCode,
-    /// Its fields, less those that belong to HTTP/1.1's framing and
-    /// connection (an HTTP/2 response must not carry them, RFC 9113
-    /// §8.2.2).
+    /// Its fields, less `Transfer-Encoding`, HTTP/1.1's framing that
+    /// HTTP/2's DATA frames re-do (an HTTP/2 response must not carry it,
+    /// RFC 9113 §8.2.2; `Router::edit_response` drops the connection's
+    /// fields).
     pub headers: HeaderMap,
     pub framing: BodyFraming,
     /// Both the version and `Connection` allow another request.
@@ -586,181 +573,38 @@ impl ResponseHead {
 }
 
 /// Parses a response head at the start of `buf`: `Ok(None)` until it is
-/// complete. Framing as RFC 9112 §6.3: no body for HEAD, 1xx, 204 and 304;
-/// a Transfer-Encoding whose last coding is chunked, else close-delimited;
-/// else one Content-Length (repeats must agree); else close-delimited.
-/// A 101 is refused: HTTP/2 has no upgrade.
+/// complete. A 101 is refused: HTTP/2 has no upgrade.
 pub(super) fn parse_response(
     buf: &[u8],
     head_request: bool,
 ) -> std::result::Result<Option<ResponseHead>, &'static str> {
-    let Some(end) = find(buf, b"\r\n\r\n") else {
-        if buf.len() > MAX_RESPONSE_HEAD {
-            return Err("response head too large");
+    let mut headers = HeaderMap::with_capacity(16);
+    let head = teapot_h1::parse_response(buf, head_request, |name, value| {
+        let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
+            return false;
+        };
+        if name == TRANSFER_ENCODING {
+            return true;
         }
+        match HeaderValue::from_bytes(value) {
+            Ok(value) => {
+                headers.append(name, value);
+                true
+            }
+            Err(_) => false,
+        }
+    })?;
+    let Some(head) = head else {
         return Ok(None);
     };
-    if end > MAX_RESPONSE_HEAD {
-        return Err("response head too large");
-    }
-    // Each line with its CRLF: the blank line's CRLF is left out, so the
-    // last piece of the split is empty.
-    let mut lines = Lines {
-        rest: &buf[..end + 2],
-        done: false,
-    }
-    .peekable();
-    let status_line = lines.next().ok_or("empty response head")?;
-    let status_line = status_line
-        .strip_suffix(b"\r")
-        .ok_or("bare LF in response head")?;
-    let (http10, rest) = if let Some(r) = status_line.strip_prefix(b"HTTP/1.1 ") {
-        (false, r)
-    } else if let Some(r) = status_line.strip_prefix(b"HTTP/1.0 ") {
-        (true, r)
-    } else {
-        return Err("malformed status line");
-    };
-    if rest.len() < 3
-        || !rest[..3].iter().all(u8::is_ascii_digit)
-        || (rest.len() > 3 && rest[3] != b' ')
-    {
-        return Err("malformed status code");
-    }
-    let status =
-        (rest[0] - b'0') as u16 * 100 + (rest[1] - b'0') as u16 * 10 + (rest[2] - b'0') as u16;
-    if !(100..=999).contains(&status) || status == 101 {
-        return Err("unusable status code");
-    }
-    let status = StatusCode::from_u16(status).map_err(|_| "bad status")?;
-    let mut headers = HeaderMap::with_capacity(16);
-    let mut length: Option<u64> = None;
-    let mut chunked_last = None;
-    let mut close = false;
-    let mut keep_alive_token = false;
-    let mut fields = 0;
-    while let Some(line) = lines.next() {
-        if line.is_empty() && lines.peek().is_none() {
-            break;
-        }
-        let line = line.strip_suffix(b"\r").ok_or("bare LF in response head")?;
-        fields += 1;
-        if fields > MAX_RESPONSE_FIELDS {
-            return Err("too many response fields");
-        }
-        let colon = memchr::memchr(b':', line).ok_or("response field without a colon")?;
-        let name = &line[..colon];
-        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
-            return Err("malformed response field name");
-        }
-        let value = trim(&line[colon + 1..]);
-        if !is_field_value(value) {
-            return Err("malformed response field value");
-        }
-        if name.eq_ignore_ascii_case(b"content-length") {
-            for v in value.split(|&b| b == b',') {
-                let n = teapot_h1::scan::parse_length(trim(v))
-                    .map_err(|_| "malformed Content-Length")?;
-                if length.is_some_and(|l| l != n) {
-                    return Err("conflicting Content-Length");
-                }
-                length = Some(n);
-            }
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            if let Some(last) = value.rsplit(|&b| b == b',').next() {
-                chunked_last = Some(trim(last).eq_ignore_ascii_case(b"chunked"));
-            }
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in value.split(|&b| b == b',') {
-                let token = trim(token);
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
-        }
-        let name = HeaderName::from_bytes(name).map_err(|_| "malformed response field name")?;
-        if name == TRANSFER_ENCODING {
-            // HTTP/1.1 framing, re-done by HTTP/2's DATA frames.
-            continue;
-        }
-        let value = HeaderValue::from_bytes(value).map_err(|_| "malformed response field value")?;
-        headers.append(name, value);
-    }
-    let mut keep_alive = !close && (!http10 || keep_alive_token);
-    let code = status.as_u16();
-    let framing = if head_request || code < 200 || code == 204 || code == 304 {
-        BodyFraming::None
-    } else if let Some(chunked) = chunked_last {
-        // Both framings sent: the message is suspect, never reuse its
-        // connection (RFC 9112 §6.3, point 3).
-        if length.is_some() {
-            keep_alive = false;
-        }
-        if chunked {
-            BodyFraming::Chunked
-        } else {
-            BodyFraming::Close
-        }
-    } else if let Some(n) = length {
-        BodyFraming::Length(n)
-    } else {
-        BodyFraming::Close
-    };
-    if framing == BodyFraming::Close {
-        keep_alive = false;
-    }
+    let status = StatusCode::from_u16(head.status).map_err(|_| "unusable status code")?;
     Ok(Some(ResponseHead {
         status,
         headers,
-        framing,
-        keep_alive,
-        len: end + 4,
+        framing: head.framing.body,
+        keep_alive: head.framing.keep_alive,
+        len: head.len,
     }))
-}
-
-/// A head's lines split at LF (each keeps its CR, if any), as
-/// `split(|&b| b == b'\n')` does, found with `memchr` rather than a byte
-/// at a time: the last piece is what follows the last LF (empty when the
-/// head ends with one).
-struct Lines<'a> {
-    rest: &'a [u8],
-    done: bool,
-}
-
-impl<'a> Iterator for Lines<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        if self.done {
-            return None;
-        }
-        match memchr::memchr(b'\n', self.rest) {
-            Some(lf) => {
-                let line = &self.rest[..lf];
-                self.rest = &self.rest[lf + 1..];
-                Some(line)
-            }
-            None => {
-                self.done = true;
-                Some(self.rest)
-            }
-        }
-    }
-}
-
-fn trim(v: &[u8]) -> &[u8] {
-    let start = v
-        .iter()
-        .position(|&b| b != b' ' && b != b'\t')
-        .unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|&b| b != b' ' && b != b'\t')
-        .map_or(start, |e| e + 1);
-    &v[start..end]
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(haystack, needle)
 }
 
 /// A chunked response body decoded to its payload by the HTTP/1 engine's
@@ -794,71 +638,43 @@ impl Chunked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plane::decide::each_forwarding_header;
 
+    /// The head as the HTTP/1 engine reads it, its fields in a header
+    /// map without Transfer-Encoding; its rules are teapot_h1's (tested
+    /// there).
     #[test]
-    fn response_framing() {
-        let h = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false)
-            .unwrap()
-            .unwrap();
+    fn response_heads_by_the_engines_rules() {
+        let h = parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nX-A: 2\r\n\r\nhello",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.status, StatusCode::OK);
         assert_eq!(h.framing, BodyFraming::Length(5));
         assert!(h.keep_alive);
-        assert_eq!(h.len, 38);
+        assert_eq!(h.len, 54);
+        assert_eq!(h.headers.get_all("x-a").iter().count(), 2);
         let h = parse_response(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             false,
         )
         .unwrap()
         .unwrap();
         assert_eq!(h.framing, BodyFraming::Chunked);
-        let h = parse_response(b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n", false)
-            .unwrap()
-            .unwrap();
-        assert_eq!(h.framing, BodyFraming::Close);
-        assert!(!h.keep_alive);
-        let h = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true)
-            .unwrap()
-            .unwrap();
-        assert_eq!(h.framing, BodyFraming::None);
-        let h = parse_response(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false)
-            .unwrap()
-            .unwrap();
-        assert!(!h.keep_alive);
-        let h = parse_response(
-            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-            false,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(h.framing, BodyFraming::Chunked);
-        assert!(!h.keep_alive, "both framings: never reused");
+        assert!(!h.headers.contains_key(TRANSFER_ENCODING));
+        assert!(h.headers.is_empty());
         assert!(
             parse_response(b"HTTP/1.1 200 OK\r\nContent", false)
                 .unwrap()
                 .is_none()
         );
-    }
-
-    #[test]
-    fn response_heads_that_are_refused() {
-        for bad in [
-            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"[..],
-            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-            b"HTTP/1.1 20 OK\r\n\r\n",
-            b"HTTP/2 200 OK\r\n\r\n",
-            b"HTTP/1.1 101 Switching\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\n folded\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nA: b\r\n\nContent-Length: 5\r\n\r\n",
-            b"HTTP/1.1 200 OK\nA: b\r\n\r\n",
-        ] {
-            assert!(
-                parse_response(bad, false).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
+        // What the HTTP/1 engine refuses, this path refuses: a transfer
+        // coding it cannot undo, both framings, a bare LF, an upgrade.
+        let gzip = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        assert!(parse_response(gzip, false).is_err());
+        assert!(parse_response(b"HTTP/1.1 101 Switching\r\n\r\n", false).is_err());
+        assert!(parse_response(b"HTTP/1.1 099 Low\r\n\r\n", false).is_err());
     }
 
     #[test]
@@ -893,28 +709,6 @@ mod tests {
         ] {
             let mut buf = BytesMut::from(bad);
             assert!(Chunked::default().decode(&mut buf).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn the_forwarding_names_are_those_the_decision_sets() {
-        let mut names = Vec::new();
-        each_forwarding_header(Some("192.0.2.1"), true, "a.example", Some(443), |n, _| {
-            names.push(n)
-        });
-        assert_eq!(names, FORWARDING);
-    }
-
-    #[test]
-    fn lines_split_as_split_does() {
-        for head in [&b""[..], b"a", b"a\n", b"a\r\nb\r\n", b"\n\n", b"x\ny"] {
-            let ours: Vec<&[u8]> = Lines {
-                rest: head,
-                done: false,
-            }
-            .collect();
-            let std: Vec<&[u8]> = head.split(|&b| b == b'\n').collect();
-            assert_eq!(ours, std, "{:?}", String::from_utf8_lossy(head));
         }
     }
 

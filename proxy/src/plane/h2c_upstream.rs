@@ -26,7 +26,7 @@ use teapot_h1::ConnInfo;
 
 use crate::compile::upstream::{Endpoint, Upstream};
 use crate::plane::h2::{
-    Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority_of,
+    Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority, authority_of,
     send_flow_controlled,
 };
 use crate::plane::h2_upstream::{another_endpoint, connect_to, next_endpoint};
@@ -97,7 +97,7 @@ pub(super) async fn forward(
     let mut headers = parts.headers.clone();
     let mut uri = st.uri(parts).clone();
     router
-        .edit_upstream_request(&mut headers, &mut uri, conn, st)
+        .edit_upstream_request(&mut headers, &mut uri, conn, authority(parts), st)
         .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
     // gRPC asks for trailers with `te: trailers`, the one TE value HTTP/2
     // allows (RFC 9113 §8.2.2); the hop-by-hop edit removed every TE.

@@ -3,11 +3,15 @@
 //!
 //! Layout:
 //! - [`proxy`]: the [`proxy::Router`] both engines route with.
+//! - [`pipeline`]: the steps around the routing decision ([`decide`]),
+//!   written once for both engines: Host rules, 421, ACME HTTP-01, the
+//!   decision, the Gateway filters' mirrors and rewrites;
+//!   [`forwarding`]: the forwarding fields every forwarded request gets.
 //! - [`h1`]: HTTP/1 through teapot's engine (`teapot_h1`), over the
-//!   router and the routing decision ([`decide`]).
+//!   router and the pipeline.
 //! - [`h2`]: HTTP/2 through teapot's server on the h2 crate, over the same
-//!   router and decision; its backends are HTTP/1 ([`h2_upstream`]) or
-//!   h2c ([`h2c_upstream`]).
+//!   router and pipeline; its backends are HTTP/1 ([`h2_upstream`], with
+//!   the `h1` crate's framing rules) or h2c ([`h2c_upstream`]).
 //! - [`filters`]: the Gateway API filters as pure functions (rewrites,
 //!   redirects, header edits, mirrors), for both engines; [`mirror`]
 //!   sends RequestMirror copies within per-namespace slots.
@@ -29,6 +33,7 @@ pub mod admin;
 pub mod decide;
 pub mod edge;
 pub mod filters;
+pub mod forwarding;
 pub mod h1;
 pub mod h2;
 pub mod h2_upstream;
@@ -37,6 +42,7 @@ pub mod l4;
 pub mod logflood;
 pub mod metrics;
 pub mod mirror;
+pub mod pipeline;
 pub mod proxy;
 pub mod serving;
 pub mod tls;

@@ -17,10 +17,11 @@ use teapot_h1::ConnInfo;
 use crate::compile::routes::Route;
 use crate::compile::snapshot::SnapshotHandle;
 use crate::plane::access_log::AccessLog;
-use crate::plane::decide::{GatewayForward, forwarding_headers};
+use crate::plane::decide::GatewayForward;
 use crate::plane::edge::EdgeConfig;
 use crate::plane::filters::{self, HeaderList};
-use crate::plane::h2::StreamCtx;
+use crate::plane::forwarding;
+use crate::plane::h2::{Ids, StreamCtx};
 use crate::plane::metrics::{Metrics, Series};
 use crate::plane::trace;
 
@@ -139,68 +140,27 @@ impl Router {
     }
 }
 
-/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [&str; 7] = [
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authenticate",
-    "proxy-authorization",
-];
-
 impl Router {
     /// The edits of an HTTP/2 request before it goes to its backend: new
-    /// request IDs, hop-by-hop fields, Gateway filters, forwarding fields.
-    /// `Err`: a rewrite made no valid target.
+    /// request IDs, hop-by-hop fields, Gateway filters, forwarding fields
+    /// (of `authority`, the client's). `Err`: a rewrite made no valid
+    /// target.
     pub(super) fn edit_upstream_request(
         &self,
         headers: &mut HeaderMap,
         uri: &mut Uri,
         conn: &ConnInfo,
+        authority: &str,
         st: &StreamCtx<'_>,
     ) -> Result<(), http::Error> {
-        if let Some(ids) = &st.ids {
-            if ids.request_id.is_new() {
-                headers.insert(
-                    trace::REQUEST_ID,
-                    HeaderValue::from_bytes(ids.request_id.as_bytes())?,
-                );
-            }
-            if ids.traceparent.is_new() {
-                headers.insert(
-                    trace::TRACEPARENT,
-                    HeaderValue::from_bytes(ids.traceparent.as_bytes())?,
-                );
-            }
-        }
-        // Almost no request carries a hop-by-hop header: look before
-        // building the list and removing (each removal scans the table).
-        if has_hop_by_hop(headers) {
-            for h in strip_hop_by_hop(headers.get_all(CONNECTION).iter(), false) {
-                headers.remove(&h);
-            }
-            headers.remove(CONNECTION);
-            headers.remove(UPGRADE);
-        }
-        if let Some(gateway) = &st.gateway {
-            apply_request_filters(gateway, headers, uri)?;
-        }
-        let client_ip = conn.client.map(|a| a.ip().to_string());
-        let local_port = conn.local.map(|a| a.port());
-        let host = crate::plane::h2::authority_of(uri, headers).to_string();
-        for (name, value) in forwarding_headers(client_ip, conn.tls, &host, local_port) {
-            match value {
-                Some(v) => {
-                    headers.insert(name, HeaderValue::try_from(v)?);
-                }
-                None => {
-                    headers.remove(name);
-                }
-            }
-        }
-        Ok(())
+        edit_request(
+            headers,
+            uri,
+            conn,
+            authority,
+            st.ids.as_ref(),
+            st.gateway.as_ref(),
+        )
     }
 
     /// The edits of a backend's response for HTTP/2: Gateway filters,
@@ -213,7 +173,7 @@ impl Router {
     ) {
         if let Some(gateway) = gateway {
             for f in gateway.each() {
-                filters::apply_header_edits(&f.response_headers, &mut Headers(headers));
+                filters::apply_header_edits(&f.response_headers, &mut Headers::response(headers));
             }
         }
         let switching = status == StatusCode::SWITCHING_PROTOCOLS;
@@ -247,6 +207,47 @@ impl Router {
     }
 }
 
+/// [`Router::edit_upstream_request`] of the request's IDs (sent when
+/// teapot made them) and its Gateway filters.
+fn edit_request(
+    headers: &mut HeaderMap,
+    uri: &mut Uri,
+    conn: &ConnInfo,
+    authority: &str,
+    ids: Option<&Ids<'_>>,
+    gateway: Option<&GatewayForward>,
+) -> Result<(), http::Error> {
+    if let Some(ids) = ids {
+        if ids.request_id.is_new() {
+            headers.insert(
+                trace::REQUEST_ID,
+                HeaderValue::from_bytes(ids.request_id.as_bytes())?,
+            );
+        }
+        if ids.traceparent.is_new() {
+            headers.insert(
+                trace::TRACEPARENT,
+                HeaderValue::from_bytes(ids.traceparent.as_bytes())?,
+            );
+        }
+    }
+    // Almost no request carries a hop-by-hop header: look before
+    // building the list and removing (each removal scans the table).
+    if has_hop_by_hop(headers) {
+        for h in strip_hop_by_hop(headers.get_all(CONNECTION).iter(), false) {
+            headers.remove(&h);
+        }
+        headers.remove(CONNECTION);
+        headers.remove(UPGRADE);
+    }
+    if let Some(gateway) = gateway {
+        apply_request_filters(gateway, headers, uri)?;
+    }
+    // The authority the client asked for, as HTTP/1 sends it: a
+    // rewritten host is the backend's business, not the chain's.
+    forwarding::apply(conn, authority, headers)
+}
+
 /// A TLS version as the access log spells it (HTTP/2 here, HTTP/1 in
 /// crate::plane::h1).
 pub(crate) fn tls_version(version: &str) -> &'static str {
@@ -259,83 +260,114 @@ pub(crate) fn tls_version(version: &str) -> &'static str {
     }
 }
 
-/// A Gateway API rule's request filters: header edits, then the URL
-/// rewrite (host and path).
+/// A Gateway API rule's request filters: header edits and the Host,
+/// then the URL rewrite (host and path, as HTTP/1's).
 fn apply_request_filters(
     gateway: &GatewayForward,
     headers: &mut HeaderMap,
     uri: &mut Uri,
 ) -> Result<(), http::Error> {
     for f in gateway.each() {
-        filters::apply_header_edits(&f.request_headers, &mut Headers(headers));
-        let host = filters::rewritten_host(f);
-        if let Some(host) = host {
+        filters::apply_header_edits(&f.request_headers, &mut Headers::request(headers));
+        if let Some(host) = filters::rewritten_host(f) {
             headers.insert(HOST, HeaderValue::from_str(host)?);
         }
-        let target = filters::rewritten_target(f, uri.path(), uri.query());
-        if target.is_none() && host.is_none() {
-            continue;
-        }
-        let target = target.unwrap_or_else(|| {
-            uri.path_and_query()
-                .map_or("/".to_string(), |p| p.as_str().to_string())
-        });
-        // An HTTP/2 request carries its authority in the URI: keep the
-        // URI absolute then, with the rewritten host.
-        let new = match (uri.scheme_str(), uri.authority()) {
-            (Some(scheme), Some(authority)) => {
-                let authority = host.unwrap_or(authority.as_str());
-                format!("{scheme}://{authority}{target}")
-            }
-            _ => target,
-        };
-        *uri = new.parse::<Uri>()?;
     }
+    let host = filters::last_host(gateway.each());
+    let target = filters::chained_target(gateway.each(), uri.path(), uri.query());
+    if target.is_none() && host.is_none() {
+        return Ok(());
+    }
+    let target = target.unwrap_or_else(|| {
+        uri.path_and_query()
+            .map_or("/".to_string(), |p| p.as_str().to_string())
+    });
+    // An HTTP/2 request carries its authority in the URI: keep the URI
+    // absolute then, with the rewritten host.
+    let new = match (uri.scheme_str(), uri.authority()) {
+        (Some(scheme), Some(authority)) => {
+            let authority = host.unwrap_or(authority.as_str());
+            format!("{scheme}://{authority}{target}")
+        }
+        _ => target,
+    };
+    *uri = new.parse::<Uri>()?;
     Ok(())
 }
 
-/// A header map as a [`HeaderList`].
-struct Headers<'a>(&'a mut HeaderMap);
+/// A header map as a [`HeaderList`], for a Gateway filter's edits. As
+/// the HTTP/1 engine does with its edits, a filter never writes or
+/// removes a hop-by-hop or framing field (teapot frames the body itself;
+/// a `Content-Length` a filter set would misframe it), and on a request
+/// never one teapot sets itself ([`forwarding::is_teapots`]).
+struct Headers<'a> {
+    map: &'a mut HeaderMap,
+    request: bool,
+}
+
+impl<'a> Headers<'a> {
+    fn request(map: &'a mut HeaderMap) -> Self {
+        Headers { map, request: true }
+    }
+
+    fn response(map: &'a mut HeaderMap) -> Self {
+        Headers {
+            map,
+            request: false,
+        }
+    }
+
+    fn editable(&self, name: &str) -> bool {
+        let engines = teapot_h1::is_hop_by_hop(name.as_bytes());
+        !(engines || (self.request && forwarding::is_teapots(name)))
+    }
+}
 
 impl HeaderList for Headers<'_> {
     fn get(&self, name: &str) -> Option<&[u8]> {
-        self.0.get(name).map(|v| v.as_bytes())
+        self.map.get(name).map(|v| v.as_bytes())
     }
     fn set(&mut self, name: &str, value: &[u8]) {
+        if !self.editable(name) {
+            return;
+        }
         // Names and values were validated at load; one that still does
         // not fit a header is skipped rather than failing the request.
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_bytes(value),
         ) {
-            self.0.insert(n, v);
+            self.map.insert(n, v);
         }
     }
     fn remove(&mut self, name: &str) {
-        self.0.remove(name);
+        if self.editable(name) {
+            self.map.remove(name);
+        }
     }
 }
 
-/// Whether any header [`strip_hop_by_hop`] would drop may be present.
-/// One pass over the names, each tested by its length first, costs less
-/// than eight hashed lookups for the few fields a request has.
+/// Whether any header [`strip_hop_by_hop`] would drop may be present:
+/// one pass over the names with the HTTP/1 engine's test
+/// (`teapot_h1::is_connection_specific`, the one list for both versions),
+/// cheaper than a hashed lookup per name for the few fields a request has.
 pub(super) fn has_hop_by_hop(headers: &http::HeaderMap) -> bool {
-    headers.keys().any(|name| {
-        let name = name.as_str();
-        matches!(name.len(), 2 | 7 | 10 | 16 | 18 | 19)
-            && (name == CONNECTION.as_str() || HOP_BY_HOP.contains(&name))
-    })
+    headers
+        .keys()
+        .any(|name| teapot_h1::is_connection_specific(name.as_str().as_bytes()))
 }
 
-/// Names of headers to drop: the fixed hop-by-hop set plus whatever the
-/// `Connection` header lists. `Upgrade` survives on upgrades.
+/// Names of headers to drop: the connection-specific set
+/// (`teapot_h1::CONNECTION_SPECIFIC`, `Connection` itself left to the
+/// caller) plus whatever the `Connection` header lists. `Upgrade` survives
+/// on upgrades.
 fn strip_hop_by_hop<'a>(
     connection: impl Iterator<Item = &'a http::HeaderValue>,
     keep_upgrade: bool,
 ) -> Vec<HeaderName> {
-    let mut out: Vec<HeaderName> = HOP_BY_HOP
+    let mut out: Vec<HeaderName> = teapot_h1::CONNECTION_SPECIFIC
         .iter()
-        .filter(|h| !(keep_upgrade && **h == "upgrade"))
+        .filter(|h| **h != "connection" && !(keep_upgrade && **h == "upgrade"))
         .map(|h| HeaderName::from_static(h))
         .collect();
     for value in connection {
@@ -386,5 +418,78 @@ mod tests {
         headers.remove("te");
         headers.insert(CONNECTION, http::HeaderValue::from_static("x-custom"));
         assert!(has_hop_by_hop(&headers));
+    }
+
+    /// A Gateway filter on HTTP/2 edits what the HTTP/1 engine lets it
+    /// edit and no more: the forwarding fields name the host the client
+    /// asked for (not a rewritten one), and a filter writes neither
+    /// teapot's own fields nor the framing.
+    #[test]
+    fn gateway_filters_on_http2_keep_teapots_fields_and_the_framing() {
+        use crate::compile::gateway::table::{Filters, HeaderEdits, Rewrite};
+        let filters = Filters {
+            request_headers: HeaderEdits {
+                set: vec![
+                    ("x-request-id".into(), "forged".into()),
+                    ("content-length".into(), "0".into()),
+                    ("x-kept".into(), "1".into()),
+                ],
+                add: vec![("te".into(), "trailers".into())],
+                remove: vec!["traceparent".into()],
+            },
+            rewrite: Some(Rewrite {
+                hostname: Some("backend.internal".into()),
+                path: None,
+            }),
+            ..Filters::default()
+        };
+        let gateway = GatewayForward {
+            filters: Some(Arc::new(filters)),
+            ..GatewayForward::default()
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("5"));
+        headers.insert(
+            "traceparent",
+            HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        );
+        let mut uri: Uri = "https://shop.example/x".parse().unwrap();
+        let conn = ConnInfo {
+            client: Some("192.0.2.7:1000".parse().unwrap()),
+            tls: true,
+            ..ConnInfo::default()
+        };
+        let request_id = trace::request_id(None, false);
+        let sent_tp = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let traceparent = trace::traceparent(Some(&sent_tp[..]), &request_id);
+        let ids = Ids {
+            request_id,
+            traceparent,
+        };
+        edit_request(
+            &mut headers,
+            &mut uri,
+            &conn,
+            "shop.example",
+            Some(&ids),
+            Some(&gateway),
+        )
+        .unwrap();
+        let get = |n: &str| headers.get(n).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(uri.authority().unwrap().as_str(), "backend.internal");
+        assert_eq!(get("host").as_deref(), Some("backend.internal"));
+        assert_eq!(get("x-forwarded-host").as_deref(), Some("shop.example"));
+        assert_eq!(
+            get("forwarded").as_deref(),
+            Some("for=192.0.2.7;proto=https;host=\"shop.example\"")
+        );
+        assert_eq!(
+            get("x-request-id").as_deref(),
+            Some(ids.request_id.as_str())
+        );
+        assert!(get("traceparent").is_some());
+        assert_eq!(get("content-length").as_deref(), Some("5"));
+        assert_eq!(get("te"), None);
+        assert_eq!(get("x-kept").as_deref(), Some("1"));
     }
 }

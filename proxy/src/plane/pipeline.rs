@@ -1,0 +1,296 @@
+//! The steps of a request around the routing decision, written once for
+//! both HTTP versions (HTTP/1: crate::plane::h1, HTTP/2: crate::plane::h2),
+//! as Pingora and hyper keep one proxy path apart from their codecs:
+//!
+//! 1. the Host rules ([`check_host`]: one authority, required on
+//!    HTTP/1.1),
+//! 2. 421 for a host the TLS connection's certificate does not serve,
+//! 3. the ACME HTTP-01 answer (a token that is not ours goes on to the
+//!    routes: a tenant may run its own ACME client behind teapot),
+//! 4. the connection facts and the request's for Gateway API matches,
+//! 5. [`decide_request`],
+//! 6. after it, the Gateway filters' shared parts: mirrors
+//!    ([`start_mirrors`]), the rewritten target and host
+//!    (crate::plane::filters: `chained_target`, `last_host`), the read
+//!    timeout (`Router::read_timeout`), and the edit rules
+//!    (crate::plane::forwarding, `teapot_h1::is_hop_by_hop`).
+//!
+//! What each engine keeps is its codec's: building the [`Head`] from its
+//! request (HTTP/2's front-door checks, HTTP/1's `Host` count), writing an
+//! answer, and applying the edits to its own head (bytes for HTTP/1, a
+//! header map for HTTP/2).
+
+use teapot_h1::ConnInfo;
+
+use crate::compile::acme::CHALLENGE_PREFIX;
+use crate::compile::routes::Route;
+use crate::plane::decide::{
+    Answer, Decision, Forward, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders,
+    check_host, decide_request,
+};
+use crate::plane::mirror::mirror;
+use crate::plane::proxy::Router;
+
+/// What both engines know of a request when it is to be routed.
+pub(super) struct Request<'r> {
+    pub head: Head<'r>,
+    pub method: &'r str,
+    /// After `?`, without it; empty when there is none.
+    pub query: &'r str,
+    /// `Sync`: held across the ACME lookup's await in a `Send` future.
+    pub headers: &'r (dyn RequestHeaders + Sync),
+}
+
+/// Where a request goes, or what answers it.
+#[derive(Debug)]
+pub(super) enum Routed {
+    /// Teapot answers: a Host rule, 421, or the decision's own answer
+    /// (with the route it is about, when one matched).
+    Answer(Answer, Option<Route>),
+    /// The key authorization of a pending HTTP-01 challenge: 200,
+    /// `text/plain`.
+    AcmeChallenge(String),
+    Forward(Forward),
+}
+
+impl From<Decision> for Routed {
+    fn from(decision: Decision) -> Self {
+        match decision {
+            Decision::Forward(forward) => Routed::Forward(forward),
+            Decision::Answer(answer, route) => Routed::Answer(answer, route),
+        }
+    }
+}
+
+/// Steps 1 to 5 for a request on `conn`. The only await is the ACME
+/// lookup (and only for a path under the challenge prefix); the snapshot's
+/// guard and the facts (not `Send`) live in no await.
+pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Routed {
+    let head = &req.head;
+    if let Err(answer) = check_host(head) {
+        return Routed::Answer(answer, None);
+    }
+    if router.misdirected(conn.tls, conn.sni.as_deref(), head.authority) {
+        return Routed::Answer(MISDIRECTED, None);
+    }
+    if let Some(acme) = &router.acme
+        && let Some(token) = head.path.strip_prefix(CHALLENGE_PREFIX)
+        && let Some(answer) = acme.challenge_response(token).await
+    {
+        return Routed::AcmeChallenge(answer);
+    }
+    decide(router, req, conn).into()
+}
+
+fn decide(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Decision {
+    let facts = RequestFacts {
+        method: req.method,
+        query: Some(req.query),
+        headers: Some(req.headers),
+        tls: Some(conn.tls),
+    };
+    decide_request(&router.snapshots.load(), &router.edge, &req.head, &facts)
+}
+
+/// Starts the RequestMirror copies of a forwarded request (each on its
+/// own task, within its namespace's slots): `target` is what the backend
+/// gets before any rewrite (the normalised path, the query as sent);
+/// `headers` lists the client's fields, once per mirror.
+pub(super) fn start_mirrors<'h, I>(
+    router: &Router,
+    gateway: &GatewayForward,
+    method: &str,
+    target: &str,
+    authority: &str,
+    headers: impl Fn() -> I,
+) where
+    I: Iterator<Item = (&'h str, &'h [u8])>,
+{
+    for m in gateway.each().flat_map(|f| &f.mirrors) {
+        mirror(
+            m,
+            method,
+            target,
+            authority,
+            headers(),
+            &router.metrics.mirrors_dropped,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arc_swap::ArcSwap;
+    use http::HeaderMap;
+    use rustls::sign::CertifiedKey;
+    use teapot_api::HostPattern;
+    use teapot_h1::HeaderEdits;
+    use teapot_model::certificate::TlsCertificate;
+
+    use super::*;
+    use crate::compile::CompileOptions;
+    use crate::compile::acme::AcmeHosts;
+    use crate::compile::tests::compile_test_docs;
+    use crate::plane::decide::tests::DOCS;
+    use crate::plane::decide::{MANY_HOSTS, NO_HOST, NO_ROUTE};
+    use crate::plane::metrics::Metrics;
+    use crate::plane::proxy::UpstreamOptions;
+    use crate::plane::tls::SniResolver;
+    use crate::plane::{AcmeResponder, forwarding, trace};
+
+    #[derive(Debug)]
+    struct Acme;
+
+    #[async_trait::async_trait]
+    impl AcmeResponder for Acme {
+        async fn challenge_response(&self, token: &str) -> Option<String> {
+            (token == "ours").then(|| "ours.thumbprint".to_string())
+        }
+        fn certificate(&self, _: &AcmeHosts, _: &str) -> Option<Arc<CertifiedKey>> {
+            None
+        }
+    }
+
+    /// A router over `DOCS`, answering the ACME token `ours`, with a TLS
+    /// listener whose certificate for `a.example` is its own.
+    fn router() -> Router {
+        let key = || TlsCertificate::self_signed_default().unwrap().key;
+        let mut snapshot = compile_test_docs(&[DOCS.to_string()], &CompileOptions::default());
+        snapshot
+            .certs
+            .insert(&HostPattern::parse("a.example").unwrap(), key());
+        let snapshots = Arc::new(ArcSwap::from_pointee(snapshot));
+        let tls = SniResolver::new(snapshots.clone(), key());
+        Router::new(
+            snapshots,
+            Metrics::new().unwrap(),
+            UpstreamOptions::default(),
+        )
+        .with_acme(Some(Arc::new(Acme)))
+        .with_tls(Some(Arc::new(tls)))
+    }
+
+    /// A request as the HTTP/1 engine sees it (`Host` required, counted).
+    fn h1<'a>(
+        authority: &'a str,
+        path: &'a str,
+        headers: &'a (dyn RequestHeaders + Sync),
+    ) -> Request<'a> {
+        Request {
+            head: Head {
+                host_headers: usize::from(!authority.is_empty()),
+                authority,
+                path,
+                requires_host: true,
+                declared_length: None,
+            },
+            method: "GET",
+            query: "",
+            headers,
+        }
+    }
+
+    fn conn(tls: bool, sni: Option<&str>) -> ConnInfo {
+        ConnInfo {
+            client: Some("192.0.2.7:40000".parse().unwrap()),
+            local: Some("127.0.0.1:443".parse().unwrap()),
+            tls,
+            sni: sni.map(Arc::from),
+            ..ConnInfo::default()
+        }
+    }
+
+    fn answer(routed: Routed) -> Answer {
+        match routed {
+            Routed::Answer(answer, _) => answer,
+            other => panic!("not an answer: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_early_answer() {
+        let router = router();
+        let none: &[(&str, &str)] = &[];
+        let plain = conn(false, None);
+        // The Host rules: HTTP/1.1 without a Host, two Hosts.
+        let missing = route(&router, &h1("", "/", &none), &plain).await;
+        assert_eq!(answer(missing), NO_HOST);
+        let mut two = h1("a.example", "/", &none);
+        two.head.host_headers = 2;
+        assert_eq!(answer(route(&router, &two, &plain).await), MANY_HOSTS);
+        // 421: the TLS connection named another host than it asks for.
+        let other_sni = conn(true, Some("other.example"));
+        let misdirected = route(&router, &h1("a.example", "/", &none), &other_sni).await;
+        assert_eq!(answer(misdirected), MISDIRECTED);
+        let same_sni = conn(true, Some("a.example"));
+        let served = route(&router, &h1("a.example", "/", &none), &same_sni).await;
+        assert!(matches!(served, Routed::Forward(_)), "{served:?}");
+        // ACME HTTP-01: our token is answered before routing, on any host;
+        // another token goes on to the routes.
+        let ours = route(
+            &router,
+            &h1("unknown.example", "/.well-known/acme-challenge/ours", &none),
+            &plain,
+        )
+        .await;
+        assert!(matches!(&ours, Routed::AcmeChallenge(a) if a == "ours.thumbprint"));
+        let theirs = route(
+            &router,
+            &h1("a.example", "/.well-known/acme-challenge/theirs", &none),
+            &plain,
+        )
+        .await;
+        assert!(matches!(theirs, Routed::Forward(_)), "{theirs:?}");
+        // The decision's own answer: no route for the host.
+        let unknown = answer(route(&router, &h1("unknown.example", "/", &none), &plain).await);
+        assert_eq!(unknown, NO_ROUTE);
+    }
+
+    /// The same request over HTTP/1 (a `Host` field, HTTP/1's header
+    /// view) and HTTP/2 (`:authority`, a header map) is routed alike and
+    /// gets the same forwarding fields.
+    #[tokio::test]
+    async fn both_versions_get_one_decision_and_one_set_of_forwarding_fields() {
+        let router = router();
+        let conn = conn(true, Some("a.example"));
+        let h1_fields: &[(&str, &str)] = &[("host", "a.example"), ("x-forwarded-for", "6.6.6.6")];
+        let request = h1("a.example", "/x/../y", &h1_fields);
+        let over_h1 = route(&router, &request, &conn).await;
+        let mut map = HeaderMap::new();
+        map.insert("x-forwarded-for", http::HeaderValue::from_static("6.6.6.6"));
+        let over_h2 = Request {
+            head: Head {
+                host_headers: 0,
+                requires_host: false,
+                ..request.head
+            },
+            headers: &map,
+            ..request
+        };
+        let over_h2 = route(&router, &over_h2, &conn).await;
+        let (Routed::Forward(a), Routed::Forward(b)) = (over_h1, over_h2) else {
+            panic!("both forward");
+        };
+        assert_eq!(a.upstream.name, b.upstream.name);
+        assert_eq!(a.route.ingress, b.route.ingress);
+        assert_eq!(a.path.as_deref(), Some("/y"));
+        assert_eq!(a.path, b.path);
+        assert_eq!(a.body_limit, b.body_limit);
+        // HTTP/1's edits and HTTP/2's header map carry the same fields.
+        let id = trace::request_id(None, false);
+        let tp = trace::traceparent(None, &id);
+        let edits = forwarding::edits(&conn, "a.example", &id, &tp);
+        forwarding::apply(&conn, "a.example", &mut map).unwrap();
+        let mut expected = HeaderEdits::default();
+        expected.push_set(trace::REQUEST_ID.as_bytes(), id.as_bytes());
+        expected.push_set(trace::TRACEPARENT.as_bytes(), tp.as_bytes());
+        for name in forwarding::FORWARDING {
+            let value = map.get(name).unwrap();
+            expected.push_set(name.as_bytes(), value.as_bytes());
+        }
+        assert_eq!(edits, expected);
+        assert_eq!(map.get("x-forwarded-for").unwrap(), "192.0.2.7");
+    }
+}
