@@ -170,13 +170,18 @@ fn gateway_report<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
         .find(|g| g["namespace"] == NS && g["name"] == name)
 }
 
-fn listener_condition<'a>(gateway: &'a Value, listener: &str, type_: &str) -> &'a Value {
-    let l = gateway["listeners"]
+/// The entry of `listener` in a Gateway report's (or status's) listeners.
+fn listener_entry<'a>(gateway: &'a Value, listener: &str) -> &'a Value {
+    gateway["listeners"]
         .as_array()
         .unwrap()
         .iter()
         .find(|l| l["name"] == listener)
-        .unwrap_or_else(|| panic!("no listener {listener} in {gateway}"));
+        .unwrap_or_else(|| panic!("no listener {listener} in {gateway}"))
+}
+
+fn listener_condition<'a>(gateway: &'a Value, listener: &str, type_: &str) -> &'a Value {
+    let l = listener_entry(gateway, listener);
     l["conditions"]
         .as_array()
         .unwrap()
@@ -267,12 +272,7 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
             listener_condition(&gateway, listener, "Programmed")["status"],
             "True"
         );
-        let l = gateway["listeners"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["name"] == listener)
-            .unwrap();
+        let l = listener_entry(&gateway, listener);
         assert_eq!(l["attached_routes"], routes, "{l}");
     }
     let status = h.status().await;
@@ -293,12 +293,7 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
             "True",
             "{whole}"
         );
-        let l = whole["listeners"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["name"] == listener)
-            .unwrap();
+        let l = listener_entry(&whole, listener);
         assert_eq!(l["attachedRoutes"], routes, "{l}");
     }
     assert!(
