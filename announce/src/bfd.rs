@@ -141,22 +141,29 @@ impl Timing {
             interval: Duration::from_millis(interval.parse().map_err(|_| err())?),
             multiplier: multiplier.parse().map_err(|_| err())?,
         };
-        if timing.interval < MIN_INTERVAL {
+        timing.check()?;
+        Ok(timing)
+    }
+
+    /// Whether the timing is one a session can run with: the interval
+    /// within [`MIN_INTERVAL`] and [`MAX_INTERVAL`], a multiplier above 0.
+    pub fn check(&self) -> Result<(), String> {
+        if self.interval < MIN_INTERVAL {
             return Err(format!(
                 "an interval of {:?} is below the {MIN_INTERVAL:?} minimum",
-                timing.interval
+                self.interval
             ));
         }
-        if timing.interval > MAX_INTERVAL {
+        if self.interval > MAX_INTERVAL {
             return Err(format!(
                 "an interval of {:?} is above {MAX_INTERVAL:?}: the hold timer or the Lease detects that",
-                timing.interval
+                self.interval
             ));
         }
-        if timing.multiplier == 0 {
+        if self.multiplier == 0 {
             return Err("a multiplier of 0 detects nothing".into());
         }
-        Ok(timing)
+        Ok(())
     }
 }
 

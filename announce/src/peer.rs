@@ -118,28 +118,7 @@ impl PeerConfig {
             ));
         }
         if let Some(timing) = self.bfd {
-            if timing.interval < bfd::MIN_INTERVAL {
-                return Err(bad(
-                    "bfd",
-                    format!(
-                        "an interval of {:?} is below the {:?} minimum",
-                        timing.interval,
-                        bfd::MIN_INTERVAL
-                    ),
-                ));
-            }
-            if timing.interval > MAX_BFD_INTERVAL {
-                return Err(bad(
-                    "bfd",
-                    format!(
-                        "an interval of {:?} is above {MAX_BFD_INTERVAL:?}: the hold timer detects that",
-                        timing.interval
-                    ),
-                ));
-            }
-            if timing.multiplier == 0 {
-                return Err(bad("bfd", "a multiplier of 0 detects nothing".into()));
-            }
+            timing.check().map_err(|reason| bad("bfd", reason))?;
             if self.multihop_ttl.is_some() {
                 return Err(bad(
                     "bfd",
@@ -150,9 +129,6 @@ impl PeerConfig {
         Ok(())
     }
 }
-
-/// Above this, BFD detects nothing the BGP hold timer would not.
-pub const MAX_BFD_INTERVAL: Duration = bfd::MAX_INTERVAL;
 
 fn secs(field: &str, value: &str, spec: &str) -> Result<Duration, Error> {
     value
