@@ -7,6 +7,11 @@ scripts/setup.sh
 # A full disk shows up as a linker "Bus error"; say how much room there was.
 df -h . | tail -1 | awk '{ print "disk: " $4 " free of " $2 }'
 cargo fmt --all --check
+# The fuzz crate is outside the workspace with its own lock file; CI builds
+# it with --locked, so a workspace dependency added without refreshing that
+# lock fails here in seconds rather than after the whole test run.
+(cd fuzz && cargo metadata --locked --format-version 1 >/dev/null) ||
+    { echo "test: fuzz/Cargo.lock is stale; refresh it with: (cd fuzz && cargo metadata --offline --format-version 1 >/dev/null)" >&2; exit 1; }
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
