@@ -21,10 +21,11 @@ use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
 use crate::plane::forwarding;
-use crate::plane::h2::{Failure, Ids, StreamCtx, authority};
+use crate::plane::h2_stream::{Failure, StreamCtx, authority};
 use crate::plane::logflood::EndpointLog;
-use crate::plane::proxy::{Router, has_hop_by_hop};
+use crate::plane::proxy::{self, Router, has_hop_by_hop};
 use crate::plane::trace;
+use crate::plane::trace::Ids;
 
 /// Idle connections kept per backend address and serving thread.
 const MAX_IDLE_PER_UPSTREAM: usize = 256;
@@ -85,9 +86,15 @@ pub(super) async fn forward(
         // only a header map follows exactly: the rare case.
         let mut headers = parts.headers.clone();
         let mut uri = st.uri(parts).clone();
-        router
-            .edit_upstream_request(&mut headers, &mut uri, conn, authority(parts), st)
-            .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
+        proxy::edit_request(
+            &mut headers,
+            &mut uri,
+            conn,
+            authority(parts),
+            st.ids.as_ref(),
+            st.gateway.as_ref(),
+        )
+        .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
         direct_head(
@@ -485,7 +492,7 @@ pub(super) fn request_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// [`request_head`] of the edits `Router::edit_upstream_request` makes
+/// [`request_head`] of the edits `proxy::edit_request` makes
 /// when there is neither a Gateway filter nor a hop-by-hop field (almost
 /// every request), written straight from the client's head: the new
 /// request ID and traceparent and the forwarding fields replace the

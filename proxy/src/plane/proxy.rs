@@ -21,9 +21,9 @@ use crate::plane::decide::GatewayForward;
 use crate::plane::edge::EdgeConfig;
 use crate::plane::filters::{self, HeaderList};
 use crate::plane::forwarding;
-use crate::plane::h2::{Ids, StreamCtx};
 use crate::plane::metrics::{Metrics, Series};
 use crate::plane::trace;
+use crate::plane::trace::Ids;
 
 /// Value of the `Server` header on responses that have none.
 pub const SERVER_NAME: &str = "teapot";
@@ -141,28 +141,6 @@ impl Router {
 }
 
 impl Router {
-    /// The edits of an HTTP/2 request before it goes to its backend: new
-    /// request IDs, hop-by-hop fields, Gateway filters, forwarding fields
-    /// (of `authority`, the client's). `Err`: a rewrite made no valid
-    /// target.
-    pub(super) fn edit_upstream_request(
-        &self,
-        headers: &mut HeaderMap,
-        uri: &mut Uri,
-        conn: &ConnInfo,
-        authority: &str,
-        st: &StreamCtx<'_>,
-    ) -> Result<(), http::Error> {
-        edit_request(
-            headers,
-            uri,
-            conn,
-            authority,
-            st.ids.as_ref(),
-            st.gateway.as_ref(),
-        )
-    }
-
     /// The edits of a backend's response for HTTP/2: Gateway filters,
     /// hop-by-hop fields, `Server`.
     pub(super) fn edit_response(
@@ -207,9 +185,11 @@ impl Router {
     }
 }
 
-/// [`Router::edit_upstream_request`] of the request's IDs (sent when
-/// teapot made them) and its Gateway filters.
-fn edit_request(
+/// The edits of an HTTP/2 request before it goes to its backend: new
+/// request IDs (sent when teapot made them), hop-by-hop fields, Gateway
+/// filters, forwarding fields (of `authority`, the client's). `Err`: a
+/// rewrite made no valid target.
+pub(super) fn edit_request(
     headers: &mut HeaderMap,
     uri: &mut Uri,
     conn: &ConnInfo,
