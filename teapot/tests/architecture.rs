@@ -135,32 +135,41 @@ fn the_shipped_binary_has_no_testkit() {
     assert_not_reached("teapot", &["teapot-testkit"]);
 }
 
-/// `crate::PART` paths in every `.rs` file below `dir`.
-fn imports_below(dir: &Path, parts: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
+/// Every `.rs` file below `dir`, but those under `bin/` (a binary's own
+/// sources are a crate of their own).
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         for entry in std::fs::read_dir(&d).unwrap().flatten() {
             let path = entry.path();
             if path.is_dir() {
-                todo.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            for (n, line) in text.lines().enumerate() {
-                // Doc comments may name a later part to say where a thing
-                // goes; only code counts.
-                let code = line.trim_start();
-                if code.starts_with("//") {
-                    continue;
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    todo.push(path);
                 }
-                for part in parts {
-                    if code.contains(&format!("crate::{part}")) {
-                        found.push(format!("{}:{}: {}", path.display(), n + 1, code));
-                    }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// `crate::PART` paths in every `.rs` file below `dir`.
+fn imports_below(dir: &Path, parts: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for path in rust_files(dir) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            // Doc comments may name a later part to say where a thing
+            // goes; only code counts.
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            for part in parts {
+                if code.contains(&format!("crate::{part}")) {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, code));
                 }
             }
         }
@@ -224,21 +233,7 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
 /// module that has a file; the file's own ancestors (`mod.rs`, `lib.rs`)
 /// do not count: a child reaching its parent's items is how modules nest.
 fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
-    let mut files = Vec::new();
-    let mut todo = vec![src.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                // A binary's own sources are a crate of their own.
-                if path.file_name().is_some_and(|n| n != "bin") {
-                    todo.push(path);
-                }
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
+    let files = rust_files(src);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(src, f)).collect();
     let mut graph = BTreeMap::new();
     for file in &files {

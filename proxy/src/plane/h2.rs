@@ -36,7 +36,7 @@ use teapot_h1::ConnInfo;
 
 use crate::compile::upstream::Tried;
 use crate::plane::access_log::Entry;
-use crate::plane::decide::{Answer, Head, UNFORWARDABLE_PATH};
+use crate::plane::decide::{self, Answer, Head, UNFORWARDABLE_PATH};
 use crate::plane::edge::{self, Refusal};
 use crate::plane::h2_stream::{
     Client, Failure, MAX_FRAME_SIZE, STREAM_WINDOW, StreamCtx, authority,
@@ -360,6 +360,7 @@ impl H2Server {
             502 => BAD_GATEWAY_BODY,
             504 => GATEWAY_TIMEOUT_BODY,
             413 => Refusal::BodyTooLarge.body(),
+            500 => decide::BAD_REWRITE.body,
             _ => "400 bad request\n",
         };
         let body = Bytes::from_static(body.as_bytes());

@@ -285,6 +285,9 @@ pub(super) enum Failure {
     Upstream(&'static str),
     /// The request body went over the route's limit (413).
     BodyTooLarge,
+    /// The route's URL rewrite made no valid target (500, as on HTTP/1:
+    /// crate::plane::decide::BAD_REWRITE).
+    BadRewrite,
     /// The client reset its stream or went away.
     ClientGone,
 }
@@ -295,6 +298,7 @@ impl Failure {
             Failure::Connect(_) | Failure::Upstream(_) => 502,
             Failure::ConnectTimeout | Failure::ReadTimeout => 504,
             Failure::BodyTooLarge => 413,
+            Failure::BadRewrite => 500,
             Failure::ClientGone => 0,
         }
     }
@@ -307,6 +311,7 @@ impl Failure {
             Failure::ReadTimeout => "upstream_read_timeout",
             Failure::Upstream(_) => "upstream_error",
             Failure::BodyTooLarge => "body_too_large",
+            Failure::BadRewrite => "rewrite_invalid",
             Failure::ClientGone => "client_abort",
         }
     }
@@ -318,5 +323,20 @@ impl std::fmt::Display for Failure {
             Failure::Connect(why) | Failure::Upstream(why) => f.write_str(why),
             other => f.write_str(other.reason()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plane::decide::BAD_REWRITE;
+
+    /// A rewrite that makes no valid target is the route's fault on
+    /// HTTP/2 as on HTTP/1: the same status and access-log reason.
+    #[test]
+    fn a_bad_rewrite_answers_as_on_http1() {
+        let failure = Failure::BadRewrite;
+        assert_eq!(failure.status(), BAD_REWRITE.status);
+        assert_eq!(failure.reason(), BAD_REWRITE.reason);
     }
 }

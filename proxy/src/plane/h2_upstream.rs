@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Uri};
 use teapot_h1::{BodyError, BodyFraming, ChunkedPayload, ConnInfo, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -84,17 +84,7 @@ pub(super) async fn forward(
     if st.gateway.is_some() || has_hop_by_hop(&parts.headers) {
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
-        let mut headers = parts.headers.clone();
-        let mut uri = st.uri(parts).clone();
-        proxy::edit_request(
-            &mut headers,
-            &mut uri,
-            conn,
-            authority(parts),
-            st.ids.as_ref(),
-            st.gateway.as_ref(),
-        )
-        .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
+        let (headers, uri) = edited_request(parts, conn, st)?;
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
         direct_head(
@@ -490,6 +480,28 @@ pub(super) fn request_head(
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// The client's request as its backend gets it, whichever protocol that
+/// speaks: a copy of its fields and target with [`proxy::edit_request`]'s
+/// edits (IDs, hop-by-hop fields, Gateway filters, forwarding fields).
+pub(super) fn edited_request(
+    parts: &Parts,
+    conn: &ConnInfo,
+    st: &StreamCtx<'_>,
+) -> Result<(HeaderMap, Uri), Failure> {
+    let mut headers = parts.headers.clone();
+    let mut uri = st.uri(parts).clone();
+    proxy::edit_request(
+        &mut headers,
+        &mut uri,
+        conn,
+        authority(parts),
+        st.ids.as_ref(),
+        st.gateway.as_ref(),
+    )
+    .map_err(|_| Failure::BadRewrite)?;
+    Ok((headers, uri))
 }
 
 /// [`request_head`] of the edits `proxy::edit_request` makes
