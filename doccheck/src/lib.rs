@@ -138,7 +138,13 @@ fn link_targets(line: &str) -> Vec<String> {
     if trimmed.starts_with('[')
         && let Some(pos) = trimmed.find("]: ")
     {
-        out.push(trimmed[pos + 3..].split_whitespace().next().unwrap_or("").to_string());
+        out.push(
+            trimmed[pos + 3..]
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        );
     }
     for (code, piece) in spans(line) {
         if code {
@@ -199,8 +205,7 @@ fn top_level_dirs(root: &Path) -> io::Result<Vec<String>> {
     for entry in std::fs::read_dir(root)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type()?.is_dir() && !SKIPPED_DIRS.contains(&name.as_str()) && name != ".git"
-        {
+        if entry.file_type()?.is_dir() && !SKIPPED_DIRS.contains(&name.as_str()) && name != ".git" {
             out.push(name);
         }
     }
@@ -226,9 +231,9 @@ fn as_repository_path<'a>(span: &'a str, tops: &[String]) -> Option<&'a str> {
         return None;
     }
     let last = path.rsplit('/').next().unwrap_or("");
-    let has_extension = last
-        .rsplit_once('.')
-        .is_some_and(|(stem, ext)| !stem.is_empty() && !ext.is_empty() && ext.chars().all(|c| c.is_ascii_alphanumeric()));
+    let has_extension = last.rsplit_once('.').is_some_and(|(stem, ext)| {
+        !stem.is_empty() && !ext.is_empty() && ext.chars().all(|c| c.is_ascii_alphanumeric())
+    });
     (path.ends_with('/') || has_extension).then_some(path)
 }
 
@@ -332,7 +337,9 @@ pub fn work_label(line: &str) -> Option<&'static str> {
         let before_ok = !lower[..pos].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
         let after = &lower[pos + "helper".len()..];
         let after = after.strip_prefix("'s").unwrap_or(after);
-        let Some(after) = after.strip_prefix(' ') else { continue };
+        let Some(after) = after.strip_prefix(' ') else {
+            continue;
+        };
         let labelled = ["branch", "worktree", "agent", "session"]
             .iter()
             .any(|w| after.starts_with(w));
@@ -349,7 +356,10 @@ const WORD_FIX: &str = "label it by what it measures or does, its date and commi
 pub fn check_words(root: &Path) -> io::Result<Vec<Finding>> {
     let mut findings = Vec::new();
     for path in entries(root)? {
-        if let Some(label) = path.file_name().and_then(|n| work_label(&n.to_string_lossy())) {
+        if let Some(label) = path
+            .file_name()
+            .and_then(|n| work_label(&n.to_string_lossy()))
+        {
             findings.push(Finding {
                 file: path.clone(),
                 line: 0,
@@ -408,10 +418,16 @@ mod tests {
     #[test]
     fn a_link_to_a_missing_file_is_found_with_its_line() {
         let repo = Repo::new();
-        repo.write("docs/a.md", "# A\n\nSee [b](b.md#part) and [web](https://x.org).\n")
-            .write("docs/b.md", "# B\n")
-            .write("README.md", "[a](docs/a.md)\n\n[gone](docs/gone.md)\n\n```\n[x](nowhere.md)\n```\n")
-            .write("vendor/x/README.md", "[gone](gone.md)\n");
+        repo.write(
+            "docs/a.md",
+            "# A\n\nSee [b](b.md#part) and [web](https://x.org).\n",
+        )
+        .write("docs/b.md", "# B\n")
+        .write(
+            "README.md",
+            "[a](docs/a.md)\n\n[gone](docs/gone.md)\n\n```\n[x](nowhere.md)\n```\n",
+        )
+        .write("vendor/x/README.md", "[gone](gone.md)\n");
         let findings = check_links(&repo.0).unwrap();
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert_eq!(findings[0].file, PathBuf::from("README.md"));
@@ -428,19 +444,31 @@ mod tests {
             .write("docs/a.md", "`proxy/src/lib.rs:12` `proxy/src/` `proxy/src/gone.rs`\n`elsewhere/x.rs` `proxy/src/*.rs` `a b/c.rs` `proxy/x`\n");
         let findings = check_paths(&repo.0).unwrap();
         assert_eq!(findings.len(), 1, "{findings:?}");
-        assert_eq!((findings[0].file.as_path(), findings[0].line), (Path::new("docs/a.md"), 1));
+        assert_eq!(
+            (findings[0].file.as_path(), findings[0].line),
+            (Path::new("docs/a.md"), 1)
+        );
         assert!(findings[0].message.contains("`proxy/src/gone.rs`"));
     }
 
     #[test]
     fn readme_without_ci_test_command_is_found() {
         let repo = Repo::new();
-        repo.write(".ci/run", "set -e\nscripts/test.sh\nscripts/fuzz-smoke.sh\n")
-            .write("scripts/test.sh", "")
-            .write("scripts/demo.sh", "")
-            .write("README.md", "# t\n\n```sh\nscripts/demo.sh   # demo\nscripts/test.sh   # tests\n```\n");
+        repo.write(
+            ".ci/run",
+            "set -e\nscripts/test.sh\nscripts/fuzz-smoke.sh\n",
+        )
+        .write("scripts/test.sh", "")
+        .write("scripts/demo.sh", "")
+        .write(
+            "README.md",
+            "# t\n\n```sh\nscripts/demo.sh   # demo\nscripts/test.sh   # tests\n```\n",
+        );
         assert_eq!(check_commands(&repo.0).unwrap(), vec![]);
-        repo.write("README.md", "# t\n\n```sh\nscripts/demo.sh\ncd scripts && ./test.sh\n```\n");
+        repo.write(
+            "README.md",
+            "# t\n\n```sh\nscripts/demo.sh\ncd scripts && ./test.sh\n```\n",
+        );
         let findings = check_commands(&repo.0).unwrap();
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert!(findings[0].message.contains("`scripts/test.sh`"));
@@ -473,7 +501,10 @@ mod tests {
         let repo = Repo::new();
         let label = format!("{} {}", "session", 4);
         repo.write("docs/a.md", &format!("ok\nrun of {label}\n"))
-            .write(&format!("benches/results/http-{}{}-x.json", "session", 10), "{}")
+            .write(
+                &format!("benches/results/http-{}{}-x.json", "session", 10),
+                "{}",
+            )
             .write("vendor/x.rs", &label);
         let findings = check_words(&repo.0).unwrap();
         let mut got: Vec<(String, usize)> = findings
