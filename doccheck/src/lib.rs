@@ -26,7 +26,8 @@
 //!   each written as CI calls it, from the repository root.
 //! - [`check_words`] (rule d): no label of the work that produced something,
 //!   in any text file's content or any file or directory name: the word
-//!   "session" followed by a digit (with or without one space between), the
+//!   "session" or "sessions" followed by a digit (directly, or after one
+//!   space or hyphen), the
 //!   phrase "this" + "session", and "helper" used for a person's work
 //!   ("helper" or "helper's" followed by branch, worktree, agent or session).
 //!   Case does not matter. The word stays free where it means the domain: a
@@ -325,7 +326,8 @@ pub fn work_label(line: &str) -> Option<&'static str> {
     let word = "session";
     for (pos, _) in lower.match_indices(word) {
         let after = &lower[pos + word.len()..];
-        let after = after.strip_prefix(' ').unwrap_or(after);
+        let after = after.strip_prefix('s').unwrap_or(after);
+        let after = after.strip_prefix([' ', '-']).unwrap_or(after);
         if after.starts_with(|c: char| c.is_ascii_digit()) {
             return Some("a numbered round of work");
         }
@@ -480,9 +482,11 @@ mod tests {
     fn work_labels_are_found_and_domain_words_are_not() {
         let numbered = format!("measured in {} {}", "Session", 9);
         let joined = format!("http-{}{}-after.json", "session", 10);
+        let hyphen = format!("the first {}-{} run", "session", 4);
+        let plural = format!("({}s {} and 9)", "session", 8);
         let this = format!("what moved {} {}", "this", "session");
         let branch = format!("from a {}'s branch", "helper");
-        for bad in [&numbered, &joined, &this, &branch] {
+        for bad in [&numbered, &joined, &hyphen, &plural, &this, &branch] {
             assert!(work_label(bad).is_some(), "{bad}");
         }
         for good in [
