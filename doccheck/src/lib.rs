@@ -346,7 +346,7 @@ pub fn work_label(line: &str) -> Option<&'static str> {
             .iter()
             .any(|w| after.starts_with(w));
         if before_ok && labelled {
-            return Some("a person's work (a helper + branch or worktree)");
+            return Some("a label of who did the work (a person's branch or worktree)");
         }
     }
     None
