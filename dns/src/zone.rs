@@ -62,12 +62,6 @@ pub(crate) struct Node {
     pub(crate) txt: Vec<String>,
 }
 
-impl Node {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.a.is_empty() && self.aaaa.is_empty() && self.txt.is_empty()
-    }
-}
-
 /// One zone, ready to answer from.
 #[derive(Clone, Debug)]
 pub struct Zone {
@@ -249,9 +243,13 @@ impl ZoneBuilder {
             .caa_issuers
             .iter()
             .flat_map(|i| {
+                // The issuer is written as a domain, not a name: no
+                // trailing dot ("letsencrypt.org", RFC 8659 §4.2).
+                let mut issuer = name(i);
+                issuer.set_fqdn(false);
                 [
-                    CAA::new_issue(false, Some(name(i)), Vec::new()),
-                    CAA::new_issuewild(false, Some(name(i)), Vec::new()),
+                    CAA::new_issue(false, Some(issuer.clone()), Vec::new()),
+                    CAA::new_issuewild(false, Some(issuer), Vec::new()),
                 ]
             })
             .collect();

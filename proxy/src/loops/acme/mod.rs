@@ -113,6 +113,8 @@ pub struct View {
     pub records: HashMap<String, HostRecord>,
     /// Where each certificate is kept (kube mode: a namespace).
     pub namespaces: HashMap<String, String>,
+    /// TXT records of the DNS-01 challenges in flight: (name, value).
+    pub dns_challenges: Vec<(String, String)>,
 }
 
 impl View {
@@ -272,6 +274,14 @@ fn host_status(
                 },
             },
         },
+    }
+}
+
+/// The DNS-01 challenges in flight, as the fleet's DNS server answers
+/// them (crate::loops::dns_zone).
+impl crate::loops::dns_zone::Challenges for AcmeShared {
+    fn dns_challenges(&self) -> Vec<(String, String)> {
+        self.view.load().dns_challenges.clone()
     }
 }
 
