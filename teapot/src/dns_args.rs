@@ -40,6 +40,9 @@ pub(crate) struct DnsArgs {
     /// Of the responses over the limit, every Nth goes out truncated (so real resolvers retry over TCP); 0: all dropped.
     #[arg(long, default_value_t = 2)]
     dns_slip: u32,
+    /// Serve every assigned hostname INGRESS.CLUSTER.ZONE with one certificate per tenant cluster (*.CLUSTER.ZONE and CLUSTER.ZONE), ordered by DNS-01 against this DNS server (needs --dns-listen, --acme-directory and the zone delegated to the fleet); other hosts keep HTTP-01.
+    #[arg(long)]
+    dns_acme_wildcards: bool,
     /// Kube mode: seconds between renewals of this replica's DNS Lease (it is renewed while the replica is ready).
     #[arg(long, default_value_t = 1.0)]
     dns_renew: f64,
@@ -51,6 +54,27 @@ pub(crate) struct DnsArgs {
 impl DnsArgs {
     pub(crate) fn listen(&self) -> Option<SocketAddr> {
         self.dns_listen
+    }
+
+    /// The zone ACME's wildcard certificates are for
+    /// (`--dns-acme-wildcards`), checked against the other flags.
+    pub(crate) fn acme_wildcard_zone(
+        &self,
+        dns: Option<&DnsConfig>,
+        acme: bool,
+    ) -> anyhow::Result<Option<String>> {
+        if !self.dns_acme_wildcards {
+            return Ok(None);
+        }
+        let Some(dns) = dns else {
+            bail!(
+                "--dns-acme-wildcards needs --dns-listen: the CA checks DNS-01 on the fleet's own DNS server"
+            );
+        };
+        if !acme {
+            bail!("--dns-acme-wildcards needs --acme-directory");
+        }
+        Ok(Some(dns.zone.origin.clone()))
     }
 
     /// `None` without `--dns-listen`. `domain`: `--domain`; `status`:

@@ -375,6 +375,12 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.dns = args
         .dns
         .config(&config.compile.domain, &config.compile.status_addresses)?;
+    let wildcards = args
+        .dns
+        .acme_wildcard_zone(config.dns.as_ref(), config.acme.is_some())?;
+    if let Some(acme) = config.acme.as_mut() {
+        acme.wildcard_zone = wildcards;
+    }
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

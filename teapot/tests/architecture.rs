@@ -4,7 +4,8 @@
 //! - Crates: the webhook reaches no Pingora crate and not the proxy; the
 //!   shipped binary's normal dependencies reach no testkit; model and
 //!   source reach neither the proxy nor Pingora; announce reaches no
-//!   Pingora, no kube and no other teapot crate but api.
+//!   Pingora, no kube and no other teapot crate but api; the DNS server
+//!   (dns) reaches no Pingora, no kube and no other teapot crate.
 //! - Modules of the proxy crate: `compile` imports neither `plane` nor
 //!   `loops`; `plane` does not import `loops`.
 //!
@@ -113,6 +114,24 @@ fn announce_links_no_pingora_no_kube_and_no_proxy() {
             "teapot-proxy",
             "teapot-model",
             "teapot-source",
+        ],
+    );
+}
+
+/// The DNS server serves a zone value; what goes in it (routes, replicas,
+/// ACME challenges) is the proxy's business.
+#[test]
+fn dns_links_no_pingora_no_kube_and_no_proxy() {
+    assert_not_reached(
+        "teapot-dns",
+        &[
+            "pingora",
+            "kube",
+            "k8s-openapi",
+            "teapot-proxy",
+            "teapot-model",
+            "teapot-source",
+            "teapot-api",
         ],
     );
 }

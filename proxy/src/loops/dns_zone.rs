@@ -66,9 +66,11 @@ impl DnsConfig {
     }
 }
 
-/// Pending ACME DNS-01 challenges as TXT records: (name, value).
+/// Pending ACME DNS-01 challenges as TXT records: (name, value), read
+/// fresh (another replica's issuer may have written them a moment ago).
+#[async_trait::async_trait]
 pub trait Challenges: Send + Sync + std::fmt::Debug {
-    fn dns_challenges(&self) -> Vec<(String, String)>;
+    async fn dns_challenges(&self) -> Vec<(String, String)>;
 }
 
 /// Where the answered addresses come from.
@@ -213,10 +215,10 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => break,
         }
         let snapshot = snapshots.load();
-        let mut pending = challenges
-            .as_ref()
-            .map(|c| c.dns_challenges())
-            .unwrap_or_default();
+        let mut pending = match &challenges {
+            Some(c) => c.dns_challenges().await,
+            None => Vec::new(),
+        };
         pending.sort();
         let inputs = (snapshot.generation, addresses.now(), pending);
         if last.as_ref() == Some(&inputs) {
