@@ -5,8 +5,11 @@
 //! so an issued certificate proves teapot published the TXT records and
 //! answered them.
 //!
-//! Then a second Ingress of the same cluster is served by SNI with that
-//! certificate at once, and no order follows.
+//! Two replicas share the state directory: B starts first and holds the
+//! issuer role, pebble asks A's DNS listener only, so the certificate also
+//! proves that the replica that is not the issuer answers the challenges
+//! the issuer wrote. Then a second Ingress of the same cluster is served
+//! by SNI with that certificate at once, and no order follows.
 //!
 //! Every wait polls for a condition with a generous bound; nothing asserts
 //! on elapsed time.
@@ -107,7 +110,18 @@ async fn one_dns01_wildcard_serves_every_assigned_hostname_of_a_cluster() {
         "30",
     ];
     let files = [("tenant.yaml", tenant_objects(&[("web.shop", WEB)]))];
+    let b = Harness::start_with_args(&files, &args).await;
+    eventually("B is the issuer", ISSUE_TIMEOUT, || async {
+        let v = metric_of(&b, "teapot_acme_issuer").await;
+        if v == 1.0 { Ok(()) } else { Err(v) }
+    })
+    .await;
     let h = Harness::start_with_args(&files, &args).await;
+    assert_eq!(
+        metric_of(&h, "teapot_acme_issuer").await,
+        0.0,
+        "the role is B's"
+    );
     pebble.set_dns(h.proxy.dns.expect("DNS listener"));
     pebble.restart().await.expect("pebble starts");
     let root_pem = pebble.issued_root().await.unwrap();
@@ -129,16 +143,14 @@ async fn one_dns01_wildcard_serves_every_assigned_hostname_of_a_cluster() {
     assert!(cert_matches_hostname(&leaf, CLUSTER));
     assert!(!cert_matches_hostname(&leaf, "a.b.acme.lb.example.net"));
     assert!(state.path().join(format!("hosts/{CLUSTER}.pem")).is_file());
-    let issued = metric_of(&h, "teapot_acme_issued_total").await;
-    assert_eq!(issued, 1.0);
-    let orders = metric_of(&h, "teapot_acme_orders_total").await;
+    assert_eq!(metric_of(&b, "teapot_acme_issued_total").await, 1.0);
+    assert_eq!(metric_of(&h, "teapot_acme_orders_total").await, 0.0);
+    let orders = metric_of(&b, "teapot_acme_orders_total").await;
 
     // A second Ingress of the cluster: the same certificate at once.
-    h.apply(
-        "tenant.yaml",
-        &tenant_objects(&[("web.shop", WEB), ("api.shop", API)]),
-    )
-    .await;
+    let both = tenant_objects(&[("web.shop", WEB), ("api.shop", API)]);
+    b.apply("tenant.yaml", &both).await;
+    h.apply("tenant.yaml", &both).await;
     let second = verified_leaf(&h.proxy, API, &root)
         .await
         .expect("the new hostname is served with the cluster's certificate");
@@ -154,6 +166,11 @@ async fn one_dns01_wildcard_serves_every_assigned_hostname_of_a_cluster() {
     let report = common::ingress_report(&status, "tenant-acme", "api.shop").unwrap();
     let condition = common::condition(report, "CertificateReady").unwrap();
     assert_eq!(condition["reason"], "Issued", "{condition}");
-    assert_eq!(metric_of(&h, "teapot_acme_orders_total").await, orders);
-    assert_eq!(metric_of(&h, "teapot_acme_issued_total").await, 1.0);
+    assert_eq!(
+        verified_leaf(&b.proxy, API, &root).await.unwrap(),
+        leaf,
+        "both replicas serve the one certificate"
+    );
+    assert_eq!(metric_of(&b, "teapot_acme_orders_total").await, orders);
+    assert_eq!(metric_of(&b, "teapot_acme_issued_total").await, 1.0);
 }
