@@ -160,6 +160,9 @@ fn lookup(zone: &Zone, query: &Query, response: &mut Message) -> (Kind, Response
     {
         return (Kind::Refused, ResponseCode::Refused);
     }
+    if !zone.loaded {
+        return (Kind::Error, ResponseCode::ServFail);
+    }
     response.metadata.authoritative = true;
     let owner = query.name().clone();
     let qtype = query.query_type();
@@ -495,6 +498,18 @@ mod tests {
         update.metadata.op_code = OpCode::Update;
         let r = respond(&z, &update.to_vec().unwrap(), Transport::Udp).unwrap();
         assert_eq!(r.rcode, "notimp");
+    }
+
+    #[test]
+    fn a_zone_not_built_yet_is_servfail_not_nxdomain() {
+        let z = ZoneBuilder::new(ZoneSettings::new("lb.example.com"))
+            .unwrap()
+            .placeholder();
+        let q = query("web.acme.lb.example.com.", RecordType::A, None);
+        let r = respond(&z, &q, Transport::Udp).unwrap();
+        assert_eq!(r.rcode, "servfail");
+        let q = query("example.org.", RecordType::A, None);
+        assert_eq!(respond(&z, &q, Transport::Udp).unwrap().rcode, "refused");
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub struct Zone {
     /// (`CLUSTER.lb.DOMAIN` when only its Ingresses have addresses): NODATA,
     /// not NXDOMAIN (RFC 8020).
     pub(crate) empty_non_terminals: HashSet<LowerName>,
+    /// False for [`ZoneBuilder::placeholder`]: names are not known yet.
+    pub(crate) loaded: bool,
 }
 
 impl Zone {
@@ -187,6 +189,20 @@ impl ZoneBuilder {
         Ok(parsed.to_lowercase())
     }
 
+    /// The zone of a server whose owner has not built one yet (a replica
+    /// still listing its routes): SERVFAIL for the names in it, so
+    /// resolvers ask another name server instead of caching an NXDOMAIN
+    /// this replica cannot vouch for.
+    pub fn placeholder(self) -> Zone {
+        let mut zone = ZoneBuilder {
+            names: BTreeMap::new(),
+            ..self
+        }
+        .build();
+        zone.loaded = false;
+        zone
+    }
+
     pub fn build(self) -> Zone {
         let s = &self.settings;
         let mut hash = Fnv::default();
@@ -264,6 +280,7 @@ impl ZoneBuilder {
             apex_ttl: s.apex_ttl,
             nodes,
             empty_non_terminals,
+            loaded: true,
         }
     }
 }

@@ -181,9 +181,9 @@ fn start_dns(
     use crate::loops::dns_zone::{self, Addresses};
     let dns_metrics = teapot_dns::Metrics::new()?;
     dns_metrics.register(metrics.registry())?;
-    // An empty zone (SOA and NS only) until the first build.
+    // SERVFAIL until the first build: this replica knows no routes yet.
     let zone = Arc::new(ArcSwap::from_pointee(
-        teapot_dns::ZoneBuilder::new(dns.zone.clone())?.build(),
+        teapot_dns::ZoneBuilder::new(dns.zone.clone())?.placeholder(),
     ));
     let addresses = match (&config.announce, &config.kube) {
         // The announced addresses move between replicas (L2) or are
@@ -193,7 +193,7 @@ fn start_dns(
             kube.client.clone(),
             kube.lease_namespace.clone(),
             &dns,
-            ready,
+            ready.clone(),
         ),
         (None, None) => Addresses::Fixed(dns.addresses.clone()),
     };
@@ -204,6 +204,7 @@ fn start_dns(
         snapshots.clone(),
         addresses,
         challenges,
+        ready,
         stop.clone(),
     ));
     let mut stopped = stop;

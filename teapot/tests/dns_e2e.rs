@@ -2,6 +2,11 @@
 //! to end: a real `teapot proxy` on manifests, asked over real UDP and TCP
 //! sockets (hickory-proto messages) and by `dig` from Debian's dnsutils.
 //!
+//! In kube mode (the API double of teapot-testkit) two replicas answer
+//! each other's addresses while their DNS Leases are renewed, the same
+//! zone (serial included) from both, and a replica that stops (or is
+//! killed: once its Lease runs out) leaves the other's answers.
+//!
 //! Without `dig` the dig checks print a SKIP line, unless
 //! `TEAPOT_REQUIRE_DIG=1` (CI) makes its absence a failure.
 
@@ -28,6 +33,10 @@ const V6: &str = "2001:db8::10";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn tenant_objects(ingresses: &[&str]) -> String {
+    common::docs(&tenant_values(ingresses))
+}
+
+fn tenant_values(ingresses: &[&str]) -> Vec<Value> {
     let mut docs = vec![
         json!({
             "apiVersion": "teapot.dev/v1alpha1",
@@ -45,7 +54,7 @@ fn tenant_objects(ingresses: &[&str]) -> String {
             json!({ "defaultBackend": backend }),
         ));
     }
-    common::docs(&docs)
+    docs
 }
 
 fn args() -> Vec<String> {
@@ -276,4 +285,91 @@ async fn without_the_flag_there_is_no_dns_listener() {
     let h = Harness::start_with_args(&[("tenant.yaml", tenant_objects(&["web.shop"]))], &[]).await;
     assert_eq!(h.proxy.dns, None);
     let _: Value = h.status().await;
+}
+
+async fn addresses(dns: SocketAddr) -> (Vec<String>, u32) {
+    let m = tcp(dns, WEB, RecordType::A).await;
+    let mut addrs: Vec<String> = m.answers.iter().map(|r| r.data.to_string()).collect();
+    addrs.sort();
+    let serial = serial(&tcp(dns, ZONE, RecordType::SOA).await);
+    (addrs, serial)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_replicas_answer_the_ready_replicas_and_one_that_stops_leaves() {
+    let api = teapot_testkit::apiserver::ApiServer::start().await;
+    for object in tenant_values(&["web.shop"]) {
+        api.apply(object);
+    }
+    let bin = common::teapot_bin();
+    let start = |address: &'static str| {
+        let args = [
+            "--domain",
+            "example.net",
+            "--lease-namespace",
+            "teapot-system",
+            "--status-address",
+            "127.0.0.1",
+            "--dns-listen",
+            "127.0.0.1:0",
+            "--dns-renew",
+            "0.2",
+            "--dns-lease",
+            "1",
+            "--dns-address",
+            address,
+        ];
+        let bin = bin.clone();
+        let kubeconfig = api.kubeconfig_path().to_path_buf();
+        async move {
+            teapot_testkit::process::ProxyProcess::start_kube(&bin, &kubeconfig, &args)
+                .await
+                .expect("replica starts")
+        }
+    };
+    let a = start("192.0.2.1").await;
+    let mut b = start("192.0.2.2").await;
+    let (a_dns, b_dns) = (a.dns.unwrap(), b.dns.unwrap());
+    let both = vec!["192.0.2.1".to_string(), "192.0.2.2".to_string()];
+    for dns in [a_dns, b_dns] {
+        eventually("both ready replicas answered", TIMEOUT, || async {
+            let (addrs, _) = addresses(dns).await;
+            if addrs == both { Ok(()) } else { Err(addrs) }
+        })
+        .await;
+    }
+    let (_, serial_a) = addresses(a_dns).await;
+    let (_, serial_b) = addresses(b_dns).await;
+    assert_eq!(serial_a, serial_b, "one zone, whichever replica is asked");
+
+    b.terminate().unwrap();
+    b.wait(TIMEOUT).await.unwrap();
+    let (addrs, _) = eventually("the stopped replica left the answers", TIMEOUT, || async {
+        let now = addresses(a_dns).await;
+        if now.0 == ["192.0.2.1"] {
+            Ok(now)
+        } else {
+            Err(now)
+        }
+    })
+    .await;
+    assert_eq!(addrs, ["192.0.2.1"]);
+
+    // Killed (no Lease deleted): gone once its Lease runs out.
+    let c = start("192.0.2.3").await;
+    eventually("the third replica answered", TIMEOUT, || async {
+        let (addrs, _) = addresses(a_dns).await;
+        if addrs.len() == 2 { Ok(()) } else { Err(addrs) }
+    })
+    .await;
+    drop(c);
+    eventually("the killed replica left the answers", TIMEOUT, || async {
+        let (addrs, _) = addresses(a_dns).await;
+        if addrs == ["192.0.2.1"] {
+            Ok(())
+        } else {
+            Err(addrs)
+        }
+    })
+    .await;
 }

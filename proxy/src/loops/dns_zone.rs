@@ -197,13 +197,15 @@ pub fn build(
 }
 
 /// Keeps `zone` current until `stop`: rebuilt when the snapshot, the
-/// answered addresses or the challenges change.
+/// answered addresses or the challenges change, from the moment the
+/// replica is `ready` (its first snapshot holds every route).
 pub async fn run(
     settings: ZoneSettings,
     zone: ZoneHandle,
     snapshots: SnapshotHandle,
     addresses: Addresses,
     challenges: Option<Arc<dyn Challenges>>,
+    ready: Arc<AtomicBool>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut last: Option<(u64, BTreeSet<IpAddr>, Vec<(String, String)>)> = None;
@@ -213,6 +215,9 @@ pub async fn run(
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
+        }
+        if last.is_none() && !ready.load(std::sync::atomic::Ordering::Acquire) {
+            continue;
         }
         let snapshot = snapshots.load();
         let mut pending = match &challenges {
