@@ -274,7 +274,7 @@ fn header_error(query: &[u8]) -> Response {
     let mut bytes = query[..12].to_vec();
     // QR=1, keep opcode and RD; AA, TC cleared.
     bytes[2] = 0x80 | (query[2] & 0x79);
-    bytes[3] = u8::from(ResponseCode::FormErr.low());
+    bytes[3] = ResponseCode::FormErr.low();
     bytes[4..12].fill(0);
     Response {
         bytes,

@@ -96,7 +96,7 @@ impl Limiter {
         bucket.limited = bucket.limited.wrapping_add(1);
         match self.config.slip {
             0 => Verdict::Drop,
-            slip if bucket.limited % slip == 0 => Verdict::Slip,
+            slip if bucket.limited.is_multiple_of(slip) => Verdict::Slip,
             _ => Verdict::Drop,
         }
     }

@@ -196,6 +196,10 @@ pub fn build(
     Ok(zone.build())
 }
 
+/// What a zone is built from: the snapshot generation, the answered
+/// addresses, the challenges (sorted).
+type ZoneInputs = (u64, BTreeSet<IpAddr>, Vec<(String, String)>);
+
 /// Keeps `zone` current until `stop`: rebuilt when the snapshot, the
 /// answered addresses or the challenges change, from the moment the
 /// replica is `ready` (its first snapshot holds every route).
@@ -208,7 +212,7 @@ pub async fn run(
     ready: Arc<AtomicBool>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last: Option<(u64, BTreeSet<IpAddr>, Vec<(String, String)>)> = None;
+    let mut last: Option<ZoneInputs> = None;
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
