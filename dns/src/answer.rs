@@ -523,32 +523,13 @@ mod tests {
     #[test]
     fn nxdomain_shares_one_rate_key_answers_have_their_own() {
         let z = zone();
-        let a = respond(
-            &z,
-            &query("a.lb.example.com.", RecordType::A, None),
-            Transport::Udp,
-        )
-        .unwrap();
-        let b = respond(
-            &z,
-            &query("b.lb.example.com.", RecordType::A, None),
-            Transport::Udp,
-        )
-        .unwrap();
-        assert_eq!(a.rate_key, b.rate_key);
-        let w = respond(
-            &z,
-            &query("web.acme.lb.example.com.", RecordType::A, None),
-            Transport::Udp,
-        )
-        .unwrap();
-        let w2 = respond(
-            &z,
-            &query("WEB.acme.lb.example.com.", RecordType::A, None),
-            Transport::Udp,
-        )
-        .unwrap();
-        assert_eq!(w.rate_key, w2.rate_key);
-        assert_ne!(w.rate_key, a.rate_key);
+        let key = |name: &str| {
+            let q = query(name, RecordType::A, None);
+            respond(&z, &q, Transport::Udp).unwrap().rate_key
+        };
+        assert_eq!(key("a.lb.example.com."), key("b.lb.example.com."));
+        let web = key("web.acme.lb.example.com.");
+        assert_eq!(web, key("WEB.acme.lb.example.com."));
+        assert_ne!(web, key("a.lb.example.com."));
     }
 }

@@ -36,12 +36,7 @@ const CLUSTER: &str = "acme.lb.example.net";
 /// hostname as TLS host; `--acme-default-tenants` opts them in.
 fn tenant_objects(ingresses: &[(&str, &str)]) -> String {
     let mut docs = vec![
-        json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": "acme" },
-            "spec": { "cluster": "acme", "nodeCIDRs": ["10.1.0.0/24"] },
-        }),
+        common::tenant("acme"),
         common::service("tenant-acme", "web", &[(None, 80)]),
     ];
     for (name, host) in ingresses {
@@ -85,7 +80,7 @@ async fn one_dns01_wildcard_serves_every_assigned_hostname_of_a_cluster() {
     .expect("pebble is installed");
     let state = tempfile::tempdir().unwrap();
     let directory = pebble.directory();
-    let args = [
+    let mut args = vec![
         "--domain",
         "example.net",
         "--dns-listen",
@@ -100,15 +95,8 @@ async fn one_dns01_wildcard_serves_every_assigned_hostname_of_a_cluster() {
         "--acme-state-dir",
         state.path().to_str().unwrap(),
         "--acme-default-tenants",
-        "--acme-retry-min",
-        "0.5",
-        "--acme-retry-max",
-        "2",
-        "--acme-lock-retry",
-        "0.5",
-        "--acme-order-timeout",
-        "30",
     ];
+    args.extend(common::QUICK_ACME);
     let files = [("tenant.yaml", tenant_objects(&[("web.shop", WEB)]))];
     let b = Harness::start_with_args(&files, &args).await;
     eventually("B is the issuer", ISSUE_TIMEOUT, || async {

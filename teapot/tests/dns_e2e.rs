@@ -38,12 +38,7 @@ fn tenant_objects(ingresses: &[&str]) -> String {
 
 fn tenant_values(ingresses: &[&str]) -> Vec<Value> {
     let mut docs = vec![
-        json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": "acme" },
-            "spec": { "cluster": "acme", "nodeCIDRs": ["10.1.0.0/24"] },
-        }),
+        common::tenant("acme"),
         common::service("tenant-acme", "web", &[(None, 80)]),
     ];
     for name in ingresses {
