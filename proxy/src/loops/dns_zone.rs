@@ -160,7 +160,20 @@ pub fn build(
     let mut zone = ZoneBuilder::new(settings.clone())?;
     let suffix = format!(".{}", settings.origin);
     let mut names: BTreeSet<&str> = BTreeSet::new();
-    for host in snapshot.routes.exact_hosts() {
+    // A tenant Gateway's assigned hostname is the `Hostname` address of
+    // its status, once it is programmed (it routes).
+    let gateways = snapshot.report.gateway.gateways.iter().filter(|g| {
+        g.status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Programmed" && c.status == "True")
+    });
+    let gateway_hosts = gateways
+        .flat_map(|g| g.status.addresses.iter().flatten())
+        .filter(|a| a.r#type.as_deref() == Some("Hostname"))
+        .map(|a| a.value.as_str());
+    for host in snapshot.routes.exact_hosts().chain(gateway_hosts) {
         let Some(below) = host.strip_suffix(suffix.as_str()) else {
             continue;
         };
@@ -293,6 +306,26 @@ mod tests {
         // Two hosts, the cluster, ns1.
         assert_eq!(zone.names(), 4);
         assert!(!zone.contains("custom.example.org"));
+    }
+
+    #[test]
+    fn a_programmed_tenant_gateway_is_answered_an_unprogrammed_one_is_not() {
+        let gateway = |name: &str, programmed: &str| crate::compile::gateway::Reported {
+            namespace: "tenant-acme".into(),
+            name: name.into(),
+            status: serde_json::from_value(serde_json::json!({
+                "addresses": [{"type": "Hostname", "value": format!("{name}.acme.lb.example.com")}],
+                "conditions": [{"type": "Programmed", "status": programmed, "reason": "x",
+                                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            }))
+            .unwrap(),
+        };
+        let mut s = snapshot(&[]);
+        s.report.gateway.gateways = vec![gateway("gw", "True"), gateway("broken", "False")];
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.1".parse().unwrap()].into();
+        let zone = build(&settings(), &s, &addrs, &[]).unwrap();
+        // gw, its cluster, ns1.
+        assert_eq!(zone.names(), 3);
     }
 
     #[test]
