@@ -5,7 +5,8 @@
 # (DNS_CLIENT_CPU): queries per second per core and server CPU per query.
 # Then the amplification check: a flood of ANY and NS (with glue) queries
 # from one address against teapot with its default rate limit, bytes out
-# over bytes in.
+# over bytes in. Last, the zone's memory at 100k names
+# (dns/examples/zone-report.rs).
 #
 #   nice -n 10 benches/dns-side-by-side.sh [OUT.json]
 #
@@ -208,6 +209,11 @@ PY
 kill "$flood_pid"; wait "$flood_pid" 2>/dev/null || true
 echo "amplification (ANY + NS with glue, one address): $amp" >&2
 
-json="{\"date\":\"$(date -u +%F)\",\"commit\":\"$(git rev-parse --short HEAD)\",\"names\":$names,\"seconds\":$seconds,\"servers\":[$(IFS=,; echo "${results[*]}")],\"amplification\":$amp}"
+# The zone's memory and build time at 100k names, and the query path
+# alone on one core (dns/examples/zone-report.rs).
+zone_report=$(taskset -c "$server_cpu" cargo run --release -q -p teapot-dns --example zone-report -- 100000)
+echo "zone: $zone_report" >&2
+
+json="{\"date\":\"$(date -u +%F)\",\"commit\":\"$(git rev-parse --short HEAD)\",\"names\":$names,\"seconds\":$seconds,\"servers\":[$(IFS=,; echo "${results[*]}")],\"amplification\":$amp,\"zone\":$zone_report}"
 echo "$json"
 [ -z "$out" ] || echo "$json" >"$out"
