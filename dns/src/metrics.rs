@@ -70,9 +70,18 @@ impl Metrics {
     }
 
     pub(crate) fn count(&self, rcode: &str, transport: Transport, truncated: bool) {
+        self.counter(rcode, transport, truncated).inc();
+    }
+
+    /// The responses counter of one (rcode, transport, truncated).
+    pub(crate) fn counter(
+        &self,
+        rcode: &str,
+        transport: Transport,
+        truncated: bool,
+    ) -> prometheus::IntCounter {
         let truncated = if truncated { "true" } else { "false" };
         self.responses
             .with_label_values(&[rcode, transport.as_str(), truncated])
-            .inc();
     }
 }
