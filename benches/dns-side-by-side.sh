@@ -95,7 +95,7 @@ run() { # NAME PORT PID
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
-# teapot: one worker thread, no rate limit (dnsperf is one address).
+# teapot: one runtime thread, no rate limit (dnsperf is one address).
 p=$(port)
 taskset -c "$server_cpu" "$teapot" --threads 1 proxy --manifests "$work/manifests" \
   --http 127.0.0.1:0 --https off --admin 127.0.0.1:0 --domain example.com \
@@ -128,7 +128,7 @@ CONF
 taskset -c "$server_cpu" nsd -d -c "$work/nsd.conf" &
 pids+=($!); run nsd "$p" $!
 
-# Knot, one UDP and one TCP worker.
+# Knot, one UDP and one TCP thread.
 p=$(port)
 mkdir -p "$work/knot"
 cat >"$work/knot.conf" <<CONF
@@ -152,7 +152,7 @@ CONF
 taskset -c "$server_cpu" knotd -c "$work/knot.conf" &
 pids+=($!); run knot "$p" $!
 
-# BIND, one worker thread.
+# BIND, one thread (-n 1).
 p=$(port)
 cat >"$work/named.conf" <<CONF
 options {
