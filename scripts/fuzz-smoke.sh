@@ -17,7 +17,7 @@
 # FUZZ_PROFILE   dev (default: fast to build, slow to run) or release
 #                (optimised, still with debug assertions and overflow
 #                checks; for long runs)
-# FUZZ_TARGETS   space-separated subset (default: all six)
+# FUZZ_TARGETS   space-separated subset (default: all seven)
 # FUZZ_TIMEOUT   seconds one input may take before it counts as a hang
 #                (default 60; 600 for long runs on a machine where
 #                processes may be paused with SIGSTOP)
@@ -30,7 +30,7 @@ seconds="${FUZZ_SECONDS:-30}"
 timeout="${FUZZ_TIMEOUT:-60}"
 sanitizer="${FUZZ_SANITIZER:-none}"
 profile="${FUZZ_PROFILE:-dev}"
-read -r -a targets <<<"${FUZZ_TARGETS:-h1_scan h1_forward manifests route_match route_patterns webhook_validate}"
+read -r -a targets <<<"${FUZZ_TARGETS:-dns_query h1_scan h1_forward manifests route_match route_patterns webhook_validate}"
 target_dir="${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/fuzz}"
 cargo_fuzz_version=0.13.2
 

@@ -16,6 +16,50 @@ use teapot_proxy::plane::edge::{EdgeConfig, scan_h1};
 use teapot_webhook::offline::validate_text;
 use teapot_webhook::{PolicyConfig, PolicyState, Validator};
 
+/// The zone `dns_query` answers from: addresses, an empty non-terminal,
+/// a TXT challenge, CAA, and a name with more addresses than fit 512 bytes.
+fn dns_zone() -> &'static teapot_dns::Zone {
+    static ZONE: OnceLock<teapot_dns::Zone> = OnceLock::new();
+    ZONE.get_or_init(|| {
+        let mut settings = teapot_dns::ZoneSettings::new("lb.example.com");
+        settings.caa_issuers = vec!["letsencrypt.org".into()];
+        let mut b = teapot_dns::ZoneBuilder::new(settings).expect("zone settings");
+        let mut add = |name: &str, addr: &str| b.address(name, addr.parse().expect("address")).expect("in zone");
+        add("web.acme.lb.example.com", "192.0.2.1");
+        add("web.acme.lb.example.com", "2001:db8::1");
+        add("ns1.lb.example.com", "192.0.2.53");
+        for i in 0..64 {
+            add("big.lb.example.com", &format!("10.0.0.{i}"));
+        }
+        b.txt("_acme-challenge.acme.lb.example.com", "digest")
+            .expect("in zone");
+        b.build()
+    })
+}
+
+/// The DNS server's query path on arbitrary bytes, as UDP and as TCP: an
+/// answer, when there is one, is a message hickory reads back, a response
+/// (QR set) with the query's id, within the UDP payload teapot offers over
+/// UDP; a slip is never longer than that either.
+pub fn dns_query(data: &[u8]) {
+    use teapot_dns::answer::{UDP_PAYLOAD, slip};
+    use teapot_dns::{Transport, respond};
+    for transport in [Transport::Udp, Transport::Tcp] {
+        let Some(response) = respond(dns_zone(), data, transport) else {
+            continue;
+        };
+        let bytes = &response.bytes;
+        assert_eq!(bytes[..2], data[..2], "the query's id");
+        assert!(bytes[2] & 0x80 != 0, "QR set");
+        if transport == Transport::Udp {
+            assert!(bytes.len() <= usize::from(UDP_PAYLOAD), "{} bytes over UDP", bytes.len());
+        }
+        if let Some(cut) = slip(data) {
+            assert!(cut.len() <= usize::from(UDP_PAYLOAD));
+        }
+    }
+}
+
 /// The HTTP/1 framing scan on arbitrary bytes; a valid verdict must be
 /// stable (scanning twice agrees).
 pub fn h1_scan(data: &[u8]) {

@@ -90,6 +90,11 @@ fn run(target: &str, f: fn(&[u8])) {
 }
 
 #[test]
+fn dns_query() {
+    run("dns_query", teapot_fuzz::dns_query);
+}
+
+#[test]
 fn h1_scan() {
     run("h1_scan", teapot_fuzz::h1_scan);
 }

@@ -26,6 +26,8 @@ pub enum Error {
     #[error("kubernetes: {0}")]
     Kube(String),
     #[error(transparent)]
+    Dns(#[from] teapot_dns::Error),
+    #[error(transparent)]
     L4State(#[from] crate::loops::allocations::StateError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),

@@ -76,6 +76,9 @@ pub struct ProxyConfig {
     /// BGP and L2 announcement of this replica's addresses
     /// (docs/announce.md); `None`: off.
     pub announce: Option<crate::loops::announce::AnnounceConfig>,
+    /// The authoritative DNS server for lb.DOMAIN (docs/dns.md); `None`:
+    /// off. Its sockets are [`Listeners::dns`].
+    pub dns: Option<crate::loops::dns_zone::DnsConfig>,
 }
 
 /// What `teapot proxy` tells an operator about each request.
@@ -108,6 +111,7 @@ impl ProxyConfig {
             l4: crate::compile::l4::L4Config::default(),
             observe: ObserveConfig::default(),
             announce: None,
+            dns: None,
         }
     }
 }
@@ -118,6 +122,8 @@ pub struct Listeners {
     pub http: Option<std::net::TcpListener>,
     pub https: Option<std::net::TcpListener>,
     pub admin: std::net::TcpListener,
+    /// UDP and TCP of the DNS server, when [`ProxyConfig::dns`] is set.
+    pub dns: Option<teapot_dns::Sockets>,
 }
 
 /// Addresses the listeners actually got (port 0 resolved).
@@ -126,6 +132,7 @@ pub struct BoundAddrs {
     pub http: Option<SocketAddr>,
     pub https: Option<SocketAddr>,
     pub admin: SocketAddr,
+    pub dns: Option<SocketAddr>,
 }
 
 impl Listeners {
@@ -144,6 +151,7 @@ impl Listeners {
             http: http.map(|a| serving("http", a)).transpose()?,
             https: https.map(|a| serving("https", a)).transpose()?,
             admin: std::net::TcpListener::bind(admin).map_err(err("admin", admin))?,
+            dns: None,
         })
     }
 
@@ -152,15 +160,70 @@ impl Listeners {
             http: self.http.as_ref().map(|l| l.local_addr()).transpose()?,
             https: self.https.as_ref().map(|l| l.local_addr()).transpose()?,
             admin: self.admin.local_addr()?,
+            dns: self.dns.as_ref().map(|d| d.local_addr()).transpose()?,
         })
     }
+}
+
+/// The DNS server and the loop that keeps its zone current, both ending
+/// on `stop`.
+#[allow(clippy::too_many_arguments)]
+fn start_dns(
+    dns: crate::loops::dns_zone::DnsConfig,
+    sockets: teapot_dns::Sockets,
+    config: &ProxyConfig,
+    snapshots: &crate::compile::snapshot::SnapshotHandle,
+    metrics: &Metrics,
+    ready: Arc<AtomicBool>,
+    acme: Option<Arc<crate::loops::acme::AcmeShared>>,
+    stop: watch::Receiver<bool>,
+) -> Result<(tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>), Error> {
+    use crate::loops::dns_zone::{self, Addresses};
+    let dns_metrics = teapot_dns::Metrics::new()?;
+    dns_metrics.register(metrics.registry())?;
+    // SERVFAIL until the first build: this replica knows no routes yet.
+    let zone = Arc::new(ArcSwap::from_pointee(
+        teapot_dns::ZoneBuilder::new(dns.zone.clone())?.placeholder(),
+    ));
+    let addresses = match (&config.announce, &config.kube) {
+        // The announced addresses move between replicas (L2) or are
+        // withdrawn by the replica that stops (BGP): DNS keeps them.
+        (Some(announce), _) => Addresses::Fixed(announce.addresses.iter().copied().collect()),
+        (None, Some(kube)) => Addresses::replicas(
+            kube.client.clone(),
+            kube.lease_namespace.clone(),
+            &dns,
+            ready.clone(),
+        ),
+        (None, None) => Addresses::Fixed(dns.addresses.clone()),
+    };
+    let challenges = acme.map(|a| a as Arc<dyn dns_zone::Challenges>);
+    let zone_task = tokio::spawn(dns_zone::run(
+        dns.zone.clone(),
+        zone.clone(),
+        snapshots.clone(),
+        addresses,
+        challenges,
+        ready,
+        stop.clone(),
+    ));
+    let mut stopped = stop;
+    let server_task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = teapot_dns::run(sockets, zone, dns.server, dns_metrics, shutdown).await {
+            tracing::error!(error = %e, "DNS listener failed");
+        }
+    });
+    Ok((zone_task, server_task))
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, lets in-flight
 /// requests finish for at most the grace period, and returns.
 pub async fn run(
     config: ProxyConfig,
-    listeners: Listeners,
+    mut listeners: Listeners,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
     if config.kube.is_none() && !config.manifests.is_dir() {
@@ -212,7 +275,7 @@ pub async fn run(
     let mut l4_config = config.l4.clone();
     let bound = listeners.addrs()?;
     l4_config.reserved.extend(
-        [bound.http, bound.https, Some(bound.admin)]
+        [bound.http, bound.https, Some(bound.admin), bound.dns]
             .into_iter()
             .flatten()
             .map(crate::compile::l4::allocation::Reserved::listener),
@@ -373,6 +436,19 @@ pub async fn run(
         },
         stop_rx.clone(),
     ));
+    let dns_task = match (config.dns.clone(), listeners.dns.take()) {
+        (Some(dns), Some(sockets)) => Some(start_dns(
+            dns,
+            sockets,
+            &config,
+            &snapshots,
+            &metrics,
+            ready.clone(),
+            acme_shared.clone(),
+            stop_rx.clone(),
+        )?),
+        _ => None,
+    };
     let watch_task = tokio::spawn(reloader.clone().watch(stop_rx.clone()));
     let noise_task = tokio::spawn(crate::plane::logflood::report(
         crate::plane::logflood::NoiseState::global().clone(),
@@ -478,6 +554,14 @@ pub async fn run(
             let _ = t.await;
         }
     };
+    if let Some((zone, server)) = dns_task {
+        // The zone loop deletes this replica's DNS Lease: the others stop
+        // answering its address at once. The listener stops last among
+        // the fleet-facing parts, so resolvers keep getting answers while
+        // connections drain.
+        let _ = zone.await;
+        let _ = server.await;
+    }
     if tokio::time::timeout(Duration::from_secs(2), leases_released)
         .await
         .is_err()

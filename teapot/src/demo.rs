@@ -94,7 +94,7 @@ pub async fn run(args: DemoArgs, threads: usize) -> anyhow::Result<()> {
         https: args.https.clone(),
         admin: args.admin.clone(),
     };
-    let (listeners, addrs) = crate::bind(&listen)?;
+    let (listeners, addrs) = crate::bind(&listen, None)?;
     // `teapot proxy`'s defaults, from its own flag definitions, with the
     // demo's shorter grace period and pool.
     let mut tuning = {

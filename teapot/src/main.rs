@@ -18,6 +18,7 @@ mod agent_cmd;
 mod announce_args;
 mod capi_cmd;
 mod demo;
+mod dns_args;
 mod edge_args;
 mod kube_args;
 mod l4_args;
@@ -153,6 +154,8 @@ struct ProxyArgs {
     observe: Box<observe_args::ObserveArgs>,
     #[command(flatten)]
     announce: Box<announce_args::AnnounceArgs>,
+    #[command(flatten)]
+    dns: Box<dns_args::DnsArgs>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -275,12 +278,16 @@ fn optional(addr: &str) -> Option<&str> {
 }
 
 /// Binds the listeners and prints the one stdout line tools read.
-pub(crate) fn bind(listen: &ListenArgs) -> anyhow::Result<(Listeners, BoundAddrs)> {
-    let listeners = Listeners::bind(
+pub(crate) fn bind(
+    listen: &ListenArgs,
+    dns: Option<SocketAddr>,
+) -> anyhow::Result<(Listeners, BoundAddrs)> {
+    let mut listeners = Listeners::bind(
         optional(&listen.http),
         optional(&listen.https),
         &listen.admin,
     )?;
+    listeners.dns = dns.map(teapot_dns::Sockets::bind).transpose()?;
     let addrs = listeners.addrs()?;
     let line = serde_line(&addrs);
     println!("{line}");
@@ -289,8 +296,14 @@ pub(crate) fn bind(listen: &ListenArgs) -> anyhow::Result<(Listeners, BoundAddrs
 
 fn serde_line(addrs: &BoundAddrs) -> String {
     let field = |a: Option<SocketAddr>| a.map_or("null".to_string(), |a| format!("\"{a}\""));
+    // "dns" only when it listens: readers of the line before it existed
+    // see the line they know.
+    let dns = addrs
+        .dns
+        .map(|a| format!(",\"dns\":\"{a}\""))
+        .unwrap_or_default();
     format!(
-        "{{\"event\":\"listening\",\"http\":{},\"https\":{},\"admin\":\"{}\"}}",
+        "{{\"event\":\"listening\",\"http\":{},\"https\":{},\"admin\":\"{}\"{dns}}}",
         field(addrs.http),
         field(addrs.https),
         addrs.admin
@@ -348,7 +361,7 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
         kube.lease_namespace = args.status.lease_namespace().to_string();
     }
     let kube_status = kube.as_ref().and(args.status.options());
-    let (listeners, addrs) = bind(&args.listen)?;
+    let (listeners, addrs) = bind(&args.listen, args.dns.listen())?;
     let l4 = args.l4.config(kube.is_some());
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.serving_threads = threads;
@@ -359,6 +372,15 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.l4 = l4;
     config.observe = args.observe.config();
     config.announce = args.announce.config().map_err(anyhow::Error::msg)?;
+    config.dns = args
+        .dns
+        .config(&config.compile.domain, &config.compile.status_addresses)?;
+    let wildcards = args
+        .dns
+        .acme_wildcard_zone(config.dns.as_ref(), config.acme.is_some())?;
+    if let Some(acme) = config.acme.as_mut() {
+        acme.wildcard_zone = wildcards;
+    }
     teapot_proxy::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }

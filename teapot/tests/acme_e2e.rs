@@ -182,17 +182,11 @@ fn proxy_args(directory: &str, root_file: &str, dns_server: &str) -> Vec<String>
         root_file,
         "--acme-email",
         "ops@example.com",
-        "--acme-retry-min",
-        "0.5",
-        "--acme-retry-max",
-        "2",
-        "--acme-lock-retry",
-        "0.5",
-        "--acme-order-timeout",
-        "30",
     ]
+    .into_iter()
+    .chain(common::QUICK_ACME)
     .map(String::from)
-    .to_vec()
+    .collect()
 }
 
 /// pebble-challtestsrv (the DNS of the custom-domain proof) and pebble

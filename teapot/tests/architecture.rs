@@ -4,7 +4,8 @@
 //! - Crates: the webhook reaches no Pingora crate and not the proxy; the
 //!   shipped binary's normal dependencies reach no testkit; model and
 //!   source reach neither the proxy nor Pingora; announce reaches no
-//!   Pingora, no kube and no other teapot crate but api.
+//!   Pingora, no kube and no other teapot crate but api; the DNS server
+//!   (dns) reaches no Pingora, no kube and no other teapot crate.
 //! - Modules of the proxy crate: `compile` imports neither `plane` nor
 //!   `loops`; `plane` does not import `loops`.
 //! - Files inside every crate: no import circle (a file reaching, through
@@ -105,18 +106,29 @@ fn model_and_source_link_no_pingora_and_not_the_proxy() {
     assert_not_reached("teapot-source", &["pingora", "teapot-proxy"]);
 }
 
+/// What the crates below the proxy that talk to the network (announce,
+/// dns) must not reach: Pingora, Kubernetes, the proxy and its inputs.
+const NO_KUBE_NO_PROXY: [&str; 6] = [
+    "pingora",
+    "kube",
+    "k8s-openapi",
+    "teapot-proxy",
+    "teapot-model",
+    "teapot-source",
+];
+
 #[test]
 fn announce_links_no_pingora_no_kube_and_no_proxy() {
+    assert_not_reached("teapot-announce", &NO_KUBE_NO_PROXY);
+}
+
+/// The DNS server serves a zone value; what goes in it (routes, replicas,
+/// ACME challenges) is the proxy's business.
+#[test]
+fn dns_links_no_pingora_no_kube_and_no_proxy() {
     assert_not_reached(
-        "teapot-announce",
-        &[
-            "pingora",
-            "kube",
-            "k8s-openapi",
-            "teapot-proxy",
-            "teapot-model",
-            "teapot-source",
-        ],
+        "teapot-dns",
+        &[&NO_KUBE_NO_PROXY[..], &["teapot-api"]].concat(),
     );
 }
 

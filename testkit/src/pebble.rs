@@ -235,6 +235,12 @@ impl Pebble {
         })
     }
 
+    /// The DNS server pebble resolves with from the next (re)start on
+    /// (e.g. the proxy's own, known once it listens).
+    pub fn set_dns(&mut self, dns: SocketAddr) {
+        self.options.dns = dns;
+    }
+
     /// The port pebble dials for HTTP-01 from the next (re)start on.
     pub fn set_http_port(&mut self, port: u16) {
         self.options.http_port = port;

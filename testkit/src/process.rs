@@ -47,6 +47,8 @@ pub struct ProxyProcess {
     pub http: SocketAddr,
     pub https: SocketAddr,
     pub admin: SocketAddr,
+    /// The DNS listener (UDP and TCP), when started with `--dns-listen`.
+    pub dns: Option<SocketAddr>,
     pid: u32,
     child: Child,
 }
@@ -57,6 +59,7 @@ pub struct ListeningAddrs {
     pub http: SocketAddr,
     pub https: SocketAddr,
     pub admin: SocketAddr,
+    pub dns: Option<SocketAddr>,
 }
 
 /// Parses the proxy's `{"event":"listening",...}` stdout line. Any other line
@@ -69,12 +72,15 @@ pub fn parse_listening_line(line: &str) -> Option<ListeningAddrs> {
         http: SocketAddr,
         https: SocketAddr,
         admin: SocketAddr,
+        #[serde(default)]
+        dns: Option<SocketAddr>,
     }
     let line: Line = serde_json::from_str(line.trim()).ok()?;
     (line.event == "listening").then_some(ListeningAddrs {
         http: line.http,
         https: line.https,
         admin: line.admin,
+        dns: line.dns,
     })
 }
 
@@ -136,6 +142,7 @@ impl ProxyProcess {
             http: addrs.http,
             https: addrs.https,
             admin: addrs.admin,
+            dns: addrs.dns,
             pid,
             child,
         };

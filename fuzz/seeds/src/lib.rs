@@ -8,7 +8,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Every cargo-fuzz target in `fuzz/fuzz_targets/`.
-pub const TARGETS: [&str; 6] = [
+pub const TARGETS: [&str; 7] = [
+    "dns_query",
     "h1_forward",
     "h1_scan",
     "manifests",
@@ -65,6 +66,45 @@ const PATTERNS: &[&str] = &[
     "\n\0",
 ];
 
+/// A DNS query in wire format: id 0x1234, RD, one question of `qtype`,
+/// with an OPT record offering `edns` bytes when given.
+fn dns_query(name: &str, qtype: u16, edns: Option<u16>) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())];
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    if let Some(payload) = edns {
+        q.extend_from_slice(&[0, 0, 41]);
+        q.extend_from_slice(&payload.to_be_bytes());
+        q.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    }
+    q
+}
+
+/// Questions the server answers each way: A, AAAA, TXT, ANY, SOA, NS,
+/// CAA, AXFR, a name outside the zone, one that routes nowhere, a large
+/// answer with and without EDNS.
+fn dns_seeds() -> Vec<Vec<u8>> {
+    vec![
+        dns_query("web.acme.lb.example.com", 1, None),
+        dns_query("web.acme.lb.example.com", 28, Some(1232)),
+        dns_query("_acme-challenge.acme.lb.example.com", 16, None),
+        dns_query("web.acme.lb.example.com", 255, None),
+        dns_query("lb.example.com", 6, None),
+        dns_query("lb.example.com", 2, Some(4096)),
+        dns_query("lb.example.com", 257, None),
+        dns_query("lb.example.com", 252, None),
+        dns_query("www.example.org", 1, None),
+        dns_query("gone.acme.lb.example.com", 1, None),
+        dns_query("big.lb.example.com", 1, None),
+        dns_query("big.lb.example.com", 1, Some(512)),
+    ]
+}
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -98,6 +138,7 @@ fn yaml_under(dir: &str) -> io::Result<Vec<Vec<u8>>> {
 /// The seed inputs of `target` (one of [`TARGETS`]), the empty input last.
 pub fn seeds(target: &str) -> io::Result<Vec<Vec<u8>>> {
     let mut out: Vec<Vec<u8>> = match target {
+        "dns_query" => dns_seeds(),
         "h1_scan" => H1.iter().map(|s| s.as_bytes().to_vec()).collect(),
         "h1_forward" => H1
             .iter()

@@ -83,6 +83,48 @@ impl AcmeHosts {
     }
 }
 
+/// With DNS-01 wildcards (`--dns-acme-wildcards`), the certificate that
+/// serves `host`: `CLUSTER.ZONE` (whose certificate names `*.CLUSTER.ZONE`
+/// and `CLUSTER.ZONE`) when `host` is exactly one label below a name one
+/// label below `zone`, as every assigned hostname `INGRESS.CLUSTER.lb.DOMAIN`
+/// is; `None` for any other host (HTTP-01, a certificate of its own).
+pub fn wildcard_parent<'h>(host: &'h str, zone: &str) -> Option<&'h str> {
+    let (_, parent) = host.split_once('.')?;
+    let cluster = parent.strip_suffix(zone)?.strip_suffix('.')?;
+    (!cluster.is_empty() && !cluster.contains('.')).then_some(parent)
+}
+
+/// Whether `key` is a wildcard certificate's key (`CLUSTER.ZONE`).
+pub fn is_wildcard_key(key: &str, zone: &str) -> bool {
+    key.strip_suffix(zone)
+        .and_then(|c| c.strip_suffix('.'))
+        .is_some_and(|c| !c.is_empty() && !c.contains('.'))
+}
+
+/// What the issuer orders for `hosts`: with `zone`, one key per tenant
+/// cluster (`CLUSTER.ZONE`, owned by its first host's Ingress and kept
+/// under its own name, never an Ingress's `secretName`) in place of its
+/// assigned hostnames; every other host as it is.
+pub fn certificate_keys(hosts: &AcmeHosts, zone: Option<&str>) -> AcmeHosts {
+    let mut keys = AcmeHosts::default();
+    for (host, owner) in hosts.iter() {
+        match zone.and_then(|z| wildcard_parent(host, z)) {
+            Some(cluster) => {
+                keys.insert(cluster, &owner.namespace, &owner.ingress);
+            }
+            None => {
+                keys.insert_with_secret(
+                    host,
+                    &owner.namespace,
+                    &owner.ingress,
+                    owner.secret.as_deref(),
+                );
+            }
+        }
+    }
+    keys
+}
+
 /// Where one host stands, as metrics and the `CertificateReady` condition
 /// show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -195,6 +237,37 @@ mod tests {
         let c = condition(&states, &["a.example".into(), "b.example".into()]);
         assert_eq!((c.status, c.reason), ("False", "Pending"));
         assert!(c.message.contains("b.example: pending"), "{}", c.message);
+    }
+
+    #[test]
+    fn assigned_hostnames_map_to_their_clusters_wildcard() {
+        let zone = "lb.example.net";
+        assert_eq!(
+            wildcard_parent("web-shop.acme.lb.example.net", zone),
+            Some("acme.lb.example.net")
+        );
+        assert_eq!(wildcard_parent("acme.lb.example.net", zone), None);
+        assert_eq!(wildcard_parent("a.b.acme.lb.example.net", zone), None);
+        assert_eq!(wildcard_parent("www.shop.example", zone), None);
+        assert_eq!(wildcard_parent("web.acmelb.example.net", zone), None);
+        assert!(is_wildcard_key("acme.lb.example.net", zone));
+        assert!(!is_wildcard_key("web.acme.lb.example.net", zone));
+        let mut hosts = AcmeHosts::default();
+        hosts.insert_with_secret(
+            "web-shop.acme.lb.example.net",
+            "tenant-acme",
+            "web.shop",
+            Some("web-tls"),
+        );
+        hosts.insert("api-shop.acme.lb.example.net", "tenant-acme", "api.shop");
+        hosts.insert("www.shop.example", "tenant-acme", "web.shop");
+        let keys = certificate_keys(&hosts, Some(zone));
+        let listed: Vec<&str> = keys.hosts().collect();
+        assert_eq!(listed, ["acme.lb.example.net", "www.shop.example"]);
+        let owner = keys.get("acme.lb.example.net").unwrap();
+        assert_eq!(owner.ingress, "api.shop", "the first host, sorted");
+        assert_eq!(owner.secret, None, "never an Ingress's secretName");
+        assert_eq!(certificate_keys(&hosts, None).len(), 3);
     }
 
     #[test]

@@ -377,6 +377,12 @@ impl RouteTable {
     pub fn hosts(&self) -> usize {
         self.exact_hosts.len() + self.wildcard_hosts.len()
     }
+
+    /// The exact hosts that have rules: the names the fleet's DNS server
+    /// answers for (crate::loops::dns_zone).
+    pub fn exact_hosts(&self) -> impl Iterator<Item = &str> {
+        self.exact_hosts.keys().map(|h| &**h)
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@
 //!   Leases and BFD.
 //! - [`peer_liveness`]: BFD between those replicas, so one that fails is
 //!   counted gone before its Lease runs out.
+//! - [`dns_zone`]: the zone of the fleet's authoritative DNS server
+//!   (teapot-dns), rebuilt from the routes, the ready replicas' or the
+//!   announced addresses and the ACME DNS-01 challenges.
 //! - [`announce_status`]: whether an L4 address is announced, for the
 //!   status writer's `Announced` condition.
 
@@ -30,6 +33,7 @@ pub mod allocations;
 pub mod announce;
 pub mod announce_status;
 pub mod announcers;
+pub mod dns_zone;
 pub mod gateway_status;
 pub mod kube_status;
 pub mod live_replicas;

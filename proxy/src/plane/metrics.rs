@@ -69,6 +69,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The registry `/metrics` serves, for series other crates own (the
+    /// DNS server's).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new_custom(Some("teapot".into()), None)?;
         let by_class = IntCounterVec::new(

@@ -766,3 +766,26 @@ pub fn node_address(v6: bool) -> std::net::IpAddr {
             )
         })
 }
+
+/// A Tenant whose cluster is `name`, nodes in 10.1.0.0/24 (its namespace
+/// is `tenant-<name>`).
+pub fn tenant(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "teapot.dev/v1alpha1",
+        "kind": "Tenant",
+        "metadata": { "name": name },
+        "spec": { "cluster": name, "nodeCIDRs": ["10.1.0.0/24"] },
+    })
+}
+
+/// ACME retries and waits short enough for a test CA.
+pub const QUICK_ACME: [&str; 8] = [
+    "--acme-retry-min",
+    "0.5",
+    "--acme-retry-max",
+    "2",
+    "--acme-lock-retry",
+    "0.5",
+    "--acme-order-timeout",
+    "30",
+];

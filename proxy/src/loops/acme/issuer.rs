@@ -272,7 +272,14 @@ impl Issuer {
             return;
         }
         let snapshot = snapshots.load_full();
-        let queue = self.queue(&snapshot.acme, SystemTime::now());
+        // With wildcards, one key per tenant cluster in place of its
+        // assigned hostnames: one order covers them all, and the budget
+        // of new names counts that order, not each hostname.
+        let keys = crate::compile::acme::certificate_keys(
+            &snapshot.acme,
+            self.config.wildcard_zone.as_deref(),
+        );
+        let queue = self.queue(&keys, SystemTime::now());
         self.rotation = self.rotation.wrapping_add(1);
         for due in queue {
             let tenant = self.tenants.entry(due.owner.namespace.clone()).or_default();
@@ -340,7 +347,7 @@ impl Issuer {
             }
         }
         self.paused_until = None;
-        self.forget_stale(&snapshot.acme).await;
+        self.forget_stale(&keys).await;
     }
 
     /// The hosts due now: renewals first, then new names; within each,
@@ -673,10 +680,29 @@ impl AcmeCa {
         shared: &AcmeShared,
     ) -> Result<(String, IssuedCert), Failure> {
         let account = self.account(shared).await?;
-        let identifiers = [Identifier::Dns(host.to_string())];
+        // A tenant cluster's key: `*.CLUSTER.ZONE` and `CLUSTER.ZONE`,
+        // proven by DNS-01 (the only challenge a wildcard can use) on the
+        // fleet's own DNS server.
+        let wildcard = self
+            .config
+            .wildcard_zone
+            .as_deref()
+            .is_some_and(|zone| crate::compile::acme::is_wildcard_key(host, zone));
+        let names = if wildcard {
+            vec![format!("*.{host}"), host.to_string()]
+        } else {
+            vec![host.to_string()]
+        };
+        let identifiers: Vec<Identifier> = names.iter().cloned().map(Identifier::Dns).collect();
         let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
         let mut tokens = Vec::new();
-        let authorized = Self::authorize(&mut order, &mut tokens, shared, &self.policy()).await;
+        let challenge = if wildcard {
+            ChallengeType::Dns01
+        } else {
+            ChallengeType::Http01
+        };
+        let authorized =
+            Self::authorize(&mut order, challenge, &mut tokens, shared, &self.policy()).await;
         for token in &tokens {
             if let Err(e) = shared.store.remove_challenge(token).await {
                 tracing::warn!(error = %e, "cannot remove an ACME challenge token");
@@ -687,7 +713,7 @@ impl AcmeCa {
         // ECDSA P-256: small, fast handshakes, accepted by every client
         // that matters; a fresh key per certificate.
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-        let mut params = rcgen::CertificateParams::new(vec![host.to_string()])?;
+        let mut params = rcgen::CertificateParams::new(names)?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         let csr = params.serialize_request(&key)?;
         order.finalize_csr(csr.der()).await?;
@@ -704,14 +730,17 @@ impl AcmeCa {
             .timeout(self.config.order_timeout)
     }
 
-    /// Publishes each HTTP-01 key authorization, tells the CA, and waits
-    /// for the order to become ready.
+    /// Publishes each key authorization (HTTP-01: as the token's body;
+    /// DNS-01: its digest as the TXT record every replica's DNS server
+    /// answers), tells the CA, and waits for the order to become ready.
     async fn authorize(
         order: &mut Order,
+        kind: ChallengeType,
         tokens: &mut Vec<String>,
         shared: &AcmeShared,
         policy: &RetryPolicy,
     ) -> Result<(), Failure> {
+        let dns = kind == ChallengeType::Dns01;
         let mut authorizations = order.authorizations();
         while let Some(result) = authorizations.next().await {
             let mut authz = result?;
@@ -721,17 +750,31 @@ impl AcmeCa {
                 other => return Err(Failure::new(format!("authorization is {other:?}"))),
             }
             let mut challenge = authz
-                .challenge(ChallengeType::Http01)
-                .ok_or_else(|| Failure::new("the CA offers no http-01 challenge"))?;
+                .challenge(kind.clone())
+                .ok_or_else(|| Failure::new(format!("the CA offers no {kind:?} challenge")))?;
             if !valid_token(&challenge.token) {
                 return Err(Failure::new("the CA sent a token that is not base64url"));
             }
             let key_authorization = challenge.key_authorization();
-            shared
-                .store
-                .put_challenge(&challenge.token, key_authorization.as_str())
-                .await?;
-            tokens.push(challenge.token.clone());
+            let (token, value) = if dns {
+                let identifier = challenge.identifier().to_string();
+                (
+                    super::dns01::token(&challenge.token),
+                    super::dns01::value(&identifier, &key_authorization.dns_value()),
+                )
+            } else {
+                (
+                    challenge.token.clone(),
+                    key_authorization.as_str().to_string(),
+                )
+            };
+            shared.store.put_challenge(&token, &value).await?;
+            tokens.push(token);
+            if dns {
+                // Every replica answers the CA's queries: the record must
+                // have reached them all before it asks.
+                tokio::time::sleep(super::dns01::PROPAGATION).await;
+            }
             challenge.set_ready().await?;
         }
         let status = order.poll_ready(policy).await?;

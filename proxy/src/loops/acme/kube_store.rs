@@ -621,6 +621,24 @@ impl AcmeStore for KubeStore {
         Ok(self.challenges.get(&key).and_then(|s| text(&s, token)))
     }
 
+    async fn challenges(&self) -> Result<Vec<(String, String)>, AcmeError> {
+        let key = ObjectRef::new(CHALLENGE_SECRET).within(&self.options.namespace);
+        let Some(secret) = self.challenges.get(&key) else {
+            return Ok(Vec::new());
+        };
+        Ok(secret
+            .data
+            .iter()
+            .flatten()
+            .map(|(token, value)| {
+                (
+                    token.clone(),
+                    String::from_utf8_lossy(&value.0).into_owned(),
+                )
+            })
+            .collect())
+    }
+
     async fn put_certificate(
         &self,
         host: &str,

@@ -17,6 +17,9 @@
 //! - [`client`]: the HTTP client under instant-acme (ring, custom root,
 //!   `Retry-After` capture).
 //! - [`cert`]: an issued certificate and its validity.
+//! - [`dns01`]: DNS-01 challenges of the tenant clusters' wildcard
+//!   certificates, kept among the store's challenges for the fleet's DNS
+//!   server.
 //! - this file: configuration, [`AcmeShared`] (what the router, the SNI
 //!   resolver and the compile read), and [`run`], which watches the store,
 //!   keeps per-host state, metrics and Ingress conditions current, and runs
@@ -28,6 +31,7 @@
 
 pub mod cert;
 pub mod client;
+pub mod dns01;
 pub mod issuer;
 pub mod kube_store;
 pub mod store;
@@ -87,6 +91,11 @@ pub struct AcmeConfig {
     pub lock_retry: Duration,
     /// Longest wait for the CA to validate or to issue, per order.
     pub order_timeout: Duration,
+    /// The zone the fleet's DNS server answers (`--dns-acme-wildcards`):
+    /// assigned hostnames are served by one wildcard certificate per
+    /// tenant cluster, validated by DNS-01; `None`: a certificate per
+    /// host by HTTP-01.
+    pub wildcard_zone: Option<String>,
 }
 
 impl AcmeConfig {
@@ -102,6 +111,7 @@ impl AcmeConfig {
             retry_max: Duration::from_secs(6 * 3600),
             lock_retry: Duration::from_secs(10),
             order_timeout: Duration::from_secs(90),
+            wildcard_zone: None,
         }
     }
 }
@@ -137,6 +147,8 @@ pub struct AcmeShared {
     pub store: Arc<dyn AcmeStore>,
     pub view: ArcSwap<View>,
     pub states: ArcSwap<HashMap<String, HostStatus>>,
+    /// [`AcmeConfig::wildcard_zone`].
+    pub wildcard_zone: Option<String>,
 }
 
 impl AcmeShared {
@@ -146,7 +158,17 @@ impl AcmeShared {
             store,
             view: ArcSwap::default(),
             states: ArcSwap::default(),
+            wildcard_zone: None,
         }
+    }
+
+    /// The key whose certificate serves `host`: its cluster's wildcard
+    /// (with [`AcmeShared::wildcard_zone`]) or its own.
+    pub fn certificate_key<'h>(&self, host: &'h str) -> &'h str {
+        self.wildcard_zone
+            .as_deref()
+            .and_then(|zone| crate::compile::acme::wildcard_parent(host, zone))
+            .unwrap_or(host)
     }
 
     /// The ACME certificate for exactly `server_name`, if the current
@@ -155,16 +177,18 @@ impl AcmeShared {
         let mut buf = [0u8; 256];
         let name = teapot_api::host::normalize_request_host(server_name, &mut buf)?;
         let owner = hosts.get(name)?;
+        // The cluster's wildcard is kept for the Ingress's namespace like
+        // a host's own certificate: another tenant's never serves.
         self.view
             .load()
-            .cert(name, Some(owner))
+            .cert(self.certificate_key(name), Some(owner))
             .map(|c| c.key.clone())
     }
 
     /// The body for `GET /.well-known/acme-challenge/<token>`, if that
     /// token belongs to an order of ours.
     pub async fn challenge_response(&self, token: &str) -> Option<String> {
-        if !valid_token(token) {
+        if !valid_token(token) || token.starts_with(dns01::TOKEN_PREFIX) {
             return None;
         }
         match self.store.challenge(token).await {
@@ -220,8 +244,9 @@ impl AcmeShared {
         hosts
             .iter()
             .map(|(h, owner)| {
-                let cert = view.cert(h, Some(owner)).map(|c| &**c);
-                let status = host_status(cert, view.records.get(h), now);
+                let key = self.certificate_key(h);
+                let cert = view.cert(key, Some(owner)).map(|c| &**c);
+                let status = host_status(cert, view.records.get(key), now);
                 (h.to_string(), status)
             })
             .collect()
@@ -275,6 +300,24 @@ fn host_status(
     }
 }
 
+/// The DNS-01 challenges in flight, as the fleet's DNS server answers
+/// them (crate::loops::dns_zone).
+#[async_trait::async_trait]
+impl crate::loops::dns_zone::Challenges for AcmeShared {
+    async fn dns_challenges(&self) -> Vec<(String, String)> {
+        match self.store.challenges().await {
+            Ok(all) => all
+                .iter()
+                .filter_map(|(token, value)| dns01::record(token, value))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ACME DNS-01 challenges");
+                Vec::new()
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl crate::plane::AcmeResponder for AcmeShared {
     async fn challenge_response(&self, token: &str) -> Option<String> {
@@ -314,7 +357,9 @@ impl Acme {
         config: AcmeConfig,
         store: Arc<dyn AcmeStore>,
     ) -> Result<Acme, AcmeError> {
-        let shared = Arc::new(AcmeShared::new(store, config.default_tenants));
+        let mut shared = AcmeShared::new(store, config.default_tenants);
+        shared.wildcard_zone = config.wildcard_zone.clone();
+        let shared = Arc::new(shared);
         shared.refresh().await?;
         tracing::info!(
             directory = %config.directory,

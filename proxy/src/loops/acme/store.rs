@@ -71,6 +71,9 @@ pub trait AcmeStore: Send + Sync + fmt::Debug + 'static {
     /// The key authorization for `token`, read fresh: a replica must answer
     /// for a token another replica's issuer wrote a moment ago.
     async fn challenge(&self, token: &str) -> Result<Option<String>, AcmeError>;
+    /// Every challenge in flight, (token, value), read fresh: the DNS-01
+    /// ones are what the fleet's DNS server answers (super::dns01).
+    async fn challenges(&self) -> Result<Vec<(String, String)>, AcmeError>;
     /// Stores `host`'s key and chain; `owner` is the Ingress that asked
     /// (kube mode keeps the certificate in its namespace).
     async fn put_certificate(
@@ -308,6 +311,25 @@ impl AcmeStore for DirStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err("reading", &path, e)),
         }
+    }
+
+    async fn challenges(&self) -> Result<Vec<(String, String)>, AcmeError> {
+        let dir = self.root.join("challenges");
+        blocking(move || {
+            let entries = std::fs::read_dir(&dir).map_err(|e| io_err("listing", &dir, e))?;
+            let mut out = Vec::new();
+            for entry in entries.flatten() {
+                let Some(token) = entry.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                // Gone between the listing and the read: finished meanwhile.
+                if let Ok(value) = std::fs::read_to_string(entry.path()) {
+                    out.push((token, value));
+                }
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn put_certificate(

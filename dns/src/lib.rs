@@ -1,0 +1,46 @@
+//! teapot's authoritative DNS server for `lb.DOMAIN`: the fleet answers
+//! for the names it serves (docs/dns.md).
+//!
+//! It knows nothing of Kubernetes or of the proxy: it serves a [`Zone`]
+//! value that its owner builds and swaps whole (the proxy's
+//! `loops::dns_zone` builds it from the compiled routes, the addresses
+//! that serve them and the ACME DNS-01 challenges).
+//!
+//! Layout:
+//! - [`zone`]: [`ZoneSettings`] (origin, name servers, TTLs, CAA), the
+//!   [`ZoneBuilder`] and the immutable [`Zone`], whose SOA serial is a hash
+//!   of its content (the same on every replica for the same state).
+//! - [`answer`]: the query path, bytes to bytes: REFUSED outside the zone,
+//!   NXDOMAIN with the negative-caching SOA, NODATA, RFC 8482 ANY,
+//!   truncation for UDP. The fuzz target drives it.
+//! - [`rrl`]: response rate limiting per client prefix and name, with slip.
+//! - [`server`]: the UDP and TCP listeners ([`run`]) and their limits.
+//! - [`metrics`]: the Prometheus series.
+
+pub mod answer;
+pub mod metrics;
+pub mod rrl;
+pub mod server;
+pub mod zone;
+
+pub use answer::{Transport, respond};
+pub use metrics::Metrics;
+pub use rrl::RateLimit;
+pub use server::{ServerConfig, Sockets, ZoneHandle, run};
+pub use zone::{Zone, ZoneBuilder, ZoneSettings};
+
+/// Why the DNS server could not start or a zone could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("DNS listener {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("DNS name {name:?}: {reason}")]
+    Name { name: String, reason: String },
+    #[error("DNS zone: {0}")]
+    Zone(String),
+    #[error("DNS listener: {0}")]
+    Io(#[from] std::io::Error),
+}

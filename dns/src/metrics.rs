@@ -1,0 +1,87 @@
+//! The server's Prometheus series, registered into the caller's registry
+//! (the proxy's `/metrics`).
+
+use prometheus::{IntCounterVec, Opts, Registry};
+
+use crate::answer::{RCODES, Transport};
+
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    /// Responses sent, by RCODE, transport and whether truncated.
+    pub responses: IntCounterVec,
+    /// UDP responses the rate limiter dropped or sent truncated.
+    pub rate_limited: IntCounterVec,
+    /// Datagrams and messages not answered at all, by why.
+    pub dropped: IntCounterVec,
+    /// Query and response bytes, by transport: their ratio is the
+    /// amplification the server allows.
+    pub bytes_in: IntCounterVec,
+    pub bytes_out: IntCounterVec,
+}
+
+impl Metrics {
+    /// Series not registered anywhere yet (see [`Metrics::register`]).
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let m = Metrics {
+            responses: IntCounterVec::new(
+                Opts::new("dns_responses_total", "DNS responses sent, by RCODE"),
+                &["rcode", "transport", "truncated"],
+            )?,
+            rate_limited: IntCounterVec::new(
+                Opts::new(
+                    "dns_rate_limited_total",
+                    "DNS UDP responses over the rate limit, by action (drop, slip)",
+                ),
+                &["action"],
+            )?,
+            dropped: IntCounterVec::new(
+                Opts::new("dns_dropped_total", "DNS messages not answered, by reason"),
+                &["reason"],
+            )?,
+            bytes_in: IntCounterVec::new(
+                Opts::new("dns_query_bytes_total", "DNS query bytes received"),
+                &["transport"],
+            )?,
+            bytes_out: IntCounterVec::new(
+                Opts::new("dns_response_bytes_total", "DNS response bytes sent"),
+                &["transport"],
+            )?,
+        };
+        for rcode in RCODES {
+            for t in [Transport::Udp, Transport::Tcp] {
+                m.responses
+                    .with_label_values(&[rcode, t.as_str(), "false"])
+                    .reset();
+            }
+        }
+        for action in ["drop", "slip"] {
+            m.rate_limited.with_label_values(&[action]).reset();
+        }
+        Ok(m)
+    }
+
+    pub fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.responses.clone()))?;
+        registry.register(Box::new(self.rate_limited.clone()))?;
+        registry.register(Box::new(self.dropped.clone()))?;
+        registry.register(Box::new(self.bytes_in.clone()))?;
+        registry.register(Box::new(self.bytes_out.clone()))?;
+        Ok(())
+    }
+
+    pub(crate) fn count(&self, rcode: &str, transport: Transport, truncated: bool) {
+        self.counter(rcode, transport, truncated).inc();
+    }
+
+    /// The responses counter of one (rcode, transport, truncated).
+    pub(crate) fn counter(
+        &self,
+        rcode: &str,
+        transport: Transport,
+        truncated: bool,
+    ) -> prometheus::IntCounter {
+        let truncated = if truncated { "true" } else { "false" };
+        self.responses
+            .with_label_values(&[rcode, transport.as_str(), truncated])
+    }
+}

@@ -1,0 +1,390 @@
+//! The zone teapot is authoritative for, as one immutable value: built
+//! whole by [`ZoneBuilder`] from the proxy's state and swapped in
+//! atomically, so a query never sees half of a change.
+//!
+//! The SOA serial is a hash of the zone's content, not a counter: every
+//! replica that holds the same routes and addresses answers the same
+//! serial, whichever of them compiled first or restarted last.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use hickory_proto::rr::rdata::{CAA, SOA};
+use hickory_proto::rr::{LowerName, Name};
+
+use crate::Error;
+
+/// What an operator sets once for the zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneSettings {
+    /// The zone's apex, e.g. `lb.example.com`.
+    pub origin: String,
+    /// The names of the zone's name servers (NS records, SOA MNAME).
+    /// Names inside the zone get the zone's serving addresses as glue.
+    pub nameservers: Vec<String>,
+    /// The SOA RNAME, as a name (`hostmaster.lb.example.com`).
+    pub hostmaster: String,
+    /// TTL of A, AAAA and TXT answers: how long a resolver may keep sending
+    /// clients to a replica that has stopped being ready.
+    pub ttl: u32,
+    /// TTL of NXDOMAIN and NODATA answers (the SOA MINIMUM, RFC 2308).
+    pub negative_ttl: u32,
+    /// TTL of the SOA, NS and CAA records, which change only with the
+    /// operator's settings.
+    pub apex_ttl: u32,
+    /// CAA `issue` and `issuewild` values for the apex (e.g.
+    /// `letsencrypt.org`); empty: no CAA record.
+    pub caa_issuers: Vec<String>,
+}
+
+impl ZoneSettings {
+    /// Settings with the usual TTLs: 5 s for addresses, 5 s negative, one
+    /// hour for the apex; the first name server `ns1.ORIGIN`.
+    pub fn new(origin: &str) -> ZoneSettings {
+        let origin = origin.trim_end_matches('.').to_ascii_lowercase();
+        ZoneSettings {
+            nameservers: vec![format!("ns1.{origin}")],
+            hostmaster: format!("hostmaster.{origin}"),
+            origin,
+            ttl: 5,
+            negative_ttl: 5,
+            apex_ttl: 3600,
+            caa_issuers: Vec::new(),
+        }
+    }
+}
+
+/// The records one name owns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub(crate) a: Vec<Ipv4Addr>,
+    pub(crate) aaaa: Vec<Ipv6Addr>,
+    pub(crate) txt: Vec<String>,
+}
+
+/// One zone, ready to answer from.
+#[derive(Clone, Debug)]
+pub struct Zone {
+    pub(crate) origin: LowerName,
+    pub(crate) origin_name: Name,
+    pub(crate) soa: SOA,
+    pub(crate) nameservers: Vec<Name>,
+    pub(crate) caa: Vec<CAA>,
+    pub(crate) ttl: u32,
+    pub(crate) negative_ttl: u32,
+    pub(crate) apex_ttl: u32,
+    pub(crate) nodes: HashMap<LowerName, Node>,
+    /// Names with no records of their own but names below them
+    /// (`CLUSTER.lb.DOMAIN` when only its Ingresses have addresses): NODATA,
+    /// not NXDOMAIN (RFC 8020).
+    pub(crate) empty_non_terminals: HashSet<LowerName>,
+    /// False for [`ZoneBuilder::placeholder`]: names are not known yet.
+    pub(crate) loaded: bool,
+}
+
+impl Zone {
+    /// The zone's SOA serial.
+    pub fn serial(&self) -> u32 {
+        self.soa.serial
+    }
+
+    /// The apex, lowercase, without the trailing dot.
+    pub fn origin(&self) -> String {
+        self.origin_name
+            .to_string()
+            .trim_end_matches('.')
+            .to_string()
+    }
+
+    /// Names with records (the apex counts when it has any).
+    pub fn names(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether `name` (any case, with or without the trailing dot) is the
+    /// apex or below it.
+    pub fn contains(&self, name: &str) -> bool {
+        parse_name(name).is_ok_and(|n| self.origin.zone_of(&LowerName::new(&n)))
+    }
+}
+
+/// Collects names and records, then [`ZoneBuilder::build`]s the zone.
+#[derive(Debug)]
+pub struct ZoneBuilder {
+    settings: ZoneSettings,
+    origin: Name,
+    names: BTreeMap<Name, BTreeNode>,
+}
+
+/// Sorted, so that the serial hashes the same content the same way.
+#[derive(Debug, Default)]
+struct BTreeNode {
+    addresses: BTreeSet<IpAddr>,
+    txt: BTreeSet<String>,
+}
+
+impl ZoneBuilder {
+    pub fn new(settings: ZoneSettings) -> Result<ZoneBuilder, Error> {
+        let origin = parse_name(&settings.origin)?;
+        if settings.nameservers.is_empty() {
+            return Err(Error::Zone(format!(
+                "zone {}: at least one name server is needed for its NS and SOA records",
+                settings.origin
+            )));
+        }
+        for ns in &settings.nameservers {
+            parse_name(ns)?;
+        }
+        parse_name(&settings.hostmaster)?;
+        for issuer in &settings.caa_issuers {
+            parse_name(issuer)?;
+        }
+        Ok(ZoneBuilder {
+            settings,
+            origin,
+            names: BTreeMap::new(),
+        })
+    }
+
+    /// An A or AAAA record for `name`; a name outside the zone is an error
+    /// naming both.
+    pub fn address(&mut self, name: &str, addr: IpAddr) -> Result<(), Error> {
+        let name = self.inside(name)?;
+        self.names.entry(name).or_default().addresses.insert(addr);
+        Ok(())
+    }
+
+    /// A TXT record for `name` (one character-string of at most 255
+    /// bytes, as an ACME DNS-01 digest is).
+    pub fn txt(&mut self, name: &str, value: &str) -> Result<(), Error> {
+        if value.len() > 255 {
+            return Err(Error::Zone(format!(
+                "TXT record of {name}: {} bytes, at most 255",
+                value.len()
+            )));
+        }
+        let name = self.inside(name)?;
+        self.names
+            .entry(name)
+            .or_default()
+            .txt
+            .insert(value.to_string());
+        Ok(())
+    }
+
+    /// Whether `name` is in the zone (so a caller can skip the others
+    /// without an error).
+    pub fn contains(&self, name: &str) -> bool {
+        parse_name(name).is_ok_and(|n| self.origin.zone_of(&n))
+    }
+
+    fn inside(&self, name: &str) -> Result<Name, Error> {
+        let parsed = parse_name(name)?;
+        if !self.origin.zone_of(&parsed) {
+            return Err(Error::Zone(format!(
+                "{name} is not in the zone {}",
+                self.settings.origin
+            )));
+        }
+        Ok(parsed.to_lowercase())
+    }
+
+    /// The zone of a server whose owner has not built one yet (a replica
+    /// still listing its routes): SERVFAIL for the names in it, so
+    /// resolvers ask another name server instead of caching an NXDOMAIN
+    /// this replica cannot vouch for.
+    pub fn placeholder(self) -> Zone {
+        let mut zone = ZoneBuilder {
+            names: BTreeMap::new(),
+            ..self
+        }
+        .build();
+        zone.loaded = false;
+        zone
+    }
+
+    pub fn build(self) -> Zone {
+        let s = &self.settings;
+        let mut hash = Fnv::default();
+        hash.write(s.origin.as_bytes());
+        for ns in &s.nameservers {
+            hash.write(ns.as_bytes());
+        }
+        hash.write(s.hostmaster.as_bytes());
+        for n in [s.ttl, s.negative_ttl, s.apex_ttl] {
+            hash.write(&n.to_be_bytes());
+        }
+        for issuer in &s.caa_issuers {
+            hash.write(issuer.as_bytes());
+        }
+        let mut nodes = HashMap::with_capacity(self.names.len());
+        let mut empty_non_terminals = HashSet::new();
+        for (name, records) in &self.names {
+            hash.write(name.to_ascii().as_bytes());
+            let mut node = Node::default();
+            for addr in &records.addresses {
+                hash.write(addr.to_string().as_bytes());
+                match addr {
+                    IpAddr::V4(a) => node.a.push(*a),
+                    IpAddr::V6(a) => node.aaaa.push(*a),
+                }
+            }
+            for txt in &records.txt {
+                hash.write(b"txt");
+                hash.write(txt.as_bytes());
+                node.txt.push(txt.clone());
+            }
+            let mut parent = name.base_name();
+            while self.origin.zone_of(&parent) && parent != self.origin {
+                empty_non_terminals.insert(LowerName::new(&parent));
+                parent = parent.base_name();
+            }
+            nodes.insert(LowerName::new(name), node);
+        }
+        empty_non_terminals.retain(|n| !nodes.contains_key(n));
+        // 0 is avoided: some tools read it as "no serial".
+        let serial = (hash.finish() as u32).max(1);
+        let name = |n: &str| parse_name(n).expect("checked in new").to_lowercase();
+        let nameservers: Vec<Name> = s.nameservers.iter().map(|n| name(n)).collect();
+        let soa = SOA::new(
+            nameservers[0].clone(),
+            name(&s.hostmaster),
+            serial,
+            3600,
+            600,
+            86400,
+            s.negative_ttl,
+        );
+        let caa = s
+            .caa_issuers
+            .iter()
+            .flat_map(|i| {
+                // The issuer is written as a domain, not a name: no
+                // trailing dot ("letsencrypt.org", RFC 8659 §4.2).
+                let mut issuer = name(i);
+                issuer.set_fqdn(false);
+                [
+                    CAA::new_issue(false, Some(issuer.clone()), Vec::new()),
+                    CAA::new_issuewild(false, Some(issuer), Vec::new()),
+                ]
+            })
+            .collect();
+        Zone {
+            origin: LowerName::new(&self.origin),
+            origin_name: self.origin.to_lowercase(),
+            soa,
+            nameservers,
+            caa,
+            ttl: s.ttl,
+            negative_ttl: s.negative_ttl,
+            apex_ttl: s.apex_ttl,
+            nodes,
+            empty_non_terminals,
+            loaded: true,
+        }
+    }
+}
+
+/// A fully qualified name from text, with an error that names it.
+pub(crate) fn parse_name(name: &str) -> Result<Name, Error> {
+    let mut parsed = Name::from_ascii(name).map_err(|e| Error::Name {
+        name: name.to_string(),
+        reason: e.to_string(),
+    })?;
+    parsed.set_fqdn(true);
+    Ok(parsed)
+}
+
+/// FNV-1a, 64 bits: a stable hash (the same on every replica and every
+/// build, unlike std's `DefaultHasher`) for the serial.
+#[derive(Debug)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // A separator, so ("ab", "c") and ("a", "bc") differ.
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> ZoneBuilder {
+        ZoneBuilder::new(ZoneSettings::new("lb.example.com")).unwrap()
+    }
+
+    #[test]
+    fn the_serial_follows_the_content_not_the_order_of_insertion() {
+        let mut a = builder();
+        a.address("web.acme.lb.example.com", "192.0.2.1".parse().unwrap())
+            .unwrap();
+        a.address("web.acme.lb.example.com", "192.0.2.2".parse().unwrap())
+            .unwrap();
+        let mut b = builder();
+        b.address("WEB.acme.lb.example.com.", "192.0.2.2".parse().unwrap())
+            .unwrap();
+        b.address("web.acme.lb.example.com", "192.0.2.1".parse().unwrap())
+            .unwrap();
+        assert_eq!(a.build().serial(), b.build().serial());
+        let mut c = builder();
+        c.address("web.acme.lb.example.com", "192.0.2.1".parse().unwrap())
+            .unwrap();
+        let one = c.build().serial();
+        let mut d = builder();
+        d.address("web.acme.lb.example.com", "192.0.2.1".parse().unwrap())
+            .unwrap();
+        d.address("web.acme.lb.example.com", "192.0.2.2".parse().unwrap())
+            .unwrap();
+        assert_ne!(one, d.build().serial());
+    }
+
+    #[test]
+    fn names_outside_the_zone_are_refused_by_name() {
+        let mut b = builder();
+        let err = b
+            .address("web.example.org", "192.0.2.1".parse().unwrap())
+            .unwrap_err();
+        assert!(err.to_string().contains("web.example.org"), "{err}");
+        assert!(err.to_string().contains("lb.example.com"), "{err}");
+        let err = b.txt("_acme-challenge.lb.example.com", &"x".repeat(256));
+        assert!(err.is_err());
+    }
+
+    #[test]
+    fn parents_of_names_are_empty_non_terminals() {
+        let mut b = builder();
+        b.address("web.acme.lb.example.com", "192.0.2.1".parse().unwrap())
+            .unwrap();
+        let zone = b.build();
+        let parent = LowerName::new(&parse_name("acme.lb.example.com").unwrap());
+        assert!(zone.empty_non_terminals.contains(&parent));
+        assert!(!zone.empty_non_terminals.contains(&zone.origin));
+        assert!(zone.contains("ACME.lb.example.com."));
+        assert!(!zone.contains("example.com"));
+    }
+
+    #[test]
+    fn a_zone_needs_a_name_server() {
+        let mut settings = ZoneSettings::new("lb.example.com");
+        settings.nameservers.clear();
+        let err = ZoneBuilder::new(settings).unwrap_err();
+        assert!(err.to_string().contains("name server"), "{err}");
+    }
+}

@@ -1,0 +1,351 @@
+//! The zone the fleet's DNS server answers from (`teapot-dns`, docs/dns.md),
+//! rebuilt from this replica's state whenever it changes:
+//!
+//! - names: every exact host of the compiled routes under the zone (each
+//!   assigned hostname `INGRESS.CLUSTER.lb.DOMAIN`), each tenant cluster's
+//!   own name `CLUSTER.lb.DOMAIN` above them, and the zone's in-zone name
+//!   servers (glue);
+//! - addresses: the ones that serve those names now ([`Addresses`]): the
+//!   fleet's announced addresses where the fleet announces them (BGP, L2:
+//!   the announcement moves them, DNS need not), else the addresses of
+//!   the replicas that are ready, from a Lease each replica renews while
+//!   it is ready (the announcer Leases of
+//!   [`crate::loops::announcers`], in a pool of their own);
+//! - TXT `_acme-challenge.NAME`: the ACME DNS-01 challenges in flight
+//!   ([`Challenges`], the shared ACME state every replica reads).
+//!
+//! Every replica with the same routes, live replicas and challenges builds
+//! the same zone, serial included (it is a hash of the content), so
+//! resolvers see one zone whichever replica they ask.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use teapot_dns::{Zone, ZoneBuilder, ZoneHandle, ZoneSettings};
+use tokio::sync::watch;
+
+use crate::compile::snapshot::{Snapshot, SnapshotHandle};
+use crate::loops::announcers::{Membership, MembershipConfig};
+use crate::loops::live_replicas::View;
+
+/// The announcer-Lease pool the DNS replicas write: live members are the
+/// ready replicas whose addresses the zone answers.
+pub const DNS_POOL: &str = "teapot-dns";
+
+/// How often the zone's inputs are compared with the last build's: the
+/// bound on how long a replica's Lease running out takes to leave the
+/// answers, on top of the Lease duration.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// `teapot proxy --dns-*`.
+#[derive(Clone, Debug)]
+pub struct DnsConfig {
+    pub zone: ZoneSettings,
+    pub server: teapot_dns::ServerConfig,
+    /// The addresses this replica serves on (daemonset mode: its node's),
+    /// or, with announcement, ignored for the fleet's announced ones.
+    pub addresses: Vec<IpAddr>,
+    /// Kube mode: how often this replica renews its DNS Lease and how
+    /// long the others count it ready after the last renewal.
+    pub renew_every: Duration,
+    pub lease_duration: Duration,
+}
+
+impl DnsConfig {
+    pub fn new(zone: ZoneSettings) -> DnsConfig {
+        DnsConfig {
+            zone,
+            server: teapot_dns::ServerConfig::default(),
+            addresses: Vec::new(),
+            renew_every: Duration::from_secs(1),
+            lease_duration: Duration::from_secs(4),
+        }
+    }
+}
+
+/// Pending ACME DNS-01 challenges as TXT records: (name, value), read
+/// fresh (another replica's issuer may have written them a moment ago).
+#[async_trait::async_trait]
+pub trait Challenges: Send + Sync + std::fmt::Debug {
+    async fn dns_challenges(&self) -> Vec<(String, String)>;
+}
+
+/// Where the answered addresses come from.
+pub enum Addresses {
+    /// Always these: the fleet's announced addresses, or the one replica
+    /// of manifests mode.
+    Fixed(Vec<IpAddr>),
+    /// The ready replicas, each by its Lease.
+    Replicas(Membership),
+}
+
+impl std::fmt::Debug for Addresses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Addresses::Fixed(a) => f.debug_tuple("Fixed").field(a).finish(),
+            Addresses::Replicas(_) => f.write_str("Replicas"),
+        }
+    }
+}
+
+impl Addresses {
+    /// Kube mode without announcement: renews this replica's Lease with
+    /// its addresses while `ready`, and watches the others'.
+    pub fn replicas(
+        client: kube::Client,
+        namespace: String,
+        config: &DnsConfig,
+        ready: Arc<AtomicBool>,
+    ) -> Addresses {
+        let own: BTreeSet<IpAddr> = config.addresses.iter().copied().collect();
+        // The receiver outlives the sender: the addresses never change.
+        let (_fixed, owned) = watch::channel(own);
+        let replica = crate::loops::announcers::replica_name(&format!(
+            "dns-{}",
+            teapot_api::lease::default_identity()
+        ));
+        Addresses::Replicas(Membership::start(
+            client,
+            MembershipConfig {
+                namespace,
+                replica,
+                pools: [DNS_POOL.to_string()].into(),
+                renew_every: config.renew_every,
+                duration: config.lease_duration,
+                forget_after: MembershipConfig::forget_after(config.lease_duration),
+                bfd: None,
+            },
+            ready,
+            owned,
+        ))
+    }
+
+    fn now(&self) -> BTreeSet<IpAddr> {
+        match self {
+            Addresses::Fixed(a) => a.iter().copied().collect(),
+            Addresses::Replicas(m) => live_addresses(&m.view().borrow(), Instant::now()),
+        }
+    }
+
+    /// Deletes this replica's Lease, so the others drop its addresses at
+    /// once rather than after the Lease duration.
+    pub async fn leave(&self) {
+        if let Addresses::Replicas(m) = self {
+            m.leave().await;
+        }
+    }
+}
+
+/// The addresses of the replicas of [`DNS_POOL`] live now.
+pub fn live_addresses(view: &View, now: Instant) -> BTreeSet<IpAddr> {
+    view.live(DNS_POOL, now)
+        .iter()
+        .filter_map(|r| view.leases.get(r))
+        .flat_map(|o| o.owned.iter().copied())
+        .collect()
+}
+
+/// The zone for a snapshot, addresses and challenges. Names the zone
+/// cannot hold (outside it, invalid) are skipped with a log line: one bad
+/// name never takes the others' answers away.
+pub fn build(
+    settings: &ZoneSettings,
+    snapshot: &Snapshot,
+    addresses: &BTreeSet<IpAddr>,
+    challenges: &[(String, String)],
+) -> Result<Zone, teapot_dns::Error> {
+    let mut zone = ZoneBuilder::new(settings.clone())?;
+    let suffix = format!(".{}", settings.origin);
+    let mut names: BTreeSet<&str> = BTreeSet::new();
+    // A tenant Gateway's assigned hostname is the `Hostname` address of
+    // its status, once it is programmed (it routes).
+    let gateways = snapshot.report.gateway.gateways.iter().filter(|g| {
+        g.status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Programmed" && c.status == "True")
+    });
+    let gateway_hosts = gateways
+        .flat_map(|g| g.status.addresses.iter().flatten())
+        .filter(|a| a.r#type.as_deref() == Some("Hostname"))
+        .map(|a| a.value.as_str());
+    for host in snapshot.routes.exact_hosts().chain(gateway_hosts) {
+        let Some(below) = host.strip_suffix(suffix.as_str()) else {
+            continue;
+        };
+        names.insert(host);
+        // INGRESS.CLUSTER: the cluster's own name too (the wildcard
+        // certificate's second name).
+        if let Some((_, cluster)) = below.rsplit_once('.') {
+            let start = host.len() - suffix.len() - cluster.len();
+            names.insert(&host[start..]);
+        }
+    }
+    for ns in &settings.nameservers {
+        if zone.contains(ns) {
+            names.insert(ns);
+        }
+    }
+    for name in names {
+        for addr in addresses {
+            if let Err(e) = zone.address(name, *addr) {
+                tracing::warn!(%name, error = %e, "name left out of the DNS zone");
+                break;
+            }
+        }
+    }
+    for (name, value) in challenges {
+        if !zone.contains(name) {
+            continue;
+        }
+        if let Err(e) = zone.txt(name, value) {
+            tracing::warn!(%name, error = %e, "ACME challenge left out of the DNS zone");
+        }
+    }
+    Ok(zone.build())
+}
+
+/// What a zone is built from: the snapshot generation, the answered
+/// addresses, the challenges (sorted).
+type ZoneInputs = (u64, BTreeSet<IpAddr>, Vec<(String, String)>);
+
+/// Keeps `zone` current until `stop`: rebuilt when the snapshot, the
+/// answered addresses or the challenges change, from the moment the
+/// replica is `ready` (its first snapshot holds every route).
+pub async fn run(
+    settings: ZoneSettings,
+    zone: ZoneHandle,
+    snapshots: SnapshotHandle,
+    addresses: Addresses,
+    challenges: Option<Arc<dyn Challenges>>,
+    ready: Arc<AtomicBool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last: Option<ZoneInputs> = None;
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+        if last.is_none() && !ready.load(std::sync::atomic::Ordering::Acquire) {
+            continue;
+        }
+        let snapshot = snapshots.load();
+        let mut pending = match &challenges {
+            Some(c) => c.dns_challenges().await,
+            None => Vec::new(),
+        };
+        pending.sort();
+        let inputs = (snapshot.generation, addresses.now(), pending);
+        if last.as_ref() == Some(&inputs) {
+            continue;
+        }
+        match build(&settings, &snapshot, &inputs.1, &inputs.2) {
+            Ok(built) => {
+                tracing::info!(
+                    generation = inputs.0,
+                    names = built.names(),
+                    addresses = inputs.1.len(),
+                    challenges = inputs.2.len(),
+                    serial = built.serial(),
+                    "DNS zone updated"
+                );
+                zone.store(Arc::new(built));
+                last = Some(inputs);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "DNS zone not built; the previous one keeps answering");
+                last = Some(inputs);
+            }
+        }
+    }
+    addresses.leave().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::routes::{Route, RouteTable};
+    use crate::compile::upstream::Upstream;
+    use teapot_api::host::HostPattern;
+
+    fn snapshot(hosts: &[&str]) -> Snapshot {
+        let mut routes = RouteTable::default();
+        for h in hosts {
+            let upstream = Upstream::new("default/web:80".into(), Vec::new(), None);
+            let route = Route::from(Arc::new(upstream));
+            routes
+                .host_mut(Some(&HostPattern::Exact(h.to_string())))
+                .set_fallback(route);
+        }
+        Snapshot {
+            routes,
+            ..Snapshot::default()
+        }
+    }
+
+    fn settings() -> ZoneSettings {
+        ZoneSettings::new("lb.example.com")
+    }
+
+    #[test]
+    fn routed_hosts_their_clusters_and_in_zone_name_servers_get_the_addresses() {
+        let s = snapshot(&[
+            "web-shop.acme.lb.example.com",
+            "api-shop.acme.lb.example.com",
+            "custom.example.org",
+        ]);
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.1".parse().unwrap()].into();
+        let zone = build(&settings(), &s, &addrs, &[]).unwrap();
+        // Two hosts, the cluster, ns1.
+        assert_eq!(zone.names(), 4);
+        assert!(!zone.contains("custom.example.org"));
+    }
+
+    #[test]
+    fn a_programmed_tenant_gateway_is_answered_an_unprogrammed_one_is_not() {
+        let gateway = |name: &str, programmed: &str| crate::compile::gateway::Reported {
+            namespace: "tenant-acme".into(),
+            name: name.into(),
+            status: serde_json::from_value(serde_json::json!({
+                "addresses": [{"type": "Hostname", "value": format!("{name}.acme.lb.example.com")}],
+                "conditions": [{"type": "Programmed", "status": programmed, "reason": "x",
+                                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            }))
+            .unwrap(),
+        };
+        let mut s = snapshot(&[]);
+        s.report.gateway.gateways = vec![gateway("gw", "True"), gateway("broken", "False")];
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.1".parse().unwrap()].into();
+        let zone = build(&settings(), &s, &addrs, &[]).unwrap();
+        // gw, its cluster, ns1.
+        assert_eq!(zone.names(), 3);
+    }
+
+    #[test]
+    fn the_same_state_builds_the_same_serial_and_a_challenge_changes_it() {
+        let s = snapshot(&["web.acme.lb.example.com"]);
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.1".parse().unwrap()].into();
+        let a = build(&settings(), &s, &addrs, &[]).unwrap();
+        let b = build(
+            &settings(),
+            &snapshot(&["web.acme.lb.example.com"]),
+            &addrs,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(a.serial(), b.serial());
+        let challenge = [(
+            "_acme-challenge.acme.lb.example.com".to_string(),
+            "digest".to_string(),
+        )];
+        let c = build(&settings(), &s, &addrs, &challenge).unwrap();
+        assert_ne!(a.serial(), c.serial());
+    }
+}
