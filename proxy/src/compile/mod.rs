@@ -52,6 +52,7 @@ pub mod parts;
 pub mod policies;
 pub mod routes;
 pub mod snapshot;
+pub mod traffic;
 pub mod upstream;
 
 use std::net::IpAddr;

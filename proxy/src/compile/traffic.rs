@@ -1,0 +1,387 @@
+//! The traffic policy of a route: who may reach it, how fast, which
+//! origins may call it, where it redirects. Read once per compile from an
+//! Ingress's ingress-nginx annotations (their values already typed by
+//! `teapot_api::annotations`), carried by every rule of the Ingress in its
+//! [`crate::compile::routes::RoutePolicy`], and applied by the request
+//! pipeline (crate::plane::policy) for both HTTP versions. A route without
+//! one pays a single `Option` test.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
+
+use crate::plane::policy::rate::RateTable;
+
+/// Everything a route does to requests besides choosing the backend.
+#[derive(Debug, Default)]
+pub struct TrafficPolicy {
+    pub access: Option<AccessList>,
+    pub rate: Option<RateLimits>,
+    pub cors: Option<Cors>,
+    /// `permanent-redirect` / `temporal-redirect`: every request answered
+    /// with it, nothing forwarded.
+    pub redirect: Option<Redirect>,
+    /// `app-root`: where a request for `/` is sent (302).
+    pub app_root: Option<Arc<str>>,
+}
+
+/// Client networks: a client in `deny` is refused; else, when `allow` is
+/// not empty, a client outside it is refused (ingress-nginx writes its
+/// deny rules before its allow rules, so the deny-list wins).
+#[derive(Debug, Default)]
+pub struct AccessList {
+    pub allow: Vec<IpNet>,
+    pub deny: Vec<IpNet>,
+}
+
+/// Request rates per client address on this route.
+#[derive(Debug)]
+pub struct RateLimits {
+    /// `limit-rps` and `limit-rpm`; a request must pass each.
+    pub limits: Vec<Rate>,
+    /// `limit-allowlist` / `limit-whitelist`: clients no limit applies to.
+    pub exempt: Vec<IpNet>,
+    /// The counters: the owning tenant's fixed-size table (or the operator
+    /// namespaces' one), shared by all of its routes.
+    pub table: Arc<RateTable>,
+    /// This route's part of each counter's key: the Ingress's name, so a
+    /// reload keeps the counters.
+    pub route_key: u64,
+}
+
+/// One GCRA limit: a request every `interval_ns`, `burst` more at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub interval_ns: u64,
+    pub burst: u64,
+}
+
+impl Rate {
+    /// `count` requests per `period_s` seconds, with `multiplier` times
+    /// `count` as the burst (ingress-nginx's `limit-burst-multiplier`).
+    pub fn new(count: u32, period_s: u64, multiplier: u32) -> Rate {
+        Rate {
+            interval_ns: (period_s * 1_000_000_000) / u64::from(count.max(1)),
+            burst: u64::from(count) * u64::from(multiplier),
+        }
+    }
+}
+
+/// ingress-nginx's CORS, with its defaults.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Cors {
+    /// `None`: any origin (`*`, ingress-nginx's default); the answer then
+    /// says `*` whatever the request's Origin.
+    pub origins: Option<Vec<OriginPattern>>,
+    pub methods: String,
+    pub headers: String,
+    pub expose: Option<String>,
+    pub credentials: bool,
+    pub max_age: String,
+}
+
+/// An allowed origin: `scheme://host[:port]`, or with `*.` one label of
+/// any name before `suffix` (ingress-nginx's `[A-Za-z0-9-]+`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct OriginPattern {
+    /// Lowercase; for a wildcard, what follows `*`: `.b.example:8443`.
+    pub text: String,
+    pub scheme: String,
+    pub wildcard: bool,
+}
+
+/// A redirect answering every request of the route.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Redirect {
+    pub status: u16,
+    pub location: Arc<str>,
+}
+
+pub const DEFAULT_CORS_METHODS: &str = "GET, PUT, POST, DELETE, PATCH, OPTIONS";
+pub const DEFAULT_CORS_HEADERS: &str = "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization";
+pub const DEFAULT_CORS_MAX_AGE: u32 = 1_728_000;
+const DEFAULT_BURST_MULTIPLIER: u32 = 5;
+
+/// The typed ingress-nginx annotations of one Ingress, by name after the
+/// prefix; a value that does not parse is a problem for the Ingress's
+/// status (the webhook refuses it in tenant namespaces; an operator's
+/// manifest can still carry one) and is left out.
+pub struct NginxAnnotations {
+    values: BTreeMap<&'static str, AnnotationValue>,
+}
+
+impl NginxAnnotations {
+    /// Reads the `nginx.ingress.kubernetes.io/` annotations of an Ingress;
+    /// every one teapot does not serve, or whose value it cannot read, is
+    /// pushed to `problems` (never silently ignored).
+    pub fn read(
+        annotations: Option<&BTreeMap<String, String>>,
+        problems: &mut Vec<String>,
+    ) -> NginxAnnotations {
+        let mut values = BTreeMap::new();
+        for (key, value) in annotations.into_iter().flatten() {
+            if !key.starts_with(NGINX_PREFIX) {
+                continue;
+            }
+            match annotations::parse(ObjectKind::Ingress, key, value) {
+                Ok(v) => {
+                    // The spec's key is 'static; the name follows the prefix.
+                    if let Some(spec) = annotations::spec(key) {
+                        values.insert(&spec.key[NGINX_PREFIX.len()..], v);
+                    }
+                }
+                Err(e) => problems.push(format!("{key}: {e}")),
+            }
+        }
+        NginxAnnotations { values }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    fn get(&self, name: &str) -> Option<&AnnotationValue> {
+        self.values.get(name)
+    }
+
+    fn flag(&self, name: &str) -> Option<bool> {
+        match self.get(name) {
+            Some(AnnotationValue::Bool(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    fn count(&self, name: &str) -> Option<u32> {
+        match self.get(name) {
+            Some(AnnotationValue::Count(n)) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn nets(&self, names: &[&str]) -> Vec<IpNet> {
+        names
+            .iter()
+            .filter_map(|n| match self.get(n) {
+                Some(AnnotationValue::Cidrs(nets)) => Some(nets.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    fn list(&self, name: &str) -> Option<&[String]> {
+        match self.get(name) {
+            Some(AnnotationValue::List(items)) => Some(items),
+            _ => None,
+        }
+    }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        match self.get(name) {
+            Some(AnnotationValue::Text(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The policy these annotations describe (`None`: nothing to do);
+    /// `table` gives the counters' table when a rate limit is set, and
+    /// `route` names the Ingress (`namespace/name`). What cannot be served
+    /// as written is pushed to `problems`.
+    pub fn policy(
+        &self,
+        route: &str,
+        table: impl FnOnce() -> Arc<RateTable>,
+        problems: &mut Vec<String>,
+    ) -> Option<TrafficPolicy> {
+        if self.is_empty() {
+            return None;
+        }
+        let policy = TrafficPolicy {
+            access: self.access(),
+            rate: self.rate(route, table),
+            cors: self.cors(),
+            redirect: self.redirect(),
+            app_root: self.app_root(problems),
+        };
+        let any = policy.access.is_some()
+            || policy.rate.is_some()
+            || policy.cors.is_some()
+            || policy.redirect.is_some()
+            || policy.app_root.is_some();
+        any.then_some(policy)
+    }
+
+    fn access(&self) -> Option<AccessList> {
+        let list = AccessList {
+            allow: self.nets(&["whitelist-source-range", "allowlist-source-range"]),
+            deny: self.nets(&["denylist-source-range"]),
+        };
+        (!list.allow.is_empty() || !list.deny.is_empty()).then_some(list)
+    }
+
+    fn rate(&self, route: &str, table: impl FnOnce() -> Arc<RateTable>) -> Option<RateLimits> {
+        let multiplier = self
+            .count("limit-burst-multiplier")
+            .unwrap_or(DEFAULT_BURST_MULTIPLIER);
+        let limits: Vec<Rate> = [("limit-rps", 1), ("limit-rpm", 60)]
+            .into_iter()
+            .filter_map(|(name, period)| self.count(name).map(|n| Rate::new(n, period, multiplier)))
+            .collect();
+        if limits.is_empty() {
+            return None;
+        }
+        Some(RateLimits {
+            limits,
+            exempt: self.nets(&["limit-whitelist", "limit-allowlist"]),
+            table: table(),
+            route_key: RateTable::route_key(route),
+        })
+    }
+
+    fn cors(&self) -> Option<Cors> {
+        if self.flag("enable-cors") != Some(true) {
+            return None;
+        }
+        let joined = |name: &str, default: &str, sep: &str| {
+            self.list(name)
+                .map_or_else(|| default.to_string(), |items| items.join(sep))
+        };
+        let origins = self
+            .list("cors-allow-origin")
+            .filter(|o| !o.iter().any(|o| o == "*"))
+            .map(|o| o.iter().map(|o| OriginPattern::new(o)).collect());
+        Some(Cors {
+            origins,
+            methods: joined("cors-allow-methods", DEFAULT_CORS_METHODS, ", "),
+            headers: joined("cors-allow-headers", DEFAULT_CORS_HEADERS, ","),
+            expose: self.list("cors-expose-headers").map(|e| e.join(",")),
+            credentials: self.flag("cors-allow-credentials").unwrap_or(true),
+            max_age: self
+                .count("cors-max-age")
+                .unwrap_or(DEFAULT_CORS_MAX_AGE)
+                .to_string(),
+        })
+    }
+
+    fn redirect(&self) -> Option<Redirect> {
+        let to = |url: &str, code: Option<u32>, default: u16| Redirect {
+            status: code.and_then(|c| u16::try_from(c).ok()).unwrap_or(default),
+            location: Arc::from(url),
+        };
+        // ingress-nginx: a permanent redirect wins over a temporal one.
+        if let Some(url) = self.text("permanent-redirect") {
+            return Some(to(url, self.count("permanent-redirect-code"), 301));
+        }
+        self.text("temporal-redirect")
+            .map(|url| to(url, self.count("temporal-redirect-code"), 302))
+    }
+
+    fn app_root(&self, problems: &mut Vec<String>) -> Option<Arc<str>> {
+        let root = self.text("app-root")?;
+        if !root.starts_with('/') {
+            problems.push(format!(
+                "{NGINX_PREFIX}app-root: {root:?} is not a path starting with '/' (ingress-nginx refuses a URL there too)"
+            ));
+            return None;
+        }
+        Some(Arc::from(root))
+    }
+}
+
+impl OriginPattern {
+    /// From a value `cors-allow-origin` admitted (lowercase).
+    fn new(origin: &str) -> OriginPattern {
+        let (scheme, rest) = origin.split_once("://").unwrap_or(("", origin));
+        match rest.strip_prefix('*') {
+            Some(suffix) => OriginPattern {
+                text: suffix.to_string(),
+                scheme: scheme.to_string(),
+                wildcard: true,
+            },
+            None => OriginPattern {
+                text: origin.to_string(),
+                scheme: scheme.to_string(),
+                wildcard: false,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(pairs: &[(&str, &str)]) -> (Option<TrafficPolicy>, Vec<String>) {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
+            .collect();
+        let mut problems = Vec::new();
+        let annotations = NginxAnnotations::read(Some(&map), &mut problems);
+        let policy = annotations.policy(
+            "ns/web",
+            || Arc::new(RateTable::new(64)),
+            &mut problems,
+        );
+        (policy, problems)
+    }
+
+    #[test]
+    fn no_annotation_no_policy() {
+        assert!(read(&[]).0.is_none());
+        // Served but a no-op: CORS explicitly off.
+        assert!(read(&[("enable-cors", "false")]).0.is_none());
+    }
+
+    #[test]
+    fn ingress_nginx_defaults() {
+        let (policy, problems) = read(&[("enable-cors", "true"), ("limit-rps", "2")]);
+        assert!(problems.is_empty(), "{problems:?}");
+        let policy = policy.unwrap();
+        let cors = policy.cors.unwrap();
+        assert_eq!(cors.origins, None);
+        assert_eq!(cors.methods, DEFAULT_CORS_METHODS);
+        assert_eq!(cors.headers, DEFAULT_CORS_HEADERS);
+        assert!(cors.credentials);
+        assert_eq!(cors.max_age, "1728000");
+        assert_eq!(cors.expose, None);
+        let rate = policy.rate.unwrap();
+        assert_eq!(
+            rate.limits,
+            vec![Rate {
+                interval_ns: 500_000_000,
+                burst: 10
+            }]
+        );
+        let (redirect, _) = read(&[
+            ("temporal-redirect", "https://b.example/"),
+            ("permanent-redirect", "https://a.example/"),
+        ]);
+        assert_eq!(
+            redirect.unwrap().redirect,
+            Some(Redirect {
+                status: 301,
+                location: Arc::from("https://a.example/")
+            })
+        );
+    }
+
+    #[test]
+    fn unserved_and_injecting_annotations_are_reported() {
+        let (policy, problems) = read(&[
+            ("configuration-snippet", "more_set_headers x;"),
+            ("auth-url", "http://auth"),
+            ("limit-rps", "lots"),
+            ("whitelist-source-range", "10.0.0.0/8"),
+        ]);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("configuration-snippet") && p.contains("injects")));
+        assert!(problems.iter().any(|p| p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url")));
+        assert!(problems.iter().any(|p| p.contains("limit-rps")));
+        // What could be read is served.
+        let access = policy.unwrap().access.unwrap();
+        assert_eq!(access.allow, vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]);
+    }
+}

@@ -1,0 +1,184 @@
+//! A route's traffic policy ([`TrafficPolicy`], read from an Ingress's
+//! ingress-nginx annotations by crate::compile::traffic) in the request
+//! pipeline (crate::plane::pipeline), once for both HTTP versions. After
+//! the routing decision, in this order:
+//!
+//! 1. [`access`]: a client outside the allow-list or inside the deny-list
+//!    gets 403;
+//! 2. [`rate`]: a client over a rate limit gets 429 with `Retry-After`;
+//! 3. `permanent-redirect` / `temporal-redirect`, then `app-root` for `/`;
+//! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
+//!    other request from one is forwarded and its response gets the CORS
+//!    fields.
+//!
+//! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
+//! before its allow-lists and limits; teapot checks who the client is and
+//! how fast it goes first, so a refused client gets nothing but its
+//! refusal (docs/decisions.md).
+//!
+//! What each engine keeps is writing a [`PolicyAnswer`] and applying an
+//! [`Applied`] to its own heads (HTTP/1 edits, an HTTP/2 header map).
+
+pub mod access;
+pub mod cors;
+pub mod rate;
+
+use std::net::IpAddr;
+
+use crate::compile::traffic::TrafficPolicy;
+use crate::plane::decide::RequestHeaders;
+
+/// teapot's own answer to a request its route's policy stops.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PolicyAnswer {
+    pub status: u16,
+    /// For the access log and the engines' `Outcome::Local`.
+    pub reason: &'static str,
+    pub body: &'static str,
+    /// Fields besides the engine's own (`Retry-After`, `Location`, CORS).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// What a forwarded request carries from its route's policy.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Set on the backend's response (replacing the backend's own).
+    pub response_headers: Vec<(&'static str, String)>,
+}
+
+pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
+pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this route\n";
+
+/// Step 6 of the pipeline for a request routed to a route with `policy`:
+/// `Err` answers it; `Ok` forwards it with what the policy adds (`None`:
+/// nothing, no allocation).
+pub fn apply(
+    policy: &TrafficPolicy,
+    method: &str,
+    path: &str,
+    headers: &(dyn RequestHeaders + Sync),
+    client: Option<IpAddr>,
+) -> Result<Option<Box<Applied>>, PolicyAnswer> {
+    if let Some(access) = &policy.access
+        && !access.admits(client)
+    {
+        return Err(PolicyAnswer {
+            status: 403,
+            reason: "policy_denied",
+            body: FORBIDDEN_BODY,
+            headers: Vec::new(),
+        });
+    }
+    if let Some(rate) = &policy.rate
+        && let Err(seconds) = rate.admit(client)
+    {
+        return Err(PolicyAnswer {
+            status: 429,
+            reason: "policy_rate_limited",
+            body: TOO_MANY_BODY,
+            headers: vec![("retry-after", seconds.to_string())],
+        });
+    }
+    if let Some(redirect) = &policy.redirect {
+        return Err(redirect_answer(redirect.status, redirect.location.to_string()));
+    }
+    if let Some(root) = &policy.app_root
+        && path == "/"
+    {
+        return Err(redirect_answer(302, root.to_string()));
+    }
+    let Some(cors) = &policy.cors else {
+        return Ok(None);
+    };
+    let Some(fields) = cors.fields(headers.first("origin")) else {
+        return Ok(None);
+    };
+    if method == "OPTIONS" {
+        return Err(PolicyAnswer {
+            status: 204,
+            reason: "cors_preflight",
+            body: "",
+            headers: fields,
+        });
+    }
+    Ok(Some(Box::new(Applied {
+        response_headers: fields,
+    })))
+}
+
+fn redirect_answer(status: u16, location: String) -> PolicyAnswer {
+    PolicyAnswer {
+        status,
+        reason: "redirect",
+        body: "",
+        headers: vec![("location", location)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::compile::traffic::NginxAnnotations;
+    use crate::plane::policy::rate::RateTable;
+
+    fn policy(pairs: &[(&str, &str)]) -> TrafficPolicy {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
+            .collect();
+        let mut problems = Vec::new();
+        NginxAnnotations::read(Some(&map), &mut problems)
+            .policy("ns/a", || Arc::new(RateTable::new(64)), &mut problems)
+            .unwrap()
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn order_access_rate_redirect_cors() {
+        let p = policy(&[
+            ("whitelist-source-range", "192.0.2.0/24"),
+            ("limit-rpm", "1"),
+            ("limit-burst-multiplier", "1"),
+            ("app-root", "/app"),
+            ("enable-cors", "true"),
+        ]);
+        let none: &[(&str, &str)] = &[];
+        let origin: &[(&str, &str)] = &[("origin", "https://c.example")];
+        // Outside the allow-list: 403, and nothing counted.
+        let denied = apply(&p, "GET", "/", &none, ip("198.51.100.1")).unwrap_err();
+        assert_eq!(denied.status, 403);
+        // Inside: app-root for `/` (302), counted...
+        let root = apply(&p, "GET", "/", &none, ip("192.0.2.1")).unwrap_err();
+        assert_eq!((root.status, &root.headers[0].1[..]), (302, "/app"));
+        // ...then the preflight from the same client, within the burst
+        // (one plus one)...
+        let pre = apply(&p, "OPTIONS", "/x", &origin, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(pre.status, 204);
+        assert!(pre.headers.contains(&("access-control-allow-origin", "*".into())));
+        // ...then over the limit.
+        let limited = apply(&p, "GET", "/x", &origin, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.headers[0].0, "retry-after");
+        // Another client's request is forwarded with the CORS fields.
+        let applied = apply(&p, "GET", "/x", &origin, ip("192.0.2.2")).unwrap().unwrap();
+        assert_eq!(applied.response_headers[0].1, "*");
+    }
+
+    #[test]
+    fn redirect_answers_everything() {
+        let p = policy(&[
+            ("temporal-redirect", "https://www.example.com/"),
+            ("temporal-redirect-code", "307"),
+        ]);
+        let none: &[(&str, &str)] = &[];
+        let r = apply(&p, "POST", "/any", &none, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(r.status, 307);
+        assert_eq!(r.headers, vec![("location", "https://www.example.com/".into())]);
+    }
+}
