@@ -42,6 +42,7 @@ use crate::plane::forwarding;
 use crate::plane::logflood::EndpointLog;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
 use crate::plane::pipeline::{self, Routed};
+use crate::plane::policy;
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
@@ -135,6 +136,10 @@ impl teapot_h1::Router for Router {
                 let ids = self.ids(req, route.as_ref());
                 return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
             }
+            Routed::Policy(answer, route) => {
+                let tag = self.ids(req, Some(&route)).tag;
+                return H1Decision::Respond(policy::engines::h1_respond(answer, tag));
+            }
             Routed::AcmeChallenge(answer) => {
                 let mut respond = Respond::new(200, "acme_challenge", answer);
                 respond.headers.push(PLAIN_TEXT);
@@ -159,6 +164,7 @@ impl teapot_h1::Router for Router {
         fwd.request_edits =
             forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
         fwd.tag = Some(ids.tag);
+        policy::engines::h1_response_edits(&mut fwd.response_edits, forward.policy.as_deref());
         // The path the route matched goes upstream, the query as
         // sent; Gateway filters rewrite that path.
         let path = forward.path.as_deref().unwrap_or(path);

@@ -360,6 +360,10 @@ impl Exchange<'_> {
             response.headers_mut(),
             st.gateway.as_ref(),
         );
+        crate::plane::policy::engines::h2_response_edits(
+            response.headers_mut(),
+            st.policy.as_deref(),
+        );
         let done_now = matches!(framing, BodyFraming::None | BodyFraming::Length(0));
         st.client.out.send_head(response, done_now)?;
         let complete = match framing {

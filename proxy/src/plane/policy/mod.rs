@@ -21,12 +21,16 @@
 
 pub mod access;
 pub mod cors;
+pub mod engines;
 pub mod rate;
 
 use std::net::IpAddr;
 
+use teapot_h1::ConnInfo;
+
 use crate::compile::traffic::TrafficPolicy;
-use crate::plane::decide::RequestHeaders;
+use crate::plane::decide::{Forward, RequestHeaders};
+use crate::plane::pipeline::{Request, Routed};
 
 /// teapot's own answer to a request its route's policy stops.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,7 +53,26 @@ pub struct Applied {
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
 pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this route\n";
 
-/// Step 6 of the pipeline for a request routed to a route with `policy`:
+/// The pipeline's step after the decision, for a forward whose route has
+/// a traffic policy: the client is the address teapot forwards as
+/// `X-Forwarded-For`, the path the one the route matched. A refusal drops
+/// the forward, and with it the tenant's slot.
+pub(in crate::plane) fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
+    let Some(traffic) = forward.route.traffic() else {
+        return Routed::Forward(forward);
+    };
+    let path = forward.path.as_deref().unwrap_or(req.head.path);
+    let client = conn.client.map(|a| a.ip());
+    match apply(traffic, req.method, path, req.headers, client) {
+        Ok(applied) => {
+            forward.policy = applied;
+            Routed::Forward(forward)
+        }
+        Err(answer) => Routed::Policy(answer, forward.route),
+    }
+}
+
+/// The policy's verdict for a request routed to a route with `policy`:
 /// `Err` answers it; `Ok` forwards it with what the policy adds (`None`:
 /// nothing, no allocation).
 pub fn apply(
