@@ -127,3 +127,147 @@ impl<'a> Policies<'a> {
         (policy, problems)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv6Addr};
+
+    use crate::compile::CompileOptions;
+    use crate::compile::tests::compile_test_docs;
+    use crate::plane::policy::rate::RateTable;
+
+    /// A Tenant, its backend and a rate-limited Ingress on its subtree.
+    fn tenant_docs(cluster: &str, limits: &str) -> String {
+        format!(
+            "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {{name: {cluster}}}
+spec: {{cluster: {cluster}, nodeCIDRs: [10.1.0.0/24]{limits}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: tenant-{cluster}}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: web-1, namespace: tenant-{cluster}, labels: {{kubernetes.io/service-name: web}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.1.0.5]}}]
+ports: [{{name: '', port: 8080}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: web.shop
+  namespace: tenant-{cluster}
+  annotations:
+    nginx.ingress.kubernetes.io/limit-rps: '1'
+    nginx.ingress.kubernetes.io/limit-burst-multiplier: '1'
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: a.{cluster}.lb.example.net
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
+
+    /// However many client addresses reach one tenant's rate-limited
+    /// route, the replica keeps the counters its limits give it, in a
+    /// table of its own: another tenant's clients keep their counts.
+    #[test]
+    fn a_tenants_rate_counters_are_bounded_by_its_limits() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let docs = [
+            tenant_docs("acme", ", limits: {maxConnections: 1000}"),
+            tenant_docs("globex", ""),
+        ];
+        let snapshot = compile_test_docs(&docs, &options);
+        let rate = |host: &str| {
+            let route = snapshot.routes.lookup(host, "/").expect("routed");
+            route.traffic().expect("a policy").rate.as_ref().expect("a limit")
+        };
+        let acme = rate("a.acme.lb.example.net");
+        let globex = rate("a.globex.lb.example.net");
+        assert!(!std::sync::Arc::ptr_eq(&acme.table, &globex.table));
+        assert_eq!(acme.table.capacity(), RateTable::slots_for(1000));
+        assert_eq!(acme.table.capacity(), 1024);
+        assert_eq!(globex.table.capacity(), RateTable::slots_for(10_000));
+        let neighbour = Some(IpAddr::from([192, 0, 2, 1]));
+        assert_eq!(globex.admit(neighbour), Ok(()));
+        for i in 0..100_000u128 {
+            let client = Ipv6Addr::from((0x2001_0db8u128 << 96) | i);
+            let _ = acme.admit(Some(IpAddr::V6(client)));
+        }
+        assert_eq!(acme.table.used(), 1024);
+        assert_eq!(globex.table.used(), 1);
+        // The neighbour's counter survived: one a second, its burst spent.
+        assert_eq!(globex.admit(neighbour), Ok(()));
+        assert!(globex.admit(neighbour).is_err());
+        // A recompile keeps both tables and their counts.
+        let again = compile_test_docs(&docs, &options);
+        let route = again.routes.lookup("a.globex.lb.example.net", "/").unwrap();
+        let kept = route.traffic().unwrap().rate.as_ref().unwrap();
+        assert!(std::sync::Arc::ptr_eq(&kept.table, &globex.table));
+    }
+
+    /// In an operator namespace an ingress-nginx annotation teapot does
+    /// not serve is reported on the Ingress, never silently ignored; what
+    /// it serves applies.
+    #[test]
+    fn unserved_annotations_are_reported_in_operator_namespaces() {
+        let docs = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: admin
+  namespace: ops
+  annotations:
+    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
+    nginx.ingress.kubernetes.io/auth-url: http://auth.ops.svc/verify
+    nginx.ingress.kubernetes.io/configuration-snippet: more_set_headers x;
+    kubectl.kubernetes.io/last-applied-configuration: '{}'
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: admin.example
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+";
+        let snapshot = compile_test_docs(&[docs.to_string()], &CompileOptions::default());
+        let report = &snapshot.report.ingresses[0];
+        let condition = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "AnnotationsAccepted")
+            .expect("reported");
+        assert_eq!(condition.status, "False");
+        assert!(
+            condition
+                .message
+                .contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"),
+            "{}",
+            condition.message
+        );
+        assert!(
+            condition.message.contains("configuration-snippet injects configuration"),
+            "{}",
+            condition.message
+        );
+        assert!(!condition.message.contains("kubectl"), "{}", condition.message);
+        let route = snapshot.routes.lookup("admin.example", "/").unwrap();
+        assert!(route.traffic().unwrap().access.is_some());
+    }
+}
