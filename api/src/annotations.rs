@@ -235,13 +235,19 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/limit-rps",
         applies_to: &[ObjectKind::Ingress],
-        value: ValueType::Count { min: 1, max: 100_000 },
+        value: ValueType::Count {
+            min: 1,
+            max: 100_000,
+        },
         doc: "Requests per second each client address may send to the Ingress, with a burst of limit-burst-multiplier times as many; over it, 429 with Retry-After.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/limit-rpm",
         applies_to: &[ObjectKind::Ingress],
-        value: ValueType::Count { min: 1, max: 6_000_000 },
+        value: ValueType::Count {
+            min: 1,
+            max: 6_000_000,
+        },
         doc: "Requests per minute each client address may send to the Ingress, with a burst of limit-burst-multiplier times as many; over it, 429 with Retry-After.",
     },
     AnnotationSpec {
@@ -301,7 +307,10 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/cors-max-age",
         applies_to: &[ObjectKind::Ingress],
-        value: ValueType::Count { min: 0, max: 100_000_000 },
+        value: ValueType::Count {
+            min: 0,
+            max: 100_000_000,
+        },
         doc: "Access-Control-Max-Age in seconds (default 1728000).",
     },
     AnnotationSpec {
@@ -579,7 +588,8 @@ fn origin_ok(origin: &str) -> bool {
         && host
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        && port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+        && port
+            .is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `"10m"` -> `(10, "m")`: at most 12 leading ASCII digits, then the rest.
@@ -697,7 +707,10 @@ mod tests {
     fn refusals_say_why() {
         let i = ObjectKind::Ingress;
         let snippet = parse(i, "nginx.ingress.kubernetes.io/server-snippet", "x").unwrap_err();
-        assert!(matches!(snippet, AnnotationError::InjectsConfiguration { .. }));
+        assert!(matches!(
+            snippet,
+            AnnotationError::InjectsConfiguration { .. }
+        ));
         let said = snippet.to_string();
         assert!(
             said.contains("nginx.ingress.kubernetes.io/server-snippet") && said.contains("injects"),
@@ -712,7 +725,10 @@ mod tests {
             "lua-resty-waf",
         ] {
             let e = parse(i, &format!("{NGINX_PREFIX}{key}"), "x").unwrap_err();
-            assert!(matches!(e, AnnotationError::InjectsConfiguration { .. }), "{key}");
+            assert!(
+                matches!(e, AnnotationError::InjectsConfiguration { .. }),
+                "{key}"
+            );
         }
         let unserved = parse(i, "nginx.ingress.kubernetes.io/auth-url", "http://a").unwrap_err();
         let said = unserved.to_string();
@@ -743,7 +759,11 @@ mod tests {
         );
         let long = format!("10.0.0.0/8,{}", "10.1.0.0/16,".repeat(700));
         assert!(matches!(
-            parse(i, "nginx.ingress.kubernetes.io/whitelist-source-range", &long),
+            parse(
+                i,
+                "nginx.ingress.kubernetes.io/whitelist-source-range",
+                &long
+            ),
             Err(AnnotationError::TooLong(_))
         ));
         let e = parse(i, "teapot.dev/max-body-size", "1\"; ssl_engine x").unwrap_err();
@@ -763,7 +783,13 @@ mod tests {
                 "2001:db8::/32".parse().unwrap(),
             ]))
         );
-        for bad in ["", "10.0.0.0/33", "example.com", "10.0.0.0/8; allow all", ","] {
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "example.com",
+            "10.0.0.0/8; allow all",
+            ",",
+        ] {
             assert!(nets(bad).is_err(), "{bad:?}");
         }
         assert_eq!(
@@ -772,10 +798,7 @@ mod tests {
         );
         assert!(parse(i, &key("limit-rps"), "0").is_err());
         let origins = |v: &str| parse(i, &key("cors-allow-origin"), v);
-        assert_eq!(
-            origins("*"),
-            Ok(AnnotationValue::List(vec!["*".into()]))
-        );
+        assert_eq!(origins("*"), Ok(AnnotationValue::List(vec!["*".into()])));
         assert_eq!(
             origins("https://A.example, https://*.b.example:8443"),
             Ok(AnnotationValue::List(vec![
@@ -783,7 +806,12 @@ mod tests {
                 "https://*.b.example:8443".into()
             ]))
         );
-        for bad in ["a.example", "https://a.example/path", "https://$host", "https://a:x"] {
+        for bad in [
+            "a.example",
+            "https://a.example/path",
+            "https://$host",
+            "https://a:x",
+        ] {
             assert!(origins(bad).is_err(), "{bad:?}");
         }
         let methods = |v: &str| parse(i, &key("cors-allow-methods"), v);
@@ -797,7 +825,13 @@ mod tests {
         let url = |v: &str| parse(i, &key("permanent-redirect"), v);
         assert!(url("https://www.example.com/x?y=1").is_ok());
         assert!(url("/app").is_ok());
-        for bad in ["//evil", "javascript:x", "https://", "https://a b", "ftp://a"] {
+        for bad in [
+            "//evil",
+            "javascript:x",
+            "https://",
+            "https://a b",
+            "ftp://a",
+        ] {
             assert!(url(bad).is_err(), "{bad:?}");
         }
         assert!(parse(i, &key("permanent-redirect-code"), "308").is_ok());

@@ -189,7 +189,12 @@ spec:
         let snapshot = compile_test_docs(&docs, &options);
         let rate = |host: &str| {
             let route = snapshot.routes.lookup(host, "/").expect("routed");
-            route.traffic().expect("a policy").rate.as_ref().expect("a limit")
+            route
+                .traffic()
+                .expect("a policy")
+                .rate
+                .as_ref()
+                .expect("a limit")
         };
         let acme = rate("a.acme.lb.example.net");
         let globex = rate("a.globex.lb.example.net");
@@ -262,11 +267,17 @@ spec:
             condition.message
         );
         assert!(
-            condition.message.contains("configuration-snippet injects configuration"),
+            condition
+                .message
+                .contains("configuration-snippet injects configuration"),
             "{}",
             condition.message
         );
-        assert!(!condition.message.contains("kubectl"), "{}", condition.message);
+        assert!(
+            !condition.message.contains("kubectl"),
+            "{}",
+            condition.message
+        );
         let route = snapshot.routes.lookup("admin.example", "/").unwrap();
         assert!(route.traffic().unwrap().access.is_some());
     }

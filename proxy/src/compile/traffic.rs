@@ -320,11 +320,7 @@ mod tests {
             .collect();
         let mut problems = Vec::new();
         let annotations = NginxAnnotations::read(Some(&map), &mut problems);
-        let policy = annotations.policy(
-            "ns/web",
-            || Arc::new(RateTable::new(64)),
-            &mut problems,
-        );
+        let policy = annotations.policy("ns/web", || Arc::new(RateTable::new(64)), &mut problems);
         (policy, problems)
     }
 
@@ -377,8 +373,16 @@ mod tests {
             ("whitelist-source-range", "10.0.0.0/8"),
         ]);
         assert_eq!(problems.len(), 3, "{problems:?}");
-        assert!(problems.iter().any(|p| p.contains("configuration-snippet") && p.contains("injects")));
-        assert!(problems.iter().any(|p| p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url")));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("configuration-snippet") && p.contains("injects"))
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"))
+        );
         assert!(problems.iter().any(|p| p.contains("limit-rps")));
         // What could be read is served.
         let access = policy.unwrap().access.unwrap();

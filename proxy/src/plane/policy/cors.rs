@@ -87,7 +87,10 @@ mod tests {
         let c = cors(&[("enable-cors", "true")]);
         let fields = c.fields(None).unwrap();
         assert_eq!(fields[0], ("access-control-allow-origin", "*".into()));
-        assert_eq!(fields[1], ("access-control-allow-credentials", "true".into()));
+        assert_eq!(
+            fields[1],
+            ("access-control-allow-credentials", "true".into())
+        );
         assert_eq!(fields.last().unwrap().1, "1728000");
     }
 
@@ -95,14 +98,20 @@ mod tests {
     fn listed_origins_are_echoed_others_get_nothing() {
         let c = cors(&[
             ("enable-cors", "true"),
-            ("cors-allow-origin", "https://a.example, https://*.b.example:8443"),
+            (
+                "cors-allow-origin",
+                "https://a.example, https://*.b.example:8443",
+            ),
             ("cors-allow-credentials", "false"),
             ("cors-expose-headers", "X-Total, X-Page"),
             ("cors-max-age", "60"),
         ]);
         let f = c.fields(Some(b"https://A.example")).unwrap();
         assert_eq!(f[0].1, "https://A.example");
-        assert!(!f.iter().any(|(n, _)| *n == "access-control-allow-credentials"));
+        assert!(
+            !f.iter()
+                .any(|(n, _)| *n == "access-control-allow-credentials")
+        );
         assert!(f.contains(&("access-control-expose-headers", "X-Total,X-Page".into())));
         assert!(c.fields(Some(b"https://x-1.b.example:8443")).is_some());
         for refused in [

@@ -103,7 +103,10 @@ pub fn apply(
         });
     }
     if let Some(redirect) = &policy.redirect {
-        return Err(redirect_answer(redirect.status, redirect.location.to_string()));
+        return Err(redirect_answer(
+            redirect.status,
+            redirect.location.to_string(),
+        ));
     }
     if let Some(root) = &policy.app_root
         && path == "/"
@@ -183,13 +186,18 @@ mod tests {
         // (one plus one)...
         let pre = apply(&p, "OPTIONS", "/x", &origin, ip("192.0.2.1")).unwrap_err();
         assert_eq!(pre.status, 204);
-        assert!(pre.headers.contains(&("access-control-allow-origin", "*".into())));
+        assert!(
+            pre.headers
+                .contains(&("access-control-allow-origin", "*".into()))
+        );
         // ...then over the limit.
         let limited = apply(&p, "GET", "/x", &origin, ip("192.0.2.1")).unwrap_err();
         assert_eq!(limited.status, 429);
         assert_eq!(limited.headers[0].0, "retry-after");
         // Another client's request is forwarded with the CORS fields.
-        let applied = apply(&p, "GET", "/x", &origin, ip("192.0.2.2")).unwrap().unwrap();
+        let applied = apply(&p, "GET", "/x", &origin, ip("192.0.2.2"))
+            .unwrap()
+            .unwrap();
         assert_eq!(applied.response_headers[0].1, "*");
     }
 
@@ -202,6 +210,9 @@ mod tests {
         let none: &[(&str, &str)] = &[];
         let r = apply(&p, "POST", "/any", &none, ip("192.0.2.1")).unwrap_err();
         assert_eq!(r.status, 307);
-        assert_eq!(r.headers, vec![("location", "https://www.example.com/".into())]);
+        assert_eq!(
+            r.headers,
+            vec![("location", "https://www.example.com/".into())]
+        );
     }
 }

@@ -59,7 +59,9 @@ impl RateTable {
         let sets = slots.div_ceil(WAYS).max(1);
         RateTable {
             hasher: std::hash::RandomState::new(),
-            sets: (0..sets).map(|_| Mutex::new([Counter::default(); WAYS])).collect(),
+            sets: (0..sets)
+                .map(|_| Mutex::new([Counter::default(); WAYS]))
+                .collect(),
         }
     }
 
@@ -94,7 +96,14 @@ impl RateTable {
 
     /// Takes one request of `client` under `rate`; `Err` carries the
     /// seconds until one more would pass (at least 1).
-    fn take(&self, route_key: u64, which: usize, client: IpAddr, rate: Rate, now: u64) -> Result<(), u64> {
+    fn take(
+        &self,
+        route_key: u64,
+        which: usize,
+        client: IpAddr,
+        rate: Rate,
+        now: u64,
+    ) -> Result<(), u64> {
         let mut h = self.hasher.build_hasher();
         (route_key, which, client).hash(&mut h);
         // 0 marks a free counter.
@@ -253,8 +262,14 @@ mod tests {
         let tables = RateTables::default();
         let a = tables.table("t1", RateTable::slots_for(10_000));
         assert_eq!(a.capacity(), 16_384);
-        assert!(Arc::ptr_eq(&a, &tables.table("t1", RateTable::slots_for(10_000))));
-        assert_eq!(tables.table("t1", RateTable::slots_for(10)).capacity(), MIN_SLOTS);
+        assert!(Arc::ptr_eq(
+            &a,
+            &tables.table("t1", RateTable::slots_for(10_000))
+        ));
+        assert_eq!(
+            tables.table("t1", RateTable::slots_for(10)).capacity(),
+            MIN_SLOTS
+        );
         assert_eq!(RateTable::slots_for(u32::MAX), MAX_SLOTS);
         drop(a);
         assert_eq!(tables.table("t2", 8).capacity(), 8);
