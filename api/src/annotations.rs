@@ -343,6 +343,72 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         value: ValueType::Url,
         doc: "Redirect requests for / to this path (302); a path starting with '/'.",
     },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/ssl-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Redirect plain-HTTP requests for this Ingress's TLS hosts to HTTPS (308); unlike ingress-nginx, off unless set.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/force-ssl-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Redirect plain-HTTP requests for every host of this Ingress to HTTPS (308), TLS section or not.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/affinity",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["cookie"]),
+        doc: "Send a client's requests to the backend endpoint that served its first one, named in a cookie; a new endpoint is chosen when that one is gone or down.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/affinity-mode",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["balanced", "persistent"]),
+        doc: "Accepted for compatibility; teapot keeps a client on its endpoint while that endpoint serves (persistent) in both modes.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-name",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "Name of the affinity cookie (default INGRESSCOOKIE).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-path",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Path attribute of the affinity cookie (default /); a path starting with '/'.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-max-age",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 315_360_000,
+        },
+        doc: "Max-Age of the affinity cookie in seconds (default: a cookie for the browser session).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-expires",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 315_360_000,
+        },
+        doc: "Expires of the affinity cookie, in seconds from when it is set (default: a cookie for the browser session).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-samesite",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["None", "Lax", "Strict"]),
+        doc: "SameSite attribute of the affinity cookie (default none sent).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-secure",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Whether the affinity cookie carries Secure (default: only with SameSite=None, as ingress-nginx).",
+    },
 ];
 
 /// A parsed annotation value.

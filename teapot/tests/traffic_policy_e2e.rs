@@ -351,3 +351,139 @@ async fn unserved_annotations_are_reported_not_ignored() {
         assert_proxy_answer(&resp, 403, &format!("{proto:?}"));
     }
 }
+
+/// `ssl-redirect` covers the Ingress's TLS hosts (and `teapot.dev/
+/// ssl-redirect`, which was admitted but not served before), and
+/// `force-ssl-redirect` every host; HTTPS requests are forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_redirect_for_plain_http() {
+    const NS: &str = "ssl";
+    let with_tls = |mut ingress: Value, host: &str| {
+        ingress["spec"]["tls"] = json!([{ "hosts": [host], "secretName": "none" }]);
+        ingress
+    };
+    let mut teapots = with_tls(
+        simple_ingress(NS, "teapot.test", "teapot.test", "web"),
+        "teapot.test",
+    );
+    teapots["metadata"]["annotations"] = json!({ "teapot.dev/ssl-redirect": "true" });
+    let (backend, h) = serve(
+        NS,
+        vec![
+            with_tls(
+                annotated(NS, "tls.test", "web", &[("ssl-redirect", "true")]),
+                "tls.test",
+            ),
+            // No TLS section: ssl-redirect has no host to cover.
+            annotated(NS, "plain.test", "web", &[("ssl-redirect", "true")]),
+            annotated(NS, "forced.test", "web", &[("force-ssl-redirect", "true")]),
+            teapots,
+        ],
+    )
+    .await;
+    for (host, location) in [
+        ("tls.test", Some("https://tls.test/a/b?c=d")),
+        ("forced.test", Some("https://forced.test/a/b?c=d")),
+        ("teapot.test", Some("https://teapot.test/a/b?c=d")),
+        ("plain.test", None),
+    ] {
+        let resp = over(
+            &h,
+            Proto::Http1,
+            Request::get(&format!("{host}:8080"), "/a/b?c=d"),
+        )
+        .await;
+        match location {
+            Some(location) => {
+                assert_eq!(resp.status, 308, "{host}: {}", resp.text());
+                assert_eq!(header(&resp, "location"), location, "{host}");
+            }
+            None => assert_eq!(resp.status, 200, "{host}"),
+        }
+        // Over HTTPS (HTTP/2) it is served.
+        let resp = over(&h, Proto::Http2, Request::get(host, "/a/b?c=d")).await;
+        assert_eq!(resp.status, 200, "{host} over HTTPS: {}", resp.text());
+    }
+    assert_eq!(backend.requests(), 5);
+}
+
+/// `affinity: cookie`: the first answer sets the cookie naming the
+/// endpoint that served it; requests carrying it stay there on either HTTP
+/// version; when that endpoint leaves the Service, another serves and the
+/// cookie is set again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_affinity_sticks_and_falls_back() {
+    const NS: &str = "sticky";
+    let a = echo(NS, "web", "web-a").await;
+    let b = echo(NS, "web", "web-b").await;
+    let ingress = annotated(
+        NS,
+        "sticky.test",
+        "web",
+        &[
+            ("affinity", "cookie"),
+            ("session-cookie-name", "route"),
+            ("session-cookie-max-age", "3600"),
+            ("session-cookie-samesite", "None"),
+        ],
+    );
+    let both = |echoes: &[&EchoServer]| {
+        let mut objects = echo_service(NS, "web", echoes);
+        objects.push(ingress.clone());
+        docs(&objects)
+    };
+    let h = Harness::start(&[("manifests.yaml", both(&[&a, &b]))]).await;
+    let first = over(&h, Proto::Http1, Request::get("sticky.test", "/")).await;
+    assert_eq!(first.status, 200);
+    let set = header(&first, "set-cookie").to_string();
+    assert!(
+        set.starts_with("route=")
+            && set.ends_with("; Path=/; Max-Age=3600; SameSite=None; Secure; HttpOnly"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+    let pod = first.json().unwrap()["pod"].as_str().unwrap().to_string();
+    for n in 0..8 {
+        let proto = BOTH[n % 2];
+        let resp = over(
+            &h,
+            proto,
+            Request::get("sticky.test", "/").header("Cookie", &cookie),
+        )
+        .await;
+        assert_eq!(
+            resp.json().unwrap()["pod"],
+            pod.as_str(),
+            "{proto:?} request {n}"
+        );
+        assert!(
+            resp.headers.get("set-cookie").is_none(),
+            "{proto:?}: cookie kept"
+        );
+    }
+    // Without the cookie, requests are balanced as before.
+    let mut pods = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let resp = over(&h, Proto::Http1, Request::get("sticky.test", "/")).await;
+        pods.insert(resp.json().unwrap()["pod"].as_str().unwrap().to_string());
+    }
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    // The session's endpoint leaves the Service.
+    let stays = if pod == "web-a" { &b } else { &a };
+    h.apply("manifests.yaml", &both(&[stays])).await;
+    for proto in BOTH {
+        let resp = over(
+            &h,
+            proto,
+            Request::get("sticky.test", "/").header("Cookie", &cookie),
+        )
+        .await;
+        assert_eq!(resp.status, 200, "{proto:?}");
+        assert_ne!(resp.json().unwrap()["pod"], pod.as_str(), "{proto:?}");
+        let again = header(&resp, "set-cookie");
+        assert!(
+            again.starts_with("route=") && !again.starts_with(&cookie),
+            "{again}"
+        );
+    }
+}

@@ -65,6 +65,7 @@ impl<'a> Policies<'a> {
     ) -> (Option<Arc<RoutePolicy>>, Vec<String>) {
         use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
         const MAX_BODY: &str = "teapot.dev/max-body-size";
+        const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
         let mut problems = Vec::new();
         let all = ingress.metadata.annotations.as_ref();
         let value = all.and_then(|a| a.get(MAX_BODY));
@@ -90,8 +91,12 @@ impl<'a> Policies<'a> {
                 .table(cluster, RateTable::slots_for(limits.max_connections)),
             _ => gates.rate_tables.table("", rate::OPERATOR_SLOTS),
         };
+        let teapot_redirect = all
+            .and_then(|a| a.get(SSL_REDIRECT))
+            .map(|v| annotations::parse(ObjectKind::Ingress, SSL_REDIRECT, v));
+        let teapot_redirect = matches!(teapot_redirect, Some(Ok(AnnotationValue::Bool(true))));
         // Most Ingresses carry no ingress-nginx annotation: no name made.
-        let traffic = (!nginx.is_empty())
+        let traffic = (!nginx.is_empty() || teapot_redirect)
             .then(|| {
                 let meta = &ingress.metadata;
                 let name = format!(
@@ -99,7 +104,8 @@ impl<'a> Policies<'a> {
                     meta.namespace.as_deref().unwrap_or(""),
                     meta.name.as_deref().unwrap_or("")
                 );
-                nginx.policy(&name, table, &mut problems)
+                let tls = tls_hosts(ingress);
+                nginx.policy_with_tls(&name, table, Some((tls, teapot_redirect)), &mut problems)
             })
             .flatten();
         if let Some(traffic) = traffic {
@@ -126,6 +132,16 @@ impl<'a> Policies<'a> {
             .clone();
         (policy, problems)
     }
+}
+
+/// The hosts of an Ingress's `spec.tls` (those `ssl-redirect` covers).
+fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    tls.into_iter()
+        .flatten()
+        .flat_map(|t| t.hosts.iter().flatten())
+        .filter_map(|h| teapot_api::HostPattern::parse(h).ok())
+        .collect()
 }
 
 #[cfg(test)]

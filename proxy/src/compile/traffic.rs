@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use teapot_api::HostPattern;
 use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
 
 use crate::plane::policy::rate::RateTable;
@@ -25,6 +26,28 @@ pub struct TrafficPolicy {
     pub redirect: Option<Redirect>,
     /// `app-root`: where a request for `/` is sent (302).
     pub app_root: Option<Arc<str>>,
+    /// `ssl-redirect` / `force-ssl-redirect` (and `teapot.dev/ssl-redirect`).
+    pub ssl_redirect: Option<SslRedirect>,
+    pub affinity: Option<Affinity>,
+}
+
+/// Plain-HTTP requests are redirected to HTTPS (308) for these hosts.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SslRedirect {
+    /// `force-ssl-redirect`: every host.
+    All,
+    /// `ssl-redirect`: the hosts of the Ingress's `spec.tls`.
+    Hosts(Vec<HostPattern>),
+}
+
+/// Cookie session affinity (`affinity: cookie`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Affinity {
+    pub cookie: String,
+    /// The attributes after the value: `; Path=/; Max-Age=...; HttpOnly`.
+    pub attributes: String,
+    /// `session-cookie-expires`: seconds from now, written as a date.
+    pub expires: Option<u32>,
 }
 
 /// Client networks: a client in `deny` is refused; else, when `allow` is
@@ -195,7 +218,20 @@ impl NginxAnnotations {
         table: impl FnOnce() -> Arc<RateTable>,
         problems: &mut Vec<String>,
     ) -> Option<TrafficPolicy> {
-        if self.is_empty() {
+        self.policy_with_tls(route, table, None, problems)
+    }
+
+    /// [`Self::policy`] with the Ingress's TLS hosts and its
+    /// `teapot.dev/ssl-redirect`, for `ssl-redirect`.
+    pub fn policy_with_tls(
+        &self,
+        route: &str,
+        table: impl FnOnce() -> Arc<RateTable>,
+        tls: Option<(Vec<HostPattern>, bool)>,
+        problems: &mut Vec<String>,
+    ) -> Option<TrafficPolicy> {
+        let teapot_redirect = tls.as_ref().is_some_and(|(_, on)| *on);
+        if self.is_empty() && !teapot_redirect {
             return None;
         }
         let policy = TrafficPolicy {
@@ -204,13 +240,67 @@ impl NginxAnnotations {
             cors: self.cors(),
             redirect: self.redirect(),
             app_root: self.app_root(problems),
+            ssl_redirect: self.ssl_redirect(tls),
+            affinity: self.affinity(),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
             || policy.cors.is_some()
             || policy.redirect.is_some()
-            || policy.app_root.is_some();
+            || policy.app_root.is_some()
+            || policy.ssl_redirect.is_some()
+            || policy.affinity.is_some();
         any.then_some(policy)
+    }
+
+    fn ssl_redirect(&self, tls: Option<(Vec<HostPattern>, bool)>) -> Option<SslRedirect> {
+        if self.flag("force-ssl-redirect") == Some(true) {
+            return Some(SslRedirect::All);
+        }
+        let (hosts, teapot) = tls?;
+        let on = match self.flag("ssl-redirect") {
+            Some(nginx) => nginx,
+            None => teapot,
+        };
+        (on && !hosts.is_empty()).then_some(SslRedirect::Hosts(hosts))
+    }
+
+    fn affinity(&self) -> Option<Affinity> {
+        if !matches!(self.get("affinity"), Some(AnnotationValue::Word("cookie"))) {
+            return None;
+        }
+        let cookie = self
+            .list("session-cookie-name")
+            .and_then(|n| n.first().cloned())
+            .unwrap_or_else(|| "INGRESSCOOKIE".to_string());
+        let path = self
+            .text("session-cookie-path")
+            .filter(|p| p.starts_with('/'));
+        let mut attributes = format!("; Path={}", path.unwrap_or("/"));
+        if let Some(age) = self.count("session-cookie-max-age") {
+            attributes.push_str(&format!("; Max-Age={age}"));
+        }
+        let samesite = match self.get("session-cookie-samesite") {
+            Some(AnnotationValue::Word(w)) => Some(*w),
+            _ => None,
+        };
+        if let Some(s) = samesite {
+            attributes.push_str(&format!("; SameSite={s}"));
+        }
+        // A browser refuses SameSite=None without Secure: ingress-nginx
+        // adds it then.
+        let secure = self
+            .flag("session-cookie-secure")
+            .unwrap_or(samesite == Some("None"));
+        if secure {
+            attributes.push_str("; Secure");
+        }
+        attributes.push_str("; HttpOnly");
+        Some(Affinity {
+            cookie,
+            attributes,
+            expires: self.count("session-cookie-expires"),
+        })
     }
 
     fn access(&self) -> Option<AccessList> {

@@ -154,6 +154,7 @@ impl teapot_h1::Router for Router {
         let mut fwd = H1Forward::via(Target {
             upstream: forward.upstream,
             tried: Tried::default(),
+            preferred: forward.policy.as_ref().and_then(|p| p.endpoint),
             max_attempts: self.options.max_connect_attempts.max(1),
             connect_failures: self.metrics.upstream_connect_failures.clone(),
             series: ids.series,
@@ -413,6 +414,8 @@ impl Router {
 pub struct Target {
     upstream: Arc<Upstream>,
     tried: Tried,
+    /// The session's endpoint (cookie affinity), tried first.
+    preferred: Option<usize>,
     max_attempts: u32,
     /// One counter, not all of [`Metrics`]: cloned per request.
     connect_failures: prometheus::IntCounter,
@@ -439,7 +442,9 @@ impl Upstreams for Target {
         if attempt >= self.max_attempts {
             return None;
         }
-        self.upstream.pick(&mut self.tried).map(|e| e.addr)
+        self.upstream
+            .pick_preferring(self.preferred, &mut self.tried)
+            .map(|e| e.addr)
     }
 
     fn is_empty(&self) -> bool {

@@ -173,8 +173,9 @@ pub(super) fn next_endpoint(
     st: &mut StreamCtx<'_>,
     upstream: &Upstream,
 ) -> Result<Arc<Endpoint>, Failure> {
+    let preferred = st.policy.as_ref().and_then(|p| p.endpoint);
     let endpoint = upstream
-        .pick(&mut st.tried)
+        .pick_preferring(preferred, &mut st.tried)
         .ok_or(Failure::Connect("every endpoint was tried"))?
         .clone();
     st.endpoint = Some(endpoint.clone());

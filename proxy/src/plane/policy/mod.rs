@@ -6,10 +6,13 @@
 //! 1. [`access`]: a client outside the allow-list or inside the deny-list
 //!    gets 403;
 //! 2. [`rate`]: a client over a rate limit gets 429 with `Retry-After`;
-//! 3. `permanent-redirect` / `temporal-redirect`, then `app-root` for `/`;
+//! 3. `permanent-redirect` / `temporal-redirect`, then `ssl-redirect`
+//!    for plain HTTP, then `app-root` for `/`;
 //! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
 //!    other request from one is forwarded and its response gets the CORS
-//!    fields.
+//!    fields;
+//! 5. [`affinity`]: the endpoint the client's cookie names is tried first
+//!    (and the cookie set when it names none that serves).
 //!
 //! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
 //! before its allow-lists and limits; teapot checks who the client is and
@@ -20,6 +23,7 @@
 //! [`Applied`] to its own heads (HTTP/1 edits, an HTTP/2 header map).
 
 pub mod access;
+pub mod affinity;
 pub mod cors;
 pub mod engines;
 pub mod rate;
@@ -28,7 +32,8 @@ use std::net::IpAddr;
 
 use teapot_h1::ConnInfo;
 
-use crate::compile::traffic::TrafficPolicy;
+use crate::compile::traffic::{SslRedirect, TrafficPolicy};
+use crate::compile::upstream::Upstream;
 use crate::plane::decide::{Forward, RequestHeaders};
 use crate::plane::pipeline::{Request, Routed};
 
@@ -48,6 +53,22 @@ pub struct PolicyAnswer {
 pub struct Applied {
     /// Set on the backend's response (replacing the backend's own).
     pub response_headers: Vec<(&'static str, String)>,
+    /// The endpoint (an index into the upstream's) to try first.
+    pub endpoint: Option<usize>,
+}
+
+/// What the policy reads of a request.
+pub struct Seen<'r> {
+    pub method: &'r str,
+    pub authority: &'r str,
+    /// The path the route matched.
+    pub path: &'r str,
+    /// After `?`, without it.
+    pub query: &'r str,
+    pub tls: bool,
+    /// The address teapot forwards as `X-Forwarded-For`.
+    pub client: Option<IpAddr>,
+    pub headers: &'r (dyn RequestHeaders + Sync),
 }
 
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
@@ -61,9 +82,16 @@ pub(in crate::plane) fn screen(mut forward: Forward, req: &Request<'_>, conn: &C
     let Some(traffic) = forward.route.traffic() else {
         return Routed::Forward(forward);
     };
-    let path = forward.path.as_deref().unwrap_or(req.head.path);
-    let client = conn.client.map(|a| a.ip());
-    match apply(traffic, req.method, path, req.headers, client) {
+    let seen = Seen {
+        method: req.method,
+        authority: req.head.authority,
+        path: forward.path.as_deref().unwrap_or(req.head.path),
+        query: req.query,
+        tls: conn.tls,
+        client: conn.client.map(|a| a.ip()),
+        headers: req.headers,
+    };
+    match apply(traffic, &forward.upstream, &seen) {
         Ok(applied) => {
             forward.policy = applied;
             Routed::Forward(forward)
@@ -77,13 +105,11 @@ pub(in crate::plane) fn screen(mut forward: Forward, req: &Request<'_>, conn: &C
 /// nothing, no allocation).
 pub fn apply(
     policy: &TrafficPolicy,
-    method: &str,
-    path: &str,
-    headers: &(dyn RequestHeaders + Sync),
-    client: Option<IpAddr>,
+    upstream: &Upstream,
+    seen: &Seen<'_>,
 ) -> Result<Option<Box<Applied>>, PolicyAnswer> {
     if let Some(access) = &policy.access
-        && !access.admits(client)
+        && !access.admits(seen.client)
     {
         return Err(PolicyAnswer {
             status: 403,
@@ -93,7 +119,7 @@ pub fn apply(
         });
     }
     if let Some(rate) = &policy.rate
-        && let Err(seconds) = rate.admit(client)
+        && let Err(seconds) = rate.admit(seen.client)
     {
         return Err(PolicyAnswer {
             status: 429,
@@ -108,28 +134,54 @@ pub fn apply(
             redirect.location.to_string(),
         ));
     }
+    if !seen.tls
+        && let Some(ssl) = &policy.ssl_redirect
+        && let Some(location) = https_location(ssl, seen)
+    {
+        return Err(redirect_answer(308, location));
+    }
     if let Some(root) = &policy.app_root
-        && path == "/"
+        && seen.path == "/"
     {
         return Err(redirect_answer(302, root.to_string()));
     }
-    let Some(cors) = &policy.cors else {
-        return Ok(None);
-    };
-    let Some(fields) = cors.fields(headers.first("origin")) else {
-        return Ok(None);
-    };
-    if method == "OPTIONS" {
-        return Err(PolicyAnswer {
-            status: 204,
-            reason: "cors_preflight",
-            body: "",
-            headers: fields,
-        });
+    let mut applied = Applied::default();
+    if let Some(cors) = &policy.cors
+        && let Some(fields) = cors.fields(seen.headers.first("origin"))
+    {
+        if seen.method == "OPTIONS" {
+            return Err(PolicyAnswer {
+                status: 204,
+                reason: "cors_preflight",
+                body: "",
+                headers: fields,
+            });
+        }
+        applied.response_headers = fields;
     }
-    Ok(Some(Box::new(Applied {
-        response_headers: fields,
-    })))
+    if let Some(affinity) = &policy.affinity
+        && let Some(sticky) = affinity.choose(upstream, seen.headers)
+    {
+        applied.endpoint = Some(sticky.endpoint);
+        if let Some(cookie) = sticky.set_cookie {
+            applied.response_headers.push(("set-cookie", cookie));
+        }
+    }
+    Ok((applied != Applied::default()).then(|| Box::new(applied)))
+}
+
+/// Where a plain-HTTP request goes on HTTPS, when `ssl` covers its host.
+fn https_location(ssl: &SslRedirect, seen: &Seen<'_>) -> Option<String> {
+    let mut buf = [0u8; 256];
+    let host = teapot_api::host::normalize_request_host(seen.authority, &mut buf)?;
+    let covered = match ssl {
+        SslRedirect::All => true,
+        SslRedirect::Hosts(hosts) => hosts.iter().any(|h| h.matches(host)),
+    };
+    covered.then(|| match seen.query {
+        "" => format!("https://{host}{}", seen.path),
+        query => format!("https://{host}{}?{query}", seen.path),
+    })
 }
 
 fn redirect_answer(status: u16, location: String) -> PolicyAnswer {
@@ -163,6 +215,29 @@ mod tests {
 
     fn ip(s: &str) -> Option<IpAddr> {
         Some(s.parse().unwrap())
+    }
+
+    fn apply(
+        p: &TrafficPolicy,
+        method: &str,
+        path: &str,
+        headers: &(dyn RequestHeaders + Sync),
+        client: Option<IpAddr>,
+    ) -> Result<Option<Box<Applied>>, PolicyAnswer> {
+        let seen = Seen {
+            method,
+            authority: "a.example",
+            path,
+            query: "",
+            tls: false,
+            client,
+            headers,
+        };
+        super::apply(
+            p,
+            &Upstream::new("ns/web:80".into(), Vec::new(), None),
+            &seen,
+        )
     }
 
     #[test]
