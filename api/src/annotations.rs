@@ -409,6 +409,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         value: ValueType::Bool,
         doc: "Whether the affinity cookie carries Secure (default: only with SameSite=None, as ingress-nginx).",
     },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/x-forwarded-prefix",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Set X-Forwarded-Prefix to this path on requests to the backends (replacing the client's); a path starting with '/'.",
+    },
 ];
 
 /// A parsed annotation value.

@@ -487,3 +487,30 @@ async fn cookie_affinity_sticks_and_falls_back() {
         );
     }
 }
+
+/// `x-forwarded-prefix` replaces what the client sent, on both versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_prefix_is_set_on_backend_requests() {
+    const NS: &str = "prefix";
+    let (_backend, h) = serve(
+        NS,
+        vec![annotated(
+            NS,
+            "prefix.test",
+            "web",
+            &[("x-forwarded-prefix", "/shop")],
+        )],
+    )
+    .await;
+    for proto in BOTH {
+        let req = Request::get("prefix.test", "/cart").header("X-Forwarded-Prefix", "/evil");
+        let resp = over(&h, proto, req).await;
+        assert_eq!(resp.status, 200, "{proto:?}");
+        let json = resp.json().unwrap();
+        assert_eq!(
+            json["headers"]["X-Forwarded-Prefix"],
+            json!(["/shop"]),
+            "{proto:?}: {json:#}"
+        );
+    }
+}

@@ -29,6 +29,8 @@ pub struct TrafficPolicy {
     /// `ssl-redirect` / `force-ssl-redirect` (and `teapot.dev/ssl-redirect`).
     pub ssl_redirect: Option<SslRedirect>,
     pub affinity: Option<Affinity>,
+    /// `x-forwarded-prefix`: set on every forwarded request.
+    pub forwarded_prefix: Option<Arc<str>>,
 }
 
 /// Plain-HTTP requests are redirected to HTTPS (308) for these hosts.
@@ -242,6 +244,7 @@ impl NginxAnnotations {
             app_root: self.app_root(problems),
             ssl_redirect: self.ssl_redirect(tls),
             affinity: self.affinity(),
+            forwarded_prefix: self.path("x-forwarded-prefix", problems),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -249,7 +252,8 @@ impl NginxAnnotations {
             || policy.redirect.is_some()
             || policy.app_root.is_some()
             || policy.ssl_redirect.is_some()
-            || policy.affinity.is_some();
+            || policy.affinity.is_some()
+            || policy.forwarded_prefix.is_some();
         any.then_some(policy)
     }
 
@@ -369,14 +373,19 @@ impl NginxAnnotations {
     }
 
     fn app_root(&self, problems: &mut Vec<String>) -> Option<Arc<str>> {
-        let root = self.text("app-root")?;
-        if !root.starts_with('/') {
+        self.path("app-root", problems)
+    }
+
+    /// A value that must be a path (not a URL); a URL is a problem.
+    fn path(&self, name: &str, problems: &mut Vec<String>) -> Option<Arc<str>> {
+        let path = self.text(name)?;
+        if !path.starts_with('/') {
             problems.push(format!(
-                "{NGINX_PREFIX}app-root: {root:?} is not a path starting with '/' (ingress-nginx refuses a URL there too)"
+                "{NGINX_PREFIX}{name}: {path:?} is not a path starting with '/'"
             ));
             return None;
         }
-        Some(Arc::from(root))
+        Some(Arc::from(path))
     }
 }
 

@@ -165,7 +165,8 @@ impl teapot_h1::Router for Router {
         fwd.request_edits =
             forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
         fwd.tag = Some(ids.tag);
-        policy::engines::h1_response_edits(&mut fwd.response_edits, forward.policy.as_deref());
+        let edits = (&mut fwd.request_edits, &mut fwd.response_edits);
+        policy::engines::h1_edits(edits.0, edits.1, forward.policy.as_deref());
         // The path the route matched goes upstream, the query as
         // sent; Gateway filters rewrite that path.
         let path = forward.path.as_deref().unwrap_or(path);

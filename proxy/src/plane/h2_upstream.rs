@@ -80,7 +80,8 @@ pub(super) async fn forward(
     let has_body = !st.client.body.is_empty();
     let chunked = has_body && !parts.headers.contains_key(CONTENT_LENGTH);
     let mut head = Vec::with_capacity(512 + parts.headers.len() * 32);
-    if st.gateway.is_some() || has_hop_by_hop(&parts.headers) {
+    let policy_edits = crate::plane::policy::engines::h2_edits_request(st.policy.as_deref());
+    if st.gateway.is_some() || has_hop_by_hop(&parts.headers) || policy_edits {
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
         let mut headers = parts.headers.clone();
@@ -88,6 +89,7 @@ pub(super) async fn forward(
         router
             .edit_upstream_request(&mut headers, &mut uri, conn, authority(parts), st)
             .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
+        crate::plane::policy::engines::h2_request_edits(&mut headers, st.policy.as_deref());
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
         direct_head(

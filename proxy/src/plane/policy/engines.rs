@@ -42,10 +42,31 @@ pub fn h2_fields(answer: &PolicyAnswer) -> Vec<(HeaderName, &[u8])> {
         .collect()
 }
 
-/// The response edits of a forwarded HTTP/1 request.
-pub fn h1_response_edits(edits: &mut HeaderEdits, applied: Option<&Applied>) {
-    for (name, value) in applied.into_iter().flat_map(|a| &a.response_headers) {
-        edits.push_set(name.as_bytes(), value.as_bytes());
+/// The request and response edits of a forwarded HTTP/1 request.
+pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: Option<&Applied>) {
+    let Some(applied) = applied else {
+        return;
+    };
+    for (name, value) in &applied.request_headers {
+        request.push_set(name.as_bytes(), value.as_bytes());
+    }
+    for (name, value) in &applied.response_headers {
+        response.push_set(name.as_bytes(), value.as_bytes());
+    }
+}
+
+/// Whether an HTTP/2 request's head must be written from an edited header
+/// map (the policy sets request fields).
+pub fn h2_edits_request(applied: Option<&Applied>) -> bool {
+    applied.is_some_and(|a| !a.request_headers.is_empty())
+}
+
+/// The request fields on an HTTP/2 request's header map.
+pub fn h2_request_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
+    for (name, value) in applied.into_iter().flat_map(|a| &a.request_headers) {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
     }
 }
 

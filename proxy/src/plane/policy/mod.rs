@@ -12,7 +12,8 @@
 //!    other request from one is forwarded and its response gets the CORS
 //!    fields;
 //! 5. [`affinity`]: the endpoint the client's cookie names is tried first
-//!    (and the cookie set when it names none that serves).
+//!    (and the cookie set when it names none that serves);
+//! 6. `x-forwarded-prefix` on the request to the backend.
 //!
 //! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
 //! before its allow-lists and limits; teapot checks who the client is and
@@ -55,6 +56,8 @@ pub struct Applied {
     pub response_headers: Vec<(&'static str, String)>,
     /// The endpoint (an index into the upstream's) to try first.
     pub endpoint: Option<usize>,
+    /// Set on the request to the backend (replacing the client's).
+    pub request_headers: Vec<(&'static str, std::sync::Arc<str>)>,
 }
 
 /// What the policy reads of a request.
@@ -166,6 +169,11 @@ pub fn apply(
         if let Some(cookie) = sticky.set_cookie {
             applied.response_headers.push(("set-cookie", cookie));
         }
+    }
+    if let Some(prefix) = &policy.forwarded_prefix {
+        applied
+            .request_headers
+            .push(("x-forwarded-prefix", prefix.clone()));
     }
     Ok((applied != Applied::default()).then(|| Box::new(applied)))
 }
