@@ -415,6 +415,14 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         value: ValueType::Url,
         doc: "Set X-Forwarded-Prefix to this path on requests to the backends (replacing the client's); a path starting with '/'.",
     },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-body-size",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Size {
+            max: 64 * 1024 * 1024 * 1024,
+        },
+        doc: "Largest request body accepted; larger requests get 413 (teapot.dev/max-body-size wins when both are set).",
+    },
 ];
 
 /// A parsed annotation value.

@@ -514,3 +514,31 @@ async fn forwarded_prefix_is_set_on_backend_requests() {
         );
     }
 }
+
+/// `proxy-body-size` is the route's body limit, as `teapot.dev/
+/// max-body-size` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_body_size_limits_request_bodies() {
+    const NS: &str = "body";
+    let (_backend, h) = serve(
+        NS,
+        vec![annotated(
+            NS,
+            "body.test",
+            "web",
+            &[("proxy-body-size", "1k")],
+        )],
+    )
+    .await;
+    let post = |len: usize| Request {
+        method: "POST".into(),
+        body: vec![b'x'; len],
+        ..Request::get("body.test", "/upload")
+    };
+    for proto in BOTH {
+        let resp = over(&h, proto, post(1024)).await;
+        assert_eq!(resp.status, 200, "{proto:?}: {}", resp.text());
+        let resp = over(&h, proto, post(1025)).await;
+        assert_proxy_answer(&resp, 413, &format!("{proto:?}"));
+    }
+}

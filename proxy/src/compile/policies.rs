@@ -66,20 +66,21 @@ impl<'a> Policies<'a> {
         use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
         const MAX_BODY: &str = "teapot.dev/max-body-size";
         const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
+        const NGINX_BODY: &str = "nginx.ingress.kubernetes.io/proxy-body-size";
         let mut problems = Vec::new();
         let all = ingress.metadata.annotations.as_ref();
-        let value = all.and_then(|a| a.get(MAX_BODY));
-        let max_body_size =
-            value.and_then(
-                |v| match annotations::parse(ObjectKind::Ingress, MAX_BODY, v) {
-                    Ok(AnnotationValue::Size(n)) => Some(n),
-                    Ok(_) => None,
-                    Err(e) => {
-                        problems.push(format!("{MAX_BODY}: {e}; the operator maximum applies"));
-                        None
-                    }
-                },
-            );
+        // ingress-nginx's name for the same limit; teapot's wins.
+        let max_body_size = [MAX_BODY, NGINX_BODY].into_iter().find_map(|key| {
+            let value = all.and_then(|a| a.get(key))?;
+            match annotations::parse(ObjectKind::Ingress, key, value) {
+                Ok(AnnotationValue::Size(n)) => Some(n),
+                Ok(_) => None,
+                Err(e) => {
+                    problems.push(format!("{key}: {e}; the operator maximum applies"));
+                    None
+                }
+            }
+        });
         let cluster = tenant.map(|t| t.cluster);
         let gates = self.gates;
         let limits = tenant

@@ -147,7 +147,8 @@ impl NginxAnnotations {
     ) -> NginxAnnotations {
         let mut values = BTreeMap::new();
         for (key, value) in annotations.into_iter().flatten() {
-            if !key.starts_with(NGINX_PREFIX) {
+            // proxy-body-size is the route's body limit (crate::compile::policies).
+            if !key.starts_with(NGINX_PREFIX) || key.ends_with("/proxy-body-size") {
                 continue;
             }
             match annotations::parse(ObjectKind::Ingress, key, value) {
