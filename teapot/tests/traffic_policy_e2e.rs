@@ -301,12 +301,23 @@ async fn redirects_and_app_root() {
             ("moved.test", 301, "https://www.example.com/new"),
             ("coded.test", 308, "https://www.example.com/"),
             ("away.test", 302, "/maintenance"),
-            ("app.test", 302, "/app1"),
         ] {
             let resp = over(&h, proto, Request::get(host, "/")).await;
             assert_eq!(resp.status, status, "{proto:?} {host}");
             assert_eq!(header(&resp, "location"), location, "{proto:?} {host}");
         }
+        // app-root names the scheme and host the client used.
+        let resp = over(&h, proto, Request::get("app.test", "/")).await;
+        assert_eq!(resp.status, 302, "{proto:?}");
+        let scheme = if proto == Proto::Http1 {
+            "http"
+        } else {
+            "https"
+        };
+        assert_eq!(
+            header(&resp, "location"),
+            format!("{scheme}://app.test/app1")
+        );
         // app-root redirects `/` only.
         let resp = over(&h, proto, Request::get("app.test", "/app1/page")).await;
         assert_eq!(resp.status, 200, "{proto:?}");
@@ -404,6 +415,9 @@ async fn ssl_redirect_for_plain_http() {
         let resp = over(&h, Proto::Http2, Request::get(host, "/a/b?c=d")).await;
         assert_eq!(resp.status, 200, "{host} over HTTPS: {}", resp.text());
     }
+    // As ingress-nginx, one trailing slash is dropped: `/` goes to the host.
+    let resp = over(&h, Proto::Http1, Request::get("forced.test", "/")).await;
+    assert_eq!(header(&resp, "location"), "https://forced.test");
     assert_eq!(backend.requests(), 5);
 }
 

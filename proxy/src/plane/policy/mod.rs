@@ -146,7 +146,12 @@ pub fn apply(
     if let Some(root) = &policy.app_root
         && seen.path == "/"
     {
-        return Err(redirect_answer(302, root.to_string()));
+        // ingress-nginx: `return 302 $scheme://$http_host<app-root>`.
+        let scheme = if seen.tls { "https" } else { "http" };
+        return Err(redirect_answer(
+            302,
+            format!("{scheme}://{}{root}", seen.authority),
+        ));
     }
     let mut applied = Applied::default();
     if let Some(cors) = &policy.cors
@@ -186,10 +191,20 @@ fn https_location(ssl: &SslRedirect, seen: &Seen<'_>) -> Option<String> {
         SslRedirect::All => true,
         SslRedirect::Hosts(hosts) => hosts.iter().any(|h| h.matches(host)),
     };
-    covered.then(|| match seen.query {
-        "" => format!("https://{host}{}", seen.path),
-        query => format!("https://{host}{}?{query}", seen.path),
-    })
+    if !covered {
+        return None;
+    }
+    let mut location = format!("https://{host}{}", seen.path);
+    if !seen.query.is_empty() {
+        location.push('?');
+        location.push_str(seen.query);
+    }
+    // ingress-nginx drops one trailing slash of the target (its
+    // `preserve-trailing-slash` off): `/` goes to `https://host`.
+    if location.ends_with('/') {
+        location.pop();
+    }
+    Some(location)
 }
 
 fn redirect_answer(status: u16, location: String) -> PolicyAnswer {
@@ -264,7 +279,10 @@ mod tests {
         assert_eq!(denied.status, 403);
         // Inside: app-root for `/` (302), counted...
         let root = apply(&p, "GET", "/", &none, ip("192.0.2.1")).unwrap_err();
-        assert_eq!((root.status, &root.headers[0].1[..]), (302, "/app"));
+        assert_eq!(
+            (root.status, &root.headers[0].1[..]),
+            (302, "http://a.example/app")
+        );
         // ...then the preflight from the same client, within the burst
         // (one plus one)...
         let pre = apply(&p, "OPTIONS", "/x", &origin, ip("192.0.2.1")).unwrap_err();
