@@ -607,7 +607,9 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
             (!nets.is_empty()).then_some(AnnotationValue::Cidrs(nets))
         }
         ValueType::Origins => {
-            if value.trim() == "*" {
+            // As ingress-nginx: a blank value is its default, and `*`
+            // anywhere in the list allows every origin.
+            if items(value).next().is_none() || items(value).any(|o| o == "*") {
                 return Some(AnnotationValue::List(vec!["*".into()]));
             }
             let origins = items(value)

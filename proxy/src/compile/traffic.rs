@@ -135,6 +135,9 @@ const DEFAULT_BURST_MULTIPLIER: u32 = 5;
 /// manifest can still carry one) and is left out.
 pub struct NginxAnnotations {
     values: BTreeMap<&'static str, AnnotationValue>,
+    /// The admitted values as written (trimmed): CORS lists are sent as
+    /// the Ingress spells them, as ingress-nginx does.
+    written: BTreeMap<&'static str, String>,
 }
 
 impl NginxAnnotations {
@@ -146,6 +149,7 @@ impl NginxAnnotations {
         problems: &mut Vec<String>,
     ) -> NginxAnnotations {
         let mut values = BTreeMap::new();
+        let mut written = BTreeMap::new();
         for (key, value) in annotations.into_iter().flatten() {
             // proxy-body-size is the route's body limit (crate::compile::policies).
             if !key.starts_with(NGINX_PREFIX) || key.ends_with("/proxy-body-size") {
@@ -155,13 +159,15 @@ impl NginxAnnotations {
                 Ok(v) => {
                     // The spec's key is 'static; the name follows the prefix.
                     if let Some(spec) = annotations::spec(key) {
-                        values.insert(&spec.key[NGINX_PREFIX.len()..], v);
+                        let name = &spec.key[NGINX_PREFIX.len()..];
+                        values.insert(name, v);
+                        written.insert(name, value.trim().to_string());
                     }
                 }
                 Err(e) => problems.push(format!("{key}: {e}")),
             }
         }
-        NginxAnnotations { values }
+        NginxAnnotations { values, written }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -339,9 +345,10 @@ impl NginxAnnotations {
         if self.flag("enable-cors") != Some(true) {
             return None;
         }
-        let joined = |name: &str, default: &str, sep: &str| {
+        let written = |name: &str, default: &str| {
             self.list(name)
-                .map_or_else(|| default.to_string(), |items| items.join(sep))
+                .and(self.written.get(name))
+                .map_or_else(|| default.to_string(), |w| w.clone())
         };
         let origins = self
             .list("cors-allow-origin")
@@ -349,9 +356,12 @@ impl NginxAnnotations {
             .map(|o| o.iter().map(|o| OriginPattern::new(o)).collect());
         Some(Cors {
             origins,
-            methods: joined("cors-allow-methods", DEFAULT_CORS_METHODS, ", "),
-            headers: joined("cors-allow-headers", DEFAULT_CORS_HEADERS, ","),
-            expose: self.list("cors-expose-headers").map(|e| e.join(",")),
+            methods: written("cors-allow-methods", DEFAULT_CORS_METHODS),
+            headers: written("cors-allow-headers", DEFAULT_CORS_HEADERS),
+            expose: self
+                .list("cors-expose-headers")
+                .and(self.written.get("cors-expose-headers"))
+                .cloned(),
             credentials: self.flag("cors-allow-credentials").unwrap_or(true),
             max_age: self
                 .count("cors-max-age")

@@ -112,7 +112,7 @@ mod tests {
             !f.iter()
                 .any(|(n, _)| *n == "access-control-allow-credentials")
         );
-        assert!(f.contains(&("access-control-expose-headers", "X-Total,X-Page".into())));
+        assert!(f.contains(&("access-control-expose-headers", "X-Total, X-Page".into())));
         assert!(c.fields(Some(b"https://x-1.b.example:8443")).is_some());
         for refused in [
             &b"https://b.example:8443"[..],
