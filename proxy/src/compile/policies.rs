@@ -105,8 +105,9 @@ impl<'a> Policies<'a> {
                     meta.namespace.as_deref().unwrap_or(""),
                     meta.name.as_deref().unwrap_or("")
                 );
-                let tls = tls_hosts(ingress);
-                nginx.policy_with_tls(&name, table, Some((tls, teapot_redirect)), &mut problems)
+                let tls = Some((tls_hosts(ingress), teapot_redirect));
+                let paths = rule_paths(ingress);
+                nginx.policy_with_tls(&name, table, tls, &paths, &mut problems)
             })
             .flatten();
         if let Some(traffic) = traffic {
@@ -143,6 +144,20 @@ fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
         .flat_map(|t| t.hosts.iter().flatten())
         .filter_map(|h| teapot_api::HostPattern::parse(h).ok())
         .collect()
+}
+
+/// The distinct paths of an Ingress's rules (a cookie's default scope).
+fn rule_paths(ingress: &Ingress) -> Vec<String> {
+    let mut paths: Vec<String> = ingress
+        .spec
+        .iter()
+        .flat_map(|s| s.rules.iter().flatten())
+        .flat_map(|r| r.http.iter().flat_map(|h| &h.paths))
+        .map(|p| p.path.clone().unwrap_or_else(|| "/".into()))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
 }
 
 #[cfg(test)]

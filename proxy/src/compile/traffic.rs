@@ -46,10 +46,16 @@ pub enum SslRedirect {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Affinity {
     pub cookie: String,
-    /// The attributes after the value: `; Path=/; Max-Age=...; HttpOnly`.
-    pub attributes: String,
+    /// `session-cookie-path`, else the Ingress's path when it has one,
+    /// else `/`.
+    pub path: String,
+    pub max_age: Option<u32>,
     /// `session-cookie-expires`: seconds from now, written as a date.
     pub expires: Option<u32>,
+    pub samesite: Option<&'static str>,
+    /// `session-cookie-secure`; unset: only with `SameSite=None`. Over
+    /// HTTPS the cookie is always `Secure` (as ingress-nginx).
+    pub secure: Option<bool>,
 }
 
 /// Client networks: a client in `deny` is refused; else, when `allow` is
@@ -227,7 +233,7 @@ impl NginxAnnotations {
         table: impl FnOnce() -> Arc<RateTable>,
         problems: &mut Vec<String>,
     ) -> Option<TrafficPolicy> {
-        self.policy_with_tls(route, table, None, problems)
+        self.policy_with_tls(route, table, None, &[], problems)
     }
 
     /// [`Self::policy`] with the Ingress's TLS hosts and its
@@ -237,6 +243,7 @@ impl NginxAnnotations {
         route: &str,
         table: impl FnOnce() -> Arc<RateTable>,
         tls: Option<(Vec<HostPattern>, bool)>,
+        paths: &[String],
         problems: &mut Vec<String>,
     ) -> Option<TrafficPolicy> {
         let teapot_redirect = tls.as_ref().is_some_and(|(_, on)| *on);
@@ -250,7 +257,7 @@ impl NginxAnnotations {
             redirect: self.redirect(),
             app_root: self.app_root(problems),
             ssl_redirect: self.ssl_redirect(tls),
-            affinity: self.affinity(),
+            affinity: self.affinity(paths),
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
         };
         let any = policy.access.is_some()
@@ -276,7 +283,7 @@ impl NginxAnnotations {
         (on && !hosts.is_empty()).then_some(SslRedirect::Hosts(hosts))
     }
 
-    fn affinity(&self) -> Option<Affinity> {
+    fn affinity(&self, paths: &[String]) -> Option<Affinity> {
         if !matches!(self.get("affinity"), Some(AnnotationValue::Word("cookie"))) {
             return None;
         }
@@ -284,33 +291,27 @@ impl NginxAnnotations {
             .list("session-cookie-name")
             .and_then(|n| n.first().cloned())
             .unwrap_or_else(|| "INGRESSCOOKIE".to_string());
-        let path = self
-            .text("session-cookie-path")
-            .filter(|p| p.starts_with('/'));
-        let mut attributes = format!("; Path={}", path.unwrap_or("/"));
-        if let Some(age) = self.count("session-cookie-max-age") {
-            attributes.push_str(&format!("; Max-Age={age}"));
-        }
+        // ingress-nginx scopes the cookie to the location's path; one
+        // policy serves all of an Ingress's paths, so only a single path
+        // is used, else `/` (sent on every path).
+        let path = match self.text("session-cookie-path") {
+            Some(p) if p.starts_with('/') => p.to_string(),
+            _ => match paths {
+                [only] => only.clone(),
+                _ => "/".to_string(),
+            },
+        };
         let samesite = match self.get("session-cookie-samesite") {
             Some(AnnotationValue::Word(w)) => Some(*w),
             _ => None,
         };
-        if let Some(s) = samesite {
-            attributes.push_str(&format!("; SameSite={s}"));
-        }
-        // A browser refuses SameSite=None without Secure: ingress-nginx
-        // adds it then.
-        let secure = self
-            .flag("session-cookie-secure")
-            .unwrap_or(samesite == Some("None"));
-        if secure {
-            attributes.push_str("; Secure");
-        }
-        attributes.push_str("; HttpOnly");
         Some(Affinity {
             cookie,
-            attributes,
+            path,
+            max_age: self.count("session-cookie-max-age"),
             expires: self.count("session-cookie-expires"),
+            samesite,
+            secure: self.flag("session-cookie-secure"),
         })
     }
 

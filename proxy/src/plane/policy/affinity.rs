@@ -51,6 +51,7 @@ impl Affinity {
         &self,
         upstream: &Upstream,
         headers: &(dyn RequestHeaders + Sync),
+        tls: bool,
     ) -> Option<Sticky> {
         if let Some(value) = cookie(headers, &self.cookie)
             && let Some(i) = upstream
@@ -69,16 +70,29 @@ impl Affinity {
             .iter()
             .position(|e| std::ptr::eq(&**e, &**chosen))?;
         let mut set = format!(
-            "{}={}{}",
+            "{}={}; Path={}",
             self.cookie,
             cookie_value(chosen.addr),
-            self.attributes
+            self.path
         );
         if let Some(seconds) = self.expires {
             let at = SystemTime::now() + Duration::from_secs(u64::from(seconds));
             set.push_str("; Expires=");
             set.push_str(&httpdate::fmt_http_date(at));
         }
+        if let Some(age) = self.max_age {
+            set.push_str(&format!("; Max-Age={age}"));
+        }
+        if let Some(samesite) = self.samesite {
+            set.push_str("; SameSite=");
+            set.push_str(samesite);
+        }
+        // A browser refuses SameSite=None without Secure: ingress-nginx
+        // adds it then, and over HTTPS always.
+        if tls || self.secure.unwrap_or(self.samesite == Some("None")) {
+            set.push_str("; Secure");
+        }
+        set.push_str("; HttpOnly");
         Some(Sticky {
             endpoint,
             set_cookie: Some(set),
@@ -94,8 +108,11 @@ mod tests {
     fn affinity() -> Affinity {
         Affinity {
             cookie: "route".into(),
-            attributes: "; Path=/; HttpOnly".into(),
+            path: "/".into(),
+            max_age: None,
             expires: None,
+            samesite: None,
+            secure: None,
         }
     }
 
@@ -113,13 +130,13 @@ mod tests {
         let up = upstream(&registry, &[1, 2, 3]);
         let a = affinity();
         let none: &[(&str, &str)] = &[];
-        let first = a.choose(&up, &none).unwrap();
+        let first = a.choose(&up, &none, false).unwrap();
         let set = first.set_cookie.clone().unwrap();
         let value = set.split(';').next().unwrap().to_string();
         assert!(set.ends_with("; Path=/; HttpOnly"), "{set}");
         let with: &[(&str, &str)] = &[("cookie", &format!("other=1; {value}"))];
         for _ in 0..5 {
-            let again = a.choose(&up, &with).unwrap();
+            let again = a.choose(&up, &with, false).unwrap();
             assert_eq!(
                 again,
                 Sticky {
@@ -134,11 +151,28 @@ mod tests {
             .filter(|p| usize::from(*p - 1) != first.endpoint)
             .collect();
         let smaller = upstream(&registry, &ports);
-        let moved = a.choose(&smaller, &with).unwrap();
+        let moved = a.choose(&smaller, &with, false).unwrap();
         assert!(moved.set_cookie.is_some());
         // An unknown or forged value is a new client.
         let forged: &[(&str, &str)] = &[("cookie", "route=10.0.0.1:1")];
-        assert!(a.choose(&up, &forged).unwrap().set_cookie.is_some());
+        assert!(a.choose(&up, &forged, false).unwrap().set_cookie.is_some());
+    }
+
+    #[test]
+    fn secure_as_ingress_nginx() {
+        let registry = EndpointRegistry::default();
+        let up = upstream(&registry, &[1]);
+        let none: &[(&str, &str)] = &[];
+        let set = |a: &Affinity, tls: bool| a.choose(&up, &none, tls).unwrap().set_cookie.unwrap();
+        let mut a = affinity();
+        assert!(!set(&a, false).contains("; Secure"));
+        assert!(set(&a, true).contains("; Secure"));
+        a.secure = Some(false);
+        assert!(set(&a, true).contains("; Secure"), "HTTPS is always Secure");
+        a.samesite = Some("None");
+        assert!(!set(&a, false).contains("; Secure"));
+        a.secure = None;
+        assert!(set(&a, false).contains("; SameSite=None; Secure"));
     }
 
     #[test]

@@ -168,7 +168,7 @@ pub fn apply(
         applied.response_headers = fields;
     }
     if let Some(affinity) = &policy.affinity
-        && let Some(sticky) = affinity.choose(upstream, seen.headers)
+        && let Some(sticky) = affinity.choose(upstream, seen.headers, seen.tls)
     {
         applied.endpoint = Some(sticky.endpoint);
         if let Some(cookie) = sticky.set_cookie {
