@@ -219,3 +219,65 @@ Feature: ingress-nginx affinity session-cookie-* annotations
     Then the response status-code must be 200
     And the response header "Set-Cookie" must contain "SERVERID="
     And the response header "Set-Cookie" must not contain "Domain"
+
+  Scenario: should set sticky cookie without host
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: default-no-host
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "SERVERID"
+    spec:
+      defaultBackend:
+        service:
+          name: echo
+          port:
+            number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http:///"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "SERVERID="
+
+  Scenario: does not set the path to / on the generated cookie if there's more than one rule referring to the same backend
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: morethanonerule
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "SERVERID"
+    spec:
+      rules:
+        - host: morethanonerule.foo.com
+          http:
+            paths:
+              - path: /something
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+              - path: /somewhereelse
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://morethanonerule.foo.com/something"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "Path=/something"
+    When I send a "GET" request to "http://morethanonerule.foo.com/somewhereelse"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "Path=/somewhereelse"
