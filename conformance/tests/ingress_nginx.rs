@@ -5,6 +5,7 @@
 //! listed with their reasons in docs/migrate-from-ingress-nginx.md; the
 //! score must stay at or above 90 %.
 
+#[allow(dead_code)]
 mod common;
 
 use std::path::Path;

@@ -1,4 +1,3 @@
-#![allow(dead_code)] // each test binary uses a different subset
 //! Shared by the integration tests: finding (and building) the teapot binary
 //! and running a directory of feature files.
 

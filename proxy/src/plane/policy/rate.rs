@@ -104,10 +104,8 @@ impl RateTable {
         rate: Rate,
         now: u64,
     ) -> Result<(), u64> {
-        let mut h = self.hasher.build_hasher();
-        (route_key, which, client).hash(&mut h);
         // 0 marks a free counter.
-        let key = h.finish() | 1;
+        let key = self.hasher.hash_one((route_key, which, client)) | 1;
         let set = &self.sets[(key >> 1) as usize % self.sets.len()];
         let mut set = set.lock();
         let slot = match set.iter().position(|c| c.key == key) {
