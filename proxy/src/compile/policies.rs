@@ -166,6 +166,7 @@ mod tests {
 
     use crate::compile::CompileOptions;
     use crate::compile::tests::compile_test_docs;
+    use crate::plane::decide::tests::DOCS;
     use crate::plane::policy::rate::RateTable;
 
     /// A Tenant, its backend and a rate-limited Ingress on its subtree.
@@ -257,17 +258,8 @@ spec:
     /// it serves applies.
     #[test]
     fn unserved_annotations_are_reported_in_operator_namespaces() {
-        let docs = "apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: teapot}
-spec: {controller: teapot.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: ops}
-spec: {ports: [{port: 80}]}
----
-apiVersion: networking.k8s.io/v1
+        // The pipeline's test store (class, Services in `ops`) and one more Ingress.
+        let admin = "apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: admin
@@ -283,8 +275,13 @@ spec:
   - host: admin.example
     http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
 ";
-        let snapshot = compile_test_docs(&[docs.to_string()], &CompileOptions::default());
-        let report = &snapshot.report.ingresses[0];
+        let docs = [DOCS.to_string(), admin.to_string()];        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+        let report = snapshot
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "admin")
+            .expect("a report");
         let condition = report
             .conditions
             .iter()
