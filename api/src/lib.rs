@@ -18,6 +18,7 @@
 //! - [`regex`]: tenant regular expressions as bounded DFAs, shared by
 //!   pattern, and what they cost a tenant's budget.
 //! - [`lease`]: leader election on a Lease, for jobs one replica does.
+//! - [`listener`]: a Gateway listener's protocol, classified once.
 //! - [`status`]: the `teapot.dev/<Reason>` problem codes the LB side puts
 //!   in `status.loadBalancer` for the agent.
 
@@ -26,6 +27,7 @@ pub mod host;
 pub mod hostname;
 pub mod kind;
 pub mod lease;
+pub mod listener;
 pub mod names;
 pub mod path;
 pub mod policy;

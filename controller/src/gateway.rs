@@ -59,16 +59,6 @@ impl Route for TlsRoute {}
 impl Route for TcpRoute {}
 impl Route for UdpRoute {}
 
-/// The kinds of LB copies this half writes, for the GC.
-const COPY_KINDS: [&str; 6] = [
-    "Gateway",
-    "HTTPRoute",
-    "GRPCRoute",
-    "TLSRoute",
-    "TCPRoute",
-    "UDPRoute",
-];
-
 /// Checks each cross-namespace reference against the ReferenceGrants of
 /// its target namespace in the tenant cluster: the refused ones, and a
 /// problem for each.
@@ -507,98 +497,4 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>)
         route_controller::<UdpRoute>(ctx, shutdown),
     ])
     .await;
-}
-
-/// The LB copies this half wrote, as `(kind, name)`: listed by the GC
-/// before the tenant side.
-pub async fn lb_copy_names(ctx: &Context) -> Result<Vec<(&'static str, String)>, Error> {
-    async fn names<K: Tenant>(ctx: &Context) -> Result<Vec<String>, Error> {
-        let ours = ListParams::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}"));
-        let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
-        Ok(api
-            .list(&ours)
-            .await?
-            .items
-            .iter()
-            .map(ResourceExt::name_any)
-            .collect())
-    }
-    let mut out = Vec::new();
-    let lists = [
-        names::<Gateway>(ctx).await?,
-        names::<HttpRoute>(ctx).await?,
-        names::<GrpcRoute>(ctx).await?,
-        names::<TlsRoute>(ctx).await?,
-        names::<TcpRoute>(ctx).await?,
-        names::<UdpRoute>(ctx).await?,
-    ];
-    for (kind, list) in COPY_KINDS.into_iter().zip(lists) {
-        out.extend(list.into_iter().map(|n| (kind, n)));
-    }
-    Ok(out)
-}
-
-/// Adds what the live tenant Gateways and routes need on the LB side to
-/// `live`: their copies, and the Services and Secrets they reference. A
-/// route counts while it carries the finalizer (the reconciler removes it
-/// once no teapot Gateway takes the route).
-pub async fn add_live(ctx: &Context, live: &mut gc::Live) -> Result<(), Error> {
-    for g in Api::<Gateway>::all(ctx.tenant.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-    {
-        if !is_ours(&g) || g.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let ns = g.namespace().unwrap_or_default();
-        live.gateway_api
-            .insert(("Gateway", mirrored_ingress_name(&ns, &g.name_any())));
-        for (sns, s) in gateway_needs(&serde_json::to_value(&g)?)?.secrets {
-            live.secrets.insert(mirror::mirrored_secret_name(&sns, &s));
-        }
-    }
-    add_live_routes::<HttpRoute>(ctx, live).await?;
-    add_live_routes::<GrpcRoute>(ctx, live).await?;
-    add_live_routes::<TlsRoute>(ctx, live).await?;
-    add_live_routes::<TcpRoute>(ctx, live).await?;
-    add_live_routes::<UdpRoute>(ctx, live).await
-}
-
-async fn add_live_routes<K: Route>(ctx: &Context, live: &mut gc::Live) -> Result<(), Error> {
-    let kind = COPY_KINDS
-        .into_iter()
-        .find(|k| *k == K::kind(&()))
-        .unwrap_or("HTTPRoute");
-    for r in Api::<K>::all(ctx.tenant.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-    {
-        let held = r.finalizers().iter().any(|f| f == FINALIZER);
-        if !held || r.meta().deletion_timestamp.is_some() {
-            continue;
-        }
-        let ns = r.namespace().unwrap_or_default();
-        live.gateway_api
-            .insert((kind, mirrored_ingress_name(&ns, &r.name_any())));
-        for (sns, s) in route_needs(&serde_json::to_value(&r)?)?.services {
-            live.services
-                .insert(teapot_api::hostname::mirrored_service_name(&sns, &s));
-        }
-    }
-    Ok(())
-}
-
-/// Deletes the LB copy `(kind, name)`; 1 when it was there.
-pub async fn delete_copy(ctx: &Context, kind: &str, name: &str) -> Result<usize, Error> {
-    match kind {
-        "Gateway" => gc::delete::<Gateway>(ctx, name).await,
-        "HTTPRoute" => gc::delete::<HttpRoute>(ctx, name).await,
-        "GRPCRoute" => gc::delete::<GrpcRoute>(ctx, name).await,
-        "TLSRoute" => gc::delete::<TlsRoute>(ctx, name).await,
-        "TCPRoute" => gc::delete::<TcpRoute>(ctx, name).await,
-        "UDPRoute" => gc::delete::<UdpRoute>(ctx, name).await,
-        _ => Ok(0),
-    }
 }

@@ -9,12 +9,15 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
+use teapot_api::gateway_api::{Gateway, GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute};
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::SERVICE_NAME_LABEL;
 use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, CAPI};
 
+use crate::gateway_mirror::{self, gateway_needs, route_needs};
 use crate::mirror::{self, is_ours};
+use crate::report::{FINALIZER, Tenant};
 use crate::{Context, Error};
 
 /// What the live tenant Ingresses and L4 Services need on the LB side.
@@ -85,7 +88,7 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
         .list(&slices_sel)
         .await?;
     let lb_gateway_api = if ctx.config.gateway_api_on() {
-        crate::gateway::lb_copy_names(ctx).await?
+        lb_copy_names(ctx).await?
     } else {
         Vec::new()
     };
@@ -97,12 +100,12 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
         .await?;
     let mut live = Live::of(tenant.items.iter(), tenant_services.items.iter());
     if ctx.config.gateway_api_on() {
-        crate::gateway::add_live(ctx, &mut live).await?;
+        add_live(ctx, &mut live).await?;
     }
     let mut deleted = 0;
     for (kind, name) in lb_gateway_api {
         if !live.gateway_api.contains(&(kind, name.clone())) {
-            deleted += crate::gateway::delete_copy(ctx, kind, &name).await?;
+            deleted += delete_copy(ctx, kind, &name).await?;
         }
     }
     for o in lb_ingresses.items {
@@ -131,6 +134,110 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     }
     ctx.metrics.gc_deletions.inc_by(deleted as u64);
     Ok(deleted)
+}
+
+/// The kinds of Gateway API copies the agent writes.
+const COPY_KINDS: [&str; 6] = [
+    "Gateway",
+    "HTTPRoute",
+    "GRPCRoute",
+    "TLSRoute",
+    "TCPRoute",
+    "UDPRoute",
+];
+
+/// The Gateway API copies the agent wrote, as `(kind, name)`: listed by the GC
+/// before the tenant side.
+async fn lb_copy_names(ctx: &Context) -> Result<Vec<(&'static str, String)>, Error> {
+    async fn names<K: Tenant>(ctx: &Context) -> Result<Vec<String>, Error> {
+        let ours = ListParams::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}"));
+        let api: Api<K> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
+        Ok(api
+            .list(&ours)
+            .await?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect())
+    }
+    let mut out = Vec::new();
+    let lists = [
+        names::<Gateway>(ctx).await?,
+        names::<HttpRoute>(ctx).await?,
+        names::<GrpcRoute>(ctx).await?,
+        names::<TlsRoute>(ctx).await?,
+        names::<TcpRoute>(ctx).await?,
+        names::<UdpRoute>(ctx).await?,
+    ];
+    for (kind, list) in COPY_KINDS.into_iter().zip(lists) {
+        out.extend(list.into_iter().map(|n| (kind, n)));
+    }
+    Ok(out)
+}
+
+/// Adds what the live tenant Gateways and routes need on the LB side to
+/// `live`: their copies, and the Services and Secrets they reference. A
+/// route counts while it carries the finalizer (the reconciler removes it
+/// once no teapot Gateway takes the route).
+async fn add_live(ctx: &Context, live: &mut Live) -> Result<(), Error> {
+    for g in Api::<Gateway>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        if !gateway_mirror::is_ours(&g) || g.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ns = g.namespace().unwrap_or_default();
+        live.gateway_api
+            .insert(("Gateway", mirrored_ingress_name(&ns, &g.name_any())));
+        for (sns, s) in gateway_needs(&serde_json::to_value(&g)?)?.secrets {
+            live.secrets.insert(mirror::mirrored_secret_name(&sns, &s));
+        }
+    }
+    add_live_routes::<HttpRoute>(ctx, live).await?;
+    add_live_routes::<GrpcRoute>(ctx, live).await?;
+    add_live_routes::<TlsRoute>(ctx, live).await?;
+    add_live_routes::<TcpRoute>(ctx, live).await?;
+    add_live_routes::<UdpRoute>(ctx, live).await
+}
+
+async fn add_live_routes<K: Tenant>(ctx: &Context, live: &mut Live) -> Result<(), Error> {
+    let kind = COPY_KINDS
+        .into_iter()
+        .find(|k| *k == K::kind(&()))
+        .unwrap_or("HTTPRoute");
+    for r in Api::<K>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        let held = r.finalizers().iter().any(|f| f == FINALIZER);
+        if !held || r.meta().deletion_timestamp.is_some() {
+            continue;
+        }
+        let ns = r.namespace().unwrap_or_default();
+        live.gateway_api
+            .insert((kind, mirrored_ingress_name(&ns, &r.name_any())));
+        for (sns, s) in route_needs(&serde_json::to_value(&r)?)?.services {
+            live.services
+                .insert(teapot_api::hostname::mirrored_service_name(&sns, &s));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the LB copy `(kind, name)`; 1 when it was there.
+async fn delete_copy(ctx: &Context, kind: &str, name: &str) -> Result<usize, Error> {
+    match kind {
+        "Gateway" => delete::<Gateway>(ctx, name).await,
+        "HTTPRoute" => delete::<HttpRoute>(ctx, name).await,
+        "GRPCRoute" => delete::<GrpcRoute>(ctx, name).await,
+        "TLSRoute" => delete::<TlsRoute>(ctx, name).await,
+        "TCPRoute" => delete::<TcpRoute>(ctx, name).await,
+        "UDPRoute" => delete::<UdpRoute>(ctx, name).await,
+        _ => Ok(0),
+    }
 }
 
 pub(crate) async fn delete<K>(ctx: &Context, name: &str) -> Result<usize, Error>

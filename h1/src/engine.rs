@@ -1390,7 +1390,7 @@ fn write_local_head(
         field(out, b"server", server);
     }
     for (n, v) in headers {
-        if crate::wire::is_hop_by_hop(n) {
+        if crate::hop::is_hop_by_hop(n) {
             continue;
         }
         checked_field(out, n, v);

@@ -47,9 +47,13 @@
 //! - `body`: Content-Length, chunked (re-validated, re-encoded
 //!   canonically, trailers checked) and close-delimited body decoding that
 //!   never consumes past the framed end.
+//! - `hop`: the hop-by-hop list ([`is_hop_by_hop`], RFC 9110 §7.6.1), one
+//!   for both HTTP versions.
+//! - `edits`: [`HeaderEdits`], a router's header changes kept as they go on
+//!   the wire.
 //! - `wire`: head serialization: hop-by-hop and `Connection`-listed fields
-//!   dropped (RFC 9110 §7.6.1), [`HeaderEdits`] applied, framing re-emitted,
-//!   `Date` added where a response has none (RFC 9110 §6.6.1).
+//!   dropped, [`HeaderEdits`] applied, framing re-emitted, `Date` added
+//!   where a response has none (RFC 9110 §6.6.1).
 //! - [`router`]: the decision interface ([`Router`], [`RequestHead`],
 //!   [`ConnInfo`], [`Decision`], [`Forward`], [`Respond`]).
 //! - [`observer`]: per-request metrics and access-log hook ([`Observer`],
@@ -62,7 +66,9 @@
 //!   connection failed before any response byte.
 
 mod body;
+mod edits;
 mod engine;
+mod hop;
 pub mod observer;
 pub mod pool;
 mod response;
@@ -73,6 +79,7 @@ mod wire;
 
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
+pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use response::{ResponseFraming, ResponseHead, parse_response, response_framing};
@@ -83,4 +90,3 @@ pub use router::{
 pub use scan::{
     H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,
 };
-pub use wire::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};

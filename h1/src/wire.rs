@@ -2,51 +2,9 @@
 //! clients, written as bytes straight from the parsed slices, with the
 //! hop-by-hop rules and the router's edits applied on the way.
 
-use crate::router::HeaderEdits;
+use crate::edits::HeaderEdits;
+use crate::hop::is_hop_by_hop;
 use crate::scan::{has_token, is_field_value, is_tchar};
-
-/// RFC 9110 §7.6.1 connection-specific fields (plus the obsolete
-/// `proxy-connection`, and the proxy credentials and challenges, which
-/// belong to the hop they were sent over): teapot's one list, for both
-/// HTTP versions (the HTTP/2 engine removes these from what it forwards
-/// too). [`is_connection_specific`] tests a name against it.
-pub const CONNECTION_SPECIFIC: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authenticate",
-    "proxy-authorization",
-];
-
-/// Whether `name` (any case) is in [`CONNECTION_SPECIFIC`].
-pub fn is_connection_specific(name: &[u8]) -> bool {
-    // By length first: every field of every head passes here, and most
-    // match no candidate's length.
-    let is = |h: &[u8]| h.eq_ignore_ascii_case(name);
-    match name.len() {
-        2 => is(b"te"),
-        7 => is(b"trailer") || is(b"upgrade"),
-        10 => is(b"connection") || is(b"keep-alive"),
-        16 => is(b"proxy-connection"),
-        18 => is(b"proxy-authenticate"),
-        19 => is(b"proxy-authorization"),
-        _ => false,
-    }
-}
-
-/// The fields an HTTP/1 head never copies from the other side: the
-/// connection-specific ones and the framing fields the engine re-emits
-/// itself.
-pub fn is_hop_by_hop(name: &[u8]) -> bool {
-    match name.len() {
-        14 => name.eq_ignore_ascii_case(b"content-length"),
-        17 => name.eq_ignore_ascii_case(b"transfer-encoding"),
-        _ => is_connection_specific(name),
-    }
-}
 
 /// Fields a `Connection` option may not remove: routing and framing stay
 /// under the engine's control.
@@ -214,50 +172,6 @@ pub(crate) fn date_field(out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use bytes::Bytes;
-
-    #[test]
-    fn the_connection_specific_list_and_its_test_agree() {
-        for h in CONNECTION_SPECIFIC {
-            assert!(is_connection_specific(h.as_bytes()), "{h}");
-            assert!(is_hop_by_hop(h.as_bytes()), "{h}");
-        }
-        for framing in ["content-length", "transfer-encoding"] {
-            assert!(!is_connection_specific(framing.as_bytes()));
-            assert!(is_hop_by_hop(framing.as_bytes()));
-        }
-    }
-
-    #[test]
-    fn hop_by_hop_names_in_any_case_and_nothing_else() {
-        const HOP: [&str; 10] = [
-            "connection",
-            "proxy-connection",
-            "keep-alive",
-            "te",
-            "trailer",
-            "transfer-encoding",
-            "upgrade",
-            "content-length",
-            "proxy-authenticate",
-            "proxy-authorization",
-        ];
-        for h in HOP {
-            assert!(is_hop_by_hop(h.as_bytes()), "{h}");
-            assert!(is_hop_by_hop(h.to_ascii_uppercase().as_bytes()), "{h}");
-            assert!(!is_hop_by_hop(&h.as_bytes()[1..]), "{h}");
-            assert!(!is_hop_by_hop(format!("{h}x").as_bytes()), "{h}");
-        }
-        for other in [
-            "host",
-            "tk",
-            "trailex",
-            "content-type",
-            "x-forwarded-for",
-            "",
-        ] {
-            assert!(!is_hop_by_hop(other.as_bytes()), "{other}");
-        }
-    }
 
     #[test]
     fn fields_skip_hop_by_hop_connection_listed_and_edited() {

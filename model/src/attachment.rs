@@ -15,15 +15,13 @@ use teapot_gateway_api::generated::reference_grants::ReferenceGrantSpec;
 /// The API group of every Gateway API kind.
 pub use teapot_gateway_api::GROUP;
 
-/// The route kinds a listener of `protocol` can take (the specification's
-/// defaults, and all teapot serves for each protocol).
+/// A listener's protocol, classified once (`teapot_api::listener`).
+pub use teapot_api::listener::ListenerProtocol;
+
+/// The route kinds a listener of `protocol` can take; a protocol teapot
+/// does not serve is judged as HTTP's (its listener is refused anyway).
 pub fn protocol_kinds(protocol: &str) -> &'static [&'static str] {
-    match protocol {
-        "TLS" => &["TLSRoute"],
-        "TCP" => &["TCPRoute"],
-        "UDP" => &["UDPRoute"],
-        _ => &["HTTPRoute", "GRPCRoute"],
-    }
+    ListenerProtocol::of(protocol).map_or(ListenerProtocol::Http.kinds(), ListenerProtocol::kinds)
 }
 
 /// What a listener's `allowedRoutes.kinds` comes to.

@@ -310,7 +310,7 @@ pub async fn run(
     // and HTTP/2 application; the edge wrapper's connection table is
     // shared (crate::plane::serving).
     let h2_app = crate::plane::h2::H2Server::new;
-    let first = crate::plane::edge::EdgeApp::new(
+    let first = crate::plane::accept::EdgeApp::new(
         h2_app(router.clone()),
         crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
         config.edge.clone(),

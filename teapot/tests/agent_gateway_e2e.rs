@@ -336,7 +336,12 @@ async fn tenant_gateway_and_route_mirrored_and_status_back() {
     assert_eq!(slice["ports"][0]["port"], NODE_PORT);
     assert!(lb.get("v1", "Service", LB_NS, &service).is_some());
     for (kind, name) in [("Gateway", "public"), ("HTTPRoute", "store")] {
-        let c = conditions(&tenant, kind, name).expect("conditions");
+        // The agent writes the conditions after the copies: on a loaded
+        // machine the slice can land first.
+        let c = eventually("the conditions annotation", RELOAD_TIMEOUT, || async {
+            conditions(&tenant, kind, name).ok_or("no conditions yet")
+        })
+        .await;
         assert_eq!(c[0]["type"], "Accepted");
         assert_eq!(c[0]["status"], "True", "{kind}: {c}");
     }

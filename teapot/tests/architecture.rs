@@ -7,6 +7,9 @@
 //!   Pingora, no kube and no other teapot crate but api.
 //! - Modules of the proxy crate: `compile` imports neither `plane` nor
 //!   `loops`; `plane` does not import `loops`.
+//! - Files inside every crate: no import circle (a file reaching, through
+//!   `crate::` paths, a file that reaches it back). A type two files need
+//!   moves below both instead.
 //!
 //! Crate edges are read from each workspace member's `[dependencies]`
 //! (normal dependencies only: dev-dependencies do not ship). Pingora enters
@@ -132,32 +135,41 @@ fn the_shipped_binary_has_no_testkit() {
     assert_not_reached("teapot", &["teapot-testkit"]);
 }
 
-/// `crate::PART` paths in every `.rs` file below `dir`.
-fn imports_below(dir: &Path, parts: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
+/// Every `.rs` file below `dir`, but those under `bin/` (a binary's own
+/// sources are a crate of their own).
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         for entry in std::fs::read_dir(&d).unwrap().flatten() {
             let path = entry.path();
             if path.is_dir() {
-                todo.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            for (n, line) in text.lines().enumerate() {
-                // Doc comments may name a later part to say where a thing
-                // goes; only code counts.
-                let code = line.trim_start();
-                if code.starts_with("//") {
-                    continue;
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    todo.push(path);
                 }
-                for part in parts {
-                    if code.contains(&format!("crate::{part}")) {
-                        found.push(format!("{}:{}: {}", path.display(), n + 1, code));
-                    }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// `crate::PART` paths in every `.rs` file below `dir`.
+fn imports_below(dir: &Path, parts: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for path in rust_files(dir) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            // Doc comments may name a later part to say where a thing
+            // goes; only code counts.
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            for part in parts {
+                if code.contains(&format!("crate::{part}")) {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, code));
                 }
             }
         }
@@ -199,6 +211,169 @@ fn plane_does_not_import_loops() {
     assert!(wrong.is_empty(), "wrong-way imports:\n{}", wrong.join("\n"));
 }
 
+/// A source file's module path inside its crate: `plane/h2.rs` ->
+/// `["plane", "h2"]`, `plane/mod.rs` -> `["plane"]`, `lib.rs` -> `[]`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// File -> the files of the same crate it reaches through `crate::` paths
+/// in code (tests and comments aside). A path resolves to the longest
+/// module that has a file; the file's own ancestors (`mod.rs`, `lib.rs`)
+/// do not count: a child reaching its parent's items is how modules nest.
+fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = rust_files(src);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(src, f)).collect();
+    let mut graph = BTreeMap::new();
+    for file in &files {
+        let from = module_of(src, file);
+        let mut to = BTreeSet::new();
+        let text = std::fs::read_to_string(file).unwrap();
+        for line in text.lines() {
+            let code = line.trim_start();
+            if code.starts_with("mod tests") {
+                break;
+            }
+            if code.starts_with("//") {
+                continue;
+            }
+            for (at, _) in code.match_indices("crate::") {
+                for path in paths_at(&code[at + "crate::".len()..]) {
+                    let target = (0..=path.len())
+                        .rev()
+                        .map(|n| path[..n].to_vec())
+                        .find(|m| modules.contains(m))
+                        .unwrap_or_default();
+                    if target != from && !from.starts_with(&target) {
+                        to.insert(target);
+                    }
+                }
+            }
+        }
+        graph.insert(from, to);
+    }
+    graph
+}
+
+/// The paths a `use` tree names from `text` on (what follows `crate::`):
+/// `a::b::C` -> `[a, b, C]`; `a::{self, b::C, d}` -> `[a, self]`,
+/// `[a, b, C]`, `[a, d]`.
+fn paths_at(text: &str) -> Vec<Vec<String>> {
+    let mut prefix = Vec::new();
+    let mut rest = text;
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let end = group
+                .char_indices()
+                .find(|&(_, c)| {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => return true,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    false
+                })
+                .map_or(group.len(), |(i, _)| i);
+            let mut items = Vec::new();
+            let (mut depth, mut start) = (0, 0);
+            for (i, c) in group[..end].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        items.push(&group[start..i]);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            items.push(&group[start..end]);
+            return items
+                .into_iter()
+                .flat_map(|item| paths_at(item.trim()))
+                .map(|tail| [prefix.clone(), tail].concat())
+                .collect();
+        }
+        let segment: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if segment.is_empty() {
+            return vec![prefix];
+        }
+        rest = &rest[segment.len()..];
+        prefix.push(segment);
+        match rest.strip_prefix("::") {
+            Some(more) => rest = more,
+            None => return vec![prefix],
+        }
+    }
+}
+
+/// The import circles of `graph`, each as the files on it.
+fn circles(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<String>> {
+    let reach = |start: &Vec<String>| {
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<&Vec<String>> = graph[start].iter().collect();
+        while let Some(m) = todo.pop() {
+            if seen.insert(m.clone()) {
+                todo.extend(graph.get(m).into_iter().flatten());
+            }
+        }
+        seen
+    };
+    let mut found: BTreeSet<Vec<String>> = BTreeSet::new();
+    for start in graph.keys() {
+        let from_start = reach(start);
+        if !from_start.contains(start) {
+            continue;
+        }
+        let on_circle: Vec<String> = graph
+            .keys()
+            .filter(|m| from_start.contains(*m) && reach(m).contains(start))
+            .map(|m| m.join("::"))
+            .collect();
+        found.insert(on_circle);
+    }
+    found.into_iter().collect()
+}
+
+#[test]
+fn no_crate_has_an_import_circle_between_its_files() {
+    let root = root();
+    let mut wrong = Vec::new();
+    for package in workspace_graph().keys() {
+        let dir = std::fs::read_dir(&root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|d| {
+                std::fs::read_to_string(d.join("Cargo.toml"))
+                    .is_ok_and(|t| t.contains(&format!("name = \"{package}\"")))
+            });
+        let Some(src) = dir.map(|d| d.join("src")).filter(|s| s.is_dir()) else {
+            continue;
+        };
+        for circle in circles(&file_imports(&src)) {
+            wrong.push(format!("{package}: {}", circle.join(" <-> ")));
+        }
+    }
+    assert!(wrong.is_empty(), "import circles:\n{}", wrong.join("\n"));
+}
+
 #[test]
 fn the_checks_see_a_wrong_way_import() {
     let dir = tempfile::tempdir().unwrap();
@@ -215,4 +390,21 @@ fn the_checks_see_a_wrong_way_import() {
     graph.insert("a".to_string(), vec!["b".to_string()]);
     graph.insert("b".to_string(), vec!["pingora-core".to_string()]);
     assert!(reaches(&graph, "a").contains("pingora-core"));
+
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("plane")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod plane;\n").unwrap();
+    std::fs::write(src.join("plane/mod.rs"), "pub mod a;\npub mod b;\n").unwrap();
+    std::fs::write(src.join("plane/a.rs"), "use crate::plane::b::B;\n").unwrap();
+    std::fs::write(
+        src.join("plane/b.rs"),
+        "use crate::plane::{self, Thing};\nuse crate::{plane::{a::g, c}, Error};\n",
+    )
+    .unwrap();
+    assert_eq!(
+        circles(&file_imports(&src)),
+        [vec!["plane::a".to_string(), "plane::b".to_string()]]
+    );
+    std::fs::write(src.join("plane/b.rs"), "use crate::plane::{self, Thing};\n").unwrap();
+    assert!(circles(&file_imports(&src)).is_empty());
 }

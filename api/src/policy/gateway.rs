@@ -33,6 +33,7 @@ use super::names::{dns_subdomain, dns1035_label};
 use super::{PolicyContext, Violation, check_path, quote};
 use crate::annotations::ObjectKind;
 use crate::host::HostPattern;
+use crate::listener::ListenerProtocol;
 use crate::names::GATEWAY_CLASS;
 
 /// `gateway.networking.k8s.io`.
@@ -130,8 +131,8 @@ pub fn check_gateway(
                 ));
             }
         };
-        match l.protocol.as_str() {
-            "HTTP" => {
+        match ListenerProtocol::of(&l.protocol) {
+            Some(ListenerProtocol::Http) => {
                 port_must_be(HTTP_LISTENER_PORT, &mut out);
                 if l.tls.is_some() {
                     out.push(Violation::new(
@@ -140,11 +141,11 @@ pub fn check_gateway(
                     ));
                 }
             }
-            "HTTPS" => {
+            Some(ListenerProtocol::Https) => {
                 port_must_be(HTTPS_LISTENER_PORT, &mut out);
                 check_listener_tls(l.tls.as_ref(), true, &at, &own, &mut out);
             }
-            "TLS" | "TCP" | "UDP" => {
+            Some(protocol) => {
                 if !(1..=65535).contains(&l.port) {
                     out.push(Violation::new(
                         format!("{at}.port"),
@@ -152,7 +153,7 @@ pub fn check_gateway(
                     ));
                 }
                 l4 += 1;
-                if l.protocol == "TLS" {
+                if protocol == ListenerProtocol::Tls {
                     check_listener_tls(l.tls.as_ref(), false, &at, &own, &mut out);
                 } else if l.tls.is_some() {
                     out.push(Violation::new(
@@ -161,9 +162,9 @@ pub fn check_gateway(
                     ));
                 }
             }
-            other => out.push(Violation::new(
+            None => out.push(Violation::new(
                 format!("{at}.protocol"),
-                format!("{} is not HTTP, HTTPS, TLS, TCP or UDP", quote(other)),
+                format!("{} is not HTTP, HTTPS, TLS, TCP or UDP", quote(&l.protocol)),
             )),
         }
         if let Some(h) = &l.hostname

@@ -1,15 +1,18 @@
-//! What a tenant's Gateway API route may bind to, the same for every
-//! route kind: the HTTP compile (`compile::gateway`: HTTPRoute, GRPCRoute)
-//! and the L4 one (`compile::l4::gateway`: TCPRoute, UDPRoute, TLSRoute)
-//! both ask here, so the two planes cannot drift apart.
+//! Which hosts a tenant may route and which Gateways its routes may bind
+//! to, the same for every object kind: the Ingress compile
+//! (`compile::ingress`), the HTTP one (`compile::gateway`: HTTPRoute,
+//! GRPCRoute) and the L4 one (`compile::l4::gateway`: TCPRoute, UDPRoute,
+//! TLSRoute) all ask here, so they cannot drift apart.
 //!
 //! Both rules are defence in depth as much as routing: the admission
 //! policy already keeps a tenant's parentRefs in its namespace and its
 //! hostnames in its domains; the compile holds to the same rules for
 //! whatever reaches it anyway (docs/architecture.md, "Security rules").
 
-use teapot_api::HostPattern;
-use teapot_model::store::FastHashMap;
+use k8s_openapi::api::networking::v1::Ingress;
+use teapot_api::policy::HostScope;
+use teapot_api::{HostPattern, hostname};
+use teapot_model::store::{FastHashMap, Store};
 use teapot_model::tenancy::{Tenancy, TenantView};
 
 use crate::compile::CompileOptions;
@@ -31,9 +34,8 @@ pub(crate) fn tenant_route_may_bind(
     Ok(())
 }
 
-/// What deciding a tenant's hostnames reads and records, for a compile
-/// that is not the Ingress or HTTP one (those pass the parts along
-/// themselves): the L4 plane's TLSRoutes.
+/// What deciding a tenant's hostnames reads and records, shared by the
+/// Ingress, HTTP Gateway and L4 compiles of one snapshot.
 pub(crate) struct TenantHosts<'c, 't> {
     pub tenancy: &'c Tenancy<'t>,
     pub options: &'c CompileOptions,
@@ -47,21 +49,81 @@ pub(crate) struct TenantHosts<'c, 't> {
 }
 
 impl<'t> TenantHosts<'_, 't> {
-    /// Whether `tenant` may route `host` now, by the rule Ingress hosts
-    /// and HTTPRoute hostnames follow (`compile::admit_tenant_host`: its
-    /// own subtree and `allowedDomains` at once, a custom domain once DNS
-    /// proves it and no older claimant has). `Err`: why not, for the
-    /// route's status.
+    /// Whether `tenant` may route `host` now, by the one rule Ingress
+    /// hosts, HTTPRoute hostnames and TLSRoute hostnames follow: its own
+    /// subtree and `allowedDomains` at once; a custom host becomes a claim
+    /// for the prover and routes once DNS proves it, for one tenant only
+    /// (the first, oldest, that proved it; `custom_owners` remembers who).
+    /// `Err`: why not, for the route's status.
     pub fn admit(&mut self, tenant: &TenantView<'t>, host: &HostPattern) -> Result<(), String> {
-        crate::compile::admit_tenant_host(
-            tenant,
-            host,
-            self.options,
-            self.assigned,
-            self.claims,
-            self.custom_owners,
-        )
+        match tenant.scope(host)? {
+            HostScope::Assigned | HostScope::Allowed => Ok(()),
+            HostScope::Custom => {
+                let name = host.to_string();
+                self.claims.push(Claim {
+                    cluster: tenant.cluster.to_string(),
+                    host: name.clone(),
+                    token: tenant.tenant.verification_token(),
+                    targets: self
+                        .assigned
+                        .get(tenant.cluster)
+                        .cloned()
+                        .unwrap_or_default(),
+                });
+                let proofs = self.options.proofs.as_deref();
+                if proofs.is_some_and(|p| p.is_proven(tenant.cluster, &name)) {
+                    let owner = *self
+                        .custom_owners
+                        .entry(name.clone())
+                        .or_insert(tenant.cluster);
+                    if owner == tenant.cluster {
+                        return Ok(());
+                    }
+                    return Err(format!(
+                        "custom domain {name} is proven by another tenant too, whose Ingress is older: a host belongs to one tenant"
+                    ));
+                }
+                Err(proofs
+                    .and_then(|p| p.detail(tenant.cluster, &name))
+                    .unwrap_or_else(|| {
+                        format!("custom domain {name} is waiting for its DNS proof")
+                    }))
+            }
+        }
     }
+}
+
+/// Every assigned hostname of each tenant (by cluster), of the Ingresses
+/// `serves` takes and of every Gateway: the CNAME targets that prove a
+/// custom domain.
+pub(crate) fn assigned_hostnames<'s>(
+    store: &'s Store,
+    tenancy: &Tenancy<'s>,
+    serves: impl Fn(&Ingress) -> bool,
+    domain: &str,
+) -> FastHashMap<&'s str, Vec<String>> {
+    let mut out: FastHashMap<&str, Vec<String>> = FastHashMap::default();
+    if tenancy.is_empty() {
+        return out;
+    }
+    for (id, ingress) in &store.ingresses {
+        if let Some(t) = tenancy.get(&id.namespace)
+            && serves(&ingress.object)
+        {
+            out.entry(t.cluster)
+                .or_default()
+                .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
+        }
+    }
+    // A tenant Gateway's assigned hostname is a CNAME target too.
+    for id in store.gateways.keys() {
+        if let Some(t) = tenancy.get(&id.namespace) {
+            out.entry(t.cluster)
+                .or_default()
+                .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

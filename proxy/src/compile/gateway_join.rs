@@ -1,72 +1,65 @@
 //! The final Gateway status, built once in the compile: the HTTP compile
 //! judges a Gateway on its HTTP and HTTPS listeners, the L4 compile on its
 //! TCP, UDP and TLS passthrough ones (their address, `Programmed`, those
-//! listeners). [`join`] puts the L4 part into the HTTP compile's report,
-//! so `/status` (manifests mode too) and the status writer in kube mode
-//! show the same status.
+//! listeners). [`join`] puts the L4 part into the HTTP compile's typed
+//! report, so `/status` (manifests mode too) and the status writer in
+//! kube mode show the same status, and the writer only diffs and writes.
 
-use serde_json::{Value, json};
-use teapot_gateway_api::generated::gateways::GatewayStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, Time};
+use k8s_openapi::jiff::Timestamp;
+use teapot_gateway_api::generated::gateways::{
+    GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
+    GatewayStatusListenersSupportedKinds,
+};
 
+use crate::compile::condition::Condition;
 use crate::compile::gateway::{GatewayReport as HttpReport, Reported};
 use crate::compile::l4::L4Report;
 use crate::compile::l4::gateway::GatewayReport;
-
-/// The time a condition carries until the status writer sets the real
-/// one (the HTTP compile's conditions carry it too).
-const UNSET_TIME: &str = "1970-01-01T00:00:00Z";
 
 /// Joins every Gateway's L4 part into `http` (a Gateway only the L4
 /// compile reported gets an entry of its own).
 pub fn join(http: &mut HttpReport, l4: Option<&L4Report>) {
     let Some(l4) = l4 else { return };
     for g in &l4.gateways {
-        let entry = http
+        let at = http
             .gateways
-            .iter_mut()
-            .find(|e| e.namespace == g.namespace && e.name == g.name);
-        let mut status = match &entry {
-            Some(e) => serde_json::to_value(&e.status).unwrap_or_default(),
-            None => json!({
-                "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""}],
-            }),
-        };
-        merge_l4_gateway(&mut status, g);
-        settle_gateway(&mut status);
-        fill_transition_times(&mut status);
-        let joined: GatewayStatus = match serde_json::from_value(status) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(gateway = %format!("{}/{}", g.namespace, g.name), error = %e, "joining the L4 part of a Gateway status");
-                continue;
-            }
-        };
-        match entry {
-            Some(e) => e.status = joined,
-            None => http.gateways.push(Reported {
+            .iter()
+            .position(|e| e.namespace == g.namespace && e.name == g.name);
+        let at = at.unwrap_or_else(|| {
+            http.gateways.push(Reported {
                 namespace: g.namespace.clone(),
                 name: g.name.clone(),
-                status: joined,
-            }),
-        }
+                status: GatewayStatus {
+                    addresses: None,
+                    attached_listener_sets: None,
+                    conditions: Some(vec![meta(&Condition::new(
+                        "Accepted", true, "Accepted", "",
+                    ))]),
+                    listeners: None,
+                },
+            });
+            http.gateways.len() - 1
+        });
+        let status = &mut http.gateways[at].status;
+        merge_l4_gateway(status, g);
+        settle_gateway(status);
     }
     http.gateways
         .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
 }
 
-/// Conditions from the L4 compile carry no `lastTransitionTime`: the
-/// placeholder the HTTP compile's carry, for the status writer to set.
-fn fill_transition_times(status: &mut Value) {
-    let fill = |conditions: &mut Value| {
-        for c in conditions.as_array_mut().into_iter().flatten() {
-            if c.get("lastTransitionTime").is_none() {
-                c["lastTransitionTime"] = json!(UNSET_TIME);
-            }
-        }
-    };
-    fill(&mut status["conditions"]);
-    for l in status["listeners"].as_array_mut().into_iter().flatten() {
-        fill(&mut l["conditions"]);
+/// A condition of the L4 compile as the API's. Its `lastTransitionTime`
+/// is the placeholder the HTTP compile's conditions carry too, for the
+/// status writer to set.
+fn meta(c: &Condition) -> MetaCondition {
+    MetaCondition {
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        message: c.message.clone(),
+        observed_generation: None,
+        reason: c.reason.into(),
+        status: c.status.into(),
+        type_: c.type_.into(),
     }
 }
 
@@ -75,32 +68,25 @@ fn fill_transition_times(status: &mut Value) {
 /// only served listeners are L4 ones was "no listener teapot serves"
 /// there. It is accepted (and programmed, unless its address was refused)
 /// when any listener now is.
-fn settle_gateway(status: &mut Value) {
-    let accepted = |l: &Value| {
-        l["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Accepted" && c["status"] == "True")
-        })
+fn settle_gateway(status: &mut GatewayStatus) {
+    let accepted = |l: &GatewayStatusListeners| {
+        l.conditions
+            .iter()
+            .any(|c| c.type_ == "Accepted" && c.status == "True")
     };
-    let any = status["listeners"]
-        .as_array()
-        .is_some_and(|ls| ls.iter().any(accepted));
-    if !any {
+    if !status.listeners.iter().flatten().any(accepted) {
         return;
     }
-    let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for c in conditions.iter_mut() {
-        let (ok_reason, not_served) = match c["type"].as_str() {
-            Some("Accepted") => ("Accepted", c["reason"] == "ListenersNotValid"),
-            Some("Programmed") => ("Programmed", c["reason"] == "Invalid"),
+    for c in status.conditions.iter_mut().flatten() {
+        let (ok_reason, not_served) = match c.type_.as_str() {
+            "Accepted" => ("Accepted", c.reason == "ListenersNotValid"),
+            "Programmed" => ("Programmed", c.reason == "Invalid"),
             _ => continue,
         };
-        if c["status"] == "False" && not_served {
-            c["status"] = json!("True");
-            c["reason"] = json!(ok_reason);
-            c["message"] = json!("");
+        if c.status == "False" && not_served {
+            c.status = "True".into();
+            c.reason = ok_reason.into();
+            c.message = String::new();
         }
     }
 }
@@ -110,58 +96,47 @@ fn settle_gateway(status: &mut Value) {
 /// replacing an entry of that name), and `Programmed` False when the
 /// address was refused (a Programmed condition already there stays when
 /// the L4 part is programmed).
-fn merge_l4_gateway(status: &mut Value, l4: &GatewayReport) {
-    let Some(map) = status.as_object_mut() else {
-        return;
-    };
+fn merge_l4_gateway(status: &mut GatewayStatus, l4: &GatewayReport) {
     if let Some(addr) = l4.address {
-        let addresses = map
-            .entry("addresses")
-            .or_insert_with(|| json!([]))
-            .as_array_mut();
-        if let Some(addresses) = addresses {
-            let value = json!({"type": "IPAddress", "value": addr.to_string()});
-            if !addresses.contains(&value) {
-                addresses.push(value);
-            }
-        }
-    }
-    let programmed = l4.conditions.iter().find(|c| c.type_ == "Programmed");
-    if let Some(p) = programmed {
-        let conditions = map
-            .entry("conditions")
-            .or_insert_with(|| json!([]))
-            .as_array_mut();
-        if let Some(conditions) = conditions {
-            let mine = serde_json::to_value(p).unwrap_or_default();
-            match conditions.iter_mut().find(|c| c["type"] == "Programmed") {
-                Some(c) if p.status == "False" => *c = mine,
-                Some(_) => {}
-                None => conditions.push(mine),
-            }
-        }
-    }
-    let listeners = map
-        .entry("listeners")
-        .or_insert_with(|| json!([]))
-        .as_array_mut();
-    if let Some(listeners) = listeners {
-        for l in &l4.listeners {
-            let kinds: Vec<Value> = l
-                .supported_kinds
-                .iter()
-                .map(|kind| json!({"group": teapot_model::attachment::GROUP, "kind": kind}))
-                .collect();
-            let entry = json!({
-                "name": l.name,
-                "supportedKinds": kinds,
-                "attachedRoutes": l.attached_routes,
-                "conditions": l.conditions,
+        let addresses = status.addresses.get_or_insert_with(Vec::new);
+        let value = addr.to_string();
+        let ip = |a: &GatewayStatusAddresses| {
+            a.value == value && a.r#type.as_deref() == Some("IPAddress")
+        };
+        if !addresses.iter().any(ip) {
+            addresses.push(GatewayStatusAddresses {
+                r#type: Some("IPAddress".into()),
+                value,
             });
-            match listeners.iter_mut().find(|e| e["name"] == l.name.as_str()) {
-                Some(e) => *e = entry,
-                None => listeners.push(entry),
-            }
+        }
+    }
+    if let Some(p) = l4.conditions.iter().find(|c| c.type_ == "Programmed") {
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        match conditions.iter_mut().find(|c| c.type_ == "Programmed") {
+            Some(c) if p.status == "False" => *c = meta(p),
+            Some(_) => {}
+            None => conditions.push(meta(p)),
+        }
+    }
+    let listeners = status.listeners.get_or_insert_with(Vec::new);
+    for l in &l4.listeners {
+        let entry = GatewayStatusListeners {
+            attached_routes: i32::try_from(l.attached_routes).unwrap_or(i32::MAX),
+            conditions: l.conditions.iter().map(meta).collect(),
+            name: l.name.clone(),
+            supported_kinds: Some(
+                l.supported_kinds
+                    .iter()
+                    .map(|kind| GatewayStatusListenersSupportedKinds {
+                        group: Some(teapot_model::attachment::GROUP.into()),
+                        kind: (*kind).into(),
+                    })
+                    .collect(),
+            ),
+        };
+        match listeners.iter_mut().find(|e| e.name == l.name) {
+            Some(e) => *e = entry,
+            None => listeners.push(entry),
         }
     }
 }
@@ -172,7 +147,6 @@ mod tests {
 
     #[test]
     fn the_l4_part_joins_a_gateway_status() {
-        use crate::compile::condition::Condition;
         use crate::compile::l4::gateway::GatewayListenerReport;
         let l4 = GatewayReport {
             namespace: "ops".into(),
@@ -191,24 +165,37 @@ mod tests {
                 conditions: vec![Condition::new("Accepted", true, "Accepted", "")],
             }],
         };
-        let mut status = json!({
+        let mut status: GatewayStatus = serde_json::from_value(serde_json::json!({
             "addresses": [{"type": "Hostname", "value": "edge-ops.acme.lb.example.net"}],
-            "conditions": [{"type": "Programmed", "status": "True", "reason": "Programmed", "message": ""}],
+            "conditions": [{"type": "Programmed", "status": "False", "reason": "Invalid",
+                            "message": "no listener teapot serves",
+                            "lastTransitionTime": "1970-01-01T00:00:00Z"}],
             "listeners": [{"name": "http", "attachedRoutes": 3, "conditions": [],
                            "supportedKinds": [{"kind": "HTTPRoute"}]}],
-        });
+        }))
+        .unwrap();
         merge_l4_gateway(&mut status, &l4);
-        assert_eq!(status["addresses"].as_array().unwrap().len(), 2);
-        assert_eq!(status["addresses"][1]["value"], "192.0.2.10");
-        assert_eq!(status["conditions"].as_array().unwrap().len(), 1);
-        assert_eq!(status["listeners"][1]["name"], "dns");
+        settle_gateway(&mut status);
+        let addresses = status.addresses.as_ref().unwrap();
+        assert_eq!(addresses.len(), 2);
+        assert_eq!(addresses[1].value, "192.0.2.10");
+        let conditions = status.conditions.as_ref().unwrap();
+        assert_eq!(conditions.len(), 1);
+        // The UDP listener is served: the Gateway is programmed after all.
         assert_eq!(
-            status["listeners"][1]["supportedKinds"][0]["kind"],
+            (conditions[0].status.as_str(), conditions[0].reason.as_str()),
+            ("True", "Programmed")
+        );
+        let listeners = status.listeners.as_ref().unwrap();
+        assert_eq!(listeners[1].name, "dns");
+        assert_eq!(listeners[1].attached_routes, 2);
+        assert_eq!(
+            listeners[1].supported_kinds.as_ref().unwrap()[0].kind,
             "UDPRoute"
         );
-        assert_eq!(status["listeners"][1]["attachedRoutes"], 2);
-        fill_transition_times(&mut status);
-        let typed: GatewayStatus = serde_json::from_value(status).expect("fits the schema");
-        assert_eq!(typed.listeners.unwrap()[1].attached_routes, 2);
+        // Joining again changes nothing: the address is not added twice.
+        merge_l4_gateway(&mut status, &l4);
+        assert_eq!(status.addresses.as_ref().unwrap().len(), 2);
+        assert_eq!(status.listeners.as_ref().unwrap().len(), 2);
     }
 }

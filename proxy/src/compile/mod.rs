@@ -9,7 +9,16 @@
 //! per-endpoint and per-tenant state, and the reload loop prunes them
 //! after the swap.
 //!
+//! [`compile_incremental`] names the phases: who is a tenant and which hosts
+//! each may route (`bind`); the Gateway API's HTTP and gRPC routes
+//! ([`gateway`]), then the Ingresses ([`ingress`]), which ask the Gateway
+//! compile for a host one of its routes holds; the ACME hosts; the L4
+//! plane ([`l4`]); each Gateway's status joined from both planes
+//! ([`gateway_join`]); the custom-domain report; the snapshot.
+//!
 //! Layout:
+//! - [`ingress`]: the Ingress compiler (oldest first: docs/architecture.md,
+//!   "Ingress semantics"), its certificates and status, and its ACME hosts.
 //! - [`routes`]: host and path matching (docs/architecture.md, "Ingress
 //!   semantics").
 //! - [`upstream`]: endpoints, round-robin, passive ejection.
@@ -20,8 +29,9 @@
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
 //! - [`gateway_join`]: each Gateway's status, its HTTP and L4 parts
 //!   joined once.
-//! - [`bind`]: what a tenant's Gateway API route may bind to (its own
-//!   Gateways, hosts it may route), for the HTTP and L4 compiles alike.
+//! - `bind`: which hosts a tenant may route (its subtree, its allowed
+//!   domains, proven custom domains) and which Gateways its routes may bind
+//!   to, for the Ingress, HTTP and L4 compiles alike.
 //! - [`backends`]: the backend resolver (Service and port to upstream),
 //!   for the Ingress, Gateway API and L4 compiles alike.
 //! - [`policies`]: the policy each route carries (annotation limits, the
@@ -32,11 +42,6 @@
 //! - [`acme`], [`domains`]: what the compile knows of ACME and custom
 //!   domains, as data.
 //! - [`snapshot`]: what is swapped, and the status report.
-//!
-//! Ingresses are visited oldest first (creationTimestamp, then
-//! namespace/name), so "first insert wins" in the route and certificate
-//! tables is "oldest wins" as docs/architecture.md requires, and every loser gets a
-//! condition saying which object holds its rule.
 
 pub mod acme;
 pub mod backends;
@@ -47,23 +52,18 @@ pub mod domains;
 pub mod fairness;
 pub mod gateway;
 pub mod gateway_join;
+pub mod ingress;
 pub mod l4;
 pub mod parts;
 pub mod policies;
+pub mod rate_table;
 pub mod routes;
 pub mod snapshot;
 pub mod traffic;
 pub mod upstream;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
-
-use k8s_openapi::api::networking::v1::{
-    Ingress, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
-};
-use teapot_api::names::{CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS};
-use teapot_api::{HostPattern, PathKind, hostname};
 
 use crate::compile::acme::AcmeInputs;
 use crate::compile::backends::Resolver;
@@ -73,15 +73,11 @@ use crate::compile::fairness::TenantGates;
 use crate::compile::l4::L4Inputs;
 use crate::compile::parts::{CompiledParts, CurrentInputs, Reuse};
 use crate::compile::policies::Policies;
-use crate::compile::routes::{Route, RouteTable};
-use crate::compile::snapshot::{
-    Condition, DomainReport, IngressReport, Snapshot, StatusReport, TableSizes,
-};
-use crate::compile::upstream::{EndpointRegistry, Upstream};
-use teapot_api::policy::HostScope;
+use crate::compile::snapshot::{DomainReport, Snapshot, StatusReport, TableSizes};
+use crate::compile::upstream::EndpointRegistry;
 use teapot_model::manifests::Problem;
-use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
-use teapot_model::tenancy::{Tenancy, TenantView};
+use teapot_model::store::{FastHashMap, Store};
+use teapot_model::tenancy::Tenancy;
 
 /// Settings that shape a compile but do not come from objects.
 #[derive(Clone, Debug)]
@@ -163,6 +159,7 @@ pub fn compile_incremental(
     parts: &mut CompiledParts,
 ) -> Snapshot {
     let started = Instant::now();
+    // Who is a tenant, and what each may route.
     let tenant_arcs: Vec<&Arc<teapot_api::Tenant>> =
         store.tenants.values().map(|t| &t.object).collect();
     let inputs = CurrentInputs::new(store);
@@ -175,275 +172,55 @@ pub fn compile_incremental(
         &options.lb_networks,
         &holdings,
     );
+    let classes = ingress::ClassFilter::new(store);
+    let assigned =
+        bind::assigned_hostnames(store, &tenancy, |i| classes.serves(i), &options.domain);
+    let mut claims: Vec<Claim> = Vec::new();
+    let mut custom_owners = FastHashMap::default();
+    let mut hosts = bind::TenantHosts {
+        tenancy: &tenancy,
+        options,
+        assigned: &assigned,
+        claims: &mut claims,
+        custom_owners: &mut custom_owners,
+    };
     let mut resolver = Resolver::new(store, registry, &tenancy, reuse);
     let mut policies = Policies::new(&options.tenant_gates);
-    let (hosts, paths) = rule_counts(store);
-    let mut routes = RouteTable::with_capacity(hosts, paths);
     let mut certs = CertTable::default();
-    let classes = ClassFilter::new(store);
-    // Every operator Ingress shows the same status: build it once.
-    let fleet_status = Arc::new(IngressStatus {
-        load_balancer: Some(load_balancer_status(&options.status_addresses)),
-    });
-    let no_status = Arc::new(IngressStatus::default());
-    let assigned = assigned_hostnames(store, &tenancy, &classes, &options.domain);
-    let mut claims: Vec<Claim> = Vec::new();
-    let mut custom_owners: FastHashMap<String, &str> = FastHashMap::default();
-    // (host, its own secretName, index into ingress_reports) of hosts that
-    // asked for ACME.
-    let mut acme_candidates: Vec<(String, Option<String>, usize)> = Vec::new();
+
     // Gateway API routes first: an Ingress rule on a host pattern a route
     // holds asks it (`claim`), and the older of the two keeps it.
     let mut gateway = gateway::GatewayCompile::new(
         &mut gateway::Context {
             store,
-            tenancy: &tenancy,
-            options,
-            assigned: &assigned,
-            claims: &mut claims,
-            custom_owners: &mut custom_owners,
+            hosts: &mut hosts,
         },
         &mut resolver,
         &mut policies,
     );
-    let gateway_routes = !gateway.is_empty();
-
-    let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
-    ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
-
-    let mut default_holder: Option<&NsName> = None;
-    let mut ingress_reports = Vec::with_capacity(ordered.len());
-
-    // A route remembers its owner as an index into `ordered`, which is
-    // how a conflict names the older Ingress without a side table.
-    let owners: Vec<&NsName> = ordered.iter().map(|(id, _)| *id).collect();
-    for (index, (id, stored)) in ordered.into_iter().enumerate() {
-        let index = index as u32;
-        let ingress = &stored.object;
-        if !classes.serves(ingress) {
-            ingress_reports.push(IngressReport {
-                namespace: id.namespace.clone(),
-                name: id.name.clone(),
-                served: false,
-                status: no_status.clone(),
-                conditions: vec![Condition::new(
-                    "Accepted",
-                    false,
-                    "OtherClass",
-                    "the Ingress class is not implemented by teapot",
-                )],
-            });
-            continue;
-        }
-        let mut conflicts = Vec::new();
-        let mut unresolved = Vec::new();
-        let mut refused_hosts = Vec::new();
-        let spec = ingress.spec.as_ref();
-        let tenant = tenancy.get(&id.namespace);
-        // In a tenant namespace, host-less rules and defaultBackend belong
-        // to the Ingress's assigned hostname, never to the fleet.
-        let own_host = tenant.map(|t| {
-            HostPattern::Exact(hostname::assigned_hostname(
-                &id.name,
-                t.cluster,
-                &options.domain,
-            ))
-        });
-        let (policy, annotation_problems) = policies.of(ingress, tenant);
-        let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
-        let mut note = |upstream: &Upstream| {
-            for why in upstream.unavailable.iter().chain(&upstream.refused) {
-                if !unresolved.contains(why) {
-                    unresolved.push(why.clone());
-                }
-            }
-        };
-
-        if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
-            let upstream = resolver.backend(&id.namespace, backend);
-            note(&upstream);
-            let upstream = Route::new(upstream, policy.clone(), ingress_name.clone());
-            match &own_host {
-                Some(host) => {
-                    if !routes.host_mut(Some(host)).set_fallback(upstream) {
-                        conflicts.push(format!("defaultBackend for {host} is already set"));
-                    }
-                }
-                None => {
-                    if routes.set_default_backend(upstream) {
-                        default_holder = Some(id);
-                    } else if let Some(holder) = default_holder {
-                        conflicts.push(format!("defaultBackend is held by older Ingress {holder}"));
-                    }
-                }
-            }
-        }
-        let mut rule_hosts = Vec::new();
-        for rule in spec.and_then(|s| s.rules.as_ref()).into_iter().flatten() {
-            // Validated at load; a parse failure here cannot happen.
-            let host = rule
-                .host
-                .as_deref()
-                .and_then(|h| HostPattern::parse(h).ok());
-            let host = match (tenant, host) {
-                (None, host) => host,
-                (Some(_), None) => own_host.clone(),
-                (Some(t), Some(host)) => {
-                    match admit_tenant_host(
-                        t,
-                        &host,
-                        options,
-                        &assigned,
-                        &mut claims,
-                        &mut custom_owners,
-                    ) {
-                        Ok(()) => Some(host),
-                        Err(why) => {
-                            if !refused_hosts.contains(&why) {
-                                refused_hosts.push(why);
-                            }
-                            continue;
-                        }
-                    }
-                }
-            };
-            if gateway_routes
-                && let Err(why) = gateway.claim(host.as_ref(), &ingress_name, age_key(stored, id))
-            {
-                conflicts.push(why);
-                continue;
-            }
-            // Kept for the certificates; the paths below borrow it there.
-            let host = host.map(|h| {
-                rule_hosts.push(h);
-                &rule_hosts[rule_hosts.len() - 1]
-            });
-            let mut table = routes.host_mut(host);
-            for p in rule.http.iter().flat_map(|h| &h.paths) {
-                let Ok(kind) = PathKind::parse(&p.path_type) else {
-                    continue;
-                };
-                let path = p.path.as_deref().unwrap_or("/");
-                let upstream = resolver.backend(&id.namespace, &p.backend);
-                note(&upstream);
-                let route = Route::new(upstream, policy.clone(), ingress_name.clone());
-                if let Err(owner) = table.insert(kind, path, route, index) {
-                    let holder = owners[owner as usize];
-                    let host = host.map_or("*".to_string(), |h| h.to_string());
-                    conflicts.push(format!(
-                        "rule {host} {path} ({kind:?}) is held by older Ingress {holder}"
-                    ));
-                }
-            }
-        }
-        let acme = options.acme.as_ref().is_some_and(|a| {
-            let annotations = ingress.metadata.annotations.as_ref();
-            let value = annotations.and_then(|a| a.get(acme::ANNOTATION));
-            a.opted_in(value.map(String::as_str), tenant.is_some())
-        });
-        if acme {
-            let default_host = own_host
-                .as_ref()
-                .filter(|_| spec.is_some_and(|s| s.default_backend.is_some()));
-            for (host, secret) in acme_hosts(ingress, &rule_hosts, default_host) {
-                // A tenant's secretName names the agent's mirror of a
-                // tenant Secret: ACME must not take that name (docs/acme.md).
-                let secret = secret.filter(|_| tenant.is_none());
-                acme_candidates.push((host, secret, ingress_reports.len()));
-            }
-        }
-        let tls_problems = add_certificates(
-            store,
-            id,
-            ingress,
-            &rule_hosts,
-            tenant.is_some(),
-            acme,
-            &mut certs,
-        );
-
-        let mut conditions = Vec::with_capacity(5);
-        conditions.push(Condition::new("Accepted", true, "Accepted", ""));
-        conditions.push(if conflicts.is_empty() {
-            Condition::new("Conflicted", false, "NoConflict", "")
-        } else {
-            Condition::new("Conflicted", true, "OlderIngressWins", conflicts.join("; "))
-        });
-        conditions.push(Condition::unless_problems(
-            "BackendsReady",
-            &unresolved,
-            "EndpointsReady",
-            "NoReadyEndpoints",
-        ));
-        conditions.push(Condition::unless_problems(
-            "TLSReady",
-            &tls_problems,
-            "CertificatesLoaded",
-            "SecretUnusable",
-        ));
-        conditions.push(Condition::unless_problems(
-            "HostsAccepted",
-            &refused_hosts,
-            "HostsAccepted",
-            "HostsNotRouted",
-        ));
-        if !annotation_problems.is_empty() {
-            conditions.push(Condition::unless_problems(
-                "AnnotationsAccepted",
-                &annotation_problems,
-                "AnnotationsAccepted",
-                "InvalidAnnotation",
-            ));
-        }
-        let status = match &own_host {
-            Some(host) => Arc::new(IngressStatus {
-                load_balancer: Some(load_balancer_status(&[host.to_string()])),
-            }),
-            None => fleet_status.clone(),
-        };
-        ingress_reports.push(IngressReport {
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-            served: true,
-            status,
-            conditions,
-        });
-    }
-
-    let (gateway_table, gateway_report) = gateway.finish(store, &mut certs);
-    // Only hosts no Secret covers: a tenant's own certificate always wins.
-    let mut acme_hosts = acme::AcmeHosts::default();
-    let mut acme_by_report: FastHashMap<usize, Vec<String>> = FastHashMap::default();
-    for (host, secret, report) in acme_candidates {
-        if certs.lookup(&host).is_some() {
-            continue;
-        }
-        // Attributed to the oldest Ingress asking; every asker's condition
-        // shows the host.
-        let r = &ingress_reports[report];
-        acme_hosts.insert_with_secret(&host, &r.namespace, &r.name, secret.as_deref());
-        acme_by_report.entry(report).or_default().push(host);
-    }
-    if let Some(inputs) = &options.acme {
-        for (report, mut hosts) in acme_by_report {
-            hosts.sort();
-            hosts.dedup();
-            ingress_reports[report]
-                .conditions
-                .push(acme::condition(&inputs.states, &hosts));
-        }
-    }
+    let ingresses = ingress::compile(
+        store,
+        &classes,
+        &mut hosts,
+        &mut resolver,
+        &mut policies,
+        &mut gateway,
+        &mut certs,
+    );
+    let (gateway_table, mut gateway_report) = gateway.finish(store, &mut certs);
+    let mut ingress_reports = ingresses.reports;
+    // After every Secret is in: a tenant's own certificate always wins.
+    let acme_hosts = ingress::assign_acme(
+        ingresses.acme_candidates,
+        &certs,
+        &mut ingress_reports,
+        options.acme.as_ref(),
+    );
     let (l4, l4_report) = match options.l4.as_ref().and_then(|inputs| {
         l4::compile(
             inputs,
             store,
-            &mut bind::TenantHosts {
-                tenancy: &tenancy,
-                options,
-                assigned: &assigned,
-                claims: &mut claims,
-                custom_owners: &mut custom_owners,
-            },
+            &mut hosts,
             generation,
             |ns, name, port, port_name| resolver.service_port(ns, name, port, port_name),
         )
@@ -451,25 +228,12 @@ pub fn compile_incremental(
         Some((compiled, report)) => (Some(compiled), Some(report)),
         None => (None, None),
     };
-    let mut gateway_report = gateway_report;
     gateway_join::join(&mut gateway_report, l4_report.as_ref());
 
-    claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
-    claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
-    let proofs = options.proofs.as_deref();
-    let domains = claims
-        .iter()
-        .map(|c| DomainReport {
-            cluster: c.cluster.clone(),
-            host: c.host.clone(),
-            routed: proofs.is_some_and(|p| p.is_proven(&c.cluster, &c.host)),
-            detail: proofs
-                .and_then(|p| p.detail(&c.cluster, &c.host))
-                .unwrap_or_else(|| "not checked yet".into()),
-        })
-        .collect();
+    let domains = domain_report(&mut claims, options.proofs.as_deref());
     let backends = resolver.report();
     *parts = resolver.into_parts(&inputs, &tenant_arcs, &options.lb_networks);
+    let routes = ingresses.routes;
     let report = StatusReport {
         generation,
         ingresses: ingress_reports,
@@ -498,267 +262,22 @@ pub fn compile_incremental(
     }
 }
 
-/// Upper bounds of the hosts and paths a compile will add, for sizing the
-/// route table once instead of growing it.
-fn rule_counts(store: &Store) -> (usize, usize) {
-    let mut hosts = 0;
-    let mut paths = 0;
-    for stored in store.ingresses.values() {
-        for rule in stored
-            .object
-            .spec
-            .iter()
-            .flat_map(|s| s.rules.iter().flatten())
-        {
-            hosts += 1;
-            paths += rule.http.as_ref().map_or(0, |h| h.paths.len());
-        }
-    }
-    (hosts, paths)
-}
-
-/// Decides whether a tenant may route a rule host now; custom hosts become
-/// claims for the prover and route once proven. A custom host belongs to
-/// one tenant: the first (oldest Ingress) that proved it; `custom_owners`
-/// remembers who, by host.
-fn admit_tenant_host<'t>(
-    tenant: &TenantView<'t>,
-    host: &HostPattern,
-    options: &CompileOptions,
-    assigned: &FastHashMap<&str, Vec<String>>,
-    claims: &mut Vec<Claim>,
-    custom_owners: &mut FastHashMap<String, &'t str>,
-) -> Result<(), String> {
-    match tenant.scope(host)? {
-        HostScope::Assigned | HostScope::Allowed => Ok(()),
-        HostScope::Custom => {
-            let name = host.to_string();
-            claims.push(Claim {
-                cluster: tenant.cluster.to_string(),
-                host: name.clone(),
-                token: tenant.tenant.verification_token(),
-                targets: assigned.get(tenant.cluster).cloned().unwrap_or_default(),
-            });
-            let proofs = options.proofs.as_deref();
-            if proofs.is_some_and(|p| p.is_proven(tenant.cluster, &name)) {
-                let owner = *custom_owners.entry(name.clone()).or_insert(tenant.cluster);
-                if owner == tenant.cluster {
-                    return Ok(());
-                }
-                return Err(format!(
-                    "custom domain {name} is proven by another tenant too, whose Ingress is older: a host belongs to one tenant"
-                ));
-            }
-            Err(proofs
-                .and_then(|p| p.detail(tenant.cluster, &name))
-                .unwrap_or_else(|| format!("custom domain {name} is waiting for its DNS proof")))
-        }
-    }
-}
-
-/// Every assigned hostname of each tenant (by cluster): the CNAME targets
-/// that prove a custom domain.
-fn assigned_hostnames<'s>(
-    store: &'s Store,
-    tenancy: &Tenancy<'s>,
-    classes: &ClassFilter,
-    domain: &str,
-) -> FastHashMap<&'s str, Vec<String>> {
-    let mut out: FastHashMap<&str, Vec<String>> = FastHashMap::default();
-    if tenancy.is_empty() {
-        return out;
-    }
-    for (id, ingress) in &store.ingresses {
-        if let Some(t) = tenancy.get(&id.namespace)
-            && classes.serves(&ingress.object)
-        {
-            out.entry(t.cluster)
-                .or_default()
-                .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
-        }
-    }
-    // A tenant Gateway's assigned hostname is a CNAME target too.
-    for id in store.gateways.keys() {
-        if let Some(t) = tenancy.get(&id.namespace) {
-            out.entry(t.cluster)
-                .or_default()
-                .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
-        }
-    }
-    out
-}
-
-/// The exact TLS hosts of an Ingress that it routes (its rule hosts, plus
-/// `default_host` where a tenant's defaultBackend serves): what ACME may
-/// ask a certificate for. HTTP-01 cannot prove a wildcard. Each comes with
-/// its entry's `secretName` when that entry has no other such host (one
-/// certificate per host, so a shared name cannot hold them all).
-fn acme_hosts(
-    ingress: &Ingress,
-    rule_hosts: &[HostPattern],
-    default_host: Option<&HostPattern>,
-) -> Vec<(String, Option<String>)> {
-    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
-    let mut out = Vec::new();
-    for entry in tls.into_iter().flatten() {
-        let first = out.len();
-        for host in tls_entry_hosts(entry, rule_hosts) {
-            let routed = rule_hosts.contains(&host) || default_host == Some(&host);
-            if let (true, HostPattern::Exact(name)) = (routed, &host) {
-                out.push((name.to_string(), None));
-            }
-        }
-        if out.len() == first + 1 {
-            out[first].1 = entry.secret_name.clone();
-        }
-    }
-    out
-}
-
-/// The hosts a `spec.tls` entry names; without hosts, the certificate
-/// covers the Ingress's own rule hosts.
-fn tls_entry_hosts(
-    entry: &k8s_openapi::api::networking::v1::IngressTLS,
-    rule_hosts: &[HostPattern],
-) -> Vec<HostPattern> {
-    match &entry.hosts {
-        Some(hosts) if !hosts.is_empty() => hosts
-            .iter()
-            .filter_map(|h| HostPattern::parse(h).ok())
-            .collect(),
-        _ => rule_hosts.to_vec(),
-    }
-}
-
-/// Registers the certificates of an Ingress's `spec.tls`; returns messages
-/// for entries that could not be used. With `acme`, a missing Secret is
-/// expected (ACME supplies the certificate) and not a problem.
-fn add_certificates(
-    store: &Store,
-    id: &NsName,
-    ingress: &Ingress,
-    rule_hosts: &[HostPattern],
-    tenant: bool,
-    acme: bool,
-    certs: &mut CertTable,
-) -> Vec<String> {
-    let mut problems = Vec::new();
-    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
-    for (i, entry) in tls.into_iter().flatten().enumerate() {
-        let Some(secret_name) = entry.secret_name.as_deref() else {
-            if !acme {
-                problems.push(format!("spec.tls[{i}].secretName is empty"));
-            }
-            continue;
-        };
-        let Some(secret) = store.secrets.get(&NsRef {
-            namespace: &id.namespace,
-            name: secret_name,
-        }) else {
-            if acme {
-                continue;
-            }
-            problems.push(format!(
-                "spec.tls[{i}]: Secret {}/{secret_name} not found or not a usable kubernetes.io/tls Secret",
-                id.namespace
-            ));
-            continue;
-        };
-        for host in tls_entry_hosts(entry, rule_hosts) {
-            // A tenant's certificate covers only hosts it routes: a Secret
-            // must never put a certificate on another tenant's name.
-            if tenant && !rule_hosts.contains(&host) {
-                problems.push(format!(
-                    "spec.tls[{i}]: host {host} is not routed by this Ingress; its certificate is not used"
-                ));
-                continue;
-            }
-            if certs.insert(&host, secret.object.certificate.key.clone()) {
-                if let Some(not_after) = secret.object.certificate.not_after {
-                    certs.note_secret(format!("{}/{secret_name}", id.namespace), not_after);
-                }
-            } else {
-                problems.push(format!(
-                    "spec.tls[{i}]: host {host} already has a certificate from an older Ingress"
-                ));
-            }
-        }
-    }
-    problems
-}
-
-fn load_balancer_status(addresses: &[String]) -> IngressLoadBalancerStatus {
-    IngressLoadBalancerStatus {
-        ingress: Some(
-            addresses
-                .iter()
-                .map(|a| {
-                    if a.parse::<IpAddr>().is_ok() {
-                        IngressLoadBalancerIngress {
-                            ip: Some(a.clone()),
-                            ..Default::default()
-                        }
-                    } else {
-                        IngressLoadBalancerIngress {
-                            hostname: Some(a.clone()),
-                            ..Default::default()
-                        }
-                    }
-                })
-                .collect(),
-        ),
-    }
-}
-
-/// Which Ingresses are ours.
-struct ClassFilter {
-    /// Names of IngressClasses whose controller is teapot.
-    ours: Vec<String>,
-    /// Whether one of them is the cluster default.
-    default: bool,
-}
-
-impl ClassFilter {
-    fn new(store: &Store) -> ClassFilter {
-        let mut ours = vec![INGRESS_CLASS.to_string()];
-        let mut default = false;
-        for (name, class) in &store.ingress_classes {
-            let controller = class
-                .object
-                .spec
-                .as_ref()
-                .and_then(|s| s.controller.as_deref());
-            if controller != Some(CONTROLLER_NAME) {
-                continue;
-            }
-            ours.push(name.clone());
-            let annotations = class.object.metadata.annotations.as_ref();
-            default |= annotations
-                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
-                .is_some_and(|v| v == "true");
-        }
-        ClassFilter { ours, default }
-    }
-
-    fn serves(&self, ingress: &Ingress) -> bool {
-        let class = ingress
-            .spec
-            .as_ref()
-            .and_then(|s| s.ingress_class_name.as_deref())
-            .or_else(|| {
-                // The deprecated annotation still appears in older charts.
-                ingress
-                    .metadata
-                    .annotations
-                    .as_ref()?
-                    .get("kubernetes.io/ingress.class")
-                    .map(String::as_str)
-            });
-        match class {
-            Some(c) => self.ours.iter().any(|o| o == c),
-            None => self.default,
-        }
-    }
+/// The custom domains tenants claim, one entry per (cluster, host), with
+/// whether DNS proved each.
+fn domain_report(claims: &mut Vec<Claim>, proofs: Option<&ProofResults>) -> Vec<DomainReport> {
+    claims.sort_by(|a, b| (&a.cluster, &a.host).cmp(&(&b.cluster, &b.host)));
+    claims.dedup_by(|a, b| a.cluster == b.cluster && a.host == b.host);
+    claims
+        .iter()
+        .map(|c| DomainReport {
+            cluster: c.cluster.clone(),
+            host: c.host.clone(),
+            routed: proofs.is_some_and(|p| p.is_proven(&c.cluster, &c.host)),
+            detail: proofs
+                .and_then(|p| p.detail(&c.cluster, &c.host))
+                .unwrap_or_else(|| "not checked yet".into()),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -769,6 +288,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::compile::acme::{CertState, HostStatus};
     use crate::compile::domains::Proof;
+    use crate::compile::snapshot::{Condition, IngressReport};
     use teapot_model::manifests::{Loaded, load_text};
 
     const TENANT: &str = "apiVersion: teapot.dev/v1alpha1

@@ -12,9 +12,9 @@ use teapot_model::store::FastHashMap;
 use teapot_model::tenancy::TenantView;
 
 use crate::compile::fairness::TenantGates;
+use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
 use crate::compile::traffic::NginxAnnotations;
-use crate::plane::policy::rate::{self, RateTable};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
 /// per distinct (tenant, body limit).
@@ -90,7 +90,7 @@ impl<'a> Policies<'a> {
             (Some(cluster), Some(limits)) => gates
                 .rate_tables
                 .table(cluster, RateTable::slots_for(limits.max_connections)),
-            _ => gates.rate_tables.table("", rate::OPERATOR_SLOTS),
+            _ => gates.rate_tables.table("", rate_table::OPERATOR_SLOTS),
         };
         let teapot_redirect = all
             .and_then(|a| a.get(SSL_REDIRECT))
@@ -165,9 +165,8 @@ mod tests {
     use std::net::{IpAddr, Ipv6Addr};
 
     use crate::compile::CompileOptions;
+    use crate::compile::rate_table::RateTable;
     use crate::compile::tests::compile_test_docs;
-    use crate::plane::decide::tests::DOCS;
-    use crate::plane::policy::rate::RateTable;
 
     /// A Tenant, its backend and a rate-limited Ingress on its subtree.
     fn tenant_docs(cluster: &str, limits: &str) -> String {
@@ -258,8 +257,17 @@ spec:
     /// it serves applies.
     #[test]
     fn unserved_annotations_are_reported_in_operator_namespaces() {
-        // The pipeline's test store (class, Services in `ops`) and one more Ingress.
         let admin = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: admin
@@ -275,7 +283,8 @@ spec:
   - host: admin.example
     http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
 ";
-        let docs = [DOCS.to_string(), admin.to_string()];        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+        let docs = [admin.to_string()];
+        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
         let report = snapshot
             .report
             .ingresses

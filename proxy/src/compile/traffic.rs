@@ -13,7 +13,8 @@ use ipnet::IpNet;
 use teapot_api::HostPattern;
 use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
 
-use crate::plane::policy::rate::RateTable;
+pub use crate::compile::rate_table::Rate;
+use crate::compile::rate_table::RateTable;
 
 /// Everything a route does to requests besides choosing the backend.
 #[derive(Debug, Default)]
@@ -80,24 +81,6 @@ pub struct RateLimits {
     /// This route's part of each counter's key: the Ingress's name, so a
     /// reload keeps the counters.
     pub route_key: u64,
-}
-
-/// One GCRA limit: a request every `interval_ns`, `burst` more at once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rate {
-    pub interval_ns: u64,
-    pub burst: u64,
-}
-
-impl Rate {
-    /// `count` requests per `period_s` seconds, with `multiplier` times
-    /// `count` as the burst (ingress-nginx's `limit-burst-multiplier`).
-    pub fn new(count: u32, period_s: u64, multiplier: u32) -> Rate {
-        Rate {
-            interval_ns: (period_s * 1_000_000_000) / u64::from(count.max(1)),
-            burst: u64::from(count) * u64::from(multiplier),
-        }
-    }
 }
 
 /// ingress-nginx's CORS, with its defaults.

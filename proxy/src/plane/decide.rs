@@ -173,6 +173,14 @@ pub const ROUTE_TOO_COSTLY: Answer = Answer::local(
     "route_too_costly",
     "400 the request is too costly to match against this host's routes\n",
 );
+/// A Gateway API URL rewrite whose result is no valid request target (a
+/// replacement the route's configuration made unusable for this request):
+/// the route is at fault, not the backend, on either HTTP version.
+pub const BAD_REWRITE: Answer = Answer::local(
+    500,
+    "rewrite_invalid",
+    "500 the route's URL rewrite made no valid request target\n",
+);
 /// A normalised path the engine cannot write as a request target (it
 /// keeps bytes that are not printable ASCII, which only escapes may carry).
 pub const UNFORWARDABLE_PATH: Answer = Answer::local(

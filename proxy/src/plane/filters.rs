@@ -1,47 +1,47 @@
 //! Gateway API filters as pure functions (docs/gateway-api.md): the new
-//! path of a URLRewrite, the `Location` of a RequestRedirect, header
-//! edits over an abstract header list, whether a request is mirrored.
+//! path of a URLRewrite, the `Location` of a RequestRedirect, the header
+//! changes a filter makes ([`header_ops`]), whether a request is mirrored.
 //! Each engine applies them to its own request and response types (the
-//! Pingora adapter in [`crate::plane::proxy`]; the HTTP/1 engine through
-//! [`HeaderList`]), so the behaviour is written once.
+//! HTTP/1 engine as its `HeaderEdits`, crate::plane::h1; HTTP/2 on its
+//! header maps, crate::plane::proxy), so the behaviour is written once.
 
 use std::fmt::Write as _;
 
 use crate::compile::gateway::table::{Filters, HeaderEdits, PathChange, Redirect};
+use crate::plane::forwarding;
 
-/// A header list an engine can edit: names compared ASCII
-/// case-insensitively.
-pub trait HeaderList {
-    /// The first value of `name`.
-    fn get(&self, name: &str) -> Option<&[u8]>;
-    /// Replaces every value of `name` with `value`.
-    fn set(&mut self, name: &str, value: &[u8]);
-    /// Removes every value of `name`.
-    fn remove(&mut self, name: &str);
+/// One header change of a Gateway API filter, as both engines apply it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderOp<'a> {
+    /// Replaces every field of the name.
+    Set(&'a str, &'a str),
+    /// One more field of the name: the same list as `a,b` (RFC 9110
+    /// §5.3), and what the conformance suite reads.
+    Append(&'a str, &'a str),
+    /// Removes every field of the name.
+    Remove(&'a str),
 }
 
-/// Applies header edits in the specification's order: set, add, remove.
-/// `add` appends to an existing value as a list element (`a,b`), the way
-/// the conformance suite reads a repeated header.
-pub fn apply_header_edits(edits: &HeaderEdits, headers: &mut impl HeaderList) {
-    for (name, value) in &edits.set {
-        headers.set(name, value.as_bytes());
-    }
-    for (name, value) in &edits.add {
-        match headers.get(name) {
-            Some(existing) => {
-                let mut joined = Vec::with_capacity(existing.len() + 1 + value.len());
-                joined.extend_from_slice(existing);
-                joined.push(b',');
-                joined.extend_from_slice(value.as_bytes());
-                headers.set(name, &joined);
-            }
-            None => headers.set(name, value.as_bytes()),
-        }
-    }
-    for name in &edits.remove {
-        headers.remove(name);
-    }
+/// `spec`'s changes in the specification's order (set, add, remove): the
+/// one rule both engines apply. A name both edited and removed is only
+/// removed. No filter writes or removes a hop-by-hop or framing field
+/// (teapot frames the body itself: a `Content-Length` a filter set would
+/// misframe it), nor, on a request, a field teapot sets itself
+/// ([`forwarding::is_teapots`]).
+pub fn header_ops(spec: &HeaderEdits, request: bool) -> impl Iterator<Item = HeaderOp<'_>> {
+    let editable = move |name: &str| {
+        let teapots = request && forwarding::is_teapots(name);
+        !(teapot_h1::is_hop_by_hop(name.as_bytes()) || teapots)
+    };
+    let kept = move |name: &str| {
+        editable(name) && !spec.remove.iter().any(|r| r.eq_ignore_ascii_case(name))
+    };
+    let set = spec.set.iter().filter(move |(n, _)| kept(n));
+    let add = spec.add.iter().filter(move |(n, _)| kept(n));
+    let remove = spec.remove.iter().filter(move |n| editable(n));
+    set.map(|(n, v)| HeaderOp::Set(n, v))
+        .chain(add.map(|(n, v)| HeaderOp::Append(n, v)))
+        .chain(remove.map(|n| HeaderOp::Remove(n)))
 }
 
 /// A path after a path change. `matched_prefix` is the PathPrefix the
@@ -203,44 +203,38 @@ pub fn mirrored(per_million: u32, sequence: u64) -> bool {
 mod tests {
     use super::*;
 
-    impl HeaderList for Vec<(String, String)> {
-        fn get(&self, name: &str) -> Option<&[u8]> {
-            self.iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.as_bytes())
-        }
-        fn set(&mut self, name: &str, value: &[u8]) {
-            HeaderList::remove(self, name);
-            self.push((name.into(), String::from_utf8(value.to_vec()).unwrap()));
-        }
-        fn remove(&mut self, name: &str) {
-            self.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-        }
-    }
-
     #[test]
-    fn header_edits_set_append_and_remove_case_insensitively() {
+    fn header_ops_set_append_then_remove_and_never_touch_framing_or_teapots_fields() {
         let edits = HeaderEdits {
-            set: vec![("x-header-set".into(), "header-set".into())],
+            set: vec![
+                ("x-header-set".into(), "header-set".into()),
+                ("X-Gone".into(), "edited".into()),
+                ("content-length".into(), "0".into()),
+                ("x-forwarded-for".into(), "10.9.9.9".into()),
+            ],
             add: vec![
                 ("x-header-add".into(), "header-add".into()),
-                ("x-new".into(), "v".into()),
+                ("connection".into(), "close".into()),
             ],
-            remove: vec!["x-header-remove".into()],
+            remove: vec!["x-gone".into(), "transfer-encoding".into()],
         };
-        let mut h: Vec<(String, String)> = vec![
-            ("x-header-add".into(), "original-val-add".into()),
-            ("X-Header-Remove".into(), "gone".into()),
-            ("x-header-set".into(), "original".into()),
-        ];
-        apply_header_edits(&edits, &mut h);
-        assert_eq!(h.get("X-Header-Set"), Some(&b"header-set"[..]));
+        let request: Vec<_> = header_ops(&edits, true).collect();
         assert_eq!(
-            h.get("x-header-add"),
-            Some(&b"original-val-add,header-add"[..])
+            request,
+            [
+                HeaderOp::Set("x-header-set", "header-set"),
+                HeaderOp::Append("x-header-add", "header-add"),
+                HeaderOp::Remove("x-gone"),
+            ]
         );
-        assert_eq!(h.get("x-new"), Some(&b"v"[..]));
-        assert_eq!(h.get("x-header-remove"), None);
+        // On a response, X-Forwarded-For is the backend's to send.
+        let response: Vec<_> = header_ops(&edits, false).collect();
+        assert!(response.contains(&HeaderOp::Set("x-forwarded-for", "10.9.9.9")));
+        assert!(
+            !response
+                .iter()
+                .any(|op| matches!(op, HeaderOp::Set("content-length", _)))
+        );
     }
 
     #[test]

@@ -25,38 +25,31 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, LOCATION, RETRY_AFTER, SERVER};
+use h2::{Reason, RecvStream};
+use http::header::{CONTENT_LENGTH, HOST, LOCATION, RETRY_AFTER};
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use http::{HeaderValue, Method, Uri};
 use pingora_core::apps::ServerApp;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
 use teapot_h1::ConnInfo;
 
-use crate::compile::fairness::TenantPermit;
-use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::compile::upstream::Tried;
 use crate::plane::access_log::Entry;
-use crate::plane::decide::{Answer, GatewayForward, Head, UNFORWARDABLE_PATH};
+use crate::plane::decide::{self, Answer, Head, UNFORWARDABLE_PATH};
 use crate::plane::edge::{self, Refusal};
-use crate::plane::metrics::Series;
+use crate::plane::h2_stream::{
+    Client, Failure, MAX_FRAME_SIZE, STREAM_WINDOW, StreamCtx, authority,
+};
 use crate::plane::pipeline::{self, Routed};
-use crate::plane::proxy::{BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME};
-use crate::plane::trace::{self, RequestId, TraceParent};
+use crate::plane::proxy::{BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router};
+use crate::plane::trace::{self, Ids};
 
 /// Malformed streams (reset before routing) a connection may open over its
 /// life before it is closed with ENHANCE_YOUR_CALM: a client that keeps
 /// sending them is probing, not browsing.
 const MAX_MALFORMED_STREAMS: usize = 32;
 
-/// The flow-control window teapot grants each stream of an HTTP/2 peer,
-/// client or h2c backend: what the peer may send on one stream before
-/// teapot reads it. And the largest frame teapot accepts, which it holds
-/// whole before parsing. Both are the protocol's initial values (RFC 9113
-/// §6.5.2), set explicitly so that no change of the h2 crate's defaults
-/// moves them; docs/edge.md, "HTTP/2".
-pub(super) const STREAM_WINDOW: u32 = 65_535;
-pub(super) const MAX_FRAME_SIZE: u32 = 16_384;
 /// A client connection's window: one stream's worth, so what one client
 /// connection makes teapot hold is bounded by the same 64 KiB however many
 /// streams it opens (there may be --max-connections of them).
@@ -376,6 +369,7 @@ impl H2Server {
             502 => BAD_GATEWAY_BODY,
             504 => GATEWAY_TIMEOUT_BODY,
             413 => Refusal::BodyTooLarge.body(),
+            500 => decide::BAD_REWRITE.body,
             _ => "400 bad request\n",
         };
         let body = Bytes::from_static(body.as_bytes());
@@ -509,303 +503,6 @@ fn with_path(uri: &Uri, path: &str) -> Option<Uri> {
     let mut parts = uri.clone().into_parts();
     parts.path_and_query = Some(target.parse().ok()?);
     Uri::from_parts(parts).ok()
-}
-
-/// The authority that decides routing: `:authority` wins over a `host`
-/// field (RFC 9113 §8.3.1).
-pub(super) fn authority(parts: &Parts) -> &str {
-    authority_of(&parts.uri, &parts.headers)
-}
-
-/// [`authority`] of an edited request.
-pub(super) fn authority_of<'a>(uri: &'a http::Uri, headers: &'a HeaderMap) -> &'a str {
-    if let Some(a) = uri.authority() {
-        return a.as_str();
-    }
-    headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-}
-
-/// The request's IDs, sent upstream when teapot made them.
-pub(super) struct Ids<'p> {
-    pub request_id: RequestId<'p>,
-    pub traceparent: TraceParent<'p>,
-}
-
-/// Per-stream state: what the exchange needs and what the log reports.
-pub(super) struct StreamCtx<'p> {
-    started: Instant,
-    _in_flight: crate::plane::metrics::InFlight,
-    pub client: Client,
-    pub upstream: Option<Arc<Upstream>>,
-    pub endpoint: Option<Arc<Endpoint>>,
-    pub tried: Tried,
-    pub upstream_started: Option<Instant>,
-    /// Request body bytes allowed (0: no limit).
-    pub body_limit: u64,
-    /// The tenant's connection slot, held until the stream ends.
-    _tenant: Option<TenantPermit>,
-    pub gateway: Option<GatewayForward>,
-    pub series: Option<Arc<Series>>,
-    pub ids: Option<Ids<'p>>,
-    /// Why teapot answered itself, or how the exchange failed.
-    pub reason: Option<&'static str>,
-    /// The client's URI with the normalised path the route matched, when
-    /// that differs from the client's ([`StreamCtx::uri`]).
-    uri: Option<Uri>,
-    /// What the route's traffic policy adds to the response.
-    pub policy: Option<Box<crate::plane::policy::Applied>>,
-}
-
-impl StreamCtx<'_> {
-    /// The URI the backend gets (before Gateway filters): the client's,
-    /// with the path the route matched.
-    pub fn uri<'a>(&'a self, parts: &'a Parts) -> &'a Uri {
-        self.uri.as_ref().unwrap_or(&parts.uri)
-    }
-}
-
-/// The client's side of one stream: its request body, and where the
-/// answer goes (two parts, so an exchange can stream both ways at once).
-pub(super) struct Client {
-    pub body: RequestBody,
-    pub out: Responder,
-}
-
-impl Client {
-    fn new(body: RecvStream, respond: SendResponse<Bytes>) -> Client {
-        Client {
-            body: RequestBody {
-                stream: body,
-                bytes: 0,
-            },
-            out: Responder {
-                respond,
-                send: None,
-                status: 0,
-                bytes: 0,
-            },
-        }
-    }
-}
-
-/// The request body of a stream.
-pub(super) struct RequestBody {
-    stream: RecvStream,
-    /// Bytes read so far.
-    pub bytes: u64,
-}
-
-impl RequestBody {
-    /// Whether the request has no body (its HEADERS ended the stream).
-    pub fn is_empty(&self) -> bool {
-        self.stream.is_end_stream()
-    }
-
-    /// The next piece of the body, its flow-control window given back at
-    /// once (the backend's socket or stream is the back pressure).
-    pub async fn read(&mut self) -> Result<Option<Bytes>, Failure> {
-        match self.stream.data().await {
-            None => Ok(None),
-            Some(Ok(data)) => {
-                let _ = self.stream.flow_control().release_capacity(data.len());
-                self.bytes += data.len() as u64;
-                Ok(Some(data))
-            }
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "reading an HTTP/2 request body");
-                Err(Failure::ClientGone)
-            }
-        }
-    }
-
-    /// The request's trailers (gRPC sends some), after its body.
-    pub async fn trailers(&mut self) -> Result<Option<HeaderMap>, Failure> {
-        self.stream
-            .trailers()
-            .await
-            .map_err(|_| Failure::ClientGone)
-    }
-}
-
-/// Where a stream's answer goes.
-pub(super) struct Responder {
-    respond: SendResponse<Bytes>,
-    send: Option<SendStream<Bytes>>,
-    /// The response status once its head went out, else 0.
-    pub status: u16,
-    /// Body bytes sent.
-    pub bytes: u64,
-}
-
-impl Responder {
-    /// Sends the response head; `end`: there is no body.
-    pub fn send_head(&mut self, resp: Response<()>, end: bool) -> Result<(), Failure> {
-        let status = resp.status().as_u16();
-        let send = self.respond.send_response(resp, end).map_err(|e| {
-            tracing::debug!(error = %e, "sending an HTTP/2 response head");
-            Failure::ClientGone
-        })?;
-        self.status = status;
-        self.send = Some(send);
-        Ok(())
-    }
-
-    /// Sends body bytes as the client's flow-control window allows, so no
-    /// more is buffered than one read of the backend.
-    pub async fn send_data(&mut self, data: Bytes, end: bool) -> Result<(), Failure> {
-        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
-        self.bytes += data.len() as u64;
-        send_flow_controlled(send, data, end)
-            .await
-            .map_err(|_| Failure::ClientGone)
-    }
-
-    /// Ends the response with trailers.
-    pub fn send_trailers(&mut self, trailers: HeaderMap) -> Result<(), Failure> {
-        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
-        send.send_trailers(trailers)
-            .map_err(|_| Failure::ClientGone)
-    }
-
-    fn reset(&mut self, reason: Reason) {
-        match &mut self.send {
-            Some(send) => send.send_reset(reason),
-            None => self.respond.send_reset(reason),
-        }
-    }
-
-    /// A small answer teapot makes itself.
-    fn answer(
-        &mut self,
-        parts: &Parts,
-        status: u16,
-        body: &'static str,
-        extra: &[(http::HeaderName, &[u8])],
-    ) -> Result<(), Failure> {
-        self.answer_bytes(parts, status, Bytes::from_static(body.as_bytes()), extra)
-    }
-
-    fn answer_bytes(
-        &mut self,
-        parts: &Parts,
-        status: u16,
-        body: Bytes,
-        extra: &[(http::HeaderName, &[u8])],
-    ) -> Result<(), Failure> {
-        self.answer_with(status, body, extra, parts.method == Method::HEAD)
-    }
-
-    fn answer_with(
-        &mut self,
-        status: u16,
-        body: Bytes,
-        extra: &[(http::HeaderName, &[u8])],
-        head_only: bool,
-    ) -> Result<(), Failure> {
-        let mut resp = Response::new(());
-        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-        let headers = resp.headers_mut();
-        headers.insert(SERVER, HeaderValue::from_static(SERVER_NAME));
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-        for (name, value) in extra {
-            if let Ok(v) = HeaderValue::from_bytes(value) {
-                headers.insert(name.clone(), v);
-            }
-        }
-        let end = head_only || body.is_empty();
-        self.send_head(resp, end)?;
-        if !end {
-            let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
-            self.bytes += body.len() as u64;
-            // A few hundred bytes: within what h2 buffers for a stream.
-            send.send_data(body, true)
-                .map_err(|_| Failure::ClientGone)?;
-        }
-        Ok(())
-    }
-}
-
-/// Sends `data` on `send` as its flow-control window allows: waits for
-/// capacity rather than letting h2 buffer whatever a peer will not read.
-pub(super) async fn send_flow_controlled(
-    send: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    end: bool,
-) -> Result<(), h2::Error> {
-    if data.is_empty() {
-        return send.send_data(data, end);
-    }
-    while !data.is_empty() {
-        send.reserve_capacity(data.len());
-        let granted = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
-            Some(granted) => granted?,
-            // The stream is gone: the peer reset it.
-            None => return Err(h2::Error::from(Reason::CANCEL)),
-        };
-        if granted == 0 {
-            continue;
-        }
-        let chunk = data.split_to(granted.min(data.len()));
-        send.send_data(chunk, end && data.is_empty())?;
-    }
-    Ok(())
-}
-
-/// How a forwarded request ended without its backend's whole answer.
-#[derive(Debug)]
-pub(super) enum Failure {
-    /// No endpoint could be connected to (502).
-    Connect(&'static str),
-    /// Connecting timed out (504).
-    ConnectTimeout,
-    /// The backend did not answer in time (504).
-    ReadTimeout,
-    /// The backend broke the exchange or sent what cannot be forwarded
-    /// (502).
-    Upstream(&'static str),
-    /// The request body went over the route's limit (413).
-    BodyTooLarge,
-    /// The client reset its stream or went away.
-    ClientGone,
-}
-
-impl Failure {
-    fn status(&self) -> u16 {
-        match self {
-            Failure::Connect(_) | Failure::Upstream(_) => 502,
-            Failure::ConnectTimeout | Failure::ReadTimeout => 504,
-            Failure::BodyTooLarge => 413,
-            Failure::ClientGone => 0,
-        }
-    }
-
-    /// The access log's reason.
-    fn reason(&self) -> &'static str {
-        match self {
-            Failure::Connect(_) => "upstream_connect",
-            Failure::ConnectTimeout => "upstream_connect_timeout",
-            Failure::ReadTimeout => "upstream_read_timeout",
-            Failure::Upstream(_) => "upstream_error",
-            Failure::BodyTooLarge => "body_too_large",
-            Failure::ClientGone => "client_abort",
-        }
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Connect(why) | Failure::Upstream(why) => f.write_str(why),
-            other => f.write_str(other.reason()),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -14,17 +14,18 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Uri};
 use teapot_h1::{BodyError, BodyFraming, ChunkedPayload, ConnInfo, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
 use crate::plane::forwarding;
-use crate::plane::h2::{Failure, Ids, StreamCtx, authority};
+use crate::plane::h2_stream::{Failure, StreamCtx, authority};
 use crate::plane::logflood::EndpointLog;
-use crate::plane::proxy::{Router, has_hop_by_hop};
+use crate::plane::proxy::{self, Router, has_hop_by_hop};
 use crate::plane::trace;
+use crate::plane::trace::Ids;
 
 /// Idle connections kept per backend address and serving thread.
 const MAX_IDLE_PER_UPSTREAM: usize = 256;
@@ -84,12 +85,7 @@ pub(super) async fn forward(
     if st.gateway.is_some() || has_hop_by_hop(&parts.headers) || policy_edits {
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
-        let mut headers = parts.headers.clone();
-        let mut uri = st.uri(parts).clone();
-        router
-            .edit_upstream_request(&mut headers, &mut uri, conn, authority(parts), st)
-            .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
-        crate::plane::policy::engines::h2_request_edits(&mut headers, st.policy.as_deref());
+        let (headers, uri) = edited_request(parts, conn, st)?;
         request_head(&parts.method, &uri, &headers, chunked, &mut head);
     } else {
         direct_head(
@@ -492,7 +488,30 @@ pub(super) fn request_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// [`request_head`] of the edits `Router::edit_upstream_request` makes
+/// The client's request as its backend gets it, whichever protocol that
+/// speaks: a copy of its fields and target with [`proxy::edit_request`]'s
+/// edits (IDs, hop-by-hop fields, Gateway filters, forwarding fields).
+pub(super) fn edited_request(
+    parts: &Parts,
+    conn: &ConnInfo,
+    st: &StreamCtx<'_>,
+) -> Result<(HeaderMap, Uri), Failure> {
+    let mut headers = parts.headers.clone();
+    let mut uri = st.uri(parts).clone();
+    proxy::edit_request(
+        &mut headers,
+        &mut uri,
+        conn,
+        authority(parts),
+        st.ids.as_ref(),
+        st.gateway.as_ref(),
+    )
+    .map_err(|_| Failure::BadRewrite)?;
+    crate::plane::policy::engines::h2_request_edits(&mut headers, st.policy.as_deref());
+    Ok((headers, uri))
+}
+
+/// [`request_head`] of the edits `proxy::edit_request` makes
 /// when there is neither a Gateway filter nor a hop-by-hop field (almost
 /// every request), written straight from the client's head: the new
 /// request ID and traceparent and the forwarding fields replace the

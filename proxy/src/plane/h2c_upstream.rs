@@ -25,11 +25,11 @@ use http::{HeaderMap, HeaderValue, Request, Response, Uri};
 use teapot_h1::ConnInfo;
 
 use crate::compile::upstream::{Endpoint, Upstream};
-use crate::plane::h2::{
-    Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority, authority_of,
+use crate::plane::h2_stream::{
+    Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority_of,
     send_flow_controlled,
 };
-use crate::plane::h2_upstream::{another_endpoint, connect_to, next_endpoint};
+use crate::plane::h2_upstream::{another_endpoint, connect_to, edited_request, next_endpoint};
 use crate::plane::proxy::Router;
 
 thread_local! {
@@ -94,11 +94,7 @@ pub(super) async fn forward(
     conn: &ConnInfo,
     st: &mut StreamCtx<'_>,
 ) -> Result<(), Failure> {
-    let mut headers = parts.headers.clone();
-    let mut uri = st.uri(parts).clone();
-    router
-        .edit_upstream_request(&mut headers, &mut uri, conn, authority(parts), st)
-        .map_err(|_| Failure::Upstream("a rewrite made no valid target"))?;
+    let (mut headers, uri) = edited_request(parts, conn, st)?;
     // gRPC asks for trailers with `te: trailers`, the one TE value HTTP/2
     // allows (RFC 9113 §8.2.2); the hop-by-hop edit removed every TE.
     if parts

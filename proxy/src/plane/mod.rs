@@ -13,12 +13,17 @@
 //!   router and the pipeline.
 //! - [`h2`]: HTTP/2 through teapot's server on the h2 crate, over the same
 //!   router and pipeline; its backends are HTTP/1 ([`h2_upstream`], with
-//!   the `h1` crate's framing rules) or h2c ([`h2c_upstream`]).
+//!   the `h1` crate's framing rules) or h2c ([`h2c_upstream`]); what a
+//!   stream is to all three (its halves, its state, how it fails) is
+//!   [`h2_stream`], below them.
 //! - [`filters`]: the Gateway API filters as pure functions (rewrites,
 //!   redirects, header edits, mirrors), for both engines; [`mirror`]
 //!   sends RequestMirror copies within per-namespace slots.
+//! - [`accept`]: where connections enter: connection caps, then HTTP/2 to
+//!   [`h2`] and the rest to [`h1`].
 //! - [`edge`]: front-door checks (HTTP/1 framing, Host) and limits (sizes,
-//!   header-read deadline, connection caps); docs/edge.md.
+//!   header-read deadline, connection caps): pure rules, below the engines
+//!   and the decision; docs/edge.md.
 //! - [`tls`]: the SNI certificate resolver.
 //! - [`l4`]: TCP and UDP listeners for LoadBalancer Services.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
@@ -30,6 +35,7 @@
 //! ACME is a loop (`crate::loops::acme`); the plane reaches it only through
 //! [`AcmeResponder`], so nothing here depends on the issuer.
 
+pub mod accept;
 pub mod access_log;
 pub mod admin;
 pub mod decide;
@@ -38,6 +44,7 @@ pub mod filters;
 pub mod forwarding;
 pub mod h1;
 pub mod h2;
+pub mod h2_stream;
 pub mod h2_upstream;
 pub mod h2c_upstream;
 pub mod l4;

@@ -86,7 +86,7 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     }
     match decide(router, req, conn) {
         Decision::Forward(forward) if forward.route.traffic().is_some() => {
-            policy::screen(forward, req, conn)
+            screen(forward, req, conn)
         }
         decision => decision.into(),
     }
@@ -100,6 +100,33 @@ fn decide(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Decision {
         tls: Some(conn.tls),
     };
     decide_request(&router.snapshots.load(), &router.edge, &req.head, &facts)
+}
+
+/// The pipeline's step after the decision, for a forward whose route has
+/// a traffic policy: the client is the address teapot forwards as
+/// `X-Forwarded-For`, the path the one the route matched. A refusal drops
+/// the forward, and with it the tenant's slot.
+fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
+    let Some(traffic) = forward.route.traffic() else {
+        return Routed::Forward(forward);
+    };
+    let seen = policy::Seen {
+        method: req.method,
+        authority: req.head.authority,
+        path: forward.path.as_deref().unwrap_or(req.head.path),
+        query: req.query,
+        tls: conn.tls,
+        client: conn.client.map(|a| a.ip()),
+        origin: req.headers.first("origin"),
+        cookie: req.headers.first("cookie"),
+    };
+    match policy::apply(traffic, &forward.upstream, &seen) {
+        Ok(applied) => {
+            forward.policy = applied;
+            Routed::Forward(forward)
+        }
+        Err(answer) => Routed::Policy(answer, forward.route),
+    }
 }
 
 /// Starts the RequestMirror copies of a forwarded request (each on its

@@ -14,16 +14,17 @@ use http::header::{CONNECTION, CONTENT_LENGTH, HOST, SERVER, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use teapot_h1::ConnInfo;
 
+use crate::compile::gateway::table::HeaderEdits as GatewayHeaderEdits;
 use crate::compile::routes::Route;
 use crate::compile::snapshot::SnapshotHandle;
 use crate::plane::access_log::AccessLog;
 use crate::plane::decide::GatewayForward;
 use crate::plane::edge::EdgeConfig;
-use crate::plane::filters::{self, HeaderList};
+use crate::plane::filters::{self, HeaderOp};
 use crate::plane::forwarding;
-use crate::plane::h2::{Ids, StreamCtx};
 use crate::plane::metrics::{Metrics, Series};
 use crate::plane::trace;
+use crate::plane::trace::Ids;
 
 /// Value of the `Server` header on responses that have none.
 pub const SERVER_NAME: &str = "teapot";
@@ -141,28 +142,6 @@ impl Router {
 }
 
 impl Router {
-    /// The edits of an HTTP/2 request before it goes to its backend: new
-    /// request IDs, hop-by-hop fields, Gateway filters, forwarding fields
-    /// (of `authority`, the client's). `Err`: a rewrite made no valid
-    /// target.
-    pub(super) fn edit_upstream_request(
-        &self,
-        headers: &mut HeaderMap,
-        uri: &mut Uri,
-        conn: &ConnInfo,
-        authority: &str,
-        st: &StreamCtx<'_>,
-    ) -> Result<(), http::Error> {
-        edit_request(
-            headers,
-            uri,
-            conn,
-            authority,
-            st.ids.as_ref(),
-            st.gateway.as_ref(),
-        )
-    }
-
     /// The edits of a backend's response for HTTP/2: Gateway filters,
     /// hop-by-hop fields, `Server`.
     pub(super) fn edit_response(
@@ -173,7 +152,7 @@ impl Router {
     ) {
         if let Some(gateway) = gateway {
             for f in gateway.each() {
-                filters::apply_header_edits(&f.response_headers, &mut Headers::response(headers));
+                apply_header_edits(&f.response_headers, false, headers);
             }
         }
         let switching = status == StatusCode::SWITCHING_PROTOCOLS;
@@ -207,9 +186,11 @@ impl Router {
     }
 }
 
-/// [`Router::edit_upstream_request`] of the request's IDs (sent when
-/// teapot made them) and its Gateway filters.
-fn edit_request(
+/// The edits of an HTTP/2 request before it goes to its backend: new
+/// request IDs (sent when teapot made them), hop-by-hop fields, Gateway
+/// filters, forwarding fields (of `authority`, the client's). `Err`: a
+/// rewrite made no valid target.
+pub(super) fn edit_request(
     headers: &mut HeaderMap,
     uri: &mut Uri,
     conn: &ConnInfo,
@@ -268,7 +249,7 @@ fn apply_request_filters(
     uri: &mut Uri,
 ) -> Result<(), http::Error> {
     for f in gateway.each() {
-        filters::apply_header_edits(&f.request_headers, &mut Headers::request(headers));
+        apply_header_edits(&f.request_headers, true, headers);
         if let Some(host) = filters::rewritten_host(f) {
             headers.insert(HOST, HeaderValue::from_str(host)?);
         }
@@ -295,54 +276,28 @@ fn apply_request_filters(
     Ok(())
 }
 
-/// A header map as a [`HeaderList`], for a Gateway filter's edits. As
-/// the HTTP/1 engine does with its edits, a filter never writes or
-/// removes a hop-by-hop or framing field (teapot frames the body itself;
-/// a `Content-Length` a filter set would misframe it), and on a request
-/// never one teapot sets itself ([`forwarding::is_teapots`]).
-struct Headers<'a> {
-    map: &'a mut HeaderMap,
-    request: bool,
-}
-
-impl<'a> Headers<'a> {
-    fn request(map: &'a mut HeaderMap) -> Self {
-        Headers { map, request: true }
-    }
-
-    fn response(map: &'a mut HeaderMap) -> Self {
-        Headers {
-            map,
-            request: false,
-        }
-    }
-
-    fn editable(&self, name: &str) -> bool {
-        let engines = teapot_h1::is_hop_by_hop(name.as_bytes());
-        !(engines || (self.request && forwarding::is_teapots(name)))
-    }
-}
-
-impl HeaderList for Headers<'_> {
-    fn get(&self, name: &str) -> Option<&[u8]> {
-        self.map.get(name).map(|v| v.as_bytes())
-    }
-    fn set(&mut self, name: &str, value: &[u8]) {
-        if !self.editable(name) {
-            return;
-        }
-        // Names and values were validated at load; one that still does
-        // not fit a header is skipped rather than failing the request.
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(value),
-        ) {
-            self.map.insert(n, v);
-        }
-    }
-    fn remove(&mut self, name: &str) {
-        if self.editable(name) {
-            self.map.remove(name);
+/// A Gateway filter's header changes ([`filters::header_ops`]) on an
+/// HTTP/2 header map. Names and values were validated at load; one that
+/// still does not fit a header is skipped rather than failing the request.
+fn apply_header_edits(spec: &GatewayHeaderEdits, request: bool, map: &mut HeaderMap) {
+    for op in filters::header_ops(spec, request) {
+        match op {
+            HeaderOp::Set(name, value) | HeaderOp::Append(name, value) => {
+                let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) else {
+                    continue;
+                };
+                if matches!(op, HeaderOp::Set(..)) {
+                    map.insert(n, v);
+                } else {
+                    map.append(n, v);
+                }
+            }
+            HeaderOp::Remove(name) => {
+                map.remove(name);
+            }
         }
     }
 }

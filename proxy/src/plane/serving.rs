@@ -113,7 +113,7 @@ pub struct ThreadServing {
 }
 
 /// The serving threads' application.
-pub type Edge = crate::plane::edge::EdgeApp<crate::plane::h2::H2Server>;
+pub type Edge = crate::plane::accept::EdgeApp<crate::plane::h2::H2Server>;
 
 /// One thread's listeners over its sockets. `tls` builds the HTTPS
 /// listener's settings (each thread needs its own: they are consumed).

@@ -186,6 +186,12 @@ fn hex(out: &mut [u8], bytes: &[u8]) {
     }
 }
 
+/// The request's IDs, sent upstream when teapot made them.
+pub struct Ids<'p> {
+    pub request_id: RequestId<'p>,
+    pub traceparent: TraceParent<'p>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

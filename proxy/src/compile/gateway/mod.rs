@@ -65,7 +65,7 @@ use table::{
 pub use table::{GatewayTable, RequestFacts, RequestHeaders};
 
 /// The group of every Gateway API kind.
-use teapot_model::attachment::{self, GROUP};
+use teapot_model::attachment::{self, GROUP, ListenerProtocol};
 
 /// The Gateway API part of `/status`, in the shapes of the status
 /// subresources (what the kube status writer applies).
@@ -331,19 +331,16 @@ fn age<'s>(
 }
 
 /// Everything the Gateway compile reads besides the store.
-pub(super) struct Context<'c, 's, 't> {
+pub(super) struct Context<'c, 'h, 's, 't> {
     pub store: &'s Store,
-    pub tenancy: &'c teapot_model::tenancy::Tenancy<'t>,
-    pub options: &'c crate::compile::CompileOptions,
-    pub assigned: &'c teapot_model::store::FastHashMap<&'t str, Vec<String>>,
-    pub claims: &'c mut Vec<crate::compile::domains::Claim>,
-    pub custom_owners: &'c mut teapot_model::store::FastHashMap<String, &'t str>,
+    /// Which hosts a tenant may route, shared with the other compiles.
+    pub hosts: &'c mut crate::compile::bind::TenantHosts<'h, 't>,
 }
 
 impl<'s> GatewayCompile<'s> {
     /// Compiles every Gateway API object of `store`.
     pub(super) fn new<'p, 't>(
-        cx: &mut Context<'_, 's, 't>,
+        cx: &mut Context<'_, '_, 's, 't>,
         resolver: &mut Resolver<'s>,
         policies: &mut Policies<'p>,
     ) -> GatewayCompile<'s>
@@ -550,7 +547,7 @@ impl<'s> GatewayCompile<'s> {
     #[allow(clippy::too_many_arguments)]
     fn route<'p, 't>(
         &mut self,
-        cx: &mut Context<'_, 's, 't>,
+        cx: &mut Context<'_, '_, 's, 't>,
         resolver: &mut Resolver<'s>,
         policies: &mut Policies<'p>,
         (gateways, by_name): (&mut [GatewayEntry<'s>], &GatewayIndex<'s>),
@@ -567,7 +564,7 @@ impl<'s> GatewayCompile<'s> {
         let name: Arc<str> = Arc::from(name);
         debug_assert_eq!(self.claimants.len(), index as usize);
         self.claimants.push((name.clone(), route.age));
-        let tenancy = cx.tenancy;
+        let tenancy = cx.hosts.tenancy;
         let tenant = tenancy.get(&id.namespace);
         let info = Arc::new(RouteInfo {
             name: name.clone(),
@@ -661,7 +658,7 @@ impl<'s> GatewayCompile<'s> {
     #[allow(clippy::too_many_arguments)]
     fn attach<'t>(
         &mut self,
-        cx: &mut Context<'_, 's, 't>,
+        cx: &mut Context<'_, '_, 's, 't>,
         gateway: &mut GatewayEntry<'s>,
         route: &RouteIn<'s>,
         parent: &ParentIn<'s>,
@@ -670,7 +667,7 @@ impl<'s> GatewayCompile<'s> {
         countable: bool,
     ) -> Result<(), (&'static str, String)> {
         let id = route.id;
-        let tenancy = cx.tenancy;
+        let tenancy = cx.hosts.tenancy;
         let mut reason: Option<(&'static str, String)> = None;
         let mut worse = |r: &'static str, m: String| {
             // The first reason found is the one reported.
@@ -762,14 +759,7 @@ impl<'s> GatewayCompile<'s> {
             let mut served_any = false;
             for host in hosts {
                 if let (Some(t), Some(h)) = (tenant, host)
-                    && let Err(why) = crate::compile::admit_tenant_host(
-                        t,
-                        h,
-                        cx.options,
-                        cx.assigned,
-                        cx.claims,
-                        cx.custom_owners,
-                    )
+                    && let Err(why) = cx.hosts.admit(t, h)
                 {
                     worse("NoMatchingListenerHostname", why);
                     continue;
@@ -858,20 +848,20 @@ fn granted(
 }
 
 fn gateway_entry<'s>(
-    cx: &mut Context<'_, 's, '_>,
+    cx: &mut Context<'_, '_, 's, '_>,
     id: &'s NsName,
     gateway: &'s Gateway,
     certificates: &mut Vec<(HostPattern, NsName)>,
 ) -> GatewayEntry<'s> {
     let store = cx.store;
     let generation = gateway.metadata.generation;
-    let tenancy = cx.tenancy;
+    let tenancy = cx.hosts.tenancy;
     let tenant = tenancy.get(&id.namespace);
     let assigned = tenant.map(|t| {
         HostPattern::Exact(hostname::assigned_hostname(
             &id.name,
             t.cluster,
-            &cx.options.domain,
+            &cx.hosts.options.domain,
         ))
     });
     let addresses = match &assigned {
@@ -880,6 +870,7 @@ fn gateway_entry<'s>(
             value: h.to_string(),
         }],
         None => cx
+            .hosts
             .options
             .status_addresses
             .iter()
@@ -899,10 +890,10 @@ fn gateway_entry<'s>(
     let mut listeners = Vec::with_capacity(gateway.spec.listeners.len());
     for (i, l) in gateway.spec.listeners.iter().enumerate() {
         let mut conditions = Vec::new();
-        let mut plane = match (l.protocol.as_str(), l.port) {
-            ("HTTP", 80) => Some(Plane::Http),
-            ("HTTPS", 443) => Some(Plane::Https),
-            ("HTTP", _) | ("HTTPS", _) => {
+        let mut plane = match (ListenerProtocol::of(&l.protocol), l.port) {
+            (Some(ListenerProtocol::Http), 80) => Some(Plane::Http),
+            (Some(ListenerProtocol::Https), 443) => Some(Plane::Https),
+            (Some(ListenerProtocol::Http | ListenerProtocol::Https), _) => {
                 conditions.push(condition(
                     "Accepted",
                     false,
@@ -915,7 +906,7 @@ fn gateway_entry<'s>(
                 ));
                 None
             }
-            ("TLS" | "TCP" | "UDP", _) => {
+            (Some(_), _) => {
                 conditions.push(condition(
                     "Accepted",
                     false,

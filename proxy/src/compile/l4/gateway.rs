@@ -40,7 +40,7 @@ use crate::compile::bind::TenantHosts;
 use crate::compile::condition::Condition;
 use crate::compile::upstream::Upstream;
 
-use teapot_model::attachment::{self, GROUP};
+use teapot_model::attachment::{self, GROUP, ListenerProtocol};
 
 /// Whether teapot serves `gateway`: its class is a GatewayClass of
 /// teapot's controller, or (with no GatewayClass of that name in the
@@ -105,11 +105,12 @@ pub(super) fn listeners(gateway: &Gateway) -> Vec<Listener<'_>> {
     let mut out: Vec<Listener<'_>> = Vec::new();
     let mut passthrough = Vec::new();
     for l in &gateway.spec.listeners {
-        let kind = match l.protocol.as_str() {
-            "TCP" => ListenerKind::Tcp,
-            "UDP" => ListenerKind::Udp,
-            "TLS" => ListenerKind::TlsPassthrough,
-            _ => continue,
+        let kind = match ListenerProtocol::of(&l.protocol) {
+            Some(ListenerProtocol::Tcp) => ListenerKind::Tcp,
+            Some(ListenerProtocol::Udp) => ListenerKind::Udp,
+            Some(ListenerProtocol::Tls) => ListenerKind::TlsPassthrough,
+            // The HTTP compile's, or refused there.
+            Some(ListenerProtocol::Http | ListenerProtocol::Https) | None => continue,
         };
         let Some(port) = u16::try_from(l.port).ok().filter(|p| *p != 0) else {
             continue;

@@ -12,7 +12,6 @@ use std::time::{Duration, SystemTime};
 
 use crate::compile::traffic::Affinity;
 use crate::compile::upstream::{Tried, Upstream};
-use crate::plane::decide::RequestHeaders;
 
 /// What affinity decided for one request.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,10 +33,9 @@ pub fn cookie_value(addr: SocketAddr) -> String {
     format!("{hash:016x}")
 }
 
-/// The value of cookie `name` in the request's first `Cookie` field.
-fn cookie<'h>(headers: &'h (dyn RequestHeaders + Sync), name: &str) -> Option<&'h [u8]> {
-    let field = headers.first("cookie")?;
-    field.split(|&b| b == b';').find_map(|pair| {
+/// The value of cookie `name` in the request's `Cookie` field.
+fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
+    field?.split(|&b| b == b';').find_map(|pair| {
         let pair = pair.trim_ascii();
         let eq = pair.iter().position(|&b| b == b'=')?;
         (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
@@ -47,13 +45,8 @@ fn cookie<'h>(headers: &'h (dyn RequestHeaders + Sync), name: &str) -> Option<&'
 impl Affinity {
     /// The endpoint of `upstream` this request sticks to; `None` when the
     /// upstream has no endpoint (the engines answer that).
-    pub fn choose(
-        &self,
-        upstream: &Upstream,
-        headers: &(dyn RequestHeaders + Sync),
-        tls: bool,
-    ) -> Option<Sticky> {
-        if let Some(value) = cookie(headers, &self.cookie)
+    pub fn choose(&self, upstream: &Upstream, cookies: Option<&[u8]>, tls: bool) -> Option<Sticky> {
+        if let Some(value) = cookie(cookies, &self.cookie)
             && let Some(i) = upstream
                 .endpoints
                 .iter()
@@ -129,14 +122,15 @@ mod tests {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, &[1, 2, 3]);
         let a = affinity();
-        let none: &[(&str, &str)] = &[];
-        let first = a.choose(&up, &none, false).unwrap();
+        let none = None;
+        let first = a.choose(&up, none, false).unwrap();
         let set = first.set_cookie.clone().unwrap();
         let value = set.split(';').next().unwrap().to_string();
         assert!(set.ends_with("; Path=/; HttpOnly"), "{set}");
-        let with: &[(&str, &str)] = &[("cookie", &format!("other=1; {value}"))];
+        let field = format!("other=1; {value}");
+        let with = Some(field.as_bytes());
         for _ in 0..5 {
-            let again = a.choose(&up, &with, false).unwrap();
+            let again = a.choose(&up, with, false).unwrap();
             assert_eq!(
                 again,
                 Sticky {
@@ -151,19 +145,19 @@ mod tests {
             .filter(|p| usize::from(*p - 1) != first.endpoint)
             .collect();
         let smaller = upstream(&registry, &ports);
-        let moved = a.choose(&smaller, &with, false).unwrap();
+        let moved = a.choose(&smaller, with, false).unwrap();
         assert!(moved.set_cookie.is_some());
         // An unknown or forged value is a new client.
-        let forged: &[(&str, &str)] = &[("cookie", "route=10.0.0.1:1")];
-        assert!(a.choose(&up, &forged, false).unwrap().set_cookie.is_some());
+        let forged = Some(&b"route=10.0.0.1:1"[..]);
+        assert!(a.choose(&up, forged, false).unwrap().set_cookie.is_some());
     }
 
     #[test]
     fn secure_as_ingress_nginx() {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, &[1]);
-        let none: &[(&str, &str)] = &[];
-        let set = |a: &Affinity, tls: bool| a.choose(&up, &none, tls).unwrap().set_cookie.unwrap();
+        let none = None;
+        let set = |a: &Affinity, tls: bool| a.choose(&up, none, tls).unwrap().set_cookie.unwrap();
         let mut a = affinity();
         assert!(!set(&a, false).contains("; Secure"));
         assert!(set(&a, true).contains("; Secure"));

@@ -31,12 +31,8 @@ pub mod rate;
 
 use std::net::IpAddr;
 
-use teapot_h1::ConnInfo;
-
 use crate::compile::traffic::{SslRedirect, TrafficPolicy};
 use crate::compile::upstream::Upstream;
-use crate::plane::decide::{Forward, RequestHeaders};
-use crate::plane::pipeline::{Request, Routed};
 
 /// teapot's own answer to a request its route's policy stops.
 #[derive(Debug, PartialEq, Eq)]
@@ -71,37 +67,13 @@ pub struct Seen<'r> {
     pub tls: bool,
     /// The address teapot forwards as `X-Forwarded-For`.
     pub client: Option<IpAddr>,
-    pub headers: &'r (dyn RequestHeaders + Sync),
+    /// The request's first `Origin` and `Cookie` fields.
+    pub origin: Option<&'r [u8]>,
+    pub cookie: Option<&'r [u8]>,
 }
 
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
 pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this route\n";
-
-/// The pipeline's step after the decision, for a forward whose route has
-/// a traffic policy: the client is the address teapot forwards as
-/// `X-Forwarded-For`, the path the one the route matched. A refusal drops
-/// the forward, and with it the tenant's slot.
-pub(in crate::plane) fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
-    let Some(traffic) = forward.route.traffic() else {
-        return Routed::Forward(forward);
-    };
-    let seen = Seen {
-        method: req.method,
-        authority: req.head.authority,
-        path: forward.path.as_deref().unwrap_or(req.head.path),
-        query: req.query,
-        tls: conn.tls,
-        client: conn.client.map(|a| a.ip()),
-        headers: req.headers,
-    };
-    match apply(traffic, &forward.upstream, &seen) {
-        Ok(applied) => {
-            forward.policy = applied;
-            Routed::Forward(forward)
-        }
-        Err(answer) => Routed::Policy(answer, forward.route),
-    }
-}
 
 /// The policy's verdict for a request routed to a route with `policy`:
 /// `Err` answers it; `Ok` forwards it with what the policy adds (`None`:
@@ -155,7 +127,7 @@ pub fn apply(
     }
     let mut applied = Applied::default();
     if let Some(cors) = &policy.cors
-        && let Some(fields) = cors.fields(seen.headers.first("origin"))
+        && let Some(fields) = cors.fields(seen.origin)
     {
         if seen.method == "OPTIONS" {
             return Err(PolicyAnswer {
@@ -168,7 +140,7 @@ pub fn apply(
         applied.response_headers = fields;
     }
     if let Some(affinity) = &policy.affinity
-        && let Some(sticky) = affinity.choose(upstream, seen.headers, seen.tls)
+        && let Some(sticky) = affinity.choose(upstream, seen.cookie, seen.tls)
     {
         applied.endpoint = Some(sticky.endpoint);
         if let Some(cookie) = sticky.set_cookie {
@@ -222,8 +194,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::compile::rate_table::RateTable;
     use crate::compile::traffic::NginxAnnotations;
-    use crate::plane::policy::rate::RateTable;
 
     fn policy(pairs: &[(&str, &str)]) -> TrafficPolicy {
         let map: BTreeMap<String, String> = pairs
@@ -244,7 +216,7 @@ mod tests {
         p: &TrafficPolicy,
         method: &str,
         path: &str,
-        headers: &(dyn RequestHeaders + Sync),
+        origin: Option<&str>,
         client: Option<IpAddr>,
     ) -> Result<Option<Box<Applied>>, PolicyAnswer> {
         let seen = Seen {
@@ -254,7 +226,8 @@ mod tests {
             query: "",
             tls: false,
             client,
-            headers,
+            origin: origin.map(str::as_bytes),
+            cookie: None,
         };
         super::apply(
             p,
@@ -272,31 +245,31 @@ mod tests {
             ("app-root", "/app"),
             ("enable-cors", "true"),
         ]);
-        let none: &[(&str, &str)] = &[];
-        let origin: &[(&str, &str)] = &[("origin", "https://c.example")];
+        let none = None;
+        let origin = Some("https://c.example");
         // Outside the allow-list: 403, and nothing counted.
-        let denied = apply(&p, "GET", "/", &none, ip("198.51.100.1")).unwrap_err();
+        let denied = apply(&p, "GET", "/", none, ip("198.51.100.1")).unwrap_err();
         assert_eq!(denied.status, 403);
         // Inside: app-root for `/` (302), counted...
-        let root = apply(&p, "GET", "/", &none, ip("192.0.2.1")).unwrap_err();
+        let root = apply(&p, "GET", "/", none, ip("192.0.2.1")).unwrap_err();
         assert_eq!(
             (root.status, &root.headers[0].1[..]),
             (302, "http://a.example/app")
         );
         // ...then the preflight from the same client, within the burst
         // (one plus one)...
-        let pre = apply(&p, "OPTIONS", "/x", &origin, ip("192.0.2.1")).unwrap_err();
+        let pre = apply(&p, "OPTIONS", "/x", origin, ip("192.0.2.1")).unwrap_err();
         assert_eq!(pre.status, 204);
         assert!(
             pre.headers
                 .contains(&("access-control-allow-origin", "*".into()))
         );
         // ...then over the limit.
-        let limited = apply(&p, "GET", "/x", &origin, ip("192.0.2.1")).unwrap_err();
+        let limited = apply(&p, "GET", "/x", origin, ip("192.0.2.1")).unwrap_err();
         assert_eq!(limited.status, 429);
         assert_eq!(limited.headers[0].0, "retry-after");
         // Another client's request is forwarded with the CORS fields.
-        let applied = apply(&p, "GET", "/x", &origin, ip("192.0.2.2"))
+        let applied = apply(&p, "GET", "/x", origin, ip("192.0.2.2"))
             .unwrap()
             .unwrap();
         assert_eq!(applied.response_headers[0].1, "*");
@@ -308,8 +281,8 @@ mod tests {
             ("temporal-redirect", "https://www.example.com/"),
             ("temporal-redirect-code", "307"),
         ]);
-        let none: &[(&str, &str)] = &[];
-        let r = apply(&p, "POST", "/any", &none, ip("192.0.2.1")).unwrap_err();
+        let none = None;
+        let r = apply(&p, "POST", "/any", none, ip("192.0.2.1")).unwrap_err();
         assert_eq!(r.status, 307);
         assert_eq!(
             r.headers,

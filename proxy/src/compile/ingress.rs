@@ -1,0 +1,505 @@
+//! The Ingress compiler: every Ingress of the store that teapot's classes
+//! serve, oldest first (creationTimestamp, then namespace/name), into the
+//! route table, the certificate table and its status report. "First insert
+//! wins" in both tables is therefore "oldest wins", as docs/architecture.md
+//! requires, and every loser gets a condition naming the Ingress that holds
+//! its rule.
+//!
+//! A tenant's hosts are decided by the rule every route kind follows
+//! (`compile::bind::TenantHosts`); a rule on a host a Gateway API route
+//! holds asks the Gateway compile first (`GatewayCompile::claim`), and the
+//! older of the two keeps it. Backends come from the shared resolver
+//! (`compile::backends`), each Ingress's limits from its annotations
+//! (`compile::policies`).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::networking::v1::{
+    Ingress, IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
+};
+use teapot_api::names::{CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS};
+use teapot_api::{HostPattern, PathKind, hostname};
+use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
+
+use crate::compile::acme;
+use crate::compile::backends::Resolver;
+use crate::compile::bind::TenantHosts;
+use crate::compile::certs::CertTable;
+use crate::compile::gateway::GatewayCompile;
+use crate::compile::policies::Policies;
+use crate::compile::routes::{Route, RouteTable};
+use crate::compile::snapshot::{Condition, IngressReport};
+use crate::compile::upstream::Upstream;
+
+/// A host an Ingress asked ACME for.
+pub(super) struct AcmeCandidate {
+    pub host: String,
+    /// The TLS entry's own `secretName`, when the host has it alone.
+    pub secret: Option<String>,
+    /// The asking Ingress, as an index into [`Compiled::reports`].
+    pub report: usize,
+}
+
+/// What the Ingresses compile into.
+pub(super) struct Compiled {
+    pub routes: RouteTable,
+    pub reports: Vec<IngressReport>,
+    pub acme_candidates: Vec<AcmeCandidate>,
+}
+
+/// Compiles every Ingress of `store`; certificates go into `certs`.
+pub(super) fn compile<'s, 'p, 't>(
+    store: &'s Store,
+    classes: &ClassFilter,
+    hosts: &mut TenantHosts<'_, 't>,
+    resolver: &mut Resolver<'s>,
+    policies: &mut Policies<'p>,
+    gateway: &mut GatewayCompile<'s>,
+    certs: &mut CertTable,
+) -> Compiled
+where
+    't: 'p,
+{
+    let options = hosts.options;
+    let tenancy = hosts.tenancy;
+    let (host_count, path_count) = rule_counts(store);
+    let mut routes = RouteTable::with_capacity(host_count, path_count);
+    // Every operator Ingress shows the same status: build it once.
+    let fleet_status = Arc::new(IngressStatus {
+        load_balancer: Some(load_balancer_status(&options.status_addresses)),
+    });
+    let no_status = Arc::new(IngressStatus::default());
+    let gateway_routes = !gateway.is_empty();
+    let mut acme_candidates = Vec::new();
+    let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
+    ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
+
+    let mut default_holder: Option<&NsName> = None;
+    let mut ingress_reports = Vec::with_capacity(ordered.len());
+
+    // A route remembers its owner as an index into `ordered`, which is
+    // how a conflict names the older Ingress without a side table.
+    let owners: Vec<&NsName> = ordered.iter().map(|(id, _)| *id).collect();
+    for (index, (id, stored)) in ordered.into_iter().enumerate() {
+        let index = index as u32;
+        let ingress = &stored.object;
+        if !classes.serves(ingress) {
+            ingress_reports.push(IngressReport {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                served: false,
+                status: no_status.clone(),
+                conditions: vec![Condition::new(
+                    "Accepted",
+                    false,
+                    "OtherClass",
+                    "the Ingress class is not implemented by teapot",
+                )],
+            });
+            continue;
+        }
+        let mut conflicts = Vec::new();
+        let mut unresolved = Vec::new();
+        let mut refused_hosts = Vec::new();
+        let spec = ingress.spec.as_ref();
+        let tenant = tenancy.get(&id.namespace);
+        // In a tenant namespace, host-less rules and defaultBackend belong
+        // to the Ingress's assigned hostname, never to the fleet.
+        let own_host = tenant.map(|t| {
+            HostPattern::Exact(hostname::assigned_hostname(
+                &id.name,
+                t.cluster,
+                &options.domain,
+            ))
+        });
+        let (policy, annotation_problems) = policies.of(ingress, tenant);
+        let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
+        let mut note = |upstream: &Upstream| {
+            for why in upstream.unavailable.iter().chain(&upstream.refused) {
+                if !unresolved.contains(why) {
+                    unresolved.push(why.clone());
+                }
+            }
+        };
+
+        if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
+            let upstream = resolver.backend(&id.namespace, backend);
+            note(&upstream);
+            let upstream = Route::new(upstream, policy.clone(), ingress_name.clone());
+            match &own_host {
+                Some(host) => {
+                    if !routes.host_mut(Some(host)).set_fallback(upstream) {
+                        conflicts.push(format!("defaultBackend for {host} is already set"));
+                    }
+                }
+                None => {
+                    if routes.set_default_backend(upstream) {
+                        default_holder = Some(id);
+                    } else if let Some(holder) = default_holder {
+                        conflicts.push(format!("defaultBackend is held by older Ingress {holder}"));
+                    }
+                }
+            }
+        }
+        let mut rule_hosts = Vec::new();
+        for rule in spec.and_then(|s| s.rules.as_ref()).into_iter().flatten() {
+            // Validated at load; a parse failure here cannot happen.
+            let host = rule
+                .host
+                .as_deref()
+                .and_then(|h| HostPattern::parse(h).ok());
+            let host = match (tenant, host) {
+                (None, host) => host,
+                (Some(_), None) => own_host.clone(),
+                (Some(t), Some(host)) => match hosts.admit(t, &host) {
+                    Ok(()) => Some(host),
+                    Err(why) => {
+                        if !refused_hosts.contains(&why) {
+                            refused_hosts.push(why);
+                        }
+                        continue;
+                    }
+                },
+            };
+            if gateway_routes
+                && let Err(why) = gateway.claim(host.as_ref(), &ingress_name, age_key(stored, id))
+            {
+                conflicts.push(why);
+                continue;
+            }
+            // Kept for the certificates; the paths below borrow it there.
+            let host = host.map(|h| {
+                rule_hosts.push(h);
+                &rule_hosts[rule_hosts.len() - 1]
+            });
+            let mut table = routes.host_mut(host);
+            for p in rule.http.iter().flat_map(|h| &h.paths) {
+                let Ok(kind) = PathKind::parse(&p.path_type) else {
+                    continue;
+                };
+                let path = p.path.as_deref().unwrap_or("/");
+                let upstream = resolver.backend(&id.namespace, &p.backend);
+                note(&upstream);
+                let route = Route::new(upstream, policy.clone(), ingress_name.clone());
+                if let Err(owner) = table.insert(kind, path, route, index) {
+                    let holder = owners[owner as usize];
+                    let host = host.map_or("*".to_string(), |h| h.to_string());
+                    conflicts.push(format!(
+                        "rule {host} {path} ({kind:?}) is held by older Ingress {holder}"
+                    ));
+                }
+            }
+        }
+        let acme = options.acme.as_ref().is_some_and(|a| {
+            let annotations = ingress.metadata.annotations.as_ref();
+            let value = annotations.and_then(|a| a.get(acme::ANNOTATION));
+            a.opted_in(value.map(String::as_str), tenant.is_some())
+        });
+        if acme {
+            let default_host = own_host
+                .as_ref()
+                .filter(|_| spec.is_some_and(|s| s.default_backend.is_some()));
+            for (host, secret) in acme_hosts(ingress, &rule_hosts, default_host) {
+                // A tenant's secretName names the agent's mirror of a
+                // tenant Secret: ACME must not take that name (docs/acme.md).
+                let secret = secret.filter(|_| tenant.is_none());
+                acme_candidates.push(AcmeCandidate {
+                    host,
+                    secret,
+                    report: ingress_reports.len(),
+                });
+            }
+        }
+        let tls_problems = add_certificates(
+            store,
+            id,
+            ingress,
+            &rule_hosts,
+            tenant.is_some(),
+            acme,
+            certs,
+        );
+
+        let mut conditions = Vec::with_capacity(5);
+        conditions.push(Condition::new("Accepted", true, "Accepted", ""));
+        conditions.push(if conflicts.is_empty() {
+            Condition::new("Conflicted", false, "NoConflict", "")
+        } else {
+            Condition::new("Conflicted", true, "OlderIngressWins", conflicts.join("; "))
+        });
+        conditions.push(Condition::unless_problems(
+            "BackendsReady",
+            &unresolved,
+            "EndpointsReady",
+            "NoReadyEndpoints",
+        ));
+        conditions.push(Condition::unless_problems(
+            "TLSReady",
+            &tls_problems,
+            "CertificatesLoaded",
+            "SecretUnusable",
+        ));
+        conditions.push(Condition::unless_problems(
+            "HostsAccepted",
+            &refused_hosts,
+            "HostsAccepted",
+            "HostsNotRouted",
+        ));
+        if !annotation_problems.is_empty() {
+            conditions.push(Condition::unless_problems(
+                "AnnotationsAccepted",
+                &annotation_problems,
+                "AnnotationsAccepted",
+                "InvalidAnnotation",
+            ));
+        }
+        let status = match &own_host {
+            Some(host) => Arc::new(IngressStatus {
+                load_balancer: Some(load_balancer_status(&[host.to_string()])),
+            }),
+            None => fleet_status.clone(),
+        };
+        ingress_reports.push(IngressReport {
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            served: true,
+            status,
+            conditions,
+        });
+    }
+
+    Compiled {
+        routes,
+        reports: ingress_reports,
+        acme_candidates,
+    }
+}
+
+/// The ACME hosts of this compile: each candidate no Secret covers (a
+/// tenant's own certificate always wins), attributed to the oldest Ingress
+/// asking, whose report gets the condition of its hosts.
+pub(super) fn assign_acme(
+    candidates: Vec<AcmeCandidate>,
+    certs: &CertTable,
+    reports: &mut [IngressReport],
+    inputs: Option<&acme::AcmeInputs>,
+) -> acme::AcmeHosts {
+    let mut acme_hosts = acme::AcmeHosts::default();
+    let mut by_report: FastHashMap<usize, Vec<String>> = FastHashMap::default();
+    for AcmeCandidate {
+        host,
+        secret,
+        report,
+    } in candidates
+    {
+        if certs.lookup(&host).is_some() {
+            continue;
+        }
+        let r = &reports[report];
+        acme_hosts.insert_with_secret(&host, &r.namespace, &r.name, secret.as_deref());
+        by_report.entry(report).or_default().push(host);
+    }
+    if let Some(inputs) = inputs {
+        for (report, mut hosts) in by_report {
+            hosts.sort();
+            hosts.dedup();
+            reports[report]
+                .conditions
+                .push(acme::condition(&inputs.states, &hosts));
+        }
+    }
+    acme_hosts
+}
+
+/// Upper bounds of the hosts and paths a compile will add, for sizing the
+/// route table once instead of growing it.
+fn rule_counts(store: &Store) -> (usize, usize) {
+    let mut hosts = 0;
+    let mut paths = 0;
+    for stored in store.ingresses.values() {
+        for rule in stored
+            .object
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+        {
+            hosts += 1;
+            paths += rule.http.as_ref().map_or(0, |h| h.paths.len());
+        }
+    }
+    (hosts, paths)
+}
+
+/// The exact TLS hosts of an Ingress that it routes (its rule hosts, plus
+/// `default_host` where a tenant's defaultBackend serves): what ACME may
+/// ask a certificate for. HTTP-01 cannot prove a wildcard. Each comes with
+/// its entry's `secretName` when that entry has no other such host (one
+/// certificate per host, so a shared name cannot hold them all).
+fn acme_hosts(
+    ingress: &Ingress,
+    rule_hosts: &[HostPattern],
+    default_host: Option<&HostPattern>,
+) -> Vec<(String, Option<String>)> {
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    let mut out = Vec::new();
+    for entry in tls.into_iter().flatten() {
+        let first = out.len();
+        for host in tls_entry_hosts(entry, rule_hosts) {
+            let routed = rule_hosts.contains(&host) || default_host == Some(&host);
+            if let (true, HostPattern::Exact(name)) = (routed, &host) {
+                out.push((name.to_string(), None));
+            }
+        }
+        if out.len() == first + 1 {
+            out[first].1 = entry.secret_name.clone();
+        }
+    }
+    out
+}
+
+/// The hosts a `spec.tls` entry names; without hosts, the certificate
+/// covers the Ingress's own rule hosts.
+fn tls_entry_hosts(
+    entry: &k8s_openapi::api::networking::v1::IngressTLS,
+    rule_hosts: &[HostPattern],
+) -> Vec<HostPattern> {
+    match &entry.hosts {
+        Some(hosts) if !hosts.is_empty() => hosts
+            .iter()
+            .filter_map(|h| HostPattern::parse(h).ok())
+            .collect(),
+        _ => rule_hosts.to_vec(),
+    }
+}
+
+/// Registers the certificates of an Ingress's `spec.tls`; returns messages
+/// for entries that could not be used. With `acme`, a missing Secret is
+/// expected (ACME supplies the certificate) and not a problem.
+fn add_certificates(
+    store: &Store,
+    id: &NsName,
+    ingress: &Ingress,
+    rule_hosts: &[HostPattern],
+    tenant: bool,
+    acme: bool,
+    certs: &mut CertTable,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    for (i, entry) in tls.into_iter().flatten().enumerate() {
+        let Some(secret_name) = entry.secret_name.as_deref() else {
+            if !acme {
+                problems.push(format!("spec.tls[{i}].secretName is empty"));
+            }
+            continue;
+        };
+        let Some(secret) = store.secrets.get(&NsRef {
+            namespace: &id.namespace,
+            name: secret_name,
+        }) else {
+            if acme {
+                continue;
+            }
+            problems.push(format!(
+                "spec.tls[{i}]: Secret {}/{secret_name} not found or not a usable kubernetes.io/tls Secret",
+                id.namespace
+            ));
+            continue;
+        };
+        for host in tls_entry_hosts(entry, rule_hosts) {
+            // A tenant's certificate covers only hosts it routes: a Secret
+            // must never put a certificate on another tenant's name.
+            if tenant && !rule_hosts.contains(&host) {
+                problems.push(format!(
+                    "spec.tls[{i}]: host {host} is not routed by this Ingress; its certificate is not used"
+                ));
+                continue;
+            }
+            if certs.insert(&host, secret.object.certificate.key.clone()) {
+                if let Some(not_after) = secret.object.certificate.not_after {
+                    certs.note_secret(format!("{}/{secret_name}", id.namespace), not_after);
+                }
+            } else {
+                problems.push(format!(
+                    "spec.tls[{i}]: host {host} already has a certificate from an older Ingress"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+pub(super) fn load_balancer_status(addresses: &[String]) -> IngressLoadBalancerStatus {
+    IngressLoadBalancerStatus {
+        ingress: Some(
+            addresses
+                .iter()
+                .map(|a| {
+                    if a.parse::<IpAddr>().is_ok() {
+                        IngressLoadBalancerIngress {
+                            ip: Some(a.clone()),
+                            ..Default::default()
+                        }
+                    } else {
+                        IngressLoadBalancerIngress {
+                            hostname: Some(a.clone()),
+                            ..Default::default()
+                        }
+                    }
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Which Ingresses are ours.
+pub(super) struct ClassFilter {
+    /// Names of IngressClasses whose controller is teapot.
+    ours: Vec<String>,
+    /// Whether one of them is the cluster default.
+    default: bool,
+}
+
+impl ClassFilter {
+    pub(super) fn new(store: &Store) -> ClassFilter {
+        let mut ours = vec![INGRESS_CLASS.to_string()];
+        let mut default = false;
+        for (name, class) in &store.ingress_classes {
+            let controller = class
+                .object
+                .spec
+                .as_ref()
+                .and_then(|s| s.controller.as_deref());
+            if controller != Some(CONTROLLER_NAME) {
+                continue;
+            }
+            ours.push(name.clone());
+            let annotations = class.object.metadata.annotations.as_ref();
+            default |= annotations
+                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                .is_some_and(|v| v == "true");
+        }
+        ClassFilter { ours, default }
+    }
+
+    pub(super) fn serves(&self, ingress: &Ingress) -> bool {
+        let class = ingress
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref())
+            .or_else(|| {
+                // The deprecated annotation still appears in older charts.
+                ingress
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get("kubernetes.io/ingress.class")
+                    .map(String::as_str)
+            });
+        match class {
+            Some(c) => self.ours.iter().any(|o| o == c),
+            None => self.default,
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Where connections enter: the listener's application ([`EdgeApp`]).
+//! It holds each connection against the caps of [`ConnectionTable`]
+//! (total, per client address, and the pace of new connections per client
+//! address), then hands HTTP/2 to teapot's HTTP/2 server (crate::plane::h2)
+//! and everything else to the HTTP/1 engine (crate::plane::h1), whose
+//! header-read deadline and keep-alive timeout are docs/edge.md's.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use pingora_core::apps::ServerApp;
+use pingora_core::protocols::Stream;
+use pingora_core::server::ShutdownWatch;
+use teapot_h1::ConnInfo;
+use tokio::net::TcpStream;
+
+use crate::plane::edge::{EdgeConfig, Refusal};
+use crate::plane::h1::H1Engine;
+
+/// Counts connections, total and per client address, and paces new
+/// connections per client address.
+#[derive(Debug, Default)]
+pub struct ConnectionTable {
+    total: AtomicUsize,
+    per_client: parking_lot::Mutex<ClientMap>,
+}
+
+#[derive(Debug, Default)]
+struct ClientMap {
+    clients: HashMap<IpAddr, ClientState>,
+    /// Size after the last sweep of idle entries.
+    swept_at: usize,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    open: usize,
+    /// GCRA theoretical arrival time of the next connection, ms on
+    /// [`clock_ms`]; the entry outlives its connections until then, so
+    /// closing and reopening does not reset the pace.
+    tat_ms: u64,
+}
+
+fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+/// One counted connection; uncounted on drop.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    table: Arc<ConnectionTable>,
+    client: Option<IpAddr>,
+}
+
+impl ConnectionTable {
+    /// Takes a slot, or says which cap is full.
+    pub fn admit(
+        self: &Arc<Self>,
+        client: Option<IpAddr>,
+        config: &EdgeConfig,
+    ) -> Result<ConnectionSlot, Refusal> {
+        self.admit_at(client, config, clock_ms())
+    }
+
+    fn admit_at(
+        self: &Arc<Self>,
+        client: Option<IpAddr>,
+        config: &EdgeConfig,
+        now_ms: u64,
+    ) -> Result<ConnectionSlot, Refusal> {
+        let total = self.total.fetch_add(1, Ordering::AcqRel) + 1;
+        // The slot exists from here on, so every exit path uncounts it.
+        let mut slot = ConnectionSlot {
+            table: self.clone(),
+            client: None,
+        };
+        if config.max_connections > 0 && total > config.max_connections {
+            return Err(Refusal::ConnectionCap);
+        }
+        if let Some(ip) = client {
+            let mut map = self.per_client.lock();
+            map.sweep(now_ms);
+            let state = map.clients.entry(ip).or_default();
+            if config.max_connections_per_client > 0
+                && state.open >= config.max_connections_per_client
+            {
+                return Err(Refusal::ClientConnectionCap);
+            }
+            if config.max_connection_rate_per_client > 0 {
+                let interval = (1000 / u64::from(config.max_connection_rate_per_client)).max(1);
+                let next = state.tat_ms.max(now_ms) + interval;
+                if next > now_ms + 1000 {
+                    return Err(Refusal::ClientConnectionRate);
+                }
+                state.tat_ms = next;
+            }
+            state.open += 1;
+            slot.client = Some(ip);
+        }
+        Ok(slot)
+    }
+
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+}
+
+impl ClientMap {
+    /// Forgets clients without connections whose pace has run out, once
+    /// the map has doubled since the last sweep (amortized O(1)).
+    fn sweep(&mut self, now_ms: u64) {
+        if self.clients.len() >= 2 * self.swept_at.max(512) {
+            self.clients.retain(|_, c| c.open > 0 || c.tat_ms > now_ms);
+            self.swept_at = self.clients.len();
+        }
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.table.total.fetch_sub(1, Ordering::AcqRel);
+        if let Some(ip) = self.client {
+            let mut map = self.table.per_client.lock();
+            if let Some(c) = map.clients.get_mut(&ip) {
+                c.open -= 1;
+                if c.open == 0 && c.tat_ms <= clock_ms() {
+                    map.clients.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// The listener's application: takes a connection slot, then hands the
+/// connection to the HTTP/2 application or to the HTTP/1 engine.
+pub struct EdgeApp<A> {
+    h2: Arc<A>,
+    h1: Arc<H1Engine>,
+    config: EdgeConfig,
+    table: Arc<ConnectionTable>,
+    metrics: crate::plane::metrics::Metrics,
+    h2c: bool,
+    /// When set, what tells connections to finish (keep-alive off, HTTP/2
+    /// GOAWAY) instead of the listener's stop: a replica handing its
+    /// addresses over drains its connections while it still accepts.
+    drain: Option<ShutdownWatch>,
+}
+
+// Every field is shared: a clone is the same application (the plain
+// listener's accept loop and the HTTPS listener's Pingora service of one
+// thread hold one each).
+impl<A> Clone for EdgeApp<A> {
+    fn clone(&self) -> Self {
+        EdgeApp {
+            h2: self.h2.clone(),
+            h1: self.h1.clone(),
+            config: self.config.clone(),
+            table: self.table.clone(),
+            metrics: self.metrics.clone(),
+            h2c: self.h2c,
+            drain: self.drain.clone(),
+        }
+    }
+}
+
+impl<A> std::fmt::Debug for EdgeApp<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdgeApp")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A> EdgeApp<A> {
+    pub fn new(
+        h2: A,
+        h1: H1Engine,
+        config: EdgeConfig,
+        metrics: crate::plane::metrics::Metrics,
+        h2c: bool,
+    ) -> Self {
+        EdgeApp {
+            h2: Arc::new(h2),
+            h1: Arc::new(h1),
+            config,
+            table: Arc::new(ConnectionTable::default()),
+            metrics,
+            h2c,
+            drain: None,
+        }
+    }
+
+    /// Connections finish on `drain` rather than on the listener's stop.
+    pub fn with_drain(mut self, drain: ShutdownWatch) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    /// A connection slot under the caps, or `None` (counted): the
+    /// connection is then closed at once, the cheapest answer to a flood
+    /// (the client sees a reset, not a 503 it would have to read).
+    fn admit(&self, client: Option<IpAddr>) -> Option<ConnectionSlot> {
+        self.table
+            .admit(client, &self.config)
+            .map_err(|refusal| self.metrics.refused(refusal))
+            .ok()
+    }
+
+    /// The signal this connection finishes on.
+    fn finish_on(&self, listener_stop: &ShutdownWatch) -> ShutdownWatch {
+        self.drain.clone().unwrap_or_else(|| listener_stop.clone())
+    }
+
+    /// The application of another serving thread (crate::plane::serving):
+    /// its own engine and HTTP/2 application, but the same connection
+    /// table, so the caps hold for the replica, not per thread.
+    pub fn sibling(&self, h2: A, h1: H1Engine) -> Self {
+        EdgeApp {
+            h2: Arc::new(h2),
+            h1: Arc::new(h1),
+            config: self.config.clone(),
+            table: self.table.clone(),
+            metrics: self.metrics.clone(),
+            h2c: self.h2c,
+            drain: self.drain.clone(),
+        }
+    }
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+impl EdgeApp<crate::plane::h2::H2Server> {
+    /// One plain-HTTP connection from teapot's own accept loop
+    /// (crate::plane::serving): the same slot and the same split as
+    /// [`ServerApp::process_new`], on the bare socket. The HTTP/1 engine
+    /// gets the `TcpStream` itself, so an idle keep-alive connection waits
+    /// on the socket's readiness holding no buffer.
+    pub async fn serve_tcp(self: Arc<Self>, tcp: TcpStream, stop: ShutdownWatch) {
+        let shutdown = self.finish_on(&stop);
+        drop(stop);
+        // Heads and small answers go out at once, as Pingora's listener did.
+        let _ = tcp.set_nodelay(true);
+        let client = tcp.peer_addr().ok();
+        let Some(_slot) = self.admit(client.map(|a| a.ip())) else {
+            return;
+        };
+        let info = ConnInfo {
+            client,
+            local: tcp.local_addr().ok(),
+            ..ConnInfo::default()
+        };
+        if self.h2c {
+            let mut buf = [0u8; H2_PREFACE.len()];
+            if matches!(tcp.peek(&mut buf).await, Ok(n) if n == buf.len()) && buf == H2_PREFACE {
+                // Boxed: HTTP/2's connection future is several times the
+                // HTTP/1 engine's, and every plain connection's task would
+                // otherwise be sized for it.
+                Box::pin(self.h2.serve(tcp, &info, shutdown)).await;
+                return;
+            }
+        }
+        self.h1.serve(tcp, &info, shutdown).await;
+    }
+}
+
+#[async_trait]
+impl<A> ServerApp for EdgeApp<A>
+where
+    A: ServerApp + Send + Sync + 'static,
+{
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let client = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        let _slot = self.admit(client)?;
+        let h2 = if stream.get_ssl_digest().is_some() {
+            matches!(
+                stream.selected_alpn_proto(),
+                Some(pingora_core::protocols::ALPN::H2)
+            )
+        } else if self.h2c {
+            let mut buf = [0u8; H2_PREFACE.len()];
+            matches!(stream.try_peek(&mut buf).await, Ok(true)) && buf == H2_PREFACE
+        } else {
+            false
+        };
+        if h2 {
+            // HTTP/2 has its own idle timeout; its streams are futures of
+            // the connection's task (crate::plane::h2).
+            return self.h2.process_new(stream, &self.finish_on(shutdown)).await;
+        }
+        let info = crate::plane::h1::conn_info(&stream);
+        self.h1.serve(stream, &info, self.finish_on(shutdown)).await;
+        None
+    }
+
+    async fn cleanup(&self) {
+        self.h2.cleanup().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_caps_count_and_release() {
+        let table = Arc::new(ConnectionTable::default());
+        let config = EdgeConfig {
+            max_connections: 3,
+            max_connections_per_client: 2,
+            ..EdgeConfig::default()
+        };
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let s1 = table.admit(Some(a), &config).unwrap();
+        let _s2 = table.admit(Some(a), &config).unwrap();
+        assert_eq!(
+            table.admit(Some(a), &config).unwrap_err(),
+            Refusal::ClientConnectionCap
+        );
+        let _s3 = table.admit(Some(b), &config).unwrap();
+        assert_eq!(
+            table.admit(Some(b), &config).unwrap_err(),
+            Refusal::ConnectionCap
+        );
+        drop(s1);
+        assert_eq!(table.total(), 2);
+        let _s4 = table.admit(Some(a), &config).unwrap();
+        assert_eq!(table.total(), 3);
+    }
+
+    #[test]
+    fn new_connections_per_client_are_paced() {
+        let table = Arc::new(ConnectionTable::default());
+        let config = EdgeConfig {
+            max_connection_rate_per_client: 10,
+            ..EdgeConfig::default()
+        };
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let t = 50_000;
+        // A second's burst, even when each connection closes at once.
+        for _ in 0..10 {
+            drop(table.admit_at(Some(a), &config, t).unwrap());
+        }
+        assert_eq!(
+            table.admit_at(Some(a), &config, t).unwrap_err(),
+            Refusal::ClientConnectionRate
+        );
+        assert!(table.admit_at(Some(b), &config, t).is_ok(), "per client");
+        assert!(
+            table.admit_at(Some(a), &config, t + 100).is_ok(),
+            "one interval later"
+        );
+        assert_eq!(table.total(), 0, "every slot released");
+    }
+}

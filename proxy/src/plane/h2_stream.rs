@@ -1,0 +1,344 @@
+//! One HTTP/2 stream as both halves of teapot see it: the client's side
+//! ([`Client`]: its body and where the answer goes), the per-stream state
+//! ([`StreamCtx`]) and how a forwarded exchange fails ([`Failure`]). The
+//! HTTP/2 server (crate::plane::h2) makes them; its backend paths
+//! (crate::plane::h2_upstream, crate::plane::h2c_upstream) and the
+//! [`Router`](crate::plane::proxy::Router)'s edits take them, so they live
+//! below all of those.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, SERVER};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+
+use crate::compile::fairness::TenantPermit;
+use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::plane::decide::GatewayForward;
+use crate::plane::metrics::Series;
+use crate::plane::proxy::SERVER_NAME;
+use crate::plane::trace::Ids;
+
+/// The flow-control window teapot grants each stream of an HTTP/2 peer,
+/// client or h2c backend: what the peer may send on one stream before
+/// teapot reads it. And the largest frame teapot accepts, which it holds
+/// whole before parsing. Both are the protocol's initial values (RFC 9113
+/// §6.5.2), set explicitly so that no change of the h2 crate's defaults
+/// moves them; docs/edge.md, "HTTP/2".
+pub(super) const STREAM_WINDOW: u32 = 65_535;
+pub(super) const MAX_FRAME_SIZE: u32 = 16_384;
+
+/// The authority that decides routing: `:authority` wins over a `host`
+/// field (RFC 9113 §8.3.1).
+pub(super) fn authority(parts: &Parts) -> &str {
+    authority_of(&parts.uri, &parts.headers)
+}
+
+/// [`authority`] of an edited request.
+pub(super) fn authority_of<'a>(uri: &'a http::Uri, headers: &'a HeaderMap) -> &'a str {
+    if let Some(a) = uri.authority() {
+        return a.as_str();
+    }
+    headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Per-stream state: what the exchange needs and what the log reports.
+pub(super) struct StreamCtx<'p> {
+    pub(super) started: Instant,
+    pub(super) _in_flight: crate::plane::metrics::InFlight,
+    pub client: Client,
+    pub upstream: Option<Arc<Upstream>>,
+    pub endpoint: Option<Arc<Endpoint>>,
+    pub tried: Tried,
+    pub upstream_started: Option<Instant>,
+    /// Request body bytes allowed (0: no limit).
+    pub body_limit: u64,
+    /// The tenant's connection slot, held until the stream ends.
+    pub(super) _tenant: Option<TenantPermit>,
+    pub gateway: Option<GatewayForward>,
+    pub series: Option<Arc<Series>>,
+    pub ids: Option<Ids<'p>>,
+    /// Why teapot answered itself, or how the exchange failed.
+    pub reason: Option<&'static str>,
+    /// The client's URI with the normalised path the route matched, when
+    /// that differs from the client's ([`StreamCtx::uri`]).
+    pub(super) uri: Option<Uri>,
+    /// What the route's traffic policy adds (crate::plane::policy).
+    pub policy: Option<Box<crate::plane::policy::Applied>>,
+}
+
+impl StreamCtx<'_> {
+    /// The URI the backend gets (before Gateway filters): the client's,
+    /// with the path the route matched.
+    pub fn uri<'a>(&'a self, parts: &'a Parts) -> &'a Uri {
+        self.uri.as_ref().unwrap_or(&parts.uri)
+    }
+}
+
+/// The client's side of one stream: its request body, and where the
+/// answer goes (two parts, so an exchange can stream both ways at once).
+pub(super) struct Client {
+    pub body: RequestBody,
+    pub out: Responder,
+}
+
+impl Client {
+    pub(super) fn new(body: RecvStream, respond: SendResponse<Bytes>) -> Client {
+        Client {
+            body: RequestBody {
+                stream: body,
+                bytes: 0,
+            },
+            out: Responder {
+                respond,
+                send: None,
+                status: 0,
+                bytes: 0,
+            },
+        }
+    }
+}
+
+/// The request body of a stream.
+pub(super) struct RequestBody {
+    stream: RecvStream,
+    /// Bytes read so far.
+    pub bytes: u64,
+}
+
+impl RequestBody {
+    /// Whether the request has no body (its HEADERS ended the stream).
+    pub fn is_empty(&self) -> bool {
+        self.stream.is_end_stream()
+    }
+
+    /// The next piece of the body, its flow-control window given back at
+    /// once (the backend's socket or stream is the back pressure).
+    pub async fn read(&mut self) -> Result<Option<Bytes>, Failure> {
+        match self.stream.data().await {
+            None => Ok(None),
+            Some(Ok(data)) => {
+                let _ = self.stream.flow_control().release_capacity(data.len());
+                self.bytes += data.len() as u64;
+                Ok(Some(data))
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "reading an HTTP/2 request body");
+                Err(Failure::ClientGone)
+            }
+        }
+    }
+
+    /// The request's trailers (gRPC sends some), after its body.
+    pub async fn trailers(&mut self) -> Result<Option<HeaderMap>, Failure> {
+        self.stream
+            .trailers()
+            .await
+            .map_err(|_| Failure::ClientGone)
+    }
+}
+
+/// Where a stream's answer goes.
+pub(super) struct Responder {
+    respond: SendResponse<Bytes>,
+    send: Option<SendStream<Bytes>>,
+    /// The response status once its head went out, else 0.
+    pub status: u16,
+    /// Body bytes sent.
+    pub bytes: u64,
+}
+
+impl Responder {
+    /// Sends the response head; `end`: there is no body.
+    pub fn send_head(&mut self, resp: Response<()>, end: bool) -> Result<(), Failure> {
+        let status = resp.status().as_u16();
+        let send = self.respond.send_response(resp, end).map_err(|e| {
+            tracing::debug!(error = %e, "sending an HTTP/2 response head");
+            Failure::ClientGone
+        })?;
+        self.status = status;
+        self.send = Some(send);
+        Ok(())
+    }
+
+    /// Sends body bytes as the client's flow-control window allows, so no
+    /// more is buffered than one read of the backend.
+    pub async fn send_data(&mut self, data: Bytes, end: bool) -> Result<(), Failure> {
+        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+        self.bytes += data.len() as u64;
+        send_flow_controlled(send, data, end)
+            .await
+            .map_err(|_| Failure::ClientGone)
+    }
+
+    /// Ends the response with trailers.
+    pub fn send_trailers(&mut self, trailers: HeaderMap) -> Result<(), Failure> {
+        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+        send.send_trailers(trailers)
+            .map_err(|_| Failure::ClientGone)
+    }
+
+    pub(super) fn reset(&mut self, reason: Reason) {
+        match &mut self.send {
+            Some(send) => send.send_reset(reason),
+            None => self.respond.send_reset(reason),
+        }
+    }
+
+    /// A small answer teapot makes itself.
+    pub(super) fn answer(
+        &mut self,
+        parts: &Parts,
+        status: u16,
+        body: &'static str,
+        extra: &[(http::HeaderName, &[u8])],
+    ) -> Result<(), Failure> {
+        self.answer_bytes(parts, status, Bytes::from_static(body.as_bytes()), extra)
+    }
+
+    pub(super) fn answer_bytes(
+        &mut self,
+        parts: &Parts,
+        status: u16,
+        body: Bytes,
+        extra: &[(http::HeaderName, &[u8])],
+    ) -> Result<(), Failure> {
+        self.answer_with(status, body, extra, parts.method == Method::HEAD)
+    }
+
+    pub(super) fn answer_with(
+        &mut self,
+        status: u16,
+        body: Bytes,
+        extra: &[(http::HeaderName, &[u8])],
+        head_only: bool,
+    ) -> Result<(), Failure> {
+        let mut resp = Response::new(());
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        let headers = resp.headers_mut();
+        headers.insert(SERVER, HeaderValue::from_static(SERVER_NAME));
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        for (name, value) in extra {
+            if let Ok(v) = HeaderValue::from_bytes(value) {
+                headers.insert(name.clone(), v);
+            }
+        }
+        let end = head_only || body.is_empty();
+        self.send_head(resp, end)?;
+        if !end {
+            let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+            self.bytes += body.len() as u64;
+            // A few hundred bytes: within what h2 buffers for a stream.
+            send.send_data(body, true)
+                .map_err(|_| Failure::ClientGone)?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends `data` on `send` as its flow-control window allows: waits for
+/// capacity rather than letting h2 buffer whatever a peer will not read.
+pub(super) async fn send_flow_controlled(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+) -> Result<(), h2::Error> {
+    if data.is_empty() {
+        return send.send_data(data, end);
+    }
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
+            Some(granted) => granted?,
+            // The stream is gone: the peer reset it.
+            None => return Err(h2::Error::from(Reason::CANCEL)),
+        };
+        if granted == 0 {
+            continue;
+        }
+        let chunk = data.split_to(granted.min(data.len()));
+        send.send_data(chunk, end && data.is_empty())?;
+    }
+    Ok(())
+}
+
+/// How a forwarded request ended without its backend's whole answer.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// No endpoint could be connected to (502).
+    Connect(&'static str),
+    /// Connecting timed out (504).
+    ConnectTimeout,
+    /// The backend did not answer in time (504).
+    ReadTimeout,
+    /// The backend broke the exchange or sent what cannot be forwarded
+    /// (502).
+    Upstream(&'static str),
+    /// The request body went over the route's limit (413).
+    BodyTooLarge,
+    /// The route's URL rewrite made no valid target (500, as on HTTP/1:
+    /// crate::plane::decide::BAD_REWRITE).
+    BadRewrite,
+    /// The client reset its stream or went away.
+    ClientGone,
+}
+
+impl Failure {
+    pub(super) fn status(&self) -> u16 {
+        match self {
+            Failure::Connect(_) | Failure::Upstream(_) => 502,
+            Failure::ConnectTimeout | Failure::ReadTimeout => 504,
+            Failure::BodyTooLarge => 413,
+            Failure::BadRewrite => 500,
+            Failure::ClientGone => 0,
+        }
+    }
+
+    /// The access log's reason.
+    pub(super) fn reason(&self) -> &'static str {
+        match self {
+            Failure::Connect(_) => "upstream_connect",
+            Failure::ConnectTimeout => "upstream_connect_timeout",
+            Failure::ReadTimeout => "upstream_read_timeout",
+            Failure::Upstream(_) => "upstream_error",
+            Failure::BodyTooLarge => "body_too_large",
+            Failure::BadRewrite => "rewrite_invalid",
+            Failure::ClientGone => "client_abort",
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Connect(why) | Failure::Upstream(why) => f.write_str(why),
+            other => f.write_str(other.reason()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plane::decide::BAD_REWRITE;
+
+    /// A rewrite that makes no valid target is the route's fault on
+    /// HTTP/2 as on HTTP/1: the same status and access-log reason.
+    #[test]
+    fn a_bad_rewrite_answers_as_on_http1() {
+        let failure = Failure::BadRewrite;
+        assert_eq!(failure.status(), BAD_REWRITE.status);
+        assert_eq!(failure.reason(), BAD_REWRITE.reason);
+    }
+}
