@@ -136,6 +136,34 @@ impl<'a> Policies<'a> {
     }
 }
 
+impl Policies<'_> {
+    /// The policy of one rule of an Ingress whose policy is `policy`: the
+    /// same one, unless its affinity cookie takes the rule's path (no
+    /// `session-cookie-path`, several paths), as ingress-nginx scopes it
+    /// to each location. Such a rule's policy shares the Ingress's counters.
+    pub(crate) fn for_rule(
+        policy: &Option<Arc<RoutePolicy>>,
+        path: &str,
+    ) -> Option<Arc<RoutePolicy>> {
+        let traffic = policy.as_ref().and_then(|p| p.traffic.as_ref());
+        let affinity = traffic.and_then(|t| t.affinity.as_ref());
+        match (policy, traffic, affinity) {
+            (Some(p), Some(t), Some(a)) if !a.path_set && a.path != path => {
+                let mut traffic = (**t).clone();
+                if let Some(a) = &mut traffic.affinity {
+                    a.path = path.to_string();
+                }
+                Some(Arc::new(RoutePolicy {
+                    max_body_size: p.max_body_size,
+                    tenant: p.tenant.clone(),
+                    traffic: Some(Arc::new(traffic)),
+                }))
+            }
+            _ => policy.clone(),
+        }
+    }
+}
+
 /// The hosts of an Ingress's `spec.tls` (those `ssl-redirect` covers).
 fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
     let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
@@ -167,6 +195,7 @@ mod tests {
     use crate::compile::CompileOptions;
     use crate::compile::rate_table::RateTable;
     use crate::compile::tests::compile_test_docs;
+    use crate::compile::traffic::TrafficPolicy;
 
     /// A Tenant, its backend and a rate-limited Ingress on its subtree.
     fn tenant_docs(cluster: &str, limits: &str) -> String {
@@ -318,5 +347,49 @@ spec:
         );
         let route = snapshot.routes.lookup("admin.example", "/").unwrap();
         assert!(route.traffic().unwrap().access.is_some());
+    }
+
+    /// Without `session-cookie-path`, each rule's cookie takes its own
+    /// path (ingress-nginx's per-location scope), sharing one rate table.
+    #[test]
+    fn affinity_cookies_take_each_rules_path() {
+        let docs = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  namespace: ops
+  annotations:
+    nginx.ingress.kubernetes.io/affinity: cookie
+    nginx.ingress.kubernetes.io/limit-rps: '5'
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: shop.example
+    http:
+      paths:
+      - {path: /cart, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+";
+        let snapshot = compile_test_docs(&[docs.to_string()], &CompileOptions::default());
+        let traffic = |path: &str| {
+            let route = snapshot.routes.lookup("shop.example", path).unwrap();
+            route.traffic().unwrap().clone()
+        };
+        let (cart, root) = (traffic("/cart/x"), traffic("/x"));
+        assert_eq!(cart.affinity.as_ref().unwrap().path, "/cart");
+        assert_eq!(root.affinity.as_ref().unwrap().path, "/");
+        let table =
+            |t: &super::super::traffic::TrafficPolicy| t.rate.as_ref().unwrap().table.clone();
+        assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
     }
 }

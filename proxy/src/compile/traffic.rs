@@ -17,7 +17,7 @@ pub use crate::compile::rate_table::Rate;
 use crate::compile::rate_table::RateTable;
 
 /// Everything a route does to requests besides choosing the backend.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct TrafficPolicy {
     pub access: Option<AccessList>,
     pub rate: Option<RateLimits>,
@@ -35,7 +35,7 @@ pub struct TrafficPolicy {
 }
 
 /// Plain-HTTP requests are redirected to HTTPS (308) for these hosts.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SslRedirect {
     /// `force-ssl-redirect`: every host.
     All,
@@ -44,12 +44,14 @@ pub enum SslRedirect {
 }
 
 /// Cookie session affinity (`affinity: cookie`).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Affinity {
     pub cookie: String,
-    /// `session-cookie-path`, else the Ingress's path when it has one,
-    /// else `/`.
+    /// `session-cookie-path`, else the path of the rule the route came
+    /// from ([`Affinity::for_rule`]).
     pub path: String,
+    /// Whether `path` is `session-cookie-path`'s.
+    pub path_set: bool,
     pub max_age: Option<u32>,
     /// `session-cookie-expires`: seconds from now, written as a date.
     pub expires: Option<u32>,
@@ -62,14 +64,14 @@ pub struct Affinity {
 /// Client networks: a client in `deny` is refused; else, when `allow` is
 /// not empty, a client outside it is refused (ingress-nginx writes its
 /// deny rules before its allow rules, so the deny-list wins).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct AccessList {
     pub allow: Vec<IpNet>,
     pub deny: Vec<IpNet>,
 }
 
 /// Request rates per client address on this route.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct RateLimits {
     /// `limit-rps` and `limit-rpm`; a request must pass each.
     pub limits: Vec<Rate>,
@@ -84,7 +86,7 @@ pub struct RateLimits {
 }
 
 /// ingress-nginx's CORS, with its defaults.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cors {
     /// `None`: any origin (`*`, ingress-nginx's default); the answer then
     /// says `*` whatever the request's Origin.
@@ -98,7 +100,7 @@ pub struct Cors {
 
 /// An allowed origin: `scheme://host[:port]`, or with `*.` one label of
 /// any name before `suffix` (ingress-nginx's `[A-Za-z0-9-]+`).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OriginPattern {
     /// Lowercase; for a wildcard, what follows `*`: `.b.example:8443`.
     pub text: String,
@@ -107,7 +109,7 @@ pub struct OriginPattern {
 }
 
 /// A redirect answering every request of the route.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Redirect {
     pub status: u16,
     pub location: Arc<str>,
@@ -274,15 +276,16 @@ impl NginxAnnotations {
             .list("session-cookie-name")
             .and_then(|n| n.first().cloned())
             .unwrap_or_else(|| "INGRESSCOOKIE".to_string());
-        // ingress-nginx scopes the cookie to the location's path; one
-        // policy serves all of an Ingress's paths, so only a single path
-        // is used, else `/` (sent on every path).
-        let path = match self.text("session-cookie-path") {
-            Some(p) if p.starts_with('/') => p.to_string(),
-            _ => match paths {
-                [only] => only.clone(),
-                _ => "/".to_string(),
-            },
+        // ingress-nginx scopes the cookie to the location's path: the
+        // Ingress's one path here, each rule's own with several
+        // (crate::compile::policies::Policies::for_rule).
+        let set = self
+            .text("session-cookie-path")
+            .filter(|p| p.starts_with('/'));
+        let path = match (set, paths) {
+            (Some(p), _) => p.to_string(),
+            (None, [only]) => only.clone(),
+            (None, _) => "/".to_string(),
         };
         let samesite = match self.get("session-cookie-samesite") {
             Some(AnnotationValue::Word(w)) => Some(*w),
@@ -290,6 +293,7 @@ impl NginxAnnotations {
         };
         Some(Affinity {
             cookie,
+            path_set: set.is_some(),
             path,
             max_age: self.count("session-cookie-max-age"),
             expires: self.count("session-cookie-expires"),

@@ -102,6 +102,7 @@ mod tests {
         Affinity {
             cookie: "route".into(),
             path: "/".into(),
+            path_set: false,
             max_age: None,
             expires: None,
             samesite: None,
