@@ -277,7 +277,7 @@ impl ControlPacket {
 pub enum Received {
     /// Taken; `Some` when the state changed.
     Taken(Option<State>),
-    /// Not for this session (its Your Discriminator is another's), or the
+    /// Not for this BFD session (its Your Discriminator is another's), or the
     /// session is administratively down.
     Discarded,
 }

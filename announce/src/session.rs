@@ -551,7 +551,7 @@ impl Established<'_> {
         // the withdrawal follows at `until`.
         let mut draining: Option<Instant> = None;
         let mut addrs_open = true;
-        // BFD failures before this session are not this session's.
+        // BFD failures before this BGP session are not this BGP session's.
         let mut bfd_status = bfd.as_ref().map(|b| b.status.clone());
         let bfd_failures = bfd_status
             .as_mut()
