@@ -386,7 +386,7 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
             min: 1,
             max: 315_360_000,
         },
-        doc: "Max-Age of the affinity cookie in seconds (default: a cookie for the browser session).",
+        doc: "Max-Age of the affinity cookie in seconds (default: none, the browser keeps the cookie until it closes).",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/session-cookie-expires",
@@ -395,7 +395,7 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
             min: 1,
             max: 315_360_000,
         },
-        doc: "Expires of the affinity cookie, in seconds from when it is set (default: a cookie for the browser session).",
+        doc: "Expires of the affinity cookie, in seconds from when it is set (default: none, the browser keeps the cookie until it closes).",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/session-cookie-samesite",

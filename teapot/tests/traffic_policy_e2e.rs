@@ -482,7 +482,7 @@ async fn cookie_affinity_sticks_and_falls_back() {
         pods.insert(resp.json().unwrap()["pod"].as_str().unwrap().to_string());
     }
     assert_eq!(pods.len(), 2, "{pods:?}");
-    // The session's endpoint leaves the Service.
+    // The client's endpoint leaves the Service.
     let stays = if pod == "web-a" { &b } else { &a };
     h.apply("manifests.yaml", &both(&[stays])).await;
     for proto in BOTH {

@@ -174,7 +174,7 @@ impl Upstream {
         Some(&self.endpoints[i])
     }
 
-    /// [`Self::pick`], trying `preferred` (an index, a session's endpoint)
+    /// [`Self::pick`], trying `preferred` (an index: the endpoint a client sticks to)
     /// first while it is untried and not ejected.
     pub fn pick_preferring(
         &self,

@@ -400,7 +400,7 @@ impl Router {
 pub struct Target {
     upstream: Arc<Upstream>,
     tried: Tried,
-    /// The session's endpoint (cookie affinity), tried first.
+    /// The endpoint the client sticks to (cookie affinity), tried first.
     preferred: Option<usize>,
     max_attempts: u32,
     /// One counter, not all of [`Metrics`]: cloned per request.
