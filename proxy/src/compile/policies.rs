@@ -388,8 +388,7 @@ spec:
         let (cart, root) = (traffic("/cart/x"), traffic("/x"));
         assert_eq!(cart.affinity.as_ref().unwrap().path, "/cart");
         assert_eq!(root.affinity.as_ref().unwrap().path, "/");
-        let table =
-            |t: &super::super::traffic::TrafficPolicy| t.rate.as_ref().unwrap().table.clone();
+        let table = |t: &TrafficPolicy| t.rate.as_ref().unwrap().table.clone();
         assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
     }
 }
