@@ -197,6 +197,18 @@ mod tests {
     use crate::compile::tests::compile_test_docs;
     use crate::compile::traffic::TrafficPolicy;
 
+    /// The class and a Service `web` in the operator namespace `ops`.
+    const OPS: &str = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+";
+
     /// A Tenant, its backend and a rate-limited Ingress on its subtree.
     fn tenant_docs(cluster: &str, limits: &str) -> String {
         format!(
@@ -287,16 +299,6 @@ spec:
     #[test]
     fn unserved_annotations_are_reported_in_operator_namespaces() {
         let admin = "apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: teapot}
-spec: {controller: teapot.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: ops}
-spec: {ports: [{port: 80}]}
----
-apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: admin
@@ -312,7 +314,7 @@ spec:
   - host: admin.example
     http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
 ";
-        let docs = [admin.to_string()];
+        let docs = [OPS.to_string(), admin.to_string()];
         let snapshot = compile_test_docs(&docs, &CompileOptions::default());
         let report = snapshot
             .report
@@ -354,16 +356,6 @@ spec:
     #[test]
     fn affinity_cookies_take_each_rules_path() {
         let docs = "apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: teapot}
-spec: {controller: teapot.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: ops}
-spec: {ports: [{port: 80}]}
----
-apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: shop
@@ -380,7 +372,8 @@ spec:
       - {path: /cart, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
       - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
 ";
-        let snapshot = compile_test_docs(&[docs.to_string()], &CompileOptions::default());
+        let docs = [OPS.to_string(), docs.to_string()];
+        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
         let traffic = |path: &str| {
             let route = snapshot.routes.lookup("shop.example", path).unwrap();
             route.traffic().unwrap().clone()
