@@ -1,7 +1,12 @@
-//! The `teapot.dev/` annotation allowlist (docs/architecture.md: "Every tenant-facing
+//! The annotation allowlist (docs/architecture.md: "Every tenant-facing
 //! annotation is `teapot.dev/<name>`, drawn from one allowlist that lives in
 //! the api crate and is documented for users. Unknown annotations are
-//! rejected, never ignored.").
+//! rejected, never ignored."), and the ingress-nginx annotations teapot
+//! serves under their own names (`nginx.ingress.kubernetes.io/<name>`,
+//! docs/migrate-from-ingress-nginx.md): an Ingress moving off ingress-nginx
+//! keeps its allow-lists, rate limits and CORS without a rewrite. Every
+//! other ingress-nginx annotation is refused with its reason
+//! ([`AnnotationError::InjectsConfiguration`], [`AnnotationError::NotServed`]).
 //!
 //! Each entry names its key, the kinds it applies to, the type of its value
 //! and a one-line description. Values are parsed into typed
@@ -14,6 +19,14 @@ use std::time::Duration;
 
 /// Every teapot annotation key starts with this.
 pub const PREFIX: &str = "teapot.dev/";
+
+/// ingress-nginx's annotation prefix; the keys under it that teapot serves
+/// are in [`ALLOWLIST`] too.
+pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
+
+/// Longest list value (CIDRs, origins): an allow-list of a few hundred
+/// networks, as ingress-nginx users write them.
+pub const MAX_LIST_LEN: usize = 8192;
 
 /// Longest annotation value teapot reads (every typed value is far shorter).
 pub const MAX_VALUE_LEN: usize = 256;
@@ -42,6 +55,17 @@ pub enum ValueType {
     Count { min: u32, max: u32 },
     /// A Kubernetes UID: lowercase hex digits and dashes, 1 to 64 characters.
     Uid,
+    /// Comma-separated IPv4/IPv6 networks (`10.0.0.0/8`) or addresses.
+    Cidrs,
+    /// `*`, or comma-separated origins `scheme://host[:port]` whose host may
+    /// start with `*.` (ingress-nginx's `cors-allow-origin`).
+    Origins,
+    /// Comma-separated HTTP tokens (methods, header names); `*` allowed
+    /// when `star`.
+    Tokens { star: bool },
+    /// An absolute `http(s)://` URL or an absolute path, printable ASCII
+    /// without spaces or quotes.
+    Url,
 }
 
 impl ValueType {
@@ -64,6 +88,34 @@ impl ValueType {
             }
             ValueType::Uid => "a Kubernetes UID (lowercase hex digits and '-')".into(),
             ValueType::Count { min, max } => format!("a whole number from {min} to {max}"),
+            ValueType::Cidrs => {
+                "comma-separated networks such as \"10.0.0.0/8, 2001:db8::/32\" (addresses allowed)"
+                    .into()
+            }
+            ValueType::Origins => {
+                "\"*\" or comma-separated origins such as \"https://a.example, https://*.b.example:8443\""
+                    .into()
+            }
+            ValueType::Tokens { star: false } => {
+                "comma-separated names such as \"GET, POST\" (letters, digits, '-', '_')".into()
+            }
+            ValueType::Tokens { star: true } => {
+                "comma-separated names such as \"X-Total, X-Page\" (letters, digits, '-', '_', or \"*\")"
+                    .into()
+            }
+            ValueType::Url => {
+                "an http:// or https:// URL, or a path starting with '/' (printable ASCII, no spaces or quotes)"
+                    .into()
+            }
+        }
+    }
+
+    /// Longest value of this type.
+    pub fn max_len(&self) -> usize {
+        match self {
+            ValueType::Cidrs | ValueType::Origins | ValueType::Tokens { .. } => MAX_LIST_LEN,
+            ValueType::Url => 2048,
+            _ => MAX_VALUE_LEN,
         }
     }
 }
@@ -160,6 +212,217 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         value: ValueType::Uid,
         doc: "Set by the teapot agent: the UID of the tenant-cluster object this one mirrors.",
     },
+    // ingress-nginx's annotations, under their own names and with its
+    // semantics and defaults (docs/migrate-from-ingress-nginx.md).
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/whitelist-source-range",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Cidrs,
+        doc: "Only clients whose address is in these networks reach the Ingress; others get 403 (the older name of allowlist-source-range).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/allowlist-source-range",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Cidrs,
+        doc: "Only clients whose address is in these networks reach the Ingress; others get 403.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/denylist-source-range",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Cidrs,
+        doc: "Clients whose address is in these networks get 403; the deny-list is checked before the allow-list.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-rps",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 100_000,
+        },
+        doc: "Requests per second each client address may send to the Ingress, with a burst of limit-burst-multiplier times as many; over it, 429 with Retry-After.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-rpm",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 6_000_000,
+        },
+        doc: "Requests per minute each client address may send to the Ingress, with a burst of limit-burst-multiplier times as many; over it, 429 with Retry-After.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-burst-multiplier",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 1, max: 100 },
+        doc: "How many times limit-rps (limit-rpm) requests a client may send at once (default 5).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-whitelist",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Cidrs,
+        doc: "Client networks the rate limits do not apply to (the older name of limit-allowlist).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-allowlist",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Cidrs,
+        doc: "Client networks the rate limits do not apply to.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/enable-cors",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Answer CORS preflight requests (OPTIONS, 204) and add the CORS headers to responses for allowed origins.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/cors-allow-origin",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Origins,
+        doc: "Origins allowed to call the Ingress (default *); the request's Origin is echoed when it matches.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/cors-allow-methods",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "Access-Control-Allow-Methods (default GET, PUT, POST, DELETE, PATCH, OPTIONS).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/cors-allow-headers",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "Access-Control-Allow-Headers (default DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/cors-expose-headers",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: true },
+        doc: "Access-Control-Expose-Headers (default none).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/cors-allow-credentials",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Whether Access-Control-Allow-Credentials: true is sent (default true).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/cors-max-age",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 0,
+            max: 100_000_000,
+        },
+        doc: "Access-Control-Max-Age in seconds (default 1728000).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/permanent-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Answer every request of the Ingress with a redirect to this URL (301, or permanent-redirect-code).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/permanent-redirect-code",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 300, max: 308 },
+        doc: "The status of permanent-redirect (default 301).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/temporal-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Answer every request of the Ingress with a redirect to this URL (302, or temporal-redirect-code); permanent-redirect wins when both are set.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/temporal-redirect-code",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 300, max: 308 },
+        doc: "The status of temporal-redirect (default 302).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/app-root",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Redirect requests for / to this path (302); a path starting with '/'.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/ssl-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Redirect plain-HTTP requests for this Ingress's TLS hosts to HTTPS (308); unlike ingress-nginx, off unless set.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/force-ssl-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Redirect plain-HTTP requests for every host of this Ingress to HTTPS (308), TLS section or not.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/affinity",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["cookie"]),
+        doc: "Send a client's requests to the backend endpoint that served its first one, named in a cookie; a new endpoint is chosen when that one is gone or down.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/affinity-mode",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["balanced", "persistent"]),
+        doc: "Accepted for compatibility; teapot keeps a client on its endpoint while that endpoint serves (persistent) in both modes.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-name",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "Name of the affinity cookie (default INGRESSCOOKIE).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-path",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Path attribute of the affinity cookie (default /); a path starting with '/'.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-max-age",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 315_360_000,
+        },
+        doc: "Max-Age of the affinity cookie in seconds (default: none, the browser keeps the cookie until it closes).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-expires",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 315_360_000,
+        },
+        doc: "Expires of the affinity cookie, in seconds from when it is set (default: none, the browser keeps the cookie until it closes).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-samesite",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["None", "Lax", "Strict"]),
+        doc: "SameSite attribute of the affinity cookie (default none sent).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-secure",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Whether the affinity cookie carries Secure (default: only with SameSite=None, as ingress-nginx).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/x-forwarded-prefix",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Set X-Forwarded-Prefix to this path on requests to the backends (replacing the client's); a path starting with '/'.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-body-size",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Size {
+            max: 64 * 1024 * 1024 * 1024,
+        },
+        doc: "Largest request body accepted; larger requests get 413 (teapot.dev/max-body-size wins when both are set).",
+    },
 ];
 
 /// A parsed annotation value.
@@ -173,6 +436,11 @@ pub enum AnnotationValue {
     Word(&'static str),
     Uid(String),
     Count(u32),
+    Cidrs(Vec<ipnet::IpNet>),
+    /// Origins or tokens, trimmed, in the order written.
+    List(Vec<String>),
+    /// A URL or path.
+    Text(String),
 }
 
 /// Why an annotation was refused.
@@ -183,6 +451,15 @@ pub enum AnnotationError {
         known = known_keys()
     )]
     Unknown,
+    #[error(
+        "{key} injects configuration into the proxy, which teapot never runs on a shared fleet; express the behaviour with the annotations docs/migrate-from-ingress-nginx.md lists"
+    )]
+    InjectsConfiguration { key: String },
+    #[error(
+        "not served by teapot: {key} (the ingress-nginx annotations teapot serves: {served}; docs/migrate-from-ingress-nginx.md)",
+        served = served_nginx_names()
+    )]
+    NotServed { key: String },
     #[error("{key} applies to {applies}, not to {kind}")]
     WrongKind {
         key: &'static str,
@@ -191,7 +468,7 @@ pub enum AnnotationError {
     },
     #[error("value contains a control or invisible formatting character")]
     ControlCharacter,
-    #[error("value is {0} characters long, more than {MAX_VALUE_LEN}")]
+    #[error("value is {0} characters long, more than its type allows")]
     TooLong(usize),
     #[error("value {value} is not {expected}")]
     BadValue { value: String, expected: String },
@@ -200,9 +477,44 @@ pub enum AnnotationError {
 fn known_keys() -> String {
     ALLOWLIST
         .iter()
+        .filter(|s| s.key.starts_with(PREFIX))
         .map(|s| s.key)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+fn served_nginx_names() -> String {
+    ALLOWLIST
+        .iter()
+        .filter_map(|s| s.key.strip_prefix(NGINX_PREFIX))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether the ingress-nginx annotation `name` (after its prefix) injects
+/// configuration text into the proxy: snippets, `configuration-*`, Lua.
+/// Such a key is refused whatever its value, in every namespace.
+pub fn injects_configuration(name: &str) -> bool {
+    name.ends_with("snippet")
+        || name.ends_with("snippets")
+        || name.starts_with("configuration-")
+        || name.starts_with("lua-")
+        || name.contains("-lua-")
+        || name == "modsecurity-transaction-id"
+}
+
+/// Why `key` is not in the allowlist: an ingress-nginx annotation teapot
+/// does not serve (and which kind of refusal), or an unknown one.
+fn not_listed(key: &str) -> AnnotationError {
+    match key.strip_prefix(NGINX_PREFIX) {
+        Some(name) if injects_configuration(name) => AnnotationError::InjectsConfiguration {
+            key: key.to_string(),
+        },
+        Some(_) => AnnotationError::NotServed {
+            key: key.to_string(),
+        },
+        None => AnnotationError::Unknown,
+    }
 }
 
 /// The allowlist entry for `key`.
@@ -212,7 +524,7 @@ pub fn spec(key: &str) -> Option<&'static AnnotationSpec> {
 
 /// Parses one annotation of an object of `kind`.
 pub fn parse(kind: ObjectKind, key: &str, value: &str) -> Result<AnnotationValue, AnnotationError> {
-    let spec = spec(key).ok_or(AnnotationError::Unknown)?;
+    let spec = spec(key).ok_or_else(|| not_listed(key))?;
     if !spec.applies_to.contains(&kind) {
         return Err(AnnotationError::WrongKind {
             key: spec.key,
@@ -228,7 +540,7 @@ pub fn parse(kind: ObjectKind, key: &str, value: &str) -> Result<AnnotationValue
     if value.chars().any(crate::policy::is_forbidden_char) {
         return Err(AnnotationError::ControlCharacter);
     }
-    if value.len() > MAX_VALUE_LEN {
+    if value.len() > spec.value.max_len() {
         return Err(AnnotationError::TooLong(value.len()));
     }
     parse_value(&spec.value, value).ok_or_else(|| AnnotationError::BadValue {
@@ -284,7 +596,82 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
             let n = u32::try_from(digits).ok()?;
             (unit.is_empty() && n >= *min && n <= *max).then_some(AnnotationValue::Count(n))
         }
+        ValueType::Cidrs => {
+            let nets = items(value)
+                .map(|item| {
+                    item.parse::<ipnet::IpNet>()
+                        .or_else(|_| item.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                        .ok()
+                })
+                .collect::<Option<Vec<_>>>()?;
+            (!nets.is_empty()).then_some(AnnotationValue::Cidrs(nets))
+        }
+        ValueType::Origins => {
+            // As ingress-nginx: a blank value is its default, and `*`
+            // anywhere in the list allows every origin.
+            if items(value).next().is_none() || items(value).any(|o| o == "*") {
+                return Some(AnnotationValue::List(vec!["*".into()]));
+            }
+            let origins = items(value)
+                .map(|o| origin_ok(o).then(|| o.to_ascii_lowercase()))
+                .collect::<Option<Vec<_>>>()?;
+            (!origins.is_empty()).then_some(AnnotationValue::List(origins))
+        }
+        ValueType::Tokens { star } => {
+            let tokens = items(value)
+                .map(|t| {
+                    let ok = (*star && t == "*")
+                        || (!t.is_empty()
+                            && t.len() <= 128
+                            && t.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+                    ok.then(|| t.to_string())
+                })
+                .collect::<Option<Vec<_>>>()?;
+            (!tokens.is_empty()).then_some(AnnotationValue::List(tokens))
+        }
+        ValueType::Url => {
+            let printable = value
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'\'' | b'<' | b'>'));
+            let absolute = value.starts_with('/') && !value.starts_with("//");
+            let url = ["http://", "https://"].iter().any(|s| {
+                value
+                    .strip_prefix(s)
+                    .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+            });
+            (printable && (absolute || url)).then(|| AnnotationValue::Text(value.to_string()))
+        }
     }
+}
+
+/// The trimmed, non-empty items of a comma-separated list.
+fn items(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|i| !i.is_empty())
+}
+
+/// `scheme://host[:port]`, the host's first label possibly `*`
+/// (ingress-nginx's origin rule), or `null`.
+fn origin_ok(origin: &str) -> bool {
+    if origin == "null" {
+        return true;
+    }
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (rest, None),
+    };
+    let host = host.strip_prefix("*.").unwrap_or(host);
+    !scheme.is_empty()
+        && scheme.bytes().all(|b| b.is_ascii_lowercase())
+        && !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        && port
+            .is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `"10m"` -> `(10, "m")`: at most 12 leading ASCII digits, then the rest.
@@ -331,7 +718,11 @@ mod tests {
     #[test]
     fn every_key_is_prefixed_and_documented() {
         for spec in ALLOWLIST {
-            assert!(spec.key.starts_with(PREFIX), "{}", spec.key);
+            assert!(
+                spec.key.starts_with(PREFIX) || spec.key.starts_with(NGINX_PREFIX),
+                "{}",
+                spec.key
+            );
             assert!(!spec.doc.is_empty() && !spec.applies_to.is_empty());
         }
         let mut keys: Vec<_> = ALLOWLIST.iter().map(|s| s.key).collect();
@@ -397,9 +788,36 @@ mod tests {
     #[test]
     fn refusals_say_why() {
         let i = ObjectKind::Ingress;
-        assert_eq!(
-            parse(i, "nginx.ingress.kubernetes.io/server-snippet", "x"),
-            Err(AnnotationError::Unknown)
+        let snippet = parse(i, "nginx.ingress.kubernetes.io/server-snippet", "x").unwrap_err();
+        assert!(matches!(
+            snippet,
+            AnnotationError::InjectsConfiguration { .. }
+        ));
+        let said = snippet.to_string();
+        assert!(
+            said.contains("nginx.ingress.kubernetes.io/server-snippet") && said.contains("injects"),
+            "{said}"
+        );
+        for key in [
+            "configuration-snippet",
+            "auth-snippet",
+            "stream-snippet",
+            "modsecurity-snippet",
+            "configuration-x",
+            "lua-resty-waf",
+        ] {
+            let e = parse(i, &format!("{NGINX_PREFIX}{key}"), "x").unwrap_err();
+            assert!(
+                matches!(e, AnnotationError::InjectsConfiguration { .. }),
+                "{key}"
+            );
+        }
+        let unserved = parse(i, "nginx.ingress.kubernetes.io/auth-url", "http://a").unwrap_err();
+        let said = unserved.to_string();
+        assert!(
+            said.starts_with("not served by teapot: nginx.ingress.kubernetes.io/auth-url")
+                && said.contains("limit-rps"),
+            "{said}"
         );
         assert_eq!(
             parse(i, "teapot.dev/nope", "x"),
@@ -421,7 +839,84 @@ mod tests {
             parse(i, "teapot.dev/acme", &"t".repeat(300)),
             Err(AnnotationError::TooLong(300))
         );
+        let long = format!("10.0.0.0/8,{}", "10.1.0.0/16,".repeat(700));
+        assert!(matches!(
+            parse(
+                i,
+                "nginx.ingress.kubernetes.io/whitelist-source-range",
+                &long
+            ),
+            Err(AnnotationError::TooLong(_))
+        ));
         let e = parse(i, "teapot.dev/max-body-size", "1\"; ssl_engine x").unwrap_err();
         assert!(e.to_string().contains("is not a size"), "{e}");
+    }
+
+    #[test]
+    fn ingress_nginx_values() {
+        let i = ObjectKind::Ingress;
+        let key = |n: &str| format!("{NGINX_PREFIX}{n}");
+        let nets = |v: &str| parse(i, &key("whitelist-source-range"), v);
+        assert_eq!(
+            nets("10.0.0.0/8, 192.0.2.7 ,2001:db8::/32"),
+            Ok(AnnotationValue::Cidrs(vec![
+                "10.0.0.0/8".parse().unwrap(),
+                "192.0.2.7/32".parse().unwrap(),
+                "2001:db8::/32".parse().unwrap(),
+            ]))
+        );
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "example.com",
+            "10.0.0.0/8; allow all",
+            ",",
+        ] {
+            assert!(nets(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse(i, &key("limit-rps"), "5"),
+            Ok(AnnotationValue::Count(5))
+        );
+        assert!(parse(i, &key("limit-rps"), "0").is_err());
+        let origins = |v: &str| parse(i, &key("cors-allow-origin"), v);
+        assert_eq!(origins("*"), Ok(AnnotationValue::List(vec!["*".into()])));
+        assert_eq!(
+            origins("https://A.example, https://*.b.example:8443"),
+            Ok(AnnotationValue::List(vec![
+                "https://a.example".into(),
+                "https://*.b.example:8443".into()
+            ]))
+        );
+        for bad in [
+            "a.example",
+            "https://a.example/path",
+            "https://$host",
+            "https://a:x",
+        ] {
+            assert!(origins(bad).is_err(), "{bad:?}");
+        }
+        let methods = |v: &str| parse(i, &key("cors-allow-methods"), v);
+        assert_eq!(
+            methods("GET,POST"),
+            Ok(AnnotationValue::List(vec!["GET".into(), "POST".into()]))
+        );
+        assert!(methods("GET; add_header x y").is_err());
+        assert!(methods("*").is_err());
+        assert!(parse(i, &key("cors-expose-headers"), "*").is_ok());
+        let url = |v: &str| parse(i, &key("permanent-redirect"), v);
+        assert!(url("https://www.example.com/x?y=1").is_ok());
+        assert!(url("/app").is_ok());
+        for bad in [
+            "//evil",
+            "javascript:x",
+            "https://",
+            "https://a b",
+            "ftp://a",
+        ] {
+            assert!(url(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse(i, &key("permanent-redirect-code"), "308").is_ok());
+        assert!(parse(i, &key("permanent-redirect-code"), "200").is_err());
     }
 }

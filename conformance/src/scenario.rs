@@ -186,6 +186,19 @@ impl ScenarioRun {
                 self.last = Some(self.exchange(&method, target).await?);
                 Ok(())
             }
+            Step::SendRequestWith {
+                method,
+                url,
+                header,
+                follow,
+            } => {
+                let target = Target::parse(&url)?;
+                self.batch = None;
+                let headers: Vec<(String, String)> = header.into_iter().collect();
+                let exchange = self.exchange_with(&method, target, &headers, follow);
+                self.last = Some(exchange.await?);
+                Ok(())
+            }
             Step::SendRequests { count, url } => {
                 let target = Target::parse(&url)?;
                 let mut batch = Vec::with_capacity(count);
@@ -586,7 +599,19 @@ impl ScenarioRun {
     // ----- requests ---------------------------------------------------------
 
     /// Sends one request as the upstream Go client does, following redirects.
-    async fn exchange(&mut self, method: &str, mut target: Target) -> Result<Exchange, String> {
+    async fn exchange(&mut self, method: &str, target: Target) -> Result<Exchange, String> {
+        self.exchange_with(method, target, &[], true).await
+    }
+
+    /// [`Self::exchange`] with more request headers, and redirects
+    /// followed or not.
+    async fn exchange_with(
+        &mut self,
+        method: &str,
+        mut target: Target,
+        headers: &[(String, String)],
+        follow: bool,
+    ) -> Result<Exchange, String> {
         let (http, https) = self.ensure_proxy().await?;
         let mut visited = Vec::new();
         for _ in 0..=MAX_REDIRECTS {
@@ -595,8 +620,8 @@ impl ScenarioRun {
                 Scheme::Https => https,
             };
             visited.push(target.display());
-            let response = send_once(addr, method, &target).await?;
-            if target::is_redirect(response.status) {
+            let response = send_once(addr, method, &target, headers).await?;
+            if follow && target::is_redirect(response.status) {
                 let location = response
                     .headers
                     .get(http::header::LOCATION)
@@ -657,13 +682,20 @@ impl ScenarioRun {
     }
 }
 
-async fn send_once(addr: SocketAddr, method: &str, target: &Target) -> Result<Response, String> {
+async fn send_once(
+    addr: SocketAddr,
+    method: &str,
+    target: &Target,
+    extra: &[(String, String)],
+) -> Result<Response, String> {
     let fallback = addr.to_string();
+    let mut headers = vec![("User-Agent".to_string(), USER_AGENT.to_string())];
+    headers.extend(extra.iter().cloned());
     let request = Request {
         method: method.to_string(),
         target: target.path.clone(),
         host: target.host_header(&fallback).to_string(),
-        headers: vec![("User-Agent".to_string(), USER_AGENT.to_string())],
+        headers,
         body: Vec::new(),
         proto: Proto::Http1,
     };
@@ -835,6 +867,10 @@ pub fn check_header(
         HeaderCheck::Present => Ok(()),
         HeaderCheck::Equals if value == "*" || values.contains(&value) => Ok(()),
         HeaderCheck::Contains if values.iter().any(|v| v.contains(value)) => Ok(()),
+        HeaderCheck::NotContains if !values.iter().any(|v| v.contains(value)) => Ok(()),
+        HeaderCheck::NotContains => Err(format!(
+            "expected {side} header {name} not to contain {value:?} but it had {values:?}"
+        )),
         HeaderCheck::Equals => Err(format!(
             "expected {side} header {name} to have the value {value:?} but it had {values:?}"
         )),

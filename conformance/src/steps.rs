@@ -22,6 +22,8 @@ pub enum HeaderCheck {
     Present,
     /// The header is absent.
     Absent,
+    /// The header is present and none of its values contains the text.
+    NotContains,
 }
 
 /// A recognised step with its arguments.
@@ -64,6 +66,18 @@ pub enum Step {
         method: String,
         /// Absolute URL.
         url: String,
+    },
+    /// (extension) `I send a "M" request to "URL" with the header "K" set to "V"`,
+    /// `I send a "M" request to "URL" without following redirects`
+    SendRequestWith {
+        /// HTTP method.
+        method: String,
+        /// Absolute URL.
+        url: String,
+        /// One more request header, when given.
+        header: Option<(String, String)>,
+        /// Whether a redirect is followed.
+        follow: bool,
     },
     /// `I send N requests to "URL"`
     SendRequests {
@@ -245,6 +259,30 @@ pub static STEP_DEFS: &[StepDef] = &[
             })
         },
     ),
+    def(
+        r#"^I send a "([^"]*)" request to "([^"]*)" with the header "([^"]*)" set to "([^"]*)"$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendRequestWith {
+                method: c[1].to_string(),
+                url: c[2].to_string(),
+                header: Some((c[3].to_string(), c[4].to_string())),
+                follow: true,
+            })
+        },
+    ),
+    def(
+        r#"^I send a "([^"]*)" request to "([^"]*)" without following redirects$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendRequestWith {
+                method: c[1].to_string(),
+                url: c[2].to_string(),
+                header: None,
+                follow: false,
+            })
+        },
+    ),
     def(r#"^I send (\d+) requests to "([^"]*)"$"#, "upstream", |c| {
         Ok(Step::SendRequests {
             count: number(&c[1])?,
@@ -322,11 +360,12 @@ pub static STEP_DEFS: &[StepDef] = &[
         },
     ),
     def(
-        r#"^the (response|request) header "([^"]*)" (?:must|should) (be|contain|match) "([^"]*)"$"#,
+        r#"^the (response|request) header "([^"]*)" (?:must|should) (be|contain|match|not contain) "([^"]*)"$"#,
         "extension",
         |c| {
             let check = match &c[3] {
                 "contain" => HeaderCheck::Contains,
+                "not contain" => HeaderCheck::NotContains,
                 _ => HeaderCheck::Equals,
             };
             Ok(header_step(&c[1], &c[2], &c[4], check))

@@ -98,7 +98,7 @@ async fn admission_reviews_over_tls() {
     let message = denied["status"]["message"].as_str().unwrap();
     assert!(
         message.contains(
-            r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-url"]: unknown annotation"#
+            r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-url"]: not served by teapot: nginx.ingress.kubernetes.io/auth-url"#
         ),
         "{message}"
     );

@@ -132,10 +132,13 @@ impl Drop for TenantPermit {
     }
 }
 
-/// The gates of every tenant, shared by compiles.
+/// The gates of every tenant, shared by compiles, and the tables of
+/// their routes' rate limits (crate::compile::rate_table), which outlive
+/// snapshots the same way.
 #[derive(Debug, Default)]
 pub struct TenantGates {
     known: parking_lot::Mutex<HashMap<Box<str>, Weak<TenantGate>>>,
+    pub rate_tables: crate::compile::rate_table::RateTables,
 }
 
 impl TenantGates {

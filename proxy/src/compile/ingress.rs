@@ -181,7 +181,8 @@ where
                 let path = p.path.as_deref().unwrap_or("/");
                 let upstream = resolver.backend(&id.namespace, &p.backend);
                 note(&upstream);
-                let route = Route::new(upstream, policy.clone(), ingress_name.clone());
+                let rule_policy = Policies::for_rule(&policy, path);
+                let route = Route::new(upstream, rule_policy, ingress_name.clone());
                 if let Err(owner) = table.insert(kind, path, route, index) {
                     let holder = owners[owner as usize];
                     let host = host.map_or("*".to_string(), |h| h.to_string());

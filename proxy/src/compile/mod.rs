@@ -56,8 +56,10 @@ pub mod ingress;
 pub mod l4;
 pub mod parts;
 pub mod policies;
+pub mod rate_table;
 pub mod routes;
 pub mod snapshot;
+pub mod traffic;
 pub mod upstream;
 
 use std::sync::Arc;

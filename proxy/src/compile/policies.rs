@@ -1,7 +1,9 @@
 //! The policy each route carries: the limits an Ingress's annotations
-//! set and its tenant's gate, one shared [`RoutePolicy`] per distinct
-//! combination. The Ingress and the Gateway API compiles both take
-//! theirs here.
+//! set, its tenant's gate and its traffic policy (the ingress-nginx
+//! annotations, crate::compile::traffic), one shared [`RoutePolicy`] per
+//! distinct combination of the first two (an Ingress with a traffic policy
+//! has its own). The Ingress and the Gateway API compiles both take theirs
+//! here.
 
 use std::sync::Arc;
 
@@ -10,7 +12,9 @@ use teapot_model::store::FastHashMap;
 use teapot_model::tenancy::TenantView;
 
 use crate::compile::fairness::TenantGates;
+use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
+use crate::compile::traffic::NginxAnnotations;
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
 /// per distinct (tenant, body limit).
@@ -44,15 +48,16 @@ impl<'a> Policies<'a> {
                     Arc::new(RoutePolicy {
                         max_body_size: None,
                         tenant: Some(gates.gate(t.cluster, &limits)),
+                        traffic: None,
                     })
                 })
             })
             .clone()
     }
 
-    /// The policy of `ingress` and the annotations it could not read (the
-    /// webhook refuses those in tenant namespaces; an operator's manifest
-    /// can still carry one).
+    /// The policy of `ingress` and the annotations it could not read or
+    /// does not serve (the webhook refuses those in tenant namespaces; an
+    /// operator's manifest can still carry one, and is told).
     pub(crate) fn of(
         &mut self,
         ingress: &Ingress,
@@ -60,42 +65,323 @@ impl<'a> Policies<'a> {
     ) -> (Option<Arc<RoutePolicy>>, Vec<String>) {
         use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
         const MAX_BODY: &str = "teapot.dev/max-body-size";
+        const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
+        const NGINX_BODY: &str = "nginx.ingress.kubernetes.io/proxy-body-size";
         let mut problems = Vec::new();
-        let value = ingress
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(MAX_BODY));
-        let max_body_size =
-            value.and_then(
-                |v| match annotations::parse(ObjectKind::Ingress, MAX_BODY, v) {
-                    Ok(AnnotationValue::Size(n)) => Some(n),
-                    Ok(_) => None,
-                    Err(e) => {
-                        problems.push(format!("{MAX_BODY}: {e}; the operator maximum applies"));
-                        None
-                    }
-                },
-            );
+        let all = ingress.metadata.annotations.as_ref();
+        // ingress-nginx's name for the same limit; teapot's wins.
+        let max_body_size = [MAX_BODY, NGINX_BODY].into_iter().find_map(|key| {
+            let value = all.and_then(|a| a.get(key))?;
+            match annotations::parse(ObjectKind::Ingress, key, value) {
+                Ok(AnnotationValue::Size(n)) => Some(n),
+                Ok(_) => None,
+                Err(e) => {
+                    problems.push(format!("{key}: {e}; the operator maximum applies"));
+                    None
+                }
+            }
+        });
         let cluster = tenant.map(|t| t.cluster);
         let gates = self.gates;
+        let limits = tenant
+            .map(|t| teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref()));
+        let nginx = NginxAnnotations::read(all, &mut problems);
+        let table = || match (cluster, &limits) {
+            (Some(cluster), Some(limits)) => gates
+                .rate_tables
+                .table(cluster, RateTable::slots_for(limits.max_connections)),
+            _ => gates.rate_tables.table("", rate_table::OPERATOR_SLOTS),
+        };
+        let teapot_redirect = all
+            .and_then(|a| a.get(SSL_REDIRECT))
+            .map(|v| annotations::parse(ObjectKind::Ingress, SSL_REDIRECT, v));
+        let teapot_redirect = matches!(teapot_redirect, Some(Ok(AnnotationValue::Bool(true))));
+        // Most Ingresses carry no ingress-nginx annotation: no name made.
+        let traffic = (!nginx.is_empty() || teapot_redirect)
+            .then(|| {
+                let meta = &ingress.metadata;
+                let name = format!(
+                    "{}/{}",
+                    meta.namespace.as_deref().unwrap_or(""),
+                    meta.name.as_deref().unwrap_or("")
+                );
+                let tls = Some((tls_hosts(ingress), teapot_redirect));
+                let paths = rule_paths(ingress);
+                nginx.policy_with_tls(&name, table, tls, &paths, &mut problems)
+            })
+            .flatten();
+        if let Some(traffic) = traffic {
+            let policy = RoutePolicy {
+                max_body_size,
+                tenant: cluster.zip(limits.as_ref()).map(|(c, l)| gates.gate(c, l)),
+                traffic: Some(Arc::new(traffic)),
+            };
+            return (Some(Arc::new(policy)), problems);
+        }
         let policy = self
             .cache
             .entry((cluster, max_body_size))
             .or_insert_with(|| {
-                let gate = tenant.map(|t| {
-                    let limits =
-                        teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref());
-                    gates.gate(t.cluster, &limits)
-                });
+                let gate = cluster.zip(limits.as_ref()).map(|(c, l)| gates.gate(c, l));
                 (gate.is_some() || max_body_size.is_some()).then(|| {
                     Arc::new(RoutePolicy {
                         max_body_size,
                         tenant: gate,
+                        traffic: None,
                     })
                 })
             })
             .clone();
         (policy, problems)
+    }
+}
+
+impl Policies<'_> {
+    /// The policy of one rule of an Ingress whose policy is `policy`: the
+    /// same one, unless its affinity cookie takes the rule's path (no
+    /// `session-cookie-path`, several paths), as ingress-nginx scopes it
+    /// to each location. Such a rule's policy shares the Ingress's counters.
+    pub(crate) fn for_rule(
+        policy: &Option<Arc<RoutePolicy>>,
+        path: &str,
+    ) -> Option<Arc<RoutePolicy>> {
+        let traffic = policy.as_ref().and_then(|p| p.traffic.as_ref());
+        let affinity = traffic.and_then(|t| t.affinity.as_ref());
+        match (policy, traffic, affinity) {
+            (Some(p), Some(t), Some(a)) if !a.path_set && a.path != path => {
+                let mut traffic = (**t).clone();
+                if let Some(a) = &mut traffic.affinity {
+                    a.path = path.to_string();
+                }
+                Some(Arc::new(RoutePolicy {
+                    max_body_size: p.max_body_size,
+                    tenant: p.tenant.clone(),
+                    traffic: Some(Arc::new(traffic)),
+                }))
+            }
+            _ => policy.clone(),
+        }
+    }
+}
+
+/// The hosts of an Ingress's `spec.tls` (those `ssl-redirect` covers).
+fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    tls.into_iter()
+        .flatten()
+        .flat_map(|t| t.hosts.iter().flatten())
+        .filter_map(|h| teapot_api::HostPattern::parse(h).ok())
+        .collect()
+}
+
+/// The distinct paths of an Ingress's rules (a cookie's default scope).
+fn rule_paths(ingress: &Ingress) -> Vec<String> {
+    let mut paths: Vec<String> = ingress
+        .spec
+        .iter()
+        .flat_map(|s| s.rules.iter().flatten())
+        .flat_map(|r| r.http.iter().flat_map(|h| &h.paths))
+        .map(|p| p.path.clone().unwrap_or_else(|| "/".into()))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv6Addr};
+
+    use crate::compile::CompileOptions;
+    use crate::compile::rate_table::RateTable;
+    use crate::compile::tests::compile_test_docs;
+    use crate::compile::traffic::TrafficPolicy;
+
+    /// The class and a Service `web` in the operator namespace `ops`.
+    const OPS: &str = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+";
+
+    /// A Tenant, its backend and a rate-limited Ingress on its subtree.
+    fn tenant_docs(cluster: &str, limits: &str) -> String {
+        format!(
+            "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {{name: {cluster}}}
+spec: {{cluster: {cluster}, nodeCIDRs: [10.1.0.0/24]{limits}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: tenant-{cluster}}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: web-1, namespace: tenant-{cluster}, labels: {{kubernetes.io/service-name: web}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.1.0.5]}}]
+ports: [{{name: '', port: 8080}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: web.shop
+  namespace: tenant-{cluster}
+  annotations:
+    nginx.ingress.kubernetes.io/limit-rps: '1'
+    nginx.ingress.kubernetes.io/limit-burst-multiplier: '1'
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: a.{cluster}.lb.example.net
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
+
+    /// However many client addresses reach one tenant's rate-limited
+    /// route, the replica keeps the counters its limits give it, in a
+    /// table of its own: another tenant's clients keep their counts.
+    #[test]
+    fn a_tenants_rate_counters_are_bounded_by_its_limits() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let docs = [
+            tenant_docs("acme", ", limits: {maxConnections: 1000}"),
+            tenant_docs("globex", ""),
+        ];
+        let snapshot = compile_test_docs(&docs, &options);
+        let rate = |host: &str| {
+            let route = snapshot.routes.lookup(host, "/").expect("routed");
+            route
+                .traffic()
+                .expect("a policy")
+                .rate
+                .as_ref()
+                .expect("a limit")
+        };
+        let acme = rate("a.acme.lb.example.net");
+        let globex = rate("a.globex.lb.example.net");
+        assert!(!std::sync::Arc::ptr_eq(&acme.table, &globex.table));
+        assert_eq!(acme.table.capacity(), RateTable::slots_for(1000));
+        assert_eq!(acme.table.capacity(), 1024);
+        assert_eq!(globex.table.capacity(), RateTable::slots_for(10_000));
+        let neighbour = Some(IpAddr::from([192, 0, 2, 1]));
+        assert_eq!(globex.admit(neighbour), Ok(()));
+        for i in 0..100_000u128 {
+            let client = Ipv6Addr::from((0x2001_0db8u128 << 96) | i);
+            let _ = acme.admit(Some(IpAddr::V6(client)));
+        }
+        assert_eq!(acme.table.used(), 1024);
+        assert_eq!(globex.table.used(), 1);
+        // The neighbour's counter survived: one a second, its burst spent.
+        assert_eq!(globex.admit(neighbour), Ok(()));
+        assert!(globex.admit(neighbour).is_err());
+        // A recompile keeps both tables and their counts.
+        let again = compile_test_docs(&docs, &options);
+        let route = again.routes.lookup("a.globex.lb.example.net", "/").unwrap();
+        let kept = route.traffic().unwrap().rate.as_ref().unwrap();
+        assert!(std::sync::Arc::ptr_eq(&kept.table, &globex.table));
+    }
+
+    /// In an operator namespace an ingress-nginx annotation teapot does
+    /// not serve is reported on the Ingress, never silently ignored; what
+    /// it serves applies.
+    #[test]
+    fn unserved_annotations_are_reported_in_operator_namespaces() {
+        let admin = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: admin
+  namespace: ops
+  annotations:
+    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
+    nginx.ingress.kubernetes.io/auth-url: http://auth.ops.svc/verify
+    nginx.ingress.kubernetes.io/configuration-snippet: more_set_headers x;
+    kubectl.kubernetes.io/last-applied-configuration: '{}'
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: admin.example
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+";
+        let docs = [OPS.to_string(), admin.to_string()];
+        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+        let report = snapshot
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "admin")
+            .expect("a report");
+        let condition = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "AnnotationsAccepted")
+            .expect("reported");
+        assert_eq!(condition.status, "False");
+        assert!(
+            condition
+                .message
+                .contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"),
+            "{}",
+            condition.message
+        );
+        assert!(
+            condition
+                .message
+                .contains("configuration-snippet injects configuration"),
+            "{}",
+            condition.message
+        );
+        assert!(
+            !condition.message.contains("kubectl"),
+            "{}",
+            condition.message
+        );
+        let route = snapshot.routes.lookup("admin.example", "/").unwrap();
+        assert!(route.traffic().unwrap().access.is_some());
+    }
+
+    /// Without `session-cookie-path`, each rule's cookie takes its own
+    /// path (ingress-nginx's per-location scope), sharing one rate table.
+    #[test]
+    fn affinity_cookies_take_each_rules_path() {
+        let docs = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  namespace: ops
+  annotations:
+    nginx.ingress.kubernetes.io/affinity: cookie
+    nginx.ingress.kubernetes.io/limit-rps: '5'
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: shop.example
+    http:
+      paths:
+      - {path: /cart, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+";
+        let docs = [OPS.to_string(), docs.to_string()];
+        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+        let traffic = |path: &str| {
+            let route = snapshot.routes.lookup("shop.example", path).unwrap();
+            route.traffic().unwrap().clone()
+        };
+        let (cart, root) = (traffic("/cart/x"), traffic("/x"));
+        assert_eq!(cart.affinity.as_ref().unwrap().path, "/cart");
+        assert_eq!(root.affinity.as_ref().unwrap().path, "/");
+        let table = |t: &TrafficPolicy| t.rate.as_ref().unwrap().table.clone();
+        assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
     }
 }

@@ -23,6 +23,7 @@ use hashbrown::HashTable;
 use teapot_api::{HostPattern, PathKind};
 
 use crate::compile::fairness::TenantGate;
+use crate::compile::traffic::TrafficPolicy;
 use crate::compile::upstream::Upstream;
 
 /// How specific the host pattern a request matched is, across the
@@ -71,6 +72,12 @@ impl Route {
     pub fn tenant(&self) -> Option<&Arc<TenantGate>> {
         self.policy.as_ref().and_then(|p| p.tenant.as_ref())
     }
+
+    /// The Ingress's traffic policy (allow-lists, rate limits, redirects,
+    /// CORS); `None` for almost every route.
+    pub fn traffic(&self) -> Option<&Arc<TrafficPolicy>> {
+        self.policy.as_ref().and_then(|p| p.traffic.as_ref())
+    }
 }
 
 impl From<Arc<Upstream>> for Route {
@@ -92,6 +99,8 @@ pub struct RoutePolicy {
     /// `teapot.dev/max-body-size`; it only lowers the operator maximum.
     pub max_body_size: Option<u64>,
     pub tenant: Option<Arc<TenantGate>>,
+    /// From the Ingress's ingress-nginx annotations (crate::compile::traffic).
+    pub traffic: Option<Arc<TrafficPolicy>>,
 }
 
 /// Keys are operator and tenant configuration, never request input, so a

@@ -173,6 +173,24 @@ impl Upstream {
         tried.add(i);
         Some(&self.endpoints[i])
     }
+
+    /// [`Self::pick`], trying `preferred` (an index: the endpoint a client sticks to)
+    /// first while it is untried and not ejected.
+    pub fn pick_preferring(
+        &self,
+        preferred: Option<usize>,
+        tried: &mut Tried,
+    ) -> Option<&Arc<Endpoint>> {
+        if let Some(i) = preferred
+            && let Some(e) = self.endpoints.get(i)
+            && !tried.has(i)
+            && !e.is_ejected()
+        {
+            tried.add(i);
+            return Some(e);
+        }
+        self.pick(tried)
+    }
 }
 
 #[cfg(test)]

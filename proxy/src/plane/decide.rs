@@ -58,6 +58,8 @@ pub struct Forward {
     /// client's ([`teapot_api::path::normalize`]): the path the backend
     /// gets, before any Gateway URL rewrite, with the query as sent.
     pub path: Option<String>,
+    /// What the route's traffic policy adds (crate::plane::policy).
+    pub policy: Option<Box<crate::plane::policy::Applied>>,
 }
 
 /// The Gateway API part of a [`Forward`]: the filters to apply (the
@@ -287,6 +289,7 @@ fn forward(
             route: route.clone(),
             gateway,
             path: None,
+            policy: None,
         }),
         Err(refusal) => Decision::Answer(Answer::refused(refusal), Some(route.clone())),
     }

@@ -44,6 +44,7 @@ use crate::plane::forwarding;
 use crate::plane::logflood::EndpointLog;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
 use crate::plane::pipeline::{self, Routed};
+use crate::plane::policy;
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
@@ -137,6 +138,10 @@ impl teapot_h1::Router for Router {
                 let ids = self.ids(req, route.as_ref());
                 return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
             }
+            Routed::Policy(answer, route) => {
+                let tag = self.ids(req, Some(&route)).tag;
+                return H1Decision::Respond(policy::engines::h1_respond(answer, tag));
+            }
             Routed::AcmeChallenge(answer) => {
                 let mut respond = Respond::new(200, "acme_challenge", answer);
                 respond.headers.push(PLAIN_TEXT);
@@ -151,6 +156,7 @@ impl teapot_h1::Router for Router {
         let mut fwd = H1Forward::via(Target {
             upstream: forward.upstream,
             tried: Tried::default(),
+            preferred: forward.policy.as_ref().and_then(|p| p.endpoint),
             max_attempts: self.options.max_connect_attempts.max(1),
             connect_failures: self.metrics.upstream_connect_failures.clone(),
             series: ids.series,
@@ -161,6 +167,8 @@ impl teapot_h1::Router for Router {
         fwd.request_edits =
             forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
         fwd.tag = Some(ids.tag);
+        let edits = (&mut fwd.request_edits, &mut fwd.response_edits);
+        policy::engines::h1_edits(edits.0, edits.1, forward.policy.as_deref());
         // The path the route matched goes upstream, the query as
         // sent; Gateway filters rewrite that path.
         let path = forward.path.as_deref().unwrap_or(path);
@@ -392,6 +400,8 @@ impl Router {
 pub struct Target {
     upstream: Arc<Upstream>,
     tried: Tried,
+    /// The endpoint the client sticks to (cookie affinity), tried first.
+    preferred: Option<usize>,
     max_attempts: u32,
     /// One counter, not all of [`Metrics`]: cloned per request.
     connect_failures: prometheus::IntCounter,
@@ -418,7 +428,9 @@ impl Upstreams for Target {
         if attempt >= self.max_attempts {
             return None;
         }
-        self.upstream.pick(&mut self.tried).map(|e| e.addr)
+        self.upstream
+            .pick_preferring(self.preferred, &mut self.tried)
+            .map(|e| e.addr)
     }
 
     fn is_empty(&self) -> bool {

@@ -188,6 +188,7 @@ impl H2Server {
             ids: None,
             reason: None,
             uri: None,
+            policy: None,
         };
         if let Err(failure) = self.route(&parts, conn, &mut st).await {
             self.fail(&mut st, &failure);
@@ -236,6 +237,13 @@ impl H2Server {
             Routed::Answer(answer, route) => {
                 return self.answer(parts, st, answer, route.as_ref()).await;
             }
+            Routed::Policy(answer, route) => {
+                st.reason = Some(answer.reason);
+                self.ids(parts, st, Some(&route));
+                let fields = crate::plane::policy::engines::h2_fields(&answer);
+                let out = &mut st.client.out;
+                return out.answer(parts, answer.status, answer.body, &fields);
+            }
             Routed::AcmeChallenge(answer) => {
                 st.reason = Some("acme_challenge");
                 self.ids(parts, st, None);
@@ -274,6 +282,7 @@ impl H2Server {
         st.body_limit = forward.body_limit;
         st._tenant = forward.tenant;
         st.gateway = forward.gateway;
+        st.policy = forward.policy;
         if parts.method == Method::CONNECT {
             // HTTP/2 CONNECT asks for a tunnel, which no route
             // offers (RFC 9113 §8.5).

@@ -70,6 +70,8 @@ pub(super) struct StreamCtx<'p> {
     /// The client's URI with the normalised path the route matched, when
     /// that differs from the client's ([`StreamCtx::uri`]).
     pub(super) uri: Option<Uri>,
+    /// What the route's traffic policy adds (crate::plane::policy).
+    pub policy: Option<Box<crate::plane::policy::Applied>>,
 }
 
 impl StreamCtx<'_> {

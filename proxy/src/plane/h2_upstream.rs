@@ -81,7 +81,8 @@ pub(super) async fn forward(
     let has_body = !st.client.body.is_empty();
     let chunked = has_body && !parts.headers.contains_key(CONTENT_LENGTH);
     let mut head = Vec::with_capacity(512 + parts.headers.len() * 32);
-    if st.gateway.is_some() || has_hop_by_hop(&parts.headers) {
+    let policy_edits = crate::plane::policy::engines::h2_edits_request(st.policy.as_deref());
+    if st.gateway.is_some() || has_hop_by_hop(&parts.headers) || policy_edits {
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
         let (headers, uri) = edited_request(parts, conn, st)?;
@@ -170,8 +171,9 @@ pub(super) fn next_endpoint(
     st: &mut StreamCtx<'_>,
     upstream: &Upstream,
 ) -> Result<Arc<Endpoint>, Failure> {
+    let preferred = st.policy.as_ref().and_then(|p| p.endpoint);
     let endpoint = upstream
-        .pick(&mut st.tried)
+        .pick_preferring(preferred, &mut st.tried)
         .ok_or(Failure::Connect("every endpoint was tried"))?
         .clone();
     st.endpoint = Some(endpoint.clone());
@@ -357,6 +359,10 @@ impl Exchange<'_> {
             response.headers_mut(),
             st.gateway.as_ref(),
         );
+        crate::plane::policy::engines::h2_response_edits(
+            response.headers_mut(),
+            st.policy.as_deref(),
+        );
         let done_now = matches!(framing, BodyFraming::None | BodyFraming::Length(0));
         st.client.out.send_head(response, done_now)?;
         let complete = match framing {
@@ -501,6 +507,7 @@ pub(super) fn edited_request(
         st.gateway.as_ref(),
     )
     .map_err(|_| Failure::BadRewrite)?;
+    crate::plane::policy::engines::h2_request_edits(&mut headers, st.policy.as_deref());
     Ok((headers, uri))
 }
 

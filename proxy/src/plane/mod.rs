@@ -6,7 +6,9 @@
 //! - [`pipeline`]: the steps around the routing decision ([`decide`]),
 //!   written once for both engines: Host rules, 421, ACME HTTP-01, the
 //!   decision, the Gateway filters' mirrors and rewrites;
-//!   [`forwarding`]: the forwarding fields every forwarded request gets.
+//!   [`forwarding`]: the forwarding fields every forwarded request gets;
+//!   [`policy`]: a route's traffic policy (allow-lists, rate limits,
+//!   redirects, CORS) after the decision.
 //! - [`h1`]: HTTP/1 through teapot's engine (`teapot_h1`), over the
 //!   router and the pipeline.
 //! - [`h2`]: HTTP/2 through teapot's server on the h2 crate, over the same
@@ -50,6 +52,7 @@ pub mod logflood;
 pub mod metrics;
 pub mod mirror;
 pub mod pipeline;
+pub mod policy;
 pub mod proxy;
 pub mod serving;
 pub mod tls;

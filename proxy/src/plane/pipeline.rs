@@ -8,7 +8,8 @@
 //! 3. the ACME HTTP-01 answer (a token that is not ours goes on to the
 //!    routes: a tenant may run its own ACME client behind teapot),
 //! 4. the connection facts and the request's for Gateway API matches,
-//! 5. [`decide_request`],
+//! 5. [`decide_request`], then the route's traffic policy
+//!    (crate::plane::policy: allow-lists, rate limits, redirects, CORS),
 //! 6. after it, the Gateway filters' shared parts: mirrors
 //!    ([`start_mirrors`]), the rewritten target and host
 //!    (crate::plane::filters: `chained_target`, `last_host`), the read
@@ -29,6 +30,7 @@ use crate::plane::decide::{
     check_host, decide_request,
 };
 use crate::plane::mirror::mirror;
+use crate::plane::policy::{self, PolicyAnswer};
 use crate::plane::proxy::Router;
 
 /// What both engines know of a request when it is to be routed.
@@ -51,6 +53,9 @@ pub(super) enum Routed {
     /// `text/plain`.
     AcmeChallenge(String),
     Forward(Forward),
+    /// The route's traffic policy answers (403, 429, a redirect, a CORS
+    /// preflight).
+    Policy(PolicyAnswer, Route),
 }
 
 impl From<Decision> for Routed {
@@ -79,7 +84,12 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     {
         return Routed::AcmeChallenge(answer);
     }
-    decide(router, req, conn).into()
+    match decide(router, req, conn) {
+        Decision::Forward(forward) if forward.route.traffic().is_some() => {
+            screen(forward, req, conn)
+        }
+        decision => decision.into(),
+    }
 }
 
 fn decide(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Decision {
@@ -90,6 +100,33 @@ fn decide(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Decision {
         tls: Some(conn.tls),
     };
     decide_request(&router.snapshots.load(), &router.edge, &req.head, &facts)
+}
+
+/// The pipeline's step after the decision, for a forward whose route has
+/// a traffic policy: the client is the address teapot forwards as
+/// `X-Forwarded-For`, the path the one the route matched. A refusal drops
+/// the forward, and with it the tenant's slot.
+fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
+    let Some(traffic) = forward.route.traffic() else {
+        return Routed::Forward(forward);
+    };
+    let seen = policy::Seen {
+        method: req.method,
+        authority: req.head.authority,
+        path: forward.path.as_deref().unwrap_or(req.head.path),
+        query: req.query,
+        tls: conn.tls,
+        client: conn.client.map(|a| a.ip()),
+        origin: req.headers.first("origin"),
+        cookie: req.headers.first("cookie"),
+    };
+    match policy::apply(traffic, &forward.upstream, &seen) {
+        Ok(applied) => {
+            forward.policy = applied;
+            Routed::Forward(forward)
+        }
+        Err(answer) => Routed::Policy(answer, forward.route),
+    }
 }
 
 /// Starts the RequestMirror copies of a forwarded request (each on its

@@ -1,0 +1,206 @@
+//! The state of per-client rate limits (`limit-rps`, `limit-rpm`): one
+//! fixed-size table of counters per tenant and replica, kept across
+//! snapshots like the tenant gates (crate::compile::fairness); the request
+//! path counts in it through crate::plane::policy::rate.
+//!
+//! Each tenant's [`RateTable`] is shared by all of its rate-limited routes
+//! and allocated when the first of them appears; its size follows the
+//! tenant's `maxConnections` ([`RateTable::slots_for`]). No number of
+//! client addresses makes the fleet keep more counters for a tenant than
+//! that: a new client takes the slot of the client nearest to being
+//! forgotten in its set (as nginx's `limit_req` zone drops its least
+//! recently used states), which at worst gives that client a fresh burst.
+//! Operator namespaces share one table.
+//!
+//! A counter is GCRA's theoretical arrival time, keyed by a keyed hash of
+//! (route, limit, client address).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::IpAddr;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+/// Counters per set: a lookup locks and scans one set.
+const WAYS: usize = 8;
+/// Smallest and largest table per tenant (counters; 16 bytes each).
+pub const MIN_SLOTS: usize = 1024;
+pub const MAX_SLOTS: usize = 65_536;
+/// The operator namespaces' one table.
+pub const OPERATOR_SLOTS: usize = MAX_SLOTS;
+
+/// One GCRA limit: a request every `interval_ns`, `burst` more at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub interval_ns: u64,
+    pub burst: u64,
+}
+
+impl Rate {
+    /// `count` requests per `period_s` seconds, with `multiplier` times
+    /// `count` as the burst (ingress-nginx's `limit-burst-multiplier`).
+    pub fn new(count: u32, period_s: u64, multiplier: u32) -> Rate {
+        Rate {
+            interval_ns: (period_s * 1_000_000_000) / u64::from(count.max(1)),
+            burst: u64::from(count) * u64::from(multiplier),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Counter {
+    /// 0: free.
+    key: u64,
+    /// GCRA's theoretical arrival time, in [`now_ns`] time.
+    tat_ns: u64,
+}
+
+/// A fixed-size table of rate counters.
+#[derive(Debug)]
+pub struct RateTable {
+    hasher: std::hash::RandomState,
+    sets: Box<[Mutex<[Counter; WAYS]>]>,
+}
+
+/// Nanoseconds since the first call: the counters' clock.
+pub fn now_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+impl RateTable {
+    /// A table of at least `slots` counters (whole sets).
+    pub fn new(slots: usize) -> RateTable {
+        let sets = slots.div_ceil(WAYS).max(1);
+        RateTable {
+            hasher: std::hash::RandomState::new(),
+            sets: (0..sets)
+                .map(|_| Mutex::new([Counter::default(); WAYS]))
+                .collect(),
+        }
+    }
+
+    /// The counters a tenant's table holds: its `maxConnections` (the
+    /// clients it may serve at once on a replica) rounded up to a power of
+    /// two, from [`MIN_SLOTS`] to [`MAX_SLOTS`].
+    pub fn slots_for(max_connections: u32) -> usize {
+        (max_connections as usize)
+            .next_power_of_two()
+            .clamp(MIN_SLOTS, MAX_SLOTS)
+    }
+
+    /// Counters this table holds.
+    pub fn capacity(&self) -> usize {
+        self.sets.len() * WAYS
+    }
+
+    /// Counters in use (tests, `/status`).
+    pub fn used(&self) -> usize {
+        self.sets
+            .iter()
+            .map(|s| s.lock().iter().filter(|c| c.key != 0).count())
+            .sum()
+    }
+
+    /// A route's part of its counters' keys, from its stable name.
+    pub fn route_key(route: &str) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        route.hash(&mut h);
+        h.finish()
+    }
+
+    /// Takes one request of `client` under `rate`; `Err` carries the
+    /// seconds until one more would pass (at least 1).
+    pub(crate) fn take(
+        &self,
+        route_key: u64,
+        which: usize,
+        client: IpAddr,
+        rate: Rate,
+        now: u64,
+    ) -> Result<(), u64> {
+        // 0 marks a free counter.
+        let key = self.hasher.hash_one((route_key, which, client)) | 1;
+        let set = &self.sets[(key >> 1) as usize % self.sets.len()];
+        let mut set = set.lock();
+        let slot = match set.iter().position(|c| c.key == key) {
+            Some(i) => i,
+            None => {
+                // A free counter, else the one whose client is nearest
+                // to being forgotten (a counter at or before now is in
+                // the state a new one starts in).
+                let i = set
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, c)| if c.key == 0 { 0 } else { c.tat_ns.max(1) })
+                    .map_or(0, |(i, _)| i);
+                set[i] = Counter { key, tat_ns: now };
+                i
+            }
+        };
+        let counter = &mut set[slot];
+        let tolerance = rate.burst.saturating_mul(rate.interval_ns);
+        let tat = counter.tat_ns.max(now);
+        if tat - now > tolerance {
+            let wait = tat - now - tolerance;
+            return Err(wait.div_ceil(1_000_000_000).max(1));
+        }
+        counter.tat_ns = tat + rate.interval_ns;
+        Ok(())
+    }
+}
+
+/// The live tables, by owner (a tenant cluster, or "" for the operator
+/// namespaces), shared by compiles like the tenant gates.
+#[derive(Debug, Default)]
+pub struct RateTables {
+    known: Mutex<HashMap<Box<str>, Weak<RateTable>>>,
+}
+
+impl RateTables {
+    /// The table of `owner` (a new one of `slots` counters on first sight,
+    /// or when the size its limits give has changed).
+    pub fn table(&self, owner: &str, slots: usize) -> Arc<RateTable> {
+        let mut known = self.known.lock();
+        if let Some(table) = known.get(owner).and_then(Weak::upgrade)
+            && table.capacity() == RateTable::new_capacity(slots)
+        {
+            return table;
+        }
+        known.retain(|_, t| t.strong_count() > 0);
+        let table = Arc::new(RateTable::new(slots));
+        known.insert(owner.into(), Arc::downgrade(&table));
+        table
+    }
+}
+
+impl RateTable {
+    fn new_capacity(slots: usize) -> usize {
+        slots.div_ceil(WAYS).max(1) * WAYS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_outlive_snapshots_and_follow_limits() {
+        let tables = RateTables::default();
+        let a = tables.table("t1", RateTable::slots_for(10_000));
+        assert_eq!(a.capacity(), 16_384);
+        assert!(Arc::ptr_eq(
+            &a,
+            &tables.table("t1", RateTable::slots_for(10_000))
+        ));
+        assert_eq!(
+            tables.table("t1", RateTable::slots_for(10)).capacity(),
+            MIN_SLOTS
+        );
+        assert_eq!(RateTable::slots_for(u32::MAX), MAX_SLOTS);
+        drop(a);
+        assert_eq!(tables.table("t2", 8).capacity(), 8);
+    }
+}

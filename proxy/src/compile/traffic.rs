@@ -1,0 +1,489 @@
+//! The traffic policy of a route: who may reach it, how fast, which
+//! origins may call it, where it redirects. Read once per compile from an
+//! Ingress's ingress-nginx annotations (their values already typed by
+//! `teapot_api::annotations`), carried by every rule of the Ingress in its
+//! [`crate::compile::routes::RoutePolicy`], and applied by the request
+//! pipeline (crate::plane::policy) for both HTTP versions. A route without
+//! one pays a single `Option` test.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use teapot_api::HostPattern;
+use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
+
+pub use crate::compile::rate_table::Rate;
+use crate::compile::rate_table::RateTable;
+
+/// Everything a route does to requests besides choosing the backend.
+#[derive(Clone, Debug, Default)]
+pub struct TrafficPolicy {
+    pub access: Option<AccessList>,
+    pub rate: Option<RateLimits>,
+    pub cors: Option<Cors>,
+    /// `permanent-redirect` / `temporal-redirect`: every request answered
+    /// with it, nothing forwarded.
+    pub redirect: Option<Redirect>,
+    /// `app-root`: where a request for `/` is sent (302).
+    pub app_root: Option<Arc<str>>,
+    /// `ssl-redirect` / `force-ssl-redirect` (and `teapot.dev/ssl-redirect`).
+    pub ssl_redirect: Option<SslRedirect>,
+    pub affinity: Option<Affinity>,
+    /// `x-forwarded-prefix`: set on every forwarded request.
+    pub forwarded_prefix: Option<Arc<str>>,
+}
+
+/// Plain-HTTP requests are redirected to HTTPS (308) for these hosts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SslRedirect {
+    /// `force-ssl-redirect`: every host.
+    All,
+    /// `ssl-redirect`: the hosts of the Ingress's `spec.tls`.
+    Hosts(Vec<HostPattern>),
+}
+
+/// Cookie session affinity (`affinity: cookie`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Affinity {
+    pub cookie: String,
+    /// `session-cookie-path`, else the path of the rule the route came
+    /// from ([`Affinity::for_rule`]).
+    pub path: String,
+    /// Whether `path` is `session-cookie-path`'s.
+    pub path_set: bool,
+    pub max_age: Option<u32>,
+    /// `session-cookie-expires`: seconds from now, written as a date.
+    pub expires: Option<u32>,
+    pub samesite: Option<&'static str>,
+    /// `session-cookie-secure`; unset: only with `SameSite=None`. Over
+    /// HTTPS the cookie is always `Secure` (as ingress-nginx).
+    pub secure: Option<bool>,
+}
+
+/// Client networks: a client in `deny` is refused; else, when `allow` is
+/// not empty, a client outside it is refused (ingress-nginx writes its
+/// deny rules before its allow rules, so the deny-list wins).
+#[derive(Clone, Debug, Default)]
+pub struct AccessList {
+    pub allow: Vec<IpNet>,
+    pub deny: Vec<IpNet>,
+}
+
+/// Request rates per client address on this route.
+#[derive(Clone, Debug)]
+pub struct RateLimits {
+    /// `limit-rps` and `limit-rpm`; a request must pass each.
+    pub limits: Vec<Rate>,
+    /// `limit-allowlist` / `limit-whitelist`: clients no limit applies to.
+    pub exempt: Vec<IpNet>,
+    /// The counters: the owning tenant's fixed-size table (or the operator
+    /// namespaces' one), shared by all of its routes.
+    pub table: Arc<RateTable>,
+    /// This route's part of each counter's key: the Ingress's name, so a
+    /// reload keeps the counters.
+    pub route_key: u64,
+}
+
+/// ingress-nginx's CORS, with its defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cors {
+    /// `None`: any origin (`*`, ingress-nginx's default); the answer then
+    /// says `*` whatever the request's Origin.
+    pub origins: Option<Vec<OriginPattern>>,
+    pub methods: String,
+    pub headers: String,
+    pub expose: Option<String>,
+    pub credentials: bool,
+    pub max_age: String,
+}
+
+/// An allowed origin: `scheme://host[:port]`, or with `*.` one label of
+/// any name before `suffix` (ingress-nginx's `[A-Za-z0-9-]+`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OriginPattern {
+    /// Lowercase; for a wildcard, what follows `*`: `.b.example:8443`.
+    pub text: String,
+    pub scheme: String,
+    pub wildcard: bool,
+}
+
+/// A redirect answering every request of the route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redirect {
+    pub status: u16,
+    pub location: Arc<str>,
+}
+
+pub const DEFAULT_CORS_METHODS: &str = "GET, PUT, POST, DELETE, PATCH, OPTIONS";
+pub const DEFAULT_CORS_HEADERS: &str = "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization";
+pub const DEFAULT_CORS_MAX_AGE: u32 = 1_728_000;
+const DEFAULT_BURST_MULTIPLIER: u32 = 5;
+
+/// The typed ingress-nginx annotations of one Ingress, by name after the
+/// prefix; a value that does not parse is a problem for the Ingress's
+/// status (the webhook refuses it in tenant namespaces; an operator's
+/// manifest can still carry one) and is left out.
+pub struct NginxAnnotations {
+    values: BTreeMap<&'static str, AnnotationValue>,
+    /// The admitted values as written (trimmed): CORS lists are sent as
+    /// the Ingress spells them, as ingress-nginx does.
+    written: BTreeMap<&'static str, String>,
+}
+
+impl NginxAnnotations {
+    /// Reads the `nginx.ingress.kubernetes.io/` annotations of an Ingress;
+    /// every one teapot does not serve, or whose value it cannot read, is
+    /// pushed to `problems` (never silently ignored).
+    pub fn read(
+        annotations: Option<&BTreeMap<String, String>>,
+        problems: &mut Vec<String>,
+    ) -> NginxAnnotations {
+        let mut values = BTreeMap::new();
+        let mut written = BTreeMap::new();
+        for (key, value) in annotations.into_iter().flatten() {
+            // proxy-body-size is the route's body limit (crate::compile::policies).
+            if !key.starts_with(NGINX_PREFIX) || key.ends_with("/proxy-body-size") {
+                continue;
+            }
+            match annotations::parse(ObjectKind::Ingress, key, value) {
+                Ok(v) => {
+                    // The spec's key is 'static; the name follows the prefix.
+                    if let Some(spec) = annotations::spec(key) {
+                        let name = &spec.key[NGINX_PREFIX.len()..];
+                        values.insert(name, v);
+                        written.insert(name, value.trim().to_string());
+                    }
+                }
+                Err(e) => problems.push(format!("{key}: {e}")),
+            }
+        }
+        NginxAnnotations { values, written }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    fn get(&self, name: &str) -> Option<&AnnotationValue> {
+        self.values.get(name)
+    }
+
+    fn flag(&self, name: &str) -> Option<bool> {
+        match self.get(name) {
+            Some(AnnotationValue::Bool(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    fn count(&self, name: &str) -> Option<u32> {
+        match self.get(name) {
+            Some(AnnotationValue::Count(n)) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn nets(&self, names: &[&str]) -> Vec<IpNet> {
+        names
+            .iter()
+            .filter_map(|n| match self.get(n) {
+                Some(AnnotationValue::Cidrs(nets)) => Some(nets.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    fn list(&self, name: &str) -> Option<&[String]> {
+        match self.get(name) {
+            Some(AnnotationValue::List(items)) => Some(items),
+            _ => None,
+        }
+    }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        match self.get(name) {
+            Some(AnnotationValue::Text(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The policy these annotations describe (`None`: nothing to do);
+    /// `table` gives the counters' table when a rate limit is set, and
+    /// `route` names the Ingress (`namespace/name`). What cannot be served
+    /// as written is pushed to `problems`.
+    pub fn policy(
+        &self,
+        route: &str,
+        table: impl FnOnce() -> Arc<RateTable>,
+        problems: &mut Vec<String>,
+    ) -> Option<TrafficPolicy> {
+        self.policy_with_tls(route, table, None, &[], problems)
+    }
+
+    /// [`Self::policy`] with the Ingress's TLS hosts and its
+    /// `teapot.dev/ssl-redirect`, for `ssl-redirect`.
+    pub fn policy_with_tls(
+        &self,
+        route: &str,
+        table: impl FnOnce() -> Arc<RateTable>,
+        tls: Option<(Vec<HostPattern>, bool)>,
+        paths: &[String],
+        problems: &mut Vec<String>,
+    ) -> Option<TrafficPolicy> {
+        let teapot_redirect = tls.as_ref().is_some_and(|(_, on)| *on);
+        if self.is_empty() && !teapot_redirect {
+            return None;
+        }
+        let policy = TrafficPolicy {
+            access: self.access(),
+            rate: self.rate(route, table),
+            cors: self.cors(),
+            redirect: self.redirect(),
+            app_root: self.app_root(problems),
+            ssl_redirect: self.ssl_redirect(tls),
+            affinity: self.affinity(paths),
+            forwarded_prefix: self.path("x-forwarded-prefix", problems),
+        };
+        let any = policy.access.is_some()
+            || policy.rate.is_some()
+            || policy.cors.is_some()
+            || policy.redirect.is_some()
+            || policy.app_root.is_some()
+            || policy.ssl_redirect.is_some()
+            || policy.affinity.is_some()
+            || policy.forwarded_prefix.is_some();
+        any.then_some(policy)
+    }
+
+    fn ssl_redirect(&self, tls: Option<(Vec<HostPattern>, bool)>) -> Option<SslRedirect> {
+        if self.flag("force-ssl-redirect") == Some(true) {
+            return Some(SslRedirect::All);
+        }
+        let (hosts, teapot) = tls?;
+        let on = match self.flag("ssl-redirect") {
+            Some(nginx) => nginx,
+            None => teapot,
+        };
+        (on && !hosts.is_empty()).then_some(SslRedirect::Hosts(hosts))
+    }
+
+    fn affinity(&self, paths: &[String]) -> Option<Affinity> {
+        if !matches!(self.get("affinity"), Some(AnnotationValue::Word("cookie"))) {
+            return None;
+        }
+        let cookie = self
+            .list("session-cookie-name")
+            .and_then(|n| n.first().cloned())
+            .unwrap_or_else(|| "INGRESSCOOKIE".to_string());
+        // ingress-nginx scopes the cookie to the location's path: the
+        // Ingress's one path here, each rule's own with several
+        // (crate::compile::policies::Policies::for_rule).
+        let set = self
+            .text("session-cookie-path")
+            .filter(|p| p.starts_with('/'));
+        let path = match (set, paths) {
+            (Some(p), _) => p.to_string(),
+            (None, [only]) => only.clone(),
+            (None, _) => "/".to_string(),
+        };
+        let samesite = match self.get("session-cookie-samesite") {
+            Some(AnnotationValue::Word(w)) => Some(*w),
+            _ => None,
+        };
+        Some(Affinity {
+            cookie,
+            path_set: set.is_some(),
+            path,
+            max_age: self.count("session-cookie-max-age"),
+            expires: self.count("session-cookie-expires"),
+            samesite,
+            secure: self.flag("session-cookie-secure"),
+        })
+    }
+
+    fn access(&self) -> Option<AccessList> {
+        let list = AccessList {
+            allow: self.nets(&["whitelist-source-range", "allowlist-source-range"]),
+            deny: self.nets(&["denylist-source-range"]),
+        };
+        (!list.allow.is_empty() || !list.deny.is_empty()).then_some(list)
+    }
+
+    fn rate(&self, route: &str, table: impl FnOnce() -> Arc<RateTable>) -> Option<RateLimits> {
+        let multiplier = self
+            .count("limit-burst-multiplier")
+            .unwrap_or(DEFAULT_BURST_MULTIPLIER);
+        let limits: Vec<Rate> = [("limit-rps", 1), ("limit-rpm", 60)]
+            .into_iter()
+            .filter_map(|(name, period)| self.count(name).map(|n| Rate::new(n, period, multiplier)))
+            .collect();
+        if limits.is_empty() {
+            return None;
+        }
+        Some(RateLimits {
+            limits,
+            exempt: self.nets(&["limit-whitelist", "limit-allowlist"]),
+            table: table(),
+            route_key: RateTable::route_key(route),
+        })
+    }
+
+    fn cors(&self) -> Option<Cors> {
+        if self.flag("enable-cors") != Some(true) {
+            return None;
+        }
+        let written = |name: &str, default: &str| {
+            self.list(name)
+                .and(self.written.get(name))
+                .map_or_else(|| default.to_string(), |w| w.clone())
+        };
+        let origins = self
+            .list("cors-allow-origin")
+            .filter(|o| !o.iter().any(|o| o == "*"))
+            .map(|o| o.iter().map(|o| OriginPattern::new(o)).collect());
+        Some(Cors {
+            origins,
+            methods: written("cors-allow-methods", DEFAULT_CORS_METHODS),
+            headers: written("cors-allow-headers", DEFAULT_CORS_HEADERS),
+            expose: self
+                .list("cors-expose-headers")
+                .and(self.written.get("cors-expose-headers"))
+                .cloned(),
+            credentials: self.flag("cors-allow-credentials").unwrap_or(true),
+            max_age: self
+                .count("cors-max-age")
+                .unwrap_or(DEFAULT_CORS_MAX_AGE)
+                .to_string(),
+        })
+    }
+
+    fn redirect(&self) -> Option<Redirect> {
+        let to = |url: &str, code: Option<u32>, default: u16| Redirect {
+            status: code.and_then(|c| u16::try_from(c).ok()).unwrap_or(default),
+            location: Arc::from(url),
+        };
+        // ingress-nginx: a permanent redirect wins over a temporal one.
+        if let Some(url) = self.text("permanent-redirect") {
+            return Some(to(url, self.count("permanent-redirect-code"), 301));
+        }
+        self.text("temporal-redirect")
+            .map(|url| to(url, self.count("temporal-redirect-code"), 302))
+    }
+
+    fn app_root(&self, problems: &mut Vec<String>) -> Option<Arc<str>> {
+        self.path("app-root", problems)
+    }
+
+    /// A value that must be a path (not a URL); a URL is a problem.
+    fn path(&self, name: &str, problems: &mut Vec<String>) -> Option<Arc<str>> {
+        let path = self.text(name)?;
+        if !path.starts_with('/') {
+            problems.push(format!(
+                "{NGINX_PREFIX}{name}: {path:?} is not a path starting with '/'"
+            ));
+            return None;
+        }
+        Some(Arc::from(path))
+    }
+}
+
+impl OriginPattern {
+    /// From a value `cors-allow-origin` admitted (lowercase).
+    fn new(origin: &str) -> OriginPattern {
+        let (scheme, rest) = origin.split_once("://").unwrap_or(("", origin));
+        match rest.strip_prefix('*') {
+            Some(suffix) => OriginPattern {
+                text: suffix.to_string(),
+                scheme: scheme.to_string(),
+                wildcard: true,
+            },
+            None => OriginPattern {
+                text: origin.to_string(),
+                scheme: scheme.to_string(),
+                wildcard: false,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(pairs: &[(&str, &str)]) -> (Option<TrafficPolicy>, Vec<String>) {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
+            .collect();
+        let mut problems = Vec::new();
+        let annotations = NginxAnnotations::read(Some(&map), &mut problems);
+        let policy = annotations.policy("ns/web", || Arc::new(RateTable::new(64)), &mut problems);
+        (policy, problems)
+    }
+
+    #[test]
+    fn no_annotation_no_policy() {
+        assert!(read(&[]).0.is_none());
+        // Served but a no-op: CORS explicitly off.
+        assert!(read(&[("enable-cors", "false")]).0.is_none());
+    }
+
+    #[test]
+    fn ingress_nginx_defaults() {
+        let (policy, problems) = read(&[("enable-cors", "true"), ("limit-rps", "2")]);
+        assert!(problems.is_empty(), "{problems:?}");
+        let policy = policy.unwrap();
+        let cors = policy.cors.unwrap();
+        assert_eq!(cors.origins, None);
+        assert_eq!(cors.methods, DEFAULT_CORS_METHODS);
+        assert_eq!(cors.headers, DEFAULT_CORS_HEADERS);
+        assert!(cors.credentials);
+        assert_eq!(cors.max_age, "1728000");
+        assert_eq!(cors.expose, None);
+        let rate = policy.rate.unwrap();
+        assert_eq!(
+            rate.limits,
+            vec![Rate {
+                interval_ns: 500_000_000,
+                burst: 10
+            }]
+        );
+        let (redirect, _) = read(&[
+            ("temporal-redirect", "https://b.example/"),
+            ("permanent-redirect", "https://a.example/"),
+        ]);
+        assert_eq!(
+            redirect.unwrap().redirect,
+            Some(Redirect {
+                status: 301,
+                location: Arc::from("https://a.example/")
+            })
+        );
+    }
+
+    #[test]
+    fn unserved_and_injecting_annotations_are_reported() {
+        let (policy, problems) = read(&[
+            ("configuration-snippet", "more_set_headers x;"),
+            ("auth-url", "http://auth"),
+            ("limit-rps", "lots"),
+            ("whitelist-source-range", "10.0.0.0/8"),
+        ]);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("configuration-snippet") && p.contains("injects"))
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"))
+        );
+        assert!(problems.iter().any(|p| p.contains("limit-rps")));
+        // What could be read is served.
+        let access = policy.unwrap().access.unwrap();
+        assert_eq!(access.allow, vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]);
+    }
+}

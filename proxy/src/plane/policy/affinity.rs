@@ -1,0 +1,183 @@
+//! Cookie session affinity (`affinity: cookie`, `session-cookie-*`): a
+//! client's requests go to the endpoint its cookie names while that
+//! endpoint is in the route and not ejected; otherwise a new one is chosen
+//! as any request's is, and the cookie is set to name it.
+//!
+//! The cookie's value is a hash of the endpoint's address that every
+//! replica computes alike (FNV-1a, fixed), so a client keeps its endpoint
+//! whichever replica serves it, and the address itself is not shown.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use crate::compile::traffic::Affinity;
+use crate::compile::upstream::{Tried, Upstream};
+
+/// What affinity decided for one request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Sticky {
+    /// The endpoint to try first (an index into the upstream's endpoints).
+    pub endpoint: usize,
+    /// The `Set-Cookie` value, when the client's cookie named no usable
+    /// endpoint.
+    pub set_cookie: Option<String>,
+}
+
+/// The cookie value naming `addr`.
+pub fn cookie_value(addr: SocketAddr) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in addr.to_string().bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The value of cookie `name` in the request's `Cookie` field.
+fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
+    field?.split(|&b| b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii();
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+    })
+}
+
+impl Affinity {
+    /// The endpoint of `upstream` this request sticks to; `None` when the
+    /// upstream has no endpoint (the engines answer that).
+    pub fn choose(&self, upstream: &Upstream, cookies: Option<&[u8]>, tls: bool) -> Option<Sticky> {
+        if let Some(value) = cookie(cookies, &self.cookie)
+            && let Some(i) = upstream
+                .endpoints
+                .iter()
+                .position(|e| !e.is_ejected() && cookie_value(e.addr).as_bytes() == value)
+        {
+            return Some(Sticky {
+                endpoint: i,
+                set_cookie: None,
+            });
+        }
+        let chosen = upstream.pick(&mut Tried::default())?;
+        let endpoint = upstream
+            .endpoints
+            .iter()
+            .position(|e| std::ptr::eq(&**e, &**chosen))?;
+        let mut set = format!(
+            "{}={}; Path={}",
+            self.cookie,
+            cookie_value(chosen.addr),
+            self.path
+        );
+        if let Some(seconds) = self.expires {
+            let at = SystemTime::now() + Duration::from_secs(u64::from(seconds));
+            set.push_str("; Expires=");
+            set.push_str(&httpdate::fmt_http_date(at));
+        }
+        if let Some(age) = self.max_age {
+            set.push_str(&format!("; Max-Age={age}"));
+        }
+        if let Some(samesite) = self.samesite {
+            set.push_str("; SameSite=");
+            set.push_str(samesite);
+        }
+        // A browser refuses SameSite=None without Secure: ingress-nginx
+        // adds it then, and over HTTPS always.
+        if tls || self.secure.unwrap_or(self.samesite == Some("None")) {
+            set.push_str("; Secure");
+        }
+        set.push_str("; HttpOnly");
+        Some(Sticky {
+            endpoint,
+            set_cookie: Some(set),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::upstream::EndpointRegistry;
+
+    fn affinity() -> Affinity {
+        Affinity {
+            cookie: "route".into(),
+            path: "/".into(),
+            path_set: false,
+            max_age: None,
+            expires: None,
+            samesite: None,
+            secure: None,
+        }
+    }
+
+    fn upstream(registry: &EndpointRegistry, ports: &[u16]) -> Upstream {
+        let endpoints = ports
+            .iter()
+            .map(|p| registry.endpoint(SocketAddr::from(([10, 0, 0, 1], *p))))
+            .collect();
+        Upstream::new("ns/web:80".into(), endpoints, None)
+    }
+
+    #[test]
+    fn sticks_while_the_endpoint_serves_then_moves() {
+        let registry = EndpointRegistry::default();
+        let up = upstream(&registry, &[1, 2, 3]);
+        let a = affinity();
+        let none = None;
+        let first = a.choose(&up, none, false).unwrap();
+        let set = first.set_cookie.clone().unwrap();
+        let value = set.split(';').next().unwrap().to_string();
+        assert!(set.ends_with("; Path=/; HttpOnly"), "{set}");
+        let field = format!("other=1; {value}");
+        let with = Some(field.as_bytes());
+        for _ in 0..5 {
+            let again = a.choose(&up, with, false).unwrap();
+            assert_eq!(
+                again,
+                Sticky {
+                    endpoint: first.endpoint,
+                    set_cookie: None
+                }
+            );
+        }
+        // The endpoint leaves the Service: another is chosen and named.
+        let ports: Vec<u16> = [1, 2, 3]
+            .into_iter()
+            .filter(|p| usize::from(*p - 1) != first.endpoint)
+            .collect();
+        let smaller = upstream(&registry, &ports);
+        let moved = a.choose(&smaller, with, false).unwrap();
+        assert!(moved.set_cookie.is_some());
+        // An unknown or forged value is a new client.
+        let forged = Some(&b"route=10.0.0.1:1"[..]);
+        assert!(a.choose(&up, forged, false).unwrap().set_cookie.is_some());
+    }
+
+    #[test]
+    fn secure_as_ingress_nginx() {
+        let registry = EndpointRegistry::default();
+        let up = upstream(&registry, &[1]);
+        let none = None;
+        let set = |a: &Affinity, tls: bool| a.choose(&up, none, tls).unwrap().set_cookie.unwrap();
+        let mut a = affinity();
+        assert!(!set(&a, false).contains("; Secure"));
+        assert!(set(&a, true).contains("; Secure"));
+        a.secure = Some(false);
+        assert!(set(&a, true).contains("; Secure"), "HTTPS is always Secure");
+        a.samesite = Some("None");
+        assert!(!set(&a, false).contains("; Secure"));
+        a.secure = None;
+        assert!(set(&a, false).contains("; SameSite=None; Secure"));
+    }
+
+    #[test]
+    fn values_are_the_same_on_every_replica() {
+        let addr = SocketAddr::from(([10, 0, 0, 1], 8080));
+        assert_eq!(cookie_value(addr), cookie_value(addr));
+        assert_eq!(cookie_value(addr).len(), 16);
+        assert_ne!(
+            cookie_value(addr),
+            cookie_value(SocketAddr::from(([10, 0, 0, 2], 8080)))
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! A [`PolicyAnswer`] and an [`Applied`] in each engine's terms: the
+//! HTTP/1 engine's answer and edits, an HTTP/2 header map.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use teapot_h1::{HeaderEdits, Respond};
+
+use super::{Applied, PolicyAnswer};
+
+/// The HTTP/1 engine's answer (its Location and CORS values checked by
+/// the engine like any local answer's fields).
+pub fn h1_respond(answer: PolicyAnswer, tag: Arc<str>) -> Respond {
+    let mut respond = Respond::new(
+        answer.status,
+        answer.reason,
+        Bytes::from_static(answer.body.as_bytes()),
+    );
+    respond.tag = Some(tag);
+    if !answer.body.is_empty() {
+        respond.headers.push((
+            Bytes::from_static(b"content-type"),
+            Bytes::from_static(b"text/plain; charset=utf-8"),
+        ));
+    }
+    for (name, value) in answer.headers {
+        respond
+            .headers
+            .push((Bytes::from_static(name.as_bytes()), Bytes::from(value)));
+    }
+    respond
+}
+
+/// The fields of an HTTP/2 answer; a value no header can hold (none the
+/// compile admits) is left out.
+pub fn h2_fields(answer: &PolicyAnswer) -> Vec<(HeaderName, &[u8])> {
+    answer
+        .headers
+        .iter()
+        .map(|(name, value)| (HeaderName::from_static(name), value.as_bytes()))
+        .collect()
+}
+
+/// The request and response edits of a forwarded HTTP/1 request.
+pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: Option<&Applied>) {
+    let Some(applied) = applied else {
+        return;
+    };
+    for (name, value) in &applied.request_headers {
+        request.push_set(name.as_bytes(), value.as_bytes());
+    }
+    for (name, value) in &applied.response_headers {
+        response.push_set(name.as_bytes(), value.as_bytes());
+    }
+}
+
+/// Whether an HTTP/2 request's head must be written from an edited header
+/// map (the policy sets request fields).
+pub fn h2_edits_request(applied: Option<&Applied>) -> bool {
+    applied.is_some_and(|a| !a.request_headers.is_empty())
+}
+
+/// The request fields on an HTTP/2 request's header map.
+pub fn h2_request_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
+    for (name, value) in applied.into_iter().flat_map(|a| &a.request_headers) {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+}
+
+/// The same on an HTTP/2 response's header map.
+pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
+    for (name, value) in applied.into_iter().flat_map(|a| &a.response_headers) {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! A route's traffic policy ([`TrafficPolicy`], read from an Ingress's
+//! ingress-nginx annotations by crate::compile::traffic) in the request
+//! pipeline (crate::plane::pipeline), once for both HTTP versions. After
+//! the routing decision, in this order:
+//!
+//! 1. [`access`]: a client outside the allow-list or inside the deny-list
+//!    gets 403;
+//! 2. [`rate`]: a client over a rate limit gets 429 with `Retry-After`;
+//! 3. `permanent-redirect` / `temporal-redirect`, then `ssl-redirect`
+//!    for plain HTTP, then `app-root` for `/`;
+//! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
+//!    other request from one is forwarded and its response gets the CORS
+//!    fields;
+//! 5. [`affinity`]: the endpoint the client's cookie names is tried first
+//!    (and the cookie set when it names none that serves);
+//! 6. `x-forwarded-prefix` on the request to the backend.
+//!
+//! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
+//! before its allow-lists and limits; teapot checks who the client is and
+//! how fast it goes first, so a refused client gets nothing but its
+//! refusal (docs/decisions.md).
+//!
+//! What each engine keeps is writing a [`PolicyAnswer`] and applying an
+//! [`Applied`] to its own heads (HTTP/1 edits, an HTTP/2 header map).
+
+pub mod access;
+pub mod affinity;
+pub mod cors;
+pub mod engines;
+pub mod rate;
+
+use std::net::IpAddr;
+
+use crate::compile::traffic::{SslRedirect, TrafficPolicy};
+use crate::compile::upstream::Upstream;
+
+/// teapot's own answer to a request its route's policy stops.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PolicyAnswer {
+    pub status: u16,
+    /// For the access log and the engines' `Outcome::Local`.
+    pub reason: &'static str,
+    pub body: &'static str,
+    /// Fields besides the engine's own (`Retry-After`, `Location`, CORS).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// What a forwarded request carries from its route's policy.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Set on the backend's response (replacing the backend's own).
+    pub response_headers: Vec<(&'static str, String)>,
+    /// The endpoint (an index into the upstream's) to try first.
+    pub endpoint: Option<usize>,
+    /// Set on the request to the backend (replacing the client's).
+    pub request_headers: Vec<(&'static str, std::sync::Arc<str>)>,
+}
+
+/// What the policy reads of a request.
+pub struct Seen<'r> {
+    pub method: &'r str,
+    pub authority: &'r str,
+    /// The path the route matched.
+    pub path: &'r str,
+    /// After `?`, without it.
+    pub query: &'r str,
+    pub tls: bool,
+    /// The address teapot forwards as `X-Forwarded-For`.
+    pub client: Option<IpAddr>,
+    /// The request's first `Origin` and `Cookie` fields.
+    pub origin: Option<&'r [u8]>,
+    pub cookie: Option<&'r [u8]>,
+}
+
+pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
+pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this route\n";
+
+/// The policy's verdict for a request routed to a route with `policy`:
+/// `Err` answers it; `Ok` forwards it with what the policy adds (`None`:
+/// nothing, no allocation).
+pub fn apply(
+    policy: &TrafficPolicy,
+    upstream: &Upstream,
+    seen: &Seen<'_>,
+) -> Result<Option<Box<Applied>>, PolicyAnswer> {
+    if let Some(access) = &policy.access
+        && !access.admits(seen.client)
+    {
+        return Err(PolicyAnswer {
+            status: 403,
+            reason: "policy_denied",
+            body: FORBIDDEN_BODY,
+            headers: Vec::new(),
+        });
+    }
+    if let Some(rate) = &policy.rate
+        && let Err(seconds) = rate.admit(seen.client)
+    {
+        return Err(PolicyAnswer {
+            status: 429,
+            reason: "policy_rate_limited",
+            body: TOO_MANY_BODY,
+            headers: vec![("retry-after", seconds.to_string())],
+        });
+    }
+    if let Some(redirect) = &policy.redirect {
+        return Err(redirect_answer(
+            redirect.status,
+            redirect.location.to_string(),
+        ));
+    }
+    if !seen.tls
+        && let Some(ssl) = &policy.ssl_redirect
+        && let Some(location) = https_location(ssl, seen)
+    {
+        return Err(redirect_answer(308, location));
+    }
+    if let Some(root) = &policy.app_root
+        && seen.path == "/"
+    {
+        // ingress-nginx: `return 302 $scheme://$http_host<app-root>`.
+        let scheme = if seen.tls { "https" } else { "http" };
+        return Err(redirect_answer(
+            302,
+            format!("{scheme}://{}{root}", seen.authority),
+        ));
+    }
+    let mut applied = Applied::default();
+    if let Some(cors) = &policy.cors
+        && let Some(fields) = cors.fields(seen.origin)
+    {
+        if seen.method == "OPTIONS" {
+            return Err(PolicyAnswer {
+                status: 204,
+                reason: "cors_preflight",
+                body: "",
+                headers: fields,
+            });
+        }
+        applied.response_headers = fields;
+    }
+    if let Some(affinity) = &policy.affinity
+        && let Some(sticky) = affinity.choose(upstream, seen.cookie, seen.tls)
+    {
+        applied.endpoint = Some(sticky.endpoint);
+        if let Some(cookie) = sticky.set_cookie {
+            applied.response_headers.push(("set-cookie", cookie));
+        }
+    }
+    if let Some(prefix) = &policy.forwarded_prefix {
+        applied
+            .request_headers
+            .push(("x-forwarded-prefix", prefix.clone()));
+    }
+    Ok((applied != Applied::default()).then(|| Box::new(applied)))
+}
+
+/// Where a plain-HTTP request goes on HTTPS, when `ssl` covers its host.
+fn https_location(ssl: &SslRedirect, seen: &Seen<'_>) -> Option<String> {
+    let mut buf = [0u8; 256];
+    let host = teapot_api::host::normalize_request_host(seen.authority, &mut buf)?;
+    let covered = match ssl {
+        SslRedirect::All => true,
+        SslRedirect::Hosts(hosts) => hosts.iter().any(|h| h.matches(host)),
+    };
+    if !covered {
+        return None;
+    }
+    let mut location = format!("https://{host}{}", seen.path);
+    if !seen.query.is_empty() {
+        location.push('?');
+        location.push_str(seen.query);
+    }
+    // ingress-nginx drops one trailing slash of the target (its
+    // `preserve-trailing-slash` off): `/` goes to `https://host`.
+    if location.ends_with('/') {
+        location.pop();
+    }
+    Some(location)
+}
+
+fn redirect_answer(status: u16, location: String) -> PolicyAnswer {
+    PolicyAnswer {
+        status,
+        reason: "redirect",
+        body: "",
+        headers: vec![("location", location)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::compile::rate_table::RateTable;
+    use crate::compile::traffic::NginxAnnotations;
+
+    fn policy(pairs: &[(&str, &str)]) -> TrafficPolicy {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
+            .collect();
+        let mut problems = Vec::new();
+        NginxAnnotations::read(Some(&map), &mut problems)
+            .policy("ns/a", || Arc::new(RateTable::new(64)), &mut problems)
+            .unwrap()
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    fn apply(
+        p: &TrafficPolicy,
+        method: &str,
+        path: &str,
+        origin: Option<&str>,
+        client: Option<IpAddr>,
+    ) -> Result<Option<Box<Applied>>, PolicyAnswer> {
+        let seen = Seen {
+            method,
+            authority: "a.example",
+            path,
+            query: "",
+            tls: false,
+            client,
+            origin: origin.map(str::as_bytes),
+            cookie: None,
+        };
+        super::apply(
+            p,
+            &Upstream::new("ns/web:80".into(), Vec::new(), None),
+            &seen,
+        )
+    }
+
+    #[test]
+    fn order_access_rate_redirect_cors() {
+        let p = policy(&[
+            ("whitelist-source-range", "192.0.2.0/24"),
+            ("limit-rpm", "1"),
+            ("limit-burst-multiplier", "1"),
+            ("app-root", "/app"),
+            ("enable-cors", "true"),
+        ]);
+        let none = None;
+        let origin = Some("https://c.example");
+        // Outside the allow-list: 403, and nothing counted.
+        let denied = apply(&p, "GET", "/", none, ip("198.51.100.1")).unwrap_err();
+        assert_eq!(denied.status, 403);
+        // Inside: app-root for `/` (302), counted...
+        let root = apply(&p, "GET", "/", none, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(
+            (root.status, &root.headers[0].1[..]),
+            (302, "http://a.example/app")
+        );
+        // ...then the preflight from the same client, within the burst
+        // (one plus one)...
+        let pre = apply(&p, "OPTIONS", "/x", origin, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(pre.status, 204);
+        assert!(
+            pre.headers
+                .contains(&("access-control-allow-origin", "*".into()))
+        );
+        // ...then over the limit.
+        let limited = apply(&p, "GET", "/x", origin, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.headers[0].0, "retry-after");
+        // Another client's request is forwarded with the CORS fields.
+        let applied = apply(&p, "GET", "/x", origin, ip("192.0.2.2"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(applied.response_headers[0].1, "*");
+    }
+
+    #[test]
+    fn redirect_answers_everything() {
+        let p = policy(&[
+            ("temporal-redirect", "https://www.example.com/"),
+            ("temporal-redirect-code", "307"),
+        ]);
+        let none = None;
+        let r = apply(&p, "POST", "/any", none, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(r.status, 307);
+        assert_eq!(
+            r.headers,
+            vec![("location", "https://www.example.com/".into())]
+        );
+    }
+}

@@ -1,0 +1,558 @@
+//! End-to-end tests of a route's traffic policy (ingress-nginx's
+//! annotations, docs/migrate-from-ingress-nginx.md) through the real
+//! `teapot proxy` binary and echo backends: each feature over HTTP/1.1
+//! (plain) and HTTP/2 (TLS, ALPN h2).
+//!
+//! Every client here is 127.0.0.1, which is what the allow and deny lists
+//! are written against.
+//!
+//! Run with `cargo test -p teapot --test traffic_policy_e2e`.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use teapot_testkit::client::{Proto, Request, Response, Transport};
+use teapot_testkit::echo::EchoServer;
+
+const NGINX: &str = "nginx.ingress.kubernetes.io/";
+
+/// An Ingress routing `host` (all paths) to `service:80` with the given
+/// ingress-nginx annotations (names after the prefix).
+fn annotated(namespace: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> Value {
+    let mut ingress = simple_ingress(namespace, host, host, service);
+    let map: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| (format!("{NGINX}{k}"), json!(v)))
+        .collect();
+    ingress["metadata"]["annotations"] = Value::Object(map);
+    ingress
+}
+
+/// A proxy serving `ingresses`, all to one echo backend `web` in `ns`.
+async fn serve(ns: &str, ingresses: Vec<Value>) -> (EchoServer, Harness) {
+    let backend = echo(ns, "web", "web-0").await;
+    let mut objects = echo_service(ns, "web", &[&backend]);
+    objects.extend(ingresses);
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    (backend, h)
+}
+
+/// `req` over HTTP/1.1 on the plain port or HTTP/2 on the TLS port.
+async fn over(h: &Harness, proto: Proto, req: Request) -> Response {
+    let req = req.proto(proto);
+    match proto {
+        Proto::Http1 => send(h.proxy.http, &Transport::Plain, &req).await,
+        Proto::Http2 => {
+            let transport = Transport::tls_insecure(&req.host.clone());
+            let resp = send(h.proxy.https, &transport, &req).await;
+            assert_eq!(resp.version, http::Version::HTTP_2);
+            resp
+        }
+    }
+}
+
+const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
+
+fn options(host: &str, target: &str) -> Request {
+    Request {
+        method: "OPTIONS".into(),
+        ..Request::get(host, target)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_and_deny_lists_by_client_address() {
+    const NS: &str = "access";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            annotated(
+                NS,
+                "inside.test",
+                "web",
+                &[("whitelist-source-range", "10.0.0.0/8, 127.0.0.1")],
+            ),
+            annotated(
+                NS,
+                "outside.test",
+                "web",
+                &[("allowlist-source-range", "10.0.0.0/8,192.0.2.0/24")],
+            ),
+            // The deny-list wins over an allow-list that covers the client.
+            annotated(
+                NS,
+                "denied.test",
+                "web",
+                &[
+                    ("allowlist-source-range", "127.0.0.0/8"),
+                    ("denylist-source-range", "127.0.0.1/32"),
+                ],
+            ),
+            annotated(
+                NS,
+                "open.test",
+                "web",
+                &[("denylist-source-range", "192.0.2.0/24")],
+            ),
+        ],
+    )
+    .await;
+    let mut forwarded = 0;
+    for proto in BOTH {
+        for host in ["inside.test", "open.test"] {
+            let resp = over(&h, proto, Request::get(host, "/")).await;
+            assert_eq!(resp.status, 200, "{proto:?} {host}: {}", resp.text());
+            forwarded += 1;
+        }
+        for host in ["outside.test", "denied.test"] {
+            let resp = over(&h, proto, Request::get(host, "/admin")).await;
+            assert_proxy_answer(&resp, 403, &format!("{proto:?} {host}"));
+        }
+    }
+    assert_eq!(
+        backend.requests(),
+        forwarded,
+        "no refused request reached the backend"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_per_client_answers_429_with_retry_after() {
+    const NS: &str = "rate";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            // One a minute, a burst of one more: two pass at once.
+            annotated(
+                NS,
+                "limited.test",
+                "web",
+                &[("limit-rpm", "1"), ("limit-burst-multiplier", "1")],
+            ),
+            annotated(
+                NS,
+                "exempt.test",
+                "web",
+                &[
+                    ("limit-rps", "1"),
+                    ("limit-burst-multiplier", "1"),
+                    ("limit-whitelist", "127.0.0.0/8"),
+                ],
+            ),
+        ],
+    )
+    .await;
+    // The client's counter is one whatever the HTTP version.
+    for proto in BOTH {
+        let resp = over(&h, proto, Request::get("limited.test", "/")).await;
+        assert_eq!(resp.status, 200, "{proto:?}: {}", resp.text());
+    }
+    for proto in BOTH {
+        let resp = over(&h, proto, Request::get("limited.test", "/")).await;
+        assert_proxy_answer(&resp, 429, &format!("{proto:?}"));
+        let retry: u64 = header(&resp, "retry-after").parse().expect("seconds");
+        assert!((1..=60).contains(&retry), "{proto:?}: Retry-After {retry}");
+    }
+    assert_eq!(backend.requests(), 2);
+    // A client in limit-whitelist is never limited.
+    for n in 0..10 {
+        let proto = BOTH[n % 2];
+        let resp = over(&h, proto, Request::get("exempt.test", "/")).await;
+        assert_eq!(resp.status, 200, "{proto:?} request {n}: {}", resp.text());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_preflight_answered_and_fields_on_responses() {
+    const NS: &str = "cors";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            annotated(NS, "any.test", "web", &[("enable-cors", "true")]),
+            annotated(
+                NS,
+                "listed.test",
+                "web",
+                &[
+                    ("enable-cors", "true"),
+                    (
+                        "cors-allow-origin",
+                        "https://app.example, https://*.corp.example",
+                    ),
+                    ("cors-allow-methods", "GET, POST"),
+                    ("cors-allow-headers", "X-Api-Key"),
+                    ("cors-expose-headers", "X-Total"),
+                    ("cors-allow-credentials", "false"),
+                    ("cors-max-age", "600"),
+                ],
+            ),
+        ],
+    )
+    .await;
+    let mut forwarded = 0;
+    for proto in BOTH {
+        // ingress-nginx's defaults: any origin, credentials, its lists.
+        let pre = over(
+            &h,
+            proto,
+            options("any.test", "/api").header("Origin", "https://x.example"),
+        )
+        .await;
+        assert_eq!(pre.status, 204, "{proto:?}: {}", pre.text());
+        assert_eq!(header(&pre, "access-control-allow-origin"), "*");
+        assert_eq!(header(&pre, "access-control-allow-credentials"), "true");
+        assert_eq!(
+            header(&pre, "access-control-allow-methods"),
+            "GET, PUT, POST, DELETE, PATCH, OPTIONS"
+        );
+        assert_eq!(header(&pre, "access-control-max-age"), "1728000");
+        assert!(pre.body.is_empty());
+
+        let listed = |target: &str, origin: &str| {
+            Request::get("listed.test", target).header("Origin", origin)
+        };
+        let pre = over(
+            &h,
+            proto,
+            options("listed.test", "/api").header("Origin", "https://a1.corp.example"),
+        )
+        .await;
+        assert_eq!(pre.status, 204, "{proto:?}");
+        assert_eq!(
+            header(&pre, "access-control-allow-origin"),
+            "https://a1.corp.example"
+        );
+        assert_eq!(header(&pre, "access-control-allow-methods"), "GET, POST");
+        assert_eq!(header(&pre, "access-control-allow-headers"), "X-Api-Key");
+        assert_eq!(header(&pre, "access-control-max-age"), "600");
+        assert!(
+            pre.headers
+                .get("access-control-allow-credentials")
+                .is_none()
+        );
+
+        // A simple request is forwarded and its response gets the fields.
+        let resp = over(&h, proto, listed("/data", "https://app.example")).await;
+        assert_eq!(resp.status, 200, "{proto:?}");
+        forwarded += 1;
+        assert_eq!(
+            header(&resp, "access-control-allow-origin"),
+            "https://app.example"
+        );
+        assert_eq!(header(&resp, "access-control-expose-headers"), "X-Total");
+        assert_eq!(resp.json().unwrap()["path"], "/data", "{proto:?}");
+
+        // Another origin: forwarded (a preflight too), no CORS fields.
+        for req in [
+            listed("/data", "https://evil.example"),
+            options("listed.test", "/data").header("Origin", "https://evil.example"),
+        ] {
+            let resp = over(&h, proto, req).await;
+            assert_eq!(resp.status, 200, "{proto:?}");
+            forwarded += 1;
+            assert!(
+                resp.headers.get("access-control-allow-origin").is_none(),
+                "{proto:?}"
+            );
+        }
+    }
+    assert_eq!(
+        backend.requests(),
+        forwarded,
+        "preflights were answered by teapot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_and_app_root() {
+    const NS: &str = "redirect";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            annotated(
+                NS,
+                "moved.test",
+                "web",
+                &[("permanent-redirect", "https://www.example.com/new")],
+            ),
+            annotated(
+                NS,
+                "coded.test",
+                "web",
+                &[
+                    ("permanent-redirect", "https://www.example.com/"),
+                    ("permanent-redirect-code", "308"),
+                ],
+            ),
+            annotated(
+                NS,
+                "away.test",
+                "web",
+                &[("temporal-redirect", "/maintenance")],
+            ),
+            annotated(NS, "app.test", "web", &[("app-root", "/app1")]),
+        ],
+    )
+    .await;
+    let mut forwarded = 0;
+    for proto in BOTH {
+        for (host, status, location) in [
+            ("moved.test", 301, "https://www.example.com/new"),
+            ("coded.test", 308, "https://www.example.com/"),
+            ("away.test", 302, "/maintenance"),
+        ] {
+            let resp = over(&h, proto, Request::get(host, "/")).await;
+            assert_eq!(resp.status, status, "{proto:?} {host}");
+            assert_eq!(header(&resp, "location"), location, "{proto:?} {host}");
+        }
+        // app-root names the scheme and host the client used.
+        let resp = over(&h, proto, Request::get("app.test", "/")).await;
+        assert_eq!(resp.status, 302, "{proto:?}");
+        let scheme = if proto == Proto::Http1 {
+            "http"
+        } else {
+            "https"
+        };
+        assert_eq!(
+            header(&resp, "location"),
+            format!("{scheme}://app.test/app1")
+        );
+        // app-root redirects `/` only.
+        let resp = over(&h, proto, Request::get("app.test", "/app1/page")).await;
+        assert_eq!(resp.status, 200, "{proto:?}");
+        forwarded += 1;
+    }
+    assert_eq!(backend.requests(), forwarded);
+}
+
+/// An operator Ingress's unserved ingress-nginx annotations are reported
+/// in `/status`; what teapot serves of it applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unserved_annotations_are_reported_not_ignored() {
+    const NS: &str = "report";
+    let (_backend, h) = serve(
+        NS,
+        vec![annotated(
+            NS,
+            "admin.test",
+            "web",
+            &[
+                ("whitelist-source-range", "10.0.0.0/8"),
+                ("auth-url", "http://auth.report.svc/"),
+            ],
+        )],
+    )
+    .await;
+    let status = h
+        .wait_status("the Ingress's report", |s| {
+            ingress_report(s, NS, "admin.test").is_some()
+        })
+        .await;
+    let report = ingress_report(&status, NS, "admin.test").unwrap();
+    let accepted = condition(report, "AnnotationsAccepted").expect("reported");
+    assert_eq!(accepted["status"], "False");
+    let message = accepted["message"].as_str().unwrap();
+    assert!(
+        message.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"),
+        "{message}"
+    );
+    for proto in BOTH {
+        let resp = over(&h, proto, Request::get("admin.test", "/")).await;
+        assert_proxy_answer(&resp, 403, &format!("{proto:?}"));
+    }
+}
+
+/// `ssl-redirect` covers the Ingress's TLS hosts (and `teapot.dev/
+/// ssl-redirect`, which was admitted but not served before), and
+/// `force-ssl-redirect` every host; HTTPS requests are forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_redirect_for_plain_http() {
+    const NS: &str = "ssl";
+    let with_tls = |mut ingress: Value, host: &str| {
+        ingress["spec"]["tls"] = json!([{ "hosts": [host], "secretName": "none" }]);
+        ingress
+    };
+    let mut teapots = with_tls(
+        simple_ingress(NS, "teapot.test", "teapot.test", "web"),
+        "teapot.test",
+    );
+    teapots["metadata"]["annotations"] = json!({ "teapot.dev/ssl-redirect": "true" });
+    let (backend, h) = serve(
+        NS,
+        vec![
+            with_tls(
+                annotated(NS, "tls.test", "web", &[("ssl-redirect", "true")]),
+                "tls.test",
+            ),
+            // No TLS section: ssl-redirect has no host to cover.
+            annotated(NS, "plain.test", "web", &[("ssl-redirect", "true")]),
+            annotated(NS, "forced.test", "web", &[("force-ssl-redirect", "true")]),
+            teapots,
+        ],
+    )
+    .await;
+    for (host, location) in [
+        ("tls.test", Some("https://tls.test/a/b?c=d")),
+        ("forced.test", Some("https://forced.test/a/b?c=d")),
+        ("teapot.test", Some("https://teapot.test/a/b?c=d")),
+        ("plain.test", None),
+    ] {
+        let resp = over(
+            &h,
+            Proto::Http1,
+            Request::get(&format!("{host}:8080"), "/a/b?c=d"),
+        )
+        .await;
+        match location {
+            Some(location) => {
+                assert_eq!(resp.status, 308, "{host}: {}", resp.text());
+                assert_eq!(header(&resp, "location"), location, "{host}");
+            }
+            None => assert_eq!(resp.status, 200, "{host}"),
+        }
+        // Over HTTPS (HTTP/2) it is served.
+        let resp = over(&h, Proto::Http2, Request::get(host, "/a/b?c=d")).await;
+        assert_eq!(resp.status, 200, "{host} over HTTPS: {}", resp.text());
+    }
+    // As ingress-nginx, one trailing slash is dropped: `/` goes to the host.
+    let resp = over(&h, Proto::Http1, Request::get("forced.test", "/")).await;
+    assert_eq!(header(&resp, "location"), "https://forced.test");
+    assert_eq!(backend.requests(), 5);
+}
+
+/// `affinity: cookie`: the first answer sets the cookie naming the
+/// endpoint that served it; requests carrying it stay there on either HTTP
+/// version; when that endpoint leaves the Service, another serves and the
+/// cookie is set again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_affinity_sticks_and_falls_back() {
+    const NS: &str = "sticky";
+    let a = echo(NS, "web", "web-a").await;
+    let b = echo(NS, "web", "web-b").await;
+    let ingress = annotated(
+        NS,
+        "sticky.test",
+        "web",
+        &[
+            ("affinity", "cookie"),
+            ("session-cookie-name", "route"),
+            ("session-cookie-max-age", "3600"),
+            ("session-cookie-samesite", "None"),
+        ],
+    );
+    let both = |echoes: &[&EchoServer]| {
+        let mut objects = echo_service(NS, "web", echoes);
+        objects.push(ingress.clone());
+        docs(&objects)
+    };
+    let h = Harness::start(&[("manifests.yaml", both(&[&a, &b]))]).await;
+    let first = over(&h, Proto::Http1, Request::get("sticky.test", "/")).await;
+    assert_eq!(first.status, 200);
+    let set = header(&first, "set-cookie").to_string();
+    assert!(
+        set.starts_with("route=")
+            && set.ends_with("; Path=/; Max-Age=3600; SameSite=None; Secure; HttpOnly"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+    let pod = first.json().unwrap()["pod"].as_str().unwrap().to_string();
+    for n in 0..8 {
+        let proto = BOTH[n % 2];
+        let resp = over(
+            &h,
+            proto,
+            Request::get("sticky.test", "/").header("Cookie", &cookie),
+        )
+        .await;
+        assert_eq!(
+            resp.json().unwrap()["pod"],
+            pod.as_str(),
+            "{proto:?} request {n}"
+        );
+        assert!(
+            resp.headers.get("set-cookie").is_none(),
+            "{proto:?}: cookie kept"
+        );
+    }
+    // Without the cookie, requests are balanced as before.
+    let mut pods = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let resp = over(&h, Proto::Http1, Request::get("sticky.test", "/")).await;
+        pods.insert(resp.json().unwrap()["pod"].as_str().unwrap().to_string());
+    }
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    // The client's endpoint leaves the Service.
+    let stays = if pod == "web-a" { &b } else { &a };
+    h.apply("manifests.yaml", &both(&[stays])).await;
+    for proto in BOTH {
+        let resp = over(
+            &h,
+            proto,
+            Request::get("sticky.test", "/").header("Cookie", &cookie),
+        )
+        .await;
+        assert_eq!(resp.status, 200, "{proto:?}");
+        assert_ne!(resp.json().unwrap()["pod"], pod.as_str(), "{proto:?}");
+        let again = header(&resp, "set-cookie");
+        assert!(
+            again.starts_with("route=") && !again.starts_with(&cookie),
+            "{again}"
+        );
+    }
+}
+
+/// `x-forwarded-prefix` replaces what the client sent, on both versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_prefix_is_set_on_backend_requests() {
+    const NS: &str = "prefix";
+    let (_backend, h) = serve(
+        NS,
+        vec![annotated(
+            NS,
+            "prefix.test",
+            "web",
+            &[("x-forwarded-prefix", "/shop")],
+        )],
+    )
+    .await;
+    for proto in BOTH {
+        let req = Request::get("prefix.test", "/cart").header("X-Forwarded-Prefix", "/evil");
+        let resp = over(&h, proto, req).await;
+        assert_eq!(resp.status, 200, "{proto:?}");
+        let json = resp.json().unwrap();
+        assert_eq!(
+            json["headers"]["X-Forwarded-Prefix"],
+            json!(["/shop"]),
+            "{proto:?}: {json:#}"
+        );
+    }
+}
+
+/// `proxy-body-size` is the route's body limit, as `teapot.dev/
+/// max-body-size` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_body_size_limits_request_bodies() {
+    const NS: &str = "body";
+    let (_backend, h) = serve(
+        NS,
+        vec![annotated(
+            NS,
+            "body.test",
+            "web",
+            &[("proxy-body-size", "1k")],
+        )],
+    )
+    .await;
+    let post = |len: usize| Request {
+        method: "POST".into(),
+        body: vec![b'x'; len],
+        ..Request::get("body.test", "/upload")
+    };
+    for proto in BOTH {
+        let resp = over(&h, proto, post(1024)).await;
+        assert_eq!(resp.status, 200, "{proto:?}: {}", resp.text());
+        let resp = over(&h, proto, post(1025)).await;
+        assert_proxy_answer(&resp, 413, &format!("{proto:?}"));
+    }
+}
