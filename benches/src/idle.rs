@@ -125,6 +125,8 @@ mod tests {
             failed: 1,
             rss_before_kib: 100,
             rss_after_kib: 110,
+            rss_closed_1s_kib: 108,
+            rss_closed_kib: 101,
         };
         assert_eq!(m.kib_per_connection(), 2.5);
         // RSS that fell (memory returned meanwhile) charges nothing.
