@@ -13,8 +13,8 @@ use crate::peers;
 pub const SETTLE: Duration = Duration::from_secs(12);
 
 /// Raises this process's descriptor limit (soft and hard) to `want`
-/// when it is lower and the process may (root): the proxies it starts
-/// inherit it. 10,000 idle connections take 10,000 descriptors in the
+/// when it is lower and the process may (`CAP_SYS_RESOURCE` for the hard
+/// limit; else up to the hard limit): the proxies it starts inherit it. 10,000 idle connections take 10,000 descriptors in the
 /// client and as many in each proxy, two per connection in an L4 proxy,
 /// past the 20,000 a shell often allows. Returns the limit in force.
 pub fn raise_descriptor_limit(want: u64) -> u64 {

@@ -97,7 +97,11 @@ struct Sink {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // An L4 proxy holds two descriptors per idle connection.
-    teapot_benches::idle::raise_descriptor_limit(4 * args.idle_connections as u64 + 4096);
+    let want = 4 * args.idle_connections as u64 + 4096;
+    let limit = teapot_benches::idle::raise_descriptor_limit(want);
+    if limit < want {
+        eprintln!("descriptor limit {limit}, below the {want} the idle run may need");
+    }
     // The backend runs on its own runtime so the load generator does not
     // starve it (and vice versa) more than the machine itself does.
     let backend_rt = tokio::runtime::Builder::new_multi_thread()
@@ -214,7 +218,7 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
 
     let (h_sink, h_ping) = (free_port()?, free_port()?);
     // maxconn above the idle run's connections (two descriptors per
-    // proxied connection: main raised the limit it inherits).
+    // proxied connection, within the limit main could raise).
     let config = format!(
         "global
   nbthread {threads}
