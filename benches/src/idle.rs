@@ -12,6 +12,26 @@ use crate::peers;
 /// 10 s): freed memory it still keeps is not charged to the connections.
 pub const SETTLE: Duration = Duration::from_secs(12);
 
+/// Raises this process's descriptor limit (soft and hard) to `want`
+/// when it is lower and the process may (`CAP_SYS_RESOURCE` for the hard
+/// limit; else up to the hard limit): the proxies it starts inherit it. 10,000 idle connections take 10,000 descriptors in the
+/// client and as many in each proxy, two per connection in an L4 proxy,
+/// past the 20,000 a shell often allows. Returns the limit in force.
+pub fn raise_descriptor_limit(want: u64) -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 0;
+    };
+    if soft >= want {
+        return soft;
+    }
+    if setrlimit(Resource::RLIMIT_NOFILE, want, want.max(hard)).is_ok() {
+        return want;
+    }
+    let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    hard.max(soft)
+}
+
 /// Connections opened at a time, as a crowd of clients arrives.
 const BATCH: usize = 200;
 
@@ -22,6 +42,11 @@ pub struct IdleMemory {
     pub failed: usize,
     pub rss_before_kib: u64,
     pub rss_after_kib: u64,
+    /// 1 s after the connections closed: what the allocator still keeps.
+    pub rss_closed_1s_kib: u64,
+    /// [`SETTLE`] after they closed, past teapot's purge delay: what it
+    /// gave back.
+    pub rss_closed_kib: u64,
 }
 
 impl IdleMemory {
@@ -35,9 +60,9 @@ impl IdleMemory {
 /// Waits [`SETTLE`], reads the RSS of `pid`'s process tree (nginx's and
 /// HAProxy's workers included), opens `n` connections with `open` (each
 /// future does its exchange and returns what keeps the connection open),
-/// waits [`SETTLE`] again and reads the RSS once more. The connections are
-/// closed on return, then a second passes so their memory goes back before
-/// the next measurement.
+/// waits [`SETTLE`] again and reads the RSS once more. Then it closes
+/// them and reads the RSS 1 s and [`SETTLE`] later: whether the memory
+/// goes back, and how soon.
 pub async fn idle_memory<F, Fut, H>(pid: u32, n: usize, open: F) -> anyhow::Result<IdleMemory>
 where
     F: Fn() -> Fut,
@@ -76,11 +101,16 @@ where
         anyhow::bail!("no idle connection could be opened ({failed} failed){why}");
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_closed_1s_kib = peers::tree_rss_kib(pid)?;
+    tokio::time::sleep(SETTLE - Duration::from_secs(1)).await;
+    let rss_closed_kib = peers::tree_rss_kib(pid)?;
     Ok(IdleMemory {
         connections,
         failed,
         rss_before_kib,
         rss_after_kib,
+        rss_closed_1s_kib,
+        rss_closed_kib,
     })
 }
 
@@ -95,6 +125,8 @@ mod tests {
             failed: 1,
             rss_before_kib: 100,
             rss_after_kib: 110,
+            rss_closed_1s_kib: 108,
+            rss_closed_kib: 101,
         };
         assert_eq!(m.kib_per_connection(), 2.5);
         // RSS that fell (memory returned meanwhile) charges nothing.

@@ -277,6 +277,7 @@ struct Fleet {
     cert_der: Vec<u8>,
     tools: Tools,
     threads: usize,
+    maxconn: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -290,6 +291,13 @@ struct Tools {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The client, nginx and HAProxy each hold a descriptor per idle
+    // connection, teapot one too and one per upstream connection.
+    let want = 4 * args.idle_connections as u64 + 4096;
+    let limit = teapot_benches::idle::raise_descriptor_limit(want);
+    if limit < want {
+        eprintln!("descriptor limit {limit}, below the {want} the idle run may need");
+    }
     let found = peers::ensure(
         &[peers::NGINX, peers::HAPROXY, peers::WRK, peers::H2LOAD],
         !args.no_install,
@@ -477,6 +485,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         cert_dir: dir.path().to_path_buf(),
         dir: nginx_dir.clone(),
         threads: args.threads,
+        maxconn: haproxy_maxconn(args.idle_connections),
         http: n_http,
         https: n_https,
         static_port: b_http,
@@ -496,6 +505,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         cert_dir: dir.path().to_path_buf(),
         dir: haproxy_dir.clone(),
         threads: args.threads,
+        maxconn: haproxy_maxconn(args.idle_connections),
         http: h_http,
         https: h_https,
         static_port: b_http,
@@ -578,6 +588,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         cert_der: cert.cert_der.clone(),
         tools,
         threads: args.threads,
+        maxconn: haproxy_maxconn(args.idle_connections),
     })
 }
 
@@ -589,6 +600,7 @@ impl Fleet {
             cert_dir: self.dir.path().to_path_buf(),
             dir: self.dir.path().join(sub),
             threads: self.threads,
+            maxconn: self.maxconn,
             http: self.ports[&target].http,
             https: self.ports[&target].https,
             static_port: self.backend_ports.0,
@@ -728,10 +740,23 @@ struct PeerConf {
     cert_dir: PathBuf,
     dir: PathBuf,
     threads: usize,
+    /// HAProxy's `maxconn`: above the idle runs' connections.
+    maxconn: usize,
     http: u16,
     https: u16,
     static_port: u16,
     echo_port: u16,
+}
+
+/// HAProxy's `maxconn` for a run with `idle` idle connections: 8,000 as
+/// before, or above the idle connections. HAProxy asks for two descriptors
+/// per `maxconn` and, by default (`strict-limits`), refuses to start when
+/// the hard limit is lower (20,000 on machines where the harness cannot
+/// raise it); the HAProxy configuration turns that into a warning, since
+/// its backend connections are shared and the idle run needs about one
+/// descriptor a connection.
+fn haproxy_maxconn(idle: usize) -> usize {
+    idle.max(7_500) + 500
 }
 
 impl PeerConf {
@@ -779,7 +804,8 @@ impl PeerConf {
         format!(
             "global
   nbthread {threads}
-  maxconn 8000
+  maxconn {maxconn}
+  no strict-limits
   hard-stop-after 5s
   stats socket {d}/admin.sock mode 600 level admin expose-fd listeners
   ssl-default-bind-options ssl-min-ver TLSv1.3 no-tls-tickets
@@ -811,6 +837,7 @@ backend echo
   server e1 127.0.0.1:{e}
 ",
             threads = self.threads,
+            maxconn = self.maxconn,
             d = self.dir.display(),
             c = self.cert_dir.display(),
             http = self.http,
@@ -1084,6 +1111,11 @@ async fn idle_connections(
     v.insert("rss_before_mib", memory.rss_before_kib as f64 / 1024.0);
     v.insert("rss_after_mib", memory.rss_after_kib as f64 / 1024.0);
     v.insert(KIB_PER_CONNECTION, memory.kib_per_connection());
+    v.insert(
+        "rss_closed_1s_mib",
+        memory.rss_closed_1s_kib as f64 / 1024.0,
+    );
+    v.insert("rss_closed_mib", memory.rss_closed_kib as f64 / 1024.0);
     Ok(v)
 }
 

@@ -96,6 +96,12 @@ struct Sink {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // An L4 proxy holds two descriptors per idle connection.
+    let want = 4 * args.idle_connections as u64 + 4096;
+    let limit = teapot_benches::idle::raise_descriptor_limit(want);
+    if limit < want {
+        eprintln!("descriptor limit {limit}, below the {want} the idle run may need");
+    }
     // The backend runs on its own runtime so the load generator does not
     // starve it (and vice versa) more than the machine itself does.
     let backend_rt = tokio::runtime::Builder::new_multi_thread()
@@ -211,8 +217,8 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
     let teapot_pid = teapot.id().context("teapot exited at start")?;
 
     let (h_sink, h_ping) = (free_port()?, free_port()?);
-    // maxconn above the idle run's connections, below the machine's
-    // descriptor limit (two per proxied connection).
+    // maxconn above the idle run's connections (two descriptors per
+    // proxied connection, within the limit main could raise).
     let config = format!(
         "global
   nbthread {threads}
@@ -443,6 +449,8 @@ async fn idle(pid: u32, port: u16, n: usize) -> anyhow::Result<Idle> {
         rss_before_mib: memory.rss_before_kib as f64 / 1024.0,
         rss_after_mib: memory.rss_after_kib as f64 / 1024.0,
         kib_per_conn: memory.kib_per_connection(),
+        rss_closed_1s_mib: memory.rss_closed_1s_kib as f64 / 1024.0,
+        rss_closed_mib: memory.rss_closed_kib as f64 / 1024.0,
     })
 }
 
@@ -461,6 +469,9 @@ struct Idle {
     failed: usize,
     rss_before_mib: f64,
     rss_after_mib: f64,
+    /// 1 s and 12 s after the idle connections closed.
+    rss_closed_1s_mib: f64,
+    rss_closed_mib: f64,
     kib_per_conn: f64,
 }
 

@@ -6,7 +6,7 @@
 //! header-read deadline and keep-alive timeout are docs/edge.md's.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -242,18 +242,27 @@ impl EdgeApp<crate::plane::h2::H2Server> {
     /// [`ServerApp::process_new`], on the bare socket. The HTTP/1 engine
     /// gets the `TcpStream` itself, so an idle keep-alive connection waits
     /// on the socket's readiness holding no buffer.
-    pub async fn serve_tcp(self: Arc<Self>, tcp: TcpStream, stop: ShutdownWatch) {
+    ///
+    /// `client` is the address `accept` returned, `local` the listener's
+    /// when it is a single address (no system call per connection for
+    /// either); a wildcard listener asks the socket.
+    pub async fn serve_tcp(
+        self: Arc<Self>,
+        tcp: TcpStream,
+        client: SocketAddr,
+        local: Option<SocketAddr>,
+        stop: ShutdownWatch,
+    ) {
         let shutdown = self.finish_on(&stop);
         drop(stop);
         // Heads and small answers go out at once, as Pingora's listener did.
         let _ = tcp.set_nodelay(true);
-        let client = tcp.peer_addr().ok();
-        let Some(_slot) = self.admit(client.map(|a| a.ip())) else {
+        let Some(_slot) = self.admit(Some(client.ip())) else {
             return;
         };
         let info = ConnInfo {
-            client,
-            local: tcp.local_addr().ok(),
+            client: Some(client),
+            local: local.or_else(|| tcp.local_addr().ok()),
             ..ConnInfo::default()
         };
         if self.h2c {
@@ -301,12 +310,100 @@ where
             return self.h2.process_new(stream, &self.finish_on(shutdown)).await;
         }
         let info = crate::plane::h1::conn_info(&stream);
+        let stream = ListenerStream::new(stream);
         self.h1.serve(stream, &info, self.finish_on(shutdown)).await;
         None
     }
 
     async fn cleanup(&self) {
         self.h2.cleanup().await;
+    }
+}
+
+/// Pingora's TLS stream under the listener.
+type TlsOverTcp =
+    pingora_core::protocols::tls::TlsStream<pingora_core::protocols::l4::stream::Stream>;
+
+/// A connection from Pingora's listener, for the HTTP/1 engine: over TLS
+/// it tells the engine when the socket under the TLS layer is readable,
+/// so an idle HTTPS connection waits for its next request holding no read
+/// buffer, as a plain one does (docs/capacity.md, "What the proxy keeps").
+struct ListenerStream {
+    stream: Stream,
+    tls: bool,
+}
+
+impl ListenerStream {
+    fn new(stream: Stream) -> Self {
+        let tls = Self::tls_of(&stream).is_some();
+        ListenerStream { stream, tls }
+    }
+
+    fn tls_of(stream: &Stream) -> Option<&TlsOverTcp> {
+        let io: &dyn pingora_core::protocols::IO = &**stream;
+        io.as_any().downcast_ref::<TlsOverTcp>()
+    }
+}
+
+impl tokio::io::AsyncRead for ListenerStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for ListenerStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl teapot_h1::ClientStream for ListenerStream {
+    fn tells_readable(&self) -> bool {
+        self.tls
+    }
+
+    fn poll_readable(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match Self::tls_of(&self.stream) {
+            Some(tls) => tls.poll_read_ready(cx),
+            None => std::task::Poll::Ready(Ok(())),
+        }
     }
 }
 
@@ -339,6 +436,55 @@ mod tests {
         assert_eq!(table.total(), 2);
         let _s4 = table.admit(Some(a), &config).unwrap();
         assert_eq!(table.total(), 3);
+    }
+
+    /// An HTTPS connection from Pingora's listener tells the HTTP/1 engine
+    /// when its next request arrives, so the engine waits for it holding
+    /// no read buffer (before, it waited in a read with a 2 KiB buffer).
+    #[tokio::test]
+    async fn a_tls_connection_tells_the_engine_when_it_is_readable() {
+        use teapot_h1::ClientStream;
+        use teapot_testkit::client::{Connection, Proto, Request, Transport};
+        use tokio::io::AsyncReadExt;
+
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let cert = teapot_model::certificate::TlsCertificate::self_signed_default().unwrap();
+        let resolver = crate::plane::tls::SniResolver::new(Default::default(), cert.key);
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        let acceptor = pingora_core::listeners::tls::Acceptor::from_server_config(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (send, sent) = tokio::sync::oneshot::channel::<()>();
+        let client = tokio::spawn(async move {
+            let transport = Transport::tls_insecure("teapot.invalid");
+            let mut c = Connection::open(addr, &transport, Proto::Http1)
+                .await
+                .unwrap();
+            // The request goes out only once the server has looked.
+            let _ = sent.await;
+            let _ = c.send(&Request::get("teapot.invalid", "/")).await;
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let l4 = pingora_core::protocols::l4::stream::Stream::from(tcp);
+        let tls: Stream = Box::new(acceptor.tls_handshake(l4).await.unwrap());
+        let mut stream = ListenerStream::new(tls);
+        assert!(stream.tells_readable());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            stream.poll_readable(&mut cx).is_pending(),
+            "nothing sent yet"
+        );
+        send.send(()).unwrap();
+        std::future::poll_fn(|cx| stream.poll_readable(cx))
+            .await
+            .unwrap();
+        let mut head = [0u8; 4];
+        stream.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"GET ");
+        drop(stream);
+        client.await.unwrap();
     }
 
     #[test]

@@ -165,6 +165,12 @@ pub async fn accept_plain(listener: TcpListener, app: Arc<Edge>, mut stop: watch
             return;
         }
     };
+    // A listener on one address is every connection's local address; on a
+    // wildcard each connection has its own.
+    let local = listener
+        .local_addr()
+        .ok()
+        .filter(|a| !a.ip().is_unspecified());
     loop {
         let accepted = tokio::select! {
             biased;
@@ -172,8 +178,8 @@ pub async fn accept_plain(listener: TcpListener, app: Arc<Edge>, mut stop: watch
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((tcp, _)) => {
-                tokio::spawn(app.clone().serve_tcp(tcp, stop.clone()));
+            Ok((tcp, client)) => {
+                tokio::spawn(app.clone().serve_tcp(tcp, client, local, stop.clone()));
             }
             // Out of file descriptors: accepting again would fail at
             // once and spin; connections closing free some.

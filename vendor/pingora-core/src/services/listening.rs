@@ -231,7 +231,12 @@ impl<A: ServerApp + Send + Sync + 'static> Service<A> {
                     let shutdown = shutdown.clone();
                     current_handle().spawn(async move {
                         let peer_addr = io.peer_addr();
-                        match timeout(Duration::from_secs(60), io.handshake()).await {
+                        // Boxed (teapot): the handshake's state (a TLS
+                        // handshake's, with its timer) is several times what
+                        // the connection needs afterwards, and inline it would
+                        // size the task for the connection's whole life.
+                        let handshake = Box::pin(timeout(Duration::from_secs(60), io.handshake()));
+                        match handshake.await {
                             Ok(handshake) => {
                                 match handshake {
                                     Ok(io) => Self::handle_event(io, app, shutdown).await,

@@ -623,6 +623,27 @@ impl Stream {
         }
     }
 
+    /// Ready once a read would find bytes (or the end of the stream): bytes
+    /// put back by `rewind` or held by the read buffer, else the socket's
+    /// readiness. Lets a caller wait for the next request on an idle
+    /// connection without holding a read buffer (teapot).
+    pub fn poll_read_ready(&self, cx: &mut std::task::Context<'_>) -> Poll<io::Result<()>> {
+        if !self.rewind_read_buf.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if let BufferedStream::BufferedRead(reader) = self.stream() {
+            if !reader.buffer().is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        match &self.stream().get_ref().stream {
+            RawStream::Tcp(s) => s.poll_read_ready(cx),
+            #[cfg(unix)]
+            RawStream::Unix(s) => s.poll_read_ready(cx),
+            RawStream::Virtual(_) => Poll::Ready(Ok(())),
+        }
+    }
+
     /// Set the read and write buffer sizes
     /// It is only set later because of the malloc overhead in critical accept() path
     pub(crate) fn set_buffer(&mut self, buffer: L4BufferSettings) {

@@ -186,6 +186,24 @@ where
     }
 }
 
+impl TlsStream<crate::protocols::l4::stream::Stream> {
+    /// Ready once a read would find bytes (teapot): plaintext rustls
+    /// already holds, else the socket's readiness. After a read returned
+    /// `Pending`, rustls holds no whole record, so the next bytes must come
+    /// from the socket; an idle connection can wait there without a read
+    /// buffer.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<IoResult<()>> {
+        let Some(stream) = self.tls.stream.as_ref() else {
+            return Poll::Ready(Ok(()));
+        };
+        let (io, state) = stream.get_ref();
+        if !state.wants_read() {
+            return Poll::Ready(Ok(()));
+        }
+        io.poll_read_ready(cx)
+    }
+}
+
 impl<T> AsyncRead for TlsStream<T>
 where
     T: AsyncRead + AsyncWrite + Unpin,
