@@ -23,10 +23,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use teapot_api::tenant::EffectiveLimits;
+
+use crate::compile::rate_table::{gcra, now_ns};
 
 /// Which of a tenant's limits a request is over; the plane answers it
 /// (`crate::plane::edge::OverLimit::Rate` / `TenantConnections`).
@@ -36,11 +38,6 @@ pub enum OverLimit {
     Rate,
     /// `maxConnections`: 503.
     Connections,
-}
-
-fn now_ns() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 /// The rate burst: one second of requests may arrive at once.
@@ -102,10 +99,7 @@ impl TenantGate {
         let burst = BURST.as_nanos() as u64;
         let mut tat = self.tat_ns.load(Ordering::Relaxed);
         loop {
-            let next = tat.max(now) + interval;
-            if next > now + burst {
-                return Err(OverLimit::Rate);
-            }
+            let next = gcra(tat, now, interval, burst).map_err(|_| OverLimit::Rate)?;
             match self
                 .tat_ns
                 .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Relaxed)

@@ -64,16 +64,30 @@ pub struct RateTable {
     sets: Box<[Mutex<[Counter; WAYS]>]>,
 }
 
-/// Nanoseconds since the first call: the counters' clock.
+/// Nanoseconds since the first call: the clock of every rate counter,
+/// these and the tenant gates' (crate::compile::fairness).
 pub fn now_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+/// One step of GCRA, the rate arithmetic of these counters and of the
+/// tenant gates: with `tat` the theoretical arrival time so far, a request
+/// at `now` moves it to `max(tat, now) + interval`, and passes when that
+/// is at most `ahead` past `now`. `Ok`: the new `tat`; `Err`: how many
+/// nanoseconds too early the request is.
+pub(crate) fn gcra(tat: u64, now: u64, interval: u64, ahead: u64) -> Result<u64, u64> {
+    let next = tat.max(now) + interval;
+    match next.checked_sub(now.saturating_add(ahead)) {
+        Some(early) if early > 0 => Err(early),
+        _ => Ok(next),
+    }
+}
+
 impl RateTable {
     /// A table of at least `slots` counters (whole sets).
     pub fn new(slots: usize) -> RateTable {
-        let sets = slots.div_ceil(WAYS).max(1);
+        let sets = RateTable::new_capacity(slots) / WAYS;
         RateTable {
             hasher: std::hash::RandomState::new(),
             sets: (0..sets)
@@ -141,13 +155,14 @@ impl RateTable {
             }
         };
         let counter = &mut set[slot];
-        let tolerance = rate.burst.saturating_mul(rate.interval_ns);
-        let tat = counter.tat_ns.max(now);
-        if tat - now > tolerance {
-            let wait = tat - now - tolerance;
-            return Err(wait.div_ceil(1_000_000_000).max(1));
-        }
-        counter.tat_ns = tat + rate.interval_ns;
+        // `burst` requests may run ahead of the rate, and the one at hand.
+        let ahead = rate
+            .burst
+            .saturating_mul(rate.interval_ns)
+            .saturating_add(rate.interval_ns);
+        let tat = gcra(counter.tat_ns, now, rate.interval_ns, ahead)
+            .map_err(|early| early.div_ceil(1_000_000_000).max(1))?;
+        counter.tat_ns = tat;
         Ok(())
     }
 }
@@ -177,6 +192,7 @@ impl RateTables {
 }
 
 impl RateTable {
+    /// The counters a table of at least `slots` holds: whole sets.
     fn new_capacity(slots: usize) -> usize {
         slots.div_ceil(WAYS).max(1) * WAYS
     }
@@ -185,6 +201,19 @@ impl RateTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gcra_passes_up_to_ahead_and_says_how_early() {
+        // One a second, two seconds ahead allowed: two pass at once.
+        let (s, now) = (1_000_000_000, 10_000_000_000);
+        let tat = gcra(0, now, s, 2 * s).unwrap();
+        assert_eq!(tat, now + s);
+        let tat = gcra(tat, now, s, 2 * s).unwrap();
+        assert_eq!(gcra(tat, now, s, 2 * s), Err(s));
+        assert_eq!(gcra(tat, now + s, s, 2 * s), Ok(now + 3 * s));
+        // A limit too large to add never refuses.
+        assert!(gcra(tat, now, s, u64::MAX).is_ok());
+    }
 
     #[test]
     fn tables_outlive_snapshots_and_follow_limits() {
