@@ -683,11 +683,7 @@ fn receive_one(
                 .or_else(|| a.as_sockaddr_in6().map(|a| IpAddr::V6(a.ip())))
         })
         .ok_or_else(|| std::io::Error::other("datagram without a source address"))?;
-    let from = match from {
-        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
-        v4 => v4,
-    };
-    Ok((msg.bytes, from, ttl))
+    Ok((msg.bytes, from.to_canonical(), ttl))
 }
 
 async fn read_packets(socket: UdpSocket, routes: Routes) {

@@ -104,7 +104,8 @@ impl Limiter {
     /// The client's prefix, with the family in the top bit so that an
     /// IPv4 prefix never equals an IPv6 one.
     fn prefix(&self, client: IpAddr) -> u128 {
-        match client {
+        // An IPv4-mapped client is limited as the IPv4 one it is.
+        match client.to_canonical() {
             IpAddr::V4(a) => {
                 let bits = u32::from(a);
                 let keep = u32::from(self.config.ipv4_prefix.min(32));
@@ -116,10 +117,6 @@ impl Limiter {
                 (1u128 << 127) | u128::from(masked)
             }
             IpAddr::V6(a) => {
-                // An IPv4-mapped client is limited as the IPv4 one it is.
-                if let Some(v4) = a.to_ipv4_mapped() {
-                    return self.prefix(IpAddr::V4(v4));
-                }
                 let bits = u128::from(a);
                 let keep = u32::from(self.config.ipv6_prefix.min(127));
                 let masked = if keep == 0 {

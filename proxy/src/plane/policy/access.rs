@@ -11,22 +11,15 @@ impl AccessList {
     /// listener reads one); a request without one (a listener on a Unix
     /// socket) is refused by a list that allows only some networks.
     pub fn admits(&self, client: Option<IpAddr>) -> bool {
-        let Some(ip) = client.map(canonical) else {
+        // An IPv4 client on a dual-stack socket arrives as `::ffff:a.b.c.d`;
+        // the lists name it in IPv4.
+        let Some(ip) = client.map(|ip| ip.to_canonical()) else {
             return self.allow.is_empty();
         };
         if self.deny.iter().any(|net| net.contains(&ip)) {
             return false;
         }
         self.allow.is_empty() || self.allow.iter().any(|net| net.contains(&ip))
-    }
-}
-
-/// An IPv4 client on a dual-stack socket arrives as `::ffff:a.b.c.d`; the
-/// lists name it in IPv4.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
     }
 }
 

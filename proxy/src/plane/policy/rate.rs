@@ -7,7 +7,6 @@ use std::net::IpAddr;
 
 use crate::compile::rate_table::now_ns;
 use crate::compile::traffic::RateLimits;
-use crate::plane::policy::access::canonical;
 
 impl RateLimits {
     /// Admits one request of `client`, or says after how many seconds it
@@ -18,7 +17,7 @@ impl RateLimits {
     }
 
     fn admit_at(&self, client: Option<IpAddr>, now: u64) -> Result<(), u64> {
-        let Some(ip) = client.map(canonical) else {
+        let Some(ip) = client.map(|ip| ip.to_canonical()) else {
             return Ok(());
         };
         if self.exempt.iter().any(|net| net.contains(&ip)) {
