@@ -15,6 +15,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -200,17 +201,21 @@ impl<R: Router, O: Observer> Engine<R, O> {
     /// Serves one client connection until it closes, times out, fails, is
     /// upgraded, or `shutdown` turns `true` (then at the next request
     /// boundary; a request in flight finishes with `Connection: close`).
-    pub async fn serve<S>(
-        &self,
+    ///
+    /// Not an `async fn`: the connection's state is built here and the
+    /// future holds it once, where an `async fn` would keep its arguments
+    /// beside the state they were moved into for the connection's life.
+    pub fn serve<S>(
+        self: &Arc<Self>,
         client: S,
-        conn: &ConnInfo,
+        conn: ConnInfo,
         shutdown: watch::Receiver<bool>,
-    ) -> ConnEnd
+    ) -> impl Future<Output = ConnEnd> + use<S, R, O>
     where
         S: ClientStream,
     {
         let mut c = Conn {
-            engine: self,
+            engine: self.clone(),
             info: conn,
             client,
             shutdown,
@@ -219,11 +224,10 @@ impl<R: Router, O: Observer> Engine<R, O> {
             out: Vec::new(),
             up_out: Vec::new(),
             log: LogHead::default(),
-            client_reads: Deadline::default(),
+            reads: Deadline::default(),
             client_writes: Deadline::default(),
-            upstream_reads: Deadline::default(),
         };
-        c.run().await
+        async move { c.run().await }
     }
 }
 
@@ -415,6 +419,19 @@ enum HeadWait {
     },
     Shutdown,
     Refused(Refusal),
+    /// Nothing of the next head yet, the buffers given back: the wait
+    /// goes on in [`Conn::idle_wait`], outside the boxed exchange.
+    Idle,
+}
+
+/// How one exchange ended, for [`Conn::run`].
+enum Step {
+    /// Went idle before the next head began.
+    Idle,
+    KeepAlive {
+        ended: Instant,
+    },
+    End(ConnEnd),
 }
 
 /// How one request ended, for the loop.
@@ -443,9 +460,9 @@ enum Sent {
     TooLarge,
 }
 
-struct Conn<'e, S, R, O> {
-    engine: &'e Engine<R, O>,
-    info: &'e ConnInfo,
+struct Conn<S, R, O> {
+    engine: Arc<Engine<R, O>>,
+    info: ConnInfo,
     client: S,
     shutdown: watch::Receiver<bool>,
     inbuf: Buf,
@@ -453,12 +470,12 @@ struct Conn<'e, S, R, O> {
     out: Vec<u8>,
     up_out: Vec<u8>,
     log: LogHead,
-    /// The header and keep-alive timeouts.
-    client_reads: Deadline,
-    /// The client write timeout.
+    /// The header and keep-alive timeouts, and the upstream read timeout
+    /// (waits for any upstream byte): one timer, as a connection waits
+    /// for one of them at a time, so an idle connection keeps one.
+    reads: Deadline,
+    /// The client write timeout; made only when a write has to wait.
     client_writes: Deadline,
-    /// The upstream read timeout (waits for any upstream byte).
-    upstream_reads: Deadline,
 }
 
 /// One reusable timer for one kind of wait on a connection, instead of a
@@ -470,10 +487,13 @@ struct Conn<'e, S, R, O> {
 /// wait's deadline it is re-armed for it. Deadlines of one kind only grow
 /// on a connection (now + the same timeout), so under traffic the wheel
 /// is touched about once per timeout period, not per request. A wait with
-/// an earlier deadline moves the timer at once.
+/// an earlier deadline moves the timer at once: the read timer serves the
+/// keep-alive wait and the upstream wait, which with the defaults (60 s
+/// each) never moves it earlier; a route whose upstream read timeout is
+/// shorter than the keep-alive timeout moves it once per request.
 #[derive(Default)]
 struct Deadline {
-    /// Made at the first wait.
+    /// Made at the first wait that blocks.
     sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
@@ -484,19 +504,23 @@ impl Deadline {
     /// `fut`'s output, unless `at` comes first.
     async fn run<F: Future>(&mut self, at: Instant, fut: F) -> Result<F::Output, Elapsed> {
         let mut fut = std::pin::pin!(fut);
-        let sleep = match &mut self.sleep {
-            Some(sleep) => {
-                if at < sleep.deadline() {
-                    sleep.as_mut().reset(at);
-                }
-                sleep
-            }
-            None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
-        };
+        let mut armed = false;
         std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
                 return std::task::Poll::Ready(Ok(v));
             }
+            // Only a wait that blocks needs the timer: a write the socket
+            // takes at once, the usual case, makes and moves none.
+            let sleep = match &mut self.sleep {
+                Some(sleep) => {
+                    if !armed && at < sleep.deadline() {
+                        sleep.as_mut().reset(at);
+                    }
+                    sleep
+                }
+                None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
+            };
+            armed = true;
             loop {
                 std::task::ready!(sleep.as_mut().poll(cx));
                 if sleep.deadline() >= at {
@@ -520,7 +544,7 @@ impl std::fmt::Debug for Deadline {
 
 const IDEMPOTENT: [&str; 6] = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"];
 
-impl<S, R, O> Conn<'_, S, R, O>
+impl<S, R, O> Conn<S, R, O>
 where
     S: ClientStream,
     R: Router,
@@ -539,49 +563,132 @@ where
         let mut deadline = last_end + self.cfg().header_read_timeout;
         let mut first = true;
         loop {
-            let mut stats = Stats::new(last_end);
-            let head_len = match self.read_head(deadline, first, &mut stats).await {
-                Ok(n) => n,
-                Err(HeadWait::Closed { partial }) => {
-                    if partial {
-                        stats.client_abort = true;
-                        self.observe(&stats, Outcome::ClientAbort, None);
-                    }
-                    return ConnEnd::ClientClosed;
-                }
-                Err(HeadWait::Timeout { partial }) => {
-                    if partial || first {
-                        self.observe(&stats, Outcome::Refused(Refusal::HeaderTimeout), None);
-                        return ConnEnd::HeaderTimeout;
-                    }
-                    return ConnEnd::IdleTimeout;
-                }
-                Err(HeadWait::Shutdown) => return ConnEnd::Shutdown,
-                Err(HeadWait::Refused(r)) => {
-                    self.refuse(r, &mut stats).await;
-                    return ConnEnd::Closed;
-                }
-            };
-            first = false;
-            stats.bytes_in += head_len as u64;
-            // Boxed, once per request: routing and forwarding are most of
-            // the connection's future (a head parsed in place, the upstream
-            // exchange), and an idle keep-alive connection, which only
-            // waits in `read_head`, should not carry them.
-            let next = Box::pin(self.request(head_len, &mut stats)).await;
-            self.up_out.clear();
-            self.upbuf.clear();
-            match next {
-                Next::KeepAlive => {
-                    self.log.clear();
-                    last_end = stats.end.get().unwrap_or_else(Instant::now);
-                    deadline = last_end + self.cfg().keepalive_timeout;
-                }
-                Next::Close(end) => {
-                    let _ = timeout(self.cfg().client_write_timeout, self.client.shutdown()).await;
-                    return end;
+            // Waiting for a head is all an idle connection does, and what
+            // its task is sized for: reading the head, routing and
+            // forwarding are boxed below, once per request, so a quiet
+            // keep-alive connection does not carry their state.
+            if !self.inbuf.holds_memory() && self.client.tells_readable() {
+                if let Err(wait) = self.idle_wait(deadline, last_end, first).await {
+                    return self.head_wait_end(&wait, first, &mut Stats::new(last_end));
                 }
             }
+            match Box::pin(self.exchange(last_end, deadline, first)).await {
+                Step::Idle => {}
+                Step::KeepAlive { ended } => {
+                    first = false;
+                    last_end = ended;
+                    deadline = last_end + self.cfg().keepalive_timeout;
+                }
+                Step::End(end) => return end,
+            }
+        }
+    }
+
+    /// Waits, holding no buffer, until the client sends a head, the
+    /// deadline passes, the client closes, or shutdown ends a wait between
+    /// requests: at once for a connection idle longer than
+    /// [`IDLE_CLOSE_GRACE`], at the end of the grace otherwise (a request
+    /// sent in it is served, with `Connection: close`).
+    async fn idle_wait(
+        &mut self,
+        deadline: Instant,
+        idle_since: Instant,
+        first: bool,
+    ) -> Result<(), HeadWait> {
+        enum Woke<T> {
+            Wait(T),
+            Shutdown,
+        }
+        let Conn {
+            client,
+            shutdown,
+            reads,
+            ..
+        } = self;
+        let readable = reads.run(
+            deadline,
+            std::future::poll_fn(|cx| client.poll_readable(cx)),
+        );
+        let woke = if first {
+            Woke::Wait(readable.await)
+        } else {
+            tokio::select! {
+                biased;
+                r = readable => Woke::Wait(r),
+                () = shutdown_signal(shutdown) => Woke::Shutdown,
+            }
+        };
+        let ready = match woke {
+            Woke::Wait(r) => r,
+            Woke::Shutdown => {
+                let grace = idle_since + IDLE_CLOSE_GRACE;
+                let r = reads
+                    .run(
+                        deadline.min(grace),
+                        std::future::poll_fn(|cx| client.poll_readable(cx)),
+                    )
+                    .await;
+                if r.is_err() && grace <= deadline {
+                    return Err(HeadWait::Shutdown);
+                }
+                r
+            }
+        };
+        match ready {
+            Err(_) => Err(HeadWait::Timeout { partial: false }),
+            Ok(Err(_)) => Err(HeadWait::Closed { partial: false }),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    /// One head read and answered; boxed by [`Conn::run`].
+    async fn exchange(&mut self, last_end: Instant, deadline: Instant, first: bool) -> Step {
+        let mut stats = Stats::new(last_end);
+        let head_len = match self.read_head(deadline, first, &mut stats).await {
+            Ok(n) => n,
+            Err(HeadWait::Idle) => return Step::Idle,
+            Err(HeadWait::Refused(r)) => {
+                self.refuse(r, &mut stats).await;
+                return Step::End(ConnEnd::Closed);
+            }
+            Err(wait) => return Step::End(self.head_wait_end(&wait, first, &mut stats)),
+        };
+        stats.bytes_in += head_len as u64;
+        let next = self.request(head_len, &mut stats).await;
+        self.up_out.clear();
+        self.upbuf.clear();
+        match next {
+            Next::KeepAlive => {
+                self.log.clear();
+                Step::KeepAlive {
+                    ended: stats.end.get().unwrap_or_else(Instant::now),
+                }
+            }
+            Next::Close(end) => {
+                let _ = timeout(self.cfg().client_write_timeout, self.client.shutdown()).await;
+                Step::End(end)
+            }
+        }
+    }
+
+    /// How the connection ends when its wait for a head did (a refused
+    /// head is answered first, by [`Conn::exchange`]).
+    fn head_wait_end(&self, wait: &HeadWait, first: bool, stats: &mut Stats) -> ConnEnd {
+        match *wait {
+            HeadWait::Closed { partial } => {
+                if partial {
+                    stats.client_abort = true;
+                    self.observe(stats, Outcome::ClientAbort, None);
+                }
+                ConnEnd::ClientClosed
+            }
+            HeadWait::Timeout { partial } if partial || first => {
+                self.observe(stats, Outcome::Refused(Refusal::HeaderTimeout), None);
+                ConnEnd::HeaderTimeout
+            }
+            HeadWait::Timeout { .. } => ConnEnd::IdleTimeout,
+            HeadWait::Shutdown | HeadWait::Idle => ConnEnd::Shutdown,
+            HeadWait::Refused(_) => ConnEnd::Closed,
         }
     }
 
@@ -651,7 +758,7 @@ where
             reused: stats.reused,
             retried: stats.retried,
             tag,
-            conn: self.info,
+            conn: &self.info,
         });
     }
 
@@ -667,7 +774,11 @@ where
         first: bool,
         stats: &mut Stats,
     ) -> Result<usize, HeadWait> {
-        let limits = &self.engine.config.limits;
+        let crate::scan::HeadLimits {
+            max_request_line,
+            max_header_bytes,
+            ..
+        } = self.engine.config.limits;
         let chunk = self.engine.config.read_chunk;
         let mut scanned = 0usize;
         loop {
@@ -693,10 +804,10 @@ where
             if !method_so_far_is_token(buf) {
                 return Err(HeadWait::Refused(Refusal::BadRequestLine));
             }
-            if buf.len() > limits.max_request_line && crate::scan::find_byte(buf, b'\n').is_none() {
+            if buf.len() > max_request_line && crate::scan::find_byte(buf, b'\n').is_none() {
                 return Err(HeadWait::Refused(Refusal::RequestLineTooLong));
             }
-            if buf.len() > limits.max_header_bytes {
+            if buf.len() > max_header_bytes {
                 return Err(HeadWait::Refused(Refusal::HeaderTooLarge));
             }
             let partial = !buf.is_empty();
@@ -714,17 +825,22 @@ where
                 match self.inbuf.try_read_from(&mut self.client, chunk).await {
                     Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
                     Some(Ok(_)) => continue,
-                    None => self.release_idle(),
+                    None => {
+                        self.release_idle();
+                        if self.client.tells_readable() {
+                            return Err(HeadWait::Idle);
+                        }
+                    }
                 }
             }
             if !partial && self.client.tells_readable() {
                 let Conn {
                     client,
                     shutdown,
-                    client_reads,
+                    reads,
                     ..
                 } = self;
-                let readable = client_reads.run(
+                let readable = reads.run(
                     deadline,
                     std::future::poll_fn(|cx| client.poll_readable(cx)),
                 );
@@ -743,7 +859,7 @@ where
                 client,
                 inbuf,
                 shutdown,
-                client_reads,
+                reads,
                 ..
             } = self;
             // An idle connection's first read takes a small buffer.
@@ -752,7 +868,7 @@ where
             } else {
                 IDLE_READ
             };
-            let read = client_reads.run(deadline, inbuf.read_from(client, chunk));
+            let read = reads.run(deadline, inbuf.read_from(client, chunk));
             let n = if partial {
                 read.await
             } else {
@@ -1099,7 +1215,7 @@ where
                 inbuf,
                 upbuf,
                 up_out,
-                upstream_reads,
+                reads,
                 ..
             } = self;
             let (mut up_r, mut up_w) = up.split();
@@ -1108,7 +1224,7 @@ where
                 ClientRead(io::Result<usize>),
                 UpRead(io::Result<usize>),
             }
-            let ev = upstream_reads.run(Instant::now() + read_to, async {
+            let ev = reads.run(Instant::now() + read_to, async {
                 tokio::select! {
                     r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
                     r = inbuf.read_from(client, chunk), if !sending && watch_client => Ev::ClientRead(r),
@@ -1237,7 +1353,7 @@ where
                 break;
             }
             let r = self
-                .upstream_reads
+                .reads
                 .run(
                     Instant::now() + read_to,
                     self.upbuf.read_from(&mut up, chunk),
@@ -1746,9 +1862,8 @@ mod tests {
             |_: &RequestHead<'_>, _: &ConnInfo| Decision::Respond(Respond::new(404, "none", ""));
         let engine = Engine::new(router, (), EngineConfig::default());
         let (_tx, rx) = watch::channel(false);
-        let info = ConnInfo::default();
         let (stream, _peer) = tokio::io::duplex(64);
-        let fut = engine.serve(stream, &info, rx);
+        let fut = Arc::new(engine).serve(stream, ConnInfo::default(), rx);
         is_send(&fut);
         let size = std::mem::size_of_val(&fut);
         assert!(size <= 1024, "serve future is {size} bytes");

@@ -29,7 +29,7 @@
 //!     let (engine, shutdown) = (engine.clone(), shutdown.clone());
 //!     tokio::spawn(async move {
 //!         let info = ConnInfo { client: Some(peer), ..ConnInfo::default() };
-//!         engine.serve(stream, &info, shutdown).await;
+//!         engine.serve(stream, info, shutdown).await;
 //!     });
 //! }
 //! # }

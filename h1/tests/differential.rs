@@ -121,7 +121,7 @@ async fn backend_frames_exactly_what_the_proxy_framed() {
     let e2 = engine.clone();
     let serving = tokio::spawn(async move {
         let info = ConnInfo::default();
-        e2.serve(server, &info, shutdown).await
+        e2.serve(server, info, shutdown).await
     });
 
     // All requests pipelined, written in uneven pieces that split heads,

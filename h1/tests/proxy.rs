@@ -979,7 +979,7 @@ async fn requests_after_an_idle_wait_are_read_whole_on_a_pipe() {
     let (_tx, shutdown) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let info = teapot_h1::ConnInfo::default();
-        engine.serve(server, &info, shutdown).await
+        engine.serve(server, info, shutdown).await
     });
     let mut read = Vec::new();
     let mut response = async |client: &mut tokio::io::DuplexStream| -> String {

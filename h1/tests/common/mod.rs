@@ -319,7 +319,7 @@ pub async fn proxy(router: TestRouter, config: EngineConfig) -> Proxy {
                     client: Some(peer),
                     ..ConnInfo::default()
                 };
-                e.serve(s, &info, w).await;
+                e.serve(s, info, w).await;
             });
         }
     });

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
+use futures::FutureExt;
+use futures::future::Either;
 use pingora_core::apps::ServerApp;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
@@ -246,36 +248,43 @@ impl EdgeApp<crate::plane::h2::H2Server> {
     /// `client` is the address `accept` returned, `local` the listener's
     /// when it is a single address (no system call per connection for
     /// either); a wildcard listener asks the socket.
-    pub async fn serve_tcp(
+    ///
+    /// The slot is taken before the connection's task exists, so a refused
+    /// connection costs no task; and not an `async fn`, so the task holds
+    /// the connection's state once rather than beside the arguments it was
+    /// built from (docs/capacity.md, "What the proxy keeps").
+    pub fn serve_tcp(
         self: Arc<Self>,
         tcp: TcpStream,
         client: SocketAddr,
         local: Option<SocketAddr>,
-        stop: ShutdownWatch,
-    ) {
-        let shutdown = self.finish_on(&stop);
-        drop(stop);
+        stop: &ShutdownWatch,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let slot = self.admit(Some(client.ip()))?;
+        let shutdown = self.finish_on(stop);
         // Heads and small answers go out at once, as Pingora's listener did.
         let _ = tcp.set_nodelay(true);
-        let Some(_slot) = self.admit(Some(client.ip())) else {
-            return;
-        };
         let info = ConnInfo {
             client: Some(client),
             local: local.or_else(|| tcp.local_addr().ok()),
             ..ConnInfo::default()
         };
-        if self.h2c {
+        if !self.h2c {
+            // The engine's future is the task: the slot rides in a closure
+            // beside it, not in an `async` block that would hold the
+            // engine's future a second time while awaiting it.
+            let connection = self.h1.serve(tcp, info, shutdown);
+            return Some(Either::Left(connection.map(move |_| drop(slot))));
+        }
+        Some(Either::Right(Box::pin(async move {
+            let _slot = slot;
             let mut buf = [0u8; H2_PREFACE.len()];
             if matches!(tcp.peek(&mut buf).await, Ok(n) if n == buf.len()) && buf == H2_PREFACE {
-                // Boxed: HTTP/2's connection future is several times the
-                // HTTP/1 engine's, and every plain connection's task would
-                // otherwise be sized for it.
-                Box::pin(self.h2.serve(tcp, &info, shutdown)).await;
+                self.h2.serve(tcp, &info, shutdown).await;
                 return;
             }
-        }
-        self.h1.serve(tcp, &info, shutdown).await;
+            self.h1.serve(tcp, info, shutdown).await;
+        })))
     }
 }
 
@@ -311,7 +320,7 @@ where
         }
         let info = crate::plane::h1::conn_info(&stream);
         let stream = ListenerStream::new(stream);
-        self.h1.serve(stream, &info, self.finish_on(shutdown)).await;
+        self.h1.serve(stream, info, self.finish_on(shutdown)).await;
         None
     }
 
@@ -511,5 +520,32 @@ mod tests {
             "one interval later"
         );
         assert_eq!(table.total(), 0, "every slot released");
+    }
+
+    /// A plain connection's task is what an idle keep-alive connection
+    /// costs (docs/capacity.md, "What the proxy keeps"): the engine's
+    /// state once, the slot beside it, nothing sized for a request.
+    #[tokio::test]
+    async fn a_plain_connection_task_is_small() {
+        use crate::compile::snapshot::Snapshot;
+        use crate::plane::metrics::Metrics;
+        use crate::plane::proxy::Router;
+
+        let snapshots = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
+        let router = Router::new(snapshots, Metrics::new().unwrap(), Default::default());
+        let app = Arc::new(EdgeApp::new(
+            crate::plane::h2::H2Server::new(router.clone()),
+            crate::plane::h1::engine(router, 8),
+            EdgeConfig::default(),
+            Metrics::new().unwrap(),
+            false,
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (_stop, stop) = tokio::sync::watch::channel(false);
+        let task = app.serve_tcp(tcp, addr, Some(addr), &stop).unwrap();
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 900, "a plain connection's future is {size} bytes");
     }
 }

@@ -179,7 +179,9 @@ pub async fn accept_plain(listener: TcpListener, app: Arc<Edge>, mut stop: watch
         };
         match accepted {
             Ok((tcp, client)) => {
-                tokio::spawn(app.clone().serve_tcp(tcp, client, local, stop.clone()));
+                if let Some(connection) = app.clone().serve_tcp(tcp, client, local, &stop) {
+                    tokio::spawn(connection);
+                }
             }
             // Out of file descriptors: accepting again would fail at
             // once and spin; connections closing free some.

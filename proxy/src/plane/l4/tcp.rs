@@ -34,6 +34,7 @@ pub(super) async fn serve(
     ctx: Arc<Context>,
 ) {
     let slots = Arc::new(Semaphore::new(ctx.config.max_connections));
+    let mut series = ServiceSeries::of(&routes.borrow(), &ctx.metrics);
     loop {
         // At the cap, stop accepting: clients wait in the backlog instead
         // of being accepted and dropped.
@@ -42,7 +43,10 @@ pub(super) async fn serve(
                 Ok(p) => p,
                 Err(_) => return,
             },
-            changed = routes.changed() => if changed.is_err() { break } else { continue },
+            changed = routes.changed() => if changed.is_err() { break } else {
+                series = ServiceSeries::of(&routes.borrow(), &ctx.metrics);
+                continue
+            },
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -54,13 +58,17 @@ pub(super) async fn serve(
                     continue;
                 }
             },
-            changed = routes.changed() => if changed.is_err() { break } else { continue },
+            changed = routes.changed() => if changed.is_err() { break } else {
+                series = ServiceSeries::of(&routes.borrow(), &ctx.metrics);
+                continue
+            },
         };
         let routes = routes.clone();
         let ctx = ctx.clone();
+        let series = series.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            connection(stream, peer, routes, ctx).await;
+            connection(stream, peer, routes, ctx, series).await;
         });
     }
     tracing::debug!(listener = %key, "L4 TCP listener stopped accepting");
@@ -76,11 +84,39 @@ enum End {
     Error(std::io::Error),
 }
 
+/// A Service's series, looked up when the listener's route changes
+/// rather than per connection (a label string and four lookups each).
+struct ServiceSeries {
+    service: teapot_model::store::NsName,
+    label: String,
+    connections: IntCounter,
+    connect_failures: IntCounter,
+    bytes_in: IntCounter,
+    bytes_out: IntCounter,
+}
+
+impl ServiceSeries {
+    fn of(route: &Route, metrics: &super::L4Metrics) -> Arc<ServiceSeries> {
+        let label = route.service.to_string();
+        Arc::new(ServiceSeries {
+            service: route.service.clone(),
+            connections: metrics.service_connections.with_label_values(&[&label]),
+            connect_failures: metrics
+                .service_connect_failures
+                .with_label_values(&[&label]),
+            bytes_in: metrics.service_bytes.with_label_values(&[&label, "in"]),
+            bytes_out: metrics.service_bytes.with_label_values(&[&label, "out"]),
+            label,
+        })
+    }
+}
+
 async fn connection(
     client: TcpStream,
     peer: SocketAddr,
     mut routes: watch::Receiver<Arc<Route>>,
     ctx: Arc<Context>,
+    series: Arc<ServiceSeries>,
 ) {
     let _active = ActiveGuard::new(&ctx);
     let metrics = &ctx.metrics;
@@ -88,12 +124,14 @@ async fn connection(
     metrics.tcp_connections_active.inc();
     let _gauge = scopeguard(|| metrics.tcp_connections_active.dec());
     let route = routes.borrow_and_update().clone();
-    let service = route.service.to_string();
-    metrics
-        .service_connections
-        .with_label_values(&[&service])
-        .inc();
-    let mut line = Line::new(&ctx, &service, peer);
+    // The route moved on between the accept and here: its own series.
+    let series = if series.service == route.service {
+        series
+    } else {
+        ServiceSeries::of(&route, metrics)
+    };
+    series.connections.inc();
+    let mut line = Line::new(&ctx, &series.label, peer);
     let mut client = client;
     // TLS passthrough: the backends are chosen by the ClientHello's
     // server name, read (not answered) before anything is connected.
@@ -133,10 +171,7 @@ async fn connection(
     let Some((mut upstream, endpoint)) = connect(&chosen, &ctx).await else {
         tracing::debug!(service = %route.service, client = %peer,
             "no L4 endpoint accepted the connection");
-        metrics
-            .service_connect_failures
-            .with_label_values(&[&service])
-            .inc();
+        series.connect_failures.inc();
         if let Some(line) = line.as_mut() {
             line.entry.reason = Some("no_endpoint");
         }
@@ -169,8 +204,8 @@ async fn connection(
         metrics.bytes_in.inc_by(hello.len() as u64);
     }
     let counted = Counted {
-        bytes_in: metrics.service_bytes.with_label_values(&[&service, "in"]),
-        bytes_out: metrics.service_bytes.with_label_values(&[&service, "out"]),
+        bytes_in: series.bytes_in.clone(),
+        bytes_out: series.bytes_out.clone(),
         seen_in: AtomicU64::new(hello.len() as u64),
         seen_out: AtomicU64::new(0),
     };
