@@ -6,10 +6,10 @@
 //!
 //! - [`markdown_files`] and [`text_files`]: what is read. Markdown is every
 //!   `*.md` of the repository (the README, `docs/`, each crate's README,
-//!   `benches/README.md`, `charts/README.md`); text files are every UTF-8
-//!   file. Both skip `vendor/` (third-party code), any `target/` (build
-//!   output), hidden directories such as `.git/`, and never leave the
-//!   repository (so `../shared` is not read).
+//!   the benchmark pages under `benches/`, `charts/README.md`); text files
+//!   are every UTF-8 file. Both skip `vendor/` (third-party code), any
+//!   `target/` (build output), hidden directories such as `.git/`, and
+//!   never leave the repository (so `../shared` is not read).
 //! - [`check_links`] (rule a): a relative Markdown link `[text](path)` names
 //!   a file or directory that exists, relative to the page. The `#anchor`
 //!   part is not checked; web links (`scheme:`) and page-local anchors are
