@@ -1,11 +1,11 @@
-//! The DNS zone at scale (docs/dns.md, benches/README.md "Authoritative
+//! The DNS zone at scale (docs/dns.md, benches/dns.md "Authoritative
 //! DNS"): memory and build time of a zone of N assigned hostnames (the
 //! proxy rebuilds it whole on every change), and the query path alone
 //! (`teapot_dns::respond`, no sockets) on one core, hits and NXDOMAINs.
 //!
 //!   cargo run --release -p teapot-dns --example zone-report -- [NAMES...]
 //!
-//! (benches/dns-side-by-side.sh runs it; benches/README.md has the figures.)
+//! (benches/dns-side-by-side.sh runs it; benches/dns.md has the figures.)
 
 use std::time::{Duration, Instant};
 

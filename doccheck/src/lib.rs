@@ -6,10 +6,10 @@
 //!
 //! - [`markdown_files`] and [`text_files`]: what is read. Markdown is every
 //!   `*.md` of the repository (the README, `docs/`, each crate's README,
-//!   `benches/README.md`, `charts/README.md`); text files are every UTF-8
-//!   file. Both skip `vendor/` (third-party code), any `target/` (build
-//!   output), hidden directories such as `.git/`, and never leave the
-//!   repository (so `../shared` is not read).
+//!   the benchmark pages under `benches/`, `charts/README.md`); text files
+//!   are every UTF-8 file. Both skip `vendor/` (third-party code), any
+//!   `target/` (build output), hidden directories such as `.git/`, and
+//!   never leave the repository (so `../shared` is not read).
 //! - [`check_links`] (rule a): a relative Markdown link `[text](path)` names
 //!   a file or directory that exists, relative to the page. The `#anchor`
 //!   part is not checked; web links (`scheme:`) and page-local anchors are
@@ -33,6 +33,10 @@
 //!   Case does not matter. The word stays free where it means the domain: a
 //!   TLS, BGP or BFD session written as such ("this BFD session"), session
 //!   affinity, and helper functions ("test helpers").
+//! - [`check_results`] (rule e): every file under `benches/results/` is
+//!   named (by its file name) in some Markdown page, so a raw result is
+//!   never an orphan nobody can tell the meaning of; `benches/README.md`
+//!   lists them all with the page that reads each.
 //!
 //! Code blocks (fenced with three backticks) are commands and output, not
 //! claims about the repository: rules a and b skip them.
@@ -383,6 +387,39 @@ pub fn check_words(root: &Path) -> io::Result<Vec<Finding>> {
     Ok(findings)
 }
 
+/// Where the benchmarks' raw results live, relative to the root.
+const RESULTS_DIR: &str = "benches/results";
+
+/// Rule e: every raw result file is named by some Markdown page.
+pub fn check_results(root: &Path) -> io::Result<Vec<Finding>> {
+    let dir = root.join(RESULTS_DIR);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut pages = String::new();
+    for page in markdown_files(root)? {
+        pages.push_str(&std::fs::read_to_string(root.join(&page))?);
+        pages.push('\n');
+    }
+    let mut names: Vec<String> = std::fs::read_dir(&dir)?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    Ok(names
+        .into_iter()
+        .filter(|name| !pages.contains(name.as_str()))
+        .map(|name| Finding {
+            file: Path::new(RESULTS_DIR).join(&name),
+            line: 0,
+            message: format!(
+                "`{name}` is named by no Markdown page; add it to the raw-file index of benches/README.md with the page that reads it, or delete it"
+            ),
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,6 +535,31 @@ mod tests {
         ] {
             assert_eq!(work_label(good), None, "{good}");
         }
+    }
+
+    #[test]
+    fn a_raw_result_no_page_names_is_found() {
+        let repo = Repo::new();
+        repo.write("benches/results/http-1.json", "{}")
+            .write("benches/results/http-1.svg", "<svg/>")
+            .write("benches/results/l4-2.json", "{}")
+            .write(
+                "benches/http.md",
+                "raw `benches/results/http-1.json`, chart `http-1.svg`\n",
+            )
+            .write("vendor/x/README.md", "l4-2.json\n");
+        let findings = check_results(&repo.0).unwrap();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(findings[0].file, PathBuf::from("benches/results/l4-2.json"));
+        repo.write("benches/README.md", "| l4 | `l4-2.json` |\n");
+        assert_eq!(check_results(&repo.0).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn no_results_directory_is_no_finding() {
+        let repo = Repo::new();
+        repo.write("README.md", "# t\n");
+        assert_eq!(check_results(&repo.0).unwrap(), vec![]);
     }
 
     #[test]

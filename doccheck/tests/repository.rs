@@ -1,11 +1,14 @@
 //! The checks of `teapot_doccheck` run on this repository: `scripts/test.sh`
 //! (`cargo test --workspace`) fails when a doc links to a missing file, names
-//! a path that is gone, shows other commands than CI runs, or labels
-//! something by the round of work that produced it.
+//! a path that is gone, shows other commands than CI runs, labels
+//! something by the round of work that produced it, or leaves a raw
+//! benchmark result named by no page.
 
 use std::path::{Path, PathBuf};
 
-use teapot_doccheck::{Finding, check_commands, check_links, check_paths, check_words};
+use teapot_doccheck::{
+    Finding, check_commands, check_links, check_paths, check_results, check_words,
+};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -37,4 +40,9 @@ fn readme_commands_are_the_ones_ci_runs() {
 #[test]
 fn no_work_log_labels() {
     assert_clean("work-log labels", check_words(&root()).unwrap());
+}
+
+#[test]
+fn every_raw_result_is_named_by_a_page() {
+    assert_clean("unreferenced raw results", check_results(&root()).unwrap());
 }

@@ -1,6 +1,6 @@
 //! The request-smuggling defence: HTTP/1 request framing rules.
 //!
-//! Ported from `proxy/src/edge.rs` (`scan_h1`, `Refusal`, `H1Framing`,
+//! Ported from `proxy/src/plane/edge.rs` (`scan_h1`, `Refusal`, `H1Framing`,
 //! `body_limit`), which this module replaces as their home. [`scan_h1`]
 //! reads the raw header block once, without allocating, and refuses every
 //! framing ambiguity that could make the proxy and a backend disagree on
@@ -42,7 +42,7 @@ impl Default for HeadLimits {
 
 /// Why a request or connection was refused. The label is the `reason` of
 /// `teapot_edge_refusals_total`. Same categories, order and labels as
-/// `proxy/src/edge.rs`, plus two appended for what Pingora's own parser
+/// the proxy's edge module had, plus two appended for what Pingora's own parser
 /// used to refuse: [`Refusal::BadRequestLine`] and
 /// [`Refusal::BadChunkedBody`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -24,7 +24,7 @@
 //!
 //! Then the proxy's RSS with 10k and 100k synthetic Ingresses. Prints a
 //! table of medians and ratios and writes JSON and an SVG chart under
-//! `benches/results/`. See benches/README.md.
+//! `benches/results/`. See benches/http.md.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -6,7 +6,7 @@
 //!
 //! Why a second engine: Pingora's per-request machinery (a header map, a
 //! boxed future per filter, a task per body) cost about three times the
-//! CPU per HTTP/1 request that nginx and HAProxy spend (benches/README.md).
+//! CPU per HTTP/1 request that nginx and HAProxy spend (benches/http.md).
 //! The engine parses in place and writes heads as bytes; what teapot adds
 //! per request is one snapshot lookup, the tenant gate, and the four
 //! forwarding headers.

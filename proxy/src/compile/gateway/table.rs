@@ -8,7 +8,7 @@
 //! list of its own only when other routes, a covering wildcard or the
 //! catch-all join it there ([`TableBuilder::build`]). At 10k HTTPRoutes
 //! this made the compile a third cheaper than one list per host
-//! (benches/README.md).
+//! (benches/route-table.md).
 //!
 //! Kept apart from the Ingress table ([`crate::compile::routes`]) so a
 //! snapshot without Gateway routes pays one `is_empty` per request, and a
