@@ -567,10 +567,11 @@ where
             // its task is sized for: reading the head, routing and
             // forwarding are boxed below, once per request, so a quiet
             // keep-alive connection does not carry their state.
-            if !self.inbuf.holds_memory() && self.client.tells_readable() {
-                if let Err(wait) = self.idle_wait(deadline, last_end, first).await {
-                    return self.head_wait_end(&wait, first, &mut Stats::new(last_end));
-                }
+            if !self.inbuf.holds_memory()
+                && self.client.tells_readable()
+                && let Err(wait) = self.idle_wait(deadline, last_end, first).await
+            {
+                return self.head_wait_end(&wait, first, &mut Stats::new(last_end));
             }
             match Box::pin(self.exchange(last_end, deadline, first)).await {
                 Step::Idle => {}

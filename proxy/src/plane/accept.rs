@@ -320,7 +320,9 @@ where
         }
         let info = crate::plane::h1::conn_info(&stream);
         let stream = ListenerStream::new(stream);
-        self.h1.serve(stream, info, self.finish_on(shutdown)).await;
+        // Boxed: inline, the engine's state would size this future, and
+        // with it every HTTP/2 connection's, which never uses it.
+        Box::pin(self.h1.serve(stream, info, self.finish_on(shutdown))).await;
         None
     }
 

@@ -229,13 +229,15 @@ impl<A: ServerApp + Send + Sync + 'static> Service<A> {
                 Ok(io) => {
                     let app = app_logic.clone();
                     let shutdown = shutdown.clone();
+                    let peer_addr = io.peer_addr();
+                    // Boxed (teapot): the handshake's state (a TLS
+                    // handshake's, with its timer) is several times what
+                    // the connection needs afterwards, and inline it would
+                    // size the task for the connection's whole life. Made
+                    // before the task, so the task does not also keep the
+                    // unhandshaken stream it was made from.
+                    let handshake = Box::pin(timeout(Duration::from_secs(60), io.handshake()));
                     current_handle().spawn(async move {
-                        let peer_addr = io.peer_addr();
-                        // Boxed (teapot): the handshake's state (a TLS
-                        // handshake's, with its timer) is several times what
-                        // the connection needs afterwards, and inline it would
-                        // size the task for the connection's whole life.
-                        let handshake = Box::pin(timeout(Duration::from_secs(60), io.handshake()));
                         match handshake.await {
                             Ok(handshake) => {
                                 match handshake {

@@ -82,6 +82,12 @@ impl Deque {
         match self.indices {
             Some(mut idxs) => {
                 let mut slot = buf.slab.remove(idxs.head);
+                // teapot: the connection's last buffered frame taken, the
+                // buffer gives its slots back (an idle connection keeps
+                // none); no index into it is live.
+                if buf.slab.is_empty() {
+                    buf.slab = Slab::new();
+                }
 
                 if idxs.head == idxs.tail {
                     assert!(slot.next.is_none());

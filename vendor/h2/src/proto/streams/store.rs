@@ -406,6 +406,11 @@ impl<'a> Ptr<'a> {
         // Remove the stream state
         let stream = self.store.slab.remove(self.key.index.0 as usize);
         assert_eq!(stream.id, self.key.stream_id);
+        // teapot: the last stream gone, the store gives its memory back (a
+        // few hundred bytes a slot): an idle connection keeps none.
+        if self.store.slab.is_empty() {
+            self.store.slab = slab::Slab::new();
+        }
         stream.id
     }
 

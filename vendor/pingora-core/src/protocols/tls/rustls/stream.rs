@@ -38,8 +38,10 @@ use x509_parser::nom::AsBytes;
 #[derive(Debug)]
 pub struct InnerStream<T> {
     pub(crate) stream: Option<RusTlsStream<T>>,
-    connect: NoDebug<Option<Connect<T>>>,
-    accept: NoDebug<Option<Accept<T>>>,
+    // Boxed (teapot): inline, each handshake's state (a whole rustls
+    // connection) stayed part of the stream for the connection's life.
+    connect: NoDebug<Option<Box<Connect<T>>>>,
+    accept: NoDebug<Option<Box<Accept<T>>>>,
 }
 
 /// The TLS connection
@@ -291,7 +293,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> InnerStream<T> {
         let connect = connector.connect(server.to_owned(), stream);
         Ok(InnerStream {
             accept: None.into(),
-            connect: Some(connect).into(),
+            connect: Some(Box::new(connect)).into(),
             stream: None,
         })
     }
@@ -300,7 +302,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> InnerStream<T> {
         let accept = acceptor.acceptor.accept(stream);
 
         Ok(InnerStream {
-            accept: Some(accept).into(),
+            accept: Some(Box::new(accept)).into(),
             connect: None.into(),
             stream: None,
         })
