@@ -25,7 +25,8 @@
 # built with `cargo build --release -p teapot-benches --example floor_h1`), CONNS (64), BODY bytes (128), PROFILE=NAME (target/NAME),
 # KEEP=DIR (keep the callgrind dumps there, for callgrind_annotate),
 # PHASES ("native callgrind"), DEBUG=1 (keep the work directory: logs,
-# configs, raw results).
+# configs, raw results), CLOSE=1 (every request with `Connection: close`:
+# the cost of a new connection per request, accept to close).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-5}"
@@ -33,6 +34,8 @@ bin="${CARGO_TARGET_DIR:-$root/target}/${PROFILE:-release}"
 conns="${CONNS:-64}"
 body="${BODY:-128}"
 phases="${PHASES:-native callgrind}"
+close=()
+[ -n "${CLOSE:-}" ] && close=(-H "Connection: close")
 for tool in wrk nginx haproxy perf valgrind callgrind_control python3 curl; do
     command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
 done
@@ -99,9 +102,9 @@ start() {
     teapot | teapot-base)
         local b="$bin/teapot"
         [ "$t" = teapot-base ] && b="$BASE"
-        # The allocator variable set, so teapot does not re-execute itself
+        # The allocator variables set, so teapot does not re-execute itself
         # (under valgrind the re-executed process would run natively).
-        MIMALLOC_PURGE_DELAY=10000 RUST_LOG=warn "$@" "$b" --threads 1 proxy --manifests "$work/manifests" \
+        MIMALLOC_PURGE_DELAY=10000 MIMALLOC_ALLOW_THP=0 RUST_LOG=warn "$@" "$b" --threads 1 proxy --manifests "$work/manifests" \
             --http "127.0.0.1:$p" --https off --admin 127.0.0.1:0 >"$work/$t.log" 2>&1 &
         ;;
     haproxy)
@@ -143,7 +146,7 @@ wait_answer() { # PORT
     return 1
 }
 load() { # PORT SECONDS -> requests completed
-    wrk -t1 -c"$conns" -d"$2s" -H "Host: bench.example" "http://127.0.0.1:$1/body.txt" >"$work/wrk.out"
+    wrk -t1 -c"$conns" -d"$2s" -H "Host: bench.example" "${close[@]}" "http://127.0.0.1:$1/body.txt" >"$work/wrk.out"
     if grep -q -E 'Non-2xx|Socket errors' "$work/wrk.out"; then
         echo "errors: $(grep -E 'Non-2xx|Socket errors' "$work/wrk.out")" >&2
     fi
@@ -167,7 +170,7 @@ for t in "${targets[@]}"; do
         wait_answer "$p" || { echo "$t does not answer" >&2; cat "$work/$t.log" >&2; exit 1; }
         load "$p" 1 >/dev/null # warm-up: pool, caches
         read -r u0 s0 < <(ticks "$pid")
-        wrk -t1 -c"$conns" -d"${seconds}s" -H "Host: bench.example" "http://127.0.0.1:$p/body.txt" >"$work/wrk.out" &
+        wrk -t1 -c"$conns" -d"${seconds}s" -H "Host: bench.example" "${close[@]}" "http://127.0.0.1:$p/body.txt" >"$work/wrk.out" &
         w=$!
         perf stat -x, -e raw_syscalls:sys_enter,context-switches,task-clock -p "$pid" -o "$work/stat" -- sleep "$seconds" 2>/dev/null
         wait "$w"

@@ -120,9 +120,9 @@ start() {
         [ "$t" = teapot-base ] && b="$BASE"
         local listen=(--http off --https "127.0.0.1:$p")
         [ "$mode" = h2c ] && listen=(--http "127.0.0.1:$p" --https off --h2c)
-        # The allocator variable set, so teapot does not re-execute itself
+        # The allocator variables set, so teapot does not re-execute itself
         # (under valgrind the re-executed process would run natively).
-        MIMALLOC_PURGE_DELAY=10000 RUST_LOG=warn "$@" "$b" --threads 1 proxy --manifests "$work/manifests" \
+        MIMALLOC_PURGE_DELAY=10000 MIMALLOC_ALLOW_THP=0 RUST_LOG=warn "$@" "$b" --threads 1 proxy --manifests "$work/manifests" \
             "${listen[@]}" --admin 127.0.0.1:0 >"$work/$t.log" 2>&1 &
         ;;
     haproxy)

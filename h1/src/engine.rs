@@ -116,11 +116,24 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     fn poll_readable(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }
+
+    /// Whether the stream must be shut down before it is dropped for its
+    /// peer to see a clean end (TLS: the close_notify alert).
+    fn ends_with_shutdown(&self) -> bool {
+        true
+    }
 }
 
 impl ClientStream for TcpStream {
     fn tells_readable(&self) -> bool {
         true
+    }
+
+    /// Closing the socket sends the same FIN a `shutdown` would, one
+    /// system call later: a connection that ends (`Connection: close`, a
+    /// new connection per request) saves one.
+    fn ends_with_shutdown(&self) -> bool {
+        false
     }
 
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -666,7 +679,9 @@ where
                 }
             }
             Next::Close(end) => {
-                let _ = timeout(self.cfg().client_write_timeout, self.client.shutdown()).await;
+                if self.client.ends_with_shutdown() {
+                    let _ = timeout(self.cfg().client_write_timeout, self.client.shutdown()).await;
+                }
                 Step::End(end)
             }
         }
@@ -820,9 +835,10 @@ where
             if !partial && self.inbuf.holds_memory() {
                 // A client that pipelines, or answers at once, finds the
                 // buffer still there; otherwise the buffers go back. A
-                // stream that tells readiness waits on it below; one that
-                // cannot (TLS) waits in a small read, and a larger head
-                // grows it as usual.
+                // stream that tells readiness waits on it in
+                // `Conn::idle_wait`, outside this exchange; one that cannot
+                // waits below in a small read, and a larger head grows it
+                // as usual.
                 match self.inbuf.try_read_from(&mut self.client, chunk).await {
                     Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
                     Some(Ok(_)) => continue,
@@ -832,28 +848,6 @@ where
                             return Err(HeadWait::Idle);
                         }
                     }
-                }
-            }
-            if !partial && self.client.tells_readable() {
-                let Conn {
-                    client,
-                    shutdown,
-                    reads,
-                    ..
-                } = self;
-                let readable = reads.run(
-                    deadline,
-                    std::future::poll_fn(|cx| client.poll_readable(cx)),
-                );
-                let ready = tokio::select! {
-                    biased;
-                    r = readable => r,
-                    () = drained(shutdown, idle_since), if !first => return Err(HeadWait::Shutdown),
-                };
-                match ready {
-                    Err(_) => return Err(HeadWait::Timeout { partial }),
-                    Ok(Err(_)) => return Err(HeadWait::Closed { partial }),
-                    Ok(Ok(())) => {}
                 }
             }
             let Conn {

@@ -45,17 +45,18 @@ use teapot_proxy::{Listeners, ProxyConfig};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Re-executes this binary once with [`ALLOCATOR_ENV`] set, unless the
-/// operator set those variables: mimalloc reads them only at process start,
-/// and setting them in every unit file, chart and shell is what nobody
+/// Re-executes this binary once with those of [`ALLOCATOR_ENV`] the
+/// operator did not set: mimalloc reads them only at process start, and
+/// setting them in every unit file, chart and shell is what nobody
 /// remembers. `exec` keeps the pid, so supervisors see nothing.
 fn tune_allocator() {
     use std::os::unix::process::CommandExt;
     use teapot_proxy::compile::ALLOCATOR_ENV;
-    if ALLOCATOR_ENV
-        .iter()
-        .any(|(name, _)| std::env::var_os(name).is_some())
-    {
+    let unset: Vec<(&str, &str)> = ALLOCATOR_ENV
+        .into_iter()
+        .filter(|(name, _)| std::env::var_os(name).is_none())
+        .collect();
+    if unset.is_empty() {
         return;
     }
     let Ok(exe) = std::env::current_exe() else {
@@ -63,7 +64,7 @@ fn tune_allocator() {
     };
     let error = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
-        .envs(ALLOCATOR_ENV)
+        .envs(unset)
         .exec();
     // Only reached when exec failed: run untuned rather than not at all.
     eprintln!("teapot: cannot re-execute with allocator settings ({error}); continuing");

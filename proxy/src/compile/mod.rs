@@ -110,7 +110,17 @@ pub struct CompileOptions {
 /// again, page by page, by the next compile (a fifth of its time on this
 /// VM). Keeping freed memory for 10 s costs no more than the peak the
 /// process reaches anyway (two snapshots) and returns it when compiles stop.
-pub const ALLOCATOR_ENV: [(&str, &str); 1] = [("MIMALLOC_PURGE_DELAY", "10000")];
+///
+/// mimalloc also asks the kernel for transparent huge pages on its arenas
+/// (Debian's default THP mode, `madvise`, grants them): the process's
+/// memory then grows and shrinks in 2 MiB pages, which took about 10 MiB
+/// at start and made the memory an idle connection costs coarse and larger
+/// (docs/capacity.md, "What the proxy keeps"). An edge proxy's working
+/// set is small; its memory is what a fleet is sized by.
+pub const ALLOCATOR_ENV: [(&str, &str); 2] = [
+    ("MIMALLOC_PURGE_DELAY", "10000"),
+    ("MIMALLOC_ALLOW_THP", "0"),
+];
 
 impl Default for CompileOptions {
     fn default() -> Self {

@@ -262,8 +262,7 @@ impl EdgeApp<crate::plane::h2::H2Server> {
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let slot = self.admit(Some(client.ip()))?;
         let shutdown = self.finish_on(stop);
-        // Heads and small answers go out at once, as Pingora's listener did.
-        let _ = tcp.set_nodelay(true);
+        // TCP_NODELAY comes from the listener (crate::plane::serving).
         let info = ConnInfo {
             client: Some(client),
             local: local.or_else(|| tcp.local_addr().ok()),

@@ -222,6 +222,9 @@ fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     };
     // A restart must not wait for TIME_WAIT of the previous process.
     socket.set_reuseaddr(true)?;
+    // Relayed bytes go out at once; every accepted socket inherits it
+    // (Linux copies it from the listener), one system call fewer each.
+    socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(BACKLOG)
 }

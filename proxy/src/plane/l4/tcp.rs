@@ -180,7 +180,7 @@ async fn connection(
     if let Some(line) = line.as_mut() {
         line.entry.upstream = Some(endpoint.addr);
     }
-    let _ = client.set_nodelay(true);
+    // The client's socket has it from the listener (manager::bind_tcp).
     let _ = upstream.set_nodelay(true);
     if route.options.proxy_protocol {
         let local = client
