@@ -416,6 +416,18 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Set X-Forwarded-Prefix to this path on requests to the backends (replacing the client's); a path starting with '/'.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/use-regex",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "The Ingress's paths are regular expressions, matched case-insensitively from the start of the request path (nginx's location ~* \"^<path>\"); a longer regex path wins over a shorter Prefix path of the host.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/rewrite-target",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "The path the backends get instead of the request's: $1..$9 are the capture groups of the Ingress path (a regular expression, as with use-regex); the query is kept. A path starting with '/'.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {

@@ -556,3 +556,107 @@ async fn proxy_body_size_limits_request_bodies() {
         assert_proxy_answer(&resp, 413, &format!("{proto:?}"));
     }
 }
+
+/// An Ingress for `host` with the given paths (pathType
+/// ImplementationSpecific, as ingress-nginx's regex examples write them)
+/// to `web:80`, and ingress-nginx annotations.
+fn paths_ingress(
+    ns: &str,
+    name: &str,
+    host: &str,
+    paths: &[&str],
+    annotations: &[(&str, &str)],
+) -> Value {
+    let mut ingress = annotated(ns, name, "web", annotations);
+    let paths: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            path(
+                "ImplementationSpecific",
+                p,
+                backend("web", Port::Number(80)),
+            )
+        })
+        .collect();
+    ingress["spec"] = json!({ "ingressClassName": "teapot", "rules": [rule(Some(host), paths)] });
+    ingress
+}
+
+/// `rewrite-target` with capture groups and `use-regex` (ingress-nginx's
+/// rewrite.go): the backend gets the rewritten path with the query as
+/// sent; a longer regex path wins over a shorter Prefix path of the host
+/// and loses to a longer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_target_with_capture_groups() {
+    const NS: &str = "rewrite";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            paths_ingress(
+                NS,
+                "capture",
+                "rewrite.test",
+                &["/something(/|$)(.*)"],
+                &[("rewrite-target", "/$2")],
+            ),
+            paths_ingress(
+                NS,
+                "custom",
+                "rewrite.test",
+                &["/foo/bar/(.+)"],
+                &[("use-regex", "true"), ("rewrite-target", "/new/backend/$1")],
+            ),
+            paths_ingress(
+                NS,
+                "plain",
+                "rewrite.test",
+                &["/foo", "/.well-known/acme/challenge"],
+                &[],
+            ),
+            paths_ingress(
+                NS,
+                "index",
+                "rewrite.test",
+                &["/"],
+                &[("rewrite-target", "/new/backend")],
+            ),
+            paths_ingress(
+                NS,
+                "regex",
+                "regex.test",
+                &["/v[0-9]+/api"],
+                &[("use-regex", "true")],
+            ),
+        ],
+    )
+    .await;
+    let cases = [
+        ("rewrite.test", "/something", "/"),
+        ("rewrite.test", "/something/", "/"),
+        ("rewrite.test", "/something/new?q=1", "/new?q=1"),
+        ("rewrite.test", "/SOMETHING/new/deeper", "/new/deeper"),
+        ("rewrite.test", "/foo/bar/bar", "/new/backend/bar"),
+        ("rewrite.test", "/foo", "/foo"),
+        (
+            "rewrite.test",
+            "/.well-known/acme/challenge",
+            "/.well-known/acme/challenge",
+        ),
+        ("rewrite.test", "/anything/else?x=y", "/new/backend?x=y"),
+        ("regex.test", "/V2/api/users", "/V2/api/users"),
+    ];
+    for proto in BOTH {
+        for (host, target, want) in cases {
+            let resp = over(&h, proto, Request::get(host, target)).await;
+            assert_eq!(resp.status, 200, "{proto:?} {target}: {}", resp.text());
+            assert_eq!(
+                resp.json().unwrap()["path"],
+                json!(want),
+                "{proto:?} {target}"
+            );
+        }
+        let resp = over(&h, proto, Request::get("regex.test", "/vx/api")).await;
+        assert_proxy_answer(&resp, 404, &format!("{proto:?} no regex matches"));
+    }
+    assert_eq!(backend.requests(), 2 * cases.len() as u64);
+}

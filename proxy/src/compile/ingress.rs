@@ -28,9 +28,11 @@ use crate::compile::bind::TenantHosts;
 use crate::compile::certs::CertTable;
 use crate::compile::gateway::GatewayCompile;
 use crate::compile::policies::Policies;
-use crate::compile::routes::{Route, RouteTable};
+use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
+use crate::compile::traffic::Rewrite;
 use crate::compile::upstream::Upstream;
+use teapot_api::regex::PathRegex;
 
 /// A host an Ingress asked ACME for.
 pub(super) struct AcmeCandidate {
@@ -113,7 +115,11 @@ where
                 &options.domain,
             ))
         });
-        let (policy, annotation_problems) = policies.of(ingress, tenant);
+        let (policy, mut annotation_problems) = policies.of(ingress, tenant);
+        // ingress-nginx's regex paths (`use-regex`, `rewrite-target`);
+        // one that does not compile is reported and its rule not served.
+        let regex_paths = teapot_api::regex::ingress_uses_regex(ingress);
+        let mut regex_problems = Vec::new();
         let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
         let mut note = |upstream: &Upstream| {
             for why in upstream.unavailable.iter().chain(&upstream.refused) {
@@ -179,11 +185,29 @@ where
                     continue;
                 };
                 let path = p.path.as_deref().unwrap_or("/");
+                let regex = match regex_paths.then(|| PathRegex::compile(path)) {
+                    None => None,
+                    Some(Ok(regex)) => Some(Arc::new(regex)),
+                    Some(Err(e)) => {
+                        regex_problems.push(format!("path {path:?}: {e}; the rule is not served"));
+                        continue;
+                    }
+                };
                 let upstream = resolver.backend(&id.namespace, &p.backend);
                 note(&upstream);
                 let rule_policy = Policies::for_rule(&policy, path);
-                let route = Route::new(upstream, rule_policy, ingress_name.clone());
-                if let Err(owner) = table.insert(kind, path, route, index) {
+                let inserted = match regex {
+                    Some(regex) => {
+                        let rule_policy = rule_rewrite(rule_policy, &regex);
+                        let route = Route::new(upstream, rule_policy, ingress_name.clone());
+                        table.insert_regex(regex, route, index)
+                    }
+                    None => {
+                        let route = Route::new(upstream, rule_policy, ingress_name.clone());
+                        table.insert(kind, path, route, index)
+                    }
+                };
+                if let Err(owner) = inserted {
                     let holder = owners[owner as usize];
                     let host = host.map_or("*".to_string(), |h| h.to_string());
                     conflicts.push(format!(
@@ -192,6 +216,7 @@ where
                 }
             }
         }
+        annotation_problems.append(&mut regex_problems);
         let acme = options.acme.as_ref().is_some_and(|a| {
             let annotations = ingress.metadata.annotations.as_ref();
             let value = annotations.and_then(|a| a.get(acme::ANNOTATION));
@@ -311,6 +336,32 @@ pub(super) fn assign_acme(
         }
     }
     acme_hosts
+}
+
+/// The policy of a regex rule: with `rewrite-target`, a copy carrying the
+/// rule's own pattern, whose captures the target takes (a target equal to
+/// the path rewrites nothing, as in ingress-nginx).
+fn rule_rewrite(
+    policy: Option<Arc<RoutePolicy>>,
+    regex: &Arc<PathRegex>,
+) -> Option<Arc<RoutePolicy>> {
+    let Some((p, traffic, rewrite)) = policy.as_ref().and_then(|p| {
+        let traffic = p.traffic.as_ref()?;
+        let rewrite = traffic.rewrite.as_ref()?;
+        Some((p, traffic, rewrite))
+    }) else {
+        return policy;
+    };
+    let mut traffic = (**traffic).clone();
+    traffic.rewrite = (*rewrite.target != *regex.as_str()).then(|| Rewrite {
+        target: rewrite.target.clone(),
+        regex: Some(regex.clone()),
+    });
+    Some(Arc::new(RoutePolicy {
+        max_body_size: p.max_body_size,
+        tenant: p.tenant.clone(),
+        traffic: Some(Arc::new(traffic)),
+    }))
 }
 
 /// Upper bounds of the hosts and paths a compile will add, for sizing the

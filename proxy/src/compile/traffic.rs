@@ -12,6 +12,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use teapot_api::HostPattern;
 use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
+use teapot_api::regex::PathRegex;
 
 pub use crate::compile::rate_table::Rate;
 use crate::compile::rate_table::RateTable;
@@ -32,6 +33,20 @@ pub struct TrafficPolicy {
     pub affinity: Option<Affinity>,
     /// `x-forwarded-prefix`: set on every forwarded request.
     pub forwarded_prefix: Option<Arc<str>>,
+    /// `rewrite-target`: the path the backends get.
+    pub rewrite: Option<Rewrite>,
+}
+
+/// `rewrite-target`: the path the backends get, `$1`..`$9` taken from the
+/// capture groups of the rule's path (a regular expression). One policy
+/// per rule carries the rule's own pattern
+/// (crate::compile::ingress::rule_rewrite).
+#[derive(Clone, Debug)]
+pub struct Rewrite {
+    pub target: Arc<str>,
+    /// The rule's path; `None` in the Ingress-wide policy (a
+    /// `defaultBackend` is not rewritten).
+    pub regex: Option<Arc<PathRegex>>,
 }
 
 /// Plain-HTTP requests are redirected to HTTPS (308) for these hosts.
@@ -244,6 +259,7 @@ impl NginxAnnotations {
             ssl_redirect: self.ssl_redirect(tls),
             affinity: self.affinity(paths),
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
+            rewrite: self.rewrite(problems),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -252,7 +268,8 @@ impl NginxAnnotations {
             || policy.app_root.is_some()
             || policy.ssl_redirect.is_some()
             || policy.affinity.is_some()
-            || policy.forwarded_prefix.is_some();
+            || policy.forwarded_prefix.is_some()
+            || policy.rewrite.is_some();
         any.then_some(policy)
     }
 
@@ -369,6 +386,22 @@ impl NginxAnnotations {
         }
         self.text("temporal-redirect")
             .map(|url| to(url, self.count("temporal-redirect-code"), 302))
+    }
+
+    fn rewrite(&self, problems: &mut Vec<String>) -> Option<Rewrite> {
+        let target = self.path("rewrite-target", problems)?;
+        // The engines append the client's query to the path they forward:
+        // a query of the target's own would be a second one.
+        if target.contains('?') {
+            problems.push(format!(
+                "{NGINX_PREFIX}rewrite-target: {target:?} carries a query; teapot keeps the request's query and rewrites only the path"
+            ));
+            return None;
+        }
+        Some(Rewrite {
+            target,
+            regex: None,
+        })
     }
 
     fn app_root(&self, problems: &mut Vec<String>) -> Option<Arc<str>> {

@@ -121,7 +121,10 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
         cookie: req.headers.first("cookie"),
     };
     match policy::apply(traffic, &forward.upstream, &seen) {
-        Ok(applied) => {
+        Ok(mut applied) => {
+            if let Some(path) = applied.as_mut().and_then(|a| a.path.take()) {
+                forward.path = Some(path);
+            }
             forward.policy = applied;
             Routed::Forward(forward)
         }
@@ -283,6 +286,77 @@ mod tests {
         // The decision's own answer: no route for the host.
         let unknown = answer(route(&router, &h1("unknown.example", "/", &none), &plain).await);
         assert_eq!(unknown, NO_ROUTE);
+    }
+
+    /// `rewrite-target` with capture groups: the path the backend gets,
+    /// the query as sent; a rule without a match or another Ingress's
+    /// rule is not rewritten.
+    #[tokio::test]
+    async fn rewrite_target_takes_the_capture_groups() {
+        let ingress = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: rewrite
+  namespace: ops
+  annotations:
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: r.example
+    http:
+      paths:
+      - {path: /something(/|$)(.*), pathType: ImplementationSpecific, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /(unclosed, pathType: ImplementationSpecific, backend: {service: {name: web, port: {number: 80}}}}
+";
+        let snapshot = compile_test_docs(
+            &[DOCS.to_string(), ingress.to_string()],
+            &CompileOptions::default(),
+        );
+        let report = snapshot
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "rewrite")
+            .unwrap();
+        let problems = report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "AnnotationsAccepted")
+            .expect("the bad path is reported");
+        assert!(
+            problems.message.contains("(unclosed"),
+            "{}",
+            problems.message
+        );
+        let router = Router::new(
+            Arc::new(ArcSwap::from_pointee(snapshot)),
+            Metrics::new().unwrap(),
+            UpstreamOptions::default(),
+        );
+        let none: &[(&str, &str)] = &[];
+        let conn = conn(false, None);
+        let forwarded = async |host: &str, path: &str| {
+            let mut req = h1(host, path, &none);
+            req.query = "a=1";
+            match route(&router, &req, &conn).await {
+                Routed::Forward(f) => f.path,
+                other => panic!("{path}: {other:?}"),
+            }
+        };
+        for (path, want) in [
+            ("/something", "/"),
+            ("/something/", "/"),
+            ("/Something/new/x", "/new/x"),
+        ] {
+            assert_eq!(forwarded("r.example", path).await.as_deref(), Some(want));
+        }
+        assert!(matches!(
+            route(&router, &h1("r.example", "/elsewhere", &none), &conn).await,
+            Routed::Answer(..)
+        ));
+        // The other Ingress's routes are not rewritten.
+        assert_eq!(forwarded("a.example", "/something/new").await, None);
     }
 
     /// The same request over HTTP/1 (a `Host` field, HTTP/1's header

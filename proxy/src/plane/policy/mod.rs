@@ -13,7 +13,9 @@
 //!    fields;
 //! 5. [`affinity`]: the endpoint the client's cookie names is tried first
 //!    (and the cookie set when it names none that serves);
-//! 6. `x-forwarded-prefix` on the request to the backend.
+//! 6. `x-forwarded-prefix` on the request to the backend;
+//! 7. `rewrite-target`: the path the backend gets, from the captures of
+//!    the rule's regex path.
 //!
 //! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
 //! before its allow-lists and limits; teapot checks who the client is and
@@ -54,6 +56,8 @@ pub struct Applied {
     pub endpoint: Option<usize>,
     /// Set on the request to the backend (replacing the client's).
     pub request_headers: Vec<(&'static str, std::sync::Arc<str>)>,
+    /// `rewrite-target`: the path the backend gets (the query as sent).
+    pub path: Option<String>,
 }
 
 /// What the policy reads of a request.
@@ -151,6 +155,11 @@ pub fn apply(
         applied
             .request_headers
             .push(("x-forwarded-prefix", prefix.clone()));
+    }
+    if let Some(rewrite) = &policy.rewrite
+        && let Some(regex) = &rewrite.regex
+    {
+        applied.path = regex.rewrite(seen.path, &rewrite.target);
     }
     Ok((applied != Applied::default()).then(|| Box::new(applied)))
 }
