@@ -428,6 +428,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The path the backends get instead of the request's: $1..$9 are the capture groups of the Ingress path (a regular expression, as with use-regex); the query is kept. A path starting with '/'.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/from-to-www-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Answer requests for www.<host> with a 308 to <host> (or the reverse for a www. rule host), when no rule serves the other name and your tenant may serve it.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {

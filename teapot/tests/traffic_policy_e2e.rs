@@ -660,3 +660,54 @@ async fn rewrite_target_with_capture_groups() {
     }
     assert_eq!(backend.requests(), 2 * cases.len() as u64);
 }
+
+/// `from-to-www-redirect` (ingress-nginx's fromtowwwredirect.go): the
+/// twin of a rule host is answered 308 to it on the client's scheme, the
+/// target kept; the rule host itself is served, and a twin another Ingress
+/// serves keeps its rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_to_www_redirect_answers_the_twin() {
+    const NS: &str = "www";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            annotated(NS, "shop.test", "web", &[("from-to-www-redirect", "true")]),
+            annotated(
+                NS,
+                "www.blog.test",
+                "web",
+                &[("from-to-www-redirect", "true")],
+            ),
+            annotated(NS, "held.test", "web", &[("from-to-www-redirect", "true")]),
+            annotated(NS, "www.held.test", "web", &[]),
+        ],
+    )
+    .await;
+    let mut forwarded = 0;
+    for proto in BOTH {
+        let scheme = if proto == Proto::Http1 {
+            "http"
+        } else {
+            "https"
+        };
+        for (host, target, location) in [
+            ("www.shop.test", "/foo?q=1", "shop.test/foo?q=1"),
+            ("www.shop.test", "/", "shop.test"),
+            ("blog.test", "/a/b/", "www.blog.test/a/b"),
+        ] {
+            let resp = over(&h, proto, Request::get(host, target)).await;
+            assert_eq!(resp.status, 308, "{proto:?} {host}{target}");
+            assert_eq!(
+                header(&resp, "location"),
+                format!("{scheme}://{location}"),
+                "{proto:?} {host}{target}"
+            );
+        }
+        for host in ["shop.test", "www.blog.test", "www.held.test"] {
+            let resp = over(&h, proto, Request::get(host, "/foo")).await;
+            assert_eq!(resp.status, 200, "{proto:?} {host}: {}", resp.text());
+            forwarded += 1;
+        }
+    }
+    assert_eq!(backend.requests(), forwarded);
+}

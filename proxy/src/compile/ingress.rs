@@ -30,7 +30,7 @@ use crate::compile::gateway::GatewayCompile;
 use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
-use crate::compile::traffic::Rewrite;
+use crate::compile::traffic::{Rewrite, TrafficPolicy};
 use crate::compile::upstream::Upstream;
 use teapot_api::regex::PathRegex;
 
@@ -78,6 +78,7 @@ where
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
 
     let mut default_holder: Option<&NsName> = None;
+    let mut www_twins: Vec<WwwTwin> = Vec::new();
     let mut ingress_reports = Vec::with_capacity(ordered.len());
 
     // A route remembers its owner as an index into `ordered`, which is
@@ -119,6 +120,12 @@ where
         // ingress-nginx's regex paths (`use-regex`, `rewrite-target`);
         // one that does not compile is reported and its rule not served.
         let regex_paths = teapot_api::regex::ingress_uses_regex(ingress);
+        let www_redirect = ingress
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(FROM_TO_WWW))
+            .is_some_and(|v| v == "true");
         let mut regex_problems = Vec::new();
         let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
         let mut note = |upstream: &Upstream| {
@@ -173,6 +180,18 @@ where
             {
                 conflicts.push(why);
                 continue;
+            }
+            if www_redirect
+                && let Some(HostPattern::Exact(name)) = &host
+                && let Some(twin) = www_twin(name)
+                && (tenant.is_none_or(|t| twin_admitted(hosts, t, &twin, ingress)))
+            {
+                www_twins.push(WwwTwin {
+                    from: twin,
+                    to: Arc::from(name.as_str()),
+                    ingress: ingress_name.clone(),
+                    tenant: policy.as_ref().and_then(|p| p.tenant.clone()),
+                });
             }
             // Kept for the certificates; the paths below borrow it there.
             let host = host.map(|h| {
@@ -295,6 +314,7 @@ where
         });
     }
 
+    add_www_redirects(&mut routes, www_twins);
     Compiled {
         routes,
         reports: ingress_reports,
@@ -336,6 +356,88 @@ pub(super) fn assign_acme(
         }
     }
     acme_hosts
+}
+
+const FROM_TO_WWW: &str = "nginx.ingress.kubernetes.io/from-to-www-redirect";
+
+/// The other name of a `from-to-www-redirect` host: `www.<host>`, or
+/// `<host>` for a `www.` rule host.
+struct WwwTwin {
+    from: HostPattern,
+    to: Arc<str>,
+    ingress: Arc<str>,
+    tenant: Option<Arc<crate::compile::fairness::TenantGate>>,
+}
+
+/// `www.<name>` for `<name>`, `<name>` for `www.<name>`; none for a name
+/// whose twin is no valid host (a bare `www.`, a top-level label).
+fn www_twin(name: &str) -> Option<HostPattern> {
+    let twin = match name.strip_prefix("www.") {
+        Some(bare) if bare.contains('.') => bare.to_string(),
+        Some(_) => return None,
+        None => format!("www.{name}"),
+    };
+    match HostPattern::parse(&twin) {
+        Ok(h @ HostPattern::Exact(_)) => Some(h),
+        _ => None,
+    }
+}
+
+/// Whether a tenant may have the twin of one of its hosts answered: by the
+/// rule its Ingress hosts follow ([`TenantHosts::admit`]). A custom-domain
+/// twin counts only when the Ingress names it in `spec.tls` (the redirect
+/// never makes a claim of its own) and DNS proved it.
+fn twin_admitted<'t>(
+    hosts: &mut TenantHosts<'_, 't>,
+    tenant: &teapot_model::tenancy::TenantView<'t>,
+    twin: &HostPattern,
+    ingress: &Ingress,
+) -> bool {
+    use teapot_api::policy::HostScope;
+    match tenant.scope(twin) {
+        Ok(HostScope::Assigned | HostScope::Allowed) => hosts.admit(tenant, twin).is_ok(),
+        Ok(HostScope::Custom) => {
+            let name = twin.to_string();
+            let in_tls = ingress
+                .spec
+                .iter()
+                .flat_map(|s| s.tls.iter().flatten())
+                .flat_map(|t| t.hosts.iter().flatten())
+                .any(|h| h.eq_ignore_ascii_case(&name));
+            in_tls && hosts.admit(tenant, twin).is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
+/// The twins' redirects, after every rule is in: a name any rule serves
+/// keeps its rules (ingress-nginx skips a twin another server has), and of
+/// two Ingresses asking for one twin the older answers it.
+fn add_www_redirects(routes: &mut RouteTable, twins: Vec<WwwTwin>) {
+    for twin in twins {
+        let HostPattern::Exact(name) = &twin.from else {
+            continue;
+        };
+        if routes.has_exact_host(name) {
+            continue;
+        }
+        let upstream = Arc::new(Upstream::new(
+            format!("from-to-www-redirect to {}", twin.to),
+            Vec::new(),
+            None,
+        ));
+        let traffic = TrafficPolicy {
+            www_redirect: Some(twin.to),
+            ..TrafficPolicy::default()
+        };
+        let policy = RoutePolicy {
+            max_body_size: None,
+            tenant: twin.tenant,
+            traffic: Some(Arc::new(traffic)),
+        };
+        let route = Route::new(upstream, Some(Arc::new(policy)), twin.ingress);
+        routes.host_mut(Some(&twin.from)).set_fallback(route);
+    }
 }
 
 /// The policy of a regex rule: with `rewrite-target`, a copy carrying the

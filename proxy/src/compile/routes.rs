@@ -466,6 +466,11 @@ impl RouteTable {
         self.exact_hosts.len() + self.wildcard_hosts.len()
     }
 
+    /// Whether an exact host has a group (rules, or a fallback).
+    pub fn has_exact_host(&self, host: &str) -> bool {
+        self.exact_hosts.contains_key(host)
+    }
+
     /// The exact hosts that have rules: the names the fleet's DNS server
     /// answers for (crate::loops::dns_zone).
     pub fn exact_hosts(&self) -> impl Iterator<Item = &str> {

@@ -35,6 +35,9 @@ pub struct TrafficPolicy {
     pub forwarded_prefix: Option<Arc<str>>,
     /// `rewrite-target`: the path the backends get.
     pub rewrite: Option<Rewrite>,
+    /// `from-to-www-redirect`, on the route of the twin host: every
+    /// request is answered 308 to this host (crate::plane::decide).
+    pub www_redirect: Option<Arc<str>>,
 }
 
 /// `rewrite-target`: the path the backends get, `$1`..`$9` taken from the
@@ -260,6 +263,7 @@ impl NginxAnnotations {
             affinity: self.affinity(paths),
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
             rewrite: self.rewrite(problems),
+            www_redirect: None,
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
