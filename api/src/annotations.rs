@@ -434,6 +434,30 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Answer requests for www.<host> with a 308 to <host> (or the reverse for a www. rule host), when no rule serves the other name and your tenant may serve it.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-connect-timeout",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 1, max: 75 },
+        doc: "Seconds to connect to a backend endpoint before the next is tried; at most the operator's connect timeout, which applies without it.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-read-timeout",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 86_400,
+        },
+        doc: "Seconds the backend may leave the response without a byte before the client gets 504 (or the response ends); at most the operator's upstream timeout, which applies without it.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-send-timeout",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 86_400,
+        },
+        doc: "Seconds the backend may take to accept request bytes; at most the operator's upstream timeout. On HTTP/1 the backend's wait in both directions is proxy-read-timeout.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {
@@ -935,6 +959,24 @@ mod tests {
             assert!(url(bad).is_err(), "{bad:?}");
         }
         assert!(parse(i, &key("permanent-redirect-code"), "308").is_ok());
+        // ingress-nginx's timeouts: plain seconds, within their ranges.
+        assert_eq!(
+            parse(i, &key("proxy-read-timeout"), "3600"),
+            Ok(AnnotationValue::Count(3600))
+        );
+        for (name, bad) in [
+            ("proxy-connect-timeout", "76"),
+            ("proxy-read-timeout", "0"),
+            ("proxy-send-timeout", "60s"),
+        ] {
+            let e = parse(i, &key(name), bad).unwrap_err();
+            assert!(matches!(e, AnnotationError::BadValue { .. }), "{name}: {e}");
+        }
+        assert_eq!(
+            parse(i, &key("from-to-www-redirect"), "true"),
+            Ok(AnnotationValue::Bool(true))
+        );
+        assert!(parse(i, &key("use-regex"), "yes").is_err());
         assert!(parse(i, &key("permanent-redirect-code"), "200").is_err());
     }
 }

@@ -711,3 +711,34 @@ async fn from_to_www_redirect_answers_the_twin() {
     }
     assert_eq!(backend.requests(), forwarded);
 }
+
+/// `proxy-read-timeout`: a backend slower than the route's timeout gets
+/// the client a 504; the same backend behind a route without it answers
+/// (the operator's timeout, 60 s, applies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_read_timeout_bounds_the_backends_answer() {
+    const NS: &str = "timeouts";
+    let (_backend, h) = serve(
+        NS,
+        vec![
+            annotated(
+                NS,
+                "short.test",
+                "web",
+                &[("proxy-read-timeout", "1"), ("proxy-connect-timeout", "2")],
+            ),
+            annotated(NS, "default.test", "web", &[]),
+        ],
+    )
+    .await;
+    for proto in BOTH {
+        // The backend waits 2.5 times the route's timeout before answering.
+        let slow = |host: &str| Request::get(host, "/slow").header("X-Echo-Delay-Ms", "2500");
+        let resp = over(&h, proto, slow("short.test")).await;
+        assert_proxy_answer(&resp, 504, &format!("{proto:?} short"));
+        let resp = over(&h, proto, slow("default.test")).await;
+        assert_eq!(resp.status, 200, "{proto:?} default: {}", resp.text());
+        let resp = over(&h, proto, Request::get("short.test", "/fast")).await;
+        assert_eq!(resp.status, 200, "{proto:?} fast: {}", resp.text());
+    }
+}

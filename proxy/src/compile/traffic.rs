@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use teapot_api::HostPattern;
@@ -35,9 +36,21 @@ pub struct TrafficPolicy {
     pub forwarded_prefix: Option<Arc<str>>,
     /// `rewrite-target`: the path the backends get.
     pub rewrite: Option<Rewrite>,
+    /// `proxy-connect-timeout`, `proxy-read-timeout`, `proxy-send-timeout`.
+    pub timeouts: Option<UpstreamTimeouts>,
     /// `from-to-www-redirect`, on the route of the twin host: every
     /// request is answered 308 to this host (crate::plane::decide).
     pub www_redirect: Option<Arc<str>>,
+}
+
+/// The route's own upstream timeouts; each applies under the operator's
+/// (crate::plane::policy::engines::upstream_timeouts), which applies where
+/// one is not set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamTimeouts {
+    pub connect: Option<Duration>,
+    pub read: Option<Duration>,
+    pub send: Option<Duration>,
 }
 
 /// `rewrite-target`: the path the backends get, `$1`..`$9` taken from the
@@ -263,6 +276,7 @@ impl NginxAnnotations {
             affinity: self.affinity(paths),
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
             rewrite: self.rewrite(problems),
+            timeouts: self.timeouts(),
             www_redirect: None,
         };
         let any = policy.access.is_some()
@@ -273,7 +287,8 @@ impl NginxAnnotations {
             || policy.ssl_redirect.is_some()
             || policy.affinity.is_some()
             || policy.forwarded_prefix.is_some()
-            || policy.rewrite.is_some();
+            || policy.rewrite.is_some()
+            || policy.timeouts.is_some();
         any.then_some(policy)
     }
 
@@ -392,6 +407,16 @@ impl NginxAnnotations {
             .map(|url| to(url, self.count("temporal-redirect-code"), 302))
     }
 
+    fn timeouts(&self) -> Option<UpstreamTimeouts> {
+        let seconds = |name| self.count(name).map(|s| Duration::from_secs(u64::from(s)));
+        let timeouts = UpstreamTimeouts {
+            connect: seconds("proxy-connect-timeout"),
+            read: seconds("proxy-read-timeout"),
+            send: seconds("proxy-send-timeout"),
+        };
+        (timeouts != UpstreamTimeouts::default()).then_some(timeouts)
+    }
+
     fn rewrite(&self, problems: &mut Vec<String>) -> Option<Rewrite> {
         let target = self.path("rewrite-target", problems)?;
         // The engines append the client's query to the path they forward:
@@ -497,6 +522,37 @@ mod tests {
                 location: Arc::from("https://a.example/")
             })
         );
+    }
+
+    #[test]
+    fn proxy_timeouts_in_seconds() {
+        let (policy, problems) = read(&[
+            ("proxy-connect-timeout", "2"),
+            ("proxy-read-timeout", "120"),
+        ]);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            policy.unwrap().timeouts,
+            Some(UpstreamTimeouts {
+                connect: Some(Duration::from_secs(2)),
+                read: Some(Duration::from_secs(120)),
+                send: None,
+            })
+        );
+        // Out of range or not plain seconds: reported, not applied.
+        for (name, bad) in [
+            ("proxy-connect-timeout", "76"),
+            ("proxy-read-timeout", "0"),
+            ("proxy-send-timeout", "60s"),
+            ("proxy-read-timeout", "86401"),
+        ] {
+            let (policy, problems) = read(&[(name, bad)]);
+            assert!(policy.is_none(), "{name}: {bad}");
+            assert!(
+                problems.len() == 1 && problems[0].contains(name),
+                "{name}: {problems:?}"
+            );
+        }
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub struct Applied {
     pub request_headers: Vec<(&'static str, std::sync::Arc<str>)>,
     /// `rewrite-target`: the path the backend gets (the query as sent).
     pub path: Option<String>,
+    /// `proxy-*-timeout` ([`engines::upstream_timeouts`]).
+    pub timeouts: Option<crate::compile::traffic::UpstreamTimeouts>,
 }
 
 /// What the policy reads of a request.
@@ -156,6 +158,7 @@ pub fn apply(
             .request_headers
             .push(("x-forwarded-prefix", prefix.clone()));
     }
+    applied.timeouts = policy.timeouts;
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex
     {
