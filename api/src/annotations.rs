@@ -66,6 +66,8 @@ pub enum ValueType {
     /// An absolute `http(s)://` URL or an absolute path, printable ASCII
     /// without spaces or quotes.
     Url,
+    /// Printable ASCII text, spaces allowed (a header value, a pattern).
+    Text,
 }
 
 impl ValueType {
@@ -107,6 +109,7 @@ impl ValueType {
                 "an http:// or https:// URL, or a path starting with '/' (printable ASCII, no spaces or quotes)"
                     .into()
             }
+            ValueType::Text => "printable ASCII text".into(),
         }
     }
 
@@ -458,6 +461,54 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Seconds the backend may take to accept request bytes; at most the operator's upstream timeout. On HTTP/1 the backend's wait in both directions is proxy-read-timeout.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "This Ingress is a canary: its backend is added to the route of the Ingress of your tenant with the same host and path, and gets the requests the canary-by-header, canary-by-cookie and canary-weight rules choose, in that order.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-header",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "A request whose header of this name is always goes to the canary, never does not; with canary-by-header-value (or -pattern), a matching value goes to the canary; any other value leaves the choice to the next rule.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-header-value",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "The value of canary-by-header that sends a request to the canary.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-header-pattern",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "A regular expression a value of canary-by-header must contain to send the request to the canary (unless canary-by-header-value is set); compiled by teapot's bounded engine.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-cookie",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "A request whose cookie of this name is always goes to the canary, never does not; any other value leaves the choice to canary-weight.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-weight",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 0,
+            max: 1_000_000,
+        },
+        doc: "The share of the other requests that goes to the canary, out of canary-weight-total.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-weight-total",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 1_000_000,
+        },
+        doc: "The total canary-weight is out of (default 100).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {
@@ -672,6 +723,9 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
                 .collect::<Option<Vec<_>>>()?;
             (!tokens.is_empty()).then_some(AnnotationValue::List(tokens))
         }
+        ValueType::Text => (!value.is_empty()
+            && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
+        .then(|| AnnotationValue::Text(value.to_string())),
         ValueType::Url => {
             let printable = value
                 .bytes()

@@ -531,6 +531,15 @@ pub fn ingress_uses_regex(ingress: &Ingress) -> bool {
     get(REWRITE_TARGET).is_some_and(|target| ingress_paths(ingress).any(|(_, path)| path != target))
 }
 
+/// ingress-nginx's `canary-by-header-pattern`.
+pub const CANARY_PATTERN: &str = "nginx.ingress.kubernetes.io/canary-by-header-pattern";
+
+/// The whole-value pattern of `canary-by-header-pattern`: the value
+/// contains a match, as nginx's `ngx.re.match` searches it.
+pub fn contains_pattern(pattern: &str) -> String {
+    format!("[\\s\\S]*(?:{pattern})[\\s\\S]*")
+}
+
 /// Every path of an Ingress with its field (`spec.rules[0].http.paths[1].path`);
 /// a path left out is `/`.
 pub fn ingress_paths(ingress: &Ingress) -> impl Iterator<Item = (String, &str)> {
@@ -557,15 +566,21 @@ pub fn ingress_paths(ingress: &Ingress) -> impl Iterator<Item = (String, &str)> 
 /// compiled for matching ([`path_gate_pattern`]): what they cost the
 /// tenant's budget.
 pub fn ingress_regexes(ingress: &Ingress) -> Vec<RoutePattern> {
-    if !ingress_uses_regex(ingress) {
-        return Vec::new();
-    }
-    ingress_paths(ingress)
-        .map(|(field, path)| RoutePattern {
+    let mut out = Vec::new();
+    if ingress_uses_regex(ingress) {
+        out.extend(ingress_paths(ingress).map(|(field, path)| RoutePattern {
             field,
             pattern: path_gate_pattern(path),
-        })
-        .collect()
+        }));
+    }
+    let annotations = ingress.metadata.annotations.as_ref();
+    if let Some(pattern) = annotations.and_then(|a| a.get(CANARY_PATTERN)) {
+        out.push(RoutePattern {
+            field: format!("metadata.annotations[{CANARY_PATTERN:?}]"),
+            pattern: contains_pattern(pattern),
+        });
+    }
+    out
 }
 
 /// The cost of `patterns`: every one that compiles counts (a refused one

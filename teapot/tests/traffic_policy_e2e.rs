@@ -742,3 +742,77 @@ async fn proxy_read_timeout_bounds_the_backends_answer() {
         assert_eq!(resp.status, 200, "{proto:?} fast: {}", resp.text());
     }
 }
+
+/// Canaries (ingress-nginx's canary.go): a canary Ingress for the same
+/// host and path adds its backend to the main Ingress's route; the
+/// header, then the cookie, then the weight choose it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_ingresses_share_the_main_route() {
+    const NS: &str = "canary";
+    let main = echo(NS, "web", "web-0").await;
+    let canary = echo(NS, "canary", "canary-0").await;
+    let mut objects = echo_service(NS, "web", &[&main]);
+    objects.extend(echo_service(NS, "canary", &[&canary]));
+    objects.push(annotated(NS, "canary.test", "web", &[]));
+    let mut by_header = annotated(
+        NS,
+        "canary.test",
+        "canary",
+        &[
+            ("canary", "true"),
+            ("canary-by-header", "X-Canary"),
+            ("canary-by-cookie", "use-canary"),
+        ],
+    );
+    by_header["metadata"]["name"] = json!("canary-by-header");
+    objects.push(by_header);
+    objects.push(annotated(NS, "weighted.test", "web", &[]));
+    let mut weighted = annotated(
+        NS,
+        "weighted.test",
+        "canary",
+        &[("canary", "true"), ("canary-weight", "100")],
+    );
+    weighted["metadata"]["name"] = json!("canary-weighted");
+    objects.push(weighted);
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    for proto in BOTH {
+        for (host, fields, pod) in [
+            ("canary.test", &[][..], "web-0"),
+            ("canary.test", &[("X-Canary", "always")][..], "canary-0"),
+            (
+                "canary.test",
+                &[("X-Canary", "never"), ("Cookie", "use-canary=always")][..],
+                "web-0",
+            ),
+            (
+                "canary.test",
+                &[("X-Canary", "maybe"), ("Cookie", "use-canary=always")][..],
+                "canary-0",
+            ),
+            (
+                "canary.test",
+                &[("Cookie", "use-canary=never")][..],
+                "web-0",
+            ),
+            ("weighted.test", &[][..], "canary-0"),
+        ] {
+            let mut req = Request::get(host, "/x");
+            for (name, value) in fields {
+                req = req.header(name, value);
+            }
+            let resp = over(&h, proto, req).await;
+            assert_eq!(
+                resp.status,
+                200,
+                "{proto:?} {host} {fields:?}: {}",
+                resp.text()
+            );
+            assert_eq!(
+                resp.json().unwrap()["pod"],
+                json!(pod),
+                "{proto:?} {host} {fields:?}"
+            );
+        }
+    }
+}

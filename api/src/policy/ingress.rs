@@ -13,7 +13,7 @@ use crate::annotations::ObjectKind;
 use crate::host::HostPattern;
 use crate::names::INGRESS_CLASS;
 use crate::path::PathKind;
-use crate::regex::{self, PathRegex};
+use crate::regex::{self, PathRegex, TenantRegex};
 
 /// Checks an Ingress a tenant writes into `namespace`: class `teapot`;
 /// hosts valid, in the tenant's scope and held by nobody else (rules and
@@ -69,6 +69,7 @@ pub fn check_ingress(
             ),
         ));
     }
+    check_canary_pattern(ingress, &mut out);
     let regex_paths = regex::ingress_uses_regex(ingress);
     if regex_paths {
         check_regex_paths(ingress, &mut out);
@@ -196,6 +197,38 @@ fn check_regex_paths(ingress: &Ingress, out: &mut Vec<Violation>) {
             )),
             Ok(_) => {}
         }
+    }
+}
+
+/// `canary-by-header-pattern` compiles within the bounded engine's
+/// limits (its syntax checked alone first, so it cannot reach outside its
+/// group).
+fn check_canary_pattern(ingress: &Ingress, out: &mut Vec<Violation>) {
+    let annotations = ingress.metadata.annotations.as_ref();
+    let Some(pattern) = annotations.and_then(|a| a.get(regex::CANARY_PATTERN)) else {
+        return;
+    };
+    let checked = regex_syntax::Parser::new()
+        .parse(pattern)
+        .map_err(|e| {
+            let text = e.to_string();
+            let reason = text.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+            format!(
+                "regular expression {} is not valid: {}",
+                quote(pattern),
+                reason.trim()
+            )
+        })
+        .and_then(|_| {
+            TenantRegex::compile(&regex::contains_pattern(pattern))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+    if let Err(why) = checked {
+        out.push(Violation::new(
+            key_field("metadata.annotations", regex::CANARY_PATTERN),
+            why,
+        ));
     }
 }
 
@@ -369,6 +402,15 @@ mod tests {
                 &["/(.*)"],
             ));
             assert_eq!(fields(&got), [target_field.as_str()], "{target}: {got:?}");
+        }
+        // canary-by-header-pattern: on its annotation, with the reason.
+        const PATTERN: &str = "nginx.ingress.kubernetes.io/canary-by-header-pattern";
+        let pattern_field = format!("metadata.annotations[\"{PATTERN}\"]");
+        let ok = with_annotations(&format!("{PATTERN}: \"^(v1|v2)$\""), &["/"]);
+        assert!(violations(&ok).is_empty(), "{:?}", violations(&ok));
+        for bad in ["(unclosed", "a)|(b", "(?:.*a.{40})"] {
+            let got = violations(&with_annotations(&format!("{PATTERN}: {bad:?}"), &["/"]));
+            assert_eq!(fields(&got), [pattern_field.as_str()], "{bad}: {got:?}");
         }
         // Without the annotations the same path is a strict path, refused.
         let plain = violations(&with_annotations("", &["/(unclosed"]));

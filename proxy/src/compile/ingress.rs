@@ -30,7 +30,7 @@ use crate::compile::gateway::GatewayCompile;
 use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
-use crate::compile::traffic::{Rewrite, TrafficPolicy};
+use crate::compile::traffic::{Canary, CanaryRules, NginxAnnotations, Rewrite, TrafficPolicy};
 use crate::compile::upstream::Upstream;
 use teapot_api::regex::PathRegex;
 
@@ -79,6 +79,7 @@ where
 
     let mut default_holder: Option<&NsName> = None;
     let mut www_twins: Vec<WwwTwin> = Vec::new();
+    let mut canaries: Vec<CanaryRule> = Vec::new();
     let mut ingress_reports = Vec::with_capacity(ordered.len());
 
     // A route remembers its owner as an index into `ordered`, which is
@@ -127,6 +128,7 @@ where
             .and_then(|a| a.get(FROM_TO_WWW))
             .is_some_and(|v| v == "true");
         let mut regex_problems = Vec::new();
+        let canary = canary_rules(ingress, &mut regex_problems);
         let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
         let mut note = |upstream: &Upstream| {
             for why in upstream.unavailable.iter().chain(&upstream.refused) {
@@ -136,7 +138,11 @@ where
             }
         };
 
-        if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
+        // A canary's defaultBackend is no route of its own either.
+        if let Some(backend) = spec
+            .and_then(|s| s.default_backend.as_ref())
+            .filter(|_| canary.is_none())
+        {
             let upstream = resolver.backend(&id.namespace, backend);
             note(&upstream);
             let upstream = Route::new(upstream, policy.clone(), ingress_name.clone());
@@ -175,6 +181,27 @@ where
                     }
                 },
             };
+            if let Some(rules) = &canary {
+                for p in rule.http.iter().flat_map(|h| &h.paths) {
+                    let Ok(kind) = PathKind::parse(&p.path_type) else {
+                        continue;
+                    };
+                    let upstream = resolver.backend(&id.namespace, &p.backend);
+                    note(&upstream);
+                    canaries.push(CanaryRule {
+                        host: host.clone(),
+                        kind,
+                        path: p.path.clone().unwrap_or_else(|| "/".into()),
+                        canary: Canary {
+                            upstream,
+                            rules: rules.clone(),
+                        },
+                        tenant: tenant.map(|t| t.cluster.to_string()),
+                        report: ingress_reports.len(),
+                    });
+                }
+                continue;
+            }
             if gateway_routes
                 && let Err(why) = gateway.claim(host.as_ref(), &ingress_name, age_key(stored, id))
             {
@@ -314,6 +341,7 @@ where
         });
     }
 
+    add_canaries(&mut routes, canaries, tenancy, &mut ingress_reports);
     add_www_redirects(&mut routes, www_twins);
     Compiled {
         routes,
@@ -356,6 +384,101 @@ pub(super) fn assign_acme(
         }
     }
     acme_hosts
+}
+
+/// The rules of a canary Ingress (`canary: "true"`), read once.
+fn canary_rules(ingress: &Ingress, problems: &mut Vec<String>) -> Option<Arc<CanaryRules>> {
+    let annotations = ingress.metadata.annotations.as_ref();
+    if annotations.and_then(|a| a.get(CANARY)).map(String::as_str) != Some("true") {
+        return None;
+    }
+    // Its other annotations were read (and reported) with its policy.
+    let nginx = NginxAnnotations::read(annotations, &mut Vec::new());
+    Some(Arc::new(nginx.canary_rules(problems)))
+}
+
+const CANARY: &str = "nginx.ingress.kubernetes.io/canary";
+
+/// One rule of a canary Ingress, to add to the same rule of another.
+struct CanaryRule {
+    host: Option<HostPattern>,
+    kind: PathKind,
+    path: String,
+    canary: Canary,
+    /// The tenant of the canary Ingress (`None`: an operator namespace).
+    tenant: Option<String>,
+    /// The canary Ingress, as an index into the reports.
+    report: usize,
+}
+
+/// Each canary rule onto the route of the same host and path, when that
+/// route's Ingress is of the same tenant (operator namespaces count as
+/// one) and has no canary yet (ingress-nginx serves one per route); the
+/// canary Ingress's status says which of its rules are served.
+fn add_canaries(
+    routes: &mut RouteTable,
+    canaries: Vec<CanaryRule>,
+    tenancy: &teapot_model::tenancy::Tenancy<'_>,
+    reports: &mut [IngressReport],
+) {
+    let mut problems: FastHashMap<usize, Vec<String>> = FastHashMap::default();
+    for rule in canaries {
+        let CanaryRule {
+            host,
+            kind,
+            path,
+            canary,
+            tenant,
+            report,
+        } = rule;
+        let label = format!(
+            "{} {path}",
+            host.as_ref().map_or("*".to_string(), |h| h.to_string())
+        );
+        let route = match routes.rule_mut(host.as_ref(), kind, &path, false) {
+            Some(route) => Some(route),
+            None => routes.rule_mut(host.as_ref(), kind, &path, true),
+        };
+        let same_tenant = |route: &Route| {
+            let namespace = route.ingress.split_once('/').map_or("", |(ns, _)| ns);
+            tenancy.get(namespace).map(|t| t.cluster) == tenant.as_deref()
+        };
+        let why = match route {
+            None => Some(format!("no Ingress has the rule {label}")),
+            Some(route) if !same_tenant(route) => Some(format!(
+                "the rule {label} belongs to another tenant's Ingress {}",
+                route.ingress
+            )),
+            Some(route) if route.traffic().is_some_and(|t| t.canary.is_some()) => Some(format!(
+                "the rule {label} of {} has a canary already",
+                route.ingress
+            )),
+            Some(route) => {
+                let base = route.policy.as_deref();
+                let mut traffic = base
+                    .and_then(|p| p.traffic.as_deref())
+                    .cloned()
+                    .unwrap_or_default();
+                traffic.canary = Some(canary);
+                route.policy = Some(Arc::new(RoutePolicy {
+                    max_body_size: base.and_then(|p| p.max_body_size),
+                    tenant: base.and_then(|p| p.tenant.clone()),
+                    traffic: Some(Arc::new(traffic)),
+                }));
+                None
+            }
+        };
+        let entry = problems.entry(report).or_default();
+        entry.extend(why);
+    }
+    for (report, problems) in problems {
+        reports[report].conditions.push(Condition::unless_problems(
+            "CanaryServed",
+            &problems,
+            "CanaryServed",
+            "NoMainRoute",
+        ));
+    }
 }
 
 const FROM_TO_WWW: &str = "nginx.ingress.kubernetes.io/from-to-www-redirect";

@@ -466,6 +466,42 @@ impl RouteTable {
         self.exact_hosts.len() + self.wildcard_hosts.len()
     }
 
+    /// The route of a rule already in the table: `kind` and `path` as
+    /// inserted, or the pattern of a regex path (`regex`); for adding a
+    /// canary's backend to it.
+    pub fn rule_mut(
+        &mut self,
+        host: Option<&HostPattern>,
+        kind: PathKind,
+        path: &str,
+        regex: bool,
+    ) -> Option<&mut Route> {
+        let group = match host {
+            None => &mut self.any_host,
+            Some(HostPattern::Exact(h)) => self.exact_hosts.get_mut(h.as_str())?,
+            Some(HostPattern::Wildcard(s)) => self.wildcard_hosts.get_mut(s.as_str())?,
+        };
+        if regex {
+            return group
+                .regexes
+                .iter_mut()
+                .find(|r| r.regex.as_str() == path)
+                .map(|r| &mut r.route);
+        }
+        let (exact, key) = match kind {
+            PathKind::Exact => (true, path),
+            PathKind::Prefix => (false, teapot_api::path::prefix_key(path)),
+        };
+        let id = group.id;
+        let hash = path_hash(&self.hasher, id, exact, key);
+        let arena = &self.arena;
+        self.paths
+            .find_mut(hash, |e| {
+                e.group == id && e.exact == exact && entry_key(arena, e) == key
+            })
+            .map(|e| &mut e.route)
+    }
+
     /// Whether an exact host has a group (rules, or a fallback).
     pub fn has_exact_host(&self, host: &str) -> bool {
         self.exact_hosts.contains_key(host)

@@ -13,10 +13,11 @@ use std::time::Duration;
 use ipnet::IpNet;
 use teapot_api::HostPattern;
 use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
-use teapot_api::regex::PathRegex;
+use teapot_api::regex::{PathRegex, TenantRegex};
 
 pub use crate::compile::rate_table::Rate;
 use crate::compile::rate_table::RateTable;
+use crate::compile::upstream::Upstream;
 
 /// Everything a route does to requests besides choosing the backend.
 #[derive(Clone, Debug, Default)]
@@ -38,9 +39,38 @@ pub struct TrafficPolicy {
     pub rewrite: Option<Rewrite>,
     /// `proxy-connect-timeout`, `proxy-read-timeout`, `proxy-send-timeout`.
     pub timeouts: Option<UpstreamTimeouts>,
+    /// A canary Ingress's backend added to this route (`canary: "true"`
+    /// on an Ingress of the same tenant, host and path).
+    pub canary: Option<Canary>,
     /// `from-to-www-redirect`, on the route of the twin host: every
     /// request is answered 308 to this host (crate::plane::decide).
     pub www_redirect: Option<Arc<str>>,
+}
+
+/// A canary's backend and the rules that send a request there.
+#[derive(Clone, Debug)]
+pub struct Canary {
+    pub upstream: Arc<Upstream>,
+    pub rules: Arc<CanaryRules>,
+}
+
+/// ingress-nginx's canary rules, tried in its order: the header, then the
+/// cookie, then the weight (crate::plane::policy::canary).
+#[derive(Debug, Default)]
+pub struct CanaryRules {
+    /// `canary-by-header`, lowercase.
+    pub header: Option<String>,
+    /// `canary-by-header-value`: the header's value that chooses the canary.
+    pub value: Option<String>,
+    /// `canary-by-header-pattern` (unless a value is set), matched
+    /// anywhere in the header's value.
+    pub pattern: Option<Arc<TenantRegex>>,
+    /// `canary-by-cookie`.
+    pub cookie: Option<String>,
+    /// `canary-weight` out of `total` (`canary-weight-total`, at least 100
+    /// as ingress-nginx reads it).
+    pub weight: u32,
+    pub total: u32,
 }
 
 /// The route's own upstream timeouts; each applies under the operator's
@@ -277,6 +307,7 @@ impl NginxAnnotations {
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
             rewrite: self.rewrite(problems),
             timeouts: self.timeouts(),
+            canary: None,
             www_redirect: None,
         };
         let any = policy.access.is_some()
@@ -405,6 +436,39 @@ impl NginxAnnotations {
         }
         self.text("temporal-redirect")
             .map(|url| to(url, self.count("temporal-redirect-code"), 302))
+    }
+
+    /// Whether the Ingress is a canary (`canary: "true"`): its rules are
+    /// added to the routes of another Ingress, not routed themselves.
+    pub fn is_canary(&self) -> bool {
+        self.flag("canary") == Some(true)
+    }
+
+    /// A canary Ingress's rules; a pattern that does not compile is a
+    /// problem and is left out (the header then chooses by `always`).
+    pub fn canary_rules(&self, problems: &mut Vec<String>) -> CanaryRules {
+        let first = |name| self.list(name).and_then(|l| l.first().cloned());
+        let value = self.text("canary-by-header-value").map(str::to_string);
+        let pattern = match (&value, self.text("canary-by-header-pattern")) {
+            (None, Some(p)) => {
+                match TenantRegex::compile(&teapot_api::regex::contains_pattern(p)) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        problems.push(format!("{NGINX_PREFIX}canary-by-header-pattern: {e}"));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        CanaryRules {
+            header: first("canary-by-header").map(|h| h.to_ascii_lowercase()),
+            value,
+            pattern,
+            cookie: first("canary-by-cookie"),
+            weight: self.count("canary-weight").unwrap_or(0),
+            total: self.count("canary-weight-total").unwrap_or(100).max(100),
+        }
     }
 
     fn timeouts(&self) -> Option<UpstreamTimeouts> {

@@ -119,11 +119,19 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
         client: conn.client.map(|a| a.ip()),
         origin: req.headers.first("origin"),
         cookie: req.headers.first("cookie"),
+        canary_header: traffic
+            .canary
+            .as_ref()
+            .and_then(|c| c.rules.header.as_deref())
+            .and_then(|name| req.headers.first(name)),
     };
     match policy::apply(traffic, &forward.upstream, &seen) {
         Ok(mut applied) => {
             if let Some(path) = applied.as_mut().and_then(|a| a.path.take()) {
                 forward.path = Some(path);
+            }
+            if let Some(upstream) = applied.as_mut().and_then(|a| a.upstream.take()) {
+                forward.upstream = upstream;
             }
             forward.policy = applied;
             Routed::Forward(forward)
@@ -357,6 +365,84 @@ spec:
         ));
         // The other Ingress's routes are not rewritten.
         assert_eq!(forwarded("a.example", "/something/new").await, None);
+    }
+
+    /// A canary Ingress's backend on the main Ingress's route: the header,
+    /// then the cookie, then the weight; a canary for a rule no Ingress of
+    /// its tenant has is reported, not served.
+    #[tokio::test]
+    async fn canary_rules_choose_the_canary_backend() {
+        let canary = |name: &str, host: &str, annotations: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: ops
+  annotations: {{nginx.ingress.kubernetes.io/canary: 'true', {annotations}}}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: {host}
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: empty, port: {{number: 80}}}}}}}}]}}
+"
+            )
+        };
+        let snapshot = compile_test_docs(
+            &[
+                DOCS.to_string(),
+                canary(
+                    "canary",
+                    "a.example",
+                    "nginx.ingress.kubernetes.io/canary-by-header: X-Canary, nginx.ingress.kubernetes.io/canary-by-cookie: canary",
+                ),
+                canary(
+                    "lost",
+                    "b.example",
+                    "nginx.ingress.kubernetes.io/canary-weight: '100'",
+                ),
+            ],
+            &CompileOptions::default(),
+        );
+        let lost = snapshot
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "lost")
+            .unwrap();
+        let served = lost
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "CanaryServed")
+            .unwrap();
+        assert_eq!(served.status, "False");
+        assert!(served.message.contains("b.example"), "{}", served.message);
+        let router = Router::new(
+            Arc::new(ArcSwap::from_pointee(snapshot)),
+            Metrics::new().unwrap(),
+            UpstreamOptions::default(),
+        );
+        let conn = conn(false, None);
+        let upstream = async |fields: &[(&str, &str)]| match route(
+            &router,
+            &h1("a.example", "/x", &fields),
+            &conn,
+        )
+        .await
+        {
+            Routed::Forward(f) => f.upstream.name.clone(),
+            other => panic!("{fields:?}: {other:?}"),
+        };
+        assert_eq!(upstream(&[]).await, "ops/web:80");
+        assert_eq!(upstream(&[("x-canary", "always")]).await, "ops/empty:80");
+        assert_eq!(
+            upstream(&[("x-canary", "never"), ("cookie", "canary=always")]).await,
+            "ops/web:80"
+        );
+        assert_eq!(
+            upstream(&[("x-canary", "other"), ("cookie", "canary=always")]).await,
+            "ops/empty:80"
+        );
     }
 
     /// The same request over HTTP/1 (a `Host` field, HTTP/1's header

@@ -11,7 +11,9 @@
 //! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
 //!    other request from one is forwarded and its response gets the CORS
 //!    fields;
-//! 5. [`affinity`]: the endpoint the client's cookie names is tried first
+//! 5. [`canary`]: the canary's backend instead of the route's, by the
+//!    header, cookie and weight rules; else [`affinity`]: the endpoint
+//!    the client's cookie names is tried first
 //!    (and the cookie set when it names none that serves);
 //! 6. `x-forwarded-prefix` on the request to the backend;
 //! 7. `rewrite-target`: the path the backend gets, from the captures of
@@ -27,6 +29,7 @@
 
 pub mod access;
 pub mod affinity;
+pub mod canary;
 pub mod cors;
 pub mod engines;
 pub mod rate;
@@ -48,7 +51,7 @@ pub struct PolicyAnswer {
 }
 
 /// What a forwarded request carries from its route's policy.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Applied {
     /// Set on the backend's response (replacing the backend's own).
     pub response_headers: Vec<(&'static str, String)>,
@@ -58,8 +61,22 @@ pub struct Applied {
     pub request_headers: Vec<(&'static str, std::sync::Arc<str>)>,
     /// `rewrite-target`: the path the backend gets (the query as sent).
     pub path: Option<String>,
+    /// The canary's backend, when the canary rules chose it.
+    pub upstream: Option<std::sync::Arc<Upstream>>,
     /// `proxy-*-timeout` ([`engines::upstream_timeouts`]).
     pub timeouts: Option<crate::compile::traffic::UpstreamTimeouts>,
+}
+
+impl Applied {
+    /// Whether the forward is as without a policy (then nothing is boxed).
+    fn is_empty(&self) -> bool {
+        self.response_headers.is_empty()
+            && self.endpoint.is_none()
+            && self.request_headers.is_empty()
+            && self.path.is_none()
+            && self.upstream.is_none()
+            && self.timeouts.is_none()
+    }
 }
 
 /// What the policy reads of a request.
@@ -76,6 +93,8 @@ pub struct Seen<'r> {
     /// The request's first `Origin` and `Cookie` fields.
     pub origin: Option<&'r [u8]>,
     pub cookie: Option<&'r [u8]>,
+    /// The request's first field named by the route's `canary-by-header`.
+    pub canary_header: Option<&'r [u8]>,
 }
 
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
@@ -145,7 +164,14 @@ pub fn apply(
         }
         applied.response_headers = fields;
     }
-    if let Some(affinity) = &policy.affinity
+    if let Some(canary) = &policy.canary
+        && canary::chooses(&canary.rules, seen.canary_header, seen.cookie)
+    {
+        applied.upstream = Some(canary.upstream.clone());
+    }
+    // The affinity cookie names an endpoint of the route's own backend.
+    if applied.upstream.is_none()
+        && let Some(affinity) = &policy.affinity
         && let Some(sticky) = affinity.choose(upstream, seen.cookie, seen.tls)
     {
         applied.endpoint = Some(sticky.endpoint);
@@ -164,7 +190,7 @@ pub fn apply(
     {
         applied.path = regex.rewrite(seen.path, &rewrite.target);
     }
-    Ok((applied != Applied::default()).then(|| Box::new(applied)))
+    Ok((!applied.is_empty()).then(|| Box::new(applied)))
 }
 
 /// Where a plain-HTTP request goes on HTTPS, when `ssl` covers its host.
@@ -240,6 +266,7 @@ mod tests {
             client,
             origin: origin.map(str::as_bytes),
             cookie: None,
+            canary_header: None,
         };
         super::apply(
             p,
