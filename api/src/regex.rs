@@ -190,24 +190,7 @@ impl PathRegex {
     /// Compiles an Ingress path written as a regular expression; the
     /// pattern must stand alone (parse by itself) before it is wrapped.
     pub fn compile(pattern: &str) -> Result<PathRegex, RegexError> {
-        if pattern.len() > MAX_PATTERN_LEN {
-            return Err(RegexError::TooLong { len: pattern.len() });
-        }
-        let hir = regex_syntax::ParserBuilder::new()
-            .case_insensitive(true)
-            .build()
-            .parse(pattern)
-            .map_err(|e| RegexError::Invalid {
-                pattern: pattern.to_string(),
-                reason: e
-                    .to_string()
-                    .lines()
-                    .rfind(|l| !l.trim().is_empty())
-                    .unwrap_or("")
-                    .trim()
-                    .trim_start_matches("error: ")
-                    .to_string(),
-            })?;
+        let hir = standalone_with(pattern, true)?;
         let groups = hir.properties().explicit_captures_len();
         let gate = TenantRegex::compile(&path_gate_pattern(pattern))?;
         let captures = PikeVM::builder()
@@ -538,6 +521,40 @@ pub const CANARY_PATTERN: &str = "nginx.ingress.kubernetes.io/canary-by-header-p
 /// contains a match, as nginx's `ngx.re.match` searches it.
 pub fn contains_pattern(pattern: &str) -> String {
     format!("[\\s\\S]*(?:{pattern})[\\s\\S]*")
+}
+
+/// Compiles `canary-by-header-pattern` ([`contains_pattern`]); the
+/// pattern must parse by itself first, so that it cannot close the
+/// wrapper's group or class and match something else.
+pub fn compile_contains(pattern: &str) -> Result<Arc<TenantRegex>, RegexError> {
+    standalone(pattern)?;
+    TenantRegex::compile(&contains_pattern(pattern))
+}
+
+/// `pattern` parses by itself (case-insensitively when `ignore_case`).
+fn standalone_with(pattern: &str, ignore_case: bool) -> Result<regex_syntax::hir::Hir, RegexError> {
+    if pattern.len() > MAX_PATTERN_LEN {
+        return Err(RegexError::TooLong { len: pattern.len() });
+    }
+    regex_syntax::ParserBuilder::new()
+        .case_insensitive(ignore_case)
+        .build()
+        .parse(pattern)
+        .map_err(|e| RegexError::Invalid {
+            pattern: pattern.to_string(),
+            reason: e
+                .to_string()
+                .lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .trim_start_matches("error: ")
+                .to_string(),
+        })
+}
+
+fn standalone(pattern: &str) -> Result<(), RegexError> {
+    standalone_with(pattern, false).map(|_| ())
 }
 
 /// Every path of an Ingress with its field (`spec.rules[0].http.paths[1].path`);

@@ -65,6 +65,10 @@ pub struct CanaryRules {
     /// `canary-by-header-pattern` (unless a value is set), matched
     /// anywhere in the header's value.
     pub pattern: Option<Arc<TenantRegex>>,
+    /// A `canary-by-header-pattern` that was refused (reported): a request
+    /// with the header then stays on the route's backend, as ingress-nginx
+    /// keeps it when its pattern fails.
+    pub pattern_refused: bool,
     /// `canary-by-cookie`.
     pub cookie: Option<String>,
     /// `canary-weight` out of `total` (`canary-weight-total`, at least 100
@@ -445,26 +449,27 @@ impl NginxAnnotations {
     }
 
     /// A canary Ingress's rules; a pattern that does not compile is a
-    /// problem and is left out (the header then chooses by `always`).
+    /// problem, and keeps requests with the header on the route's backend.
     pub fn canary_rules(&self, problems: &mut Vec<String>) -> CanaryRules {
         let first = |name| self.list(name).and_then(|l| l.first().cloned());
         let value = self.text("canary-by-header-value").map(str::to_string);
+        let mut pattern_refused = false;
         let pattern = match (&value, self.text("canary-by-header-pattern")) {
-            (None, Some(p)) => {
-                match TenantRegex::compile(&teapot_api::regex::contains_pattern(p)) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        problems.push(format!("{NGINX_PREFIX}canary-by-header-pattern: {e}"));
-                        None
-                    }
+            (None, Some(p)) => match teapot_api::regex::compile_contains(p) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    problems.push(format!("{NGINX_PREFIX}canary-by-header-pattern: {e}"));
+                    pattern_refused = true;
+                    None
                 }
-            }
+            },
             _ => None,
         };
         CanaryRules {
             header: first("canary-by-header").map(|h| h.to_ascii_lowercase()),
             value,
             pattern,
+            pattern_refused,
             cookie: first("canary-by-cookie"),
             weight: self.count("canary-weight").unwrap_or(0),
             total: self.count("canary-weight-total").unwrap_or(100).max(100),

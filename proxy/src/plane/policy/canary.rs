@@ -24,6 +24,8 @@ pub fn chooses(rules: &CanaryRules, header: Option<&[u8]>, cookies: Option<&[u8]
             if pattern.is_match(value) {
                 return true;
             }
+        } else if rules.pattern_refused {
+            return false;
         } else if value == b"always" {
             return true;
         } else if value == b"never" {
@@ -46,13 +48,14 @@ pub fn chooses(rules: &CanaryRules, header: Option<&[u8]>, cookies: Option<&[u8]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use teapot_api::regex::{TenantRegex, contains_pattern};
+    use teapot_api::regex::compile_contains;
 
     fn rules(value: Option<&str>, pattern: Option<&str>, weight: u32) -> CanaryRules {
         CanaryRules {
             header: Some("x-canary".into()),
             value: value.map(str::to_string),
-            pattern: pattern.map(|p| TenantRegex::compile(&contains_pattern(p)).unwrap()),
+            pattern: pattern.map(|p| compile_contains(p).unwrap()),
+            pattern_refused: false,
             cookie: Some("canary".into()),
             weight,
             total: 100,
@@ -82,6 +85,13 @@ mod tests {
         assert!(chooses(&pattern, Some(b"bar7-x"), None));
         assert!(!chooses(&pattern, Some(b"xbar7"), None));
         assert!(!chooses(&pattern, always, None));
+        // A refused pattern keeps a request with the header on the route.
+        let refused = CanaryRules {
+            pattern_refused: true,
+            ..rules(None, None, 100)
+        };
+        assert!(!chooses(&refused, Some(b"DoCanary"), cookie_always));
+        assert!(chooses(&refused, None, None));
         // Weights: all, none.
         assert!(chooses(&rules(None, None, 100), None, None));
         assert!(!chooses(&rules(None, None, 0), Some(b"other"), None));
