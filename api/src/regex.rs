@@ -187,9 +187,26 @@ pub struct PathRegex {
 }
 
 impl PathRegex {
-    /// Compiles an Ingress path written as a regular expression; the
-    /// pattern must stand alone (parse by itself) before it is wrapped.
-    pub fn compile(pattern: &str) -> Result<PathRegex, RegexError> {
+    /// Compiles an Ingress path written as a regular expression, or shares
+    /// the one compiled before for the same text and still in use (a
+    /// compile of every Ingress builds none again); the pattern must stand
+    /// alone (parse by itself) before it is wrapped.
+    pub fn compile(pattern: &str) -> Result<Arc<PathRegex>, RegexError> {
+        static LIVE: LazyLock<Mutex<HashMap<Box<str>, Weak<PathRegex>>>> =
+            LazyLock::new(Mutex::default);
+        if let Some(r) = LIVE.lock().get(pattern).and_then(Weak::upgrade) {
+            return Ok(r);
+        }
+        let built = Arc::new(PathRegex::build(pattern)?);
+        let mut live = LIVE.lock();
+        if live.len() >= SIZES_REMEMBERED {
+            live.retain(|_, w| w.strong_count() > 0);
+        }
+        live.insert(pattern.into(), Arc::downgrade(&built));
+        Ok(built)
+    }
+
+    fn build(pattern: &str) -> Result<PathRegex, RegexError> {
         let hir = standalone_with(pattern, true)?;
         let groups = hir.properties().explicit_captures_len();
         let gate = TenantRegex::compile(&path_gate_pattern(pattern))?;
@@ -721,6 +738,11 @@ mod tests {
         let r = PathRegex::compile("/something(/|$)(.*)").unwrap();
         assert_eq!(r.groups(), 2);
         assert_eq!(r.as_str(), "/something(/|$)(.*)");
+        // Compiled once while in use.
+        assert!(Arc::ptr_eq(
+            &r,
+            &PathRegex::compile("/something(/|$)(.*)").unwrap()
+        ));
         for (path, want) in [
             ("/something", Some("/")),
             ("/something/", Some("/")),

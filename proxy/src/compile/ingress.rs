@@ -233,7 +233,7 @@ where
                 let path = p.path.as_deref().unwrap_or("/");
                 let regex = match regex_paths.then(|| PathRegex::compile(path)) {
                     None => None,
-                    Some(Ok(regex)) => Some(Arc::new(regex)),
+                    Some(Ok(regex)) => Some(regex),
                     Some(Err(e)) => {
                         regex_problems.push(format!("path {path:?}: {e}; the rule is not served"));
                         continue;

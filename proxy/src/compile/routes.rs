@@ -542,7 +542,7 @@ mod tests {
 
     fn regex(t: &mut RouteTable, host: Option<&str>, pattern: &str, name: &str, owner: u32) {
         let host = host.map(|h| HostPattern::parse(h).unwrap());
-        let regex = Arc::new(PathRegex::compile(pattern).unwrap());
+        let regex = PathRegex::compile(pattern).unwrap();
         t.host_mut(host.as_ref())
             .insert_regex(regex, up(name), owner)
             .unwrap();
@@ -575,7 +575,7 @@ mod tests {
         assert_eq!(at("/exact").as_deref(), Some("exact"));
         assert_eq!(at("/other").as_deref(), Some("root-regex"));
         // The same pattern twice: the older holds it.
-        let again = Arc::new(PathRegex::compile("/foo.+").unwrap());
+        let again = PathRegex::compile("/foo.+").unwrap();
         let host = HostPattern::parse("r.example").unwrap();
         assert_eq!(
             t.host_mut(Some(&host)).insert_regex(again, up("x"), 13),

@@ -477,6 +477,25 @@ endpoints: [{addresses: [127.0.0.1]}]
 ports: [{name: \"\", port: 8080}]
 ";
 
+    /// An Ingress in `ops` for `host` (all paths) to `service:80`, with
+    /// `annotations` (flow-style YAML entries).
+    pub(crate) fn ops_ingress(name: &str, host: &str, annotations: &str, service: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: ops
+  annotations: {{{annotations}}}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: {host}
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: {service}, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
+
     fn head<'a>(authority: &'a str, path: &'a str) -> Head<'a> {
         Head {
             host_headers: 1,
@@ -1214,19 +1233,11 @@ mod gateway_tests {
     #[test]
     fn from_to_www_redirect_answers_the_twin_host() {
         let www = |name: &str, host: &str| {
-            format!(
-                "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: {name}
-  namespace: ops
-  annotations: {{nginx.ingress.kubernetes.io/from-to-www-redirect: 'true'}}
-spec:
-  ingressClassName: teapot
-  rules:
-  - host: {host}
-    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}
-"
+            super::tests::ops_ingress(
+                name,
+                host,
+                "nginx.ingress.kubernetes.io/from-to-www-redirect: 'true'",
+                "web",
             )
         };
         let held = www("held-www", "www.held.example").replace("'true'", "'false'");

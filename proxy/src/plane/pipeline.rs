@@ -373,20 +373,8 @@ spec:
     #[tokio::test]
     async fn canary_rules_choose_the_canary_backend() {
         let canary = |name: &str, host: &str, annotations: &str| {
-            format!(
-                "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: {name}
-  namespace: ops
-  annotations: {{nginx.ingress.kubernetes.io/canary: 'true', {annotations}}}
-spec:
-  ingressClassName: teapot
-  rules:
-  - host: {host}
-    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: empty, port: {{number: 80}}}}}}}}]}}
-"
-            )
+            let annotations = format!("nginx.ingress.kubernetes.io/canary: 'true', {annotations}");
+            crate::plane::decide::tests::ops_ingress(name, host, &annotations, "empty")
         };
         let snapshot = compile_test_docs(
             &[
