@@ -296,6 +296,21 @@ mod tests {
         assert_eq!(unknown, NO_ROUTE);
     }
 
+    /// The condition `type_` of the Ingress `name`'s report.
+    fn ingress_condition(
+        snapshot: &crate::compile::snapshot::Snapshot,
+        name: &str,
+        type_: &str,
+    ) -> crate::compile::snapshot::Condition {
+        let report = snapshot.report.ingresses.iter().find(|r| r.name == name);
+        let conditions = report.map(|r| r.conditions.iter()).into_iter().flatten();
+        conditions
+            .filter(|c| c.type_ == type_)
+            .last()
+            .unwrap_or_else(|| panic!("{name} has no {type_}"))
+            .clone()
+    }
+
     /// `rewrite-target` with capture groups: the path the backend gets,
     /// the query as sent; a rule without a match or another Ingress's
     /// rule is not rewritten.
@@ -321,17 +336,7 @@ spec:
             &[DOCS.to_string(), ingress.to_string()],
             &CompileOptions::default(),
         );
-        let report = snapshot
-            .report
-            .ingresses
-            .iter()
-            .find(|r| r.name == "rewrite")
-            .unwrap();
-        let problems = report
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "AnnotationsAccepted")
-            .expect("the bad path is reported");
+        let problems = ingress_condition(&snapshot, "rewrite", "AnnotationsAccepted");
         assert!(
             problems.message.contains("(unclosed"),
             "{}",
@@ -392,17 +397,7 @@ spec:
             ],
             &CompileOptions::default(),
         );
-        let lost = snapshot
-            .report
-            .ingresses
-            .iter()
-            .find(|r| r.name == "lost")
-            .unwrap();
-        let served = lost
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "CanaryServed")
-            .unwrap();
+        let served = ingress_condition(&snapshot, "lost", "CanaryServed");
         assert_eq!(served.status, "False");
         assert!(served.message.contains("b.example"), "{}", served.message);
         let router = Router::new(
