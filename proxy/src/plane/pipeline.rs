@@ -303,10 +303,9 @@ mod tests {
         type_: &str,
     ) -> crate::compile::snapshot::Condition {
         let report = snapshot.report.ingresses.iter().find(|r| r.name == name);
-        let conditions = report.map(|r| r.conditions.iter()).into_iter().flatten();
+        let mut conditions = report.map(|r| r.conditions.iter()).into_iter().flatten();
         conditions
-            .filter(|c| c.type_ == type_)
-            .last()
+            .rfind(|c| c.type_ == type_)
             .unwrap_or_else(|| panic!("{name} has no {type_}"))
             .clone()
     }
