@@ -66,6 +66,8 @@ pub enum ValueType {
     /// An absolute `http(s)://` URL or an absolute path, printable ASCII
     /// without spaces or quotes.
     Url,
+    /// Printable ASCII text, spaces allowed (a header value, a pattern).
+    Text,
 }
 
 impl ValueType {
@@ -107,6 +109,7 @@ impl ValueType {
                 "an http:// or https:// URL, or a path starting with '/' (printable ASCII, no spaces or quotes)"
                     .into()
             }
+            ValueType::Text => "printable ASCII text".into(),
         }
     }
 
@@ -416,6 +419,96 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Set X-Forwarded-Prefix to this path on requests to the backends (replacing the client's); a path starting with '/'.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/use-regex",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "The Ingress's paths are regular expressions, matched case-insensitively from the start of the request path (nginx's location ~* \"^<path>\"); a longer regex path wins over a shorter Prefix path of the host.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/rewrite-target",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "The path the backends get instead of the request's: $1..$9 are the capture groups of the Ingress path (a regular expression, as with use-regex); the query is kept. A path starting with '/'.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/from-to-www-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Answer requests for www.<host> with a 308 to <host> (or the reverse for a www. rule host), when no rule serves the other name and your tenant may serve it.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-connect-timeout",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 1, max: 75 },
+        doc: "Seconds to connect to a backend endpoint before the next is tried; at most the operator's connect timeout, which applies without it.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-read-timeout",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 86_400,
+        },
+        doc: "Seconds the backend may leave the response without a byte before the client gets 504 (or the response ends); at most the operator's upstream timeout, which applies without it.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-send-timeout",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 86_400,
+        },
+        doc: "Seconds the backend may take to accept request bytes; at most the operator's upstream timeout. On HTTP/1 the backend's wait in both directions is proxy-read-timeout.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "This Ingress is a canary: its backend is added to the route of the Ingress of your tenant with the same host and path, and gets the requests the canary-by-header, canary-by-cookie and canary-weight rules choose, in that order.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-header",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "A request whose header of this name is always goes to the canary, never does not; with canary-by-header-value (or -pattern), a matching value goes to the canary; any other value leaves the choice to the next rule.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-header-value",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "The value of canary-by-header that sends a request to the canary.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-header-pattern",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "A regular expression a value of canary-by-header must contain to send the request to the canary (unless canary-by-header-value is set); compiled by teapot's bounded engine.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-by-cookie",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "A request whose cookie of this name is always goes to the canary, never does not; any other value leaves the choice to canary-weight.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-weight",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 0,
+            max: 1_000_000,
+        },
+        doc: "The share of the other requests that goes to the canary, out of canary-weight-total.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/canary-weight-total",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 1_000_000,
+        },
+        doc: "The total canary-weight is out of (default 100).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {
@@ -630,6 +723,9 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
                 .collect::<Option<Vec<_>>>()?;
             (!tokens.is_empty()).then_some(AnnotationValue::List(tokens))
         }
+        ValueType::Text => (!value.is_empty()
+            && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
+        .then(|| AnnotationValue::Text(value.to_string())),
         ValueType::Url => {
             let printable = value
                 .bytes()
@@ -917,6 +1013,24 @@ mod tests {
             assert!(url(bad).is_err(), "{bad:?}");
         }
         assert!(parse(i, &key("permanent-redirect-code"), "308").is_ok());
+        // ingress-nginx's timeouts: plain seconds, within their ranges.
+        assert_eq!(
+            parse(i, &key("proxy-read-timeout"), "3600"),
+            Ok(AnnotationValue::Count(3600))
+        );
+        for (name, bad) in [
+            ("proxy-connect-timeout", "76"),
+            ("proxy-read-timeout", "0"),
+            ("proxy-send-timeout", "60s"),
+        ] {
+            let e = parse(i, &key(name), bad).unwrap_err();
+            assert!(matches!(e, AnnotationError::BadValue { .. }), "{name}: {e}");
+        }
+        assert_eq!(
+            parse(i, &key("from-to-www-redirect"), "true"),
+            Ok(AnnotationValue::Bool(true))
+        );
+        assert!(parse(i, &key("use-regex"), "yes").is_err());
         assert!(parse(i, &key("permanent-redirect-code"), "200").is_err());
     }
 }

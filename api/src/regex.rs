@@ -23,8 +23,9 @@ use std::sync::{Arc, LazyLock, Weak};
 
 use parking_lot::Mutex;
 
+use k8s_openapi::api::networking::v1::Ingress;
 use regex_automata::dfa::{Automaton, StartKind, dense};
-use regex_automata::nfa::thompson;
+use regex_automata::nfa::thompson::{self, pikevm::PikeVM};
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, Input, MatchKind};
 use teapot_gateway_api::generated::grpc_routes::{GrpcRoute, GrpcRouteRulesMatchesMethodType};
@@ -162,6 +163,136 @@ fn error_reason(e: &dense::BuildError) -> String {
         .trim()
         .trim_start_matches("error: ")
         .to_string()
+}
+
+/// The most memory the capture automaton of an ingress-nginx regex path
+/// may take. Captures need an NFA simulation, whose work is the path's
+/// length times the automaton's states (no blow-up, but no one-step-per-
+/// byte either), so its bound is far below [`MAX_AUTOMATON_BYTES`]: about a
+/// thousand states, where `/api(/|$)(.*)` needs thirty.
+pub const MAX_CAPTURE_NFA_BYTES: usize = 32 * 1024;
+
+/// An ingress-nginx regular-expression path (`use-regex`,
+/// `rewrite-target`): matched case-insensitively from the start of the
+/// request path, as nginx's `location ~* "^<path>"`, the rest of the path
+/// free. The match is decided by a bounded DFA ([`TenantRegex`]); the
+/// capture groups `rewrite-target` reads (`$1`..`$9`) are taken by a
+/// PikeVM whose automaton is bounded by [`MAX_CAPTURE_NFA_BYTES`], run only
+/// for a request the DFA matched.
+#[derive(Debug)]
+pub struct PathRegex {
+    gate: Arc<TenantRegex>,
+    captures: PikeVM,
+    groups: usize,
+}
+
+impl PathRegex {
+    /// Compiles an Ingress path written as a regular expression, or shares
+    /// the one compiled before for the same text and still in use (a
+    /// compile of every Ingress builds none again); the pattern must stand
+    /// alone (parse by itself) before it is wrapped.
+    pub fn compile(pattern: &str) -> Result<Arc<PathRegex>, RegexError> {
+        static LIVE: LazyLock<Mutex<HashMap<Box<str>, Weak<PathRegex>>>> =
+            LazyLock::new(Mutex::default);
+        if let Some(r) = LIVE.lock().get(pattern).and_then(Weak::upgrade) {
+            return Ok(r);
+        }
+        let built = Arc::new(PathRegex::build(pattern)?);
+        let mut live = LIVE.lock();
+        if live.len() >= SIZES_REMEMBERED {
+            live.retain(|_, w| w.strong_count() > 0);
+        }
+        live.insert(pattern.into(), Arc::downgrade(&built));
+        Ok(built)
+    }
+
+    fn build(pattern: &str) -> Result<PathRegex, RegexError> {
+        let hir = standalone_with(pattern, true)?;
+        let groups = hir.properties().explicit_captures_len();
+        let gate = TenantRegex::compile(&path_gate_pattern(pattern))?;
+        let captures = PikeVM::builder()
+            .syntax(syntax::Config::new().case_insensitive(true))
+            .thompson(thompson::Config::new().nfa_size_limit(Some(MAX_CAPTURE_NFA_BYTES)))
+            .build(pattern)
+            .map_err(|_| RegexError::TooLarge {
+                pattern: pattern.to_string(),
+            })?;
+        Ok(PathRegex {
+            gate,
+            captures,
+            groups,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.gate.pattern[GATE_PREFIX.len()..self.gate.pattern.len() - GATE_SUFFIX.len()]
+    }
+
+    /// How many capture groups the pattern has (`$1`..`$groups`).
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// Whether the path starts with a match: one DFA step per byte.
+    pub fn is_match(&self, path: &[u8]) -> bool {
+        self.gate.is_match(path)
+    }
+
+    /// `target` with each `$N` replaced by the text of group N of the match
+    /// at the start of `path` (an unmatched group is empty), as nginx's
+    /// `rewrite` writes its replacement; `None` when `path` does not match.
+    pub fn rewrite(&self, path: &str, target: &str) -> Option<String> {
+        if !self.is_match(path.as_bytes()) {
+            return None;
+        }
+        let mut cache = self.captures.create_cache();
+        let mut caps = self.captures.create_captures();
+        let input = Input::new(path).anchored(Anchored::Yes);
+        self.captures.captures(&mut cache, input, &mut caps);
+        if !caps.is_match() {
+            return None;
+        }
+        let mut out = String::with_capacity(target.len() + path.len());
+        let mut rest = target;
+        while let Some(at) = rest.find('$') {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            match after.as_bytes().first() {
+                Some(d @ b'1'..=b'9') => {
+                    let group = usize::from(d - b'0');
+                    if let Some(span) = caps.get_group(group) {
+                        out.push_str(&path[span.range()]);
+                    }
+                    rest = &after[1..];
+                }
+                _ => {
+                    out.push('$');
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        Some(out)
+    }
+}
+
+/// The `$N` group numbers `target` refers to, in order.
+pub fn target_groups(target: &str) -> impl Iterator<Item = usize> + '_ {
+    target
+        .as_bytes()
+        .windows(2)
+        .filter(|w| w[0] == b'$' && w[1].is_ascii_digit() && w[1] != b'0')
+        .map(|w| usize::from(w[1] - b'0'))
+}
+
+const GATE_PREFIX: &str = "(?i:";
+const GATE_SUFFIX: &str = ")[\\s\\S]*";
+
+/// The whole-value pattern of an Ingress regex path: the path
+/// case-insensitively, then anything.
+pub fn path_gate_pattern(pattern: &str) -> String {
+    format!("{GATE_PREFIX}{pattern}{GATE_SUFFIX}")
 }
 
 /// Compiled patterns shared by text. Entries hold the automaton weakly:
@@ -382,6 +513,110 @@ pub fn grpc_route_regexes(route: &GrpcRoute) -> Vec<RoutePattern> {
     out
 }
 
+/// ingress-nginx's `use-regex`.
+pub const USE_REGEX: &str = "nginx.ingress.kubernetes.io/use-regex";
+/// ingress-nginx's `rewrite-target`.
+pub const REWRITE_TARGET: &str = "nginx.ingress.kubernetes.io/rewrite-target";
+
+/// Whether an Ingress's paths are regular expressions: `use-regex: "true"`,
+/// or a `rewrite-target` that differs from a path (ingress-nginx makes a
+/// location a regex for either; a target equal to the path rewrites
+/// nothing).
+pub fn ingress_uses_regex(ingress: &Ingress) -> bool {
+    let annotations = ingress.metadata.annotations.as_ref();
+    let get = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+    if get(USE_REGEX) == Some("true") {
+        return true;
+    }
+    get(REWRITE_TARGET).is_some_and(|target| ingress_paths(ingress).any(|(_, path)| path != target))
+}
+
+/// ingress-nginx's `canary-by-header-pattern`.
+pub const CANARY_PATTERN: &str = "nginx.ingress.kubernetes.io/canary-by-header-pattern";
+
+/// The whole-value pattern of `canary-by-header-pattern`: the value
+/// contains a match, as nginx's `ngx.re.match` searches it.
+pub fn contains_pattern(pattern: &str) -> String {
+    format!("[\\s\\S]*(?:{pattern})[\\s\\S]*")
+}
+
+/// Compiles `canary-by-header-pattern` ([`contains_pattern`]); the
+/// pattern must parse by itself first, so that it cannot close the
+/// wrapper's group or class and match something else.
+pub fn compile_contains(pattern: &str) -> Result<Arc<TenantRegex>, RegexError> {
+    standalone(pattern)?;
+    TenantRegex::compile(&contains_pattern(pattern))
+}
+
+/// `pattern` parses by itself (case-insensitively when `ignore_case`).
+fn standalone_with(pattern: &str, ignore_case: bool) -> Result<regex_syntax::hir::Hir, RegexError> {
+    if pattern.len() > MAX_PATTERN_LEN {
+        return Err(RegexError::TooLong { len: pattern.len() });
+    }
+    regex_syntax::ParserBuilder::new()
+        .case_insensitive(ignore_case)
+        .build()
+        .parse(pattern)
+        .map_err(|e| RegexError::Invalid {
+            pattern: pattern.to_string(),
+            reason: e
+                .to_string()
+                .lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .trim_start_matches("error: ")
+                .to_string(),
+        })
+}
+
+fn standalone(pattern: &str) -> Result<(), RegexError> {
+    standalone_with(pattern, false).map(|_| ())
+}
+
+/// Every path of an Ingress with its field (`spec.rules[0].http.paths[1].path`);
+/// a path left out is `/`.
+pub fn ingress_paths(ingress: &Ingress) -> impl Iterator<Item = (String, &str)> {
+    ingress
+        .spec
+        .iter()
+        .flat_map(|s| s.rules.iter().flatten())
+        .enumerate()
+        .flat_map(|(i, rule)| {
+            rule.http
+                .iter()
+                .flat_map(|h| &h.paths)
+                .enumerate()
+                .map(move |(j, p)| {
+                    (
+                        format!("spec.rules[{i}].http.paths[{j}].path"),
+                        p.path.as_deref().unwrap_or("/"),
+                    )
+                })
+        })
+}
+
+/// The patterns a regex-path Ingress ([`ingress_uses_regex`]) carries, as
+/// compiled for matching ([`path_gate_pattern`]): what they cost the
+/// tenant's budget.
+pub fn ingress_regexes(ingress: &Ingress) -> Vec<RoutePattern> {
+    let mut out = Vec::new();
+    if ingress_uses_regex(ingress) {
+        out.extend(ingress_paths(ingress).map(|(field, path)| RoutePattern {
+            field,
+            pattern: path_gate_pattern(path),
+        }));
+    }
+    let annotations = ingress.metadata.annotations.as_ref();
+    if let Some(pattern) = annotations.and_then(|a| a.get(CANARY_PATTERN)) {
+        out.push(RoutePattern {
+            field: format!("metadata.annotations[{CANARY_PATTERN:?}]"),
+            pattern: contains_pattern(pattern),
+        });
+    }
+    out
+}
+
 /// The cost of `patterns`: every one that compiles counts (a refused one
 /// is reported on its own field and never served).
 pub fn cost(patterns: &[RoutePattern]) -> RegexCost {
@@ -496,6 +731,99 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         drop((a, b));
         assert!(!cache::alive(p), "nothing keeps an unused automaton");
+    }
+
+    #[test]
+    fn regex_paths_match_from_the_start_case_insensitively_and_rewrite_with_captures() {
+        let r = PathRegex::compile("/something(/|$)(.*)").unwrap();
+        assert_eq!(r.groups(), 2);
+        assert_eq!(r.as_str(), "/something(/|$)(.*)");
+        // Compiled once while in use.
+        assert!(Arc::ptr_eq(
+            &r,
+            &PathRegex::compile("/something(/|$)(.*)").unwrap()
+        ));
+        for (path, want) in [
+            ("/something", Some("/")),
+            ("/something/", Some("/")),
+            ("/something/new", Some("/new")),
+            ("/SomeThing/New/x", Some("/New/x")),
+            ("/somethingelse", None),
+            ("/x/something/new", None),
+        ] {
+            assert_eq!(r.rewrite(path, "/$2").as_deref(), want, "{path}");
+        }
+        // A prefix match: the rest of the path is free, `$` and unknown
+        // forms are written as they are, `$0` is not a group.
+        let r = PathRegex::compile("/foo/bar/(.+)").unwrap();
+        assert!(r.is_match(b"/foo/bar/bar/baz"));
+        assert_eq!(
+            r.rewrite("/foo/bar/bar", "/new/backend/$1/$x$0$")
+                .as_deref(),
+            Some("/new/backend/bar/$x$0$")
+        );
+        // No group: the whole path is replaced, as nginx's `rewrite`.
+        let r = PathRegex::compile("/").unwrap();
+        assert_eq!(
+            r.rewrite("/a/b", "/new/backend").as_deref(),
+            Some("/new/backend")
+        );
+        assert_eq!(target_groups("/$1/$2/$0/$").collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn regex_paths_stay_within_the_bounds() {
+        assert!(matches!(
+            PathRegex::compile("/(unclosed"),
+            Err(RegexError::Invalid { .. })
+        ));
+        // A pattern that only parses inside the wrapper is refused.
+        assert!(matches!(
+            PathRegex::compile("/a)|(.*"),
+            Err(RegexError::Invalid { .. })
+        ));
+        // The DFA's bound, and the far smaller one of the captures.
+        assert!(matches!(
+            PathRegex::compile("/(?:[\\s\\S]*a[\\s\\S]{60})"),
+            Err(RegexError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            PathRegex::compile("/([a-z]{1,300}){4}"),
+            Err(RegexError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            PathRegex::compile(&"a".repeat(MAX_PATTERN_LEN + 1)),
+            Err(RegexError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn ingress_regex_paths_and_their_cost() {
+        let ingress = |annotations: &str, paths: &str| -> Ingress {
+            serde_yaml::from_str(&format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: i, namespace: n, annotations: {{{annotations}}}}}\nspec:\n  rules:\n  - http:\n      paths: [{paths}]\n"
+            ))
+            .unwrap()
+        };
+        let paths =
+            "{path: /a(.*), pathType: Prefix, backend: {service: {name: w, port: {number: 80}}}}";
+        assert!(!ingress_uses_regex(&ingress("", paths)));
+        assert!(ingress_regexes(&ingress("", paths)).is_empty());
+        let with = ingress("nginx.ingress.kubernetes.io/use-regex: \"true\"", paths);
+        assert!(ingress_uses_regex(&with));
+        let got = ingress_regexes(&with);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].field, "spec.rules[0].http.paths[0].path");
+        assert_eq!(got[0].pattern, path_gate_pattern("/a(.*)"));
+        assert!(ingress_uses_regex(&ingress(
+            "nginx.ingress.kubernetes.io/rewrite-target: /$1",
+            paths
+        )));
+        // A target equal to the path rewrites nothing: not a regex.
+        assert!(!ingress_uses_regex(&ingress(
+            "nginx.ingress.kubernetes.io/rewrite-target: /a(.*)",
+            paths
+        )));
     }
 
     #[test]

@@ -281,3 +281,35 @@ Feature: ingress-nginx affinity session-cookie-* annotations
     When I send a "GET" request to "http://morethanonerule.foo.com/somewhereelse"
     Then the response status-code must be 200
     And the response header "Set-Cookie" must contain "Path=/somewhereelse"
+
+  Scenario: should work with use-regex annotation and session-cookie-path
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: useregex.foo.com
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "SERVERID"
+        nginx.ingress.kubernetes.io/use-regex: "true"
+        nginx.ingress.kubernetes.io/session-cookie-path: "/foo/bar"
+    spec:
+      rules:
+        - host: useregex.foo.com
+          http:
+            paths:
+              - path: /foo/.*
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://useregex.foo.com/foo/bar"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "Path=/foo/bar"
+    And the response header "Set-Cookie" must contain "SERVERID="

@@ -189,12 +189,11 @@ impl ScenarioRun {
             Step::SendRequestWith {
                 method,
                 url,
-                header,
+                headers,
                 follow,
             } => {
                 let target = Target::parse(&url)?;
                 self.batch = None;
-                let headers: Vec<(String, String)> = header.into_iter().collect();
                 let exchange = self.exchange_with(&method, target, &headers, follow);
                 self.last = Some(exchange.await?);
                 Ok(())

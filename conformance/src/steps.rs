@@ -74,8 +74,8 @@ pub enum Step {
         method: String,
         /// Absolute URL.
         url: String,
-        /// One more request header, when given.
-        header: Option<(String, String)>,
+        /// More request headers, in order.
+        headers: Vec<(String, String)>,
         /// Whether a redirect is followed.
         follow: bool,
     },
@@ -266,7 +266,22 @@ pub static STEP_DEFS: &[StepDef] = &[
             Ok(Step::SendRequestWith {
                 method: c[1].to_string(),
                 url: c[2].to_string(),
-                header: Some((c[3].to_string(), c[4].to_string())),
+                headers: vec![(c[3].to_string(), c[4].to_string())],
+                follow: true,
+            })
+        },
+    ),
+    def(
+        r#"^I send a "([^"]*)" request to "([^"]*)" with the header "([^"]*)" set to "([^"]*)" and the header "([^"]*)" set to "([^"]*)"$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendRequestWith {
+                method: c[1].to_string(),
+                url: c[2].to_string(),
+                headers: vec![
+                    (c[3].to_string(), c[4].to_string()),
+                    (c[5].to_string(), c[6].to_string()),
+                ],
                 follow: true,
             })
         },
@@ -278,7 +293,7 @@ pub static STEP_DEFS: &[StepDef] = &[
             Ok(Step::SendRequestWith {
                 method: c[1].to_string(),
                 url: c[2].to_string(),
-                header: None,
+                headers: Vec::new(),
                 follow: false,
             })
         },

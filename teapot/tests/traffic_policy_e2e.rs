@@ -556,3 +556,263 @@ async fn proxy_body_size_limits_request_bodies() {
         assert_proxy_answer(&resp, 413, &format!("{proto:?}"));
     }
 }
+
+/// An Ingress for `host` with the given paths (pathType
+/// ImplementationSpecific, as ingress-nginx's regex examples write them)
+/// to `web:80`, and ingress-nginx annotations.
+fn paths_ingress(
+    ns: &str,
+    name: &str,
+    host: &str,
+    paths: &[&str],
+    annotations: &[(&str, &str)],
+) -> Value {
+    let mut ingress = annotated(ns, name, "web", annotations);
+    let paths: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            path(
+                "ImplementationSpecific",
+                p,
+                backend("web", Port::Number(80)),
+            )
+        })
+        .collect();
+    ingress["spec"] = json!({ "ingressClassName": "teapot", "rules": [rule(Some(host), paths)] });
+    ingress
+}
+
+/// `rewrite-target` with capture groups and `use-regex` (ingress-nginx's
+/// rewrite.go): the backend gets the rewritten path with the query as
+/// sent; a longer regex path wins over a shorter Prefix path of the host
+/// and loses to a longer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_target_with_capture_groups() {
+    const NS: &str = "rewrite";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            paths_ingress(
+                NS,
+                "capture",
+                "rewrite.test",
+                &["/something(/|$)(.*)"],
+                &[("rewrite-target", "/$2")],
+            ),
+            paths_ingress(
+                NS,
+                "custom",
+                "rewrite.test",
+                &["/foo/bar/(.+)"],
+                &[("use-regex", "true"), ("rewrite-target", "/new/backend/$1")],
+            ),
+            paths_ingress(
+                NS,
+                "plain",
+                "rewrite.test",
+                &["/foo", "/.well-known/acme/challenge"],
+                &[],
+            ),
+            paths_ingress(
+                NS,
+                "index",
+                "rewrite.test",
+                &["/"],
+                &[("rewrite-target", "/new/backend")],
+            ),
+            paths_ingress(
+                NS,
+                "regex",
+                "regex.test",
+                &["/v[0-9]+/api"],
+                &[("use-regex", "true")],
+            ),
+        ],
+    )
+    .await;
+    let cases = [
+        ("rewrite.test", "/something", "/"),
+        ("rewrite.test", "/something/", "/"),
+        ("rewrite.test", "/something/new?q=1", "/new?q=1"),
+        ("rewrite.test", "/SOMETHING/new/deeper", "/new/deeper"),
+        ("rewrite.test", "/foo/bar/bar", "/new/backend/bar"),
+        ("rewrite.test", "/foo", "/foo"),
+        (
+            "rewrite.test",
+            "/.well-known/acme/challenge",
+            "/.well-known/acme/challenge",
+        ),
+        ("rewrite.test", "/anything/else?x=y", "/new/backend?x=y"),
+        ("regex.test", "/V2/api/users", "/V2/api/users"),
+    ];
+    for proto in BOTH {
+        for (host, target, want) in cases {
+            let resp = over(&h, proto, Request::get(host, target)).await;
+            assert_eq!(resp.status, 200, "{proto:?} {target}: {}", resp.text());
+            assert_eq!(
+                resp.json().unwrap()["path"],
+                json!(want),
+                "{proto:?} {target}"
+            );
+        }
+        let resp = over(&h, proto, Request::get("regex.test", "/vx/api")).await;
+        assert_proxy_answer(&resp, 404, &format!("{proto:?} no regex matches"));
+    }
+    assert_eq!(backend.requests(), 2 * cases.len() as u64);
+}
+
+/// `from-to-www-redirect` (ingress-nginx's fromtowwwredirect.go): the
+/// twin of a rule host is answered 308 to it on the client's scheme, the
+/// target kept; the rule host itself is served, and a twin another Ingress
+/// serves keeps its rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_to_www_redirect_answers_the_twin() {
+    const NS: &str = "www";
+    let (backend, h) = serve(
+        NS,
+        vec![
+            annotated(NS, "shop.test", "web", &[("from-to-www-redirect", "true")]),
+            annotated(
+                NS,
+                "www.blog.test",
+                "web",
+                &[("from-to-www-redirect", "true")],
+            ),
+            annotated(NS, "held.test", "web", &[("from-to-www-redirect", "true")]),
+            annotated(NS, "www.held.test", "web", &[]),
+        ],
+    )
+    .await;
+    let mut forwarded = 0;
+    for proto in BOTH {
+        let scheme = if proto == Proto::Http1 {
+            "http"
+        } else {
+            "https"
+        };
+        for (host, target, location) in [
+            ("www.shop.test", "/foo?q=1", "shop.test/foo?q=1"),
+            ("www.shop.test", "/", "shop.test"),
+            ("blog.test", "/a/b/", "www.blog.test/a/b"),
+        ] {
+            let resp = over(&h, proto, Request::get(host, target)).await;
+            assert_eq!(resp.status, 308, "{proto:?} {host}{target}");
+            assert_eq!(
+                header(&resp, "location"),
+                format!("{scheme}://{location}"),
+                "{proto:?} {host}{target}"
+            );
+        }
+        for host in ["shop.test", "www.blog.test", "www.held.test"] {
+            let resp = over(&h, proto, Request::get(host, "/foo")).await;
+            assert_eq!(resp.status, 200, "{proto:?} {host}: {}", resp.text());
+            forwarded += 1;
+        }
+    }
+    assert_eq!(backend.requests(), forwarded);
+}
+
+/// `proxy-read-timeout`: a backend slower than the route's timeout gets
+/// the client a 504; the same backend behind a route without it answers
+/// (the operator's timeout, 60 s, applies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_read_timeout_bounds_the_backends_answer() {
+    const NS: &str = "timeouts";
+    let (_backend, h) = serve(
+        NS,
+        vec![
+            annotated(
+                NS,
+                "short.test",
+                "web",
+                &[("proxy-read-timeout", "1"), ("proxy-connect-timeout", "2")],
+            ),
+            annotated(NS, "default.test", "web", &[]),
+        ],
+    )
+    .await;
+    for proto in BOTH {
+        // The backend waits 2.5 times the route's timeout before answering.
+        let slow = |host: &str| Request::get(host, "/slow").header("X-Echo-Delay-Ms", "2500");
+        let resp = over(&h, proto, slow("short.test")).await;
+        assert_proxy_answer(&resp, 504, &format!("{proto:?} short"));
+        let resp = over(&h, proto, slow("default.test")).await;
+        assert_eq!(resp.status, 200, "{proto:?} default: {}", resp.text());
+        let resp = over(&h, proto, Request::get("short.test", "/fast")).await;
+        assert_eq!(resp.status, 200, "{proto:?} fast: {}", resp.text());
+    }
+}
+
+/// Canaries (ingress-nginx's canary.go): a canary Ingress for the same
+/// host and path adds its backend to the main Ingress's route; the
+/// header, then the cookie, then the weight choose it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_ingresses_share_the_main_route() {
+    const NS: &str = "canary";
+    let main = echo(NS, "web", "web-0").await;
+    let canary = echo(NS, "canary", "canary-0").await;
+    let mut objects = echo_service(NS, "web", &[&main]);
+    objects.extend(echo_service(NS, "canary", &[&canary]));
+    objects.push(annotated(NS, "canary.test", "web", &[]));
+    let mut by_header = annotated(
+        NS,
+        "canary.test",
+        "canary",
+        &[
+            ("canary", "true"),
+            ("canary-by-header", "X-Canary"),
+            ("canary-by-cookie", "use-canary"),
+        ],
+    );
+    by_header["metadata"]["name"] = json!("canary-by-header");
+    objects.push(by_header);
+    objects.push(annotated(NS, "weighted.test", "web", &[]));
+    let mut weighted = annotated(
+        NS,
+        "weighted.test",
+        "canary",
+        &[("canary", "true"), ("canary-weight", "100")],
+    );
+    weighted["metadata"]["name"] = json!("canary-weighted");
+    objects.push(weighted);
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    for proto in BOTH {
+        for (host, fields, pod) in [
+            ("canary.test", &[][..], "web-0"),
+            ("canary.test", &[("X-Canary", "always")][..], "canary-0"),
+            (
+                "canary.test",
+                &[("X-Canary", "never"), ("Cookie", "use-canary=always")][..],
+                "web-0",
+            ),
+            (
+                "canary.test",
+                &[("X-Canary", "maybe"), ("Cookie", "use-canary=always")][..],
+                "canary-0",
+            ),
+            (
+                "canary.test",
+                &[("Cookie", "use-canary=never")][..],
+                "web-0",
+            ),
+            ("weighted.test", &[][..], "canary-0"),
+        ] {
+            let mut req = Request::get(host, "/x");
+            for (name, value) in fields {
+                req = req.header(name, value);
+            }
+            let resp = over(&h, proto, req).await;
+            assert_eq!(
+                resp.status,
+                200,
+                "{proto:?} {host} {fields:?}: {}",
+                resp.text()
+            );
+            assert_eq!(
+                resp.json().unwrap()["pod"],
+                json!(pod),
+                "{proto:?} {host} {fields:?}"
+            );
+        }
+    }
+}

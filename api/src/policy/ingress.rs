@@ -7,11 +7,13 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use super::hosts::{HostScope, check_host, host_scope};
 use super::meta::check_metadata;
 use super::names::{dns_subdomain, dns1035_label, port_name};
+use super::strings::key_field;
 use super::{PolicyContext, Violation, check_path, quote};
 use crate::annotations::ObjectKind;
 use crate::host::HostPattern;
 use crate::names::INGRESS_CLASS;
 use crate::path::PathKind;
+use crate::regex::{self, PathRegex};
 
 /// Checks an Ingress a tenant writes into `namespace`: class `teapot`;
 /// hosts valid, in the tenant's scope and held by nobody else (rules and
@@ -67,6 +69,11 @@ pub fn check_ingress(
             ),
         ));
     }
+    check_canary_pattern(ingress, &mut out);
+    let regex_paths = regex::ingress_uses_regex(ingress);
+    if regex_paths {
+        check_regex_paths(ingress, &mut out);
+    }
     let mut hosts = BTreeSet::new();
     let mut paths = 0usize;
     for (i, rule) in rules.iter().enumerate() {
@@ -83,6 +90,8 @@ pub fn check_ingress(
                 out.push(Violation::new(format!("{at}.pathType"), e.to_string()));
             }
             match &p.path {
+                // A regex path is checked as one (`check_regex_paths`).
+                Some(_) if regex_paths => {}
                 Some(path) => {
                     if let Err(e) = check_path(path) {
                         out.push(Violation::new(format!("{at}.path"), e));
@@ -139,6 +148,75 @@ pub fn check_ingress(
         ));
     }
     out
+}
+
+/// The paths of an Ingress with `use-regex` or `rewrite-target`: each a
+/// regular expression within the bounded engine's limits, and every `$N`
+/// of `rewrite-target` a group each of them has (ingress-nginx would send
+/// an empty string for a group that does not exist).
+fn check_regex_paths(ingress: &Ingress, out: &mut Vec<Violation>) {
+    let annotations = ingress.metadata.annotations.as_ref();
+    let target = annotations.and_then(|a| a.get(regex::REWRITE_TARGET));
+    let target_field = key_field("metadata.annotations", regex::REWRITE_TARGET);
+    if let Some(target) = target
+        && !target.starts_with('/')
+    {
+        out.push(Violation::new(
+            &target_field,
+            format!(
+                "{} is not a path starting with '/': teapot rewrites the path the backends get and never redirects with it",
+                quote(target)
+            ),
+        ));
+    }
+    if let Some(target) = target
+        && target.contains('?')
+    {
+        out.push(Violation::new(
+            &target_field,
+            format!(
+                "{} carries a query: teapot keeps the request's query and rewrites only the path",
+                quote(target)
+            ),
+        ));
+    }
+    let wanted = target.map_or(0, |t| regex::target_groups(t).max().unwrap_or(0));
+    for (field, path) in regex::ingress_paths(ingress) {
+        match PathRegex::compile(path) {
+            Err(e) => out.push(Violation::new(
+                &field,
+                format!("a regular expression here (use-regex or rewrite-target): {e}"),
+            )),
+            Ok(r) if wanted > r.groups() => out.push(Violation::new(
+                &target_field,
+                format!(
+                    "${wanted} refers to capture group {wanted}, but the path {} at {field} has {} group(s)",
+                    quote(path),
+                    r.groups()
+                ),
+            )),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// `canary-by-header-pattern` compiles within the bounded engine's
+/// limits (its syntax checked alone first, so it cannot reach outside its
+/// group).
+fn check_canary_pattern(ingress: &Ingress, out: &mut Vec<Violation>) {
+    let annotations = ingress.metadata.annotations.as_ref();
+    let Some(pattern) = annotations.and_then(|a| a.get(regex::CANARY_PATTERN)) else {
+        return;
+    };
+    let checked = regex::compile_contains(pattern)
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    if let Err(why) = checked {
+        out.push(Violation::new(
+            key_field("metadata.annotations", regex::CANARY_PATTERN),
+            why,
+        ));
+    }
 }
 
 fn check_backend(backend: &IngressBackend, at: &str, out: &mut Vec<Violation>) {
@@ -246,6 +324,84 @@ mod tests {
             rule("www.acme-shop.com", "/"),
         );
         assert_eq!(check(&spec), Vec::<String>::new());
+    }
+
+    fn with_annotations(annotations: &str, paths: &[&str]) -> Ingress {
+        let paths: String = paths
+            .iter()
+            .map(|p| {
+                format!("      - {{path: {p:?}, pathType: ImplementationSpecific, {BACKEND}}}\n")
+            })
+            .collect();
+        yaml(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: {NS}, annotations: {{{annotations}}}}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - host: web-shop.acme.lb.example.net\n    http:\n      paths:\n{paths}"
+        ))
+    }
+
+    fn violations(ing: &Ingress) -> Vec<Violation> {
+        let f = Fixture::new();
+        check_ingress(&f.ctx(), NS, ing)
+    }
+
+    #[test]
+    fn regex_paths_are_checked_as_regexes_with_their_groups() {
+        const TARGET: &str = "nginx.ingress.kubernetes.io/rewrite-target";
+        let target_field = format!("metadata.annotations[\"{TARGET}\"]");
+        // Served: a regex path (not a strict path) with the groups used.
+        let ok = with_annotations(&format!("{TARGET}: /$2"), &["/something(/|$)(.*)"]);
+        assert!(violations(&ok).is_empty(), "{:?}", violations(&ok));
+        let ok = with_annotations(
+            "nginx.ingress.kubernetes.io/use-regex: \"true\"",
+            &["/foo/bar/[a-z]{3}"],
+        );
+        assert!(violations(&ok).is_empty());
+        // A bad pattern, named on its path field with the reason.
+        let bad = violations(&with_annotations(
+            &format!("{TARGET}: /$1"),
+            &["/a/(.*)", "/(unclosed"],
+        ));
+        assert_eq!(
+            fields(&bad),
+            ["spec.rules[0].http.paths[1].path"],
+            "{bad:?}"
+        );
+        assert!(bad[0].message.contains("unclosed"), "{}", bad[0].message);
+        // `$2` beyond the one group of a path: on the annotation, naming
+        // the path.
+        let beyond = violations(&with_annotations(
+            &format!("{TARGET}: /$2"),
+            &["/a/(.*)", "/b/(x)/(.*)"],
+        ));
+        assert_eq!(fields(&beyond), [target_field.as_str()], "{beyond:?}");
+        assert!(
+            beyond[0].message.contains("$2")
+                && beyond[0]
+                    .message
+                    .contains("spec.rules[0].http.paths[0].path")
+                && beyond[0].message.contains("1 group"),
+            "{}",
+            beyond[0].message
+        );
+        // A target with a query, or not a path.
+        for target in ["/x?a=1", "https://elsewhere.example/$1"] {
+            let got = violations(&with_annotations(
+                &format!("{TARGET}: {target:?}"),
+                &["/(.*)"],
+            ));
+            assert_eq!(fields(&got), [target_field.as_str()], "{target}: {got:?}");
+        }
+        // canary-by-header-pattern: on its annotation, with the reason.
+        const PATTERN: &str = "nginx.ingress.kubernetes.io/canary-by-header-pattern";
+        let pattern_field = format!("metadata.annotations[\"{PATTERN}\"]");
+        let ok = with_annotations(&format!("{PATTERN}: \"^(v1|v2)$\""), &["/"]);
+        assert!(violations(&ok).is_empty(), "{:?}", violations(&ok));
+        for bad in ["(unclosed", "a)|(b", "(?:.*a.{40})", "[][**da?$&*"] {
+            let got = violations(&with_annotations(&format!("{PATTERN}: {bad:?}"), &["/"]));
+            assert_eq!(fields(&got), [pattern_field.as_str()], "{bad}: {got:?}");
+        }
+        // Without the annotations the same path is a strict path, refused.
+        let plain = violations(&with_annotations("", &["/(unclosed"]));
+        assert_eq!(fields(&plain), ["spec.rules[0].http.paths[0].path"]);
     }
 
     #[test]

@@ -533,7 +533,8 @@ fn check_kind(
 ) -> (Vec<Violation>, Vec<String>) {
     let violations = match object {
         TenantObjectRef::Ingress(o) => {
-            let violations = check_ingress(ctx, namespace, o);
+            let mut violations = check_ingress(ctx, namespace, o);
+            violations.extend(regexes::check_regexes(ctx, object));
             let warnings = if violations.is_empty() {
                 pending_custom_hosts(ctx, o)
             } else {

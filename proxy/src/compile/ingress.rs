@@ -28,9 +28,11 @@ use crate::compile::bind::TenantHosts;
 use crate::compile::certs::CertTable;
 use crate::compile::gateway::GatewayCompile;
 use crate::compile::policies::Policies;
-use crate::compile::routes::{Route, RouteTable};
+use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
+use crate::compile::traffic::{Canary, CanaryRules, NginxAnnotations, Rewrite, TrafficPolicy};
 use crate::compile::upstream::Upstream;
+use teapot_api::regex::PathRegex;
 
 /// A host an Ingress asked ACME for.
 pub(super) struct AcmeCandidate {
@@ -76,6 +78,8 @@ where
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
 
     let mut default_holder: Option<&NsName> = None;
+    let mut www_twins: Vec<WwwTwin> = Vec::new();
+    let mut canaries: Vec<CanaryRule> = Vec::new();
     let mut ingress_reports = Vec::with_capacity(ordered.len());
 
     // A route remembers its owner as an index into `ordered`, which is
@@ -113,7 +117,18 @@ where
                 &options.domain,
             ))
         });
-        let (policy, annotation_problems) = policies.of(ingress, tenant);
+        let (policy, mut annotation_problems) = policies.of(ingress, tenant);
+        // ingress-nginx's regex paths (`use-regex`, `rewrite-target`);
+        // one that does not compile is reported and its rule not served.
+        let regex_paths = teapot_api::regex::ingress_uses_regex(ingress);
+        let www_redirect = ingress
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(FROM_TO_WWW))
+            .is_some_and(|v| v == "true");
+        let mut regex_problems = Vec::new();
+        let canary = canary_rules(ingress, &mut regex_problems);
         let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
         let mut note = |upstream: &Upstream| {
             for why in upstream.unavailable.iter().chain(&upstream.refused) {
@@ -123,7 +138,11 @@ where
             }
         };
 
-        if let Some(backend) = spec.and_then(|s| s.default_backend.as_ref()) {
+        // A canary's defaultBackend is no route of its own either.
+        if let Some(backend) = spec
+            .and_then(|s| s.default_backend.as_ref())
+            .filter(|_| canary.is_none())
+        {
             let upstream = resolver.backend(&id.namespace, backend);
             note(&upstream);
             let upstream = Route::new(upstream, policy.clone(), ingress_name.clone());
@@ -162,11 +181,44 @@ where
                     }
                 },
             };
+            if let Some(rules) = &canary {
+                for p in rule.http.iter().flat_map(|h| &h.paths) {
+                    let Ok(kind) = PathKind::parse(&p.path_type) else {
+                        continue;
+                    };
+                    let upstream = resolver.backend(&id.namespace, &p.backend);
+                    note(&upstream);
+                    canaries.push(CanaryRule {
+                        host: host.clone(),
+                        kind,
+                        path: p.path.clone().unwrap_or_else(|| "/".into()),
+                        canary: Canary {
+                            upstream,
+                            rules: rules.clone(),
+                        },
+                        tenant: tenant.map(|t| t.cluster.to_string()),
+                        report: ingress_reports.len(),
+                    });
+                }
+                continue;
+            }
             if gateway_routes
                 && let Err(why) = gateway.claim(host.as_ref(), &ingress_name, age_key(stored, id))
             {
                 conflicts.push(why);
                 continue;
+            }
+            if www_redirect
+                && let Some(HostPattern::Exact(name)) = &host
+                && let Some(twin) = www_twin(name)
+                && (tenant.is_none_or(|t| twin_admitted(hosts, t, &twin, ingress)))
+            {
+                www_twins.push(WwwTwin {
+                    from: twin,
+                    to: Arc::from(name.as_str()),
+                    ingress: ingress_name.clone(),
+                    tenant: policy.as_ref().and_then(|p| p.tenant.clone()),
+                });
             }
             // Kept for the certificates; the paths below borrow it there.
             let host = host.map(|h| {
@@ -179,11 +231,29 @@ where
                     continue;
                 };
                 let path = p.path.as_deref().unwrap_or("/");
+                let regex = match regex_paths.then(|| PathRegex::compile(path)) {
+                    None => None,
+                    Some(Ok(regex)) => Some(regex),
+                    Some(Err(e)) => {
+                        regex_problems.push(format!("path {path:?}: {e}; the rule is not served"));
+                        continue;
+                    }
+                };
                 let upstream = resolver.backend(&id.namespace, &p.backend);
                 note(&upstream);
                 let rule_policy = Policies::for_rule(&policy, path);
-                let route = Route::new(upstream, rule_policy, ingress_name.clone());
-                if let Err(owner) = table.insert(kind, path, route, index) {
+                let inserted = match regex {
+                    Some(regex) => {
+                        let rule_policy = rule_rewrite(rule_policy, &regex);
+                        let route = Route::new(upstream, rule_policy, ingress_name.clone());
+                        table.insert_regex(regex, route, index)
+                    }
+                    None => {
+                        let route = Route::new(upstream, rule_policy, ingress_name.clone());
+                        table.insert(kind, path, route, index)
+                    }
+                };
+                if let Err(owner) = inserted {
                     let holder = owners[owner as usize];
                     let host = host.map_or("*".to_string(), |h| h.to_string());
                     conflicts.push(format!(
@@ -192,6 +262,7 @@ where
                 }
             }
         }
+        annotation_problems.append(&mut regex_problems);
         let acme = options.acme.as_ref().is_some_and(|a| {
             let annotations = ingress.metadata.annotations.as_ref();
             let value = annotations.and_then(|a| a.get(acme::ANNOTATION));
@@ -270,6 +341,8 @@ where
         });
     }
 
+    add_canaries(&mut routes, canaries, tenancy, &mut ingress_reports);
+    add_www_redirects(&mut routes, www_twins);
     Compiled {
         routes,
         reports: ingress_reports,
@@ -311,6 +384,209 @@ pub(super) fn assign_acme(
         }
     }
     acme_hosts
+}
+
+/// The rules of a canary Ingress (`canary: "true"`), read once.
+fn canary_rules(ingress: &Ingress, problems: &mut Vec<String>) -> Option<Arc<CanaryRules>> {
+    let annotations = ingress.metadata.annotations.as_ref();
+    if annotations.and_then(|a| a.get(CANARY)).map(String::as_str) != Some("true") {
+        return None;
+    }
+    // Its other annotations were read (and reported) with its policy.
+    let nginx = NginxAnnotations::read(annotations, &mut Vec::new());
+    Some(Arc::new(nginx.canary_rules(problems)))
+}
+
+const CANARY: &str = "nginx.ingress.kubernetes.io/canary";
+
+/// One rule of a canary Ingress, to add to the same rule of another.
+struct CanaryRule {
+    host: Option<HostPattern>,
+    kind: PathKind,
+    path: String,
+    canary: Canary,
+    /// The tenant of the canary Ingress (`None`: an operator namespace).
+    tenant: Option<String>,
+    /// The canary Ingress, as an index into the reports.
+    report: usize,
+}
+
+/// Each canary rule onto the route of the same host and path, when that
+/// route's Ingress is of the same tenant (operator namespaces count as
+/// one) and has no canary yet (ingress-nginx serves one per route); the
+/// canary Ingress's status says which of its rules are served.
+fn add_canaries(
+    routes: &mut RouteTable,
+    canaries: Vec<CanaryRule>,
+    tenancy: &teapot_model::tenancy::Tenancy<'_>,
+    reports: &mut [IngressReport],
+) {
+    let mut problems: FastHashMap<usize, Vec<String>> = FastHashMap::default();
+    for rule in canaries {
+        let CanaryRule {
+            host,
+            kind,
+            path,
+            canary,
+            tenant,
+            report,
+        } = rule;
+        let label = format!(
+            "{} {path}",
+            host.as_ref().map_or("*".to_string(), |h| h.to_string())
+        );
+        let route = match routes.rule_mut(host.as_ref(), kind, &path, false) {
+            Some(route) => Some(route),
+            None => routes.rule_mut(host.as_ref(), kind, &path, true),
+        };
+        let same_tenant = |route: &Route| {
+            let namespace = route.ingress.split_once('/').map_or("", |(ns, _)| ns);
+            tenancy.get(namespace).map(|t| t.cluster) == tenant.as_deref()
+        };
+        let why = match route {
+            None => Some(format!("no Ingress has the rule {label}")),
+            Some(route) if !same_tenant(route) => Some(format!(
+                "the rule {label} belongs to another tenant's Ingress {}",
+                route.ingress
+            )),
+            Some(route) if route.traffic().is_some_and(|t| t.canary.is_some()) => Some(format!(
+                "the rule {label} of {} has a canary already",
+                route.ingress
+            )),
+            Some(route) => {
+                let base = route.policy.as_deref();
+                let mut traffic = base
+                    .and_then(|p| p.traffic.as_deref())
+                    .cloned()
+                    .unwrap_or_default();
+                traffic.canary = Some(canary);
+                route.policy = Some(Arc::new(RoutePolicy {
+                    max_body_size: base.and_then(|p| p.max_body_size),
+                    tenant: base.and_then(|p| p.tenant.clone()),
+                    traffic: Some(Arc::new(traffic)),
+                }));
+                None
+            }
+        };
+        let entry = problems.entry(report).or_default();
+        entry.extend(why);
+    }
+    for (report, problems) in problems {
+        reports[report].conditions.push(Condition::unless_problems(
+            "CanaryServed",
+            &problems,
+            "CanaryServed",
+            "NoMainRoute",
+        ));
+    }
+}
+
+const FROM_TO_WWW: &str = "nginx.ingress.kubernetes.io/from-to-www-redirect";
+
+/// The other name of a `from-to-www-redirect` host: `www.<host>`, or
+/// `<host>` for a `www.` rule host.
+struct WwwTwin {
+    from: HostPattern,
+    to: Arc<str>,
+    ingress: Arc<str>,
+    tenant: Option<Arc<crate::compile::fairness::TenantGate>>,
+}
+
+/// `www.<name>` for `<name>`, `<name>` for `www.<name>`; none for a name
+/// whose twin is no valid host (a bare `www.`, a top-level label).
+fn www_twin(name: &str) -> Option<HostPattern> {
+    let twin = match name.strip_prefix("www.") {
+        Some(bare) if bare.contains('.') => bare.to_string(),
+        Some(_) => return None,
+        None => format!("www.{name}"),
+    };
+    match HostPattern::parse(&twin) {
+        Ok(h @ HostPattern::Exact(_)) => Some(h),
+        _ => None,
+    }
+}
+
+/// Whether a tenant may have the twin of one of its hosts answered: by the
+/// rule its Ingress hosts follow ([`TenantHosts::admit`]). A custom-domain
+/// twin counts only when the Ingress names it in `spec.tls` (the redirect
+/// never makes a claim of its own) and DNS proved it.
+fn twin_admitted<'t>(
+    hosts: &mut TenantHosts<'_, 't>,
+    tenant: &teapot_model::tenancy::TenantView<'t>,
+    twin: &HostPattern,
+    ingress: &Ingress,
+) -> bool {
+    use teapot_api::policy::HostScope;
+    match tenant.scope(twin) {
+        Ok(HostScope::Assigned | HostScope::Allowed) => hosts.admit(tenant, twin).is_ok(),
+        Ok(HostScope::Custom) => {
+            let name = twin.to_string();
+            let in_tls = ingress
+                .spec
+                .iter()
+                .flat_map(|s| s.tls.iter().flatten())
+                .flat_map(|t| t.hosts.iter().flatten())
+                .any(|h| h.eq_ignore_ascii_case(&name));
+            in_tls && hosts.admit(tenant, twin).is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
+/// The twins' redirects, after every rule is in: a name any rule serves
+/// keeps its rules (ingress-nginx skips a twin another server has), and of
+/// two Ingresses asking for one twin the older answers it.
+fn add_www_redirects(routes: &mut RouteTable, twins: Vec<WwwTwin>) {
+    for twin in twins {
+        let HostPattern::Exact(name) = &twin.from else {
+            continue;
+        };
+        if routes.has_exact_host(name) {
+            continue;
+        }
+        let upstream = Arc::new(Upstream::new(
+            format!("from-to-www-redirect to {}", twin.to),
+            Vec::new(),
+            None,
+        ));
+        let traffic = TrafficPolicy {
+            www_redirect: Some(twin.to),
+            ..TrafficPolicy::default()
+        };
+        let policy = RoutePolicy {
+            max_body_size: None,
+            tenant: twin.tenant,
+            traffic: Some(Arc::new(traffic)),
+        };
+        let route = Route::new(upstream, Some(Arc::new(policy)), twin.ingress);
+        routes.host_mut(Some(&twin.from)).set_fallback(route);
+    }
+}
+
+/// The policy of a regex rule: with `rewrite-target`, a copy carrying the
+/// rule's own pattern, whose captures the target takes (a target equal to
+/// the path rewrites nothing, as in ingress-nginx).
+fn rule_rewrite(
+    policy: Option<Arc<RoutePolicy>>,
+    regex: &Arc<PathRegex>,
+) -> Option<Arc<RoutePolicy>> {
+    let Some((p, traffic, rewrite)) = policy.as_ref().and_then(|p| {
+        let traffic = p.traffic.as_ref()?;
+        let rewrite = traffic.rewrite.as_ref()?;
+        Some((p, traffic, rewrite))
+    }) else {
+        return policy;
+    };
+    let mut traffic = (**traffic).clone();
+    traffic.rewrite = (*rewrite.target != *regex.as_str()).then(|| Rewrite {
+        target: rewrite.target.clone(),
+        regex: Some(regex.clone()),
+    });
+    Some(Arc::new(RoutePolicy {
+        max_body_size: p.max_body_size,
+        tenant: p.tenant.clone(),
+        traffic: Some(Arc::new(traffic)),
+    }))
 }
 
 /// Upper bounds of the hosts and paths a compile will add, for sizing the

@@ -20,6 +20,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
+use teapot_api::regex::PathRegex;
 use teapot_api::{HostPattern, PathKind};
 
 use crate::compile::fairness::TenantGate;
@@ -125,7 +126,32 @@ struct Group {
     /// request path there, so a deep path costs no probes for depths no
     /// rule has (each probe is a likely cache miss in a large table).
     prefix_depth: u32,
+    /// Regular-expression paths (ingress-nginx's `use-regex`,
+    /// `rewrite-target`), longest pattern first, then oldest: empty, and
+    /// never looked at, for almost every host.
+    regexes: Vec<RegexPath>,
 }
+
+/// A regular-expression path rule.
+#[derive(Debug)]
+struct RegexPath {
+    regex: Arc<PathRegex>,
+    route: Route,
+    owner: u32,
+}
+
+impl RegexPath {
+    /// What ingress-nginx orders a host's locations by: the path's length.
+    fn weight(&self) -> usize {
+        self.regex.as_str().len()
+    }
+}
+
+/// Bytes of request path a lookup may run through a host's regex paths
+/// (each pattern is one DFA step per byte): past it, the remaining
+/// patterns are not tried and the Exact/Prefix rules decide, as for a host
+/// without them.
+pub const INGRESS_REGEX_BYTES_PER_REQUEST: usize = 256 * 1024;
 
 /// One path rule: its key (in the arena), where it goes and which Ingress
 /// (by compile order) owns it.
@@ -211,6 +237,29 @@ impl PathTable<'_> {
             g.prefix += 1;
             g.prefix_depth = g.prefix_depth.max(segments(key));
         }
+        Ok(())
+    }
+
+    /// Adds a regular-expression path rule for `owner` unless the same
+    /// pattern is already there (then returns its owner, the older one).
+    pub fn insert_regex(
+        &mut self,
+        regex: Arc<PathRegex>,
+        route: Route,
+        owner: u32,
+    ) -> Result<(), u32> {
+        let regexes = &mut self.group.regexes;
+        if let Some(held) = regexes.iter().find(|r| r.regex.as_str() == regex.as_str()) {
+            return Err(held.owner);
+        }
+        let entry = RegexPath {
+            regex,
+            route,
+            owner,
+        };
+        // Longest first; among equals, the older (added first) first.
+        let at = regexes.partition_point(|r| r.weight() >= entry.weight());
+        regexes.insert(at, entry);
         Ok(())
     }
 
@@ -315,7 +364,7 @@ impl RouteTable {
             return HostRank::Wildcard(parent.len());
         }
         let any = &self.any_host;
-        if any.exact + any.prefix > 0 || any.fallback.is_some() {
+        if any.exact + any.prefix > 0 || !any.regexes.is_empty() || any.fallback.is_some() {
             HostRank::Any
         } else {
             HostRank::None
@@ -339,20 +388,43 @@ impl RouteTable {
             .or(self.default_backend.as_ref())
     }
 
-    fn lookup_path(&self, g: &Group, path: &str) -> Option<&Route> {
+    fn lookup_path<'a>(&'a self, g: &'a Group, path: &str) -> Option<&'a Route> {
         let group = g.id;
         if g.exact > 0
             && let Some(u) = self.probe(group, true, path)
         {
             return Some(u);
         }
+        if g.regexes.is_empty() {
+            return self.lookup_prefix(g, path).map(|(route, _)| route);
+        }
+        // ingress-nginx orders a host's locations by path length once any
+        // is a regex: the longest matching pattern wins, and a Prefix rule
+        // competes by the length of its path.
+        let tries = INGRESS_REGEX_BYTES_PER_REQUEST / path.len().max(1);
+        let regex = g
+            .regexes
+            .iter()
+            .take(tries)
+            .find(|r| r.regex.is_match(path.as_bytes()));
+        let prefix = self.lookup_prefix(g, path);
+        match (regex, prefix) {
+            (Some(r), Some((_, len))) if r.weight() >= len => Some(&r.route),
+            (Some(r), None) => Some(&r.route),
+            (_, prefix) => prefix.map(|(route, _)| route),
+        }
+    }
+
+    /// The longest Prefix rule of the path, with the length of its path
+    /// (`/` counts one).
+    fn lookup_prefix(&self, g: &Group, path: &str) -> Option<(&Route, usize)> {
         if g.prefix == 0 {
             return None;
         }
         let mut candidate = truncate_segments(path.trim_end_matches('/'), g.prefix_depth);
         loop {
-            if let Some(u) = self.probe(group, false, candidate) {
-                return Some(u);
+            if let Some(u) = self.probe(g.id, false, candidate) {
+                return Some((u, candidate.len().max(1)));
             }
             candidate = &candidate[..candidate.rfind('/')?];
         }
@@ -376,7 +448,14 @@ impl RouteTable {
             .chain([&self.any_host])
             .filter(|g| g.fallback.is_some())
             .count();
-        self.paths.len() + fallbacks
+        let regexes: usize = self
+            .exact_hosts
+            .values()
+            .chain(self.wildcard_hosts.values())
+            .chain([&self.any_host])
+            .map(|g| g.regexes.len())
+            .sum();
+        self.paths.len() + fallbacks + regexes
     }
 
     pub fn is_empty(&self) -> bool {
@@ -385,6 +464,47 @@ impl RouteTable {
 
     pub fn hosts(&self) -> usize {
         self.exact_hosts.len() + self.wildcard_hosts.len()
+    }
+
+    /// The route of a rule already in the table: `kind` and `path` as
+    /// inserted, or the pattern of a regex path (`regex`); for adding a
+    /// canary's backend to it.
+    pub fn rule_mut(
+        &mut self,
+        host: Option<&HostPattern>,
+        kind: PathKind,
+        path: &str,
+        regex: bool,
+    ) -> Option<&mut Route> {
+        let group = match host {
+            None => &mut self.any_host,
+            Some(HostPattern::Exact(h)) => self.exact_hosts.get_mut(h.as_str())?,
+            Some(HostPattern::Wildcard(s)) => self.wildcard_hosts.get_mut(s.as_str())?,
+        };
+        if regex {
+            return group
+                .regexes
+                .iter_mut()
+                .find(|r| r.regex.as_str() == path)
+                .map(|r| &mut r.route);
+        }
+        let (exact, key) = match kind {
+            PathKind::Exact => (true, path),
+            PathKind::Prefix => (false, teapot_api::path::prefix_key(path)),
+        };
+        let id = group.id;
+        let hash = path_hash(&self.hasher, id, exact, key);
+        let arena = &self.arena;
+        self.paths
+            .find_mut(hash, |e| {
+                e.group == id && e.exact == exact && entry_key(arena, e) == key
+            })
+            .map(|e| &mut e.route)
+    }
+
+    /// Whether an exact host has a group (rules, or a fallback).
+    pub fn has_exact_host(&self, host: &str) -> bool {
+        self.exact_hosts.contains_key(host)
     }
 
     /// The exact hosts that have rules: the names the fleet's DNS server
@@ -418,6 +538,54 @@ mod tests {
 
     fn hit(t: &RouteTable, host: &str, path: &str) -> Option<String> {
         t.lookup(host, path).map(|u| u.name.clone())
+    }
+
+    fn regex(t: &mut RouteTable, host: Option<&str>, pattern: &str, name: &str, owner: u32) {
+        let host = host.map(|h| HostPattern::parse(h).unwrap());
+        let regex = PathRegex::compile(pattern).unwrap();
+        t.host_mut(host.as_ref())
+            .insert_regex(regex, up(name), owner)
+            .unwrap();
+    }
+
+    /// ingress-nginx's rewrite.go cases: once a host has regex paths, the
+    /// longest matching path wins, Prefix paths competing by their length;
+    /// Exact still first.
+    #[test]
+    fn regex_paths_compete_with_prefix_paths_by_length() {
+        let mut t = table(&[
+            (
+                Some("r.example"),
+                Prefix,
+                "/.well-known/acme/challenge",
+                "acme",
+            ),
+            (Some("r.example"), Prefix, "/foo", "foo"),
+            (Some("r.example"), Prefix, "/foo/bar/bar", "foobarbar"),
+            (Some("r.example"), Exact, "/exact", "exact"),
+        ]);
+        regex(&mut t, Some("r.example"), "/", "root-regex", 10);
+        regex(&mut t, Some("r.example"), "/foo.+", "foo-regex", 11);
+        regex(&mut t, Some("r.example"), "/foo/bar/[a-z]{3}", "three", 12);
+        let at = |p: &str| hit(&t, "r.example", p);
+        assert_eq!(at("/.well-known/acme/challenge").as_deref(), Some("acme"));
+        assert_eq!(at("/foo").as_deref(), Some("foo"));
+        assert_eq!(at("/FOO/bar").as_deref(), Some("foo-regex"));
+        assert_eq!(at("/foo/bar/bar").as_deref(), Some("three"));
+        assert_eq!(at("/exact").as_deref(), Some("exact"));
+        assert_eq!(at("/other").as_deref(), Some("root-regex"));
+        // The same pattern twice: the older holds it.
+        let again = PathRegex::compile("/foo.+").unwrap();
+        let host = HostPattern::parse("r.example").unwrap();
+        assert_eq!(
+            t.host_mut(Some(&host)).insert_regex(again, up("x"), 13),
+            Err(11)
+        );
+        // Other hosts are untouched; a host of regexes alone has a rank.
+        assert_eq!(hit(&t, "s.example", "/foo/x"), None);
+        regex(&mut t, None, "/only", "any", 14);
+        assert_eq!(t.host_rank("s.example"), HostRank::Any);
+        assert_eq!(hit(&t, "s.example", "/only/x").as_deref(), Some("any"));
     }
 
     #[test]

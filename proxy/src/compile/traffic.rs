@@ -8,13 +8,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use teapot_api::HostPattern;
 use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
+use teapot_api::regex::{PathRegex, TenantRegex};
 
 pub use crate::compile::rate_table::Rate;
 use crate::compile::rate_table::RateTable;
+use crate::compile::upstream::Upstream;
 
 /// Everything a route does to requests besides choosing the backend.
 #[derive(Clone, Debug, Default)]
@@ -32,6 +35,68 @@ pub struct TrafficPolicy {
     pub affinity: Option<Affinity>,
     /// `x-forwarded-prefix`: set on every forwarded request.
     pub forwarded_prefix: Option<Arc<str>>,
+    /// `rewrite-target`: the path the backends get.
+    pub rewrite: Option<Rewrite>,
+    /// `proxy-connect-timeout`, `proxy-read-timeout`, `proxy-send-timeout`.
+    pub timeouts: Option<UpstreamTimeouts>,
+    /// A canary Ingress's backend added to this route (`canary: "true"`
+    /// on an Ingress of the same tenant, host and path).
+    pub canary: Option<Canary>,
+    /// `from-to-www-redirect`, on the route of the twin host: every
+    /// request is answered 308 to this host (crate::plane::decide).
+    pub www_redirect: Option<Arc<str>>,
+}
+
+/// A canary's backend and the rules that send a request there.
+#[derive(Clone, Debug)]
+pub struct Canary {
+    pub upstream: Arc<Upstream>,
+    pub rules: Arc<CanaryRules>,
+}
+
+/// ingress-nginx's canary rules, tried in its order: the header, then the
+/// cookie, then the weight (crate::plane::policy::canary).
+#[derive(Debug, Default)]
+pub struct CanaryRules {
+    /// `canary-by-header`, lowercase.
+    pub header: Option<String>,
+    /// `canary-by-header-value`: the header's value that chooses the canary.
+    pub value: Option<String>,
+    /// `canary-by-header-pattern` (unless a value is set), matched
+    /// anywhere in the header's value.
+    pub pattern: Option<Arc<TenantRegex>>,
+    /// A `canary-by-header-pattern` that was refused (reported): a request
+    /// with the header then stays on the route's backend, as ingress-nginx
+    /// keeps it when its pattern fails.
+    pub pattern_refused: bool,
+    /// `canary-by-cookie`.
+    pub cookie: Option<String>,
+    /// `canary-weight` out of `total` (`canary-weight-total`, at least 100
+    /// as ingress-nginx reads it).
+    pub weight: u32,
+    pub total: u32,
+}
+
+/// The route's own upstream timeouts; each applies under the operator's
+/// (crate::plane::policy::engines::upstream_timeouts), which applies where
+/// one is not set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamTimeouts {
+    pub connect: Option<Duration>,
+    pub read: Option<Duration>,
+    pub send: Option<Duration>,
+}
+
+/// `rewrite-target`: the path the backends get, `$1`..`$9` taken from the
+/// capture groups of the rule's path (a regular expression). One policy
+/// per rule carries the rule's own pattern
+/// (crate::compile::ingress::rule_rewrite).
+#[derive(Clone, Debug)]
+pub struct Rewrite {
+    pub target: Arc<str>,
+    /// The rule's path; `None` in the Ingress-wide policy (a
+    /// `defaultBackend` is not rewritten).
+    pub regex: Option<Arc<PathRegex>>,
 }
 
 /// Plain-HTTP requests are redirected to HTTPS (308) for these hosts.
@@ -244,6 +309,10 @@ impl NginxAnnotations {
             ssl_redirect: self.ssl_redirect(tls),
             affinity: self.affinity(paths),
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
+            rewrite: self.rewrite(problems),
+            timeouts: self.timeouts(),
+            canary: None,
+            www_redirect: None,
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -252,7 +321,9 @@ impl NginxAnnotations {
             || policy.app_root.is_some()
             || policy.ssl_redirect.is_some()
             || policy.affinity.is_some()
-            || policy.forwarded_prefix.is_some();
+            || policy.forwarded_prefix.is_some()
+            || policy.rewrite.is_some()
+            || policy.timeouts.is_some();
         any.then_some(policy)
     }
 
@@ -371,6 +442,66 @@ impl NginxAnnotations {
             .map(|url| to(url, self.count("temporal-redirect-code"), 302))
     }
 
+    /// Whether the Ingress is a canary (`canary: "true"`): its rules are
+    /// added to the routes of another Ingress, not routed themselves.
+    pub fn is_canary(&self) -> bool {
+        self.flag("canary") == Some(true)
+    }
+
+    /// A canary Ingress's rules; a pattern that does not compile is a
+    /// problem, and keeps requests with the header on the route's backend.
+    pub fn canary_rules(&self, problems: &mut Vec<String>) -> CanaryRules {
+        let first = |name| self.list(name).and_then(|l| l.first().cloned());
+        let value = self.text("canary-by-header-value").map(str::to_string);
+        let mut pattern_refused = false;
+        let pattern = match (&value, self.text("canary-by-header-pattern")) {
+            (None, Some(p)) => match teapot_api::regex::compile_contains(p) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    problems.push(format!("{NGINX_PREFIX}canary-by-header-pattern: {e}"));
+                    pattern_refused = true;
+                    None
+                }
+            },
+            _ => None,
+        };
+        CanaryRules {
+            header: first("canary-by-header").map(|h| h.to_ascii_lowercase()),
+            value,
+            pattern,
+            pattern_refused,
+            cookie: first("canary-by-cookie"),
+            weight: self.count("canary-weight").unwrap_or(0),
+            total: self.count("canary-weight-total").unwrap_or(100).max(100),
+        }
+    }
+
+    fn timeouts(&self) -> Option<UpstreamTimeouts> {
+        let seconds = |name| self.count(name).map(|s| Duration::from_secs(u64::from(s)));
+        let timeouts = UpstreamTimeouts {
+            connect: seconds("proxy-connect-timeout"),
+            read: seconds("proxy-read-timeout"),
+            send: seconds("proxy-send-timeout"),
+        };
+        (timeouts != UpstreamTimeouts::default()).then_some(timeouts)
+    }
+
+    fn rewrite(&self, problems: &mut Vec<String>) -> Option<Rewrite> {
+        let target = self.path("rewrite-target", problems)?;
+        // The engines append the client's query to the path they forward:
+        // a query of the target's own would be a second one.
+        if target.contains('?') {
+            problems.push(format!(
+                "{NGINX_PREFIX}rewrite-target: {target:?} carries a query; teapot keeps the request's query and rewrites only the path"
+            ));
+            return None;
+        }
+        Some(Rewrite {
+            target,
+            regex: None,
+        })
+    }
+
     fn app_root(&self, problems: &mut Vec<String>) -> Option<Arc<str>> {
         self.path("app-root", problems)
     }
@@ -460,6 +591,37 @@ mod tests {
                 location: Arc::from("https://a.example/")
             })
         );
+    }
+
+    #[test]
+    fn proxy_timeouts_in_seconds() {
+        let (policy, problems) = read(&[
+            ("proxy-connect-timeout", "2"),
+            ("proxy-read-timeout", "120"),
+        ]);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            policy.unwrap().timeouts,
+            Some(UpstreamTimeouts {
+                connect: Some(Duration::from_secs(2)),
+                read: Some(Duration::from_secs(120)),
+                send: None,
+            })
+        );
+        // Out of range or not plain seconds: reported, not applied.
+        for (name, bad) in [
+            ("proxy-connect-timeout", "76"),
+            ("proxy-read-timeout", "0"),
+            ("proxy-send-timeout", "60s"),
+            ("proxy-read-timeout", "86401"),
+        ] {
+            let (policy, problems) = read(&[(name, bad)]);
+            assert!(policy.is_none(), "{name}: {bad}");
+            assert!(
+                problems.len() == 1 && problems[0].contains(name),
+                "{name}: {problems:?}"
+            );
+        }
     }
 
     #[test]

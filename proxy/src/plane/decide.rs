@@ -268,7 +268,7 @@ fn route(
     }
     match snapshot.routes.lookup(head.authority, head.path) {
         None => Decision::Answer(NO_ROUTE, None),
-        Some(route) => forward(edge, route, head, None),
+        Some(route) => forward(edge, route, head, facts, None),
     }
 }
 
@@ -276,9 +276,16 @@ fn forward(
     edge: &EdgeConfig,
     route: &Route,
     head: &Head<'_>,
+    facts: &RequestFacts<'_>,
     gateway: Option<GatewayForward>,
 ) -> Decision {
     if route.is_empty() {
+        // A `from-to-www-redirect` twin has no endpoints: it is looked for
+        // only here, off the path of a route that forwards.
+        if let Some(to) = route.traffic().and_then(|t| t.www_redirect.as_deref()) {
+            let location = www_location(to, head, facts);
+            return Decision::Answer(Answer::redirect(308, location), Some(route.clone()));
+        }
         return Decision::Answer(NO_ENDPOINT, Some(route.clone()));
     }
     match limits(edge, route, head.declared_length) {
@@ -342,6 +349,7 @@ fn gateway(
                         edge,
                         route,
                         head,
+                        facts,
                         Some(GatewayForward {
                             filters: candidate.filters.clone(),
                             backend_filters: backend_filters.cloned(),
@@ -354,6 +362,37 @@ fn gateway(
             None => Decision::Answer(UNRESOLVED_BACKEND, None),
         },
     })
+}
+
+/// Where `from-to-www-redirect` sends a request for the twin host: the
+/// same scheme, port (when the client named one) and target on `to`, one
+/// trailing `/` dropped as ingress-nginx's redirect does (`/` goes to
+/// `http://to`).
+fn www_location(to: &str, head: &Head<'_>, facts: &RequestFacts<'_>) -> String {
+    let scheme = if facts.tls == Some(true) {
+        "https"
+    } else {
+        "http"
+    };
+    let port = head
+        .authority
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let mut location = format!("{scheme}://{to}");
+    if let Some(port) = port {
+        location.push(':');
+        location.push_str(port);
+    }
+    location.push_str(head.path);
+    if let Some(query) = facts.query.filter(|q| !q.is_empty()) {
+        location.push('?');
+        location.push_str(query);
+    }
+    if location.ends_with('/') {
+        location.pop();
+    }
+    location
 }
 
 /// A RequestRedirect's answer; `prefix` is the PathPrefix the rule
@@ -437,6 +476,25 @@ addressType: IPv4
 endpoints: [{addresses: [127.0.0.1]}]
 ports: [{name: \"\", port: 8080}]
 ";
+
+    /// An Ingress in `ops` for `host` (all paths) to `service:80`, with
+    /// `annotations` (flow-style YAML entries).
+    pub(crate) fn ops_ingress(name: &str, host: &str, annotations: &str, service: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: ops
+  annotations: {{{annotations}}}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: {host}
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: {service}, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
 
     fn head<'a>(authority: &'a str, path: &'a str) -> Head<'a> {
         Head {
@@ -1167,5 +1225,99 @@ mod gateway_tests {
             f.tenant.is_some(),
             "the tenant gate applies to its Gateway routes"
         );
+    }
+
+    /// `from-to-www-redirect`: the twin answers 308 to the rule's host on
+    /// the client's scheme and port, target kept (one trailing `/`
+    /// dropped); a twin some rule serves keeps its rules.
+    #[test]
+    fn from_to_www_redirect_answers_the_twin_host() {
+        let www = |name: &str, host: &str| {
+            super::tests::ops_ingress(
+                name,
+                host,
+                "nginx.ingress.kubernetes.io/from-to-www-redirect: 'true'",
+                "web",
+            )
+        };
+        let held = www("held-www", "www.held.example").replace("'true'", "'false'");
+        let s = compile_test_docs(
+            &[
+                super::tests::DOCS.to_string(),
+                www("shop", "shop.example"),
+                www("blog", "www.blog.example"),
+                www("held", "held.example"),
+                held,
+            ],
+            &CompileOptions::default(),
+        );
+        let query = RequestFacts {
+            query: Some("x=1"),
+            ..PLAIN
+        };
+        let tls = RequestFacts {
+            tls: Some(true),
+            ..PLAIN
+        };
+        assert_eq!(
+            go(&s, "www.shop.example", "/foo", &query),
+            "308 http://shop.example/foo?x=1"
+        );
+        assert_eq!(
+            go(&s, "WWW.Shop.Example:8080", "/", &tls),
+            "308 https://shop.example:8080"
+        );
+        assert_eq!(
+            go(&s, "blog.example", "/a/", &PLAIN),
+            "308 http://www.blog.example/a"
+        );
+        assert_eq!(go(&s, "shop.example", "/foo", &PLAIN), "ops/web:80");
+        assert_eq!(go(&s, "www.held.example", "/", &PLAIN), "ops/web:80");
+        assert_eq!(go(&s, "www.www.blog.example", "/", &PLAIN), "404");
+    }
+
+    /// A tenant's twin is answered only when the tenant may serve that name
+    /// itself: its subtree's names, its allowed domains; not a custom name
+    /// its Ingress does not name.
+    #[test]
+    fn a_tenants_www_twin_stays_within_its_hosts() {
+        let docs = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], allowedDomains: [www.shop.com]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: tenant-acme}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: web
+  namespace: tenant-acme
+  annotations: {nginx.ingress.kubernetes.io/from-to-www-redirect: 'true'}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: shop.acme.lb.example.net
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+  - host: www.shop.com
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+";
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(
+            &[super::tests::DOCS.to_string(), docs.to_string()],
+            &options,
+        );
+        assert_eq!(
+            go(&s, "www.shop.acme.lb.example.net", "/", &PLAIN),
+            "308 http://shop.acme.lb.example.net"
+        );
+        assert_eq!(go(&s, "www.shop.com", "/", &PLAIN), "503");
+        assert!(!s.routes.has_exact_host("shop.com"));
     }
 }

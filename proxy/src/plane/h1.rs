@@ -169,6 +169,20 @@ impl teapot_h1::Router for Router {
         fwd.tag = Some(ids.tag);
         let edits = (&mut fwd.request_edits, &mut fwd.response_edits);
         policy::engines::h1_edits(edits.0, edits.1, forward.policy.as_deref());
+        if forward
+            .policy
+            .as_ref()
+            .is_some_and(|p| p.timeouts.is_some())
+        {
+            // The engine's one upstream wait covers both directions: the
+            // route's read timeout (docs/migrate-from-ingress-nginx.md).
+            let o = &self.options;
+            let operator = (o.connect_timeout, o.read_timeout, o.write_timeout);
+            let (connect, read, _) =
+                policy::engines::upstream_timeouts(forward.policy.as_deref(), operator);
+            fwd.timeouts.connect = Some(connect);
+            fwd.timeouts.read = Some(read);
+        }
         // The path the route matched goes upstream, the query as
         // sent; Gateway filters rewrite that path.
         let path = forward.path.as_deref().unwrap_or(path);

@@ -103,23 +103,29 @@ pub(super) async fn forward(
         .ok_or(Failure::Upstream("no upstream chosen"))?;
     let head_request = parts.method == Method::HEAD;
     let may_retry = idempotent(&parts.method) && !has_body;
-    let timeouts = Timeouts {
-        read: router.read_timeout(st.gateway.as_ref()),
-        write: router.options.write_timeout,
-    };
+    let o = &router.options;
+    let (connect_timeout, read, write) = crate::plane::policy::engines::upstream_timeouts(
+        st.policy.as_deref(),
+        (
+            o.connect_timeout,
+            router.read_timeout(st.gateway.as_ref()),
+            o.write_timeout,
+        ),
+    );
+    let timeouts = Timeouts { read, write };
     let idle = router.options.pool_idle_timeout;
     let mut retry_on: Option<Arc<Endpoint>> = None;
     loop {
         let fresh = retry_on.is_some();
         let (mut stream, reused, endpoint) = match retry_on.take() {
-            Some(endpoint) => match connect_to(router, &endpoint).await {
+            Some(endpoint) => match connect_to(&endpoint, connect_timeout).await {
                 Ok(s) => (s, false, endpoint),
                 Err(e) => {
                     connect_failed(router, st, &upstream, &endpoint, &e);
                     return Err(e);
                 }
             },
-            None => connect(router, st, &upstream, idle).await?,
+            None => connect(router, st, &upstream, idle, connect_timeout).await?,
         };
         let exchange = Exchange {
             head: &head,
@@ -150,6 +156,7 @@ async fn connect(
     st: &mut StreamCtx<'_>,
     upstream: &Arc<Upstream>,
     idle: Duration,
+    connect_timeout: Duration,
 ) -> Result<(TcpStream, bool, Arc<Endpoint>), Failure> {
     loop {
         let endpoint = next_endpoint(st, upstream)?;
@@ -157,7 +164,7 @@ async fn connect(
             endpoint.mark_healthy();
             return Ok((stream, true, endpoint));
         }
-        match connect_to(router, &endpoint).await {
+        match connect_to(&endpoint, connect_timeout).await {
             Ok(stream) => return Ok((stream, false, endpoint)),
             Err(e) if another_endpoint(router, st, upstream, &endpoint, &e) => continue,
             Err(e) => return Err(e),
@@ -211,9 +218,12 @@ fn connect_failed(
 }
 
 /// A new connection to `endpoint`, within the connect timeout.
-pub(super) async fn connect_to(router: &Router, endpoint: &Endpoint) -> Result<TcpStream, Failure> {
+pub(super) async fn connect_to(
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<TcpStream, Failure> {
     let addr: SocketAddr = endpoint.addr;
-    match tokio::time::timeout(router.options.connect_timeout, TcpStream::connect(addr)).await {
+    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
             endpoint.mark_healthy();

@@ -300,7 +300,7 @@ async fn connect(
 async fn handshake(router: &Router, endpoint: &Endpoint) -> Result<SendRequest<Bytes>, Failure> {
     // Registered in the thread's map here, so the driver below can take
     // its own entry (and only its own) out when the connection ends.
-    let tcp = connect_to(router, endpoint).await?;
+    let tcp = connect_to(endpoint, router.options.connect_timeout).await?;
     let timeout: Duration = router.options.connect_timeout;
     let (sender, connection) =
         match tokio::time::timeout(timeout, client_options().handshake::<_, Bytes>(tcp)).await {

@@ -119,9 +119,20 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
         client: conn.client.map(|a| a.ip()),
         origin: req.headers.first("origin"),
         cookie: req.headers.first("cookie"),
+        canary_header: traffic
+            .canary
+            .as_ref()
+            .and_then(|c| c.rules.header.as_deref())
+            .and_then(|name| req.headers.first(name)),
     };
     match policy::apply(traffic, &forward.upstream, &seen) {
-        Ok(applied) => {
+        Ok(mut applied) => {
+            if let Some(path) = applied.as_mut().and_then(|a| a.path.take()) {
+                forward.path = Some(path);
+            }
+            if let Some(upstream) = applied.as_mut().and_then(|a| a.upstream.take()) {
+                forward.upstream = upstream;
+            }
             forward.policy = applied;
             Routed::Forward(forward)
         }
@@ -283,6 +294,137 @@ mod tests {
         // The decision's own answer: no route for the host.
         let unknown = answer(route(&router, &h1("unknown.example", "/", &none), &plain).await);
         assert_eq!(unknown, NO_ROUTE);
+    }
+
+    /// The condition `type_` of the Ingress `name`'s report.
+    fn ingress_condition(
+        snapshot: &crate::compile::snapshot::Snapshot,
+        name: &str,
+        type_: &str,
+    ) -> crate::compile::snapshot::Condition {
+        let report = snapshot.report.ingresses.iter().find(|r| r.name == name);
+        let mut conditions = report.map(|r| r.conditions.iter()).into_iter().flatten();
+        conditions
+            .rfind(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("{name} has no {type_}"))
+            .clone()
+    }
+
+    /// `rewrite-target` with capture groups: the path the backend gets,
+    /// the query as sent; a rule without a match or another Ingress's
+    /// rule is not rewritten.
+    #[tokio::test]
+    async fn rewrite_target_takes_the_capture_groups() {
+        let ingress = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: rewrite
+  namespace: ops
+  annotations:
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: r.example
+    http:
+      paths:
+      - {path: /something(/|$)(.*), pathType: ImplementationSpecific, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /(unclosed, pathType: ImplementationSpecific, backend: {service: {name: web, port: {number: 80}}}}
+";
+        let snapshot = compile_test_docs(
+            &[DOCS.to_string(), ingress.to_string()],
+            &CompileOptions::default(),
+        );
+        let problems = ingress_condition(&snapshot, "rewrite", "AnnotationsAccepted");
+        assert!(
+            problems.message.contains("(unclosed"),
+            "{}",
+            problems.message
+        );
+        let router = Router::new(
+            Arc::new(ArcSwap::from_pointee(snapshot)),
+            Metrics::new().unwrap(),
+            UpstreamOptions::default(),
+        );
+        let none: &[(&str, &str)] = &[];
+        let conn = conn(false, None);
+        let forwarded = async |host: &str, path: &str| {
+            let mut req = h1(host, path, &none);
+            req.query = "a=1";
+            match route(&router, &req, &conn).await {
+                Routed::Forward(f) => f.path,
+                other => panic!("{path}: {other:?}"),
+            }
+        };
+        for (path, want) in [
+            ("/something", "/"),
+            ("/something/", "/"),
+            ("/Something/new/x", "/new/x"),
+        ] {
+            assert_eq!(forwarded("r.example", path).await.as_deref(), Some(want));
+        }
+        assert!(matches!(
+            route(&router, &h1("r.example", "/elsewhere", &none), &conn).await,
+            Routed::Answer(..)
+        ));
+        // The other Ingress's routes are not rewritten.
+        assert_eq!(forwarded("a.example", "/something/new").await, None);
+    }
+
+    /// A canary Ingress's backend on the main Ingress's route: the header,
+    /// then the cookie, then the weight; a canary for a rule no Ingress of
+    /// its tenant has is reported, not served.
+    #[tokio::test]
+    async fn canary_rules_choose_the_canary_backend() {
+        let canary = |name: &str, host: &str, annotations: &str| {
+            let annotations = format!("nginx.ingress.kubernetes.io/canary: 'true', {annotations}");
+            crate::plane::decide::tests::ops_ingress(name, host, &annotations, "empty")
+        };
+        let snapshot = compile_test_docs(
+            &[
+                DOCS.to_string(),
+                canary(
+                    "canary",
+                    "a.example",
+                    "nginx.ingress.kubernetes.io/canary-by-header: X-Canary, nginx.ingress.kubernetes.io/canary-by-cookie: canary",
+                ),
+                canary(
+                    "lost",
+                    "b.example",
+                    "nginx.ingress.kubernetes.io/canary-weight: '100'",
+                ),
+            ],
+            &CompileOptions::default(),
+        );
+        let served = ingress_condition(&snapshot, "lost", "CanaryServed");
+        assert_eq!(served.status, "False");
+        assert!(served.message.contains("b.example"), "{}", served.message);
+        let router = Router::new(
+            Arc::new(ArcSwap::from_pointee(snapshot)),
+            Metrics::new().unwrap(),
+            UpstreamOptions::default(),
+        );
+        let conn = conn(false, None);
+        let upstream = async |fields: &[(&str, &str)]| match route(
+            &router,
+            &h1("a.example", "/x", &fields),
+            &conn,
+        )
+        .await
+        {
+            Routed::Forward(f) => f.upstream.name.clone(),
+            other => panic!("{fields:?}: {other:?}"),
+        };
+        assert_eq!(upstream(&[]).await, "ops/web:80");
+        assert_eq!(upstream(&[("x-canary", "always")]).await, "ops/empty:80");
+        assert_eq!(
+            upstream(&[("x-canary", "never"), ("cookie", "canary=always")]).await,
+            "ops/web:80"
+        );
+        assert_eq!(
+            upstream(&[("x-canary", "other"), ("cookie", "canary=always")]).await,
+            "ops/empty:80"
+        );
     }
 
     /// The same request over HTTP/1 (a `Host` field, HTTP/1's header

@@ -34,7 +34,7 @@ pub fn cookie_value(addr: SocketAddr) -> String {
 }
 
 /// The value of cookie `name` in the request's `Cookie` field.
-fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
+pub(super) fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
     field?.split(|&b| b == b';').find_map(|pair| {
         let pair = pair.trim_ascii();
         let eq = pair.iter().position(|&b| b == b'=')?;

@@ -2,6 +2,7 @@
 //! HTTP/1 engine's answer and edits, an HTTP/2 header map.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -42,6 +43,26 @@ pub fn h2_fields(answer: &PolicyAnswer) -> Vec<(HeaderName, &[u8])> {
         .collect()
 }
 
+/// The upstream timeouts of a forwarded request: the route's
+/// `proxy-connect-timeout`, `proxy-read-timeout` and `proxy-send-timeout`,
+/// each bounded by the operator's (`operator`: connect, read, write), which
+/// applies where the route sets none.
+pub fn upstream_timeouts(
+    applied: Option<&Applied>,
+    operator: (Duration, Duration, Duration),
+) -> (Duration, Duration, Duration) {
+    let Some(route) = applied.and_then(|a| a.timeouts) else {
+        return operator;
+    };
+    let (connect, read, write) = operator;
+    let under = |own: Option<Duration>, max: Duration| own.map_or(max, |t| t.min(max));
+    (
+        under(route.connect, connect),
+        under(route.read, read),
+        under(route.send, write),
+    )
+}
+
 /// The request and response edits of a forwarded HTTP/1 request.
 pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: Option<&Applied>) {
     let Some(applied) = applied else {
@@ -76,5 +97,44 @@ pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
         if let Ok(value) = HeaderValue::from_str(value) {
             headers.insert(HeaderName::from_static(name), value);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::traffic::UpstreamTimeouts;
+
+    #[test]
+    fn route_timeouts_apply_under_the_operators() {
+        let secs = Duration::from_secs;
+        let operator = (secs(3), secs(60), secs(60));
+        assert_eq!(upstream_timeouts(None, operator), operator);
+        let applied = Applied {
+            timeouts: Some(UpstreamTimeouts {
+                connect: Some(secs(1)),
+                read: Some(secs(3600)),
+                send: None,
+            }),
+            ..Applied::default()
+        };
+        // Lower than the operator's: the route's; higher: the operator's;
+        // unset: the operator's.
+        assert_eq!(
+            upstream_timeouts(Some(&applied), operator),
+            (secs(1), secs(60), secs(60))
+        );
+        let applied = Applied {
+            timeouts: Some(UpstreamTimeouts {
+                connect: None,
+                read: Some(secs(5)),
+                send: Some(secs(7)),
+            }),
+            ..Applied::default()
+        };
+        assert_eq!(
+            upstream_timeouts(Some(&applied), operator),
+            (secs(3), secs(5), secs(7))
+        );
     }
 }

@@ -11,9 +11,13 @@
 //! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
 //!    other request from one is forwarded and its response gets the CORS
 //!    fields;
-//! 5. [`affinity`]: the endpoint the client's cookie names is tried first
+//! 5. [`canary`]: the canary's backend instead of the route's, by the
+//!    header, cookie and weight rules; else [`affinity`]: the endpoint
+//!    the client's cookie names is tried first
 //!    (and the cookie set when it names none that serves);
-//! 6. `x-forwarded-prefix` on the request to the backend.
+//! 6. `x-forwarded-prefix` on the request to the backend;
+//! 7. `rewrite-target`: the path the backend gets, from the captures of
+//!    the rule's regex path.
 //!
 //! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
 //! before its allow-lists and limits; teapot checks who the client is and
@@ -25,6 +29,7 @@
 
 pub mod access;
 pub mod affinity;
+pub mod canary;
 pub mod cors;
 pub mod engines;
 pub mod rate;
@@ -46,7 +51,7 @@ pub struct PolicyAnswer {
 }
 
 /// What a forwarded request carries from its route's policy.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Applied {
     /// Set on the backend's response (replacing the backend's own).
     pub response_headers: Vec<(&'static str, String)>,
@@ -54,6 +59,24 @@ pub struct Applied {
     pub endpoint: Option<usize>,
     /// Set on the request to the backend (replacing the client's).
     pub request_headers: Vec<(&'static str, std::sync::Arc<str>)>,
+    /// `rewrite-target`: the path the backend gets (the query as sent).
+    pub path: Option<String>,
+    /// The canary's backend, when the canary rules chose it.
+    pub upstream: Option<std::sync::Arc<Upstream>>,
+    /// `proxy-*-timeout` ([`engines::upstream_timeouts`]).
+    pub timeouts: Option<crate::compile::traffic::UpstreamTimeouts>,
+}
+
+impl Applied {
+    /// Whether the forward is as without a policy (then nothing is boxed).
+    fn is_empty(&self) -> bool {
+        self.response_headers.is_empty()
+            && self.endpoint.is_none()
+            && self.request_headers.is_empty()
+            && self.path.is_none()
+            && self.upstream.is_none()
+            && self.timeouts.is_none()
+    }
 }
 
 /// What the policy reads of a request.
@@ -70,6 +93,8 @@ pub struct Seen<'r> {
     /// The request's first `Origin` and `Cookie` fields.
     pub origin: Option<&'r [u8]>,
     pub cookie: Option<&'r [u8]>,
+    /// The request's first field named by the route's `canary-by-header`.
+    pub canary_header: Option<&'r [u8]>,
 }
 
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
@@ -139,7 +164,14 @@ pub fn apply(
         }
         applied.response_headers = fields;
     }
-    if let Some(affinity) = &policy.affinity
+    if let Some(canary) = &policy.canary
+        && canary::chooses(&canary.rules, seen.canary_header, seen.cookie)
+    {
+        applied.upstream = Some(canary.upstream.clone());
+    }
+    // The affinity cookie names an endpoint of the route's own backend.
+    if applied.upstream.is_none()
+        && let Some(affinity) = &policy.affinity
         && let Some(sticky) = affinity.choose(upstream, seen.cookie, seen.tls)
     {
         applied.endpoint = Some(sticky.endpoint);
@@ -152,7 +184,13 @@ pub fn apply(
             .request_headers
             .push(("x-forwarded-prefix", prefix.clone()));
     }
-    Ok((applied != Applied::default()).then(|| Box::new(applied)))
+    applied.timeouts = policy.timeouts;
+    if let Some(rewrite) = &policy.rewrite
+        && let Some(regex) = &rewrite.regex
+    {
+        applied.path = regex.rewrite(seen.path, &rewrite.target);
+    }
+    Ok((!applied.is_empty()).then(|| Box::new(applied)))
 }
 
 /// Where a plain-HTTP request goes on HTTPS, when `ssl` covers its host.
@@ -228,6 +266,7 @@ mod tests {
             client,
             origin: origin.map(str::as_bytes),
             cookie: None,
+            canary_header: None,
         };
         super::apply(
             p,

@@ -1,0 +1,714 @@
+# Ported from kubernetes/ingress-nginx test/e2e/annotations/canary.go as data:
+# each ginkgo case is a scenario with the same Ingresses (the mainline to
+# the "httpbun" service, the canary to "echo-canary"), requests and
+# expectations; where a case repeats a request 50 times, it is sent once.
+# Not ported (docs/migrate-from-ingress-nginx.md): the cases that modify an
+# Ingress in place, the split-weight cases (statistical), the catch-all and
+# server-name cases (nginx.conf), the multiple-paths crash case and the
+# affinity behaviour cases.
+@ingress-nginx
+Feature: ingress-nginx canary annotations
+
+  Scenario: should response with a 200 status from the mainline upstream when requests are made to the mainline ingress
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: should return 404 status for requests to the canary if no matching ingress is found
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "always"
+    Then the response status-code must be 404
+
+  Scenario: should route requests to the correct upstream if mainline ingress is created before the canary ingress
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "never"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "always"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+
+  Scenario: should route requests to the correct upstream if mainline ingress is created after the canary ingress
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "never"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "always"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+
+  Scenario: when canaried by header with no value should route requests to the correct upstream
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "always"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "never"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "badheadervalue"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: when canaried by header with value should route requests to the correct upstream
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+        nginx.ingress.kubernetes.io/canary-by-header-value: "DoCanary"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "DoCanary"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "always"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "never"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "otherheadervalue"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: when canaried by header with value and pattern should route requests to the correct upstream (pattern)
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+        nginx.ingress.kubernetes.io/canary-by-header-pattern: "^Do[A-Z][a-z]+y$"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "DoCanary"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "Docanary"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: when canaried by header with value and pattern should route requests to the correct upstream (value and pattern)
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+        nginx.ingress.kubernetes.io/canary-by-header-value: "DoCanary"
+        nginx.ingress.kubernetes.io/canary-by-header-pattern: "^Do[A-Z][a-z]+y$"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "DoCananry"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: should routes to mainline upstream when the given Regex causes error
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+        nginx.ingress.kubernetes.io/canary-by-header-pattern: "[][**da?$&*"
+        nginx.ingress.kubernetes.io/canary-by-cookie: "CanaryByCookie"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "DoCanary" and the header "Cookie" set to "CanaryByCookie=always"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: when canaried by header with value and cookie should route requests to the correct upstream
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "CanaryByHeader"
+        nginx.ingress.kubernetes.io/canary-by-header-value: "DoCanary"
+        nginx.ingress.kubernetes.io/canary-by-cookie: "CanaryByCookie"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "CanaryByHeader" set to "otherheadervalue" and the header "Cookie" set to "CanaryByCookie=always"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+
+  Scenario: when canaried by cookie respects always and never values
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-cookie: "Canary-By-Cookie"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "Cookie" set to "Canary-By-Cookie=always"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the header "Cookie" set to "Canary-By-Cookie=never"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+    When I send a "GET" request to "http://foo/info" with the header "Cookie" set to "Canary-By-Cookie=badcookievalue"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: should route requests only to mainline if canary weight is 0
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-weight: "0"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info"
+    Then the response status-code must be 200
+    And the response must be served by the "httpbun" service
+
+  Scenario: should route requests only to canary if canary weight is 100
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-weight: "100"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+
+  Scenario: should route requests only to canary if canary weight is equal to canary weight total
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-weight: "1000"
+        nginx.ingress.kubernetes.io/canary-weight-total: "1000"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
