@@ -249,6 +249,10 @@ impl<R: Router, O: Observer> Engine<R, O> {
 /// read size.
 const IDLE_READ: usize = 2048;
 
+/// The first read into a buffer that holds no memory (an upstream
+/// answer, a request after the client's first read): one page.
+const FIRST_READ: usize = 4096;
+
 /// Room for an upstream request head or a response head: most fit, a
 /// larger one grows its buffer.
 const HEAD_CAPACITY: usize = 1024;
@@ -317,7 +321,15 @@ impl Buf {
                 self.data.drain(..self.start);
                 self.start = 0;
             }
-            self.data.reserve(chunk);
+            // A fresh buffer starts at a page: most heads and small
+            // answers fit, and a burst of connections then holds a page
+            // each rather than a full chunk; a larger one grows it.
+            let want = if self.data.capacity() == 0 {
+                chunk.min(FIRST_READ)
+            } else {
+                chunk
+            };
+            self.data.reserve(want);
         }
         r.read_buf(&mut self.data).await
     }
