@@ -680,7 +680,9 @@ where
             Err(wait) => return Step::End(self.head_wait_end(&wait, first, &mut stats)),
         };
         stats.bytes_in += head_len as u64;
-        let next = self.request(head_len, &mut stats).await;
+        // Boxed apart: moved into its box once, where inline it would be
+        // moved with the exchange (twice, 5 KiB each time, per request).
+        let next = Box::pin(self.request(head_len, &mut stats)).await;
         self.up_out.clear();
         self.upbuf.clear();
         match next {
