@@ -262,7 +262,9 @@ struct Line<'c> {
 }
 
 impl<'c> Line<'c> {
-    fn new(ctx: &'c Context, service: &str, peer: SocketAddr) -> Option<Self> {
+    /// Boxed: the entry is most of the line, and inline it would sit in
+    /// every connection's task even with the log off.
+    fn new(ctx: &'c Context, service: &str, peer: SocketAddr) -> Option<Box<Self>> {
         let log = &ctx.metrics.access_log;
         if !log.is_on() {
             return None;
@@ -273,11 +275,11 @@ impl<'c> Line<'c> {
         // Every way out of `connection` sets the reason; only a task the
         // exiting runtime drops mid-relay keeps this one.
         entry.reason = Some("shutdown");
-        Some(Line {
+        Some(Box::new(Line {
             log,
             start: Instant::now(),
             entry,
-        })
+        }))
     }
 }
 
@@ -395,9 +397,8 @@ async fn relay(
     tokio::pin!(idle_timer);
     let mut drain_at: Option<Instant> = None;
     let mut kill = ctx.kill.clone();
-    // A far deadline stands in for "no drain" (select! builds every
-    // branch's future even when its condition is false).
-    let never = start + Duration::from_secs(100 * 365 * 24 * 3600);
+    // One timer for the idle check and the drain deadline: a second one
+    // would sit in every connection's task, drained or not.
     loop {
         tokio::select! {
             r = &mut both => return match r {
@@ -405,11 +406,16 @@ async fn relay(
                 Err(e) => End::Error(e),
             },
             () = &mut idle_timer => {
+                let now = Instant::now();
+                if drain_at.is_some_and(|at| now >= at) {
+                    return End::Drained;
+                }
                 let quiet = Duration::from_millis(elapsed_ms(start) - last.load(Ordering::Relaxed));
                 if quiet >= idle {
                     return End::Idle;
                 }
-                idle_timer.as_mut().reset(Instant::now() + (idle - quiet));
+                let next = now + (idle - quiet);
+                idle_timer.as_mut().reset(drain_at.map_or(next, |at| next.min(at)));
             }
             changed = routes.changed(), if drain_at.is_none() => {
                 // A closed listener, or an endpoint no longer in the
@@ -417,11 +423,12 @@ async fn relay(
                 let removed = changed.is_err()
                     || !routes.borrow().upstream.endpoints.iter().any(|e| e.addr == endpoint);
                 if removed {
-                    drain_at = Some(Instant::now() + ctx.config.drain_timeout);
+                    let at = Instant::now() + ctx.config.drain_timeout;
+                    drain_at = Some(at);
+                    if at < idle_timer.deadline() {
+                        idle_timer.as_mut().reset(at);
+                    }
                 }
-            }
-            () = tokio::time::sleep_until(drain_at.unwrap_or(never)), if drain_at.is_some() => {
-                return End::Drained;
             }
             _ = kill.changed() => return End::Killed,
         }
