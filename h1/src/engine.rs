@@ -249,10 +249,6 @@ impl<R: Router, O: Observer> Engine<R, O> {
 /// read size.
 const IDLE_READ: usize = 2048;
 
-/// The first read into a buffer that holds no memory (an upstream
-/// answer, a request after the client's first read): one page.
-const FIRST_READ: usize = 4096;
-
 /// Room for an upstream request head or a response head: most fit, a
 /// larger one grows its buffer.
 const HEAD_CAPACITY: usize = 1024;
@@ -321,15 +317,7 @@ impl Buf {
                 self.data.drain(..self.start);
                 self.start = 0;
             }
-            // A fresh buffer starts at a page: most heads and small
-            // answers fit, and a burst of connections then holds a page
-            // each rather than a full chunk; a larger one grows it.
-            let want = if self.data.capacity() == 0 {
-                chunk.min(FIRST_READ)
-            } else {
-                chunk
-            };
-            self.data.reserve(want);
+            self.data.reserve(chunk);
         }
         r.read_buf(&mut self.data).await
     }
@@ -853,7 +841,11 @@ where
                 // `Conn::idle_wait`, outside this exchange; one that cannot
                 // waits below in a small read, and a larger head grows it
                 // as usual.
-                match self.inbuf.try_read_from(&mut self.client, chunk).await {
+                // With the buffer as it is: growing it to a full read
+                // chunk for a look that mostly finds nothing was a
+                // reallocation per keep-alive request.
+                let look = chunk.min(IDLE_READ);
+                match self.inbuf.try_read_from(&mut self.client, look).await {
                     Some(Ok(0)) | Some(Err(_)) => return Err(HeadWait::Closed { partial }),
                     Some(Ok(_)) => continue,
                     None => {
