@@ -327,7 +327,7 @@ async fn forward(data: &[u8], heads: &[bool]) -> Vec<Vec<u8>> {
     let (_tx, shutdown) = tokio::sync::watch::channel(false);
     let serve = {
         let engine = engine.clone();
-        async move { engine.serve(server, &ConnInfo::default(), shutdown).await }
+        async move { engine.serve(server, ConnInfo::default(), shutdown).await }
     };
     let (answered, mut all_answered) = tokio::sync::watch::channel(false);
     let write = async move {
