@@ -461,6 +461,42 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Seconds the backend may take to accept request bytes; at most the operator's upstream timeout. On HTTP/1 the backend's wait in both directions is proxy-read-timeout.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/backend-protocol",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["HTTP", "HTTPS", "GRPC", "GRPCS", "H2C"]),
+        doc: "How teapot speaks to the backend: HTTP/1.1 (HTTP, the default), HTTP over TLS (HTTPS), gRPC over cleartext HTTP/2 (GRPC, H2C) or over TLS (GRPCS).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-ssl-secret",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "NAMESPACE/NAME of a Secret in your tenant's namespace: its ca.crt verifies the backend's certificate (with proxy-ssl-verify: on), its tls.crt and tls.key are the client certificate teapot presents.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-ssl-verify",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["on", "off"]),
+        doc: "Verify the backend's certificate against proxy-ssl-secret's ca.crt (on) or not (off, the default, as ingress-nginx).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-ssl-name",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "The name the backend's certificate is verified against (and sent as SNI with proxy-ssl-server-name: on); default: the Service's name.namespace.svc.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-ssl-server-name",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["on", "off"]),
+        doc: "Send proxy-ssl-name as SNI to an HTTPS or GRPCS backend (on) or no SNI (off, the default).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-ssl-verify-depth",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 1, max: 16 },
+        doc: "Longest certificate chain accepted from the backend (default 1, as ingress-nginx).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/canary",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,
