@@ -50,10 +50,10 @@ impl Live {
             let ns = ing.namespace().unwrap_or_default();
             live.ingresses
                 .insert(mirrored_ingress_name(&ns, &ing.name_any()));
-            for s in mirror::referenced_services(ing) {
+            for (ns, s) in mirror::referenced_services(ing) {
                 live.services.insert(mirrored_service_name(&ns, &s));
             }
-            for s in mirror::referenced_secrets(ing) {
+            for (ns, s) in mirror::referenced_secrets(ing) {
                 live.secrets.insert(mirror::mirrored_secret_name(&ns, &s));
             }
         }

@@ -47,25 +47,24 @@ pub async fn reconcile(ingress: Arc<Ingress>, ctx: Arc<Context>) -> Result<Actio
 }
 
 async fn apply(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
-    let namespace = ingress.namespace().unwrap_or_default();
     let lb_ns = &ctx.config.lb_namespace;
     let mut refusals = Vec::new();
     let mut problems = Vec::new();
     // Secrets and Services before the Ingress, so what it references exists.
-    let secrets: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &namespace);
-    for name in mirror::referenced_secrets(ingress) {
+    for (ns, name) in mirror::referenced_secrets(ingress) {
+        let secrets: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &ns);
         match secrets.get_opt(&name).await? {
-            None => problems.push(format!("Secret {namespace}/{name} (spec.tls) not found")),
+            None => problems.push(format!("Secret {ns}/{name} not found")),
             Some(secret) => match mirror::lb_secret(&secret, lb_ns) {
                 Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
                 Err(e) => problems.push(e.to_string()),
             },
         }
     }
-    let services: Api<Service> = Api::namespaced(ctx.tenant.clone(), &namespace);
-    for name in mirror::referenced_services(ingress) {
+    for (ns, name) in mirror::referenced_services(ingress) {
+        let services: Api<Service> = Api::namespaced(ctx.tenant.clone(), &ns);
         match services.get_opt(&name).await? {
-            None => problems.push(format!("Service {namespace}/{name} (backend) not found")),
+            None => problems.push(format!("Service {ns}/{name} not found")),
             Some(service) => {
                 refusals.extend(apply_lb(ctx, &mirror::lb_service(&service, lb_ns)).await?)
             }

@@ -33,6 +33,7 @@ pub mod gateway_mirror;
 pub mod gc;
 pub mod ingress;
 pub mod mirror;
+pub mod nginx_refs;
 pub mod report;
 pub mod service;
 
@@ -228,12 +229,13 @@ fn referencing(
     store: &Store<Ingress>,
     namespace: Option<String>,
     name: String,
-    refs: fn(&Ingress) -> std::collections::BTreeSet<String>,
+    refs: fn(&Ingress) -> std::collections::BTreeSet<nginx_refs::TenantRef>,
 ) -> Vec<ObjectRef<Ingress>> {
+    let named = (namespace.unwrap_or_default(), name);
     store
         .state()
         .iter()
-        .filter(|i| i.namespace() == namespace && refs(i).contains(&name))
+        .filter(|i| refs(i).contains(&named))
         .map(|i| ObjectRef::from_obj(i.as_ref()))
         .collect()
 }

@@ -17,6 +17,7 @@ use teapot_sync::{
 };
 
 use crate::Error;
+use crate::nginx_refs::{self, TenantRef};
 
 /// Whether teapot serves this Ingress: `spec.ingressClassName: teapot`.
 /// (Class-less Ingresses and the deprecated annotation are left to the
@@ -76,22 +77,36 @@ fn backends(ingress: &Ingress) -> impl Iterator<Item = &IngressBackend> {
         )
 }
 
-/// Tenant Services the Ingress routes to.
-pub fn referenced_services(ingress: &Ingress) -> BTreeSet<String> {
+/// Tenant Services the Ingress routes to, as `(namespace, name)`: its
+/// backends, and the Services its ingress-nginx annotations name (the auth
+/// service may live in another namespace of the tenant's cluster).
+pub fn referenced_services(ingress: &Ingress) -> BTreeSet<TenantRef> {
+    let namespace = ingress.namespace().unwrap_or_default();
     backends(ingress)
-        .filter_map(|b| b.service.as_ref().map(|s| s.name.clone()))
+        .filter_map(|b| {
+            b.service
+                .as_ref()
+                .map(|s| (namespace.clone(), s.name.clone()))
+        })
+        .chain(nginx_refs::annotation_services(
+            &namespace,
+            ingress.annotations(),
+        ))
         .collect()
 }
 
-/// Tenant Secrets its `spec.tls` names.
-pub fn referenced_secrets(ingress: &Ingress) -> BTreeSet<String> {
+/// Tenant Secrets its `spec.tls` names, and `proxy-ssl-secret`'s, as
+/// `(namespace, name)`.
+pub fn referenced_secrets(ingress: &Ingress) -> BTreeSet<TenantRef> {
+    let namespace = ingress.namespace().unwrap_or_default();
     ingress
         .spec
         .as_ref()
         .and_then(|s| s.tls.as_ref())
         .into_iter()
         .flatten()
-        .filter_map(|t| t.secret_name.clone())
+        .filter_map(|t| t.secret_name.clone().map(|n| (namespace.clone(), n)))
+        .chain(nginx_refs::annotation_secrets(ingress.annotations()))
         .collect()
 }
 
@@ -121,9 +136,10 @@ pub(crate) fn lb_meta(
 }
 
 /// The LB Ingress `<name>.<namespace>`: class `teapot`, backends and TLS
-/// Secrets renamed to their mirrors, only `teapot.dev/` annotations
-/// (everything else belongs to the tenant cluster; unknown `teapot.dev/`
-/// keys are copied so the webhook refuses them, never silently dropped).
+/// Secrets renamed to their mirrors, only `teapot.dev/` and
+/// `nginx.ingress.kubernetes.io/` annotations (everything else belongs to
+/// the tenant cluster; unknown keys under those prefixes are copied so the
+/// webhook refuses them, never silently dropped).
 pub fn lb_ingress(ingress: &Ingress, lb_namespace: &str) -> Result<Ingress, Error> {
     let namespace = ingress.namespace().ok_or_else(|| Error::Invalid {
         object: format!("Ingress {}", ingress.name_any()),
@@ -151,7 +167,12 @@ pub fn lb_ingress(ingress: &Ingress, lb_namespace: &str) -> Result<Ingress, Erro
             *secret = mirrored_secret_name(&namespace, secret);
         }
     }
-    let annotations = travelling_annotations(ingress.annotations());
+    let mut annotations = travelling_annotations(ingress.annotations());
+    annotations.extend(nginx_refs::travelling(
+        &namespace,
+        lb_namespace,
+        ingress.annotations(),
+    ));
     Ok(Ingress {
         metadata: lb_meta(
             mirrored_ingress_name(&namespace, &name),
@@ -219,7 +240,7 @@ pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
     }
 }
 
-/// The LB copy of a tenant TLS Secret: `tls.crt` and `tls.key` only.
+/// The LB copy of a tenant TLS Secret: `tls.crt`, `tls.key` and `ca.crt` only.
 pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
     let namespace = secret.namespace().unwrap_or_default();
     let name = secret.name_any();
@@ -245,6 +266,11 @@ pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
                 message: "is required".into(),
             })?;
         copied.insert(key.into(), value.clone());
+    }
+    // The CA that proxy-ssl-secret's backend verification reads; the
+    // webhook checks what it may hold.
+    if let Some(ca) = data.and_then(|d| d.get("ca.crt")) {
+        copied.insert("ca.crt".into(), ca.clone());
     }
     Ok(Secret {
         metadata: lb_meta(

@@ -143,7 +143,8 @@ async fn create_adds_the_finalizer_then_applies_service_and_ingress() {
         mirrored_service_name(NS, "web")
     );
     assert_eq!(copy["spec"]["ingressClassName"], "teapot");
-    // Only teapot.dev/ annotations travel, plus the source UID.
+    // Only teapot.dev/ (and ingress-nginx) annotations travel, plus the
+    // source UID.
     assert_eq!(
         copy["metadata"]["annotations"],
         json!({"teapot.dev/ssl-redirect": "true",
@@ -782,4 +783,64 @@ async fn gc_keeps_live_l4_copies_and_other_services_are_left_alone() {
         f.lb.get("v1", "Service", LB_NS, &mirrored_service_name(NS, "dns"))
             .is_some()
     );
+}
+
+#[tokio::test]
+async fn ingress_nginx_annotations_travel_with_the_objects_they_name() {
+    let f = Fixture::new().await;
+    f.tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "oauth2", "namespace": "auth"},
+        "spec": {"type": "ClusterIP", "selector": {"app": "oauth2"},
+                 "ports": [{"name": "http", "port": 4180, "protocol": "TCP"}]},
+    }));
+    f.tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "backend-ca", "namespace": NS},
+        "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5", "ca.crt": "Y2E="},
+    }));
+    let mut ing = ingress("/");
+    ing["metadata"]["annotations"] = json!({
+        "nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8",
+        "nginx.ingress.kubernetes.io/auth-url": "http://oauth2.auth.svc.cluster.local:4180/oauth2/auth",
+        "nginx.ingress.kubernetes.io/proxy-ssl-secret": "shop/backend-ca",
+        "nginx.ingress.kubernetes.io/proxy-buffer-size": "8k",
+        "kubernetes.io/ingress.class": "nginx",
+    });
+    f.tenant.apply(ing);
+    f.reconcile().await;
+    let (_, tenant, _) = f.reconcile().await;
+    assert!(
+        tenant.contains(&"GET /api/v1/namespaces/auth/services/oauth2".to_string())
+            && tenant.contains(&"GET /api/v1/namespaces/shop/secrets/backend-ca".to_string()),
+        "{tenant:?}"
+    );
+    let copy =
+        f.lb.get("networking.k8s.io/v1", "Ingress", LB_NS, "web.shop")
+            .unwrap();
+    let annotations = &copy["metadata"]["annotations"];
+    // Every ingress-nginx key travels, unserved ones too: the webhook
+    // serves or refuses each, the agent never drops one unseen.
+    assert_eq!(
+        annotations["nginx.ingress.kubernetes.io/whitelist-source-range"],
+        "10.0.0.0/8"
+    );
+    assert_eq!(
+        annotations["nginx.ingress.kubernetes.io/proxy-buffer-size"],
+        "8k"
+    );
+    assert!(annotations.get("kubernetes.io/ingress.class").is_none());
+    let auth = mirrored_service_name("auth", "oauth2");
+    assert_eq!(
+        annotations["nginx.ingress.kubernetes.io/auth-url"],
+        format!("http://{auth}.{LB_NS}.svc.cluster.local:4180/oauth2/auth")
+    );
+    let secret = teapot_controller::mirror::mirrored_secret_name(NS, "backend-ca");
+    assert_eq!(
+        annotations["nginx.ingress.kubernetes.io/proxy-ssl-secret"],
+        format!("{LB_NS}/{secret}")
+    );
+    assert!(f.lb.get("v1", "Service", LB_NS, &auth).is_some());
+    let copied = f.lb.get("v1", "Secret", LB_NS, &secret).unwrap();
+    assert_eq!(copied["data"]["ca.crt"], "Y2E=");
 }

@@ -1,0 +1,198 @@
+//! The ingress-nginx annotations of a tenant Ingress on their way to the LB
+//! copy (docs/migrate-from-ingress-nginx.md). Every
+//! `nginx.ingress.kubernetes.io/` key travels, so the webhook serves it or
+//! refuses it with its reason, never the agent dropping it unseen. The few
+//! that name other tenant objects (the auth service, the default backend,
+//! the backend's TLS Secret) are rewritten to the mirrors' names, and those
+//! objects are mirrored with the Ingress, as its backends and TLS Secrets
+//! are.
+
+use std::collections::BTreeMap;
+
+use teapot_api::annotations::NGINX_PREFIX;
+use teapot_api::hostname::mirrored_service_name;
+
+use crate::mirror::mirrored_secret_name;
+
+/// A tenant object an annotation names: `(namespace, name)` in the tenant
+/// cluster.
+pub type TenantRef = (String, String);
+
+const AUTH_URL: &str = "auth-url";
+const DEFAULT_BACKEND: &str = "default-backend";
+const PROXY_SSL_SECRET: &str = "proxy-ssl-secret";
+
+/// The Service an `auth-url` names, when its host is a cluster Service
+/// name: `SERVICE.NAMESPACE.svc` or `SERVICE.NAMESPACE.svc.cluster.local`
+/// (`SERVICE.NAMESPACE` alone could as well be a public domain). Returns it and the URL's parts
+/// around the host, so the host alone can be replaced.
+fn auth_service(url: &str) -> Option<(TenantRef, &str, &str)> {
+    let scheme_end = url.find("://")? + 3;
+    let rest = &url[scheme_end..];
+    let host_end = rest.find([':', '/', '?', '#']).unwrap_or(rest.len());
+    let host = &rest[..host_end];
+    let labels: Vec<&str> = host.split('.').collect();
+    let (service, namespace) = match labels.as_slice() {
+        [s, n, "svc"] | [s, n, "svc", "cluster", "local"] => (*s, *n),
+        _ => return None,
+    };
+    if service.is_empty() || namespace.is_empty() {
+        return None;
+    }
+    Some((
+        (namespace.to_string(), service.to_string()),
+        &url[..scheme_end],
+        &rest[host_end..],
+    ))
+}
+
+/// The tenant Services the Ingress's annotations name, besides its
+/// backends: the `auth-url` Service and the `default-backend` (a Service
+/// of the Ingress's namespace).
+pub fn annotation_services(
+    namespace: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Vec<TenantRef> {
+    let mut out = Vec::new();
+    if let Some((svc, _, _)) = nginx(annotations, AUTH_URL).and_then(auth_service) {
+        out.push(svc);
+    }
+    if let Some(name) = nginx(annotations, DEFAULT_BACKEND) {
+        out.push((namespace.to_string(), name.trim().to_string()));
+    }
+    out
+}
+
+/// The tenant Secret `proxy-ssl-secret` names (`NAMESPACE/NAME`).
+pub fn annotation_secrets(annotations: &BTreeMap<String, String>) -> Vec<TenantRef> {
+    nginx(annotations, PROXY_SSL_SECRET)
+        .and_then(|v| v.trim().split_once('/'))
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+        .map(|(ns, name)| (ns.to_string(), name.to_string()))
+        .into_iter()
+        .collect()
+}
+
+/// The ingress-nginx annotations for the LB copy of an Ingress of
+/// `namespace`, references renamed to their mirrors in `lb_namespace`.
+pub fn travelling(
+    namespace: &str,
+    lb_namespace: &str,
+    annotations: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    annotations
+        .iter()
+        .filter_map(|(key, value)| {
+            let name = key.strip_prefix(NGINX_PREFIX)?;
+            let value = match name {
+                AUTH_URL => match auth_service(value) {
+                    Some(((ns, svc), before, after)) => format!(
+                        "{before}{}.{lb_namespace}.svc.cluster.local{after}",
+                        mirrored_service_name(&ns, &svc)
+                    ),
+                    None => value.clone(),
+                },
+                DEFAULT_BACKEND => mirrored_service_name(namespace, value.trim()),
+                PROXY_SSL_SECRET => match annotation_secrets(annotations).first() {
+                    Some((ns, secret)) => {
+                        format!("{lb_namespace}/{}", mirrored_secret_name(ns, secret))
+                    }
+                    None => value.clone(),
+                },
+                _ => value.clone(),
+            };
+            Some((key.clone(), value))
+        })
+        .collect()
+}
+
+fn nginx<'a>(annotations: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
+    annotations
+        .get(&format!("{NGINX_PREFIX}{name}"))
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_nginx_key_travels_and_references_are_renamed() {
+        let a = map(&[
+            (
+                "auth-url",
+                "http://oauth2.auth.svc.cluster.local:4180/oauth2/auth?x=1",
+            ),
+            ("auth-signin", "https://login.example/start"),
+            ("default-backend", "errors"),
+            ("proxy-ssl-secret", "shop/backend-ca"),
+            ("proxy-buffer-size", "8k"),
+            ("whitelist-source-range", "10.0.0.0/8"),
+        ]);
+        let mut with_other = a.clone();
+        with_other.insert("kubernetes.io/ingress.class".into(), "nginx".into());
+        let out = travelling("shop", "tenant-acme", &with_other);
+        let get = |k: &str| out[&format!("{NGINX_PREFIX}{k}")].as_str();
+        assert_eq!(
+            get("auth-url"),
+            format!(
+                "http://{}.tenant-acme.svc.cluster.local:4180/oauth2/auth?x=1",
+                mirrored_service_name("auth", "oauth2")
+            )
+        );
+        assert_eq!(get("auth-signin"), "https://login.example/start");
+        assert_eq!(
+            get("default-backend"),
+            mirrored_service_name("shop", "errors")
+        );
+        assert_eq!(
+            get("proxy-ssl-secret"),
+            format!("tenant-acme/{}", mirrored_secret_name("shop", "backend-ca"))
+        );
+        // Unserved keys travel too, so the webhook names them.
+        assert_eq!(get("proxy-buffer-size"), "8k");
+        assert_eq!(get("whitelist-source-range"), "10.0.0.0/8");
+        assert_eq!(out.len(), 6, "only nginx keys: {out:?}");
+        assert_eq!(
+            annotation_services("shop", &a),
+            vec![
+                ("auth".to_string(), "oauth2".to_string()),
+                ("shop".to_string(), "errors".to_string())
+            ]
+        );
+        assert_eq!(
+            annotation_secrets(&a),
+            vec![("shop".to_string(), "backend-ca".to_string())]
+        );
+    }
+
+    #[test]
+    fn auth_urls_that_name_no_service_are_left_for_the_webhook() {
+        for url in [
+            "http://10.1.0.7:9000/auth",
+            "https://auth.example.com/check",
+            "http://auth/check",
+            "http://auth.example/check",
+            "not a url",
+        ] {
+            let a = map(&[("auth-url", url)]);
+            assert!(annotation_services("shop", &a).is_empty(), "{url}");
+            assert_eq!(
+                travelling("shop", "lb", &a)[&format!("{NGINX_PREFIX}auth-url")],
+                url
+            );
+        }
+        assert_eq!(
+            auth_service("http://a.b.svc/x").map(|(r, _, _)| r),
+            Some(("b".into(), "a".into()))
+        );
+        assert!(annotation_secrets(&map(&[("proxy-ssl-secret", "nons")])).is_empty());
+    }
+}
