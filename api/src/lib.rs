@@ -28,6 +28,7 @@ pub mod hostname;
 pub mod kind;
 pub mod lease;
 pub mod listener;
+pub mod migration;
 pub mod names;
 pub mod path;
 pub mod policy;

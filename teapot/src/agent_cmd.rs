@@ -65,7 +65,7 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     s.parse()
 }
 
-async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+pub(crate) async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)

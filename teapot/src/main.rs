@@ -5,7 +5,8 @@
 //!   backends, for a first look.
 //! - `teapot echo`: the echo backend alone (tests, benchmarks, demos).
 //! - `teapot webhook`: the LB cluster's admission webhook.
-//! - `teapot validate`: the webhook's rules over files, offline.
+//! - `teapot validate`: the webhook's rules over files, offline; with
+//!   `--from ingress-nginx`, what becomes of Ingresses moving to teapot.
 //! - `teapot tenant add`: a new tenant's LB-cluster objects as YAML.
 //! - `teapot agent`: the tenant-cluster agent (Ingress controller and
 //!   EndpointSlice mirror).
@@ -22,6 +23,7 @@ mod dns_args;
 mod edge_args;
 mod kube_args;
 mod l4_args;
+mod migrate_cmd;
 mod observe_args;
 mod tenant_cmd;
 mod top_cmd;
@@ -239,7 +241,7 @@ fn main() -> anyhow::Result<()> {
             Command::Demo(args) => demo::run(args, cli.threads).await,
             Command::Echo(args) => run_echo(args).await,
             Command::Webhook(args) => webhook_cmd::run_webhook(args).await,
-            Command::Validate(args) => webhook_cmd::run_validate(args),
+            Command::Validate(args) => webhook_cmd::run_validate(args).await,
             Command::Tenant(args) => tenant_cmd::run(args),
             Command::Agent(args) => agent_cmd::run_agent(args).await,
             Command::Capi(args) => capi_cmd::run(args).await,

@@ -1,5 +1,6 @@
 //! `teapot webhook` (the admission webhook) and `teapot validate` (the same
-//! rules over files, for admins and CI).
+//! rules over files, for admins and CI; with `--from ingress-nginx`, what
+//! becomes of Ingresses written for ingress-nginx: crate::migrate_cmd).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ pub(crate) struct PolicyArgs {
     manifests: Option<PathBuf>,
     /// The operator's DOMAIN: tenants get INGRESS.CLUSTER.lb.DOMAIN.
     #[arg(long, env = "TEAPOT_DOMAIN")]
-    domain: String,
+    domain: Option<String>,
     /// A range of the LB cluster itself (nodes, pods, services): never an endpoint. Repeatable.
     #[arg(long = "lb-cidr", value_name = "CIDR")]
     lb_cidrs: Vec<IpNet>,
@@ -28,7 +29,10 @@ pub(crate) struct PolicyArgs {
 
 impl PolicyArgs {
     fn policy(&self) -> anyhow::Result<PolicyConfig> {
-        Ok(PolicyConfig::new(&self.domain, self.lb_cidrs.clone())?)
+        let domain = self.domain.as_deref().context(
+            "give --domain DOMAIN (or TEAPOT_DOMAIN): tenants get INGRESS.CLUSTER.lb.DOMAIN",
+        )?;
+        Ok(PolicyConfig::new(domain, self.lb_cidrs.clone())?)
     }
 }
 
@@ -55,8 +59,10 @@ pub(crate) struct WebhookArgs {
 #[derive(clap::Args, Debug)]
 pub(crate) struct ValidateArgs {
     /// File of Kubernetes YAML or JSON to check ("-" for stdin). Repeatable.
-    #[arg(short = 'f', long = "file", required = true)]
-    files: Vec<PathBuf>,
+    #[arg(short = 'f', long = "file", required_unless_present = "cluster")]
+    pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) migration: crate::migrate_cmd::MigrationArgs,
     /// Judge every object as this tenant's (its CLUSTER): objects without a namespace go to the tenant's.
     #[arg(long)]
     tenant: Option<String>,
@@ -83,7 +89,10 @@ pub(crate) async fn run_webhook(args: WebhookArgs) -> anyhow::Result<()> {
 
 /// Prints every violation as `file: Kind ns/name: field: message` and
 /// exits 1 when there is one.
-pub(crate) fn run_validate(args: ValidateArgs) -> anyhow::Result<()> {
+pub(crate) async fn run_validate(args: ValidateArgs) -> anyhow::Result<()> {
+    if args.migration.from.is_some() {
+        return crate::migrate_cmd::run(&args.files, &args.migration).await;
+    }
     let validator = Validator::new(args.policy.policy()?);
     let dir = args
         .policy
@@ -131,7 +140,7 @@ fn load_state(dir: &Path) -> anyhow::Result<PolicyState> {
     ))
 }
 
-fn read_input(file: &Path) -> anyhow::Result<(String, String)> {
+pub(crate) fn read_input(file: &Path) -> anyhow::Result<(String, String)> {
     if file == Path::new("-") {
         let text = std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?;
         return Ok(("-".into(), text));

@@ -1,0 +1,441 @@
+//! What becomes of an Ingress written for ingress-nginx when it moves to
+//! teapot, annotation by annotation (`teapot validate --from
+//! ingress-nginx`). The words come from docs/migrate-from-ingress-nginx.md
+//! itself, read at build time: its "Served" table says what each served
+//! annotation does differently, its "not served" table why the others are
+//! refused and what to use instead. The page is the one place an operator
+//! reads and the one place this command quotes, so the two never drift; the
+//! tests below fail when a served annotation has no row there.
+
+use std::sync::LazyLock;
+
+use k8s_openapi::api::networking::v1::Ingress;
+use serde::Serialize;
+
+use crate::annotations::{self, AnnotationError, NGINX_PREFIX, ObjectKind, PREFIX};
+use crate::names::INGRESS_CLASS;
+
+const PAGE: &str = include_str!("../../docs/migrate-from-ingress-nginx.md");
+
+/// What teapot does with one ingress-nginx annotation of an Ingress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Served as ingress-nginx serves it.
+    Served,
+    /// Served, with this difference (the migration page's words).
+    Changed(&'static str),
+    /// The Ingress is refused while it carries the annotation.
+    Refused {
+        reason: String,
+        instead: Option<&'static str>,
+    },
+}
+
+/// One ingress-nginx annotation and what becomes of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The name after `nginx.ingress.kubernetes.io/`.
+    pub name: String,
+    pub outcome: Outcome,
+}
+
+/// What becomes of the annotation `key` with `value` on an Ingress; `None`
+/// for a key that is not ingress-nginx's.
+pub fn judge(key: &str, value: &str) -> Option<Verdict> {
+    let name = key.strip_prefix(NGINX_PREFIX)?;
+    let outcome = match annotations::parse(ObjectKind::Ingress, key, value) {
+        Ok(_) => match served_row(name) {
+            Some(text) => match text.strip_prefix("changed:") {
+                Some(change) => Outcome::Changed(change.trim()),
+                None => Outcome::Served,
+            },
+            // The page is checked to have a row for every served key; a
+            // key without one is still served.
+            None => Outcome::Served,
+        },
+        Err(e @ AnnotationError::NotServed { .. }) => {
+            let row = refused_row(name);
+            Outcome::Refused {
+                reason: match row {
+                    Some((why, _)) => format!("not served by teapot: {why}"),
+                    None => e.to_string(),
+                },
+                instead: row.and_then(|(_, instead)| instead),
+            }
+        }
+        Err(e) => Outcome::Refused {
+            reason: e.to_string(),
+            instead: None,
+        },
+    };
+    Some(Verdict {
+        name: name.to_string(),
+        outcome,
+    })
+}
+
+/// A table row of the migration page: the annotation names of its first
+/// cell and its other cells.
+struct Row {
+    names: Vec<String>,
+    cells: Vec<&'static str>,
+}
+
+/// The rows of the first table under the heading that starts with
+/// `heading`.
+fn table(heading: &str) -> Vec<Row> {
+    let Some(start) = PAGE.find(&format!("\n## {heading}")) else {
+        return Vec::new();
+    };
+    PAGE[start + 1..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .skip(1) // the header row
+        .filter_map(|line| {
+            let cells: Vec<&'static str> =
+                line.trim_matches('|').split(" | ").map(str::trim).collect();
+            let (first, rest) = cells.split_first()?;
+            Some(Row {
+                names: names_in(first),
+                cells: rest.to_vec(),
+            })
+        })
+        .collect()
+}
+
+/// The annotation names a first cell lists: each in backticks, a value
+/// after `:` dropped (`affinity: cookie`), and `-path` after
+/// `session-cookie-name` read as `session-cookie-path`.
+fn names_in(cell: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (i, quoted) in cell.split('`').enumerate() {
+        if i % 2 == 0 {
+            continue;
+        }
+        let name = quoted.split(':').next().unwrap_or("").trim();
+        match (name.strip_prefix('-'), out.first()) {
+            (Some(tail), Some(first)) => {
+                let stem = first.rsplit_once('-').map_or("", |(s, _)| s);
+                out.push(format!("{stem}-{tail}"));
+            }
+            _ => out.push(name.to_string()),
+        }
+    }
+    out
+}
+
+static SERVED: LazyLock<Vec<Row>> = LazyLock::new(|| table("Served"));
+static NOT_SERVED: LazyLock<Vec<Row>> = LazyLock::new(|| table("Refused: not served"));
+
+fn served_row(name: &str) -> Option<&'static str> {
+    SERVED
+        .iter()
+        .find(|r| r.names.iter().any(|n| n == name))
+        .and_then(|r| r.cells.first().copied())
+}
+
+/// Why `name` is not served and what to use instead, from the page. An
+/// exact name wins over a pattern (`auth-*`), a longer pattern over a
+/// shorter one.
+fn refused_row(name: &str) -> Option<(&'static str, Option<&'static str>)> {
+    let rank = |pattern: &str| -> Option<usize> {
+        if pattern == name {
+            Some(usize::MAX)
+        } else {
+            let stem = pattern.strip_suffix('*')?;
+            name.starts_with(stem).then_some(stem.len())
+        }
+    };
+    NOT_SERVED
+        .iter()
+        .filter_map(|r| Some((r.names.iter().filter_map(|n| rank(n)).max()?, r)))
+        .max_by_key(|(rank, _)| *rank)
+        .map(|(_, r)| {
+            let why = r.cells.first().copied().unwrap_or("");
+            let instead = r.cells.get(1).copied().filter(|s| !s.is_empty());
+            (why, instead)
+        })
+}
+
+/// What becomes of one Ingress.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct IngressMove {
+    /// `namespace/name`.
+    pub ingress: String,
+    /// The ingress-nginx annotations served as before.
+    pub served: Vec<String>,
+    /// What teapot does differently, each with what it concerns.
+    pub changed: Vec<Note>,
+    /// What keeps the Ingress from being admitted until it is changed.
+    pub refused: Vec<Note>,
+}
+
+/// One difference or refusal: what it concerns (an annotation's name, a
+/// field) and what to know or do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Note {
+    pub what: String,
+    pub says: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instead: Option<String>,
+}
+
+impl Note {
+    fn new(what: impl Into<String>, says: impl Into<String>) -> Note {
+        Note {
+            what: what.into(),
+            says: says.into(),
+            instead: None,
+        }
+    }
+}
+
+/// The verdict on a whole Ingress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Move {
+    /// Served as ingress-nginx served it, once its class is teapot.
+    AsIs,
+    /// Served, with the differences listed.
+    WithChanges,
+    /// Refused until the refused parts are changed.
+    Refused,
+}
+
+impl IngressMove {
+    pub fn verdict(&self) -> Move {
+        if !self.refused.is_empty() {
+            Move::Refused
+        } else if self.changed.is_empty() {
+            Move::AsIs
+        } else {
+            Move::WithChanges
+        }
+    }
+}
+
+/// What becomes of `ingress` when it moves from ingress-nginx to teapot:
+/// its class, each annotation, and the path and host rules nginx read
+/// differently.
+pub fn assess(ingress: &Ingress) -> IngressMove {
+    let meta = &ingress.metadata;
+    let mut out = IngressMove {
+        ingress: format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or("")
+        ),
+        ..IngressMove::default()
+    };
+    let spec = ingress.spec.as_ref();
+    match spec.and_then(|s| s.ingress_class_name.as_deref()) {
+        Some(INGRESS_CLASS) => {}
+        Some(class) => out.changed.push(Note::new(
+            "spec.ingressClassName",
+            format!("is {class:?}: set it to {INGRESS_CLASS:?}; teapot takes only Ingresses of its class"),
+        )),
+        None => out.changed.push(Note::new(
+            "spec.ingressClassName",
+            format!("is not set: set it to {INGRESS_CLASS:?}; teapot takes only Ingresses of its class, never the cluster's default"),
+        )),
+    }
+    for (key, value) in meta.annotations.iter().flatten() {
+        if key == "kubernetes.io/ingress.class" {
+            out.changed.push(Note::new(
+                key.as_str(),
+                "the deprecated class annotation is not read: spec.ingressClassName decides",
+            ));
+        } else if let Some(verdict) = judge(key, value) {
+            match verdict.outcome {
+                Outcome::Served => out.served.push(verdict.name),
+                Outcome::Changed(text) => out.changed.push(Note::new(verdict.name, text)),
+                Outcome::Refused { reason, instead } => out.refused.push(Note {
+                    what: verdict.name,
+                    says: reason,
+                    instead: instead.map(str::to_string),
+                }),
+            }
+        } else if key.starts_with(PREFIX)
+            && let Err(e) = annotations::parse(ObjectKind::Ingress, key, value)
+        {
+            out.refused.push(Note::new(key.as_str(), e.to_string()));
+        }
+    }
+    let regex = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(&format!("{NGINX_PREFIX}use-regex")));
+    let rules = spec.and_then(|s| s.rules.as_ref()).into_iter().flatten();
+    let mut hostless = spec.is_some_and(|s| s.default_backend.is_some());
+    for rule in rules {
+        hostless |= rule.host.is_none();
+        for path in rule.http.iter().flat_map(|h| &h.paths) {
+            let p = path.path.as_deref().unwrap_or("/");
+            if path.path_type == "ImplementationSpecific" && !regex && !p.ends_with('/') {
+                out.changed.push(Note::new(
+                    format!("path {p} (ImplementationSpecific)"),
+                    format!("teapot matches it by path element, like Prefix: {p}/x matches, {p}x does not (ingress-nginx's location matched every path starting with {p})"),
+                ));
+            }
+        }
+    }
+    if hostless {
+        out.changed.push(Note::new(
+            "rules without a host, defaultBackend",
+            "on a tenant's Ingress they answer on the Ingress's own name INGRESS.CLUSTER.lb.DOMAIN, never for every host as ingress-nginx's default server did",
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotations::ALLOWLIST;
+
+    fn nginx(name: &str, value: &str) -> Outcome {
+        judge(&format!("{NGINX_PREFIX}{name}"), value)
+            .expect("an ingress-nginx key")
+            .outcome
+    }
+
+    #[test]
+    fn every_served_annotation_has_its_row_on_the_migration_page() {
+        let missing: Vec<&str> = ALLOWLIST
+            .iter()
+            .filter_map(|s| s.key.strip_prefix(NGINX_PREFIX))
+            .filter(|n| served_row(n).is_none())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/migrate-from-ingress-nginx.md's Served table lacks {missing:?}"
+        );
+        for row in SERVED.iter() {
+            for name in &row.names {
+                assert!(
+                    ALLOWLIST
+                        .iter()
+                        .any(|s| s.key.strip_prefix(NGINX_PREFIX) == Some(name)),
+                    "the Served table names {name}, which teapot does not serve"
+                );
+            }
+            let text = row.cells.first().copied().unwrap_or("");
+            assert!(
+                text.starts_with("served") || text.starts_with("changed:"),
+                "{:?}: {text}",
+                row.names
+            );
+        }
+    }
+
+    #[test]
+    fn served_changed_and_refused_annotations_are_told_apart() {
+        assert_eq!(
+            nginx("whitelist-source-range", "10.0.0.0/8"),
+            Outcome::Served
+        );
+        assert_eq!(
+            nginx("session-cookie-samesite", "Lax"),
+            Outcome::Served,
+            "a -samesite abbreviation in the page's first cell"
+        );
+        assert_eq!(nginx("affinity", "cookie"), Outcome::Served);
+        let Outcome::Changed(text) = nginx("ssl-redirect", "true") else {
+            panic!("ssl-redirect is changed");
+        };
+        assert!(text.contains("308"), "{text}");
+        let Outcome::Refused { reason, instead } = nginx("server-snippet", "x") else {
+            panic!("snippets are refused");
+        };
+        assert!(reason.contains("injects configuration"), "{reason}");
+        assert_eq!(instead, None);
+        let Outcome::Refused { reason, instead } = nginx("mirror-target", "http://x") else {
+            panic!("mirror-* is refused");
+        };
+        assert!(reason.starts_with("not served by teapot: "), "{reason}");
+        assert_eq!(instead, Some("HTTPRoute `RequestMirror`"));
+        let Outcome::Refused { reason, .. } = nginx("limit-rps", "many") else {
+            panic!("a bad value is refused");
+        };
+        assert!(reason.contains("many"), "{reason}");
+        let Outcome::Refused { reason, .. } = nginx("no-such-thing", "1") else {
+            panic!("an unknown key is refused");
+        };
+        assert!(reason.starts_with("not served by teapot"), "{reason}");
+        assert_eq!(judge("teapot.dev/ssl-redirect", "true"), None);
+    }
+
+    #[test]
+    fn an_ingress_is_judged_whole() {
+        let ingress: Ingress = serde_yaml::from_str(
+            r#"
+metadata:
+  name: web
+  namespace: shop
+  annotations:
+    kubernetes.io/ingress.class: nginx
+    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
+    nginx.ingress.kubernetes.io/ssl-redirect: "true"
+    nginx.ingress.kubernetes.io/configuration-snippet: "more_set_headers x;"
+    kubectl.kubernetes.io/last-applied-configuration: "{}"
+spec:
+  ingressClassName: nginx
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - {path: /api, pathType: ImplementationSpecific, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /static/, pathType: ImplementationSpecific, backend: {service: {name: web, port: {number: 80}}}}
+"#,
+        )
+        .unwrap();
+        let m = assess(&ingress);
+        assert_eq!(m.ingress, "shop/web");
+        assert_eq!(m.served, ["whitelist-source-range"]);
+        let what: Vec<&str> = m.changed.iter().map(|n| n.what.as_str()).collect();
+        assert_eq!(
+            what,
+            [
+                "spec.ingressClassName",
+                "kubernetes.io/ingress.class",
+                "ssl-redirect",
+                "path /api (ImplementationSpecific)"
+            ]
+        );
+        assert_eq!(m.refused.len(), 1);
+        assert_eq!(m.refused[0].what, "configuration-snippet");
+        assert_eq!(m.verdict(), Move::Refused);
+
+        let mut clean = ingress.clone();
+        clean.metadata.annotations = None;
+        clean.spec.as_mut().unwrap().ingress_class_name = Some("teapot".into());
+        clean.spec.as_mut().unwrap().rules.as_mut().unwrap()[0]
+            .http
+            .as_mut()
+            .unwrap()
+            .paths
+            .truncate(0);
+        assert_eq!(assess(&clean).verdict(), Move::AsIs);
+        clean.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host = None;
+        assert_eq!(assess(&clean).verdict(), Move::WithChanges);
+    }
+
+    #[test]
+    fn names_of_a_cell() {
+        assert_eq!(
+            names_in("`session-cookie-name`, `-path`, `-max-age`"),
+            [
+                "session-cookie-name",
+                "session-cookie-path",
+                "session-cookie-max-age"
+            ]
+        );
+        assert_eq!(names_in("`affinity: cookie`"), ["affinity"]);
+        assert_eq!(
+            names_in("`auth-type`/`auth-secret` (basic auth)"),
+            ["auth-type", "auth-secret"]
+        );
+    }
+}
