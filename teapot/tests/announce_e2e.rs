@@ -224,31 +224,21 @@ async fn bgp_session_changes_are_events_on_the_replicas_pod() {
     };
     let event = |reason: &'static str| {
         let events = &events;
-        move || async move {
+        eventually(reason, RELOAD_TIMEOUT, move || async move {
             events()
                 .into_iter()
                 .find(|e| e["reason"] == reason)
                 .ok_or("not yet")
-        }
+        })
     };
     let router = Router::establish(&router).await;
-    let e = eventually(
-        "the Established Event",
-        RELOAD_TIMEOUT,
-        event("BGPSessionEstablished"),
-    )
-    .await;
+    let e = event("BGPSessionEstablished").await;
     assert_eq!(e["type"], "Normal");
     assert_eq!(e["regarding"]["kind"], "Pod");
     assert_eq!(e["regarding"]["name"], "teapot-lb-0");
     // The router goes away: the session is lost.
     drop(router);
-    let e = eventually(
-        "the SessionDown Event",
-        RELOAD_TIMEOUT,
-        event("BGPSessionDown"),
-    )
-    .await;
+    let e = event("BGPSessionDown").await;
     assert_eq!(e["type"], "Warning");
     let note = e["note"].as_str().unwrap();
     assert!(note.contains(&format!("127.0.0.1:{port}")), "{note}");
