@@ -11,10 +11,12 @@ use k8s_openapi::api::networking::v1::Ingress;
 use teapot_model::store::FastHashMap;
 use teapot_model::tenancy::TenantView;
 
+use crate::compile::backends::{PortRef, Resolver};
 use crate::compile::fairness::TenantGates;
 use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
-use crate::compile::traffic::NginxAnnotations;
+use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations};
+use crate::compile::upstream::{EndpointRegistry, Upstream};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
 /// per distinct (tenant, body limit).
@@ -62,6 +64,7 @@ impl<'a> Policies<'a> {
         &mut self,
         ingress: &Ingress,
         tenant: Option<&TenantView<'a>>,
+        resolver: &Resolver<'_>,
     ) -> (Option<Arc<RoutePolicy>>, Vec<String>) {
         use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
         const MAX_BODY: &str = "teapot.dev/max-body-size";
@@ -100,14 +103,24 @@ impl<'a> Policies<'a> {
         let traffic = (!nginx.is_empty() || teapot_redirect)
             .then(|| {
                 let meta = &ingress.metadata;
-                let name = format!(
-                    "{}/{}",
-                    meta.namespace.as_deref().unwrap_or(""),
-                    meta.name.as_deref().unwrap_or("")
-                );
+                let namespace = meta.namespace.as_deref().unwrap_or("");
+                let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
-                nginx.policy_with_tls(&name, table, tls, &paths, &mut problems)
+                let policy = nginx.policy_with_tls(&name, table, tls, &paths, &mut problems);
+                let Some(wanted) = nginx.auth() else {
+                    return policy;
+                };
+                let owner = cluster.unwrap_or("");
+                let auth = external_auth(wanted, namespace, tenant, resolver, &mut problems);
+                let auth = ExternalAuth {
+                    gate: gates.rate_tables.auth_gate(owner),
+                    owner: Arc::from(owner),
+                    ..auth
+                };
+                let mut policy = policy.unwrap_or_default();
+                policy.auth = Some(Arc::new(auth));
+                Some(policy)
             })
             .flatten();
         if let Some(traffic) = traffic {
@@ -161,6 +174,76 @@ impl Policies<'_> {
             }
             _ => policy.clone(),
         }
+    }
+}
+
+/// Resolves `auth-url` for an Ingress in `namespace`: a Service of the
+/// Ingress's own tenant, resolved as its backends are (in a tenant
+/// namespace, `SERVICE.NAMESPACE.svc` of the tenant's cluster is the
+/// Service the agent mirrored into it; the namespace's own name works
+/// too), or an address inside the tenant's nodes. What cannot be resolved
+/// is reported and leaves the auth with no endpoint: its requests get 500,
+/// never forwarded unauthenticated.
+fn external_auth(
+    wanted: AuthAnnotations,
+    namespace: &str,
+    tenant: Option<&TenantView<'_>>,
+    resolver: &Resolver<'_>,
+    problems: &mut Vec<String>,
+) -> ExternalAuth {
+    use teapot_api::annotations::AuthHost;
+    const KEY: &str = "nginx.ingress.kubernetes.io/auth-url";
+    let target = &wanted.target;
+    let port = i32::from(target.port);
+    let upstream = match &target.host {
+        AuthHost::Service {
+            name,
+            namespace: theirs,
+        } => {
+            let own = tenant.is_none() || theirs == namespace;
+            let (ns, service) = if own {
+                (theirs.as_str(), name.clone())
+            } else {
+                let mirrored = teapot_api::hostname::mirrored_service_name(theirs, name);
+                (namespace, mirrored)
+            };
+            let upstream = resolver.resolve(ns, &service, &PortRef::Number(port));
+            for why in upstream.unavailable.iter().chain(&upstream.refused) {
+                problems.push(format!(
+                    "{KEY}: {why}; requests get 500 while the authentication service has no endpoint"
+                ));
+            }
+            upstream
+        }
+        AuthHost::Address(ip) => {
+            let refused = tenant.and_then(|t| t.endpoint_allowed(*ip).err());
+            let label = format!("auth-url {}", target.authority);
+            match refused {
+                Some(why) => {
+                    problems.push(format!(
+                        "{KEY}: the authentication service must be one of your Services or inside your nodeCIDRs: {why}; requests get 500"
+                    ));
+                    Upstream::new(label, Vec::new(), Some(why))
+                }
+                None => {
+                    let addr = std::net::SocketAddr::new(*ip, target.port);
+                    let endpoint = EndpointRegistry::default().endpoint(addr);
+                    Upstream::new(label, vec![endpoint], None)
+                }
+            }
+        }
+    };
+    ExternalAuth {
+        upstream: Arc::new(upstream),
+        authority: Arc::from(target.authority.as_str()),
+        path: Arc::from(target.path.as_str()),
+        method: wanted.method,
+        signin: wanted.signin,
+        signin_param: wanted.signin_param,
+        response_headers: wanted.response_headers,
+        request_redirect: wanted.request_redirect,
+        gate: Default::default(),
+        owner: Arc::from(""),
     }
 }
 
@@ -305,7 +388,7 @@ metadata:
   namespace: ops
   annotations:
     nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
-    nginx.ingress.kubernetes.io/auth-url: http://auth.ops.svc/verify
+    nginx.ingress.kubernetes.io/auth-tls-verify-client: 'on'
     nginx.ingress.kubernetes.io/configuration-snippet: more_set_headers x;
     kubectl.kubernetes.io/last-applied-configuration: '{}'
 spec:
@@ -329,9 +412,9 @@ spec:
             .expect("reported");
         assert_eq!(condition.status, "False");
         assert!(
-            condition
-                .message
-                .contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"),
+            condition.message.contains(
+                "not served by teapot: nginx.ingress.kubernetes.io/auth-tls-verify-client"
+            ),
             "{}",
             condition.message
         );
@@ -383,5 +466,109 @@ spec:
         assert_eq!(root.affinity.as_ref().unwrap().path, "/");
         let table = |t: &TrafficPolicy| t.rate.as_ref().unwrap().table.clone();
         assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
+    }
+
+    /// `auth-url` reaches only the tenant's own Services (the one the
+    /// agent mirrored, or one of its LB namespace) and addresses inside
+    /// its nodes; anything else is reported and its requests fail closed
+    /// (no endpoint), and each tenant has its own gate.
+    #[test]
+    fn auth_url_resolves_within_the_tenant() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let mirrored = teapot_api::hostname::mirrored_service_name("shop", "auth");
+        let auth_docs = |cluster: &str, url: &str| {
+            format!(
+                "{}---
+apiVersion: v1
+kind: Service
+metadata: {{name: {mirrored}, namespace: tenant-{cluster}}}
+spec: {{ports: [{{port: 4180}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: auth-1, namespace: tenant-{cluster}, labels: {{kubernetes.io/service-name: {mirrored}}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.1.0.9]}}]
+ports: [{{name: '', port: 9090}}]
+",
+                tenant_docs(cluster, "").replace(
+                    "limit-burst-multiplier: '1'",
+                    &format!(
+                        "limit-burst-multiplier: '1'\n    nginx.ingress.kubernetes.io/auth-url: {url}\n    nginx.ingress.kubernetes.io/auth-response-headers: X-User"
+                    )
+                )
+            )
+        };
+        let cases = [
+            ("acme", "http://auth.shop.svc.cluster.local:4180/check"),
+            ("globex", "http://10.2.0.7:8080/check"),
+            ("initech", "http://169.254.169.254/"),
+            ("umbrella", "http://nothere.shop.svc:4180/"),
+        ];
+        // Each tenant its own nodes: 10.1.0.0/24, 10.2.0.0/24, ...
+        let docs: Vec<String> = (1..)
+            .zip(cases)
+            .map(|(i, (c, u))| auth_docs(c, u).replace("10.1.0.", &format!("10.{i}.0.")))
+            .collect();
+        let snapshot = compile_test_docs(&docs, &options);
+        let auth = |cluster: &str| {
+            let host = format!("a.{cluster}.lb.example.net");
+            let route = snapshot.routes.lookup(&host, "/").expect("routed");
+            route.traffic().unwrap().auth.clone().expect("auth")
+        };
+        let condition = |cluster: &str| {
+            let report = snapshot.report.ingresses.iter();
+            let report = report
+                .filter(|r| r.namespace == format!("tenant-{cluster}"))
+                .find(|r| r.name == "web.shop")
+                .unwrap();
+            let c = report.conditions.iter();
+            c.filter(|c| c.type_ == "AnnotationsAccepted")
+                .map(|c| c.message.clone())
+                .collect::<String>()
+        };
+        let acme = auth("acme");
+        let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
+        assert_eq!(addrs, vec!["10.1.0.9:9090".parse().unwrap()]);
+        assert_eq!(&*acme.path, "/check");
+        assert_eq!(&*acme.authority, "auth.shop.svc.cluster.local:4180");
+        assert_eq!(acme.response_headers, vec![std::sync::Arc::from("x-user")]);
+        assert_eq!(
+            (&*acme.owner, acme.method, &*acme.signin_param),
+            ("acme", "GET", "rd")
+        );
+        assert!(condition("acme").is_empty(), "{}", condition("acme"));
+        let globex = auth("globex");
+        assert_eq!(
+            globex.upstream.endpoints[0].addr,
+            "10.2.0.7:8080".parse().unwrap()
+        );
+        assert!(!std::sync::Arc::ptr_eq(&acme.gate, &globex.gate));
+        // Outside the tenant's nodes, or no such Service: reported on the
+        // Ingress, and its requests find no endpoint (500), never forwarded.
+        let initech = auth("initech");
+        assert!(initech.upstream.endpoints.is_empty());
+        assert!(
+            condition("initech").contains("auth-url"),
+            "{}",
+            condition("initech")
+        );
+        let umbrella = auth("umbrella");
+        assert!(umbrella.upstream.endpoints.is_empty());
+        assert!(
+            condition("umbrella").contains("not found"),
+            "{}",
+            condition("umbrella")
+        );
+        // The other routes of those tenants are served as before.
+        assert!(
+            snapshot
+                .routes
+                .lookup("a.initech.lb.example.net", "/")
+                .is_some()
+        );
     }
 }

@@ -74,12 +74,18 @@ pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: 
     for (name, value) in &applied.response_headers {
         response.push_set(name.as_bytes(), value.as_bytes());
     }
+    for (name, value) in &applied.auth_fields {
+        match value {
+            Some(value) => request.push_set(name.as_str().as_bytes(), value.as_bytes()),
+            None => request.push_remove(name.as_str().as_bytes()),
+        }
+    }
 }
 
 /// Whether an HTTP/2 request's head must be written from an edited header
 /// map (the policy sets request fields).
 pub fn h2_edits_request(applied: Option<&Applied>) -> bool {
-    applied.is_some_and(|a| !a.request_headers.is_empty())
+    applied.is_some_and(|a| !a.request_headers.is_empty() || !a.auth_fields.is_empty())
 }
 
 /// The request fields on an HTTP/2 request's header map.
@@ -88,6 +94,12 @@ pub fn h2_request_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
         if let Ok(value) = HeaderValue::from_str(value) {
             headers.insert(HeaderName::from_static(name), value);
         }
+    }
+    for (name, value) in applied.into_iter().flat_map(|a| &a.auth_fields) {
+        match value {
+            Some(value) => headers.insert(name.clone(), value.clone()),
+            None => headers.remove(name),
+        };
     }
 }
 
