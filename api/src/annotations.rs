@@ -695,14 +695,7 @@ fn service_host(host: &str) -> Option<AuthHost> {
     let host = host.strip_suffix(".cluster.local").unwrap_or(&host);
     let mut labels = host.strip_suffix(".svc")?.split('.');
     let (name, namespace) = (labels.next()?, labels.next()?);
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
+    let label = |l: &str| crate::policy::dns_label(l).is_ok();
     (labels.next().is_none() && label(name) && label(namespace)).then(|| AuthHost::Service {
         name: name.to_string(),
         namespace: namespace.to_string(),

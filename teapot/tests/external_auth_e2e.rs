@@ -10,8 +10,8 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::*;
@@ -19,11 +19,10 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use teapot_testkit::client::{Proto, Request, Response, Transport};
+use teapot_testkit::client::{Proto, Request, Transport};
 use teapot_testkit::echo::{EchoIdentity, EchoServer};
 use tokio::sync::watch;
 
-const NGINX: &str = "nginx.ingress.kubernetes.io/";
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
 
 /// An authentication service: its answer depends on the path teapot asks
@@ -113,38 +112,16 @@ impl AuthService {
     }
 
     fn last(&self) -> http::request::Parts {
-        self.seen.lock().unwrap().last().expect("a sub-request").clone()
+        self.seen
+            .lock()
+            .unwrap()
+            .last()
+            .expect("a sub-request")
+            .clone()
     }
 
     fn count(&self) -> usize {
         self.seen.lock().unwrap().len()
-    }
-}
-
-/// An Ingress routing `host` (all paths) to `service:80` with the given
-/// ingress-nginx annotations (names after the prefix).
-fn annotated(namespace: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> Value {
-    let name = host.split('.').next().unwrap();
-    let mut ingress = simple_ingress(namespace, name, host, service);
-    let map: serde_json::Map<String, Value> = annotations
-        .iter()
-        .map(|(k, v)| (format!("{NGINX}{k}"), json!(v)))
-        .collect();
-    ingress["metadata"]["annotations"] = Value::Object(map);
-    ingress
-}
-
-/// `req` over HTTP/1.1 on the plain port or HTTP/2 on the TLS port.
-async fn over(h: &Harness, proto: Proto, req: Request) -> Response {
-    let req = req.proto(proto);
-    match proto {
-        Proto::Http1 => send(h.proxy.http, &Transport::Plain, &req).await,
-        Proto::Http2 => {
-            let transport = Transport::tls_insecure(&req.host.clone());
-            let resp = send(h.proxy.https, &transport, &req).await;
-            assert_eq!(resp.version, http::Version::HTTP_2);
-            resp
-        }
     }
 }
 
@@ -177,10 +154,7 @@ async fn the_auth_service_decides_each_request() {
             NS,
             "pass.test",
             "web",
-            &[
-                ("auth-url", &allow),
-                ("auth-response-headers", "X-User"),
-            ],
+            &[("auth-url", &allow), ("auth-response-headers", "X-User")],
         ),
         annotated(
             NS,
@@ -233,7 +207,11 @@ async fn the_auth_service_decides_each_request() {
         assert_eq!(sub.method, "GET");
         assert_eq!(sub.uri, "/allow");
         let field = |n: &str| sub.headers.get(n).map(|v| v.to_str().unwrap().to_string());
-        let scheme = if proto == Proto::Http1 { "http" } else { "https" };
+        let scheme = if proto == Proto::Http1 {
+            "http"
+        } else {
+            "https"
+        };
         assert_eq!(
             field("x-original-url").as_deref(),
             Some(&*format!("{scheme}://pass.test/cart?id=7")),
@@ -244,12 +222,12 @@ async fn the_auth_service_decides_each_request() {
         assert_eq!(field("x-forwarded-proto").as_deref(), Some(scheme));
         assert_eq!(field("x-forwarded-for").as_deref(), Some("127.0.0.1"));
         assert_eq!(field("x-real-ip").as_deref(), Some("127.0.0.1"));
-        assert_eq!(field("x-auth-request-redirect").as_deref(), Some("/cart?id=7"));
-        assert_eq!(field("cookie").as_deref(), Some("session=s1"));
         assert_eq!(
-            field("host").as_deref(),
-            Some("auth.ops.svc.cluster.local")
+            field("x-auth-request-redirect").as_deref(),
+            Some("/cart?id=7")
         );
+        assert_eq!(field("cookie").as_deref(), Some("session=s1"));
+        assert_eq!(field("host").as_deref(), Some("auth.ops.svc.cluster.local"));
         assert_eq!(field("x-request-id").map(|i| i.len()), Some(32));
 
         // 401 with auth-signin: to the sign-in page with the original URL.
@@ -291,8 +269,14 @@ async fn the_auth_service_decides_each_request() {
         assert_eq!(auth.count(), before + 1);
     }
     let metrics = h.metrics().await;
-    for (outcome, n) in [("allowed", 2.0), ("unauthorized", 8.0), ("forbidden", 2.0), ("unreachable", 2.0)] {
-        let name = format!("teapot_auth_requests_total{{outcome=\"{outcome}\",tenant=\"_operator\"}}");
+    for (outcome, n) in [
+        ("allowed", 2.0),
+        ("unauthorized", 8.0),
+        ("forbidden", 2.0),
+        ("unreachable", 2.0),
+    ] {
+        let name =
+            format!("teapot_auth_requests_total{{outcome=\"{outcome}\",tenant=\"_operator\"}}");
         assert_eq!(metric(&metrics, &name), Some(n), "{name}\n{metrics}");
     }
 }
@@ -404,7 +388,12 @@ async fn one_tenants_stuck_auth_service_leaves_the_others_alone() {
     for proto in BOTH {
         for _ in 0..5 {
             let resp = over(&h, proto, Request::get("app.beta.lb.localhost", "/")).await;
-            assert_eq!(resp.status, 200, "beta with auth, {proto:?}: {}", resp.text());
+            assert_eq!(
+                resp.status,
+                200,
+                "beta with auth, {proto:?}: {}",
+                resp.text()
+            );
             assert_eq!(resp.json().unwrap()["headers"]["X-User"], json!(["ann"]));
             let resp = over(&h, proto, Request::get("open.beta.lb.localhost", "/")).await;
             assert_eq!(resp.status, 200, "beta without auth, {proto:?}");
@@ -415,15 +404,26 @@ async fn one_tenants_stuck_auth_service_leaves_the_others_alone() {
     alpha_auth.release.send_replace(true);
     for task in held {
         let resp = task.await.unwrap();
-        assert_eq!(resp.status, 200, "a held request, released: {}", resp.text());
+        assert_eq!(
+            resp.status,
+            200,
+            "a held request, released: {}",
+            resp.text()
+        );
         assert_eq!(resp.json().unwrap()["headers"]["X-User"], json!(null));
     }
     // The bound is free again.
-    let resp = over(&h, Proto::Http1, Request::get("app.alpha.lb.localhost", "/")).await;
+    let resp = over(
+        &h,
+        Proto::Http1,
+        Request::get("app.alpha.lb.localhost", "/"),
+    )
+    .await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     let metrics = h.metrics().await;
     let count = |tenant: &str, outcome: &str| {
-        let name = format!("teapot_auth_requests_total{{outcome=\"{outcome}\",tenant=\"{tenant}\"}}");
+        let name =
+            format!("teapot_auth_requests_total{{outcome=\"{outcome}\",tenant=\"{tenant}\"}}");
         metric(&metrics, &name)
     };
     assert_eq!(count("alpha", "busy"), Some(2.0), "{metrics}");
@@ -475,7 +475,7 @@ async fn a_tenants_auth_url_stays_inside_the_tenant() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["object"] == "Ingress tenant-gamma/stolen")
+        .find(|p| p["object"] == "Ingress tenant-gamma/stolen.gamma.lb.localhost")
         .unwrap_or_else(|| panic!("the Ingress is reported: {status:#}"));
     assert_eq!(
         problem["field"],
