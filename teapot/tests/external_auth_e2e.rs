@@ -185,6 +185,12 @@ async fn the_auth_service_decides_each_request() {
         ),
         annotated(
             NS,
+            "invalid.test",
+            "web",
+            &[("auth-url", "https://invalid..auth.url")],
+        ),
+        annotated(
+            NS,
             "cors.test",
             "web",
             &[("auth-url", &unauthorized), ("enable-cors", "true")],
@@ -253,6 +259,10 @@ async fn the_auth_service_decides_each_request() {
         // The service down: 500, as ingress-nginx.
         let resp = over(&h, proto, Request::get("down.test", "/")).await;
         assert_eq!(resp.status, 500, "{proto:?}: {}", resp.text());
+        // An auth-url teapot cannot use closes the route (ingress-nginx
+        // denies the location: 503).
+        let resp = over(&h, proto, Request::get("invalid.test", "/")).await;
+        assert_proxy_answer(&resp, 503, &format!("invalid auth-url, {proto:?}"));
         // A preflight CORS answers is not asked about (ingress-nginx
         // answers it before auth_request); a plain request is.
         let before = auth.count();

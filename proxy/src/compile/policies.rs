@@ -70,6 +70,7 @@ impl<'a> Policies<'a> {
         const MAX_BODY: &str = "teapot.dev/max-body-size";
         const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
         const NGINX_BODY: &str = "nginx.ingress.kubernetes.io/proxy-body-size";
+        const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
         let mut problems = Vec::new();
         let all = ingress.metadata.annotations.as_ref();
         // ingress-nginx's name for the same limit; teapot's wins.
@@ -100,7 +101,8 @@ impl<'a> Policies<'a> {
             .map(|v| annotations::parse(ObjectKind::Ingress, SSL_REDIRECT, v));
         let teapot_redirect = matches!(teapot_redirect, Some(Ok(AnnotationValue::Bool(true))));
         // Most Ingresses carry no ingress-nginx annotation: no name made.
-        let traffic = (!nginx.is_empty() || teapot_redirect)
+        let wants_auth = all.is_some_and(|a| a.contains_key(AUTH_URL));
+        let traffic = (!nginx.is_empty() || teapot_redirect || wants_auth)
             .then(|| {
                 let meta = &ingress.metadata;
                 let namespace = meta.namespace.as_deref().unwrap_or("");
@@ -108,11 +110,19 @@ impl<'a> Policies<'a> {
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
                 let policy = nginx.policy_with_tls(&name, table, tls, &paths, &mut problems);
-                let Some(wanted) = nginx.auth() else {
-                    return policy;
+                let auth = match nginx.auth() {
+                    Some(wanted) => {
+                        external_auth(wanted, namespace, tenant, resolver, &mut problems)
+                    }
+                    // An auth-url that could not be read (reported) keeps
+                    // the route closed, never open: ingress-nginx denies
+                    // the whole location when its auth-url is invalid.
+                    None if wants_auth => {
+                        ExternalAuth::refused(format!("{AUTH_URL} could not be read"))
+                    }
+                    None => return policy,
                 };
                 let owner = cluster.unwrap_or("");
-                let auth = external_auth(wanted, namespace, tenant, resolver, &mut problems);
                 let auth = ExternalAuth {
                     gate: gates.rate_tables.auth_gate(owner),
                     owner: Arc::from(owner),
@@ -216,21 +226,19 @@ fn external_auth(
             upstream
         }
         AuthHost::Address(ip) => {
-            let refused = tenant.and_then(|t| t.endpoint_allowed(*ip).err());
-            let label = format!("auth-url {}", target.authority);
-            match refused {
-                Some(why) => {
-                    problems.push(format!(
-                        "{KEY}: the authentication service must be one of your Services or inside your nodeCIDRs: {why}; requests get 500"
-                    ));
-                    Upstream::new(label, Vec::new(), Some(why))
-                }
-                None => {
-                    let addr = std::net::SocketAddr::new(*ip, target.port);
-                    let endpoint = EndpointRegistry::default().endpoint(addr);
-                    Upstream::new(label, vec![endpoint], None)
-                }
+            if let Some(why) = tenant.and_then(|t| t.endpoint_allowed(*ip).err()) {
+                problems.push(format!(
+                    "{KEY}: the authentication service must be one of your Services or inside your nodeCIDRs: {why}; requests get 503"
+                ));
+                return ExternalAuth::refused(why);
             }
+            let addr = std::net::SocketAddr::new(*ip, target.port);
+            let endpoint = EndpointRegistry::default().endpoint(addr);
+            Upstream::new(
+                format!("auth-url {}", target.authority),
+                vec![endpoint],
+                None,
+            )
         }
     };
     ExternalAuth {
@@ -244,6 +252,7 @@ fn external_auth(
         request_redirect: wanted.request_redirect,
         gate: Default::default(),
         owner: Arc::from(""),
+        refused: None,
     }
 }
 
@@ -547,17 +556,18 @@ ports: [{{name: '', port: 9090}}]
             "10.2.0.7:8080".parse().unwrap()
         );
         assert!(!std::sync::Arc::ptr_eq(&acme.gate, &globex.gate));
-        // Outside the tenant's nodes, or no such Service: reported on the
-        // Ingress, and its requests find no endpoint (500), never forwarded.
+        // Outside the tenant's nodes (refused: 503), or no such Service
+        // (no endpoint: 500): reported on the Ingress, never forwarded.
         let initech = auth("initech");
         assert!(initech.upstream.endpoints.is_empty());
+        assert!(initech.refused.is_some());
         assert!(
             condition("initech").contains("auth-url"),
             "{}",
             condition("initech")
         );
         let umbrella = auth("umbrella");
-        assert!(umbrella.upstream.endpoints.is_empty());
+        assert!(umbrella.upstream.endpoints.is_empty() && umbrella.refused.is_none());
         assert!(
             condition("umbrella").contains("not found"),
             "{}",
@@ -570,5 +580,37 @@ ports: [{{name: '', port: 9090}}]
                 .lookup("a.initech.lb.example.net", "/")
                 .is_some()
         );
+    }
+
+    /// An operator's `auth-url` that cannot be read keeps its routes
+    /// closed (ingress-nginx denies the location), and is reported.
+    #[test]
+    fn an_unreadable_auth_url_closes_the_route() {
+        let admin = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: admin
+  namespace: ops
+  annotations:
+    nginx.ingress.kubernetes.io/auth-url: https://invalid..auth.url
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: admin.example
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+";
+        let docs = [OPS.to_string(), admin.to_string()];
+        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+        let route = snapshot.routes.lookup("admin.example", "/").unwrap();
+        let auth = route.traffic().unwrap().auth.clone().expect("closed");
+        assert!(auth.refused.is_some());
+        let report = snapshot.report.ingresses.iter().find(|r| r.name == "admin");
+        let messages: String = report
+            .unwrap()
+            .conditions
+            .iter()
+            .map(|c| c.message.clone())
+            .collect();
+        assert!(messages.contains("auth-url"), "{messages}");
     }
 }

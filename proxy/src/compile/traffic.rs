@@ -79,6 +79,31 @@ pub struct ExternalAuth {
     pub gate: Arc<AuthGate>,
     /// The owner's tenant cluster; empty for the operator namespaces.
     pub owner: Arc<str>,
+    /// Why the `auth-url` was refused (reported on the Ingress): every
+    /// request gets 503, as ingress-nginx denies a location whose
+    /// annotation it cannot use, and nothing is sent.
+    pub refused: Option<String>,
+}
+
+impl ExternalAuth {
+    /// The authentication of a route whose `auth-url` was refused for
+    /// `why`: every request gets 503, nothing is sent.
+    pub fn refused(why: String) -> ExternalAuth {
+        let upstream = Upstream::new("auth-url".into(), Vec::new(), Some(why.clone()));
+        ExternalAuth {
+            upstream: Arc::new(upstream),
+            authority: Arc::from(""),
+            path: Arc::from("/"),
+            method: "GET",
+            signin: None,
+            signin_param: Arc::from("rd"),
+            response_headers: Vec::new(),
+            request_redirect: None,
+            gate: Arc::default(),
+            owner: Arc::from(""),
+            refused: Some(why),
+        }
+    }
 }
 
 /// What `auth-url` and its companions say before the URL is resolved

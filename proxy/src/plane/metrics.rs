@@ -205,7 +205,7 @@ impl Metrics {
             auth_requests: IntCounterVec::new(
                 Opts::new(
                     "auth_requests_total",
-                    "External authentication sub-requests (auth-url) by tenant and outcome (allowed, unauthorized, forbidden, failed, timeout, unreachable; busy: refused with 503, the tenant's bound full, nothing sent)",
+                    "External authentication sub-requests (auth-url) by tenant and outcome (allowed, unauthorized, forbidden, failed, timeout, unreachable; busy: answered 503, the tenant's bound full, nothing sent; refused: answered 503, the route's auth-url refused)",
                 ),
                 &["tenant", "outcome"],
             )?,

@@ -115,6 +115,8 @@ pub enum Outcome {
     Unreachable,
     /// The owner's bound was full: 503, nothing sent.
     Busy,
+    /// The route's `auth-url` was refused at compile: 503, nothing sent.
+    Refused,
 }
 
 impl Outcome {
@@ -127,6 +129,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::Unreachable => "unreachable",
             Outcome::Busy => "busy",
+            Outcome::Refused => "refused",
         }
     }
 }
@@ -137,6 +140,8 @@ pub type ForwardedFields = Vec<(HeaderName, Option<HeaderValue>)>;
 
 pub const BUSY_BODY: &str =
     "503 too many authentication requests in flight for this route's tenant\n";
+pub const REFUSED_BODY: &str =
+    "503 this route's auth-url is refused (see the Ingress's status); nothing was forwarded\n";
 pub const AUTH_FAILED_BODY: &str = "500 the authentication service did not allow the request\n";
 pub const UNAUTHORIZED_BODY: &str = "401 authentication required\n";
 pub const AUTH_FORBIDDEN_BODY: &str = "403 the authentication service refused the request\n";
@@ -148,6 +153,15 @@ pub async fn check(
     limits: AuthLimits,
     original: &Original<'_>,
 ) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
+    if auth.refused.is_some() {
+        let refused = PolicyAnswer {
+            status: 503,
+            reason: "auth_refused",
+            body: REFUSED_BODY,
+            headers: Vec::new(),
+        };
+        return (Err(refused), Outcome::Refused);
+    }
     let Some(_pass) = auth.gate.enter(limits.concurrency) else {
         let busy = PolicyAnswer {
             status: 503,
@@ -438,6 +452,7 @@ mod tests {
             request_redirect: None,
             gate: Arc::new(AuthGate::default()),
             owner: Arc::from("acme"),
+            refused: None,
         }
     }
 
@@ -558,7 +573,8 @@ mod tests {
         }
     }
 
-    /// No endpoint, a refused connection, a full bound: 500, 500, 503.
+    /// No endpoint, a refused connection, a full bound, a refused
+    /// auth-url: 500, 500, 503, 503.
     #[tokio::test]
     async fn failures_fail_closed_and_a_full_bound_answers_at_once() {
         let none: &[(&str, &str)] = &[];
@@ -597,5 +613,12 @@ mod tests {
         let (r, outcome) = check(&refused, full, &o).await;
         let r = r.unwrap_err();
         assert_eq!((r.status, r.body, outcome), (503, BUSY_BODY, Outcome::Busy));
+        let refused = ExternalAuth::refused("outside the nodes".into());
+        let (r, outcome) = check(&refused, limits, &o).await;
+        let r = r.unwrap_err();
+        assert_eq!(
+            (r.status, r.body, outcome),
+            (503, REFUSED_BODY, Outcome::Refused)
+        );
     }
 }
