@@ -97,7 +97,9 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     };
     match screened {
         Routed::Forward(forward) => match forward.route.traffic().and_then(|t| t.auth.clone()) {
-            Some(auth) => authenticate(router, forward, &auth, req, conn).await,
+            // Boxed: the sub-request's state lives only while it runs,
+            // not in every request's (and connection's) future.
+            Some(auth) => Box::pin(authenticate(router, forward, &auth, req, conn)).await,
             None => Routed::Forward(forward),
         },
         other => other,
