@@ -689,6 +689,33 @@ impl AuthTarget {
     }
 }
 
+/// Why an `auth-response-headers` name may not be copied onto the request
+/// to the backend: framing and connection fields (the authentication
+/// service could reframe the request) and the forwarding fields teapot
+/// writes from the real peer (it could forge the client's address).
+pub fn auth_response_header_refused(name: &str) -> Option<&'static str> {
+    const FRAMING: &[&str] = &[
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+    ];
+    const FORWARDING: &[&str] = &["forwarded", "x-real-ip"];
+    let is = |list: &[&str]| list.iter().any(|n| n.eq_ignore_ascii_case(name));
+    if is(FRAMING) {
+        Some("a framing or connection field, which only teapot sets")
+    } else if is(FORWARDING) || name.len() > 12 && name[..12].eq_ignore_ascii_case("x-forwarded-") {
+        Some("a forwarding field, which teapot writes from the real client")
+    } else {
+        None
+    }
+}
+
 /// `SERVICE.NAMESPACE.svc[.cluster.local]`, each name a DNS label.
 fn service_host(host: &str) -> Option<AuthHost> {
     let host = host.to_ascii_lowercase();
@@ -1280,6 +1307,16 @@ mod tests {
         assert!(parse(i, &key("auth-method"), "CONNECT").is_err());
         assert!(parse(i, &key("auth-response-headers"), "X-User, X-Email").is_ok());
         assert!(parse(i, &key("auth-response-headers"), "X-User: 1").is_err());
+        for refused in [
+            "Content-Length",
+            "host",
+            "X-Forwarded-For",
+            "x-real-ip",
+            "Connection",
+        ] {
+            assert!(auth_response_header_refused(refused).is_some(), "{refused}");
+        }
+        assert_eq!(auth_response_header_refused("X-Auth-Request-User"), None);
         // The rest of the auth-* family stays refused.
         for name in [
             "auth-cache-key",

@@ -110,7 +110,7 @@ impl<'a> Policies<'a> {
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
                 let policy = nginx.policy_with_tls(&name, table, tls, &paths, &mut problems);
-                let auth = match nginx.auth() {
+                let auth = match nginx.auth(&mut problems) {
                     Some(wanted) => {
                         external_auth(wanted, namespace, tenant, resolver, &mut problems)
                     }
@@ -506,7 +506,7 @@ ports: [{{name: '', port: 9090}}]
                 tenant_docs(cluster, "").replace(
                     "limit-burst-multiplier: '1'",
                     &format!(
-                        "limit-burst-multiplier: '1'\n    nginx.ingress.kubernetes.io/auth-url: {url}\n    nginx.ingress.kubernetes.io/auth-response-headers: X-User"
+                        "limit-burst-multiplier: '1'\n    nginx.ingress.kubernetes.io/auth-url: {url}\n    nginx.ingress.kubernetes.io/auth-response-headers: X-User, X-Forwarded-For"
                     )
                 )
             )
@@ -549,7 +549,14 @@ ports: [{{name: '', port: 9090}}]
             (&*acme.owner, acme.method, &*acme.signin_param),
             ("acme", "GET", "rd")
         );
-        assert!(condition("acme").is_empty(), "{}", condition("acme"));
+        // A forwarding field is never copied from the authentication
+        // service (the proxy's re-check of an operator's Ingress; a
+        // tenant's is refused at admission).
+        assert!(
+            condition("acme").contains("X-Forwarded-For is not copied"),
+            "{}",
+            condition("acme")
+        );
         let globex = auth("globex");
         assert_eq!(
             globex.upstream.endpoints[0].addr,

@@ -516,7 +516,7 @@ impl NginxAnnotations {
 
     /// `auth-url` and its companions; `None` without `auth-url` (the
     /// others alone do nothing, as in ingress-nginx).
-    pub fn auth(&self) -> Option<AuthAnnotations> {
+    pub fn auth(&self, problems: &mut Vec<String>) -> Option<AuthAnnotations> {
         let url = self.text("auth-url")?;
         // The allowlist admitted it, so it parses.
         let target = teapot_api::annotations::AuthTarget::parse(url).ok()?;
@@ -538,6 +538,15 @@ impl NginxAnnotations {
                 .list("auth-response-headers")
                 .into_iter()
                 .flatten()
+                .filter(|h| match annotations::auth_response_header_refused(h) {
+                    Some(why) => {
+                        problems.push(format!(
+                            "{NGINX_PREFIX}auth-response-headers: {h} is not copied: {why}"
+                        ));
+                        false
+                    }
+                    None => true,
+                })
                 .map(|h| Arc::from(h.to_ascii_lowercase()))
                 .collect(),
             request_redirect: self.text("auth-request-redirect").map(Arc::from),
