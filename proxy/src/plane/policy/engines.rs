@@ -117,6 +117,35 @@ mod tests {
     use super::*;
     use crate::compile::traffic::UpstreamTimeouts;
 
+    /// The authentication service's fields replace the client's on both
+    /// engines' requests; one the answer lacked removes the client's.
+    #[test]
+    fn auth_fields_replace_or_remove_the_clients() {
+        let applied = Applied {
+            auth_fields: vec![
+                (
+                    HeaderName::from_static("x-user"),
+                    Some(HeaderValue::from_static("ann")),
+                ),
+                (HeaderName::from_static("x-groups"), None),
+            ],
+            ..Applied::default()
+        };
+        assert!(h2_edits_request(Some(&applied)));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-user", HeaderValue::from_static("mallory"));
+        headers.insert("x-groups", HeaderValue::from_static("admin"));
+        h2_request_edits(&mut headers, Some(&applied));
+        assert_eq!(headers.get("x-user").unwrap(), "ann");
+        assert!(headers.get("x-groups").is_none());
+        let (mut request, mut response) = (HeaderEdits::default(), HeaderEdits::default());
+        h1_edits(&mut request, &mut response, Some(&applied));
+        let mut expected = HeaderEdits::default();
+        expected.push_set(b"x-user", b"ann");
+        expected.push_remove(b"x-groups");
+        assert_eq!(request, expected);
+    }
+
     #[test]
     fn route_timeouts_apply_under_the_operators() {
         let secs = Duration::from_secs;
