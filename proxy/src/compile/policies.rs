@@ -301,6 +301,25 @@ metadata: {name: web, namespace: ops}
 spec: {ports: [{port: 80}]}
 ";
 
+    /// The operator Ingress `ops/admin` for `admin.example` with these
+    /// annotation lines.
+    fn admin_ingress(annotations: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: admin
+  namespace: ops
+  annotations:
+{annotations}spec:
+  ingressClassName: teapot
+  rules:
+  - host: admin.example
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
+
     /// A Tenant, its backend and a rate-limited Ingress on its subtree.
     fn tenant_docs(cluster: &str, limits: &str) -> String {
         format!(
@@ -390,24 +409,14 @@ spec:
     /// it serves applies.
     #[test]
     fn unserved_annotations_are_reported_in_operator_namespaces() {
-        let admin = "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: admin
-  namespace: ops
-  annotations:
-    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
+        let admin = admin_ingress(
+            "    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
     nginx.ingress.kubernetes.io/auth-tls-verify-client: 'on'
     nginx.ingress.kubernetes.io/configuration-snippet: more_set_headers x;
     kubectl.kubernetes.io/last-applied-configuration: '{}'
-spec:
-  ingressClassName: teapot
-  rules:
-  - host: admin.example
-    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
-";
-        let docs = [OPS.to_string(), admin.to_string()];
-        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+",
+        );
+        let snapshot = compile_test_docs(&[OPS.to_string(), admin], &CompileOptions::default());
         let report = snapshot
             .report
             .ingresses
@@ -593,21 +602,9 @@ ports: [{{name: '', port: 9090}}]
     /// closed (ingress-nginx denies the location), and is reported.
     #[test]
     fn an_unreadable_auth_url_closes_the_route() {
-        let admin = "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: admin
-  namespace: ops
-  annotations:
-    nginx.ingress.kubernetes.io/auth-url: https://invalid..auth.url
-spec:
-  ingressClassName: teapot
-  rules:
-  - host: admin.example
-    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
-";
-        let docs = [OPS.to_string(), admin.to_string()];
-        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+        let admin =
+            admin_ingress("    nginx.ingress.kubernetes.io/auth-url: https://invalid..auth.url\n");
+        let snapshot = compile_test_docs(&[OPS.to_string(), admin], &CompileOptions::default());
         let route = snapshot.routes.lookup("admin.example", "/").unwrap();
         let auth = route.traffic().unwrap().auth.clone().expect("closed");
         assert!(auth.refused.is_some());
