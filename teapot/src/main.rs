@@ -149,6 +149,15 @@ pub(crate) struct TuningArgs {
     /// Idle upstream connections kept for reuse.
     #[arg(long, default_value_t = 1024)]
     upstream_pool_size: usize,
+    /// External authentication (auth-url): sub-requests in flight per
+    /// tenant (and for the operator namespaces together) per replica;
+    /// past it a request gets 503 at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    auth_concurrency: u32,
+    /// External authentication (auth-url): milliseconds from connecting
+    /// to the answer's head; past it the request gets 500.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    auth_timeout_ms: u64,
     /// DOMAIN of the hostnames assigned to tenant Ingresses (INGRESS.CLUSTER.lb.DOMAIN).
     #[arg(long, default_value = "localhost", env = "TEAPOT_DOMAIN")]
     domain: String,
@@ -324,6 +333,10 @@ pub(crate) fn proxy_config(
         connect_timeout: Duration::from_millis(tuning.connect_timeout_ms),
         read_timeout: Duration::from_secs(tuning.upstream_timeout),
         write_timeout: Duration::from_secs(tuning.upstream_timeout),
+        auth: teapot_proxy::plane::policy::auth::AuthLimits {
+            timeout: Duration::from_millis(tuning.auth_timeout_ms),
+            concurrency: tuning.auth_concurrency,
+        },
         ..UpstreamOptions::default()
     };
     config
