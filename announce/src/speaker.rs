@@ -83,6 +83,11 @@ type Series = (
 pub struct Statuses(Vec<watch::Receiver<PeerStatus>>);
 
 impl Statuses {
+    /// One receiver per peer, to follow its changes.
+    pub fn receivers(&self) -> Vec<watch::Receiver<PeerStatus>> {
+        self.0.clone()
+    }
+
     pub fn snapshot(&self) -> Vec<PeerStatus> {
         self.0.iter().map(|r| r.borrow().clone()).collect()
     }

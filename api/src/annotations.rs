@@ -68,6 +68,11 @@ pub enum ValueType {
     Url,
     /// Printable ASCII text, spaces allowed (a header value, a pattern).
     Text,
+    /// An external authentication service's `http://` URL whose host is a
+    /// Service (`SERVICE.NAMESPACE.svc[.cluster.local]`) or an IP address
+    /// ([`AuthTarget`]); whose Service or address is checked against the
+    /// tenant where the tenant is known.
+    AuthUrl,
 }
 
 impl ValueType {
@@ -110,6 +115,10 @@ impl ValueType {
                     .into()
             }
             ValueType::Text => "printable ASCII text".into(),
+            ValueType::AuthUrl => {
+                "an http:// URL of one of your Services, http://SERVICE.NAMESPACE.svc[.cluster.local][:PORT][/PATH], or of an IP address inside your nodeCIDRs (https:// is not served: teapot speaks plain HTTP to the authentication service)"
+                    .into()
+            }
         }
     }
 
@@ -117,7 +126,7 @@ impl ValueType {
     pub fn max_len(&self) -> usize {
         match self {
             ValueType::Cidrs | ValueType::Origins | ValueType::Tokens { .. } => MAX_LIST_LEN,
-            ValueType::Url => 2048,
+            ValueType::Url | ValueType::AuthUrl => 2048,
             _ => MAX_VALUE_LEN,
         }
     }
@@ -545,6 +554,42 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The total canary-weight is out of (default 100).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-url",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::AuthUrl,
+        doc: "Ask this authentication service before forwarding each request: 2xx forwards it, 401 answers 401 (or redirects to auth-signin), 403 answers 403, anything else 500. An http:// URL of a Service of your own (SERVICE.NAMESPACE.svc[.cluster.local][:PORT]) or of an address inside your nodeCIDRs.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-method",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(AUTH_METHODS),
+        doc: "The method of the request to auth-url (default GET); it carries no body.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-signin",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Where a request auth-url answers 401 is redirected (302), with the original URL in the auth-signin-redirect-param query parameter unless the URL already has it.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-signin-redirect-param",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "Name of the auth-signin query parameter carrying the original URL (default rd).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-response-headers",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Tokens { star: false },
+        doc: "Header fields copied from auth-url's 2xx answer onto the request to the backend, replacing the client's fields of those names.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-request-redirect",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "The X-Auth-Request-Redirect field of the request to auth-url (default: the request's path and query).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {
@@ -553,6 +598,136 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Largest request body accepted; larger requests get 413 (teapot.dev/max-body-size wins when both are set).",
     },
 ];
+
+/// The methods `auth-method` accepts: those of ingress-nginx's list that
+/// make sense without a body of the client's (no CONNECT, no TRACE).
+pub const AUTH_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/// Where `auth-url` points: a Service of the Ingress's own tenant or an
+/// address, never a name teapot would look up (that would let a tenant
+/// make the shared fleet call anything it can reach).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthTarget {
+    pub host: AuthHost,
+    /// The URL's port, 80 when it names none.
+    pub port: u16,
+    /// The URL's path and query (`/` when it has no path).
+    pub path: String,
+    /// The URL's authority as written: the sub-request's `Host`.
+    pub authority: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthHost {
+    /// `SERVICE.NAMESPACE.svc[.cluster.local]`.
+    Service {
+        name: String,
+        namespace: String,
+    },
+    Address(std::net::IpAddr),
+}
+
+impl AuthTarget {
+    /// Reads an `auth-url` value; the error says what is wrong with it.
+    pub fn parse(url: &str) -> Result<AuthTarget, String> {
+        if url.len() >= 8 && url[..8].eq_ignore_ascii_case("https://") {
+            return Err(format!(
+                "{url:?}: https:// authentication URLs are not served (teapot speaks plain HTTP to the authentication service inside your cluster)"
+            ));
+        }
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
+        let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(end);
+        let path = match path.chars().next() {
+            None => "/".to_string(),
+            Some('?') => format!("/{path}"),
+            Some(_) => path.to_string(),
+        };
+        if !path.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!("{url:?}: the path must be printable ASCII"));
+        }
+        if authority.contains('@') {
+            return Err(format!("{url:?}: user information is not allowed"));
+        }
+        let (host, port) = match authority.strip_prefix('[') {
+            Some(v6) => {
+                let (ip, after) = v6
+                    .split_once(']')
+                    .ok_or_else(|| format!("{url:?}: unclosed '['"))?;
+                (ip, after.strip_prefix(':'))
+            }
+            None => match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            },
+        };
+        let port = match port {
+            None => 80,
+            Some(p) => Some(p)
+                .filter(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|p| p.parse::<u16>().ok())
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("{url:?}: the port must be a number from 1 to 65535"))?,
+        };
+        let host = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => AuthHost::Address(ip),
+            Err(_) => service_host(host).ok_or_else(|| {
+                format!(
+                    "{url:?}: the host must be one of your Services, SERVICE.NAMESPACE.svc or SERVICE.NAMESPACE.svc.cluster.local, or an IP address inside your nodeCIDRs; teapot does not look names up for the authentication service"
+                )
+            })?,
+        };
+        Ok(AuthTarget {
+            host,
+            port,
+            path,
+            authority: authority.to_ascii_lowercase(),
+        })
+    }
+}
+
+/// Why an `auth-response-headers` name may not be copied onto the request
+/// to the backend: framing and connection fields (the authentication
+/// service could reframe the request) and the forwarding fields teapot
+/// writes from the real peer (it could forge the client's address).
+pub fn auth_response_header_refused(name: &str) -> Option<&'static str> {
+    const FRAMING: &[&str] = &[
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+    ];
+    const FORWARDING: &[&str] = &["forwarded", "x-real-ip"];
+    let is = |list: &[&str]| list.iter().any(|n| n.eq_ignore_ascii_case(name));
+    if is(FRAMING) {
+        Some("a framing or connection field, which only teapot sets")
+    } else if is(FORWARDING) || name.len() > 12 && name[..12].eq_ignore_ascii_case("x-forwarded-") {
+        Some("a forwarding field, which teapot writes from the real client")
+    } else {
+        None
+    }
+}
+
+/// `SERVICE.NAMESPACE.svc[.cluster.local]`, each name a DNS label.
+fn service_host(host: &str) -> Option<AuthHost> {
+    let host = host.to_ascii_lowercase();
+    let host = host.strip_suffix(".cluster.local").unwrap_or(&host);
+    let mut labels = host.strip_suffix(".svc")?.split('.');
+    let (name, namespace) = (labels.next()?, labels.next()?);
+    let label = |l: &str| crate::policy::dns_label(l).is_ok();
+    (labels.next().is_none() && label(name) && label(namespace)).then(|| AuthHost::Service {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+    })
+}
 
 /// A parsed annotation value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -762,6 +937,9 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
         ValueType::Text => (!value.is_empty()
             && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
         .then(|| AnnotationValue::Text(value.to_string())),
+        ValueType::AuthUrl => AuthTarget::parse(value)
+            .is_ok()
+            .then(|| AnnotationValue::Text(value.to_string())),
         ValueType::Url => {
             let printable = value
                 .bytes()
@@ -944,11 +1122,17 @@ mod tests {
                 "{key}"
             );
         }
-        let unserved = parse(i, "nginx.ingress.kubernetes.io/auth-url", "http://a").unwrap_err();
+        let unserved = parse(
+            i,
+            "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+            "on",
+        )
+        .unwrap_err();
         let said = unserved.to_string();
         assert!(
-            said.starts_with("not served by teapot: nginx.ingress.kubernetes.io/auth-url")
-                && said.contains("limit-rps"),
+            said.starts_with(
+                "not served by teapot: nginx.ingress.kubernetes.io/auth-tls-verify-client"
+            ) && said.contains("limit-rps"),
             "{said}"
         );
         assert_eq!(
@@ -1068,5 +1252,89 @@ mod tests {
         );
         assert!(parse(i, &key("use-regex"), "yes").is_err());
         assert!(parse(i, &key("permanent-redirect-code"), "200").is_err());
+    }
+
+    #[test]
+    fn auth_url_names_a_service_or_an_address() {
+        let service = |name: &str, namespace: &str| AuthHost::Service {
+            name: name.into(),
+            namespace: namespace.into(),
+        };
+        let t = AuthTarget::parse("http://auth.shop.svc.cluster.local:9000/check?x=1").unwrap();
+        assert_eq!(t.host, service("auth", "shop"));
+        assert_eq!((t.port, &t.path[..]), (9000, "/check?x=1"));
+        assert_eq!(t.authority, "auth.shop.svc.cluster.local:9000");
+        let t = AuthTarget::parse("http://Auth.Shop.svc").unwrap();
+        assert_eq!(
+            (t.host, t.port, &t.path[..]),
+            (service("auth", "shop"), 80, "/")
+        );
+        let t = AuthTarget::parse("http://[fd00:1::5]:8080?a").unwrap();
+        assert_eq!(t.host, AuthHost::Address("fd00:1::5".parse().unwrap()));
+        assert_eq!((t.port, &t.path[..]), (8080, "/?a"));
+        for (bad, why) in [
+            (
+                "https://auth.shop.svc/",
+                "https:// authentication URLs are not served",
+            ),
+            ("http://auth.example.com/", "teapot does not look names up"),
+            ("http://auth.shop/", "teapot does not look names up"),
+            ("http://a.b.c.svc/", "teapot does not look names up"),
+            (
+                "http://metadata.google.internal/",
+                "teapot does not look names up",
+            ),
+            ("http://u:p@auth.shop.svc/", "user information"),
+            ("http://auth.shop.svc:0/", "port"),
+            ("http://auth.shop.svc:99999/", "port"),
+            ("ftp://auth.shop.svc/", "not an http:// URL"),
+        ] {
+            let e = AuthTarget::parse(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let i = ObjectKind::Ingress;
+        let key = |n: &str| format!("{NGINX_PREFIX}{n}");
+        assert!(parse(i, &key("auth-url"), "http://auth.shop.svc/x").is_ok());
+        let refused = parse(i, &key("auth-url"), "https://auth.shop.svc/").unwrap_err();
+        assert!(
+            refused.to_string().contains("https:// is not served"),
+            "{refused}"
+        );
+        assert_eq!(
+            parse(i, &key("auth-method"), "POST"),
+            Ok(AnnotationValue::Word("POST"))
+        );
+        assert!(parse(i, &key("auth-method"), "CONNECT").is_err());
+        assert!(parse(i, &key("auth-response-headers"), "X-User, X-Email").is_ok());
+        assert!(parse(i, &key("auth-response-headers"), "X-User: 1").is_err());
+        for refused in [
+            "Content-Length",
+            "host",
+            "X-Forwarded-For",
+            "x-real-ip",
+            "Connection",
+        ] {
+            assert!(auth_response_header_refused(refused).is_some(), "{refused}");
+        }
+        assert_eq!(auth_response_header_refused("X-Auth-Request-User"), None);
+        // The rest of the auth-* family stays refused.
+        for name in [
+            "auth-cache-key",
+            "auth-proxy-set-headers",
+            "auth-keepalive",
+            "auth-type",
+            "auth-secret",
+            "auth-tls-secret",
+        ] {
+            let e = parse(i, &key(name), "x").unwrap_err();
+            assert!(
+                matches!(e, AnnotationError::NotServed { .. }),
+                "{name}: {e}"
+            );
+        }
+        assert!(matches!(
+            parse(i, &key("auth-snippet"), "x").unwrap_err(),
+            AnnotationError::InjectsConfiguration { .. }
+        ));
     }
 }

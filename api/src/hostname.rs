@@ -64,6 +64,12 @@ pub fn mirrored_service_name(namespace: &str, service: &str) -> String {
     format!("{head}-{hash}")
 }
 
+/// Name of the LB Secret copied from a tenant Secret: the same scheme as
+/// mirrored Services, so secrets of different namespaces never collide.
+pub fn mirrored_secret_name(namespace: &str, secret: &str) -> String {
+    mirrored_service_name(namespace, secret)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@
 //! line per scenario, then `N passed, N failed`.
 
 pub mod admin;
+pub mod auth_service;
 pub mod feature;
 pub mod gateway;
 pub mod manifests;

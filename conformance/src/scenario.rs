@@ -13,6 +13,7 @@ use teapot_testkit::process::ProxyProcess;
 use tokio::time::{Instant, sleep};
 
 use crate::admin::Status;
+use crate::auth_service::AuthService;
 use crate::feature::PickleStep;
 use crate::manifests::{self, BackendService};
 use crate::steps::{self, Argument, HeaderCheck, Step};
@@ -77,6 +78,8 @@ pub struct ScenarioRun {
     proxy: Option<ProxyProcess>,
     last: Option<Exchange>,
     batch: Option<Vec<(u16, Option<String>)>>,
+    /// The scenario's authentication service (`auth-url`), when it has one.
+    auth: Option<AuthService>,
 }
 
 impl ScenarioRun {
@@ -97,6 +100,7 @@ impl ScenarioRun {
             proxy: None,
             last: None,
             batch: None,
+            auth: None,
         };
         run.write_file(
             "ingressclass",
@@ -162,14 +166,21 @@ impl ScenarioRun {
             // The scenario's namespace exists from the start.
             Step::NewNamespace => Ok(()),
             Step::IngressNamedWithSpec { name } => {
-                let ingress =
-                    manifests::ingress_from_spec(&name, &self.namespace, doc.unwrap_or(""))?;
+                let doc = self.with_auth_address(doc.unwrap_or(""));
+                let ingress = manifests::ingress_from_spec(&name, &self.namespace, &doc)?;
                 self.install_ingress(ingress, name).await
             }
             Step::IngressResource | Step::IngressInNewNamespace => {
-                let (ingress, name) =
-                    manifests::ingress_from_manifest(&self.namespace, doc.unwrap_or(""))?;
+                let doc = self.with_auth_address(doc.unwrap_or(""));
+                let (ingress, name) = manifests::ingress_from_manifest(&self.namespace, &doc)?;
                 self.install_ingress(ingress, name).await
+            }
+            Step::AuthService => {
+                let service = AuthService::start()
+                    .await
+                    .map_err(|e| format!("starting the authentication service: {e}"))?;
+                self.auth = Some(service);
+                Ok(())
             }
             Step::TlsSecret { name, host } => self.tls_secret(&name, &host).await,
             Step::StatusShowsAddress => self.status_shows_address().await,
@@ -303,6 +314,15 @@ impl ScenarioRun {
     }
 
     // ----- manifests -------------------------------------------------------
+
+    /// A docstring with `${HTTPBUN}` replaced by the authentication
+    /// service's address (ingress-nginx's e2e cases name its pod IP).
+    fn with_auth_address(&self, doc: &str) -> String {
+        match &self.auth {
+            Some(auth) => doc.replace("${HTTPBUN}", &auth.addr.to_string()),
+            None => doc.to_string(),
+        }
+    }
 
     /// Writes `NN-kind-name.yaml` atomically (dot-prefixed temp file, then
     /// rename: the proxy ignores dot-files). Returns the final path.

@@ -134,6 +134,9 @@ pub enum Step {
         /// How to compare.
         check: HeaderCheck,
     },
+    /// (extension) `an httpbun authentication service`: ingress-nginx's
+    /// e2e httpbun, whose address Ingress docstrings name as `${HTTPBUN}`.
+    AuthService,
     /// `The backend deployment "S" for the ingress resource is scaled to N`
     ScaleBackend {
         /// The backend Service (= deployment) name.
@@ -373,6 +376,11 @@ pub static STEP_DEFS: &[StepDef] = &[
                 replicas: number(&c[2])?,
             })
         },
+    ),
+    def(
+        r#"^an httpbun authentication service$"#,
+        "extension",
+        |_| Ok(Step::AuthService),
     ),
     def(
         r#"^the (response|request) header "([^"]*)" (?:must|should) (be|contain|match|not contain) "([^"]*)"$"#,

@@ -9,6 +9,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use teapot_api::annotations::PREFIX;
+pub use teapot_api::hostname::mirrored_secret_name;
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::{INGRESS_CLASS, LOAD_BALANCER_CLASS, TLS_SECRET_TYPE};
 use teapot_sync::{
@@ -56,12 +57,6 @@ pub(crate) fn travelling_annotations(
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
-}
-
-/// Name of the LB Secret copied from a tenant Secret: the same scheme as
-/// mirrored Services, so secrets of different namespaces never collide.
-pub fn mirrored_secret_name(namespace: &str, secret: &str) -> String {
-    mirrored_service_name(namespace, secret)
 }
 
 fn backends(ingress: &Ingress) -> impl Iterator<Item = &IngressBackend> {

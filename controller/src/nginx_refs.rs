@@ -10,9 +10,7 @@
 use std::collections::BTreeMap;
 
 use teapot_api::annotations::NGINX_PREFIX;
-use teapot_api::hostname::mirrored_service_name;
-
-use crate::mirror::mirrored_secret_name;
+use teapot_api::hostname::{mirrored_secret_name, mirrored_service_name};
 
 /// A tenant object an annotation names: `(namespace, name)` in the tenant
 /// cluster.

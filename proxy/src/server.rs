@@ -419,6 +419,24 @@ pub async fn run(
         .collect::<Result<Vec<_>, Error>>()?;
     let mut serving = crate::plane::serving::ServingThreads::start(services, stop_rx.clone())?;
 
+    // In kube mode each replica tells of its own BGP sessions on its Pod.
+    if let (Some(statuses), Some(kube)) = (
+        announcer.as_ref().and_then(|a| a.statuses()),
+        config.kube.as_ref(),
+    ) {
+        match crate::loops::bgp_events::this_pod(&kube.lease_namespace) {
+            Some(pod) => drop(tokio::spawn(crate::loops::bgp_events::run(
+                statuses,
+                kube.client.clone(),
+                pod,
+                stop_rx.clone(),
+            ))),
+            None => tracing::warn!(
+                "neither POD_NAME nor HOSTNAME is set: BGP session changes are not published as Events"
+            ),
+        }
+    }
+
     let admin_listener = {
         listeners.admin.set_nonblocking(true)?;
         tokio::net::TcpListener::from_std(listeners.admin)?

@@ -16,6 +16,7 @@
 
 mod acme_args;
 mod agent_cmd;
+mod allocator;
 mod announce_args;
 mod capi_cmd;
 mod demo;
@@ -40,37 +41,6 @@ use teapot_proxy::loops::proof::{ProofLimits, ProofTiming};
 use teapot_proxy::plane::proxy::UpstreamOptions;
 use teapot_proxy::server::BoundAddrs;
 use teapot_proxy::{Listeners, ProxyConfig};
-
-// glibc's malloc spent a quarter of a route-table compile in allocation and
-// free; mimalloc is the usual choice for Rust proxies (per-thread heaps, no
-// lock on the request path). See docs/decisions.md.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Re-executes this binary once with those of [`ALLOCATOR_ENV`] the
-/// operator did not set: mimalloc reads them only at process start, and
-/// setting them in every unit file, chart and shell is what nobody
-/// remembers. `exec` keeps the pid, so supervisors see nothing.
-fn tune_allocator() {
-    use std::os::unix::process::CommandExt;
-    use teapot_proxy::compile::ALLOCATOR_ENV;
-    let unset: Vec<(&str, &str)> = ALLOCATOR_ENV
-        .into_iter()
-        .filter(|(name, _)| std::env::var_os(name).is_none())
-        .collect();
-    if unset.is_empty() {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let error = std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .envs(unset)
-        .exec();
-    // Only reached when exec failed: run untuned rather than not at all.
-    eprintln!("teapot: cannot re-execute with allocator settings ({error}); continuing");
-}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -181,6 +151,15 @@ pub(crate) struct TuningArgs {
     /// Idle upstream connections kept for reuse.
     #[arg(long, default_value_t = 1024)]
     upstream_pool_size: usize,
+    /// External authentication (auth-url): sub-requests in flight per
+    /// tenant (and for the operator namespaces together) per replica;
+    /// past it a request gets 503 at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    auth_concurrency: u32,
+    /// External authentication (auth-url): milliseconds from connecting
+    /// to the answer's head; past it the request gets 500.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    auth_timeout_ms: u64,
     /// DOMAIN of the hostnames assigned to tenant Ingresses (INGRESS.CLUSTER.lb.DOMAIN).
     #[arg(long, default_value = "localhost", env = "TEAPOT_DOMAIN")]
     domain: String,
@@ -226,11 +205,15 @@ struct EchoArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    tune_allocator();
+    allocator::tune();
+    teapot_proxy::plane::serving::on_quiet(allocator::return_freed_memory);
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all().thread_name("teapot");
+    runtime
+        .enable_all()
+        .thread_name("teapot")
+        .on_thread_park(teapot_proxy::plane::serving::parked);
     if cli.threads > 0 {
         runtime.worker_threads(cli.threads);
     }
@@ -352,6 +335,10 @@ pub(crate) fn proxy_config(
         connect_timeout: Duration::from_millis(tuning.connect_timeout_ms),
         read_timeout: Duration::from_secs(tuning.upstream_timeout),
         write_timeout: Duration::from_secs(tuning.upstream_timeout),
+        auth: teapot_proxy::plane::policy::auth::AuthLimits {
+            timeout: Duration::from_millis(tuning.auth_timeout_ms),
+            concurrency: tuning.auth_concurrency,
+        },
         ..UpstreamOptions::default()
     };
     config

@@ -184,3 +184,72 @@ async fn with_a_password_file_the_session_is_signed_and_status_says_md5_only() {
     let shown = format!("{status}{}", harness.metrics().await);
     assert!(!shown.contains(password), "{shown}");
 }
+
+/// In kube mode a replica tells of its BGP sessions on its own Pod: a
+/// Normal Event when a session is established, a Warning naming the peer
+/// and why when it is lost, one per change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bgp_session_changes_are_events_on_the_replicas_pod() {
+    use teapot_testkit::apiserver::ApiServer;
+    use teapot_testkit::process::ProxyProcess;
+    let api = ApiServer::start().await;
+    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = router.local_addr().unwrap().port();
+    let peer = format!("127.0.0.1,64500,port={port},hold=0");
+    let proxy = ProxyProcess::start_kube_with_env(
+        &teapot_bin(),
+        api.kubeconfig_path(),
+        &[
+            "--domain",
+            "example.net",
+            "--lease-namespace",
+            "teapot-system",
+            "--bgp-peer",
+            &peer,
+            "--bgp-asn",
+            "64501",
+            "--announce",
+            "203.0.113.10",
+        ],
+        &[("POD_NAME", "teapot-lb-0")],
+    )
+    .await
+    .expect("teapot proxy --kube starts");
+    let events = || {
+        api.requests()
+            .into_iter()
+            .filter(|r| r.path == "/apis/events.k8s.io/v1/namespaces/teapot-system/events")
+            .filter_map(|r| r.body)
+            .collect::<Vec<serde_json::Value>>()
+    };
+    let event = |reason: &'static str| {
+        let events = &events;
+        eventually(reason, RELOAD_TIMEOUT, move || async move {
+            events()
+                .into_iter()
+                .find(|e| e["reason"] == reason)
+                .ok_or("not yet")
+        })
+    };
+    let router = Router::establish(&router).await;
+    let e = event("BGPSessionEstablished").await;
+    assert_eq!(e["type"], "Normal");
+    assert_eq!(e["regarding"]["kind"], "Pod");
+    assert_eq!(e["regarding"]["name"], "teapot-lb-0");
+    // The router goes away: the session is lost.
+    drop(router);
+    let e = event("BGPSessionDown").await;
+    assert_eq!(e["type"], "Warning");
+    let note = e["note"].as_str().unwrap();
+    assert!(note.contains(&format!("127.0.0.1:{port}")), "{note}");
+    // Reconnection attempts that fail alike add no Event.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        events()
+            .iter()
+            .filter(|e| e["reason"] == "BGPSessionDown")
+            .count(),
+        1
+    );
+    drop(proxy);
+}

@@ -12,22 +12,8 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use teapot_testkit::client::{Proto, Request, Response, Transport};
+use teapot_testkit::client::{Proto, Request};
 use teapot_testkit::echo::EchoServer;
-
-const NGINX: &str = "nginx.ingress.kubernetes.io/";
-
-/// An Ingress routing `host` (all paths) to `service:80` with the given
-/// ingress-nginx annotations (names after the prefix).
-fn annotated(namespace: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> Value {
-    let mut ingress = simple_ingress(namespace, host, host, service);
-    let map: serde_json::Map<String, Value> = annotations
-        .iter()
-        .map(|(k, v)| (format!("{NGINX}{k}"), json!(v)))
-        .collect();
-    ingress["metadata"]["annotations"] = Value::Object(map);
-    ingress
-}
 
 /// A proxy serving `ingresses`, all to one echo backend `web` in `ns`.
 async fn serve(ns: &str, ingresses: Vec<Value>) -> (EchoServer, Harness) {
@@ -36,20 +22,6 @@ async fn serve(ns: &str, ingresses: Vec<Value>) -> (EchoServer, Harness) {
     objects.extend(ingresses);
     let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
     (backend, h)
-}
-
-/// `req` over HTTP/1.1 on the plain port or HTTP/2 on the TLS port.
-async fn over(h: &Harness, proto: Proto, req: Request) -> Response {
-    let req = req.proto(proto);
-    match proto {
-        Proto::Http1 => send(h.proxy.http, &Transport::Plain, &req).await,
-        Proto::Http2 => {
-            let transport = Transport::tls_insecure(&req.host.clone());
-            let resp = send(h.proxy.https, &transport, &req).await;
-            assert_eq!(resp.version, http::Version::HTTP_2);
-            resp
-        }
-    }
 }
 
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
@@ -339,7 +311,7 @@ async fn unserved_annotations_are_reported_not_ignored() {
             "web",
             &[
                 ("whitelist-source-range", "10.0.0.0/8"),
-                ("auth-url", "http://auth.report.svc/"),
+                ("auth-tls-verify-client", "on"),
             ],
         )],
     )
@@ -354,7 +326,8 @@ async fn unserved_annotations_are_reported_not_ignored() {
     assert_eq!(accepted["status"], "False");
     let message = accepted["message"].as_str().unwrap();
     assert!(
-        message.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"),
+        message
+            .contains("not served by teapot: nginx.ingress.kubernetes.io/auth-tls-verify-client"),
         "{message}"
     );
     for proto in BOTH {

@@ -93,7 +93,7 @@ impl ProxyProcess {
         extra_args: &[&str],
     ) -> Result<ProxyProcess, Error> {
         let source = [OsStr::new("--manifests"), manifests.as_os_str()];
-        ProxyProcess::spawn(bin, &source, extra_args).await
+        ProxyProcess::spawn(bin, &source, extra_args, &[]).await
     }
 
     /// Like [`ProxyProcess::start`], in kube mode:
@@ -104,20 +104,33 @@ impl ProxyProcess {
         kubeconfig: &Path,
         extra_args: &[&str],
     ) -> Result<ProxyProcess, Error> {
+        ProxyProcess::start_kube_with_env(bin, kubeconfig, extra_args, &[]).await
+    }
+
+    /// [`ProxyProcess::start_kube`] with these environment variables set
+    /// (the Pod's name, as the chart gives it).
+    pub async fn start_kube_with_env(
+        bin: &Path,
+        kubeconfig: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<ProxyProcess, Error> {
         let source = [
             OsStr::new("--kube"),
             OsStr::new("--kubeconfig"),
             kubeconfig.as_os_str(),
         ];
-        ProxyProcess::spawn(bin, &source, extra_args).await
+        ProxyProcess::spawn(bin, &source, extra_args, env).await
     }
 
     async fn spawn(
         bin: &Path,
         source: &[&OsStr],
         extra_args: &[&str],
+        env: &[(&str, &str)],
     ) -> Result<ProxyProcess, Error> {
         let mut child = Command::new(bin)
+            .envs(env.iter().copied())
             .arg("proxy")
             .args(source)
             .args(LOOPBACK_LISTENERS)

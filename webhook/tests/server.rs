@@ -90,7 +90,7 @@ async fn admission_reviews_over_tls() {
     assert_eq!(allowed, json!({"uid": "a-1", "allowed": true}));
 
     let denied = hook
-        .review(case("deny", "annotation-auth-url-ssl-engine.yaml").review_body("d-1"))
+        .review(case("deny", "annotation-auth-tls-match-cn.yaml").review_body("d-1"))
         .await;
     assert_eq!(denied["uid"], "d-1");
     assert_eq!(denied["allowed"], false);
@@ -98,7 +98,7 @@ async fn admission_reviews_over_tls() {
     let message = denied["status"]["message"].as_str().unwrap();
     assert!(
         message.contains(
-            r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-url"]: not served by teapot: nginx.ingress.kubernetes.io/auth-url"#
+            r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-tls-match-cn"]: not served by teapot: nginx.ingress.kubernetes.io/auth-tls-match-cn"#
         ),
         "{message}"
     );

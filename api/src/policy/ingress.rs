@@ -70,6 +70,7 @@ pub fn check_ingress(
         ));
     }
     check_canary_pattern(ingress, &mut out);
+    check_auth(ctx, ingress, &mut out);
     let regex_paths = regex::ingress_uses_regex(ingress);
     if regex_paths {
         check_regex_paths(ingress, &mut out);
@@ -216,6 +217,37 @@ fn check_canary_pattern(ingress: &Ingress, out: &mut Vec<Violation>) {
             key_field("metadata.annotations", regex::CANARY_PATTERN),
             why,
         ));
+    }
+}
+
+/// An `auth-url` naming an address: the tenant's own nodes only, as an
+/// endpoint would be (its form is the allowlist's to check); no framing
+/// or forwarding field among `auth-response-headers`.
+fn check_auth(ctx: &PolicyContext<'_>, ingress: &Ingress, out: &mut Vec<Violation>) {
+    use crate::annotations::{AuthHost, AuthTarget, auth_response_header_refused};
+    const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
+    const COPIED: &str = "nginx.ingress.kubernetes.io/auth-response-headers";
+    let annotations = ingress.metadata.annotations.as_ref();
+    if let Some(url) = annotations.and_then(|a| a.get(AUTH_URL))
+        && let Ok(AuthTarget {
+            host: AuthHost::Address(ip),
+            ..
+        }) = AuthTarget::parse(url)
+        && let Err(why) = super::addresses::check_endpoint_address(ctx, ip)
+    {
+        out.push(Violation::new(
+            key_field("metadata.annotations", AUTH_URL),
+            format!("the authentication service must be one of your Services or inside your nodeCIDRs: {why}"),
+        ));
+    }
+    let copied = annotations.and_then(|a| a.get(COPIED));
+    for name in copied.into_iter().flat_map(|v| v.split(',')).map(str::trim) {
+        if let Some(why) = auth_response_header_refused(name) {
+            out.push(Violation::new(
+                key_field("metadata.annotations", COPIED),
+                format!("{name} cannot be copied from the authentication service: {why}"),
+            ));
+        }
     }
 }
 

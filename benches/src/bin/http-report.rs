@@ -173,10 +173,12 @@ enum Test {
     IdleTls,
     IdleH2,
     H1Close,
+    H1Policy,
 }
 
-const TESTS: [Test; 10] = [
+const TESTS: [Test; 11] = [
     Test::H1Static,
+    Test::H1Policy,
     Test::H1Close,
     Test::H1Echo,
     Test::FixedRate,
@@ -201,13 +203,16 @@ impl Test {
             Test::IdleTls => "idle-tls",
             Test::IdleH2 => "idle-h2",
             Test::H1Close => "h1-close",
+            Test::H1Policy => "h1-policy",
         }
     }
 
     /// The number the ratios are taken on, and whether higher is better.
     fn headline(self) -> (&'static str, bool) {
         match self {
-            Test::H1Static | Test::H1Echo | Test::H1Close | Test::H2 => ("req_per_s", true),
+            Test::H1Static | Test::H1Echo | Test::H1Close | Test::H1Policy | Test::H2 => {
+                ("req_per_s", true)
+            }
             Test::TlsHandshakes => ("handshakes_per_s", true),
             Test::FixedRate | Test::Churn => ("p99_ms", false),
             Test::IdleH1 | Test::IdleTls | Test::IdleH2 => (KIB_PER_CONNECTION, false),
@@ -219,7 +224,9 @@ impl Test {
     /// churn, whose run also waits for the last change.
     fn rate_metric(self) -> Option<&'static str> {
         match self {
-            Test::H1Static | Test::H1Echo | Test::H1Close | Test::H2 => Some("req_per_s"),
+            Test::H1Static | Test::H1Echo | Test::H1Close | Test::H1Policy | Test::H2 => {
+                Some("req_per_s")
+            }
             Test::TlsHandshakes => Some("handshakes_per_s"),
             Test::FixedRate => Some("achieved_per_s"),
             Test::Churn | Test::IdleH1 | Test::IdleTls | Test::IdleH2 => None,
@@ -236,12 +243,15 @@ impl Test {
         rows
     }
 
-    /// Config churn and a proxy's memory have no meaning without a proxy.
+    /// Config churn and a proxy's memory have no meaning without a proxy;
+    /// the traffic policy is compared with HAProxy's (nginx has no cookie
+    /// affinity outside its commercial edition).
     fn applies_to(self, target: Target) -> bool {
-        !(matches!(
-            self,
-            Test::Churn | Test::IdleH1 | Test::IdleTls | Test::IdleH2
-        ) && target == Target::Direct)
+        match self {
+            Test::H1Policy => matches!(target, Target::Teapot | Target::Haproxy),
+            Test::Churn | Test::IdleH1 | Test::IdleTls | Test::IdleH2 => target != Target::Direct,
+            _ => true,
+        }
     }
 }
 
@@ -250,6 +260,14 @@ impl Test {
 const STATIC_HOST: &str = "bench.example";
 const ECHO_HOST: &str = "echo.example";
 const CHURN_HOST: &str = "churn.example";
+/// Routed to the static backend through an allow-list, a per-client rate
+/// limit that is never reached and cookie affinity (h1-policy).
+const POLICY_HOST: &str = "policy.example";
+/// The allow-list: the client (loopback) and the private ranges an
+/// operator would list beside it.
+const POLICY_ALLOW: &str = "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 127.0.0.0/8";
+/// Requests per second per client address; above what one wrk reaches.
+const POLICY_RATE: u32 = 100_000;
 const STATIC_PATH: &str = "/hello.txt";
 /// A small static body (about the size of a health check or API answer).
 const STATIC_BODY: &str = "Hello from the static backend. This body is a few dozen bytes, like a small API answer or a health check.\n";
@@ -828,14 +846,26 @@ frontend fe
   acl echo hdr(host),field(1,:) -i {ECHO_HOST}
   acl churn hdr(host),field(1,:) -i {CHURN_HOST}
   acl churn_path path_beg /v{k}/
+  acl policy hdr(host),field(1,:) -i {POLICY_HOST}
   http-request return status 404 if churn !churn_path
+  http-request deny deny_status 403 if policy !{{ src {allow} }}
+  http-request track-sc0 src table per_client if policy
+  http-request deny deny_status 429 if policy {{ sc_http_req_rate(0) gt {rate} }}
   use_backend echo if echo
+  use_backend policy if policy
   default_backend static
 backend static
   server s1 127.0.0.1:{s}
 backend echo
   server e1 127.0.0.1:{e}
+backend policy
+  cookie INGRESSCOOKIE insert indirect nocache httponly
+  server p1 127.0.0.1:{s} cookie p1
+backend per_client
+  stick-table type ip size 100k expire 60s store http_req_rate(1s)
 ",
+            allow = POLICY_ALLOW.replace(',', ""),
+            rate = POLICY_RATE,
             threads = self.threads,
             maxconn = self.maxconn,
             d = self.dir.display(),
@@ -892,6 +922,21 @@ spec:
       http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: static, port: {{name: http}}}}}}}}]}}
     - host: {ECHO_HOST}
       http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: echo, port: {{name: http}}}}}}}}]}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: policy
+  namespace: bench
+  annotations:
+    nginx.ingress.kubernetes.io/whitelist-source-range: \"{POLICY_ALLOW}\"
+    nginx.ingress.kubernetes.io/limit-rps: \"{POLICY_RATE}\"
+    nginx.ingress.kubernetes.io/affinity: cookie
+spec:
+  ingressClassName: teapot
+  rules:
+    - host: {POLICY_HOST}
+      http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: static, port: {{name: http}}}}}}}}]}}
 "
     )
     .expect("write to String");
@@ -930,17 +975,41 @@ async fn measure(
         // h1-close: a new connection per request, the accept path's cost.
         Test::H1Static | Test::H1Close => {
             let close = test == Test::H1Close;
+            let headers: &[String] = if close {
+                &["Connection: close".to_string()]
+            } else {
+                &[]
+            };
             wrk(
                 &fleet.tools.wrk,
                 args,
                 p.http,
                 STATIC_HOST,
                 STATIC_PATH,
-                close,
+                headers,
             )
             .await
         }
-        Test::H1Echo => wrk(&fleet.tools.wrk, args, p.echo, ECHO_HOST, "/", false).await,
+        // h1-policy: the client holds its affinity cookie, as a browser
+        // does after its first answer; every request passes the allow-list
+        // and the rate limit and is pinned by the cookie.
+        Test::H1Policy => {
+            let cookie = affinity_cookie(p.http).await?;
+            let v = wrk(
+                &fleet.tools.wrk,
+                args,
+                p.http,
+                POLICY_HOST,
+                STATIC_PATH,
+                &[format!("Cookie: {cookie}")],
+            )
+            .await?;
+            if v["non_2xx"] > 0.0 {
+                bail!("{} answers of {POLICY_HOST} were not 2xx", v["non_2xx"]);
+            }
+            Ok(v)
+        }
+        Test::H1Echo => wrk(&fleet.tools.wrk, args, p.echo, ECHO_HOST, "/", &[]).await,
         Test::FixedRate => {
             let r = fixed_rate(
                 p.http,
@@ -1239,11 +1308,11 @@ async fn wrk(
     port: u16,
     host: &str,
     path: &str,
-    close: bool,
+    headers: &[String],
 ) -> anyhow::Result<Values> {
     let mut cmd = tokio::process::Command::new(bin);
-    if close {
-        cmd.args(["-H", "Connection: close"]);
+    for h in headers {
+        cmd.args(["-H", h]);
     }
     let out = cmd
         .args([
@@ -1302,6 +1371,30 @@ fn parse_wrk(text: &str) -> anyhow::Result<Values> {
     v.entry("non_2xx").or_insert(0.0);
     v.entry("errors").or_insert(0.0);
     Ok(v)
+}
+
+/// The `name=value` of the affinity cookie the proxy at `port` sets on a
+/// first request for the policy host.
+async fn affinity_cookie(port: u16) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let request =
+        format!("GET {STATIC_PATH} HTTP/1.1\r\nHost: {POLICY_HOST}\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    if !answer.starts_with("HTTP/1.1 200") {
+        bail!("{POLICY_HOST} answered {:?}", answer.lines().next());
+    }
+    answer
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("set-cookie")
+                .then(|| value.trim().split(';').next().unwrap_or("").to_string())
+        })
+        .context("no Set-Cookie on the first answer of the policy host")
 }
 
 /// `1.23ms`, `456.78us`, `1.2s` in milliseconds.

@@ -117,7 +117,7 @@ where
                 &options.domain,
             ))
         });
-        let (policy, mut annotation_problems) = policies.of(ingress, tenant);
+        let (policy, mut annotation_problems) = policies.of(ingress, tenant, resolver);
         // ingress-nginx's regex paths (`use-regex`, `rewrite-target`);
         // one that does not compile is reported and its rule not served.
         let regex_paths = teapot_api::regex::ingress_uses_regex(ingress);

@@ -11,10 +11,12 @@ use k8s_openapi::api::networking::v1::Ingress;
 use teapot_model::store::FastHashMap;
 use teapot_model::tenancy::TenantView;
 
+use crate::compile::backends::{PortRef, Resolver};
 use crate::compile::fairness::TenantGates;
 use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
-use crate::compile::traffic::NginxAnnotations;
+use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations};
+use crate::compile::upstream::{EndpointRegistry, Upstream};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
 /// per distinct (tenant, body limit).
@@ -62,11 +64,13 @@ impl<'a> Policies<'a> {
         &mut self,
         ingress: &Ingress,
         tenant: Option<&TenantView<'a>>,
+        resolver: &Resolver<'_>,
     ) -> (Option<Arc<RoutePolicy>>, Vec<String>) {
         use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
         const MAX_BODY: &str = "teapot.dev/max-body-size";
         const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
         const NGINX_BODY: &str = "nginx.ingress.kubernetes.io/proxy-body-size";
+        const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
         let mut problems = Vec::new();
         let all = ingress.metadata.annotations.as_ref();
         // ingress-nginx's name for the same limit; teapot's wins.
@@ -97,17 +101,36 @@ impl<'a> Policies<'a> {
             .map(|v| annotations::parse(ObjectKind::Ingress, SSL_REDIRECT, v));
         let teapot_redirect = matches!(teapot_redirect, Some(Ok(AnnotationValue::Bool(true))));
         // Most Ingresses carry no ingress-nginx annotation: no name made.
-        let traffic = (!nginx.is_empty() || teapot_redirect)
+        let wants_auth = all.is_some_and(|a| a.contains_key(AUTH_URL));
+        let traffic = (!nginx.is_empty() || teapot_redirect || wants_auth)
             .then(|| {
                 let meta = &ingress.metadata;
-                let name = format!(
-                    "{}/{}",
-                    meta.namespace.as_deref().unwrap_or(""),
-                    meta.name.as_deref().unwrap_or("")
-                );
+                let namespace = meta.namespace.as_deref().unwrap_or("");
+                let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
-                nginx.policy_with_tls(&name, table, tls, &paths, &mut problems)
+                let policy = nginx.policy_with_tls(&name, table, tls, &paths, &mut problems);
+                let auth = match nginx.auth(&mut problems) {
+                    Some(wanted) => {
+                        external_auth(wanted, namespace, tenant, resolver, &mut problems)
+                    }
+                    // An auth-url that could not be read (reported) keeps
+                    // the route closed, never open: ingress-nginx denies
+                    // the whole location when its auth-url is invalid.
+                    None if wants_auth => {
+                        ExternalAuth::refused(format!("{AUTH_URL} could not be read"))
+                    }
+                    None => return policy,
+                };
+                let owner = cluster.unwrap_or("");
+                let auth = ExternalAuth {
+                    gate: gates.rate_tables.auth_gate(owner),
+                    owner: Arc::from(owner),
+                    ..auth
+                };
+                let mut policy = policy.unwrap_or_default();
+                policy.auth = Some(Arc::new(auth));
+                Some(policy)
             })
             .flatten();
         if let Some(traffic) = traffic {
@@ -164,6 +187,75 @@ impl Policies<'_> {
     }
 }
 
+/// Resolves `auth-url` for an Ingress in `namespace`: a Service of the
+/// Ingress's own tenant, resolved as its backends are (in a tenant
+/// namespace, `SERVICE.NAMESPACE.svc` of the tenant's cluster is the
+/// Service the agent mirrored into it; the namespace's own name works
+/// too), or an address inside the tenant's nodes. What cannot be resolved
+/// is reported and leaves the auth with no endpoint: its requests get 500,
+/// never forwarded unauthenticated.
+fn external_auth(
+    wanted: AuthAnnotations,
+    namespace: &str,
+    tenant: Option<&TenantView<'_>>,
+    resolver: &Resolver<'_>,
+    problems: &mut Vec<String>,
+) -> ExternalAuth {
+    use teapot_api::annotations::AuthHost;
+    const KEY: &str = "nginx.ingress.kubernetes.io/auth-url";
+    let target = &wanted.target;
+    let port = i32::from(target.port);
+    let upstream = match &target.host {
+        AuthHost::Service {
+            name,
+            namespace: theirs,
+        } => {
+            let own = tenant.is_none() || theirs == namespace;
+            let (ns, service) = if own {
+                (theirs.as_str(), name.clone())
+            } else {
+                let mirrored = teapot_api::hostname::mirrored_service_name(theirs, name);
+                (namespace, mirrored)
+            };
+            let upstream = resolver.resolve(ns, &service, &PortRef::Number(port));
+            for why in upstream.unavailable.iter().chain(&upstream.refused) {
+                problems.push(format!(
+                    "{KEY}: {why}; requests get 500 while the authentication service has no endpoint"
+                ));
+            }
+            upstream
+        }
+        AuthHost::Address(ip) => {
+            if let Some(why) = tenant.and_then(|t| t.endpoint_allowed(*ip).err()) {
+                problems.push(format!(
+                    "{KEY}: the authentication service must be one of your Services or inside your nodeCIDRs: {why}; requests get 503"
+                ));
+                return ExternalAuth::refused(why);
+            }
+            let addr = std::net::SocketAddr::new(*ip, target.port);
+            let endpoint = EndpointRegistry::default().endpoint(addr);
+            Upstream::new(
+                format!("auth-url {}", target.authority),
+                vec![endpoint],
+                None,
+            )
+        }
+    };
+    ExternalAuth {
+        upstream: Arc::new(upstream),
+        authority: Arc::from(target.authority.as_str()),
+        path: Arc::from(target.path.as_str()),
+        method: wanted.method,
+        signin: wanted.signin,
+        signin_param: wanted.signin_param,
+        response_headers: wanted.response_headers,
+        request_redirect: wanted.request_redirect,
+        gate: Default::default(),
+        owner: Arc::from(""),
+        refused: None,
+    }
+}
+
 /// The hosts of an Ingress's `spec.tls` (those `ssl-redirect` covers).
 fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
     let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
@@ -208,6 +300,25 @@ kind: Service
 metadata: {name: web, namespace: ops}
 spec: {ports: [{port: 80}]}
 ";
+
+    /// The operator Ingress `ops/admin` for `admin.example` with these
+    /// annotation lines.
+    fn admin_ingress(annotations: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: admin
+  namespace: ops
+  annotations:
+{annotations}spec:
+  ingressClassName: teapot
+  rules:
+  - host: admin.example
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
 
     /// A Tenant, its backend and a rate-limited Ingress on its subtree.
     fn tenant_docs(cluster: &str, limits: &str) -> String {
@@ -298,24 +409,14 @@ spec:
     /// it serves applies.
     #[test]
     fn unserved_annotations_are_reported_in_operator_namespaces() {
-        let admin = "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: admin
-  namespace: ops
-  annotations:
-    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
-    nginx.ingress.kubernetes.io/auth-url: http://auth.ops.svc/verify
+        let admin = admin_ingress(
+            "    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
+    nginx.ingress.kubernetes.io/auth-tls-verify-client: 'on'
     nginx.ingress.kubernetes.io/configuration-snippet: more_set_headers x;
     kubectl.kubernetes.io/last-applied-configuration: '{}'
-spec:
-  ingressClassName: teapot
-  rules:
-  - host: admin.example
-    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
-";
-        let docs = [OPS.to_string(), admin.to_string()];
-        let snapshot = compile_test_docs(&docs, &CompileOptions::default());
+",
+        );
+        let snapshot = compile_test_docs(&[OPS.to_string(), admin], &CompileOptions::default());
         let report = snapshot
             .report
             .ingresses
@@ -329,9 +430,9 @@ spec:
             .expect("reported");
         assert_eq!(condition.status, "False");
         assert!(
-            condition
-                .message
-                .contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"),
+            condition.message.contains(
+                "not served by teapot: nginx.ingress.kubernetes.io/auth-tls-verify-client"
+            ),
             "{}",
             condition.message
         );
@@ -383,5 +484,137 @@ spec:
         assert_eq!(root.affinity.as_ref().unwrap().path, "/");
         let table = |t: &TrafficPolicy| t.rate.as_ref().unwrap().table.clone();
         assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
+    }
+
+    /// `auth-url` reaches only the tenant's own Services (the one the
+    /// agent mirrored, or one of its LB namespace) and addresses inside
+    /// its nodes; anything else is reported and its requests fail closed
+    /// (no endpoint), and each tenant has its own gate.
+    #[test]
+    fn auth_url_resolves_within_the_tenant() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let mirrored = teapot_api::hostname::mirrored_service_name("shop", "auth");
+        let auth_docs = |cluster: &str, url: &str| {
+            format!(
+                "{}---
+apiVersion: v1
+kind: Service
+metadata: {{name: {mirrored}, namespace: tenant-{cluster}}}
+spec: {{ports: [{{port: 4180}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: auth-1, namespace: tenant-{cluster}, labels: {{kubernetes.io/service-name: {mirrored}}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.1.0.9]}}]
+ports: [{{name: '', port: 9090}}]
+",
+                tenant_docs(cluster, "").replace(
+                    "limit-burst-multiplier: '1'",
+                    &format!(
+                        "limit-burst-multiplier: '1'\n    nginx.ingress.kubernetes.io/auth-url: {url}\n    nginx.ingress.kubernetes.io/auth-response-headers: X-User, X-Forwarded-For"
+                    )
+                )
+            )
+        };
+        let cases = [
+            ("acme", "http://auth.shop.svc.cluster.local:4180/check"),
+            ("globex", "http://10.2.0.7:8080/check"),
+            ("initech", "http://169.254.169.254/"),
+            ("umbrella", "http://nothere.shop.svc:4180/"),
+        ];
+        // Each tenant its own nodes: 10.1.0.0/24, 10.2.0.0/24, ...
+        let docs: Vec<String> = (1..)
+            .zip(cases)
+            .map(|(i, (c, u))| auth_docs(c, u).replace("10.1.0.", &format!("10.{i}.0.")))
+            .collect();
+        let snapshot = compile_test_docs(&docs, &options);
+        let auth = |cluster: &str| {
+            let host = format!("a.{cluster}.lb.example.net");
+            let route = snapshot.routes.lookup(&host, "/").expect("routed");
+            route.traffic().unwrap().auth.clone().expect("auth")
+        };
+        let condition = |cluster: &str| {
+            let report = snapshot.report.ingresses.iter();
+            let report = report
+                .filter(|r| r.namespace == format!("tenant-{cluster}"))
+                .find(|r| r.name == "web.shop")
+                .unwrap();
+            let c = report.conditions.iter();
+            c.filter(|c| c.type_ == "AnnotationsAccepted")
+                .map(|c| c.message.clone())
+                .collect::<String>()
+        };
+        let acme = auth("acme");
+        let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
+        assert_eq!(addrs, vec!["10.1.0.9:9090".parse().unwrap()]);
+        assert_eq!(&*acme.path, "/check");
+        assert_eq!(&*acme.authority, "auth.shop.svc.cluster.local:4180");
+        assert_eq!(acme.response_headers, vec![std::sync::Arc::from("x-user")]);
+        assert_eq!(
+            (&*acme.owner, acme.method, &*acme.signin_param),
+            ("acme", "GET", "rd")
+        );
+        // A forwarding field is never copied from the authentication
+        // service (the proxy's re-check of an operator's Ingress; a
+        // tenant's is refused at admission).
+        assert!(
+            condition("acme").contains("X-Forwarded-For is not copied"),
+            "{}",
+            condition("acme")
+        );
+        let globex = auth("globex");
+        assert_eq!(
+            globex.upstream.endpoints[0].addr,
+            "10.2.0.7:8080".parse().unwrap()
+        );
+        assert!(!std::sync::Arc::ptr_eq(&acme.gate, &globex.gate));
+        // Outside the tenant's nodes (refused: 503), or no such Service
+        // (no endpoint: 500): reported on the Ingress, never forwarded.
+        let initech = auth("initech");
+        assert!(initech.upstream.endpoints.is_empty());
+        assert!(initech.refused.is_some());
+        assert!(
+            condition("initech").contains("auth-url"),
+            "{}",
+            condition("initech")
+        );
+        let umbrella = auth("umbrella");
+        assert!(umbrella.upstream.endpoints.is_empty() && umbrella.refused.is_none());
+        assert!(
+            condition("umbrella").contains("not found"),
+            "{}",
+            condition("umbrella")
+        );
+        // The other routes of those tenants are served as before.
+        assert!(
+            snapshot
+                .routes
+                .lookup("a.initech.lb.example.net", "/")
+                .is_some()
+        );
+    }
+
+    /// An operator's `auth-url` that cannot be read keeps its routes
+    /// closed (ingress-nginx denies the location), and is reported.
+    #[test]
+    fn an_unreadable_auth_url_closes_the_route() {
+        let admin =
+            admin_ingress("    nginx.ingress.kubernetes.io/auth-url: https://invalid..auth.url\n");
+        let snapshot = compile_test_docs(&[OPS.to_string(), admin], &CompileOptions::default());
+        let route = snapshot.routes.lookup("admin.example", "/").unwrap();
+        let auth = route.traffic().unwrap().auth.clone().expect("closed");
+        assert!(auth.refused.is_some());
+        let report = snapshot.report.ingresses.iter().find(|r| r.name == "admin");
+        let messages: String = report
+            .unwrap()
+            .conditions
+            .iter()
+            .map(|c| c.message.clone())
+            .collect();
+        assert!(messages.contains("auth-url"), "{messages}");
     }
 }

@@ -14,10 +14,15 @@
 //!
 //! A counter is GCRA's theoretical arrival time, keyed by a keyed hash of
 //! (route, limit, client address).
+//!
+//! The same owners' [`AuthGate`]s live here too: how many external
+//! authentication sub-requests (`auth-url`) each has in flight, kept
+//! across snapshots so a reload neither forgets nor doubles them.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
@@ -172,6 +177,41 @@ impl RateTable {
 #[derive(Debug, Default)]
 pub struct RateTables {
     known: Mutex<HashMap<Box<str>, Weak<RateTable>>>,
+    auth: Mutex<HashMap<Box<str>, Weak<AuthGate>>>,
+}
+
+/// The external authentication sub-requests one owner (a tenant cluster,
+/// or "" for the operator namespaces) has in flight on this replica.
+#[derive(Debug, Default)]
+pub struct AuthGate {
+    in_flight: AtomicU32,
+}
+
+/// One sub-request's place in its owner's [`AuthGate`], given back when
+/// dropped.
+#[derive(Debug)]
+pub struct AuthPass(Arc<AuthGate>);
+
+impl AuthGate {
+    /// A place for one more sub-request, unless `bound` are in flight.
+    pub fn enter(self: &Arc<Self>, bound: u32) -> Option<AuthPass> {
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < bound).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| AuthPass(self.clone()))
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for AuthPass {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl RateTables {
@@ -188,6 +228,19 @@ impl RateTables {
         let table = Arc::new(RateTable::new(slots));
         known.insert(owner.into(), Arc::downgrade(&table));
         table
+    }
+
+    /// The authentication gate of `owner`, the same one while any route
+    /// holds it.
+    pub fn auth_gate(&self, owner: &str) -> Arc<AuthGate> {
+        let mut known = self.auth.lock();
+        if let Some(gate) = known.get(owner).and_then(Weak::upgrade) {
+            return gate;
+        }
+        known.retain(|_, g| g.strong_count() > 0);
+        let gate = Arc::new(AuthGate::default());
+        known.insert(owner.into(), Arc::downgrade(&gate));
+        gate
     }
 }
 
@@ -213,6 +266,22 @@ mod tests {
         assert_eq!(gcra(tat, now + s, s, 2 * s), Ok(now + 3 * s));
         // A limit too large to add never refuses.
         assert!(gcra(tat, now, s, u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn auth_gates_bound_each_owner_alone() {
+        let tables = RateTables::default();
+        let a = tables.auth_gate("a");
+        assert!(Arc::ptr_eq(&a, &tables.auth_gate("a")));
+        let first = a.enter(2).unwrap();
+        let second = a.enter(2).unwrap();
+        assert!(a.enter(2).is_none());
+        // Another owner is not held up by a full gate.
+        assert!(tables.auth_gate("b").enter(2).is_some());
+        drop(first);
+        assert_eq!(a.in_flight(), 1);
+        assert!(a.enter(2).is_some());
+        drop(second);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
 use teapot_api::regex::{PathRegex, TenantRegex};
 
 pub use crate::compile::rate_table::Rate;
-use crate::compile::rate_table::RateTable;
+use crate::compile::rate_table::{AuthGate, RateTable};
 use crate::compile::upstream::Upstream;
 
 /// Everything a route does to requests besides choosing the backend.
@@ -45,6 +45,77 @@ pub struct TrafficPolicy {
     /// `from-to-www-redirect`, on the route of the twin host: every
     /// request is answered 308 to this host (crate::plane::decide).
     pub www_redirect: Option<Arc<str>>,
+    /// `auth-url` and its companions: the authentication service asked
+    /// before each request is forwarded (crate::plane::policy::auth).
+    pub auth: Option<Arc<ExternalAuth>>,
+}
+
+/// ingress-nginx's external authentication, resolved: where the
+/// sub-request goes and what the answers do.
+#[derive(Debug)]
+pub struct ExternalAuth {
+    /// The tenant's own Service (its endpoints, resolved as a backend's)
+    /// or the one address inside its nodes; no endpoint: every request
+    /// gets 500, as ingress-nginx answers when its auth service is down.
+    pub upstream: Arc<Upstream>,
+    /// The sub-request's `Host`: the URL's authority as written.
+    pub authority: Arc<str>,
+    /// The URL's path and query.
+    pub path: Arc<str>,
+    /// `auth-method` (default GET).
+    pub method: &'static str,
+    /// `auth-signin`: where a 401 sends the client (302).
+    pub signin: Option<Arc<str>>,
+    /// `auth-signin-redirect-param` (default `rd`).
+    pub signin_param: Arc<str>,
+    /// `auth-response-headers`, lowercase: copied from a 2xx answer onto
+    /// the request to the backend.
+    pub response_headers: Vec<Arc<str>>,
+    /// `auth-request-redirect`: the sub-request's X-Auth-Request-Redirect
+    /// (default the request's path and query).
+    pub request_redirect: Option<Arc<str>>,
+    /// The sub-requests its owner (the tenant, or the operator
+    /// namespaces together) has in flight on this replica.
+    pub gate: Arc<AuthGate>,
+    /// The owner's tenant cluster; empty for the operator namespaces.
+    pub owner: Arc<str>,
+    /// Why the `auth-url` was refused (reported on the Ingress): every
+    /// request gets 503, as ingress-nginx denies a location whose
+    /// annotation it cannot use, and nothing is sent.
+    pub refused: Option<String>,
+}
+
+impl ExternalAuth {
+    /// The authentication of a route whose `auth-url` was refused for
+    /// `why`: every request gets 503, nothing is sent.
+    pub fn refused(why: String) -> ExternalAuth {
+        let upstream = Upstream::new("auth-url".into(), Vec::new(), Some(why.clone()));
+        ExternalAuth {
+            upstream: Arc::new(upstream),
+            authority: Arc::from(""),
+            path: Arc::from("/"),
+            method: "GET",
+            signin: None,
+            signin_param: Arc::from("rd"),
+            response_headers: Vec::new(),
+            request_redirect: None,
+            gate: Arc::default(),
+            owner: Arc::from(""),
+            refused: Some(why),
+        }
+    }
+}
+
+/// What `auth-url` and its companions say before the URL is resolved
+/// (crate::compile::policies resolves it against the tenant).
+#[derive(Debug)]
+pub struct AuthAnnotations {
+    pub target: teapot_api::annotations::AuthTarget,
+    pub method: &'static str,
+    pub signin: Option<Arc<str>>,
+    pub signin_param: Arc<str>,
+    pub response_headers: Vec<Arc<str>>,
+    pub request_redirect: Option<Arc<str>>,
 }
 
 /// A canary's backend and the rules that send a request there.
@@ -313,6 +384,7 @@ impl NginxAnnotations {
             timeouts: self.timeouts(),
             canary: None,
             www_redirect: None,
+            auth: None,
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -440,6 +512,45 @@ impl NginxAnnotations {
         }
         self.text("temporal-redirect")
             .map(|url| to(url, self.count("temporal-redirect-code"), 302))
+    }
+
+    /// `auth-url` and its companions; `None` without `auth-url` (the
+    /// others alone do nothing, as in ingress-nginx).
+    pub fn auth(&self, problems: &mut Vec<String>) -> Option<AuthAnnotations> {
+        let url = self.text("auth-url")?;
+        // The allowlist admitted it, so it parses.
+        let target = teapot_api::annotations::AuthTarget::parse(url).ok()?;
+        let method = match self.get("auth-method") {
+            Some(AnnotationValue::Word(m)) => m,
+            _ => "GET",
+        };
+        let first = |name| self.list(name).and_then(|l| l.first().cloned());
+        Some(AuthAnnotations {
+            target,
+            method,
+            signin: self.text("auth-signin").map(Arc::from),
+            signin_param: Arc::from(
+                first("auth-signin-redirect-param")
+                    .as_deref()
+                    .unwrap_or("rd"),
+            ),
+            response_headers: self
+                .list("auth-response-headers")
+                .into_iter()
+                .flatten()
+                .filter(|h| match annotations::auth_response_header_refused(h) {
+                    Some(why) => {
+                        problems.push(format!(
+                            "{NGINX_PREFIX}auth-response-headers: {h} is not copied: {why}"
+                        ));
+                        false
+                    }
+                    None => true,
+                })
+                .map(|h| Arc::from(h.to_ascii_lowercase()))
+                .collect(),
+            request_redirect: self.text("auth-request-redirect").map(Arc::from),
+        })
     }
 
     /// Whether the Ingress is a canary (`canary: "true"`): its rules are
@@ -628,7 +739,7 @@ mod tests {
     fn unserved_and_injecting_annotations_are_reported() {
         let (policy, problems) = read(&[
             ("configuration-snippet", "more_set_headers x;"),
-            ("auth-url", "http://auth"),
+            ("auth-tls-verify-client", "on"),
             ("limit-rps", "lots"),
             ("whitelist-source-range", "10.0.0.0/8"),
         ]);
@@ -638,11 +749,9 @@ mod tests {
                 .iter()
                 .any(|p| p.contains("configuration-snippet") && p.contains("injects"))
         );
-        assert!(
-            problems
-                .iter()
-                .any(|p| p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-url"))
-        );
+        assert!(problems.iter().any(|p| {
+            p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-tls-verify-client")
+        }));
         assert!(problems.iter().any(|p| p.contains("limit-rps")));
         // What could be read is served.
         let access = policy.unwrap().access.unwrap();

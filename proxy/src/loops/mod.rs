@@ -27,12 +27,15 @@
 //!   announced addresses and the ACME DNS-01 challenges.
 //! - [`announce_status`]: whether an L4 address is announced, for the
 //!   status writer's `Announced` condition.
+//! - [`bgp_events`]: Events on this replica's Pod when a BGP session is
+//!   lost or established.
 
 pub mod acme;
 pub mod allocations;
 pub mod announce;
 pub mod announce_status;
 pub mod announcers;
+pub mod bgp_events;
 pub mod dns_zone;
 pub mod gateway_status;
 pub mod kube_status;

@@ -63,6 +63,10 @@ pub struct Metrics {
     /// Gateway API RequestMirror copies not sent, by the mirror backend's
     /// namespace and why (crate::plane::mirror::Full).
     pub mirrors_dropped: IntCounterVec,
+    /// External authentication sub-requests (`auth-url`) by tenant and
+    /// outcome (crate::plane::policy::auth::Outcome); `busy` counts the
+    /// requests refused with 503 because the tenant's bound was full.
+    pub auth_requests: IntCounterVec,
     pub l4: crate::plane::l4::L4Metrics,
     /// Request series by tenant (and by route, when switched on).
     pub series: Arc<SeriesBook>,
@@ -198,6 +202,13 @@ impl Metrics {
                 ),
                 &["namespace", "reason"],
             )?,
+            auth_requests: IntCounterVec::new(
+                Opts::new(
+                    "auth_requests_total",
+                    "External authentication sub-requests (auth-url) by tenant and outcome (allowed, unauthorized, forbidden, failed, timeout, unreachable; busy: answered 503, the tenant's bound full, nothing sent; refused: answered 503, the route's auth-url refused)",
+                ),
+                &["tenant", "outcome"],
+            )?,
             l4: crate::plane::l4::L4Metrics::register(&registry)?,
             series: Arc::new(SeriesBook::register(&registry)?),
             registry,
@@ -230,6 +241,7 @@ impl Metrics {
         m.registry
             .register(Box::new(m.access_log_dropped.clone()))?;
         m.registry.register(Box::new(m.mirrors_dropped.clone()))?;
+        m.registry.register(Box::new(m.auth_requests.clone()))?;
         Ok(m)
     }
 

@@ -10,6 +10,7 @@
 //! 4. the connection facts and the request's for Gateway API matches,
 //! 5. [`decide_request`], then the route's traffic policy
 //!    (crate::plane::policy: allow-lists, rate limits, redirects, CORS),
+//!    and last its external authentication ([`authenticate`]),
 //! 6. after it, the Gateway filters' shared parts: mirrors
 //!    ([`start_mirrors`]), the rewritten target and host
 //!    (crate::plane::filters: `chained_target`, `last_host`), the read
@@ -25,13 +26,16 @@ use teapot_h1::ConnInfo;
 
 use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::routes::Route;
+use crate::compile::traffic::ExternalAuth;
 use crate::plane::decide::{
     Answer, Decision, Forward, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders,
     check_host, decide_request,
 };
+use crate::plane::metrics;
 use crate::plane::mirror::mirror;
 use crate::plane::policy::{self, PolicyAnswer};
 use crate::plane::proxy::Router;
+use crate::plane::trace;
 
 /// What both engines know of a request when it is to be routed.
 pub(super) struct Request<'r> {
@@ -54,7 +58,7 @@ pub(super) enum Routed {
     AcmeChallenge(String),
     Forward(Forward),
     /// The route's traffic policy answers (403, 429, a redirect, a CORS
-    /// preflight).
+    /// preflight, the external authentication's 401, 403, 500 or 503).
     Policy(PolicyAnswer, Route),
 }
 
@@ -67,9 +71,10 @@ impl From<Decision> for Routed {
     }
 }
 
-/// Steps 1 to 5 for a request on `conn`. The only await is the ACME
-/// lookup (and only for a path under the challenge prefix); the snapshot's
-/// guard and the facts (not `Send`) live in no await.
+/// Steps 1 to 5 for a request on `conn`. The awaits are the ACME lookup
+/// (only for a path under the challenge prefix) and the external
+/// authentication sub-request (only for a route with `auth-url`); the
+/// snapshot's guard and the facts (not `Send`) live in no await.
 pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Routed {
     let head = &req.head;
     if let Err(answer) = check_host(head) {
@@ -84,11 +89,66 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     {
         return Routed::AcmeChallenge(answer);
     }
-    match decide(router, req, conn) {
+    let screened = match decide(router, req, conn) {
         Decision::Forward(forward) if forward.route.traffic().is_some() => {
             screen(forward, req, conn)
         }
-        decision => decision.into(),
+        decision => return decision.into(),
+    };
+    match screened {
+        Routed::Forward(forward) => match forward.route.traffic().and_then(|t| t.auth.clone()) {
+            // Boxed: the sub-request's state lives only while it runs,
+            // not in every request's (and connection's) future.
+            Some(auth) => Box::pin(authenticate(router, forward, &auth, req, conn)).await,
+            None => Routed::Forward(forward),
+        },
+        other => other,
+    }
+}
+
+/// The pipeline's last step for a route with `auth-url`: the forward goes
+/// on with the authentication service's fields, or its answer replaces
+/// it (dropping the tenant's slot).
+async fn authenticate(
+    router: &Router,
+    mut forward: Forward,
+    auth: &ExternalAuth,
+    req: &Request<'_>,
+    conn: &ConnInfo,
+) -> Routed {
+    let trusted = router.cached_series_of(Some(&forward.route)).1;
+    let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
+    let target = match req.query {
+        "" => std::borrow::Cow::Borrowed(req.head.path),
+        query => std::borrow::Cow::Owned(format!("{}?{query}", req.head.path)),
+    };
+    let original = policy::auth::Original {
+        method: req.method,
+        authority: req.head.authority,
+        target: &target,
+        tls: conn.tls,
+        client: conn.client.map(|a| a.ip()),
+        request_id: request_id.as_str(),
+        headers: req.headers,
+    };
+    let (verdict, outcome) = policy::auth::check(auth, router.options.auth, &original).await;
+    let tenant = if auth.owner.is_empty() {
+        metrics::OPERATOR
+    } else {
+        &auth.owner
+    };
+    router
+        .metrics
+        .auth_requests
+        .with_label_values(&[tenant, outcome.label()])
+        .inc();
+    match verdict {
+        Ok(fields) if fields.is_empty() => Routed::Forward(forward),
+        Ok(fields) => {
+            forward.policy.get_or_insert_default().auth_fields = fields;
+            Routed::Forward(forward)
+        }
+        Err(answer) => Routed::Policy(answer, forward.route),
     }
 }
 

@@ -39,6 +39,9 @@ pub struct UpstreamOptions {
     pub pool_idle_timeout: Duration,
     /// Endpoints tried per request when connects fail.
     pub max_connect_attempts: u32,
+    /// External authentication's timeout and per-tenant bound
+    /// (crate::plane::policy::auth).
+    pub auth: crate::plane::policy::auth::AuthLimits,
 }
 
 impl Default for UpstreamOptions {
@@ -49,6 +52,7 @@ impl Default for UpstreamOptions {
             write_timeout: Duration::from_secs(60),
             pool_idle_timeout: Duration::from_secs(60),
             max_connect_attempts: 3,
+            auth: crate::plane::policy::auth::AuthLimits::default(),
         }
     }
 }

@@ -20,11 +20,12 @@
 //! finish at their next request boundary), [`ServingThreads::finish`] then
 //! ends the runtimes, dropping whatever outlived the grace period.
 
+use std::cell::Cell;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::IntoRawFd;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
@@ -198,6 +199,59 @@ pub async fn accept_plain(listener: TcpListener, app: Arc<Edge>, mut stop: watch
     }
 }
 
+/// What a quiet thread calls to give freed memory back: the binary's
+/// allocator hook (the proxy does not choose the allocator), set once at
+/// start.
+static GIVE_BACK: OnceLock<fn()> = OnceLock::new();
+
+/// How often a thread calls the hook at most.
+const GIVE_BACK_EVERY: Duration = Duration::from_secs(1);
+
+/// Sets the hook that gives a thread's freed memory back to the system
+/// (`teapot`'s allocator module: mimalloc purges a thread's freed pages
+/// only when that thread calls into it, which a thread with nothing to do
+/// never does).
+pub fn on_quiet(hook: fn()) {
+    let _ = GIVE_BACK.set(hook);
+}
+
+/// For a multi-threaded runtime's `on_thread_park`: the hook, at most once
+/// a second per thread, so a thread that parks between requests pays one
+/// clock read.
+pub fn parked() {
+    thread_local! {
+        static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    let Some(hook) = GIVE_BACK.get() else {
+        return;
+    };
+    let now = Instant::now();
+    LAST.with(|last| {
+        if last
+            .get()
+            .is_none_or(|t| now.duration_since(t) >= GIVE_BACK_EVERY)
+        {
+            last.set(Some(now));
+            hook();
+        }
+    });
+}
+
+/// A serving thread's own tick for the hook: a thread parked with idle
+/// connections may sleep for minutes, and the memory a burst freed would
+/// stay resident all that time.
+async fn give_back_memory() {
+    let Some(hook) = GIVE_BACK.get().copied() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(GIVE_BACK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        hook();
+    }
+}
+
 /// The running serving threads.
 #[derive(Debug)]
 pub struct ServingThreads {
@@ -224,6 +278,7 @@ impl ServingThreads {
                 .name(format!("teapot-serve-{i}"))
                 .spawn(move || {
                     runtime.block_on(async move {
+                        let give_back = tokio::spawn(give_back_memory());
                         let ThreadServing { app, http, https } = serving;
                         let plain = http.map(|l| tokio::spawn(accept_plain(l, app, stop.clone())));
                         if let Some((mut service, fds)) = https {
@@ -236,6 +291,7 @@ impl ServingThreads {
                         let _ = closed_tx.send(());
                         // Connections in flight finish on this runtime.
                         let _ = released.wait_for(|r| *r).await;
+                        give_back.abort();
                     });
                 })?;
             threads.push(thread);
@@ -346,5 +402,32 @@ mod tests {
             .expect("the connection is accepted")
             .0;
         assert!(accepted.nodelay().unwrap());
+    }
+}
+
+#[cfg(test)]
+mod give_back_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+    fn count() {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_parking_thread_gives_memory_back_at_most_once_a_second() {
+        super::on_quiet(count);
+        std::thread::spawn(|| {
+            for _ in 0..1000 {
+                super::parked();
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(CALLS.load(Ordering::Relaxed), 1);
+        // Another thread has its own second.
+        std::thread::spawn(super::parked).join().unwrap();
+        assert_eq!(CALLS.load(Ordering::Relaxed), 2);
     }
 }

@@ -408,6 +408,40 @@ pub fn echo_service(namespace: &str, name: &str, echoes: &[&EchoServer]) -> Vec<
     out
 }
 
+/// ingress-nginx's annotation prefix.
+pub const NGINX: &str = "nginx.ingress.kubernetes.io/";
+
+/// An Ingress (named `host`) routing `host` (all paths) to `service:80`
+/// with the given ingress-nginx annotations (names after the prefix).
+pub fn annotated(
+    namespace: &str,
+    host: &str,
+    service: &str,
+    annotations: &[(&str, &str)],
+) -> Value {
+    let mut ingress = simple_ingress(namespace, host, host, service);
+    let map: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| (format!("{NGINX}{k}"), json!(v)))
+        .collect();
+    ingress["metadata"]["annotations"] = Value::Object(map);
+    ingress
+}
+
+/// `req` over HTTP/1.1 on the plain port or HTTP/2 on the TLS port.
+pub async fn over(h: &Harness, proto: client::Proto, req: Request) -> Response {
+    let req = req.proto(proto);
+    match proto {
+        client::Proto::Http1 => send(h.proxy.http, &Transport::Plain, &req).await,
+        client::Proto::Http2 => {
+            let transport = Transport::tls_insecure(&req.host.clone());
+            let resp = send(h.proxy.https, &transport, &req).await;
+            assert_eq!(resp.version, http::Version::HTTP_2);
+            resp
+        }
+    }
+}
+
 /// The `/status` report of one Ingress.
 pub fn ingress_report<'a>(status: &'a Value, namespace: &str, name: &str) -> Option<&'a Value> {
     status["ingresses"]

@@ -2,9 +2,11 @@
 //! any byte is sent), optional PROXY v2 header, then a full-duplex relay
 //! that passes half-closes on and ends on idle, on drain or on kill.
 
+use std::future::Future as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use prometheus::IntCounter;
@@ -370,25 +372,28 @@ async fn relay(
 ) -> End {
     let start = Instant::now();
     let last = AtomicU64::new(0);
-    let (cr, mut cw) = client.split();
-    let (ur, mut uw) = upstream.split();
+    let one_ended = AtomicBool::new(false);
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = upstream.split();
     let both = async {
         tokio::try_join!(
             pump(
-                &cr,
+                &mut cr,
                 &mut uw,
                 &last,
                 start,
                 [&ctx.metrics.bytes_in, &counted.bytes_in],
                 &counted.seen_in,
+                &one_ended,
             ),
             pump(
-                &ur,
+                &mut ur,
                 &mut cw,
                 &last,
                 start,
                 [&ctx.metrics.bytes_out, &counted.bytes_out],
                 &counted.seen_out,
+                &one_ended,
             ),
         )
     };
@@ -436,20 +441,23 @@ async fn relay(
 }
 
 /// Copies one direction; at EOF passes the half-close on (FIN) and lets
-/// the other direction continue.
+/// the other direction continue. The direction that ends last sends no
+/// FIN of its own: the relay ends with it and closing the socket sends
+/// one, so a connection costs one `shutdown` (as HAProxy's does), not two.
 ///
 /// Waits for readability without a buffer, so an idle connection holds
 /// none: one is taken when data arrives, reused while reads keep finding
-/// data, and given back when a read would block. A bulk transfer keeps one
-/// buffer; thousands of quiet connections keep none (docs/decisions.md,
+/// data, and given back when the socket is drained. A bulk transfer keeps
+/// one buffer; thousands of quiet connections keep none (docs/decisions.md,
 /// "L4 relay buffers only while data flows").
 async fn pump<W>(
-    r: &ReadHalf<'_>,
+    r: &mut ReadHalf<'_>,
     w: &mut W,
     last: &AtomicU64,
     start: Instant,
     bytes: [&IntCounter; 2],
     seen: &AtomicU64,
+    one_ended: &AtomicBool,
 ) -> std::io::Result<()>
 where
     W: AsyncWrite + Unpin,
@@ -459,18 +467,16 @@ where
         let mut buf = Buffer::new();
         loop {
             buf.0.clear();
-            // Into spare capacity: zeroing 32 KiB per burst would show in
-            // the connection rate.
-            let n = match r.try_read_buf(&mut buf.0) {
-                Ok(n) => n,
-                // Readiness was stale or the burst is over: the buffer
-                // goes back until the next one.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e),
+            let Some(read) = read_now(r, &mut buf.0).await else {
+                // Drained: the buffer goes back until the next burst.
+                break;
             };
+            let n = read?;
             if n == 0 {
                 // The peer may already be gone; the other direction decides.
-                let _ = w.shutdown().await;
+                if !one_ended.swap(true, Ordering::Relaxed) {
+                    let _ = w.shutdown().await;
+                }
                 return Ok(());
             }
             w.write_all(&buf.0).await?;
@@ -481,6 +487,25 @@ where
             last.store(elapsed_ms(start), Ordering::Relaxed);
         }
     }
+}
+
+/// One read into `buf`'s spare capacity (zeroing 32 KiB per burst would
+/// show in the connection rate), or `None` when the socket has nothing.
+///
+/// Through tokio's `poll_read`, which takes a read that fills the buffer
+/// only partly as the socket drained and clears its readiness: the next
+/// wait goes to epoll instead of a `recv` that would block, one system
+/// call saved per burst and direction (`try_read_buf` keeps the
+/// readiness until a read fails).
+async fn read_now(r: &mut ReadHalf<'_>, buf: &mut Vec<u8>) -> Option<std::io::Result<usize>> {
+    let mut read = std::pin::pin!(r.read_buf(buf));
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match read.as_mut().poll(cx) {
+            Poll::Ready(n) => Some(n),
+            Poll::Pending => None,
+        })
+    })
+    .await
 }
 
 /// One direction's relay buffer, held only while data flows.
@@ -565,10 +590,19 @@ mod tests {
             mut proxy_out,
             mut upstream,
         } = direction().await;
-        let (r, _) = proxy_in.split();
+        let (mut r, _) = proxy_in.split();
         let (_, mut w) = proxy_out.split();
         let (c1, c2, last, seen) = (counter(), counter(), AtomicU64::new(0), AtomicU64::new(0));
-        let pumping = pump(&r, &mut w, &last, Instant::now(), [&c1, &c2], &seen);
+        let ended = AtomicBool::new(false);
+        let pumping = pump(
+            &mut r,
+            &mut w,
+            &last,
+            Instant::now(),
+            [&c1, &c2],
+            &seen,
+            &ended,
+        );
         tokio::pin!(pumping);
         // More than one buffer's worth, so the burst takes several reads.
         let burst: Vec<u8> = (0..3 * BUFFER + 17).map(|i| i as u8).collect();

@@ -74,12 +74,18 @@ pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: 
     for (name, value) in &applied.response_headers {
         response.push_set(name.as_bytes(), value.as_bytes());
     }
+    for (name, value) in &applied.auth_fields {
+        match value {
+            Some(value) => request.push_set(name.as_str().as_bytes(), value.as_bytes()),
+            None => request.push_remove(name.as_str().as_bytes()),
+        }
+    }
 }
 
 /// Whether an HTTP/2 request's head must be written from an edited header
 /// map (the policy sets request fields).
 pub fn h2_edits_request(applied: Option<&Applied>) -> bool {
-    applied.is_some_and(|a| !a.request_headers.is_empty())
+    applied.is_some_and(|a| !a.request_headers.is_empty() || !a.auth_fields.is_empty())
 }
 
 /// The request fields on an HTTP/2 request's header map.
@@ -88,6 +94,12 @@ pub fn h2_request_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
         if let Ok(value) = HeaderValue::from_str(value) {
             headers.insert(HeaderName::from_static(name), value);
         }
+    }
+    for (name, value) in applied.into_iter().flat_map(|a| &a.auth_fields) {
+        match value {
+            Some(value) => headers.insert(name.clone(), value.clone()),
+            None => headers.remove(name),
+        };
     }
 }
 
@@ -104,6 +116,35 @@ pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
 mod tests {
     use super::*;
     use crate::compile::traffic::UpstreamTimeouts;
+
+    /// The authentication service's fields replace the client's on both
+    /// engines' requests; one the answer lacked removes the client's.
+    #[test]
+    fn auth_fields_replace_or_remove_the_clients() {
+        let applied = Applied {
+            auth_fields: vec![
+                (
+                    HeaderName::from_static("x-user"),
+                    Some(HeaderValue::from_static("ann")),
+                ),
+                (HeaderName::from_static("x-groups"), None),
+            ],
+            ..Applied::default()
+        };
+        assert!(h2_edits_request(Some(&applied)));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-user", HeaderValue::from_static("mallory"));
+        headers.insert("x-groups", HeaderValue::from_static("admin"));
+        h2_request_edits(&mut headers, Some(&applied));
+        assert_eq!(headers.get("x-user").unwrap(), "ann");
+        assert!(headers.get("x-groups").is_none());
+        let (mut request, mut response) = (HeaderEdits::default(), HeaderEdits::default());
+        h1_edits(&mut request, &mut response, Some(&applied));
+        let mut expected = HeaderEdits::default();
+        expected.push_set(b"x-user", b"ann");
+        expected.push_remove(b"x-groups");
+        assert_eq!(request, expected);
+    }
 
     #[test]
     fn route_timeouts_apply_under_the_operators() {

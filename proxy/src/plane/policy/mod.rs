@@ -17,7 +17,11 @@
 //!    (and the cookie set when it names none that serves);
 //! 6. `x-forwarded-prefix` on the request to the backend;
 //! 7. `rewrite-target`: the path the backend gets, from the captures of
-//!    the rule's regex path.
+//!    the rule's regex path;
+//! 8. [`auth`]: `auth-url`'s sub-request (asynchronous, so the pipeline
+//!    runs it after [`apply`]): the answers above come first, as
+//!    ingress-nginx answers redirects and CORS preflights in nginx's
+//!    rewrite phase, before its `auth_request` in the access phase.
 //!
 //! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
 //! before its allow-lists and limits; teapot checks who the client is and
@@ -29,6 +33,7 @@
 
 pub mod access;
 pub mod affinity;
+pub mod auth;
 pub mod canary;
 pub mod cors;
 pub mod engines;
@@ -65,6 +70,10 @@ pub struct Applied {
     pub upstream: Option<std::sync::Arc<Upstream>>,
     /// `proxy-*-timeout` ([`engines::upstream_timeouts`]).
     pub timeouts: Option<crate::compile::traffic::UpstreamTimeouts>,
+    /// `auth-response-headers` from the authentication service's answer:
+    /// set on the request to the backend, or removed (`None`) when the
+    /// answer had none, replacing the client's either way.
+    pub auth_fields: auth::ForwardedFields,
 }
 
 impl Applied {
@@ -76,6 +85,7 @@ impl Applied {
             && self.path.is_none()
             && self.upstream.is_none()
             && self.timeouts.is_none()
+            && self.auth_fields.is_empty()
     }
 }
 

@@ -1,0 +1,624 @@
+//! External authentication (`auth-url`, ingress-nginx's `auth_request`):
+//! before a request is forwarded, teapot asks the route's authentication
+//! service with a sub-request of its own and acts on the answer, as
+//! ingress-nginx does:
+//!
+//! - 2xx: the request is forwarded, carrying the `auth-response-headers`
+//!   of the answer (a listed field the answer lacks is removed from the
+//!   request, so a client cannot supply it);
+//! - 401: a 302 to `auth-signin` with the original URL in its
+//!   `auth-signin-redirect-param` (`rd`), or without one the 401 with the
+//!   answer's `WWW-Authenticate`;
+//! - 403: 403;
+//! - anything else, a timeout or a connection failure: 500.
+//!
+//! The sub-request is HTTP/1.1 without a body over a connection of its
+//! own (closed after the answer's head), awaited by the request's own
+//! task: a slow authentication service holds only the requests that wait
+//! for it. Each owner (a tenant, or the operator namespaces together) has
+//! at most `bound` sub-requests in flight per replica
+//! ([`crate::compile::rate_table::AuthGate`]); past that a request gets
+//! 503 at once, never a queue. The whole exchange, connect to the
+//! answer's head, is bounded by the operator's timeout.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, StatusCode};
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::PolicyAnswer;
+use crate::compile::traffic::ExternalAuth;
+use crate::compile::upstream::Tried;
+use crate::plane::decide::RequestHeaders;
+
+/// The operator's bounds on external authentication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuthLimits {
+    /// Connect to the answer's head, per sub-request.
+    pub timeout: Duration,
+    /// Sub-requests in flight per tenant (and for the operator namespaces
+    /// together) per replica.
+    pub concurrency: u32,
+}
+
+impl Default for AuthLimits {
+    fn default() -> Self {
+        AuthLimits {
+            timeout: Duration::from_secs(5),
+            concurrency: 64,
+        }
+    }
+}
+
+/// The client's fields the sub-request carries. The engines' header view
+/// reads fields by name, so these are the ones authentication services
+/// read (credentials, cookies, what the client accepts and where it came
+/// from), not every field of the request.
+pub const CLIENT_FIELDS: &[&str] = &[
+    "authorization",
+    "cookie",
+    "user-agent",
+    "accept",
+    "accept-language",
+    "referer",
+    "origin",
+    "x-requested-with",
+    "x-api-key",
+    "x-auth-token",
+    "x-csrf-token",
+    "content-type",
+];
+
+/// What the sub-request tells the authentication service of the request.
+pub struct Original<'r> {
+    pub method: &'r str,
+    /// The `Host` (or `:authority`) as the client sent it.
+    pub authority: &'r str,
+    /// The request target as the client sent it: path and query.
+    pub target: &'r str,
+    pub tls: bool,
+    /// The address teapot forwards as `X-Forwarded-For`.
+    pub client: Option<IpAddr>,
+    pub request_id: &'r str,
+    pub headers: &'r (dyn RequestHeaders + Sync),
+}
+
+impl Original<'_> {
+    fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
+
+    /// `$scheme://$http_host$request_uri`.
+    fn url(&self) -> String {
+        format!("{}://{}{}", self.scheme(), self.authority, self.target)
+    }
+}
+
+/// How a sub-request ended, for the `auth_requests_total` outcome label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx: forwarded.
+    Allowed,
+    /// 401.
+    Unauthorized,
+    /// 403.
+    Forbidden,
+    /// Another status.
+    Failed,
+    /// No answer's head within the operator's timeout.
+    Timeout,
+    /// No endpoint, or the connection failed.
+    Unreachable,
+    /// The owner's bound was full: 503, nothing sent.
+    Busy,
+    /// The route's `auth-url` was refused at compile: 503, nothing sent.
+    Refused,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Unauthorized => "unauthorized",
+            Outcome::Forbidden => "forbidden",
+            Outcome::Failed => "failed",
+            Outcome::Timeout => "timeout",
+            Outcome::Unreachable => "unreachable",
+            Outcome::Busy => "busy",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// Fields set on (`Some`) or removed from (`None`) the request to the
+/// backend.
+pub type ForwardedFields = Vec<(HeaderName, Option<HeaderValue>)>;
+
+pub const BUSY_BODY: &str =
+    "503 too many authentication requests in flight for this route's tenant\n";
+pub const REFUSED_BODY: &str =
+    "503 this route's auth-url is refused (see the Ingress's status); nothing was forwarded\n";
+pub const AUTH_FAILED_BODY: &str = "500 the authentication service did not allow the request\n";
+pub const UNAUTHORIZED_BODY: &str = "401 authentication required\n";
+pub const AUTH_FORBIDDEN_BODY: &str = "403 the authentication service refused the request\n";
+
+/// Asks `auth` about `original`: `Ok` with the fields the forwarded request
+/// gets, or `Err` with teapot's answer; and how the sub-request ended.
+pub async fn check(
+    auth: &ExternalAuth,
+    limits: AuthLimits,
+    original: &Original<'_>,
+) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
+    if auth.refused.is_some() {
+        let refused = PolicyAnswer {
+            status: 503,
+            reason: "auth_refused",
+            body: REFUSED_BODY,
+            headers: Vec::new(),
+        };
+        return (Err(refused), Outcome::Refused);
+    }
+    let Some(_pass) = auth.gate.enter(limits.concurrency) else {
+        let busy = PolicyAnswer {
+            status: 503,
+            reason: "auth_busy",
+            body: BUSY_BODY,
+            headers: Vec::new(),
+        };
+        return (Err(busy), Outcome::Busy);
+    };
+    let answer = match tokio::time::timeout(limits.timeout, ask(auth, original)).await {
+        Ok(Ok(head)) => head,
+        Ok(Err(outcome)) => return (Err(failed()), outcome),
+        Err(_) => return (Err(failed()), Outcome::Timeout),
+    };
+    judge(auth, original, &answer)
+}
+
+/// The verdict on the authentication service's answer.
+fn judge(
+    auth: &ExternalAuth,
+    original: &Original<'_>,
+    answer: &http::response::Parts,
+) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
+    match answer.status {
+        s if s.is_success() => {
+            let fields = auth
+                .response_headers
+                .iter()
+                .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+                .map(|name| {
+                    let value = answer.headers.get(&name).cloned();
+                    (name, value)
+                })
+                .collect();
+            (Ok(fields), Outcome::Allowed)
+        }
+        StatusCode::UNAUTHORIZED => {
+            let answer = match &auth.signin {
+                Some(signin) => PolicyAnswer {
+                    status: 302,
+                    reason: "auth_signin",
+                    body: "",
+                    headers: vec![(
+                        "location",
+                        signin_location(signin, &auth.signin_param, original),
+                    )],
+                },
+                None => PolicyAnswer {
+                    status: 401,
+                    reason: "auth_unauthorized",
+                    body: UNAUTHORIZED_BODY,
+                    headers: answer
+                        .headers
+                        .get(http::header::WWW_AUTHENTICATE)
+                        .and_then(|v| v.to_str().ok())
+                        .map(|v| ("www-authenticate", v.to_string()))
+                        .into_iter()
+                        .collect(),
+                },
+            };
+            (Err(answer), Outcome::Unauthorized)
+        }
+        StatusCode::FORBIDDEN => {
+            let answer = PolicyAnswer {
+                status: 403,
+                reason: "auth_forbidden",
+                body: AUTH_FORBIDDEN_BODY,
+                headers: Vec::new(),
+            };
+            (Err(answer), Outcome::Forbidden)
+        }
+        _ => (Err(failed()), Outcome::Failed),
+    }
+}
+
+fn failed() -> PolicyAnswer {
+    PolicyAnswer {
+        status: 500,
+        reason: "auth_failed",
+        body: AUTH_FAILED_BODY,
+        headers: Vec::new(),
+    }
+}
+
+/// One sub-request to one endpoint of the authentication service: the
+/// answer's head. A connect failure ejects the endpoint for a while, as a
+/// backend's would be.
+async fn ask(
+    auth: &ExternalAuth,
+    original: &Original<'_>,
+) -> Result<http::response::Parts, Outcome> {
+    let mut tried = Tried::default();
+    let endpoint = auth.upstream.pick(&mut tried).ok_or(Outcome::Unreachable)?;
+    let request = sub_request(auth, original).map_err(|_| Outcome::Failed)?;
+    let stream = match TcpStream::connect(endpoint.addr).await {
+        Ok(stream) => {
+            endpoint.mark_healthy();
+            stream
+        }
+        Err(_) => {
+            endpoint.eject();
+            return Err(Outcome::Unreachable);
+        }
+    };
+    exchange(stream, request).await
+}
+
+/// Sends `request` on `stream` and reads the answer's head; the
+/// connection is driven here, not on a task of its own, so it is closed
+/// when this returns or is dropped.
+async fn exchange(
+    stream: TcpStream,
+    request: Request<Empty<Bytes>>,
+) -> Result<http::response::Parts, Outcome> {
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|_| Outcome::Unreachable)?;
+    let mut conn = std::pin::pin!(conn);
+    let send = sender.send_request(request);
+    let response = tokio::select! {
+        response = send => response.map_err(|_| Outcome::Unreachable)?,
+        _ = conn.as_mut() => return Err(Outcome::Unreachable),
+    };
+    Ok(response.into_parts().0)
+}
+
+/// The sub-request: `auth-method` to the URL's path, its `Host` the URL's
+/// authority, the client's [`CLIENT_FIELDS`] and ingress-nginx's fields
+/// about the original request.
+fn sub_request(
+    auth: &ExternalAuth,
+    original: &Original<'_>,
+) -> Result<Request<Empty<Bytes>>, http::Error> {
+    let mut request = Request::builder()
+        .method(auth.method)
+        .uri(&*auth.path)
+        .header(http::header::HOST, &*auth.authority);
+    for name in CLIENT_FIELDS {
+        if let Some(value) = original.headers.first(name)
+            && let Ok(value) = HeaderValue::from_bytes(value)
+        {
+            request = request.header(*name, value);
+        }
+    }
+    let client = original.client.map(|ip| ip.to_canonical().to_string());
+    let redirect = auth.request_redirect.as_deref().unwrap_or(original.target);
+    request = request
+        .header("x-original-url", original.url())
+        .header("x-original-method", original.method)
+        .header("x-forwarded-host", original.authority)
+        .header("x-forwarded-proto", original.scheme())
+        .header("x-auth-request-redirect", redirect)
+        .header("x-request-id", original.request_id);
+    if let Some(client) = client {
+        request = request
+            .header("x-real-ip", &client)
+            .header("x-forwarded-for", &client);
+    }
+    if matches!(auth.method, "POST" | "PUT" | "PATCH") {
+        request = request.header(http::header::CONTENT_LENGTH, "0");
+    }
+    request.body(Empty::new())
+}
+
+/// `auth-signin` with the original URL in `param`, as ingress-nginx builds
+/// it: nginx's variables a sign-in URL commonly names are filled in, and
+/// `param=$scheme://$http_host$escaped_request_uri` is added unless the
+/// URL already carries `param`.
+pub fn signin_location(signin: &str, param: &str, original: &Original<'_>) -> String {
+    let escaped = escape(original.target);
+    let mut url = expand(signin, original, &escaped);
+    let query = url.split_once('?').map(|(_, q)| q);
+    let has = query.is_some_and(|q| {
+        q.split('&').any(|kv| {
+            kv.split_once('=')
+                .is_some_and(|(k, v)| k == param && !v.is_empty())
+        })
+    });
+    if has {
+        return url;
+    }
+    match query {
+        None => url.push('?'),
+        Some("") => {}
+        Some(_) => url.push('&'),
+    }
+    url.push_str(param);
+    url.push('=');
+    url.push_str(original.scheme());
+    url.push_str("://");
+    url.push_str(original.authority);
+    url.push_str(&escaped);
+    url
+}
+
+/// nginx's variables in a sign-in URL, longest names first so `$host`
+/// does not eat `$http_host`'s tail.
+fn expand(url: &str, original: &Original<'_>, escaped: &str) -> String {
+    if !url.contains('$') {
+        return url.to_string();
+    }
+    let vars: [(&str, &str); 7] = [
+        ("$escaped_request_uri", escaped),
+        ("$pass_access_scheme", original.scheme()),
+        ("$best_http_host", original.authority),
+        ("$request_uri", original.target),
+        ("$http_host", original.authority),
+        ("$scheme", original.scheme()),
+        ("$host", host_only(original.authority)),
+    ];
+    let mut out = String::with_capacity(url.len() + 64);
+    let mut rest = url;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        match vars.iter().find(|(name, _)| tail.starts_with(name)) {
+            Some((name, value)) => {
+                out.push_str(value);
+                rest = &tail[name.len()..];
+            }
+            None => {
+                out.push('$');
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// nginx's `$host`: the Host without its port.
+fn host_only(authority: &str) -> &str {
+    match authority.strip_prefix('[') {
+        Some(v6) => v6
+            .split_once(']')
+            .map_or(authority, |(ip, _)| &authority[..ip.len() + 2]),
+        None => authority
+            .split_once(':')
+            .map_or(authority, |(host, _)| host),
+    }
+}
+
+/// Percent-encodes everything but unreserved characters (Go's
+/// `url.QueryEscape`, which ingress-nginx's e2e tests expect of
+/// `$escaped_request_uri`).
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3 / 2);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::compile::rate_table::AuthGate;
+    use crate::compile::upstream::{EndpointRegistry, Upstream};
+
+    fn original<'a>(headers: &'a (dyn RequestHeaders + Sync)) -> Original<'a> {
+        Original {
+            method: "GET",
+            authority: "app.example:8443",
+            target: "/?a=b&c=d",
+            tls: true,
+            client: Some("::ffff:192.0.2.7".parse().unwrap()),
+            request_id: "abc",
+            headers,
+        }
+    }
+
+    fn auth(upstream: Upstream) -> ExternalAuth {
+        ExternalAuth {
+            upstream: Arc::new(upstream),
+            authority: Arc::from("auth.shop.svc:4180"),
+            path: Arc::from("/check?x=1"),
+            method: "POST",
+            signin: None,
+            signin_param: Arc::from("rd"),
+            response_headers: vec![Arc::from("x-user"), Arc::from("x-groups")],
+            request_redirect: None,
+            gate: Arc::new(AuthGate::default()),
+            owner: Arc::from("acme"),
+            refused: None,
+        }
+    }
+
+    #[test]
+    fn signin_gets_the_original_url_unless_it_names_one() {
+        let none: &[(&str, &str)] = &[];
+        let o = original(&none);
+        let escaped = "https://app.example:8443%2F%3Fa%3Db%26c%3Dd";
+        assert_eq!(
+            signin_location("http://auth.example/start", "rd", &o),
+            format!("http://auth.example/start?rd={escaped}")
+        );
+        assert_eq!(
+            signin_location("http://auth.example/start?x=1", "return_to", &o),
+            format!("http://auth.example/start?x=1&return_to={escaped}")
+        );
+        assert_eq!(
+            signin_location("http://auth.example/start?", "rd", &o),
+            format!("http://auth.example/start?rd={escaped}")
+        );
+        // ingress-nginx's own documented form: its variables filled in.
+        assert_eq!(
+            signin_location(
+                "https://$host/oauth2/start?rd=$escaped_request_uri",
+                "rd",
+                &o
+            ),
+            "https://app.example/oauth2/start?rd=%2F%3Fa%3Db%26c%3Dd"
+        );
+        assert_eq!(
+            signin_location(
+                "https://a.example/s?rd=$scheme://$http_host$request_uri",
+                "rd",
+                &o
+            ),
+            "https://a.example/s?rd=https://app.example:8443/?a=b&c=d"
+        );
+    }
+
+    #[test]
+    fn the_sub_request_carries_the_original_request() {
+        let fields: &[(&str, &str)] = &[
+            ("cookie", "session=1"),
+            ("authorization", "Bearer t"),
+            ("x-forwarded-for", "6.6.6.6"),
+        ];
+        let o = original(&fields);
+        let a = auth(Upstream::new("auth".into(), Vec::new(), None));
+        let r = sub_request(&a, &o).unwrap();
+        assert_eq!(r.method(), "POST");
+        assert_eq!(r.uri(), "/check?x=1");
+        let h = r.headers();
+        let get = |n: &str| h.get(n).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(get("host").as_deref(), Some("auth.shop.svc:4180"));
+        assert_eq!(get("cookie").as_deref(), Some("session=1"));
+        assert_eq!(get("authorization").as_deref(), Some("Bearer t"));
+        assert_eq!(
+            get("x-original-url").as_deref(),
+            Some("https://app.example:8443/?a=b&c=d")
+        );
+        assert_eq!(get("x-original-method").as_deref(), Some("GET"));
+        assert_eq!(get("x-forwarded-host").as_deref(), Some("app.example:8443"));
+        assert_eq!(get("x-forwarded-proto").as_deref(), Some("https"));
+        // The client as teapot sees it, never as the client says.
+        assert_eq!(get("x-forwarded-for").as_deref(), Some("192.0.2.7"));
+        assert_eq!(get("x-real-ip").as_deref(), Some("192.0.2.7"));
+        assert_eq!(get("x-auth-request-redirect").as_deref(), Some("/?a=b&c=d"));
+        assert_eq!(get("x-request-id").as_deref(), Some("abc"));
+        assert_eq!(get("content-length").as_deref(), Some("0"));
+    }
+
+    #[test]
+    fn answers_map_as_ingress_nginx_maps_them() {
+        let none: &[(&str, &str)] = &[];
+        let o = original(&none);
+        let mut a = auth(Upstream::new("auth".into(), Vec::new(), None));
+        let head = |status: u16, fields: &[(&str, &str)]| {
+            let mut r = http::Response::builder().status(status);
+            for (n, v) in fields {
+                r = r.header(*n, *v);
+            }
+            r.body(()).unwrap().into_parts().0
+        };
+        // 2xx: the listed fields, a missing one removed.
+        let (ok, outcome) = judge(&a, &o, &head(202, &[("x-user", "ann"), ("x-other", "no")]));
+        assert_eq!(outcome, Outcome::Allowed);
+        let ok = ok.unwrap();
+        assert_eq!(
+            ok[0],
+            (
+                HeaderName::from_static("x-user"),
+                Some(HeaderValue::from_static("ann"))
+            )
+        );
+        assert_eq!(ok[1], (HeaderName::from_static("x-groups"), None));
+        let basic = [("www-authenticate", "Basic realm=\"x\"")];
+        let (e, outcome) = judge(&a, &o, &head(401, &basic));
+        let e = e.unwrap_err();
+        assert_eq!((e.status, outcome), (401, Outcome::Unauthorized));
+        assert_eq!(
+            e.headers,
+            vec![("www-authenticate", "Basic realm=\"x\"".to_string())]
+        );
+        a.signin = Some(Arc::from("https://login.example/start"));
+        let (e, _) = judge(&a, &o, &head(401, &basic));
+        let e = e.unwrap_err();
+        assert_eq!(e.status, 302);
+        assert!(
+            e.headers[0]
+                .1
+                .starts_with("https://login.example/start?rd=https://app.example")
+        );
+        let (e, outcome) = judge(&a, &o, &head(403, &[]));
+        assert_eq!((e.unwrap_err().status, outcome), (403, Outcome::Forbidden));
+        for status in [301, 404, 500, 503] {
+            let (e, outcome) = judge(&a, &o, &head(status, &[]));
+            assert_eq!((e.unwrap_err().status, outcome), (500, Outcome::Failed));
+        }
+    }
+
+    /// No endpoint, a refused connection, a full bound, a refused
+    /// auth-url: 500, 500, 503, 503.
+    #[tokio::test]
+    async fn failures_fail_closed_and_a_full_bound_answers_at_once() {
+        let none: &[(&str, &str)] = &[];
+        let o = original(&none);
+        let limits = AuthLimits::default();
+        let empty = auth(Upstream::new(
+            "auth".into(),
+            Vec::new(),
+            Some("none".into()),
+        ));
+        let (r, outcome) = check(&empty, limits, &o).await;
+        assert_eq!(
+            (r.unwrap_err().status, outcome),
+            (500, Outcome::Unreachable)
+        );
+        // A port nothing listens on.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let registry = EndpointRegistry::default();
+        let refused = auth(Upstream::new(
+            "auth".into(),
+            vec![registry.endpoint(addr)],
+            None,
+        ));
+        let (r, outcome) = check(&refused, limits, &o).await;
+        assert_eq!(
+            (r.unwrap_err().status, outcome),
+            (500, Outcome::Unreachable)
+        );
+        let full = AuthLimits {
+            concurrency: 1,
+            ..limits
+        };
+        let _held = refused.gate.enter(1).unwrap();
+        let (r, outcome) = check(&refused, full, &o).await;
+        let r = r.unwrap_err();
+        assert_eq!((r.status, r.body, outcome), (503, BUSY_BODY, Outcome::Busy));
+        let refused = ExternalAuth::refused("outside the nodes".into());
+        let (r, outcome) = check(&refused, limits, &o).await;
+        let r = r.unwrap_err();
+        assert_eq!(
+            (r.status, r.body, outcome),
+            (503, REFUSED_BODY, Outcome::Refused)
+        );
+    }
+}
