@@ -60,6 +60,8 @@
 //!   [`RequestLog`], [`Outcome`]).
 //! - [`pool`]: idle upstream connections ([`Pool`]), checked lazily on
 //!   reuse; addresses no longer picked are swept when connections return.
+//! - [`upstream`]: the upstream connection, plain TCP or secured by a
+//!   router's [`Transport`] (TLS to the backend), pooled per class.
 //! - `tunnel`: the relay after a 101, closed after an idle timeout.
 //! - `engine`: the loop ([`Engine::serve`]), timeouts, limits, graceful
 //!   drain, 1xx/101 handling, retry of an idempotent request whose reused
@@ -75,6 +77,7 @@ mod response;
 pub mod router;
 pub mod scan;
 mod tunnel;
+pub mod upstream;
 mod wire;
 
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
@@ -82,6 +85,7 @@ pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
+pub use upstream::{SecuredStream, Securing, Transport, UpstreamConn};
 pub use response::{ResponseFraming, ResponseHead, parse_response, response_framing};
 pub use router::{
     ConnInfo, Decision, Forward, HeaderEdits, RequestHead, RequestTarget, Respond, Router,

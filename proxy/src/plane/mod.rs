@@ -57,6 +57,7 @@ pub mod proxy;
 pub mod serving;
 pub mod tls;
 pub mod trace;
+pub mod upstream_tls;
 
 use std::sync::Arc;
 
