@@ -979,3 +979,175 @@ impl ClassFilter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::CompileOptions;
+    use crate::compile::tests::compile_test_docs;
+    use crate::plane::decide::tests::{DOCS, ops_ingress};
+    use crate::plane::decide::{Decision, Head, decide};
+    use crate::plane::edge::EdgeConfig;
+
+    /// A TLS Secret `ns/name` whose `ca.crt` is `ca` (when given).
+    fn secret(ns: &str, name: &str, ca: Option<&str>) -> String {
+        use teapot_testkit::certs;
+        let pem = certs::TestCa::new("client CA").issue_client("teapot-client");
+        match ca {
+            Some(ca) => certs::tls_secret_with_ca_yaml(ns, name, &pem, ca),
+            None => certs::tls_secret_yaml(ns, name, &pem),
+        }
+    }
+
+    fn upstream_of(snapshot: &crate::compile::snapshot::Snapshot, host: &str) -> Arc<Upstream> {
+        let head = Head {
+            host_headers: 1,
+            authority: host,
+            path: "/",
+            requires_host: true,
+            declared_length: None,
+        };
+        match decide(snapshot, &EdgeConfig::default(), &head) {
+            Decision::Forward(f) => f.upstream,
+            Decision::Answer(_, Some(route)) => route.upstream.clone(),
+            Decision::Answer(a, None) => panic!("{host}: {a:?}"),
+        }
+    }
+
+    fn message(snapshot: &crate::compile::snapshot::Snapshot, name: &str) -> String {
+        let report = snapshot.report.ingresses.iter().find(|r| r.name == name);
+        let conditions = report.map(|r| r.conditions.iter()).into_iter().flatten();
+        conditions
+            .filter(|c| c.status == "False" && c.type_ == "AnnotationsAccepted")
+            .map(|c| c.message.clone())
+            .collect()
+    }
+
+    #[test]
+    fn backend_protocols_make_their_own_upstreams() {
+        let ca = teapot_testkit::certs::TestCa::new("backend CA");
+        let protocol = |p: &str| format!("nginx.ingress.kubernetes.io/backend-protocol: {p}");
+        let verify = "nginx.ingress.kubernetes.io/proxy-ssl-verify: 'on'";
+        let secret_of = |s: &str| format!("nginx.ingress.kubernetes.io/proxy-ssl-secret: {s}");
+        let docs = [
+            DOCS.to_string(),
+            secret("ops", "with-ca", Some(ca.cert_pem())),
+            secret("ops", "no-ca", None),
+            ops_ingress("grpc", "grpc.example", &protocol("GRPC"), "web"),
+            ops_ingress("https", "https.example", &protocol("HTTPS"), "web"),
+            ops_ingress(
+                "grpcs",
+                "grpcs.example",
+                &format!(
+                    "{}, {verify}, {}, nginx.ingress.kubernetes.io/proxy-ssl-name: b.internal, nginx.ingress.kubernetes.io/proxy-ssl-server-name: 'on'",
+                    protocol("GRPCS"),
+                    secret_of("ops/with-ca")
+                ),
+                "web",
+            ),
+            ops_ingress(
+                "no-secret",
+                "no-secret.example",
+                &format!("{}, {verify}", protocol("HTTPS")),
+                "web",
+            ),
+            ops_ingress(
+                "no-ca",
+                "no-ca.example",
+                &format!("{}, {verify}, {}", protocol("HTTPS"), secret_of("ops/no-ca")),
+                "web",
+            ),
+            ops_ingress(
+                "missing",
+                "missing.example",
+                &format!("{}, {}", protocol("HTTPS"), secret_of("ops/nowhere")),
+                "web",
+            ),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        // HTTP stays the shared upstream, on today's path.
+        assert!(matches!(
+            upstream_of(&s, "a.example").protocol,
+            Protocol::Http1
+        ));
+        let grpc = upstream_of(&s, "grpc.example");
+        assert!(matches!(grpc.protocol, Protocol::H2c));
+        assert_eq!(grpc.endpoints.len(), 1, "the same endpoints");
+        let https = upstream_of(&s, "https.example");
+        let tls = https.protocol.tls().expect("TLS");
+        assert!(!tls.h2());
+        assert_eq!(tls.settings.name, "web.ops.svc");
+        assert!(!tls.settings.sni && tls.settings.verify.is_none());
+        assert!(tls.settings.client_cert.is_none());
+        let grpcs = upstream_of(&s, "grpcs.example");
+        let tls = grpcs.protocol.tls().expect("TLS");
+        assert!(tls.h2() && tls.settings.sni);
+        assert_eq!(tls.settings.name, "b.internal");
+        assert_eq!(tls.settings.depth, 1);
+        assert!(tls.settings.verify.is_some() && tls.settings.client_cert.is_some());
+        assert!(grpcs.protocol.is_h2());
+        // Unusable settings: no endpoint (503), and the Ingress says why,
+        // naming itself and the annotation.
+        for (name, host, says) in [
+            ("no-secret", "no-secret.example", "proxy-ssl-verify: on needs"),
+            ("no-ca", "no-ca.example", "has no ca.crt"),
+            ("missing", "missing.example", "Secret ops/nowhere not found"),
+        ] {
+            assert!(upstream_of(&s, host).is_empty(), "{name}");
+            let message = message(&s, name);
+            assert!(message.contains(says), "{name}: {message}");
+            assert!(message.contains(&format!("ops/{name}")), "{name}: {message}");
+        }
+        // The same settings on the next compile share one configuration
+        // (its session cache and pool class).
+        let registry = crate::compile::upstream::EndpointRegistry::default();
+        let settings = tls.settings.clone();
+        let a = registry.tls(settings.clone()).unwrap();
+        let b = registry.tls(settings).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn a_tenant_reads_its_own_namespaces_secrets_only() {
+        const TENANT: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+";
+        let ingress = |name: &str, secret: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: tenant-acme
+  annotations:
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: {secret}
+spec:
+  ingressClassName: teapot
+  defaultBackend: {{service: {{name: web, port: {{number: 80}}}}}}
+"
+            )
+        };
+        let docs = [
+            DOCS.to_string(),
+            TENANT.to_string(),
+            secret("ops", "operators", None),
+            secret("tenant-acme", "own", None),
+            ingress("elsewhere", "ops/operators"),
+            ingress("own", "tenant-acme/own"),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        let refused = message(&s, "elsewhere");
+        assert!(
+            refused.contains("proxy-ssl-secret")
+                && refused.contains("ops/operators")
+                && refused.contains("tenant-acme/elsewhere"),
+            "{refused}"
+        );
+        assert_eq!(message(&s, "own"), "");
+    }
+}
