@@ -213,6 +213,21 @@ mod tests {
         assert_eq!((s.returned, s.overflow, s.reused), (2, 1, 1));
     }
 
+    /// A connection kept under a transport's class (TLS to the backend)
+    /// is only ever handed to a request of that class, never as plain.
+    #[tokio::test]
+    async fn classes_keep_their_connections_apart() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(8, Duration::from_secs(60));
+        let (a, _sa) = pair(&l).await;
+        pool.put_at(addr, 7, a.into(), Instant::now());
+        assert!(pool.take(addr).is_none());
+        assert!(pool.take_at(addr, 8, Instant::now()).is_none());
+        assert_eq!(pool.idle_of(addr, 7), 1);
+        assert!(pool.take_at(addr, 7, Instant::now()).is_some());
+    }
+
     #[tokio::test]
     async fn closed_or_chatty_idle_connections_are_dropped_on_take() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -337,3 +337,75 @@ impl ServerCertVerifier for Unverified {
         self.algorithms.supported_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teapot_testkit::certs::TestCa;
+
+    fn settings(verify: Option<Vec<u8>>) -> BackendTls {
+        BackendTls {
+            h2: false,
+            name: "web.ops.svc".into(),
+            sni: false,
+            verify,
+            depth: 1,
+            client_cert: None,
+        }
+    }
+
+    #[test]
+    fn unusable_settings_are_errors() {
+        let bad_ca = UpstreamTls::new(settings(Some(b"not a PEM".to_vec())));
+        assert!(matches!(bad_ca, Err(TlsSettingsError::BadCa)), "{bad_ca:?}");
+        let mut bad_name = settings(None);
+        bad_name.name = "not a name!".into();
+        assert!(matches!(
+            UpstreamTls::new(bad_name),
+            Err(TlsSettingsError::BadName(_))
+        ));
+        let ca = TestCa::new("backend CA");
+        let good = UpstreamTls::new(settings(Some(ca.cert_pem().as_bytes().to_vec()))).unwrap();
+        assert_ne!(good.pool_class(), 0, "plain TCP's class is 0");
+        assert_eq!(good.config.alpn_protocols, [b"http/1.1".to_vec()]);
+        assert!(!good.config.enable_sni);
+        // Another setting is another configuration.
+        let mut h2 = settings(None);
+        h2.h2 = true;
+        assert_ne!(h2.fingerprint(), settings(None).fingerprint());
+        assert_eq!(settings(None).fingerprint(), settings(None).fingerprint());
+    }
+
+    /// proxy-ssl-verify-depth bounds what the backend presents above its
+    /// leaf; within it, the CA decides.
+    #[test]
+    fn the_chain_is_held_to_the_verify_depth() {
+        let ca = TestCa::new("backend CA");
+        let leaf = ca.issue(&["web.ops.svc"]);
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(ca.cert_der().to_vec()))
+            .unwrap();
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .unwrap();
+        let leaf = CertificateDer::from(leaf.cert_der);
+        let extra = CertificateDer::from(ca.cert_der().to_vec());
+        let name = ServerName::try_from("web.ops.svc").unwrap();
+        let now = UnixTime::now();
+        let verify = |depth: u32, intermediates: &[CertificateDer<'_>]| {
+            Verified {
+                webpki: webpki.clone(),
+                depth,
+            }
+            .verify_server_cert(&leaf, intermediates, &name, &[], now)
+        };
+        assert!(verify(1, &[]).is_ok());
+        let deep = verify(1, std::slice::from_ref(&extra)).unwrap_err();
+        assert!(deep.to_string().contains("proxy-ssl-verify-depth 1"), "{deep}");
+        assert!(verify(2, std::slice::from_ref(&extra)).is_ok());
+        let other = ServerName::try_from("other.ops.svc").unwrap();
+        let wrong = Verified { webpki, depth: 1 }.verify_server_cert(&leaf, &[], &other, &[], now);
+        assert!(wrong.is_err());
+    }
+}
