@@ -30,11 +30,11 @@ use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
 use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
 use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router, Upstreams};
-use crate::upstream::UpstreamConn;
 use crate::scan::{
     HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, find_head_end,
     is_authority, scan_h1,
 };
+use crate::upstream::UpstreamConn;
 use crate::wire::{
     checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
 };
@@ -1007,9 +1007,7 @@ where
             .connect
             .unwrap_or(self.engine.config.connect_timeout);
         let transport = plan.fwd.upstreams.transport();
-        let class = transport
-            .as_ref()
-            .map_or(crate::pool::PLAIN, |t| t.class());
+        let class = transport.as_ref().map_or(crate::pool::PLAIN, |t| t.class());
         let mut err = UpstreamError::Connect;
         loop {
             let addr = match retry.take() {
@@ -1168,8 +1166,16 @@ where
             }
         };
         let request_done = decoder.is_done();
-        self.respond(up, (addr, class), head_len, plan, request_done, read_to, stats)
-            .await
+        self.respond(
+            up,
+            (addr, class),
+            head_len,
+            plan,
+            request_done,
+            read_to,
+            stats,
+        )
+        .await
     }
 
     /// Sends the head in `up_out` and the request body, relaying any 1xx

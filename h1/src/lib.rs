@@ -85,7 +85,6 @@ pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
-pub use upstream::{SecuredStream, Securing, Transport, UpstreamConn};
 pub use response::{ResponseFraming, ResponseHead, parse_response, response_framing};
 pub use router::{
     ConnInfo, Decision, Forward, HeaderEdits, RequestHead, RequestTarget, Respond, Router,
@@ -94,3 +93,4 @@ pub use router::{
 pub use scan::{
     H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,
 };
+pub use upstream::{SecuredStream, Securing, Transport, UpstreamConn};

@@ -219,25 +219,38 @@ async fn h1(h: &Harness, host: &str, path: &str) -> (u16, String) {
     (resp.status, resp.text())
 }
 
-/// GET `host/path` over HTTP/2 with TLS (the HTTPS listener); status and
-/// body.
-async fn h2(h: &Harness, front: &TestCa, host: &str, path: &str) -> (u16, String) {
+/// `req` over HTTP/2 with TLS (the HTTPS listener) to `host`: the
+/// response head and its whole body (with trailers).
+async fn h2_exchange(
+    h: &Harness,
+    front: &TestCa,
+    host: &str,
+    req: http::Request<Full<Bytes>>,
+) -> (http::response::Parts, http_body_util::Collected<Bytes>) {
     let c = H2Connection::open(h.proxy.https, host, &[front.cert_der()]).await;
-    let req = http::Request::builder()
-        .uri(format!("https://{host}{path}"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
     let mut sender = c.sender.clone();
     let exchange = async {
         sender.ready().await.unwrap();
-        let resp = sender.send_request(req).await.unwrap();
-        let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8_lossy(&body).to_string())
+        let (parts, body) = sender.send_request(req).await.unwrap().into_parts();
+        (parts, body.collect().await.unwrap())
     };
     tokio::time::timeout(REQUEST_TIMEOUT, exchange)
         .await
         .expect("h2 request timed out")
+}
+
+/// GET `host/path` over HTTP/2 with TLS; status and body.
+async fn h2(h: &Harness, front: &TestCa, host: &str, path: &str) -> (u16, String) {
+    let req = http::Request::builder()
+        .uri(format!("https://{host}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (parts, body) = h2_exchange(h, front, host, req).await;
+    let body = body.to_bytes();
+    (
+        parts.status.as_u16(),
+        String::from_utf8_lossy(&body).to_string(),
+    )
 }
 
 /// Waits until `host` answers 200 over HTTP/1.1.
@@ -318,7 +331,10 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
     let h = Harness::start_with_args(
         &[
             ("m.yaml", docs(&objects)),
-            ("front.yaml", certs::tls_secret_yaml(NS, "front", &front_cert)),
+            (
+                "front.yaml",
+                certs::tls_secret_yaml(NS, "front", &front_cert),
+            ),
             (
                 "ca.yaml",
                 certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
@@ -343,7 +359,10 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
     let got = h1(&h, "named.bt.test", "/c").await;
     assert_eq!(
         got,
-        (200, "sni=backend.internal client=no path=/c xfp=http".into())
+        (
+            200,
+            "sni=backend.internal client=no path=/c xfp=http".into()
+        )
     );
     let got = h2(&h, &front, "named.bt.test", "/d").await;
     assert_eq!(got.0, 200, "{got:?}");
@@ -372,7 +391,9 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
         "{failures:?}"
     );
     assert!(
-        failures.iter().any(|l| l.contains("route=\"bt/wrong-name\"")),
+        failures
+            .iter()
+            .any(|l| l.contains("route=\"bt/wrong-name\"")),
         "{failures:?}"
     );
 
@@ -427,7 +448,10 @@ async fn a_backend_requiring_a_client_certificate_sees_the_secrets() {
     let front_cert = front.issue(&["*.bt.test"]);
     let h = Harness::start(&[
         ("m.yaml", docs(&objects)),
-        ("front.yaml", certs::tls_secret_yaml(NS, "front", &front_cert)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", &front_cert),
+        ),
         (
             "ca.yaml",
             certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
@@ -447,7 +471,6 @@ async fn a_backend_requiring_a_client_certificate_sees_the_secrets() {
 /// A gRPC-shaped call over HTTP/2 with TLS: status, the response's
 /// `x-seen-content-type`, body and trailers.
 async fn grpc_call(h: &Harness, front: &TestCa, host: &str) -> (u16, String, Bytes, String) {
-    let c = H2Connection::open(h.proxy.https, host, &[front.cert_der()]).await;
     let req = http::Request::builder()
         .method("POST")
         .uri(format!("https://{host}/pkg.Echo/Say"))
@@ -455,33 +478,24 @@ async fn grpc_call(h: &Harness, front: &TestCa, host: &str) -> (u16, String, Byt
         .header("te", "trailers")
         .body(Full::new(Bytes::from_static(b"\0\0\0\0\x05hello")))
         .unwrap();
-    let mut sender = c.sender.clone();
-    let exchange = async {
-        sender.ready().await.unwrap();
-        let resp = sender.send_request(req).await.unwrap();
-        let status = resp.status().as_u16();
-        let seen = resp
-            .headers()
-            .get("x-seen-content-type")
-            .map_or("", |v| v.to_str().unwrap())
-            .to_string();
-        let collected = resp.into_body().collect().await.unwrap();
-        let trailers = collected
-            .trailers()
-            .map(|t| {
-                let mut pairs: Vec<String> = t
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", v.to_str().unwrap()))
-                    .collect();
-                pairs.sort();
-                pairs.join(" ")
-            })
-            .unwrap_or_default();
-        (status, seen, collected.to_bytes(), trailers)
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .expect("gRPC call timed out")
+    let (parts, collected) = h2_exchange(h, front, host, req).await;
+    let seen = parts
+        .headers
+        .get("x-seen-content-type")
+        .map_or("", |v| v.to_str().unwrap())
+        .to_string();
+    let trailers = collected
+        .trailers()
+        .map(|t| {
+            let mut pairs: Vec<String> = t
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.to_str().unwrap()))
+                .collect();
+            pairs.sort();
+            pairs.join(" ")
+        })
+        .unwrap_or_default();
+    (parts.status.as_u16(), seen, collected.to_bytes(), trailers)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,7 +529,10 @@ async fn grpc_and_grpcs_backends_carry_calls_and_trailers() {
     let front_cert = front.issue(&["*.bt.test"]);
     let h = Harness::start(&[
         ("m.yaml", docs(&objects)),
-        ("front.yaml", certs::tls_secret_yaml(NS, "front", &front_cert)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", &front_cert),
+        ),
         (
             "ca.yaml",
             certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),

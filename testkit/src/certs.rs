@@ -108,10 +108,7 @@ pub fn tls_secret_with_ca_yaml(
 ) -> String {
     use base64::Engine as _;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes());
-    format!(
-        "{}  ca.crt: {ca}\n",
-        tls_secret_yaml(namespace, name, pem)
-    )
+    format!("{}  ca.crt: {ca}\n", tls_secret_yaml(namespace, name, pem))
 }
 
 /// Whether a DER certificate is valid for `host` by its SANs (rustls-webpki `EndEntityCert::verify_is_valid_for_subject_name`), ignoring the chain.

@@ -1054,7 +1054,11 @@ mod tests {
             ops_ingress(
                 "no-ca",
                 "no-ca.example",
-                &format!("{}, {verify}, {}", protocol("HTTPS"), secret_of("ops/no-ca")),
+                &format!(
+                    "{}, {verify}, {}",
+                    protocol("HTTPS"),
+                    secret_of("ops/no-ca")
+                ),
                 "web",
             ),
             ops_ingress(
@@ -1089,14 +1093,21 @@ mod tests {
         // Unusable settings: no endpoint (503), and the Ingress says why,
         // naming itself and the annotation.
         for (name, host, says) in [
-            ("no-secret", "no-secret.example", "proxy-ssl-verify: on needs"),
+            (
+                "no-secret",
+                "no-secret.example",
+                "proxy-ssl-verify: on needs",
+            ),
             ("no-ca", "no-ca.example", "has no ca.crt"),
             ("missing", "missing.example", "Secret ops/nowhere not found"),
         ] {
             assert!(upstream_of(&s, host).is_empty(), "{name}");
             let message = message(&s, name);
             assert!(message.contains(says), "{name}: {message}");
-            assert!(message.contains(&format!("ops/{name}")), "{name}: {message}");
+            assert!(
+                message.contains(&format!("ops/{name}")),
+                "{name}: {message}"
+            );
         }
         // The same settings on the next compile share one configuration
         // (its session cache and pool class).

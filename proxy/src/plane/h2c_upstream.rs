@@ -32,7 +32,9 @@ use crate::plane::h2_stream::{
     Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority_of,
     send_flow_controlled,
 };
-use crate::plane::h2_upstream::{OpenFailed, another_endpoint, edited_request, next_endpoint, open};
+use crate::plane::h2_upstream::{
+    OpenFailed, another_endpoint, edited_request, next_endpoint, open,
+};
 use crate::plane::proxy::Router;
 
 thread_local! {
@@ -108,7 +110,10 @@ pub(super) async fn forward(
     {
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
-    let tls = st.upstream.as_ref().is_some_and(|u| u.protocol.tls().is_some());
+    let tls = st
+        .upstream
+        .as_ref()
+        .is_some_and(|u| u.protocol.tls().is_some());
     let uri = backend_uri(&uri, &headers, tls)?;
     // `:authority` carries it.
     headers.remove(HOST);
@@ -255,10 +260,9 @@ async fn connect(
     st: &mut StreamCtx<'_>,
     upstream: &Arc<Upstream>,
 ) -> Result<SendRequest<Bytes>, Failure> {
-    let class = upstream
-        .protocol
-        .tls()
-        .map_or(teapot_h1::pool::PLAIN, |t| teapot_h1::Transport::class(&**t));
+    let class = upstream.protocol.tls().map_or(teapot_h1::pool::PLAIN, |t| {
+        teapot_h1::Transport::class(&**t)
+    });
     loop {
         let endpoint = next_endpoint(st, upstream)?;
         let addr = (endpoint.addr, class);
@@ -327,7 +331,9 @@ async fn handshake(
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) => {
                 tracing::debug!(addr = %endpoint.addr, error = %e, "h2c handshake");
-                return Err(failed(Failure::Connect("the upstream did not speak HTTP/2")));
+                return Err(failed(Failure::Connect(
+                    "the upstream did not speak HTTP/2",
+                )));
             }
             Err(_) => return Err(failed(Failure::ConnectTimeout)),
         };

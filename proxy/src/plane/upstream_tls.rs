@@ -65,7 +65,12 @@ impl BackendTls {
         // The key itself: a renewed certificate is another configuration.
         self.client_cert
             .as_ref()
-            .map(|c| c.cert.iter().map(|d| d.as_ref().to_vec()).collect::<Vec<_>>())
+            .map(|c| {
+                c.cert
+                    .iter()
+                    .map(|d| d.as_ref().to_vec())
+                    .collect::<Vec<_>>()
+            })
             .hash(&mut h);
         h.finish()
     }
@@ -263,13 +268,8 @@ impl ServerCertVerifier for Verified {
                 self.depth
             )));
         }
-        self.webpki.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        )
+        self.webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(
@@ -402,7 +402,10 @@ mod tests {
         };
         assert!(verify(1, &[]).is_ok());
         let deep = verify(1, std::slice::from_ref(&extra)).unwrap_err();
-        assert!(deep.to_string().contains("proxy-ssl-verify-depth 1"), "{deep}");
+        assert!(
+            deep.to_string().contains("proxy-ssl-verify-depth 1"),
+            "{deep}"
+        );
         assert!(verify(2, std::slice::from_ref(&extra)).is_ok());
         let other = ServerName::try_from("other.ops.svc").unwrap();
         let wrong = Verified { webpki, depth: 1 }.verify_server_cert(&leaf, &[], &other, &[], now);
