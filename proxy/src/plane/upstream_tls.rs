@@ -162,12 +162,6 @@ impl UpstreamTls {
     pub fn pool_class(&self) -> u64 {
         self.class
     }
-
-    /// The TLS handshake on a fresh connection to the backend.
-    pub async fn connect(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
-        let connector = tokio_rustls::TlsConnector::from(self.config.clone());
-        connector.connect(self.name.clone(), tcp).await
-    }
 }
 
 impl Transport for UpstreamTls {
@@ -374,6 +368,79 @@ mod tests {
         h2.h2 = true;
         assert_ne!(h2.fingerprint(), settings(None).fingerprint());
         assert_eq!(settings(None).fingerprint(), settings(None).fingerprint());
+    }
+
+    /// A second connection with the same configuration resumes the first's
+    /// TLS session (no full handshake), and presents the client
+    /// certificate when the backend asks for it.
+    #[tokio::test]
+    async fn sessions_resume_across_connections() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let ca = TestCa::new("backend CA");
+        let leaf = ca.issue(&["web.ops.svc"]);
+        let client = ca.issue_client("teapot-client");
+        let provider = provider();
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(ca.cert_der().to_vec()))
+            .unwrap();
+        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.into(),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(clients)
+            .with_single_cert(
+                vec![CertificateDer::from(leaf.cert_der.clone())],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf.key_der.clone().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    // One byte each way: the client reads the tickets
+                    // the server sends after its handshake.
+                    let mut byte = [0u8; 1];
+                    if tls.read_exact(&mut byte).await.is_ok() {
+                        let _ = tls.write_all(&byte).await;
+                        let _ = tls.flush().await;
+                    }
+                });
+            }
+        });
+        let mut asked = settings(Some(ca.cert_pem().as_bytes().to_vec()));
+        asked.client_cert = Some(Arc::new(
+            CertifiedKey::from_der(
+                vec![CertificateDer::from(client.cert_der.clone())],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(client.key_der.clone().into()),
+                &rustls::crypto::ring::default_provider(),
+            )
+            .unwrap(),
+        ));
+        let tls = UpstreamTls::new(asked).unwrap();
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            // The configuration `secure` hands each connection.
+            let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+            let mut secured = connector.connect(tls.name.clone(), tcp).await.unwrap();
+            secured.write_all(b"x").await.unwrap();
+            let mut byte = [0u8; 1];
+            secured.read_exact(&mut byte).await.unwrap();
+            kinds.push(format!("{:?}", secured.get_ref().1.handshake_kind()));
+        }
+        assert_eq!(kinds, ["Some(Full)", "Some(Resumed)"]);
     }
 
     /// proxy-ssl-verify-depth bounds what the backend presents above its
