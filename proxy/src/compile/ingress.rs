@@ -32,7 +32,7 @@ use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
 use crate::compile::traffic::{Canary, CanaryRules, NginxAnnotations, Rewrite, TrafficPolicy};
 use crate::compile::upstream::{Protocol, Upstream};
-use crate::plane::upstream_tls::BackendTls;
+use crate::compile::upstream_tls::BackendTls;
 use teapot_api::regex::PathRegex;
 
 /// A host an Ingress asked ACME for.
@@ -985,9 +985,53 @@ mod tests {
     use super::*;
     use crate::compile::CompileOptions;
     use crate::compile::tests::compile_test_docs;
-    use crate::plane::decide::tests::{DOCS, ops_ingress};
-    use crate::plane::decide::{Decision, Head, decide};
-    use crate::plane::edge::EdgeConfig;
+
+    /// Service `ops/web` with one endpoint, and teapot's IngressClass.
+    const DOCS: &str = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: ops, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints: [{addresses: [127.0.0.1]}]
+ports: [{name: \"\", port: 8080}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: ops}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: a.example
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+";
+
+    /// An Ingress in `ops` for `host` to `service:80`, with `annotations`
+    /// (flow-style YAML entries).
+    fn ops_ingress(name: &str, host: &str, annotations: &str, service: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: ops
+  annotations: {{{annotations}}}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: {host}
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: {service}, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
 
     /// A TLS Secret `ns/name` whose `ca.crt` is `ca` (when given).
     fn secret(ns: &str, name: &str, ca: Option<&str>) -> String {
@@ -1000,18 +1044,8 @@ mod tests {
     }
 
     fn upstream_of(snapshot: &crate::compile::snapshot::Snapshot, host: &str) -> Arc<Upstream> {
-        let head = Head {
-            host_headers: 1,
-            authority: host,
-            path: "/",
-            requires_host: true,
-            declared_length: None,
-        };
-        match decide(snapshot, &EdgeConfig::default(), &head) {
-            Decision::Forward(f) => f.upstream,
-            Decision::Answer(_, Some(route)) => route.upstream.clone(),
-            Decision::Answer(a, None) => panic!("{host}: {a:?}"),
-        }
+        let route = snapshot.routes.lookup(host, "/");
+        route.unwrap_or_else(|| panic!("{host}")).upstream.clone()
     }
 
     fn message(snapshot: &crate::compile::snapshot::Snapshot, name: &str) -> String {

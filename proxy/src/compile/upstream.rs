@@ -8,7 +8,7 @@
 //!
 //! An upstream also says how teapot speaks to it ([`Protocol`]): HTTP/1.1
 //! (today's path for every Ingress backend), cleartext HTTP/2, or either
-//! over TLS (crate::plane::upstream_tls). An Ingress's `backend-protocol`
+//! over TLS (crate::compile::upstream_tls). An Ingress's `backend-protocol`
 //! makes its own copy of the shared (Service, port) upstream with the same
 //! endpoints (the same health) and its protocol.
 
@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::plane::upstream_tls::{BackendTls, TlsSettingsError, UpstreamTls};
+use crate::compile::upstream_tls::{BackendTls, TlsSettingsError, UpstreamTls};
 
 /// First ejection after a refused connection; doubles per consecutive
 /// failure up to [`MAX_EJECTION`].

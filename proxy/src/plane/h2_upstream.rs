@@ -6,7 +6,7 @@
 //!
 //! GRPCRoute's h2c backends are crate::plane::h2c_upstream's. An HTTPS
 //! backend (`backend-protocol: HTTPS`) is the same exchange over TLS
-//! (crate::plane::upstream_tls), its connections pooled apart.
+//! (crate::compile::upstream_tls), its connections pooled apart.
 
 use std::cell::OnceCell;
 use std::net::SocketAddr;

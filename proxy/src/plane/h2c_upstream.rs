@@ -1,7 +1,7 @@
 //! HTTP/2 requests to h2c backends (GRPCRoute, a Service port with
 //! `appProtocol: kubernetes.io/h2c`, an Ingress's `backend-protocol: GRPC`
 //! or `H2C`) and to HTTP/2 backends over TLS (`backend-protocol: GRPCS`,
-//! ALPN `h2`, crate::plane::upstream_tls): HTTP/2 end to end, so a gRPC
+//! ALPN `h2`, crate::compile::upstream_tls): HTTP/2 end to end, so a gRPC
 //! call's streams flow both ways at once and its trailers (`grpc-status`)
 //! reach the client.
 //!

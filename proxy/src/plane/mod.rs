@@ -57,7 +57,6 @@ pub mod proxy;
 pub mod serving;
 pub mod tls;
 pub mod trace;
-pub mod upstream_tls;
 
 use std::sync::Arc;
 
