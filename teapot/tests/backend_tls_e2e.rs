@@ -92,9 +92,9 @@ async fn https_backend(cert: &CertifiedPem, client_ca: Option<&TestCa>) -> TlsBa
                     return;
                 };
                 counter.fetch_add(1, Ordering::SeqCst);
-                let (_, session) = tls.get_ref();
-                let sni = session.server_name().unwrap_or("-").to_string();
-                let client = if session.peer_certificates().is_some() {
+                let (_, connection) = tls.get_ref();
+                let sni = connection.server_name().unwrap_or("-").to_string();
+                let client = if connection.peer_certificates().is_some() {
                     "yes"
                 } else {
                     "no"
