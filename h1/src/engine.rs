@@ -34,6 +34,7 @@ use crate::scan::{
     HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, find_head_end,
     is_authority, scan_h1,
 };
+use crate::upstream::UpstreamConn;
 use crate::wire::{
     checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
 };
@@ -999,12 +1000,14 @@ where
         mut retry: Option<SocketAddr>,
         attempts: &mut u32,
         stats: &mut Stats,
-    ) -> Result<(TcpStream, SocketAddr, bool), UpstreamError> {
+    ) -> Result<(UpstreamConn, SocketAddr, bool), UpstreamError> {
         let to = plan
             .fwd
             .timeouts
             .connect
             .unwrap_or(self.engine.config.connect_timeout);
+        let transport = plan.fwd.upstreams.transport();
+        let class = transport.as_ref().map_or(crate::pool::PLAIN, |t| t.class());
         let mut err = UpstreamError::Connect;
         loop {
             let addr = match retry.take() {
@@ -1015,26 +1018,43 @@ where
                     };
                     *attempts += 1;
                     let now = stats.upstream_start.unwrap_or_else(Instant::now);
-                    if let Some(s) = self.engine.pool.take_at(addr, now) {
+                    if let Some(s) = self.engine.pool.take_at(addr, class, now) {
                         return Ok((s, addr, true));
                     }
                     addr
                 }
             };
             stats.upstream = Some(addr);
-            match timeout(to, TcpStream::connect(addr)).await {
+            let tcp = match timeout(to, TcpStream::connect(addr)).await {
                 Ok(Ok(s)) => {
                     let _ = s.set_nodelay(true);
                     plan.fwd.upstreams.connected(addr);
-                    return Ok((s, addr, false));
+                    s
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(%addr, error = %e, "upstream connect failed");
                     plan.fwd.upstreams.failed(addr);
                     err = UpstreamError::Connect;
+                    continue;
                 }
                 Err(_) => {
                     plan.fwd.upstreams.failed(addr);
+                    err = UpstreamError::ConnectTimeout;
+                    continue;
+                }
+            };
+            let Some(transport) = &transport else {
+                return Ok((UpstreamConn::Tcp(tcp), addr, false));
+            };
+            match timeout(to, transport.secure(tcp)).await {
+                Ok(Ok(secured)) => return Ok((UpstreamConn::Secured(secured), addr, false)),
+                Ok(Err(e)) => {
+                    tracing::debug!(%addr, error = %e, "securing the upstream connection failed");
+                    plan.fwd.upstreams.secure_failed(addr);
+                    err = UpstreamError::Connect;
+                }
+                Err(_) => {
+                    plan.fwd.upstreams.secure_failed(addr);
                     err = UpstreamError::ConnectTimeout;
                 }
             }
@@ -1079,6 +1099,11 @@ where
         stats.upstream_start = Some(up_start);
         let mut attempts = 0u32;
         let mut retry = None;
+        let class = plan
+            .fwd
+            .upstreams
+            .transport()
+            .map_or(crate::pool::PLAIN, |t| t.class());
         let (up, addr, sent) = loop {
             let (mut up, addr, reused) = match self.connect(plan, retry, &mut attempts, stats).await
             {
@@ -1141,15 +1166,23 @@ where
             }
         };
         let request_done = decoder.is_done();
-        self.respond(up, addr, head_len, plan, request_done, read_to, stats)
-            .await
+        self.respond(
+            up,
+            (addr, class),
+            head_len,
+            plan,
+            request_done,
+            read_to,
+            stats,
+        )
+        .await
     }
 
     /// Sends the head in `up_out` and the request body, relaying any 1xx
     /// response on the way, until a final response head is in `upbuf`.
     async fn send_request(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut UpstreamConn,
         decoder: &mut BodyDecoder,
         plan: &ForwardPlan<R::Upstreams>,
         read_to: Duration,
@@ -1294,8 +1327,8 @@ where
     #[allow(clippy::too_many_arguments)]
     async fn respond(
         &mut self,
-        mut up: TcpStream,
-        addr: SocketAddr,
+        mut up: UpstreamConn,
+        (addr, class): (SocketAddr, u64),
         head_len: usize,
         plan: &ForwardPlan<R::Upstreams>,
         request_done: bool,
@@ -1386,7 +1419,7 @@ where
         // Reusable: the response ended at its framing, nothing unsolicited
         // followed, both the request and the response allow keep-alive.
         if complete && request_done && resp.upstream_keepalive && self.upbuf.is_empty() {
-            self.engine.pool.put_at(addr, up, end);
+            self.engine.pool.put_at(addr, class, up, end);
         }
         self.upbuf.clear();
         self.observe(stats, outcome, tag);
@@ -1403,7 +1436,7 @@ where
     /// go first, then both directions are copied until one closes.
     async fn tunnel(
         &mut self,
-        mut up: TcpStream,
+        mut up: UpstreamConn,
         stats: &mut Stats,
         tag: Option<&std::sync::Arc<str>>,
     ) -> Next {

@@ -60,6 +60,8 @@
 //!   [`RequestLog`], [`Outcome`]).
 //! - [`pool`]: idle upstream connections ([`Pool`]), checked lazily on
 //!   reuse; addresses no longer picked are swept when connections return.
+//! - [`upstream`]: the upstream connection, plain TCP or secured by a
+//!   router's [`Transport`] (TLS to the backend), pooled per class.
 //! - `tunnel`: the relay after a 101, closed after an idle timeout.
 //! - `engine`: the loop ([`Engine::serve`]), timeouts, limits, graceful
 //!   drain, 1xx/101 handling, retry of an idempotent request whose reused
@@ -75,6 +77,7 @@ mod response;
 pub mod router;
 pub mod scan;
 mod tunnel;
+pub mod upstream;
 mod wire;
 
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
@@ -90,3 +93,4 @@ pub use router::{
 pub use scan::{
     H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,
 };
+pub use upstream::{SecuredStream, Securing, Transport, UpstreamConn};

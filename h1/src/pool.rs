@@ -9,19 +9,26 @@
 //! longer picked (an endpoint gone from the snapshot) are swept when
 //! connections are put back, at most once per idle timeout, so their idle
 //! connections do not hold file descriptors until the backend closes them.
+//!
+//! A secured connection (TLS to the backend) is kept under its
+//! transport's class beside the address: it is only ever reused by a
+//! request whose route secures its connections the same way.
 
 use std::collections::HashMap;
-use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::time::Instant;
+
+use crate::upstream::UpstreamConn;
+
+/// Plain TCP's pool class ([`crate::Transport::class`] for the others).
+pub const PLAIN: u64 = 0;
 
 #[derive(Debug)]
 struct Idle {
-    stream: TcpStream,
+    stream: UpstreamConn,
     since: Instant,
 }
 
@@ -47,7 +54,7 @@ type AddrHasher = foldhash::fast::FixedState;
 
 #[derive(Debug, Default)]
 struct Inner {
-    idle: HashMap<SocketAddr, Vec<Idle>, AddrHasher>,
+    idle: HashMap<(SocketAddr, u64), Vec<Idle>, AddrHasher>,
     stats: PoolStats,
     last_sweep: Option<Instant>,
 }
@@ -96,12 +103,14 @@ impl Pool {
 
     /// A live idle connection to `addr`, if there is one. Closed and
     /// expired ones met on the way are dropped.
-    pub fn take(&self, addr: SocketAddr) -> Option<TcpStream> {
-        self.take_at(addr, Instant::now())
+    pub fn take(&self, addr: SocketAddr) -> Option<UpstreamConn> {
+        self.take_at(addr, PLAIN, Instant::now())
     }
 
-    /// [`Pool::take`] with the time the caller already read.
-    pub fn take_at(&self, addr: SocketAddr, now: Instant) -> Option<TcpStream> {
+    /// [`Pool::take`] of a connection of `class`, with the time the
+    /// caller already read.
+    pub fn take_at(&self, addr: SocketAddr, class: u64, now: Instant) -> Option<UpstreamConn> {
+        let addr = (addr, class);
         loop {
             let idle = {
                 let mut inner = self.lock();
@@ -114,7 +123,7 @@ impl Pool {
                 }
                 idle
             };
-            if is_open(&idle.stream) {
+            if idle.stream.is_open() {
                 self.lock().stats.reused += 1;
                 return Some(idle.stream);
             }
@@ -124,12 +133,14 @@ impl Pool {
 
     /// Keeps `stream` for reuse; the caller guarantees the last response
     /// was read to its end and both sides allow keep-alive.
-    pub fn put(&self, addr: SocketAddr, stream: TcpStream) {
-        self.put_at(addr, stream, Instant::now());
+    pub fn put(&self, addr: SocketAddr, stream: impl Into<UpstreamConn>) {
+        self.put_at(addr, PLAIN, stream.into(), Instant::now());
     }
 
-    /// [`Pool::put`] with the time the caller already read.
-    pub fn put_at(&self, addr: SocketAddr, stream: TcpStream, now: Instant) {
+    /// [`Pool::put`] of a connection of `class`, with the time the caller
+    /// already read.
+    pub fn put_at(&self, addr: SocketAddr, class: u64, stream: UpstreamConn, now: Instant) {
+        let addr = (addr, class);
         let mut inner = self.lock();
         if inner
             .last_sweep
@@ -147,14 +158,19 @@ impl Pool {
         inner.stats.returned += 1;
     }
 
-    /// Addresses with idle connections.
+    /// Addresses (and classes) with idle connections.
     pub fn addresses(&self) -> usize {
         self.lock().idle.len()
     }
 
-    /// Idle connections held for `addr`.
+    /// Idle plain connections held for `addr`.
     pub fn idle(&self, addr: SocketAddr) -> usize {
-        self.lock().idle.get(&addr).map_or(0, Vec::len)
+        self.idle_of(addr, PLAIN)
+    }
+
+    /// Idle connections of `class` held for `addr`.
+    pub fn idle_of(&self, addr: SocketAddr, class: u64) -> usize {
+        self.lock().idle.get(&(addr, class)).map_or(0, Vec::len)
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -162,20 +178,11 @@ impl Pool {
     }
 }
 
-/// An idle connection must have nothing to read: end of stream means the
-/// peer closed it, and bytes mean it sent something unsolicited (then it
-/// is no longer in a known state). Non-blocking: `WouldBlock` is the only
-/// healthy answer.
-fn is_open(stream: &TcpStream) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     async fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
@@ -198,12 +205,27 @@ mod tests {
         assert_eq!(pool.idle(addr), 2);
         let got = pool.take(addr).unwrap();
         assert_eq!(
-            got.local_addr().unwrap().port(),
+            got.tcp().local_addr().unwrap().port(),
             b_port,
             "most recent first"
         );
         let s = pool.stats();
         assert_eq!((s.returned, s.overflow, s.reused), (2, 1, 1));
+    }
+
+    /// A connection kept under a transport's class (TLS to the backend)
+    /// is only ever handed to a request of that class, never as plain.
+    #[tokio::test]
+    async fn classes_keep_their_connections_apart() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = Pool::new(8, Duration::from_secs(60));
+        let (a, _sa) = pair(&l).await;
+        pool.put_at(addr, 7, a.into(), Instant::now());
+        assert!(pool.take(addr).is_none());
+        assert!(pool.take_at(addr, 8, Instant::now()).is_none());
+        assert_eq!(pool.idle_of(addr, 7), 1);
+        assert!(pool.take_at(addr, 7, Instant::now()).is_some());
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use crate::edits::HeaderEdits;
+use crate::upstream::Transport;
 
 /// Facts about the client connection, fixed for its lifetime.
 #[derive(Clone, Debug, Default)]
@@ -120,6 +121,17 @@ pub trait Upstreams: Send + 'static {
 
     /// Connecting to `addr` failed or timed out.
     fn failed(&mut self, _addr: SocketAddr) {}
+
+    /// How connections are secured after TCP connects (TLS to the
+    /// backend); `None`, the default: plain TCP.
+    fn transport(&self) -> Option<Arc<dyn Transport>> {
+        None
+    }
+
+    /// `addr` connected but [`Transport::secure`] failed or timed out (a
+    /// handshake or a certificate refused): the address is reachable, so
+    /// this is no [`Upstreams::failed`].
+    fn secure_failed(&mut self, _addr: SocketAddr) {}
 }
 
 /// A fixed list, tried in order.

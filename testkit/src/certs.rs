@@ -77,6 +77,38 @@ impl TestCa {
             .unwrap_or_else(|err| panic!("issuing a certificate for {hosts:?}: {err}"));
         CertifiedPem::new(&cert, &key)
     }
+
+    /// A client certificate (extended key usage clientAuth) named
+    /// `common_name`, signed by this CA: what a backend that requires
+    /// mutual TLS accepts.
+    ///
+    /// # Panics
+    ///
+    /// If `common_name` is not a valid DNS name.
+    pub fn issue_client(&self, common_name: &str) -> CertifiedPem {
+        let key = new_key();
+        let mut params = leaf_params(&[common_name]);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .unwrap_or_else(|err| panic!("issuing a client certificate {common_name:?}: {err}"));
+        CertifiedPem::new(&cert, &key)
+    }
+}
+
+/// A `kubernetes.io/tls` Secret manifest with `tls.crt`, `tls.key` and a
+/// `ca.crt` (ingress-nginx's `proxy-ssl-secret` shape: the client
+/// certificate teapot presents and the CA that verifies the backend).
+pub fn tls_secret_with_ca_yaml(
+    namespace: &str,
+    name: &str,
+    pem: &CertifiedPem,
+    ca_pem: &str,
+) -> String {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes());
+    format!("{}  ca.crt: {ca}\n", tls_secret_yaml(namespace, name, pem))
 }
 
 /// Whether a DER certificate is valid for `host` by its SANs (rustls-webpki `EndEntityCert::verify_is_valid_for_subject_name`), ignoring the chain.

@@ -115,6 +115,11 @@ impl<'a> Resolver<'a> {
         }
     }
 
+    /// Where upstream TLS configurations are shared across compiles.
+    pub(crate) fn registry(&self) -> &'a EndpointRegistry {
+        self.registry
+    }
+
     pub(crate) fn backend(
         &mut self,
         namespace: &'a str,

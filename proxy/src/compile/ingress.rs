@@ -31,7 +31,8 @@ use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
 use crate::compile::traffic::{Canary, CanaryRules, NginxAnnotations, Rewrite, TrafficPolicy};
-use crate::compile::upstream::Upstream;
+use crate::compile::upstream::{Protocol, Upstream};
+use crate::compile::upstream_tls::BackendTls;
 use teapot_api::regex::PathRegex;
 
 /// A host an Ingress asked ACME for.
@@ -130,6 +131,7 @@ where
         let mut regex_problems = Vec::new();
         let canary = canary_rules(ingress, &mut regex_problems);
         let ingress_name: Arc<str> = Arc::from(format!("{}/{}", id.namespace, id.name));
+        let mut speech = BackendSpeech::read(store, id, ingress, tenant.is_some());
         let mut note = |upstream: &Upstream| {
             for why in upstream.unavailable.iter().chain(&upstream.refused) {
                 if !unresolved.contains(why) {
@@ -144,6 +146,7 @@ where
             .filter(|_| canary.is_none())
         {
             let upstream = resolver.backend(&id.namespace, backend);
+            let upstream = speech.speak(resolver, upstream, backend);
             note(&upstream);
             let upstream = Route::new(upstream, policy.clone(), ingress_name.clone());
             match &own_host {
@@ -187,6 +190,7 @@ where
                         continue;
                     };
                     let upstream = resolver.backend(&id.namespace, &p.backend);
+                    let upstream = speech.speak(resolver, upstream, &p.backend);
                     note(&upstream);
                     canaries.push(CanaryRule {
                         host: host.clone(),
@@ -240,6 +244,7 @@ where
                     }
                 };
                 let upstream = resolver.backend(&id.namespace, &p.backend);
+                let upstream = speech.speak(resolver, upstream, &p.backend);
                 note(&upstream);
                 let rule_policy = Policies::for_rule(&policy, path);
                 let inserted = match regex {
@@ -263,6 +268,7 @@ where
             }
         }
         annotation_problems.append(&mut regex_problems);
+        annotation_problems.append(&mut speech.problems);
         let acme = options.acme.as_ref().is_some_and(|a| {
             let annotations = ingress.metadata.annotations.as_ref();
             let value = annotations.and_then(|a| a.get(acme::ANNOTATION));
@@ -347,6 +353,199 @@ where
         routes,
         reports: ingress_reports,
         acme_candidates,
+    }
+}
+
+/// How an Ingress's backends are spoken to: ingress-nginx's
+/// `backend-protocol` and `proxy-ssl-*`, read once per Ingress
+/// (docs/migrate-from-ingress-nginx.md). HTTP, the default, leaves the
+/// shared upstream as it is; every other protocol gets the Ingress its
+/// own copy of it ([`Upstream::speaking`]). Settings that cannot be used
+/// (a Secret missing or of another namespace, a bad CA, verification
+/// without one) are reported naming the Ingress and the annotation, and
+/// its routes answer 503: nothing is sent unverified.
+struct BackendSpeech {
+    ingress: String,
+    namespace: String,
+    protocol: &'static str,
+    /// `Err`: why TLS to the backends cannot be set up.
+    tls: Result<TlsAsked, String>,
+    /// Upstreams already made, by the shared upstream they copy.
+    made: Vec<(Arc<Upstream>, Arc<Upstream>)>,
+    problems: Vec<String>,
+}
+
+/// The TLS settings an Ingress asks for, less the verified name (the
+/// Service's by default).
+struct TlsAsked {
+    name: Option<String>,
+    sni: bool,
+    verify: Option<Vec<u8>>,
+    depth: u32,
+    client_cert: Option<Arc<rustls::sign::CertifiedKey>>,
+}
+
+const BACKEND_PROTOCOL: &str = "nginx.ingress.kubernetes.io/backend-protocol";
+const PROXY_SSL_SECRET: &str = "nginx.ingress.kubernetes.io/proxy-ssl-secret";
+const PROXY_SSL_VERIFY: &str = "nginx.ingress.kubernetes.io/proxy-ssl-verify";
+const PROXY_SSL_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-name";
+const PROXY_SSL_SERVER_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-server-name";
+const PROXY_SSL_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/proxy-ssl-verify-depth";
+
+impl BackendSpeech {
+    fn read(store: &Store, id: &NsName, ingress: &Ingress, tenant: bool) -> BackendSpeech {
+        use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
+        let annotations = ingress.metadata.annotations.as_ref();
+        // A value that does not parse is reported with the Ingress's other
+        // annotations (crate::compile::traffic); the default applies here.
+        let value = |key: &str| {
+            annotations
+                .and_then(|a| a.get(key))
+                .and_then(|v| annotations::parse(ObjectKind::Ingress, key, v).ok())
+        };
+        let word = |key: &str| match value(key) {
+            Some(AnnotationValue::Word(w)) => Some(w),
+            _ => None,
+        };
+        let text = |key: &str| match value(key) {
+            Some(AnnotationValue::Text(t)) => Some(t.trim().to_string()),
+            _ => None,
+        };
+        let ingress_name = format!("{}/{}", id.namespace, id.name);
+        let protocol = word(BACKEND_PROTOCOL).unwrap_or("HTTP");
+        let tls = if matches!(protocol, "HTTPS" | "GRPCS") {
+            TlsAsked::read(store, id, &ingress_name, tenant, text, word, value)
+        } else {
+            Err(String::new())
+        };
+        let mut problems = Vec::new();
+        if let Err(why) = &tls
+            && !why.is_empty()
+        {
+            problems.push(format!("{why}; the Ingress's routes answer 503"));
+        }
+        BackendSpeech {
+            ingress: ingress_name,
+            namespace: id.namespace.clone(),
+            protocol,
+            tls,
+            made: Vec::new(),
+            problems,
+        }
+    }
+
+    /// `upstream` (the shared one of `backend`) as this Ingress speaks to
+    /// it.
+    fn speak(
+        &mut self,
+        resolver: &Resolver<'_>,
+        upstream: Arc<Upstream>,
+        backend: &k8s_openapi::api::networking::v1::IngressBackend,
+    ) -> Arc<Upstream> {
+        if self.protocol == "HTTP" {
+            return upstream;
+        }
+        if let Some((_, made)) = self.made.iter().find(|(u, _)| Arc::ptr_eq(u, &upstream)) {
+            return made.clone();
+        }
+        let made = match (self.protocol, &self.tls) {
+            ("GRPC" | "H2C", _) => upstream.speaking(Protocol::H2c),
+            (_, Err(why)) => upstream.unusable(format!("{}: {why}", self.ingress)),
+            (protocol, Ok(asked)) => {
+                let service = backend.service.as_ref().map_or("", |s| s.name.as_str());
+                let settings = BackendTls {
+                    h2: protocol == "GRPCS",
+                    name: asked
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("{service}.{}.svc", self.namespace)),
+                    sni: asked.sni,
+                    verify: asked.verify.clone(),
+                    depth: asked.depth,
+                    client_cert: asked.client_cert.clone(),
+                };
+                match resolver.registry().tls(settings) {
+                    Ok(tls) => upstream.speaking(Protocol::Tls(tls)),
+                    Err(e) => {
+                        let why = format!("{PROXY_SSL_NAME} or {PROXY_SSL_SECRET}: {e}");
+                        let problem = format!("{why}; the Ingress's routes answer 503");
+                        if !self.problems.contains(&problem) {
+                            self.problems.push(problem);
+                        }
+                        upstream.unusable(format!("{}: {why}", self.ingress))
+                    }
+                }
+            }
+        };
+        let made = Arc::new(made);
+        self.made.push((upstream, made.clone()));
+        made
+    }
+}
+
+impl TlsAsked {
+    fn read(
+        store: &Store,
+        id: &NsName,
+        ingress: &str,
+        tenant: bool,
+        text: impl Fn(&str) -> Option<String>,
+        word: impl Fn(&str) -> Option<&'static str>,
+        value: impl Fn(&str) -> Option<teapot_api::annotations::AnnotationValue>,
+    ) -> Result<TlsAsked, String> {
+        let verify = word(PROXY_SSL_VERIFY) == Some("on");
+        let secret = match text(PROXY_SSL_SECRET) {
+            None if verify => {
+                return Err(format!(
+                    "{PROXY_SSL_VERIFY}: on needs {PROXY_SSL_SECRET} with a ca.crt (Ingress {ingress})"
+                ));
+            }
+            None => None,
+            Some(reference) => {
+                let (namespace, name) = reference
+                    .split_once('/')
+                    .unwrap_or((id.namespace.as_str(), reference.as_str()));
+                // A tenant's Ingress reads its own namespace's Secrets only.
+                if tenant && namespace != id.namespace {
+                    return Err(format!(
+                        "{PROXY_SSL_SECRET}: Secret {namespace}/{name} is not in the Ingress's namespace {} (Ingress {ingress})",
+                        id.namespace
+                    ));
+                }
+                let Some(secret) = store.secrets.get(&NsRef { namespace, name }) else {
+                    return Err(format!(
+                        "{PROXY_SSL_SECRET}: Secret {namespace}/{name} not found or not a usable kubernetes.io/tls Secret (Ingress {ingress})"
+                    ));
+                };
+                Some(secret)
+            }
+        };
+        let ca = secret.and_then(|s| {
+            teapot_api::policy::tls_secret_data(&s.object.source)
+                .ok()
+                .and_then(|d| d.ca)
+                .map(<[u8]>::to_vec)
+        });
+        let verify = match (verify, ca) {
+            (false, _) => None,
+            (true, Some(ca)) => Some(ca),
+            (true, None) => {
+                return Err(format!(
+                    "{PROXY_SSL_VERIFY}: on, but {PROXY_SSL_SECRET}'s Secret has no ca.crt (Ingress {ingress})"
+                ));
+            }
+        };
+        let depth = match value(PROXY_SSL_VERIFY_DEPTH) {
+            Some(teapot_api::annotations::AnnotationValue::Count(n)) => n,
+            _ => 1,
+        };
+        Ok(TlsAsked {
+            name: text(PROXY_SSL_NAME).filter(|n| !n.is_empty()),
+            sni: word(PROXY_SSL_SERVER_NAME) == Some("on"),
+            verify,
+            depth,
+            client_cert: secret.map(|s| s.object.certificate.key.clone()),
+        })
     }
 }
 
@@ -778,5 +977,222 @@ impl ClassFilter {
             Some(c) => self.ours.iter().any(|o| o == c),
             None => self.default,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::CompileOptions;
+    use crate::compile::tests::compile_test_docs;
+
+    /// Service `ops/web` with one endpoint, and teapot's IngressClass.
+    const DOCS: &str = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: teapot}
+spec: {controller: teapot.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: ops, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints: [{addresses: [127.0.0.1]}]
+ports: [{name: \"\", port: 8080}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: ops}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: a.example
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+";
+
+    /// An Ingress in `ops` for `host` to `service:80`, with `annotations`
+    /// (flow-style YAML entries).
+    fn ops_ingress(name: &str, host: &str, annotations: &str, service: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: ops
+  annotations: {{{annotations}}}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: {host}
+    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: {service}, port: {{number: 80}}}}}}}}]}}
+"
+        )
+    }
+
+    /// A TLS Secret `ns/name` whose `ca.crt` is `ca` (when given).
+    fn secret(ns: &str, name: &str, ca: Option<&str>) -> String {
+        use teapot_testkit::certs;
+        let pem = certs::TestCa::new("client CA").issue_client("teapot-client");
+        match ca {
+            Some(ca) => certs::tls_secret_with_ca_yaml(ns, name, &pem, ca),
+            None => certs::tls_secret_yaml(ns, name, &pem),
+        }
+    }
+
+    fn upstream_of(snapshot: &crate::compile::snapshot::Snapshot, host: &str) -> Arc<Upstream> {
+        let route = snapshot.routes.lookup(host, "/");
+        route.unwrap_or_else(|| panic!("{host}")).upstream.clone()
+    }
+
+    fn message(snapshot: &crate::compile::snapshot::Snapshot, name: &str) -> String {
+        let report = snapshot.report.ingresses.iter().find(|r| r.name == name);
+        let conditions = report.map(|r| r.conditions.iter()).into_iter().flatten();
+        conditions
+            .filter(|c| c.status == "False" && c.type_ == "AnnotationsAccepted")
+            .map(|c| c.message.clone())
+            .collect()
+    }
+
+    #[test]
+    fn backend_protocols_make_their_own_upstreams() {
+        let ca = teapot_testkit::certs::TestCa::new("backend CA");
+        let protocol = |p: &str| format!("nginx.ingress.kubernetes.io/backend-protocol: {p}");
+        let verify = "nginx.ingress.kubernetes.io/proxy-ssl-verify: 'on'";
+        let secret_of = |s: &str| format!("nginx.ingress.kubernetes.io/proxy-ssl-secret: {s}");
+        let docs = [
+            DOCS.to_string(),
+            secret("ops", "with-ca", Some(ca.cert_pem())),
+            secret("ops", "no-ca", None),
+            ops_ingress("grpc", "grpc.example", &protocol("GRPC"), "web"),
+            ops_ingress("https", "https.example", &protocol("HTTPS"), "web"),
+            ops_ingress(
+                "grpcs",
+                "grpcs.example",
+                &format!(
+                    "{}, {verify}, {}, nginx.ingress.kubernetes.io/proxy-ssl-name: b.internal, nginx.ingress.kubernetes.io/proxy-ssl-server-name: 'on'",
+                    protocol("GRPCS"),
+                    secret_of("ops/with-ca")
+                ),
+                "web",
+            ),
+            ops_ingress(
+                "no-secret",
+                "no-secret.example",
+                &format!("{}, {verify}", protocol("HTTPS")),
+                "web",
+            ),
+            ops_ingress(
+                "no-ca",
+                "no-ca.example",
+                &format!(
+                    "{}, {verify}, {}",
+                    protocol("HTTPS"),
+                    secret_of("ops/no-ca")
+                ),
+                "web",
+            ),
+            ops_ingress(
+                "missing",
+                "missing.example",
+                &format!("{}, {}", protocol("HTTPS"), secret_of("ops/nowhere")),
+                "web",
+            ),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        // HTTP stays the shared upstream, on today's path.
+        assert!(matches!(
+            upstream_of(&s, "a.example").protocol,
+            Protocol::Http1
+        ));
+        let grpc = upstream_of(&s, "grpc.example");
+        assert!(matches!(grpc.protocol, Protocol::H2c));
+        assert_eq!(grpc.endpoints.len(), 1, "the same endpoints");
+        let https = upstream_of(&s, "https.example");
+        let tls = https.protocol.tls().expect("TLS");
+        assert!(!tls.h2());
+        assert_eq!(tls.settings.name, "web.ops.svc");
+        assert!(!tls.settings.sni && tls.settings.verify.is_none());
+        assert!(tls.settings.client_cert.is_none());
+        let grpcs = upstream_of(&s, "grpcs.example");
+        let tls = grpcs.protocol.tls().expect("TLS");
+        assert!(tls.h2() && tls.settings.sni);
+        assert_eq!(tls.settings.name, "b.internal");
+        assert_eq!(tls.settings.depth, 1);
+        assert!(tls.settings.verify.is_some() && tls.settings.client_cert.is_some());
+        assert!(grpcs.protocol.is_h2());
+        // Unusable settings: no endpoint (503), and the Ingress says why,
+        // naming itself and the annotation.
+        for (name, host, says) in [
+            (
+                "no-secret",
+                "no-secret.example",
+                "proxy-ssl-verify: on needs",
+            ),
+            ("no-ca", "no-ca.example", "has no ca.crt"),
+            ("missing", "missing.example", "Secret ops/nowhere not found"),
+        ] {
+            assert!(upstream_of(&s, host).is_empty(), "{name}");
+            let message = message(&s, name);
+            assert!(message.contains(says), "{name}: {message}");
+            assert!(
+                message.contains(&format!("ops/{name}")),
+                "{name}: {message}"
+            );
+        }
+        // The same settings on the next compile share one configuration
+        // (its session cache and pool class).
+        let registry = crate::compile::upstream::EndpointRegistry::default();
+        let settings = tls.settings.clone();
+        let a = registry.tls(settings.clone()).unwrap();
+        let b = registry.tls(settings).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn a_tenant_reads_its_own_namespaces_secrets_only() {
+        const TENANT: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+";
+        let ingress = |name: &str, secret: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: tenant-acme
+  annotations:
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: {secret}
+spec:
+  ingressClassName: teapot
+  defaultBackend: {{service: {{name: web, port: {{number: 80}}}}}}
+"
+            )
+        };
+        let docs = [
+            DOCS.to_string(),
+            TENANT.to_string(),
+            secret("ops", "operators", None),
+            secret("tenant-acme", "own", None),
+            ingress("elsewhere", "ops/operators"),
+            ingress("own", "tenant-acme/own"),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        let refused = message(&s, "elsewhere");
+        assert!(
+            refused.contains("proxy-ssl-secret")
+                && refused.contains("ops/operators")
+                && refused.contains("tenant-acme/elsewhere"),
+            "{refused}"
+        );
+        assert_eq!(message(&s, "own"), "");
     }
 }

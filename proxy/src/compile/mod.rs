@@ -61,6 +61,7 @@ pub mod routes;
 pub mod snapshot;
 pub mod traffic;
 pub mod upstream;
+pub mod upstream_tls;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -5,6 +5,12 @@
 //! [`EndpointRegistry`] hands the same `Arc<Endpoint>` to every compile
 //! while anything still holds it, so a reload does not forget that a node
 //! is down.
+//!
+//! An upstream also says how teapot speaks to it ([`Protocol`]): HTTP/1.1
+//! (today's path for every Ingress backend), cleartext HTTP/2, or either
+//! over TLS (crate::compile::upstream_tls). An Ingress's `backend-protocol`
+//! makes its own copy of the shared (Service, port) upstream with the same
+//! endpoints (the same health) and its protocol.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,6 +19,8 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::compile::upstream_tls::{BackendTls, TlsSettingsError, UpstreamTls};
 
 /// First ejection after a refused connection; doubles per consecutive
 /// failure up to [`MAX_EJECTION`].
@@ -63,10 +71,12 @@ impl Endpoint {
     }
 }
 
-/// Shares endpoint health across compiles.
+/// Shares endpoint health across compiles, and upstream TLS
+/// configurations (their session caches and pool classes).
 #[derive(Debug, Default)]
 pub struct EndpointRegistry {
     known: Mutex<HashMap<SocketAddr, Weak<Endpoint>, foldhash::fast::RandomState>>,
+    tls: Mutex<HashMap<u64, Weak<UpstreamTls>, foldhash::fast::RandomState>>,
 }
 
 impl EndpointRegistry {
@@ -91,10 +101,56 @@ impl EndpointRegistry {
             .collect()
     }
 
+    /// The TLS configuration of `settings`: the live one a snapshot
+    /// already uses (its sessions resume, its pooled connections are
+    /// reused), or a new one.
+    pub fn tls(&self, settings: BackendTls) -> Result<Arc<UpstreamTls>, TlsSettingsError> {
+        let key = settings.fingerprint();
+        let mut known = self.tls.lock();
+        if let Some(tls) = known.get(&key).and_then(Weak::upgrade) {
+            return Ok(tls);
+        }
+        let tls = Arc::new(UpstreamTls::new(settings)?);
+        known.insert(key, Arc::downgrade(&tls));
+        Ok(tls)
+    }
+
     /// Drops entries no snapshot uses any more.
     pub fn prune(&self) {
         let mut known = self.known.lock();
         known.retain(|_, w| w.strong_count() > 0);
+        drop(known);
+        self.tls.lock().retain(|_, w| w.strong_count() > 0);
+    }
+}
+
+/// How teapot speaks to an upstream.
+#[derive(Clone, Debug, Default)]
+pub enum Protocol {
+    /// HTTP/1.1 over TCP.
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge over TCP (gRPC, h2c).
+    H2c,
+    /// HTTP/1.1 or HTTP/2 ([`UpstreamTls::h2`]) over TLS.
+    Tls(Arc<UpstreamTls>),
+}
+
+impl Protocol {
+    /// HTTP/2 to the backend: only an HTTP/2 client's request can go.
+    pub fn is_h2(&self) -> bool {
+        match self {
+            Protocol::Http1 => false,
+            Protocol::H2c => true,
+            Protocol::Tls(tls) => tls.h2(),
+        }
+    }
+
+    pub fn tls(&self) -> Option<&Arc<UpstreamTls>> {
+        match self {
+            Protocol::Tls(tls) => Some(tls),
+            _ => None,
+        }
     }
 }
 
@@ -109,6 +165,7 @@ pub struct Upstream {
     pub unavailable: Option<String>,
     /// Addresses refused by tenant policy, as messages.
     pub refused: Vec<String>,
+    pub protocol: Protocol,
 }
 
 /// Endpoints already tried by one request (first 64 by index).
@@ -141,7 +198,29 @@ impl Upstream {
             next: AtomicUsize::new(0),
             unavailable,
             refused: Vec::new(),
+            protocol: Protocol::Http1,
         }
+    }
+
+    /// This upstream's endpoints (the same ones: their health is shared)
+    /// spoken to with `protocol`.
+    pub fn speaking(&self, protocol: Protocol) -> Upstream {
+        Upstream {
+            name: self.name.clone(),
+            endpoints: self.endpoints.clone(),
+            next: AtomicUsize::new(0),
+            unavailable: self.unavailable.clone(),
+            refused: self.refused.clone(),
+            protocol,
+        }
+    }
+
+    /// This upstream answering 503 with `why` (its settings are unusable):
+    /// no endpoint, so nothing is ever sent unverified.
+    pub fn unusable(&self, why: String) -> Upstream {
+        let mut upstream = Upstream::new(self.name.clone(), Vec::new(), Some(why));
+        upstream.refused = self.refused.clone();
+        upstream
     }
 
     pub fn is_empty(&self) -> bool {

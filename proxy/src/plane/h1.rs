@@ -150,7 +150,7 @@ impl teapot_h1::Router for Router {
             }
         };
         let ids = self.ids(req, Some(&forward.route));
-        if forward.gateway.as_ref().is_some_and(|g| g.h2c) {
+        if forward.gateway.as_ref().is_some_and(|g| g.h2c) || forward.upstream.protocol.is_h2() {
             return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
         }
         let mut fwd = H1Forward::via(Target {
@@ -160,6 +160,7 @@ impl teapot_h1::Router for Router {
             max_attempts: self.options.max_connect_attempts.max(1),
             connect_failures: self.metrics.upstream_connect_failures.clone(),
             series: ids.series,
+            book: self.metrics.series.clone(),
             _tenant: forward.tenant,
             _in_flight: self.metrics.request_started(),
         });
@@ -205,7 +206,8 @@ impl teapot_h1::Router for Router {
     }
 }
 
-/// A GRPCRoute backend (or an h2c `appProtocol`) reached over HTTP/1: the
+/// A GRPCRoute backend (or an h2c `appProtocol`, or `backend-protocol`
+/// GRPC, H2C or GRPCS) reached over HTTP/1: the
 /// engine speaks HTTP/1 upstream only, and a gRPC backend does not answer
 /// HTTP/1, so the request is refused here rather than sent where it would
 /// fail; gRPC clients speak HTTP/2, which crate::plane::h2 serves.
@@ -421,6 +423,8 @@ pub struct Target {
     connect_failures: prometheus::IntCounter,
     /// The tenant's series (its connect failures).
     series: Arc<Series>,
+    /// Where a failed TLS handshake with the backend is counted.
+    book: Arc<SeriesBook>,
     /// The tenant's connection slot: held for the request, and for an
     /// upgraded connection's whole life.
     _tenant: Option<TenantPermit>,
@@ -469,6 +473,25 @@ impl Upstreams for Target {
             addr,
             &self.upstream.name,
             &"connect failed or timed out",
+        );
+    }
+
+    fn transport(&self) -> Option<Arc<dyn teapot_h1::Transport>> {
+        match &self.upstream.protocol {
+            crate::compile::upstream::Protocol::Tls(tls) => Some(tls.clone()),
+            _ => None,
+        }
+    }
+
+    /// Not ejected: the endpoint answers, and its health is shared with
+    /// routes that reach it otherwise; the route's settings (or the
+    /// backend's certificate) are what fail.
+    fn secure_failed(&mut self, addr: SocketAddr) {
+        self.book.tls_handshake_failed(&self.series);
+        EndpointLog::global().connect_failed(
+            addr,
+            &self.upstream.name,
+            &"the TLS handshake failed (the backend's certificate refused, or no common protocol)",
         );
     }
 }

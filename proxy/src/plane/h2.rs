@@ -304,7 +304,9 @@ impl H2Server {
                 .out
                 .answer(parts, 405, "405 CONNECT is not served\n", &[]);
         }
-        if st.gateway.as_ref().is_some_and(|g| g.h2c) {
+        if st.gateway.as_ref().is_some_and(|g| g.h2c)
+            || st.upstream.as_ref().is_some_and(|u| u.protocol.is_h2())
+        {
             crate::plane::h2c_upstream::forward(router, parts, conn, st).await
         } else {
             crate::plane::h2_upstream::forward(router, parts, conn, st).await

@@ -4,7 +4,9 @@
 //! and the response head and body framing read and re-validated here.
 //! docs/edge.md, "HTTP/2 to HTTP/1 backends".
 //!
-//! GRPCRoute's h2c backends are crate::plane::h2c_upstream's.
+//! GRPCRoute's h2c backends are crate::plane::h2c_upstream's. An HTTPS
+//! backend (`backend-protocol: HTTPS`) is the same exchange over TLS
+//! (crate::compile::upstream_tls), its connections pooled apart.
 
 use std::cell::OnceCell;
 use std::net::SocketAddr;
@@ -15,8 +17,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Uri};
-use teapot_h1::{BodyError, BodyFraming, ChunkedPayload, ConnInfo, Pool};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use teapot_h1::{BodyError, BodyFraming, ChunkedPayload, ConnInfo, Pool, Transport, UpstreamConn};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::compile::upstream::{Endpoint, Upstream};
@@ -114,15 +116,19 @@ pub(super) async fn forward(
     );
     let timeouts = Timeouts { read, write };
     let idle = router.options.pool_idle_timeout;
+    let class = upstream
+        .protocol
+        .tls()
+        .map_or(teapot_h1::pool::PLAIN, |t| t.class());
     let mut retry_on: Option<Arc<Endpoint>> = None;
     loop {
         let fresh = retry_on.is_some();
         let (mut stream, reused, endpoint) = match retry_on.take() {
-            Some(endpoint) => match connect_to(&endpoint, connect_timeout).await {
+            Some(endpoint) => match open(router, st, &upstream, &endpoint, connect_timeout).await {
                 Ok(s) => (s, false, endpoint),
                 Err(e) => {
-                    connect_failed(router, st, &upstream, &endpoint, &e);
-                    return Err(e);
+                    failed(router, st, &upstream, &endpoint, &e);
+                    return Err(e.failure);
                 }
             },
             None => connect(router, st, &upstream, idle, connect_timeout).await?,
@@ -136,7 +142,9 @@ pub(super) async fn forward(
         };
         match exchange.run(router, st, &mut stream).await {
             Ok(true) => {
-                with_pool(idle, |p| p.put(endpoint.addr, stream));
+                with_pool(idle, |p| {
+                    p.put_at(endpoint.addr, class, stream, tokio::time::Instant::now())
+                });
                 return Ok(());
             }
             Ok(false) => return Ok(()),
@@ -150,26 +158,74 @@ pub(super) async fn forward(
 }
 
 /// An endpoint of `upstream` and a connection to it: a pooled one, or a
-/// new one, trying further endpoints (each failed one ejected).
+/// new one, trying further endpoints (each failed one ejected, unless it
+/// answered and only the TLS handshake failed).
 async fn connect(
     router: &Router,
     st: &mut StreamCtx<'_>,
     upstream: &Arc<Upstream>,
     idle: Duration,
     connect_timeout: Duration,
-) -> Result<(TcpStream, bool, Arc<Endpoint>), Failure> {
+) -> Result<(UpstreamConn, bool, Arc<Endpoint>), Failure> {
+    let class = upstream
+        .protocol
+        .tls()
+        .map_or(teapot_h1::pool::PLAIN, |t| t.class());
     loop {
         let endpoint = next_endpoint(st, upstream)?;
-        if let Some(stream) = with_pool(idle, |p| p.take(endpoint.addr)) {
+        let now = tokio::time::Instant::now();
+        if let Some(stream) = with_pool(idle, |p| p.take_at(endpoint.addr, class, now)) {
             endpoint.mark_healthy();
             return Ok((stream, true, endpoint));
         }
-        match connect_to(&endpoint, connect_timeout).await {
+        match open(router, st, upstream, &endpoint, connect_timeout).await {
             Ok(stream) => return Ok((stream, false, endpoint)),
             Err(e) if another_endpoint(router, st, upstream, &endpoint, &e) => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.failure),
         }
     }
+}
+
+/// Why a new upstream connection failed: the TCP connect, or the TLS
+/// handshake after it (the endpoint answered: not ejected).
+pub(super) struct OpenFailed {
+    pub failure: Failure,
+    pub handshake: bool,
+}
+
+/// A new connection to `endpoint`, secured as `upstream` says (TLS to the
+/// backend), within the connect timeout for each step.
+pub(super) async fn open(
+    router: &Router,
+    st: &StreamCtx<'_>,
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<UpstreamConn, OpenFailed> {
+    let tcp = connect_to(endpoint, timeout)
+        .await
+        .map_err(|failure| OpenFailed {
+            failure,
+            handshake: false,
+        })?;
+    let Some(tls) = upstream.protocol.tls() else {
+        return Ok(UpstreamConn::Tcp(tcp));
+    };
+    let failure = match tokio::time::timeout(timeout, tls.secure(tcp)).await {
+        Ok(Ok(secured)) => return Ok(UpstreamConn::Secured(secured)),
+        Ok(Err(e)) => {
+            tracing::debug!(addr = %endpoint.addr, error = %e, "TLS handshake with the upstream");
+            Failure::Connect("the TLS handshake with the upstream failed")
+        }
+        Err(_) => Failure::ConnectTimeout,
+    };
+    if let Some(series) = &st.series {
+        router.metrics.series.tls_handshake_failed(series);
+    }
+    Err(OpenFailed {
+        failure,
+        handshake: true,
+    })
 }
 
 /// The next endpoint of `upstream` to try (none left: every one was
@@ -188,33 +244,38 @@ pub(super) fn next_endpoint(
     Ok(endpoint)
 }
 
-/// After `endpoint` failed to connect (counted, logged, ejected): whether
-/// another endpoint may be tried (`--max-connect-attempts`).
+/// After `endpoint` failed to connect (counted, logged, ejected unless
+/// only its TLS handshake failed): whether another endpoint may be tried
+/// (`--max-connect-attempts`).
 pub(super) fn another_endpoint(
     router: &Router,
     st: &StreamCtx<'_>,
     upstream: &Upstream,
     endpoint: &Endpoint,
-    e: &Failure,
+    e: &OpenFailed,
 ) -> bool {
-    connect_failed(router, st, upstream, endpoint, e);
+    failed(router, st, upstream, endpoint, e);
     st.tried.count() < (upstream.endpoints.len() as u32).min(router.options.max_connect_attempts)
 }
 
-/// Counts and logs a failed connect, and ejects the endpoint.
-fn connect_failed(
+/// Counts and logs a failed connect, and ejects the endpoint; a failed
+/// handshake is logged only (counted in [`open`]): the endpoint answers,
+/// and its health is shared with routes that reach it otherwise.
+fn failed(
     router: &Router,
     st: &StreamCtx<'_>,
     upstream: &Upstream,
     endpoint: &Endpoint,
-    e: &Failure,
+    e: &OpenFailed,
 ) {
-    router.metrics.upstream_connect_failures.inc();
-    if let Some(series) = &st.series {
-        series.connect_failures.inc();
+    if !e.handshake {
+        router.metrics.upstream_connect_failures.inc();
+        if let Some(series) = &st.series {
+            series.connect_failures.inc();
+        }
+        endpoint.eject();
     }
-    endpoint.eject();
-    EndpointLog::global().connect_failed(endpoint.addr, &upstream.name, e);
+    EndpointLog::global().connect_failed(endpoint.addr, &upstream.name, &e.failure);
 }
 
 /// A new connection to `endpoint`, within the connect timeout.
@@ -265,7 +326,7 @@ impl Exchange<'_> {
         &self,
         router: &Router,
         st: &mut StreamCtx<'_>,
-        stream: &mut TcpStream,
+        stream: &mut UpstreamConn,
     ) -> Result<bool, Stale> {
         let t = self.timeouts;
         write(stream, self.head, t.write)
@@ -283,9 +344,8 @@ impl Exchange<'_> {
         while !body_sent {
             tokio::select! {
                 biased;
-                ready = stream.readable() => {
-                    ready.map_err(|_| Failure::Upstream("reading the upstream response"))?;
-                    match stream.try_read_buf(&mut buf) {
+                got = read_more(stream, &mut buf) => {
+                    match got {
                         Ok(0) => return Err(Failure::Upstream("upstream closed before its response").into()),
                         Ok(_) => {
                             received = true;
@@ -298,7 +358,6 @@ impl Exchange<'_> {
                                 _ => break,
                             }
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                         Err(_) => return Err(Failure::Upstream("reading the upstream response").into()),
                     }
                 }
@@ -440,7 +499,11 @@ fn chunk_size_line(len: usize, out: &mut [u8; 18]) -> usize {
     digits + 2
 }
 
-async fn write(stream: &mut TcpStream, bytes: &[u8], timeout: Duration) -> Result<(), Failure> {
+async fn write(
+    stream: &mut (impl AsyncWrite + Unpin),
+    bytes: &[u8],
+    timeout: Duration,
+) -> Result<(), Failure> {
     match tokio::time::timeout(timeout, stream.write_all(bytes)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(Failure::Upstream("writing to the upstream failed")),
@@ -448,15 +511,23 @@ async fn write(stream: &mut TcpStream, bytes: &[u8], timeout: Duration) -> Resul
     }
 }
 
-async fn read(
-    stream: &mut TcpStream,
+/// Reads what is there into `buf`, with room made first.
+async fn read_more(
+    stream: &mut (impl AsyncRead + Unpin),
     buf: &mut BytesMut,
-    timeout: Duration,
-) -> Result<usize, Failure> {
+) -> std::io::Result<usize> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_SIZE);
     }
-    match tokio::time::timeout(timeout, stream.read_buf(buf)).await {
+    stream.read_buf(buf).await
+}
+
+async fn read(
+    stream: &mut (impl AsyncRead + Unpin),
+    buf: &mut BytesMut,
+    timeout: Duration,
+) -> Result<usize, Failure> {
+    match tokio::time::timeout(timeout, read_more(stream, buf)).await {
         Ok(Ok(n)) => Ok(n),
         Ok(Err(_)) => Err(Failure::Upstream("reading the upstream response failed")),
         Err(_) => Err(Failure::ReadTimeout),

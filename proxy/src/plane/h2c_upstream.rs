@@ -1,9 +1,12 @@
-//! HTTP/2 requests to h2c backends (GRPCRoute, or a Service port with
-//! `appProtocol: kubernetes.io/h2c`): HTTP/2 end to end, so a gRPC call's
-//! streams flow both ways at once and its trailers (`grpc-status`) reach
-//! the client.
+//! HTTP/2 requests to h2c backends (GRPCRoute, a Service port with
+//! `appProtocol: kubernetes.io/h2c`, an Ingress's `backend-protocol: GRPC`
+//! or `H2C`) and to HTTP/2 backends over TLS (`backend-protocol: GRPCS`,
+//! ALPN `h2`, crate::compile::upstream_tls): HTTP/2 end to end, so a gRPC
+//! call's streams flow both ways at once and its trailers (`grpc-status`)
+//! reach the client.
 //!
-//! One HTTP/2 connection per backend address and serving thread carries
+//! One HTTP/2 connection per backend address (and TLS configuration) and
+//! serving thread carries
 //! every stream to it (h2 multiplexes; a backend that limits concurrent
 //! streams makes a stream wait for a slot). A connection the backend
 //! closed leaves the thread's map when its driver ends (or is noticed when
@@ -29,12 +32,15 @@ use crate::plane::h2_stream::{
     Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority_of,
     send_flow_controlled,
 };
-use crate::plane::h2_upstream::{another_endpoint, connect_to, edited_request, next_endpoint};
+use crate::plane::h2_upstream::{
+    OpenFailed, another_endpoint, edited_request, next_endpoint, open,
+};
 use crate::plane::proxy::Router;
 
 thread_local! {
-    /// The serving thread's connections, by backend address.
-    static CONNECTIONS: RefCell<foldhash::HashMap<SocketAddr, Connection>> =
+    /// The serving thread's connections, by backend address and pool
+    /// class (plain, or a TLS configuration's).
+    static CONNECTIONS: RefCell<foldhash::HashMap<(SocketAddr, u64), Connection>> =
         RefCell::default();
     /// Tells a connection from the one that replaced it at its address.
     static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -104,7 +110,11 @@ pub(super) async fn forward(
     {
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
-    let uri = backend_uri(&uri, &headers)?;
+    let tls = st
+        .upstream
+        .as_ref()
+        .is_some_and(|u| u.protocol.tls().is_some());
+    let uri = backend_uri(&uri, &headers, tls)?;
     // `:authority` carries it.
     headers.remove(HOST);
     let mut req = Request::new(());
@@ -229,13 +239,13 @@ async fn upload(
     }
 }
 
-/// The request's URI as an h2c backend gets it: `http`, the (possibly
-/// rewritten) authority, the target.
-fn backend_uri(uri: &Uri, headers: &HeaderMap) -> Result<Uri, Failure> {
+/// The request's URI as an HTTP/2 backend gets it: `http` (`https` over
+/// TLS), the (possibly rewritten) authority, the target.
+fn backend_uri(uri: &Uri, headers: &HeaderMap, tls: bool) -> Result<Uri, Failure> {
     let authority = authority_of(uri, headers);
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
     Uri::builder()
-        .scheme("http")
+        .scheme(if tls { "https" } else { "http" })
         .authority(authority)
         .path_and_query(target)
         .build()
@@ -250,9 +260,12 @@ async fn connect(
     st: &mut StreamCtx<'_>,
     upstream: &Arc<Upstream>,
 ) -> Result<SendRequest<Bytes>, Failure> {
+    let class = upstream.protocol.tls().map_or(teapot_h1::pool::PLAIN, |t| {
+        teapot_h1::Transport::class(&**t)
+    });
     loop {
         let endpoint = next_endpoint(st, upstream)?;
-        let addr = endpoint.addr;
+        let addr = (endpoint.addr, class);
         let now = Instant::now();
         let idle = router.options.pool_idle_timeout;
         let sweep = SWEPT
@@ -277,41 +290,54 @@ async fn connect(
             match existing.ready().await {
                 Ok(ready) => return Ok(ready),
                 Err(e) => {
-                    tracing::debug!(%addr, error = %e, "h2c upstream connection ended; reconnecting");
+                    tracing::debug!(addr = %addr.0, error = %e, "h2c upstream connection ended; reconnecting");
                     CONNECTIONS.with_borrow_mut(|c| c.remove(&addr));
                 }
             }
         }
-        match handshake(router, &endpoint).await {
+        match handshake(router, st, upstream, &endpoint, class).await {
             Ok(sender) => {
                 return sender.ready().await.map_err(|e| {
-                    tracing::debug!(%addr, error = %e, "h2c upstream connection");
+                    tracing::debug!(addr = %addr.0, error = %e, "h2c upstream connection");
                     Failure::Upstream("the upstream closed its HTTP/2 connection")
                 });
             }
             Err(e) if another_endpoint(router, st, upstream, &endpoint, &e) => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.failure),
         }
     }
 }
 
-/// A new HTTP/2 connection (prior knowledge) to `endpoint`, its frames
-/// driven by a task of this thread until either side closes it.
-async fn handshake(router: &Router, endpoint: &Endpoint) -> Result<SendRequest<Bytes>, Failure> {
+/// A new HTTP/2 connection (prior knowledge, or ALPN `h2` over TLS) to
+/// `endpoint`, its frames driven by a task of this thread until either
+/// side closes it.
+async fn handshake(
+    router: &Router,
+    st: &StreamCtx<'_>,
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    class: u64,
+) -> Result<SendRequest<Bytes>, OpenFailed> {
     // Registered in the thread's map here, so the driver below can take
     // its own entry (and only its own) out when the connection ends.
-    let tcp = connect_to(endpoint, router.options.connect_timeout).await?;
     let timeout: Duration = router.options.connect_timeout;
+    let io = open(router, st, upstream, endpoint, timeout).await?;
+    let failed = |failure| OpenFailed {
+        failure,
+        handshake: false,
+    };
     let (sender, connection) =
-        match tokio::time::timeout(timeout, client_options().handshake::<_, Bytes>(tcp)).await {
+        match tokio::time::timeout(timeout, client_options().handshake::<_, Bytes>(io)).await {
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) => {
                 tracing::debug!(addr = %endpoint.addr, error = %e, "h2c handshake");
-                return Err(Failure::Connect("the upstream did not speak HTTP/2"));
+                return Err(failed(Failure::Connect(
+                    "the upstream did not speak HTTP/2",
+                )));
             }
-            Err(_) => return Err(Failure::ConnectTimeout),
+            Err(_) => return Err(failed(Failure::ConnectTimeout)),
         };
-    let addr = endpoint.addr;
+    let addr = (endpoint.addr, class);
     let id = NEXT_ID.with(|n| {
         n.set(n.get() + 1);
         n.get()
@@ -328,7 +354,7 @@ async fn handshake(router: &Router, endpoint: &Endpoint) -> Result<SendRequest<B
     });
     tokio::spawn(async move {
         if let Err(e) = connection.await {
-            tracing::debug!(%addr, error = %e, "h2c upstream connection ended");
+            tracing::debug!(addr = %addr.0, error = %e, "h2c upstream connection ended");
         }
         // Serving threads are single-threaded runtimes: this task runs on
         // the thread whose map holds the connection.
@@ -348,13 +374,15 @@ mod tests {
     #[test]
     fn the_backend_uri_is_cleartext_with_the_request_authority() {
         let uri: Uri = "https://a.example/pkg.Svc/Call".parse().unwrap();
-        let got = backend_uri(&uri, &HeaderMap::new()).unwrap();
+        let got = backend_uri(&uri, &HeaderMap::new(), false).unwrap();
         assert_eq!(got.to_string(), "http://a.example/pkg.Svc/Call");
+        let got = backend_uri(&uri, &HeaderMap::new(), true).unwrap();
+        assert_eq!(got.to_string(), "https://a.example/pkg.Svc/Call");
         let uri: Uri = "/pkg.Svc/Call".parse().unwrap();
         let mut headers = HeaderMap::new();
         headers.insert(HOST, HeaderValue::from_static("rewritten.example"));
-        let got = backend_uri(&uri, &headers).unwrap();
+        let got = backend_uri(&uri, &headers, false).unwrap();
         assert_eq!(got.to_string(), "http://rewritten.example/pkg.Svc/Call");
-        assert!(backend_uri(&uri, &HeaderMap::new()).is_err());
+        assert!(backend_uri(&uri, &HeaderMap::new(), false).is_err());
     }
 }

@@ -307,6 +307,9 @@ pub struct SeriesBook {
     latency: HistogramVec,
     bytes: IntCounterVec,
     connect_failures: IntCounterVec,
+    /// By tenant and route, made on a route's first failure: few routes
+    /// speak TLS to their backends, fewer fail.
+    tls_handshake_failures: IntCounterVec,
     route_requests: IntCounterVec,
     route_latency: HistogramVec,
     per_route: AtomicBool,
@@ -381,6 +384,13 @@ impl SeriesBook {
             ),
             &["tenant"],
         )?;
+        let tls_handshake_failures = IntCounterVec::new(
+            Opts::new(
+                "tenant_upstream_tls_handshake_failures_total",
+                "TLS handshakes with backends that failed (backend-protocol HTTPS or GRPCS: a certificate refused, no common protocol), by tenant and route",
+            ),
+            &["tenant", "route"],
+        )?;
         let route_requests = IntCounterVec::new(
             Opts::new(
                 "route_requests_total",
@@ -400,6 +410,7 @@ impl SeriesBook {
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(bytes.clone()))?;
         registry.register(Box::new(connect_failures.clone()))?;
+        registry.register(Box::new(tls_handshake_failures.clone()))?;
         registry.register(Box::new(route_requests.clone()))?;
         registry.register(Box::new(route_latency.clone()))?;
         Ok(SeriesBook {
@@ -407,6 +418,7 @@ impl SeriesBook {
             latency,
             bytes,
             connect_failures,
+            tls_handshake_failures,
             route_requests,
             route_latency,
             per_route: AtomicBool::new(false),
@@ -491,6 +503,25 @@ impl SeriesBook {
                 }
             }
         }
+        for m in self
+            .tls_handshake_failures
+            .collect()
+            .iter()
+            .flat_map(|f| f.get_metric())
+        {
+            let label = |name: &str| {
+                m.get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map_or(String::new(), |l| l.value().to_string())
+            };
+            let route = label("route");
+            if !exists(&route) {
+                let _ = self
+                    .tls_handshake_failures
+                    .remove_label_values(&[&label("tenant"), &route]);
+            }
+        }
         for (tenant, route) in &gone {
             // A child that is not there (never made) is no error here.
             for class in CLASSES {
@@ -501,6 +532,13 @@ impl SeriesBook {
             let _ = self.route_latency.remove_label_values(&[tenant, route]);
         }
         gone.len()
+    }
+
+    /// A TLS handshake with a backend of `series`' route failed.
+    pub fn tls_handshake_failed(&self, series: &Series) {
+        self.tls_handshake_failures
+            .with_label_values(&[&*series.tenant, &*series.route])
+            .inc();
     }
 
     fn lookup(&self, tenant: &str, route: &str) -> Arc<Series> {

@@ -1,0 +1,481 @@
+//! TLS to the backend (ingress-nginx's `backend-protocol: HTTPS|GRPCS` and
+//! `proxy-ssl-*`): one rustls client configuration per route's settings,
+//! built at compile time, and the handshake each engine runs on a fresh
+//! upstream connection ([`teapot_h1::Transport`]).
+//!
+//! - Verification on: the backend's chain must lead to the Secret's
+//!   `ca.crt` (and no further than `proxy-ssl-verify-depth`), for the
+//!   verified name (`proxy-ssl-name`, default `SERVICE.NAMESPACE.svc`).
+//!   Off (ingress-nginx's default, kept for compatibility): any
+//!   certificate is accepted, the handshake's signatures still checked.
+//! - SNI is sent only with `proxy-ssl-server-name: on`, as ingress-nginx.
+//! - The Secret's `tls.crt`/`tls.key` are the client certificate teapot
+//!   presents (the backend may require it: mTLS).
+//! - Each configuration keeps its own TLS session cache, so connections
+//!   to the same backend resume their sessions (no full handshake); it
+//!   outlives reloads that do not change the settings
+//!   ([`crate::compile::upstream::EndpointRegistry::tls`]), and so does
+//!   the connection pool's class, so pooled TLS connections survive too.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use teapot_h1::{SecuredStream, Securing, Transport};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// ALPN of HTTP/1.1 and HTTP/2 backends.
+const ALPN_HTTP1: &[u8] = b"http/1.1";
+const ALPN_H2: &[u8] = b"h2";
+
+/// What a route asks of its TLS backend, as compiled from its annotations.
+#[derive(Clone, Debug)]
+pub struct BackendTls {
+    /// HTTP/2 (GRPCS, ALPN `h2`) or HTTP/1.1 (HTTPS, ALPN `http/1.1`).
+    pub h2: bool,
+    /// The name verified (and sent as SNI when `sni`).
+    pub name: String,
+    pub sni: bool,
+    /// `ca.crt`'s PEM bundle, when verification is on.
+    pub verify: Option<Vec<u8>>,
+    /// Longest chain accepted: the leaf and `depth` certificates above it
+    /// (ingress-nginx's `proxy_ssl_verify_depth`, default 1).
+    pub depth: u32,
+    /// The client certificate presented (the Secret's `tls.crt`/`tls.key`).
+    pub client_cert: Option<Arc<CertifiedKey>>,
+}
+
+impl BackendTls {
+    /// What tells two settings apart, for sharing one configuration (its
+    /// session cache, its pool class) across compiles.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
+        let mut h = foldhash::fast::FixedState::with_seed(0x7153).build_hasher();
+        self.h2.hash(&mut h);
+        self.name.hash(&mut h);
+        self.sni.hash(&mut h);
+        self.verify.hash(&mut h);
+        self.depth.hash(&mut h);
+        // The key itself: a renewed certificate is another configuration.
+        self.client_cert
+            .as_ref()
+            .map(|c| {
+                c.cert
+                    .iter()
+                    .map(|d| d.as_ref().to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .hash(&mut h);
+        h.finish()
+    }
+}
+
+/// A route's TLS to its backend, ready to handshake.
+#[derive(Debug)]
+pub struct UpstreamTls {
+    /// The pool class of its connections (never 0, plain TCP's).
+    class: u64,
+    config: Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
+    pub settings: BackendTls,
+}
+
+/// Why a route's TLS settings cannot be used (the route's status says it).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSettingsError {
+    #[error("ca.crt holds no PEM certificate teapot can use as a trust anchor")]
+    BadCa,
+    #[error("{0:?} is neither a DNS name nor an IP address")]
+    BadName(String),
+    #[error("the TLS configuration could not be built: {0}")]
+    Config(String),
+}
+
+fn next_class() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl UpstreamTls {
+    pub fn new(settings: BackendTls) -> Result<UpstreamTls, TlsSettingsError> {
+        let name = ServerName::try_from(settings.name.clone())
+            .map_err(|_| TlsSettingsError::BadName(settings.name.clone()))?;
+        let provider = provider();
+        let algorithms = provider.signature_verification_algorithms;
+        let verifier: Arc<dyn ServerCertVerifier> = match &settings.verify {
+            Some(pem) => {
+                let mut roots = RootCertStore::empty();
+                use rustls::pki_types::pem::PemObject as _;
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|_| TlsSettingsError::BadCa)?;
+                    roots.add(cert).map_err(|_| TlsSettingsError::BadCa)?;
+                }
+                if roots.is_empty() {
+                    return Err(TlsSettingsError::BadCa);
+                }
+                let webpki =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                        .build()
+                        .map_err(|e| TlsSettingsError::Config(e.to_string()))?;
+                Arc::new(Verified {
+                    webpki,
+                    depth: settings.depth,
+                })
+            }
+            None => Arc::new(Unverified { algorithms }),
+        };
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsSettingsError::Config(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match &settings.client_cert {
+            Some(key) => builder.with_client_cert_resolver(Arc::new(ClientCert(key.clone()))),
+            None => builder.with_no_client_auth(),
+        };
+        config.enable_sni = settings.sni;
+        config.alpn_protocols = vec![if settings.h2 { ALPN_H2 } else { ALPN_HTTP1 }.to_vec()];
+        Ok(UpstreamTls {
+            class: next_class(),
+            config: Arc::new(config),
+            name,
+            settings,
+        })
+    }
+
+    /// Whether the backend speaks HTTP/2 over this TLS (GRPCS).
+    pub fn h2(&self) -> bool {
+        self.settings.h2
+    }
+
+    /// The pool class of this configuration's connections.
+    pub fn pool_class(&self) -> u64 {
+        self.class
+    }
+}
+
+impl Transport for UpstreamTls {
+    fn class(&self) -> u64 {
+        self.class
+    }
+
+    fn secure(&self, tcp: TcpStream) -> Securing {
+        let connector = tokio_rustls::TlsConnector::from(self.config.clone());
+        let name = self.name.clone();
+        Box::pin(async move {
+            let tls = connector.connect(name, tcp).await?;
+            Ok(Box::new(Secured(tls)) as Box<dyn SecuredStream>)
+        })
+    }
+}
+
+/// A TLS connection to a backend, as the engines hold it.
+#[derive(Debug)]
+pub struct Secured(pub TlsStream<TcpStream>);
+
+impl SecuredStream for Secured {
+    fn tcp(&self) -> &TcpStream {
+        self.0.get_ref().0
+    }
+}
+
+impl tokio::io::AsyncRead for Secured {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Secured {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+/// The Secret's certificate, offered whenever the backend asks for one.
+#[derive(Debug)]
+struct ClientCert(Arc<CertifiedKey>);
+
+impl ResolvesClientCert for ClientCert {
+    fn resolve(&self, _: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// Verification against the Secret's CA, with ingress-nginx's depth bound
+/// on what the backend presents.
+#[derive(Debug)]
+struct Verified {
+    webpki: Arc<WebPkiServerVerifier>,
+    depth: u32,
+}
+
+impl ServerCertVerifier for Verified {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        // Depth 1 is a leaf issued by the CA itself: every certificate
+        // the backend sends above its leaf is one level more.
+        if intermediates.len() as u32 >= self.depth.max(1) {
+            return Err(rustls::Error::General(format!(
+                "the backend's chain is deeper than proxy-ssl-verify-depth {}",
+                self.depth
+            )));
+        }
+        self.webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// `proxy-ssl-verify: off`: any certificate, as ingress-nginx; the
+/// handshake's signatures are still checked, so the connection is at least
+/// with whoever holds the presented certificate's key.
+#[derive(Debug)]
+struct Unverified {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teapot_testkit::certs::TestCa;
+
+    fn settings(verify: Option<Vec<u8>>) -> BackendTls {
+        BackendTls {
+            h2: false,
+            name: "web.ops.svc".into(),
+            sni: false,
+            verify,
+            depth: 1,
+            client_cert: None,
+        }
+    }
+
+    #[test]
+    fn unusable_settings_are_errors() {
+        let bad_ca = UpstreamTls::new(settings(Some(b"not a PEM".to_vec())));
+        assert!(matches!(bad_ca, Err(TlsSettingsError::BadCa)), "{bad_ca:?}");
+        let mut bad_name = settings(None);
+        bad_name.name = "not a name!".into();
+        assert!(matches!(
+            UpstreamTls::new(bad_name),
+            Err(TlsSettingsError::BadName(_))
+        ));
+        let ca = TestCa::new("backend CA");
+        let good = UpstreamTls::new(settings(Some(ca.cert_pem().as_bytes().to_vec()))).unwrap();
+        assert_ne!(good.pool_class(), 0, "plain TCP's class is 0");
+        assert_eq!(good.config.alpn_protocols, [b"http/1.1".to_vec()]);
+        assert!(!good.config.enable_sni);
+        // Another setting is another configuration.
+        let mut h2 = settings(None);
+        h2.h2 = true;
+        assert_ne!(h2.fingerprint(), settings(None).fingerprint());
+        assert_eq!(settings(None).fingerprint(), settings(None).fingerprint());
+    }
+
+    /// A second connection with the same configuration resumes the first's
+    /// TLS session (no full handshake), and presents the client
+    /// certificate when the backend asks for it.
+    #[tokio::test]
+    async fn sessions_resume_across_connections() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let ca = TestCa::new("backend CA");
+        let leaf = ca.issue(&["web.ops.svc"]);
+        let client = ca.issue_client("teapot-client");
+        let provider = provider();
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(ca.cert_der().to_vec()))
+            .unwrap();
+        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.into(),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(clients)
+            .with_single_cert(
+                vec![CertificateDer::from(leaf.cert_der.clone())],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf.key_der.clone().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    // One byte each way: the client reads the tickets
+                    // the server sends after its handshake.
+                    let mut byte = [0u8; 1];
+                    if tls.read_exact(&mut byte).await.is_ok() {
+                        let _ = tls.write_all(&byte).await;
+                        let _ = tls.flush().await;
+                    }
+                });
+            }
+        });
+        let mut asked = settings(Some(ca.cert_pem().as_bytes().to_vec()));
+        asked.client_cert = Some(Arc::new(
+            CertifiedKey::from_der(
+                vec![CertificateDer::from(client.cert_der.clone())],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(client.key_der.clone().into()),
+                &rustls::crypto::ring::default_provider(),
+            )
+            .unwrap(),
+        ));
+        let tls = UpstreamTls::new(asked).unwrap();
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            // The configuration `secure` hands each connection.
+            let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+            let mut secured = connector.connect(tls.name.clone(), tcp).await.unwrap();
+            secured.write_all(b"x").await.unwrap();
+            let mut byte = [0u8; 1];
+            secured.read_exact(&mut byte).await.unwrap();
+            kinds.push(format!("{:?}", secured.get_ref().1.handshake_kind()));
+        }
+        assert_eq!(kinds, ["Some(Full)", "Some(Resumed)"]);
+    }
+
+    /// proxy-ssl-verify-depth bounds what the backend presents above its
+    /// leaf; within it, the CA decides.
+    #[test]
+    fn the_chain_is_held_to_the_verify_depth() {
+        let ca = TestCa::new("backend CA");
+        let leaf = ca.issue(&["web.ops.svc"]);
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(ca.cert_der().to_vec()))
+            .unwrap();
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .unwrap();
+        let leaf = CertificateDer::from(leaf.cert_der);
+        let extra = CertificateDer::from(ca.cert_der().to_vec());
+        let name = ServerName::try_from("web.ops.svc").unwrap();
+        let now = UnixTime::now();
+        let verify = |depth: u32, intermediates: &[CertificateDer<'_>]| {
+            Verified {
+                webpki: webpki.clone(),
+                depth,
+            }
+            .verify_server_cert(&leaf, intermediates, &name, &[], now)
+        };
+        assert!(verify(1, &[]).is_ok());
+        let deep = verify(1, std::slice::from_ref(&extra)).unwrap_err();
+        assert!(
+            deep.to_string().contains("proxy-ssl-verify-depth 1"),
+            "{deep}"
+        );
+        assert!(verify(2, std::slice::from_ref(&extra)).is_ok());
+        let other = ServerName::try_from("other.ops.svc").unwrap();
+        let wrong = Verified { webpki, depth: 1 }.verify_server_cert(&leaf, &[], &other, &[], now);
+        assert!(wrong.is_err());
+    }
+}

@@ -1,0 +1,563 @@
+//! Backends that speak TLS, gRPC or both, as ingress-nginx's
+//! `backend-protocol` and `proxy-ssl-*` annotations ask
+//! (proxy/src/plane/upstream_tls.rs): real backends on 127.0.0.1 with
+//! CA-signed certificates, reached through `teapot proxy` from HTTP/1.1
+//! and from HTTP/2 over TLS.
+//!
+//! - HTTPS with verification on passes for the Service's default name and
+//!   for `proxy-ssl-name` (sent as SNI with `proxy-ssl-server-name: on`);
+//!   a wrong CA or a wrong name answers 502 while the good routes are
+//!   still served; verification off (the default) connects; a missing
+//!   Secret is reported on the Ingress and answers 503.
+//! - A backend that requires a client certificate sees the Secret's.
+//! - GRPC (h2c) and GRPCS (HTTP/2 over TLS) carry a gRPC-shaped POST and
+//!   its trailers; over HTTP/1 they answer 502.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Frame;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde_json::{Value, json};
+use teapot_testkit::certs::{self, CertifiedPem, TestCa};
+use tokio::net::TcpListener;
+
+const NS: &str = "bt";
+/// The name a backend's certificate must carry by default: the Service's
+/// `SERVICE.NAMESPACE.svc`.
+const DEFAULT_NAME: &str = "web.bt.svc";
+
+/// A TLS backend: accepted TLS connections, and the server it runs.
+struct TlsBackend {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+}
+
+fn server_config(
+    cert: &CertifiedPem,
+    client_ca: Option<&TestCa>,
+    alpn: &[u8],
+) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from(ca.cert_der().to_vec()))
+                .unwrap();
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_der.clone()));
+    let mut config = builder
+        .with_single_cert(vec![CertificateDer::from(cert.cert_der.clone())], key)
+        .unwrap();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(config)
+}
+
+/// An HTTPS (HTTP/1.1) backend answering every request with what it saw:
+/// `sni=<name|-> client=<yes|no> path=<path> xfp=<x-forwarded-proto>`.
+async fn https_backend(cert: &CertifiedPem, client_ca: Option<&TestCa>) -> TlsBackend {
+    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(cert, client_ca, b"http/1.1"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let (_, connection) = tls.get_ref();
+                let sni = connection.server_name().unwrap_or("-").to_string();
+                let client = if connection.peer_certificates().is_some() {
+                    "yes"
+                } else {
+                    "no"
+                };
+                let service = hyper::service::service_fn(move |req: http::Request<_>| {
+                    let xfp = req
+                        .headers()
+                        .get("x-forwarded-proto")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-")
+                        .to_string();
+                    let body = format!(
+                        "sni={sni} client={client} path={} xfp={xfp}",
+                        req.uri().path()
+                    );
+                    async move {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from(body),
+                        )))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    TlsBackend { addr, accepted }
+}
+
+/// An HTTP/2 backend, over TLS (ALPN h2) with `cert` or else cleartext
+/// (h2c): each gRPC-shaped call is answered with its request body back,
+/// `x-seen-content-type` and the trailers `grpc-status: 0` and
+/// `x-scheme` (the `:scheme` it was sent).
+async fn grpc_backend(cert: Option<&CertifiedPem>) -> SocketAddr {
+    let acceptor = cert.map(|c| tokio_rustls::TlsAcceptor::from(server_config(c, None, b"h2")));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| async move {
+                        let content_type = req
+                            .headers()
+                            .get("content-type")
+                            .cloned()
+                            .unwrap_or(http::HeaderValue::from_static("-"));
+                        let scheme = req.uri().scheme_str().unwrap_or("-").to_string();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                        trailers.insert("x-scheme", scheme.parse().unwrap());
+                        let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> =
+                            vec![Ok(Frame::data(body)), Ok(Frame::trailers(trailers))];
+                        let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
+                        let resp = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .header("x-seen-content-type", content_type)
+                            .body(body)
+                            .unwrap();
+                        Ok::<_, std::convert::Infallible>(resp)
+                    },
+                );
+                let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                match acceptor {
+                    Some(acceptor) => {
+                        if let Ok(tls) = acceptor.accept(tcp).await {
+                            let _ = builder.serve_connection(TokioIo::new(tls), service).await;
+                        }
+                    }
+                    None => {
+                        let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Service `name` (port 443) with one endpoint, `addr`.
+fn service_at(name: &str, addr: SocketAddr) -> Vec<Value> {
+    vec![
+        service(NS, name, &[(Some("https"), 443)]),
+        slice(
+            NS,
+            &format!("{name}-0"),
+            name,
+            &[(Some("https"), addr.port())],
+            &[("127.0.0.1", true)],
+        ),
+    ]
+}
+
+/// An Ingress `name` for `host` (served over TLS with Secret `front` too)
+/// to Service `service` port 443, with `annotations`.
+fn tls_ingress(name: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> Value {
+    let mut ingress = ingress(
+        NS,
+        name,
+        json!({
+            "tls": [{ "hosts": [host], "secretName": "front" }],
+            "rules": [rule(Some(host), vec![path("Prefix", "/", backend(service, Port::Number(443)))])],
+        }),
+    );
+    let annotations: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), json!(v)))
+        .collect();
+    ingress["metadata"]["annotations"] = Value::Object(annotations);
+    ingress
+}
+
+/// GET `host/path` over HTTP/1.1 (plain listener); status and body.
+async fn h1(h: &Harness, host: &str, path: &str) -> (u16, String) {
+    let resp = h.get(host, path).await;
+    (resp.status, resp.text())
+}
+
+/// `req` over HTTP/2 with TLS (the HTTPS listener) to `host`: the
+/// response head and its whole body (with trailers).
+async fn h2_exchange(
+    h: &Harness,
+    front: &TestCa,
+    host: &str,
+    req: http::Request<Full<Bytes>>,
+) -> (http::response::Parts, http_body_util::Collected<Bytes>) {
+    let c = H2Connection::open(h.proxy.https, host, &[front.cert_der()]).await;
+    let mut sender = c.sender.clone();
+    let exchange = async {
+        sender.ready().await.unwrap();
+        let (parts, body) = sender.send_request(req).await.unwrap().into_parts();
+        (parts, body.collect().await.unwrap())
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .expect("h2 request timed out")
+}
+
+/// GET `host/path` over HTTP/2 with TLS; status and body.
+async fn h2(h: &Harness, front: &TestCa, host: &str, path: &str) -> (u16, String) {
+    let req = http::Request::builder()
+        .uri(format!("https://{host}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (parts, body) = h2_exchange(h, front, host, req).await;
+    let body = body.to_bytes();
+    (
+        parts.status.as_u16(),
+        String::from_utf8_lossy(&body).to_string(),
+    )
+}
+
+/// Waits until `host` answers 200 over HTTP/1.1.
+async fn served(h: &Harness, host: &str) {
+    eventually(host, Duration::from_secs(10), || async {
+        match h1(h, host, "/ready").await {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_backends_are_verified_and_refused_by_their_settings() {
+    let ca = TestCa::new("backend CA");
+    let other_ca = TestCa::new("another CA");
+    let front = TestCa::new("front CA");
+    let backend_cert = ca.issue(&[DEFAULT_NAME, "backend.internal"]);
+    let web = https_backend(&backend_cert, None).await;
+    let client = ca.issue_client("teapot-client");
+    let mut objects = service_at("web", web.addr);
+    let verify = [
+        ("backend-protocol", "HTTPS"),
+        ("proxy-ssl-secret", "bt/backend-ca"),
+        ("proxy-ssl-verify", "on"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut all = verify.to_vec();
+        all.extend_from_slice(extra);
+        all
+    };
+    objects.extend([
+        tls_ingress("verified", "verified.bt.test", "web", &verify),
+        tls_ingress(
+            "named",
+            "named.bt.test",
+            "web",
+            &with(&[
+                ("proxy-ssl-name", "backend.internal"),
+                ("proxy-ssl-server-name", "on"),
+            ]),
+        ),
+        tls_ingress(
+            "wrong-name",
+            "wrong-name.bt.test",
+            "web",
+            &with(&[("proxy-ssl-name", "elsewhere.internal")]),
+        ),
+        tls_ingress(
+            "wrong-ca",
+            "wrong-ca.bt.test",
+            "web",
+            &[
+                ("backend-protocol", "HTTPS"),
+                ("proxy-ssl-secret", "bt/other-ca"),
+                ("proxy-ssl-verify", "on"),
+            ],
+        ),
+        tls_ingress(
+            "unverified",
+            "unverified.bt.test",
+            "web",
+            &[("backend-protocol", "HTTPS")],
+        ),
+        tls_ingress(
+            "missing",
+            "missing.bt.test",
+            "web",
+            &[
+                ("backend-protocol", "HTTPS"),
+                ("proxy-ssl-secret", "bt/nowhere"),
+                ("proxy-ssl-verify", "on"),
+            ],
+        ),
+    ]);
+    let front_cert = front.issue(&["*.bt.test"]);
+    let h = Harness::start_with_args(
+        &[
+            ("m.yaml", docs(&objects)),
+            (
+                "front.yaml",
+                certs::tls_secret_yaml(NS, "front", &front_cert),
+            ),
+            (
+                "ca.yaml",
+                certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
+            ),
+            (
+                "other.yaml",
+                certs::tls_secret_with_ca_yaml(NS, "other-ca", &client, other_ca.cert_pem()),
+            ),
+        ],
+        &["--threads", "1"],
+    )
+    .await;
+    served(&h, "verified.bt.test").await;
+
+    // Verified for the Service's name; no SNI unless asked for; no client
+    // certificate where the backend asks for none.
+    let got = h1(&h, "verified.bt.test", "/a").await;
+    assert_eq!(got, (200, "sni=- client=no path=/a xfp=http".into()));
+    let got = h2(&h, &front, "verified.bt.test", "/b").await;
+    assert_eq!(got, (200, "sni=- client=no path=/b xfp=https".into()));
+    // proxy-ssl-name is verified and sent as SNI.
+    let got = h1(&h, "named.bt.test", "/c").await;
+    assert_eq!(
+        got,
+        (
+            200,
+            "sni=backend.internal client=no path=/c xfp=http".into()
+        )
+    );
+    let got = h2(&h, &front, "named.bt.test", "/d").await;
+    assert_eq!(got.0, 200, "{got:?}");
+    // Verification off, ingress-nginx's default: connected all the same.
+    let got = h1(&h, "unverified.bt.test", "/e").await;
+    assert_eq!(got, (200, "sni=- client=no path=/e xfp=http".into()));
+
+    // A wrong name or a wrong CA: 502 on both versions, never unverified.
+    for host in ["wrong-name.bt.test", "wrong-ca.bt.test"] {
+        let (status, body) = h1(&h, host, "/x").await;
+        assert_eq!(status, 502, "{host}: {body}");
+        let (status, body) = h2(&h, &front, host, "/x").await;
+        assert_eq!(status, 502, "{host}: {body}");
+    }
+    // The good routes are still served, and the failures were counted for
+    // their routes; the endpoint was not ejected for them.
+    assert_eq!(h1(&h, "verified.bt.test", "/f").await.0, 200);
+    assert_eq!(h2(&h, &front, "verified.bt.test", "/g").await.0, 200);
+    let metrics = h.metrics().await;
+    let failures = metrics
+        .lines()
+        .filter(|l| l.starts_with("teapot_tenant_upstream_tls_handshake_failures_total{"))
+        .collect::<Vec<_>>();
+    assert!(
+        failures.iter().any(|l| l.contains("route=\"bt/wrong-ca\"")),
+        "{failures:?}"
+    );
+    assert!(
+        failures
+            .iter()
+            .any(|l| l.contains("route=\"bt/wrong-name\"")),
+        "{failures:?}"
+    );
+
+    // A Secret that is not there: 503, and the Ingress says why.
+    let (status, body) = h1(&h, "missing.bt.test", "/x").await;
+    assert_eq!(status, 503, "{body}");
+    let status = h.status().await;
+    let report = ingress_report(&status, NS, "missing").expect("missing's report");
+    let condition = condition(report, "AnnotationsAccepted").expect("AnnotationsAccepted");
+    let message = condition["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("proxy-ssl-secret") && message.contains("bt/nowhere"),
+        "{condition}"
+    );
+
+    // Sequential requests reuse the pooled TLS connections: far fewer
+    // handshakes than requests.
+    let before = web.accepted.load(Ordering::SeqCst);
+    for i in 0..10 {
+        assert_eq!(h1(&h, "verified.bt.test", &format!("/{i}")).await.0, 200);
+    }
+    let handshakes = web.accepted.load(Ordering::SeqCst) - before;
+    assert!(handshakes <= 1, "{handshakes} handshakes for 10 requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_requiring_a_client_certificate_sees_the_secrets() {
+    let ca = TestCa::new("backend CA");
+    let front = TestCa::new("front CA");
+    let backend_cert = ca.issue(&[DEFAULT_NAME]);
+    let web = https_backend(&backend_cert, Some(&ca)).await;
+    let client = ca.issue_client("teapot-client");
+    let mut objects = service_at("web", web.addr);
+    objects.extend([
+        tls_ingress(
+            "mtls",
+            "mtls.bt.test",
+            "web",
+            &[
+                ("backend-protocol", "HTTPS"),
+                ("proxy-ssl-secret", "bt/backend-ca"),
+                ("proxy-ssl-verify", "on"),
+            ],
+        ),
+        tls_ingress(
+            "no-cert",
+            "no-cert.bt.test",
+            "web",
+            &[("backend-protocol", "HTTPS")],
+        ),
+    ]);
+    let front_cert = front.issue(&["*.bt.test"]);
+    let h = Harness::start(&[
+        ("m.yaml", docs(&objects)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", &front_cert),
+        ),
+        (
+            "ca.yaml",
+            certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
+        ),
+    ])
+    .await;
+    served(&h, "mtls.bt.test").await;
+    let got = h1(&h, "mtls.bt.test", "/a").await;
+    assert_eq!(got, (200, "sni=- client=yes path=/a xfp=http".into()));
+    let got = h2(&h, &front, "mtls.bt.test", "/b").await;
+    assert_eq!(got, (200, "sni=- client=yes path=/b xfp=https".into()));
+    // Without a certificate to present, the backend refuses: 502.
+    assert_eq!(h1(&h, "no-cert.bt.test", "/c").await.0, 502);
+    assert_eq!(h2(&h, &front, "no-cert.bt.test", "/d").await.0, 502);
+}
+
+/// A gRPC-shaped call over HTTP/2 with TLS: status, the response's
+/// `x-seen-content-type`, body and trailers.
+async fn grpc_call(h: &Harness, front: &TestCa, host: &str) -> (u16, String, Bytes, String) {
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("https://{host}/pkg.Echo/Say"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(b"\0\0\0\0\x05hello")))
+        .unwrap();
+    let (parts, collected) = h2_exchange(h, front, host, req).await;
+    let seen = parts
+        .headers
+        .get("x-seen-content-type")
+        .map_or("", |v| v.to_str().unwrap())
+        .to_string();
+    let trailers = collected
+        .trailers()
+        .map(|t| {
+            let mut pairs: Vec<String> = t
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.to_str().unwrap()))
+                .collect();
+            pairs.sort();
+            pairs.join(" ")
+        })
+        .unwrap_or_default();
+    (parts.status.as_u16(), seen, collected.to_bytes(), trailers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_and_grpcs_backends_carry_calls_and_trailers() {
+    let ca = TestCa::new("backend CA");
+    let front = TestCa::new("front CA");
+    let h2c = grpc_backend(None).await;
+    let grpcs_cert = ca.issue(&["grpcs.bt.svc"]);
+    let grpcs = grpc_backend(Some(&grpcs_cert)).await;
+    let client = ca.issue_client("teapot-client");
+    let mut objects = service_at("grpc", h2c);
+    objects.extend(service_at("grpcs", grpcs));
+    objects.extend([
+        tls_ingress(
+            "grpc",
+            "grpc.bt.test",
+            "grpc",
+            &[("backend-protocol", "GRPC")],
+        ),
+        tls_ingress(
+            "grpcs",
+            "grpcs.bt.test",
+            "grpcs",
+            &[
+                ("backend-protocol", "GRPCS"),
+                ("proxy-ssl-secret", "bt/backend-ca"),
+                ("proxy-ssl-verify", "on"),
+            ],
+        ),
+    ]);
+    let front_cert = front.issue(&["*.bt.test"]);
+    let h = Harness::start(&[
+        ("m.yaml", docs(&objects)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", &front_cert),
+        ),
+        (
+            "ca.yaml",
+            certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
+        ),
+    ])
+    .await;
+    // gRPC needs HTTP/2 from the client: over HTTP/1 the route says so.
+    eventually("the gRPC route", Duration::from_secs(10), || async {
+        match h1(&h, "grpc.bt.test", "/x").await {
+            (502, body) if body.contains("HTTP/2") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (status, body) = h1(&h, "grpcs.bt.test", "/x").await;
+    assert_eq!(status, 502, "{body}");
+    for (host, scheme) in [("grpc.bt.test", "http"), ("grpcs.bt.test", "https")] {
+        let (status, seen, body, trailers) = grpc_call(&h, &front, host).await;
+        assert_eq!(status, 200, "{host}");
+        assert_eq!(seen, "application/grpc", "{host}");
+        assert_eq!(&body[..], b"\0\0\0\0\x05hello", "{host}");
+        assert_eq!(
+            trailers,
+            format!("grpc-status=0 x-scheme={scheme}"),
+            "{host}"
+        );
+    }
+}
