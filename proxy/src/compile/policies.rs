@@ -15,7 +15,7 @@ use crate::compile::backends::{PortRef, Resolver};
 use crate::compile::fairness::TenantGates;
 use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
-use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations};
+use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations, TrafficPolicy};
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
@@ -109,7 +109,9 @@ impl<'a> Policies<'a> {
                 let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
-                let policy = nginx.policy_with_tls(&name, table, tls, &paths, &mut problems);
+                let policy = nginx
+                    .policy_with_tls(&name, table, tls, &paths, &mut problems)
+                    .map(|p| owned_cookie_domain(p, ingress, &mut problems));
                 let auth = match nginx.auth(&mut problems) {
                     Some(wanted) => {
                         external_auth(wanted, namespace, tenant, resolver, &mut problems)
@@ -264,6 +266,39 @@ fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
         .flat_map(|t| t.hosts.iter().flatten())
         .filter_map(|h| teapot_api::HostPattern::parse(h).ok())
         .collect()
+}
+
+/// `session-cookie-domain` names what the Ingress serves: one of its rule
+/// hosts, or the parent of one of its wildcard hosts. A parent beyond
+/// those may be shared with other tenants, whose names a tenant must not
+/// set cookies for: it is reported and the cookie goes without a Domain
+/// (the host's own, as without the annotation).
+fn owned_cookie_domain(
+    mut policy: TrafficPolicy,
+    ingress: &Ingress,
+    problems: &mut Vec<String>,
+) -> TrafficPolicy {
+    if let Some(affinity) = policy.affinity.as_mut()
+        && let Some(domain) = affinity.domain.take()
+    {
+        let mut hosts = ingress
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+            .filter_map(|r| r.host.as_deref());
+        let owned = hosts.any(|host| {
+            let host = host.to_ascii_lowercase();
+            host == domain || host.strip_prefix("*.") == Some(domain.as_str())
+        });
+        if owned {
+            affinity.domain = Some(domain);
+        } else {
+            problems.push(format!(
+                "nginx.ingress.kubernetes.io/session-cookie-domain: {domain:?} is neither a host of this Ingress nor the parent of one of its wildcard hosts; the affinity cookie is sent without a Domain"
+            ));
+        }
+    }
+    policy
 }
 
 /// The distinct paths of an Ingress's rules (a cookie's default scope).

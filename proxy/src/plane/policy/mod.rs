@@ -5,14 +5,18 @@
 //!
 //! 1. [`access`]: a client outside the allow-list or inside the deny-list
 //!    gets 403;
-//! 2. [`rate`]: a client over a rate limit gets 429 with `Retry-After`;
+//! 2. [`rate`]: a client over a rate limit gets 429 with `Retry-After`,
+//!    one with `limit-connections` requests in flight 503 (its count held
+//!    by the forward's [`Applied`] until the request ends);
 //! 3. `permanent-redirect` / `temporal-redirect`, then `ssl-redirect`
 //!    for plain HTTP, then `app-root` for `/`;
 //! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
 //!    other request from one is forwarded and its response gets the CORS
 //!    fields;
 //! 5. [`canary`]: the canary's backend instead of the route's, by the
-//!    header, cookie and weight rules; else [`affinity`]: the endpoint
+//!    header, cookie and weight rules, unless the affinity cookie pins the
+//!    request to the route's backend (`affinity-canary-behavior: sticky`,
+//!    ingress-nginx's `is_affinitized`); else [`affinity`]: the endpoint
 //!    the client's cookie names is tried first
 //!    (and the cookie set when it names none that serves);
 //! 6. `x-forwarded-prefix` on the request to the backend;
@@ -74,6 +78,10 @@ pub struct Applied {
     /// set on the request to the backend, or removed (`None`) when the
     /// answer had none, replacing the client's either way.
     pub auth_fields: auth::ForwardedFields,
+    /// `limit-connections`: the request's place in its client's count,
+    /// given back when the forward (and this) is dropped, however the
+    /// request ended.
+    pub in_flight: Option<crate::compile::rate_table::InFlightPass>,
 }
 
 impl Applied {
@@ -86,6 +94,7 @@ impl Applied {
             && self.upstream.is_none()
             && self.timeouts.is_none()
             && self.auth_fields.is_empty()
+            && self.in_flight.is_none()
     }
 }
 
@@ -109,6 +118,8 @@ pub struct Seen<'r> {
 
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
 pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this route\n";
+pub const TOO_MANY_IN_FLIGHT_BODY: &str =
+    "503 too many requests in flight from this client for this route\n";
 
 /// The policy's verdict for a request routed to a route with `policy`:
 /// `Err` answers it; `Ok` forwards it with what the policy adds (`None`:
@@ -138,6 +149,16 @@ pub fn apply(
             headers: vec![("retry-after", seconds.to_string())],
         });
     }
+    // ingress-nginx's `limit_conn` answers 503 (its `limit-conn-status-code`).
+    let in_flight = match &policy.connections {
+        Some(limit) => limit.enter(seen.client).map_err(|()| PolicyAnswer {
+            status: 503,
+            reason: "policy_in_flight_limited",
+            body: TOO_MANY_IN_FLIGHT_BODY,
+            headers: Vec::new(),
+        })?,
+        None => None,
+    };
     if let Some(redirect) = &policy.redirect {
         return Err(redirect_answer(
             redirect.status,
@@ -160,7 +181,10 @@ pub fn apply(
             format!("{scheme}://{}{root}", seen.authority),
         ));
     }
-    let mut applied = Applied::default();
+    let mut applied = Applied {
+        in_flight,
+        ..Applied::default()
+    };
     if let Some(cors) = &policy.cors
         && let Some(fields) = cors.fields(seen.origin)
     {
@@ -175,6 +199,10 @@ pub fn apply(
         applied.response_headers = fields;
     }
     if let Some(canary) = &policy.canary
+        && !policy
+            .affinity
+            .as_ref()
+            .is_some_and(|a| a.pins(upstream, seen.cookie))
         && canary::chooses(&canary.rules, seen.canary_header, seen.cookie)
     {
         applied.upstream = Some(canary.upstream.clone());
