@@ -789,3 +789,178 @@ async fn canary_ingresses_share_the_main_route() {
         }
     }
 }
+
+/// Sends requests for `host` until one reaches `backend` (an ended
+/// request's count is given back as its exchange finishes, which may be
+/// just after its client has the answer), answers it and checks it.
+async fn admitted(h: &Harness, proto: Proto, host: &str, backend: &HeldBackend) {
+    for _ in 0..400 {
+        let mut resp = spawn_over(h, proto, Request::get(host, "/"));
+        tokio::select! {
+            held = backend.next() => {
+                held.answer(true);
+                let resp = resp.await.unwrap();
+                assert_eq!(resp.status, 200, "{proto:?} {host}: {}", resp.text());
+                return;
+            }
+            refused = &mut resp => {
+                assert_proxy_answer(&refused.unwrap(), 503, &format!("{proto:?} {host}"));
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+    panic!("{proto:?} {host}: the client's count never fell");
+}
+
+/// `limit-connections` (ingress-nginx's connection.go): with one request
+/// of the client in flight, the next gets 503 and never reaches the
+/// backend; the count falls however the request ends (answered, the
+/// backend failing, the client gone, the read timeout); a client in
+/// `limit-allowlist` is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_connections_counts_requests_in_flight_per_client() {
+    const NS: &str = "inflight";
+    let held = HeldBackend::start().await;
+    let mut objects = held.service(NS, "held");
+    objects.push(annotated(NS, "one.test", "held", &[("limit-connections", "1")]));
+    objects.push(annotated(
+        NS,
+        "slow.test",
+        "held",
+        &[("limit-connections", "1"), ("proxy-read-timeout", "1")],
+    ));
+    objects.push(annotated(
+        NS,
+        "exempt.test",
+        "held",
+        &[("limit-connections", "1"), ("limit-allowlist", "127.0.0.0/8")],
+    ));
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    let get = |host: &str| Request::get(host, "/");
+    for proto in BOTH {
+        let first = spawn_over(&h, proto, get("one.test"));
+        let first_held = held.next().await;
+        let refused = over(&h, proto, get("one.test")).await;
+        assert_proxy_answer(&refused, 503, &format!("{proto:?} second in flight"));
+        assert!(held.idle(), "{proto:?}: the refused request stayed here");
+        // An exempt client is not counted: two at once.
+        let exempt = [
+            spawn_over(&h, proto, get("exempt.test")),
+            spawn_over(&h, proto, get("exempt.test")),
+        ];
+        let (a, b) = (held.next().await, held.next().await);
+        a.answer(true);
+        b.answer(true);
+        for resp in exempt {
+            assert_eq!(resp.await.unwrap().status, 200, "{proto:?} exempt");
+        }
+        // Answered.
+        first_held.answer(true);
+        assert_eq!(first.await.unwrap().status, 200, "{proto:?}");
+        admitted(&h, proto, "one.test", &held).await;
+        // The backend closes without an answer.
+        let failed = spawn_over(&h, proto, get("one.test"));
+        held.next().await.answer(false);
+        let failed = failed.await.unwrap();
+        assert_proxy_answer(&failed, 502, &format!("{proto:?} backend failed"));
+        admitted(&h, proto, "one.test", &held).await;
+        // The client goes away while its request is held.
+        let gone = spawn_over(&h, proto, get("one.test"));
+        let gone_held = held.next().await;
+        gone.abort();
+        let _ = gone.await;
+        gone_held.answer(true);
+        admitted(&h, proto, "one.test", &held).await;
+        // The route's read timeout ends it.
+        let slow = spawn_over(&h, proto, get("slow.test"));
+        let _unanswered = held.next().await;
+        assert_proxy_answer(&slow.await.unwrap(), 504, &format!("{proto:?} timeout"));
+        admitted(&h, proto, "slow.test", &held).await;
+    }
+}
+
+/// `affinity-canary-behavior` (ingress-nginx's canary.go "canary affinity
+/// behavior"): with `sticky` (the default) a request whose affinity cookie
+/// names the main backend's endpoint stays there though the canary takes
+/// every other request; with `legacy` the canary rules decide alone.
+/// `session-cookie-domain` (affinity.go "should set cookie with domain")
+/// is the cookie's Domain; one the Ingress does not serve is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_respects_affinity_and_cookie_domain() {
+    const NS: &str = "canarysticky";
+    let main = echo(NS, "web", "web-0").await;
+    let canary = echo(NS, "canary", "canary-0").await;
+    let mut objects = echo_service(NS, "web", &[&main]);
+    objects.extend(echo_service(NS, "canary", &[&canary]));
+    for (host, behavior) in [("sticky.test", None), ("legacy.test", Some("legacy"))] {
+        let mut pairs = vec![
+            ("affinity", "cookie"),
+            ("session-cookie-name", "route"),
+            ("session-cookie-domain", host),
+        ];
+        pairs.extend(behavior.map(|b| ("affinity-canary-behavior", b)));
+        objects.push(annotated(NS, host, "web", &pairs));
+        let mut weighted = annotated(
+            NS,
+            host,
+            "canary",
+            &[
+                ("canary", "true"),
+                ("canary-weight", "100"),
+                ("canary-by-header", "X-Canary"),
+            ],
+        );
+        weighted["metadata"]["name"] = json!(format!("canary-{host}"));
+        objects.push(weighted);
+    }
+    objects.push(annotated(
+        NS,
+        "elsewhere.test",
+        "web",
+        &[("affinity", "cookie"), ("session-cookie-domain", "test")],
+    ));
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    let pod = |resp: &teapot_testkit::client::Response| resp.json().unwrap()["pod"].clone();
+    for proto in BOTH {
+        for (host, stays) in [("sticky.test", true), ("legacy.test", false)] {
+            // The main backend answers and names its endpoint.
+            let first = over(
+                &h,
+                proto,
+                Request::get(host, "/").header("X-Canary", "never"),
+            )
+            .await;
+            assert_eq!(pod(&first), json!("web-0"), "{proto:?} {host}");
+            let set = header(&first, "set-cookie").to_string();
+            assert!(
+                set.contains(&format!("; Path=/; Domain={host};")),
+                "{set}"
+            );
+            let cookie = set.split(';').next().unwrap().to_string();
+            let without = over(&h, proto, Request::get(host, "/")).await;
+            assert_eq!(pod(&without), json!("canary-0"), "{proto:?} {host}");
+            let with = over(&h, proto, Request::get(host, "/").header("Cookie", &cookie)).await;
+            let want = if stays { "web-0" } else { "canary-0" };
+            assert_eq!(pod(&with), json!(want), "{proto:?} {host} with the cookie");
+        }
+        // A domain the Ingress does not serve is not sent.
+        let resp = over(&h, proto, Request::get("elsewhere.test", "/")).await;
+        let set = header(&resp, "set-cookie");
+        assert!(!set.contains("Domain"), "{set}");
+    }
+    let status = h
+        .wait_status("the Ingress's report", |s| {
+            ingress_report(s, NS, "elsewhere.test").is_some()
+        })
+        .await;
+    let report = ingress_report(&status, NS, "elsewhere.test").unwrap();
+    let accepted = condition(report, "AnnotationsAccepted").expect("a condition");
+    assert_eq!(accepted["status"], "False", "{accepted}");
+    assert!(
+        accepted["message"]
+            .as_str()
+            .unwrap()
+            .contains("session-cookie-domain"),
+        "{accepted}"
+    );
+}
