@@ -439,6 +439,86 @@ spec:
         assert!(std::sync::Arc::ptr_eq(&kept.table, &globex.table));
     }
 
+    /// `limit-connections` counts in the same bounded table: a flood of
+    /// addresses with requests in flight fills the tenant's table and no
+    /// more, another tenant's client keeps its count and its limit, and
+    /// every count is given back when its request ends.
+    #[test]
+    fn a_tenants_in_flight_counts_are_bounded_by_its_limits() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let in_flight = |docs: String| docs.replace("limit-rps: '1'", "limit-connections: '1'");
+        let docs = [
+            in_flight(tenant_docs("acme", ", limits: {maxConnections: 1000}")),
+            in_flight(tenant_docs("globex", "")),
+        ];
+        let snapshot = compile_test_docs(&docs, &options);
+        let limit = |host: &str| {
+            let route = snapshot.routes.lookup(host, "/").expect("routed");
+            let traffic = route.traffic().expect("a policy");
+            assert!(traffic.rate.is_none());
+            traffic.connections.clone().expect("a limit")
+        };
+        let acme = limit("a.acme.lb.example.net");
+        let globex = limit("a.globex.lb.example.net");
+        assert!(!std::sync::Arc::ptr_eq(&acme.table, &globex.table));
+        let neighbour = Some(IpAddr::from([192, 0, 2, 1]));
+        let kept = globex.enter(neighbour).unwrap();
+        let flood: Vec<_> = (0..100_000u128)
+            .map(|i| {
+                let client = Ipv6Addr::from((0x2001_0db8u128 << 96) | i);
+                acme.enter(Some(IpAddr::V6(client))).unwrap()
+            })
+            .collect();
+        assert_eq!(acme.table.in_flight_used(), 1024);
+        assert_eq!(globex.table.in_flight_used(), 1);
+        assert!(globex.enter(neighbour).is_err());
+        drop(flood);
+        assert_eq!(acme.table.in_flight_used(), 0);
+        drop(kept);
+        assert!(globex.enter(neighbour).unwrap().is_some());
+    }
+
+    /// `session-cookie-domain` is sent for a host of the Ingress (or the
+    /// parent of its wildcard host); a parent it does not serve is
+    /// reported on the annotation and not sent.
+    #[test]
+    fn cookie_domain_is_one_the_ingress_serves() {
+        let affinity = |domain: &str| {
+            let ingress = admin_ingress(&format!(
+                "    nginx.ingress.kubernetes.io/affinity: cookie
+    nginx.ingress.kubernetes.io/session-cookie-domain: {domain}
+"
+            ));
+            let snapshot = compile_test_docs(&[OPS.to_string(), ingress], &CompileOptions::default());
+            let route = snapshot.routes.lookup("admin.example", "/").expect("routed");
+            let sent = route.traffic().unwrap().affinity.clone().unwrap().domain;
+            let report = snapshot.report.ingresses.iter().find(|r| r.name == "admin");
+            let problems: Vec<String> = report
+                .into_iter()
+                .flat_map(|r| &r.conditions)
+                .filter(|c| c.type_ == "AnnotationsAccepted" && c.status == "False")
+                .map(|c| c.message.clone())
+                .collect();
+            (sent, problems)
+        };
+        let (sent, problems) = affinity(".Admin.example");
+        assert_eq!(sent.as_deref(), Some("admin.example"));
+        assert!(problems.is_empty(), "{problems:?}");
+        for foreign in ["example", "other.example"] {
+            let (sent, problems) = affinity(foreign);
+            assert_eq!(sent, None, "{foreign}");
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.contains("nginx.ingress.kubernetes.io/session-cookie-domain")),
+                "{foreign}: {problems:?}"
+            );
+        }
+    }
+
     /// In an operator namespace an ingress-nginx annotation teapot does
     /// not serve is reported on the Ingress, never silently ignored; what
     /// it serves applies.
