@@ -410,7 +410,7 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         key: "nginx.ingress.kubernetes.io/affinity-canary-behavior",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::OneOf(&["sticky", "legacy"]),
-        doc: "sticky (default): a request whose affinity cookie names an endpoint of this Ingress's backend stays on it, whatever a canary's rules say; legacy: the canary rules decide alone.",
+        doc: "On a canary Ingress: sticky (default): the main Ingress's affinity applies to the canary's backend too (a request sent there gets the cookie, and one whose cookie names a canary endpoint stays on the canary); legacy: it does not.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/session-cookie-max-age",

@@ -879,12 +879,13 @@ async fn limit_connections_counts_requests_in_flight_per_client() {
     }
 }
 
-/// `affinity-canary-behavior` (ingress-nginx's canary.go "canary affinity
-/// behavior"): with `sticky` (the default) a request whose affinity cookie
-/// names the main backend's endpoint stays there though the canary takes
-/// every other request; with `legacy` the canary rules decide alone.
-/// `session-cookie-domain` (affinity.go "should set cookie with domain")
-/// is the cookie's Domain; one the Ingress does not serve is reported.
+/// Canaries and affinity (ingress-nginx's canary.go "canary affinity
+/// behavior"): a request whose affinity cookie names the main backend's
+/// endpoint stays there, even with the canary's header; with the canary
+/// Ingress's `affinity-canary-behavior: sticky` (the default) a request
+/// sent to the canary gets the cookie and then stays on the canary; with
+/// `legacy` it gets none. `session-cookie-domain` (affinity.go) is the
+/// cookie's Domain; one the Ingress does not serve is reported, not sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_respects_affinity_and_cookie_domain() {
     const NS: &str = "canarysticky";
@@ -893,25 +894,21 @@ async fn canary_respects_affinity_and_cookie_domain() {
     let mut objects = echo_service(NS, "web", &[&main]);
     objects.extend(echo_service(NS, "canary", &[&canary]));
     for (host, behavior) in [("sticky.test", None), ("legacy.test", Some("legacy"))] {
-        let mut pairs = vec![
-            ("affinity", "cookie"),
-            ("session-cookie-name", "route"),
-            ("session-cookie-domain", host),
-        ];
-        pairs.extend(behavior.map(|b| ("affinity-canary-behavior", b)));
-        objects.push(annotated(NS, host, "web", &pairs));
-        let mut weighted = annotated(
+        objects.push(annotated(
             NS,
             host,
-            "canary",
+            "web",
             &[
-                ("canary", "true"),
-                ("canary-weight", "100"),
-                ("canary-by-header", "X-Canary"),
+                ("affinity", "cookie"),
+                ("session-cookie-name", "route"),
+                ("session-cookie-domain", host),
             ],
-        );
-        weighted["metadata"]["name"] = json!(format!("canary-{host}"));
-        objects.push(weighted);
+        ));
+        let mut pairs = vec![("canary", "true"), ("canary-by-header", "X-Canary")];
+        pairs.extend(behavior.map(|b| ("affinity-canary-behavior", b)));
+        let mut by_header = annotated(NS, host, "canary", &pairs);
+        by_header["metadata"]["name"] = json!(format!("canary-{host}"));
+        objects.push(by_header);
     }
     objects.push(annotated(
         NS,
@@ -921,29 +918,33 @@ async fn canary_respects_affinity_and_cookie_domain() {
     ));
     let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
     let pod = |resp: &teapot_testkit::client::Response| resp.json().unwrap()["pod"].clone();
+    let cookie = |resp: &teapot_testkit::client::Response, host: &str| {
+        let set = header(resp, "set-cookie");
+        assert!(set.contains(&format!("; Path=/; Domain={host};")), "{set}");
+        set.split(';').next().unwrap().to_string()
+    };
     for proto in BOTH {
-        for (host, stays) in [("sticky.test", true), ("legacy.test", false)] {
-            // The main backend answers and names its endpoint.
-            let first = over(
-                &h,
-                proto,
-                Request::get(host, "/").header("X-Canary", "never"),
-            )
-            .await;
-            assert_eq!(pod(&first), json!("web-0"), "{proto:?} {host}");
-            let set = header(&first, "set-cookie").to_string();
-            assert!(
-                set.contains(&format!("; Path=/; Domain={host};")),
-                "{set}"
-            );
-            let cookie = set.split(';').next().unwrap().to_string();
-            let without = over(&h, proto, Request::get(host, "/")).await;
-            assert_eq!(pod(&without), json!("canary-0"), "{proto:?} {host}");
-            let with = over(&h, proto, Request::get(host, "/").header("Cookie", &cookie)).await;
-            let want = if stays { "web-0" } else { "canary-0" };
-            assert_eq!(pod(&with), json!(want), "{proto:?} {host} with the cookie");
+        for (host, sticky) in [("sticky.test", true), ("legacy.test", false)] {
+            let what = format!("{proto:?} {host}");
+            let first = over(&h, proto, Request::get(host, "/")).await;
+            assert_eq!(pod(&first), json!("web-0"), "{what}");
+            let on_main = cookie(&first, host);
+            // Tied to the main backend: the canary's header does not move it.
+            let tied = Request::get(host, "/")
+                .header("Cookie", &on_main)
+                .header("X-Canary", "always");
+            assert_eq!(pod(&over(&h, proto, tied).await), json!("web-0"), "{what}");
+            let forced = over(&h, proto, Request::get(host, "/").header("X-Canary", "always")).await;
+            assert_eq!(pod(&forced), json!("canary-0"), "{what}");
+            if sticky {
+                let on_canary = cookie(&forced, host);
+                let back = Request::get(host, "/").header("Cookie", &on_canary);
+                assert_eq!(pod(&over(&h, proto, back).await), json!("canary-0"), "{what}");
+            } else {
+                assert!(forced.headers.get("set-cookie").is_none(), "{what}");
+            }
         }
-        // A domain the Ingress does not serve is not sent.
+    // A domain the Ingress does not serve is not sent.
         let resp = over(&h, proto, Request::get("elsewhere.test", "/")).await;
         let set = header(&resp, "set-cookie");
         assert!(!set.contains("Domain"), "{set}");

@@ -148,6 +148,11 @@ pub struct CanaryRules {
     /// as ingress-nginx reads it).
     pub weight: u32,
     pub total: u32,
+    /// The canary Ingress's `affinity-canary-behavior` is `sticky` (the
+    /// default): the main route's affinity applies to the canary's backend
+    /// too, so a request its cookie names a canary endpoint for stays on
+    /// the canary and one sent there gets the cookie; `legacy`: neither.
+    pub sticky: bool,
 }
 
 /// The route's own upstream timeouts; each applies under the operator's
@@ -200,10 +205,6 @@ pub struct Affinity {
     /// `session-cookie-domain`, without a leading dot: one of the
     /// Ingress's own hosts (crate::compile::policies checks it).
     pub domain: Option<String>,
-    /// `affinity-canary-behavior: sticky` (the default): a request whose
-    /// cookie names an endpoint of the route's own backend stays there,
-    /// whatever the canary rules say; `legacy`: the canary rules decide.
-    pub canary_sticky: bool,
 }
 
 /// Client networks: a client in `deny` is refused; else, when `allow` is
@@ -472,10 +473,6 @@ impl NginxAnnotations {
             domain: self
                 .text("session-cookie-domain")
                 .map(|d| d.trim_start_matches('.').to_ascii_lowercase()),
-            canary_sticky: !matches!(
-                self.get("affinity-canary-behavior"),
-                Some(AnnotationValue::Word("legacy"))
-            ),
         })
     }
 
@@ -632,6 +629,10 @@ impl NginxAnnotations {
             cookie: first("canary-by-cookie"),
             weight: self.count("canary-weight").unwrap_or(0),
             total: self.count("canary-weight-total").unwrap_or(100).max(100),
+            sticky: !matches!(
+                self.get("affinity-canary-behavior"),
+                Some(AnnotationValue::Word("legacy"))
+            ),
         }
     }
 

@@ -43,19 +43,17 @@ pub(super) fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]
 }
 
 impl Affinity {
-    /// Whether the request stays on `upstream`, the route's own backend,
-    /// however the canary rules would choose: `affinity-canary-behavior:
-    /// sticky` and a cookie naming one of its endpoints (ejected or not:
-    /// ingress-nginx keeps a request affinitized to its backend, not to
-    /// an endpoint).
+    /// Whether the request's cookie names one of `upstream`'s endpoints
+    /// (ejected or not: ingress-nginx's `is_affinitized` keeps a request
+    /// on its backend, and the backend then picks another endpoint), which
+    /// keeps it on that backend whatever the canary rules say.
     pub fn pins(&self, upstream: &Upstream, cookies: Option<&[u8]>) -> bool {
-        self.canary_sticky
-            && cookie(cookies, &self.cookie).is_some_and(|value| {
-                upstream
-                    .endpoints
-                    .iter()
-                    .any(|e| cookie_value(e.addr).as_bytes() == value)
-            })
+        cookie(cookies, &self.cookie).is_some_and(|value| {
+            upstream
+                .endpoints
+                .iter()
+                .any(|e| cookie_value(e.addr).as_bytes() == value)
+        })
     }
 
     /// The endpoint of `upstream` this request sticks to; `None` when the
@@ -127,7 +125,6 @@ mod tests {
             samesite: None,
             secure: None,
             domain: None,
-            canary_sticky: true,
         }
     }
 
@@ -175,7 +172,7 @@ mod tests {
     }
 
     #[test]
-    fn domain_is_sent_and_sticky_pins_to_the_routes_backend() {
+    fn domain_is_sent_and_the_cookie_pins_to_its_backend() {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, &[1, 2]);
         let mut a = affinity();
@@ -184,11 +181,9 @@ mod tests {
         assert!(set.contains("; Path=/; Domain=shop.example;"), "{set}");
         let value = set.split(';').next().unwrap().to_string();
         assert!(a.pins(&up, Some(value.as_bytes())));
-        // Another backend's endpoint, no cookie, or legacy: not pinned.
+        // Another backend's endpoint, or no cookie: not pinned.
         assert!(!a.pins(&upstream(&registry, &[3]), Some(value.as_bytes())));
         assert!(!a.pins(&up, None));
-        a.canary_sticky = false;
-        assert!(!a.pins(&up, Some(value.as_bytes())));
     }
 
     #[test]

@@ -14,10 +14,11 @@
 //!    other request from one is forwarded and its response gets the CORS
 //!    fields;
 //! 5. [`canary`]: the canary's backend instead of the route's, by the
-//!    header, cookie and weight rules, unless the affinity cookie pins the
-//!    request to the route's backend (`affinity-canary-behavior: sticky`,
-//!    ingress-nginx's `is_affinitized`); else [`affinity`]: the endpoint
-//!    the client's cookie names is tried first
+//!    header, cookie and weight rules, unless the affinity cookie ties the
+//!    request to one of the two backends (ingress-nginx's
+//!    `is_affinitized`; the canary's only with `affinity-canary-behavior:
+//!    sticky`); then [`affinity`] on the backend chosen (the canary's only
+//!    when sticky): the endpoint the client's cookie names is tried first
 //!    (and the cookie set when it names none that serves);
 //! 6. `x-forwarded-prefix` on the request to the backend;
 //! 7. `rewrite-target`: the path the backend gets, from the captures of
@@ -198,19 +199,25 @@ pub fn apply(
         }
         applied.response_headers = fields;
     }
+    // ingress-nginx's balancer: a request its affinity cookie ties to the
+    // route's backend stays there, one tied to the canary's (`sticky`)
+    // goes there; only an untied request meets the canary rules.
+    let affinity = policy.affinity.as_ref();
+    let mut target = Some(upstream);
     if let Some(canary) = &policy.canary
-        && !policy
-            .affinity
-            .as_ref()
-            .is_some_and(|a| a.pins(upstream, seen.cookie))
-        && canary::chooses(&canary.rules, seen.canary_header, seen.cookie)
+        && !affinity.is_some_and(|a| a.pins(upstream, seen.cookie))
+        && ((canary.rules.sticky
+            && affinity.is_some_and(|a| a.pins(&canary.upstream, seen.cookie)))
+            || canary::chooses(&canary.rules, seen.canary_header, seen.cookie))
     {
         applied.upstream = Some(canary.upstream.clone());
+        // `legacy`: the canary's backend has no affinity.
+        target = canary.rules.sticky.then_some(&*canary.upstream);
     }
-    // The affinity cookie names an endpoint of the route's own backend.
-    if applied.upstream.is_none()
-        && let Some(affinity) = &policy.affinity
-        && let Some(sticky) = affinity.choose(upstream, seen.cookie, seen.tls)
+    // The cookie names an endpoint of the backend the request goes to.
+    if let Some(affinity) = affinity
+        && let Some(target) = target
+        && let Some(sticky) = affinity.choose(target, seen.cookie, seen.tls)
     {
         applied.endpoint = Some(sticky.endpoint);
         if let Some(cookie) = sticky.set_cookie {
