@@ -225,7 +225,8 @@ impl ScenarioRun {
                         continue;
                     };
                     let name = pair.split('=').next().unwrap_or("");
-                    self.cookies.retain(|kept| kept.split('=').next() != Some(name));
+                    self.cookies
+                        .retain(|kept| kept.split('=').next() != Some(name));
                     self.cookies.push(pair.to_string());
                 }
                 let prefix = format!("{cookie}=");

@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use teapot_testkit::client::{Proto, Request};
+use teapot_testkit::client::{Proto, Request, Response};
 use teapot_testkit::echo::EchoServer;
 
 /// A proxy serving `ingresses`, all to one echo backend `web` in `ns`.
@@ -792,17 +792,17 @@ async fn canary_ingresses_share_the_main_route() {
 
 /// Sends requests for `host` until one reaches `backend` (an ended
 /// request's count is given back as its exchange finishes, which may be
-/// just after its client has the answer), answers it and checks it.
-async fn admitted(h: &Harness, proto: Proto, host: &str, backend: &HeldBackend) {
+/// just after its client has the answer): that request, held.
+async fn until_held(
+    h: &Harness,
+    proto: Proto,
+    host: &str,
+    backend: &HeldBackend,
+) -> (tokio::task::JoinHandle<Response>, HeldRequest) {
     for _ in 0..400 {
         let mut resp = spawn_over(h, proto, Request::get(host, "/"));
         tokio::select! {
-            held = backend.next() => {
-                held.answer(true);
-                let resp = resp.await.unwrap();
-                assert_eq!(resp.status, 200, "{proto:?} {host}: {}", resp.text());
-                return;
-            }
+            held = backend.next() => return (resp, held),
             refused = &mut resp => {
                 assert_proxy_answer(&refused.unwrap(), 503, &format!("{proto:?} {host}"));
                 tokio::time::sleep(POLL).await;
@@ -810,6 +810,14 @@ async fn admitted(h: &Harness, proto: Proto, host: &str, backend: &HeldBackend) 
         }
     }
     panic!("{proto:?} {host}: the client's count never fell");
+}
+
+/// [`until_held`], answered: the client's count had fallen.
+async fn admitted(h: &Harness, proto: Proto, host: &str, backend: &HeldBackend) {
+    let (resp, held) = until_held(h, proto, host, backend).await;
+    held.answer(true);
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status, 200, "{proto:?} {host}: {}", resp.text());
 }
 
 /// `limit-connections` (ingress-nginx's connection.go): with one request
@@ -822,7 +830,12 @@ async fn limit_connections_counts_requests_in_flight_per_client() {
     const NS: &str = "inflight";
     let held = HeldBackend::start().await;
     let mut objects = held.service(NS, "held");
-    objects.push(annotated(NS, "one.test", "held", &[("limit-connections", "1")]));
+    objects.push(annotated(
+        NS,
+        "one.test",
+        "held",
+        &[("limit-connections", "1")],
+    ));
     objects.push(annotated(
         NS,
         "slow.test",
@@ -833,13 +846,15 @@ async fn limit_connections_counts_requests_in_flight_per_client() {
         NS,
         "exempt.test",
         "held",
-        &[("limit-connections", "1"), ("limit-allowlist", "127.0.0.0/8")],
+        &[
+            ("limit-connections", "1"),
+            ("limit-allowlist", "127.0.0.0/8"),
+        ],
     ));
     let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
     let get = |host: &str| Request::get(host, "/");
     for proto in BOTH {
-        let first = spawn_over(&h, proto, get("one.test"));
-        let first_held = held.next().await;
+        let (first, first_held) = until_held(&h, proto, "one.test", &held).await;
         let refused = over(&h, proto, get("one.test")).await;
         assert_proxy_answer(&refused, 503, &format!("{proto:?} second in flight"));
         assert!(held.idle(), "{proto:?}: the refused request stayed here");
@@ -859,21 +874,19 @@ async fn limit_connections_counts_requests_in_flight_per_client() {
         assert_eq!(first.await.unwrap().status, 200, "{proto:?}");
         admitted(&h, proto, "one.test", &held).await;
         // The backend closes without an answer.
-        let failed = spawn_over(&h, proto, get("one.test"));
-        held.next().await.answer(false);
+        let (failed, failed_held) = until_held(&h, proto, "one.test", &held).await;
+        failed_held.answer(false);
         let failed = failed.await.unwrap();
         assert_proxy_answer(&failed, 502, &format!("{proto:?} backend failed"));
         admitted(&h, proto, "one.test", &held).await;
         // The client goes away while its request is held.
-        let gone = spawn_over(&h, proto, get("one.test"));
-        let gone_held = held.next().await;
+        let (gone, gone_held) = until_held(&h, proto, "one.test", &held).await;
         gone.abort();
         let _ = gone.await;
         gone_held.answer(true);
         admitted(&h, proto, "one.test", &held).await;
         // The route's read timeout ends it.
-        let slow = spawn_over(&h, proto, get("slow.test"));
-        let _unanswered = held.next().await;
+        let (slow, _unanswered) = until_held(&h, proto, "slow.test", &held).await;
         assert_proxy_answer(&slow.await.unwrap(), 504, &format!("{proto:?} timeout"));
         admitted(&h, proto, "slow.test", &held).await;
     }
@@ -917,8 +930,8 @@ async fn canary_respects_affinity_and_cookie_domain() {
         &[("affinity", "cookie"), ("session-cookie-domain", "test")],
     ));
     let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
-    let pod = |resp: &teapot_testkit::client::Response| resp.json().unwrap()["pod"].clone();
-    let cookie = |resp: &teapot_testkit::client::Response, host: &str| {
+    let pod = |resp: &Response| resp.json().unwrap()["pod"].clone();
+    let cookie = |resp: &Response, host: &str| {
         let set = header(resp, "set-cookie");
         assert!(set.contains(&format!("; Path=/; Domain={host};")), "{set}");
         set.split(';').next().unwrap().to_string()
@@ -934,17 +947,26 @@ async fn canary_respects_affinity_and_cookie_domain() {
                 .header("Cookie", &on_main)
                 .header("X-Canary", "always");
             assert_eq!(pod(&over(&h, proto, tied).await), json!("web-0"), "{what}");
-            let forced = over(&h, proto, Request::get(host, "/").header("X-Canary", "always")).await;
+            let forced = over(
+                &h,
+                proto,
+                Request::get(host, "/").header("X-Canary", "always"),
+            )
+            .await;
             assert_eq!(pod(&forced), json!("canary-0"), "{what}");
             if sticky {
                 let on_canary = cookie(&forced, host);
                 let back = Request::get(host, "/").header("Cookie", &on_canary);
-                assert_eq!(pod(&over(&h, proto, back).await), json!("canary-0"), "{what}");
+                assert_eq!(
+                    pod(&over(&h, proto, back).await),
+                    json!("canary-0"),
+                    "{what}"
+                );
             } else {
                 assert!(forced.headers.get("set-cookie").is_none(), "{what}");
             }
         }
-    // A domain the Ingress does not serve is not sent.
+        // A domain the Ingress does not serve is not sent.
         let resp = over(&h, proto, Request::get("elsewhere.test", "/")).await;
         let set = header(&resp, "set-cookie");
         assert!(!set.contains("Domain"), "{set}");

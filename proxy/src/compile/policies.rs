@@ -492,8 +492,12 @@ spec:
     nginx.ingress.kubernetes.io/session-cookie-domain: {domain}
 "
             ));
-            let snapshot = compile_test_docs(&[OPS.to_string(), ingress], &CompileOptions::default());
-            let route = snapshot.routes.lookup("admin.example", "/").expect("routed");
+            let snapshot =
+                compile_test_docs(&[OPS.to_string(), ingress], &CompileOptions::default());
+            let route = snapshot
+                .routes
+                .lookup("admin.example", "/")
+                .expect("routed");
             let sent = route.traffic().unwrap().affinity.clone().unwrap().domain;
             let report = snapshot.report.ingresses.iter().find(|r| r.name == "admin");
             let problems: Vec<String> = report

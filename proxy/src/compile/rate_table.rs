@@ -392,7 +392,11 @@ mod tests {
         let second = table.hold(route, client, 2).unwrap();
         assert!(table.hold(route, client, 2).is_none());
         // Another route's count of the same client is its own.
-        assert!(table.hold(RateTable::route_key("ns/other"), client, 2).is_some());
+        assert!(
+            table
+                .hold(RateTable::route_key("ns/other"), client, 2)
+                .is_some()
+        );
         drop(first);
         let third = table.hold(route, client, 2).unwrap();
         drop((second, third));

@@ -454,7 +454,9 @@ pub fn spawn_over(
     tokio::spawn(async move {
         match proto {
             client::Proto::Http1 => send(http, &Transport::Plain, &req).await,
-            client::Proto::Http2 => send(https, &Transport::tls_insecure(&req.host.clone()), &req).await,
+            client::Proto::Http2 => {
+                send(https, &Transport::tls_insecure(&req.host.clone()), &req).await
+            }
         }
     })
 }
@@ -518,7 +520,14 @@ impl HeldBackend {
 
     /// The next request to arrive (cancel-safe).
     pub async fn next(&self) -> HeldRequest {
-        let next = async { self.arrivals.lock().await.recv().await.expect("backend runs") };
+        let next = async {
+            self.arrivals
+                .lock()
+                .await
+                .recv()
+                .await
+                .expect("backend runs")
+        };
         tokio::time::timeout(REQUEST_TIMEOUT, next)
             .await
             .expect("a request reaches the held backend")

@@ -152,7 +152,7 @@ pub fn apply(
     }
     // ingress-nginx's `limit_conn` answers 503 (its `limit-conn-status-code`).
     let in_flight = match &policy.connections {
-        Some(limit) => limit.enter(seen.client).map_err(|()| PolicyAnswer {
+        Some(limit) => limit.enter(seen.client).map_err(|_| PolicyAnswer {
             status: 503,
             reason: "policy_in_flight_limited",
             body: TOO_MANY_IN_FLIGHT_BODY,

@@ -11,8 +11,8 @@ use crate::compile::traffic::{ConnectionLimit, RateLimits};
 impl ConnectionLimit {
     /// One more request of `client` in flight: `Ok` carries its place,
     /// held until the request ends (`None`: not counted, an exempt
-    /// client or none); `Err`: `limit` are in flight already.
-    pub fn enter(&self, client: Option<IpAddr>) -> Result<Option<InFlightPass>, ()> {
+    /// client or none); `Err`: the limit, that many in flight already.
+    pub fn enter(&self, client: Option<IpAddr>) -> Result<Option<InFlightPass>, u32> {
         let Some(ip) = client.map(|ip| ip.to_canonical()) else {
             return Ok(None);
         };
@@ -22,7 +22,7 @@ impl ConnectionLimit {
         self.table
             .hold(self.route_key, ip, self.limit)
             .map(Some)
-            .ok_or(())
+            .ok_or(self.limit)
     }
 }
 
