@@ -359,6 +359,25 @@ mod tests {
         assert_eq!(applied.response_headers[0].1, "*");
     }
 
+    /// `limit-connections`: the forward's [`Applied`] holds the client's
+    /// count; one more gets 503 until it is dropped.
+    #[test]
+    fn in_flight_limit_is_held_by_the_forward() {
+        let p = policy(&[("limit-connections", "1")]);
+        let client = ip("192.0.2.1");
+        let held = apply(&p, "GET", "/", None, client).unwrap().unwrap();
+        assert!(held.in_flight.is_some());
+        let refused = apply(&p, "GET", "/", None, client).unwrap_err();
+        assert_eq!(
+            (refused.status, refused.reason, refused.body),
+            (503, "policy_in_flight_limited", TOO_MANY_IN_FLIGHT_BODY)
+        );
+        // Another client is not held up.
+        assert!(apply(&p, "GET", "/", None, ip("192.0.2.2")).is_ok());
+        drop(held);
+        assert!(apply(&p, "GET", "/", None, client).is_ok());
+    }
+
     #[test]
     fn redirect_answers_everything() {
         let p = policy(&[
