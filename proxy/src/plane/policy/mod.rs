@@ -5,9 +5,9 @@
 //!
 //! 1. [`access`]: a client outside the allow-list or inside the deny-list
 //!    gets 403;
-//! 2. [`rate`]: a client over a rate limit gets 429 with `Retry-After`,
-//!    one with `limit-connections` requests in flight 503 (its count held
-//!    by the forward's [`Applied`] until the request ends);
+//! 2. [`rate`]: a client with `limit-connections` requests in flight gets
+//!    503 (its count held by the forward's [`Applied`] until the request
+//!    ends), then one over a rate limit 429 with `Retry-After`;
 //! 3. `permanent-redirect` / `temporal-redirect`, then `ssl-redirect`
 //!    for plain HTTP, then `app-root` for `/`;
 //! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
@@ -140,6 +140,18 @@ pub fn apply(
             headers: Vec::new(),
         });
     }
+    // ingress-nginx applies `limit-connections` before the rates, and its
+    // `limit_conn` answers 503 (its `limit-conn-status-code`). A request a
+    // rate then refuses gives its place back as it returns.
+    let in_flight = match &policy.connections {
+        Some(limit) => limit.enter(seen.client).map_err(|_| PolicyAnswer {
+            status: 503,
+            reason: "policy_in_flight_limited",
+            body: TOO_MANY_IN_FLIGHT_BODY,
+            headers: Vec::new(),
+        })?,
+        None => None,
+    };
     if let Some(rate) = &policy.rate
         && let Err(seconds) = rate.admit(seen.client)
     {
@@ -150,16 +162,6 @@ pub fn apply(
             headers: vec![("retry-after", seconds.to_string())],
         });
     }
-    // ingress-nginx's `limit_conn` answers 503 (its `limit-conn-status-code`).
-    let in_flight = match &policy.connections {
-        Some(limit) => limit.enter(seen.client).map_err(|_| PolicyAnswer {
-            status: 503,
-            reason: "policy_in_flight_limited",
-            body: TOO_MANY_IN_FLIGHT_BODY,
-            headers: Vec::new(),
-        })?,
-        None => None,
-    };
     if let Some(redirect) = &policy.redirect {
         return Err(redirect_answer(
             redirect.status,
