@@ -263,6 +263,15 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Requests per minute each client address may send to the Ingress, with a burst of limit-burst-multiplier times as many; over it, 429 with Retry-After.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-connections",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 1,
+            max: 100_000,
+        },
+        doc: "Requests each client address may have in flight on the Ingress at once; one more gets 503.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/limit-burst-multiplier",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Count { min: 1, max: 100 },
@@ -272,13 +281,13 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         key: "nginx.ingress.kubernetes.io/limit-whitelist",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Cidrs,
-        doc: "Client networks the rate limits do not apply to (the older name of limit-allowlist).",
+        doc: "Client networks the rate limits and limit-connections do not apply to (the older name of limit-allowlist).",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/limit-allowlist",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Cidrs,
-        doc: "Client networks the rate limits do not apply to.",
+        doc: "Client networks the rate limits and limit-connections do not apply to.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/enable-cors",
@@ -390,6 +399,18 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Url,
         doc: "Path attribute of the affinity cookie (default /); a path starting with '/'.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/session-cookie-domain",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "Domain attribute of the affinity cookie (default none sent): one of the Ingress's hosts, or the parent of one of its wildcard hosts.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/affinity-canary-behavior",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["sticky", "legacy"]),
+        doc: "On a canary Ingress: sticky (default): the main Ingress's affinity applies to the canary's backend too (a request sent there gets the cookie, and one whose cookie names a canary endpoint stays on the canary); legacy: it does not.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/session-cookie-max-age",

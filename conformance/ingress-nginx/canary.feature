@@ -5,7 +5,8 @@
 # Not ported (docs/migrate-from-ingress-nginx.md): the cases that modify an
 # Ingress in place, the split-weight cases (statistical), the catch-all and
 # server-name cases (nginx.conf), the multiple-paths crash case and the
-# affinity behaviour cases.
+# legacy affinity behaviour case (its check is the statistical split). In
+# the sticky affinity cases, the 50 requests with the cookie are two.
 @ingress-nginx
 Feature: ingress-nginx canary annotations
 
@@ -710,5 +711,126 @@ Feature: ingress-nginx canary annotations
     """
     Then The Ingress status shows the IP address or FQDN where it is exposed
     When I send a "GET" request to "http://foo/info"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+
+  Scenario: canary affinity behavior always routes traffic to canary if first request was affinitized to canary (default behavior)
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "aff"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "ForceCanary"
+        nginx.ingress.kubernetes.io/canary-by-header-value: "yes"
+        nginx.ingress.kubernetes.io/canary-weight: "1"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "ForceCanary" set to "yes"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the cookie "aff" of the last response
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the cookie "aff" of the last response
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+
+  Scenario: canary affinity behavior always routes traffic to canary if first request was affinitized to canary (explicit sticky behavior)
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "aff"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: httpbun
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo-canary
+      annotations:
+        nginx.ingress.kubernetes.io/canary: "true"
+        nginx.ingress.kubernetes.io/canary-by-header: "ForceCanary"
+        nginx.ingress.kubernetes.io/canary-by-header-value: "yes"
+        nginx.ingress.kubernetes.io/canary-weight: "1"
+        nginx.ingress.kubernetes.io/affinity-canary-behavior: "sticky"
+    spec:
+      rules:
+        - host: foo
+          http:
+            paths:
+              - path: /info
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo-canary
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo/info" with the header "ForceCanary" set to "yes"
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the cookie "aff" of the last response
+    Then the response status-code must be 200
+    And the response must be served by the "echo-canary" service
+    When I send a "GET" request to "http://foo/info" with the cookie "aff" of the last response
     Then the response status-code must be 200
     And the response must be served by the "echo-canary" service

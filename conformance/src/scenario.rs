@@ -78,6 +78,9 @@ pub struct ScenarioRun {
     proxy: Option<ProxyProcess>,
     last: Option<Exchange>,
     batch: Option<Vec<(u16, Option<String>)>>,
+    /// Cookies responses have set (`name=value`), kept as a client keeps
+    /// them for [`Step::SendRequestWithCookie`].
+    cookies: Vec<String>,
     /// The scenario's authentication service (`auth-url`), when it has one.
     auth: Option<AuthService>,
 }
@@ -100,6 +103,7 @@ impl ScenarioRun {
             proxy: None,
             last: None,
             batch: None,
+            cookies: Vec::new(),
             auth: None,
         };
         run.write_file(
@@ -206,6 +210,35 @@ impl ScenarioRun {
                 let target = Target::parse(&url)?;
                 self.batch = None;
                 let exchange = self.exchange_with(&method, target, &headers, follow);
+                self.last = Some(exchange.await?);
+                Ok(())
+            }
+            Step::SendRequestWithCookie {
+                method,
+                url,
+                cookie,
+            } => {
+                let target = Target::parse(&url)?;
+                let last = response_headers(&self.last()?.response);
+                for (_, set) in last.iter().filter(|(name, _)| name == "set-cookie") {
+                    let Some(pair) = set.split(';').next().map(str::trim) else {
+                        continue;
+                    };
+                    let name = pair.split('=').next().unwrap_or("");
+                    self.cookies
+                        .retain(|kept| kept.split('=').next() != Some(name));
+                    self.cookies.push(pair.to_string());
+                }
+                let prefix = format!("{cookie}=");
+                let pair = self
+                    .cookies
+                    .iter()
+                    .find(|kept| kept.starts_with(&prefix))
+                    .cloned()
+                    .ok_or_else(|| format!("no response has set the cookie {cookie:?}"))?;
+                self.batch = None;
+                let headers = [("Cookie".to_string(), pair)];
+                let exchange = self.exchange_with(&method, target, &headers, true);
                 self.last = Some(exchange.await?);
                 Ok(())
             }

@@ -79,6 +79,17 @@ pub enum Step {
         /// Whether a redirect is followed.
         follow: bool,
     },
+    /// (extension) `I send a "M" request to "URL" with the cookie "NAME" of
+    /// the last response`: the cookie the last response set, sent back
+    /// as a client keeps it (ingress-nginx's `WithCookie`).
+    SendRequestWithCookie {
+        /// HTTP method.
+        method: String,
+        /// Absolute URL.
+        url: String,
+        /// The cookie's name.
+        cookie: String,
+    },
     /// `I send N requests to "URL"`
     SendRequests {
         /// How many GET requests.
@@ -286,6 +297,17 @@ pub static STEP_DEFS: &[StepDef] = &[
                     (c[5].to_string(), c[6].to_string()),
                 ],
                 follow: true,
+            })
+        },
+    ),
+    def(
+        r#"^I send a "([^"]*)" request to "([^"]*)" with the cookie "([^"]*)" of the last response$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendRequestWithCookie {
+                method: c[1].to_string(),
+                url: c[2].to_string(),
+                cookie: c[3].to_string(),
             })
         },
     ),
@@ -526,6 +548,14 @@ mod tests {
                 Step::SendRequest {
                     method: "PATCH".into(),
                     url: "https://api.example.org:8443/v1/x?y=1".into(),
+                },
+            ),
+            (
+                r#"I send a "GET" request to "http://foo/info" with the cookie "aff" of the last response"#,
+                Step::SendRequestWithCookie {
+                    method: "GET".into(),
+                    url: "http://foo/info".into(),
+                    cookie: "aff".into(),
                 },
             ),
             (

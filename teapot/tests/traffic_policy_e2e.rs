@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use teapot_testkit::client::{Proto, Request};
+use teapot_testkit::client::{Proto, Request, Response};
 use teapot_testkit::echo::EchoServer;
 
 /// A proxy serving `ingresses`, all to one echo backend `web` in `ns`.
@@ -788,4 +788,202 @@ async fn canary_ingresses_share_the_main_route() {
             );
         }
     }
+}
+
+/// Sends requests for `host` until one reaches `backend` (an ended
+/// request's count is given back as its exchange finishes, which may be
+/// just after its client has the answer): that request, held.
+async fn until_held(
+    h: &Harness,
+    proto: Proto,
+    host: &str,
+    backend: &HeldBackend,
+) -> (tokio::task::JoinHandle<Response>, HeldRequest) {
+    for _ in 0..400 {
+        let mut resp = spawn_over(h, proto, Request::get(host, "/"));
+        tokio::select! {
+            held = backend.next() => return (resp, held),
+            refused = &mut resp => {
+                assert_proxy_answer(&refused.unwrap(), 503, &format!("{proto:?} {host}"));
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+    panic!("{proto:?} {host}: the client's count never fell");
+}
+
+/// [`until_held`], answered: the client's count had fallen.
+async fn admitted(h: &Harness, proto: Proto, host: &str, backend: &HeldBackend) {
+    let (resp, held) = until_held(h, proto, host, backend).await;
+    held.answer(true);
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status, 200, "{proto:?} {host}: {}", resp.text());
+}
+
+/// `limit-connections` (ingress-nginx's connection.go): with one request
+/// of the client in flight, the next gets 503 and never reaches the
+/// backend; the count falls however the request ends (answered, the
+/// backend failing, the client gone, the read timeout); a client in
+/// `limit-allowlist` is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_connections_counts_requests_in_flight_per_client() {
+    const NS: &str = "inflight";
+    let held = HeldBackend::start().await;
+    let mut objects = held.service(NS, "held");
+    objects.push(annotated(
+        NS,
+        "one.test",
+        "held",
+        &[("limit-connections", "1")],
+    ));
+    objects.push(annotated(
+        NS,
+        "slow.test",
+        "held",
+        &[("limit-connections", "1"), ("proxy-read-timeout", "1")],
+    ));
+    objects.push(annotated(
+        NS,
+        "exempt.test",
+        "held",
+        &[
+            ("limit-connections", "1"),
+            ("limit-allowlist", "127.0.0.0/8"),
+        ],
+    ));
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    let get = |host: &str| Request::get(host, "/");
+    for proto in BOTH {
+        let (first, first_held) = until_held(&h, proto, "one.test", &held).await;
+        let refused = over(&h, proto, get("one.test")).await;
+        assert_proxy_answer(&refused, 503, &format!("{proto:?} second in flight"));
+        assert!(held.idle(), "{proto:?}: the refused request stayed here");
+        // An exempt client is not counted: two at once.
+        let exempt = [
+            spawn_over(&h, proto, get("exempt.test")),
+            spawn_over(&h, proto, get("exempt.test")),
+        ];
+        let (a, b) = (held.next().await, held.next().await);
+        a.answer(true);
+        b.answer(true);
+        for resp in exempt {
+            assert_eq!(resp.await.unwrap().status, 200, "{proto:?} exempt");
+        }
+        // Answered.
+        first_held.answer(true);
+        assert_eq!(first.await.unwrap().status, 200, "{proto:?}");
+        admitted(&h, proto, "one.test", &held).await;
+        // The backend closes without an answer.
+        let (failed, failed_held) = until_held(&h, proto, "one.test", &held).await;
+        failed_held.answer(false);
+        let failed = failed.await.unwrap();
+        assert_proxy_answer(&failed, 502, &format!("{proto:?} backend failed"));
+        admitted(&h, proto, "one.test", &held).await;
+        // The client goes away while its request is held.
+        let (gone, gone_held) = until_held(&h, proto, "one.test", &held).await;
+        gone.abort();
+        let _ = gone.await;
+        gone_held.answer(true);
+        admitted(&h, proto, "one.test", &held).await;
+        // The route's read timeout ends it.
+        let (slow, _unanswered) = until_held(&h, proto, "slow.test", &held).await;
+        assert_proxy_answer(&slow.await.unwrap(), 504, &format!("{proto:?} timeout"));
+        admitted(&h, proto, "slow.test", &held).await;
+    }
+}
+
+/// Canaries and affinity (ingress-nginx's canary.go "canary affinity
+/// behavior"): a request whose affinity cookie names the main backend's
+/// endpoint stays there, even with the canary's header; with the canary
+/// Ingress's `affinity-canary-behavior: sticky` (the default) a request
+/// sent to the canary gets the cookie and then stays on the canary; with
+/// `legacy` it gets none. `session-cookie-domain` (affinity.go) is the
+/// cookie's Domain; one the Ingress does not serve is reported, not sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_respects_affinity_and_cookie_domain() {
+    const NS: &str = "canarysticky";
+    let main = echo(NS, "web", "web-0").await;
+    let canary = echo(NS, "canary", "canary-0").await;
+    let mut objects = echo_service(NS, "web", &[&main]);
+    objects.extend(echo_service(NS, "canary", &[&canary]));
+    for (host, behavior) in [("sticky.test", None), ("legacy.test", Some("legacy"))] {
+        objects.push(annotated(
+            NS,
+            host,
+            "web",
+            &[
+                ("affinity", "cookie"),
+                ("session-cookie-name", "route"),
+                ("session-cookie-domain", host),
+            ],
+        ));
+        let mut pairs = vec![("canary", "true"), ("canary-by-header", "X-Canary")];
+        pairs.extend(behavior.map(|b| ("affinity-canary-behavior", b)));
+        let mut by_header = annotated(NS, host, "canary", &pairs);
+        by_header["metadata"]["name"] = json!(format!("canary-{host}"));
+        objects.push(by_header);
+    }
+    objects.push(annotated(
+        NS,
+        "elsewhere.test",
+        "web",
+        &[("affinity", "cookie"), ("session-cookie-domain", "test")],
+    ));
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    let pod = |resp: &Response| resp.json().unwrap()["pod"].clone();
+    let cookie = |resp: &Response, host: &str| {
+        let set = header(resp, "set-cookie");
+        assert!(set.contains(&format!("; Path=/; Domain={host};")), "{set}");
+        set.split(';').next().unwrap().to_string()
+    };
+    for proto in BOTH {
+        for (host, sticky) in [("sticky.test", true), ("legacy.test", false)] {
+            let what = format!("{proto:?} {host}");
+            let first = over(&h, proto, Request::get(host, "/")).await;
+            assert_eq!(pod(&first), json!("web-0"), "{what}");
+            let on_main = cookie(&first, host);
+            // Tied to the main backend: the canary's header does not move it.
+            let tied = Request::get(host, "/")
+                .header("Cookie", &on_main)
+                .header("X-Canary", "always");
+            assert_eq!(pod(&over(&h, proto, tied).await), json!("web-0"), "{what}");
+            let forced = over(
+                &h,
+                proto,
+                Request::get(host, "/").header("X-Canary", "always"),
+            )
+            .await;
+            assert_eq!(pod(&forced), json!("canary-0"), "{what}");
+            if sticky {
+                let on_canary = cookie(&forced, host);
+                let back = Request::get(host, "/").header("Cookie", &on_canary);
+                assert_eq!(
+                    pod(&over(&h, proto, back).await),
+                    json!("canary-0"),
+                    "{what}"
+                );
+            } else {
+                assert!(forced.headers.get("set-cookie").is_none(), "{what}");
+            }
+        }
+        // A domain the Ingress does not serve is not sent.
+        let resp = over(&h, proto, Request::get("elsewhere.test", "/")).await;
+        let set = header(&resp, "set-cookie");
+        assert!(!set.contains("Domain"), "{set}");
+    }
+    let status = h
+        .wait_status("the Ingress's report", |s| {
+            ingress_report(s, NS, "elsewhere.test").is_some()
+        })
+        .await;
+    let report = ingress_report(&status, NS, "elsewhere.test").unwrap();
+    let accepted = condition(report, "AnnotationsAccepted").expect("a condition");
+    assert_eq!(accepted["status"], "False", "{accepted}");
+    assert!(
+        accepted["message"]
+            .as_str()
+            .unwrap()
+            .contains("session-cookie-domain"),
+        "{accepted}"
+    );
 }

@@ -15,7 +15,7 @@ use crate::compile::backends::{PortRef, Resolver};
 use crate::compile::fairness::TenantGates;
 use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
-use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations};
+use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations, TrafficPolicy};
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
@@ -109,7 +109,9 @@ impl<'a> Policies<'a> {
                 let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
-                let policy = nginx.policy_with_tls(&name, table, tls, &paths, &mut problems);
+                let policy = nginx
+                    .policy_with_tls(&name, table, tls, &paths, &mut problems)
+                    .map(|p| owned_cookie_domain(p, ingress, &mut problems));
                 let auth = match nginx.auth(&mut problems) {
                     Some(wanted) => {
                         external_auth(wanted, namespace, tenant, resolver, &mut problems)
@@ -266,6 +268,39 @@ fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
         .collect()
 }
 
+/// `session-cookie-domain` names what the Ingress serves: one of its rule
+/// hosts, or the parent of one of its wildcard hosts. A parent beyond
+/// those may be shared with other tenants, whose names a tenant must not
+/// set cookies for: it is reported and the cookie goes without a Domain
+/// (the host's own, as without the annotation).
+fn owned_cookie_domain(
+    mut policy: TrafficPolicy,
+    ingress: &Ingress,
+    problems: &mut Vec<String>,
+) -> TrafficPolicy {
+    if let Some(affinity) = policy.affinity.as_mut()
+        && let Some(domain) = affinity.domain.take()
+    {
+        let mut hosts = ingress
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+            .filter_map(|r| r.host.as_deref());
+        let owned = hosts.any(|host| {
+            let host = host.to_ascii_lowercase();
+            host == domain || host.strip_prefix("*.") == Some(domain.as_str())
+        });
+        if owned {
+            affinity.domain = Some(domain);
+        } else {
+            problems.push(format!(
+                "nginx.ingress.kubernetes.io/session-cookie-domain: {domain:?} is neither a host of this Ingress nor the parent of one of its wildcard hosts; the affinity cookie is sent without a Domain"
+            ));
+        }
+    }
+    policy
+}
+
 /// The distinct paths of an Ingress's rules (a cookie's default scope).
 fn rule_paths(ingress: &Ingress) -> Vec<String> {
     let mut paths: Vec<String> = ingress
@@ -402,6 +437,90 @@ spec:
         let route = again.routes.lookup("a.globex.lb.example.net", "/").unwrap();
         let kept = route.traffic().unwrap().rate.as_ref().unwrap();
         assert!(std::sync::Arc::ptr_eq(&kept.table, &globex.table));
+    }
+
+    /// `limit-connections` counts in the same bounded table: a flood of
+    /// addresses with requests in flight fills the tenant's table and no
+    /// more, another tenant's client keeps its count and its limit, and
+    /// every count is given back when its request ends.
+    #[test]
+    fn a_tenants_in_flight_counts_are_bounded_by_its_limits() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let in_flight = |docs: String| docs.replace("limit-rps: '1'", "limit-connections: '1'");
+        let docs = [
+            in_flight(tenant_docs("acme", ", limits: {maxConnections: 1000}")),
+            in_flight(tenant_docs("globex", "")),
+        ];
+        let snapshot = compile_test_docs(&docs, &options);
+        let limit = |host: &str| {
+            let route = snapshot.routes.lookup(host, "/").expect("routed");
+            let traffic = route.traffic().expect("a policy");
+            assert!(traffic.rate.is_none());
+            traffic.connections.clone().expect("a limit")
+        };
+        let acme = limit("a.acme.lb.example.net");
+        let globex = limit("a.globex.lb.example.net");
+        assert!(!std::sync::Arc::ptr_eq(&acme.table, &globex.table));
+        let neighbour = Some(IpAddr::from([192, 0, 2, 1]));
+        let kept = globex.enter(neighbour).unwrap();
+        let flood: Vec<_> = (0..100_000u128)
+            .map(|i| {
+                let client = Ipv6Addr::from((0x2001_0db8u128 << 96) | i);
+                acme.enter(Some(IpAddr::V6(client))).unwrap()
+            })
+            .collect();
+        assert_eq!(acme.table.in_flight_used(), 1024);
+        assert_eq!(globex.table.in_flight_used(), 1);
+        assert!(globex.enter(neighbour).is_err());
+        drop(flood);
+        assert_eq!(acme.table.in_flight_used(), 0);
+        drop(kept);
+        assert!(globex.enter(neighbour).unwrap().is_some());
+    }
+
+    /// `session-cookie-domain` is sent for a host of the Ingress (or the
+    /// parent of its wildcard host); a parent it does not serve is
+    /// reported on the annotation and not sent.
+    #[test]
+    fn cookie_domain_is_one_the_ingress_serves() {
+        let affinity = |domain: &str| {
+            let ingress = admin_ingress(&format!(
+                "    nginx.ingress.kubernetes.io/affinity: cookie
+    nginx.ingress.kubernetes.io/session-cookie-domain: {domain}
+"
+            ));
+            let snapshot =
+                compile_test_docs(&[OPS.to_string(), ingress], &CompileOptions::default());
+            let route = snapshot
+                .routes
+                .lookup("admin.example", "/")
+                .expect("routed");
+            let sent = route.traffic().unwrap().affinity.clone().unwrap().domain;
+            let report = snapshot.report.ingresses.iter().find(|r| r.name == "admin");
+            let problems: Vec<String> = report
+                .into_iter()
+                .flat_map(|r| &r.conditions)
+                .filter(|c| c.type_ == "AnnotationsAccepted" && c.status == "False")
+                .map(|c| c.message.clone())
+                .collect();
+            (sent, problems)
+        };
+        let (sent, problems) = affinity(".Admin.example");
+        assert_eq!(sent.as_deref(), Some("admin.example"));
+        assert!(problems.is_empty(), "{problems:?}");
+        for foreign in ["example", "other.example"] {
+            let (sent, problems) = affinity(foreign);
+            assert_eq!(sent, None, "{foreign}");
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.contains("nginx.ingress.kubernetes.io/session-cookie-domain")),
+                "{foreign}: {problems:?}"
+            );
+        }
     }
 
     /// In an operator namespace an ingress-nginx annotation teapot does

@@ -15,6 +15,14 @@
 //! A counter is GCRA's theoretical arrival time, keyed by a keyed hash of
 //! (route, limit, client address).
 //!
+//! The same table holds, allocated on first use and of the same size, the
+//! requests each client has in flight on a route (`limit-connections`):
+//! an [`InFlightPass`] is one of them, given back when dropped with its
+//! request, whatever ended it. A held count is never evicted; a client
+//! whose set is full of other clients' requests is let through uncounted
+//! rather than refused, so no number of other addresses can refuse it,
+//! and the state stays the table's fixed size.
+//!
 //! The same owners' [`AuthGate`]s live here too: how many external
 //! authentication sub-requests (`auth-url`) each has in flight, kept
 //! across snapshots so a reload neither forgets nor doubles them.
@@ -67,6 +75,44 @@ struct Counter {
 pub struct RateTable {
     hasher: std::hash::RandomState,
     sets: Box<[Mutex<[Counter; WAYS]>]>,
+    /// `limit-connections`' counts, as many sets as `sets`.
+    in_flight: OnceLock<Box<[Mutex<[Held; WAYS]>]>>,
+}
+
+/// One client's requests in flight on one route.
+#[derive(Clone, Copy, Debug, Default)]
+struct Held {
+    /// 0: free.
+    key: u64,
+    count: u32,
+}
+
+/// One request's place in its client's in-flight count
+/// ([`RateTable::hold`]), given back when dropped.
+#[derive(Debug)]
+pub struct InFlightPass {
+    table: Arc<RateTable>,
+    /// 0: the request was let through uncounted (its set was full).
+    key: u64,
+}
+
+impl Drop for InFlightPass {
+    fn drop(&mut self) {
+        if self.key == 0 {
+            return;
+        }
+        let Some(sets) = self.table.in_flight.get() else {
+            return;
+        };
+        let mut set = sets[RateTable::set_of(self.key, sets.len())].lock();
+        // A held count is never taken by another key: it is there.
+        if let Some(held) = set.iter_mut().find(|h| h.key == self.key) {
+            held.count -= 1;
+            if held.count == 0 {
+                held.key = 0;
+            }
+        }
+    }
 }
 
 /// Nanoseconds since the first call: the clock of every rate counter,
@@ -98,7 +144,57 @@ impl RateTable {
             sets: (0..sets)
                 .map(|_| Mutex::new([Counter::default(); WAYS]))
                 .collect(),
+            in_flight: OnceLock::new(),
         }
+    }
+
+    fn set_of(key: u64, sets: usize) -> usize {
+        (key >> 1) as usize % sets
+    }
+
+    /// Counts one more request of `client` in flight on the route of
+    /// `route_key`, unless `limit` are already (`None`: refused).
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        route_key: u64,
+        client: IpAddr,
+        limit: u32,
+    ) -> Option<InFlightPass> {
+        // Apart from the rate counters' keys (`which` is an index there).
+        let key = self.hasher.hash_one((route_key, usize::MAX, client)) | 1;
+        let sets = self.in_flight.get_or_init(|| {
+            (0..self.sets.len())
+                .map(|_| Mutex::new([Held::default(); WAYS]))
+                .collect()
+        });
+        let mut set = sets[RateTable::set_of(key, sets.len())].lock();
+        let key = match set.iter().position(|h| h.key == key) {
+            Some(i) if set[i].count >= limit => return None,
+            Some(i) => {
+                set[i].count += 1;
+                key
+            }
+            None => match set.iter().position(|h| h.key == 0) {
+                Some(i) => {
+                    set[i] = Held { key, count: 1 };
+                    key
+                }
+                None => 0,
+            },
+        };
+        Some(InFlightPass {
+            table: self.clone(),
+            key,
+        })
+    }
+
+    /// Clients with requests in flight counted (tests, `/status`).
+    pub fn in_flight_used(&self) -> usize {
+        self.in_flight.get().map_or(0, |sets| {
+            sets.iter()
+                .map(|s| s.lock().iter().filter(|h| h.key != 0).count())
+                .sum()
+        })
     }
 
     /// The counters a tenant's table holds: its `maxConnections` (the
@@ -142,7 +238,7 @@ impl RateTable {
     ) -> Result<(), u64> {
         // 0 marks a free counter.
         let key = self.hasher.hash_one((route_key, which, client)) | 1;
-        let set = &self.sets[(key >> 1) as usize % self.sets.len()];
+        let set = &self.sets[RateTable::set_of(key, self.sets.len())];
         let mut set = set.lock();
         let slot = match set.iter().position(|c| c.key == key) {
             Some(i) => i,
@@ -282,6 +378,35 @@ mod tests {
         assert_eq!(a.in_flight(), 1);
         assert!(a.enter(2).is_some());
         drop(second);
+    }
+
+    /// A client's requests in flight are counted up to the limit and
+    /// given back as each ends; a flood of other addresses fills the
+    /// table's fixed size and no more, and lets the rest through.
+    #[test]
+    fn in_flight_counts_are_held_and_given_back() {
+        let table = Arc::new(RateTable::new(64));
+        let route = RateTable::route_key("ns/web");
+        let client = IpAddr::from([192, 0, 2, 1]);
+        let first = table.hold(route, client, 2).unwrap();
+        let second = table.hold(route, client, 2).unwrap();
+        assert!(table.hold(route, client, 2).is_none());
+        // Another route's count of the same client is its own.
+        assert!(
+            table
+                .hold(RateTable::route_key("ns/other"), client, 2)
+                .is_some()
+        );
+        drop(first);
+        let third = table.hold(route, client, 2).unwrap();
+        drop((second, third));
+        assert_eq!(table.in_flight_used(), 0);
+        let held: Vec<_> = (0..10_000u32)
+            .map(|i| table.hold(route, IpAddr::from(i.to_be_bytes()), 1).unwrap())
+            .collect();
+        assert_eq!(table.in_flight_used(), table.capacity());
+        drop(held);
+        assert_eq!(table.in_flight_used(), 0);
     }
 
     #[test]

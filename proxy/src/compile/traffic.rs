@@ -24,6 +24,8 @@ use crate::compile::upstream::Upstream;
 pub struct TrafficPolicy {
     pub access: Option<AccessList>,
     pub rate: Option<RateLimits>,
+    /// `limit-connections`: requests in flight per client address.
+    pub connections: Option<ConnectionLimit>,
     pub cors: Option<Cors>,
     /// `permanent-redirect` / `temporal-redirect`: every request answered
     /// with it, nothing forwarded.
@@ -146,6 +148,11 @@ pub struct CanaryRules {
     /// as ingress-nginx reads it).
     pub weight: u32,
     pub total: u32,
+    /// The canary Ingress's `affinity-canary-behavior` is `sticky` (the
+    /// default): the main route's affinity applies to the canary's backend
+    /// too, so a request its cookie names a canary endpoint for stays on
+    /// the canary and one sent there gets the cookie; `legacy`: neither.
+    pub sticky: bool,
 }
 
 /// The route's own upstream timeouts; each applies under the operator's
@@ -195,6 +202,9 @@ pub struct Affinity {
     /// `session-cookie-secure`; unset: only with `SameSite=None`. Over
     /// HTTPS the cookie is always `Secure` (as ingress-nginx).
     pub secure: Option<bool>,
+    /// `session-cookie-domain`, without a leading dot: one of the
+    /// Ingress's own hosts (crate::compile::policies checks it).
+    pub domain: Option<String>,
 }
 
 /// Client networks: a client in `deny` is refused; else, when `allow` is
@@ -218,6 +228,18 @@ pub struct RateLimits {
     pub table: Arc<RateTable>,
     /// This route's part of each counter's key: the Ingress's name, so a
     /// reload keeps the counters.
+    pub route_key: u64,
+}
+
+/// Requests in flight per client address on this route
+/// (`limit-connections`): one more is refused with 503.
+#[derive(Clone, Debug)]
+pub struct ConnectionLimit {
+    pub limit: u32,
+    /// `limit-allowlist` / `limit-whitelist`: clients it does not apply to.
+    pub exempt: Vec<IpNet>,
+    /// The counts: the owning tenant's table, as the rate limits'.
+    pub table: Arc<RateTable>,
     pub route_key: u64,
 }
 
@@ -371,9 +393,14 @@ impl NginxAnnotations {
         if self.is_empty() && !teapot_redirect {
             return None;
         }
+        // One table for the rate counters and the in-flight counts, made
+        // only when either is wanted.
+        let table = std::cell::LazyCell::new(table);
+        let table = || Arc::clone(&table);
         let policy = TrafficPolicy {
             access: self.access(),
             rate: self.rate(route, table),
+            connections: self.connections(route, table),
             cors: self.cors(),
             redirect: self.redirect(),
             app_root: self.app_root(problems),
@@ -388,6 +415,7 @@ impl NginxAnnotations {
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
+            || policy.connections.is_some()
             || policy.cors.is_some()
             || policy.redirect.is_some()
             || policy.app_root.is_some()
@@ -442,6 +470,9 @@ impl NginxAnnotations {
             expires: self.count("session-cookie-expires"),
             samesite,
             secure: self.flag("session-cookie-secure"),
+            domain: self
+                .text("session-cookie-domain")
+                .map(|d| d.trim_start_matches('.').to_ascii_lowercase()),
         })
     }
 
@@ -451,6 +482,20 @@ impl NginxAnnotations {
             deny: self.nets(&["denylist-source-range"]),
         };
         (!list.allow.is_empty() || !list.deny.is_empty()).then_some(list)
+    }
+
+    fn connections(
+        &self,
+        route: &str,
+        table: impl FnOnce() -> Arc<RateTable>,
+    ) -> Option<ConnectionLimit> {
+        let limit = self.count("limit-connections")?;
+        Some(ConnectionLimit {
+            limit,
+            exempt: self.nets(&["limit-whitelist", "limit-allowlist"]),
+            table: table(),
+            route_key: RateTable::route_key(route),
+        })
     }
 
     fn rate(&self, route: &str, table: impl FnOnce() -> Arc<RateTable>) -> Option<RateLimits> {
@@ -584,6 +629,10 @@ impl NginxAnnotations {
             cookie: first("canary-by-cookie"),
             weight: self.count("canary-weight").unwrap_or(0),
             total: self.count("canary-weight-total").unwrap_or(100).max(100),
+            sticky: !matches!(
+                self.get("affinity-canary-behavior"),
+                Some(AnnotationValue::Word("legacy"))
+            ),
         }
     }
 

@@ -132,7 +132,7 @@ impl teapot_h1::Router for Router {
             query,
             headers: &headers,
         };
-        let forward = match pipeline::route(self, &request, conn).await {
+        let mut forward = match pipeline::route(self, &request, conn).await {
             Routed::Forward(forward) => forward,
             Routed::Answer(answer, route) => {
                 let ids = self.ids(req, route.as_ref());
@@ -163,6 +163,7 @@ impl teapot_h1::Router for Router {
             book: self.metrics.series.clone(),
             _tenant: forward.tenant,
             _in_flight: self.metrics.request_started(),
+            _client_in_flight: forward.policy.as_mut().and_then(|p| p.in_flight.take()),
         });
         fwd.max_body_size = Some(forward.body_limit);
         fwd.request_edits =
@@ -429,6 +430,8 @@ pub struct Target {
     /// upgraded connection's whole life.
     _tenant: Option<TenantPermit>,
     _in_flight: InFlight,
+    /// `limit-connections`: the client's count, held likewise.
+    _client_in_flight: Option<crate::compile::rate_table::InFlightPass>,
 }
 
 impl Target {

@@ -442,6 +442,125 @@ pub async fn over(h: &Harness, proto: client::Proto, req: Request) -> Response {
     }
 }
 
+/// [`over`] on its own task (the request stays in flight while the test
+/// goes on; aborting the task drops the client's connection).
+pub fn spawn_over(
+    h: &Harness,
+    proto: client::Proto,
+    req: Request,
+) -> tokio::task::JoinHandle<Response> {
+    let (http, https) = (h.proxy.http, h.proxy.https);
+    let req = req.proto(proto);
+    tokio::spawn(async move {
+        match proto {
+            client::Proto::Http1 => send(http, &Transport::Plain, &req).await,
+            client::Proto::Http2 => {
+                send(https, &Transport::tls_insecure(&req.host.clone()), &req).await
+            }
+        }
+    })
+}
+
+/// An HTTP/1 backend that holds each request until the test says how it
+/// ends: a request in flight stays so as long as the test wants, with no
+/// timing involved.
+pub struct HeldBackend {
+    pub addr: SocketAddr,
+    arrivals: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<HeldRequest>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A request held by a [`HeldBackend`]: `answer(true)` answers 200
+/// `held`, `answer(false)` closes its connection unanswered; dropped, it
+/// is closed too.
+pub struct HeldRequest(tokio::sync::oneshot::Sender<bool>);
+
+impl HeldRequest {
+    pub fn answer(self, ok: bool) {
+        let _ = self.0.send(ok);
+    }
+}
+
+impl HeldBackend {
+    pub async fn start() -> HeldBackend {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let (answer, told) = tokio::sync::oneshot::channel();
+                    if tx.send(HeldRequest(answer)).is_err() {
+                        return;
+                    }
+                    if told.await == Ok(true) {
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nheld")
+                            .await;
+                    }
+                });
+            }
+        });
+        HeldBackend {
+            addr,
+            arrivals: tokio::sync::Mutex::new(rx),
+            task,
+        }
+    }
+
+    /// The next request to arrive (cancel-safe).
+    pub async fn next(&self) -> HeldRequest {
+        let next = async {
+            self.arrivals
+                .lock()
+                .await
+                .recv()
+                .await
+                .expect("backend runs")
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, next)
+            .await
+            .expect("a request reaches the held backend")
+    }
+
+    /// Whether no request arrived that was not taken with [`Self::next`].
+    pub fn idle(&self) -> bool {
+        self.arrivals
+            .try_lock()
+            .is_ok_and(|mut rx| rx.try_recv().is_err())
+    }
+
+    /// The Service `name` in `namespace` whose one endpoint is this backend.
+    pub fn service(&self, namespace: &str, name: &str) -> Vec<Value> {
+        vec![
+            service(namespace, name, &[(Some("http"), 80)]),
+            slice(
+                namespace,
+                &format!("{name}-0"),
+                name,
+                &[(Some("http"), self.addr.port())],
+                &[("127.0.0.1", true)],
+            ),
+        ]
+    }
+}
+
+impl Drop for HeldBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// The `/status` report of one Ingress.
 pub fn ingress_report<'a>(status: &'a Value, namespace: &str, name: &str) -> Option<&'a Value> {
     status["ingresses"]

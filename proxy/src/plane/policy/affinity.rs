@@ -43,6 +43,19 @@ pub(super) fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]
 }
 
 impl Affinity {
+    /// Whether the request's cookie names one of `upstream`'s endpoints
+    /// (ejected or not: ingress-nginx's `is_affinitized` keeps a request
+    /// on its backend, and the backend then picks another endpoint), which
+    /// keeps it on that backend whatever the canary rules say.
+    pub fn pins(&self, upstream: &Upstream, cookies: Option<&[u8]>) -> bool {
+        cookie(cookies, &self.cookie).is_some_and(|value| {
+            upstream
+                .endpoints
+                .iter()
+                .any(|e| cookie_value(e.addr).as_bytes() == value)
+        })
+    }
+
     /// The endpoint of `upstream` this request sticks to; `None` when the
     /// upstream has no endpoint (the engines answer that).
     pub fn choose(&self, upstream: &Upstream, cookies: Option<&[u8]>, tls: bool) -> Option<Sticky> {
@@ -68,6 +81,10 @@ impl Affinity {
             cookie_value(chosen.addr),
             self.path
         );
+        if let Some(domain) = &self.domain {
+            set.push_str("; Domain=");
+            set.push_str(domain);
+        }
         if let Some(seconds) = self.expires {
             let at = SystemTime::now() + Duration::from_secs(u64::from(seconds));
             set.push_str("; Expires=");
@@ -107,6 +124,7 @@ mod tests {
             expires: None,
             samesite: None,
             secure: None,
+            domain: None,
         }
     }
 
@@ -151,6 +169,21 @@ mod tests {
         // An unknown or forged value is a new client.
         let forged = Some(&b"route=10.0.0.1:1"[..]);
         assert!(a.choose(&up, forged, false).unwrap().set_cookie.is_some());
+    }
+
+    #[test]
+    fn domain_is_sent_and_the_cookie_pins_to_its_backend() {
+        let registry = EndpointRegistry::default();
+        let up = upstream(&registry, &[1, 2]);
+        let mut a = affinity();
+        a.domain = Some("shop.example".into());
+        let set = a.choose(&up, None, false).unwrap().set_cookie.unwrap();
+        assert!(set.contains("; Path=/; Domain=shop.example;"), "{set}");
+        let value = set.split(';').next().unwrap().to_string();
+        assert!(a.pins(&up, Some(value.as_bytes())));
+        // Another backend's endpoint, or no cookie: not pinned.
+        assert!(!a.pins(&upstream(&registry, &[3]), Some(value.as_bytes())));
+        assert!(!a.pins(&up, None));
     }
 
     #[test]

@@ -59,6 +59,7 @@ mod tests {
             cookie: Some("canary".into()),
             weight,
             total: 100,
+            sticky: true,
         }
     }
 

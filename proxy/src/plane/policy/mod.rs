@@ -5,15 +5,20 @@
 //!
 //! 1. [`access`]: a client outside the allow-list or inside the deny-list
 //!    gets 403;
-//! 2. [`rate`]: a client over a rate limit gets 429 with `Retry-After`;
+//! 2. [`rate`]: a client with `limit-connections` requests in flight gets
+//!    503 (its count held by the forward's [`Applied`] until the request
+//!    ends), then one over a rate limit 429 with `Retry-After`;
 //! 3. `permanent-redirect` / `temporal-redirect`, then `ssl-redirect`
 //!    for plain HTTP, then `app-root` for `/`;
 //! 4. [`cors`]: a preflight from an allowed origin is answered 204; any
 //!    other request from one is forwarded and its response gets the CORS
 //!    fields;
 //! 5. [`canary`]: the canary's backend instead of the route's, by the
-//!    header, cookie and weight rules; else [`affinity`]: the endpoint
-//!    the client's cookie names is tried first
+//!    header, cookie and weight rules, unless the affinity cookie ties the
+//!    request to one of the two backends (ingress-nginx's
+//!    `is_affinitized`; the canary's only with `affinity-canary-behavior:
+//!    sticky`); then [`affinity`] on the backend chosen (the canary's only
+//!    when sticky): the endpoint the client's cookie names is tried first
 //!    (and the cookie set when it names none that serves);
 //! 6. `x-forwarded-prefix` on the request to the backend;
 //! 7. `rewrite-target`: the path the backend gets, from the captures of
@@ -74,6 +79,10 @@ pub struct Applied {
     /// set on the request to the backend, or removed (`None`) when the
     /// answer had none, replacing the client's either way.
     pub auth_fields: auth::ForwardedFields,
+    /// `limit-connections`: the request's place in its client's count,
+    /// given back when the forward (and this) is dropped, however the
+    /// request ended.
+    pub in_flight: Option<crate::compile::rate_table::InFlightPass>,
 }
 
 impl Applied {
@@ -86,6 +95,7 @@ impl Applied {
             && self.upstream.is_none()
             && self.timeouts.is_none()
             && self.auth_fields.is_empty()
+            && self.in_flight.is_none()
     }
 }
 
@@ -109,6 +119,8 @@ pub struct Seen<'r> {
 
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
 pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this route\n";
+pub const TOO_MANY_IN_FLIGHT_BODY: &str =
+    "503 too many requests in flight from this client for this route\n";
 
 /// The policy's verdict for a request routed to a route with `policy`:
 /// `Err` answers it; `Ok` forwards it with what the policy adds (`None`:
@@ -128,6 +140,18 @@ pub fn apply(
             headers: Vec::new(),
         });
     }
+    // ingress-nginx applies `limit-connections` before the rates, and its
+    // `limit_conn` answers 503 (its `limit-conn-status-code`). A request a
+    // rate then refuses gives its place back as it returns.
+    let in_flight = match &policy.connections {
+        Some(limit) => limit.enter(seen.client).map_err(|_| PolicyAnswer {
+            status: 503,
+            reason: "policy_in_flight_limited",
+            body: TOO_MANY_IN_FLIGHT_BODY,
+            headers: Vec::new(),
+        })?,
+        None => None,
+    };
     if let Some(rate) = &policy.rate
         && let Err(seconds) = rate.admit(seen.client)
     {
@@ -160,7 +184,10 @@ pub fn apply(
             format!("{scheme}://{}{root}", seen.authority),
         ));
     }
-    let mut applied = Applied::default();
+    let mut applied = Applied {
+        in_flight,
+        ..Applied::default()
+    };
     if let Some(cors) = &policy.cors
         && let Some(fields) = cors.fields(seen.origin)
     {
@@ -174,15 +201,25 @@ pub fn apply(
         }
         applied.response_headers = fields;
     }
+    // ingress-nginx's balancer: a request its affinity cookie ties to the
+    // route's backend stays there, one tied to the canary's (`sticky`)
+    // goes there; only an untied request meets the canary rules.
+    let affinity = policy.affinity.as_ref();
+    let mut target = Some(upstream);
     if let Some(canary) = &policy.canary
-        && canary::chooses(&canary.rules, seen.canary_header, seen.cookie)
+        && !affinity.is_some_and(|a| a.pins(upstream, seen.cookie))
+        && ((canary.rules.sticky
+            && affinity.is_some_and(|a| a.pins(&canary.upstream, seen.cookie)))
+            || canary::chooses(&canary.rules, seen.canary_header, seen.cookie))
     {
         applied.upstream = Some(canary.upstream.clone());
+        // `legacy`: the canary's backend has no affinity.
+        target = canary.rules.sticky.then_some(&*canary.upstream);
     }
-    // The affinity cookie names an endpoint of the route's own backend.
-    if applied.upstream.is_none()
-        && let Some(affinity) = &policy.affinity
-        && let Some(sticky) = affinity.choose(upstream, seen.cookie, seen.tls)
+    // The cookie names an endpoint of the backend the request goes to.
+    if let Some(affinity) = affinity
+        && let Some(target) = target
+        && let Some(sticky) = affinity.choose(target, seen.cookie, seen.tls)
     {
         applied.endpoint = Some(sticky.endpoint);
         if let Some(cookie) = sticky.set_cookie {
@@ -322,6 +359,25 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(applied.response_headers[0].1, "*");
+    }
+
+    /// `limit-connections`: the forward's [`Applied`] holds the client's
+    /// count; one more gets 503 until it is dropped.
+    #[test]
+    fn in_flight_limit_is_held_by_the_forward() {
+        let p = policy(&[("limit-connections", "1")]);
+        let client = ip("192.0.2.1");
+        let held = apply(&p, "GET", "/", None, client).unwrap().unwrap();
+        assert!(held.in_flight.is_some());
+        let refused = apply(&p, "GET", "/", None, client).unwrap_err();
+        assert_eq!(
+            (refused.status, refused.reason, refused.body),
+            (503, "policy_in_flight_limited", TOO_MANY_IN_FLIGHT_BODY)
+        );
+        // Another client is not held up.
+        assert!(apply(&p, "GET", "/", None, ip("192.0.2.2")).is_ok());
+        drop(held);
+        assert!(apply(&p, "GET", "/", None, client).is_ok());
     }
 
     #[test]

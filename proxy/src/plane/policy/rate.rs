@@ -1,12 +1,30 @@
 //! Request rate limits per client address (`limit-rps`, `limit-rpm`,
-//! `limit-burst-multiplier`, `limit-allowlist`) on the request path; the
-//! counters are the owning tenant's bounded table
-//! (crate::compile::rate_table).
+//! `limit-burst-multiplier`, `limit-allowlist`) and its requests in flight
+//! (`limit-connections`) on the request path; the counters are the owning
+//! tenant's bounded table (crate::compile::rate_table).
 
 use std::net::IpAddr;
 
-use crate::compile::rate_table::now_ns;
-use crate::compile::traffic::RateLimits;
+use crate::compile::rate_table::{InFlightPass, now_ns};
+use crate::compile::traffic::{ConnectionLimit, RateLimits};
+
+impl ConnectionLimit {
+    /// One more request of `client` in flight: `Ok` carries its place,
+    /// held until the request ends (`None`: not counted, an exempt
+    /// client or none); `Err`: the limit, that many in flight already.
+    pub fn enter(&self, client: Option<IpAddr>) -> Result<Option<InFlightPass>, u32> {
+        let Some(ip) = client.map(|ip| ip.to_canonical()) else {
+            return Ok(None);
+        };
+        if self.exempt.iter().any(|net| net.contains(&ip)) {
+            return Ok(None);
+        }
+        self.table
+            .hold(self.route_key, ip, self.limit)
+            .map(Some)
+            .ok_or(self.limit)
+    }
+}
 
 impl RateLimits {
     /// Admits one request of `client`, or says after how many seconds it
@@ -85,6 +103,29 @@ mod tests {
         assert_eq!(l.admit_at(c, S), Err(60));
         assert_eq!(l.admit_at(c, 31 * S), Err(30));
         assert_eq!(l.admit_at(c, 61 * S), Ok(()));
+    }
+
+    #[test]
+    fn in_flight_limit_exempts_and_gives_back() {
+        let table = Arc::new(RateTable::new(64));
+        let l = ConnectionLimit {
+            limit: 1,
+            exempt: vec!["10.9.0.0/16".parse().unwrap()],
+            table: table.clone(),
+            route_key: RateTable::route_key("ns/web"),
+        };
+        let held = l.enter(ip("192.0.2.1")).unwrap();
+        assert!(held.is_some());
+        assert!(l.enter(ip("192.0.2.1")).is_err());
+        assert!(l.enter(ip("::ffff:192.0.2.1")).is_err());
+        // Exempt clients and requests without an address are not counted.
+        for _ in 0..3 {
+            assert!(l.enter(ip("10.9.1.1")).unwrap().is_none());
+            assert!(l.enter(None).unwrap().is_none());
+        }
+        drop(held);
+        assert_eq!(table.in_flight_used(), 0);
+        assert!(l.enter(ip("192.0.2.1")).unwrap().is_some());
     }
 
     /// However many addresses a client spreads over, the table keeps its
