@@ -463,7 +463,11 @@ where
     W: AsyncWrite + Unpin,
 {
     loop {
-        r.readable().await?;
+        // Through `poll_read_ready`, which takes from the task's budget as
+        // the read does: `readable()` does not, so once the budget ran out
+        // mid-burst it answered "ready" while the read kept saying
+        // "pending", and the relay spun without ever yielding.
+        std::future::poll_fn(|cx| r.as_ref().poll_read_ready(cx)).await?;
         let mut buf = Buffer::new();
         loop {
             buf.0.clear();
@@ -490,7 +494,8 @@ where
 }
 
 /// One read into `buf`'s spare capacity (zeroing 32 KiB per burst would
-/// show in the connection rate), or `None` when the socket has nothing.
+/// show in the connection rate), or `None` when the socket has nothing or
+/// the task has used up its budget (the caller's wait then yields).
 ///
 /// Through tokio's `poll_read`, which takes a read that fills the buffer
 /// only partly as the socket drained and clears its readiness: the next
@@ -580,6 +585,79 @@ mod tests {
             proxy_out,
             upstream,
         }
+    }
+
+    /// A long burst outlasts the task's budget (tokio's cooperative
+    /// scheduling): the relay must yield and go on, not spin in place (it
+    /// did: its wait said "ready" while its read said "pending"). The
+    /// relay runs on a thread and runtime of its own, so a relay that
+    /// spins cannot stall the check.
+    #[test]
+    fn a_burst_longer_than_the_task_budget_is_relayed() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let ends = runtime();
+        let Direction {
+            mut client,
+            proxy_in,
+            proxy_out,
+            mut upstream,
+        } = ends.block_on(direction());
+        let (proxy_in, proxy_out) = (proxy_in.into_std().unwrap(), proxy_out.into_std().unwrap());
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let relayed = runtime().block_on(async move {
+                let mut proxy_in = TcpStream::from_std(proxy_in).unwrap();
+                let mut proxy_out = TcpStream::from_std(proxy_out).unwrap();
+                let (mut r, _) = proxy_in.split();
+                let (_, mut w) = proxy_out.split();
+                let (c1, c2, last, seen) =
+                    (counter(), counter(), AtomicU64::new(0), AtomicU64::new(0));
+                let ended = AtomicBool::new(false);
+                pump(
+                    &mut r,
+                    &mut w,
+                    &last,
+                    Instant::now(),
+                    [&c1, &c2],
+                    &seen,
+                    &ended,
+                )
+                .await
+            });
+            let _ = done.send(relayed.is_ok());
+        });
+        // Thousands of reads: far more than the 128 operations of a budget.
+        const BURST: usize = 64 * 1024 * 1024;
+        let ends = std::thread::spawn(move || {
+            ends.block_on(async move {
+                let sending = async {
+                    client.write_all(&vec![7u8; BURST]).await.unwrap();
+                    client.shutdown().await.unwrap();
+                };
+                let receiving = async {
+                    let (mut got, mut chunk) = (0usize, vec![0u8; 256 * 1024]);
+                    loop {
+                        match upstream.read(&mut chunk).await.unwrap() {
+                            0 => return got,
+                            n => got += n,
+                        }
+                    }
+                };
+                tokio::join!(sending, receiving).1
+            })
+        });
+        // A guard against a hang, not a measurement: the spinning relay
+        // never finished at all.
+        let relayed = finished
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the relay passed the burst on and ended");
+        assert!(relayed);
+        assert_eq!(ends.join().unwrap(), BURST);
     }
 
     #[tokio::test]
