@@ -22,6 +22,7 @@ mod capi_cmd;
 mod demo;
 mod dns_args;
 mod edge_args;
+mod input;
 mod kube_args;
 mod l4_args;
 mod migrate_cmd;

@@ -57,7 +57,7 @@ pub(crate) async fn run(files: &[PathBuf], args: &MigrationArgs) -> anyhow::Resu
         );
     }
     for file in files {
-        let (label, text) = crate::webhook_cmd::read_input(file)?;
+        let (label, text) = crate::input::read_input(file)?;
         for ingress in ingresses_in(&text).with_context(|| format!("reading {label}"))? {
             moves.push((label.clone(), assess(&ingress)));
         }

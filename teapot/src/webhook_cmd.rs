@@ -102,7 +102,7 @@ pub(crate) async fn run_validate(args: ValidateArgs) -> anyhow::Result<()> {
     let state = load_state(dir)?;
     let (mut objects, mut refused) = (0usize, 0usize);
     for file in &args.files {
-        let (label, text) = read_input(file)?;
+        let (label, text) = crate::input::read_input(file)?;
         for report in validate_text(&validator, &state, &text, args.tenant.as_deref()) {
             objects += 1;
             for w in &report.verdict.warnings {
@@ -138,14 +138,4 @@ fn load_state(dir: &Path) -> anyhow::Result<PolicyState> {
         &loaded.store,
         loaded.problems.len(),
     ))
-}
-
-pub(crate) fn read_input(file: &Path) -> anyhow::Result<(String, String)> {
-    if file == Path::new("-") {
-        let text = std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?;
-        return Ok(("-".into(), text));
-    }
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    Ok((file.display().to_string(), text))
 }
