@@ -18,3 +18,24 @@ pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
 pub const GATEWAY_CLASS: &str = "teapot";
 /// `spec.controllerName` of GatewayClasses that teapot implements.
 pub const GATEWAY_CONTROLLER_NAME: &str = "teapot.dev/gateway-controller";
+
+/// The Secret an ingress-nginx annotation such as `proxy-ssl-secret`
+/// names: `NAMESPACE/NAME`, or a bare `NAME` in `namespace` (the
+/// Ingress's), as ingress-nginx reads it (`cache.SplitMetaNamespaceKey`).
+/// The agent, which mirrors the Secret, and the compile, which reads it,
+/// must agree on this.
+pub fn namespaced_reference<'a>(reference: &'a str, namespace: &'a str) -> (&'a str, &'a str) {
+    reference.split_once('/').unwrap_or((namespace, reference))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_bare_name_is_the_ingresss_own_namespace() {
+        assert_eq!(
+            super::namespaced_reference("shop/ca", "web"),
+            ("shop", "ca")
+        );
+        assert_eq!(super::namespaced_reference("ca", "web"), ("web", "ca"));
+    }
+}

@@ -101,7 +101,10 @@ pub fn referenced_secrets(ingress: &Ingress) -> BTreeSet<TenantRef> {
         .into_iter()
         .flatten()
         .filter_map(|t| t.secret_name.clone().map(|n| (namespace.clone(), n)))
-        .chain(nginx_refs::annotation_secrets(ingress.annotations()))
+        .chain(nginx_refs::annotation_secrets(
+            &namespace,
+            ingress.annotations(),
+        ))
         .collect()
 }
 

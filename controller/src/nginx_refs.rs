@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use teapot_api::annotations::NGINX_PREFIX;
 use teapot_api::hostname::{mirrored_secret_name, mirrored_service_name};
+use teapot_api::names::namespaced_reference;
 
 /// A tenant object an annotation names: `(namespace, name)` in the tenant
 /// cluster.
@@ -61,10 +62,14 @@ pub fn annotation_services(
     out
 }
 
-/// The tenant Secret `proxy-ssl-secret` names (`NAMESPACE/NAME`).
-pub fn annotation_secrets(annotations: &BTreeMap<String, String>) -> Vec<TenantRef> {
+/// The tenant Secret `proxy-ssl-secret` names: `NAMESPACE/NAME`, or a
+/// bare `NAME` in the Ingress's `namespace`, as the compile reads it.
+pub fn annotation_secrets(
+    namespace: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Vec<TenantRef> {
     nginx(annotations, PROXY_SSL_SECRET)
-        .and_then(|v| v.trim().split_once('/'))
+        .map(|v| namespaced_reference(v.trim(), namespace))
         .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
         .map(|(ns, name)| (ns.to_string(), name.to_string()))
         .into_iter()
@@ -91,7 +96,7 @@ pub fn travelling(
                     None => value.clone(),
                 },
                 DEFAULT_BACKEND => mirrored_service_name(namespace, value.trim()),
-                PROXY_SSL_SECRET => match annotation_secrets(annotations).first() {
+                PROXY_SSL_SECRET => match annotation_secrets(namespace, annotations).first() {
                     Some((ns, secret)) => {
                         format!("{lb_namespace}/{}", mirrored_secret_name(ns, secret))
                     }
@@ -166,8 +171,19 @@ mod tests {
             ]
         );
         assert_eq!(
-            annotation_secrets(&a),
+            annotation_secrets("shop", &a),
             vec![("shop".to_string(), "backend-ca".to_string())]
+        );
+        // A bare name is the Ingress's own namespace's, as the compile
+        // reads it.
+        let bare = map(&[("proxy-ssl-secret", "backend-ca")]);
+        assert_eq!(
+            annotation_secrets("shop", &bare),
+            vec![("shop".to_string(), "backend-ca".to_string())]
+        );
+        assert_eq!(
+            travelling("shop", "lb", &bare)[&format!("{NGINX_PREFIX}proxy-ssl-secret")],
+            format!("lb/{}", mirrored_secret_name("shop", "backend-ca"))
         );
     }
 
@@ -191,6 +207,6 @@ mod tests {
             auth_service("http://a.b.svc/x").map(|(r, _, _)| r),
             Some(("b".into(), "a".into()))
         );
-        assert!(annotation_secrets(&map(&[("proxy-ssl-secret", "nons")])).is_empty());
+        assert!(annotation_secrets("shop", &map(&[("proxy-ssl-secret", "a/b/c")])).is_empty());
     }
 }

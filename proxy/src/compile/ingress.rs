@@ -502,9 +502,8 @@ impl TlsAsked {
             }
             None => None,
             Some(reference) => {
-                let (namespace, name) = reference
-                    .split_once('/')
-                    .unwrap_or((id.namespace.as_str(), reference.as_str()));
+                let (namespace, name) =
+                    teapot_api::names::namespaced_reference(&reference, &id.namespace);
                 // A tenant's Ingress reads its own namespace's Secrets only.
                 if tenant && namespace != id.namespace {
                     return Err(format!(
