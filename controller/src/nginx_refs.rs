@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use teapot_api::annotations::NGINX_PREFIX;
+use teapot_api::annotations::{AuthHost, AuthTarget, NGINX_PREFIX};
 use teapot_api::hostname::{mirrored_secret_name, mirrored_service_name};
 use teapot_api::names::namespaced_reference;
 
@@ -21,28 +21,17 @@ const AUTH_URL: &str = "auth-url";
 const DEFAULT_BACKEND: &str = "default-backend";
 const PROXY_SSL_SECRET: &str = "proxy-ssl-secret";
 
-/// The Service an `auth-url` names, when its host is a cluster Service
-/// name: `SERVICE.NAMESPACE.svc` or `SERVICE.NAMESPACE.svc.cluster.local`
-/// (`SERVICE.NAMESPACE` alone could as well be a public domain). Returns it and the URL's parts
-/// around the host, so the host alone can be replaced.
-fn auth_service(url: &str) -> Option<(TenantRef, &str, &str)> {
-    let scheme_end = url.find("://")? + 3;
-    let rest = &url[scheme_end..];
-    let host_end = rest.find([':', '/', '?', '#']).unwrap_or(rest.len());
-    let host = &rest[..host_end];
-    let labels: Vec<&str> = host.split('.').collect();
-    let (service, namespace) = match labels.as_slice() {
-        [s, n, "svc"] | [s, n, "svc", "cluster", "local"] => (*s, *n),
-        _ => return None,
-    };
-    if service.is_empty() || namespace.is_empty() {
-        return None;
+/// The Service an `auth-url` names, read as the webhook and the compile
+/// read it (`AuthTarget`: `SERVICE.NAMESPACE.svc[.cluster.local]`; any
+/// other host is theirs to refuse), with the URL's port and path.
+fn auth_service(url: &str) -> Option<(TenantRef, u16, String)> {
+    let target = AuthTarget::parse(url).ok()?;
+    match target.host {
+        AuthHost::Service { name, namespace } => {
+            Some(((namespace, name), target.port, target.path))
+        }
+        AuthHost::Address(_) => None,
     }
-    Some((
-        (namespace.to_string(), service.to_string()),
-        &url[..scheme_end],
-        &rest[host_end..],
-    ))
 }
 
 /// The tenant Services the Ingress's annotations name, besides its
@@ -89,8 +78,8 @@ pub fn travelling(
             let name = key.strip_prefix(NGINX_PREFIX)?;
             let value = match name {
                 AUTH_URL => match auth_service(value) {
-                    Some(((ns, svc), before, after)) => format!(
-                        "{before}{}.{lb_namespace}.svc.cluster.local{after}",
+                    Some(((ns, svc), port, path)) => format!(
+                        "http://{}.{lb_namespace}.svc.cluster.local:{port}{path}",
                         mirrored_service_name(&ns, &svc)
                     ),
                     None => value.clone(),
@@ -204,8 +193,8 @@ mod tests {
             );
         }
         assert_eq!(
-            auth_service("http://a.b.svc/x").map(|(r, _, _)| r),
-            Some(("b".into(), "a".into()))
+            auth_service("http://a.b.svc/x"),
+            Some((("b".into(), "a".into()), 80, "/x".into()))
         );
         assert!(annotation_secrets("shop", &map(&[("proxy-ssl-secret", "a/b/c")])).is_empty());
     }
