@@ -157,11 +157,6 @@ impl UpstreamTls {
     pub fn h2(&self) -> bool {
         self.settings.h2
     }
-
-    /// The pool class of this configuration's connections.
-    pub fn pool_class(&self) -> u64 {
-        self.class
-    }
 }
 
 impl Transport for UpstreamTls {
@@ -360,7 +355,7 @@ mod tests {
         ));
         let ca = TestCa::new("backend CA");
         let good = UpstreamTls::new(settings(Some(ca.cert_pem().as_bytes().to_vec()))).unwrap();
-        assert_ne!(good.pool_class(), 0, "plain TCP's class is 0");
+        assert_ne!(Transport::class(&good), 0, "plain TCP's class is 0");
         assert_eq!(good.config.alpn_protocols, [b"http/1.1".to_vec()]);
         assert!(!good.config.enable_sni);
         // Another setting is another configuration.
