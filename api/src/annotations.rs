@@ -983,7 +983,7 @@ fn items(value: &str) -> impl Iterator<Item = &str> {
 
 /// `scheme://host[:port]`, the host's first label possibly `*`
 /// (ingress-nginx's origin rule), or `null`.
-fn origin_ok(origin: &str) -> bool {
+pub fn origin_ok(origin: &str) -> bool {
     if origin == "null" {
         return true;
     }
@@ -1003,6 +1003,23 @@ fn origin_ok(origin: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
         && port
             .is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// An entry of the Gateway API CORS filter's `allowOrigins`: `*`, or
+/// `scheme://host[:port]` whose host may be `*` or start with `*.` (a
+/// greedy wildcard: any number of labels).
+pub fn gateway_origin_ok(origin: &str) -> bool {
+    if origin == "*" {
+        return true;
+    }
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    match rest.strip_prefix('*') {
+        Some("") => !scheme.is_empty() && scheme.bytes().all(|b| b.is_ascii_lowercase()),
+        Some(suffix) => suffix.starts_with('.') && origin_ok(&format!("{scheme}://x{suffix}")),
+        None => origin != "null" && origin_ok(origin),
+    }
 }
 
 /// `"10m"` -> `(10, "m")`: at most 12 leading ASCII digits, then the rest.

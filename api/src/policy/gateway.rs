@@ -886,6 +886,9 @@ fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
             "ExternalAuth filters are not served by teapot",
         ));
     }
+    if let Some(cors) = f.get("cors") {
+        check_cors(cors, &format!("{at}.cors"), out);
+    }
     if let Some(m) = f.get("requestMirror")
         && let Some(b) = m.get("backendRef")
     {
@@ -894,6 +897,35 @@ fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
     for filter in ["urlRewrite", "requestRedirect"] {
         if let Some(path) = f.get(filter).and_then(|r| r.get("path")) {
             check_path_modifier(path, &format!("{at}.{filter}.path"), out);
+        }
+    }
+}
+
+/// The CORS filter's lists: what the fleet would put in response fields
+/// (origins, methods, header names), refused here rather than served as
+/// a rule the proxy marks invalid.
+fn check_cors(cors: &Value, at: &str, out: &mut Vec<Violation>) {
+    for (i, o) in items(cors, "allowOrigins") {
+        let field = format!("{at}.allowOrigins[{i}]");
+        match o.as_str() {
+            Some(o) if crate::annotations::gateway_origin_ok(&o.to_ascii_lowercase()) => {}
+            _ => out.push(Violation::new(
+                field,
+                "an origin is \"*\" or scheme://host[:port], the host possibly \"*\" or starting with \"*.\"",
+            )),
+        }
+    }
+    for list in ["allowMethods", "allowHeaders", "exposeHeaders"] {
+        for (i, n) in items(cors, list) {
+            let token = n
+                .as_str()
+                .is_some_and(|n| n.len() <= 256 && header_token(n));
+            if !token {
+                out.push(Violation::new(
+                    format!("{at}.{list}[{i}]"),
+                    "a method or header name is an HTTP token (or \"*\")",
+                ));
+            }
         }
     }
 }
@@ -1105,6 +1137,21 @@ mod tests {
         assert_eq!(v.len(), 1, "{filter}: {v:?}");
         assert_eq!(v[0].0, field, "{filter}");
         assert!(v[0].1.contains(says), "{filter}: {}", v[0].1);
+    }
+
+    #[test]
+    fn cors_lists_are_origins_and_tokens() {
+        refused(
+            "{type: CORS, cors: {allowOrigins: [\"https://*.a.example\", \"a.example\"]}}",
+            "spec.rules[0].filters[1].cors.allowOrigins[1]",
+            "scheme://host",
+        );
+        refused(
+            "{type: CORS, cors: {allowOrigins: [\"*\"], allowHeaders: [\"x-a\", \"x b\"]}}",
+            "spec.rules[0].filters[1].cors.allowHeaders[1]",
+            "HTTP token",
+        );
+        assert!(one_filter("{type: CORS, cors: {allowOrigins: [\"https://*\", \"http://a.example:8080\", \"https://*.b.example\"], allowMethods: [\"*\"], exposeHeaders: [X-Total]}}").is_empty());
     }
 
     #[test]

@@ -243,27 +243,41 @@ pub struct ConnectionLimit {
     pub route_key: u64,
 }
 
-/// ingress-nginx's CORS, with its defaults.
+/// A route's CORS: ingress-nginx's (`enable-cors`, with its defaults) or
+/// the Gateway API's CORS filter (crate::compile::gateway::cors).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cors {
     /// `None`: any origin (`*`, ingress-nginx's default); the answer then
-    /// says `*` whatever the request's Origin.
+    /// says `*` whatever the request's Origin (the Gateway API's filter
+    /// echoes the Origin when credentials are allowed).
     pub origins: Option<Vec<OriginPattern>>,
+    /// As sent; empty: no `Access-Control-Allow-Methods` field (a filter
+    /// that lists none). `*` with `gateway`: any method.
     pub methods: String,
+    /// As `methods`, for `Access-Control-Allow-Headers`.
     pub headers: String,
     pub expose: Option<String>,
     pub credentials: bool,
     pub max_age: String,
+    /// The Gateway API's semantics rather than ingress-nginx's: only a
+    /// request with `Origin` is a CORS request, only an `OPTIONS` with
+    /// `Access-Control-Request-Method` a preflight, a `*` list is answered
+    /// with what the request asked when credentials are allowed (a browser
+    /// refuses `*` then), and an actual response gets only the origin,
+    /// credentials and exposed fields (the rest is the preflight's).
+    pub gateway: bool,
 }
 
-/// An allowed origin: `scheme://host[:port]`, or with `*.` one label of
-/// any name before `suffix` (ingress-nginx's `[A-Za-z0-9-]+`).
+/// An allowed origin: `scheme://host[:port]`, or with `*` before `text`
+/// one label of any name (ingress-nginx's `[A-Za-z0-9-]+`) or, with
+/// `any_labels`, any number of labels (the Gateway API's greedy `*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OriginPattern {
     /// Lowercase; for a wildcard, what follows `*`: `.b.example:8443`.
     pub text: String,
     pub scheme: String,
     pub wildcard: bool,
+    pub any_labels: bool,
 }
 
 /// A redirect answering every request of the route.
@@ -543,6 +557,7 @@ impl NginxAnnotations {
                 .count("cors-max-age")
                 .unwrap_or(DEFAULT_CORS_MAX_AGE)
                 .to_string(),
+            gateway: false,
         })
     }
 
@@ -688,14 +703,28 @@ impl OriginPattern {
                 text: suffix.to_string(),
                 scheme: scheme.to_string(),
                 wildcard: true,
+                any_labels: false,
             },
             None => OriginPattern {
                 text: origin.to_string(),
                 scheme: scheme.to_string(),
                 wildcard: false,
+                any_labels: false,
             },
         }
     }
+}
+
+/// `https://a.example:443` as `https://a.example` (and `:80` for http).
+pub fn without_default_port(origin: &str) -> &str {
+    let default = if origin.len() >= 8 && origin[..8].eq_ignore_ascii_case("https://") {
+        ":443"
+    } else if origin.len() >= 7 && origin[..7].eq_ignore_ascii_case("http://") {
+        ":80"
+    } else {
+        return origin;
+    };
+    origin.strip_suffix(default).unwrap_or(origin)
 }
 
 #[cfg(test)]

@@ -179,6 +179,14 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
         client: conn.client.map(|a| a.ip()),
         origin: req.headers.first("origin"),
         cookie: req.headers.first("cookie"),
+        cors_method: traffic
+            .cors
+            .as_ref()
+            .and_then(|_| req.headers.first("access-control-request-method")),
+        cors_headers: traffic
+            .cors
+            .as_ref()
+            .and_then(|_| req.headers.first("access-control-request-headers")),
         canary_header: traffic
             .canary
             .as_ref()

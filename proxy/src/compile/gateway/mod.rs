@@ -23,6 +23,7 @@
 //! APIs); on the very same host pattern the older object holds it and the
 //! other is told in its status ([`GatewayCompile::claim`]).
 
+mod cors;
 pub mod table;
 
 use std::sync::Arc;
@@ -57,7 +58,8 @@ use teapot_model::store::{NsName, NsRef, Store};
 use crate::compile::backends::Resolver;
 use crate::compile::certs::CertTable;
 use crate::compile::policies::Policies;
-use crate::compile::routes::Route;
+use crate::compile::routes::{Route, RoutePolicy};
+use crate::compile::traffic::TrafficPolicy;
 use table::{
     Action, Backend, BackendFilters, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange,
     PathMatch, Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
@@ -1537,11 +1539,19 @@ fn compile_rules<'s>(
                         Err(())
                     }
                 };
+                if let (Some(traffic), Ok(r)) = (&spec.cors, &mut target) {
+                    *r = with_traffic(r, traffic);
+                }
                 let own = if b.filters.is_empty() {
                     BackendFilters::None
                 } else {
                     match filter_spec(&b.filters, (None, None), route.grpc) {
-                        Ok(s) => backend_filters(&s, &matchers),
+                        Ok(s) => {
+                            if let (Some(traffic), Ok(r)) = (&s.cors, &mut target) {
+                                *r = with_traffic(r, traffic);
+                            }
+                            backend_filters(&s, &matchers)
+                        }
                         Err(e) => {
                             invalid.push(format!("rule {index} backendRef {}: {e}", b.name));
                             // A filter is never skipped (the specification's
@@ -1606,6 +1616,23 @@ fn compile_rules<'s>(
         out.extend(targets);
     }
     (out, resolved, invalid)
+}
+
+/// `route` with a rule's (or a backendRef's) traffic policy besides the
+/// limits of the route's tenant: one policy per rule and backend, the
+/// backend's own replacing the rule's.
+fn with_traffic(route: &Route, traffic: &Arc<TrafficPolicy>) -> Route {
+    let base = route.policy.as_deref();
+    let policy = RoutePolicy {
+        max_body_size: base.and_then(|p| p.max_body_size),
+        tenant: base.and_then(|p| p.tenant.clone()),
+        traffic: Some(traffic.clone()),
+    };
+    Route::new(
+        route.upstream.clone(),
+        Some(Arc::new(policy)),
+        route.ingress.clone(),
+    )
 }
 
 /// The store's own strings for a Service's namespace and name (the
@@ -1703,6 +1730,8 @@ struct FilterSpec {
     mirrors: Vec<(Option<String>, String, i32, u32)>,
     request_timeout: Option<std::time::Duration>,
     backend_timeout: Option<std::time::Duration>,
+    /// The CORS filter: the rule's (or the backendRef's) traffic policy.
+    cors: Option<Arc<TrafficPolicy>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -1731,6 +1760,7 @@ static NO_FILTERS: FilterSpec = FilterSpec {
     mirrors: Vec::new(),
     request_timeout: None,
     backend_timeout: None,
+    cors: None,
 };
 
 impl FilterSpec {
@@ -1833,6 +1863,13 @@ fn filter_spec(
                         )
                     }
                 });
+            }
+            HttpRouteRulesFiltersType::Cors if !grpc => {
+                let Some(c) = &f.cors else { continue };
+                spec.cors = Some(Arc::new(TrafficPolicy {
+                    cors: Some(cors::cors(c)?),
+                    ..TrafficPolicy::default()
+                }));
             }
             HttpRouteRulesFiltersType::RequestMirror => {
                 let Some(m) = &f.request_mirror else { continue };
@@ -2048,5 +2085,57 @@ mod tests {
             panic!("not a backend rule");
         };
         assert!(backends[0].route.is_err(), "a filter is never skipped");
+    }
+
+    /// The CORS filter of a rule is every backend's policy; a
+    /// backendRef's own replaces it for that backend; GRPCRoute has none.
+    #[test]
+    fn a_cors_filter_is_the_policy_of_its_rules_backends() {
+        let s = compile(
+            "  - matches: [{path: {type: PathPrefix, value: /a}}]\n    filters: [{type: CORS, cors: {allowOrigins: [\"https://*.b.example\"], allowMethods: [GET]}}]\n    backendRefs:\n    - {name: web, port: 8080}\n    - name: web\n      port: 8080\n      filters: [{type: CORS, cors: {allowOrigins: [\"*\"], allowCredentials: true, maxAge: 60}}]\n  - matches: [{path: {type: PathPrefix, value: /b}}]\n    backendRefs: [{name: web, port: 8080}]\n",
+        );
+        let candidates = s.gateway.host("b.example").candidates();
+        let backends = |path: &str| {
+            let c = candidates
+                .iter()
+                .find(|c| format!("{:?}", c.matcher.path).contains(path))
+                .unwrap_or_else(|| panic!("no candidate {path}"));
+            let Action::Backends { backends, .. } = &*c.action else {
+                panic!("{path}: not forwarded");
+            };
+            backends
+                .iter()
+                .map(|b| {
+                    b.route
+                        .as_ref()
+                        .unwrap()
+                        .traffic()
+                        .and_then(|t| t.cors.clone())
+                })
+                .collect::<Vec<_>>()
+        };
+        let a = backends("/a");
+        let rule = a[0].as_ref().expect("the rule's filter");
+        assert!(rule.gateway && !rule.credentials);
+        assert_eq!((rule.methods.as_str(), rule.max_age.as_str()), ("GET", "5"));
+        assert!(rule.origins.as_ref().unwrap()[0].matches("https://x.y.b.example"));
+        let own = a[1].as_ref().expect("the backendRef's filter");
+        assert!(own.origins.is_none() && own.credentials && own.max_age == "60");
+        assert_eq!(backends("/b"), vec![None], "another rule has no CORS");
+    }
+
+    #[test]
+    fn a_cors_origin_that_is_no_origin_is_named() {
+        let s = compile(
+            "  - filters: [{type: CORS, cors: {allowOrigins: [\"https://a.example\", \"a.example/x\"]}}]\n    backendRefs: [{name: web, port: 8080}]\n",
+        );
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let conditions = &status["httpRoutes"][0]["status"]["parents"][0]["conditions"];
+        assert!(
+            conditions
+                .to_string()
+                .contains("rule 0: cors.allowOrigins[1] \\\"a.example/x\\\" is not"),
+            "{conditions}"
+        );
     }
 }

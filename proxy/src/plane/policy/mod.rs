@@ -113,6 +113,10 @@ pub struct Seen<'r> {
     /// The request's first `Origin` and `Cookie` fields.
     pub origin: Option<&'r [u8]>,
     pub cookie: Option<&'r [u8]>,
+    /// `Access-Control-Request-Method` and `-Headers`, read only for a
+    /// route with CORS.
+    pub cors_method: Option<&'r [u8]>,
+    pub cors_headers: Option<&'r [u8]>,
     /// The request's first field named by the route's `canary-by-header`.
     pub canary_header: Option<&'r [u8]>,
 }
@@ -188,18 +192,27 @@ pub fn apply(
         in_flight,
         ..Applied::default()
     };
-    if let Some(cors) = &policy.cors
-        && let Some(fields) = cors.fields(seen.origin)
-    {
-        if seen.method == "OPTIONS" {
-            return Err(PolicyAnswer {
-                status: 204,
-                reason: "cors_preflight",
-                body: "",
-                headers: fields,
-            });
+    if let Some(cors) = &policy.cors {
+        match cors.verdict(seen) {
+            Some(cors::CorsVerdict::Preflight(fields)) => {
+                return Err(PolicyAnswer {
+                    status: 204,
+                    reason: "cors_preflight",
+                    body: "",
+                    headers: fields,
+                });
+            }
+            Some(cors::CorsVerdict::Refused) => {
+                return Err(PolicyAnswer {
+                    status: 204,
+                    reason: "cors_preflight_refused",
+                    body: "",
+                    headers: Vec::new(),
+                });
+            }
+            Some(cors::CorsVerdict::Actual(fields)) => applied.response_headers = fields,
+            None => {}
         }
-        applied.response_headers = fields;
     }
     // ingress-nginx's balancer: a request its affinity cookie ties to the
     // route's backend stays there, one tied to the canary's (`sticky`)
@@ -313,6 +326,8 @@ mod tests {
             client,
             origin: origin.map(str::as_bytes),
             cookie: None,
+            cors_method: None,
+            cors_headers: None,
             canary_header: None,
         };
         super::apply(
