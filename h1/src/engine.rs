@@ -254,11 +254,18 @@ const IDLE_READ: usize = 2048;
 /// larger one grows its buffer.
 const HEAD_CAPACITY: usize = 1024;
 
-/// A growable read buffer with a consumed prefix.
+/// A growable read buffer with a consumed prefix; its memory comes from,
+/// and goes back to, the thread's spares ([`crate::spare`]).
 #[derive(Debug, Default)]
 struct Buf {
     data: Vec<u8>,
     start: usize,
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        crate::spare::give(std::mem::take(&mut self.data));
+    }
 }
 
 impl Buf {
@@ -313,7 +320,9 @@ impl Buf {
         r: &mut R,
         chunk: usize,
     ) -> io::Result<usize> {
-        if self.data.capacity() - self.data.len() < chunk / 2 {
+        if self.data.capacity() == 0 {
+            self.data = crate::spare::take(chunk);
+        } else if self.data.capacity() - self.data.len() < chunk / 2 {
             if self.start > 0 {
                 self.data.drain(..self.start);
                 self.start = 0;

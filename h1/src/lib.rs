@@ -62,6 +62,8 @@
 //!   reuse; addresses no longer picked are swept when connections return.
 //! - [`upstream`]: the upstream connection, plain TCP or secured by a
 //!   router's [`Transport`] (TLS to the backend), pooled per class.
+//! - [`spare`]: read buffers a closed or idle connection left, kept
+//!   per thread (bounded) for the next request.
 //! - `tunnel`: the relay after a 101, closed after an idle timeout.
 //! - `engine`: the loop ([`Engine::serve`]), timeouts, limits, graceful
 //!   drain, 1xx/101 handling, retry of an idempotent request whose reused
@@ -76,6 +78,7 @@ pub mod pool;
 mod response;
 pub mod router;
 pub mod scan;
+pub mod spare;
 mod tunnel;
 pub mod upstream;
 mod wire;

@@ -224,4 +224,14 @@ async fn the_cors_filter_answers_preflights_and_marks_responses() {
         forwarded,
         "preflights were answered by teapot"
     );
+    // What the policy answered, counted by reason.
+    let metrics = h.metrics().await;
+    let answered = |reason: &str| {
+        metric(
+            &metrics,
+            &format!("teapot_policy_answers_total{{reason=\"{reason}\",tenant=\"_operator\"}}"),
+        )
+    };
+    assert_eq!(answered("cors_preflight"), Some(6.0), "{metrics}");
+    assert_eq!(answered("cors_preflight_refused"), Some(2.0), "{metrics}");
 }

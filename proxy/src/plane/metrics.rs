@@ -67,6 +67,8 @@ pub struct Metrics {
     /// outcome (crate::plane::policy::auth::Outcome); `busy` counts the
     /// requests refused with 503 because the tenant's bound was full.
     pub auth_requests: IntCounterVec,
+    /// Requests a route's traffic policy answered itself.
+    pub policy_answers: IntCounterVec,
     pub l4: crate::plane::l4::L4Metrics,
     /// Request series by tenant (and by route, when switched on).
     pub series: Arc<SeriesBook>,
@@ -209,6 +211,13 @@ impl Metrics {
                 ),
                 &["tenant", "outcome"],
             )?,
+            policy_answers: IntCounterVec::new(
+                Opts::new(
+                    "policy_answers_total",
+                    "Requests a route's traffic policy answered instead of forwarding, by tenant and reason (policy_denied 403, policy_rate_limited 429, policy_in_flight_limited 503, redirect, cors_preflight, cors_preflight_refused, and the external authentication's answers)",
+                ),
+                &["tenant", "reason"],
+            )?,
             l4: crate::plane::l4::L4Metrics::register(&registry)?,
             series: Arc::new(SeriesBook::register(&registry)?),
             registry,
@@ -242,6 +251,7 @@ impl Metrics {
             .register(Box::new(m.access_log_dropped.clone()))?;
         m.registry.register(Box::new(m.mirrors_dropped.clone()))?;
         m.registry.register(Box::new(m.auth_requests.clone()))?;
+        m.registry.register(Box::new(m.policy_answers.clone()))?;
         Ok(m)
     }
 

@@ -95,7 +95,7 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
         }
         decision => return decision.into(),
     };
-    match screened {
+    let routed = match screened {
         Routed::Forward(forward) => match forward.route.traffic().and_then(|t| t.auth.clone()) {
             // Boxed: the sub-request's state lives only while it runs,
             // not in every request's (and connection's) future.
@@ -103,7 +103,16 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
             None => Routed::Forward(forward),
         },
         other => other,
+    };
+    if let Routed::Policy(answer, route) = &routed {
+        let tenant = route.tenant().map_or(metrics::OPERATOR, |g| &*g.cluster);
+        router
+            .metrics
+            .policy_answers
+            .with_label_values(&[tenant, answer.reason])
+            .inc();
     }
+    routed
 }
 
 /// The pipeline's last step for a route with `auth-url`: the forward goes

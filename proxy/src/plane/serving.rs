@@ -232,6 +232,7 @@ pub fn parked() {
             .is_none_or(|t| now.duration_since(t) >= GIVE_BACK_EVERY)
         {
             last.set(Some(now));
+            teapot_h1::spare::clear();
             hook();
         }
     });
@@ -248,6 +249,8 @@ async fn give_back_memory() {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
+        // The engine's spare buffers first, so the allocator can purge them.
+        teapot_h1::spare::clear();
         hook();
     }
 }

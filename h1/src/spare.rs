@@ -1,0 +1,122 @@
+//! Spare read buffers, per thread: a connection that closes, or goes
+//! idle, leaves its read buffers for the next request on its thread
+//! instead of giving them to the allocator, which hands a buffer of a
+//! read's size (16 KiB) out of its slower, medium-page path. Each
+//! connection (and a `Connection: close` request is one) took two such
+//! buffers and gave them back.
+//!
+//! Bounded ([`SPARES`] per size class and thread), so an idle
+//! connection still holds nothing and the spares are at most a few
+//! hundred KiB per thread; [`clear`] gives them to the allocator (the
+//! serving threads call it when they give memory back, so a quiet
+//! thread's RSS still falls).
+
+use std::cell::RefCell;
+
+/// Spares kept per size class and thread.
+pub const SPARES: usize = 16;
+
+/// Largest buffer kept: a read buffer that grew for a large head or body
+/// goes back to the allocator.
+const MAX_SPARE: usize = 64 * 1024;
+
+/// Below this a buffer is the small class (an idle connection's first
+/// read), from it the read class.
+const READ_CLASS: usize = 8 * 1024;
+
+#[derive(Default)]
+struct Spares {
+    small: Vec<Vec<u8>>,
+    read: Vec<Vec<u8>>,
+}
+
+thread_local! {
+    static SPARE: RefCell<Spares> = RefCell::new(Spares::default());
+}
+
+/// An empty buffer with room for at least `min` bytes: a spare when one
+/// is that large, else a new one of `min`.
+pub fn take(min: usize) -> Vec<u8> {
+    let spare = SPARE
+        .try_with(|s| {
+            let mut s = s.borrow_mut();
+            let class = if min < READ_CLASS {
+                &mut s.small
+            } else {
+                &mut s.read
+            };
+            match class.last() {
+                Some(b) if b.capacity() >= min => class.pop(),
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten();
+    spare.unwrap_or_else(|| Vec::with_capacity(min))
+}
+
+/// Keeps `buf` (emptied) for the next [`take`] on this thread, unless it
+/// holds nothing, is too large, or the spares are full.
+pub fn give(mut buf: Vec<u8>) {
+    let capacity = buf.capacity();
+    if capacity == 0 || capacity > MAX_SPARE {
+        return;
+    }
+    buf.clear();
+    let _ = SPARE.try_with(|s| {
+        let mut s = s.borrow_mut();
+        let class = if capacity < READ_CLASS {
+            &mut s.small
+        } else {
+            &mut s.read
+        };
+        if class.len() < SPARES {
+            class.push(buf);
+        }
+    });
+}
+
+/// Gives this thread's spares to the allocator.
+pub fn clear() {
+    let _ = SPARE.try_with(|s| *s.borrow_mut() = Spares::default());
+}
+
+/// Bytes of spares this thread holds.
+pub fn held() -> usize {
+    SPARE
+        .try_with(|s| {
+            let s = s.borrow();
+            s.small.iter().chain(&s.read).map(Vec::capacity).sum()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spare_is_taken_again_and_the_spares_are_bounded() {
+        clear();
+        let mut b = take(16 * 1024);
+        b.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        let at = b.as_ptr();
+        give(b);
+        let again = take(16 * 1024);
+        assert_eq!(again.as_ptr(), at, "the same buffer");
+        assert!(again.is_empty());
+        assert!(again.capacity() >= 16 * 1024);
+        give(again);
+        // A small request takes a small spare, never the read buffer.
+        let small = take(2048);
+        assert!(small.capacity() < READ_CLASS);
+        give(small);
+        for _ in 0..3 * SPARES {
+            give(Vec::with_capacity(16 * 1024));
+        }
+        give(Vec::with_capacity(1 << 20));
+        assert!(held() <= SPARES * (16 * 1024 + 2048) + 2048, "{}", held());
+        clear();
+        assert_eq!(held(), 0);
+    }
+}
