@@ -15,7 +15,10 @@ use crate::compile::backends::{PortRef, Resolver};
 use crate::compile::fairness::TenantGates;
 use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
-use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations, TrafficPolicy};
+use crate::compile::traffic::{
+    AuthAnnotations, CustomErrors, ErrorPageAnnotations, ExternalAuth, NginxAnnotations,
+    TrafficPolicy,
+};
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
@@ -71,6 +74,10 @@ impl<'a> Policies<'a> {
         const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
         const NGINX_BODY: &str = "nginx.ingress.kubernetes.io/proxy-body-size";
         const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
+        const ERRORS: [&str; 2] = [
+            "nginx.ingress.kubernetes.io/custom-http-errors",
+            "nginx.ingress.kubernetes.io/default-backend",
+        ];
         let mut problems = Vec::new();
         let all = ingress.metadata.annotations.as_ref();
         // ingress-nginx's name for the same limit; teapot's wins.
@@ -102,16 +109,29 @@ impl<'a> Policies<'a> {
         let teapot_redirect = matches!(teapot_redirect, Some(Ok(AnnotationValue::Bool(true))));
         // Most Ingresses carry no ingress-nginx annotation: no name made.
         let wants_auth = all.is_some_and(|a| a.contains_key(AUTH_URL));
-        let traffic = (!nginx.is_empty() || teapot_redirect || wants_auth)
+        let wants_errors = all.is_some_and(|a| ERRORS.iter().any(|k| a.contains_key(*k)));
+        let traffic = (!nginx.is_empty() || teapot_redirect || wants_auth || wants_errors)
             .then(|| {
                 let meta = &ingress.metadata;
                 let namespace = meta.namespace.as_deref().unwrap_or("");
                 let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
-                let policy = nginx
+                let mut policy = nginx
                     .policy_with_tls(&name, table, tls, &paths, &mut problems)
                     .map(|p| owned_cookie_domain(p, ingress, &mut problems));
+                if let Some(wanted) = nginx.custom_errors()
+                    && let Some(errors) =
+                        custom_errors(wanted, ingress, tenant, resolver, &mut problems)
+                {
+                    let owner = cluster.unwrap_or("");
+                    let errors = CustomErrors {
+                        gate: gates.rate_tables.auth_gate(owner),
+                        owner: Arc::from(owner),
+                        ..errors
+                    };
+                    policy.get_or_insert_default().custom_errors = Some(Arc::new(errors));
+                }
                 let auth = match nginx.auth(&mut problems) {
                     Some(wanted) => {
                         external_auth(wanted, namespace, tenant, resolver, &mut problems)
@@ -256,6 +276,66 @@ fn external_auth(
         owner: Arc::from(""),
         refused: None,
     }
+}
+
+/// Resolves `default-backend` for `ingress`: a Service of the Ingress's
+/// own namespace only (the annotation is a bare name; a tenant's agent
+/// mirrored the Service there), at its first port. Without a Service,
+/// `custom-http-errors` is reported and nothing is replaced: teapot has
+/// no fleet-wide default backend to ask instead.
+fn custom_errors(
+    wanted: ErrorPageAnnotations,
+    ingress: &Ingress,
+    tenant: Option<&TenantView<'_>>,
+    resolver: &Resolver<'_>,
+    problems: &mut Vec<String>,
+) -> Option<CustomErrors> {
+    const KEY: &str = "nginx.ingress.kubernetes.io/default-backend";
+    let meta = &ingress.metadata;
+    let namespace = meta.namespace.as_deref().unwrap_or("");
+    let Some(service) = wanted.backend else {
+        problems.push(format!(
+            "nginx.ingress.kubernetes.io/custom-http-errors needs {KEY} (teapot has no fleet-wide default backend); the backend's responses pass unchanged"
+        ));
+        return None;
+    };
+    let upstream = match resolver.first_port(namespace, &service) {
+        Some(port) => resolver.resolve(namespace, &service, &PortRef::Number(port)),
+        None => Upstream::new(
+            format!("{namespace}/{service}"),
+            Vec::new(),
+            Some(format!("Service {namespace}/{service} not found or without ports")),
+        ),
+    };
+    for why in upstream.unavailable.iter().chain(&upstream.refused) {
+        problems.push(format!(
+            "{KEY}: {why}; the replaced responses get teapot's short page while it has no endpoint"
+        ));
+    }
+    // A tenant's Ingress is the agent's copy `<name>.<namespace>` in the
+    // LB namespace: the error backend is told the tenant's own names.
+    let source = tenant.and(
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get("teapot.dev/source-namespace")),
+    );
+    let name = meta.name.as_deref().unwrap_or("");
+    let (shown_namespace, shown_name) = match source {
+        Some(theirs) => (
+            theirs.as_str(),
+            name.strip_suffix(&format!(".{theirs}")).unwrap_or(name),
+        ),
+        None => (namespace, name),
+    };
+    Some(CustomErrors {
+        codes: wanted.codes.into_boxed_slice(),
+        upstream: Arc::new(upstream),
+        namespace: Arc::from(shown_namespace),
+        ingress: Arc::from(shown_name),
+        mirrored_from: Arc::from(source.map_or("", String::as_str)),
+        gate: Default::default(),
+        owner: Arc::from(""),
+    })
 }
 
 /// The hosts of an Ingress's `spec.tls` (those `ssl-redirect` covers).
