@@ -685,6 +685,86 @@ spec:
         assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
     }
 
+    /// `default-backend` is a Service of the Ingress's own namespace, at
+    /// its first port: the same name in another tenant's namespace is not
+    /// found, a `NAMESPACE/NAME` is refused, and `custom-http-errors`
+    /// without a usable default backend replaces nothing (reported).
+    #[test]
+    fn default_backend_resolves_in_the_ingress_namespace_only() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let errors = teapot_api::hostname::mirrored_service_name("shop", "errors");
+        let docs = |cluster: &str, backend: &str, with_service: bool| {
+            let service = if with_service {
+                format!(
+                    "---
+apiVersion: v1
+kind: Service
+metadata: {{name: {errors}, namespace: tenant-{cluster}}}
+spec: {{ports: [{{port: 8081}}, {{port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: errors-1, namespace: tenant-{cluster}, labels: {{kubernetes.io/service-name: {errors}}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.1.0.8]}}]
+ports: [{{name: '', port: 9000}}]
+"
+                )
+            } else {
+                String::new()
+            };
+            let annotations = format!(
+                "limit-burst-multiplier: '1'\n    nginx.ingress.kubernetes.io/custom-http-errors: '503,404'\n    nginx.ingress.kubernetes.io/default-backend: {backend}"
+            );
+            tenant_docs(cluster, "").replace("limit-burst-multiplier: '1'", &annotations) + &service
+        };
+        // Each tenant its own nodes: 10.1.0.0/24, 10.2.0.0/24, ...
+        let docs = [
+            docs("acme", &errors, true),
+            docs("globex", &errors, false).replace("10.1.0.", "10.2.0."),
+            docs("initech", &format!("tenant-acme/{errors}"), false).replace("10.1.0.", "10.3.0."),
+        ];
+        let snapshot = compile_test_docs(&docs, &options);
+        let custom = |cluster: &str| {
+            let host = format!("a.{cluster}.lb.example.net");
+            let route = snapshot.routes.lookup(&host, "/").expect("routed");
+            route.traffic().unwrap().custom_errors.clone()
+        };
+        let condition = |cluster: &str| {
+            let report = snapshot.report.ingresses.iter();
+            let report = report
+                .filter(|r| r.namespace == format!("tenant-{cluster}"))
+                .find(|r| r.name == "web.shop")
+                .unwrap();
+            let c = report.conditions.iter();
+            c.filter(|c| c.type_ == "AnnotationsAccepted")
+                .map(|c| c.message.clone())
+                .collect::<String>()
+        };
+        let acme = custom("acme").expect("acme pages");
+        assert_eq!(&*acme.codes, &[404, 503]);
+        let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
+        assert_eq!(addrs, vec!["10.1.0.8:9000".parse().unwrap()]);
+        assert_eq!(acme.upstream.name, format!("tenant-acme/{errors}:8081"));
+        assert_eq!((&*acme.owner, &*acme.ingress), ("acme", "web.shop"));
+        // The same name, looked up in globex's own namespace only.
+        let globex = custom("globex").expect("globex's pages");
+        assert!(globex.upstream.endpoints.is_empty());
+        assert!(condition("globex").contains("not found"), "{}", condition("globex"));
+        assert!(!std::sync::Arc::ptr_eq(&acme.gate, &globex.gate));
+        // Another namespace's Service cannot be named at all.
+        assert!(custom("initech").is_none());
+        let initech = condition("initech");
+        assert!(
+            initech.contains("default-backend") && initech.contains("own namespace"),
+            "{initech}"
+        );
+        assert!(initech.contains("custom-http-errors needs"), "{initech}");
+    }
+
     /// `auth-url` reaches only the tenant's own Services (the one the
     /// agent mirrored, or one of its LB namespace) and addresses inside
     /// its nodes; anything else is reported and its requests fail closed

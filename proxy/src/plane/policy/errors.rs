@@ -31,7 +31,6 @@ use http_body_util::Empty;
 use super::auth::{self, AuthLimits, CLIENT_FIELDS, Outcome};
 use crate::compile::traffic::CustomErrors;
 use crate::compile::upstream::Upstream;
-use crate::plane::decide::RequestHeaders;
 
 /// Longest error page relayed: pages are small, and the whole page is
 /// held in memory before it is sent.
