@@ -1,5 +1,5 @@
 //! End-to-end tests of custom error pages (ingress-nginx's
-//! `custom-http-errors` with `default-backend`, docs/traffic-policy.md)
+//! `custom-http-errors` with `default-backend`, docs/operations.md)
 //! through the real `teapot proxy` binary, with echo backends as the
 //! route's backend and as the error backend (which answers with what it
 //! was asked), over HTTP/1.1 (plain) and HTTP/2 (TLS, ALPN h2).

@@ -159,7 +159,7 @@ impl teapot_h1::Router for Router {
         let error_pages = error_pages.map(|mut pages| {
             // The ID the backend gets, as ingress-nginx's `$req_id`.
             pages.request_id = ids.request_id.as_str().into();
-            (pages, self.options.auth)
+            pages
         });
         if forward.gateway.as_ref().is_some_and(|g| g.h2c) || forward.upstream.protocol.is_h2() {
             return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
@@ -462,7 +462,7 @@ pub struct Target {
     _client_in_flight: Option<crate::compile::rate_table::InFlightPass>,
     /// `custom-http-errors`: the statuses replaced by the error backend's
     /// page and what it is told; `None` for every other route.
-    error_pages: Option<(Box<policy::errors::ErrorPages>, policy::auth::AuthLimits)>,
+    error_pages: Option<Box<policy::errors::ErrorPages>>,
 }
 
 impl Target {
@@ -520,7 +520,7 @@ impl Upstreams for Target {
     fn replaces(&self, status: u16) -> bool {
         self.error_pages
             .as_ref()
-            .is_some_and(|(pages, _)| pages.replaces(status))
+            .is_some_and(|pages| pages.replaces(status))
     }
 
     /// The error backend's page: boxed, so a request's future holds a
@@ -529,7 +529,7 @@ impl Upstreams for Target {
         let pages = self.error_pages.take();
         Box::pin(async move {
             let page = match &pages {
-                Some((pages, limits)) => pages.page(status, *limits).await,
+                Some(pages) => pages.page(status).await,
                 None => policy::errors::fallback(status),
             };
             page_respond(page, None)

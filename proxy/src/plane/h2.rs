@@ -205,8 +205,8 @@ impl H2Server {
         if let Err(failure) = self.route(&parts, conn, &mut st).await {
             if st.client.out.status == 0 && st.replaces(failure.status()) {
                 // The listed 502 or 504: the error backend's page.
-                let (limits, head_only) = (self.router.options.auth, parts.method == Method::HEAD);
-                let page = Box::pin(st.error_page(failure.status(), limits, head_only));
+                let head_only = parts.method == Method::HEAD;
+                let page = Box::pin(st.error_page(failure.status(), head_only));
                 if page.await.is_err() {
                     self.router.metrics.client_aborts.inc();
                 }

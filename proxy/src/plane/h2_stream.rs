@@ -91,16 +91,11 @@ impl StreamCtx<'_> {
     /// The error backend's page in place of a response of `status`
     /// (crate::plane::policy::errors): a listed status of the backend, or
     /// teapot's own 502 or 504.
-    pub async fn error_page(
-        &mut self,
-        status: u16,
-        limits: crate::plane::policy::auth::AuthLimits,
-        head_only: bool,
-    ) -> Result<(), Failure> {
+    pub async fn error_page(&mut self, status: u16, head_only: bool) -> Result<(), Failure> {
         let Some(pages) = self.policy.as_mut().and_then(|p| p.error_pages.take()) else {
             return Ok(());
         };
-        let page = pages.page(status, limits).await;
+        let page = pages.page(status).await;
         self.reason = Some(page.reason);
         self.client.out.page(page, head_only).await
     }

@@ -420,7 +420,7 @@ impl Exchange<'_> {
         }
         if st.replaces(head.status.as_u16()) {
             // Not relayed: the connection goes with its body unread.
-            let page = st.error_page(head.status.as_u16(), router.options.auth, self.head_request);
+            let page = st.error_page(head.status.as_u16(), self.head_request);
             Box::pin(page).await?;
             return Ok(false);
         }

@@ -97,8 +97,8 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
             screen(forward, req, conn)
         }
         Decision::Answer(answer, Some(route))
-            if answer == NO_ENDPOINT
-                && route.traffic().is_some_and(|t| t.custom_errors.is_some()) =>
+            if route.traffic().is_some_and(|t| t.custom_errors.is_some())
+                && answer.reason == NO_ENDPOINT.reason =>
         {
             return Box::pin(no_endpoint_page(router, answer, route, req, conn)).await;
         }
@@ -138,7 +138,8 @@ fn error_pages(
     let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
-    policy::errors::ErrorPages::new(errors, forward.upstream.clone(), &original)
+    let (backend, limits) = (forward.upstream.clone(), router.options.auth);
+    policy::errors::ErrorPages::new(errors, backend, &original, limits)
 }
 
 /// A route without endpoints whose Ingress names a `default-backend`: the
@@ -169,8 +170,9 @@ async fn no_endpoint_page(
     let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
-    let pages = policy::errors::ErrorPages::new(errors, route.upstream.clone(), &original);
-    let page = pages.page(answer.status, router.options.auth).await;
+    let (backend, limits) = (route.upstream.clone(), router.options.auth);
+    let pages = policy::errors::ErrorPages::new(errors, backend, &original, limits);
+    let page = pages.page(answer.status).await;
     Routed::ErrorPage(page, route)
 }
 

@@ -57,6 +57,8 @@ pub struct ErrorPages {
     pub client: Option<IpAddr>,
     /// The client's [`CLIENT_FIELDS`] (its `Accept` among them).
     pub fields: Vec<(HeaderName, HeaderValue)>,
+    /// The operator's bounds on sub-requests (`auth-url`'s).
+    pub limits: AuthLimits,
 }
 
 /// The answer that replaces a response: the error backend's, or teapot's
@@ -78,11 +80,13 @@ pub const PAGE: &str = "custom_error_page";
 pub const FALLBACK: &str = "custom_error_unavailable";
 
 impl ErrorPages {
-    /// What `request` tells the error backend of `errors`.
+    /// What `request` tells the error backend of `errors`, asked within
+    /// `limits`.
     pub fn new(
         errors: Arc<CustomErrors>,
         backend: Arc<Upstream>,
         request: &super::auth::Original<'_>,
+        limits: AuthLimits,
     ) -> ErrorPages {
         let fields = CLIENT_FIELDS
             .iter()
@@ -100,6 +104,7 @@ impl ErrorPages {
             request_id: request.request_id.into(),
             client: request.client,
             fields,
+            limits,
         }
     }
 
@@ -109,7 +114,8 @@ impl ErrorPages {
     }
 
     /// The answer in place of a response of `code`.
-    pub async fn page(&self, code: u16, limits: AuthLimits) -> Page {
+    pub async fn page(&self, code: u16) -> Page {
+        let limits = self.limits;
         let fetched = match self.errors.gate.enter(limits.concurrency) {
             None => Err(Outcome::Busy),
             Some(_pass) => tokio::time::timeout(limits.timeout, self.fetch(code))
@@ -264,7 +270,7 @@ mod tests {
             headers: &fields,
         };
         let backend = Arc::new(Upstream::new(backend.into(), Vec::new(), None));
-        ErrorPages::new(errors, backend, &original)
+        ErrorPages::new(errors, backend, &original, AuthLimits::default())
     }
 
     #[test]
@@ -305,9 +311,8 @@ mod tests {
     /// client would have got, teapot's short body.
     #[tokio::test]
     async fn a_page_that_cannot_be_had_keeps_the_status() {
-        let limits = AuthLimits::default();
         let none = Upstream::new("errors".into(), Vec::new(), Some("none".into()));
-        let page = pages(errors(none, ""), "ops/web:80").page(503, limits).await;
+        let page = pages(errors(none, ""), "ops/web:80").page(503).await;
         assert_eq!((page.status, page.reason), (503, FALLBACK));
         assert_eq!(page.body, "503 Service Unavailable\n");
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -315,15 +320,12 @@ mod tests {
         drop(closed);
         let registry = EndpointRegistry::default();
         let dead = Upstream::new("errors".into(), vec![registry.endpoint(addr)], None);
-        let p = pages(errors(dead, ""), "ops/web:80");
-        let page = p.page(404, limits).await;
+        let mut p = pages(errors(dead, ""), "ops/web:80");
+        let page = p.page(404).await;
         assert_eq!((page.status, page.reason), (404, FALLBACK));
         let _held = p.errors.gate.enter(1).unwrap();
-        let full = AuthLimits {
-            concurrency: 1,
-            ..limits
-        };
-        assert_eq!(p.page(404, full).await.reason, FALLBACK);
+        p.limits.concurrency = 1;
+        assert_eq!(p.page(404).await.reason, FALLBACK);
     }
 
     /// The error backend's answer goes to the client as it is: status,
@@ -348,9 +350,7 @@ mod tests {
         });
         let registry = EndpointRegistry::default();
         let up = Upstream::new("errors".into(), vec![registry.endpoint(addr)], None);
-        let page = pages(errors(up, ""), "ops/web:80")
-            .page(503, AuthLimits::default())
-            .await;
+        let page = pages(errors(up, ""), "ops/web:80").page(503).await;
         let seen = server.join().unwrap().to_ascii_lowercase();
         assert!(seen.starts_with("get / http/1.1\r\n"), "{seen}");
         assert!(seen.contains("x-code: 503\r\n"), "{seen}");
