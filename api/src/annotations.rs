@@ -1334,19 +1334,24 @@ mod tests {
             Ok(AnnotationValue::Codes(vec![404, 503]))
         );
         assert_eq!(codes("599"), Ok(AnnotationValue::Codes(vec![599])));
-        for bad in ["", "399", "600", "200", "40", "4040", "404;", "abc", "404,,x", "+404"] {
+        for bad in [
+            "", "399", "600", "200", "40", "4040", "404;", "abc", "404,,x", "+404",
+        ] {
             let e = codes(bad).unwrap_err();
-            assert!(
-                e.to_string().contains("from 400 to 599"),
-                "{bad:?}: {e}"
-            );
+            assert!(e.to_string().contains("from 400 to 599"), "{bad:?}: {e}");
         }
         let backend = |v: &str| parse(i, &format!("{NGINX_PREFIX}default-backend"), v);
         assert_eq!(
             backend("error-pages"),
             Ok(AnnotationValue::Text("error-pages".into()))
         );
-        for bad in ["other/error-pages", "Error", "error-pages.other.svc", "", "-x"] {
+        for bad in [
+            "other/error-pages",
+            "Error",
+            "error-pages.other.svc",
+            "",
+            "-x",
+        ] {
             let e = backend(bad).unwrap_err();
             assert!(e.to_string().contains("own namespace"), "{bad:?}: {e}");
         }

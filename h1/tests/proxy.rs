@@ -1031,8 +1031,8 @@ impl teapot_h1::Upstreams for Replacing {
         matches!(status, 404 | 502)
     }
 
-    fn replacement(&mut self, status: u16) -> impl std::future::Future<Output = Respond> + Send {
-        async move { Respond::new(200, "page", format!("page for {status}")) }
+    async fn replacement(&mut self, status: u16) -> Respond {
+        Respond::new(200, "page", format!("page for {status}"))
     }
 }
 
@@ -1049,7 +1049,11 @@ impl teapot_h1::Router for ReplacingRouter {
         head: &teapot_h1::RequestHead<'_>,
         _: &teapot_h1::ConnInfo,
     ) -> impl std::future::Future<Output = Decision<Replacing>> + Send {
-        let to = if head.path() == "/dead" { self.dead } else { self.up };
+        let to = if head.path() == "/dead" {
+            self.dead
+        } else {
+            self.up
+        };
         std::future::ready(Decision::Forward(Forward::via(Replacing(to))))
     }
 }
@@ -1098,7 +1102,10 @@ async fn a_replaced_status_gets_the_routers_answer() {
     let r = c.response(false).await;
     assert_eq!((r.status, r.text()), (200, "page for 404".to_string()));
     assert!(!r.closes());
-    assert_eq!(guard(seen.recv()).await.unwrap().outcome, Outcome::Local("page"));
+    assert_eq!(
+        guard(seen.recv()).await.unwrap().outcome,
+        Outcome::Local("page")
+    );
     c.send("GET /fine HTTP/1.1\r\nHost: a\r\n\r\n").await;
     let r = c.response(false).await;
     assert_eq!((r.status, r.text()), (200, "/fine".to_string()));

@@ -21,21 +21,6 @@ fn closed_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// The Service `name` in `namespace` whose one endpoint refuses
-/// connections.
-fn dead_service(namespace: &str, name: &str) -> Vec<Value> {
-    vec![
-        service(namespace, name, &[(Some("http"), 80)]),
-        slice(
-            namespace,
-            &format!("{name}-0"),
-            name,
-            &[(Some("http"), closed_port())],
-            &[("127.0.0.1", true)],
-        ),
-    ]
-}
-
 /// The request's field `name` as the echo backend saw it.
 fn seen_field(seen: &Value, name: &str) -> Value {
     seen["headers"][name].clone()
@@ -48,10 +33,13 @@ async fn listed_statuses_get_the_default_backends_page() {
     let errors = echo(NS, "errors", "errors-0").await;
     let mut objects = echo_service(NS, "web", &[&web]);
     objects.extend(echo_service(NS, "errors", &[&errors]));
-    objects.extend(dead_service(NS, "gone"));
+    objects.extend(loopback_service(NS, "gone", closed_port()));
     // A Service without endpoints.
     objects.push(service(NS, "empty", &[(Some("http"), 80)]));
-    let pages = [("custom-http-errors", "404,503"), ("default-backend", "errors")];
+    let pages = [
+        ("custom-http-errors", "404,503"),
+        ("default-backend", "errors"),
+    ];
     objects.extend([
         annotated(NS, "pages.test", "web", &pages),
         annotated(
@@ -78,7 +66,7 @@ async fn listed_statuses_get_the_default_backends_page() {
             let req = Request::get("pages.test", "/missing?x=1")
                 .header("x-echo-status", code)
                 .header("accept", "application/json")
-                .header("cookie", "session=s1");
+                .header("cookie", "cart=c1");
             let resp = over(&h, proto, req).await;
             assert_eq!(resp.status, 200, "{proto:?} {code}: {}", resp.text());
             let seen = resp.json().expect("the error backend's echo");
@@ -94,7 +82,7 @@ async fn listed_statuses_get_the_default_backends_page() {
             assert_eq!(seen_field(&seen, "X-Service-Name"), json!(["web"]));
             assert_eq!(seen_field(&seen, "X-Service-Port"), json!(["80"]));
             assert_eq!(seen_field(&seen, "X-Forwarded-For"), json!(["127.0.0.1"]));
-            assert_eq!(seen_field(&seen, "Cookie"), json!(["session=s1"]));
+            assert_eq!(seen_field(&seen, "Cookie"), json!(["cart=c1"]));
             let id = seen_field(&seen, "X-Request-Id");
             assert_eq!(id[0].as_str().map(str::len), Some(32), "{proto:?}: {id}");
             // The client's own test hook never reaches the error backend.
@@ -105,7 +93,10 @@ async fn listed_statuses_get_the_default_backends_page() {
         let resp = over(&h, proto, req).await;
         assert_eq!(resp.status, 500, "{proto:?}");
         let seen = resp.json().expect("the backend's echo");
-        assert_eq!((&seen["service"], &seen["path"]), (&json!("web"), &json!("/broken")));
+        assert_eq!(
+            (&seen["service"], &seen["path"]),
+            (&json!("web"), &json!("/broken"))
+        );
         let resp = over(&h, proto, Request::get("pages.test", "/fine")).await;
         assert_eq!(resp.status, 200, "{proto:?}");
         assert_eq!(resp.json().unwrap()["service"], "web");

@@ -304,7 +304,9 @@ fn custom_errors(
         None => Upstream::new(
             format!("{namespace}/{service}"),
             Vec::new(),
-            Some(format!("Service {namespace}/{service} not found or without ports")),
+            Some(format!(
+                "Service {namespace}/{service} not found or without ports"
+            )),
         ),
     };
     for why in upstream.unavailable.iter().chain(&upstream.refused) {
@@ -685,6 +687,23 @@ spec:
         assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
     }
 
+    /// The `AnnotationsAccepted` messages of tenant `cluster`'s Ingress
+    /// `web.shop`.
+    fn annotations_accepted(
+        snapshot: &crate::compile::snapshot::Snapshot,
+        cluster: &str,
+    ) -> String {
+        let report = snapshot.report.ingresses.iter();
+        let report = report
+            .filter(|r| r.namespace == format!("tenant-{cluster}"))
+            .find(|r| r.name == "web.shop")
+            .unwrap();
+        let c = report.conditions.iter();
+        c.filter(|c| c.type_ == "AnnotationsAccepted")
+            .map(|c| c.message.clone())
+            .collect::<String>()
+    }
+
     /// `default-backend` is a Service of the Ingress's own namespace, at
     /// its first port: the same name in another tenant's namespace is not
     /// found, a `NAMESPACE/NAME` is refused, and `custom-http-errors`
@@ -733,17 +752,7 @@ ports: [{{name: '', port: 9000}}]
             let route = snapshot.routes.lookup(&host, "/").expect("routed");
             route.traffic().unwrap().custom_errors.clone()
         };
-        let condition = |cluster: &str| {
-            let report = snapshot.report.ingresses.iter();
-            let report = report
-                .filter(|r| r.namespace == format!("tenant-{cluster}"))
-                .find(|r| r.name == "web.shop")
-                .unwrap();
-            let c = report.conditions.iter();
-            c.filter(|c| c.type_ == "AnnotationsAccepted")
-                .map(|c| c.message.clone())
-                .collect::<String>()
-        };
+        let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
         let acme = custom("acme").expect("acme pages");
         assert_eq!(&*acme.codes, &[404, 503]);
         let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
@@ -753,7 +762,11 @@ ports: [{{name: '', port: 9000}}]
         // The same name, looked up in globex's own namespace only.
         let globex = custom("globex").expect("globex's pages");
         assert!(globex.upstream.endpoints.is_empty());
-        assert!(condition("globex").contains("not found"), "{}", condition("globex"));
+        assert!(
+            condition("globex").contains("not found"),
+            "{}",
+            condition("globex")
+        );
         assert!(!std::sync::Arc::ptr_eq(&acme.gate, &globex.gate));
         // Another namespace's Service cannot be named at all.
         assert!(custom("initech").is_none());
@@ -816,17 +829,7 @@ ports: [{{name: '', port: 9090}}]
             let route = snapshot.routes.lookup(&host, "/").expect("routed");
             route.traffic().unwrap().auth.clone().expect("auth")
         };
-        let condition = |cluster: &str| {
-            let report = snapshot.report.ingresses.iter();
-            let report = report
-                .filter(|r| r.namespace == format!("tenant-{cluster}"))
-                .find(|r| r.name == "web.shop")
-                .unwrap();
-            let c = report.conditions.iter();
-            c.filter(|c| c.type_ == "AnnotationsAccepted")
-                .map(|c| c.message.clone())
-                .collect::<String>()
-        };
+        let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
         let acme = auth("acme");
         let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
         assert_eq!(addrs, vec!["10.1.0.9:9090".parse().unwrap()]);

@@ -115,7 +115,11 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     };
     match authenticated {
         Routed::Forward(mut forward) => {
-            if let Some(errors) = forward.route.traffic().and_then(|t| t.custom_errors.clone()) {
+            if let Some(errors) = forward
+                .route
+                .traffic()
+                .and_then(|t| t.custom_errors.clone())
+            {
                 let pages = error_pages(router, errors, &forward, req, conn);
                 forward.policy.get_or_insert_default().error_pages = Some(Box::new(pages));
             }

@@ -279,7 +279,10 @@ mod tests {
         let p = pages(errors(none, ""), "ops/web:8080");
         assert!(p.replaces(404) && p.replaces(503) && !p.replaces(500));
         let r = p.request(404).unwrap();
-        assert_eq!((r.method().as_str(), r.uri().to_string()), ("GET", "/".into()));
+        assert_eq!(
+            (r.method().as_str(), r.uri().to_string()),
+            ("GET", "/".into())
+        );
         let get = |n: &str| r.headers().get(n).map(|v| v.to_str().unwrap().to_string());
         assert_eq!(get("x-code").as_deref(), Some("404"));
         assert_eq!(get("x-format").as_deref(), Some("application/json"));
