@@ -88,6 +88,16 @@ async fn listed_statuses_get_the_default_backends_page() {
             // The client's own test hook never reaches the error backend.
             assert_eq!(seen_field(&seen, "X-Echo-Status"), Value::Null);
         }
+        // A HEAD's page is asked with HEAD: the error backend's status,
+        // no body.
+        let head = Request {
+            method: "HEAD".into(),
+            ..Request::get("pages.test", "/gone")
+        }
+        .header("x-echo-status", "404");
+        let resp = over(&h, proto, head).await;
+        assert_eq!(resp.status, 200, "HEAD, {proto:?}");
+        assert!(resp.body.is_empty(), "HEAD, {proto:?}: {}", resp.text());
         // A status not listed passes untouched.
         let req = Request::get("pages.test", "/broken").header("x-echo-status", "500");
         let resp = over(&h, proto, req).await;

@@ -742,7 +742,11 @@ ports: [{{name: '', port: 9000}}]
         };
         // Each tenant its own nodes: 10.1.0.0/24, 10.2.0.0/24, ...
         let docs = [
-            docs("acme", &errors, true),
+            // The agent's copy: the tenant's own namespace in a label.
+            docs("acme", &errors, true).replace(
+                "  name: web.shop\n",
+                "  name: web.shop\n  labels: {teapot.dev/source-namespace: shop}\n",
+            ),
             docs("globex", &errors, false).replace("10.1.0.", "10.2.0."),
             docs("initech", &format!("tenant-acme/{errors}"), false).replace("10.1.0.", "10.3.0."),
         ];
@@ -758,7 +762,12 @@ ports: [{{name: '', port: 9000}}]
         let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
         assert_eq!(addrs, vec!["10.1.0.8:9000".parse().unwrap()]);
         assert_eq!(acme.upstream.name, format!("tenant-acme/{errors}:8081"));
-        assert_eq!((&*acme.owner, &*acme.ingress), ("acme", "web.shop"));
+        // The error backend is told the tenant's own names.
+        assert_eq!(
+            (&*acme.owner, &*acme.namespace, &*acme.ingress),
+            ("acme", "shop", "web")
+        );
+        assert_eq!(&*acme.mirrored_from, "shop");
         // The same name, looked up in globex's own namespace only.
         let globex = custom("globex").expect("globex's pages");
         assert!(globex.upstream.endpoints.is_empty());

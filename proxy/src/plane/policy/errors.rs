@@ -276,8 +276,11 @@ mod tests {
     #[test]
     fn the_page_request_carries_ingress_nginx_fields() {
         let none = Upstream::new("errors".into(), Vec::new(), None);
-        let p = pages(errors(none, ""), "ops/web:8080");
+        let mut p = pages(errors(none, ""), "ops/web:8080");
         assert!(p.replaces(404) && p.replaces(503) && !p.replaces(500));
+        p.head = true;
+        assert_eq!(p.request(404).unwrap().method(), "HEAD");
+        p.head = false;
         let r = p.request(404).unwrap();
         assert_eq!(
             (r.method().as_str(), r.uri().to_string()),
