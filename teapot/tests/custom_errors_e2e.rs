@@ -55,6 +55,16 @@ async fn listed_statuses_get_the_default_backends_page() {
             &[("custom-http-errors", "502"), ("default-backend", "errors")],
         ),
         annotated(NS, "empty.test", "empty", &[("default-backend", "errors")]),
+        annotated(
+            NS,
+            "h2c.test",
+            "web",
+            &[
+                ("backend-protocol", "H2C"),
+                ("custom-http-errors", "404"),
+                ("default-backend", "errors"),
+            ],
+        ),
     ]);
     let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
 
@@ -135,6 +145,18 @@ async fn listed_statuses_get_the_default_backends_page() {
         assert_eq!(seen_field(&seen, "X-Service-Name"), json!(["empty"]));
         assert_eq!(seen_field(&seen, "X-Ingress-Name"), json!(["empty.test"]));
     }
+
+    // An HTTP/2 backend (h2c) answers a listed status: the page too.
+    let req = Request::get("h2c.test", "/missing").header("x-echo-status", "404");
+    let resp = over(&h, Proto::Http2, req).await;
+    assert_eq!(resp.status, 200, "h2c: {}", resp.text());
+    let seen = resp.json().expect("the error backend's echo");
+    assert_eq!(seen["service"], "errors");
+    assert_eq!(seen_field(&seen, "X-Code"), json!(["404"]));
+    let req = Request::get("h2c.test", "/fine").header("x-echo-status", "500");
+    let resp = over(&h, Proto::Http2, req).await;
+    assert_eq!(resp.status, 500, "h2c: {}", resp.text());
+    assert_eq!(resp.json().unwrap()["proto"], "HTTP/2.0");
 }
 
 /// A tenant's `default-backend` is a Service of its own namespace: the
