@@ -73,6 +73,13 @@ pub enum ValueType {
     /// ([`AuthTarget`]); whose Service or address is checked against the
     /// tenant where the tenant is known.
     AuthUrl,
+    /// Comma-separated three-digit HTTP status codes from `min` to `max`
+    /// (`custom-http-errors`); a repeated code counts once.
+    StatusCodes { min: u16, max: u16 },
+    /// The name of a Service of the object's own namespace, a DNS label:
+    /// no `NAMESPACE/` part, so no other namespace's Service can be named
+    /// (`default-backend`).
+    ServiceName,
 }
 
 impl ValueType {
@@ -119,13 +126,23 @@ impl ValueType {
                 "an http:// URL of one of your Services, http://SERVICE.NAMESPACE.svc[.cluster.local][:PORT][/PATH], or of an IP address inside your nodeCIDRs (https:// is not served: teapot speaks plain HTTP to the authentication service)"
                     .into()
             }
+            ValueType::StatusCodes { min, max } => format!(
+                "comma-separated HTTP status codes from {min} to {max}, such as \"404,503\" (three digits each)"
+            ),
+            ValueType::ServiceName => {
+                "the name of a Service in the Ingress's own namespace, such as \"error-pages\" (lowercase letters, digits and '-'; a Service of another namespace cannot be named)"
+                    .into()
+            }
         }
     }
 
     /// Longest value of this type.
     pub fn max_len(&self) -> usize {
         match self {
-            ValueType::Cidrs | ValueType::Origins | ValueType::Tokens { .. } => MAX_LIST_LEN,
+            ValueType::Cidrs
+            | ValueType::Origins
+            | ValueType::Tokens { .. }
+            | ValueType::StatusCodes { .. } => MAX_LIST_LEN,
             ValueType::Url | ValueType::AuthUrl => 2048,
             _ => MAX_VALUE_LEN,
         }
@@ -611,6 +628,18 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The X-Auth-Request-Redirect field of the request to auth-url (default: the request's path and query).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/custom-http-errors",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::StatusCodes { min: 400, max: 599 },
+        doc: "A backend response with one of these statuses (and teapot's own 502 or 504 when listed) is replaced by the answer of default-backend, asked for the page with X-Code, X-Format, X-Original-URI and ingress-nginx's other fields.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/default-backend",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::ServiceName,
+        doc: "A Service of the Ingress's own namespace (its first port) that serves the custom-http-errors pages, and the 503 page while the route's Service has no endpoint.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {
@@ -766,6 +795,8 @@ pub enum AnnotationValue {
     List(Vec<String>),
     /// A URL or path.
     Text(String),
+    /// HTTP status codes, ascending, each once.
+    Codes(Vec<u16>),
 }
 
 /// Why an annotation was refused.
@@ -959,6 +990,22 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
             && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
         .then(|| AnnotationValue::Text(value.to_string())),
         ValueType::AuthUrl => AuthTarget::parse(value)
+            .is_ok()
+            .then(|| AnnotationValue::Text(value.to_string())),
+        ValueType::StatusCodes { min, max } => {
+            let mut codes = items(value)
+                .map(|c| {
+                    let code = (c.len() == 3 && c.bytes().all(|b| b.is_ascii_digit()))
+                        .then(|| c.parse::<u16>().ok())
+                        .flatten()?;
+                    (*min..=*max).contains(&code).then_some(code)
+                })
+                .collect::<Option<Vec<_>>>()?;
+            codes.sort_unstable();
+            codes.dedup();
+            (!codes.is_empty()).then_some(AnnotationValue::Codes(codes))
+        }
+        ValueType::ServiceName => crate::policy::dns_label(value)
             .is_ok()
             .then(|| AnnotationValue::Text(value.to_string())),
         ValueType::Url => {
@@ -1290,6 +1337,41 @@ mod tests {
         );
         assert!(parse(i, &key("use-regex"), "yes").is_err());
         assert!(parse(i, &key("permanent-redirect-code"), "200").is_err());
+    }
+
+    /// `custom-http-errors`: ingress-nginx's comma-separated codes, each
+    /// once; `default-backend`: a Service name alone, never another
+    /// namespace's.
+    #[test]
+    fn custom_error_codes_and_the_default_backend() {
+        let i = ObjectKind::Ingress;
+        let codes = |v: &str| parse(i, &format!("{NGINX_PREFIX}custom-http-errors"), v);
+        assert_eq!(
+            codes("503, 404,503"),
+            Ok(AnnotationValue::Codes(vec![404, 503]))
+        );
+        assert_eq!(codes("599"), Ok(AnnotationValue::Codes(vec![599])));
+        for bad in [
+            "", "399", "600", "200", "40", "4040", "404;", "abc", "404,,x", "+404",
+        ] {
+            let e = codes(bad).unwrap_err();
+            assert!(e.to_string().contains("from 400 to 599"), "{bad:?}: {e}");
+        }
+        let backend = |v: &str| parse(i, &format!("{NGINX_PREFIX}default-backend"), v);
+        assert_eq!(
+            backend("error-pages"),
+            Ok(AnnotationValue::Text("error-pages".into()))
+        );
+        for bad in [
+            "other/error-pages",
+            "Error",
+            "error-pages.other.svc",
+            "",
+            "-x",
+        ] {
+            let e = backend(bad).unwrap_err();
+            assert!(e.to_string().contains("own namespace"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

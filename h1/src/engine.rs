@@ -475,6 +475,7 @@ enum Sent {
     /// A final response head of this length is at the start of `upbuf`.
     Response {
         head_len: usize,
+        status: u16,
     },
     Upstream(UpErr),
     /// The client went away or sent a malformed body.
@@ -980,13 +981,28 @@ where
         }
     }
 
+    /// [`Self::gateway_error`], or its replacement when the router's
+    /// [`Upstreams::replaces`] its status.
+    async fn upstream_failed(
+        &mut self,
+        plan: &mut ForwardPlan<R::Upstreams>,
+        e: UpstreamError,
+        keep: bool,
+        stats: &mut Stats,
+    ) -> Next {
+        let status = gateway_status(e);
+        if !plan.fwd.upstreams.replaces(status) {
+            return self.gateway_error(e, keep, stats).await;
+        }
+        let respond = plan.fwd.upstreams.replacement(status).await;
+        let keep = keep && !respond.close;
+        self.local(&respond, plan.head_request, keep, stats).await
+    }
+
     /// A 502/504 for an upstream failure before any response byte was
     /// relayed.
     async fn gateway_error(&mut self, e: UpstreamError, keep: bool, stats: &mut Stats) -> Next {
-        let status = match e {
-            UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout => 504,
-            _ => 502,
-        };
+        let status = gateway_status(e);
         let config = &self.engine.config;
         let body = if status == 504 {
             config.gateway_timeout_body.clone()
@@ -1121,7 +1137,7 @@ where
                     // No body byte was read: the connection stays usable
                     // unless there is a body still to come.
                     let keep = plan.client_keepalive && plan.body == BodyFraming::None;
-                    let next = self.gateway_error(e, keep, stats).await;
+                    let next = self.upstream_failed(plan, e, keep, stats).await;
                     self.observe(stats, Outcome::Upstream(e), plan.fwd.tag.as_ref());
                     return next;
                 }
@@ -1147,18 +1163,30 @@ where
             break (up, addr, sent);
         };
         self.up_out.clear();
-        let tag = plan.fwd.tag.as_ref();
         let head_len = match sent {
-            Sent::Response { head_len } => head_len,
+            Sent::Response { status, .. } if plan.fwd.upstreams.replaces(status) => {
+                // The upstream's answer is not relayed: its connection
+                // goes, its body unread.
+                drop(up);
+                self.upbuf.clear();
+                stats.upstream_time = Some(up_start.elapsed());
+                let keep = plan.client_keepalive && decoder.is_done();
+                let respond = plan.fwd.upstreams.replacement(status).await;
+                let keep = keep && !respond.close;
+                let next = self.local(&respond, plan.head_request, keep, stats).await;
+                self.observe(stats, Outcome::Local(respond.reason), plan.fwd.tag.as_ref());
+                return next;
+            }
+            Sent::Response { head_len, .. } => head_len,
             Sent::Upstream(e) => {
                 stats.upstream_time = Some(up_start.elapsed());
                 let keep = plan.client_keepalive && decoder.is_done();
                 let next = if stats.status < 200 {
-                    self.gateway_error(e.kind, keep, stats).await
+                    self.upstream_failed(plan, e.kind, keep, stats).await
                 } else {
                     Next::Close(ConnEnd::Closed)
                 };
-                self.observe(stats, Outcome::Upstream(e.kind), tag);
+                self.observe(stats, Outcome::Upstream(e.kind), plan.fwd.tag.as_ref());
                 return next;
             }
             Sent::Client(Outcome::Refused(r)) if stats.status < 200 => {
@@ -1166,7 +1194,7 @@ where
                 return Next::Close(ConnEnd::Closed);
             }
             Sent::Client(outcome) => {
-                self.observe(stats, outcome, tag);
+                self.observe(stats, outcome, plan.fwd.tag.as_ref());
                 return Next::Close(ConnEnd::ClientClosed);
             }
             Sent::TooLarge => {
@@ -1235,7 +1263,10 @@ where
                             self.upbuf.consume(len);
                             continue;
                         }
-                        return Sent::Response { head_len: len };
+                        return Sent::Response {
+                            head_len: len,
+                            status,
+                        };
                     }
                     Ok(None) if self.upbuf.filled().len() > max_head => {
                         return Sent::Upstream(UpErr {
@@ -1800,6 +1831,14 @@ async fn prepare<R: Router>(
         client_http10: http10,
         upgrade: upgrade_value.is_some(),
     }))
+}
+
+/// The status of an upstream failure before any response byte.
+fn gateway_status(e: UpstreamError) -> u16 {
+    match e {
+        UpstreamError::ConnectTimeout | UpstreamError::ReadTimeout => 504,
+        _ => 502,
+    }
 }
 
 /// `Ok(Some((authority, path)))` for an absolute-form target,

@@ -132,6 +132,21 @@ pub trait Upstreams: Send + 'static {
     /// handshake or a certificate refused): the address is reachable, so
     /// this is no [`Upstreams::failed`].
     fn secure_failed(&mut self, _addr: SocketAddr) {}
+
+    /// Whether a final response of `status`, the upstream's or the
+    /// engine's own 502 or 504, is answered by [`Upstreams::replacement`]
+    /// instead (a product's error pages). Asked once per response; the
+    /// default is never.
+    fn replaces(&self, _status: u16) -> bool {
+        false
+    }
+
+    /// The answer sent in place of a response [`Upstreams::replaces`]
+    /// chose. The upstream's response is not relayed: its connection is
+    /// closed with its body unread.
+    fn replacement(&mut self, status: u16) -> impl Future<Output = Respond> + Send {
+        std::future::ready(Respond::new(status, "replaced", Bytes::new()))
+    }
 }
 
 /// A fixed list, tried in order.

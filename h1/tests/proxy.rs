@@ -1018,3 +1018,100 @@ async fn requests_after_an_idle_wait_are_read_whole_on_a_pipe() {
     }
     assert_eq!(rec.requests()[5].header("x-big").map(str::len), Some(5000));
 }
+
+/// Upstreams whose 404 and 502 the product answers itself (error pages).
+struct Replacing(std::net::SocketAddr);
+
+impl teapot_h1::Upstreams for Replacing {
+    fn next(&mut self, attempt: u32) -> Option<std::net::SocketAddr> {
+        (attempt == 0).then_some(self.0)
+    }
+
+    fn replaces(&self, status: u16) -> bool {
+        matches!(status, 404 | 502)
+    }
+
+    async fn replacement(&mut self, status: u16) -> Respond {
+        Respond::new(200, "page", format!("page for {status}"))
+    }
+}
+
+struct ReplacingRouter {
+    up: std::net::SocketAddr,
+    dead: std::net::SocketAddr,
+}
+
+impl teapot_h1::Router for ReplacingRouter {
+    type Upstreams = Replacing;
+
+    fn decide(
+        &self,
+        head: &teapot_h1::RequestHead<'_>,
+        _: &teapot_h1::ConnInfo,
+    ) -> impl std::future::Future<Output = Decision<Replacing>> + Send {
+        let to = if head.path() == "/dead" {
+            self.dead
+        } else {
+            self.up
+        };
+        std::future::ready(Decision::Forward(Forward::via(Replacing(to))))
+    }
+}
+
+/// A status the router replaces is answered by its replacement, the
+/// upstream's body unread and its connection not pooled; another status
+/// passes through; the engine's own 502 is replaced too; the client's
+/// connection lives on.
+#[tokio::test]
+async fn a_replaced_status_gets_the_routers_answer() {
+    let (up, rec) = backend(Arc::new(|got, _| {
+        if got.path == "/missing" {
+            Reply::Bytes(b"HTTP/1.1 404 Not Found\r\ncontent-length: 7\r\n\r\nmissing".to_vec())
+        } else {
+            Reply::Bytes(ok(&got.path))
+        }
+    }))
+    .await;
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap()
+    };
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let engine = Arc::new(teapot_h1::Engine::new(
+        ReplacingRouter { up, dead },
+        Obs(tx),
+        EngineConfig::default(),
+    ));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (_shutdown, watch_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((s, peer)) = l.accept().await {
+            let (e, w) = (engine.clone(), watch_rx.clone());
+            tokio::spawn(async move {
+                let info = teapot_h1::ConnInfo {
+                    client: Some(peer),
+                    ..Default::default()
+                };
+                e.serve(s, info, w).await;
+            });
+        }
+    });
+    let mut c = Client::connect(addr).await;
+    c.send("GET /missing HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let r = c.response(false).await;
+    assert_eq!((r.status, r.text()), (200, "page for 404".to_string()));
+    assert!(!r.closes());
+    assert_eq!(
+        guard(seen.recv()).await.unwrap().outcome,
+        Outcome::Local("page")
+    );
+    c.send("GET /fine HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let r = c.response(false).await;
+    assert_eq!((r.status, r.text()), (200, "/fine".to_string()));
+    c.send("GET /dead HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let r = c.response(false).await;
+    assert_eq!((r.status, r.text()), (200, "page for 502".to_string()));
+    // The replaced response's connection was closed, not pooled.
+    assert_eq!(rec.conns(), 2);
+}

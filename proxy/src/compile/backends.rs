@@ -202,6 +202,14 @@ impl<'a> Resolver<'a> {
         crate::compile::parts::keep(inputs, tenants, lb_networks, upstreams, reused.len())
     }
 
+    /// The first port of the Service `namespace/name` (ingress-nginx's
+    /// port of a `default-backend`).
+    pub(crate) fn first_port(&self, namespace: &str, name: &str) -> Option<i32> {
+        let service = self.store.services.get(&NsRef { namespace, name })?;
+        let ports = service.object.spec.as_ref()?.ports.as_ref()?;
+        ports.first().map(|p| p.port)
+    }
+
     pub(crate) fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
         let label = upstream_label(namespace, name, port);
         let unavailable = |why: String| Upstream::new(label.clone(), Vec::new(), Some(why));

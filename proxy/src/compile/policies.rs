@@ -15,7 +15,10 @@ use crate::compile::backends::{PortRef, Resolver};
 use crate::compile::fairness::TenantGates;
 use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
-use crate::compile::traffic::{AuthAnnotations, ExternalAuth, NginxAnnotations, TrafficPolicy};
+use crate::compile::traffic::{
+    AuthAnnotations, CustomErrors, ErrorPageAnnotations, ExternalAuth, NginxAnnotations,
+    TrafficPolicy,
+};
 use crate::compile::upstream::{EndpointRegistry, Upstream};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
@@ -71,6 +74,10 @@ impl<'a> Policies<'a> {
         const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
         const NGINX_BODY: &str = "nginx.ingress.kubernetes.io/proxy-body-size";
         const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
+        const ERRORS: [&str; 2] = [
+            "nginx.ingress.kubernetes.io/custom-http-errors",
+            "nginx.ingress.kubernetes.io/default-backend",
+        ];
         let mut problems = Vec::new();
         let all = ingress.metadata.annotations.as_ref();
         // ingress-nginx's name for the same limit; teapot's wins.
@@ -102,16 +109,29 @@ impl<'a> Policies<'a> {
         let teapot_redirect = matches!(teapot_redirect, Some(Ok(AnnotationValue::Bool(true))));
         // Most Ingresses carry no ingress-nginx annotation: no name made.
         let wants_auth = all.is_some_and(|a| a.contains_key(AUTH_URL));
-        let traffic = (!nginx.is_empty() || teapot_redirect || wants_auth)
+        let wants_errors = all.is_some_and(|a| ERRORS.iter().any(|k| a.contains_key(*k)));
+        let traffic = (!nginx.is_empty() || teapot_redirect || wants_auth || wants_errors)
             .then(|| {
                 let meta = &ingress.metadata;
                 let namespace = meta.namespace.as_deref().unwrap_or("");
                 let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
                 let tls = Some((tls_hosts(ingress), teapot_redirect));
                 let paths = rule_paths(ingress);
-                let policy = nginx
+                let mut policy = nginx
                     .policy_with_tls(&name, table, tls, &paths, &mut problems)
                     .map(|p| owned_cookie_domain(p, ingress, &mut problems));
+                if let Some(wanted) = nginx.custom_errors()
+                    && let Some(errors) =
+                        custom_errors(wanted, ingress, tenant, resolver, &mut problems)
+                {
+                    let owner = cluster.unwrap_or("");
+                    let errors = CustomErrors {
+                        gate: gates.rate_tables.auth_gate(owner),
+                        owner: Arc::from(owner),
+                        ..errors
+                    };
+                    policy.get_or_insert_default().custom_errors = Some(Arc::new(errors));
+                }
                 let auth = match nginx.auth(&mut problems) {
                     Some(wanted) => {
                         external_auth(wanted, namespace, tenant, resolver, &mut problems)
@@ -256,6 +276,68 @@ fn external_auth(
         owner: Arc::from(""),
         refused: None,
     }
+}
+
+/// Resolves `default-backend` for `ingress`: a Service of the Ingress's
+/// own namespace only (the annotation is a bare name; a tenant's agent
+/// mirrored the Service there), at its first port. Without a Service,
+/// `custom-http-errors` is reported and nothing is replaced: teapot has
+/// no fleet-wide default backend to ask instead.
+fn custom_errors(
+    wanted: ErrorPageAnnotations,
+    ingress: &Ingress,
+    tenant: Option<&TenantView<'_>>,
+    resolver: &Resolver<'_>,
+    problems: &mut Vec<String>,
+) -> Option<CustomErrors> {
+    const KEY: &str = "nginx.ingress.kubernetes.io/default-backend";
+    let meta = &ingress.metadata;
+    let namespace = meta.namespace.as_deref().unwrap_or("");
+    let Some(service) = wanted.backend else {
+        problems.push(format!(
+            "nginx.ingress.kubernetes.io/custom-http-errors needs {KEY} (teapot has no fleet-wide default backend); the backend's responses pass unchanged"
+        ));
+        return None;
+    };
+    let upstream = match resolver.first_port(namespace, &service) {
+        Some(port) => resolver.resolve(namespace, &service, &PortRef::Number(port)),
+        None => Upstream::new(
+            format!("{namespace}/{service}"),
+            Vec::new(),
+            Some(format!(
+                "Service {namespace}/{service} not found or without ports"
+            )),
+        ),
+    };
+    for why in upstream.unavailable.iter().chain(&upstream.refused) {
+        problems.push(format!(
+            "{KEY}: {why}; the replaced responses get teapot's short page while it has no endpoint"
+        ));
+    }
+    // A tenant's Ingress is the agent's copy `<name>.<namespace>` in the
+    // LB namespace: the error backend is told the tenant's own names.
+    let source = tenant.and(
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get("teapot.dev/source-namespace")),
+    );
+    let name = meta.name.as_deref().unwrap_or("");
+    let (shown_namespace, shown_name) = match source {
+        Some(theirs) => (
+            theirs.as_str(),
+            name.strip_suffix(&format!(".{theirs}")).unwrap_or(name),
+        ),
+        None => (namespace, name),
+    };
+    Some(CustomErrors {
+        codes: wanted.codes.into_boxed_slice(),
+        upstream: Arc::new(upstream),
+        namespace: Arc::from(shown_namespace),
+        ingress: Arc::from(shown_name),
+        mirrored_from: Arc::from(source.map_or("", String::as_str)),
+        gate: Default::default(),
+        owner: Arc::from(""),
+    })
 }
 
 /// The hosts of an Ingress's `spec.tls` (those `ssl-redirect` covers).
@@ -605,6 +687,106 @@ spec:
         assert!(std::sync::Arc::ptr_eq(&table(&cart), &table(&root)));
     }
 
+    /// The `AnnotationsAccepted` messages of tenant `cluster`'s Ingress
+    /// `web.shop`.
+    fn annotations_accepted(
+        snapshot: &crate::compile::snapshot::Snapshot,
+        cluster: &str,
+    ) -> String {
+        let report = snapshot.report.ingresses.iter();
+        let report = report
+            .filter(|r| r.namespace == format!("tenant-{cluster}"))
+            .find(|r| r.name == "web.shop")
+            .unwrap();
+        let c = report.conditions.iter();
+        c.filter(|c| c.type_ == "AnnotationsAccepted")
+            .map(|c| c.message.clone())
+            .collect::<String>()
+    }
+
+    /// `default-backend` is a Service of the Ingress's own namespace, at
+    /// its first port: the same name in another tenant's namespace is not
+    /// found, a `NAMESPACE/NAME` is refused, and `custom-http-errors`
+    /// without a usable default backend replaces nothing (reported).
+    #[test]
+    fn default_backend_resolves_in_the_ingress_namespace_only() {
+        let options = CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        };
+        let errors = teapot_api::hostname::mirrored_service_name("shop", "errors");
+        let docs = |cluster: &str, backend: &str, with_service: bool| {
+            let service = if with_service {
+                format!(
+                    "---
+apiVersion: v1
+kind: Service
+metadata: {{name: {errors}, namespace: tenant-{cluster}}}
+spec: {{ports: [{{port: 8081}}, {{port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: errors-1, namespace: tenant-{cluster}, labels: {{kubernetes.io/service-name: {errors}}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.1.0.8]}}]
+ports: [{{name: '', port: 9000}}]
+"
+                )
+            } else {
+                String::new()
+            };
+            let annotations = format!(
+                "limit-burst-multiplier: '1'\n    nginx.ingress.kubernetes.io/custom-http-errors: '503,404'\n    nginx.ingress.kubernetes.io/default-backend: {backend}"
+            );
+            tenant_docs(cluster, "").replace("limit-burst-multiplier: '1'", &annotations) + &service
+        };
+        // Each tenant its own nodes: 10.1.0.0/24, 10.2.0.0/24, ...
+        let docs = [
+            // The agent's copy: the tenant's own namespace in a label.
+            docs("acme", &errors, true).replace(
+                "  name: web.shop\n",
+                "  name: web.shop\n  labels: {teapot.dev/source-namespace: shop}\n",
+            ),
+            docs("globex", &errors, false).replace("10.1.0.", "10.2.0."),
+            docs("initech", &format!("tenant-acme/{errors}"), false).replace("10.1.0.", "10.3.0."),
+        ];
+        let snapshot = compile_test_docs(&docs, &options);
+        let custom = |cluster: &str| {
+            let host = format!("a.{cluster}.lb.example.net");
+            let route = snapshot.routes.lookup(&host, "/").expect("routed");
+            route.traffic().unwrap().custom_errors.clone()
+        };
+        let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
+        let acme = custom("acme").expect("acme pages");
+        assert_eq!(&*acme.codes, &[404, 503]);
+        let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
+        assert_eq!(addrs, vec!["10.1.0.8:9000".parse().unwrap()]);
+        assert_eq!(acme.upstream.name, format!("tenant-acme/{errors}:8081"));
+        // The error backend is told the tenant's own names.
+        assert_eq!(
+            (&*acme.owner, &*acme.namespace, &*acme.ingress),
+            ("acme", "shop", "web")
+        );
+        assert_eq!(&*acme.mirrored_from, "shop");
+        // The same name, looked up in globex's own namespace only.
+        let globex = custom("globex").expect("globex's pages");
+        assert!(globex.upstream.endpoints.is_empty());
+        assert!(
+            condition("globex").contains("not found"),
+            "{}",
+            condition("globex")
+        );
+        assert!(!std::sync::Arc::ptr_eq(&acme.gate, &globex.gate));
+        // Another namespace's Service cannot be named at all.
+        assert!(custom("initech").is_none());
+        let initech = condition("initech");
+        assert!(
+            initech.contains("default-backend") && initech.contains("own namespace"),
+            "{initech}"
+        );
+        assert!(initech.contains("custom-http-errors needs"), "{initech}");
+    }
+
     /// `auth-url` reaches only the tenant's own Services (the one the
     /// agent mirrored, or one of its LB namespace) and addresses inside
     /// its nodes; anything else is reported and its requests fail closed
@@ -656,17 +838,7 @@ ports: [{{name: '', port: 9090}}]
             let route = snapshot.routes.lookup(&host, "/").expect("routed");
             route.traffic().unwrap().auth.clone().expect("auth")
         };
-        let condition = |cluster: &str| {
-            let report = snapshot.report.ingresses.iter();
-            let report = report
-                .filter(|r| r.namespace == format!("tenant-{cluster}"))
-                .find(|r| r.name == "web.shop")
-                .unwrap();
-            let c = report.conditions.iter();
-            c.filter(|c| c.type_ == "AnnotationsAccepted")
-                .map(|c| c.message.clone())
-                .collect::<String>()
-        };
+        let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
         let acme = auth("acme");
         let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
         assert_eq!(addrs, vec!["10.1.0.9:9090".parse().unwrap()]);

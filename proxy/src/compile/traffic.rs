@@ -50,6 +50,9 @@ pub struct TrafficPolicy {
     /// `auth-url` and its companions: the authentication service asked
     /// before each request is forwarded (crate::plane::policy::auth).
     pub auth: Option<Arc<ExternalAuth>>,
+    /// `custom-http-errors` with `default-backend`: the responses replaced
+    /// by the error backend's page (crate::plane::policy::errors).
+    pub custom_errors: Option<Arc<CustomErrors>>,
 }
 
 /// ingress-nginx's external authentication, resolved: where the
@@ -426,6 +429,7 @@ impl NginxAnnotations {
             canary: None,
             www_redirect: None,
             auth: None,
+            custom_errors: None,
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -691,6 +695,59 @@ impl NginxAnnotations {
             return None;
         }
         Some(Arc::from(path))
+    }
+}
+
+impl NginxAnnotations {
+    /// `custom-http-errors` and `default-backend` before the Service is
+    /// resolved (crate::compile::policies); `None` without either.
+    pub fn custom_errors(&self) -> Option<ErrorPageAnnotations> {
+        let codes = match self.get("custom-http-errors") {
+            Some(AnnotationValue::Codes(codes)) => codes.clone(),
+            _ => Vec::new(),
+        };
+        let backend = self.text("default-backend").map(str::to_string);
+        (!codes.is_empty() || backend.is_some()).then_some(ErrorPageAnnotations { codes, backend })
+    }
+}
+
+/// What `custom-http-errors` and `default-backend` say.
+#[derive(Debug)]
+pub struct ErrorPageAnnotations {
+    /// Ascending, each once.
+    pub codes: Vec<u16>,
+    /// A Service name of the Ingress's own namespace.
+    pub backend: Option<String>,
+}
+
+/// ingress-nginx's custom error pages, resolved: which statuses the
+/// default backend answers in the backend's place, and what the page
+/// request tells it.
+#[derive(Debug)]
+pub struct CustomErrors {
+    /// `custom-http-errors`, ascending.
+    pub codes: Box<[u16]>,
+    /// The `default-backend` Service of the Ingress's own namespace, its
+    /// first port (as ingress-nginx takes it).
+    pub upstream: Arc<Upstream>,
+    /// `X-Namespace` and `X-Ingress-Name`: the tenant's own names for a
+    /// tenant's Ingress.
+    pub namespace: Arc<str>,
+    pub ingress: Arc<str>,
+    /// The namespace whose Services the agent mirrored into the LB
+    /// namespace (a tenant's), for `X-Service-Name`; empty otherwise.
+    pub mirrored_from: Arc<str>,
+    /// The page requests its owner has in flight on this replica: the
+    /// owner's `auth-url` bound.
+    pub gate: Arc<AuthGate>,
+    /// The owner's tenant cluster; empty for the operator namespaces.
+    pub owner: Arc<str>,
+}
+
+impl CustomErrors {
+    /// Whether a response of `status` is replaced by the page.
+    pub fn replaces(&self, status: u16) -> bool {
+        self.codes.binary_search(&status).is_ok()
     }
 }
 

@@ -20,6 +20,7 @@
 //! - [`MetricsObserver`] turns each finished request into the same
 //!   metrics the HTTP/2 server counts.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -142,6 +143,10 @@ impl teapot_h1::Router for Router {
                 let tag = self.ids(req, Some(&route)).tag;
                 return H1Decision::Respond(policy::engines::h1_respond(answer, tag));
             }
+            Routed::ErrorPage(page, route) => {
+                let tag = self.ids(req, Some(&route)).tag;
+                return H1Decision::Respond(page_respond(page, Some(tag)));
+            }
             Routed::AcmeChallenge(answer) => {
                 let mut respond = Respond::new(200, "acme_challenge", answer);
                 respond.headers.push(PLAIN_TEXT);
@@ -150,6 +155,12 @@ impl teapot_h1::Router for Router {
             }
         };
         let ids = self.ids(req, Some(&forward.route));
+        let error_pages = forward.policy.as_mut().and_then(|p| p.error_pages.take());
+        let error_pages = error_pages.map(|mut pages| {
+            // The ID the backend gets, as ingress-nginx's `$req_id`.
+            pages.request_id = ids.request_id.as_str().into();
+            pages
+        });
         if forward.gateway.as_ref().is_some_and(|g| g.h2c) || forward.upstream.protocol.is_h2() {
             return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
         }
@@ -164,6 +175,7 @@ impl teapot_h1::Router for Router {
             _tenant: forward.tenant,
             _in_flight: self.metrics.request_started(),
             _client_in_flight: forward.policy.as_mut().and_then(|p| p.in_flight.take()),
+            error_pages,
         });
         fwd.max_body_size = Some(forward.body_limit);
         fwd.request_edits =
@@ -412,6 +424,22 @@ impl Router {
     }
 }
 
+/// An error page as the engine's local answer; `tag` is the request's
+/// (the engine keeps a forwarded request's own).
+fn page_respond(page: policy::errors::Page, tag: Option<Arc<str>>) -> Respond {
+    let mut respond = Respond::new(page.status, page.reason, page.body);
+    respond.headers = page
+        .headers
+        .into_iter()
+        .map(|(name, value)| {
+            let name = Bytes::copy_from_slice(name.as_str().as_bytes());
+            (name, Bytes::copy_from_slice(value.as_bytes()))
+        })
+        .collect();
+    respond.tag = tag;
+    respond
+}
+
 /// One forwarded request's upstream and what it holds while it runs.
 #[derive(Debug)]
 pub struct Target {
@@ -432,6 +460,9 @@ pub struct Target {
     _in_flight: InFlight,
     /// `limit-connections`: the client's count, held likewise.
     _client_in_flight: Option<crate::compile::rate_table::InFlightPass>,
+    /// `custom-http-errors`: the statuses replaced by the error backend's
+    /// page and what it is told; `None` for every other route.
+    error_pages: Option<Box<policy::errors::ErrorPages>>,
 }
 
 impl Target {
@@ -484,6 +515,25 @@ impl Upstreams for Target {
             crate::compile::upstream::Protocol::Tls(tls) => Some(tls.clone()),
             _ => None,
         }
+    }
+
+    fn replaces(&self, status: u16) -> bool {
+        self.error_pages
+            .as_ref()
+            .is_some_and(|pages| pages.replaces(status))
+    }
+
+    /// The error backend's page: boxed, so a request's future holds a
+    /// pointer, not the page request's state.
+    fn replacement(&mut self, status: u16) -> impl Future<Output = Respond> + Send {
+        let pages = self.error_pages.take();
+        Box::pin(async move {
+            let page = match &pages {
+                Some(pages) => pages.page(status).await,
+                None => policy::errors::fallback(status),
+            };
+            page_respond(page, None)
+        })
     }
 
     /// Not ejected: the endpoint answers, and its health is shared with

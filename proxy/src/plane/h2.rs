@@ -203,7 +203,16 @@ impl H2Server {
             policy: None,
         };
         if let Err(failure) = self.route(&parts, conn, &mut st).await {
-            self.fail(&mut st, &failure);
+            if st.client.out.status == 0 && st.replaces(failure.status()) {
+                // The listed 502 or 504: the error backend's page.
+                let head_only = parts.method == Method::HEAD;
+                let page = Box::pin(st.error_page(failure.status(), head_only));
+                if page.await.is_err() {
+                    self.router.metrics.client_aborts.inc();
+                }
+            } else {
+                self.fail(&mut st, &failure);
+            }
         }
         self.log(&parts, conn, &st);
         StreamEnd::Done
@@ -256,6 +265,11 @@ impl H2Server {
                 let out = &mut st.client.out;
                 return out.answer(parts, answer.status, answer.body, &fields);
             }
+            Routed::ErrorPage(page, route) => {
+                st.reason = Some(page.reason);
+                self.ids(parts, st, Some(&route));
+                return st.client.out.page(page, parts.method == Method::HEAD).await;
+            }
             Routed::AcmeChallenge(answer) => {
                 st.reason = Some("acme_challenge");
                 self.ids(parts, st, None);
@@ -295,6 +309,12 @@ impl H2Server {
         st._tenant = forward.tenant;
         st.gateway = forward.gateway;
         st.policy = forward.policy;
+        if let Some(pages) = st.policy.as_mut().and_then(|p| p.error_pages.as_mut())
+            && let Some(ids) = &st.ids
+        {
+            // The ID the backend gets, as ingress-nginx's `$req_id`.
+            pages.request_id = ids.request_id.as_str().into();
+        }
         if parts.method == Method::CONNECT {
             // HTTP/2 CONNECT asks for a tunnel, which no route
             // offers (RFC 9113 §8.5).

@@ -80,6 +80,25 @@ impl StreamCtx<'_> {
     pub fn uri<'a>(&'a self, parts: &'a Parts) -> &'a Uri {
         self.uri.as_ref().unwrap_or(&parts.uri)
     }
+
+    /// Whether a response of `status` is replaced by the route's error
+    /// page (`custom-http-errors`); false for every other route.
+    pub fn replaces(&self, status: u16) -> bool {
+        let pages = self.policy.as_ref().and_then(|p| p.error_pages.as_ref());
+        pages.is_some_and(|pages| pages.replaces(status))
+    }
+
+    /// The error backend's page in place of a response of `status`
+    /// (crate::plane::policy::errors): a listed status of the backend, or
+    /// teapot's own 502 or 504.
+    pub async fn error_page(&mut self, status: u16, head_only: bool) -> Result<(), Failure> {
+        let Some(pages) = self.policy.as_mut().and_then(|p| p.error_pages.take()) else {
+            return Ok(());
+        };
+        let page = pages.page(status).await;
+        self.reason = Some(page.reason);
+        self.client.out.page(page, head_only).await
+    }
 }
 
 /// The client's side of one stream: its request body, and where the
@@ -176,6 +195,29 @@ impl Responder {
         send_flow_controlled(send, data, end)
             .await
             .map_err(|_| Failure::ClientGone)
+    }
+
+    /// An error page (crate::plane::policy::errors) in place of the
+    /// response: its status, fields and body, framed here.
+    pub async fn page(
+        &mut self,
+        page: crate::plane::policy::errors::Page,
+        head_only: bool,
+    ) -> Result<(), Failure> {
+        let mut resp = Response::new(());
+        *resp.status_mut() = StatusCode::from_u16(page.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let headers = resp.headers_mut();
+        for (name, value) in page.headers {
+            headers.append(name, value);
+        }
+        headers.insert(SERVER, HeaderValue::from_static(SERVER_NAME));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(page.body.len()));
+        let end = head_only || page.body.is_empty();
+        self.send_head(resp, end)?;
+        if !end {
+            self.send_data(page.body, true).await?;
+        }
+        Ok(())
     }
 
     /// Ends the response with trailers.

@@ -418,6 +418,12 @@ impl Exchange<'_> {
                 .upstream_latency
                 .observe(started.elapsed().as_secs_f64());
         }
+        if st.replaces(head.status.as_u16()) {
+            // Not relayed: the connection goes with its body unread.
+            let page = st.error_page(head.status.as_u16(), self.head_request);
+            Box::pin(page).await?;
+            return Ok(false);
+        }
         buf.advance(head.len);
         let framing = head.framing;
         let mut response = Response::new(());

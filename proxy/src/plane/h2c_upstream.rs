@@ -138,6 +138,10 @@ pub(super) async fn forward(
     let body_limit = st.body_limit;
     let gateway = st.gateway.as_ref();
     let out = &mut st.client.out;
+    // `custom-http-errors`: the statuses the error backend's page replaces.
+    let pages = st.policy.as_ref().and_then(|p| p.error_pages.as_deref());
+    let reason = &mut st.reason;
+    let head_only = parts.method == http::Method::HEAD;
     let mut sending = pin!(upload(
         &mut st.client.body,
         request_body,
@@ -166,6 +170,13 @@ pub(super) async fn forward(
             ));
         }
         let (mut head, mut body) = response.into_parts();
+        if let Some(pages) = pages.filter(|p| p.replaces(head.status.as_u16())) {
+            // Not relayed: dropping the body resets the backend's stream.
+            drop(body);
+            let page = Box::pin(pages.page(head.status.as_u16())).await;
+            *reason = Some(page.reason);
+            return out.page(page, head_only).await;
+        }
         router.edit_response(head.status, &mut head.headers, gateway);
         let end = body.is_end_stream();
         out.send_head(Response::from_parts(head, ()), end)?;

@@ -28,8 +28,8 @@ use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::routes::Route;
 use crate::compile::traffic::ExternalAuth;
 use crate::plane::decide::{
-    Answer, Decision, Forward, GatewayForward, Head, MISDIRECTED, RequestFacts, RequestHeaders,
-    check_host, decide_request,
+    Answer, Decision, Forward, GatewayForward, Head, MISDIRECTED, NO_ENDPOINT, RequestFacts,
+    RequestHeaders, check_host, decide_request,
 };
 use crate::plane::metrics;
 use crate::plane::mirror::mirror;
@@ -60,6 +60,9 @@ pub(super) enum Routed {
     /// The route's traffic policy answers (403, 429, a redirect, a CORS
     /// preflight, the external authentication's 401, 403, 500 or 503).
     Policy(PolicyAnswer, Route),
+    /// The route has no endpoint and a `default-backend`: its page for
+    /// 503 (crate::plane::policy::errors).
+    ErrorPage(policy::errors::Page, Route),
 }
 
 impl From<Decision> for Routed {
@@ -93,15 +96,35 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
         Decision::Forward(forward) if forward.route.traffic().is_some() => {
             screen(forward, req, conn)
         }
+        Decision::Answer(answer, Some(route))
+            if route.traffic().is_some_and(|t| t.custom_errors.is_some())
+                && answer.reason == NO_ENDPOINT.reason =>
+        {
+            return Box::pin(no_endpoint_page(router, answer, route, req, conn)).await;
+        }
         decision => return decision.into(),
     };
-    let routed = match screened {
+    let authenticated = match screened {
         Routed::Forward(forward) => match forward.route.traffic().and_then(|t| t.auth.clone()) {
             // Boxed: the sub-request's state lives only while it runs,
             // not in every request's (and connection's) future.
             Some(auth) => Box::pin(authenticate(router, forward, &auth, req, conn)).await,
             None => Routed::Forward(forward),
         },
+        other => other,
+    };
+    let routed = match authenticated {
+        Routed::Forward(mut forward) => {
+            if let Some(errors) = forward
+                .route
+                .traffic()
+                .and_then(|t| t.custom_errors.clone())
+            {
+                let pages = error_pages(router, errors, &forward, req, conn);
+                forward.policy.get_or_insert_default().error_pages = Some(Box::new(pages));
+            }
+            Routed::Forward(forward)
+        }
         other => other,
     };
     if let Routed::Policy(answer, route) = &routed {
@@ -113,6 +136,83 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
             .inc();
     }
     routed
+}
+
+/// What the error backend of a route with `custom-http-errors` is told
+/// of a forwarded request, should its response be replaced.
+fn error_pages(
+    router: &Router,
+    errors: std::sync::Arc<crate::compile::traffic::CustomErrors>,
+    forward: &Forward,
+    req: &Request<'_>,
+    conn: &ConnInfo,
+) -> policy::errors::ErrorPages {
+    let trusted = router.cached_series_of(Some(&forward.route)).1;
+    let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
+    let target = original_target(req);
+    let original = original(req, conn, &target, request_id.as_str());
+    let (backend, limits) = (forward.upstream.clone(), router.options.auth);
+    policy::errors::ErrorPages::new(errors, backend, &original, limits)
+}
+
+/// A route without endpoints whose Ingress names a `default-backend`: the
+/// page for 503 (ingress-nginx sends such requests to the default
+/// backend), unless the route's allow-lists refuse the client, who then
+/// gets teapot's own answer as before.
+async fn no_endpoint_page(
+    router: &Router,
+    answer: Answer,
+    route: Route,
+    req: &Request<'_>,
+    conn: &ConnInfo,
+) -> Routed {
+    let Some(traffic) = route.traffic() else {
+        return Routed::Answer(answer, Some(route));
+    };
+    let Some(errors) = traffic.custom_errors.clone() else {
+        return Routed::Answer(answer, Some(route));
+    };
+    if traffic
+        .access
+        .as_ref()
+        .is_some_and(|a| !a.admits(conn.client.map(|c| c.ip())))
+    {
+        return Routed::Answer(answer, Some(route));
+    }
+    let trusted = router.cached_series_of(Some(&route)).1;
+    let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
+    let target = original_target(req);
+    let original = original(req, conn, &target, request_id.as_str());
+    let (backend, limits) = (route.upstream.clone(), router.options.auth);
+    let pages = policy::errors::ErrorPages::new(errors, backend, &original, limits);
+    let page = pages.page(answer.status).await;
+    Routed::ErrorPage(page, route)
+}
+
+/// The request's target as the client sent it: path and query.
+fn original_target<'r>(req: &Request<'r>) -> std::borrow::Cow<'r, str> {
+    match req.query {
+        "" => std::borrow::Cow::Borrowed(req.head.path),
+        query => std::borrow::Cow::Owned(format!("{}?{query}", req.head.path)),
+    }
+}
+
+/// What a sub-request (authentication, error page) tells of the request.
+fn original<'r>(
+    req: &'r Request<'_>,
+    conn: &ConnInfo,
+    target: &'r str,
+    request_id: &'r str,
+) -> policy::auth::Original<'r> {
+    policy::auth::Original {
+        method: req.method,
+        authority: req.head.authority,
+        target,
+        tls: conn.tls,
+        client: conn.client.map(|a| a.ip()),
+        request_id,
+        headers: req.headers,
+    }
 }
 
 /// The pipeline's last step for a route with `auth-url`: the forward goes
@@ -127,19 +227,8 @@ async fn authenticate(
 ) -> Routed {
     let trusted = router.cached_series_of(Some(&forward.route)).1;
     let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
-    let target = match req.query {
-        "" => std::borrow::Cow::Borrowed(req.head.path),
-        query => std::borrow::Cow::Owned(format!("{}?{query}", req.head.path)),
-    };
-    let original = policy::auth::Original {
-        method: req.method,
-        authority: req.head.authority,
-        target: &target,
-        tls: conn.tls,
-        client: conn.client.map(|a| a.ip()),
-        request_id: request_id.as_str(),
-        headers: req.headers,
-    };
+    let target = original_target(req);
+    let original = original(req, conn, &target, request_id.as_str());
     let (verdict, outcome) = policy::auth::check(auth, router.options.auth, &original).await;
     let tenant = if auth.owner.is_empty() {
         metrics::OPERATOR

@@ -408,6 +408,21 @@ pub fn echo_service(namespace: &str, name: &str, echoes: &[&EchoServer]) -> Vec<
     out
 }
 
+/// The Service `name` (port 80) in `namespace` whose one endpoint is
+/// `127.0.0.1:port`.
+pub fn loopback_service(namespace: &str, name: &str, port: u16) -> Vec<Value> {
+    vec![
+        service(namespace, name, &[(Some("http"), 80)]),
+        slice(
+            namespace,
+            &format!("{name}-0"),
+            name,
+            &[(Some("http"), port)],
+            &[("127.0.0.1", true)],
+        ),
+    ]
+}
+
 /// ingress-nginx's annotation prefix.
 pub const NGINX: &str = "nginx.ingress.kubernetes.io/";
 
@@ -542,16 +557,7 @@ impl HeldBackend {
 
     /// The Service `name` in `namespace` whose one endpoint is this backend.
     pub fn service(&self, namespace: &str, name: &str) -> Vec<Value> {
-        vec![
-            service(namespace, name, &[(Some("http"), 80)]),
-            slice(
-                namespace,
-                &format!("{name}-0"),
-                name,
-                &[(Some("http"), self.addr.port())],
-                &[("127.0.0.1", true)],
-            ),
-        ]
+        loopback_service(namespace, name, self.addr.port())
     }
 }
 

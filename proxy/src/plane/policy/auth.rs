@@ -26,13 +26,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
-use http_body_util::Empty;
+use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::PolicyAnswer;
 use crate::compile::traffic::ExternalAuth;
-use crate::compile::upstream::Tried;
+use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::decide::RequestHeaders;
 
 /// The operator's bounds on external authentication.
@@ -246,16 +246,26 @@ fn failed() -> PolicyAnswer {
     }
 }
 
-/// One sub-request to one endpoint of the authentication service: the
-/// answer's head. A connect failure ejects the endpoint for a while, as a
-/// backend's would be.
+/// One sub-request to the authentication service: the answer's head.
 async fn ask(
     auth: &ExternalAuth,
     original: &Original<'_>,
 ) -> Result<http::response::Parts, Outcome> {
-    let mut tried = Tried::default();
-    let endpoint = auth.upstream.pick(&mut tried).ok_or(Outcome::Unreachable)?;
     let request = sub_request(auth, original).map_err(|_| Outcome::Failed)?;
+    send(&auth.upstream, request, 0).await.map(|(head, _)| head)
+}
+
+/// One sub-request to one endpoint of `upstream` (the authentication
+/// service, an error page's backend): the answer's head and, up to
+/// `max_body` bytes, its body (a longer one fails). A connect failure
+/// ejects the endpoint for a while, as a backend's would be.
+pub(super) async fn send(
+    upstream: &Upstream,
+    request: Request<Empty<Bytes>>,
+    max_body: usize,
+) -> Result<(http::response::Parts, Bytes), Outcome> {
+    let mut tried = Tried::default();
+    let endpoint = upstream.pick(&mut tried).ok_or(Outcome::Unreachable)?;
     let stream = match TcpStream::connect(endpoint.addr).await {
         Ok(stream) => {
             endpoint.mark_healthy();
@@ -266,16 +276,17 @@ async fn ask(
             return Err(Outcome::Unreachable);
         }
     };
-    exchange(stream, request).await
+    exchange(stream, request, max_body).await
 }
 
-/// Sends `request` on `stream` and reads the answer's head; the
-/// connection is driven here, not on a task of its own, so it is closed
-/// when this returns or is dropped.
+/// Sends `request` on `stream` and reads the answer's head (and up to
+/// `max_body` bytes of its body); the connection is driven here, not on
+/// a task of its own, so it is closed when this returns or is dropped.
 async fn exchange(
     stream: TcpStream,
     request: Request<Empty<Bytes>>,
-) -> Result<http::response::Parts, Outcome> {
+    max_body: usize,
+) -> Result<(http::response::Parts, Bytes), Outcome> {
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -286,7 +297,20 @@ async fn exchange(
         response = send => response.map_err(|_| Outcome::Unreachable)?,
         _ = conn.as_mut() => return Err(Outcome::Unreachable),
     };
-    Ok(response.into_parts().0)
+    let (head, body) = response.into_parts();
+    if max_body == 0 {
+        return Ok((head, Bytes::new()));
+    }
+    let mut collect = std::pin::pin!(http_body_util::Limited::new(body, max_body).collect());
+    // The connection ends after it handed the whole body over: the rest
+    // is in the body's channel.
+    let body = tokio::select! {
+        biased;
+        body = collect.as_mut() => body,
+        _ = conn.as_mut() => collect.await,
+    };
+    let body = body.map_err(|_| Outcome::Failed)?.to_bytes();
+    Ok((head, body))
 }
 
 /// The sub-request: `auth-method` to the URL's path, its `Host` the URL's

@@ -26,7 +26,11 @@
 //! 8. [`auth`]: `auth-url`'s sub-request (asynchronous, so the pipeline
 //!    runs it after [`apply`]): the answers above come first, as
 //!    ingress-nginx answers redirects and CORS preflights in nginx's
-//!    rewrite phase, before its `auth_request` in the access phase.
+//!    rewrite phase, before its `auth_request` in the access phase;
+//! 9. [`errors`]: on the way back, a listed status of the backend (or
+//!    teapot's 502, 504, or 503 for no endpoint) is replaced by the
+//!    `default-backend`'s page; the answers above are teapot's own and
+//!    never replaced.
 //!
 //! ingress-nginx answers redirects and preflights in nginx's rewrite phase,
 //! before its allow-lists and limits; teapot checks who the client is and
@@ -42,6 +46,7 @@ pub mod auth;
 pub mod canary;
 pub mod cors;
 pub mod engines;
+pub mod errors;
 pub mod rate;
 
 use std::net::IpAddr;
@@ -83,6 +88,9 @@ pub struct Applied {
     /// given back when the forward (and this) is dropped, however the
     /// request ended.
     pub in_flight: Option<crate::compile::rate_table::InFlightPass>,
+    /// `custom-http-errors`: what the error backend is told when a
+    /// response is replaced by its page.
+    pub error_pages: Option<Box<errors::ErrorPages>>,
 }
 
 impl Applied {
@@ -96,6 +104,7 @@ impl Applied {
             && self.timeouts.is_none()
             && self.auth_fields.is_empty()
             && self.in_flight.is_none()
+            && self.error_pages.is_none()
     }
 }
 
