@@ -20,12 +20,13 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use teapot_gateway_api::generated::gateways::{
     GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
 };
-use teapot_gateway_api::{Gateway, ReferenceGrant};
+use teapot_gateway_api::{BackendTlsPolicy, Gateway, ReferenceGrant};
 
 use super::hosts::{HostScope, check_host, host_scope, within};
 use super::meta::check_metadata;
@@ -541,6 +542,144 @@ pub fn check_reference_grant(
         {
             out.push(Violation::new(format!("{at}.name"), e));
         }
+    }
+    out
+}
+
+/// The `wellKnownCACertificates` value teapot serves: the proxy host's
+/// trust store.
+pub const WELL_KNOWN_SYSTEM: &str = "System";
+/// The key of a ConfigMap holding a BackendTLSPolicy's trust anchors.
+pub const CA_CERT_KEY: &str = "ca.crt";
+
+/// Checks a BackendTLSPolicy: its targets are Services and its trust
+/// anchors ConfigMaps. Both references are local by the CRD's own schema
+/// (no `namespace` field), so a tenant's policy only ever names its own
+/// namespace's objects; what is checked is that they are of the kinds
+/// teapot reads, so a policy that could never apply is refused here with
+/// its field rather than accepted and ignored.
+pub fn check_backend_tls_policy(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    policy: &BackendTlsPolicy,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(
+        ctx,
+        namespace,
+        &policy.metadata,
+        ObjectKind::BackendTlsPolicy,
+        &mut out,
+    );
+    out.extend(ctx.over_limit(
+        |e| e.gateway_api,
+        ctx.limits.max_ingresses,
+        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
+        "maxIngresses",
+    ));
+    let own = ctx.tenant.namespace_name();
+    let spec = &policy.spec;
+    for (i, t) in spec.target_refs.iter().enumerate() {
+        let at = format!("spec.targetRefs[{i}]");
+        if !t.group.is_empty() || t.kind != "Service" {
+            out.push(Violation::new(
+                format!("{at}.kind"),
+                format!(
+                    "{} {} is not a Service: a BackendTLSPolicy targets Services of your namespace ({own})",
+                    quote(&t.group),
+                    quote(&t.kind)
+                ),
+            ));
+        }
+        if let Err(e) = dns1035_label(&t.name) {
+            out.push(Violation::new(format!("{at}.name"), e));
+        }
+    }
+    let validation = &spec.validation;
+    for (i, r) in validation.ca_certificate_refs.iter().flatten().enumerate() {
+        let at = format!("spec.validation.caCertificateRefs[{i}]");
+        if !r.group.is_empty() || r.kind != "ConfigMap" {
+            out.push(Violation::new(
+                format!("{at}.kind"),
+                format!(
+                    "{} {} is not a ConfigMap: teapot reads trust anchors from the ca.crt of a ConfigMap of your namespace ({own})",
+                    quote(&r.group),
+                    quote(&r.kind)
+                ),
+            ));
+        }
+        if let Err(e) = dns_subdomain(&r.name) {
+            out.push(Violation::new(format!("{at}.name"), e));
+        }
+    }
+    if let Some(well_known) = &validation.well_known_ca_certificates
+        && !well_known.is_empty()
+        && well_known != WELL_KNOWN_SYSTEM
+    {
+        out.push(Violation::new(
+            "spec.validation.wellKnownCACertificates",
+            format!(
+                "{} is not served: teapot knows {WELL_KNOWN_SYSTEM:?} (the proxy host's trust store)",
+                quote(well_known)
+            ),
+        ));
+    }
+    if spec.options.as_ref().is_some_and(|o| !o.is_empty()) {
+        out.push(Violation::new(
+            "spec.options",
+            "teapot reads no BackendTLSPolicy options; remove spec.options",
+        ));
+    }
+    out
+}
+
+/// Checks a ConfigMap: in a tenant namespace of the LB cluster it exists
+/// only as the trust anchors of a BackendTLSPolicy, so it holds `ca.crt`,
+/// a PEM bundle, and nothing else. Counted with the Secrets.
+pub fn check_config_map(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    config_map: &ConfigMap,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(
+        ctx,
+        namespace,
+        &config_map.metadata,
+        ObjectKind::ConfigMap,
+        &mut out,
+    );
+    out.extend(ctx.over_limit(
+        |e| e.secrets,
+        ctx.limits.max_ingresses,
+        "Secrets and ConfigMaps",
+        "maxIngresses",
+    ));
+    if config_map
+        .binary_data
+        .as_ref()
+        .is_some_and(|b| !b.is_empty())
+    {
+        out.push(Violation::new(
+            "binaryData",
+            "a ConfigMap here holds only ca.crt (the trust anchors of a BackendTLSPolicy) in data",
+        ));
+    }
+    let data = config_map.data.as_ref();
+    for key in data.into_iter().flatten().map(|(k, _)| k) {
+        if key != CA_CERT_KEY {
+            out.push(Violation::new(
+                format!("data[{}]", quote(key)),
+                "a ConfigMap here holds only ca.crt (the trust anchors of a BackendTLSPolicy)",
+            ));
+        }
+    }
+    match data.and_then(|d| d.get(CA_CERT_KEY)) {
+        Some(ca) => out.extend(super::check_ca_bundle(ca.as_bytes()).err()),
+        None => out.push(Violation::new(
+            format!("data[{}]", quote(CA_CERT_KEY)),
+            "is required: the PEM bundle of trust anchors a BackendTLSPolicy names",
+        )),
     }
     out
 }
