@@ -34,6 +34,7 @@ const TENANT_RESOURCES: &[&str] = &[
     "tcproutes",
     "udproutes",
     "referencegrants",
+    "backendtlspolicies",
 ];
 
 fn crd_dir() -> PathBuf {

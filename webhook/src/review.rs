@@ -284,7 +284,7 @@ impl Validator {
                 ),
             );
         }
-        let mut violations = check_strings(object, false);
+        let mut violations = check_strings(object, None);
         let tenant: Tenant = match serde_path_to_error::deserialize(object) {
             Ok(t) => t,
             Err(e) => {

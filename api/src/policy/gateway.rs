@@ -551,6 +551,8 @@ pub fn check_reference_grant(
 pub const WELL_KNOWN_SYSTEM: &str = "System";
 /// The key of a ConfigMap holding a BackendTLSPolicy's trust anchors.
 pub const CA_CERT_KEY: &str = "ca.crt";
+/// The ConfigMap kube-controller-manager publishes into every namespace.
+const KUBE_ROOT_CA: &str = "kube-root-ca.crt";
 
 /// Checks a BackendTLSPolicy: its targets are Services and its trust
 /// anchors ConfigMaps. Both references are local by the CRD's own schema
@@ -642,13 +644,17 @@ pub fn check_config_map(
     config_map: &ConfigMap,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
-    check_metadata(
-        ctx,
-        namespace,
-        &config_map.metadata,
-        ObjectKind::ConfigMap,
-        &mut out,
-    );
+    // The API server's own `kube-root-ca.crt`, published into every
+    // namespace with its description annotation: not a tenant's write.
+    let meta = if config_map.metadata.name.as_deref() == Some(KUBE_ROOT_CA) {
+        &ObjectMeta {
+            annotations: None,
+            ..config_map.metadata.clone()
+        }
+    } else {
+        &config_map.metadata
+    };
+    check_metadata(ctx, namespace, meta, ObjectKind::ConfigMap, &mut out);
     out.extend(ctx.over_limit(
         |e| e.secrets,
         ctx.limits.max_ingresses,
@@ -1437,6 +1443,84 @@ mod tests {
                 "spec.to[0].kind"
             ]
         );
+    }
+
+    /// A BackendTLSPolicy's references have no namespace: a tenant's
+    /// names its own Services and ConfigMaps, and one written into another
+    /// tenant's namespace is refused like any object there. Kinds teapot
+    /// does not read are refused with their field.
+    #[test]
+    fn backend_tls_policies_name_only_own_services_and_config_maps() {
+        let f = Fixture::new();
+        let policy = |namespace: &str, spec: &str| -> Value {
+            yaml(&format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{name: p, namespace: {namespace}}}\nspec:\n{spec}"
+            ))
+        };
+        let ok = "  targetRefs: [{group: \"\", kind: Service, name: web, sectionName: https}]\n  validation:\n    hostname: web.internal\n    caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca}]\n";
+        let c = check_object(&f.ctx(), NS, &policy(NS, ok));
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        // Into another tenant's namespace: refused.
+        let c = check_object(&f.ctx(), "tenant-globex", &policy("tenant-globex", ok));
+        assert_eq!(fields(&c.violations), ["metadata.namespace"]);
+        // A namespace field on a reference is not in the schema.
+        let other = ok.replace("name: web,", "name: web, namespace: tenant-globex,");
+        let c = check_object(&f.ctx(), NS, &policy(NS, &other));
+        assert_eq!(fields(&c.violations), ["spec.targetRefs[0].namespace"]);
+        let bad = "  targetRefs: [{group: \"\", kind: Pod, name: web}]\n  validation:\n    hostname: web.internal\n    caCertificateRefs: [{group: \"\", kind: Secret, name: ca}]\n    wellKnownCACertificates: Mozilla\n  options: {a: b}\n";
+        let c = check_object(&f.ctx(), NS, &policy(NS, bad));
+        assert_eq!(
+            fields(&c.violations),
+            [
+                "spec.targetRefs[0].kind",
+                "spec.validation.caCertificateRefs[0].kind",
+                "spec.validation.wellKnownCACertificates",
+                "spec.options"
+            ]
+        );
+        assert!(
+            c.violations[1]
+                .message
+                .contains("ConfigMap of your namespace (tenant-acme)"),
+            "{}",
+            c.violations[1].message
+        );
+    }
+
+    /// A tenant's ConfigMap holds a PEM ca.crt and nothing else.
+    #[test]
+    fn config_maps_hold_only_a_ca_bundle() {
+        let f = Fixture::new();
+        let ca: String = teapot_testkit::certs::TestCa::new("backend CA")
+            .cert_pem()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect();
+        let config_map = |data: &str| -> Value {
+            yaml(&format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca, namespace: {NS}}}\n{data}"
+            ))
+        };
+        let ok = config_map(&format!("data:\n  ca.crt: |\n{ca}"));
+        let c = check_object(&f.ctx(), NS, &ok);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        let c = check_object(
+            &f.ctx(),
+            NS,
+            &config_map("data: {app.conf: x, ca.crt: nope}\n"),
+        );
+        assert_eq!(
+            fields(&c.violations),
+            ["data[\"app.conf\"]", "data[\"ca.crt\"]"]
+        );
+        let c = check_object(&f.ctx(), NS, &config_map("binaryData: {x: eA==}\n"));
+        assert_eq!(fields(&c.violations), ["binaryData", "data[\"ca.crt\"]"]);
+        // The API server's own, published into every namespace.
+        let root: Value = yaml(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: kube-root-ca.crt, namespace: {NS}, annotations: {{kubernetes.io/description: x}}}}\ndata:\n  ca.crt: |\n{ca}"
+        ));
+        let c = check_object(&f.ctx(), NS, &root);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub use names::{dns_label, dns_subdomain, dns1035_label, port_name};
 pub use regexes::{object_regex_cost, object_regexes, regex_budget};
 pub use secret::{TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, tls_secret_data};
 pub use service::check_service;
-pub use strings::{check_path, check_strings, is_forbidden_char, quote, unknown_fields};
+pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};
 pub use tenant::check_tenant;
 
 /// The field of violations about the object as a whole (size, counts).
@@ -451,7 +451,7 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
     let size = json_size(value);
     out.extend(check_size(ctx, size));
     out.extend(check_total(ctx, size));
-    out.extend(check_strings(value, kind == ObjectKind::Secret));
+    out.extend(check_strings(value, pem_field(kind)));
     let typed = match kind {
         ObjectKind::Ingress => parse(value).map(|o| TenantObject::Ingress(Box::new(o))),
         ObjectKind::Service => parse(value).map(|o| TenantObject::Service(Box::new(o))),
@@ -618,9 +618,8 @@ pub fn check_typed_sized(
     object: TenantObjectRef<'_>,
     size: usize,
 ) -> Vec<Violation> {
-    let secret = matches!(object, TenantObjectRef::Secret(_));
     let mut out: Vec<Violation> = check_size(ctx, size).into_iter().collect();
-    out.extend(check_strings(&object, secret));
+    out.extend(check_strings(&object, pem_field(object.kind())));
     out.extend(check_kind(ctx, namespace, object).0);
     out
 }
