@@ -24,15 +24,29 @@
 //! - `hostname` is the SNI and, without `subjectAltNames`, the name
 //!   verified; with them, one of those (DNS or URI) must be in the
 //!   certificate instead.
+//! - Status ([`report`]): one `status.ancestors` entry per teapot Gateway a
+//!   route to a targeted Service is attached to, with `Accepted` (False
+//!   `Conflicted` when another policy wins every port this one names,
+//!   `NoValidCACertificate` when no reference is usable) and
+//!   `ResolvedRefs` (False `InvalidKind` or `InvalidCACertificateRef`,
+//!   naming the reference).
 
 use std::sync::Arc;
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::ServicePort;
+use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_api::policy::{CA_CERT_KEY, WELL_KNOWN_SYSTEM};
 use teapot_gateway_api::BackendTlsPolicy;
 use teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyValidationSubjectAltNamesType as SanType;
+use teapot_gateway_api::generated::backend_tls_policies::{
+    BackendTlsPolicyStatus, BackendTlsPolicyStatusAncestors,
+    BackendTlsPolicyStatusAncestorsAncestorRef,
+};
 use teapot_model::store::{NsName, NsRef, Store, Stored};
 
+use super::{Reported, condition};
 use crate::compile::backends::Resolver;
 use crate::compile::upstream::{Protocol, Upstream};
 use crate::compile::upstream_tls::{BackendTls, SubjectAltName};
@@ -266,6 +280,246 @@ pub(super) fn ca_of_ref<'s>(
     }
 }
 
+/// Most ancestors in one status (the CRD's bound).
+const MAX_ANCESTORS: usize = 16;
+
+/// The status of every BackendTLSPolicy some route's backend brings into
+/// use: per teapot Gateway such a route names, the policy's conditions.
+pub(crate) fn report(store: &Store) -> Vec<Reported<BackendTlsPolicyStatus>> {
+    let mut out = Vec::new();
+    for (id, policy) in &store.backend_tls_policies {
+        let ancestors = ancestors(store, id, &policy.object);
+        if ancestors.is_empty() {
+            continue;
+        }
+        let generation = policy.object.metadata.generation;
+        let conditions: Vec<_> = conditions(store, id, &policy.object)
+            .into_iter()
+            .map(|(type_, ok, reason, message)| condition(type_, ok, reason, message, generation))
+            .collect();
+        let ancestors = ancestors
+            .into_iter()
+            .take(MAX_ANCESTORS)
+            .map(|gateway| BackendTlsPolicyStatusAncestors {
+                ancestor_ref: BackendTlsPolicyStatusAncestorsAncestorRef {
+                    group: Some(teapot_gateway_api::GROUP.into()),
+                    kind: Some("Gateway".into()),
+                    name: gateway.name,
+                    namespace: Some(gateway.namespace),
+                    port: None,
+                    section_name: None,
+                },
+                conditions: conditions.clone(),
+                controller_name: GATEWAY_CONTROLLER_NAME.into(),
+            })
+            .collect();
+        out.push(Reported {
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            status: BackendTlsPolicyStatus { ancestors },
+        });
+    }
+    out
+}
+
+/// Whether `policy` names Service `service` at all (any port).
+fn names_service(policy: &BackendTlsPolicy, service: &str) -> bool {
+    policy
+        .spec
+        .target_refs
+        .iter()
+        .any(|t| t.group.is_empty() && t.kind == "Service" && t.name == service)
+}
+
+/// A backendRef or parentRef as the ancestor search reads it: group,
+/// kind, namespace, name.
+type RefParts<'s> = (Option<&'s str>, Option<&'s str>, Option<&'s str>, &'s str);
+
+/// The teapot Gateways that HTTPRoutes and GRPCRoutes to a Service the
+/// policy names are attached to.
+fn ancestors(store: &Store, id: &NsName, policy: &BackendTlsPolicy) -> BTreeSet<NsName> {
+    let mut out = BTreeSet::new();
+    for (rid, r) in &store.http_routes {
+        let spec = &r.object.spec;
+        let backends = spec.rules.iter().flatten();
+        let backends = backends.flat_map(|rule| rule.backend_refs.iter().flatten());
+        add_ancestors(
+            store,
+            (id, policy),
+            &rid.namespace,
+            backends.map(|b| {
+                (
+                    b.group.as_deref(),
+                    b.kind.as_deref(),
+                    b.namespace.as_deref(),
+                    b.name.as_str(),
+                )
+            }),
+            spec.parent_refs.iter().flatten().map(|p| {
+                (
+                    p.group.as_deref(),
+                    p.kind.as_deref(),
+                    p.namespace.as_deref(),
+                    p.name.as_str(),
+                )
+            }),
+            &mut out,
+        );
+    }
+    for (rid, r) in &store.grpc_routes {
+        let spec = &r.object.spec;
+        let backends = spec.rules.iter().flatten();
+        let backends = backends.flat_map(|rule| rule.backend_refs.iter().flatten());
+        add_ancestors(
+            store,
+            (id, policy),
+            &rid.namespace,
+            backends.map(|b| {
+                (
+                    b.group.as_deref(),
+                    b.kind.as_deref(),
+                    b.namespace.as_deref(),
+                    b.name.as_str(),
+                )
+            }),
+            spec.parent_refs.iter().flatten().map(|p| {
+                (
+                    p.group.as_deref(),
+                    p.kind.as_deref(),
+                    p.namespace.as_deref(),
+                    p.name.as_str(),
+                )
+            }),
+            &mut out,
+        );
+    }
+    out
+}
+
+/// Adds the teapot Gateways of one route's `parents` when one of its
+/// `backends` is a Service the policy names.
+fn add_ancestors<'s>(
+    store: &Store,
+    (id, policy): (&NsName, &BackendTlsPolicy),
+    route_ns: &str,
+    mut backends: impl Iterator<Item = RefParts<'s>>,
+    parents: impl Iterator<Item = RefParts<'s>>,
+    out: &mut BTreeSet<NsName>,
+) {
+    let uses = backends.any(|(group, kind, namespace, name)| {
+        group.unwrap_or("").is_empty()
+            && kind.unwrap_or("Service") == "Service"
+            && namespace.unwrap_or(route_ns) == id.namespace
+            && names_service(policy, name)
+    });
+    if !uses {
+        return;
+    }
+    for (group, kind, namespace, name) in parents {
+        if group.unwrap_or(teapot_gateway_api::GROUP) != teapot_gateway_api::GROUP
+            || kind.unwrap_or("Gateway") != "Gateway"
+        {
+            continue;
+        }
+        let gateway = NsName::new(namespace.unwrap_or(route_ns), name);
+        let ours = store.gateways.get(&gateway).is_some_and(|g| {
+            teapot_model::gateway::is_teapot_class(store, &g.object.spec.gateway_class_name)
+        });
+        if ours {
+            out.insert(gateway);
+        }
+    }
+}
+
+/// `Accepted` and `ResolvedRefs` of a policy, as (type, ok, reason,
+/// message).
+fn conditions(
+    store: &Store,
+    id: &NsName,
+    policy: &BackendTlsPolicy,
+) -> [(&'static str, bool, &'static str, String); 2] {
+    let validation = &policy.spec.validation;
+    let mut resolved = (
+        "ResolvedRefs",
+        true,
+        "ResolvedRefs",
+        "every reference resolved".to_string(),
+    );
+    let mut usable = 0;
+    for (i, r) in validation.ca_certificate_refs.iter().flatten().enumerate() {
+        match ca_of_ref(store, &id.namespace, (&r.group, &r.kind, &r.name)) {
+            Ok(_) => usable += 1,
+            Err((reason, why)) if resolved.1 => {
+                resolved = (
+                    "ResolvedRefs",
+                    false,
+                    reason,
+                    format!("spec.validation.caCertificateRefs[{i}]: {why}"),
+                );
+            }
+            Err(_) => {}
+        }
+    }
+    let accepted = if let Err(unusable) = settings(store, id, policy, false) {
+        let reason = if usable == 0 && unusable.reason != "Invalid" {
+            "NoValidCACertificate"
+        } else {
+            unusable.reason
+        };
+        (
+            "Accepted",
+            false,
+            reason,
+            format!("{}; its backends answer 503", unusable.message),
+        )
+    } else if let Some(winner) = conflicted(store, id, policy) {
+        (
+            "Accepted",
+            false,
+            "Conflicted",
+            format!("BackendTLSPolicy {winner} applies to every Service port this one names"),
+        )
+    } else {
+        (
+            "Accepted",
+            true,
+            "Accepted",
+            "the policy applies to its Services' backends".to_string(),
+        )
+    };
+    [accepted, resolved]
+}
+
+/// The policy that wins every Service port `policy` names, if one does
+/// (per port: the more specific target, then the oldest, then the name).
+fn conflicted(store: &Store, id: &NsName, policy: &BackendTlsPolicy) -> Option<NsName> {
+    let mut winners = BTreeSet::new();
+    for t in &policy.spec.target_refs {
+        if !t.group.is_empty() || t.kind != "Service" {
+            continue;
+        }
+        let Some(service) = store.services.get(&NsRef {
+            namespace: &id.namespace,
+            name: &t.name,
+        }) else {
+            continue;
+        };
+        let ports = service.object.spec.as_ref().and_then(|s| s.ports.as_ref());
+        for port in ports.into_iter().flatten() {
+            let name = port.name.as_deref();
+            if let Some((winner, _)) = policy_for(store, &id.namespace, &t.name, name)
+                && targets(policy, &t.name, name).is_some()
+            {
+                if winner == id {
+                    return None;
+                }
+                winners.insert(winner.clone());
+            }
+        }
+    }
+    winners.into_iter().next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,6 +678,70 @@ mod tests {
         assert_eq!(
             settings(&secret, &id, p, false).unwrap_err().reason,
             "InvalidKind"
+        );
+    }
+
+    /// Status: one ancestor per teapot Gateway of a route to the Service;
+    /// the older policy on the same port is Accepted, the newer Conflicted;
+    /// a missing ConfigMap is NoValidCACertificate / InvalidCACertificateRef.
+    #[test]
+    fn status_names_the_gateways_and_the_conflicts() {
+        let target = "{group: \"\", kind: Service, name: web}";
+        let docs = [
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ops}\nspec: {ports: [{name: https, port: 8443}]}\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: teapot}\nspec: {controllerName: teapot.dev/gateway-controller}\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: ops}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: h, namespace: ops}\nspec:\n  parentRefs: [{name: gw}]\n  rules: [{backendRefs: [{name: web, port: 8443}]}]\n".into(),
+            policy("old", "2024-01-01T00:00:00Z", target),
+            policy("new", "2025-01-01T00:00:00Z", target),
+            policy("unused", "2025-01-01T00:00:00Z", "{group: \"\", kind: Service, name: api}"),
+            config_map(),
+        ]
+        .join("---\n");
+        let conditions = |store: &Store| {
+            report(store)
+                .into_iter()
+                .map(|r| {
+                    let a = &r.status.ancestors;
+                    assert_eq!(a.len(), 1, "{a:?}");
+                    assert_eq!(a[0].ancestor_ref.name, "gw");
+                    let c: Vec<String> = a[0]
+                        .conditions
+                        .iter()
+                        .map(|c| format!("{}={}/{}", c.type_, c.status, c.reason))
+                        .collect();
+                    (r.name, c.join(" "))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut store = store(&docs);
+        assert_eq!(
+            conditions(&store),
+            [
+                (
+                    "new".to_string(),
+                    "Accepted=False/Conflicted ResolvedRefs=True/ResolvedRefs".to_string()
+                ),
+                (
+                    "old".into(),
+                    "Accepted=True/Accepted ResolvedRefs=True/ResolvedRefs".into()
+                ),
+            ]
+        );
+        store.config_maps.clear();
+        let old = report(&store)
+            .into_iter()
+            .find(|r| r.name == "old")
+            .unwrap();
+        let c = &old.status.ancestors[0].conditions;
+        assert_eq!(
+            (c[0].reason.as_str(), c[1].reason.as_str()),
+            ("NoValidCACertificate", "InvalidCACertificateRef")
+        );
+        assert!(
+            c[1].message.contains("ConfigMap ops/ca not found"),
+            "{}",
+            c[1].message
         );
     }
 }

@@ -23,7 +23,7 @@
 //! APIs); on the very same host pattern the older object holds it and the
 //! other is told in its status ([`GatewayCompile::claim`]).
 
-mod backend_tls;
+pub(crate) mod backend_tls;
 pub mod table;
 
 use std::sync::Arc;
