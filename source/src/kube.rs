@@ -962,11 +962,11 @@ mod tests {
 
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
-        assert_eq!(WatchSpec::all(&[]).len(), 6 + 8 + 1);
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 2);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
         // Tenant, IngressClass, GatewayClass and Namespace once; the other
-        // eleven kinds in each namespace.
-        assert_eq!(specs.len(), 4 + 11 * 2);
+        // thirteen kinds in each namespace.
+        assert_eq!(specs.len(), 4 + 13 * 2);
         assert!(
             specs
                 .iter()
