@@ -37,6 +37,25 @@ use crate::host::HostPattern;
 use crate::listener::ListenerProtocol;
 use crate::names::GATEWAY_CLASS;
 
+/// What every Gateway API object a tenant writes is held to: its
+/// metadata, and the count of the tenant's Gateway API objects.
+fn gateway_api_object(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    meta: &ObjectMeta,
+    kind: ObjectKind,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(ctx, namespace, meta, kind, &mut out);
+    out.extend(ctx.over_limit(
+        |e| e.gateway_api,
+        ctx.limits.max_ingresses,
+        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
+        "maxIngresses",
+    ));
+    out
+}
+
 /// `gateway.networking.k8s.io`.
 pub const GATEWAY_GROUP: &str = teapot_gateway_api::GROUP;
 /// The port of HTTP listeners: the fleet's shared HTTP plane.
@@ -59,20 +78,7 @@ pub fn check_gateway(
     namespace: &str,
     gateway: &Gateway,
 ) -> Vec<Violation> {
-    let mut out = Vec::new();
-    check_metadata(
-        ctx,
-        namespace,
-        &gateway.metadata,
-        ObjectKind::Gateway,
-        &mut out,
-    );
-    out.extend(ctx.over_limit(
-        |e| e.gateway_api,
-        ctx.limits.max_ingresses,
-        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
-        "maxIngresses",
-    ));
+    let mut out = gateway_api_object(ctx, namespace, &gateway.metadata, ObjectKind::Gateway);
     let spec = &gateway.spec;
     if spec.gateway_class_name != GATEWAY_CLASS {
         out.push(Violation::new(
@@ -374,14 +380,7 @@ pub fn check_route(
     meta: &ObjectMeta,
     route: &Value,
 ) -> Vec<Violation> {
-    let mut out = Vec::new();
-    check_metadata(ctx, namespace, meta, kind, &mut out);
-    out.extend(ctx.over_limit(
-        |e| e.gateway_api,
-        ctx.limits.max_ingresses,
-        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
-        "maxIngresses",
-    ));
+    let mut out = gateway_api_object(ctx, namespace, meta, kind);
     let own = ctx.tenant.namespace_name();
     let Some(spec) = route.get("spec") else {
         out.push(Violation::new("spec", "spec is required"));
@@ -486,20 +485,7 @@ pub fn check_reference_grant(
     namespace: &str,
     grant: &ReferenceGrant,
 ) -> Vec<Violation> {
-    let mut out = Vec::new();
-    check_metadata(
-        ctx,
-        namespace,
-        &grant.metadata,
-        ObjectKind::ReferenceGrant,
-        &mut out,
-    );
-    out.extend(ctx.over_limit(
-        |e| e.gateway_api,
-        ctx.limits.max_ingresses,
-        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
-        "maxIngresses",
-    ));
+    let mut out = gateway_api_object(ctx, namespace, &grant.metadata, ObjectKind::ReferenceGrant);
     let own = ctx.tenant.namespace_name();
     for (i, f) in grant.spec.from.iter().enumerate() {
         let at = format!("spec.from[{i}]");
@@ -565,54 +551,34 @@ pub fn check_backend_tls_policy(
     namespace: &str,
     policy: &BackendTlsPolicy,
 ) -> Vec<Violation> {
-    let mut out = Vec::new();
-    check_metadata(
+    let mut out = gateway_api_object(
         ctx,
         namespace,
         &policy.metadata,
         ObjectKind::BackendTlsPolicy,
-        &mut out,
     );
-    out.extend(ctx.over_limit(
-        |e| e.gateway_api,
-        ctx.limits.max_ingresses,
-        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
-        "maxIngresses",
-    ));
     let own = ctx.tenant.namespace_name();
     let spec = &policy.spec;
     for (i, t) in spec.target_refs.iter().enumerate() {
-        let at = format!("spec.targetRefs[{i}]");
-        if !t.group.is_empty() || t.kind != "Service" {
-            out.push(Violation::new(
-                format!("{at}.kind"),
-                format!(
-                    "{} {} is not a Service: a BackendTLSPolicy targets Services of your namespace ({own})",
-                    quote(&t.group),
-                    quote(&t.kind)
-                ),
-            ));
-        }
-        if let Err(e) = dns1035_label(&t.name) {
-            out.push(Violation::new(format!("{at}.name"), e));
-        }
+        check_local_ref(
+            &mut out,
+            &format!("spec.targetRefs[{i}]"),
+            (&t.group, &t.kind, &t.name),
+            ("Service", dns1035_label),
+            &format!("a BackendTLSPolicy targets Services of your namespace ({own})"),
+        );
     }
     let validation = &spec.validation;
     for (i, r) in validation.ca_certificate_refs.iter().flatten().enumerate() {
-        let at = format!("spec.validation.caCertificateRefs[{i}]");
-        if !r.group.is_empty() || r.kind != "ConfigMap" {
-            out.push(Violation::new(
-                format!("{at}.kind"),
-                format!(
-                    "{} {} is not a ConfigMap: teapot reads trust anchors from the ca.crt of a ConfigMap of your namespace ({own})",
-                    quote(&r.group),
-                    quote(&r.kind)
-                ),
-            ));
-        }
-        if let Err(e) = dns_subdomain(&r.name) {
-            out.push(Violation::new(format!("{at}.name"), e));
-        }
+        check_local_ref(
+            &mut out,
+            &format!("spec.validation.caCertificateRefs[{i}]"),
+            (&r.group, &r.kind, &r.name),
+            ("ConfigMap", dns_subdomain),
+            &format!(
+                "teapot reads trust anchors from the ca.crt of a ConfigMap of your namespace ({own})"
+            ),
+        );
     }
     if let Some(well_known) = &validation.well_known_ca_certificates
         && !well_known.is_empty()
@@ -633,6 +599,27 @@ pub fn check_backend_tls_policy(
         ));
     }
     out
+}
+
+/// A local reference (the CRD gives it no namespace) to a core-group
+/// object: of `kind`, its name valid by `name_rule`; `why` says what the
+/// kind is for.
+fn check_local_ref(
+    out: &mut Vec<Violation>,
+    at: &str,
+    (group, kind, name): (&str, &str, &str),
+    (wanted, name_rule): (&str, fn(&str) -> Result<(), String>),
+    why: &str,
+) {
+    if !group.is_empty() || kind != wanted {
+        out.push(Violation::new(
+            format!("{at}.kind"),
+            format!("{} {} is not a {wanted}: {why}", quote(group), quote(kind)),
+        ));
+    }
+    if let Err(e) = name_rule(name) {
+        out.push(Violation::new(format!("{at}.name"), e));
+    }
 }
 
 /// Checks a ConfigMap: in a tenant namespace of the LB cluster it exists

@@ -339,60 +339,33 @@ type RefParts<'s> = (Option<&'s str>, Option<&'s str>, Option<&'s str>, &'s str)
 /// policy names are attached to.
 fn ancestors(store: &Store, id: &NsName, policy: &BackendTlsPolicy) -> BTreeSet<NsName> {
     let mut out = BTreeSet::new();
-    for (rid, r) in &store.http_routes {
-        let spec = &r.object.spec;
-        let backends = spec.rules.iter().flatten();
-        let backends = backends.flat_map(|rule| rule.backend_refs.iter().flatten());
-        add_ancestors(
-            store,
-            (id, policy),
-            &rid.namespace,
-            backends.map(|b| {
-                (
-                    b.group.as_deref(),
-                    b.kind.as_deref(),
-                    b.namespace.as_deref(),
-                    b.name.as_str(),
-                )
-            }),
-            spec.parent_refs.iter().flatten().map(|p| {
-                (
-                    p.group.as_deref(),
-                    p.kind.as_deref(),
-                    p.namespace.as_deref(),
-                    p.name.as_str(),
-                )
-            }),
-            &mut out,
-        );
+    // The two route kinds have the same shapes under different generated
+    // types.
+    macro_rules! each_route {
+        ($routes:expr) => {
+            for (rid, r) in $routes {
+                let spec = &r.object.spec;
+                let rules = spec.rules.iter().flatten();
+                let backends = rules.flat_map(|rule| rule.backend_refs.iter().flatten());
+                add_ancestors(
+                    store,
+                    (id, policy),
+                    &rid.namespace,
+                    backends.map(|b| {
+                        let (group, kind) = (b.group.as_deref(), b.kind.as_deref());
+                        (group, kind, b.namespace.as_deref(), b.name.as_str())
+                    }),
+                    spec.parent_refs.iter().flatten().map(|p| {
+                        let (group, kind) = (p.group.as_deref(), p.kind.as_deref());
+                        (group, kind, p.namespace.as_deref(), p.name.as_str())
+                    }),
+                    &mut out,
+                );
+            }
+        };
     }
-    for (rid, r) in &store.grpc_routes {
-        let spec = &r.object.spec;
-        let backends = spec.rules.iter().flatten();
-        let backends = backends.flat_map(|rule| rule.backend_refs.iter().flatten());
-        add_ancestors(
-            store,
-            (id, policy),
-            &rid.namespace,
-            backends.map(|b| {
-                (
-                    b.group.as_deref(),
-                    b.kind.as_deref(),
-                    b.namespace.as_deref(),
-                    b.name.as_str(),
-                )
-            }),
-            spec.parent_refs.iter().flatten().map(|p| {
-                (
-                    p.group.as_deref(),
-                    p.kind.as_deref(),
-                    p.namespace.as_deref(),
-                    p.name.as_str(),
-                )
-            }),
-            &mut out,
-        );
-    }
+    each_route!(&store.http_routes);
+    each_route!(&store.grpc_routes);
     out
 }
 
