@@ -601,6 +601,9 @@ pub fn check_backend_tls_policy(
     out
 }
 
+/// A name syntax ([`dns1035_label`], [`dns_subdomain`]).
+type NameRule = fn(&str) -> Result<(), String>;
+
 /// A local reference (the CRD gives it no namespace) to a core-group
 /// object: of `kind`, its name valid by `name_rule`; `why` says what the
 /// kind is for.
@@ -608,7 +611,7 @@ fn check_local_ref(
     out: &mut Vec<Violation>,
     at: &str,
     (group, kind, name): (&str, &str, &str),
-    (wanted, name_rule): (&str, fn(&str) -> Result<(), String>),
+    (wanted, name_rule): (&str, NameRule),
     why: &str,
 ) {
     if !group.is_empty() || kind != wanted {
