@@ -643,6 +643,25 @@ mod tests {
             "InvalidCACertificateRef"
         );
 
+        // The host's trust store: no ConfigMap read; an unknown set is
+        // refused, never unverified.
+        let system = store(&policy("p", "2024-01-01T00:00:00Z", target).replace(
+            "caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca}]",
+            "wellKnownCACertificates: System",
+        ));
+        let p = &system.backend_tls_policies[&id].object;
+        let s = settings(&system, &id, p, false).unwrap();
+        assert!(s.system_roots && s.verify.is_none() && s.sni);
+        let mozilla = store(&policy("p", "2024-01-01T00:00:00Z", target).replace(
+            "caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca}]",
+            "wellKnownCACertificates: example.com/mozilla",
+        ));
+        let p = &mozilla.backend_tls_policies[&id].object;
+        assert_eq!(
+            settings(&mozilla, &id, p, false).unwrap_err().reason,
+            "Invalid"
+        );
+
         // A Secret is not read.
         let secret = store(
             &policy("p", "2024-01-01T00:00:00Z", target).replace("kind: ConfigMap", "kind: Secret"),
