@@ -20,6 +20,7 @@ gen standard gateways gateways
 gen standard httproutes http_routes
 gen standard grpcroutes grpc_routes
 gen standard referencegrants reference_grants
+gen standard backendtlspolicies backend_tls_policies
 gen experimental tlsroutes tls_routes
 gen experimental tcproutes tcp_routes
 gen experimental udproutes udp_routes

@@ -16,6 +16,9 @@ pub enum ObjectKind {
     TcpRoute,
     UdpRoute,
     ReferenceGrant,
+    BackendTlsPolicy,
+    /// Trust anchors (`ca.crt`) a BackendTLSPolicy names.
+    ConfigMap,
 }
 
 impl ObjectKind {
@@ -33,11 +36,13 @@ impl ObjectKind {
             ObjectKind::TcpRoute => "TCPRoute",
             ObjectKind::UdpRoute => "UDPRoute",
             ObjectKind::ReferenceGrant => "ReferenceGrant",
+            ObjectKind::BackendTlsPolicy => "BackendTLSPolicy",
+            ObjectKind::ConfigMap => "ConfigMap",
         }
     }
 
     /// Every kind, for tables.
-    pub const ALL: [ObjectKind; 11] = [
+    pub const ALL: [ObjectKind; 13] = [
         ObjectKind::Ingress,
         ObjectKind::Service,
         ObjectKind::EndpointSlice,
@@ -49,6 +54,8 @@ impl ObjectKind {
         ObjectKind::TcpRoute,
         ObjectKind::UdpRoute,
         ObjectKind::ReferenceGrant,
+        ObjectKind::BackendTlsPolicy,
+        ObjectKind::ConfigMap,
     ];
 
     /// Whether this is a Gateway API kind (`gateway.networking.k8s.io`).
@@ -59,6 +66,7 @@ impl ObjectKind {
                 | ObjectKind::Service
                 | ObjectKind::EndpointSlice
                 | ObjectKind::Secret
+                | ObjectKind::ConfigMap
         )
     }
 }

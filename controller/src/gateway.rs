@@ -7,6 +7,10 @@
 //! conditions and listeners; route parent status); refusals -> the
 //! conditions annotation and Events, as for Ingresses.
 //!
+//! BackendTLSPolicies are copied with the ConfigMaps (`ca.crt`) they name,
+//! every one of the tenant's: a policy only acts where a mirrored route's
+//! backend is its Service, and the webhook judges each copy.
+//!
 //! ReferenceGrants are read, not copied: a reference across tenant
 //! namespaces is mirrored only when a ReferenceGrant in the tenant cluster
 //! allows it, and on the LB side every copy shares one namespace.
@@ -19,7 +23,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -27,7 +31,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use teapot_api::gateway_api::{
-    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute,
+    TlsRoute, UdpRoute,
 };
 use teapot_api::hostname::mirrored_ingress_name;
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, backoff};
@@ -323,6 +328,43 @@ pub async fn reconcile_route<K: Route>(route: Arc<K>, ctx: Arc<Context>) -> Resu
     Ok(Action::requeue(ctx.config.resync))
 }
 
+/// Reconciles one tenant BackendTLSPolicy: its ConfigMaps first, so the
+/// copy's trust anchors exist when it arrives, then the copy.
+pub async fn reconcile_backend_tls_policy(
+    policy: Arc<BackendTlsPolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if let Some(done) = hold(policy.as_ref(), true, &ctx).await? {
+        return Ok(done);
+    }
+    let value = serde_json::to_value(policy.as_ref())?;
+    let mut problems = Vec::new();
+    let mut refusals = Vec::new();
+    for (ns, name) in gm::policy_config_maps(&value)? {
+        let api: Api<ConfigMap> = Api::namespaced(ctx.tenant.clone(), &ns);
+        match api.get_opt(&name).await? {
+            None => problems.push(format!(
+                "ConfigMap {ns}/{name} (caCertificateRefs) not found"
+            )),
+            Some(c) => match gm::lb_config_map(&c, &ctx.config.lb_namespace) {
+                Ok(copy) => refusals.extend(apply_lb(&ctx, &copy).await?),
+                Err(e) => problems.push(e.to_string()),
+            },
+        }
+    }
+    let copy: BackendTlsPolicy =
+        serde_json::from_value(gm::lb_backend_tls_policy(&value, &ctx.config.lb_namespace)?)?;
+    refusals.extend(apply_lb(&ctx, &copy).await?);
+    report(&ctx, policy.as_ref(), conditions(&refusals, &problems)).await?;
+    ctx.failures
+        .clear(&format!("BackendTLSPolicy {}", key(policy.as_ref())));
+    ctx.metrics
+        .reconciles
+        .with_label_values(&["backendtlspolicy", "ok"])
+        .inc();
+    Ok(Action::requeue(ctx.config.resync))
+}
+
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy<K: Tenant>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     let kind = K::kind(&()).to_string();
@@ -486,6 +528,43 @@ fn route_controller<K: Route>(
         .boxed()
 }
 
+fn backend_tls_policy_controller(
+    ctx: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+) -> BoxFuture<'static, ()> {
+    let (policies, store) = primary(Api::<BackendTlsPolicy>::all(ctx.tenant.clone()));
+    let config_maps_store = store.clone();
+    Controller::for_stream(policies, store)
+        .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
+        .watches_stream(
+            lb_copies::<BackendTlsPolicy>(&ctx),
+            |lb: BackendTlsPolicy| source_ref(&lb),
+        )
+        .watches(
+            Api::<ConfigMap>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |c: ConfigMap| {
+                let target = (c.namespace().unwrap_or_default(), c.name_any());
+                matching(&config_maps_store, |p| {
+                    gm::policy_config_maps(p).is_ok_and(|refs| refs.contains(&target))
+                })
+            },
+        )
+        .reconcile_all_on(resync_ticks(ctx.clone()))
+        .graceful_shutdown_on(stop(shutdown))
+        .run(
+            reconcile_backend_tls_policy,
+            error_policy::<BackendTlsPolicy>,
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "BackendTLSPolicy controller event");
+            }
+        })
+        .boxed()
+}
+
 /// The Gateway and route controllers, until `shutdown` turns true.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     futures::future::join_all([
@@ -494,7 +573,8 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>)
         route_controller::<GrpcRoute>(ctx.clone(), shutdown.clone()),
         route_controller::<TlsRoute>(ctx.clone(), shutdown.clone()),
         route_controller::<TcpRoute>(ctx.clone(), shutdown.clone()),
-        route_controller::<UdpRoute>(ctx, shutdown),
+        route_controller::<UdpRoute>(ctx.clone(), shutdown.clone()),
+        backend_tls_policy_controller(ctx, shutdown),
     ])
     .await;
 }

@@ -12,15 +12,22 @@
 //! reference within it; the agent keeps only the ones the tenant cluster
 //! allows (a ReferenceGrant there, a listener's `allowedRoutes`), so the
 //! LB copies need neither `namespace` fields nor ReferenceGrants.
+//!
+//! A BackendTLSPolicy `NAME` of `NS` becomes `NAME.NS` too, its target
+//! Services and its `caCertificateRefs` ConfigMaps renamed as mirrored
+//! Services are (`NS-NAME-<hash5>`); each ConfigMap is copied with its
+//! `ca.crt` only.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
 use teapot_api::gateway_api::generated::reference_grants::ReferenceGrantSpec;
 use teapot_api::gateway_api::{GROUP, Gateway};
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
+use teapot_api::policy::CA_CERT_KEY;
 use teapot_model::attachment;
 
 use crate::Error;
@@ -289,6 +296,87 @@ pub fn lb_gateway(
         "metadata": copy_metadata(gateway, &ns, lb_namespace)?,
         "spec": spec,
     }))
+}
+
+/// The ConfigMaps a BackendTLSPolicy reads its trust anchors from (its
+/// own namespace's: the references have no namespace field).
+pub fn policy_config_maps(policy: &Value) -> Result<BTreeSet<Ref>, Error> {
+    let ns = own_namespace(policy)?;
+    Ok(policy["spec"]["validation"]["caCertificateRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| is_core(r, "ConfigMap"))
+        .map(|r| (ns.clone(), r["name"].as_str().unwrap_or("").to_string()))
+        .collect())
+}
+
+/// The name of the LB ConfigMap copied from a tenant ConfigMap: the
+/// mirrored Services' scheme, so ConfigMaps of different namespaces never
+/// collide.
+pub fn mirrored_config_map_name(namespace: &str, name: &str) -> String {
+    mirrored_service_name(namespace, name)
+}
+
+/// The LB copy of a BackendTLSPolicy: `NAME.NS`, its Service targets and
+/// ConfigMap references renamed to their mirrors (a Service port keeps its
+/// name in the mirror, so `sectionName` stays as written). References of
+/// other kinds are copied as written, for the webhook to refuse with its
+/// reason.
+pub fn lb_backend_tls_policy(policy: &Value, lb_namespace: &str) -> Result<Value, Error> {
+    let ns = own_namespace(policy)?;
+    let mut spec = policy["spec"].clone();
+    let targets = spec.get_mut("targetRefs").and_then(Value::as_array_mut);
+    for t in targets.into_iter().flatten() {
+        if is_core(t, "Service") {
+            let name = t["name"].as_str().unwrap_or("").to_string();
+            t["name"] = json!(mirrored_service_name(&ns, &name));
+        }
+    }
+    let refs = spec
+        .get_mut("validation")
+        .and_then(|v| v.get_mut("caCertificateRefs"))
+        .and_then(Value::as_array_mut);
+    for r in refs.into_iter().flatten() {
+        if is_core(r, "ConfigMap") {
+            let name = r["name"].as_str().unwrap_or("").to_string();
+            r["name"] = json!(mirrored_config_map_name(&ns, &name));
+        }
+    }
+    Ok(json!({
+        "apiVersion": policy["apiVersion"],
+        "kind": "BackendTLSPolicy",
+        "metadata": copy_metadata(policy, &ns, lb_namespace)?,
+        "spec": spec,
+    }))
+}
+
+/// The LB copy of a ConfigMap a BackendTLSPolicy names: its `ca.crt`
+/// only (anything else there is the tenant's own configuration).
+pub fn lb_config_map(config_map: &ConfigMap, lb_namespace: &str) -> Result<ConfigMap, Error> {
+    let namespace = config_map.namespace().unwrap_or_default();
+    let name = config_map.name_any();
+    let ca = config_map
+        .data
+        .as_ref()
+        .and_then(|d| d.get(CA_CERT_KEY))
+        .ok_or_else(|| Error::Invalid {
+            object: format!("ConfigMap {namespace}/{name}"),
+            field: format!("data[{CA_CERT_KEY}]"),
+            message: "is required: a BackendTLSPolicy reads its trust anchors there".into(),
+        })?;
+    Ok(ConfigMap {
+        metadata: lb_meta(
+            mirrored_config_map_name(&namespace, &name),
+            lb_namespace,
+            &namespace,
+            &name,
+            config_map.metadata.uid.as_ref(),
+            BTreeMap::new(),
+        ),
+        data: Some(BTreeMap::from([(CA_CERT_KEY.to_string(), ca.clone())])),
+        ..ConfigMap::default()
+    })
 }
 
 /// The parent Gateways a route names, as `(namespace, name)` with the

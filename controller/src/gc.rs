@@ -4,12 +4,14 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
-use teapot_api::gateway_api::{Gateway, GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute};
+use teapot_api::gateway_api::{
+    BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute,
+};
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::SERVICE_NAME_LABEL;
 use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
@@ -26,6 +28,8 @@ pub struct Live {
     pub ingresses: BTreeSet<String>,
     pub services: BTreeSet<String>,
     pub secrets: BTreeSet<String>,
+    /// ConfigMaps (`ca.crt`) of BackendTLSPolicies.
+    pub config_maps: BTreeSet<String>,
     /// Gateway API copies, as `(kind, name)`.
     pub gateway_api: BTreeSet<(&'static str, String)>,
 }
@@ -87,10 +91,14 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     let lb_slices = Api::<EndpointSlice>::namespaced(ctx.lb.clone(), ns)
         .list(&slices_sel)
         .await?;
-    let lb_gateway_api = if ctx.config.gateway_api_on() {
-        lb_copy_names(ctx).await?
+    let (lb_gateway_api, lb_config_maps) = if ctx.config.gateway_api_on() {
+        let config_maps = Api::<ConfigMap>::namespaced(ctx.lb.clone(), ns)
+            .list(&ours)
+            .await?
+            .items;
+        (lb_copy_names(ctx).await?, config_maps)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     let tenant = Api::<Ingress>::all(ctx.tenant.clone())
         .list(&ListParams::default())
@@ -123,6 +131,11 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
             deleted += delete::<Secret>(ctx, &o.name_any()).await?;
         }
     }
+    for o in lb_config_maps {
+        if !live.config_maps.contains(&o.name_any()) {
+            deleted += delete::<ConfigMap>(ctx, &o.name_any()).await?;
+        }
+    }
     for o in lb_slices.items {
         let service = o.labels().get(SERVICE_NAME_LABEL);
         if service.is_none_or(|s| !live.services.contains(s)) {
@@ -137,13 +150,14 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
 }
 
 /// The kinds of Gateway API copies the agent writes.
-const COPY_KINDS: [&str; 6] = [
+const COPY_KINDS: [&str; 7] = [
     "Gateway",
     "HTTPRoute",
     "GRPCRoute",
     "TLSRoute",
     "TCPRoute",
     "UDPRoute",
+    "BackendTLSPolicy",
 ];
 
 /// The Gateway API copies the agent wrote, as `(kind, name)`: listed by the GC
@@ -168,6 +182,7 @@ async fn lb_copy_names(ctx: &Context) -> Result<Vec<(&'static str, String)>, Err
         names::<TlsRoute>(ctx).await?,
         names::<TcpRoute>(ctx).await?,
         names::<UdpRoute>(ctx).await?,
+        names::<BackendTlsPolicy>(ctx).await?,
     ];
     for (kind, list) in COPY_KINDS.into_iter().zip(lists) {
         out.extend(list.into_iter().map(|n| (kind, n)));
@@ -199,7 +214,26 @@ async fn add_live(ctx: &Context, live: &mut Live) -> Result<(), Error> {
     add_live_routes::<GrpcRoute>(ctx, live).await?;
     add_live_routes::<TlsRoute>(ctx, live).await?;
     add_live_routes::<TcpRoute>(ctx, live).await?;
-    add_live_routes::<UdpRoute>(ctx, live).await
+    add_live_routes::<UdpRoute>(ctx, live).await?;
+    for p in Api::<BackendTlsPolicy>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ns = p.namespace().unwrap_or_default();
+        live.gateway_api.insert((
+            "BackendTLSPolicy",
+            mirrored_ingress_name(&ns, &p.name_any()),
+        ));
+        for (cns, c) in gateway_mirror::policy_config_maps(&serde_json::to_value(&p)?)? {
+            live.config_maps
+                .insert(gateway_mirror::mirrored_config_map_name(&cns, &c));
+        }
+    }
+    Ok(())
 }
 
 async fn add_live_routes<K: Tenant>(ctx: &Context, live: &mut Live) -> Result<(), Error> {
@@ -236,6 +270,7 @@ async fn delete_copy(ctx: &Context, kind: &str, name: &str) -> Result<usize, Err
         "TLSRoute" => delete::<TlsRoute>(ctx, name).await,
         "TCPRoute" => delete::<TcpRoute>(ctx, name).await,
         "UDPRoute" => delete::<UdpRoute>(ctx, name).await,
+        "BackendTLSPolicy" => delete::<BackendTlsPolicy>(ctx, name).await,
         _ => Ok(0),
     }
 }

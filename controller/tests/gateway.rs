@@ -323,3 +323,73 @@ async fn deleting_a_route_removes_its_copy_then_the_finalizer() {
             .is_none_or(Vec::is_empty)
     );
 }
+
+/// A BackendTLSPolicy is mirrored `NAME.NS` with its Service target and
+/// its ConfigMap renamed to their mirrors, the ConfigMap copied with its
+/// `ca.crt` only; a missing ConfigMap is reported on the tenant's policy;
+/// deleting the policy lets the collector remove both copies.
+#[tokio::test]
+async fn a_backend_tls_policy_and_its_config_map_are_mirrored_renamed() {
+    use teapot_api::gateway_api::BackendTlsPolicy;
+    use teapot_controller::gateway::reconcile_backend_tls_policy;
+    use teapot_controller::gateway_mirror::mirrored_config_map_name;
+    let f = Fixture::new().await;
+    f.tenant.apply(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "web-ca", "namespace": NS},
+        "data": {"ca.crt": "PEM", "app.properties": "the tenant's own"},
+    }));
+    f.tenant.apply(json!({
+        "apiVersion": GW, "kind": "BackendTLSPolicy",
+        "metadata": {"name": "web-tls", "namespace": NS},
+        "spec": {
+            "targetRefs": [{"group": "", "kind": "Service", "name": "web", "sectionName": "http"}],
+            "validation": {
+                "hostname": "web.shop.internal",
+                "caCertificateRefs": [
+                    {"group": "", "kind": "ConfigMap", "name": "web-ca"},
+                    {"group": "", "kind": "ConfigMap", "name": "absent"}],
+            },
+        },
+    }));
+    let reconcile = || async {
+        for _ in 0..2 {
+            let p: Arc<BackendTlsPolicy> = f.tenant_object("BackendTLSPolicy", NS, "web-tls");
+            reconcile_backend_tls_policy(p, f.ctx.clone())
+                .await
+                .expect("reconcile");
+        }
+    };
+    reconcile().await;
+    let copy = f
+        .lb_get(GW, "BackendTLSPolicy", "web-tls.shop")
+        .expect("LB BackendTLSPolicy");
+    let ca = mirrored_config_map_name(NS, "web-ca");
+    assert_eq!(
+        copy["spec"]["targetRefs"],
+        json!([{"group": "", "kind": "Service", "name": mirrored_service_name(NS, "web"), "sectionName": "http"}])
+    );
+    assert_eq!(
+        copy["spec"]["validation"]["caCertificateRefs"][0]["name"],
+        ca
+    );
+    assert_eq!(copy["spec"]["validation"]["hostname"], "web.shop.internal");
+    let c = f.lb_get("v1", "ConfigMap", &ca).expect("LB ConfigMap");
+    assert_eq!(c["data"], json!({"ca.crt": "PEM"}));
+    let p = f.tenant.get(GW, "BackendTLSPolicy", NS, "web-tls").unwrap();
+    let c = conditions(&p);
+    assert_eq!(c[1]["type"], "ResolvedRefs", "{c}");
+    assert!(
+        c[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ConfigMap shop/absent (caCertificateRefs) not found"),
+        "{c}"
+    );
+
+    // Gone from the tenant cluster: the collector removes both copies.
+    f.tenant.delete(GW, "BackendTLSPolicy", NS, "web-tls");
+    gc::collect(&f.ctx).await.expect("gc");
+    assert!(f.lb_get(GW, "BackendTLSPolicy", "web-tls.shop").is_none());
+    assert!(f.lb_get("v1", "ConfigMap", &ca).is_none());
+}

@@ -1,5 +1,6 @@
 //! Gateway API types (`gateway.networking.k8s.io`), the kinds teapot
-//! serves for tenants that route with Gateway and HTTPRoute (issue #18).
+//! serves for tenants that route with Gateway and HTTPRoute (issue #18),
+//! and BackendTLSPolicy for TLS from the proxy to their backends.
 //!
 //! Generated, never edited: `gateway/generate.sh` runs kopium 0.24.1 over
 //! the upstream CRDs (the standard channel; TLSRoute, TCPRoute and UDPRoute
@@ -16,6 +17,7 @@
 /// gateway-api): third-party in content, so repeats there are theirs.
 #[path = "third_party"]
 pub mod generated {
+    pub mod backend_tls_policies;
     pub mod gateway_classes;
     pub mod gateways;
     pub mod grpc_routes;
@@ -26,6 +28,7 @@ pub mod generated {
     pub mod udp_routes;
 }
 
+pub use generated::backend_tls_policies::BackendTlsPolicy;
 pub use generated::gateway_classes::GatewayClass;
 pub use generated::gateways::Gateway;
 pub use generated::grpc_routes::GrpcRoute;

@@ -222,7 +222,7 @@ fn dropped_violations(endpoints: &[Endpoint]) -> Vec<Violation> {
         endpoints: Some(endpoints.iter().map(dropped).collect()),
         ..EndpointSlice::default()
     };
-    teapot_api::policy::check_strings(&only, false)
+    teapot_api::policy::check_strings(&only, None)
 }
 
 /// Serialized as the typed slice of what is kept (a report or a tool that

@@ -11,10 +11,11 @@
 use std::time::Duration;
 
 use teapot_api::HostPattern;
+use teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyValidationSubjectAltNamesType;
 use teapot_gateway_api::generated::http_routes::{
     HttpRouteRulesFiltersType, HttpRouteRulesMatchesPathType,
 };
-use teapot_gateway_api::{Gateway, GrpcRoute, HttpRoute};
+use teapot_gateway_api::{BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute};
 
 use crate::field::FieldError;
 
@@ -283,6 +284,104 @@ pub fn validate_http_route(route: &HttpRoute) -> Result<(), FieldError> {
                 return Err(FieldError::at(
                     format!("{at}.timeouts.backendRequest"),
                     "backendRequest timeout cannot be longer than request timeout",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validates a BackendTLSPolicy as its CRD schema (and its CEL rules)
+/// would: at least one target, the name verified a DNS name, exactly one
+/// source of trust anchors, and each subjectAltName of its own type.
+pub fn validate_backend_tls_policy(policy: &BackendTlsPolicy) -> Result<(), FieldError> {
+    let spec = &policy.spec;
+    if spec.target_refs.is_empty() {
+        return Err(FieldError::at(
+            "spec.targetRefs",
+            "at least one targetRef is required",
+        ));
+    }
+    for (i, t) in spec.target_refs.iter().enumerate() {
+        if t.name.is_empty() {
+            return Err(FieldError::at(
+                format!("spec.targetRefs[{i}].name"),
+                "name is required",
+            ));
+        }
+        let same = spec
+            .target_refs
+            .iter()
+            .filter(|o| o.group == t.group && o.kind == t.kind && o.name == t.name)
+            .filter(|o| o.section_name == t.section_name)
+            .count();
+        if same > 1 {
+            return Err(FieldError::at(
+                format!("spec.targetRefs[{i}].sectionName"),
+                "sectionName must be unique when targetRefs includes 2 or more references to the same target",
+            ));
+        }
+    }
+    let validation = &spec.validation;
+    let hostname = &validation.hostname;
+    if hostname.is_empty() || hostname.starts_with("*.") {
+        return Err(FieldError::at(
+            "spec.validation.hostname",
+            "a hostname (no wildcard) is required",
+        ));
+    }
+    parse_hostname(hostname, "spec.validation.hostname")?;
+    let refs = validation
+        .ca_certificate_refs
+        .as_ref()
+        .is_some_and(|r| !r.is_empty());
+    let well_known = validation
+        .well_known_ca_certificates
+        .as_ref()
+        .is_some_and(|w| !w.is_empty());
+    match (refs, well_known) {
+        (true, true) => {
+            return Err(FieldError::at(
+                "spec.validation",
+                "must not contain both CACertificateRefs and WellKnownCACertificates",
+            ));
+        }
+        (false, false) => {
+            return Err(FieldError::at(
+                "spec.validation",
+                "must specify either CACertificateRefs or WellKnownCACertificates",
+            ));
+        }
+        _ => {}
+    }
+    for (i, san) in validation.subject_alt_names.iter().flatten().enumerate() {
+        let at = format!("spec.validation.subjectAltNames[{i}]");
+        let (hostname, uri) = (
+            san.hostname.as_deref().filter(|h| !h.is_empty()),
+            san.uri.as_deref().filter(|u| !u.is_empty()),
+        );
+        match (&san.r#type, hostname, uri) {
+            (BackendTlsPolicyValidationSubjectAltNamesType::Hostname, Some(h), None) => {
+                parse_hostname(h, &format!("{at}.hostname"))?;
+            }
+            (BackendTlsPolicyValidationSubjectAltNamesType::Uri, None, Some(u)) => {
+                if !u.contains("://") {
+                    return Err(FieldError::at(
+                        format!("{at}.uri"),
+                        "a URI with a scheme and an authority is required",
+                    ));
+                }
+            }
+            (BackendTlsPolicyValidationSubjectAltNamesType::Hostname, ..) => {
+                return Err(FieldError::at(
+                    at,
+                    "a Hostname subjectAltName has a hostname and no uri",
+                ));
+            }
+            (BackendTlsPolicyValidationSubjectAltNamesType::Uri, ..) => {
+                return Err(FieldError::at(
+                    at,
+                    "a URI subjectAltName has a uri and no hostname",
                 ));
             }
         }

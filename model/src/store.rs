@@ -9,11 +9,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use teapot_api::Tenant;
 use teapot_gateway_api::{
-    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute,
+    TlsRoute, UdpRoute,
 };
 
 use crate::certificate::TlsCertificate;
@@ -118,6 +119,10 @@ pub enum Kind {
     TlsRoute,
     TcpRoute,
     UdpRoute,
+    BackendTlsPolicy,
+    /// Read for the `ca.crt` a BackendTLSPolicy names; only that key is
+    /// kept ([`crate::validate`]).
+    ConfigMap,
     /// Read for their labels: Gateway listeners admit routes by namespace
     /// selector.
     Namespace,
@@ -138,6 +143,9 @@ fn gateway_kind(version: &str, kind: &str) -> Option<Kind> {
         "TLSRoute" if experimental => Some(Kind::TlsRoute),
         "TCPRoute" if experimental => Some(Kind::TcpRoute),
         "UDPRoute" if experimental => Some(Kind::UdpRoute),
+        // v1alpha3 is no longer served by the standard channel's CRD;
+        // its schema is v1's.
+        "BackendTLSPolicy" if matches!(version, "v1" | "v1alpha3") => Some(Kind::BackendTlsPolicy),
         _ => None,
     }
 }
@@ -150,6 +158,7 @@ impl Kind {
             ("networking.k8s.io/v1", "IngressClass") => Some(Kind::IngressClass),
             ("v1", "Service") => Some(Kind::Service),
             ("v1", "Secret") => Some(Kind::Secret),
+            ("v1", "ConfigMap") => Some(Kind::ConfigMap),
             ("discovery.k8s.io/v1", "EndpointSlice") => Some(Kind::EndpointSlice),
             ("teapot.dev/v1alpha1", "Tenant") => Some(Kind::Tenant),
             ("v1", "Namespace") => Some(Kind::Namespace),
@@ -179,6 +188,7 @@ impl Kind {
                 | Kind::TlsRoute
                 | Kind::TcpRoute
                 | Kind::UdpRoute
+                | Kind::BackendTlsPolicy
         )
     }
 }
@@ -237,6 +247,10 @@ pub struct Store {
     pub tls_routes: BTreeMap<NsName, Stored<TlsRoute>>,
     pub tcp_routes: BTreeMap<NsName, Stored<TcpRoute>>,
     pub udp_routes: BTreeMap<NsName, Stored<UdpRoute>>,
+    pub backend_tls_policies: BTreeMap<NsName, Stored<BackendTlsPolicy>>,
+    /// ConfigMaps with their `ca.crt` only (the trust anchors of
+    /// BackendTLSPolicies; every other key is dropped when read).
+    pub config_maps: ObjectMap<ConfigMap>,
     /// Namespaces by name, for their labels.
     pub namespaces: BTreeMap<String, Stored<Namespace>>,
 }
@@ -258,6 +272,8 @@ pub enum Object {
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
     UdpRoute(UdpRoute),
+    BackendTlsPolicy(Box<BackendTlsPolicy>),
+    ConfigMap(ConfigMap),
     Namespace(Namespace),
 }
 
@@ -278,6 +294,8 @@ impl Store {
             + self.tls_routes.len()
             + self.tcp_routes.len()
             + self.udp_routes.len()
+            + self.backend_tls_policies.len()
+            + self.config_maps.len()
             + self.namespaces.len()
     }
 
@@ -303,6 +321,8 @@ impl Store {
             Kind::TlsRoute => self.tls_routes.contains_key(&ns()),
             Kind::TcpRoute => self.tcp_routes.contains_key(&ns()),
             Kind::UdpRoute => self.udp_routes.contains_key(&ns()),
+            Kind::BackendTlsPolicy => self.backend_tls_policies.contains_key(&ns()),
+            Kind::ConfigMap => self.config_maps.contains_key(&ns()),
             Kind::Namespace => self.namespaces.contains_key(&key.name),
         }
     }
@@ -353,6 +373,12 @@ impl Store {
             Object::UdpRoute(o) => {
                 self.udp_routes.insert(ns, stored(o, origin));
             }
+            Object::BackendTlsPolicy(o) => {
+                self.backend_tls_policies.insert(ns, stored(*o, origin));
+            }
+            Object::ConfigMap(o) => {
+                self.config_maps.insert(ns, stored(o, origin));
+            }
             Object::Namespace(o) => {
                 self.namespaces.insert(key.name, stored(o, origin));
             }
@@ -377,6 +403,8 @@ impl Store {
             Kind::TlsRoute => drop(self.tls_routes.remove(&ns)),
             Kind::TcpRoute => drop(self.tcp_routes.remove(&ns)),
             Kind::UdpRoute => drop(self.udp_routes.remove(&ns)),
+            Kind::BackendTlsPolicy => drop(self.backend_tls_policies.remove(&ns)),
+            Kind::ConfigMap => drop(self.config_maps.remove(&ns)),
             Kind::Namespace => drop(self.namespaces.remove(&key.name)),
         }
     }
@@ -400,6 +428,12 @@ impl Store {
             Kind::TlsRoute => copy(&from.tls_routes, &mut self.tls_routes, &ns),
             Kind::TcpRoute => copy(&from.tcp_routes, &mut self.tcp_routes, &ns),
             Kind::UdpRoute => copy(&from.udp_routes, &mut self.udp_routes, &ns),
+            Kind::BackendTlsPolicy => copy(
+                &from.backend_tls_policies,
+                &mut self.backend_tls_policies,
+                &ns,
+            ),
+            Kind::ConfigMap => copy(&from.config_maps, &mut self.config_maps, &ns),
             Kind::Namespace => copy(&from.namespaces, &mut self.namespaces, &key.name),
         }
     }
@@ -427,6 +461,9 @@ impl Store {
         }
         for (k, v) in &self.secrets {
             f(ns(Kind::Secret, k), &v.origin);
+        }
+        for (k, v) in &self.config_maps {
+            f(ns(Kind::ConfigMap, k), &v.origin);
         }
         for (k, v) in &self.ingress_classes {
             f(cluster(Kind::IngressClass, k), &v.origin);
@@ -462,6 +499,7 @@ impl Store {
         each(&self.tls_routes, Kind::TlsRoute, &mut f);
         each(&self.tcp_routes, Kind::TcpRoute, &mut f);
         each(&self.udp_routes, Kind::UdpRoute, &mut f);
+        each(&self.backend_tls_policies, Kind::BackendTlsPolicy, &mut f);
     }
 
     /// The origin of the stored object with `key`.
@@ -479,6 +517,7 @@ impl Store {
             Kind::Service => self.services.get(&ns).map(|s| &s.origin),
             Kind::EndpointSlice => self.endpoint_slices.get(&ns).map(|s| &s.origin),
             Kind::Secret => self.secrets.get(&ns).map(|s| &s.origin),
+            Kind::ConfigMap => self.config_maps.get(&ns).map(|s| &s.origin),
             Kind::Tenant => self.tenants.get(&key.name).map(|s| &s.origin),
             Kind::GatewayClass => self.gateway_classes.get(&key.name).map(|s| &s.origin),
             Kind::Namespace => self.namespaces.get(&key.name).map(|s| &s.origin),
@@ -488,7 +527,8 @@ impl Store {
             | Kind::ReferenceGrant
             | Kind::TlsRoute
             | Kind::TcpRoute
-            | Kind::UdpRoute => self.gateway_api_origin(key),
+            | Kind::UdpRoute
+            | Kind::BackendTlsPolicy => self.gateway_api_origin(key),
         }
     }
 
@@ -505,6 +545,7 @@ impl Store {
             Kind::TlsRoute => get(&self.tls_routes, &id),
             Kind::TcpRoute => get(&self.tcp_routes, &id),
             Kind::UdpRoute => get(&self.udp_routes, &id),
+            Kind::BackendTlsPolicy => get(&self.backend_tls_policies, &id),
             _ => None,
         }
     }
@@ -539,6 +580,11 @@ impl Store {
         for (k, v) in &self.secrets {
             if hit(&v.origin) {
                 push(Kind::Secret, k);
+            }
+        }
+        for (k, v) in &self.config_maps {
+            if hit(&v.origin) {
+                push(Kind::ConfigMap, k);
             }
         }
         self.for_each_gateway_api_key(|kind, id, origin| {

@@ -413,6 +413,22 @@ fn admit_pass(
             TenantObjectRef::ReferenceGrant(&s.object),
         );
     }
+    for (id, s) in &store.backend_tls_policies {
+        judge(
+            Kind::BackendTlsPolicy,
+            id,
+            &s.origin,
+            TenantObjectRef::BackendTlsPolicy(&s.object),
+        );
+    }
+    for (id, s) in &store.config_maps {
+        judge(
+            Kind::ConfigMap,
+            id,
+            &s.origin,
+            TenantObjectRef::ConfigMap(&s.object),
+        );
+    }
 
     for (id, s) in &store.endpoint_slices {
         let Some(tenant) = by_namespace.get(&id.namespace) else {

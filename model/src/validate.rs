@@ -2,7 +2,7 @@
 //! do it before storing: a document either becomes an [`Object`] or a
 //! [`FieldError`] that names the field.
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 use teapot_api::names::{SERVICE_NAME_LABEL, TLS_SECRET_TYPE};
@@ -81,8 +81,29 @@ pub fn parse_object(
         }
         Kind::TcpRoute => Object::TcpRoute(typed(value)?),
         Kind::UdpRoute => Object::UdpRoute(typed(value)?),
+        Kind::BackendTlsPolicy => {
+            let policy: teapot_gateway_api::BackendTlsPolicy = typed(value)?;
+            gateway::validate_backend_tls_policy(&policy)?;
+            Object::BackendTlsPolicy(Box::new(policy))
+        }
+        Kind::ConfigMap => Object::ConfigMap(ca_config_map(typed(value)?)),
         Kind::Namespace => Object::Namespace(typed(value)?),
     })
+}
+
+/// A ConfigMap as the store keeps it: its metadata and `ca.crt`, the only
+/// key anything reads. Every namespace has a `kube-root-ca.crt` and
+/// tenants' applications keep their configuration in ConfigMaps; holding
+/// all of that would cost memory for nothing.
+fn ca_config_map(mut config_map: ConfigMap) -> ConfigMap {
+    config_map.binary_data = None;
+    config_map.immutable = None;
+    if let Some(data) = &mut config_map.data {
+        data.retain(|k, _| k == teapot_api::policy::CA_CERT_KEY);
+    }
+    config_map.metadata.managed_fields = None;
+    config_map.metadata.annotations = None;
+    config_map
 }
 
 fn typed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, FieldError> {

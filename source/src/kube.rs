@@ -130,6 +130,8 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::TlsRoute => gateway_api("TLSRoute", "tlsroutes"),
         Kind::TcpRoute => gateway_api("TCPRoute", "tcproutes"),
         Kind::UdpRoute => gateway_api("UDPRoute", "udproutes"),
+        Kind::BackendTlsPolicy => gateway_api("BackendTLSPolicy", "backendtlspolicies"),
+        Kind::ConfigMap => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
         Kind::Namespace => ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
     }
 }
@@ -155,7 +157,7 @@ pub const KINDS: [Kind; 6] = [
 /// (the role does not grant it) counts as listed and empty, so the source
 /// syncs as it did before the Gateway API, and is asked again every
 /// [`REPROBE`], so CRDs installed later are picked up without a restart.
-pub const GATEWAY_API_KINDS: [Kind; 8] = [
+pub const GATEWAY_API_KINDS: [Kind; 9] = [
     Kind::GatewayClass,
     Kind::Gateway,
     Kind::HttpRoute,
@@ -164,13 +166,16 @@ pub const GATEWAY_API_KINDS: [Kind; 8] = [
     Kind::TlsRoute,
     Kind::TcpRoute,
     Kind::UdpRoute,
+    Kind::BackendTlsPolicy,
 ];
 
 /// Kinds read for what Gateway API objects refer to: Namespaces, for the
-/// labels a listener's `allowedRoutes.namespaces.from: Selector` matches.
+/// labels a listener's `allowedRoutes.namespaces.from: Selector` matches,
+/// and ConfigMaps, for the `ca.crt` a BackendTLSPolicy names (the store
+/// keeps that key only).
 /// Optional like [`GATEWAY_API_KINDS`]: a role without them (the
 /// webhook's) reads none, and no Gateway selects by them.
-pub const GATEWAY_API_CONTEXT_KINDS: [Kind; 1] = [Kind::Namespace];
+pub const GATEWAY_API_CONTEXT_KINDS: [Kind; 2] = [Kind::Namespace, Kind::ConfigMap];
 
 /// How often an optional kind the server does not serve is asked again.
 pub const REPROBE: Duration = Duration::from_secs(30);
@@ -899,8 +904,14 @@ mod tests {
             "HTTPRoute",
             "GRPCRoute",
             "ReferenceGrant",
+            "BackendTLSPolicy",
         ] {
             let spec = match kind {
+                "BackendTLSPolicy" => {
+                    json!({"targetRefs": [{"group": "", "kind": "Service", "name": "a"}],
+                                            "validation": {"hostname": "a.example.com",
+                                                           "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "ca"}]}})
+                }
                 "ReferenceGrant" => json!({"from": [{"group": "gateway.networking.k8s.io",
                                           "kind": "TCPRoute", "namespace": "ops"}],
                                           "to": [{"group": "", "kind": "Service"}]}),
@@ -914,6 +925,9 @@ mod tests {
             api.apply(json!({"apiVersion": gw, "kind": kind,
                              "metadata": {"name": "r", "namespace": "ops"}, "spec": spec}));
         }
+        api.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "ca", "namespace": "ops"},
+                         "data": {"ca.crt": "PEM", "app.conf": "not kept"}}));
         let source = KubeSource::start(&KubeConfig::new(api.client()));
         tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
             .await
@@ -922,6 +936,13 @@ mod tests {
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let store = &loaded.store;
         let key = |n: &str| NsName::new("ops".to_string(), n.to_string());
+        assert!(store.backend_tls_policies.contains_key(&key("r")));
+        let data = store.config_maps[&key("ca")].object.data.clone().unwrap();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            ["ca.crt"],
+            "only ca.crt is kept"
+        );
         assert!(store.gateway_classes.contains_key("teapot"));
         assert_eq!(store.gateways[&key("edge")].object.spec.listeners.len(), 3);
         assert!(store.tcp_routes.contains_key(&key("db")));
@@ -941,11 +962,11 @@ mod tests {
 
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
-        assert_eq!(WatchSpec::all(&[]).len(), 6 + 8 + 1);
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 2);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
         // Tenant, IngressClass, GatewayClass and Namespace once; the other
-        // eleven kinds in each namespace.
-        assert_eq!(specs.len(), 4 + 11 * 2);
+        // thirteen kinds in each namespace.
+        assert_eq!(specs.len(), 4 + 13 * 2);
         assert!(
             specs
                 .iter()

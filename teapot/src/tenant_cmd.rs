@@ -175,9 +175,13 @@ fn add_yaml(a: &AddArgs) -> anyhow::Result<String> {
     let _ = write!(
         y,
         "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: teapot-agent-gateway-api\n  namespace: {ns}\nrules:\n  \
-         # Gateway and route copies (server-side apply), their status read back for the tenant's objects, stale copies deleted; ReferenceGrant copies the same way.\n  \
+         # Gateway and route copies (server-side apply), their status read back for the tenant's objects, stale copies deleted; ReferenceGrant and BackendTLSPolicy copies the same way.\n  \
          - apiGroups: [\"gateway.networking.k8s.io\"]\n    \
-         resources: [gateways, httproutes, grpcroutes, tlsroutes, tcproutes, udproutes, referencegrants]\n    \
+         resources: [gateways, httproutes, grpcroutes, tlsroutes, tcproutes, udproutes, referencegrants, backendtlspolicies]\n    \
+         verbs: [get, list, watch, create, update, patch, delete]\n  \
+         # The ConfigMaps (ca.crt) a BackendTLSPolicy names, copied with it.\n  \
+         - apiGroups: [\"\"]\n    \
+         resources: [configmaps]\n    \
          verbs: [get, list, watch, create, update, patch, delete]\n"
     );
     binding(

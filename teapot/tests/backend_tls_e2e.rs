@@ -561,3 +561,177 @@ async fn grpc_and_grpcs_backends_carry_calls_and_trailers() {
         );
     }
 }
+
+/// A Gateway API BackendTLSPolicy `name` on Service `service` (port
+/// `https`), verifying `hostname` against ConfigMap `ca`'s `ca.crt`, or
+/// `subject_alt_names` when not empty.
+fn backend_tls_policy(
+    name: &str,
+    service: &str,
+    hostname: &str,
+    ca: &str,
+    subject_alt_names: Value,
+) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "BackendTLSPolicy",
+        "metadata": { "name": name, "namespace": NS },
+        "spec": {
+            "targetRefs": [{ "group": "", "kind": "Service", "name": service, "sectionName": "https" }],
+            "validation": {
+                "hostname": hostname,
+                "caCertificateRefs": [{ "group": "", "kind": "ConfigMap", "name": ca }],
+                "subjectAltNames": subject_alt_names,
+            },
+        },
+    })
+}
+
+/// A ConfigMap `name` whose `ca.crt` is `pem`.
+fn ca_config_map(name: &str, pem: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": name, "namespace": NS },
+        "data": { "ca.crt": pem },
+    })
+}
+
+/// A route of `kind` `name` for `NAME.gw.bt.test` to Service `service`
+/// port 443, on Gateway `gw`.
+fn gateway_route(kind: &str, name: &str, service: &str) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": kind,
+        "metadata": { "name": name, "namespace": NS },
+        "spec": {
+            "parentRefs": [{ "name": "gw" }],
+            "hostnames": [format!("{name}.gw.bt.test")],
+            "rules": [{ "backendRefs": [{ "name": service, "port": 443 }] }],
+        },
+    })
+}
+
+/// BackendTLSPolicy through the real proxy: HTTPRoutes to Services under
+/// a policy are served over TLS verified against the ConfigMap's CA for
+/// the policy's hostname (sent as SNI), or for its subjectAltNames; a
+/// wrong CA, a wrong name or a wrong subjectAltName answers 502, a missing
+/// ConfigMap 503, never unverified; a GRPCRoute's backend speaks HTTP/2
+/// over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_secure_gateway_api_backends() {
+    let ca = TestCa::new("backend CA");
+    let other_ca = TestCa::new("another CA");
+    let front = TestCa::new("front CA");
+    let spiffe = "spiffe://cluster.local/ns/bt/sa/web";
+    let backend_cert = ca.issue_with_uris(&["web.bt.example"], &[spiffe]);
+    let web = https_backend(&backend_cert, None).await;
+    let grpcs_cert = ca.issue(&["grpc.bt.example"]);
+    let grpcs = grpc_backend(Some(&grpcs_cert)).await;
+    let no_sans = json!([]);
+    let mut objects = vec![
+        gateway_class(),
+        gateway_gw(
+            NS,
+            json!([
+                { "name": "http", "protocol": "HTTP", "port": 80 },
+                { "name": "https", "protocol": "HTTPS", "port": 443,
+                  "tls": { "mode": "Terminate", "certificateRefs": [{ "name": "front" }] } },
+            ]),
+        ),
+        ca_config_map("backend-ca", ca.cert_pem()),
+        ca_config_map("other-ca", other_ca.cert_pem()),
+    ];
+    let cases = [
+        ("web", "web.bt.example", "backend-ca", no_sans.clone()),
+        ("wrong-ca", "web.bt.example", "other-ca", no_sans.clone()),
+        (
+            "wrong-name",
+            "elsewhere.bt.example",
+            "backend-ca",
+            no_sans.clone(),
+        ),
+        (
+            "san",
+            "sni.bt.example",
+            "backend-ca",
+            json!([{ "type": "URI", "uri": spiffe }]),
+        ),
+        (
+            "wrong-san",
+            "web.bt.example",
+            "backend-ca",
+            json!([{ "type": "Hostname", "hostname": "other.bt.example" }]),
+        ),
+        ("missing", "web.bt.example", "nowhere", no_sans.clone()),
+    ];
+    for (name, hostname, ca_name, sans) in cases {
+        objects.extend(service_at(name, web.addr));
+        objects.push(backend_tls_policy(name, name, hostname, ca_name, sans));
+        objects.push(gateway_route("HTTPRoute", name, name));
+    }
+    objects.extend(service_at("grpc", grpcs));
+    objects.push(backend_tls_policy(
+        "grpc",
+        "grpc",
+        "grpc.bt.example",
+        "backend-ca",
+        no_sans,
+    ));
+    objects.push(gateway_route("GRPCRoute", "grpc", "grpc"));
+    let front_cert = front.issue(&["*.gw.bt.test"]);
+    let h = Harness::start(&[
+        ("m.yaml", docs(&objects)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", &front_cert),
+        ),
+    ])
+    .await;
+    served(&h, "web.gw.bt.test").await;
+
+    // Verified against the ConfigMap's CA for the hostname, sent as SNI;
+    // over HTTP/1.1 and from an HTTP/2 client alike.
+    let got = h1(&h, "web.gw.bt.test", "/a").await;
+    assert_eq!(
+        got,
+        (200, "sni=web.bt.example client=no path=/a xfp=http".into())
+    );
+    let got = h2(&h, &front, "web.gw.bt.test", "/b").await;
+    assert_eq!(
+        got,
+        (200, "sni=web.bt.example client=no path=/b xfp=https".into())
+    );
+    // subjectAltNames: the URI in the certificate is verified, the
+    // hostname is the SNI only.
+    let got = h1(&h, "san.gw.bt.test", "/c").await;
+    assert_eq!(
+        got,
+        (200, "sni=sni.bt.example client=no path=/c xfp=http".into())
+    );
+
+    // A wrong CA, hostname or subjectAltName: 502, never unverified.
+    let before = web.accepted.load(Ordering::SeqCst);
+    for host in ["wrong-ca", "wrong-name", "wrong-san"] {
+        let host = format!("{host}.gw.bt.test");
+        let (status, body) = h1(&h, &host, "/x").await;
+        assert_eq!(status, 502, "{host}: {body}");
+        let (status, body) = h2(&h, &front, &host, "/x").await;
+        assert_eq!(status, 502, "{host}: {body}");
+    }
+    assert_eq!(
+        web.accepted.load(Ordering::SeqCst),
+        before,
+        "no refused handshake reached a request"
+    );
+    // A policy whose ConfigMap is not there: 503, nothing connected.
+    let (status, body) = h1(&h, "missing.gw.bt.test", "/x").await;
+    assert_eq!(status, 503, "{body}");
+
+    // A GRPCRoute's backend under a policy: HTTP/2 over TLS.
+    let (status, seen, body, trailers) = grpc_call(&h, &front, "grpc.gw.bt.test").await;
+    assert_eq!(status, 200);
+    assert_eq!(seen, "application/grpc");
+    assert_eq!(&body[..], b"\0\0\0\0\x05hello");
+    assert_eq!(trailers, "grpc-status=0 x-scheme=https");
+}

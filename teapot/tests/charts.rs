@@ -265,6 +265,7 @@ fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
                                 | "tlsroutes/status"
                                 | "tcproutes/status"
                                 | "udproutes/status"
+                                | "backendtlspolicies/status"
                         )
                 ) || (group.is_empty() && resource == "secrets" && named)
                     // The teapot GatewayClass's status, by name only.

@@ -34,6 +34,7 @@ const TENANT_RESOURCES: &[&str] = &[
     "tcproutes",
     "udproutes",
     "referencegrants",
+    "backendtlspolicies",
 ];
 
 fn crd_dir() -> PathBuf {
@@ -142,7 +143,7 @@ fn crds_render_unless_skipped() {
     let first = of_kind(&docs, "CustomResourceDefinition").next().unwrap();
     assert_eq!(first["metadata"]["name"], "tenants.teapot.dev");
     let names = gateway_crd_names(&docs);
-    assert_eq!(names.len(), 8, "{names:?}");
+    assert_eq!(names.len(), 9, "{names:?}");
     for crd in of_kind(&docs, "CustomResourceDefinition").filter(|c| c["spec"]["group"] == GROUP) {
         let name = &crd["metadata"]["name"];
         assert_eq!(
@@ -217,7 +218,12 @@ fn the_webhook_judges_every_gateway_api_kind() {
     assert_eq!(listed, admitted);
     // Every kind the policy admits is one of them.
     for kind in ObjectKind::ALL.into_iter().filter(|k| k.is_gateway_api()) {
-        let resource = format!("{}s", kind.as_str().to_ascii_lowercase());
+        let lower = kind.as_str().to_ascii_lowercase();
+        // BackendTLSPolicy -> backendtlspolicies; Gateway -> gateways.
+        let resource = match lower.strip_suffix("cy") {
+            Some(stem) => format!("{stem}cies"),
+            None => format!("{lower}s"),
+        };
         assert!(listed.contains(&resource), "{kind} not judged");
         assert_eq!(
             teapot_api::policy::object_kind(&format!("{GROUP}/v1"), kind.as_str()),

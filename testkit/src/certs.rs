@@ -78,6 +78,27 @@ impl TestCa {
         CertifiedPem::new(&cert, &key)
     }
 
+    /// A server certificate for `hosts` that also carries `uris` as URI
+    /// subjectAltNames (SPIFFE IDs, say), signed by this CA.
+    ///
+    /// # Panics
+    ///
+    /// If a host is not a valid DNS name or IP address.
+    pub fn issue_with_uris(&self, hosts: &[&str], uris: &[&str]) -> CertifiedPem {
+        let key = new_key();
+        let mut params = leaf_params(hosts);
+        for uri in uris {
+            let uri = rcgen::string::Ia5String::try_from(*uri)
+                .unwrap_or_else(|err| panic!("URI {uri:?}: {err}"));
+            params.subject_alt_names.push(rcgen::SanType::URI(uri));
+        }
+        params.use_authority_key_identifier_extension = true;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .unwrap_or_else(|err| panic!("issuing a certificate for {hosts:?}: {err}"));
+        CertifiedPem::new(&cert, &key)
+    }
+
     /// A client certificate (extended key usage clientAuth) named
     /// `common_name`, signed by this CA: what a backend that requires
     /// mutual TLS accepts.

@@ -284,7 +284,7 @@ impl Validator {
                 ),
             );
         }
-        let mut violations = check_strings(object, false);
+        let mut violations = check_strings(object, None);
         let tenant: Tenant = match serde_path_to_error::deserialize(object) {
             Ok(t) => t,
             Err(e) => {
@@ -441,6 +441,7 @@ fn metrics_kind(group: &str, kind: &str) -> &'static str {
         ("", "Service") => "Service",
         ("discovery.k8s.io", "EndpointSlice") => "EndpointSlice",
         ("", "Secret") => "Secret",
+        ("", "ConfigMap") => "ConfigMap",
         ("teapot.dev", "Tenant") => "Tenant",
         (policy::GATEWAY_GROUP, "Gateway") => "Gateway",
         (policy::GATEWAY_GROUP, "HTTPRoute") => "HTTPRoute",
@@ -449,6 +450,7 @@ fn metrics_kind(group: &str, kind: &str) -> &'static str {
         (policy::GATEWAY_GROUP, "TCPRoute") => "TCPRoute",
         (policy::GATEWAY_GROUP, "UDPRoute") => "UDPRoute",
         (policy::GATEWAY_GROUP, "ReferenceGrant") => "ReferenceGrant",
+        (policy::GATEWAY_GROUP, "BackendTLSPolicy") => "BackendTLSPolicy",
         _ => "other",
     }
 }
@@ -506,7 +508,7 @@ fn refuse(api_version: &str, uid: String, code: u16, message: String) -> Reviewe
 pub fn group_version(kind: ObjectKind) -> (&'static str, &'static str) {
     match kind {
         ObjectKind::Ingress => ("networking.k8s.io", "v1"),
-        ObjectKind::Service | ObjectKind::Secret => ("", "v1"),
+        ObjectKind::Service | ObjectKind::Secret | ObjectKind::ConfigMap => ("", "v1"),
         ObjectKind::EndpointSlice => ("discovery.k8s.io", "v1"),
         ObjectKind::Gateway
         | ObjectKind::HttpRoute
@@ -514,7 +516,8 @@ pub fn group_version(kind: ObjectKind) -> (&'static str, &'static str) {
         | ObjectKind::TlsRoute
         | ObjectKind::TcpRoute
         | ObjectKind::UdpRoute
-        | ObjectKind::ReferenceGrant => (policy::GATEWAY_GROUP, "v1"),
+        | ObjectKind::ReferenceGrant
+        | ObjectKind::BackendTlsPolicy => (policy::GATEWAY_GROUP, "v1"),
     }
 }
 

@@ -115,6 +115,9 @@ impl PolicyState {
         for (k, v) in &store.secrets {
             state.record(ObjectKind::Secret, k, || json_size(&v.object.source));
         }
+        for (k, v) in &store.config_maps {
+            state.record(ObjectKind::ConfigMap, k, || json_size(&*v.object));
+        }
         state.record_gateway_api(store);
         for (k, svc) in &store.services {
             let Some(objects) = state.objects.get_mut(&k.namespace) else {
@@ -203,6 +206,9 @@ impl PolicyState {
         }
         for (k, v) in &store.reference_grants {
             self.record(ObjectKind::ReferenceGrant, k, || json_size(&*v.object));
+        }
+        for (k, v) in &store.backend_tls_policies {
+            self.record(ObjectKind::BackendTlsPolicy, k, || json_size(&*v.object));
         }
         // Operators' hosts before any tenant's; tenants' oldest first.
         claimants.sort_by_key(|(k, created, _)| {
@@ -339,7 +345,9 @@ impl PolicyState {
             ingresses: count(ObjectKind::Ingress),
             services: count(ObjectKind::Service),
             endpoint_slices: count(ObjectKind::EndpointSlice),
-            secrets: count(ObjectKind::Secret),
+            // ConfigMaps (a BackendTLSPolicy's ca.crt) are counted with
+            // the Secrets, the other certificate material.
+            secrets: count(ObjectKind::Secret) + count(ObjectKind::ConfigMap),
             gateway_api: ObjectKind::ALL
                 .into_iter()
                 .filter(|k| k.is_gateway_api())

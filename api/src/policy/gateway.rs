@@ -20,12 +20,13 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use teapot_gateway_api::generated::gateways::{
     GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
 };
-use teapot_gateway_api::{Gateway, ReferenceGrant};
+use teapot_gateway_api::{BackendTlsPolicy, Gateway, ReferenceGrant};
 
 use super::hosts::{HostScope, check_host, host_scope, within};
 use super::meta::check_metadata;
@@ -35,6 +36,25 @@ use crate::annotations::ObjectKind;
 use crate::host::HostPattern;
 use crate::listener::ListenerProtocol;
 use crate::names::GATEWAY_CLASS;
+
+/// What every Gateway API object a tenant writes is held to: its
+/// metadata, and the count of the tenant's Gateway API objects.
+fn gateway_api_object(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    meta: &ObjectMeta,
+    kind: ObjectKind,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_metadata(ctx, namespace, meta, kind, &mut out);
+    out.extend(ctx.over_limit(
+        |e| e.gateway_api,
+        ctx.limits.max_ingresses,
+        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
+        "maxIngresses",
+    ));
+    out
+}
 
 /// `gateway.networking.k8s.io`.
 pub const GATEWAY_GROUP: &str = teapot_gateway_api::GROUP;
@@ -58,20 +78,7 @@ pub fn check_gateway(
     namespace: &str,
     gateway: &Gateway,
 ) -> Vec<Violation> {
-    let mut out = Vec::new();
-    check_metadata(
-        ctx,
-        namespace,
-        &gateway.metadata,
-        ObjectKind::Gateway,
-        &mut out,
-    );
-    out.extend(ctx.over_limit(
-        |e| e.gateway_api,
-        ctx.limits.max_ingresses,
-        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
-        "maxIngresses",
-    ));
+    let mut out = gateway_api_object(ctx, namespace, &gateway.metadata, ObjectKind::Gateway);
     let spec = &gateway.spec;
     if spec.gateway_class_name != GATEWAY_CLASS {
         out.push(Violation::new(
@@ -373,14 +380,7 @@ pub fn check_route(
     meta: &ObjectMeta,
     route: &Value,
 ) -> Vec<Violation> {
-    let mut out = Vec::new();
-    check_metadata(ctx, namespace, meta, kind, &mut out);
-    out.extend(ctx.over_limit(
-        |e| e.gateway_api,
-        ctx.limits.max_ingresses,
-        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
-        "maxIngresses",
-    ));
+    let mut out = gateway_api_object(ctx, namespace, meta, kind);
     let own = ctx.tenant.namespace_name();
     let Some(spec) = route.get("spec") else {
         out.push(Violation::new("spec", "spec is required"));
@@ -485,20 +485,7 @@ pub fn check_reference_grant(
     namespace: &str,
     grant: &ReferenceGrant,
 ) -> Vec<Violation> {
-    let mut out = Vec::new();
-    check_metadata(
-        ctx,
-        namespace,
-        &grant.metadata,
-        ObjectKind::ReferenceGrant,
-        &mut out,
-    );
-    out.extend(ctx.over_limit(
-        |e| e.gateway_api,
-        ctx.limits.max_ingresses,
-        "Gateway API objects (Gateways, routes and ReferenceGrants, counted like Ingresses)",
-        "maxIngresses",
-    ));
+    let mut out = gateway_api_object(ctx, namespace, &grant.metadata, ObjectKind::ReferenceGrant);
     let own = ctx.tenant.namespace_name();
     for (i, f) in grant.spec.from.iter().enumerate() {
         let at = format!("spec.from[{i}]");
@@ -541,6 +528,154 @@ pub fn check_reference_grant(
         {
             out.push(Violation::new(format!("{at}.name"), e));
         }
+    }
+    out
+}
+
+/// The `wellKnownCACertificates` value teapot serves: the proxy host's
+/// trust store.
+pub const WELL_KNOWN_SYSTEM: &str = "System";
+/// The key of a ConfigMap holding a BackendTLSPolicy's trust anchors.
+pub const CA_CERT_KEY: &str = "ca.crt";
+/// The ConfigMap kube-controller-manager publishes into every namespace.
+const KUBE_ROOT_CA: &str = "kube-root-ca.crt";
+
+/// Checks a BackendTLSPolicy: its targets are Services and its trust
+/// anchors ConfigMaps. Both references are local by the CRD's own schema
+/// (no `namespace` field), so a tenant's policy only ever names its own
+/// namespace's objects; what is checked is that they are of the kinds
+/// teapot reads, so a policy that could never apply is refused here with
+/// its field rather than accepted and ignored.
+pub fn check_backend_tls_policy(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    policy: &BackendTlsPolicy,
+) -> Vec<Violation> {
+    let mut out = gateway_api_object(
+        ctx,
+        namespace,
+        &policy.metadata,
+        ObjectKind::BackendTlsPolicy,
+    );
+    let own = ctx.tenant.namespace_name();
+    let spec = &policy.spec;
+    for (i, t) in spec.target_refs.iter().enumerate() {
+        check_local_ref(
+            &mut out,
+            &format!("spec.targetRefs[{i}]"),
+            (&t.group, &t.kind, &t.name),
+            ("Service", dns1035_label),
+            &format!("a BackendTLSPolicy targets Services of your namespace ({own})"),
+        );
+    }
+    let validation = &spec.validation;
+    for (i, r) in validation.ca_certificate_refs.iter().flatten().enumerate() {
+        check_local_ref(
+            &mut out,
+            &format!("spec.validation.caCertificateRefs[{i}]"),
+            (&r.group, &r.kind, &r.name),
+            ("ConfigMap", dns_subdomain),
+            &format!(
+                "teapot reads trust anchors from the ca.crt of a ConfigMap of your namespace ({own})"
+            ),
+        );
+    }
+    if let Some(well_known) = &validation.well_known_ca_certificates
+        && !well_known.is_empty()
+        && well_known != WELL_KNOWN_SYSTEM
+    {
+        out.push(Violation::new(
+            "spec.validation.wellKnownCACertificates",
+            format!(
+                "{} is not served: teapot knows {WELL_KNOWN_SYSTEM:?} (the proxy host's trust store)",
+                quote(well_known)
+            ),
+        ));
+    }
+    if spec.options.as_ref().is_some_and(|o| !o.is_empty()) {
+        out.push(Violation::new(
+            "spec.options",
+            "teapot reads no BackendTLSPolicy options; remove spec.options",
+        ));
+    }
+    out
+}
+
+/// A name syntax ([`dns1035_label`], [`dns_subdomain`]).
+type NameRule = fn(&str) -> Result<(), String>;
+
+/// A local reference (the CRD gives it no namespace) to a core-group
+/// object: of `kind`, its name valid by `name_rule`; `why` says what the
+/// kind is for.
+fn check_local_ref(
+    out: &mut Vec<Violation>,
+    at: &str,
+    (group, kind, name): (&str, &str, &str),
+    (wanted, name_rule): (&str, NameRule),
+    why: &str,
+) {
+    if !group.is_empty() || kind != wanted {
+        out.push(Violation::new(
+            format!("{at}.kind"),
+            format!("{} {} is not a {wanted}: {why}", quote(group), quote(kind)),
+        ));
+    }
+    if let Err(e) = name_rule(name) {
+        out.push(Violation::new(format!("{at}.name"), e));
+    }
+}
+
+/// Checks a ConfigMap: in a tenant namespace of the LB cluster it exists
+/// only as the trust anchors of a BackendTLSPolicy, so it holds `ca.crt`,
+/// a PEM bundle, and nothing else. Counted with the Secrets.
+pub fn check_config_map(
+    ctx: &PolicyContext<'_>,
+    namespace: &str,
+    config_map: &ConfigMap,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    // The API server's own `kube-root-ca.crt`, published into every
+    // namespace with its description annotation: not a tenant's write.
+    let meta = if config_map.metadata.name.as_deref() == Some(KUBE_ROOT_CA) {
+        &ObjectMeta {
+            annotations: None,
+            ..config_map.metadata.clone()
+        }
+    } else {
+        &config_map.metadata
+    };
+    check_metadata(ctx, namespace, meta, ObjectKind::ConfigMap, &mut out);
+    out.extend(ctx.over_limit(
+        |e| e.secrets,
+        ctx.limits.max_ingresses,
+        "Secrets and ConfigMaps",
+        "maxIngresses",
+    ));
+    if config_map
+        .binary_data
+        .as_ref()
+        .is_some_and(|b| !b.is_empty())
+    {
+        out.push(Violation::new(
+            "binaryData",
+            "a ConfigMap here holds only ca.crt (the trust anchors of a BackendTLSPolicy) in data",
+        ));
+    }
+    let data = config_map.data.as_ref();
+    for key in data.into_iter().flatten().map(|(k, _)| k) {
+        if key != CA_CERT_KEY {
+            out.push(Violation::new(
+                format!("data[{}]", quote(key)),
+                "a ConfigMap here holds only ca.crt (the trust anchors of a BackendTLSPolicy)",
+            ));
+        }
+    }
+    match data.and_then(|d| d.get(CA_CERT_KEY)) {
+        Some(ca) => out.extend(super::check_ca_bundle(ca.as_bytes()).err()),
+        None => out.push(Violation::new(
+            format!("data[{}]", quote(CA_CERT_KEY)),
+            "is required: the PEM bundle of trust anchors a BackendTLSPolicy names",
+        )),
     }
     out
 }
@@ -1345,6 +1480,84 @@ mod tests {
                 "spec.to[0].kind"
             ]
         );
+    }
+
+    /// A BackendTLSPolicy's references have no namespace: a tenant's
+    /// names its own Services and ConfigMaps, and one written into another
+    /// tenant's namespace is refused like any object there. Kinds teapot
+    /// does not read are refused with their field.
+    #[test]
+    fn backend_tls_policies_name_only_own_services_and_config_maps() {
+        let f = Fixture::new();
+        let policy = |namespace: &str, spec: &str| -> Value {
+            yaml(&format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{name: p, namespace: {namespace}}}\nspec:\n{spec}"
+            ))
+        };
+        let ok = "  targetRefs: [{group: \"\", kind: Service, name: web, sectionName: https}]\n  validation:\n    hostname: web.internal\n    caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca}]\n";
+        let c = check_object(&f.ctx(), NS, &policy(NS, ok));
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        // Into another tenant's namespace: refused.
+        let c = check_object(&f.ctx(), "tenant-globex", &policy("tenant-globex", ok));
+        assert_eq!(fields(&c.violations), ["metadata.namespace"]);
+        // A namespace field on a reference is not in the schema.
+        let other = ok.replace("name: web,", "name: web, namespace: tenant-globex,");
+        let c = check_object(&f.ctx(), NS, &policy(NS, &other));
+        assert_eq!(fields(&c.violations), ["spec.targetRefs[0].namespace"]);
+        let bad = "  targetRefs: [{group: \"\", kind: Pod, name: web}]\n  validation:\n    hostname: web.internal\n    caCertificateRefs: [{group: \"\", kind: Secret, name: ca}]\n    wellKnownCACertificates: Mozilla\n  options: {a: b}\n";
+        let c = check_object(&f.ctx(), NS, &policy(NS, bad));
+        assert_eq!(
+            fields(&c.violations),
+            [
+                "spec.targetRefs[0].kind",
+                "spec.validation.caCertificateRefs[0].kind",
+                "spec.validation.wellKnownCACertificates",
+                "spec.options"
+            ]
+        );
+        assert!(
+            c.violations[1]
+                .message
+                .contains("ConfigMap of your namespace (tenant-acme)"),
+            "{}",
+            c.violations[1].message
+        );
+    }
+
+    /// A tenant's ConfigMap holds a PEM ca.crt and nothing else.
+    #[test]
+    fn config_maps_hold_only_a_ca_bundle() {
+        let f = Fixture::new();
+        let ca: String = teapot_testkit::certs::TestCa::new("backend CA")
+            .cert_pem()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect();
+        let config_map = |data: &str| -> Value {
+            yaml(&format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca, namespace: {NS}}}\n{data}"
+            ))
+        };
+        let ok = config_map(&format!("data:\n  ca.crt: |\n{ca}"));
+        let c = check_object(&f.ctx(), NS, &ok);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        let c = check_object(
+            &f.ctx(),
+            NS,
+            &config_map("data: {app.conf: x, ca.crt: nope}\n"),
+        );
+        assert_eq!(
+            fields(&c.violations),
+            ["data[\"app.conf\"]", "data[\"ca.crt\"]"]
+        );
+        let c = check_object(&f.ctx(), NS, &config_map("binaryData: {x: eA==}\n"));
+        assert_eq!(fields(&c.violations), ["binaryData", "data[\"ca.crt\"]"]);
+        // The API server's own, published into every namespace.
+        let root: Value = yaml(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: kube-root-ca.crt, namespace: {NS}, annotations: {{kubernetes.io/description: x}}}}\ndata:\n  ca.crt: |\n{ca}"
+        ));
+        let c = check_object(&f.ctx(), NS, &root);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
     }
 
     #[test]

@@ -41,12 +41,12 @@ mod tenant;
 use std::fmt;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde_json::Value;
 use teapot_gateway_api::{
-    Gateway, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
 };
 
 use crate::kind::ObjectKind;
@@ -55,7 +55,8 @@ use crate::tenant::{EffectiveLimits, Tenant, TenantLimits};
 pub use addresses::{check_endpoint_address, forbidden_address};
 pub use endpoint_slice::check_endpoint_slice;
 pub use gateway::{
-    GATEWAY_GROUP, HTTP_LISTENER_PORT, HTTPS_LISTENER_PORT, ROUTE_KINDS, check_gateway,
+    CA_CERT_KEY, GATEWAY_GROUP, HTTP_LISTENER_PORT, HTTPS_LISTENER_PORT, ROUTE_KINDS,
+    WELL_KNOWN_SYSTEM, check_backend_tls_policy, check_config_map, check_gateway,
     check_gateway_host, check_reference_grant, check_route, gateway_api_hostnames,
     pending_gateway_hosts,
 };
@@ -66,7 +67,7 @@ pub use names::{dns_label, dns_subdomain, dns1035_label, port_name};
 pub use regexes::{object_regex_cost, object_regexes, regex_budget};
 pub use secret::{TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, tls_secret_data};
 pub use service::check_service;
-pub use strings::{check_path, check_strings, is_forbidden_char, quote, unknown_fields};
+pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};
 pub use tenant::check_tenant;
 
 /// The field of violations about the object as a whole (size, counts).
@@ -242,6 +243,8 @@ pub enum TenantObject {
     TcpRoute(Box<TcpRoute>),
     UdpRoute(Box<UdpRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
+    BackendTlsPolicy(Box<BackendTlsPolicy>),
+    ConfigMap(Box<ConfigMap>),
 }
 
 impl TenantObject {
@@ -258,6 +261,8 @@ impl TenantObject {
             TenantObject::TcpRoute(_) => ObjectKind::TcpRoute,
             TenantObject::UdpRoute(_) => ObjectKind::UdpRoute,
             TenantObject::ReferenceGrant(_) => ObjectKind::ReferenceGrant,
+            TenantObject::BackendTlsPolicy(_) => ObjectKind::BackendTlsPolicy,
+            TenantObject::ConfigMap(_) => ObjectKind::ConfigMap,
         }
     }
 }
@@ -277,6 +282,8 @@ pub enum TenantObjectRef<'a> {
     TcpRoute(&'a TcpRoute),
     UdpRoute(&'a UdpRoute),
     ReferenceGrant(&'a ReferenceGrant),
+    BackendTlsPolicy(&'a BackendTlsPolicy),
+    ConfigMap(&'a ConfigMap),
 }
 
 impl serde::Serialize for TenantObjectRef<'_> {
@@ -293,6 +300,8 @@ impl serde::Serialize for TenantObjectRef<'_> {
             TenantObjectRef::TcpRoute(o) => o.serialize(s),
             TenantObjectRef::UdpRoute(o) => o.serialize(s),
             TenantObjectRef::ReferenceGrant(o) => o.serialize(s),
+            TenantObjectRef::BackendTlsPolicy(o) => o.serialize(s),
+            TenantObjectRef::ConfigMap(o) => o.serialize(s),
         }
     }
 }
@@ -317,6 +326,8 @@ impl<'a> TenantObjectRef<'a> {
             TenantObjectRef::TcpRoute(o) => &o.metadata,
             TenantObjectRef::UdpRoute(o) => &o.metadata,
             TenantObjectRef::ReferenceGrant(o) => &o.metadata,
+            TenantObjectRef::BackendTlsPolicy(o) => &o.metadata,
+            TenantObjectRef::ConfigMap(o) => &o.metadata,
         }
     }
 
@@ -333,6 +344,8 @@ impl<'a> TenantObjectRef<'a> {
             TenantObjectRef::TcpRoute(_) => ObjectKind::TcpRoute,
             TenantObjectRef::UdpRoute(_) => ObjectKind::UdpRoute,
             TenantObjectRef::ReferenceGrant(_) => ObjectKind::ReferenceGrant,
+            TenantObjectRef::BackendTlsPolicy(_) => ObjectKind::BackendTlsPolicy,
+            TenantObjectRef::ConfigMap(_) => ObjectKind::ConfigMap,
         }
     }
 }
@@ -351,6 +364,8 @@ impl TenantObject {
             TenantObject::TcpRoute(o) => TenantObjectRef::TcpRoute(o),
             TenantObject::UdpRoute(o) => TenantObjectRef::UdpRoute(o),
             TenantObject::ReferenceGrant(o) => TenantObjectRef::ReferenceGrant(o),
+            TenantObject::BackendTlsPolicy(o) => TenantObjectRef::BackendTlsPolicy(o),
+            TenantObject::ConfigMap(o) => TenantObjectRef::ConfigMap(o),
         }
     }
 }
@@ -374,6 +389,7 @@ pub fn object_kind(api_version: &str, kind: &str) -> Option<ObjectKind> {
         ("v1", "Service") => Some(ObjectKind::Service),
         ("discovery.k8s.io/v1", "EndpointSlice") => Some(ObjectKind::EndpointSlice),
         ("v1", "Secret") => Some(ObjectKind::Secret),
+        ("v1", "ConfigMap") => Some(ObjectKind::ConfigMap),
         ("gateway.networking.k8s.io/v1", kind) => match kind {
             "Gateway" => Some(ObjectKind::Gateway),
             "HTTPRoute" => Some(ObjectKind::HttpRoute),
@@ -382,6 +398,7 @@ pub fn object_kind(api_version: &str, kind: &str) -> Option<ObjectKind> {
             "TCPRoute" => Some(ObjectKind::TcpRoute),
             "UDPRoute" => Some(ObjectKind::UdpRoute),
             "ReferenceGrant" => Some(ObjectKind::ReferenceGrant),
+            "BackendTLSPolicy" => Some(ObjectKind::BackendTlsPolicy),
             _ => None,
         },
         _ => None,
@@ -403,7 +420,7 @@ pub fn refused_kind_message(api_version: &str, kind: &str) -> String {
         );
     }
     format!(
-        "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Secret, and gateway.networking.k8s.io/v1 Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute and ReferenceGrant",
+        "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Secret, v1 ConfigMap (ca.crt only), and gateway.networking.k8s.io/v1 Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute, ReferenceGrant and BackendTLSPolicy",
         quote(api_version),
         quote(kind)
     )
@@ -434,7 +451,7 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
     let size = json_size(value);
     out.extend(check_size(ctx, size));
     out.extend(check_total(ctx, size));
-    out.extend(check_strings(value, kind == ObjectKind::Secret));
+    out.extend(check_strings(value, pem_field(kind)));
     let typed = match kind {
         ObjectKind::Ingress => parse(value).map(|o| TenantObject::Ingress(Box::new(o))),
         ObjectKind::Service => parse(value).map(|o| TenantObject::Service(Box::new(o))),
@@ -449,6 +466,10 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
         ObjectKind::ReferenceGrant => {
             parse(value).map(|o| TenantObject::ReferenceGrant(Box::new(o)))
         }
+        ObjectKind::BackendTlsPolicy => {
+            parse(value).map(|o| TenantObject::BackendTlsPolicy(Box::new(o)))
+        }
+        ObjectKind::ConfigMap => parse(value).map(|o| TenantObject::ConfigMap(Box::new(o))),
     };
     let object = match typed {
         Ok(o) => o,
@@ -549,6 +570,10 @@ fn check_kind(
         TenantObjectRef::Secret(o) => return (check_secret(ctx, namespace, o), Vec::new()),
         TenantObjectRef::Gateway(o) => check_gateway(ctx, namespace, o),
         TenantObjectRef::ReferenceGrant(o) => check_reference_grant(ctx, namespace, o),
+        TenantObjectRef::BackendTlsPolicy(o) => check_backend_tls_policy(ctx, namespace, o),
+        TenantObjectRef::ConfigMap(o) => {
+            return (check_config_map(ctx, namespace, o), Vec::new());
+        }
         TenantObjectRef::HttpRoute(_)
         | TenantObjectRef::GrpcRoute(_)
         | TenantObjectRef::TlsRoute(_)
@@ -593,9 +618,8 @@ pub fn check_typed_sized(
     object: TenantObjectRef<'_>,
     size: usize,
 ) -> Vec<Violation> {
-    let secret = matches!(object, TenantObjectRef::Secret(_));
     let mut out: Vec<Violation> = check_size(ctx, size).into_iter().collect();
-    out.extend(check_strings(&object, secret));
+    out.extend(check_strings(&object, pem_field(object.kind())));
     out.extend(check_kind(ctx, namespace, object).0);
     out
 }

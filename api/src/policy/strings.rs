@@ -65,17 +65,21 @@ pub(crate) fn key_field(parent: &str, key: &str) -> String {
 }
 
 /// Every string (keys and values) in `object` that holds a forbidden
-/// character, as a violation at its path. In a Secret, `stringData` values
-/// may hold line breaks (PEM text).
+/// character, as a violation at its path. The values of the top-level
+/// `pem_field` may hold line breaks (PEM text): a Secret's `stringData`, a
+/// ConfigMap's `data` ([`pem_field`]).
 ///
 /// `object` is anything serde can serialize: the raw JSON the webhook is
 /// given, or a typed object the proxy holds. The walk goes through serde's
 /// data model directly, so a typed object is never turned into JSON first.
-pub fn check_strings(object: &impl serde::Serialize, secret: bool) -> Vec<Violation> {
+pub fn check_strings(
+    object: &impl serde::Serialize,
+    pem_field: Option<&'static str>,
+) -> Vec<Violation> {
     let mut walk = StringWalk {
         path: String::new(),
         depth: 0,
-        secret,
+        pem_field,
         pem: false,
         out: Vec::new(),
     };
@@ -85,6 +89,15 @@ pub fn check_strings(object: &impl serde::Serialize, secret: bool) -> Vec<Violat
     walk.out
 }
 
+/// The top-level field of `kind` whose values may be PEM text.
+pub fn pem_field(kind: crate::kind::ObjectKind) -> Option<&'static str> {
+    match kind {
+        crate::kind::ObjectKind::Secret => Some("stringData"),
+        crate::kind::ObjectKind::ConfigMap => Some("data"),
+        _ => None,
+    }
+}
+
 /// The string walk as a serde `Serializer`: strings are checked where
 /// they stand, map keys and struct fields extend the path, everything else
 /// is passed over.
@@ -92,8 +105,8 @@ struct StringWalk {
     path: String,
     /// 0 at the root object, 1 inside its fields.
     depth: usize,
-    secret: bool,
-    /// Inside a Secret's `stringData`: line breaks are PEM text.
+    pem_field: Option<&'static str>,
+    /// Inside the `pem_field`: line breaks are PEM text.
     pem: bool,
     out: Vec<Violation>,
 }
@@ -145,7 +158,7 @@ impl StringWalk {
             ));
         }
         let pem = self.pem;
-        self.pem = pem || (self.secret && self.depth == 0 && key == "stringData");
+        self.pem = pem || (self.depth == 0 && self.pem_field == Some(key));
         self.depth += 1;
         let result = value.serialize(&mut *self);
         self.depth -= 1;
@@ -538,7 +551,7 @@ mod tests {
             "spec": {"rules": [{"host": "a\u{0}b"}]},
             "stringData": {"tls.crt": "-----BEGIN\n"}
         });
-        let got: Vec<String> = check_strings(&v, false)
+        let got: Vec<String> = check_strings(&v, None)
             .into_iter()
             .map(|v| v.field)
             .collect();
@@ -552,10 +565,10 @@ mod tests {
             ]
         );
         // PEM line breaks are fine in a Secret's stringData, nothing else is.
-        let got = check_strings(&v, true);
+        let got = check_strings(&v, Some("stringData"));
         assert_eq!(got.len(), 3);
         let v = json!({"stringData": {"tls.key": "a\u{1b}b"}});
-        assert_eq!(check_strings(&v, true).len(), 1);
+        assert_eq!(check_strings(&v, Some("stringData")).len(), 1);
     }
 
     /// The proxy checks typed objects, the webhook raw JSON: one walk, so
@@ -575,9 +588,9 @@ mod tests {
             f.sort();
             f
         };
-        let from_json = fields(check_strings(&text, true));
+        let from_json = fields(check_strings(&text, Some("stringData")));
         assert_eq!(from_json.len(), 4, "{from_json:?}");
-        assert_eq!(fields(check_strings(&typed, true)), from_json);
+        assert_eq!(fields(check_strings(&typed, Some("stringData"))), from_json);
     }
 
     #[test]

@@ -483,47 +483,93 @@ fn encode_echo_response(
     response
 }
 
-/// echo-basic in gRPC mode on `127.0.0.1:<random port>`, h2c only: `Echo`
+/// echo-basic in gRPC mode on `127.0.0.1:<random port>`, h2c: `Echo`
 /// and `EchoTwo` answer with the assertions, anything else is
-/// `Unimplemented`. Dropping it stops it and its connections.
+/// `Unimplemented`; with a TLS configuration (echo-basic's
+/// `TLS_SERVER_CERT`), the same over TLS on a second port. Dropping it
+/// stops it and its connections.
 #[derive(Debug)]
 pub struct GrpcEchoServer {
     addr: SocketAddr,
-    task: JoinHandle<()>,
+    tls_addr: Option<SocketAddr>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl GrpcEchoServer {
-    pub async fn start(identity: EchoIdentity) -> std::io::Result<GrpcEchoServer> {
-        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
-        let addr = listener.local_addr()?;
+    pub async fn start(
+        identity: EchoIdentity,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<GrpcEchoServer> {
         let identity = std::sync::Arc::new(identity);
-        let task = tokio::spawn(async move {
-            // Dropped with the task: aborting the server closes every connection.
-            let mut connections = JoinSet::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                let identity = identity.clone();
-                connections.spawn(async move {
-                    let service = service_fn(move |req| {
-                        let identity = identity.clone();
-                        async move { Ok::<_, Infallible>(answer(&req, &identity)) }
-                    });
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Ok(GrpcEchoServer { addr, task })
+        let (addr, plain) = serve(identity.clone(), None).await?;
+        let mut server = GrpcEchoServer {
+            addr,
+            tls_addr: None,
+            tasks: vec![plain],
+        };
+        if let Some(config) = tls {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            let (addr, task) = serve(identity, Some(acceptor)).await?;
+            server.tls_addr = Some(addr);
+            server.tasks.push(task);
+        }
+        Ok(server)
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// The TLS listener's address, when it has one.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
+    }
+}
+
+/// One listener answering gRPC over HTTP/2, in cleartext or over TLS.
+async fn serve(
+    identity: std::sync::Arc<EchoIdentity>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        // Dropped with the task: aborting the server closes every connection.
+        let mut connections = JoinSet::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            let identity = identity.clone();
+            let tls = tls.clone();
+            connections.spawn(async move {
+                let service = service_fn(move |req| {
+                    let identity = identity.clone();
+                    async move { Ok::<_, Infallible>(answer(&req, &identity)) }
+                });
+                let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                match tls {
+                    None => {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok((addr, task))
 }
 
 impl Drop for GrpcEchoServer {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -678,7 +724,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_echo_answers_the_client() {
-        let server = GrpcEchoServer::start(EchoIdentity::new("ns", "", "svc", "pod-1"))
+        let server = GrpcEchoServer::start(EchoIdentity::new("ns", "", "svc", "pod-1"), None)
             .await
             .unwrap();
         let mut case = GrpcCase {

@@ -12,11 +12,13 @@
 //!   addresses stay).
 //! - Kinds that only make sense with a cluster ([`DROPPED_KINDS`]) are not
 //!   written: Deployments become echo processes ([`Workload`]), the rest
-//!   (ConfigMaps, ...) have no reader in teapot. Namespaces are written:
-//!   their labels decide `allowedRoutes.namespaces.from: Selector`.
+//!   have no reader in teapot. Namespaces are written: their labels decide
+//!   `allowedRoutes.namespaces.from: Selector`; ConfigMaps too (teapot
+//!   reads a `ca.crt` a BackendTLSPolicy names).
 //! - The runner adds GatewayClass `teapot`, the TLS Secrets the harness
-//!   creates for Gateway listeners ([`HARNESS_SECRETS`]), and one
-//!   EndpointSlice per echo process.
+//!   creates for Gateway listeners ([`HARNESS_SECRETS`]), the backend
+//!   certificate authorities of the BackendTLSPolicy tests
+//!   ([`BACKEND_TLS_HOSTS`]), and one EndpointSlice per echo process.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,7 +41,6 @@ pub const DROPPED_KINDS: &[&str] = &[
     "DaemonSet",
     "Pod",
     "Job",
-    "ConfigMap",
     "ServiceAccount",
     "Role",
     "RoleBinding",
@@ -48,9 +49,9 @@ pub const DROPPED_KINDS: &[&str] = &[
 ];
 
 /// The serving certificates `suite.go` creates before any test (namespace,
-/// name, DNS names); the CA-signed client and backend certificates of the
-/// mutual-TLS and BackendTLSPolicy tests are not made (those tests are out
-/// of scope, conformance/gateway/out-of-scope.txt).
+/// name, DNS names); the CA-signed client certificates of the mutual-TLS
+/// tests are not made (those tests are out of scope,
+/// conformance/gateway/out-of-scope.txt).
 pub const HARNESS_SECRETS: &[(&str, &str, &[&str])] = &[
     ("gateway-conformance-web-backend", "certificate", &["*"]),
     (
@@ -59,6 +60,25 @@ pub const HARNESS_SECRETS: &[(&str, &str, &[&str])] = &[
         &["*", "*.org", "*.wildcard.org"],
     ),
 ];
+
+/// The names of the backend certificate `suite.go` signs with the CA of
+/// ConfigMap `tls-checks-ca-certificate` (Secret `tls-checks-certificate`,
+/// which echo-basic serves on its TLS port); ConfigMap
+/// `mismatch-ca-certificate` holds another CA.
+pub const BACKEND_TLS_HOSTS: &[&str] = &[
+    "abc.example.com",
+    "spiffe://abc.example.com/test-identity",
+    "other.example.com",
+];
+/// The namespace of the backend certificate and both CA ConfigMaps.
+pub const BACKEND_TLS_NAMESPACE: &str = "gateway-conformance-infra";
+/// The CA ConfigMap that verifies the backend certificate, and the one
+/// that does not.
+pub const BACKEND_TLS_CA: &str = "tls-checks-ca-certificate";
+pub const BACKEND_TLS_MISMATCH_CA: &str = "mismatch-ca-certificate";
+/// echo-basic's TLS port (`TLS_SERVER_CERT`): a Service whose
+/// `targetPort` is this one reaches the echo's TLS listener.
+pub const ECHO_TLS_PORT: i64 = 8443;
 
 /// Why the manifests could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +139,16 @@ pub struct ServicePort {
     pub app_protocol: Option<String>,
     #[serde(default)]
     pub port: Option<i64>,
+    /// A number (names are not resolved: echo pods have one port each).
+    #[serde(default)]
+    pub target_port: Option<serde_yaml::Value>,
+}
+
+impl ServicePort {
+    /// Whether the port reaches echo-basic's TLS listener.
+    pub fn is_echo_tls(&self) -> bool {
+        self.target_port.as_ref().and_then(Value::as_i64) == Some(ECHO_TLS_PORT)
+    }
 }
 
 /// A Service and the Deployment whose pods it selects.

@@ -79,6 +79,19 @@ impl Pod {
         }
     }
 
+    /// The port a Service port reaches: echo-basic's TLS listener for
+    /// `targetPort: 8443` when the pod serves TLS, else its one port.
+    fn port_for(&self, backend: &Backend) -> u16 {
+        let tls = match self {
+            Pod::Grpc(echo) => echo.tls_addr(),
+            Pod::Http(_) => None,
+        };
+        match tls {
+            Some(addr) if backend.ports.iter().any(|p| p.is_echo_tls()) => addr.port(),
+            _ => self.addr().port(),
+        }
+    }
+
     fn targets(&self) -> Vec<String> {
         match self {
             Pod::Http(echo) => echo.targets(),
@@ -94,6 +107,9 @@ struct Fixture {
     pods: Vec<Pod>,
     /// Pod indexes by Service `namespace/name`.
     services: BTreeMap<(String, String), Vec<usize>>,
+    /// What echo-basic serves on its TLS port (`TLS_SERVER_CERT`): the
+    /// harness's backend certificate.
+    backend_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// Runs every case of `test`. `Err` is a setup failure (no case ran).
@@ -127,6 +143,7 @@ impl Fixture {
             proxy: None,
             pods: Vec::new(),
             services: BTreeMap::new(),
+            backend_tls: None,
         };
         let mut writer = Writer {
             dir: fixture.dir.path().to_path_buf(),
@@ -143,6 +160,7 @@ impl Fixture {
             let yaml = teapot_testkit::certs::tls_secret_yaml(namespace, name, &pem);
             writer.write_text("Secret", namespace, name, &yaml)?;
         }
+        fixture.backend_tls = Some(backend_certificates(&mut writer)?);
         for object in &prepared.objects {
             writer.write(&object.kind, &object.namespace, &object.name, &object.value)?;
         }
@@ -183,7 +201,13 @@ impl Fixture {
                         pod: format!("{}-{hash}-{}", workload.name, random_suffix(5)),
                     };
                     let started = if workload.modes.iter().any(|m| m == "GRPC_ECHO_SERVER") {
-                        GrpcEchoServer::start(identity).await.map(Pod::Grpc)
+                        let tls = workload
+                            .modes
+                            .iter()
+                            .any(|m| m == "TLS_SERVER_CERT")
+                            .then(|| self.backend_tls.clone())
+                            .flatten();
+                        GrpcEchoServer::start(identity, tls).await.map(Pod::Grpc)
                     } else {
                         EchoServer::start_echo_basic(identity).await.map(Pod::Http)
                     };
@@ -198,8 +222,11 @@ impl Fixture {
             let pods = by_workload.get(&key).cloned().unwrap_or_default();
             for (i, pod) in pods.iter().enumerate() {
                 let slice_name = format!("{}-{i}", backend.service);
-                let slice =
-                    manifests::endpoint_slice(backend, &slice_name, self.pods[*pod].addr().port());
+                let slice = manifests::endpoint_slice(
+                    backend,
+                    &slice_name,
+                    self.pods[*pod].port_for(backend),
+                );
                 writer.write("EndpointSlice", &backend.namespace, &slice_name, &slice)?;
             }
             self.services
@@ -257,6 +284,56 @@ impl Fixture {
             eprintln!("kept the manifests of {test} in {}", dir.display());
         }
     }
+}
+
+/// The backend certificate authorities `suite.go` creates: ConfigMap
+/// `tls-checks-ca-certificate` with the CA that signs the certificate the
+/// echo pods serve on their TLS port, ConfigMap `mismatch-ca-certificate`
+/// with another one. Returns the echo pods' TLS configuration (ALPN h2,
+/// the gRPC echo's only TLS user).
+fn backend_certificates(
+    writer: &mut Writer,
+) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+    use teapot_testkit::certs::TestCa;
+    let ca = TestCa::new("gateway-conformance backend CA");
+    let mismatch = TestCa::new("gateway-conformance mismatch CA");
+    let (uris, hosts): (Vec<&str>, Vec<&str>) = manifests::BACKEND_TLS_HOSTS
+        .iter()
+        .partition(|h| h.contains("://"));
+    let leaf = ca.issue_with_uris(&hosts, &uris);
+    for (name, pem) in [
+        (manifests::BACKEND_TLS_CA, ca.cert_pem()),
+        (manifests::BACKEND_TLS_MISMATCH_CA, mismatch.cert_pem()),
+    ] {
+        let config_map: serde_yaml::Value = serde_yaml::from_str(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {}}}\n",
+            manifests::BACKEND_TLS_NAMESPACE
+        ))
+        .map_err(|e| e.to_string())?;
+        let mut config_map = config_map;
+        if let serde_yaml::Value::Mapping(map) = &mut config_map {
+            let mut data = serde_yaml::Mapping::new();
+            data.insert("ca.crt".into(), pem.into());
+            map.insert("data".into(), serde_yaml::Value::Mapping(data));
+        }
+        writer.write(
+            "ConfigMap",
+            manifests::BACKEND_TLS_NAMESPACE,
+            name,
+            &config_map,
+        )?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf.key_der.clone().into());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| {
+            b.with_no_client_auth()
+                .with_single_cert(vec![leaf.cert_der.clone().into()], key)
+        })
+        .map_err(|e| format!("the backend TLS configuration: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(std::sync::Arc::new(config))
 }
 
 /// The Gateways a test addresses must be among its objects: a data file

@@ -463,6 +463,8 @@ impl BackendSpeech {
                     verify: asked.verify.clone(),
                     depth: asked.depth,
                     client_cert: asked.client_cert.clone(),
+                    system_roots: false,
+                    subject_alt_names: Vec::new(),
                 };
                 match resolver.registry().tls(settings) {
                     Ok(tls) => upstream.speaking(Protocol::Tls(tls)),

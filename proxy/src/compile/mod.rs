@@ -253,6 +253,7 @@ pub fn compile_incremental(
         domains,
         l4: l4_report,
         gateway: gateway_report,
+        backend_tls_policies: gateway::backend_tls::report(store),
         tables: TableSizes {
             ingress_routes: routes.len(),
             gateway_hosts: gateway_table.hosts(),

@@ -58,6 +58,14 @@ pub struct StatusReport {
         skip_serializing_if = "crate::compile::gateway::GatewayReport::is_empty"
     )]
     pub gateway: crate::compile::gateway::GatewayReport,
+    /// BackendTLSPolicy status, in the shape of its status subresource
+    /// (`crate::compile::gateway::backend_tls`).
+    #[serde(rename = "backendTLSPolicies", skip_serializing_if = "Vec::is_empty")]
+    pub backend_tls_policies: Vec<
+        crate::compile::gateway::Reported<
+            teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyStatus,
+        >,
+    >,
     /// How large the compiled tables are: what tenants' objects cost every
     /// replica's memory, visible to the operator.
     pub tables: TableSizes,

@@ -9,6 +9,11 @@
 //!   Off (ingress-nginx's default, kept for compatibility): any
 //!   certificate is accepted, the handshake's signatures still checked.
 //! - SNI is sent only with `proxy-ssl-server-name: on`, as ingress-nginx.
+//! - A Gateway API BackendTLSPolicy (`compile::gateway::backend_tls`)
+//!   asks the same of its Service: verification always on, against a
+//!   ConfigMap's `ca.crt` or the host's trust store, for its `hostname`
+//!   (always sent as SNI) or, when it lists `subjectAltNames`, for one of
+//!   those.
 //! - The Secret's `tls.crt`/`tls.key` are the client certificate teapot
 //!   presents (the backend may require it: mTLS).
 //! - Each configuration keeps its own TLS session cache, so connections
@@ -49,6 +54,22 @@ pub struct BackendTls {
     pub depth: u32,
     /// The client certificate presented (the Secret's `tls.crt`/`tls.key`).
     pub client_cert: Option<Arc<CertifiedKey>>,
+    /// Verification against the proxy host's trust store instead of
+    /// `verify` (BackendTLSPolicy's `wellKnownCACertificates: System`).
+    pub system_roots: bool,
+    /// When not empty, the certificate must carry one of these rather
+    /// than `name`, which stays the SNI (BackendTLSPolicy's
+    /// `subjectAltNames`).
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// A name the backend's certificate may be verified for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SubjectAltName {
+    /// A DNS name (`*.` wildcards in the certificate match as usual).
+    Dns(String),
+    /// A URI SAN, compared as written (a SPIFFE ID, say).
+    Uri(String),
 }
 
 impl BackendTls {
@@ -62,6 +83,8 @@ impl BackendTls {
         self.sni.hash(&mut h);
         self.verify.hash(&mut h);
         self.depth.hash(&mut h);
+        self.system_roots.hash(&mut h);
+        self.subject_alt_names.hash(&mut h);
         // The key itself: a renewed certificate is another configuration.
         self.client_cert
             .as_ref()
@@ -95,6 +118,31 @@ pub enum TlsSettingsError {
     BadName(String),
     #[error("the TLS configuration could not be built: {0}")]
     Config(String),
+    #[error("the proxy host's trust store holds no usable certificate: {0}")]
+    NoSystemRoots(String),
+}
+
+/// The proxy host's trust store, read once: its files do not change while
+/// the proxy runs (a new image brings new ones).
+fn system_roots() -> Result<Arc<RootCertStore>, TlsSettingsError> {
+    static ROOTS: std::sync::OnceLock<Result<Arc<RootCertStore>, String>> =
+        std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why = found
+                    .errors
+                    .first()
+                    .map_or_else(|| "no certificate found".to_string(), |e| e.to_string());
+                return Err(why);
+            }
+            Ok(Arc::new(roots))
+        })
+        .clone()
+        .map_err(TlsSettingsError::NoSystemRoots)
 }
 
 fn next_class() -> u64 {
@@ -112,8 +160,9 @@ impl UpstreamTls {
             .map_err(|_| TlsSettingsError::BadName(settings.name.clone()))?;
         let provider = provider();
         let algorithms = provider.signature_verification_algorithms;
-        let verifier: Arc<dyn ServerCertVerifier> = match &settings.verify {
-            Some(pem) => {
+        let roots = match (&settings.verify, settings.system_roots) {
+            (_, true) => Some(system_roots()?),
+            (Some(pem), false) => {
                 let mut roots = RootCertStore::empty();
                 use rustls::pki_types::pem::PemObject as _;
                 for cert in CertificateDer::pem_slice_iter(pem) {
@@ -123,13 +172,22 @@ impl UpstreamTls {
                 if roots.is_empty() {
                     return Err(TlsSettingsError::BadCa);
                 }
+                Some(Arc::new(roots))
+            }
+            (None, false) => None,
+        };
+        let verifier: Arc<dyn ServerCertVerifier> = match roots {
+            Some(roots) => {
                 let webpki =
-                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
                         .build()
                         .map_err(|e| TlsSettingsError::Config(e.to_string()))?;
                 Arc::new(Verified {
                     webpki,
                     depth: settings.depth,
+                    subject_alt_names: settings.subject_alt_names.clone(),
+                    roots,
+                    algorithms,
                 })
             }
             None => Arc::new(Unverified { algorithms }),
@@ -238,6 +296,67 @@ impl ResolvesClientCert for ClientCert {
 struct Verified {
     webpki: Arc<WebPkiServerVerifier>,
     depth: u32,
+    /// When not empty, the names verified instead of the SNI's.
+    subject_alt_names: Vec<SubjectAltName>,
+    roots: Arc<RootCertStore>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl Verified {
+    /// The chain to the roots, then one of the subjectAltNames: the SNI
+    /// name is not what the backend's certificate must carry.
+    fn verify_alt_names(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &parsed,
+            &self.roots,
+            intermediates,
+            now,
+            self.algorithms.all,
+        )?;
+        let mut uris = None;
+        for san in &self.subject_alt_names {
+            let matched = match san {
+                SubjectAltName::Dns(name) => ServerName::try_from(name.as_str())
+                    .is_ok_and(|n| rustls::client::verify_server_name(&parsed, &n).is_ok()),
+                SubjectAltName::Uri(uri) => uris
+                    .get_or_insert_with(|| uri_alt_names(end_entity))
+                    .iter()
+                    .any(|u| u == uri),
+            };
+            if matched {
+                return Ok(ServerCertVerified::assertion());
+            }
+        }
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForName,
+        ))
+    }
+}
+
+/// The URI subjectAltNames of a certificate (webpki verifies DNS names and
+/// addresses only).
+fn uri_alt_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::URI(uri) => Some(uri.to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 impl ServerCertVerifier for Verified {
@@ -256,6 +375,9 @@ impl ServerCertVerifier for Verified {
                 "the backend's chain is deeper than proxy-ssl-verify-depth {}",
                 self.depth
             )));
+        }
+        if !self.subject_alt_names.is_empty() {
+            return self.verify_alt_names(end_entity, intermediates, now);
         }
         self.webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
@@ -340,6 +462,8 @@ mod tests {
             verify,
             depth: 1,
             client_cert: None,
+            system_roots: false,
+            subject_alt_names: Vec::new(),
         }
     }
 
@@ -438,6 +562,67 @@ mod tests {
         assert_eq!(kinds, ["Some(Full)", "Some(Resumed)"]);
     }
 
+    fn verified(
+        webpki: Arc<WebPkiServerVerifier>,
+        depth: u32,
+        subject_alt_names: Vec<SubjectAltName>,
+    ) -> Verified {
+        Verified {
+            webpki,
+            depth,
+            subject_alt_names,
+            roots: Arc::new(RootCertStore::empty()),
+            algorithms: provider().signature_verification_algorithms,
+        }
+    }
+
+    /// subjectAltNames replace the SNI name as what is verified: a DNS
+    /// name (wildcards as usual) or a URI the certificate carries; the
+    /// chain must still lead to the roots.
+    #[test]
+    fn subject_alt_names_are_verified_instead_of_the_sni_name() {
+        let ca = TestCa::new("backend CA");
+        let spiffe = "spiffe://cluster.local/ns/ops/sa/web";
+        let leaf = ca.issue_with_uris(&["web.ops.svc"], &[spiffe]);
+        let leaf = CertificateDer::from(leaf.cert_der);
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(ca.cert_der().to_vec()))
+            .unwrap();
+        let roots = Arc::new(roots);
+        let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+            .build()
+            .unwrap();
+        let sni = ServerName::try_from("sni.only.example").unwrap();
+        let check = |sans: Vec<SubjectAltName>, roots: Arc<RootCertStore>| {
+            let mut v = verified(webpki.clone(), u32::MAX, sans);
+            v.roots = roots;
+            v.verify_server_cert(&leaf, &[], &sni, &[], UnixTime::now())
+                .map(|_| ())
+        };
+        let dns = |n: &str| SubjectAltName::Dns(n.into());
+        let uri = |u: &str| SubjectAltName::Uri(u.into());
+        // Without subjectAltNames the SNI name is verified, and fails.
+        assert!(check(Vec::new(), roots.clone()).is_err());
+        assert!(check(vec![dns("web.ops.svc")], roots.clone()).is_ok());
+        assert!(check(vec![dns("other.ops.svc"), uri(spiffe)], roots.clone()).is_ok());
+        assert!(check(vec![dns("other.ops.svc")], roots.clone()).is_err());
+        assert!(
+            check(
+                vec![uri("spiffe://cluster.local/ns/ops/sa/other")],
+                roots.clone()
+            )
+            .is_err()
+        );
+        // The right name from an untrusted chain is still refused.
+        let other = TestCa::new("other CA");
+        let mut elsewhere = RootCertStore::empty();
+        elsewhere
+            .add(CertificateDer::from(other.cert_der().to_vec()))
+            .unwrap();
+        assert!(check(vec![dns("web.ops.svc")], Arc::new(elsewhere)).is_err());
+    }
+
     /// proxy-ssl-verify-depth bounds what the backend presents above its
     /// leaf; within it, the CA decides.
     #[test]
@@ -456,11 +641,13 @@ mod tests {
         let name = ServerName::try_from("web.ops.svc").unwrap();
         let now = UnixTime::now();
         let verify = |depth: u32, intermediates: &[CertificateDer<'_>]| {
-            Verified {
-                webpki: webpki.clone(),
-                depth,
-            }
-            .verify_server_cert(&leaf, intermediates, &name, &[], now)
+            verified(webpki.clone(), depth, Vec::new()).verify_server_cert(
+                &leaf,
+                intermediates,
+                &name,
+                &[],
+                now,
+            )
         };
         assert!(verify(1, &[]).is_ok());
         let deep = verify(1, std::slice::from_ref(&extra)).unwrap_err();
@@ -470,7 +657,8 @@ mod tests {
         );
         assert!(verify(2, std::slice::from_ref(&extra)).is_ok());
         let other = ServerName::try_from("other.ops.svc").unwrap();
-        let wrong = Verified { webpki, depth: 1 }.verify_server_cert(&leaf, &[], &other, &[], now);
+        let wrong =
+            verified(webpki, 1, Vec::new()).verify_server_cert(&leaf, &[], &other, &[], now);
         assert!(wrong.is_err());
     }
 }

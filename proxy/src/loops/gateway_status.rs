@@ -12,10 +12,12 @@
 //!   while the condition's status is unchanged, else now), wherever
 //!   conditions appear: `status.conditions`, `status.listeners[].conditions`
 //!   (matched by listener name), `status.parents[].conditions` (matched by
-//!   parentRef);
-//! - keeps other controllers' entries of a route's `status.parents` (the
-//!   CRD makes that list atomic, so an apply replaces it whole): only the
-//!   entries with teapot's `controllerName` are teapot's;
+//!   parentRef), `status.ancestors[].conditions` (a BackendTLSPolicy's,
+//!   matched by ancestorRef);
+//! - keeps other controllers' entries of a route's `status.parents` and a
+//!   policy's `status.ancestors` (the CRDs make those lists atomic, so an
+//!   apply replaces them whole): only the entries with teapot's
+//!   `controllerName` are teapot's;
 //! - writes only when the object's status differs, compared in the typed
 //!   form (the desired status read into the generated type and written out
 //!   again, so defaults and field order do not count as a change), and not
@@ -92,6 +94,18 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
             });
         }
     }
+    out.extend(
+        snapshot
+            .report
+            .backend_tls_policies
+            .iter()
+            .map(|p| StatusUpdate {
+                kind: Kind::BackendTlsPolicy,
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                status: to_value(&p.status),
+            }),
+    );
     let Some(l4) = snapshot.report.l4.as_ref() else {
         return out;
     };
@@ -228,6 +242,10 @@ fn current(store: &Store, kind: Kind, id: &NsName) -> Option<Current> {
             let o = &store.udp_routes.get(id)?.object;
             of(&o.metadata, &o.status)
         }
+        Kind::BackendTlsPolicy => {
+            let o = &store.backend_tls_policies.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
         _ => return None,
     })
 }
@@ -238,16 +256,18 @@ fn desired(update: &StatusUpdate, current: &Current) -> Result<Value, serde_json
     let mut status = update.status.clone();
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     complete(&mut status, &current.status, current.generation, &now);
-    if let (Some(mine), Some(theirs)) = (
-        status.get_mut("parents").and_then(Value::as_array_mut),
-        current.status.get("parents").and_then(Value::as_array),
-    ) {
-        let others: Vec<Value> = theirs
-            .iter()
-            .filter(|p| p["controllerName"] != GATEWAY_CONTROLLER_NAME)
-            .cloned()
-            .collect();
-        mine.splice(0..0, others);
+    for list in ["parents", "ancestors"] {
+        if let (Some(mine), Some(theirs)) = (
+            status.get_mut(list).and_then(Value::as_array_mut),
+            current.status.get(list).and_then(Value::as_array),
+        ) {
+            let others: Vec<Value> = theirs
+                .iter()
+                .filter(|p| p["controllerName"] != GATEWAY_CONTROLLER_NAME)
+                .cloned()
+                .collect();
+            mine.splice(0..0, others);
+        }
     }
     typed(update.kind, status)
 }
@@ -292,6 +312,9 @@ fn complete(value: &mut Value, current: &Value, generation: Option<i64>, now: &s
                         } else if item.get("parentRef").is_some() {
                             o["parentRef"] == item["parentRef"]
                                 && o["controllerName"] == item["controllerName"]
+                        } else if item.get("ancestorRef").is_some() {
+                            o["ancestorRef"] == item["ancestorRef"]
+                                && o["controllerName"] == item["controllerName"]
                         } else {
                             false
                         }
@@ -319,6 +342,7 @@ fn typed(kind: Kind, status: Value) -> Result<Value, serde_json::Error> {
         Kind::TlsRoute => round::<g::tls_routes::TlsRouteStatus>(status),
         Kind::TcpRoute => round::<g::tcp_routes::TcpRouteStatus>(status),
         Kind::UdpRoute => round::<g::udp_routes::UdpRouteStatus>(status),
+        Kind::BackendTlsPolicy => round::<g::backend_tls_policies::BackendTlsPolicyStatus>(status),
         _ => Ok(status),
     }
 }
@@ -420,6 +444,61 @@ mod tests {
             .iter()
             .filter(|r| r.method == http::Method::PATCH && r.path.ends_with("/status"))
             .count()
+    }
+
+    /// A BackendTLSPolicy's ancestors are written like a route's parents:
+    /// another controller's entry stays, teapot's conditions get their
+    /// generation and time.
+    #[tokio::test]
+    async fn backend_tls_policy_ancestors_are_written_and_others_stay() {
+        let api = ApiServer::start().await;
+        let gateway = |name: &str, controller: &str| {
+            json!({
+                "ancestorRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "ops", "name": name},
+                "controllerName": controller,
+                "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                                "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+            })
+        };
+        let other = gateway("mesh", "example.com/mesh");
+        api.apply(json!({"apiVersion": GW, "kind": "BackendTLSPolicy",
+            "metadata": {"name": "web", "namespace": "ops"},
+            "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+                     "validation": {"hostname": "web.internal", "wellKnownCACertificates": "System"}},
+            "status": {"ancestors": [other.clone()]}}));
+        let source = KubeSource::start_with(
+            &api.client(),
+            vec![WatchSpec {
+                kind: Kind::BackendTlsPolicy,
+                namespace: None,
+            }],
+        );
+        source.wait_synced().await;
+        let store = source.snapshot().store;
+        let mut mine = gateway("edge", GATEWAY_CONTROLLER_NAME);
+        mine["conditions"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("lastTransitionTime");
+        let update = StatusUpdate {
+            kind: Kind::BackendTlsPolicy,
+            namespace: "ops".into(),
+            name: "web".into(),
+            status: json!({"ancestors": [mine]}),
+        };
+        let mut writer = GatewayStatusWriter::default();
+        assert_eq!(writer.sync(&api.client(), &[update], &store).await, 1);
+        let policy = api.get(GW, "BackendTLSPolicy", "ops", "web").unwrap();
+        let ancestors = policy["status"]["ancestors"].as_array().unwrap();
+        assert_eq!(ancestors.len(), 2, "{ancestors:?}");
+        assert_eq!(ancestors[0], other);
+        let condition = &ancestors[1]["conditions"][0];
+        assert_eq!(ancestors[1]["ancestorRef"]["name"], "edge");
+        assert_eq!(
+            condition["observedGeneration"],
+            policy["metadata"]["generation"]
+        );
+        assert!(condition["lastTransitionTime"].is_string());
     }
 
     /// Against the API double: the status appears on the objects, another

@@ -23,6 +23,7 @@
 //! APIs); on the very same host pattern the older object holds it and the
 //! other is told in its status ([`GatewayCompile::claim`]).
 
+pub(crate) mod backend_tls;
 mod cors;
 pub mod table;
 
@@ -1712,6 +1713,13 @@ fn backend<'s>(
     };
     let h2c = service_port.app_protocol.as_deref() == Some("kubernetes.io/h2c");
     let upstream = resolver.service(ns, b.name, port);
+    let upstream = backend_tls::secured(
+        store,
+        resolver,
+        route.grpc,
+        (ns, b.name, service_port),
+        upstream,
+    );
     Ok((
         Route::new(upstream, info.policy.clone(), info.name.clone()),
         h2c,
