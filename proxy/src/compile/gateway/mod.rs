@@ -60,7 +60,7 @@ use crate::compile::backends::Resolver;
 use crate::compile::certs::CertTable;
 use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy};
-use crate::compile::traffic::TrafficPolicy;
+use crate::compile::traffic::{Cors, TrafficPolicy};
 use table::{
     Action, Backend, BackendFilters, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange,
     PathMatch, Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
@@ -1512,6 +1512,11 @@ fn compile_rules<'s>(
                 });
             }
         }
+        // The rule's traffic policy, once for all its backends.
+        let rule_traffic = spec
+            .cors
+            .as_ref()
+            .map(|c| with_cors(info.policy.as_deref(), c));
         let action = if let Some(redirect) = spec.redirect.clone() {
             Action::Redirect(redirect)
         } else {
@@ -1540,7 +1545,7 @@ fn compile_rules<'s>(
                         Err(())
                     }
                 };
-                if let (Some(traffic), Ok(r)) = (&spec.cors, &mut target) {
+                if let (Some(traffic), Ok(r)) = (&rule_traffic, &mut target) {
                     *r = with_traffic(r, traffic);
                 }
                 let own = if b.filters.is_empty() {
@@ -1548,8 +1553,8 @@ fn compile_rules<'s>(
                 } else {
                     match filter_spec(&b.filters, (None, None), route.grpc) {
                         Ok(s) => {
-                            if let (Some(traffic), Ok(r)) = (&s.cors, &mut target) {
-                                *r = with_traffic(r, traffic);
+                            if let (Some(cors), Ok(r)) = (&s.cors, &mut target) {
+                                *r = with_traffic(r, &with_cors(r.policy.as_deref(), cors));
                             }
                             backend_filters(&s, &matchers)
                         }
@@ -1617,6 +1622,17 @@ fn compile_rules<'s>(
         out.extend(targets);
     }
     (out, resolved, invalid)
+}
+
+/// The traffic policy of `base` (the route's own, if any) with `cors` as
+/// its CORS: a rule's filter adds to what the route has, never drops it.
+fn with_cors(base: Option<&RoutePolicy>, cors: &Cors) -> Arc<TrafficPolicy> {
+    let mut traffic = base
+        .and_then(|p| p.traffic.as_deref())
+        .cloned()
+        .unwrap_or_default();
+    traffic.cors = Some(cors.clone());
+    Arc::new(traffic)
 }
 
 /// `route` with a rule's (or a backendRef's) traffic policy besides the
@@ -1739,7 +1755,7 @@ struct FilterSpec {
     request_timeout: Option<std::time::Duration>,
     backend_timeout: Option<std::time::Duration>,
     /// The CORS filter: the rule's (or the backendRef's) traffic policy.
-    cors: Option<Arc<TrafficPolicy>>,
+    cors: Option<Cors>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -1874,10 +1890,7 @@ fn filter_spec(
             }
             HttpRouteRulesFiltersType::Cors if !grpc => {
                 let Some(c) = &f.cors else { continue };
-                spec.cors = Some(Arc::new(TrafficPolicy {
-                    cors: Some(cors::cors(c)?),
-                    ..TrafficPolicy::default()
-                }));
+                spec.cors = Some(cors::cors(c)?);
             }
             HttpRouteRulesFiltersType::RequestMirror => {
                 let Some(m) = &f.request_mirror else { continue };
