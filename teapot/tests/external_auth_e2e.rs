@@ -252,7 +252,11 @@ async fn the_auth_service_decides_each_request() {
         assert_eq!(field("x-request-id").map(|i| i.len()), Some(32));
         assert_eq!(field("x-tenant-key").as_deref(), Some("k-7"), "{proto:?}");
         for own in ["x-original-url", "x-forwarded-for", "x-real-ip", "host"] {
-            assert_eq!(sub.headers.get_all(own).iter().count(), 1, "{own}, {proto:?}");
+            assert_eq!(
+                sub.headers.get_all(own).iter().count(),
+                1,
+                "{own}, {proto:?}"
+            );
         }
         for hop in ["connection", "x-hop", "keep-alive", "te"] {
             assert_eq!(field(hop), None, "{hop}, {proto:?}");

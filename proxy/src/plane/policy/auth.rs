@@ -12,6 +12,12 @@
 //! - 403: 403;
 //! - anything else, a timeout or a connection failure: 500.
 //!
+//! The sub-request carries the client's fields as ingress-nginx's
+//! subrequest inherits them (`client_fields`), with teapot's own
+//! `X-Original-URL`, `X-Original-Method`, `X-Forwarded-For`, `-Host`,
+//! `-Proto`, `X-Real-IP`, `X-Auth-Request-Redirect` and `X-Request-ID` in
+//! place of any the client sent.
+//!
 //! The sub-request is HTTP/1.1 without a body over a connection of its
 //! own (closed after the answer's head), awaited by the request's own
 //! task: a slow authentication service holds only the requests that wait
@@ -70,20 +76,23 @@ const AUTH_OWN_FIELDS: &[&str] = &[
 /// every one except what a bodiless request on a connection of its own
 /// cannot carry (connection-specific fields, those the client's
 /// `Connection` lists, body framing, `Expect`, HTTP/2 pseudo-fields),
-/// `Host`, and the fields teapot vouches for (the forwarding fields and
-/// the request ID, [`crate::plane::forwarding`]) or the sub-request sets
-/// itself (`own`): those are the sub-request's own values, never the
-/// client's, never both. HTTP/2 cookie crumbs are joined into one field
-/// (RFC 9113, 8.2.3: the sub-request is HTTP/1.1).
+/// `Host`, and the fields teapot vouches for on a forwarded request (the
+/// forwarding fields and the request ID, [`crate::plane::forwarding`]) or
+/// the sub-request sets itself (`own`): of those the sub-request carries
+/// teapot's value or none, never the client's. Cookie crumbs (HTTP/2
+/// splits `Cookie`) are joined into one field, as RFC 9113, 8.2.3 asks of
+/// an HTTP/1.1 hop.
 ///
 /// Walked only for a route with `auth-url` or custom error pages; as
-/// large as the client's head, which the edge bounds (431 beyond).
+/// large as the client's head, which the edge bounds (431 beyond), and
+/// made in one pass over it.
 pub(super) fn client_fields(
     headers: &dyn RequestHeaders,
     own: &[&str],
 ) -> Vec<(HeaderName, HeaderValue)> {
     let mut fields: Vec<(HeaderName, HeaderValue)> = Vec::new();
     let mut listed: Vec<HeaderName> = Vec::new();
+    let mut cookie: Option<Vec<u8>> = None;
     headers.each(&mut |name, value| {
         if name.eq_ignore_ascii_case("connection") {
             let tokens = value.split(|&b| b == b',');
@@ -99,17 +108,21 @@ pub(super) fn client_fields(
         ) else {
             return;
         };
-        if name == http::header::COOKIE
-            && let Some((_, cookie)) = fields.iter_mut().find(|(n, _)| n == http::header::COOKIE)
-        {
-            let joined = [cookie.as_bytes(), b"; ", value.as_bytes()].concat();
-            if let Ok(joined) = HeaderValue::from_bytes(&joined) {
-                *cookie = joined;
+        if name == http::header::COOKIE {
+            match &mut cookie {
+                Some(joined) => {
+                    joined.extend_from_slice(b"; ");
+                    joined.extend_from_slice(value.as_bytes());
+                }
+                None => cookie = Some(value.as_bytes().to_vec()),
             }
             return;
         }
         fields.push((name, value));
     });
+    if let Some(cookie) = cookie.and_then(|c| HeaderValue::from_bytes(&c).ok()) {
+        fields.push((http::header::COOKIE, cookie));
+    }
     if !listed.is_empty() {
         fields.retain(|(name, _)| !listed.contains(name));
     }
@@ -642,7 +655,10 @@ mod tests {
             ("forwarded", "for=6.6.6.6"),
             ("x-auth-request-redirect", "https://evil.example/"),
             ("x-original-method", "DELETE"),
-            ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
         ];
         for (name, value) in fields {
             map.append(*name, HeaderValue::from_static(value));
@@ -656,9 +672,9 @@ mod tests {
         let expected = [
             "x-tenant-key: k-1",
             "x-tenant-key: k-2",
-            "cookie: a=1; b=2",
             "accept: text/html",
             "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "cookie: a=1; b=2",
         ];
         // The HTTP/1 engine's view (fields in order, names as sent) and
         // the HTTP/2 one (a header map) carry the same.
@@ -681,7 +697,13 @@ mod tests {
         assert_eq!(all("x-auth-request-redirect"), ["/?a=b&c=d"]);
         assert_eq!(all("x-original-method"), ["GET"]);
         assert_eq!(all("content-length"), ["0"]);
-        for gone in ["x-hop", "expect", "forwarded", "x-forwarded-port", "upgrade"] {
+        for gone in [
+            "x-hop",
+            "expect",
+            "forwarded",
+            "x-forwarded-port",
+            "upgrade",
+        ] {
             assert!(all(gone).is_empty(), "{gone}");
         }
     }

@@ -71,7 +71,7 @@ pub struct ErrorPages {
     /// The address teapot forwards as `X-Forwarded-For`.
     pub client: Option<IpAddr>,
     /// The client's fields the page request carries
-    /// ([`auth::client_fields`]; its `Accept` among them).
+    /// (`auth::client_fields`; its `Accept` among them).
     pub fields: Vec<(HeaderName, HeaderValue)>,
     /// The operator's bounds on sub-requests (`auth-url`'s).
     pub limits: AuthLimits,
