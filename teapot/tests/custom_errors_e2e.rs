@@ -71,14 +71,24 @@ async fn listed_statuses_get_the_default_backends_page() {
     for proto in BOTH {
         for code in ["404", "503"] {
             // The backend answers a listed status: the client gets the
-            // error backend's answer (its 200, as ingress-nginx passes it
-            // on), and the error backend was told of the request.
+            // error backend's answer, and the error backend was told of
+            // the request. It got every client field, as from
+            // ingress-nginx: the client's status hook too, so it answers
+            // `code` as well (its 200 passing on is shown below).
             let req = Request::get("pages.test", "/missing?x=1")
                 .header("x-echo-status", code)
                 .header("accept", "application/json")
-                .header("cookie", "cart=c1");
+                .header("cookie", "cart=c1")
+                .header("x-tenant-key", "k-7")
+                .header("x-code", "200")
+                .header("x-forwarded-for", "6.6.6.6");
             let resp = over(&h, proto, req).await;
-            assert_eq!(resp.status, 200, "{proto:?} {code}: {}", resp.text());
+            assert_eq!(
+                resp.status.to_string(),
+                code,
+                "{proto:?} {code}: {}",
+                resp.text()
+            );
             let seen = resp.json().expect("the error backend's echo");
             assert_eq!(seen["service"], "errors", "{proto:?}: {seen}");
             assert_eq!(seen["method"], "GET");
@@ -95,19 +105,21 @@ async fn listed_statuses_get_the_default_backends_page() {
             assert_eq!(seen_field(&seen, "Cookie"), json!(["cart=c1"]));
             let id = seen_field(&seen, "X-Request-Id");
             assert_eq!(id[0].as_str().map(str::len), Some(32), "{proto:?}: {id}");
-            // The client's own test hook never reaches the error backend.
-            assert_eq!(seen_field(&seen, "X-Echo-Status"), Value::Null);
+            assert_eq!(seen_field(&seen, "X-Tenant-Key"), json!(["k-7"]));
+            assert_eq!(seen_field(&seen, "X-Echo-Status"), json!([code]));
         }
-        // A HEAD's page is asked with HEAD: the error backend's status,
+        // A HEAD's page is asked with HEAD: the error backend's answer,
         // no body.
         let head = Request {
             method: "HEAD".into(),
             ..Request::get("pages.test", "/gone")
         }
         .header("x-echo-status", "404");
+        let asked = errors.targets().len();
         let resp = over(&h, proto, head).await;
-        assert_eq!(resp.status, 200, "HEAD, {proto:?}");
+        assert_eq!(resp.status, 404, "HEAD, {proto:?}");
         assert!(resp.body.is_empty(), "HEAD, {proto:?}: {}", resp.text());
+        assert_eq!(errors.targets().len(), asked + 1, "HEAD, {proto:?}");
         // A status not listed passes untouched.
         let req = Request::get("pages.test", "/broken").header("x-echo-status", "500");
         let resp = over(&h, proto, req).await;
@@ -149,7 +161,7 @@ async fn listed_statuses_get_the_default_backends_page() {
     // An HTTP/2 backend (h2c) answers a listed status: the page too.
     let req = Request::get("h2c.test", "/missing").header("x-echo-status", "404");
     let resp = over(&h, Proto::Http2, req).await;
-    assert_eq!(resp.status, 200, "h2c: {}", resp.text());
+    assert_eq!(resp.status, 404, "h2c: {}", resp.text());
     let seen = resp.json().expect("the error backend's echo");
     assert_eq!(seen["service"], "errors");
     assert_eq!(seen_field(&seen, "X-Code"), json!(["404"]));

@@ -201,9 +201,24 @@ async fn the_auth_service_decides_each_request() {
     for proto in BOTH {
         // 2xx: forwarded, the listed field taken from the answer in place
         // of the client's.
-        let req = Request::get("pass.test", "/cart?id=7")
+        // Any field of the client's goes to the service (an auth service
+        // may read a custom key); teapot's own fields are teapot's only,
+        // and the client's connection fields stay with its connection.
+        let mut req = Request::get("pass.test", "/cart?id=7")
             .header("x-user", "mallory")
-            .header("cookie", "session=s1");
+            .header("cookie", "session=s1")
+            .header("x-tenant-key", "k-7")
+            .header("x-original-url", "http://admin.test/")
+            .header("x-forwarded-for", "6.6.6.6")
+            .header("x-real-ip", "6.6.6.6");
+        req = match proto {
+            Proto::Http1 => req
+                .header("connection", "keep-alive, x-hop")
+                .header("x-hop", "1")
+                .header("keep-alive", "timeout=5"),
+            // HTTP/2 has no connection fields but `te: trailers`.
+            Proto::Http2 => req.header("te", "trailers"),
+        };
         let resp = over(&h, proto, req).await;
         assert_eq!(resp.status, 200, "{proto:?}: {}", resp.text());
         let seen = resp.json().unwrap();
@@ -235,6 +250,17 @@ async fn the_auth_service_decides_each_request() {
         assert_eq!(field("cookie").as_deref(), Some("session=s1"));
         assert_eq!(field("host").as_deref(), Some("auth.ops.svc.cluster.local"));
         assert_eq!(field("x-request-id").map(|i| i.len()), Some(32));
+        assert_eq!(field("x-tenant-key").as_deref(), Some("k-7"), "{proto:?}");
+        for own in ["x-original-url", "x-forwarded-for", "x-real-ip", "host"] {
+            assert_eq!(
+                sub.headers.get_all(own).iter().count(),
+                1,
+                "{own}, {proto:?}"
+            );
+        }
+        for hop in ["connection", "x-hop", "keep-alive", "te"] {
+            assert_eq!(field(hop), None, "{hop}, {proto:?}");
+        }
 
         // 401 with auth-signin: to the sign-in page with the original URL.
         let resp = over(&h, proto, Request::get("login.test", "/?a=b&c=d")).await;

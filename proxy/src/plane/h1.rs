@@ -246,12 +246,19 @@ fn normalised_target(
     Ok(())
 }
 
-/// The request's header fields for Gateway API header matches.
+/// The request's header fields for Gateway API header matches and the
+/// sub-requests that carry them.
 struct H1Headers<'a, 'r>(&'a RequestHead<'r>);
 
 impl RequestHeaders for H1Headers<'_, '_> {
     fn first(&self, name: &str) -> Option<&[u8]> {
         self.0.header(name)
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&str, &[u8])) {
+        for (name, value) in self.0.headers() {
+            f(name, value);
+        }
     }
 }
 

@@ -72,11 +72,22 @@ impl RequestFacts<'_> {
 pub trait RequestHeaders {
     /// The first value of header `name` (ASCII case-insensitive).
     fn first(&self, name: &str) -> Option<&[u8]>;
+
+    /// Every field in the order the engine holds them, each value of a
+    /// repeated field on its own. Only sub-requests that carry the
+    /// client's fields (`auth-url`, custom error pages) walk them all.
+    fn each(&self, f: &mut dyn FnMut(&str, &[u8]));
 }
 
 impl RequestHeaders for http::HeaderMap {
     fn first(&self, name: &str) -> Option<&[u8]> {
         self.get(name).map(|v| v.as_bytes())
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&str, &[u8])) {
+        for (name, value) in self {
+            f(name.as_str(), value.as_bytes());
+        }
     }
 }
 
@@ -85,6 +96,12 @@ impl RequestHeaders for &[(&str, &str)] {
         self.iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_bytes())
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&str, &[u8])) {
+        for (name, value) in self.iter() {
+            f(name, value.as_bytes());
+        }
     }
 }
 

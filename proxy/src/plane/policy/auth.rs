@@ -12,6 +12,12 @@
 //! - 403: 403;
 //! - anything else, a timeout or a connection failure: 500.
 //!
+//! The sub-request carries the client's fields as ingress-nginx's
+//! subrequest inherits them (`client_fields`), with teapot's own
+//! `X-Original-URL`, `X-Original-Method`, `X-Forwarded-For`, `-Host`,
+//! `-Proto`, `X-Real-IP`, `X-Auth-Request-Redirect` and `X-Request-ID` in
+//! place of any the client sent.
+//!
 //! The sub-request is HTTP/1.1 without a body over a connection of its
 //! own (closed after the answer's head), awaited by the request's own
 //! task: a slow authentication service holds only the requests that wait
@@ -34,6 +40,8 @@ use super::PolicyAnswer;
 use crate::compile::traffic::ExternalAuth;
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::decide::RequestHeaders;
+use crate::plane::forwarding::FORWARDING;
+use crate::plane::trace;
 
 /// The operator's bounds on external authentication.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,24 +62,85 @@ impl Default for AuthLimits {
     }
 }
 
-/// The client's fields the sub-request carries. The engines' header view
-/// reads fields by name, so these are the ones authentication services
-/// read (credentials, cookies, what the client accepts and where it came
-/// from), not every field of the request.
-pub const CLIENT_FIELDS: &[&str] = &[
-    "authorization",
-    "cookie",
-    "user-agent",
-    "accept",
-    "accept-language",
-    "referer",
-    "origin",
-    "x-requested-with",
-    "x-api-key",
-    "x-auth-token",
-    "x-csrf-token",
-    "content-type",
+/// The fields the sub-request sets itself (besides `Host`, teapot's
+/// forwarding fields and the request ID): the client's are never carried,
+/// so a client cannot speak for teapot to the authentication service.
+const AUTH_OWN_FIELDS: &[&str] = &[
+    "x-original-url",
+    "x-original-method",
+    "x-auth-request-redirect",
 ];
+
+/// The client's fields a sub-request (`auth-url`'s, a custom error page's)
+/// carries, as ingress-nginx's subrequests inherit the request's fields:
+/// every one except what a bodiless request on a connection of its own
+/// cannot carry (connection-specific fields, those the client's
+/// `Connection` lists, body framing, `Expect`, HTTP/2 pseudo-fields),
+/// `Host`, and the fields teapot vouches for on a forwarded request (the
+/// forwarding fields and the request ID, [`crate::plane::forwarding`]) or
+/// the sub-request sets itself (`own`): of those the sub-request carries
+/// teapot's value or none, never the client's. Cookie crumbs (HTTP/2
+/// splits `Cookie`) are joined into one field, as RFC 9113, 8.2.3 asks of
+/// an HTTP/1.1 hop.
+///
+/// Walked only for a route with `auth-url` or custom error pages; as
+/// large as the client's head, which the edge bounds (431 beyond), and
+/// made in one pass over it.
+pub(super) fn client_fields(
+    headers: &dyn RequestHeaders,
+    own: &[&str],
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut fields: Vec<(HeaderName, HeaderValue)> = Vec::new();
+    let mut listed: Vec<HeaderName> = Vec::new();
+    let mut cookie: Option<Vec<u8>> = None;
+    headers.each(&mut |name, value| {
+        if name.eq_ignore_ascii_case("connection") {
+            let tokens = value.split(|&b| b == b',');
+            listed.extend(tokens.filter_map(|t| HeaderName::from_bytes(t.trim_ascii()).ok()));
+            return;
+        }
+        if !is_carried(name, own) {
+            return;
+        }
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value),
+        ) else {
+            return;
+        };
+        if name == http::header::COOKIE {
+            match &mut cookie {
+                Some(joined) => {
+                    joined.extend_from_slice(b"; ");
+                    joined.extend_from_slice(value.as_bytes());
+                }
+                None => cookie = Some(value.as_bytes().to_vec()),
+            }
+            return;
+        }
+        fields.push((name, value));
+    });
+    if let Some(cookie) = cookie.and_then(|c| HeaderValue::from_bytes(&c).ok()) {
+        fields.push((http::header::COOKIE, cookie));
+    }
+    if !listed.is_empty() {
+        fields.retain(|(name, _)| !listed.contains(name));
+    }
+    fields
+}
+
+/// Whether a client's field called `name` goes into a sub-request that
+/// sets `own` itself (see [`client_fields`]).
+fn is_carried(name: &str, own: &[&str]) -> bool {
+    let is = |other: &str| other.eq_ignore_ascii_case(name);
+    !(name.starts_with(':')
+        || teapot_h1::is_hop_by_hop(name.as_bytes())
+        || is("host")
+        || is("expect")
+        || is(trace::REQUEST_ID)
+        || FORWARDING.iter().any(|f| is(f))
+        || own.iter().any(|f| is(f)))
+}
 
 /// What the sub-request tells the authentication service of the request.
 pub struct Original<'r> {
@@ -314,8 +383,8 @@ async fn exchange(
 }
 
 /// The sub-request: `auth-method` to the URL's path, its `Host` the URL's
-/// authority, the client's [`CLIENT_FIELDS`] and ingress-nginx's fields
-/// about the original request.
+/// authority, the client's fields ([`client_fields`]) and ingress-nginx's
+/// fields about the original request.
 fn sub_request(
     auth: &ExternalAuth,
     original: &Original<'_>,
@@ -324,12 +393,8 @@ fn sub_request(
         .method(auth.method)
         .uri(&*auth.path)
         .header(http::header::HOST, &*auth.authority);
-    for name in CLIENT_FIELDS {
-        if let Some(value) = original.headers.first(name)
-            && let Ok(value) = HeaderValue::from_bytes(value)
-        {
-            request = request.header(*name, value);
-        }
+    for (name, value) in client_fields(original.headers, AUTH_OWN_FIELDS) {
+        request = request.header(name, value);
     }
     let client = original.client.map(|ip| ip.to_canonical().to_string());
     let redirect = auth.request_redirect.as_deref().unwrap_or(original.target);
@@ -522,6 +587,10 @@ mod tests {
             ("cookie", "session=1"),
             ("authorization", "Bearer t"),
             ("x-forwarded-for", "6.6.6.6"),
+            ("X-Original-URL", "https://admin.example/"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-request-id", "forged"),
+            ("content-length", "5"),
         ];
         let o = original(&fields);
         let a = auth(Upstream::new("auth".into(), Vec::new(), None));
@@ -546,6 +615,97 @@ mod tests {
         assert_eq!(get("x-auth-request-redirect").as_deref(), Some("/?a=b&c=d"));
         assert_eq!(get("x-request-id").as_deref(), Some("abc"));
         assert_eq!(get("content-length").as_deref(), Some("0"));
+        // teapot's values replace the client's, never beside them.
+        for name in [
+            "x-forwarded-for",
+            "x-original-url",
+            "x-real-ip",
+            "x-request-id",
+            "content-length",
+        ] {
+            assert_eq!(h.get_all(name).iter().count(), 1, "{name}");
+        }
+    }
+
+    /// Every client field but the connection's, the body's, `Host`,
+    /// `Expect` and what teapot vouches for or sets itself; repeated fields
+    /// as sent, HTTP/2 cookie crumbs as one field.
+    #[test]
+    fn every_client_field_goes_but_those_a_sub_request_cannot_or_must_not_carry() {
+        let mut map = http::HeaderMap::new();
+        let fields: &[(&str, &str)] = &[
+            ("host", "app.example"),
+            ("x-tenant-key", "k-1"),
+            ("x-tenant-key", "k-2"),
+            ("cookie", "a=1"),
+            ("cookie", "b=2"),
+            ("accept", "text/html"),
+            ("connection", "keep-alive, X-Hop"),
+            ("x-hop", "by hop"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic eA=="),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "5"),
+            ("expect", "100-continue"),
+            ("x-forwarded-host", "evil.example"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-port", "1"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-auth-request-redirect", "https://evil.example/"),
+            ("x-original-method", "DELETE"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+        ];
+        for (name, value) in fields {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        let carried = |headers: &dyn RequestHeaders| {
+            client_fields(headers, AUTH_OWN_FIELDS)
+                .into_iter()
+                .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+                .collect::<Vec<_>>()
+        };
+        let expected = [
+            "x-tenant-key: k-1",
+            "x-tenant-key: k-2",
+            "accept: text/html",
+            "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "cookie: a=1; b=2",
+        ];
+        // The HTTP/1 engine's view (fields in order, names as sent) and
+        // the HTTP/2 one (a header map) carry the same.
+        assert_eq!(carried(&fields), expected);
+        assert_eq!(carried(&map), expected);
+        // The sub-request's own values, once each.
+        let o = original(&map);
+        let a = auth(Upstream::new("auth".into(), Vec::new(), None));
+        let r = sub_request(&a, &o).unwrap();
+        let all = |n: &str| {
+            r.headers()
+                .get_all(n)
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(all("x-tenant-key"), ["k-1", "k-2"]);
+        assert_eq!(all("host"), ["auth.shop.svc:4180"]);
+        assert_eq!(all("x-forwarded-host"), ["app.example:8443"]);
+        assert_eq!(all("x-auth-request-redirect"), ["/?a=b&c=d"]);
+        assert_eq!(all("x-original-method"), ["GET"]);
+        assert_eq!(all("content-length"), ["0"]);
+        for gone in [
+            "x-hop",
+            "expect",
+            "forwarded",
+            "x-forwarded-port",
+            "upgrade",
+        ] {
+            assert!(all(gone).is_empty(), "{gone}");
+        }
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! rewrites the target to `/`) with ingress-nginx's fields: `X-Code`,
 //! `X-Format` (the client's `Accept`), `X-Original-URI`, `X-Namespace`,
 //! `X-Ingress-Name`, `X-Service-Name`, `X-Service-Port`, `X-Request-ID`,
-//! `X-Forwarded-For`, the client's `Host`, and the client fields the
-//! authentication sub-request carries. It never carries the client's body,
-//! which went to the route's backend.
+//! `X-Forwarded-For`, the client's `Host`, and the client's other fields
+//! as the authentication sub-request carries them (ingress-nginx's
+//! `@custom_` location passes the request's fields on: every one but
+//! those it sets). It never carries the client's body, which went to the
+//! route's backend.
 //!
 //! It goes through the same bounded client as `auth-url` (crate::plane::
 //! policy::auth): the owner's bound on sub-requests in flight, the
@@ -28,9 +30,22 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request};
 use http_body_util::Empty;
 
-use super::auth::{self, AuthLimits, CLIENT_FIELDS, Outcome};
+use super::auth::{self, AuthLimits, Outcome};
 use crate::compile::traffic::CustomErrors;
 use crate::compile::upstream::Upstream;
+
+/// The fields the page request sets itself (besides `Host`,
+/// `X-Forwarded-For` and `X-Request-ID`, which no sub-request takes from
+/// the client): a client's own never reach the error backend.
+const PAGE_OWN_FIELDS: &[&str] = &[
+    "x-code",
+    "x-format",
+    "x-original-uri",
+    "x-namespace",
+    "x-ingress-name",
+    "x-service-name",
+    "x-service-port",
+];
 
 /// Longest error page relayed: pages are small, and the whole page is
 /// held in memory before it is sent.
@@ -55,7 +70,8 @@ pub struct ErrorPages {
     pub request_id: Box<str>,
     /// The address teapot forwards as `X-Forwarded-For`.
     pub client: Option<IpAddr>,
-    /// The client's [`CLIENT_FIELDS`] (its `Accept` among them).
+    /// The client's fields the page request carries
+    /// (`auth::client_fields`; its `Accept` among them).
     pub fields: Vec<(HeaderName, HeaderValue)>,
     /// The operator's bounds on sub-requests (`auth-url`'s).
     pub limits: AuthLimits,
@@ -88,13 +104,7 @@ impl ErrorPages {
         request: &super::auth::Original<'_>,
         limits: AuthLimits,
     ) -> ErrorPages {
-        let fields = CLIENT_FIELDS
-            .iter()
-            .filter_map(|name| {
-                let value = HeaderValue::from_bytes(request.headers.first(name)?).ok()?;
-                Some((HeaderName::from_static(name), value))
-            })
-            .collect();
+        let fields = auth::client_fields(request.headers, PAGE_OWN_FIELDS);
         ErrorPages {
             errors,
             backend,
@@ -259,7 +269,15 @@ mod tests {
     }
 
     fn pages(errors: Arc<CustomErrors>, backend: &str) -> ErrorPages {
-        let fields: &[(&str, &str)] = &[("accept", "application/json"), ("cookie", "a=1")];
+        let fields: &[(&str, &str)] = &[
+            ("accept", "application/json"),
+            ("cookie", "a=1"),
+            ("x-tenant-key", "k-1"),
+            ("x-code", "200"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("connection", "x-hop"),
+            ("x-hop", "1"),
+        ];
         let original = auth::Original {
             method: "GET",
             authority: "app.example",
@@ -298,6 +316,13 @@ mod tests {
         assert_eq!(get("x-forwarded-for").as_deref(), Some("192.0.2.7"));
         assert_eq!(get("host").as_deref(), Some("app.example"));
         assert_eq!(get("cookie").as_deref(), Some("a=1"));
+        // Every client field, as ingress-nginx's `@custom_` location, but
+        // never in place of or beside the page request's own.
+        assert_eq!(get("x-tenant-key").as_deref(), Some("k-1"));
+        for own in ["x-code", "x-forwarded-for"] {
+            assert_eq!(r.headers().get_all(own).iter().count(), 1, "{own}");
+        }
+        assert_eq!(get("x-hop"), None);
     }
 
     /// A tenant's backend is the agent's mirror: the error backend is told
