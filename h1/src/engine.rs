@@ -568,6 +568,15 @@ impl std::fmt::Debug for Deadline {
 
 const IDEMPOTENT: [&str; 6] = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"];
 
+/// A closed connection's head buffers go to the thread's spares, as its
+/// read buffers do ([`Buf`]'s drop).
+impl<S, R, O> Drop for Conn<S, R, O> {
+    fn drop(&mut self) {
+        crate::spare::give(std::mem::take(&mut self.out));
+        crate::spare::give(std::mem::take(&mut self.up_out));
+    }
+}
+
 impl<S, R, O> Conn<S, R, O>
 where
     S: ClientStream,
@@ -726,8 +735,13 @@ where
     async fn request(&mut self, head_len: usize, stats: &mut Stats) -> Next {
         // After an idle wait both heads start empty: one allocation each
         // at the size a head usually takes, not a doubling from nothing.
-        self.up_out.reserve(HEAD_CAPACITY);
-        self.out.reserve(HEAD_CAPACITY);
+        for head in [&mut self.up_out, &mut self.out] {
+            if head.capacity() == 0 {
+                *head = crate::spare::take(HEAD_CAPACITY);
+            } else {
+                head.reserve(HEAD_CAPACITY);
+            }
+        }
         let plan = {
             let Conn {
                 engine,
@@ -903,8 +917,8 @@ where
     fn release_idle(&mut self) {
         self.inbuf.release();
         self.upbuf.release();
-        self.out = Vec::new();
-        self.up_out = Vec::new();
+        crate::spare::give(std::mem::take(&mut self.out));
+        crate::spare::give(std::mem::take(&mut self.up_out));
         self.log = LogHead::default();
         // The timers stay: re-arming one per request is what `Deadline`
         // exists to avoid, and each is a hundred bytes.

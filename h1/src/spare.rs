@@ -5,6 +5,9 @@
 //! connection (and a `Connection: close` request is one) took two such
 //! buffers and gave them back.
 //!
+//! The head buffers (1 KiB) of a connection's request and response go
+//! the same way.
+//!
 //! Bounded ([`SPARES`] per size class and thread), so an idle
 //! connection still holds nothing and the spares are at most a few
 //! hundred KiB per thread; [`clear`] gives them to the allocator (the
@@ -20,14 +23,23 @@ pub const SPARES: usize = 16;
 /// goes back to the allocator.
 const MAX_SPARE: usize = 64 * 1024;
 
-/// Below this a buffer is the small class (an idle connection's first
-/// read), from it the read class.
-const READ_CLASS: usize = 8 * 1024;
+/// Where the size classes start: heads (1 KiB), an idle connection's
+/// first read (2 KiB), reads (16 KiB).
+const CLASSES: [usize; 3] = [0, 2 * 1024, 8 * 1024];
 
 #[derive(Default)]
 struct Spares {
-    small: Vec<Vec<u8>>,
-    read: Vec<Vec<u8>>,
+    classes: [Vec<Vec<u8>>; 3],
+}
+
+impl Spares {
+    fn class(&mut self, size: usize) -> &mut Vec<Vec<u8>> {
+        let i = CLASSES
+            .iter()
+            .rposition(|&start| size >= start)
+            .unwrap_or(0);
+        &mut self.classes[i]
+    }
 }
 
 thread_local! {
@@ -40,11 +52,7 @@ pub fn take(min: usize) -> Vec<u8> {
     let spare = SPARE
         .try_with(|s| {
             let mut s = s.borrow_mut();
-            let class = if min < READ_CLASS {
-                &mut s.small
-            } else {
-                &mut s.read
-            };
+            let class = s.class(min);
             match class.last() {
                 Some(b) if b.capacity() >= min => class.pop(),
                 _ => None,
@@ -65,11 +73,7 @@ pub fn give(mut buf: Vec<u8>) {
     buf.clear();
     let _ = SPARE.try_with(|s| {
         let mut s = s.borrow_mut();
-        let class = if capacity < READ_CLASS {
-            &mut s.small
-        } else {
-            &mut s.read
-        };
+        let class = s.class(capacity);
         if class.len() < SPARES {
             class.push(buf);
         }
@@ -86,7 +90,7 @@ pub fn held() -> usize {
     SPARE
         .try_with(|s| {
             let s = s.borrow();
-            s.small.iter().chain(&s.read).map(Vec::capacity).sum()
+            s.classes.iter().flatten().map(Vec::capacity).sum()
         })
         .unwrap_or(0)
 }
@@ -109,13 +113,16 @@ mod tests {
         give(again);
         // A small request takes a small spare, never the read buffer.
         let small = take(2048);
-        assert!(small.capacity() < READ_CLASS);
+        assert!(small.capacity() < CLASSES[2]);
         give(small);
+        let head = take(1024);
+        assert!(head.capacity() < CLASSES[1], "a head, not the 2 KiB read");
+        give(head);
         for _ in 0..3 * SPARES {
             give(Vec::with_capacity(16 * 1024));
         }
         give(Vec::with_capacity(1 << 20));
-        assert!(held() <= SPARES * (16 * 1024 + 2048) + 2048, "{}", held());
+        assert!(held() <= SPARES * (16 * 1024 + 2048 + 1024), "{}", held());
         clear();
         assert_eq!(held(), 0);
     }
