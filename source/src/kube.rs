@@ -132,6 +132,9 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::UdpRoute => gateway_api("UDPRoute", "udproutes"),
         Kind::BackendTlsPolicy => gateway_api("BackendTLSPolicy", "backendtlspolicies"),
         Kind::ConfigMap => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        Kind::RouteTrafficPolicy => {
+            ApiResource::erase::<teapot_api::route_policy::RouteTrafficPolicy>(&())
+        }
         Kind::Namespace => ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
     }
 }
@@ -172,10 +175,12 @@ pub const GATEWAY_API_KINDS: [Kind; 9] = [
 /// Kinds read for what Gateway API objects refer to: Namespaces, for the
 /// labels a listener's `allowedRoutes.namespaces.from: Selector` matches,
 /// and ConfigMaps, for the `ca.crt` a BackendTLSPolicy names (the store
-/// keeps that key only).
+/// keeps that key only), and RouteTrafficPolicies, teapot's own policy for
+/// routes (its CRD may not be installed).
 /// Optional like [`GATEWAY_API_KINDS`]: a role without them (the
 /// webhook's) reads none, and no Gateway selects by them.
-pub const GATEWAY_API_CONTEXT_KINDS: [Kind; 2] = [Kind::Namespace, Kind::ConfigMap];
+pub const GATEWAY_API_CONTEXT_KINDS: [Kind; 3] =
+    [Kind::Namespace, Kind::ConfigMap, Kind::RouteTrafficPolicy];
 
 /// How often an optional kind the server does not serve is asked again.
 pub const REPROBE: Duration = Duration::from_secs(30);

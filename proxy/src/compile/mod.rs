@@ -254,6 +254,7 @@ pub fn compile_incremental(
         l4: l4_report,
         gateway: gateway_report,
         backend_tls_policies: gateway::backend_tls::report(store),
+        route_traffic_policies: gateway::route_policy::report(store),
         tables: TableSizes {
             ingress_routes: routes.len(),
             gateway_hosts: gateway_table.hosts(),

@@ -1,0 +1,318 @@
+//! The `RouteTrafficPolicy` custom resource: client address lists, rate
+//! limits and in-flight limits for HTTPRoute and GRPCRoute rules, what the
+//! Gateway API has no filter for and Ingresses get from ingress-nginx's
+//! annotations. Attached GEP-713 style (`targetRefs`, a rule by its `name`
+//! as `sectionName`).
+//!
+//! Its meaning is the annotations' own: [`RouteTrafficPolicySpec::annotations`]
+//! writes the spec as the ingress-nginx annotations it stands for, which
+//! the proxy compiles with an Ingress's reader and the webhook checks with
+//! [`crate::annotations::parse`], so there is one reading of a CIDR or a
+//! limit, with errors named by the policy's own fields.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::annotations::{self, NGINX_PREFIX};
+use crate::kind::ObjectKind;
+
+/// The API group and version of [`RouteTrafficPolicy`].
+pub const API_VERSION: &str = "teapot.dev/v1alpha1";
+/// The kind's name.
+pub const KIND: &str = "RouteTrafficPolicy";
+
+/// Spec of a RouteTrafficPolicy.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "teapot.dev",
+    version = "v1alpha1",
+    kind = "RouteTrafficPolicy",
+    plural = "routetrafficpolicies",
+    shortname = "rtp",
+    namespaced
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicySpec {
+    /// The routes (HTTPRoute, GRPCRoute) of this namespace the policy
+    /// applies to; `sectionName` names one rule by its `name`.
+    pub target_refs: Vec<RouteTrafficPolicyTargetRef>,
+    /// Which client addresses may use the routes (ingress-nginx's
+    /// `whitelist-source-range` and `denylist-source-range`); others get 403.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_addresses: Option<ClientAddresses>,
+    /// Requests per client address (ingress-nginx's `limit-rps`,
+    /// `limit-rpm`, `limit-burst-multiplier`, `limit-whitelist`); over it, 429.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// Requests each client address may have in flight at once
+    /// (ingress-nginx's `limit-connections`); one more gets 503.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_per_client: Option<u32>,
+}
+
+/// A route the policy attaches to, in this namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyTargetRef {
+    /// `gateway.networking.k8s.io`.
+    pub group: String,
+    /// `HTTPRoute` or `GRPCRoute`.
+    pub kind: String,
+    pub name: String,
+    /// The `name` of one of the route's rules; omitted, every rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// Client networks (CIDRs or addresses): a client in `deny` is refused;
+/// else, when `allow` is not empty, a client outside it is refused.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientAddresses {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+/// Request rates per client address; a request must pass each one set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    /// How many times the rate a client may send at once (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_multiplier: Option<u32>,
+    /// Client networks neither the rate limits nor `inFlightPerClient`
+    /// apply to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exempt: Vec<String>,
+}
+
+/// One field of the spec as the ingress-nginx annotation it stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnnotationField {
+    /// The spec's field, as errors name it (`spec.rateLimit.requestsPerSecond`).
+    pub field: &'static str,
+    /// The full annotation key.
+    pub key: String,
+    /// The annotation's value (a list as ingress-nginx writes it, comma-separated).
+    pub value: String,
+    /// A list's items, each checked on its own so an error names its index.
+    pub items: Vec<String>,
+}
+
+impl RouteTrafficPolicySpec {
+    /// The spec as the ingress-nginx annotations it stands for, each with
+    /// the field it came from. Empty lists are left out, as an Ingress
+    /// without the annotation.
+    pub fn annotations(&self) -> Vec<AnnotationField> {
+        let mut out = Vec::new();
+        let mut list = |field: &'static str, name: &str, items: &[String]| {
+            if !items.is_empty() {
+                out.push(AnnotationField {
+                    field,
+                    key: format!("{NGINX_PREFIX}{name}"),
+                    value: items.join(","),
+                    items: items.to_vec(),
+                });
+            }
+        };
+        if let Some(c) = &self.client_addresses {
+            list(
+                "spec.clientAddresses.allow",
+                "whitelist-source-range",
+                &c.allow,
+            );
+            list(
+                "spec.clientAddresses.deny",
+                "denylist-source-range",
+                &c.deny,
+            );
+        }
+        if let Some(r) = &self.rate_limit {
+            list("spec.rateLimit.exempt", "limit-whitelist", &r.exempt);
+        }
+        let mut count = |field: &'static str, name: &str, n: Option<u32>| {
+            if let Some(n) = n {
+                out.push(AnnotationField {
+                    field,
+                    key: format!("{NGINX_PREFIX}{name}"),
+                    value: n.to_string(),
+                    items: Vec::new(),
+                });
+            }
+        };
+        if let Some(r) = &self.rate_limit {
+            count(
+                "spec.rateLimit.requestsPerSecond",
+                "limit-rps",
+                r.requests_per_second,
+            );
+            count(
+                "spec.rateLimit.requestsPerMinute",
+                "limit-rpm",
+                r.requests_per_minute,
+            );
+            count(
+                "spec.rateLimit.burstMultiplier",
+                "limit-burst-multiplier",
+                r.burst_multiplier,
+            );
+        }
+        count(
+            "spec.inFlightPerClient",
+            "limit-connections",
+            self.in_flight_per_client,
+        );
+        out
+    }
+
+    /// Each value the annotations' parsers refuse, as (the spec's field,
+    /// why): the same rules an Ingress's annotations are held to.
+    pub fn value_errors(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for a in self.annotations() {
+            let check = |value: &str| {
+                annotations::parse(ObjectKind::Ingress, &a.key, value)
+                    .err()
+                    .map(|e| e.to_string())
+            };
+            if a.items.is_empty() {
+                if let Some(e) = check(&a.value) {
+                    out.push((a.field.to_string(), e));
+                }
+                continue;
+            }
+            for (i, item) in a.items.iter().enumerate() {
+                // A comma inside one item would read as two.
+                let e = if item.contains(',') {
+                    Some(format!(
+                        "{} is one address or network, not a list",
+                        crate::policy::quote(item)
+                    ))
+                } else {
+                    check(item)
+                };
+                if let Some(e) = e {
+                    out.push((format!("{}[{i}]", a.field), e));
+                }
+            }
+        }
+        if self.annotations().is_empty() {
+            out.push((
+                "spec".to_string(),
+                "sets nothing: give clientAddresses, rateLimit or inFlightPerClient".to_string(),
+            ));
+        }
+        if let Some(r) = &self.rate_limit
+            && r.requests_per_second.is_none()
+            && r.requests_per_minute.is_none()
+        {
+            out.push((
+                "spec.rateLimit".to_string(),
+                "requestsPerSecond or requestsPerMinute is required".to_string(),
+            ));
+        }
+        out
+    }
+}
+
+/// The CRD as YAML, for the charts.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let crd = RouteTrafficPolicy::crd();
+    let mut out = String::from(
+        "# Generated from api/src/route_policy.rs by `cargo run -p teapot-api --bin crdgen`; do not edit.\n",
+    );
+    out.push_str(&serde_yaml::to_string(&crd).unwrap_or_default());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> RouteTrafficPolicySpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn fields_become_the_annotations_they_stand_for() {
+        let s = spec(
+            "targetRefs: []\nclientAddresses: {allow: [10.0.0.0/8, 192.168.1.1]}\nrateLimit: {requestsPerSecond: 10, burstMultiplier: 2, exempt: [10.1.0.0/16]}\ninFlightPerClient: 20\n",
+        );
+        let got: Vec<(&str, String)> = s
+            .annotations()
+            .into_iter()
+            .map(|a| {
+                (
+                    a.field,
+                    a.key.trim_start_matches(NGINX_PREFIX).to_string() + "=" + &a.value,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.clientAddresses.allow",
+                    "whitelist-source-range=10.0.0.0/8,192.168.1.1".into()
+                ),
+                (
+                    "spec.rateLimit.exempt",
+                    "limit-whitelist=10.1.0.0/16".into()
+                ),
+                ("spec.rateLimit.requestsPerSecond", "limit-rps=10".into()),
+                (
+                    "spec.rateLimit.burstMultiplier",
+                    "limit-burst-multiplier=2".into()
+                ),
+                ("spec.inFlightPerClient", "limit-connections=20".into()),
+            ]
+        );
+        assert!(s.value_errors().is_empty(), "{:?}", s.value_errors());
+    }
+
+    #[test]
+    fn bad_values_are_named_by_the_policys_field() {
+        let s = spec(
+            "targetRefs: []\nclientAddresses: {deny: [10.0.0.0/8, 10.0.0.300/8]}\nrateLimit: {requestsPerSecond: 0}\n",
+        );
+        let fields: Vec<String> = s.value_errors().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.clientAddresses.deny[1]",
+                "spec.rateLimit.requestsPerSecond"
+            ]
+        );
+        let s = spec("targetRefs: []\nrateLimit: {burstMultiplier: 3}\n");
+        let fields: Vec<String> = s.value_errors().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(fields, ["spec.rateLimit"]);
+        let s = spec("targetRefs: []\n");
+        assert_eq!(s.value_errors()[0].0, "spec");
+    }
+
+    #[test]
+    fn checked_in_crd_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crd/routetrafficpolicy.yaml");
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            checked_in == crd_yaml(),
+            "api/crd/routetrafficpolicy.yaml is stale: run `cargo run -p teapot-api --bin crdgen`"
+        );
+    }
+
+    #[test]
+    fn the_crd_is_namespaced_with_its_schema() {
+        let y = crd_yaml();
+        assert!(y.contains("routetrafficpolicies"));
+        assert!(y.contains("scope: Namespaced"));
+        assert!(y.contains("requestsPerSecond"));
+    }
+}
