@@ -60,6 +60,10 @@ pub struct RouteTrafficPolicyTargetRef {
     /// `HTTPRoute` or `GRPCRoute`.
     pub kind: String,
     pub name: String,
+    /// The policy's own namespace, if given: policy attachment never
+    /// crosses namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// The `name` of one of the route's rules; omitted, every rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,

@@ -103,9 +103,13 @@ impl Attached {
     }
 }
 
-/// Whether `target` names route `kind`/`name`.
-fn names(target: &RouteTrafficPolicyTargetRef, kind: &str, name: &str) -> bool {
-    target.group == GROUP && target.kind == kind && target.name == name
+/// Whether `target` names route `kind`/`name` of `namespace` (a policy's
+/// own: attachment never crosses namespaces).
+fn names(target: &RouteTrafficPolicyTargetRef, namespace: &str, kind: &str, name: &str) -> bool {
+    target.group == GROUP
+        && target.kind == kind
+        && target.name == name
+        && target.namespace.as_deref().is_none_or(|ns| ns == namespace)
 }
 
 type Candidate<'s> = (AgeKey<'s>, &'s NsName, &'s Stored<RouteTrafficPolicy>);
@@ -127,7 +131,7 @@ fn winners<'s>(
     for (id, policy) in in_namespace {
         let age = age(&policy.object.metadata, id);
         for t in &policy.object.spec.target_refs {
-            if !names(t, kind, name) {
+            if !names(t, namespace, kind, name) {
                 continue;
             }
             let entry = out
@@ -231,6 +235,15 @@ fn accepted(
 ) -> (bool, &'static str, String) {
     if let Some(problems) = invalid {
         return (false, "Invalid", problems.join("; "));
+    }
+    if let Some(ns) = target.namespace.as_deref().filter(|ns| *ns != id.namespace) {
+        return (
+            false,
+            "TargetNotFound",
+            format!(
+                "{ns} is another namespace: a RouteTrafficPolicy targets its own namespace's routes"
+            ),
+        );
     }
     let route = NsName::new(id.namespace.as_str(), target.name.as_str());
     let rules: Option<Vec<Option<&str>>> = match (target.group.as_str(), target.kind.as_str()) {
