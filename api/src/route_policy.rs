@@ -6,16 +6,14 @@
 //!
 //! Its meaning is the annotations' own: [`RouteTrafficPolicySpec::annotations`]
 //! writes the spec as the ingress-nginx annotations it stands for, which
-//! the proxy compiles with an Ingress's reader and the webhook checks with
-//! [`crate::annotations::parse`], so there is one reading of a CIDR or a
-//! limit, with errors named by the policy's own fields.
+//! the proxy compiles with an Ingress's reader and the admission policy
+//! checks with their parsers (`crate::policy::route_traffic_value_errors`),
+//! so there is one reading of a CIDR or a limit, with errors named by the
+//! policy's own fields.
 
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-use crate::annotations::{self, NGINX_PREFIX};
-use crate::kind::ObjectKind;
 
 /// The API group and version of [`RouteTrafficPolicy`].
 pub const API_VERSION: &str = "teapot.dev/v1alpha1";
@@ -102,8 +100,8 @@ pub struct RateLimit {
 pub struct AnnotationField {
     /// The spec's field, as errors name it (`spec.rateLimit.requestsPerSecond`).
     pub field: &'static str,
-    /// The full annotation key.
-    pub key: String,
+    /// The annotation's name after `nginx.ingress.kubernetes.io/`.
+    pub name: &'static str,
     /// The annotation's value (a list as ingress-nginx writes it, comma-separated).
     pub value: String,
     /// A list's items, each checked on its own so an error names its index.
@@ -116,11 +114,11 @@ impl RouteTrafficPolicySpec {
     /// without the annotation.
     pub fn annotations(&self) -> Vec<AnnotationField> {
         let mut out = Vec::new();
-        let mut list = |field: &'static str, name: &str, items: &[String]| {
+        let mut list = |field: &'static str, name: &'static str, items: &[String]| {
             if !items.is_empty() {
                 out.push(AnnotationField {
                     field,
-                    key: format!("{NGINX_PREFIX}{name}"),
+                    name,
                     value: items.join(","),
                     items: items.to_vec(),
                 });
@@ -141,11 +139,11 @@ impl RouteTrafficPolicySpec {
         if let Some(r) = &self.rate_limit {
             list("spec.rateLimit.exempt", "limit-whitelist", &r.exempt);
         }
-        let mut count = |field: &'static str, name: &str, n: Option<u32>| {
+        let mut count = |field: &'static str, name: &'static str, n: Option<u32>| {
             if let Some(n) = n {
                 out.push(AnnotationField {
                     field,
-                    key: format!("{NGINX_PREFIX}{name}"),
+                    name,
                     value: n.to_string(),
                     items: Vec::new(),
                 });
@@ -173,55 +171,6 @@ impl RouteTrafficPolicySpec {
             "limit-connections",
             self.in_flight_per_client,
         );
-        out
-    }
-
-    /// Each value the annotations' parsers refuse, as (the spec's field,
-    /// why): the same rules an Ingress's annotations are held to.
-    pub fn value_errors(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for a in self.annotations() {
-            let check = |value: &str| {
-                annotations::parse(ObjectKind::Ingress, &a.key, value)
-                    .err()
-                    .map(|e| e.to_string())
-            };
-            if a.items.is_empty() {
-                if let Some(e) = check(&a.value) {
-                    out.push((a.field.to_string(), e));
-                }
-                continue;
-            }
-            for (i, item) in a.items.iter().enumerate() {
-                // A comma inside one item would read as two.
-                let e = if item.contains(',') {
-                    Some(format!(
-                        "{} is one address or network, not a list",
-                        crate::policy::quote(item)
-                    ))
-                } else {
-                    check(item)
-                };
-                if let Some(e) = e {
-                    out.push((format!("{}[{i}]", a.field), e));
-                }
-            }
-        }
-        if self.annotations().is_empty() {
-            out.push((
-                "spec".to_string(),
-                "sets nothing: give clientAddresses, rateLimit or inFlightPerClient".to_string(),
-            ));
-        }
-        if let Some(r) = &self.rate_limit
-            && r.requests_per_second.is_none()
-            && r.requests_per_minute.is_none()
-        {
-            out.push((
-                "spec.rateLimit".to_string(),
-                "requestsPerSecond or requestsPerMinute is required".to_string(),
-            ));
-        }
         out
     }
 }
@@ -253,12 +202,7 @@ mod tests {
         let got: Vec<(&str, String)> = s
             .annotations()
             .into_iter()
-            .map(|a| {
-                (
-                    a.field,
-                    a.key.trim_start_matches(NGINX_PREFIX).to_string() + "=" + &a.value,
-                )
-            })
+            .map(|a| (a.field, format!("{}={}", a.name, a.value)))
             .collect();
         assert_eq!(
             got,
@@ -279,27 +223,6 @@ mod tests {
                 ("spec.inFlightPerClient", "limit-connections=20".into()),
             ]
         );
-        assert!(s.value_errors().is_empty(), "{:?}", s.value_errors());
-    }
-
-    #[test]
-    fn bad_values_are_named_by_the_policys_field() {
-        let s = spec(
-            "targetRefs: []\nclientAddresses: {deny: [10.0.0.0/8, 10.0.0.300/8]}\nrateLimit: {requestsPerSecond: 0}\n",
-        );
-        let fields: Vec<String> = s.value_errors().into_iter().map(|(f, _)| f).collect();
-        assert_eq!(
-            fields,
-            [
-                "spec.clientAddresses.deny[1]",
-                "spec.rateLimit.requestsPerSecond"
-            ]
-        );
-        let s = spec("targetRefs: []\nrateLimit: {burstMultiplier: 3}\n");
-        let fields: Vec<String> = s.value_errors().into_iter().map(|(f, _)| f).collect();
-        assert_eq!(fields, ["spec.rateLimit"]);
-        let s = spec("targetRefs: []\n");
-        assert_eq!(s.value_errors()[0].0, "spec");
     }
 
     #[test]

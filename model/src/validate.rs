@@ -108,7 +108,10 @@ fn validate_route_traffic_policy(
             "at least one targetRef is required",
         ));
     }
-    match policy.spec.value_errors().into_iter().next() {
+    match teapot_api::policy::route_traffic_value_errors(&policy.spec)
+        .into_iter()
+        .next()
+    {
         Some((field, why)) => Err(FieldError::at(field, why)),
         None => Ok(()),
     }

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
+use teapot_api::annotations::NGINX_PREFIX;
 use teapot_api::route_policy::{RouteTrafficPolicy, RouteTrafficPolicyTargetRef};
 use teapot_model::store::{NsName, Store, Stored};
 use teapot_model::tenancy::TenantView;
@@ -153,9 +154,10 @@ fn traffic(
     table: impl FnOnce() -> Arc<crate::compile::rate_table::RateTable>,
 ) -> Result<TrafficPolicy, Vec<String>> {
     let fields = policy.spec.annotations();
+    let key = |name: &str| format!("{NGINX_PREFIX}{name}");
     let annotations: BTreeMap<String, String> = fields
         .iter()
-        .map(|a| (a.key.clone(), a.value.clone()))
+        .map(|a| (key(a.name), a.value.clone()))
         .collect();
     let mut problems = Vec::new();
     let nginx = NginxAnnotations::read(Some(&annotations), &mut problems);
@@ -168,8 +170,8 @@ fn traffic(
                 fields
                     .iter()
                     .find_map(|a| {
-                        p.strip_prefix(&*a.key)
-                            .map(|rest| format!("{}{rest}", a.field))
+                        let rest = p.strip_prefix(&key(a.name))?;
+                        Some(format!("{}{rest}", a.field))
                     })
                     .unwrap_or(p)
             })
