@@ -324,13 +324,20 @@ fn teapot_lb_renders_and_validates() {
 
 #[test]
 fn chart_ships_the_generated_crds() {
-    for file in ["tenant.yaml", "routetrafficpolicy.yaml"] {
+    // The tenant clusters need RouteTrafficPolicy's too: the agent's chart
+    // ships it.
+    let shipped = [
+        ("teapot-lb", "tenant.yaml"),
+        ("teapot-lb", "routetrafficpolicy.yaml"),
+        ("teapot-agent", "routetrafficpolicy.yaml"),
+    ];
+    for (name, file) in shipped {
         let generated = std::fs::read(repo().join("api/crd").join(file)).expect(file);
-        let shipped = std::fs::read(chart("teapot-lb").join("crds").join(file)).expect(file);
+        let shipped = std::fs::read(chart(name).join("crds").join(file)).expect(file);
         assert!(
             generated == shipped,
-            "charts/teapot-lb/crds/{file} differs from api/crd/{file}: \
-             cp api/crd/{file} charts/teapot-lb/crds/{file}"
+            "charts/{name}/crds/{file} differs from api/crd/{file}: \
+             cp api/crd/{file} charts/{name}/crds/{file}"
         );
     }
 }
