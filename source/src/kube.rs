@@ -933,6 +933,13 @@ mod tests {
         api.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
                          "metadata": {"name": "ca", "namespace": "ops"},
                          "data": {"ca.crt": "PEM", "app.conf": "not kept"}}));
+        api.apply(
+            json!({"apiVersion": "teapot.dev/v1alpha1", "kind": "RouteTrafficPolicy",
+                         "metadata": {"name": "r", "namespace": "ops"},
+                         "spec": {"targetRefs": [{"group": gw.split('/').next().unwrap(),
+                                                  "kind": "HTTPRoute", "name": "r"}],
+                                  "inFlightPerClient": 5}}),
+        );
         let source = KubeSource::start(&KubeConfig::new(api.client()));
         tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
             .await
@@ -942,6 +949,7 @@ mod tests {
         let store = &loaded.store;
         let key = |n: &str| NsName::new("ops".to_string(), n.to_string());
         assert!(store.backend_tls_policies.contains_key(&key("r")));
+        assert!(store.route_traffic_policies.contains_key(&key("r")));
         let data = store.config_maps[&key("ca")].object.data.clone().unwrap();
         assert_eq!(
             data.keys().collect::<Vec<_>>(),
@@ -967,11 +975,11 @@ mod tests {
 
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
-        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 2);
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 3);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
         // Tenant, IngressClass, GatewayClass and Namespace once; the other
-        // thirteen kinds in each namespace.
-        assert_eq!(specs.len(), 4 + 13 * 2);
+        // fourteen kinds in each namespace.
+        assert_eq!(specs.len(), 4 + 14 * 2);
         assert!(
             specs
                 .iter()
