@@ -302,6 +302,7 @@ fn accepted(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use teapot_api::route_policy::{ClientAddresses, RateLimit, RouteTrafficPolicySpec};
     use teapot_model::manifests::{Loaded, load_text};
 
     fn store(docs: &str) -> Store {
@@ -409,11 +410,13 @@ spec:
     fn a_rules_own_policy_replaces_the_route_wide_one_and_cors_adds_to_it() {
         let allow = |t: &TrafficPolicy| t.access.as_ref().unwrap().allow[0].to_string();
         let wide = |cidr: &str| {
-            let mut spec = teapot_api::route_policy::RouteTrafficPolicySpec::default();
-            spec.client_addresses = Some(teapot_api::route_policy::ClientAddresses {
-                allow: vec![cidr.to_string()],
-                deny: Vec::new(),
-            });
+            let spec = RouteTrafficPolicySpec {
+                client_addresses: Some(ClientAddresses {
+                    allow: vec![cidr.to_string()],
+                    deny: Vec::new(),
+                }),
+                ..RouteTrafficPolicySpec::default()
+            };
             let p = RouteTrafficPolicy::new("p", spec);
             Arc::new(
                 traffic(&p, "k", || {
@@ -459,14 +462,16 @@ spec:
 
     #[test]
     fn limits_read_as_the_annotations_do_and_problems_name_the_field() {
-        let mut spec = teapot_api::route_policy::RouteTrafficPolicySpec::default();
-        spec.rate_limit = Some(teapot_api::route_policy::RateLimit {
-            requests_per_second: Some(2),
-            requests_per_minute: None,
-            burst_multiplier: Some(1),
-            exempt: vec!["10.1.0.0/16".into()],
-        });
-        spec.in_flight_per_client = Some(3);
+        let mut spec = RouteTrafficPolicySpec {
+            rate_limit: Some(RateLimit {
+                requests_per_second: Some(2),
+                requests_per_minute: None,
+                burst_multiplier: Some(1),
+                exempt: vec!["10.1.0.0/16".into()],
+            }),
+            in_flight_per_client: Some(3),
+            ..RouteTrafficPolicySpec::default()
+        };
         let p = RouteTrafficPolicy::new("p", spec.clone());
         let table = || Arc::new(crate::compile::rate_table::RateTable::new(16));
         let t = traffic(&p, "k", table).unwrap();
