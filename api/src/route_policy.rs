@@ -177,13 +177,7 @@ impl RouteTrafficPolicySpec {
 
 /// The CRD as YAML, for the charts.
 pub fn crd_yaml() -> String {
-    use kube::CustomResourceExt;
-    let crd = RouteTrafficPolicy::crd();
-    let mut out = String::from(
-        "# Generated from api/src/route_policy.rs by `cargo run -p teapot-api --bin crdgen`; do not edit.\n",
-    );
-    out.push_str(&serde_yaml::to_string(&crd).unwrap_or_default());
-    out
+    crate::tenant::generated_crd_yaml::<RouteTrafficPolicy>("api/src/route_policy.rs")
 }
 
 #[cfg(test)]

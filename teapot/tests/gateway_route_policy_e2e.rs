@@ -40,24 +40,26 @@ fn rule(name: &str, prefix: &str) -> Value {
     })
 }
 
+/// Gateway `gw` with an HTTP listener and HTTPRoute `app` for [`HOST`]
+/// with `rules`.
+fn gateway_and_route(rules: Value) -> Vec<Value> {
+    vec![
+        gateway_gw(
+            NS,
+            json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        http_route(NS, "app", json!({ "name": "gw" }), &[HOST], rules),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_lists_and_rate_limits_apply_to_their_targets_only() {
     let backend = echo(NS, "web", "web-0").await;
-    let mut objects = vec![gateway_gw(
-        NS,
-        json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
-    )];
-    objects.push(http_route(
-        NS,
-        "app",
-        json!({ "name": "gw" }),
-        &[HOST],
-        json!([
-            rule("admin", "/admin"),
-            rule("limited", "/limited"),
-            rule("open", "/open")
-        ]),
-    ));
+    let mut objects = gateway_and_route(json!([
+        rule("admin", "/admin"),
+        rule("limited", "/limited"),
+        rule("open", "/open")
+    ]));
     objects.push(http_route(
         NS,
         "wide",
@@ -153,17 +155,7 @@ async fn client_lists_and_rate_limits_apply_to_their_targets_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicts_and_missing_targets_are_reported() {
     let backend = echo(NS, "web", "web-0").await;
-    let mut objects = vec![gateway_gw(
-        NS,
-        json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
-    )];
-    objects.push(http_route(
-        NS,
-        "app",
-        json!({ "name": "gw" }),
-        &[HOST],
-        json!([rule("admin", "/admin")]),
-    ));
+    let mut objects = gateway_and_route(json!([rule("admin", "/admin")]));
     let mut older = policy(
         "a-older",
         "app",

@@ -302,20 +302,8 @@ fn accepted(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::tests::test_store as store;
     use teapot_api::route_policy::{ClientAddresses, RateLimit, RouteTrafficPolicySpec};
-    use teapot_model::manifests::{Loaded, load_text};
-
-    fn store(docs: &str) -> Store {
-        let mut loaded = Loaded::default();
-        load_text(
-            std::path::Path::new("policies.yaml"),
-            docs,
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-        loaded.store
-    }
 
     fn route() -> &'static str {
         "apiVersion: gateway.networking.k8s.io/v1
