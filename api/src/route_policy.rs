@@ -28,7 +28,8 @@ pub const KIND: &str = "RouteTrafficPolicy";
     kind = "RouteTrafficPolicy",
     plural = "routetrafficpolicies",
     shortname = "rtp",
-    namespaced
+    namespaced,
+    status = "RouteTrafficPolicyStatus"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RouteTrafficPolicySpec {
@@ -93,6 +94,40 @@ pub struct RateLimit {
     /// apply to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exempt: Vec<String>,
+}
+
+/// What the proxy fleet reports: per target, whether the policy applies.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyStatus {
+    #[serde(default)]
+    pub targets: Vec<RouteTrafficPolicyTargetStatus>,
+}
+
+/// One target's conditions (`Accepted`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyTargetStatus {
+    pub target_ref: RouteTrafficPolicyTargetRef,
+    #[serde(default)]
+    pub conditions: Vec<RouteTrafficPolicyCondition>,
+}
+
+/// A condition, in the shape of the Kubernetes one.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
 }
 
 /// One field of the spec as the ingress-nginx annotation it stands for.

@@ -268,6 +268,8 @@ fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
                                 | "udproutes/status"
                                 | "backendtlspolicies/status"
                         )
+                        // teapot's own policy for routes, its status only.
+                        | ("teapot.dev", "routetrafficpolicies/status")
                 ) || (group.is_empty() && resource == "secrets" && named)
                     // The teapot GatewayClass's status, by name only.
                     || (group == "gateway.networking.k8s.io"

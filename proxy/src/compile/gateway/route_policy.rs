@@ -18,13 +18,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Serialize;
 use teapot_api::annotations::NGINX_PREFIX;
-use teapot_api::route_policy::{RouteTrafficPolicy, RouteTrafficPolicyTargetRef};
+use teapot_api::route_policy::{
+    RouteTrafficPolicy, RouteTrafficPolicyCondition, RouteTrafficPolicyStatus,
+    RouteTrafficPolicyTargetRef, RouteTrafficPolicyTargetStatus,
+};
 use teapot_model::store::{NsName, Store, Stored};
 use teapot_model::tenancy::TenantView;
 
-use super::{AgeKey, GROUP, Reported, RouteIn, age, condition};
+use super::{AgeKey, GROUP, Reported, RouteIn, age};
 use crate::compile::policies::Policies;
 use crate::compile::routes::RoutePolicy;
 use crate::compile::traffic::{Cors, NginxAnnotations, TrafficPolicy};
@@ -181,21 +183,6 @@ fn traffic(
     traffic.ok_or_else(|| vec!["spec: sets nothing".to_string()])
 }
 
-/// A RouteTrafficPolicy's status: its conditions per target.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RouteTrafficPolicyStatus {
-    pub targets: Vec<TargetStatus>,
-}
-
-/// One target's conditions.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TargetStatus {
-    pub target_ref: RouteTrafficPolicyTargetRef,
-    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-}
-
 /// The status of every RouteTrafficPolicy: per target, whether it applies.
 pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
     let mut out = Vec::with_capacity(store.route_traffic_policies.len());
@@ -213,9 +200,16 @@ pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
             .iter()
             .map(|t| {
                 let (ok, reason, message) = accepted(store, id, t, invalid.as_deref());
-                TargetStatus {
+                RouteTrafficPolicyTargetStatus {
                     target_ref: t.clone(),
-                    conditions: vec![condition("Accepted", ok, reason, message, generation)],
+                    conditions: vec![RouteTrafficPolicyCondition {
+                        type_: "Accepted".into(),
+                        status: if ok { "True" } else { "False" }.into(),
+                        reason: reason.into(),
+                        message,
+                        observed_generation: generation,
+                        last_transition_time: None,
+                    }],
                 }
             })
             .collect();
