@@ -442,6 +442,31 @@ spec:
         assert!(with.cors.is_some());
     }
 
+    /// A GRPCRoute's rule gets its policy as an HTTPRoute's does: the one
+    /// pipeline answers both.
+    #[test]
+    fn a_grpc_routes_rule_carries_its_policy() {
+        use crate::compile::gateway::table::Action;
+        use crate::compile::tests::compile_test_docs;
+        let docs = [
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ops}\nspec: {ports: [{name: grpc, port: 50051}]}\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: ops}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: g, namespace: ops}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [g.example]\n  rules: [{name: calls, backendRefs: [{name: web, port: 50051}]}]\n".into(),
+            "apiVersion: teapot.dev/v1alpha1\nkind: RouteTrafficPolicy\nmetadata: {name: p, namespace: ops}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: GRPCRoute, name: g, sectionName: calls}]\n  clientAddresses: {deny: [192.0.2.0/24]}\n".into(),
+        ];
+        let s = compile_test_docs(&docs, &crate::compile::CompileOptions::default());
+        let candidates = s.gateway.host("g.example").candidates();
+        let Action::Backends { backends, .. } = &*candidates[0].action else {
+            panic!("not forwarded");
+        };
+        let route = backends[0].route.as_ref().expect("resolved");
+        let traffic = route.policy.as_ref().and_then(|p| p.traffic.as_ref());
+        let access = traffic
+            .and_then(|t| t.access.as_ref())
+            .expect("the rule's policy");
+        assert_eq!(access.deny[0].to_string(), "192.0.2.0/24");
+    }
+
     #[test]
     fn limits_read_as_the_annotations_do_and_problems_name_the_field() {
         let mut spec = RouteTrafficPolicySpec {
