@@ -19,6 +19,8 @@ pub enum ObjectKind {
     BackendTlsPolicy,
     /// Trust anchors (`ca.crt`) a BackendTLSPolicy names.
     ConfigMap,
+    /// teapot's own policy for routes (`teapot.dev/v1alpha1`).
+    RouteTrafficPolicy,
 }
 
 impl ObjectKind {
@@ -38,11 +40,12 @@ impl ObjectKind {
             ObjectKind::ReferenceGrant => "ReferenceGrant",
             ObjectKind::BackendTlsPolicy => "BackendTLSPolicy",
             ObjectKind::ConfigMap => "ConfigMap",
+            ObjectKind::RouteTrafficPolicy => "RouteTrafficPolicy",
         }
     }
 
     /// Every kind, for tables.
-    pub const ALL: [ObjectKind; 13] = [
+    pub const ALL: [ObjectKind; 14] = [
         ObjectKind::Ingress,
         ObjectKind::Service,
         ObjectKind::EndpointSlice,
@@ -56,6 +59,7 @@ impl ObjectKind {
         ObjectKind::ReferenceGrant,
         ObjectKind::BackendTlsPolicy,
         ObjectKind::ConfigMap,
+        ObjectKind::RouteTrafficPolicy,
     ];
 
     /// Whether this is a Gateway API kind (`gateway.networking.k8s.io`).
@@ -67,6 +71,7 @@ impl ObjectKind {
                 | ObjectKind::EndpointSlice
                 | ObjectKind::Secret
                 | ObjectKind::ConfigMap
+                | ObjectKind::RouteTrafficPolicy
         )
     }
 }

@@ -9,6 +9,8 @@
 //!   validation.
 //! - [`path`]: Ingress path types and path validation.
 //! - [`tenant`]: the `Tenant` custom resource and its CRD.
+//! - [`route_policy`]: the `RouteTrafficPolicy` custom resource (client
+//!   address lists and rate limits for Gateway API routes) and its CRD.
 //! - [`hostname`]: assigned hostnames and mirrored object names.
 //! - [`kind`]: the kinds a tenant writes, which the rules are written per.
 //! - [`annotations`]: the `teapot.dev/` annotation allowlist and its typed
@@ -33,6 +35,7 @@ pub mod names;
 pub mod path;
 pub mod policy;
 pub mod regex;
+pub mod route_policy;
 pub mod status;
 pub mod tenant;
 

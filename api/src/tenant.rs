@@ -213,12 +213,16 @@ impl Tenant {
 
 /// The CRD manifest, as checked in at `api/crd/tenant.yaml`.
 pub fn crd_yaml() -> String {
-    use kube::CustomResourceExt;
-    let crd = Tenant::crd();
-    let mut out = String::from(
-        "# Generated from api/src/tenant.rs by `cargo run -p teapot-api --bin crdgen`; do not edit.\n",
+    generated_crd_yaml::<Tenant>("api/src/tenant.rs")
+}
+
+/// The CRD of teapot's own kind `K` as YAML, headed by where it is
+/// generated from (`source`).
+pub(crate) fn generated_crd_yaml<K: kube::CustomResourceExt>(source: &str) -> String {
+    let mut out = format!(
+        "# Generated from {source} by `cargo run -p teapot-api --bin crdgen`; do not edit.\n"
     );
-    out.push_str(&serde_yaml::to_string(&crd).unwrap_or_default());
+    out.push_str(&serde_yaml::to_string(&K::crd()).unwrap_or_default());
     out
 }
 

@@ -35,6 +35,7 @@ use teapot_api::gateway_api::{
     TlsRoute, UdpRoute,
 };
 use teapot_api::hostname::mirrored_ingress_name;
+use teapot_api::route_policy::RouteTrafficPolicy;
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, backoff};
 use tokio::sync::watch;
 
@@ -365,6 +366,32 @@ pub async fn reconcile_backend_tls_policy(
     Ok(Action::requeue(ctx.config.resync))
 }
 
+/// Reconciles one tenant RouteTrafficPolicy: its copy, targets renamed to
+/// the routes' mirrors. A policy only acts where a mirrored route is its
+/// target, and the webhook judges each copy.
+pub async fn reconcile_route_traffic_policy(
+    policy: Arc<RouteTrafficPolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if let Some(done) = hold(policy.as_ref(), true, &ctx).await? {
+        return Ok(done);
+    }
+    let value = serde_json::to_value(policy.as_ref())?;
+    let copy: RouteTrafficPolicy = serde_json::from_value(gm::lb_route_traffic_policy(
+        &value,
+        &ctx.config.lb_namespace,
+    )?)?;
+    let refusals: Vec<String> = apply_lb(&ctx, &copy).await?.into_iter().collect();
+    report(&ctx, policy.as_ref(), conditions(&refusals, &[])).await?;
+    ctx.failures
+        .clear(&format!("RouteTrafficPolicy {}", key(policy.as_ref())));
+    ctx.metrics
+        .reconciles
+        .with_label_values(&["routetrafficpolicy", "ok"])
+        .inc();
+    Ok(Action::requeue(ctx.config.resync))
+}
+
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy<K: Tenant>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     let kind = K::kind(&()).to_string();
@@ -565,6 +592,32 @@ fn backend_tls_policy_controller(
         .boxed()
 }
 
+fn route_traffic_policy_controller(
+    ctx: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+) -> BoxFuture<'static, ()> {
+    let (policies, store) = primary(Api::<RouteTrafficPolicy>::all(ctx.tenant.clone()));
+    Controller::for_stream(policies, store)
+        .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
+        .watches_stream(
+            lb_copies::<RouteTrafficPolicy>(&ctx),
+            |lb: RouteTrafficPolicy| source_ref(&lb),
+        )
+        .reconcile_all_on(resync_ticks(ctx.clone()))
+        .graceful_shutdown_on(stop(shutdown))
+        .run(
+            reconcile_route_traffic_policy,
+            error_policy::<RouteTrafficPolicy>,
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "RouteTrafficPolicy controller event");
+            }
+        })
+        .boxed()
+}
+
 /// The Gateway and route controllers, until `shutdown` turns true.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     futures::future::join_all([
@@ -574,7 +627,8 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>)
         route_controller::<TlsRoute>(ctx.clone(), shutdown.clone()),
         route_controller::<TcpRoute>(ctx.clone(), shutdown.clone()),
         route_controller::<UdpRoute>(ctx.clone(), shutdown.clone()),
-        backend_tls_policy_controller(ctx, shutdown),
+        backend_tls_policy_controller(ctx.clone(), shutdown.clone()),
+        route_traffic_policy_controller(ctx, shutdown),
     ])
     .await;
 }

@@ -298,6 +298,36 @@ pub fn lb_gateway(
     }))
 }
 
+/// The LB copy of a RouteTrafficPolicy: `NAME.NS`, its HTTPRoute and
+/// GRPCRoute targets renamed to the routes' mirrors (`NAME.NS`; a rule
+/// keeps its name in the mirror, so `sectionName` stays as written). A
+/// target naming its own namespace loses the field (the copy lives in the
+/// LB namespace); one naming another namespace, or another kind, is
+/// copied as written, for the webhook to refuse with its reason.
+pub fn lb_route_traffic_policy(policy: &Value, lb_namespace: &str) -> Result<Value, Error> {
+    let ns = own_namespace(policy)?;
+    let mut spec = policy["spec"].clone();
+    let targets = spec.get_mut("targetRefs").and_then(Value::as_array_mut);
+    for t in targets.into_iter().flatten() {
+        let route =
+            t["group"] == GROUP && matches!(t["kind"].as_str(), Some("HTTPRoute" | "GRPCRoute"));
+        let own = t["namespace"].as_str().is_none_or(|n| n == ns);
+        if route && own {
+            let name = t["name"].as_str().unwrap_or("").to_string();
+            t["name"] = json!(mirrored_ingress_name(&ns, &name));
+            if let Some(t) = t.as_object_mut() {
+                t.remove("namespace");
+            }
+        }
+    }
+    Ok(json!({
+        "apiVersion": policy["apiVersion"],
+        "kind": "RouteTrafficPolicy",
+        "metadata": copy_metadata(policy, &ns, lb_namespace)?,
+        "spec": spec,
+    }))
+}
+
 /// The ConfigMaps a BackendTLSPolicy reads its trust anchors from (its
 /// own namespace's: the references have no namespace field).
 pub fn policy_config_maps(policy: &Value) -> Result<BTreeSet<Ref>, Error> {

@@ -15,6 +15,7 @@ use teapot_api::gateway_api::{
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::SERVICE_NAME_LABEL;
 use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
+use teapot_api::route_policy::RouteTrafficPolicy;
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, CAPI};
 
 use crate::gateway_mirror::{self, gateway_needs, route_needs};
@@ -150,7 +151,7 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
 }
 
 /// The kinds of Gateway API copies the agent writes.
-const COPY_KINDS: [&str; 7] = [
+const COPY_KINDS: [&str; 8] = [
     "Gateway",
     "HTTPRoute",
     "GRPCRoute",
@@ -158,7 +159,18 @@ const COPY_KINDS: [&str; 7] = [
     "TCPRoute",
     "UDPRoute",
     "BackendTLSPolicy",
+    "RouteTrafficPolicy",
 ];
+
+/// A list of teapot's own RouteTrafficPolicy kind, empty where its CRD is
+/// not installed (404): a tenant cluster without it has no policies, and
+/// the collector must still run for everything else.
+fn served<T>(list: Result<Vec<T>, Error>) -> Result<Vec<T>, Error> {
+    match list {
+        Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(Vec::new()),
+        other => other,
+    }
+}
 
 /// The Gateway API copies the agent wrote, as `(kind, name)`: listed by the GC
 /// before the tenant side.
@@ -183,6 +195,7 @@ async fn lb_copy_names(ctx: &Context) -> Result<Vec<(&'static str, String)>, Err
         names::<TcpRoute>(ctx).await?,
         names::<UdpRoute>(ctx).await?,
         names::<BackendTlsPolicy>(ctx).await?,
+        served(names::<RouteTrafficPolicy>(ctx).await)?,
     ];
     for (kind, list) in COPY_KINDS.into_iter().zip(lists) {
         out.extend(list.into_iter().map(|n| (kind, n)));
@@ -215,6 +228,20 @@ async fn add_live(ctx: &Context, live: &mut Live) -> Result<(), Error> {
     add_live_routes::<TlsRoute>(ctx, live).await?;
     add_live_routes::<TcpRoute>(ctx, live).await?;
     add_live_routes::<UdpRoute>(ctx, live).await?;
+    let policies = Api::<RouteTrafficPolicy>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(Error::from);
+    for p in served(policies)? {
+        if p.metadata.deletion_timestamp.is_none() {
+            let ns = p.namespace().unwrap_or_default();
+            live.gateway_api.insert((
+                "RouteTrafficPolicy",
+                mirrored_ingress_name(&ns, &p.name_any()),
+            ));
+        }
+    }
     for p in Api::<BackendTlsPolicy>::all(ctx.tenant.clone())
         .list(&ListParams::default())
         .await?
@@ -271,6 +298,7 @@ async fn delete_copy(ctx: &Context, kind: &str, name: &str) -> Result<usize, Err
         "TCPRoute" => delete::<TcpRoute>(ctx, name).await,
         "UDPRoute" => delete::<UdpRoute>(ctx, name).await,
         "BackendTLSPolicy" => delete::<BackendTlsPolicy>(ctx, name).await,
+        "RouteTrafficPolicy" => delete::<RouteTrafficPolicy>(ctx, name).await,
         _ => Ok(0),
     }
 }

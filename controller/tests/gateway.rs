@@ -393,3 +393,64 @@ async fn a_backend_tls_policy_and_its_config_map_are_mirrored_renamed() {
     assert!(f.lb_get(GW, "BackendTLSPolicy", "web-tls.shop").is_none());
     assert!(f.lb_get("v1", "ConfigMap", &ca).is_none());
 }
+
+#[tokio::test]
+async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
+    use teapot_api::hostname::mirrored_ingress_name;
+    use teapot_api::route_policy::RouteTrafficPolicy;
+    use teapot_controller::gateway::reconcile_route_traffic_policy;
+    const TEAPOT: &str = "teapot.dev/v1alpha1";
+    let f = Fixture::new().await;
+    f.tenant.apply(json!({
+        "apiVersion": TEAPOT, "kind": "RouteTrafficPolicy",
+        "metadata": {"name": "admin-only", "namespace": NS},
+        "spec": {
+            "targetRefs": [
+                {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web", "sectionName": "admin"},
+                {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "name": "calls", "namespace": NS},
+                {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "theirs", "namespace": "other"},
+            ],
+            "clientAddresses": {"allow": ["10.0.0.0/8"]},
+            "rateLimit": {"requestsPerSecond": 10, "exempt": ["10.1.0.0/16"]},
+        },
+    }));
+    for _ in 0..2 {
+        let v = f
+            .tenant
+            .get(TEAPOT, "RouteTrafficPolicy", NS, "admin-only")
+            .expect("tenant policy");
+        let p: Arc<RouteTrafficPolicy> = Arc::new(serde_json::from_value(v).unwrap());
+        reconcile_route_traffic_policy(p, f.ctx.clone())
+            .await
+            .expect("reconcile");
+    }
+    let name = mirrored_ingress_name(NS, "admin-only");
+    let copy = f
+        .lb_get(TEAPOT, "RouteTrafficPolicy", &name)
+        .expect("LB RouteTrafficPolicy");
+    // The routes' mirror names; a rule keeps its name, so sectionName
+    // stays; another namespace's target is copied as written, for the
+    // webhook to refuse.
+    assert_eq!(
+        copy["spec"]["targetRefs"],
+        json!([
+            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+             "name": mirrored_ingress_name(NS, "web"), "sectionName": "admin"},
+            {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute",
+             "name": mirrored_ingress_name(NS, "calls")},
+            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+             "name": "theirs", "namespace": "other"},
+        ])
+    );
+    assert_eq!(
+        copy["spec"]["clientAddresses"]["allow"],
+        json!(["10.0.0.0/8"])
+    );
+    assert_eq!(copy["spec"]["rateLimit"]["requestsPerSecond"], 10);
+
+    // Gone from the tenant cluster: the collector removes the copy.
+    f.tenant
+        .delete(TEAPOT, "RouteTrafficPolicy", NS, "admin-only");
+    gc::collect(&f.ctx).await.expect("gc");
+    assert!(f.lb_get(TEAPOT, "RouteTrafficPolicy", &name).is_none());
+}

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use teapot_api::Tenant;
+use teapot_api::route_policy::RouteTrafficPolicy;
 use teapot_gateway_api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute,
     TlsRoute, UdpRoute,
@@ -123,6 +124,9 @@ pub enum Kind {
     /// Read for the `ca.crt` a BackendTLSPolicy names; only that key is
     /// kept ([`crate::validate`]).
     ConfigMap,
+    /// teapot's own policy for HTTPRoute and GRPCRoute rules
+    /// (`teapot.dev/v1alpha1`, teapot_api::route_policy).
+    RouteTrafficPolicy,
     /// Read for their labels: Gateway listeners admit routes by namespace
     /// selector.
     Namespace,
@@ -161,6 +165,7 @@ impl Kind {
             ("v1", "ConfigMap") => Some(Kind::ConfigMap),
             ("discovery.k8s.io/v1", "EndpointSlice") => Some(Kind::EndpointSlice),
             ("teapot.dev/v1alpha1", "Tenant") => Some(Kind::Tenant),
+            ("teapot.dev/v1alpha1", "RouteTrafficPolicy") => Some(Kind::RouteTrafficPolicy),
             ("v1", "Namespace") => Some(Kind::Namespace),
             (api_version, kind) => {
                 let version = api_version.strip_prefix("gateway.networking.k8s.io/")?;
@@ -251,6 +256,7 @@ pub struct Store {
     /// ConfigMaps with their `ca.crt` only (the trust anchors of
     /// BackendTLSPolicies; every other key is dropped when read).
     pub config_maps: ObjectMap<ConfigMap>,
+    pub route_traffic_policies: BTreeMap<NsName, Stored<RouteTrafficPolicy>>,
     /// Namespaces by name, for their labels.
     pub namespaces: BTreeMap<String, Stored<Namespace>>,
 }
@@ -274,6 +280,7 @@ pub enum Object {
     UdpRoute(UdpRoute),
     BackendTlsPolicy(Box<BackendTlsPolicy>),
     ConfigMap(ConfigMap),
+    RouteTrafficPolicy(Box<RouteTrafficPolicy>),
     Namespace(Namespace),
 }
 
@@ -296,6 +303,7 @@ impl Store {
             + self.udp_routes.len()
             + self.backend_tls_policies.len()
             + self.config_maps.len()
+            + self.route_traffic_policies.len()
             + self.namespaces.len()
     }
 
@@ -323,6 +331,7 @@ impl Store {
             Kind::UdpRoute => self.udp_routes.contains_key(&ns()),
             Kind::BackendTlsPolicy => self.backend_tls_policies.contains_key(&ns()),
             Kind::ConfigMap => self.config_maps.contains_key(&ns()),
+            Kind::RouteTrafficPolicy => self.route_traffic_policies.contains_key(&ns()),
             Kind::Namespace => self.namespaces.contains_key(&key.name),
         }
     }
@@ -379,6 +388,9 @@ impl Store {
             Object::ConfigMap(o) => {
                 self.config_maps.insert(ns, stored(o, origin));
             }
+            Object::RouteTrafficPolicy(o) => {
+                self.route_traffic_policies.insert(ns, stored(*o, origin));
+            }
             Object::Namespace(o) => {
                 self.namespaces.insert(key.name, stored(o, origin));
             }
@@ -405,6 +417,7 @@ impl Store {
             Kind::UdpRoute => drop(self.udp_routes.remove(&ns)),
             Kind::BackendTlsPolicy => drop(self.backend_tls_policies.remove(&ns)),
             Kind::ConfigMap => drop(self.config_maps.remove(&ns)),
+            Kind::RouteTrafficPolicy => drop(self.route_traffic_policies.remove(&ns)),
             Kind::Namespace => drop(self.namespaces.remove(&key.name)),
         }
     }
@@ -434,6 +447,11 @@ impl Store {
                 &ns,
             ),
             Kind::ConfigMap => copy(&from.config_maps, &mut self.config_maps, &ns),
+            Kind::RouteTrafficPolicy => copy(
+                &from.route_traffic_policies,
+                &mut self.route_traffic_policies,
+                &ns,
+            ),
             Kind::Namespace => copy(&from.namespaces, &mut self.namespaces, &key.name),
         }
     }
@@ -500,6 +518,11 @@ impl Store {
         each(&self.tcp_routes, Kind::TcpRoute, &mut f);
         each(&self.udp_routes, Kind::UdpRoute, &mut f);
         each(&self.backend_tls_policies, Kind::BackendTlsPolicy, &mut f);
+        each(
+            &self.route_traffic_policies,
+            Kind::RouteTrafficPolicy,
+            &mut f,
+        );
     }
 
     /// The origin of the stored object with `key`.
@@ -528,7 +551,8 @@ impl Store {
             | Kind::TlsRoute
             | Kind::TcpRoute
             | Kind::UdpRoute
-            | Kind::BackendTlsPolicy => self.gateway_api_origin(key),
+            | Kind::BackendTlsPolicy
+            | Kind::RouteTrafficPolicy => self.gateway_api_origin(key),
         }
     }
 
@@ -546,6 +570,7 @@ impl Store {
             Kind::TcpRoute => get(&self.tcp_routes, &id),
             Kind::UdpRoute => get(&self.udp_routes, &id),
             Kind::BackendTlsPolicy => get(&self.backend_tls_policies, &id),
+            Kind::RouteTrafficPolicy => get(&self.route_traffic_policies, &id),
             _ => None,
         }
     }

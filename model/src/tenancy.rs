@@ -421,6 +421,14 @@ fn admit_pass(
             TenantObjectRef::BackendTlsPolicy(&s.object),
         );
     }
+    for (id, s) in &store.route_traffic_policies {
+        judge(
+            Kind::RouteTrafficPolicy,
+            id,
+            &s.origin,
+            TenantObjectRef::RouteTrafficPolicy(&s.object),
+        );
+    }
     for (id, s) in &store.config_maps {
         judge(
             Kind::ConfigMap,

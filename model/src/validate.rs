@@ -87,8 +87,34 @@ pub fn parse_object(
             Object::BackendTlsPolicy(Box::new(policy))
         }
         Kind::ConfigMap => Object::ConfigMap(ca_config_map(typed(value)?)),
+        Kind::RouteTrafficPolicy => {
+            let policy: teapot_api::route_policy::RouteTrafficPolicy = typed(value)?;
+            validate_route_traffic_policy(&policy)?;
+            Object::RouteTrafficPolicy(Box::new(policy))
+        }
         Kind::Namespace => Object::Namespace(typed(value)?),
     })
+}
+
+/// Validates a RouteTrafficPolicy: a target at least, and every value as
+/// the ingress-nginx annotation it stands for is read (one reader, errors
+/// named by the policy's own fields).
+fn validate_route_traffic_policy(
+    policy: &teapot_api::route_policy::RouteTrafficPolicy,
+) -> Result<(), FieldError> {
+    if policy.spec.target_refs.is_empty() {
+        return Err(FieldError::at(
+            "spec.targetRefs",
+            "at least one targetRef is required",
+        ));
+    }
+    match teapot_api::policy::route_traffic_value_errors(&policy.spec)
+        .into_iter()
+        .next()
+    {
+        Some((field, why)) => Err(FieldError::at(field, why)),
+        None => Ok(()),
+    }
 }
 
 /// A ConfigMap as the store keeps it: its metadata and `ca.crt`, the only

@@ -132,6 +132,9 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::UdpRoute => gateway_api("UDPRoute", "udproutes"),
         Kind::BackendTlsPolicy => gateway_api("BackendTLSPolicy", "backendtlspolicies"),
         Kind::ConfigMap => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        Kind::RouteTrafficPolicy => {
+            ApiResource::erase::<teapot_api::route_policy::RouteTrafficPolicy>(&())
+        }
         Kind::Namespace => ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
     }
 }
@@ -172,10 +175,12 @@ pub const GATEWAY_API_KINDS: [Kind; 9] = [
 /// Kinds read for what Gateway API objects refer to: Namespaces, for the
 /// labels a listener's `allowedRoutes.namespaces.from: Selector` matches,
 /// and ConfigMaps, for the `ca.crt` a BackendTLSPolicy names (the store
-/// keeps that key only).
+/// keeps that key only), and RouteTrafficPolicies, teapot's own policy for
+/// routes (its CRD may not be installed).
 /// Optional like [`GATEWAY_API_KINDS`]: a role without them (the
 /// webhook's) reads none, and no Gateway selects by them.
-pub const GATEWAY_API_CONTEXT_KINDS: [Kind; 2] = [Kind::Namespace, Kind::ConfigMap];
+pub const GATEWAY_API_CONTEXT_KINDS: [Kind; 3] =
+    [Kind::Namespace, Kind::ConfigMap, Kind::RouteTrafficPolicy];
 
 /// How often an optional kind the server does not serve is asked again.
 pub const REPROBE: Duration = Duration::from_secs(30);
@@ -928,6 +933,13 @@ mod tests {
         api.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
                          "metadata": {"name": "ca", "namespace": "ops"},
                          "data": {"ca.crt": "PEM", "app.conf": "not kept"}}));
+        api.apply(
+            json!({"apiVersion": "teapot.dev/v1alpha1", "kind": "RouteTrafficPolicy",
+                         "metadata": {"name": "r", "namespace": "ops"},
+                         "spec": {"targetRefs": [{"group": gw.split('/').next().unwrap(),
+                                                  "kind": "HTTPRoute", "name": "r"}],
+                                  "inFlightPerClient": 5}}),
+        );
         let source = KubeSource::start(&KubeConfig::new(api.client()));
         tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
             .await
@@ -937,6 +949,7 @@ mod tests {
         let store = &loaded.store;
         let key = |n: &str| NsName::new("ops".to_string(), n.to_string());
         assert!(store.backend_tls_policies.contains_key(&key("r")));
+        assert!(store.route_traffic_policies.contains_key(&key("r")));
         let data = store.config_maps[&key("ca")].object.data.clone().unwrap();
         assert_eq!(
             data.keys().collect::<Vec<_>>(),
@@ -962,11 +975,11 @@ mod tests {
 
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
-        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 2);
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 3);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
         // Tenant, IngressClass, GatewayClass and Namespace once; the other
-        // thirteen kinds in each namespace.
-        assert_eq!(specs.len(), 4 + 13 * 2);
+        // fourteen kinds in each namespace.
+        assert_eq!(specs.len(), 4 + 14 * 2);
         assert!(
             specs
                 .iter()

@@ -182,6 +182,10 @@ fn add_yaml(a: &AddArgs) -> anyhow::Result<String> {
          # The ConfigMaps (ca.crt) a BackendTLSPolicy names, copied with it.\n  \
          - apiGroups: [\"\"]\n    \
          resources: [configmaps]\n    \
+         verbs: [get, list, watch, create, update, patch, delete]\n  \
+         # RouteTrafficPolicy copies, with their routes' mirror names.\n  \
+         - apiGroups: [\"teapot.dev\"]\n    \
+         resources: [routetrafficpolicies]\n    \
          verbs: [get, list, watch, create, update, patch, delete]\n"
     );
     binding(

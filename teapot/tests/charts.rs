@@ -12,7 +12,8 @@
 //!   cluster-wide read of namespaced kinds unless `rbac.clusterWide`;
 //! - every flag the charts pass to `teapot proxy` and `teapot webhook` is
 //!   accepted by this build's `teapot` (the agent's flags are planned);
-//! - the chart ships exactly `api/crd/tenant.yaml`; the webhook fails
+//! - the chart ships exactly `api/crd/tenant.yaml` and
+//!   `api/crd/routetrafficpolicy.yaml`; the webhook fails
 //!   closed and is scoped by `teapot.dev/tenant`; drains fit in the
 //!   termination grace period; the schema refuses bad values; the
 //!   Containerfile is multi-stage and non-root.
@@ -267,6 +268,8 @@ fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
                                 | "udproutes/status"
                                 | "backendtlspolicies/status"
                         )
+                        // teapot's own policy for routes, its status only.
+                        | ("teapot.dev", "routetrafficpolicies/status")
                 ) || (group.is_empty() && resource == "secrets" && named)
                     // The teapot GatewayClass's status, by name only.
                     || (group == "gateway.networking.k8s.io"
@@ -309,23 +312,36 @@ fn teapot_lb_renders_and_validates() {
             kinds.contains("DaemonSet") || of_kind(&docs, "Deployment").count() == 2,
             "{label}: no proxy workload"
         );
-        let crd = of_kind(&docs, "CustomResourceDefinition")
-            .next()
-            .expect("CRD");
-        assert_eq!(crd["metadata"]["name"], "tenants.teapot.dev");
+        let crds: Vec<&str> = of_kind(&docs, "CustomResourceDefinition")
+            .filter_map(|c| c["metadata"]["name"].as_str())
+            .filter(|n| n.ends_with(".teapot.dev"))
+            .collect();
+        assert_eq!(
+            crds,
+            ["routetrafficpolicies.teapot.dev", "tenants.teapot.dev"],
+            "{label}"
+        );
     }
 }
 
 #[test]
-fn chart_ships_the_generated_tenant_crd() {
-    let generated = std::fs::read(repo().join("api/crd/tenant.yaml")).expect("api/crd/tenant.yaml");
-    let shipped = std::fs::read(chart("teapot-lb").join("crds/tenant.yaml"))
-        .expect("charts/teapot-lb/crds/tenant.yaml");
-    assert!(
-        generated == shipped,
-        "charts/teapot-lb/crds/tenant.yaml differs from api/crd/tenant.yaml: \
-         cp api/crd/tenant.yaml charts/teapot-lb/crds/tenant.yaml"
-    );
+fn chart_ships_the_generated_crds() {
+    // The tenant clusters need RouteTrafficPolicy's too: the agent's chart
+    // ships it.
+    let shipped = [
+        ("teapot-lb", "tenant.yaml"),
+        ("teapot-lb", "routetrafficpolicy.yaml"),
+        ("teapot-agent", "routetrafficpolicy.yaml"),
+    ];
+    for (name, file) in shipped {
+        let generated = std::fs::read(repo().join("api/crd").join(file)).expect(file);
+        let shipped = std::fs::read(chart(name).join("crds").join(file)).expect(file);
+        assert!(
+            generated == shipped,
+            "charts/{name}/crds/{file} differs from api/crd/{file}: \
+             cp api/crd/{file} charts/{name}/crds/{file}"
+        );
+    }
 }
 
 #[test]

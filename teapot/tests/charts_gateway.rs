@@ -139,9 +139,15 @@ fn the_shipped_crds_are_the_upstream_ones_of_the_generated_kinds() {
 fn crds_render_unless_skipped() {
     let Some(helm) = helm() else { return };
     let docs = render(&helm, "teapot-lb", &["--include-crds"]);
-    // The Tenant CRD (crds/) comes first, as charts.rs expects.
-    let first = of_kind(&docs, "CustomResourceDefinition").next().unwrap();
-    assert_eq!(first["metadata"]["name"], "tenants.teapot.dev");
+    // teapot's own CRDs (crds/) come first, as charts.rs expects.
+    let first: Vec<_> = of_kind(&docs, "CustomResourceDefinition")
+        .take(2)
+        .map(|c| c["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(
+        first,
+        ["routetrafficpolicies.teapot.dev", "tenants.teapot.dev"]
+    );
     let names = gateway_crd_names(&docs);
     assert_eq!(names.len(), 9, "{names:?}");
     for crd in of_kind(&docs, "CustomResourceDefinition").filter(|c| c["spec"]["group"] == GROUP) {
@@ -169,7 +175,8 @@ fn crds_render_unless_skipped() {
         &["--include-crds", "--set", "gatewayAPI.installCRDs=false"],
     );
     assert!(gateway_crd_names(&skipped).is_empty());
-    assert_eq!(of_kind(&skipped, "CustomResourceDefinition").count(), 1);
+    // teapot's own two (Tenant, RouteTrafficPolicy) stay.
+    assert_eq!(of_kind(&skipped, "CustomResourceDefinition").count(), 2);
 }
 
 #[test]

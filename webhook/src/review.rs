@@ -443,6 +443,7 @@ fn metrics_kind(group: &str, kind: &str) -> &'static str {
         ("", "Secret") => "Secret",
         ("", "ConfigMap") => "ConfigMap",
         ("teapot.dev", "Tenant") => "Tenant",
+        ("teapot.dev", "RouteTrafficPolicy") => "RouteTrafficPolicy",
         (policy::GATEWAY_GROUP, "Gateway") => "Gateway",
         (policy::GATEWAY_GROUP, "HTTPRoute") => "HTTPRoute",
         (policy::GATEWAY_GROUP, "GRPCRoute") => "GRPCRoute",
@@ -518,6 +519,7 @@ pub fn group_version(kind: ObjectKind) -> (&'static str, &'static str) {
         | ObjectKind::UdpRoute
         | ObjectKind::ReferenceGrant
         | ObjectKind::BackendTlsPolicy => (policy::GATEWAY_GROUP, "v1"),
+        ObjectKind::RouteTrafficPolicy => ("teapot.dev", "v1alpha1"),
     }
 }
 

@@ -210,6 +210,9 @@ impl PolicyState {
         for (k, v) in &store.backend_tls_policies {
             self.record(ObjectKind::BackendTlsPolicy, k, || json_size(&*v.object));
         }
+        for (k, v) in &store.route_traffic_policies {
+            self.record(ObjectKind::RouteTrafficPolicy, k, || json_size(&*v.object));
+        }
         // Operators' hosts before any tenant's; tenants' oldest first.
         claimants.sort_by_key(|(k, created, _)| {
             (
@@ -348,9 +351,11 @@ impl PolicyState {
             // ConfigMaps (a BackendTLSPolicy's ca.crt) are counted with
             // the Secrets, the other certificate material.
             secrets: count(ObjectKind::Secret) + count(ObjectKind::ConfigMap),
+            // RouteTrafficPolicies (teapot's own group) count with the
+            // routes they are written for.
             gateway_api: ObjectKind::ALL
                 .into_iter()
-                .filter(|k| k.is_gateway_api())
+                .filter(|k| k.is_gateway_api() || *k == ObjectKind::RouteTrafficPolicy)
                 .map(count)
                 .sum(),
             lb_listeners,

@@ -1,10 +1,20 @@
-//! Writes the Tenant CRD YAML (`api/crd/tenant.yaml`) from the Rust type.
+//! Writes the CRD YAML of teapot's own kinds (`api/crd/tenant.yaml`,
+//! `api/crd/routetrafficpolicy.yaml`) from the Rust types.
 
 fn main() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crd/tenant.yaml");
-    if let Err(e) = std::fs::write(path, teapot_api::tenant::crd_yaml()) {
-        eprintln!("cannot write {path}: {e}");
-        std::process::exit(1);
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/crd");
+    for (file, yaml) in [
+        ("tenant.yaml", teapot_api::tenant::crd_yaml()),
+        (
+            "routetrafficpolicy.yaml",
+            teapot_api::route_policy::crd_yaml(),
+        ),
+    ] {
+        let path = format!("{dir}/{file}");
+        if let Err(e) = std::fs::write(&path, yaml) {
+            eprintln!("cannot write {path}: {e}");
+            std::process::exit(1);
+        }
+        println!("wrote {path}");
     }
-    println!("wrote {path}");
 }

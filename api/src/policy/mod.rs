@@ -33,6 +33,7 @@ mod ingress;
 mod meta;
 mod names;
 mod regexes;
+mod route_traffic;
 mod secret;
 mod service;
 mod strings;
@@ -50,6 +51,7 @@ use teapot_gateway_api::{
 };
 
 use crate::kind::ObjectKind;
+use crate::route_policy::RouteTrafficPolicy;
 use crate::tenant::{EffectiveLimits, Tenant, TenantLimits};
 
 pub use addresses::{check_endpoint_address, forbidden_address};
@@ -65,6 +67,9 @@ pub use ingress::{check_ingress, pending_custom_hosts};
 pub use meta::{check_annotations, check_labels};
 pub use names::{dns_label, dns_subdomain, dns1035_label, port_name};
 pub use regexes::{object_regex_cost, object_regexes, regex_budget};
+pub use route_traffic::{
+    ROUTE_TRAFFIC_POLICY_TARGETS, check_route_traffic_policy, route_traffic_value_errors,
+};
 pub use secret::{TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, tls_secret_data};
 pub use service::check_service;
 pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};
@@ -245,6 +250,7 @@ pub enum TenantObject {
     ReferenceGrant(Box<ReferenceGrant>),
     BackendTlsPolicy(Box<BackendTlsPolicy>),
     ConfigMap(Box<ConfigMap>),
+    RouteTrafficPolicy(Box<RouteTrafficPolicy>),
 }
 
 impl TenantObject {
@@ -263,6 +269,7 @@ impl TenantObject {
             TenantObject::ReferenceGrant(_) => ObjectKind::ReferenceGrant,
             TenantObject::BackendTlsPolicy(_) => ObjectKind::BackendTlsPolicy,
             TenantObject::ConfigMap(_) => ObjectKind::ConfigMap,
+            TenantObject::RouteTrafficPolicy(_) => ObjectKind::RouteTrafficPolicy,
         }
     }
 }
@@ -284,6 +291,7 @@ pub enum TenantObjectRef<'a> {
     ReferenceGrant(&'a ReferenceGrant),
     BackendTlsPolicy(&'a BackendTlsPolicy),
     ConfigMap(&'a ConfigMap),
+    RouteTrafficPolicy(&'a RouteTrafficPolicy),
 }
 
 impl serde::Serialize for TenantObjectRef<'_> {
@@ -302,6 +310,7 @@ impl serde::Serialize for TenantObjectRef<'_> {
             TenantObjectRef::ReferenceGrant(o) => o.serialize(s),
             TenantObjectRef::BackendTlsPolicy(o) => o.serialize(s),
             TenantObjectRef::ConfigMap(o) => o.serialize(s),
+            TenantObjectRef::RouteTrafficPolicy(o) => o.serialize(s),
         }
     }
 }
@@ -328,6 +337,7 @@ impl<'a> TenantObjectRef<'a> {
             TenantObjectRef::ReferenceGrant(o) => &o.metadata,
             TenantObjectRef::BackendTlsPolicy(o) => &o.metadata,
             TenantObjectRef::ConfigMap(o) => &o.metadata,
+            TenantObjectRef::RouteTrafficPolicy(o) => &o.metadata,
         }
     }
 
@@ -346,6 +356,7 @@ impl<'a> TenantObjectRef<'a> {
             TenantObjectRef::ReferenceGrant(_) => ObjectKind::ReferenceGrant,
             TenantObjectRef::BackendTlsPolicy(_) => ObjectKind::BackendTlsPolicy,
             TenantObjectRef::ConfigMap(_) => ObjectKind::ConfigMap,
+            TenantObjectRef::RouteTrafficPolicy(_) => ObjectKind::RouteTrafficPolicy,
         }
     }
 }
@@ -366,6 +377,7 @@ impl TenantObject {
             TenantObject::ReferenceGrant(o) => TenantObjectRef::ReferenceGrant(o),
             TenantObject::BackendTlsPolicy(o) => TenantObjectRef::BackendTlsPolicy(o),
             TenantObject::ConfigMap(o) => TenantObjectRef::ConfigMap(o),
+            TenantObject::RouteTrafficPolicy(o) => TenantObjectRef::RouteTrafficPolicy(o),
         }
     }
 }
@@ -390,6 +402,7 @@ pub fn object_kind(api_version: &str, kind: &str) -> Option<ObjectKind> {
         ("discovery.k8s.io/v1", "EndpointSlice") => Some(ObjectKind::EndpointSlice),
         ("v1", "Secret") => Some(ObjectKind::Secret),
         ("v1", "ConfigMap") => Some(ObjectKind::ConfigMap),
+        ("teapot.dev/v1alpha1", "RouteTrafficPolicy") => Some(ObjectKind::RouteTrafficPolicy),
         ("gateway.networking.k8s.io/v1", kind) => match kind {
             "Gateway" => Some(ObjectKind::Gateway),
             "HTTPRoute" => Some(ObjectKind::HttpRoute),
@@ -420,7 +433,7 @@ pub fn refused_kind_message(api_version: &str, kind: &str) -> String {
         );
     }
     format!(
-        "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Secret, v1 ConfigMap (ca.crt only), and gateway.networking.k8s.io/v1 Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute, ReferenceGrant and BackendTLSPolicy",
+        "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Secret, v1 ConfigMap (ca.crt only), and gateway.networking.k8s.io/v1 Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute, ReferenceGrant and BackendTLSPolicy, and teapot.dev/v1alpha1 RouteTrafficPolicy",
         quote(api_version),
         quote(kind)
     )
@@ -470,6 +483,9 @@ pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> 
             parse(value).map(|o| TenantObject::BackendTlsPolicy(Box::new(o)))
         }
         ObjectKind::ConfigMap => parse(value).map(|o| TenantObject::ConfigMap(Box::new(o))),
+        ObjectKind::RouteTrafficPolicy => {
+            parse(value).map(|o| TenantObject::RouteTrafficPolicy(Box::new(o)))
+        }
     };
     let object = match typed {
         Ok(o) => o,
@@ -573,6 +589,9 @@ fn check_kind(
         TenantObjectRef::BackendTlsPolicy(o) => check_backend_tls_policy(ctx, namespace, o),
         TenantObjectRef::ConfigMap(o) => {
             return (check_config_map(ctx, namespace, o), Vec::new());
+        }
+        TenantObjectRef::RouteTrafficPolicy(o) => {
+            return (check_route_traffic_policy(ctx, namespace, o), Vec::new());
         }
         TenantObjectRef::HttpRoute(_)
         | TenantObjectRef::GrpcRoute(_)

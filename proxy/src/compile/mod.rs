@@ -254,6 +254,7 @@ pub fn compile_incremental(
         l4: l4_report,
         gateway: gateway_report,
         backend_tls_policies: gateway::backend_tls::report(store),
+        route_traffic_policies: gateway::route_policy::report(store),
         tables: TableSizes {
             ingress_routes: routes.len(),
             gateway_hosts: gateway_table.hosts(),
@@ -353,18 +354,18 @@ spec:
         )
     }
 
+    /// The store of YAML documents, which must all be valid.
+    pub(crate) fn test_store(docs: &str) -> Store {
+        let mut loaded = Loaded::default();
+        load_text(Path::new("t.yaml"), docs, &Store::default(), &mut loaded);
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        loaded.store
+    }
+
     /// Loads YAML documents (which must all be valid) and compiles them.
     pub(crate) fn compile_test_docs(docs: &[String], options: &CompileOptions) -> Snapshot {
-        let mut loaded = Loaded::default();
-        load_text(
-            Path::new("t.yaml"),
-            &docs.join("---\n"),
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         compile(
-            &loaded.store,
+            &test_store(&docs.join("---\n")),
             Vec::new(),
             1,
             options,

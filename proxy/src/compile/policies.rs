@@ -60,6 +60,23 @@ impl<'a> Policies<'a> {
             .clone()
     }
 
+    /// The rate counters and in-flight counts of `tenant`'s routes: its
+    /// fixed-size table (sized by its `maxConnections`), or the operator
+    /// namespaces' one. Every rate limit of a tenant, an Ingress's or a
+    /// RouteTrafficPolicy's, counts in the same table.
+    pub(crate) fn rate_table(&self, tenant: Option<&TenantView<'a>>) -> Arc<RateTable> {
+        match tenant {
+            Some(t) => {
+                let limits =
+                    teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref());
+                self.gates
+                    .rate_tables
+                    .table(t.cluster, RateTable::slots_for(limits.max_connections))
+            }
+            None => self.gates.rate_tables.table("", rate_table::OPERATOR_SLOTS),
+        }
+    }
+
     /// The policy of `ingress` and the annotations it could not read or
     /// does not serve (the webhook refuses those in tenant namespaces; an
     /// operator's manifest can still carry one, and is told).
@@ -97,12 +114,7 @@ impl<'a> Policies<'a> {
         let limits = tenant
             .map(|t| teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref()));
         let nginx = NginxAnnotations::read(all, &mut problems);
-        let table = || match (cluster, &limits) {
-            (Some(cluster), Some(limits)) => gates
-                .rate_tables
-                .table(cluster, RateTable::slots_for(limits.max_connections)),
-            _ => gates.rate_tables.table("", rate_table::OPERATOR_SLOTS),
-        };
+        let table = || self.rate_table(tenant);
         let teapot_redirect = all
             .and_then(|a| a.get(SSL_REDIRECT))
             .map(|v| annotations::parse(ObjectKind::Ingress, SSL_REDIRECT, v));

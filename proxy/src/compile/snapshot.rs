@@ -66,6 +66,10 @@ pub struct StatusReport {
             teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyStatus,
         >,
     >,
+    /// RouteTrafficPolicy status (`crate::compile::gateway::route_policy`).
+    #[serde(rename = "routeTrafficPolicies", skip_serializing_if = "Vec::is_empty")]
+    pub route_traffic_policies:
+        Vec<crate::compile::gateway::Reported<teapot_api::route_policy::RouteTrafficPolicyStatus>>,
     /// How large the compiled tables are: what tenants' objects cost every
     /// replica's memory, visible to the operator.
     pub tables: TableSizes,

@@ -106,6 +106,18 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
                 status: to_value(&p.status),
             }),
     );
+    out.extend(
+        snapshot
+            .report
+            .route_traffic_policies
+            .iter()
+            .map(|p| StatusUpdate {
+                kind: Kind::RouteTrafficPolicy,
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                status: to_value(&p.status),
+            }),
+    );
     let Some(l4) = snapshot.report.l4.as_ref() else {
         return out;
     };
@@ -246,6 +258,10 @@ fn current(store: &Store, kind: Kind, id: &NsName) -> Option<Current> {
             let o = &store.backend_tls_policies.get(id)?.object;
             of(&o.metadata, &o.status)
         }
+        Kind::RouteTrafficPolicy => {
+            let o = &store.route_traffic_policies.get(id)?.object;
+            of(&o.metadata, &o.status)
+        }
         _ => return None,
     })
 }
@@ -315,6 +331,8 @@ fn complete(value: &mut Value, current: &Value, generation: Option<i64>, now: &s
                         } else if item.get("ancestorRef").is_some() {
                             o["ancestorRef"] == item["ancestorRef"]
                                 && o["controllerName"] == item["controllerName"]
+                        } else if item.get("targetRef").is_some() {
+                            o["targetRef"] == item["targetRef"]
                         } else {
                             false
                         }
@@ -343,6 +361,9 @@ fn typed(kind: Kind, status: Value) -> Result<Value, serde_json::Error> {
         Kind::TcpRoute => round::<g::tcp_routes::TcpRouteStatus>(status),
         Kind::UdpRoute => round::<g::udp_routes::UdpRouteStatus>(status),
         Kind::BackendTlsPolicy => round::<g::backend_tls_policies::BackendTlsPolicyStatus>(status),
+        Kind::RouteTrafficPolicy => {
+            round::<teapot_api::route_policy::RouteTrafficPolicyStatus>(status)
+        }
         _ => Ok(status),
     }
 }
@@ -499,6 +520,59 @@ mod tests {
             policy["metadata"]["generation"]
         );
         assert!(condition["lastTransitionTime"].is_string());
+    }
+
+    /// A RouteTrafficPolicy's status is written per target, with its
+    /// generation and time, and an unchanged one is not written again.
+    #[tokio::test]
+    async fn route_traffic_policy_status_is_written_once() {
+        const TEAPOT: &str = "teapot.dev/v1alpha1";
+        let api = ApiServer::start().await;
+        api.apply(json!({"apiVersion": TEAPOT, "kind": "RouteTrafficPolicy",
+            "metadata": {"name": "admin-only", "namespace": "ops"},
+            "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web"}],
+                     "inFlightPerClient": 5}}));
+        let source = KubeSource::start_with(
+            &api.client(),
+            vec![WatchSpec {
+                kind: Kind::RouteTrafficPolicy,
+                namespace: None,
+            }],
+        );
+        source.wait_synced().await;
+        let store = source.snapshot().store;
+        let report = crate::compile::gateway::route_policy::report(&store);
+        let update = StatusUpdate {
+            kind: Kind::RouteTrafficPolicy,
+            namespace: "ops".into(),
+            name: "admin-only".into(),
+            status: to_value(&report[0].status),
+        };
+        let mut writer = GatewayStatusWriter::default();
+        assert_eq!(
+            writer
+                .sync(&api.client(), std::slice::from_ref(&update), &store)
+                .await,
+            1
+        );
+        let policy = api
+            .get(TEAPOT, "RouteTrafficPolicy", "ops", "admin-only")
+            .unwrap();
+        let target = &policy["status"]["targets"][0];
+        assert_eq!(target["targetRef"]["name"], "web");
+        let condition = &target["conditions"][0];
+        assert_eq!(condition["type"], "Accepted");
+        assert_eq!(condition["reason"], "TargetNotFound", "{condition}");
+        assert!(condition["lastTransitionTime"].is_string());
+        let patches = status_patches(&api);
+        let store = store_of(&source, |s| {
+            s.route_traffic_policies
+                .values()
+                .any(|p| p.object.status.is_some())
+        })
+        .await;
+        writer.sync(&api.client(), &[update], &store).await;
+        assert_eq!(status_patches(&api), patches, "unchanged: not written");
     }
 
     /// Against the API double: the status appears on the objects, another

@@ -496,19 +496,7 @@ fn conflicted(store: &Store, id: &NsName, policy: &BackendTlsPolicy) -> Option<N
 #[cfg(test)]
 mod tests {
     use super::*;
-    use teapot_model::manifests::{Loaded, load_text};
-
-    fn store(docs: &str) -> Store {
-        let mut loaded = Loaded::default();
-        load_text(
-            std::path::Path::new("policies.yaml"),
-            docs,
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-        loaded.store
-    }
+    use crate::compile::tests::test_store as store;
 
     /// A GRPCRoute's backend under a policy speaks HTTP/2 over TLS, an
     /// HTTPRoute's HTTP/1.1; a policy whose ConfigMap is missing leaves

@@ -25,6 +25,7 @@
 
 pub(crate) mod backend_tls;
 mod cors;
+pub(crate) mod route_policy;
 pub mod table;
 
 use std::sync::Arc;
@@ -569,17 +570,24 @@ impl<'s> GatewayCompile<'s> {
         self.claimants.push((name.clone(), route.age));
         let tenancy = cx.hosts.tenancy;
         let tenant = tenancy.get(&id.namespace);
+        let attached = route_policy::Attached::of(cx.store, policies, tenant, route);
         let info = Arc::new(RouteInfo {
             name: name.clone(),
-            policy: policies.tenant(tenant),
+            policy: attached.route_policy(policies.tenant(tenant)),
         });
         // The rules, once for every listener they bind to.
         let rules_in = std::mem::take(&mut route.rules);
         let route = &*route;
         // Every served rule has at least one target (a rule without
         // matches matches everything): no targets, no rule served.
-        let (targets, resolved, invalid_rules) =
-            compile_rules(cx.store, resolver, route, rules_in, &info, index);
+        let (targets, resolved, invalid_rules) = compile_rules(
+            cx.store,
+            resolver,
+            route,
+            (rules_in, &attached),
+            &info,
+            index,
+        );
         // The rules as one sorted list per listener plane (HTTP, HTTPS),
         // made at the first listener of that plane and shared by every
         // hostname bound through it.
@@ -1180,6 +1188,8 @@ struct RuleIn<'s> {
     backends: BackendsIn<'s>,
     filters: std::borrow::Cow<'s, [HttpRouteRulesFilters]>,
     timeouts: (Option<&'s str>, Option<&'s str>),
+    /// The rule's `name`: a RouteTrafficPolicy's `sectionName`.
+    name: Option<&'s str>,
 }
 
 /// An HTTPRoute or GRPCRoute as the compile reads it.
@@ -1266,6 +1276,7 @@ impl<'s> RouteIn<'s> {
                         ),
                         filters: std::borrow::Cow::Owned(as_http_filters(rule.filters.as_ref())),
                         timeouts: (None, None),
+                        name: rule.name.as_deref(),
                     }
                 })
                 .collect(),
@@ -1309,6 +1320,7 @@ fn http_rule(rule: &teapot_gateway_api::generated::http_routes::HttpRouteRules) 
                 .as_ref()
                 .and_then(|t| t.backend_request.as_deref()),
         ),
+        name: rule.name.as_deref(),
     }
 }
 
@@ -1443,7 +1455,7 @@ fn compile_rules<'s>(
     store: &'s Store,
     resolver: &mut Resolver<'s>,
     route: &RouteIn<'s>,
-    rules: Vec<RuleIn<'s>>,
+    (rules, attached): (Vec<RuleIn<'s>>, &route_policy::Attached),
     info: &Arc<RouteInfo>,
     route_index: u32,
 ) -> (
@@ -1470,6 +1482,7 @@ fn compile_rules<'s>(
             backends: BackendsIn::Http(&[]),
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
+            name: None,
         }]
     } else {
         rules
@@ -1513,10 +1526,8 @@ fn compile_rules<'s>(
             }
         }
         // The rule's traffic policy, once for all its backends.
-        let rule_traffic = spec
-            .cors
-            .as_ref()
-            .map(|c| with_cors(info.policy.as_deref(), c));
+        let rule_traffic =
+            attached.rule_traffic(rule.name, info.policy.as_deref(), spec.cors.as_ref());
         let action = if let Some(redirect) = spec.redirect.clone() {
             Action::Redirect(redirect)
         } else {

@@ -1,0 +1,274 @@
+//! The `RouteTrafficPolicy` custom resource: client address lists, rate
+//! limits and in-flight limits for HTTPRoute and GRPCRoute rules, what the
+//! Gateway API has no filter for and Ingresses get from ingress-nginx's
+//! annotations. Attached GEP-713 style (`targetRefs`, a rule by its `name`
+//! as `sectionName`).
+//!
+//! Its meaning is the annotations' own: [`RouteTrafficPolicySpec::annotations`]
+//! writes the spec as the ingress-nginx annotations it stands for, which
+//! the proxy compiles with an Ingress's reader and the admission policy
+//! checks with their parsers (`crate::policy::route_traffic_value_errors`),
+//! so there is one reading of a CIDR or a limit, with errors named by the
+//! policy's own fields.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group and version of [`RouteTrafficPolicy`].
+pub const API_VERSION: &str = "teapot.dev/v1alpha1";
+/// The kind's name.
+pub const KIND: &str = "RouteTrafficPolicy";
+
+/// Spec of a RouteTrafficPolicy.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "teapot.dev",
+    version = "v1alpha1",
+    kind = "RouteTrafficPolicy",
+    plural = "routetrafficpolicies",
+    shortname = "rtp",
+    namespaced,
+    status = "RouteTrafficPolicyStatus"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicySpec {
+    /// The routes (HTTPRoute, GRPCRoute) of this namespace the policy
+    /// applies to; `sectionName` names one rule by its `name`.
+    pub target_refs: Vec<RouteTrafficPolicyTargetRef>,
+    /// Which client addresses may use the routes (ingress-nginx's
+    /// `whitelist-source-range` and `denylist-source-range`); others get 403.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_addresses: Option<ClientAddresses>,
+    /// Requests per client address (ingress-nginx's `limit-rps`,
+    /// `limit-rpm`, `limit-burst-multiplier`, `limit-whitelist`); over it, 429.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// Requests each client address may have in flight at once
+    /// (ingress-nginx's `limit-connections`); one more gets 503.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_per_client: Option<u32>,
+}
+
+/// A route the policy attaches to, in this namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyTargetRef {
+    /// `gateway.networking.k8s.io`.
+    pub group: String,
+    /// `HTTPRoute` or `GRPCRoute`.
+    pub kind: String,
+    pub name: String,
+    /// The policy's own namespace, if given: policy attachment never
+    /// crosses namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The `name` of one of the route's rules; omitted, every rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// Client networks (CIDRs or addresses): a client in `deny` is refused;
+/// else, when `allow` is not empty, a client outside it is refused.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientAddresses {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+/// Request rates per client address; a request must pass each one set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    /// How many times the rate a client may send at once (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_multiplier: Option<u32>,
+    /// Client networks neither the rate limits nor `inFlightPerClient`
+    /// apply to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exempt: Vec<String>,
+}
+
+/// What the proxy fleet reports: per target, whether the policy applies.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyStatus {
+    #[serde(default)]
+    pub targets: Vec<RouteTrafficPolicyTargetStatus>,
+}
+
+/// One target's conditions (`Accepted`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyTargetStatus {
+    pub target_ref: RouteTrafficPolicyTargetRef,
+    #[serde(default)]
+    pub conditions: Vec<RouteTrafficPolicyCondition>,
+}
+
+/// A condition, in the shape of the Kubernetes one.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTrafficPolicyCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+/// One field of the spec as the ingress-nginx annotation it stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnnotationField {
+    /// The spec's field, as errors name it (`spec.rateLimit.requestsPerSecond`).
+    pub field: &'static str,
+    /// The annotation's name after `nginx.ingress.kubernetes.io/`.
+    pub name: &'static str,
+    /// The annotation's value (a list as ingress-nginx writes it, comma-separated).
+    pub value: String,
+    /// A list's items, each checked on its own so an error names its index.
+    pub items: Vec<String>,
+}
+
+impl RouteTrafficPolicySpec {
+    /// The spec as the ingress-nginx annotations it stands for, each with
+    /// the field it came from. Empty lists are left out, as an Ingress
+    /// without the annotation.
+    pub fn annotations(&self) -> Vec<AnnotationField> {
+        let mut out = Vec::new();
+        let mut list = |field: &'static str, name: &'static str, items: &[String]| {
+            if !items.is_empty() {
+                out.push(AnnotationField {
+                    field,
+                    name,
+                    value: items.join(","),
+                    items: items.to_vec(),
+                });
+            }
+        };
+        if let Some(c) = &self.client_addresses {
+            list(
+                "spec.clientAddresses.allow",
+                "whitelist-source-range",
+                &c.allow,
+            );
+            list(
+                "spec.clientAddresses.deny",
+                "denylist-source-range",
+                &c.deny,
+            );
+        }
+        if let Some(r) = &self.rate_limit {
+            list("spec.rateLimit.exempt", "limit-whitelist", &r.exempt);
+        }
+        let mut count = |field: &'static str, name: &'static str, n: Option<u32>| {
+            if let Some(n) = n {
+                out.push(AnnotationField {
+                    field,
+                    name,
+                    value: n.to_string(),
+                    items: Vec::new(),
+                });
+            }
+        };
+        if let Some(r) = &self.rate_limit {
+            count(
+                "spec.rateLimit.requestsPerSecond",
+                "limit-rps",
+                r.requests_per_second,
+            );
+            count(
+                "spec.rateLimit.requestsPerMinute",
+                "limit-rpm",
+                r.requests_per_minute,
+            );
+            count(
+                "spec.rateLimit.burstMultiplier",
+                "limit-burst-multiplier",
+                r.burst_multiplier,
+            );
+        }
+        count(
+            "spec.inFlightPerClient",
+            "limit-connections",
+            self.in_flight_per_client,
+        );
+        out
+    }
+}
+
+/// The CRD as YAML, for the charts.
+pub fn crd_yaml() -> String {
+    crate::tenant::generated_crd_yaml::<RouteTrafficPolicy>("api/src/route_policy.rs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> RouteTrafficPolicySpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn fields_become_the_annotations_they_stand_for() {
+        let s = spec(
+            "targetRefs: []\nclientAddresses: {allow: [10.0.0.0/8, 192.168.1.1]}\nrateLimit: {requestsPerSecond: 10, burstMultiplier: 2, exempt: [10.1.0.0/16]}\ninFlightPerClient: 20\n",
+        );
+        let got: Vec<(&str, String)> = s
+            .annotations()
+            .into_iter()
+            .map(|a| (a.field, format!("{}={}", a.name, a.value)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.clientAddresses.allow",
+                    "whitelist-source-range=10.0.0.0/8,192.168.1.1".into()
+                ),
+                (
+                    "spec.rateLimit.exempt",
+                    "limit-whitelist=10.1.0.0/16".into()
+                ),
+                ("spec.rateLimit.requestsPerSecond", "limit-rps=10".into()),
+                (
+                    "spec.rateLimit.burstMultiplier",
+                    "limit-burst-multiplier=2".into()
+                ),
+                ("spec.inFlightPerClient", "limit-connections=20".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn checked_in_crd_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crd/routetrafficpolicy.yaml");
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            checked_in == crd_yaml(),
+            "api/crd/routetrafficpolicy.yaml is stale: run `cargo run -p teapot-api --bin crdgen`"
+        );
+    }
+
+    #[test]
+    fn the_crd_is_namespaced_with_its_schema() {
+        let y = crd_yaml();
+        assert!(y.contains("routetrafficpolicies"));
+        assert!(y.contains("scope: Namespaced"));
+        assert!(y.contains("requestsPerSecond"));
+    }
+}
