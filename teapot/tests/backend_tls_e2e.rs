@@ -214,6 +214,28 @@ fn tls_ingress(name: &str, host: &str, service: &str, annotations: &[(&str, &str
 }
 
 /// GET `host/path` over HTTP/1.1 (plain listener); status and body.
+/// The proxy's files: `objects`, the front certificate, and the Secret
+/// `backend-ca` holding `client` (the certificate teapot presents) and
+/// `ca`'s certificate as `ca.crt`.
+fn files(
+    objects: &[Value],
+    front_cert: &CertifiedPem,
+    client: &CertifiedPem,
+    ca: &TestCa,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("m.yaml", docs(objects)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", front_cert),
+        ),
+        (
+            "ca.yaml",
+            certs::tls_secret_with_ca_yaml(NS, "backend-ca", client, ca.cert_pem()),
+        ),
+    ]
+}
+
 async fn h1(h: &Harness, host: &str, path: &str) -> (u16, String) {
     let resp = h.get(host, path).await;
     (resp.status, resp.text())
@@ -328,25 +350,12 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
         ),
     ]);
     let front_cert = front.issue(&["*.bt.test"]);
-    let h = Harness::start_with_args(
-        &[
-            ("m.yaml", docs(&objects)),
-            (
-                "front.yaml",
-                certs::tls_secret_yaml(NS, "front", &front_cert),
-            ),
-            (
-                "ca.yaml",
-                certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
-            ),
-            (
-                "other.yaml",
-                certs::tls_secret_with_ca_yaml(NS, "other-ca", &client, other_ca.cert_pem()),
-            ),
-        ],
-        &["--threads", "1"],
-    )
-    .await;
+    let mut files = files(&objects, &front_cert, &client, &ca);
+    files.push((
+        "other.yaml",
+        certs::tls_secret_with_ca_yaml(NS, "other-ca", &client, other_ca.cert_pem()),
+    ));
+    let h = Harness::start_with_args(&files, &["--threads", "1"]).await;
     served(&h, "verified.bt.test").await;
 
     // Verified for the Service's name; no SNI unless asked for; no client
@@ -446,18 +455,7 @@ async fn a_backend_requiring_a_client_certificate_sees_the_secrets() {
         ),
     ]);
     let front_cert = front.issue(&["*.bt.test"]);
-    let h = Harness::start(&[
-        ("m.yaml", docs(&objects)),
-        (
-            "front.yaml",
-            certs::tls_secret_yaml(NS, "front", &front_cert),
-        ),
-        (
-            "ca.yaml",
-            certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
-        ),
-    ])
-    .await;
+    let h = Harness::start(&files(&objects, &front_cert, &client, &ca)).await;
     served(&h, "mtls.bt.test").await;
     let got = h1(&h, "mtls.bt.test", "/a").await;
     assert_eq!(got, (200, "sni=- client=yes path=/a xfp=http".into()));
@@ -527,18 +525,7 @@ async fn grpc_and_grpcs_backends_carry_calls_and_trailers() {
         ),
     ]);
     let front_cert = front.issue(&["*.bt.test"]);
-    let h = Harness::start(&[
-        ("m.yaml", docs(&objects)),
-        (
-            "front.yaml",
-            certs::tls_secret_yaml(NS, "front", &front_cert),
-        ),
-        (
-            "ca.yaml",
-            certs::tls_secret_with_ca_yaml(NS, "backend-ca", &client, ca.cert_pem()),
-        ),
-    ])
-    .await;
+    let h = Harness::start(&files(&objects, &front_cert, &client, &ca)).await;
     // gRPC needs HTTP/2 from the client: over HTTP/1 the route says so.
     eventually("the gRPC route", Duration::from_secs(10), || async {
         match h1(&h, "grpc.bt.test", "/x").await {

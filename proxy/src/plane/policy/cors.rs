@@ -35,7 +35,8 @@ impl Cors {
     /// The verdict for `seen`, or `None` when it is not a CORS request
     /// this route allows (the response then carries no CORS field, as
     /// with ingress-nginx and the Gateway API, and the browser refuses
-    /// it; a refused preflight goes to the backend like any request).
+    /// it). ingress-nginx's refused preflight goes to the backend like
+    /// any request; the Gateway API's is [`CorsVerdict::Refused`].
     pub fn verdict(&self, seen: &Seen<'_>) -> Option<CorsVerdict> {
         if !self.gateway {
             let fields = self.fields(seen.origin)?;
