@@ -262,6 +262,83 @@ async fn tcp_half_close_reaches_the_backend_and_the_answer_comes_back() {
     }
 }
 
+/// Reads until the peer ends the connection: `Ok(())` for a FIN, the
+/// error for a reset.
+async fn read_until_end(s: &mut TcpStream) -> std::io::Result<()> {
+    let mut buf = [0u8; 64];
+    loop {
+        match tokio::time::timeout(IO_TIMEOUT, s.read(&mut buf)).await {
+            Err(_) => panic!("the connection did not end"),
+            Ok(Ok(0)) => return Ok(()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_is_passed_on_as_a_reset_and_a_close_as_a_close() {
+    const NS: &str = "l4-reset";
+    let backend = tokio::net::TcpListener::bind((LOCALHOST, 0)).await.unwrap();
+    let backend_port = backend.local_addr().unwrap().port();
+    let port = free_port(LOCALHOST).unwrap();
+    let files = [(
+        "reset.yaml",
+        docs(&[
+            lb_service(NS, "reset", &[("tcp", port, "TCP")], json!({})),
+            lb_slice(NS, "reset-0", "reset", &[("tcp", backend_port, "TCP")]),
+        ]),
+    )];
+    let (h, _state) = start(&files, &[]).await;
+    wait_listening(&h, NS, "reset", 1, 0).await;
+    let proxied = SocketAddr::new(LOCALHOST, port);
+    // One relayed connection: the client's end and the backend's end,
+    // after a byte went through.
+    let connect = || async {
+        let mut client = TcpStream::connect(proxied).await.unwrap();
+        client.write_all(b"x").await.unwrap();
+        // The proxy's health checks connect and close without a byte.
+        loop {
+            let (mut server, _) = tokio::time::timeout(IO_TIMEOUT, backend.accept())
+                .await
+                .expect("the proxy connected to the backend")
+                .unwrap();
+            let mut byte = [0u8; 1];
+            if server.read_exact(&mut byte).await.is_ok() {
+                return (client, server);
+            }
+        }
+    };
+
+    // The client aborts: the backend sees a reset, not a clean end.
+    let (client, mut server) = connect().await;
+    client.set_zero_linger().unwrap();
+    drop(client);
+    let end = read_until_end(&mut server).await;
+    assert_eq!(
+        end.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "a client's reset reaches the backend as a reset"
+    );
+
+    // The backend aborts: the client sees a reset.
+    let (mut client, server) = connect().await;
+    server.set_zero_linger().unwrap();
+    drop(server);
+    let end = read_until_end(&mut client).await;
+    assert_eq!(
+        end.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "a backend's reset reaches the client as a reset"
+    );
+
+    // A clean close stays a clean close both ways.
+    let (client, mut server) = connect().await;
+    drop(client);
+    read_until_end(&mut server).await.expect("a FIN, not a reset");
+    drop(server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_protocol_v2_header_carries_the_client_address() {
     const NS: &str = "l4-pp";

@@ -83,7 +83,38 @@ enum End {
     Idle,
     Drained,
     Killed,
-    Error(std::io::Error),
+    /// One side reset the connection (or failed): the other side is reset
+    /// too (see [`relay`]).
+    Aborted(Side, std::io::Error),
+}
+
+/// A side of a relayed connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Upstream,
+}
+
+/// Which socket of a [`pump`] failed.
+#[derive(Debug)]
+enum Fault {
+    Read(std::io::Error),
+    Write(std::io::Error),
+}
+
+impl Fault {
+    /// The side that failed, for a pump reading `from` and writing the
+    /// other side.
+    fn side(self, from: Side) -> (Side, std::io::Error) {
+        let other = match from {
+            Side::Client => Side::Upstream,
+            Side::Upstream => Side::Client,
+        };
+        match self {
+            Fault::Read(e) => (from, e),
+            Fault::Write(e) => (other, e),
+        }
+    }
 }
 
 /// A Service's series, looked up when the listener's route changes
@@ -229,7 +260,7 @@ async fn connection(
             End::Idle => Some("idle_timeout"),
             End::Drained => Some("drained"),
             End::Killed => Some("shutdown"),
-            End::Error(_) => Some("connection_error"),
+            End::Aborted(..) => Some("connection_error"),
         };
     }
     match end {
@@ -240,8 +271,8 @@ async fn connection(
         End::Drained => {
             tracing::debug!(service = %route.service, client = %peer, "L4 connection drained; closed")
         }
-        End::Error(e) => {
-            tracing::debug!(service = %route.service, client = %peer, error = %e, "L4 connection ended with an error")
+        End::Aborted(side, e) => {
+            tracing::debug!(service = %route.service, client = %peer, ?side, error = %e, "L4 connection aborted")
         }
     }
 }
@@ -370,6 +401,44 @@ async fn relay(
     ctx: &Context,
     counted: &Counted,
 ) -> End {
+    let end = relay_until_end(
+        &mut client,
+        &mut upstream,
+        endpoint,
+        idle,
+        routes,
+        ctx,
+        counted,
+    )
+    .await;
+    // An abort is passed on as an abort, as HAProxy does: the other side
+    // learns the connection failed instead of seeing a clean end, and the
+    // socket teapot closes leaves no TIME_WAIT behind. Closing the
+    // upstream side with a FIN after every client reset kept one
+    // ephemeral port per connection in TIME_WAIT for a minute; at a few
+    // thousand connections a second the range fills and every connect
+    // searches it.
+    match &end {
+        End::Aborted(Side::Client, _) => {
+            let _ = upstream.set_zero_linger();
+        }
+        End::Aborted(Side::Upstream, _) => {
+            let _ = client.set_zero_linger();
+        }
+        _ => {}
+    }
+    end
+}
+
+async fn relay_until_end(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    endpoint: SocketAddr,
+    idle: Duration,
+    routes: &mut watch::Receiver<Arc<Route>>,
+    ctx: &Context,
+    counted: &Counted,
+) -> End {
     let start = Instant::now();
     let last = AtomicU64::new(0);
     let one_ended = AtomicBool::new(false);
@@ -377,24 +446,32 @@ async fn relay(
     let (mut ur, mut uw) = upstream.split();
     let both = async {
         tokio::try_join!(
-            pump(
-                &mut cr,
-                &mut uw,
-                &last,
-                start,
-                [&ctx.metrics.bytes_in, &counted.bytes_in],
-                &counted.seen_in,
-                &one_ended,
-            ),
-            pump(
-                &mut ur,
-                &mut cw,
-                &last,
-                start,
-                [&ctx.metrics.bytes_out, &counted.bytes_out],
-                &counted.seen_out,
-                &one_ended,
-            ),
+            async {
+                pump(
+                    &mut cr,
+                    &mut uw,
+                    &last,
+                    start,
+                    [&ctx.metrics.bytes_in, &counted.bytes_in],
+                    &counted.seen_in,
+                    &one_ended,
+                )
+                .await
+                .map_err(|f| f.side(Side::Client))
+            },
+            async {
+                pump(
+                    &mut ur,
+                    &mut cw,
+                    &last,
+                    start,
+                    [&ctx.metrics.bytes_out, &counted.bytes_out],
+                    &counted.seen_out,
+                    &one_ended,
+                )
+                .await
+                .map_err(|f| f.side(Side::Upstream))
+            },
         )
     };
     tokio::pin!(both);
@@ -408,7 +485,7 @@ async fn relay(
         tokio::select! {
             r = &mut both => return match r {
                 Ok(_) => End::Done,
-                Err(e) => End::Error(e),
+                Err((side, e)) => End::Aborted(side, e),
             },
             () = &mut idle_timer => {
                 let now = Instant::now();
@@ -458,7 +535,7 @@ async fn pump<W>(
     bytes: [&IntCounter; 2],
     seen: &AtomicU64,
     one_ended: &AtomicBool,
-) -> std::io::Result<()>
+) -> Result<(), Fault>
 where
     W: AsyncWrite + Unpin,
 {
@@ -467,7 +544,9 @@ where
         // the read does: `readable()` does not, so once the budget ran out
         // mid-burst it answered "ready" while the read kept saying
         // "pending", and the relay spun without ever yielding.
-        std::future::poll_fn(|cx| r.as_ref().poll_read_ready(cx)).await?;
+        std::future::poll_fn(|cx| r.as_ref().poll_read_ready(cx))
+            .await
+            .map_err(Fault::Read)?;
         let mut buf = Buffer::new();
         loop {
             buf.0.clear();
@@ -475,7 +554,7 @@ where
                 // Drained: the buffer goes back until the next burst.
                 break;
             };
-            let n = read?;
+            let n = read.map_err(Fault::Read)?;
             if n == 0 {
                 // The peer may already be gone; the other direction decides.
                 if !one_ended.swap(true, Ordering::Relaxed) {
@@ -483,7 +562,7 @@ where
                 }
                 return Ok(());
             }
-            w.write_all(&buf.0).await?;
+            w.write_all(&buf.0).await.map_err(Fault::Write)?;
             for counter in bytes {
                 counter.inc_by(n as u64);
             }
