@@ -335,7 +335,9 @@ async fn a_reset_is_passed_on_as_a_reset_and_a_close_as_a_close() {
     // A clean close stays a clean close both ways.
     let (client, mut server) = connect().await;
     drop(client);
-    read_until_end(&mut server).await.expect("a FIN, not a reset");
+    read_until_end(&mut server)
+        .await
+        .expect("a FIN, not a reset");
     drop(server);
 }
 

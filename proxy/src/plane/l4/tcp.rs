@@ -213,8 +213,8 @@ async fn connection(
     if let Some(line) = line.as_mut() {
         line.entry.upstream = Some(endpoint.addr);
     }
-    // The client's socket has it from the listener (manager::bind_tcp).
-    let _ = upstream.set_nodelay(true);
+    // TCP_NODELAY: the client's socket has it from the listener
+    // (manager::bind_tcp), the upstream's from `connect_to`.
     if route.options.proxy_protocol {
         let local = client
             .local_addr()
@@ -362,12 +362,7 @@ async fn connect(upstream: &Upstream, ctx: &Context) -> Option<(TcpStream, Arc<E
     let mut tried = Tried::default();
     for _ in 0..ctx.config.connect_attempts.max(1) {
         let endpoint = upstream.pick(&mut tried)?.clone();
-        match tokio::time::timeout(
-            ctx.config.connect_timeout,
-            TcpStream::connect(endpoint.addr),
-        )
-        .await
-        {
+        match tokio::time::timeout(ctx.config.connect_timeout, connect_to(endpoint.addr)).await {
             Ok(Ok(stream)) => {
                 endpoint.mark_healthy();
                 return Some((stream, endpoint));
@@ -385,6 +380,41 @@ async fn connect(upstream: &Upstream, ctx: &Context) -> Option<(TcpStream, Arc<E
         }
     }
     None
+}
+
+/// Linux's `EINPROGRESS`: a non-blocking connect under way.
+const EINPROGRESS: i32 = 115;
+
+/// A non-blocking connect that does not wait for the event loop when the
+/// connection is already up when `connect` returns, as it is to a node on
+/// the same host or bridge: the kernel completes a loopback handshake
+/// inside the system call. tokio's `TcpStream::connect` always waits for
+/// the socket to turn writable, one more turn of the event loop per
+/// connection before the first byte moves (HAProxy sends at once). One
+/// `getpeername` tells the two cases apart; a connection still under way
+/// waits for writability as before. The socket gets `TCP_NODELAY` before
+/// the connect, so relayed bytes go out at once.
+async fn connect_to(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM.nonblocking(),
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_tcp_nodelay(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let established = socket.peer_addr().is_ok();
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    if !established {
+        stream.writable().await?;
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+    }
+    Ok(stream)
 }
 
 /// Milliseconds since the relay started, for the idle clock.
@@ -737,6 +767,24 @@ mod tests {
             .expect("the relay passed the burst on and ended");
         assert!(relayed);
         assert_eq!(ends.join().unwrap(), BURST);
+    }
+
+    #[tokio::test]
+    async fn connect_to_gives_a_connected_socket_with_no_delay_or_the_refusal() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (near, far) = tokio::join!(connect_to(addr), listener.accept());
+        let (mut near, mut far) = (near.unwrap(), far.unwrap().0);
+        assert_eq!(near.peer_addr().unwrap(), addr);
+        assert!(near.nodelay().unwrap());
+        near.write_all(b"x").await.unwrap();
+        let mut byte = [0u8; 1];
+        far.read_exact(&mut byte).await.unwrap();
+        assert_eq!(&byte, b"x");
+        // Nothing listens on the port any more: the refusal, not a socket.
+        drop(listener);
+        let refused = connect_to(addr).await.unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
     }
 
     #[tokio::test]
