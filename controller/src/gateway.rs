@@ -377,12 +377,16 @@ pub async fn reconcile_route_traffic_policy(
         return Ok(done);
     }
     let value = serde_json::to_value(policy.as_ref())?;
+    let (mut problems, mut refusals) = (Vec::new(), Vec::new());
+    // customErrors' Service before the copy that names it.
+    let services = gm::policy_services(&value)?;
+    mirror_services(&ctx, &services, &[], &mut problems, &mut refusals).await?;
     let copy: RouteTrafficPolicy = serde_json::from_value(gm::lb_route_traffic_policy(
         &value,
         &ctx.config.lb_namespace,
     )?)?;
-    let refusals: Vec<String> = apply_lb(&ctx, &copy).await?.into_iter().collect();
-    report(&ctx, policy.as_ref(), conditions(&refusals, &[])).await?;
+    refusals.extend(apply_lb(&ctx, &copy).await?);
+    report(&ctx, policy.as_ref(), conditions(&refusals, &problems)).await?;
     ctx.failures
         .clear(&format!("RouteTrafficPolicy {}", key(policy.as_ref())));
     ctx.metrics

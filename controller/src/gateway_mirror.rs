@@ -304,9 +304,17 @@ pub fn lb_gateway(
 /// target naming its own namespace loses the field (the copy lives in the
 /// LB namespace); one naming another namespace, or another kind, is
 /// copied as written, for the webhook to refuse with its reason.
+/// `customErrors`' Service (of the policy's namespace) is renamed to its
+/// mirror ([`policy_services`]).
 pub fn lb_route_traffic_policy(policy: &Value, lb_namespace: &str) -> Result<Value, Error> {
     let ns = own_namespace(policy)?;
     let mut spec = policy["spec"].clone();
+    if let Some(name) = spec
+        .pointer_mut("/customErrors/backend/name")
+        .filter(|n| n.is_string())
+    {
+        *name = json!(mirrored_service_name(&ns, name.as_str().unwrap_or("")));
+    }
     let targets = spec.get_mut("targetRefs").and_then(Value::as_array_mut);
     for t in targets.into_iter().flatten() {
         let route =
@@ -326,6 +334,18 @@ pub fn lb_route_traffic_policy(policy: &Value, lb_namespace: &str) -> Result<Val
         "metadata": copy_metadata(policy, &ns, lb_namespace)?,
         "spec": spec,
     }))
+}
+
+/// The Services a RouteTrafficPolicy needs mirrored: `customErrors`'
+/// error backend, a Service of the policy's own namespace.
+pub fn policy_services(policy: &Value) -> Result<BTreeSet<Ref>, Error> {
+    let ns = own_namespace(policy)?;
+    Ok(policy["spec"]["customErrors"]["backend"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(|name| (ns, name.to_string()))
+        .into_iter()
+        .collect())
 }
 
 /// The ConfigMaps a BackendTLSPolicy reads its trust anchors from (its

@@ -412,8 +412,10 @@ async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
             ],
             "clientAddresses": {"allow": ["10.0.0.0/8"]},
             "rateLimit": {"requestsPerSecond": 10, "exempt": ["10.1.0.0/16"]},
+            "customErrors": {"codes": [404, 503], "backend": {"name": "errors", "port": 80}},
         },
     }));
+    f.tenant.apply(service(NS, "errors"));
     for _ in 0..2 {
         let v = f
             .tenant
@@ -447,10 +449,21 @@ async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
         json!(["10.0.0.0/8"])
     );
     assert_eq!(copy["spec"]["rateLimit"]["requestsPerSecond"], 10);
+    // customErrors' Service is mirrored, and named by its mirror.
+    let errors = mirrored_service_name(NS, "errors");
+    assert_eq!(
+        copy["spec"]["customErrors"],
+        json!({"codes": [404, 503], "backend": {"name": errors, "port": 80}})
+    );
+    assert!(f.lb_get("v1", "Service", &errors).is_some());
+    // Live while the policy is: the collector keeps the Service.
+    gc::collect(&f.ctx).await.expect("gc");
+    assert!(f.lb_get("v1", "Service", &errors).is_some());
 
     // Gone from the tenant cluster: the collector removes the copy.
     f.tenant
         .delete(TEAPOT, "RouteTrafficPolicy", NS, "admin-only");
     gc::collect(&f.ctx).await.expect("gc");
     assert!(f.lb_get(TEAPOT, "RouteTrafficPolicy", &name).is_none());
+    assert!(f.lb_get("v1", "Service", &errors).is_none());
 }
