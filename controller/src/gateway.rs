@@ -356,6 +356,10 @@ pub async fn reconcile_backend_tls_policy(
     let copy: BackendTlsPolicy =
         serde_json::from_value(gm::lb_backend_tls_policy(&value, &ctx.config.lb_namespace)?)?;
     refusals.extend(apply_lb(&ctx, &copy).await?);
+    if let Some(lb) = lb_copy::<BackendTlsPolicy>(&ctx, &copy.name_any()).await? {
+        let status = gm::backend_tls_policy_status_for_tenant(&lb, &value);
+        copy_gateway_api_status(&ctx, policy.as_ref(), &value, status).await?;
+    }
     report(&ctx, policy.as_ref(), conditions(&refusals, &problems)).await?;
     ctx.failures
         .clear(&format!("BackendTLSPolicy {}", key(policy.as_ref())));

@@ -632,6 +632,45 @@ pub fn route_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Value>
     Some(json!({"parents": parents}))
 }
 
+/// The tenant BackendTLSPolicy's `status.ancestors` from its LB copy's:
+/// teapot's entries (controller `teapot.dev/gateway-controller`), each
+/// `ancestorRef` naming the tenant's Gateway (`NAME.NS` on the LB side is
+/// Gateway `NAME` of `NS`, namespace always given: an ancestor is not
+/// relative to the policy), after the entries other controllers keep on
+/// the tenant policy. An ancestor that is no tenant Gateway's copy is
+/// left out.
+pub fn backend_tls_policy_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Value> {
+    let lb_ancestors = lb_copy["status"]["ancestors"].as_array()?;
+    let lb_gen = lb_copy["metadata"]["generation"].as_i64();
+    let tenant_gen = tenant["metadata"]["generation"].as_i64();
+    let mut ancestors: Vec<Value> = tenant["status"]["ancestors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["controllerName"] != GATEWAY_CONTROLLER_NAME)
+        .cloned()
+        .collect();
+    for a in lb_ancestors
+        .iter()
+        .filter(|a| a["controllerName"] == GATEWAY_CONTROLLER_NAME)
+    {
+        let gateway = a["ancestorRef"]["group"] == GROUP && a["ancestorRef"]["kind"] == "Gateway";
+        let Some((gns, gname)) = a["ancestorRef"]["name"]
+            .as_str()
+            .filter(|_| gateway)
+            .and_then(source_of_lb_ingress)
+        else {
+            continue;
+        };
+        let mut entry = a.clone();
+        entry["ancestorRef"]["name"] = json!(gname);
+        entry["ancestorRef"]["namespace"] = json!(gns);
+        entry["conditions"] = translate_conditions(&a["conditions"], lb_gen, tenant_gen);
+        ancestors.push(entry);
+    }
+    Some(json!({"ancestors": ancestors}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
