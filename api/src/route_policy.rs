@@ -290,7 +290,9 @@ mod tests {
 
     #[test]
     fn custom_errors_are_custom_http_errors_and_default_backend() {
-        let s = spec("targetRefs: []\ncustomErrors: {codes: [404, 503], backend: {name: errors, port: 8080}}\n");
+        let s = spec(
+            "targetRefs: []\ncustomErrors: {codes: [404, 503], backend: {name: errors, port: 8080}}\n",
+        );
         let got: Vec<(&str, String, Vec<String>)> = s
             .annotations()
             .into_iter()

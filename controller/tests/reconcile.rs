@@ -874,12 +874,11 @@ async fn a_ca_only_proxy_ssl_secret_is_mirrored_as_its_ca_crt_alone() {
     let tenant_secret: k8s_openapi::api::core::v1::Secret =
         serde_json::from_value(f.tenant.get("v1", "Secret", NS, "backend-ca").unwrap()).unwrap();
     let mut named_by_tls: Ingress = serde_json::from_value(ingress("/")).unwrap();
-    named_by_tls.spec.as_mut().unwrap().tls = Some(vec![
-        k8s_openapi::api::networking::v1::IngressTLS {
+    named_by_tls.spec.as_mut().unwrap().tls =
+        Some(vec![k8s_openapi::api::networking::v1::IngressTLS {
             secret_name: Some("backend-ca".into()),
             ..Default::default()
-        },
-    ]);
+        }]);
     let e = owner(&named_by_tls, &tenant_secret, LB_NS).unwrap_err();
     assert!(e.to_string().contains("type"), "{e}");
 }

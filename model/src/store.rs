@@ -328,9 +328,7 @@ impl Store {
             Kind::IngressClass => self.ingress_classes.contains_key(&key.name),
             Kind::Service => self.services.contains_key(&ns()),
             Kind::EndpointSlice => self.endpoint_slices.contains_key(&ns()),
-            Kind::Secret => {
-                self.secrets.contains_key(&ns()) || self.ca_secrets.contains_key(&ns())
-            }
+            Kind::Secret => self.secrets.contains_key(&ns()) || self.ca_secrets.contains_key(&ns()),
             Kind::Tenant => self.tenants.contains_key(&key.name),
             Kind::GatewayClass => self.gateway_classes.contains_key(&key.name),
             Kind::Gateway => self.gateways.contains_key(&ns()),

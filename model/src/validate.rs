@@ -171,13 +171,7 @@ fn ca_secret(secret: Secret) -> Result<Secret, FieldError> {
             ..Default::default()
         },
         type_: Some(teapot_api::names::CA_SECRET_TYPE.into()),
-        data: Some(
-            [(
-                CA_SECRET_KEY.to_string(),
-                k8s_openapi::ByteString(ca),
-            )]
-            .into(),
-        ),
+        data: Some([(CA_SECRET_KEY.to_string(), k8s_openapi::ByteString(ca))].into()),
         ..Secret::default()
     })
 }
@@ -509,7 +503,11 @@ mod tests {
         assert_eq!(kept.string_data, None);
         assert_eq!(kept.metadata.annotations, None);
         assert_eq!(kept.metadata.labels.as_ref().unwrap()["app"], "web");
-        assert!(!serde_json::to_string(&kept.metadata).unwrap().contains("s3cret"));
+        assert!(
+            !serde_json::to_string(&kept.metadata)
+                .unwrap()
+                .contains("s3cret")
+        );
 
         let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {ca.crt: nope}\n";
         let e = parse_object(Kind::Secret, serde_yaml::from_str(bad).unwrap(), "d").unwrap_err();

@@ -723,10 +723,7 @@ mod tests {
     async fn bad_objects_become_problems_and_keep_the_last_good_version() {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "default");
-        let source = KubeSource::start_with(
-            &client,
-            vec![WatchSpec::of(Kind::Tenant, None)],
-        );
+        let source = KubeSource::start_with(&client, vec![WatchSpec::of(Kind::Tenant, None)]);
 
         // The initial list: one good Tenant and one with a bad CLUSTER.
         let (request, send) = next_request(&mut handle).await;
@@ -865,16 +862,28 @@ mod tests {
         let id = NsName::new("shop".to_string(), "backend-ca".to_string());
         assert_eq!(loaded.store.ca_secrets.keys().collect::<Vec<_>>(), [&id]);
         let kept = &loaded.store.ca_secrets[&id].object;
-        let keys: Vec<_> = kept.data.iter().flatten().map(|(k, _)| k.as_str()).collect();
+        let keys: Vec<_> = kept
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect();
         assert_eq!(keys, ["ca.crt"]);
         assert_eq!(kept.metadata.annotations, None);
-        assert!(!serde_json::to_string(kept).unwrap().contains(&b64("s3cret")));
+        assert!(
+            !serde_json::to_string(kept)
+                .unwrap()
+                .contains(&b64("s3cret"))
+        );
 
         let mut changes = source.changes();
         api.apply(secret("backend-ca", json!({"password": b64("s3cret")})));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !source.snapshot().store.ca_secrets.is_empty() {
-            assert!(tokio::time::Instant::now() < deadline, "ca.crt removed, still kept");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "ca.crt removed, still kept"
+            );
             coalesced(&mut changes, Duration::from_millis(10)).await;
         }
         assert!(source.snapshot().problems.is_empty());
@@ -897,10 +906,7 @@ mod tests {
                 .remove("resourceVersion");
             api.apply(t);
         }
-        let source = KubeSource::start_with(
-            &api.client(),
-            vec![WatchSpec::of(Kind::Tenant, None)],
-        );
+        let source = KubeSource::start_with(&api.client(), vec![WatchSpec::of(Kind::Tenant, None)]);
         tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
             .await
             .expect("synced in time");
@@ -939,10 +945,7 @@ mod tests {
     async fn an_unserved_gateway_api_kind_is_empty_until_its_crd_appears() {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "default");
-        let source = KubeSource::start_with(
-            &client,
-            vec![WatchSpec::of(Kind::TcpRoute, None)],
-        );
+        let source = KubeSource::start_with(&client, vec![WatchSpec::of(Kind::TcpRoute, None)]);
         let path = "/apis/gateway.networking.k8s.io/v1/tcproutes";
         let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                "reason": "NotFound", "code": 404,

@@ -241,9 +241,7 @@ async fn custom_errors_replace_listed_statuses_on_their_routes_only() {
         &["dead.example.com"],
         json!([rule("all", "/")]),
     ));
-    let pages = |service: &str| {
-        json!({ "customErrors": { "codes": [503, 404], "backend": { "name": service, "port": 80 } } })
-    };
+    let pages = |service: &str| json!({ "customErrors": { "codes": [503, 404], "backend": { "name": service, "port": 80 } } });
     objects.push(policy("pages", "app", None, pages("errors")));
     objects.push(policy("dead-pages", "dead", None, pages("nowhere")));
     objects.extend(echo_service(NS, "web", &[&web]));
@@ -266,10 +264,7 @@ async fn custom_errors_replace_listed_statuses_on_their_routes_only() {
             .map(|c| format!("{} {} {}", c["type"], c["status"], c["reason"]))
             .collect()
     };
-    assert_eq!(
-        conditions("pages"),
-        [r#""Accepted" "True" "Accepted""#]
-    );
+    assert_eq!(conditions("pages"), [r#""Accepted" "True" "Accepted""#]);
     assert_eq!(
         conditions("dead-pages"),
         [

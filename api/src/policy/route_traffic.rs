@@ -106,7 +106,6 @@ pub fn route_traffic_value_errors(spec: &RouteTrafficPolicySpec) -> Vec<(String,
                     "{} is one address or network, not a list",
                     quote(item)
                 ))
-
             } else {
                 check(item)
             };
@@ -199,10 +198,12 @@ mod tests {
                 "spec.customErrors.backend.port"
             ]
         );
-        let s = spec("targetRefs: []\ncustomErrors: {codes: [], backend: {name: errors, port: 80}}\n");
+        let s =
+            spec("targetRefs: []\ncustomErrors: {codes: [], backend: {name: errors, port: 80}}\n");
         assert_eq!(fields(&s), ["spec.customErrors.codes"]);
-        let good =
-            spec("targetRefs: []\ncustomErrors: {codes: [404, 503], backend: {name: errors, port: 8080}}\n");
+        let good = spec(
+            "targetRefs: []\ncustomErrors: {codes: [404, 503], backend: {name: errors, port: 8080}}\n",
+        );
         assert!(fields(&good).is_empty(), "{:?}", fields(&good));
     }
 }

@@ -1094,11 +1094,7 @@ spec:
             ops_ingress(
                 "ca-only",
                 "ca-only.example",
-                &format!(
-                    "{}, {verify}, {}",
-                    protocol("HTTPS"),
-                    secret_of("ca-only")
-                ),
+                &format!("{}, {verify}, {}", protocol("HTTPS"), secret_of("ca-only")),
                 "web",
             ),
             ops_ingress("grpc", "grpc.example", &protocol("GRPC"), "web"),

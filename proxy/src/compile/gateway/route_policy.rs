@@ -226,7 +226,11 @@ fn sorted_codes(codes: &[u16]) -> Vec<u16> {
 
 /// Why `customErrors`' Service cannot answer pages, if it cannot: not
 /// found, or without the port asked for.
-fn missing_error_backend(store: &Store, id: &NsName, policy: &RouteTrafficPolicy) -> Option<String> {
+fn missing_error_backend(
+    store: &Store,
+    id: &NsName,
+    policy: &RouteTrafficPolicy,
+) -> Option<String> {
     let backend = &policy.spec.custom_errors.as_ref()?.backend;
     let service = store.services.get(&teapot_model::store::NsRef {
         namespace: &id.namespace,
