@@ -580,6 +580,27 @@ pub fn gateway_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Valu
     Some(out)
 }
 
+/// The entries of the tenant object's status list `list` other
+/// controllers keep, and teapot's entries of the LB copy's (`lb`), to be
+/// named back and added after them.
+fn status_entries<'l>(
+    tenant: &Value,
+    lb: &'l [Value],
+    list: &str,
+) -> (Vec<Value>, impl Iterator<Item = &'l Value>) {
+    let others = tenant["status"][list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["controllerName"] != GATEWAY_CONTROLLER_NAME)
+        .cloned()
+        .collect();
+    let ours = lb
+        .iter()
+        .filter(|e| e["controllerName"] == GATEWAY_CONTROLLER_NAME);
+    (others, ours)
+}
+
 /// The tenant route's `status.parents` from its LB copy's: teapot's
 /// entries (controller `teapot.dev/gateway-controller`) with their
 /// `parentRef` named back as the tenant wrote it, after the entries other
@@ -594,17 +615,8 @@ pub fn route_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Value>
         .into_iter()
         .flatten()
         .collect();
-    let mut parents: Vec<Value> = tenant["status"]["parents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["controllerName"] != GATEWAY_CONTROLLER_NAME)
-        .cloned()
-        .collect();
-    for p in lb_parents
-        .iter()
-        .filter(|p| p["controllerName"] == GATEWAY_CONTROLLER_NAME)
-    {
+    let (mut parents, ours) = status_entries(tenant, lb_parents, "parents");
+    for p in ours {
         let Some((gns, gname)) = p["parentRef"]["name"]
             .as_str()
             .and_then(source_of_lb_ingress)
@@ -643,17 +655,8 @@ pub fn backend_tls_policy_status_for_tenant(lb_copy: &Value, tenant: &Value) -> 
     let lb_ancestors = lb_copy["status"]["ancestors"].as_array()?;
     let lb_gen = lb_copy["metadata"]["generation"].as_i64();
     let tenant_gen = tenant["metadata"]["generation"].as_i64();
-    let mut ancestors: Vec<Value> = tenant["status"]["ancestors"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|a| a["controllerName"] != GATEWAY_CONTROLLER_NAME)
-        .cloned()
-        .collect();
-    for a in lb_ancestors
-        .iter()
-        .filter(|a| a["controllerName"] == GATEWAY_CONTROLLER_NAME)
-    {
+    let (mut ancestors, ours) = status_entries(tenant, lb_ancestors, "ancestors");
+    for a in ours {
         let gateway = a["ancestorRef"]["group"] == GROUP && a["ancestorRef"]["kind"] == "Gateway";
         let Some((gns, gname)) = a["ancestorRef"]["name"]
             .as_str()

@@ -271,7 +271,25 @@ pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
     if let Some(ca) = data.and_then(|d| d.get("ca.crt")) {
         copied.insert("ca.crt".into(), ca.clone());
     }
-    Ok(Secret {
+    Ok(lb_secret_copy(
+        secret,
+        lb_namespace,
+        TLS_SECRET_TYPE,
+        copied,
+    ))
+}
+
+/// The LB Secret `NS-NAME-<hash5>` for tenant Secret `secret`, of `type_`
+/// with `data` alone.
+fn lb_secret_copy(
+    secret: &Secret,
+    lb_namespace: &str,
+    type_: &str,
+    data: BTreeMap<String, ByteString>,
+) -> Secret {
+    let namespace = secret.namespace().unwrap_or_default();
+    let name = secret.name_any();
+    Secret {
         metadata: lb_meta(
             mirrored_secret_name(&namespace, &name),
             lb_namespace,
@@ -280,10 +298,10 @@ pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
             secret.metadata.uid.as_ref(),
             BTreeMap::new(),
         ),
-        type_: Some(TLS_SECRET_TYPE.into()),
-        data: Some(copied),
+        type_: Some(type_.into()),
+        data: Some(data),
         ..Secret::default()
-    })
+    }
 }
 
 /// The LB copy of a Secret `ingress` names. `proxy-ssl-secret` may name
@@ -312,30 +330,21 @@ pub fn lb_ingress_secret(
 /// Secret holds (an application's credentials may share it); Secrets are
 /// sensitive, and nothing else of one leaves the tenant cluster.
 pub fn lb_ca_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
-    let namespace = secret.namespace().unwrap_or_default();
-    let name = secret.name_any();
     let ca = secret
         .data
         .as_ref()
         .and_then(|d| d.get(CA_SECRET_KEY))
         .ok_or_else(|| Error::Invalid {
-            object: format!("Secret {namespace}/{name}"),
+            object: format!(
+                "Secret {}/{}",
+                secret.namespace().unwrap_or_default(),
+                secret.name_any()
+            ),
             field: format!("data[{CA_SECRET_KEY}]"),
             message: "is required".into(),
         })?;
-    Ok(Secret {
-        metadata: lb_meta(
-            mirrored_secret_name(&namespace, &name),
-            lb_namespace,
-            &namespace,
-            &name,
-            secret.metadata.uid.as_ref(),
-            BTreeMap::new(),
-        ),
-        type_: Some(CA_SECRET_TYPE.into()),
-        data: Some(BTreeMap::from([(CA_SECRET_KEY.into(), ca.clone())])),
-        ..Secret::default()
-    })
+    let data = BTreeMap::from([(CA_SECRET_KEY.into(), ca.clone())]);
+    Ok(lb_secret_copy(secret, lb_namespace, CA_SECRET_TYPE, data))
 }
 
 /// The tenant Ingress an LB Ingress `<name>.<namespace>` mirrors

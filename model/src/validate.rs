@@ -146,19 +146,9 @@ fn ca_config_map(mut config_map: ConfigMap) -> ConfigMap {
 /// kept, so the tenant re-check sees only what is kept and passes.
 fn ca_secret(secret: Secret) -> Result<Secret, FieldError> {
     use teapot_api::policy::CA_SECRET_KEY;
-    let ca = secret
-        .string_data
-        .as_ref()
-        .and_then(|d| d.get(CA_SECRET_KEY))
-        .map(|v| v.clone().into_bytes())
-        .or_else(|| {
-            secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(CA_SECRET_KEY))
-                .map(|v| v.0.clone())
-        })
-        .unwrap_or_default();
+    let ca = teapot_api::policy::secret_value(&secret, CA_SECRET_KEY)
+        .unwrap_or_default()
+        .to_vec();
     teapot_api::policy::check_ca_bundle(&ca).map_err(|v| FieldError::at(v.field, v.message))?;
     let meta = secret.metadata;
     Ok(Secret {

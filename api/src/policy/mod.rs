@@ -72,7 +72,7 @@ pub use route_traffic::{
 };
 pub use secret::{
     CA_SECRET_KEY, TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, is_ca_secret,
-    tls_secret_data,
+    secret_value, tls_secret_data,
 };
 pub use service::check_service;
 pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};

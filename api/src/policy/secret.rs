@@ -84,7 +84,7 @@ fn type_violation(secret: &Secret) -> Option<Violation> {
 /// business, so a stray key is named rather than the type refused.
 pub fn is_ca_secret(secret: &Secret) -> bool {
     secret.type_.as_deref().unwrap_or(CA_SECRET_TYPE) == CA_SECRET_TYPE
-        && get(secret, CA_SECRET_KEY).is_some()
+        && secret_value(secret, CA_SECRET_KEY).is_some()
 }
 
 /// A CA Secret holds `ca.crt` alone, a PEM certificate bundle: the LB
@@ -102,7 +102,7 @@ fn check_ca_secret(secret: &Secret) -> Vec<Violation> {
             )
         })
         .collect();
-    if let Some(ca) = get(secret, CA_SECRET_KEY) {
+    if let Some(ca) = secret_value(secret, CA_SECRET_KEY) {
         out.extend(check_ca_bundle(ca).err());
     }
     out
@@ -123,7 +123,9 @@ fn secret_keys(secret: &Secret) -> impl Iterator<Item = (&'static str, &str)> {
     data_keys.chain(string_keys)
 }
 
-fn get<'s>(secret: &'s Secret, key: &str) -> Option<&'s [u8]> {
+/// The value of `key`, read as the API server merges the maps
+/// (`stringData` wins over `data`).
+pub fn secret_value<'s>(secret: &'s Secret, key: &str) -> Option<&'s [u8]> {
     secret
         .string_data
         .as_ref()
@@ -159,7 +161,7 @@ pub fn tls_secret_data(secret: &Secret) -> Result<TlsSecretData<'_>, Vec<Violati
         return Err(vec![wrong_type]);
     }
     let required = |key: &str| {
-        get(secret, key)
+        secret_value(secret, key)
             .filter(|v| !v.is_empty())
             .ok_or_else(|| Violation::new(key_field("data", key), "is required"))
     };
@@ -167,7 +169,7 @@ pub fn tls_secret_data(secret: &Secret) -> Result<TlsSecretData<'_>, Vec<Violati
         (Ok(cert_chain), Ok(key)) => Ok(TlsSecretData {
             cert_chain,
             key,
-            ca: get(secret, "ca.crt"),
+            ca: secret_value(secret, "ca.crt"),
         }),
         (cert_chain, key) => Err(cert_chain.err().into_iter().chain(key.err()).collect()),
     }
