@@ -14,6 +14,10 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const TENANT_LABEL: &str = "teapot.dev/tenant";
 /// `type` of Secrets that carry a certificate and key.
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+/// `type` of the Secrets that carry a `ca.crt` alone (ingress-nginx's
+/// `proxy-ssl-secret` without a client certificate); also the type of a
+/// Secret that names none.
+pub const CA_SECRET_TYPE: &str = "Opaque";
 /// The GatewayClass tenants set (`spec.gatewayClassName: teapot`).
 pub const GATEWAY_CLASS: &str = "teapot";
 /// `spec.controllerName` of GatewayClasses that teapot implements.

@@ -1,6 +1,6 @@
 //! The `RouteTrafficPolicy` custom resource: client address lists, rate
-//! limits and in-flight limits for HTTPRoute and GRPCRoute rules, what the
-//! Gateway API has no filter for and Ingresses get from ingress-nginx's
+//! limits, in-flight limits and custom error pages for HTTPRoute and
+//! GRPCRoute rules, what the Gateway API has no filter for and Ingresses get from ingress-nginx's
 //! annotations. Attached GEP-713 style (`targetRefs`, a rule by its `name`
 //! as `sectionName`).
 //!
@@ -48,6 +48,30 @@ pub struct RouteTrafficPolicySpec {
     /// (ingress-nginx's `limit-connections`); one more gets 503.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight_per_client: Option<u32>,
+    /// Responses replaced by an error page (ingress-nginx's
+    /// `custom-http-errors` with `default-backend`): a response of one of
+    /// `codes` is replaced by what `backend` answers to a request telling
+    /// it the code (`X-Code`, `X-Format`, `X-Original-URI`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_errors: Option<CustomErrors>,
+}
+
+/// Which responses an error page replaces, and who serves the page.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomErrors {
+    /// The response statuses replaced (400 to 599).
+    pub codes: Vec<u16>,
+    /// The Service of the policy's own namespace that answers the page.
+    pub backend: ErrorPageBackend,
+}
+
+/// A Service port of the policy's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorPageBackend {
+    pub name: String,
+    pub port: i32,
 }
 
 /// A route the policy attaches to, in this namespace.
@@ -174,6 +198,16 @@ impl RouteTrafficPolicySpec {
         if let Some(r) = &self.rate_limit {
             list("spec.rateLimit.exempt", "limit-whitelist", &r.exempt);
         }
+        if let Some(e) = &self.custom_errors {
+            let codes: Vec<String> = e.codes.iter().map(u16::to_string).collect();
+            list("spec.customErrors.codes", "custom-http-errors", &codes);
+            out.push(AnnotationField {
+                field: "spec.customErrors.backend.name",
+                name: "default-backend",
+                value: e.backend.name.clone(),
+                items: Vec::new(),
+            });
+        }
         let mut count = |field: &'static str, name: &'static str, n: Option<u32>| {
             if let Some(n) = n {
                 out.push(AnnotationField {
@@ -250,6 +284,33 @@ mod tests {
                     "limit-burst-multiplier=2".into()
                 ),
                 ("spec.inFlightPerClient", "limit-connections=20".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn custom_errors_are_custom_http_errors_and_default_backend() {
+        let s = spec(
+            "targetRefs: []\ncustomErrors: {codes: [404, 503], backend: {name: errors, port: 8080}}\n",
+        );
+        let got: Vec<(&str, String, Vec<String>)> = s
+            .annotations()
+            .into_iter()
+            .map(|a| (a.field, format!("{}={}", a.name, a.value), a.items))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.customErrors.codes",
+                    "custom-http-errors=404,503".into(),
+                    vec!["404".to_string(), "503".to_string()]
+                ),
+                (
+                    "spec.customErrors.backend.name",
+                    "default-backend=errors".into(),
+                    Vec::new()
+                ),
             ]
         );
     }

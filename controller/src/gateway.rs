@@ -356,6 +356,10 @@ pub async fn reconcile_backend_tls_policy(
     let copy: BackendTlsPolicy =
         serde_json::from_value(gm::lb_backend_tls_policy(&value, &ctx.config.lb_namespace)?)?;
     refusals.extend(apply_lb(&ctx, &copy).await?);
+    if let Some(lb) = lb_copy::<BackendTlsPolicy>(&ctx, &copy.name_any()).await? {
+        let status = gm::backend_tls_policy_status_for_tenant(&lb, &value);
+        copy_gateway_api_status(&ctx, policy.as_ref(), &value, status).await?;
+    }
     report(&ctx, policy.as_ref(), conditions(&refusals, &problems)).await?;
     ctx.failures
         .clear(&format!("BackendTLSPolicy {}", key(policy.as_ref())));
@@ -377,12 +381,16 @@ pub async fn reconcile_route_traffic_policy(
         return Ok(done);
     }
     let value = serde_json::to_value(policy.as_ref())?;
+    let (mut problems, mut refusals) = (Vec::new(), Vec::new());
+    // customErrors' Service before the copy that names it.
+    let services = gm::policy_services(&value)?;
+    mirror_services(&ctx, &services, &[], &mut problems, &mut refusals).await?;
     let copy: RouteTrafficPolicy = serde_json::from_value(gm::lb_route_traffic_policy(
         &value,
         &ctx.config.lb_namespace,
     )?)?;
-    let refusals: Vec<String> = apply_lb(&ctx, &copy).await?.into_iter().collect();
-    report(&ctx, policy.as_ref(), conditions(&refusals, &[])).await?;
+    refusals.extend(apply_lb(&ctx, &copy).await?);
+    report(&ctx, policy.as_ref(), conditions(&refusals, &problems)).await?;
     ctx.failures
         .clear(&format!("RouteTrafficPolicy {}", key(policy.as_ref())));
     ctx.metrics

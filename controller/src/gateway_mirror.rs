@@ -304,9 +304,17 @@ pub fn lb_gateway(
 /// target naming its own namespace loses the field (the copy lives in the
 /// LB namespace); one naming another namespace, or another kind, is
 /// copied as written, for the webhook to refuse with its reason.
+/// `customErrors`' Service (of the policy's namespace) is renamed to its
+/// mirror ([`policy_services`]).
 pub fn lb_route_traffic_policy(policy: &Value, lb_namespace: &str) -> Result<Value, Error> {
     let ns = own_namespace(policy)?;
     let mut spec = policy["spec"].clone();
+    if let Some(name) = spec
+        .pointer_mut("/customErrors/backend/name")
+        .filter(|n| n.is_string())
+    {
+        *name = json!(mirrored_service_name(&ns, name.as_str().unwrap_or("")));
+    }
     let targets = spec.get_mut("targetRefs").and_then(Value::as_array_mut);
     for t in targets.into_iter().flatten() {
         let route =
@@ -326,6 +334,18 @@ pub fn lb_route_traffic_policy(policy: &Value, lb_namespace: &str) -> Result<Val
         "metadata": copy_metadata(policy, &ns, lb_namespace)?,
         "spec": spec,
     }))
+}
+
+/// The Services a RouteTrafficPolicy needs mirrored: `customErrors`'
+/// error backend, a Service of the policy's own namespace.
+pub fn policy_services(policy: &Value) -> Result<BTreeSet<Ref>, Error> {
+    let ns = own_namespace(policy)?;
+    Ok(policy["spec"]["customErrors"]["backend"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(|name| (ns, name.to_string()))
+        .into_iter()
+        .collect())
 }
 
 /// The ConfigMaps a BackendTLSPolicy reads its trust anchors from (its
@@ -560,6 +580,27 @@ pub fn gateway_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Valu
     Some(out)
 }
 
+/// The entries of the tenant object's status list `list` other
+/// controllers keep, and teapot's entries of the LB copy's (`lb`), to be
+/// named back and added after them.
+fn status_entries<'l>(
+    tenant: &Value,
+    lb: &'l [Value],
+    list: &str,
+) -> (Vec<Value>, impl Iterator<Item = &'l Value>) {
+    let others = tenant["status"][list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["controllerName"] != GATEWAY_CONTROLLER_NAME)
+        .cloned()
+        .collect();
+    let ours = lb
+        .iter()
+        .filter(|e| e["controllerName"] == GATEWAY_CONTROLLER_NAME);
+    (others, ours)
+}
+
 /// The tenant route's `status.parents` from its LB copy's: teapot's
 /// entries (controller `teapot.dev/gateway-controller`) with their
 /// `parentRef` named back as the tenant wrote it, after the entries other
@@ -574,17 +615,8 @@ pub fn route_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Value>
         .into_iter()
         .flatten()
         .collect();
-    let mut parents: Vec<Value> = tenant["status"]["parents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["controllerName"] != GATEWAY_CONTROLLER_NAME)
-        .cloned()
-        .collect();
-    for p in lb_parents
-        .iter()
-        .filter(|p| p["controllerName"] == GATEWAY_CONTROLLER_NAME)
-    {
+    let (mut parents, ours) = status_entries(tenant, lb_parents, "parents");
+    for p in ours {
         let Some((gns, gname)) = p["parentRef"]["name"]
             .as_str()
             .and_then(source_of_lb_ingress)
@@ -610,6 +642,36 @@ pub fn route_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Value>
         parents.push(entry);
     }
     Some(json!({"parents": parents}))
+}
+
+/// The tenant BackendTLSPolicy's `status.ancestors` from its LB copy's:
+/// teapot's entries (controller `teapot.dev/gateway-controller`), each
+/// `ancestorRef` naming the tenant's Gateway (`NAME.NS` on the LB side is
+/// Gateway `NAME` of `NS`, namespace always given: an ancestor is not
+/// relative to the policy), after the entries other controllers keep on
+/// the tenant policy. An ancestor that is no tenant Gateway's copy is
+/// left out.
+pub fn backend_tls_policy_status_for_tenant(lb_copy: &Value, tenant: &Value) -> Option<Value> {
+    let lb_ancestors = lb_copy["status"]["ancestors"].as_array()?;
+    let lb_gen = lb_copy["metadata"]["generation"].as_i64();
+    let tenant_gen = tenant["metadata"]["generation"].as_i64();
+    let (mut ancestors, ours) = status_entries(tenant, lb_ancestors, "ancestors");
+    for a in ours {
+        let gateway = a["ancestorRef"]["group"] == GROUP && a["ancestorRef"]["kind"] == "Gateway";
+        let Some((gns, gname)) = a["ancestorRef"]["name"]
+            .as_str()
+            .filter(|_| gateway)
+            .and_then(source_of_lb_ingress)
+        else {
+            continue;
+        };
+        let mut entry = a.clone();
+        entry["ancestorRef"]["name"] = json!(gname);
+        entry["ancestorRef"]["namespace"] = json!(gns);
+        entry["conditions"] = translate_conditions(&a["conditions"], lb_gen, tenant_gen);
+        ancestors.push(entry);
+    }
+    Some(json!({"ancestors": ancestors}))
 }
 
 #[cfg(test)]

@@ -240,6 +240,9 @@ async fn add_live(ctx: &Context, live: &mut Live) -> Result<(), Error> {
                 "RouteTrafficPolicy",
                 mirrored_ingress_name(&ns, &p.name_any()),
             ));
+            for (sns, s) in gateway_mirror::policy_services(&serde_json::to_value(&p)?)? {
+                live.services.insert(mirrored_service_name(&sns, &s));
+            }
         }
     }
     for p in Api::<BackendTlsPolicy>::all(ctx.tenant.clone())

@@ -55,7 +55,7 @@ async fn apply(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
         let secrets: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &ns);
         match secrets.get_opt(&name).await? {
             None => problems.push(format!("Secret {ns}/{name} not found")),
-            Some(secret) => match mirror::lb_secret(&secret, lb_ns) {
+            Some(secret) => match mirror::lb_ingress_secret(ingress, &secret, lb_ns) {
                 Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
                 Err(e) => problems.push(e.to_string()),
             },

@@ -418,7 +418,8 @@ async fn lead(
         watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
     )
     .touched_objects();
-    let (services_store, secrets_store) = (store.clone(), store.clone());
+    let (services_store, secrets_store, ca_secrets_store) =
+        (store.clone(), store.clone(), store.clone());
     let resync = config.resync;
     let ticks = |ctx: Arc<Context>| {
         futures::stream::unfold((), move |()| async move {
@@ -449,6 +450,20 @@ async fn lead(
             move |s: Secret| {
                 referencing(
                     &secrets_store,
+                    s.namespace(),
+                    s.name_any(),
+                    mirror::referenced_secrets,
+                )
+            },
+        )
+        // proxy-ssl-secret's CA Secrets (Opaque, ca.crt alone): a change
+        // reconciles the Ingresses naming one; nothing of them is kept.
+        .watches(
+            Api::<Secret>::all(config.tenant.clone()),
+            watcher::Config::default().fields("type=Opaque"),
+            move |s: Secret| {
+                referencing(
+                    &ca_secrets_store,
                     s.namespace(),
                     s.name_any(),
                     mirror::referenced_secrets,

@@ -11,7 +11,8 @@ use kube::ResourceExt;
 use teapot_api::annotations::PREFIX;
 pub use teapot_api::hostname::mirrored_secret_name;
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
-use teapot_api::names::{INGRESS_CLASS, LOAD_BALANCER_CLASS, TLS_SECRET_TYPE};
+use teapot_api::names::{CA_SECRET_TYPE, INGRESS_CLASS, LOAD_BALANCER_CLASS, TLS_SECRET_TYPE};
+use teapot_api::policy::CA_SECRET_KEY;
 use teapot_sync::{
     AGENT, APP_MANAGED_BY_LABEL, MODE_ANNOTATION, SOURCE_NAME_LABEL, SOURCE_NAMESPACE_LABEL,
     SOURCE_UID_ANNOTATION, label_value,
@@ -270,7 +271,25 @@ pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
     if let Some(ca) = data.and_then(|d| d.get("ca.crt")) {
         copied.insert("ca.crt".into(), ca.clone());
     }
-    Ok(Secret {
+    Ok(lb_secret_copy(
+        secret,
+        lb_namespace,
+        TLS_SECRET_TYPE,
+        copied,
+    ))
+}
+
+/// The LB Secret `NS-NAME-<hash5>` for tenant Secret `secret`, of `type_`
+/// with `data` alone.
+fn lb_secret_copy(
+    secret: &Secret,
+    lb_namespace: &str,
+    type_: &str,
+    data: BTreeMap<String, ByteString>,
+) -> Secret {
+    let namespace = secret.namespace().unwrap_or_default();
+    let name = secret.name_any();
+    Secret {
         metadata: lb_meta(
             mirrored_secret_name(&namespace, &name),
             lb_namespace,
@@ -279,10 +298,53 @@ pub fn lb_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
             secret.metadata.uid.as_ref(),
             BTreeMap::new(),
         ),
-        type_: Some(TLS_SECRET_TYPE.into()),
-        data: Some(copied),
+        type_: Some(type_.into()),
+        data: Some(data),
         ..Secret::default()
-    })
+    }
+}
+
+/// The LB copy of a Secret `ingress` names. `proxy-ssl-secret` may name
+/// a CA Secret (`Opaque` with a `ca.crt`: verify the backend, present no
+/// client certificate), copied by [`lb_ca_secret`]; every other reference
+/// (`spec.tls`) needs a TLS Secret ([`lb_secret`]).
+pub fn lb_ingress_secret(
+    ingress: &Ingress,
+    secret: &Secret,
+    lb_namespace: &str,
+) -> Result<Secret, Error> {
+    let id = (secret.namespace().unwrap_or_default(), secret.name_any());
+    let proxy_ssl = nginx_refs::annotation_secrets(
+        &ingress.namespace().unwrap_or_default(),
+        ingress.annotations(),
+    )
+    .contains(&id);
+    if proxy_ssl && teapot_api::policy::is_ca_secret(secret) {
+        lb_ca_secret(secret, lb_namespace)
+    } else {
+        lb_secret(secret, lb_namespace)
+    }
+}
+
+/// The LB copy of a tenant CA Secret: `ca.crt` alone, whatever else the
+/// Secret holds (an application's credentials may share it); Secrets are
+/// sensitive, and nothing else of one leaves the tenant cluster.
+pub fn lb_ca_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error> {
+    let ca = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(CA_SECRET_KEY))
+        .ok_or_else(|| Error::Invalid {
+            object: format!(
+                "Secret {}/{}",
+                secret.namespace().unwrap_or_default(),
+                secret.name_any()
+            ),
+            field: format!("data[{CA_SECRET_KEY}]"),
+            message: "is required".into(),
+        })?;
+    let data = BTreeMap::from([(CA_SECRET_KEY.into(), ca.clone())]);
+    Ok(lb_secret_copy(secret, lb_namespace, CA_SECRET_TYPE, data))
 }
 
 /// The tenant Ingress an LB Ingress `<name>.<namespace>` mirrors

@@ -20,6 +20,7 @@ use teapot_testkit::apiserver::ApiServer;
 const NS: &str = "shop";
 const LB_NS: &str = "tenant-acme";
 const GW: &str = "gateway.networking.k8s.io/v1";
+const GW_GROUP: &str = "gateway.networking.k8s.io";
 
 struct Fixture {
     tenant: ApiServer,
@@ -394,6 +395,82 @@ async fn a_backend_tls_policy_and_its_config_map_are_mirrored_renamed() {
     assert!(f.lb_get("v1", "ConfigMap", &ca).is_none());
 }
 
+/// The fleet's `status.ancestors` on the LB copy of a BackendTLSPolicy
+/// comes back onto the tenant's policy: teapot's entries with the
+/// Gateway named back (`public.shop` -> `public` of `shop`) and the
+/// generation mapped, after another controller's entry, written once.
+#[tokio::test]
+async fn backend_tls_policy_status_comes_back_with_names_renamed() {
+    use teapot_api::gateway_api::BackendTlsPolicy;
+    use teapot_controller::gateway::reconcile_backend_tls_policy;
+    let f = Fixture::new().await;
+    let theirs = json!({
+        "controllerName": "example.com/mesh",
+        "ancestorRef": {"group": GW_GROUP, "kind": "Gateway", "name": "mesh", "namespace": "istio-system"},
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    let mut policy = json!({
+        "apiVersion": GW, "kind": "BackendTLSPolicy",
+        "metadata": {"name": "web-tls", "namespace": NS},
+        "spec": {
+            "targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+            "validation": {"hostname": "web.shop.internal", "wellKnownCACertificates": "System"},
+        },
+    });
+    f.tenant.apply(policy.clone());
+    policy["status"] = json!({"ancestors": [theirs.clone()]});
+    f.tenant.apply(policy);
+    let reconcile = || async {
+        let p: Arc<BackendTlsPolicy> = f.tenant_object("BackendTLSPolicy", NS, "web-tls");
+        reconcile_backend_tls_policy(p, f.ctx.clone())
+            .await
+            .expect("reconcile");
+    };
+    reconcile().await;
+    reconcile().await;
+    let mut lb = f.lb_get(GW, "BackendTLSPolicy", "web-tls.shop").unwrap();
+    let condition = |generation: &Value| {
+        json!([{"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": generation}])
+    };
+    lb["status"] = json!({"ancestors": [
+        {"controllerName": "teapot.dev/gateway-controller",
+         "ancestorRef": {"group": GW_GROUP, "kind": "Gateway", "name": "public.shop", "namespace": LB_NS},
+         "conditions": condition(&lb["metadata"]["generation"])},
+        // Not a tenant Gateway's copy: left out.
+        {"controllerName": "teapot.dev/gateway-controller",
+         "ancestorRef": {"group": GW_GROUP, "kind": "Gateway", "name": "fleet", "namespace": "ops"},
+         "conditions": condition(&lb["metadata"]["generation"])}]});
+    f.lb.apply(lb);
+
+    reconcile().await;
+    let p = f.tenant.get(GW, "BackendTLSPolicy", NS, "web-tls").unwrap();
+    let ancestors = p["status"]["ancestors"].as_array().unwrap();
+    assert_eq!(ancestors.len(), 2, "{ancestors:?}");
+    assert_eq!(ancestors[0], theirs);
+    assert_eq!(
+        ancestors[1]["ancestorRef"],
+        json!({"group": GW_GROUP, "kind": "Gateway", "name": "public", "namespace": NS})
+    );
+    assert_eq!(
+        ancestors[1]["controllerName"],
+        "teapot.dev/gateway-controller"
+    );
+    assert_eq!(
+        ancestors[1]["conditions"][0]["observedGeneration"],
+        p["metadata"]["generation"]
+    );
+
+    // Written once: the next reconcile finds it in place.
+    let before = f.tenant.requests().len();
+    reconcile().await;
+    let status_writes = f.tenant.requests()[before..]
+        .iter()
+        .filter(|r| r.path.ends_with("/status"))
+        .count();
+    assert_eq!(status_writes, 0);
+}
+
 #[tokio::test]
 async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
     use teapot_api::hostname::mirrored_ingress_name;
@@ -412,8 +489,10 @@ async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
             ],
             "clientAddresses": {"allow": ["10.0.0.0/8"]},
             "rateLimit": {"requestsPerSecond": 10, "exempt": ["10.1.0.0/16"]},
+            "customErrors": {"codes": [404, 503], "backend": {"name": "errors", "port": 80}},
         },
     }));
+    f.tenant.apply(service(NS, "errors"));
     for _ in 0..2 {
         let v = f
             .tenant
@@ -447,10 +526,21 @@ async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
         json!(["10.0.0.0/8"])
     );
     assert_eq!(copy["spec"]["rateLimit"]["requestsPerSecond"], 10);
+    // customErrors' Service is mirrored, and named by its mirror.
+    let errors = mirrored_service_name(NS, "errors");
+    assert_eq!(
+        copy["spec"]["customErrors"],
+        json!({"codes": [404, 503], "backend": {"name": errors, "port": 80}})
+    );
+    assert!(f.lb_get("v1", "Service", &errors).is_some());
+    // Live while the policy is: the collector keeps the Service.
+    gc::collect(&f.ctx).await.expect("gc");
+    assert!(f.lb_get("v1", "Service", &errors).is_some());
 
     // Gone from the tenant cluster: the collector removes the copy.
     f.tenant
         .delete(TEAPOT, "RouteTrafficPolicy", NS, "admin-only");
     gc::collect(&f.ctx).await.expect("gc");
     assert!(f.lb_get(TEAPOT, "RouteTrafficPolicy", &name).is_none());
+    assert!(f.lb_get("v1", "Service", &errors).is_none());
 }

@@ -844,3 +844,41 @@ async fn ingress_nginx_annotations_travel_with_the_objects_they_name() {
     let copied = f.lb.get("v1", "Secret", LB_NS, &secret).unwrap();
     assert_eq!(copied["data"]["ca.crt"], "Y2E=");
 }
+
+/// ingress-nginx's `proxy-ssl-secret` is commonly an Opaque Secret with
+/// `ca.crt` alone: mirrored as such, that key only, whatever else the
+/// tenant keeps in it; the same Secret named by `spec.tls` is refused.
+#[tokio::test]
+async fn a_ca_only_proxy_ssl_secret_is_mirrored_as_its_ca_crt_alone() {
+    let f = Fixture::new().await;
+    f.tenant.apply(json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "backend-ca", "namespace": NS},
+        "data": {"ca.crt": "Y2E=", "password": "czNjcmV0"},
+    }));
+    let mut ing = ingress("/");
+    ing["metadata"]["annotations"] = json!({
+        "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS",
+        "nginx.ingress.kubernetes.io/proxy-ssl-secret": "backend-ca",
+        "nginx.ingress.kubernetes.io/proxy-ssl-verify": "on",
+    });
+    f.tenant.apply(ing);
+    f.reconcile().await;
+    f.reconcile().await;
+    let secret = teapot_controller::mirror::mirrored_secret_name(NS, "backend-ca");
+    let copied = f.lb.get("v1", "Secret", LB_NS, &secret).unwrap();
+    assert_eq!(copied["type"], "Opaque");
+    assert_eq!(copied["data"], json!({"ca.crt": "Y2E="}));
+
+    let owner = teapot_controller::mirror::lb_ingress_secret;
+    let tenant_secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(f.tenant.get("v1", "Secret", NS, "backend-ca").unwrap()).unwrap();
+    let mut named_by_tls: Ingress = serde_json::from_value(ingress("/")).unwrap();
+    named_by_tls.spec.as_mut().unwrap().tls =
+        Some(vec![k8s_openapi::api::networking::v1::IngressTLS {
+            secret_name: Some("backend-ca".into()),
+            ..Default::default()
+        }]);
+    let e = owner(&named_by_tls, &tenant_secret, LB_NS).unwrap_err();
+    assert!(e.to_string().contains("type"), "{e}");
+}

@@ -240,6 +240,12 @@ pub struct Store {
     /// In the compact form ([`crate::endpoints`]): the bulk of a large store.
     pub endpoint_slices: ObjectMap<CompactSlice>,
     pub secrets: ObjectMap<TlsSecret>,
+    /// CA Secrets (`Opaque`, what `proxy-ssl-secret` names to verify a
+    /// backend without a client certificate) with their `ca.crt` only:
+    /// every other key, and the annotations that could repeat them, are
+    /// dropped when read ([`crate::validate`]). Same kind as
+    /// [`Store::secrets`]; a name is in one map or the other.
+    pub ca_secrets: ObjectMap<k8s_openapi::api::core::v1::Secret>,
     /// Tenants by object name.
     pub tenants: BTreeMap<String, Stored<Tenant>>,
     /// Gateway API (docs/gateway-api.md): ordered maps, as the compile
@@ -269,6 +275,8 @@ pub enum Object {
     Service(Service),
     EndpointSlice(CompactSlice),
     Secret(TlsSecret),
+    /// A CA Secret, as [`Store::ca_secrets`] keeps it.
+    CaSecret(k8s_openapi::api::core::v1::Secret),
     Tenant(Tenant),
     GatewayClass(GatewayClass),
     Gateway(Box<Gateway>),
@@ -292,6 +300,7 @@ impl Store {
             + self.services.len()
             + self.endpoint_slices.len()
             + self.secrets.len()
+            + self.ca_secrets.len()
             + self.tenants.len()
             + self.gateway_classes.len()
             + self.gateways.len()
@@ -319,7 +328,7 @@ impl Store {
             Kind::IngressClass => self.ingress_classes.contains_key(&key.name),
             Kind::Service => self.services.contains_key(&ns()),
             Kind::EndpointSlice => self.endpoint_slices.contains_key(&ns()),
-            Kind::Secret => self.secrets.contains_key(&ns()),
+            Kind::Secret => self.secrets.contains_key(&ns()) || self.ca_secrets.contains_key(&ns()),
             Kind::Tenant => self.tenants.contains_key(&key.name),
             Kind::GatewayClass => self.gateway_classes.contains_key(&key.name),
             Kind::Gateway => self.gateways.contains_key(&ns()),
@@ -353,7 +362,14 @@ impl Store {
                 self.endpoint_slices.insert(ns, stored(o, origin));
             }
             Object::Secret(o) => {
+                // A Secret's type is immutable in the API, but a manifests
+                // file may change it: the name lives in one map only.
+                self.ca_secrets.remove(&ns);
                 self.secrets.insert(ns, stored(o, origin));
+            }
+            Object::CaSecret(o) => {
+                self.secrets.remove(&ns);
+                self.ca_secrets.insert(ns, stored(o, origin));
             }
             Object::Tenant(o) => {
                 self.tenants.insert(key.name, stored(o, origin));
@@ -405,7 +421,10 @@ impl Store {
             Kind::IngressClass => drop(self.ingress_classes.remove(&key.name)),
             Kind::Service => drop(self.services.remove(&ns)),
             Kind::EndpointSlice => drop(self.endpoint_slices.remove(&ns)),
-            Kind::Secret => drop(self.secrets.remove(&ns)),
+            Kind::Secret => {
+                self.secrets.remove(&ns);
+                self.ca_secrets.remove(&ns);
+            }
             Kind::Tenant => drop(self.tenants.remove(&key.name)),
             Kind::GatewayClass => drop(self.gateway_classes.remove(&key.name)),
             Kind::Gateway => drop(self.gateways.remove(&ns)),
@@ -431,7 +450,10 @@ impl Store {
             Kind::IngressClass => copy(&from.ingress_classes, &mut self.ingress_classes, &key.name),
             Kind::Service => copy(&from.services, &mut self.services, &ns),
             Kind::EndpointSlice => copy(&from.endpoint_slices, &mut self.endpoint_slices, &ns),
-            Kind::Secret => copy(&from.secrets, &mut self.secrets, &ns),
+            Kind::Secret => {
+                copy(&from.secrets, &mut self.secrets, &ns)
+                    | copy(&from.ca_secrets, &mut self.ca_secrets, &ns)
+            }
             Kind::Tenant => copy(&from.tenants, &mut self.tenants, &key.name),
             Kind::GatewayClass => copy(&from.gateway_classes, &mut self.gateway_classes, &key.name),
             Kind::Gateway => copy(&from.gateways, &mut self.gateways, &ns),
@@ -478,6 +500,9 @@ impl Store {
             f(ns(Kind::EndpointSlice, k), &v.origin);
         }
         for (k, v) in &self.secrets {
+            f(ns(Kind::Secret, k), &v.origin);
+        }
+        for (k, v) in &self.ca_secrets {
             f(ns(Kind::Secret, k), &v.origin);
         }
         for (k, v) in &self.config_maps {
@@ -539,7 +564,11 @@ impl Store {
             Kind::IngressClass => self.ingress_classes.get(&key.name).map(|s| &s.origin),
             Kind::Service => self.services.get(&ns).map(|s| &s.origin),
             Kind::EndpointSlice => self.endpoint_slices.get(&ns).map(|s| &s.origin),
-            Kind::Secret => self.secrets.get(&ns).map(|s| &s.origin),
+            Kind::Secret => self
+                .secrets
+                .get(&ns)
+                .map(|s| &s.origin)
+                .or_else(|| self.ca_secrets.get(&ns).map(|s| &s.origin)),
             Kind::ConfigMap => self.config_maps.get(&ns).map(|s| &s.origin),
             Kind::Tenant => self.tenants.get(&key.name).map(|s| &s.origin),
             Kind::GatewayClass => self.gateway_classes.get(&key.name).map(|s| &s.origin),
@@ -603,6 +632,11 @@ impl Store {
             }
         }
         for (k, v) in &self.secrets {
+            if hit(&v.origin) {
+                push(Kind::Secret, k);
+            }
+        }
+        for (k, v) in &self.ca_secrets {
             if hit(&v.origin) {
                 push(Kind::Secret, k);
             }

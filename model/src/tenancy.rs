@@ -389,6 +389,14 @@ fn admit_pass(
             TenantObjectRef::Secret(&s.object.source),
         );
     }
+    for (id, s) in &store.ca_secrets {
+        judge(
+            Kind::Secret,
+            id,
+            &s.origin,
+            TenantObjectRef::Secret(&s.object),
+        );
+    }
     for (id, s) in &store.tcp_routes {
         judge(
             Kind::TcpRoute,

@@ -40,7 +40,14 @@ pub fn parse_object(
             validate_endpoint_slice(&slice)?;
             Object::EndpointSlice(CompactSlice::new(slice, namespace))
         }
-        Kind::Secret => Object::Secret(parse_tls_secret(typed(value)?)?),
+        Kind::Secret => {
+            let secret: Secret = typed(value)?;
+            if teapot_api::policy::is_ca_secret(&secret) {
+                Object::CaSecret(ca_secret(secret)?)
+            } else {
+                Object::Secret(parse_tls_secret(secret)?)
+            }
+        }
         Kind::Tenant => {
             let tenant: Tenant = typed(value)?;
             validate_tenant(&tenant)?;
@@ -130,6 +137,33 @@ fn ca_config_map(mut config_map: ConfigMap) -> ConfigMap {
     config_map.metadata.managed_fields = None;
     config_map.metadata.annotations = None;
     config_map
+}
+
+/// A CA Secret as the store keeps it: name, namespace, labels and uid,
+/// and `ca.crt` (merged from `stringData`) as `data`, a PEM bundle. Secrets
+/// are sensitive: whatever else one holds (an application's password in
+/// the same Secret, the last-applied annotation that repeats it) is never
+/// kept, so the tenant re-check sees only what is kept and passes.
+fn ca_secret(secret: Secret) -> Result<Secret, FieldError> {
+    use teapot_api::policy::CA_SECRET_KEY;
+    let ca = teapot_api::policy::secret_value(&secret, CA_SECRET_KEY)
+        .unwrap_or_default()
+        .to_vec();
+    teapot_api::policy::check_ca_bundle(&ca).map_err(|v| FieldError::at(v.field, v.message))?;
+    let meta = secret.metadata;
+    Ok(Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            labels: meta.labels,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            ..Default::default()
+        },
+        type_: Some(teapot_api::names::CA_SECRET_TYPE.into()),
+        data: Some([(CA_SECRET_KEY.to_string(), k8s_openapi::ByteString(ca))].into()),
+        ..Secret::default()
+    })
 }
 
 fn typed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, FieldError> {
@@ -323,7 +357,10 @@ fn parse_tls_secret(secret: Secret) -> Result<TlsSecret, FieldError> {
     if kind != TLS_SECRET_TYPE {
         return Err(FieldError::at(
             "type",
-            format!("only {TLS_SECRET_TYPE} Secrets are read, this one is {kind}"),
+            format!(
+                "only {TLS_SECRET_TYPE} Secrets, or {} ones with a ca.crt, are read, this one is {kind}",
+                teapot_api::names::CA_SECRET_TYPE
+            ),
         ));
     }
     let field = |key: &str| -> Result<Vec<u8>, FieldError> {
@@ -434,6 +471,37 @@ mod tests {
         let opaque = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
         let e = parse_object(Kind::Secret, serde_yaml::from_str(opaque).unwrap(), "d").unwrap_err();
         assert_eq!(e.field.as_deref(), Some("type"));
+    }
+
+    /// proxy-ssl-secret's CA Secret: ca.crt is kept, nothing else of it,
+    /// and a ca.crt that is no PEM bundle is named.
+    #[test]
+    fn a_ca_secret_keeps_its_ca_crt_alone() {
+        let ca = teapot_testkit::certs::TestCa::new("backend CA");
+        let value = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "ca", "namespace": "shop", "labels": {"app": "web"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "s3cret"}},
+            "stringData": {"ca.crt": ca.cert_pem(), "password": "s3cret"},
+        });
+        let Ok(Object::CaSecret(kept)) = parse_object(Kind::Secret, value, "shop") else {
+            panic!("not a CA Secret");
+        };
+        let data = kept.data.as_ref().unwrap();
+        assert_eq!(data.keys().collect::<Vec<_>>(), ["ca.crt"]);
+        assert_eq!(data["ca.crt"].0, ca.cert_pem().as_bytes());
+        assert_eq!(kept.string_data, None);
+        assert_eq!(kept.metadata.annotations, None);
+        assert_eq!(kept.metadata.labels.as_ref().unwrap()["app"], "web");
+        assert!(
+            !serde_json::to_string(&kept.metadata)
+                .unwrap()
+                .contains("s3cret")
+        );
+
+        let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {ca.crt: nope}\n";
+        let e = parse_object(Kind::Secret, serde_yaml::from_str(bad).unwrap(), "d").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("data[\"ca.crt\"]"));
     }
 
     #[test]

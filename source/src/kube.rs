@@ -2,7 +2,9 @@
 //! manifests directory (both feed the same store; docs/architecture.md).
 //!
 //! One [`kube::runtime::watcher`] per kind (Tenants, IngressClasses,
-//! Ingresses, Services, EndpointSlices and `kubernetes.io/tls` Secrets), all
+//! Ingresses, Services, EndpointSlices and `kubernetes.io/tls` Secrets, and
+//! a second Secret watch for `Opaque` CA Secrets, of which only those with
+//! a `ca.crt` are kept, that key alone), all
 //! namespaces or one watcher per listed namespace, each with kube's default
 //! backoff. Objects are watched as [`DynamicObject`]s, not typed: a typed
 //! list fails as a whole on one undecodable object, and one bad object
@@ -31,7 +33,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use teapot_api::Tenant;
-use teapot_api::names::TLS_SECRET_TYPE;
+use teapot_api::names::{CA_SECRET_TYPE, TLS_SECRET_TYPE};
+use teapot_api::policy::CA_SECRET_KEY;
 use tokio::sync::watch;
 
 use teapot_model::manifests::{Loaded, Problem};
@@ -190,6 +193,10 @@ pub const REPROBE: Duration = Duration::from_secs(30);
 pub struct WatchSpec {
     pub kind: Kind,
     pub namespace: Option<String>,
+    /// For [`Kind::Secret`]: the watch of `Opaque` Secrets, of which only
+    /// CA Secrets (a `ca.crt`) are kept, instead of the `kubernetes.io/tls`
+    /// one.
+    pub ca_secrets: bool,
 }
 
 impl WatchSpec {
@@ -201,26 +208,60 @@ impl WatchSpec {
             .chain(GATEWAY_API_KINDS)
             .chain(GATEWAY_API_CONTEXT_KINDS)
         {
-            if !kind.is_namespaced() || namespaces.is_empty() {
-                specs.push(WatchSpec {
-                    kind,
-                    namespace: None,
-                });
+            let scopes: Vec<Option<String>> = if !kind.is_namespaced() || namespaces.is_empty() {
+                vec![None]
             } else {
-                specs.extend(namespaces.iter().map(|ns| WatchSpec {
+                namespaces.iter().cloned().map(Some).collect()
+            };
+            // proxy-ssl-secret's CA Secrets are Opaque, a second watch of
+            // the same kind after the certificates'.
+            let watches: &[bool] = if kind == Kind::Secret {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for &ca_secrets in watches {
+                specs.extend(scopes.iter().map(|namespace| WatchSpec {
                     kind,
-                    namespace: Some(ns.clone()),
+                    namespace: namespace.clone(),
+                    ca_secrets,
                 }));
             }
         }
         specs
     }
 
-    fn label(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("{} in {ns}", self.kind),
-            None => self.kind.to_string(),
+    /// One watcher of `kind`, with the kind's main selector.
+    pub fn of(kind: Kind, namespace: Option<String>) -> WatchSpec {
+        WatchSpec {
+            kind,
+            namespace,
+            ca_secrets: false,
         }
+    }
+
+    fn label(&self) -> String {
+        let kind = if self.ca_secrets {
+            format!("{} ({CA_SECRET_TYPE})", self.kind)
+        } else {
+            self.kind.to_string()
+        };
+        match &self.namespace {
+            Some(ns) => format!("{kind} in {ns}"),
+            None => kind,
+        }
+    }
+
+    /// Whether this watcher keeps `object`: a CA Secret watch sees every
+    /// Opaque Secret but keeps only those with a `ca.crt` (the store then
+    /// keeps that key alone); the others are as if absent.
+    fn keeps(&self, object: &DynamicObject) -> bool {
+        !self.ca_secrets
+            || object
+                .data
+                .get("data")
+                .and_then(|d| d.get(CA_SECRET_KEY))
+                .is_some()
     }
 }
 
@@ -377,7 +418,13 @@ async fn run_watcher(shared: Arc<Shared>, client: kube::Client, id: usize, spec:
         None => Api::all_with(client, &resource),
     };
     let mut config = watcher::Config::default();
-    if spec.kind == Kind::Secret {
+    if spec.ca_secrets {
+        // Field selectors cannot ask for a key, so every Opaque Secret
+        // comes by (service-account tokens, registry credentials and Helm
+        // releases, which are other types, do not); only the CA Secrets
+        // among them are kept (WatchSpec::keeps), and of those only ca.crt.
+        config = config.fields(&format!("type={CA_SECRET_TYPE}"));
+    } else if spec.kind == Kind::Secret {
         // The proxy reads certificates only; other Secrets stay unseen
         // (and need no RBAC beyond the list/watch with this selector).
         // Certificates from ACME are not a tenant's own certificates (which
@@ -495,6 +542,17 @@ impl Shared {
         let kind = state.watchers[id].spec.kind;
         match event {
             watcher::Event::Init => state.watchers[id].relist = Some(HashSet::new()),
+            // Left out of the re-list, so InitDone drops a previous version.
+            watcher::Event::InitApply(object) if !state.watchers[id].spec.keeps(&object) => {}
+            watcher::Event::Apply(object) if !state.watchers[id].spec.keeps(&object) => {
+                // A CA Secret whose ca.crt was removed is gone.
+                let key = key_of(kind, &object);
+                if state.watchers[id].seen.remove(&key) {
+                    state.remove(&key);
+                } else {
+                    return;
+                }
+            }
             watcher::Event::InitApply(object) => {
                 let key = state.apply(kind, resource, object);
                 let w = &mut state.watchers[id];
@@ -665,13 +723,7 @@ mod tests {
     async fn bad_objects_become_problems_and_keep_the_last_good_version() {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "default");
-        let source = KubeSource::start_with(
-            &client,
-            vec![WatchSpec {
-                kind: Kind::Tenant,
-                namespace: None,
-            }],
-        );
+        let source = KubeSource::start_with(&client, vec![WatchSpec::of(Kind::Tenant, None)]);
 
         // The initial list: one good Tenant and one with a bad CLUSTER.
         let (request, send) = next_request(&mut handle).await;
@@ -735,10 +787,7 @@ mod tests {
         let client = kube::Client::new(service, "default");
         let _source = KubeSource::start_with(
             &client,
-            vec![WatchSpec {
-                kind: Kind::Secret,
-                namespace: Some("tenant-acme".into()),
-            }],
+            vec![WatchSpec::of(Kind::Secret, Some("tenant-acme".into()))],
         );
         let (request, _send) = next_request(&mut handle).await;
         assert_eq!(
@@ -755,6 +804,89 @@ mod tests {
             query.contains("labelSelector=%21teapot.dev%2Facme-certificate"),
             "{query}"
         );
+    }
+
+    /// Against the API double: the Secret watches are the certificates'
+    /// and the Opaque one, which keeps a CA Secret's ca.crt alone, leaves
+    /// out an Opaque Secret without one, and drops a CA Secret whose
+    /// ca.crt goes.
+    #[tokio::test]
+    async fn opaque_secrets_are_kept_as_their_ca_crt_only() {
+        use teapot_testkit::apiserver::ApiServer;
+        let specs = WatchSpec::all(&[]);
+        let secret_watches: Vec<_> = specs.iter().filter(|s| s.kind == Kind::Secret).collect();
+        assert_eq!(secret_watches.len(), 2);
+        assert_eq!(secret_watches[1].label(), "Secret (Opaque)");
+
+        let api = ApiServer::start().await;
+        let ca = teapot_testkit::certs::TestCa::new("backend CA");
+        let ca = ca.cert_pem();
+        // The API's own encoding of `data`.
+        let b64 = |s: &str| {
+            serde_json::to_value(k8s_openapi::ByteString(s.as_bytes().to_vec()))
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let secret = |name: &str, data: serde_json::Value| {
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                   "metadata": {"name": name, "namespace": "shop",
+                                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"password\": \"s3cret\"}"}},
+                   "data": data})
+        };
+        api.apply(secret(
+            "backend-ca",
+            json!({"ca.crt": b64(ca), "password": b64("s3cret")}),
+        ));
+        api.apply(secret("app", json!({"password": b64("s3cret")})));
+        let source = KubeSource::start_with(
+            &api.client(),
+            vec![WatchSpec {
+                kind: Kind::Secret,
+                namespace: None,
+                ca_secrets: true,
+            }],
+        );
+        tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
+            .await
+            .expect("synced in time");
+        assert!(
+            api.requests()
+                .iter()
+                .any(|r| r.param("fieldSelector").as_deref() == Some("type=Opaque"))
+        );
+        let loaded = source.snapshot();
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        assert!(loaded.store.secrets.is_empty());
+        let id = NsName::new("shop".to_string(), "backend-ca".to_string());
+        assert_eq!(loaded.store.ca_secrets.keys().collect::<Vec<_>>(), [&id]);
+        let kept = &loaded.store.ca_secrets[&id].object;
+        let keys: Vec<_> = kept
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(keys, ["ca.crt"]);
+        assert_eq!(kept.metadata.annotations, None);
+        assert!(
+            !serde_json::to_string(kept)
+                .unwrap()
+                .contains(&b64("s3cret"))
+        );
+
+        let mut changes = source.changes();
+        api.apply(secret("backend-ca", json!({"password": b64("s3cret")})));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !source.snapshot().store.ca_secrets.is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "ca.crt removed, still kept"
+            );
+            coalesced(&mut changes, Duration::from_millis(10)).await;
+        }
+        assert!(source.snapshot().problems.is_empty());
     }
 
     /// Against the API double: events a watcher missed (a compaction while
@@ -774,13 +906,7 @@ mod tests {
                 .remove("resourceVersion");
             api.apply(t);
         }
-        let source = KubeSource::start_with(
-            &api.client(),
-            vec![WatchSpec {
-                kind: Kind::Tenant,
-                namespace: None,
-            }],
-        );
+        let source = KubeSource::start_with(&api.client(), vec![WatchSpec::of(Kind::Tenant, None)]);
         tokio::time::timeout(Duration::from_secs(30), source.wait_synced())
             .await
             .expect("synced in time");
@@ -819,13 +945,7 @@ mod tests {
     async fn an_unserved_gateway_api_kind_is_empty_until_its_crd_appears() {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "default");
-        let source = KubeSource::start_with(
-            &client,
-            vec![WatchSpec {
-                kind: Kind::TcpRoute,
-                namespace: None,
-            }],
-        );
+        let source = KubeSource::start_with(&client, vec![WatchSpec::of(Kind::TcpRoute, None)]);
         let path = "/apis/gateway.networking.k8s.io/v1/tcproutes";
         let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                "reason": "NotFound", "code": 404,
@@ -975,11 +1095,12 @@ mod tests {
 
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
-        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 3);
+        // Secrets twice: certificates, and CA Secrets.
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 3 + 1);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
         // Tenant, IngressClass, GatewayClass and Namespace once; the other
-        // fourteen kinds in each namespace.
-        assert_eq!(specs.len(), 4 + 14 * 2);
+        // fourteen kinds (fifteen watches) in each namespace.
+        assert_eq!(specs.len(), 4 + 15 * 2);
         assert!(
             specs
                 .iter()

@@ -10,6 +10,8 @@
 //!   still served; verification off (the default) connects; a missing
 //!   Secret is reported on the Ingress and answers 503.
 //! - A backend that requires a client certificate sees the Secret's.
+//! - An Opaque Secret with `ca.crt` alone verifies the backend without a
+//!   client certificate; one with the wrong CA answers 502.
 //! - GRPC (h2c) and GRPCS (HTTP/2 over TLS) carry a gRPC-shaped POST and
 //!   its trailers; over HTTP/1 they answer 502.
 
@@ -426,6 +428,72 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
     }
     let handshakes = web.accepted.load(Ordering::SeqCst) - before;
     assert!(handshakes <= 1, "{handshakes} handshakes for 10 requests");
+}
+
+/// ingress-nginx's other `proxy-ssl-secret` shape: an Opaque Secret with
+/// `ca.crt` alone. Its CA verifies the backend and no client certificate
+/// is presented; a CA-only Secret with the wrong CA is refused (502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opaque_ca_only_secret_verifies_the_backend() {
+    let ca = TestCa::new("backend CA");
+    let other_ca = TestCa::new("another CA");
+    let front = TestCa::new("front CA");
+    let web = https_backend(&ca.issue(&[DEFAULT_NAME]), None).await;
+    let mut objects = service_at("web", web.addr);
+    let verify_with = |secret: &'static str| {
+        [
+            ("backend-protocol", "HTTPS"),
+            ("proxy-ssl-secret", secret),
+            ("proxy-ssl-verify", "on"),
+        ]
+    };
+    objects.extend([
+        tls_ingress("ca-only", "ca-only.bt.test", "web", &verify_with("ca-only")),
+        tls_ingress(
+            "wrong-ca-only",
+            "wrong-ca-only.bt.test",
+            "web",
+            &verify_with("bt/other-ca-only"),
+        ),
+    ]);
+    let front_cert = front.issue(&["*.bt.test"]);
+    let files = vec![
+        ("m.yaml", docs(&objects)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", &front_cert),
+        ),
+        (
+            "ca.yaml",
+            certs::ca_secret_yaml(NS, "ca-only", ca.cert_pem()),
+        ),
+        (
+            "other.yaml",
+            certs::ca_secret_yaml(NS, "other-ca-only", other_ca.cert_pem()),
+        ),
+    ];
+    let h = Harness::start_with_args(&files, &["--threads", "1"]).await;
+    served(&h, "ca-only.bt.test").await;
+
+    let got = h1(&h, "ca-only.bt.test", "/a").await;
+    assert_eq!(got, (200, "sni=- client=no path=/a xfp=http".into()));
+    let got = h2(&h, &front, "ca-only.bt.test", "/b").await;
+    assert_eq!(got, (200, "sni=- client=no path=/b xfp=https".into()));
+    let (status, body) = h1(&h, "wrong-ca-only.bt.test", "/x").await;
+    assert_eq!(status, 502, "{body}");
+    let (status, body) = h2(&h, &front, "wrong-ca-only.bt.test", "/x").await;
+    assert_eq!(status, 502, "{body}");
+    // Both Ingresses were read whole: the wrong CA is a handshake failure,
+    // not a refused annotation.
+    let status = h.status().await;
+    for name in ["ca-only", "wrong-ca-only"] {
+        let report = ingress_report(&status, NS, name).expect("a report");
+        let accepted = condition(report, "AnnotationsAccepted");
+        assert!(
+            accepted.is_none_or(|c| c["status"] == "True"),
+            "{name}: {accepted:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -216,3 +216,91 @@ async fn conflicts_and_missing_targets_are_reported() {
     assert_proxy_answer(&resp, 403, "the older policy");
     assert_eq!(backend.requests(), 0);
 }
+
+/// `customErrors`: ingress-nginx's `custom-http-errors` with
+/// `default-backend` on an HTTPRoute, over HTTP/1.1 and h2c. A listed
+/// status from the backend is replaced by the error backend's page, asked
+/// with `X-Code` and the route's name; a route without the policy passes
+/// the backend's answer; a policy whose Service is missing says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_errors_replace_listed_statuses_on_their_routes_only() {
+    let web = echo(NS, "web", "web-0").await;
+    let errors = echo(NS, "errors", "errors-0").await;
+    let mut objects = gateway_and_route(json!([rule("all", "/")]));
+    objects.push(http_route(
+        NS,
+        "wide",
+        json!({ "name": "gw" }),
+        &[WIDE],
+        json!([rule("all", "/")]),
+    ));
+    objects.push(http_route(
+        NS,
+        "dead",
+        json!({ "name": "gw" }),
+        &["dead.example.com"],
+        json!([rule("all", "/")]),
+    ));
+    let pages = |service: &str| json!({ "customErrors": { "codes": [503, 404], "backend": { "name": service, "port": 80 } } });
+    objects.push(policy("pages", "app", None, pages("errors")));
+    objects.push(policy("dead-pages", "dead", None, pages("nowhere")));
+    objects.extend(echo_service(NS, "web", &[&web]));
+    objects.extend(echo_service(NS, "errors", &[&errors]));
+    let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
+    let status = h
+        .wait_status("the policies reported", |s| {
+            s["routeTrafficPolicies"]
+                .as_array()
+                .is_some_and(|p| p.len() == 2)
+        })
+        .await;
+    let conditions = |name: &str| -> Vec<String> {
+        let policies = status["routeTrafficPolicies"].as_array().unwrap();
+        let p = policies.iter().find(|p| p["name"] == name).unwrap();
+        p["status"]["targets"][0]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| format!("{} {} {}", c["type"], c["status"], c["reason"]))
+            .collect()
+    };
+    assert_eq!(conditions("pages"), [r#""Accepted" "True" "Accepted""#]);
+    assert_eq!(
+        conditions("dead-pages"),
+        [
+            r#""Accepted" "True" "Accepted""#,
+            r#""ResolvedRefs" "False" "BackendNotFound""#
+        ]
+    );
+
+    for proto in [Proto::Http1, Proto::Http2] {
+        let send = |host: &'static str, code: &'static str| {
+            let h = &h;
+            let req = Request::get(host, "/missing?x=1")
+                .header("x-echo-status", code)
+                .proto(proto);
+            async move { h.send(&req).await }
+        };
+        for code in ["404", "503"] {
+            let resp = send(HOST, code).await;
+            assert_eq!(resp.status.to_string(), code, "{proto:?}: {}", resp.text());
+            let seen = resp.json().expect("the error backend's echo");
+            assert_eq!(seen["service"], "errors", "{proto:?}: {seen}");
+            assert_eq!(seen["headers"]["X-Code"], json!([code]), "{proto:?}");
+            assert_eq!(seen["headers"]["X-Original-Uri"], json!(["/missing?x=1"]));
+            assert_eq!(seen["headers"]["X-Namespace"], json!([NS]));
+            assert_eq!(seen["headers"]["X-Ingress-Name"], json!(["app"]));
+        }
+        // A status not listed passes untouched.
+        let resp = send(HOST, "500").await;
+        assert_eq!(resp.status, 500, "{proto:?}");
+        assert_eq!(resp.json().expect("the backend's echo")["service"], "web");
+        // The route without the policy: the backend's own 404.
+        let resp = send(WIDE, "404").await;
+        assert_eq!(resp.status, 404, "{proto:?}");
+        assert_eq!(resp.json().expect("the backend's echo")["service"], "web");
+        // The error backend is missing: the status, teapot's short page.
+        let resp = send("dead.example.com", "404").await;
+        assert_proxy_answer(&resp, 404, &format!("missing error backend, {proto:?}"));
+    }
+}

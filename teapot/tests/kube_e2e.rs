@@ -151,7 +151,8 @@ async fn serves_updates_and_deletes_ingresses_from_the_api() {
     let lease = status_lease(&api);
     assert!(lease["spec"]["holderIdentity"].is_string());
 
-    // Otherwise the proxy only reads; Secrets by type.
+    // Otherwise the proxy only reads; Secrets by type (certificates, and
+    // the Opaque ones of which it keeps CA Secrets' ca.crt).
     assert!(requests.iter().all(|r| r.method == http::Method::GET
         || r.path.ends_with("/status")
         || r.path.contains("/leases")));
@@ -159,7 +160,10 @@ async fn serves_updates_and_deletes_ingresses_from_the_api() {
         requests
             .iter()
             .filter(|r| r.path.ends_with("/secrets"))
-            .all(|r| r.param("fieldSelector").as_deref() == Some("type=kubernetes.io/tls"))
+            .all(|r| matches!(
+                r.param("fieldSelector").as_deref(),
+                Some("type=kubernetes.io/tls" | "type=Opaque")
+            ))
     );
 
     // SIGTERM gives the status lease up, so a standby need not wait out

@@ -132,6 +132,20 @@ pub fn tls_secret_with_ca_yaml(
     format!("{}  ca.crt: {ca}\n", tls_secret_yaml(namespace, name, pem))
 }
 
+/// An `Opaque` Secret manifest with `ca.crt` alone (ingress-nginx's other
+/// `proxy-ssl-secret` shape: verify the backend, present no client
+/// certificate).
+pub fn ca_secret_yaml(namespace: &str, name: &str, ca_pem: &str) -> String {
+    use base64::Engine as _;
+    let quote = |s: &str| serde_json::Value::from(s).to_string();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {}\n  namespace: {}\ntype: Opaque\ndata:\n  ca.crt: {}\n",
+        quote(name),
+        quote(namespace),
+        base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes())
+    )
+}
+
 /// Whether a DER certificate is valid for `host` by its SANs (rustls-webpki `EndEntityCert::verify_is_valid_for_subject_name`), ignoring the chain.
 ///
 /// `host` is a DNS name or an IP address, without port. Unparsable input is

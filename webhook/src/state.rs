@@ -115,6 +115,9 @@ impl PolicyState {
         for (k, v) in &store.secrets {
             state.record(ObjectKind::Secret, k, || json_size(&v.object.source));
         }
+        for (k, v) in &store.ca_secrets {
+            state.record(ObjectKind::Secret, k, || json_size(&*v.object));
+        }
         for (k, v) in &store.config_maps {
             state.record(ObjectKind::ConfigMap, k, || json_size(&*v.object));
         }

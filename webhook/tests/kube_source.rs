@@ -107,14 +107,18 @@ async fn a_held_host_is_refused_until_its_holder_is_deleted() {
     })
     .await;
 
-    // The webhook only reads: list and watch, Secrets by type only.
+    // The webhook only reads: list and watch, Secrets by type only (the
+    // certificates, and the Opaque ones of which CA Secrets are kept).
     let requests = api.requests();
     assert!(requests.iter().all(|r| r.method == http::Method::GET));
     assert!(
         requests
             .iter()
             .filter(|r| r.path.ends_with("/secrets"))
-            .all(|r| r.param("fieldSelector").as_deref() == Some("type=kubernetes.io/tls"))
+            .all(|r| matches!(
+                r.param("fieldSelector").as_deref(),
+                Some("type=kubernetes.io/tls" | "type=Opaque")
+            ))
     );
     hook.stop().await;
 }

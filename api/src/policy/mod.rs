@@ -70,7 +70,10 @@ pub use regexes::{object_regex_cost, object_regexes, regex_budget};
 pub use route_traffic::{
     ROUTE_TRAFFIC_POLICY_TARGETS, check_route_traffic_policy, route_traffic_value_errors,
 };
-pub use secret::{TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, tls_secret_data};
+pub use secret::{
+    CA_SECRET_KEY, TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, is_ca_secret,
+    secret_value, tls_secret_data,
+};
 pub use service::check_service;
 pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};
 pub use tenant::check_tenant;

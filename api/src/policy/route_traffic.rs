@@ -117,8 +117,23 @@ pub fn route_traffic_value_errors(spec: &RouteTrafficPolicySpec) -> Vec<(String,
     if fields.is_empty() {
         out.push((
             "spec".to_string(),
-            "sets nothing: give clientAddresses, rateLimit or inFlightPerClient".to_string(),
+            "sets nothing: give clientAddresses, rateLimit, inFlightPerClient or customErrors"
+                .to_string(),
         ));
+    }
+    if let Some(e) = &spec.custom_errors {
+        if e.codes.is_empty() {
+            out.push((
+                "spec.customErrors.codes".to_string(),
+                "at least one status code is required".to_string(),
+            ));
+        }
+        if !(1..=65535).contains(&e.backend.port) {
+            out.push((
+                "spec.customErrors.backend.port".to_string(),
+                format!("{} is not a port (1 to 65535)", e.backend.port),
+            ));
+        }
     }
     if let Some(r) = &spec.rate_limit
         && r.requests_per_second.is_none()
@@ -166,6 +181,28 @@ mod tests {
         assert_eq!(fields(&spec("targetRefs: []\n")), ["spec"]);
         let good = spec(
             "targetRefs: []\nclientAddresses: {allow: [10.0.0.0/8, 192.168.1.1]}\nrateLimit: {requestsPerSecond: 10, burstMultiplier: 2, exempt: [10.1.0.0/16]}\ninFlightPerClient: 20\n",
+        );
+        assert!(fields(&good).is_empty(), "{:?}", fields(&good));
+    }
+
+    #[test]
+    fn custom_errors_are_named_by_the_policys_field() {
+        let s = spec(
+            "targetRefs: []\ncustomErrors: {codes: [404, 200, 503], backend: {name: Errors_Page, port: 0}}\n",
+        );
+        assert_eq!(
+            fields(&s),
+            [
+                "spec.customErrors.codes[1]",
+                "spec.customErrors.backend.name",
+                "spec.customErrors.backend.port"
+            ]
+        );
+        let s =
+            spec("targetRefs: []\ncustomErrors: {codes: [], backend: {name: errors, port: 80}}\n");
+        assert_eq!(fields(&s), ["spec.customErrors.codes"]);
+        let good = spec(
+            "targetRefs: []\ncustomErrors: {codes: [404, 503], backend: {name: errors, port: 8080}}\n",
         );
         assert!(fields(&good).is_empty(), "{:?}", fields(&good));
     }

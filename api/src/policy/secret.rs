@@ -1,6 +1,9 @@
 //! Secret rules: what a tenant's `kubernetes.io/tls` Secret must hold
-//! ([`tls_secret_data`]) and what its `ca.crt` may be
-//! ([`check_ca_bundle`]). Whether the certificate parses and the key
+//! ([`tls_secret_data`]), what its `ca.crt` may be ([`check_ca_bundle`]),
+//! and the one other shape a tenant may write: an `Opaque` Secret holding
+//! only `ca.crt` ([`is_ca_secret`]), what ingress-nginx's
+//! `proxy-ssl-secret` commonly names to verify a backend without a client
+//! certificate. Whether the certificate parses and the key
 //! matches it needs a crypto provider; the caller checks that on the pair
 //! [`tls_secret_data`] returns.
 
@@ -12,14 +15,18 @@ use super::meta::check_metadata;
 use super::strings::key_field;
 use super::{PolicyContext, Violation, quote};
 use crate::annotations::ObjectKind;
-use crate::names::TLS_SECRET_TYPE;
+use crate::names::{CA_SECRET_TYPE, TLS_SECRET_TYPE};
 
 /// The keys a tenant TLS Secret may hold.
 pub const TLS_SECRET_KEYS: &[&str] = &["tls.crt", "tls.key", "ca.crt"];
 
+/// The one key a CA Secret ([`is_ca_secret`]) holds.
+pub const CA_SECRET_KEY: &str = "ca.crt";
+
 /// Checks a Secret a tenant writes into `namespace`: `kubernetes.io/tls`
-/// only, with `tls.crt` and `tls.key` (and optionally `ca.crt`), nothing
-/// else; Secrets within the tenant's limit (one per Ingress it may hold).
+/// with `tls.crt` and `tls.key` (and optionally `ca.crt`), nothing else,
+/// or an `Opaque` CA Secret with `ca.crt` alone; Secrets within the
+/// tenant's limit (one per Ingress it may hold).
 pub fn check_secret(ctx: &PolicyContext<'_>, namespace: &str, secret: &Secret) -> Vec<Violation> {
     let mut out = Vec::new();
     check_metadata(
@@ -35,18 +42,16 @@ pub fn check_secret(ctx: &PolicyContext<'_>, namespace: &str, secret: &Secret) -
         "Secrets",
         "maxIngresses",
     ));
+    if is_ca_secret(secret) {
+        out.extend(check_ca_secret(secret));
+        return out;
+    }
     if let Some(wrong_type) = type_violation(secret) {
         out.push(wrong_type);
         return out;
     }
-    let data_keys = secret.data.iter().flatten().map(|(k, _)| ("data", k));
-    let string_keys = secret
-        .string_data
-        .iter()
-        .flatten()
-        .map(|(k, _)| ("stringData", k));
-    for (map, key) in data_keys.chain(string_keys) {
-        if !TLS_SECRET_KEYS.contains(&key.as_str()) {
+    for (map, key) in secret_keys(secret) {
+        if !TLS_SECRET_KEYS.contains(&key) {
             out.push(Violation::new(
                 key_field(map, key),
                 format!("a TLS Secret holds only {}", TLS_SECRET_KEYS.join(", ")),
@@ -62,19 +67,65 @@ pub fn check_secret(ctx: &PolicyContext<'_>, namespace: &str, secret: &Secret) -
 }
 
 fn type_violation(secret: &Secret) -> Option<Violation> {
-    let ty = secret.type_.as_deref().unwrap_or("Opaque");
+    let ty = secret.type_.as_deref().unwrap_or(CA_SECRET_TYPE);
     (ty != TLS_SECRET_TYPE).then(|| {
         Violation::new(
             "type",
             format!(
-                "only {TLS_SECRET_TYPE} Secrets are accepted in a tenant namespace, not {}",
+                "only {TLS_SECRET_TYPE} Secrets, or {CA_SECRET_TYPE} ones holding {CA_SECRET_KEY} alone, are accepted in a tenant namespace, not {}",
                 quote(ty)
             ),
         )
     })
 }
 
-fn get<'s>(secret: &'s Secret, key: &str) -> Option<&'s [u8]> {
+/// Whether `secret` is meant as a CA Secret: `Opaque` (the default type)
+/// with a `ca.crt`. Which keys it may hold besides is [`check_ca_secret`]'s
+/// business, so a stray key is named rather than the type refused.
+pub fn is_ca_secret(secret: &Secret) -> bool {
+    secret.type_.as_deref().unwrap_or(CA_SECRET_TYPE) == CA_SECRET_TYPE
+        && secret_value(secret, CA_SECRET_KEY).is_some()
+}
+
+/// A CA Secret holds `ca.crt` alone, a PEM certificate bundle: the LB
+/// keeps nothing else of such a Secret, and a key (a client key, say) that
+/// would be ignored is refused instead.
+fn check_ca_secret(secret: &Secret) -> Vec<Violation> {
+    let mut out: Vec<Violation> = secret_keys(secret)
+        .filter(|(_, key)| *key != CA_SECRET_KEY)
+        .map(|(map, key)| {
+            Violation::new(
+                key_field(map, key),
+                format!(
+                    "an {CA_SECRET_TYPE} Secret holds only {CA_SECRET_KEY} (a client certificate needs a {TLS_SECRET_TYPE} Secret)"
+                ),
+            )
+        })
+        .collect();
+    if let Some(ca) = secret_value(secret, CA_SECRET_KEY) {
+        out.extend(check_ca_bundle(ca).err());
+    }
+    out
+}
+
+/// Every key of `data` and `stringData`, with the map it is in.
+fn secret_keys(secret: &Secret) -> impl Iterator<Item = (&'static str, &str)> {
+    let data_keys = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, _)| ("data", k.as_str()));
+    let string_keys = secret
+        .string_data
+        .iter()
+        .flatten()
+        .map(|(k, _)| ("stringData", k.as_str()));
+    data_keys.chain(string_keys)
+}
+
+/// The value of `key`, read as the API server merges the maps
+/// (`stringData` wins over `data`).
+pub fn secret_value<'s>(secret: &'s Secret, key: &str) -> Option<&'s [u8]> {
     secret
         .string_data
         .as_ref()
@@ -110,7 +161,7 @@ pub fn tls_secret_data(secret: &Secret) -> Result<TlsSecretData<'_>, Vec<Violati
         return Err(vec![wrong_type]);
     }
     let required = |key: &str| {
-        get(secret, key)
+        secret_value(secret, key)
             .filter(|v| !v.is_empty())
             .ok_or_else(|| Violation::new(key_field("data", key), "is required"))
     };
@@ -118,7 +169,7 @@ pub fn tls_secret_data(secret: &Secret) -> Result<TlsSecretData<'_>, Vec<Violati
         (Ok(cert_chain), Ok(key)) => Ok(TlsSecretData {
             cert_chain,
             key,
-            ca: get(secret, "ca.crt"),
+            ca: secret_value(secret, "ca.crt"),
         }),
         (cert_chain, key) => Err(cert_chain.err().into_iter().chain(key.err()).collect()),
     }
@@ -156,6 +207,7 @@ mod tests {
             check("type: kubernetes.io/tls\nstringData: {tls.crt: a, tls.key: b}\n").is_empty()
         );
         assert_eq!(check("type: Opaque\nstringData: {x: y}\n"), ["type"]);
+        assert_eq!(check("type: Opaque\nstringData: {tls.crt: a}\n"), ["type"]);
         assert_eq!(check("stringData: {x: y}\n"), ["type"]);
         assert_eq!(
             check("type: kubernetes.io/service-account-token\n"),
@@ -216,6 +268,32 @@ mod tests {
             assert_eq!(v.field, r#"data["ca.crt"]"#, "{bad:?}");
             assert_eq!(v.message, "is not a PEM certificate bundle");
         }
+    }
+
+    /// ingress-nginx's `proxy-ssl-secret` is commonly an Opaque Secret with
+    /// `ca.crt` alone: accepted, the bundle checked, any other key named.
+    #[test]
+    fn an_opaque_secret_with_ca_crt_alone_is_a_ca_secret() {
+        let ca = CA.replace('\n', "\\n");
+        assert!(check(&format!("type: Opaque\nstringData: {{ca.crt: \"{ca}\"}}\n")).is_empty());
+        assert!(check(&format!("stringData: {{ca.crt: \"{ca}\"}}\n")).is_empty());
+        assert_eq!(
+            check("type: Opaque\nstringData: {ca.crt: nope}\n"),
+            [r#"data["ca.crt"]"#]
+        );
+        assert_eq!(
+            check(&format!(
+                "type: Opaque\nstringData: {{ca.crt: \"{ca}\", tls.key: k}}\ndata: {{password: YQ==}}\n"
+            )),
+            ["data.password", r#"stringData["tls.key"]"#]
+        );
+        // Another type with a ca.crt is no CA Secret.
+        assert_eq!(
+            check(&format!(
+                "type: kubernetes.io/basic-auth\nstringData: {{ca.crt: \"{ca}\"}}\n"
+            )),
+            ["type"]
+        );
     }
 
     /// The proxy marks its ACME certificate Secrets with these (proxy

@@ -513,19 +513,31 @@ impl TlsAsked {
                         id.namespace
                     ));
                 }
-                let Some(secret) = store.secrets.get(&NsRef { namespace, name }) else {
-                    return Err(format!(
-                        "{PROXY_SSL_SECRET}: Secret {namespace}/{name} not found or not a usable kubernetes.io/tls Secret (Ingress {ingress})"
-                    ));
-                };
-                Some(secret)
+                let id = NsRef { namespace, name };
+                // A kubernetes.io/tls Secret: a client certificate, and
+                // maybe a ca.crt; a CA Secret: ca.crt alone, verification
+                // without a client certificate.
+                match (store.secrets.get(&id), store.ca_secrets.get(&id)) {
+                    (Some(tls), _) => Some(ProxySslSecret::Tls(&tls.object)),
+                    (None, Some(ca)) => Some(ProxySslSecret::Ca(&ca.object)),
+                    (None, None) => {
+                        return Err(format!(
+                            "{PROXY_SSL_SECRET}: Secret {namespace}/{name} not found or neither a usable kubernetes.io/tls Secret nor one with a ca.crt (Ingress {ingress})"
+                        ));
+                    }
+                }
             }
         };
-        let ca = secret.and_then(|s| {
-            teapot_api::policy::tls_secret_data(&s.object.source)
+        let ca = secret.and_then(|s| match s {
+            ProxySslSecret::Tls(tls) => teapot_api::policy::tls_secret_data(&tls.source)
                 .ok()
                 .and_then(|d| d.ca)
-                .map(<[u8]>::to_vec)
+                .map(<[u8]>::to_vec),
+            ProxySslSecret::Ca(ca) => ca
+                .data
+                .as_ref()
+                .and_then(|d| d.get(teapot_api::policy::CA_SECRET_KEY))
+                .map(|v| v.0.clone()),
         });
         let verify = match (verify, ca) {
             (false, _) => None,
@@ -545,9 +557,19 @@ impl TlsAsked {
             sni: word(PROXY_SSL_SERVER_NAME) == Some("on"),
             verify,
             depth,
-            client_cert: secret.map(|s| s.object.certificate.key.clone()),
+            client_cert: secret.and_then(|s| match s {
+                ProxySslSecret::Tls(tls) => Some(tls.certificate.key.clone()),
+                ProxySslSecret::Ca(_) => None,
+            }),
         })
     }
+}
+
+/// The Secret `proxy-ssl-secret` names, of either shape the store keeps.
+#[derive(Clone, Copy)]
+enum ProxySslSecret<'s> {
+    Tls(&'s teapot_model::store::TlsSecret),
+    Ca(&'s k8s_openapi::api::core::v1::Secret),
 }
 
 /// The ACME hosts of this compile: each candidate no Secret covers (a
@@ -1068,6 +1090,13 @@ spec:
             DOCS.to_string(),
             secret("ops", "with-ca", Some(ca.cert_pem())),
             secret("ops", "no-ca", None),
+            teapot_testkit::certs::ca_secret_yaml("ops", "ca-only", ca.cert_pem()),
+            ops_ingress(
+                "ca-only",
+                "ca-only.example",
+                &format!("{}, {verify}, {}", protocol("HTTPS"), secret_of("ca-only")),
+                "web",
+            ),
             ops_ingress("grpc", "grpc.example", &protocol("GRPC"), "web"),
             ops_ingress("https", "https.example", &protocol("HTTPS"), "web"),
             ops_ingress(
@@ -1125,6 +1154,15 @@ spec:
         assert_eq!(tls.settings.depth, 1);
         assert!(tls.settings.verify.is_some() && tls.settings.client_cert.is_some());
         assert!(grpcs.protocol.is_h2());
+        // An Opaque Secret with ca.crt alone: verified, no client certificate.
+        let ca_only = upstream_of(&s, "ca-only.example");
+        let ca_tls = ca_only.protocol.tls().expect("TLS");
+        assert_eq!(
+            ca_tls.settings.verify.as_deref(),
+            Some(ca.cert_pem().as_bytes())
+        );
+        assert!(ca_tls.settings.client_cert.is_none());
+        assert_eq!(message(&s, "ca-only"), "");
         // Unusable settings: no endpoint (503), and the Ingress says why,
         // naming itself and the annotation.
         for (name, host, says) in [

@@ -132,17 +132,17 @@ impl<'a> Policies<'a> {
                 let mut policy = nginx
                     .policy_with_tls(&name, table, tls, &paths, &mut problems)
                     .map(|p| owned_cookie_domain(p, ingress, &mut problems));
-                if let Some(wanted) = nginx.custom_errors()
-                    && let Some(errors) =
-                        custom_errors(wanted, ingress, tenant, resolver, &mut problems)
-                {
-                    let owner = cluster.unwrap_or("");
-                    let errors = CustomErrors {
-                        gate: gates.rate_tables.auth_gate(owner),
-                        owner: Arc::from(owner),
-                        ..errors
+                if let Some(wanted) = nginx.custom_errors() {
+                    let page = ErrorPageOwner {
+                        meta,
+                        key: DEFAULT_BACKEND,
+                        port: None,
                     };
-                    policy.get_or_insert_default().custom_errors = Some(Arc::new(errors));
+                    if let Some(errors) =
+                        self.error_pages(wanted, &page, tenant, resolver, &mut problems)
+                    {
+                        policy.get_or_insert_default().custom_errors = Some(errors);
+                    }
                 }
                 let auth = match nginx.auth(&mut problems) {
                     Some(wanted) => {
@@ -290,28 +290,67 @@ fn external_auth(
     }
 }
 
-/// Resolves `default-backend` for `ingress`: a Service of the Ingress's
-/// own namespace only (the annotation is a bare name; a tenant's agent
-/// mirrored the Service there), at its first port. Without a Service,
+/// `default-backend`'s full key.
+pub(crate) const DEFAULT_BACKEND: &str = "nginx.ingress.kubernetes.io/default-backend";
+
+/// The object whose error pages are resolved: an Ingress, or a route a
+/// RouteTrafficPolicy's `customErrors` applies to.
+pub(crate) struct ErrorPageOwner<'m> {
+    /// Its namespace (where the error backend Service is), its name (the
+    /// page request's `X-Ingress-Name`) and the agent's source labels.
+    pub(crate) meta: &'m k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    /// What named the Service, as its problems say.
+    pub(crate) key: &'m str,
+    /// The Service's port; `None`: its first, as `default-backend` reads.
+    pub(crate) port: Option<i32>,
+}
+
+impl Policies<'_> {
+    /// Resolves the error backend of `owner` ([`custom_errors`]) with the
+    /// page requests counted against its tenant's `auth-url` bound.
+    pub(crate) fn error_pages(
+        &self,
+        wanted: ErrorPageAnnotations,
+        owner: &ErrorPageOwner<'_>,
+        tenant: Option<&TenantView<'_>>,
+        resolver: &Resolver<'_>,
+        problems: &mut Vec<String>,
+    ) -> Option<Arc<CustomErrors>> {
+        let errors = custom_errors(wanted, owner, tenant, resolver, problems)?;
+        let cluster = tenant.map_or("", |t| t.cluster);
+        Some(Arc::new(CustomErrors {
+            gate: self.gates.rate_tables.auth_gate(cluster),
+            owner: Arc::from(cluster),
+            ..errors
+        }))
+    }
+}
+
+/// Resolves `default-backend` for `owner`: a Service of its own namespace
+/// only (the annotation is a bare name; a tenant's agent mirrored the
+/// Service there), at the port asked for or its first. Without a Service,
 /// `custom-http-errors` is reported and nothing is replaced: teapot has
 /// no fleet-wide default backend to ask instead.
 fn custom_errors(
     wanted: ErrorPageAnnotations,
-    ingress: &Ingress,
+    owner: &ErrorPageOwner<'_>,
     tenant: Option<&TenantView<'_>>,
     resolver: &Resolver<'_>,
     problems: &mut Vec<String>,
 ) -> Option<CustomErrors> {
-    const KEY: &str = "nginx.ingress.kubernetes.io/default-backend";
-    let meta = &ingress.metadata;
+    let key = owner.key;
+    let meta = owner.meta;
     let namespace = meta.namespace.as_deref().unwrap_or("");
     let Some(service) = wanted.backend else {
         problems.push(format!(
-            "nginx.ingress.kubernetes.io/custom-http-errors needs {KEY} (teapot has no fleet-wide default backend); the backend's responses pass unchanged"
+            "nginx.ingress.kubernetes.io/custom-http-errors needs {key} (teapot has no fleet-wide default backend); the backend's responses pass unchanged"
         ));
         return None;
     };
-    let upstream = match resolver.first_port(namespace, &service) {
+    let port = owner
+        .port
+        .or_else(|| resolver.first_port(namespace, &service));
+    let upstream = match port {
         Some(port) => resolver.resolve(namespace, &service, &PortRef::Number(port)),
         None => Upstream::new(
             format!("{namespace}/{service}"),
@@ -323,7 +362,7 @@ fn custom_errors(
     };
     for why in upstream.unavailable.iter().chain(&upstream.refused) {
         problems.push(format!(
-            "{KEY}: {why}; the replaced responses get teapot's short page while it has no endpoint"
+            "{key}: {why}; the replaced responses get teapot's short page while it has no endpoint"
         ));
     }
     // A tenant's Ingress is the agent's copy `<name>.<namespace>` in the

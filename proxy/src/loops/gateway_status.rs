@@ -489,10 +489,7 @@ mod tests {
             "status": {"ancestors": [other.clone()]}}));
         let source = KubeSource::start_with(
             &api.client(),
-            vec![WatchSpec {
-                kind: Kind::BackendTlsPolicy,
-                namespace: None,
-            }],
+            vec![WatchSpec::of(Kind::BackendTlsPolicy, None)],
         );
         source.wait_synced().await;
         let store = source.snapshot().store;
@@ -534,10 +531,7 @@ mod tests {
                      "inFlightPerClient": 5}}));
         let source = KubeSource::start_with(
             &api.client(),
-            vec![WatchSpec {
-                kind: Kind::RouteTrafficPolicy,
-                namespace: None,
-            }],
+            vec![WatchSpec::of(Kind::RouteTrafficPolicy, None)],
         );
         source.wait_synced().await;
         let store = source.snapshot().store;
@@ -599,14 +593,8 @@ mod tests {
         let source = KubeSource::start_with(
             &api.client(),
             vec![
-                WatchSpec {
-                    kind: Kind::Gateway,
-                    namespace: None,
-                },
-                WatchSpec {
-                    kind: Kind::TcpRoute,
-                    namespace: None,
-                },
+                WatchSpec::of(Kind::Gateway, None),
+                WatchSpec::of(Kind::TcpRoute, None),
             ],
         );
         source.wait_synced().await;

@@ -570,7 +570,7 @@ impl<'s> GatewayCompile<'s> {
         self.claimants.push((name.clone(), route.age));
         let tenancy = cx.hosts.tenancy;
         let tenant = tenancy.get(&id.namespace);
-        let attached = route_policy::Attached::of(cx.store, policies, tenant, route);
+        let attached = route_policy::Attached::of(cx.store, policies, tenant, route, resolver);
         let info = Arc::new(RouteInfo {
             name: name.clone(),
             policy: attached.route_policy(policies.tenant(tenant)),

@@ -1,5 +1,6 @@
 //! RouteTrafficPolicy (teapot_api::route_policy): client address lists,
-//! rate limits and in-flight limits on HTTPRoute and GRPCRoute rules.
+//! rate limits, in-flight limits and custom error pages on HTTPRoute and
+//! GRPCRoute rules.
 //!
 //! - Attachment: a policy names routes of its own namespace only (its
 //!   `targetRefs` have no namespace); `sectionName` names a rule by its
@@ -8,12 +9,17 @@
 //!   stands for and compiled by an Ingress's reader
 //!   (crate::compile::traffic::NginxAnnotations), so a CIDR or a limit
 //!   means the same on both; the counters are in the tenant's table
-//!   (crate::compile::policies), as an Ingress's.
+//!   (crate::compile::policies), as an Ingress's. `customErrors` is
+//!   `custom-http-errors` with `default-backend` at the policy's port,
+//!   resolved by the Ingress's own code (crate::compile::policies), the
+//!   page request naming the route as `X-Ingress-Name`.
 //! - Conflicts: a rule's own policy replaces the route-wide one for that
 //!   rule; among policies naming the same route (or rule), the oldest
 //!   wins, then namespace/name, as BackendTLSPolicy's.
 //! - Status ([`report`]): per target, `Accepted` True, or False with
-//!   `Conflicted`, `TargetNotFound` or `Invalid`; in `/status` only.
+//!   `Conflicted`, `TargetNotFound` or `Invalid`, and `ResolvedRefs` False
+//!   (`BackendNotFound`) while `customErrors`' Service is missing (the
+//!   replaced responses then get teapot's short page); in `/status` only.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,8 +32,9 @@ use teapot_api::route_policy::{
 use teapot_model::store::{NsName, Store, Stored};
 use teapot_model::tenancy::TenantView;
 
-use super::{AgeKey, GROUP, Reported, RouteIn, age};
-use crate::compile::policies::Policies;
+use super::{AgeKey, GROUP, Reported, RouteIn, RouteObject, age};
+use crate::compile::backends::Resolver;
+use crate::compile::policies::{ErrorPageOwner, Policies};
 use crate::compile::routes::RoutePolicy;
 use crate::compile::traffic::{Cors, NginxAnnotations, TrafficPolicy};
 
@@ -46,6 +53,7 @@ impl Attached {
         policies: &Policies<'p>,
         tenant: Option<&TenantView<'p>>,
         route: &RouteIn<'_>,
+        resolver: &Resolver<'_>,
     ) -> Attached {
         let mut out = Attached::default();
         if store.route_traffic_policies.is_empty() {
@@ -57,9 +65,29 @@ impl Attached {
                 Some(rule) => format!("{} {}#{rule}", route.kind, route.id),
                 None => format!("{} {}", route.kind, route.id),
             };
-            let Ok(traffic) = traffic(&policy.object, &key, || policies.rate_table(tenant)) else {
+            let Ok(mut traffic) = traffic(&policy.object, &key, || policies.rate_table(tenant))
+            else {
                 continue;
             };
+            if let Some(errors) = &policy.object.spec.custom_errors {
+                let meta = match &route.object {
+                    RouteObject::Http(r) => &r.metadata,
+                    RouteObject::Grpc(r) => &r.metadata,
+                };
+                let owner = ErrorPageOwner {
+                    meta,
+                    key: "spec.customErrors.backend",
+                    port: Some(errors.backend.port),
+                };
+                let wanted = crate::compile::traffic::ErrorPageAnnotations {
+                    codes: sorted_codes(&errors.codes),
+                    backend: Some(errors.backend.name.clone()),
+                };
+                // What the resolution finds missing is in the status
+                // (report): the same for every route of the policy.
+                traffic.custom_errors =
+                    policies.error_pages(wanted, &owner, tenant, resolver, &mut Vec::new());
+            }
             match section {
                 Some(rule) => out.rules.push((rule, Arc::new(traffic))),
                 None => out.route = Some(Arc::new(traffic)),
@@ -180,7 +208,44 @@ fn traffic(
             .collect();
         return Err(renamed);
     }
-    traffic.ok_or_else(|| vec!["spec: sets nothing".to_string()])
+    match traffic {
+        Some(traffic) => Ok(traffic),
+        // Error pages alone: resolved by the caller (Attached::of).
+        None if policy.spec.custom_errors.is_some() => Ok(TrafficPolicy::default()),
+        None => Err(vec!["spec: sets nothing".to_string()]),
+    }
+}
+
+/// `codes` as `custom-http-errors` reads them: ascending, each once.
+fn sorted_codes(codes: &[u16]) -> Vec<u16> {
+    let mut codes = codes.to_vec();
+    codes.sort_unstable();
+    codes.dedup();
+    codes
+}
+
+/// Why `customErrors`' Service cannot answer pages, if it cannot: not
+/// found, or without the port asked for.
+fn missing_error_backend(
+    store: &Store,
+    id: &NsName,
+    policy: &RouteTrafficPolicy,
+) -> Option<String> {
+    let backend = &policy.spec.custom_errors.as_ref()?.backend;
+    let service = store.services.get(&teapot_model::store::NsRef {
+        namespace: &id.namespace,
+        name: &backend.name,
+    });
+    let ports = service.and_then(|s| s.object.spec.as_ref()?.ports.as_ref());
+    let why = match ports {
+        None if service.is_none() => "not found",
+        Some(ports) if ports.iter().any(|p| p.port == backend.port) => return None,
+        _ => "has no such port",
+    };
+    Some(format!(
+        "spec.customErrors.backend: Service {}/{} port {} {why}; the replaced responses get teapot's short page",
+        id.namespace, backend.name, backend.port
+    ))
 }
 
 /// The status of every RouteTrafficPolicy: per target, whether it applies.
@@ -193,6 +258,7 @@ pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
             Arc::new(crate::compile::rate_table::RateTable::new(1))
         })
         .err();
+        let unresolved = missing_error_backend(store, id, &policy.object);
         let targets = policy
             .object
             .spec
@@ -200,16 +266,27 @@ pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
             .iter()
             .map(|t| {
                 let (ok, reason, message) = accepted(store, id, t, invalid.as_deref());
-                RouteTrafficPolicyTargetStatus {
-                    target_ref: t.clone(),
-                    conditions: vec![RouteTrafficPolicyCondition {
-                        type_: "Accepted".into(),
-                        status: if ok { "True" } else { "False" }.into(),
-                        reason: reason.into(),
-                        message,
+                let mut conditions = vec![RouteTrafficPolicyCondition {
+                    type_: "Accepted".into(),
+                    status: if ok { "True" } else { "False" }.into(),
+                    reason: reason.into(),
+                    message,
+                    observed_generation: generation,
+                    last_transition_time: None,
+                }];
+                if let Some(why) = unresolved.as_ref().filter(|_| ok) {
+                    conditions.push(RouteTrafficPolicyCondition {
+                        type_: "ResolvedRefs".into(),
+                        status: "False".into(),
+                        reason: "BackendNotFound".into(),
+                        message: why.clone(),
                         observed_generation: generation,
                         last_transition_time: None,
-                    }],
+                    });
+                }
+                RouteTrafficPolicyTargetStatus {
+                    target_ref: t.clone(),
+                    conditions,
                 }
             })
             .collect();
