@@ -227,6 +227,7 @@ pub fn validate_http_route(route: &HttpRoute) -> Result<(), FieldError> {
                 HttpRouteRulesFiltersType::UrlRewrite => f.url_rewrite.is_some(),
                 HttpRouteRulesFiltersType::ExtensionRef => f.extension_ref.is_some(),
                 HttpRouteRulesFiltersType::Cors => f.cors.is_some(),
+                HttpRouteRulesFiltersType::ExternalAuth => f.external_auth.is_some(),
             };
             if !present {
                 return Err(FieldError::at(

@@ -335,7 +335,10 @@ fn gateway(
             redirect(r, head, facts, prefix)
         }
         Action::Unroutable => Decision::Answer(UNRESOLVED_BACKEND, None),
-        Action::Backends { .. } => match candidate.action.pick() {
+        Action::Backends { .. } => match crate::plane::policy::affinity::pick_backend(
+            &candidate.action,
+            facts.headers.and_then(|h| h.first("cookie")),
+        ) {
             Some(backend) => {
                 let backend_filters = backend.filters.get(candidate.match_index());
                 // A backendRef's redirect answers before its backend is

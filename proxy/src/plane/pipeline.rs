@@ -229,7 +229,9 @@ async fn authenticate(
     let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
-    let (verdict, outcome) = policy::auth::check(auth, router.options.auth, &original).await;
+    let terms = forward.route.traffic().and_then(|t| t.auth_terms.clone());
+    let (verdict, outcome) =
+        policy::auth::check(auth, terms.as_deref(), router.options.auth, &original).await;
     let tenant = if auth.owner.is_empty() {
         metrics::OPERATOR
     } else {
