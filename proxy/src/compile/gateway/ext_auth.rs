@@ -47,7 +47,9 @@ pub(super) fn terms(f: &HttpRouteRulesFiltersExternalAuth) -> Result<GatewayAuth
         );
     }
     let http = f.http.as_ref();
-    let names = |list: Option<&Vec<String>>, field: &str| -> Result<Vec<http::HeaderName>, String> {
+    let names = |list: Option<&Vec<String>>,
+                 field: &str|
+     -> Result<Vec<http::HeaderName>, String> {
         list.into_iter()
             .flatten()
             .map(|n| {
@@ -57,7 +59,10 @@ pub(super) fn terms(f: &HttpRouteRulesFiltersExternalAuth) -> Result<GatewayAuth
             })
             .collect()
     };
-    let request_headers = names(http.and_then(|h| h.allowed_headers.as_ref()), "allowedHeaders")?;
+    let request_headers = names(
+        http.and_then(|h| h.allowed_headers.as_ref()),
+        "allowedHeaders",
+    )?;
     let response_headers = names(
         http.and_then(|h| h.allowed_response_headers.as_ref()),
         "allowedResponseHeaders",
@@ -124,11 +129,21 @@ fn resolve<'s>(
     if !group.is_empty() || kind != "Service" {
         return Err((
             "InvalidKind",
-            format!("ExternalAuth backendRef {} is a {group}/{kind}, not a Service", b.name),
+            format!(
+                "ExternalAuth backendRef {} is a {group}/{kind}, not a Service",
+                b.name
+            ),
         ));
     }
     if ns != route.id.namespace
-        && !granted(store, route.kind, &route.id.namespace, "Service", ns, &b.name)
+        && !granted(
+            store,
+            route.kind,
+            &route.id.namespace,
+            "Service",
+            ns,
+            &b.name,
+        )
     {
         return Err((
             "RefNotPermitted",
@@ -156,7 +171,10 @@ fn resolve<'s>(
         Some(key) if has_port => Ok((key, port)),
         _ => Err((
             "BackendNotFound",
-            format!("ExternalAuth Service {ns}/{} with port {port} not found", b.name),
+            format!(
+                "ExternalAuth Service {ns}/{} with port {port} not found",
+                b.name
+            ),
         )),
     }
 }
@@ -177,8 +195,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(&*t.path_prefix, "/check");
-        assert_eq!(t.request_headers, vec![http::HeaderName::from_static("x-tenant")]);
-        assert_eq!(t.response_headers, vec![http::HeaderName::from_static("x-user")]);
+        assert_eq!(
+            t.request_headers,
+            vec![http::HeaderName::from_static("x-tenant")]
+        );
+        assert_eq!(
+            t.response_headers,
+            vec![http::HeaderName::from_static("x-user")]
+        );
         let bare = read("{protocol: HTTP, backendRef: {name: auth, port: 8080}}").unwrap();
         assert_eq!(bare, GatewayAuthTerms::default());
     }

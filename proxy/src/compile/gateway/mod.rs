@@ -50,12 +50,11 @@ use teapot_gateway_api::generated::grpc_routes::{
 };
 use teapot_gateway_api::generated::http_routes::{
     HttpRouteRulesFilters, HttpRouteRulesFiltersExternalAuth,
-    HttpRouteRulesFiltersRequestRedirectPathType, HttpRouteRulesSessionPersistence,
-    HttpRouteRulesFiltersRequestRedirectScheme, HttpRouteRulesFiltersType,
-    HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches,
+    HttpRouteRulesFiltersRequestRedirectPathType, HttpRouteRulesFiltersRequestRedirectScheme,
+    HttpRouteRulesFiltersType, HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches,
     HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesPathType,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteStatus, HttpRouteStatusParents,
-    HttpRouteStatusParentsParentRef,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesSessionPersistence, HttpRouteStatus,
+    HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
 };
 use teapot_gateway_api::{Gateway, GrpcRoute, HttpRoute};
 use teapot_model::store::{NsName, NsRef, Store};
@@ -2262,9 +2261,19 @@ mod tests {
         let (backends, persistence, _) = rule_of(&s);
         assert_eq!(persistence, Some("pin"));
         for b in backends {
-            let a = b.route.as_ref().unwrap().traffic().unwrap().affinity.clone();
+            let a = b
+                .route
+                .as_ref()
+                .unwrap()
+                .traffic()
+                .unwrap()
+                .affinity
+                .clone();
             let a = a.expect("affinity");
-            assert_eq!((a.cookie.as_str(), a.path.as_str(), a.max_age), ("pin", "/cart", Some(600)));
+            assert_eq!(
+                (a.cookie.as_str(), a.path.as_str(), a.max_age),
+                ("pin", "/cart", Some(600))
+            );
         }
         // Not served: the rule is not, and the reason is named.
         let s = compile(
@@ -2272,7 +2281,10 @@ mod tests {
         );
         let status = serde_json::to_value(&s.report.gateway).unwrap();
         let text = status["httpRoutes"][0]["status"]["parents"][0]["conditions"].to_string();
-        assert!(text.contains("sessionPersistence.type Header is not served"), "{text}");
+        assert!(
+            text.contains("sessionPersistence.type Header is not served"),
+            "{text}"
+        );
         assert!(s.gateway.host("b.example").candidates().is_empty());
     }
 
@@ -2299,7 +2311,10 @@ mod tests {
         let traffic = backends[0].route.as_ref().unwrap().traffic().unwrap();
         assert!(traffic.auth.as_ref().unwrap().upstream.endpoints.is_empty());
         let text = conditions.to_string();
-        assert!(text.contains("ExternalAuth Service infra/missing with port 80 not found"), "{text}");
+        assert!(
+            text.contains("ExternalAuth Service infra/missing with port 80 not found"),
+            "{text}"
+        );
         let s = compile(
             "  - filters: [{type: ExternalAuth, externalAuth: {protocol: GRPC, backendRef: {name: web, port: 8080}}}]\n    backendRefs: [{name: web, port: 8080}]\n",
         );

@@ -48,28 +48,36 @@ pub fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
 /// request's cookie names, so a client stays on one endpoint across the
 /// rule's weighted backendRefs (a backend of weight 0 gets nothing, pinned
 /// or not); otherwise, or when that endpoint is gone or ejected, one by
-/// weight, and [`Affinity::choose`] then names the new endpoint in the
-/// cookie.
+/// weight that has a serving endpoint (a session starts, or moves, to an
+/// endpoint that answers), and [`Affinity::choose`] then names the new
+/// endpoint in the cookie. Without sessionPersistence: by weight only.
 pub fn pick_backend<'a>(action: &'a Action, cookies: Option<&[u8]>) -> Option<&'a Backend> {
-    if let Action::Backends {
+    let Action::Backends {
         backends,
         persistence: Some(name),
         ..
     } = action
-        && let Some(value) = cookie(cookies, name)
-        && let Some(pinned) = backends.iter().find(|b| {
-            b.weight > 0
-                && b.route.as_ref().is_ok_and(|r| {
-                    r.upstream
-                        .endpoints
-                        .iter()
-                        .any(|e| !e.is_ejected() && cookie_value(e.addr).as_bytes() == value)
+    else {
+        return action.pick();
+    };
+    let serves = |b: &Backend, named: Option<&[u8]>| {
+        b.weight > 0
+            && b.route.as_ref().is_ok_and(|r| {
+                r.upstream.endpoints.iter().any(|e| {
+                    !e.is_ejected() && named.is_none_or(|v| cookie_value(e.addr).as_bytes() == v)
                 })
-        })
+            })
+    };
+    if let Some(value) = cookie(cookies, name)
+        && let Some(pinned) = backends.iter().find(|b| serves(b, Some(value)))
     {
         return Some(pinned);
     }
-    action.pick()
+    let picked = action.pick()?;
+    if serves(picked, None) {
+        return Some(picked);
+    }
+    Some(backends.iter().find(|b| serves(b, None)).unwrap_or(picked))
 }
 
 impl Affinity {
@@ -265,7 +273,10 @@ mod tests {
             next: AtomicU64::new(0),
             persistence: persistence.map(Into::into),
         };
-        let name = |b: &Backend| b.route.as_ref().unwrap().upstream.endpoints[0].addr.port();
+        let name = |b: &Backend| {
+            let endpoints = &b.route.as_ref().unwrap().upstream.endpoints;
+            endpoints.first().map_or(0, |e| e.addr.port())
+        };
         let on_second = format!("pin={}", cookie_value(SocketAddr::from(([10, 0, 0, 1], 4))));
         let pinned = action(Some("pin"), &[3, 4]);
         for _ in 0..4 {
@@ -288,5 +299,11 @@ mod tests {
             .map(|_| name(pick_backend(&gone, Some(on_second.as_bytes())).unwrap()))
             .collect();
         assert_eq!(picks, [1, 3]);
+        // Its backend has none left: the session moves to one that serves.
+        let empty = action(Some("pin"), &[]);
+        for _ in 0..4 {
+            let b = pick_backend(&empty, Some(on_second.as_bytes())).unwrap();
+            assert_eq!(name(b), 1);
+        }
     }
 }

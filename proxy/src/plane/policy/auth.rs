@@ -285,7 +285,11 @@ fn judge_gateway(
     // A 1xx or another 2xx is a refusal too, but not one to relay as is.
     let status = if status < 300 { 403 } else { status };
     let (reason, body, outcome) = match status {
-        401 => ("auth_unauthorized", UNAUTHORIZED_BODY, Outcome::Unauthorized),
+        401 => (
+            "auth_unauthorized",
+            UNAUTHORIZED_BODY,
+            Outcome::Unauthorized,
+        ),
         403 => ("auth_forbidden", AUTH_FORBIDDEN_BODY, Outcome::Forbidden),
         _ => ("auth_denied", AUTH_DENIED_BODY, Outcome::Failed),
     };
