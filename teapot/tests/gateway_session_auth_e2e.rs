@@ -10,19 +10,12 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
+use common::auth_service::{self, AuthService};
 use common::*;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use teapot_testkit::client::{Proto, Request};
-use tokio::sync::watch;
 
 const NS: &str = "gw-session-auth";
 const SHOP: &str = "shop.example.com";
@@ -30,6 +23,22 @@ const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
 
 fn listeners() -> Value {
     json!([{ "name": "http", "protocol": "HTTP", "port": 80 }])
+}
+
+/// HTTPRoute `shop` for [`SHOP`] on Gateway `gw`.
+fn shop_route(rules: Value) -> Value {
+    http_route(NS, "shop", json!({ "name": "gw" }), &[SHOP], rules)
+}
+
+/// Waits until the HTTPRoute is accepted.
+async fn route_accepted(h: &Harness) {
+    h.wait_status("the route accepted", |s| {
+        s["gatewayAPI"]["httpRoutes"].as_array().is_some_and(|r| {
+            r.iter()
+                .any(|r| r["status"]["parents"][0]["conditions"][0]["status"] == "True")
+        })
+    })
+    .await;
 }
 
 /// The `pod` of the echo that answered.
@@ -54,35 +63,23 @@ fn cookie_set(resp: &teapot_testkit::client::Response) -> String {
 async fn a_cookie_keeps_a_client_on_one_backend_across_weighted_backend_refs() {
     let blue = echo(NS, "blue", "blue-0").await;
     let green = echo(NS, "green", "green-0").await;
-    let route = http_route(
-        NS,
-        "shop",
-        json!({ "name": "gw" }),
-        &[SHOP],
-        json!([{
-            "matches": [{ "path": { "type": "PathPrefix", "value": "/" } }],
-            "sessionPersistence": {
-                "type": "Cookie",
-                "absoluteTimeout": "1h",
-                "cookie": { "name": "shop-pin", "lifetimeType": "Permanent" },
-            },
-            "backendRefs": [
-                { "name": "blue", "port": 80, "weight": 1 },
-                { "name": "green", "port": 80, "weight": 1 },
-            ],
-        }]),
-    );
+    let route = shop_route(json!([{
+        "matches": [{ "path": { "type": "PathPrefix", "value": "/" } }],
+        "sessionPersistence": {
+            "type": "Cookie",
+            "absoluteTimeout": "1h",
+            "cookie": { "name": "shop-pin", "lifetimeType": "Permanent" },
+        },
+        "backendRefs": [
+            { "name": "blue", "port": 80, "weight": 1 },
+            { "name": "green", "port": 80, "weight": 1 },
+        ],
+    }]));
     let mut objects = vec![gateway_gw(NS, listeners()), route];
     objects.extend(echo_service(NS, "blue", &[&blue]));
     objects.extend(echo_service(NS, "green", &[&green]));
     let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
-    h.wait_status("the route accepted", |s| {
-        s["gatewayAPI"]["httpRoutes"].as_array().is_some_and(|r| {
-            r.iter()
-                .any(|r| r["status"]["parents"][0]["conditions"][0]["status"] == "True")
-        })
-    })
-    .await;
+    route_accepted(&h).await;
 
     let mut pinned = None;
     for proto in BOTH {
@@ -149,86 +146,16 @@ async fn a_cookie_keeps_a_client_on_one_backend_across_weighted_backend_refs() {
     assert_eq!(blue.requests(), blue_before, "nothing went to blue");
 }
 
-/// An authentication service: its answer depends on the path teapot asks
-/// for (the filter's `/check` before the client's path): `/check/allow`
-/// 200 with `X-User: ann` and `X-Extra: no`; `/check/deny` 401 with
-/// `WWW-Authenticate`; `/check/slow` no answer until released. It keeps
-/// the head of every sub-request it got.
-struct AuthService {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<http::request::Parts>>>,
-    held: Arc<AtomicUsize>,
-    release: watch::Sender<bool>,
-    _task: tokio::task::JoinHandle<()>,
-}
-
-impl AuthService {
-    async fn start() -> AuthService {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("auth service binds");
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let held = Arc::new(AtomicUsize::new(0));
-        let (release, released) = watch::channel(false);
-        let (seen2, held2) = (seen.clone(), held.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let (seen, held, released) = (seen2.clone(), held2.clone(), released.clone());
-                tokio::spawn(async move {
-                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (seen, held, mut released) =
-                            (seen.clone(), held.clone(), released.clone());
-                        async move {
-                            let (parts, _) = req.into_parts();
-                            let path = parts.uri.path().to_string();
-                            seen.lock().unwrap().push(parts);
-                            let answer = hyper::Response::builder();
-                            let answer = match path.as_str() {
-                                "/check/allow" => answer
-                                    .status(200)
-                                    .header("x-user", "ann")
-                                    .header("x-extra", "no"),
-                                "/check/deny" => answer
-                                    .status(401)
-                                    .header("www-authenticate", "Bearer realm=\"shop\""),
-                                "/check/slow" => {
-                                    held.fetch_add(1, Ordering::SeqCst);
-                                    let _ = released.wait_for(|r| *r).await;
-                                    answer.status(200)
-                                }
-                                _ => answer.status(404),
-                            };
-                            Ok::<_, Infallible>(answer.body(Full::new(Bytes::new())).unwrap())
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        AuthService {
-            addr,
-            seen,
-            held,
-            release,
-            _task: task,
-        }
-    }
-
-    fn last(&self) -> http::request::Parts {
-        self.seen
-            .lock()
-            .unwrap()
-            .last()
-            .expect("a sub-request")
-            .clone()
-    }
-}
+/// What the authentication service answers, by the path teapot asks for
+/// (the filter's `/check` before the client's path); `/check/slow` waits.
+const ANSWERS: &[auth_service::Answer] = &[
+    ("/check/allow", 200, &[("x-user", "ann"), ("x-extra", "no")]),
+    (
+        "/check/deny",
+        401,
+        &[("www-authenticate", "Bearer realm=\"shop\"")],
+    ),
+];
 
 /// The ExternalAuth filter (protocol HTTP): a 200 lets the request through
 /// with the listed field of the answer (replacing the client's own), the
@@ -239,29 +166,23 @@ impl AuthService {
 /// closed (500).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_auth_allows_denies_and_fails_closed_within_the_bound() {
-    let auth = AuthService::start().await;
+    let auth = AuthService::start("127.0.0.1".parse().unwrap(), ANSWERS, "/check/slow").await;
     let web = echo(NS, "web", "web-0").await;
-    let route = http_route(
-        NS,
-        "shop",
-        json!({ "name": "gw" }),
-        &[SHOP],
-        json!([{
-            "filters": [{
-                "type": "ExternalAuth",
-                "externalAuth": {
-                    "protocol": "HTTP",
-                    "backendRef": { "name": "auth", "port": 80 },
-                    "http": {
-                        "path": "/check",
-                        "allowedHeaders": ["X-Tenant"],
-                        "allowedResponseHeaders": ["X-User"],
-                    },
+    let route = shop_route(json!([{
+        "filters": [{
+            "type": "ExternalAuth",
+            "externalAuth": {
+                "protocol": "HTTP",
+                "backendRef": { "name": "auth", "port": 80 },
+                "http": {
+                    "path": "/check",
+                    "allowedHeaders": ["X-Tenant"],
+                    "allowedResponseHeaders": ["X-User"],
                 },
-            }],
-            "backendRefs": [{ "name": "web", "port": 80 }],
-        }]),
-    );
+            },
+        }],
+        "backendRefs": [{ "name": "web", "port": 80 }],
+    }]));
     let mut objects = vec![gateway_gw(NS, listeners()), route];
     objects.extend(echo_service(NS, "web", &[&web]));
     objects.extend(loopback_service(NS, "auth", auth.addr.port()));
@@ -271,13 +192,7 @@ async fn external_auth_allows_denies_and_fails_closed_within_the_bound() {
         &["--h2c", "--auth-timeout-ms", "300"],
     )
     .await;
-    h.wait_status("the route accepted", |s| {
-        s["gatewayAPI"]["httpRoutes"].as_array().is_some_and(|r| {
-            r.iter()
-                .any(|r| r["status"]["parents"][0]["conditions"][0]["status"] == "True")
-        })
-    })
-    .await;
+    route_accepted(&h).await;
 
     let mut forwarded = 0;
     for proto in BOTH {

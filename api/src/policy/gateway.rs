@@ -1444,11 +1444,7 @@ mod tests {
             &format!("{at}.http.allowedResponseHeaders[0]"),
             "frames the message",
         );
-        refused(
-            "{type: ExternalAuth}",
-            &format!("{at}"),
-            "needs its externalAuth",
-        );
+        refused("{type: ExternalAuth}", at, "needs its externalAuth");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use teapot_gateway_api::generated::http_routes::{
 };
 use teapot_model::store::{NsRef, Store};
 
-use super::{RouteIn, granted, service_key};
+use super::{RouteIn, service_key, service_reference};
 use crate::compile::backends::Resolver;
 use crate::compile::fairness::TenantGates;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
@@ -116,49 +116,25 @@ pub(super) fn external_auth<'s>(
     (auth, problem)
 }
 
+/// A Service port: the store's own namespace and name, and the port.
+type ServicePort<'s> = ((&'s str, &'s str), i32);
+
 /// The backendRef's Service and port, as a route's backendRef resolves.
 fn resolve<'s>(
     store: &'s Store,
     route: &RouteIn<'s>,
     f: &HttpRouteRulesFiltersExternalAuth,
     ns: &str,
-) -> Result<((&'s str, &'s str), i32), (&'static str, String)> {
+) -> Result<ServicePort<'s>, (&'static str, String)> {
     let b = &f.backend_ref;
-    let group = b.group.as_deref().unwrap_or("");
-    let kind = b.kind.as_deref().unwrap_or("Service");
-    if !group.is_empty() || kind != "Service" {
-        return Err((
-            "InvalidKind",
-            format!(
-                "ExternalAuth backendRef {} is a {group}/{kind}, not a Service",
-                b.name
-            ),
-        ));
-    }
-    if ns != route.id.namespace
-        && !granted(
-            store,
-            route.kind,
-            &route.id.namespace,
-            "Service",
-            ns,
-            &b.name,
-        )
-    {
-        return Err((
-            "RefNotPermitted",
-            format!(
-                "no ReferenceGrant in {ns} lets {} use Service {ns}/{} (ExternalAuth)",
-                route.kind, b.name
-            ),
-        ));
-    }
-    let Some(port) = b.port else {
-        return Err((
-            "UnsupportedValue",
-            format!("ExternalAuth backendRef {} has no port", b.name),
-        ));
-    };
+    let reference = (
+        b.group.as_deref(),
+        b.kind.as_deref(),
+        ns,
+        b.name.as_str(),
+        b.port,
+    );
+    let port = service_reference(store, route, reference, "ExternalAuth backendRef")?;
     let service = store.services.get(&NsRef {
         namespace: ns,
         name: &b.name,

@@ -1744,6 +1744,38 @@ fn service_key<'s>(store: &'s Store, ns: &str, name: &str) -> Option<(&'s str, &
         .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
 }
 
+/// A Service reference of `route` (a backendRef's, an ExternalAuth
+/// filter's: `what` in the messages) checked as the specification asks:
+/// a core Service, in the route's namespace or one whose ReferenceGrant
+/// lets it in, with a port. The port, or the ResolvedRefs reason.
+fn service_reference(
+    store: &Store,
+    route: &RouteIn<'_>,
+    (group, kind, ns, name, port): (Option<&str>, Option<&str>, &str, &str, Option<i32>),
+    what: &str,
+) -> Result<i32, (&'static str, String)> {
+    let group = group.unwrap_or("");
+    let kind = kind.unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        return Err((
+            "InvalidKind",
+            format!("{what} {name} is a {group}/{kind}, not a Service"),
+        ));
+    }
+    if ns != route.id.namespace
+        && !granted(store, route.kind, &route.id.namespace, "Service", ns, name)
+    {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "no ReferenceGrant in {ns} lets {} use Service {ns}/{name}",
+                route.kind
+            ),
+        ));
+    }
+    port.ok_or_else(|| ("UnsupportedValue", format!("{what} {name} has no port")))
+}
+
 /// A backendRef's route and whether its Service port says `appProtocol:
 /// kubernetes.io/h2c`, or the ResolvedRefs reason it does not resolve.
 fn backend<'s>(
@@ -1753,39 +1785,9 @@ fn backend<'s>(
     b: &BackendIn<'s>,
     info: &Arc<RouteInfo>,
 ) -> Result<(Route, bool), (&'static str, String)> {
-    let group = b.group.unwrap_or("");
-    let kind = b.kind.unwrap_or("Service");
-    if !group.is_empty() || kind != "Service" {
-        return Err((
-            "InvalidKind",
-            format!("backendRef {} is a {group}/{kind}, not a Service", b.name),
-        ));
-    }
     let ns: &'s str = b.namespace.unwrap_or(&route.id.namespace);
-    if ns != route.id.namespace
-        && !granted(
-            store,
-            route.kind,
-            &route.id.namespace,
-            "Service",
-            ns,
-            b.name,
-        )
-    {
-        return Err((
-            "RefNotPermitted",
-            format!(
-                "no ReferenceGrant in {ns} lets {} use Service {ns}/{}",
-                route.kind, b.name
-            ),
-        ));
-    }
-    let Some(port) = b.port else {
-        return Err((
-            "UnsupportedValue",
-            format!("backendRef {} has no port", b.name),
-        ));
-    };
+    let reference = (b.group, b.kind, ns, b.name, b.port);
+    let port = service_reference(store, route, reference, "backendRef")?;
     let Some(service) = store.services.get(&NsRef {
         namespace: ns,
         name: b.name,
