@@ -110,6 +110,18 @@ async fn a_cookie_keeps_a_client_on_one_backend_across_weighted_backend_refs() {
             assert!(resp.headers.get("set-cookie").is_none(), "{proto:?}");
         }
     }
+    // HTTP/2 clients (browsers) send one cookie per field: the pin is
+    // found in whichever field holds it.
+    let cookie = pinned.clone().unwrap();
+    for _ in 0..4 {
+        let req = Request::get(SHOP, "/")
+            .header("cookie", "other=1")
+            .header("cookie", &cookie)
+            .proto(Proto::Http2);
+        let resp = h.send(&req).await;
+        assert_eq!(pod(&resp), "blue-0", "cookie fields: {}", resp.text());
+        assert!(resp.headers.get("set-cookie").is_none(), "cookie fields");
+    }
     let blue_before = blue.requests();
 
     // Blue's endpoint leaves: the client is moved to green, and told.

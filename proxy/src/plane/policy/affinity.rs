@@ -7,10 +7,11 @@
 //! replica computes alike (FNV-1a, fixed), so a client keeps its endpoint
 //! whichever replica serves it, and the address itself is not shown.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use crate::compile::gateway::table::{Action, Backend};
+use crate::compile::gateway::table::{Action, Backend, RequestHeaders};
 use crate::compile::traffic::Affinity;
 use crate::compile::upstream::{Tried, Upstream};
 
@@ -41,6 +42,29 @@ pub fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
         let eq = pair.iter().position(|&b| b == b'=')?;
         (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
     })
+}
+
+/// The request's `Cookie` as one field: HTTP/2 sends one field per cookie
+/// (RFC 9113, 8.2.3, and browsers do), joined here with `; ` as an
+/// HTTP/1.1 hop would, so a cookie is found whichever field holds it.
+/// Borrowed when there is one field (HTTP/1.1's case).
+pub fn cookies(headers: &dyn RequestHeaders) -> Option<Cow<'_, [u8]>> {
+    let first = headers.first("cookie")?;
+    let mut fields = 0;
+    headers.each(&mut |name, _| fields += usize::from(name.eq_ignore_ascii_case("cookie")));
+    if fields < 2 {
+        return Some(Cow::Borrowed(first));
+    }
+    let mut joined = Vec::new();
+    headers.each(&mut |name, value| {
+        if name.eq_ignore_ascii_case("cookie") {
+            if !joined.is_empty() {
+                joined.extend_from_slice(b"; ");
+            }
+            joined.extend_from_slice(value);
+        }
+    });
+    Some(Cow::Owned(joined))
 }
 
 /// The backend of a Gateway API rule a request goes to: with the rule's
@@ -305,5 +329,17 @@ mod tests {
             let b = pick_backend(&empty, Some(on_second.as_bytes())).unwrap();
             assert_eq!(name(b), 1);
         }
+    }
+
+    #[test]
+    fn http2_cookie_fields_are_read_as_one() {
+        let one: &[(&str, &str)] = &[("cookie", "a=1; pin=x")];
+        assert!(matches!(cookies(&one), Some(Cow::Borrowed(b"a=1; pin=x"))));
+        let crumbs: &[(&str, &str)] = &[("cookie", "a=1"), ("accept", "*/*"), ("cookie", "pin=x")];
+        let joined = cookies(&crumbs).unwrap();
+        assert_eq!(&*joined, b"a=1; pin=x");
+        assert_eq!(cookie(Some(&joined), "pin"), Some(&b"x"[..]));
+        let none: &[(&str, &str)] = &[("accept", "*/*")];
+        assert!(cookies(&none).is_none());
     }
 }
