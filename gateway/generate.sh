@@ -3,7 +3,8 @@
 # (`cargo install kopium --version 0.24.1 --locked`). The CRDs come from
 # ../shared/conformance-upstream/gateway-api/config/crd (see its SOURCE.txt
 # for the upstream commit): the standard channel, and the experimental
-# channel for the L4 routes. Run from the repository root; commit the result.
+# channel for HTTPRoute (sessionPersistence, the ExternalAuth filter) and
+# the L4 routes. Run from the repository root; commit the result.
 set -euo pipefail
 cd "$(dirname "$0")"
 crd=${GATEWAY_CRDS:-../../shared/conformance-upstream/gateway-api/config/crd}
@@ -17,7 +18,7 @@ gen() { # channel plural module
 }
 gen standard gatewayclasses gateway_classes
 gen standard gateways gateways
-gen standard httproutes http_routes
+gen experimental httproutes http_routes
 gen standard grpcroutes grpc_routes
 gen standard referencegrants reference_grants
 gen standard backendtlspolicies backend_tls_policies

@@ -3,8 +3,8 @@
 //! and BackendTLSPolicy for TLS from the proxy to their backends.
 //!
 //! Generated, never edited: `gateway/generate.sh` runs kopium 0.24.1 over
-//! the upstream CRDs (the standard channel; TLSRoute, TCPRoute and UDPRoute
-//! from the experimental one) at the commit named in
+//! the upstream CRDs (the standard channel; HTTPRoute, TLSRoute, TCPRoute
+//! and UDPRoute from the experimental one) at the commit named in
 //! `../shared/conformance-upstream/gateway-api/SOURCE.txt`. The published
 //! `gateway-api` crate pins kube 4 / k8s-openapi 0.28, not kube 5.
 //!

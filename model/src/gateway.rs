@@ -13,7 +13,8 @@ use std::time::Duration;
 use teapot_api::HostPattern;
 use teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyValidationSubjectAltNamesType;
 use teapot_gateway_api::generated::http_routes::{
-    HttpRouteRulesFiltersType, HttpRouteRulesMatchesPathType,
+    HttpRouteRulesFiltersType, HttpRouteRulesMatchesPathType, HttpRouteRulesSessionPersistence,
+    HttpRouteRulesSessionPersistenceCookieLifetimeType, HttpRouteRulesSessionPersistenceType,
 };
 use teapot_gateway_api::{BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute};
 
@@ -227,6 +228,7 @@ pub fn validate_http_route(route: &HttpRoute) -> Result<(), FieldError> {
                 HttpRouteRulesFiltersType::UrlRewrite => f.url_rewrite.is_some(),
                 HttpRouteRulesFiltersType::ExtensionRef => f.extension_ref.is_some(),
                 HttpRouteRulesFiltersType::Cors => f.cors.is_some(),
+                HttpRouteRulesFiltersType::ExternalAuth => f.external_auth.is_some(),
             };
             if !present {
                 return Err(FieldError::at(
@@ -265,6 +267,21 @@ pub fn validate_http_route(route: &HttpRoute) -> Result<(), FieldError> {
             if let Some(h) = f.url_rewrite.as_ref().and_then(|r| r.hostname.as_ref()) {
                 parse_hostname(h, &format!("{at}.urlRewrite.hostname"))?;
             }
+            if let Some(a) = &f.external_auth {
+                let b = &a.backend_ref;
+                let service = b.group.as_deref().unwrap_or("").is_empty()
+                    && b.kind.as_deref().unwrap_or("Service") == "Service";
+                if service && b.port.is_none() {
+                    return Err(FieldError::at(
+                        format!("{at}.externalAuth.backendRef"),
+                        "Must have port for Service reference",
+                    ));
+                }
+                check_port(b.port, format!("{at}.externalAuth.backendRef.port"))?;
+            }
+        }
+        if let Some(sp) = &rule.session_persistence {
+            check_session_persistence(sp, &format!("{at}.sessionPersistence"))?;
         }
         for (j, b) in rule.backend_refs.iter().flatten().enumerate() {
             check_weight(b.weight, format!("{at}.backendRefs[{j}].weight"))?;
@@ -289,6 +306,53 @@ pub fn validate_http_route(route: &HttpRoute) -> Result<(), FieldError> {
         }
     }
     Ok(())
+}
+
+/// A rule's sessionPersistence as its schema's CEL rules have it: the
+/// type's own stanza only (type defaults to Cookie), and an
+/// absoluteTimeout with a Permanent cookie.
+fn check_session_persistence(
+    sp: &HttpRouteRulesSessionPersistence,
+    at: &str,
+) -> Result<(), FieldError> {
+    if let Some(t) = &sp.absolute_timeout {
+        parse_duration(t).map_err(|e| FieldError::at(format!("{at}.absoluteTimeout"), e))?;
+    }
+    let cookie = !matches!(
+        sp.r#type,
+        Some(HttpRouteRulesSessionPersistenceType::Header)
+    );
+    let rule = |ok: bool, message: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(FieldError::at(at, message))
+        }
+    };
+    rule(
+        sp.cookie.is_none() || cookie,
+        "cookie must be nil if type is not Cookie",
+    )?;
+    rule(
+        sp.cookie.is_some() || !cookie,
+        "cookie must be specified for Cookie type",
+    )?;
+    rule(
+        sp.header.is_none() || !cookie,
+        "header must be nil if type is not Header",
+    )?;
+    rule(
+        sp.header.is_some() || cookie,
+        "header must be specified for Header type",
+    )?;
+    let permanent = sp.cookie.as_ref().and_then(|c| c.lifetime_type.as_ref());
+    rule(
+        !matches!(
+            permanent,
+            Some(HttpRouteRulesSessionPersistenceCookieLifetimeType::Permanent)
+        ) || sp.absolute_timeout.is_some(),
+        "AbsoluteTimeout must be specified when cookie lifetimeType is Permanent",
+    )
 }
 
 /// Validates a BackendTLSPolicy as its CRD schema (and its CEL rules)
@@ -511,6 +575,48 @@ mod tests {
             "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r}}\nspec:\n{spec}"
         );
         validate_http_route(&serde_yaml::from_str(&text).unwrap())
+    }
+
+    #[test]
+    fn session_persistence_and_external_auth_follow_the_schema() {
+        let rule = |extra: &str| {
+            route(&format!(
+                "  rules: [{{backendRefs: [{{name: web, port: 80}}], {extra}}}]\n"
+            ))
+        };
+        assert!(rule("sessionPersistence: {cookie: {name: pin}}").is_ok());
+        assert!(rule("sessionPersistence: {type: Header, header: {name: x-s}}").is_ok());
+        for (extra, field, says) in [
+            (
+                "sessionPersistence: {}",
+                "spec.rules[0].sessionPersistence",
+                "cookie must be specified",
+            ),
+            (
+                "sessionPersistence: {type: Header, cookie: {}}",
+                "spec.rules[0].sessionPersistence",
+                "cookie must be nil",
+            ),
+            (
+                "sessionPersistence: {cookie: {lifetimeType: Permanent}}",
+                "spec.rules[0].sessionPersistence",
+                "AbsoluteTimeout must be specified",
+            ),
+            (
+                "sessionPersistence: {absoluteTimeout: 1d, cookie: {}}",
+                "spec.rules[0].sessionPersistence.absoluteTimeout",
+                "not a duration",
+            ),
+            (
+                "filters: [{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth}}}]",
+                "spec.rules[0].filters[0].externalAuth.backendRef",
+                "Must have port",
+            ),
+        ] {
+            let e = rule(extra).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{extra}");
+            assert!(e.message.contains(says), "{extra}: {}", e.message);
+        }
     }
 
     #[test]

@@ -8,91 +8,36 @@
 
 mod common;
 
-use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
+use common::auth_service::AuthService;
 use common::*;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use teapot_testkit::client::{Proto, Request, Transport};
 use teapot_testkit::echo::{EchoIdentity, EchoServer};
-use tokio::sync::watch;
 
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
 
-/// An authentication service: its answer depends on the path teapot asks
+/// What the authentication service answers: by the path teapot asks
 /// for (`/allow`: 200 with `X-User: ann`; `/unauthorized`: 401 with
 /// `WWW-Authenticate`; `/forbidden`: 403; `/hold`: no answer until
-/// released). It keeps the head of every sub-request it got.
-struct AuthService {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<http::request::Parts>>>,
-    held: Arc<AtomicUsize>,
-    release: watch::Sender<bool>,
-    _task: tokio::task::JoinHandle<()>,
+/// released).
+const ANSWERS: &[common::auth_service::Answer] = &[
+    ("/allow", 200, &[("x-user", "ann")]),
+    (
+        "/unauthorized",
+        401,
+        &[("www-authenticate", "Basic realm=\"shop\"")],
+    ),
+    ("/forbidden", 403, &[]),
+];
+
+async fn auth_service(ip: IpAddr) -> AuthService {
+    AuthService::start(ip, ANSWERS, "/hold").await
 }
 
 impl AuthService {
-    async fn start(ip: IpAddr) -> AuthService {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
-            .await
-            .expect("auth service binds");
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let held = Arc::new(AtomicUsize::new(0));
-        let (release, released) = watch::channel(false);
-        let (seen2, held2) = (seen.clone(), held.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let (seen, held, released) = (seen2.clone(), held2.clone(), released.clone());
-                tokio::spawn(async move {
-                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (seen, held, mut released) =
-                            (seen.clone(), held.clone(), released.clone());
-                        async move {
-                            let (parts, _) = req.into_parts();
-                            let path = parts.uri.path().to_string();
-                            seen.lock().unwrap().push(parts);
-                            let answer = hyper::Response::builder();
-                            let answer = match path.as_str() {
-                                "/allow" => answer.status(200).header("x-user", "ann"),
-                                "/unauthorized" => answer
-                                    .status(401)
-                                    .header("www-authenticate", "Basic realm=\"shop\""),
-                                "/forbidden" => answer.status(403),
-                                "/hold" => {
-                                    held.fetch_add(1, Ordering::SeqCst);
-                                    let _ = released.wait_for(|r| *r).await;
-                                    answer.status(200).header("x-user", "held")
-                                }
-                                _ => answer.status(404),
-                            };
-                            Ok::<_, Infallible>(answer.body(Full::new(Bytes::new())).unwrap())
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        AuthService {
-            addr,
-            seen,
-            held,
-            release,
-            _task: task,
-        }
-    }
-
     /// The Service `auth` in `namespace` whose one endpoint is this server.
     fn service(&self, namespace: &str) -> Vec<Value> {
         let mut slice = slice(
@@ -110,19 +55,6 @@ impl AuthService {
             json!("sync.teapot.dev");
         vec![service(namespace, "auth", &[(Some("http"), 80)]), slice]
     }
-
-    fn last(&self) -> http::request::Parts {
-        self.seen
-            .lock()
-            .unwrap()
-            .last()
-            .expect("a sub-request")
-            .clone()
-    }
-
-    fn count(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
 }
 
 /// A port nothing listens on.
@@ -134,7 +66,7 @@ fn closed_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_auth_service_decides_each_request() {
     const NS: &str = "ops";
-    let auth = AuthService::start("127.0.0.1".parse().unwrap()).await;
+    let auth = auth_service("127.0.0.1".parse().unwrap()).await;
     let backend = echo(NS, "web", "web-0").await;
     let mut objects = echo_service(NS, "web", &[&backend]);
     objects.extend(auth.service(NS));
@@ -359,8 +291,8 @@ async fn one_tenants_stuck_auth_service_leaves_the_others_alone() {
     let (_alpha_web, mut objects) = tenant_with_backend("alpha", alpha_ip).await;
     let (_beta_web, beta) = tenant_with_backend("beta", beta_ip).await;
     objects.extend(beta);
-    let alpha_auth = AuthService::start(alpha_ip).await;
-    let beta_auth = AuthService::start(beta_ip).await;
+    let alpha_auth = auth_service(alpha_ip).await;
+    let beta_auth = auth_service(beta_ip).await;
     objects.extend(alpha_auth.service("tenant-alpha"));
     objects.extend(beta_auth.service("tenant-beta"));
     objects.extend([
@@ -474,10 +406,10 @@ async fn one_tenants_stuck_auth_service_leaves_the_others_alone() {
 async fn a_tenants_auth_url_stays_inside_the_tenant() {
     let ip = node_address(false);
     let (_web, mut objects) = tenant_with_backend("gamma", ip).await;
-    let own = AuthService::start(ip).await;
+    let own = auth_service(ip).await;
     objects.extend(own.service("tenant-gamma"));
     // A service on this machine that is not the tenant's: loopback.
-    let outsider = AuthService::start("127.0.0.1".parse().unwrap()).await;
+    let outsider = auth_service("127.0.0.1".parse().unwrap()).await;
     let url = format!("http://127.0.0.1:{}/allow", outsider.addr.port());
     objects.extend([
         annotated(

@@ -371,8 +371,8 @@ pub fn check_gateway_host(
 /// Checks a route of `kind` (one of [`ROUTE_KINDS`]) a tenant writes into
 /// `namespace`, on its JSON form: parents only Gateways of the namespace;
 /// hostnames under the host rules; backends (and mirrors) only Services of
-/// the namespace with a port; no ExtensionRef or ExternalAuth filters;
-/// HTTP path matches of the strict path class; no `useDefaultGateways`.
+/// the namespace with a port; no ExtensionRef filters, ExternalAuth only
+/// over HTTP; sessionPersistence only by cookie; HTTP path matches of the strict path class; no `useDefaultGateways`.
 pub fn check_route(
     ctx: &PolicyContext<'_>,
     namespace: &str,
@@ -455,6 +455,9 @@ pub fn check_route(
         }
         for (j, f) in items(rule, "filters") {
             check_filter(f, &format!("{at}.filters[{j}]"), &own, &mut out);
+        }
+        if let Some(sp) = rule.get("sessionPersistence") {
+            check_session_persistence(sp, &format!("{at}.sessionPersistence"), &mut out);
         }
         for (j, b) in items(rule, "backendRefs") {
             let bat = format!("{at}.backendRefs[{j}]");
@@ -1015,10 +1018,12 @@ fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
             "ExtensionRef filters are refused: they name implementation-specific objects teapot does not serve",
         ));
     }
-    if ty == "ExternalAuth" || f.get("externalAuth").is_some() {
+    if let Some(auth) = f.get("externalAuth") {
+        check_external_auth(auth, &format!("{at}.externalAuth"), own, out);
+    } else if ty == "ExternalAuth" {
         out.push(Violation::new(
             format!("{at}.externalAuth"),
-            "ExternalAuth filters are not served by teapot",
+            "an ExternalAuth filter needs its externalAuth",
         ));
     }
     if let Some(cors) = f.get("cors") {
@@ -1032,6 +1037,129 @@ fn check_filter(f: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
     for filter in ["urlRewrite", "requestRedirect"] {
         if let Some(path) = f.get(filter).and_then(|r| r.get("path")) {
             check_path_modifier(path, &format!("{at}.{filter}.path"), out);
+        }
+    }
+}
+
+/// The ExternalAuth filter at `at`: protocol HTTP to a Service of the
+/// namespace; its path a clean absolute path; its header lists header
+/// names, the response ones none the proxy frames the request with.
+/// protocol GRPC (Envoy's ext_authz) and a forwarded body are not served.
+fn check_external_auth(auth: &Value, at: &str, own: &str, out: &mut Vec<Violation>) {
+    match text(auth, "protocol") {
+        Some("HTTP") => {}
+        Some("GRPC") => out.push(Violation::new(
+            format!("{at}.protocol"),
+            "GRPC (Envoy's ext_authz) is not served: teapot asks an HTTP authentication service (protocol HTTP)",
+        )),
+        _ => out.push(Violation::new(
+            format!("{at}.protocol"),
+            "the protocol is HTTP (GRPC is not served)",
+        )),
+    }
+    if auth.get("grpc").is_some() {
+        out.push(Violation::new(
+            format!("{at}.grpc"),
+            "grpc configures protocol GRPC, which is not served",
+        ));
+    }
+    match auth.get("backendRef") {
+        Some(b) => check_backend_ref(b, &format!("{at}.backendRef"), own, out),
+        None => out.push(Violation::new(
+            format!("{at}.backendRef"),
+            "the authentication service's Service is required",
+        )),
+    }
+    if let Some(n) = auth
+        .get("forwardBody")
+        .and_then(|b| b.get("maxSize"))
+        .and_then(Value::as_i64)
+        && n != 0
+    {
+        out.push(Violation::new(
+            format!("{at}.forwardBody.maxSize"),
+            format!("{n}: the request body is not sent to the authentication service (leave it unset or 0)"),
+        ));
+    }
+    let Some(http) = auth.get("http") else {
+        return;
+    };
+    if let Some(path) = http.get("path") {
+        let field = format!("{at}.http.path");
+        match path.as_str() {
+            Some(p) => {
+                if let Err(e) = check_path(p) {
+                    out.push(Violation::new(field, format!("{}: {e}", quote(p))));
+                }
+            }
+            None => out.push(Violation::new(field, "a path is a string")),
+        }
+    }
+    for (i, name) in items(http, "allowedHeaders") {
+        check_header_name(name, format!("{at}.http.allowedHeaders[{i}]"), false, out);
+    }
+    for (i, name) in items(http, "allowedResponseHeaders") {
+        // Set on the request to the backend as a modifier's edit is: never
+        // a framing, hop-by-hop or forwarding field.
+        let field = format!("{at}.http.allowedResponseHeaders[{i}]");
+        check_header_name(name, field.clone(), true, out);
+        check_edited_header(name, true, field, out);
+    }
+}
+
+/// A rule's `sessionPersistence` at `at`: type Cookie (Header is not
+/// served), a Session cookie without absoluteTimeout (only a Permanent
+/// one, whose Max-Age it is: teapot keeps no session state), and a
+/// cookie name and path the Set-Cookie field can carry.
+fn check_session_persistence(sp: &Value, at: &str, out: &mut Vec<Violation>) {
+    if text(sp, "type") == Some("Header") || sp.get("header").is_some() {
+        out.push(Violation::new(
+            format!("{at}.type"),
+            "Header is not served: teapot keeps sessions with a cookie (type Cookie)",
+        ));
+    }
+    let cookie = sp.get("cookie");
+    let permanent = cookie.and_then(|c| text(c, "lifetimeType")) == Some("Permanent");
+    match (permanent, sp.get("absoluteTimeout")) {
+        (true, None) => out.push(Violation::new(
+            format!("{at}.absoluteTimeout"),
+            "required with cookie.lifetimeType Permanent (the cookie's Max-Age)",
+        )),
+        (false, Some(_)) => out.push(Violation::new(
+            format!("{at}.absoluteTimeout"),
+            "not served with cookie.lifetimeType Session: teapot keeps no session state; use lifetimeType Permanent (the cookie's Max-Age)",
+        )),
+        _ => {}
+    }
+    if sp.get("idleTimeout").is_some() {
+        out.push(Violation::new(
+            format!("{at}.idleTimeout"),
+            "not served: teapot keeps no session state to see a session idle",
+        ));
+    }
+    let Some(cookie) = cookie else { return };
+    if let Some(name) = cookie.get("name") {
+        let ok = name
+            .as_str()
+            .is_some_and(|n| n.len() <= 256 && header_token(n));
+        if !ok {
+            out.push(Violation::new(
+                format!("{at}.cookie.name"),
+                "a cookie name is an HTTP token of at most 256 characters",
+            ));
+        }
+    }
+    if let Some(path) = cookie.get("path") {
+        let ok = path.as_str().is_some_and(|p| {
+            p.starts_with('/')
+                && p.len() <= 1024
+                && !p.bytes().any(|b| b == b';' || b.is_ascii_control())
+        });
+        if !ok {
+            out.push(Violation::new(
+                format!("{at}.cookie.path"),
+                "a cookie path is absolute, at most 1024 characters, without ';'",
+            ));
         }
     }
 }
@@ -1272,6 +1400,85 @@ mod tests {
         assert_eq!(v.len(), 1, "{filter}: {v:?}");
         assert_eq!(v[0].0, field, "{filter}");
         assert!(v[0].1.contains(says), "{filter}: {}", v[0].1);
+    }
+
+    #[test]
+    fn external_auth_over_http_is_admitted_with_field_named_errors() {
+        let good = one_filter(
+            "{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth, port: 8080}, http: {path: /check, allowedHeaders: [X-Tenant], allowedResponseHeaders: [X-User]}, forwardBody: {maxSize: 0}}}",
+        );
+        assert!(good.is_empty(), "{good:?}");
+        let at = "spec.rules[0].filters[1].externalAuth";
+        refused(
+            "{type: ExternalAuth, externalAuth: {protocol: GRPC, backendRef: {name: auth, port: 9000}}}",
+            &format!("{at}.protocol"),
+            "GRPC (Envoy's ext_authz) is not served",
+        );
+        refused(
+            "{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth, port: 8080}, forwardBody: {maxSize: 1024}}}",
+            &format!("{at}.forwardBody.maxSize"),
+            "not sent to the authentication service",
+        );
+        refused(
+            "{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth, namespace: other, port: 8080}}}",
+            &format!("{at}.backendRef.namespace"),
+            "only Services of your own namespace",
+        );
+        refused(
+            "{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth}}}",
+            &format!("{at}.backendRef.port"),
+            "needs its port",
+        );
+        refused(
+            "{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth, port: 8080}, http: {path: /a/../b}}}",
+            &format!("{at}.http.path"),
+            "/a/../b",
+        );
+        refused(
+            "{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth, port: 8080}, http: {allowedHeaders: [\"a b\"]}}}",
+            &format!("{at}.http.allowedHeaders[0]"),
+            "not an HTTP header name",
+        );
+        refused(
+            "{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: auth, port: 8080}, http: {allowedResponseHeaders: [Content-Length]}}}",
+            &format!("{at}.http.allowedResponseHeaders[0]"),
+            "frames the message",
+        );
+        refused("{type: ExternalAuth}", at, "needs its externalAuth");
+    }
+
+    #[test]
+    fn session_persistence_is_admitted_by_cookie_only() {
+        let rule = |sp: &str| {
+            route(
+                "HTTPRoute",
+                &format!(
+                    "  parentRefs: [{{name: shop}}]\n  rules:\n  - sessionPersistence: {sp}\n    backendRefs: [{{name: web, port: 80}}]\n"
+                ),
+            )
+        };
+        let at = "spec.rules[0].sessionPersistence";
+        assert!(rule("{cookie: {name: pin}}").is_empty());
+        assert!(
+            rule("{type: Cookie, absoluteTimeout: 1h, cookie: {lifetimeType: Permanent, path: /cart}}")
+                .is_empty()
+        );
+        assert_eq!(
+            rule("{type: Header, header: {name: x-session}}"),
+            [format!("{at}.type")]
+        );
+        assert_eq!(
+            rule("{absoluteTimeout: 1h, cookie: {lifetimeType: Session}}"),
+            [format!("{at}.absoluteTimeout")]
+        );
+        assert_eq!(
+            rule("{cookie: {lifetimeType: Permanent}}"),
+            [format!("{at}.absoluteTimeout")]
+        );
+        assert_eq!(
+            rule("{cookie: {name: \"a;b\", path: \"/a;Secure\"}}"),
+            [format!("{at}.cookie.name"), format!("{at}.cookie.path")]
+        );
     }
 
     #[test]

@@ -205,6 +205,7 @@ pub fn compile_incremental(
         &mut gateway::Context {
             store,
             hosts: &mut hosts,
+            gates: &options.tenant_gates,
         },
         &mut resolver,
         &mut policies,

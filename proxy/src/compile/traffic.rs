@@ -50,6 +50,10 @@ pub struct TrafficPolicy {
     /// `auth-url` and its companions: the authentication service asked
     /// before each request is forwarded (crate::plane::policy::auth).
     pub auth: Option<Arc<ExternalAuth>>,
+    /// The Gateway API ExternalAuth filter's terms for `auth`'s
+    /// sub-request and answers, where they differ from ingress-nginx's
+    /// (crate::compile::gateway::ext_auth); `None`: ingress-nginx's.
+    pub auth_terms: Option<Arc<GatewayAuthTerms>>,
     /// `custom-http-errors` with `default-backend`: the responses replaced
     /// by the error backend's page (crate::plane::policy::errors).
     pub custom_errors: Option<Arc<CustomErrors>>,
@@ -109,6 +113,24 @@ impl ExternalAuth {
             refused: Some(why),
         }
     }
+}
+
+/// How the Gateway API's ExternalAuth filter (protocol HTTP) asks and
+/// judges, unlike `auth-url`: the client's method and its path under
+/// `http.path`, only the fields the filter names, and only a 200 passes
+/// (crate::plane::policy::auth).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatewayAuthTerms {
+    /// `http.path`: put before the client's path (no trailing `/`).
+    pub path_prefix: Arc<str>,
+    /// `http.allowedHeaders`: the client's fields sent besides `Host`
+    /// and `Authorization`.
+    pub request_headers: Vec<http::HeaderName>,
+    /// `http.allowedResponseHeaders`: the answer's fields set on the
+    /// request to the backend (a listed one the answer lacks is removed
+    /// from it); empty: every field of the answer but `Host` and those
+    /// that frame or describe its own body.
+    pub response_headers: Vec<http::HeaderName>,
 }
 
 /// What `auth-url` and its companions say before the URL is resolved
@@ -429,6 +451,7 @@ impl NginxAnnotations {
             canary: None,
             www_redirect: None,
             auth: None,
+            auth_terms: None,
             custom_errors: None,
         };
         let any = policy.access.is_some()

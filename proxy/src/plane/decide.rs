@@ -15,6 +15,7 @@ use crate::compile::routes::Route;
 use crate::compile::snapshot::Snapshot;
 use crate::compile::upstream::Upstream;
 use crate::plane::edge::{self, EdgeConfig, Refusal};
+use crate::plane::policy::affinity;
 
 pub use crate::compile::gateway::{RequestFacts, RequestHeaders};
 
@@ -335,7 +336,15 @@ fn gateway(
             redirect(r, head, facts, prefix)
         }
         Action::Unroutable => Decision::Answer(UNRESOLVED_BACKEND, None),
-        Action::Backends { .. } => match candidate.action.pick() {
+        Action::Backends { persistence, .. } => match affinity::pick_backend(
+            &candidate.action,
+            // Read only for a rule with sessionPersistence.
+            persistence
+                .as_ref()
+                .and(facts.headers)
+                .and_then(affinity::cookies)
+                .as_deref(),
+        ) {
             Some(backend) => {
                 let backend_filters = backend.filters.get(candidate.match_index());
                 // A backendRef's redirect answers before its backend is

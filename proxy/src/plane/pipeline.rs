@@ -229,7 +229,9 @@ async fn authenticate(
     let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
-    let (verdict, outcome) = policy::auth::check(auth, router.options.auth, &original).await;
+    let terms = forward.route.traffic().and_then(|t| t.auth_terms.clone());
+    let (verdict, outcome) =
+        policy::auth::check(auth, terms.as_deref(), router.options.auth, &original).await;
     let tenant = if auth.owner.is_empty() {
         metrics::OPERATOR
     } else {
@@ -268,6 +270,12 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
     let Some(traffic) = forward.route.traffic() else {
         return Routed::Forward(forward);
     };
+    // Every cookie field only where a cookie is looked for by name.
+    let cookie = if traffic.affinity.is_some() || traffic.canary.is_some() {
+        policy::affinity::cookies(req.headers)
+    } else {
+        req.headers.first("cookie").map(std::borrow::Cow::Borrowed)
+    };
     let seen = policy::Seen {
         method: req.method,
         authority: req.head.authority,
@@ -276,7 +284,7 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
         tls: conn.tls,
         client: conn.client.map(|a| a.ip()),
         origin: req.headers.first("origin"),
-        cookie: req.headers.first("cookie"),
+        cookie: cookie.as_deref(),
         cors_method: traffic
             .cors
             .as_ref()

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod auth_service;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -25,7 +25,9 @@
 
 pub(crate) mod backend_tls;
 mod cors;
+mod ext_auth;
 pub(crate) mod route_policy;
+mod session;
 pub mod table;
 
 use std::sync::Arc;
@@ -47,12 +49,12 @@ use teapot_gateway_api::generated::grpc_routes::{
     GrpcRouteStatusParents, GrpcRouteStatusParentsParentRef,
 };
 use teapot_gateway_api::generated::http_routes::{
-    HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType,
-    HttpRouteRulesFiltersRequestRedirectScheme, HttpRouteRulesFiltersType,
-    HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches,
+    HttpRouteRulesFilters, HttpRouteRulesFiltersExternalAuth,
+    HttpRouteRulesFiltersRequestRedirectPathType, HttpRouteRulesFiltersRequestRedirectScheme,
+    HttpRouteRulesFiltersType, HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches,
     HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesPathType,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteStatus, HttpRouteStatusParents,
-    HttpRouteStatusParentsParentRef,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesSessionPersistence, HttpRouteStatus,
+    HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
 };
 use teapot_gateway_api::{Gateway, GrpcRoute, HttpRoute};
 use teapot_model::store::{NsName, NsRef, Store};
@@ -61,7 +63,7 @@ use crate::compile::backends::Resolver;
 use crate::compile::certs::CertTable;
 use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy};
-use crate::compile::traffic::{Cors, TrafficPolicy};
+use crate::compile::traffic::{Cors, GatewayAuthTerms, TrafficPolicy};
 use table::{
     Action, Backend, BackendFilters, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange,
     PathMatch, Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
@@ -339,6 +341,9 @@ pub(super) struct Context<'c, 'h, 's, 't> {
     pub store: &'s Store,
     /// Which hosts a tenant may route, shared with the other compiles.
     pub hosts: &'c mut crate::compile::bind::TenantHosts<'h, 't>,
+    /// The tenants' gates: an ExternalAuth filter's sub-requests count
+    /// against its tenant's authentication bound.
+    pub gates: &'c crate::compile::fairness::TenantGates,
 }
 
 impl<'s> GatewayCompile<'s> {
@@ -580,8 +585,9 @@ impl<'s> GatewayCompile<'s> {
         let route = &*route;
         // Every served rule has at least one target (a rule without
         // matches matches everything): no targets, no rule served.
+        let owner = (cx.gates, tenant.map_or("", |t| t.cluster));
         let (targets, resolved, invalid_rules) = compile_rules(
-            cx.store,
+            (cx.store, owner),
             resolver,
             route,
             (rules_in, &attached),
@@ -1190,6 +1196,8 @@ struct RuleIn<'s> {
     timeouts: (Option<&'s str>, Option<&'s str>),
     /// The rule's `name`: a RouteTrafficPolicy's `sectionName`.
     name: Option<&'s str>,
+    /// The rule's `sessionPersistence` (HTTPRoute).
+    session: Option<&'s HttpRouteRulesSessionPersistence>,
 }
 
 /// An HTTPRoute or GRPCRoute as the compile reads it.
@@ -1277,6 +1285,7 @@ impl<'s> RouteIn<'s> {
                         filters: std::borrow::Cow::Owned(as_http_filters(rule.filters.as_ref())),
                         timeouts: (None, None),
                         name: rule.name.as_deref(),
+                        session: None,
                     }
                 })
                 .collect(),
@@ -1321,6 +1330,7 @@ fn http_rule(rule: &teapot_gateway_api::generated::http_routes::HttpRouteRules) 
                 .and_then(|t| t.backend_request.as_deref()),
         ),
         name: rule.name.as_deref(),
+        session: rule.session_persistence.as_ref(),
     }
 }
 
@@ -1452,7 +1462,7 @@ fn grpc_matcher(
 /// not); the messages of rules that could not be served.
 #[allow(clippy::type_complexity)]
 fn compile_rules<'s>(
-    store: &'s Store,
+    (store, auth_owner): (&'s Store, (&crate::compile::fairness::TenantGates, &str)),
     resolver: &mut Resolver<'s>,
     route: &RouteIn<'s>,
     (rules, attached): (Vec<RuleIn<'s>>, &route_policy::Attached),
@@ -1483,6 +1493,7 @@ fn compile_rules<'s>(
             filters: std::borrow::Cow::Borrowed(&[]),
             timeouts: (None, None),
             name: None,
+            session: None,
         }]
     } else {
         rules
@@ -1526,8 +1537,34 @@ fn compile_rules<'s>(
             }
         }
         // The rule's traffic policy, once for all its backends.
-        let rule_traffic =
+        let mut rule_traffic =
             attached.rule_traffic(rule.name, info.policy.as_deref(), spec.cors.as_ref());
+        let mut persistence = None;
+        if let Some(session) = rule.session {
+            match session::affinity(session, route.id, index) {
+                Ok(affinity) => {
+                    persistence = Some(affinity.cookie.as_str().into());
+                    rule_traffic = Some(edited(rule_traffic.as_deref(), info, |t| {
+                        t.affinity = Some(affinity)
+                    }));
+                }
+                Err(e) => {
+                    invalid.push(format!("rule {index}: {e}"));
+                    continue;
+                }
+            }
+        }
+        if let Some((filter, terms)) = &spec.external_auth {
+            let (auth, problem) =
+                ext_auth::external_auth(store, resolver, route, filter, auth_owner);
+            if let (Some(problem), Ok(())) = (problem, &resolved) {
+                resolved = Err(problem);
+            }
+            rule_traffic = Some(edited(rule_traffic.as_deref(), info, |t| {
+                t.auth = Some(Arc::new(auth));
+                t.auth_terms = Some(terms.clone());
+            }));
+        }
         let action = if let Some(redirect) = spec.redirect.clone() {
             Action::Redirect(redirect)
         } else {
@@ -1567,6 +1604,21 @@ fn compile_rules<'s>(
                             if let (Some(cors), Ok(r)) = (&s.cors, &mut target) {
                                 *r = with_traffic(r, &with_cors(r.policy.as_deref(), cors));
                             }
+                            if let (Some((filter, terms)), Ok(r)) = (&s.external_auth, &mut target)
+                            {
+                                let (auth, problem) = ext_auth::external_auth(
+                                    store, resolver, route, filter, auth_owner,
+                                );
+                                if let (Some(problem), Ok(())) = (problem, &resolved) {
+                                    resolved = Err(problem);
+                                }
+                                let own = r.policy.as_deref().and_then(|p| p.traffic.as_deref());
+                                let traffic = edited(own, info, |t| {
+                                    t.auth = Some(Arc::new(auth));
+                                    t.auth_terms = Some(terms.clone());
+                                });
+                                *r = with_traffic(r, &traffic);
+                            }
                             backend_filters(&s, &matchers)
                         }
                         Err(e) => {
@@ -1593,6 +1645,7 @@ fn compile_rules<'s>(
                     backends: backends.into_boxed_slice(),
                     total,
                     next: AtomicU64::new(0),
+                    persistence,
                 }
             }
         };
@@ -1646,6 +1699,22 @@ fn with_cors(base: Option<&RoutePolicy>, cors: &Cors) -> Arc<TrafficPolicy> {
     Arc::new(traffic)
 }
 
+/// A copy of `own` (a rule's or backendRef's traffic policy so far; none:
+/// the route's own, if any) with `edit` made: a rule's sessionPersistence
+/// or ExternalAuth adds to what the route has, never drops it.
+fn edited(
+    own: Option<&TrafficPolicy>,
+    info: &RouteInfo,
+    edit: impl FnOnce(&mut TrafficPolicy),
+) -> Arc<TrafficPolicy> {
+    let mut traffic = own
+        .or_else(|| info.policy.as_deref().and_then(|p| p.traffic.as_deref()))
+        .cloned()
+        .unwrap_or_default();
+    edit(&mut traffic);
+    Arc::new(traffic)
+}
+
 /// `route` with a rule's (or a backendRef's) traffic policy besides the
 /// limits of the route's tenant: one policy per rule and backend, the
 /// backend's own replacing the rule's.
@@ -1675,6 +1744,38 @@ fn service_key<'s>(store: &'s Store, ns: &str, name: &str) -> Option<(&'s str, &
         .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
 }
 
+/// A Service reference of `route` (a backendRef's, an ExternalAuth
+/// filter's: `what` in the messages) checked as the specification asks:
+/// a core Service, in the route's namespace or one whose ReferenceGrant
+/// lets it in, with a port. The port, or the ResolvedRefs reason.
+fn service_reference(
+    store: &Store,
+    route: &RouteIn<'_>,
+    (group, kind, ns, name, port): (Option<&str>, Option<&str>, &str, &str, Option<i32>),
+    what: &str,
+) -> Result<i32, (&'static str, String)> {
+    let group = group.unwrap_or("");
+    let kind = kind.unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        return Err((
+            "InvalidKind",
+            format!("{what} {name} is a {group}/{kind}, not a Service"),
+        ));
+    }
+    if ns != route.id.namespace
+        && !granted(store, route.kind, &route.id.namespace, "Service", ns, name)
+    {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "no ReferenceGrant in {ns} lets {} use Service {ns}/{name}",
+                route.kind
+            ),
+        ));
+    }
+    port.ok_or_else(|| ("UnsupportedValue", format!("{what} {name} has no port")))
+}
+
 /// A backendRef's route and whether its Service port says `appProtocol:
 /// kubernetes.io/h2c`, or the ResolvedRefs reason it does not resolve.
 fn backend<'s>(
@@ -1684,39 +1785,9 @@ fn backend<'s>(
     b: &BackendIn<'s>,
     info: &Arc<RouteInfo>,
 ) -> Result<(Route, bool), (&'static str, String)> {
-    let group = b.group.unwrap_or("");
-    let kind = b.kind.unwrap_or("Service");
-    if !group.is_empty() || kind != "Service" {
-        return Err((
-            "InvalidKind",
-            format!("backendRef {} is a {group}/{kind}, not a Service", b.name),
-        ));
-    }
     let ns: &'s str = b.namespace.unwrap_or(&route.id.namespace);
-    if ns != route.id.namespace
-        && !granted(
-            store,
-            route.kind,
-            &route.id.namespace,
-            "Service",
-            ns,
-            b.name,
-        )
-    {
-        return Err((
-            "RefNotPermitted",
-            format!(
-                "no ReferenceGrant in {ns} lets {} use Service {ns}/{}",
-                route.kind, b.name
-            ),
-        ));
-    }
-    let Some(port) = b.port else {
-        return Err((
-            "UnsupportedValue",
-            format!("backendRef {} has no port", b.name),
-        ));
-    };
+    let reference = (b.group, b.kind, ns, b.name, b.port);
+    let port = service_reference(store, route, reference, "backendRef")?;
     let Some(service) = store.services.get(&NsRef {
         namespace: ns,
         name: b.name,
@@ -1767,6 +1838,8 @@ struct FilterSpec {
     backend_timeout: Option<std::time::Duration>,
     /// The CORS filter: the rule's (or the backendRef's) traffic policy.
     cors: Option<Cors>,
+    /// The ExternalAuth filter (protocol HTTP) and its terms.
+    external_auth: Option<(HttpRouteRulesFiltersExternalAuth, Arc<GatewayAuthTerms>)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -1796,6 +1869,7 @@ static NO_FILTERS: FilterSpec = FilterSpec {
     request_timeout: None,
     backend_timeout: None,
     cors: None,
+    external_auth: None,
 };
 
 impl FilterSpec {
@@ -1902,6 +1976,13 @@ fn filter_spec(
             HttpRouteRulesFiltersType::Cors if !grpc => {
                 let Some(c) = &f.cors else { continue };
                 spec.cors = Some(cors::cors(c)?);
+            }
+            HttpRouteRulesFiltersType::ExternalAuth if !grpc => {
+                let Some(a) = &f.external_auth else { continue };
+                if spec.external_auth.is_some() {
+                    return Err("ExternalAuth appears twice".into());
+                }
+                spec.external_auth = Some((a.clone(), Arc::new(ext_auth::terms(a)?)));
             }
             HttpRouteRulesFiltersType::RequestMirror => {
                 let Some(m) = &f.request_mirror else { continue };
@@ -2154,6 +2235,92 @@ mod tests {
         let own = a[1].as_ref().expect("the backendRef's filter");
         assert!(own.origins.is_none() && own.credentials && own.max_age == "60");
         assert_eq!(backends("/b"), vec![None], "another rule has no CORS");
+    }
+
+    /// The rule's backends and conditions of a compile.
+    fn rule_of(s: &Snapshot) -> (&[Backend], Option<&str>, serde_json::Value) {
+        let candidates = s.gateway.host("b.example").candidates();
+        let Action::Backends {
+            backends,
+            persistence,
+            ..
+        } = &*candidates[0].action
+        else {
+            panic!("not forwarded");
+        };
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let conditions = status["httpRoutes"][0]["status"]["parents"][0]["conditions"].clone();
+        (backends, persistence.as_deref(), conditions)
+    }
+
+    /// sessionPersistence is the cookie affinity of every backend of the
+    /// rule, and the rule's backends are pinned by the same cookie.
+    #[test]
+    fn session_persistence_is_the_affinity_of_the_rules_backends() {
+        let s = compile(
+            "  - matches: [{path: {type: PathPrefix, value: /cart}}]\n    sessionPersistence: {absoluteTimeout: 10m, cookie: {name: pin, lifetimeType: Permanent, path: /cart}}\n    backendRefs: [{name: web, port: 8080, weight: 3}, {name: web, port: 8080, weight: 1}]\n",
+        );
+        let (backends, persistence, _) = rule_of(&s);
+        assert_eq!(persistence, Some("pin"));
+        for b in backends {
+            let a = b
+                .route
+                .as_ref()
+                .unwrap()
+                .traffic()
+                .unwrap()
+                .affinity
+                .clone();
+            let a = a.expect("affinity");
+            assert_eq!(
+                (a.cookie.as_str(), a.path.as_str(), a.max_age),
+                ("pin", "/cart", Some(600))
+            );
+        }
+        // Not served: the rule is not, and the reason is named.
+        let s = compile(
+            "  - sessionPersistence: {type: Header, header: {name: x-session}}\n    backendRefs: [{name: web, port: 8080}]\n",
+        );
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let text = status["httpRoutes"][0]["status"]["parents"][0]["conditions"].to_string();
+        assert!(
+            text.contains("sessionPersistence.type Header is not served"),
+            "{text}"
+        );
+        assert!(s.gateway.host("b.example").candidates().is_empty());
+    }
+
+    /// The ExternalAuth filter asks the Service its backendRef names, on
+    /// the filter's terms; one that does not resolve fails closed and is
+    /// reported; GRPC is not served.
+    #[test]
+    fn an_external_auth_filter_is_the_rules_authentication() {
+        let s = compile(
+            "  - filters: [{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: web, port: 8080}, http: {path: /check, allowedResponseHeaders: [X-User]}}}]\n    backendRefs: [{name: web, port: 8080}]\n",
+        );
+        let (backends, _, conditions) = rule_of(&s);
+        let traffic = backends[0].route.as_ref().unwrap().traffic().unwrap();
+        let auth = traffic.auth.as_ref().expect("authentication");
+        assert_eq!(auth.upstream.endpoints.len(), 1);
+        let terms = traffic.auth_terms.as_ref().unwrap();
+        assert_eq!(&*terms.path_prefix, "/check");
+        assert_eq!(terms.response_headers[0].as_str(), "x-user");
+        assert!(conditions.to_string().contains("\"ResolvedRefs\""));
+        let s = compile(
+            "  - backendRefs:\n    - name: web\n      port: 8080\n      filters: [{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: missing, port: 80}}}]\n",
+        );
+        let (backends, _, conditions) = rule_of(&s);
+        let traffic = backends[0].route.as_ref().unwrap().traffic().unwrap();
+        assert!(traffic.auth.as_ref().unwrap().upstream.endpoints.is_empty());
+        let text = conditions.to_string();
+        assert!(
+            text.contains("ExternalAuth Service infra/missing with port 80 not found"),
+            "{text}"
+        );
+        let s = compile(
+            "  - filters: [{type: ExternalAuth, externalAuth: {protocol: GRPC, backendRef: {name: web, port: 8080}}}]\n    backendRefs: [{name: web, port: 8080}]\n",
+        );
+        assert!(s.gateway.host("b.example").candidates().is_empty());
     }
 
     #[test]

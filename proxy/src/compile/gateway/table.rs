@@ -359,6 +359,11 @@ pub enum Action {
         total: u64,
         /// Weighted round-robin position.
         next: AtomicU64,
+        /// The rule's sessionPersistence cookie: a request whose cookie
+        /// names a serving endpoint of one of the backends goes to that
+        /// backend whatever the weights say
+        /// (crate::plane::policy::affinity::pick_backend).
+        persistence: Option<Box<str>>,
     },
     Redirect(Redirect),
     /// No backend to send to (no backendRefs, all weights zero):
@@ -374,6 +379,7 @@ impl Action {
             backends,
             total,
             next,
+            ..
         } = self
         else {
             return None;
@@ -1410,6 +1416,7 @@ mod tests {
             .into_boxed_slice(),
             total: 4,
             next: AtomicU64::new(0),
+            persistence: None,
         };
         let picks: Vec<Option<String>> = (0..8)
             .map(|_| {

@@ -7,9 +7,11 @@
 //! replica computes alike (FNV-1a, fixed), so a client keeps its endpoint
 //! whichever replica serves it, and the address itself is not shown.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::compile::gateway::table::{Action, Backend, RequestHeaders};
 use crate::compile::traffic::Affinity;
 use crate::compile::upstream::{Tried, Upstream};
 
@@ -34,12 +36,72 @@ pub fn cookie_value(addr: SocketAddr) -> String {
 }
 
 /// The value of cookie `name` in the request's `Cookie` field.
-pub(super) fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
+pub fn cookie<'h>(field: Option<&'h [u8]>, name: &str) -> Option<&'h [u8]> {
     field?.split(|&b| b == b';').find_map(|pair| {
         let pair = pair.trim_ascii();
         let eq = pair.iter().position(|&b| b == b'=')?;
         (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
     })
+}
+
+/// The request's `Cookie` as one field: HTTP/2 sends one field per cookie
+/// (RFC 9113, 8.2.3, and browsers do), joined here with `; ` as an
+/// HTTP/1.1 hop would, so a cookie is found whichever field holds it.
+/// Borrowed when there is one field (HTTP/1.1's case).
+pub fn cookies(headers: &dyn RequestHeaders) -> Option<Cow<'_, [u8]>> {
+    let first = headers.first("cookie")?;
+    let mut fields = 0;
+    headers.each(&mut |name, _| fields += usize::from(name.eq_ignore_ascii_case("cookie")));
+    if fields < 2 {
+        return Some(Cow::Borrowed(first));
+    }
+    let mut joined = Vec::new();
+    headers.each(&mut |name, value| {
+        if name.eq_ignore_ascii_case("cookie") {
+            if !joined.is_empty() {
+                joined.extend_from_slice(b"; ");
+            }
+            joined.extend_from_slice(value);
+        }
+    });
+    Some(Cow::Owned(joined))
+}
+
+/// The backend of a Gateway API rule a request goes to: with the rule's
+/// sessionPersistence, the backend one of whose serving endpoints the
+/// request's cookie names, so a client stays on one endpoint across the
+/// rule's weighted backendRefs (a backend of weight 0 gets nothing, pinned
+/// or not); otherwise, or when that endpoint is gone or ejected, one by
+/// weight that has a serving endpoint (a session starts, or moves, to an
+/// endpoint that answers), and [`Affinity::choose`] then names the new
+/// endpoint in the cookie. Without sessionPersistence: by weight only.
+pub fn pick_backend<'a>(action: &'a Action, cookies: Option<&[u8]>) -> Option<&'a Backend> {
+    let Action::Backends {
+        backends,
+        persistence: Some(name),
+        ..
+    } = action
+    else {
+        return action.pick();
+    };
+    let serves = |b: &Backend, named: Option<&[u8]>| {
+        b.weight > 0
+            && b.route.as_ref().is_ok_and(|r| {
+                r.upstream.endpoints.iter().any(|e| {
+                    !e.is_ejected() && named.is_none_or(|v| cookie_value(e.addr).as_bytes() == v)
+                })
+            })
+    };
+    if let Some(value) = cookie(cookies, name)
+        && let Some(pinned) = backends.iter().find(|b| serves(b, Some(value)))
+    {
+        return Some(pinned);
+    }
+    let picked = action.pick()?;
+    if serves(picked, None) {
+        return Some(picked);
+    }
+    Some(backends.iter().find(|b| serves(b, None)).unwrap_or(picked))
 }
 
 impl Affinity {
@@ -112,6 +174,8 @@ impl Affinity {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::compile::upstream::EndpointRegistry;
 
@@ -212,5 +276,70 @@ mod tests {
             cookie_value(addr),
             cookie_value(SocketAddr::from(([10, 0, 0, 2], 8080)))
         );
+    }
+
+    #[test]
+    fn a_cookie_pins_across_a_rules_backends_while_its_endpoint_serves() {
+        use std::sync::atomic::AtomicU64;
+
+        use crate::compile::gateway::table::{Backend, BackendFilters};
+        use crate::compile::routes::Route;
+        let registry = EndpointRegistry::default();
+        let backend = |weight: u64, ports: &[u16]| Backend {
+            weight,
+            route: Ok(Route::from(Arc::new(upstream(&registry, ports)))),
+            filters: BackendFilters::None,
+            h2c: false,
+        };
+        let action = |persistence: Option<&str>, b: &[u16]| Action::Backends {
+            backends: vec![backend(1, &[1, 2]), backend(1, b)].into_boxed_slice(),
+            total: 2,
+            next: AtomicU64::new(0),
+            persistence: persistence.map(Into::into),
+        };
+        let name = |b: &Backend| {
+            let endpoints = &b.route.as_ref().unwrap().upstream.endpoints;
+            endpoints.first().map_or(0, |e| e.addr.port())
+        };
+        let on_second = format!("pin={}", cookie_value(SocketAddr::from(([10, 0, 0, 1], 4))));
+        let pinned = action(Some("pin"), &[3, 4]);
+        for _ in 0..4 {
+            let b = pick_backend(&pinned, Some(on_second.as_bytes())).unwrap();
+            assert_eq!(name(b), 3);
+        }
+        // Without the cookie, or without persistence: by weight.
+        let picks: Vec<u16> = (0..4)
+            .map(|_| name(pick_backend(&pinned, None).unwrap()))
+            .collect();
+        assert_eq!(picks, [1, 3, 1, 3]);
+        let plain = action(None, &[3, 4]);
+        let picks: Vec<u16> = (0..2)
+            .map(|_| name(pick_backend(&plain, Some(on_second.as_bytes())).unwrap()))
+            .collect();
+        assert_eq!(picks, [1, 3]);
+        // The endpoint left: by weight again.
+        let gone = action(Some("pin"), &[3]);
+        let picks: Vec<u16> = (0..2)
+            .map(|_| name(pick_backend(&gone, Some(on_second.as_bytes())).unwrap()))
+            .collect();
+        assert_eq!(picks, [1, 3]);
+        // Its backend has none left: the session moves to one that serves.
+        let empty = action(Some("pin"), &[]);
+        for _ in 0..4 {
+            let b = pick_backend(&empty, Some(on_second.as_bytes())).unwrap();
+            assert_eq!(name(b), 1);
+        }
+    }
+
+    #[test]
+    fn http2_cookie_fields_are_read_as_one() {
+        let one: &[(&str, &str)] = &[("cookie", "a=1; pin=x")];
+        assert!(matches!(cookies(&one), Some(Cow::Borrowed(b"a=1; pin=x"))));
+        let crumbs: &[(&str, &str)] = &[("cookie", "a=1"), ("accept", "*/*"), ("cookie", "pin=x")];
+        let joined = cookies(&crumbs).unwrap();
+        assert_eq!(&*joined, b"a=1; pin=x");
+        assert_eq!(cookie(Some(&joined), "pin"), Some(&b"x"[..]));
+        let none: &[(&str, &str)] = &[("accept", "*/*")];
+        assert!(cookies(&none).is_none());
     }
 }

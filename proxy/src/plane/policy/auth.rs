@@ -37,7 +37,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::PolicyAnswer;
-use crate::compile::traffic::ExternalAuth;
+use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::decide::RequestHeaders;
 use crate::plane::forwarding::FORWARDING;
@@ -214,11 +214,15 @@ pub const REFUSED_BODY: &str =
 pub const AUTH_FAILED_BODY: &str = "500 the authentication service did not allow the request\n";
 pub const UNAUTHORIZED_BODY: &str = "401 authentication required\n";
 pub const AUTH_FORBIDDEN_BODY: &str = "403 the authentication service refused the request\n";
+pub const AUTH_DENIED_BODY: &str = "the authentication service did not allow the request\n";
 
-/// Asks `auth` about `original`: `Ok` with the fields the forwarded request
-/// gets, or `Err` with teapot's answer; and how the sub-request ended.
+/// Asks `auth` about `original` (on the Gateway API's `terms` when the
+/// route's ExternalAuth filter set them): `Ok` with the fields the
+/// forwarded request gets, or `Err` with teapot's answer; and how the
+/// sub-request ended.
 pub async fn check(
     auth: &ExternalAuth,
+    terms: Option<&GatewayAuthTerms>,
     limits: AuthLimits,
     original: &Original<'_>,
 ) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
@@ -240,12 +244,83 @@ pub async fn check(
         };
         return (Err(busy), Outcome::Busy);
     };
-    let answer = match tokio::time::timeout(limits.timeout, ask(auth, original)).await {
+    let answer = match tokio::time::timeout(limits.timeout, ask(auth, terms, original)).await {
         Ok(Ok(head)) => head,
         Ok(Err(outcome)) => return (Err(failed()), outcome),
         Err(_) => return (Err(failed()), Outcome::Timeout),
     };
-    judge(auth, original, &answer)
+    match terms {
+        Some(terms) => judge_gateway(terms, &answer),
+        None => judge(auth, original, &answer),
+    }
+}
+
+/// The verdict on the answer under the Gateway API's terms: only a 200
+/// passes (the filter's "any other code is considered an authorization
+/// failure"), and a refusal reaches the client with the service's status
+/// and the fields that tell it what to do next (`WWW-Authenticate`,
+/// `Location`, `Set-Cookie`), as Envoy's HTTP ext_authz relays it.
+fn judge_gateway(
+    terms: &GatewayAuthTerms,
+    answer: &http::response::Parts,
+) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
+    let status = answer.status.as_u16();
+    if status == 200 {
+        let fields = if terms.response_headers.is_empty() {
+            answer
+                .headers
+                .iter()
+                .filter(|(name, _)| copied_from_answer(name.as_str()))
+                .map(|(name, value)| (name.clone(), Some(value.clone())))
+                .collect()
+        } else {
+            terms
+                .response_headers
+                .iter()
+                .map(|name| (name.clone(), answer.headers.get(name).cloned()))
+                .collect()
+        };
+        return (Ok(fields), Outcome::Allowed);
+    }
+    // A 1xx or another 2xx is a refusal too, but not one to relay as is.
+    let status = if status < 300 { 403 } else { status };
+    let (reason, body, outcome) = match status {
+        401 => (
+            "auth_unauthorized",
+            UNAUTHORIZED_BODY,
+            Outcome::Unauthorized,
+        ),
+        403 => ("auth_forbidden", AUTH_FORBIDDEN_BODY, Outcome::Forbidden),
+        _ => ("auth_denied", AUTH_DENIED_BODY, Outcome::Failed),
+    };
+    let mut headers = Vec::new();
+    for name in ["www-authenticate", "location", "set-cookie"] {
+        for value in answer.headers.get_all(name) {
+            if let Ok(value) = value.to_str() {
+                headers.push((name, value.to_string()));
+            }
+        }
+    }
+    let answer = PolicyAnswer {
+        status,
+        reason,
+        body,
+        headers,
+    };
+    (Err(answer), outcome)
+}
+
+/// Whether a field of a 200 answer is copied onto the request to the
+/// backend when the filter lists none: every one but `Host` (the
+/// filter's exception), the connection's own fields and those that frame
+/// or describe the answer's body (`Content-*`), which would misdescribe
+/// the request's.
+fn copied_from_answer(name: &str) -> bool {
+    !(name == "host"
+        || name.starts_with("content-")
+        || teapot_h1::is_hop_by_hop(name.as_bytes())
+        || FORWARDING.contains(&name)
+        || name == trace::REQUEST_ID)
 }
 
 /// The verdict on the authentication service's answer.
@@ -318,9 +393,14 @@ fn failed() -> PolicyAnswer {
 /// One sub-request to the authentication service: the answer's head.
 async fn ask(
     auth: &ExternalAuth,
+    terms: Option<&GatewayAuthTerms>,
     original: &Original<'_>,
 ) -> Result<http::response::Parts, Outcome> {
-    let request = sub_request(auth, original).map_err(|_| Outcome::Failed)?;
+    let request = match terms {
+        Some(terms) => gateway_sub_request(terms, original),
+        None => sub_request(auth, original),
+    };
+    let request = request.map_err(|_| Outcome::Failed)?;
     send(&auth.upstream, request, 0).await.map(|(head, _)| head)
 }
 
@@ -412,6 +492,49 @@ fn sub_request(
     }
     if matches!(auth.method, "POST" | "PUT" | "PATCH") {
         request = request.header(http::header::CONTENT_LENGTH, "0");
+    }
+    request.body(Empty::new())
+}
+
+/// The ExternalAuth filter's sub-request: the client's method, its path
+/// and query under `http.path`, and of its fields only those the filter
+/// always sends (`Host`, `Authorization`, a `Content-Length` of 0: no body
+/// is forwarded) and those `http.allowedHeaders` names (among those a
+/// sub-request may carry at all, [`is_carried`]).
+fn gateway_sub_request(
+    terms: &GatewayAuthTerms,
+    original: &Original<'_>,
+) -> Result<Request<Empty<Bytes>>, http::Error> {
+    let mut request = Request::builder()
+        .method(original.method)
+        .uri(format!("{}{}", terms.path_prefix, original.target))
+        .header(http::header::HOST, original.authority)
+        .header(http::header::CONTENT_LENGTH, "0");
+    let mut cookie: Option<Vec<u8>> = None;
+    original.headers.each(&mut |name, value| {
+        let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
+            return;
+        };
+        let wanted = name == http::header::AUTHORIZATION
+            || (terms.request_headers.contains(&name) && is_carried(name.as_str(), &[]));
+        if !wanted {
+            return;
+        }
+        // HTTP/2 splits `Cookie`: one field on the HTTP/1.1 hop.
+        if name == http::header::COOKIE {
+            let joined = cookie.get_or_insert_with(Vec::new);
+            if !joined.is_empty() {
+                joined.extend_from_slice(b"; ");
+            }
+            joined.extend_from_slice(value);
+            return;
+        }
+        if let (Ok(value), Some(fields)) = (HeaderValue::from_bytes(value), request.headers_mut()) {
+            fields.append(name, value);
+        }
+    });
+    if let Some(cookie) = cookie.and_then(|c| HeaderValue::from_bytes(&c).ok()) {
+        request = request.header(http::header::COOKIE, cookie);
     }
     request.body(Empty::new())
 }
@@ -769,7 +892,7 @@ mod tests {
             Vec::new(),
             Some("none".into()),
         ));
-        let (r, outcome) = check(&empty, limits, &o).await;
+        let (r, outcome) = check(&empty, None, limits, &o).await;
         assert_eq!(
             (r.unwrap_err().status, outcome),
             (500, Outcome::Unreachable)
@@ -784,7 +907,7 @@ mod tests {
             vec![registry.endpoint(addr)],
             None,
         ));
-        let (r, outcome) = check(&refused, limits, &o).await;
+        let (r, outcome) = check(&refused, None, limits, &o).await;
         assert_eq!(
             (r.unwrap_err().status, outcome),
             (500, Outcome::Unreachable)
@@ -794,15 +917,127 @@ mod tests {
             ..limits
         };
         let _held = refused.gate.enter(1).unwrap();
-        let (r, outcome) = check(&refused, full, &o).await;
+        let (r, outcome) = check(&refused, None, full, &o).await;
         let r = r.unwrap_err();
         assert_eq!((r.status, r.body, outcome), (503, BUSY_BODY, Outcome::Busy));
         let refused = ExternalAuth::refused("outside the nodes".into());
-        let (r, outcome) = check(&refused, limits, &o).await;
+        let (r, outcome) = check(&refused, None, limits, &o).await;
         let r = r.unwrap_err();
         assert_eq!(
             (r.status, r.body, outcome),
             (503, REFUSED_BODY, Outcome::Refused)
         );
+    }
+
+    #[test]
+    fn the_gateway_sub_request_carries_only_what_the_filter_names() {
+        let fields: &[(&str, &str)] = &[
+            ("authorization", "Bearer t"),
+            ("x-tenant", "k"),
+            ("cookie", "a=1"),
+            ("accept", "text/html"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("connection", "close"),
+        ];
+        let mut o = original(&fields);
+        o.method = "DELETE";
+        let terms = GatewayAuthTerms {
+            path_prefix: Arc::from("/check"),
+            request_headers: vec![
+                HeaderName::from_static("x-tenant"),
+                HeaderName::from_static("x-forwarded-for"),
+                HeaderName::from_static("connection"),
+            ],
+            response_headers: Vec::new(),
+        };
+        let r = gateway_sub_request(&terms, &o).unwrap();
+        assert_eq!(r.method(), "DELETE");
+        assert_eq!(r.uri(), "/check/?a=b&c=d");
+        let sent: Vec<String> = r
+            .headers()
+            .iter()
+            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+            .collect();
+        // Forwarding and connection fields are never the client's to set.
+        assert_eq!(
+            sent,
+            [
+                "host: app.example:8443",
+                "content-length: 0",
+                "authorization: Bearer t",
+                "x-tenant: k",
+            ]
+        );
+        let none = GatewayAuthTerms::default();
+        let r = gateway_sub_request(&none, &o).unwrap();
+        assert_eq!(r.uri(), "/?a=b&c=d");
+        assert!(r.headers().get("x-tenant").is_none());
+    }
+
+    #[test]
+    fn the_gateway_verdict_passes_only_a_200_and_relays_refusals() {
+        let head = |status: u16, fields: &[(&str, &str)]| {
+            let mut r = http::Response::builder().status(status);
+            for (n, v) in fields {
+                r = r.header(*n, *v);
+            }
+            r.body(()).unwrap().into_parts().0
+        };
+        let listed = GatewayAuthTerms {
+            response_headers: vec![
+                HeaderName::from_static("x-user"),
+                HeaderName::from_static("x-groups"),
+            ],
+            ..GatewayAuthTerms::default()
+        };
+        let answer = head(200, &[("x-user", "ann"), ("x-other", "no")]);
+        let (ok, outcome) = judge_gateway(&listed, &answer);
+        assert_eq!(outcome, Outcome::Allowed);
+        let ok = ok.unwrap();
+        assert_eq!(
+            ok,
+            vec![
+                (
+                    HeaderName::from_static("x-user"),
+                    Some(HeaderValue::from_static("ann"))
+                ),
+                (HeaderName::from_static("x-groups"), None),
+            ]
+        );
+        // None listed: every field but Host and those of the answer's own
+        // body or connection.
+        let all = GatewayAuthTerms::default();
+        let answer = head(
+            200,
+            &[
+                ("x-user", "ann"),
+                ("host", "auth"),
+                ("content-type", "text/plain"),
+                ("connection", "close"),
+            ],
+        );
+        let names: Vec<String> = judge_gateway(&all, &answer)
+            .0
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        assert_eq!(names, ["x-user"]);
+        // Anything but 200 is refused, with the service's status.
+        let basic = [("www-authenticate", "Basic realm=\"x\"")];
+        let e = judge_gateway(&all, &head(401, &basic)).0.unwrap_err();
+        assert_eq!(e.status, 401);
+        assert_eq!(
+            e.headers,
+            vec![("www-authenticate", "Basic realm=\"x\"".to_string())]
+        );
+        let e = judge_gateway(&all, &head(302, &[("location", "https://login/")]))
+            .0
+            .unwrap_err();
+        assert_eq!((e.status, e.headers[0].0), (302, "location"));
+        for (status, relayed) in [(204, 403), (403, 403), (429, 429), (503, 503)] {
+            let e = judge_gateway(&all, &head(status, &[])).0.unwrap_err();
+            assert_eq!(e.status, relayed, "{status}");
+        }
     }
 }
