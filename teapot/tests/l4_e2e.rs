@@ -310,27 +310,22 @@ async fn a_reset_is_passed_on_as_a_reset_and_a_close_as_a_close() {
         }
     };
 
-    // The client aborts: the backend sees a reset, not a clean end.
-    let (client, mut server) = connect().await;
-    client.set_zero_linger().unwrap();
-    drop(client);
-    let end = read_until_end(&mut server).await;
-    assert_eq!(
-        end.map_err(|e| e.kind()),
-        Err(std::io::ErrorKind::ConnectionReset),
-        "a client's reset reaches the backend as a reset"
-    );
-
-    // The backend aborts: the client sees a reset.
-    let (mut client, server) = connect().await;
-    server.set_zero_linger().unwrap();
-    drop(server);
-    let end = read_until_end(&mut client).await;
-    assert_eq!(
-        end.map_err(|e| e.kind()),
-        Err(std::io::ErrorKind::ConnectionReset),
-        "a backend's reset reaches the client as a reset"
-    );
+    // One end aborts (a reset on close); the other must see a reset, not
+    // a clean end.
+    let abort_reaches = |aborting: TcpStream, mut other: TcpStream, what: &'static str| async move {
+        aborting.set_zero_linger().unwrap();
+        drop(aborting);
+        let end = read_until_end(&mut other).await;
+        assert_eq!(
+            end.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionReset),
+            "{what}'s reset reaches the other end as a reset"
+        );
+    };
+    let (client, server) = connect().await;
+    abort_reaches(client, server, "a client").await;
+    let (client, server) = connect().await;
+    abort_reaches(server, client, "a backend").await;
 
     // A clean close stays a clean close both ways.
     let (client, mut server) = connect().await;
