@@ -906,8 +906,11 @@ async fn one_tenants_flood_degrades_only_that_tenant() {
         statuses.keys().all(|s| [200, 429, 503].contains(s)),
         "{statuses:?}"
     );
+    // Starvation shows as tens of milliseconds, ten times the floor and
+    // more; a compile running beside the test has pushed an unstarved p99
+    // to twice the floor (4.3 ms) on its own.
     assert!(
-        ratio <= 2.0,
+        ratio <= 4.0,
         "the calm tenant's p99 went from {p99_u:?} to {p99_l:?} during the other tenant's flood"
     );
 }
