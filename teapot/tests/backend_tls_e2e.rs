@@ -860,7 +860,10 @@ async fn a_gateway_s_client_certificate_is_presented_to_its_tls_backends() {
     let got = h2(&h, &front, "gw.gw.bt.test", "/b").await;
     assert_eq!(
         got,
-        (200, "sni=web.bt.example client=yes path=/b xfp=https".into())
+        (
+            200,
+            "sni=web.bt.example client=yes path=/b xfp=https".into()
+        )
     );
     // No client certificate on the Gateway: the backend refuses the
     // handshake.

@@ -713,7 +713,7 @@ mod tests {
                     let c = g["status"]["conditions"].as_array().unwrap();
                     c.iter()
                         .find(|c| c["type"] == "ResolvedRefs")
-                        .map_or("-".into(), |c| format!("{}", c["reason"].as_str().unwrap()))
+                        .map_or("-".into(), |c| c["reason"].as_str().unwrap().to_string())
                 })
                 .collect();
             (presented, upstream.endpoints.len(), resolved)
