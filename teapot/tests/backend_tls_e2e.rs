@@ -14,6 +14,9 @@
 //!   client certificate; one with the wrong CA answers 502.
 //! - GRPC (h2c) and GRPCS (HTTP/2 over TLS) carry a gRPC-shaped POST and
 //!   its trailers; over HTTP/1 they answer 502.
+//! - Gateway API: BackendTLSPolicy verification, SNI and subjectAltNames,
+//!   and the Gateway's `spec.tls.backend.clientCertificateRef` presented to
+//!   a backend that requires a client certificate.
 
 mod common;
 
