@@ -17,6 +17,10 @@
 //! Services and its `caCertificateRefs` ConfigMaps renamed as mirrored
 //! Services are (`NS-NAME-<hash5>`); each ConfigMap is copied with its
 //! `ca.crt` only.
+//!
+//! A Gateway's backend client certificate (`spec.tls.backend.
+//! clientCertificateRef`) is mirrored and renamed as its listeners'
+//! certificates are.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -100,31 +104,33 @@ fn own_namespace(object: &Value) -> Result<String, Error> {
         })
 }
 
-/// The certificate Secrets a Gateway's listeners name, with the
-/// cross-namespace ones to check.
+/// The certificate Secrets a Gateway names (its listeners' and its
+/// backend client certificate), with the cross-namespace ones to check.
 pub fn gateway_needs(gateway: &Value) -> Result<Needs, Error> {
     let ns = own_namespace(gateway)?;
     let mut needs = Needs::default();
-    for l in gateway["spec"]["listeners"]
+    let listener_refs = gateway["spec"]["listeners"]
         .as_array()
         .into_iter()
         .flatten()
-    {
-        for r in l["tls"]["certificateRefs"].as_array().into_iter().flatten() {
-            if !is_core(r, "Secret") {
-                continue;
-            }
-            let target = target_of(r, &ns);
-            if target.0 != ns {
-                needs.cross.push(CrossRef {
-                    from_kind: "Gateway".into(),
-                    from_namespace: ns.clone(),
-                    to_kind: "Secret",
-                    to: target.clone(),
-                });
-            }
-            needs.secrets.insert(target);
+        .flat_map(|l| l["tls"]["certificateRefs"].as_array().into_iter().flatten());
+    let client_ref = gateway["spec"]
+        .pointer(CLIENT_CERTIFICATE_REF)
+        .filter(|r| r.is_object());
+    for r in listener_refs.chain(client_ref) {
+        if !is_core(r, "Secret") {
+            continue;
         }
+        let target = target_of(r, &ns);
+        if target.0 != ns {
+            needs.cross.push(CrossRef {
+                from_kind: "Gateway".into(),
+                from_namespace: ns.clone(),
+                to_kind: "Secret",
+                to: target.clone(),
+            });
+        }
+        needs.secrets.insert(target);
     }
     Ok(needs)
 }
@@ -210,6 +216,9 @@ fn backend_refs_mut(route: &mut Value, mut f: impl FnMut(&mut Value)) {
     }
 }
 
+/// Where in a Gateway's spec its backend client certificate is named.
+const CLIENT_CERTIFICATE_REF: &str = "/tls/backend/clientCertificateRef";
+
 /// A reference of the core group and `kind` (the default kind of a
 /// backend is Service, of a certificate Secret).
 fn is_core(r: &Value, kind: &str) -> bool {
@@ -282,13 +291,18 @@ pub fn lb_gateway(
                         .any(|c| c.to_kind == "Secret" && c.to == target_of(r, &ns))
             });
             for r in refs.iter_mut().filter(|r| is_core(r, "Secret")) {
-                let (tns, name) = target_of(r, &ns);
-                r["name"] = json!(mirrored_secret_name(&tns, &name));
-                if let Some(o) = r.as_object_mut() {
-                    o.remove("namespace");
-                }
+                rename_secret_ref(r, &ns);
             }
         }
+    }
+    // Renamed even when refused: the mirror is then never made, so the LB
+    // Gateway reports the reference invalid and its TLS backends answer
+    // 503, where dropping it would connect without the certificate.
+    if let Some(r) = spec
+        .pointer_mut(CLIENT_CERTIFICATE_REF)
+        .filter(|r| is_core(r, "Secret"))
+    {
+        rename_secret_ref(r, &ns);
     }
     Ok(json!({
         "apiVersion": gateway["apiVersion"],
@@ -296,6 +310,16 @@ pub fn lb_gateway(
         "metadata": copy_metadata(gateway, &ns, lb_namespace)?,
         "spec": spec,
     }))
+}
+
+/// A Secret reference of a tenant object of `ns`, renamed to its mirror
+/// in the LB namespace.
+fn rename_secret_ref(r: &mut Value, ns: &str) {
+    let (tns, name) = target_of(r, ns);
+    r["name"] = json!(mirrored_secret_name(&tns, &name));
+    if let Some(o) = r.as_object_mut() {
+        o.remove("namespace");
+    }
 }
 
 /// The LB copy of a RouteTrafficPolicy: `NAME.NS`, its HTTPRoute and
@@ -741,6 +765,39 @@ mod tests {
         assert_eq!(
             refs[1],
             json!({"name": mirrored_secret_name("certs", "wild")})
+        );
+    }
+
+    #[test]
+    fn the_backend_client_certificate_is_mirrored_and_renamed() {
+        let mut g = gateway();
+        g["spec"]["tls"] = json!({"backend": {"clientCertificateRef": {"group": "", "kind": "Secret", "name": "mtls"}}});
+        let needs = gateway_needs(&g).unwrap();
+        assert!(
+            needs
+                .secrets
+                .contains(&("web".to_string(), "mtls".to_string()))
+        );
+        let copy = lb_gateway(&g, "tenant-acme", &[]).unwrap();
+        assert_eq!(
+            copy["spec"]["tls"]["backend"]["clientCertificateRef"],
+            json!({"group": "", "kind": "Secret", "name": mirrored_secret_name("web", "mtls")})
+        );
+        // Another namespace's: checked against its grants; refused, it
+        // still names the (never made) mirror, never nothing.
+        g["spec"]["tls"]["backend"]["clientCertificateRef"] =
+            json!({"name": "mtls", "namespace": "vault"});
+        let needs = gateway_needs(&g).unwrap();
+        let cross = needs
+            .cross
+            .iter()
+            .find(|c| c.to == ("vault".to_string(), "mtls".to_string()))
+            .expect("checked")
+            .clone();
+        let copy = lb_gateway(&g, "tenant-acme", &[cross]).unwrap();
+        assert_eq!(
+            copy["spec"]["tls"]["backend"]["clientCertificateRef"],
+            json!({"name": mirrored_secret_name("vault", "mtls")})
         );
     }
 

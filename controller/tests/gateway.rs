@@ -220,6 +220,26 @@ async fn a_gateway_and_its_route_are_mirrored_renamed() {
     assert!(f.lb_get("v1", "Secret", &secret).is_some());
 }
 
+/// The Gateway's backend client certificate reaches the LB cluster like
+/// a listener certificate: the Secret mirrored, the reference renamed.
+#[tokio::test]
+async fn a_gateway_s_backend_client_certificate_is_mirrored_renamed() {
+    let f = Fixture::new().await;
+    let mut g = gateway("Same");
+    g["spec"]["tls"] = json!({"backend": {"clientCertificateRef": {"name": "upstream-client"}}});
+    f.tenant.apply(g);
+    f.tenant.apply(tls_secret(NS, "upstream-client"));
+    assert_eq!(f.gateway().await, Action::requeue(f.ctx.config.resync));
+    let secret = mirrored_secret_name(NS, "upstream-client");
+    let copy = f.lb_get(GW, "Gateway", "public.shop").expect("LB Gateway");
+    assert_eq!(
+        copy["spec"]["tls"]["backend"]["clientCertificateRef"],
+        json!({"name": secret})
+    );
+    let s = f.lb_get("v1", "Secret", &secret).expect("LB Secret");
+    assert_eq!(s["data"]["tls.key"], "a2V5");
+}
+
 #[tokio::test]
 async fn status_comes_back_onto_both_objects() {
     let f = Fixture::new().await;

@@ -14,6 +14,9 @@
 //!   client certificate; one with the wrong CA answers 502.
 //! - GRPC (h2c) and GRPCS (HTTP/2 over TLS) carry a gRPC-shaped POST and
 //!   its trailers; over HTTP/1 they answer 502.
+//! - Gateway API: BackendTLSPolicy verification, SNI and subjectAltNames,
+//!   and the Gateway's `spec.tls.backend.clientCertificateRef` presented to
+//!   a backend that requires a client certificate.
 
 mod common;
 
@@ -789,4 +792,91 @@ async fn backend_tls_policies_secure_gateway_api_backends() {
     assert_eq!(seen, "application/grpc");
     assert_eq!(&body[..], b"\0\0\0\0\x05hello");
     assert_eq!(trailers, "grpc-status=0 x-scheme=https");
+}
+
+/// The Gateway's backend client certificate
+/// (`spec.tls.backend.clientCertificateRef`) through the real proxy: a
+/// backend under a BackendTLSPolicy that requires a client certificate is
+/// served through a Gateway naming one, over HTTP/1.1 and HTTP/2; through
+/// a Gateway naming none the backend refuses the handshake (502); a
+/// Gateway naming a missing Secret answers 503, never connecting without
+/// the certificate it asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_s_client_certificate_is_presented_to_its_tls_backends() {
+    let ca = TestCa::new("backend CA");
+    let front = TestCa::new("front CA");
+    let backend_cert = ca.issue(&["web.bt.example"]);
+    let web = https_backend(&backend_cert, Some(&ca)).await;
+    let client = ca.issue_client("teapot-client");
+    let gateway = |name: &str, client_secret: Option<&str>| {
+        let mut gateway = gateway_gw(
+            NS,
+            json!([
+                { "name": "http", "protocol": "HTTP", "port": 80 },
+                { "name": "https", "protocol": "HTTPS", "port": 443,
+                  "tls": { "mode": "Terminate", "certificateRefs": [{ "name": "front" }] } },
+            ]),
+        );
+        gateway["metadata"]["name"] = json!(name);
+        if let Some(secret) = client_secret {
+            gateway["spec"]["tls"] =
+                json!({ "backend": { "clientCertificateRef": { "name": secret } } });
+        }
+        gateway
+    };
+    let mut objects = vec![
+        gateway_class(),
+        gateway("gw", Some("client")),
+        gateway("plain", None),
+        gateway("broken", Some("nowhere")),
+        ca_config_map("backend-ca", ca.cert_pem()),
+    ];
+    objects.extend(service_at("web", web.addr));
+    objects.push(backend_tls_policy(
+        "web",
+        "web",
+        "web.bt.example",
+        "backend-ca",
+        json!([]),
+    ));
+    for parent in ["gw", "plain", "broken"] {
+        let mut route = gateway_route("HTTPRoute", parent, "web");
+        route["spec"]["parentRefs"] = json!([{ "name": parent }]);
+        objects.push(route);
+    }
+    let front_cert = front.issue(&["*.gw.bt.test"]);
+    let h = Harness::start(&[
+        ("m.yaml", docs(&objects)),
+        (
+            "front.yaml",
+            certs::tls_secret_yaml(NS, "front", &front_cert),
+        ),
+        ("client.yaml", certs::tls_secret_yaml(NS, "client", &client)),
+    ])
+    .await;
+    served(&h, "gw.gw.bt.test").await;
+    let got = h1(&h, "gw.gw.bt.test", "/a").await;
+    assert_eq!(
+        got,
+        (200, "sni=web.bt.example client=yes path=/a xfp=http".into())
+    );
+    let got = h2(&h, &front, "gw.gw.bt.test", "/b").await;
+    assert_eq!(
+        got,
+        (
+            200,
+            "sni=web.bt.example client=yes path=/b xfp=https".into()
+        )
+    );
+    // No client certificate on the Gateway: the backend refuses the
+    // handshake.
+    assert_eq!(h1(&h, "plain.gw.bt.test", "/c").await.0, 502);
+    assert_eq!(h2(&h, &front, "plain.gw.bt.test", "/d").await.0, 502);
+    // The Gateway's Secret is missing: 503, nothing connected.
+    let before = web.accepted.load(Ordering::SeqCst);
+    let (status, body) = h1(&h, "broken.gw.bt.test", "/e").await;
+    assert_eq!(status, 503, "{body}");
+    let (status, body) = h2(&h, &front, "broken.gw.bt.test", "/f").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(web.accepted.load(Ordering::SeqCst), before);
 }

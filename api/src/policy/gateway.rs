@@ -68,8 +68,9 @@ pub const ROUTE_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRou
 pub const MAX_LISTENERS_PER_GATEWAY: usize = 64;
 
 /// Checks a Gateway a tenant writes into `namespace`: class `teapot`; no
-/// `addresses`, `infrastructure`, `allowedListeners` or Gateway-level
-/// `tls`; each listener's protocol on its port (HTTP 80, HTTPS 443 with
+/// `addresses`, `infrastructure`, `allowedListeners` or
+/// `tls.frontend`; a backend client certificate (`tls.backend`) from a
+/// Secret of the namespace; each listener's protocol on its port (HTTP 80, HTTPS 443 with
 /// TLS terminated from Secrets of the namespace, TLS passthrough, TCP and
 /// UDP on any port of the L4 plane); listener hostnames under the host
 /// rules; routes attachable only from the Gateway's own namespace.
@@ -107,11 +108,27 @@ pub fn check_gateway(
             "ListenerSets are not served by teapot; put the listeners on the Gateway",
         ));
     }
-    if spec.tls.is_some() {
-        out.push(Violation::new(
-            "spec.tls",
-            "Gateway-level TLS (client certificate validation, backend client certificates) is not served by teapot; set TLS per listener",
-        ));
+    let own = ctx.tenant.namespace_name();
+    if let Some(tls) = &spec.tls {
+        if tls.frontend.is_some() {
+            out.push(Violation::new(
+                "spec.tls.frontend",
+                "client certificate validation on the Gateway is not served by teapot",
+            ));
+        }
+        if let Some(r) = tls
+            .backend
+            .as_ref()
+            .and_then(|b| b.client_certificate_ref.as_ref())
+        {
+            let r = SecretRef {
+                group: r.group.as_deref(),
+                kind: r.kind.as_deref(),
+                namespace: r.namespace.as_deref(),
+                name: &r.name,
+            };
+            check_secret_ref(&r, "spec.tls.backend.clientCertificateRef", &own, &mut out);
+        }
     }
     if spec.listeners.len() > MAX_LISTENERS_PER_GATEWAY {
         out.push(Violation::new(
@@ -122,7 +139,6 @@ pub fn check_gateway(
             ),
         ));
     }
-    let own = ctx.tenant.namespace_name();
     let mut hosts = BTreeSet::new();
     let mut l4 = 0u32;
     for (i, l) in spec.listeners.iter().enumerate() {
@@ -297,39 +313,59 @@ fn check_listener_tls(
         ));
     }
     for (j, r) in refs.iter().enumerate() {
-        let rat = format!("{at}.tls.certificateRefs[{j}]");
-        if r.group.as_deref().is_some_and(|g| !g.is_empty()) {
-            out.push(Violation::new(
-                format!("{rat}.group"),
-                format!(
-                    "{} is not the core group: certificates are Secrets",
-                    quote(r.group.as_deref().unwrap_or(""))
-                ),
-            ));
-        }
-        if r.kind.as_deref().is_some_and(|k| k != "Secret") {
-            out.push(Violation::new(
-                format!("{rat}.kind"),
-                format!("{} is not Secret", quote(r.kind.as_deref().unwrap_or(""))),
-            ));
-        }
-        if let Some(ns) = &r.namespace
-            && ns != own
-        {
-            out.push(Violation::new(
-                format!("{rat}.namespace"),
-                format!(
-                    "{} is not this namespace ({own}): certificates come from your own Secrets",
-                    quote(ns)
-                ),
-            ));
-        }
-        if let Err(e) = dns_subdomain(&r.name) {
-            out.push(Violation::new(
-                format!("{rat}.name"),
-                format!("must name a Secret in this namespace: {e}"),
-            ));
-        }
+        let r = SecretRef {
+            group: r.group.as_deref(),
+            kind: r.kind.as_deref(),
+            namespace: r.namespace.as_deref(),
+            name: &r.name,
+        };
+        check_secret_ref(&r, &format!("{at}.tls.certificateRefs[{j}]"), own, out);
+    }
+}
+
+/// A reference to a certificate Secret, whichever field holds it.
+struct SecretRef<'r> {
+    group: Option<&'r str>,
+    kind: Option<&'r str>,
+    namespace: Option<&'r str>,
+    name: &'r str,
+}
+
+/// A certificate reference a tenant writes: a core Secret of the
+/// namespace (another namespace's Secret is another tenant's, or the
+/// operator's).
+fn check_secret_ref(r: &SecretRef<'_>, rat: &str, own: &str, out: &mut Vec<Violation>) {
+    if r.group.is_some_and(|g| !g.is_empty()) {
+        out.push(Violation::new(
+            format!("{rat}.group"),
+            format!(
+                "{} is not the core group: certificates are Secrets",
+                quote(r.group.unwrap_or(""))
+            ),
+        ));
+    }
+    if r.kind.is_some_and(|k| k != "Secret") {
+        out.push(Violation::new(
+            format!("{rat}.kind"),
+            format!("{} is not Secret", quote(r.kind.unwrap_or(""))),
+        ));
+    }
+    if let Some(ns) = r.namespace
+        && ns != own
+    {
+        out.push(Violation::new(
+            format!("{rat}.namespace"),
+            format!(
+                "{} is not this namespace ({own}): certificates come from your own Secrets",
+                quote(ns)
+            ),
+        ));
+    }
+    if let Err(e) = dns_subdomain(r.name) {
+        out.push(Violation::new(
+            format!("{rat}.name"),
+            format!("must name a Secret in this namespace: {e}"),
+        ));
     }
 }
 
@@ -1282,6 +1318,29 @@ mod tests {
                 "spec.listeners[3].tls.certificateRefs",
                 "spec.listeners[4].protocol",
                 "spec.listeners[5].port",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_backend_client_certificate_is_a_secret_of_the_namespace() {
+        let own =
+            format!("{LISTENERS}  tls: {{backend: {{clientCertificateRef: {{name: mtls}}}}}}\n");
+        assert_eq!(gw(&own), Vec::<String>::new());
+        let explicit = format!(
+            "{LISTENERS}  tls: {{backend: {{clientCertificateRef: {{group: \"\", kind: Secret, name: mtls, namespace: {NS}}}}}}}\n"
+        );
+        assert_eq!(gw(&explicit), Vec::<String>::new());
+        let other = format!(
+            "{LISTENERS}  tls:\n    backend: {{clientCertificateRef: {{group: example.com, kind: Vault, name: x, namespace: tenant-globex}}}}\n    frontend: {{default: {{validation: {{caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: ca}}]}}}}}}\n"
+        );
+        assert_eq!(
+            gw(&other),
+            [
+                "spec.tls.frontend",
+                "spec.tls.backend.clientCertificateRef.group",
+                "spec.tls.backend.clientCertificateRef.kind",
+                "spec.tls.backend.clientCertificateRef.namespace",
             ]
         );
     }

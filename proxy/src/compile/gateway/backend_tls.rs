@@ -30,20 +30,29 @@
 //!   `NoValidCACertificate` when no reference is usable) and
 //!   `ResolvedRefs` (False `InvalidKind` or `InvalidCACertificateRef`,
 //!   naming the reference).
+//! - Client certificate: the `spec.tls.backend.clientCertificateRef` of the
+//!   Gateways a route names as parents ([`GatewayClientCert`]), a
+//!   `kubernetes.io/tls` Secret of the Gateway's namespace (another
+//!   namespace's with a ReferenceGrant, for operators' Gateways). Its
+//!   backends under a policy present it. The route's rules compile once for
+//!   all its parents, so parents presenting different certificates (or one
+//!   none) make those backends answer 503, as does a reference that cannot
+//!   be used: never connected without the certificate a Gateway asks for.
 
 use std::sync::Arc;
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ServicePort;
+use rustls::sign::CertifiedKey;
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_api::policy::{CA_CERT_KEY, WELL_KNOWN_SYSTEM};
-use teapot_gateway_api::BackendTlsPolicy;
 use teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyValidationSubjectAltNamesType as SanType;
 use teapot_gateway_api::generated::backend_tls_policies::{
     BackendTlsPolicyStatus, BackendTlsPolicyStatusAncestors,
     BackendTlsPolicyStatusAncestorsAncestorRef,
 };
+use teapot_gateway_api::{BackendTlsPolicy, Gateway};
 use teapot_model::store::{NsName, NsRef, Store, Stored};
 
 use super::{Reported, condition};
@@ -51,21 +60,139 @@ use crate::compile::backends::Resolver;
 use crate::compile::upstream::{Protocol, Upstream};
 use crate::compile::upstream_tls::{BackendTls, SubjectAltName};
 
+/// The client certificate a route's backends under a policy present, or
+/// why they answer 503 instead.
+pub(super) type ClientCert = Result<Option<Arc<CertifiedKey>>, String>;
+
+/// A Gateway's `spec.tls.backend.clientCertificateRef`, resolved.
+#[derive(Clone, Debug)]
+pub(super) struct GatewayClientCert {
+    /// The Secret named, as `namespace/name`: what parents must agree on.
+    pub secret: String,
+    /// The key pair, or the Gateway's ResolvedRefs reason and message.
+    pub key: Result<Arc<CertifiedKey>, (&'static str, String)>,
+}
+
+/// The client certificate `gateway` (`id`) names, if any; `tenant`: its
+/// namespace is a tenant's, whose Gateways use their own Secrets only.
+pub(super) fn gateway_client_cert(
+    store: &Store,
+    id: &NsName,
+    gateway: &Gateway,
+    tenant: bool,
+) -> Option<GatewayClientCert> {
+    let r = gateway
+        .spec
+        .tls
+        .as_ref()?
+        .backend
+        .as_ref()?
+        .client_certificate_ref
+        .as_ref()?;
+    let ns = r.namespace.as_deref().unwrap_or(&id.namespace);
+    let at = "spec.tls.backend.clientCertificateRef";
+    let key = if !r.group.as_deref().unwrap_or("").is_empty()
+        || r.kind.as_deref().unwrap_or("Secret") != "Secret"
+    {
+        Err((
+            "InvalidClientCertificateRef",
+            format!("{at} {} is not a core Secret", r.name),
+        ))
+    } else if ns != id.namespace
+        && (tenant || !super::granted(store, "Gateway", &id.namespace, "Secret", ns, &r.name))
+    {
+        Err((
+            "RefNotPermitted",
+            format!(
+                "{at}: no ReferenceGrant lets this Gateway use Secret {ns}/{}",
+                r.name
+            ),
+        ))
+    } else {
+        match store.secrets.get(&NsRef {
+            namespace: ns,
+            name: &r.name,
+        }) {
+            Some(secret) => Ok(secret.object.certificate.key.clone()),
+            None => Err((
+                "InvalidClientCertificateRef",
+                format!(
+                    "{at}: Secret {ns}/{} not found or not a usable kubernetes.io/tls Secret (tls.crt and tls.key)",
+                    r.name
+                ),
+            )),
+        }
+    };
+    Some(GatewayClientCert {
+        secret: format!("{ns}/{}", r.name),
+        key,
+    })
+}
+
+/// The client certificate of a route whose parent Gateways (teapot's,
+/// with their own) are `parents`.
+pub(super) fn route_client_cert<'g>(
+    parents: impl IntoIterator<Item = (&'g NsName, Option<&'g GatewayClientCert>)>,
+) -> ClientCert {
+    let mut chosen: Option<(&NsName, Option<&GatewayClientCert>)> = None;
+    for (gateway, cert) in parents {
+        match chosen {
+            None => chosen = Some((gateway, cert)),
+            Some((first, seen)) if seen.map(|c| &c.secret) != cert.map(|c| &c.secret) => {
+                let named = |c: Option<&GatewayClientCert>| {
+                    c.map_or("none".to_string(), |c| format!("Secret {}", c.secret))
+                };
+                return Err(format!(
+                    "the route's Gateways present different backend client certificates (Gateway {first}: {}; Gateway {gateway}: {})",
+                    named(seen),
+                    named(cert)
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    match chosen.and_then(|(gateway, cert)| Some((gateway, cert?))) {
+        None => Ok(None),
+        Some((_, GatewayClientCert { key: Ok(key), .. })) => Ok(Some(key.clone())),
+        Some((
+            gateway,
+            GatewayClientCert {
+                key: Err((_, why)), ..
+            },
+        )) => Err(format!("Gateway {gateway}: {why}")),
+    }
+}
+
 /// `upstream` (a Service port's) as the BackendTLSPolicy on that port
-/// makes the proxy speak to it: unchanged without one, over TLS with one,
-/// answering 503 when the policy cannot be used.
+/// makes the proxy speak to it: unchanged without one, over TLS with one
+/// (presenting `client_cert`), answering 503 when the policy or the client
+/// certificate cannot be used.
 pub(super) fn secured(
     store: &Store,
     resolver: &Resolver<'_>,
-    h2: bool,
+    (h2, client_cert): (bool, &ClientCert),
     (namespace, service, port): (&str, &str, &ServicePort),
     upstream: Arc<Upstream>,
 ) -> Arc<Upstream> {
     let Some((id, policy)) = policy_for(store, namespace, service, port.name.as_deref()) else {
         return upstream;
     };
+    let client_cert = match client_cert {
+        Ok(key) => key.clone(),
+        Err(why) => {
+            tracing::warn!(
+                policy = %id,
+                service = %format_args!("{namespace}/{service}"),
+                "backend client certificate cannot be used: {why}; the backend answers 503"
+            );
+            return Arc::new(upstream.unusable(format!("BackendTLSPolicy {id}: {why}")));
+        }
+    };
     let settings = match settings(store, id, &policy.object, h2) {
-        Ok(settings) => settings,
+        Ok(settings) => BackendTls {
+            client_cert,
+            ..settings
+        },
         Err(unusable) => {
             tracing::warn!(
                 policy = %id,
@@ -532,6 +659,84 @@ mod tests {
         let absent =
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated, namespace: ops}\n";
         assert_eq!(routes(absent), [(None, 0), (None, 0)]);
+    }
+
+    /// The client certificate of the route's Gateway is presented; a
+    /// missing Secret is the Gateway's ResolvedRefs False and the backend's
+    /// 503, as are parents that disagree; without a reference, none.
+    #[test]
+    fn backends_present_their_gateway_s_client_certificate() {
+        use crate::compile::gateway::table::Action;
+        use crate::compile::tests::compile_test_docs;
+        let client = teapot_testkit::certs::TestCa::new("client CA").issue_client("teapot");
+        let gateway = |name: &str, secret: Option<&str>| {
+            let tls = secret.map_or(String::new(), |s| {
+                format!("  tls: {{backend: {{clientCertificateRef: {{name: {s}}}}}}}\n")
+            });
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: ops}}\nspec:\n  gatewayClassName: teapot\n  listeners: [{{name: http, protocol: HTTP, port: 80}}]\n{tls}"
+            )
+        };
+        let compile = |gateways: &[(&str, Option<&str>)]| {
+            let parents: Vec<String> = gateways
+                .iter()
+                .map(|(g, _)| format!("{{name: {g}}}"))
+                .collect();
+            let mut docs = vec![
+                "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ops}\nspec: {ports: [{name: https, port: 8443}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: ops, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [\"10.0.0.1\"]}]\nports: [{name: https, port: 8443}]\n".to_string(),
+                format!(
+                    "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: h, namespace: ops}}\nspec:\n  parentRefs: [{}]\n  hostnames: [h.example]\n  rules: [{{backendRefs: [{{name: web, port: 8443}}]}}]\n",
+                    parents.join(", ")
+                ),
+                policy("p", "2024-01-01T00:00:00Z", "{group: \"\", kind: Service, name: web}"),
+                config_map(),
+                teapot_testkit::certs::tls_secret_yaml("ops", "mtls", &client),
+                teapot_testkit::certs::tls_secret_yaml("ops", "other", &client),
+            ];
+            docs.extend(gateways.iter().map(|(g, s)| gateway(g, *s)));
+            let s = compile_test_docs(&docs, &crate::compile::CompileOptions::default());
+            let candidates = s.gateway.host("h.example").candidates();
+            let Action::Backends { backends, .. } = &*candidates[0].action else {
+                panic!("not forwarded");
+            };
+            let upstream = &backends[0].route.as_ref().expect("resolved").upstream;
+            let presented = upstream
+                .protocol
+                .tls()
+                .map(|t| t.settings.client_cert.is_some());
+            let status = serde_json::to_value(&s.report.gateway).unwrap();
+            let resolved: Vec<String> = status["gateways"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| {
+                    let c = g["status"]["conditions"].as_array().unwrap();
+                    c.iter()
+                        .find(|c| c["type"] == "ResolvedRefs")
+                        .map_or("-".into(), |c| c["reason"].as_str().unwrap().to_string())
+                })
+                .collect();
+            (presented, upstream.endpoints.len(), resolved)
+        };
+        assert_eq!(
+            compile(&[("gw", Some("mtls"))]),
+            (Some(true), 1, vec!["ResolvedRefs".to_string()])
+        );
+        assert_eq!(
+            compile(&[("gw", None)]),
+            (Some(false), 1, vec!["-".to_string()])
+        );
+        assert_eq!(
+            compile(&[("gw", Some("absent"))]),
+            (None, 0, vec!["InvalidClientCertificateRef".to_string()])
+        );
+        // Both Gateways name the same Secret: presented; different: 503.
+        assert_eq!(
+            compile(&[("a", Some("mtls")), ("b", Some("mtls"))]).0,
+            Some(true)
+        );
+        assert_eq!(compile(&[("a", Some("mtls")), ("b", Some("other"))]).1, 0);
+        assert_eq!(compile(&[("a", Some("mtls")), ("b", None)]).1, 0);
     }
 
     fn policy(name: &str, created: &str, target: &str) -> String {

@@ -299,6 +299,8 @@ struct GatewayEntry<'s> {
     gateway: &'s Gateway,
     listeners: Vec<Listener<'s>>,
     addresses: Vec<GatewayStatusAddresses>,
+    /// `spec.tls.backend.clientCertificateRef`, resolved.
+    client_cert: Option<backend_tls::GatewayClientCert>,
 }
 
 /// The Gateways of our class by (namespace, name), as indexes.
@@ -443,7 +445,7 @@ impl<'s> GatewayCompile<'s> {
                     ),
                 })
                 .collect();
-            let conditions = if accepted {
+            let mut conditions = if accepted {
                 vec![
                     condition("Accepted", true, "Accepted", "", generation),
                     condition("Programmed", true, "Programmed", "", generation),
@@ -466,6 +468,16 @@ impl<'s> GatewayCompile<'s> {
                     ),
                 ]
             };
+            // The specification's ResolvedRefs for the backend client
+            // certificate; Gateways without one report none, as before.
+            if let Some(cert) = &g.client_cert {
+                conditions.push(match &cert.key {
+                    Ok(_) => condition("ResolvedRefs", true, "ResolvedRefs", "", generation),
+                    Err((reason, message)) => {
+                        condition("ResolvedRefs", false, reason, message.clone(), generation)
+                    }
+                });
+            }
             out.report.gateways.push(Reported {
                 namespace: g.id.namespace.clone(),
                 name: g.id.name.clone(),
@@ -582,6 +594,13 @@ impl<'s> GatewayCompile<'s> {
         });
         // The rules, once for every listener they bind to.
         let rules_in = std::mem::take(&mut route.rules);
+        route.client_cert = backend_tls::route_client_cert(
+            route
+                .parents
+                .iter()
+                .filter_map(|p| gateway_of(p, &id.namespace, by_name))
+                .map(|i| (gateways[i].id, gateways[i].client_cert.as_ref())),
+        );
         let route = &*route;
         // Every served rule has at least one target (a rule without
         // matches matches everything): no targets, no rule served.
@@ -600,14 +619,11 @@ impl<'s> GatewayCompile<'s> {
         let mut lists: PlaneLists = Vec::new();
         let mut parents = Vec::with_capacity(route.parents.len());
         for (position, p) in route.parents.iter().enumerate() {
-            let group = p.group.unwrap_or(GROUP);
-            let kind = p.kind.unwrap_or("Gateway");
-            let namespace = p.namespace.unwrap_or(&id.namespace);
-            if group != GROUP || kind != "Gateway" {
-                continue; // not a parent teapot implements: not ours to report
-            }
-            let Some(gateway) = by_name.get(&(namespace, p.name)).map(|&i| &mut gateways[i]) else {
-                continue; // not a Gateway of our class
+            // Not a parent teapot implements, or not a Gateway of our
+            // class: not ours to report.
+            let Some(gateway) = gateway_of(p, &id.namespace, by_name).map(|i| &mut gateways[i])
+            else {
+                continue;
             };
             let mut conditions = Vec::with_capacity(2);
             // A route none of whose rules can be served is not attached.
@@ -823,6 +839,18 @@ impl<'s> GatewayCompile<'s> {
             (false, None) => Err(("NoMatchingParent", "no listener matches".into())),
         }
     }
+}
+
+/// The index of the teapot Gateway `parent` (of a route of `namespace`)
+/// names, if it names one.
+fn gateway_of(parent: &ParentIn<'_>, namespace: &str, by_name: &GatewayIndex<'_>) -> Option<usize> {
+    let group = parent.group.unwrap_or(GROUP);
+    let kind = parent.kind.unwrap_or("Gateway");
+    if group != GROUP || kind != "Gateway" {
+        return None;
+    }
+    let namespace = parent.namespace.unwrap_or(namespace);
+    by_name.get(&(namespace, parent.name)).copied()
 }
 
 /// The Secrets a listener's `certificateRefs` name (own namespace unless
@@ -1111,6 +1139,7 @@ fn gateway_entry<'s>(
         gateway,
         listeners,
         addresses,
+        client_cert: backend_tls::gateway_client_cert(store, id, gateway, tenant.is_some()),
     }
 }
 
@@ -1213,6 +1242,9 @@ struct RouteIn<'s> {
     object: RouteObject,
     parents: Vec<ParentIn<'s>>,
     rules: Vec<RuleIn<'s>>,
+    /// What its backends under a BackendTLSPolicy present (from its parent
+    /// Gateways, set when the route compiles).
+    client_cert: backend_tls::ClientCert,
 }
 
 impl<'s> RouteIn<'s> {
@@ -1238,6 +1270,7 @@ impl<'s> RouteIn<'s> {
                     section: p.section_name.as_deref(),
                 })
                 .collect(),
+            client_cert: Ok(None),
             rules: match &spec.rules {
                 Some(rules) => rules.iter().map(http_rule).collect(),
                 // No rules: one rule matching everything, with no backend.
@@ -1289,6 +1322,7 @@ impl<'s> RouteIn<'s> {
                     }
                 })
                 .collect(),
+            client_cert: Ok(None),
         }
     }
 }
@@ -1814,7 +1848,7 @@ fn backend<'s>(
     let upstream = backend_tls::secured(
         store,
         resolver,
-        route.grpc,
+        (route.grpc, &route.client_cert),
         (ns, b.name, service_port),
         upstream,
     );
