@@ -232,7 +232,7 @@ pub async fn reconcile_gateway(gateway: Arc<Gateway>, ctx: Arc<Context>) -> Resu
         let api: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &target.0);
         match api.get_opt(&target.1).await? {
             None => problems.push(format!(
-                "Secret {}/{} (certificateRefs) not found",
+                "Secret {}/{} (certificateRefs or tls.backend.clientCertificateRef) not found",
                 target.0, target.1
             )),
             Some(s) => match mirror::lb_secret(&s, &ctx.config.lb_namespace) {
