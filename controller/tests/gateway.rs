@@ -98,6 +98,15 @@ impl Fixture {
         Arc::new(serde_json::from_value(v).unwrap())
     }
 
+    /// Status writes to the tenant cluster after its first `before`
+    /// requests.
+    fn status_writes_since(&self, before: usize) -> usize {
+        self.tenant.requests()[before..]
+            .iter()
+            .filter(|r| r.path.ends_with("/status"))
+            .count()
+    }
+
     /// Reconciles the Gateway until it holds the finalizer and is mirrored.
     async fn gateway(&self) -> Action {
         let mut action = Action::await_change();
@@ -284,11 +293,7 @@ async fn status_comes_back_onto_both_objects() {
     // Written once: the next reconcile finds it in place.
     let before = f.tenant.requests().len();
     f.gateway().await;
-    let status_writes = f.tenant.requests()[before..]
-        .iter()
-        .filter(|r| r.path.ends_with("/status"))
-        .count();
-    assert_eq!(status_writes, 0);
+    assert_eq!(f.status_writes_since(before), 0);
 }
 
 #[tokio::test]
@@ -484,11 +489,7 @@ async fn backend_tls_policy_status_comes_back_with_names_renamed() {
     // Written once: the next reconcile finds it in place.
     let before = f.tenant.requests().len();
     reconcile().await;
-    let status_writes = f.tenant.requests()[before..]
-        .iter()
-        .filter(|r| r.path.ends_with("/status"))
-        .count();
-    assert_eq!(status_writes, 0);
+    assert_eq!(f.status_writes_since(before), 0);
 }
 
 #[tokio::test]

@@ -92,7 +92,6 @@ pub(super) fn client_fields(
 ) -> Vec<(HeaderName, HeaderValue)> {
     let mut fields: Vec<(HeaderName, HeaderValue)> = Vec::new();
     let mut listed: Vec<HeaderName> = Vec::new();
-    let mut cookie: Option<Vec<u8>> = None;
     headers.each(&mut |name, value| {
         if name.eq_ignore_ascii_case("connection") {
             let tokens = value.split(|&b| b == b',');
@@ -109,24 +108,23 @@ pub(super) fn client_fields(
             return;
         };
         if name == http::header::COOKIE {
-            match &mut cookie {
-                Some(joined) => {
-                    joined.extend_from_slice(b"; ");
-                    joined.extend_from_slice(value.as_bytes());
-                }
-                None => cookie = Some(value.as_bytes().to_vec()),
-            }
             return;
         }
         fields.push((name, value));
     });
-    if let Some(cookie) = cookie.and_then(|c| HeaderValue::from_bytes(&c).ok()) {
+    if let Some(cookie) = joined_cookie(headers) {
         fields.push((http::header::COOKIE, cookie));
     }
     if !listed.is_empty() {
         fields.retain(|(name, _)| !listed.contains(name));
     }
     fields
+}
+
+/// The client's cookies as the one `Cookie` field an HTTP/1.1 hop carries
+/// (HTTP/2 splits it, RFC 9113, 8.2.3), joined where affinity joins them.
+fn joined_cookie(headers: &dyn RequestHeaders) -> Option<HeaderValue> {
+    super::affinity::cookies(headers).and_then(|c| HeaderValue::from_bytes(&c).ok())
 }
 
 /// Whether a client's field called `name` goes into a sub-request that
@@ -510,30 +508,22 @@ fn gateway_sub_request(
         .uri(format!("{}{}", terms.path_prefix, original.target))
         .header(http::header::HOST, original.authority)
         .header(http::header::CONTENT_LENGTH, "0");
-    let mut cookie: Option<Vec<u8>> = None;
     original.headers.each(&mut |name, value| {
         let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
             return;
         };
         let wanted = name == http::header::AUTHORIZATION
             || (terms.request_headers.contains(&name) && is_carried(name.as_str(), &[]));
-        if !wanted {
-            return;
-        }
-        // HTTP/2 splits `Cookie`: one field on the HTTP/1.1 hop.
-        if name == http::header::COOKIE {
-            let joined = cookie.get_or_insert_with(Vec::new);
-            if !joined.is_empty() {
-                joined.extend_from_slice(b"; ");
-            }
-            joined.extend_from_slice(value);
+        if !wanted || name == http::header::COOKIE {
             return;
         }
         if let (Ok(value), Some(fields)) = (HeaderValue::from_bytes(value), request.headers_mut()) {
             fields.append(name, value);
         }
     });
-    if let Some(cookie) = cookie.and_then(|c| HeaderValue::from_bytes(&c).ok()) {
+    if terms.request_headers.contains(&http::header::COOKIE)
+        && let Some(cookie) = joined_cookie(original.headers)
+    {
         request = request.header(http::header::COOKIE, cookie);
     }
     request.body(Empty::new())
