@@ -123,6 +123,13 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     fn ends_with_shutdown(&self) -> bool {
         true
     }
+
+    /// Whether waiting on the stream costs nothing more than it already
+    /// has; `false` for a socket not yet in the event loop
+    /// ([`crate::ClientTcp`]), which a wait would put there.
+    fn in_event_loop(&self) -> bool {
+        true
+    }
 }
 
 impl ClientStream for TcpStream {
@@ -244,6 +251,10 @@ impl<R: Router, O: Observer> Engine<R, O> {
         async move { c.run().await }
     }
 }
+
+/// How long an answer may take before a client not yet in the event loop
+/// is watched for a hang-up while it waits (`Conn::send_request`).
+const HANGUP_WATCH_AFTER: Duration = Duration::from_millis(100);
 
 /// The first read of a connection that waited without a buffer: most
 /// request heads fit, and a larger one grows the buffer to the full
@@ -859,7 +870,11 @@ where
             }
             // Until the first byte, the end of the previous response.
             let idle_since = stats.start;
-            if !partial && self.inbuf.holds_memory() {
+            // A stream that tells readiness tries its first read too: the
+            // readiness it told may be a guess (a client socket not yet in
+            // the event loop, crate::client_tcp), and a connection that
+            // sent nothing yet must wait holding no buffer.
+            if !partial && (self.inbuf.holds_memory() || self.client.tells_readable()) {
                 // A client that pipelines, or answers at once, finds the
                 // buffer still there; otherwise the buffers go back. A
                 // stream that tells readiness waits on it in
@@ -1245,6 +1260,13 @@ where
         // A bodyless request keeps its head in `up_out` for a retry.
         let keep_head = plan.retryable;
         let mut responded = false;
+        // A client not yet in the event loop is watched for a hang-up only
+        // once its answer is slow: watching would put it there (two system
+        // calls), and a quick answer finds out by being written.
+        let mut slow_answer = false;
+        // When the wait that found the answer slow began: the upstream's
+        // read timeout still counts from there.
+        let mut waiting_since = None;
         loop {
             // A complete response head ends the sending phase (an early
             // final response abandons the rest of the body).
@@ -1296,8 +1318,18 @@ where
             // With the body sent, the client is still read (up to a head's
             // worth of pipelined bytes, kept for later) so that a client
             // hanging up is noticed while its answer is awaited.
-            let watch_client =
-                need_body || self.inbuf.filled().len() < self.engine.config.limits.max_header_bytes;
+            let watch_hangup = slow_answer || self.client.in_event_loop();
+            let watch_client = need_body
+                || (watch_hangup
+                    && self.inbuf.filled().len() < self.engine.config.limits.max_header_bytes);
+            let since = waiting_since.take().unwrap_or_else(Instant::now);
+            let read_deadline = since + read_to;
+            let hangup_grace = !sending && !need_body && !watch_hangup;
+            let until = if hangup_grace {
+                read_deadline.min(since + HANGUP_WATCH_AFTER)
+            } else {
+                read_deadline
+            };
             let Conn {
                 client,
                 inbuf,
@@ -1312,7 +1344,7 @@ where
                 ClientRead(io::Result<usize>),
                 UpRead(io::Result<usize>),
             }
-            let ev = reads.run(Instant::now() + read_to, async {
+            let ev = reads.run(until, async {
                 tokio::select! {
                     r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
                     r = inbuf.read_from(client, chunk), if !sending && watch_client => Ev::ClientRead(r),
@@ -1322,6 +1354,11 @@ where
             .await;
             let ev = match ev {
                 Ok(ev) => ev,
+                Err(_) if until < read_deadline => {
+                    slow_answer = true;
+                    waiting_since = Some(since);
+                    continue;
+                }
                 Err(_) if !sending && need_body => {
                     // The client stopped sending its body.
                     stats.client_abort = true;

@@ -62,6 +62,8 @@
 //!   reuse; addresses no longer picked are swept when connections return.
 //! - [`upstream`]: the upstream connection, plain TCP or secured by a
 //!   router's [`Transport`] (TLS to the backend), pooled per class.
+//! - `client_tcp`: a client's TCP connection, read and written directly
+//!   until it has to wait, and only then added to the event loop.
 //! - [`spare`]: read buffers a closed or idle connection left, kept
 //!   per thread (bounded) for the next request.
 //! - `tunnel`: the relay after a 101, closed after an idle timeout.
@@ -70,6 +72,7 @@
 //!   connection failed before any response byte.
 
 mod body;
+mod client_tcp;
 mod edits;
 mod engine;
 mod hop;
@@ -84,6 +87,7 @@ pub mod upstream;
 mod wire;
 
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
+pub use client_tcp::ClientTcp;
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};

@@ -830,6 +830,29 @@ async fn a_silent_upstream_gets_a_504_after_the_read_timeout() {
     );
 }
 
+/// A client that hangs up while its answer is slow is noticed before the
+/// answer comes: its socket is watched once the answer takes longer than
+/// a quick one would (it was not, before, to stay out of the event loop).
+#[tokio::test]
+async fn a_client_hanging_up_on_a_slow_answer_is_noticed() {
+    let handler: Handler = Arc::new(|got, _| match got.path.as_str() {
+        "/silent" => Reply::Bytes(Vec::new()),
+        path => Reply::Bytes(ok(path)),
+    });
+    let (up, _) = backend(handler).await;
+    let mut p = proxy(to(up), EngineConfig::default()).await;
+    let mut c = Client::connect(p.addr).await;
+    c.send("GET /silent HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let hung_up = std::time::Instant::now();
+    drop(c);
+    let seen = tokio::time::timeout(Duration::from_secs(5), p.next_seen())
+        .await
+        .expect("noticed long before the upstream's 60 s read timeout");
+    assert_eq!(seen.outcome, Outcome::ClientAbort);
+    assert!(hung_up.elapsed() < Duration::from_secs(2));
+}
+
 #[tokio::test]
 async fn client_abort_mid_body_is_observed() {
     let (up, rec) = backend(echo_path()).await;

@@ -93,6 +93,12 @@ struct Args {
     /// Only these tests (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// nginx and HAProxy accept a connection only once its first bytes are
+    /// there (nginx `listen ... deferred`, HAProxy `bind ... defer-accept`),
+    /// as teapot's HTTP listeners always do; off, the peers run with their
+    /// defaults.
+    #[arg(long)]
+    peers_defer_accept: bool,
     /// Extra argument for `teapot proxy` (repeatable), e.g. `--teapot-arg=--work-stealing`.
     #[arg(long, allow_hyphen_values = true)]
     teapot_arg: Vec<String>,
@@ -296,6 +302,8 @@ struct Fleet {
     tools: Tools,
     threads: usize,
     maxconn: usize,
+    /// `--peers-defer-accept`.
+    defer_accept: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -508,6 +516,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         https: n_https,
         static_port: b_http,
         echo_port: e_port,
+        defer_accept: args.peers_defer_accept,
     };
     let nginx = Peer::start(
         PeerKind::Nginx,
@@ -528,6 +537,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         https: h_https,
         static_port: b_http,
         echo_port: e_port,
+        defer_accept: args.peers_defer_accept,
     };
     let haproxy = Peer::start(
         PeerKind::Haproxy,
@@ -607,6 +617,7 @@ async fn start_fleet(args: &Args, tools: Tools) -> anyhow::Result<Fleet> {
         tools,
         threads: args.threads,
         maxconn: haproxy_maxconn(args.idle_connections),
+        defer_accept: args.peers_defer_accept,
     })
 }
 
@@ -623,6 +634,7 @@ impl Fleet {
             https: self.ports[&target].https,
             static_port: self.backend_ports.0,
             echo_port: self.backend_ports.1,
+            defer_accept: self.defer_accept,
         }
     }
 
@@ -764,6 +776,8 @@ struct PeerConf {
     https: u16,
     static_port: u16,
     echo_port: u16,
+    /// `--peers-defer-accept`.
+    defer_accept: bool,
 }
 
 /// HAProxy's `maxconn` for a run with `idle` idle connections: 8,000 as
@@ -780,8 +794,9 @@ fn haproxy_maxconn(idle: usize) -> usize {
 impl PeerConf {
     /// nginx as a reverse proxy.
     fn nginx(&self, k: u64) -> String {
+        let deferred = if self.defer_accept { " deferred" } else { "" };
         let listen = format!(
-            "listen 127.0.0.1:{}; listen 127.0.0.1:{} ssl http2;\n    {}",
+            "listen 127.0.0.1:{}{deferred}; listen 127.0.0.1:{} ssl http2{deferred};\n    {}",
             self.http,
             self.https,
             nginx_tls(&self.cert_dir)
@@ -836,8 +851,8 @@ defaults
   option http-keep-alive
   http-reuse always
 frontend fe
-  bind 127.0.0.1:{http}
-  bind 127.0.0.1:{https} ssl crt {c}/bundle.pem alpn h2,http/1.1
+  bind 127.0.0.1:{http}{defer}
+  bind 127.0.0.1:{https} ssl crt {c}/bundle.pem alpn h2,http/1.1{defer}
   option forwardfor
   http-request set-header X-Forwarded-Proto https if {{ ssl_fc }}
   http-request set-header X-Forwarded-Proto http if !{{ ssl_fc }}
@@ -864,6 +879,11 @@ backend policy
 backend per_client
   stick-table type ip size 100k expire 60s store http_req_rate(1s)
 ",
+            defer = if self.defer_accept {
+                " defer-accept"
+            } else {
+                ""
+            },
             allow = POLICY_ALLOW.replace(',', ""),
             rate = POLICY_RATE,
             threads = self.threads,

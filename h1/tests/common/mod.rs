@@ -319,6 +319,9 @@ pub async fn proxy(router: TestRouter, config: EngineConfig) -> Proxy {
                     client: Some(peer),
                     ..ConnInfo::default()
                 };
+                // As teapot's accept loop hands connections over: not in
+                // the event loop until one has to wait.
+                let s = teapot_h1::ClientTcp::new(s.into_std().unwrap());
                 e.serve(s, info, w).await;
             });
         }

@@ -16,7 +16,7 @@ use futures::future::Either;
 use pingora_core::apps::ServerApp;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
-use teapot_h1::ConnInfo;
+use teapot_h1::{ClientTcp, ConnInfo};
 use tokio::net::TcpStream;
 
 use crate::plane::edge::{EdgeConfig, Refusal};
@@ -242,8 +242,11 @@ impl EdgeApp<crate::plane::h2::H2Server> {
     /// One plain-HTTP connection from teapot's own accept loop
     /// (crate::plane::serving): the same slot and the same split as
     /// [`ServerApp::process_new`], on the bare socket. The HTTP/1 engine
-    /// gets the `TcpStream` itself, so an idle keep-alive connection waits
-    /// on the socket's readiness holding no buffer.
+    /// gets the socket itself, so an idle keep-alive connection waits on
+    /// its readiness holding no buffer; and gets it not yet in the event
+    /// loop ([`ClientTcp`]), so a connection that never waits on its
+    /// client (a new connection per request) never joins it. `tcp` is
+    /// non-blocking.
     ///
     /// `client` is the address `accept` returned, `local` the listener's
     /// when it is a single address (no system call per connection for
@@ -255,7 +258,7 @@ impl EdgeApp<crate::plane::h2::H2Server> {
     /// built from (docs/capacity.md, "What the proxy keeps").
     pub fn serve_tcp(
         self: Arc<Self>,
-        tcp: TcpStream,
+        tcp: std::net::TcpStream,
         client: SocketAddr,
         local: Option<SocketAddr>,
         stop: &ShutdownWatch,
@@ -272,11 +275,15 @@ impl EdgeApp<crate::plane::h2::H2Server> {
             // The engine's future is the task: the slot rides in a closure
             // beside it, not in an `async` block that would hold the
             // engine's future a second time while awaiting it.
-            let connection = self.h1.serve(tcp, info, shutdown);
+            let connection = self.h1.serve(ClientTcp::new(tcp), info, shutdown);
             return Some(Either::Left(connection.map(move |_| drop(slot))));
         }
         Some(Either::Right(Box::pin(async move {
             let _slot = slot;
+            // The HTTP/2 server takes tokio's stream, and the peek waits.
+            let Ok(tcp) = TcpStream::from_std(tcp) else {
+                return;
+            };
             let mut buf = [0u8; H2_PREFACE.len()];
             if matches!(tcp.peek(&mut buf).await, Ok(n) if n == buf.len()) && buf == H2_PREFACE {
                 self.h2.serve(tcp, &info, shutdown).await;
@@ -543,7 +550,9 @@ mod tests {
         ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let tcp = TcpStream::connect(addr).await.unwrap();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tcp = tcp.into_std().unwrap();
         let (_stop, stop) = tokio::sync::watch::channel(false);
         let task = app.serve_tcp(tcp, addr, Some(addr), &stop).unwrap();
         let size = std::mem::size_of_val(&task);

@@ -22,7 +22,7 @@
 
 use std::cell::Cell;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::IntoRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -32,6 +32,8 @@ use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
 use pingora_core::server::Fds;
 use pingora_core::services::Service as _;
 use pingora_core::services::listening::Service;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{oneshot, watch};
 
 use crate::Error;
@@ -90,6 +92,10 @@ pub fn per_thread(
 /// kernel caps it at `net.core.somaxconn`.
 const BACKLOG: i32 = 4096;
 
+/// How long the kernel holds a connection that sent nothing before
+/// handing it over anyway (`TCP_DEFER_ACCEPT`).
+const DEFER_ACCEPT_SECS: u32 = 1;
+
 fn reuse_port_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
@@ -105,6 +111,15 @@ fn reuse_port_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_tcp_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
+    // HTTP and TLS clients speak first: a connection is accepted once its
+    // request (or ClientHello) is there, so the first read finds it and
+    // a connection that never has to wait is never added to the event
+    // loop (teapot_h1::ClientTcp). One that sends nothing is accepted
+    // after about a second anyway and meets the header-read timeout.
+    // nginx's `listen ... deferred` and HAProxy's `defer-accept` are the
+    // same option (docs/decisions.md, "Deferred accept on HTTP listeners").
+    pingora_core::protocols::l4::ext::set_tcp_defer_accept(socket.as_raw_fd(), DEFER_ACCEPT_SECS)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     Ok(socket.into())
 }
 
@@ -163,24 +178,33 @@ pub fn service(
 /// digest, a handshake timer and a task sized for a TLS handshake on
 /// every connection; plain HTTP needs none of them.
 pub async fn accept_plain(listener: TcpListener, app: Arc<Edge>, mut stop: watch::Receiver<bool>) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(error = %e, "plain HTTP listener");
-            return;
-        }
-    };
     // A listener on one address is every connection's local address; on a
     // wildcard each connection has its own.
     let local = listener
         .local_addr()
         .ok()
         .filter(|a| !a.ip().is_unspecified());
+    // The listener is in the event loop, its connections are not (yet):
+    // each is accepted non-blocking and handed over as the bare socket
+    // (teapot_h1::ClientTcp), which tokio's `accept` cannot do.
+    // `with_interest` is deprecated because a `T` could close or swap its
+    // descriptor while registered; an owned `Socket` never does, and is
+    // closed only with the `AsyncFd` (the replacement is an `unsafe fn`
+    // stating exactly that, and this crate forbids `unsafe`).
+    #[allow(deprecated)]
+    let registered = AsyncFd::with_interest(socket2::Socket::from(listener), Interest::READABLE);
+    let listener = match registered {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "plain HTTP listener");
+            return;
+        }
+    };
     loop {
         let accepted = tokio::select! {
             biased;
             _ = stop.wait_for(|s| *s) => return,
-            accepted = listener.accept() => accepted,
+            accepted = accept_nonblocking(&listener) => accepted,
         };
         match accepted {
             Ok((tcp, client)) => {
@@ -195,6 +219,30 @@ pub async fn accept_plain(listener: TcpListener, app: Arc<Edge>, mut stop: watch
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(e) => tracing::debug!(error = %e, "accept"),
+        }
+    }
+}
+
+/// The next connection on `listener`, non-blocking and close-on-exec
+/// from the one system call, with its client's address.
+async fn accept_nonblocking(
+    listener: &AsyncFd<socket2::Socket>,
+) -> std::io::Result<(std::net::TcpStream, SocketAddr)> {
+    loop {
+        let mut ready = listener.readable().await?;
+        match ready.try_io(|l| {
+            l.get_ref()
+                .accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+        }) {
+            Ok(Ok((socket, addr))) => {
+                let client = addr.as_socket().ok_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "not an IP connection")
+                })?;
+                return Ok((socket.into(), client));
+            }
+            Ok(Err(e)) => return Err(e),
+            // Drained: the readiness is cleared, wait for the next.
+            Err(_would_block) => continue,
         }
     }
 }
@@ -342,6 +390,7 @@ impl ServingThreads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
 
     #[test]
     fn the_first_socket_listens_at_once_and_threads_join_its_address() {
@@ -349,7 +398,10 @@ mod tests {
         let https = bind_first("127.0.0.1:0").unwrap();
         let (a, b) = (http.local_addr().unwrap(), https.local_addr().unwrap());
         // Connected before any serving thread exists: queued, not refused.
-        let _early = std::net::TcpStream::connect(a).unwrap();
+        // Each client sends a byte: accepting waits for a client's first
+        // bytes (`reuse_port_socket`).
+        let mut early = std::net::TcpStream::connect(a).unwrap();
+        early.write_all(b"G").unwrap();
         let sets = per_thread(Some(http), Some(https), 3).unwrap();
         assert_eq!(sets.len(), 3);
         for s in &sets {
@@ -361,7 +413,9 @@ mod tests {
         // connection to one of them.
         let mut accepted = 0;
         for _ in 0..64 {
-            let _c = std::net::TcpStream::connect(a).unwrap();
+            let mut c = std::net::TcpStream::connect(a).unwrap();
+            c.write_all(b"G").unwrap();
+            std::thread::sleep(Duration::from_millis(2));
             for s in &sets {
                 if s.http.as_ref().unwrap().accept().is_ok() {
                     accepted += 1;
@@ -369,6 +423,28 @@ mod tests {
             }
         }
         assert_eq!(accepted, 64);
+    }
+
+    #[test]
+    fn a_connection_is_handed_over_once_its_first_bytes_are_there() {
+        let l = bind_first("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let err = l.accept().expect_err("nothing sent yet: not handed over");
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+        c.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let accepted = std::iter::repeat_with(|| l.accept())
+            .take(500)
+            .find_map(|a| {
+                a.ok().or_else(|| {
+                    std::thread::sleep(Duration::from_millis(2));
+                    None
+                })
+            })
+            .expect("handed over with its request");
+        let mut first = [0u8; 3];
+        accepted.0.peek(&mut first).unwrap();
+        assert_eq!(&first, b"GET", "the request is there at accept");
     }
 
     #[test]
@@ -398,7 +474,8 @@ mod tests {
     #[test]
     fn accepted_connections_have_no_delay_from_the_listener() {
         let l = bind_first("127.0.0.1:0").unwrap();
-        let _client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        client.write_all(b"G").unwrap();
         let accepted = std::iter::repeat_with(|| l.accept())
             .take(1000)
             .find_map(Result::ok)

@@ -372,6 +372,21 @@ pub fn set_tcp_fastopen_connect(_sock: RawSocket) -> Result<()> {
     Ok(())
 }
 
+/// Accept a connection only once its first bytes have arrived (or after
+/// about `secs` seconds without any): a listener for a protocol whose
+/// client speaks first (HTTP, TLS) is then never woken for a connection
+/// it cannot yet read from. Added for teapot (README.teapot.md).
+#[cfg(target_os = "linux")]
+pub fn set_tcp_defer_accept(fd: RawFd, secs: u32) -> Result<()> {
+    set_opt(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, secs as c_int)
+        .or_err(BindError, "failed to set TCP_DEFER_ACCEPT")
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+pub fn set_tcp_defer_accept(_fd: RawFd, _secs: u32) -> Result<()> {
+    Ok(())
+}
+
 /// Enable server side TCP fast open.
 #[cfg(target_os = "linux")]
 pub fn set_tcp_fastopen_backlog(fd: RawFd, backlog: usize) -> Result<()> {
