@@ -794,13 +794,18 @@ fn haproxy_maxconn(idle: usize) -> usize {
 impl PeerConf {
     /// nginx as a reverse proxy.
     fn nginx(&self, k: u64) -> String {
-        let deferred = if self.defer_accept { " deferred" } else { "" };
-        let listen = format!(
-            "listen 127.0.0.1:{}{deferred}; listen 127.0.0.1:{} ssl http2{deferred};\n    {}",
-            self.http,
-            self.https,
-            nginx_tls(&self.cert_dir)
-        );
+        // A socket's options are given once, in the first server block
+        // that listens on it (nginx refuses them twice).
+        let listen_with = |options: &str| {
+            format!(
+                "listen 127.0.0.1:{}{options}; listen 127.0.0.1:{} ssl http2{options};\n    {}",
+                self.http,
+                self.https,
+                nginx_tls(&self.cert_dir)
+            )
+        };
+        let first = listen_with(if self.defer_accept { " deferred" } else { "" });
+        let listen = listen_with("");
         let proxy = "proxy_http_version 1.1; proxy_set_header Connection \"\";
       proxy_set_header Host $host; proxy_set_header X-Forwarded-For $remote_addr;
       proxy_set_header X-Forwarded-Proto $scheme; proxy_set_header X-Forwarded-Host $host;
@@ -810,7 +815,7 @@ impl PeerConf {
   upstream static_backend {{ server 127.0.0.1:{s}; keepalive 256; keepalive_requests 1000000; }}
   upstream echo_backend {{ server 127.0.0.1:{e}; keepalive 256; keepalive_requests 1000000; }}
   server {{
-    {listen}
+    {first}
     server_name {STATIC_HOST};
     location / {{ proxy_pass http://static_backend; {proxy} }}
   }}
