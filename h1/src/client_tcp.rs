@@ -98,17 +98,31 @@ impl ClientTcp {
     /// tokio). A socket that became ready between the direct attempt and
     /// here is reported by epoll at once: nothing is missed.
     fn register(&mut self) -> io::Result<&mut TcpStream> {
-        if let State::Direct { .. } = self.state {
-            let State::Direct { socket, .. } = std::mem::replace(&mut self.state, State::Gone)
-            else {
-                unreachable!("checked above")
-            };
+        if matches!(self.state, State::Direct { .. })
+            && let State::Direct { socket, .. } = std::mem::replace(&mut self.state, State::Gone)
+        {
             self.state = State::Registered(TcpStream::from_std(socket)?);
         }
         match &mut self.state {
             State::Registered(tcp) => Ok(tcp),
             _ => Err(gone()),
         }
+    }
+
+    /// A write done on the socket directly while it takes it, else
+    /// through tokio, registered.
+    fn poll_write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut direct: impl FnMut(&mut std::net::TcpStream) -> io::Result<usize>,
+        registered: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if let Some(socket) = self.direct()?
+            && let Some(done) = attempt(|| direct(socket))
+        {
+            return Poll::Ready(done);
+        }
+        registered(Pin::new(self.register()?), cx)
     }
 }
 
@@ -159,13 +173,8 @@ impl AsyncWrite for ClientTcp {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Some(socket) = this.direct()?
-            && let Some(done) = attempt(|| socket.write(data))
-        {
-            return Poll::Ready(done);
-        }
-        Pin::new(this.register()?).poll_write(cx, data)
+        self.get_mut()
+            .poll_write_with(cx, |s| s.write(data), |t, cx| t.poll_write(cx, data))
     }
 
     fn poll_write_vectored(
@@ -173,13 +182,11 @@ impl AsyncWrite for ClientTcp {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Some(socket) = this.direct()?
-            && let Some(done) = attempt(|| socket.write_vectored(bufs))
-        {
-            return Poll::Ready(done);
-        }
-        Pin::new(this.register()?).poll_write_vectored(cx, bufs)
+        self.get_mut().poll_write_with(
+            cx,
+            |s| s.write_vectored(bufs),
+            |t, cx| t.poll_write_vectored(cx, bufs),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
