@@ -142,6 +142,17 @@ fn the_agent_links_no_pingora_and_not_the_proxy() {
     );
 }
 
+/// The HTTP/1 engine is a codec and a loop over a socket (its client
+/// socket type, `ClientTcp`, included): what a request means, and
+/// Pingora's listeners and TLS, stay in the proxy.
+#[test]
+fn the_http1_engine_links_no_pingora_and_not_the_proxy() {
+    assert_not_reached(
+        "teapot-h1",
+        &["pingora", "teapot-proxy", "teapot-model", "kube"],
+    );
+}
+
 #[test]
 fn the_shipped_binary_has_no_testkit() {
     assert_not_reached("teapot", &["teapot-testkit"]);
