@@ -68,15 +68,6 @@ impl ClientTcp {
         matches!(self.state, State::Registered(_))
     }
 
-    /// The connection as tokio's stream, registered now if it was not.
-    pub fn into_registered(self) -> io::Result<TcpStream> {
-        match self.state {
-            State::Direct { socket, .. } => TcpStream::from_std(socket),
-            State::Registered(tcp) => Ok(tcp),
-            State::Gone => Err(gone()),
-        }
-    }
-
     /// The socket for an operation done directly, or `None` once it is
     /// registered (then through tokio). Past [`DIRECT_OPS`] it registers.
     fn direct(&mut self) -> io::Result<Option<&mut std::net::TcpStream>> {
