@@ -22,6 +22,8 @@
 //! - [`proxy_protocol`]: the PROXY v2 header.
 //! - [`sni`]: the server name of a ClientHello, for TLS passthrough
 //!   listeners of Gateways (the route is chosen by it).
+//! - `woken`: a future polled only after its own wake, for the relay's
+//!   rarely firing branches.
 
 pub mod context;
 pub mod health;
@@ -30,6 +32,7 @@ pub mod proxy_protocol;
 pub mod sni;
 pub mod tcp;
 pub mod udp;
+mod woken;
 
 use std::collections::HashMap;
 use std::sync::Arc;

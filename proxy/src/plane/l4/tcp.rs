@@ -10,8 +10,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use prometheus::IntCounter;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::ReadHalf;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::context::{ActiveGuard, Context};
 use super::proxy_protocol::header_v2;
 use super::sni::{Hello, MAX_READ, server_name};
+use super::woken::Woken;
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::Route;
 use crate::compile::upstream::{Endpoint, Tried, Upstream};
@@ -38,9 +39,19 @@ pub(super) async fn serve(
     let slots = Arc::new(Semaphore::new(ctx.config.max_connections));
     let mut series = ServiceSeries::of(&routes.borrow(), &ctx.metrics);
     loop {
+        // The route is checked here, and the waits below try the permit
+        // and the accept first: a connection already waiting costs no
+        // registration with the route's watch, and a steady stream of
+        // them still sees a route change (or the listener's end).
+        match routes.has_changed() {
+            Err(_) => break,
+            Ok(true) => series = ServiceSeries::of(&routes.borrow_and_update(), &ctx.metrics),
+            Ok(false) => {}
+        }
         // At the cap, stop accepting: clients wait in the backlog instead
         // of being accepted and dropped.
         let permit = tokio::select! {
+            biased;
             p = slots.clone().acquire_owned() => match p {
                 Ok(p) => p,
                 Err(_) => return,
@@ -51,6 +62,7 @@ pub(super) async fn serve(
             },
         };
         let (stream, peer) = tokio::select! {
+            biased;
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -68,10 +80,13 @@ pub(super) async fn serve(
         let routes = routes.clone();
         let ctx = ctx.clone();
         let series = series.clone();
-        tokio::spawn(async move {
+        // Boxed: the relay's future is about 2 KiB, and tokio moves a
+        // task's future several times on its way in (`spawn`, the task
+        // cell, its stage): the copies cost more than the allocation.
+        tokio::spawn(Box::pin(async move {
             let _permit = permit;
             connection(stream, peer, routes, ctx, series).await;
-        });
+        }));
     }
     tracing::debug!(listener = %key, "L4 TCP listener stopped accepting");
 }
@@ -220,7 +235,10 @@ async fn connection(
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::new(peer.ip(), 0));
         let header = header_v2(peer, local, Protocol::Tcp);
-        if upstream.write_all(&header).await.is_err() {
+        if send(&mut upstream.split().1, &header, &mut true)
+            .await
+            .is_err()
+        {
             if let Some(line) = line.as_mut() {
                 line.entry.reason = Some("connection_error");
             }
@@ -228,7 +246,10 @@ async fn connection(
         }
     }
     if !hello.is_empty() {
-        if upstream.write_all(&hello).await.is_err() {
+        if send(&mut upstream.split().1, &hello, &mut true)
+            .await
+            .is_err()
+        {
             if let Some(line) = line.as_mut() {
                 line.entry.reason = Some("connection_error");
             }
@@ -507,43 +528,60 @@ async fn relay_until_end(
     tokio::pin!(both);
     let idle_timer = tokio::time::sleep(idle);
     tokio::pin!(idle_timer);
-    let mut drain_at: Option<Instant> = None;
     let mut kill = ctx.kill.clone();
-    // One timer for the idle check and the drain deadline: a second one
-    // would sit in every connection's task, drained or not.
+    // The route and the kill switch change rarely; behind `Woken` they are
+    // not polled on each of the connection's wakes for its sockets.
+    let interrupted = std::pin::pin!(interruption(routes, endpoint, &mut kill, ctx));
+    let mut interrupted = Woken::new(interrupted);
     loop {
         tokio::select! {
+            biased;
             r = &mut both => return match r {
                 Ok(_) => End::Done,
                 Err((side, e)) => End::Aborted(side, e),
             },
+            end = &mut interrupted => return end,
             () = &mut idle_timer => {
-                let now = Instant::now();
-                if drain_at.is_some_and(|at| now >= at) {
-                    return End::Drained;
-                }
                 let quiet = Duration::from_millis(elapsed_ms(start) - last.load(Ordering::Relaxed));
                 if quiet >= idle {
                     return End::Idle;
                 }
-                let next = now + (idle - quiet);
-                idle_timer.as_mut().reset(drain_at.map_or(next, |at| next.min(at)));
+                idle_timer.as_mut().reset(Instant::now() + (idle - quiet));
             }
-            changed = routes.changed(), if drain_at.is_none() => {
-                // A closed listener, or an endpoint no longer in the
-                // route: finish within the drain timeout.
-                let removed = changed.is_err()
-                    || !routes.borrow().upstream.endpoints.iter().any(|e| e.addr == endpoint);
-                if removed {
-                    let at = Instant::now() + ctx.config.drain_timeout;
-                    drain_at = Some(at);
-                    if at < idle_timer.deadline() {
-                        idle_timer.as_mut().reset(at);
-                    }
-                }
-            }
-            _ = kill.changed() => return End::Killed,
         }
+    }
+}
+
+/// Ends a relay from outside: the kill switch at once; a closed listener,
+/// or an endpoint no longer in the route, within the drain timeout.
+async fn interruption(
+    routes: &mut watch::Receiver<Arc<Route>>,
+    endpoint: SocketAddr,
+    kill: &mut watch::Receiver<bool>,
+    ctx: &Context,
+) -> End {
+    let removed = async {
+        loop {
+            let changed = routes.changed().await;
+            if changed.is_err()
+                || !routes
+                    .borrow()
+                    .upstream
+                    .endpoints
+                    .iter()
+                    .any(|e| e.addr == endpoint)
+            {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = removed => {}
+        _ = kill.changed() => return End::Killed,
+    }
+    tokio::select! {
+        () = tokio::time::sleep(ctx.config.drain_timeout) => End::Drained,
+        _ = kill.changed() => End::Killed,
     }
 }
 
@@ -557,18 +595,15 @@ async fn relay_until_end(
 /// data, and given back when the socket is drained. A bulk transfer keeps
 /// one buffer; thousands of quiet connections keep none (docs/decisions.md,
 /// "L4 relay buffers only while data flows").
-async fn pump<W>(
+async fn pump(
     r: &mut ReadHalf<'_>,
-    w: &mut W,
+    w: &mut WriteHalf<'_>,
     last: &AtomicU64,
     start: Instant,
     bytes: [&IntCounter; 2],
     seen: &AtomicU64,
     one_ended: &AtomicBool,
-) -> Result<(), Fault>
-where
-    W: AsyncWrite + Unpin,
-{
+) -> Result<(), Fault> {
     loop {
         // Through `poll_read_ready`, which takes from the task's budget as
         // the read does: `readable()` does not, so once the budget ran out
@@ -578,6 +613,7 @@ where
             .await
             .map_err(Fault::Read)?;
         let mut buf = Buffer::new();
+        let mut direct = true;
         loop {
             buf.0.clear();
             let Some(read) = read_now(r, &mut buf.0).await else {
@@ -592,7 +628,7 @@ where
                 }
                 return Ok(());
             }
-            w.write_all(&buf.0).await.map_err(Fault::Write)?;
+            send(w, &buf.0, &mut direct).await.map_err(Fault::Write)?;
             for counter in bytes {
                 counter.inc_by(n as u64);
             }
@@ -600,6 +636,37 @@ where
             last.store(elapsed_ms(start), Ordering::Relaxed);
         }
     }
+}
+
+/// Sends all of `bytes`: straight to the socket while `direct`, through
+/// tokio's wait for writability for what the socket did not take at once.
+///
+/// tokio lets a socket write only once the event loop has reported it
+/// writable, and a socket registered after `connect` has no report yet: the
+/// first bytes to an upstream waited one turn of the event loop, and the
+/// connection's task one more wake, although the connection was up. A
+/// send the socket cannot take yet fails with `EWOULDBLOCK` and costs
+/// nothing else. Once a send was short, the rest of the burst goes through
+/// tokio alone (`direct` is cleared until the burst ends), so a full
+/// socket is tried once per burst, not twice per write.
+async fn send(w: &mut WriteHalf<'_>, bytes: &[u8], direct: &mut bool) -> std::io::Result<()> {
+    let mut sent = 0;
+    if *direct {
+        match socket2::SockRef::from(w.as_ref()).send(bytes) {
+            Ok(n) => sent = n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        if sent == bytes.len() {
+            return Ok(());
+        }
+        *direct = false;
+    }
+    w.write_all(&bytes[sent..]).await
 }
 
 /// One read into `buf`'s spare capacity (zeroing 32 KiB per burst would
@@ -785,6 +852,30 @@ mod tests {
         drop(listener);
         let refused = connect_to(addr).await.unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+
+    /// tokio has reported nothing about a socket registered after
+    /// `connect` yet, and its own write would wait for that report: the
+    /// relay's send goes out at once.
+    #[tokio::test]
+    async fn the_first_bytes_to_a_new_upstream_go_out_without_waiting_for_the_event_loop() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Up when `connect` returns (loopback), and sent to before the
+        // event loop has turned: the accept comes after.
+        let mut near = connect_to(addr).await.unwrap();
+        let (_, mut w) = near.split();
+        let mut direct = true;
+        let sent = futures::FutureExt::now_or_never(send(&mut w, b"hello", &mut direct));
+        assert!(matches!(sent, Some(Ok(()))), "the send waited: {sent:?}");
+        assert!(
+            direct,
+            "a send the socket took whole keeps the next one direct"
+        );
+        let (mut far, _) = listener.accept().await.unwrap();
+        let mut got = [0u8; 5];
+        far.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hello");
     }
 
     #[tokio::test]
