@@ -19,6 +19,9 @@
 //! growth of the proxy's RSS is charged to them
 //! (`teapot_benches::idle`).
 //!
+//! `--teapot-base BIN` adds an earlier teapot build to the same rounds,
+//! for a before/after pair measured under the same conditions.
+//!
 //! Prints medians and teapot/peer ratios and writes JSON under
 //! `benches/results/`. Build both in release first:
 //! `cargo run --release -p teapot-benches --bin l4-report`.
@@ -69,6 +72,10 @@ struct Args {
     /// The teapot binary (default: next to this one).
     #[arg(long)]
     teapot: Option<PathBuf>,
+    /// A second teapot binary (an earlier build) measured in the same
+    /// interleaved rounds: a before/after pair under the same conditions.
+    #[arg(long)]
+    teapot_base: Option<PathBuf>,
     #[arg(long, default_value = "haproxy")]
     haproxy: PathBuf,
     /// nginx, run with its `stream` module when it has one (Debian:
@@ -84,6 +91,8 @@ struct Args {
 #[serde(rename_all = "lowercase")]
 enum Target {
     Teapot,
+    /// `--teapot-base`.
+    TeapotBase,
     Haproxy,
     Nginx,
 }
@@ -166,6 +175,7 @@ struct Front {
 struct Proxies {
     fronts: Vec<Front>,
     teapot: Child,
+    teapot_base: Option<Child>,
     haproxy: Peer,
     nginx: Option<Peer>,
     /// Why nginx is not measured, when it is not.
@@ -177,44 +187,20 @@ async fn start_proxies(args: &Args, sink: SocketAddr, ping: SocketAddr) -> anyho
     let dir = tempfile::tempdir()?;
     let manifests = dir.path().join("manifests");
     std::fs::create_dir(&manifests)?;
-    let (t_sink, t_ping) = (free_port()?, free_port()?);
-    let manifest = format!(
-        r#"apiVersion: v1
-kind: Service
-metadata: {{name: bench, namespace: bench}}
-spec:
-  type: LoadBalancer
-  loadBalancerClass: teapot.dev/lb
-  ports: [{{name: sink, port: {t_sink}, protocol: TCP}}, {{name: ping, port: {t_ping}, protocol: TCP}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: bench-1, namespace: bench, labels: {{kubernetes.io/service-name: bench}}}}
-addressType: IPv4
-ports: [{{name: sink, port: {}, protocol: TCP}}, {{name: ping, port: {}, protocol: TCP}}]
-endpoints: [{{addresses: ["127.0.0.1"]}}]
-"#,
-        sink.port(),
-        ping.port()
-    );
-    std::fs::write(manifests.join("bench.yaml"), manifest)?;
     let bin = peers::teapot_bin(args.teapot.as_deref());
-    let teapot = Command::new(&bin)
-        .env("RUST_LOG", "warn")
-        .args([
-            "--threads",
-            &args.threads.to_string(),
-            "proxy",
-            "--manifests",
-        ])
-        .arg(&manifests)
-        .args(teapot_testkit::process::LOOPBACK_LISTENERS)
-        .args(["--l4-pool", "default=127.0.0.1", "--l4-state", "off"])
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
+    let (teapot, t_sink, t_ping) = start_teapot(&manifests, &bin, sink, ping, args.threads)?;
     let teapot_pid = teapot.id().context("teapot exited at start")?;
+    let base = match &args.teapot_base {
+        Some(base_bin) => {
+            let manifests = dir.path().join("manifests-base");
+            std::fs::create_dir(&manifests)?;
+            let (child, sink_port, ping_port) =
+                start_teapot(&manifests, base_bin, sink, ping, args.threads)?;
+            let pid = child.id().context("the base teapot exited at start")?;
+            Some((child, sink_port, ping_port, pid))
+        }
+        None => None,
+    };
 
     let (h_sink, h_ping) = (free_port()?, free_port()?);
     // maxconn above the idle run's connections (two descriptors per
@@ -266,6 +252,15 @@ backend ping
             pid: haproxy_pid,
         },
     ];
+    let teapot_base = base.map(|(child, sink, ping, pid)| {
+        fronts.push(Front {
+            target: Target::TeapotBase,
+            sink,
+            ping,
+            pid,
+        });
+        child
+    });
 
     let (nginx, nginx_missing) = match nginx_stream(&args.nginx) {
         Ok(load_module) => {
@@ -311,11 +306,56 @@ stream {{
     Ok(Proxies {
         fronts,
         teapot,
+        teapot_base,
         haproxy,
         nginx,
         nginx_missing,
         _dir: dir,
     })
+}
+
+/// Starts `bin` as `teapot proxy` serving a LoadBalancer Service with a
+/// sink and an echo port in front of the backend's: the child and the two
+/// ports.
+fn start_teapot(
+    manifests: &Path,
+    bin: &Path,
+    sink: SocketAddr,
+    ping: SocketAddr,
+    threads: usize,
+) -> anyhow::Result<(Child, u16, u16)> {
+    let (t_sink, t_ping) = (free_port()?, free_port()?);
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: bench, namespace: bench}}
+spec:
+  type: LoadBalancer
+  loadBalancerClass: teapot.dev/lb
+  ports: [{{name: sink, port: {t_sink}, protocol: TCP}}, {{name: ping, port: {t_ping}, protocol: TCP}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: bench-1, namespace: bench, labels: {{kubernetes.io/service-name: bench}}}}
+addressType: IPv4
+ports: [{{name: sink, port: {}, protocol: TCP}}, {{name: ping, port: {}, protocol: TCP}}]
+endpoints: [{{addresses: ["127.0.0.1"]}}]
+"#,
+        sink.port(),
+        ping.port()
+    );
+    std::fs::write(manifests.join("bench.yaml"), manifest)?;
+    let teapot = Command::new(bin)
+        .env("RUST_LOG", "warn")
+        .args(["--threads", &threads.to_string(), "proxy", "--manifests"])
+        .arg(manifests)
+        .args(teapot_testkit::process::LOOPBACK_LISTENERS)
+        .args(["--l4-pool", "default=127.0.0.1", "--l4-state", "off"])
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    Ok((teapot, t_sink, t_ping))
 }
 
 /// The `load_module` line nginx needs for `stream` (empty when the module
@@ -527,6 +567,9 @@ async fn run(
         ),
         ("kernel", peers::version(Path::new("uname"), &["-sr"])),
     ]);
+    if let Some(base) = &args.teapot_base {
+        versions.insert("teapot_base", peers::version(base, &["--version"]));
+    }
     if proxies.nginx.is_some() {
         versions.insert("nginx", peers::version(&args.nginx, &["-v"]));
     }
@@ -604,12 +647,12 @@ async fn run(
     }
     println!();
     println!(
-        "{:<8} {:>10} {:>14} {:>14} {:>14}",
+        "{:<10} {:>10} {:>14} {:>14} {:>14}",
         "", "MB/s", "connections/s", "µs CPU/conn", "KiB/idle conn"
     );
     for (target, m) in &medians {
         println!(
-            "{:<8} {:>10.0} {:>14.0} {:>14.1} {:>14.2}",
+            "{:<10} {:>10.0} {:>14.0} {:>14.1} {:>14.2}",
             format!("{target:?}"),
             m.bytes_per_s / 1e6,
             m.connections_per_s,
@@ -651,6 +694,9 @@ async fn run(
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     println!("wrote {}", path.display());
     let _ = proxies.teapot.kill().await;
+    if let Some(base) = proxies.teapot_base.as_mut() {
+        let _ = base.kill().await;
+    }
     proxies.haproxy.stop().await;
     if let Some(nginx) = proxies.nginx.take() {
         nginx.stop().await;
