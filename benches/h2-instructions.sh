@@ -37,14 +37,9 @@ streams="${STREAMS:-10}"
 body="${BODY:-128}"
 mode="${MODE:-tls}"
 phases="${PHASES:-native callgrind}"
-for tool in h2load openssl nginx haproxy perf valgrind callgrind_control python3 curl; do
-    command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
-done
-work="$(mktemp -d)"
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; [ -n "${DEBUG:-}" ] || rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=instructions-lib.sh
+. "$root/benches/instructions-lib.sh"
+require h2load openssl nginx haproxy perf valgrind callgrind_control python3 curl
 backend=$(port)
 head -c "$body" /dev/zero | tr '\0' 'x' >"$work/body.txt"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
@@ -158,7 +153,7 @@ EOF
     pids+=($!)
     echo $!
 }
-wait_answer() { # PORT
+ready() { # PORT
     local how=(--http2)
     [ "$mode" = h2c ] && how=(--http2-prior-knowledge)
     for _ in $(seq 240); do
@@ -183,78 +178,21 @@ load() { # PORT SECONDS -> requests answered
     fi
     answered "$work/h2load.out"
 }
-ticks() { # PID -> utime stime (clock ticks, all threads)
-    awk '{ print $14, $15 }' "/proc/$1/stat"
-}
-stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
-
 targets=(teapot)
 [ -n "${BASE:-}" ] && targets+=(teapot-base)
 targets+=(haproxy nginx)
 [ -n "${TARGETS:-}" ] && read -r -a targets <<<"$TARGETS"
-hz=$(getconf CLK_TCK)
-results="$work/results"
 for t in "${targets[@]}"; do
-    if [[ " $phases " == *" native "* ]]; then
-        p=$(port)
-        pid=$(start "$t" "$p")
-        wait_answer "$p" || { echo "$t does not answer" >&2; cat "$work/$t.log" >&2; exit 1; }
-        load "$p" 1 >/dev/null # warm-up: pool, caches
-        read -r u0 s0 < <(ticks "$pid")
-        h2 "$p" "$seconds" >"$work/h2load.out" &
-        w=$!
-        perf stat -x, -e raw_syscalls:sys_enter,context-switches,task-clock -p "$pid" -o "$work/stat" -- sleep "$seconds" 2>/dev/null
-        wait "$w"
-        read -r u1 s1 < <(ticks "$pid")
-        n=$(answered "$work/h2load.out")
-        sc=$(awk -F, '/raw_syscalls/ { print $1 }' "$work/stat")
-        cs=$(awk -F, '/context-switches/ { print $1 }' "$work/stat")
-        ms=$(awk -F, '/task-clock/ { print $1 }' "$work/stat")
-        echo "$t native $n $sc $cs $ms $((u1 - u0)) $((s1 - s0))" >>"$results"
-        stop "$pid"
-    fi
+    if [[ " $phases " == *" native "* ]]; then measure_native "$t"; fi
     if [[ " $phases " == *" callgrind "* ]]; then
-        p=$(port)
-        out="$work/callgrind.$t"
-        pid=$(start "$t" "$p" valgrind -q --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no --compress-strings=no)
-        wait_answer "$p" || { echo "$t does not answer under valgrind" >&2; cat "$work/$t.log" >&2; exit 1; }
-        load "$p" 1 >/dev/null
+        start_callgrind "$t"
+        load "$cg_port" 1 >/dev/null
         # Two counted runs, a short and a long one: each pays for its
         # CLIENTS handshakes, so the difference is the requests' cost only.
         for d in 1 "$seconds"; do
-            callgrind_control -z "$pid" >/dev/null 2>&1
-            n=$(load "$p" "$d")
-            callgrind_control -d "$pid" >/dev/null 2>&1
-            sleep 1
-            dump=$(ls -t "$out".* | head -1)
-            ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
-            echo "$t callgrind-$d $n $ir" >>"$results"
+            count_callgrind "$t" "callgrind-$d" "$d"
         done
-        [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$dump" "$KEEP/callgrind.$t"
-        stop "$pid"
+        stop "$cg_pid"
     fi
 done
-python3 - "$results" "$seconds" "$hz" <<'PY'
-import sys
-path, seconds, hz = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-rows = {}
-for line in open(path):
-    f = line.split()
-    rows.setdefault(f[0], {})[f[1]] = f[2:]
-print(f"{'target':<12}{'user instr/req':>15}{'syscalls/req':>14}{'ctx sw/req':>12}"
-      f"{'us CPU/req':>12}{'user us/req':>13}{'sys us/req':>12}{'req/s':>10}")
-for t, r in rows.items():
-    ins = sc = cs = cpu = us = sy = rps = float("nan")
-    runs = [v for k, v in r.items() if k.startswith("callgrind-")]
-    if len(runs) == 2:
-        (n1, i1), (n2, i2) = sorted(runs, key=lambda v: int(v[0]))
-        ins = (int(i2) - int(i1)) / (int(n2) - int(n1))
-    if "native" in r:
-        n, s, c, ms, u, k = r["native"]
-        n = int(n)
-        sc, cs = int(s) / n, int(c) / n
-        cpu = float(ms) * 1000 / n
-        us, sy = int(u) / hz * 1e6 / n, int(k) / hz * 1e6 / n
-        rps = n / seconds
-    print(f"{t:<12}{ins:>15.0f}{sc:>14.2f}{cs:>12.3f}{cpu:>12.2f}{us:>13.2f}{sy:>12.2f}{rps:>10.0f}")
-PY
+report req

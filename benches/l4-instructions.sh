@@ -30,14 +30,9 @@ seconds="${1:-5}"
 bin="${CARGO_TARGET_DIR:-$root/target}/${PROFILE:-release}"
 clients="${CLIENTS:-8}"
 phases="${PHASES:-native callgrind}"
-for tool in haproxy perf valgrind callgrind_control python3 ss; do
-    command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 2; }
-done
-work="$(mktemp -d)"
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; [ -n "${DEBUG:-}" ] || rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=instructions-lib.sh
+. "$root/benches/instructions-lib.sh"
+require haproxy perf valgrind callgrind_control python3 ss
 
 # The echo backend and the client loops: Python threads. Under callgrind
 # the proxy is the slow part; natively they share the machine with it, as
@@ -141,7 +136,7 @@ EOF
     pids+=($!)
     echo $!
 }
-wait_listening() { # PORT
+ready() { # PORT
     for _ in $(seq 240); do
         ss -ltn "sport = :$1" | grep -q LISTEN && return 0
         sleep 0.5
@@ -149,71 +144,13 @@ wait_listening() { # PORT
     return 1
 }
 load() { python3 "$work/load.py" "$1" "$2" "$clients"; }
-ticks() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
-stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 targets=(teapot)
 [ -n "${BASE:-}" ] && targets+=(teapot-base)
 targets+=(haproxy)
 [ -n "${TARGETS:-}" ] && read -r -a targets <<<"$TARGETS"
-hz=$(getconf CLK_TCK)
-results="$work/results"
 for t in "${targets[@]}"; do
-    if [[ " $phases " == *" native "* ]]; then
-        p=$(port)
-        pid=$(start "$t" "$p")
-        wait_listening "$p" || { echo "$t does not listen" >&2; cat "$work/$t.log" >&2; exit 1; }
-        load "$p" 1 >/dev/null
-        read -r u0 s0 < <(ticks "$pid")
-        load "$p" "$seconds" >"$work/n" &
-        w=$!
-        perf stat -x, -e raw_syscalls:sys_enter,context-switches,task-clock -p "$pid" -o "$work/stat" -- sleep "$seconds" 2>/dev/null
-        wait "$w"
-        read -r u1 s1 < <(ticks "$pid")
-        n=$(cat "$work/n")
-        sc=$(awk -F, '/raw_syscalls/ { print $1 }' "$work/stat")
-        cs=$(awk -F, '/context-switches/ { print $1 }' "$work/stat")
-        ms=$(awk -F, '/task-clock/ { print $1 }' "$work/stat")
-        echo "$t native $n $sc $cs $ms $((u1 - u0)) $((s1 - s0))" >>"$results"
-        stop "$pid"
-    fi
-    if [[ " $phases " == *" callgrind "* ]]; then
-        p=$(port)
-        out="$work/callgrind.$t"
-        pid=$(start "$t" "$p" valgrind -q --tool=callgrind --callgrind-out-file="$out.%p" --dump-instr=no --compress-strings=no)
-        wait_listening "$p" || { echo "$t does not listen under valgrind" >&2; cat "$work/$t.log" >&2; exit 1; }
-        load "$p" 2 >/dev/null
-        callgrind_control -z "$pid" >/dev/null 2>&1
-        n=$(load "$p" "$seconds")
-        callgrind_control -d "$pid" >/dev/null 2>&1
-        sleep 1
-        dump=$(ls -t "$out".* | head -1)
-        ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
-        echo "$t callgrind $n $ir" >>"$results"
-        [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$dump" "$KEEP/callgrind.$t"
-        stop "$pid"
-    fi
+    if [[ " $phases " == *" native "* ]]; then measure_native "$t"; fi
+    if [[ " $phases " == *" callgrind "* ]]; then measure_callgrind "$t" 2; fi
 done
-python3 - "$results" "$seconds" "$hz" <<'PY'
-import sys
-path, seconds, hz = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-rows = {}
-for line in open(path):
-    f = line.split()
-    rows.setdefault(f[0], {})[f[1]] = f[2:]
-print(f"{'target':<12}{'user instr/conn':>16}{'syscalls/conn':>15}{'ctx sw/conn':>13}"
-      f"{'us CPU/conn':>13}{'user us/conn':>14}{'sys us/conn':>13}{'conn/s':>9}")
-for t, r in rows.items():
-    ins = sc = cs = cpu = us = sy = cps = float("nan")
-    if "callgrind" in r:
-        n, ir = r["callgrind"]
-        ins = int(ir) / int(n)
-    if "native" in r:
-        n, s, c, ms, u, k = r["native"]
-        n = int(n)
-        sc, cs = int(s) / n, int(c) / n
-        cpu = float(ms) * 1000 / n
-        us, sy = int(u) / hz * 1e6 / n, int(k) / hz * 1e6 / n
-        cps = n / seconds
-    print(f"{t:<12}{ins:>16.0f}{sc:>15.2f}{cs:>13.3f}{cpu:>13.2f}{us:>14.2f}{sy:>13.2f}{cps:>9.0f}")
-PY
+report conn
