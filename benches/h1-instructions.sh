@@ -95,12 +95,7 @@ start() {
     shift 2
     case $t in
     teapot | teapot-base)
-        local b="$bin/teapot"
-        [ "$t" = teapot-base ] && b="$BASE"
-        # The allocator variables set, so teapot does not re-execute itself
-        # (under valgrind the re-executed process would run natively).
-        MIMALLOC_PURGE_DELAY=10000 MIMALLOC_ALLOW_THP=0 RUST_LOG=warn "$@" "$b" --threads 1 proxy --manifests "$work/manifests" \
-            --http "127.0.0.1:$p" --https off --admin 127.0.0.1:0 >"$work/$t.log" 2>&1 &
+        run_teapot "$t" "$@" -- --manifests "$work/manifests" --http "127.0.0.1:$p" --https off --admin 127.0.0.1:0
         ;;
     haproxy)
         cat >"$work/haproxy.cfg" <<EOF

@@ -111,14 +111,9 @@ start() {
     shift 2
     case $t in
     teapot | teapot-base)
-        local b="$bin/teapot"
-        [ "$t" = teapot-base ] && b="$BASE"
         local listen=(--http off --https "127.0.0.1:$p")
         [ "$mode" = h2c ] && listen=(--http "127.0.0.1:$p" --https off --h2c)
-        # The allocator variables set, so teapot does not re-execute itself
-        # (under valgrind the re-executed process would run natively).
-        MIMALLOC_PURGE_DELAY=10000 MIMALLOC_ALLOW_THP=0 RUST_LOG=warn "$@" "$b" --threads 1 proxy --manifests "$work/manifests" \
-            "${listen[@]}" --admin 127.0.0.1:0 >"$work/$t.log" 2>&1 &
+        run_teapot "$t" "$@" -- --manifests "$work/manifests" "${listen[@]}" --admin 127.0.0.1:0
         ;;
     haproxy)
         local bind="ssl crt $work/bundle.pem alpn h2,http/1.1"

@@ -5,7 +5,8 @@
 # Sourcing it makes the work directory (`work`, removed on exit unless
 # DEBUG is set; `pids` are killed on exit) and the `results` file in it. The
 # sourcing script sets `seconds` and defines:
-#   start TARGET PORT [WRAPPER...]  starts the proxy, prints its pid
+#   start TARGET PORT [WRAPPER...]  starts the proxy (teapot through
+#                                   run_teapot), prints its pid
 #   ready PORT                      returns once it serves on PORT
 #   load PORT SECONDS               runs the load, prints the units done
 
@@ -21,6 +22,22 @@ require() { # TOOL...: stops the run when one is missing
     done
 }
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Starts the teapot build TARGET names (teapot: $bin/teapot, teapot-base:
+# $BASE) as `teapot --threads 1 proxy PROXY_ARGS...` in the background,
+# under the WRAPPER words (valgrind's), logging to $work/TARGET.log. The
+# allocator variables are set so that teapot does not re-execute itself
+# (under valgrind the re-executed process would run natively).
+run_teapot() { # TARGET [WRAPPER...] -- PROXY_ARGS...
+    local t=$1 b="$bin/teapot" wrapper=()
+    shift
+    [ "$t" = teapot-base ] && b="$BASE"
+    while [ "$1" != -- ]; do
+        wrapper+=("$1")
+        shift
+    done
+    shift
+    MIMALLOC_PURGE_DELAY=10000 MIMALLOC_ALLOW_THP=0 RUST_LOG=warn "${wrapper[@]}" "$b" --threads 1 proxy "$@" >"$work/$t.log" 2>&1 &
+}
 ticks() { # PID -> utime stime (clock ticks, all threads)
     awk '{ print $14, $15 }' "/proc/$1/stat"
 }

@@ -91,8 +91,6 @@ start() { # TARGET PORT [WRAPPER...] -> pid
     shift 2
     case $t in
     teapot | teapot-base)
-        local b="$bin/teapot"
-        [ "$t" = teapot-base ] && b="$BASE"
         mkdir -p "$work/manifests-$p"
         cat >"$work/manifests-$p/bench.yaml" <<EOF
 apiVersion: v1
@@ -110,9 +108,8 @@ addressType: IPv4
 ports: [{name: echo, port: $backend, protocol: TCP}]
 endpoints: [{addresses: ["127.0.0.1"]}]
 EOF
-        MIMALLOC_PURGE_DELAY=10000 MIMALLOC_ALLOW_THP=0 RUST_LOG=warn "$@" "$b" --threads 1 proxy \
-            --manifests "$work/manifests-$p" --http 127.0.0.1:0 --https 127.0.0.1:0 --admin 127.0.0.1:0 \
-            --l4-pool default=127.0.0.1 --l4-state off >"$work/$t.log" 2>&1 &
+        run_teapot "$t" "$@" -- --manifests "$work/manifests-$p" --http 127.0.0.1:0 --https 127.0.0.1:0 \
+            --admin 127.0.0.1:0 --l4-pool default=127.0.0.1 --l4-state off
         ;;
     haproxy)
         cat >"$work/haproxy-$p.cfg" <<EOF

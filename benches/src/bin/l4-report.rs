@@ -185,22 +185,15 @@ struct Proxies {
 
 async fn start_proxies(args: &Args, sink: SocketAddr, ping: SocketAddr) -> anyhow::Result<Proxies> {
     let dir = tempfile::tempdir()?;
-    let manifests = dir.path().join("manifests");
-    std::fs::create_dir(&manifests)?;
     let bin = peers::teapot_bin(args.teapot.as_deref());
-    let (teapot, t_sink, t_ping) = start_teapot(&manifests, &bin, sink, ping, args.threads)?;
-    let teapot_pid = teapot.id().context("teapot exited at start")?;
-    let base = match &args.teapot_base {
-        Some(base_bin) => {
-            let manifests = dir.path().join("manifests-base");
-            std::fs::create_dir(&manifests)?;
-            let (child, sink_port, ping_port) =
-                start_teapot(&manifests, base_bin, sink, ping, args.threads)?;
-            let pid = child.id().context("the base teapot exited at start")?;
-            Some((child, sink_port, ping_port, pid))
-        }
-        None => None,
-    };
+    let start =
+        |target, bin: &Path| start_teapot(target, dir.path(), bin, sink, ping, args.threads);
+    let (teapot, teapot_front) = start(Target::Teapot, &bin)?;
+    let base = args
+        .teapot_base
+        .as_deref()
+        .map(|base| start(Target::TeapotBase, base))
+        .transpose()?;
 
     let (h_sink, h_ping) = (free_port()?, free_port()?);
     // maxconn above the idle run's connections (two descriptors per
@@ -239,12 +232,7 @@ backend ping
         })?;
     let haproxy_pid = haproxy.pid().context("haproxy exited at start")?;
     let mut fronts = vec![
-        Front {
-            target: Target::Teapot,
-            sink: t_sink,
-            ping: t_ping,
-            pid: teapot_pid,
-        },
+        teapot_front,
         Front {
             target: Target::Haproxy,
             sink: h_sink,
@@ -252,13 +240,8 @@ backend ping
             pid: haproxy_pid,
         },
     ];
-    let teapot_base = base.map(|(child, sink, ping, pid)| {
-        fronts.push(Front {
-            target: Target::TeapotBase,
-            sink,
-            ping,
-            pid,
-        });
+    let teapot_base = base.map(|(child, front)| {
+        fronts.push(front);
         child
     });
 
@@ -315,15 +298,18 @@ stream {{
 }
 
 /// Starts `bin` as `teapot proxy` serving a LoadBalancer Service with a
-/// sink and an echo port in front of the backend's: the child and the two
-/// ports.
+/// sink and an echo port in front of the backend's (its manifests in a
+/// directory of its own under `dir`): the child and its front.
 fn start_teapot(
-    manifests: &Path,
+    target: Target,
+    dir: &Path,
     bin: &Path,
     sink: SocketAddr,
     ping: SocketAddr,
     threads: usize,
-) -> anyhow::Result<(Child, u16, u16)> {
+) -> anyhow::Result<(Child, Front)> {
+    let manifests = dir.join(format!("manifests-{target:?}"));
+    std::fs::create_dir(&manifests)?;
     let (t_sink, t_ping) = (free_port()?, free_port()?);
     let manifest = format!(
         r#"apiVersion: v1
@@ -348,14 +334,23 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
     let teapot = Command::new(bin)
         .env("RUST_LOG", "warn")
         .args(["--threads", &threads.to_string(), "proxy", "--manifests"])
-        .arg(manifests)
+        .arg(&manifests)
         .args(teapot_testkit::process::LOOPBACK_LISTENERS)
         .args(["--l4-pool", "default=127.0.0.1", "--l4-state", "off"])
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
-    Ok((teapot, t_sink, t_ping))
+    let pid = teapot
+        .id()
+        .with_context(|| format!("{} exited at start", bin.display()))?;
+    let front = Front {
+        target,
+        sink: t_sink,
+        ping: t_ping,
+        pid,
+    };
+    Ok((teapot, front))
 }
 
 /// The `load_module` line nginx needs for `stream` (empty when the module
