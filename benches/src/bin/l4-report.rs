@@ -20,9 +20,14 @@
 //! (`teapot_benches::idle`).
 //!
 //! `--teapot-base BIN` adds an earlier teapot build to the same rounds,
-//! for a before/after pair measured under the same conditions.
+//! for a before/after pair measured under the same conditions. `--floor
+//! BIN` adds the two bare relays of `benches/examples/floor_l4.rs` (one on
+//! tokio, one on its own epoll loop): what a connection costs with nothing
+//! but accepting, connecting, relaying and closing, in the same rounds.
 //!
-//! Prints medians and teapot/peer ratios and writes JSON under
+//! Prints medians, teapot/peer ratios and each target's per-round ratios to
+//! HAProxy (on this noisy a machine the paired figure moves less than the
+//! medians do), and writes JSON under
 //! `benches/results/`. Build both in release first:
 //! `cargo run --release -p teapot-benches --bin l4-report`.
 
@@ -76,6 +81,10 @@ struct Args {
     /// interleaved rounds: a before/after pair under the same conditions.
     #[arg(long)]
     teapot_base: Option<PathBuf>,
+    /// benches/examples/floor_l4 (`cargo build --release -p teapot-benches
+    /// --example floor_l4`): its tokio and epoll relays join the rounds.
+    #[arg(long)]
+    floor: Option<PathBuf>,
     #[arg(long, default_value = "haproxy")]
     haproxy: PathBuf,
     /// nginx, run with its `stream` module when it has one (Debian:
@@ -95,6 +104,12 @@ enum Target {
     TeapotBase,
     Haproxy,
     Nginx,
+    /// `--floor`, on tokio.
+    #[serde(rename = "floor_tokio")]
+    FloorTokio,
+    /// `--floor`, on its own epoll loop.
+    #[serde(rename = "floor_epoll")]
+    FloorEpoll,
 }
 
 /// The backend's counters.
@@ -176,6 +191,7 @@ struct Proxies {
     fronts: Vec<Front>,
     teapot: Child,
     teapot_base: Option<Child>,
+    floors: Vec<Child>,
     haproxy: Peer,
     nginx: Option<Peer>,
     /// Why nginx is not measured, when it is not.
@@ -282,6 +298,26 @@ stream {{
             (None, Some(why))
         }
     };
+    let mut floors = Vec::new();
+    if let Some(bin) = &args.floor {
+        for (target, mode) in [(Target::FloorTokio, "tokio"), (Target::FloorEpoll, "epoll")] {
+            let (f_sink, f_ping) = (free_port()?, free_port()?);
+            let child = Command::new(bin)
+                .arg(mode)
+                .arg(format!("127.0.0.1:{f_sink}={sink}"))
+                .arg(format!("127.0.0.1:{f_ping}={ping}"))
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("starting {} (see --floor)", bin.display()))?;
+            fronts.push(Front {
+                target,
+                sink: f_sink,
+                ping: f_ping,
+                pid: child.id().context("the floor exited at start")?,
+            });
+            floors.push(child);
+        }
+    }
     for f in &fronts {
         wait_port(f.sink).await?;
         wait_port(f.ping).await?;
@@ -290,6 +326,7 @@ stream {{
         fronts,
         teapot,
         teapot_base,
+        floors,
         haproxy,
         nginx,
         nginx_missing,
@@ -519,6 +556,9 @@ struct Medians {
     cpu_us_per_connection: f64,
     idle: Option<Idle>,
     teapot_over_this: BTreeMap<&'static str, f64>,
+    /// The median over rounds of this target's figure over HAProxy's in
+    /// the same round (below 1 for CPU: cheaper than HAProxy).
+    per_round_over_haproxy: BTreeMap<&'static str, f64>,
 }
 
 #[derive(Serialize)]
@@ -537,6 +577,29 @@ struct Report {
     medians: BTreeMap<Target, Medians>,
     samples: Vec<Sample>,
     note: &'static str,
+}
+
+/// Per round, `target`'s connection rate and CPU per connection over
+/// HAProxy's in the same round; the medians of those ratios.
+fn per_round_over_haproxy(samples: &[Sample], target: Target) -> BTreeMap<&'static str, f64> {
+    let haproxy: BTreeMap<usize, &Sample> = samples
+        .iter()
+        .filter(|s| s.target == Target::Haproxy)
+        .map(|s| (s.round, s))
+        .collect();
+    let pairs: Vec<(&Sample, &Sample)> = samples
+        .iter()
+        .filter(|s| s.target == target)
+        .filter_map(|s| Some((s, *haproxy.get(&s.round)?)))
+        .collect();
+    if pairs.is_empty() {
+        return BTreeMap::new();
+    }
+    let ratio = |f: fn(&Sample) -> f64| median(pairs.iter().map(|(t, h)| f(t) / f(h)));
+    BTreeMap::from([
+        ("connections_per_s", ratio(|s| s.connections_per_s)),
+        ("cpu_us_per_connection", ratio(|s| s.cpu_us_per_connection)),
+    ])
 }
 
 fn load_average() -> String {
@@ -616,6 +679,7 @@ async fn run(
                     cpu_us_per_connection: pick(f.target, |s| s.cpu_us_per_connection),
                     idle: idles.remove(&f.target),
                     teapot_over_this: BTreeMap::new(),
+                    per_round_over_haproxy: per_round_over_haproxy(&samples, f.target),
                 },
             )
         })
@@ -642,17 +706,20 @@ async fn run(
     }
     println!();
     println!(
-        "{:<10} {:>10} {:>14} {:>14} {:>14}",
-        "", "MB/s", "connections/s", "µs CPU/conn", "KiB/idle conn"
+        "{:<11} {:>10} {:>14} {:>14} {:>14} {:>22}",
+        "", "MB/s", "connections/s", "µs CPU/conn", "KiB/idle conn", "per round /HAProxy"
     );
     for (target, m) in &medians {
+        let paired = |k| m.per_round_over_haproxy.get(k).copied().unwrap_or(f64::NAN);
         println!(
-            "{:<10} {:>10.0} {:>14.0} {:>14.1} {:>14.2}",
+            "{:<11} {:>10.0} {:>14.0} {:>14.1} {:>14.2} {:>9.2}x rate {:.2}x CPU",
             format!("{target:?}"),
             m.bytes_per_s / 1e6,
             m.connections_per_s,
             m.cpu_us_per_connection,
             m.idle.as_ref().map_or(f64::NAN, |i| i.kib_per_conn),
+            paired("connections_per_s"),
+            paired("cpu_us_per_connection"),
         );
     }
     let report = Report {
@@ -691,6 +758,9 @@ async fn run(
     let _ = proxies.teapot.kill().await;
     if let Some(base) = proxies.teapot_base.as_mut() {
         let _ = base.kill().await;
+    }
+    for floor in &mut proxies.floors {
+        let _ = floor.kill().await;
     }
     proxies.haproxy.stop().await;
     if let Some(nginx) = proxies.nginx.take() {
