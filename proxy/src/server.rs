@@ -484,7 +484,7 @@ pub async fn run(
     };
 
     // After the first reload, so the first table is there to bind.
-    let l4_service = l4.spawn();
+    let l4_service = l4.spawn(threads)?;
 
     let mut acme_task = acme.map(|acme| {
         let recompile = reloader.recompile();

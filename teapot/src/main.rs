@@ -54,8 +54,8 @@ struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TEAPOT_LOG_FORMAT")]
     log_format: LogFormat,
     /// Threads: the async runtime's workers, and for `proxy` and `demo`
-    /// also the serving threads, each with its own listening socket
-    /// (0: one per core).
+    /// also the serving threads and the L4 TCP event loops, each with its
+    /// own listening sockets (0: one per core).
     #[arg(long, global = true, default_value_t = 0, env = "TEAPOT_THREADS")]
     threads: usize,
     #[command(subcommand)]

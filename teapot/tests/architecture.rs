@@ -234,6 +234,27 @@ fn plane_does_not_import_loops() {
     assert!(wrong.is_empty(), "wrong-way imports:\n{}", wrong.join("\n"));
 }
 
+/// The L4 TCP data path runs on event loops of its own, off the async
+/// runtime (docs/decisions.md, "The L4 TCP data path on event loops of its
+/// own"): its code outside the tests names no tokio item, so nothing on a
+/// connection's path goes back through tokio's reactor or scheduler.
+#[test]
+fn the_l4_tcp_data_path_does_not_use_the_async_runtime() {
+    let path = root().join("proxy/src/plane/l4/tcp.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let wrong: Vec<String> = code
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let line = line.trim_start();
+            !line.starts_with("//") && line.contains("tokio")
+        })
+        .map(|(n, line)| format!("{}:{}: {}", path.display(), n + 1, line.trim()))
+        .collect();
+    assert!(wrong.is_empty(), "tokio on the L4 TCP path:\n{}", wrong.join("\n"));
+}
+
 /// A source file's module path inside its crate: `plane/h2.rs` ->
 /// `["plane", "h2"]`, `plane/mod.rs` -> `["plane"]`, `lib.rs` -> `[]`.
 fn module_of(src: &Path, file: &Path) -> Vec<String> {

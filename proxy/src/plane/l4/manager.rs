@@ -1,25 +1,29 @@
 //! The listener manager: makes the bound sockets follow the published
 //! [`L4Table`].
 //!
-//! Each listener task owns its socket and a `watch` receiver of its
-//! [`Route`]. A new table sends unchanged listeners their new route (no
-//! rebind, endpoints take effect for the next connection or flow); a
-//! listener missing from the table has its sender dropped, which closes it
-//! and starts the drain of its connections. Binds that fail (address not on
-//! this host yet, port in use) are retried every `bind_retry`.
+//! Each listener has a task holding a `watch` receiver of its [`Route`]: a
+//! UDP listener's task owns its socket and serves it; a TCP listener's
+//! passes the route on to the event loops (`tcp`), which own its
+//! sockets, one per loop. A new table sends unchanged listeners their new
+//! route (no rebind, endpoints take effect for the next connection or
+//! flow); a listener missing from the table has its sender dropped, which
+//! closes it and starts the drain of its connections. Binds that fail
+//! (address not on this host yet, port in use) are retried every
+//! `bind_retry`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket, UdpSocket};
+use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::L4;
 use super::health::HealthChecks;
+use super::tcp::Loops;
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::{L4Table, Route};
 
@@ -39,11 +43,16 @@ pub struct L4Service {
     stop: watch::Sender<bool>,
     kill: watch::Sender<bool>,
     ctx: Arc<Context>,
+    loops: Arc<Loops>,
     task: JoinHandle<()>,
 }
 
 impl L4Service {
-    pub(super) fn spawn(l4: Arc<L4>, tables: watch::Receiver<Arc<L4Table>>) -> L4Service {
+    pub(super) fn spawn(
+        l4: Arc<L4>,
+        tables: watch::Receiver<Arc<L4Table>>,
+        threads: usize,
+    ) -> std::io::Result<L4Service> {
         let (stop, stop_rx) = watch::channel(false);
         let (kill, kill_rx) = watch::channel(false);
         let ctx = Arc::new(Context {
@@ -53,20 +62,23 @@ impl L4Service {
             kill: kill_rx,
             nodes: Arc::default(),
         });
+        let loops = Arc::new(Loops::start(threads, &ctx)?);
         let manager = Manager {
             l4,
             ctx: ctx.clone(),
+            loops: loops.clone(),
             bound: BTreeMap::new(),
             failed: BTreeSet::new(),
             health: HealthChecks::default(),
         };
         let task = tokio::spawn(manager.run(tables, stop_rx));
-        L4Service {
+        Ok(L4Service {
             stop,
             kill,
             ctx,
+            loops,
             task,
-        }
+        })
     }
 
     /// Connections and flows alive.
@@ -90,7 +102,9 @@ impl L4Service {
             );
         }
         let _ = self.kill.send(true);
-        // The killed connections end at their next poll; waiting (briefly)
+        // TCP connections end at once, their lines queued for the log.
+        self.loops.kill();
+        // The killed flows end at their next poll; waiting (briefly)
         // for them puts their access-log lines in the queue before the
         // server drains it, instead of losing them with the runtime.
         let killed = Instant::now() + Duration::from_millis(500);
@@ -103,6 +117,7 @@ impl L4Service {
 struct Manager {
     l4: Arc<L4>,
     ctx: Arc<Context>,
+    loops: Arc<Loops>,
     bound: BTreeMap<ListenerKey, Bound>,
     /// In the table but not bound; retried.
     failed: BTreeSet<ListenerKey>,
@@ -202,8 +217,11 @@ impl Manager {
         let ctx = self.ctx.clone();
         let task = match key.protocol {
             Protocol::Tcp => {
-                let listener = bind_tcp(addr)?;
-                tokio::spawn(super::tcp::serve(listener, key, rx, ctx))
+                let sockets = bind_tcp(addr, self.loops.len())?;
+                drop(ctx);
+                let loops = self.loops.clone();
+                loops.listen(key, sockets, &rx.borrow());
+                tokio::spawn(follow_route(key, rx, loops))
             }
             Protocol::Udp => {
                 let socket = bind_udp(addr)?;
@@ -214,19 +232,42 @@ impl Manager {
     }
 }
 
-fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    // A restart must not wait for TIME_WAIT of the previous process.
-    socket.set_reuseaddr(true)?;
-    // Relayed bytes go out at once; every accepted socket inherits it
-    // (Linux copies it from the listener), one system call fewer each.
-    socket.set_nodelay(true)?;
-    socket.bind(addr)?;
-    socket.listen(BACKLOG)
+/// Passes a TCP listener's route changes on to the event loops; its end
+/// (the sender dropped) closes the listener there.
+async fn follow_route(key: ListenerKey, mut rx: watch::Receiver<Arc<Route>>, loops: Arc<Loops>) {
+    while rx.changed().await.is_ok() {
+        let route = rx.borrow_and_update().clone();
+        loops.route(key, &route);
+    }
+    loops.close(key);
+}
+
+/// One listening socket per event loop, all on `addr` (`SO_REUSEPORT`:
+/// the kernel spreads new connections over them). The first bind proves
+/// the address is free before the others join it.
+fn bind_tcp(
+    addr: std::net::SocketAddr,
+    loops: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    (0..loops.max(1))
+        .map(|_| {
+            let socket = socket2::Socket::new(
+                socket2::Domain::for_address(addr),
+                socket2::Type::STREAM.nonblocking(),
+                Some(socket2::Protocol::TCP),
+            )?;
+            // A restart must not wait for TIME_WAIT of the previous process.
+            socket.set_reuse_address(true)?;
+            socket.set_reuse_port(true)?;
+            // Relayed bytes go out at once; every accepted socket inherits
+            // it (Linux copies it from the listener), one system call
+            // fewer each.
+            socket.set_tcp_nodelay(true)?;
+            socket.bind(&addr.into())?;
+            socket.listen(BACKLOG as i32)?;
+            Ok(socket.into())
+        })
+        .collect()
 }
 
 fn bind_udp(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {

@@ -14,16 +14,15 @@
 //!
 //! Layout:
 //! - [`manager`]: listener reconciliation, bind retries, shutdown.
-//! - [`tcp`]: accept, connect with retry, PROXY v2, half-close relay,
-//!   idle and drain timeouts.
+//! - [`tcp`]: the TCP data path on event loops of its own (one per serving
+//!   thread): accept, connect with retry, PROXY v2, half-close relay, idle
+//!   and drain timeouts.
 //! - [`udp`]: per-client flows with their own upstream socket, bounded
 //!   flow table.
 //! - [`health`]: active TCP checks feeding [`crate::compile::upstream`] ejection.
 //! - [`proxy_protocol`]: the PROXY v2 header.
 //! - [`sni`]: the server name of a ClientHello, for TLS passthrough
 //!   listeners of Gateways (the route is chosen by it).
-//! - `woken`: a future polled only after its own wake, for the relay's
-//!   rarely firing branches.
 
 pub mod context;
 pub mod health;
@@ -32,7 +31,6 @@ pub mod proxy_protocol;
 pub mod sni;
 pub mod tcp;
 pub mod udp;
-mod woken;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -278,8 +276,10 @@ impl L4 {
     }
 
     /// Starts the manager: listeners follow every published table until
-    /// [`manager::L4Service::shutdown`].
-    pub fn spawn(self: &Arc<Self>) -> manager::L4Service {
-        manager::L4Service::spawn(self.clone(), self.tables.subscribe())
+    /// [`manager::L4Service::shutdown`]. TCP connections are served by
+    /// `threads` event loops of their own (`event_loop`), one per serving
+    /// thread.
+    pub fn spawn(self: &Arc<Self>, threads: usize) -> std::io::Result<manager::L4Service> {
+        manager::L4Service::spawn(self.clone(), self.tables.subscribe(), threads)
     }
 }
