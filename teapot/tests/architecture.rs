@@ -252,7 +252,11 @@ fn the_l4_tcp_data_path_does_not_use_the_async_runtime() {
         })
         .map(|(n, line)| format!("{}:{}: {}", path.display(), n + 1, line.trim()))
         .collect();
-    assert!(wrong.is_empty(), "tokio on the L4 TCP path:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "tokio on the L4 TCP path:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// A source file's module path inside its crate: `plane/h2.rs` ->
