@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::L4;
 use super::health::HealthChecks;
-use super::tcp::Loops;
+use super::tcp::{ListenerId, Loops};
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::{L4Table, Route};
 
@@ -220,8 +220,8 @@ impl Manager {
                 let sockets = bind_tcp(addr, self.loops.len())?;
                 drop(ctx);
                 let loops = self.loops.clone();
-                loops.listen(key, sockets, &rx.borrow());
-                tokio::spawn(follow_route(key, rx, loops))
+                let id = loops.listen(key, sockets, &rx.borrow());
+                tokio::spawn(follow_route(id, rx, loops))
             }
             Protocol::Udp => {
                 let socket = bind_udp(addr)?;
@@ -234,12 +234,12 @@ impl Manager {
 
 /// Passes a TCP listener's route changes on to the event loops; its end
 /// (the sender dropped) closes the listener there.
-async fn follow_route(key: ListenerKey, mut rx: watch::Receiver<Arc<Route>>, loops: Arc<Loops>) {
+async fn follow_route(id: ListenerId, mut rx: watch::Receiver<Arc<Route>>, loops: Arc<Loops>) {
     while rx.changed().await.is_ok() {
         let route = rx.borrow_and_update().clone();
-        loops.route(key, &route);
+        loops.route(id, &route);
     }
-    loops.close(key);
+    loops.close(id);
 }
 
 /// One listening socket per event loop, all on `addr` (`SO_REUSEPORT`:

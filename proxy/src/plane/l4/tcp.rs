@@ -55,19 +55,26 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// A connection whose listener has closed.
 const NO_LISTENER: usize = usize::MAX;
 
+/// A listener the loops serve. Not its key: a Service removed and added
+/// again binds a new listener on the same key while the old one's close is
+/// still on its way, and the close must not reach the new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ListenerId(u64);
+
 /// What the listener manager tells a loop.
 pub(super) enum Command {
     /// Serve `socket` (this loop's own socket for the listener).
     Listen {
+        id: ListenerId,
         key: ListenerKey,
         socket: std::net::TcpListener,
         route: Arc<Route>,
     },
     /// The listener's route changed: new connections use it; connections
     /// to an endpoint no longer in it drain.
-    Route { key: ListenerKey, route: Arc<Route> },
+    Route { id: ListenerId, route: Arc<Route> },
     /// Stop accepting; the listener's connections drain.
-    Close { key: ListenerKey },
+    Close { id: ListenerId },
     /// End every connection now and stop.
     Kill,
 }
@@ -75,6 +82,7 @@ pub(super) enum Command {
 /// The event-loop threads of the TCP data path.
 pub(super) struct Loops {
     loops: Vec<Handle>,
+    next_id: std::sync::atomic::AtomicU64,
 }
 
 struct Handle {
@@ -108,7 +116,10 @@ impl Loops {
                 thread: std::sync::Mutex::new(Some(thread)),
             });
         }
-        Ok(Loops { loops })
+        Ok(Loops {
+            loops,
+            next_id: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     /// How many sockets a listener needs: one per loop.
@@ -122,28 +133,34 @@ impl Loops {
         key: ListenerKey,
         sockets: Vec<std::net::TcpListener>,
         route: &Arc<Route>,
-    ) {
+    ) -> ListenerId {
+        let id = ListenerId(
+            self.next_id
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        );
         for (handle, socket) in self.loops.iter().zip(sockets) {
             handle.send(Command::Listen {
+                id,
                 key,
                 socket,
                 route: route.clone(),
             });
         }
+        id
     }
 
-    pub fn route(&self, key: ListenerKey, route: &Arc<Route>) {
+    pub fn route(&self, id: ListenerId, route: &Arc<Route>) {
         for handle in &self.loops {
             handle.send(Command::Route {
-                key,
+                id,
                 route: route.clone(),
             });
         }
     }
 
-    pub fn close(&self, key: ListenerKey) {
+    pub fn close(&self, id: ListenerId) {
         for handle in &self.loops {
-            handle.send(Command::Close { key });
+            handle.send(Command::Close { id });
         }
     }
 
@@ -366,7 +383,7 @@ struct EventLoop {
     commands: mpsc::Receiver<Command>,
     ctx: Arc<Context>,
     listeners: Slab<Listening>,
-    by_key: std::collections::HashMap<ListenerKey, usize>,
+    by_id: std::collections::HashMap<ListenerId, usize>,
     /// Listeners backing off after a failed accept.
     retrying: usize,
     /// Listeners with connections waiting, accepted after the turn's
@@ -389,7 +406,7 @@ impl EventLoop {
             commands,
             ctx,
             listeners: Slab::new(),
-            by_key: std::collections::HashMap::new(),
+            by_id: std::collections::HashMap::new(),
             retrying: 0,
             to_accept: Vec::new(),
             conns: Slab::new(),
@@ -456,9 +473,14 @@ impl EventLoop {
     fn take_commands(&mut self) -> bool {
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::Listen { key, socket, route } => self.listen(key, socket, route),
-                Command::Route { key, route } => self.route(key, route),
-                Command::Close { key } => self.close(key),
+                Command::Listen {
+                    id,
+                    key,
+                    socket,
+                    route,
+                } => self.listen(id, key, socket, route),
+                Command::Route { id, route } => self.route(id, route),
+                Command::Close { id } => self.close(id),
                 Command::Kill => {
                     self.end_all(|| End::Killed);
                     return false;
@@ -468,7 +490,13 @@ impl EventLoop {
         true
     }
 
-    fn listen(&mut self, key: ListenerKey, socket: std::net::TcpListener, route: Arc<Route>) {
+    fn listen(
+        &mut self,
+        id: ListenerId,
+        key: ListenerKey,
+        socket: std::net::TcpListener,
+        route: Arc<Route>,
+    ) {
         let mut socket = TcpListener::from_std(socket);
         let slot = self.listeners.vacant_entry();
         let token = Token(LISTENERS + slot.key());
@@ -481,7 +509,7 @@ impl EventLoop {
             return;
         }
         let series = ServiceSeries::of(&route, &self.ctx.metrics);
-        self.by_key.insert(key, slot.key());
+        self.by_id.insert(id, slot.key());
         slot.insert(Listening {
             key,
             socket,
@@ -493,12 +521,8 @@ impl EventLoop {
         });
     }
 
-    fn listener_slot(&self, key: ListenerKey) -> Option<usize> {
-        self.by_key.get(&key).copied()
-    }
-
-    fn route(&mut self, key: ListenerKey, route: Arc<Route>) {
-        let Some(slot) = self.listener_slot(key) else {
+    fn route(&mut self, id: ListenerId, route: Arc<Route>) {
+        let Some(&slot) = self.by_id.get(&id) else {
             return;
         };
         let l = &mut self.listeners[slot];
@@ -534,13 +558,13 @@ impl EventLoop {
         }
     }
 
-    fn close(&mut self, key: ListenerKey) {
-        let Some(slot) = self.listener_slot(key) else {
+    fn close(&mut self, id: ListenerId) {
+        let Some(slot) = self.by_id.remove(&id) else {
             return;
         };
         // Dropped, not deregistered: the close takes it out of epoll.
         let l = self.listeners.remove(slot);
-        self.by_key.remove(&key);
+        let key = l.key;
         if l.retry_at.is_some() {
             self.retrying -= 1;
         }
@@ -1241,16 +1265,25 @@ mod tests {
 
     /// A listener served by `loops`, its address.
     fn serve(loops: &Loops, route: &Arc<Route>) -> SocketAddr {
+        serve_as(loops, route, None).0
+    }
+
+    /// A listener served by `loops` under `key` (its own address's when
+    /// none): its address and id.
+    fn serve_as(
+        loops: &Loops,
+        route: &Arc<Route>,
+        key: Option<ListenerKey>,
+    ) -> (SocketAddr, ListenerId) {
         let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         socket.set_nonblocking(true).unwrap();
         let addr = socket.local_addr().unwrap();
-        let key = ListenerKey {
+        let key = key.unwrap_or(ListenerKey {
             addr: addr.ip(),
             port: addr.port(),
             protocol: Protocol::Tcp,
-        };
-        loops.listen(key, vec![socket], route);
-        addr
+        });
+        (addr, loops.listen(key, vec![socket], route))
     }
 
     async fn exchange(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
@@ -1339,6 +1372,35 @@ mod tests {
         busy.write_all(b"y").await.unwrap();
         busy.read_exact(&mut byte).await.unwrap();
         assert_eq!(&byte, b"y");
+    }
+
+    #[tokio::test]
+    async fn a_late_close_of_a_listener_does_not_reach_the_next_one_on_its_key() {
+        let backend = echo(Duration::ZERO).await;
+        let (ctx, _kill) = context(L4Config::default());
+        let loops = Loops::start(1, &ctx).unwrap();
+        let route = route(&[backend], Duration::from_secs(60));
+        let key = ListenerKey {
+            addr: std::net::Ipv4Addr::LOCALHOST.into(),
+            port: 1,
+            protocol: Protocol::Tcp,
+        };
+        // A Service removed and added again: the new listener is bound
+        // before the old one's close arrives.
+        let (old, old_id) = serve_as(&loops, &route, Some(key));
+        let (new, _) = serve_as(&loops, &route, Some(key));
+        loops.close(old_id);
+        assert_eq!(exchange(new, b"still").await, b"still".to_vec());
+        let refused = tokio::time::timeout(Duration::from_secs(2), async {
+            loop {
+                match tokio::net::TcpStream::connect(old).await {
+                    Err(_) => return,
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                }
+            }
+        })
+        .await;
+        assert!(refused.is_ok(), "the old listener closed");
     }
 
     #[tokio::test]
