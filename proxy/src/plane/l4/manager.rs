@@ -243,8 +243,10 @@ async fn follow_route(id: ListenerId, mut rx: watch::Receiver<Arc<Route>>, loops
 }
 
 /// One listening socket per event loop, all on `addr` (`SO_REUSEPORT`:
-/// the kernel spreads new connections over them). The first bind proves
-/// the address is free before the others join it.
+/// the kernel spreads new connections over them). A bind still fails on
+/// an address another program holds without `SO_REUSEPORT`; the sockets of
+/// a listener closed a moment ago may still be open beside new ones, and
+/// then share its first connections.
 fn bind_tcp(
     addr: std::net::SocketAddr,
     loops: usize,
