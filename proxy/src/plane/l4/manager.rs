@@ -27,9 +27,6 @@ use super::tcp::{ListenerId, Loops};
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::{L4Table, Route};
 
-/// Accept backlog of TCP listeners.
-const BACKLOG: u32 = 1024;
-
 use super::context::Context;
 
 struct Bound {
@@ -214,18 +211,16 @@ impl Manager {
     fn bind(&self, key: ListenerKey, route: Arc<Route>) -> std::io::Result<Bound> {
         let addr = key.socket_addr();
         let (tx, rx) = watch::channel(route);
-        let ctx = self.ctx.clone();
         let task = match key.protocol {
             Protocol::Tcp => {
-                let sockets = bind_tcp(addr, self.loops.len())?;
-                drop(ctx);
+                let sockets = super::tcp::bind(addr, self.loops.len())?;
                 let loops = self.loops.clone();
                 let id = loops.listen(key, sockets, &rx.borrow());
                 tokio::spawn(follow_route(id, rx, loops))
             }
             Protocol::Udp => {
                 let socket = bind_udp(addr)?;
-                tokio::spawn(super::udp::serve(socket, key, rx, ctx))
+                tokio::spawn(super::udp::serve(socket, key, rx, self.ctx.clone()))
             }
         };
         Ok(Bound { route: tx, task })
@@ -240,36 +235,6 @@ async fn follow_route(id: ListenerId, mut rx: watch::Receiver<Arc<Route>>, loops
         loops.route(id, &route);
     }
     loops.close(id);
-}
-
-/// One listening socket per event loop, all on `addr` (`SO_REUSEPORT`:
-/// the kernel spreads new connections over them). A bind still fails on
-/// an address another program holds without `SO_REUSEPORT`; the sockets of
-/// a listener closed a moment ago may still be open beside new ones, and
-/// then share its first connections.
-fn bind_tcp(
-    addr: std::net::SocketAddr,
-    loops: usize,
-) -> std::io::Result<Vec<std::net::TcpListener>> {
-    (0..loops.max(1))
-        .map(|_| {
-            let socket = socket2::Socket::new(
-                socket2::Domain::for_address(addr),
-                socket2::Type::STREAM.nonblocking(),
-                Some(socket2::Protocol::TCP),
-            )?;
-            // A restart must not wait for TIME_WAIT of the previous process.
-            socket.set_reuse_address(true)?;
-            socket.set_reuse_port(true)?;
-            // Relayed bytes go out at once; every accepted socket inherits
-            // it (Linux copies it from the listener), one system call
-            // fewer each.
-            socket.set_tcp_nodelay(true)?;
-            socket.bind(&addr.into())?;
-            socket.listen(BACKLOG as i32)?;
-            Ok(socket.into())
-        })
-        .collect()
 }
 
 fn bind_udp(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {

@@ -6,10 +6,9 @@
 //! Why not tasks on tokio: a bare relay on tokio costs 1.07x HAProxy's CPU
 //! per connection and the same relay on its own epoll loop 0.91x
 //! (`l4-report --floor`, benches/l4.md). The reactor is the difference: a
-//! task is woken through the scheduler for every readiness event, each
-//! socket is removed from epoll before its close, and both directions'
-//! interest is registered up front. Here an event is handled where it
-//! arrives, a socket is closed without `EPOLL_CTL_DEL` (the close removes
+//! task is woken through the scheduler for every readiness event, and each
+//! socket is removed from epoll before its close. Here an event is handled
+//! where it arrives, a socket is closed without `EPOLL_CTL_DEL` (the close removes
 //! it), reads go into one buffer per loop and only bytes a socket did not
 //! take are kept per connection.
 //!
@@ -44,6 +43,9 @@ use crate::plane::access_log::Entry;
 /// The read buffer each loop shares among its connections: large enough
 /// for bulk transfers to move in few system calls.
 const BUFFER: usize = 32 * 1024;
+
+// A ClientHello is read through the same buffer, up to its bound.
+const _: () = assert!(MAX_READ <= BUFFER);
 
 /// Tokens: the waker, then listeners, then two per connection.
 const WAKER: Token = Token(usize::MAX);
@@ -275,19 +277,23 @@ enum Phase {
         bytes: Vec<u8>,
         by: Instant,
     },
-    /// A connect under way to `endpoint`; `preface` goes out first once it
-    /// is up (the PROXY header, a passthrough ClientHello).
-    Connecting {
-        endpoint: Arc<Endpoint>,
-        upstream: Arc<Upstream>,
-        tried: Tried,
-        attempts: u32,
-        by: Instant,
-        preface: Vec<u8>,
-    },
+    Connecting(Connecting),
     Relay {
         endpoint: SocketAddr,
     },
+}
+
+/// A connect under way to `endpoint`; `preface` goes out first once it is
+/// up (the PROXY header, then a passthrough ClientHello of `hello` bytes,
+/// counted as relayed once it is handed over).
+struct Connecting {
+    endpoint: Arc<Endpoint>,
+    upstream: Arc<Upstream>,
+    tried: Tried,
+    attempts: u32,
+    by: Instant,
+    preface: Vec<u8>,
+    hello: usize,
 }
 
 /// How a connection ended.
@@ -298,7 +304,8 @@ enum End {
     Drained,
     Killed,
     NoRoute,
-    BadRequest(&'static str),
+    /// No usable ClientHello within the bounds.
+    BadRequest,
     InvalidBackend,
     NoEndpoint,
     /// A read or write on this side failed (or it was reset): the other
@@ -327,9 +334,24 @@ struct Conn {
 }
 
 impl Conn {
+    /// The connect under way, taken out of the phase, which the caller
+    /// sets next (a relay, or the next connect).
+    fn take_connecting(&mut self) -> Option<Connecting> {
+        let placeholder = Phase::Relay {
+            endpoint: SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        match std::mem::replace(&mut self.phase, placeholder) {
+            Phase::Connecting(c) => Some(c),
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
     fn deadline(&self) -> Instant {
         match &self.phase {
-            Phase::Hello { by, .. } | Phase::Connecting { by, .. } => *by,
+            Phase::Hello { by, .. } | Phase::Connecting(Connecting { by, .. }) => *by,
             Phase::Relay { .. } => {
                 let idle = self.last_active + self.route.options.tcp_idle_timeout;
                 self.drain_by.map_or(idle, |d| d.min(idle))
@@ -425,7 +447,7 @@ impl EventLoop {
                 && e.kind() != ErrorKind::Interrupted
             {
                 tracing::error!(error = %e, "L4 event loop failed");
-                self.end_all(|| End::Killed);
+                self.kill_all();
                 return;
             }
             // One clock read per turn stamps every event of the turn.
@@ -482,7 +504,7 @@ impl EventLoop {
                 Command::Route { id, route } => self.route(id, route),
                 Command::Close { id } => self.close(id),
                 Command::Kill => {
-                    self.end_all(|| End::Killed);
+                    self.kill_all();
                     return false;
                 }
             }
@@ -709,14 +731,8 @@ impl EventLoop {
                 .unwrap_or_else(|| SocketAddr::new(conn.peer.ip(), 0));
             preface = header_v2(conn.peer, local, Protocol::Tcp);
         }
-        if !hello.is_empty() {
-            self.ctx.metrics.bytes_in.inc_by(hello.len() as u64);
-            let conn = &mut self.conns[slot];
-            conn.series.bytes_in.inc_by(hello.len() as u64);
-            conn.seen_in += hello.len() as u64;
-            preface.extend_from_slice(&hello);
-        }
-        self.connect(slot, upstream, Tried::default(), 0, preface);
+        preface.extend_from_slice(&hello);
+        self.connect(slot, upstream, Tried::default(), 0, preface, hello.len());
     }
 
     /// Starts a connect to the next endpoint that will take one; ends the
@@ -728,6 +744,7 @@ impl EventLoop {
         mut tried: Tried,
         mut attempts: u32,
         preface: Vec<u8>,
+        hello: usize,
     ) {
         let max = self.ctx.config.connect_attempts.max(1);
         while attempts < max {
@@ -753,14 +770,15 @@ impl EventLoop {
             let by = self.now + self.ctx.config.connect_timeout;
             let conn = &mut self.conns[slot];
             conn.sides[UPSTREAM] = Some(Side::new(socket));
-            conn.phase = Phase::Connecting {
+            conn.phase = Phase::Connecting(Connecting {
                 endpoint,
                 upstream,
                 tried,
                 attempts,
                 by,
                 preface,
-            };
+                hello,
+            });
             self.arm(slot);
             return;
         }
@@ -778,25 +796,11 @@ impl EventLoop {
     fn retry(&mut self, slot: usize, why: &std::io::Error) {
         let conn = &mut self.conns[slot];
         conn.sides[UPSTREAM] = None;
-        let phase = std::mem::replace(
-            &mut conn.phase,
-            Phase::Relay {
-                endpoint: SocketAddr::from(([0, 0, 0, 0], 0)),
-            },
-        );
-        let Phase::Connecting {
-            endpoint,
-            upstream,
-            tried,
-            attempts,
-            preface,
-            ..
-        } = phase
-        else {
+        let Some(c) = conn.take_connecting() else {
             return;
         };
-        self.connect_failed(&endpoint, why);
-        self.connect(slot, upstream, tried, attempts, preface);
+        self.connect_failed(&c.endpoint, why);
+        self.connect(slot, c.upstream, c.tried, c.attempts, c.preface, c.hello);
     }
 
     fn on_socket(&mut self, slot: usize, side: usize, event: &mio::event::Event) {
@@ -810,7 +814,7 @@ impl EventLoop {
         s.readable |= event.is_readable() || s.closing;
         s.writable |= event.is_writable() || event.is_write_closed() || event.is_error();
         let relaying = matches!(conn.phase, Phase::Relay { .. });
-        let connecting = matches!(conn.phase, Phase::Connecting { .. });
+        let connecting = matches!(conn.phase, Phase::Connecting(_));
         match (relaying, connecting) {
             (true, _) => self.drive(slot),
             (false, false) => {
@@ -873,46 +877,41 @@ impl EventLoop {
             if !client.readable {
                 return;
             }
-            let have = bytes.len();
-            bytes.resize(MAX_READ, 0);
-            match client.socket.read(&mut bytes[have..]) {
-                Ok(0) => {
-                    bytes.truncate(have);
-                    break "the client closed before its ClientHello ended".to_string();
-                }
-                Ok(n) => bytes.truncate(have + n),
+            // Through the loop's buffer, up to the bound: nothing is
+            // zero-filled per read.
+            let room = MAX_READ - bytes.len();
+            match client.socket.read(&mut self.buf[..room]) {
+                Ok(0) => break "the client closed before its ClientHello ended".to_string(),
+                Ok(n) => bytes.extend_from_slice(&self.buf[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    bytes.truncate(have);
                     client.readable = false;
                     return;
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => bytes.truncate(have),
-                Err(e) => {
-                    bytes.truncate(have);
-                    break e.to_string();
-                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break e.to_string(),
             }
         };
         tracing::debug!(service = %conn.route.service, client = %conn.peer, %why,
             "no ClientHello read; connection closed");
-        self.end(slot, End::BadRequest("bad_request"));
+        self.end(slot, End::BadRequest);
     }
 
     fn connected(&mut self, slot: usize) {
         let conn = &mut self.conns[slot];
-        let phase = std::mem::replace(
-            &mut conn.phase,
-            Phase::Relay {
-                endpoint: SocketAddr::from(([0, 0, 0, 0], 0)),
-            },
-        );
-        let Phase::Connecting {
-            endpoint, preface, ..
-        } = phase
+        let Some(Connecting {
+            endpoint,
+            preface,
+            hello,
+            ..
+        }) = conn.take_connecting()
         else {
             return;
         };
         endpoint.mark_healthy();
+        // A passthrough ClientHello counts as relayed once it is handed over.
+        self.ctx.metrics.bytes_in.inc_by(hello as u64);
+        conn.series.bytes_in.inc_by(hello as u64);
+        conn.seen_in += hello as u64;
         if let Some(line) = conn.line.as_mut() {
             line.entry.upstream = Some(endpoint.addr);
         }
@@ -995,24 +994,26 @@ impl EventLoop {
                         if n < self.buf.len() && !src.closing {
                             src.readable = false;
                         }
+                        // A short write or "would block" means the socket is
+                        // full until epoll says otherwise; an interrupted one
+                        // is sent again from `owed` on the next pass.
                         match dst.socket.write(&self.buf[..n]) {
-                            Ok(m) => dst.owed.extend_from_slice(&self.buf[m..n]),
-                            Err(e)
-                                if matches!(
-                                    e.kind(),
-                                    ErrorKind::WouldBlock | ErrorKind::Interrupted
-                                ) =>
-                            {
-                                dst.writable = e.kind() == ErrorKind::Interrupted && dst.writable;
+                            Ok(m) if m == n => {}
+                            Ok(m) => {
+                                dst.owed.extend_from_slice(&self.buf[m..n]);
+                                dst.writable = false;
+                            }
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                                dst.owed.extend_from_slice(&self.buf[..n]);
+                                dst.writable = false;
+                            }
+                            Err(e) if e.kind() == ErrorKind::Interrupted => {
                                 dst.owed.extend_from_slice(&self.buf[..n]);
                             }
                             Err(e) => {
                                 failed = Some((to, e));
                                 break;
                             }
-                        }
-                        if !dst.owed.is_empty() {
-                            dst.writable = false;
                         }
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => src.readable = false,
@@ -1076,9 +1077,9 @@ impl EventLoop {
                 Phase::Hello { .. } => {
                     tracing::debug!(service = %conn.route.service, client = %conn.peer,
                         "no complete ClientHello within the connect timeout; connection closed");
-                    self.end(slot, End::BadRequest("bad_request"));
+                    self.end(slot, End::BadRequest);
                 }
-                Phase::Connecting { endpoint, .. } => {
+                Phase::Connecting(Connecting { endpoint, .. }) => {
                     tracing::debug!(endpoint = %endpoint.addr, "L4 connect timed out; endpoint ejected");
                     self.retry(slot, &ErrorKind::TimedOut.into());
                 }
@@ -1105,10 +1106,10 @@ impl EventLoop {
         }
     }
 
-    fn end_all(&mut self, end: impl Fn() -> End) {
+    fn kill_all(&mut self) {
         let slots: Vec<usize> = self.conns.iter().map(|(slot, _)| slot).collect();
         for slot in slots {
-            self.end(slot, end());
+            self.end(slot, End::Killed);
         }
     }
 
@@ -1134,7 +1135,7 @@ impl EventLoop {
                 End::Drained => Some("drained"),
                 End::Killed => Some("shutdown"),
                 End::NoRoute => Some("no_route"),
-                End::BadRequest(reason) => Some(reason),
+                End::BadRequest => Some("bad_request"),
                 End::InvalidBackend => Some("invalid_backend"),
                 End::NoEndpoint => Some("no_endpoint"),
                 End::Aborted(..) => Some("connection_error"),
@@ -1142,7 +1143,7 @@ impl EventLoop {
         }
         let (service, peer) = (&conn.route.service, conn.peer);
         match &end {
-            End::Done | End::Killed | End::NoRoute | End::BadRequest(_) => {}
+            End::Done | End::Killed | End::NoRoute | End::BadRequest => {}
             End::Idle => {
                 tracing::debug!(service = %service, client = %peer, "L4 connection idle; closed")
             }
@@ -1185,17 +1186,46 @@ impl EventLoop {
     }
 }
 
-/// A socket for `addr`, its connect started: non-blocking, with
-/// `TCP_NODELAY` so relayed bytes go out at once. A loopback connect is
-/// often up before this returns; the loop learns either way from the
-/// socket turning writable.
-fn connect_started(addr: SocketAddr) -> std::io::Result<std::net::TcpStream> {
+/// Accept backlog of TCP listeners.
+const BACKLOG: i32 = 1024;
+
+/// A non-blocking TCP socket for `addr`'s family with `TCP_NODELAY`, so
+/// relayed bytes go out at once: every socket of the data path starts so.
+fn nodelay_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM.nonblocking(),
         Some(socket2::Protocol::TCP),
     )?;
     socket.set_tcp_nodelay(true)?;
+    Ok(socket)
+}
+
+/// One listening socket per event loop, all on `addr` (`SO_REUSEPORT`:
+/// the kernel spreads new connections over them). A bind still fails on
+/// an address another program holds without `SO_REUSEPORT`; the sockets of
+/// a listener closed a moment ago may still be open beside new ones, and
+/// then share its first connections. Accepted sockets inherit the
+/// listener's `TCP_NODELAY` (Linux copies it), one system call fewer each.
+pub(super) fn bind(addr: SocketAddr, loops: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    (0..loops.max(1))
+        .map(|_| {
+            let socket = nodelay_socket(addr)?;
+            // A restart must not wait for TIME_WAIT of the previous process.
+            socket.set_reuse_address(true)?;
+            socket.set_reuse_port(true)?;
+            socket.bind(&addr.into())?;
+            socket.listen(BACKLOG)?;
+            Ok(socket.into())
+        })
+        .collect()
+}
+
+/// A socket for `addr`, its connect started. A loopback connect is often
+/// up before this returns; the loop learns either way from the socket
+/// turning writable.
+fn connect_started(addr: SocketAddr) -> std::io::Result<std::net::TcpStream> {
+    let socket = nodelay_socket(addr)?;
     match socket.connect(&addr.into()) {
         Err(e) if e.raw_os_error() != Some(EINPROGRESS) => return Err(e),
         _ => {}
