@@ -74,7 +74,7 @@ pub use secret::{
     CA_SECRET_KEY, TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, is_ca_secret,
     secret_value, tls_secret_data,
 };
-pub use service::check_service;
+pub use service::{MAX_SOURCE_RANGES, check_service, source_ranges};
 pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};
 pub use tenant::check_tenant;
 
@@ -573,8 +573,7 @@ fn check_kind(
 ) -> (Vec<Violation>, Vec<String>) {
     let violations = match object {
         TenantObjectRef::Ingress(o) => {
-            let mut violations = check_ingress(ctx, namespace, o);
-            violations.extend(regexes::check_regexes(ctx, object));
+            let violations = check_ingress(ctx, namespace, o);
             let warnings = if violations.is_empty() {
                 pending_custom_hosts(ctx, o)
             } else {

@@ -1,5 +1,6 @@
 //! Service rules.
 
+use ipnet::{IpNet, Ipv4Net};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -20,11 +21,81 @@ pub(crate) const APP_PROTOCOLS: &[&str] = &[
     "kubernetes.io/wss",
 ];
 
+/// Most entries of one Service's `spec.loadBalancerSourceRanges`. Matching
+/// is a binary search, so the bound is on the object and the compile, not
+/// on the per-connection check: 64 covers an organisation's offices and
+/// VPN exits (AWS allows 60 rules per security group) while keeping one
+/// Service's set under 2 KiB on every listener of every replica.
+pub const MAX_SOURCE_RANGES: usize = 64;
+
+const SOURCE_RANGES: &str = "spec.loadBalancerSourceRanges";
+
+/// Reads `spec.loadBalancerSourceRanges` as the L4 plane enforces it: at
+/// most [`MAX_SOURCE_RANGES`] entries, each `ADDRESS/PREFIX` (IPv4 or
+/// IPv6; blanks around it ignored, as Kubernetes does), normalised: host
+/// bits cleared (`10.1.2.3/8` is `10.0.0.0/8`, as Kubernetes reads it) and
+/// an IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`) as the IPv4 network
+/// it names, since the plane compares an IPv4 client in IPv4 whatever the
+/// socket's family. Every bad entry is reported with its index; the count
+/// is checked before any entry is parsed.
+pub fn source_ranges(ranges: &[String]) -> Result<Vec<IpNet>, Vec<Violation>> {
+    if ranges.len() > MAX_SOURCE_RANGES {
+        return Err(vec![Violation::new(
+            SOURCE_RANGES,
+            format!(
+                "{} entries, more than {MAX_SOURCE_RANGES}: merge them into wider networks",
+                ranges.len()
+            ),
+        )]);
+    }
+    let mut nets = Vec::with_capacity(ranges.len());
+    let mut out = Vec::new();
+    for (i, text) in ranges.iter().enumerate() {
+        match source_range(text) {
+            Ok(net) => nets.push(net),
+            Err(why) => out.push(Violation::new(format!("{SOURCE_RANGES}[{i}]"), why)),
+        }
+    }
+    if out.is_empty() { Ok(nets) } else { Err(out) }
+}
+
+fn source_range(text: &str) -> Result<IpNet, String> {
+    let trimmed = text.trim();
+    let net: IpNet = match trimmed.parse() {
+        Ok(net) => net,
+        Err(_) if trimmed.parse::<std::net::IpAddr>().is_ok() => {
+            return Err(format!(
+                "{} is an address, not a network: write it with its prefix length (/32 or /128)",
+                quote(text)
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "{} is not an IPv4 or IPv6 network (ADDRESS/PREFIX, such as 192.0.2.0/24 or 2001:db8::/32)",
+                quote(text)
+            ));
+        }
+    };
+    Ok(match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => IpNet::V4(
+                Ipv4Net::new(v4, v6.prefix_len() - 96)
+                    .expect("a prefix of at most 32")
+                    .trunc(),
+            ),
+            None => net.trunc(),
+        },
+        _ => net.trunc(),
+    })
+}
+
 /// Checks a Service a tenant writes into `namespace`: no selector (its
 /// endpoints are the mirrored EndpointSlices), type `ClusterIP` or
 /// `LoadBalancer` of class `teapot.dev/lb` without node ports; no
-/// `ExternalName`, `NodePort`, `externalIPs` or `loadBalancerIP`; ports in
-/// range; Services and L4 listeners within the tenant's limits.
+/// `ExternalName`, `NodePort`, `externalIPs` or `loadBalancerIP`; source
+/// ranges only on a LoadBalancer Service, each a network, at most
+/// [`MAX_SOURCE_RANGES`]; ports in range; Services and L4 listeners within
+/// the tenant's limits.
 pub fn check_service(
     ctx: &PolicyContext<'_>,
     namespace: &str,
@@ -120,6 +191,25 @@ pub fn check_service(
             "spec.loadBalancerClass",
             "only a LoadBalancer Service has a loadBalancerClass",
         ));
+    }
+    let ranges = spec
+        .load_balancer_source_ranges
+        .as_deref()
+        .unwrap_or_default();
+    if !ranges.is_empty() {
+        if lb {
+            if let Err(v) = source_ranges(ranges) {
+                out.extend(v);
+            }
+        } else {
+            // Kubernetes refuses it too; on a ClusterIP copy (an Ingress
+            // backend) it would restrict nothing, and an access control
+            // that is admitted but not served is worse than a refusal.
+            out.push(Violation::new(
+                SOURCE_RANGES,
+                "only a LoadBalancer Service has source ranges: they restrict who reaches its L4 listeners",
+            ));
+        }
     }
     if spec.health_check_node_port.is_some_and(|p| p != 0) {
         out.push(Violation::new(
@@ -271,6 +361,74 @@ mod tests {
                 "spec.ports[3].protocol",
                 "spec.ports[4].appProtocol"
             ]
+        );
+    }
+
+    const LB: &str = "  type: LoadBalancer\n  loadBalancerClass: teapot.dev/lb\n  allocateLoadBalancerNodePorts: false\n  ports: [{port: 5432}]\n";
+
+    #[test]
+    fn source_ranges_are_networks_on_load_balancers_only() {
+        assert!(
+            check(&format!(
+                "{LB}  loadBalancerSourceRanges: [198.51.100.0/24, \" 2001:db8::/32 \"]\n"
+            ))
+            .is_empty()
+        );
+        let f = Fixture::new();
+        let v = check_service(
+            &f.ctx(),
+            NS,
+            &service(&format!(
+                "{LB}  loadBalancerSourceRanges: [10.0.0.0/8, 192.0.2.1, office, 10.0.0.0/33, \"\"]\n"
+            )),
+        );
+        assert_eq!(
+            fields(&v),
+            [
+                "spec.loadBalancerSourceRanges[1]",
+                "spec.loadBalancerSourceRanges[2]",
+                "spec.loadBalancerSourceRanges[3]",
+                "spec.loadBalancerSourceRanges[4]"
+            ]
+        );
+        assert!(v[0].message.contains("/32"), "{v:?}");
+        assert!(v[1].message.contains("\"office\""), "{v:?}");
+        // A ClusterIP Service would carry them to a copy nothing enforces
+        // them on.
+        assert_eq!(
+            check("  ports: [{port: 80}]\n  loadBalancerSourceRanges: [10.0.0.0/8]\n"),
+            ["spec.loadBalancerSourceRanges"]
+        );
+    }
+
+    #[test]
+    fn source_ranges_are_counted_before_they_are_parsed() {
+        let many: Vec<String> = (0..=MAX_SOURCE_RANGES)
+            .map(|i| format!("10.{i}.0.0/16"))
+            .collect();
+        let v = source_ranges(&many).unwrap_err();
+        assert_eq!(fields(&v), ["spec.loadBalancerSourceRanges"]);
+        assert!(v[0].message.contains("65 entries, more than 64"), "{v:?}");
+        // The count alone decides: a hostile list of garbage is not parsed
+        // entry by entry (one violation, not 65).
+        let garbage = vec!["x".repeat(1000); MAX_SOURCE_RANGES + 1];
+        assert_eq!(source_ranges(&garbage).unwrap_err().len(), 1);
+        assert_eq!(source_ranges(&many[..MAX_SOURCE_RANGES]).unwrap().len(), 64);
+    }
+
+    #[test]
+    fn source_ranges_are_normalised() {
+        let nets = source_ranges(&[
+            " 10.1.2.3/8".to_string(),
+            "::ffff:192.0.2.128/121".to_string(),
+            "2001:db8::1/32".to_string(),
+            "::ffff:0:0/96".to_string(),
+        ])
+        .unwrap();
+        let shown: Vec<String> = nets.iter().map(|n| n.to_string()).collect();
+        assert_eq!(
+            shown,
+            ["10.0.0.0/8", "192.0.2.128/25", "2001:db8::/32", "0.0.0.0/0"]
         );
     }
 
