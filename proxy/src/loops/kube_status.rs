@@ -508,11 +508,12 @@ fn add_gateway_condition(
 /// Condition types the L4 compile reports, and `Announced`; all of them
 /// are teapot's, so a type that disappeared from the report (announcement
 /// turned off) must disappear from the object.
-const L4_CONDITION_TYPES: [&str; 5] = [
+const L4_CONDITION_TYPES: [&str; 6] = [
     "Allocated",
     "PortsAllocated",
     "BackendsReady",
     "Configured",
+    crate::compile::l4::table::SOURCE_RANGES_ENFORCED,
     ANNOUNCED,
 ];
 

@@ -1,6 +1,7 @@
 //! The L4 part of the compile: which LoadBalancer Services are served, on
 //! which address ([`allocation`], a pure function of the previous holdings),
-//! and the table of listeners with their endpoints ([`table`]).
+//! and the table of listeners with their endpoints ([`table`]) and the
+//! clients each admits ([`ranges`]).
 //!
 //! Nothing here binds a socket or writes a file: the previous holdings come
 //! in as data and the new ones go out in the [`L4Compiled`] result; the
@@ -10,6 +11,7 @@
 pub mod allocation;
 pub mod gateway;
 pub mod pool;
+pub mod ranges;
 pub mod runtime;
 pub mod table;
 
@@ -22,6 +24,7 @@ use teapot_model::store::{NsName, Store};
 
 pub use allocation::Holding;
 pub use pool::{ListenerKey, Pool, Protocol};
+pub use ranges::SourceRanges;
 pub use runtime::Runtime;
 pub use table::{HealthOptions, L4Report, L4Table};
 

@@ -20,6 +20,7 @@ use teapot_api::policy::DEFAULT_MAX_LISTENERS;
 use super::L4Config;
 use super::allocation::{Claim, Outcome};
 use super::pool::{ListenerKey, Protocol};
+use super::ranges::SourceRanges;
 use super::runtime::{AppliedGeneration, LiveState, Runtime};
 use crate::compile::bind::TenantHosts;
 use crate::compile::condition::Condition;
@@ -52,6 +53,11 @@ impl Default for HealthOptions {
 /// Per-listener options, from annotations over the operator's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteOptions {
+    /// The clients the listener admits (`spec.loadBalancerSourceRanges`);
+    /// `None` admits everyone. Checked at accept (TCP, TLS passthrough
+    /// included) and before a UDP flow exists, so a refused client never
+    /// reaches an upstream connect or a flow slot.
+    pub source_ranges: Option<Arc<SourceRanges>>,
     pub proxy_protocol: bool,
     pub tcp_idle_timeout: Duration,
     pub udp_idle_timeout: Duration,
@@ -166,6 +172,9 @@ struct Candidate<'s> {
     options: RouteOptions,
     problems: Vec<String>,
     refused: Option<(&'static str, String)>,
+    /// Why `spec.loadBalancerSourceRanges` cannot be enforced (the
+    /// Service is then refused).
+    ranges_refused: Option<String>,
 }
 
 /// Builds the table, the report and the new holdings; allocates from
@@ -403,6 +412,11 @@ pub(super) fn build<'s>(
                 "NoReadyEndpoints",
             ));
         }
+        if let Some(c) =
+            source_ranges_condition(&c.options, c.ranges_refused.as_deref(), address.is_some())
+        {
+            conditions.push(c);
+        }
         if !c.problems.is_empty() {
             conditions.push(Condition::new(
                 "Configured",
@@ -458,6 +472,38 @@ pub(super) fn build<'s>(
         routes: attached.reports,
     };
     (table, report, holdings)
+}
+
+/// The condition type that says whether a Service's source ranges are
+/// enforced; present only when the Service has some.
+pub const SOURCE_RANGES_ENFORCED: &str = "SourceRangesEnforced";
+
+/// `served`: the Service has an address, so its listeners exist to
+/// enforce them on.
+fn source_ranges_condition(
+    options: &RouteOptions,
+    refused: Option<&str>,
+    served: bool,
+) -> Option<Condition> {
+    if let Some(why) = refused {
+        return Some(Condition::new(
+            SOURCE_RANGES_ENFORCED,
+            false,
+            "InvalidSourceRanges",
+            format!("{why}: the Service is not served rather than served to every client"),
+        ));
+    }
+    let ranges = options.source_ranges.as_ref().filter(|_| served)?;
+    let nets: Vec<String> = ranges.networks().iter().map(|n| n.to_string()).collect();
+    Some(Condition::new(
+        SOURCE_RANGES_ENFORCED,
+        true,
+        "Enforced",
+        format!(
+            "only clients in {} reach its listeners; others are refused at accept (TCP) or dropped (UDP)",
+            nets.join(", ")
+        ),
+    ))
 }
 
 fn age<'a>(c: &'a Candidate<'_>) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
@@ -519,6 +565,8 @@ fn gateway_candidate<'s>(
         ports,
         requested: None,
         options: RouteOptions {
+            // Gateway listeners have no source ranges in the Gateway API.
+            source_ranges: None,
             proxy_protocol: false,
             tcp_idle_timeout: config.tcp_idle_timeout,
             udp_idle_timeout: config.udp_idle_timeout,
@@ -526,6 +574,7 @@ fn gateway_candidate<'s>(
         },
         problems: Vec::new(),
         refused,
+        ranges_refused: None,
     }
 }
 
@@ -593,7 +642,23 @@ fn candidate<'s>(
         },
     };
     let hint = status_holding(service);
-    let options = route_options(config, service, &mut problems);
+    let mut options = route_options(config, service, &mut problems);
+    // A restriction that cannot be read is not served without: the
+    // Service gets no listener at all (the webhook refuses such a list for
+    // tenants; this holds for operator namespaces and older objects).
+    let mut ranges_refused = None;
+    match spec.and_then(|s| s.load_balancer_source_ranges.as_deref()) {
+        None | Some([]) => {}
+        Some(list) => match teapot_api::policy::source_ranges(list) {
+            Ok(nets) => options.source_ranges = Some(Arc::new(SourceRanges::new(nets))),
+            Err(violations) => {
+                let why: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
+                let why = why.join("; ");
+                ranges_refused = Some(why.clone());
+                refused = Some(("InvalidSourceRanges", why));
+            }
+        },
+    }
     Candidate {
         id,
         owner: Owner::Service,
@@ -607,6 +672,7 @@ fn candidate<'s>(
         options,
         problems,
         refused,
+        ranges_refused,
     }
 }
 
@@ -644,6 +710,7 @@ fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
 /// reported (the webhook refuses it for tenants before it gets here).
 fn route_options(config: &L4Config, service: &Service, problems: &mut Vec<String>) -> RouteOptions {
     let mut o = RouteOptions {
+        source_ranges: None,
         proxy_protocol: false,
         tcp_idle_timeout: config.tcp_idle_timeout,
         udp_idle_timeout: config.udp_idle_timeout,
@@ -899,6 +966,72 @@ endpoints: [{}]
             &docs,
         );
         assert!(s.report.l4.as_ref().unwrap().services.is_empty());
+    }
+
+    fn condition<'a>(r: &'a ServiceReport, type_: &str) -> Option<&'a Condition> {
+        r.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    #[test]
+    fn source_ranges_reach_every_listener_of_the_service_and_the_report() {
+        let ranged = format!(
+            "{}  loadBalancerSourceRanges: [\"198.51.100.7/24\", \"2001:db8::/32\"]\n",
+            service(
+                "ops",
+                "db",
+                "",
+                "[{port: 5432}, {port: 5432, protocol: UDP}]",
+                ""
+            )
+        );
+        let s = compile_with(
+            config(),
+            &[ranged, service("ops", "open", "", "[{port: 80}]", "")],
+        );
+        let t = table(&s);
+        let mut restricted = 0;
+        for route in t.listeners.values() {
+            match route.service.name.as_str() {
+                "db" => {
+                    let r = route.options.source_ranges.as_ref().expect("ranges");
+                    assert!(r.admits("198.51.100.200".parse().unwrap()));
+                    assert!(!r.admits("127.0.0.1".parse().unwrap()));
+                    restricted += 1;
+                }
+                _ => assert_eq!(route.options.source_ranges, None, "no list: everyone"),
+            }
+        }
+        assert_eq!(restricted, 2, "the TCP and the UDP listener");
+        let db = condition(report(&s, "ops", "db"), SOURCE_RANGES_ENFORCED).unwrap();
+        assert_eq!((db.status, db.reason), ("True", "Enforced"));
+        assert!(
+            db.message.contains("198.51.100.0/24, 2001:db8::/32"),
+            "{db:?}"
+        );
+        assert!(condition(report(&s, "ops", "open"), SOURCE_RANGES_ENFORCED).is_none());
+    }
+
+    #[test]
+    fn unreadable_source_ranges_keep_the_service_from_being_served() {
+        let bad = format!(
+            "{}  loadBalancerSourceRanges: [10.0.0.0/8, office]\n",
+            service("ops", "db", "", "[{port: 5432}]", "")
+        );
+        let s = compile_with(config(), &[bad]);
+        assert!(
+            table(&s).listeners.is_empty(),
+            "no listener without its ranges"
+        );
+        let r = report(&s, "ops", "db");
+        assert_eq!(r.address, None);
+        let a = allocated(r);
+        assert_eq!((a.status, a.reason), ("False", "InvalidSourceRanges"));
+        let c = condition(r, SOURCE_RANGES_ENFORCED).unwrap();
+        assert_eq!((c.status, c.reason), ("False", "InvalidSourceRanges"));
+        assert!(
+            c.message.contains("spec.loadBalancerSourceRanges[1]"),
+            "{c:?}"
+        );
     }
 
     #[test]

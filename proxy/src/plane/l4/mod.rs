@@ -15,8 +15,8 @@
 //! Layout:
 //! - [`manager`]: listener reconciliation, bind retries, shutdown.
 //! - [`tcp`]: the TCP data path on event loops of its own (one per serving
-//!   thread): accept, connect with retry, PROXY v2, half-close relay, idle
-//!   and drain timeouts.
+//!   thread): accept (and the source-range check), connect with retry,
+//!   PROXY v2, half-close relay, idle and drain timeouts.
 //! - [`udp`]: per-client flows with their own upstream socket, bounded
 //!   flow table.
 //! - [`health`]: active TCP checks feeding [`crate::compile::upstream`] ejection.
@@ -67,6 +67,10 @@ pub struct L4Metrics {
     /// TCP and UDP bytes by Service and direction.
     pub service_bytes: IntCounterVec,
     pub service_udp_flows: IntCounterVec,
+    /// Clients outside a Service's `spec.loadBalancerSourceRanges`, by
+    /// Service and protocol: TCP connections reset at accept, UDP
+    /// datagrams dropped.
+    pub source_range_refusals: IntCounterVec,
     /// One line per TCP connection (crate::plane::access_log); inert when
     /// the log is off.
     pub access_log: crate::plane::access_log::AccessLog,
@@ -110,7 +114,15 @@ impl L4Metrics {
             ),
             &["service"],
         )?;
+        let source_range_refusals = IntCounterVec::new(
+            Opts::new(
+                "l4_source_range_refusals_total",
+                "TCP connections reset at accept and UDP datagrams dropped because the client is outside the Service's loadBalancerSourceRanges",
+            ),
+            &["service", "protocol"],
+        )?;
         for v in [
+            &source_range_refusals,
             &service_connections,
             &service_connect_failures,
             &service_bytes,
@@ -123,6 +135,7 @@ impl L4Metrics {
             service_connect_failures,
             service_bytes,
             service_udp_flows,
+            source_range_refusals,
             access_log: Default::default(),
             tcp_connections_total: IntCounter::new(
                 "l4_tcp_connections_total",

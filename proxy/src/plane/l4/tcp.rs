@@ -54,6 +54,12 @@ const LISTENERS: usize = 1 << 40;
 /// After a failed accept (out of descriptors and the like).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// Clients outside the source ranges one listener resets per turn of the
+/// loop; the rest wait in the backlog for the next turn. A flood of
+/// refused clients costs no connection slot, but without this bound their
+/// accepts alone could keep the loop from every other socket it serves.
+const REFUSALS_PER_TURN: usize = 64;
+
 /// A connection whose listener has closed.
 const NO_LISTENER: usize = usize::MAX;
 
@@ -308,6 +314,9 @@ enum End {
     BadRequest,
     InvalidBackend,
     NoEndpoint,
+    /// The client is outside the Service's source ranges (they changed
+    /// while it was connected): reset.
+    Refused,
     /// A read or write on this side failed (or it was reset): the other
     /// side is reset too.
     Aborted(usize, std::io::Error),
@@ -408,6 +417,9 @@ struct EventLoop {
     by_id: std::collections::HashMap<ListenerId, usize>,
     /// Listeners backing off after a failed accept.
     retrying: usize,
+    /// Listeners that reached [`REFUSALS_PER_TURN`]: accepted again next
+    /// turn, which then polls without waiting.
+    accept_later: Vec<usize>,
     /// Listeners with connections waiting, accepted after the turn's
     /// events: a slot freed during the turn is not reused before the
     /// turn's other events for it are handled.
@@ -430,6 +442,7 @@ impl EventLoop {
             listeners: Slab::new(),
             by_id: std::collections::HashMap::new(),
             retrying: 0,
+            accept_later: Vec::new(),
             to_accept: Vec::new(),
             conns: Slab::new(),
             timers: BinaryHeap::new(),
@@ -452,6 +465,7 @@ impl EventLoop {
             }
             // One clock read per turn stamps every event of the turn.
             self.now = Instant::now();
+            self.to_accept.append(&mut self.accept_later);
             for event in events.iter() {
                 let token = event.token();
                 if token == WAKER {
@@ -473,6 +487,9 @@ impl EventLoop {
     }
 
     fn timeout(&self) -> Option<Duration> {
+        if !self.accept_later.is_empty() {
+            return Some(Duration::ZERO);
+        }
         let conn = self.timers.peek().map(|Reverse((at, _, _))| *at);
         let retry = if self.retrying == 0 {
             None
@@ -552,6 +569,29 @@ impl EventLoop {
             l.series = ServiceSeries::of(&route, &self.ctx.metrics);
         }
         let old = std::mem::replace(&mut l.route, route.clone());
+        if old.options.source_ranges != route.options.source_ranges
+            && let Some(ranges) = &route.options.source_ranges
+        {
+            // A client the Service's owner no longer admits keeps no
+            // connection it opened before: the restriction holds from the
+            // moment it is served, not from the client's next connect.
+            let outside: Vec<usize> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.listener == slot && !ranges.admits(c.peer.ip()))
+                .map(|(i, _)| i)
+                .collect();
+            if !outside.is_empty() {
+                self.ctx
+                    .metrics
+                    .source_range_refusals
+                    .with_label_values(&[&self.listeners[slot].series.label, "TCP"])
+                    .inc_by(outside.len() as u64);
+            }
+            for i in outside {
+                self.end(i, End::Refused);
+            }
+        }
         // Every table sends every listener its route; only an endpoint
         // that left it sends its connections into their drain.
         let left = old
@@ -618,19 +658,24 @@ impl EventLoop {
     }
 
     fn accept(&mut self, slot: usize) {
+        let mut refused = 0;
         loop {
             let Some(l) = self.listeners.get_mut(slot) else {
-                return;
+                break;
             };
+            if refused == REFUSALS_PER_TURN {
+                self.accept_later.push(slot);
+                break;
+            }
             if l.open >= self.ctx.config.max_connections {
                 // At the cap: clients wait in the backlog instead of being
                 // accepted and dropped.
                 l.held = true;
-                return;
+                break;
             }
             let (client, peer) = match l.socket.accept() {
                 Ok(accepted) => accepted,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::warn!(listener = %l.key, error = %e, "L4 accept failed");
@@ -639,13 +684,36 @@ impl EventLoop {
                         self.retrying += 1;
                     }
                     l.retry_at = Some(self.now + ACCEPT_BACKOFF);
-                    return;
+                    break;
                 }
             };
+            if let Some(ranges) = &l.route.options.source_ranges
+                && !ranges.admits(peer.ip())
+            {
+                // Refused before anything is spent on it: no connection
+                // slot, no upstream connect, no ClientHello read, no log
+                // line (a flood would make one per attempt). A reset, not
+                // a FIN: the client learns it was refused, and the
+                // listener's address keeps no TIME_WAIT for it.
+                let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                drop(client);
+                refused += 1;
+                continue;
+            }
             l.open += 1;
             let route = l.route.clone();
             let series = l.series.clone();
             self.start(slot, client, peer, route, series);
+        }
+        // One series lookup per batch, not per refused client.
+        if refused > 0
+            && let Some(l) = self.listeners.get(slot)
+        {
+            self.ctx
+                .metrics
+                .source_range_refusals
+                .with_label_values(&[&l.series.label, "TCP"])
+                .inc_by(refused as u64);
         }
     }
 
@@ -1126,6 +1194,11 @@ impl EventLoop {
         {
             let _ = socket2::SockRef::from(&other.socket).set_linger(Some(Duration::ZERO));
         }
+        if let End::Refused = &end {
+            for side in conn.sides.iter().flatten() {
+                let _ = socket2::SockRef::from(&side.socket).set_linger(Some(Duration::ZERO));
+            }
+        }
         if let Some(line) = conn.line.as_mut() {
             line.entry.bytes_in = conn.seen_in;
             line.entry.bytes_out = conn.seen_out;
@@ -1138,6 +1211,7 @@ impl EventLoop {
                 End::BadRequest => Some("bad_request"),
                 End::InvalidBackend => Some("invalid_backend"),
                 End::NoEndpoint => Some("no_endpoint"),
+                End::Refused => Some("source_range"),
                 End::Aborted(..) => Some("connection_error"),
             };
         }
@@ -1154,6 +1228,8 @@ impl EventLoop {
                 "connection refused: its share belongs to an invalid backendRef"),
             End::NoEndpoint => tracing::debug!(service = %service, client = %peer,
                 "no L4 endpoint accepted the connection"),
+            End::Refused => tracing::debug!(service = %service, client = %peer,
+                "L4 connection reset: the client is outside the Service's new source ranges"),
             End::Aborted(side, e) => {
                 let side = if *side == CLIENT {
                     "client"
@@ -1267,6 +1343,7 @@ mod tests {
             sni: None,
             refusals: None,
             options: RouteOptions {
+                source_ranges: None,
                 proxy_protocol: false,
                 tcp_idle_timeout: idle,
                 udp_idle_timeout: idle,
@@ -1431,6 +1508,161 @@ mod tests {
         })
         .await;
         assert!(refused.is_ok(), "the old listener closed");
+    }
+
+    /// `route`'s with source ranges `nets` (none: everyone).
+    fn ranged(route: &Route, nets: &[&str]) -> Arc<Route> {
+        let mut options = route.options.clone();
+        options.source_ranges = (!nets.is_empty()).then(|| {
+            Arc::new(crate::compile::l4::SourceRanges::new(
+                nets.iter().map(|n| n.parse().unwrap()).collect(),
+            ))
+        });
+        Arc::new(Route {
+            service: route.service.clone(),
+            port_name: String::new(),
+            upstream: route.upstream.clone(),
+            sni: None,
+            refusals: None,
+            options,
+        })
+    }
+
+    /// A backend that counts the connections it accepts and echoes.
+    async fn counting_echo() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        (addr, count)
+    }
+
+    /// Whether a connection to `addr` ends without one byte relayed.
+    async fn refused_at(addr: SocketAddr) -> bool {
+        let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+            return true;
+        };
+        let _ = s.write_all(b"hello").await;
+        let mut back = Vec::new();
+        match tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut back)).await {
+            Ok(Ok(_)) => back.is_empty(),
+            Ok(Err(e)) => e.kind() == ErrorKind::ConnectionReset,
+            Err(_) => false,
+        }
+    }
+
+    /// Waits up to 2 s for `done`: a counter moves just after the
+    /// client saw its effect.
+    async fn eventually(done: impl Fn() -> bool) {
+        for _ in 0..200 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(done(), "not within 2 s");
+    }
+
+    fn refusals(ctx: &Context, protocol: &str) -> u64 {
+        ctx.metrics
+            .source_range_refusals
+            .with_label_values(&["t/relay", protocol])
+            .get()
+    }
+
+    #[tokio::test]
+    async fn a_client_outside_the_source_ranges_is_reset_at_accept_and_reaches_no_endpoint() {
+        let (backend, connects) = counting_echo().await;
+        let (ctx, _kill) = context(L4Config::default());
+        let loops = Loops::start(1, &ctx).unwrap();
+        let open = route(&[backend], Duration::from_secs(60));
+        let addr = serve(&loops, &ranged(&open, &["10.0.0.0/8", "2001:db8::/32"]));
+        assert!(refused_at(addr).await, "127.0.0.1 is outside 10.0.0.0/8");
+        // More refused clients than one turn resets: the rest wait for the
+        // next turns and are refused all the same.
+        let flood = 3 * REFUSALS_PER_TURN;
+        let mut clients = Vec::new();
+        for _ in 0..flood {
+            clients.push(tokio::spawn(refused_at(addr)));
+        }
+        for c in clients {
+            assert!(c.await.unwrap());
+        }
+        eventually(|| refusals(&ctx, "TCP") == 1 + flood as u64).await;
+        assert_eq!(connects.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(ctx.metrics.tcp_connections_total.get(), 0);
+        assert_eq!(ctx.active.load(std::sync::atomic::Ordering::Relaxed), 0);
+        // Inside the ranges (or without any) the same client is served.
+        let addr = serve(&loops, &ranged(&open, &["192.0.2.0/24", "127.0.0.0/8"]));
+        assert_eq!(exchange(addr, b"in").await, b"in".to_vec());
+        let addr = serve(&loops, &open);
+        assert_eq!(exchange(addr, b"all").await, b"all".to_vec());
+        assert_eq!(connects.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_ipv6_client_is_held_to_the_ipv6_ranges() {
+        let (backend, connects) = counting_echo().await;
+        let (ctx, _kill) = context(L4Config::default());
+        let loops = Loops::start(1, &ctx).unwrap();
+        let open = route(&[backend], Duration::from_secs(60));
+        let serve6 = |route: &Arc<Route>| {
+            let socket = std::net::TcpListener::bind("[::1]:0").unwrap();
+            socket.set_nonblocking(true).unwrap();
+            let addr = socket.local_addr().unwrap();
+            let key = ListenerKey {
+                addr: addr.ip(),
+                port: addr.port(),
+                protocol: Protocol::Tcp,
+            };
+            loops.listen(key, vec![socket], route);
+            addr
+        };
+        let v4_only = serve6(&ranged(&open, &["0.0.0.0/0"]));
+        assert!(refused_at(v4_only).await, "::1 is in no IPv4 range");
+        let other = serve6(&ranged(&open, &["2001:db8::/32"]));
+        assert!(refused_at(other).await);
+        assert_eq!(connects.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let own = serve6(&ranged(&open, &["::1/128"]));
+        assert_eq!(exchange(own, b"v6").await, b"v6".to_vec());
+        eventually(|| refusals(&ctx, "TCP") == 2).await;
+    }
+
+    #[tokio::test]
+    async fn narrowed_source_ranges_reset_the_connections_of_clients_now_outside() {
+        let (backend, _) = counting_echo().await;
+        let (ctx, _kill) = context(L4Config::default());
+        let loops = Loops::start(1, &ctx).unwrap();
+        let open = route(&[backend], Duration::from_secs(60));
+        let (addr, id) = serve_as(&loops, &open, None);
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"x").await.unwrap();
+        let mut byte = [0u8; 1];
+        s.read_exact(&mut byte).await.unwrap();
+        // Widened: the connection carries on.
+        loops.route(id, &ranged(&open, &["127.0.0.0/8"]));
+        s.write_all(b"y").await.unwrap();
+        s.read_exact(&mut byte).await.unwrap();
+        assert_eq!(&byte, b"y");
+        // Narrowed past it: reset.
+        loops.route(id, &ranged(&open, &["10.0.0.0/8"]));
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut rest)).await;
+        assert!(
+            matches!(&read, Ok(Err(e)) if e.kind() == ErrorKind::ConnectionReset),
+            "{read:?}"
+        );
+        assert_eq!(refusals(&ctx, "TCP"), 1);
+        assert_eq!(ctx.active.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[tokio::test]

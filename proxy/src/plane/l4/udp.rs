@@ -215,6 +215,19 @@ impl FlowTable {
         before - self.flows.len()
     }
 
+    /// Drops the flows of the clients `keep` rejects; returns how many.
+    pub fn retain_clients(&mut self, keep: impl Fn(SocketAddr) -> bool) -> usize {
+        let before = self.flows.len();
+        self.flows.retain(|client, f| {
+            let kept = keep(*client);
+            if !kept {
+                f.end("source_range");
+            }
+            kept
+        });
+        before - self.flows.len()
+    }
+
     /// Drops every flow, each ending for `reason`.
     fn close_all(&mut self, reason: &'static str) {
         for (_, mut flow) in self.flows.drain() {
@@ -250,6 +263,12 @@ pub(super) async fn serve(
             .with_label_values(&[&route.service.to_string(), "in"])
     };
     let mut bytes_in = service_in(&route);
+    let refused = |route: &Route| {
+        ctx.metrics
+            .source_range_refusals
+            .with_label_values(&[&route.service.to_string(), "UDP"])
+    };
+    let mut refusals = refused(&route);
     let mut kill = ctx.kill.clone();
     let mut buf = vec![0u8; DATAGRAM];
     // Why the listener's remaining flows end: a closed listener lets them
@@ -268,6 +287,18 @@ pub(super) async fn serve(
                 if changed.is_err() { break }
                 route = routes.borrow_and_update().clone();
                 bytes_in = service_in(&route);
+                refusals = refused(&route);
+                let ranges = route.options.source_ranges.clone();
+                let outside = table.lock().retain_clients(|c| {
+                    ranges.as_ref().is_none_or(|r| r.admits(c.ip()))
+                });
+                if outside > 0 {
+                    // Their replies would otherwise keep flowing to clients
+                    // the Service no longer admits.
+                    refusals.inc_by(outside as u64);
+                    tracing::info!(listener = %key, flows = outside,
+                        "UDP flows of clients outside the Service's new source ranges dropped");
+                }
                 let dropped = table.lock().retain_endpoints(|e| {
                     route.upstream.endpoints.iter().any(|x| x.addr == e)
                 });
@@ -282,6 +313,17 @@ pub(super) async fn serve(
                 break;
             }
         };
+        // Before any flow is looked up or made: a client outside the
+        // source ranges costs one binary search and takes no flow slot, so
+        // it can neither evict an admitted client's flow nor reach an
+        // endpoint. Checked per datagram, not per flow, so no path (a
+        // flow made under an older route included) skips it.
+        if let Some(ranges) = &route.options.source_ranges
+            && !ranges.admits(client.ip())
+        {
+            refusals.inc();
+            continue;
+        }
         // A Gateway route's share for invalid backendRefs is dropped, by
         // weight, per datagram (as the UDPRoute specification asks).
         if route.refusals.as_ref().is_some_and(|r| r.refuse_next()) {
@@ -512,6 +554,104 @@ mod tests {
 
     fn client(port: u16) -> SocketAddr {
         ([192, 0, 2, 1], port).into()
+    }
+
+    #[tokio::test]
+    async fn a_client_outside_the_source_ranges_gets_no_flow_and_its_datagrams_are_dropped() {
+        use crate::compile::l4::table::{HealthOptions, RouteOptions};
+        use crate::compile::upstream::{EndpointRegistry, Upstream};
+        let backend = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let backend_addr = backend.local_addr().unwrap();
+        let backend_got = Arc::new(AtomicU64::new(0));
+        let got = backend_got.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = backend.recv_from(&mut buf).await {
+                got.fetch_add(1, Ordering::SeqCst);
+                let _ = backend.send_to(&buf[..n], from).await;
+            }
+        });
+        let registry = EndpointRegistry::default();
+        let upstream = Arc::new(Upstream::new(
+            "t/dns".into(),
+            vec![registry.endpoint(backend_addr)],
+            None,
+        ));
+        let route = |nets: &[&str]| {
+            Arc::new(Route {
+                service: teapot_model::store::NsName::new("t", "dns"),
+                port_name: String::new(),
+                upstream: upstream.clone(),
+                sni: None,
+                refusals: None,
+                options: RouteOptions {
+                    source_ranges: Some(Arc::new(crate::compile::l4::SourceRanges::new(
+                        nets.iter().map(|n| n.parse().unwrap()).collect(),
+                    ))),
+                    proxy_protocol: false,
+                    tcp_idle_timeout: Duration::from_secs(60),
+                    udp_idle_timeout: Duration::from_secs(60),
+                    health: HealthOptions::default(),
+                },
+            })
+        };
+        let (_kill, kill) = watch::channel(false);
+        let ctx = Arc::new(Context {
+            config: crate::compile::l4::L4Config::default(),
+            metrics: L4Metrics::register(&prometheus::Registry::new()).unwrap(),
+            active: Default::default(),
+            kill,
+            nodes: Arc::default(),
+        });
+        let listener = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let key = ListenerKey {
+            addr: addr.ip(),
+            port: addr.port(),
+            protocol: crate::compile::l4::Protocol::Udp,
+        };
+        let (routes, routes_rx) = watch::channel(route(&["10.0.0.0/8", "::/0"]));
+        tokio::spawn(serve(listener, key, routes_rx, ctx.clone()));
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        client.connect(addr).await.unwrap();
+        let refused = |ctx: &Context| {
+            ctx.metrics
+                .source_range_refusals
+                .with_label_values(&["t/dns", "UDP"])
+                .get()
+        };
+        for _ in 0..3 {
+            assert_eq!(answer(&client, b"q").await, None, "127.0.0.1 is outside");
+        }
+        assert_eq!(refused(&ctx), 3);
+        assert_eq!(ctx.metrics.udp_flows_total.get(), 0, "no flow slot taken");
+        assert_eq!(backend_got.load(Ordering::SeqCst), 0);
+
+        // Widened to it: served.
+        routes.send_replace(route(&["127.0.0.0/8"]));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(answer(&client, b"ok").await, Some(2));
+        assert_eq!(ctx.metrics.udp_flows_active.get(), 1);
+
+        // Narrowed past it: its flow goes at once (no reply reaches it any
+        // more) and its datagrams are dropped again.
+        routes.send_replace(route(&["192.0.2.0/24"]));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(ctx.metrics.udp_flows_active.get(), 0);
+        assert_eq!(refused(&ctx), 4);
+        assert_eq!(answer(&client, b"late").await, None);
+        assert_eq!(refused(&ctx), 5);
+        assert_eq!(backend_got.load(Ordering::SeqCst), 1);
+    }
+
+    /// The length of the answer to `text`, if one comes within 300 ms.
+    async fn answer(client: &UdpSocket, text: &[u8]) -> Option<usize> {
+        client.send(text).await.unwrap();
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(Duration::from_millis(300), client.recv(&mut buf))
+            .await
+            .ok()
+            .and_then(Result::ok)
     }
 
     #[tokio::test]
