@@ -193,7 +193,9 @@ pub fn lb_ingress(ingress: &Ingress, lb_namespace: &str) -> Result<Ingress, Erro
 /// webhook requires; the fleet allocates its address); any other is
 /// `ClusterIP`. The same function serves the Ingress and the Service
 /// reconcilers, so a Service that is both an Ingress backend and L4 gets one
-/// copy that neither rewrites.
+/// copy that neither rewrites. An L4 copy keeps the Service's source ranges
+/// ([`source_ranges`]): dropping them would open a Service its owner
+/// restricted to every client of the fleet.
 pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
@@ -226,6 +228,7 @@ pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
                 load_balancer_class: Some(LOAD_BALANCER_CLASS.into()),
                 allocate_load_balancer_node_ports: Some(false),
                 ports: Some(ports),
+                load_balancer_source_ranges: source_ranges(service),
                 ..ServiceSpec::default()
             }
         } else {
@@ -237,6 +240,48 @@ pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
         }),
         status: None,
     }
+}
+
+/// The annotation cloud providers read when `spec.loadBalancerSourceRanges`
+/// is empty (comma-separated networks); the tenant's API server validates
+/// it as it validates the field.
+pub const SOURCE_RANGES_ANNOTATION: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+
+/// The networks an L4 Service admits, as the LB copy carries them:
+/// `spec.loadBalancerSourceRanges`, or when that is empty the older
+/// annotation (Kubernetes' precedence), each entry normalised as the fleet
+/// reads it. An entry teapot cannot read is passed on as written, so the
+/// LB cluster's webhook refuses the copy naming the entry (the tenant sees
+/// it as `Accepted=False`) instead of the agent serving the Service with a
+/// shorter list, or none. `None`: everyone.
+pub fn source_ranges(service: &Service) -> Option<Vec<String>> {
+    let field = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_source_ranges.clone())
+        .unwrap_or_default();
+    let ranges: Vec<String> = if field.is_empty() {
+        service
+            .annotations()
+            .get(SOURCE_RANGES_ANNOTATION)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|r| !r.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        field
+    };
+    if ranges.is_empty() {
+        return None;
+    }
+    Some(match teapot_api::policy::source_ranges(&ranges) {
+        Ok(nets) => nets.iter().map(|n| n.to_string()).collect(),
+        Err(_) => ranges,
+    })
 }
 
 /// The LB copy of a tenant TLS Secret: `tls.crt`, `tls.key` and `ca.crt` only.

@@ -4,20 +4,21 @@
 //! Service's `status.loadBalancer` (the address the fleet allocated, per-port
 //! errors) -> the tenant Service's status, so `kubectl get svc` shows
 //! EXTERNAL-IP; refusals and `teapot.dev/<Reason>` errors -> conditions and
-//! Events.
+//! Events. A Service with source ranges gets `SourceRangesEnforced`, True
+//! only once the fleet reports them enforced on its copy.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
 use teapot_sync::{backoff, source_of};
 
 use crate::mirror::{self, is_l4};
-use crate::report::{
-    Condition, FINALIZER, apply_lb, copy_status, key, lb_status, report, set_finalizer,
-};
+use crate::report::{Condition, FINALIZER, apply_lb, copy_status, key, report, set_finalizer};
 use crate::{Context, Error, gc};
 
 /// Reconciles one tenant Service (every Service is watched; only L4 ones
@@ -47,10 +48,19 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     }
     let copy = mirror::lb_service(&service, &ctx.config.lb_namespace);
     let refusals: Vec<String> = apply_lb(&ctx, &copy).await?.into_iter().collect();
-    let status = lb_status::<Service>(&ctx, &copy.name_any()).await?;
-    copy_status(&ctx, service.as_ref(), status.as_ref()).await?;
+    // One read of the copy: its `status.loadBalancer` and the fleet's
+    // conditions on it.
+    let api: Api<Service> = Api::namespaced(ctx.lb.clone(), &ctx.config.lb_namespace);
+    let on_lb = api.get_opt(&copy.name_any()).await?;
+    let on_lb = on_lb.map(serde_json::to_value).transpose()?;
+    let status = on_lb
+        .as_ref()
+        .and_then(|c| c.pointer("/status/loadBalancer"))
+        .filter(|s| !s.is_null());
+    copy_status(&ctx, service.as_ref(), status).await?;
     let mut conditions = vec![Condition::accepted(&refusals)];
-    conditions.extend(Condition::programmed(status.as_ref()));
+    conditions.extend(Condition::programmed(status));
+    conditions.extend(source_ranges_enforced(&copy, on_lb.as_ref()));
     report(&ctx, service.as_ref(), conditions).await?;
     ctx.failures
         .clear(&format!("Service {}", key(service.as_ref())));
@@ -59,6 +69,54 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
         .with_label_values(&["service", "ok"])
         .inc();
     Ok(Action::requeue(ctx.config.resync))
+}
+
+/// The condition type, as the fleet writes it on the LB copy.
+pub const SOURCE_RANGES_ENFORCED: &str = "SourceRangesEnforced";
+
+/// `SourceRangesEnforced` for a Service with source ranges: the fleet's
+/// own condition on the copy when it reports one for the ranges the copy
+/// carries now, else False. A restriction is shown as in force only once
+/// the fleet says so, so a fleet that does not read the field (an older
+/// version), or has not caught up with a changed list, is visible to the
+/// Service's owner rather than silently open.
+pub fn source_ranges_enforced(copy: &Service, on_lb: Option<&Value>) -> Option<Condition> {
+    let wanted = copy.spec.as_ref()?.load_balancer_source_ranges.as_ref()?;
+    if wanted.is_empty() {
+        return None;
+    }
+    let same_spec = on_lb
+        .and_then(|c| c.pointer("/spec/loadBalancerSourceRanges"))
+        .and_then(Value::as_array)
+        .is_some_and(|have| {
+            have.iter()
+                .map(Value::as_str)
+                .eq(wanted.iter().map(|w| Some(w.as_str())))
+        });
+    let reported = on_lb
+        .and_then(|c| c.pointer("/status/conditions"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(SOURCE_RANGES_ENFORCED));
+    let field = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    Some(match reported {
+        Some(c) if same_spec => Condition {
+            type_: SOURCE_RANGES_ENFORCED.into(),
+            status: field(c, "status"),
+            reason: field(c, "reason"),
+            message: field(c, "message"),
+        },
+        _ => Condition::new(
+            SOURCE_RANGES_ENFORCED,
+            false,
+            "NotConfirmed",
+            format!(
+                "the LB cluster has not reported {} enforced yet",
+                wanted.join(", ")
+            ),
+        ),
+    })
 }
 
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).

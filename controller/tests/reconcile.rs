@@ -714,6 +714,105 @@ async fn a_refused_l4_copy_is_reported_on_the_tenant_service() {
     assert_eq!(last_event(&f.tenant)["reason"], "Refused");
 }
 
+fn source_ranges_condition(f: &Fixture) -> Value {
+    conditions_of(&f.tenant.get("v1", "Service", NS, "dns").unwrap())
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "SourceRangesEnforced")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn source_ranges_travel_to_the_l4_copy_and_show_as_enforced_once_the_fleet_says_so() {
+    let f = Fixture::new().await;
+    let mut svc = l4_service();
+    svc["spec"]["loadBalancerSourceRanges"] = json!([" 198.51.100.7/24", "2001:db8::/32"]);
+    f.tenant.apply(svc);
+    f.reconcile_service("dns").await;
+    let (_, _, lb) = f.reconcile_service("dns").await;
+    assert_eq!(
+        lb,
+        [format!("PATCH {}", l4_path()), format!("GET {}", l4_path())],
+        "still one read of the copy"
+    );
+    let copy =
+        f.lb.get("v1", "Service", LB_NS, &mirrored_service_name(NS, "dns"))
+            .unwrap();
+    assert_eq!(
+        copy["spec"]["loadBalancerSourceRanges"],
+        json!(["198.51.100.0/24", "2001:db8::/32"]),
+        "kept, as the fleet reads them"
+    );
+    // Until the fleet reports them enforced, the owner is told they are not.
+    let c = source_ranges_condition(&f);
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("False"), &json!("NotConfirmed"))
+    );
+
+    f.set_lb_service_status(json!({
+        "loadBalancer": {"ingress": [{"ip": "203.0.113.10", "ports": [{"port": 53, "protocol": "TCP"}]}]},
+        "conditions": [{"type": "SourceRangesEnforced", "status": "True", "reason": "Enforced",
+                        "message": "only clients in 198.51.100.0/24, 2001:db8::/32 reach its listeners",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}));
+    f.reconcile_service("dns").await;
+    let c = source_ranges_condition(&f);
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&json!("True"), &json!("Enforced"))
+    );
+    assert!(
+        c["message"].as_str().unwrap().contains("198.51.100.0/24"),
+        "{c}"
+    );
+
+    // Without ranges no condition is reported. (The copy's field goes by
+    // server-side apply, which drops what the agent no longer applies; the
+    // double merges, so that part is the API server's, not tested here.)
+    f.tenant.apply(l4_service());
+    // The first reconcile puts back the finalizer a whole-object apply
+    // dropped; the second writes the copy.
+    f.reconcile_service("dns").await;
+    f.reconcile_service("dns").await;
+    assert_eq!(source_ranges_condition(&f), Value::Null);
+}
+
+#[tokio::test]
+async fn the_older_source_ranges_annotation_travels_as_the_field() {
+    let f = Fixture::new().await;
+    let mut svc = l4_service();
+    svc["metadata"]["annotations"]["service.beta.kubernetes.io/load-balancer-source-ranges"] =
+        json!("10.0.0.0/8, 192.0.2.0/24");
+    f.tenant.apply(svc.clone());
+    f.reconcile_service("dns").await;
+    f.reconcile_service("dns").await;
+    let copy = |f: &Fixture| {
+        f.lb.get("v1", "Service", LB_NS, &mirrored_service_name(NS, "dns"))
+            .unwrap()
+    };
+    assert_eq!(
+        copy(&f)["spec"]["loadBalancerSourceRanges"],
+        json!(["10.0.0.0/8", "192.0.2.0/24"])
+    );
+    assert!(
+        copy(&f)["metadata"]["annotations"]
+            .get("service.beta.kubernetes.io/load-balancer-source-ranges")
+            .is_none(),
+        "the webhook admits no such annotation: it travels as the field"
+    );
+    // The field, when set, wins (as Kubernetes reads them).
+    svc["spec"]["loadBalancerSourceRanges"] = json!(["203.0.113.0/24"]);
+    f.tenant.apply(svc);
+    f.reconcile_service("dns").await;
+    f.reconcile_service("dns").await;
+    assert_eq!(
+        copy(&f)["spec"]["loadBalancerSourceRanges"],
+        json!(["203.0.113.0/24"])
+    );
+}
+
 #[tokio::test]
 async fn deleting_an_l4_service_removes_its_copy_then_the_finalizer() {
     let f = Fixture::new().await;
