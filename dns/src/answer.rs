@@ -12,6 +12,7 @@ use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode}
 use hickory_proto::rr::rdata::{A, AAAA, HINFO, NS, TXT};
 use hickory_proto::rr::{DNSClass, LowerName, RData, Record, RecordType};
 
+use crate::escape::LogText;
 use crate::zone::Zone;
 
 /// Longest query accepted, over either transport. A question is at most
@@ -67,8 +68,9 @@ pub struct Response {
     /// Cut for UDP: the client asks again over TCP.
     pub truncated: bool,
     /// The rate limiter's name key: the name and type asked for answers,
-    /// the zone for NXDOMAIN (a flood of random names is one bucket), one
-    /// key for errors.
+    /// the name alone for NODATA (rotating types is one bucket), the zone
+    /// for NXDOMAIN (a flood of random names is one bucket), one key for
+    /// errors.
     pub rate_key: u64,
 }
 
@@ -118,7 +120,14 @@ pub fn respond(zone: &Zone, query: &[u8], transport: Transport) -> Option<Respon
             let q = &request.queries[0];
             let mut h = KeyHash::default();
             h.write(&LowerName::new(q.name()).to_string());
-            h.write_u16(u16::from(q.query_type()));
+            // NODATA leaves the type out (as BIND's RRL does): every type
+            // a name lacks is the same empty answer, and a type of its own
+            // per bucket would let rotating the type escape the limit.
+            if kind == Kind::Answer {
+                h.write_u16(u16::from(q.query_type()));
+            } else {
+                h.write(" nodata");
+            }
             h.0
         }
         Kind::NxDomain => 1,
@@ -290,7 +299,9 @@ fn encode(message: &Message) -> Option<Vec<u8>> {
     match message.to_vec() {
         Ok(bytes) => Some(bytes),
         Err(e) => {
-            tracing::warn!(error = %e, "DNS response not encodable; nothing sent");
+            // The codec's message may quote the query's name.
+            let error = e.to_string();
+            tracing::warn!(error = %LogText(&error), "DNS response not encodable; nothing sent");
             None
         }
     }
@@ -531,5 +542,27 @@ mod tests {
         let web = key("web.acme.lb.example.com.");
         assert_eq!(web, key("WEB.acme.lb.example.com."));
         assert_ne!(web, key("a.lb.example.com."));
+    }
+
+    #[test]
+    fn nodata_shares_one_rate_key_per_name_whatever_the_type() {
+        let z = zone();
+        let key = |name: &str, qtype: RecordType| {
+            let r = respond(&z, &query(name, qtype, None), Transport::Udp).unwrap();
+            (r.kind, r.rate_key)
+        };
+        let web = "web.acme.lb.example.com.";
+        let (kind, mx) = key(web, RecordType::MX);
+        assert_eq!(kind, Kind::NoData);
+        for qtype in [
+            RecordType::SRV,
+            RecordType::CNAME,
+            RecordType::Unknown(4242),
+        ] {
+            assert_eq!(key(web, qtype), (Kind::NoData, mx), "{qtype}");
+        }
+        assert_ne!(key(web, RecordType::A).1, mx, "an answer is not a NODATA");
+        assert_ne!(key(web, RecordType::A).1, key(web, RecordType::AAAA).1);
+        assert_ne!(key("acme.lb.example.com.", RecordType::MX).1, mx);
     }
 }

@@ -13,11 +13,14 @@
 //! - [`answer`]: the query path, bytes to bytes: REFUSED outside the zone,
 //!   NXDOMAIN with the negative-caching SOA, NODATA, RFC 8482 ANY,
 //!   truncation for UDP. The fuzz target drives it.
-//! - [`rrl`]: response rate limiting per client prefix and name, with slip.
+//! - [`rrl`]: response rate limiting per client prefix and name, and a
+//!   byte budget per prefix, with slip.
 //! - [`server`]: the UDP and TCP listeners ([`run`]) and their limits.
 //! - [`metrics`]: the Prometheus series.
+//! - [`escape`]: query names and peer text made safe to log.
 
 pub mod answer;
+pub mod escape;
 pub mod metrics;
 pub mod rrl;
 pub mod server;

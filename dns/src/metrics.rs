@@ -1,7 +1,7 @@
 //! The server's Prometheus series, registered into the caller's registry
 //! (the proxy's `/metrics`).
 
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::answer::{RCODES, Transport};
 
@@ -17,7 +17,26 @@ pub struct Metrics {
     /// amplification the server allows.
     pub bytes_in: IntCounterVec,
     pub bytes_out: IntCounterVec,
+    /// TCP connections refused at accept or closed by the server, by why
+    /// ([`TCP_CLOSE_REASONS`]).
+    pub tcp_closed: IntCounterVec,
+    /// TCP connections being served.
+    pub tcp_connections: IntGauge,
 }
+
+/// Why the server refused or closed a TCP connection: `prefix_share` (the
+/// client's prefix holds its share of the slots), `full` (every slot busy
+/// answering, none idle to take), `evicted` (the oldest idle connection,
+/// closed to admit a new one), `write_timeout` (the client did not read
+/// its answer), `lifetime`, `idle` (no complete query in time).
+pub const TCP_CLOSE_REASONS: [&str; 6] = [
+    "prefix_share",
+    "full",
+    "evicted",
+    "write_timeout",
+    "lifetime",
+    "idle",
+];
 
 impl Metrics {
     /// Series not registered anywhere yet (see [`Metrics::register`]).
@@ -46,6 +65,17 @@ impl Metrics {
                 Opts::new("dns_response_bytes_total", "DNS response bytes sent"),
                 &["transport"],
             )?,
+            tcp_closed: IntCounterVec::new(
+                Opts::new(
+                    "dns_tcp_closed_total",
+                    "DNS TCP connections refused or closed by the server, by reason",
+                ),
+                &["reason"],
+            )?,
+            tcp_connections: IntGauge::new(
+                "dns_tcp_connections",
+                "DNS TCP connections being served",
+            )?,
         };
         for rcode in RCODES {
             for t in [Transport::Udp, Transport::Tcp] {
@@ -57,6 +87,9 @@ impl Metrics {
         for action in ["drop", "slip"] {
             m.rate_limited.with_label_values(&[action]).reset();
         }
+        for reason in TCP_CLOSE_REASONS {
+            m.tcp_closed.with_label_values(&[reason]).reset();
+        }
         Ok(m)
     }
 
@@ -66,6 +99,8 @@ impl Metrics {
         registry.register(Box::new(self.dropped.clone()))?;
         registry.register(Box::new(self.bytes_in.clone()))?;
         registry.register(Box::new(self.bytes_out.clone()))?;
+        registry.register(Box::new(self.tcp_closed.clone()))?;
+        registry.register(Box::new(self.tcp_connections.clone()))?;
         Ok(())
     }
 

@@ -2,19 +2,21 @@
 //! answering from whatever zone the handle holds at the time of each
 //! query.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::Error;
 use crate::answer::{self, MAX_QUERY, Transport};
+use crate::escape::LogQuestion;
 use crate::metrics::Metrics;
-use crate::rrl::{Limiter, RateLimit, Verdict};
+use crate::rrl::{self, Limiter, RateLimit, Verdict};
 use crate::zone::Zone;
 
 /// What the listeners hold: the zone, swapped whole by its owner.
@@ -26,8 +28,19 @@ pub struct ServerConfig {
     pub rate_limit: RateLimit,
     /// A TCP connection with no complete query for this long is closed.
     pub tcp_idle: Duration,
-    /// TCP connections served at once; more wait in the accept queue.
+    /// TCP connections served at once. With all taken, a new connection
+    /// takes the slot of the one idle the longest (waiting for a query);
+    /// with none idle it is refused.
     pub max_tcp_connections: usize,
+    /// TCP connections one client prefix (the rate limit's prefix
+    /// lengths) holds at once; more from it are refused. 0: no share.
+    pub tcp_per_prefix: usize,
+    /// A TCP connection is closed this long after it was accepted, however
+    /// busy it keeps.
+    pub tcp_lifetime: Duration,
+    /// An answer the client has not taken (read into its socket buffer)
+    /// within this closes the connection.
+    pub tcp_write_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -36,6 +49,12 @@ impl Default for ServerConfig {
             rate_limit: RateLimit::default(),
             tcp_idle: Duration::from_secs(10),
             max_tcp_connections: 256,
+            // A sixteenth of the slots: room for a site's few resolvers
+            // behind one prefix (RFC 7766 clients reuse one connection
+            // per server), while a prefix alone cannot take the listener.
+            tcp_per_prefix: 16,
+            tcp_lifetime: Duration::from_secs(30),
+            tcp_write_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -147,7 +166,7 @@ async fn serve_udp(
             continue;
         };
         let now = started.elapsed().as_secs();
-        let bytes = match limiter.check(peer.ip(), response.rate_key, now) {
+        let bytes = match limiter.check(peer.ip(), response.rate_key, response.bytes.len(), now) {
             Verdict::Send => response.bytes,
             Verdict::Slip => {
                 slipped.inc();
@@ -166,11 +185,124 @@ async fn serve_udp(
             .or_insert_with(|| metrics.counter(response.rcode, Transport::Udp, response.truncated))
             .inc();
         bytes_out.inc_by(bytes.len() as u64);
-        tracing::trace!(%peer, rcode = response.rcode, bytes = bytes.len(), "DNS UDP answer");
+        tracing::trace!(
+            %peer,
+            name = %LogQuestion(query),
+            rcode = response.rcode,
+            bytes = bytes.len(),
+            "DNS UDP answer"
+        );
         if let Err(e) = socket.send_to(&bytes, peer).await {
             tracing::debug!(%peer, error = %e, "DNS UDP send");
         }
     }
+}
+
+/// The TCP connections being served: who holds a slot, from which
+/// prefix, and since when it waits for a query.
+#[derive(Debug)]
+struct Slots {
+    max: usize,
+    per_prefix: usize,
+    next: u64,
+    open: HashMap<u64, Open>,
+    by_prefix: HashMap<u128, usize>,
+}
+
+#[derive(Debug)]
+struct Open {
+    prefix: u128,
+    /// Waiting for a query (a partial one counts: a client that trickles
+    /// bytes is idle) since then; `None` while answering.
+    idle_since: Option<Instant>,
+    close: Arc<Notify>,
+}
+
+/// Why a connection was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refused {
+    PrefixShare,
+    Full,
+}
+
+impl Slots {
+    /// A slot for a connection from `prefix`: free, or taken from the
+    /// connection idle the longest (which is told to close).
+    fn admit(&mut self, prefix: u128, now: Instant) -> Result<(u64, Arc<Notify>, bool), Refused> {
+        let held = self.by_prefix.get(&prefix).copied().unwrap_or(0);
+        if self.per_prefix > 0 && held >= self.per_prefix {
+            return Err(Refused::PrefixShare);
+        }
+        let mut evicted = false;
+        if self.open.len() >= self.max {
+            // A linear scan: the table holds `max` entries, and this runs
+            // only when it is full.
+            let oldest = self
+                .open
+                .iter()
+                .filter_map(|(id, o)| o.idle_since.map(|t| (t, *id)))
+                .min();
+            let Some((_, id)) = oldest else {
+                return Err(Refused::Full);
+            };
+            if let Some(o) = self.remove(id) {
+                o.close.notify_one();
+            }
+            evicted = true;
+        }
+        let id = self.next;
+        self.next += 1;
+        let close = Arc::new(Notify::new());
+        self.open.insert(
+            id,
+            Open {
+                prefix,
+                idle_since: Some(now),
+                close: close.clone(),
+            },
+        );
+        *self.by_prefix.entry(prefix).or_insert(0) += 1;
+        Ok((id, close, evicted))
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Open> {
+        let o = self.open.remove(&id)?;
+        if let Some(n) = self.by_prefix.get_mut(&o.prefix) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_prefix.remove(&o.prefix);
+            }
+        }
+        Some(o)
+    }
+}
+
+/// One connection's slot, given back when the connection ends (unless it
+/// was taken for a newcomer already).
+struct Slot {
+    slots: Arc<Mutex<Slots>>,
+    id: u64,
+}
+
+impl Slot {
+    fn idle(&self, idle: bool) {
+        let mut slots = lock(&self.slots);
+        if let Some(o) = slots.open.get_mut(&self.id) {
+            o.idle_since = idle.then(Instant::now);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        lock(&self.slots).remove(self.id);
+    }
+}
+
+fn lock(slots: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
+    // The table is consistent after every statement; a panic elsewhere
+    // does not make it unusable.
+    slots.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 async fn serve_tcp(
@@ -180,16 +312,20 @@ async fn serve_tcp(
     metrics: Metrics,
     mut stop: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(config.max_tcp_connections.max(1)));
+    let slots = Arc::new(Mutex::new(Slots {
+        max: config.max_tcp_connections.max(1),
+        per_prefix: config.tcp_per_prefix,
+        next: 0,
+        open: HashMap::new(),
+        by_prefix: HashMap::new(),
+    }));
+    let closed = |reason: &str| metrics.tcp_closed.with_label_values(&[reason]);
+    let (refused_share, refused_full, evictions) =
+        (closed("prefix_share"), closed("full"), closed("evicted"));
     let mut connections = tokio::task::JoinSet::new();
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-            _ = stop.changed() => break,
-        };
+        // Always accepted: a connection waiting in the kernel's queue
+        // behind held slots is the starvation this listener prevents.
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(r) => r,
@@ -201,12 +337,49 @@ async fn serve_tcp(
             },
             _ = stop.changed() => break,
         };
-        let (zone, metrics, idle) = (zone.clone(), metrics.clone(), config.tcp_idle);
-        connections.spawn(async move {
-            if let Err(e) = serve_connection(stream, &zone, &metrics, idle).await {
-                tracing::debug!(%peer, error = %e, "DNS TCP connection");
+        let prefix = rrl::prefix(
+            peer.ip(),
+            config.rate_limit.ipv4_prefix,
+            config.rate_limit.ipv6_prefix,
+        );
+        let admitted = lock(&slots).admit(prefix, Instant::now());
+        let (id, close) = match admitted {
+            Ok((id, close, evicted)) => {
+                if evicted {
+                    evictions.inc();
+                }
+                (id, close)
             }
-            drop(permit);
+            Err(why) => {
+                match why {
+                    Refused::PrefixShare => refused_share.inc(),
+                    Refused::Full => refused_full.inc(),
+                }
+                tracing::debug!(%peer, reason = ?why, "DNS TCP connection refused");
+                continue;
+            }
+        };
+        let slot = Slot {
+            slots: slots.clone(),
+            id,
+        };
+        let (zone, metrics, config) = (zone.clone(), metrics.clone(), config.clone());
+        connections.spawn(async move {
+            metrics.tcp_connections.inc();
+            let deadline = tokio::time::sleep(config.tcp_lifetime);
+            let ended = tokio::select! {
+                r = serve_connection(stream, &zone, &metrics, &config, &slot) => r,
+                // Counted where the eviction was decided.
+                _ = close.notified() => Ok(None),
+                _ = deadline => Ok(Some("lifetime")),
+            };
+            drop(slot);
+            metrics.tcp_connections.dec();
+            match ended {
+                Ok(None) => {}
+                Ok(Some(reason)) => metrics.tcp_closed.with_label_values(&[reason]).inc(),
+                Err(e) => tracing::debug!(%peer, error = %e, "DNS TCP connection"),
+            }
         });
         // Finished connections leave the set as others arrive.
         while connections.try_join_next().is_some() {}
@@ -215,48 +388,65 @@ async fn serve_tcp(
 }
 
 /// Queries one after another (RFC 7766 allows pipelining; answering in
-/// order is allowed too), each a 2-byte length and the message.
+/// order is allowed too), each a 2-byte length and the message. Ends with
+/// the reason the server closed it (a metrics label), `None` when the
+/// client did.
 async fn serve_connection(
     mut stream: TcpStream,
     zone: &ZoneHandle,
     metrics: &Metrics,
-    idle: Duration,
-) -> std::io::Result<()> {
+    config: &ServerConfig,
+    slot: &Slot,
+) -> std::io::Result<Option<&'static str>> {
+    let idle = config.tcp_idle;
     let mut buf = vec![0u8; MAX_QUERY];
     loop {
+        slot.idle(true);
         let mut len = [0u8; 2];
         match tokio::time::timeout(idle, stream.read_exact(&mut len)).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
             Ok(Err(e)) => return Err(e),
-            Err(_) => return Ok(()),
+            Err(_) => return Ok(Some("idle")),
         }
         let len = usize::from(u16::from_be_bytes(len));
         if len > MAX_QUERY {
             metrics.dropped.with_label_values(&["too_long"]).inc();
-            return Ok(());
+            return Ok(None);
         }
         let query = &mut buf[..len];
         match tokio::time::timeout(idle, stream.read_exact(query)).await {
             Ok(r) => r?,
-            Err(_) => return Ok(()),
+            Err(_) => return Ok(Some("idle")),
         };
+        slot.idle(false);
         metrics
             .bytes_in
             .with_label_values(&["tcp"])
             .inc_by(len as u64 + 2);
         let Some(response) = answer::respond(&zone.load(), query, Transport::Tcp) else {
             metrics.dropped.with_label_values(&["not_a_query"]).inc();
-            return Ok(());
+            return Ok(None);
         };
         metrics.count(response.rcode, Transport::Tcp, false);
         let mut out = Vec::with_capacity(response.bytes.len() + 2);
         out.extend_from_slice(&(response.bytes.len() as u16).to_be_bytes());
         out.extend_from_slice(&response.bytes);
+        tracing::trace!(
+            name = %LogQuestion(query),
+            rcode = response.rcode,
+            bytes = out.len(),
+            "DNS TCP answer"
+        );
+        // A client that sends queries and never reads the answers would
+        // otherwise hold its slot for as long as it likes.
+        match tokio::time::timeout(config.tcp_write_timeout, stream.write_all(&out)).await {
+            Ok(r) => r?,
+            Err(_) => return Ok(Some("write_timeout")),
+        }
         metrics
             .bytes_out
             .with_label_values(&["tcp"])
             .inc_by(out.len() as u64);
-        stream.write_all(&out).await?;
     }
 }
