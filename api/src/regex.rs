@@ -229,6 +229,12 @@ impl PathRegex {
         &self.gate.pattern[GATE_PREFIX.len()..self.gate.pattern.len() - GATE_SUFFIX.len()]
     }
 
+    /// Bytes the matching automaton holds (the capture automaton is
+    /// bounded apart, [`MAX_CAPTURE_NFA_BYTES`]).
+    pub fn memory(&self) -> usize {
+        self.gate.memory()
+    }
+
     /// How many capture groups the pattern has (`$1`..`$groups`).
     pub fn groups(&self) -> usize {
         self.groups
@@ -298,7 +304,7 @@ pub fn path_gate_pattern(pattern: &str) -> String {
 /// Compiled patterns shared by text. Entries hold the automaton weakly:
 /// it lives as long as a snapshot (or an admission in progress) uses it,
 /// so the cache never keeps what no route needs any more.
-mod cache {
+pub(crate) mod cache {
     use super::*;
 
     #[derive(Default)]
@@ -367,6 +373,14 @@ mod cache {
             }
         }
         get_or_compile(pattern).map(|r| r.memory())
+    }
+
+    /// Patterns ever compiled, refused or not, and still remembered
+    /// (tests: what a check compiled).
+    #[cfg(test)]
+    pub(crate) fn compiled(pattern: &str) -> bool {
+        let cache = CACHE.lock();
+        cache.sizes.contains_key(pattern) || cache.refused.contains_key(pattern)
     }
 
     /// Patterns whose automaton is alive (tests).

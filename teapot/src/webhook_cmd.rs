@@ -54,6 +54,15 @@ pub(crate) struct WebhookArgs {
     /// Seconds open connections get to finish after SIGTERM.
     #[arg(long, default_value_t = 10)]
     grace_period: u64,
+    /// Reviews judged at once, on their own threads (0: the CPUs, at least 2).
+    #[arg(long, default_value_t = 0)]
+    review_workers: usize,
+    /// Reviews of one tenant judged at once (0: half the workers); at most the workers less one, so one tenant's reviews never hold them all.
+    #[arg(long, default_value_t = 0)]
+    review_tenant_share: usize,
+    /// Milliseconds a review may wait for a worker before it is refused with 429 (keep it below the webhook's timeoutSeconds).
+    #[arg(long, default_value_t = 5000)]
+    review_wait_ms: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -83,6 +92,14 @@ pub(crate) async fn run_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     let mut config = WebhookConfig::new(args.cert, args.key, manifests, policy);
     config.kube = kube;
     config.grace_period = Duration::from_secs(args.grace_period);
+    if args.review_workers > 0 {
+        config.pool.workers = args.review_workers;
+        config.pool.share = args.review_workers / 2;
+    }
+    if args.review_tenant_share > 0 {
+        config.pool.share = args.review_tenant_share;
+    }
+    config.pool.wait = Duration::from_millis(args.review_wait_ms);
     teapot_webhook::run(config, listener, crate::shutdown_signal()).await?;
     Ok(())
 }

@@ -17,6 +17,9 @@
 //!   the LB cluster (`teapot_source::kube`).
 //! - [`review`]: the validator: AdmissionReview JSON in, AdmissionReview
 //!   JSON out; kind and namespace dispatch, the Secret key check.
+//! - [`pool`]: where reviews are judged: a bounded pool of blocking
+//!   threads with a share per tenant, so one tenant's costly reviews never
+//!   delay another's.
 //! - [`offline`]: the same rules over files (`teapot validate`).
 //! - [`certs`]: the serving certificate, reloaded when its files change.
 //! - [`server`]: the HTTPS server (`/validate`, `/healthz`, `/readyz`,
@@ -30,6 +33,7 @@
 pub mod certs;
 pub mod metrics;
 pub mod offline;
+pub mod pool;
 pub mod review;
 pub mod server;
 pub mod source;
@@ -40,6 +44,7 @@ mod error;
 use std::path::PathBuf;
 
 pub use error::Error;
+pub use pool::{PoolConfig, ReviewPool};
 pub use review::{Validator, Verdict};
 pub use server::{WebhookConfig, run};
 pub use state::{PolicyConfig, PolicyState};

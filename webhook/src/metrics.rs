@@ -12,6 +12,9 @@ pub struct Metrics {
     /// Reviews by kind and result (`allowed`, `denied`).
     pub admissions: IntCounterVec,
     pub admission_seconds: Histogram,
+    /// Reviews refused because no worker was free within the wait, by
+    /// reason (`tenant_share`, `pool`).
+    pub busy: IntCounterVec,
     pub tenants: IntGauge,
     pub manifest_problems: IntGauge,
     pub state_reloads: IntCounter,
@@ -38,9 +41,17 @@ impl Metrics {
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
             ]),
         )?;
+        let busy = IntCounterVec::new(
+            Opts::new(
+                "reviews_busy_total",
+                "AdmissionReviews refused (429) because no review worker was free within the wait, by reason",
+            ),
+            &["reason"],
+        )?;
         let m = Metrics {
             admissions,
             admission_seconds,
+            busy,
             tenants: IntGauge::new("tenants", "Tenants known")?,
             manifest_problems: IntGauge::new(
                 "manifest_problems",
@@ -59,6 +70,7 @@ impl Metrics {
         };
         m.registry.register(Box::new(m.admissions.clone()))?;
         m.registry.register(Box::new(m.admission_seconds.clone()))?;
+        m.registry.register(Box::new(m.busy.clone()))?;
         m.registry.register(Box::new(m.tenants.clone()))?;
         m.registry.register(Box::new(m.manifest_problems.clone()))?;
         m.registry.register(Box::new(m.state_reloads.clone()))?;

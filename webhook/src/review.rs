@@ -150,6 +150,47 @@ struct RequestIn {
     object: Option<Value>,
 }
 
+/// A review read from its request body, not judged yet.
+pub struct ReviewRequest {
+    api_version: &'static str,
+    operation: Operation,
+    request: RequestIn,
+}
+
+impl ReviewRequest {
+    /// The namespace of the object under review (`None` for a
+    /// cluster-scoped one).
+    pub fn namespace(&self) -> Option<&str> {
+        self.request.namespace.as_deref().filter(|n| !n.is_empty())
+    }
+
+    /// What the refusal of this review needs if it cannot be judged in
+    /// time (the review itself moves to the worker).
+    pub fn busy_template(&self) -> BusyRefusal {
+        BusyRefusal {
+            api_version: self.api_version,
+            uid: self.request.uid.clone(),
+            kind: metrics_kind(&self.request.kind.group, &self.request.kind.kind),
+        }
+    }
+}
+
+/// The refusal of a review that could not be judged in time: the API
+/// server's caller is told to retry (429); nothing is admitted.
+pub struct BusyRefusal {
+    api_version: &'static str,
+    uid: String,
+    kind: &'static str,
+}
+
+impl BusyRefusal {
+    pub fn refuse(self, message: String) -> Reviewed {
+        let mut r = refuse(self.api_version, self.uid, 429, message);
+        r.kind = self.kind;
+        r
+    }
+}
+
 #[derive(Deserialize)]
 struct Gvk {
     #[serde(default)]
@@ -327,6 +368,16 @@ impl Validator {
     /// load: then everything is refused, since without the Tenants a tenant
     /// namespace cannot be told from the operator's.
     pub fn review(&self, state: Option<&PolicyState>, body: &[u8]) -> Reviewed {
+        match Validator::read(body) {
+            Ok(request) => self.judge(state, request),
+            Err(refused) => refused,
+        }
+    }
+
+    /// Reads one HTTP request body into the review it asks for (cheap: the
+    /// JSON is parsed, no rule runs), or the refusal of one that cannot be
+    /// read.
+    pub fn read(body: &[u8]) -> Result<ReviewRequest, Reviewed> {
         let review: ReviewIn = match serde_json::from_slice(body) {
             Ok(r) => r,
             Err(e) => {
@@ -340,7 +391,7 @@ impl Validator {
                     serde_json::error::Category::Data => "the request is not an AdmissionReview",
                     _ => "the request body is not JSON",
                 };
-                return refuse(REVIEW_V1, uid, 400, format!("{what}: {e}"));
+                return Err(refuse(REVIEW_V1, uid, 400, format!("{what}: {e}")));
             }
         };
         let uid = review
@@ -352,7 +403,7 @@ impl Validator {
             "admission.k8s.io/v1" => "admission.k8s.io/v1",
             "admission.k8s.io/v1beta1" => "admission.k8s.io/v1beta1",
             _ => {
-                return refuse(
+                return Err(refuse(
                     REVIEW_V1,
                     uid,
                     400,
@@ -360,29 +411,43 @@ impl Validator {
                         "apiVersion {} is not admission.k8s.io/v1",
                         quote(&review.api_version)
                     ),
-                );
+                ));
             }
         };
         let Some(request) = review.request.filter(|_| review.kind == "AdmissionReview") else {
-            return refuse(
+            return Err(refuse(
                 api_version,
                 uid,
                 400,
                 "the AdmissionReview has no request".into(),
-            );
+            ));
         };
         let Some(operation) = Operation::parse(&request.operation) else {
-            return refuse(
+            return Err(refuse(
                 api_version,
                 uid,
                 400,
                 format!("operation {} is unknown", quote(&request.operation)),
-            );
+            ));
         };
+        Ok(ReviewRequest {
+            api_version,
+            operation,
+            request,
+        })
+    }
+
+    /// Judges a review [`read`](Validator::read) before: the rules run.
+    pub fn judge(&self, state: Option<&PolicyState>, review: ReviewRequest) -> Reviewed {
+        let ReviewRequest {
+            api_version,
+            operation,
+            request,
+        } = review;
         let Some(state) = state else {
             return refuse(
                 api_version,
-                uid,
+                request.uid,
                 503,
                 "the teapot webhook has not loaded its tenant state yet; retry shortly".into(),
             );
@@ -480,6 +545,7 @@ fn encode(
 fn refuse(api_version: &str, uid: String, code: u16, message: String) -> Reviewed {
     let reason = match code {
         400 => "BadRequest",
+        429 => "TooManyRequests",
         503 => "ServiceUnavailable",
         _ => "Forbidden",
     };

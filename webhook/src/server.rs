@@ -34,6 +34,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::Error;
 use crate::certs::CertReloader;
 use crate::metrics::Metrics;
+use crate::pool::{PoolConfig, ReviewPool};
 use crate::review::Validator;
 use crate::source::{ManifestSource, StateHandle};
 use crate::state::PolicyConfig;
@@ -65,6 +66,8 @@ pub struct WebhookConfig {
     pub grace_period: Duration,
     /// Concurrent connections; more wait in the accept queue.
     pub max_connections: usize,
+    /// Where reviews are judged ([`crate::pool`]).
+    pub pool: PoolConfig,
 }
 
 impl WebhookConfig {
@@ -85,13 +88,15 @@ impl WebhookConfig {
             state_poll_interval: Duration::from_secs(2),
             grace_period: Duration::from_secs(10),
             max_connections: 1024,
+            pool: PoolConfig::default(),
         }
     }
 }
 
 #[derive(Debug)]
 struct App {
-    validator: Validator,
+    validator: Arc<Validator>,
+    pool: ReviewPool,
     state: StateHandle,
     metrics: Metrics,
     draining: AtomicBool,
@@ -150,7 +155,8 @@ pub async fn run(
     ));
 
     let app = Arc::new(App {
-        validator: Validator::new(config.policy.clone()),
+        validator: Arc::new(Validator::new(config.policy.clone())),
+        pool: ReviewPool::new(config.pool),
         state,
         metrics,
         draining: AtomicBool::new(false),
@@ -295,7 +301,46 @@ async fn validate(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
     };
     let start = Instant::now();
     let state = app.state.load_full();
-    let reviewed = app.validator.review(state.as_deref(), &bytes);
+    let reviewed = match Validator::read(&bytes) {
+        Err(refused) => refused,
+        Ok(request) => {
+            // The lane: the namespace's Tenant, or the operator's for
+            // everything else (cluster-scoped objects, other namespaces).
+            let lane = request
+                .namespace()
+                .and_then(|ns| state.as_deref()?.tenant_for_namespace(ns))
+                .map_or_else(String::new, |t| t.spec.cluster.clone());
+            let validator = app.validator.clone();
+            let (ran, busy) = (state.clone(), request.busy_template());
+            match app
+                .pool
+                .run(&lane, move || validator.judge(ran.as_deref(), request))
+                .await
+            {
+                Ok(reviewed) => reviewed,
+                Err(why) => {
+                    app.metrics.busy.with_label_values(&[why.label()]).inc();
+                    tracing::warn!(
+                        tenant = %lane,
+                        reason = why.label(),
+                        "admission review refused: no worker within the wait"
+                    );
+                    busy.refuse(match why {
+                        crate::pool::Busy::Tenant => format!(
+                            "the webhook is judging as many of tenant {lane:?}'s reviews as it may at once ({}) and this one waited {:?}; retry",
+                            app.pool.config().share,
+                            app.pool.config().wait
+                        ),
+                        crate::pool::Busy::Pool => format!(
+                            "every one of the webhook's {} review workers stayed busy for {:?}; retry",
+                            app.pool.config().workers,
+                            app.pool.config().wait
+                        ),
+                    })
+                }
+            }
+        }
+    };
     let elapsed = start.elapsed();
     app.metrics
         .admitted(reviewed.kind, reviewed.allowed, elapsed.as_secs_f64());

@@ -7,6 +7,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use super::hosts::{HostScope, check_host, host_scope};
 use super::meta::check_metadata;
 use super::names::{dns_subdomain, dns1035_label, port_name};
+use super::regexes::{CompileBudget, check_budgeted};
 use super::strings::key_field;
 use super::{PolicyContext, Violation, check_path, quote};
 use crate::annotations::ObjectKind;
@@ -69,12 +70,19 @@ pub fn check_ingress(
             ),
         ));
     }
-    check_canary_pattern(ingress, &mut out);
-    check_auth(ctx, ingress, &mut out);
     let regex_paths = regex::ingress_uses_regex(ingress);
-    if regex_paths {
-        check_regex_paths(ingress, &mut out);
-    }
+    // Counted against the tenant's budget before any is compiled.
+    out.extend(check_budgeted(
+        ctx,
+        &regex::ingress_regexes(ingress),
+        |budget, out| {
+            check_canary_pattern(ingress, budget, out);
+            if regex_paths {
+                check_regex_paths(ingress, budget, out);
+            }
+        },
+    ));
+    check_auth(ctx, ingress, &mut out);
     let mut hosts = BTreeSet::new();
     let mut paths = 0usize;
     for (i, rule) in rules.iter().enumerate() {
@@ -155,7 +163,7 @@ pub fn check_ingress(
 /// regular expression within the bounded engine's limits, and every `$N`
 /// of `rewrite-target` a group each of them has (ingress-nginx would send
 /// an empty string for a group that does not exist).
-fn check_regex_paths(ingress: &Ingress, out: &mut Vec<Violation>) {
+fn check_regex_paths(ingress: &Ingress, budget: &mut CompileBudget, out: &mut Vec<Violation>) {
     let annotations = ingress.metadata.annotations.as_ref();
     let target = annotations.and_then(|a| a.get(regex::REWRITE_TARGET));
     let target_field = key_field("metadata.annotations", regex::REWRITE_TARGET);
@@ -183,7 +191,10 @@ fn check_regex_paths(ingress: &Ingress, out: &mut Vec<Violation>) {
     }
     let wanted = target.map_or(0, |t| regex::target_groups(t).max().unwrap_or(0));
     for (field, path) in regex::ingress_paths(ingress) {
-        match PathRegex::compile(path) {
+        let Some(compiled) = budget.compile(|| PathRegex::compile(path), |r| r.memory()) else {
+            return;
+        };
+        match compiled {
             Err(e) => out.push(Violation::new(
                 &field,
                 format!("a regular expression here (use-regex or rewrite-target): {e}"),
@@ -204,15 +215,15 @@ fn check_regex_paths(ingress: &Ingress, out: &mut Vec<Violation>) {
 /// `canary-by-header-pattern` compiles within the bounded engine's
 /// limits (its syntax checked alone first, so it cannot reach outside its
 /// group).
-fn check_canary_pattern(ingress: &Ingress, out: &mut Vec<Violation>) {
+fn check_canary_pattern(ingress: &Ingress, budget: &mut CompileBudget, out: &mut Vec<Violation>) {
     let annotations = ingress.metadata.annotations.as_ref();
     let Some(pattern) = annotations.and_then(|a| a.get(regex::CANARY_PATTERN)) else {
         return;
     };
-    let checked = regex::compile_contains(pattern)
-        .map(|_| ())
-        .map_err(|e| e.to_string());
-    if let Err(why) = checked {
+    let Some(checked) = budget.compile(|| regex::compile_contains(pattern), |r| r.memory()) else {
+        return;
+    };
+    if let Err(why) = checked.map_err(|e| e.to_string()) {
         out.push(Violation::new(
             key_field("metadata.annotations", regex::CANARY_PATTERN),
             why,
