@@ -756,6 +756,10 @@ pub fn auth_response_header_refused(name: &str) -> Option<&'static str> {
         "host",
     ];
     const FORWARDING: &[&str] = &["forwarded", "x-real-ip"];
+    // `X_Real_IP` is `X-Real-IP` to a backend that folds `_` into `-`
+    // (CGI, PHP, many WSGI servers): judged as the name it becomes.
+    let folded = name.replace('_', "-");
+    let name = folded.as_str();
     let is = |list: &[&str]| list.iter().any(|n| n.eq_ignore_ascii_case(name));
     if is(FRAMING) {
         Some("a framing or connection field, which only teapot sets")
@@ -858,6 +862,128 @@ pub fn injects_configuration(name: &str) -> bool {
         || name.contains("-lua-")
         || name == "modsecurity-transaction-id"
 }
+
+/// ingress-nginx annotations (after the prefix; `*` ends a pattern) that
+/// restrict who reaches an Ingress or how much: address lists, rate and
+/// bandwidth limits, authentication of every kind, a web application
+/// firewall, and TLS passthrough (the backend's own TLS, its check of
+/// client certificates included, which a terminating teapot would skip).
+const RESTRICTING: &[&str] = &[
+    "whitelist-source-range",
+    "allowlist-source-range",
+    "denylist-source-range",
+    "limit-rps",
+    "limit-rpm",
+    "limit-connections",
+    "limit-burst-multiplier",
+    "limit-rate",
+    "limit-rate-after",
+    "global-rate-limit*",
+    "auth-*",
+    "enable-modsecurity",
+    "enable-owasp-core-rules",
+    "modsecurity-*",
+    "ssl-passthrough",
+];
+
+/// ingress-nginx annotations teapot does not serve and whose absence
+/// restricts nothing: tuning, logging, load-balancing choices, features
+/// whose absence makes a request fail rather than pass, and loosenings
+/// (`satisfy: any`, `enable-global-auth: false`) whose absence is the
+/// stricter reading. Every other unserved name, an unknown one included,
+/// counts as restricting: teapot cannot tell what it would have refused.
+const NOT_RESTRICTING: &[&str] = &[
+    "auth-cache-*",
+    "auth-keepalive*",
+    "auth-always-set-cookie",
+    "satisfy",
+    "enable-global-auth",
+    "grpc-backend",
+    "proxy-next-upstream*",
+    "mirror-*",
+    "custom-headers",
+    "upstream-vhost",
+    "proxy-set-headers",
+    "connection-proxy-header",
+    "upstream-hash-by*",
+    "load-balance",
+    "session-cookie-*",
+    "service-upstream",
+    "ssl-ciphers",
+    "ssl-prefer-server-ciphers",
+    "server-alias",
+    "http2-push-preload",
+    "proxy-buffer*",
+    "proxy-buffering",
+    "proxy-request-buffering",
+    "proxy-max-temp-file-size",
+    "proxy-http-version",
+    "proxy-cookie-*",
+    "proxy-redirect-*",
+    "client-body-buffer-size",
+    "preserve-trailing-slash",
+    "relative-redirects",
+    "enable-access-log",
+    "enable-rewrite-log",
+    "enable-opentelemetry",
+    "opentelemetry-*",
+    "enable-opentracing",
+    "opentracing-*",
+    "fastcgi-*",
+    "disable-proxy-intercept-errors",
+];
+
+fn listed(patterns: &[&str], name: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(stem) => name.starts_with(stem),
+        None => *p == name,
+    })
+}
+
+/// Whether the ingress-nginx annotation `name` (after its prefix)
+/// restricts access ([`RESTRICTING`], configuration text teapot cannot
+/// read, any unserved name not known to restrict nothing). Such an
+/// annotation that teapot does not serve as written keeps the Ingress
+/// from being routed ([`unserved_restrictions`]).
+pub fn restricts_access(name: &str) -> bool {
+    if listed(NOT_RESTRICTING, name) {
+        return false;
+    }
+    if listed(RESTRICTING, name) || injects_configuration(name) {
+        return true;
+    }
+    // A served annotation outside RESTRICTING shapes traffic, not access.
+    spec(&format!("{NGINX_PREFIX}{name}")).is_none()
+}
+
+/// The annotations of an object of `kind` that ask for an access
+/// restriction teapot does not apply: an ingress-nginx annotation that
+/// [`restricts_access`] and that teapot does not serve, or whose value it
+/// cannot read. Each is paired with its violation's field
+/// (`metadata.annotations["KEY"]`) and why. An object with any of them is
+/// not routed: served without the restriction, it would publish what the
+/// restriction protects (an operator's admin page moved from
+/// ingress-nginx with `auth-type: basic`).
+pub fn unserved_restrictions<'a>(
+    kind: ObjectKind,
+    annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<(String, AnnotationError)> {
+    annotations
+        .into_iter()
+        .filter(|(key, _)| key.strip_prefix(NGINX_PREFIX).is_some_and(restricts_access))
+        .filter_map(|(key, value)| {
+            let e = parse(kind, key, value).err()?;
+            // An unreadable `auth-url` is served closed already: its
+            // routes answer 503, as ingress-nginx denies the location.
+            if key.as_str() == AUTH_URL_KEY && matches!(e, AnnotationError::BadValue { .. }) {
+                return None;
+            }
+            Some((format!("metadata.annotations[{key:?}]"), e))
+        })
+        .collect()
+}
+
+const AUTH_URL_KEY: &str = "nginx.ingress.kubernetes.io/auth-url";
 
 /// Why `key` is not in the allowlist: an ingress-nginx annotation teapot
 /// does not serve (and which kind of refusal), or an unknown one.
@@ -1437,6 +1563,19 @@ mod tests {
             assert!(auth_response_header_refused(refused).is_some(), "{refused}");
         }
         assert_eq!(auth_response_header_refused("X-Auth-Request-User"), None);
+        // Underscore spellings a backend reads as the forwarding fields.
+        for lookalike in [
+            "X_Forwarded_For",
+            "X_Real_IP",
+            "x-forwarded_host",
+            "Content_Length",
+        ] {
+            assert!(
+                auth_response_header_refused(lookalike).is_some(),
+                "{lookalike}"
+            );
+        }
+        assert_eq!(auth_response_header_refused("X_Auth_Request_User"), None);
         // The rest of the auth-* family stays refused.
         for name in [
             "auth-cache-key",
@@ -1456,5 +1595,80 @@ mod tests {
             parse(i, &key("auth-snippet"), "x").unwrap_err(),
             AnnotationError::InjectsConfiguration { .. }
         ));
+    }
+
+    #[test]
+    fn restrictions_teapot_does_not_serve_are_named() {
+        for name in [
+            "auth-type",
+            "auth-secret",
+            "auth-realm",
+            "auth-tls-verify-client",
+            "auth-tls-secret",
+            "auth-tls-pass-certificate-to-upstream",
+            "auth-proxy-set-headers",
+            "auth-snippet",
+            "configuration-snippet",
+            "server-snippet",
+            "limit-rate",
+            "global-rate-limit",
+            "enable-modsecurity",
+            "ssl-passthrough",
+            "whitelist-source-range",
+            "denylist-source-range",
+            "limit-rps",
+            "auth-url",
+            // Unknown: teapot cannot tell what it would have refused.
+            "some-future-restriction",
+        ] {
+            assert!(restricts_access(name), "{name}");
+        }
+        for name in [
+            "auth-cache-key",
+            "auth-keepalive",
+            "satisfy",
+            "enable-global-auth",
+            "limit-whitelist",
+            "proxy-buffering",
+            "mirror-target",
+            "custom-headers",
+            "server-alias",
+            "enable-cors",
+            "ssl-redirect",
+        ] {
+            assert!(!restricts_access(name), "{name}");
+        }
+        let map: std::collections::BTreeMap<String, String> = [
+            ("auth-type", "basic"),
+            ("auth-tls-verify-client", "on"),
+            ("configuration-snippet", "deny all;"),
+            // Served, but a value teapot cannot read: not an open door.
+            ("whitelist-source-range", "10.0.0.0/33"),
+            ("limit-rps", "many"),
+            // Unreadable, but its routes answer 503 already.
+            ("auth-url", "https://auth.example/"),
+            // Served and readable, or unserved and restricting nothing.
+            ("denylist-source-range", "192.0.2.0/24"),
+            ("proxy-buffering", "on"),
+            ("enable-cors", "maybe"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
+        .chain([("teapot.dev/acme".to_string(), "true".to_string())])
+        .collect();
+        let found = unserved_restrictions(ObjectKind::Ingress, &map);
+        let fields: Vec<&str> = found.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-tls-verify-client"]"#,
+                r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-type"]"#,
+                r#"metadata.annotations["nginx.ingress.kubernetes.io/configuration-snippet"]"#,
+                r#"metadata.annotations["nginx.ingress.kubernetes.io/limit-rps"]"#,
+                r#"metadata.annotations["nginx.ingress.kubernetes.io/whitelist-source-range"]"#,
+            ]
+        );
+        assert!(matches!(found[1].1, AnnotationError::NotServed { .. }));
+        assert!(matches!(found[4].1, AnnotationError::BadValue { .. }));
     }
 }

@@ -17,6 +17,10 @@ use crate::names::INGRESS_CLASS;
 
 const PAGE: &str = include_str!("../../docs/migrate-from-ingress-nginx.md");
 
+/// What a refused restricting annotation does to an Ingress that is not
+/// a tenant's (a tenant's is refused at admission).
+const UNROUTED: &str = "it restricts access, so an Ingress carrying it is not routed at all (Accepted=False, reason UnservedRestriction), never served without the restriction";
+
 /// What teapot does with one ingress-nginx annotation of an Ingress.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -67,6 +71,17 @@ pub fn judge(key: &str, value: &str) -> Option<Verdict> {
             reason: e.to_string(),
             instead: None,
         },
+    };
+    // A restriction teapot would not apply keeps even an operator's
+    // Ingress from being routed: said here, before anything moves.
+    let outcome = match outcome {
+        Outcome::Refused { reason, instead } if annotations::restricts_access(name) => {
+            Outcome::Refused {
+                reason: format!("{reason}; {UNROUTED}"),
+                instead,
+            }
+        }
+        other => other,
     };
     Some(Verdict {
         name: name.to_string(),
@@ -360,6 +375,21 @@ mod tests {
             panic!("a bad value is refused");
         };
         assert!(reason.contains("many"), "{reason}");
+        assert!(reason.ends_with(UNROUTED), "a restriction: {reason}");
+        for (name, value) in [
+            ("auth-type", "basic"),
+            ("auth-tls-verify-client", "on"),
+            ("server-snippet", "x"),
+        ] {
+            let Outcome::Refused { reason, .. } = nginx(name, value) else {
+                panic!("{name} is refused");
+            };
+            assert!(reason.ends_with(UNROUTED), "{name}: {reason}");
+        }
+        let Outcome::Refused { reason, .. } = nginx("proxy-buffering", "on") else {
+            panic!("proxy-buffering is refused");
+        };
+        assert!(!reason.contains(UNROUTED), "no restriction: {reason}");
         let Outcome::Refused { reason, .. } = nginx("no-such-thing", "1") else {
             panic!("an unknown key is refused");
         };

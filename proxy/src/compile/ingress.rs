@@ -104,6 +104,38 @@ where
             });
             continue;
         }
+        // A restriction teapot does not apply (basic auth, client
+        // certificates, a snippet, an allow-list it cannot read) keeps
+        // the whole Ingress unrouted, its canary rules and certificates
+        // too: served without it, the Ingress would publish what the
+        // restriction protects. A tenant's is refused at admission; this
+        // holds for the operator's, and for a tenant's that got past it.
+        let unserved = teapot_api::annotations::unserved_restrictions(
+            teapot_api::annotations::ObjectKind::Ingress,
+            ingress.metadata.annotations.iter().flatten(),
+        );
+        if !unserved.is_empty() {
+            let named: Vec<String> = unserved
+                .iter()
+                .map(|(field, why)| format!("{field}: {why}"))
+                .collect();
+            ingress_reports.push(IngressReport {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                served: true,
+                status: no_status.clone(),
+                conditions: vec![Condition::new(
+                    "Accepted",
+                    false,
+                    UNSERVED_RESTRICTION,
+                    format!(
+                        "{}; the Ingress is not routed: it asks for an access restriction teapot does not apply",
+                        named.join("; ")
+                    ),
+                )],
+            });
+            continue;
+        }
         let mut conflicts = Vec::new();
         let mut unresolved = Vec::new();
         let mut refused_hosts = Vec::new();
@@ -620,6 +652,10 @@ fn canary_rules(ingress: &Ingress, problems: &mut Vec<String>) -> Option<Arc<Can
 }
 
 const CANARY: &str = "nginx.ingress.kubernetes.io/canary";
+
+/// The `Accepted=False` reason of an Ingress not routed because it asks
+/// for an access restriction teapot does not apply.
+pub(crate) const UNSERVED_RESTRICTION: &str = "UnservedRestriction";
 
 /// One rule of a canary Ingress, to add to the same rule of another.
 struct CanaryRule {
@@ -1233,5 +1269,144 @@ spec:
             "{refused}"
         );
         assert_eq!(message(&s, "own"), "");
+    }
+
+    /// An operator Ingress asking for a restriction teapot does not apply
+    /// (or whose restricting value it cannot read) is not routed at all,
+    /// and its status names the annotation; one teapot fully serves is.
+    #[test]
+    fn unserved_restrictions_keep_an_ingress_unrouted() {
+        let cases = [
+            (
+                "basic",
+                "nginx.ingress.kubernetes.io/auth-type: basic, nginx.ingress.kubernetes.io/auth-secret: ops/users",
+                "auth-type",
+            ),
+            (
+                "mtls",
+                "nginx.ingress.kubernetes.io/auth-tls-verify-client: 'on'",
+                "auth-tls-verify-client",
+            ),
+            (
+                "snippet",
+                "nginx.ingress.kubernetes.io/configuration-snippet: 'deny all;'",
+                "configuration-snippet",
+            ),
+            (
+                "server",
+                "nginx.ingress.kubernetes.io/server-snippet: 'allow 10.0.0.0/8;'",
+                "server-snippet",
+            ),
+            (
+                "allow",
+                "nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/33",
+                "whitelist-source-range",
+            ),
+            (
+                "deny",
+                "nginx.ingress.kubernetes.io/denylist-source-range: everyone",
+                "denylist-source-range",
+            ),
+            (
+                "rate",
+                "nginx.ingress.kubernetes.io/limit-rps: '0'",
+                "limit-rps",
+            ),
+            (
+                "bandwidth",
+                "nginx.ingress.kubernetes.io/limit-rate: '100'",
+                "limit-rate",
+            ),
+            (
+                "waf",
+                "nginx.ingress.kubernetes.io/enable-modsecurity: 'true'",
+                "enable-modsecurity",
+            ),
+        ];
+        let mut docs = vec![DOCS.to_string()];
+        for (name, annotations, _) in cases {
+            docs.push(ops_ingress(
+                name,
+                &format!("{name}.example"),
+                annotations,
+                "web",
+            ));
+        }
+        // Unserved, but restricting nothing: served, and reported.
+        docs.push(ops_ingress(
+            "tuned",
+            "tuned.example",
+            "nginx.ingress.kubernetes.io/proxy-buffering: 'on'",
+            "web",
+        ));
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        for (name, _, key) in cases {
+            let host = format!("{name}.example");
+            assert!(s.routes.lookup(&host, "/").is_none(), "{name} is routed");
+            let report = s.report.ingresses.iter().find(|r| r.name == name).unwrap();
+            let accepted = report
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Accepted")
+                .unwrap();
+            assert_eq!(
+                (accepted.status, accepted.reason),
+                ("False", UNSERVED_RESTRICTION),
+                "{name}"
+            );
+            let field = format!("metadata.annotations[\"nginx.ingress.kubernetes.io/{key}\"]");
+            assert!(
+                accepted.message.contains(&field),
+                "{name}: {}",
+                accepted.message
+            );
+            assert!(
+                report.status.load_balancer.is_none(),
+                "{name}: no address is published"
+            );
+        }
+        assert!(s.routes.lookup("tuned.example", "/").is_some());
+        assert!(message(&s, "tuned").contains("proxy-buffering"));
+        assert!(s.routes.lookup("a.example", "/").is_some());
+    }
+
+    /// A tenant's Ingress that got past admission with such an annotation
+    /// is not routed either (defence in depth).
+    #[test]
+    fn a_tenants_unserved_restriction_is_not_routed() {
+        const TENANT: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+";
+        let ingress = |name: &str, annotation: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: tenant-acme
+  annotations: {{{annotation}}}
+spec:
+  ingressClassName: teapot
+  defaultBackend: {{service: {{name: web, port: {{number: 80}}}}}}
+"
+            )
+        };
+        let docs = [
+            DOCS.to_string(),
+            TENANT.to_string(),
+            ingress("locked", "nginx.ingress.kubernetes.io/auth-type: basic"),
+            ingress("open", "teapot.dev/acme: 'false'"),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        let reason = |name: &str| {
+            let report = s.report.ingresses.iter().find(|r| r.name == name).unwrap();
+            report.conditions[0].reason
+        };
+        assert_eq!(reason("locked"), UNSERVED_RESTRICTION);
+        assert_eq!(reason("open"), "Accepted");
     }
 }
