@@ -50,8 +50,12 @@
 //! - [`l2`]: layer-2 mode: the owner of each address (a rendezvous hash
 //!   over the live replicas) puts it on an interface and sends gratuitous
 //!   ARP / unsolicited neighbour advertisements.
+//! - [`escape`]: peer- and client-chosen text escaped and bounded for a
+//!   log line (a NOTIFICATION's shutdown communication here; the proxy
+//!   uses it too).
 
 pub mod bfd;
+pub mod escape;
 pub mod l2;
 pub mod md5;
 pub mod peer;

@@ -1205,6 +1205,35 @@ mod tests {
         drop(speaker);
     }
 
+    /// The peer's text reaches the log line and the status escaped: no
+    /// CR, LF or ESC of its own.
+    #[tokio::test]
+    async fn a_hostile_shutdown_communication_reaches_no_log_raw() {
+        let (speaker, _addrs, listener, mut router) = ebgp(&["203.0.113.10"]).await;
+        router.open(ROUTER_ASN, 3).await;
+        let text = b"down\r\nlevel=ERROR msg=forged\x1b]0;owned\x07";
+        let mut data = vec![text.len() as u8];
+        data.extend_from_slice(text);
+        router
+            .send(&wire::encode_notification(&Notification {
+                code: code::CEASE,
+                subcode: code::ADMINISTRATIVE_SHUTDOWN,
+                data,
+            }))
+            .await;
+        let status = wait_status(&speaker, "error recorded", |s| s.last_error.is_some()).await;
+        let error = status.last_error.unwrap();
+        assert!(!error.bytes().any(|b| b.is_ascii_control()), "{error:?}");
+        assert!(
+            error.ends_with(
+                "Administrative Shutdown: down\\x0d\\x0alevel=ERROR msg=forged\\x1b]0;owned\\x07"
+            ),
+            "{error}"
+        );
+        FakeRouter::accept(&listener).await;
+        drop(speaker);
+    }
+
     #[tokio::test]
     async fn a_router_not_listening_is_named_counted_and_retried() {
         // A port nobody listens on: connection refused.

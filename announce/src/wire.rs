@@ -128,14 +128,15 @@ impl std::fmt::Display for Notification {
             write!(f, " {subcode}")?;
         }
         // A CEASE may carry a shutdown communication (RFC 9003): a length
-        // byte and UTF-8 text an operator wrote.
+        // byte and UTF-8 text the peer's operator wrote. It reaches logs,
+        // the peer's status and Events: escaped and bounded, so a peer
+        // can neither forge a line (CR, LF) nor drive a terminal (ESC).
         if self.code == code::CEASE
             && let Some((&len, text)) = self.data.split_first()
             && let Some(text) = text.get(..len as usize)
-            && let Ok(text) = std::str::from_utf8(text)
             && !text.is_empty()
         {
-            write!(f, ": {text}")?;
+            write!(f, ": {}", crate::escape::printable(text))?;
         }
         Ok(())
     }
@@ -719,6 +720,36 @@ mod tests {
         assert_eq!(
             back.to_string(),
             "cease (6/2) Administrative Shutdown: teapot stopping".to_string()
+        );
+    }
+
+    /// A peer's shutdown communication with CR, LF and ESC cannot forge a
+    /// log line or drive a terminal: those bytes are shown `\xNN`.
+    #[test]
+    fn a_hostile_shutdown_communication_is_escaped() {
+        let text = b"bye\r\n2026-01-01T00:00:00Z ERROR forged\x1b[2J";
+        let mut data = vec![text.len() as u8];
+        data.extend_from_slice(text);
+        let n = Notification {
+            code: code::CEASE,
+            subcode: code::ADMINISTRATIVE_SHUTDOWN,
+            data,
+        };
+        let shown = n.to_string();
+        assert!(!shown.bytes().any(|b| b.is_ascii_control()), "{shown:?}");
+        assert_eq!(
+            shown,
+            "cease (6/2) Administrative Shutdown: bye\\x0d\\x0a2026-01-01T00:00:00Z ERROR forged\\x1b[2J"
+        );
+        // Not UTF-8: shown escaped too, no longer left out.
+        let n = Notification {
+            code: code::CEASE,
+            subcode: code::ADMINISTRATIVE_SHUTDOWN,
+            data: vec![2, 0xff, b'\n'],
+        };
+        assert_eq!(
+            n.to_string(),
+            "cease (6/2) Administrative Shutdown: \\xff\\x0a"
         );
     }
 }
