@@ -175,8 +175,14 @@ pub fn mirror_request<'h>(
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
         // `host` is written above; the framing and hop-by-hop fields are
-        // the HTTP/1 engine's list (`teapot_h1::is_hop_by_hop`).
-        if name.eq_ignore_ascii_case("host") || teapot_h1::is_hop_by_hop(name.as_bytes()) {
+        // the HTTP/1 engine's list (`teapot_h1::is_hop_by_hop`). The
+        // client's forwarding fields, IDs and their `_` spellings are
+        // never passed on as if teapot vouched for them
+        // ([`forwarding::is_teapots`]): the mirror gets none.
+        if name.eq_ignore_ascii_case("host")
+            || teapot_h1::is_hop_by_hop(name.as_bytes())
+            || forwarding::is_teapots(name)
+        {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
@@ -211,10 +217,12 @@ mod tests {
                 ("X-Gone".into(), "edited".into()),
                 ("content-length".into(), "0".into()),
                 ("x-forwarded-for".into(), "10.9.9.9".into()),
+                ("X_Real_IP".into(), "10.9.9.9".into()),
             ],
             add: vec![
                 ("x-header-add".into(), "header-add".into()),
                 ("connection".into(), "close".into()),
+                ("x_forwarded_for".into(), "10.9.9.9".into()),
             ],
             remove: vec!["x-gone".into(), "transfer-encoding".into()],
         };
@@ -342,6 +350,12 @@ mod tests {
             ("Host", b"evil"),
             ("connection", b"keep-alive"),
             ("Proxy-Authorization", b"Basic eDp5"),
+            // A client's forwarding fields, IDs and their look-alikes.
+            ("X-Forwarded-For", b"6.6.6.6"),
+            ("X_Forwarded_For", b"6.6.6.6"),
+            ("x_real_ip", b"6.6.6.6"),
+            ("Forwarded", b"for=6.6.6.6"),
+            ("X_Request_Id", b"forged"),
         ];
         let bytes = mirror_request("POST", "/p?q", "a.example", headers.into_iter());
         assert_eq!(

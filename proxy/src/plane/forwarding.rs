@@ -27,13 +27,84 @@ pub const FORWARDING: [&str; 6] = [
 ];
 
 /// Whether `name` is one teapot sets on every forwarded request: the
-/// forwarding fields and the request's ID and trace context. A Gateway
-/// filter's request-header edit of one of them is not applied, on either
-/// HTTP version (it would overwrite what the edge vouches for).
+/// forwarding fields and the request's ID and trace context, or one
+/// spelt like them with `_` ([`is_lookalike`]). A Gateway filter's
+/// request-header edit of one of them is not applied, on either HTTP
+/// version (it would overwrite what the edge vouches for).
 pub(super) fn is_teapots(name: &str) -> bool {
     name.eq_ignore_ascii_case(trace::REQUEST_ID)
         || name.eq_ignore_ascii_case(trace::TRACEPARENT)
         || FORWARDING.iter().any(|f| f.eq_ignore_ascii_case(name))
+        || is_lookalike(name)
+}
+
+/// The fields teapot writes itself on a request it forwards or makes
+/// (the forwarding fields, the request's ID and trace context, those of
+/// the `auth-url` and error-page sub-requests and `x-forwarded-prefix`),
+/// whose `_` spellings a client may not send ([`is_lookalike`]).
+const OWN_FIELDS: [&str; 18] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "forwarded",
+    "x-real-ip",
+    trace::REQUEST_ID,
+    trace::TRACEPARENT,
+    "x-original-url",
+    "x-original-method",
+    "x-original-uri",
+    "x-auth-request-redirect",
+    "x-code",
+    "x-format",
+    "x-namespace",
+    "x-ingress-name",
+    "x-service-name",
+    "x-service-port",
+];
+
+/// Whether a request field called `name` is spelt with `_` where one of
+/// teapot's own fields ([`OWN_FIELDS`], or any of the `X-Forwarded-`
+/// family) has `-`, in any case: `X_Forwarded_For`, `x-real_ip`. HTTP
+/// allows `_` in a name, but CGI, PHP and many WSGI servers fold it into
+/// `-` (both become `HTTP_X_FORWARDED_FOR`), so a backend would read the
+/// client's forgery as what teapot vouches for. Only look-alikes are
+/// dropped, not every name with `_` (nginx's `underscores_in_headers
+/// off`): other such names reach the backends, which may need them.
+pub fn is_lookalike(name: &str) -> bool {
+    const FAMILY: &str = "x-forwarded-";
+    name.contains('_')
+        && (OWN_FIELDS.iter().any(|own| shadows(name, own))
+            || name
+                .get(..FAMILY.len())
+                .is_some_and(|head| name.len() > FAMILY.len() && folded(head).eq(FAMILY.bytes())))
+}
+
+/// Whether `name` spells `field` (lowercase, with `-`) with `_` for some
+/// `-`, in any case: the same field to a backend that folds `_` into `-`.
+pub fn shadows(name: &str, field: &str) -> bool {
+    name.len() == field.len() && name.contains('_') && folded(name).eq(field.bytes())
+}
+
+fn folded(name: &str) -> impl Iterator<Item = u8> + '_ {
+    name.bytes().map(|b| {
+        if b == b'_' {
+            b'-'
+        } else {
+            b.to_ascii_lowercase()
+        }
+    })
+}
+
+/// Removals of the client's [`is_lookalike`] fields, among `names`, added
+/// to an HTTP/1 request's edits (an edit removes a name in any case).
+pub(super) fn remove_lookalike_fields<'a>(
+    edits: &mut HeaderEdits,
+    names: impl Iterator<Item = &'a str>,
+) {
+    for name in names.filter(|n| is_lookalike(n)) {
+        edits.push_remove(name.as_bytes());
+    }
 }
 
 /// The forwarding fields of a request for `authority` (the client's, as
@@ -121,6 +192,7 @@ pub(super) fn apply(
     authority: &str,
     headers: &mut HeaderMap,
 ) -> Result<(), http::Error> {
+    remove_lookalikes(headers);
     let mut result = Ok(());
     each_field(conn, authority, |name, value| {
         let name = HeaderName::from_static(name);
@@ -137,6 +209,23 @@ pub(super) fn apply(
         }
     });
     result
+}
+
+/// Removes the client's [`is_lookalike`] fields from a header map (the
+/// HTTP/1 engine skips them with the fields its edits replace).
+pub(super) fn remove_lookalikes(headers: &mut HeaderMap) {
+    // Almost no request has one: look before collecting names.
+    if !headers.keys().any(|n| is_lookalike(n.as_str())) {
+        return;
+    }
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_lookalike(n.as_str()))
+        .cloned()
+        .collect();
+    for name in names {
+        headers.remove(name);
+    }
 }
 
 /// Calls `f` with the forwarding fields of (`conn`, `authority`), from a
@@ -410,5 +499,86 @@ mod tests {
         }
         assert!(!is_teapots("x-forwarded"));
         assert!(!is_teapots("host"));
+    }
+
+    /// A client's `_` spellings of teapot's own fields are dropped on
+    /// both engines; other names with `_` are the backends' business.
+    #[test]
+    fn underscore_lookalikes_of_teapots_fields_are_dropped() {
+        for name in [
+            "X_Forwarded_For",
+            "x-forwarded_for",
+            "X_REAL_IP",
+            "x_real-ip",
+            "X_Request_Id",
+            "Forwarded",
+            "X_Original_URL",
+            "x_auth_request_redirect",
+            "X_Forwarded_User",
+            "x_forwarded_prefix",
+        ] {
+            assert_eq!(is_lookalike(name), name.contains('_'), "{name}");
+        }
+        for name in [
+            "X-Forwarded-For",
+            "x_custom_id",
+            "x_forwarded",
+            "x_real_ipv6",
+            "my_header",
+        ] {
+            assert!(!is_lookalike(name), "{name}");
+        }
+        assert!(shadows("X_Auth_User", "x-auth-user"));
+        assert!(!shadows("X-Auth-User", "x-auth-user"), "the field itself");
+        assert!(!shadows("X_Auth_Users", "x-auth-user"));
+
+        // HTTP/2 (and HTTP/2 to HTTP/1 through a map): removed with the
+        // client's own forwarding fields.
+        let conn = conn(Some("192.0.2.7:5555"), None, false);
+        let mut map = HeaderMap::new();
+        for name in [
+            "x_forwarded_for",
+            "x_real_ip",
+            "x-forwarded_proto",
+            "x_request_id",
+            "x_app_token",
+        ] {
+            map.insert(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("6.6.6.6"),
+            );
+        }
+        apply(&conn, "a.example", &mut map).unwrap();
+        let mut names: Vec<&str> = map.keys().map(|n| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "forwarded",
+                "x-forwarded-for",
+                "x-forwarded-host",
+                "x-forwarded-proto",
+                "x-real-ip",
+                "x_app_token"
+            ]
+        );
+        assert_eq!(map["x-forwarded-for"], "192.0.2.7");
+
+        // HTTP/1: a removal per look-alike the client sent, in its spelling.
+        let mut edits = HeaderEdits::default();
+        let sent = [
+            "Host",
+            "X_Forwarded_For",
+            "X_Real_IP",
+            "x_app_token",
+            "X-Real-IP",
+        ];
+        remove_lookalike_fields(&mut edits, sent.into_iter());
+        assert_eq!(
+            edits,
+            HeaderEdits::default()
+                .remove("X_Forwarded_For")
+                .remove("X_Real_IP")
+        );
     }
 }

@@ -180,6 +180,7 @@ impl teapot_h1::Router for Router {
         fwd.max_body_size = Some(forward.body_limit);
         fwd.request_edits =
             forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
+        forwarding::remove_lookalike_fields(&mut fwd.request_edits, req.headers().map(|(n, _)| n));
         fwd.tag = Some(ids.tag);
         let edits = (&mut fwd.request_edits, &mut fwd.response_edits);
         policy::engines::h1_edits(edits.0, edits.1, forward.policy.as_deref());

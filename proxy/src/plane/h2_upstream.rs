@@ -632,6 +632,7 @@ fn direct_head(
         let replaced = (uri_authority.is_some() && name == HOST)
             || name == TRANSFER_ENCODING
             || forwarding::FORWARDING.contains(&n)
+            || forwarding::is_lookalike(n)
             || (new_id.is_some() && n == trace::REQUEST_ID)
             || (new_tp.is_some() && n == trace::TRACEPARENT);
         if !replaced {

@@ -40,7 +40,7 @@ use super::PolicyAnswer;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::{Tried, Upstream};
 use crate::plane::decide::RequestHeaders;
-use crate::plane::forwarding::FORWARDING;
+use crate::plane::forwarding::{self, FORWARDING};
 use crate::plane::trace;
 
 /// The operator's bounds on external authentication.
@@ -137,7 +137,10 @@ fn is_carried(name: &str, own: &[&str]) -> bool {
         || is("expect")
         || is(trace::REQUEST_ID)
         || FORWARDING.iter().any(|f| is(f))
-        || own.iter().any(|f| is(f)))
+        || own.iter().any(|f| is(f))
+        // `X_Original_URL`: teapot's own field to a service that folds
+        // `_` into `-` (crate::plane::forwarding::is_lookalike).
+        || forwarding::is_lookalike(name))
 }
 
 /// What the sub-request tells the authentication service of the request.
@@ -247,10 +250,14 @@ pub async fn check(
         Ok(Err(outcome)) => return (Err(failed()), outcome),
         Err(_) => return (Err(failed()), Outcome::Timeout),
     };
-    match terms {
+    let (mut verdict, outcome) = match terms {
         Some(terms) => judge_gateway(terms, &answer),
         None => judge(auth, original, &answer),
+    };
+    if let Ok(fields) = &mut verdict {
+        remove_shadows(fields, original.headers);
     }
+    (verdict, outcome)
 }
 
 /// The verdict on the answer under the Gateway API's terms: only a 200
@@ -318,7 +325,31 @@ fn copied_from_answer(name: &str) -> bool {
         || name.starts_with("content-")
         || teapot_h1::is_hop_by_hop(name.as_bytes())
         || FORWARDING.contains(&name)
-        || name == trace::REQUEST_ID)
+        || name == trace::REQUEST_ID
+        || forwarding::is_lookalike(name))
+}
+
+/// Adds to `fields` (what the authentication service vouches for) the
+/// removal of each client field spelt like one of them with `_`: a
+/// client's `X_Auth_User` is `X-Auth-User` to a backend that folds `_`
+/// into `-`, and would stand beside (or before) the service's.
+fn remove_shadows(fields: &mut ForwardedFields, client: &dyn RequestHeaders) {
+    let mut shadows: Vec<HeaderName> = Vec::new();
+    client.each(&mut |name, _| {
+        if !name.contains('_') {
+            return;
+        }
+        let vouched = fields
+            .iter()
+            .any(|(field, _)| forwarding::shadows(name, field.as_str()));
+        if vouched
+            && let Ok(name) = HeaderName::from_bytes(name.as_bytes())
+            && !shadows.contains(&name)
+        {
+            shadows.push(name);
+        }
+    });
+    fields.extend(shadows.into_iter().map(|name| (name, None)));
 }
 
 /// The verdict on the authentication service's answer.
@@ -819,6 +850,46 @@ mod tests {
         ] {
             assert!(all(gone).is_empty(), "{gone}");
         }
+    }
+
+    /// A client's `_` spelling of a field teapot writes, or of one the
+    /// authentication service vouches for, reaches neither the service
+    /// nor the backend (crate::plane::forwarding::is_lookalike).
+    #[test]
+    fn underscore_lookalikes_are_neither_carried_nor_kept() {
+        let fields: &[(&str, &str)] = &[
+            ("x_forwarded_for", "6.6.6.6"),
+            ("X_Real_IP", "6.6.6.6"),
+            ("x_original_url", "http://admin.example/"),
+            ("X_Auth_Request_Redirect", "https://evil.example/"),
+            ("x_request_id", "forged"),
+            ("X_User", "admin"),
+            ("x_app", "1"),
+        ];
+        let carried: Vec<String> = client_fields(&fields, AUTH_OWN_FIELDS)
+            .into_iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        assert_eq!(carried, ["x_user", "x_app"]);
+        let mut vouched: ForwardedFields = vec![(
+            HeaderName::from_static("x-user"),
+            Some(HeaderValue::from_static("ann")),
+        )];
+        remove_shadows(&mut vouched, &fields);
+        assert_eq!(
+            vouched,
+            [
+                (
+                    HeaderName::from_static("x-user"),
+                    Some(HeaderValue::from_static("ann"))
+                ),
+                (HeaderName::from_static("x_user"), None),
+            ]
+        );
+        // A Gateway ExternalAuth answer's look-alikes are not copied.
+        assert!(!copied_from_answer("x_forwarded_for"));
+        assert!(!copied_from_answer("x_real_ip"));
+        assert!(copied_from_answer("x_user"));
     }
 
     #[test]
