@@ -143,7 +143,10 @@ impl teapot_h1::Router for Router {
                 let tag = self.ids(req, Some(&route)).tag;
                 return H1Decision::Respond(policy::engines::h1_respond(answer, tag));
             }
-            Routed::ErrorPage(page, route) => {
+            // The tenant's slot covered the page's fetch; the engine writes
+            // the page (at most `MAX_PAGE_BYTES`) in one flush bounded by
+            // the client write timeout, one per connection.
+            Routed::ErrorPage(page, route, _tenant) => {
                 let tag = self.ids(req, Some(&route)).tag;
                 return H1Decision::Respond(page_respond(page, Some(tag)));
             }

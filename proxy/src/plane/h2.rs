@@ -79,7 +79,11 @@ impl H2Server {
         options
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CLIENT_CONNECTION_WINDOW)
-            .max_frame_size(MAX_FRAME_SIZE);
+            .max_frame_size(MAX_FRAME_SIZE)
+            // What h2 holds for a stream once its window took it, until
+            // the socket does: one window's worth rather than h2's 400
+            // KiB, for a client that opens its window and stops reading.
+            .max_send_buffer_size(STREAM_WINDOW as usize);
         let idle_timeout = router.edge.h2.idle_timeout;
         let handshake_timeout = router.edge.header_read_timeout;
         H2Server {
@@ -123,6 +127,12 @@ impl H2Server {
             draining = true;
         }
         let mut malformed = 0usize;
+        // Set once the idle timer asked the connection to close: what is
+        // left then is h2's to write (a GOAWAY, the ends of answers), and
+        // a client that stopped reading would keep the connection and its
+        // buffers forever. It gets the send timeout, then the socket is
+        // dropped, as the HTTP/1 engine drops a client it cannot write to.
+        let mut closing = false;
         loop {
             tokio::select! {
                 // Finished streams first: their slots and memory go back
@@ -160,9 +170,16 @@ impl H2Server {
                     draining = true;
                     h2.graceful_shutdown();
                 }
-                () = &mut idle, if streams.is_empty() && !draining => {
+                () = &mut idle, if streams.is_empty() && (!draining || closing) => {
+                    if closing {
+                        tracing::debug!("dropping an idle HTTP/2 connection that does not read its GOAWAY");
+                        break;
+                    }
                     draining = true;
+                    closing = true;
                     h2.graceful_shutdown();
+                    let send_timeout = self.router.options.write_timeout;
+                    idle.as_mut().reset(tokio::time::Instant::now() + send_timeout);
                 }
             }
         }
@@ -188,7 +205,7 @@ impl H2Server {
         let mut st = StreamCtx {
             started: Instant::now(),
             _in_flight: self.router.metrics.request_started(),
-            client: Client::new(body, respond),
+            client: Client::new(body, respond, self.router.options.write_timeout),
             upstream: None,
             endpoint: None,
             tried: Tried::default(),
@@ -265,8 +282,10 @@ impl H2Server {
                 let out = &mut st.client.out;
                 return out.answer(parts, answer.status, answer.body, &fields);
             }
-            Routed::ErrorPage(page, route) => {
+            Routed::ErrorPage(page, route, tenant) => {
                 st.reason = Some(page.reason);
+                // Held while the page is sent, as a forward's is.
+                st._tenant = tenant;
                 self.ids(parts, st, Some(&route));
                 return st.client.out.page(page, parts.method == Method::HEAD).await;
             }
@@ -390,11 +409,13 @@ impl H2Server {
     fn fail(&self, st: &mut StreamCtx<'_>, failure: &Failure) {
         st.reason.get_or_insert(failure.reason());
         match failure {
-            Failure::ClientGone => self.router.metrics.client_aborts.inc(),
+            Failure::ClientGone | Failure::ClientStalled => self.router.metrics.client_aborts.inc(),
             Failure::BodyTooLarge => self.router.metrics.refused(Refusal::BodyTooLarge),
             _ => {}
         }
-        if st.client.out.status != 0 || matches!(failure, Failure::ClientGone) {
+        if st.client.out.status != 0
+            || matches!(failure, Failure::ClientGone | Failure::ClientStalled)
+        {
             st.client.out.reset(Reason::INTERNAL_ERROR);
             return;
         }

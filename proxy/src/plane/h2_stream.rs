@@ -7,7 +7,7 @@
 //! below all of those.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -109,7 +109,13 @@ pub(super) struct Client {
 }
 
 impl Client {
-    pub(super) fn new(body: RecvStream, respond: SendResponse<Bytes>) -> Client {
+    /// `send_timeout`: how long one piece of the answer may wait for the
+    /// client's flow-control window ([`Responder::send_data`]).
+    pub(super) fn new(
+        body: RecvStream,
+        respond: SendResponse<Bytes>,
+        send_timeout: Duration,
+    ) -> Client {
         Client {
             body: RequestBody {
                 stream: body,
@@ -120,6 +126,7 @@ impl Client {
                 send: None,
                 status: 0,
                 bytes: 0,
+                send_timeout,
             },
         }
     }
@@ -172,6 +179,9 @@ pub(super) struct Responder {
     pub status: u16,
     /// Body bytes sent.
     pub bytes: u64,
+    /// How long one piece of the body may wait for the client's window,
+    /// as the HTTP/1 engine bounds each write to a client.
+    send_timeout: Duration,
 }
 
 impl Responder {
@@ -188,13 +198,22 @@ impl Responder {
     }
 
     /// Sends body bytes as the client's flow-control window allows, so no
-    /// more is buffered than one read of the backend.
+    /// more is buffered than one read of the backend. A client whose
+    /// stream or connection window stays shut cannot hold them (and the
+    /// backend's connection, the tenant's slot) for longer than the send
+    /// timeout: the stream is reset and its buffers released.
     pub async fn send_data(&mut self, data: Bytes, end: bool) -> Result<(), Failure> {
         let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
         self.bytes += data.len() as u64;
-        send_flow_controlled(send, data, end)
+        send_flow_controlled(send, data, end, self.send_timeout)
             .await
-            .map_err(|_| Failure::ClientGone)
+            .map_err(|unsent| match unsent {
+                Unsent::Stalled => Failure::ClientStalled,
+                Unsent::Gone(e) => {
+                    tracing::debug!(error = %e, "sending an HTTP/2 response body");
+                    Failure::ClientGone
+                }
+            })
     }
 
     /// An error page (crate::plane::policy::errors) in place of the
@@ -289,16 +308,45 @@ impl Responder {
     }
 }
 
+/// Why [`send_flow_controlled`] did not hand its data over.
+#[derive(Debug)]
+pub(super) enum Unsent {
+    /// The peer's window did not take it within the timeout; the stream
+    /// was reset (CANCEL).
+    Stalled,
+    /// The stream or connection failed, or the peer reset the stream.
+    Gone(h2::Error),
+}
+
 /// Sends `data` on `send` as its flow-control window allows: waits for
 /// capacity rather than letting h2 buffer whatever a peer will not read.
+/// The whole of `data` must be taken within `timeout` (the HTTP/1
+/// engine's bound on one write to a client): a peer that never opens its
+/// stream or connection window, or opens it a byte at a time, gets the
+/// stream reset, which drops what h2 buffered for it.
 pub(super) async fn send_flow_controlled(
+    send: &mut SendStream<Bytes>,
+    data: Bytes,
+    end: bool,
+    timeout: Duration,
+) -> Result<(), Unsent> {
+    if data.is_empty() {
+        return send.send_data(data, end).map_err(Unsent::Gone);
+    }
+    match tokio::time::timeout(timeout, send_windowed(send, data, end)).await {
+        Ok(sent) => sent.map_err(Unsent::Gone),
+        Err(_) => {
+            send.send_reset(Reason::CANCEL);
+            Err(Unsent::Stalled)
+        }
+    }
+}
+
+async fn send_windowed(
     send: &mut SendStream<Bytes>,
     mut data: Bytes,
     end: bool,
 ) -> Result<(), h2::Error> {
-    if data.is_empty() {
-        return send.send_data(data, end);
-    }
     while !data.is_empty() {
         send.reserve_capacity(data.len());
         let granted = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
@@ -334,6 +382,9 @@ pub(super) enum Failure {
     BadRewrite,
     /// The client reset its stream or went away.
     ClientGone,
+    /// The client's window stayed shut past the send timeout: the stream
+    /// was reset.
+    ClientStalled,
 }
 
 impl Failure {
@@ -343,7 +394,7 @@ impl Failure {
             Failure::ConnectTimeout | Failure::ReadTimeout => 504,
             Failure::BodyTooLarge => 413,
             Failure::BadRewrite => 500,
-            Failure::ClientGone => 0,
+            Failure::ClientGone | Failure::ClientStalled => 0,
         }
     }
 
@@ -357,6 +408,7 @@ impl Failure {
             Failure::BodyTooLarge => "body_too_large",
             Failure::BadRewrite => "rewrite_invalid",
             Failure::ClientGone => "client_abort",
+            Failure::ClientStalled => "client_write_timeout",
         }
     }
 }

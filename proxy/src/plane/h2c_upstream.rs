@@ -29,7 +29,7 @@ use teapot_h1::ConnInfo;
 
 use crate::compile::upstream::{Endpoint, Upstream};
 use crate::plane::h2_stream::{
-    Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, authority_of,
+    Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, Unsent, authority_of,
     send_flow_controlled,
 };
 use crate::plane::h2_upstream::{
@@ -142,11 +142,13 @@ pub(super) async fn forward(
     let pages = st.policy.as_ref().and_then(|p| p.error_pages.as_deref());
     let reason = &mut st.reason;
     let head_only = parts.method == http::Method::HEAD;
+    let write_timeout = router.options.write_timeout;
     let mut sending = pin!(upload(
         &mut st.client.body,
         request_body,
         no_body,
-        body_limit
+        body_limit,
+        write_timeout,
     ));
     let mut receiving = pin!(async {
         let response = match tokio::time::timeout(read_timeout, response).await {
@@ -219,12 +221,15 @@ pub(super) async fn forward(
     }
 }
 
-/// Streams the client's request body and trailers to the backend.
+/// Streams the client's request body and trailers to the backend; a
+/// backend whose window does not take a piece within `write_timeout` (the
+/// upstream write timeout) fails the exchange.
 async fn upload(
     body: &mut RequestBody,
     mut to: h2::SendStream<Bytes>,
     no_body: bool,
     limit: u64,
+    write_timeout: std::time::Duration,
 ) -> Result<(), Failure> {
     if no_body {
         return Ok(());
@@ -240,9 +245,14 @@ async fn upload(
             // which the end below sends.
             continue;
         }
-        send_flow_controlled(&mut to, chunk, false)
+        send_flow_controlled(&mut to, chunk, false, write_timeout)
             .await
-            .map_err(gone)?;
+            .map_err(|unsent| match unsent {
+                Unsent::Stalled => {
+                    Failure::Upstream("the upstream did not open its window in time")
+                }
+                Unsent::Gone(_) => Failure::Upstream("the upstream stopped reading the request"),
+            })?;
     }
     match body.trailers().await? {
         Some(trailers) => to.send_trailers(trailers).map_err(gone),

@@ -25,12 +25,14 @@
 use teapot_h1::ConnInfo;
 
 use crate::compile::acme::CHALLENGE_PREFIX;
+use crate::compile::fairness::TenantPermit;
 use crate::compile::routes::Route;
 use crate::compile::traffic::ExternalAuth;
 use crate::plane::decide::{
     Answer, Decision, Forward, GatewayForward, Head, MISDIRECTED, NO_ENDPOINT, RequestFacts,
     RequestHeaders, check_host, decide_request,
 };
+use crate::plane::edge::Refusal;
 use crate::plane::metrics;
 use crate::plane::mirror::mirror;
 use crate::plane::policy::{self, PolicyAnswer};
@@ -61,8 +63,9 @@ pub(super) enum Routed {
     /// preflight, the external authentication's 401, 403, 500 or 503).
     Policy(PolicyAnswer, Route),
     /// The route has no endpoint and a `default-backend`: its page for
-    /// 503 (crate::plane::policy::errors).
-    ErrorPage(policy::errors::Page, Route),
+    /// 503 (crate::plane::policy::errors), and the tenant's slot, held
+    /// until the page is sent.
+    ErrorPage(policy::errors::Page, Route, Option<TenantPermit>),
 }
 
 impl From<Decision> for Routed {
@@ -158,7 +161,10 @@ fn error_pages(
 /// A route without endpoints whose Ingress names a `default-backend`: the
 /// page for 503 (ingress-nginx sends such requests to the default
 /// backend), unless the route's allow-lists refuse the client, who then
-/// gets teapot's own answer as before.
+/// gets teapot's own answer as before. The page costs a sub-request and
+/// a held body, so the request enters its tenant's gate first, as a
+/// forwarded one does: over the tenant's rate or in-flight bound it gets
+/// the tenant's 429 or 503 and the error backend is not asked.
 async fn no_endpoint_page(
     router: &Router,
     answer: Answer,
@@ -179,6 +185,10 @@ async fn no_endpoint_page(
     {
         return Routed::Answer(answer, Some(route));
     }
+    let permit = match route.tenant().map(|gate| gate.enter()).transpose() {
+        Ok(permit) => permit,
+        Err(over) => return Routed::Answer(Answer::refused(Refusal::from(over)), Some(route)),
+    };
     let trusted = router.cached_series_of(Some(&route)).1;
     let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
     let target = original_target(req);
@@ -186,7 +196,7 @@ async fn no_endpoint_page(
     let (backend, limits) = (route.upstream.clone(), router.options.auth);
     let pages = policy::errors::ErrorPages::new(errors, backend, &original, limits);
     let page = pages.page(answer.status).await;
-    Routed::ErrorPage(page, route)
+    Routed::ErrorPage(page, route, permit)
 }
 
 /// The request's target as the client sent it: path and query.

@@ -466,18 +466,33 @@ async fn exchange(
     max_body: usize,
 ) -> Result<(http::response::Parts, Bytes), Outcome> {
     let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    // hyper's own bound on a head is ~400 KiB of buffer; an answer's head
+    // gets what a backend's gets from the HTTP/1 engine.
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(teapot_h1::scan::MAX_RESPONSE_HEADER_BYTES)
+        .max_headers(teapot_h1::scan::MAX_HEADERS_CAP)
+        .handshake(TokioIo::new(stream))
         .await
         .map_err(|_| Outcome::Unreachable)?;
     let mut conn = std::pin::pin!(conn);
-    let send = sender.send_request(request);
+    let mut send = std::pin::pin!(sender.send_request(request));
+    // A service that closes after its answer (`Connection: close`) ends
+    // the connection's future with the answer already handed over: it is
+    // taken from the request's future, not lost.
     let response = tokio::select! {
-        response = send => response.map_err(|_| Outcome::Unreachable)?,
-        _ = conn.as_mut() => return Err(Outcome::Unreachable),
+        biased;
+        response = send.as_mut() => response,
+        _ = conn.as_mut() => send.await,
     };
+    let response = response.map_err(|_| Outcome::Unreachable)?;
     let (head, body) = response.into_parts();
     if max_body == 0 {
         return Ok((head, Bytes::new()));
+    }
+    // A body that announces more than the bound is refused before a byte
+    // of it is read.
+    if hyper::body::Body::size_hint(&body).lower() > max_body as u64 {
+        return Err(Outcome::Failed);
     }
     let mut collect = std::pin::pin!(http_body_util::Limited::new(body, max_body).collect());
     // The connection ends after it handed the whole body over: the rest

@@ -22,6 +22,12 @@
 //! had (no endpoint, refused, timed out, the bound full, too long), the
 //! client gets the status it would have got, with teapot's short body:
 //! never a hang, never another Service than the Ingress's own namespace's.
+//!
+//! A page is asked for only once the request passed its tenant's gate
+//! (crate::compile::fairness): a forwarded request holds its slot already,
+//! and a route without endpoints enters the gate before its page is
+//! fetched (crate::plane::pipeline), so a tenant over its rate or its
+//! in-flight bound gets its 429 or 503 and the error backend is not asked.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -47,9 +53,15 @@ const PAGE_OWN_FIELDS: &[&str] = &[
     "x-service-port",
 ];
 
-/// Longest error page relayed: pages are small, and the whole page is
-/// held in memory before it is sent.
-pub const MAX_PAGE_BYTES: usize = 1024 * 1024;
+/// Longest error page relayed; a longer one is refused and the client
+/// gets teapot's short body. The whole page is held from its fetch until
+/// the client has read it (a stalled HTTP/2 stream holds it up to the
+/// send timeout, crate::plane::h2_stream), once per request in flight: at
+/// 1 MiB, 300 stalled streams held 312 MiB. nginx's own error pages are
+/// under 1 KiB and ingress-nginx's custom-error-pages example serves a few
+/// KiB, so 64 KiB leaves room for a page with inline style and keeps what
+/// a tenant's in-flight bound lets its clients pin small.
+pub const MAX_PAGE_BYTES: usize = 64 * 1024;
 
 /// What a request whose route has custom error pages tells the error
 /// backend, owned: the HTTP/1 engine asks after the request's head is
@@ -357,6 +369,94 @@ mod tests {
         let _held = p.errors.gate.enter(1).unwrap();
         p.limits.concurrency = 1;
         assert_eq!(p.page(404).await.reason, FALLBACK);
+    }
+
+    /// An error backend on a thread that answers one request with
+    /// `answer`, then keeps the connection open until the client closes
+    /// it (a body it announced but never sends stalls the reader).
+    fn answering_once(answer: Vec<u8>) -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            let _ = s.write_all(&answer);
+            // Until teapot hangs up.
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        addr
+    }
+
+    /// A page longer than [`MAX_PAGE_BYTES`] is never held: the client
+    /// gets teapot's short body, whether the page says its length (then
+    /// nothing of it is read) or not, and one at the bound is relayed.
+    #[tokio::test]
+    async fn a_page_over_the_bound_is_refused() {
+        let registry = EndpointRegistry::default();
+        let page_of = async |answer: Vec<u8>| {
+            let addr = answering_once(answer);
+            let up = Upstream::new("errors".into(), vec![registry.endpoint(addr)], None);
+            pages(errors(up, ""), "ops/web:80").page(503).await
+        };
+        let long = MAX_PAGE_BYTES + 1;
+        let mut with_length =
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {long}\r\n\r\n").into_bytes();
+        with_length.resize(with_length.len() + long, b'x');
+        let page = page_of(with_length).await;
+        assert_eq!((page.status, page.reason), (503, FALLBACK));
+        let mut chunked =
+            format!("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n{long:x}\r\n")
+                .into_bytes();
+        chunked.resize(chunked.len() + long, b'x');
+        chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+        let page = page_of(chunked).await;
+        assert_eq!((page.status, page.reason), (503, FALLBACK));
+        // Announced and never sent: refused at the head, not after the
+        // operator's timeout.
+        let started = std::time::Instant::now();
+        let page = page_of(b"HTTP/1.1 200 OK\r\ncontent-length: 10485760\r\n\r\n".to_vec()).await;
+        assert_eq!((page.status, page.reason), (503, FALLBACK));
+        assert!(
+            started.elapsed() < AuthLimits::default().timeout / 2,
+            "{:?}",
+            started.elapsed()
+        );
+        let mut at_bound =
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {MAX_PAGE_BYTES}\r\n\r\n").into_bytes();
+        at_bound.resize(at_bound.len() + MAX_PAGE_BYTES, b'x');
+        let page = page_of(at_bound).await;
+        assert_eq!((page.reason, page.body.len()), (PAGE, MAX_PAGE_BYTES));
+    }
+
+    /// An error backend that closes its connection after the page (as
+    /// with `Connection: close`) is relayed like any other.
+    #[tokio::test]
+    async fn a_page_from_a_closing_backend_is_relayed() {
+        let registry = EndpointRegistry::default();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 5\r\nconnection: close\r\n\r\n<h1>x",
+            )
+            .unwrap();
+        });
+        let up = Upstream::new("errors".into(), vec![registry.endpoint(addr)], None);
+        let page = pages(errors(up, ""), "ops/web:80").page(503).await;
+        assert_eq!((page.status, page.reason), (404, PAGE));
+        assert_eq!(page.body, "<h1>x");
     }
 
     /// The error backend's answer goes to the client as it is: status,
