@@ -148,7 +148,9 @@ impl HeaderEdits {
         if valid {
             self.wire.extend_from_slice(b"\r\n");
         } else {
-            tracing::debug!(name = %String::from_utf8_lossy(name), "invalid header edit dropped");
+            // The name may hold any byte (that is why it is refused): escaped
+            // and cut, so it forges no log line.
+            tracing::debug!(name = %name[..name.len().min(256)].escape_ascii(), "invalid header edit dropped");
             self.wire.truncate(start);
         }
         if !replace {

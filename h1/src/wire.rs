@@ -86,7 +86,9 @@ pub(crate) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 /// value cannot split the head.
 pub(crate) fn checked_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) -> bool {
     if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) || !is_field_value(value) {
-        tracing::debug!(name = %String::from_utf8_lossy(name), "invalid header edit dropped");
+        // The name may hold any byte (that is why it is refused): escaped
+        // and cut, so it forges no log line.
+        tracing::debug!(name = %name[..name.len().min(256)].escape_ascii(), "invalid header edit dropped");
         return false;
     }
     field(out, name, value);
