@@ -66,6 +66,28 @@ pub fn many_rule_ingress(rules: usize) -> Value {
     })
 }
 
+/// The hostile tenant's stalling route: an HTTPRoute of tenant acme
+/// (webhook corpus state) named `name`, with `patterns` RegularExpression
+/// path matches in rules of 64 (inside the CRD maxima), each a pattern
+/// whose automaton does not fit (`/\w{4}...`, distinct per `name` so no
+/// compiled pattern is shared): each costs a whole determinization if it
+/// is ever compiled. With 3,072 of them a path, a header and a query
+/// pattern per match was ~12 s of CPU before admission counted first.
+pub fn regex_heavy_route(name: &str, patterns: usize) -> Value {
+    let matches: Vec<Value> = (0..patterns)
+        .map(|i| json!({"path": {"type": "RegularExpression", "value": format!("/\\w{{4}}{name}N{i}")}}))
+        .collect();
+    let rules: Vec<Value> = matches
+        .chunks(64)
+        .map(|m| json!({"matches": m, "backendRefs": [{"name": "web", "port": 80}]}))
+        .collect();
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": "tenant-acme"},
+        "spec": {"parentRefs": [{"name": "shop.default"}], "rules": rules}
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

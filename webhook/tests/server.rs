@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{SNI, Webhook, admission_review, cases, policy};
 use serde_json::{Value, json};
+use teapot_testkit::admission::regex_heavy_route;
 use teapot_testkit::certs::{CertifiedPem, TestCa};
 use teapot_testkit::client::{Proto, Request, Transport, send};
 use teapot_webhook::{WebhookConfig, corpus_dir, run};
@@ -307,24 +308,6 @@ async fn missing_certificates_fail_at_start() {
     assert!(err.to_string().contains("cannot read"), "{err}");
 }
 
-/// An HTTPRoute of tenant acme with `n` RegularExpression paths whose
-/// automata do not fit (`/\w{4}...`: each costs a whole determinization).
-fn costly_route(uid: &str, n: usize) -> Vec<u8> {
-    let matches: Vec<Value> = (0..n)
-        .map(|i| json!({"path": {"type": "RegularExpression", "value": format!("/\\w{{4}}{uid}N{i}")}}))
-        .collect();
-    let rules: Vec<Value> = matches
-        .chunks(64)
-        .map(|m| json!({"matches": m, "backendRefs": [{"name": "web", "port": 80}]}))
-        .collect();
-    let route = json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": {"name": format!("r{uid}"), "namespace": "tenant-acme"},
-        "spec": {"parentRefs": [{"name": "shop.default"}], "rules": rules}
-    });
-    admission_review(uid, &route, "CREATE", None)
-}
-
 /// The hostile-tenant stall: one refused route of 3,072 patterns cost
 /// ~12 s of CPU, and two in flight made another tenant's ordinary review
 /// wait 24.7 s (the chart's webhook times out at 10 s and fails closed,
@@ -339,7 +322,8 @@ async fn a_tenants_costly_reviews_never_delay_anothers() {
     for i in 0..4 {
         // Two over the count (3,072 patterns), two under it whose patterns
         // each explode.
-        let body = costly_route(&format!("h{i}"), if i % 2 == 0 { 3072 } else { 200 });
+        let route = regex_heavy_route(&format!("h{i}"), if i % 2 == 0 { 3072 } else { 200 });
+        let body = admission_review(&format!("h{i}"), &route, "CREATE", None);
         let hook = hook.clone();
         hostile.push(tokio::spawn(async move { hook.review(body).await }));
     }

@@ -9,7 +9,16 @@
 //! fails otherwise. Prints p50/p99/max per case and writes JSON under
 //! `benches/results/`. The goal is p99 under 10 ms.
 //!
-//! `cargo build --release -p teapot && cargo run --release -p teapot-benches --bin admission-report`
+//! With `--hostile`: what one hostile tenant's reviews cost instead. The
+//! webhook's CPU (utime + stime from /proc) for one review of each of its
+//! stalling routes (3,072 patterns over the count; 200 and 256 patterns
+//! under it whose automata explode; `teapot_testkit::admission::
+//! regex_heavy_route`), then another tenant's review latency alone and
+//! while 4 hostile reviews are in flight all the time (4 connections
+//! sending fresh hostile routes back to back). The goals: < 50 ms of CPU
+//! per hostile review, the other tenant's p99 < 100 ms.
+//!
+//! `cargo build --release -p teapot && cargo run --release -p teapot-benches --bin admission-report [-- --hostile]`
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,7 +31,7 @@ use serde::Serialize;
 use serde_json::Value;
 use teapot_benches::peers::{self, free_port, wait_port};
 use teapot_benches::stats::percentile;
-use teapot_testkit::admission::{many_rule_ingress, review_request};
+use teapot_testkit::admission::{many_rule_ingress, regex_heavy_route, review_request};
 use teapot_testkit::certs::TestCa;
 use teapot_testkit::client::{Connection, Proto, Request, Transport};
 use tokio::process::{Child, Command};
@@ -48,6 +57,9 @@ struct Args {
     /// The teapot binary (default: next to this one).
     #[arg(long)]
     teapot: Option<PathBuf>,
+    /// Measure a hostile tenant's reviews instead (see the top of this file).
+    #[arg(long)]
+    hostile: bool,
     /// Where the JSON goes (default: benches/results/admission-<unix time>.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -96,6 +108,27 @@ async fn main() -> anyhow::Result<()> {
         proto: Proto::Http1,
     };
 
+    if args.hostile {
+        let result = hostile(
+            addr,
+            &transport,
+            &request,
+            webhook.id(),
+            args.requests,
+            &teapot,
+        )
+        .await;
+        webhook.start_kill().ok();
+        webhook.wait().await.ok();
+        let report = result?;
+        let path = args
+            .json
+            .unwrap_or_else(|| results_path("admission-hostile"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("JSON: {}", path.display());
+        return Ok(());
+    }
     let result = async {
         let mut cases = Vec::new();
         for proto in [Proto::Http1, Proto::Http2] {
@@ -146,12 +179,7 @@ async fn main() -> anyhow::Result<()> {
         goal: "p99 under 10 ms for a 100-rule Ingress",
         cases,
     };
-    let path = args.json.unwrap_or_else(|| {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("results/admission-{secs}.json"))
-    });
+    let path = args.json.unwrap_or_else(|| results_path("admission"));
     std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", path.display()))?;
     println!("JSON: {}", path.display());
@@ -269,5 +297,145 @@ async fn measure(
         p50_ms: ms(0.5),
         p99_ms: ms(0.99),
         max_ms: ms(1.0),
+    })
+}
+
+fn results_path(stem: &str) -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("results/{stem}-{secs}.json"))
+}
+
+#[derive(Serialize)]
+struct HostileReview {
+    shape: String,
+    patterns: usize,
+    review_bytes: usize,
+    cpu_ms: f64,
+    wall_ms: f64,
+    allowed: bool,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct HostileReport {
+    teapot_version: String,
+    goal: &'static str,
+    reviews: Vec<HostileReview>,
+    other_tenant_alone: Case,
+    other_tenant_with_4_hostile_in_flight: Case,
+    hostile_reviews_answered_meanwhile: u64,
+}
+
+/// CPU seconds (user + system) the process has used: fields 14 and 15 of
+/// /proc/PID/stat, in clock ticks (100 per second on Linux).
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("malformed /proc stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(ticks as f64 / 100.0)
+}
+
+async fn hostile(
+    addr: SocketAddr,
+    transport: &Transport,
+    other: &Request,
+    pid: Option<u32>,
+    requests: usize,
+    teapot: &Path,
+) -> anyhow::Result<HostileReport> {
+    let pid = pid.context("the webhook has no pid")?;
+    let review_of = |name: &str, patterns: usize| Request {
+        body: review_request(name, &regex_heavy_route(name, patterns), "CREATE", None),
+        ..other.clone()
+    };
+    // Warm-up on the other tenant's review.
+    measure(addr, transport, Proto::Http1, other, 1, 100).await?;
+    let mut reviews = Vec::new();
+    let mut conn = Connection::open(addr, transport, Proto::Http1).await?;
+    for (shape, patterns) in [
+        ("over the count", 3072),
+        ("under the count", 200),
+        ("at the count", 256),
+    ] {
+        // Each review alone, repeated so the CPU clock's 10 ms ticks add up.
+        const REPEAT: usize = 20;
+        let (cpu0, wall0) = (cpu_seconds(pid)?, Instant::now());
+        let mut last = Value::Null;
+        let mut bytes = 0;
+        for i in 0..REPEAT {
+            let request = review_of(&format!("a{patterns}x{i}"), patterns);
+            bytes = request.body.len();
+            last = serde_json::from_slice(&conn.send(&request).await?.body)?;
+        }
+        let (cpu, wall) = (cpu_seconds(pid)? - cpu0, wall0.elapsed());
+        let r = HostileReview {
+            shape: shape.into(),
+            patterns,
+            review_bytes: bytes,
+            cpu_ms: cpu * 1e3 / REPEAT as f64,
+            wall_ms: wall.as_secs_f64() * 1e3 / REPEAT as f64,
+            allowed: last["response"]["allowed"] == true,
+            message: last["response"]["status"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(300)
+                .collect(),
+        };
+        println!(
+            "hostile review, {} patterns ({shape}, {} bytes): {:.1} ms CPU, {:.1} ms wall, allowed {}",
+            r.patterns, r.review_bytes, r.cpu_ms, r.wall_ms, r.allowed
+        );
+        ensure!(!r.allowed, "a hostile route was admitted: {}", r.message);
+        reviews.push(r);
+    }
+    let alone = measure(addr, transport, Proto::Http1, other, 1, requests).await?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut loops = Vec::new();
+    for l in 0..4 {
+        let (transport, stop, answered) = (transport.clone(), stop.clone(), answered.clone());
+        let requests: Vec<Request> = (0..200)
+            .map(|i| review_of(&format!("f{l}x{i}"), if i % 2 == 0 { 3072 } else { 200 }))
+            .collect();
+        loops.push(tokio::spawn(async move {
+            let mut conn = Connection::open(addr, &transport, Proto::Http1).await?;
+            for request in requests.iter().cycle() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                conn.send(request).await?;
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let meanwhile = measure(addr, transport, Proto::Http1, other, 1, requests).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in loops {
+        l.await??;
+    }
+    let meanwhile = meanwhile?;
+    let hostile_answered = answered.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "another tenant's review: alone p50 {:.2} ms p99 {:.2} ms max {:.2} ms; with 4 hostile reviews in flight p50 {:.2} ms p99 {:.2} ms max {:.2} ms ({hostile_answered} hostile reviews answered meanwhile)",
+        alone.p50_ms,
+        alone.p99_ms,
+        alone.max_ms,
+        meanwhile.p50_ms,
+        meanwhile.p99_ms,
+        meanwhile.max_ms
+    );
+    Ok(HostileReport {
+        teapot_version: peers::version(teapot, &["--version"]),
+        goal: "< 50 ms of CPU per hostile review; the other tenant's p99 < 100 ms with 4 hostile reviews in flight",
+        reviews,
+        other_tenant_alone: alone,
+        other_tenant_with_4_hostile_in_flight: meanwhile,
+        hostile_reviews_answered_meanwhile: hostile_answered,
     })
 }
