@@ -40,6 +40,18 @@ pub(crate) struct DnsArgs {
     /// Of the responses over the limit, every Nth goes out truncated (so real resolvers retry over TCP); 0: all dropped.
     #[arg(long, default_value_t = 2)]
     dns_slip: u32,
+    /// UDP response bytes per second one client prefix (/24, /56) gets across all names and types, so rotating names or types cannot multiply --dns-rate-limit; 0: no byte budget.
+    #[arg(long, default_value_t = 65536)]
+    dns_rate_limit_bytes: u32,
+    /// TCP connections one client prefix (/24, /56) holds at once, of the listener's 256; 0: no share.
+    #[arg(long, default_value_t = 16)]
+    dns_tcp_per_prefix: usize,
+    /// Seconds after which a DNS TCP connection is closed, however busy.
+    #[arg(long, default_value_t = 30.0)]
+    dns_tcp_lifetime: f64,
+    /// Seconds a client has to take each TCP answer before its connection is closed.
+    #[arg(long, default_value_t = 2.0)]
+    dns_tcp_write_timeout: f64,
     /// Serve every assigned hostname INGRESS.CLUSTER.ZONE with one certificate per tenant cluster (*.CLUSTER.ZONE and CLUSTER.ZONE), ordered by DNS-01 against this DNS server (needs --dns-listen, --acme-directory and the zone delegated to the fleet); other hosts keep HTTP-01.
     #[arg(long)]
     dns_acme_wildcards: bool,
@@ -118,6 +130,7 @@ impl DnsArgs {
         config.server.rate_limit = RateLimit {
             responses_per_second: self.dns_rate_limit,
             slip: self.dns_slip,
+            bytes_per_second: self.dns_rate_limit_bytes,
             ..RateLimit::default()
         };
         let seconds = |flag: &str, v: f64| {
@@ -128,6 +141,10 @@ impl DnsArgs {
                     anyhow::anyhow!("--{flag} {v}: a positive number of seconds is needed")
                 })
         };
+        config.server.tcp_per_prefix = self.dns_tcp_per_prefix;
+        config.server.tcp_lifetime = seconds("dns-tcp-lifetime", self.dns_tcp_lifetime)?;
+        config.server.tcp_write_timeout =
+            seconds("dns-tcp-write-timeout", self.dns_tcp_write_timeout)?;
         config.renew_every = seconds("dns-renew", self.dns_renew)?;
         config.lease_duration = seconds("dns-lease", self.dns_lease)?;
         if config.renew_every >= config.lease_duration {
@@ -138,5 +155,59 @@ impl DnsArgs {
             );
         }
         Ok(Some(config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        dns: DnsArgs,
+    }
+
+    fn config(args: &[&str]) -> anyhow::Result<DnsConfig> {
+        let mut argv = vec!["teapot", "--dns-listen", "127.0.0.1:53"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv)?;
+        Ok(cli.dns.config("example.com", &[])?.unwrap())
+    }
+
+    #[test]
+    fn flag_defaults_are_the_servers_defaults() {
+        let server = config(&[]).unwrap().server;
+        let ours = teapot_dns::ServerConfig::default();
+        assert_eq!(server.rate_limit, ours.rate_limit);
+        assert_eq!(server.tcp_per_prefix, ours.tcp_per_prefix);
+        assert_eq!(server.tcp_lifetime, ours.tcp_lifetime);
+        assert_eq!(server.tcp_write_timeout, ours.tcp_write_timeout);
+    }
+
+    #[test]
+    fn abuse_bounds_are_set_by_their_flags_and_checked() {
+        let server = config(&[
+            "--dns-rate-limit-bytes",
+            "4096",
+            "--dns-tcp-per-prefix",
+            "4",
+            "--dns-tcp-lifetime",
+            "5",
+            "--dns-tcp-write-timeout",
+            "0.5",
+        ])
+        .unwrap()
+        .server;
+        assert_eq!(server.rate_limit.bytes_per_second, 4096);
+        assert_eq!(server.tcp_per_prefix, 4);
+        assert_eq!(server.tcp_lifetime, Duration::from_secs(5));
+        assert_eq!(server.tcp_write_timeout, Duration::from_millis(500));
+        let err = config(&["--dns-tcp-write-timeout", "0"]).unwrap_err();
+        assert!(
+            err.to_string().contains("--dns-tcp-write-timeout 0"),
+            "{err}"
+        );
     }
 }

@@ -279,6 +279,54 @@ async fn dig_checks(dns: SocketAddr) {
 
 /// The DNS listener is off unless asked for, and says nothing on the line
 /// then.
+/// The abuse bounds' flags reach the listener: with a share of two TCP
+/// connections per prefix, a third from the same address is closed
+/// unanswered and counted, while the two held ones still answer.
+#[tokio::test]
+async fn one_clients_tcp_connections_are_bounded_by_its_prefix_share() {
+    let mut args = args();
+    args.extend(["--dns-tcp-per-prefix", "2"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let h =
+        Harness::start_with_args(&[("tenant.yaml", tenant_objects(&["web.shop"]))], &args).await;
+    let dns = h
+        .proxy
+        .dns
+        .expect("the listening line names the DNS listener");
+    wait_answers(dns, WEB).await;
+    let q = query(WEB, RecordType::AAAA, false);
+    let framed = [&(q.len() as u16).to_be_bytes()[..], &q].concat();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(dns).await.unwrap();
+        s.write_all(&framed).await.unwrap();
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len).await.unwrap();
+        let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        s.read_exact(&mut answer).await.unwrap();
+        held.push(s);
+    }
+    let mut third = tokio::net::TcpStream::connect(dns).await.unwrap();
+    let _ = third.write_all(&framed).await;
+    let mut buf = [0u8; 2];
+    let read = tokio::time::timeout(TIMEOUT, third.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "the third connection is closed unanswered: {read:?}"
+    );
+    let metrics = h.metrics().await;
+    let refused = metric(
+        &metrics,
+        "teapot_dns_tcp_closed_total{reason=\"prefix_share\"}",
+    );
+    assert_eq!(refused, Some(1.0), "{metrics}");
+    for s in &mut held {
+        s.write_all(&framed).await.unwrap();
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn without_the_flag_there_is_no_dns_listener() {
     let h = Harness::start_with_args(&[("tenant.yaml", tenant_objects(&["web.shop"]))], &[]).await;
