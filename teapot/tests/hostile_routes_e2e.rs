@@ -206,6 +206,84 @@ async fn a_tenants_patterns_are_held_to_its_budget() {
     );
 }
 
+/// The reload's share of the admission stall: one route of 3,072 patterns
+/// whose automata explode (`/\w{4}...`, inside the CRD maxima) cost a
+/// manifests reload 4-5 s, every pattern compiled before the count was
+/// checked (here 1,024: 16 rules of 64 path matches). Now the count refuses it before any is compiled, a route under
+/// the count stops after two such patterns, and the tenant's other route
+/// is served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_route_costs_the_reload_no_compile() {
+    let ns = "tenant-acme";
+    let explode = |tag: &'static str| move |i: usize| format!(r"/\w{{4}}{tag}N{i}");
+    let over = route(
+        ns,
+        "over",
+        "2026-02-01T00:00:00Z",
+        &["over.acme.example.com"],
+        regex_rules(16, 64, explode("o")),
+    );
+    let under = route(
+        ns,
+        "under",
+        "2026-02-01T00:00:00Z",
+        &["under.acme.example.com"],
+        regex_rules(4, 50, explode("u")),
+    );
+    let quiet = route(
+        ns,
+        "quiet",
+        "2026-01-01T00:00:00Z",
+        &["quiet.acme.example.com"],
+        json!([{ "backendRefs": [{ "name": "web", "port": 80 }] }]),
+    );
+    let base = vec![
+        gateway(ns, Some("*.acme.example.com")),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "web", "namespace": ns },
+            "spec": { "ports": [{ "port": 80 }] },
+        }),
+    ];
+    let h = Harness::start_with_args(
+        &[
+            ("tenant.yaml", TENANT.to_string()),
+            ("base.yaml", docs(&base)),
+            ("routes.yaml", docs(&[quiet, over, under])),
+        ],
+        &["--domain", "example.net"],
+    )
+    .await;
+    let status = h.status().await;
+    let problem = |name: &str| {
+        status["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["object"] == format!("HttpRoute tenant-acme/{name}"))
+            .and_then(|p| p["message"].as_str())
+            .unwrap_or_else(|| panic!("the {name} route is refused: {status}"))
+            .to_string()
+    };
+    let over = problem("over");
+    assert!(
+        over.contains("none of this object's 1024 was compiled"),
+        "{over}"
+    );
+    let under = problem("under");
+    assert!(under.contains("were not checked"), "{under}");
+    assert_proxy_answer(
+        &h.get("quiet.acme.example.com", "/").await,
+        503,
+        "the tenant's other route",
+    );
+    assert_proxy_answer(
+        &h.get("over.acme.example.com", "/x").await,
+        404,
+        "the refused route",
+    );
+}
+
 /// Finding 3: each exact host below a wildcard route got its own copy of
 /// the wildcard's rules: 10 wildcard routes of 500 matches and 1,000 exact
 /// hosts below them made 5 million entries. The table holds each route's
