@@ -659,10 +659,7 @@ impl EventLoop {
 
     fn accept(&mut self, slot: usize) {
         let mut refused = 0;
-        loop {
-            let Some(l) = self.listeners.get_mut(slot) else {
-                break;
-            };
+        while let Some(l) = self.listeners.get_mut(slot) {
             if refused == REFUSALS_PER_TURN {
                 self.accept_later.push(slot);
                 break;
