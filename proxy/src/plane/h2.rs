@@ -645,6 +645,47 @@ mod tests {
         assert_eq!(Failure::ReadTimeout.reason(), "upstream_read_timeout");
     }
 
+    /// A client that stops reading keeps h2 from writing the GOAWAY that
+    /// closes an idle connection: the connection is dropped a send
+    /// timeout after it was asked to close, not kept with its buffers for
+    /// as long as the client likes.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_that_does_not_read_is_dropped() {
+        use tokio::io::AsyncWriteExt;
+
+        use crate::compile::snapshot::Snapshot;
+        use crate::plane::edge::EdgeConfig;
+        use crate::plane::metrics::Metrics;
+        use crate::plane::proxy::{Router, UpstreamOptions};
+
+        let snapshots = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
+        let options = UpstreamOptions {
+            write_timeout: Duration::from_secs(7),
+            ..UpstreamOptions::default()
+        };
+        let mut edge = EdgeConfig::default();
+        edge.h2.idle_timeout = Duration::from_secs(5);
+        let router = Router::new(snapshots, Metrics::new().unwrap(), options).with_edge(edge);
+        let app = H2Server::new(router);
+        // Room for the server's SETTINGS and the ACK of the client's, not
+        // for the GOAWAY and PING of its close as well.
+        let (io, mut peer) = tokio::io::duplex(60);
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        peer.write_all(&hello).await.unwrap();
+        let (_stop, stop) = tokio::sync::watch::channel(false);
+        let info = ConnInfo::default();
+        let started = tokio::time::Instant::now();
+        let served = tokio::time::timeout(Duration::from_secs(60), app.serve(io, &info, stop));
+        served.await.expect("the connection is dropped");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(12) && took < Duration::from_secs(13),
+            "{took:?}"
+        );
+        drop(peer);
+    }
+
     /// An HTTP/2 connection's future lives as long as the connection,
     /// idle or not: the handshake's state is boxed and gone after it, so
     /// the future holds the connection once (docs/capacity.md, "What the

@@ -427,6 +427,44 @@ mod tests {
     use super::*;
     use crate::plane::decide::BAD_REWRITE;
 
+    /// A client that grants its streams no window never gets the body:
+    /// after the send timeout the stream is reset (CANCEL) and the
+    /// answer's bytes are dropped, instead of held for as long as the
+    /// connection lives.
+    #[tokio::test]
+    async fn a_shut_window_resets_the_stream_after_the_send_timeout() {
+        let send_timeout = Duration::from_millis(300);
+        let (near, far) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move {
+            let mut conn = h2::server::handshake(far).await.unwrap();
+            let (req, respond) = conn.accept().await.unwrap().unwrap();
+            // The connection's I/O goes on beside the stream.
+            tokio::spawn(async move { while conn.accept().await.is_some() {} });
+            let mut client = Client::new(req.into_body(), respond, send_timeout);
+            client.out.send_head(Response::new(()), false).unwrap();
+            let started = Instant::now();
+            let sent = client.out.send_data(Bytes::from(vec![b'x'; 4096]), true);
+            (sent.await, started.elapsed())
+        });
+        let (mut requests, conn) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, Bytes>(near)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let request = http::Request::get("http://a.example/").body(()).unwrap();
+        let (response, _) = requests.send_request(request, true).unwrap();
+        let mut body = response.await.unwrap().into_body();
+        let (sent, waited) = tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the send ends within the timeout")
+            .unwrap();
+        assert!(matches!(sent, Err(Failure::ClientStalled)), "{sent:?}");
+        assert!(waited >= send_timeout, "{waited:?}");
+        let reset = body.data().await.expect("the stream's end").unwrap_err();
+        assert_eq!(reset.reason(), Some(Reason::CANCEL), "{reset}");
+    }
+
     /// A rewrite that makes no valid target is the route's fault on
     /// HTTP/2 as on HTTP/1: the same status and access-log reason.
     #[test]
