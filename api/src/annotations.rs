@@ -972,7 +972,24 @@ pub fn unserved_restrictions<'a>(
         .into_iter()
         .filter(|(key, _)| key.strip_prefix(NGINX_PREFIX).is_some_and(restricts_access))
         .filter_map(|(key, value)| {
-            let e = parse(kind, key, value).err()?;
+            let e = match parse(kind, key, value) {
+                Err(e) => e,
+                // A field the authentication service vouches for that
+                // teapot will not copy, and does not write itself, would
+                // leave the backend reading the client's own field of that
+                // name (`X-Forwarded-User` from oauth2-proxy).
+                Ok(_) if key.as_str() == AUTH_RESPONSE_HEADERS_KEY => {
+                    let (name, why) = items(value).find_map(|name| {
+                        let why = auth_response_header_refused(name)?;
+                        clients_field_passes(name).then_some((name, why))
+                    })?;
+                    AnnotationError::BadValue {
+                        value: crate::policy::quote(name),
+                        expected: format!("a field teapot copies from the authentication service ({name} is {why})"),
+                    }
+                }
+                Ok(_) => return None,
+            };
             // An unreadable `auth-url` is served closed already: its
             // routes answer 503, as ingress-nginx denies the location.
             if key.as_str() == AUTH_URL_KEY && matches!(e, AnnotationError::BadValue { .. }) {
@@ -983,7 +1000,24 @@ pub fn unserved_restrictions<'a>(
         .collect()
 }
 
+/// Whether a client's field called `name` (or spelt so with `-` for `_`)
+/// reaches the backend when `auth-response-headers` may not copy it: an
+/// `X-Forwarded-` field but the four teapot writes on every request. The
+/// other refused names are framing fields the engines write, or
+/// forwarding fields teapot replaces.
+fn clients_field_passes(name: &str) -> bool {
+    const WRITTEN: [&str; 4] = [
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "x-forwarded-port",
+    ];
+    let folded = name.replace('_', "-").to_ascii_lowercase();
+    folded.starts_with("x-forwarded-") && !WRITTEN.contains(&folded.as_str())
+}
+
 const AUTH_URL_KEY: &str = "nginx.ingress.kubernetes.io/auth-url";
+const AUTH_RESPONSE_HEADERS_KEY: &str = "nginx.ingress.kubernetes.io/auth-response-headers";
 
 /// Why `key` is not in the allowlist: an ingress-nginx annotation teapot
 /// does not serve (and which kind of refusal), or an unknown one.
@@ -1647,6 +1681,13 @@ mod tests {
             ("limit-rps", "many"),
             // Unreadable, but its routes answer 503 already.
             ("auth-url", "https://auth.example/"),
+            // Readable, but teapot would not copy X-Forwarded-User: the
+            // client's would reach the backend in its place. (It writes
+            // X-Forwarded-For itself.)
+            (
+                "auth-response-headers",
+                "X-User, X-Forwarded-For, X_Forwarded_User",
+            ),
             // Served and readable, or unserved and restricting nothing.
             ("denylist-source-range", "192.0.2.0/24"),
             ("proxy-buffering", "on"),
@@ -1661,6 +1702,7 @@ mod tests {
         assert_eq!(
             fields,
             [
+                r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-response-headers"]"#,
                 r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-tls-verify-client"]"#,
                 r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-type"]"#,
                 r#"metadata.annotations["nginx.ingress.kubernetes.io/configuration-snippet"]"#,
@@ -1668,7 +1710,12 @@ mod tests {
                 r#"metadata.annotations["nginx.ingress.kubernetes.io/whitelist-source-range"]"#,
             ]
         );
-        assert!(matches!(found[1].1, AnnotationError::NotServed { .. }));
-        assert!(matches!(found[4].1, AnnotationError::BadValue { .. }));
+        let why = found[0].1.to_string();
+        assert!(
+            why.contains("X_Forwarded_User") && !why.contains("X-Forwarded-For"),
+            "{why}"
+        );
+        assert!(matches!(found[2].1, AnnotationError::NotServed { .. }));
+        assert!(matches!(found[5].1, AnnotationError::BadValue { .. }));
     }
 }

@@ -1322,6 +1322,12 @@ spec:
                 "nginx.ingress.kubernetes.io/enable-modsecurity: 'true'",
                 "enable-modsecurity",
             ),
+            // The client's X-Forwarded-User would stand for the service's.
+            (
+                "oauth",
+                "nginx.ingress.kubernetes.io/auth-url: 'http://auth.ops.svc/', nginx.ingress.kubernetes.io/auth-response-headers: X-Forwarded-User",
+                "auth-response-headers",
+            ),
         ];
         let mut docs = vec![DOCS.to_string()];
         for (name, annotations, _) in cases {
