@@ -47,7 +47,16 @@ pub struct Verdict {
 /// for a key that is not ingress-nginx's.
 pub fn judge(key: &str, value: &str) -> Option<Verdict> {
     let name = key.strip_prefix(NGINX_PREFIX)?;
+    let (key_text, value_text) = (key.to_string(), value.to_string());
+    let readable_but_unserved =
+        annotations::unserved_restrictions(ObjectKind::Ingress, [(&key_text, &value_text)]);
     let outcome = match annotations::parse(ObjectKind::Ingress, key, value) {
+        // Readable, but asking for what teapot does not apply
+        // (`auth-response-headers: X-Forwarded-User`).
+        Ok(_) if !readable_but_unserved.is_empty() => Outcome::Refused {
+            reason: readable_but_unserved[0].1.to_string(),
+            instead: None,
+        },
         Ok(_) => match served_row(name) {
             Some(text) => match text.strip_prefix("changed:") {
                 Some(change) => Outcome::Changed(change.trim()),
@@ -386,6 +395,14 @@ mod tests {
             };
             assert!(reason.ends_with(UNROUTED), "{name}: {reason}");
         }
+        let Outcome::Refused { reason, .. } =
+            nginx("auth-response-headers", "X-User, X-Forwarded-User")
+        else {
+            panic!("a field the client would supply is refused");
+        };
+        assert!(reason.contains("X-Forwarded-User"), "{reason}");
+        assert!(reason.ends_with(UNROUTED), "{reason}");
+        assert_eq!(nginx("auth-response-headers", "X-User"), Outcome::Served);
         let Outcome::Refused { reason, .. } = nginx("proxy-buffering", "on") else {
             panic!("proxy-buffering is refused");
         };
