@@ -285,12 +285,17 @@ pub(super) async fn serve(
             },
             changed = routes.changed() => {
                 if changed.is_err() { break }
-                route = routes.borrow_and_update().clone();
+                let before = std::mem::replace(&mut route, routes.borrow_and_update().clone());
                 bytes_in = service_in(&route);
                 refusals = refused(&route);
-                let ranges = route.options.source_ranges.clone();
-                let outside = table.lock().retain_clients(|c| {
-                    ranges.as_ref().is_none_or(|r| r.admits(c.ip()))
+                // Every compile sends every listener its route; the flows
+                // are looked over only when the list itself changed.
+                let narrowed = match &route.options.source_ranges {
+                    Some(r) if before.options.source_ranges.as_ref() != Some(r) => Some(r.clone()),
+                    _ => None,
+                };
+                let outside = narrowed.map_or(0, |ranges| {
+                    table.lock().retain_clients(|c| ranges.admits(c.ip()))
                 });
                 if outside > 0 {
                     // Their replies would otherwise keep flowing to clients
