@@ -208,7 +208,7 @@ mod h2raw {
 
 /// The finding this guards against: a stream that never opens its window
 /// kept its whole error page (up to 1 MiB) and never ended, so 300 of
-/// them took 312 MiB of a replica. Now a page longer than 64 KiB is not
+/// them took 312 MiB of a replica. Now a page longer than 16 KiB is not
 /// held at all (the client gets teapot's short body), and a stream whose
 /// window stays shut is reset after the send timeout (here 5 s), which
 /// frees what it held.

@@ -57,11 +57,13 @@ const PAGE_OWN_FIELDS: &[&str] = &[
 /// gets teapot's short body. The whole page is held from its fetch until
 /// the client has read it (a stalled HTTP/2 stream holds it up to the
 /// send timeout, crate::plane::h2_stream), once per request in flight: at
-/// 1 MiB, 300 stalled streams held 312 MiB. nginx's own error pages are
-/// under 1 KiB and ingress-nginx's custom-error-pages example serves a few
-/// KiB, so 64 KiB leaves room for a page with inline style and keeps what
-/// a tenant's in-flight bound lets its clients pin small.
-pub const MAX_PAGE_BYTES: usize = 64 * 1024;
+/// 1 MiB, 300 stalled streams held 312 MiB. A tenant whose error backend
+/// is hostile picks the page's size, so the bound is what a stalled
+/// stream costs at worst: 16 KiB keeps 300 such streams near 10 MiB
+/// (benches/src/bin/error-page-stall.rs), and is still ten times what
+/// error pages are (nginx's own are under 1 KiB, ingress-nginx's
+/// custom-error-pages example serves a few hundred bytes).
+pub const MAX_PAGE_BYTES: usize = 16 * 1024;
 
 /// What a request whose route has custom error pages tells the error
 /// backend, owned: the HTTP/1 engine asks after the request's head is
@@ -171,7 +173,10 @@ impl ErrorPages {
             status: head.status.as_u16(),
             reason: PAGE,
             headers,
-            body,
+            // Its own allocation of its own length: a page read in one
+            // piece shares the connection's read buffer, which is larger
+            // and would be held with it for as long as the client reads.
+            body: Bytes::copy_from_slice(&body),
         })
     }
 
