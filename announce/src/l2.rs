@@ -475,7 +475,12 @@ async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender
                 Err(e) => report(Err(e)),
             }
         }
-        status.send_modify(|s| s.owned = owned.keys().copied().collect());
+        // Only a real change wakes the status' followers (the Lease's
+        // owned set, /status).
+        status.send_if_modified(|s| {
+            let now: BTreeSet<IpAddr> = owned.keys().copied().collect();
+            std::mem::replace(&mut s.owned, now.clone()) != now
+        });
         let repeating = owned.values().any(|until| *until > Instant::now());
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,

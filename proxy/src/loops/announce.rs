@@ -432,26 +432,7 @@ impl Announcer {
         let (owned_tx, owned_rx) = watch::channel(BTreeSet::new());
         let statuses: Vec<watch::Receiver<L2Status>> =
             l2.iter().map(|p| p.announcer.status()).collect();
-        let merge = (!statuses.is_empty()).then(|| {
-            let statuses = statuses.clone();
-            tokio::spawn(async move {
-                loop {
-                    let now: BTreeSet<IpAddr> = statuses
-                        .iter()
-                        .flat_map(|s| s.borrow().owned.clone())
-                        .collect();
-                    owned_tx.send_if_modified(|o| std::mem::replace(o, now.clone()) != now);
-                    let changes = statuses
-                        .iter()
-                        .cloned()
-                        .map(|mut s| Box::pin(async move { s.changed().await }));
-                    let (r, _, _) = futures::future::select_all(changes).await;
-                    if r.is_err() {
-                        return;
-                    }
-                }
-            })
-        });
+        let merge = (!statuses.is_empty()).then(|| tokio::spawn(merge_owned(statuses, owned_tx)));
         let bfd = match (&config.l2.bfd, l2.first(), &kube) {
             (Some(timing), Some(first), Some(_)) => {
                 match teapot_announce::l2::interface_address(&first.interface)? {
@@ -597,6 +578,34 @@ impl Announcer {
         tokio::join!(l2, bgp);
         if let Some(m) = self.merge {
             m.abort();
+        }
+    }
+}
+
+/// Publishes the union of every L2 pool's owned addresses (what the
+/// Lease carries) whenever an announcer's status changes. The same
+/// receivers serve every round and each is marked seen as it is read:
+/// a fresh clone per round would inherit a version never marked, and
+/// `changed()` would return at once forever after the first change.
+async fn merge_owned(
+    mut statuses: Vec<watch::Receiver<L2Status>>,
+    owned: watch::Sender<BTreeSet<IpAddr>>,
+) {
+    loop {
+        let now: BTreeSet<IpAddr> = statuses
+            .iter_mut()
+            .flat_map(|s| s.borrow_and_update().owned.clone())
+            .collect();
+        owned.send_if_modified(|o| {
+            if *o == now {
+                return false;
+            }
+            *o = now;
+            true
+        });
+        let changes = statuses.iter_mut().map(|s| Box::pin(s.changed()));
+        if futures::future::select_all(changes).await.0.is_err() {
+            return;
         }
     }
 }
