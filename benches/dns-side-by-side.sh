@@ -5,7 +5,10 @@
 # (DNS_CLIENT_CPU): queries per second per core and server CPU per query.
 # Then the amplification check: a flood of ANY and NS (with glue) queries
 # from one address against teapot with its default rate limit, bytes out
-# over bytes in. Last, the zone's memory at 100k names
+# over bytes in. Then, against the same teapot, abuse from one prefix
+# (dns/examples/abuse-report.rs): another client's TCP answer time while one
+# client holds all the connections it can, and amplification under rotated
+# query types and names. Last, the zone's memory at 100k names
 # (dns/examples/zone-report.rs).
 #
 #   nice -n 10 benches/dns-side-by-side.sh [OUT.json]
@@ -217,14 +220,19 @@ print(json.dumps({"queries": len(qs), "bytes_in": sent, "responses": answers,
                   "seconds": round(time.time() - start, 1)}))
 PY
 )
-kill "$flood_pid"; wait "$flood_pid" 2>/dev/null || true
 echo "amplification (ANY + NS with glue, one address): $amp" >&2
+
+# Abuse from one prefix against the same teapot (its defaults): a TCP
+# holder beside another client, rotated types and names over UDP.
+abuse=$(cargo run --release -q -p teapot-dns --example abuse-report -- "127.0.0.1:$p")
+echo "abuse: $abuse" >&2
+kill "$flood_pid"; wait "$flood_pid" 2>/dev/null || true
 
 # The zone's memory and build time at 100k names, and the query path
 # alone on one core (dns/examples/zone-report.rs).
 zone_report=$(taskset -c "$server_cpu" cargo run --release -q -p teapot-dns --example zone-report -- 100000)
 echo "zone: $zone_report" >&2
 
-json="{\"date\":\"$(date -u +%F)\",\"commit\":\"$(git rev-parse --short HEAD)\",\"names\":$names,\"seconds\":$seconds,\"servers\":[$(IFS=,; echo "${results[*]}")],\"amplification\":$amp,\"zone\":$zone_report}"
+json="{\"date\":\"$(date -u +%F)\",\"commit\":\"$(git rev-parse --short HEAD)\",\"names\":$names,\"seconds\":$seconds,\"servers\":[$(IFS=,; echo "${results[*]}")],\"amplification\":$amp,\"abuse\":$abuse,\"zone\":$zone_report}"
 echo "$json"
 [ -z "$out" ] || echo "$json" >"$out"
