@@ -9,6 +9,13 @@
 //! without talking to the others, addresses spread evenly, and a replica
 //! leaving moves only its own addresses. Who is live (a Lease per replica)
 //! is the caller's business.
+//!
+//! An address moves make-before-break: a holder the hash no longer names
+//! keeps the address until the next owner lists it as held
+//! ([`Replicas::listed`]), so a next owner that is counted live but does
+//! not take it (its own view of the Leases stale) leaves no gap; the two
+//! hold it together for the time the next owner's listing takes to reach
+//! the holder (docs/announce.md, "L2 mode").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV6};
@@ -314,6 +321,43 @@ impl Link {
     }
 }
 
+/// Who may own the addresses, as the caller judges liveness, and what
+/// each replica says it holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replicas {
+    /// The live replicas: the hash's candidates.
+    pub live: BTreeSet<String>,
+    /// The addresses each replica lists as held now (its Lease), live or
+    /// not. An address moves to a next owner found here only once that
+    /// owner lists it (make-before-break; one not found here, as without
+    /// Leases, is not waited for), and an address a Lease lists that this
+    /// replica does not hold is cleared from the interface at start.
+    pub listed: BTreeMap<String, BTreeSet<IpAddr>>,
+}
+
+impl Replicas {
+    /// This replica alone (manifests mode).
+    pub fn alone(replica: &str) -> Replicas {
+        Replicas {
+            live: [replica.to_string()].into(),
+            listed: BTreeMap::new(),
+        }
+    }
+
+    /// Whether this replica, holding `addr`, keeps it although the hash
+    /// names another owner: that owner's listing does not have it yet. A replica
+    /// that does not count itself live keeps nothing (the others count it
+    /// gone too and take over).
+    fn keeps(&self, me: &str, addr: &IpAddr) -> bool {
+        if !self.live.contains(me) {
+            return false;
+        }
+        owner(addr, &self.live).is_some_and(|next| {
+            next != me && self.listed.get(next).is_some_and(|l| !l.contains(addr))
+        })
+    }
+}
+
 /// What the announcer holds now, for `/status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct L2Status {
@@ -339,7 +383,7 @@ impl L2Announcer {
     pub fn start(
         config: L2Config,
         addrs: watch::Receiver<BTreeSet<IpAddr>>,
-        replicas: watch::Receiver<BTreeSet<String>>,
+        replicas: watch::Receiver<Replicas>,
     ) -> Result<L2Announcer, Error> {
         let link = Link::open(&config.interface)?;
         let (stop, stop_rx) = watch::channel(false);
@@ -392,7 +436,7 @@ impl AnnounceAgain {
 /// What the announcer follows.
 struct Inputs {
     addrs: watch::Receiver<BTreeSet<IpAddr>>,
-    replicas: watch::Receiver<BTreeSet<String>>,
+    replicas: watch::Receiver<Replicas>,
     again: watch::Receiver<u64>,
     stop: watch::Receiver<bool>,
 }
@@ -408,9 +452,14 @@ async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender
     let mut owned: BTreeMap<IpAddr, Instant> = BTreeMap::new();
     // Addresses looked at once: a process killed without its stop left
     // its addresses on the interface, and the kernel would go on
-    // answering ARP for them beside the real owner's. Each address is
-    // cleared the first time it is to be announced by someone else.
+    // answering ARP for them beside the real owner's. At start this
+    // replica holds nothing, so every address the Leases list (its own
+    // killed run's Lease among them) or it is to announce, and that it
+    // does not hold, is cleared the first time it is seen: before this
+    // replica is ready, not once it has computed an owner.
     let mut checked: BTreeSet<IpAddr> = BTreeSet::new();
+    // Addresses held past their move until the next owner lists them.
+    let mut kept: BTreeSet<IpAddr> = BTreeSet::new();
     let mut next_repeat = Instant::now();
     let report = |result: Result<(), Error>| {
         if let Err(e) = result {
@@ -422,24 +471,30 @@ async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender
         }
     };
     loop {
-        let (wanted, others): (BTreeSet<IpAddr>, Vec<IpAddr>) = {
-            let live = replicas.borrow_and_update();
+        let (wanted, others, keep): (BTreeSet<IpAddr>, Vec<IpAddr>, BTreeSet<IpAddr>) = {
+            let replicas = replicas.borrow_and_update();
+            let live = &replicas.live;
             let all = addrs.borrow_and_update();
             let wanted = all
                 .iter()
-                .filter(|a| owner(a, &live) == Some(config.replica.as_str()))
+                .filter(|a| owner(a, live) == Some(config.replica.as_str()))
                 .copied()
                 .collect();
             let others = all
                 .iter()
-                .filter(|a| !checked.contains(a) && owner(a, &live).is_some())
+                .chain(replicas.listed.values().flatten())
+                .filter(|a| !checked.contains(a))
                 .copied()
                 .collect();
-            (wanted, others)
+            let keep = owned
+                .keys()
+                .filter(|a| all.contains(a) && replicas.keeps(&config.replica, a))
+                .copied()
+                .collect();
+            (wanted, others, keep)
         };
         for addr in others {
-            checked.insert(addr);
-            if wanted.contains(&addr) || owned.contains_key(&addr) {
+            if !checked.insert(addr) || wanted.contains(&addr) || owned.contains_key(&addr) {
                 continue;
             }
             match link.remove(addr).await {
@@ -450,9 +505,13 @@ async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender
                 Err(e) => report(Err(e)),
             }
         }
+        for addr in keep.difference(&kept) {
+            tracing::info!(%addr, "L2 address kept until its next owner holds it");
+        }
+        kept = keep;
         let lost: Vec<IpAddr> = owned
             .keys()
-            .filter(|a| !wanted.contains(a))
+            .filter(|a| !wanted.contains(a) && !kept.contains(a))
             .copied()
             .collect();
         for addr in lost {
@@ -558,6 +617,30 @@ mod tests {
     }
 
     #[test]
+    fn an_address_is_kept_until_its_next_owner_lists_it() {
+        let addr: IpAddr = "198.51.100.200".parse().unwrap();
+        let all = replicas(&["lb-0", "lb-1", "lb-2"]);
+        let next = owner(&addr, &all).unwrap().to_string();
+        let holder = all.iter().find(|r| **r != next).unwrap().clone();
+        let mut r = Replicas {
+            live: all.clone(),
+            listed: BTreeMap::new(),
+        };
+        assert!(!r.keeps(&holder, &addr), "no listings (no Leases): no wait");
+        r.listed.insert(next.clone(), BTreeSet::new());
+        assert!(r.keeps(&holder, &addr), "the next owner holds nothing yet");
+        r.listed.insert(next.clone(), [addr].into());
+        assert!(!r.keeps(&holder, &addr), "it does now: let go");
+        // The holder no longer counts itself live: it keeps nothing.
+        r.listed.clear();
+        r.live.remove(&holder);
+        assert!(!r.keeps(&holder, &addr));
+        // The hash's owner never keeps for itself.
+        r.live = all;
+        assert!(!r.keeps(&next, &addr));
+    }
+
+    #[test]
     fn the_owner_hash_is_fixed() {
         // Replicas of different builds must agree: these values never
         // change.
@@ -596,7 +679,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_interface_is_named() {
         let (_a, addrs) = watch::channel(BTreeSet::new());
-        let (_r, live) = watch::channel(BTreeSet::new());
+        let (_r, live) = watch::channel(Replicas::default());
         let config = L2Config {
             interface: "teapot-nope0".into(),
             replica: "lb-0".into(),

@@ -13,12 +13,11 @@
 //!
 //! Both remove what they announced before exiting.
 
-use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use clap::Parser;
-use teapot_announce::l2::{DEFAULT_REPEAT_FOR, L2Announcer, L2Config};
+use teapot_announce::l2::{self, DEFAULT_REPEAT_FOR, L2Announcer, L2Config};
 use teapot_announce::{PeerConfig, Speaker, SpeakerConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{SignalKind, signal};
@@ -77,17 +76,23 @@ struct L2Args {
     repeat_for: u64,
 }
 
-fn names(list: &str) -> BTreeSet<String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(String::from)
-        .collect()
+/// The live replicas a comma-separated list names; no Leases list what
+/// they hold, so an address moves without waiting for its next owner.
+fn replicas(list: &str) -> l2::Replicas {
+    l2::Replicas {
+        live: list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect(),
+        listed: Default::default(),
+    }
 }
 
 /// Resolves on SIGTERM, SIGINT or, when `live` is given, the end of stdin;
 /// each stdin line before that replaces the live replica set.
-async fn until_stopped(live: Option<watch::Sender<BTreeSet<String>>>) -> std::io::Result<()> {
+async fn until_stopped(live: Option<watch::Sender<l2::Replicas>>) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -97,7 +102,7 @@ async fn until_stopped(live: Option<watch::Sender<BTreeSet<String>>>) -> std::io
             _ = int.recv() => return Ok(()),
             line = lines.next_line(), if live.is_some() => match (line?, &live) {
                 (Some(line), Some(live)) => {
-                    let _ = live.send(names(&line));
+                    let _ = live.send(replicas(&line));
                 }
                 _ => return Ok(()),
             },
@@ -137,7 +142,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::L2(args) => {
             let (_addrs, addrs_rx) = watch::channel(args.addrs.into_iter().collect());
-            let (live, live_rx) = watch::channel(names(&args.replicas));
+            let (live, live_rx) = watch::channel(replicas(&args.replicas));
             let config = L2Config {
                 interface: args.interface,
                 replica: args.replica,

@@ -610,6 +610,144 @@ async fn a_silent_owner_is_counted_gone_by_bfd_and_announces_again_when_back() {
     );
 }
 
+/// Probes the L2 address from the client every [`PROBE_EVERY`] (a new
+/// connection each, 0.2 s timeout) until told to stop; returns when each
+/// probe started and whether it was answered.
+struct Prober {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Vec<(Instant, bool)>>,
+}
+
+const PROBE_EVERY: Duration = Duration::from_millis(20);
+
+impl Prober {
+    fn start(seg: &Segment) -> Prober {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (client, vip) = (seg.client.clone(), seg.vip);
+        let thread = std::thread::spawn(move || {
+            let mut probes = Vec::new();
+            while stopped.try_recv().is_err() {
+                let at = Instant::now();
+                probes.push((at, get_from(&client, vip, "0.2").is_some()));
+                std::thread::sleep(PROBE_EVERY.saturating_sub(at.elapsed()));
+            }
+            probes
+        });
+        Prober { stop, thread }
+    }
+
+    /// Stops; the longest time from one answered probe to the next, and
+    /// how many probes there were.
+    fn longest_gap(self) -> (Duration, usize) {
+        let _ = self.stop.send(());
+        let probes = self.thread.join().unwrap();
+        let answered: Vec<Instant> = probes
+            .iter()
+            .filter(|(_, ok)| *ok)
+            .map(|(at, _)| *at)
+            .collect();
+        let gap = answered
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(Duration::MAX);
+        (gap, probes.len())
+    }
+}
+
+/// The longest a client may go unanswered while an address moves to a
+/// replica back on the segment: a few probes, each up to its 0.2 s
+/// timeout when it was sent to the holder that just let go. Far below
+/// the seconds a returning replica's Lease watch spends in TCP back-off.
+const MOVE_GAP: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_back_from_a_cut_link_takes_its_address_back_without_a_gap() {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    let (_one, seg, _api) = three_replicas(&[]).await;
+    let owner = tokio::task::block_in_place(|| seg.settled());
+    tokio::task::block_in_place(|| seg.wait_bfd_up());
+    // Its link cut (the API double is on the same bridge): the others
+    // count it gone, one of them takes the address; it lets go itself
+    // once its own renewals have failed for the Lease duration.
+    let port = format!("p{}", owner + 1);
+    sh(&seg.switch, &format!("ip link set {port} down"));
+    let interim = tokio::task::block_in_place(|| seg.wait_served(Some(owner)));
+    netns::wait(
+        "the cut-off owner to let go",
+        || seg.dump(),
+        || (!seg.holds_vip(owner)).then_some(()),
+    );
+    // Cut for about 7 s, long enough for the API double's retransmissions
+    // on its Lease watch to back off to seconds apart: back, its renewals
+    // (new requests) reach the API at once, its watch seconds later.
+    std::thread::sleep(Duration::from_millis(4500));
+    let prober = Prober::start(&seg);
+    std::thread::sleep(Duration::from_millis(500));
+    let restored = Timestamp::now();
+    sh(&seg.switch, &format!("ip link set {port} up"));
+    // The hash names it again: it takes the address once it sees the
+    // Leases, and only then does the interim owner let go.
+    let back = tokio::task::block_in_place(|| seg.settled());
+    std::thread::sleep(Duration::from_millis(500));
+    let (gap, probes) = prober.longest_gap();
+    eprintln!("longest unanswered: {gap:?} of {probes} probes");
+    assert_eq!(back, owner, "{}", seg.dump());
+    assert!(
+        gap < MOVE_GAP,
+        "the client went {gap:?} unanswered ({probes} probes every {PROBE_EVERY:?})\n{}",
+        seg.dump()
+    );
+    let taken = logged_at(&seg, owner, "L2 address taken", restored).expect("taken back");
+    let released = logged_at(&seg, interim, "L2 address released", restored).expect("let go");
+    assert!(
+        taken < released,
+        "taken back {taken}, let go by the interim owner {released}\n{}",
+        seg.dump()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_after_sigkill_runs_no_bfd_session_with_itself() {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    // Leases far longer than the test: the killed run's Lease stays
+    // current, its endpoint (this namespace's address and BFD port) is
+    // the restarted run's own.
+    let (_one, mut seg, _api) = three_replicas(&["--l2-lease", "600"]).await;
+    let first = tokio::task::block_in_place(|| seg.settled());
+    tokio::task::block_in_place(|| seg.wait_bfd_up());
+    let victim = (first + 1) % 3;
+    let status: Value = serde_json::from_str(&seg.admin(victim, "/status").unwrap()).unwrap();
+    let dead = status["announce"]["replica"].as_str().unwrap().to_string();
+    seg.signal(victim, "-KILL");
+    let _ = seg.replicas[victim].proxy.as_mut().unwrap().wait();
+    // Restarted: a new process id, so a new name.
+    seg.start(victim);
+    seg.wait_ready(victim);
+    // Every replica counts three live (the dead run's Lease counts for
+    // none of them), one holds the address and the client is served.
+    tokio::task::block_in_place(|| seg.settled());
+    let status: Value = serde_json::from_str(&seg.admin(victim, "/status").unwrap()).unwrap();
+    let announce = &status["announce"];
+    assert_ne!(announce["replica"].as_str(), Some(dead.as_str()));
+    assert!(
+        announce["bfd"]["sessions"].get(&dead).is_none(),
+        "a session with its own endpoint: {announce}"
+    );
+    assert!(
+        !announce["live_replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str() == Some(dead.as_str())),
+        "{announce}"
+    );
+}
+
 /// When replica `i` first logged `what` at or after `since`.
 fn logged_at(seg: &Segment, i: usize, what: &str, since: Timestamp) -> Option<Timestamp> {
     let log = std::fs::read_to_string(&seg.replicas[i].log).ok()?;

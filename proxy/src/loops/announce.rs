@@ -145,7 +145,7 @@ struct L2Pool {
     interface: String,
     announcer: L2Announcer,
     addrs: watch::Sender<BTreeSet<IpAddr>>,
-    replicas: watch::Sender<BTreeSet<String>>,
+    replicas: watch::Sender<teapot_announce::l2::Replicas>,
 }
 
 /// `/status` and `/metrics` of the announcement, cheap to clone.
@@ -390,7 +390,6 @@ impl Announcer {
             Some(s) => Some(Speaker::start(s.clone(), bgp_rx)?),
             None => None,
         };
-        let alone: BTreeSet<String> = [config.l2.replica.clone()].into();
         let mut l2 = Vec::new();
         for (pool, ok) in config.pools.iter().zip(&allowed) {
             if pool.mode != Mode::L2 || !ok {
@@ -404,9 +403,9 @@ impl Announcer {
             })?;
             let (addrs, addrs_rx) = watch::channel(BTreeSet::new());
             let live = if kube.is_some() {
-                BTreeSet::new()
+                teapot_announce::l2::Replicas::default()
             } else {
-                alone.clone()
+                teapot_announce::l2::Replicas::alone(&config.l2.replica)
             };
             let (replicas, replicas_rx) = watch::channel(live);
             let announcer = L2Announcer::start(
@@ -614,7 +613,7 @@ async fn merge_owned(
 struct L2Inputs {
     pool: String,
     addrs: watch::Sender<BTreeSet<IpAddr>>,
-    replicas: watch::Sender<BTreeSet<String>>,
+    replicas: watch::Sender<teapot_announce::l2::Replicas>,
     again: teapot_announce::l2::AnnounceAgain,
 }
 
@@ -706,9 +705,10 @@ async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<Ato
             };
             addrs_tx.send_if_modified(|a| std::mem::replace(a, addrs.clone()) != addrs);
             if let Some(view) = &view {
-                let live = view.live(pool, now);
-                live_any.extend(live.iter().cloned());
-                replicas_tx.send_if_modified(|r| std::mem::replace(r, live.clone()) != live);
+                let replicas = view.replicas(pool, now);
+                live_any.extend(replicas.live.iter().cloned());
+                replicas_tx
+                    .send_if_modified(|r| std::mem::replace(r, replicas.clone()) != replicas);
             } else {
                 live_any.insert(f.config.l2.replica.clone());
             }

@@ -197,6 +197,7 @@ mod tests {
                         pools: pools.iter().map(|p| p.to_string()).collect(),
                         owned: BTreeSet::new(),
                         bfd: None,
+                        counts: None,
                     };
                     (replica.to_string(), observed)
                 })

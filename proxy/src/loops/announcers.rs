@@ -28,8 +28,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use super::live_replicas::{
-    ANNOUNCER_LABEL, BFD_ANNOTATION, LEASE_PREFIX, OWNED_ANNOTATION, Observed, POOLS_ANNOTATION,
-    RENEWAL_IN_FLIGHT, View,
+    ANNOUNCER_LABEL, BFD_ANNOTATION, LEASE_PREFIX, LIVE_ANNOTATION, OWNED_ANNOTATION, Observed,
+    POOLS_ANNOTATION, RENEWAL_IN_FLIGHT, View,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -255,7 +255,10 @@ impl Membership {
         owned: watch::Receiver<BTreeSet<IpAddr>>,
     ) -> Membership {
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-        let (view_tx, view) = watch::channel(View::default());
+        let (view_tx, view) = watch::channel(View {
+            me: config.replica.clone(),
+            ..View::default()
+        });
         let (healthy_tx, healthy) = watch::channel(false);
         let (leave, leave_rx) = watch::channel(false);
         let errors = Arc::new(AtomicU64::new(0));
@@ -349,12 +352,18 @@ async fn watch_leases(api: Api<Lease>, default_duration: Duration, view: watch::
     }
 }
 
-/// The Lease this replica writes.
-fn own_lease(config: &MembershipConfig, owned: &BTreeSet<IpAddr>) -> Lease {
+/// The Lease this replica writes. `counts`: the replicas it counts live
+/// now, itself among them only while its own watch shows its renewals.
+fn own_lease(
+    config: &MembershipConfig,
+    owned: &BTreeSet<IpAddr>,
+    counts: &BTreeSet<String>,
+) -> Lease {
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
     let mut annotations: BTreeMap<String, String> = [
         (POOLS_ANNOTATION.to_string(), join(&config.pools)),
         (OWNED_ANNOTATION.to_string(), join(owned)),
+        (LIVE_ANNOTATION.to_string(), join(counts)),
     ]
     .into();
     if let Some(bfd) = &config.bfd {
@@ -388,9 +397,10 @@ async fn write(
     stored: &mut Option<Lease>,
     config: &MembershipConfig,
     owned: &BTreeSet<IpAddr>,
+    counts: &BTreeSet<String>,
 ) -> Result<(), kube::Error> {
     let name = format!("{LEASE_PREFIX}{}", config.replica);
-    let mut lease = own_lease(config, owned);
+    let mut lease = own_lease(config, owned, counts);
     let version = match stored.take() {
         Some(s) => s.metadata.resource_version,
         None => api
@@ -487,8 +497,12 @@ impl Renewer {
             }
             if ready.load(Ordering::Acquire) {
                 let now_owned = owned.borrow_and_update().clone();
-                match tokio::time::timeout(bound, write(&api, &mut stored, &config, &now_owned))
-                    .await
+                let counts = view.borrow().live_any(Instant::now());
+                match tokio::time::timeout(
+                    bound,
+                    write(&api, &mut stored, &config, &now_owned, &counts),
+                )
+                .await
                 {
                     Ok(Ok(())) => {
                         held = true;
@@ -566,7 +580,7 @@ mod tests {
             bfd: None,
         };
         let owned = owned.split(',').filter_map(|a| a.parse().ok()).collect();
-        let mut l = own_lease(&config, &owned);
+        let mut l = own_lease(&config, &owned, &[replica.to_string()].into());
         l.metadata.resource_version = Some(version.into());
         l
     }
@@ -614,6 +628,58 @@ mod tests {
         view.observe([&lease("c", "7", "dmz", "")], t0 + 4 * s, 2 * s);
         assert!(view.live("lan", t0 + 4 * s).is_empty());
         assert_eq!(view.live("dmz", t0 + 4 * s), ["c"].map(String::from).into());
+    }
+
+    #[test]
+    fn a_replica_counts_for_the_others_once_its_lease_says_it_counts_itself() {
+        let t0 = Instant::now();
+        // b is back from a cut link: its renewals reach the API but its
+        // own watch is stale, so it counted nobody when it wrote.
+        let mut b = lease("b", "1", "lan", "");
+        let annotations = b.metadata.annotations.as_mut().unwrap();
+        annotations.insert(LIVE_ANNOTATION.into(), String::new());
+        let mut view = View {
+            me: "a".into(),
+            ..View::default()
+        };
+        view.observe(
+            [&lease("a", "1", "lan", ""), &b],
+            t0,
+            Duration::from_secs(2),
+        );
+        assert_eq!(view.live("lan", t0), ["a"].map(String::from).into());
+        // b's own view, with its own Lease: it needs no word from itself.
+        let mut own = View {
+            me: "b".into(),
+            ..View::default()
+        };
+        own.observe([&b], t0, Duration::from_secs(2));
+        assert_eq!(own.live("lan", t0), ["b"].map(String::from).into());
+        // Its watch caught up: it counts itself (and a) when it writes.
+        b.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(LIVE_ANNOTATION.into(), "a,b".into());
+        b.metadata.resource_version = Some("2".into());
+        view.observe(
+            [&lease("a", "1", "lan", ""), &b],
+            t0,
+            Duration::from_secs(2),
+        );
+        assert_eq!(view.live("lan", t0), ["a", "b"].map(String::from).into());
+        // A Lease of a build that does not say counts as before.
+        b.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(LIVE_ANNOTATION);
+        view.observe(
+            [&lease("a", "1", "lan", ""), &b],
+            t0,
+            Duration::from_secs(2),
+        );
+        assert_eq!(view.live("lan", t0), ["a", "b"].map(String::from).into());
     }
 
     #[test]

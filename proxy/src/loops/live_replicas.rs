@@ -19,6 +19,10 @@ pub const OWNED_ANNOTATION: &str = "teapot.dev/announce-owned";
 /// Where this replica answers BFD from the others of its L2 pools
 /// (`ADDR:PORT`; absent without `--l2-bfd`).
 pub const BFD_ANNOTATION: &str = "teapot.dev/announce-bfd";
+/// Comma-separated replicas this one counted live when it wrote its
+/// Lease (itself among them once its own watch shows its renewals): what
+/// makes it live for the others ([`View::live`]).
+pub const LIVE_ANNOTATION: &str = "teapot.dev/announce-live";
 /// Lease name prefix; the rest is the replica's name.
 pub const LEASE_PREFIX: &str = "teapot-announcer-";
 
@@ -35,6 +39,9 @@ pub struct Observed {
     pub owned: BTreeSet<IpAddr>,
     /// Its BFD endpoint ([`BFD_ANNOTATION`]).
     pub bfd: Option<SocketAddr>,
+    /// The replicas it counted live ([`LIVE_ANNOTATION`]); `None`: a
+    /// build that does not say, taken as counting itself.
+    pub counts: Option<BTreeSet<String>>,
 }
 
 /// A replica whose Lease this long after its BFD session failed is a
@@ -44,6 +51,8 @@ pub const RENEWAL_IN_FLIGHT: Duration = Duration::from_millis(500);
 /// Every announcer Lease this replica knows of, by replica name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
+    /// This replica's name: its own Lease needs no word from itself.
+    pub me: String,
     pub leases: BTreeMap<String, Observed>,
     /// Replicas whose BFD session with this one failed, and when
     /// ([`crate::loops::peer_liveness`]): gone at once, unless their
@@ -111,6 +120,17 @@ impl View {
                         .filter_map(|a| a.parse().ok())
                         .collect(),
                     bfd: annotation(BFD_ANNOTATION).parse().ok(),
+                    counts: lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(LIVE_ANNOTATION))
+                        .map(|l| {
+                            l.split(',')
+                                .filter(|r| !r.is_empty())
+                                .map(String::from)
+                                .collect()
+                        }),
                 },
             );
         }
@@ -118,7 +138,13 @@ impl View {
     }
 
     /// Replicas allowed to announce `pool` whose Lease changed within its
-    /// duration.
+    /// duration, confirmed both ways: this replica sees the Lease renewed
+    /// (and BFD has not said otherwise since), and the Lease says its
+    /// holder counted itself live when it wrote it, so its own watch of
+    /// the Leases is current and it takes what the hash gives it. A
+    /// replica whose renewals reach the API while its own watch is stale
+    /// (back from a cut link, its watch still in TCP back-off) is no
+    /// candidate: the others keep its addresses.
     pub fn live(&self, pool: &str, now: Instant) -> BTreeSet<String> {
         self.leases
             .values()
@@ -136,11 +162,26 @@ impl View {
             .collect()
     }
 
+    /// The live replicas of `pool` and what every Lease lists as held:
+    /// what an L2 announcer of the pool follows.
+    pub fn replicas(&self, pool: &str, now: Instant) -> teapot_announce::l2::Replicas {
+        teapot_announce::l2::Replicas {
+            live: self.live(pool, now),
+            listed: self
+                .leases
+                .values()
+                .map(|o| (o.replica.clone(), o.owned.clone()))
+                .collect(),
+        }
+    }
+
     fn is_live(&self, o: &Observed, now: Instant) -> bool {
         let silent = self
             .silenced
             .get(&o.replica)
             .is_some_and(|since| o.seen < *since + RENEWAL_IN_FLIGHT);
-        now.duration_since(o.seen) < o.duration && !silent
+        let confirmed =
+            o.replica == self.me || o.counts.as_ref().is_none_or(|c| c.contains(&o.replica));
+        now.duration_since(o.seen) < o.duration && !silent && confirmed
     }
 }

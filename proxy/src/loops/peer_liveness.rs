@@ -125,11 +125,36 @@ impl Judge {
     }
 }
 
+/// Replicas whose Lease publishes an endpoint that is someone else's now:
+/// this replica's own, or one a Lease renewed later also publishes. That
+/// is a run killed on its node whose Lease lingers, its node's address
+/// and port taken by its restart (under another name: the process id is
+/// part of it). Counted gone at once rather than for the rest of its
+/// Lease; and no session goes to this replica's own endpoint, where it
+/// would answer itself and keep the dead one live. Silenced since its
+/// Lease's version was seen, so no renewal of it counts as coming after.
+fn ghosts(view: &View, me: &str, config: &LivenessConfig) -> BTreeMap<String, Instant> {
+    view.leases
+        .values()
+        .filter(|o| o.replica != me)
+        .filter(|o| {
+            o.bfd.is_some_and(|at| {
+                at == config.endpoint()
+                    || view.leases.values().any(|newer| {
+                        newer.replica != o.replica && newer.bfd == Some(at) && newer.seen > o.seen
+                    })
+            })
+        })
+        .map(|o| (o.replica.clone(), o.seen))
+        .collect()
+}
+
 /// The replicas to run a session with, by name: every other one whose
-/// Lease is current and publishes an endpoint of this replica's family.
-/// A replica restarted on the same node publishes the endpoint its
-/// killed run did, whose Lease lingers until it expires: the Lease seen
-/// renewed last has it.
+/// Lease is current and publishes an endpoint of this replica's family,
+/// other than this replica's own endpoint ([`ghosts`]). A replica
+/// restarted on the same node publishes the endpoint its killed run did,
+/// whose Lease lingers until it expires: the Lease seen renewed last has
+/// it.
 fn peers(
     view: &View,
     me: &str,
@@ -140,6 +165,7 @@ fn peers(
     for o in view.leases.values() {
         let Some(at) = o.bfd else { continue };
         if o.replica == me
+            || at == config.endpoint()
             || at.is_ipv4() != config.local.is_ipv4()
             || now.duration_since(o.seen) >= o.duration
         {
@@ -166,11 +192,12 @@ pub async fn run(me: String, config: LivenessConfig, view: watch::Sender<View>) 
     let mut judge = Judge::default();
     tracing::info!(endpoint = %config.endpoint(), interval = ?config.timing.interval, multiplier = config.timing.multiplier, "BFD with the other announcers");
     loop {
-        let (wanted, own_seen) = {
+        let (wanted, own_seen, ghosts) = {
             let v = leases.borrow_and_update();
             (
                 peers(&v, &me, &config, Instant::now()),
                 v.leases.get(&me).map(|o| o.seen),
+                ghosts(&v, &me, &config),
             )
         };
         sessions.retain(|r, (at, _)| wanted.get(r) == Some(at));
@@ -195,12 +222,15 @@ pub async fn run(me: String, config: LivenessConfig, view: watch::Sender<View>) 
             .iter()
             .map(|(r, (_, h))| (r.clone(), *h.status.borrow()))
             .collect();
-        let silenced = judge.observe(
+        let mut silenced = judge.observe(
             &statuses,
             own_seen,
             Instant::now(),
             config.timing.interval * 2,
         );
+        for (replica, since) in ghosts {
+            silenced.entry(replica).or_insert(since);
+        }
         let states: BTreeMap<String, State> =
             statuses.iter().map(|(r, s)| (r.clone(), s.state)).collect();
         view.send_if_modified(|v| {
@@ -246,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn sessions_go_to_current_leases_and_a_reused_endpoint_to_the_newest() {
+    fn sessions_go_to_current_leases_never_to_itself_and_a_reused_endpoint_to_the_newest() {
         use crate::loops::live_replicas::Observed;
         let t0 = Instant::now();
         let config = LivenessConfig {
@@ -262,10 +292,13 @@ mod tests {
             pools: BTreeSet::new(),
             owned: BTreeSet::new(),
             bfd: bfd.map(|b| b.parse().unwrap()),
+            counts: None,
         };
         let mut view = View::default();
         for o in [
             observed("a-1", t0, Some("192.0.2.10:7784")),
+            // Killed on this node; a-1 is its restart under a new name.
+            observed("z-0", t0, Some("192.0.2.10:7784")),
             // Killed, and b-9 is its restart on the same node.
             observed("b-1", t0, Some("192.0.2.11:7784")),
             observed("b-9", t0 + Duration::from_secs(1), Some("192.0.2.11:7784")),
@@ -278,7 +311,14 @@ mod tests {
         let now = t0 + Duration::from_secs(1);
         assert_eq!(
             peers(&view, "a-1", &config, now),
-            [("b-9".to_string(), "192.0.2.11:7784".parse().unwrap())].into()
+            [("b-9".to_string(), "192.0.2.11:7784".parse().unwrap())].into(),
+            "no session with its own endpoint"
+        );
+        // The Lease publishing this replica's endpoint is counted gone, and
+        // so is b-1, whose endpoint b-9 took.
+        assert_eq!(
+            ghosts(&view, "a-1", &config),
+            [("b-1".to_string(), t0), ("z-0".to_string(), t0)].into()
         );
     }
 
