@@ -370,27 +370,46 @@ impl AccessLog {
 /// in large writes. At 20 ms the queue holds about 300 ms of 50k lines/s.
 const IDLE_POLL: Duration = Duration::from_millis(20);
 
+/// Empty polls in a row after which the writer blocks in `recv` instead:
+/// a proxy with no requests for a second wakes it no more (50 wake-ups a
+/// second otherwise, for as long as it stays idle), and only the first
+/// line after the quiet pays a wake-up.
+const POLLS_BEFORE_BLOCKING: u32 = 50;
+
 /// The writer: formats each line into one reused buffer, flushes when the
-/// queue runs dry, then sleeps [`IDLE_POLL`].
+/// queue runs dry, then sleeps [`IDLE_POLL`]; quiet for
+/// [`POLLS_BEFORE_BLOCKING`] polls, it blocks until the next line.
 fn write_lines(rx: Receiver<Msg>, out: Box<dyn std::io::Write + Send>, format: Format) {
     use std::sync::mpsc::TryRecvError;
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
     let mut line = String::with_capacity(1024);
+    let mut empty_polls = 0;
     loop {
-        let entry = match rx.try_recv() {
-            Ok(Msg::Line(entry)) => entry,
-            Ok(Msg::Drained(ack)) => {
+        let msg = match rx.try_recv() {
+            Ok(msg) => msg,
+            Err(TryRecvError::Empty) => {
+                let _ = out.flush();
+                if empty_polls < POLLS_BEFORE_BLOCKING {
+                    empty_polls += 1;
+                    std::thread::sleep(IDLE_POLL);
+                    continue;
+                }
+                match rx.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
+        empty_polls = 0;
+        let entry = match msg {
+            Msg::Line(entry) => entry,
+            Msg::Drained(ack) => {
                 // Everything before the marker is in `out`.
                 let _ = out.flush();
                 let _ = ack.try_send(());
                 continue;
             }
-            Err(TryRecvError::Empty) => {
-                let _ = out.flush();
-                std::thread::sleep(IDLE_POLL);
-                continue;
-            }
-            Err(TryRecvError::Disconnected) => break,
         };
         line.clear();
         match format {
@@ -763,6 +782,41 @@ mod tests {
                 dropped: IntCounter::new("d", "d").unwrap(),
             })),
         }
+    }
+
+    /// Each empty poll flushes the destination: a count of flushes that
+    /// stops growing is a writer that stopped waking up.
+    #[test]
+    fn a_quiet_writer_stops_polling_and_the_next_line_still_goes_out() {
+        #[derive(Clone, Default)]
+        struct Counting(Arc<parking_lot::Mutex<(usize, Vec<u8>)>>);
+        impl std::io::Write for Counting {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().1.extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                self.0.lock().0 += 1;
+                Ok(())
+            }
+        }
+        let out = Counting::default();
+        let flushes = || out.0.lock().0;
+        let (tx, rx) = std::sync::mpsc::sync_channel(16);
+        let writer = out.clone();
+        std::thread::spawn(move || write_lines(rx, Box::new(writer), Format::Json));
+        // The polls before blocking, and the flush before the block.
+        let quiet = POLLS_BEFORE_BLOCKING as usize + 1;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while flushes() < quiet && std::time::Instant::now() < deadline {
+            std::thread::sleep(IDLE_POLL);
+        }
+        std::thread::sleep(IDLE_POLL * 10);
+        assert_eq!(flushes(), quiet, "the writer went on polling");
+        let log = log_on(tx);
+        log.send(sample());
+        assert!(log.drain(Duration::from_secs(5)));
+        assert_eq!(out.0.lock().1.iter().filter(|&&b| b == b'\n').count(), 1);
     }
 
     #[test]
