@@ -3,10 +3,13 @@
 //!
 //! For every tenant Service that the controller half has mirrored into the
 //! LB cluster (an LB Service labelled with its source), one LB EndpointSlice
-//! named like the mirrored Service carries where traffic goes:
+//! per address family the Service has carries where traffic goes, named like
+//! the mirrored Service (the IPv6 one with [`IPV6_SUFFIX`]; see
+//! [`desired_slices`]):
 //!
-//! - [`Mode::NodePort`] (default): the InternalIPs of the nodes that host
-//!   ready endpoints, deduplicated, with the Service's NodePorts;
+//! - [`Mode::NodePort`] (default): the InternalIPs of that family of the
+//!   nodes that host ready endpoints, deduplicated, with the Service's
+//!   NodePorts;
 //! - [`Mode::Pod`]: the ready pod IPs with their target ports, for clusters
 //!   whose pod network the LB cluster can reach.
 //!
@@ -334,16 +337,40 @@ fn is_ready(endpoint: &Endpoint) -> bool {
         .unwrap_or(true)
 }
 
-/// The IPv4 InternalIP of a node.
-pub fn internal_ip(node: &Node) -> Option<IpAddr> {
-    node.status
-        .as_ref()?
-        .addresses
-        .as_ref()?
+/// The InternalIPs of a node that traffic can reach, the first of each
+/// family (IPv4 before IPv6): a dual-stack node lists one of each, and a
+/// NodePort listens on the node's address of the Service's family.
+pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = Vec::with_capacity(2);
+    for ip in node
+        .status
         .iter()
+        .flat_map(|s| s.addresses.iter().flatten())
         .filter(|a| a.type_ == "InternalIP")
         .filter_map(|a| a.address.parse::<IpAddr>().ok())
-        .find(IpAddr::is_ipv4)
+    {
+        if !ips.iter().any(|known| known.is_ipv6() == ip.is_ipv6()) {
+            ips.push(ip);
+        }
+    }
+    ips.sort_by_key(IpAddr::is_ipv6);
+    ips
+}
+
+/// The address families the agent mirrors: the `addressType` of the LB
+/// EndpointSlice and the suffix of its name after the mirrored Service's
+/// (an EndpointSlice holds one family; the IPv4 slice keeps the plain name
+/// it always had).
+pub const FAMILIES: [(&str, &str); 2] = [("IPv4", ""), ("IPv6", IPV6_SUFFIX)];
+
+/// Suffix of the LB EndpointSlice holding a Service's IPv6 endpoints.
+pub const IPV6_SUFFIX: &str = "-ipv6";
+
+/// The LB EndpointSlice names of the tenant Service `namespace/name`, one
+/// per family of [`FAMILIES`].
+pub fn slice_names(namespace: &str, name: &str) -> [String; 2] {
+    let mirrored = mirrored_service_name(namespace, name);
+    FAMILIES.map(|(_, suffix)| format!("{mirrored}{suffix}"))
 }
 
 /// The mode of one Service: its annotation, else the agent's.
@@ -366,108 +393,129 @@ fn object_name(service: &Service) -> String {
     )
 }
 
-/// Computes the LB EndpointSlice for `service` from its tenant slices.
-/// `node_ip` resolves a node name to its InternalIP.
-pub fn desired_slice(
+/// Computes the LB EndpointSlices for `service` from its tenant slices:
+/// one per family of [`FAMILIES`] the Service has (the IPv4 one always, as
+/// before dual-stack; the IPv6 one when `spec.ipFamilies` names IPv6 or a
+/// tenant slice is IPv6). A tenant slice's endpoints go to the LB slice of
+/// its family: in `nodeport` mode as the hosting nodes' InternalIPs of that
+/// family (kube-proxy opens a Service's NodePort on the node addresses of
+/// the Service's families only), in `pod` mode as the pod IPs.
+/// `node_ips` resolves a node name to its InternalIPs ([`internal_ips`]).
+pub fn desired_slices(
     service: &Service,
     slices: &[Arc<EndpointSlice>],
-    node_ip: &dyn Fn(&str) -> Option<IpAddr>,
+    node_ips: &dyn Fn(&str) -> Vec<IpAddr>,
     mode: Mode,
     lb_namespace: &str,
-) -> Result<EndpointSlice, Error> {
+) -> Result<Vec<EndpointSlice>, Error> {
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
     let mirrored = mirrored_service_name(&namespace, &name);
-    let ipv4 = slices.iter().filter(|s| s.address_type == "IPv4");
-    let mut addresses = BTreeSet::new();
-    let ports: Vec<EndpointPort> = match mode {
-        Mode::NodePort => {
-            let spec = service.spec.as_ref();
-            let ports: Vec<EndpointPort> = spec
-                .and_then(|s| s.ports.as_ref())
-                .into_iter()
-                .flatten()
-                .filter_map(|p| {
-                    Some(EndpointPort {
-                        name: p.name.clone(),
-                        port: Some(p.node_port?),
-                        protocol: p.protocol.clone(),
-                        app_protocol: p.app_protocol.clone(),
-                    })
-                })
-                .collect();
-            if ports.is_empty() {
-                return Err(Error::Invalid {
-                    object: object_name(service),
-                    field: "spec.ports[].nodePort".into(),
-                    message: format!(
-                        "no port has a NodePort (spec.type is {}): set spec.type to NodePort, or annotate the Service {MODE_ANNOTATION}: pod when the LB cluster reaches pod IPs",
-                        spec.and_then(|s| s.type_.as_deref()).unwrap_or("ClusterIP")
-                    ),
-                });
-            }
-            for endpoint in ipv4
-                .flat_map(|s| s.endpoints.iter().flatten())
-                .filter(|e| is_ready(e))
-            {
-                if let Some(ip) = endpoint.node_name.as_deref().and_then(node_ip) {
-                    addresses.insert(ip);
-                }
-            }
-            ports
-        }
-        Mode::Pod => {
-            let mut by_name: BTreeMap<Option<String>, EndpointPort> = BTreeMap::new();
-            for slice in ipv4 {
-                for port in slice.ports.iter().flatten() {
-                    by_name
-                        .entry(port.name.clone())
-                        .or_insert_with(|| port.clone());
-                }
-                for endpoint in slice.endpoints.iter().flatten().filter(|e| is_ready(e)) {
-                    addresses.extend(
-                        endpoint
-                            .addresses
-                            .iter()
-                            .filter_map(|a| a.parse::<IpAddr>().ok()),
-                    );
-                }
-            }
-            by_name.into_values().collect()
-        }
-    };
-    let endpoints: Vec<Endpoint> = addresses
+    let spec = service.spec.as_ref();
+    let node_ports: Vec<EndpointPort> = spec
+        .and_then(|s| s.ports.as_ref())
         .into_iter()
-        .map(|ip: IpAddr| Endpoint {
-            addresses: vec![ip.to_string()],
-            conditions: Some(EndpointConditions {
-                ready: Some(true),
-                ..EndpointConditions::default()
-            }),
-            ..Endpoint::default()
+        .flatten()
+        .filter_map(|p| {
+            Some(EndpointPort {
+                name: p.name.clone(),
+                port: Some(p.node_port?),
+                protocol: p.protocol.clone(),
+                app_protocol: p.app_protocol.clone(),
+            })
         })
         .collect();
-    Ok(EndpointSlice {
-        metadata: ObjectMeta {
-            name: Some(mirrored.clone()),
-            namespace: Some(lb_namespace.to_string()),
-            labels: Some(BTreeMap::from([
-                (SERVICE_NAME_LABEL.to_string(), mirrored),
-                (MANAGED_BY_LABEL.to_string(), MANAGED_BY_SYNC.to_string()),
-                (SOURCE_NAMESPACE_LABEL.to_string(), namespace),
-                (SOURCE_NAME_LABEL.to_string(), label_value(&name)),
-            ])),
-            annotations: service
-                .metadata
-                .uid
-                .as_ref()
-                .map(|uid| BTreeMap::from([(SOURCE_UID_ANNOTATION.to_string(), uid.clone())])),
-            ..ObjectMeta::default()
-        },
-        address_type: "IPv4".into(),
-        endpoints: Some(endpoints),
-        ports: Some(ports),
-    })
+    if mode == Mode::NodePort && node_ports.is_empty() {
+        return Err(Error::Invalid {
+            object: object_name(service),
+            field: "spec.ports[].nodePort".into(),
+            message: format!(
+                "no port has a NodePort (spec.type is {}): set spec.type to NodePort, or annotate the Service {MODE_ANNOTATION}: pod when the LB cluster reaches pod IPs",
+                spec.and_then(|s| s.type_.as_deref()).unwrap_or("ClusterIP")
+            ),
+        });
+    }
+    let declared = spec.and_then(|s| s.ip_families.as_ref());
+    let mut out = Vec::with_capacity(FAMILIES.len());
+    for (family, suffix) in FAMILIES {
+        let v6 = family == "IPv6";
+        let of_family: Vec<&Arc<EndpointSlice>> =
+            slices.iter().filter(|s| s.address_type == family).collect();
+        let wanted =
+            !v6 || !of_family.is_empty() || declared.is_some_and(|f| f.iter().any(|f| f == family));
+        if !wanted {
+            continue;
+        }
+        let mut addresses = BTreeSet::new();
+        let ports: Vec<EndpointPort> = match mode {
+            Mode::NodePort => {
+                for endpoint in of_family
+                    .iter()
+                    .flat_map(|s| s.endpoints.iter().flatten())
+                    .filter(|e| is_ready(e))
+                {
+                    if let Some(node) = endpoint.node_name.as_deref() {
+                        addresses
+                            .extend(node_ips(node).into_iter().filter(|ip| ip.is_ipv6() == v6));
+                    }
+                }
+                node_ports.clone()
+            }
+            Mode::Pod => {
+                let mut by_name: BTreeMap<Option<String>, EndpointPort> = BTreeMap::new();
+                for slice in &of_family {
+                    for port in slice.ports.iter().flatten() {
+                        by_name
+                            .entry(port.name.clone())
+                            .or_insert_with(|| port.clone());
+                    }
+                    for endpoint in slice.endpoints.iter().flatten().filter(|e| is_ready(e)) {
+                        addresses.extend(
+                            endpoint
+                                .addresses
+                                .iter()
+                                .filter_map(|a| a.parse::<IpAddr>().ok())
+                                .filter(|ip| ip.is_ipv6() == v6),
+                        );
+                    }
+                }
+                by_name.into_values().collect()
+            }
+        };
+        let endpoints: Vec<Endpoint> = addresses
+            .into_iter()
+            .map(|ip: IpAddr| Endpoint {
+                addresses: vec![ip.to_string()],
+                conditions: Some(EndpointConditions {
+                    ready: Some(true),
+                    ..EndpointConditions::default()
+                }),
+                ..Endpoint::default()
+            })
+            .collect();
+        out.push(EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(format!("{mirrored}{suffix}")),
+                namespace: Some(lb_namespace.to_string()),
+                labels: Some(BTreeMap::from([
+                    (SERVICE_NAME_LABEL.to_string(), mirrored.clone()),
+                    (MANAGED_BY_LABEL.to_string(), MANAGED_BY_SYNC.to_string()),
+                    (SOURCE_NAMESPACE_LABEL.to_string(), namespace.clone()),
+                    (SOURCE_NAME_LABEL.to_string(), label_value(&name)),
+                ])),
+                annotations: service
+                    .metadata
+                    .uid
+                    .as_ref()
+                    .map(|uid| BTreeMap::from([(SOURCE_UID_ANNOTATION.to_string(), uid.clone())])),
+                ..ObjectMeta::default()
+            },
+            address_type: family.into(),
+            endpoints: Some(endpoints),
+            ports: Some(ports),
+        });
+    }
+    Ok(out)
 }
 
 /// Reconciles one tenant Service: writes its LB EndpointSlice when the
@@ -481,11 +529,15 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
     let mirrored = mirrored_service_name(&namespace, &name);
+    let names = slice_names(&namespace, &name);
     let lb_ref = ObjectRef::<Service>::new(&mirrored).within(&ctx.config.lb_namespace);
     if ctx.lb_services.get(&lb_ref).is_none() {
         tracing::debug!(service = %format!("{namespace}/{name}"), "not mirrored on the LB side (yet)");
-        // Not exported (or no longer): the controller's GC removes the slice.
-        ctx.written.lock().remove(&mirrored);
+        // Not exported (or no longer): the controller's GC removes the slices.
+        let mut written = ctx.written.lock();
+        for n in &names {
+            written.remove(n);
+        }
         return Ok(Action::await_change());
     }
     let mode = mode_of(&service, ctx.config.mode)?;
@@ -499,50 +551,75 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
         })
         .collect();
     let nodes = &ctx.nodes;
-    let node_ip = |n: &str| {
+    let node_ips = |n: &str| {
         nodes
             .get(&ObjectRef::<Node>::new(n))
-            .and_then(|node| internal_ip(&node))
+            .map(|node| internal_ips(&node))
+            .unwrap_or_default()
     };
-    let desired = desired_slice(&service, &slices, &node_ip, mode, &ctx.config.lb_namespace)?;
-    tracing::debug!(service = %format!("{namespace}/{name}"), slices = slices.len(), endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "computed");
-    let value = serde_json::to_value(&desired)?;
-    let min = ctx.config.min_write_interval;
-    let (wait, interval) = {
-        let mut written = ctx.written.lock();
-        match written.get_mut(&mirrored) {
-            Some(w) if w.slice == value => return Ok(Action::await_change()),
-            Some(w) => {
-                let (wait, next) = w.spacing(min);
-                w.deferred |= !wait.is_zero();
-                (wait, next)
+    let desired = desired_slices(&service, &slices, &node_ips, mode, &ctx.config.lb_namespace)?;
+    let api: Api<EndpointSlice> = Api::namespaced(ctx.config.lb.clone(), &ctx.config.lb_namespace);
+    // A family the Service no longer has (a dual-stack Service made
+    // IPv4-only): its LB slice would keep routing to the old endpoints.
+    for gone in names
+        .iter()
+        .filter(|n| !desired.iter().any(|d| d.metadata.name.as_ref() == Some(*n)))
+    {
+        if ctx.written.lock().contains_key(gone) {
+            match api.delete(gone, &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
             }
-            None => (Duration::ZERO, min),
+            ctx.written.lock().remove(gone);
+            tracing::debug!(service = %format!("{namespace}/{name}"), slice = %gone, "EndpointSlice of a family the Service no longer has deleted");
         }
-    };
-    if !wait.is_zero() {
-        // Events arriving meanwhile collapse into one pending reconcile,
-        // which then computes from the newest store.
+    }
+    let min = ctx.config.min_write_interval;
+    let mut requeue: Option<Duration> = None;
+    for slice in &desired {
+        let slice_name = slice.metadata.name.clone().unwrap_or_default();
+        tracing::debug!(service = %format!("{namespace}/{name}"), slice = %slice_name, slices = slices.len(), endpoints = slice.endpoints.as_ref().map_or(0, Vec::len), "computed");
+        let value = serde_json::to_value(slice)?;
+        let (wait, interval) = {
+            let mut written = ctx.written.lock();
+            match written.get_mut(&slice_name) {
+                Some(w) if w.slice == value => continue,
+                Some(w) => {
+                    let (wait, next) = w.spacing(min);
+                    w.deferred |= !wait.is_zero();
+                    (wait, next)
+                }
+                None => (Duration::ZERO, min),
+            }
+        };
+        if !wait.is_zero() {
+            // Events arriving meanwhile collapse into one pending reconcile,
+            // which then computes from the newest store.
+            requeue = Some(requeue.map_or(wait, |r| r.min(wait)));
+            continue;
+        }
+        api.patch(
+            &slice_name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(slice),
+        )
+        .await?;
+        ctx.metrics.writes.inc();
+        tracing::debug!(service = %format!("{namespace}/{name}"), slice = %slice_name, %mode, endpoints = slice.endpoints.as_ref().map_or(0, Vec::len), "EndpointSlice written");
+        ctx.written.lock().insert(
+            slice_name,
+            Written {
+                slice: value,
+                at: Instant::now(),
+                interval,
+                deferred: false,
+            },
+        );
+    }
+    if let Some(wait) = requeue {
         return Ok(Action::requeue(wait));
     }
-    let api: Api<EndpointSlice> = Api::namespaced(ctx.config.lb.clone(), &ctx.config.lb_namespace);
-    api.patch(
-        &mirrored,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&desired),
-    )
-    .await?;
-    ctx.metrics.writes.inc();
-    tracing::debug!(service = %format!("{namespace}/{name}"), slice = %mirrored, %mode, endpoints = desired.endpoints.as_ref().map_or(0, Vec::len), "EndpointSlice written");
-    ctx.written.lock().insert(
-        mirrored,
-        Written {
-            slice: value,
-            at: Instant::now(),
-            interval,
-            deferred: false,
-        },
-    );
     ctx.failures.clear(&format!("{namespace}/{name}"));
     Ok(Action::await_change())
 }
@@ -595,14 +672,14 @@ fn node_changes(
     stream: impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static,
     nodes: Store<Node>,
 ) -> impl Stream<Item = ()> + Send + 'static {
-    let mut known: HashMap<String, Option<IpAddr>> = HashMap::new();
+    let mut known: HashMap<String, Vec<IpAddr>> = HashMap::new();
     stream.filter_map(move |event| {
         let changed = match event {
             Ok(_) => {
-                let current: HashMap<String, Option<IpAddr>> = nodes
+                let current: HashMap<String, Vec<IpAddr>> = nodes
                     .state()
                     .iter()
-                    .map(|n| (n.name_any(), internal_ip(n)))
+                    .map(|n| (n.name_any(), internal_ips(n)))
                     .collect();
                 let changed = current != known;
                 known = current;

@@ -20,10 +20,14 @@ fn service(annotations: serde_json::Value, node_port: bool) -> Service {
 }
 
 fn slice(name: &str, endpoints: serde_json::Value) -> Arc<EndpointSlice> {
+    slice_of("IPv4", name, endpoints)
+}
+
+fn slice_of(family: &str, name: &str, endpoints: serde_json::Value) -> Arc<EndpointSlice> {
     Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
-            "addressType": "IPv4",
+            "addressType": family,
             "endpoints": endpoints,
             "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
         }))
@@ -31,12 +35,27 @@ fn slice(name: &str, endpoints: serde_json::Value) -> Arc<EndpointSlice> {
     )
 }
 
-fn nodes(name: &str) -> Option<IpAddr> {
-    match name {
-        "n1" => Some("10.0.0.1".parse().unwrap()),
-        "n2" => Some("10.0.0.2".parse().unwrap()),
-        _ => None,
-    }
+fn nodes(name: &str) -> Vec<IpAddr> {
+    let ips: &[&str] = match name {
+        "n1" => &["10.0.0.1", "fd00::1"],
+        "n2" => &["10.0.0.2"],
+        "n6" => &["fd00::6"],
+        _ => &[],
+    };
+    ips.iter().map(|ip| ip.parse().unwrap()).collect()
+}
+
+/// The one LB slice of an IPv4-only Service.
+fn desired_slice(
+    service: &Service,
+    slices: &[Arc<EndpointSlice>],
+    node_ips: &dyn Fn(&str) -> Vec<IpAddr>,
+    mode: Mode,
+    lb_namespace: &str,
+) -> Result<EndpointSlice, Error> {
+    let mut out = desired_slices(service, slices, node_ips, mode, lb_namespace)?;
+    assert_eq!(out.len(), 1, "{out:?}");
+    Ok(out.remove(0))
 }
 
 fn addresses(s: &EndpointSlice) -> Vec<String> {
@@ -187,4 +206,139 @@ fn writes_space_out_during_a_rollout_and_not_otherwise() {
     // ...up to the cap.
     let (_, next) = written(4000, 4000, true).spacing(min);
     assert_eq!(next, min * MAX_INTERVAL_FACTOR);
+}
+
+fn dual_stack(mut svc: Service, families: &[&str]) -> Service {
+    let spec = svc.spec.as_mut().unwrap();
+    spec.ip_families = Some(families.iter().map(|f| f.to_string()).collect());
+    spec.ip_family_policy = Some(
+        if families.len() > 1 {
+            "PreferDualStack"
+        } else {
+            "SingleStack"
+        }
+        .into(),
+    );
+    svc
+}
+
+fn by_family(slices: &[EndpointSlice]) -> Vec<(String, String, Vec<String>)> {
+    slices
+        .iter()
+        .map(|s| {
+            (
+                s.address_type.clone(),
+                s.metadata.name.clone().unwrap(),
+                addresses(s),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_dual_stack_service_gets_a_slice_per_family_with_node_addresses_of_that_family() {
+    let svc = dual_stack(service(json!({}), true), &["IPv4", "IPv6"]);
+    let slices = [
+        slice(
+            "web-v4",
+            json!([
+                {"addresses": ["10.244.1.5"], "nodeName": "n1"},
+                {"addresses": ["10.244.2.5"], "nodeName": "n2"},
+            ]),
+        ),
+        slice_of(
+            "IPv6",
+            "web-v6",
+            json!([
+                {"addresses": ["fd10::5"], "nodeName": "n1"},
+                // n2 has no IPv6 InternalIP: nothing to dial in this family.
+                {"addresses": ["fd10::6"], "nodeName": "n2"},
+                {"addresses": ["fd10::7"], "nodeName": "n6", "conditions": {"ready": false}},
+            ]),
+        ),
+    ];
+    let out = desired_slices(&svc, &slices, &nodes, Mode::NodePort, "tenant-acme").unwrap();
+    let mirrored = mirrored_service_name("shop", "web");
+    assert_eq!(
+        by_family(&out),
+        [
+            (
+                "IPv4".into(),
+                mirrored.clone(),
+                vec!["10.0.0.1".into(), "10.0.0.2".into()]
+            ),
+            (
+                "IPv6".into(),
+                format!("{mirrored}-ipv6"),
+                vec!["fd00::1".into()]
+            ),
+        ]
+    );
+    assert_eq!(out[1].ports.as_ref().unwrap()[0].port, Some(30080));
+    assert_eq!(
+        out[1].metadata.labels, out[0].metadata.labels,
+        "both select the mirrored Service"
+    );
+    assert_eq!(
+        slice_names("shop", "web"),
+        [mirrored.clone(), format!("{mirrored}-ipv6")]
+    );
+}
+
+#[test]
+fn an_ipv6_only_service_in_pod_mode_mirrors_its_pod_ips() {
+    let svc = dual_stack(service(json!({MODE_ANNOTATION: "pod"}), false), &["IPv6"]);
+    let slices = [slice_of(
+        "IPv6",
+        "web-v6",
+        json!([
+            {"addresses": ["fd10::5"], "nodeName": "n6"},
+            {"addresses": ["fd10::6"], "conditions": {"ready": false}},
+        ]),
+    )];
+    let out = desired_slices(&svc, &slices, &nodes, Mode::Pod, "tenant-acme").unwrap();
+    let mirrored = mirrored_service_name("shop", "web");
+    assert_eq!(
+        by_family(&out),
+        [
+            // The IPv4 slice is kept (empty) so that a Service going back to
+            // IPv4 finds it, and older readers of the plain name see no change.
+            ("IPv4".into(), mirrored.clone(), vec![]),
+            (
+                "IPv6".into(),
+                format!("{mirrored}-ipv6"),
+                vec!["fd10::5".into()]
+            ),
+        ]
+    );
+    assert_eq!(out[1].ports.as_ref().unwrap()[0].port, Some(8080));
+    // The family comes from the tenant slices too when ipFamilies is unset.
+    let mut unset = svc.clone();
+    unset.spec.as_mut().unwrap().ip_families = None;
+    assert_eq!(
+        desired_slices(&unset, &slices, &nodes, Mode::Pod, "t")
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn a_node_lists_its_first_internal_ip_of_each_family() {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1"},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": "fd00::1"},
+            {"type": "ExternalIP", "address": "203.0.113.1"},
+            {"type": "InternalIP", "address": "10.0.0.1"},
+            {"type": "InternalIP", "address": "fd00::2"},
+            {"type": "Hostname", "address": "n1"},
+        ]},
+    }))
+    .unwrap();
+    let ips: Vec<String> = internal_ips(&node)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(ips, ["10.0.0.1", "fd00::1"]);
 }
