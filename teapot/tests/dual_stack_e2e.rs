@@ -9,10 +9,19 @@
 //! goes back to IPv4 only, the IPv6 slice is deleted rather than left
 //! routing to old endpoints.
 //!
+//! The real `teapot proxy` binary then serves both families across: an
+//! IPv4 client to a backend on `[::1]` and an IPv6 client (the proxy
+//! listening on `[::1]`) to a backend on 127.0.0.1, with the forwarding
+//! fields naming the client in its own family (`Forwarded: for="[::1]"`,
+//! RFC 7239 §6's quoted form). Those backends are in an operator
+//! namespace (no Tenant), where loopback endpoints are allowed.
+//!
 //! Run: `cargo test -p teapot --test dual_stack_e2e`.
 
 mod common;
 
+use std::net::{IpAddr, Ipv6Addr};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +30,12 @@ use serde_json::{Value, json};
 use teapot_controller::{AgentConfig, Metrics};
 use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::ApiServer;
+use teapot_testkit::client::{Request, Transport};
+use teapot_testkit::echo::{EchoIdentity, EchoServer};
+use teapot_testkit::process::{parse_listening_line, teapot_bin};
 use teapot_webhook::source::StateHandle;
 use teapot_webhook::{PolicyConfig, Validator};
+use tokio::io::AsyncBufReadExt;
 
 const NS: &str = "shop";
 const LB_NS: &str = "tenant-acme";
@@ -167,4 +180,123 @@ async fn the_agent_mirrors_both_families_and_drops_one_the_service_loses() {
     let _ = agent_stop.send(true);
     agent.await.unwrap().unwrap();
     let _ = webhook_stop.send(true);
+}
+
+const OPS: &str = "ops";
+
+/// `teapot proxy` on `manifests` with every listener on `[::1]` (the
+/// testkit's process helper listens on 127.0.0.1 only); killed on drop.
+async fn ipv6_proxy(
+    manifests: &std::path::Path,
+) -> (
+    tokio::process::Child,
+    teapot_testkit::process::ListeningAddrs,
+) {
+    let mut child = tokio::process::Command::new(teapot_bin())
+        .arg("proxy")
+        .arg("--manifests")
+        .arg(manifests)
+        .args([
+            "--http", "[::1]:0", "--https", "[::1]:0", "--admin", "[::1]:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("teapot proxy starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addrs = tokio::time::timeout(RELOAD_TIMEOUT, async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("a listening line before exit");
+            if let Some(addrs) = parse_listening_line(&line) {
+                return addrs;
+            }
+        }
+    })
+    .await
+    .expect("the listening line");
+    // The rest of stdout is drained so that the proxy never blocks on it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addrs)
+}
+
+/// GETs `/headers` on `host` through `addr` until it answers 200; the echo's
+/// JSON.
+async fn headers_via(addr: std::net::SocketAddr, host: &str) -> Value {
+    eventually(
+        &format!("GET {host}/headers via {addr}"),
+        RELOAD_TIMEOUT,
+        || async {
+            let r = send(
+                addr,
+                &Transport::Plain,
+                &Request::get(host, "/headers").header("X-Forwarded-For", "6.6.6.6"),
+            )
+            .await;
+            if r.status == 200 {
+                Ok(r.json().unwrap())
+            } else {
+                Err(format!("{} {}", r.status, r.text()))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_of_each_family_reach_backends_of_the_other_with_their_own_address_forwarded() {
+    let v4 = echo(OPS, "to-v4", "v4-0").await;
+    let v6 = EchoServer::start_on(
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+        EchoIdentity::new(OPS, "", "to-v6", "v6-0"),
+    )
+    .await
+    .expect("an echo on [::1]");
+    let mut v6_slice = slice(
+        OPS,
+        "to-v6-0",
+        "to-v6",
+        &[(Some("http"), v6.addr().port())],
+        &[("::1", true)],
+    );
+    v6_slice["addressType"] = json!("IPv6");
+    let mut manifests = echo_service(OPS, "to-v4", &[&v4]);
+    manifests.push(service(OPS, "to-v6", &[(Some("http"), 80)]));
+    manifests.push(v6_slice);
+    manifests.push(simple_ingress(OPS, "to-v4", "to-v4.test", "to-v4"));
+    manifests.push(simple_ingress(OPS, "to-v6", "to-v6.test", "to-v6"));
+    let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
+    let (_v6_proxy, v6_addrs) = ipv6_proxy(&h.manifests()).await;
+    assert!(v6_addrs.http.is_ipv6(), "{:?}", v6_addrs.http);
+
+    // IPv4 client -> IPv6 backend.
+    let json = headers_via(h.proxy.http, "to-v6.test").await;
+    assert_eq!(json["pod"], "v6-0", "{json:#}");
+    let headers = &json["headers"];
+    assert_eq!(headers["X-Forwarded-For"], json!(["127.0.0.1"]), "{json:#}");
+    assert_eq!(headers["X-Real-Ip"], json!(["127.0.0.1"]), "{json:#}");
+    assert_eq!(
+        headers["Forwarded"],
+        json!(["for=127.0.0.1;proto=http;host=\"to-v6.test\""]),
+        "{json:#}"
+    );
+
+    // IPv6 client -> IPv4 backend, and -> IPv6 backend.
+    for (host, pod) in [("to-v4.test", "v4-0"), ("to-v6.test", "v6-0")] {
+        let json = headers_via(v6_addrs.http, host).await;
+        assert_eq!(json["pod"], pod, "{json:#}");
+        let headers = &json["headers"];
+        assert_eq!(headers["X-Forwarded-For"], json!(["::1"]), "{json:#}");
+        assert_eq!(headers["X-Real-Ip"], json!(["::1"]), "{json:#}");
+        assert_eq!(
+            headers["Forwarded"],
+            json!([format!("for=\"[::1]\";proto=http;host=\"{host}\"")]),
+            "{json:#}"
+        );
+    }
 }
