@@ -39,12 +39,12 @@ pub(crate) struct AnnounceArgs {
     /// L2 mode: the interface facing the clients' segment (the default of an l2 pool's interface=; without --announce-pool, every address goes by L2 on it).
     #[arg(long)]
     l2_interface: Option<String>,
-    /// L2 mode: seconds between renewals of this replica's announcer Lease.
-    #[arg(long, default_value_t = 1)]
-    l2_renew: u64,
-    /// L2 mode: seconds without a renewal after which the others count this replica gone.
-    #[arg(long, default_value_t = 2)]
-    l2_lease: u64,
+    /// L2 mode: seconds between renewals of this replica's announcer Lease, fractions allowed (default 1; 0.5 with --l2-bfd off).
+    #[arg(long)]
+    l2_renew: Option<f64>,
+    /// L2 mode: seconds without a renewal after which the others count this replica gone, fractions allowed (default 2; 1.5 with --l2-bfd off, so a dead replica's addresses move within 2 s).
+    #[arg(long)]
+    l2_lease: Option<f64>,
     /// L2 mode: BFD with the other replicas, INTERVALxMULT in milliseconds, so one that fails is counted gone within INTERVAL*MULT instead of --l2-lease; `off`: by the Lease alone.
     #[arg(long, default_value = "100x3")]
     l2_bfd: String,
@@ -162,18 +162,17 @@ impl AnnounceArgs {
             speaker.validate().map_err(|e| format!("--bgp-peer: {e}"))?;
             Some(speaker)
         };
-        if self.l2_lease == 0 || self.l2_renew == 0 || self.l2_renew >= self.l2_lease {
-            return Err(format!(
-                "--l2-renew {} must be at least 1 and below --l2-lease {}: a replica renewing no faster than its Lease expires flaps",
-                self.l2_renew, self.l2_lease
-            ));
-        }
         let l2_bfd = match self.l2_bfd.as_str() {
             "off" => None,
             value => Some(
                 teapot_announce::bfd::Timing::parse(value).map_err(|e| format!("--l2-bfd: {e}"))?,
             ),
         };
+        let (renew, lease) = teapot_proxy::loops::announcers::lease_timing(
+            l2_bfd.is_some(),
+            self.l2_renew,
+            self.l2_lease,
+        )?;
         let mut addresses = BTreeSet::new();
         for net in &self.announce {
             let before = addresses.len();
@@ -201,8 +200,8 @@ impl AnnounceArgs {
             l4: self.announce_l4,
             pools,
             l2: L2Options {
-                renew_every: Duration::from_secs(self.l2_renew),
-                lease_duration: Duration::from_secs(self.l2_lease),
+                renew_every: renew,
+                lease_duration: lease,
                 bfd: l2_bfd,
                 bfd_port: self.l2_bfd_port,
                 ..L2Options::default()

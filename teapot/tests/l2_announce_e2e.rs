@@ -748,6 +748,58 @@ async fn a_replica_restarted_after_sigkill_runs_no_bfd_session_with_itself() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_bfd_a_killed_owner_is_replaced_within_two_seconds_of_its_last_renewal() {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    // The defaults without BFD: the Lease alone tells.
+    let (_one, seg, api) = three_replicas(&["--l2-bfd", "off"]).await;
+    let renewals: std::sync::Arc<std::sync::Mutex<Vec<(String, Instant)>>> = Default::default();
+    {
+        let renewals = renewals.clone();
+        api.set_admission(move |req| {
+            renewals
+                .lock()
+                .unwrap()
+                .push((req.name.clone(), Instant::now()));
+            Ok(())
+        });
+    }
+    let owner = tokio::task::block_in_place(|| seg.settled());
+    let status: Value = serde_json::from_str(&seg.admin(owner, "/status").unwrap()).unwrap();
+    let lease = format!(
+        "teapot-announcer-{}",
+        status["announce"]["replica"].as_str().unwrap()
+    );
+    // Killed the moment a renewal of its Lease reaches the API: the
+    // others count it gone the full Lease duration later, the worst case.
+    let mark = Instant::now();
+    netns::wait(
+        "a renewal of the owner's Lease",
+        || seg.dump(),
+        || {
+            let renewed = renewals
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(name, at)| *name == lease && *at > mark);
+            renewed.then_some(())
+        },
+    );
+    let killed = Timestamp::now();
+    seg.signal(owner, "-KILL");
+    let next = tokio::task::block_in_place(|| seg.wait_served(Some(owner)));
+    let taken = logged_at(&seg, next, "L2 address taken", killed).expect("taken");
+    let took = Duration::try_from(taken.duration_since(killed)).unwrap();
+    eprintln!("taken {took:?} after the kill");
+    assert!(
+        took < Duration::from_secs(2),
+        "the next owner took the address {took:?} after the kill\n{}",
+        seg.dump()
+    );
+}
+
 /// When replica `i` first logged `what` at or after `since`.
 fn logged_at(seg: &Segment, i: usize, what: &str, since: Timestamp) -> Option<Timestamp> {
     let log = std::fs::read_to_string(&seg.replicas[i].log).ok()?;

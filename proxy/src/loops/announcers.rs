@@ -28,9 +28,54 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use super::live_replicas::{
-    ANNOUNCER_LABEL, BFD_ANNOTATION, LEASE_PREFIX, LIVE_ANNOTATION, OWNED_ANNOTATION, Observed,
-    POOLS_ANNOTATION, RENEWAL_IN_FLIGHT, View,
+    ANNOUNCER_LABEL, BFD_ANNOTATION, LEASE_MS_ANNOTATION, LEASE_PREFIX, LIVE_ANNOTATION,
+    OWNED_ANNOTATION, Observed, POOLS_ANNOTATION, RENEWAL_IN_FLIGHT, View,
 };
+
+/// Renewal period and Lease duration by default with BFD: BFD counts a
+/// dead replica gone in well under a second, the Lease is the slow path.
+pub const RENEW_WITH_BFD: Duration = Duration::from_secs(1);
+pub const LEASE_WITH_BFD: Duration = Duration::from_secs(2);
+/// Without BFD (`--l2-bfd off`) the Lease alone tells a dead replica: it
+/// is counted gone up to the Lease duration after its last renewal, plus
+/// up to 0.1 s until the next owner looks and the time to take the
+/// address, so 1.5 s keeps the failover under 2 s with a margin (a 2 s
+/// Lease measured 2.003 s at worst). Renewing every 0.5 s leaves one
+/// renewal that may be lost or late by up to 1 s before a live replica is
+/// counted gone, at two API writes a second per replica.
+pub const RENEW_WITHOUT_BFD: Duration = Duration::from_millis(500);
+pub const LEASE_WITHOUT_BFD: Duration = Duration::from_millis(1500);
+
+/// `--l2-renew` and `--l2-lease` (seconds, fractions allowed; `None`: the
+/// default for the BFD setting), checked.
+pub fn lease_timing(
+    bfd: bool,
+    renew: Option<f64>,
+    lease: Option<f64>,
+) -> Result<(Duration, Duration), String> {
+    let (default_renew, default_lease) = if bfd {
+        (RENEW_WITH_BFD, LEASE_WITH_BFD)
+    } else {
+        (RENEW_WITHOUT_BFD, LEASE_WITHOUT_BFD)
+    };
+    let seconds = |flag: &str, value: Option<f64>, default: Duration| match value {
+        None => Ok(default),
+        Some(s) => Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| *d >= Duration::from_millis(100))
+            .ok_or_else(|| format!("{flag} {s}: seconds, at least 0.1")),
+    };
+    let renew = seconds("--l2-renew", renew, default_renew)?;
+    let lease = seconds("--l2-lease", lease, default_lease)?;
+    if renew >= lease {
+        return Err(format!(
+            "--l2-renew {} must be below --l2-lease {}: a replica renewing no faster than its Lease expires flaps",
+            renew.as_secs_f64(),
+            lease.as_secs_f64()
+        ));
+    }
+    Ok((renew, lease))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
@@ -364,6 +409,10 @@ fn own_lease(
         (POOLS_ANNOTATION.to_string(), join(&config.pools)),
         (OWNED_ANNOTATION.to_string(), join(owned)),
         (LIVE_ANNOTATION.to_string(), join(counts)),
+        (
+            LEASE_MS_ANNOTATION.to_string(),
+            config.duration.as_millis().max(1).to_string(),
+        ),
     ]
     .into();
     if let Some(bfd) = &config.bfd {
@@ -379,8 +428,11 @@ fn own_lease(
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(config.replica.clone()),
+            // Whole seconds, rounded up, for readers other than teapot;
+            // the replicas read the annotation.
             lease_duration_seconds: Some(
-                i32::try_from(config.duration.as_secs().max(1)).unwrap_or(i32::MAX),
+                i32::try_from(config.duration.as_secs_f64().ceil().max(1.0) as u64)
+                    .unwrap_or(i32::MAX),
             ),
             renew_time: Some(now.clone()),
             acquire_time: Some(now),
@@ -767,6 +819,40 @@ mod tests {
         assert!(p.allows(&local, Some(&labels)));
         let other: BTreeMap<String, String> = [("zone".to_string(), "b".to_string())].into();
         assert!(!p.allows(&local, Some(&other)));
+    }
+
+    #[test]
+    fn without_bfd_the_lease_leaves_a_margin_under_two_seconds() {
+        assert_eq!(
+            lease_timing(true, None, None),
+            Ok((Duration::from_secs(1), Duration::from_secs(2)))
+        );
+        let (renew, lease) = lease_timing(false, None, None).unwrap();
+        assert!(lease + Duration::from_millis(100) < Duration::from_secs(2));
+        assert!(lease >= renew * 3, "one late renewal is no departure");
+        assert_eq!(
+            lease_timing(false, Some(0.25), Some(1.2)),
+            Ok((Duration::from_millis(250), Duration::from_millis(1200)))
+        );
+        for (renew, lease) in [
+            (Some(2.0), Some(2.0)),
+            (Some(0.0), None),
+            (None, Some(f64::NAN)),
+        ] {
+            assert!(lease_timing(true, renew, lease).is_err());
+        }
+        // The duration in milliseconds is what the others read.
+        let mut config = quick("lb-0", Duration::from_secs(30));
+        config.duration = Duration::from_millis(1500);
+        let written = own_lease(&config, &BTreeSet::new(), &BTreeSet::new());
+        assert_eq!(
+            written.spec.as_ref().unwrap().lease_duration_seconds,
+            Some(2)
+        );
+        let mut view = View::default();
+        let t0 = Instant::now();
+        view.observe([&written], t0, Duration::from_secs(60));
+        assert_eq!(view.leases["lb-0"].duration, Duration::from_millis(1500));
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub const BFD_ANNOTATION: &str = "teapot.dev/announce-bfd";
 /// Lease (itself among them once its own watch shows its renewals): what
 /// makes it live for the others ([`View::live`]).
 pub const LIVE_ANNOTATION: &str = "teapot.dev/announce-live";
+/// The Lease duration in milliseconds: `leaseDurationSeconds` is whole
+/// seconds, and without BFD the default is 1.5 s.
+pub const LEASE_MS_ANNOTATION: &str = "teapot.dev/announce-lease-ms";
 /// Lease name prefix; the rest is the replica's name.
 pub const LEASE_PREFIX: &str = "teapot-announcer-";
 
@@ -97,12 +100,15 @@ impl View {
                 Some(old) if old.version == version => old.seen,
                 _ => now,
             };
-            let duration = lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.lease_duration_seconds)
-                .and_then(|s| u64::try_from(s).ok())
-                .map_or(default_duration, Duration::from_secs);
+            let duration = match annotation(LEASE_MS_ANNOTATION).parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.lease_duration_seconds)
+                    .and_then(|s| u64::try_from(s).ok())
+                    .map_or(default_duration, Duration::from_secs),
+            };
             next.insert(
                 replica.clone(),
                 Observed {
