@@ -14,7 +14,9 @@
 //! listening on `[::1]`) to a backend on 127.0.0.1, with the forwarding
 //! fields naming the client in its own family (`Forwarded: for="[::1]"`,
 //! RFC 7239 §6's quoted form). Those backends are in an operator
-//! namespace (no Tenant), where loopback endpoints are allowed.
+//! namespace (no Tenant), where loopback endpoints are allowed. The same
+//! across families for L4: a TCP/UDP Service on `[::1]` to IPv4 backends
+//! and one on 127.0.0.1 to IPv6 backends.
 //!
 //! Run: `cargo test -p teapot --test dual_stack_e2e`.
 
@@ -299,4 +301,162 @@ async fn clients_of_each_family_reach_backends_of_the_other_with_their_own_addre
             "{json:#}"
         );
     }
+}
+
+/// A TCP echo and a UDP echo on `[::1]`, serving until the test ends.
+async fn ipv6_echoes() -> (u16, u16) {
+    let tcp = tokio::net::TcpListener::bind("[::1]:0").await.unwrap();
+    let tcp_port = tcp.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = tcp.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = conn.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let udp = tokio::net::UdpSocket::bind("[::1]:0").await.unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = udp.recv_from(&mut buf).await {
+            let _ = udp.send_to(&buf[..n], from).await;
+        }
+    });
+    (tcp_port, udp_port)
+}
+
+/// A `type: LoadBalancer` Service asking for `ip`, with one TCP and one
+/// UDP port `port`, and its one endpoint `backend` with the echoes' ports.
+fn l4_service(
+    name: &str,
+    ip: IpAddr,
+    port: u16,
+    backend: IpAddr,
+    tcp: u16,
+    udp: u16,
+) -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": OPS},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "teapot.dev/lb",
+                     "loadBalancerIP": ip.to_string(),
+                     "ports": [{"name": "tcp", "port": port, "protocol": "TCP"},
+                               {"name": "udp", "port": port, "protocol": "UDP"}]},
+        }),
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{name}-0"), "namespace": OPS,
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": if backend.is_ipv6() { "IPv6" } else { "IPv4" },
+            "endpoints": [{"addresses": [backend.to_string()], "conditions": {"ready": true}}],
+            "ports": [{"name": "tcp", "port": tcp, "protocol": "TCP"},
+                      {"name": "udp", "port": udp, "protocol": "UDP"}],
+        }),
+    ]
+}
+
+async fn tcp_echoed(addr: std::net::SocketAddr, data: &[u8]) -> Result<Vec<u8>, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    conn.write_all(data).await.map_err(|e| e.to_string())?;
+    conn.shutdown().await.map_err(|e| e.to_string())?;
+    let mut back = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut back))
+        .await
+        .map_err(|_| "no TCP answer".to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(back)
+}
+
+async fn udp_echoed(addr: std::net::SocketAddr, data: &[u8]) -> Result<Vec<u8>, String> {
+    let local: IpAddr = if addr.is_ipv6() {
+        Ipv6Addr::LOCALHOST.into()
+    } else {
+        std::net::Ipv4Addr::LOCALHOST.into()
+    };
+    let socket = tokio::net::UdpSocket::bind((local, 0))
+        .await
+        .map_err(|e| e.to_string())?;
+    socket.connect(addr).await.map_err(|e| e.to_string())?;
+    socket.send(data).await.map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 65_536];
+    let n = tokio::time::timeout(Duration::from_secs(2), socket.recv(&mut buf))
+        .await
+        .map_err(|_| "no UDP answer".to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(buf[..n].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l4_tcp_and_udp_cross_families_both_ways() {
+    let v6_client: IpAddr = Ipv6Addr::LOCALHOST.into();
+    let v4_client: IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+    let tcp4 = teapot_testkit::l4::TcpEcho::start(teapot_testkit::l4::TcpMode::Echo)
+        .await
+        .unwrap();
+    let udp4 = teapot_testkit::l4::UdpEcho::start().await.unwrap();
+    let (tcp6, udp6) = ipv6_echoes().await;
+    let port6 = teapot_testkit::l4::free_port(v6_client).unwrap();
+    let port4 = teapot_testkit::l4::free_port(v4_client).unwrap();
+    let mut manifests = l4_service(
+        "to-v4",
+        v6_client,
+        port6,
+        v4_client,
+        tcp4.port(),
+        udp4.port(),
+    );
+    manifests.extend(l4_service("to-v6", v4_client, port4, v6_client, tcp6, udp6));
+    let state = tempfile::tempdir().unwrap();
+    let state_file = state.path().join("l4-state.json");
+    let h = Harness::start_with_args(
+        &[("l4.yaml", docs(&manifests))],
+        &[
+            "--l4-pool",
+            "default=127.0.0.1,::1",
+            "--l4-state",
+            state_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    for (what, addr) in [
+        (
+            "IPv6 client to IPv4 backends",
+            std::net::SocketAddr::new(v6_client, port6),
+        ),
+        (
+            "IPv4 client to IPv6 backends",
+            std::net::SocketAddr::new(v4_client, port4),
+        ),
+    ] {
+        let data = format!("{what} over TCP").into_bytes();
+        let back = eventually(&format!("{what}: TCP"), RELOAD_TIMEOUT, || {
+            tcp_echoed(addr, &data)
+        })
+        .await;
+        assert_eq!(back, data, "{what}");
+        let data = format!("{what} over UDP").into_bytes();
+        let back = eventually(&format!("{what}: UDP"), RELOAD_TIMEOUT, || {
+            udp_echoed(addr, &data)
+        })
+        .await;
+        assert_eq!(back, data, "{what}");
+    }
+    let status = h.status().await;
+    let services = status["l4"]["services"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (name, ip) in [("to-v4", "::1"), ("to-v6", "127.0.0.1")] {
+        let s = services
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {status:#}"));
+        assert_eq!(s["status"]["ingress"][0]["ip"], ip, "{s:#}");
+    }
+    assert!(tcp4.served() > 0 && udp4.datagrams() > 0);
 }
