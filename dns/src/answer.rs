@@ -5,8 +5,10 @@
 //! What an open-internet authoritative server owes the rest of the
 //! internet is decided here: no recursion (REFUSED outside the zone), a
 //! minimal answer to ANY (RFC 8482), UDP answers cut to what the client
-//! can take with the TC bit set (it asks again over TCP), no answer at all
-//! to what is not a query.
+//! can take (glue first, never with TC; then a rotating subset of a large
+//! address set, without TC; TC only when not one record of the answer
+//! fits, so the client asks again over TCP), no answer at all to what is
+//! not a query.
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, HINFO, NS, TXT};
@@ -95,6 +97,10 @@ pub fn respond(zone: &Zone, query: &[u8], transport: Transport) -> Option<Respon
             let mut ours = Edns::new();
             ours.set_max_payload(UDP_PAYLOAD);
             ours.set_version(0);
+            // RFC 3225 §3: the DO bit of the query is copied into the
+            // response (the zone is unsigned; the bit says the client
+            // asked, not that the answer is signed).
+            ours.set_dnssec_ok(edns.flags().dnssec_ok);
             response.set_edns(ours);
             usize::from(edns.max_payload().clamp(CLASSIC_UDP as u16, UDP_PAYLOAD))
         }
@@ -105,6 +111,7 @@ pub fn respond(zone: &Zone, query: &[u8], transport: Transport) -> Option<Respon
         Transport::Tcp => usize::from(u16::MAX),
     };
     response.add_queries(request.queries.iter().take(1).cloned());
+    let mut synthesized = None;
     let (kind, code) = if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
         (Kind::Error, ResponseCode::BADVERS)
     } else if request.op_code != OpCode::Query {
@@ -112,14 +119,23 @@ pub fn respond(zone: &Zone, query: &[u8], transport: Transport) -> Option<Respon
     } else if request.queries.len() != 1 {
         (Kind::Error, ResponseCode::FormErr)
     } else {
-        lookup(zone, &request.queries[0], &mut response)
+        lookup(zone, &request.queries[0], &mut response, &mut synthesized)
     };
     response.metadata.response_code = code;
     let rate_key = match kind {
         Kind::Answer | Kind::NoData => {
             let q = &request.queries[0];
             let mut h = KeyHash::default();
-            h.write(&LowerName::new(q.name()).to_string());
+            // A name answered from a wildcard counts as the wildcard: a
+            // flood of random names below it is one bucket, as NXDOMAIN
+            // is.
+            match &synthesized {
+                Some(parent) => {
+                    h.write("*.");
+                    h.write(&parent.to_string());
+                }
+                None => h.write(&LowerName::new(q.name()).to_string()),
+            }
             // NODATA leaves the type out (as BIND's RRL does): every type
             // a name lacks is the same empty answer, and a type of its own
             // per bucket would let rotating the type escape the limit.
@@ -136,8 +152,13 @@ pub fn respond(zone: &Zone, query: &[u8], transport: Transport) -> Option<Respon
     let mut bytes = encode(&response)?;
     let mut truncated = false;
     if bytes.len() > limit {
-        bytes = encode(&truncate(&response))?;
-        truncated = true;
+        match fit(&mut response, bytes.len(), limit) {
+            Some(cut) => bytes = cut,
+            None => {
+                bytes = encode(&truncate(&response))?;
+                truncated = true;
+            }
+        }
     }
     Some(Response {
         bytes,
@@ -161,7 +182,79 @@ pub fn slip(query: &[u8]) -> Option<Vec<u8>> {
     encode(&response)
 }
 
-fn lookup(zone: &Zone, query: &Query, response: &mut Message) -> (Kind, ResponseCode) {
+/// Cuts `response` (`len` bytes encoded) to at most `limit` bytes, or
+/// `None` when only TC can say it:
+///
+/// - the additional section (glue) goes first, record by record from the
+///   end: additional data never sets TC (RFC 2181 §9), a client that
+///   lacks a name server's address asks for it;
+/// - then, for an A or AAAA answer, addresses down to the subset that
+///   fits, without TC. The RRset is the fleet's own choice of serving
+///   addresses, not a cut of someone's signed data, and any of them
+///   serves every name: a smaller set is a whole answer, and TC would
+///   send every resolver to TCP for addresses it does not need. The
+///   subset starts at an offset taken from the query's id (random per
+///   query from a resolver), so each address is answered as often as the
+///   others, unlike a fixed first N that would leave the rest unused.
+fn fit(response: &mut Message, mut len: usize, limit: usize) -> Option<Vec<u8>> {
+    let mut rotated = false;
+    loop {
+        let over = len - limit;
+        let mut freed = 0;
+        if !response.additionals.is_empty() {
+            while freed < over
+                && let Some(record) = response.additionals.pop()
+            {
+                freed += wire_size(&record);
+            }
+        } else if response.answers.len() > 1
+            && response
+                .answers
+                .iter()
+                .all(|r| matches!(r.record_type(), RecordType::A | RecordType::AAAA))
+        {
+            if !rotated {
+                let n = response.answers.len();
+                response
+                    .answers
+                    .rotate_left(usize::from(response.metadata.id) % n);
+                rotated = true;
+            }
+            while freed < over
+                && response.answers.len() > 1
+                && let Some(record) = response.answers.pop()
+            {
+                freed += wire_size(&record);
+            }
+        } else {
+            return None;
+        }
+        let bytes = encode(response)?;
+        if bytes.len() <= limit {
+            return Some(bytes);
+        }
+        len = bytes.len();
+    }
+}
+
+/// The most bytes an address record can take (its owner written out, not
+/// compressed), so a cut based on it never removes more records than it
+/// must: a cut left short of the limit is cut again.
+fn wire_size(record: &Record) -> usize {
+    let rdata = match record.record_type() {
+        RecordType::A => 4,
+        RecordType::AAAA => 16,
+        _ => 0,
+    };
+    record.name.len() + 2 + 10 + rdata
+}
+
+fn lookup(
+    zone: &Zone,
+    query: &Query,
+    response: &mut Message,
+    synthesized: &mut Option<LowerName>,
+) -> (Kind, ResponseCode) {
     let name = LowerName::new(query.name());
     if query.query_class() != DNSClass::IN
         || matches!(query.query_type(), RecordType::AXFR | RecordType::IXFR)
@@ -176,10 +269,14 @@ fn lookup(zone: &Zone, query: &Query, response: &mut Message) -> (Kind, Response
     let owner = query.name().clone();
     let qtype = query.query_type();
     let apex = name == zone.origin;
-    let node = zone.nodes.get(&name);
+    let mut node = zone.nodes.get(&name);
     if node.is_none() && !apex && !zone.empty_non_terminals.contains(&name) {
-        negative(zone, response);
-        return (Kind::NxDomain, ResponseCode::NXDomain);
+        let Some((parent, records)) = wildcard(zone, &name) else {
+            negative(zone, response);
+            return (Kind::NxDomain, ResponseCode::NXDomain);
+        };
+        node = Some(records);
+        *synthesized = Some(parent.clone());
     }
     let ttl = zone.ttl;
     let mut answers: Vec<Record> = Vec::new();
@@ -231,6 +328,33 @@ fn lookup(zone: &Zone, query: &Query, response: &mut Message) -> (Kind, Response
     }
     response.insert_answers(answers);
     (Kind::Answer, ResponseCode::NoError)
+}
+
+/// The wildcard that answers `name`, a name the zone does not hold: the
+/// one at its closest encloser (the nearest ancestor that exists, as a
+/// name with records or an empty non-terminal), if there is one there
+/// (RFC 4592 §3.3.1). A wildcard does not reach past a name that exists:
+/// `*.acme` answers `x.y.acme` only while `y.acme` does not exist.
+fn wildcard<'z>(
+    zone: &'z Zone,
+    name: &LowerName,
+) -> Option<(&'z LowerName, &'z crate::zone::Node)> {
+    if zone.wildcards.is_empty() {
+        return None;
+    }
+    let mut parent = name.base_name();
+    loop {
+        if parent == zone.origin
+            || zone.nodes.contains_key(&parent)
+            || zone.empty_non_terminals.contains(&parent)
+        {
+            return zone.wildcards.get_key_value(&parent);
+        }
+        if parent.is_root() {
+            return None;
+        }
+        parent = parent.base_name();
+    }
 }
 
 fn soa(zone: &Zone, owner: hickory_proto::rr::Name) -> Record {
@@ -369,6 +493,16 @@ mod tests {
             .unwrap();
         b.txt("_acme-challenge.acme.lb.example.com", "digest")
             .unwrap();
+        b.address("*.shop.lb.example.com", "192.0.2.7".parse().unwrap())
+            .unwrap();
+        b.address("*.shop.lb.example.com", "2001:db8::7".parse().unwrap())
+            .unwrap();
+        b.address("web.shop.lb.example.com", "192.0.2.8".parse().unwrap())
+            .unwrap();
+        for i in 0..6 {
+            b.txt("long.lb.example.com", &format!("{i}{}", "x".repeat(200)))
+                .unwrap();
+        }
         for i in 0..200 {
             b.address(
                 "big.lb.example.com",
@@ -473,20 +607,165 @@ mod tests {
     }
 
     #[test]
-    fn large_answers_are_truncated_over_udp_and_whole_over_tcp() {
+    fn large_address_sets_answer_a_rotating_subset_over_udp_and_whole_over_tcp() {
+        let z = zone();
+        let with_id = |id: u16, edns: Option<u16>| {
+            let mut q = query("big.lb.example.com.", RecordType::A, edns);
+            q[..2].copy_from_slice(&id.to_be_bytes());
+            let r = respond(&z, &q, Transport::Udp).unwrap();
+            assert!(!r.truncated && r.kind == Kind::Answer);
+            assert!(
+                r.bytes.len() <= edns.map_or(512, |_| 1232),
+                "{}",
+                r.bytes.len()
+            );
+            let m = Message::from_vec(&r.bytes).unwrap();
+            assert!(!m.truncation && m.response_code == ResponseCode::NoError);
+            let set: std::collections::BTreeSet<String> =
+                m.answers.iter().map(|a| a.data.to_string()).collect();
+            assert_eq!(set.len(), m.answers.len(), "no address twice");
+            set
+        };
+        // As many as fit: 512 bytes take 29 addresses, 1232 take 74.
+        let classic = with_id(1, None);
+        assert_eq!(classic.len(), 29);
+        assert_eq!(with_id(1, Some(4096)).len(), 74);
+        // Another id, another subset; over the ids, every address.
+        assert_ne!(classic, with_id(2, None));
+        let mut seen = std::collections::BTreeSet::new();
+        for id in 0..200 {
+            seen.extend(with_id(id, None));
+        }
+        assert_eq!(seen.len(), 200);
         let q = query("big.lb.example.com.", RecordType::A, None);
+        let tcp = respond(&z, &q, Transport::Tcp).unwrap();
+        assert!(!tcp.truncated);
+        assert_eq!(Message::from_vec(&tcp.bytes).unwrap().answers.len(), 200);
+    }
+
+    #[test]
+    fn an_answer_of_which_no_record_fits_is_truncated() {
+        // Six 201-byte TXT strings: two would fit 512 bytes, five 1232, but a
+        // TXT set is not addresses, so it is not answered in part.
+        let q = query("long.lb.example.com.", RecordType::TXT, None);
         let udp = respond(&zone(), &q, Transport::Udp).unwrap();
         assert!(udp.truncated && udp.bytes.len() <= 512);
         let m = Message::from_vec(&udp.bytes).unwrap();
         assert!(m.truncation && m.answers.is_empty());
-        let tcp = respond(&zone(), &q, Transport::Tcp).unwrap();
-        assert!(!tcp.truncated);
-        assert_eq!(Message::from_vec(&tcp.bytes).unwrap().answers.len(), 200);
-        // EDNS raises the limit only up to 1232 bytes.
-        let q = query("big.lb.example.com.", RecordType::A, Some(4096));
+        let q = query("long.lb.example.com.", RecordType::TXT, Some(4096));
         let udp = respond(&zone(), &q, Transport::Udp).unwrap();
         assert!(udp.truncated && udp.bytes.len() <= 1232);
         assert!(Message::from_vec(&udp.bytes).unwrap().edns.is_some());
+        let tcp = respond(&zone(), &q, Transport::Tcp).unwrap();
+        assert_eq!(Message::from_vec(&tcp.bytes).unwrap().answers.len(), 6);
+    }
+
+    #[test]
+    fn the_do_bit_is_copied_into_the_answer() {
+        for dnssec_ok in [true, false] {
+            let mut m = Message::query();
+            m.add_query(Query::query(
+                Name::from_ascii("web.acme.lb.example.com.").unwrap(),
+                RecordType::A,
+            ));
+            let mut e = Edns::new();
+            e.set_dnssec_ok(dnssec_ok);
+            m.set_edns(e);
+            let r = respond(&zone(), &m.to_vec().unwrap(), Transport::Udp).unwrap();
+            let m = Message::from_vec(&r.bytes).unwrap();
+            assert_eq!(m.edns.unwrap().flags().dnssec_ok, dnssec_ok);
+            assert_eq!(m.answers.len(), 1);
+        }
+    }
+
+    #[test]
+    fn glue_that_does_not_fit_is_left_out_without_tc() {
+        let mut settings = ZoneSettings::new("lb.example.com");
+        settings
+            .nameservers
+            .push("ns.other.example.org".to_string());
+        let mut b = ZoneBuilder::new(settings).unwrap();
+        for i in 0..40 {
+            b.address(
+                "ns1.lb.example.com",
+                format!("192.0.2.{i}").parse().unwrap(),
+            )
+            .unwrap();
+        }
+        for i in 0..20 {
+            b.address(
+                "ns1.lb.example.com",
+                format!("2001:db8::{i}").parse().unwrap(),
+            )
+            .unwrap();
+        }
+        let z = b.build();
+        for (edns, limit) in [(None, 512), (Some(1232), 1232)] {
+            let q = query("lb.example.com.", RecordType::NS, edns);
+            let r = respond(&z, &q, Transport::Udp).unwrap();
+            assert!(!r.truncated && r.bytes.len() <= limit);
+            let m = Message::from_vec(&r.bytes).unwrap();
+            assert!(!m.truncation);
+            assert_eq!(m.answers.len(), 2, "the whole NS set");
+            assert!(!m.additionals.is_empty(), "the glue that fits");
+            assert!(m.additionals.len() < 60);
+        }
+        let q = query("lb.example.com.", RecordType::NS, None);
+        let tcp = respond(&z, &q, Transport::Tcp).unwrap();
+        assert_eq!(Message::from_vec(&tcp.bytes).unwrap().additionals.len(), 60);
+    }
+
+    #[test]
+    fn names_below_a_wildcard_are_answered_from_it() {
+        for name in [
+            "x.shop.lb.example.com.",
+            "A.B.shop.lb.example.com.",
+            "*.shop.lb.example.com.",
+        ] {
+            let (m, r) = ask(name, RecordType::A);
+            assert_eq!(r.kind, Kind::Answer, "{name}");
+            assert_eq!(m.answers.len(), 1, "{name}");
+            assert_eq!(
+                m.answers[0].name.to_string(),
+                name,
+                "owner is the name asked"
+            );
+            assert_eq!(m.answers[0].data.to_string(), "192.0.2.7");
+            let (m, _) = ask(name, RecordType::AAAA);
+            assert_eq!(m.answers[0].data.to_string(), "2001:db8::7");
+            let (_, r) = ask(name, RecordType::MX);
+            assert_eq!(r.kind, Kind::NoData, "{name}");
+        }
+        // A name that exists keeps its own records, and the wildcard does
+        // not reach below it (RFC 4592: its closest encloser is itself).
+        let (m, _) = ask("web.shop.lb.example.com.", RecordType::A);
+        assert_eq!(m.answers[0].data.to_string(), "192.0.2.8");
+        let (_, r) = ask("x.web.shop.lb.example.com.", RecordType::A);
+        assert_eq!(r.kind, Kind::NxDomain);
+        // The wildcard's parent is an empty non-terminal; other clusters
+        // have no wildcard.
+        assert_eq!(
+            ask("shop.lb.example.com.", RecordType::A).1.kind,
+            Kind::NoData
+        );
+        assert_eq!(
+            ask("x.acme.lb.example.com.", RecordType::A).1.kind,
+            Kind::NxDomain
+        );
+        // Random names below the wildcard share one rate-limit bucket.
+        let z = zone();
+        let key = |name: &str| {
+            let q = query(name, RecordType::A, None);
+            respond(&z, &q, Transport::Udp).unwrap().rate_key
+        };
+        assert_eq!(
+            key("a.shop.lb.example.com."),
+            key("b.c.shop.lb.example.com.")
+        );
+        assert_ne!(
+            key("a.shop.lb.example.com."),
+            key("web.shop.lb.example.com.")
+        );
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct Zone {
     /// (`CLUSTER.lb.DOMAIN` when only its Ingresses have addresses): NODATA,
     /// not NXDOMAIN (RFC 8020).
     pub(crate) empty_non_terminals: HashSet<LowerName>,
+    /// The records of each wildcard `*.P`, keyed by `P`: a name below `P`
+    /// whose closest existing ancestor is `P` is answered from them
+    /// (RFC 4592 §3.3.1), as a tenant's wildcard Ingress host routes it.
+    pub(crate) wildcards: HashMap<LowerName, Node>,
     /// False for [`ZoneBuilder::placeholder`]: names are not known yet.
     pub(crate) loaded: bool,
 }
@@ -146,7 +150,8 @@ impl ZoneBuilder {
         })
     }
 
-    /// An A or AAAA record for `name`; a name outside the zone is an error
+    /// An A or AAAA record for `name` (`*.NAME`: for every name below
+    /// `NAME` that the zone does not hold otherwise); a name outside the zone is an error
     /// naming both.
     pub fn address(&mut self, name: &str, addr: IpAddr) -> Result<(), Error> {
         let name = self.inside(name)?;
@@ -219,6 +224,7 @@ impl ZoneBuilder {
         }
         let mut nodes = HashMap::with_capacity(self.names.len());
         let mut empty_non_terminals = HashSet::new();
+        let mut wildcards = HashMap::new();
         for (name, records) in &self.names {
             hash.write(name.to_ascii().as_bytes());
             let mut node = Node::default();
@@ -238,6 +244,9 @@ impl ZoneBuilder {
             while self.origin.zone_of(&parent) && parent != self.origin {
                 empty_non_terminals.insert(LowerName::new(&parent));
                 parent = parent.base_name();
+            }
+            if name.is_wildcard() {
+                wildcards.insert(LowerName::new(&name.base_name()), node.clone());
             }
             nodes.insert(LowerName::new(name), node);
         }
@@ -280,6 +289,7 @@ impl ZoneBuilder {
             apex_ttl: s.apex_ttl,
             nodes,
             empty_non_terminals,
+            wildcards,
             loaded: true,
         }
     }

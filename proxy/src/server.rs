@@ -207,14 +207,32 @@ fn start_dns(
         ready,
         stop.clone(),
     ));
+    // The listeners run on a thread and a runtime of their own: a
+    // compile holds the proxy's runtime workers for up to seconds (all of
+    // them on a one-CPU replica), and a DNS answer must not wait for it.
+    // The kernel shares the CPU between this thread and the compile's.
     let mut stopped = stop;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("teapot-dns".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let shutdown = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                if let Err(e) =
+                    teapot_dns::run(sockets, zone, dns.server, dns_metrics, shutdown).await
+                {
+                    tracing::error!(error = %e, "DNS listener failed");
+                }
+            });
+            let _ = done_tx.send(());
+        })?;
     let server_task = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        if let Err(e) = teapot_dns::run(sockets, zone, dns.server, dns_metrics, shutdown).await {
-            tracing::error!(error = %e, "DNS listener failed");
-        }
+        let _ = done_rx.await;
     });
     Ok((zone_task, server_task))
 }

@@ -512,6 +512,13 @@ impl RouteTable {
     pub fn exact_hosts(&self) -> impl Iterator<Item = &str> {
         self.exact_hosts.keys().map(|h| &**h)
     }
+
+    /// The suffixes of the wildcard hosts that have rules (`acme.lb.DOMAIN`
+    /// for `*.acme.lb.DOMAIN`): the fleet's DNS answers the names below
+    /// them too.
+    pub fn wildcard_hosts(&self) -> impl Iterator<Item = &str> {
+        self.wildcard_hosts.keys().map(|h| &**h)
+    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,10 @@
 //! rebuilt from this replica's state whenever it changes:
 //!
 //! - names: every exact host of the compiled routes under the zone (each
-//!   assigned hostname `INGRESS.CLUSTER.lb.DOMAIN`), each tenant cluster's
-//!   own name `CLUSTER.lb.DOMAIN` above them, and the zone's in-zone name
-//!   servers (glue);
+//!   assigned hostname `INGRESS.CLUSTER.lb.DOMAIN`), every wildcard host
+//!   `*.CLUSTER.lb.DOMAIN` or deeper (a wildcard record: the names it
+//!   routes resolve), each tenant cluster's own name `CLUSTER.lb.DOMAIN`
+//!   above them, and the zone's in-zone name servers (glue);
 //! - addresses: the ones that serve those names now ([`Addresses`]): the
 //!   fleet's announced addresses where the fleet announces them (BGP, L2:
 //!   the announcement moves them, DNS need not), else the addresses of
@@ -18,12 +19,14 @@
 //! the same zone, serial included (it is a hash of the content), so
 //! resolvers see one zone whichever replica they ask.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use teapot_dns::escape::LogText;
 use teapot_dns::{Zone, ZoneBuilder, ZoneHandle, ZoneSettings};
 use tokio::sync::watch;
 
@@ -159,7 +162,7 @@ pub fn build(
 ) -> Result<Zone, teapot_dns::Error> {
     let mut zone = ZoneBuilder::new(settings.clone())?;
     let suffix = format!(".{}", settings.origin);
-    let mut names: BTreeSet<&str> = BTreeSet::new();
+    let mut names: BTreeSet<Cow<'_, str>> = BTreeSet::new();
     // A tenant Gateway's assigned hostname is the `Hostname` address of
     // its status, once it is programmed (it routes).
     let gateways = snapshot.report.gateway.gateways.iter().filter(|g| {
@@ -173,27 +176,43 @@ pub fn build(
         .flat_map(|g| g.status.addresses.iter().flatten())
         .filter(|a| a.r#type.as_deref() == Some("Hostname"))
         .map(|a| a.value.as_str());
-    for host in snapshot.routes.exact_hosts().chain(gateway_hosts) {
+    // A wildcard right below the apex (`*.lb.DOMAIN`) would answer for
+    // every tenant cluster's names: only `*.CLUSTER.lb.DOMAIN` and deeper
+    // become wildcard records.
+    let wildcards = snapshot
+        .routes
+        .wildcard_hosts()
+        .filter(|s| s.strip_suffix(suffix.as_str()).is_some())
+        .map(|s| Cow::Owned(format!("*.{s}")));
+    let exact = snapshot
+        .routes
+        .exact_hosts()
+        .chain(gateway_hosts)
+        .map(Cow::Borrowed);
+    for host in exact.chain(wildcards) {
         let Some(below) = host.strip_suffix(suffix.as_str()) else {
             continue;
         };
-        names.insert(host);
         // INGRESS.CLUSTER: the cluster's own name too (the wildcard
         // certificate's second name).
         if let Some((_, cluster)) = below.rsplit_once('.') {
             let start = host.len() - suffix.len() - cluster.len();
-            names.insert(&host[start..]);
+            names.insert(Cow::Owned(host[start..].to_string()));
         }
+        names.insert(host);
     }
     for ns in &settings.nameservers {
         if zone.contains(ns) {
-            names.insert(ns);
+            names.insert(Cow::Borrowed(ns.as_str()));
         }
     }
     for name in names {
         for addr in addresses {
-            if let Err(e) = zone.address(name, *addr) {
-                tracing::warn!(%name, error = %e, "name left out of the DNS zone");
+            if let Err(e) = zone.address(&name, *addr) {
+                // Tenant hostnames and the error quoting them: any bytes
+                // an Ingress host passed validation with.
+                let error = e.to_string();
+                tracing::warn!(name = %LogText(&name), error = %LogText(&error), "name left out of the DNS zone");
                 break;
             }
         }
@@ -203,7 +222,8 @@ pub fn build(
             continue;
         }
         if let Err(e) = zone.txt(name, value) {
-            tracing::warn!(%name, error = %e, "ACME challenge left out of the DNS zone");
+            let error = e.to_string();
+            tracing::warn!(name = %LogText(name), error = %LogText(&error), "ACME challenge left out of the DNS zone");
         }
     }
     Ok(zone.build())
@@ -306,6 +326,58 @@ mod tests {
         // Two hosts, the cluster, ns1.
         assert_eq!(zone.names(), 4);
         assert!(!zone.contains("custom.example.org"));
+    }
+
+    /// An A query for `name` in wire format.
+    fn a_query(name: &str) -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        q
+    }
+
+    #[test]
+    fn names_below_a_tenant_wildcard_host_are_answered() {
+        let mut routes = RouteTable::default();
+        for w in [
+            "acme.lb.example.com",
+            "web.beta.lb.example.com",
+            "lb.example.com",
+        ] {
+            let upstream = Upstream::new("default/web:80".into(), Vec::new(), None);
+            routes
+                .host_mut(Some(&HostPattern::Wildcard(w.to_string())))
+                .set_fallback(Route::from(Arc::new(upstream)));
+        }
+        let s = Snapshot {
+            routes,
+            ..Snapshot::default()
+        };
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.1".parse().unwrap()].into();
+        let zone = build(&settings(), &s, &addrs, &[]).unwrap();
+        let kind = |name: &str| {
+            teapot_dns::respond(&zone, &a_query(name), teapot_dns::Transport::Udp)
+                .unwrap()
+                .kind
+        };
+        use teapot_dns::answer::Kind;
+        for name in [
+            "shop.acme.lb.example.com",
+            "a.b.acme.lb.example.com",
+            "x.web.beta.lb.example.com",
+            // The clusters' own names.
+            "acme.lb.example.com",
+            "beta.lb.example.com",
+        ] {
+            assert_eq!(kind(name), Kind::Answer, "{name}");
+        }
+        // `*.lb.example.com` would answer every cluster's names: not a
+        // record.
+        assert_eq!(kind("other.lb.example.com"), Kind::NxDomain);
+        assert_eq!(kind("x.beta.lb.example.com"), Kind::NxDomain);
     }
 
     #[test]
