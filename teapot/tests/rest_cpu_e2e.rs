@@ -192,11 +192,11 @@ async fn bgp_mode_at_rest() {
     drain.abort();
 }
 
-/// The L2 tests' segment: 100.64.46.0/24, replicas from .10, the L2
+/// The L2 tests' segment: 198.18.46.0/24, replicas from .10, the L2
 /// address .200; the API double (kube mode) on .254 of a veth from the
 /// test's namespace.
-const L2_VIP: &str = "100.64.46.200";
-const L2_API: &str = "100.64.46.254";
+const L2_VIP: &str = "198.18.46.200";
+const L2_API: &str = "198.18.46.254";
 
 /// `ip netns exec`s `teapot proxy` (exec all the way down: the child's
 /// pid is the proxy's), output to `log`.
@@ -287,7 +287,7 @@ async fn l2_alone_in_manifests_mode_at_rest() {
     let mut namespaces = netns::Namespaces(Vec::new());
     let peer = namespaces.add(format!("{tag}p"));
     let ns = format!("{tag}r");
-    lan(&mut namespaces, ns.clone(), &peer, "p0", "100.64.46.10");
+    lan(&mut namespaces, ns.clone(), &peer, "p0", "198.18.46.10");
     netns::sh(&peer, "ip link set p0 up");
     let log = dir.path().join("proxy.log");
     let args: Vec<String> = [
@@ -364,7 +364,7 @@ async fn l2_three_replicas_in_kube_mode_at_rest() {
             ns.clone(),
             &switch,
             &port,
-            &format!("100.64.46.1{i}"),
+            &format!("198.18.46.1{i}"),
         );
         replicas.push(ns);
     }

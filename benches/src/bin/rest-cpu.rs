@@ -34,8 +34,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// After the replica is up: the first compile, announcements and Lease
 /// rounds are over.
 const SETTLE: Duration = Duration::from_secs(5);
-const L2_VIP: &str = "100.64.47.200";
-const L2_API: &str = "100.64.47.254";
+const L2_VIP: &str = "198.18.47.200";
+const L2_API: &str = "198.18.47.254";
 
 #[derive(Parser, Debug)]
 #[command(about = "CPU of an idle teapot proxy, per mode")]
@@ -316,7 +316,7 @@ fn l2_alone(teapot: &Path, window: Duration) -> Result<Vec<f64>> {
     let mut seg = Segment::default();
     let peer = seg.namespace(format!("{tag}p"))?;
     let ns = format!("{tag}r");
-    seg.lan(ns.clone(), &peer, "p0", "100.64.47.10")?;
+    seg.lan(ns.clone(), &peer, "p0", "198.18.47.10")?;
     sh(&peer, "ip link set p0 up")?;
     let manifests = dir.path().to_str().unwrap().to_string();
     let pid = seg.spawn(
@@ -361,7 +361,7 @@ async fn l2_kube(teapot: &Path, window: Duration) -> Result<Vec<f64>> {
             ns.clone(),
             &switch,
             &format!("p{i}"),
-            &format!("100.64.47.1{i}"),
+            &format!("198.18.47.1{i}"),
         )?;
         replicas.push(ns);
     }
