@@ -192,6 +192,24 @@ mod tests {
         );
     }
 
+    /// A dual-stack tenant's IPv6 slice meets the same rules in its
+    /// family: inside the Tenant's IPv6 nodeCIDRs, never loopback,
+    /// link-local, outside its ranges or an IPv4 address.
+    #[test]
+    fn ipv6_addresses_outside_the_tenant() {
+        assert_eq!(
+            check(
+                "addressType: IPv6\nports: [{port: 30080}]\nendpoints:\n- addresses: [\"fd00:1::5\"]\n- addresses: [\"::1\"]\n- addresses: [\"fe80::1\"]\n- addresses: [\"fd00:2::5\"]\n- addresses: [10.1.0.5]\n"
+            ),
+            [
+                "endpoints[1].addresses[0]",
+                "endpoints[2].addresses[0]",
+                "endpoints[3].addresses[0]",
+                "endpoints[4].addresses[0]",
+            ]
+        );
+    }
+
     #[test]
     fn ports_and_labels() {
         assert_eq!(
