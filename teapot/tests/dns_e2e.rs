@@ -354,6 +354,60 @@ async fn names_below_a_tenant_wildcard_host_resolve() {
     }
 }
 
+/// DNS answers do not wait for a compile: with one runtime worker (a
+/// one-CPU replica), a reload of a large manifests directory holds the
+/// runtime for seconds in a debug build, and a query asked meanwhile is
+/// answered at once from the DNS thread. A starvation check with a bound
+/// far above an answer's time and far below the compile's, not a
+/// performance figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_do_not_wait_for_a_reload() {
+    const INGRESSES: usize = 4000;
+    const BOUND: Duration = Duration::from_millis(300);
+    let names: Vec<String> = (0..INGRESSES).map(|i| format!("app{i}.shop")).collect();
+    let mut refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut args = args();
+    // One prober asks one name every 5 ms: no rate limit to drop it.
+    args.extend(["--threads", "1", "--dns-rate-limit", "0"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let h = Harness::start_with_args(&[("tenant.yaml", tenant_objects(&refs))], &args).await;
+    let dns = h.proxy.dns.expect("a DNS listener");
+    wait_answers(dns, "app0-shop.acme.lb.example.net").await;
+
+    let before = h.generation().await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let prober = tokio::spawn(async move {
+        let mut worst = Duration::ZERO;
+        let mut asked = 0u32;
+        while !*stop_rx.borrow() {
+            let asking = std::time::Instant::now();
+            let m = udp(dns, CLUSTER, RecordType::AAAA).await;
+            assert_eq!(m.answers.len(), 1, "{m:?}");
+            worst = worst.max(asking.elapsed());
+            asked += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (worst, asked)
+    });
+    refs.push("web.shop");
+    let started = std::time::Instant::now();
+    h.write("tenant.yaml", &tenant_objects(&refs));
+    h.wait_generation_after(before).await;
+    let reload = started.elapsed();
+    let _ = stop_tx.send(true);
+    let (worst, asked) = prober.await.unwrap();
+    eprintln!("reload {reload:?}, {asked} queries, slowest answer {worst:?}");
+    assert!(
+        reload > BOUND * 3,
+        "the reload took {reload:?}: too short to show a wait; more Ingresses are needed"
+    );
+    assert!(
+        worst < BOUND,
+        "a DNS answer waited {worst:?} during a {reload:?} reload"
+    );
+    wait_answers(dns, WEB).await;
+}
+
 #[tokio::test]
 async fn one_clients_tcp_connections_are_bounded_by_its_prefix_share() {
     let mut args = args();
