@@ -467,9 +467,11 @@ async fn exchange(
 ) -> Result<(http::response::Parts, Bytes), Outcome> {
     let _ = stream.set_nodelay(true);
     // hyper's own bound on a head is ~400 KiB of buffer; an answer's head
-    // gets what a backend's gets from the HTTP/1 engine.
+    // gets what a backend's gets from the HTTP/1 engine (its buffer bound
+    // alone is soft: one read may take it past it).
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(teapot_h1::scan::MAX_RESPONSE_HEADER_BYTES)
+        .max_header_size(teapot_h1::scan::MAX_RESPONSE_HEADER_BYTES)
         .max_headers(teapot_h1::scan::MAX_HEADERS_CAP)
         .handshake(TokioIo::new(stream))
         .await

@@ -438,6 +438,21 @@ mod tests {
         assert_eq!((page.reason, page.body.len()), (PAGE, MAX_PAGE_BYTES));
     }
 
+    /// An answer's head gets the bounds a backend's gets from the HTTP/1
+    /// engine (64 KiB): a larger one is refused, not buffered up to
+    /// hyper's own 400 KiB.
+    #[tokio::test]
+    async fn a_head_over_the_engines_bound_is_refused() {
+        let registry = EndpointRegistry::default();
+        let field = "v".repeat(teapot_h1::scan::MAX_RESPONSE_HEADER_BYTES);
+        let answer =
+            format!("HTTP/1.1 404 Not Found\r\nx-big: {field}\r\ncontent-length: 1\r\n\r\nx");
+        let addr = answering_once(answer.into_bytes());
+        let up = Upstream::new("errors".into(), vec![registry.endpoint(addr)], None);
+        let page = pages(errors(up, ""), "ops/web:80").page(503).await;
+        assert_eq!((page.status, page.reason), (503, FALLBACK));
+    }
+
     /// An error backend that closes its connection after the page (as
     /// with `Connection: close`) is relayed like any other.
     #[tokio::test]
