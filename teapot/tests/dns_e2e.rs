@@ -377,17 +377,29 @@ async fn answers_do_not_wait_for_a_reload() {
     let before = h.generation().await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let prober = tokio::spawn(async move {
-        let mut worst = Duration::ZERO;
-        let mut asked = 0u32;
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let q = query(CLUSTER, RecordType::AAAA, false);
+        let mut buf = vec![0u8; 65535];
+        let (mut worst, mut asked, mut lost) = (Duration::ZERO, 0u32, 0u32);
         while !*stop_rx.borrow() {
             let asking = std::time::Instant::now();
-            let m = udp(dns, CLUSTER, RecordType::AAAA).await;
-            assert_eq!(m.answers.len(), 1, "{m:?}");
-            worst = worst.max(asking.elapsed());
+            socket.send_to(&q, dns).await.unwrap();
+            // A datagram lost on a loaded machine (the whole suite runs
+            // beside this test) is counted apart: the finding was answers
+            // that waited for the compile, 0.4-0.9 s, not answers lost.
+            match tokio::time::timeout(Duration::from_secs(1), socket.recv_from(&mut buf)).await {
+                Ok(received) => {
+                    let (n, _) = received.unwrap();
+                    let m = Message::from_vec(&buf[..n]).unwrap();
+                    assert_eq!(m.answers.len(), 1, "{m:?}");
+                    worst = worst.max(asking.elapsed());
+                }
+                Err(_) => lost += 1,
+            }
             asked += 1;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        (worst, asked)
+        (worst, asked, lost)
     });
     refs.push("web.shop");
     let started = std::time::Instant::now();
@@ -395,8 +407,12 @@ async fn answers_do_not_wait_for_a_reload() {
     h.wait_generation_after(before).await;
     let reload = started.elapsed();
     let _ = stop_tx.send(true);
-    let (worst, asked) = prober.await.unwrap();
-    eprintln!("reload {reload:?}, {asked} queries, slowest answer {worst:?}");
+    let (worst, asked, lost) = prober.await.unwrap();
+    eprintln!("reload {reload:?}, {asked} queries ({lost} unanswered), slowest answer {worst:?}");
+    assert!(
+        lost * 100 <= asked,
+        "{lost} of {asked} queries unanswered during the reload"
+    );
     assert!(
         reload > BOUND * 3,
         "the reload took {reload:?}: too short to show a wait; more Ingresses are needed"
