@@ -69,11 +69,13 @@ pub struct Sockets {
 impl Sockets {
     /// Binds UDP, then TCP on the port UDP got (so port 0 gives one port
     /// for both); a TCP port taken by something else is tried again with a
-    /// new pair a few times.
+    /// new pair. On a busy host most of the ephemeral range can be held by
+    /// client sockets (a test suite opening thousands of connections), so
+    /// eight tries were seen to fail; each try costs two binds.
     pub fn bind(addr: SocketAddr) -> Result<Sockets, Error> {
         let err = |source| Error::Bind { addr, source };
         let mut last = None;
-        for _ in 0..8 {
+        for _ in 0..256 {
             let udp = std::net::UdpSocket::bind(addr).map_err(err)?;
             let bound = udp.local_addr().map_err(err)?;
             match std::net::TcpListener::bind(bound) {
