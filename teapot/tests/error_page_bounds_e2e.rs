@@ -88,13 +88,7 @@ async fn serve_page(mut s: TcpStream, count: &AtomicUsize) -> std::io::Result<()
 
 /// `VmRSS` of `pid`, in bytes.
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kib * 1024
+    teapot_testkit::procfs::rss_kib(pid).expect("VmRSS") * 1024
 }
 
 /// Hand-built HTTP/2 (prior knowledge, RFC 9113 §3.3): a client that

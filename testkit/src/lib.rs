@@ -23,6 +23,7 @@
 //! - [`pebble`]: Debian's `pebble` ACME test CA and `pebble-challtestsrv`
 //!   DNS server, on free ports, stoppable for outage tests.
 //! - [`l4`]: TCP and UDP echo backends (PROXY v2 aware) for L4 tests.
+//! - [`procfs`]: a process's resident memory and CPU time, from `/proc`.
 //! - [`process`]: launches a `teapot proxy` child process and talks to its admin
 //!   listener.
 //! - [`Error`]: the one error type of the crate.
@@ -36,6 +37,7 @@ pub mod h2frames;
 pub mod l4;
 pub mod pebble;
 pub mod process;
+pub mod procfs;
 
 /// Everything that can go wrong in the helpers.
 ///

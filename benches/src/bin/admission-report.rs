@@ -34,6 +34,7 @@ use teapot_benches::stats::percentile;
 use teapot_testkit::admission::{many_rule_ingress, regex_heavy_route, review_request};
 use teapot_testkit::certs::TestCa;
 use teapot_testkit::client::{Connection, Proto, Request, Transport};
+use teapot_testkit::procfs::own_cpu_seconds;
 use tokio::process::{Child, Command};
 
 /// The name the API server would dial (the chart's Service).
@@ -328,16 +329,6 @@ struct HostileReport {
     hostile_reviews_answered_meanwhile: u64,
 }
 
-/// CPU seconds (user + system) the process has used: fields 14 and 15 of
-/// /proc/PID/stat, in clock ticks (100 per second on Linux).
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').context("malformed /proc stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    Ok(ticks as f64 / 100.0)
-}
-
 async fn hostile(
     addr: SocketAddr,
     transport: &Transport,
@@ -362,7 +353,7 @@ async fn hostile(
     ] {
         // Each review alone, repeated so the CPU clock's 10 ms ticks add up.
         const REPEAT: usize = 20;
-        let (cpu0, wall0) = (cpu_seconds(pid)?, Instant::now());
+        let (cpu0, wall0) = (own_cpu_seconds(pid)?, Instant::now());
         let mut last = Value::Null;
         let mut bytes = 0;
         for i in 0..REPEAT {
@@ -370,7 +361,7 @@ async fn hostile(
             bytes = request.body.len();
             last = serde_json::from_slice(&conn.send(&request).await?.body)?;
         }
-        let (cpu, wall) = (cpu_seconds(pid)? - cpu0, wall0.elapsed());
+        let (cpu, wall) = (own_cpu_seconds(pid)? - cpu0, wall0.elapsed());
         let r = HostileReview {
             shape: shape.into(),
             patterns,
