@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # HTTP/1.1 keep-alive cost per request, counted rather than timed, so it can
-# be measured on a busy machine (issue 17, 4921c6a, 2026-11-24): teapot (this build),
+# be measured on a busy machine (first run at 4921c6a, 2026-11-24): teapot (this build),
 # optionally a BASE teapot binary, HAProxy and nginx, each with ONE worker
 # in front of one nginx backend serving a 128-byte body, loaded by
 # `wrk -t1 -c64`.

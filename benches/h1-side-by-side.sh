@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HTTP/1.1 keep-alive, side by side (issue 17): teapot, HAProxy and nginx,
+# HTTP/1.1 keep-alive, side by side: teapot, HAProxy and nginx,
 # each with ONE worker, in front of one nginx backend serving a 128-byte
 # body, loaded by wrk in rotated rounds. Optional targets: a second teapot
 # binary (BASE=path: the build before a change, so "before" and "after"

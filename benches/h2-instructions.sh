@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # HTTP/2 cost per request, counted rather than timed, so it can be measured
-# on a busy machine (issue 17, 4921c6a, 2026-11-24): teapot (this build), optionally
+# on a busy machine (first run at 4921c6a, 2026-11-24): teapot (this build), optionally
 # a BASE teapot binary, HAProxy and nginx, each with ONE worker in front of
 # one nginx HTTP/1.1 backend serving a 128-byte body, loaded by h2load as
 # `http-report --only h2` loads them (one h2load thread, CLIENTS

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bounded fuzz run (issue #9), the last stage of CI (.ci/run, after
+# Bounded fuzz run, the last stage of CI (.ci/run, after
 # scripts/test.sh; docs/edge.md, "Fuzzing"):
 #   1. cargo-fuzz, installed with `cargo install --locked` when missing;
 #   2. the seed corpus, written from the repository's own test data

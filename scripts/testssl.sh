@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# testssl.sh against the proxy's HTTPS listener (issue #9; docs/edge.md,
+# testssl.sh against the proxy's HTTPS listener (docs/edge.md,
 # "testssl"). Makes a test CA and an ECDSA P-256 certificate for
 # secure.teapot.test (openssl), starts `teapot proxy` with one Ingress
 # serving it, runs testssl for that name with the CA added to its trust

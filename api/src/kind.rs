@@ -8,7 +8,7 @@ pub enum ObjectKind {
     Service,
     EndpointSlice,
     Secret,
-    /// Gateway API kinds (`gateway.networking.k8s.io/v1`, issue #18).
+    /// Gateway API kinds (`gateway.networking.k8s.io/v1`).
     Gateway,
     HttpRoute,
     GrpcRoute,

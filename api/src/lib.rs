@@ -41,7 +41,7 @@ pub mod tenant;
 
 pub use host::{HostError, HostPattern};
 pub use path::{PathError, PathKind};
-/// The Gateway API types the policy reads (issue #18), for the crates
+/// The Gateway API types the policy reads, for the crates
 /// that check or mirror them with it.
 pub use teapot_gateway_api as gateway_api;
 pub use tenant::{Tenant, TenantSpec};

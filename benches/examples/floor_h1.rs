@@ -2,8 +2,8 @@
 //! one upstream connection per client connection, buffers reused, heads
 //! found with memchr and parsed with httparse, forwarded unchanged. No
 //! routing, no header edits, no timeouts, no limits, no metrics: what is
-//! left of a request's cost is tokio's I/O and the kernel's. Issue 17
-//! measured such a loop once; `benches/h1-side-by-side.sh` runs this one
+//! left of a request's cost is tokio's I/O and the kernel's. Such a loop
+//! was measured once on its own; `benches/h1-side-by-side.sh` runs this one
 //! beside the proxies (`FLOOR=1`), so teapot's overhead over the floor is
 //! read in the same run as HAProxy's and nginx's.
 //!

@@ -229,8 +229,8 @@ pub fn synthetic_store(ingresses: usize) -> Store {
 /// HTTPRoute that routes the same (hostnames, `PathPrefix`/`Exact` paths,
 /// backendRefs by port number), attached to one Gateway `gw` of class
 /// `teapot` per namespace (an HTTP listener without hostname). The
-/// route-table report's `--kind httproute` (issue #18: 10k HTTPRoutes
-/// within the Ingress goals).
+/// route-table report's `--kind httproute` (10k HTTPRoutes, held to the
+/// Ingress goals).
 pub fn synthetic_gateway_store(routes: usize) -> Store {
     let mut store = synthetic_store(routes);
     let ingresses = std::mem::take(&mut store.ingresses);

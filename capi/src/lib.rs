@@ -1,4 +1,4 @@
-//! `teapot capi` (docs/capi.md, issue #21): a highly available API-server
+//! `teapot capi` (docs/capi.md): a highly available API-server
 //! endpoint, on the shared L4 fleet, for every Cluster API cluster that
 //! asks for one, before any of its machines exists.
 //!

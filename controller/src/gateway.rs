@@ -1,4 +1,4 @@
-//! The Gateway API reconcilers (issue #18): tenant Gateways of class
+//! The Gateway API reconcilers: tenant Gateways of class
 //! `teapot` and the HTTPRoute, GRPCRoute, TLSRoute, TCPRoute and UDPRoute
 //! objects attached to them -> their LB copies ([`crate::gateway_mirror`]
 //! builds them) with the Services and TLS Secrets they reference (the sync

@@ -1,4 +1,4 @@
-//! The LB-cluster copies of tenant Gateways and routes (issue #18) and
+//! The LB-cluster copies of tenant Gateways and routes and
 //! their status on the way back. Pure functions over the objects' JSON
 //! form, as [`crate::mirror`] is for Ingresses: the five route kinds share
 //! the shapes handled here (`parentRefs`, `rules[].backendRefs`, mirror

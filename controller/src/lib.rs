@@ -75,7 +75,7 @@ pub struct AgentConfig {
     /// Create IngressClass `teapot` (and GatewayClass `teapot`) when it is
     /// missing.
     pub install_class: bool,
-    /// Whether Gateways and routes are synced (issue #18).
+    /// Whether Gateways and routes are synced.
     pub gateway_api: GatewayApi,
     /// Least time between two writes of one LB EndpointSlice.
     pub min_write_interval: Duration,

@@ -1,5 +1,5 @@
 //! Gateway API types (`gateway.networking.k8s.io`), the kinds teapot
-//! serves for tenants that route with Gateway and HTTPRoute (issue #18),
+//! serves for tenants that route with Gateway and HTTPRoute,
 //! and BackendTLSPolicy for TLS from the proxy to their backends.
 //!
 //! Generated, never edited: `gateway/generate.sh` runs kopium 0.24.1 over

@@ -67,8 +67,7 @@ pub fn load_dir(dir: &Path, previous: &Store) -> Loaded {
 
 /// The files of the last load whose objects the next load takes over
 /// without parsing them again, while their text stays the same: a change
-/// in one tenant's file does not re-read every tenant's (isolation review,
-/// finding 4), and unchanged objects stay the same `Arc`s, which is what
+/// in one tenant's file does not re-read every tenant's, and unchanged objects stay the same `Arc`s, which is what
 /// lets the compile reuse their namespace's parts.
 ///
 /// Only a clean file is taken over: one that had no problem at all (after

@@ -575,7 +575,7 @@ struct Weighed {
 /// `limits.maxTotalBytes`: each tenant's objects are counted oldest first
 /// (then by kind and name); those that take its total past the limit are
 /// refused, so what a tenant already serves keeps serving and one tenant
-/// cannot fill every replica's memory (isolation review, finding 4).
+/// cannot fill every replica's memory.
 fn over_total(
     mut objects: Vec<Weighed>,
     by_namespace: &HashMap<String, &Tenant>,
@@ -783,8 +783,7 @@ mod tests {
         assert!(tenancy.get("default").is_none());
     }
 
-    /// Isolation review, finding 4: one tenant loading many large
-    /// EndpointSlices (each admitted on its own) filled every replica's
+    /// One tenant loading many large EndpointSlices (each admitted on its own) filled every replica's
     /// memory. Past `maxTotalBytes` its newest objects are refused; its
     /// older ones and the other tenant's stay.
     #[test]

@@ -1,4 +1,4 @@
-//! The agent's Gateway API half end to end (issue #18): tenant API
+//! The agent's Gateway API half end to end: tenant API
 //! (double) -> `teapot agent` (in-process, `teapot_controller::run`) -> LB
 //! API (double, with the real webhook rules as its admission hook, for the
 //! kinds the chart registers) -> status written on the LB copies (as the

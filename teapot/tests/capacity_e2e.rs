@@ -1,4 +1,4 @@
-//! Isolation review, finding 4, on the real binary: what one tenant's
+//! Tenant isolation in memory, on the real binary: what one tenant's
 //! endpoints cost every replica in memory, and what reloads add to it.
 //!
 //! The proxy runs with `MIMALLOC_PURGE_DELAY=0`, so memory it frees goes

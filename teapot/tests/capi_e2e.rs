@@ -1,4 +1,4 @@
-//! End-to-end test of `teapot capi` (docs/capi.md, issue #21): the API
+//! End-to-end test of `teapot capi` (docs/capi.md): the API
 //! double holds the Cluster API objects (as JSON: the double serves any
 //! resource without a CRD) and is both management and LB cluster; the real
 //! `teapot proxy --kube` binary serves L4 from pool `127.0.0.1`; the capi

@@ -1,4 +1,4 @@
-//! The charts' Gateway API parts (issue #18), rendered by the pinned helm
+//! The charts' Gateway API parts, rendered by the pinned helm
 //! (`scripts/helm.sh`, as in `charts.rs`):
 //!
 //! - `charts/teapot-lb/gateway-api-crds/` holds exactly the upstream CRDs

@@ -1,4 +1,4 @@
-//! The chart's Grafana dashboard and PrometheusRule (issue #19), rendered
+//! The chart's Grafana dashboard and PrometheusRule, rendered
 //! by the pinned helm (`scripts/helm.sh`, as in charts.rs):
 //!
 //! - off by default; on, each with every `ci/*.yaml` values file, `helm

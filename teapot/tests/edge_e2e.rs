@@ -1,4 +1,4 @@
-//! Edge hardening (issue #9) against the real binary: a request-smuggling
+//! Edge hardening against the real binary: a request-smuggling
 //! corpus over raw TCP (and raw HTTP/2 frames) in front of two tenants'
 //! backends, Host confusion, size limits, and a slowloris run.
 //!

@@ -1,5 +1,5 @@
-//! End-to-end tests of Gateway API routes on the L4 plane (issue #18,
-//! docs/gateway-api-l4.md): the real `teapot proxy` binary, a Gateway with
+//! End-to-end tests of Gateway API routes on the L4 plane
+//! (docs/gateway-api-l4.md): the real `teapot proxy` binary, a Gateway with
 //! TCP, UDP and TLS (Passthrough) listeners in a manifests directory,
 //! TCPRoute, UDPRoute and TLSRoutes to echo and TLS backends on loopback.
 //!

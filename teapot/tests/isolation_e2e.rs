@@ -1,5 +1,4 @@
-//! End-to-end checks of the isolation review's findings that show on the
-//! wire (docs/edge.md, "Forwarding headers"): the real `teapot proxy`
+//! End-to-end checks of tenant isolation as it shows on the wire (docs/edge.md, "Forwarding headers"): the real `teapot proxy`
 //! binary, an echo backend, requests over HTTP/1.1 and HTTP/2, plain and
 //! TLS.
 //!

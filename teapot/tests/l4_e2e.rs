@@ -1,4 +1,4 @@
-//! End-to-end tests of L4 load balancing (issue #4): the real `teapot
+//! End-to-end tests of L4 load balancing: the real `teapot
 //! proxy` binary, LoadBalancer Services in a manifests directory, TCP and
 //! UDP echo backends from `teapot_testkit::l4`, real sockets on loopback.
 //!
@@ -1123,7 +1123,7 @@ async fn kube_mode_says_whether_each_address_is_announced() {
     );
 }
 
-/// Isolation finding 1: tenants share a pool address; alpha's older Service
+/// Tenants share a pool address; alpha's older Service
 /// adds the port beta's younger Service holds. beta keeps its listener and
 /// its clients keep reaching beta's backend; alpha is refused that port
 /// alone, in words that do not name beta's objects.
@@ -1220,7 +1220,7 @@ async fn an_older_service_adding_a_held_port_does_not_take_the_listener() {
     .await;
 }
 
-/// Isolation finding 7: a Service asking for the proxy's own port on a
+/// A Service asking for the proxy's own port on a
 /// pool address was shown `Allocated=True` for a listener that could never
 /// bind. The proxy's HTTP, HTTPS and admin ports are reserved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

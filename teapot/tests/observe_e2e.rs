@@ -1,4 +1,4 @@
-//! Operating a shared fleet (issue #19), end to end against the real
+//! Operating a shared fleet, end to end against the real
 //! `teapot proxy` binary: the access log of a routed request, a 404, a
 //! 503, a tenant refusal, a WebSocket, an L4 TCP connection and an L4 UDP
 //! flow, every line parsed as JSON; HTTP/2 and HTTP/1.1 over TLS with

@@ -1,4 +1,4 @@
-//! Gateway API rules (issue #18): what a tenant may write of Gateway,
+//! Gateway API rules: what a tenant may write of Gateway,
 //! HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute and ReferenceGrant
 //! into its namespace. GatewayClass is the operator's (cluster-scoped, never
 //! a tenant's: [`super::object_kind`] does not accept it).

@@ -231,8 +231,7 @@ impl Holdings {
     /// of tenant `cluster`: another tenant's claim on the same exact host
     /// does not count. Custom domains go to the tenant that proves them
     /// by DNS (the proxy's compile), not to whoever wrote the name first,
-    /// so an unproven claim never blocks the domain's owner (isolation
-    /// review, finding 5). The operator's hosts and other tenants'
+    /// so an unproven claim never blocks the domain's owner. The operator's hosts and other tenants'
     /// grants still do.
     pub fn holder_conflicting_custom(&self, host: &str, cluster: &str) -> Option<&Holder> {
         self.exact
@@ -504,7 +503,7 @@ mod tests {
         // In another tenant's granted domain: refused.
         assert!(check_host(&ctx, "h", "api.globex.example.org", &mut out).is_none());
         // A custom domain another tenant also claims: DNS proof decides
-        // (the proxy), so the claim blocks nobody here (finding 5).
+        // (the proxy), so the claim blocks nobody here.
         assert_eq!(
             check_host(&ctx, "h", "www.globex.com", &mut out).map(|(_, s)| s),
             Some(HostScope::Custom)

@@ -1,4 +1,4 @@
-//! Noisy and hostile neighbours (issue #20): what one tenant's churn and
+//! Noisy and hostile neighbours: what one tenant's churn and
 //! hostile setup costs another tenant, on the real `teapot proxy`.
 //!
 //! `run`: two tenants in manifests mode. The *quiet* tenant's Ingress
@@ -38,7 +38,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 #[derive(Parser)]
-#[command(about = "noisy-neighbour benchmark (issue #20)")]
+#[command(about = "noisy-neighbour benchmark: one tenant's churn against the others")]
 struct Cli {
     /// The release `teapot` binary.
     #[arg(long, default_value = "target/release/teapot", global = true)]

@@ -28,7 +28,7 @@ use serde_yaml::{Mapping, Value};
 
 /// The GatewayClass every Gateway is given.
 pub const GATEWAY_CLASS: &str = "teapot";
-/// teapot's Gateway controller name (issue #18).
+/// teapot's Gateway controller name.
 pub const CONTROLLER_NAME: &str = "teapot.dev/gateway-controller";
 
 /// Kinds not written to the manifests directory: workloads (replaced by

@@ -1,4 +1,4 @@
-//! Per-tenant fairness (issue #9): each Tenant's requests pass its own
+//! Per-tenant fairness: each Tenant's requests pass its own
 //! gate, so that one tenant's flood is refused at that tenant's limits
 //! while every other tenant keeps its share of the replica.
 //!

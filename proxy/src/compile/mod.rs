@@ -396,7 +396,7 @@ spec:
         compile_test_docs(docs, &options)
     }
 
-    /// Isolation review, finding 5: an older Ingress of another tenant
+    /// An older Ingress of another tenant
     /// that only names the custom domain in `tls.hosts` (no rule, no
     /// Secret, no proof) used to get the proven owner's whole Ingress
     /// refused, its assigned hostname included, for as long as it stayed.

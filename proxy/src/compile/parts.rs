@@ -1,6 +1,6 @@
 //! What one compile keeps for the next, per tenant namespace, so that a
-//! change in one namespace does not redo the others' work (isolation review,
-//! finding 4: one tenant's churn must not cost every other tenant).
+//! change in one namespace does not redo the others' work: one tenant's
+//! churn must not cost every other tenant.
 //!
 //! The part of a compile that grows with a tenant's endpoints is resolving
 //! its backends: Service ports to the ready, allowed endpoint addresses

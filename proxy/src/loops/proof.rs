@@ -9,8 +9,7 @@
 //! outage must not take sites down). Compiles read the [`ProofBook`]'s
 //! results; a change in any proof triggers a recompile.
 //!
-//! One tenant's slow DNS must not hold back another's proofs (isolation
-//! review, finding 3): checks run concurrently within [`ProofLimits`] (a
+//! One tenant's slow DNS must not hold back another's proofs: checks run concurrently within [`ProofLimits`] (a
 //! bounded pool, a share of it per tenant, a deadline per check), and
 //! re-checks of proven domains are started before first checks of pending
 //! ones, so a proof keeps its own schedule whatever is pending.
@@ -515,7 +514,7 @@ mod tests {
         }
     }
 
-    /// Isolation review, finding 3: 20 claimed hosts under a zone whose
+    /// 20 claimed hosts under a zone whose
     /// server never answers, and another tenant's properly CNAMEd domain.
     /// Before, checks ran one after another and the other tenant waited
     /// behind every slow one.

@@ -343,8 +343,7 @@ const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// while (about 1.4 s at 100k Ingresses), which must not fall on whichever
 /// request releases it last; keeping it until the next reload instead (as
 /// teapot did) held two snapshots' memory for as long as nothing changed
-/// (isolation review, finding 4: 210 MB after three reloads against 121 MB
-/// loaded).
+/// (210 MB after three reloads against 121 MB loaded).
 fn retire(old: Arc<crate::compile::snapshot::Snapshot>) {
     let spawned = std::thread::Builder::new()
         .name("snapshot-retire".into())

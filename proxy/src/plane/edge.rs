@@ -1,4 +1,4 @@
-//! Front-door checks and limits (issue #9): what a client may send before
+//! Front-door checks and limits: what a client may send before
 //! anything routes on it. Pure rules, below both engines and the decision.
 //!
 //! - [`scan_h1`] and [`Refusal`]: the HTTP/1 framing rules, whose home is

@@ -1,8 +1,7 @@
 //! The fields teapot sets on every forwarded request, for both HTTP
 //! versions: `X-Forwarded-For`, `-Proto`, `-Host`, `-Port`, `Forwarded`
 //! (RFC 7239) and `X-Real-IP`, replacing whatever the client sent (the
-//! edge is where the chain of trust starts; isolation review, finding 6:
-//! a client's own `Forwarded: for=…` reached tenant backends as if teapot
+//! edge is where the chain of trust starts: otherwise a client's own `Forwarded: for=…` reached tenant backends as if teapot
 //! had said it), after the request's ID and trace context when teapot
 //! made them.
 //!

@@ -1,4 +1,4 @@
-//! Log-flood protection (issue #9): Pingora and h2 log a WARN or ERROR
+//! Log-flood protection: Pingora and h2 log a WARN or ERROR
 //! line for every downstream request they cannot parse or that breaks
 //! off, so one bad client could otherwise write the replica's log as fast
 //! as it can send garbage (and fill the node's disk on the way).

@@ -8,7 +8,7 @@
 //! A request on a TLS connection must name a host the connection's
 //! certificate serves: [`misdirected`] answers 421 otherwise (RFC 9110
 //! §15.5.20), so tenant A's SNI and certificate cannot front a request for
-//! another Ingress's host (isolation review, finding 6). The SNI reaches
+//! another Ingress's host. The SNI reaches
 //! the request path through [`ServerNameCallback`], as [`ServerName`] in
 //! the connection's TLS digest.
 

@@ -956,7 +956,7 @@ mod tests {
         }
     }
 
-    /// Isolation review, finding 2: one tenant's hosts sort first and the
+    /// One tenant's hosts sort first and the
     /// CA rate-limits them. Before, the rate limit paused every order for
     /// `--acme-retry-max` and no other tenant's host was ever tried.
     #[tokio::test]

@@ -1,4 +1,4 @@
-//! Certificates from ACME (issue #7): HTTP-01, one issuer per fleet, state
+//! Certificates from ACME: HTTP-01, one issuer per fleet, state
 //! every replica sees.
 //!
 //! Which hosts: the compile decides ([`AcmeHosts`] in the snapshot): exact

@@ -1,5 +1,5 @@
 //! Layer 4: TCP and UDP load balancing for Services of `type:
-//! LoadBalancer` (issue #4; operator guide in `docs/l4.md`).
+//! LoadBalancer` (operator guide in `docs/l4.md`).
 //!
 //! The flow mirrors the HTTP path. The compile ([`crate::compile::l4`])
 //! picks the Services teapot serves, gives each an address from its pool
