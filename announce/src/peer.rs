@@ -283,6 +283,16 @@ pub struct PeerStatus {
     /// The session is signed with TCP-MD5 (`password-file=`); the
     /// password itself is never shown.
     pub md5: bool,
+    /// The families the established session carries (empty when it is
+    /// not established): which of this replica's addresses the router has.
+    pub families: Vec<crate::wire::Family>,
+    /// This speaker offers graceful restart (RFC 4724) on the session.
+    pub graceful_restart: bool,
+    /// The router's restart time when it offered graceful restart on the
+    /// session: without it, it keeps no route across a restart.
+    pub router_graceful_restart: Option<u16>,
+    /// End-of-RIB went out on this session.
+    pub end_of_rib_sent: bool,
 }
 
 impl PeerStatus {
@@ -299,6 +309,10 @@ impl PeerStatus {
             failures: BTreeMap::new(),
             bfd: peer.bfd.map(|_| BfdStatus::default()),
             md5: peer.md5.is_some(),
+            families: Vec::new(),
+            graceful_restart: false,
+            router_graceful_restart: None,
+            end_of_rib_sent: false,
         }
     }
 }

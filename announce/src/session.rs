@@ -1,6 +1,9 @@
 //! The per-peer task: connect, OPEN, keep the session alive, announce and
 //! withdraw as the watched address set changes, and reconnect with backoff
 //! when the session ends. On stop, the graceful sequence of RFC 8326.
+//! With graceful restart (RFC 4724) configured, the OPEN carries the
+//! capability and the initial announcements end with End-of-RIB, so a
+//! router keeps this speaker's routes while it restarts.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -16,7 +19,9 @@ use crate::Error;
 use crate::bfd;
 use crate::md5;
 use crate::peer::{PeerConfig, PeerStatus, SessionState};
-use crate::wire::{self, Family, Message, Notification, Open, PathAttributes, code};
+use crate::wire::{
+    self, Family, GracefulRestart, Message, Notification, Open, PathAttributes, code,
+};
 
 /// First pause after a failed or ended session; doubles up to
 /// [`MAX_BACKOFF`] and starts over after an established session.
@@ -41,6 +46,9 @@ pub struct Shared {
     pub bfd: bfd::Listener,
     /// The routers' BFD port ([`bfd::CONTROL_PORT`] outside tests).
     pub bfd_peer_port: u16,
+    /// The restart time offered in the Graceful Restart capability;
+    /// `None`: no capability, no End-of-RIB.
+    pub graceful_restart: Option<Duration>,
 }
 
 /// How one session ended.
@@ -65,6 +73,11 @@ pub async fn run(
     // Lives as long as the peer's task, across BGP sessions: the router's BFD
     // hears from this process as long as it runs.
     let mut bfd: Option<bfd::Handle> = None;
+    // The Restart State bit goes on every session until one is
+    // established: this process has no routes of its own to remember, so
+    // its first session after start is the one after a restart, if there
+    // was one (docs/announce.md, "Graceful restart").
+    let mut first = true;
     loop {
         if stopping(&stop) {
             break;
@@ -83,11 +96,24 @@ pub async fn run(
                 }
             }
         }
-        let ended = session(&shared, &peer, &mut addrs, &mut stop, &status, bfd.as_mut()).await;
+        let ended = session(
+            &shared,
+            &peer,
+            &mut addrs,
+            &mut stop,
+            &status,
+            bfd.as_mut(),
+            first,
+        )
+        .await;
         status.send_modify(|s| {
             s.state = SessionState::Idle;
             s.announced = 0;
+            s.families.clear();
         });
+        if !matches!(ended, Ended::Failed(_)) {
+            first = false;
+        }
         let err = match ended {
             Ended::Stopped => break,
             Ended::AfterEstablished(err) => {
@@ -267,6 +293,17 @@ impl Conn {
         }
     }
 
+    /// [`Conn::next`] with the message's bytes, for what the speaker
+    /// reads no further than a look (the router's capabilities).
+    async fn next_raw(&mut self) -> Result<(Message, Vec<u8>), Error> {
+        loop {
+            if let Some((message, len)) = wire::decode(&self.buf)? {
+                return Ok((message, self.buf.drain(..len).collect()));
+            }
+            self.fill().await?;
+        }
+    }
+
     async fn notify_and_fail(&mut self, n: Notification, err: Error) -> Error {
         // Best effort: the peer learns why; the error is what is reported.
         let _ = self.send(&wire::encode_notification(&n)).await;
@@ -313,6 +350,7 @@ async fn session(
     stop: &mut watch::Receiver<bool>,
     status: &watch::Sender<PeerStatus>,
     bfd: Option<&mut bfd::Handle>,
+    first: bool,
 ) -> Ended {
     status.send_modify(|s| s.state = SessionState::Connect);
     let stream = tokio::select! {
@@ -340,9 +378,23 @@ async fn session(
         families: offered.iter().map(|(f, _)| *f).collect(),
         four_octet_as: true,
     };
+    // The F bit on every family: the speaker keeps no forwarding state
+    // to lose, the proxy serves the addresses as soon as it runs again,
+    // and a clear bit would make the router flush the stale routes when
+    // the session comes back, before they are announced again.
+    let graceful_restart = shared.graceful_restart.map(|time| GracefulRestart {
+        restarted: first,
+        restart_time_secs: time.as_secs().min(wire::MAX_RESTART_TIME_SECS as u64) as u16,
+        families: open.families.iter().map(|f| (*f, true)).collect(),
+        // No N bit (RFC 8538): a NOTIFICATION ends the session without
+        // graceful restart, so a router whose BFD or hold timer finds the
+        // replica gone drops its routes at once, and a planned stop's
+        // CEASE leaves nothing stale.
+        notification: false,
+    });
     status.send_modify(|s| s.state = SessionState::OpenSent);
-    let theirs = tokio::select! {
-        r = opening(&mut conn, &open, peer) => match r {
+    let (theirs, router_restart) = tokio::select! {
+        r = opening(&mut conn, &open, graceful_restart.as_ref(), peer) => match r {
             Ok(theirs) => theirs,
             Err(e) => return Ended::Failed(e),
         },
@@ -362,18 +414,27 @@ async fn session(
         local_pref: peer.local_pref,
         graceful_shutdown: false,
     };
+    let router_restart_time = router_restart.map(|gr| gr.restart_time_secs);
     status.send_modify(|s| {
         s.state = SessionState::Established;
         s.sessions_established += 1;
         s.last_error = None;
+        s.families = families.iter().map(|(f, _)| *f).collect();
+        s.graceful_restart = shared.graceful_restart.is_some();
+        s.router_graceful_restart = router_restart_time;
+        s.end_of_rib_sent = false;
     });
-    tracing::info!(peer = %peer.socket_addr(), local = %local, hold = ?negotiated, ?families, "BGP session established");
+    if shared.graceful_restart.is_some() && router_restart_time.is_none() {
+        tracing::warn!(peer = %peer.socket_addr(), "graceful restart is configured but the router does not offer it: it drops this replica's routes whenever the session is lost");
+    }
+    tracing::info!(peer = %peer.socket_addr(), local = %local, hold = ?negotiated, ?families, restart_state = first, ?router_restart_time, "BGP session established");
     let mut established = Established {
         conn,
         families,
         attrs,
         announced: BTreeSet::new(),
         status,
+        end_of_rib: shared.graceful_restart.map(|time| Instant::now() + time),
     };
     match established
         .run(
@@ -392,15 +453,21 @@ async fn session(
 }
 
 /// OPEN both ways and the KEEPALIVE that confirms it (OpenSent and
-/// OpenConfirm).
-async fn opening(conn: &mut Conn, open: &Open, peer: &PeerConfig) -> Result<Open, Error> {
-    conn.send(&wire::encode_open(open)).await?;
-    let theirs = match timeout(OPEN_TIMEOUT, conn.next()).await {
+/// OpenConfirm): the peer's OPEN and its Graceful Restart capability.
+async fn opening(
+    conn: &mut Conn,
+    open: &Open,
+    graceful_restart: Option<&GracefulRestart>,
+    peer: &PeerConfig,
+) -> Result<(Open, Option<GracefulRestart>), Error> {
+    conn.send(&wire::encode_open_with(open, graceful_restart))
+        .await?;
+    let (theirs, router_restart) = match timeout(OPEN_TIMEOUT, conn.next_raw()).await {
         Err(_) => return Err(Error::Timeout("waiting for the peer's OPEN")),
         Ok(Err(e)) => return Err(e),
-        Ok(Ok(Message::Open(theirs))) => theirs,
-        Ok(Ok(Message::Notification(n))) => return Err(Error::Notification(n)),
-        Ok(Ok(other)) => {
+        Ok(Ok((Message::Open(theirs), raw))) => (theirs, wire::graceful_restart_of(&raw)),
+        Ok(Ok((Message::Notification(n), _))) => return Err(Error::Notification(n)),
+        Ok(Ok((other, _))) => {
             let n = Notification {
                 code: code::FSM,
                 subcode: 1,
@@ -441,7 +508,7 @@ async fn opening(conn: &mut Conn, open: &Open, peer: &PeerConfig) -> Result<Open
             "waiting for the peer's KEEPALIVE after OPEN",
         )),
         Ok(Err(e)) => Err(e),
-        Ok(Ok(Message::Keepalive)) => Ok(theirs),
+        Ok(Ok(Message::Keepalive)) => Ok((theirs, router_restart)),
         Ok(Ok(Message::Notification(n))) => Err(Error::Notification(n)),
         Ok(Ok(other)) => {
             let n = Notification {
@@ -456,6 +523,11 @@ async fn opening(conn: &mut Conn, open: &Open, peer: &PeerConfig) -> Result<Open
     }
 }
 
+/// A deadline that never comes, for a disabled `select!` branch.
+fn far_off() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
 struct Established<'a> {
     conn: Conn,
     families: Vec<(Family, IpAddr)>,
@@ -463,6 +535,12 @@ struct Established<'a> {
     /// What the router holds from this BGP session.
     announced: BTreeSet<IpAddr>,
     status: &'a watch::Sender<PeerStatus>,
+    /// With graceful restart, until End-of-RIB is sent: when it goes at
+    /// the latest. It goes after the first announcements of a non-empty
+    /// set (a proxy announces nothing until it is ready, and End-of-RIB
+    /// before that would flush the routes the router kept), or at the
+    /// restart time for a replica that has nothing to announce.
+    end_of_rib: Option<Instant>,
 }
 
 impl Established<'_> {
@@ -529,6 +607,22 @@ impl Established<'_> {
         self.announce(&new).await
     }
 
+    /// End-of-RIB for every family of the session, once.
+    async fn end_of_rib(&mut self) -> Result<(), Error> {
+        if self.end_of_rib.take().is_none() {
+            return Ok(());
+        }
+        let markers = self
+            .families
+            .iter()
+            .map(|(f, _)| wire::encode_end_of_rib(*f))
+            .collect();
+        self.conn.send_all(markers).await?;
+        self.status.send_modify(|s| s.end_of_rib_sent = true);
+        tracing::info!(routes = self.announced.len(), "BGP End-of-RIB sent");
+        Ok(())
+    }
+
     async fn run(
         &mut self,
         hold: Duration,
@@ -558,6 +652,9 @@ impl Established<'_> {
             .map_or(0, |s| s.borrow_and_update().failures);
         let wanted = addrs.borrow_and_update().clone();
         self.sync(&wanted).await?;
+        if !wanted.is_empty() {
+            self.end_of_rib().await?;
+        }
         loop {
             if draining.is_none() && stopping(stop) {
                 self.attrs.graceful_shutdown = true;
@@ -616,6 +713,9 @@ impl Established<'_> {
                     let n = Notification { code: code::HOLD_TIMER_EXPIRED, subcode: 0, data: vec![] };
                     return Err(self.conn.notify_and_fail(n, Error::HoldTimerExpired(hold)).await);
                 }
+                _ = async { sleep_until(self.end_of_rib.unwrap_or(far_off())).await }, if self.end_of_rib.is_some() => {
+                    self.end_of_rib().await?;
+                }
                 _ = sleep_until(keepalive_at) => {
                     self.conn.send(&wire::encode_keepalive()).await?;
                     keepalive_at = Instant::now() + keepalive_every;
@@ -629,6 +729,9 @@ impl Established<'_> {
                     }
                     let wanted = addrs.borrow_and_update().clone();
                     self.sync(&wanted).await?;
+                    if !wanted.is_empty() {
+                        self.end_of_rib().await?;
+                    }
                 }
             }
         }
@@ -722,6 +825,8 @@ mod tests {
     struct FakeRouter {
         stream: TcpStream,
         buf: Vec<u8>,
+        /// The speaker's OPEN as sent.
+        opened: Vec<u8>,
     }
 
     impl FakeRouter {
@@ -733,6 +838,7 @@ mod tests {
             FakeRouter {
                 stream,
                 buf: Vec::new(),
+                opened: Vec::new(),
             }
         }
 
@@ -774,17 +880,24 @@ mod tests {
         /// OPEN exchange as a router with `asn` and `hold` seconds; returns
         /// the speaker's OPEN.
         async fn open(&mut self, asn: u32, hold: u16) -> Open {
-            let Some(Message::Open(theirs)) = self.next().await else {
+            self.open_with(asn, hold, None).await
+        }
+
+        /// [`FakeRouter::open`] offering graceful restart when given.
+        async fn open_with(&mut self, asn: u32, hold: u16, gr: Option<&GracefulRestart>) -> Open {
+            let raw = self.next_raw().await.expect("an OPEN");
+            let Some((Message::Open(theirs), _)) = wire::decode(&raw).unwrap() else {
                 panic!("expected OPEN");
             };
-            self.send(&wire::encode_open(&Open {
+            self.opened = raw;
+            let open = Open {
                 asn,
                 hold_time_secs: hold,
                 router_id: Ipv4Addr::new(192, 0, 2, 1),
                 families: vec![Family::Ipv4, Family::Ipv6],
                 four_octet_as: true,
-            }))
-            .await;
+            };
+            self.send(&wire::encode_open_with(&open, gr)).await;
             theirs
         }
 
@@ -1073,6 +1186,141 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    /// A speaker with graceful restart (120 s) and one eBGP peer at a
+    /// fake router on 127.0.0.1.
+    async fn ebgp_with_graceful_restart(
+        addrs: &[&str],
+    ) -> (Speaker, watch::Sender<BTreeSet<IpAddr>>, TcpListener) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (speaker, tx) = start_with(
+            &[&format!("127.0.0.1,{ROUTER_ASN},port={port},hold=3")],
+            addrs,
+            |config| config.graceful_restart = Some(Duration::from_secs(120)),
+        );
+        (speaker, tx, listener)
+    }
+
+    /// Whether `update` is End-of-RIB: nothing announced, nothing
+    /// withdrawn, no attribute but (for IPv6) an empty MP_UNREACH_NLRI.
+    fn end_of_rib_family(raw: &[u8]) -> Option<Family> {
+        if raw == wire::encode_end_of_rib(Family::Ipv4) {
+            Some(Family::Ipv4)
+        } else if raw == wire::encode_end_of_rib(Family::Ipv6) {
+            Some(Family::Ipv6)
+        } else {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn graceful_restart_is_offered_and_the_first_announcements_end_with_end_of_rib() {
+        let (speaker, _addrs, listener) =
+            ebgp_with_graceful_restart(&["203.0.113.10", "2001:db8::10"]).await;
+        let mut router = FakeRouter::accept(&listener).await;
+        let offer = GracefulRestart {
+            restarted: false,
+            restart_time_secs: 90,
+            families: vec![(Family::Ipv4, false)],
+            notification: false,
+        };
+        router.open_with(ROUTER_ASN, 3, Some(&offer)).await;
+        assert_eq!(router.next().await, Some(Message::Keepalive));
+        router.send(&wire::encode_keepalive()).await;
+        let gr = wire::graceful_restart_of(&router.opened).expect("the capability");
+        assert_eq!(
+            gr,
+            GracefulRestart {
+                // First session of this process: the bit says it may
+                // have restarted.
+                restarted: true,
+                restart_time_secs: 120,
+                // The session runs over IPv4 from 127.0.0.1: IPv4 only.
+                families: vec![(Family::Ipv4, true)],
+                notification: false,
+            }
+        );
+        // Over IPv4 from loopback only IPv4 is offered: End-of-RIB for
+        // the one family.
+        let mut seen = Vec::new();
+        loop {
+            let raw = router.next_raw().await.unwrap();
+            if raw[18] != 2 {
+                continue;
+            }
+            if let Some(family) = end_of_rib_family(&raw) {
+                assert_eq!(family, Family::Ipv4);
+                break;
+            }
+            seen.extend(parse_update(&raw).announced);
+        }
+        assert_eq!(seen, ["203.0.113.10".parse::<IpAddr>().unwrap()]);
+        let status = wait_status(&speaker, "End-of-RIB recorded", |s| s.end_of_rib_sent).await;
+        assert!(status.graceful_restart);
+        assert_eq!(status.router_graceful_restart, Some(90));
+        assert_eq!(status.families, [Family::Ipv4]);
+
+        // The session is lost; the next one is no restart of the speaker.
+        drop(router);
+        let mut again = FakeRouter::accept(&listener).await;
+        again.establish(ROUTER_ASN, 3).await;
+        let gr = wire::graceful_restart_of(&again.opened).expect("the capability");
+        assert!(!gr.restarted, "{gr:?}");
+        let status = wait_status(&speaker, "re-established", |s| {
+            s.sessions_established == 2 && s.end_of_rib_sent
+        })
+        .await;
+        assert_eq!(status.router_graceful_restart, None);
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn end_of_rib_waits_for_something_to_announce() {
+        // A proxy announces nothing until it is ready: End-of-RIB before
+        // that would flush the routes the router kept across the restart.
+        let (speaker, addrs, listener) = ebgp_with_graceful_restart(&[]).await;
+        let mut router = FakeRouter::accept(&listener).await;
+        router.establish(ROUTER_ASN, 3).await;
+        wait_status(&speaker, "established", |s| {
+            s.state == SessionState::Established
+        })
+        .await;
+        sleep(Duration::from_millis(300)).await;
+        assert!(!speaker.statuses().snapshot()[0].end_of_rib_sent);
+        addrs.send_modify(|set| {
+            set.insert("203.0.113.10".parse().unwrap());
+        });
+        let raw = loop {
+            let raw = router.next_raw().await.unwrap();
+            if raw[18] == 2 {
+                break raw;
+            }
+        };
+        assert_eq!(
+            parse_update(&raw).announced,
+            ["203.0.113.10".parse::<IpAddr>().unwrap()]
+        );
+        let raw = loop {
+            let raw = router.next_raw().await.unwrap();
+            if raw[18] == 2 {
+                break raw;
+            }
+        };
+        assert_eq!(end_of_rib_family(&raw), Some(Family::Ipv4));
+        drop(speaker);
+    }
+
+    #[tokio::test]
+    async fn without_graceful_restart_no_capability_and_no_end_of_rib() {
+        let (speaker, _addrs, _listener, mut router) = ebgp(&["203.0.113.10"]).await;
+        router.establish(ROUTER_ASN, 3).await;
+        assert_eq!(wire::graceful_restart_of(&router.opened), None);
+        assert_eq!(router.update().await.announced.len(), 1);
+        let status = wait_status(&speaker, "announced", |s| s.announced == 1).await;
+        assert!(!status.graceful_restart && !status.end_of_rib_sent);
+        drop(speaker);
     }
 
     #[tokio::test]

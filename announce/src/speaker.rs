@@ -30,6 +30,10 @@ pub struct SpeakerConfig {
     /// router on one host.
     pub bfd_listen_port: u16,
     pub bfd_peer_port: u16,
+    /// Graceful restart (RFC 4724): the restart time offered to every
+    /// peer, after which a router that lost the session without a
+    /// NOTIFICATION drops the routes it kept. `None`: not offered.
+    pub graceful_restart: Option<Duration>,
 }
 
 impl SpeakerConfig {
@@ -41,10 +45,22 @@ impl SpeakerConfig {
             peers,
             bfd_listen_port: bfd::CONTROL_PORT,
             bfd_peer_port: bfd::CONTROL_PORT,
+            graceful_restart: None,
         }
     }
 
     pub fn validate(&self) -> Result<(), Error> {
+        if let Some(time) = self.graceful_restart
+            && (time.is_zero() || time.as_secs() > crate::wire::MAX_RESTART_TIME_SECS as u64)
+        {
+            return Err(Error::Config {
+                setting: "graceful restart time".into(),
+                reason: format!(
+                    "{time:?}: between 1 and {} seconds (12 bits in the capability)",
+                    crate::wire::MAX_RESTART_TIME_SECS
+                ),
+            });
+        }
         let mut seen = BTreeSet::new();
         let mut with_bfd = BTreeSet::new();
         for peer in &self.peers {
@@ -187,6 +203,7 @@ impl Speaker {
             graceful_shutdown_wait: config.graceful_shutdown_wait,
             bfd: bfd::Listener::new(config.bfd_listen_port),
             bfd_peer_port: config.bfd_peer_port,
+            graceful_restart: config.graceful_restart,
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();

@@ -1,6 +1,7 @@
 //! The BGP-4 messages an announce-only speaker sends and reads (RFC 4271),
 //! with multiprotocol reachability for IPv6 (RFC 4760), four-octet AS
-//! numbers (RFC 6793) and the GRACEFUL_SHUTDOWN community (RFC 8326).
+//! numbers (RFC 6793), the GRACEFUL_SHUTDOWN community (RFC 8326) and
+//! graceful restart's capability and End-of-RIB marker (RFC 4724).
 //!
 //! Encoding covers OPEN, KEEPALIVE, NOTIFICATION and the UPDATEs that
 //! announce or withdraw host routes. Decoding covers what the speaker acts
@@ -34,6 +35,7 @@ const AFI_IPV6: u16 = 2;
 const SAFI_UNICAST: u8 = 1;
 
 const CAP_MULTIPROTOCOL: u8 = 1;
+const CAP_GRACEFUL_RESTART: u8 = 64;
 const CAP_FOUR_OCTET_AS: u8 = 65;
 const OPT_PARAM_CAPABILITIES: u8 = 2;
 
@@ -102,6 +104,73 @@ pub struct Open {
     /// multiprotocol capability at all speaks IPv4 unicast only.
     pub families: Vec<Family>,
     pub four_octet_as: bool,
+}
+
+/// The Graceful Restart capability (RFC 4724 section 3): how long the
+/// router keeps this speaker's routes after the session is lost without a
+/// NOTIFICATION, and whether the speaker has just restarted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GracefulRestart {
+    /// The Restart State (R) bit.
+    pub restarted: bool,
+    /// Seconds, 12 bits on the wire ([`MAX_RESTART_TIME_SECS`]).
+    pub restart_time_secs: u16,
+    /// Each family with its Forwarding State (F) bit: set, the router keeps
+    /// the family's stale routes across the new session until End-of-RIB.
+    pub families: Vec<(Family, bool)>,
+    /// The Notification (N) bit (RFC 8538): graceful restart also after a
+    /// NOTIFICATION. Read from routers; never sent by this speaker.
+    pub notification: bool,
+}
+
+/// The largest restart time the capability's 12 bits carry.
+pub const MAX_RESTART_TIME_SECS: u16 = 0x0fff;
+
+const GR_RESTART_STATE: u16 = 0x8000;
+const GR_NOTIFICATION: u16 = 0x4000;
+const GR_FORWARDING: u8 = 0x80;
+
+impl GracefulRestart {
+    fn encode(&self, caps: &mut Vec<u8>) {
+        let mut flags_time = self.restart_time_secs.min(MAX_RESTART_TIME_SECS);
+        if self.restarted {
+            flags_time |= GR_RESTART_STATE;
+        }
+        if self.notification {
+            flags_time |= GR_NOTIFICATION;
+        }
+        caps.extend_from_slice(&[CAP_GRACEFUL_RESTART, 2 + 4 * self.families.len() as u8]);
+        caps.extend_from_slice(&flags_time.to_be_bytes());
+        for (family, forwarding) in &self.families {
+            caps.extend_from_slice(&family.afi().to_be_bytes());
+            caps.push(SAFI_UNICAST);
+            caps.push(if *forwarding { GR_FORWARDING } else { 0 });
+        }
+    }
+
+    fn decode(value: &[u8]) -> Option<GracefulRestart> {
+        let [a, b, rest @ ..] = value else {
+            return None;
+        };
+        let flags_time = u16::from_be_bytes([*a, *b]);
+        Some(GracefulRestart {
+            restarted: flags_time & GR_RESTART_STATE != 0,
+            notification: flags_time & GR_NOTIFICATION != 0,
+            restart_time_secs: flags_time & MAX_RESTART_TIME_SECS,
+            families: rest
+                .chunks_exact(4)
+                .filter(|c| c[2] == SAFI_UNICAST)
+                .filter_map(|c| {
+                    let family = match u16::from_be_bytes([c[0], c[1]]) {
+                        AFI_IPV4 => Family::Ipv4,
+                        AFI_IPV6 => Family::Ipv6,
+                        _ => return None,
+                    };
+                    Some((family, c[3] & GR_FORWARDING != 0))
+                })
+                .collect(),
+        })
+    }
 }
 
 /// A NOTIFICATION message.
@@ -229,9 +298,39 @@ fn decode_open(body: &[u8]) -> Result<Open, Error> {
         families: Vec::new(),
         four_octet_as: false,
     };
-    let params_len = body[9] as usize;
-    let mut params = body.get(10..10 + params_len).ok_or_else(short)?;
     let mut saw_multiprotocol = false;
+    for (cap, cap_value) in capabilities(body)? {
+        match (cap, cap_value) {
+            (CAP_MULTIPROTOCOL, [a, b, _, safi]) => {
+                saw_multiprotocol = true;
+                let family = match u16::from_be_bytes([*a, *b]) {
+                    AFI_IPV4 => Family::Ipv4,
+                    AFI_IPV6 => Family::Ipv6,
+                    _ => continue,
+                };
+                if *safi == SAFI_UNICAST && !open.families.contains(&family) {
+                    open.families.push(family);
+                }
+            }
+            (CAP_FOUR_OCTET_AS, [a, b, c, d]) => {
+                open.four_octet_as = true;
+                open.asn = u32::from_be_bytes([*a, *b, *c, *d]);
+            }
+            _ => {}
+        }
+    }
+    if !saw_multiprotocol {
+        open.families.push(Family::Ipv4);
+    }
+    Ok(open)
+}
+
+/// Every capability of an OPEN's body, as (code, value).
+fn capabilities(body: &[u8]) -> Result<Vec<(u8, &[u8])>, Error> {
+    let short = || Error::Malformed("OPEN shorter than its fields".into());
+    let params_len = *body.get(9).ok_or_else(short)? as usize;
+    let mut params = body.get(10..10 + params_len).ok_or_else(short)?;
+    let mut out = Vec::new();
     while let [kind, len, rest @ ..] = params {
         let value = rest.get(..*len as usize).ok_or_else(short)?;
         params = &rest[*len as usize..];
@@ -242,30 +341,24 @@ fn decode_open(body: &[u8]) -> Result<Open, Error> {
         while let [cap, cap_len, rest @ ..] = caps {
             let cap_value = rest.get(..*cap_len as usize).ok_or_else(short)?;
             caps = &rest[*cap_len as usize..];
-            match (*cap, cap_value) {
-                (CAP_MULTIPROTOCOL, [a, b, _, safi]) => {
-                    saw_multiprotocol = true;
-                    let family = match u16::from_be_bytes([*a, *b]) {
-                        AFI_IPV4 => Family::Ipv4,
-                        AFI_IPV6 => Family::Ipv6,
-                        _ => continue,
-                    };
-                    if *safi == SAFI_UNICAST && !open.families.contains(&family) {
-                        open.families.push(family);
-                    }
-                }
-                (CAP_FOUR_OCTET_AS, [a, b, c, d]) => {
-                    open.four_octet_as = true;
-                    open.asn = u32::from_be_bytes([*a, *b, *c, *d]);
-                }
-                _ => {}
-            }
+            out.push((*cap, cap_value));
         }
     }
-    if !saw_multiprotocol {
-        open.families.push(Family::Ipv4);
+    Ok(out)
+}
+
+/// The Graceful Restart capability of a whole OPEN message, if it has
+/// one: what a router offers (or, in tests, what the speaker sent).
+pub fn graceful_restart_of(open_message: &[u8]) -> Option<GracefulRestart> {
+    if open_message.get(18) != Some(&TYPE_OPEN) {
+        return None;
     }
-    Ok(open)
+    let body = open_message.get(HEADER_LEN..)?;
+    capabilities(body)
+        .ok()?
+        .into_iter()
+        .find(|(cap, _)| *cap == CAP_GRACEFUL_RESTART)
+        .and_then(|(_, value)| GracefulRestart::decode(value))
 }
 
 fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
@@ -279,6 +372,11 @@ fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
 
 /// An OPEN offering `open.families` and the four-octet AS capability.
 pub fn encode_open(open: &Open) -> Vec<u8> {
+    encode_open_with(open, None)
+}
+
+/// [`encode_open`] with the Graceful Restart capability when given.
+pub fn encode_open_with(open: &Open, graceful_restart: Option<&GracefulRestart>) -> Vec<u8> {
     let mut caps = Vec::new();
     for family in &open.families {
         caps.extend_from_slice(&[CAP_MULTIPROTOCOL, 4]);
@@ -287,6 +385,9 @@ pub fn encode_open(open: &Open) -> Vec<u8> {
     }
     caps.extend_from_slice(&[CAP_FOUR_OCTET_AS, 4]);
     caps.extend_from_slice(&open.asn.to_be_bytes());
+    if let Some(gr) = graceful_restart {
+        gr.encode(&mut caps);
+    }
     let two_octet = u16::try_from(open.asn).unwrap_or(AS_TRANS);
     let mut body = vec![4];
     body.extend_from_slice(&two_octet.to_be_bytes());
@@ -454,6 +555,26 @@ pub fn encode_announce(
             frame(TYPE_UPDATE, &body)
         })
         .collect()
+}
+
+/// The End-of-RIB marker of `family` (RFC 4724 section 2): the initial
+/// announcements are complete, so the router drops whatever stale routes
+/// of the family it still keeps from before a restart. An UPDATE with
+/// nothing in it for IPv4 unicast; an empty MP_UNREACH_NLRI otherwise.
+pub fn encode_end_of_rib(family: Family) -> Vec<u8> {
+    match family {
+        Family::Ipv4 => frame(TYPE_UPDATE, &[0, 0, 0, 0]),
+        Family::Ipv6 => {
+            let mut unreach = family.afi().to_be_bytes().to_vec();
+            unreach.push(SAFI_UNICAST);
+            let mut path = Vec::new();
+            push_attr(&mut path, FLAG_OPTIONAL, ATTR_MP_UNREACH, &unreach);
+            let mut body = vec![0, 0];
+            body.extend_from_slice(&(path.len() as u16).to_be_bytes());
+            body.extend_from_slice(&path);
+            frame(TYPE_UPDATE, &body)
+        }
+    }
 }
 
 /// UPDATEs withdrawing every address of `family` in `addrs`.
@@ -684,6 +805,76 @@ mod tests {
                     .count();
                 assert_eq!(carrying, 1, "{addr} {name} in {carrying} messages");
             }
+        }
+    }
+
+    #[test]
+    fn graceful_restart_capability_matches_rfc_4724_layout() {
+        let open = Open {
+            asn: 65001,
+            hold_time_secs: 3,
+            router_id: Ipv4Addr::new(192, 0, 2, 2),
+            families: vec![Family::Ipv4, Family::Ipv6],
+            four_octet_as: true,
+        };
+        let gr = GracefulRestart {
+            restarted: true,
+            restart_time_secs: 120,
+            families: vec![(Family::Ipv4, true), (Family::Ipv6, true)],
+            notification: false,
+        };
+        let bytes = encode_open_with(&open, Some(&gr));
+        // R bit and 120 s (0x8078), then per family AFI, SAFI, F bit.
+        let expected = hex(&format!(
+            "{MARKER} 003d 01
+             04 fde9 0003 c0000202
+             20 02 1e
+             01 04 0001 00 01
+             01 04 0002 00 01
+             41 04 0000fde9
+             40 0a 8078 0001 01 80 0002 01 80"
+        ));
+        assert_eq!(bytes, expected);
+        assert_eq!(graceful_restart_of(&bytes), Some(gr));
+        // The other capabilities read as before.
+        assert_eq!(
+            decode(&bytes).unwrap(),
+            Some((Message::Open(open.clone()), bytes.len()))
+        );
+        assert_eq!(graceful_restart_of(&encode_open(&open)), None);
+        // A router's capability with the N bit and no family (FRR's
+        // helper-only mode): read, the time masked to 12 bits.
+        let mut router = encode_open(&open);
+        let body_len = router.len() - HEADER_LEN;
+        router.extend_from_slice(&hex("02 04 40 02 40 5a"));
+        router[28] += 6;
+        router[16..18].copy_from_slice(&((HEADER_LEN + body_len + 6) as u16).to_be_bytes());
+        assert_eq!(
+            graceful_restart_of(&router),
+            Some(GracefulRestart {
+                restarted: false,
+                restart_time_secs: 90,
+                families: vec![],
+                notification: true,
+            })
+        );
+    }
+
+    #[test]
+    fn end_of_rib_is_an_empty_update_or_an_empty_mp_unreach() {
+        assert_eq!(
+            encode_end_of_rib(Family::Ipv4),
+            hex(&format!("{MARKER} 0017 02 0000 0000"))
+        );
+        assert_eq!(
+            encode_end_of_rib(Family::Ipv6),
+            hex(&format!("{MARKER} 001d 02 0000 0006 80 0f 03 0002 01"))
+        );
+        for family in [Family::Ipv4, Family::Ipv6] {
+            assert!(matches!(
+                decode(&encode_end_of_rib(family)).unwrap(),
+                Some((Message::Update, _))
+            ));
         }
     }
 
