@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Ports the expectations of the upstream Gateway API conformance tests into
-data files, mechanically (issue #18, docs/gateway-api.md).
+data files, mechanically (docs/gateway-api.md).
 
 Each upstream `conformance/tests/<test>.go` declares one or more
 `confsuite.ConformanceTest{...}` values: a ShortName, the manifests the test

@@ -68,7 +68,7 @@ fn route_conditions(status: &Value, name: &str) -> String {
         .collect()
 }
 
-/// Finding 1: `/(?:[\s\S]*a[\s\S]{60})` defeats a lazy DFA; 480 of them
+/// `/(?:[\s\S]*a[\s\S]{60})` defeats a lazy DFA; 480 of them
 /// (8 rules of 60) and one 7 KiB path held a serving thread for seconds.
 /// Such a pattern is refused on its field now; 480 patterns that compile
 /// meet a per-request budget, so the long path is answered 400 at once and
@@ -137,7 +137,7 @@ spec:
   nodeCIDRs: [192.0.2.0/24]
 "#;
 
-/// Finding 2: nothing counted a tenant's patterns, so two routes of 500
+/// Nothing counted a tenant's patterns, so two routes of 500
 /// took a replica from 33 to 361 MB. Now the tenant's routes together stay
 /// within `maxRegexes` (256 by default): the older route is served, the
 /// younger refused with the limit named, and what was served stays.
@@ -284,7 +284,7 @@ async fn a_refused_route_costs_the_reload_no_compile() {
     );
 }
 
-/// Finding 3: each exact host below a wildcard route got its own copy of
+/// Each exact host below a wildcard route got its own copy of
 /// the wildcard's rules: 10 wildcard routes of 500 matches and 1,000 exact
 /// hosts below them made 5 million entries. The table holds each route's
 /// rules once, and each exact host points at the wildcards covering it.

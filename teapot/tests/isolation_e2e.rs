@@ -15,7 +15,7 @@ use common::*;
 use serde_json::json;
 use teapot_testkit::client::{Proto, Request, Transport};
 
-/// Finding 6: a client's own `Forwarded` and `X-Real-IP` reached tenant
+/// A client's own `Forwarded` and `X-Real-IP` reached tenant
 /// backends unchanged, as if teapot had vouched for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_forwarded_and_real_ip_headers_never_reach_backends() {
@@ -61,7 +61,7 @@ async fn client_forwarded_and_real_ip_headers_never_reach_backends() {
     }
 }
 
-/// Finding 6: a TLS connection made for tenant A's host (its SNI, its
+/// A TLS connection made for tenant A's host (its SNI, its
 /// certificate) carried requests for another Ingress's host. Now that is
 /// 421 Misdirected Request, over HTTP/1.1 and HTTP/2 alike; the matching
 /// host is served on the same connection kind.
