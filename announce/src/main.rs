@@ -55,6 +55,11 @@ struct BgpArgs {
     /// withdrawal.
     #[arg(long, default_value_t = 5000)]
     graceful_wait_ms: u64,
+    /// Offer graceful restart (RFC 4724) with this restart time in
+    /// seconds: a router that loses the session without a NOTIFICATION (a
+    /// crash, SIGKILL) keeps the routes that long. Off by default.
+    #[arg(long)]
+    graceful_restart_time: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -134,6 +139,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             let mut config = SpeakerConfig::new(args.asn, args.peers);
             config.router_id = args.router_id;
             config.graceful_shutdown_wait = Duration::from_millis(args.graceful_wait_ms);
+            config.graceful_restart = args.graceful_restart_time.map(Duration::from_secs);
             let (_addrs, addrs_rx) = watch::channel(args.addrs.into_iter().collect());
             let speaker = Speaker::start(config, addrs_rx)?;
             until_stopped(None).await?;

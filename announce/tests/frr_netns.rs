@@ -8,7 +8,11 @@
 //! stop says AdminDown. A neighbour the router refuses does not disturb
 //! the replica's other session. With `neighbor X password` on the router,
 //! a replica with the same TCP-MD5 password is a next hop and one with
-//! another is not.
+//! another is not. With graceful restart (RFC 4724) on both sides, a
+//! replica SIGKILLed and started again keeps its route in the router's
+//! kernel throughout (stale, then fresh after End-of-RIB); without the
+//! capability the route goes; one that does not come back loses it after
+//! the restart time; a SIGTERM still withdraws it.
 //!
 //! Needs root, iproute2 and Debian's `frr`; without them each test prints
 //! why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
@@ -54,6 +58,8 @@ struct Setup {
     /// Every neighbour has `neighbor X password` with this TCP-MD5
     /// password.
     password: Option<&'static str>,
+    /// `bgp graceful-restart` on the router.
+    graceful_restart: bool,
 }
 
 /// FRR in the router namespace of [`Replicas`]; the daemons are killed on
@@ -69,6 +75,14 @@ const BFD: Setup = Setup {
     bfd: true,
     wrong_remote_as: None,
     password: None,
+    graceful_restart: false,
+};
+
+const GRACEFUL_RESTART: Setup = Setup {
+    bfd: false,
+    wrong_remote_as: None,
+    password: None,
+    graceful_restart: true,
 };
 
 /// The router's TCP-MD5 password in the password tests.
@@ -145,8 +159,13 @@ impl Lab {
             activate6.push_str(&format!("  neighbor {} activate\n", link.speaker6));
         }
         let log = run_dir.join("bgpd.log");
+        let graceful_restart = if self.setup.graceful_restart {
+            " bgp graceful-restart\n"
+        } else {
+            ""
+        };
         let bgpd = format!(
-            "hostname {router}\nlog file {log}\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {rid}\n no bgp ebgp-requires-policy\n no bgp network import-check\n bgp bestpath as-path multipath-relax\n{neighbors} address-family ipv4 unicast\n  maximum-paths 4\n exit-address-family\n address-family ipv6 unicast\n{activate6}  maximum-paths 4\n exit-address-family\n!\n",
+            "hostname {router}\nlog file {log}\n!\nrouter bgp {ROUTER_ASN}\n bgp router-id {rid}\n no bgp ebgp-requires-policy\n no bgp network import-check\n bgp bestpath as-path multipath-relax\n{graceful_restart}{neighbors} address-family ipv4 unicast\n  maximum-paths 4\n exit-address-family\n address-family ipv6 unicast\n{activate6}  maximum-paths 4\n exit-address-family\n!\n",
             router = self.router,
             log = log.display(),
             rid = LINKS[0].router4,
@@ -561,10 +580,153 @@ fn with_another_password_no_session_establishes_and_no_route_is_installed() {
     assert!(!log.contains(WRONG_PASSWORD), "{log}");
 }
 
-/// Not a check: the figures docs/announce.md quotes.
-/// `TEAPOT_FAILOVER_RUNS` rounds each of SIGKILL and of SIGSTOP (a silent
-/// replica) to one replica, timed until the router's kernel has one next
-/// hop left.
+impl Lab {
+    /// A router with `bgp graceful-restart` and replica 0's speaker
+    /// offering graceful restart with `restart_time` seconds (none:
+    /// `None`), its routes installed.
+    fn graceful_restart(restart_time: Option<u64>) -> Lab {
+        let mut lab = Lab::named("tpgr", GRACEFUL_RESTART);
+        if let Some(time) = restart_time {
+            lab.replicas.speaker_args = vec!["--graceful-restart-time".into(), time.to_string()];
+        }
+        lab.start_speaker(0, 1000);
+        lab.wait_only(0, VIP4);
+        lab.wait_only(0, VIP6);
+        lab
+    }
+
+    /// Whether the router's path for `vip` from replica 0 is marked stale
+    /// (`None`: no path from it).
+    fn stale(&self, vip: &str) -> Option<bool> {
+        let (family, len, hop) = if vip.contains(':') {
+            ("ipv6", 128, LINKS[0].speaker6)
+        } else {
+            ("ipv4", 32, LINKS[0].speaker4)
+        };
+        let out = self.vtysh(&format!("show bgp {family} unicast {vip}/{len} json"));
+        let route: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let path = route
+            .get("paths")?
+            .as_array()?
+            .iter()
+            .find(|p| p.pointer("/peer/peerId").and_then(|v| v.as_str()) == Some(hop))?;
+        Some(path.get("stale").and_then(|s| s.as_bool()).unwrap_or(false))
+    }
+
+    /// Polls every 50 ms until `done`, failing as soon as the router's
+    /// kernel lacks replica 0's route for either address.
+    fn route_kept_until<T>(&self, what: &str, mut done: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + netns::PATIENCE;
+        loop {
+            for vip in [VIP4, VIP6] {
+                assert!(
+                    self.only(0, vip),
+                    "{vip} left the router's kernel while waiting for {what}\n{}",
+                    self.dump()
+                );
+            }
+            if let Some(v) = done() {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}\n{}",
+                self.dump()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn with_graceful_restart_a_killed_and_restarted_replica_keeps_its_route_throughout() {
+    if !runnable("with_graceful_restart_a_killed_and_restarted_replica_keeps_its_route_throughout")
+    {
+        return;
+    }
+    let mut lab = Lab::graceful_restart(Some(120));
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let n = lab.neighbor(addr);
+        assert!(
+            n.to_string().contains("gracefulRestart"),
+            "{addr}: the router sees the capability: {n}"
+        );
+    }
+    lab.signal(0, "-KILL");
+    lab.wait_exit(0);
+    // The session is gone (no NOTIFICATION, the socket closed) and the
+    // router keeps the routes, marked stale.
+    lab.route_kept_until("the router to mark the paths stale", || {
+        (lab.stale(VIP4) == Some(true) && lab.stale(VIP6) == Some(true)).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    lab.start_speaker(0, 1000);
+    // Announced again and End-of-RIB: fresh, never gone meanwhile.
+    lab.route_kept_until("fresh paths after End-of-RIB", || {
+        (lab.stale(VIP4) == Some(false) && lab.stale(VIP6) == Some(false)).then_some(())
+    });
+    let log = std::fs::read_to_string(lab.dir.path().join("speaker0.log")).unwrap();
+    assert!(log.contains("End-of-RIB sent"), "{log}");
+}
+
+#[test]
+fn without_graceful_restart_a_killed_replica_loses_its_route_at_once() {
+    if !runnable("without_graceful_restart_a_killed_replica_loses_its_route_at_once") {
+        return;
+    }
+    // The same router, a speaker without the capability.
+    let mut lab = Lab::graceful_restart(None);
+    lab.signal(0, "-KILL");
+    lab.wait_exit(0);
+    lab.wait("no route", || {
+        (lab.gateways(VIP4).is_empty() && lab.gateways(VIP6).is_empty()).then_some(())
+    });
+}
+
+#[test]
+fn with_graceful_restart_a_replica_that_stays_away_loses_its_route_after_the_restart_time() {
+    if !runnable(
+        "with_graceful_restart_a_replica_that_stays_away_loses_its_route_after_the_restart_time",
+    ) {
+        return;
+    }
+    let mut lab = Lab::graceful_restart(Some(3));
+    lab.signal(0, "-KILL");
+    let killed = Instant::now();
+    lab.wait_exit(0);
+    lab.route_kept_until("stale paths", || {
+        (lab.stale(VIP4) == Some(true)).then_some(())
+    });
+    lab.wait("no route once the restart time passed", || {
+        (lab.gateways(VIP4).is_empty() && lab.gateways(VIP6).is_empty()).then_some(())
+    });
+    assert!(
+        killed.elapsed() >= Duration::from_secs(2),
+        "kept for the restart time, not dropped at once: {:?}",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn with_graceful_restart_a_planned_stop_still_withdraws() {
+    if !runnable("with_graceful_restart_a_planned_stop_still_withdraws") {
+        return;
+    }
+    let mut lab = Lab::graceful_restart(Some(120));
+    lab.signal(0, "-TERM");
+    let status = lab.wait_exit(0);
+    assert!(status.success(), "graceful stop exits cleanly: {status}");
+    // Withdrawn and the session ended by CEASE (no N bit: no graceful
+    // restart after a NOTIFICATION): nothing kept stale.
+    lab.wait("no route after the planned stop", || {
+        (lab.gateways(VIP4).is_empty()
+            && lab.gateways(VIP6).is_empty()
+            && lab.stale(VIP4).is_none()
+            && lab.stale(VIP6).is_none())
+        .then_some(())
+    });
+}
+
 /// `runs` rounds of `signal` to replica 0 (restarted each round, replica
 /// 1 running throughout): the time until the router's kernel has one next
 /// hop left for the IPv4 address.

@@ -165,6 +165,8 @@ pub struct Replicas {
     pub router: String,
     pub speakers: Vec<String>,
     pub dir: tempfile::TempDir,
+    /// Added to every speaker's command line.
+    pub speaker_args: Vec<String>,
     children: Vec<Option<Child>>,
     // Last: dropped after the speakers are killed.
     namespaces: Namespaces,
@@ -177,6 +179,7 @@ impl Replicas {
             router: format!("{tag}r"),
             speakers: (1..=LINKS.len()).map(|i| format!("{tag}s{i}")).collect(),
             dir: tempfile::tempdir().unwrap(),
+            speaker_args: Vec::new(),
             children: Vec::new(),
             namespaces: Namespaces(Vec::new()),
         };
@@ -253,6 +256,7 @@ impl Replicas {
             .args(["--peer", &peer(link.router4), "--peer", &peer(link.router6)])
             .args(["--announce", VIP4, "--announce", VIP6])
             .args(["--graceful-wait-ms", &graceful_wait_ms.to_string()])
+            .args(&self.speaker_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
