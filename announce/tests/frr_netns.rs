@@ -152,6 +152,13 @@ impl Lab {
                         " neighbor {addr} bfd\n neighbor {addr} bfd profile fast\n"
                     ));
                 }
+                // A BFD session that fails with the speaker's process (its
+                // C bit clear) is no reason to end graceful restart.
+                if self.setup.bfd && self.setup.graceful_restart {
+                    neighbors.push_str(&format!(
+                        " neighbor {addr} bfd check-control-plane-failure\n"
+                    ));
+                }
                 if let Some(password) = self.setup.password {
                     neighbors.push_str(&format!(" neighbor {addr} password {password}\n"));
                 }
@@ -585,7 +592,11 @@ impl Lab {
     /// offering graceful restart with `restart_time` seconds (none:
     /// `None`), its routes installed.
     fn graceful_restart(restart_time: Option<u64>) -> Lab {
-        let mut lab = Lab::named("tpgr", GRACEFUL_RESTART);
+        Lab::graceful_restart_with(GRACEFUL_RESTART, restart_time)
+    }
+
+    fn graceful_restart_with(setup: Setup, restart_time: Option<u64>) -> Lab {
+        let mut lab = Lab::named("tpgr", setup);
         if let Some(time) = restart_time {
             lab.replicas.speaker_args = vec!["--graceful-restart-time".into(), time.to_string()];
         }
@@ -670,6 +681,34 @@ fn with_graceful_restart_a_killed_and_restarted_replica_keeps_its_route_througho
 }
 
 #[test]
+fn with_graceful_restart_and_bfd_a_killed_and_restarted_replica_keeps_its_route() {
+    if !runnable("with_graceful_restart_and_bfd_a_killed_and_restarted_replica_keeps_its_route") {
+        return;
+    }
+    let mut lab = Lab::graceful_restart_with(
+        Setup {
+            bfd: true,
+            ..GRACEFUL_RESTART
+        },
+        Some(120),
+    );
+    lab.wait_bfd_up(0);
+    lab.signal(0, "-KILL");
+    lab.wait_exit(0);
+    // BFD goes down 300 ms later too; the router was told (the C bit)
+    // that BFD fails with the BGP speaker, so it keeps restarting.
+    lab.route_kept_until("the router to mark the paths stale", || {
+        (lab.stale(VIP4) == Some(true) && lab.stale(VIP6) == Some(true)).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    lab.start_speaker(0, 1000);
+    lab.route_kept_until("fresh paths after End-of-RIB", || {
+        (lab.stale(VIP4) == Some(false) && lab.stale(VIP6) == Some(false)).then_some(())
+    });
+    lab.wait_bfd_up(0);
+}
+
+#[test]
 fn without_graceful_restart_a_killed_replica_loses_its_route_at_once() {
     if !runnable("without_graceful_restart_a_killed_replica_loses_its_route_at_once") {
         return;
@@ -705,6 +744,22 @@ fn with_graceful_restart_a_replica_that_stays_away_loses_its_route_after_the_res
         "kept for the restart time, not dropped at once: {:?}",
         killed.elapsed()
     );
+}
+
+#[test]
+fn with_graceful_restart_a_frozen_replica_still_loses_its_route_at_the_hold_timer() {
+    if !runnable("with_graceful_restart_a_frozen_replica_still_loses_its_route_at_the_hold_timer") {
+        return;
+    }
+    let mut lab = Lab::graceful_restart(Some(120));
+    // Silent, its socket open: the router's hold timer expires and it
+    // sends a NOTIFICATION, after which (no N bit) nothing is kept.
+    lab.signal(0, "-STOP");
+    lab.wait("no route after the hold timer", || {
+        (lab.gateways(VIP4).is_empty() && lab.gateways(VIP6).is_empty()).then_some(())
+    });
+    lab.signal(0, "-KILL");
+    lab.wait_exit(0);
 }
 
 #[test]
