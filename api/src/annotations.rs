@@ -235,6 +235,18 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Set on a Service in your own cluster: where the teapot agent takes its endpoints from, node InternalIPs and NodePorts (nodeport) or pod IPs (pod); overrides the agent's --mode. The agent reads it and does not copy it.",
     },
     AnnotationSpec {
+        key: "teapot.dev/ip-families",
+        applies_to: &[ObjectKind::Service],
+        value: ValueType::OneOf(&["IPv4", "IPv6", "IPv4,IPv6", "IPv6,IPv4"]),
+        doc: "Written by the teapot agent from the Service's spec.ipFamilies: the address families of its L4 addresses, the first one primary (first in status.loadBalancer.ingress).",
+    },
+    AnnotationSpec {
+        key: "teapot.dev/ip-family-policy",
+        applies_to: &[ObjectKind::Service],
+        value: ValueType::OneOf(&["SingleStack", "PreferDualStack", "RequireDualStack"]),
+        doc: "Written by the teapot agent from the Service's spec.ipFamilyPolicy: one L4 address (SingleStack), one of each family the pool holds (PreferDualStack), or one of each family or none (RequireDualStack).",
+    },
+    AnnotationSpec {
         key: "teapot.dev/source-uid",
         // Every kind the agent mirrors, the Gateway API ones included.
         applies_to: &ObjectKind::ALL,
@@ -1336,6 +1348,40 @@ mod tests {
         );
         assert!(matches!(
             parse(i, "teapot.dev/tcp-idle-timeout", "10m"),
+            Err(AnnotationError::WrongKind { .. })
+        ));
+    }
+
+    /// Exactly the values of `spec.ipFamilies` and `spec.ipFamilyPolicy`
+    /// the Kubernetes API admits, as the agent writes them.
+    #[test]
+    fn ip_family_annotations_admit_exactly_the_kubernetes_values() {
+        let s = ObjectKind::Service;
+        for ok in ["IPv4", "IPv6", "IPv4,IPv6", "IPv6,IPv4"] {
+            assert!(parse(s, "teapot.dev/ip-families", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "ipv4",
+            "IPv4, IPv6",
+            "IPv4,IPv4",
+            "IPv4,IPv6,IPv4",
+            "",
+            "IPv5",
+        ] {
+            let e = parse(s, "teapot.dev/ip-families", bad).unwrap_err();
+            assert!(e.to_string().contains("\"IPv4,IPv6\""), "{bad}: {e}");
+        }
+        for ok in ["SingleStack", "PreferDualStack", "RequireDualStack"] {
+            assert!(parse(s, "teapot.dev/ip-family-policy", ok).is_ok(), "{ok}");
+        }
+        for bad in ["singlestack", "DualStack", ""] {
+            assert!(
+                parse(s, "teapot.dev/ip-family-policy", bad).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            parse(ObjectKind::Ingress, "teapot.dev/ip-families", "IPv4"),
             Err(AnnotationError::WrongKind { .. })
         ));
     }

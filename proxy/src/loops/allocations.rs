@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::l4::allocation::Holding;
 #[cfg(test)]
-use crate::compile::l4::allocation::{Claim, Outcome, allocate};
+use crate::compile::l4::allocation::{Claim, FamilyPolicy, Outcome, PortKey, allocate};
+use crate::compile::l4::allocation::{HeldAddress, Holding};
 use crate::compile::l4::pool::{Pool, Protocol};
 use teapot_model::store::NsName;
 
@@ -24,16 +24,23 @@ struct StateFile {
     allocations: BTreeMap<String, StateEntry>,
 }
 
-/// Version 2 records the listeners; version 1 (an address alone) is still
-/// read, its ports counted as held after every known holding.
+/// Version 2 records the listeners; version 3 adds a list of them, one
+/// per address, for a dual-stack Service (a file without one is written as
+/// version 2, so an older proxy still reads it). Version 1 (an address
+/// alone) is still read, its ports counted as held after every known
+/// holding.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 enum StateEntry {
-    Held {
-        address: IpAddr,
-        ports: Vec<StatePort>,
-    },
+    Held(StateAddress),
+    Addresses(Vec<StateAddress>),
     Address(IpAddr),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StateAddress {
+    address: IpAddr,
+    ports: Vec<StatePort>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -143,13 +150,22 @@ fn read_state(path: &Path) -> Result<BTreeMap<NsName, Holding>, StateError> {
         .into_iter()
         .filter_map(|(k, v)| {
             let (ns, name) = k.split_once('/')?;
+            let held = |a: StateAddress| HeldAddress {
+                addr: a.address,
+                ports: Some(a.ports.into_iter().map(|p| (p.port, p.protocol)).collect()),
+            };
             let held = match v {
-                StateEntry::Address(addr) => Holding { addr, ports: None },
-                StateEntry::Held { address, ports } => Holding {
-                    addr: address,
-                    ports: Some(ports.into_iter().map(|p| (p.port, p.protocol)).collect()),
+                StateEntry::Address(addr) => Holding::single(addr, None),
+                StateEntry::Held(a) => Holding {
+                    addresses: vec![held(a)],
+                },
+                StateEntry::Addresses(list) => Holding {
+                    addresses: list.into_iter().map(held).collect(),
                 },
             };
+            if held.addresses.is_empty() {
+                return None;
+            }
             Some((NsName::new(ns, name), held))
         })
         .collect())
@@ -158,18 +174,23 @@ fn read_state(path: &Path) -> Result<BTreeMap<NsName, Holding>, StateError> {
 /// Writes next to the target and renames, so a crash leaves the old or the
 /// new file, never half of one.
 fn write_state(path: &Path, current: &BTreeMap<NsName, Holding>) -> std::io::Result<()> {
-    let entry = |h: &Holding| match &h.ports {
-        None => StateEntry::Address(h.addr),
-        Some(ports) => StateEntry::Held {
-            address: h.addr,
-            ports: ports
-                .iter()
-                .map(|&(port, protocol)| StatePort { port, protocol })
-                .collect(),
-        },
+    let address = |a: &HeldAddress| StateAddress {
+        address: a.addr,
+        ports: a
+            .ports
+            .iter()
+            .flatten()
+            .map(|&(port, protocol)| StatePort { port, protocol })
+            .collect(),
     };
+    let entry = |h: &Holding| match h.addresses.as_slice() {
+        [one] if one.ports.is_none() => StateEntry::Address(one.addr),
+        [one] => StateEntry::Held(address(one)),
+        more => StateEntry::Addresses(more.iter().map(address).collect()),
+    };
+    let dual = current.values().any(|h| h.addresses.len() > 1);
     let file = StateFile {
-        version: 2,
+        version: if dual { 3 } else { 2 },
         allocations: current
             .iter()
             .map(|(k, v)| (k.to_string(), entry(v)))
@@ -206,6 +227,8 @@ mod tests {
             ports: vec![(port, Protocol::Tcp), (port, Protocol::Udp)],
             requested: None,
             hint: None,
+            families: Vec::new(),
+            policy: FamilyPolicy::SingleStack,
         }
     }
 
@@ -217,9 +240,16 @@ mod tests {
     }
 
     fn addr(o: &Outcome) -> Option<IpAddr> {
+        o.addr()
+    }
+
+    /// The one address a single-stack claim got, and its refused ports.
+    fn one(o: &Outcome) -> (IpAddr, &[(PortKey, String)]) {
         match o {
-            Outcome::Allocated { addr, .. } => Some(*addr),
-            Outcome::Refused { .. } => None,
+            Outcome::Allocated { addrs, missing } if addrs.len() == 1 && missing.is_empty() => {
+                (addrs[0].addr, &addrs[0].refused_ports)
+            }
+            o => panic!("not one address: {o:?}"),
         }
     }
 
@@ -270,10 +300,7 @@ mod tests {
         let mut c2 = claim(&ids[2], 53);
         c2.requested = Some(ip("192.0.2.1"));
         let mut c3 = claim(&ids[3], 53);
-        c3.hint = Some(Holding {
-            addr: ip("10.0.0.2"),
-            ports: None,
-        });
+        c3.hint = Some(Holding::single(ip("10.0.0.2"), None));
         let out = a.allocate(&[c0, c1, c2, c3]);
         assert_eq!(addr(&out[0]), Some(ip("10.0.0.2")));
         assert!(
@@ -300,17 +327,10 @@ mod tests {
         let mut grown = claim(&ids[1], 80);
         grown.ports.push((53, Protocol::Udp));
         let out = a.allocate(&[claim(&ids[0], 53), grown]);
-        match &out[1] {
-            Outcome::Allocated {
-                addr,
-                refused_ports,
-            } => {
-                assert_eq!(*addr, ip("10.0.0.1"));
-                assert_eq!(refused_ports.len(), 1);
-                assert!(refused_ports[0].1.contains("held by Service ns/s0"));
-            }
-            o => panic!("{o:?}"),
-        }
+        let (addr, refused_ports) = one(&out[1]);
+        assert_eq!(addr, ip("10.0.0.1"));
+        assert_eq!(refused_ports.len(), 1);
+        assert!(refused_ports[0].1.contains("held by Service ns/s0"));
     }
 
     /// Finding 1 of the isolation review: two tenants share a pool
@@ -329,6 +349,8 @@ mod tests {
             ports: ports.iter().map(|&p| (p, Protocol::Udp)).collect(),
             requested: None,
             hint: None,
+            families: Vec::new(),
+            policy: FamilyPolicy::SingleStack,
         }
     }
 
@@ -337,27 +359,14 @@ mod tests {
     }
 
     fn assert_kept_by_the_holder(out: &[Outcome]) {
-        match &out[0] {
-            Outcome::Allocated {
-                addr,
-                refused_ports,
-            } => {
-                assert_eq!(*addr, ip("10.0.0.1"));
-                assert_eq!(refused_ports.len(), 1, "{refused_ports:?}");
-                assert_eq!(refused_ports[0].0, (5353, Protocol::Udp));
-                let why = &refused_ports[0].1;
-                assert!(why.contains("held by another Service"), "{why}");
-                assert!(!why.contains("beta") && !why.contains("dns"), "{why}");
-            }
-            o => panic!("{o:?}"),
-        }
-        assert_eq!(
-            out[1],
-            Outcome::Allocated {
-                addr: ip("10.0.0.1"),
-                refused_ports: Vec::new()
-            }
-        );
+        let (addr, refused_ports) = one(&out[0]);
+        assert_eq!(addr, ip("10.0.0.1"));
+        assert_eq!(refused_ports.len(), 1, "{refused_ports:?}");
+        assert_eq!(refused_ports[0].0, (5353, Protocol::Udp));
+        let why = &refused_ports[0].1;
+        assert!(why.contains("held by another Service"), "{why}");
+        assert!(!why.contains("beta") && !why.contains("dns"), "{why}");
+        assert_eq!(one(&out[1]), (ip("10.0.0.1"), &[][..]));
     }
 
     #[test]
@@ -377,9 +386,11 @@ mod tests {
     fn after_a_restart_the_status_keeps_each_port_with_its_holder() {
         // Kube mode: no memory, each Service's status says what it holds.
         let (game, dns) = takeover_setup();
-        let hint = |ports: &[u16]| Holding {
-            addr: ip("10.0.0.1"),
-            ports: Some(ports.iter().map(|&p| (p, Protocol::Udp)).collect()),
+        let hint = |ports: &[u16]| {
+            Holding::single(
+                ip("10.0.0.1"),
+                Some(ports.iter().map(|&p| (p, Protocol::Udp)).collect()),
+            )
         };
         let mut g = udp(&game, &[7000, 5353]);
         g.hint = Some(hint(&[7000]));
@@ -429,31 +440,21 @@ mod tests {
         // refused that port, in words that say why.
         let previous = BTreeMap::from([(
             ids[1].clone(),
-            Holding {
-                addr: ip("10.0.0.1"),
-                ports: Some([(80, Protocol::Tcp)].into()),
-            },
+            Holding::single(ip("10.0.0.1"), Some([(80, Protocol::Tcp)].into())),
         )]);
         let grown = Claim {
             ports: vec![(80, Protocol::Tcp), (9000, Protocol::Tcp)],
             ..claim(&ids[1], 80)
         };
         let out = allocate(&pools(), &reserved, &previous, &[grown]);
-        match &out[0] {
-            Outcome::Allocated {
-                addr,
-                refused_ports,
-            } => {
-                assert_eq!(*addr, ip("10.0.0.1"));
-                assert_eq!(refused_ports.len(), 1);
-                assert!(
-                    refused_ports[0].1.contains("reserved"),
-                    "{:?}",
-                    refused_ports[0]
-                );
-            }
-            o => panic!("{o:?}"),
-        }
+        let (addr, refused_ports) = one(&out[0]);
+        assert_eq!(addr, ip("10.0.0.1"));
+        assert_eq!(refused_ports.len(), 1);
+        assert!(
+            refused_ports[0].1.contains("reserved"),
+            "{:?}",
+            refused_ports[0]
+        );
     }
 
     /// A Gateway's holding shares the file with the Services' under a key
@@ -465,10 +466,7 @@ mod tests {
         let path = dir.path().join("state.json");
         let service = NsName::new("ops", "edge");
         let gateway = holder_key(&service);
-        let held = |port| Holding {
-            addr: ip("10.0.0.1"),
-            ports: Some([(port, Protocol::Tcp)].into()),
-        };
+        let held = |port| Holding::single(ip("10.0.0.1"), Some([(port, Protocol::Tcp)].into()));
         let current = BTreeMap::from([(service.clone(), held(80)), (gateway.clone(), held(5432))]);
         write_state(&path, &current).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -476,6 +474,44 @@ mod tests {
         let read = read_state(&path).unwrap();
         assert_eq!(read, current);
         assert_eq!(gateway_of(read.keys().next().unwrap()), Some(service));
+    }
+
+    /// A dual-stack Service's addresses come back in order; a file without
+    /// one stays version 2, which an older proxy still reads.
+    #[test]
+    fn dual_stack_holdings_round_trip_and_single_ones_stay_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let tcp = |p| Some([(p, Protocol::Tcp)].into());
+        let single = BTreeMap::from([(
+            NsName::new("ops", "a"),
+            Holding::single(ip("10.0.0.1"), tcp(80)),
+        )]);
+        write_state(&path, &single).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"version\": 2"), "{text}");
+        assert_eq!(read_state(&path).unwrap(), single);
+
+        let mut dual = single.clone();
+        dual.insert(
+            NsName::new("ops", "b"),
+            Holding {
+                addresses: vec![
+                    HeldAddress {
+                        addr: ip("2001:db8::1"),
+                        ports: tcp(53),
+                    },
+                    HeldAddress {
+                        addr: ip("10.0.0.2"),
+                        ports: tcp(53),
+                    },
+                ],
+            },
+        );
+        write_state(&path, &dual).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"version\": 3"), "{text}");
+        assert_eq!(read_state(&path).unwrap(), dual);
     }
 
     #[test]

@@ -115,7 +115,8 @@ pub fn wanted(config: &AnnounceConfig, snapshot: &Snapshot, ready: bool) -> BTre
     if config.l4
         && let Some(l4) = &snapshot.l4
     {
-        set.extend(l4.holdings.values().map(|h| h.addr));
+        // Both addresses of a dual-stack Service.
+        set.extend(l4.holdings.values().flat_map(|h| h.addrs()));
     }
     set.retain(routable);
     set
@@ -796,15 +797,25 @@ mod tests {
         use crate::compile::l4::allocation::Holding;
         use teapot_model::store::NsName;
 
-        let holding = |addr: &str| Holding {
-            addr: addr.parse().unwrap(),
-            ports: None,
-        };
+        let holding = |addr: &str| Holding::single(addr.parse().unwrap(), None);
         let snapshot = Snapshot {
             l4: Some(L4Compiled {
                 holdings: [
                     (NsName::new("tenant-a", "db"), holding("203.0.113.20")),
                     (NsName::new("tenant-b", "dns"), holding("127.0.0.1")),
+                    // Dual-stack: both addresses.
+                    (
+                        NsName::new("tenant-c", "web"),
+                        Holding {
+                            addresses: ["203.0.113.30", "2001:db8::30"]
+                                .iter()
+                                .map(|a| crate::compile::l4::allocation::HeldAddress {
+                                    addr: a.parse().unwrap(),
+                                    ports: None,
+                                })
+                                .collect(),
+                        },
+                    ),
                 ]
                 .into(),
                 ..L4Compiled::default()
@@ -816,7 +827,15 @@ mod tests {
             .iter()
             .map(|a| a.to_string())
             .collect();
-        assert_eq!(got, ["203.0.113.10", "203.0.113.20"]);
+        assert_eq!(
+            got,
+            [
+                "203.0.113.10",
+                "203.0.113.20",
+                "203.0.113.30",
+                "2001:db8::30"
+            ]
+        );
         config.l4 = false;
         assert_eq!(wanted(&config, &snapshot, true), config.addresses);
     }

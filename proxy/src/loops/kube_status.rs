@@ -328,8 +328,17 @@ impl StatusWriter {
         };
         let service = &stored.object;
         let mut conditions = report.conditions.clone();
-        if let (Some(announce), Some(addr)) = (&self.announce, report.address) {
-            conditions.push(announce.condition(addr));
+        if let Some(announce) = &self.announce {
+            // A dual-stack Service is announced when both its addresses
+            // are: the first address that is not says why.
+            let each: Vec<Condition> = report
+                .addresses
+                .iter()
+                .map(|a| announce.condition(*a))
+                .collect();
+            if let Some(c) = each.iter().find(|c| c.status != "True").or(each.first()) {
+                conditions.push(c.clone());
+            }
         }
         let regarding = Regarding::service(&id, service.metadata.uid.clone());
         self.warn_when_false(&regarding, &conditions, "Allocated", "AllocateAddress")

@@ -199,7 +199,7 @@ pub(super) fn status_holding(gateway: &Gateway) -> Option<Holding> {
         .iter()
         .filter(|a| a.r#type.as_deref().is_none_or(|t| t == "IPAddress"))
         .find_map(|a| a.value.parse().ok())?;
-    Some(Holding { addr, ports: None })
+    Some(Holding::single(addr, None))
 }
 
 /// The route kinds of the L4 plane.
@@ -1353,17 +1353,11 @@ spec: {spec}
         let previous = BTreeMap::from([
             (
                 holder_key(&NsName::new("ops", "edge")),
-                Holding {
-                    addr,
-                    ports: Some([tcp(5432)].into()),
-                },
+                Holding::single(addr, Some([tcp(5432)].into())),
             ),
             (
                 NsName::new("ops", "web"),
-                Holding {
-                    addr,
-                    ports: Some([tcp(80)].into()),
-                },
+                Holding::single(addr, Some([tcp(80)].into())),
             ),
         ]);
         let s = compile(
@@ -1394,7 +1388,7 @@ spec: {spec}
         assert!(ports.message.contains("Gateway ops/edge"), "{ports:?}");
         let holdings = &s.l4.as_ref().unwrap().holdings;
         assert_eq!(
-            holdings[&NsName::new("ops", "web")].ports,
+            holdings[&NsName::new("ops", "web")].addresses[0].ports,
             Some([tcp(80)].into())
         );
 
@@ -1403,17 +1397,11 @@ spec: {spec}
         let previous = BTreeMap::from([
             (
                 holder_key(&NsName::new("ops", "edge")),
-                Holding {
-                    addr,
-                    ports: Some([tcp(5432)].into()),
-                },
+                Holding::single(addr, Some([tcp(5432)].into())),
             ),
             (
                 NsName::new("ops", "web"),
-                Holding {
-                    addr,
-                    ports: Some([tcp(80)].into()),
-                },
+                Holding::single(addr, Some([tcp(80)].into())),
             ),
         ]);
         let s = compile(

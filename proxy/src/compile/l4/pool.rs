@@ -50,6 +50,44 @@ impl fmt::Display for Protocol {
     }
 }
 
+/// An address family, spelt as Kubernetes spells it (`spec.ipFamilies`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn of(ip: IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        }
+    }
+
+    /// `IPv4` or `IPv6`, exactly (the API server accepts nothing else).
+    pub fn parse(s: &str) -> Option<Family> {
+        match s {
+            "IPv4" => Some(Family::V4),
+            "IPv6" => Some(Family::V6),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What one listener is: unique across the fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ListenerKey {
@@ -86,6 +124,22 @@ pub struct Pool {
 impl Pool {
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.addresses.contains(&ip)
+    }
+
+    /// The families the pool holds addresses of, in the order its first
+    /// address of each comes.
+    pub fn families(&self) -> Vec<Family> {
+        let mut out = Vec::with_capacity(2);
+        for a in &self.addresses {
+            let f = Family::of(*a);
+            if !out.contains(&f) {
+                out.push(f);
+                if out.len() == 2 {
+                    break;
+                }
+            }
+        }
+        out
     }
 }
 
@@ -205,6 +259,17 @@ mod tests {
             assert!(e.to_string().contains(why), "{value}: {e}");
             assert!(e.to_string().contains(value), "{e}");
         }
+    }
+
+    #[test]
+    fn families_come_in_pool_order() {
+        let p: Pool = "p=2001:db8::10,192.0.2.1,2001:db8::11".parse().unwrap();
+        assert_eq!(p.families(), [Family::V6, Family::V4]);
+        let p: Pool = "p=192.0.2.0/30".parse().unwrap();
+        assert_eq!(p.families(), [Family::V4]);
+        assert_eq!(Family::parse("IPv6"), Some(Family::V6));
+        assert_eq!(Family::parse("ipv6"), None);
+        assert_eq!(Family::of(ip("::1")).to_string(), "IPv6");
     }
 
     #[test]

@@ -18,8 +18,8 @@ use teapot_api::names::LOAD_BALANCER_CLASS;
 use teapot_api::policy::DEFAULT_MAX_LISTENERS;
 
 use super::L4Config;
-use super::allocation::{Claim, Outcome};
-use super::pool::{ListenerKey, Protocol};
+use super::allocation::{Claim, FamilyPolicy, Outcome};
+use super::pool::{Family, ListenerKey, Protocol};
 use super::ranges::SourceRanges;
 use super::runtime::{AppliedGeneration, LiveState, Runtime};
 use crate::compile::bind::TenantHosts;
@@ -121,7 +121,11 @@ pub struct ServiceReport {
     pub namespace: String,
     pub name: String,
     pub pool: Option<String>,
+    /// The primary address (`status.loadBalancer.ingress[0]`).
     pub address: Option<IpAddr>,
+    /// Every address: one, or one of each family (dual-stack), the
+    /// primary first.
+    pub addresses: Vec<IpAddr>,
     pub status: LoadBalancerStatus,
     pub listeners: Vec<ListenerReport>,
     pub conditions: Vec<Condition>,
@@ -169,6 +173,10 @@ struct Candidate<'s> {
     ports: Vec<(u16, Protocol, &'s str)>,
     requested: Option<IpAddr>,
     hint: Option<super::allocation::Holding>,
+    /// `ipFamilies` and `ipFamilyPolicy`: how many addresses, of which
+    /// families.
+    families: Vec<Family>,
+    policy: FamilyPolicy,
     options: RouteOptions,
     problems: Vec<String>,
     refused: Option<(&'static str, String)>,
@@ -258,6 +266,8 @@ pub(super) fn build<'s>(
                 ports: c.ports.iter().map(|&(p, proto, _)| (p, proto)).collect(),
                 requested: c.requested,
                 hint: c.hint.clone(),
+                families: c.families.clone(),
+                policy: c.policy,
             }
         })
         .collect();
@@ -283,13 +293,10 @@ pub(super) fn build<'s>(
                     (None, Some(Outcome::Refused { reason, message })) => {
                         Err((*reason, message.clone()))
                     }
-                    (
-                        None,
-                        Some(Outcome::Allocated {
-                            addr,
-                            refused_ports,
-                        }),
-                    ) => Ok((*addr, refused_ports.as_slice())),
+                    // A Gateway claims one address (single-stack).
+                    (None, Some(Outcome::Allocated { addrs, .. })) => {
+                        Ok((addrs[0].addr, addrs[0].refused_ports.as_slice()))
+                    }
                     (None, None) => Err(("NoPorts", "no listener to serve".to_string())),
                 };
                 let (sockets, report) =
@@ -322,8 +329,8 @@ pub(super) fn build<'s>(
         };
         let mut conditions = Vec::new();
         let mut listeners = Vec::new();
-        let mut address = None;
-        let mut ingress_ports = Vec::new();
+        let mut addresses = Vec::new();
+        let mut ingress = Vec::new();
         let mut unready = Vec::new();
         let refusal = match (c.refused.clone(), &outcome) {
             (Some(r), _) => Some(r),
@@ -335,65 +342,92 @@ pub(super) fn build<'s>(
                 tracing::debug!(service = %c.id, reason, %message, "L4 allocation refused");
                 conditions.push(Condition::new("Allocated", false, reason, message));
             }
-            (
-                None,
-                Some(Outcome::Allocated {
-                    addr,
-                    refused_ports,
-                }),
-            ) => {
-                address = Some(addr);
-                conditions.push(Condition::new("Allocated", true, "Allocated", ""));
+            (None, Some(Outcome::Allocated { addrs, missing })) => {
+                // A family left out (PreferDualStack, none of its addresses
+                // free) is said, not hidden: the Service is served on the
+                // others.
+                conditions.push(Condition::new(
+                    "Allocated",
+                    true,
+                    "Allocated",
+                    missing
+                        .iter()
+                        .map(|why| format!("{why}: served without that family"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ));
                 let mut port_problems = Vec::new();
-                for &(port, protocol, port_name) in &c.ports {
-                    let key = ListenerKey {
-                        addr,
-                        port,
-                        protocol,
-                    };
-                    if let Some((_, why)) =
-                        refused_ports.iter().find(|(p, _)| *p == (port, protocol))
-                    {
-                        port_problems.push(why.clone());
+                // One upstream per port, shared by its listeners on every
+                // address.
+                let mut upstreams: Vec<Option<Arc<Upstream>>> = vec![None; c.ports.len()];
+                for granted in addrs {
+                    let addr = granted.addr;
+                    addresses.push(addr);
+                    let mut ingress_ports = Vec::new();
+                    for (n, &(port, protocol, port_name)) in c.ports.iter().enumerate() {
+                        let key = ListenerKey {
+                            addr,
+                            port,
+                            protocol,
+                        };
+                        if let Some((_, why)) = granted
+                            .refused_ports
+                            .iter()
+                            .find(|(p, _)| *p == (port, protocol))
+                        {
+                            port_problems.push(why.clone());
+                            ingress_ports.push(PortStatus {
+                                port: port.into(),
+                                protocol: protocol.as_str().into(),
+                                error: Some(teapot_api::status::port_error("AddressTaken")),
+                            });
+                            continue;
+                        }
+                        let upstream = upstreams[n]
+                            .get_or_insert_with(|| {
+                                let u =
+                                    resolve(&c.id.namespace, &c.id.name, port.into(), port_name);
+                                for why in u.unavailable.iter().chain(&u.refused) {
+                                    if !unready.contains(why) {
+                                        unready.push(why.clone());
+                                    }
+                                }
+                                u
+                            })
+                            .clone();
+                        listeners.push(ListenerReport {
+                            listener: key,
+                            port_name: port_name.to_string(),
+                            endpoints: upstream
+                                .endpoints
+                                .iter()
+                                .map(|e| e.addr.to_string())
+                                .collect(),
+                            state: LiveState::new(runtime.clone(), key),
+                        });
                         ingress_ports.push(PortStatus {
                             port: port.into(),
                             protocol: protocol.as_str().into(),
-                            error: Some(teapot_api::status::port_error("AddressTaken")),
+                            error: None,
                         });
-                        continue;
+                        table.listeners.insert(
+                            key,
+                            Arc::new(Route {
+                                service: c.id.clone(),
+                                port_name: port_name.to_string(),
+                                upstream,
+                                sni: None,
+                                refusals: None,
+                                options: c.options.clone(),
+                            }),
+                        );
                     }
-                    let upstream = resolve(&c.id.namespace, &c.id.name, port.into(), port_name);
-                    for why in upstream.unavailable.iter().chain(&upstream.refused) {
-                        if !unready.contains(why) {
-                            unready.push(why.clone());
-                        }
-                    }
-                    listeners.push(ListenerReport {
-                        listener: key,
-                        port_name: port_name.to_string(),
-                        endpoints: upstream
-                            .endpoints
-                            .iter()
-                            .map(|e| e.addr.to_string())
-                            .collect(),
-                        state: LiveState::new(runtime.clone(), key),
+                    ingress.push(LoadBalancerIngress {
+                        ip: Some(addr.to_string()),
+                        ip_mode: Some("VIP".into()),
+                        ports: Some(ingress_ports),
+                        ..Default::default()
                     });
-                    ingress_ports.push(PortStatus {
-                        port: port.into(),
-                        protocol: protocol.as_str().into(),
-                        error: None,
-                    });
-                    table.listeners.insert(
-                        key,
-                        Arc::new(Route {
-                            service: c.id.clone(),
-                            port_name: port_name.to_string(),
-                            upstream,
-                            sni: None,
-                            refusals: None,
-                            options: c.options.clone(),
-                        }),
-                    );
                 }
                 conditions.push(Condition::unless_problems(
                     "PortsAllocated",
@@ -404,6 +438,7 @@ pub(super) fn build<'s>(
             }
             (None, _) => {}
         }
+        let address = addresses.first().copied();
         if address.is_some() {
             conditions.push(Condition::unless_problems(
                 "BackendsReady",
@@ -426,20 +461,14 @@ pub(super) fn build<'s>(
             ));
         }
         let status = LoadBalancerStatus {
-            ingress: address.map(|a| {
-                vec![LoadBalancerIngress {
-                    ip: Some(a.to_string()),
-                    ip_mode: Some("VIP".into()),
-                    ports: Some(ingress_ports),
-                    ..Default::default()
-                }]
-            }),
+            ingress: address.is_some().then_some(ingress),
         };
         services.push(ServiceReport {
             namespace: c.id.namespace.clone(),
             name: c.id.name.clone(),
             pool: c.pool,
             address,
+            addresses,
             status,
             listeners,
             conditions,
@@ -564,6 +593,8 @@ fn gateway_candidate<'s>(
         pool,
         ports,
         requested: None,
+        families: Vec::new(),
+        policy: FamilyPolicy::SingleStack,
         options: RouteOptions {
             // Gateway listeners have no source ranges in the Gateway API.
             source_ranges: None,
@@ -642,6 +673,7 @@ fn candidate<'s>(
         },
     };
     let hint = status_holding(service);
+    let (families, policy) = families(service, &mut problems);
     let mut options = route_options(config, service, &mut problems);
     // A restriction that cannot be read is not served without: the
     // Service gets no listener at all (the webhook refuses such a list for
@@ -669,6 +701,8 @@ fn candidate<'s>(
         ports,
         requested,
         hint,
+        families,
+        policy,
         options,
         problems,
         refused,
@@ -676,9 +710,10 @@ fn candidate<'s>(
     }
 }
 
-/// What `status.loadBalancer` says the Service holds: the address, and
-/// the ports written there without an error (teapot writes both; a status
-/// without ports tells the address only).
+/// What `status.loadBalancer` says the Service holds: its addresses (one,
+/// or one of each family), and on each the ports written there without an
+/// error (teapot writes both; a status without ports tells the address
+/// only).
 fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
     let ingress = service
         .status
@@ -686,14 +721,16 @@ fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
         .load_balancer
         .as_ref()?
         .ingress
-        .as_ref()?
-        .first()?;
-    let addr = ingress.ip.as_deref()?.parse().ok()?;
-    let ports = ingress
-        .ports
-        .as_ref()
-        .filter(|p| !p.is_empty())
-        .map(|ports| {
+        .as_ref()?;
+    let mut addresses: Vec<super::allocation::HeldAddress> = Vec::new();
+    for entry in ingress {
+        let Some(addr) = entry.ip.as_deref().and_then(|ip| ip.parse().ok()) else {
+            continue;
+        };
+        if addresses.iter().any(|a| a.addr == addr) {
+            continue;
+        }
+        let ports = entry.ports.as_ref().filter(|p| !p.is_empty()).map(|ports| {
             ports
                 .iter()
                 .filter(|p| p.error.is_none())
@@ -703,7 +740,67 @@ fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
                 })
                 .collect()
         });
-    Some(super::allocation::Holding { addr, ports })
+        addresses.push(super::allocation::HeldAddress { addr, ports });
+    }
+    (!addresses.is_empty()).then_some(super::allocation::Holding { addresses })
+}
+
+/// The annotations the agent writes on the LB copy of a tenant Service
+/// (its `spec.ipFamilies` and `spec.ipFamilyPolicy`, which the copy cannot
+/// carry: the LB cluster's API server checks them against its own
+/// families). An operator Service may set them too, to ask for a family
+/// its LB cluster's API server would not admit in the spec.
+pub const IP_FAMILIES_ANNOTATION: &str = "teapot.dev/ip-families";
+pub const IP_FAMILY_POLICY_ANNOTATION: &str = "teapot.dev/ip-family-policy";
+
+/// How many addresses a Service asks for, and of which families: the
+/// annotations when set, else the spec (where the LB cluster's API server
+/// may have defaulted them to its own family). A value that cannot be read
+/// is reported and the spec used instead.
+fn families(service: &Service, problems: &mut Vec<String>) -> (Vec<Family>, FamilyPolicy) {
+    let spec = service.spec.as_ref();
+    let mut annotation = |key: &str| -> Option<&'static str> {
+        let value = service.metadata.annotations.as_ref()?.get(key)?;
+        match annotations::parse(ObjectKind::Service, key, value) {
+            Ok(AnnotationValue::Word(w)) => Some(w),
+            Ok(_) => None,
+            Err(e) => {
+                problems.push(format!("metadata.annotations[{key:?}]: {e}"));
+                None
+            }
+        }
+    };
+    let listed = annotation(IP_FAMILIES_ANNOTATION);
+    let asked = annotation(IP_FAMILY_POLICY_ANNOTATION);
+    let mut families = Vec::new();
+    let mut add = |name: &str, field: &str| match Family::parse(name) {
+        Some(f) if !families.contains(&f) => families.push(f),
+        Some(_) => {}
+        None => problems.push(format!("{field}: {name:?} is not IPv4 or IPv6")),
+    };
+    match listed {
+        Some(list) => list.split(',').for_each(|f| add(f, IP_FAMILIES_ANNOTATION)),
+        None => spec
+            .and_then(|s| s.ip_families.as_ref())
+            .into_iter()
+            .flatten()
+            .for_each(|f| add(f, "spec.ipFamilies")),
+    }
+    let policy = match asked {
+        Some(p) => FamilyPolicy::parse(p),
+        None => spec
+            .and_then(|s| s.ip_family_policy.as_deref())
+            .and_then(|p| {
+                let parsed = FamilyPolicy::parse(p);
+                if parsed.is_none() {
+                    problems.push(format!(
+                        "spec.ipFamilyPolicy: {p:?} is not SingleStack, PreferDualStack or RequireDualStack"
+                    ));
+                }
+                parsed
+            }),
+    };
+    (families, policy.unwrap_or_default())
 }
 
 /// Reads the L4 annotations; a bad value keeps the default and is
@@ -950,6 +1047,108 @@ endpoints: [{}]
         assert_eq!(
             json["l4"]["services"][1]["listeners"][0]["state"],
             "pending"
+        );
+    }
+
+    /// `ipFamilyPolicy`/`ipFamilies` (or the agent's annotations, which
+    /// win over a spec the LB cluster's API server defaulted): an address
+    /// of each family, every port listening on both, both in the status
+    /// primary first, one upstream per port; RequireDualStack on a pool
+    /// of one family serves nothing.
+    #[test]
+    fn dual_stack_services_listen_on_an_address_of_each_family() {
+        let config = L4Config {
+            pools: vec![
+                "default=192.0.2.10,2001:db8::10".parse().unwrap(),
+                "edge=198.51.100.10".parse().unwrap(),
+            ],
+            ..L4Config::default()
+        };
+        let ports = "[{name: dns, port: 53, protocol: UDP}, {name: web, port: 80}]";
+        let with_spec = |name: &str, policy: &str, families: &str| {
+            format!(
+                "{}  ipFamilyPolicy: {policy}\n  ipFamilies: {families}\n",
+                service("ops", name, "", ports, "")
+            )
+        };
+        let s = compile_with(
+            config,
+            &[
+                TENANTS.into(),
+                with_spec("db", "PreferDualStack", "[IPv6, IPv4]"),
+                slice(
+                    "ops",
+                    "db",
+                    "[{name: dns, port: 5353, protocol: UDP}, {name: web, port: 8080}]",
+                    &["127.0.0.1"],
+                ),
+                // The LB cluster defaulted the spec to its single family;
+                // the agent's annotations say what the tenant asked.
+                with_spec("defaulted", "SingleStack", "[IPv4]").replace(
+                    "annotations: {}",
+                    "annotations: {teapot.dev/ip-family-policy: PreferDualStack, teapot.dev/ip-families: \"IPv4,IPv6\"}",
+                ),
+                service(
+                    "tenant-acme",
+                    "strict",
+                    LOAD_BALANCER_CLASS,
+                    "[{port: 5432}]",
+                    "teapot.dev/ip-family-policy: RequireDualStack, teapot.dev/ip-families: \"IPv4,IPv6\"",
+                ),
+                // Sorted first (no creation times, by name): other ports.
+                with_spec("bad", "SingleStack", "[IPv7]").replace(ports, "[{port: 81}]"),
+            ],
+        );
+        let db = report(&s, "ops", "db");
+        let both: Vec<IpAddr> = vec![
+            "2001:db8::10".parse().unwrap(),
+            "192.0.2.10".parse().unwrap(),
+        ];
+        assert_eq!(db.addresses, both);
+        assert_eq!(db.address, Some(both[0]));
+        let ingress = db.status.ingress.as_ref().unwrap();
+        let ips: Vec<&str> = ingress.iter().map(|i| i.ip.as_deref().unwrap()).collect();
+        assert_eq!(ips, ["2001:db8::10", "192.0.2.10"]);
+        assert!(ingress.iter().all(|i| i.ports.as_ref().unwrap().len() == 2));
+        assert_eq!(db.listeners.len(), 4);
+        let t = table(&s);
+        let of = |key: &str| {
+            t.listeners
+                .iter()
+                .find(|(k, _)| k.to_string() == key)
+                .unwrap_or_else(|| panic!("{key} in {:?}", t.listeners.keys()))
+                .1
+                .clone()
+        };
+        let (v6, v4) = (of("[2001:db8::10]:53/UDP"), of("192.0.2.10:53/UDP"));
+        assert!(
+            Arc::ptr_eq(&v6.upstream, &v4.upstream),
+            "one upstream per port"
+        );
+        assert_eq!(v4.upstream.endpoints[0].addr.to_string(), "127.0.0.1:5353");
+
+        // Both addresses of the pool hold db's ports: the annotated
+        // Service asking the same ports finds none free.
+        let defaulted = allocated(report(&s, "ops", "defaulted"));
+        assert_eq!(
+            (defaulted.status, defaulted.reason),
+            ("False", "PoolExhausted")
+        );
+        assert!(defaulted.message.contains("IPv4"), "{defaulted:?}");
+
+        let strict = report(&s, "tenant-acme", "strict");
+        let a = allocated(strict);
+        assert_eq!((a.status, a.reason), ("False", "NoAddressOfFamily"));
+        assert!(a.message.contains("\"edge\" holds no IPv6"), "{a:?}");
+        assert!(strict.addresses.is_empty() && strict.listeners.is_empty());
+        assert!(strict.status.ingress.is_none());
+        assert!(!t.listeners.keys().any(|k| k.port == 5432), "fail closed");
+
+        let bad = report(&s, "ops", "bad");
+        let configured = condition(bad, "Configured").unwrap();
+        assert!(
+            configured.message.contains("spec.ipFamilies"),
+            "{configured:?}"
         );
     }
 
