@@ -98,6 +98,13 @@ type Series = (
 #[derive(Debug, Clone, Default)]
 pub struct Statuses(Vec<watch::Receiver<PeerStatus>>);
 
+/// Statuses followed elsewhere than a [`Speaker`] (a test's own senders).
+impl From<Vec<watch::Receiver<PeerStatus>>> for Statuses {
+    fn from(receivers: Vec<watch::Receiver<PeerStatus>>) -> Statuses {
+        Statuses(receivers)
+    }
+}
+
 impl Statuses {
     /// One receiver per peer, to follow its changes.
     pub fn receivers(&self) -> Vec<watch::Receiver<PeerStatus>> {

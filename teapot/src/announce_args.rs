@@ -27,6 +27,9 @@ pub(crate) struct AnnounceArgs {
     /// Seconds between the GRACEFUL_SHUTDOWN announcement and the withdrawal on SIGTERM.
     #[arg(long, default_value_t = 5)]
     bgp_graceful_wait: u64,
+    /// Offer BGP graceful restart (RFC 4724) with this restart time in seconds (1-4095; 120 is usual): a router that loses the session without a NOTIFICATION (the replica's process killed or crashed, its host up) keeps this replica's routes that long, until it is back and has announced them again. Off by default: until then the router keeps sending new connections to a replica that may not come back.
+    #[arg(long)]
+    bgp_graceful_restart_time: Option<u64>,
     /// The fleet's own address, ADDR or CIDR (each host address), announced while ready (repeatable).
     #[arg(long = "announce", value_parser = addr_or_cidr)]
     announce: Vec<ipnet::IpNet>,
@@ -159,6 +162,15 @@ impl AnnounceArgs {
             let mut speaker = SpeakerConfig::new(asn, self.bgp_peers.clone());
             speaker.router_id = self.bgp_router_id;
             speaker.graceful_shutdown_wait = Duration::from_secs(self.bgp_graceful_wait);
+            speaker.graceful_restart = self.bgp_graceful_restart_time.map(Duration::from_secs);
+            if let Some(time) = self.bgp_graceful_restart_time {
+                let max = teapot_announce::wire::MAX_RESTART_TIME_SECS;
+                if time == 0 || time > u64::from(max) {
+                    return Err(format!(
+                        "--bgp-graceful-restart-time: {time} s is not between 1 and {max} (12 bits in the capability); leave it out to offer no graceful restart"
+                    ));
+                }
+            }
             speaker.validate().map_err(|e| format!("--bgp-peer: {e}"))?;
             Some(speaker)
         };
@@ -311,7 +323,25 @@ mod tests {
         assert!(c.l4);
         assert_eq!(c.pools.len(), 1, "without pools everything goes by BGP");
         assert_eq!(c.pools[0].mode, Mode::Bgp);
+        assert_eq!(c.speaker.as_ref().unwrap().graceful_restart, None);
         assert!(config(&[]).unwrap().is_none());
+    }
+
+    #[test]
+    fn graceful_restart_time_is_offered_when_given_and_bounded() {
+        let bgp = ["--bgp-peer", "192.0.2.1,64500", "--bgp-asn", "64501"];
+        let c = config(&[&bgp[..], &["--bgp-graceful-restart-time", "120"]].concat())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.speaker.unwrap().graceful_restart,
+            Some(Duration::from_secs(120))
+        );
+        for bad in ["0", "4096"] {
+            let err =
+                config(&[&bgp[..], &["--bgp-graceful-restart-time", bad]].concat()).unwrap_err();
+            assert!(err.starts_with("--bgp-graceful-restart-time:"), "{err}");
+        }
     }
 
     #[test]

@@ -23,6 +23,8 @@ const GSHUT_ATTR: [u8; 7] = [0xc0, 8, 4, 0xff, 0xff, 0, 0];
 struct Router {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// The proxy's OPEN as sent.
+    opened: Vec<u8>,
 }
 
 impl Router {
@@ -37,12 +39,13 @@ impl Router {
         let mut r = Router {
             stream,
             buf: Vec::new(),
+            opened: Vec::new(),
         };
-        let Some(Message::Open(open)) =
-            r.next().await.map(|m| wire::decode(&m).unwrap().unwrap().0)
-        else {
+        let raw = r.next().await.expect("an OPEN");
+        let Message::Open(open) = wire::decode(&raw).unwrap().unwrap().0 else {
             panic!("expected OPEN");
         };
+        r.opened = raw;
         assert_eq!(open.asn, 64501);
         r.stream
             .write_all(&wire::encode_open(&Open {
@@ -82,22 +85,29 @@ impl Router {
 /// `teapot proxy` announcing 203.0.113.10 to `router` (AS 64500, no hold
 /// timer, then `peer_options`), the session established.
 async fn announcing_proxy(router: &TcpListener, peer_options: &str) -> (Harness, Router) {
+    announcing_proxy_with(router, peer_options, &[]).await
+}
+
+/// [`announcing_proxy`] with more flags.
+async fn announcing_proxy_with(
+    router: &TcpListener,
+    peer_options: &str,
+    flags: &[&str],
+) -> (Harness, Router) {
     let port = router.local_addr().unwrap().port();
     let peer = format!("127.0.0.1,64500,port={port},hold=0{peer_options}");
-    let harness = Harness::start_with_args(
-        &[],
-        &[
-            "--bgp-peer",
-            &peer,
-            "--bgp-asn",
-            "64501",
-            "--announce",
-            "203.0.113.10",
-            "--bgp-graceful-wait",
-            "1",
-        ],
-    )
-    .await;
+    let mut args = vec![
+        "--bgp-peer",
+        &peer,
+        "--bgp-asn",
+        "64501",
+        "--announce",
+        "203.0.113.10",
+        "--bgp-graceful-wait",
+        "1",
+    ];
+    args.extend_from_slice(flags);
+    let harness = Harness::start_with_args(&[], &args).await;
     let r = Router::establish(router).await;
     (harness, r)
 }
@@ -155,6 +165,44 @@ async fn the_proxy_announces_its_address_and_withdraws_it_gracefully_on_sigterm(
         .await
         .expect("the proxy exits");
     assert!(status.success(), "{status}");
+}
+
+/// `--bgp-graceful-restart-time 120`: the proxy's OPEN offers graceful
+/// restart (the Restart State bit set: its first session since it
+/// started), its announcement ends with End-of-RIB, and `/status` says
+/// so. Without the flag there is neither.
+#[tokio::test]
+async fn with_a_graceful_restart_time_the_proxy_offers_it_and_sends_end_of_rib() {
+    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (harness, mut r) =
+        announcing_proxy_with(&router, "", &["--bgp-graceful-restart-time", "120"]).await;
+    let gr = wire::graceful_restart_of(&r.opened).expect("the capability");
+    assert!(gr.restarted && !gr.notification, "{gr:?}");
+    assert_eq!(gr.restart_time_secs, 120);
+    assert_eq!(gr.families, [(Family::Ipv4, true)]);
+    let announced = r.next().await.expect("an UPDATE");
+    assert!(contains(&announced, &PREFIX), "{announced:?}");
+    let marker = r.next().await.expect("End-of-RIB");
+    assert_eq!(marker, wire::encode_end_of_rib(Family::Ipv4));
+    let status = harness
+        .wait_status("End-of-RIB in /status", |s| {
+            s["bgp"][0]["graceful_restart"]["end_of_rib_sent"] == true
+        })
+        .await;
+    assert_eq!(status["bgp"][0]["families"], serde_json::json!(["ipv4"]));
+    // This router offered no graceful restart of its own.
+    assert!(
+        status["bgp"][0]["graceful_restart"]["router_restart_time"].is_null(),
+        "{status}"
+    );
+
+    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (harness, r) = announcing_proxy(&router, "").await;
+    assert_eq!(wire::graceful_restart_of(&r.opened), None);
+    let status = harness
+        .wait_status("the route announced", |s| s["bgp"][0]["announced"] == 1)
+        .await;
+    assert!(status["bgp"][0]["graceful_restart"].is_null(), "{status}");
 }
 
 /// `--bgp-peer ...,password-file=PATH`: the router's socket takes only

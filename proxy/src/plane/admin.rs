@@ -61,6 +61,14 @@ fn bgp_json(peer: &teapot_announce::PeerStatus) -> serde_json::Value {
         "failures": peer.failures,
         // Whether a TCP-MD5 password is set; the password is never shown.
         "md5": peer.md5,
+        "families": peer.families.iter().map(|f| match f {
+            teapot_announce::wire::Family::Ipv4 => "ipv4",
+            teapot_announce::wire::Family::Ipv6 => "ipv6",
+        }).collect::<Vec<_>>(),
+        "graceful_restart": peer.graceful_restart.then(|| serde_json::json!({
+            "router_restart_time": peer.router_graceful_restart,
+            "end_of_rib_sent": peer.end_of_rib_sent,
+        })),
         "bfd": peer.bfd.as_ref().map(|b| serde_json::json!({
             "state": b.state.as_str(),
             "diagnostic": b.diag,
