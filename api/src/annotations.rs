@@ -20,6 +20,14 @@ use std::time::Duration;
 /// Every teapot annotation key starts with this.
 pub const PREFIX: &str = "teapot.dev/";
 
+/// On the LB copy of a tenant's L4 Service, written by the agent: its
+/// `spec.ipFamilies` (comma-separated, the primary first) and
+/// `spec.ipFamilyPolicy`, which the copy cannot carry in its spec (the LB
+/// cluster's API server checks them against its own families and would
+/// refuse a dual-stack copy in a single-stack LB cluster).
+pub const IP_FAMILIES: &str = "teapot.dev/ip-families";
+pub const IP_FAMILY_POLICY: &str = "teapot.dev/ip-family-policy";
+
 /// ingress-nginx's annotation prefix; the keys under it that teapot serves
 /// are in [`ALLOWLIST`] too.
 pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";

@@ -213,6 +213,10 @@ pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
             ..ServicePort::default()
         })
         .collect();
+    let mut annotations = travelling_annotations(service.annotations());
+    if is_l4(service) {
+        annotations.extend(crate::service::family_annotations(service));
+    }
     Service {
         metadata: lb_meta(
             mirrored_service_name(&namespace, &name),
@@ -220,7 +224,7 @@ pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
             &namespace,
             &name,
             service.metadata.uid.as_ref(),
-            travelling_annotations(service.annotations()),
+            annotations,
         ),
         spec: Some(if is_l4(service) {
             ServiceSpec {

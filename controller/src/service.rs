@@ -15,6 +15,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
+use teapot_api::annotations::{IP_FAMILIES, IP_FAMILY_POLICY};
 use teapot_sync::{backoff, source_of};
 
 use crate::mirror::{self, is_l4};
@@ -119,6 +120,29 @@ pub fn source_ranges_enforced(copy: &Service, on_lb: Option<&Value>) -> Option<C
     })
 }
 
+/// An L4 Service's `spec.ipFamilies` and `spec.ipFamilyPolicy` as the
+/// annotations its LB copy carries them in (docs/agent.md): the copy's spec
+/// cannot, since the LB cluster's API server checks them against its own
+/// families and would refuse a dual-stack copy in a single-stack LB
+/// cluster. The fleet reads them over the copy's (defaulted) spec. A field
+/// the Service lacks writes nothing, so an annotation the tenant set
+/// travels as written and the webhook judges it; a value Kubernetes would
+/// not have admitted is written as it is, for the webhook to refuse naming
+/// it rather than the agent guessing.
+pub fn family_annotations(service: &Service) -> Vec<(String, String)> {
+    let spec = service.spec.as_ref();
+    let mut out = Vec::new();
+    if let Some(families) = spec.and_then(|s| s.ip_families.as_ref())
+        && !families.is_empty()
+    {
+        out.push((IP_FAMILIES.to_string(), families.join(",")));
+    }
+    if let Some(policy) = spec.and_then(|s| s.ip_family_policy.as_ref()) {
+        out.push((IP_FAMILY_POLICY.to_string(), policy.clone()));
+    }
+    out
+}
+
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
     let failures = ctx
@@ -136,4 +160,67 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
 pub fn lb_service_source(lb: &Service) -> Option<ObjectRef<Service>> {
     let (namespace, name) = source_of(&lb.metadata)?;
     Some(ObjectRef::new(&name).within(&namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mirror::lb_service;
+
+    fn l4(
+        families: Option<&[&str]>,
+        policy: Option<&str>,
+        annotations: &[(&str, &str)],
+    ) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db", "namespace": "shop",
+                         "annotations": annotations.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "teapot.dev/lb",
+                     "ipFamilies": families, "ipFamilyPolicy": policy,
+                     "ports": [{"port": 5432}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_copy_carries_the_families_as_annotations_not_in_its_spec() {
+        let copy = lb_service(
+            &l4(Some(&["IPv6", "IPv4"]), Some("RequireDualStack"), &[]),
+            "tenant-acme",
+        );
+        let a = copy.metadata.annotations.as_ref().unwrap();
+        assert_eq!(a[IP_FAMILIES], "IPv6,IPv4");
+        assert_eq!(a[IP_FAMILY_POLICY], "RequireDualStack");
+        let spec = copy.spec.unwrap();
+        assert_eq!(spec.ip_families, None);
+        assert_eq!(spec.ip_family_policy, None);
+
+        // The spec wins over the tenant's own annotation; without the
+        // field, the annotation travels as written.
+        let copy = lb_service(
+            &l4(
+                Some(&["IPv4"]),
+                None,
+                &[(IP_FAMILIES, "IPv6"), (IP_FAMILY_POLICY, "PreferDualStack")],
+            ),
+            "tenant-acme",
+        );
+        let a = copy.metadata.annotations.as_ref().unwrap();
+        assert_eq!(a[IP_FAMILIES], "IPv4");
+        assert_eq!(a[IP_FAMILY_POLICY], "PreferDualStack");
+
+        // Not an L4 Service (an Ingress backend): its copy says nothing.
+        let mut plain = l4(Some(&["IPv4", "IPv6"]), Some("PreferDualStack"), &[]);
+        plain.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        let copy = lb_service(&plain, "tenant-acme");
+        assert!(
+            copy.metadata
+                .annotations
+                .as_ref()
+                .is_none_or(|a| !a.contains_key(IP_FAMILIES)),
+            "{:?}",
+            copy.metadata.annotations
+        );
+    }
 }

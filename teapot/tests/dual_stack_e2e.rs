@@ -7,7 +7,9 @@
 //! (nodeport mode), which the webhook admits because the Tenant's
 //! `nodeCIDRs` hold an IPv6 range beside the IPv4 one; when the Service
 //! goes back to IPv4 only, the IPv6 slice is deleted rather than left
-//! routing to old endpoints.
+//! routing to old endpoints. Its `ipFamilies` and `ipFamilyPolicy` travel
+//! as `teapot.dev/ip-families` and `teapot.dev/ip-family-policy` on the
+//! copy, which the webhook admits.
 //!
 //! The real `teapot proxy` binary then serves both families across: an
 //! IPv4 client to a backend on `[::1]` and an IPv6 client (the proxy
@@ -163,6 +165,25 @@ async fn the_agent_mirrors_both_families_and_drops_one_the_service_loses() {
         v6["metadata"]["labels"]["kubernetes.io/service-name"],
         mirrored
     );
+    // The families travel as annotations the webhook admits, not in the
+    // copy's spec (the LB cluster's API server would check those against
+    // its own families).
+    let families_of = |copy: &Value| {
+        (
+            copy["metadata"]["annotations"]["teapot.dev/ip-families"].clone(),
+            copy["metadata"]["annotations"]["teapot.dev/ip-family-policy"].clone(),
+        )
+    };
+    let copy = lb
+        .get("v1", "Service", LB_NS, &mirrored)
+        .expect("the LB copy (admitted)");
+    assert_eq!(
+        families_of(&copy),
+        (json!("IPv4,IPv6"), json!("PreferDualStack")),
+        "{copy:#}"
+    );
+    assert!(copy["spec"].get("ipFamilies").is_none(), "{copy:#}");
+    assert!(copy["spec"].get("ipFamilyPolicy").is_none(), "{copy:#}");
 
     // Back to IPv4 only: Kubernetes drops the IPv6 slice; so does the LB side.
     tenant.apply(tenant_service(&["IPv4"]));
@@ -178,6 +199,14 @@ async fn the_agent_mirrors_both_families_and_drops_one_the_service_loses() {
         .get("discovery.k8s.io/v1", "EndpointSlice", LB_NS, &mirrored)
         .expect("the IPv4 slice stays");
     assert_eq!(addresses(&v4), [NODE_V4]);
+    eventually("the copy single-stack again", RELOAD_TIMEOUT, || async {
+        let copy = lb.get("v1", "Service", LB_NS, &mirrored).unwrap();
+        match families_of(&copy) {
+            (f, p) if f == "IPv4" && p == "SingleStack" => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
 
     let _ = agent_stop.send(true);
     agent.await.unwrap().unwrap();

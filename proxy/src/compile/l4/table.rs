@@ -745,18 +745,13 @@ fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
     (!addresses.is_empty()).then_some(super::allocation::Holding { addresses })
 }
 
-/// The annotations the agent writes on the LB copy of a tenant Service
-/// (its `spec.ipFamilies` and `spec.ipFamilyPolicy`, which the copy cannot
-/// carry: the LB cluster's API server checks them against its own
-/// families). An operator Service may set them too, to ask for a family
-/// its LB cluster's API server would not admit in the spec.
-pub const IP_FAMILIES_ANNOTATION: &str = "teapot.dev/ip-families";
-pub const IP_FAMILY_POLICY_ANNOTATION: &str = "teapot.dev/ip-family-policy";
-
 /// How many addresses a Service asks for, and of which families: the
-/// annotations when set, else the spec (where the LB cluster's API server
-/// may have defaulted them to its own family). A value that cannot be read
-/// is reported and the spec used instead.
+/// annotations when set (the agent writes them on a tenant Service's LB
+/// copy; an operator Service may set them to ask for a family its LB
+/// cluster's API server would not admit in the spec), else the spec
+/// (where the LB cluster's API server may have defaulted them to its own
+/// family). A value that cannot be read is reported and the spec used
+/// instead.
 fn families(service: &Service, problems: &mut Vec<String>) -> (Vec<Family>, FamilyPolicy) {
     let spec = service.spec.as_ref();
     let mut annotation = |key: &str| -> Option<&'static str> {
@@ -770,8 +765,8 @@ fn families(service: &Service, problems: &mut Vec<String>) -> (Vec<Family>, Fami
             }
         }
     };
-    let listed = annotation(IP_FAMILIES_ANNOTATION);
-    let asked = annotation(IP_FAMILY_POLICY_ANNOTATION);
+    let listed = annotation(annotations::IP_FAMILIES);
+    let asked = annotation(annotations::IP_FAMILY_POLICY);
     let mut families = Vec::new();
     let mut add = |name: &str, field: &str| match Family::parse(name) {
         Some(f) if !families.contains(&f) => families.push(f),
@@ -779,7 +774,9 @@ fn families(service: &Service, problems: &mut Vec<String>) -> (Vec<Family>, Fami
         None => problems.push(format!("{field}: {name:?} is not IPv4 or IPv6")),
     };
     match listed {
-        Some(list) => list.split(',').for_each(|f| add(f, IP_FAMILIES_ANNOTATION)),
+        Some(list) => list
+            .split(',')
+            .for_each(|f| add(f, annotations::IP_FAMILIES)),
         None => spec
             .and_then(|s| s.ip_families.as_ref())
             .into_iter()
