@@ -8,9 +8,12 @@
 //!   (dns) reaches no Pingora, no kube and no other teapot crate.
 //! - Modules of the proxy crate: `compile` imports neither `plane` nor
 //!   `loops`; `plane` does not import `loops`.
-//! - Files inside every crate: no import circle (a file reaching, through
-//!   `crate::` paths, a file that reaches it back). A type two files need
-//!   moves below both instead.
+//! - Files inside every crate: no import circle (a file reaching a file
+//!   that reaches it back). A file reaches what its code names through
+//!   `crate::`, `super::` and `self::` paths and child-module paths, both
+//!   the file a path is written through (a re-export's) and the file that
+//!   defines the item, so a circle written through a re-export is one. A
+//!   type two files need moves below both instead.
 //!
 //! Crate edges are read from each workspace member's `[dependencies]`
 //! (normal dependencies only: dev-dependencies do not ship). Pingora enters
@@ -276,33 +279,177 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
     parts
 }
 
-/// File -> the files of the same crate it reaches through `crate::` paths
-/// in code (tests and comments aside). A path resolves to the longest
-/// module that has a file; the file's own ancestors (`mod.rs`, `lib.rs`)
-/// do not count: a child reaching its parent's items is how modules nest.
+/// The code lines of a file that count as its imports: comments skipped,
+/// and nothing from its `mod tests` on.
+fn code_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim_start)
+        .take_while(|code| !code.starts_with("mod tests"))
+        .filter(|code| !code.starts_with("//"))
+}
+
+/// Where the paths written in one file lead, as full paths inside the
+/// crate: `crate::a::B` as it is, `super::` from the file's parent module,
+/// `self::` and a bare child path (`auth::judge` in `policy/mod.rs`) from
+/// the file's own module.
+fn absolute_paths(
+    code: &str,
+    from: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < code.len() {
+        let starts_word = bytes[at].is_ascii_alphabetic() || bytes[at] == b'_';
+        let after_path = at > 0
+            && (bytes[at - 1].is_ascii_alphanumeric()
+                || bytes[at - 1] == b'_'
+                || bytes[at - 1] == b':');
+        if !starts_word || after_path {
+            at += 1;
+            continue;
+        }
+        let word: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let rest = &code[at + word.len()..];
+        let Some(tail) = rest.strip_prefix("::") else {
+            at += word.len();
+            continue;
+        };
+        let base: Option<Vec<String>> = match word.as_str() {
+            "crate" => Some(Vec::new()),
+            "self" => Some(from.to_vec()),
+            "super" => {
+                // `super::super::x`: one level up per `super`.
+                let mut base = from.to_vec();
+                base.pop();
+                let mut tail = tail;
+                while let Some(more) = tail.strip_prefix("super::") {
+                    base.pop();
+                    tail = more;
+                }
+                found.extend(
+                    paths_at(tail)
+                        .into_iter()
+                        .map(|p| [base.clone(), p].concat()),
+                );
+                at += word.len() + 2;
+                continue;
+            }
+            child => {
+                let mut m = from.to_vec();
+                m.push(child.to_string());
+                modules.contains(&m).then(|| from.to_vec())
+            }
+        };
+        if let Some(base) = base {
+            let tail = if word == "crate" || word == "self" {
+                tail
+            } else {
+                &code[at..]
+            };
+            found.extend(
+                paths_at(tail)
+                    .into_iter()
+                    .map(|p| [base.clone(), p].concat()),
+            );
+        }
+        at += word.len() + 2;
+    }
+    found
+}
+
+/// Module -> the names it re-exports (`pub use a::B;`, `pub use a::{B, C}`)
+/// and the full path each stands for, so an import through a re-export
+/// counts for the file that defines the item.
+fn re_exports(
+    src: &Path,
+    modules: &BTreeSet<Vec<String>>,
+) -> BTreeMap<(Vec<String>, String), Vec<String>> {
+    let mut found = BTreeMap::new();
+    for file in rust_files(src) {
+        let from = module_of(src, &file);
+        let text = std::fs::read_to_string(&file).unwrap();
+        for code in code_lines(&text) {
+            let Some(used) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+                .iter()
+                .find_map(|p| code.strip_prefix(p))
+            else {
+                continue;
+            };
+            for path in absolute_paths(used, &from, modules) {
+                if let Some(name) = path
+                    .last()
+                    .filter(|n| n.as_str() != "self" && n.as_str() != "*")
+                {
+                    found.insert((from.clone(), name.clone()), path.clone());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The files a full path leads to: the longest module on it that has a
+/// file (the path as written: a circle written through a re-export is a
+/// circle), and each file a re-export on the way stands for, to the one
+/// that defines the item.
+fn files_of(
+    path: &[String],
+    modules: &BTreeSet<Vec<String>>,
+    exports: &BTreeMap<(Vec<String>, String), Vec<String>>,
+) -> Vec<Vec<String>> {
+    let mut path = path.to_vec();
+    let mut found = Vec::new();
+    // A re-export of a re-export is followed too, a few steps at most.
+    for _ in 0..8 {
+        let module = (0..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|m| modules.contains(m))
+            .unwrap_or_default();
+        found.push(module.clone());
+        let Some(name) = path.get(module.len()) else {
+            break;
+        };
+        match exports.get(&(module.clone(), name.clone())) {
+            Some(real) if real[..] != path[..=module.len()] => {
+                path = [real.clone(), path[module.len() + 1..].to_vec()].concat();
+            }
+            _ => break,
+        }
+    }
+    found
+}
+
+/// File -> the files of the same crate it reaches, in code (tests and
+/// comments aside): through `crate::`, `super::` and `self::` paths and
+/// child-module paths, followed through re-exports to the file that
+/// defines the item. The file's own ancestors (`mod.rs`, `lib.rs`) do not
+/// count for what they define themselves: a child reaching its parent's
+/// items is how modules nest.
 fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let files = rust_files(src);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(src, f)).collect();
+    let exports = re_exports(src, &modules);
     let mut graph = BTreeMap::new();
     for file in &files {
         let from = module_of(src, file);
         let mut to = BTreeSet::new();
         let text = std::fs::read_to_string(file).unwrap();
-        for line in text.lines() {
-            let code = line.trim_start();
-            if code.starts_with("mod tests") {
-                break;
-            }
-            if code.starts_with("//") {
+        for code in code_lines(&text) {
+            // A module's own declarations of its children are not uses.
+            if code.starts_with("mod ")
+                || code.starts_with("pub mod ")
+                || code.starts_with("pub(crate) mod ")
+            {
                 continue;
             }
-            for (at, _) in code.match_indices("crate::") {
-                for path in paths_at(&code[at + "crate::".len()..]) {
-                    let target = (0..=path.len())
-                        .rev()
-                        .map(|n| path[..n].to_vec())
-                        .find(|m| modules.contains(m))
-                        .unwrap_or_default();
+            for path in absolute_paths(code, &from, &modules) {
+                for target in files_of(&path, &modules, &exports) {
                     if target != from && !from.starts_with(&target) {
                         to.insert(target);
                     }
@@ -455,4 +602,33 @@ fn the_checks_see_a_wrong_way_import() {
     );
     std::fs::write(src.join("plane/b.rs"), "use crate::plane::{self, Thing};\n").unwrap();
     assert!(circles(&file_imports(&src)).is_empty());
+
+    // Through `super::`: b reaches a back.
+    std::fs::write(src.join("plane/b.rs"), "use super::a::g;\n").unwrap();
+    assert_eq!(
+        circles(&file_imports(&src)),
+        [vec!["plane::a".to_string(), "plane::b".to_string()]]
+    );
+    // Through a parent's re-export and its child path: `plane/mod.rs`
+    // re-exports a's item and uses b; b names the item through the parent
+    // (a circle written through the re-export), and a reaches b.
+    std::fs::write(
+        src.join("plane/mod.rs"),
+        "pub mod a;\npub mod b;\npub use a::Thing;\nfn f() { b::g() }\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("plane/b.rs"), "use crate::plane::Thing;\n").unwrap();
+    std::fs::write(src.join("plane/a.rs"), "use crate::plane::b::B;\n").unwrap();
+    let graph = file_imports(&src);
+    let plane = vec!["plane".to_string()];
+    let (a, b) = (
+        vec!["plane".to_string(), "a".to_string()],
+        vec!["plane".to_string(), "b".to_string()],
+    );
+    assert!(graph[&plane].contains(&b), "a child path is an import");
+    assert!(graph[&b].contains(&a), "a re-export is followed: {graph:?}");
+    assert_eq!(
+        circles(&graph),
+        [vec!["plane::a".to_string(), "plane::b".to_string()]]
+    );
 }

@@ -31,12 +31,12 @@ mod gateway;
 mod hosts;
 mod ingress;
 mod meta;
-mod names;
+pub(crate) mod names;
 mod regexes;
 mod route_traffic;
 mod secret;
 mod service;
-mod strings;
+pub(crate) mod strings;
 mod tenant;
 
 use std::fmt;

@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use super::PolicyAnswer;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::{Tried, Upstream};
-use crate::plane::decide::RequestHeaders;
+use crate::compile::gateway::RequestHeaders;
 use crate::plane::forwarding::{self, FORWARDING};
 use crate::plane::trace;
 
