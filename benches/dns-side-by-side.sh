@@ -16,6 +16,13 @@
 # DNS_NAMES    hostnames in the zone (default 10000; each INGRESS.acme.lb.example.com)
 # DNS_SECONDS  dnsperf run per server (default 10)
 # TEAPOT       the binary (default target/release/teapot, built if missing)
+# TEAPOT_BEFORE  another teapot binary (e.g. an earlier commit's release build)
+#              run first under the same conditions, as the row "teapot-before"
+# DNS_SERVERS  which servers run (default "teapot nsd knot bind")
+# DNS_ROUNDS   how many times the servers run, one after the other (default 1;
+#              more rounds interleave them, so a load change on a shared
+#              machine strikes all of them alike)
+# DNS_EXTRAS   0: only the side-by-side runs (no amplification, abuse, zone)
 # Needs: dnsperf nsd knot bind9 (scripts/setup.sh dnsperf nsd knot bind9), python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +34,10 @@ client_cpu="${DNS_CLIENT_CPU:-0}"
 target="${CARGO_TARGET_DIR:-target}"
 teapot="${TEAPOT:-$target/release/teapot}"
 [ -x "$teapot" ] || cargo build --release -p teapot --bin teapot
+servers="${DNS_SERVERS:-teapot nsd knot bind}"
+rounds="${DNS_ROUNDS:-1}"
+extras="${DNS_EXTRAS:-1}"
+teapot_before="${TEAPOT_BEFORE:-}"
 for tool in dnsperf nsd knotd named python3; do
   command -v "$tool" >/dev/null || { echo "dns bench: $tool missing (scripts/setup.sh dnsperf nsd knot bind9)" >&2; exit 1; }
 done
@@ -99,16 +110,21 @@ run() { # NAME PORT PID
 }
 
 # teapot: one runtime thread, no rate limit (dnsperf is one address).
-p=$(port)
-taskset -c "$server_cpu" "$teapot" --threads 1 proxy --manifests "$work/manifests" \
-  --http 127.0.0.1:0 --https off --admin 127.0.0.1:0 --domain example.com \
-  --dns-listen "127.0.0.1:$p" --dns-address 192.0.2.1 --dns-rate-limit 0 \
-  >"$work/teapot.out" 2>"$work/teapot.err" &
-pids+=($!); run teapot "$p" $!
+run_teapot() { # NAME BINARY
+  local p
+  p=$(port)
+  taskset -c "$server_cpu" "$2" --threads 1 proxy --manifests "$work/manifests" \
+    --http 127.0.0.1:0 --https off --admin 127.0.0.1:0 --domain example.com \
+    --dns-listen "127.0.0.1:$p" --dns-address 192.0.2.1 --dns-rate-limit 0 \
+    >"$work/$1.out" 2>"$work/$1.err" &
+  pids+=($!); run "$1" "$p" $!
+}
 
 # NSD, one server process.
-p=$(port)
-cat >"$work/nsd.conf" <<CONF
+run_nsd() {
+  local p
+  p=$(port)
+  cat >"$work/nsd.conf" <<CONF
 server:
   ip-address: 127.0.0.1@$p
   server-count: 1
@@ -128,13 +144,16 @@ zone:
   name: $zone
   zonefile: zone.db
 CONF
-taskset -c "$server_cpu" nsd -d -c "$work/nsd.conf" &
-pids+=($!); run nsd "$p" $!
+  taskset -c "$server_cpu" nsd -d -c "$work/nsd.conf" &
+  pids+=($!); run nsd "$p" $!
+}
 
 # Knot, one UDP and one TCP thread.
-p=$(port)
-mkdir -p "$work/knot"
-cat >"$work/knot.conf" <<CONF
+run_knot() {
+  local p
+  p=$(port)
+  rm -rf "$work/knot"; mkdir -p "$work/knot"
+  cat >"$work/knot.conf" <<CONF
 server:
   rundir: "$work/knot"
   listen: 127.0.0.1@$p
@@ -152,12 +171,15 @@ zone:
     journal-content: none
     zonefile-sync: -1
 CONF
-taskset -c "$server_cpu" knotd -c "$work/knot.conf" &
-pids+=($!); run knot "$p" $!
+  taskset -c "$server_cpu" knotd -c "$work/knot.conf" &
+  pids+=($!); run knot "$p" $!
+}
 
 # BIND, one thread (-n 1).
-p=$(port)
-cat >"$work/named.conf" <<CONF
+run_bind() {
+  local p
+  p=$(port)
+  cat >"$work/named.conf" <<CONF
 options {
   directory "$work";
   listen-on port $p { 127.0.0.1; };
@@ -168,8 +190,29 @@ options {
 };
 zone "$zone" { type primary; file "$work/zone.db"; };
 CONF
-taskset -c "$server_cpu" named -g -n 1 -c "$work/named.conf" >"$work/named.log" 2>&1 &
-pids+=($!); run bind "$p" $!
+  taskset -c "$server_cpu" named -g -n 1 -c "$work/named.conf" >"$work/named.log" 2>&1 &
+  pids+=($!); run bind "$p" $!
+}
+
+for _ in $(seq 1 "$rounds"); do
+  [ -z "$teapot_before" ] || run_teapot teapot-before "$teapot_before"
+  for server in $servers; do
+    case $server in
+      teapot) run_teapot teapot "$teapot" ;;
+      nsd) run_nsd ;;
+      knot) run_knot ;;
+      bind) run_bind ;;
+      *) echo "dns bench: unknown server $server" >&2; exit 1 ;;
+    esac
+  done
+done
+
+if [ "$extras" = 0 ]; then
+  json="{\"date\":\"$(date -u +%F)\",\"commit\":\"$(git rev-parse --short HEAD)\",\"names\":$names,\"seconds\":$seconds,\"servers\":[$(IFS=,; echo "${results[*]}")]}"
+  echo "$json"
+  [ -z "$out" ] || echo "$json" >"$out"
+  exit 0
+fi
 
 # Amplification: teapot with its defaults (20 responses/s per /24 and
 # name, slip 2), a flood of ANY and NS queries from 127.0.0.1.

@@ -7,9 +7,17 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use arc_swap::ArcSwap;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{
+    ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 
 use crate::Error;
@@ -107,95 +115,340 @@ pub async fn run(
     let addr = sockets.local_addr()?;
     sockets.udp.set_nonblocking(true)?;
     sockets.tcp.set_nonblocking(true)?;
-    let udp = UdpSocket::from_std(sockets.udp)?;
     let tcp = TcpListener::from_std(sockets.tcp)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tracing::info!(%addr, origin = %zone.load().origin(), "DNS listener (UDP and TCP)");
-    let udp_task = tokio::spawn(serve_udp(
-        udp,
-        zone.clone(),
-        Limiter::new(config.rate_limit),
-        metrics.clone(),
-        stop_rx.clone(),
-    ));
+    // UDP on a thread of its own, blocking in poll(2) when idle: tokio
+    // adds nothing to a listener that answers each datagram in place.
+    // Closing `wake` (and `stopping`, seen between batches under load)
+    // ends it.
+    let (wake_rx, wake) = std::io::pipe()?;
+    let stopping = Arc::new(AtomicBool::new(false));
+    let (udp_done, udp_stopped) = tokio::sync::oneshot::channel::<()>();
+    let udp = Udp {
+        socket: sockets.udp,
+        zone: zone.clone(),
+        limiter: Limiter::new(config.rate_limit),
+        metrics: metrics.clone(),
+        stopping: stopping.clone(),
+        wake: wake_rx,
+    };
+    std::thread::Builder::new()
+        .name("teapot-dns-udp".into())
+        .spawn(move || {
+            udp.serve();
+            let _ = udp_done.send(());
+        })?;
     let tcp_task = tokio::spawn(serve_tcp(tcp, zone, config, metrics, stop_rx));
     shutdown.await;
     let _ = stop_tx.send(true);
-    let _ = udp_task.await;
+    stopping.store(true, Ordering::Release);
+    drop(wake);
+    let _ = udp_stopped.await;
     let _ = tcp_task.await;
     tracing::info!(%addr, "DNS listener stopped");
     Ok(())
 }
 
-async fn serve_udp(
-    socket: UdpSocket,
+/// Datagrams taken from the socket, and answers sent, per system call
+/// (recvmmsg, sendmmsg): the kernel's per-call cost is shared by a batch,
+/// and a client gets its answers in bursts, woken once for several.
+const BATCH: usize = 32;
+
+/// One byte more than a query may have: a longer datagram is seen as
+/// longer and dropped, not cut to a valid-looking prefix.
+const DATAGRAM: usize = MAX_QUERY + 1;
+
+/// The UDP listener's buffers, kept from one batch to the next: nothing
+/// is allocated per query.
+struct Batch {
+    /// The message headers of recvmmsg and of sendmmsg, apart: each call
+    /// sets up its own, and a receive's address buffers must stay its own.
+    receiving: MultiHeaders<SockaddrStorage>,
+    sending: MultiHeaders<SockaddrStorage>,
+    counts: Counts,
+    queries: Box<[[u8; DATAGRAM]; BATCH]>,
+    lens: [usize; BATCH],
+    peers: [Option<SockaddrStorage>; BATCH],
+    answers: Vec<Vec<u8>>,
+    /// Which answers go out, and to whom.
+    sends: [usize; BATCH],
+    to: [Option<SockaddrStorage>; BATCH],
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            receiving: MultiHeaders::preallocate(BATCH, None),
+            sending: MultiHeaders::preallocate(BATCH, None),
+            counts: Counts::default(),
+            queries: Box::new([[0; DATAGRAM]; BATCH]),
+            lens: [0; BATCH],
+            peers: [None; BATCH],
+            answers: (0..BATCH).map(|_| Vec::with_capacity(512)).collect(),
+            sends: [0; BATCH],
+            to: [None; BATCH],
+        }
+    }
+
+    /// The datagrams waiting, up to [`BATCH`]; `WouldBlock` when none is.
+    fn receive(&mut self, fd: RawFd) -> std::io::Result<usize> {
+        let mut slices = self.queries.each_mut().map(|q| [IoSliceMut::new(q)]);
+        let received = recvmmsg(
+            fd,
+            &mut self.receiving,
+            slices.iter_mut(),
+            MsgFlags::MSG_DONTWAIT,
+            None,
+        )
+        .map_err(std::io::Error::from)?;
+        let mut n = 0;
+        for (i, m) in received.enumerate() {
+            self.lens[i] = m.bytes;
+            self.peers[i] = m.address;
+            n = i + 1;
+        }
+        Ok(n)
+    }
+
+    /// Sends answers `from..count` of the send list; how many went.
+    fn send(&mut self, fd: RawFd, from: usize, count: usize) -> std::io::Result<usize> {
+        let answers = &self.answers;
+        let sends = &self.sends;
+        let slices: [[IoSlice<'_>; 1]; BATCH] = std::array::from_fn(|k| {
+            let i = sends[(from + k).min(BATCH - 1)];
+            [IoSlice::new(&answers[i])]
+        });
+        let sent = sendmmsg(
+            fd,
+            &mut self.sending,
+            slices[..count - from].iter(),
+            &self.to[from..count],
+            [] as [ControlMessage<'_>; 0],
+            MsgFlags::MSG_DONTWAIT,
+        )
+        .map_err(std::io::Error::from)?;
+        Ok(sent.count())
+    }
+}
+
+/// A peer's address as the standard library's.
+fn socket_addr(peer: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(a) = peer.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*a).into()));
+    }
+    peer.as_sockaddr_in6().map(|a| SocketAddr::V6((*a).into()))
+}
+
+/// The UDP listener's counts of one batch, added to the shared series
+/// once per batch rather than once per datagram.
+#[derive(Default)]
+struct Counts {
+    bytes_in: u64,
+    bytes_out: u64,
+    slipped: u64,
+    dropped: u64,
+    not_a_query: u64,
+    /// By the index of the RCODE label in [`answer::RCODES`] (one more
+    /// for "other"), and truncated or not.
+    responses: [[u64; 2]; answer::RCODES.len() + 1],
+}
+
+fn rcode_index(rcode: &str) -> usize {
+    answer::RCODES
+        .iter()
+        .position(|r| *r == rcode)
+        .unwrap_or(answer::RCODES.len())
+}
+
+/// The UDP listener's thread.
+struct Udp {
+    socket: std::net::UdpSocket,
     zone: ZoneHandle,
-    mut limiter: Limiter,
+    limiter: Limiter,
     metrics: Metrics,
-    mut stop: watch::Receiver<bool>,
-) {
-    // One byte more than a query may have: a longer datagram is seen as
-    // longer and dropped, not cut to a valid-looking prefix.
-    let mut buf = vec![0u8; MAX_QUERY + 1];
-    let started = Instant::now();
-    // Looked up once: a label lookup per query costs a hash and a lock.
-    let (bytes_in, bytes_out) = (
-        metrics.bytes_in.with_label_values(&["udp"]),
-        metrics.bytes_out.with_label_values(&["udp"]),
-    );
-    let (slipped, dropped) = (
-        metrics.rate_limited.with_label_values(&["slip"]),
-        metrics.rate_limited.with_label_values(&["drop"]),
-    );
-    let mut responses = std::collections::HashMap::new();
-    loop {
-        let (len, peer) = tokio::select! {
-            r = socket.recv_from(&mut buf) => match r {
-                Ok(r) => r,
+    stopping: Arc<AtomicBool>,
+    /// Readable (at its end) once the server stops.
+    wake: std::io::PipeReader,
+}
+
+impl Udp {
+    fn serve(mut self) {
+        let started = Instant::now();
+        let series = UdpSeries::new(&self.metrics);
+        let fd = self.socket.as_raw_fd();
+        let mut batch = Batch::new();
+        while !self.stopping.load(Ordering::Acquire) {
+            let n = match batch.receive(fd) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if !self.wait(PollFlags::POLLIN) {
+                        break;
+                    }
+                    continue;
+                }
                 Err(e) => {
                     // ICMP errors of earlier sends show up here on Linux;
                     // the socket is fine.
                     tracing::debug!(error = %e, "DNS UDP receive");
                     continue;
                 }
-            },
-            _ = stop.changed() => return,
-        };
-        let query = &buf[..len];
-        bytes_in.inc_by(len as u64);
-        let Some(response) = answer::respond(&zone.load(), query, Transport::Udp) else {
-            metrics.dropped.with_label_values(&["not_a_query"]).inc();
-            continue;
-        };
-        let now = started.elapsed().as_secs();
-        let bytes = match limiter.check(peer.ip(), response.rate_key, response.bytes.len(), now) {
-            Verdict::Send => response.bytes,
-            Verdict::Slip => {
-                slipped.inc();
-                match answer::slip(query) {
-                    Some(b) => b,
-                    None => continue,
+            };
+            let now = started.elapsed().as_secs();
+            let count = self.answer(&mut batch, n, now);
+            let mut from = 0;
+            while from < count {
+                match batch.send(fd, from, count) {
+                    Ok(sent) => from += sent.max(1),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        // The socket's send buffer is full: wait for room
+                        // rather than drop what is answered already.
+                        if !self.wait(PollFlags::POLLOUT) {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        // An answer the kernel refuses (an unroutable
+                        // peer) is skipped; the rest still go.
+                        tracing::debug!(error = %e, "DNS UDP send");
+                        from += 1;
+                    }
                 }
             }
-            Verdict::Drop => {
-                dropped.inc();
-                continue;
+            series.add(&batch.counts);
+        }
+    }
+
+    /// Waits until the socket is ready for `what`; false once the server
+    /// stops.
+    fn wait(&self, what: PollFlags) -> bool {
+        let mut fds = [
+            PollFd::new(self.socket.as_fd(), what),
+            PollFd::new(self.wake.as_fd(), PollFlags::POLLIN),
+        ];
+        loop {
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "DNS UDP poll");
+                    return false;
+                }
             }
-        };
-        responses
-            .entry((response.rcode, response.truncated))
-            .or_insert_with(|| metrics.counter(response.rcode, Transport::Udp, response.truncated))
-            .inc();
-        bytes_out.inc_by(bytes.len() as u64);
-        tracing::trace!(
-            %peer,
-            name = %LogQuestion(query),
-            rcode = response.rcode,
-            bytes = bytes.len(),
-            "DNS UDP answer"
-        );
-        if let Err(e) = socket.send_to(&bytes, peer).await {
-            tracing::debug!(%peer, error = %e, "DNS UDP send");
+        }
+        fds[1].revents().is_none_or(|r| r.is_empty()) && !self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Answers the `n` datagrams of `batch` into its answer buffers and
+    /// lists those that go out; their count.
+    fn answer(&mut self, batch: &mut Batch, n: usize, now: u64) -> usize {
+        let zone = self.zone.load();
+        let Batch {
+            queries,
+            lens,
+            peers,
+            answers,
+            sends,
+            to,
+            counts,
+            ..
+        } = batch;
+        *counts = Counts::default();
+        let mut count = 0;
+        for i in 0..n {
+            let len = lens[i];
+            counts.bytes_in += len as u64;
+            let Some(peer) = peers[i] else { continue };
+            let Some(addr) = socket_addr(&peer) else {
+                continue;
+            };
+            let query = &queries[i][..len.min(DATAGRAM)];
+            let out = &mut answers[i];
+            let Some(response) = answer::respond_into(&zone, query, Transport::Udp, out) else {
+                counts.not_a_query += 1;
+                continue;
+            };
+            match self
+                .limiter
+                .check(addr.ip(), response.rate_key, out.len(), now)
+            {
+                Verdict::Send => {}
+                Verdict::Slip => {
+                    counts.slipped += 1;
+                    match answer::slip(query) {
+                        Some(b) => *out = b,
+                        None => continue,
+                    }
+                }
+                Verdict::Drop => {
+                    counts.dropped += 1;
+                    continue;
+                }
+            }
+            counts.responses[rcode_index(response.rcode)][usize::from(response.truncated)] += 1;
+            counts.bytes_out += out.len() as u64;
+            tracing::trace!(
+                peer = %addr,
+                name = %LogQuestion(query),
+                rcode = response.rcode,
+                bytes = out.len(),
+                "DNS UDP answer"
+            );
+            sends[count] = i;
+            to[count] = Some(peer);
+            count += 1;
+        }
+        count
+    }
+}
+
+/// The UDP listener's series, each looked up once: a label lookup per
+/// query costs a hash and a lock.
+struct UdpSeries {
+    bytes_in: prometheus::IntCounter,
+    bytes_out: prometheus::IntCounter,
+    slipped: prometheus::IntCounter,
+    dropped: prometheus::IntCounter,
+    not_a_query: prometheus::IntCounter,
+    responses: Vec<[prometheus::IntCounter; 2]>,
+}
+
+impl UdpSeries {
+    fn new(metrics: &Metrics) -> UdpSeries {
+        let rcodes = answer::RCODES.iter().copied().chain(["other"]);
+        UdpSeries {
+            bytes_in: metrics.bytes_in.with_label_values(&["udp"]),
+            bytes_out: metrics.bytes_out.with_label_values(&["udp"]),
+            slipped: metrics.rate_limited.with_label_values(&["slip"]),
+            dropped: metrics.rate_limited.with_label_values(&["drop"]),
+            not_a_query: metrics.dropped.with_label_values(&["not_a_query"]),
+            responses: rcodes
+                .map(|rcode| {
+                    [false, true].map(|truncated| metrics.counter(rcode, Transport::Udp, truncated))
+                })
+                .collect(),
+        }
+    }
+
+    /// A batch's counts, one atomic add per series that moved.
+    fn add(&self, counts: &Counts) {
+        for (series, n) in [
+            (&self.bytes_in, counts.bytes_in),
+            (&self.bytes_out, counts.bytes_out),
+            (&self.slipped, counts.slipped),
+            (&self.dropped, counts.dropped),
+            (&self.not_a_query, counts.not_a_query),
+        ] {
+            if n > 0 {
+                series.inc_by(n);
+            }
+        }
+        for (series, counted) in self.responses.iter().zip(&counts.responses) {
+            for (c, n) in series.iter().zip(counted) {
+                if *n > 0 {
+                    c.inc_by(*n);
+                }
+            }
         }
     }
 }

@@ -73,20 +73,77 @@ pub struct Zone {
     pub(crate) ttl: u32,
     pub(crate) negative_ttl: u32,
     pub(crate) apex_ttl: u32,
-    pub(crate) nodes: HashMap<LowerName, Node>,
+    /// The origin in wire format, lowercase (see [`wire`]).
+    pub(crate) origin_wire: Box<[u8]>,
+    /// The SOA's RDATA in wire format for the fast path's negative
+    /// answers: MNAME and RNAME each as the labels above the origin and
+    /// whether the origin follows (a pointer to it in the question), or
+    /// whole; then the five numbers.
+    pub(crate) soa_names: [(Box<[u8]>, bool); 2],
+    pub(crate) soa_numbers: [u8; 20],
+    /// The names with records, keyed by their lowercase wire format
+    /// ([`wire`]): the query path looks a name up as the query carries
+    /// it, with no conversion.
+    pub(crate) nodes: HashMap<Box<[u8]>, Node>,
     /// Names with no records of their own but names below them
     /// (`CLUSTER.lb.DOMAIN` when only its Ingresses have addresses): NODATA,
     /// not NXDOMAIN (RFC 8020).
-    pub(crate) empty_non_terminals: HashSet<LowerName>,
+    pub(crate) empty_non_terminals: HashSet<Box<[u8]>>,
     /// The records of each wildcard `*.P`, keyed by `P`: a name below `P`
     /// whose closest existing ancestor is `P` is answered from them
     /// (RFC 4592 §3.3.1), as a tenant's wildcard Ingress host routes it.
-    pub(crate) wildcards: HashMap<LowerName, Node>,
+    pub(crate) wildcards: HashMap<Box<[u8]>, Node>,
     /// False for [`ZoneBuilder::placeholder`]: names are not known yet.
     pub(crate) loaded: bool,
 }
 
+/// What a name in the zone holds, for the query path.
+#[derive(Debug)]
+pub(crate) enum Found<'z> {
+    /// The name exists: its records, or none (the apex without records
+    /// of its own, an empty non-terminal: NODATA for every type).
+    Node(Option<&'z Node>),
+    /// The name does not exist; the wildcard at its closest encloser
+    /// answers it. The first field is that encloser, in wire format.
+    Wildcard(&'z [u8], &'z Node),
+    NxDomain,
+}
+
 impl Zone {
+    /// What `name` (lowercase wire format, in the zone) holds. A wildcard
+    /// answers only at the closest encloser, the nearest ancestor that
+    /// exists as a name with records or an empty non-terminal (RFC 4592
+    /// §3.3.1): `*.acme` answers `x.y.acme` only while `y.acme` does not
+    /// exist.
+    pub(crate) fn find(&self, name: &[u8]) -> Found<'_> {
+        if let Some(node) = self.nodes.get(name) {
+            return Found::Node(Some(node));
+        }
+        if name == &*self.origin_wire || self.empty_non_terminals.contains(name) {
+            return Found::Node(None);
+        }
+        if self.wildcards.is_empty() {
+            return Found::NxDomain;
+        }
+        let mut parent = name;
+        while parent.len() > 1 {
+            let Some(up) = parent.get(1 + usize::from(parent[0])..) else {
+                break;
+            };
+            parent = up;
+            if parent == &*self.origin_wire
+                || self.nodes.contains_key(parent)
+                || self.empty_non_terminals.contains(parent)
+            {
+                return match self.wildcards.get_key_value(parent) {
+                    Some((encloser, node)) => Found::Wildcard(encloser, node),
+                    None => Found::NxDomain,
+                };
+            }
+        }
+        Found::NxDomain
+    }
+
     /// The zone's SOA serial.
     pub fn serial(&self) -> u32 {
         self.soa.serial
@@ -242,13 +299,13 @@ impl ZoneBuilder {
             }
             let mut parent = name.base_name();
             while self.origin.zone_of(&parent) && parent != self.origin {
-                empty_non_terminals.insert(LowerName::new(&parent));
+                empty_non_terminals.insert(wire(&parent));
                 parent = parent.base_name();
             }
             if name.is_wildcard() {
-                wildcards.insert(LowerName::new(&name.base_name()), node.clone());
+                wildcards.insert(wire(&name.base_name()), node.clone());
             }
-            nodes.insert(LowerName::new(name), node);
+            nodes.insert(wire(name), node);
         }
         empty_non_terminals.retain(|n| !nodes.contains_key(n));
         // 0 is avoided: some tools read it as "no serial".
@@ -278,7 +335,31 @@ impl ZoneBuilder {
                 ]
             })
             .collect();
+        let origin_wire = wire(&self.origin);
+        let soa_names = [&soa.mname, &soa.rname].map(|name| {
+            let name = wire(name);
+            match name.len().checked_sub(origin_wire.len()) {
+                Some(above) if name[above..] == *origin_wire && labels_end_at(&name, above) => {
+                    (name[..above].into(), true)
+                }
+                _ => (name, false),
+            }
+        });
+        let mut soa_numbers = [0; 20];
+        let numbers = [
+            soa.serial,
+            soa.refresh as u32,
+            soa.retry as u32,
+            soa.expire as u32,
+            soa.minimum,
+        ];
+        for (chunk, n) in soa_numbers.chunks_mut(4).zip(numbers) {
+            chunk.copy_from_slice(&n.to_be_bytes());
+        }
         Zone {
+            origin_wire,
+            soa_names,
+            soa_numbers,
             origin: LowerName::new(&self.origin),
             origin_name: self.origin.to_lowercase(),
             soa,
@@ -293,6 +374,28 @@ impl ZoneBuilder {
             loaded: true,
         }
     }
+}
+
+/// `name` in wire format (length-prefixed labels, the root's empty label
+/// last), ASCII lowercased: the key of the zone's tables. Case-insensitive
+/// comparison of DNS names (RFC 4343) is then byte equality.
+pub(crate) fn wire(name: &Name) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(name.len() + 2);
+    for label in name.iter() {
+        out.push(label.len() as u8);
+        out.extend(label.iter().map(u8::to_ascii_lowercase));
+    }
+    out.push(0);
+    out.into_boxed_slice()
+}
+
+/// Whether a label of the wire-format `name` starts at `at`.
+pub(crate) fn labels_end_at(name: &[u8], at: usize) -> bool {
+    let mut i = 0;
+    while i < at {
+        i += 1 + usize::from(name[i]);
+    }
+    i == at
 }
 
 /// A fully qualified name from text, with an error that names it.
@@ -383,9 +486,10 @@ mod tests {
         b.address("web.acme.lb.example.com", "192.0.2.1".parse().unwrap())
             .unwrap();
         let zone = b.build();
-        let parent = LowerName::new(&parse_name("acme.lb.example.com").unwrap());
+        let parent = wire(&parse_name("ACME.lb.example.com").unwrap());
+        assert_eq!(&*parent, b"\x04acme\x02lb\x07example\x03com\x00");
         assert!(zone.empty_non_terminals.contains(&parent));
-        assert!(!zone.empty_non_terminals.contains(&zone.origin));
+        assert!(!zone.empty_non_terminals.contains(&zone.origin_wire));
         assert!(zone.contains("ACME.lb.example.com."));
         assert!(!zone.contains("example.com"));
     }
