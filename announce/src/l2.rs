@@ -233,15 +233,11 @@ impl Link {
         })
     }
 
-    fn host_prefix(addr: &IpAddr) -> u8 {
-        if addr.is_ipv4() { 32 } else { 128 }
-    }
-
     async fn add(&self, addr: IpAddr) -> Result<(), Error> {
         let mut req = self
             .netlink
             .address()
-            .add(self.index, addr, Self::host_prefix(&addr))
+            .add(self.index, addr, host_prefix(&addr))
             .replace();
         // The address is ours by election; duplicate detection would only
         // delay it by a second or two.
@@ -261,34 +257,7 @@ impl Link {
     /// the same address with a shorter prefix is the node's own and stays.
     /// Whether one was there.
     async fn remove(&self, addr: IpAddr) -> Result<bool, Error> {
-        // A delete by address and prefix, not a lookup first: looking up
-        // is a dump of every address on the link, and releasing a
-        // thousand addresses one dump each took most of a minute.
-        let mut msg = AddressMessage::default();
-        msg.header.family = match addr {
-            IpAddr::V4(_) => RouteFamily::Inet,
-            IpAddr::V6(_) => RouteFamily::Inet6,
-        };
-        msg.header.prefix_len = Self::host_prefix(&addr);
-        msg.header.index = self.index;
-        msg.attributes.push(AddressAttribute::Address(addr));
-        if addr.is_ipv4() {
-            msg.attributes.push(AddressAttribute::Local(addr));
-        }
-        match self.netlink.address().del(msg).execute().await {
-            Ok(()) => Ok(true),
-            // Not there (EADDRNOTAVAIL for IPv4, ENODEV or ENOENT for
-            // IPv6 depending on the kernel).
-            Err(rtnetlink::Error::NetlinkError(e))
-                if matches!(
-                    e.raw_code().unsigned_abs() as i32,
-                    libc::EADDRNOTAVAIL | libc::ENOENT | libc::ENODEV | libc::ESRCH
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(Error::Netlink(format!("removing {addr}: {e}"))),
-        }
+        remove_host(&self.netlink, self.index, addr).await
     }
 
     /// One announcement; a full socket buffer drops it (the next repeat
@@ -319,6 +288,95 @@ impl Link {
             }
         }
     }
+}
+
+fn host_prefix(addr: &IpAddr) -> u8 {
+    if addr.is_ipv4() { 32 } else { 128 }
+}
+
+/// Removes `addr` as a host address from the link `index`: a delete by
+/// address and prefix, not a lookup first (looking up is a dump of every
+/// address on the link, and releasing a thousand addresses one dump each
+/// took most of a minute). Whether one was there.
+async fn remove_host(netlink: &rtnetlink::Handle, index: u32, addr: IpAddr) -> Result<bool, Error> {
+    let mut msg = AddressMessage::default();
+    msg.header.family = match addr {
+        IpAddr::V4(_) => RouteFamily::Inet,
+        IpAddr::V6(_) => RouteFamily::Inet6,
+    };
+    msg.header.prefix_len = host_prefix(&addr);
+    msg.header.index = index;
+    msg.attributes.push(AddressAttribute::Address(addr));
+    if addr.is_ipv4() {
+        msg.attributes.push(AddressAttribute::Local(addr));
+    }
+    match netlink.address().del(msg).execute().await {
+        Ok(()) => Ok(true),
+        // Not there (EADDRNOTAVAIL for IPv4, ENODEV or ENOENT for
+        // IPv6 depending on the kernel).
+        Err(rtnetlink::Error::NetlinkError(e))
+            if matches!(
+                e.raw_code().unsigned_abs() as i32,
+                libc::EADDRNOTAVAIL | libc::ENOENT | libc::ENODEV | libc::ESRCH
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(Error::Netlink(format!("removing {addr}: {e}"))),
+    }
+}
+
+/// Removes every host address (/32, /128) on `interface` that `leftover`
+/// accepts, and returns them: at start a replica holds nothing, so an
+/// announced address found there was left by a run killed without its
+/// stop, and the kernel would go on answering ARP and neighbour
+/// solicitations for it beside the real owner's. Called before the
+/// replica talks to anyone (the Leases that would name the address may
+/// take a second to list); the node's own addresses have a subnet and
+/// are never host addresses here.
+pub async fn remove_leftovers(
+    interface: &str,
+    leftover: impl Fn(&IpAddr) -> bool,
+) -> Result<Vec<IpAddr>, Error> {
+    use futures::TryStreamExt;
+    let (index, _, _) = self::interface(interface)?;
+    let (conn, netlink, _) =
+        rtnetlink::new_connection().map_err(|e| Error::Io("opening netlink", e))?;
+    let conn = tokio::spawn(conn);
+    let listed = async {
+        let mut found = BTreeSet::new();
+        let mut dump = std::pin::pin!(
+            netlink
+                .address()
+                .get()
+                .set_link_index_filter(index)
+                .execute()
+        );
+        while let Some(msg) = dump
+            .try_next()
+            .await
+            .map_err(|e| Error::Netlink(format!("listing the addresses of {interface}: {e}")))?
+        {
+            for attr in &msg.attributes {
+                if let AddressAttribute::Address(a) = attr
+                    && msg.header.prefix_len == host_prefix(a)
+                    && leftover(a)
+                {
+                    found.insert(*a);
+                }
+            }
+        }
+        let mut removed = Vec::new();
+        for addr in found {
+            if remove_host(&netlink, index, addr).await? {
+                removed.push(addr);
+            }
+        }
+        Ok(removed)
+    }
+    .await;
+    conn.abort();
+    listed
 }
 
 /// Who may own the addresses, as the caller judges liveness, and what

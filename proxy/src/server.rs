@@ -350,6 +350,7 @@ pub async fn run(
                 crate::loops::announce::Announcer::start(
                     c,
                     snapshots.clone(),
+                    reloader.generations(),
                     ready.clone(),
                     membership,
                 )

@@ -71,6 +71,10 @@ struct Segment {
     flags: Vec<String>,
     /// The L2 address the replicas announce and the client asks.
     vip: &'static str,
+    /// Each replica runs as process 1 of a PID namespace of its own, so
+    /// a restart has the name its killed run had (the process id is part
+    /// of it), as a container restarted in its pod does.
+    same_name: bool,
     // Dropped last: the processes above go first.
     _namespaces: Namespaces,
 }
@@ -89,8 +93,10 @@ impl Drop for Segment {
     }
 }
 
+/// `TEAPOT_BIN` runs these tests against another build (a release one,
+/// an earlier commit's).
 fn teapot() -> String {
-    teapot_bin().display().to_string()
+    std::env::var("TEAPOT_BIN").unwrap_or_else(|_| teapot_bin().display().to_string())
 }
 
 impl Segment {
@@ -146,6 +152,7 @@ impl Segment {
             kubeconfig,
             flags: Vec::new(),
             vip: VIP,
+            same_name: false,
             _namespaces: namespaces,
         };
         for i in 0..replicas {
@@ -184,14 +191,14 @@ impl Segment {
             .append(true)
             .open(&r.log)
             .unwrap();
-        let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &r.ns,
-                "env",
-                &format!("HOSTNAME={}", r.name),
-            ])
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &r.ns]);
+        if self.same_name {
+            // Killed with unshare (the pid the test signals).
+            command.args(["unshare", "--pid", "--kill-child"]);
+        }
+        let child = command
+            .args(["env", &format!("HOSTNAME={}", r.name)])
             .args([&teapot(), "proxy", "--kube", "--kubeconfig"])
             .arg(&self.kubeconfig)
             .args([
@@ -639,20 +646,89 @@ impl Prober {
     /// Stops; the longest time from one answered probe to the next, and
     /// how many probes there were.
     fn longest_gap(self) -> (Duration, usize) {
-        let _ = self.stop.send(());
-        let probes = self.thread.join().unwrap();
-        let answered: Vec<Instant> = probes
-            .iter()
-            .filter(|(_, ok)| *ok)
-            .map(|(at, _)| *at)
-            .collect();
-        let gap = answered
-            .windows(2)
-            .map(|w| w[1] - w[0])
+        let probes = self.stop();
+        let gap = gaps(&probes)
+            .into_iter()
+            .map(|(_, gap)| gap)
             .max()
             .unwrap_or(Duration::MAX);
         (gap, probes.len())
     }
+
+    fn stop(self) -> Vec<(Instant, bool)> {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap()
+    }
+}
+
+/// Each time from one answered probe to the next: when the first was
+/// sent, and how long until the next answered one.
+fn gaps(probes: &[(Instant, bool)]) -> Vec<(Instant, Duration)> {
+    let answered: Vec<Instant> = probes
+        .iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(at, _)| *at)
+        .collect();
+    answered.windows(2).map(|w| (w[0], w[1] - w[0])).collect()
+}
+
+/// Samples which replicas hold the L2 address on their interface, one
+/// round of the three after another (a few milliseconds each), until
+/// told to stop.
+struct Holders {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Vec<(Instant, Vec<usize>)>>,
+}
+
+impl Holders {
+    fn start(seg: &Segment) -> Holders {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let namespaces: Vec<String> = seg.replicas.iter().map(|r| r.ns.clone()).collect();
+        let vip = seg.vip;
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while stopped.try_recv().is_err() {
+                let at = Instant::now();
+                let holders = namespaces
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, ns)| {
+                        sh(ns, "ip -o addr show dev lan").contains(&format!(" {vip}/"))
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                samples.push((at, holders));
+            }
+            samples
+        });
+        Holders { stop, thread }
+    }
+
+    fn stop(self) -> Vec<(Instant, Vec<usize>)> {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap()
+    }
+}
+
+/// The longest stretch of samples for which `when` held: from the first
+/// such sample to the first after it that did not.
+fn longest_while(samples: &[(Instant, Vec<usize>)], when: impl Fn(&[usize]) -> bool) -> Duration {
+    let mut longest = Duration::ZERO;
+    let mut since: Option<Instant> = None;
+    for (at, holders) in samples {
+        match (when(holders), since) {
+            (true, None) => since = Some(*at),
+            (false, Some(start)) => {
+                longest = longest.max(*at - start);
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let (Some(start), Some((last, _))) = (since, samples.last()) {
+        longest = longest.max(*last - start);
+    }
+    longest
 }
 
 /// The longest a client may go unanswered while an address moves to a
@@ -745,6 +821,185 @@ async fn a_replica_restarted_after_sigkill_runs_no_bfd_session_with_itself() {
             .iter()
             .any(|r| r.as_str() == Some(dead.as_str())),
         "{announce}"
+    );
+}
+
+/// The MAC of the segment interface in namespace `ns`.
+fn mac(ns: &str) -> String {
+    let link = sh(ns, "ip -o link show lan");
+    link.split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The MAC the client's neighbour entry for the L2 address names, if any.
+fn client_neighbour(client: &str, vip: &str) -> Option<String> {
+    sh(client, &format!("ip neigh show {vip} dev lan"))
+        .split_whitespace()
+        .skip_while(|w| *w != "lladdr")
+        .nth(1)
+        .map(String::from)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_under_its_name_after_sigkill_holds_nothing_until_the_leases_give_it_back()
+ {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    let _one = SEGMENT.lock().await;
+    let mut seg = Segment::new(3);
+    seg.same_name = true;
+    let _api = seg.api().await;
+    for i in 0..3 {
+        seg.start(i);
+    }
+    for i in 0..3 {
+        seg.wait_ready(i);
+    }
+    let owner = tokio::task::block_in_place(|| seg.settled());
+    tokio::task::block_in_place(|| seg.wait_bfd_up());
+    let status: Value = serde_json::from_str(&seg.admin(owner, "/status").unwrap()).unwrap();
+    let name = status["announce"]["replica"].as_str().unwrap().to_string();
+    let ns = seg.replicas[owner].ns.clone();
+    let owner_mac = mac(&ns);
+    seg.signal(owner, "-KILL");
+    let _ = seg.replicas[owner].proxy.as_mut().unwrap().wait();
+    // Nothing removed the address: the kernel still answers for it.
+    assert!(seg.holds_vip(owner), "{}", seg.dump());
+    tokio::task::block_in_place(|| seg.wait_served(Some(owner)));
+    // Restarted at once, its way to the API blackholed: the Leases that
+    // list the address cannot tell it, and the address still goes.
+    sh(&ns, &format!("ip route add blackhole {API}/32"));
+    let restarted = Timestamp::now();
+    seg.start(owner);
+    netns::wait(
+        "the restarted replica to clear its killed run's address without the API",
+        || seg.dump(),
+        || (!seg.holds_vip(owner)).then_some(()),
+    );
+    assert!(
+        logged_at(
+            &seg,
+            owner,
+            "L2 address left over from an earlier run removed",
+            restarted
+        )
+        .is_some(),
+        "{}",
+        seg.dump()
+    );
+    // From now on: its interface and the client's neighbour entry. The
+    // address comes back to it (the same name hashes the same) only
+    // once it is live both ways, and only through its own taking.
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let (client, vip) = (seg.client.clone(), seg.vip);
+    let sampler = {
+        let ns = ns.clone();
+        std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while stopped.try_recv().is_err() {
+                let holds = sh(&ns, "ip -o addr show dev lan").contains(&format!(" {vip}/"));
+                samples.push((Timestamp::now(), holds, client_neighbour(&client, vip)));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            samples
+        })
+    };
+    sh(&ns, &format!("ip route del blackhole {API}/32"));
+    seg.wait_ready(owner);
+    let back = tokio::task::block_in_place(|| seg.settled());
+    std::thread::sleep(Duration::from_millis(500));
+    stop.send(()).unwrap();
+    let samples = sampler.join().unwrap();
+    let status: Value = serde_json::from_str(&seg.admin(owner, "/status").unwrap()).unwrap();
+    assert_eq!(status["announce"]["replica"].as_str(), Some(name.as_str()));
+    let taken = logged_at(&seg, owner, "L2 address taken", restarted);
+    assert_eq!(back == owner, taken.is_some(), "{}", seg.dump());
+    for (at, holds, neighbour) in &samples {
+        let before_taking = taken.is_none_or(|t| *at < t);
+        assert!(
+            !(before_taking && *holds),
+            "held at {at} before it took the address ({taken:?})\n{}",
+            seg.dump()
+        );
+        assert!(
+            !(before_taking && neighbour.as_deref() == Some(owner_mac.as_str())),
+            "the client sent to it at {at} before it took the address ({taken:?})\n{}",
+            seg.dump()
+        );
+    }
+}
+
+/// How long the owner's link stays down in the flap test: long enough for
+/// BFD to count it gone (0.5 s), shorter than the Lease.
+const FLAP: Duration = Duration::from_millis(800);
+/// The longest a client may go unanswered through a flap: the failover
+/// at the cut (about 0.5 s, then the client's next probe, each up to its
+/// 0.2 s timeout), and nothing more when the link comes back.
+const FLAP_GAP: Duration = Duration::from_millis(1500);
+/// After the link is back, the address returns make-before-break: no
+/// probe goes unanswered beyond its own timeout and the next one.
+const RETURN_GAP: Duration = Duration::from_millis(450);
+/// Two replicas hold the address for the time the returning owner's
+/// Lease write takes to reach the interim one (tens of milliseconds), at
+/// most this.
+const TWO_HOLDERS: Duration = Duration::from_millis(250);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_flap_of_the_owner_moves_its_address_once_and_back_without_a_gap() {
+    if !netns::runnable("l2_announce_e2e", curl_missing) {
+        return;
+    }
+    let (_one, seg, _api) = three_replicas(&[]).await;
+    let owner = tokio::task::block_in_place(|| seg.settled());
+    tokio::task::block_in_place(|| seg.wait_bfd_up());
+    // BFD at its 100 ms pace, not the slow one it comes up with.
+    std::thread::sleep(Duration::from_secs(2));
+    let holders = Holders::start(&seg);
+    let prober = Prober::start(&seg);
+    std::thread::sleep(Duration::from_secs(1));
+    let port = format!("p{}", owner + 1);
+    sh(&seg.switch, &format!("ip link set {port} down"));
+    std::thread::sleep(FLAP);
+    sh(&seg.switch, &format!("ip link set {port} up"));
+    let up = Instant::now();
+    let back = tokio::task::block_in_place(|| seg.settled());
+    std::thread::sleep(Duration::from_secs(2));
+    let probes = prober.stop();
+    let samples = holders.stop();
+    let gaps = gaps(&probes);
+    let longest = gaps.iter().map(|(_, g)| *g).max().unwrap_or(Duration::MAX);
+    let after_up = gaps
+        .iter()
+        .filter(|(at, _)| *at >= up)
+        .map(|(_, g)| *g)
+        .max()
+        .unwrap_or_default();
+    let two = longest_while(&samples, |h| h.len() >= 2);
+    let none = longest_while(&samples, |h| h.is_empty());
+    eprintln!(
+        "flap {FLAP:?}: longest unanswered {longest:?} ({after_up:?} after the link was back) of {} probes; two holders {two:?}, none {none:?} ({} samples)",
+        probes.len(),
+        samples.len()
+    );
+    assert_eq!(back, owner, "{}", seg.dump());
+    assert!(
+        longest < FLAP_GAP,
+        "the client went {longest:?} unanswered\n{}",
+        seg.dump()
+    );
+    assert!(
+        after_up < RETURN_GAP,
+        "after the link was back the client went {after_up:?} unanswered\n{}",
+        seg.dump()
+    );
+    assert!(
+        two < TWO_HOLDERS,
+        "two replicas held the address for {two:?}\n{}",
+        seg.dump()
     );
 }
 

@@ -11,8 +11,12 @@
 //! busy machine). `benches/src/bin/rest-cpu.rs` measures the real figure
 //! on the release build.
 //!
-//! The L2 tests need root and iproute2 (announce/tests/netns/mod.rs says
-//! when they skip); the three-replica one also curl.
+//! The L2 tests also count the passes of the loops that follow the
+//! announcement's inputs (`teapot_announce_wakeups_total`): at rest they
+//! wake for the Lease renewals they see and nothing else, no poll.
+//!
+//! The L2 tests need root, iproute2 and curl (announce/tests/netns/mod.rs
+//! says when they skip).
 //!
 //! Run with `cargo test -p teapot --test rest_cpu_e2e`.
 
@@ -42,6 +46,70 @@ const WINDOW: Duration = Duration::from_secs(3);
 /// rest the debug build uses a few percent at most (BFD packets, Lease
 /// renewals); a spin uses 40-120 %.
 const SPIN: f64 = 0.15;
+
+/// The most passes a second the announcement's loops (the follow loop,
+/// BFD liveness) may make at rest, per replica on the segment: they wake
+/// for each Lease renewal they see (one a second per replica) and for
+/// nothing else; a poll (every 20 ms, every 100 ms) is far above.
+const WAKES_PER_REPLICA: f64 = 2.0;
+
+/// `teapot_announce_wakeups_total` by loop, from the admin listener on
+/// 127.0.0.1:9901 in namespace `ns`.
+fn wakes(ns: &str) -> std::collections::BTreeMap<String, u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-sf", "-m", "2"])
+        .arg("http://127.0.0.1:9901/metrics")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("teapot_announce_wakeups_total{loop=\""))
+        .filter_map(|l| {
+            let (name, count) = l.split_once("\"} ")?;
+            Some((name.to_string(), count.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Each loop's passes a second over [`WINDOW`], for each namespace's
+/// replica, checked against `replicas` on the segment.
+async fn assert_wakes_at_rest(mode: &str, namespaces: &[String], replicas: usize) {
+    let before: Vec<_> = namespaces.iter().map(|ns| wakes(ns)).collect();
+    let start = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let after: Vec<_> = namespaces.iter().map(|ns| wakes(ns)).collect();
+    let wall = start.elapsed().as_secs_f64();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        let rates: Vec<(String, f64)> = a
+            .iter()
+            .map(|(name, n)| {
+                (
+                    name.clone(),
+                    (n - b.get(name).copied().unwrap_or(0)) as f64 / wall,
+                )
+            })
+            .collect();
+        eprintln!("{mode}: replica {i} wakes a second: {rates:.1?}");
+        assert!(
+            a.contains_key("follow"),
+            "{mode}: replica {i} counts no wake-ups"
+        );
+        for (name, rate) in rates {
+            assert!(
+                rate <= WAKES_PER_REPLICA * replicas as f64,
+                "{mode}: replica {i}'s {name} loop woke {rate:.1} times a second at rest"
+            );
+        }
+    }
+}
+
+fn curl_missing() -> Option<String> {
+    Command::new("curl")
+        .arg("--version")
+        .output()
+        .err()
+        .map(|_| "curl missing".to_string())
+}
 
 /// Clock ticks per second of `/proc/PID/stat`'s times.
 fn clock_ticks() -> f64 {
@@ -277,7 +345,7 @@ fn lan(namespaces: &mut netns::Namespaces, ns: String, peer: &str, peer_port: &s
 /// first change on.
 #[tokio::test]
 async fn l2_alone_in_manifests_mode_at_rest() {
-    if !netns::runnable("rest_cpu_e2e l2 manifests", || None) {
+    if !netns::runnable("rest_cpu_e2e l2 manifests", curl_missing) {
         return;
     }
     let tag = format!("tprcm{}", std::process::id());
@@ -315,20 +383,15 @@ async fn l2_alone_in_manifests_mode_at_rest() {
     let shares = cpu_at_rest(&[pid]).await;
     assert!(holds_vip(&ns), "{}", processes.dump());
     assert_at_rest("l2, manifests", &shares);
+    // Alone, no Lease: nothing to wake for but a snapshot swapped in.
+    assert_wakes_at_rest("l2, manifests", &[ns], 0).await;
 }
 
 /// The issue's other case: three replicas in kube mode on one segment,
 /// BFD between them (the default), each live for the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l2_three_replicas_in_kube_mode_at_rest() {
-    let curl = || {
-        Command::new("curl")
-            .arg("--version")
-            .output()
-            .err()
-            .map(|_| "curl missing".to_string())
-    };
-    if !netns::runnable("rest_cpu_e2e l2 kube", curl) {
+    if !netns::runnable("rest_cpu_e2e l2 kube", curl_missing) {
         return;
     }
     let pid = std::process::id();
@@ -421,4 +484,5 @@ async fn l2_three_replicas_in_kube_mode_at_rest() {
     );
     let shares = cpu_at_rest(&pids).await;
     assert_at_rest("l2, kube, three replicas", &shares);
+    assert_wakes_at_rest("l2, kube, three replicas", &replicas, replicas.len()).await;
 }

@@ -31,10 +31,11 @@ use tokio::task::JoinHandle;
 use crate::compile::snapshot::Snapshot;
 use crate::loops::announcers::{AnnouncePool, Membership, MembershipConfig, Mode, View, classify};
 
-/// How often readiness, liveness and the snapshot's L4 addresses are
-/// looked at: an atomic load and a walk over the holdings, cheap at this
-/// rate, and no hook into the reload loop or the readiness owners. It
-/// also bounds how late an expired Lease is noticed.
+/// How often readiness is looked at while the replica is not ready yet
+/// (it turns ready once, after the first full list, and the follow loop
+/// is stopped before the shutdown turns it back). Everything else wakes
+/// the loop when it changes: a snapshot swapped in, the Leases, BFD, the
+/// own Lease's health, and the instant the next Lease runs out.
 const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 
 /// How long a stopping replica waits for the next owners to take its L2
@@ -161,6 +162,9 @@ pub struct AnnounceView {
     unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
     /// The announcer Leases and BFD with the other replicas (kube mode).
     membership: Option<watch::Receiver<View>>,
+    /// Passes of the loops that follow the inputs, by loop: at rest they
+    /// wake only for the Lease renewals (`teapot_announce_wakeups_total`).
+    wakes: Vec<(&'static str, Arc<std::sync::atomic::AtomicU64>)>,
 }
 
 impl crate::plane::admin::StatusSection for AnnounceView {
@@ -208,6 +212,7 @@ impl crate::plane::admin::StatusSection for AnnounceView {
                 serde_json::json!({
                     "sessions": view.bfd.iter().map(|(r, s)| (r.clone(), s.as_str())).collect::<BTreeMap<_, _>>(),
                     "silenced": view.silenced.keys().collect::<Vec<_>>(),
+                    "cut_off": view.cut_off,
                 })
             }),
         })
@@ -248,6 +253,14 @@ impl crate::plane::admin::StatusSection for AnnounceView {
                     "teapot_l2_bfd_session_up{{replica=\"{replica}\"}} {up}"
                 );
             }
+        }
+        let mut wakes = String::new();
+        for (name, count) in &self.wakes {
+            let _ = writeln!(
+                wakes,
+                "teapot_announce_wakeups_total{{loop=\"{name}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
         }
         if let Some(e) = &self.lease_errors {
             let _ = writeln!(
@@ -305,6 +318,12 @@ impl crate::plane::admin::StatusSection for AnnounceView {
                 "Failed announcement steps, by setting (an L2 interface, the Lease)",
                 errors,
             ),
+            (
+                "teapot_announce_wakeups_total",
+                "counter",
+                "Passes of the loops following readiness, snapshots, Leases and BFD (at rest: one per Lease renewal seen)",
+                wakes,
+            ),
         ];
         for (name, kind, help, body) in families {
             if body.is_empty() {
@@ -359,9 +378,12 @@ impl Announcer {
     /// refused here, named) and starts following readiness and the
     /// snapshot. `kube`: Leases decide the live replicas; without, this
     /// replica owns every L2 address.
+    /// `generations`: the reload loop's swaps (`Reloader::generations`),
+    /// what makes the follow loop look at the snapshot again.
     pub async fn start(
         config: AnnounceConfig,
         snapshots: Arc<ArcSwap<Snapshot>>,
+        generations: watch::Receiver<u64>,
         ready: Arc<AtomicBool>,
         kube: Option<KubeMembership>,
     ) -> Result<Announcer, teapot_announce::Error> {
@@ -402,6 +424,20 @@ impl Announcer {
                     "an l2 pool needs interface= (or --l2-interface)",
                 )
             })?;
+            // Among several replicas, what a killed run of this one left
+            // on the interface goes before anything else: the next owner
+            // may hold those addresses already, and the Leases that
+            // would name them take a second to list. Alone (manifests
+            // mode) this replica is the owner again and keeps them.
+            if kube.is_some() {
+                let removed =
+                    teapot_announce::l2::remove_leftovers(&interface, |a| pool.contains(a))
+                        .await
+                        .map_err(|e| refused(pool.origin.clone(), e))?;
+                for addr in removed {
+                    tracing::info!(%addr, %interface, "L2 address left over from an earlier run removed");
+                }
+            }
             let (addrs, addrs_rx) = watch::channel(BTreeSet::new());
             let live = if kube.is_some() {
                 teapot_announce::l2::Replicas::default()
@@ -449,6 +485,7 @@ impl Announcer {
             }
             _ => None,
         };
+        let with_bfd = bfd.is_some();
         // Only a replica that may announce some L2 pool holds a Lease:
         // BGP needs no owner, and a replica no pool allows is no owner.
         let membership = kube.as_ref().filter(|_| !l2.is_empty()).map(|k| {
@@ -475,6 +512,7 @@ impl Announcer {
         });
         let report = Arc::new(Mutex::new(Report::default()));
         let unpooled_seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let follow_wakes = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let view = AnnounceView {
             replica: config.l2.replica.clone(),
             pools: config
@@ -491,6 +529,15 @@ impl Announcer {
             lease_errors: membership.as_ref().map(|m| m.errors.clone()),
             membership: membership.as_ref().map(|m| m.view()),
             unpooled_seen: unpooled_seen.clone(),
+            wakes: [("follow", follow_wakes.clone())]
+                .into_iter()
+                .chain(
+                    membership
+                        .as_ref()
+                        .filter(|_| with_bfd)
+                        .map(|m| ("bfd-liveness", m.liveness_wakes.clone())),
+                )
+                .collect(),
         };
         let follow = tokio::spawn(follow(
             Follow {
@@ -510,6 +557,8 @@ impl Announcer {
                 membership: membership.as_ref().map(|m| (m.view(), m.healthy())),
                 report,
                 unpooled_seen,
+                wakes: follow_wakes,
+                generations,
             },
             snapshots,
             ready,
@@ -610,6 +659,22 @@ async fn merge_owned(
     }
 }
 
+async fn sleep_until_or_never(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn changed_or_never<T>(
+    rx: Option<&mut watch::Receiver<T>>,
+) -> Result<(), watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What one L2 pool's announcer follows.
 struct L2Inputs {
     pool: String,
@@ -628,25 +693,36 @@ struct Follow {
     membership: Option<(watch::Receiver<View>, watch::Receiver<bool>)>,
     report: Arc<Mutex<Report>>,
     unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
+    /// Counts the loop's passes (`/metrics`).
+    wakes: Arc<std::sync::atomic::AtomicU64>,
+    generations: watch::Receiver<u64>,
 }
 
 async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<AtomicBool>) {
-    let mut tick = tokio::time::interval(FOLLOW_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut logged: BTreeSet<IpAddr> = BTreeSet::new();
     let mut rejoined = 0;
+    // The first pass looks at once; each pass ends by waiting for what
+    // it follows, until `next` at the latest.
+    let mut next: Option<std::time::Instant> = None;
+    let mut first = true;
     loop {
-        match f.membership.as_mut() {
-            Some((view, healthy)) => tokio::select! {
-                _ = tick.tick() => {}
-                // A closed channel disables its branch: the tick goes on.
-                Ok(()) = view.changed() => {}
-                Ok(()) = healthy.changed() => {}
-            },
-            None => {
-                tick.tick().await;
+        if !first {
+            let (view_rx, healthy_rx) = match f.membership.as_mut() {
+                Some((view, healthy)) => (Some(view), Some(healthy)),
+                None => (None, None),
+            };
+            // A closed channel disables its branch until the next pass,
+            // which finds it closed again.
+            tokio::select! {
+                _ = sleep_until_or_never(next) => {}
+                Ok(()) = f.generations.changed() => {}
+                Ok(()) = changed_or_never(view_rx) => {}
+                Ok(()) = changed_or_never(healthy_rx) => {}
             }
         }
+        first = false;
+        f.wakes.fetch_add(1, Ordering::Relaxed);
+        f.generations.borrow_and_update();
         let now_ready = ready.load(Ordering::Acquire);
         let all = wanted(&f.config, &snapshots.load(), now_ready);
         let (by_pool, outside) = classify(&f.config.pools, &all);
@@ -740,6 +816,11 @@ async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<Ato
             outside,
             live: live_any,
         };
+        next = if now_ready {
+            view.as_ref().and_then(|v| v.next_expiry(now))
+        } else {
+            Some(now + FOLLOW_EVERY)
+        };
     }
 }
 
@@ -780,7 +861,17 @@ mod tests {
         kube: Option<KubeMembership>,
     ) -> Result<Announcer, teapot_announce::Error> {
         let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
-        Announcer::start(config, snapshots, Arc::new(AtomicBool::new(true)), kube).await
+        // No reload loop: the sender goes at once, and the follow loop
+        // follows the rest.
+        let generations = watch::channel(1).1;
+        Announcer::start(
+            config,
+            snapshots,
+            generations,
+            Arc::new(AtomicBool::new(true)),
+            kube,
+        )
+        .await
     }
 
     #[test]

@@ -287,6 +287,9 @@ pub struct Membership {
     watcher: JoinHandle<()>,
     liveness: Option<JoinHandle<()>>,
     pub errors: Arc<AtomicU64>,
+    /// How often the BFD liveness loop looked (`/metrics`): at rest only
+    /// when a Lease changes.
+    pub liveness_wakes: Arc<AtomicU64>,
 }
 
 impl Membership {
@@ -307,11 +310,13 @@ impl Membership {
         let (healthy_tx, healthy) = watch::channel(false);
         let (leave, leave_rx) = watch::channel(false);
         let errors = Arc::new(AtomicU64::new(0));
+        let liveness_wakes = Arc::new(AtomicU64::new(0));
         let liveness = config.bfd.clone().map(|bfd| {
             tokio::spawn(crate::loops::peer_liveness::run(
                 config.replica.clone(),
                 bfd,
                 view_tx.clone(),
+                liveness_wakes.clone(),
             ))
         });
         let watcher = tokio::spawn(watch_leases(api.clone(), config.duration, view_tx));
@@ -336,6 +341,7 @@ impl Membership {
             watcher,
             liveness,
             errors,
+            liveness_wakes,
         }
     }
 
@@ -764,6 +770,22 @@ mod tests {
         );
         // The Lease watch keeps what BFD said.
         assert!(view.silenced.contains_key("b"));
+    }
+
+    #[test]
+    fn a_replica_cut_off_counts_itself_gone_and_says_so() {
+        let t0 = Instant::now();
+        let mut view = a_and_b_seen_at(t0);
+        view.me = "a".into();
+        assert_eq!(view.live("lan", t0), ["a", "b"].map(String::from).into());
+        // Every BFD session of a's failed at once: a holds and takes
+        // nothing, and its Lease (what live_any writes) leaves it out.
+        view.cut_off = true;
+        assert_eq!(view.live("lan", t0), ["b"].map(String::from).into());
+        assert_eq!(view.live_any(t0), ["b"].map(String::from).into());
+        // Nothing changes by itself before the first Lease runs out.
+        assert_eq!(view.next_expiry(t0), Some(t0 + Duration::from_secs(2)));
+        assert_eq!(view.next_expiry(t0 + Duration::from_secs(2)), None);
     }
 
     #[test]

@@ -69,6 +69,13 @@ pub struct View {
     /// may have counted this replica gone meanwhile, so it announces what
     /// it owns again.
     pub rejoined: u64,
+    /// Every BFD session of this replica failed at once and none of the
+    /// failures is confirmed: this replica is the one cut off (its link
+    /// down, its node frozen). It counts itself gone, so it releases its
+    /// addresses, takes none and its Lease does not name it live, until
+    /// a session has been Up again for a while
+    /// ([`crate::loops::peer_liveness`]).
+    pub cut_off: bool,
 }
 
 impl View {
@@ -181,13 +188,27 @@ impl View {
         }
     }
 
+    /// The next instant a replica's liveness changes by itself, without
+    /// any event: the soonest Lease to run out. What a follower of this
+    /// view sleeps until, at the latest.
+    pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        self.leases
+            .values()
+            .map(|o| o.seen + o.duration)
+            .filter(|at| *at > now)
+            .min()
+    }
+
     fn is_live(&self, o: &Observed, now: Instant) -> bool {
         let silent = self
             .silenced
             .get(&o.replica)
             .is_some_and(|since| o.seen < *since + RENEWAL_IN_FLIGHT);
-        let confirmed =
-            o.replica == self.me || o.counts.as_ref().is_none_or(|c| c.contains(&o.replica));
+        let confirmed = if o.replica == self.me {
+            !self.cut_off
+        } else {
+            o.counts.as_ref().is_none_or(|c| c.contains(&o.replica))
+        };
         now.duration_since(o.seen) < o.duration && !silent && confirmed
     }
 }

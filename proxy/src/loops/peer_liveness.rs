@@ -24,6 +24,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use teapot_announce::bfd::{self, BfdStatus, State, Timing};
@@ -34,9 +36,6 @@ use crate::loops::live_replicas::View;
 /// The replicas' BFD port: not 3784, where a BFD daemon on the node (FRR's
 /// bfdd peering with the routers) listens.
 pub const DEFAULT_PORT: u16 = 7784;
-/// How often the sessions' states are looked at: small beside the
-/// detection time.
-const POLL: Duration = Duration::from_millis(20);
 
 /// Where this replica answers BFD, and how fast.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +57,9 @@ impl LivenessConfig {
 struct Down {
     since: Instant,
     confirmed: bool,
+    /// Failed with every other session while this replica was cut off:
+    /// another session coming back proves nothing about this one.
+    cut: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,43 +67,121 @@ struct Track {
     /// The session's failure count last seen: a larger one is a failure.
     failures: u64,
     down: Option<Down>,
+    /// Since when the session has been Up without a break.
+    up_since: Option<Instant>,
 }
 
-/// Turns the sessions' states into [`View::silenced`].
+/// How long after a failure another session must still be Up for it to
+/// count (`confirm_after`), and how long a session must be Up again
+/// before a replica counted gone, or this replica cut off, counts again
+/// (`hold`): a link that flaps moves addresses once, not at every flap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rules {
+    pub(crate) confirm_after: Duration,
+    pub(crate) hold: Duration,
+}
+
+impl Rules {
+    /// Two intervals to confirm, three to come back.
+    pub(crate) fn of(timing: &Timing) -> Rules {
+        Rules {
+            confirm_after: timing.interval * 2,
+            hold: timing.interval * 3,
+        }
+    }
+}
+
+/// Turns the sessions' states into [`View::silenced`] and
+/// [`View::cut_off`].
 #[derive(Debug, Default)]
 pub(crate) struct Judge {
     tracks: BTreeMap<String, Track>,
     /// Sessions that came back Up after a failure ([`View::rejoined`]).
     pub(crate) rejoined: u64,
+    /// Since when every session has been down at once, none of the
+    /// failures confirmed: this replica is the one cut off.
+    pub(crate) cut: Option<Instant>,
+    /// When the verdict changes by itself if nothing else does (a
+    /// failure due for confirmation, a session Up long enough): the
+    /// caller's next look, with no poll in between.
+    pub(crate) wake: Option<Instant>,
 }
 
 impl Judge {
     /// `statuses`: every session now, by replica; `own_seen`: when this
-    /// replica last saw its own Lease renewed; `confirm_after`: how long
-    /// after a failure another session must still be Up for it to count
-    /// without waiting for the Lease.
+    /// replica last saw its own Lease renewed.
     pub(crate) fn observe(
         &mut self,
         statuses: &BTreeMap<String, BfdStatus>,
         own_seen: Option<Instant>,
         now: Instant,
-        confirm_after: Duration,
+        rules: Rules,
     ) -> BTreeMap<String, Instant> {
         self.tracks.retain(|r, _| statuses.contains_key(r));
+        let mut wake: Option<Instant> = None;
+        let mut wake_at = |at: Instant| {
+            if at > now {
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+        };
         for (replica, status) in statuses {
             let track = self.tracks.entry(replica.clone()).or_insert(Track {
                 failures: status.failures,
                 down: None,
+                up_since: None,
             });
             if status.failures > track.failures {
                 track.failures = status.failures;
-                track.down = Some(Down {
+                // A session failing again before it held Up is the same
+                // absence: its first failure stands.
+                track.down.get_or_insert(Down {
                     since: now,
                     confirmed: false,
+                    cut: false,
                 });
+                track.up_since = None;
             }
-            if status.state == State::Up && track.down.take().is_some() {
-                self.rejoined += 1;
+            if status.state != State::Up {
+                track.up_since = None;
+                continue;
+            }
+            let up_since = *track.up_since.get_or_insert(now);
+            if track.down.is_some() {
+                if now >= up_since + rules.hold {
+                    track.down = None;
+                    self.rejoined += 1;
+                } else {
+                    wake_at(up_since + rules.hold);
+                }
+            }
+        }
+        // Cut off: two sessions or more, every one failed, none of the
+        // failures confirmed. Each failure is marked, so the first
+        // session back does not confirm the others' (they fail within
+        // an interval of each other, and come back up to a second apart
+        // at BFD's slow pace).
+        let all_failed = self.tracks.len() >= 2
+            && self
+                .tracks
+                .values()
+                .all(|t| t.down.is_some_and(|d| !d.confirmed));
+        if all_failed {
+            for down in self.tracks.values_mut().filter_map(|t| t.down.as_mut()) {
+                down.cut = true;
+            }
+            self.cut.get_or_insert(now);
+        }
+        if self.cut.is_some() {
+            let back = self
+                .tracks
+                .values()
+                .filter_map(|t| t.up_since)
+                .any(|up| now >= up + rules.hold);
+            if back || self.tracks.len() < 2 {
+                self.cut = None;
+            }
+            for up in self.tracks.values().filter_map(|t| t.up_since) {
+                wake_at(up + rules.hold);
             }
         }
         let up: BTreeSet<&String> = statuses
@@ -109,18 +189,30 @@ impl Judge {
             .filter(|(_, s)| s.state == State::Up)
             .map(|(r, _)| r)
             .collect();
+        let single = self.tracks.len() == 1;
         let mut silenced = BTreeMap::new();
         for (replica, track) in &mut self.tracks {
             let Some(down) = &mut track.down else {
                 continue;
             };
-            let reached_api = own_seen.is_some_and(|seen| seen > down.since);
-            let others_up = now >= down.since + confirm_after && up.iter().any(|r| *r != replica);
+            // This replica's own renewal back through the API after the
+            // failure says the other one is the one gone, unless the
+            // failure came with every other session's: a replica back
+            // from a cut link renews while the others are as live as
+            // ever (with one session left there is nothing to compare).
+            let reached_api =
+                (!down.cut || single) && own_seen.is_some_and(|seen| seen > down.since);
+            let others_up = !down.cut
+                && now >= down.since + rules.confirm_after
+                && up.iter().any(|r| *r != replica);
             down.confirmed |= reached_api || others_up;
             if down.confirmed {
                 silenced.insert(replica.clone(), down.since);
+            } else if !down.cut {
+                wake_at(down.since + rules.confirm_after);
             }
         }
+        self.wake = wake;
         silenced
     }
 }
@@ -182,25 +274,63 @@ fn peers(
         .collect()
 }
 
+/// When the next current Lease with a BFD endpoint runs out: its session
+/// goes then ([`peers`]), with no poll before.
+fn next_expiry(view: &View, now: Instant) -> Option<Instant> {
+    view.leases
+        .values()
+        .filter(|o| o.bfd.is_some())
+        .map(|o| o.seen + o.duration)
+        .filter(|at| *at > now)
+        .min()
+}
+
+/// Resolves when any session's state changes; with the name of a
+/// session whose task ended (its state never changes again).
+async fn any_changed(sessions: &mut BTreeMap<String, (SocketAddr, bfd::Handle)>) -> Option<String> {
+    if sessions.is_empty() {
+        return std::future::pending().await;
+    }
+    let changes = sessions.iter_mut().map(|(replica, (_, handle))| {
+        Box::pin(async move { handle.status.changed().await.err().map(|_| replica.clone()) })
+    });
+    futures::future::select_all(changes).await.0
+}
+
 /// Runs the sessions with the replicas `view` lists and writes
-/// [`View::silenced`] until aborted.
-pub async fn run(me: String, config: LivenessConfig, view: watch::Sender<View>) {
+/// [`View::silenced`] and [`View::cut_off`] until aborted. Event-driven:
+/// it looks again when the Leases change, when a session's state
+/// changes (pushed by the BFD thread), and at the instants a verdict
+/// changes by itself (a failure due for confirmation, a session Up long
+/// enough, a Lease running out); at rest it sleeps. `wakes` counts its
+/// looks (`/metrics`).
+pub async fn run(
+    me: String,
+    config: LivenessConfig,
+    view: watch::Sender<View>,
+    wakes: Arc<AtomicU64>,
+) {
     let listener = bfd::Listener::new(config.port);
     let mut leases = view.subscribe();
     let mut sessions: BTreeMap<String, (SocketAddr, bfd::Handle)> = BTreeMap::new();
     let mut refused: BTreeSet<SocketAddr> = BTreeSet::new();
     let mut judge = Judge::default();
+    let rules = Rules::of(&config.timing);
     tracing::info!(endpoint = %config.endpoint(), interval = ?config.timing.interval, multiplier = config.timing.multiplier, "BFD with the other announcers");
     loop {
-        let (wanted, own_seen, ghosts) = {
+        wakes.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let (wanted, own_seen, ghosts, expiry) = {
             let v = leases.borrow_and_update();
             (
-                peers(&v, &me, &config, Instant::now()),
+                peers(&v, &me, &config, now),
                 v.leases.get(&me).map(|o| o.seen),
                 ghosts(&v, &me, &config),
+                next_expiry(&v, now),
             )
         };
         sessions.retain(|r, (at, _)| wanted.get(r) == Some(at));
+        let mut retry = None;
         for (replica, at) in &wanted {
             if sessions.contains_key(replica) {
                 continue;
@@ -210,35 +340,47 @@ pub async fn run(me: String, config: LivenessConfig, view: watch::Sender<View>) 
                     refused.remove(at);
                     sessions.insert(replica.clone(), (*at, handle));
                 }
-                // Retried on the next look (a session just dropped may
+                // Retried an interval later (a session just dropped may
                 // still hold the address); said once.
-                Err(e) if refused.insert(*at) => {
-                    tracing::warn!(%replica, endpoint = %at, error = %e, "BFD with the announcer not started; liveness by its Lease");
+                Err(e) => {
+                    retry = Some(now + config.timing.interval);
+                    if refused.insert(*at) {
+                        tracing::warn!(%replica, endpoint = %at, error = %e, "BFD with the announcer not started; liveness by its Lease");
+                    }
                 }
-                Err(_) => {}
             }
         }
         let statuses: BTreeMap<String, BfdStatus> = sessions
-            .iter()
-            .map(|(r, (_, h))| (r.clone(), *h.status.borrow()))
+            .iter_mut()
+            .map(|(r, (_, h))| (r.clone(), *h.status.borrow_and_update()))
             .collect();
-        let mut silenced = judge.observe(
-            &statuses,
-            own_seen,
-            Instant::now(),
-            config.timing.interval * 2,
-        );
+        let was_cut = judge.cut.is_some();
+        let mut silenced = judge.observe(&statuses, own_seen, Instant::now(), rules);
+        let cut_off = judge.cut.is_some();
+        if cut_off && !was_cut {
+            tracing::warn!(
+                sessions = statuses.len(),
+                "every BFD session failed at once: this replica is the one cut off; it holds and takes no L2 address until a session is back"
+            );
+        } else if was_cut && !cut_off {
+            tracing::info!("BFD session back: this replica counts itself live again");
+        }
         for (replica, since) in ghosts {
             silenced.entry(replica).or_insert(since);
         }
         let states: BTreeMap<String, State> =
             statuses.iter().map(|(r, s)| (r.clone(), s.state)).collect();
         view.send_if_modified(|v| {
-            if v.silenced == silenced && v.bfd == states && v.rejoined == judge.rejoined {
+            if v.silenced == silenced
+                && v.bfd == states
+                && v.rejoined == judge.rejoined
+                && v.cut_off == cut_off
+            {
                 return false;
             }
             v.bfd = states;
             v.rejoined = judge.rejoined;
+            v.cut_off = cut_off;
             for (replica, _) in silenced
                 .iter()
                 .filter(|(r, _)| !v.silenced.contains_key(*r))
@@ -248,9 +390,18 @@ pub async fn run(me: String, config: LivenessConfig, view: watch::Sender<View>) 
             v.silenced = silenced;
             true
         });
+        // A change written here wakes this loop once more, to find
+        // nothing new: marking it seen could hide a Lease change that
+        // came in meanwhile.
+        let deadline = [judge.wake, expiry, retry].into_iter().flatten().min();
         tokio::select! {
             r = leases.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep(POLL) => {}
+            ended = any_changed(&mut sessions) => {
+                if let Some(replica) = ended {
+                    sessions.remove(&replica);
+                }
+            }
+            _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now).into()).await }, if deadline.is_some() => {}
         }
     }
 }
@@ -260,6 +411,11 @@ mod tests {
     use super::*;
 
     const CONFIRM: Duration = Duration::from_millis(200);
+    const HOLD: Duration = Duration::from_millis(300);
+    const RULES: Rules = Rules {
+        confirm_after: CONFIRM,
+        hold: HOLD,
+    };
 
     fn status(state: State, failures: u64) -> BfdStatus {
         BfdStatus {
@@ -327,71 +483,119 @@ mod tests {
         let mut judge = Judge::default();
         let t0 = Instant::now();
         let up = statuses(&[("b", State::Up, 0), ("c", State::Up, 0)]);
-        assert!(judge.observe(&up, None, t0, CONFIRM).is_empty());
+        assert!(judge.observe(&up, None, t0, RULES).is_empty());
+        assert_eq!(judge.wake, None, "nothing due: no look until an event");
         let b_failed = statuses(&[("b", State::Down, 1), ("c", State::Up, 0)]);
         let t1 = t0 + Duration::from_secs(1);
-        // Not yet: this replica may be the one cut off.
-        assert!(judge.observe(&b_failed, None, t1, CONFIRM).is_empty());
-        let silenced = judge.observe(&b_failed, None, t1 + CONFIRM, CONFIRM);
+        // Not yet: this replica may be the one cut off. The next look is
+        // due when the failure can be confirmed.
+        assert!(judge.observe(&b_failed, None, t1, RULES).is_empty());
+        assert_eq!(judge.wake, Some(t1 + CONFIRM));
+        let silenced = judge.observe(&b_failed, None, t1 + CONFIRM, RULES);
         assert_eq!(silenced, [("b".to_string(), t1)].into());
-        // b comes back.
-        assert_eq!(judge.rejoined, 0);
+        assert_eq!(judge.cut, None);
+        // b comes back: counted again once its session has stayed Up for
+        // the hold, not at its first packet.
+        let t2 = t1 + CONFIRM * 2;
         let back = statuses(&[("b", State::Up, 1), ("c", State::Up, 0)]);
-        assert!(
-            judge
-                .observe(&back, None, t1 + CONFIRM * 2, CONFIRM)
-                .is_empty()
+        assert_eq!(
+            judge.observe(&back, None, t2, RULES),
+            [("b".to_string(), t1)].into()
         );
-        assert_eq!(judge.rejoined, 1);
+        assert_eq!((judge.rejoined, judge.wake), (0, Some(t2 + HOLD)));
+        // It flaps: down again before the hold, still gone.
+        let again = statuses(&[("b", State::Down, 2), ("c", State::Up, 0)]);
+        let t3 = t2 + HOLD / 2;
+        assert!(judge.observe(&again, None, t3, RULES).contains_key("b"));
+        let t4 = t3 + CONFIRM;
+        let back = statuses(&[("b", State::Up, 2), ("c", State::Up, 0)]);
+        judge.observe(&back, None, t4, RULES);
+        assert!(judge.observe(&back, None, t4 + HOLD, RULES).is_empty());
+        assert_eq!((judge.rejoined, judge.wake), (1, None));
     }
 
     #[test]
-    fn a_replica_cut_off_takes_nothing_until_its_own_lease_comes_back() {
+    fn a_replica_cut_off_counts_itself_out_and_back_once_a_session_holds() {
         let mut judge = Judge::default();
         let t0 = Instant::now();
         let up = statuses(&[("b", State::Up, 0), ("c", State::Up, 0)]);
-        judge.observe(&up, None, t0, CONFIRM);
+        judge.observe(&up, None, t0, RULES);
         // Both fail within one interval: this replica is the one cut off.
         let t1 = t0 + Duration::from_secs(1);
         let one = statuses(&[("b", State::Down, 1), ("c", State::Up, 0)]);
-        assert!(judge.observe(&one, None, t1, CONFIRM).is_empty());
+        assert!(judge.observe(&one, None, t1, RULES).is_empty());
+        assert_eq!(judge.cut, None);
         let both = statuses(&[("b", State::Down, 1), ("c", State::Down, 1)]);
         let later = t1 + Duration::from_millis(100);
-        assert!(judge.observe(&both, None, later, CONFIRM).is_empty());
+        assert!(judge.observe(&both, None, later, RULES).is_empty());
+        assert_eq!(judge.cut, Some(later));
+        // Its own renewal back through the API (its link is back) says
+        // nothing about the others: they renew as well.
+        let seen = later + CONFIRM * 3;
+        assert!(judge.observe(&both, Some(seen), seen, RULES).is_empty());
+        assert_eq!(judge.cut, Some(later));
+        // b's session comes back first; c's at BFD's slow pace, up to a
+        // second later. Neither failure is confirmed by the other session
+        // coming back, and the replica counts itself once b's session has
+        // held.
+        let b_back = statuses(&[("b", State::Up, 1), ("c", State::Down, 1)]);
+        let t2 = seen + CONFIRM;
+        assert!(judge.observe(&b_back, Some(seen), t2, RULES).is_empty());
+        assert_eq!((judge.cut, judge.wake), (Some(later), Some(t2 + HOLD)));
         assert!(
             judge
-                .observe(&both, Some(t0), later + CONFIRM * 10, CONFIRM)
-                .is_empty(),
-            "an old renewal of its own proves nothing"
+                .observe(&b_back, Some(seen), t2 + HOLD, RULES)
+                .is_empty()
         );
-        // Its own renewal made it through the API after the failures:
-        // the others are the ones gone.
-        let seen = later + CONFIRM * 11;
-        let silenced = judge.observe(&both, Some(seen), seen, CONFIRM);
-        assert_eq!(silenced.keys().collect::<Vec<_>>(), ["b", "c"]);
-        // Its link back, both sessions come Up: twice a reason to
-        // announce again what it owns.
-        let back = statuses(&[("b", State::Up, 1), ("c", State::Up, 1)]);
-        assert!(judge.observe(&back, Some(seen), seen, CONFIRM).is_empty());
+        assert_eq!(judge.cut, None);
+        assert!(
+            judge
+                .observe(&b_back, Some(seen), t2 + HOLD * 5, RULES)
+                .is_empty(),
+            "c's failure came with the cut: b being up proves nothing"
+        );
+        let all_back = statuses(&[("b", State::Up, 1), ("c", State::Up, 1)]);
+        let t3 = t2 + HOLD * 6;
+        judge.observe(&all_back, Some(seen), t3, RULES);
+        assert!(
+            judge
+                .observe(&all_back, Some(seen), t3 + HOLD, RULES)
+                .is_empty()
+        );
+        // Twice a reason to announce again what it owns.
         assert_eq!(judge.rejoined, 2);
+    }
+
+    #[test]
+    fn a_replica_cut_off_whose_peers_leases_ran_out_is_alone_again() {
+        let mut judge = Judge::default();
+        let t0 = Instant::now();
+        judge.observe(
+            &statuses(&[("b", State::Up, 0), ("c", State::Up, 0)]),
+            None,
+            t0,
+            RULES,
+        );
+        let both = statuses(&[("b", State::Down, 1), ("c", State::Down, 1)]);
+        judge.observe(&both, None, t0, RULES);
+        assert!(judge.cut.is_some());
+        // Both really died: their Leases ran out, their sessions went.
+        judge.observe(&BTreeMap::new(), None, t0 + Duration::from_secs(2), RULES);
+        assert_eq!(judge.cut, None);
     }
 
     #[test]
     fn with_one_other_replica_the_own_lease_confirms() {
         let mut judge = Judge::default();
         let t0 = Instant::now();
-        judge.observe(&statuses(&[("b", State::Up, 0)]), None, t0, CONFIRM);
+        judge.observe(&statuses(&[("b", State::Up, 0)]), None, t0, RULES);
         let t1 = t0 + Duration::from_secs(1);
         let failed = statuses(&[("b", State::Down, 1)]);
-        assert!(judge.observe(&failed, None, t1, CONFIRM).is_empty());
-        assert!(
-            judge
-                .observe(&failed, None, t1 + CONFIRM, CONFIRM)
-                .is_empty()
-        );
+        assert!(judge.observe(&failed, None, t1, RULES).is_empty());
+        assert!(judge.observe(&failed, None, t1 + CONFIRM, RULES).is_empty());
         let renewed = t1 + Duration::from_millis(700);
         assert_eq!(
-            judge.observe(&failed, Some(renewed), renewed, CONFIRM),
+            judge.observe(&failed, Some(renewed), renewed, RULES),
             [("b".to_string(), t1)].into()
         );
     }
@@ -401,19 +605,19 @@ mod tests {
         let mut judge = Judge::default();
         let t0 = Instant::now();
         let old = statuses(&[("b", State::Down, 4), ("c", State::Up, 0)]);
-        assert!(judge.observe(&old, Some(t0), t0, CONFIRM).is_empty());
+        assert!(judge.observe(&old, Some(t0), t0, RULES).is_empty());
         assert!(
             judge
-                .observe(&old, Some(t0 + CONFIRM * 2), t0 + CONFIRM * 2, CONFIRM)
+                .observe(&old, Some(t0 + CONFIRM * 2), t0 + CONFIRM * 2, RULES)
                 .is_empty()
         );
         // A session that goes away takes its failure with it.
         let mut judge = Judge::default();
-        judge.observe(&statuses(&[("b", State::Up, 0)]), None, t0, CONFIRM);
-        judge.observe(&statuses(&[("b", State::Down, 1)]), None, t0, CONFIRM);
+        judge.observe(&statuses(&[("b", State::Up, 0)]), None, t0, RULES);
+        judge.observe(&statuses(&[("b", State::Down, 1)]), None, t0, RULES);
         assert!(
             judge
-                .observe(&BTreeMap::new(), Some(t0 + CONFIRM), t0 + CONFIRM, CONFIRM)
+                .observe(&BTreeMap::new(), Some(t0 + CONFIRM), t0 + CONFIRM, RULES)
                 .is_empty()
         );
     }
