@@ -291,7 +291,7 @@ pub struct PeerStatus {
     /// The router's restart time when it offered graceful restart on the
     /// session: without it, it keeps no route across a restart.
     pub router_graceful_restart: Option<u16>,
-    /// End-of-RIB went out on this session.
+    /// End-of-RIB went out on the current BGP session.
     pub end_of_rib_sent: bool,
 }
 
