@@ -948,7 +948,7 @@ const RETURN_GAP: Duration = Duration::from_millis(600);
 /// Two replicas hold the address for the time the returning owner's
 /// Lease write takes to reach the interim one (0-0.18 s measured with
 /// the sampling's resolution, on a loaded machine), at most this; the
-/// code before held it twice for 0.42-0.61 s (the cut-off owner kept it
+/// code before held it twice for 0.36-0.61 s (the cut-off owner kept it
 /// through the cut while the interim owner took it).
 const TWO_HOLDERS: Duration = Duration::from_millis(300);
 
