@@ -1,7 +1,7 @@
 //! The server's Prometheus series, registered into the caller's registry
 //! (the proxy's `/metrics`).
 
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::answer::{RCODES, Transport};
 
@@ -22,6 +22,10 @@ pub struct Metrics {
     pub tcp_closed: IntCounterVec,
     /// TCP connections being served.
     pub tcp_connections: IntGauge,
+    /// Passes of the loop that keeps the zone current (its owner's, the
+    /// proxy's `loops::dns_zone`), and the zones it built.
+    pub zone_passes: IntCounter,
+    pub zone_builds: IntCounter,
 }
 
 /// Why the server refused or closed a TCP connection: `prefix_share` (the
@@ -76,6 +80,11 @@ impl Metrics {
                 "dns_tcp_connections",
                 "DNS TCP connections being served",
             )?,
+            zone_passes: IntCounter::new(
+                "dns_zone_passes_total",
+                "Passes of the DNS zone loop (at rest: one per DNS Lease renewal seen, none without Leases)",
+            )?,
+            zone_builds: IntCounter::new("dns_zone_builds_total", "DNS zones built")?,
         };
         for rcode in RCODES {
             for t in [Transport::Udp, Transport::Tcp] {
@@ -101,6 +110,8 @@ impl Metrics {
         registry.register(Box::new(self.bytes_out.clone()))?;
         registry.register(Box::new(self.tcp_closed.clone()))?;
         registry.register(Box::new(self.tcp_connections.clone()))?;
+        registry.register(Box::new(self.zone_passes.clone()))?;
+        registry.register(Box::new(self.zone_builds.clone()))?;
         Ok(())
     }
 

@@ -176,6 +176,7 @@ fn start_dns(
     metrics: &Metrics,
     ready: Arc<AtomicBool>,
     acme: Option<Arc<crate::loops::acme::AcmeShared>>,
+    generations: watch::Receiver<u64>,
     stop: watch::Receiver<bool>,
 ) -> Result<(tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>), Error> {
     use crate::loops::dns_zone::{self, Addresses};
@@ -198,13 +199,19 @@ fn start_dns(
         (None, None) => Addresses::Fixed(dns.addresses.clone()),
     };
     let challenges = acme.map(|a| a as Arc<dyn dns_zone::Challenges>);
+    let counters = dns_zone::ZoneCounters {
+        passes: Some(dns_metrics.zone_passes.clone()),
+        builds: Some(dns_metrics.zone_builds.clone()),
+    };
     let zone_task = tokio::spawn(dns_zone::run(
         dns.zone.clone(),
         zone.clone(),
         snapshots.clone(),
+        generations,
         addresses,
         challenges,
         ready,
+        counters,
         stop.clone(),
     ));
     // The listeners run on a thread and a runtime of their own: a
@@ -482,6 +489,7 @@ pub async fn run(
             &metrics,
             ready.clone(),
             acme_shared.clone(),
+            reloader.generations(),
             stop_rx.clone(),
         )?),
         _ => None,

@@ -469,6 +469,38 @@ async fn one_clients_tcp_connections_are_bounded_by_its_prefix_share() {
     }
 }
 
+/// An idle replica's zone loop does not wake: no pass in two seconds
+/// with nothing changing (it compared the inputs every 250 ms before),
+/// and a build when an Ingress is added.
+#[tokio::test]
+async fn an_idle_replica_does_not_recheck_its_zone() {
+    let h = Harness::start_with_args(
+        &[("tenant.yaml", tenant_objects(&["web.shop"]))],
+        &args().iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    let dns = h
+        .proxy
+        .dns
+        .expect("the listening line names the DNS listener");
+    wait_answers(dns, WEB).await;
+    let counts = |metrics: &str| {
+        (
+            metric(metrics, "teapot_dns_zone_passes_total"),
+            metric(metrics, "teapot_dns_zone_builds_total"),
+        )
+    };
+    let before = counts(&h.metrics().await);
+    assert!(before.0.is_some_and(|n| n >= 1.0), "{before:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(counts(&h.metrics().await), before, "no pass at rest");
+    h.apply("tenant.yaml", &tenant_objects(&["web.shop", "api.shop"]))
+        .await;
+    wait_answers(dns, API).await;
+    let after = counts(&h.metrics().await);
+    assert!(after.1 > before.1, "a build for the new Ingress: {after:?}");
+}
+
 #[tokio::test]
 async fn without_the_flag_there_is_no_dns_listener() {
     let h = Harness::start_with_args(&[("tenant.yaml", tenant_objects(&["web.shop"]))], &[]).await;

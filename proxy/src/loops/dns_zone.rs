@@ -38,10 +38,18 @@ use crate::loops::live_replicas::View;
 /// ready replicas whose addresses the zone answers.
 pub const DNS_POOL: &str = "teapot-dns";
 
-/// How often the zone's inputs are compared with the last build's: the
-/// bound on how long a replica's Lease running out takes to leave the
-/// answers, on top of the Lease duration.
-const CHECK_EVERY: Duration = Duration::from_millis(250);
+/// How often readiness is looked at before the first build (once, while
+/// the replica starts: it turns ready after its first full list).
+/// Afterwards the zone loop wakes only for what changes: a snapshot
+/// swapped in, the DNS Leases, the challenges, and the instant the next
+/// Lease in the view runs out.
+const READY_EVERY: Duration = Duration::from_millis(250);
+
+/// Challenges with no change notification (manifests mode: files in the
+/// state directory, written by whichever replica sharing it issues) are
+/// read again this often. The issuer waits 2 s after writing one before
+/// the CA may ask.
+const CHALLENGES_EVERY: Duration = Duration::from_secs(1);
 
 /// `teapot proxy --dns-*`.
 #[derive(Clone, Debug)]
@@ -74,6 +82,12 @@ impl DnsConfig {
 #[async_trait::async_trait]
 pub trait Challenges: Send + Sync + std::fmt::Debug {
     async fn dns_challenges(&self) -> Vec<(String, String)>;
+    /// A counter that moves when the challenges may have changed (kube
+    /// mode: the challenge Secret's watch); `None`: no notification, the
+    /// zone loop reads them every [`CHALLENGES_EVERY`].
+    fn dns_challenge_changes(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// Where the answered addresses come from.
@@ -83,6 +97,9 @@ pub enum Addresses {
     Fixed(Vec<IpAddr>),
     /// The ready replicas, each by its Lease.
     Replicas(Membership),
+    /// The ready replicas of a view kept elsewhere (no Lease of this
+    /// replica's own).
+    Viewed(watch::Receiver<View>),
 }
 
 impl std::fmt::Debug for Addresses {
@@ -90,6 +107,7 @@ impl std::fmt::Debug for Addresses {
         match self {
             Addresses::Fixed(a) => f.debug_tuple("Fixed").field(a).finish(),
             Addresses::Replicas(_) => f.write_str("Replicas"),
+            Addresses::Viewed(_) => f.write_str("Viewed"),
         }
     }
 }
@@ -126,10 +144,29 @@ impl Addresses {
         ))
     }
 
-    fn now(&self) -> BTreeSet<IpAddr> {
+    /// The view of the replicas' Leases, if the addresses follow one.
+    fn view(&self) -> Option<watch::Receiver<View>> {
         match self {
-            Addresses::Fixed(a) => a.iter().copied().collect(),
-            Addresses::Replicas(m) => live_addresses(&m.view().borrow(), Instant::now()),
+            Addresses::Fixed(_) => None,
+            Addresses::Replicas(m) => Some(m.view()),
+            Addresses::Viewed(v) => Some(v.clone()),
+        }
+    }
+
+    /// The addresses answered at `now`, and the next instant they change
+    /// by themselves (a Lease in the view running out).
+    fn at(
+        &self,
+        view: Option<&mut watch::Receiver<View>>,
+        now: Instant,
+    ) -> (BTreeSet<IpAddr>, Option<Instant>) {
+        match (self, view) {
+            (Addresses::Fixed(a), _) => (a.iter().copied().collect(), None),
+            (_, Some(view)) => {
+                let view = view.borrow_and_update();
+                (live_addresses(&view, now), view.next_expiry(now))
+            }
+            (_, None) => (BTreeSet::new(), None),
         }
     }
 
@@ -233,28 +270,61 @@ pub fn build(
 /// addresses, the challenges (sorted).
 type ZoneInputs = (u64, BTreeSet<IpAddr>, Vec<(String, String)>);
 
+/// What the zone loop counts (`/metrics`: `teapot_dns_zone_passes_total`,
+/// `teapot_dns_zone_builds_total`).
+#[derive(Clone, Debug, Default)]
+pub struct ZoneCounters {
+    /// Passes comparing the inputs with the last build's: at rest, one per
+    /// DNS Lease renewal seen (kube mode) and none otherwise.
+    pub passes: Option<prometheus::IntCounter>,
+    pub builds: Option<prometheus::IntCounter>,
+}
+
 /// Keeps `zone` current until `stop`: rebuilt when the snapshot, the
 /// answered addresses or the challenges change, from the moment the
-/// replica is `ready` (its first snapshot holds every route).
+/// replica is `ready` (its first snapshot holds every route). It wakes
+/// when one of them may have changed: `generations` moves (a snapshot
+/// swapped in), the Lease view changes, the challenges' notification
+/// moves, or the next Lease in the view runs out (so a replica that dies
+/// without deleting its Lease leaves the answers when the Lease runs out,
+/// not later); never on a period of its own, but for challenges without
+/// a notification ([`CHALLENGES_EVERY`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     settings: ZoneSettings,
     zone: ZoneHandle,
     snapshots: SnapshotHandle,
+    mut generations: watch::Receiver<u64>,
     addresses: Addresses,
     challenges: Option<Arc<dyn Challenges>>,
     ready: Arc<AtomicBool>,
+    counters: ZoneCounters,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last: Option<ZoneInputs> = None;
-    let mut tick = tokio::time::interval(CHECK_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    let mut stopped = false;
+    while !stopped && !ready.load(std::sync::atomic::Ordering::Acquire) {
         tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => break,
+            _ = tokio::time::sleep(READY_EVERY) => {}
+            _ = stop.wait_for(|s| *s) => stopped = true,
         }
-        if last.is_none() && !ready.load(std::sync::atomic::Ordering::Acquire) {
-            continue;
+    }
+    if stopped {
+        addresses.leave().await;
+        return;
+    }
+    let mut view = addresses.view();
+    let mut challenge_changes = challenges.as_ref().and_then(|c| c.dns_challenge_changes());
+    let poll_challenges = challenges.is_some() && challenge_changes.is_none();
+    let mut last: Option<ZoneInputs> = None;
+    loop {
+        if let Some(c) = &counters.passes {
+            c.inc();
+        }
+        // Marked seen before the inputs are read: a change while the
+        // zone builds wakes the next pass.
+        generations.borrow_and_update();
+        if let Some(c) = &mut challenge_changes {
+            c.borrow_and_update();
         }
         let snapshot = snapshots.load();
         let mut pending = match &challenges {
@@ -262,30 +332,68 @@ pub async fn run(
             None => Vec::new(),
         };
         pending.sort();
-        let inputs = (snapshot.generation, addresses.now(), pending);
-        if last.as_ref() == Some(&inputs) {
-            continue;
+        // tokio's clock, so a test with a paused clock drives the Lease
+        // expiry too.
+        let now = tokio::time::Instant::now().into_std();
+        let (live, expiry) = addresses.at(view.as_mut(), now);
+        let inputs = (snapshot.generation, live, pending);
+        if last.as_ref() != Some(&inputs) {
+            match build(&settings, &snapshot, &inputs.1, &inputs.2) {
+                Ok(built) => {
+                    tracing::info!(
+                        generation = inputs.0,
+                        names = built.names(),
+                        addresses = inputs.1.len(),
+                        challenges = inputs.2.len(),
+                        serial = built.serial(),
+                        "DNS zone updated"
+                    );
+                    zone.store(Arc::new(built));
+                    if let Some(c) = &counters.builds {
+                        c.inc();
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "DNS zone not built; the previous one keeps answering");
+                }
+            }
+            last = Some(inputs);
         }
-        match build(&settings, &snapshot, &inputs.1, &inputs.2) {
-            Ok(built) => {
-                tracing::info!(
-                    generation = inputs.0,
-                    names = built.names(),
-                    addresses = inputs.1.len(),
-                    challenges = inputs.2.len(),
-                    serial = built.serial(),
-                    "DNS zone updated"
-                );
-                zone.store(Arc::new(built));
-                last = Some(inputs);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "DNS zone not built; the previous one keeps answering");
-                last = Some(inputs);
-            }
+        // A millisecond past the expiry: the Lease is out by then.
+        let expiry = expiry.map(|at| at + Duration::from_millis(1));
+        let poll = poll_challenges.then(|| now + CHALLENGES_EVERY);
+        let wake = expiry.into_iter().chain(poll).min();
+        tokio::select! {
+            _ = changed_or_never(&mut generations) => {}
+            _ = changed_or_never_opt(&mut view) => {}
+            _ = changed_or_never_opt(&mut challenge_changes) => {}
+            _ = sleep_until_or_never(wake) => {}
+            _ = stop.wait_for(|s| *s) => break,
         }
     }
     addresses.leave().await;
+}
+
+/// Resolves when `rx` changes; never once its sender is gone (a loop
+/// woken by a closed channel would spin).
+async fn changed_or_never<T>(rx: &mut watch::Receiver<T>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn changed_or_never_opt<T>(rx: &mut Option<watch::Receiver<T>>) {
+    match rx {
+        Some(rx) => changed_or_never(rx).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_or_never(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]
@@ -398,6 +506,125 @@ mod tests {
         let zone = build(&settings(), &s, &addrs, &[]).unwrap();
         // gw, its cluster, ns1.
         assert_eq!(zone.names(), 3);
+    }
+
+    /// The zone loop of a replica with `addresses`, counting its passes
+    /// and builds: the zone handle, the snapshot handle, the generation
+    /// sender, the counters and the stop sender.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        addresses: Addresses,
+    ) -> (
+        ZoneHandle,
+        SnapshotHandle,
+        watch::Sender<u64>,
+        ZoneCounters,
+        watch::Sender<bool>,
+    ) {
+        let zone: ZoneHandle = Arc::new(arc_swap::ArcSwap::from_pointee(
+            ZoneBuilder::new(settings()).unwrap().placeholder(),
+        ));
+        let snapshots: SnapshotHandle = Arc::new(arc_swap::ArcSwap::from_pointee(snapshot(&[
+            "web.acme.lb.example.com",
+        ])));
+        let (generations, generations_rx) = watch::channel(0);
+        let counters = ZoneCounters {
+            passes: Some(prometheus::IntCounter::new("p", "p").unwrap()),
+            builds: Some(prometheus::IntCounter::new("b", "b").unwrap()),
+        };
+        let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(run(
+            settings(),
+            zone.clone(),
+            snapshots.clone(),
+            generations_rx,
+            addresses,
+            None,
+            Arc::new(AtomicBool::new(true)),
+            counters.clone(),
+            stop_rx,
+        ));
+        (zone, snapshots, generations, counters, stop)
+    }
+
+    fn count(c: &Option<prometheus::IntCounter>) -> u64 {
+        c.as_ref().unwrap().get()
+    }
+
+    /// What the zone answers for an A query of `name`.
+    fn kind(zone: &ZoneHandle, name: &str) -> teapot_dns::answer::Kind {
+        teapot_dns::respond(&zone.load(), &a_query(name), teapot_dns::Transport::Udp)
+            .unwrap()
+            .kind
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_replica_checks_its_zone_only_when_something_changes() {
+        let addrs = vec!["192.0.2.1".parse().unwrap()];
+        let (zone, snapshots, generations, counters, stop) = start(Addresses::Fixed(addrs));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // One pass and one build at start, none in a minute at rest
+        // (every 250 ms before: 240 passes).
+        assert_eq!((count(&counters.passes), count(&counters.builds)), (1, 1));
+        use teapot_dns::answer::Kind;
+        assert_eq!(kind(&zone, "web.acme.lb.example.com"), Kind::Answer);
+        // A snapshot swapped in wakes it at once.
+        let mut next = snapshot(&["web.acme.lb.example.com", "api.acme.lb.example.com"]);
+        next.generation = 1;
+        snapshots.store(Arc::new(next));
+        generations.send_replace(1);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!((count(&counters.passes), count(&counters.builds)), (2, 2));
+        assert_eq!(kind(&zone, "api.acme.lb.example.com"), Kind::Answer);
+        let _ = stop.send(true);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_whose_lease_runs_out_leaves_the_answers_when_it_does() {
+        let now = tokio::time::Instant::now().into_std();
+        let lease =
+            |replica: &str, addr: &str, seen: Instant| crate::loops::live_replicas::Observed {
+                replica: replica.into(),
+                version: "1".into(),
+                seen,
+                duration: Duration::from_secs(4),
+                pools: [DNS_POOL.to_string()].into(),
+                owned: [addr.parse().unwrap()].into(),
+                bfd: None,
+                counts: None,
+            };
+        let mut view = View::default();
+        view.leases.insert("a".into(), lease("a", "192.0.2.1", now));
+        view.leases.insert("b".into(), lease("b", "192.0.2.2", now));
+        let (views, rx) = watch::channel(view.clone());
+        let (zone, _snapshots, _generations, counters, stop) = start(Addresses::Viewed(rx));
+        let addresses = |zone: &ZoneHandle| {
+            let q = a_query("web.acme.lb.example.com");
+            let r = teapot_dns::respond(&zone.load(), &q, teapot_dns::Transport::Tcp).unwrap();
+            // ANCOUNT.
+            u16::from_be_bytes([r.bytes[6], r.bytes[7]])
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(addresses(&zone), 2);
+        // a renews (a view change: one pass, the same addresses, no
+        // build); b does not.
+        view.leases.insert(
+            "a".into(),
+            lease("a", "192.0.2.1", now + Duration::from_secs(2)),
+        );
+        views.send_replace(view);
+        tokio::time::sleep(Duration::from_millis(1990)).await;
+        assert_eq!((count(&counters.passes), count(&counters.builds)), (2, 1));
+        assert_eq!(addresses(&zone), 2, "b's Lease has 10 ms left");
+        // b's Lease runs out at 4 s: the loop wakes then, not later.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(addresses(&zone), 1);
+        assert_eq!((count(&counters.passes), count(&counters.builds)), (3, 2));
+        // Then a's, at 6 s; then nothing more to wake for.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(addresses(&zone), 0);
+        assert_eq!((count(&counters.passes), count(&counters.builds)), (4, 3));
+        let _ = stop.send(true);
     }
 
     #[test]

@@ -316,6 +316,10 @@ impl crate::loops::dns_zone::Challenges for AcmeShared {
             }
         }
     }
+
+    fn dns_challenge_changes(&self) -> Option<watch::Receiver<u64>> {
+        self.store.changes()
+    }
 }
 
 #[async_trait::async_trait]
