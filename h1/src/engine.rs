@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
 
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
+use crate::head::{BodyLength, RequestHeadWriter};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
 use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
@@ -1846,33 +1847,23 @@ async fn prepare<R: Router>(
         Decision::Forward(f) => f,
     };
     up_out.clear();
-    up_out.extend_from_slice(method.as_bytes());
-    up_out.push(b' ');
     // A rewritten target was checked when it was made (RequestTarget).
     let target = fwd.target.as_ref().map_or(path, |t| t.as_str());
-    up_out.extend_from_slice(target.as_bytes());
-    up_out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut up_head = RequestHeadWriter::start(up_out, method.as_bytes(), target.as_bytes());
     if add_host && !fwd.request_edits.skips(b"host") {
-        field(up_out, b"host", host.unwrap_or("").as_bytes());
+        up_head.field(b"host", host.unwrap_or("").as_bytes());
     }
-    write_fields(up_out, headers, opts, &fwd.request_edits);
+    write_fields(up_head.buffer(), headers, opts, &fwd.request_edits);
     if let Some(u) = upgrade_value {
-        field(up_out, b"upgrade", u);
-        up_out.extend_from_slice(b"connection: upgrade\r\n");
+        up_head.field(b"upgrade", u);
+        up_head.field(b"connection", b"upgrade");
     }
-    match body {
-        BodyFraming::Length(n) => {
-            up_out.extend_from_slice(b"content-length: ");
-            write_u64(up_out, n);
-            up_out.extend_from_slice(b"\r\n");
-        }
-        BodyFraming::Chunked => up_out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        _ if framing.content_length == Some(0) => {
-            up_out.extend_from_slice(b"content-length: 0\r\n");
-        }
-        _ => {}
-    }
-    up_out.extend_from_slice(b"\r\n");
+    up_head.finish(match body {
+        BodyFraming::Length(n) => BodyLength::Length(n),
+        BodyFraming::Chunked => BodyLength::Chunked,
+        _ if framing.content_length == Some(0) => BodyLength::Empty,
+        _ => BodyLength::Unframed,
+    });
     Plan::Forward(Box::new(ForwardPlan {
         fwd,
         body,

@@ -51,6 +51,9 @@
 //!   for both HTTP versions.
 //! - `edits`: [`HeaderEdits`], a router's header changes kept as they go on
 //!   the wire.
+//! - `head`: [`RequestHeadWriter`], the one HTTP/1.1 request-head encoder
+//!   every request teapot sends to a backend leaves through (forwarded,
+//!   from an HTTP/2 client, mirrored, sub-requests).
 //! - `wire`: head serialization: hop-by-hop and `Connection`-listed fields
 //!   dropped, [`HeaderEdits`] applied, framing re-emitted, `Date` added
 //!   where a response has none (RFC 9110 §6.6.1).
@@ -75,6 +78,7 @@ mod body;
 mod client_tcp;
 mod edits;
 mod engine;
+mod head;
 mod hop;
 pub mod observer;
 pub mod pool;
@@ -89,6 +93,7 @@ mod wire;
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use client_tcp::ClientTcp;
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
+pub use head::{BodyLength, RequestHeadWriter};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};

@@ -167,12 +167,9 @@ pub fn mirror_request<'h>(
     headers: impl Iterator<Item = (&'h str, &'h [u8])>,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    out.extend_from_slice(authority.as_bytes());
-    out.extend_from_slice(b"\r\n");
+    let mut head =
+        teapot_h1::RequestHeadWriter::start(&mut out, method.as_bytes(), target.as_bytes());
+    head.field(b"host", authority.as_bytes());
     for (name, value) in headers {
         // `host` is written above; the framing and hop-by-hop fields are
         // the HTTP/1 engine's list (`teapot_h1::is_hop_by_hop`). The
@@ -185,12 +182,10 @@ pub fn mirror_request<'h>(
         {
             continue;
         }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
+        head.field(name.as_bytes(), value);
     }
-    out.extend_from_slice(b"content-length: 0\r\nconnection: close\r\n\r\n");
+    head.field(b"connection", b"close");
+    head.finish(teapot_h1::BodyLength::Empty);
     out
 }
 
@@ -360,7 +355,7 @@ mod tests {
         let bytes = mirror_request("POST", "/p?q", "a.example", headers.into_iter());
         assert_eq!(
             String::from_utf8(bytes).unwrap(),
-            "POST /p?q HTTP/1.1\r\nhost: a.example\r\nx-a: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            "POST /p?q HTTP/1.1\r\nhost: a.example\r\nx-a: 1\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
         );
     }
 

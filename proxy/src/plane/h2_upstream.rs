@@ -17,7 +17,10 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Uri};
-use teapot_h1::{BodyError, BodyFraming, ChunkedPayload, ConnInfo, Pool, Transport, UpstreamConn};
+use teapot_h1::{
+    BodyError, BodyFraming, BodyLength, ChunkedPayload, ConnInfo, Pool, RequestHeadWriter,
+    Transport, UpstreamConn,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -550,29 +553,29 @@ pub(super) fn request_head(
     chunked: bool,
     out: &mut Vec<u8>,
 ) {
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    out.extend_from_slice(if target.is_empty() {
-        b"/"
-    } else {
-        target.as_bytes()
-    });
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut head = RequestHeadWriter::start(out, method.as_str().as_bytes(), target.as_bytes());
     let authority = uri.authority().map(|a| a.as_str());
     if let Some(a) = authority {
-        field(out, "host", a.as_bytes());
+        head.field(b"host", a.as_bytes());
     }
     for (name, value) in headers.iter() {
         if (authority.is_some() && name == HOST) || name == TRANSFER_ENCODING {
             continue;
         }
-        field(out, name.as_str(), value.as_bytes());
+        head.field(name.as_str().as_bytes(), value.as_bytes());
     }
+    head.finish(framing(chunked));
+}
+
+/// A body the client declared with `Content-Length` keeps that field
+/// (among the copied ones); any other body is chunked.
+fn framing(chunked: bool) -> BodyLength {
     if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        BodyLength::Chunked
+    } else {
+        BodyLength::Unframed
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 /// The client's request as its backend gets it, whichever protocol that
@@ -612,18 +615,12 @@ fn direct_head(
     chunked: bool,
     out: &mut Vec<u8>,
 ) {
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    out.extend_from_slice(if target.is_empty() {
-        b"/"
-    } else {
-        target.as_bytes()
-    });
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut head =
+        RequestHeadWriter::start(out, parts.method.as_str().as_bytes(), target.as_bytes());
     let uri_authority = uri.authority().map(|a| a.as_str());
     if let Some(a) = uri_authority {
-        field(out, "host", a.as_bytes());
+        head.field(b"host", a.as_bytes());
     }
     let new_id = ids.map(|i| i.request_id).filter(|i| i.is_new());
     let new_tp = ids.map(|i| i.traceparent).filter(|t| t.is_new());
@@ -636,31 +633,19 @@ fn direct_head(
             || (new_id.is_some() && n == trace::REQUEST_ID)
             || (new_tp.is_some() && n == trace::TRACEPARENT);
         if !replaced {
-            field(out, n, value.as_bytes());
+            head.field(n.as_bytes(), value.as_bytes());
         }
     }
     if let Some(id) = new_id {
-        field(out, trace::REQUEST_ID, id.as_bytes());
+        head.field(trace::REQUEST_ID.as_bytes(), id.as_bytes());
     }
     if let Some(tp) = new_tp {
-        field(out, trace::TRACEPARENT, tp.as_bytes());
+        head.field(trace::TRACEPARENT.as_bytes(), tp.as_bytes());
     }
     // The forwarding fields as HTTP/1 writes them, from the same
     // per-thread cache (a connection's requests share them).
-    forwarding::with_block(conn, authority(parts), |block| {
-        out.extend_from_slice(block.wire())
-    });
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+    forwarding::with_block(conn, authority(parts), |block| head.encoded(block.wire()));
+    head.finish(framing(chunked));
 }
 
 /// A backend's response head, validated by the HTTP/1 engine's rules
@@ -726,16 +711,19 @@ pub(super) fn parse_response(
 /// grammar, its limits and trailer rules), so a backend's body is read the
 /// same whichever protocol the client speaks.
 #[derive(Debug, Default)]
-struct Chunked(ChunkedPayload);
+pub(super) struct Chunked(ChunkedPayload);
 
 impl Chunked {
-    fn done(&self) -> bool {
+    pub(super) fn done(&self) -> bool {
         self.0.is_done()
     }
 
     /// The next payload bytes in `buf` (consumed), or `None` when `buf`
     /// holds no more of them (more must be read, or the body is done).
-    fn decode(&mut self, buf: &mut BytesMut) -> std::result::Result<Option<Bytes>, &'static str> {
+    pub(super) fn decode(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> std::result::Result<Option<Bytes>, &'static str> {
         if buf.is_empty() || self.0.is_done() {
             return Ok(None);
         }

@@ -30,17 +30,18 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use http_body_util::Empty;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::PolicyAnswer;
+use crate::compile::gateway::RequestHeaders;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::{Tried, Upstream};
-use crate::compile::gateway::RequestHeaders;
 use crate::plane::forwarding::{self, FORWARDING};
+use crate::plane::h2_upstream;
 use crate::plane::trace;
 
 /// The operator's bounds on external authentication.
@@ -458,54 +459,126 @@ pub(super) async fn send(
 }
 
 /// Sends `request` on `stream` and reads the answer's head (and up to
-/// `max_body` bytes of its body); the connection is driven here, not on
-/// a task of its own, so it is closed when this returns or is dropped.
+/// `max_body` bytes of its body); the connection is closed when this
+/// returns or is dropped. The head leaves through the HTTP/1 engine's
+/// encoder and the answer is read by its rules (`teapot_h1`: the response
+/// head's bounds, RFC 9112's framing, its chunked decoder), as a backend's
+/// answer to a forwarded request is.
 async fn exchange(
-    stream: TcpStream,
+    mut stream: TcpStream,
     request: Request<Empty<Bytes>>,
     max_body: usize,
 ) -> Result<(http::response::Parts, Bytes), Outcome> {
     let _ = stream.set_nodelay(true);
-    // hyper's own bound on a head is ~400 KiB of buffer; an answer's head
-    // gets what a backend's gets from the HTTP/1 engine (its buffer bound
-    // alone is soft: one read may take it past it).
-    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(teapot_h1::scan::MAX_RESPONSE_HEADER_BYTES)
-        .max_header_size(teapot_h1::scan::MAX_RESPONSE_HEADER_BYTES)
-        .max_headers(teapot_h1::scan::MAX_HEADERS_CAP)
-        .handshake(TokioIo::new(stream))
+    let mut out = Vec::with_capacity(512);
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let mut head = teapot_h1::RequestHeadWriter::start(
+        &mut out,
+        request.method().as_str().as_bytes(),
+        target.as_bytes(),
+    );
+    for (name, value) in request.headers() {
+        head.field(name.as_str().as_bytes(), value.as_bytes());
+    }
+    // Sub-requests carry no body; a method that expects one says so.
+    let body_expected = [Method::POST, Method::PUT, Method::PATCH].contains(request.method());
+    head.finish(if body_expected {
+        teapot_h1::BodyLength::Empty
+    } else {
+        teapot_h1::BodyLength::Unframed
+    });
+    stream
+        .write_all(&out)
         .await
         .map_err(|_| Outcome::Unreachable)?;
-    let mut conn = std::pin::pin!(conn);
-    let mut send = std::pin::pin!(sender.send_request(request));
-    // A service that closes after its answer (`Connection: close`) ends
-    // the connection's future with the answer already handed over: it is
-    // taken from the request's future, not lost.
-    let response = tokio::select! {
-        biased;
-        response = send.as_mut() => response,
-        _ = conn.as_mut() => send.await,
+    let mut buf = BytesMut::with_capacity(4096);
+    let answer = loop {
+        match h2_upstream::parse_response(&buf, request.method() == Method::HEAD) {
+            Ok(Some(answer)) if answer.status.is_informational() => buf.advance(answer.len),
+            Ok(Some(answer)) => break answer,
+            Ok(None) => {
+                if buf.len() >= teapot_h1::scan::MAX_RESPONSE_HEADER_BYTES {
+                    return Err(Outcome::Unreachable);
+                }
+                buf.reserve(4096);
+                match stream.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return Err(Outcome::Unreachable),
+                    Ok(_) => {}
+                }
+            }
+            Err(_) => return Err(Outcome::Unreachable),
+        }
     };
-    let response = response.map_err(|_| Outcome::Unreachable)?;
-    let (head, body) = response.into_parts();
+    buf.advance(answer.len);
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status = answer.status;
+    parts.headers = answer.headers;
     if max_body == 0 {
-        return Ok((head, Bytes::new()));
+        return Ok((parts, Bytes::new()));
     }
-    // A body that announces more than the bound is refused before a byte
-    // of it is read.
-    if hyper::body::Body::size_hint(&body).lower() > max_body as u64 {
-        return Err(Outcome::Failed);
-    }
-    let mut collect = std::pin::pin!(http_body_util::Limited::new(body, max_body).collect());
-    // The connection ends after it handed the whole body over: the rest
-    // is in the body's channel.
-    let body = tokio::select! {
-        biased;
-        body = collect.as_mut() => body,
-        _ = conn.as_mut() => collect.await,
+    let body = read_body(&mut stream, buf, answer.framing, max_body).await?;
+    Ok((parts, body))
+}
+
+/// A sub-request's answer body, at most `max_body` bytes: one that
+/// announces more is refused before a byte of it is read, one that turns
+/// out longer when it is read fails.
+async fn read_body(
+    stream: &mut TcpStream,
+    mut buf: BytesMut,
+    framing: teapot_h1::BodyFraming,
+    max_body: usize,
+) -> Result<Bytes, Outcome> {
+    use teapot_h1::BodyFraming;
+    let mut more = async |buf: &mut BytesMut| -> Result<bool, Outcome> {
+        buf.reserve(4096);
+        stream
+            .read_buf(buf)
+            .await
+            .map(|n| n > 0)
+            .map_err(|_| Outcome::Failed)
     };
-    let body = body.map_err(|_| Outcome::Failed)?.to_bytes();
-    Ok((head, body))
+    match framing {
+        BodyFraming::None => Ok(Bytes::new()),
+        BodyFraming::Length(n) => {
+            let n = usize::try_from(n).map_err(|_| Outcome::Failed)?;
+            if n > max_body {
+                return Err(Outcome::Failed);
+            }
+            while buf.len() < n {
+                if !more(&mut buf).await? {
+                    return Err(Outcome::Failed);
+                }
+            }
+            Ok(buf.split_to(n).freeze())
+        }
+        BodyFraming::Chunked => {
+            let mut chunked = h2_upstream::Chunked::default();
+            let mut body = BytesMut::new();
+            loop {
+                while let Some(payload) = chunked.decode(&mut buf).map_err(|_| Outcome::Failed)? {
+                    if body.len() + payload.len() > max_body {
+                        return Err(Outcome::Failed);
+                    }
+                    body.extend_from_slice(&payload);
+                }
+                if chunked.done() {
+                    return Ok(body.freeze());
+                }
+                if !more(&mut buf).await? {
+                    return Err(Outcome::Failed);
+                }
+            }
+        }
+        BodyFraming::Close => loop {
+            if buf.len() > max_body {
+                return Err(Outcome::Failed);
+            }
+            if !more(&mut buf).await? {
+                return Ok(buf.freeze());
+            }
+        },
+    }
 }
 
 /// The sub-request: `auth-method` to the URL's path, its `Host` the URL's
