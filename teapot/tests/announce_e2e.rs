@@ -1,8 +1,9 @@
 //! `teapot proxy --bgp-peer`: the real binary announces the fleet's
 //! address to a router played by this test on loopback, and on SIGTERM
 //! marks it GRACEFUL_SHUTDOWN, withdraws it and ends the session with a
-//! CEASE before it exits (docs/announce.md). The FRR tests of the speaker
-//! itself are in announce/tests/frr_netns.rs.
+//! CEASE before it exits (docs/announce.md). In kube mode the replica's
+//! sessions reach the `Announced` condition through its announcer Lease.
+//! The FRR tests of the speaker itself are in announce/tests/frr_netns.rs.
 //!
 //! Run with `cargo test -p teapot --test announce_e2e`.
 
@@ -300,4 +301,134 @@ async fn bgp_session_changes_are_events_on_the_replicas_pod() {
         1
     );
     drop(proxy);
+}
+
+/// Kube mode: a Service's address in a BGP pool is `Announced` True while
+/// the replica's session is established (its announcer Lease says so),
+/// and False with `NoBGPSession` once the router is gone, without an API
+/// write per session change: the sessions ride on the Lease's renewals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_mode_announced_follows_the_replicas_bgp_sessions() {
+    use serde_json::json;
+    use teapot_testkit::apiserver::ApiServer;
+    use teapot_testkit::process::ProxyProcess;
+
+    const NS: &str = "bgp-announced";
+    let api = ApiServer::start().await;
+    let router = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peer = format!(
+        "127.0.0.1,64500,port={},hold=0",
+        router.local_addr().unwrap().port()
+    );
+    let proxy = ProxyProcess::start_kube_with_env(
+        &teapot_bin(),
+        api.kubeconfig_path(),
+        &[
+            "--domain",
+            "example.net",
+            "--lease-namespace",
+            "teapot-system",
+            "--l4-pool",
+            "default=203.0.113.7",
+            "--bgp-asn",
+            "64501",
+            "--bgp-peer",
+            &peer,
+            "--announce-pool",
+            "wan=203.0.113.0/24,mode=bgp",
+        ],
+        &[("POD_NAME", "teapot-lb-0")],
+    )
+    .await
+    .expect("teapot proxy --kube starts");
+    let r = Router::establish(&router).await;
+    api.apply(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": "db", "namespace": NS },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "teapot.dev/lb",
+            "ports": [{ "name": "tcp", "port": 5432, "protocol": "TCP" }],
+        },
+    }));
+    let up = announced_condition(&api, NS, "True", "Announced").await;
+    let message = up["message"].as_str().unwrap();
+    assert!(
+        message.contains("203.0.113.7: pool wan, mode bgp")
+            && message.contains("1 established BGP session(s) carrying IPv4"),
+        "{up}"
+    );
+    let lease = api
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "teapot-system",
+            "teapot-announcer-teapot-lb-0",
+        )
+        .or_else(|| {
+            // Outside a Pod the replica is named after the host.
+            api.requests()
+                .into_iter()
+                .find(|r| r.path.contains("/leases/teapot-announcer-"))
+                .and_then(|r| {
+                    let name = r.path.rsplit('/').next()?.to_string();
+                    api.get("coordination.k8s.io/v1", "Lease", "teapot-system", &name)
+                })
+        })
+        .expect("the replica's announcer Lease");
+    assert_eq!(
+        lease["metadata"]["annotations"]["teapot.dev/announce-bgp"], "peers=1,ipv4=1,ipv6=0",
+        "{lease}"
+    );
+
+    // The router goes away; the proxy's next attempts are accepted by the
+    // listener's backlog and answered by nobody.
+    drop(r);
+    let down = announced_condition(&api, NS, "False", "NoBGPSession").await;
+    assert!(
+        down["message"]
+            .as_str()
+            .unwrap()
+            .contains("has an established BGP session"),
+        "{down}"
+    );
+    // The session's changes cost no write of their own: the Lease is
+    // written once per renewal (5 s for a replica with BGP pools only).
+    let writes = api
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET" && r.path.contains("/leases/teapot-announcer-"))
+        .count();
+    assert!(writes < 20, "{writes} announcer Lease writes");
+    drop(router);
+    drop(proxy);
+}
+
+/// Waits for Service `NS/db`'s `Announced` condition with `status` and
+/// `reason`.
+async fn announced_condition(
+    api: &teapot_testkit::apiserver::ApiServer,
+    ns: &str,
+    status: &str,
+    reason: &str,
+) -> serde_json::Value {
+    eventually(
+        &format!("db's Announced {status} {reason}"),
+        RELOAD_TIMEOUT,
+        || async {
+            let got = api
+                .get("v1", "Service", ns, "db")
+                .map(|o| o["status"].clone())
+                .unwrap_or_default();
+            let c = got["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Announced").cloned());
+            match c {
+                Some(c) if c["status"] == status && c["reason"] == reason => Ok(c),
+                _ => Err(got),
+            }
+        },
+    )
+    .await
 }

@@ -987,8 +987,10 @@ async fn announced(
 }
 
 /// The `Announced` condition of each Service's status, with `--announce-l4`
-/// on (docs/announce.md, "Events and conditions"): True for an address in a
-/// BGP pool, False with `NotInAnnouncePool` and one Warning Event for an
+/// on (docs/announce.md, "Events and conditions"): False with
+/// `NoBGPSession` for an address in a BGP pool while no replica has an
+/// established session (teapot/tests/announce_e2e.rs has one that is),
+/// False with `NotInAnnouncePool` and one Warning Event for an
 /// address in no `--announce-pool`, False with `NoAnnouncer` for an L2 pool
 /// no replica may announce (its `subnet=` holds no address of this one, and
 /// no other holds an announcer Lease); a Gateway's address likewise. The
@@ -1025,13 +1027,25 @@ async fn kube_mode_says_whether_each_address_is_announced() {
         api.apply(lb_service(NS, name, &[("tcp", port, "TCP")], json!({})));
         service_ip(&api, NS, name).await;
     }
-    let (_, pooled) = announced(&api, "v1", "Service", NS, "pooled", "True").await;
-    assert_eq!(pooled["reason"], "Announced");
+    // NoAnnouncer until the replica's first Lease is read, then
+    // NoBGPSession.
+    let pooled = eventually(
+        "pooled's Announced NoBGPSession",
+        RELOAD_TIMEOUT,
+        || async {
+            let (_, c) = announced(&api, "v1", "Service", NS, "pooled", "False").await;
+            if c["reason"] == "NoBGPSession" {
+                Ok(c)
+            } else {
+                Err(c)
+            }
+        },
+    )
+    .await;
+    let message = pooled["message"].as_str().unwrap();
     assert!(
-        pooled["message"]
-            .as_str()
-            .unwrap()
-            .contains("203.0.113.7: pool wan, mode bgp"),
+        message.contains("203.0.113.7: pool wan, mode bgp")
+            && message.contains("has an established BGP session"),
         "{pooled}"
     );
     let (_, unpooled) = announced(&api, "v1", "Service", NS, "unpooled", "False").await;
@@ -1083,8 +1097,14 @@ async fn kube_mode_says_whether_each_address_is_announced() {
                 (kind, name, e.reason.unwrap_or_default())
             })
             .collect();
+        // The BGP address without a session has a Warning of its own
+        // (after, at start, one for no Lease read yet).
+        let pooled = warned
+            .iter()
+            .any(|(_, name, reason)| name == "pooled" && reason == "NoBGPSession");
+        warned.retain(|(_, name, _)| name != "pooled");
         warned.sort();
-        if warned.len() < 3 {
+        if warned.len() < 3 || !pooled {
             Err(format!("{warned:?}"))
         } else {
             Ok(warned)

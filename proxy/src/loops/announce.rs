@@ -38,6 +38,13 @@ use crate::loops::announcers::{AnnouncePool, Membership, MembershipConfig, Mode,
 /// own Lease's health, and the instant the next Lease runs out.
 const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 
+/// The announcer Lease of a replica with BGP pools only: it carries the
+/// sessions for the `Announced` condition, which may lag by a renewal, and
+/// the replicas' liveness for it (no owner to move), so one API write
+/// every 5 s per replica, and a replica gone is noticed within 15 s.
+pub const BGP_RENEW: Duration = Duration::from_secs(5);
+pub const BGP_LEASE: Duration = Duration::from_secs(15);
+
 /// How long a stopping replica waits for the next owners to take its L2
 /// addresses before it removes them anyway.
 pub const HAND_OVER_BOUND: Duration = Duration::from_secs(5);
@@ -486,28 +493,46 @@ impl Announcer {
             _ => None,
         };
         let with_bfd = bfd.is_some();
-        // Only a replica that may announce some L2 pool holds a Lease:
-        // BGP needs no owner, and a replica no pool allows is no owner.
-        let membership = kube.as_ref().filter(|_| !l2.is_empty()).map(|k| {
-            Membership::start(
+        // A replica that may announce some L2 pool holds a Lease, to be
+        // an owner; one with a BGP speaker too, to tell the status writer
+        // of its sessions (its BGP pools on it, the sessions in an
+        // annotation). A replica no pool allows is neither.
+        let (bgp_sessions, bgp_sessions_rx) = watch::channel(BTreeMap::new());
+        if let Some(speaker) = &speaker {
+            tokio::spawn(crate::loops::bgp_events::publish_bgp_sessions(
+                speaker.statuses(),
+                bgp_sessions,
+            ));
+        }
+        let lease_pools: BTreeSet<String> = config
+            .pools
+            .iter()
+            .zip(&allowed)
+            .filter(|(p, ok)| **ok && (p.mode == Mode::L2 || speaker.is_some()))
+            .map(|(p, _)| p.name.clone())
+            .collect();
+        // BGP alone needs no owner: its Lease only carries the sessions
+        // for the status, renewed at a slower pace.
+        let (renew_every, lease_duration) = if l2.is_empty() {
+            (BGP_RENEW, BGP_LEASE)
+        } else {
+            (config.l2.renew_every, config.l2.lease_duration)
+        };
+        let membership = kube.as_ref().filter(|_| !lease_pools.is_empty()).map(|k| {
+            Membership::start_with(
                 k.client.clone(),
                 MembershipConfig {
                     namespace: k.namespace.clone(),
                     replica: config.l2.replica.clone(),
-                    pools: config
-                        .pools
-                        .iter()
-                        .zip(&allowed)
-                        .filter(|(p, ok)| **ok && p.mode == Mode::L2)
-                        .map(|(p, _)| p.name.clone())
-                        .collect(),
-                    renew_every: config.l2.renew_every,
-                    duration: config.l2.lease_duration,
-                    forget_after: MembershipConfig::forget_after(config.l2.lease_duration),
+                    pools: lease_pools,
+                    renew_every,
+                    duration: lease_duration,
+                    forget_after: MembershipConfig::forget_after(lease_duration),
                     bfd,
                 },
                 ready.clone(),
                 owned_rx,
+                bgp_sessions_rx,
             )
         });
         let report = Arc::new(Mutex::new(Report::default()));
@@ -978,23 +1003,70 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn bgp_alone_in_kube_mode_holds_no_lease() {
+    async fn bgp_alone_in_kube_mode_holds_a_slow_lease_that_carries_its_sessions() {
         let api = teapot_testkit::apiserver::ApiServer::start().await;
-        let config = with_pool("wan", "203.0.113.0/24", Mode::Bgp, None);
-        let kube = KubeMembership {
+        let kube = || KubeMembership {
             client: api.client(),
             namespace: "teapot-system".into(),
         };
-        let announcer = start(config, Some(kube)).await.unwrap();
-        // Several passes of the follow loop.
+        // A BGP pool without a speaker: nothing announced, no Lease.
+        let config = with_pool("wan", "203.0.113.0/24", Mode::Bgp, None);
+        let announcer = start(config.clone(), Some(kube())).await.unwrap();
         tokio::time::sleep(FOLLOW_EVERY * 5).await;
         announcer.stop().await;
-        let leases: Vec<_> = api
-            .requests()
-            .into_iter()
-            .filter(|r| r.path.contains("leases"))
-            .collect();
-        assert!(leases.is_empty(), "{leases:?}");
+        assert!(
+            !api.requests().iter().any(|r| r.path.contains("leases")),
+            "{:?}",
+            api.requests()
+        );
+
+        // A speaker whose router accepts the connection and never answers:
+        // one peer, no session established.
+        let router = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = router.local_addr().unwrap().port();
+        let mut config = config;
+        let peer = format!("127.0.0.1,64500,port={port}").parse().unwrap();
+        config.speaker = Some(SpeakerConfig::new(64501, vec![peer]));
+        config.l2.replica = "lb-bgp-1".into();
+        let announcer = start(config, Some(kube())).await.unwrap();
+        let lease = || {
+            api.get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                "teapot-system",
+                "teapot-announcer-lb-bgp-1",
+            )
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let written = loop {
+            if let Some(l) = lease()
+                && l["metadata"]["annotations"][crate::loops::bgp_events::BGP_ANNOTATION]
+                    .is_string()
+            {
+                break l;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no Lease: {:?}",
+                lease()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let annotations = &written["metadata"]["annotations"];
+        assert_eq!(
+            annotations[crate::loops::bgp_events::BGP_ANNOTATION],
+            "peers=1,ipv4=0,ipv6=0"
+        );
+        assert_eq!(
+            annotations[crate::loops::announcers::POOLS_ANNOTATION],
+            "wan"
+        );
+        assert_eq!(
+            annotations[crate::loops::announcers::LEASE_MS_ANNOTATION],
+            BGP_LEASE.as_millis().to_string()
+        );
+        announcer.stop().await;
+        assert!(lease().is_none(), "deleted on stop: {:?}", lease());
     }
 
     #[tokio::test]

@@ -302,6 +302,20 @@ impl Membership {
         ready: Arc<AtomicBool>,
         owned: watch::Receiver<BTreeSet<IpAddr>>,
     ) -> Membership {
+        let (_none, annotations) = watch::channel(BTreeMap::new());
+        Membership::start_with(client, config, ready, owned, annotations)
+    }
+
+    /// [`Membership::start`] with more annotations on the Lease (the BGP
+    /// sessions): written with each renewal as they are then, never on
+    /// their own, so what changes often costs no API write.
+    pub fn start_with(
+        client: kube::Client,
+        config: MembershipConfig,
+        ready: Arc<AtomicBool>,
+        owned: watch::Receiver<BTreeSet<IpAddr>>,
+        annotations: watch::Receiver<BTreeMap<String, String>>,
+    ) -> Membership {
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
         let (view_tx, view) = watch::channel(View {
             me: config.replica.clone(),
@@ -327,6 +341,7 @@ impl Membership {
                 view: view.clone(),
                 ready,
                 owned,
+                annotations,
                 leave: leave_rx,
                 healthy: healthy_tx,
                 errors: errors.clone(),
@@ -456,9 +471,15 @@ async fn write(
     config: &MembershipConfig,
     owned: &BTreeSet<IpAddr>,
     counts: &BTreeSet<String>,
+    annotations: BTreeMap<String, String>,
 ) -> Result<(), kube::Error> {
     let name = format!("{LEASE_PREFIX}{}", config.replica);
     let mut lease = own_lease(config, owned, counts);
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .extend(annotations);
     let version = match stored.take() {
         Some(s) => s.metadata.resource_version,
         None => api
@@ -521,6 +542,7 @@ struct Renewer {
     view: watch::Receiver<View>,
     ready: Arc<AtomicBool>,
     owned: watch::Receiver<BTreeSet<IpAddr>>,
+    annotations: watch::Receiver<BTreeMap<String, String>>,
     leave: watch::Receiver<bool>,
     healthy: watch::Sender<bool>,
     errors: Arc<AtomicU64>,
@@ -534,6 +556,7 @@ impl Renewer {
             view,
             ready,
             mut owned,
+            annotations,
             mut leave,
             healthy,
             errors,
@@ -556,9 +579,10 @@ impl Renewer {
             if ready.load(Ordering::Acquire) {
                 let now_owned = owned.borrow_and_update().clone();
                 let counts = view.borrow().live_any(Instant::now());
+                let extra = annotations.borrow().clone();
                 match tokio::time::timeout(
                     bound,
-                    write(&api, &mut stored, &config, &now_owned, &counts),
+                    write(&api, &mut stored, &config, &now_owned, &counts, extra),
                 )
                 .await
                 {
