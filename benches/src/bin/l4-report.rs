@@ -19,6 +19,10 @@
 //! growth of the proxy's RSS is charged to them
 //! (`teapot_benches::idle`).
 //!
+//! `--ipv6` adds a second teapot whose Service's address is IPv6 (`::1`),
+//! forwarding to the same IPv4 backend: the IPv6 front against the IPv4
+//! one in the same rounds (its `teapot_over_this` is IPv4 over IPv6).
+//!
 //! `--teapot-base BIN` adds an earlier teapot build to the same rounds,
 //! for a before/after pair measured under the same conditions. `--floor
 //! BIN` adds the two bare relays of `benches/examples/floor_l4.rs` (one on
@@ -32,7 +36,7 @@
 //! `cargo run --release -p teapot-benches --bin l4-report`.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -91,6 +95,10 @@ struct Args {
     /// libnginx-mod-stream); left out otherwise.
     #[arg(long, default_value = "nginx")]
     nginx: PathBuf,
+    /// Also measure teapot with the Service's address on IPv6 (`::1`),
+    /// to the same IPv4 backend.
+    #[arg(long)]
+    ipv6: bool,
     /// Where the JSON goes (default: benches/results/l4-<unix time>.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -102,6 +110,9 @@ enum Target {
     Teapot,
     /// `--teapot-base`.
     TeapotBase,
+    /// `--ipv6`: teapot, the Service's address IPv6.
+    #[serde(rename = "teapot_ipv6")]
+    TeapotIpv6,
     Haproxy,
     Nginx,
     /// `--floor`, on tokio.
@@ -181,6 +192,8 @@ async fn start_backend(sink: Arc<Sink>) -> anyhow::Result<(SocketAddr, SocketAdd
 /// One proxy in front of the backend: its sink and echo ports.
 struct Front {
     target: Target,
+    /// Where its ports listen: 127.0.0.1, or ::1 for `--ipv6`.
+    ip: IpAddr,
     sink: u16,
     ping: u16,
     /// The process whose tree's CPU and RSS are charged.
@@ -191,6 +204,7 @@ struct Proxies {
     fronts: Vec<Front>,
     teapot: Child,
     teapot_base: Option<Child>,
+    teapot_ipv6: Option<Child>,
     floors: Vec<Child>,
     haproxy: Peer,
     nginx: Option<Peer>,
@@ -202,13 +216,19 @@ struct Proxies {
 async fn start_proxies(args: &Args, sink: SocketAddr, ping: SocketAddr) -> anyhow::Result<Proxies> {
     let dir = tempfile::tempdir()?;
     let bin = peers::teapot_bin(args.teapot.as_deref());
-    let start =
-        |target, bin: &Path| start_teapot(target, dir.path(), bin, sink, ping, args.threads);
-    let (teapot, teapot_front) = start(Target::Teapot, &bin)?;
+    let start = |target, bin: &Path, ip| {
+        start_teapot(target, dir.path(), bin, sink, ping, args.threads, ip)
+    };
+    let v4 = IpAddr::from(Ipv4Addr::LOCALHOST);
+    let (teapot, teapot_front) = start(Target::Teapot, &bin, v4)?;
     let base = args
         .teapot_base
         .as_deref()
-        .map(|base| start(Target::TeapotBase, base))
+        .map(|base| start(Target::TeapotBase, base, v4))
+        .transpose()?;
+    let ipv6 = args
+        .ipv6
+        .then(|| start(Target::TeapotIpv6, &bin, Ipv6Addr::LOCALHOST.into()))
         .transpose()?;
 
     let (h_sink, h_ping) = (free_port()?, free_port()?);
@@ -251,6 +271,7 @@ backend ping
         teapot_front,
         Front {
             target: Target::Haproxy,
+            ip: v4,
             sink: h_sink,
             ping: h_ping,
             pid: haproxy_pid,
@@ -287,6 +308,7 @@ stream {{
                 .with_context(|| format!("starting {}", args.nginx.display()))?;
             fronts.push(Front {
                 target: Target::Nginx,
+                ip: v4,
                 sink: n_sink,
                 ping: n_ping,
                 pid: nginx.pid().context("nginx exited at start")?,
@@ -311,6 +333,7 @@ stream {{
                 .with_context(|| format!("starting {} (see --floor)", bin.display()))?;
             fronts.push(Front {
                 target,
+                ip: v4,
                 sink: f_sink,
                 ping: f_ping,
                 pid: child.id().context("the floor exited at start")?,
@@ -318,14 +341,24 @@ stream {{
             floors.push(child);
         }
     }
+    let teapot_ipv6 = ipv6.map(|(child, front)| {
+        fronts.push(front);
+        child
+    });
     for f in &fronts {
-        wait_port(f.sink).await?;
-        wait_port(f.ping).await?;
+        if f.ip.is_ipv6() {
+            wait_port_on(f.ip, f.sink).await?;
+            wait_port_on(f.ip, f.ping).await?;
+        } else {
+            wait_port(f.sink).await?;
+            wait_port(f.ping).await?;
+        }
     }
     Ok(Proxies {
         fronts,
         teapot,
         teapot_base,
+        teapot_ipv6,
         floors,
         haproxy,
         nginx,
@@ -344,6 +377,7 @@ fn start_teapot(
     sink: SocketAddr,
     ping: SocketAddr,
     threads: usize,
+    ip: IpAddr,
 ) -> anyhow::Result<(Child, Front)> {
     let manifests = dir.join(format!("manifests-{target:?}"));
     std::fs::create_dir(&manifests)?;
@@ -373,7 +407,7 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
         .args(["--threads", &threads.to_string(), "proxy", "--manifests"])
         .arg(&manifests)
         .args(teapot_testkit::process::LOOPBACK_LISTENERS)
-        .args(["--l4-pool", "default=127.0.0.1", "--l4-state", "off"])
+        .args(["--l4-pool", &format!("default={ip}"), "--l4-state", "off"])
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -383,11 +417,24 @@ endpoints: [{{addresses: ["127.0.0.1"]}}]
         .with_context(|| format!("{} exited at start", bin.display()))?;
     let front = Front {
         target,
+        ip,
         sink: t_sink,
         ping: t_ping,
         pid,
     };
     Ok((teapot, front))
+}
+
+/// Waits until something accepts on `ip`:`port` (at most 60 s).
+async fn wait_port_on(ip: IpAddr, port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if TcpStream::connect((ip, port)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("nothing listens on {ip}:{port} after 60 s")
 }
 
 /// The `load_module` line nginx needs for `stream` (empty when the module
@@ -422,13 +469,13 @@ fn nginx_stream(nginx: &Path) -> Result<String, String> {
 }
 
 /// Bytes per second the sink received through `port`.
-async fn throughput(port: u16, args: &Args, sink: &Sink) -> anyhow::Result<f64> {
+async fn throughput(ip: IpAddr, port: u16, args: &Args, sink: &Sink) -> anyhow::Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..args.connections {
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+            let mut s = TcpStream::connect((ip, port)).await?;
             let chunk = vec![0x5Au8; 64 * 1024];
             while !stop.load(Ordering::Relaxed) {
                 s.write_all(&chunk).await?;
@@ -459,7 +506,7 @@ struct Rate {
 
 /// Completed connect + 1-byte exchange + close per second through `port`,
 /// and the CPU the proxy `pid` spent per connection meanwhile.
-async fn connection_rate(port: u16, pid: u32, args: &Args) -> anyhow::Result<Rate> {
+async fn connection_rate(ip: IpAddr, port: u16, pid: u32, args: &Args) -> anyhow::Result<Rate> {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -468,7 +515,7 @@ async fn connection_rate(port: u16, pid: u32, args: &Args) -> anyhow::Result<Rat
         tasks.push(tokio::spawn(async move {
             let mut b = [0u8; 1];
             while !stop.load(Ordering::Relaxed) {
-                let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+                let mut s = TcpStream::connect((ip, port)).await?;
                 s.set_nodelay(true)?;
                 s.write_all(b"x").await?;
                 s.read_exact(&mut b).await?;
@@ -504,9 +551,9 @@ async fn connection_rate(port: u16, pid: u32, args: &Args) -> anyhow::Result<Rat
 /// Opens `n` connections through `port` to the echo backend, each sending
 /// a few bytes and reading them back, and charges the growth of the
 /// proxy's RSS to them while they stay open and idle.
-async fn idle(pid: u32, port: u16, n: usize) -> anyhow::Result<Idle> {
+async fn idle(pid: u32, ip: IpAddr, port: u16, n: usize) -> anyhow::Result<Idle> {
     let memory = idle_memory(pid, n, || async move {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+        let mut s = TcpStream::connect((ip, port)).await?;
         s.set_nodelay(true)?;
         let mut echo = [0u8; 5];
         s.write_all(b"hello").await?;
@@ -636,8 +683,8 @@ async fn run(
     for round in 0..args.rounds {
         for i in 0..fronts.len() {
             let f = &fronts[(i + round) % fronts.len()];
-            let t = throughput(f.sink, args, &sink).await?;
-            let c = connection_rate(f.ping, f.pid, args).await?;
+            let t = throughput(f.ip, f.sink, args, &sink).await?;
+            let c = connection_rate(f.ip, f.ping, f.pid, args).await?;
             println!(
                 "round {round} {:?}: {:.0} MB/s, {:.0} connections/s, {:.1} µs CPU per connection",
                 f.target,
@@ -657,7 +704,7 @@ async fn run(
     let mut idles = BTreeMap::new();
     if args.idle_connections > 0 {
         for f in fronts {
-            let m = idle(f.pid, f.ping, args.idle_connections).await?;
+            let m = idle(f.pid, f.ip, f.ping, args.idle_connections).await?;
             println!(
                 "idle {:?}: {} connections ({} failed), {:.2} KiB each",
                 f.target, m.connections, m.failed, m.kib_per_conn
@@ -758,6 +805,9 @@ async fn run(
     let _ = proxies.teapot.kill().await;
     if let Some(base) = proxies.teapot_base.as_mut() {
         let _ = base.kill().await;
+    }
+    if let Some(v6) = proxies.teapot_ipv6.as_mut() {
+        let _ = v6.kill().await;
     }
     for floor in &mut proxies.floors {
         let _ = floor.kill().await;
