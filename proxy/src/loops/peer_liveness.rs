@@ -285,13 +285,21 @@ fn next_expiry(view: &View, now: Instant) -> Option<Instant> {
         .min()
 }
 
-/// Resolves when any session's state changes; with the name of a
-/// session whose task ended (its state never changes again).
-async fn any_changed(sessions: &mut BTreeMap<String, (SocketAddr, bfd::Handle)>) -> Option<String> {
-    if sessions.is_empty() {
+/// Resolves when the state of a session not in `ended` changes; with the
+/// name of a session whose task ended (its state never changes again).
+async fn any_changed(
+    sessions: &mut BTreeMap<String, (SocketAddr, bfd::Handle)>,
+    ended: &BTreeSet<String>,
+) -> Option<String> {
+    let live: Vec<(&String, &mut bfd::Handle)> = sessions
+        .iter_mut()
+        .filter(|(replica, _)| !ended.contains(replica.as_str()))
+        .map(|(replica, (_, handle))| (replica, handle))
+        .collect();
+    if live.is_empty() {
         return std::future::pending().await;
     }
-    let changes = sessions.iter_mut().map(|(replica, (_, handle))| {
+    let changes = live.into_iter().map(|(replica, handle)| {
         Box::pin(async move { handle.status.changed().await.err().map(|_| replica.clone()) })
     });
     futures::future::select_all(changes).await.0
@@ -314,6 +322,10 @@ pub async fn run(
     let mut leases = view.subscribe();
     let mut sessions: BTreeMap<String, (SocketAddr, bfd::Handle)> = BTreeMap::new();
     let mut refused: BTreeSet<SocketAddr> = BTreeSet::new();
+    // Sessions whose task ended: their last state stands (as a session
+    // never started does) and they are not waited on, or a task that
+    // ends at once would be restarted in a loop.
+    let mut ended: BTreeSet<String> = BTreeSet::new();
     let mut judge = Judge::default();
     let rules = Rules::of(&config.timing);
     tracing::info!(endpoint = %config.endpoint(), interval = ?config.timing.interval, multiplier = config.timing.multiplier, "BFD with the other announcers");
@@ -330,6 +342,7 @@ pub async fn run(
             )
         };
         sessions.retain(|r, (at, _)| wanted.get(r) == Some(at));
+        ended.retain(|r| sessions.contains_key(r));
         let mut retry = None;
         for (replica, at) in &wanted {
             if sessions.contains_key(replica) {
@@ -396,9 +409,10 @@ pub async fn run(
         let deadline = [judge.wake, expiry, retry].into_iter().flatten().min();
         tokio::select! {
             r = leases.changed() => if r.is_err() { return },
-            ended = any_changed(&mut sessions) => {
-                if let Some(replica) = ended {
-                    sessions.remove(&replica);
+            gone = any_changed(&mut sessions, &ended) => {
+                if let Some(replica) = gone {
+                    tracing::warn!(%replica, "BFD session with the announcer ended; liveness by its Lease");
+                    ended.insert(replica);
                 }
             }
             _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now).into()).await }, if deadline.is_some() => {}
