@@ -215,6 +215,8 @@ impl Batch {
     fn send(&mut self, fd: RawFd, from: usize, count: usize) -> std::io::Result<usize> {
         let answers = &self.answers;
         let sends = &self.sends;
+        // A fixed array (no allocation); only the first `count - from`
+        // slices are handed to the kernel, the rest merely fill it.
         let slices: [[IoSlice<'_>; 1]; BATCH] = std::array::from_fn(|k| {
             let i = sends[(from + k).min(BATCH - 1)];
             [IoSlice::new(&answers[i])]
