@@ -42,8 +42,8 @@ struct BgpArgs {
     asn: u32,
     /// A peer: ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL]
     /// [,source=ADDR][,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT]
-    /// [,password-file=PATH] (the TCP-MD5 password, read from the file).
-    /// Repeatable.
+    /// [,password-file=PATH] (the TCP-MD5 password, read from the file)
+    /// [,passive=true] (wait for the router to connect). Repeatable.
     #[arg(long = "peer", required = true)]
     peers: Vec<PeerConfig>,
     /// An address to announce as a host route. Repeatable.
@@ -60,6 +60,9 @@ struct BgpArgs {
     /// crash, SIGKILL) keeps the routes that long. Off by default.
     #[arg(long)]
     graceful_restart_time: Option<u64>,
+    /// The port peers with `passive=true` connect to.
+    #[arg(long, default_value_t = teapot_announce::peer::BGP_PORT)]
+    listen_port: u16,
 }
 
 #[derive(Debug, clap::Args)]
@@ -140,6 +143,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             config.router_id = args.router_id;
             config.graceful_shutdown_wait = Duration::from_millis(args.graceful_wait_ms);
             config.graceful_restart = args.graceful_restart_time.map(Duration::from_secs);
+            config.listen_port = args.listen_port;
             let (_addrs, addrs_rx) = watch::channel(args.addrs.into_iter().collect());
             let speaker = Speaker::start(config, addrs_rx)?;
             until_stopped(None).await?;

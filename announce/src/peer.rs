@@ -51,6 +51,11 @@ pub struct PeerConfig {
     /// The TCP-MD5 password (RFC 2385) the router expects, read from
     /// `password-file=` at start.
     pub md5: Option<md5::Key>,
+    /// Wait for the router to connect (to the speaker's listening port)
+    /// instead of connecting to it: for routers that only accept
+    /// sessions they open, or that sit behind a firewall letting only
+    /// their side connect.
+    pub passive: bool,
 }
 
 impl PeerConfig {
@@ -68,6 +73,7 @@ impl PeerConfig {
             local_pref: crate::wire::DEFAULT_LOCAL_PREF,
             bfd: None,
             md5: None,
+            passive: false,
         }
     }
 
@@ -225,11 +231,12 @@ impl FromStr for PeerConfig {
                     })?)
                 }
                 "password-file" => peer.md5 = Some(password_file(value, spec)?),
+                "passive" => peer.passive = parsed(key, value, spec, "true or false")?,
                 _ => {
                     return Err(Error::Config {
                         setting: format!("BGP peer `{spec}`"),
                         reason: format!(
-                            "unknown key `{key}` (port, hold, keepalive, multihop, source, next-hop, local-pref, bfd, password-file)"
+                            "unknown key `{key}` (port, hold, keepalive, multihop, source, next-hop, local-pref, bfd, password-file, passive)"
                         ),
                     });
                 }
@@ -338,6 +345,10 @@ mod tests {
         assert_eq!(peer.local_pref, 200);
         assert_eq!(peer.bfd, None);
         peer.validate(64501).unwrap();
+
+        assert!(!peer.passive);
+        let passive: PeerConfig = "192.0.2.1,64500,passive=true".parse().unwrap();
+        assert!(passive.passive);
 
         let peer: PeerConfig = "192.0.2.1,64500,bfd=100x3".parse().unwrap();
         assert_eq!(

@@ -68,6 +68,8 @@ pub async fn run(
     mut addrs: watch::Receiver<BTreeSet<IpAddr>>,
     mut stop: watch::Receiver<bool>,
     status: watch::Sender<PeerStatus>,
+    // A passive peer's connections, accepted by the speaker.
+    mut incoming: Option<tokio::sync::mpsc::Receiver<TcpStream>>,
 ) {
     let mut backoff = MIN_BACKOFF;
     // Lives as long as the peer's task, across BGP sessions: the router's BFD
@@ -103,7 +105,10 @@ pub async fn run(
             &mut stop,
             &status,
             bfd.as_mut(),
-            first,
+            Attempt {
+                first,
+                incoming: incoming.as_mut(),
+            },
         )
         .await;
         status.send_modify(|s| {
@@ -241,6 +246,32 @@ async fn connect(peer: &PeerConfig, local_asn: u32) -> Result<TcpStream, Error> 
     Ok(stream)
 }
 
+/// A passive peer's connection, set up as [`connect`] sets up its own:
+/// the TTL by the same rule, no Nagle.
+fn accepted(peer: &PeerConfig, local_asn: u32, stream: TcpStream) -> Result<TcpStream, Error> {
+    let io = |what: &'static str| move |e| Error::Io(what, e);
+    let ttl = match peer.multihop_ttl {
+        Some(ttl) => Some(ttl),
+        None if peer.remote_asn != local_asn => Some(1),
+        None => None,
+    };
+    if let Some(ttl) = ttl {
+        let sock = socket2::SockRef::from(&stream);
+        match stream
+            .local_addr()
+            .map_err(io("reading the local address"))?
+        {
+            SocketAddr::V4(_) => sock.set_ttl_v4(ttl as u32),
+            SocketAddr::V6(_) => sock.set_unicast_hops_v6(ttl as u32),
+        }
+        .map_err(io("setting the TTL"))?;
+    }
+    stream
+        .set_nodelay(true)
+        .map_err(io("setting TCP_NODELAY"))?;
+    Ok(stream)
+}
+
 /// The session's reading and writing, with the bytes read but not yet
 /// taken as messages.
 struct Conn {
@@ -343,6 +374,16 @@ fn next_hops(peer: &PeerConfig, local: IpAddr) -> Vec<(Family, IpAddr)> {
     out
 }
 
+/// What one session attempt starts from.
+struct Attempt<'a> {
+    /// The peer's first session since the speaker started (the Restart
+    /// State bit).
+    first: bool,
+    /// A passive peer's accepted connections; `None`: the speaker
+    /// connects.
+    incoming: Option<&'a mut tokio::sync::mpsc::Receiver<TcpStream>>,
+}
+
 async fn session(
     shared: &Shared,
     peer: &PeerConfig,
@@ -350,15 +391,38 @@ async fn session(
     stop: &mut watch::Receiver<bool>,
     status: &watch::Sender<PeerStatus>,
     bfd: Option<&mut bfd::Handle>,
-    first: bool,
+    attempt: Attempt<'_>,
 ) -> Ended {
+    let Attempt { first, incoming } = attempt;
     status.send_modify(|s| s.state = SessionState::Connect);
-    let stream = tokio::select! {
-        r = connect(peer, shared.local_asn) => match r {
-            Ok(s) => s,
-            Err(e) => return Ended::Failed(e),
+    let stream = match incoming {
+        None => tokio::select! {
+            r = connect(peer, shared.local_asn) => match r {
+                Ok(s) => s,
+                Err(e) => return Ended::Failed(e),
+            },
+            _ = until_stopped(stop) => return Ended::Stopped,
         },
-        _ = until_stopped(stop) => return Ended::Stopped,
+        Some(incoming) => tokio::select! {
+            s = incoming.recv() => match s {
+                // The newest of what waited: the router gave up on the
+                // older ones.
+                Some(mut s) => {
+                    while let Ok(newer) = incoming.try_recv() {
+                        s = newer;
+                    }
+                    match accepted(peer, shared.local_asn, s) {
+                        Ok(s) => s,
+                        Err(e) => return Ended::Failed(e),
+                    }
+                }
+                None => {
+                    let _ = until_stopped(stop).await;
+                    return Ended::Stopped;
+                }
+            },
+            _ = until_stopped(stop) => return Ended::Stopped,
+        },
     };
     let local = match stream.local_addr() {
         Ok(a) => a.ip(),
@@ -1321,6 +1385,76 @@ mod tests {
         let status = wait_status(&speaker, "announced", |s| s.announced == 1).await;
         assert!(!status.graceful_restart && !status.end_of_rib_sent);
         drop(speaker);
+    }
+
+    /// A TCP port free a moment ago.
+    fn free_tcp_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[tokio::test]
+    async fn a_passive_peer_is_waited_for_and_no_other_address_is_taken() {
+        let port = free_tcp_port();
+        let (speaker, _addrs) = start_with(
+            &[&format!("127.0.0.1,{ROUTER_ASN},hold=3,passive=true")],
+            &["203.0.113.10"],
+            |config| config.listen_port = port,
+        );
+        // Nothing is dialled: the session waits in Connect.
+        let status = wait_status(&speaker, "waiting", |s| s.state == SessionState::Connect).await;
+        assert!(status.last_error.is_none());
+        // A connection from an address that is no peer is closed unread.
+        let stranger = tokio::net::TcpSocket::new_v4().unwrap();
+        stranger.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut stranger = timeout(
+            STEP,
+            stranger.connect(SocketAddr::from(([127, 0, 0, 1], port))),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let mut buf = [0u8; 64];
+        let read = timeout(STEP, stranger.read(&mut buf))
+            .await
+            .expect("closed");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        // The router connects: OPEN, the announcement.
+        let stream = timeout(STEP, TcpStream::connect(("127.0.0.1", port)))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut router = FakeRouter {
+            stream,
+            buf: Vec::new(),
+            opened: Vec::new(),
+        };
+        router.establish(ROUTER_ASN, 3).await;
+        assert_eq!(
+            router.update().await.announced,
+            ["203.0.113.10".parse::<IpAddr>().unwrap()]
+        );
+        // The router goes; it comes back, and the session with it.
+        drop(router);
+        wait_status(&speaker, "down", |s| s.state != SessionState::Established).await;
+        let stream = timeout(STEP, TcpStream::connect(("127.0.0.1", port)))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut again = FakeRouter {
+            stream,
+            buf: Vec::new(),
+            opened: Vec::new(),
+        };
+        again.establish(ROUTER_ASN, 3).await;
+        assert_eq!(again.update().await.announced.len(), 1);
+        let stopped = tokio::spawn(speaker.stop());
+        let n = notification(&mut again).await;
+        assert_eq!(n.code, code::CEASE);
+        timeout(STEP, stopped).await.expect("stop returns").unwrap();
     }
 
     #[tokio::test]

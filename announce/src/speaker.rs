@@ -34,6 +34,9 @@ pub struct SpeakerConfig {
     /// peer, after which a router that lost the session without a
     /// NOTIFICATION drops the routes it kept. `None`: not offered.
     pub graceful_restart: Option<Duration>,
+    /// The port passive peers connect to ([`crate::peer::BGP_PORT`]
+    /// unless a test runs speaker and router on one host).
+    pub listen_port: u16,
 }
 
 impl SpeakerConfig {
@@ -46,6 +49,7 @@ impl SpeakerConfig {
             bfd_listen_port: bfd::CONTROL_PORT,
             bfd_peer_port: bfd::CONTROL_PORT,
             graceful_restart: None,
+            listen_port: crate::peer::BGP_PORT,
         }
     }
 
@@ -187,6 +191,99 @@ impl Statuses {
     }
 }
 
+/// A passive peer: its address, its TCP-MD5 password, where its
+/// connections go.
+type Passive = (
+    IpAddr,
+    Option<crate::md5::Key>,
+    tokio::sync::mpsc::Sender<tokio::net::TcpStream>,
+);
+
+/// One listening socket per family of the passive peers, on `port`, with
+/// each peer's TCP-MD5 password set on it (the kernel checks the router's
+/// SYN against it).
+fn listen(port: u16, passive: &[Passive]) -> Result<Vec<tokio::net::TcpListener>, Error> {
+    let io = |what: &'static str| move |e| Error::Io(what, e);
+    let mut out = Vec::new();
+    for v6 in [false, true] {
+        let peers: Vec<&Passive> = passive.iter().filter(|p| p.0.is_ipv6() == v6).collect();
+        if peers.is_empty() {
+            continue;
+        }
+        let (socket, any) = if v6 {
+            let socket =
+                tokio::net::TcpSocket::new_v6().map_err(io("creating the listening socket"))?;
+            socket2::SockRef::from(&socket)
+                .set_only_v6(true)
+                .map_err(io("setting IPV6_V6ONLY on the listening socket"))?;
+            (socket, IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED))
+        } else {
+            let socket =
+                tokio::net::TcpSocket::new_v4().map_err(io("creating the listening socket"))?;
+            (socket, IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        };
+        socket
+            .set_reuseaddr(true)
+            .map_err(io("setting SO_REUSEADDR on the listening socket"))?;
+        for (address, key, _) in &peers {
+            if let Some(key) = key {
+                crate::md5::set_key(&socket, *address, key)
+                    .map_err(io("setting TCP-MD5 (TCP_MD5SIG) on the listening socket"))?;
+            }
+        }
+        socket
+            .bind(std::net::SocketAddr::new(any, port))
+            .map_err(io("binding the BGP listening port"))?;
+        out.push(
+            socket
+                .listen(16)
+                .map_err(io("listening for passive peers"))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Hands each connection to the passive peer with its source address;
+/// closes any other at once (the speaker talks to configured routers
+/// only). Ends when the speaker stops.
+async fn accept(
+    listeners: Vec<tokio::net::TcpListener>,
+    passive: Vec<Passive>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut accepting = JoinSet::new();
+    let passive = Arc::new(passive);
+    for listener in listeners {
+        let passive = passive.clone();
+        accepting.spawn(async move {
+            loop {
+                let (stream, from) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "BGP accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let from_ip = match from.ip() {
+                    IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
+                    a => a,
+                };
+                match passive.iter().find(|p| p.0 == from_ip) {
+                    // A full queue: the session is busy with an earlier
+                    // connection; this one is closed.
+                    Some((_, _, tx)) => {
+                        let _ = tx.try_send(stream);
+                    }
+                    None => tracing::warn!(%from, "BGP connection from an address that is no passive peer: closed"),
+                }
+            }
+        });
+    }
+    let _ = stop.wait_for(|s| *s).await;
+    accepting.abort_all();
+}
+
 /// The running speaker. Dropping it without [`Speaker::stop`] ends the
 /// sessions abruptly (routers fall back on their hold timers).
 #[derive(Debug)]
@@ -215,16 +312,27 @@ impl Speaker {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut statuses = Vec::new();
+        let mut passive = Vec::new();
         for peer in config.peers {
             let (status, status_rx) = watch::channel(PeerStatus::new(&peer));
             statuses.push(status_rx);
+            let incoming = peer.passive.then(|| {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                passive.push((peer.address, peer.md5.clone(), tx));
+                rx
+            });
             tasks.spawn(session::run(
                 shared.clone(),
                 peer,
                 addrs.clone(),
                 stop_rx.clone(),
                 status,
+                incoming,
             ));
+        }
+        if !passive.is_empty() {
+            let listeners = listen(config.listen_port, &passive)?;
+            tasks.spawn(accept(listeners, passive, stop_rx));
         }
         Ok(Speaker {
             stop,

@@ -526,6 +526,30 @@ fn a_refused_neighbor_leaves_the_other_session_and_its_route_alone() {
 }
 
 #[test]
+fn a_passive_replica_is_connected_to_by_the_router_and_its_route_installed() {
+    if !runnable("a_passive_replica_is_connected_to_by_the_router_and_its_route_installed") {
+        return;
+    }
+    let mut lab = Lab::new(Setup::default());
+    // The replica dials nothing; FRR connects to its port 179.
+    lab.replicas.start_speaker(0, ",passive=true", 1000);
+    lab.wait_only(0, VIP4);
+    lab.wait_only(0, VIP6);
+    for addr in [LINKS[0].speaker4, LINKS[0].speaker6] {
+        let n = lab.neighbor(addr);
+        assert_eq!(n["bgpState"], "Established", "{addr}: {n}");
+        // The router's side of the connection is the active one: its
+        // port is ephemeral, the replica's is 179.
+        assert_eq!(n["portForeign"], 179, "{addr}: {n}");
+    }
+    lab.signal(0, "-TERM");
+    assert!(lab.wait_exit(0).success());
+    lab.wait("no route after the planned stop", || {
+        (lab.gateways(VIP4).is_empty() && lab.gateways(VIP6).is_empty()).then_some(())
+    });
+}
+
+#[test]
 fn with_the_routers_password_the_sessions_establish_and_the_route_is_installed() {
     if !runnable("with_the_routers_password_the_sessions_establish_and_the_route_is_installed") {
         return;

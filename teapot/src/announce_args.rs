@@ -15,7 +15,7 @@ const MAX_ANNOUNCED_PER_CIDR: usize = 4096;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct AnnounceArgs {
-    /// BGP peer that receives this replica's addresses as host routes, ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL][,source=ADDR][,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT][,password-file=PATH] (repeatable; password-file holds the TCP-MD5 password).
+    /// BGP peer that receives this replica's addresses as host routes, ADDR,ASN[,port=N][,hold=S][,keepalive=S][,multihop=TTL][,source=ADDR][,next-hop=ADDR][,local-pref=N][,bfd=MSxMULT][,password-file=PATH][,passive=true] (repeatable; password-file holds the TCP-MD5 password; passive: the router connects, to --bgp-listen-port).
     #[arg(long = "bgp-peer")]
     bgp_peers: Vec<PeerConfig>,
     /// This replica's AS number (required with --bgp-peer).
@@ -30,6 +30,9 @@ pub(crate) struct AnnounceArgs {
     /// Offer BGP graceful restart (RFC 4724) with this restart time in seconds (1-4095; 120 is usual): a router that loses the session without a NOTIFICATION (the replica's process killed or crashed, its host up) keeps this replica's routes that long, until it is back and has announced them again. Off by default: until then the router keeps sending new connections to a replica that may not come back.
     #[arg(long)]
     bgp_graceful_restart_time: Option<u64>,
+    /// The port BGP peers with passive=true connect to.
+    #[arg(long, default_value_t = teapot_announce::peer::BGP_PORT)]
+    bgp_listen_port: u16,
     /// The fleet's own address, ADDR or CIDR (each host address), announced while ready (repeatable).
     #[arg(long = "announce", value_parser = addr_or_cidr)]
     announce: Vec<ipnet::IpNet>,
@@ -163,6 +166,7 @@ impl AnnounceArgs {
             speaker.router_id = self.bgp_router_id;
             speaker.graceful_shutdown_wait = Duration::from_secs(self.bgp_graceful_wait);
             speaker.graceful_restart = self.bgp_graceful_restart_time.map(Duration::from_secs);
+            speaker.listen_port = self.bgp_listen_port;
             if let Some(time) = self.bgp_graceful_restart_time {
                 let max = teapot_announce::wire::MAX_RESTART_TIME_SECS;
                 if time == 0 || time > u64::from(max) {
