@@ -28,6 +28,9 @@
 //! - [`l4`]: TCP and UDP listeners for LoadBalancer Services.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/status`.
 //! - [`metrics`]: the Prometheus registry, with per-tenant request series.
+//! - [`backend_answer`]: a backend's HTTP/1.1 answer read into `http`
+//!   types by the HTTP/1 engine's rules, for the HTTP/2 server's HTTP/1
+//!   backends and the sub-requests alike.
 //! - [`access_log`]: one line per request and L4 connection, written off
 //!   the request path; [`trace`]: `X-Request-Id` and `traceparent`.
 //! - [`logflood`]: holding back a client's flood of library log lines.
@@ -38,6 +41,7 @@
 pub mod accept;
 pub mod access_log;
 pub mod admin;
+pub mod backend_answer;
 pub mod decide;
 pub mod edge;
 pub mod filters;

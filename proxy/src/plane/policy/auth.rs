@@ -40,8 +40,8 @@ use super::PolicyAnswer;
 use crate::compile::gateway::RequestHeaders;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::{Tried, Upstream};
+use crate::plane::backend_answer;
 use crate::plane::forwarding::{self, FORWARDING};
-use crate::plane::h2_upstream;
 use crate::plane::trace;
 
 /// The operator's bounds on external authentication.
@@ -493,7 +493,7 @@ async fn exchange(
         .map_err(|_| Outcome::Unreachable)?;
     let mut buf = BytesMut::with_capacity(4096);
     let answer = loop {
-        match h2_upstream::parse_response(&buf, request.method() == Method::HEAD) {
+        match backend_answer::parse_response(&buf, request.method() == Method::HEAD) {
             Ok(Some(answer)) if answer.status.is_informational() => buf.advance(answer.len),
             Ok(Some(answer)) => break answer,
             Ok(None) => {
@@ -553,7 +553,7 @@ async fn read_body(
             Ok(buf.split_to(n).freeze())
         }
         BodyFraming::Chunked => {
-            let mut chunked = h2_upstream::Chunked::default();
+            let mut chunked = backend_answer::Chunked::default();
             let mut body = BytesMut::new();
             loop {
                 while let Some(payload) = chunked.decode(&mut buf).map_err(|_| Outcome::Failed)? {
