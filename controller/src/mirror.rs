@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use teapot_api::annotations::PREFIX;
+use teapot_api::annotations::{IP_FAMILIES, IP_FAMILY_POLICY, PREFIX};
 pub use teapot_api::hostname::mirrored_secret_name;
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::{CA_SECRET_TYPE, INGRESS_CLASS, LOAD_BALANCER_CLASS, TLS_SECRET_TYPE};
@@ -186,6 +186,29 @@ pub fn lb_ingress(ingress: &Ingress, lb_namespace: &str) -> Result<Ingress, Erro
     })
 }
 
+/// An L4 Service's `spec.ipFamilies` and `spec.ipFamilyPolicy` as the
+/// annotations its LB copy carries them in (docs/agent.md): the copy's spec
+/// cannot, since the LB cluster's API server checks them against its own
+/// families and would refuse a dual-stack copy in a single-stack LB
+/// cluster. The fleet reads them over the copy's (defaulted) spec. A field
+/// the Service lacks writes nothing, so an annotation the tenant set
+/// travels as written and the webhook judges it; a value Kubernetes would
+/// not have admitted is written as it is, for the webhook to refuse naming
+/// it rather than the agent guessing.
+pub fn family_annotations(service: &Service) -> Vec<(String, String)> {
+    let spec = service.spec.as_ref();
+    let mut out = Vec::new();
+    if let Some(families) = spec.and_then(|s| s.ip_families.as_ref())
+        && !families.is_empty()
+    {
+        out.push((IP_FAMILIES.to_string(), families.join(",")));
+    }
+    if let Some(policy) = spec.and_then(|s| s.ip_family_policy.as_ref()) {
+        out.push((IP_FAMILY_POLICY.to_string(), policy.clone()));
+    }
+    out
+}
+
 /// The selector-less LB Service for a tenant Service: the ports by name,
 /// number and protocol (the EndpointSlice the sync half writes says where
 /// they go), its `teapot.dev/` annotations. An L4 Service ([`is_l4`]) stays
@@ -215,7 +238,7 @@ pub fn lb_service(service: &Service, lb_namespace: &str) -> Service {
         .collect();
     let mut annotations = travelling_annotations(service.annotations());
     if is_l4(service) {
-        annotations.extend(crate::service::family_annotations(service));
+        annotations.extend(family_annotations(service));
     }
     Service {
         metadata: lb_meta(

@@ -15,7 +15,6 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
-use teapot_api::annotations::{IP_FAMILIES, IP_FAMILY_POLICY};
 use teapot_sync::{backoff, source_of};
 
 use crate::mirror::{self, is_l4};
@@ -120,29 +119,6 @@ pub fn source_ranges_enforced(copy: &Service, on_lb: Option<&Value>) -> Option<C
     })
 }
 
-/// An L4 Service's `spec.ipFamilies` and `spec.ipFamilyPolicy` as the
-/// annotations its LB copy carries them in (docs/agent.md): the copy's spec
-/// cannot, since the LB cluster's API server checks them against its own
-/// families and would refuse a dual-stack copy in a single-stack LB
-/// cluster. The fleet reads them over the copy's (defaulted) spec. A field
-/// the Service lacks writes nothing, so an annotation the tenant set
-/// travels as written and the webhook judges it; a value Kubernetes would
-/// not have admitted is written as it is, for the webhook to refuse naming
-/// it rather than the agent guessing.
-pub fn family_annotations(service: &Service) -> Vec<(String, String)> {
-    let spec = service.spec.as_ref();
-    let mut out = Vec::new();
-    if let Some(families) = spec.and_then(|s| s.ip_families.as_ref())
-        && !families.is_empty()
-    {
-        out.push((IP_FAMILIES.to_string(), families.join(",")));
-    }
-    if let Some(policy) = spec.and_then(|s| s.ip_family_policy.as_ref()) {
-        out.push((IP_FAMILY_POLICY.to_string(), policy.clone()));
-    }
-    out
-}
-
 /// Logs, counts and requeues with exponential backoff (1 s to 5 min).
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
     let failures = ctx
@@ -166,6 +142,7 @@ pub fn lb_service_source(lb: &Service) -> Option<ObjectRef<Service>> {
 mod tests {
     use super::*;
     use crate::mirror::lb_service;
+    use teapot_api::annotations::{IP_FAMILIES, IP_FAMILY_POLICY};
 
     fn l4(
         families: Option<&[&str]>,
