@@ -541,11 +541,25 @@ fn bgp_values_render_to_the_speakers_flags() {
             "--bgp-asn=4200000001",
             "--bgp-router-id=192.0.2.10",
             "--bgp-graceful-wait=5",
+            "--bgp-graceful-restart-time=120",
+            "--bgp-listen-port=179",
             "--bgp-peer=192.0.2.1,64500,hold=3,keepalive=1,bfd=100x3",
             "--bgp-peer=2001:db8:1::1,64500,port=1179,multihop=2,source=2001:db8:1::10,\
              next-hop=192.0.2.10,local-pref=0",
+            "--bgp-peer=198.51.100.1,64501,passive=true",
         ]
     );
+    // A BGP speaker holds an announcer Lease whose renewals carry its
+    // sessions (the Announced condition): the proxy may write Leases.
+    let lease_role = of_kind(&docs, "Role").find(|r| {
+        r["rules"].as_array().into_iter().flatten().any(|rule| {
+            strs(&rule["resources"]).contains(&"leases".to_string())
+                && strs(&rule["verbs"]).contains(&"update".to_string())
+        }) && r["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-proxy-announce"))
+    });
+    assert!(lease_role.is_some(), "no Lease RBAC for the BGP speaker");
     let pod = proxy_pod(&docs);
     let volumes: Vec<&Value> = pod["volumes"].as_array().expect("volumes").iter().collect();
     assert_eq!(
@@ -575,6 +589,30 @@ fn bgp_values_render_to_the_speakers_flags() {
         .expect("grace");
     assert_eq!(wait, plain_wait + 5);
     assert!(bgp_args(&plain).is_empty());
+    // Without a passive peer no listening port; graceful restart only
+    // when asked.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let active = dir.path().join("active.yaml");
+    std::fs::write(
+        &active,
+        "announce:\n  bgp:\n    gracefulRestartSeconds: 0\n    peers:\n\
+         \x20     - {address: 192.0.2.1, asn: 64500}\n",
+    )
+    .expect("write values");
+    let active = render(
+        &helm,
+        "teapot-lb",
+        &values,
+        &["-f", active.to_str().expect("utf-8")],
+    );
+    let args = bgp_args(&active);
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--bgp-listen-port")
+                || a.starts_with("--bgp-graceful-restart-time")),
+        "{args:?}"
+    );
 
     let v = values.to_str().expect("utf-8");
     let err = try_render(
@@ -606,9 +644,12 @@ fn a_bgp_peer_password_comes_from_a_secret_mounted_read_only() {
         &["-f", peers.to_str().expect("utf-8")],
     );
     validate_all(&docs, "teapot-lb with a BGP password");
-    let args = bgp_args(&docs);
+    let args: Vec<String> = bgp_args(&docs)
+        .into_iter()
+        .filter(|a| a.starts_with("--bgp-peer="))
+        .collect();
     assert_eq!(
-        args[3..],
+        args,
         [
             "--bgp-peer=192.0.2.1,64500",
             "--bgp-peer=192.0.2.2,64500,hold=0,password-file=/etc/teapot/bgp-peers/1/password",

@@ -80,5 +80,6 @@ capabilities:
 {{- with $p.nextHop }},next-hop={{ . }}{{ end }}
 {{- if hasKey $p "localPref" }},local-pref={{ int64 $p.localPref }}{{ end }}
 {{- with $p.bfd }},bfd={{ . }}{{ end }}
+{{- if $p.passive }},passive=true{{ end }}
 {{- if $p.passwordSecret }},password-file={{ include "teapot.bgpPasswordDir" .index }}/password{{ end }}
 {{- end }}
