@@ -27,6 +27,9 @@
 //! - [`gateway`]: Gateway API objects into their own route table and
 //!   their status (docs/gateway-api.md).
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
+//! - [`listeners`]: each Gateway listener classified once for both
+//!   planes; [`attach`]: the one parentRef -> listener walk for every
+//!   route kind.
 //! - [`gateway_join`]: each Gateway's status, its HTTP and L4 parts
 //!   joined once.
 //! - `bind`: which hosts a tenant may route (its subtree, its allowed
@@ -44,6 +47,7 @@
 //! - [`snapshot`]: what is swapped, and the status report.
 
 pub mod acme;
+pub mod attach;
 pub mod backends;
 pub(crate) mod bind;
 pub mod certs;
@@ -54,6 +58,7 @@ pub mod gateway;
 pub mod gateway_join;
 pub mod ingress;
 pub mod l4;
+pub mod listeners;
 pub mod parts;
 pub mod policies;
 pub mod rate_table;

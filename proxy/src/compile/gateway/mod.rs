@@ -41,8 +41,8 @@ use teapot_api::regex::{TenantRegex, grpc_method_pattern};
 use teapot_api::{HostPattern, hostname};
 use teapot_gateway_api::generated::gateway_classes::GatewayClassStatus;
 use teapot_gateway_api::generated::gateways::{
-    GatewayListeners, GatewayListenersTlsMode, GatewayStatus, GatewayStatusAddresses,
-    GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
+    GatewayListeners, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
+    GatewayStatusListenersSupportedKinds,
 };
 use teapot_gateway_api::generated::grpc_routes::{
     GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType, GrpcRouteStatus,
@@ -64,6 +64,7 @@ use crate::compile::certs::CertTable;
 use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy};
 use crate::compile::traffic::{Cors, GatewayAuthTerms, TrafficPolicy};
+use crate::compile::{attach, listeners};
 use table::{
     Action, Backend, BackendFilters, Candidate, Filters, HeaderEdits, Matcher, Mirror, PathChange,
     PathMatch, Redirect, Rewrite, RouteInfo, TableBuilder, Target, ValueMatch,
@@ -628,7 +629,7 @@ impl<'s> GatewayCompile<'s> {
             let mut conditions = Vec::with_capacity(2);
             // A route none of whose rules can be served is not attached.
             let countable = !targets.is_empty() || invalid_rules.is_empty();
-            let accepted = self.attach(
+            let accepted = self.bind_parent(
                 cx,
                 gateway,
                 route,
@@ -689,7 +690,7 @@ impl<'s> GatewayCompile<'s> {
     /// Binds a route's rules to the listeners of one parentRef; the
     /// reason when it binds to none.
     #[allow(clippy::too_many_arguments)]
-    fn attach<'t>(
+    fn bind_parent<'t>(
         &mut self,
         cx: &mut Context<'_, '_, 's, 't>,
         gateway: &mut GatewayEntry<'s>,
@@ -701,105 +702,36 @@ impl<'s> GatewayCompile<'s> {
     ) -> Result<(), (&'static str, String)> {
         let id = route.id;
         let tenancy = cx.hosts.tenancy;
-        let mut reason: Option<(&'static str, String)> = None;
-        let mut worse = |r: &'static str, m: String| {
-            // The first reason found is the one reported.
-            if reason.is_none() {
-                reason = Some((r, m));
-            }
-        };
-        let named = |l: &Listener<'_>| {
-            parent.section.is_none_or(|s| s == l.spec.name)
-                && parent.port.is_none_or(|p| p == l.spec.port)
-        };
-        if !gateway.listeners.iter().any(named) {
-            return Err((
-                "NoMatchingParent",
-                format!(
-                    "Gateway {} has no listener{}{}",
-                    gateway.id,
-                    parent
-                        .section
-                        .map(|s| format!(" named {s}"))
-                        .unwrap_or_default(),
-                    parent
-                        .port
-                        .map(|p| format!(" on port {p}"))
-                        .unwrap_or_default()
-                ),
-            ));
-        }
         let tenant = tenancy.get(&id.namespace);
-        let route_hosts = &route.hosts;
-        let mut bound = false;
-        for i in 0..gateway.listeners.len() {
-            let listener = &gateway.listeners[i];
-            if !named(listener) {
-                continue;
-            }
-            let Some(plane) = listener.plane else {
-                worse(
-                    "NotAllowedByListeners",
-                    format!("listener {} is not served", listener.spec.name),
-                );
-                continue;
-            };
-            if !listener.kinds.contains(&route.kind) {
-                worse(
-                    "NotAllowedByListeners",
-                    format!(
-                        "listener {} does not admit {}",
-                        listener.spec.name, route.kind
-                    ),
-                );
-                continue;
-            }
-            let allowed = attachment::namespace_admitted(
-                listener.spec,
-                &gateway.id.namespace,
-                &id.namespace,
-                |s| teapot_model::gateway::namespace_selected(cx.store, &id.namespace, s),
-            );
-            if !allowed {
-                worse(
-                    "NotAllowedByListeners",
-                    format!(
-                        "listener {} does not admit routes from namespace {}",
-                        listener.spec.name, id.namespace
-                    ),
-                );
-                continue;
-            }
-            if let Err(why) = crate::compile::bind::tenant_route_may_bind(
-                tenant.is_some(),
-                &id.namespace,
-                &gateway.id.namespace,
-            ) {
-                worse("NotAllowedByListeners", why.into());
-                continue;
-            }
-            let hosts = attachment::served_hostnames(listener.hostname.as_ref(), route_hosts);
-            if hosts.is_empty() {
-                worse(
-                    "NoMatchingListenerHostname",
-                    format!(
-                        "no hostname of the route matches listener {}",
-                        listener.spec.name
-                    ),
-                );
-                continue;
-            }
-            let mut served_any = false;
-            for host in hosts {
-                if let (Some(t), Some(h)) = (tenant, host)
-                    && let Err(why) = cx.hosts.admit(t, h)
-                {
-                    worse("NoMatchingListenerHostname", why);
-                    continue;
-                }
-                served_any = true;
-                let rank = table::listener_rank(listener.hostname.as_ref());
-                let https = plane == Plane::Https;
+        let store = cx.store;
+        let hosts = &mut *cx.hosts;
+        let walk = attach::attach(
+            store,
+            gateway.id,
+            gateway.listeners.iter().map(|l| attach::Seat {
+                spec: l.spec,
+                hostname: l.hostname.as_ref(),
+                kinds: &l.kinds,
+                served: l.plane.is_some(),
+            }),
+            &attach::RouteFacts {
+                kind: route.kind,
+                namespace: &id.namespace,
+                tenant: tenant.is_some(),
+                hostnames: Some(&route.hosts),
+            },
+            (parent.section, parent.port),
+            |h| match tenant {
+                Some(t) => hosts.admit(t, h),
+                None => Ok(()),
+            },
+        )
+        .map_err(|r| (r.reason, r.message))?;
+        for (i, served) in &walk.listeners {
+            let listener = &gateway.listeners[*i];
+            let https = listener.plane == Some(Plane::Https);
+            let rank = table::listener_rank(listener.hostname.as_ref());
+            for &host in served {
                 let at = match lists.iter().position(|(p, r, _)| *p == https && *r == rank) {
                     Some(at) => at,
                     None => {
@@ -817,27 +749,20 @@ impl<'s> GatewayCompile<'s> {
                 let list = &lists[at].2;
                 self.builder.bind(host, index, list);
                 self.bound_any = true;
-                if plane == Plane::Https
-                    && let Some(h) = host
-                {
+                if https && let Some(h) = host {
                     // The listener's certificates also cover the hosts its
                     // routes bring (a listener without hostname).
-                    let refs = listener_secrets(gateway.id, listener.spec);
-                    for s in refs {
+                    for s in listener_secrets(gateway.id, listener.spec) {
                         self.certificates.push((h.clone(), s));
                     }
                 }
             }
-            if served_any {
-                gateway.listeners[i].attached += i32::from(countable);
-                bound = true;
-            }
         }
-        match (bound, reason) {
-            (true, _) => Ok(()),
-            (false, Some(r)) => Err(r),
-            (false, None) => Err(("NoMatchingParent", "no listener matches".into())),
+        let attached: Vec<usize> = walk.listeners.iter().map(|(i, _)| *i).collect();
+        for i in attached {
+            gateway.listeners[i].attached += i32::from(countable);
         }
+        Ok(())
     }
 }
 
@@ -933,55 +858,42 @@ fn gateway_entry<'s>(
             .collect(),
     };
     let mut listeners = Vec::with_capacity(gateway.spec.listeners.len());
-    for (i, l) in gateway.spec.listeners.iter().enumerate() {
+    for class in listeners::classify(gateway) {
+        let l = class.spec;
+        let refs = class.certificate_refs();
         let mut conditions = Vec::new();
-        let mut plane = match (ListenerProtocol::of(&l.protocol), l.port) {
-            (Some(ListenerProtocol::Http), 80) => Some(Plane::Http),
-            (Some(ListenerProtocol::Https), 443) => Some(Plane::Https),
-            (Some(ListenerProtocol::Http | ListenerProtocol::Https), _) => {
-                conditions.push(condition(
-                    "Accepted",
-                    false,
-                    "PortUnavailable",
-                    format!(
-                        "teapot serves HTTP on port 80 and HTTPS on 443, not {}",
-                        l.port
-                    ),
-                    generation,
-                ));
-                None
-            }
-            (Some(_), _) => {
-                conditions.push(condition(
-                    "Accepted",
-                    false,
-                    "UnsupportedProtocol",
-                    // With the L4 plane on, its report replaces this entry
-                    // (`compile::gateway_join`); what stays is the L4
-                    // plane being off.
-                    format!(
-                        "{} listeners are served by the L4 plane, which is off (--l4 false)",
-                        l.protocol
-                    ),
-                    generation,
-                ));
-                None
-            }
-            _ => {
-                conditions.push(condition(
-                    "Accepted",
-                    false,
-                    "UnsupportedProtocol",
-                    format!("protocol {} is not served", l.protocol),
-                    generation,
-                ));
-                None
-            }
+        if class.protocol.is_some_and(ListenerProtocol::is_l4) {
+            conditions.push(condition(
+                "Accepted",
+                false,
+                "UnsupportedProtocol",
+                // With the L4 plane on, its report replaces this entry
+                // (`compile::gateway_join`); what stays is the L4
+                // plane being off.
+                format!(
+                    "{} listeners are served by the L4 plane, which is off (--l4 false)",
+                    l.protocol
+                ),
+                generation,
+            ));
+        } else if let Some((reason, message)) = &class.refused {
+            conditions.push(condition(
+                "Accepted",
+                false,
+                reason,
+                message.clone(),
+                generation,
+            ));
+        }
+        let mut plane = match class.plane {
+            Some(listeners::Plane::Http) => Some(Plane::Http),
+            Some(listeners::Plane::Https) => Some(Plane::Https),
+            _ => None,
         };
         let attachment::RouteKinds {
             admitted: kinds,
             invalid: invalid_kinds,
-        } = attachment::route_kinds(l);
+        } = class.kinds;
         let mut resolved: Result<(), (&str, String)> = Ok(());
         if !invalid_kinds.is_empty() {
             resolved = Err((
@@ -990,24 +902,9 @@ fn gateway_entry<'s>(
             ));
         }
         if plane == Some(Plane::Https) {
-            let tls = l.tls.as_ref();
-            if tls
-                .and_then(|t| t.mode.as_ref())
-                .is_some_and(|m| matches!(m, GatewayListenersTlsMode::Passthrough))
-            {
-                conditions.push(condition(
-                    "Accepted",
-                    false,
-                    "UnsupportedProtocol",
-                    "HTTPS listeners terminate TLS; Passthrough is for TLS listeners",
-                    generation,
-                ));
+            if class.refused.is_some() {
                 plane = None;
             }
-            let refs = tls
-                .and_then(|t| t.certificate_refs.as_ref())
-                .map(Vec::as_slice)
-                .unwrap_or_default();
             if refs.is_empty() && resolved.is_ok() {
                 resolved = Err((
                     "InvalidCertificateRef",
@@ -1058,23 +955,14 @@ fn gateway_entry<'s>(
                 plane = None;
             }
         }
-        let hostname = match (&l.hostname, &assigned) {
-            (Some(h), _) => HostPattern::parse(h).ok(),
-            (None, Some(own)) => Some(own.clone()),
-            (None, None) => None,
+        let hostname = match (class.hostname, &assigned) {
+            (Some(h), _) => Some(h),
+            (None, Some(own)) if l.hostname.is_none() => Some(own.clone()),
+            (None, _) => None,
         };
         if plane.is_some() {
-            let conflicted = gateway.spec.listeners[..i]
-                .iter()
-                .any(|o| o.port == l.port && o.protocol == l.protocol && o.hostname == l.hostname);
-            if conflicted {
-                conditions.push(condition(
-                    "Conflicted",
-                    true,
-                    "HostnameConflict",
-                    "another listener of this Gateway has the same port, protocol and hostname",
-                    generation,
-                ));
+            if let Some((reason, message)) = class.conflict {
+                conditions.push(condition("Conflicted", true, reason, message, generation));
                 plane = None;
             } else {
                 conditions.push(condition(
@@ -2162,6 +2050,24 @@ mod tests {
         ];
         let s = compile_test_docs(&docs, &CompileOptions::default());
         assert!(!s.gateway.host("b.example").candidates().is_empty());
+    }
+
+    /// An HTTPRoute aimed at a TCP listener is told the listener does not
+    /// allow HTTPRoutes (the L4 plane serves that listener).
+    #[test]
+    fn a_route_aimed_at_an_l4_listener_is_not_allowed_there() {
+        let docs = [
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: db, protocol: TCP, port: 5432}]\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: infra}\nspec:\n  parentRefs: [{name: gw, sectionName: db}]\n  hostnames: [b.example]\n  rules: [{matches: [{path: {type: PathPrefix, value: /}}]}]\n".into(),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let accepted = &status["httpRoutes"][0]["status"]["parents"][0]["conditions"][0];
+        assert_eq!(accepted["reason"], "NotAllowedByListeners", "{accepted}");
+        assert_eq!(
+            accepted["message"], "listener db does not admit HTTPRoute",
+            "{accepted}"
+        );
     }
 
     #[test]

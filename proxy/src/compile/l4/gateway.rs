@@ -30,17 +30,18 @@ use serde::Serialize;
 use teapot_api::HostPattern;
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_gateway_api::Gateway;
-use teapot_gateway_api::generated::gateways::{GatewayListeners, GatewayListenersTlsMode};
 use teapot_model::store::{NsName, Store};
 use teapot_model::tenancy::Tenancy;
 
 use super::allocation::{Holding, PortKey};
 use super::pool::Protocol;
+use crate::compile::attach;
 use crate::compile::bind::TenantHosts;
 use crate::compile::condition::Condition;
+use crate::compile::listeners::{self, ListenerClass, Plane};
 use crate::compile::upstream::Upstream;
 
-use teapot_model::attachment::{self, GROUP, ListenerProtocol};
+use teapot_model::attachment::{self, GROUP};
 
 /// Whether teapot serves `gateway`: its class is a GatewayClass of
 /// teapot's controller, or (with no GatewayClass of that name in the
@@ -82,8 +83,6 @@ pub(super) struct Listener<'s> {
     pub name: &'s str,
     pub port: u16,
     pub kind: ListenerKind,
-    pub hostname: Option<HostPattern>,
-    spec: &'s GatewayListeners,
     /// Why the listener is not served: the `Accepted=False` reason and
     /// message (`ProtocolConflict` and `HostnameConflict` also set
     /// `Conflicted=True`).
@@ -97,87 +96,29 @@ pub(super) struct Listener<'s> {
 }
 
 /// The L4 listeners of a Gateway (its HTTP and HTTPS listeners are not
-/// here), with the specification's listener checks: a TLS listener must
-/// pass through (Terminate is `UnsupportedValue`); listeners sharing a
-/// `(port, transport)` conflict (`ProtocolConflict`) unless all are TLS
-/// passthrough listeners with distinct hostnames, which SNI tells apart.
-pub(super) fn listeners(gateway: &Gateway) -> Vec<Listener<'_>> {
-    let mut out: Vec<Listener<'_>> = Vec::new();
-    let mut passthrough = Vec::new();
-    for l in &gateway.spec.listeners {
-        let kind = match ListenerProtocol::of(&l.protocol) {
-            Some(ListenerProtocol::Tcp) => ListenerKind::Tcp,
-            Some(ListenerProtocol::Udp) => ListenerKind::Udp,
-            Some(ListenerProtocol::Tls) => ListenerKind::TlsPassthrough,
-            // The HTTP compile's, or refused there.
-            Some(ListenerProtocol::Http | ListenerProtocol::Https) | None => continue,
-        };
-        let Some(port) = u16::try_from(l.port).ok().filter(|p| *p != 0) else {
-            continue;
-        };
-        let mut problem = None;
-        let is_passthrough = matches!(
-            l.tls.as_ref().and_then(|t| t.mode.as_ref()),
-            Some(GatewayListenersTlsMode::Passthrough)
-        );
-        if kind == ListenerKind::TlsPassthrough && !is_passthrough {
-            // Terminating TLS on the L4 plane is not served; the
-            // specification lets an implementation refuse the mode.
-            problem = Some((
-                "UnsupportedValue",
-                "a TLS listener is served with tls.mode Passthrough only".to_string(),
-            ));
-        }
-        passthrough.push(kind == ListenerKind::TlsPassthrough && is_passthrough);
-        let route_kind = kind.route_kind();
-        let kinds = attachment::route_kinds(l);
-        let takes_routes = kinds.admitted.contains(&route_kind.as_str());
-        let invalid_kinds = kinds.invalid;
-        out.push(Listener {
-            name: &l.name,
-            port,
-            kind,
-            hostname: l
-                .hostname
-                .as_deref()
-                .and_then(|h| HostPattern::parse(h).ok()),
-            spec: l,
-            problem,
-            invalid_kinds,
-            takes_routes,
-        });
-    }
-    // Sockets shared by several listeners.
-    for i in 0..out.len() {
-        let socket = (out[i].port, out[i].kind.protocol());
-        let sharing: Vec<usize> = (0..out.len())
-            .filter(|&j| j != i && (out[j].port, out[j].kind.protocol()) == socket)
-            .collect();
-        if sharing.is_empty() {
-            continue;
-        }
-        let all_passthrough = passthrough[i] && sharing.iter().all(|&j| passthrough[j]);
-        let conflict = if !all_passthrough {
-            Some("ProtocolConflict")
-        } else if sharing.iter().any(|&j| out[j].hostname == out[i].hostname) {
-            Some("HostnameConflict")
-        } else {
-            None
-        };
-        if let Some(reason) = conflict {
-            let others: Vec<&str> = sharing.iter().map(|&j| out[j].name).collect();
-            out[i].problem = Some((
-                reason,
-                format!(
-                    "{}/{} is also listener {} of this Gateway",
-                    socket.0,
-                    socket.1,
-                    others.join(", ")
-                ),
-            ));
-        }
-    }
-    out
+/// here), as [`crate::compile::listeners::classify`] judged them: a
+/// listener's problem is its conflict, else its plane's refusal.
+pub(super) fn listeners<'s>(classes: &[ListenerClass<'s>]) -> Vec<Listener<'s>> {
+    classes
+        .iter()
+        .filter_map(|l| {
+            let kind = match l.plane? {
+                Plane::Tcp => ListenerKind::Tcp,
+                Plane::Udp => ListenerKind::Udp,
+                Plane::Tls => ListenerKind::TlsPassthrough,
+                // The HTTP compile's.
+                Plane::Http | Plane::Https => return None,
+            };
+            Some(Listener {
+                name: l.name(),
+                port: l.port,
+                kind,
+                takes_routes: l.kinds.admitted.contains(&kind.route_kind().as_str()),
+                invalid_kinds: l.kinds.invalid.clone(),
+                problem: l.conflict.clone().or_else(|| l.refused.clone()),
+            })
+        })
+        .collect()
 }
 
 /// The distinct sockets the served listeners need.
@@ -326,20 +267,6 @@ fn routes(store: &Store) -> Vec<RouteView<'_>> {
         (a.created.is_none(), a.created, a.id).cmp(&(b.created.is_none(), b.created, b.id))
     });
     out
-}
-
-/// Whether `listener` of the Gateway in `gateway_ns` allows a route of
-/// `kind` from `route_ns` (the attachment rules every plane shares).
-fn allows(
-    store: &Store,
-    listener: &GatewayListeners,
-    gateway_ns: &str,
-    route_ns: &str,
-    kind: RouteKind,
-) -> bool {
-    attachment::admits(listener, gateway_ns, route_ns, kind.as_str(), |sel| {
-        teapot_model::gateway::namespace_selected(store, route_ns, sel)
-    })
 }
 
 /// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of
@@ -638,7 +565,11 @@ fn gcd(a: u64, b: u64) -> u64 {
 pub(super) struct Plan<'s> {
     pub id: &'s NsName,
     pub gateway: &'s Gateway,
+    /// Its L4 listeners.
     pub listeners: Vec<Listener<'s>>,
+    /// Every listener, classified: a route aimed at any of them attaches
+    /// or is refused by the one walk (`compile::attach`).
+    classes: Vec<ListenerClass<'s>>,
 }
 
 /// Gateways of teapot's: those with L4 listeners are allocated; every one
@@ -648,10 +579,14 @@ pub(super) fn plans<'s>(store: &'s Store) -> Vec<Plan<'s>> {
         .gateways
         .iter()
         .filter(|(_, g)| is_teapot_gateway(store, &g.object))
-        .map(|(id, g)| Plan {
-            id,
-            gateway: &g.object,
-            listeners: listeners(&g.object),
+        .map(|(id, g)| {
+            let classes = listeners::classify(&g.object);
+            Plan {
+                id,
+                gateway: &g.object,
+                listeners: listeners(&classes),
+                classes,
+            }
         })
         .collect()
 }
@@ -711,110 +646,41 @@ pub(super) fn attach<'s>(
             };
             // Every listener the parentRef names, HTTP and HTTPS ones too:
             // a route of the wrong kind there is NotAllowedByListeners.
-            let mut named = false;
-            let mut accepted_on: Vec<(&'s str, Vec<Option<HostPattern>>)> = Vec::new();
-            let mut reason = "NotAllowedByListeners";
-            // Why, when more is known than the reason says.
-            let mut why: Option<&'static str> = None;
-            let mut refused_hosts: Vec<String> = Vec::new();
-            for spec in &plan.gateway.spec.listeners {
-                if parent
-                    .section_name
-                    .as_deref()
-                    .is_some_and(|s| s != spec.name)
-                    || parent.port.is_some_and(|p| p != spec.port)
-                {
-                    continue;
-                }
-                named = true;
-                let Some(l) = plan.listeners.iter().find(|l| l.name == spec.name) else {
-                    continue;
-                };
-                if l.problem.is_some()
-                    || l.kind.route_kind() != route.kind
-                    || !l.takes_routes
-                    || !allows(
-                        store,
-                        l.spec,
-                        &plan.id.namespace,
-                        &route.id.namespace,
-                        route.kind,
-                    )
-                {
-                    continue;
-                }
-                if let Err(w) = crate::compile::bind::tenant_route_may_bind(
-                    tenant.is_some(),
-                    &route.id.namespace,
-                    &plan.id.namespace,
-                ) {
-                    why = Some(w);
-                    continue;
-                }
-                let mut served = Vec::new();
-                if route.kind == RouteKind::Tls {
-                    served = attachment::served_hostnames(l.hostname.as_ref(), &route.hostnames)
-                        .into_iter()
-                        .map(|h| h.cloned())
-                        .collect();
-                    if let Some(t) = tenant {
-                        served.retain(|h| {
-                            let Some(h) = h else { return true };
-                            match hosts.admit(t, h) {
-                                Ok(()) => true,
-                                Err(w) => {
-                                    if !refused_hosts.contains(&w) {
-                                        refused_hosts.push(w);
-                                    }
-                                    false
-                                }
-                            }
-                        });
+            let walk = attach::attach(
+                store,
+                plan.id,
+                plan.classes.iter().map(|c| attach::Seat {
+                    spec: c.spec,
+                    hostname: c.hostname.as_ref(),
+                    kinds: &c.kinds.admitted,
+                    served: c.plane.is_some_and(Plane::is_l4)
+                        && c.refused.is_none()
+                        && c.conflict.is_none(),
+                }),
+                &attach::RouteFacts {
+                    kind: route.kind.as_str(),
+                    namespace: &route.id.namespace,
+                    tenant: tenant.is_some(),
+                    hostnames: (route.kind == RouteKind::Tls).then_some(&route.hostnames[..]),
+                },
+                (parent.section_name.as_deref(), parent.port),
+                |h| match tenant {
+                    Some(t) => hosts.admit(t, h),
+                    None => Ok(()),
+                },
+            );
+            let accepted = match walk {
+                Err(refusal) => Condition::new("Accepted", false, refusal.reason, refusal.message),
+                Ok(walk) => {
+                    for (i, served) in walk.listeners {
+                        by_listener
+                            .entry((plan.id, plan.classes[i].name()))
+                            .or_default()
+                            .push((ri, served.into_iter().map(|h| h.cloned()).collect()));
                     }
-                    if served.is_empty() {
-                        reason = "NoMatchingListenerHostname";
-                        continue;
-                    }
+                    // Served in part: the hostnames left out, and why.
+                    Condition::new("Accepted", true, "Accepted", walk.refused_hosts.join("; "))
                 }
-                accepted_on.push((l.name, served));
-            }
-            let refused_hosts = refused_hosts.join("; ");
-            let accepted = if accepted_on.is_empty() {
-                let (reason, message) = if named {
-                    let detail = match (why, reason) {
-                        (Some(w), _) => format!(": {w}"),
-                        (None, "NoMatchingListenerHostname") if !refused_hosts.is_empty() => {
-                            format!(": {refused_hosts}")
-                        }
-                        (None, _) => format!(" ({reason})"),
-                    };
-                    (
-                        reason,
-                        format!(
-                            "no listener of Gateway {} takes this {}{detail}",
-                            plan.id,
-                            route.kind.as_str()
-                        ),
-                    )
-                } else {
-                    (
-                        "NoMatchingParent",
-                        format!(
-                            "Gateway {} has no listener matching sectionName/port",
-                            plan.id
-                        ),
-                    )
-                };
-                Condition::new("Accepted", false, reason, message)
-            } else {
-                for (name, served) in accepted_on {
-                    by_listener
-                        .entry((plan.id, name))
-                        .or_default()
-                        .push((ri, served));
-                }
-                // Served in part: the hostnames left out, and why.
-                Condition::new("Accepted", true, "Accepted", refused_hosts)
             };
             let refs = match &refs_problem {
                 None => Condition::new("ResolvedRefs", true, "ResolvedRefs", ""),

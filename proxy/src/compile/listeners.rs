@@ -1,0 +1,322 @@
+//! A Gateway's listeners, classified once for both listener planes: which
+//! plane serves each (HTTP and HTTPS on the HTTP plane, TCP, UDP and TLS
+//! passthrough on the L4 plane), the port rule, the TLS mode, the route
+//! kinds it allows and its conflicts with the Gateway's other listeners.
+//! The HTTP compile (`compile::gateway`) and the L4 compile
+//! (`compile::l4::gateway`) both read [`classify`]'s answer, so a listener
+//! rule is written here and nowhere else.
+
+use teapot_api::HostPattern;
+use teapot_gateway_api::Gateway;
+use teapot_gateway_api::generated::gateways::{
+    GatewayListeners, GatewayListenersTlsCertificateRefs, GatewayListenersTlsMode,
+};
+use teapot_model::attachment::{self, ListenerProtocol, RouteKinds};
+
+/// The plane that serves a listener, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plane {
+    /// HTTP on port 80.
+    Http,
+    /// HTTPS on port 443, TLS terminated.
+    Https,
+    Tcp,
+    Udp,
+    /// TLS on the L4 plane: passed through by SNI (terminating is refused).
+    Tls,
+}
+
+impl Plane {
+    pub fn is_l4(self) -> bool {
+        matches!(self, Plane::Tcp | Plane::Udp | Plane::Tls)
+    }
+
+    /// The transport of the socket an L4 listener needs: a TLS listener
+    /// shares TCP sockets.
+    pub fn transport(self) -> &'static str {
+        match self {
+            Plane::Udp => "UDP",
+            _ => "TCP",
+        }
+    }
+
+    /// The one route kind an L4 listener takes.
+    pub fn l4_route_kind(self) -> Option<&'static str> {
+        match self {
+            Plane::Tcp => Some("TCPRoute"),
+            Plane::Udp => Some("UDPRoute"),
+            Plane::Tls => Some("TLSRoute"),
+            Plane::Http | Plane::Https => None,
+        }
+    }
+}
+
+/// One listener as both compiles see it.
+#[derive(Debug)]
+pub struct ListenerClass<'s> {
+    pub spec: &'s GatewayListeners,
+    /// `None`: a protocol teapot does not serve.
+    pub protocol: Option<ListenerProtocol>,
+    /// The plane that serves it; `None`: no plane can (an unknown
+    /// protocol, an HTTP port other than 80 or 443, an L4 port of 0).
+    pub plane: Option<Plane>,
+    /// The socket port (L4 listeners: never 0).
+    pub port: u16,
+    /// `tls.mode` is Passthrough.
+    pub passthrough: bool,
+    /// The listener's own hostname, parsed.
+    pub hostname: Option<HostPattern>,
+    /// What `allowedRoutes.kinds` comes to.
+    pub kinds: RouteKinds,
+    /// Why its plane refuses it: the `Accepted=False` reason and message.
+    pub refused: Option<(&'static str, String)>,
+    /// Why it conflicts with another listener of the Gateway
+    /// (`Conflicted=True`): on the HTTP plane an earlier listener with
+    /// the same port, protocol and hostname; on the L4 plane a socket
+    /// shared with any other listener, unless all of them pass TLS
+    /// through with distinct hostnames, which SNI tells apart.
+    pub conflict: Option<(&'static str, String)>,
+}
+
+impl<'s> ListenerClass<'s> {
+    pub fn name(&self) -> &'s str {
+        &self.spec.name
+    }
+
+    /// The Secrets its `tls.certificateRefs` name, as written.
+    pub fn certificate_refs(&self) -> &'s [GatewayListenersTlsCertificateRefs] {
+        self.spec
+            .tls
+            .as_ref()
+            .and_then(|t| t.certificate_refs.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// Every listener of `gateway`, in spec order, classified.
+pub fn classify(gateway: &Gateway) -> Vec<ListenerClass<'_>> {
+    let specs = &gateway.spec.listeners;
+    let mut out: Vec<ListenerClass<'_>> = specs.iter().map(classify_one).collect();
+    for i in 0..out.len() {
+        out[i].conflict = match out[i].plane {
+            Some(Plane::Http | Plane::Https) => {
+                let l = out[i].spec;
+                specs[..i]
+                    .iter()
+                    .any(|o| {
+                        o.port == l.port && o.protocol == l.protocol && o.hostname == l.hostname
+                    })
+                    .then(|| {
+                        (
+                            "HostnameConflict",
+                            "another listener of this Gateway has the same port, protocol and \
+                             hostname"
+                                .to_string(),
+                        )
+                    })
+            }
+            Some(plane) => l4_conflict(&out, i, plane),
+            None => None,
+        };
+    }
+    out
+}
+
+fn classify_one(l: &GatewayListeners) -> ListenerClass<'_> {
+    let protocol = ListenerProtocol::of(&l.protocol);
+    let passthrough = matches!(
+        l.tls.as_ref().and_then(|t| t.mode.as_ref()),
+        Some(GatewayListenersTlsMode::Passthrough)
+    );
+    let l4_port = u16::try_from(l.port).ok().filter(|p| *p != 0);
+    let (plane, refused) = match (protocol, l4_port) {
+        (Some(ListenerProtocol::Http), _) if l.port == 80 => (Some(Plane::Http), None),
+        (Some(ListenerProtocol::Https), _) if l.port == 443 => (
+            Some(Plane::Https),
+            passthrough.then(|| {
+                (
+                    "UnsupportedProtocol",
+                    "HTTPS listeners terminate TLS; Passthrough is for TLS listeners".to_string(),
+                )
+            }),
+        ),
+        (Some(ListenerProtocol::Http | ListenerProtocol::Https), _) => (
+            None,
+            Some((
+                "PortUnavailable",
+                format!(
+                    "teapot serves HTTP on port 80 and HTTPS on 443, not {}",
+                    l.port
+                ),
+            )),
+        ),
+        (Some(ListenerProtocol::Tcp), Some(_)) => (Some(Plane::Tcp), None),
+        (Some(ListenerProtocol::Udp), Some(_)) => (Some(Plane::Udp), None),
+        // Terminating TLS on the L4 plane is not served; the
+        // specification lets an implementation refuse the mode.
+        (Some(ListenerProtocol::Tls), Some(_)) => (
+            Some(Plane::Tls),
+            (!passthrough).then(|| {
+                (
+                    "UnsupportedValue",
+                    "a TLS listener is served with tls.mode Passthrough only".to_string(),
+                )
+            }),
+        ),
+        (Some(_), None) => (None, None),
+        (None, _) => (
+            None,
+            Some((
+                "UnsupportedProtocol",
+                format!("protocol {} is not served", l.protocol),
+            )),
+        ),
+    };
+    ListenerClass {
+        spec: l,
+        protocol,
+        plane,
+        port: l4_port.unwrap_or(0),
+        passthrough,
+        hostname: l
+            .hostname
+            .as_deref()
+            .and_then(|h| HostPattern::parse(h).ok()),
+        kinds: attachment::route_kinds(l),
+        refused,
+        conflict: None,
+    }
+}
+
+/// The L4 conflict of listener `i`: the listeners sharing its socket.
+fn l4_conflict(
+    all: &[ListenerClass<'_>],
+    i: usize,
+    plane: Plane,
+) -> Option<(&'static str, String)> {
+    let socket = (all[i].port, plane.transport());
+    let sharing: Vec<&ListenerClass<'_>> = all
+        .iter()
+        .enumerate()
+        .filter(|(j, o)| {
+            *j != i
+                && o.plane
+                    .is_some_and(|p| p.is_l4() && (o.port, p.transport()) == socket)
+        })
+        .map(|(_, o)| o)
+        .collect();
+    if sharing.is_empty() {
+        return None;
+    }
+    let sni = |l: &ListenerClass<'_>| l.plane == Some(Plane::Tls) && l.passthrough;
+    let reason = if !(sni(&all[i]) && sharing.iter().all(|o| sni(o))) {
+        "ProtocolConflict"
+    } else if sharing.iter().any(|o| o.hostname == all[i].hostname) {
+        "HostnameConflict"
+    } else {
+        return None;
+    };
+    let others: Vec<&str> = sharing.iter().map(|o| o.name()).collect();
+    Some((
+        reason,
+        format!(
+            "{}/{} is also listener {} of this Gateway",
+            socket.0,
+            socket.1,
+            others.join(", ")
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (name, protocol, port, hostname, tls.mode)
+    type Spec<'a> = (&'a str, &'a str, i32, Option<&'a str>, Option<&'a str>);
+
+    fn gateway(listeners: &[Spec<'_>]) -> Gateway {
+        let listeners: Vec<serde_json::Value> = listeners
+            .iter()
+            .map(|(name, protocol, port, hostname, mode)| {
+                let mut l = serde_json::json!({"name": name, "protocol": protocol, "port": port});
+                if let Some(h) = hostname {
+                    l["hostname"] = (*h).into();
+                }
+                if let Some(m) = mode {
+                    l["tls"] = serde_json::json!({"mode": m});
+                }
+                l
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"gatewayClassName": "teapot", "listeners": listeners},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_protocol_and_port_has_one_plane() {
+        let g = gateway(&[
+            ("http", "HTTP", 80, None, None),
+            ("http8080", "HTTP", 8080, None, None),
+            ("https-pt", "HTTPS", 443, None, Some("Passthrough")),
+            ("tcp", "TCP", 5432, None, None),
+            ("tcp0", "TCP", 0, None, None),
+            ("tls-term", "TLS", 8443, None, Some("Terminate")),
+            ("sctp", "SCTP", 9, None, None),
+        ]);
+        let got: Vec<_> = classify(&g)
+            .iter()
+            .map(|l| (l.name(), l.plane, l.refused.as_ref().map(|r| r.0)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("http", Some(Plane::Http), None),
+                ("http8080", None, Some("PortUnavailable")),
+                ("https-pt", Some(Plane::Https), Some("UnsupportedProtocol")),
+                ("tcp", Some(Plane::Tcp), None),
+                ("tcp0", None, None),
+                ("tls-term", Some(Plane::Tls), Some("UnsupportedValue")),
+                ("sctp", None, Some("UnsupportedProtocol")),
+            ]
+        );
+    }
+
+    #[test]
+    fn conflicts_follow_each_planes_rule() {
+        let g = gateway(&[
+            ("a", "HTTP", 80, Some("a.example"), None),
+            ("b", "HTTP", 80, Some("a.example"), None),
+            ("sni1", "TLS", 443, Some("x.example"), Some("Passthrough")),
+            ("sni2", "TLS", 443, Some("y.example"), Some("Passthrough")),
+            ("tcp", "TCP", 5000, None, None),
+            ("tls", "TLS", 5000, Some("z.example"), Some("Passthrough")),
+            ("udp", "UDP", 5000, None, None),
+        ]);
+        let got: Vec<_> = classify(&g)
+            .iter()
+            .map(|l| (l.name(), l.conflict.as_ref().map(|r| r.0)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                // Only the later of two equal HTTP listeners conflicts.
+                ("a", None),
+                ("b", Some("HostnameConflict")),
+                // SNI tells distinct hostnames apart on one socket.
+                ("sni1", None),
+                ("sni2", None),
+                // A TCP and a TLS listener cannot share 5000/TCP; UDP
+                // is another socket.
+                ("tcp", Some("ProtocolConflict")),
+                ("tls", Some("ProtocolConflict")),
+                ("udp", None),
+            ]
+        );
+    }
+}
