@@ -101,6 +101,16 @@ pub fn respond(zone: &Zone, query: &[u8], transport: Transport) -> Option<Respon
     })
 }
 
+/// [`respond`] by hickory-proto alone, without the answer from the wire:
+/// what that fast path must agree with, query for query (its tests and the
+/// `dns_query` fuzz target compare the two).
+pub fn respond_full(zone: &Zone, query: &[u8], transport: Transport) -> Option<Response> {
+    if query.len() < 12 || query.len() > MAX_QUERY || query[2] & 0x80 != 0 {
+        return None;
+    }
+    full(zone, query, transport)
+}
+
 /// [`respond`] into `out` (cleared first), which the listeners keep from
 /// one query to the next: the common query (one A or AAAA question, with
 /// or without EDNS, answered whole, NODATA or NXDOMAIN) is written

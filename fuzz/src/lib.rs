@@ -24,7 +24,10 @@ fn dns_zone() -> &'static teapot_dns::Zone {
         let mut settings = teapot_dns::ZoneSettings::new("lb.example.com");
         settings.caa_issuers = vec!["letsencrypt.org".into()];
         let mut b = teapot_dns::ZoneBuilder::new(settings).expect("zone settings");
-        let mut add = |name: &str, addr: &str| b.address(name, addr.parse().expect("address")).expect("in zone");
+        let mut add = |name: &str, addr: &str| {
+            b.address(name, addr.parse().expect("address"))
+                .expect("in zone")
+        };
         add("web.acme.lb.example.com", "192.0.2.1");
         add("web.acme.lb.example.com", "2001:db8::1");
         add("ns1.lb.example.com", "192.0.2.53");
@@ -38,21 +41,51 @@ fn dns_zone() -> &'static teapot_dns::Zone {
 }
 
 /// The DNS server's query path on arbitrary bytes, as UDP and as TCP: an
-/// answer, when there is one, is a message hickory reads back, a response
-/// (QR set) with the query's id, within the UDP payload teapot offers over
-/// UDP; a slip is never longer than that either.
+/// answer, when there is one, is a response (QR set) with the query's id,
+/// within the UDP payload teapot offers over UDP; a slip is never longer
+/// than that either. And a differential: the answer (from the wire fast
+/// path when it takes the query) says what hickory-proto's full path says,
+/// the same message, RCODE, truncation and rate-limit key, in no more
+/// bytes.
 pub fn dns_query(data: &[u8]) {
-    use teapot_dns::answer::{UDP_PAYLOAD, slip};
+    use hickory_proto::op::Message;
+    use teapot_dns::answer::{UDP_PAYLOAD, respond_full, slip};
     use teapot_dns::{Transport, respond};
     for transport in [Transport::Udp, Transport::Tcp] {
-        let Some(response) = respond(dns_zone(), data, transport) else {
+        let answer = respond(dns_zone(), data, transport);
+        let full = respond_full(dns_zone(), data, transport);
+        assert_eq!(
+            answer.is_some(),
+            full.is_some(),
+            "answered by one path only"
+        );
+        let (Some(response), Some(full)) = (answer, full) else {
             continue;
         };
+        assert_eq!(
+            (
+                response.kind,
+                response.rcode,
+                response.truncated,
+                response.rate_key
+            ),
+            (full.kind, full.rcode, full.truncated, full.rate_key)
+        );
+        assert_eq!(
+            Message::from_vec(&response.bytes).ok(),
+            Message::from_vec(&full.bytes).ok(),
+            "the same message"
+        );
+        assert!(response.bytes.len() <= full.bytes.len());
         let bytes = &response.bytes;
         assert_eq!(bytes[..2], data[..2], "the query's id");
         assert!(bytes[2] & 0x80 != 0, "QR set");
         if transport == Transport::Udp {
-            assert!(bytes.len() <= usize::from(UDP_PAYLOAD), "{} bytes over UDP", bytes.len());
+            assert!(
+                bytes.len() <= usize::from(UDP_PAYLOAD),
+                "{} bytes over UDP",
+                bytes.len()
+            );
         }
         if let Some(cut) = slip(data) {
             assert!(cut.len() <= usize::from(UDP_PAYLOAD));
@@ -149,11 +182,11 @@ pub fn route_match(data: &[u8]) {
 /// evaluation budget.
 pub fn route_patterns(data: &[u8]) {
     use teapot_api::regex::TenantRegex;
+    use teapot_proxy::compile::gateway::RequestFacts;
     use teapot_proxy::compile::gateway::table::{
         Action, Candidate, Matcher, PathMatch, RouteInfo, TableBuilder, Target, ValueMatch,
         route_list,
     };
-    use teapot_proxy::compile::gateway::RequestFacts;
 
     let text = String::from_utf8_lossy(data);
     let (pattern, rest) = text.split_once('\n').unwrap_or((&text, "/"));
