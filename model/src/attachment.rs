@@ -15,6 +15,8 @@ use teapot_gateway_api::generated::reference_grants::ReferenceGrantSpec;
 /// The API group of every Gateway API kind.
 pub use teapot_gateway_api::GROUP;
 
+use crate::store::{NsName, Store};
+
 /// A listener's protocol, classified once (`teapot_api::listener`).
 pub use teapot_api::listener::ListenerProtocol;
 
@@ -124,6 +126,25 @@ pub fn grant_permits(
                 && t.kind == to_kind
                 && t.name.as_deref().is_none_or(|n| n.is_empty() || n == name)
         })
+}
+
+/// Whether a ReferenceGrant of `store` in `to_ns` lets `from_kind`
+/// objects of `from_ns` refer to the core `to_kind` named `name` there
+/// ([`grant_permits`] over the grants of that namespace): the one reading
+/// of the grants the HTTP and L4 compiles share.
+pub fn granted(
+    store: &Store,
+    from_kind: &str,
+    from_ns: &str,
+    to_kind: &str,
+    to_ns: &str,
+    name: &str,
+) -> bool {
+    store
+        .reference_grants
+        .range(NsName::new(to_ns, "")..)
+        .take_while(|(id, _)| id.namespace == to_ns)
+        .any(|(_, g)| grant_permits(&g.object.spec, from_kind, from_ns, to_kind, name))
 }
 
 /// Whether `name` lies strictly below `suffix` (at any depth).

@@ -99,7 +99,15 @@ pub(super) fn gateway_client_cert(
             format!("{at} {} is not a core Secret", r.name),
         ))
     } else if ns != id.namespace
-        && (tenant || !super::granted(store, "Gateway", &id.namespace, "Secret", ns, &r.name))
+        && (tenant
+            || !teapot_model::attachment::granted(
+                store,
+                "Gateway",
+                &id.namespace,
+                "Secret",
+                ns,
+                &r.name,
+            ))
     {
         Err((
             "RefNotPermitted",

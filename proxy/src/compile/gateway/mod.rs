@@ -798,25 +798,6 @@ fn listener_secrets(gateway: &NsName, listener: &GatewayListeners) -> Vec<NsName
         .collect()
 }
 
-/// Whether a ReferenceGrant in `to_namespace` lets `from_kind` objects of
-/// `from_namespace` refer to `to_kind` `name` there.
-fn granted(
-    store: &Store,
-    from_kind: &str,
-    from_namespace: &str,
-    to_kind: &str,
-    to_namespace: &str,
-    name: &str,
-) -> bool {
-    store
-        .reference_grants
-        .range(NsName::new(to_namespace, "")..)
-        .take_while(|(id, _)| id.namespace == to_namespace)
-        .any(|(_, g)| {
-            attachment::grant_permits(&g.object.spec, from_kind, from_namespace, to_kind, name)
-        })
-}
-
 fn gateway_entry<'s>(
     cx: &mut Context<'_, '_, 's, '_>,
     id: &'s NsName,
@@ -922,7 +903,14 @@ fn gateway_entry<'s>(
                     ))
                 } else if ns != id.namespace
                     && (tenant.is_some()
-                        || !granted(store, "Gateway", &id.namespace, "Secret", ns, &r.name))
+                        || !attachment::granted(
+                            store,
+                            "Gateway",
+                            &id.namespace,
+                            "Secret",
+                            ns,
+                            &r.name,
+                        ))
                 {
                     Some((
                         "RefNotPermitted",
@@ -1450,7 +1438,7 @@ fn compile_rules<'s>(
         for (ns, name, port, per_million) in &spec.mirrors {
             let ns = ns.as_deref().unwrap_or(&route.id.namespace);
             let permitted = ns == route.id.namespace
-                || granted(store, route.kind, &route.id.namespace, "Service", ns, name);
+                || attachment::granted(store, route.kind, &route.id.namespace, "Service", ns, name);
             if let (true, Some((ns, name))) = (permitted, service_key(store, ns, name)) {
                 mirrors.push(Mirror {
                     upstream: resolver.service(ns, name, *port),
@@ -1685,7 +1673,7 @@ fn service_reference(
         ));
     }
     if ns != route.id.namespace
-        && !granted(store, route.kind, &route.id.namespace, "Service", ns, name)
+        && !attachment::granted(store, route.kind, &route.id.namespace, "Service", ns, name)
     {
         return Err((
             "RefNotPermitted",

@@ -269,18 +269,6 @@ fn routes(store: &Store) -> Vec<RouteView<'_>> {
     out
 }
 
-/// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of
-/// `from_ns` refer to Service `name` there.
-fn granted(store: &Store, from_ns: &str, from_kind: RouteKind, to_ns: &str, name: &str) -> bool {
-    store
-        .reference_grants
-        .iter()
-        .filter(|(id, _)| id.namespace == to_ns)
-        .any(|(_, g)| {
-            attachment::grant_permits(&g.object.spec, from_kind.as_str(), from_ns, "Service", name)
-        })
-}
-
 /// One route's status under one of teapot's Gateways.
 #[derive(Debug, Serialize)]
 pub struct RouteParentReport {
@@ -750,7 +738,14 @@ fn backends<'s>(
         let namespace: &'s str = b.namespace.unwrap_or(&route.id.namespace);
         if namespace != route.id.namespace {
             let permitted = tenancy.get(&route.id.namespace).is_none()
-                && granted(store, &route.id.namespace, route.kind, namespace, b.name);
+                && attachment::granted(
+                    store,
+                    route.kind.as_str(),
+                    &route.id.namespace,
+                    "Service",
+                    namespace,
+                    b.name,
+                );
             if !permitted {
                 problem.get_or_insert((
                     "RefNotPermitted",
