@@ -25,7 +25,6 @@
 mod common;
 
 use std::net::{IpAddr, Ipv6Addr};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,10 +35,9 @@ use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::client::{Request, Transport};
 use teapot_testkit::echo::{EchoIdentity, EchoServer};
-use teapot_testkit::process::{parse_listening_line, teapot_bin};
+use teapot_testkit::process::{ProxyProcess, teapot_bin};
 use teapot_webhook::source::StateHandle;
 use teapot_webhook::{PolicyConfig, Validator};
-use tokio::io::AsyncBufReadExt;
 
 const NS: &str = "shop";
 const LB_NS: &str = "tenant-acme";
@@ -215,45 +213,17 @@ async fn the_agent_mirrors_both_families_and_drops_one_the_service_loses() {
 
 const OPS: &str = "ops";
 
-/// `teapot proxy` on `manifests` with every listener on `[::1]` (the
-/// testkit's process helper listens on 127.0.0.1 only); killed on drop.
-async fn ipv6_proxy(
-    manifests: &std::path::Path,
-) -> (
-    tokio::process::Child,
-    teapot_testkit::process::ListeningAddrs,
-) {
-    let mut child = tokio::process::Command::new(teapot_bin())
-        .arg("proxy")
-        .arg("--manifests")
-        .arg(manifests)
-        .args([
-            "--http", "[::1]:0", "--https", "[::1]:0", "--admin", "[::1]:0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("teapot proxy starts");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let addrs = tokio::time::timeout(RELOAD_TIMEOUT, async {
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("a listening line before exit");
-            if let Some(addrs) = parse_listening_line(&line) {
-                return addrs;
-            }
-        }
-    })
+/// `teapot proxy` on `manifests` with every listener on `[::1]`; killed
+/// on drop.
+async fn ipv6_proxy(manifests: &std::path::Path) -> ProxyProcess {
+    ProxyProcess::start_on(
+        &teapot_bin(),
+        manifests,
+        ("[::1]:0", "[::1]:0", "[::1]:0"),
+        &[],
+    )
     .await
-    .expect("the listening line");
-    // The rest of stdout is drained so that the proxy never blocks on it.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addrs)
+    .expect("teapot proxy starts")
 }
 
 /// GETs `/headers` on `host` through `addr` until it answers 200; the echo's
@@ -302,7 +272,7 @@ async fn clients_of_each_family_reach_backends_of_the_other_with_their_own_addre
     manifests.push(simple_ingress(OPS, "to-v4", "to-v4.test", "to-v4"));
     manifests.push(simple_ingress(OPS, "to-v6", "to-v6.test", "to-v6"));
     let h = Harness::start(&[("manifests.yaml", docs(&manifests))]).await;
-    let (_v6_proxy, v6_addrs) = ipv6_proxy(&h.manifests()).await;
+    let v6_addrs = ipv6_proxy(&h.manifests()).await;
     assert!(v6_addrs.http.is_ipv6(), "{:?}", v6_addrs.http);
 
     // IPv4 client -> IPv6 backend.

@@ -23,14 +23,13 @@ mod netns;
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 use netns::{Namespaces, run, sh};
 use serde_json::{Value, json};
 use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho};
-use teapot_testkit::process::{ListeningAddrs, parse_listening_line, teapot_bin};
-use tokio::io::AsyncBufReadExt;
+use teapot_testkit::process::{ProxyProcess, teapot_bin};
 
 const OPS: &str = "ops";
 /// The test's side of the veth: the proxy's own listeners.
@@ -123,40 +122,16 @@ impl Link {
 
 /// `teapot proxy` with its HTTP and HTTPS listeners on the IPv6 address of
 /// the veth and `args`; killed on drop.
-async fn proxy(
-    manifests: &std::path::Path,
-    args: &[&str],
-) -> (tokio::process::Child, ListeningAddrs) {
+async fn proxy(manifests: &std::path::Path, args: &[&str]) -> ProxyProcess {
     let http = format!("[{PROXY6}]:0");
-    let mut child = tokio::process::Command::new(teapot_bin())
-        .arg("proxy")
-        .arg("--manifests")
-        .arg(manifests)
-        .args(["--http", &http, "--https", &http, "--admin", "127.0.0.1:0"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("teapot proxy starts");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let addrs = tokio::time::timeout(RELOAD_TIMEOUT, async {
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("a listening line before exit");
-            if let Some(addrs) = parse_listening_line(&line) {
-                return addrs;
-            }
-        }
-    })
+    ProxyProcess::start_on(
+        &teapot_bin(),
+        manifests,
+        (&http, &http, "127.0.0.1:0"),
+        args,
+    )
     .await
-    .expect("the listening line");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addrs)
+    .expect("teapot proxy starts")
 }
 
 async fn status(admin: SocketAddr) -> Value {
@@ -224,7 +199,7 @@ async fn ipv6_http_https_and_a_dual_stack_l4_service_from_a_client_namespace() {
     std::fs::write(manifests_dir.join("all.yaml"), docs(&manifests)).unwrap();
     let state = dir.path().join("l4-state.json");
     let pool = format!("default={POOL4},{POOL6}");
-    let (_proxy, addrs) = proxy(
+    let addrs = proxy(
         &manifests_dir,
         &["--l4-pool", &pool, "--l4-state", state.to_str().unwrap()],
     )

@@ -93,7 +93,21 @@ impl ProxyProcess {
         extra_args: &[&str],
     ) -> Result<ProxyProcess, Error> {
         let source = [OsStr::new("--manifests"), manifests.as_os_str()];
-        ProxyProcess::spawn(bin, &source, extra_args, &[]).await
+        ProxyProcess::spawn(bin, &source, &LOOPBACK_LISTENERS, extra_args, &[]).await
+    }
+
+    /// [`ProxyProcess::start`] with its HTTP, HTTPS and admin listeners on
+    /// these addresses (`[::1]:0`, an address in a test's network
+    /// namespace) instead of 127.0.0.1.
+    pub async fn start_on(
+        bin: &Path,
+        manifests: &Path,
+        (http, https, admin): (&str, &str, &str),
+        extra_args: &[&str],
+    ) -> Result<ProxyProcess, Error> {
+        let source = [OsStr::new("--manifests"), manifests.as_os_str()];
+        let listeners = ["--http", http, "--https", https, "--admin", admin];
+        ProxyProcess::spawn(bin, &source, &listeners, extra_args, &[]).await
     }
 
     /// Like [`ProxyProcess::start`], in kube mode:
@@ -120,12 +134,13 @@ impl ProxyProcess {
             OsStr::new("--kubeconfig"),
             kubeconfig.as_os_str(),
         ];
-        ProxyProcess::spawn(bin, &source, extra_args, env).await
+        ProxyProcess::spawn(bin, &source, &LOOPBACK_LISTENERS, extra_args, env).await
     }
 
     async fn spawn(
         bin: &Path,
         source: &[&OsStr],
+        listeners: &[&str],
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<ProxyProcess, Error> {
@@ -133,7 +148,7 @@ impl ProxyProcess {
             .envs(env.iter().copied())
             .arg("proxy")
             .args(source)
-            .args(LOOPBACK_LISTENERS)
+            .args(listeners)
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
