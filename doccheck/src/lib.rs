@@ -28,8 +28,10 @@
 //!   in any text file's content or any file or directory name: the word
 //!   "session" or "sessions" followed by a digit (directly, or after one
 //!   space or hyphen), the
-//!   phrase "this" + "session", and "helper" used for a person's work
-//!   ("helper" or "helper's" followed by branch, worktree, agent or session).
+//!   phrase "this" + "session", "helper" used for a person's work
+//!   ("helper" or "helper's" followed by branch, worktree, agent or session),
+//!   and a numbered work item or review ("issue" and a number, with or
+//!   without `#`; "isolation" + "review"; "review" + ", finding").
 //!   Case does not matter. The word stays free where it means the domain: a
 //!   TLS, BGP or BFD session written as such ("this BFD session"), session
 //!   affinity, and helper functions ("test helpers").
@@ -339,6 +341,21 @@ pub fn work_label(line: &str) -> Option<&'static str> {
             return Some("\"this\" + \"session\" (a round of work)");
         }
     }
+    // A work item or review named where the product should be: "issue"
+    // and a number, a review and its findings.
+    for (pos, _) in lower.match_indices("issue ") {
+        let before_ok = !lower[..pos].ends_with(|c: char| c.is_ascii_alphanumeric());
+        let after = lower[pos + "issue ".len()..].trim_start_matches('#');
+        if before_ok && after.starts_with(|c: char| c.is_ascii_digit()) {
+            return Some("a numbered work item");
+        }
+    }
+    let review = concat!("re", "view");
+    if lower.contains(&format!("isolation {review}"))
+        || lower.contains(&format!("{review}, finding"))
+    {
+        return Some("a review's finding");
+    }
     for (pos, _) in lower.match_indices("helper") {
         let before_ok = !lower[..pos].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
         let after = &lower[pos + "helper".len()..];
@@ -523,7 +540,12 @@ mod tests {
         let plural = format!("({}s {} and 9)", "session", 8);
         let this = format!("what moved {} {}", "this", "session");
         let branch = format!("from a {}'s branch", "helper");
-        for bad in [&numbered, &joined, &hyphen, &plural, &this, &branch] {
+        let item = format!("the goal of {} #{}", "issue", 31);
+        let bare = format!("({} {}, 2026-11-24)", "Issue", 17);
+        let review = format!("(isolation {}, finding 4)", "review");
+        for bad in [
+            &numbered, &joined, &hyphen, &plural, &this, &branch, &item, &bare, &review,
+        ] {
             assert!(work_label(bad).is_some(), "{bad}");
         }
         for good in [
@@ -532,6 +554,9 @@ mod tests {
             "session affinity by cookie",
             "the test helpers start a process",
             "the helper that judges each case",
+            "a tissue 3 mm thick",
+            "the issuer waits 2 s",
+            "an issue the router reports",
         ] {
             assert_eq!(work_label(good), None, "{good}");
         }

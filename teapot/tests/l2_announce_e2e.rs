@@ -1134,9 +1134,14 @@ async fn measure_l2_failover() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(10);
-    // `L2_BFD=off` measures the Lease alone.
+    // `L2_BFD=off` measures the Lease alone; `L2_FAILOVER_FAMILY=ipv6` an
+    // IPv6 address (unsolicited neighbour advertisements, not ARP).
     let bfd = std::env::var("L2_BFD").unwrap_or_else(|_| "100x3".into());
-    let (_one, mut seg, _api) = three_replicas(&["--l2-bfd", &bfd]).await;
+    let vip = match std::env::var("L2_FAILOVER_FAMILY").as_deref() {
+        Ok("ipv6") => VIP6,
+        _ => VIP,
+    };
+    let (_one, mut seg, _api) = three_replicas_on(vip, &["--l2-bfd", &bfd]).await;
     let mut results = serde_json::Map::new();
     let summary = |mut times: Vec<f64>| {
         times.sort_by(f64::total_cmp);

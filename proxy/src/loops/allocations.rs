@@ -333,7 +333,7 @@ mod tests {
         assert!(refused_ports[0].1.contains("held by Service ns/s0"));
     }
 
-    /// Finding 1 of the isolation review: two tenants share a pool
+    /// Two tenants share a pool
     /// address; the older Service adds the port the younger one holds.
     fn takeover_setup() -> (NsName, NsName) {
         (
@@ -400,7 +400,7 @@ mod tests {
         assert_kept_by_the_holder(&out);
     }
 
-    /// Isolation review, finding 7: a tenant Service asking for the
+    /// A tenant Service asking for the
     /// proxy's own port on a pool address got `Allocated=True`, and a
     /// listener that could never bind.
     #[test]
