@@ -343,9 +343,14 @@ pub fn work_label(line: &str) -> Option<&'static str> {
     }
     // A work item or review named where the product should be: "issue"
     // and a number, a review and its findings.
-    for (pos, _) in lower.match_indices("issue ") {
+    for (pos, _) in lower.match_indices("issue") {
         let before_ok = !lower[..pos].ends_with(|c: char| c.is_ascii_alphanumeric());
-        let after = lower[pos + "issue ".len()..].trim_start_matches('#');
+        let after = &lower[pos + "issue".len()..];
+        let after = after.strip_prefix('s').unwrap_or(after);
+        let Some(after) = after.strip_prefix(' ') else {
+            continue;
+        };
+        let after = after.trim_start_matches('#');
         if before_ok && after.starts_with(|c: char| c.is_ascii_digit()) {
             return Some("a numbered work item");
         }
@@ -542,9 +547,10 @@ mod tests {
         let branch = format!("from a {}'s branch", "helper");
         let item = format!("the goal of {} #{}", "issue", 31);
         let bare = format!("({} {}, 2026-11-24)", "Issue", 17);
+        let items = format!("Goals ({} #8 and #17)", "issues");
         let review = format!("(isolation {}, finding 4)", "review");
         for bad in [
-            &numbered, &joined, &hyphen, &plural, &this, &branch, &item, &bare, &review,
+            &numbered, &joined, &hyphen, &plural, &this, &branch, &item, &bare, &review, &items,
         ] {
             assert!(work_label(bad).is_some(), "{bad}");
         }
