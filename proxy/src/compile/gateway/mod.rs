@@ -901,17 +901,7 @@ fn gateway_entry<'s>(
                         "InvalidCertificateRef",
                         format!("certificateRef {} is not a core Secret", r.name),
                     ))
-                } else if ns != id.namespace
-                    && (tenant.is_some()
-                        || !attachment::granted(
-                            store,
-                            "Gateway",
-                            &id.namespace,
-                            "Secret",
-                            ns,
-                            &r.name,
-                        ))
-                {
+                } else if !gateway_may_use_secret(store, id, tenant.is_some(), ns, &r.name) {
                     Some((
                         "RefNotPermitted",
                         format!(
@@ -1991,6 +1981,23 @@ fn merged_filters(spec: &FilterSpec, prefix: Option<&str>) -> Option<Filters> {
         backend_timeout: spec.backend_timeout,
     };
     (!filters.is_empty()).then_some(filters)
+}
+
+/// Whether Gateway `gateway` may use Secret `ns/name` (a listener's
+/// certificate, the backend client certificate): its own namespace's
+/// always; another namespace's only for an operator Gateway, and only
+/// with a ReferenceGrant (a tenant Gateway never reaches out of its
+/// namespace).
+pub(crate) fn gateway_may_use_secret(
+    store: &Store,
+    gateway: &NsName,
+    tenant: bool,
+    ns: &str,
+    name: &str,
+) -> bool {
+    ns == gateway.namespace
+        || (!tenant
+            && attachment::granted(store, "Gateway", &gateway.namespace, "Secret", ns, name))
 }
 
 #[cfg(test)]
