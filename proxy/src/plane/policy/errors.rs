@@ -439,8 +439,7 @@ mod tests {
     }
 
     /// An answer's head gets the bounds a backend's gets from the HTTP/1
-    /// engine (64 KiB): a larger one is refused, not buffered up to
-    /// hyper's own 400 KiB.
+    /// engine (64 KiB): reading stops there and the page falls back.
     #[tokio::test]
     async fn a_head_over_the_engines_bound_is_refused() {
         let registry = EndpointRegistry::default();
