@@ -75,7 +75,7 @@ pub struct ProxyConfig {
     pub observe: ObserveConfig,
     /// BGP and L2 announcement of this replica's addresses
     /// (docs/announce.md); `None`: off.
-    pub announce: Option<crate::loops::announce::AnnounceConfig>,
+    pub announce: Option<crate::loops::announce::config::AnnounceConfig>,
     /// The authoritative DNS server for lb.DOMAIN (docs/dns.md); `None`:
     /// off. Its sockets are [`Listeners::dns`].
     pub dns: Option<crate::loops::dns_zone::DnsConfig>,
@@ -349,12 +349,12 @@ pub async fn run(
             let membership = config
                 .kube
                 .as_ref()
-                .map(|k| crate::loops::announce::KubeMembership {
+                .map(|k| crate::loops::announce::config::KubeMembership {
                     client: k.client.clone(),
                     namespace: k.lease_namespace.clone(),
                 });
             Some(
-                crate::loops::announce::Announcer::start(
+                crate::loops::announce::driver::Announcer::start(
                     c,
                     snapshots.clone(),
                     reloader.generations(),
@@ -450,8 +450,8 @@ pub async fn run(
         announcer.as_ref().and_then(|a| a.statuses()),
         config.kube.as_ref(),
     ) {
-        match crate::loops::bgp_events::this_pod(&kube.lease_namespace) {
-            Some(pod) => drop(tokio::spawn(crate::loops::bgp_events::run(
+        match crate::loops::announce::bgp_events::this_pod(&kube.lease_namespace) {
+            Some(pod) => drop(tokio::spawn(crate::loops::announce::bgp_events::run(
                 statuses,
                 kube.client.clone(),
                 pod,
@@ -527,7 +527,7 @@ pub async fn run(
     // L4 addresses are (docs/announce.md, "Events and conditions").
     let kube_status = config.kube_status.clone().map(|mut options| {
         options.announce = config.announce.as_ref().filter(|a| a.l4).map(|a| {
-            crate::loops::announce_status::AnnounceStatusConfig {
+            crate::loops::announce::announced::AnnounceStatusConfig {
                 pools: a.pools.clone(),
                 lease_duration: a.l2.lease_duration,
             }

@@ -6,8 +6,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use teapot_announce::{PeerConfig, SpeakerConfig};
-use teapot_proxy::loops::announce::{AnnounceConfig, L2Options};
-use teapot_proxy::loops::announcers::{AnnouncePool, Mode, check_overlap};
+use teapot_proxy::loops::announce::config::{AnnounceConfig, L2Options};
+use teapot_proxy::loops::announce::pools::{AnnouncePool, Mode, check_overlap};
 
 /// Host routes one `--announce` CIDR may expand to: a typo such as /8
 /// must not announce sixteen million routes.
@@ -55,7 +55,7 @@ pub(crate) struct AnnounceArgs {
     #[arg(long, default_value = "100x3")]
     l2_bfd: String,
     /// L2 mode: the UDP port the replicas' BFD uses (not 3784, a node's own BFD daemon's).
-    #[arg(long, default_value_t = teapot_proxy::loops::peer_liveness::DEFAULT_PORT)]
+    #[arg(long, default_value_t = teapot_proxy::loops::announce::peer_liveness::DEFAULT_PORT)]
     l2_bfd_port: u16,
     /// The Node this replica runs on, for node-label= of --announce-pool (kube mode).
     #[arg(long, env = "NODE_NAME")]
@@ -184,7 +184,7 @@ impl AnnounceArgs {
                 teapot_announce::bfd::Timing::parse(value).map_err(|e| format!("--l2-bfd: {e}"))?,
             ),
         };
-        let (renew, lease) = teapot_proxy::loops::announcers::lease_timing(
+        let (renew, lease) = teapot_proxy::loops::announce::membership::lease_timing(
             l2_bfd.is_some(),
             self.l2_renew,
             self.l2_lease,

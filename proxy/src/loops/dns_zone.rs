@@ -11,7 +11,7 @@
 //!   the announcement moves them, DNS need not), else the addresses of
 //!   the replicas that are ready, from a Lease each replica renews while
 //!   it is ready (the announcer Leases of
-//!   [`crate::loops::announcers`], in a pool of their own);
+//!   [`crate::loops::announce::membership`], in a pool of their own);
 //! - TXT `_acme-challenge.NAME`: the ACME DNS-01 challenges in flight
 //!   ([`Challenges`], the shared ACME state every replica reads).
 //!
@@ -31,8 +31,8 @@ use teapot_dns::{Zone, ZoneBuilder, ZoneHandle, ZoneSettings};
 use tokio::sync::watch;
 
 use crate::compile::snapshot::{Snapshot, SnapshotHandle};
-use crate::loops::announcers::{Membership, MembershipConfig};
-use crate::loops::live_replicas::View;
+use crate::loops::announce::live_replicas::View;
+use crate::loops::announce::membership::{Membership, MembershipConfig};
 
 /// The announcer-Lease pool the DNS replicas write: live members are the
 /// ready replicas whose addresses the zone answers.
@@ -124,7 +124,7 @@ impl Addresses {
         let own: BTreeSet<IpAddr> = config.addresses.iter().copied().collect();
         // The receiver outlives the sender: the addresses never change.
         let (_fixed, owned) = watch::channel(own);
-        let replica = crate::loops::announcers::replica_name(&format!(
+        let replica = crate::loops::announce::membership::replica_name(&format!(
             "dns-{}",
             teapot_api::lease::default_identity()
         ));
@@ -582,8 +582,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_replica_whose_lease_runs_out_leaves_the_answers_when_it_does() {
         let now = tokio::time::Instant::now().into_std();
-        let lease =
-            |replica: &str, addr: &str, seen: Instant| crate::loops::live_replicas::Observed {
+        let lease = |replica: &str, addr: &str, seen: Instant| {
+            crate::loops::announce::live_replicas::Observed {
                 replica: replica.into(),
                 version: "1".into(),
                 seen,
@@ -592,7 +592,8 @@ mod tests {
                 owned: [addr.parse().unwrap()].into(),
                 bfd: None,
                 counts: None,
-            };
+            }
+        };
         let mut view = View::default();
         view.leases.insert("a".into(), lease("a", "192.0.2.1", now));
         view.leases.insert("b".into(), lease("b", "192.0.2.2", now));

@@ -12,7 +12,7 @@
 //!   `PortsAllocated`, `BackendsReady`, `Configured`) in `status.conditions`.
 //!   A refused allocation also becomes a Warning Event on the Service, once
 //!   per reason. While L4 addresses are announced, an `Announced` condition
-//!   too ([`super::announce_status`]), and a Warning Event once per reason
+//!   too ([`super::announced`]), and a Warning Event once per reason
 //!   when the address cannot be announced.
 //!
 //! - Gateway API objects: GatewayClass, Gateway and route status
@@ -41,7 +41,7 @@ use tokio::sync::watch;
 
 use crate::compile::l4::table::ServiceReport;
 use crate::compile::snapshot::{Condition, IngressReport, SnapshotHandle};
-use crate::loops::announce_status::{ANNOUNCED, AnnounceStatusConfig, AnnouncerLeases};
+use crate::loops::announce::announced::{ANNOUNCED, AnnounceStatusConfig, AnnouncerLeases};
 use crate::loops::reload::Source;
 use teapot_model::store::NsName;
 use teapot_source::kube::{KubeConfig, KubeSource};

@@ -15,31 +15,18 @@
 //! - [`allocations`]: what each L4 Service holds, remembered across
 //!   compiles and restarts.
 //! - [`announce`]: announces the fleet's and the L4 addresses while the
-//!   replica is ready, each by its pool's mode (BGP speaker, L2 owner).
-//! - [`announcers`]: the pools, and which replicas are live (a Lease per
-//!   replica) for L2 ownership.
-//! - [`live_replicas`]: the view of which of them are live, from their
-//!   Leases and BFD.
-//! - [`peer_liveness`]: BFD between those replicas, so one that fails is
-//!   counted gone before its Lease runs out.
+//!   replica is ready, each by its pool's mode (BGP speaker, L2 owner):
+//!   the pools, the live replicas (a Lease per replica, BFD between
+//!   them), the `Announced` condition and the BGP session Events.
 //! - [`dns_zone`]: the zone of the fleet's authoritative DNS server
 //!   (teapot-dns), rebuilt from the routes, the ready replicas' or the
 //!   announced addresses and the ACME DNS-01 challenges.
-//! - [`announce_status`]: whether an L4 address is announced, for the
-//!   status writer's `Announced` condition.
-//! - [`bgp_events`]: Events on this replica's Pod when a BGP session is
-//!   lost or established.
 
 pub mod acme;
 pub mod allocations;
 pub mod announce;
-pub mod announce_status;
-pub mod announcers;
-pub mod bgp_events;
 pub mod dns_zone;
 pub mod gateway_status;
 pub mod kube_status;
-pub mod live_replicas;
-pub mod peer_liveness;
 pub mod proof;
 pub mod reload;

@@ -1,5 +1,5 @@
 //! Which announcer replicas are live, as this replica sees them: the
-//! view built from the announcer Leases ([`super::announcers`] writes and
+//! view built from the announcer Leases ([`super::membership`] writes and
 //! watches them) and from BFD between the replicas
 //! ([`super::peer_liveness`]). Below both, so each reads and writes it
 //! without importing the other.
@@ -58,7 +58,7 @@ pub struct View {
     pub me: String,
     pub leases: BTreeMap<String, Observed>,
     /// Replicas whose BFD session with this one failed, and when
-    /// ([`crate::loops::peer_liveness`]): gone at once, unless their
+    /// ([`crate::loops::announce::peer_liveness`]): gone at once, unless their
     /// Lease is renewed after that (a BFD path broken between live
     /// replicas costs one move of their addresses, not two owners for
     /// good).
@@ -74,7 +74,7 @@ pub struct View {
     /// down, its node frozen). It counts itself gone, so it releases its
     /// addresses, takes none and its Lease does not name it live, until
     /// a session has been Up again for a while
-    /// ([`crate::loops::peer_liveness`]).
+    /// ([`crate::loops::announce::peer_liveness`]).
     pub cut_off: bool,
 }
 

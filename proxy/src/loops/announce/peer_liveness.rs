@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use teapot_announce::bfd::{self, BfdStatus, State, Timing};
 use tokio::sync::watch;
 
-use crate::loops::live_replicas::View;
+use crate::loops::announce::live_replicas::View;
 
 /// The replicas' BFD port: not 3784, where a BFD daemon on the node (FRR's
 /// bfdd peering with the routers) listens.
@@ -447,12 +447,12 @@ mod tests {
 
     #[test]
     fn sessions_go_to_current_leases_never_to_itself_and_a_reused_endpoint_to_the_newest() {
-        use crate::loops::live_replicas::Observed;
+        use crate::loops::announce::live_replicas::Observed;
         let t0 = Instant::now();
         let config = LivenessConfig {
             local: "192.0.2.10".parse().unwrap(),
             port: DEFAULT_PORT,
-            timing: crate::loops::announce::DEFAULT_L2_BFD,
+            timing: crate::loops::announce::config::DEFAULT_L2_BFD,
         };
         let observed = |replica: &str, seen: Instant, bfd: Option<&str>| Observed {
             replica: replica.into(),

@@ -1,17 +1,11 @@
-//! Who may announce which address, and which replicas are live
-//! (docs/announce.md, "Pools" and "L2 mode").
-//!
-//! - [`AnnouncePool`]: a range of addresses with its mode (`l2` or `bgp`)
-//!   and the replicas allowed to announce it (a local address inside
-//!   `subnet`, node labels). Each address goes by the one pool containing
-//!   it; an address in no pool is not announced.
-//! - Membership: one `coordination.k8s.io/v1` Lease per replica, renewed
-//!   every `renew_every`, so the API cost grows with replicas, not with
-//!   addresses. The Lease's annotations carry the pools the replica may
-//!   announce and the addresses it owns now. Every replica watches the
-//!   announcer Leases and counts one live while it saw its Lease change
-//!   within the Lease's duration, on its own clock (client-go's rule: no
-//!   trust in the writer's clock, so clock skew cannot make two owners).
+//! Which replicas are live (docs/announce.md, "L2 mode"): one
+//! `coordination.k8s.io/v1` Lease per replica, renewed every
+//! `renew_every`, so the API cost grows with replicas, not with
+//! addresses. The Lease's annotations carry the pools the replica may
+//! announce and the addresses it owns now. Every replica watches the
+//! announcer Leases and counts one live while it saw its Lease change
+//! within the Lease's duration, on its own clock (client-go's rule: no
+//! trust in the writer's clock, so clock skew cannot make two owners).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -75,103 +69,6 @@ pub fn lease_timing(
         ));
     }
     Ok((renew, lease))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Mode {
-    L2,
-    Bgp,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::L2 => "l2",
-            Mode::Bgp => "bgp",
-        }
-    }
-}
-
-/// One `--announce-pool`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AnnouncePool {
-    pub name: String,
-    /// The flag that made it, for errors (`--announce-pool lan`,
-    /// `--l2-interface`).
-    pub origin: String,
-    pub ranges: Vec<ipnet::IpNet>,
-    pub mode: Mode,
-    /// L2: the interface the addresses go on.
-    pub interface: Option<String>,
-    /// Replicas with a local address inside it may announce the pool.
-    pub subnet: Option<ipnet::IpNet>,
-    /// Replicas whose Node has every one of these labels may announce it.
-    pub node_labels: Vec<(String, String)>,
-}
-
-impl AnnouncePool {
-    pub fn contains(&self, addr: &IpAddr) -> bool {
-        self.ranges.iter().any(|r| r.contains(addr))
-    }
-
-    /// Whether a replica with these local addresses and node labels (`None`:
-    /// no Node known, manifests mode) may announce this pool.
-    pub fn allows(&self, local: &[IpAddr], node_labels: Option<&BTreeMap<String, String>>) -> bool {
-        let subnet_ok = self
-            .subnet
-            .is_none_or(|net| local.iter().any(|a| net.contains(a)));
-        let labels_ok = self.node_labels.is_empty()
-            || node_labels.is_some_and(|labels| {
-                self.node_labels
-                    .iter()
-                    .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
-            });
-        subnet_ok && labels_ok
-    }
-}
-
-/// Two pools sharing an address would give it two modes or two owners:
-/// refused, naming both.
-pub fn check_overlap(pools: &[AnnouncePool]) -> Result<(), String> {
-    for (i, a) in pools.iter().enumerate() {
-        for b in &pools[i + 1..] {
-            if a.name == b.name {
-                return Err(format!("{}: given twice", a.origin));
-            }
-            for ra in &a.ranges {
-                for rb in &b.ranges {
-                    if ra.contains(&rb.network()) || rb.contains(&ra.network()) {
-                        return Err(format!(
-                            "{} and {} overlap ({ra} and {rb})",
-                            a.origin, b.origin
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The pool (index into `pools`) of each address, and the addresses in
-/// no pool.
-pub fn classify(
-    pools: &[AnnouncePool],
-    addrs: &BTreeSet<IpAddr>,
-) -> (BTreeMap<usize, BTreeSet<IpAddr>>, BTreeSet<IpAddr>) {
-    let mut by_pool: BTreeMap<usize, BTreeSet<IpAddr>> = BTreeMap::new();
-    let mut outside = BTreeSet::new();
-    for addr in addrs {
-        match pools.iter().position(|p| p.contains(addr)) {
-            Some(i) => {
-                by_pool.entry(i).or_default().insert(*addr);
-            }
-            None => {
-                outside.insert(*addr);
-            }
-        }
-    }
-    (by_pool, outside)
 }
 
 /// A Lease name may only hold lower-case letters, digits, `-` and `.`.
@@ -267,7 +164,7 @@ pub struct MembershipConfig {
     pub forget_after: Duration,
     /// BFD with the other replicas of its pools; `None`: liveness by the
     /// Lease alone.
-    pub bfd: Option<crate::loops::peer_liveness::LivenessConfig>,
+    pub bfd: Option<crate::loops::announce::peer_liveness::LivenessConfig>,
 }
 
 impl MembershipConfig {
@@ -326,7 +223,7 @@ impl Membership {
         let errors = Arc::new(AtomicU64::new(0));
         let liveness_wakes = Arc::new(AtomicU64::new(0));
         let liveness = config.bfd.clone().map(|bfd| {
-            tokio::spawn(crate::loops::peer_liveness::run(
+            tokio::spawn(crate::loops::announce::peer_liveness::run(
                 config.replica.clone(),
                 bfd,
                 view_tx.clone(),
@@ -635,18 +532,6 @@ impl Renewer {
 mod tests {
     use super::*;
 
-    fn pool(name: &str, ranges: &[&str], mode: Mode) -> AnnouncePool {
-        AnnouncePool {
-            name: name.into(),
-            origin: format!("--announce-pool {name}"),
-            ranges: ranges.iter().map(|r| r.parse().unwrap()).collect(),
-            mode,
-            interface: None,
-            subnet: None,
-            node_labels: Vec::new(),
-        }
-    }
-
     fn lease(replica: &str, version: &str, pools: &str, owned: &str) -> Lease {
         let config = MembershipConfig {
             namespace: "teapot-system".into(),
@@ -810,61 +695,6 @@ mod tests {
         // Nothing changes by itself before the first Lease runs out.
         assert_eq!(view.next_expiry(t0), Some(t0 + Duration::from_secs(2)));
         assert_eq!(view.next_expiry(t0 + Duration::from_secs(2)), None);
-    }
-
-    #[test]
-    fn each_address_goes_by_its_pool_and_outsiders_are_listed() {
-        let pools = [
-            pool("lan", &["192.0.2.0/28"], Mode::L2),
-            pool("wan", &["203.0.113.10/32", "2001:db8::/64"], Mode::Bgp),
-        ];
-        let addrs: BTreeSet<IpAddr> = ["192.0.2.5", "203.0.113.10", "2001:db8::1", "198.51.100.1"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
-        let (by_pool, outside) = classify(&pools, &addrs);
-        assert_eq!(by_pool[&0].len(), 1);
-        assert_eq!(by_pool[&1].len(), 2);
-        assert_eq!(join(&outside), "198.51.100.1");
-    }
-
-    #[test]
-    fn overlapping_pools_are_refused_naming_both() {
-        let err = check_overlap(&[
-            pool("lan", &["192.0.2.0/24"], Mode::L2),
-            pool("wan", &["203.0.113.0/24", "192.0.2.128/25"], Mode::Bgp),
-        ])
-        .unwrap_err();
-        assert!(
-            err.contains("--announce-pool lan and --announce-pool wan"),
-            "{err}"
-        );
-        assert!(
-            check_overlap(&[
-                pool("lan", &["192.0.2.0/25"], Mode::L2),
-                pool("wan", &["192.0.2.128/25"], Mode::Bgp),
-            ])
-            .is_ok()
-        );
-    }
-
-    #[test]
-    fn announcers_match_by_subnet_and_node_labels() {
-        let mut p = pool("lan", &["192.0.2.0/24"], Mode::L2);
-        let local: Vec<IpAddr> = vec!["10.0.0.5".parse().unwrap(), "192.0.2.11".parse().unwrap()];
-        assert!(p.allows(&local, None));
-        p.subnet = Some("198.51.100.0/24".parse().unwrap());
-        assert!(!p.allows(&local, None));
-        p.subnet = Some("192.0.2.0/24".parse().unwrap());
-        p.node_labels = vec![("zone".into(), "a".into())];
-        assert!(
-            !p.allows(&local, None),
-            "no Node known: a labelled pool is not ours"
-        );
-        let labels: BTreeMap<String, String> = [("zone".to_string(), "a".to_string())].into();
-        assert!(p.allows(&local, Some(&labels)));
-        let other: BTreeMap<String, String> = [("zone".to_string(), "b".to_string())].into();
-        assert!(!p.allows(&local, Some(&other)));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! itself. What it can know of the others:
 //!
 //! - the pools (every replica runs with the same `--announce-pool`s);
-//! - L2: the announcer Leases ([`crate::loops::announcers`]). A replica
+//! - L2: the announcer Leases ([`crate::loops::announce::membership`]). A replica
 //!   holds one only while ready, and it names the pools that replica may
 //!   announce (its interface, `subnet=` and `node-label=` decided that),
 //!   so the live replicas of a pool and the hash's owner among them are
@@ -29,10 +29,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use teapot_announce::wire::Family;
 
-use crate::loops::bgp_events::{BGP_ANNOTATION, BgpSessions};
+use crate::loops::announce::bgp_events::{BGP_ANNOTATION, BgpSessions};
 
 use crate::compile::snapshot::Condition;
-use crate::loops::announcers::{ANNOUNCER_LABEL, AnnouncePool, Mode, View};
+use crate::loops::announce::membership::{ANNOUNCER_LABEL, View};
+use crate::loops::announce::pools::{AnnouncePool, Mode};
 
 /// The condition type, next to the L4 compile's `Allocated`,
 /// `PortsAllocated`, `BackendsReady` and `Configured`.
@@ -143,7 +144,7 @@ pub fn announced(
     pools: &[AnnouncePool],
     announcers: Option<Announcers>,
 ) -> Condition {
-    if !crate::loops::announce::routable(&addr) {
+    if !crate::loops::announce::config::routable(&addr) {
         return Condition::new(
             ANNOUNCED,
             false,
@@ -272,7 +273,7 @@ fn bgp_sessions(leases: &[Lease]) -> BTreeMap<String, BgpSessions> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loops::announcers::Observed;
+    use crate::loops::announce::membership::Observed;
     use std::collections::BTreeSet;
 
     fn pool(name: &str, range: &str, mode: Mode) -> AnnouncePool {

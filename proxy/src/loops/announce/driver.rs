@@ -9,7 +9,7 @@
 //!   finish.
 //! - L2: one `teapot_announce::l2::L2Announcer` per pool puts the
 //!   addresses this replica owns on the pool's interface. Ownership is the
-//!   rendezvous hash over the live replicas ([`crate::loops::announcers`]:
+//!   rendezvous hash over the live replicas ([`crate::loops::announce::membership`]:
 //!   a Lease per replica in kube mode; in manifests mode this replica
 //!   alone). On shutdown the replica deletes its Lease, waits until the
 //!   next owners list its addresses, and only then removes them: the new
@@ -18,136 +18,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use teapot_announce::l2::{L2Announcer, L2Config, L2Status};
-use teapot_announce::{Speaker, SpeakerConfig, Statuses};
+use teapot_announce::{Speaker, Statuses};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::config::{AnnounceConfig, BGP_LEASE, BGP_RENEW, HAND_OVER_BOUND, KubeMembership};
+use super::follow::{Follow, L2Inputs, follow};
+use super::membership::{Membership, MembershipConfig};
+use super::pools::Mode;
+use super::view::{AnnounceView, Report};
 use crate::compile::snapshot::Snapshot;
-use crate::loops::announcers::{AnnouncePool, Membership, MembershipConfig, Mode, View, classify};
-
-/// How often readiness is looked at while the replica is not ready yet
-/// (it turns ready once, after the first full list, and the follow loop
-/// is stopped before the shutdown turns it back). Everything else wakes
-/// the loop when it changes: a snapshot swapped in, the Leases, BFD, the
-/// own Lease's health, and the instant the next Lease runs out.
-const FOLLOW_EVERY: Duration = Duration::from_millis(100);
-
-/// The announcer Lease of a replica with BGP pools only: it carries the
-/// sessions for the `Announced` condition, which may lag by a renewal, and
-/// the replicas' liveness for it (no owner to move), so one API write
-/// every 5 s per replica, and a replica gone is noticed within 15 s.
-pub const BGP_RENEW: Duration = Duration::from_secs(5);
-pub const BGP_LEASE: Duration = Duration::from_secs(15);
-
-/// How long a stopping replica waits for the next owners to take its L2
-/// addresses before it removes them anyway.
-pub const HAND_OVER_BOUND: Duration = Duration::from_secs(5);
-
-/// BFD between the replicas by default: 300 ms to count a silent one gone.
-pub const DEFAULT_L2_BFD: teapot_announce::bfd::Timing = teapot_announce::bfd::Timing {
-    interval: Duration::from_millis(100),
-    multiplier: 3,
-};
-
-/// L2 membership timing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct L2Options {
-    /// This replica's name in the hash and on its Lease.
-    pub replica: String,
-    pub renew_every: Duration,
-    pub lease_duration: Duration,
-    pub repeat_for: Duration,
-    /// BFD with the other replicas (`--l2-bfd`); `None`: liveness by the
-    /// Lease alone.
-    pub bfd: Option<teapot_announce::bfd::Timing>,
-    pub bfd_port: u16,
-}
-
-impl Default for L2Options {
-    fn default() -> L2Options {
-        L2Options {
-            replica: crate::loops::announcers::replica_name(&teapot_api::lease::default_identity()),
-            renew_every: Duration::from_secs(1),
-            lease_duration: Duration::from_secs(2),
-            repeat_for: teapot_announce::l2::DEFAULT_REPEAT_FOR,
-            bfd: Some(DEFAULT_L2_BFD),
-            bfd_port: crate::loops::peer_liveness::DEFAULT_PORT,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct AnnounceConfig {
-    /// BGP; `None` without `--bgp-peer`.
-    pub speaker: Option<SpeakerConfig>,
-    /// The fleet's own addresses (the ones `*.lb.DOMAIN` points at).
-    pub addresses: BTreeSet<IpAddr>,
-    /// Also every address an L4 Service holds.
-    pub l4: bool,
-    /// Each with its mode; never empty (the flags make a default pool).
-    pub pools: Vec<AnnouncePool>,
-    pub l2: L2Options,
-    /// The Node this replica runs on (`NODE_NAME`), for `node-label=`.
-    pub node_name: Option<String>,
-}
-
-/// Where the Leases live in kube mode.
-#[derive(Clone)]
-pub struct KubeMembership {
-    pub client: kube::Client,
-    pub namespace: String,
-}
-
-/// An address a router could send traffic to: not loopback (the default
-/// L4 pool is 127.0.0.1), unspecified, link-local or multicast.
-pub(crate) fn routable(addr: &IpAddr) -> bool {
-    let local = match addr {
-        IpAddr::V4(a) => a.is_link_local(),
-        IpAddr::V6(a) => a.is_unicast_link_local(),
-    };
-    !(addr.is_loopback() || addr.is_unspecified() || addr.is_multicast() || local)
-}
-
-/// What this replica announces now: nothing unless ready.
-pub fn wanted(config: &AnnounceConfig, snapshot: &Snapshot, ready: bool) -> BTreeSet<IpAddr> {
-    if !ready {
-        return BTreeSet::new();
-    }
-    let mut set = config.addresses.clone();
-    if config.l4
-        && let Some(l4) = &snapshot.l4
-    {
-        // Both addresses of a dual-stack Service.
-        set.extend(l4.holdings.values().flat_map(|h| h.addrs()));
-    }
-    set.retain(routable);
-    set
-}
-
-/// One address as `/status` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct AddressReport {
-    pub address: IpAddr,
-    pub pool: String,
-    pub mode: &'static str,
-    /// L2: the replica the hash names among the live ones.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-}
-
-/// What the follow loop last computed, for `/status` and `/metrics`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Report {
-    addresses: Vec<AddressReport>,
-    outside: BTreeSet<IpAddr>,
-    live: BTreeSet<String>,
-}
 
 struct L2Pool {
     pool: String,
@@ -155,192 +40,6 @@ struct L2Pool {
     announcer: L2Announcer,
     addrs: watch::Sender<BTreeSet<IpAddr>>,
     replicas: watch::Sender<teapot_announce::l2::Replicas>,
-}
-
-/// `/status` and `/metrics` of the announcement, cheap to clone.
-#[derive(Clone, Debug)]
-pub struct AnnounceView {
-    replica: String,
-    /// Each pool: name, mode, whether this replica may announce it.
-    pools: Vec<(String, Mode, bool)>,
-    l2: Vec<(String, String, watch::Receiver<L2Status>)>,
-    report: Arc<Mutex<Report>>,
-    lease_errors: Option<Arc<std::sync::atomic::AtomicU64>>,
-    unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
-    /// The announcer Leases and BFD with the other replicas (kube mode).
-    membership: Option<watch::Receiver<View>>,
-    /// Passes of the loops that follow the inputs, by loop: at rest they
-    /// wake only for the Lease renewals (`teapot_announce_wakeups_total`).
-    wakes: Vec<(&'static str, Arc<std::sync::atomic::AtomicU64>)>,
-}
-
-impl crate::plane::admin::StatusSection for AnnounceView {
-    /// `/status`'s `announce` object.
-    fn json(&self) -> serde_json::Value {
-        let report = self.report.lock().clone();
-        let mut owned = BTreeSet::new();
-        let mut sent = 0;
-        let pools: Vec<serde_json::Value> = self
-            .l2
-            .iter()
-            .map(|(pool, interface, status)| {
-                let s = status.borrow().clone();
-                owned.extend(s.owned.iter().copied());
-                sent += s.announcements_sent;
-                serde_json::json!({
-                    "pool": pool,
-                    "interface": interface,
-                    "owned": s.owned,
-                    "announcements_sent": s.announcements_sent,
-                    "errors": s.errors,
-                    "last_error": s.last_error,
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "replica": self.replica,
-            "pools": self
-                .pools
-                .iter()
-                .map(|(name, mode, announcer)| serde_json::json!({
-                    "name": name,
-                    "mode": mode.as_str(),
-                    "announcer": announcer,
-                }))
-                .collect::<Vec<_>>(),
-            "live_replicas": report.live,
-            "owned": owned,
-            "announcements_sent": sent,
-            "addresses": report.addresses,
-            "not_in_any_pool": report.outside,
-            "l2": pools,
-            "bfd": self.membership.as_ref().map(|m| {
-                let view = m.borrow();
-                serde_json::json!({
-                    "sessions": view.bfd.iter().map(|(r, s)| (r.clone(), s.as_str())).collect::<BTreeMap<_, _>>(),
-                    "silenced": view.silenced.keys().collect::<Vec<_>>(),
-                    "cut_off": view.cut_off,
-                })
-            }),
-        })
-    }
-
-    /// `teapot_l2_*` and `teapot_announce_*` in Prometheus' text format.
-    fn render_prometheus(&self) -> String {
-        use std::fmt::Write;
-        let report = self.report.lock().clone();
-        let mut out = String::new();
-        let mut owned = String::new();
-        let mut sent = String::new();
-        let mut errors = String::new();
-        for (pool, interface, status) in &self.l2 {
-            let s = status.borrow();
-            let _ = writeln!(
-                owned,
-                "teapot_l2_addresses_owned{{pool=\"{pool}\"}} {}",
-                s.owned.len()
-            );
-            let _ = writeln!(
-                sent,
-                "teapot_l2_announcements_sent_total{{pool=\"{pool}\"}} {}",
-                s.announcements_sent
-            );
-            let _ = writeln!(
-                errors,
-                "teapot_announce_errors_total{{setting=\"interface {interface}\"}} {}",
-                s.errors
-            );
-        }
-        let mut bfd = String::new();
-        if let Some(m) = &self.membership {
-            for (replica, state) in &m.borrow().bfd {
-                let up = u8::from(*state == teapot_announce::bfd::State::Up);
-                let _ = writeln!(
-                    bfd,
-                    "teapot_l2_bfd_session_up{{replica=\"{replica}\"}} {up}"
-                );
-            }
-        }
-        let mut wakes = String::new();
-        for (name, count) in &self.wakes {
-            let _ = writeln!(
-                wakes,
-                "teapot_announce_wakeups_total{{loop=\"{name}\"}} {}",
-                count.load(Ordering::Relaxed)
-            );
-        }
-        if let Some(e) = &self.lease_errors {
-            let _ = writeln!(
-                errors,
-                "teapot_announce_errors_total{{setting=\"lease\"}} {}",
-                e.load(Ordering::Relaxed)
-            );
-        }
-        let families = [
-            (
-                "teapot_l2_addresses_owned",
-                "gauge",
-                "Addresses this replica holds on the pool's interface",
-                owned,
-            ),
-            (
-                "teapot_l2_announcements_sent_total",
-                "counter",
-                "Gratuitous ARPs and unsolicited neighbour advertisements sent",
-                sent,
-            ),
-            (
-                "teapot_l2_live_replicas",
-                "gauge",
-                "Replicas whose announcer Lease this replica saw renewed within its duration",
-                format!("teapot_l2_live_replicas {}\n", report.live.len()),
-            ),
-            (
-                "teapot_l2_bfd_session_up",
-                "gauge",
-                "1 while the BFD session with that replica is up (--l2-bfd)",
-                bfd,
-            ),
-            (
-                "teapot_announce_unpooled_addresses",
-                "gauge",
-                "Addresses to announce that are in no --announce-pool (not announced)",
-                format!(
-                    "teapot_announce_unpooled_addresses {}\n",
-                    report.outside.len()
-                ),
-            ),
-            (
-                "teapot_announce_unpooled_total",
-                "counter",
-                "Addresses found in no --announce-pool, each counted once",
-                format!(
-                    "teapot_announce_unpooled_total {}\n",
-                    self.unpooled_seen.load(Ordering::Relaxed)
-                ),
-            ),
-            (
-                "teapot_announce_errors_total",
-                "counter",
-                "Failed announcement steps, by setting (an L2 interface, the Lease)",
-                errors,
-            ),
-            (
-                "teapot_announce_wakeups_total",
-                "counter",
-                "Passes of the loops following readiness, snapshots, Leases and BFD (at rest: one per Lease renewal seen)",
-                wakes,
-            ),
-        ];
-        for (name, kind, help, body) in families {
-            if body.is_empty() {
-                continue;
-            }
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            out.push_str(&body);
-        }
-        out
-    }
 }
 
 impl std::fmt::Debug for L2Pool {
@@ -479,7 +178,7 @@ impl Announcer {
         let bfd = match (&config.l2.bfd, l2.first(), &kube) {
             (Some(timing), Some(first), Some(_)) => {
                 match teapot_announce::l2::interface_address(&first.interface)? {
-                    Some(local) => Some(crate::loops::peer_liveness::LivenessConfig {
+                    Some(local) => Some(crate::loops::announce::peer_liveness::LivenessConfig {
                         local,
                         port: config.l2.bfd_port,
                         timing: *timing,
@@ -499,7 +198,7 @@ impl Announcer {
         // annotation). A replica no pool allows is neither.
         let (bgp_sessions, bgp_sessions_rx) = watch::channel(BTreeMap::new());
         if let Some(speaker) = &speaker {
-            tokio::spawn(crate::loops::bgp_events::publish_bgp_sessions(
+            tokio::spawn(crate::loops::announce::bgp_events::publish_bgp_sessions(
                 speaker.statuses(),
                 bgp_sessions,
             ));
@@ -624,7 +323,7 @@ impl Announcer {
                     })
                     .collect();
                 membership.leave().await;
-                let left = crate::loops::announcers::wait_handed_over(
+                let left = crate::loops::announce::membership::wait_handed_over(
                     membership.view(),
                     &replica,
                     &mine,
@@ -684,174 +383,15 @@ async fn merge_owned(
     }
 }
 
-async fn sleep_until_or_never(at: Option<std::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn changed_or_never<T>(
-    rx: Option<&mut watch::Receiver<T>>,
-) -> Result<(), watch::error::RecvError> {
-    match rx {
-        Some(rx) => rx.changed().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// What one L2 pool's announcer follows.
-struct L2Inputs {
-    pool: String,
-    addrs: watch::Sender<BTreeSet<IpAddr>>,
-    replicas: watch::Sender<teapot_announce::l2::Replicas>,
-    again: teapot_announce::l2::AnnounceAgain,
-}
-
-struct Follow {
-    config: AnnounceConfig,
-    /// Manifests mode: this replica is the only one.
-    alone: bool,
-    allowed: Vec<bool>,
-    bgp: watch::Sender<BTreeSet<IpAddr>>,
-    l2: Vec<L2Inputs>,
-    membership: Option<(watch::Receiver<View>, watch::Receiver<bool>)>,
-    report: Arc<Mutex<Report>>,
-    unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
-    /// Counts the loop's passes (`/metrics`).
-    wakes: Arc<std::sync::atomic::AtomicU64>,
-    generations: watch::Receiver<u64>,
-}
-
-async fn follow(mut f: Follow, snapshots: Arc<ArcSwap<Snapshot>>, ready: Arc<AtomicBool>) {
-    let mut logged: BTreeSet<IpAddr> = BTreeSet::new();
-    let mut rejoined = 0;
-    // The first pass looks at once; each pass ends by waiting for what
-    // it follows, until `next` at the latest.
-    let mut next: Option<std::time::Instant> = None;
-    let mut first = true;
-    loop {
-        if !first {
-            let (view_rx, healthy_rx) = match f.membership.as_mut() {
-                Some((view, healthy)) => (Some(view), Some(healthy)),
-                None => (None, None),
-            };
-            // A closed channel disables its branch until the next pass,
-            // which finds it closed again.
-            tokio::select! {
-                _ = sleep_until_or_never(next) => {}
-                Ok(()) = f.generations.changed() => {}
-                Ok(()) = changed_or_never(view_rx) => {}
-                Ok(()) = changed_or_never(healthy_rx) => {}
-            }
-        }
-        first = false;
-        f.wakes.fetch_add(1, Ordering::Relaxed);
-        f.generations.borrow_and_update();
-        let now_ready = ready.load(Ordering::Acquire);
-        let all = wanted(&f.config, &snapshots.load(), now_ready);
-        let (by_pool, outside) = classify(&f.config.pools, &all);
-        for addr in outside.difference(&logged) {
-            f.unpooled_seen.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%addr, "address in no --announce-pool: not announced");
-        }
-        logged.extend(outside.iter().copied());
-        // Own renewals failing for the lease duration: the others stop
-        // counting this replica, so it lets go too (never two owners on
-        // purpose).
-        let (view, eligible) = match &f.membership {
-            Some((view, healthy)) => (Some(view.borrow().clone()), *healthy.borrow()),
-            None => (None, true),
-        };
-        let now = std::time::Instant::now();
-        let pick = |mode: Mode| -> BTreeMap<&str, BTreeSet<IpAddr>> {
-            by_pool
-                .iter()
-                .filter(|(i, _)| f.config.pools[**i].mode == mode)
-                .map(|(i, a)| (f.config.pools[*i].name.as_str(), a.clone()))
-                .collect()
-        };
-        let bgp: BTreeSet<IpAddr> = by_pool
-            .iter()
-            .filter(|(i, _)| f.config.pools[**i].mode == Mode::Bgp && f.allowed[**i])
-            .flat_map(|(_, a)| a.iter().copied())
-            .collect();
-        f.bgp.send_if_modified(|set| {
-            if *set == bgp {
-                return false;
-            }
-            tracing::info!(announced = bgp.len(), "BGP announcement set changed");
-            *set = bgp;
-            true
-        });
-        let l2 = pick(Mode::L2);
-        let mut live_any = BTreeSet::new();
-        let again = view.as_ref().is_some_and(|v| v.rejoined != rejoined);
-        if let Some(v) = &view {
-            rejoined = v.rejoined;
-        }
-        for L2Inputs {
-            pool,
-            addrs: addrs_tx,
-            replicas: replicas_tx,
-            again: announce_again,
-        } in &f.l2
-        {
-            if again {
-                announce_again.now();
-            }
-            let addrs = if eligible {
-                l2.get(pool.as_str()).cloned().unwrap_or_default()
-            } else {
-                BTreeSet::new()
-            };
-            addrs_tx.send_if_modified(|a| std::mem::replace(a, addrs.clone()) != addrs);
-            if let Some(view) = &view {
-                let replicas = view.replicas(pool, now);
-                live_any.extend(replicas.live.iter().cloned());
-                replicas_tx
-                    .send_if_modified(|r| std::mem::replace(r, replicas.clone()) != replicas);
-            } else {
-                live_any.insert(f.config.l2.replica.clone());
-            }
-        }
-        let mut addresses = Vec::new();
-        for (i, addrs) in &by_pool {
-            let pool = &f.config.pools[*i];
-            let live = match &view {
-                Some(v) => v.live(&pool.name, now),
-                None if f.alone && f.allowed[*i] => [f.config.l2.replica.clone()].into(),
-                // Kube mode without a Lease of its own: this replica is no
-                // owner and does not watch who is.
-                None => BTreeSet::new(),
-            };
-            for addr in addrs {
-                addresses.push(AddressReport {
-                    address: *addr,
-                    pool: pool.name.clone(),
-                    mode: pool.mode.as_str(),
-                    owner: (pool.mode == Mode::L2)
-                        .then(|| teapot_announce::l2::owner(addr, &live).map(String::from))
-                        .flatten(),
-                });
-            }
-        }
-        *f.report.lock() = Report {
-            addresses,
-            outside,
-            live: live_any,
-        };
-        next = if now_ready {
-            view.as_ref().and_then(|v| v.next_expiry(now))
-        } else {
-            Some(now + FOLLOW_EVERY)
-        };
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use teapot_announce::SpeakerConfig;
+
     use super::*;
+    use crate::loops::announce::config::{FOLLOW_EVERY, L2Options};
+    use crate::loops::announce::pools::AnnouncePool;
 
     fn config(l4: bool) -> AnnounceConfig {
         AnnounceConfig {
@@ -897,63 +437,6 @@ mod tests {
             kube,
         )
         .await
-    }
-
-    #[test]
-    fn nothing_is_announced_unless_ready() {
-        let config = config(true);
-        let snapshot = Snapshot::default();
-        assert!(wanted(&config, &snapshot, false).is_empty());
-        assert_eq!(wanted(&config, &snapshot, true), config.addresses);
-    }
-
-    #[test]
-    fn allocated_l4_addresses_join_but_loopback_never_does() {
-        use crate::compile::l4::L4Compiled;
-        use crate::compile::l4::allocation::Holding;
-        use teapot_model::store::NsName;
-
-        let holding = |addr: &str| Holding::single(addr.parse().unwrap(), None);
-        let snapshot = Snapshot {
-            l4: Some(L4Compiled {
-                holdings: [
-                    (NsName::new("tenant-a", "db"), holding("203.0.113.20")),
-                    (NsName::new("tenant-b", "dns"), holding("127.0.0.1")),
-                    // Dual-stack: both addresses.
-                    (
-                        NsName::new("tenant-c", "web"),
-                        Holding {
-                            addresses: ["203.0.113.30", "2001:db8::30"]
-                                .iter()
-                                .map(|a| crate::compile::l4::allocation::HeldAddress {
-                                    addr: a.parse().unwrap(),
-                                    ports: None,
-                                })
-                                .collect(),
-                        },
-                    ),
-                ]
-                .into(),
-                ..L4Compiled::default()
-            }),
-            ..Snapshot::default()
-        };
-        let mut config = config(true);
-        let got: Vec<String> = wanted(&config, &snapshot, true)
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
-        assert_eq!(
-            got,
-            [
-                "203.0.113.10",
-                "203.0.113.20",
-                "203.0.113.30",
-                "2001:db8::30"
-            ]
-        );
-        config.l4 = false;
-        assert_eq!(wanted(&config, &snapshot, true), config.addresses);
     }
 
     #[tokio::test]
@@ -1040,7 +523,7 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         let written = loop {
             if let Some(l) = lease()
-                && l["metadata"]["annotations"][crate::loops::bgp_events::BGP_ANNOTATION]
+                && l["metadata"]["annotations"][crate::loops::announce::bgp_events::BGP_ANNOTATION]
                     .is_string()
             {
                 break l;
@@ -1054,15 +537,15 @@ mod tests {
         };
         let annotations = &written["metadata"]["annotations"];
         assert_eq!(
-            annotations[crate::loops::bgp_events::BGP_ANNOTATION],
+            annotations[crate::loops::announce::bgp_events::BGP_ANNOTATION],
             "peers=1,ipv4=0,ipv6=0"
         );
         assert_eq!(
-            annotations[crate::loops::announcers::POOLS_ANNOTATION],
+            annotations[crate::loops::announce::membership::POOLS_ANNOTATION],
             "wan"
         );
         assert_eq!(
-            annotations[crate::loops::announcers::LEASE_MS_ANNOTATION],
+            annotations[crate::loops::announce::membership::LEASE_MS_ANNOTATION],
             BGP_LEASE.as_millis().to_string()
         );
         announcer.stop().await;

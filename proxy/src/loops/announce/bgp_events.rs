@@ -11,7 +11,7 @@
 //! The replica also publishes how many of its sessions are established,
 //! per family, on its announcer Lease ([`BGP_ANNOTATION`]), from which the
 //! status writer's `Announced` condition tells whether some replica
-//! announces an address ([`super::announce_status`]).
+//! announces an address ([`super::announced`]).
 
 use std::collections::BTreeMap;
 
