@@ -23,7 +23,7 @@ use criterion::{Criterion, SamplingMode};
 use teapot_benches::{PackedRequests, RequestClass, compile_store, samples, synthetic_store};
 use teapot_model::store::Store;
 use teapot_proxy::compile::snapshot::Snapshot;
-use teapot_proxy::compile::upstream::EndpointRegistry;
+use teapot_proxy::live::endpoints::EndpointRegistry;
 
 /// Table the lookup benches use.
 const LOOKUP_INGRESSES: usize = 100_000;

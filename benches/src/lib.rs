@@ -36,8 +36,8 @@ use k8s_openapi::jiff::Timestamp;
 use teapot_api::names::{CONTROLLER_NAME, INGRESS_CLASS, SERVICE_NAME_LABEL};
 use teapot_model::store::{Kind, Object, ObjectKey, Origin, Store};
 use teapot_proxy::compile::snapshot::Snapshot;
-use teapot_proxy::compile::upstream::EndpointRegistry;
 use teapot_proxy::compile::{CompileOptions, compile};
+use teapot_proxy::live::endpoints::EndpointRegistry;
 
 /// Ingresses per namespace (tenant).
 pub const INGRESSES_PER_NAMESPACE: usize = 100;

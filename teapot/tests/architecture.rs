@@ -6,8 +6,9 @@
 //!   source reach neither the proxy nor Pingora; announce reaches no
 //!   Pingora, no kube and no other teapot crate but api; the DNS server
 //!   (dns) reaches no Pingora, no kube and no other teapot crate.
-//! - Modules of the proxy crate: `compile` imports neither `plane` nor
-//!   `loops`; `plane` does not import `loops`.
+//! - Modules of the proxy crate: `live` (state that outlives snapshots)
+//!   imports none of `compile`, `plane` and `loops`; `compile` imports
+//!   neither `plane` nor `loops`; `plane` does not import `loops`.
 //! - Files inside every crate: no import circle (a file reaching a file
 //!   that reaches it back). A file reaches what its code names through
 //!   `crate::`, `super::` and `self::` paths and child-module paths, both
@@ -207,6 +208,16 @@ fn imports_below(dir: &Path, parts: &[&str]) -> Vec<String> {
 fn compile_imports_neither_plane_nor_loops() {
     let src = root().join("proxy/src/compile");
     let wrong = imports_below(&src, &["plane", "loops", "server"]);
+    assert!(wrong.is_empty(), "wrong-way imports:\n{}", wrong.join("\n"));
+}
+
+/// What outlives snapshots (endpoint health, tenant gates, rate tables)
+/// sits below the compile that interns it and the request path that
+/// updates it.
+#[test]
+fn live_state_imports_neither_compile_plane_nor_loops() {
+    let src = root().join("proxy/src/live");
+    let wrong = imports_below(&src, &["compile", "plane", "loops", "server"]);
     assert!(wrong.is_empty(), "wrong-way imports:\n{}", wrong.join("\n"));
 }
 

@@ -25,7 +25,7 @@ use teapot_benches::{
     gateway_expectation, samples, synthetic_gateway_store, synthetic_store,
 };
 use teapot_proxy::compile::ALLOCATOR_ENV;
-use teapot_proxy::compile::upstream::EndpointRegistry;
+use teapot_proxy::live::endpoints::EndpointRegistry;
 
 // The allocator `teapot` ships with, so the numbers are those of the binary.
 #[global_allocator]

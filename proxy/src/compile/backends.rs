@@ -15,7 +15,8 @@ use teapot_model::store::{FastHashMap, NsRef, Store};
 use teapot_model::tenancy::Tenancy;
 
 use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
-use crate::compile::upstream::{EndpointRegistry, Upstream};
+use crate::compile::upstream::Upstream;
+use crate::live::endpoints::EndpointRegistry;
 
 /// Resolves backend references to upstreams, once per (Service, port).
 pub(crate) struct Resolver<'a> {

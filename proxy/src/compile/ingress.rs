@@ -32,7 +32,7 @@ use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
 use crate::compile::traffic::{Canary, CanaryRules, NginxAnnotations, Rewrite, TrafficPolicy};
 use crate::compile::upstream::{Protocol, Upstream};
-use crate::compile::upstream_tls::BackendTls;
+use crate::live::upstream_tls::BackendTls;
 use teapot_api::regex::PathRegex;
 
 /// A host an Ingress asked ACME for.
@@ -747,7 +747,7 @@ struct WwwTwin {
     from: HostPattern,
     to: Arc<str>,
     ingress: Arc<str>,
-    tenant: Option<Arc<crate::compile::fairness::TenantGate>>,
+    tenant: Option<Arc<crate::live::fairness::TenantGate>>,
 }
 
 /// `www.<name>` for `<name>`, `<name>` for `www.<name>`; none for a name
@@ -1220,7 +1220,7 @@ spec:
         }
         // The same settings on the next compile share one configuration
         // (its session cache and pool class).
-        let registry = crate::compile::upstream::EndpointRegistry::default();
+        let registry = crate::live::endpoints::EndpointRegistry::default();
         let settings = tls.settings.clone();
         let a = registry.tls(settings.clone()).unwrap();
         let b = registry.tls(settings).unwrap();

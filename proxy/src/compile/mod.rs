@@ -21,9 +21,8 @@
 //!   "Ingress semantics"), its certificates and status, and its ACME hosts.
 //! - [`routes`]: host and path matching (docs/architecture.md, "Ingress
 //!   semantics").
-//! - [`upstream`]: endpoints, round-robin, passive ejection.
+//! - [`upstream`]: an upstream's endpoints, picked round-robin.
 //! - [`certs`]: certificates by host, for the SNI resolver.
-//! - [`fairness`]: per-tenant gates the routes carry.
 //! - [`gateway`]: Gateway API objects into their own route table and
 //!   their status (docs/gateway-api.md).
 //! - [`l4`]: LoadBalancer Services: allocation and listener table.
@@ -53,7 +52,6 @@ pub(crate) mod bind;
 pub mod certs;
 pub mod condition;
 pub mod domains;
-pub mod fairness;
 pub mod gateway;
 pub mod gateway_join;
 pub mod ingress;
@@ -61,12 +59,10 @@ pub mod l4;
 pub mod listeners;
 pub mod parts;
 pub mod policies;
-pub mod rate_table;
 pub mod routes;
 pub mod snapshot;
 pub mod traffic;
 pub mod upstream;
-pub mod upstream_tls;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,12 +71,12 @@ use crate::compile::acme::AcmeInputs;
 use crate::compile::backends::Resolver;
 use crate::compile::certs::CertTable;
 use crate::compile::domains::{Claim, ProofResults};
-use crate::compile::fairness::TenantGates;
 use crate::compile::l4::L4Inputs;
 use crate::compile::parts::{CompiledParts, CurrentInputs, Reuse};
 use crate::compile::policies::Policies;
 use crate::compile::snapshot::{DomainReport, Snapshot, StatusReport, TableSizes};
-use crate::compile::upstream::EndpointRegistry;
+use crate::live::endpoints::EndpointRegistry;
+use crate::live::fairness::TenantGates;
 use teapot_model::manifests::Problem;
 use teapot_model::store::{FastHashMap, Store};
 use teapot_model::tenancy::Tenancy;

@@ -233,8 +233,8 @@ mod tests {
     use teapot_model::store::Store;
 
     use super::*;
-    use crate::compile::upstream::EndpointRegistry;
     use crate::compile::{CompileOptions, compile, compile_incremental};
+    use crate::live::endpoints::EndpointRegistry;
 
     const TENANTS: usize = 4;
 

@@ -12,14 +12,15 @@ use teapot_model::store::FastHashMap;
 use teapot_model::tenancy::TenantView;
 
 use crate::compile::backends::{PortRef, Resolver};
-use crate::compile::fairness::TenantGates;
-use crate::compile::rate_table::{self, RateTable};
 use crate::compile::routes::RoutePolicy;
 use crate::compile::traffic::{
     AuthAnnotations, CustomErrors, ErrorPageAnnotations, ExternalAuth, NginxAnnotations,
     TrafficPolicy,
 };
-use crate::compile::upstream::{EndpointRegistry, Upstream};
+use crate::compile::upstream::Upstream;
+use crate::live::endpoints::EndpointRegistry;
+use crate::live::fairness::TenantGates;
+use crate::live::rate_table::{self, RateTable};
 
 /// The per-Ingress limits its routes carry, one shared [`RoutePolicy`]
 /// per distinct (tenant, body limit).
@@ -453,9 +454,9 @@ mod tests {
     use std::net::{IpAddr, Ipv6Addr};
 
     use crate::compile::CompileOptions;
-    use crate::compile::rate_table::RateTable;
     use crate::compile::tests::compile_test_docs;
     use crate::compile::traffic::TrafficPolicy;
+    use crate::live::rate_table::RateTable;
 
     /// The class and a Service `web` in the operator namespace `ops`.
     const OPS: &str = "apiVersion: networking.k8s.io/v1

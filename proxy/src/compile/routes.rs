@@ -23,9 +23,9 @@ use hashbrown::HashTable;
 use teapot_api::regex::PathRegex;
 use teapot_api::{HostPattern, PathKind};
 
-use crate::compile::fairness::TenantGate;
 use crate::compile::traffic::TrafficPolicy;
 use crate::compile::upstream::Upstream;
+use crate::live::fairness::TenantGate;
 
 /// How specific the host pattern a request matched is, across the
 /// Gateway API and Ingress tables: an exact host beats a wildcard, a

@@ -15,9 +15,9 @@ use teapot_api::HostPattern;
 use teapot_api::annotations::{self, AnnotationValue, NGINX_PREFIX, ObjectKind};
 use teapot_api::regex::{PathRegex, TenantRegex};
 
-pub use crate::compile::rate_table::Rate;
-use crate::compile::rate_table::{AuthGate, RateTable};
 use crate::compile::upstream::Upstream;
+pub use crate::live::rate_table::Rate;
+use crate::live::rate_table::{AuthGate, RateTable};
 
 /// Everything a route does to requests besides choosing the backend.
 #[derive(Clone, Debug, Default)]

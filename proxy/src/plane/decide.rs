@@ -7,13 +7,13 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::compile::fairness::TenantPermit;
 use crate::compile::gateway::table::BudgetExhausted;
 use crate::compile::gateway::table::{Action, Filters, PathMatch, Redirect};
 use crate::compile::routes::HostRank;
 use crate::compile::routes::Route;
 use crate::compile::snapshot::Snapshot;
 use crate::compile::upstream::Upstream;
+use crate::live::fairness::TenantPermit;
 use crate::plane::edge::{self, EdgeConfig, Refusal};
 use crate::plane::policy::affinity;
 

@@ -41,7 +41,7 @@ pub struct EdgeConfig {
     /// Open client connections from one IP address (0: no limit).
     pub max_connections_per_client: usize,
     /// How long a request over its Tenant's rate or connection limit
-    /// waits for its 429/503 (crate::compile::fairness): a client looping on
+    /// waits for its 429/503 (crate::live::fairness): a client looping on
     /// refusals must not be able to take the replica's CPU from other
     /// tenants.
     pub tenant_refusal_delay: Duration,
@@ -129,11 +129,11 @@ impl EdgeConfig {
     }
 }
 
-impl From<crate::compile::fairness::OverLimit> for Refusal {
-    fn from(over: crate::compile::fairness::OverLimit) -> Refusal {
+impl From<crate::live::fairness::OverLimit> for Refusal {
+    fn from(over: crate::live::fairness::OverLimit) -> Refusal {
         match over {
-            crate::compile::fairness::OverLimit::Rate => Refusal::TenantRate,
-            crate::compile::fairness::OverLimit::Connections => Refusal::TenantConnections,
+            crate::live::fairness::OverLimit::Rate => Refusal::TenantRate,
+            crate::live::fairness::OverLimit::Connections => Refusal::TenantConnections,
         }
     }
 }

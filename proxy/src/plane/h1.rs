@@ -31,10 +31,10 @@ use teapot_h1::{
     Observer, Outcome, RequestHead, RequestLog, RequestTarget, Respond, Upstreams,
 };
 
-use crate::compile::fairness::{TenantGate, TenantPermit};
 use crate::compile::gateway::table::HeaderEdits as GatewayHeaderEdits;
 use crate::compile::routes::Route;
 use crate::compile::upstream::{Tried, Upstream};
+use crate::live::fairness::{TenantGate, TenantPermit};
 use crate::plane::access_log::{AccessLog, Entry};
 use crate::plane::decide::{
     self, Answer, GatewayForward, Head, RequestHeaders, UNFORWARDABLE_PATH,
@@ -470,14 +470,14 @@ pub struct Target {
     _tenant: Option<TenantPermit>,
     _in_flight: InFlight,
     /// `limit-connections`: the client's count, held likewise.
-    _client_in_flight: Option<crate::compile::rate_table::InFlightPass>,
+    _client_in_flight: Option<crate::live::rate_table::InFlightPass>,
     /// `custom-http-errors`: the statuses replaced by the error backend's
     /// page and what it is told; `None` for every other route.
     error_pages: Option<Box<policy::errors::ErrorPages>>,
 }
 
 impl Target {
-    fn endpoint(&self, addr: SocketAddr) -> Option<&crate::compile::upstream::Endpoint> {
+    fn endpoint(&self, addr: SocketAddr) -> Option<&crate::live::endpoints::Endpoint> {
         self.upstream
             .endpoints
             .iter()

@@ -16,8 +16,9 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, SERVER};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 
-use crate::compile::fairness::TenantPermit;
-use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::compile::upstream::{Tried, Upstream};
+use crate::live::endpoints::Endpoint;
+use crate::live::fairness::TenantPermit;
 use crate::plane::decide::GatewayForward;
 use crate::plane::metrics::Series;
 use crate::plane::proxy::SERVER_NAME;

@@ -6,7 +6,7 @@
 //!
 //! GRPCRoute's h2c backends are crate::plane::h2c_upstream's. An HTTPS
 //! backend (`backend-protocol: HTTPS`) is the same exchange over TLS
-//! (crate::compile::upstream_tls), its connections pooled apart.
+//! (crate::live::upstream_tls), its connections pooled apart.
 
 use std::cell::OnceCell;
 use std::net::SocketAddr;
@@ -23,7 +23,8 @@ use teapot_h1::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::compile::upstream::{Endpoint, Upstream};
+use crate::compile::upstream::Upstream;
+use crate::live::endpoints::Endpoint;
 use crate::plane::backend_answer::{Chunked, parse_response};
 use crate::plane::forwarding;
 use crate::plane::h2_stream::{Failure, StreamCtx, authority};

@@ -1,7 +1,7 @@
 //! HTTP/2 requests to h2c backends (GRPCRoute, a Service port with
 //! `appProtocol: kubernetes.io/h2c`, an Ingress's `backend-protocol: GRPC`
 //! or `H2C`) and to HTTP/2 backends over TLS (`backend-protocol: GRPCS`,
-//! ALPN `h2`, crate::compile::upstream_tls): HTTP/2 end to end, so a gRPC
+//! ALPN `h2`, crate::live::upstream_tls): HTTP/2 end to end, so a gRPC
 //! call's streams flow both ways at once and its trailers (`grpc-status`)
 //! reach the client.
 //!
@@ -27,7 +27,8 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, Uri};
 use teapot_h1::ConnInfo;
 
-use crate::compile::upstream::{Endpoint, Upstream};
+use crate::compile::upstream::Upstream;
+use crate::live::endpoints::Endpoint;
 use crate::plane::h2_stream::{
     Failure, MAX_FRAME_SIZE, RequestBody, STREAM_WINDOW, StreamCtx, Unsent, authority_of,
     send_flow_controlled,

@@ -215,7 +215,8 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
-    use crate::compile::upstream::{EndpointRegistry, Upstream};
+    use crate::compile::upstream::Upstream;
+    use crate::live::endpoints::EndpointRegistry;
 
     #[test]
     fn a_namespace_holds_its_share_and_the_process_its_cap() {

@@ -25,9 +25,9 @@
 use teapot_h1::ConnInfo;
 
 use crate::compile::acme::CHALLENGE_PREFIX;
-use crate::compile::fairness::TenantPermit;
 use crate::compile::routes::Route;
 use crate::compile::traffic::ExternalAuth;
+use crate::live::fairness::TenantPermit;
 use crate::plane::decide::{
     Answer, Decision, Forward, GatewayForward, Head, MISDIRECTED, NO_ENDPOINT, RequestFacts,
     RequestHeaders, check_host, decide_request,

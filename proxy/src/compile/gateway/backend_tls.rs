@@ -4,7 +4,7 @@
 //! backendRefs name that Service port.
 //!
 //! The settings become the same [`BackendTls`] an Ingress's `proxy-ssl-*`
-//! annotations make, so the one TLS client ([`crate::compile::upstream_tls`])
+//! annotations make, so the one TLS client ([`crate::live::upstream_tls`])
 //! serves both: its session cache and pool class are shared by every route
 //! to the same backend with the same settings.
 //!
@@ -58,7 +58,7 @@ use teapot_model::store::{NsName, NsRef, Store, Stored};
 use super::{Reported, condition};
 use crate::compile::backends::Resolver;
 use crate::compile::upstream::{Protocol, Upstream};
-use crate::compile::upstream_tls::{BackendTls, SubjectAltName};
+use crate::live::upstream_tls::{BackendTls, SubjectAltName};
 
 /// The client certificate a route's backends under a policy present, or
 /// why they answer 503 instead.

@@ -23,9 +23,9 @@ use teapot_model::store::{NsRef, Store};
 
 use super::{RouteIn, service_key, service_reference};
 use crate::compile::backends::Resolver;
-use crate::compile::fairness::TenantGates;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::Upstream;
+use crate::live::fairness::TenantGates;
 
 /// The filter's terms, or why it is not served (the rule is then not
 /// served either: a filter is never skipped).

@@ -346,7 +346,7 @@ pub(super) struct Context<'c, 'h, 's, 't> {
     pub hosts: &'c mut crate::compile::bind::TenantHosts<'h, 't>,
     /// The tenants' gates: an ExternalAuth filter's sub-requests count
     /// against its tenant's authentication bound.
-    pub gates: &'c crate::compile::fairness::TenantGates,
+    pub gates: &'c crate::live::fairness::TenantGates,
 }
 
 impl<'s> GatewayCompile<'s> {
@@ -1362,7 +1362,7 @@ fn grpc_matcher(
 /// not); the messages of rules that could not be served.
 #[allow(clippy::type_complexity)]
 fn compile_rules<'s>(
-    (store, auth_owner): (&'s Store, (&crate::compile::fairness::TenantGates, &str)),
+    (store, auth_owner): (&'s Store, (&crate::live::fairness::TenantGates, &str)),
     resolver: &mut Resolver<'s>,
     route: &RouteIn<'s>,
     (rules, attached): (Vec<RuleIn<'s>>, &route_policy::Attached),

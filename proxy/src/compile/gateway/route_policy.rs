@@ -181,7 +181,7 @@ fn winners<'s>(
 fn traffic(
     policy: &RouteTrafficPolicy,
     route_key: &str,
-    table: impl FnOnce() -> Arc<crate::compile::rate_table::RateTable>,
+    table: impl FnOnce() -> Arc<crate::live::rate_table::RateTable>,
 ) -> Result<TrafficPolicy, Vec<String>> {
     let fields = policy.spec.annotations();
     let key = |name: &str| format!("{NGINX_PREFIX}{name}");
@@ -255,7 +255,7 @@ pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
         let generation = policy.object.metadata.generation;
         // The values are checked once: they are the same for every target.
         let invalid = traffic(&policy.object, "", || {
-            Arc::new(crate::compile::rate_table::RateTable::new(1))
+            Arc::new(crate::live::rate_table::RateTable::new(1))
         })
         .err();
         let unresolved = missing_error_backend(store, id, &policy.object);
@@ -479,7 +479,7 @@ spec:
             let p = RouteTrafficPolicy::new("p", spec);
             Arc::new(
                 traffic(&p, "k", || {
-                    Arc::new(crate::compile::rate_table::RateTable::new(1))
+                    Arc::new(crate::live::rate_table::RateTable::new(1))
                 })
                 .unwrap(),
             )
@@ -557,7 +557,7 @@ spec:
             ..RouteTrafficPolicySpec::default()
         };
         let p = RouteTrafficPolicy::new("p", spec.clone());
-        let table = || Arc::new(crate::compile::rate_table::RateTable::new(16));
+        let table = || Arc::new(crate::live::rate_table::RateTable::new(16));
         let t = traffic(&p, "k", table).unwrap();
         assert_eq!(t.rate.as_ref().unwrap().limits.len(), 1);
         assert_eq!(t.rate.as_ref().unwrap().exempt.len(), 1);

@@ -489,7 +489,7 @@ fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
         .iter()
         .map(|(_, u)| u.endpoints.len() as u64)
         .fold(1, |a, n| a.saturating_mul(n).min(1 << 20));
-    let mut shares: Vec<(u64, &Arc<crate::compile::upstream::Endpoint>)> = Vec::new();
+    let mut shares: Vec<(u64, &Arc<crate::live::endpoints::Endpoint>)> = Vec::new();
     for (w, u) in &live {
         let each = (*w as u64).saturating_mul(counts) / u.endpoints.len() as u64;
         for e in u.endpoints.iter() {
@@ -1015,7 +1015,7 @@ mod tests {
     }
 
     fn endpoints(base: u8, n: u8) -> Arc<Upstream> {
-        let registry = crate::compile::upstream::EndpointRegistry::default();
+        let registry = crate::live::endpoints::EndpointRegistry::default();
         let eps = (0..n)
             .map(|i| registry.endpoint(std::net::SocketAddr::from(([10, 0, base, i], 80))))
             .collect();

@@ -2,7 +2,7 @@
 //!
 //! A probe is a TCP connect, closed at once. After `unhealthy_threshold`
 //! consecutive failures the endpoint is ejected through
-//! [`crate::compile::upstream::Endpoint::eject`] (and again after each further
+//! [`crate::live::endpoints::Endpoint::eject`] (and again after each further
 //! failure, so it stays out while it keeps failing); after
 //! `healthy_threshold` consecutive successes it is cleared. Passive
 //! ejection (a refused client connect) acts at once in between, so a dead
@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 
 use crate::compile::l4::pool::Protocol;
 use crate::compile::l4::table::{HealthOptions, L4Table};
-use crate::compile::upstream::Endpoint;
+use crate::live::endpoints::Endpoint;
 
 /// Which node addresses look dead to the TCP checks.
 #[derive(Debug, Default)]
@@ -175,7 +175,7 @@ async fn probe_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::upstream::EndpointRegistry;
+    use crate::live::endpoints::EndpointRegistry;
 
     /// Polls `check` every 20 ms for at most 30 s (never a timing assertion:
     /// the bound only stops a broken test).

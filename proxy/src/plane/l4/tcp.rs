@@ -37,7 +37,8 @@ use super::sni::{Hello, MAX_READ, server_name};
 use crate::compile::l4::gateway::Refusals;
 use crate::compile::l4::pool::{ListenerKey, Protocol};
 use crate::compile::l4::table::Route;
-use crate::compile::upstream::{Endpoint, Tried, Upstream};
+use crate::compile::upstream::{Tried, Upstream};
+use crate::live::endpoints::Endpoint;
 use crate::plane::access_log::Entry;
 
 /// The read buffer each loop shares among its connections: large enough
@@ -1314,7 +1315,7 @@ mod tests {
     use super::*;
     use crate::compile::l4::L4Config;
     use crate::compile::l4::table::{HealthOptions, RouteOptions};
-    use crate::compile::upstream::EndpointRegistry;
+    use crate::live::endpoints::EndpointRegistry;
     use crate::plane::l4::L4Metrics;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -31,7 +31,8 @@ use super::L4Metrics;
 use super::context::{ActiveGuard, Context};
 use crate::compile::l4::pool::ListenerKey;
 use crate::compile::l4::table::Route;
-use crate::compile::upstream::{Endpoint, Tried};
+use crate::compile::upstream::Tried;
+use crate::live::endpoints::Endpoint;
 use crate::plane::access_log::{AccessLog, Entry};
 
 /// Largest UDP payload.
@@ -564,7 +565,8 @@ mod tests {
     #[tokio::test]
     async fn a_client_outside_the_source_ranges_gets_no_flow_and_its_datagrams_are_dropped() {
         use crate::compile::l4::table::{HealthOptions, RouteOptions};
-        use crate::compile::upstream::{EndpointRegistry, Upstream};
+        use crate::compile::upstream::Upstream;
+        use crate::live::endpoints::EndpointRegistry;
         let backend = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let backend_addr = backend.local_addr().unwrap();
         let backend_got = Arc::new(AtomicU64::new(0));

@@ -177,7 +177,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::compile::upstream::EndpointRegistry;
+    use crate::live::endpoints::EndpointRegistry;
 
     fn affinity() -> Affinity {
         Affinity {

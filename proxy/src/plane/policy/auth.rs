@@ -23,7 +23,7 @@
 //! task: a slow authentication service holds only the requests that wait
 //! for it. Each owner (a tenant, or the operator namespaces together) has
 //! at most `bound` sub-requests in flight per replica
-//! ([`crate::compile::rate_table::AuthGate`]); past that a request gets
+//! ([`crate::live::rate_table::AuthGate`]); past that a request gets
 //! 503 at once, never a queue. The whole exchange, connect to the
 //! answer's head, is bounded by the operator's timeout.
 
@@ -748,8 +748,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::compile::rate_table::AuthGate;
-    use crate::compile::upstream::{EndpointRegistry, Upstream};
+    use crate::compile::upstream::Upstream;
+    use crate::live::endpoints::EndpointRegistry;
+    use crate::live::rate_table::AuthGate;
 
     fn original<'a>(headers: &'a (dyn RequestHeaders + Sync)) -> Original<'a> {
         Original {

@@ -167,8 +167,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::compile::rate_table::RateTable;
     use crate::compile::traffic::NginxAnnotations;
+    use crate::live::rate_table::RateTable;
 
     fn cors(pairs: &[(&str, &str)]) -> Cors {
         let map: BTreeMap<String, String> = pairs

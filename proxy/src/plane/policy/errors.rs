@@ -24,7 +24,7 @@
 //! never a hang, never another Service than the Ingress's own namespace's.
 //!
 //! A page is asked for only once the request passed its tenant's gate
-//! (crate::compile::fairness): a forwarded request holds its slot already,
+//! (crate::live::fairness): a forwarded request holds its slot already,
 //! and a route without endpoints enters the gate before its page is
 //! fetched (crate::plane::pipeline), so a tenant over its rate or its
 //! in-flight bound gets its 429 or 503 and the error backend is not asked.
@@ -270,8 +270,8 @@ mod tests {
     use std::io::{Read, Write};
 
     use super::*;
-    use crate::compile::rate_table::AuthGate;
-    use crate::compile::upstream::EndpointRegistry;
+    use crate::live::endpoints::EndpointRegistry;
+    use crate::live::rate_table::AuthGate;
 
     fn errors(upstream: Upstream, mirrored_from: &str) -> Arc<CustomErrors> {
         Arc::new(CustomErrors {

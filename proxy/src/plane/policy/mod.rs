@@ -87,7 +87,7 @@ pub struct Applied {
     /// `limit-connections`: the request's place in its client's count,
     /// given back when the forward (and this) is dropped, however the
     /// request ended.
-    pub in_flight: Option<crate::compile::rate_table::InFlightPass>,
+    pub in_flight: Option<crate::live::rate_table::InFlightPass>,
     /// `custom-http-errors`: what the error backend is told when a
     /// response is replaced by its page.
     pub error_pages: Option<Box<errors::ErrorPages>>,
@@ -301,8 +301,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::compile::rate_table::RateTable;
     use crate::compile::traffic::NginxAnnotations;
+    use crate::live::rate_table::RateTable;
 
     fn policy(pairs: &[(&str, &str)]) -> TrafficPolicy {
         let map: BTreeMap<String, String> = pairs

@@ -1,12 +1,12 @@
 //! Request rate limits per client address (`limit-rps`, `limit-rpm`,
 //! `limit-burst-multiplier`, `limit-allowlist`) and its requests in flight
 //! (`limit-connections`) on the request path; the counters are the owning
-//! tenant's bounded table (crate::compile::rate_table).
+//! tenant's bounded table (crate::live::rate_table).
 
 use std::net::IpAddr;
 
-use crate::compile::rate_table::{InFlightPass, now_ns};
 use crate::compile::traffic::{ConnectionLimit, RateLimits};
+use crate::live::rate_table::{InFlightPass, now_ns};
 
 impl ConnectionLimit {
     /// One more request of `client` in flight: `Ok` carries its place,
@@ -53,8 +53,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::compile::rate_table::RateTable;
     use crate::compile::traffic::Rate;
+    use crate::live::rate_table::RateTable;
 
     const S: u64 = 1_000_000_000;
 

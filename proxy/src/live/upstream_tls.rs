@@ -19,7 +19,7 @@
 //! - Each configuration keeps its own TLS session cache, so connections
 //!   to the same backend resume their sessions (no full handshake); it
 //!   outlives reloads that do not change the settings
-//!   ([`crate::compile::upstream::EndpointRegistry::tls`]), and so does
+//!   ([`crate::live::endpoints::EndpointRegistry::tls`]), and so does
 //!   the connection pool's class, so pooled TLS connections survive too.
 
 use std::sync::Arc;

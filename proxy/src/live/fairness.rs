@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use teapot_api::tenant::EffectiveLimits;
 
-use crate::compile::rate_table::{gcra, now_ns};
+use crate::live::rate_table::{gcra, now_ns};
 
 /// Which of a tenant's limits a request is over; the plane answers it
 /// (`crate::plane::edge::OverLimit::Rate` / `TenantConnections`).
@@ -127,12 +127,12 @@ impl Drop for TenantPermit {
 }
 
 /// The gates of every tenant, shared by compiles, and the tables of
-/// their routes' rate limits (crate::compile::rate_table), which outlive
+/// their routes' rate limits (crate::live::rate_table), which outlive
 /// snapshots the same way.
 #[derive(Debug, Default)]
 pub struct TenantGates {
     known: parking_lot::Mutex<HashMap<Box<str>, Weak<TenantGate>>>,
-    pub rate_tables: crate::compile::rate_table::RateTables,
+    pub rate_tables: crate::live::rate_table::RateTables,
 }
 
 impl TenantGates {

@@ -1,6 +1,6 @@
 //! The state of per-client rate limits (`limit-rps`, `limit-rpm`): one
 //! fixed-size table of counters per tenant and replica, kept across
-//! snapshots like the tenant gates (crate::compile::fairness); the request
+//! snapshots like the tenant gates (crate::live::fairness); the request
 //! path counts in it through crate::plane::policy::rate.
 //!
 //! Each tenant's [`RateTable`] is shared by all of its rate-limited routes
@@ -116,7 +116,7 @@ impl Drop for InFlightPass {
 }
 
 /// Nanoseconds since the first call: the clock of every rate counter,
-/// these and the tenant gates' (crate::compile::fairness).
+/// these and the tenant gates' (crate::live::fairness).
 pub fn now_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_nanos() as u64
