@@ -50,11 +50,14 @@
 //! - [`l2`]: layer-2 mode: the owner of each address (a rendezvous hash
 //!   over the live replicas) puts it on an interface and sends gratuitous
 //!   ARP / unsolicited neighbour advertisements.
+//! - `error`: [`Error`], every way configuring or running a session
+//!   fails, below the modules that return it.
 //! - [`escape`]: peer- and client-chosen text escaped and bounded for a
 //!   log line (a NOTIFICATION's shutdown communication here; the proxy
 //!   uses it too).
 
 pub mod bfd;
+mod error;
 pub mod escape;
 pub mod l2;
 pub mod md5;
@@ -63,59 +66,6 @@ pub mod session;
 pub mod speaker;
 pub mod wire;
 
+pub use error::Error;
 pub use peer::{PeerConfig, PeerStatus, SessionState};
 pub use speaker::{Speaker, SpeakerConfig, Statuses};
-
-/// Everything that can go wrong configuring or running a BGP session.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{setting}: {reason}")]
-    Config { setting: String, reason: String },
-    #[error("malformed BGP message from the peer: {0}")]
-    Malformed(String),
-    #[error("BGP protocol error: {0}")]
-    Protocol(String),
-    #[error("peer sent NOTIFICATION {0}")]
-    Notification(wire::Notification),
-    #[error("peer's OPEN says AS {got}, configured remote ASN is {configured}")]
-    WrongPeerAsn { got: u32, configured: u32 },
-    #[error("hold timer expired: nothing heard from the peer for {0:?}")]
-    HoldTimerExpired(std::time::Duration),
-    #[error("the peer closed the connection")]
-    Closed,
-    #[error("timed out {0}")]
-    Timeout(&'static str),
-    #[error("{0}: {1}")]
-    Io(&'static str, #[source] std::io::Error),
-    #[error("netlink: {0}")]
-    Netlink(String),
-    #[error("malformed BFD packet: {0}")]
-    BfdPacket(String),
-    #[error("BFD session down: {0}")]
-    BfdDown(&'static str),
-}
-
-impl Error {
-    /// The `reason` label of `teapot_bgp_session_failures_total`: few
-    /// values, stable across releases, one per thing an operator fixes
-    /// differently.
-    pub fn failure_reason(&self) -> &'static str {
-        match self {
-            Error::Config { .. } => "config",
-            Error::Malformed(_) | Error::Protocol(_) | Error::BfdPacket(_) => "protocol",
-            Error::Notification(n) => match n.code {
-                wire::code::OPEN_MESSAGE => "refused_open",
-                wire::code::CEASE => "cease",
-                wire::code::HOLD_TIMER_EXPIRED => "peer_hold_timer",
-                _ => "notification",
-            },
-            Error::WrongPeerAsn { .. } => "wrong_peer_asn",
-            Error::HoldTimerExpired(_) => "hold_timer",
-            Error::Closed => "closed",
-            Error::Timeout(_) => "timeout",
-            Error::Io("connecting", _) => "connect",
-            Error::Io(..) | Error::Netlink(_) => "io",
-            Error::BfdDown(_) => "bfd_down",
-        }
-    }
-}

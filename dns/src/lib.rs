@@ -17,9 +17,12 @@
 //!   byte budget per prefix, with slip.
 //! - [`server`]: the UDP and TCP listeners ([`run`]) and their limits.
 //! - [`metrics`]: the Prometheus series.
+//! - `error`: [`Error`], why the server could not start or a zone could
+//!   not be built, below the modules that return it.
 //! - [`escape`]: query names and peer text made safe to log.
 
 pub mod answer;
+mod error;
 pub mod escape;
 pub mod metrics;
 pub mod rrl;
@@ -27,23 +30,8 @@ pub mod server;
 pub mod zone;
 
 pub use answer::{Transport, respond};
+pub use error::Error;
 pub use metrics::Metrics;
 pub use rrl::RateLimit;
 pub use server::{ServerConfig, Sockets, ZoneHandle, run};
 pub use zone::{Zone, ZoneBuilder, ZoneSettings};
-
-/// Why the DNS server could not start or a zone could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("DNS listener {addr}: {source}")]
-    Bind {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("DNS name {name:?}: {reason}")]
-    Name { name: String, reason: String },
-    #[error("DNS zone: {0}")]
-    Zone(String),
-    #[error("DNS listener: {0}")]
-    Io(#[from] std::io::Error),
-}
