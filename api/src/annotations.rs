@@ -796,7 +796,7 @@ fn service_host(host: &str) -> Option<AuthHost> {
     let host = host.strip_suffix(".cluster.local").unwrap_or(&host);
     let mut labels = host.strip_suffix(".svc")?.split('.');
     let (name, namespace) = (labels.next()?, labels.next()?);
-    let label = |l: &str| crate::policy::names::dns_label(l).is_ok();
+    let label = |l: &str| crate::admission::names::dns_label(l).is_ok();
     (labels.next().is_none() && label(name) && label(namespace)).then(|| AuthHost::Service {
         name: name.to_string(),
         namespace: namespace.to_string(),
@@ -1004,7 +1004,7 @@ pub fn unserved_restrictions<'a>(
                         clients_field_passes(name).then_some((name, why))
                     })?;
                     AnnotationError::BadValue {
-                        value: crate::policy::strings::quote(name),
+                        value: crate::admission::strings::quote(name),
                         expected: format!("a field teapot copies from the authentication service ({name} is {why})"),
                     }
                 }
@@ -1073,14 +1073,17 @@ pub fn parse(kind: ObjectKind, key: &str, value: &str) -> Result<AnnotationValue
             kind,
         });
     }
-    if value.chars().any(crate::policy::strings::is_forbidden_char) {
+    if value
+        .chars()
+        .any(crate::admission::strings::is_forbidden_char)
+    {
         return Err(AnnotationError::ControlCharacter);
     }
     if value.len() > spec.value.max_len() {
         return Err(AnnotationError::TooLong(value.len()));
     }
     parse_value(&spec.value, value).ok_or_else(|| AnnotationError::BadValue {
-        value: crate::policy::strings::quote(value),
+        value: crate::admission::strings::quote(value),
         expected: spec.value.describe(),
     })
 }
@@ -1185,7 +1188,7 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
             codes.dedup();
             (!codes.is_empty()).then_some(AnnotationValue::Codes(codes))
         }
-        ValueType::ServiceName => crate::policy::names::dns_label(value)
+        ValueType::ServiceName => crate::admission::names::dns_label(value)
             .is_ok()
             .then(|| AnnotationValue::Text(value.to_string())),
         ValueType::Url => {

@@ -15,7 +15,7 @@
 //! - [`kind`]: the kinds a tenant writes, which the rules are written per.
 //! - [`annotations`]: the `teapot.dev/` annotation allowlist and its typed
 //!   values.
-//! - [`policy`]: the admission rules (what a tenant may write), shared by
+//! - [`admission`]: the admission rules (what a tenant may write), shared by
 //!   the webhook and the proxy's defence-in-depth checks.
 //! - [`regex`]: tenant regular expressions as bounded DFAs, shared by
 //!   pattern, and what they cost a tenant's budget.
@@ -24,6 +24,7 @@
 //! - [`status`]: the `teapot.dev/<Reason>` problem codes the LB side puts
 //!   in `status.loadBalancer` for the agent.
 
+pub mod admission;
 pub mod annotations;
 pub mod host;
 pub mod hostname;
@@ -33,7 +34,6 @@ pub mod listener;
 pub mod migration;
 pub mod names;
 pub mod path;
-pub mod policy;
 pub mod regex;
 pub mod route_policy;
 pub mod status;

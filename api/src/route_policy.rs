@@ -7,7 +7,7 @@
 //! Its meaning is the annotations' own: [`RouteTrafficPolicySpec::annotations`]
 //! writes the spec as the ingress-nginx annotations it stands for, which
 //! the proxy compiles with an Ingress's reader and the admission policy
-//! checks with their parsers (`crate::policy::route_traffic_value_errors`),
+//! checks with their parsers (`crate::admission::route_traffic_value_errors`),
 //! so there is one reading of a CIDR or a limit, with errors named by the
 //! policy's own fields.
 

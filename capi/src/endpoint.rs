@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use teapot_api::admission::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_api::hostname::mirrored_service_name;
 use teapot_api::names::{LOAD_BALANCER_CLASS, SERVICE_NAME_LABEL};
-use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_sync::{APP_MANAGED_BY_LABEL, label_value};
 
 use crate::objects::ControlPlaneMachine;
@@ -259,12 +259,12 @@ mod tests {
     }
 
     /// A tenant namespace is a place for the endpoint too: the Service and
-    /// slice pass the webhook's rules there (the same `teapot_api::policy`
+    /// slice pass the webhook's rules there (the same `teapot_api::admission`
     /// the proxy applies again), for a Tenant whose nodeCIDRs hold the
     /// control-plane Machines.
     #[test]
     fn the_lb_objects_pass_the_tenant_policy() {
-        use teapot_api::policy::{self, Holdings, PolicyContext};
+        use teapot_api::admission::{self, AdmissionContext, Holdings};
         use teapot_api::{Tenant, TenantSpec};
         let tenant = Tenant::new(
             "prod",
@@ -275,7 +275,7 @@ mod tests {
             },
         );
         let holdings = Holdings::from_objects([&tenant], []);
-        let ctx = PolicyContext::new(&tenant, "example.net", &[], &holdings);
+        let ctx = AdmissionContext::new(&tenant, "example.net", &[], &holdings);
         let ns = tenant.namespace_name();
         let key = ClusterKey::new("capi-system", "prod");
         let machines = [
@@ -297,7 +297,7 @@ mod tests {
             } else {
                 "Service"
             });
-            let checked = policy::check_object(&ctx, &ns, &object);
+            let checked = admission::check_object(&ctx, &ns, &object);
             assert!(
                 checked.violations.is_empty(),
                 "{object}: {:?}",

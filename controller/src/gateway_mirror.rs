@@ -27,11 +27,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
+use teapot_api::admission::CA_CERT_KEY;
 use teapot_api::gateway_api::generated::reference_grants::ReferenceGrantSpec;
 use teapot_api::gateway_api::{GROUP, Gateway};
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
-use teapot_api::policy::CA_CERT_KEY;
 use teapot_model::attachment;
 
 use crate::Error;
@@ -841,7 +841,7 @@ mod tests {
         assert!(refused_name.ends_with("-refused"));
         let long = refused_backend_name(&"n".repeat(60), &"s".repeat(60));
         assert!(long.len() <= 63 && long.ends_with("-refused"), "{long}");
-        assert!(teapot_api::policy::dns1035_label(&long).is_ok());
+        assert!(teapot_api::admission::dns1035_label(&long).is_ok());
         assert_eq!(copy["spec"]["hostnames"], json!(["shop.example.com"]));
     }
 

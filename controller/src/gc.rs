@@ -9,12 +9,12 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
+use teapot_api::admission::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_api::gateway_api::{
     BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute,
 };
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::SERVICE_NAME_LABEL;
-use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_api::route_policy::RouteTrafficPolicy;
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, CAPI};
 

@@ -8,11 +8,11 @@ use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
+use teapot_api::admission::CA_SECRET_KEY;
 use teapot_api::annotations::{IP_FAMILIES, IP_FAMILY_POLICY, PREFIX};
 pub use teapot_api::hostname::mirrored_secret_name;
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::{CA_SECRET_TYPE, INGRESS_CLASS, LOAD_BALANCER_CLASS, TLS_SECRET_TYPE};
-use teapot_api::policy::CA_SECRET_KEY;
 use teapot_sync::{
     AGENT, APP_MANAGED_BY_LABEL, MODE_ANNOTATION, SOURCE_NAME_LABEL, SOURCE_NAMESPACE_LABEL,
     SOURCE_UID_ANNOTATION, label_value,
@@ -305,7 +305,7 @@ pub fn source_ranges(service: &Service) -> Option<Vec<String>> {
     if ranges.is_empty() {
         return None;
     }
-    Some(match teapot_api::policy::source_ranges(&ranges) {
+    Some(match teapot_api::admission::source_ranges(&ranges) {
         Ok(nets) => nets.iter().map(|n| n.to_string()).collect(),
         Err(_) => ranges,
     })
@@ -391,7 +391,7 @@ pub fn lb_ingress_secret(
         ingress.annotations(),
     )
     .contains(&id);
-    if proxy_ssl && teapot_api::policy::is_ca_secret(secret) {
+    if proxy_ssl && teapot_api::admission::is_ca_secret(secret) {
         lb_ca_secret(secret, lb_namespace)
     } else {
         lb_secret(secret, lb_namespace)

@@ -26,8 +26,8 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use teapot_api::admission::Violation;
 use teapot_api::names::SERVICE_NAME_LABEL;
-use teapot_api::policy::Violation;
 
 /// The API server's bound on addresses per endpoint, which the compact form
 /// relies on (a count in one byte).
@@ -99,7 +99,8 @@ impl CompactSlice {
     /// addresses parse, at most [`MAX_ADDRESSES_PER_ENDPOINT`] per endpoint.
     /// `namespace` is the slice's own.
     pub fn new(slice: EndpointSlice, namespace: &str) -> CompactSlice {
-        let source_bytes = u32::try_from(teapot_api::policy::json_size(&slice)).unwrap_or(u32::MAX);
+        let source_bytes =
+            u32::try_from(teapot_api::admission::json_size(&slice)).unwrap_or(u32::MAX);
         let fqdn = slice.address_type == "FQDN";
         let mut list = slice.endpoints.unwrap_or_default();
         let mut foreign_targets = Vec::new();
@@ -223,7 +224,7 @@ fn dropped_violations(endpoints: &[Endpoint]) -> Vec<Violation> {
         endpoints: Some(endpoints.iter().map(dropped).collect()),
         ..EndpointSlice::default()
     };
-    teapot_api::policy::check_strings(&only, None)
+    teapot_api::admission::check_strings(&only, None)
 }
 
 /// Serialized as the typed slice of what is kept (a report or a tool that
@@ -273,7 +274,7 @@ mod tests {
         assert_eq!(per_endpoint, 19, "{per_endpoint} bytes an endpoint");
         assert_eq!(
             compact.source_bytes(),
-            teapot_api::policy::json_size(&typed)
+            teapot_api::admission::json_size(&typed)
         );
         // The JSON is at least ten times the kept form.
         assert!(compact.source_bytes() > 10 * compact.heap_bytes());

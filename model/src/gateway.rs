@@ -491,7 +491,7 @@ pub fn validate_grpc_route(route: &GrpcRoute) -> Result<(), FieldError> {
 }
 
 /// The hostnames a Gateway's listeners claim (typed form of
-/// [`teapot_api::policy::gateway_api_hostnames`]); invalid ones skipped.
+/// [`teapot_api::admission::gateway_api_hostnames`]); invalid ones skipped.
 pub fn gateway_hostnames(gateway: &Gateway) -> impl Iterator<Item = HostPattern> + '_ {
     gateway
         .spec

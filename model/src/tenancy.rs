@@ -1,7 +1,7 @@
 //! Tenant namespaces in the compile: which namespace a Tenant owns, which
 //! hosts it may route and which addresses its endpoints may use.
 //!
-//! The rules are the webhook's own ([`teapot_api::policy`]), applied again
+//! The rules are the webhook's own ([`teapot_api::admission`]), applied again
 //! here as defence in depth (docs/architecture.md, "Security rules": the proxy never
 //! forwards a tenant's traffic to an address the webhook would refuse
 //! there). Host conflicts between tenants are not judged here: the compile
@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::Ingress;
-use teapot_api::policy::{
-    self, Holder, Holdings, HostScope, PolicyContext, TenantObjectRef, Violation,
+use teapot_api::admission::{
+    self, AdmissionContext, Holder, Holdings, HostScope, TenantObjectRef, Violation,
 };
 use teapot_api::regex::RegexCost;
 use teapot_api::{HostPattern, Tenant};
@@ -29,18 +29,18 @@ use crate::store::{Kind, NsName, ObjectKey, Origin, Store};
 pub struct TenantView<'a> {
     pub tenant: &'a Tenant,
     pub cluster: &'a str,
-    ctx: PolicyContext<'a>,
+    ctx: AdmissionContext<'a>,
 }
 
 impl TenantView<'_> {
     /// Where `host` stands for this tenant, or why it may not use it.
     pub fn scope(&self, host: &HostPattern) -> Result<HostScope, String> {
-        policy::host_scope(&self.ctx, host)
+        admission::host_scope(&self.ctx, host)
     }
 
     /// Whether an endpoint address may carry this tenant's traffic.
     pub fn endpoint_allowed(&self, ip: IpAddr) -> Result<(), String> {
-        policy::check_endpoint_address(&self.ctx, ip)
+        admission::check_endpoint_address(&self.ctx, ip)
     }
 }
 
@@ -66,7 +66,7 @@ impl<'a> Tenancy<'a> {
                 .or_insert_with(|| TenantView {
                     tenant,
                     cluster: &tenant.spec.cluster,
-                    ctx: PolicyContext::new(tenant, domain, lb_networks, holdings),
+                    ctx: AdmissionContext::new(tenant, domain, lb_networks, holdings),
                 });
         }
         Tenancy { by_namespace }
@@ -297,9 +297,9 @@ fn admit_pass(
     claimants.sort_by(|a, b| a.age().cmp(&b.age()));
     for c in claimants {
         let tenant = by_namespace[&c.id.namespace];
-        let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let size = policy::json_size(&c.object);
-        let violations = policy::check_typed_sized(&ctx, &c.id.namespace, c.object, size);
+        let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
+        let size = admission::json_size(&c.object);
+        let violations = admission::check_typed_sized(&ctx, &c.id.namespace, c.object, size);
         if !violations.is_empty() {
             refused.push((key(c.kind, c.id), c.origin.clone(), violations));
             continue;
@@ -330,7 +330,7 @@ fn admit_pass(
                 key: key(c.kind, c.id),
                 origin: c.origin.clone(),
                 size,
-                regex: policy::object_regex_cost(c.object),
+                regex: admission::object_regex_cost(c.object),
             });
         }
     }
@@ -349,7 +349,7 @@ fn admit_pass(
                 s.origin.clone(),
                 vec![Violation::new(
                     "kind",
-                    policy::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
+                    admission::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
                 )],
             ));
         }
@@ -358,9 +358,9 @@ fn admit_pass(
         let Some(tenant) = by_namespace.get(&id.namespace) else {
             return;
         };
-        let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
-        let size = policy::json_size(&object);
-        let violations = policy::check_typed_sized(&ctx, &id.namespace, object, size);
+        let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
+        let size = admission::json_size(&object);
+        let violations = admission::check_typed_sized(&ctx, &id.namespace, object, size);
         if violations.is_empty() {
             loaded_bytes.push(Weighed {
                 created: object.creation_timestamp().cloned(),
@@ -455,10 +455,10 @@ fn admit_pass(
         // the quota counts the slice as written.
         let size = s.object.source_bytes();
         let violations = verdicts.get_or_judge(id, &s.object, || {
-            let ctx = PolicyContext::new(tenant, domain, lb_networks, &holdings);
+            let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
             let typed = s.object.to_typed();
             let object = TenantObjectRef::EndpointSlice(&typed);
-            let mut v = policy::check_typed_sized(&ctx, &id.namespace, object, size);
+            let mut v = admission::check_typed_sized(&ctx, &id.namespace, object, size);
             v.extend_from_slice(s.object.dropped_violations());
             v
         });
@@ -499,7 +499,7 @@ fn admit_pass(
             field: violations.first().map(|v| v.field.clone()),
             message: format!(
                 "refused by the tenant policy: {}",
-                policy::summarize(&violations, 10)
+                admission::summarize(&violations, 10)
             ),
             kept_previous: kept,
         });
@@ -618,7 +618,7 @@ fn over_total(
             out.push((
                 o.key.clone(),
                 o.origin.clone(),
-                vec![Violation::new(policy::OBJECT_FIELD, message)],
+                vec![Violation::new(admission::OBJECT_FIELD, message)],
             ));
         } else {
             *total += o.size as u64;

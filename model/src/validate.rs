@@ -42,7 +42,7 @@ pub fn parse_object(
         }
         Kind::Secret => {
             let secret: Secret = typed(value)?;
-            if teapot_api::policy::is_ca_secret(&secret) {
+            if teapot_api::admission::is_ca_secret(&secret) {
                 Object::CaSecret(ca_secret(secret)?)
             } else {
                 Object::Secret(parse_tls_secret(secret)?)
@@ -115,7 +115,7 @@ fn validate_route_traffic_policy(
             "at least one targetRef is required",
         ));
     }
-    match teapot_api::policy::route_traffic_value_errors(&policy.spec)
+    match teapot_api::admission::route_traffic_value_errors(&policy.spec)
         .into_iter()
         .next()
     {
@@ -132,7 +132,7 @@ fn ca_config_map(mut config_map: ConfigMap) -> ConfigMap {
     config_map.binary_data = None;
     config_map.immutable = None;
     if let Some(data) = &mut config_map.data {
-        data.retain(|k, _| k == teapot_api::policy::CA_CERT_KEY);
+        data.retain(|k, _| k == teapot_api::admission::CA_CERT_KEY);
     }
     config_map.metadata.managed_fields = None;
     config_map.metadata.annotations = None;
@@ -145,11 +145,11 @@ fn ca_config_map(mut config_map: ConfigMap) -> ConfigMap {
 /// the same Secret, the last-applied annotation that repeats it) is never
 /// kept, so the tenant re-check sees only what is kept and passes.
 fn ca_secret(secret: Secret) -> Result<Secret, FieldError> {
-    use teapot_api::policy::CA_SECRET_KEY;
-    let ca = teapot_api::policy::secret_value(&secret, CA_SECRET_KEY)
+    use teapot_api::admission::CA_SECRET_KEY;
+    let ca = teapot_api::admission::secret_value(&secret, CA_SECRET_KEY)
         .unwrap_or_default()
         .to_vec();
-    teapot_api::policy::check_ca_bundle(&ca).map_err(|v| FieldError::at(v.field, v.message))?;
+    teapot_api::admission::check_ca_bundle(&ca).map_err(|v| FieldError::at(v.field, v.message))?;
     let meta = secret.metadata;
     Ok(Secret {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {

@@ -33,8 +33,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use teapot_api::Tenant;
+use teapot_api::admission::CA_SECRET_KEY;
 use teapot_api::names::{CA_SECRET_TYPE, TLS_SECRET_TYPE};
-use teapot_api::policy::CA_SECRET_KEY;
 use tokio::sync::watch;
 
 use teapot_model::manifests::{Loaded, Problem};

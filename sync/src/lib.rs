@@ -49,9 +49,9 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
+use teapot_api::admission::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_api::hostname::mirrored_service_name;
 use teapot_api::names::SERVICE_NAME_LABEL;
-use teapot_api::policy::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 
 /// Label on every LB object the agent writes: the tenant namespace.
 pub const SOURCE_NAMESPACE_LABEL: &str = "teapot.dev/source-namespace";

@@ -70,7 +70,7 @@ pub(crate) fn run(args: TenantArgs) -> anyhow::Result<()> {
 
 /// The api crate's DNS-label rule, with the argument it checked named.
 fn dns_label(what: &str, s: &str) -> anyhow::Result<()> {
-    teapot_api::policy::dns_label(s).map_err(|message| anyhow::anyhow!("{what}: {message}"))
+    teapot_api::admission::dns_label(s).map_err(|message| anyhow::anyhow!("{what}: {message}"))
 }
 
 fn domain(s: &str) -> anyhow::Result<()> {

@@ -233,7 +233,7 @@ fn the_webhook_judges_every_gateway_api_kind() {
         };
         assert!(listed.contains(&resource), "{kind} not judged");
         assert_eq!(
-            teapot_api::policy::object_kind(&format!("{GROUP}/v1"), kind.as_str()),
+            teapot_api::admission::object_kind(&format!("{GROUP}/v1"), kind.as_str()),
             Some(kind)
         );
     }

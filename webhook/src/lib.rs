@@ -3,7 +3,7 @@
 //!
 //! It answers `AdmissionReview` v1 for Ingress, Service, EndpointSlice and
 //! Secret in tenant namespaces (and for `Tenant` objects), by the
-//! allowlist rules of [`teapot_api::policy`], listing every violation with
+//! allowlist rules of [`teapot_api::admission`], listing every violation with
 //! its field in one `status.message`. It never executes, renders or loads
 //! anything derived from a request; a request it cannot read is refused
 //! (fail closed), and so is every request before it knows its tenants.

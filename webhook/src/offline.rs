@@ -5,8 +5,8 @@
 use std::fmt;
 
 use serde_json::Value;
+use teapot_api::admission::{OBJECT_FIELD, Violation, object_kind};
 use teapot_api::annotations::ObjectKind;
-use teapot_api::policy::{OBJECT_FIELD, Violation, object_kind};
 
 use crate::review::{Operation, Subject, Validator, Verdict};
 use crate::state::PolicyState;

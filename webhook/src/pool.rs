@@ -3,7 +3,7 @@
 //!
 //! A review's rules are CPU work (compiling a route's regular
 //! expressions is the costly part, bounded per object by
-//! `teapot_api::policy`), and the API server waits for every tenant's
+//! `teapot_api::admission`), and the API server waits for every tenant's
 //! writes behind the same webhook. So reviews never run on the threads
 //! that accept and read requests, at most `workers` run at once, and one
 //! tenant's reviews (its "lane": the namespace's Tenant, or the operator

@@ -1,9 +1,9 @@
 //! The validator: one `AdmissionReview` in, one out.
 //!
 //! Dispatch: a namespaced object in a namespace some Tenant owns is judged
-//! by [`teapot_api::policy::check_object`] (plus the certificate/key check
+//! by [`teapot_api::admission::check_object`] (plus the certificate/key check
 //! for Secrets); one in any other namespace belongs to the operator and is
-//! allowed; a `Tenant` is judged by [`teapot_api::policy::check_tenant`].
+//! allowed; a `Tenant` is judged by [`teapot_api::admission::check_tenant`].
 //! Deletions are allowed. Everything that cannot be read is refused.
 
 use std::fmt;
@@ -11,11 +11,11 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use teapot_api::Tenant;
-use teapot_api::annotations::ObjectKind;
-use teapot_api::policy::{
-    self, OBJECT_FIELD, PolicyContext, TenantObject, Violation, check_strings, check_tenant,
+use teapot_api::admission::{
+    self, AdmissionContext, OBJECT_FIELD, TenantObject, Violation, check_strings, check_tenant,
     object_kind, quote, summarize, tls_secret_data, unknown_fields,
 };
+use teapot_api::annotations::ObjectKind;
 use teapot_model::certificate::TlsCertificate;
 
 use crate::state::{PolicyConfig, PolicyState};
@@ -267,7 +267,10 @@ impl Validator {
             format!("{}/{}", s.group, s.version)
         };
         let Some(kind) = object_kind(&api_version, s.kind) else {
-            return Verdict::deny("kind", policy::refused_kind_message(&api_version, s.kind));
+            return Verdict::deny(
+                "kind",
+                admission::refused_kind_message(&api_version, s.kind),
+            );
         };
         let text = |k: &str| object.get(k).and_then(Value::as_str).unwrap_or("");
         if text("apiVersion") != api_version || text("kind") != s.kind {
@@ -286,14 +289,14 @@ impl Validator {
             Operation::Update | Operation::Delete | Operation::Connect => false,
         };
         let existing = state.existing(namespace, kind, s.name, is_new);
-        let ctx = PolicyContext::new(
+        let ctx = AdmissionContext::new(
             tenant,
             &self.config.domain,
             &self.config.lb_networks,
             state.holdings(),
         )
         .with_existing(existing);
-        let checked = policy::check_object(&ctx, namespace, object);
+        let checked = admission::check_object(&ctx, namespace, object);
         let mut violations = checked.violations;
         // The shape rules ran in check_object; what needs a crypto provider
         // (the chain parses, the key matches it) is checked here.
@@ -509,14 +512,14 @@ fn metrics_kind(group: &str, kind: &str) -> &'static str {
         ("", "ConfigMap") => "ConfigMap",
         ("teapot.dev", "Tenant") => "Tenant",
         ("teapot.dev", "RouteTrafficPolicy") => "RouteTrafficPolicy",
-        (policy::GATEWAY_GROUP, "Gateway") => "Gateway",
-        (policy::GATEWAY_GROUP, "HTTPRoute") => "HTTPRoute",
-        (policy::GATEWAY_GROUP, "GRPCRoute") => "GRPCRoute",
-        (policy::GATEWAY_GROUP, "TLSRoute") => "TLSRoute",
-        (policy::GATEWAY_GROUP, "TCPRoute") => "TCPRoute",
-        (policy::GATEWAY_GROUP, "UDPRoute") => "UDPRoute",
-        (policy::GATEWAY_GROUP, "ReferenceGrant") => "ReferenceGrant",
-        (policy::GATEWAY_GROUP, "BackendTLSPolicy") => "BackendTLSPolicy",
+        (admission::GATEWAY_GROUP, "Gateway") => "Gateway",
+        (admission::GATEWAY_GROUP, "HTTPRoute") => "HTTPRoute",
+        (admission::GATEWAY_GROUP, "GRPCRoute") => "GRPCRoute",
+        (admission::GATEWAY_GROUP, "TLSRoute") => "TLSRoute",
+        (admission::GATEWAY_GROUP, "TCPRoute") => "TCPRoute",
+        (admission::GATEWAY_GROUP, "UDPRoute") => "UDPRoute",
+        (admission::GATEWAY_GROUP, "ReferenceGrant") => "ReferenceGrant",
+        (admission::GATEWAY_GROUP, "BackendTLSPolicy") => "BackendTLSPolicy",
         _ => "other",
     }
 }
@@ -584,7 +587,7 @@ pub fn group_version(kind: ObjectKind) -> (&'static str, &'static str) {
         | ObjectKind::TcpRoute
         | ObjectKind::UdpRoute
         | ObjectKind::ReferenceGrant
-        | ObjectKind::BackendTlsPolicy => (policy::GATEWAY_GROUP, "v1"),
+        | ObjectKind::BackendTlsPolicy => (admission::GATEWAY_GROUP, "v1"),
         ObjectKind::RouteTrafficPolicy => ("teapot.dev", "v1alpha1"),
     }
 }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use teapot_api::annotations::ObjectKind;
-use teapot_api::policy::{
+use teapot_api::admission::{
     ExistingObjects, Holder, Holdings, TenantObjectRef, json_size, object_regex_cost,
 };
+use teapot_api::annotations::ObjectKind;
 use teapot_api::regex::RegexCost;
 use teapot_api::{HostPattern, Tenant};
 use teapot_model::store::{NsName, Store};

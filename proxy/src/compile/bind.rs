@@ -10,7 +10,7 @@
 //! whatever reaches it anyway (docs/architecture.md, "Security rules").
 
 use k8s_openapi::api::networking::v1::Ingress;
-use teapot_api::policy::HostScope;
+use teapot_api::admission::HostScope;
 use teapot_api::{HostPattern, hostname};
 use teapot_model::store::{FastHashMap, Store};
 use teapot_model::tenancy::{Tenancy, TenantView};

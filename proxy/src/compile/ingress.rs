@@ -561,14 +561,14 @@ impl TlsAsked {
             }
         };
         let ca = secret.and_then(|s| match s {
-            ProxySslSecret::Tls(tls) => teapot_api::policy::tls_secret_data(&tls.source)
+            ProxySslSecret::Tls(tls) => teapot_api::admission::tls_secret_data(&tls.source)
                 .ok()
                 .and_then(|d| d.ca)
                 .map(<[u8]>::to_vec),
             ProxySslSecret::Ca(ca) => ca
                 .data
                 .as_ref()
-                .and_then(|d| d.get(teapot_api::policy::CA_SECRET_KEY))
+                .and_then(|d| d.get(teapot_api::admission::CA_SECRET_KEY))
                 .map(|v| v.0.clone()),
         });
         let verify = match (verify, ca) {
@@ -774,7 +774,7 @@ fn twin_admitted<'t>(
     twin: &HostPattern,
     ingress: &Ingress,
 ) -> bool {
-    use teapot_api::policy::HostScope;
+    use teapot_api::admission::HostScope;
     match tenant.scope(twin) {
         Ok(HostScope::Assigned | HostScope::Allowed) => hosts.admit(tenant, twin).is_ok(),
         Ok(HostScope::Custom) => {

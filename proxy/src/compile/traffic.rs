@@ -3,7 +3,7 @@
 //! Ingress's ingress-nginx annotations (their values already typed by
 //! `teapot_api::annotations`), carried by every rule of the Ingress in its
 //! [`crate::compile::routes::RoutePolicy`], and applied by the request
-//! pipeline (crate::plane::policy) for both HTTP versions. A route without
+//! pipeline (crate::plane::traffic) for both HTTP versions. A route without
 //! one pays a single `Option` test.
 
 use std::collections::BTreeMap;
@@ -48,14 +48,14 @@ pub struct TrafficPolicy {
     /// request is answered 308 to this host (crate::plane::decide).
     pub www_redirect: Option<Arc<str>>,
     /// `auth-url` and its companions: the authentication service asked
-    /// before each request is forwarded (crate::plane::policy::auth).
+    /// before each request is forwarded (crate::plane::traffic::auth).
     pub auth: Option<Arc<ExternalAuth>>,
     /// The Gateway API ExternalAuth filter's terms for `auth`'s
     /// sub-request and answers, where they differ from ingress-nginx's
     /// (crate::compile::gateway::ext_auth); `None`: ingress-nginx's.
     pub auth_terms: Option<Arc<GatewayAuthTerms>>,
     /// `custom-http-errors` with `default-backend`: the responses replaced
-    /// by the error backend's page (crate::plane::policy::errors).
+    /// by the error backend's page (crate::plane::traffic::errors).
     pub custom_errors: Option<Arc<CustomErrors>>,
 }
 
@@ -118,7 +118,7 @@ impl ExternalAuth {
 /// How the Gateway API's ExternalAuth filter (protocol HTTP) asks and
 /// judges, unlike `auth-url`: the client's method and its path under
 /// `http.path`, only the fields the filter names, and only a 200 passes
-/// (crate::plane::policy::auth).
+/// (crate::plane::traffic::auth).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GatewayAuthTerms {
     /// `http.path`: put before the client's path (no trailing `/`).
@@ -153,7 +153,7 @@ pub struct Canary {
 }
 
 /// ingress-nginx's canary rules, tried in its order: the header, then the
-/// cookie, then the weight (crate::plane::policy::canary).
+/// cookie, then the weight (crate::plane::traffic::canary).
 #[derive(Debug, Default)]
 pub struct CanaryRules {
     /// `canary-by-header`, lowercase.
@@ -181,7 +181,7 @@ pub struct CanaryRules {
 }
 
 /// The route's own upstream timeouts; each applies under the operator's
-/// (crate::plane::policy::engines::upstream_timeouts), which applies where
+/// (crate::plane::traffic::engines::upstream_timeouts), which applies where
 /// one is not set.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UpstreamTimeouts {

@@ -1,7 +1,7 @@
 //! The state of per-client rate limits (`limit-rps`, `limit-rpm`): one
 //! fixed-size table of counters per tenant and replica, kept across
 //! snapshots like the tenant gates (crate::live::fairness); the request
-//! path counts in it through crate::plane::policy::rate.
+//! path counts in it through crate::plane::traffic::rate.
 //!
 //! Each tenant's [`RateTable`] is shared by all of its rate-limited routes
 //! and allocated when the first of them appears; its size follows the

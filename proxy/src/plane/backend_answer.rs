@@ -3,7 +3,7 @@
 //! (`teapot_h1::parse_response`: RFC 9112's framing, the engine's limits)
 //! and a chunked body by its decoder. For the HTTP/2 server's HTTP/1
 //! backends (`plane::h2_upstream`) and the sub-requests
-//! (`plane::policy::auth`), so a backend's answer is read the same
+//! (`plane::traffic::auth`), so a backend's answer is read the same
 //! whichever path asked.
 
 use bytes::{Buf, Bytes, BytesMut};

@@ -15,7 +15,7 @@ use crate::compile::snapshot::Snapshot;
 use crate::compile::upstream::Upstream;
 use crate::live::fairness::TenantPermit;
 use crate::plane::edge::{self, EdgeConfig, Refusal};
-use crate::plane::policy::affinity;
+use crate::plane::traffic::affinity;
 
 pub use crate::compile::gateway::{RequestFacts, RequestHeaders};
 
@@ -59,8 +59,8 @@ pub struct Forward {
     /// client's ([`teapot_api::path::normalize`]): the path the backend
     /// gets, before any Gateway URL rewrite, with the query as sent.
     pub path: Option<String>,
-    /// What the route's traffic policy adds (crate::plane::policy).
-    pub policy: Option<Box<crate::plane::policy::Applied>>,
+    /// What the route's traffic policy adds (crate::plane::traffic).
+    pub policy: Option<Box<crate::plane::traffic::Applied>>,
 }
 
 /// The Gateway API part of a [`Forward`]: the filters to apply (the

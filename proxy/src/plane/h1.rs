@@ -45,11 +45,11 @@ use crate::plane::forwarding;
 use crate::plane::logflood::EndpointLog;
 use crate::plane::metrics::{InFlight, Metrics, Series, SeriesBook};
 use crate::plane::pipeline::{self, Routed};
-use crate::plane::policy;
 use crate::plane::proxy::{
     BAD_GATEWAY_BODY, GATEWAY_TIMEOUT_BODY, Router, SERVER_NAME, UpstreamOptions,
 };
 use crate::plane::trace::{self, RequestId, TraceParent};
+use crate::plane::traffic;
 
 /// The HTTP/1 engine of a listener.
 pub type H1Engine = Engine<Router, MetricsObserver>;
@@ -141,7 +141,7 @@ impl teapot_h1::Router for Router {
             }
             Routed::Policy(answer, route) => {
                 let tag = self.ids(req, Some(&route)).tag;
-                return H1Decision::Respond(policy::engines::h1_respond(answer, tag));
+                return H1Decision::Respond(traffic::engines::h1_respond(answer, tag));
             }
             // The tenant's slot covered the page's fetch; the engine writes
             // the page (at most `MAX_PAGE_BYTES`) in one flush bounded by
@@ -186,7 +186,7 @@ impl teapot_h1::Router for Router {
         forwarding::remove_lookalike_fields(&mut fwd.request_edits, req.headers().map(|(n, _)| n));
         fwd.tag = Some(ids.tag);
         let edits = (&mut fwd.request_edits, &mut fwd.response_edits);
-        policy::engines::h1_edits(edits.0, edits.1, forward.policy.as_deref());
+        traffic::engines::h1_edits(edits.0, edits.1, forward.policy.as_deref());
         if forward
             .policy
             .as_ref()
@@ -197,7 +197,7 @@ impl teapot_h1::Router for Router {
             let o = &self.options;
             let operator = (o.connect_timeout, o.read_timeout, o.write_timeout);
             let (connect, read, _) =
-                policy::engines::upstream_timeouts(forward.policy.as_deref(), operator);
+                traffic::engines::upstream_timeouts(forward.policy.as_deref(), operator);
             fwd.timeouts.connect = Some(connect);
             fwd.timeouts.read = Some(read);
         }
@@ -437,7 +437,7 @@ impl Router {
 
 /// An error page as the engine's local answer; `tag` is the request's
 /// (the engine keeps a forwarded request's own).
-fn page_respond(page: policy::errors::Page, tag: Option<Arc<str>>) -> Respond {
+fn page_respond(page: traffic::errors::Page, tag: Option<Arc<str>>) -> Respond {
     let mut respond = Respond::new(page.status, page.reason, page.body);
     respond.headers = page
         .headers
@@ -473,7 +473,7 @@ pub struct Target {
     _client_in_flight: Option<crate::live::rate_table::InFlightPass>,
     /// `custom-http-errors`: the statuses replaced by the error backend's
     /// page and what it is told; `None` for every other route.
-    error_pages: Option<Box<policy::errors::ErrorPages>>,
+    error_pages: Option<Box<traffic::errors::ErrorPages>>,
 }
 
 impl Target {
@@ -541,7 +541,7 @@ impl Upstreams for Target {
         Box::pin(async move {
             let page = match &pages {
                 Some(pages) => pages.page(status).await,
-                None => policy::errors::fallback(status),
+                None => traffic::errors::fallback(status),
             };
             page_respond(page, None)
         })

@@ -278,7 +278,7 @@ impl H2Server {
             Routed::Policy(answer, route) => {
                 st.reason = Some(answer.reason);
                 self.ids(parts, st, Some(&route));
-                let fields = crate::plane::policy::engines::h2_fields(&answer);
+                let fields = crate::plane::traffic::engines::h2_fields(&answer);
                 let out = &mut st.client.out;
                 return out.answer(parts, answer.status, answer.body, &fields);
             }

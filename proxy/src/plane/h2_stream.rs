@@ -71,8 +71,8 @@ pub(super) struct StreamCtx<'p> {
     /// The client's URI with the normalised path the route matched, when
     /// that differs from the client's ([`StreamCtx::uri`]).
     pub(super) uri: Option<Uri>,
-    /// What the route's traffic policy adds (crate::plane::policy).
-    pub policy: Option<Box<crate::plane::policy::Applied>>,
+    /// What the route's traffic policy adds (crate::plane::traffic).
+    pub policy: Option<Box<crate::plane::traffic::Applied>>,
 }
 
 impl StreamCtx<'_> {
@@ -90,7 +90,7 @@ impl StreamCtx<'_> {
     }
 
     /// The error backend's page in place of a response of `status`
-    /// (crate::plane::policy::errors): a listed status of the backend, or
+    /// (crate::plane::traffic::errors): a listed status of the backend, or
     /// teapot's own 502 or 504.
     pub async fn error_page(&mut self, status: u16, head_only: bool) -> Result<(), Failure> {
         let Some(pages) = self.policy.as_mut().and_then(|p| p.error_pages.take()) else {
@@ -217,11 +217,11 @@ impl Responder {
             })
     }
 
-    /// An error page (crate::plane::policy::errors) in place of the
+    /// An error page (crate::plane::traffic::errors) in place of the
     /// response: its status, fields and body, framed here.
     pub async fn page(
         &mut self,
-        page: crate::plane::policy::errors::Page,
+        page: crate::plane::traffic::errors::Page,
         head_only: bool,
     ) -> Result<(), Failure> {
         let mut resp = Response::new(());

@@ -87,7 +87,7 @@ pub(super) async fn forward(
     let has_body = !st.client.body.is_empty();
     let chunked = has_body && !parts.headers.contains_key(CONTENT_LENGTH);
     let mut head = Vec::with_capacity(512 + parts.headers.len() * 32);
-    let policy_edits = crate::plane::policy::engines::h2_edits_request(st.policy.as_deref());
+    let policy_edits = crate::plane::traffic::engines::h2_edits_request(st.policy.as_deref());
     if st.gateway.is_some() || has_hop_by_hop(&parts.headers) || policy_edits {
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
@@ -110,7 +110,7 @@ pub(super) async fn forward(
     let head_request = parts.method == Method::HEAD;
     let may_retry = idempotent(&parts.method) && !has_body;
     let o = &router.options;
-    let (connect_timeout, read, write) = crate::plane::policy::engines::upstream_timeouts(
+    let (connect_timeout, read, write) = crate::plane::traffic::engines::upstream_timeouts(
         st.policy.as_deref(),
         (
             o.connect_timeout,
@@ -438,7 +438,7 @@ impl Exchange<'_> {
             response.headers_mut(),
             st.gateway.as_ref(),
         );
-        crate::plane::policy::engines::h2_response_edits(
+        crate::plane::traffic::engines::h2_response_edits(
             response.headers_mut(),
             st.policy.as_deref(),
         );
@@ -598,7 +598,7 @@ pub(super) fn edited_request(
         st.gateway.as_ref(),
     )
     .map_err(|_| Failure::BadRewrite)?;
-    crate::plane::policy::engines::h2_request_edits(&mut headers, st.policy.as_deref());
+    crate::plane::traffic::engines::h2_request_edits(&mut headers, st.policy.as_deref());
     Ok((headers, uri))
 }
 

@@ -64,7 +64,7 @@ pub struct Metrics {
     /// namespace and why (crate::plane::mirror::Full).
     pub mirrors_dropped: IntCounterVec,
     /// External authentication sub-requests (`auth-url`) by tenant and
-    /// outcome (crate::plane::policy::auth::Outcome); `busy` counts the
+    /// outcome (crate::plane::traffic::auth::Outcome); `busy` counts the
     /// requests refused with 503 because the tenant's bound was full.
     pub auth_requests: IntCounterVec,
     /// Requests a route's traffic policy answered itself.

@@ -56,11 +56,11 @@ pub mod logflood;
 pub mod metrics;
 pub mod mirror;
 pub mod pipeline;
-pub mod policy;
 pub mod proxy;
 pub mod serving;
 pub mod tls;
 pub mod trace;
+pub mod traffic;
 
 use std::sync::Arc;
 

@@ -9,7 +9,7 @@
 //!    routes: a tenant may run its own ACME client behind teapot),
 //! 4. the connection facts and the request's for Gateway API matches,
 //! 5. [`decide_request`], then the route's traffic policy
-//!    (crate::plane::policy: allow-lists, rate limits, redirects, CORS),
+//!    (crate::plane::traffic: allow-lists, rate limits, redirects, CORS),
 //!    and last its external authentication ([`authenticate`]),
 //! 6. after it, the Gateway filters' shared parts: mirrors
 //!    ([`start_mirrors`]), the rewritten target and host
@@ -35,9 +35,9 @@ use crate::plane::decide::{
 use crate::plane::edge::Refusal;
 use crate::plane::metrics;
 use crate::plane::mirror::mirror;
-use crate::plane::policy::{self, PolicyAnswer};
 use crate::plane::proxy::Router;
 use crate::plane::trace;
+use crate::plane::traffic::{self, TrafficAnswer};
 
 /// What both engines know of a request when it is to be routed.
 pub(super) struct Request<'r> {
@@ -61,11 +61,11 @@ pub(super) enum Routed {
     Forward(Forward),
     /// The route's traffic policy answers (403, 429, a redirect, a CORS
     /// preflight, the external authentication's 401, 403, 500 or 503).
-    Policy(PolicyAnswer, Route),
+    Policy(TrafficAnswer, Route),
     /// The route has no endpoint and a `default-backend`: its page for
-    /// 503 (crate::plane::policy::errors), and the tenant's slot, held
+    /// 503 (crate::plane::traffic::errors), and the tenant's slot, held
     /// until the page is sent.
-    ErrorPage(policy::errors::Page, Route, Option<TenantPermit>),
+    ErrorPage(traffic::errors::Page, Route, Option<TenantPermit>),
 }
 
 impl From<Decision> for Routed {
@@ -149,13 +149,13 @@ fn error_pages(
     forward: &Forward,
     req: &Request<'_>,
     conn: &ConnInfo,
-) -> policy::errors::ErrorPages {
+) -> traffic::errors::ErrorPages {
     let trusted = router.cached_series_of(Some(&forward.route)).1;
     let request_id = trace::request_id(req.headers.first(trace::REQUEST_ID), trusted);
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
     let (backend, limits) = (forward.upstream.clone(), router.options.auth);
-    policy::errors::ErrorPages::new(errors, backend, &original, limits)
+    traffic::errors::ErrorPages::new(errors, backend, &original, limits)
 }
 
 /// A route without endpoints whose Ingress names a `default-backend`: the
@@ -194,7 +194,7 @@ async fn no_endpoint_page(
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
     let (backend, limits) = (route.upstream.clone(), router.options.auth);
-    let pages = policy::errors::ErrorPages::new(errors, backend, &original, limits);
+    let pages = traffic::errors::ErrorPages::new(errors, backend, &original, limits);
     let page = pages.page(answer.status).await;
     Routed::ErrorPage(page, route, permit)
 }
@@ -213,8 +213,8 @@ fn original<'r>(
     conn: &ConnInfo,
     target: &'r str,
     request_id: &'r str,
-) -> policy::auth::Original<'r> {
-    policy::auth::Original {
+) -> traffic::auth::Original<'r> {
+    traffic::auth::Original {
         method: req.method,
         authority: req.head.authority,
         target,
@@ -241,7 +241,7 @@ async fn authenticate(
     let original = original(req, conn, &target, request_id.as_str());
     let terms = forward.route.traffic().and_then(|t| t.auth_terms.clone());
     let (verdict, outcome) =
-        policy::auth::check(auth, terms.as_deref(), router.options.auth, &original).await;
+        traffic::auth::check(auth, terms.as_deref(), router.options.auth, &original).await;
     let tenant = if auth.owner.is_empty() {
         metrics::OPERATOR
     } else {
@@ -282,11 +282,11 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
     };
     // Every cookie field only where a cookie is looked for by name.
     let cookie = if traffic.affinity.is_some() || traffic.canary.is_some() {
-        policy::affinity::cookies(req.headers)
+        traffic::affinity::cookies(req.headers)
     } else {
         req.headers.first("cookie").map(std::borrow::Cow::Borrowed)
     };
-    let seen = policy::Seen {
+    let seen = traffic::Seen {
         method: req.method,
         authority: req.head.authority,
         path: forward.path.as_deref().unwrap_or(req.head.path),
@@ -309,7 +309,7 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
             .and_then(|c| c.rules.header.as_deref())
             .and_then(|name| req.headers.first(name)),
     };
-    match policy::apply(traffic, &forward.upstream, &seen) {
+    match traffic::apply(traffic, &forward.upstream, &seen) {
         Ok(mut applied) => {
             if let Some(path) = applied.as_mut().and_then(|a| a.path.take()) {
                 forward.path = Some(path);

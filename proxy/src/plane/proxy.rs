@@ -40,8 +40,8 @@ pub struct UpstreamOptions {
     /// Endpoints tried per request when connects fail.
     pub max_connect_attempts: u32,
     /// External authentication's timeout and per-tenant bound
-    /// (crate::plane::policy::auth).
-    pub auth: crate::plane::policy::auth::AuthLimits,
+    /// (crate::plane::traffic::auth).
+    pub auth: crate::plane::traffic::auth::AuthLimits,
 }
 
 impl Default for UpstreamOptions {
@@ -52,7 +52,7 @@ impl Default for UpstreamOptions {
             write_timeout: Duration::from_secs(60),
             pool_idle_timeout: Duration::from_secs(60),
             max_connect_attempts: 3,
-            auth: crate::plane::policy::auth::AuthLimits::default(),
+            auth: crate::plane::traffic::auth::AuthLimits::default(),
         }
     }
 }

@@ -45,8 +45,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ServicePort;
 use rustls::sign::CertifiedKey;
+use teapot_api::admission::{CA_CERT_KEY, WELL_KNOWN_SYSTEM};
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
-use teapot_api::policy::{CA_CERT_KEY, WELL_KNOWN_SYSTEM};
 use teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyValidationSubjectAltNamesType as SanType;
 use teapot_gateway_api::generated::backend_tls_policies::{
     BackendTlsPolicyStatus, BackendTlsPolicyStatusAncestors,
@@ -393,7 +393,7 @@ pub(super) fn ca_of_ref<'s>(
         .as_ref()
         .and_then(|d| d.get(CA_CERT_KEY));
     match ca {
-        Some(ca) if teapot_api::policy::check_ca_bundle(ca.as_bytes()).is_ok() => Ok(ca),
+        Some(ca) if teapot_api::admission::check_ca_bundle(ca.as_bytes()).is_ok() => Ok(ca),
         Some(_) => Err((
             "InvalidCACertificateRef",
             format!("ConfigMap {namespace}/{name}: {CA_CERT_KEY} is not a PEM certificate bundle"),

@@ -1,6 +1,6 @@
 //! HTTPRoute's CORS filter (standard since Gateway API v1.4), compiled to
 //! the traffic policy's [`Cors`] with the Gateway API's semantics
-//! ([`Cors::gateway`]; answered by crate::plane::policy::cors). A rule's
+//! ([`Cors::gateway`]; answered by crate::plane::traffic::cors). A rule's
 //! filter covers every backend of the rule; a backendRef's own covers
 //! that backend, replacing the rule's.
 

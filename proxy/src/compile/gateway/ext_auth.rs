@@ -1,6 +1,6 @@
 //! The ExternalAuth filter (HTTPRoute, experimental channel), protocol
 //! HTTP: compiled to the external authentication `auth-url` uses
-//! ([`ExternalAuth`], asked by crate::plane::policy::auth within the
+//! ([`ExternalAuth`], asked by crate::plane::traffic::auth within the
 //! tenant's concurrency bound and the operator's timeout), on the
 //! filter's own terms ([`GatewayAuthTerms`]): the client's method and path
 //! under `http.path`, `Host`, `Authorization` and the `allowedHeaders`;

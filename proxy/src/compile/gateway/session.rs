@@ -1,6 +1,6 @@
 //! A rule's `sessionPersistence` (HTTPRoute, experimental channel),
 //! compiled to the cookie affinity ingress-nginx's `affinity: cookie` uses
-//! (crate::plane::policy::affinity): the cookie names the endpoint, and
+//! (crate::plane::traffic::affinity): the cookie names the endpoint, and
 //! the rule's backends are pinned by the same cookie (`Action::Backends`'
 //! `persistence`), so a client stays on one endpoint across the rule's
 //! weighted backendRefs and moves, with a new cookie, when it goes away.

@@ -362,7 +362,7 @@ pub enum Action {
         /// The rule's sessionPersistence cookie: a request whose cookie
         /// names a serving endpoint of one of the backends goes to that
         /// backend whatever the weights say
-        /// (crate::plane::policy::affinity::pick_backend).
+        /// (crate::plane::traffic::affinity::pick_backend).
         persistence: Option<Box<str>>,
     },
     Redirect(Redirect),

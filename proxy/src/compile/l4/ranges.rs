@@ -1,7 +1,7 @@
 //! A Service's `spec.loadBalancerSourceRanges`, compiled for the accept
 //! path: the networks become sorted, merged address intervals per family,
 //! so admitting a client is one binary search whatever the list holds
-//! (the API bounds it at [`teapot_api::policy::MAX_SOURCE_RANGES`]), with
+//! (the API bounds it at [`teapot_api::admission::MAX_SOURCE_RANGES`]), with
 //! no allocation and no parsing per connection or datagram.
 
 use std::net::IpAddr;

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, PortStatus, Service};
 use serde::Serialize;
+use teapot_api::admission::DEFAULT_MAX_LISTENERS;
 use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
 use teapot_api::names::LOAD_BALANCER_CLASS;
-use teapot_api::policy::DEFAULT_MAX_LISTENERS;
 
 use super::L4Config;
 use super::allocation::{Claim, FamilyPolicy, Outcome};
@@ -681,7 +681,7 @@ fn candidate<'s>(
     let mut ranges_refused = None;
     match spec.and_then(|s| s.load_balancer_source_ranges.as_deref()) {
         None | Some([]) => {}
-        Some(list) => match teapot_api::policy::source_ranges(list) {
+        Some(list) => match teapot_api::admission::source_ranges(list) {
             Ok(nets) => options.source_ranges = Some(Arc::new(SourceRanges::new(nets))),
             Err(violations) => {
                 let why: Vec<String> = violations.iter().map(|v| v.to_string()).collect();

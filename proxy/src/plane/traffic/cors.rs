@@ -12,7 +12,7 @@
 use teapot_h1::scan::is_tchar;
 
 use crate::compile::traffic::{Cors, OriginPattern, without_default_port};
-use crate::plane::policy::Seen;
+use crate::plane::traffic::Seen;
 
 /// The CORS response fields for one request, in ingress-nginx's order.
 pub type CorsFields = Vec<(&'static str, String)>;
@@ -261,8 +261,8 @@ mod tests {
         method: &'a str,
         origin: Option<&'a str>,
         asked: Option<(&'a str, &'a str)>,
-    ) -> crate::plane::policy::Seen<'a> {
-        crate::plane::policy::Seen {
+    ) -> crate::plane::traffic::Seen<'a> {
+        crate::plane::traffic::Seen {
             method,
             authority: "a.example",
             path: "/",

@@ -36,7 +36,7 @@ use http_body_util::Empty;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::PolicyAnswer;
+use super::TrafficAnswer;
 use crate::compile::gateway::RequestHeaders;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::{Tried, Upstream};
@@ -227,9 +227,9 @@ pub async fn check(
     terms: Option<&GatewayAuthTerms>,
     limits: AuthLimits,
     original: &Original<'_>,
-) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
+) -> (Result<ForwardedFields, TrafficAnswer>, Outcome) {
     if auth.refused.is_some() {
-        let refused = PolicyAnswer {
+        let refused = TrafficAnswer {
             status: 503,
             reason: "auth_refused",
             body: REFUSED_BODY,
@@ -238,7 +238,7 @@ pub async fn check(
         return (Err(refused), Outcome::Refused);
     }
     let Some(_pass) = auth.gate.enter(limits.concurrency) else {
-        let busy = PolicyAnswer {
+        let busy = TrafficAnswer {
             status: 503,
             reason: "auth_busy",
             body: BUSY_BODY,
@@ -269,7 +269,7 @@ pub async fn check(
 fn judge_gateway(
     terms: &GatewayAuthTerms,
     answer: &http::response::Parts,
-) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
+) -> (Result<ForwardedFields, TrafficAnswer>, Outcome) {
     let status = answer.status.as_u16();
     if status == 200 {
         let fields = if terms.response_headers.is_empty() {
@@ -307,7 +307,7 @@ fn judge_gateway(
             }
         }
     }
-    let answer = PolicyAnswer {
+    let answer = TrafficAnswer {
         status,
         reason,
         body,
@@ -358,7 +358,7 @@ fn judge(
     auth: &ExternalAuth,
     original: &Original<'_>,
     answer: &http::response::Parts,
-) -> (Result<ForwardedFields, PolicyAnswer>, Outcome) {
+) -> (Result<ForwardedFields, TrafficAnswer>, Outcome) {
     match answer.status {
         s if s.is_success() => {
             let fields = auth
@@ -374,7 +374,7 @@ fn judge(
         }
         StatusCode::UNAUTHORIZED => {
             let answer = match &auth.signin {
-                Some(signin) => PolicyAnswer {
+                Some(signin) => TrafficAnswer {
                     status: 302,
                     reason: "auth_signin",
                     body: "",
@@ -383,7 +383,7 @@ fn judge(
                         signin_location(signin, &auth.signin_param, original),
                     )],
                 },
-                None => PolicyAnswer {
+                None => TrafficAnswer {
                     status: 401,
                     reason: "auth_unauthorized",
                     body: UNAUTHORIZED_BODY,
@@ -399,7 +399,7 @@ fn judge(
             (Err(answer), Outcome::Unauthorized)
         }
         StatusCode::FORBIDDEN => {
-            let answer = PolicyAnswer {
+            let answer = TrafficAnswer {
                 status: 403,
                 reason: "auth_forbidden",
                 body: AUTH_FORBIDDEN_BODY,
@@ -411,8 +411,8 @@ fn judge(
     }
 }
 
-fn failed() -> PolicyAnswer {
-    PolicyAnswer {
+fn failed() -> TrafficAnswer {
+    TrafficAnswer {
         status: 500,
         reason: "auth_failed",
         body: AUTH_FAILED_BODY,

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::names::{dns_label, dns_subdomain};
 use super::strings::key_field;
-use super::{MANAGED_BY_LABEL, PolicyContext, Violation, quote};
+use super::{AdmissionContext, MANAGED_BY_LABEL, Violation, quote};
 use crate::annotations::{self, ObjectKind};
 use crate::names::SERVICE_NAME_LABEL;
 
@@ -24,7 +24,7 @@ const ALLOWED_SYSTEM_LABELS: &[&str] = &[
 /// Checks the namespace, name format, labels and annotations shared by
 /// every kind. `namespace` is where the object is being written.
 pub(crate) fn check_metadata(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     meta: &ObjectMeta,
     kind: ObjectKind,

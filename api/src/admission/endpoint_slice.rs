@@ -8,7 +8,7 @@ use super::meta::{check_label_names_local, check_metadata};
 use super::service::{check_app_protocol, check_protocol};
 use super::strings::key_field;
 use super::{
-    MANAGED_BY_LABEL, MANAGED_BY_SYNC, MAX_ADDRESSES_PER_ENDPOINT, MAX_PORTS, PolicyContext,
+    AdmissionContext, MANAGED_BY_LABEL, MANAGED_BY_SYNC, MAX_ADDRESSES_PER_ENDPOINT, MAX_PORTS,
     SLICES_PER_SERVICE, Violation, check_endpoint_address, quote,
 };
 use crate::annotations::ObjectKind;
@@ -19,7 +19,7 @@ use crate::names::SERVICE_NAME_LABEL;
 /// only (no FQDN), each allowed by [`check_endpoint_address`]; ports in
 /// range; endpoints and slices within the tenant's limits.
 pub fn check_endpoint_slice(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     slice: &EndpointSlice,
 ) -> Vec<Violation> {

@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
-use super::PolicyContext;
+use super::AdmissionContext;
 
 /// Cloud metadata and host-agent addresses outside link-local (which is
 /// refused as a whole): Alibaba Cloud, Azure's wire server, AWS over IPv6.
@@ -85,7 +85,7 @@ fn reserved(ip: IpAddr) -> Option<String> {
 /// [`forbidden_address`], inside its `nodeCIDRs`, and not inside another
 /// tenant's. The proxy calls this for every endpoint it compiles in a
 /// tenant namespace.
-pub fn check_endpoint_address(ctx: &PolicyContext<'_>, ip: IpAddr) -> Result<(), String> {
+pub fn check_endpoint_address(ctx: &AdmissionContext<'_>, ip: IpAddr) -> Result<(), String> {
     if let Some(reason) = forbidden_address(ip, ctx.lb_networks) {
         return Err(reason);
     }

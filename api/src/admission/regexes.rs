@@ -13,7 +13,7 @@
 //! ([`MAX_OBJECT_REGEX_BYTES`]), and the rest is refused unchecked. One
 //! review thus compiles at most a few MiB of automata, whatever the object.
 
-use super::{OBJECT_FIELD, PolicyContext, TenantObjectRef, Violation};
+use super::{AdmissionContext, OBJECT_FIELD, TenantObjectRef, Violation};
 use crate::regex::{self, RegexCost, RegexError, RoutePattern, TenantRegex};
 
 /// Patterns refused as too large before the rest of an object's are left
@@ -42,7 +42,7 @@ pub fn object_regex_cost(object: TenantObjectRef<'_>) -> RegexCost {
 }
 
 /// The tenant's budget in force.
-pub fn regex_budget(ctx: &PolicyContext<'_>) -> RegexCost {
+pub fn regex_budget(ctx: &AdmissionContext<'_>) -> RegexCost {
     RegexCost {
         count: ctx.limits.max_regexes,
         bytes: ctx.limits.max_regex_bytes,
@@ -74,7 +74,7 @@ impl CompileBudget {
     /// refusal of an object whose patterns alone are more than its tenant
     /// may hold: counted, none compiled.
     pub(crate) fn for_object(
-        ctx: &PolicyContext<'_>,
+        ctx: &AdmissionContext<'_>,
         patterns: &[RoutePattern],
     ) -> Result<CompileBudget, Violation> {
         let max = regex_budget(ctx);
@@ -158,7 +158,7 @@ impl CompileBudget {
 /// budgets ([`check_budgeted`]). An Ingress's patterns are checked by
 /// `policy::ingress`, with their captures and named as written.
 pub(crate) fn check_regexes(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     object: TenantObjectRef<'_>,
 ) -> Vec<Violation> {
     let patterns = object_regexes(object);
@@ -181,7 +181,7 @@ pub(crate) fn check_regexes(
 /// patterns in it. Only an object whose patterns grow is refused, so
 /// lowering the limits never blocks an update that keeps or shrinks them.
 pub(crate) fn check_budgeted(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     patterns: &[RoutePattern],
     compile: impl FnOnce(&mut CompileBudget, &mut Vec<Violation>),
 ) -> Vec<Violation> {
@@ -234,7 +234,7 @@ mod tests {
         ))
     }
 
-    fn violations(ctx: &PolicyContext<'_>, route: &Value) -> Vec<Violation> {
+    fn violations(ctx: &AdmissionContext<'_>, route: &Value) -> Vec<Violation> {
         check_object(ctx, NS, route).violations
     }
 

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::meta::check_metadata;
 use super::names::port_name;
-use super::{MAX_PORTS, PolicyContext, Violation, quote};
+use super::{AdmissionContext, MAX_PORTS, Violation, quote};
 use crate::annotations::ObjectKind;
 use crate::names::LOAD_BALANCER_CLASS;
 
@@ -97,7 +97,7 @@ fn source_range(text: &str) -> Result<IpNet, String> {
 /// [`MAX_SOURCE_RANGES`]; ports in range; Services and L4 listeners within
 /// the tenant's limits.
 pub fn check_service(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     service: &Service,
 ) -> Vec<Violation> {

@@ -37,7 +37,7 @@
 //! how fast it goes first, so a refused client gets nothing but its
 //! refusal (docs/decisions.md).
 //!
-//! What each engine keeps is writing a [`PolicyAnswer`] and applying an
+//! What each engine keeps is writing a [`TrafficAnswer`] and applying an
 //! [`Applied`] to its own heads (HTTP/1 edits, an HTTP/2 header map).
 
 pub mod access;
@@ -56,7 +56,7 @@ use crate::compile::upstream::Upstream;
 
 /// teapot's own answer to a request its route's policy stops.
 #[derive(Debug, PartialEq, Eq)]
-pub struct PolicyAnswer {
+pub struct TrafficAnswer {
     pub status: u16,
     /// For the access log and the engines' `Outcome::Local`.
     pub reason: &'static str,
@@ -142,11 +142,11 @@ pub fn apply(
     policy: &TrafficPolicy,
     upstream: &Upstream,
     seen: &Seen<'_>,
-) -> Result<Option<Box<Applied>>, PolicyAnswer> {
+) -> Result<Option<Box<Applied>>, TrafficAnswer> {
     if let Some(access) = &policy.access
         && !access.admits(seen.client)
     {
-        return Err(PolicyAnswer {
+        return Err(TrafficAnswer {
             status: 403,
             reason: "policy_denied",
             body: FORBIDDEN_BODY,
@@ -157,7 +157,7 @@ pub fn apply(
     // `limit_conn` answers 503 (its `limit-conn-status-code`). A request a
     // rate then refuses gives its place back as it returns.
     let in_flight = match &policy.connections {
-        Some(limit) => limit.enter(seen.client).map_err(|_| PolicyAnswer {
+        Some(limit) => limit.enter(seen.client).map_err(|_| TrafficAnswer {
             status: 503,
             reason: "policy_in_flight_limited",
             body: TOO_MANY_IN_FLIGHT_BODY,
@@ -168,7 +168,7 @@ pub fn apply(
     if let Some(rate) = &policy.rate
         && let Err(seconds) = rate.admit(seen.client)
     {
-        return Err(PolicyAnswer {
+        return Err(TrafficAnswer {
             status: 429,
             reason: "policy_rate_limited",
             body: TOO_MANY_BODY,
@@ -204,7 +204,7 @@ pub fn apply(
     if let Some(cors) = &policy.cors {
         match cors.verdict(seen) {
             Some(cors::CorsVerdict::Preflight(fields)) => {
-                return Err(PolicyAnswer {
+                return Err(TrafficAnswer {
                     status: 204,
                     reason: "cors_preflight",
                     body: "",
@@ -212,7 +212,7 @@ pub fn apply(
                 });
             }
             Some(cors::CorsVerdict::Refused) => {
-                return Err(PolicyAnswer {
+                return Err(TrafficAnswer {
                     status: 204,
                     reason: "cors_preflight_refused",
                     body: "",
@@ -286,8 +286,8 @@ fn https_location(ssl: &SslRedirect, seen: &Seen<'_>) -> Option<String> {
     Some(location)
 }
 
-fn redirect_answer(status: u16, location: String) -> PolicyAnswer {
-    PolicyAnswer {
+fn redirect_answer(status: u16, location: String) -> TrafficAnswer {
+    TrafficAnswer {
         status,
         reason: "redirect",
         body: "",
@@ -325,7 +325,7 @@ mod tests {
         path: &str,
         origin: Option<&str>,
         client: Option<IpAddr>,
-    ) -> Result<Option<Box<Applied>>, PolicyAnswer> {
+    ) -> Result<Option<Box<Applied>>, TrafficAnswer> {
         let seen = Seen {
             method,
             authority: "a.example",

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::Ingress;
 
-use super::{PolicyContext, Violation, quote};
+use super::{AdmissionContext, Violation, quote};
 use crate::host::HostPattern;
 use crate::tenant::Tenant;
 
@@ -301,7 +301,7 @@ impl Holdings {
 /// it: hosts under `lb.DOMAIN` only in its own subtree, wildcards only
 /// there or in its `allowedDomains`, nothing else under the operator's
 /// DOMAIN, and custom hosts exact and fully qualified.
-pub fn host_scope(ctx: &PolicyContext<'_>, host: &HostPattern) -> Result<HostScope, String> {
+pub fn host_scope(ctx: &AdmissionContext<'_>, host: &HostPattern) -> Result<HostScope, String> {
     let (name, wildcard) = match host {
         HostPattern::Exact(h) => (h.as_str(), false),
         HostPattern::Wildcard(s) => (s.as_str(), true),
@@ -345,7 +345,7 @@ pub fn host_scope(ctx: &PolicyContext<'_>, host: &HostPattern) -> Result<HostSco
 /// holds it. Pushes what is wrong; returns the host and scope when it may
 /// be used.
 pub fn check_host(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     field: &str,
     raw: &str,
     out: &mut Vec<Violation>,

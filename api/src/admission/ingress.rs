@@ -9,7 +9,7 @@ use super::meta::check_metadata;
 use super::names::{dns_subdomain, dns1035_label, port_name};
 use super::regexes::{CompileBudget, check_budgeted};
 use super::strings::key_field;
-use super::{PolicyContext, Violation, check_path, quote};
+use super::{AdmissionContext, Violation, check_path, quote};
 use crate::annotations::ObjectKind;
 use crate::host::HostPattern;
 use crate::names::INGRESS_CLASS;
@@ -22,7 +22,7 @@ use crate::regex::{self, PathRegex};
 /// namespace with a valid port; TLS Secrets of the namespace; hosts,
 /// paths and Ingresses within the tenant's limits; metadata rules.
 pub fn check_ingress(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     ingress: &Ingress,
 ) -> Vec<Violation> {
@@ -234,7 +234,7 @@ fn check_canary_pattern(ingress: &Ingress, budget: &mut CompileBudget, out: &mut
 /// An `auth-url` naming an address: the tenant's own nodes only, as an
 /// endpoint would be (its form is the allowlist's to check); no framing
 /// or forwarding field among `auth-response-headers`.
-fn check_auth(ctx: &PolicyContext<'_>, ingress: &Ingress, out: &mut Vec<Violation>) {
+fn check_auth(ctx: &AdmissionContext<'_>, ingress: &Ingress, out: &mut Vec<Violation>) {
     use crate::annotations::{AuthHost, AuthTarget, auth_response_header_refused};
     const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
     const COPIED: &str = "nginx.ingress.kubernetes.io/auth-response-headers";
@@ -310,7 +310,7 @@ fn check_backend(backend: &IngressBackend, at: &str, out: &mut Vec<Violation>) {
 
 /// Custom hosts of an admitted Ingress that wait for their DNS proof, as
 /// one message each (the webhook returns them as warnings).
-pub fn pending_custom_hosts(ctx: &PolicyContext<'_>, ingress: &Ingress) -> Vec<String> {
+pub fn pending_custom_hosts(ctx: &AdmissionContext<'_>, ingress: &Ingress) -> Vec<String> {
     let Some(spec) = &ingress.spec else {
         return Vec::new();
     };

@@ -31,7 +31,7 @@ use teapot_gateway_api::{BackendTlsPolicy, Gateway, ReferenceGrant};
 use super::hosts::{HostScope, check_host, host_scope, within};
 use super::meta::check_metadata;
 use super::names::{dns_subdomain, dns1035_label};
-use super::{PolicyContext, Violation, check_path, quote};
+use super::{AdmissionContext, Violation, check_path, quote};
 use crate::annotations::ObjectKind;
 use crate::host::HostPattern;
 use crate::listener::ListenerProtocol;
@@ -40,7 +40,7 @@ use crate::names::GATEWAY_CLASS;
 /// What every Gateway API object a tenant writes is held to: its
 /// metadata, and the count of the tenant's Gateway API objects.
 fn gateway_api_object(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     meta: &ObjectMeta,
     kind: ObjectKind,
@@ -75,7 +75,7 @@ pub const MAX_LISTENERS_PER_GATEWAY: usize = 64;
 /// UDP on any port of the L4 plane); listener hostnames under the host
 /// rules; routes attachable only from the Gateway's own namespace.
 pub fn check_gateway(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     gateway: &Gateway,
 ) -> Vec<Violation> {
@@ -375,7 +375,7 @@ fn check_secret_ref(r: &SecretRef<'_>, rat: &str, own: &str, out: &mut Vec<Viola
 /// Ingress wildcard matches one label. So a wildcard is also refused when
 /// someone else holds any host or domain below its suffix.
 pub fn check_gateway_host(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     field: &str,
     raw: &str,
     out: &mut Vec<Violation>,
@@ -410,7 +410,7 @@ pub fn check_gateway_host(
 /// the namespace with a port; no ExtensionRef filters, ExternalAuth only
 /// over HTTP; sessionPersistence only by cookie; HTTP path matches of the strict path class; no `useDefaultGateways`.
 pub fn check_route(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     kind: ObjectKind,
     meta: &ObjectMeta,
@@ -520,7 +520,7 @@ pub fn check_route(
 /// apply unchanged, and a grant that would open the namespace to another
 /// is refused.
 pub fn check_reference_grant(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     grant: &ReferenceGrant,
 ) -> Vec<Violation> {
@@ -586,7 +586,7 @@ const KUBE_ROOT_CA: &str = "kube-root-ca.crt";
 /// teapot reads, so a policy that could never apply is refused here with
 /// its field rather than accepted and ignored.
 pub fn check_backend_tls_policy(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     policy: &BackendTlsPolicy,
 ) -> Vec<Violation> {
@@ -668,7 +668,7 @@ fn check_local_ref(
 /// only as the trust anchors of a BackendTLSPolicy, so it holds `ca.crt`,
 /// a PEM bundle, and nothing else. Counted with the Secrets.
 pub fn check_config_map(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     config_map: &ConfigMap,
 ) -> Vec<Violation> {
@@ -724,7 +724,7 @@ pub fn check_config_map(
 /// The assigned name a CNAME points at is the Gateway's
 /// (`GATEWAY.CLUSTER.lb.DOMAIN`); for a route, its first parent's.
 pub fn pending_gateway_hosts(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     kind: ObjectKind,
     object: &Value,
 ) -> Vec<String> {
@@ -1354,7 +1354,7 @@ mod tests {
         // down, which another holder has (an Ingress wildcard would not).
         let mut f = Fixture::new();
         f.holdings.insert(
-            crate::policy::Holder::Operator {
+            crate::admission::Holder::Operator {
                 namespace: "monitoring".into(),
             },
             &HostPattern::parse("eu.api.shop.example.com").unwrap(),
@@ -1861,7 +1861,7 @@ mod tests {
         let mut f = Fixture::new();
         for h in &hosts {
             f.holdings
-                .insert_gateway_host(crate::policy::Holder::Tenant("globex".into()), h);
+                .insert_gateway_host(crate::admission::Holder::Tenant("globex".into()), h);
         }
         let mut out = Vec::new();
         assert!(check_gateway_host(&f.ctx(), "h", "a.b.apps.example.com", &mut out).is_none());

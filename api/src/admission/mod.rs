@@ -152,7 +152,7 @@ pub struct ExistingObjects {
 
 /// What a check needs to know besides the object.
 #[derive(Clone, Debug)]
-pub struct PolicyContext<'a> {
+pub struct AdmissionContext<'a> {
     /// The tenant that owns the namespace.
     pub tenant: &'a Tenant,
     /// The operator's DOMAIN (lowercase, no trailing dot): hosts
@@ -171,14 +171,14 @@ pub struct PolicyContext<'a> {
     pub existing: Option<ExistingObjects>,
 }
 
-impl<'a> PolicyContext<'a> {
+impl<'a> AdmissionContext<'a> {
     pub fn new(
         tenant: &'a Tenant,
         domain: &'a str,
         lb_networks: &'a [IpNet],
         holdings: &'a Holdings,
-    ) -> PolicyContext<'a> {
-        PolicyContext {
+    ) -> AdmissionContext<'a> {
+        AdmissionContext {
             tenant,
             domain,
             lb_networks,
@@ -190,7 +190,7 @@ impl<'a> PolicyContext<'a> {
     }
 
     /// Turns the count limits on.
-    pub fn with_existing(mut self, existing: ExistingObjects) -> PolicyContext<'a> {
+    pub fn with_existing(mut self, existing: ExistingObjects) -> AdmissionContext<'a> {
         self.existing = Some(existing);
         self
     }
@@ -446,7 +446,7 @@ pub fn refused_kind_message(api_version: &str, kind: &str) -> String {
 /// size, every string in it, unknown fields, the typed parse, and the
 /// rules of its kind. A Secret's certificate and key are not parsed here
 /// (see [`tls_secret_data`]).
-pub fn check_object(ctx: &PolicyContext<'_>, namespace: &str, value: &Value) -> Checked {
+pub fn check_object(ctx: &AdmissionContext<'_>, namespace: &str, value: &Value) -> Checked {
     let mut checked = Checked::default();
     let out = &mut checked.violations;
     let Some(map) = value.as_object() else {
@@ -533,7 +533,7 @@ fn parse<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, Violation> 
 
 /// Bytes of `value` as compact JSON, without building the text.
 /// The size rule: the object as JSON within `maxObjectBytes`.
-fn check_size(ctx: &PolicyContext<'_>, size: usize) -> Option<Violation> {
+fn check_size(ctx: &AdmissionContext<'_>, size: usize) -> Option<Violation> {
     let max = ctx.limits.max_object_bytes as usize;
     (size > max).then(|| {
         Violation::new(
@@ -548,7 +548,7 @@ fn check_size(ctx: &PolicyContext<'_>, size: usize) -> Option<Violation> {
 /// The tenant's total at admission: its other objects and this one within
 /// `maxTotalBytes`. Only an object that grows is refused, so lowering the
 /// limit never blocks an update that keeps or shrinks an object.
-fn check_total(ctx: &PolicyContext<'_>, size: usize) -> Option<Violation> {
+fn check_total(ctx: &AdmissionContext<'_>, size: usize) -> Option<Violation> {
     // Admission only: the proxy counts a tenant's total itself, over every
     // object it loaded (`teapot_model::tenancy`).
     let existing = ctx.existing?;
@@ -567,7 +567,7 @@ fn check_total(ctx: &PolicyContext<'_>, size: usize) -> Option<Violation> {
 /// The rules of each kind, on the typed object; and, for an Ingress that
 /// passes, the custom domains still waiting for their proof.
 fn check_kind(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     object: TenantObjectRef<'_>,
 ) -> (Vec<Violation>, Vec<String>) {
@@ -624,7 +624,7 @@ fn check_kind(
 /// rules of its kind. Unknown fields cannot be there: the typed form has
 /// none.
 pub fn check_typed(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     object: TenantObjectRef<'_>,
 ) -> Vec<Violation> {
@@ -634,7 +634,7 @@ pub fn check_typed(
 /// [`check_typed`] for an object whose JSON size the caller has already
 /// counted.
 pub fn check_typed_sized(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     object: TenantObjectRef<'_>,
     size: usize,

@@ -5,7 +5,7 @@
 
 use super::gateway::GATEWAY_GROUP;
 use super::meta::check_metadata;
-use super::{PolicyContext, Violation, dns_subdomain, quote};
+use super::{AdmissionContext, Violation, dns_subdomain, quote};
 use crate::annotations::{self, NGINX_PREFIX};
 use crate::kind::ObjectKind;
 use crate::route_policy::{RouteTrafficPolicy, RouteTrafficPolicySpec};
@@ -16,7 +16,7 @@ pub const ROUTE_TRAFFIC_POLICY_TARGETS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 
 /// Checks a RouteTrafficPolicy.
 pub fn check_route_traffic_policy(
-    ctx: &PolicyContext<'_>,
+    ctx: &AdmissionContext<'_>,
     namespace: &str,
     policy: &RouteTrafficPolicy,
 ) -> Vec<Violation> {

@@ -1,4 +1,4 @@
-//! A [`PolicyAnswer`] and an [`Applied`] in each engine's terms: the
+//! A [`TrafficAnswer`] and an [`Applied`] in each engine's terms: the
 //! HTTP/1 engine's answer and edits, an HTTP/2 header map.
 
 use std::sync::Arc;
@@ -8,11 +8,11 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use teapot_h1::{HeaderEdits, Respond};
 
-use super::{Applied, PolicyAnswer};
+use super::{Applied, TrafficAnswer};
 
 /// The HTTP/1 engine's answer (its Location and CORS values checked by
 /// the engine like any local answer's fields).
-pub fn h1_respond(answer: PolicyAnswer, tag: Arc<str>) -> Respond {
+pub fn h1_respond(answer: TrafficAnswer, tag: Arc<str>) -> Respond {
     let mut respond = Respond::new(
         answer.status,
         answer.reason,
@@ -35,7 +35,7 @@ pub fn h1_respond(answer: PolicyAnswer, tag: Arc<str>) -> Respond {
 
 /// The fields of an HTTP/2 answer; a value no header can hold (none the
 /// compile admits) is left out.
-pub fn h2_fields(answer: &PolicyAnswer) -> Vec<(HeaderName, &[u8])> {
+pub fn h2_fields(answer: &TrafficAnswer) -> Vec<(HeaderName, &[u8])> {
     answer
         .headers
         .iter()

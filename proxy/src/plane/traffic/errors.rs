@@ -16,7 +16,7 @@
 //! route's backend.
 //!
 //! It goes through the same bounded client as `auth-url` (crate::plane::
-//! policy::auth): the owner's bound on sub-requests in flight, the
+//! traffic::auth): the owner's bound on sub-requests in flight, the
 //! operator's timeout for the whole exchange (connect to the last body
 //! byte), a body of at most [`MAX_PAGE_BYTES`]. When the page cannot be
 //! had (no endpoint, refused, timed out, the bound full, too long), the

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 
-use super::{Holder, Holdings, PolicyContext, Violation};
+use super::{AdmissionContext, Holder, Holdings, Violation};
 use crate::host::HostPattern;
 use crate::tenant::Tenant;
 
@@ -57,8 +57,8 @@ impl Fixture {
         }
     }
 
-    pub fn ctx(&self) -> PolicyContext<'_> {
-        PolicyContext::new(&self.tenant, DOMAIN, &self.lb, &self.holdings)
+    pub fn ctx(&self) -> AdmissionContext<'_> {
+        AdmissionContext::new(&self.tenant, DOMAIN, &self.lb, &self.holdings)
     }
 
     pub fn limit_hosts(&mut self, hosts: u32, paths: u32) {

@@ -13,7 +13,7 @@ use rustls_pki_types::pem::PemObject;
 
 use super::meta::check_metadata;
 use super::strings::key_field;
-use super::{PolicyContext, Violation, quote};
+use super::{AdmissionContext, Violation, quote};
 use crate::annotations::ObjectKind;
 use crate::names::{CA_SECRET_TYPE, TLS_SECRET_TYPE};
 
@@ -27,7 +27,11 @@ pub const CA_SECRET_KEY: &str = "ca.crt";
 /// with `tls.crt` and `tls.key` (and optionally `ca.crt`), nothing else,
 /// or an `Opaque` CA Secret with `ca.crt` alone; Secrets within the
 /// tenant's limit (one per Ingress it may hold).
-pub fn check_secret(ctx: &PolicyContext<'_>, namespace: &str, secret: &Secret) -> Vec<Violation> {
+pub fn check_secret(
+    ctx: &AdmissionContext<'_>,
+    namespace: &str,
+    secret: &Secret,
+) -> Vec<Violation> {
     let mut out = Vec::new();
     check_metadata(
         ctx,
