@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
 
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
+use crate::connect::{ConnectError, connect_upstream};
 use crate::head::{BodyLength, RequestHeadWriter};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
@@ -1080,37 +1081,20 @@ where
                 }
             };
             stats.upstream = Some(addr);
-            let tcp = match timeout(to, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => {
-                    let _ = s.set_nodelay(true);
-                    plan.fwd.upstreams.connected(addr);
-                    s
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!(%addr, error = %e, "upstream connect failed");
-                    plan.fwd.upstreams.failed(addr);
-                    err = UpstreamError::Connect;
-                    continue;
-                }
-                Err(_) => {
-                    plan.fwd.upstreams.failed(addr);
-                    err = UpstreamError::ConnectTimeout;
-                    continue;
-                }
-            };
-            let Some(transport) = &transport else {
-                return Ok((UpstreamConn::Tcp(tcp), addr, false));
-            };
-            match timeout(to, transport.secure(tcp)).await {
-                Ok(Ok(secured)) => return Ok((UpstreamConn::Secured(secured), addr, false)),
-                Ok(Err(e)) => {
+            let upstreams = &mut plan.fwd.upstreams;
+            match connect_upstream(addr, transport.as_deref(), to, || upstreams.connected(addr))
+                .await
+            {
+                Ok(conn) => return Ok((conn, addr, false)),
+                Err(e) if e.handshake() => {
                     tracing::debug!(%addr, error = %e, "securing the upstream connection failed");
                     plan.fwd.upstreams.secure_failed(addr);
-                    err = UpstreamError::Connect;
+                    err = gateway_error_of(&e);
                 }
-                Err(_) => {
-                    plan.fwd.upstreams.secure_failed(addr);
-                    err = UpstreamError::ConnectTimeout;
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "upstream connect failed");
+                    plan.fwd.upstreams.failed(addr);
+                    err = gateway_error_of(&e);
                 }
             }
         }
@@ -1873,6 +1857,16 @@ async fn prepare<R: Router>(
         client_http10: http10,
         upgrade: upgrade_value.is_some(),
     }))
+}
+
+/// How a failed connect is told to the observer and answered: a timeout,
+/// of the connect or of securing it, is a 504; any other failure a 502.
+fn gateway_error_of(e: &ConnectError) -> UpstreamError {
+    if e.timed_out() {
+        UpstreamError::ConnectTimeout
+    } else {
+        UpstreamError::Connect
+    }
 }
 
 /// The status of an upstream failure before any response byte.

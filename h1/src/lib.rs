@@ -65,6 +65,10 @@
 //!   reuse; addresses no longer picked are swept when connections return.
 //! - [`upstream`]: the upstream connection, plain TCP or secured by a
 //!   router's [`Transport`] (TLS to the backend), pooled per class.
+//! - `connect`: [`connect`] and [`connect_upstream`], the one connector
+//!   every backend connection teapot opens goes through (forwarded,
+//!   from an HTTP/2 client, mirrored, sub-requests): one timeout rule,
+//!   `TCP_NODELAY`, one [`ConnectError`].
 //! - `client_tcp`: a client's TCP connection, read and written directly
 //!   until it has to wait, and only then added to the event loop.
 //! - [`spare`]: read buffers a closed or idle connection left, kept
@@ -76,6 +80,7 @@
 
 mod body;
 mod client_tcp;
+mod connect;
 mod edits;
 mod engine;
 mod head;
@@ -92,6 +97,7 @@ mod wire;
 
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use client_tcp::ClientTcp;
+pub use connect::{ConnectError, connect, connect_upstream};
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use head::{BodyLength, RequestHeadWriter};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
