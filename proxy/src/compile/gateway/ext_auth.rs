@@ -21,7 +21,8 @@ use teapot_gateway_api::generated::http_routes::{
 };
 use teapot_model::store::{NsRef, Store};
 
-use super::{RouteIn, service_key, service_reference};
+use super::backend_refs::{service_key, service_reference};
+use super::inputs::RouteIn;
 use crate::compile::backends::Resolver;
 use crate::compile::traffic::{ExternalAuth, GatewayAuthTerms};
 use crate::compile::upstream::Upstream;

@@ -32,7 +32,8 @@ use teapot_api::route_policy::{
 use teapot_model::store::{NsName, Store, Stored};
 use teapot_model::tenancy::TenantView;
 
-use super::{AgeKey, GROUP, Reported, RouteIn, RouteObject, age};
+use super::inputs::RouteIn;
+use super::{AgeKey, GROUP, Reported, RouteObject, age};
 use crate::compile::backends::Resolver;
 use crate::compile::policies::{ErrorPageOwner, Policies};
 use crate::compile::routes::RoutePolicy;
@@ -126,7 +127,7 @@ impl Attached {
                     tenant: None,
                     traffic: Some(t.clone()),
                 });
-                Some(super::with_cors(base.as_ref().or(route), cors))
+                Some(super::filters::with_cors(base.as_ref().or(route), cors))
             }
             (Some(own), None) => Some(own.clone()),
             (None, None) => None,
