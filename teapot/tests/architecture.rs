@@ -224,7 +224,9 @@ fn live_state_imports_neither_compile_plane_nor_loops() {
 /// The L4 compile (TCP, UDP and TLS routes) and the HTTP Gateway compile
 /// (HTTP and gRPC routes) are two route families side by side: what they
 /// share (attachment rules, backends, conditions) lives below both, and
-/// neither imports the other; only `compile::gateway_join` sees both.
+/// neither imports the other; both fill `compile::api_status`, the one
+/// Gateway API report below them, and only the compile driver hands the
+/// L4 part of each Gateway to its render.
 #[test]
 fn the_l4_and_http_gateway_compiles_do_not_import_each_other() {
     let l4 = imports_below(&root().join("proxy/src/compile/l4"), &["compile::gateway"]);
@@ -246,6 +248,37 @@ fn plane_does_not_import_loops() {
     let src = root().join("proxy/src/plane");
     let wrong = imports_below(&src, &["loops", "server"]);
     assert!(wrong.is_empty(), "wrong-way imports:\n{}", wrong.join("\n"));
+}
+
+/// Every connection the request plane opens to a backend (forwarded,
+/// HTTP/2 and h2c upstreams, mirrors, authentication and error-page
+/// sub-requests) goes through the one connector, `teapot_h1::connect`:
+/// one timeout rule, `TCP_NODELAY`, one account of a failure. Only the
+/// connector itself and the L4 plane (raw TCP forwarding and its health
+/// checks, on event loops of their own) open sockets; tests may.
+#[test]
+fn backend_connections_go_through_the_one_connector() {
+    let mut files = rust_files(&root().join("proxy/src/plane"));
+    files.extend(rust_files(&root().join("h1/src")));
+    let l4 = root().join("proxy/src/plane/l4");
+    let connector = root().join("h1/src/connect.rs");
+    let mut wrong = Vec::new();
+    for path in files {
+        if path.starts_with(&l4) || path == connector {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for code in code_lines(&text) {
+            if code.contains("TcpStream::connect") || code.contains("TcpSocket") {
+                wrong.push(format!("{}: {}", path.display(), code));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "connecting around teapot_h1::connect:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The L4 TCP data path runs on event loops of its own, off the async

@@ -18,10 +18,10 @@ use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, Method, Response, Uri};
 use teapot_h1::{
-    BodyFraming, BodyLength, ConnInfo, Pool, RequestHeadWriter, Transport, UpstreamConn,
+    BodyFraming, BodyLength, ConnInfo, ConnectError, Pool, RequestHeadWriter, Transport,
+    UpstreamConn,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::compile::upstream::Upstream;
 use crate::live::endpoints::Endpoint;
@@ -198,7 +198,8 @@ pub(super) struct OpenFailed {
 }
 
 /// A new connection to `endpoint`, secured as `upstream` says (TLS to the
-/// backend), within the connect timeout for each step.
+/// backend), within the connect timeout for each step (the one connector,
+/// `teapot_h1::connect_upstream`).
 pub(super) async fn open(
     router: &Router,
     st: &StreamCtx<'_>,
@@ -206,29 +207,33 @@ pub(super) async fn open(
     endpoint: &Endpoint,
     timeout: Duration,
 ) -> Result<UpstreamConn, OpenFailed> {
-    let tcp = connect_to(endpoint, timeout)
-        .await
-        .map_err(|failure| OpenFailed {
-            failure,
-            handshake: false,
-        })?;
-    let Some(tls) = upstream.protocol.tls() else {
-        return Ok(UpstreamConn::Tcp(tcp));
+    let addr: SocketAddr = endpoint.addr;
+    let transport = upstream.protocol.tls().map(|t| &**t as &dyn Transport);
+    let connected = || {
+        endpoint.mark_healthy();
+        EndpointLog::global().connected(addr);
     };
-    let failure = match tokio::time::timeout(timeout, tls.secure(tcp)).await {
-        Ok(Ok(secured)) => return Ok(UpstreamConn::Secured(secured)),
-        Ok(Err(e)) => {
-            tracing::debug!(addr = %endpoint.addr, error = %e, "TLS handshake with the upstream");
+    let e = match teapot_h1::connect_upstream(addr, transport, timeout, connected).await {
+        Ok(conn) => return Ok(conn),
+        Err(e) => e,
+    };
+    tracing::debug!(%addr, error = %e, "connecting to the upstream");
+    let failure = match e {
+        ConnectError::Refused => Failure::Connect("connection refused"),
+        ConnectError::Failed(_) => Failure::Connect("connecting to the upstream failed"),
+        ConnectError::Handshake(_) => {
             Failure::Connect("the TLS handshake with the upstream failed")
         }
-        Err(_) => Failure::ConnectTimeout,
+        ConnectError::TimedOut | ConnectError::HandshakeTimedOut => Failure::ConnectTimeout,
     };
-    if let Some(series) = &st.series {
+    if e.handshake()
+        && let Some(series) = &st.series
+    {
         router.metrics.series.tls_handshake_failed(series);
     }
     Err(OpenFailed {
         failure,
-        handshake: true,
+        handshake: e.handshake(),
     })
 }
 
@@ -280,33 +285,6 @@ fn failed(
         endpoint.eject();
     }
     EndpointLog::global().connect_failed(endpoint.addr, &upstream.name, &e.failure);
-}
-
-/// A new connection to `endpoint`, within the connect timeout.
-pub(super) async fn connect_to(
-    endpoint: &Endpoint,
-    timeout: Duration,
-) -> Result<TcpStream, Failure> {
-    let addr: SocketAddr = endpoint.addr;
-    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
-            endpoint.mark_healthy();
-            EndpointLog::global().connected(addr);
-            Ok(stream)
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(%addr, error = %e, "connecting to the upstream");
-            Err(Failure::Connect(
-                if e.kind() == std::io::ErrorKind::ConnectionRefused {
-                    "connection refused"
-                } else {
-                    "connecting to the upstream failed"
-                },
-            ))
-        }
-        Err(_) => Err(Failure::ConnectTimeout),
-    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -196,7 +196,7 @@ pub fn mirror<'h>(
         let _slot = slot;
         let send = async {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut stream = tokio::net::TcpStream::connect(addr).await?;
+            let mut stream = teapot_h1::connect(addr, MIRROR_TIMEOUT).await?;
             stream.write_all(&bytes).await?;
             let mut sink = [0u8; 1024];
             while stream.read(&mut sink).await? > 0 {}

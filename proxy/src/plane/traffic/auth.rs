@@ -246,7 +246,12 @@ pub async fn check(
         };
         return (Err(busy), Outcome::Busy);
     };
-    let answer = match tokio::time::timeout(limits.timeout, ask(auth, terms, original)).await {
+    let answer = match tokio::time::timeout(
+        limits.timeout,
+        ask(auth, terms, original, limits.timeout),
+    )
+    .await
+    {
         Ok(Ok(head)) => head,
         Ok(Err(outcome)) => return (Err(failed()), outcome),
         Err(_) => return (Err(failed()), Outcome::Timeout),
@@ -425,31 +430,41 @@ async fn ask(
     auth: &ExternalAuth,
     terms: Option<&GatewayAuthTerms>,
     original: &Original<'_>,
+    limit: Duration,
 ) -> Result<http::response::Parts, Outcome> {
     let request = match terms {
         Some(terms) => gateway_sub_request(terms, original),
         None => sub_request(auth, original),
     };
     let request = request.map_err(|_| Outcome::Failed)?;
-    send(&auth.upstream, request, 0).await.map(|(head, _)| head)
+    send(&auth.upstream, request, 0, limit)
+        .await
+        .map(|(head, _)| head)
 }
 
 /// One sub-request to one endpoint of `upstream` (the authentication
 /// service, an error page's backend): the answer's head and, up to
-/// `max_body` bytes, its body (a longer one fails). A connect failure
-/// ejects the endpoint for a while, as a backend's would be.
+/// `max_body` bytes, its body (a longer one fails). `limit` bounds the
+/// connect (the caller bounds the whole exchange by the same). A connect
+/// failure ejects the endpoint for a while, as a backend's would be.
+///
+/// The connection is plain TCP: teapot speaks plain HTTP to an
+/// authentication service (an `https://` auth-url is refused) and to an
+/// error page's backend, whose upstreams carry no backend TLS setting.
 pub(super) async fn send(
     upstream: &Upstream,
     request: Request<Empty<Bytes>>,
     max_body: usize,
+    limit: Duration,
 ) -> Result<(http::response::Parts, Bytes), Outcome> {
     let mut tried = Tried::default();
     let endpoint = upstream.pick(&mut tried).ok_or(Outcome::Unreachable)?;
-    let stream = match TcpStream::connect(endpoint.addr).await {
+    let stream = match teapot_h1::connect(endpoint.addr, limit).await {
         Ok(stream) => {
             endpoint.mark_healthy();
             stream
         }
+        Err(teapot_h1::ConnectError::TimedOut) => return Err(Outcome::Timeout),
         Err(_) => {
             endpoint.eject();
             return Err(Outcome::Unreachable);
@@ -469,7 +484,6 @@ async fn exchange(
     request: Request<Empty<Bytes>>,
     max_body: usize,
 ) -> Result<(http::response::Parts, Bytes), Outcome> {
-    let _ = stream.set_nodelay(true);
     let mut out = Vec::with_capacity(512);
     let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let mut head = teapot_h1::RequestHeadWriter::start(

@@ -162,7 +162,13 @@ impl ErrorPages {
 
     async fn fetch(&self, code: u16) -> Result<Page, Outcome> {
         let request = self.request(code).map_err(|_| Outcome::Failed)?;
-        let (head, body) = auth::send(&self.errors.upstream, request, MAX_PAGE_BYTES).await?;
+        let (head, body) = auth::send(
+            &self.errors.upstream,
+            request,
+            MAX_PAGE_BYTES,
+            self.limits.timeout,
+        )
+        .await?;
         let headers = head
             .headers
             .iter()
