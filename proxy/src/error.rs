@@ -14,6 +14,8 @@ pub enum Error {
     },
     #[error("TLS setup: {0}")]
     Tls(#[from] teapot_model::certificate::TlsError),
+    #[error(transparent)]
+    Serve(#[from] crate::plane::ServeError),
     #[error("watching {path}: {source}")]
     Watch {
         path: std::path::PathBuf,

@@ -27,11 +27,11 @@ use crate::loops::allocations::Allocator;
 use crate::loops::kube_status::StatusOptions;
 use crate::loops::proof::{DomainProver, ProofBook, ProofLimits, ProofTiming};
 use crate::loops::reload::{LiveInputs, Reloader, Source};
-use crate::plane::AcmeResponder;
 use crate::plane::admin::{self, AdminState};
 use crate::plane::metrics::Metrics;
 use crate::plane::proxy::{Router, UpstreamOptions};
 use crate::plane::tls::SniResolver;
+use crate::plane::{AcmeResponder, ServeError};
 
 /// Between telling connections to finish and telling the routers: long
 /// enough for a busy keep-alive connection's next request to be answered
@@ -407,15 +407,13 @@ pub async fn run(
         config.h2c,
     )
     .with_drain(drain_rx);
-    let tls = || -> Result<TlsSettings, Error> {
-        let sni = sni.clone().ok_or_else(|| {
-            Error::Io(std::io::Error::other(
-                "an HTTPS listener needs the SNI resolver",
-            ))
-        })?;
+    let tls = || -> Result<TlsSettings, ServeError> {
+        let sni = sni
+            .clone()
+            .ok_or_else(|| ServeError::Tls("an HTTPS listener needs the SNI resolver".into()))?;
         // The callback keeps each connection's SNI for the 421 check.
         let mut tls = TlsSettings::with_callbacks(Box::new(crate::plane::tls::ServerNameCallback))
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+            .map_err(|e| ServeError::Tls(e.to_string()))?;
         tls.set_cert_resolver(sni);
         tls.enable_h2();
         // The server picks the TLS 1.2 suite from its own order (AES-GCM
@@ -442,7 +440,7 @@ pub async fn run(
         .into_iter()
         .zip(apps)
         .map(|(sockets, app)| crate::plane::serving::service(app, sockets, &tls))
-        .collect::<Result<Vec<_>, Error>>()?;
+        .collect::<Result<Vec<_>, ServeError>>()?;
     let mut serving = crate::plane::serving::ServingThreads::start(services, stop_rx.clone())?;
 
     // In kube mode each replica tells of its own BGP sessions on its Pod.

@@ -7,7 +7,7 @@
 //!   written once for both engines: Host rules, 421, ACME HTTP-01, the
 //!   decision, the Gateway filters' mirrors and rewrites;
 //!   [`forwarding`]: the forwarding fields every forwarded request gets;
-//!   [`policy`]: a route's traffic policy (allow-lists, rate limits,
+//!   [`traffic`]: a route's traffic policy (allow-lists, rate limits,
 //!   redirects, CORS) after the decision.
 //! - [`h1`]: HTTP/1 through teapot's engine (`teapot_h1`), over the
 //!   router and the pipeline.
@@ -34,6 +34,9 @@
 //! - [`access_log`]: one line per request and L4 connection, written off
 //!   the request path; [`trace`]: `X-Request-Id` and `traceparent`.
 //! - [`logflood`]: holding back a client's flood of library log lines.
+//! - [`serving`]: the serving threads, one per core, and their sockets;
+//!   [`ServeError`], why they could not start (the server wraps it in
+//!   the process's error).
 //!
 //! ACME is a loop (`crate::loops::acme`); the plane reaches it only through
 //! [`AcmeResponder`], so nothing here depends on the issuer.
@@ -57,6 +60,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod pipeline;
 pub mod proxy;
+mod serve_error;
 pub mod serving;
 pub mod tls;
 pub mod trace;
@@ -67,6 +71,7 @@ use std::sync::Arc;
 use rustls::sign::CertifiedKey;
 
 use crate::compile::acme::AcmeHosts;
+pub use serve_error::ServeError;
 
 /// What the request path asks of ACME: HTTP-01 challenge answers and
 /// issued certificates, both read live (a token must answer the moment the

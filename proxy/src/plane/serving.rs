@@ -36,7 +36,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{oneshot, watch};
 
-use crate::Error;
+use crate::plane::ServeError;
 
 /// The sockets one serving thread accepts on.
 #[derive(Debug, Default)]
@@ -65,15 +65,15 @@ pub fn per_thread(
     http: Option<TcpListener>,
     https: Option<TcpListener>,
     threads: usize,
-) -> Result<Vec<ThreadSockets>, Error> {
+) -> Result<Vec<ThreadSockets>, ServeError> {
     let mut sets = vec![ThreadSockets { http, https }];
     for _ in 1..threads.max(1) {
-        let member = |l: &Option<TcpListener>| -> Result<Option<TcpListener>, Error> {
+        let member = |l: &Option<TcpListener>| -> Result<Option<TcpListener>, ServeError> {
             let Some(l) = l else { return Ok(None) };
             let addr = l.local_addr()?;
             reuse_port_socket(addr)
                 .map(Some)
-                .map_err(|source| Error::Bind {
+                .map_err(|source| ServeError::Bind {
                     what: "serving thread",
                     addr: addr.to_string(),
                     source,
@@ -140,8 +140,8 @@ pub type Edge = crate::plane::accept::EdgeApp<crate::plane::h2::H2Server>;
 pub fn service(
     app: Edge,
     sockets: ThreadSockets,
-    tls: &dyn Fn() -> Result<TlsSettings, Error>,
-) -> Result<ThreadServing, Error> {
+    tls: &dyn Fn() -> Result<TlsSettings, ServeError>,
+) -> Result<ThreadServing, ServeError> {
     let https = match sockets.https {
         Some(l) => {
             let mut service = Service::new("teapot".to_string(), app.clone());
@@ -314,7 +314,10 @@ pub struct ServingThreads {
 impl ServingThreads {
     /// Starts one thread per service. Each accepts until `stop` turns
     /// `true`; its connections see the same signal.
-    pub fn start(services: Vec<ThreadServing>, stop: watch::Receiver<bool>) -> Result<Self, Error> {
+    pub fn start(
+        services: Vec<ThreadServing>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Self, ServeError> {
         let (release, released) = watch::channel(false);
         let mut threads = Vec::with_capacity(services.len());
         let mut closed = Vec::with_capacity(services.len());
