@@ -2,6 +2,8 @@
 //! Service, Gateway and route status): below the snapshot, so the parts
 //! that report do not import the snapshot that holds their reports.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, Time};
+use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 /// A Kubernetes-style condition. Type, status and reason are fixed words,
@@ -43,5 +45,24 @@ impl Condition {
             reason,
             message: message.into(),
         }
+    }
+
+    /// As the API's condition of an object of `generation`. Its
+    /// `lastTransitionTime` is the epoch: the compile reads no clock; the
+    /// status writer stamps the time when it applies a change.
+    pub fn to_meta(&self, generation: Option<i64>) -> MetaCondition {
+        MetaCondition {
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            message: self.message.clone(),
+            observed_generation: generation,
+            reason: self.reason.into(),
+            status: self.status.into(),
+            type_: self.type_.into(),
+        }
+    }
+
+    /// Whether it is `type_` and True.
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.type_ == type_ && self.status == "True"
     }
 }

@@ -13,8 +13,8 @@
 //! each may route (`bind`); the Gateway API's HTTP and gRPC routes
 //! ([`gateway`]), then the Ingresses ([`ingress`]), which ask the Gateway
 //! compile for a host one of its routes holds; the ACME hosts; the L4
-//! plane ([`l4`]); each Gateway's status joined from both planes
-//! ([`gateway_join`]); the custom-domain report; the snapshot.
+//! plane ([`l4`]); each Gateway's status rendered once from both planes'
+//! parts ([`api_status`]); the custom-domain report; the snapshot.
 //!
 //! Layout:
 //! - [`ingress`]: the Ingress compiler (oldest first: docs/architecture.md,
@@ -29,8 +29,10 @@
 //! - [`listeners`]: each Gateway listener classified once for both
 //!   planes; [`attach`]: the one parentRef -> listener walk for every
 //!   route kind.
-//! - [`gateway_join`]: each Gateway's status, its HTTP and L4 parts
-//!   joined once.
+//! - [`api_status`]: the Gateway API status report both route compiles
+//!   fill (one route report for the five kinds, one outcome per
+//!   listener), each Gateway's conditions decided from all its listeners
+//!   and rendered to the API types once.
 //! - `bind`: which hosts a tenant may route (its subtree, its allowed
 //!   domains, proven custom domains) and which Gateways its routes may bind
 //!   to, for the Ingress, HTTP and L4 compiles alike.
@@ -46,6 +48,7 @@
 //! - [`snapshot`]: what is swapped, and the status report.
 
 pub mod acme;
+pub mod api_status;
 pub mod attach;
 pub mod backends;
 pub(crate) mod bind;
@@ -53,7 +56,6 @@ pub mod certs;
 pub mod condition;
 pub mod domains;
 pub mod gateway;
-pub mod gateway_join;
 pub mod ingress;
 pub mod l4;
 pub mod listeners;
@@ -220,7 +222,7 @@ pub fn compile_incremental(
         &mut gateway,
         &mut certs,
     );
-    let (gateway_table, mut gateway_report) = gateway.finish(store, &mut certs);
+    let (gateway_table, mut gateway_report, gateway_parts) = gateway.finish(store, &mut certs);
     let mut ingress_reports = ingresses.reports;
     // After every Secret is in: a tenant's own certificate always wins.
     let acme_hosts = ingress::assign_acme(
@@ -241,7 +243,11 @@ pub fn compile_incremental(
         Some((compiled, report)) => (Some(compiled), Some(report)),
         None => (None, None),
     };
-    gateway_join::join(&mut gateway_report, l4_report.as_ref());
+    // Each Gateway's status, once, from both planes' parts.
+    let l4_parts: Option<Vec<api_status::L4Part<'_>>> = l4_report
+        .as_ref()
+        .map(|r| r.gateways.iter().map(|g| g.part()).collect());
+    gateway_report.gateways = api_status::gateways(gateway_parts, l4_parts.as_deref());
 
     let domains = domain_report(&mut claims, options.proofs.as_deref());
     let backends = resolver.report();

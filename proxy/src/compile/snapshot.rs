@@ -55,21 +55,22 @@ pub struct StatusReport {
     /// status subresources.
     #[serde(
         rename = "gatewayAPI",
-        skip_serializing_if = "crate::compile::gateway::GatewayReport::is_empty"
+        skip_serializing_if = "crate::compile::api_status::GatewayReport::is_empty"
     )]
-    pub gateway: crate::compile::gateway::GatewayReport,
+    pub gateway: crate::compile::api_status::GatewayReport,
     /// BackendTLSPolicy status, in the shape of its status subresource
     /// (`crate::compile::gateway::backend_tls`).
     #[serde(rename = "backendTLSPolicies", skip_serializing_if = "Vec::is_empty")]
     pub backend_tls_policies: Vec<
-        crate::compile::gateway::Reported<
+        crate::compile::api_status::Reported<
             teapot_gateway_api::generated::backend_tls_policies::BackendTlsPolicyStatus,
         >,
     >,
     /// RouteTrafficPolicy status (`crate::compile::gateway::route_policy`).
     #[serde(rename = "routeTrafficPolicies", skip_serializing_if = "Vec::is_empty")]
-    pub route_traffic_policies:
-        Vec<crate::compile::gateway::Reported<teapot_api::route_policy::RouteTrafficPolicyStatus>>,
+    pub route_traffic_policies: Vec<
+        crate::compile::api_status::Reported<teapot_api::route_policy::RouteTrafficPolicyStatus>,
+    >,
     /// How large the compiled tables are: what tenants' objects cost every
     /// replica's memory, visible to the operator.
     pub tables: TableSizes,

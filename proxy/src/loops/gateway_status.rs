@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_model::store::{Kind, NsName, Store};
 
-use crate::compile::l4::gateway::RouteKind;
+use crate::compile::api_status::{RouteKind, RouteReport};
 use crate::compile::snapshot::Snapshot;
 
 /// Field manager of every status write (Ingress, Service and Gateway API
@@ -57,9 +57,9 @@ pub struct StatusUpdate {
 /// snapshot's report decides.
 ///
 /// The compile's report (`report.gateway`) gives GatewayClass, Gateway
-/// (its L4 listeners and address already joined in,
-/// [`crate::compile::gateway_join`]), HTTPRoute and GRPCRoute status; the
-/// L4 report adds TCPRoute, UDPRoute and TLSRoute parent statuses.
+/// (decided from both listener planes, [`crate::compile::api_status`]),
+/// HTTPRoute and GRPCRoute status; the L4 report adds TCPRoute, UDPRoute
+/// and TLSRoute parent statuses, rendered by the same route report.
 pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
     let http = &snapshot.report.gateway;
     let mut out = Vec::new();
@@ -71,7 +71,7 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
             status: to_value(&c.status),
         });
     }
-    // Already joined with the L4 compile's part (`compile::gateway_join`).
+    // Rendered once from the HTTP and L4 planes' parts.
     for g in &http.gateways {
         out.push(StatusUpdate {
             kind: Kind::Gateway,
@@ -80,20 +80,19 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
             status: to_value(&g.status),
         });
     }
-    for (kind, routes) in [
-        (Kind::HttpRoute, &http.http_routes),
-        (Kind::GrpcRoute, &http.grpc_routes),
-    ] {
-        for r in routes {
-            let mut whole = serde_json::to_value(r).unwrap_or_default();
-            out.push(StatusUpdate {
-                kind,
-                namespace: r.namespace().to_string(),
-                name: r.name().to_string(),
-                status: whole["status"].take(),
-            });
-        }
-    }
+    let route = |r: &RouteReport| StatusUpdate {
+        kind: match r.kind() {
+            RouteKind::Http => Kind::HttpRoute,
+            RouteKind::Grpc => Kind::GrpcRoute,
+            RouteKind::Tcp => Kind::TcpRoute,
+            RouteKind::Udp => Kind::UdpRoute,
+            RouteKind::Tls => Kind::TlsRoute,
+        },
+        namespace: r.namespace().to_string(),
+        name: r.name().to_string(),
+        status: r.status(),
+    };
+    out.extend(http.http_routes.iter().chain(&http.grpc_routes).map(route));
     out.extend(
         snapshot
             .report
@@ -118,19 +117,14 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
                 status: to_value(&p.status),
             }),
     );
-    let Some(l4) = snapshot.report.l4.as_ref() else {
-        return out;
-    };
-    out.extend(l4.routes.iter().map(|r| StatusUpdate {
-        kind: match r.kind {
-            RouteKind::Tcp => Kind::TcpRoute,
-            RouteKind::Udp => Kind::UdpRoute,
-            RouteKind::Tls => Kind::TlsRoute,
-        },
-        namespace: r.namespace.clone(),
-        name: r.name.clone(),
-        status: r.status(),
-    }));
+    out.extend(
+        snapshot
+            .report
+            .l4
+            .iter()
+            .flat_map(|l4| &l4.routes)
+            .map(route),
+    );
     out
 }
 

@@ -44,27 +44,20 @@ pub mod table;
 
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, Time};
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
 use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_api::{HostPattern, hostname};
 use teapot_gateway_api::generated::gateway_classes::GatewayClassStatus;
-use teapot_gateway_api::generated::gateways::{
-    GatewayListeners, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
-    GatewayStatusListenersSupportedKinds,
-};
-use teapot_gateway_api::generated::grpc_routes::{
-    GrpcRouteStatus, GrpcRouteStatusParents, GrpcRouteStatusParentsParentRef,
-};
-use teapot_gateway_api::generated::http_routes::{
-    HttpRouteStatus, HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
-};
+use teapot_gateway_api::generated::gateways::{GatewayListeners, GatewayStatusAddresses};
 use teapot_gateway_api::{Gateway, GrpcRoute, HttpRoute};
 use teapot_model::store::{NsName, NsRef, Store};
 
+use crate::compile::api_status::{self, GatewayParts, ListenerOutcome, ParentReport};
+pub use crate::compile::api_status::{GatewayReport, Reported, RouteReport};
 use crate::compile::backends::Resolver;
 use crate::compile::certs::CertTable;
+use crate::compile::condition::Condition;
 use crate::compile::policies::Policies;
 use crate::compile::{attach, listeners};
 use inputs::{ParentIn, RouteIn};
@@ -73,183 +66,21 @@ use table::{Candidate, RouteInfo, TableBuilder, Target};
 pub use table::{GatewayTable, RequestFacts, RequestHeaders};
 
 /// The group of every Gateway API kind.
-use teapot_model::attachment::{self, GROUP, ListenerProtocol};
+use teapot_model::attachment::{self, GROUP};
 
-/// The Gateway API part of `/status`, in the shapes of the status
-/// subresources (what the kube status writer applies).
-#[derive(Debug, Default, Serialize)]
-pub struct GatewayReport {
-    #[serde(rename = "gatewayClasses")]
-    pub classes: Vec<Reported<GatewayClassStatus>>,
-    pub gateways: Vec<Reported<GatewayStatus>>,
-    #[serde(rename = "httpRoutes")]
-    pub http_routes: Vec<RouteReport>,
-    #[serde(rename = "grpcRoutes")]
-    pub grpc_routes: Vec<RouteReport>,
-}
-
-impl GatewayReport {
-    pub fn is_empty(&self) -> bool {
-        self.classes.is_empty()
-            && self.gateways.is_empty()
-            && self.http_routes.is_empty()
-            && self.grpc_routes.is_empty()
-    }
-}
-
-/// One object's status.
-#[derive(Debug, Serialize)]
-pub struct Reported<S> {
-    /// Empty for cluster-scoped objects.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub namespace: String,
-    pub name: String,
-    pub status: S,
-}
-
-/// A route's status, kept compact (fixed words, the route object shared
-/// with the store) and rendered as the typed `HTTPRouteStatus` or
-/// `GRPCRouteStatus` when asked ([`RouteReport::http_status`], `/status`):
-/// building those for every route was a share of each compile, as
-/// rendering every backend would be (`snapshot::Backends`).
-#[derive(Debug)]
-pub struct RouteReport {
-    route: RouteObject,
-    /// Per reported parentRef: its index in `spec.parentRefs` and its
-    /// conditions.
-    parents: Vec<(usize, Vec<Cond>)>,
-}
-
+/// The route the compile reads: an HTTPRoute or a GRPCRoute.
 #[derive(Clone, Debug)]
 enum RouteObject {
     Http(Arc<HttpRoute>),
     Grpc(Arc<GrpcRoute>),
 }
 
-/// A condition before rendering.
-#[derive(Clone, Debug)]
-struct Cond {
-    type_: &'static str,
-    ok: bool,
-    reason: &'static str,
-    message: String,
-}
-
-impl Cond {
-    fn new(
-        type_: &'static str,
-        ok: bool,
-        reason: &'static str,
-        message: impl Into<String>,
-    ) -> Cond {
-        Cond {
-            type_,
-            ok,
-            reason,
-            message: message.into(),
+impl From<RouteObject> for api_status::RouteObject {
+    fn from(route: RouteObject) -> Self {
+        match route {
+            RouteObject::Http(r) => api_status::RouteObject::Http(r),
+            RouteObject::Grpc(r) => api_status::RouteObject::Grpc(r),
         }
-    }
-}
-
-impl RouteReport {
-    pub fn namespace(&self) -> &str {
-        let meta = match &self.route {
-            RouteObject::Http(r) => &r.metadata,
-            RouteObject::Grpc(r) => &r.metadata,
-        };
-        meta.namespace.as_deref().unwrap_or("default")
-    }
-
-    pub fn name(&self) -> &str {
-        let meta = match &self.route {
-            RouteObject::Http(r) => &r.metadata,
-            RouteObject::Grpc(r) => &r.metadata,
-        };
-        meta.name.as_deref().unwrap_or("")
-    }
-
-    fn conditions(&self, conditions: &[Cond]) -> Vec<Condition> {
-        let generation = match &self.route {
-            RouteObject::Http(r) => r.metadata.generation,
-            RouteObject::Grpc(r) => r.metadata.generation,
-        };
-        conditions
-            .iter()
-            .map(|c| condition(c.type_, c.ok, c.reason, c.message.clone(), generation))
-            .collect()
-    }
-
-    /// The status of an HTTPRoute (`None` for a GRPCRoute).
-    pub fn http_status(&self) -> Option<HttpRouteStatus> {
-        let RouteObject::Http(route) = &self.route else {
-            return None;
-        };
-        let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
-        Some(HttpRouteStatus {
-            parents: self
-                .parents
-                .iter()
-                .filter_map(|(i, conditions)| {
-                    let p = refs.get(*i)?;
-                    Some(HttpRouteStatusParents {
-                        conditions: self.conditions(conditions),
-                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
-                        parent_ref: HttpRouteStatusParentsParentRef {
-                            group: p.group.clone(),
-                            kind: p.kind.clone(),
-                            name: p.name.clone(),
-                            namespace: p.namespace.clone(),
-                            port: p.port,
-                            section_name: p.section_name.clone(),
-                        },
-                    })
-                })
-                .collect(),
-        })
-    }
-
-    /// The status of a GRPCRoute (`None` for an HTTPRoute).
-    pub fn grpc_status(&self) -> Option<GrpcRouteStatus> {
-        let RouteObject::Grpc(route) = &self.route else {
-            return None;
-        };
-        let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
-        Some(GrpcRouteStatus {
-            parents: self
-                .parents
-                .iter()
-                .filter_map(|(i, conditions)| {
-                    let p = refs.get(*i)?;
-                    Some(GrpcRouteStatusParents {
-                        conditions: self.conditions(conditions),
-                        controller_name: GATEWAY_CONTROLLER_NAME.into(),
-                        parent_ref: GrpcRouteStatusParentsParentRef {
-                            group: p.group.clone(),
-                            kind: p.kind.clone(),
-                            name: p.name.clone(),
-                            namespace: p.namespace.clone(),
-                            port: p.port,
-                            section_name: p.section_name.clone(),
-                        },
-                    })
-                })
-                .collect(),
-        })
-    }
-}
-
-impl Serialize for RouteReport {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(3))?;
-        map.serialize_entry("namespace", self.namespace())?;
-        map.serialize_entry("name", self.name())?;
-        match (self.http_status(), self.grpc_status()) {
-            (Some(s), _) => map.serialize_entry("status", &s)?,
-            (None, Some(s)) => map.serialize_entry("status", &s)?,
-            (None, None) => {}
-        }
-        map.end()
     }
 }
 
@@ -261,8 +92,8 @@ fn condition(
     reason: &str,
     message: impl Into<String>,
     generation: Option<i64>,
-) -> Condition {
-    Condition {
+) -> MetaCondition {
+    MetaCondition {
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
         message: message.into(),
         observed_generation: generation,
@@ -279,19 +110,20 @@ enum Plane {
     Https,
 }
 
-/// A listener as routes see it after the Gateway compile.
+/// A listener as routes see it after the Gateway compile, beside its
+/// classification.
 #[derive(Debug)]
-struct Listener<'s> {
-    spec: &'s GatewayListeners,
-    /// `None`: not served (its conditions say why).
+struct Listener {
+    /// `None`: not served by the HTTP plane (its conditions, or the
+    /// other plane's, say why).
     plane: Option<Plane>,
     /// The hostname routes intersect with (the assigned hostname in a
     /// tenant namespace when the listener has none).
     hostname: Option<HostPattern>,
-    /// Route kinds it admits.
-    kinds: Vec<&'static str>,
-    attached: i32,
-    conditions: Vec<Condition>,
+    attached: u32,
+    /// The HTTP plane's conditions of its HTTP and HTTPS listeners;
+    /// `None` for the others, which the HTTP plane does not judge.
+    conditions: Option<Vec<Condition>>,
 }
 
 /// A Gateway of our class.
@@ -299,7 +131,10 @@ struct Listener<'s> {
 struct GatewayEntry<'s> {
     id: &'s NsName,
     gateway: &'s Gateway,
-    listeners: Vec<Listener<'s>>,
+    /// Every listener, classified once for both planes.
+    classes: Vec<listeners::ListenerClass<'s>>,
+    /// The HTTP plane's view of each, by index in `classes`.
+    listeners: Vec<Listener>,
     addresses: Vec<GatewayStatusAddresses>,
     /// `spec.tls.backend.clientCertificateRef`, resolved.
     client_cert: Option<backend_tls::GatewayClientCert>,
@@ -314,6 +149,9 @@ type GatewayIndex<'s> =
 pub struct GatewayCompile<'s> {
     builder: TableBuilder,
     report: GatewayReport,
+    /// Each Gateway's part for its status, rendered with the L4 plane's
+    /// ([`api_status::gateways`]).
+    gateways: Vec<GatewayParts<'s>>,
     /// (route name, age key) of each route by its index in age order:
     /// a host pattern's holder is the route that bound it first
     /// ([`TableBuilder::holder`]), the oldest, as routes bind oldest first.
@@ -364,6 +202,7 @@ impl<'s> GatewayCompile<'s> {
         let mut out = GatewayCompile {
             builder: TableBuilder::default(),
             report: GatewayReport::default(),
+            gateways: Vec::new(),
             claimants: Vec::new(),
             bound_any: false,
             released: Vec::new(),
@@ -382,9 +221,9 @@ impl<'s> GatewayCompile<'s> {
                 namespace: String::new(),
                 name: name.clone(),
                 status: GatewayClassStatus {
-                    conditions: Some(vec![condition(
-                        "Accepted", true, "Accepted", "", generation,
-                    )]),
+                    conditions: Some(vec![
+                        Condition::new("Accepted", true, "Accepted", "").to_meta(generation),
+                    ]),
                     supported_features: None,
                 },
             });
@@ -426,71 +265,42 @@ impl<'s> GatewayCompile<'s> {
             );
         }
 
-        for g in gateways {
-            let generation = g.gateway.metadata.generation;
-            let accepted = g.listeners.iter().any(|l| l.plane.is_some());
-            let listeners = g
-                .listeners
-                .into_iter()
-                .map(|l| GatewayStatusListeners {
-                    attached_routes: l.attached,
-                    conditions: l.conditions,
-                    name: l.spec.name.clone(),
-                    supported_kinds: Some(
-                        l.kinds
-                            .iter()
-                            .map(|k| GatewayStatusListenersSupportedKinds {
-                                group: Some(GROUP.into()),
-                                kind: (*k).into(),
-                            })
-                            .collect(),
-                    ),
-                })
-                .collect();
-            let mut conditions = if accepted {
-                vec![
-                    condition("Accepted", true, "Accepted", "", generation),
-                    condition("Programmed", true, "Programmed", "", generation),
-                ]
-            } else {
-                vec![
-                    condition(
-                        "Accepted",
-                        false,
-                        "ListenersNotValid",
-                        "no listener teapot serves",
-                        generation,
-                    ),
-                    condition(
-                        "Programmed",
-                        false,
-                        "Invalid",
-                        "no listener teapot serves",
-                        generation,
-                    ),
-                ]
-            };
-            // The specification's ResolvedRefs for the backend client
-            // certificate; Gateways without one report none, as before.
-            if let Some(cert) = &g.client_cert {
-                conditions.push(match &cert.key {
-                    Ok(_) => condition("ResolvedRefs", true, "ResolvedRefs", "", generation),
+        out.gateways = gateways
+            .into_iter()
+            .map(|g| GatewayParts {
+                id: g.id,
+                generation: g.gateway.metadata.generation,
+                http: g
+                    .listeners
+                    .into_iter()
+                    .map(|l| {
+                        let conditions = l.conditions?;
+                        Some(ListenerOutcome {
+                            supported_kinds: Vec::new(),
+                            attached_routes: l.attached,
+                            conditions,
+                        })
+                    })
+                    .zip(&g.classes)
+                    .map(|(outcome, class)| {
+                        outcome.map(|o| ListenerOutcome {
+                            supported_kinds: class.kinds.admitted.clone(),
+                            ..o
+                        })
+                    })
+                    .collect(),
+                classes: g.classes,
+                addresses: g.addresses,
+                // The specification's ResolvedRefs for the backend client
+                // certificate; Gateways without one report none.
+                client_cert: g.client_cert.map(|cert| match cert.key {
+                    Ok(_) => Condition::new("ResolvedRefs", true, "ResolvedRefs", ""),
                     Err((reason, message)) => {
-                        condition("ResolvedRefs", false, reason, message.clone(), generation)
+                        Condition::new("ResolvedRefs", false, reason, message)
                     }
-                });
-            }
-            out.report.gateways.push(Reported {
-                namespace: g.id.namespace.clone(),
-                name: g.id.name.clone(),
-                status: GatewayStatus {
-                    addresses: Some(g.addresses),
-                    attached_listener_sets: None,
-                    conditions: Some(conditions),
-                    listeners: Some(listeners),
-                },
-            });
-        }
+                }),
+            })
+            .collect();
         out
     }
 
@@ -528,9 +338,14 @@ impl<'s> GatewayCompile<'s> {
         Ok(())
     }
 
-    /// The table and report, with the HTTPS listeners' certificates added
-    /// where no Ingress put one.
-    pub fn finish(mut self, store: &Store, certs: &mut CertTable) -> (GatewayTable, GatewayReport) {
+    /// The table, the report (its Gateways' statuses left for
+    /// [`api_status::gateways`]) and each Gateway's part, with the HTTPS
+    /// listeners' certificates added where no Ingress put one.
+    pub fn finish(
+        mut self,
+        store: &Store,
+        certs: &mut CertTable,
+    ) -> (GatewayTable, GatewayReport, Vec<GatewayParts<'s>>) {
         for (host, secret) in &self.certificates {
             if let Some(s) = store.secrets.get(&NsRef {
                 namespace: &secret.namespace,
@@ -547,7 +362,7 @@ impl<'s> GatewayCompile<'s> {
             let message = format!(
                 "host {host} is held by older Ingress {ingress}; this route does not serve it"
             );
-            let c = Cond::new("Conflicted", true, "OlderIngressWins", message);
+            let c = Condition::new("Conflicted", true, "OlderIngressWins", message);
             let reports = self
                 .report
                 .http_routes
@@ -559,12 +374,12 @@ impl<'s> GatewayCompile<'s> {
                     .and_then(|n| n.strip_prefix('/'))
                     == Some(r.name())
             }) {
-                for (_, conditions) in &mut r.parents {
-                    conditions.push(c.clone());
+                for parent in &mut r.parents {
+                    parent.conditions.push(c.clone());
                 }
             }
         }
-        (self.builder.build(), self.report)
+        (self.builder.build(), self.report, self.gateways)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -641,11 +456,11 @@ impl<'s> GatewayCompile<'s> {
             );
             match accepted {
                 Ok(()) if invalid_rules.is_empty() => {
-                    conditions.push(Cond::new("Accepted", true, "Accepted", ""));
+                    conditions.push(Condition::new("Accepted", true, "Accepted", ""));
                 }
                 Ok(()) => {
-                    conditions.push(Cond::new("Accepted", true, "Accepted", ""));
-                    conditions.push(Cond::new(
+                    conditions.push(Condition::new("Accepted", true, "Accepted", ""));
+                    conditions.push(Condition::new(
                         "PartiallyInvalid",
                         true,
                         "UnsupportedValue",
@@ -653,19 +468,24 @@ impl<'s> GatewayCompile<'s> {
                     ));
                 }
                 Err((reason, message)) => {
-                    conditions.push(Cond::new("Accepted", false, reason, message));
+                    conditions.push(Condition::new("Accepted", false, reason, message));
                 }
             }
             conditions.push(match &resolved {
-                Ok(()) => Cond::new("ResolvedRefs", true, "ResolvedRefs", ""),
-                Err((reason, message)) => Cond::new("ResolvedRefs", false, reason, message.clone()),
+                Ok(()) => Condition::new("ResolvedRefs", true, "ResolvedRefs", ""),
+                Err((reason, message)) => {
+                    Condition::new("ResolvedRefs", false, reason, message.clone())
+                }
             });
-            parents.push((position, conditions));
+            parents.push(ParentReport {
+                index: position,
+                conditions,
+            });
         }
         if targets.is_empty() && !invalid_rules.is_empty() {
-            for (_, conditions) in &mut parents {
-                if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "Accepted") {
-                    *c = Cond::new(
+            for parent in &mut parents {
+                if let Some(c) = parent.conditions.iter_mut().find(|c| c.type_ == "Accepted") {
+                    *c = Condition::new(
                         "Accepted",
                         false,
                         "UnsupportedValue",
@@ -682,10 +502,7 @@ impl<'s> GatewayCompile<'s> {
         } else {
             &mut self.report.http_routes
         };
-        list.push(RouteReport {
-            route: route.object.clone(),
-            parents,
-        });
+        list.push(RouteReport::new(route.object.clone().into(), parents));
     }
 
     /// Binds a route's rules to the listeners of one parentRef; the
@@ -709,12 +526,16 @@ impl<'s> GatewayCompile<'s> {
         let walk = attach::attach(
             store,
             gateway.id,
-            gateway.listeners.iter().map(|l| attach::Seat {
-                spec: l.spec,
-                hostname: l.hostname.as_ref(),
-                kinds: &l.kinds,
-                served: l.plane.is_some(),
-            }),
+            gateway
+                .classes
+                .iter()
+                .zip(&gateway.listeners)
+                .map(|(c, l)| attach::Seat {
+                    spec: c.spec,
+                    hostname: l.hostname.as_ref(),
+                    kinds: &c.kinds.admitted,
+                    served: l.plane.is_some(),
+                }),
             &attach::RouteFacts {
                 kind: route.kind,
                 namespace: &id.namespace,
@@ -730,6 +551,7 @@ impl<'s> GatewayCompile<'s> {
         .map_err(|r| (r.reason, r.message))?;
         for (i, served) in &walk.listeners {
             let listener = &gateway.listeners[*i];
+            let spec = gateway.classes[*i].spec;
             let https = listener.plane == Some(Plane::Https);
             let rank = table::listener_rank(listener.hostname.as_ref());
             for &host in served {
@@ -753,7 +575,7 @@ impl<'s> GatewayCompile<'s> {
                 if https && let Some(h) = host {
                     // The listener's certificates also cover the hosts its
                     // routes bring (a listener without hostname).
-                    for s in listener_secrets(gateway.id, listener.spec) {
+                    for s in listener_secrets(gateway.id, spec) {
                         self.certificates.push((h.clone(), s));
                     }
                 }
@@ -761,7 +583,7 @@ impl<'s> GatewayCompile<'s> {
         }
         let attached: Vec<usize> = walk.listeners.iter().map(|(i, _)| *i).collect();
         for i in attached {
-            gateway.listeners[i].attached += i32::from(countable);
+            gateway.listeners[i].attached += u32::from(countable);
         }
         Ok(())
     }
@@ -806,7 +628,6 @@ fn gateway_entry<'s>(
     certificates: &mut Vec<(HostPattern, NsName)>,
 ) -> GatewayEntry<'s> {
     let store = cx.store;
-    let generation = gateway.metadata.generation;
     let tenancy = cx.hosts.tenancy;
     let tenant = tenancy.get(&id.namespace);
     let assigned = tenant.map(|t| {
@@ -839,44 +660,38 @@ fn gateway_entry<'s>(
             })
             .collect(),
     };
-    let mut listeners = Vec::with_capacity(gateway.spec.listeners.len());
-    for class in listeners::classify(gateway) {
+    let classes = listeners::classify(gateway);
+    let mut listeners = Vec::with_capacity(classes.len());
+    for class in &classes {
         let l = class.spec;
-        let refs = class.certificate_refs();
-        let mut conditions = Vec::new();
-        if class.protocol.is_some_and(ListenerProtocol::is_l4) {
-            conditions.push(condition(
-                "Accepted",
-                false,
-                "UnsupportedProtocol",
-                // With the L4 plane on, its report replaces this entry
-                // (`compile::gateway_join`); what stays is the L4
-                // plane being off.
-                format!(
-                    "{} listeners are served by the L4 plane, which is off (--l4 false)",
-                    l.protocol
-                ),
-                generation,
-            ));
-        } else if let Some((reason, message)) = &class.refused {
-            conditions.push(condition(
-                "Accepted",
-                false,
-                reason,
-                message.clone(),
-                generation,
-            ));
-        }
+        // The hostname routes intersect with, whichever plane serves it.
+        let hostname = match (&class.hostname, &assigned) {
+            (Some(h), _) => Some(h.clone()),
+            (None, Some(own)) if l.hostname.is_none() => Some(own.clone()),
+            (None, _) => None,
+        };
         let mut plane = match class.plane {
             Some(listeners::Plane::Http) => Some(Plane::Http),
             Some(listeners::Plane::Https) => Some(Plane::Https),
-            _ => None,
+            // The L4 plane's, or no plane's: their outcome is not this
+            // compile's to decide (`api_status`).
+            _ => {
+                listeners.push(Listener {
+                    plane: None,
+                    hostname,
+                    attached: 0,
+                    conditions: None,
+                });
+                continue;
+            }
         };
-        let attachment::RouteKinds {
-            admitted: kinds,
-            invalid: invalid_kinds,
-        } = class.kinds;
-        let mut resolved: Result<(), (&str, String)> = Ok(());
+        let refs = class.certificate_refs();
+        let mut conditions = Vec::new();
+        if let Some((reason, message)) = &class.refused {
+            conditions.push(Condition::new("Accepted", false, reason, message.clone()));
+        }
+        let invalid_kinds = &class.kinds.invalid;
+        let mut resolved: Result<(), (&'static str, String)> = Ok(());
         if !invalid_kinds.is_empty() {
             resolved = Err((
                 "InvalidRouteKinds",
@@ -934,52 +749,32 @@ fn gateway_entry<'s>(
                 plane = None;
             }
         }
-        let hostname = match (class.hostname, &assigned) {
-            (Some(h), _) => Some(h),
-            (None, Some(own)) if l.hostname.is_none() => Some(own.clone()),
-            (None, _) => None,
-        };
         if plane.is_some() {
-            if let Some((reason, message)) = class.conflict {
-                conditions.push(condition("Conflicted", true, reason, message, generation));
+            if let Some((reason, message)) = &class.conflict {
+                conditions.push(Condition::new("Conflicted", true, reason, message.clone()));
                 plane = None;
             } else {
-                conditions.push(condition(
-                    "Conflicted",
-                    false,
-                    "NoConflicts",
-                    "",
-                    generation,
-                ));
+                conditions.push(Condition::new("Conflicted", false, "NoConflicts", ""));
             }
         }
         if plane.is_some() {
-            conditions.push(condition("Accepted", true, "Accepted", "", generation));
+            conditions.push(Condition::new("Accepted", true, "Accepted", ""));
         } else if !conditions.iter().any(|c| c.type_ == "Accepted") {
-            conditions.push(condition(
+            conditions.push(Condition::new(
                 "Accepted",
                 false,
                 "Invalid",
                 "the listener is not served (see ResolvedRefs)",
-                generation,
             ));
         }
-        conditions.push(match &resolved {
-            Ok(()) => condition("ResolvedRefs", true, "ResolvedRefs", "", generation),
-            Err((reason, message)) => {
-                condition("ResolvedRefs", false, reason, message.clone(), generation)
-            }
+        conditions.push(match resolved {
+            Ok(()) => Condition::new("ResolvedRefs", true, "ResolvedRefs", ""),
+            Err((reason, message)) => Condition::new("ResolvedRefs", false, reason, message),
         });
         conditions.push(if plane.is_some() {
-            condition("Programmed", true, "Programmed", "", generation)
+            Condition::new("Programmed", true, "Programmed", "")
         } else {
-            condition(
-                "Programmed",
-                false,
-                "Invalid",
-                "the listener is not served",
-                generation,
-            )
+            Condition::new("Programmed", false, "Invalid", "the listener is not served")
         });
         // A tenant's certificates go on the hosts its routes bind (after
         // the tenant host rules, in `attach`), never on a bare listener
@@ -993,17 +788,16 @@ fn gateway_entry<'s>(
             }
         }
         listeners.push(Listener {
-            spec: l,
             plane,
             hostname,
-            kinds,
             attached: 0,
-            conditions,
+            conditions: Some(conditions),
         });
     }
     GatewayEntry {
         id,
         gateway,
+        classes,
         listeners,
         addresses,
         client_cert: backend_tls::gateway_client_cert(store, id, gateway, tenant.is_some()),

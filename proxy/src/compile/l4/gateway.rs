@@ -26,15 +26,17 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
 use teapot_api::HostPattern;
-use teapot_api::names::GATEWAY_CONTROLLER_NAME;
 use teapot_gateway_api::Gateway;
 use teapot_model::store::{NsName, Store};
 use teapot_model::tenancy::Tenancy;
 
 use super::allocation::{Holding, PortKey};
+pub use super::forward::{Chosen, Refusals, SniRoutes, Target, union, weighted};
 use super::pool::Protocol;
+pub use super::report::{GatewayPart, ListenerPart};
+pub use crate::compile::api_status::RouteKind;
+use crate::compile::api_status::{ListenerOutcome, ParentReport, RouteObject, RouteReport};
 use crate::compile::attach;
 use crate::compile::bind::TenantHosts;
 use crate::compile::condition::Condition;
@@ -143,39 +145,17 @@ pub(super) fn status_holding(gateway: &Gateway) -> Option<Holding> {
     Some(Holding::single(addr, None))
 }
 
-/// The route kinds of the L4 plane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub enum RouteKind {
-    #[serde(rename = "TCPRoute")]
-    Tcp,
-    #[serde(rename = "UDPRoute")]
-    Udp,
-    #[serde(rename = "TLSRoute")]
-    Tls,
-}
-
-impl RouteKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RouteKind::Tcp => "TCPRoute",
-            RouteKind::Udp => "UDPRoute",
-            RouteKind::Tls => "TLSRoute",
-        }
-    }
-}
-
 /// A parentRef as written, with the defaults the CRD applies.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ParentRef {
-    pub group: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub section_name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub port: Option<i32>,
+#[derive(Clone, Debug)]
+struct ParentRef<'s> {
+    /// Its index in `spec.parentRefs`.
+    index: usize,
+    group: &'s str,
+    kind: &'s str,
+    namespace: &'s str,
+    name: &'s str,
+    section_name: Option<&'s str>,
+    port: Option<i32>,
 }
 
 /// A backendRef as written.
@@ -193,20 +173,23 @@ struct BackendRef<'s> {
 #[derive(Debug)]
 struct RouteView<'s> {
     kind: RouteKind,
+    object: RouteObject,
     id: &'s NsName,
     created: Option<&'s Timestamp>,
-    parents: Vec<ParentRef>,
+    parents: Vec<ParentRef<'s>>,
     /// TLSRoute only; empty: every hostname of the listener.
     hostnames: Vec<HostPattern>,
     backends: Vec<BackendRef<'s>>,
 }
 
 macro_rules! route_view {
-    ($kind:expr, $id:expr, $route:expr, $hostnames:expr) => {{
+    ($object:ident, $id:expr, $route:expr, $hostnames:expr) => {{
         let route = $route;
         let id: &NsName = $id;
+        let object = RouteObject::$object(route.clone());
         RouteView {
-            kind: $kind,
+            kind: object.kind(),
+            object,
             id,
             created: route.metadata.creation_timestamp.as_ref().map(|t| &t.0),
             parents: route
@@ -214,12 +197,14 @@ macro_rules! route_view {
                 .parent_refs
                 .iter()
                 .flatten()
-                .map(|p| ParentRef {
-                    group: p.group.clone().unwrap_or_else(|| GROUP.to_string()),
-                    kind: p.kind.clone().unwrap_or_else(|| "Gateway".to_string()),
-                    namespace: p.namespace.clone().unwrap_or_else(|| id.namespace.clone()),
-                    name: p.name.clone(),
-                    section_name: p.section_name.clone(),
+                .enumerate()
+                .map(|(index, p)| ParentRef {
+                    index,
+                    group: p.group.as_deref().unwrap_or(GROUP),
+                    kind: p.kind.as_deref().unwrap_or("Gateway"),
+                    namespace: p.namespace.as_deref().unwrap_or(&id.namespace),
+                    name: &p.name,
+                    section_name: p.section_name.as_deref(),
                     port: p.port,
                 })
                 .collect(),
@@ -245,10 +230,10 @@ macro_rules! route_view {
 fn routes(store: &Store) -> Vec<RouteView<'_>> {
     let mut out: Vec<RouteView<'_>> = Vec::new();
     for (id, r) in &store.tcp_routes {
-        out.push(route_view!(RouteKind::Tcp, id, &r.object, Vec::new()));
+        out.push(route_view!(Tcp, id, &r.object, Vec::new()));
     }
     for (id, r) in &store.udp_routes {
-        out.push(route_view!(RouteKind::Udp, id, &r.object, Vec::new()));
+        out.push(route_view!(Udp, id, &r.object, Vec::new()));
     }
     for (id, r) in &store.tls_routes {
         // The loader validated every hostname.
@@ -259,7 +244,7 @@ fn routes(store: &Store) -> Vec<RouteView<'_>> {
             .iter()
             .filter_map(|h| HostPattern::parse(h).ok())
             .collect();
-        out.push(route_view!(RouteKind::Tls, id, &r.object, hosts));
+        out.push(route_view!(Tls, id, &r.object, hosts));
     }
     // Oldest first: the specification's tie-break, and the first-holder
     // rule for TCP and UDP listeners.
@@ -267,285 +252,6 @@ fn routes(store: &Store) -> Vec<RouteView<'_>> {
         (a.created.is_none(), a.created, a.id).cmp(&(b.created.is_none(), b.created, b.id))
     });
     out
-}
-
-/// One route's status under one of teapot's Gateways.
-#[derive(Debug, Serialize)]
-pub struct RouteParentReport {
-    pub parent_ref: ParentRef,
-    pub conditions: Vec<Condition>,
-}
-
-/// A TCPRoute, UDPRoute or TLSRoute with at least one parentRef to one of
-/// teapot's Gateways.
-#[derive(Debug, Serialize)]
-pub struct RouteReport {
-    pub kind: RouteKind,
-    pub namespace: String,
-    pub name: String,
-    pub parents: Vec<RouteParentReport>,
-}
-
-impl RouteReport {
-    /// The route's `status` as teapot writes it: one `parents[]` entry per
-    /// parentRef to one of teapot's Gateways, with `controllerName`. The
-    /// status writer adds `observedGeneration` and `lastTransitionTime`.
-    pub fn status(&self) -> serde_json::Value {
-        let parents: Vec<serde_json::Value> = self
-            .parents
-            .iter()
-            .map(|p| {
-                serde_json::json!({
-                    "parentRef": p.parent_ref,
-                    "controllerName": GATEWAY_CONTROLLER_NAME,
-                    "conditions": p.conditions,
-                })
-            })
-            .collect();
-        serde_json::json!({ "parents": parents })
-    }
-}
-
-/// One L4 listener of a Gateway, as served.
-#[derive(Debug, Serialize)]
-pub struct GatewayListenerReport {
-    pub name: String,
-    pub port: u16,
-    pub protocol: &'static str,
-    /// The socket, when the Gateway has an address and the listener is
-    /// served.
-    pub listener: Option<super::pool::ListenerKey>,
-    /// `listening`, `pending` or the bind error, read when rendered (the
-    /// listeners bind after the compile).
-    pub state: Option<super::runtime::LiveState>,
-    /// `status.listeners[].supportedKinds`: the route kind of its
-    /// protocol, when `allowedRoutes.kinds` allows it.
-    pub supported_kinds: Vec<&'static str>,
-    /// Routes attached (accepted) to this listener; of several on a TCP or
-    /// UDP listener only the oldest is bound.
-    pub attached_routes: u32,
-    /// Accepted, Programmed, ResolvedRefs and Conflicted, as the
-    /// specification's listener status has them.
-    pub conditions: Vec<Condition>,
-}
-
-/// The L4 part of a Gateway's status; the lead's Gateway status merges it
-/// with the HTTP listeners' (docs/gateway-api-l4.md, "Status").
-#[derive(Debug, Serialize)]
-pub struct GatewayReport {
-    pub namespace: String,
-    pub name: String,
-    pub pool: Option<String>,
-    /// `status.addresses[]` gets `{type: IPAddress, value}` of it.
-    pub address: Option<IpAddr>,
-    /// `Programmed` (False with the allocation's reason, such as
-    /// `AddressNotAssigned`, when the Gateway got no address).
-    pub conditions: Vec<Condition>,
-    pub listeners: Vec<GatewayListenerReport>,
-}
-
-/// What a TLS passthrough listener forwards, by SNI: the routes' backends
-/// per hostname, exact names before wildcards, longer suffixes first.
-#[derive(Debug, Default)]
-pub struct SniRoutes {
-    /// `None`: any name (a route without hostnames under a listener
-    /// without one). Kept in match order.
-    pub entries: Vec<(Option<HostPattern>, Arc<Chosen>)>,
-}
-
-/// What an SNI entry forwards to: the route's rotation and its refused
-/// share.
-pub type Chosen = (Arc<Upstream>, Option<Arc<Refusals>>);
-
-impl SniRoutes {
-    /// The backends for a ClientHello's server name (`None`: the client
-    /// sent none). No match: the connection is refused.
-    pub fn choose(&self, server_name: Option<&str>) -> Option<&Chosen> {
-        let name = server_name.and_then(|n| HostPattern::parse(n).ok());
-        self.entries
-            .iter()
-            .find(|(pattern, _)| match (pattern, &name) {
-                (None, _) => true,
-                (Some(p), Some(n @ HostPattern::Exact(_))) => {
-                    attachment::intersect(Some(p), Some(n)).is_some()
-                }
-                _ => false,
-            })
-            .map(|(_, c)| &**c)
-    }
-
-    fn sort(&mut self) {
-        fn rank(p: &Option<HostPattern>) -> (u8, std::cmp::Reverse<usize>) {
-            match p {
-                Some(HostPattern::Exact(n)) => (0, std::cmp::Reverse(n.len())),
-                Some(HostPattern::Wildcard(s)) => (1, std::cmp::Reverse(s.len())),
-                None => (2, std::cmp::Reverse(0)),
-            }
-        }
-        // Stable: among equals, the older route (inserted first) wins.
-        self.entries.sort_by_key(|(p, _)| rank(p));
-        let mut seen = Vec::new();
-        self.entries.retain(|(p, _)| {
-            if seen.contains(p) {
-                false
-            } else {
-                seen.push(p.clone());
-                true
-            }
-        });
-    }
-}
-
-/// What one Gateway socket forwards to.
-#[derive(Debug)]
-pub enum Target {
-    /// A TCP or UDP listener: one route's weighted backends, and the share
-    /// refused for its invalid ones.
-    Backends(Arc<Upstream>, Option<Arc<Refusals>>),
-    /// TLS passthrough listeners on this socket, by SNI.
-    Sni(SniRoutes),
-}
-
-/// The share of a route's connections (TCP) or datagrams (UDP) that must
-/// be refused because it belongs to invalid backendRefs or to backends
-/// without endpoints: the specification asks for the rejections to
-/// respect the weights ("if an invalid backend is requested to have 80% of
-/// connections, then 80% of connections must be rejected").
-#[derive(Debug)]
-pub struct Refusals {
-    refused: u64,
-    total: u64,
-    next: std::sync::atomic::AtomicU64,
-}
-
-impl Refusals {
-    fn new(refused: u64, total: u64) -> Option<Arc<Refusals>> {
-        (refused > 0 && total > 0).then(|| {
-            Arc::new(Refusals {
-                refused,
-                total,
-                next: std::sync::atomic::AtomicU64::new(0),
-            })
-        })
-    }
-
-    /// Whether the next connection or datagram is refused: exactly
-    /// `refused` of every `total`, spread evenly (Bresenham).
-    pub fn refuse_next(&self) -> bool {
-        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.total;
-        (n + 1) * self.refused / self.total > n * self.refused / self.total
-    }
-}
-
-/// Most entries a weighted upstream's rotation may have: weights are
-/// scaled down to fit, each backend keeping at least one.
-const MAX_ROTATION: u64 = 1024;
-
-/// Spreads traffic over `backends` by weight: one upstream whose endpoint
-/// rotation repeats each backend's endpoints in proportion to its weight
-/// divided by its endpoint count, interleaved smoothly (nginx's smooth
-/// weighted round robin), so consecutive connections alternate. Backends
-/// without endpoints take no share of the rotation: their weight, with
-/// `invalid` (the weight of invalid backendRefs), is the refused share.
-pub fn weighted(
-    label: String,
-    backends: &[(u32, Arc<Upstream>)],
-    invalid: u32,
-) -> (Arc<Upstream>, Option<Arc<Refusals>>) {
-    let empty: u64 = backends
-        .iter()
-        .filter(|(_, u)| u.endpoints.is_empty())
-        .map(|(w, _)| u64::from(*w))
-        .sum();
-    let total: u64 = backends.iter().map(|(w, _)| u64::from(*w)).sum::<u64>() + u64::from(invalid);
-    let refusals = Refusals::new(empty + u64::from(invalid), total);
-    (rotation(label, backends), refusals)
-}
-
-fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
-    let live: Vec<&(u32, Arc<Upstream>)> = backends
-        .iter()
-        .filter(|(w, u)| *w > 0 && !u.endpoints.is_empty())
-        .collect();
-    if let [(_, only)] = live.as_slice() {
-        return only.clone();
-    }
-    if live.is_empty() {
-        let why = backends
-            .iter()
-            .filter_map(|(_, u)| u.unavailable.clone())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let why = if why.is_empty() {
-            "no backend with a weight above 0".to_string()
-        } else {
-            why
-        };
-        return Arc::new(Upstream::new(label, Vec::new(), Some(why)));
-    }
-    // Each endpoint's share: weight / endpoints, made integral over the
-    // product of the endpoint counts (bounded below).
-    let counts: u64 = live
-        .iter()
-        .map(|(_, u)| u.endpoints.len() as u64)
-        .fold(1, |a, n| a.saturating_mul(n).min(1 << 20));
-    let mut shares: Vec<(u64, &Arc<crate::live::endpoints::Endpoint>)> = Vec::new();
-    for (w, u) in &live {
-        let each = (*w as u64).saturating_mul(counts) / u.endpoints.len() as u64;
-        for e in u.endpoints.iter() {
-            shares.push((each.max(1), e));
-        }
-    }
-    let g = shares.iter().fold(0, |g, (s, _)| gcd(g, *s)).max(1);
-    for s in &mut shares {
-        s.0 /= g;
-    }
-    let total: u64 = shares.iter().map(|s| s.0).sum();
-    if total > MAX_ROTATION {
-        for s in &mut shares {
-            s.0 = (s.0 * MAX_ROTATION / total).max(1);
-        }
-    }
-    let total: u64 = shares.iter().map(|s| s.0).sum();
-    let mut current = vec![0i64; shares.len()];
-    let mut rotation = Vec::with_capacity(total as usize);
-    for _ in 0..total {
-        for (c, (s, _)) in current.iter_mut().zip(&shares) {
-            *c += *s as i64;
-        }
-        let (best, _) = current
-            .iter()
-            .enumerate()
-            .max_by_key(|(i, c)| (**c, std::cmp::Reverse(*i)))
-            .expect("at least two endpoints");
-        current[best] -= total as i64;
-        rotation.push(shares[best].1.clone());
-    }
-    let mut upstream = Upstream::new(label, rotation, None);
-    upstream.refused = live.iter().flat_map(|(_, u)| u.refused.clone()).collect();
-    Arc::new(upstream)
-}
-
-/// Every endpoint of a TLS listener's SNI choices, once: what health
-/// checks probe and draining compares with.
-pub fn union(label: &str, sni: &SniRoutes) -> Arc<Upstream> {
-    let mut seen = std::collections::HashSet::new();
-    let endpoints = sni
-        .entries
-        .iter()
-        .flat_map(|(_, c)| c.0.endpoints.iter())
-        .filter(|e| seen.insert(e.addr))
-        .cloned()
-        .collect();
-    Arc::new(Upstream::new(
-        format!("TLS passthrough of {label}"),
-        endpoints,
-        None,
-    ))
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// A Gateway about to be allocated.
@@ -651,7 +357,7 @@ pub(super) fn attach<'s>(
                     tenant: tenant.is_some(),
                     hostnames: (route.kind == RouteKind::Tls).then_some(&route.hostnames[..]),
                 },
-                (parent.section_name.as_deref(), parent.port),
+                (parent.section_name, parent.port),
                 |h| match tenant {
                     Some(t) => hosts.admit(t, h),
                     None => Ok(()),
@@ -676,25 +382,22 @@ pub(super) fn attach<'s>(
                     Condition::new("ResolvedRefs", false, reason, message.clone())
                 }
             };
-            parents.push(RouteParentReport {
-                parent_ref: parent.clone(),
+            parents.push(ParentReport {
+                index: parent.index,
                 conditions: vec![accepted, refs],
             });
         }
         if !parents.is_empty() {
-            reports.push(RouteReport {
-                kind: route.kind,
-                namespace: route.id.namespace.clone(),
-                name: route.id.name.clone(),
-                parents,
-            });
+            reports.push(RouteReport::new(route.object.clone(), parents));
         }
     }
     // Several routes on one TCP or UDP listener are all Accepted and
     // counted in attachedRoutes, but only the oldest is bound: the
     // specification's conflict rule (GEP "Conflicts", and the
     // TCPRouteMultipleRoutesAttachment conformance test).
-    reports.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    reports.sort_by(|a, b| {
+        (a.kind(), a.namespace(), a.name()).cmp(&(b.kind(), b.namespace(), b.name()))
+    });
     Attached {
         by_listener,
         routes,
@@ -718,7 +421,7 @@ fn backends<'s>(
     let mut problem: Option<(&'static str, String)> = None;
     let protocol = match route.kind {
         RouteKind::Udp => "UDP",
-        RouteKind::Tcp | RouteKind::Tls => "TCP",
+        _ => "TCP",
     };
     for (i, b) in route.backends.iter().enumerate() {
         // Counted as invalid until it resolves.
@@ -816,7 +519,7 @@ pub(super) fn serve<'s>(
     pool: Option<String>,
     outcome: Allocation<'_>,
     runtime: &Arc<super::Runtime>,
-) -> (BTreeMap<super::pool::ListenerKey, Target>, GatewayReport) {
+) -> (BTreeMap<super::pool::ListenerKey, Target>, GatewayPart) {
     let mut sockets: BTreeMap<super::pool::ListenerKey, Target> = BTreeMap::new();
     let mut listeners = Vec::new();
     let (address, refused_ports, gateway_conditions) = match &outcome {
@@ -906,19 +609,21 @@ pub(super) fn serve<'s>(
             )
         };
         conditions.push(programmed);
-        listeners.push(GatewayListenerReport {
+        listeners.push(ListenerPart {
             name: l.name.to_string(),
             port: l.port,
             protocol,
             listener: key,
             state: bound,
-            supported_kinds: if l.takes_routes {
-                vec![l.kind.route_kind().as_str()]
-            } else {
-                Vec::new()
+            outcome: ListenerOutcome {
+                supported_kinds: if l.takes_routes {
+                    vec![l.kind.route_kind().as_str()]
+                } else {
+                    Vec::new()
+                },
+                attached_routes: attached_routes.len() as u32,
+                conditions,
             },
-            attached_routes: attached_routes.len() as u32,
-            conditions,
         });
     }
     for target in sockets.values_mut() {
@@ -926,7 +631,7 @@ pub(super) fn serve<'s>(
             sni.sort();
         }
     }
-    let report = GatewayReport {
+    let report = GatewayPart {
         namespace: plan.id.namespace.clone(),
         name: plan.id.name.clone(),
         pool,
@@ -984,89 +689,6 @@ fn add_target<'s>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn host(h: &str) -> HostPattern {
-        HostPattern::parse(h).unwrap()
-    }
-
-    #[test]
-    fn sni_prefers_exact_then_longest_suffix_and_refuses_the_rest() {
-        let up = |n: &str| Arc::new((Arc::new(Upstream::new(n.into(), Vec::new(), None)), None));
-        let mut sni = SniRoutes {
-            entries: vec![
-                (Some(host("*.example.com")), up("wide")),
-                (Some(host("*.db.example.com")), up("narrow")),
-                (Some(host("a.db.example.com")), up("exact")),
-                (Some(host("*.example.com")), up("younger, same pattern")),
-            ],
-        };
-        sni.sort();
-        let pick = |n: Option<&str>| sni.choose(n).map(|c| c.0.name.clone());
-        assert_eq!(pick(Some("a.db.example.com")).as_deref(), Some("exact"));
-        assert_eq!(pick(Some("B.DB.example.com")).as_deref(), Some("narrow"));
-        assert_eq!(pick(Some("x.example.com")).as_deref(), Some("wide"));
-        assert_eq!(pick(Some("example.com")), None);
-        assert_eq!(pick(None), None, "no SNI, no catch-all: refused");
-        assert_eq!(pick(Some("not a name")), None);
-        assert_eq!(sni.entries.len(), 3);
-    }
-
-    fn endpoints(base: u8, n: u8) -> Arc<Upstream> {
-        let registry = crate::live::endpoints::EndpointRegistry::default();
-        let eps = (0..n)
-            .map(|i| registry.endpoint(std::net::SocketAddr::from(([10, 0, base, i], 80))))
-            .collect();
-        Arc::new(Upstream::new(format!("b{base}"), eps, None))
-    }
-
-    #[test]
-    fn weights_split_the_rotation_per_backend_not_per_endpoint() {
-        // 3:1 over a backend with 2 endpoints and one with 1; weight 5 on
-        // one without endpoints and 2 on invalid refs.
-        let (u, refusals) = weighted(
-            "r".into(),
-            &[
-                (3, endpoints(1, 2)),
-                (1, endpoints(2, 1)),
-                (5, endpoints(3, 0)),
-            ],
-            2,
-        );
-        let of = |base: u8| {
-            u.endpoints
-                .iter()
-                .filter(|e| matches!(e.addr.ip(), IpAddr::V4(v) if v.octets()[2] == base))
-                .count()
-        };
-        // Per backend 3:1, whatever the endpoint counts; none for the
-        // backend without endpoints.
-        assert_eq!((of(1), of(2), of(3)), (6, 2, 0), "{:?}", u.endpoints);
-        // Smooth: the light backend comes early, not after all the others.
-        let light = u
-            .endpoints
-            .iter()
-            .position(|e| e.addr.ip().to_string() == "10.0.2.0");
-        assert!(matches!(light, Some(0..=3)), "{light:?}");
-        // 7 of every 11 connections refused (the empty and invalid
-        // backends' weight), spread out.
-        let refusals = refusals.expect("a refused share");
-        let picks: Vec<bool> = (0..22).map(|_| refusals.refuse_next()).collect();
-        assert_eq!(picks.iter().filter(|r| **r).count(), 14);
-        assert!(picks.windows(4).all(|w| w.iter().any(|r| *r)), "{picks:?}");
-        assert!(picks.windows(2).any(|w| w == [true, false]));
-        // One live backend: its own upstream, unchanged, nothing refused.
-        let one = endpoints(4, 2);
-        let (u, refusals) = weighted("r".into(), &[(1, one.clone()), (0, endpoints(5, 1))], 0);
-        assert!(Arc::ptr_eq(&u, &one) && refusals.is_none());
-        let (none, refusals) = weighted("r".into(), &[(1, endpoints(6, 0))], 0);
-        assert!(none.endpoints.is_empty() && none.unavailable.is_some());
-        assert!(refusals.is_some_and(|r| (0..5).all(|_| r.refuse_next())));
-    }
-}
-
 /// The Gateway L4 compile through `compile::compile`, with Services in the
 /// same pools.
 #[cfg(test)]
@@ -1114,7 +736,7 @@ mod compiled {
         s.report.l4.as_ref().expect("L4 compiled")
     }
 
-    fn gateway<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a GatewayReport {
+    fn gateway<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a GatewayPart {
         l4(s)
             .gateways
             .iter()
@@ -1122,7 +744,7 @@ mod compiled {
             .unwrap_or_else(|| panic!("Gateway {ns}/{name} not reported"))
     }
 
-    fn listener<'a>(g: &'a GatewayReport, name: &str) -> &'a GatewayListenerReport {
+    fn listener<'a>(g: &'a GatewayPart, name: &str) -> &'a ListenerPart {
         g.listeners.iter().find(|l| l.name == name).unwrap()
     }
 
@@ -1137,7 +759,7 @@ mod compiled {
         l4(s)
             .routes
             .iter()
-            .find(|r| r.kind == kind && r.name == name)
+            .find(|r| r.kind() == kind && r.name() == name)
             .unwrap_or_else(|| panic!("{kind:?} {name} not reported"))
     }
 
@@ -1242,7 +864,10 @@ spec: {spec}
         let g = gateway(&s, "ops", "edge");
         assert_eq!(g.address, Some(addr));
         let db = listener(g, "db");
-        assert_eq!(condition(&db.conditions, "Programmed").status, "True");
+        assert_eq!(
+            condition(&db.outcome.conditions, "Programmed").status,
+            "True"
+        );
         let web = l4(&s).services.iter().find(|r| r.name == "web").unwrap();
         let ports = condition(&web.conditions, "PortsAllocated");
         assert_eq!((ports.status, ports.reason), ("False", "AddressTaken"));
@@ -1280,7 +905,7 @@ spec: {spec}
         );
         let g = gateway(&s, "ops", "edge");
         let web = listener(g, "web");
-        let accepted = condition(&web.conditions, "Accepted");
+        let accepted = condition(&web.outcome.conditions, "Accepted");
         assert_eq!(
             (accepted.status, accepted.reason),
             ("False", "PortUnavailable")
@@ -1288,7 +913,7 @@ spec: {spec}
         assert!(accepted.message.contains("Service ops/web"), "{accepted:?}");
         assert!(web.listener.is_none());
         assert_eq!(
-            condition(&listener(g, "db").conditions, "Programmed").status,
+            condition(&listener(g, "db").outcome.conditions, "Programmed").status,
             "True"
         );
         let t = &s.l4.as_ref().unwrap().table;
@@ -1441,10 +1066,10 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
             "HTTP listeners are not L4's"
         );
         // Both TCPRoutes are attached; the older is bound (below).
-        assert_eq!(listener(g, "db").attached_routes, 2);
-        assert_eq!(listener(g, "dns").attached_routes, 1);
-        assert_eq!(listener(g, "tls").attached_routes, 1);
-        let term = condition(&listener(g, "term").conditions, "Accepted");
+        assert_eq!(listener(g, "db").outcome.attached_routes, 2);
+        assert_eq!(listener(g, "dns").outcome.attached_routes, 1);
+        assert_eq!(listener(g, "tls").outcome.attached_routes, 1);
+        let term = condition(&listener(g, "term").outcome.conditions, "Accepted");
         assert_eq!((term.status, term.reason), ("False", "UnsupportedValue"));
 
         let accepted = |kind, name: &str, parent: usize| {
@@ -1489,7 +1114,7 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
         let status = route(&s, RouteKind::Tcp, "pg").status();
         assert_eq!(
             status["parents"][0]["controllerName"],
-            GATEWAY_CONTROLLER_NAME
+            teapot_api::names::GATEWAY_CONTROLLER_NAME
         );
         assert_eq!(status["parents"][0]["parentRef"]["sectionName"], "db");
         assert_eq!(status["parents"][0]["parentRef"]["namespace"], "ops");
@@ -1665,30 +1290,36 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             "tls-on-tcp",
         ] {
             let l = listener(g, name);
-            let accepted = condition(&l.conditions, "Accepted");
+            let accepted = condition(&l.outcome.conditions, "Accepted");
             assert_eq!(
                 (accepted.status, accepted.reason),
                 ("False", "ProtocolConflict"),
                 "{name}"
             );
             assert_eq!(
-                condition(&l.conditions, "Conflicted").status,
+                condition(&l.outcome.conditions, "Conflicted").status,
                 "True",
                 "{name}"
             );
-            assert_eq!(l.attached_routes, 0);
+            assert_eq!(l.outcome.attached_routes, 0);
             assert!(l.listener.is_none(), "{name}: not served");
         }
-        let terminate = condition(&listener(g, "terminate-only").conditions, "Accepted");
+        let terminate = condition(
+            &listener(g, "terminate-only").outcome.conditions,
+            "Accepted",
+        );
         assert_eq!(
             (terminate.status, terminate.reason),
             ("False", "UnsupportedValue")
         );
         let kinds = listener(g, "kinds");
-        let refs = condition(&kinds.conditions, "ResolvedRefs");
+        let refs = condition(&kinds.outcome.conditions, "ResolvedRefs");
         assert_eq!((refs.status, refs.reason), ("False", "InvalidRouteKinds"));
-        assert_eq!(kinds.supported_kinds, ["TLSRoute"]);
-        assert_eq!(condition(&kinds.conditions, "Programmed").status, "True");
+        assert_eq!(kinds.outcome.supported_kinds, ["TLSRoute"]);
+        assert_eq!(
+            condition(&kinds.outcome.conditions, "Programmed").status,
+            "True"
+        );
 
         // A Gateway with HTTP listeners only is not an L4 one, but a
         // TCPRoute naming it is told why it is not attached.
@@ -1727,8 +1358,8 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             ],
         );
         let l = listener(gateway(&s, "ops", "edge"), "db");
-        assert_eq!(l.supported_kinds, ["TCPRoute"]);
-        assert_eq!(l.attached_routes, 1);
+        assert_eq!(l.outcome.supported_kinds, ["TCPRoute"]);
+        assert_eq!(l.outcome.attached_routes, 1);
         let r = route(&s, RouteKind::Tcp, "db");
         assert_eq!(
             condition(&r.parents[0].conditions, "Accepted").status,
@@ -1765,7 +1396,7 @@ metadata: {name: data, labels: {team: data}}
         assert_eq!(accepted("in"), ("True", "Accepted"));
         assert_eq!(accepted("out"), ("False", "NotAllowedByListeners"));
         let g = gateway(&s, "ops", "edge");
-        assert_eq!(listener(g, "db").attached_routes, 1);
+        assert_eq!(listener(g, "db").outcome.attached_routes, 1);
     }
 
     #[test]
@@ -1807,7 +1438,7 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
 ";
 
     /// The listener key of `port` (TCP) on a Gateway's address.
-    fn tcp_key(g: &GatewayReport, port: u16) -> super::super::ListenerKey {
+    fn tcp_key(g: &GatewayPart, port: u16) -> super::super::ListenerKey {
         super::super::ListenerKey {
             addr: g.address.expect("the Gateway has an address"),
             port,
@@ -1867,7 +1498,7 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             let r = l4(&s)
                 .routes
                 .iter()
-                .find(|r| r.kind == kind && r.namespace == "tenant-acme")
+                .find(|r| r.kind() == kind && r.namespace() == "tenant-acme")
                 .unwrap();
             let accepted = condition(&r.parents[0].conditions, "Accepted");
             assert_eq!(
@@ -1881,8 +1512,12 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             );
         }
         let g = gateway(&s, "ops", "edge");
-        assert_eq!(listener(g, "db").attached_routes, 0);
-        assert_eq!(listener(g, "tls").attached_routes, 1, "the operator's");
+        assert_eq!(listener(g, "db").outcome.attached_routes, 0);
+        assert_eq!(
+            listener(g, "tls").outcome.attached_routes,
+            1,
+            "the operator's"
+        );
         let table = &s.l4.as_ref().unwrap().table;
         let db = &table.listeners[&tcp_key(g, 5432)];
         assert!(db.upstream.endpoints.is_empty(), "{:?}", db.upstream);
@@ -1980,7 +1615,7 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
         let claimed: Vec<&str> = waiting.claims.iter().map(|c| c.host.as_str()).collect();
         assert_eq!(claimed, ["db.acme-corp.com", "www.acme-corp.com"]);
         let g = gateway(&waiting, "tenant-acme", "edge");
-        assert_eq!(listener(g, "tls").attached_routes, 1);
+        assert_eq!(listener(g, "tls").outcome.attached_routes, 1);
 
         let proven = with_proofs(&["www.acme-corp.com", "db.acme-corp.com"]);
         let routes = sni(&proven);

@@ -1,7 +1,9 @@
 //! The L4 part of the compile: which LoadBalancer Services are served, on
 //! which address ([`allocation`], a pure function of the previous holdings),
-//! and the table of listeners with their endpoints ([`table`]) and the
-//! clients each admits ([`ranges`]).
+//! the table of listeners with their endpoints ([`table`]), the clients
+//! each admits ([`ranges`]) and the `/status` part ([`report`]). Gateways'
+//! TCP, UDP and TLS listeners and their routes are [`gateway`]; what such
+//! a listener forwards to (by weight, by SNI) is [`forward`].
 //!
 //! Nothing here binds a socket or writes a file: the previous holdings come
 //! in as data and the new ones go out in the [`L4Compiled`] result; the
@@ -9,9 +11,11 @@
 //! table to the listeners (`crate::plane::l4`).
 
 pub mod allocation;
+pub mod forward;
 pub mod gateway;
 pub mod pool;
 pub mod ranges;
+pub mod report;
 pub mod runtime;
 pub mod table;
 
@@ -26,7 +30,8 @@ pub use allocation::Holding;
 pub use pool::{ListenerKey, Pool, Protocol};
 pub use ranges::SourceRanges;
 pub use runtime::Runtime;
-pub use table::{HealthOptions, L4Report, L4Table};
+pub use report::L4Report;
+pub use table::{HealthOptions, L4Table};
 
 use crate::compile::bind::TenantHosts;
 use crate::compile::upstream::Upstream;

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, PortStatus, Service};
-use serde::Serialize;
 use teapot_api::admission::DEFAULT_MAX_LISTENERS;
 use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
 use teapot_api::names::LOAD_BALANCER_CLASS;
@@ -21,6 +20,7 @@ use super::L4Config;
 use super::allocation::{Claim, FamilyPolicy, Outcome};
 use super::pool::{Family, ListenerKey, Protocol};
 use super::ranges::SourceRanges;
+pub use super::report::{L4Report, ListenerReport, PoolReport, ServiceReport};
 use super::runtime::{AppliedGeneration, LiveState, Runtime};
 use crate::compile::bind::TenantHosts;
 use crate::compile::condition::Condition;
@@ -89,55 +89,6 @@ pub struct Route {
 pub struct L4Table {
     pub generation: u64,
     pub listeners: BTreeMap<ListenerKey, Arc<Route>>,
-}
-
-/// `/status` `l4` section; `status` of each Service is what kube mode
-/// writes into `status.loadBalancer`.
-#[derive(Debug, Serialize)]
-pub struct L4Report {
-    /// Generation of the table the listeners serve now (they follow the
-    /// compile within moments).
-    pub applied_generation: AppliedGeneration,
-    pub pools: Vec<PoolReport>,
-    pub services: Vec<ServiceReport>,
-    /// Gateways with TCP, UDP or TLS listeners: their address and the
-    /// L4 listeners' status (docs/gateway-api-l4.md).
-    pub gateways: Vec<super::gateway::GatewayReport>,
-    /// TCPRoutes, UDPRoutes and TLSRoutes under teapot's Gateways: their
-    /// parent statuses.
-    pub routes: Vec<super::gateway::RouteReport>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct PoolReport {
-    pub name: String,
-    pub addresses: usize,
-    /// Addresses holding at least one listener.
-    pub in_use: usize,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ServiceReport {
-    pub namespace: String,
-    pub name: String,
-    pub pool: Option<String>,
-    /// The primary address (`status.loadBalancer.ingress[0]`).
-    pub address: Option<IpAddr>,
-    /// Every address: one, or one of each family (dual-stack), the
-    /// primary first.
-    pub addresses: Vec<IpAddr>,
-    pub status: LoadBalancerStatus,
-    pub listeners: Vec<ListenerReport>,
-    pub conditions: Vec<Condition>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ListenerReport {
-    pub listener: ListenerKey,
-    pub port_name: String,
-    pub endpoints: Vec<String>,
-    /// `listening`, `pending` or the bind error.
-    pub state: LiveState,
 }
 
 /// Whether `service` is one teapot serves at L4.
