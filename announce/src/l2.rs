@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::Error;
+pub use crate::announcer::Replicas;
+use crate::announcer::{Announcer, Held, Mode, Stopping};
 
 /// Repeat the announcement this long after taking an address: a switch or
 /// host that missed the first one still learns within a few seconds.
@@ -379,74 +381,45 @@ pub async fn remove_leftovers(
     listed
 }
 
-/// Who may own the addresses, as the caller judges liveness, and what
-/// each replica says it holds.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Replicas {
-    /// The live replicas: the hash's candidates.
-    pub live: BTreeSet<String>,
-    /// The addresses each replica lists as held now (its Lease), live or
-    /// not. An address moves to a next owner found here only once that
-    /// owner lists it (make-before-break; one not found here, as without
-    /// Leases, is not waited for), and an address a Lease lists that this
-    /// replica does not hold is cleared from the interface at start.
-    pub listed: BTreeMap<String, BTreeSet<IpAddr>>,
-}
-
-impl Replicas {
-    /// This replica alone (manifests mode).
-    pub fn alone(replica: &str) -> Replicas {
-        Replicas {
-            live: [replica.to_string()].into(),
-            listed: BTreeMap::new(),
-        }
+/// Whether this replica, holding `addr`, keeps it although the hash
+/// names another owner: that owner's listing does not have it yet. A replica
+/// that does not count itself live keeps nothing (the others count it
+/// gone too and take over).
+fn keeps(replicas: &Replicas, me: &str, addr: &IpAddr) -> bool {
+    if !replicas.live.contains(me) {
+        return false;
     }
-
-    /// Whether this replica, holding `addr`, keeps it although the hash
-    /// names another owner: that owner's listing does not have it yet. A replica
-    /// that does not count itself live keeps nothing (the others count it
-    /// gone too and take over).
-    fn keeps(&self, me: &str, addr: &IpAddr) -> bool {
-        if !self.live.contains(me) {
-            return false;
-        }
-        owner(addr, &self.live).is_some_and(|next| {
-            next != me && self.listed.get(next).is_some_and(|l| !l.contains(addr))
-        })
-    }
-}
-
-/// What the announcer holds now, for `/status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct L2Status {
-    pub owned: BTreeSet<IpAddr>,
-    pub announcements_sent: u64,
-    /// Failed adds, removals and sends so far (`last_error` says the last).
-    pub errors: u64,
-    pub last_error: Option<String>,
+    owner(addr, &replicas.live).is_some_and(|next| {
+        next != me && replicas.listed.get(next).is_some_and(|l| !l.contains(addr))
+    })
 }
 
 /// The running L2 announcer.
 #[derive(Debug)]
 pub struct L2Announcer {
+    addrs: watch::Sender<BTreeSet<IpAddr>>,
+    replicas: watch::Sender<Replicas>,
     stop: watch::Sender<bool>,
     again: watch::Sender<u64>,
     task: JoinHandle<()>,
-    status: watch::Receiver<L2Status>,
+    status: watch::Receiver<Held>,
 }
 
 impl L2Announcer {
     /// Opens the interface (an error names it when it does not exist) and
-    /// starts following `addrs` and `replicas`.
+    /// starts with `addrs` to announce among `replicas`; both change
+    /// through [`Announcer`].
     pub fn start(
         config: L2Config,
-        addrs: watch::Receiver<BTreeSet<IpAddr>>,
-        replicas: watch::Receiver<Replicas>,
+        addrs: BTreeSet<IpAddr>,
+        replicas: Replicas,
     ) -> Result<L2Announcer, Error> {
         let link = Link::open(&config.interface)?;
+        let (addrs_tx, addrs) = watch::channel(addrs);
+        let (replicas_tx, replicas) = watch::channel(replicas);
         let (stop, stop_rx) = watch::channel(false);
         let (again, again_rx) = watch::channel(0);
-        let (status_tx, status) = watch::channel(L2Status::default());
+        let (status_tx, status) = watch::channel(Held::default());
         let inputs = Inputs {
             addrs,
             replicas,
@@ -455,39 +428,45 @@ impl L2Announcer {
         };
         let task = tokio::spawn(run(config, link, inputs, status_tx));
         Ok(L2Announcer {
+            addrs: addrs_tx,
+            replicas: replicas_tx,
             stop,
             again,
             task,
             status,
         })
     }
+}
 
-    /// What makes this announcer announce its addresses again.
-    pub fn announce_again(&self) -> AnnounceAgain {
-        AnnounceAgain(self.again.clone())
+impl Announcer for L2Announcer {
+    fn mode(&self) -> Mode {
+        Mode::L2
     }
 
-    pub fn status(&self) -> watch::Receiver<L2Status> {
+    fn set_addresses(&self, addrs: BTreeSet<IpAddr>) -> bool {
+        self.addrs
+            .send_if_modified(|a| std::mem::replace(a, addrs.clone()) != addrs)
+    }
+
+    fn set_replicas(&self, replicas: Replicas) {
+        self.replicas
+            .send_if_modified(|r| std::mem::replace(r, replicas.clone()) != replicas);
+    }
+
+    fn announce_again(&self) {
+        self.again.send_modify(|n| *n += 1);
+    }
+
+    fn held(&self) -> watch::Receiver<Held> {
         self.status.clone()
     }
 
     /// Removes every owned address from the interface and returns.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-}
-
-/// Announces every owned address again, as when it was taken: the others
-/// may have counted this replica gone meanwhile (its link was down, it
-/// was silent), and a neighbour that followed their announcements still
-/// sends to a replica that has let go.
-#[derive(Clone, Debug)]
-pub struct AnnounceAgain(watch::Sender<u64>);
-
-impl AnnounceAgain {
-    pub fn now(&self) {
-        self.0.send_modify(|n| *n += 1);
+    fn stop(self: Box<Self>) -> Stopping {
+        Box::pin(async move {
+            let _ = self.stop.send(true);
+            let _ = self.task.await;
+        })
     }
 }
 
@@ -499,7 +478,7 @@ struct Inputs {
     stop: watch::Receiver<bool>,
 }
 
-async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender<L2Status>) {
+async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender<Held>) {
     let Inputs {
         mut addrs,
         mut replicas,
@@ -546,7 +525,7 @@ async fn run(config: L2Config, link: Link, inputs: Inputs, status: watch::Sender
                 .collect();
             let keep = owned
                 .keys()
-                .filter(|a| all.contains(a) && replicas.keeps(&config.replica, a))
+                .filter(|a| all.contains(a) && keeps(&replicas, &config.replica, a))
                 .copied()
                 .collect();
             (wanted, others, keep)
@@ -684,18 +663,24 @@ mod tests {
             live: all.clone(),
             listed: BTreeMap::new(),
         };
-        assert!(!r.keeps(&holder, &addr), "no listings (no Leases): no wait");
+        assert!(
+            !keeps(&r, &holder, &addr),
+            "no listings (no Leases): no wait"
+        );
         r.listed.insert(next.clone(), BTreeSet::new());
-        assert!(r.keeps(&holder, &addr), "the next owner holds nothing yet");
+        assert!(
+            keeps(&r, &holder, &addr),
+            "the next owner holds nothing yet"
+        );
         r.listed.insert(next.clone(), [addr].into());
-        assert!(!r.keeps(&holder, &addr), "it does now: let go");
+        assert!(!keeps(&r, &holder, &addr), "it does now: let go");
         // The holder no longer counts itself live: it keeps nothing.
         r.listed.clear();
         r.live.remove(&holder);
-        assert!(!r.keeps(&holder, &addr));
+        assert!(!keeps(&r, &holder, &addr));
         // The hash's owner never keeps for itself.
         r.live = all;
-        assert!(!r.keeps(&next, &addr));
+        assert!(!keeps(&r, &next, &addr));
     }
 
     #[test]
@@ -736,14 +721,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_interface_is_named() {
-        let (_a, addrs) = watch::channel(BTreeSet::new());
-        let (_r, live) = watch::channel(Replicas::default());
         let config = L2Config {
             interface: "teapot-nope0".into(),
             replica: "lb-0".into(),
             repeat_for: DEFAULT_REPEAT_FOR,
         };
-        let err = L2Announcer::start(config, addrs, live)
+        let err = L2Announcer::start(config, BTreeSet::new(), Replicas::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("L2 interface `teapot-nope0`"), "{err}");

@@ -15,16 +15,12 @@
 //! # Use
 //!
 //! ```no_run
-//! use std::collections::BTreeSet;
-//! use teapot_announce::{PeerConfig, Speaker, SpeakerConfig};
+//! use teapot_announce::{Announcer, PeerConfig, Speaker, SpeakerConfig};
 //!
 //! # async fn demo() -> Result<(), teapot_announce::Error> {
 //! let peer: PeerConfig = "192.0.2.1,64500,hold=3,keepalive=1".parse()?;
-//! let (addrs, addrs_rx) = tokio::sync::watch::channel(BTreeSet::new());
-//! let speaker = Speaker::start(SpeakerConfig::new(64501, vec![peer]), addrs_rx)?;
-//! addrs.send_modify(|set| {
-//!     set.insert("203.0.113.10".parse().unwrap());
-//! });
+//! let speaker = Speaker::start(SpeakerConfig::new(64501, vec![peer]), Default::default())?;
+//! speaker.set_addresses(["203.0.113.10".parse().unwrap()].into());
 //! // ... serve; on SIGTERM:
 //! speaker.stop().await;
 //! # Ok(())
@@ -33,6 +29,8 @@
 //!
 //! # Layout
 //!
+//! - [`announcer`]: the [`Announcer`] trait both modes implement (set
+//!   the addresses, read what is held, stop), and [`Mode`].
 //! - [`wire`]: the BGP messages (RFC 4271, 4760, 6793, 8326), encoded and
 //!   decoded, with tests against hand-assembled byte vectors.
 //! - [`peer`]: a neighbour's settings (parsed from `ADDR,ASN[,key=value]`)
@@ -56,6 +54,7 @@
 //!   log line (a NOTIFICATION's shutdown communication here; the proxy
 //!   uses it too).
 
+pub mod announcer;
 pub mod bfd;
 mod error;
 pub mod escape;
@@ -66,6 +65,7 @@ pub mod session;
 pub mod speaker;
 pub mod wire;
 
+pub use announcer::{Announcer, Held, Mode};
 pub use error::Error;
 pub use peer::{PeerConfig, PeerStatus, SessionState};
 pub use speaker::{Speaker, SpeakerConfig, Statuses};

@@ -18,10 +18,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use teapot_announce::l2::{self, DEFAULT_REPEAT_FOR, L2Announcer, L2Config};
-use teapot_announce::{PeerConfig, Speaker, SpeakerConfig};
+use teapot_announce::{Announcer, PeerConfig, Speaker, SpeakerConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::watch;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -99,8 +98,8 @@ fn replicas(list: &str) -> l2::Replicas {
 }
 
 /// Resolves on SIGTERM, SIGINT or, when `live` is given, the end of stdin;
-/// each stdin line before that replaces the live replica set.
-async fn until_stopped(live: Option<watch::Sender<l2::Replicas>>) -> std::io::Result<()> {
+/// each stdin line before that replaces its live replica set.
+async fn until_stopped(live: Option<&dyn Announcer>) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -110,7 +109,7 @@ async fn until_stopped(live: Option<watch::Sender<l2::Replicas>>) -> std::io::Re
             _ = int.recv() => return Ok(()),
             line = lines.next_line(), if live.is_some() => match (line?, &live) {
                 (Some(line), Some(live)) => {
-                    let _ = live.send(replicas(&line));
+                    live.set_replicas(replicas(&line));
                 }
                 _ => return Ok(()),
             },
@@ -144,23 +143,24 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             config.graceful_shutdown_wait = Duration::from_millis(args.graceful_wait_ms);
             config.graceful_restart = args.graceful_restart_time.map(Duration::from_secs);
             config.listen_port = args.listen_port;
-            let (_addrs, addrs_rx) = watch::channel(args.addrs.into_iter().collect());
-            let speaker = Speaker::start(config, addrs_rx)?;
+            let speaker = Speaker::start(config, args.addrs.into_iter().collect())?;
             until_stopped(None).await?;
             tracing::info!("stopping");
             speaker.stop().await;
         }
         Command::L2(args) => {
-            let (_addrs, addrs_rx) = watch::channel(args.addrs.into_iter().collect());
-            let (live, live_rx) = watch::channel(replicas(&args.replicas));
             let config = L2Config {
                 interface: args.interface,
                 replica: args.replica,
                 repeat_for: Duration::from_secs(args.repeat_for),
             };
-            let announcer = L2Announcer::start(config, addrs_rx, live_rx)?;
-            until_stopped(Some(live)).await?;
-            announcer.stop().await;
+            let announcer = L2Announcer::start(
+                config,
+                args.addrs.into_iter().collect(),
+                replicas(&args.replicas),
+            )?;
+            until_stopped(Some(&announcer)).await?;
+            Box::new(announcer).stop().await;
         }
     }
     Ok(())

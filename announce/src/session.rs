@@ -983,12 +983,13 @@ mod tests {
         configure: impl FnOnce(&mut SpeakerConfig),
     ) -> (Speaker, watch::Sender<BTreeSet<IpAddr>>) {
         let set = addrs.iter().map(|a| a.parse().unwrap()).collect();
-        let (tx, rx) = watch::channel(set);
         let peers = peers.iter().map(|p| p.parse().unwrap()).collect();
         let mut config = SpeakerConfig::new(LOCAL_ASN, peers);
         config.graceful_shutdown_wait = Duration::from_millis(300);
         configure(&mut config);
-        (Speaker::start(config, rx).unwrap(), tx)
+        let speaker = Speaker::start(config, set).unwrap();
+        let tx = speaker.addresses_sender();
+        (speaker, tx)
     }
 
     /// A UDP port free a moment ago.

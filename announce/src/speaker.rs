@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::Error;
+use crate::announcer::{Announcer, Held, Mode, Stopping};
 use crate::bfd;
 use crate::peer::{PeerConfig, PeerStatus};
 use crate::session::{self, Shared};
@@ -288,6 +289,9 @@ async fn accept(
 /// sessions abruptly (routers fall back on their hold timers).
 #[derive(Debug)]
 pub struct Speaker {
+    addrs: watch::Sender<BTreeSet<IpAddr>>,
+    /// Never changes: a speaker owns no address alone.
+    held: watch::Sender<Held>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
     statuses: Statuses,
@@ -295,12 +299,11 @@ pub struct Speaker {
 
 impl Speaker {
     /// Starts one session task per peer on the current tokio runtime;
-    /// each announces `addrs` as it changes.
-    pub fn start(
-        config: SpeakerConfig,
-        addrs: watch::Receiver<BTreeSet<IpAddr>>,
-    ) -> Result<Speaker, Error> {
+    /// each announces `addrs`, and the set as it changes through
+    /// [`Announcer::set_addresses`].
+    pub fn start(config: SpeakerConfig, addrs: BTreeSet<IpAddr>) -> Result<Speaker, Error> {
         config.validate()?;
+        let (addrs_tx, addrs) = watch::channel(addrs);
         let shared = Arc::new(Shared {
             local_asn: config.local_asn,
             router_id: config.router_id,
@@ -335,6 +338,8 @@ impl Speaker {
             tasks.spawn(accept(listeners, passive, stop_rx));
         }
         Ok(Speaker {
+            addrs: addrs_tx,
+            held: watch::channel(Held::default()).0,
             stop,
             tasks,
             statuses: Statuses(statuses),
@@ -353,11 +358,59 @@ impl Speaker {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
     }
+
+    /// The sender of the announced set, for tests that change it in place.
+    #[cfg(test)]
+    pub(crate) fn addresses_sender(&self) -> watch::Sender<BTreeSet<IpAddr>> {
+        self.addrs.clone()
+    }
+}
+
+impl Announcer for Speaker {
+    fn mode(&self) -> Mode {
+        Mode::Bgp
+    }
+
+    fn set_addresses(&self, addrs: BTreeSet<IpAddr>) -> bool {
+        self.addrs.send_if_modified(|set| {
+            if *set == addrs {
+                return false;
+            }
+            *set = addrs;
+            true
+        })
+    }
+
+    fn held(&self) -> watch::Receiver<Held> {
+        self.held.subscribe()
+    }
+
+    fn sessions(&self) -> Option<Vec<watch::Receiver<PeerStatus>>> {
+        Some(self.statuses.receivers())
+    }
+
+    fn stop(self: Box<Self>) -> Stopping {
+        Box::pin(Speaker::stop(*self))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_new_set_of_addresses_is_taken_once_and_nothing_is_owned() {
+        let speaker =
+            Speaker::start(SpeakerConfig::new(64501, Vec::new()), BTreeSet::new()).unwrap();
+        let set: BTreeSet<IpAddr> = ["203.0.113.10".parse().unwrap()].into();
+        assert!(speaker.set_addresses(set.clone()));
+        assert!(!speaker.set_addresses(set.clone()), "the same set again");
+        assert_eq!(*speaker.addresses_sender().borrow(), set);
+        // Every replica announces every address: none is held alone.
+        assert!(speaker.held().borrow().owned.is_empty());
+        assert_eq!(speaker.sessions().map(|s| s.len()), Some(0));
+        Box::new(speaker).stop().await;
+    }
 
     #[test]
     fn prometheus_text_has_one_series_per_peer_and_name() {

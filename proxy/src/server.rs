@@ -346,15 +346,16 @@ pub async fn run(
         Some(c) => {
             // In kube mode the replicas find each other by Leases; in
             // manifests mode this one owns every L2 address.
-            let membership = config
-                .kube
-                .as_ref()
-                .map(|k| crate::loops::announce::config::KubeMembership {
-                    client: k.client.clone(),
-                    namespace: k.lease_namespace.clone(),
-                });
+            let membership =
+                config
+                    .kube
+                    .as_ref()
+                    .map(|k| crate::loops::announce::config::KubeMembership {
+                        client: k.client.clone(),
+                        namespace: k.lease_namespace.clone(),
+                    });
             Some(
-                crate::loops::announce::driver::Announcer::start(
+                crate::loops::announce::driver::Announcement::start(
                     c,
                     snapshots.clone(),
                     reloader.generations(),
@@ -471,7 +472,6 @@ pub async fn run(
             snapshots: snapshots.clone(),
             metrics: metrics.clone(),
             ready: ready.clone(),
-            bgp: announcer.as_ref().and_then(|a| a.statuses()),
             announce: announcer
                 .as_ref()
                 .map(|a| Arc::new(a.view()) as Arc<dyn admin::StatusSection>),

@@ -2,8 +2,8 @@
 //! is loaded and the proxy accepts traffic), `/metrics` (Prometheus text) and
 //! `/status` (the status report: Ingress status, backends, manifest
 //! problems; in manifests mode this is where Ingress status is observed;
-//! with `--bgp-peer`, each BGP session under `bgp`; with announcement, the
-//! pools, L2 owners and live replicas under `announce`).
+//! with announcement, the pools, L2 owners and live replicas under
+//! `announce`, and with `--bgp-peer` each BGP session under `bgp`).
 //!
 //! Keep it off the public interfaces: it is read-only but reveals topology.
 
@@ -31,50 +31,19 @@ pub struct AdminState {
     /// Set once listeners serve and the first snapshot is in; cleared when
     /// shutting down so load balancers drain us first.
     pub ready: Arc<AtomicBool>,
-    /// The BGP sessions of `--bgp-peer` (docs/announce.md); `None`: off.
-    pub bgp: Option<teapot_announce::Statuses>,
-    /// Pools, L2 owners and live replicas (docs/announce.md); `None`: off.
+    /// The announcers: pools, L2 owners, live replicas and BGP sessions
+    /// (docs/announce.md); `None`: off.
     pub announce: Option<Arc<dyn StatusSection>>,
 }
 
 /// A part of `/status` and `/metrics` that a loop keeps (the
-/// announcement's pools and owners): the plane shows it without knowing
-/// the loop.
+/// announcement's pools, owners and sessions): the plane shows it without
+/// knowing the loop.
 pub trait StatusSection: Send + Sync + std::fmt::Debug {
-    /// Its object under `/status`.
-    fn json(&self) -> serde_json::Value;
+    /// Its objects under `/status`, each with its key.
+    fn json(&self) -> Vec<(&'static str, serde_json::Value)>;
     /// Its series, Prometheus text format.
     fn render_prometheus(&self) -> String;
-}
-
-/// One BGP session as `/status` shows it.
-fn bgp_json(peer: &teapot_announce::PeerStatus) -> serde_json::Value {
-    serde_json::json!({
-        "peer": peer.peer.to_string(),
-        "remote_asn": peer.remote_asn,
-        "state": peer.state.as_str(),
-        "announced": peer.announced,
-        "announcements_sent": peer.announcements_sent,
-        "withdrawals_sent": peer.withdrawals_sent,
-        "sessions_established": peer.sessions_established,
-        "last_error": peer.last_error,
-        "failures": peer.failures,
-        // Whether a TCP-MD5 password is set; the password is never shown.
-        "md5": peer.md5,
-        "families": peer.families.iter().map(|f| match f {
-            teapot_announce::wire::Family::Ipv4 => "ipv4",
-            teapot_announce::wire::Family::Ipv6 => "ipv6",
-        }).collect::<Vec<_>>(),
-        "graceful_restart": peer.graceful_restart.then(|| serde_json::json!({
-            "router_restart_time": peer.router_graceful_restart,
-            "end_of_rib_sent": peer.end_of_rib_sent,
-        })),
-        "bfd": peer.bfd.as_ref().map(|b| serde_json::json!({
-            "state": b.state.as_str(),
-            "diagnostic": b.diag,
-            "failures": b.failures,
-        })),
-    })
 }
 
 /// Serves the admin API on `listener` until `shutdown` turns true.
@@ -119,9 +88,6 @@ fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         "/metrics" => {
             let mut body = state.metrics.render();
-            if let Some(bgp) = &state.bgp {
-                body.push_str(&bgp.render_prometheus());
-            }
             if let Some(announce) = &state.announce {
                 body.push_str(&announce.render_prometheus());
             }
@@ -134,17 +100,14 @@ fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         "/status" => {
             let snapshot = state.snapshots.load();
-            // Through a `Value` only with BGP on: that one sorts the keys.
-            let body = match (&state.bgp, &state.announce) {
-                (None, None) => serde_json::to_vec_pretty(&snapshot.report),
-                (bgp, announce) => serde_json::to_value(&snapshot.report).and_then(|mut report| {
+            // Through a `Value` only with announcement on: that one sorts
+            // the keys.
+            let body = match &state.announce {
+                None => serde_json::to_vec_pretty(&snapshot.report),
+                Some(announce) => serde_json::to_value(&snapshot.report).and_then(|mut report| {
                     if let Some(object) = report.as_object_mut() {
-                        if let Some(bgp) = bgp {
-                            let peers = bgp.snapshot().iter().map(bgp_json).collect();
-                            object.insert("bgp".into(), serde_json::Value::Array(peers));
-                        }
-                        if let Some(announce) = announce {
-                            object.insert("announce".into(), announce.json());
+                        for (key, value) in announce.json() {
+                            object.insert(key.into(), value);
                         }
                     }
                     serde_json::to_vec_pretty(&report)

@@ -1,19 +1,25 @@
 //! Makes this replica's addresses reachable (docs/announce.md): the
 //! fleet's own addresses and every allocated L4 address, each by the pool
-//! containing it, in that pool's mode:
+//! containing it, in that pool's mode, through the announcers
+//! ([`teapot_announce::Announcer`]) started once here:
 //!
-//! - BGP: a `teapot_announce::Speaker` announces them while the replica is
-//!   ready and withdraws them when it is not. On shutdown the speaker's
-//!   graceful stop (GRACEFUL_SHUTDOWN, a wait, the withdrawal) runs before
-//!   the drain, so routers move new connections away while requests still
-//!   finish.
+//! - BGP: one `teapot_announce::Speaker` for every BGP pool this replica
+//!   may announce. It announces while the replica is ready and withdraws
+//!   when it is not. On shutdown its graceful stop (GRACEFUL_SHUTDOWN, a
+//!   wait, the withdrawal) runs before the drain, so routers move new
+//!   connections away while requests still finish.
 //! - L2: one `teapot_announce::l2::L2Announcer` per pool puts the
 //!   addresses this replica owns on the pool's interface. Ownership is the
-//!   rendezvous hash over the live replicas ([`crate::loops::announce::membership`]:
-//!   a Lease per replica in kube mode; in manifests mode this replica
+//!   rendezvous hash over the live replicas ([`super::membership`]: a
+//!   Lease per replica in kube mode; in manifests mode this replica
 //!   alone). On shutdown the replica deletes its Lease, waits until the
 //!   next owners list its addresses, and only then removes them: the new
 //!   owner answers ARP before the old one stops.
+//!
+//! After the start nothing here asks which mode an announcer is: the
+//! follow loop hands each its addresses, `/status` reads what each holds
+//! and which have sessions, the stop stops them all, and what differs is
+//! a property of the mode ([`teapot_announce::Mode::has_owner`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -22,36 +28,25 @@ use std::sync::atomic::AtomicBool;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use teapot_announce::l2::{L2Announcer, L2Config, L2Status};
-use teapot_announce::{Speaker, Statuses};
+use teapot_announce::l2::{L2Announcer, L2Config, Replicas};
+use teapot_announce::{Held, Speaker, Statuses};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::config::{AnnounceConfig, BGP_LEASE, BGP_RENEW, HAND_OVER_BOUND, KubeMembership};
-use super::follow::{Follow, L2Inputs, follow};
+use super::follow::{Follow, Running, follow};
 use super::membership::{Membership, MembershipConfig};
-use super::pools::Mode;
+use super::pools::{AnnouncePool, Mode};
 use super::view::{AnnounceView, Report};
 use crate::compile::snapshot::Snapshot;
 
-struct L2Pool {
-    pool: String,
-    interface: String,
-    announcer: L2Announcer,
-    addrs: watch::Sender<BTreeSet<IpAddr>>,
-    replicas: watch::Sender<teapot_announce::l2::Replicas>,
-}
-
-impl std::fmt::Debug for L2Pool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("L2Pool").field("pool", &self.pool).finish()
-    }
-}
-
+/// The announcement: its announcers, the membership and the loops that
+/// feed them.
 #[derive(Debug)]
-pub struct Announcer {
-    speaker: Option<Speaker>,
-    l2: Vec<L2Pool>,
+pub struct Announcement {
+    /// Shared with the follow loop while it runs; whole again once it is
+    /// stopped, for the announcers' own stop.
+    announcers: Vec<Arc<Running>>,
     membership: Option<Membership>,
     follow: JoinHandle<()>,
     merge: Option<JoinHandle<()>>,
@@ -79,11 +74,85 @@ async fn node_labels(
     Ok(node.metadata.labels.unwrap_or_default())
 }
 
-impl Announcer {
-    /// Opens what each pool needs (an L2 interface that does not exist is
-    /// refused here, named) and starts following readiness and the
-    /// snapshot. `kube`: Leases decide the live replicas; without, this
-    /// replica owns every L2 address.
+/// Starts the announcers this replica runs: a BGP speaker for the BGP
+/// pools it may announce (with `--bgp-peer`), and an L2 announcer on the
+/// interface of each L2 pool it may announce. An L2 interface that does
+/// not exist is refused here, named.
+async fn start_announcers(
+    config: &AnnounceConfig,
+    allowed: &[bool],
+    in_kube: bool,
+) -> Result<Vec<Running>, teapot_announce::Error> {
+    let mut running = Vec::new();
+    if let Some(speaker) = &config.speaker {
+        let pools = (0..config.pools.len())
+            .filter(|i| config.pools[*i].mode == Mode::Bgp && allowed[*i])
+            .collect();
+        running.push(Running {
+            pools,
+            interface: None,
+            announcer: Box::new(Speaker::start(speaker.clone(), BTreeSet::new())?),
+        });
+    }
+    for (i, pool) in config.pools.iter().enumerate() {
+        if pool.mode != Mode::L2 || !allowed[i] {
+            continue;
+        }
+        let interface = pool.interface.clone().ok_or_else(|| {
+            refused(
+                pool.origin.clone(),
+                "an l2 pool needs interface= (or --l2-interface)",
+            )
+        })?;
+        // Among several replicas, what a killed run of this one left on
+        // the interface goes before anything else: the next owner may hold
+        // those addresses already, and the Leases that would name them
+        // take a second to list. Alone (manifests mode) this replica is
+        // the owner again and keeps them.
+        if in_kube {
+            remove_leftovers(pool, &interface).await?;
+        }
+        let live = if in_kube {
+            Replicas::default()
+        } else {
+            Replicas::alone(&config.l2.replica)
+        };
+        let announcer = L2Announcer::start(
+            L2Config {
+                interface: interface.clone(),
+                replica: config.l2.replica.clone(),
+                repeat_for: config.l2.repeat_for,
+            },
+            BTreeSet::new(),
+            live,
+        )
+        .map_err(|e| refused(pool.origin.clone(), e))?;
+        running.push(Running {
+            pools: vec![i],
+            interface: Some(interface),
+            announcer: Box::new(announcer),
+        });
+    }
+    Ok(running)
+}
+
+async fn remove_leftovers(
+    pool: &AnnouncePool,
+    interface: &str,
+) -> Result<(), teapot_announce::Error> {
+    let removed = teapot_announce::l2::remove_leftovers(interface, |a| pool.contains(a))
+        .await
+        .map_err(|e| refused(pool.origin.clone(), e))?;
+    for addr in removed {
+        tracing::info!(%addr, %interface, "L2 address left over from an earlier run removed");
+    }
+    Ok(())
+}
+
+impl Announcement {
+    /// Starts the announcers each pool needs and following readiness and
+    /// the snapshot. `kube`: Leases decide the live replicas; without,
+    /// this replica owns every L2 address.
     /// `generations`: the reload loop's swaps (`Reloader::generations`),
     /// what makes the follow loop look at the snapshot again.
     pub async fn start(
@@ -92,7 +161,7 @@ impl Announcer {
         generations: watch::Receiver<u64>,
         ready: Arc<AtomicBool>,
         kube: Option<KubeMembership>,
-    ) -> Result<Announcer, teapot_announce::Error> {
+    ) -> Result<Announcement, teapot_announce::Error> {
         let local = teapot_announce::l2::local_addresses()?;
         let needs_labels = config.pools.iter().any(|p| !p.node_labels.is_empty());
         let labels = match (&kube, &config.node_name, needs_labels) {
@@ -114,77 +183,29 @@ impl Announcer {
             tracing::info!(pool = %pool.name, mode = pool.mode.as_str(), announcer = ok, "announce pool");
         }
 
-        let (bgp_tx, bgp_rx) = watch::channel(BTreeSet::new());
-        let speaker = match &config.speaker {
-            Some(s) => Some(Speaker::start(s.clone(), bgp_rx)?),
-            None => None,
-        };
-        let mut l2 = Vec::new();
-        for (pool, ok) in config.pools.iter().zip(&allowed) {
-            if pool.mode != Mode::L2 || !ok {
-                continue;
-            }
-            let interface = pool.interface.clone().ok_or_else(|| {
-                refused(
-                    pool.origin.clone(),
-                    "an l2 pool needs interface= (or --l2-interface)",
-                )
-            })?;
-            // Among several replicas, what a killed run of this one left
-            // on the interface goes before anything else: the next owner
-            // may hold those addresses already, and the Leases that
-            // would name them take a second to list. Alone (manifests
-            // mode) this replica is the owner again and keeps them.
-            if kube.is_some() {
-                let removed =
-                    teapot_announce::l2::remove_leftovers(&interface, |a| pool.contains(a))
-                        .await
-                        .map_err(|e| refused(pool.origin.clone(), e))?;
-                for addr in removed {
-                    tracing::info!(%addr, %interface, "L2 address left over from an earlier run removed");
-                }
-            }
-            let (addrs, addrs_rx) = watch::channel(BTreeSet::new());
-            let live = if kube.is_some() {
-                teapot_announce::l2::Replicas::default()
-            } else {
-                teapot_announce::l2::Replicas::alone(&config.l2.replica)
-            };
-            let (replicas, replicas_rx) = watch::channel(live);
-            let announcer = L2Announcer::start(
-                L2Config {
-                    interface: interface.clone(),
-                    replica: config.l2.replica.clone(),
-                    repeat_for: config.l2.repeat_for,
-                },
-                addrs_rx,
-                replicas_rx,
-            )
-            .map_err(|e| refused(pool.origin.clone(), e))?;
-            l2.push(L2Pool {
-                pool: pool.name.clone(),
-                interface,
-                announcer,
-                addrs,
-                replicas,
-            });
-        }
-
-        // Every L2 pool's owned addresses, for the Lease.
+        let running = start_announcers(&config, &allowed, kube.is_some()).await?;
+        let owners: Vec<&Running> = running
+            .iter()
+            .filter(|r| r.announcer.mode().has_owner())
+            .collect();
+        // What every owner holds, for the Lease.
         let (owned_tx, owned_rx) = watch::channel(BTreeSet::new());
-        let statuses: Vec<watch::Receiver<L2Status>> =
-            l2.iter().map(|p| p.announcer.status()).collect();
-        let merge = (!statuses.is_empty()).then(|| tokio::spawn(merge_owned(statuses, owned_tx)));
-        let bfd = match (&config.l2.bfd, l2.first(), &kube) {
-            (Some(timing), Some(first), Some(_)) => {
-                match teapot_announce::l2::interface_address(&first.interface)? {
-                    Some(local) => Some(crate::loops::announce::peer_liveness::LivenessConfig {
+        let held: Vec<watch::Receiver<Held>> = owners.iter().map(|r| r.announcer.held()).collect();
+        let merge = (!held.is_empty()).then(|| tokio::spawn(merge_owned(held, owned_tx)));
+        let bfd = match (
+            &config.l2.bfd,
+            owners.first().and_then(|r| r.interface.as_ref()),
+            &kube,
+        ) {
+            (Some(timing), Some(interface), Some(_)) => {
+                match teapot_announce::l2::interface_address(interface)? {
+                    Some(local) => Some(super::peer_liveness::LivenessConfig {
                         local,
                         port: config.l2.bfd_port,
                         timing: *timing,
                     }),
                     None => {
-                        tracing::warn!(interface = %first.interface, "no address with a subnet on the L2 interface: no BFD with the other announcers, liveness by the Lease alone");
+                        tracing::warn!(%interface, "no address with a subnet on the L2 interface: no BFD with the other announcers, liveness by the Lease alone");
                         None
                     }
                 }
@@ -192,27 +213,32 @@ impl Announcer {
             _ => None,
         };
         let with_bfd = bfd.is_some();
-        // A replica that may announce some L2 pool holds a Lease, to be
-        // an owner; one with a BGP speaker too, to tell the status writer
-        // of its sessions (its BGP pools on it, the sessions in an
-        // annotation). A replica no pool allows is neither.
+        // The announcers' sessions (BGP), one list.
+        let sessions: Option<Statuses> = {
+            let all: Vec<_> = running
+                .iter()
+                .filter_map(|r| r.announcer.sessions())
+                .collect();
+            (!all.is_empty()).then(|| Statuses::from(all.concat()))
+        };
+        // A replica with an announcer for some pool holds a Lease naming
+        // the pools: an owner among the others (L2), or to tell the status
+        // writer of its sessions (BGP, in an annotation). A replica no
+        // pool allows, or with nothing to announce them with, is neither.
         let (bgp_sessions, bgp_sessions_rx) = watch::channel(BTreeMap::new());
-        if let Some(speaker) = &speaker {
-            tokio::spawn(crate::loops::announce::bgp_events::publish_bgp_sessions(
-                speaker.statuses(),
+        if let Some(sessions) = &sessions {
+            tokio::spawn(super::bgp_events::publish_bgp_sessions(
+                sessions.clone(),
                 bgp_sessions,
             ));
         }
-        let lease_pools: BTreeSet<String> = config
-            .pools
+        let lease_pools: BTreeSet<String> = running
             .iter()
-            .zip(&allowed)
-            .filter(|(p, ok)| **ok && (p.mode == Mode::L2 || speaker.is_some()))
-            .map(|(p, _)| p.name.clone())
+            .flat_map(|r| r.pools.iter().map(|i| config.pools[*i].name.clone()))
             .collect();
-        // BGP alone needs no owner: its Lease only carries the sessions
+        // Without an owner to move, the Lease only carries the sessions
         // for the status, renewed at a slower pace.
-        let (renew_every, lease_duration) = if l2.is_empty() {
+        let (renew_every, lease_duration) = if owners.is_empty() {
             (BGP_RENEW, BGP_LEASE)
         } else {
             (config.l2.renew_every, config.l2.lease_duration)
@@ -245,10 +271,15 @@ impl Announcer {
                 .zip(&allowed)
                 .map(|(p, ok)| (p.name.clone(), p.mode, *ok))
                 .collect(),
-            l2: l2
+            l2: running
                 .iter()
-                .map(|p| (p.pool.clone(), p.interface.clone(), p.announcer.status()))
+                .filter_map(|r| {
+                    let interface = r.interface.clone()?;
+                    let pool = config.pools[*r.pools.first()?].name.clone();
+                    Some((pool, interface, r.announcer.held()))
+                })
                 .collect(),
+            sessions,
             report: report.clone(),
             lease_errors: membership.as_ref().map(|m| m.errors.clone()),
             membership: membership.as_ref().map(|m| m.view()),
@@ -263,21 +294,13 @@ impl Announcer {
                 )
                 .collect(),
         };
+        let announcers: Vec<Arc<Running>> = running.into_iter().map(Arc::new).collect();
         let follow = tokio::spawn(follow(
             Follow {
                 alone: kube.is_none(),
                 config,
                 allowed,
-                bgp: bgp_tx,
-                l2: l2
-                    .iter()
-                    .map(|p| L2Inputs {
-                        pool: p.pool.clone(),
-                        addrs: p.addrs.clone(),
-                        replicas: p.replicas.clone(),
-                        again: p.announcer.announce_again(),
-                    })
-                    .collect(),
+                announcers: announcers.clone(),
                 membership: membership.as_ref().map(|m| (m.view(), m.healthy())),
                 report,
                 unpooled_seen,
@@ -287,9 +310,8 @@ impl Announcer {
             snapshots,
             ready,
         ));
-        Ok(Announcer {
-            speaker,
-            l2,
+        Ok(Announcement {
+            announcers,
             membership,
             follow,
             merge,
@@ -297,8 +319,10 @@ impl Announcer {
         })
     }
 
+    /// The sessions of the announcers that have them (BGP), for the
+    /// Events on this replica's Pod.
     pub fn statuses(&self) -> Option<Statuses> {
-        self.speaker.as_ref().map(|s| s.statuses())
+        self.view.sessions.clone()
     }
 
     pub fn view(&self) -> AnnounceView {
@@ -306,24 +330,33 @@ impl Announcer {
     }
 
     /// Stops following readiness (the shutdown's own `ready = false` must
-    /// not withdraw or release ahead of the planned sequence), then runs
-    /// both: BGP's graceful stop, and L2's hand-over (the Lease goes, the
-    /// next owners take the addresses, then this replica removes them).
+    /// not withdraw or release ahead of the planned sequence), then stops
+    /// every announcer at once, an owner only after its hand-over (the
+    /// Lease goes, the next owners take the addresses, then this replica
+    /// removes them): BGP's graceful stop runs beside it.
     pub async fn stop(self) {
         self.follow.abort();
+        // The loop's own references go with it.
+        let _ = self.follow.await;
         let replica = self.view.replica.clone();
-        let l2 = async {
-            if let Some(membership) = &self.membership {
-                let mine: BTreeMap<IpAddr, String> = self
-                    .l2
+        let (owners, others): (Vec<Running>, Vec<Running>) = self
+            .announcers
+            .into_iter()
+            .filter_map(Arc::into_inner)
+            .partition(|r| r.announcer.mode().has_owner());
+        let membership = self.membership;
+        let pools = self.view.l2.clone();
+        let owners = async {
+            if let Some(membership) = &membership {
+                let mine: BTreeMap<IpAddr, String> = pools
                     .iter()
-                    .flat_map(|p| {
-                        let owned = p.announcer.status().borrow().owned.clone();
-                        owned.into_iter().map(|a| (a, p.pool.clone()))
+                    .flat_map(|(pool, _, held)| {
+                        let owned = held.borrow().owned.clone();
+                        owned.into_iter().map(|a| (a, pool.clone()))
                     })
                     .collect();
                 membership.leave().await;
-                let left = crate::loops::announce::membership::wait_handed_over(
+                let left = super::membership::wait_handed_over(
                     membership.view(),
                     &replica,
                     &mine,
@@ -339,33 +372,26 @@ impl Announcer {
                     );
                 }
             }
-            for pool in self.l2 {
-                pool.announcer.stop().await;
+            for r in owners {
+                r.announcer.stop().await;
             }
         };
-        let bgp = async {
-            if let Some(speaker) = self.speaker {
-                speaker.stop().await;
-            }
-        };
-        tokio::join!(l2, bgp);
+        let others = futures::future::join_all(others.into_iter().map(|r| r.announcer.stop()));
+        tokio::join!(owners, others);
         if let Some(m) = self.merge {
             m.abort();
         }
     }
 }
 
-/// Publishes the union of every L2 pool's owned addresses (what the
-/// Lease carries) whenever an announcer's status changes. The same
-/// receivers serve every round and each is marked seen as it is read:
-/// a fresh clone per round would inherit a version never marked, and
-/// `changed()` would return at once forever after the first change.
-async fn merge_owned(
-    mut statuses: Vec<watch::Receiver<L2Status>>,
-    owned: watch::Sender<BTreeSet<IpAddr>>,
-) {
+/// Publishes the union of every owner's held addresses (what the Lease
+/// carries) whenever one changes. The same receivers serve every round
+/// and each is marked seen as it is read: a fresh clone per round would
+/// inherit a version never marked, and `changed()` would return at once
+/// forever after the first change.
+async fn merge_owned(mut held: Vec<watch::Receiver<Held>>, owned: watch::Sender<BTreeSet<IpAddr>>) {
     loop {
-        let now: BTreeSet<IpAddr> = statuses
+        let now: BTreeSet<IpAddr> = held
             .iter_mut()
             .flat_map(|s| s.borrow_and_update().owned.clone())
             .collect();
@@ -376,7 +402,7 @@ async fn merge_owned(
             *o = now;
             true
         });
-        let changes = statuses.iter_mut().map(|s| Box::pin(s.changed()));
+        let changes = held.iter_mut().map(|s| Box::pin(s.changed()));
         if futures::future::select_all(changes).await.0.is_err() {
             return;
         }
@@ -420,16 +446,24 @@ mod tests {
         config
     }
 
+    /// `/status`'s `announce` object.
+    fn announce_json(view: &AnnounceView) -> serde_json::Value {
+        use crate::plane::admin::StatusSection;
+        let sections = view.json();
+        let (_, announce) = sections.iter().find(|(k, _)| *k == "announce").unwrap();
+        announce.clone()
+    }
+
     /// Started ready, on an empty snapshot.
     async fn start(
         config: AnnounceConfig,
         kube: Option<KubeMembership>,
-    ) -> Result<Announcer, teapot_announce::Error> {
+    ) -> Result<Announcement, teapot_announce::Error> {
         let snapshots = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
         // No reload loop: the sender goes at once, and the follow loop
         // follows the rest.
         let generations = watch::channel(1).1;
-        Announcer::start(
+        Announcement::start(
             config,
             snapshots,
             generations,
@@ -450,7 +484,7 @@ mod tests {
         let announcer = start(config, None).await.unwrap();
         let view = announcer.view();
         let status = loop {
-            let status = view.json();
+            let status = announce_json(&view);
             if !status["addresses"].as_array().unwrap().is_empty() {
                 break status;
             }
@@ -575,8 +609,7 @@ mod tests {
         assert!(err.to_string().contains("NODE_NAME"), "{err}");
         config.node_name = Some("lb-node-1".into());
         let announcer = start(config, Some(kube())).await.unwrap();
-        use crate::plane::admin::StatusSection;
-        let pools = announcer.view().json()["pools"].clone();
+        let pools = announce_json(&announcer.view())["pools"].clone();
         assert_eq!(
             pools,
             serde_json::json!([

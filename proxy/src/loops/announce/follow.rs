@@ -1,18 +1,19 @@
 //! The follow loop: readiness, the snapshot, the Leases and BFD in; the
 //! addresses of each announcer and the report for `/status` out.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use teapot_announce::Announcer;
 use tokio::sync::watch;
 
 use super::config::{AnnounceConfig, FOLLOW_EVERY, wanted};
 use super::membership::View;
-use super::pools::{Mode, classify};
+use super::pools::classify;
 use super::view::{AddressReport, Report};
 use crate::compile::snapshot::Snapshot;
 
@@ -32,12 +33,16 @@ async fn changed_or_never<T>(
     }
 }
 
-/// What one L2 pool's announcer follows.
-pub(super) struct L2Inputs {
-    pub(super) pool: String,
-    pub(super) addrs: watch::Sender<BTreeSet<IpAddr>>,
-    pub(super) replicas: watch::Sender<teapot_announce::l2::Replicas>,
-    pub(super) again: teapot_announce::l2::AnnounceAgain,
+/// One running announcer and what it announces.
+#[derive(Debug)]
+pub(super) struct Running {
+    /// The pools it announces (indices into the configured pools): the
+    /// one pool of an announcer with an interface, every pool of its mode
+    /// this replica may announce otherwise.
+    pub(super) pools: Vec<usize>,
+    /// The pool's interface (L2), for `/status` and BFD.
+    pub(super) interface: Option<String>,
+    pub(super) announcer: Box<dyn Announcer>,
 }
 
 pub(super) struct Follow {
@@ -45,8 +50,8 @@ pub(super) struct Follow {
     /// Manifests mode: this replica is the only one.
     pub(super) alone: bool,
     pub(super) allowed: Vec<bool>,
-    pub(super) bgp: watch::Sender<BTreeSet<IpAddr>>,
-    pub(super) l2: Vec<L2Inputs>,
+    /// Each announcer with the pools it announces.
+    pub(super) announcers: Vec<Arc<Running>>,
     pub(super) membership: Option<(watch::Receiver<View>, watch::Receiver<bool>)>,
     pub(super) report: Arc<Mutex<Report>>,
     pub(super) unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
@@ -100,55 +105,50 @@ pub(super) async fn follow(
             None => (None, true),
         };
         let now = std::time::Instant::now();
-        let pick = |mode: Mode| -> BTreeMap<&str, BTreeSet<IpAddr>> {
-            by_pool
-                .iter()
-                .filter(|(i, _)| f.config.pools[**i].mode == mode)
-                .map(|(i, a)| (f.config.pools[*i].name.as_str(), a.clone()))
-                .collect()
-        };
-        let bgp: BTreeSet<IpAddr> = by_pool
-            .iter()
-            .filter(|(i, _)| f.config.pools[**i].mode == Mode::Bgp && f.allowed[**i])
-            .flat_map(|(_, a)| a.iter().copied())
-            .collect();
-        f.bgp.send_if_modified(|set| {
-            if *set == bgp {
-                return false;
-            }
-            tracing::info!(announced = bgp.len(), "BGP announcement set changed");
-            *set = bgp;
-            true
-        });
-        let l2 = pick(Mode::L2);
         let mut live_any = BTreeSet::new();
         let again = view.as_ref().is_some_and(|v| v.rejoined != rejoined);
         if let Some(v) = &view {
             rejoined = v.rejoined;
         }
-        for L2Inputs {
-            pool,
-            addrs: addrs_tx,
-            replicas: replicas_tx,
-            again: announce_again,
-        } in &f.l2
-        {
+        for running in &f.announcers {
+            let announcer = &running.announcer;
+            let owner = announcer.mode().has_owner();
             if again {
-                announce_again.now();
+                announcer.announce_again();
             }
-            let addrs = if eligible {
-                l2.get(pool.as_str()).cloned().unwrap_or_default()
-            } else {
+            // An owner whose own Lease is not healthy holds nothing: the
+            // others count it gone and take over.
+            let addrs: BTreeSet<IpAddr> = if owner && !eligible {
                 BTreeSet::new()
-            };
-            addrs_tx.send_if_modified(|a| std::mem::replace(a, addrs.clone()) != addrs);
-            if let Some(view) = &view {
-                let replicas = view.replicas(pool, now);
-                live_any.extend(replicas.live.iter().cloned());
-                replicas_tx
-                    .send_if_modified(|r| std::mem::replace(r, replicas.clone()) != replicas);
             } else {
-                live_any.insert(f.config.l2.replica.clone());
+                running
+                    .pools
+                    .iter()
+                    .filter_map(|i| by_pool.get(i))
+                    .flatten()
+                    .copied()
+                    .collect()
+            };
+            let count = addrs.len();
+            if announcer.set_addresses(addrs) {
+                tracing::info!(
+                    mode = announcer.mode().as_str(),
+                    announced = count,
+                    "announcement set changed"
+                );
+            }
+            if !owner {
+                continue;
+            }
+            for i in &running.pools {
+                let pool = &f.config.pools[*i].name;
+                if let Some(view) = &view {
+                    let replicas = view.replicas(pool, now);
+                    live_any.extend(replicas.live.iter().cloned());
+                    announcer.set_replicas(replicas);
+                } else {
+                    live_any.insert(f.config.l2.replica.clone());
+                }
             }
         }
         let mut addresses = Vec::new();
@@ -166,7 +166,9 @@ pub(super) async fn follow(
                     address: *addr,
                     pool: pool.name.clone(),
                     mode: pool.mode.as_str(),
-                    owner: (pool.mode == Mode::L2)
+                    owner: pool
+                        .mode
+                        .has_owner()
                         .then(|| teapot_announce::l2::owner(addr, &live).map(String::from))
                         .flatten(),
                 });

@@ -8,20 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Mode {
-    L2,
-    Bgp,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::L2 => "l2",
-            Mode::Bgp => "bgp",
-        }
-    }
-}
+/// A pool's mode is how its announcer makes the addresses reachable.
+pub use teapot_announce::Mode;
 
 /// One `--announce-pool`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! `/status` and `/metrics` of the announcement.
+//! `/status` and `/metrics` of the announcement: the pools, what each
+//! announcer holds and sends, the BGP sessions, the live replicas.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -6,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
-use teapot_announce::l2::L2Status;
+use teapot_announce::{Held, PeerStatus, Statuses};
 use tokio::sync::watch;
 
 use super::membership::View;
@@ -37,7 +38,11 @@ pub struct AnnounceView {
     pub(super) replica: String,
     /// Each pool: name, mode, whether this replica may announce it.
     pub(super) pools: Vec<(String, Mode, bool)>,
-    pub(super) l2: Vec<(String, String, watch::Receiver<L2Status>)>,
+    /// Each announcer with an interface (L2): its pool, the interface
+    /// and what it holds.
+    pub(super) l2: Vec<(String, String, watch::Receiver<Held>)>,
+    /// The sessions of the announcers that have them (BGP).
+    pub(super) sessions: Option<Statuses>,
     pub(super) report: Arc<Mutex<Report>>,
     pub(super) lease_errors: Option<Arc<std::sync::atomic::AtomicU64>>,
     pub(super) unpooled_seen: Arc<std::sync::atomic::AtomicU64>,
@@ -49,8 +54,32 @@ pub struct AnnounceView {
 }
 
 impl crate::plane::admin::StatusSection for AnnounceView {
-    /// `/status`'s `announce` object.
-    fn json(&self) -> serde_json::Value {
+    /// `/status`'s `announce` object, and `bgp` with the sessions.
+    fn json(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let mut sections = Vec::new();
+        if let Some(sessions) = &self.sessions {
+            let peers = sessions.snapshot().iter().map(bgp_json).collect();
+            sections.push(("bgp", serde_json::Value::Array(peers)));
+        }
+        sections.push(("announce", self.announce_json()));
+        sections
+    }
+
+    /// `teapot_bgp_*`, `teapot_l2_*` and `teapot_announce_*` in
+    /// Prometheus' text format.
+    fn render_prometheus(&self) -> String {
+        let mut out = self
+            .sessions
+            .as_ref()
+            .map(Statuses::render_prometheus)
+            .unwrap_or_default();
+        out.push_str(&self.render_announce());
+        out
+    }
+}
+
+impl AnnounceView {
+    fn announce_json(&self) -> serde_json::Value {
         let report = self.report.lock().clone();
         let mut owned = BTreeSet::new();
         let mut sent = 0;
@@ -99,8 +128,7 @@ impl crate::plane::admin::StatusSection for AnnounceView {
         })
     }
 
-    /// `teapot_l2_*` and `teapot_announce_*` in Prometheus' text format.
-    fn render_prometheus(&self) -> String {
+    fn render_announce(&self) -> String {
         use std::fmt::Write;
         let report = self.report.lock().clone();
         let mut out = String::new();
@@ -215,4 +243,34 @@ impl crate::plane::admin::StatusSection for AnnounceView {
         }
         out
     }
+}
+
+/// One BGP session as `/status` shows it.
+fn bgp_json(peer: &PeerStatus) -> serde_json::Value {
+    serde_json::json!({
+        "peer": peer.peer.to_string(),
+        "remote_asn": peer.remote_asn,
+        "state": peer.state.as_str(),
+        "announced": peer.announced,
+        "announcements_sent": peer.announcements_sent,
+        "withdrawals_sent": peer.withdrawals_sent,
+        "sessions_established": peer.sessions_established,
+        "last_error": peer.last_error,
+        "failures": peer.failures,
+        // Whether a TCP-MD5 password is set; the password is never shown.
+        "md5": peer.md5,
+        "families": peer.families.iter().map(|f| match f {
+            teapot_announce::wire::Family::Ipv4 => "ipv4",
+            teapot_announce::wire::Family::Ipv6 => "ipv6",
+        }).collect::<Vec<_>>(),
+        "graceful_restart": peer.graceful_restart.then(|| serde_json::json!({
+            "router_restart_time": peer.router_graceful_restart,
+            "end_of_rib_sent": peer.end_of_rib_sent,
+        })),
+        "bfd": peer.bfd.as_ref().map(|b| serde_json::json!({
+            "state": b.state.as_str(),
+            "diagnostic": b.diag,
+            "failures": b.failures,
+        })),
+    })
 }
