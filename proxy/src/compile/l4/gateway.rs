@@ -692,7 +692,7 @@ fn add_target<'s>(
 /// The Gateway L4 compile through `compile::compile`, with Services in the
 /// same pools.
 #[cfg(test)]
-mod compiled {
+mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
