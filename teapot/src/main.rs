@@ -336,7 +336,7 @@ pub(crate) fn proxy_config(
         connect_timeout: Duration::from_millis(tuning.connect_timeout_ms),
         read_timeout: Duration::from_secs(tuning.upstream_timeout),
         write_timeout: Duration::from_secs(tuning.upstream_timeout),
-        auth: teapot_proxy::plane::policy::auth::AuthLimits {
+        auth: teapot_proxy::plane::traffic::auth::AuthLimits {
             timeout: Duration::from_millis(tuning.auth_timeout_ms),
             concurrency: tuning.auth_concurrency,
         },
