@@ -12,6 +12,10 @@
 //! (`compile::backends`), each Ingress's limits from its annotations
 //! (`compile::policies`).
 
+mod backend;
+mod canary;
+mod www;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -30,10 +34,12 @@ use crate::compile::gateway::GatewayCompile;
 use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
 use crate::compile::snapshot::{Condition, IngressReport};
-use crate::compile::traffic::{Canary, CanaryRules, NginxAnnotations, Rewrite, TrafficPolicy};
-use crate::compile::upstream::{Protocol, Upstream};
-use crate::live::upstream_tls::BackendTls;
+use crate::compile::traffic::{Canary, Rewrite};
+use crate::compile::upstream::Upstream;
+use backend::BackendSpeech;
+use canary::{CanaryRule, add_canaries, canary_rules};
 use teapot_api::regex::PathRegex;
+use www::{FROM_TO_WWW, WwwTwin, add_www_redirects, twin_admitted, www_twin};
 
 /// A host an Ingress asked ACME for.
 pub(super) struct AcmeCandidate {
@@ -388,222 +394,6 @@ where
     }
 }
 
-/// How an Ingress's backends are spoken to: ingress-nginx's
-/// `backend-protocol` and `proxy-ssl-*`, read once per Ingress
-/// (docs/migrate-from-ingress-nginx.md). HTTP, the default, leaves the
-/// shared upstream as it is; every other protocol gets the Ingress its
-/// own copy of it ([`Upstream::speaking`]). Settings that cannot be used
-/// (a Secret missing or of another namespace, a bad CA, verification
-/// without one) are reported naming the Ingress and the annotation, and
-/// its routes answer 503: nothing is sent unverified.
-struct BackendSpeech {
-    ingress: String,
-    namespace: String,
-    protocol: &'static str,
-    /// `Err`: why TLS to the backends cannot be set up.
-    tls: Result<TlsAsked, String>,
-    /// Upstreams already made, by the shared upstream they copy.
-    made: Vec<(Arc<Upstream>, Arc<Upstream>)>,
-    problems: Vec<String>,
-}
-
-/// The TLS settings an Ingress asks for, less the verified name (the
-/// Service's by default).
-struct TlsAsked {
-    name: Option<String>,
-    sni: bool,
-    verify: Option<Vec<u8>>,
-    depth: u32,
-    client_cert: Option<Arc<rustls::sign::CertifiedKey>>,
-}
-
-const BACKEND_PROTOCOL: &str = "nginx.ingress.kubernetes.io/backend-protocol";
-const PROXY_SSL_SECRET: &str = "nginx.ingress.kubernetes.io/proxy-ssl-secret";
-const PROXY_SSL_VERIFY: &str = "nginx.ingress.kubernetes.io/proxy-ssl-verify";
-const PROXY_SSL_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-name";
-const PROXY_SSL_SERVER_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-server-name";
-const PROXY_SSL_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/proxy-ssl-verify-depth";
-
-impl BackendSpeech {
-    fn read(store: &Store, id: &NsName, ingress: &Ingress, tenant: bool) -> BackendSpeech {
-        use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
-        let annotations = ingress.metadata.annotations.as_ref();
-        // A value that does not parse is reported with the Ingress's other
-        // annotations (crate::compile::traffic); the default applies here.
-        let value = |key: &str| {
-            annotations
-                .and_then(|a| a.get(key))
-                .and_then(|v| annotations::parse(ObjectKind::Ingress, key, v).ok())
-        };
-        let word = |key: &str| match value(key) {
-            Some(AnnotationValue::Word(w)) => Some(w),
-            _ => None,
-        };
-        let text = |key: &str| match value(key) {
-            Some(AnnotationValue::Text(t)) => Some(t.trim().to_string()),
-            _ => None,
-        };
-        let ingress_name = format!("{}/{}", id.namespace, id.name);
-        let protocol = word(BACKEND_PROTOCOL).unwrap_or("HTTP");
-        let tls = if matches!(protocol, "HTTPS" | "GRPCS") {
-            TlsAsked::read(store, id, &ingress_name, tenant, text, word, value)
-        } else {
-            Err(String::new())
-        };
-        let mut problems = Vec::new();
-        if let Err(why) = &tls
-            && !why.is_empty()
-        {
-            problems.push(format!("{why}; the Ingress's routes answer 503"));
-        }
-        BackendSpeech {
-            ingress: ingress_name,
-            namespace: id.namespace.clone(),
-            protocol,
-            tls,
-            made: Vec::new(),
-            problems,
-        }
-    }
-
-    /// `upstream` (the shared one of `backend`) as this Ingress speaks to
-    /// it.
-    fn speak(
-        &mut self,
-        resolver: &Resolver<'_>,
-        upstream: Arc<Upstream>,
-        backend: &k8s_openapi::api::networking::v1::IngressBackend,
-    ) -> Arc<Upstream> {
-        if self.protocol == "HTTP" {
-            return upstream;
-        }
-        if let Some((_, made)) = self.made.iter().find(|(u, _)| Arc::ptr_eq(u, &upstream)) {
-            return made.clone();
-        }
-        let made = match (self.protocol, &self.tls) {
-            ("GRPC" | "H2C", _) => upstream.speaking(Protocol::H2c),
-            (_, Err(why)) => upstream.unusable(format!("{}: {why}", self.ingress)),
-            (protocol, Ok(asked)) => {
-                let service = backend.service.as_ref().map_or("", |s| s.name.as_str());
-                let settings = BackendTls {
-                    h2: protocol == "GRPCS",
-                    name: asked
-                        .name
-                        .clone()
-                        .unwrap_or_else(|| format!("{service}.{}.svc", self.namespace)),
-                    sni: asked.sni,
-                    verify: asked.verify.clone(),
-                    depth: asked.depth,
-                    client_cert: asked.client_cert.clone(),
-                    system_roots: false,
-                    subject_alt_names: Vec::new(),
-                };
-                match resolver.registry().tls(settings) {
-                    Ok(tls) => upstream.speaking(Protocol::Tls(tls)),
-                    Err(e) => {
-                        let why = format!("{PROXY_SSL_NAME} or {PROXY_SSL_SECRET}: {e}");
-                        let problem = format!("{why}; the Ingress's routes answer 503");
-                        if !self.problems.contains(&problem) {
-                            self.problems.push(problem);
-                        }
-                        upstream.unusable(format!("{}: {why}", self.ingress))
-                    }
-                }
-            }
-        };
-        let made = Arc::new(made);
-        self.made.push((upstream, made.clone()));
-        made
-    }
-}
-
-impl TlsAsked {
-    fn read(
-        store: &Store,
-        id: &NsName,
-        ingress: &str,
-        tenant: bool,
-        text: impl Fn(&str) -> Option<String>,
-        word: impl Fn(&str) -> Option<&'static str>,
-        value: impl Fn(&str) -> Option<teapot_api::annotations::AnnotationValue>,
-    ) -> Result<TlsAsked, String> {
-        let verify = word(PROXY_SSL_VERIFY) == Some("on");
-        let secret = match text(PROXY_SSL_SECRET) {
-            None if verify => {
-                return Err(format!(
-                    "{PROXY_SSL_VERIFY}: on needs {PROXY_SSL_SECRET} with a ca.crt (Ingress {ingress})"
-                ));
-            }
-            None => None,
-            Some(reference) => {
-                let (namespace, name) =
-                    teapot_api::names::namespaced_reference(&reference, &id.namespace);
-                // A tenant's Ingress reads its own namespace's Secrets only.
-                if tenant && namespace != id.namespace {
-                    return Err(format!(
-                        "{PROXY_SSL_SECRET}: Secret {namespace}/{name} is not in the Ingress's namespace {} (Ingress {ingress})",
-                        id.namespace
-                    ));
-                }
-                let id = NsRef { namespace, name };
-                // A kubernetes.io/tls Secret: a client certificate, and
-                // maybe a ca.crt; a CA Secret: ca.crt alone, verification
-                // without a client certificate.
-                match (store.secrets.get(&id), store.ca_secrets.get(&id)) {
-                    (Some(tls), _) => Some(ProxySslSecret::Tls(&tls.object)),
-                    (None, Some(ca)) => Some(ProxySslSecret::Ca(&ca.object)),
-                    (None, None) => {
-                        return Err(format!(
-                            "{PROXY_SSL_SECRET}: Secret {namespace}/{name} not found or neither a usable kubernetes.io/tls Secret nor one with a ca.crt (Ingress {ingress})"
-                        ));
-                    }
-                }
-            }
-        };
-        let ca = secret.and_then(|s| match s {
-            ProxySslSecret::Tls(tls) => teapot_api::admission::tls_secret_data(&tls.source)
-                .ok()
-                .and_then(|d| d.ca)
-                .map(<[u8]>::to_vec),
-            ProxySslSecret::Ca(ca) => ca
-                .data
-                .as_ref()
-                .and_then(|d| d.get(teapot_api::admission::CA_SECRET_KEY))
-                .map(|v| v.0.clone()),
-        });
-        let verify = match (verify, ca) {
-            (false, _) => None,
-            (true, Some(ca)) => Some(ca),
-            (true, None) => {
-                return Err(format!(
-                    "{PROXY_SSL_VERIFY}: on, but {PROXY_SSL_SECRET}'s Secret has no ca.crt (Ingress {ingress})"
-                ));
-            }
-        };
-        let depth = match value(PROXY_SSL_VERIFY_DEPTH) {
-            Some(teapot_api::annotations::AnnotationValue::Count(n)) => n,
-            _ => 1,
-        };
-        Ok(TlsAsked {
-            name: text(PROXY_SSL_NAME).filter(|n| !n.is_empty()),
-            sni: word(PROXY_SSL_SERVER_NAME) == Some("on"),
-            verify,
-            depth,
-            client_cert: secret.and_then(|s| match s {
-                ProxySslSecret::Tls(tls) => Some(tls.certificate.key.clone()),
-                ProxySslSecret::Ca(_) => None,
-            }),
-        })
-    }
-}
-
-/// The Secret `proxy-ssl-secret` names, of either shape the store keeps.
-#[derive(Clone, Copy)]
-enum ProxySslSecret<'s> {
-    Tls(&'s teapot_model::store::TlsSecret),
-    Ca(&'s k8s_openapi::api::core::v1::Secret),
-}
-
 /// The ACME hosts of this compile: each candidate no Secret covers (a
 /// tenant's own certificate always wins), attributed to the oldest Ingress
 /// asking, whose report gets the condition of its hosts.
@@ -640,186 +430,9 @@ pub(super) fn assign_acme(
     acme_hosts
 }
 
-/// The rules of a canary Ingress (`canary: "true"`), read once.
-fn canary_rules(ingress: &Ingress, problems: &mut Vec<String>) -> Option<Arc<CanaryRules>> {
-    let annotations = ingress.metadata.annotations.as_ref();
-    if annotations.and_then(|a| a.get(CANARY)).map(String::as_str) != Some("true") {
-        return None;
-    }
-    // Its other annotations were read (and reported) with its policy.
-    let nginx = NginxAnnotations::read(annotations, &mut Vec::new());
-    Some(Arc::new(nginx.canary_rules(problems)))
-}
-
-const CANARY: &str = "nginx.ingress.kubernetes.io/canary";
-
 /// The `Accepted=False` reason of an Ingress not routed because it asks
 /// for an access restriction teapot does not apply.
 pub(crate) const UNSERVED_RESTRICTION: &str = "UnservedRestriction";
-
-/// One rule of a canary Ingress, to add to the same rule of another.
-struct CanaryRule {
-    host: Option<HostPattern>,
-    kind: PathKind,
-    path: String,
-    canary: Canary,
-    /// The tenant of the canary Ingress (`None`: an operator namespace).
-    tenant: Option<String>,
-    /// The canary Ingress, as an index into the reports.
-    report: usize,
-}
-
-/// Each canary rule onto the route of the same host and path, when that
-/// route's Ingress is of the same tenant (operator namespaces count as
-/// one) and has no canary yet (ingress-nginx serves one per route); the
-/// canary Ingress's status says which of its rules are served.
-fn add_canaries(
-    routes: &mut RouteTable,
-    canaries: Vec<CanaryRule>,
-    tenancy: &teapot_model::tenancy::Tenancy<'_>,
-    reports: &mut [IngressReport],
-) {
-    let mut problems: FastHashMap<usize, Vec<String>> = FastHashMap::default();
-    for rule in canaries {
-        let CanaryRule {
-            host,
-            kind,
-            path,
-            canary,
-            tenant,
-            report,
-        } = rule;
-        let label = format!(
-            "{} {path}",
-            host.as_ref().map_or("*".to_string(), |h| h.to_string())
-        );
-        let route = match routes.rule_mut(host.as_ref(), kind, &path, false) {
-            Some(route) => Some(route),
-            None => routes.rule_mut(host.as_ref(), kind, &path, true),
-        };
-        let same_tenant = |route: &Route| {
-            let namespace = route.ingress.split_once('/').map_or("", |(ns, _)| ns);
-            tenancy.get(namespace).map(|t| t.cluster) == tenant.as_deref()
-        };
-        let why = match route {
-            None => Some(format!("no Ingress has the rule {label}")),
-            Some(route) if !same_tenant(route) => Some(format!(
-                "the rule {label} belongs to another tenant's Ingress {}",
-                route.ingress
-            )),
-            Some(route) if route.traffic().is_some_and(|t| t.canary.is_some()) => Some(format!(
-                "the rule {label} of {} has a canary already",
-                route.ingress
-            )),
-            Some(route) => {
-                let base = route.policy.as_deref();
-                let mut traffic = base
-                    .and_then(|p| p.traffic.as_deref())
-                    .cloned()
-                    .unwrap_or_default();
-                traffic.canary = Some(canary);
-                route.policy = Some(Arc::new(RoutePolicy {
-                    max_body_size: base.and_then(|p| p.max_body_size),
-                    tenant: base.and_then(|p| p.tenant.clone()),
-                    traffic: Some(Arc::new(traffic)),
-                }));
-                None
-            }
-        };
-        let entry = problems.entry(report).or_default();
-        entry.extend(why);
-    }
-    for (report, problems) in problems {
-        reports[report].conditions.push(Condition::unless_problems(
-            "CanaryServed",
-            &problems,
-            "CanaryServed",
-            "NoMainRoute",
-        ));
-    }
-}
-
-const FROM_TO_WWW: &str = "nginx.ingress.kubernetes.io/from-to-www-redirect";
-
-/// The other name of a `from-to-www-redirect` host: `www.<host>`, or
-/// `<host>` for a `www.` rule host.
-struct WwwTwin {
-    from: HostPattern,
-    to: Arc<str>,
-    ingress: Arc<str>,
-    tenant: Option<Arc<crate::live::fairness::TenantGate>>,
-}
-
-/// `www.<name>` for `<name>`, `<name>` for `www.<name>`; none for a name
-/// whose twin is no valid host (a bare `www.`, a top-level label).
-fn www_twin(name: &str) -> Option<HostPattern> {
-    let twin = match name.strip_prefix("www.") {
-        Some(bare) if bare.contains('.') => bare.to_string(),
-        Some(_) => return None,
-        None => format!("www.{name}"),
-    };
-    match HostPattern::parse(&twin) {
-        Ok(h @ HostPattern::Exact(_)) => Some(h),
-        _ => None,
-    }
-}
-
-/// Whether a tenant may have the twin of one of its hosts answered: by the
-/// rule its Ingress hosts follow ([`TenantHosts::admit`]). A custom-domain
-/// twin counts only when the Ingress names it in `spec.tls` (the redirect
-/// never makes a claim of its own) and DNS proved it.
-fn twin_admitted<'t>(
-    hosts: &mut TenantHosts<'_, 't>,
-    tenant: &teapot_model::tenancy::TenantView<'t>,
-    twin: &HostPattern,
-    ingress: &Ingress,
-) -> bool {
-    use teapot_api::admission::HostScope;
-    match tenant.scope(twin) {
-        Ok(HostScope::Assigned | HostScope::Allowed) => hosts.admit(tenant, twin).is_ok(),
-        Ok(HostScope::Custom) => {
-            let name = twin.to_string();
-            let in_tls = ingress
-                .spec
-                .iter()
-                .flat_map(|s| s.tls.iter().flatten())
-                .flat_map(|t| t.hosts.iter().flatten())
-                .any(|h| h.eq_ignore_ascii_case(&name));
-            in_tls && hosts.admit(tenant, twin).is_ok()
-        }
-        Err(_) => false,
-    }
-}
-
-/// The twins' redirects, after every rule is in: a name any rule serves
-/// keeps its rules (ingress-nginx skips a twin another server has), and of
-/// two Ingresses asking for one twin the older answers it.
-fn add_www_redirects(routes: &mut RouteTable, twins: Vec<WwwTwin>) {
-    for twin in twins {
-        let HostPattern::Exact(name) = &twin.from else {
-            continue;
-        };
-        if routes.has_exact_host(name) {
-            continue;
-        }
-        let upstream = Arc::new(Upstream::new(
-            format!("from-to-www-redirect to {}", twin.to),
-            Vec::new(),
-            None,
-        ));
-        let traffic = TrafficPolicy {
-            www_redirect: Some(twin.to),
-            ..TrafficPolicy::default()
-        };
-        let policy = RoutePolicy {
-            max_body_size: None,
-            tenant: twin.tenant,
-            traffic: Some(Arc::new(traffic)),
-        };
-        let route = Route::new(upstream, Some(Arc::new(policy)), twin.ingress);
-        routes.host_mut(Some(&twin.from)).set_fallback(route);
-    }
-}
 
 /// The policy of a regex rule: with `rewrite-target`, a copy carrying the
 /// rule's own pattern, whose captures the target takes (a target equal to
@@ -1044,6 +657,7 @@ mod tests {
     use super::*;
     use crate::compile::CompileOptions;
     use crate::compile::tests::compile_test_docs;
+    use crate::compile::upstream::Protocol;
 
     /// Service `ops/web` with one endpoint, and teapot's IngressClass.
     const DOCS: &str = "apiVersion: networking.k8s.io/v1
