@@ -69,7 +69,20 @@ const PATTERNS: &[&str] = &[
 /// A DNS query in wire format: id 0x1234, RD, one question of `qtype`,
 /// with an OPT record offering `edns` bytes when given.
 fn dns_query(name: &str, qtype: u16, edns: Option<u16>) -> Vec<u8> {
-    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())];
+    let mut q = vec![
+        0x12,
+        0x34,
+        0x01,
+        0x00,
+        0,
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+        u8::from(edns.is_some()),
+    ];
     for label in name.split('.').filter(|l| !l.is_empty()) {
         q.push(label.len() as u8);
         q.extend_from_slice(label.as_bytes());

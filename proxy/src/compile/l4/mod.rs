@@ -29,8 +29,8 @@ use teapot_model::store::{NsName, Store};
 pub use allocation::Holding;
 pub use pool::{ListenerKey, Pool, Protocol};
 pub use ranges::SourceRanges;
-pub use runtime::Runtime;
 pub use report::L4Report;
+pub use runtime::Runtime;
 pub use table::{HealthOptions, L4Table};
 
 use crate::compile::bind::TenantHosts;
