@@ -379,7 +379,10 @@ impl ProxyMetrics {
         };
         ProxyMetrics {
             registry: read(&["proxy/src/plane/metrics.rs", "proxy/src/plane/l4/mod.rs"]),
-            exposition: read(&["proxy/src/loops/announce.rs", "announce/src/speaker.rs"]),
+            exposition: read(&[
+                "proxy/src/loops/announce/view.rs",
+                "announce/src/speaker.rs",
+            ]),
         }
     }
 

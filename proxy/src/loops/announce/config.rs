@@ -113,10 +113,11 @@ pub fn wanted(config: &AnnounceConfig, snapshot: &Snapshot, ready: bool) -> BTre
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn config(l4: bool) -> AnnounceConfig {
+    /// A speaker with no peers announcing 203.0.113.10, no pools.
+    pub(in crate::loops::announce) fn config(l4: bool) -> AnnounceConfig {
         AnnounceConfig {
             speaker: Some(SpeakerConfig::new(64501, Vec::new())),
             addresses: ["203.0.113.10".parse().unwrap()].into(),

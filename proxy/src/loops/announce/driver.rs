@@ -416,19 +416,9 @@ mod tests {
     use teapot_announce::SpeakerConfig;
 
     use super::*;
-    use crate::loops::announce::config::{FOLLOW_EVERY, L2Options};
+    use crate::loops::announce::config::FOLLOW_EVERY;
+    use crate::loops::announce::config::tests::config;
     use crate::loops::announce::pools::AnnouncePool;
-
-    fn config(l4: bool) -> AnnounceConfig {
-        AnnounceConfig {
-            speaker: Some(SpeakerConfig::new(64501, Vec::new())),
-            addresses: ["203.0.113.10".parse().unwrap()].into(),
-            l4,
-            pools: Vec::new(),
-            l2: L2Options::default(),
-            node_name: None,
-        }
-    }
 
     /// No BGP speaker; one pool.
     fn with_pool(name: &str, range: &str, mode: Mode, interface: Option<&str>) -> AnnounceConfig {
