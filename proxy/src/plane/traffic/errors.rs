@@ -383,12 +383,16 @@ mod tests {
     }
 
     /// An error backend on a thread that answers one request with
-    /// `answer`, then keeps the connection open until the client closes
-    /// it (a body it announced but never sends stalls the reader).
-    fn answering_once(answer: Vec<u8>) -> std::net::SocketAddr {
+    /// `answer`, then closes the connection (`close`) or keeps it open
+    /// until the client closes it (a body it announced but never sends
+    /// stalls the reader). The thread returns the request head it read.
+    fn backend_answering_once(
+        answer: Vec<u8>,
+        close: bool,
+    ) -> (std::net::SocketAddr, std::thread::JoinHandle<String>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
+        let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             let mut buf = [0u8; 4096];
             let mut got = Vec::new();
@@ -398,9 +402,15 @@ mod tests {
             }
             let _ = s.write_all(&answer);
             // Until teapot hangs up.
-            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            while !close && matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            String::from_utf8(got).unwrap()
         });
-        addr
+        (addr, server)
+    }
+
+    /// [`backend_answering_once`], kept open.
+    fn answering_once(answer: Vec<u8>) -> std::net::SocketAddr {
+        backend_answering_once(answer, false).0
     }
 
     /// A page longer than [`MAX_PAGE_BYTES`] is never held: the client
@@ -463,21 +473,11 @@ mod tests {
     #[tokio::test]
     async fn a_page_from_a_closing_backend_is_relayed() {
         let registry = EndpointRegistry::default();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 4096];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                let n = s.read(&mut buf).unwrap();
-                got.extend_from_slice(&buf[..n]);
-            }
-            s.write_all(
-                b"HTTP/1.1 404 Not Found\r\ncontent-length: 5\r\nconnection: close\r\n\r\n<h1>x",
-            )
-            .unwrap();
-        });
+        let (addr, _) = backend_answering_once(
+            b"HTTP/1.1 404 Not Found\r\ncontent-length: 5\r\nconnection: close\r\n\r\n<h1>x"
+                .to_vec(),
+            true,
+        );
         let up = Upstream::new("errors".into(), vec![registry.endpoint(addr)], None);
         let page = pages(errors(up, ""), "ops/web:80").page(503).await;
         assert_eq!((page.status, page.reason), (404, PAGE));
@@ -488,22 +488,10 @@ mod tests {
     /// fields, body; its framing fields are the engine's to write.
     #[tokio::test]
     async fn the_error_backends_answer_is_relayed() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 4096];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                let n = s.read(&mut buf).unwrap();
-                got.extend_from_slice(&buf[..n]);
-            }
-            s.write_all(
-                b"HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\nx-page: yes\r\n\r\n5\r\n<h1>x\r\n0\r\n\r\n",
-            )
-            .unwrap();
-            String::from_utf8(got).unwrap()
-        });
+        let (addr, server) = backend_answering_once(
+            b"HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\nx-page: yes\r\n\r\n5\r\n<h1>x\r\n0\r\n\r\n".to_vec(),
+            true,
+        );
         let registry = EndpointRegistry::default();
         let up = Upstream::new("errors".into(), vec![registry.endpoint(addr)], None);
         let page = pages(errors(up, ""), "ops/web:80").page(503).await;
