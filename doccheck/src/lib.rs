@@ -547,8 +547,8 @@ mod tests {
         let branch = format!("from a {}'s branch", "helper");
         let item = format!("the goal of {} #{}", "issue", 31);
         let bare = format!("({} {}, 2026-11-24)", "Issue", 17);
-        let items = format!("Goals ({} #8 and #17)", "issues");
-        let review = format!("(isolation {}, finding 4)", "review");
+        let items = format!("Goals ({} #{} and #{})", "issues", 8, 17);
+        let review = format!("(isolation {}, {} {})", "review", "finding", 4);
         for bad in [
             &numbered, &joined, &hyphen, &plural, &this, &branch, &item, &bare, &review, &items,
         ] {
