@@ -53,6 +53,7 @@ pub mod attach;
 pub mod backends;
 pub(crate) mod bind;
 pub mod certs;
+pub mod client_auth;
 pub mod condition;
 pub mod domains;
 pub mod gateway;
@@ -201,6 +202,9 @@ pub fn compile_incremental(
     let mut resolver = Resolver::new(store, registry, &tenancy, reuse);
     let mut policies = Policies::new(&options.tenant_gates);
     let mut certs = CertTable::default();
+    // Client-certificate settings by host: the Ingresses' first, then the
+    // Gateways' (as certificates), the first setting of a host keeping it.
+    let client_auth = client_auth::ClientAuthTable::default();
 
     // Gateway API routes first: an Ingress rule on a host pattern a route
     // holds asks it (`claim`), and the older of the two keeps it.
@@ -275,6 +279,7 @@ pub fn compile_incremental(
         routes,
         gateway: gateway_table,
         certs,
+        client_auth,
         report,
         claims,
         acme: acme_hosts,

@@ -24,6 +24,9 @@ pub struct Snapshot {
     /// Gateway API routes (docs/gateway-api.md); empty without Gateways.
     pub gateway: crate::compile::gateway::GatewayTable,
     pub certs: CertTable,
+    /// Client-certificate settings by host (Gateway frontend validation,
+    /// ingress-nginx `auth-tls-*`), read on every handshake and request.
+    pub client_auth: crate::compile::client_auth::ClientAuthTable,
     pub report: StatusReport,
     /// Custom domains tenants route once DNS proves them.
     pub claims: Vec<crate::compile::domains::Claim>,
