@@ -18,6 +18,7 @@ gen() { # channel plural module
 }
 gen standard gatewayclasses gateway_classes
 gen standard gateways gateways
+gen standard listenersets listener_sets
 gen experimental httproutes http_routes
 gen standard grpcroutes grpc_routes
 gen standard referencegrants reference_grants

@@ -1,6 +1,7 @@
 //! Gateway API types (`gateway.networking.k8s.io`), the kinds teapot
 //! serves for tenants that route with Gateway and HTTPRoute,
-//! and BackendTLSPolicy for TLS from the proxy to their backends.
+//! ListenerSet for listeners added to a shared Gateway, and
+//! BackendTLSPolicy for TLS from the proxy to their backends.
 //!
 //! Generated, never edited: `gateway/generate.sh` runs kopium 0.24.1 over
 //! the upstream CRDs (the standard channel; HTTPRoute, TLSRoute, TCPRoute
@@ -22,6 +23,7 @@ pub mod generated {
     pub mod gateways;
     pub mod grpc_routes;
     pub mod http_routes;
+    pub mod listener_sets;
     pub mod reference_grants;
     pub mod tcp_routes;
     pub mod tls_routes;
@@ -33,6 +35,7 @@ pub use generated::gateway_classes::GatewayClass;
 pub use generated::gateways::Gateway;
 pub use generated::grpc_routes::GrpcRoute;
 pub use generated::http_routes::HttpRoute;
+pub use generated::listener_sets::ListenerSet;
 pub use generated::reference_grants::ReferenceGrant;
 pub use generated::tcp_routes::TcpRoute;
 pub use generated::tls_routes::TlsRoute;

@@ -41,6 +41,7 @@ fn typed(value: &Value) -> Option<Result<(), String>> {
     Some(match value["kind"].as_str().unwrap_or("") {
         "GatewayClass" => parse::<GatewayClass>(value),
         "Gateway" => parse::<Gateway>(value),
+        "ListenerSet" => parse::<ListenerSet>(value),
         "HTTPRoute" => parse::<HttpRoute>(value),
         "GRPCRoute" => parse::<GrpcRoute>(value),
         "ReferenceGrant" => parse::<ReferenceGrant>(value),
