@@ -28,6 +28,9 @@ pub struct ConnInfo {
     pub sni: Option<Arc<str>>,
     /// The ALPN protocol negotiated (`http/1.1`, or none).
     pub alpn: Option<Arc<str>>,
+    /// What the router's TLS handshake established beyond the SNI (a
+    /// client certificate's outcome), opaque to the engine.
+    pub tls_facts: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// One request's head as parsed, borrowed from the connection's buffer.

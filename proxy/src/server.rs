@@ -408,13 +408,30 @@ pub async fn run(
         config.h2c,
     )
     .with_drain(drain_rx);
+    // One cache of client-certificate configurations for every listener.
+    let tls_snapshots = snapshots.clone();
+    let tls_prepares = Arc::new(crate::plane::client_cert::Prepares::default());
+    let tls_handshakes = metrics.client_cert_handshakes.clone();
     let tls = || -> Result<TlsSettings, ServeError> {
         let sni = sni
             .clone()
             .ok_or_else(|| ServeError::Tls("an HTTPS listener needs the SNI resolver".into()))?;
-        // The callback keeps each connection's SNI for the 421 check.
-        let mut tls = TlsSettings::with_callbacks(Box::new(crate::plane::tls::ServerNameCallback))
-            .map_err(|e| ServeError::Tls(e.to_string()))?;
+        // The callback keeps each connection's SNI (for the 421 check) and
+        // its client certificate's outcome; the chooser asks for a client
+        // certificate only where the host has a setting.
+        let mut tls = TlsSettings::with_callbacks(Box::new(
+            crate::plane::client_cert::TlsFactsCallback::new(
+                tls_snapshots.clone(),
+                tls_prepares.clone(),
+                tls_handshakes.clone(),
+            ),
+        ))
+        .map_err(|e| ServeError::Tls(e.to_string()))?;
+        tls.set_config_chooser(Arc::new(crate::plane::client_cert::ClientAuthChooser::new(
+            tls_snapshots.clone(),
+            tls_prepares.clone(),
+            tls_handshakes.clone(),
+        )));
         tls.set_cert_resolver(sni);
         tls.enable_h2();
         // The server picks the TLS 1.2 suite from its own order (AES-GCM

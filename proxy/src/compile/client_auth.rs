@@ -52,8 +52,12 @@ pub const MAX_DEPTH: u8 = 7;
 pub enum ClientAuthMode {
     /// A valid certificate is required: without one, or with one that does
     /// not verify, the request is refused (400, or a redirect to the
-    /// error page). ingress-nginx `on`; Gateway API `AllowValidOnly`.
+    /// error page). ingress-nginx `on`.
     Require,
+    /// A valid certificate is required, checked in the handshake: a client
+    /// without one gets a TLS alert, no request is read. Gateway API
+    /// `AllowValidOnly`.
+    AllowValidOnly,
     /// Asked for; verified when sent, a request without one is served.
     /// ingress-nginx `optional`.
     Optional,
@@ -71,6 +75,7 @@ impl ClientAuthMode {
     pub fn as_str(self) -> &'static str {
         match self {
             ClientAuthMode::Require => "require",
+            ClientAuthMode::AllowValidOnly => "allow_valid_only",
             ClientAuthMode::Optional => "optional",
             ClientAuthMode::OptionalNoCa => "optional_no_ca",
             ClientAuthMode::InsecureFallback => "insecure_fallback",

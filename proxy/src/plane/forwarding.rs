@@ -41,7 +41,7 @@ pub(super) fn is_teapots(name: &str) -> bool {
 /// (the forwarding fields, the request's ID and trace context, those of
 /// the `auth-url` and error-page sub-requests and `x-forwarded-prefix`),
 /// whose `_` spellings a client may not send ([`is_lookalike`]).
-const OWN_FIELDS: [&str; 18] = [
+const OWN_FIELDS: [&str; 22] = [
     "x-forwarded-for",
     "x-forwarded-proto",
     "x-forwarded-host",
@@ -60,6 +60,10 @@ const OWN_FIELDS: [&str; 18] = [
     "x-ingress-name",
     "x-service-name",
     "x-service-port",
+    "ssl-client-cert",
+    "ssl-client-verify",
+    "ssl-client-subject-dn",
+    "ssl-client-issuer-dn",
 ];
 
 /// Whether a request field called `name` is spelt with `_` where one of
@@ -155,6 +159,11 @@ pub(super) fn each_field(
     });
     emit(FORWARDING[4], forwarded.as_deref());
     emit(FORWARDING[5], client_ip);
+    // A client never sends these itself: teapot sets them where the host
+    // passes the client certificate on (crate::plane::client_cert).
+    for name in crate::plane::client_cert::FIELDS {
+        emit(name, None);
+    }
 }
 
 /// The forwarding fields as replacements of whatever the client sent,
@@ -377,6 +386,8 @@ mod tests {
         }
     }
 
+    use crate::plane::client_cert;
+
     fn fields(conn: &ConnInfo, authority: &str) -> Vec<(&'static str, Option<String>)> {
         let mut out = Vec::new();
         each_field(conn, authority, |name, value| {
@@ -389,7 +400,8 @@ mod tests {
     fn forwarding_fields_replace_what_the_client_sent() {
         let h = fields(&conn(Some("192.0.2.7:5555"), None, true), "a.example");
         let names: Vec<_> = h.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, FORWARDING);
+        assert_eq!(names, [&FORWARDING[..], &client_cert::FIELDS[..]].concat());
+        assert!(h[6..].iter().all(|(_, v)| v.is_none()), "{h:?}");
         assert_eq!(h[0].1.as_deref(), Some("192.0.2.7"));
         assert_eq!(h[1].1.as_deref(), Some("https"));
         assert_eq!(h[2].1.as_deref(), Some("a.example"));
@@ -457,8 +469,8 @@ mod tests {
                         map.insert("forwarded", HeaderValue::from_static("for=6.6.6.6"));
                         apply(&conn, authority, &mut map).unwrap();
                         let mut expected = HeaderEdits::default();
-                        for name in FORWARDING {
-                            match map.get(name) {
+                        for name in FORWARDING.iter().chain(&client_cert::FIELDS) {
+                            match map.get(*name) {
                                 Some(v) => expected.push_set(name.as_bytes(), v.as_bytes()),
                                 None => expected.push_remove(name.as_bytes()),
                             }

@@ -102,6 +102,9 @@ pub fn conn_info(stream: &Stream) -> ConnInfo {
             .and_then(crate::plane::tls::server_name)
             .map(Arc::from),
         alpn: None,
+        tls_facts: ssl
+            .as_deref()
+            .and_then(crate::plane::client_cert::from_digest),
     }
 }
 

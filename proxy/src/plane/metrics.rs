@@ -69,6 +69,9 @@ pub struct Metrics {
     pub auth_requests: IntCounterVec,
     /// Requests a route's traffic policy answered itself.
     pub policy_answers: IntCounterVec,
+    /// TLS handshakes of hosts with a client-certificate setting, by
+    /// outcome and reason (crate::plane::client_cert).
+    pub client_cert_handshakes: IntCounterVec,
     pub l4: crate::plane::l4::L4Metrics,
     /// Request series by tenant (and by route, when switched on).
     pub series: Arc<SeriesBook>,
@@ -218,6 +221,13 @@ impl Metrics {
                 ),
                 &["tenant", "reason"],
             )?,
+            client_cert_handshakes: IntCounterVec::new(
+                Opts::new(
+                    "client_cert_handshakes_total",
+                    "TLS handshakes of hosts that ask for a client certificate, by outcome (verified; unverified: served or refused per request by the host's mode; refused: closed in the handshake) and reason (verified, none, expired, not yet valid, unknown issuer, chain too deep, chain too large, invalid purpose, bad certificate)",
+                ),
+                &["outcome", "reason"],
+            )?,
             l4: crate::plane::l4::L4Metrics::register(&registry)?,
             series: Arc::new(SeriesBook::register(&registry)?),
             registry,
@@ -252,6 +262,8 @@ impl Metrics {
         m.registry.register(Box::new(m.mirrors_dropped.clone()))?;
         m.registry.register(Box::new(m.auth_requests.clone()))?;
         m.registry.register(Box::new(m.policy_answers.clone()))?;
+        m.registry
+            .register(Box::new(m.client_cert_handshakes.clone()))?;
         Ok(m)
     }
 

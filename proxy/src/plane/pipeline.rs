@@ -89,6 +89,17 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     if router.misdirected(conn.tls, conn.sni.as_deref(), head.authority) {
         return Routed::Answer(MISDIRECTED, None);
     }
+    // The Host's client-certificate setting (crate::plane::client_cert):
+    // 421 when the connection was not checked as it asks, its refusal, or
+    // the fields passed on.
+    let client_cert = if conn.tls {
+        match crate::plane::client_cert::check(&router.snapshots.load(), conn, head.authority) {
+            Ok(pass) => pass,
+            Err(answer) => return Routed::Answer(answer, None),
+        }
+    } else {
+        Vec::new()
+    };
     if let Some(acme) = &router.acme
         && let Some(token) = head.path.strip_prefix(CHALLENGE_PREFIX)
         && let Some(answer) = acme.challenge_response(token).await
@@ -125,6 +136,10 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
             {
                 let pages = error_pages(router, errors, &forward, req, conn);
                 forward.policy.get_or_insert_default().error_pages = Some(Box::new(pages));
+            }
+            if !client_cert.is_empty() {
+                let policy = forward.policy.get_or_insert_default();
+                policy.request_headers.extend(client_cert);
             }
             Routed::Forward(forward)
         }
@@ -268,6 +283,7 @@ fn decide(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Decision {
         query: Some(req.query),
         headers: Some(req.headers),
         tls: Some(conn.tls),
+        local: conn.local,
     };
     decide_request(&router.snapshots.load(), &router.edge, &req.head, &facts)
 }
@@ -652,6 +668,10 @@ spec:
         for name in forwarding::FORWARDING {
             let value = map.get(name).unwrap();
             expected.push_set(name.as_bytes(), value.as_bytes());
+        }
+        // A client's own client-certificate fields, removed on every host.
+        for name in crate::plane::client_cert::FIELDS {
+            expected.push_remove(name.as_bytes());
         }
         assert_eq!(edits, expected);
         assert_eq!(map.get("x-forwarded-for").unwrap(), "192.0.2.7");

@@ -8,9 +8,9 @@
 //! A request on a TLS connection must name a host the connection's
 //! certificate serves: [`misdirected`] answers 421 otherwise (RFC 9110
 //! §15.5.20), so tenant A's SNI and certificate cannot front a request for
-//! another Ingress's host. The SNI reaches
-//! the request path through [`ServerNameCallback`], as [`ServerName`] in
-//! the connection's TLS digest.
+//! another Ingress's host. The SNI reaches the request path in the
+//! connection's TLS digest (crate::plane::client_cert::TlsFactsCallback),
+//! with the client certificate's outcome where its host asks for one.
 
 use std::sync::Arc;
 
@@ -88,29 +88,15 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
-/// The server name a TLS client sent, kept in the connection's digest.
-#[derive(Debug)]
-pub struct ServerName(pub Box<str>);
-
-/// Stores the SNI of each TLS connection in its digest, for
-/// [`SniResolver::misdirected`].
-#[derive(Debug)]
-pub struct ServerNameCallback;
-
-#[async_trait::async_trait]
-impl pingora_core::listeners::TlsAccept for ServerNameCallback {
-    async fn handshake_complete_callback(
-        &self,
-        tls: &pingora_core::protocols::tls::TlsRef,
-    ) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-        let name = tls.server_name()?;
-        Some(Arc::new(ServerName(name.into())))
-    }
-}
-
-/// The SNI of a connection, from its TLS digest.
+/// The SNI of a connection, from its TLS digest (kept there with the
+/// client certificate's outcome, crate::plane::client_cert::TlsFacts).
 pub fn server_name(digest: &pingora_core::protocols::tls::SslDigest) -> Option<&str> {
-    digest.extension.get::<ServerName>().map(|n| &*n.0)
+    digest
+        .extension
+        .get::<Arc<dyn std::any::Any + Send + Sync>>()?
+        .downcast_ref::<crate::plane::client_cert::TlsFacts>()?
+        .server_name
+        .as_deref()
 }
 
 #[cfg(test)]

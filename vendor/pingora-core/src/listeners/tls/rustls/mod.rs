@@ -23,6 +23,7 @@ use pingora_error::ErrorType::{InternalError, InvalidCert};
 use pingora_error::{Error, OrErr, Result};
 use pingora_rustls::load_certs_and_key_files;
 use pingora_rustls::ClientCertVerifier;
+use pingora_rustls::ClientHello;
 use pingora_rustls::ResolvesServerCert;
 use pingora_rustls::ServerConfig;
 use pingora_rustls::{version, TlsAcceptor as RusTlsAcceptor};
@@ -40,12 +41,31 @@ pub struct TlsSettings {
     offload_threadpool: Option<(usize, usize)>,
     // teapot patch: see vendor/pingora-core/README.teapot.md.
     ignore_client_order: bool,
+    config_chooser: Option<Arc<dyn ConfigChooser>>,
+}
+
+/// teapot patch: chooses a handshake's `ServerConfig` from its ClientHello
+/// (rustls decides client authentication per `ServerConfig`, so a
+/// listener that asks some server names for a client certificate and not
+/// others needs one per setting).
+pub trait ConfigChooser: Send + Sync {
+    /// Whether any ClientHello may get another configuration than the
+    /// listener's: when not, the handshake starts as without a chooser
+    /// (the ClientHello is not read ahead).
+    fn active(&self) -> bool;
+
+    /// The configuration for this ClientHello; `None`: the listener's
+    /// own (`base`).
+    fn choose(&self, hello: &ClientHello<'_>, base: &Arc<ServerConfig>)
+        -> Option<Arc<ServerConfig>>;
 }
 
 pub struct Acceptor {
     pub acceptor: RusTlsAcceptor,
     callbacks: Option<SharedTlsAcceptCallbacks>,
     offload: Option<OffloadRuntime>,
+    // teapot patch: the listener's configuration and its chooser.
+    pub(crate) chooser: Option<(Arc<dyn ConfigChooser>, Arc<ServerConfig>)>,
 }
 
 impl TlsSettings {
@@ -97,9 +117,11 @@ impl TlsSettings {
             config.alpn_protocols = alpn_protocols;
         }
         config.ignore_client_order = self.ignore_client_order;
+        let config = Arc::new(config);
 
         Acceptor {
-            acceptor: RusTlsAcceptor::from(Arc::new(config)),
+            acceptor: RusTlsAcceptor::from(config.clone()),
+            chooser: self.config_chooser.map(|c| (c, config)),
             callbacks: self.callbacks.map(SharedTlsAcceptCallbacks::from),
             offload: self.offload_threadpool.map(|(shards, threads_per_shard)| {
                 OffloadRuntime::new("downstream TLS offload", shards, threads_per_shard)
@@ -111,6 +133,12 @@ impl TlsSettings {
     /// (the crypto provider's order) instead of the client's.
     pub fn set_ignore_client_order(&mut self, ignore: bool) {
         self.ignore_client_order = ignore;
+    }
+
+    /// teapot patch: let `chooser` pick each handshake's configuration
+    /// from its ClientHello ([`ConfigChooser`]).
+    pub fn set_config_chooser(&mut self, chooser: Arc<dyn ConfigChooser>) {
+        self.config_chooser = Some(chooser);
     }
 
     /// Enable HTTP/2 support for this endpoint, which is default off.
@@ -210,6 +238,7 @@ impl TlsSettings {
             callbacks: None,
             offload_threadpool: None,
             ignore_client_order: false,
+            config_chooser: None,
         })
     }
 
@@ -231,6 +260,7 @@ impl TlsSettings {
             callbacks: Some(callbacks),
             offload_threadpool: None,
             ignore_client_order: false,
+            config_chooser: None,
         })
     }
 }
@@ -249,6 +279,7 @@ impl Acceptor {
             acceptor: RusTlsAcceptor::from(config),
             callbacks: None,
             offload: None,
+            chooser: None,
         }
     }
 
@@ -260,6 +291,7 @@ impl Acceptor {
                 acceptor: self.acceptor.clone(),
                 callbacks: None,
                 offload: None,
+                chooser: self.chooser.clone(),
             };
             let callbacks = self.callbacks.clone();
             let rt = offload.get_runtime(stream.id() as u64);

@@ -299,7 +299,24 @@ impl<T: AsyncRead + AsyncWrite + Unpin> InnerStream<T> {
     }
 
     pub(crate) async fn from_acceptor(acceptor: &Acceptor, stream: T) -> Result<Self> {
-        let accept = acceptor.acceptor.accept(stream);
+        // teapot patch: with an active chooser, the ClientHello is read
+        // first and the chooser picks the configuration it is answered
+        // with; otherwise the handshake starts as before.
+        let accept = match &acceptor.chooser {
+            Some((chooser, base)) if chooser.active() => {
+                let start = tokio_rustls::LazyConfigAcceptor::new(
+                    tokio_rustls::rustls::server::Acceptor::default(),
+                    stream,
+                )
+                .await
+                .or_err(TLSHandshakeFailure, "reading the ClientHello")?;
+                let config = chooser
+                    .choose(&start.client_hello(), base)
+                    .unwrap_or_else(|| base.clone());
+                start.into_stream(config)
+            }
+            _ => acceptor.acceptor.accept(stream),
+        };
 
         Ok(InnerStream {
             accept: Some(Box::new(accept)).into(),
