@@ -10,6 +10,8 @@ pub enum ObjectKind {
     Secret,
     /// Gateway API kinds (`gateway.networking.k8s.io/v1`).
     Gateway,
+    /// Listeners a tenant adds to a Gateway, its own or the operator's.
+    ListenerSet,
     HttpRoute,
     GrpcRoute,
     TlsRoute,
@@ -32,6 +34,7 @@ impl ObjectKind {
             ObjectKind::EndpointSlice => "EndpointSlice",
             ObjectKind::Secret => "Secret",
             ObjectKind::Gateway => "Gateway",
+            ObjectKind::ListenerSet => "ListenerSet",
             ObjectKind::HttpRoute => "HTTPRoute",
             ObjectKind::GrpcRoute => "GRPCRoute",
             ObjectKind::TlsRoute => "TLSRoute",
@@ -45,12 +48,13 @@ impl ObjectKind {
     }
 
     /// Every kind, for tables.
-    pub const ALL: [ObjectKind; 14] = [
+    pub const ALL: [ObjectKind; 15] = [
         ObjectKind::Ingress,
         ObjectKind::Service,
         ObjectKind::EndpointSlice,
         ObjectKind::Secret,
         ObjectKind::Gateway,
+        ObjectKind::ListenerSet,
         ObjectKind::HttpRoute,
         ObjectKind::GrpcRoute,
         ObjectKind::TlsRoute,

@@ -105,14 +105,49 @@ pub fn validate_gateway(gateway: &Gateway) -> Result<(), FieldError> {
             "gatewayClassName is required",
         ));
     }
-    if spec.listeners.is_empty() {
+    validate_listeners(&spec.listeners)
+}
+
+/// A ListenerSet as the store keeps it: the object, and its listeners in
+/// the Gateway's listener type (the two share the schema), converted once
+/// when read, so the compile puts them in one listener table with their
+/// Gateway's and the attach walk reads one type.
+#[derive(Clone, Debug)]
+pub struct StoredListenerSet {
+    pub set: teapot_gateway_api::ListenerSet,
+    pub listeners: Vec<teapot_gateway_api::generated::gateways::GatewayListeners>,
+}
+
+/// Validates a ListenerSet as the API server would (a Gateway's listener
+/// rules, a parent named) and converts its listeners.
+pub fn listener_set(set: teapot_gateway_api::ListenerSet) -> Result<StoredListenerSet, FieldError> {
+    if set.spec.parent_ref.name.is_empty() {
+        return Err(FieldError::at("spec.parentRef.name", "name is required"));
+    }
+    let listeners = teapot_api::admission::listener_set_listeners(&set);
+    if listeners.len() != set.spec.listeners.len() {
+        return Err(FieldError::at(
+            "spec.listeners",
+            "a listener cannot be read as a Gateway listener",
+        ));
+    }
+    validate_listeners(&listeners)?;
+    Ok(StoredListenerSet { set, listeners })
+}
+
+/// The listener rules the CRD enforces on a Gateway and a ListenerSet
+/// alike: at least one, names unique, ports, protocols, hostnames.
+fn validate_listeners(
+    listeners: &[teapot_gateway_api::generated::gateways::GatewayListeners],
+) -> Result<(), FieldError> {
+    if listeners.is_empty() {
         return Err(FieldError::at(
             "spec.listeners",
             "at least one listener is required",
         ));
     }
     let mut names = std::collections::HashSet::new();
-    for (i, l) in spec.listeners.iter().enumerate() {
+    for (i, l) in listeners.iter().enumerate() {
         let at = format!("spec.listeners[{i}]");
         if l.name.is_empty() || !names.insert(l.name.as_str()) {
             return Err(FieldError::at(

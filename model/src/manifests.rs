@@ -298,7 +298,7 @@ fn load_value(value: serde_json::Value, origin: &Origin, previous: &Store, loade
             origin,
             Some(format!("{api_version} {kind_name}")),
             Some("kind".into()),
-            "unsupported kind (teapot reads Ingress, IngressClass, Service, EndpointSlice, Secret, ConfigMap, Tenant, RouteTrafficPolicy, Namespace and the Gateway API's GatewayClass, Gateway, HTTPRoute, GRPCRoute, ReferenceGrant, BackendTLSPolicy, TLSRoute, TCPRoute and UDPRoute)"
+            "unsupported kind (teapot reads Ingress, IngressClass, Service, EndpointSlice, Secret, ConfigMap, Tenant, RouteTrafficPolicy, Namespace and the Gateway API's GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, ReferenceGrant, BackendTLSPolicy, TLSRoute, TCPRoute and UDPRoute)"
                 .into(),
             false,
         ));

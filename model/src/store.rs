@@ -114,6 +114,9 @@ pub enum Kind {
     Tenant,
     GatewayClass,
     Gateway,
+    /// Listeners added to a Gateway (kept with them in the Gateway's
+    /// listener type, [`crate::gateway::StoredListenerSet`]).
+    ListenerSet,
     HttpRoute,
     GrpcRoute,
     ReferenceGrant,
@@ -141,6 +144,8 @@ fn gateway_kind(version: &str, kind: &str) -> Option<Kind> {
     match kind {
         "GatewayClass" if stable => Some(Kind::GatewayClass),
         "Gateway" if stable => Some(Kind::Gateway),
+        // Standard since v1.5, served as v1 only.
+        "ListenerSet" if version == "v1" => Some(Kind::ListenerSet),
         "HTTPRoute" if stable => Some(Kind::HttpRoute),
         "GRPCRoute" if stable || experimental => Some(Kind::GrpcRoute),
         "ReferenceGrant" if stable || experimental => Some(Kind::ReferenceGrant),
@@ -187,6 +192,7 @@ impl Kind {
             self,
             Kind::GatewayClass
                 | Kind::Gateway
+                | Kind::ListenerSet
                 | Kind::HttpRoute
                 | Kind::GrpcRoute
                 | Kind::ReferenceGrant
@@ -252,6 +258,7 @@ pub struct Store {
     /// walks them whole and its status report is read in order.
     pub gateway_classes: BTreeMap<String, Stored<GatewayClass>>,
     pub gateways: BTreeMap<NsName, Stored<Gateway>>,
+    pub listener_sets: BTreeMap<NsName, Stored<crate::gateway::StoredListenerSet>>,
     pub http_routes: BTreeMap<NsName, Stored<HttpRoute>>,
     pub grpc_routes: BTreeMap<NsName, Stored<GrpcRoute>>,
     pub reference_grants: BTreeMap<NsName, Stored<ReferenceGrant>>,
@@ -280,6 +287,7 @@ pub enum Object {
     Tenant(Tenant),
     GatewayClass(GatewayClass),
     Gateway(Box<Gateway>),
+    ListenerSet(Box<crate::gateway::StoredListenerSet>),
     HttpRoute(Box<HttpRoute>),
     GrpcRoute(Box<GrpcRoute>),
     ReferenceGrant(ReferenceGrant),
@@ -304,6 +312,7 @@ impl Store {
             + self.tenants.len()
             + self.gateway_classes.len()
             + self.gateways.len()
+            + self.listener_sets.len()
             + self.http_routes.len()
             + self.grpc_routes.len()
             + self.reference_grants.len()
@@ -332,6 +341,7 @@ impl Store {
             Kind::Tenant => self.tenants.contains_key(&key.name),
             Kind::GatewayClass => self.gateway_classes.contains_key(&key.name),
             Kind::Gateway => self.gateways.contains_key(&ns()),
+            Kind::ListenerSet => self.listener_sets.contains_key(&ns()),
             Kind::HttpRoute => self.http_routes.contains_key(&ns()),
             Kind::GrpcRoute => self.grpc_routes.contains_key(&ns()),
             Kind::ReferenceGrant => self.reference_grants.contains_key(&ns()),
@@ -379,6 +389,9 @@ impl Store {
             }
             Object::Gateway(o) => {
                 self.gateways.insert(ns, stored(*o, origin));
+            }
+            Object::ListenerSet(o) => {
+                self.listener_sets.insert(ns, stored(*o, origin));
             }
             Object::HttpRoute(o) => {
                 self.http_routes.insert(ns, stored(*o, origin));
@@ -428,6 +441,7 @@ impl Store {
             Kind::Tenant => drop(self.tenants.remove(&key.name)),
             Kind::GatewayClass => drop(self.gateway_classes.remove(&key.name)),
             Kind::Gateway => drop(self.gateways.remove(&ns)),
+            Kind::ListenerSet => drop(self.listener_sets.remove(&ns)),
             Kind::HttpRoute => drop(self.http_routes.remove(&ns)),
             Kind::GrpcRoute => drop(self.grpc_routes.remove(&ns)),
             Kind::ReferenceGrant => drop(self.reference_grants.remove(&ns)),
@@ -457,6 +471,7 @@ impl Store {
             Kind::Tenant => copy(&from.tenants, &mut self.tenants, &key.name),
             Kind::GatewayClass => copy(&from.gateway_classes, &mut self.gateway_classes, &key.name),
             Kind::Gateway => copy(&from.gateways, &mut self.gateways, &ns),
+            Kind::ListenerSet => copy(&from.listener_sets, &mut self.listener_sets, &ns),
             Kind::HttpRoute => copy(&from.http_routes, &mut self.http_routes, &ns),
             Kind::GrpcRoute => copy(&from.grpc_routes, &mut self.grpc_routes, &ns),
             Kind::ReferenceGrant => copy(&from.reference_grants, &mut self.reference_grants, &ns),
@@ -536,6 +551,7 @@ impl Store {
             }
         }
         each(&self.gateways, Kind::Gateway, &mut f);
+        each(&self.listener_sets, Kind::ListenerSet, &mut f);
         each(&self.http_routes, Kind::HttpRoute, &mut f);
         each(&self.grpc_routes, Kind::GrpcRoute, &mut f);
         each(&self.reference_grants, Kind::ReferenceGrant, &mut f);
@@ -574,6 +590,7 @@ impl Store {
             Kind::GatewayClass => self.gateway_classes.get(&key.name).map(|s| &s.origin),
             Kind::Namespace => self.namespaces.get(&key.name).map(|s| &s.origin),
             Kind::Gateway
+            | Kind::ListenerSet
             | Kind::HttpRoute
             | Kind::GrpcRoute
             | Kind::ReferenceGrant
@@ -592,6 +609,7 @@ impl Store {
         }
         match key.kind {
             Kind::Gateway => get(&self.gateways, &id),
+            Kind::ListenerSet => get(&self.listener_sets, &id),
             Kind::HttpRoute => get(&self.http_routes, &id),
             Kind::GrpcRoute => get(&self.grpc_routes, &id),
             Kind::ReferenceGrant => get(&self.reference_grants, &id),

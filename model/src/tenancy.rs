@@ -255,6 +255,14 @@ fn admit_pass(
             TenantObjectRef::Gateway(&s.object),
         ));
     }
+    for (id, s) in &store.listener_sets {
+        claimants.push(Claimant::new(
+            Kind::ListenerSet,
+            id,
+            &s.origin,
+            TenantObjectRef::ListenerSet(&s.object.set),
+        ));
+    }
     for (id, s) in &store.http_routes {
         claimants.push(Claimant::new(
             Kind::HttpRoute,
@@ -547,6 +555,12 @@ impl<'s> Claimant<'s> {
 pub fn claimed_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
     match object {
         TenantObjectRef::Gateway(g) => crate::gateway::gateway_hostnames(g).collect(),
+        TenantObjectRef::ListenerSet(l) => l
+            .spec
+            .listeners
+            .iter()
+            .filter_map(|l| HostPattern::parse(l.hostname.as_deref()?).ok())
+            .collect(),
         TenantObjectRef::HttpRoute(r) => {
             let hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
             crate::gateway::route_hostnames(hostnames).collect()

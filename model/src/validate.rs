@@ -68,6 +68,10 @@ pub fn parse_object(
             gateway::validate_gateway(&gateway)?;
             Object::Gateway(Box::new(gateway))
         }
+        Kind::ListenerSet => {
+            let set: teapot_gateway_api::ListenerSet = typed(value)?;
+            Object::ListenerSet(Box::new(gateway::listener_set(set)?))
+        }
         Kind::HttpRoute => {
             let route: teapot_gateway_api::HttpRoute = typed(value)?;
             gateway::validate_http_route(&route)?;

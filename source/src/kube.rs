@@ -127,6 +127,7 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         // (GATEWAY_API_KINDS).
         Kind::GatewayClass => gateway_api("GatewayClass", "gatewayclasses"),
         Kind::Gateway => gateway_api("Gateway", "gateways"),
+        Kind::ListenerSet => gateway_api("ListenerSet", "listenersets"),
         Kind::HttpRoute => gateway_api("HTTPRoute", "httproutes"),
         Kind::GrpcRoute => gateway_api("GRPCRoute", "grpcroutes"),
         Kind::ReferenceGrant => gateway_api("ReferenceGrant", "referencegrants"),
@@ -163,9 +164,10 @@ pub const KINDS: [Kind; 6] = [
 /// (the role does not grant it) counts as listed and empty, so the source
 /// syncs as it did before the Gateway API, and is asked again every
 /// [`REPROBE`], so CRDs installed later are picked up without a restart.
-pub const GATEWAY_API_KINDS: [Kind; 9] = [
+pub const GATEWAY_API_KINDS: [Kind; 10] = [
     Kind::GatewayClass,
     Kind::Gateway,
+    Kind::ListenerSet,
     Kind::HttpRoute,
     Kind::GrpcRoute,
     Kind::ReferenceGrant,
@@ -1096,11 +1098,11 @@ mod tests {
     #[test]
     fn namespaces_multiply_namespaced_watches_only() {
         // Secrets twice: certificates, and CA Secrets.
-        assert_eq!(WatchSpec::all(&[]).len(), 6 + 9 + 3 + 1);
+        assert_eq!(WatchSpec::all(&[]).len(), 6 + 10 + 3 + 1);
         let specs = WatchSpec::all(&["a".into(), "b".into()]);
         // Tenant, IngressClass, GatewayClass and Namespace once; the other
-        // fourteen kinds (fifteen watches) in each namespace.
-        assert_eq!(specs.len(), 4 + 15 * 2);
+        // fifteen kinds (sixteen watches) in each namespace.
+        assert_eq!(specs.len(), 4 + 16 * 2);
         assert!(
             specs
                 .iter()

@@ -581,6 +581,7 @@ pub fn group_version(kind: ObjectKind) -> (&'static str, &'static str) {
         ObjectKind::Service | ObjectKind::Secret | ObjectKind::ConfigMap => ("", "v1"),
         ObjectKind::EndpointSlice => ("discovery.k8s.io", "v1"),
         ObjectKind::Gateway
+        | ObjectKind::ListenerSet
         | ObjectKind::HttpRoute
         | ObjectKind::GrpcRoute
         | ObjectKind::TlsRoute

@@ -167,6 +167,14 @@ impl PolicyState {
                 );
             }
         }
+        for (k, v) in &store.listener_sets {
+            self.record(ObjectKind::ListenerSet, k, || json_size(&v.object.set));
+            claimants.push((
+                k,
+                v.object.set.metadata.creation_timestamp.as_ref(),
+                TenantObjectRef::ListenerSet(&v.object.set),
+            ));
+        }
         for (k, v) in &store.http_routes {
             self.record(ObjectKind::HttpRoute, k, || json_size(&*v.object));
             self.record_regexes(
@@ -349,6 +357,7 @@ impl PolicyState {
             bytes: objects.bytes.values().sum::<u64>() - own_bytes,
             own_bytes,
             ingresses: count(ObjectKind::Ingress),
+            listener_sets: count(ObjectKind::ListenerSet),
             services: count(ObjectKind::Service),
             endpoint_slices: count(ObjectKind::EndpointSlice),
             // ConfigMaps (a BackendTLSPolicy's ca.crt) are counted with

@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use teapot_gateway_api::generated::gateways::{
+    GatewayAllowedListenersNamespacesFrom, GatewayListeners,
     GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
 };
 use teapot_gateway_api::{BackendTlsPolicy, Gateway, ReferenceGrant};
@@ -39,7 +40,7 @@ use crate::names::GATEWAY_CLASS;
 
 /// What every Gateway API object a tenant writes is held to: its
 /// metadata, and the count of the tenant's Gateway API objects.
-fn gateway_api_object(
+pub(super) fn gateway_api_object(
     ctx: &AdmissionContext<'_>,
     namespace: &str,
     meta: &ObjectMeta,
@@ -68,8 +69,8 @@ pub const ROUTE_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRou
 pub const MAX_LISTENERS_PER_GATEWAY: usize = 64;
 
 /// Checks a Gateway a tenant writes into `namespace`: class `teapot`; no
-/// `addresses`, `infrastructure`, `allowedListeners` or
-/// `tls.frontend`; a backend client certificate (`tls.backend`) from a
+/// `addresses`, `infrastructure` or `tls.frontend`; `allowedListeners`
+/// from the own namespace at most; a backend client certificate (`tls.backend`) from a
 /// Secret of the namespace; each listener's protocol on its port (HTTP 80, HTTPS 443 with
 /// TLS terminated from Secrets of the namespace, TLS passthrough, TCP and
 /// UDP on any port of the L4 plane); listener hostnames under the host
@@ -102,11 +103,32 @@ pub fn check_gateway(
             "infrastructure labels, annotations and parametersRef are refused: the proxy fleet is shared and configured by the operator",
         ));
     }
-    if spec.allowed_listeners.is_some() {
-        out.push(Violation::new(
-            "spec.allowedListeners",
-            "ListenerSets are not served by teapot; put the listeners on the Gateway",
-        ));
+    // A tenant Gateway takes ListenerSets of its own namespace at most:
+    // one from another namespace would be another tenant's listeners (and
+    // hostnames) on this tenant's Gateway.
+    if let Some(ns) = spec
+        .allowed_listeners
+        .as_ref()
+        .and_then(|a| a.namespaces.as_ref())
+    {
+        if !matches!(
+            ns.from,
+            None | Some(
+                GatewayAllowedListenersNamespacesFrom::None
+                    | GatewayAllowedListenersNamespacesFrom::Same
+            )
+        ) {
+            out.push(Violation::new(
+                "spec.allowedListeners.namespaces.from",
+                "only None or Same: ListenerSets attach from the Gateway's own namespace (All or Selector would let other tenants' listeners attach)",
+            ));
+        }
+        if ns.selector.is_some() {
+            out.push(Violation::new(
+                "spec.allowedListeners.namespaces.selector",
+                "namespace selectors are refused: ListenerSets attach from the Gateway's own namespace only",
+            ));
+        }
     }
     let own = ctx.tenant.namespace_name();
     if let Some(tls) = &spec.tls {
@@ -130,18 +152,46 @@ pub fn check_gateway(
             check_secret_ref(&r, "spec.tls.backend.clientCertificateRef", &own, &mut out);
         }
     }
-    if spec.listeners.len() > MAX_LISTENERS_PER_GATEWAY {
+    let l4 = check_listeners(ctx, &spec.listeners, &own, &mut out);
+    if l4 > 0 {
+        let max = ctx.max_listeners();
+        let others = ctx.existing.map_or(0, |e| e.lb_listeners);
+        let total = others.saturating_add(l4);
+        if total > max {
+            out.push(Violation::new(
+                "spec.listeners",
+                format!(
+                    "your tenant would have {total} L4 listeners (TLS, TCP and UDP listeners count like LoadBalancer Service ports), more than the limit (l4.maxListeners = {max})"
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// Checks the listeners of a tenant Gateway or ListenerSet (one rule for
+/// both: a ListenerSet's listeners join a Gateway's listener table): how
+/// many, each protocol on its port, TLS from Secrets of the namespace,
+/// hostnames under the host rules, routes from the own namespace only.
+/// Returns how many are L4 listeners (TLS, TCP, UDP).
+pub(super) fn check_listeners(
+    ctx: &AdmissionContext<'_>,
+    listeners: &[GatewayListeners],
+    own: &str,
+    out: &mut Vec<Violation>,
+) -> u32 {
+    if listeners.len() > MAX_LISTENERS_PER_GATEWAY {
         out.push(Violation::new(
             "spec.listeners",
             format!(
                 "{} listeners, more than {MAX_LISTENERS_PER_GATEWAY}",
-                spec.listeners.len()
+                listeners.len()
             ),
         ));
     }
     let mut hosts = BTreeSet::new();
     let mut l4 = 0u32;
-    for (i, l) in spec.listeners.iter().enumerate() {
+    for (i, l) in listeners.iter().enumerate() {
         let at = format!("spec.listeners[{i}]");
         let port_must_be = |want: i32, out: &mut Vec<Violation>| {
             if l.port != want {
@@ -156,7 +206,7 @@ pub fn check_gateway(
         };
         match ListenerProtocol::of(&l.protocol) {
             Some(ListenerProtocol::Http) => {
-                port_must_be(HTTP_LISTENER_PORT, &mut out);
+                port_must_be(HTTP_LISTENER_PORT, out);
                 if l.tls.is_some() {
                     out.push(Violation::new(
                         format!("{at}.tls"),
@@ -165,8 +215,8 @@ pub fn check_gateway(
                 }
             }
             Some(ListenerProtocol::Https) => {
-                port_must_be(HTTPS_LISTENER_PORT, &mut out);
-                check_listener_tls(l.tls.as_ref(), true, &at, &own, &mut out);
+                port_must_be(HTTPS_LISTENER_PORT, out);
+                check_listener_tls(l.tls.as_ref(), true, &at, own, out);
             }
             Some(protocol) => {
                 if !(1..=65535).contains(&l.port) {
@@ -177,7 +227,7 @@ pub fn check_gateway(
                 }
                 l4 += 1;
                 if protocol == ListenerProtocol::Tls {
-                    check_listener_tls(l.tls.as_ref(), false, &at, &own, &mut out);
+                    check_listener_tls(l.tls.as_ref(), false, &at, own, out);
                 } else if l.tls.is_some() {
                     out.push(Violation::new(
                         format!("{at}.tls"),
@@ -191,7 +241,7 @@ pub fn check_gateway(
             )),
         }
         if let Some(h) = &l.hostname
-            && let Some((host, _)) = check_gateway_host(ctx, &format!("{at}.hostname"), h, &mut out)
+            && let Some((host, _)) = check_gateway_host(ctx, &format!("{at}.hostname"), h, out)
         {
             hosts.insert(host);
         }
@@ -239,20 +289,7 @@ pub fn check_gateway(
             ),
         ));
     }
-    if l4 > 0 {
-        let max = ctx.max_listeners();
-        let others = ctx.existing.map_or(0, |e| e.lb_listeners);
-        let total = others.saturating_add(l4);
-        if total > max {
-            out.push(Violation::new(
-                "spec.listeners",
-                format!(
-                    "your tenant would have {total} L4 listeners (TLS, TCP and UDP listeners count like LoadBalancer Service ports), more than the limit (l4.maxListeners = {max})"
-                ),
-            ));
-        }
-    }
-    out
+    l4
 }
 
 /// `tls` of an HTTPS listener (`terminate`: mode Terminate, certificates
@@ -437,11 +474,11 @@ pub fn check_route(
         let at = format!("spec.parentRefs[{i}]");
         let group = text(p, "group").unwrap_or(GATEWAY_GROUP);
         let pkind = text(p, "kind").unwrap_or("Gateway");
-        if group != GATEWAY_GROUP || pkind != "Gateway" {
+        if group != GATEWAY_GROUP || !matches!(pkind, "Gateway" | "ListenerSet") {
             out.push(Violation::new(
                 &at,
                 format!(
-                    "{} {} is not a Gateway: a route attaches to a Gateway of your namespace",
+                    "{} {} is not a Gateway or ListenerSet: a route attaches to a Gateway or ListenerSet of your namespace",
                     quote(group),
                     quote(pkind)
                 ),
@@ -729,7 +766,8 @@ pub fn pending_gateway_hosts(
     object: &Value,
 ) -> Vec<String> {
     let spec = object.get("spec").unwrap_or(&Value::Null);
-    let (gateway, hosts): (String, Vec<(String, &str)>) = if kind == ObjectKind::Gateway {
+    let listeners = matches!(kind, ObjectKind::Gateway | ObjectKind::ListenerSet);
+    let (gateway, hosts): (String, Vec<(String, &str)>) = if listeners {
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -777,7 +815,7 @@ pub fn pending_gateway_hosts(
 pub fn gateway_api_hostnames(kind: ObjectKind, object: &Value) -> Vec<HostPattern> {
     let spec = object.get("spec").unwrap_or(&Value::Null);
     let raw: Vec<&str> = match kind {
-        ObjectKind::Gateway => items(spec, "listeners")
+        ObjectKind::Gateway | ObjectKind::ListenerSet => items(spec, "listeners")
             .filter_map(|(_, l)| text(l, "hostname"))
             .collect(),
         ObjectKind::HttpRoute | ObjectKind::GrpcRoute | ObjectKind::TlsRoute => {

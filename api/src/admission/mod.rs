@@ -15,8 +15,9 @@
 //! - [`check_object`]: a whole object as JSON (size, control characters,
 //!   unknown fields, typed parse, then the typed checks below).
 //! - [`check_ingress`], [`check_service`], [`check_endpoint_slice`],
-//!   [`check_secret`]: the typed checks; [`check_gateway`], [`check_route`]
-//!   and [`check_reference_grant`] for the Gateway API kinds.
+//!   [`check_secret`]: the typed checks; [`check_gateway`],
+//!   [`check_listener_set`], [`check_route`] and [`check_reference_grant`]
+//!   for the Gateway API kinds.
 //! - [`tls_secret_data`] and [`check_ca_bundle`]: what a TLS Secret must
 //!   hold and what its `ca.crt` may be, for the certificate checks of the
 //!   webhook and the proxy.
@@ -30,6 +31,7 @@ mod endpoint_slice;
 mod gateway;
 mod hosts;
 mod ingress;
+mod listener_set;
 mod meta;
 pub(crate) mod names;
 mod regexes;
@@ -47,7 +49,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde_json::Value;
 use teapot_gateway_api::{
-    BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute,
+    TlsRoute, UdpRoute,
 };
 
 use crate::kind::ObjectKind;
@@ -64,6 +67,7 @@ pub use gateway::{
 };
 pub use hosts::{Holder, Holdings, HostScope, check_host, host_scope};
 pub use ingress::{check_ingress, pending_custom_hosts};
+pub use listener_set::{MAX_LISTENER_SETS, check_listener_set, listener_set_listeners};
 pub use meta::{check_annotations, check_labels};
 pub use names::{dns_label, dns_subdomain, dns1035_label, port_name};
 pub use regexes::{object_regex_cost, object_regexes, regex_budget};
@@ -136,6 +140,8 @@ pub struct ExistingObjects {
     /// The tenant's other Gateway API objects (Gateways, routes and
     /// ReferenceGrants), counted against `maxIngresses`.
     pub gateway_api: u32,
+    /// The tenant's other ListenerSets (also counted in `gateway_api`).
+    pub listener_sets: u32,
     /// Ports of the tenant's other `LoadBalancer` Services and TLS, TCP and
     /// UDP listeners of its other Gateways.
     pub lb_listeners: u32,
@@ -245,6 +251,7 @@ pub enum TenantObject {
     EndpointSlice(Box<EndpointSlice>),
     Secret(Box<Secret>),
     Gateway(Box<Gateway>),
+    ListenerSet(Box<ListenerSet>),
     HttpRoute(Box<HttpRoute>),
     GrpcRoute(Box<GrpcRoute>),
     TlsRoute(Box<TlsRoute>),
@@ -264,6 +271,7 @@ impl TenantObject {
             TenantObject::EndpointSlice(_) => ObjectKind::EndpointSlice,
             TenantObject::Secret(_) => ObjectKind::Secret,
             TenantObject::Gateway(_) => ObjectKind::Gateway,
+            TenantObject::ListenerSet(_) => ObjectKind::ListenerSet,
             TenantObject::HttpRoute(_) => ObjectKind::HttpRoute,
             TenantObject::GrpcRoute(_) => ObjectKind::GrpcRoute,
             TenantObject::TlsRoute(_) => ObjectKind::TlsRoute,
@@ -286,6 +294,7 @@ pub enum TenantObjectRef<'a> {
     EndpointSlice(&'a EndpointSlice),
     Secret(&'a Secret),
     Gateway(&'a Gateway),
+    ListenerSet(&'a ListenerSet),
     HttpRoute(&'a HttpRoute),
     GrpcRoute(&'a GrpcRoute),
     TlsRoute(&'a TlsRoute),
@@ -305,6 +314,7 @@ impl serde::Serialize for TenantObjectRef<'_> {
             TenantObjectRef::EndpointSlice(o) => o.serialize(s),
             TenantObjectRef::Secret(o) => o.serialize(s),
             TenantObjectRef::Gateway(o) => o.serialize(s),
+            TenantObjectRef::ListenerSet(o) => o.serialize(s),
             TenantObjectRef::HttpRoute(o) => o.serialize(s),
             TenantObjectRef::GrpcRoute(o) => o.serialize(s),
             TenantObjectRef::TlsRoute(o) => o.serialize(s),
@@ -332,6 +342,7 @@ impl<'a> TenantObjectRef<'a> {
             TenantObjectRef::EndpointSlice(o) => &o.metadata,
             TenantObjectRef::Secret(o) => &o.metadata,
             TenantObjectRef::Gateway(o) => &o.metadata,
+            TenantObjectRef::ListenerSet(o) => &o.metadata,
             TenantObjectRef::HttpRoute(o) => &o.metadata,
             TenantObjectRef::GrpcRoute(o) => &o.metadata,
             TenantObjectRef::TlsRoute(o) => &o.metadata,
@@ -351,6 +362,7 @@ impl<'a> TenantObjectRef<'a> {
             TenantObjectRef::EndpointSlice(_) => ObjectKind::EndpointSlice,
             TenantObjectRef::Secret(_) => ObjectKind::Secret,
             TenantObjectRef::Gateway(_) => ObjectKind::Gateway,
+            TenantObjectRef::ListenerSet(_) => ObjectKind::ListenerSet,
             TenantObjectRef::HttpRoute(_) => ObjectKind::HttpRoute,
             TenantObjectRef::GrpcRoute(_) => ObjectKind::GrpcRoute,
             TenantObjectRef::TlsRoute(_) => ObjectKind::TlsRoute,
@@ -372,6 +384,7 @@ impl TenantObject {
             TenantObject::EndpointSlice(o) => TenantObjectRef::EndpointSlice(o),
             TenantObject::Secret(o) => TenantObjectRef::Secret(o),
             TenantObject::Gateway(o) => TenantObjectRef::Gateway(o),
+            TenantObject::ListenerSet(o) => TenantObjectRef::ListenerSet(o),
             TenantObject::HttpRoute(o) => TenantObjectRef::HttpRoute(o),
             TenantObject::GrpcRoute(o) => TenantObjectRef::GrpcRoute(o),
             TenantObject::TlsRoute(o) => TenantObjectRef::TlsRoute(o),
@@ -408,6 +421,7 @@ pub fn object_kind(api_version: &str, kind: &str) -> Option<ObjectKind> {
         ("teapot.dev/v1alpha1", "RouteTrafficPolicy") => Some(ObjectKind::RouteTrafficPolicy),
         ("gateway.networking.k8s.io/v1", kind) => match kind {
             "Gateway" => Some(ObjectKind::Gateway),
+            "ListenerSet" => Some(ObjectKind::ListenerSet),
             "HTTPRoute" => Some(ObjectKind::HttpRoute),
             "GRPCRoute" => Some(ObjectKind::GrpcRoute),
             "TLSRoute" => Some(ObjectKind::TlsRoute),
@@ -436,7 +450,7 @@ pub fn refused_kind_message(api_version: &str, kind: &str) -> String {
         );
     }
     format!(
-        "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Secret, v1 ConfigMap (ca.crt only), and gateway.networking.k8s.io/v1 Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute, ReferenceGrant and BackendTLSPolicy, and teapot.dev/v1alpha1 RouteTrafficPolicy",
+        "{} {} is not accepted in a tenant namespace: teapot admits networking.k8s.io/v1 Ingress, v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Secret, v1 ConfigMap (ca.crt only), and gateway.networking.k8s.io/v1 Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute, ReferenceGrant and BackendTLSPolicy, and teapot.dev/v1alpha1 RouteTrafficPolicy",
         quote(api_version),
         quote(kind)
     )
@@ -474,6 +488,7 @@ pub fn check_object(ctx: &AdmissionContext<'_>, namespace: &str, value: &Value) 
         ObjectKind::EndpointSlice => parse(value).map(|o| TenantObject::EndpointSlice(Box::new(o))),
         ObjectKind::Secret => parse(value).map(|o| TenantObject::Secret(Box::new(o))),
         ObjectKind::Gateway => parse(value).map(|o| TenantObject::Gateway(Box::new(o))),
+        ObjectKind::ListenerSet => parse(value).map(|o| TenantObject::ListenerSet(Box::new(o))),
         ObjectKind::HttpRoute => parse(value).map(|o| TenantObject::HttpRoute(Box::new(o))),
         ObjectKind::GrpcRoute => parse(value).map(|o| TenantObject::GrpcRoute(Box::new(o))),
         ObjectKind::TlsRoute => parse(value).map(|o| TenantObject::TlsRoute(Box::new(o))),
@@ -587,6 +602,7 @@ fn check_kind(
         }
         TenantObjectRef::Secret(o) => return (check_secret(ctx, namespace, o), Vec::new()),
         TenantObjectRef::Gateway(o) => check_gateway(ctx, namespace, o),
+        TenantObjectRef::ListenerSet(o) => check_listener_set(ctx, namespace, o),
         TenantObjectRef::ReferenceGrant(o) => check_reference_grant(ctx, namespace, o),
         TenantObjectRef::BackendTlsPolicy(o) => check_backend_tls_policy(ctx, namespace, o),
         TenantObjectRef::ConfigMap(o) => {
