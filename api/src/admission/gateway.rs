@@ -69,7 +69,9 @@ pub const ROUTE_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRou
 pub const MAX_LISTENERS_PER_GATEWAY: usize = 64;
 
 /// Checks a Gateway a tenant writes into `namespace`: class `teapot`; no
-/// `addresses`, `infrastructure` or `tls.frontend`; `allowedListeners`
+/// `addresses` or `infrastructure`; client-certificate validation
+/// (`tls.frontend`) from ConfigMaps or Secrets of the namespace;
+/// `allowedListeners`
 /// from the own namespace at most; a backend client certificate (`tls.backend`) from a
 /// Secret of the namespace; each listener's protocol on its port (HTTP 80, HTTPS 443 with
 /// TLS terminated from Secrets of the namespace, TLS passthrough, TCP and
@@ -132,11 +134,8 @@ pub fn check_gateway(
     }
     let own = ctx.tenant.namespace_name();
     if let Some(tls) = &spec.tls {
-        if tls.frontend.is_some() {
-            out.push(Violation::new(
-                "spec.tls.frontend",
-                "client certificate validation on the Gateway is not served by teapot",
-            ));
+        if let Some(frontend) = &tls.frontend {
+            check_frontend(frontend, namespace, &mut out);
         }
         if let Some(r) = tls
             .backend
@@ -371,6 +370,65 @@ struct SecretRef<'r> {
 /// A certificate reference a tenant writes: a core Secret of the
 /// namespace (another namespace's Secret is another tenant's, or the
 /// operator's).
+/// `caCertificateRefs` one frontend validation may name.
+pub const MAX_FRONTEND_CA_REFS: usize = 8;
+
+/// A Gateway's client-certificate validation (`spec.tls.frontend`): CA
+/// bundles from the `ca.crt` of ConfigMaps or Secrets of the Gateway's own
+/// namespace (a ReferenceGrant never opens another tenant's CA), at most
+/// [`MAX_FRONTEND_CA_REFS`] of them per validation.
+fn check_frontend(
+    frontend: &teapot_gateway_api::generated::gateways::GatewayTlsFrontend,
+    own: &str,
+    out: &mut Vec<Violation>,
+) {
+    type Ref<'a> = (&'a str, &'a str, Option<&'a str>);
+    let mut validations: Vec<(String, Vec<Ref<'_>>)> = Vec::new();
+    if let Some(v) = &frontend.default.validation {
+        validations.push((
+            "spec.tls.frontend.default.validation".into(),
+            v.ca_certificate_refs
+                .iter()
+                .map(|r| (r.group.as_str(), r.kind.as_str(), r.namespace.as_deref()))
+                .collect(),
+        ));
+    }
+    for (i, p) in frontend.per_port.iter().flatten().enumerate() {
+        if let Some(v) = &p.tls.validation {
+            validations.push((
+                format!("spec.tls.frontend.perPort[{i}].tls.validation"),
+                v.ca_certificate_refs
+                    .iter()
+                    .map(|r| (r.group.as_str(), r.kind.as_str(), r.namespace.as_deref()))
+                    .collect(),
+            ));
+        }
+    }
+    for (at, refs) in validations {
+        if refs.is_empty() || refs.len() > MAX_FRONTEND_CA_REFS {
+            out.push(Violation::new(
+                format!("{at}.caCertificateRefs"),
+                format!("name 1 to {MAX_FRONTEND_CA_REFS} CA bundles"),
+            ));
+        }
+        for (j, (group, kind, namespace)) in refs.into_iter().enumerate() {
+            let rat = format!("{at}.caCertificateRefs[{j}]");
+            if !group.is_empty() || !matches!(kind, "ConfigMap" | "Secret") {
+                out.push(Violation::new(
+                    format!("{rat}.kind"),
+                    "a ConfigMap or Secret of the core group, whose ca.crt holds the CA bundle",
+                ));
+            }
+            if namespace.is_some_and(|ns| ns != own) {
+                out.push(Violation::new(
+                    format!("{rat}.namespace"),
+                    "CA bundles come from the Gateway's own namespace",
+                ));
+            }
+        }
+    }
+}
+
 fn check_secret_ref(r: &SecretRef<'_>, rat: &str, own: &str, out: &mut Vec<Violation>) {
     if r.group.is_some_and(|g| !g.is_empty()) {
         out.push(Violation::new(
@@ -1375,11 +1433,39 @@ mod tests {
         assert_eq!(
             gw(&other),
             [
-                "spec.tls.frontend",
                 "spec.tls.backend.clientCertificateRef.group",
                 "spec.tls.backend.clientCertificateRef.kind",
                 "spec.tls.backend.clientCertificateRef.namespace",
             ]
+        );
+    }
+
+    #[test]
+    fn frontend_validation_takes_ca_bundles_of_the_namespace() {
+        let own = format!(
+            "{LISTENERS}  tls:\n    frontend:\n      default: {{validation: {{caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: ca}}]}}}}\n      perPort: [{{port: 443, tls: {{validation: {{mode: AllowInsecureFallback, caCertificateRefs: [{{group: \"\", kind: Secret, name: ca, namespace: {NS}}}]}}}}}}]\n"
+        );
+        assert_eq!(gw(&own), Vec::<String>::new());
+        let other = format!(
+            "{LISTENERS}  tls:\n    frontend:\n      default: {{validation: {{caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: ca, namespace: tenant-globex}}, {{group: example.com, kind: Vault, name: x}}]}}}}\n"
+        );
+        assert_eq!(
+            gw(&other),
+            [
+                "spec.tls.frontend.default.validation.caCertificateRefs[0].namespace",
+                "spec.tls.frontend.default.validation.caCertificateRefs[1].kind",
+            ]
+        );
+        let refs: Vec<String> = (0..MAX_FRONTEND_CA_REFS + 1)
+            .map(|i| format!("{{group: \"\", kind: ConfigMap, name: ca{i}}}"))
+            .collect();
+        let many = format!(
+            "{LISTENERS}  tls:\n    frontend:\n      default: {{validation: {{caCertificateRefs: [{}]}}}}\n",
+            refs.join(", ")
+        );
+        assert_eq!(
+            gw(&many),
+            ["spec.tls.frontend.default.validation.caCertificateRefs"]
         );
     }
 

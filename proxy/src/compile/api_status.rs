@@ -412,6 +412,10 @@ pub struct GatewayParts<'s> {
     /// The `ResolvedRefs` of `spec.tls.backend.clientCertificateRef`, when
     /// the Gateway names one.
     pub client_cert: Option<Condition>,
+    /// `InsecureFrontendValidationMode`, when a frontend validation of the
+    /// Gateway is `AllowInsecureFallback`
+    /// (crate::compile::gateway::frontend).
+    pub insecure_frontend: Option<Condition>,
 }
 
 /// The L4 plane's part of one Gateway with L4 listeners.
@@ -519,6 +523,9 @@ fn gateway(g: GatewayParts<'_>, l4: Option<Option<&L4Part<'_>>>) -> Reported<Gat
     // The specification's ResolvedRefs for the backend client
     // certificate; Gateways without one report none.
     if let Some(c) = &g.client_cert {
+        conditions.push(c.to_meta(generation));
+    }
+    if let Some(c) = &g.insecure_frontend {
         conditions.push(c.to_meta(generation));
     }
     let mut addresses = g.addresses;

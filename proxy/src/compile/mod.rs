@@ -204,7 +204,7 @@ pub fn compile_incremental(
     let mut certs = CertTable::default();
     // Client-certificate settings by host: the Ingresses' first, then the
     // Gateways' (as certificates), the first setting of a host keeping it.
-    let client_auth = client_auth::ClientAuthTable::default();
+    let mut client_auth = client_auth::ClientAuthTable::default();
 
     // Gateway API routes first: an Ingress rule on a host pattern a route
     // holds asks it (`claim`), and the older of the two keeps it.
@@ -226,6 +226,7 @@ pub fn compile_incremental(
         &mut gateway,
         &mut certs,
     );
+    gateway.client_auth(&mut client_auth);
     let (gateway_table, mut gateway_report, gateway_parts) = gateway.finish(store, &mut certs);
     let mut ingress_reports = ingresses.reports;
     // After every Secret is in: a tenant's own certificate always wins.

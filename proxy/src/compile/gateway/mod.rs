@@ -35,6 +35,7 @@ pub(crate) mod backend_tls;
 mod cors;
 mod ext_auth;
 mod filters;
+pub(crate) mod frontend;
 mod inputs;
 mod matchers;
 pub(crate) mod route_policy;
@@ -148,6 +149,8 @@ type GatewayIndex<'s> =
 /// finishes after.
 pub struct GatewayCompile<'s> {
     builder: TableBuilder,
+    /// The client-certificate settings of the hosts HTTPS listeners serve.
+    frontends: frontend::Frontends,
     report: GatewayReport,
     /// Each Gateway's part for its status, rendered with the L4 plane's
     /// ([`api_status::gateways`]).
@@ -201,6 +204,7 @@ impl<'s> GatewayCompile<'s> {
         let store = cx.store;
         let mut out = GatewayCompile {
             builder: TableBuilder::default(),
+            frontends: frontend::Frontends::default(),
             report: GatewayReport::default(),
             gateways: Vec::new(),
             claimants: Vec::new(),
@@ -299,6 +303,7 @@ impl<'s> GatewayCompile<'s> {
                         Condition::new("ResolvedRefs", false, reason, message)
                     }
                 }),
+                insecure_frontend: frontend::insecure_condition(g.gateway),
             })
             .collect();
         out
@@ -336,6 +341,13 @@ impl<'s> GatewayCompile<'s> {
                 .push((label.clone(), name, ingress.to_string()));
         }
         Ok(())
+    }
+
+    /// Adds the client-certificate settings of the hosts its HTTPS
+    /// listeners serve (after the Ingresses', as certificates: a host's
+    /// first setting keeps it, frontend.rs).
+    pub fn client_auth(&self, table: &mut crate::compile::client_auth::ClientAuthTable) {
+        self.frontends.add_to(table);
     }
 
     /// The table, the report (its Gateways' statuses left for
@@ -572,6 +584,17 @@ impl<'s> GatewayCompile<'s> {
                 let list = &lists[at].2;
                 self.builder.bind(host, index, list);
                 self.bound_any = true;
+                if https {
+                    // The listener's client-certificate validation goes on
+                    // every host it serves (frontend.rs).
+                    let gateway_tenant = tenancy.get(&gateway.id.namespace).is_some();
+                    self.frontends.bind(
+                        store,
+                        (gateway.id, gateway.gateway, gateway_tenant),
+                        spec.port,
+                        host,
+                    );
+                }
                 if https && let Some(h) = host {
                     // The listener's certificates also cover the hosts its
                     // routes bring (a listener without hostname).
@@ -743,6 +766,28 @@ fn gateway_entry<'s>(
                     && resolved.is_ok()
                 {
                     resolved = Err(why);
+                }
+            }
+            // Frontend client-certificate validation (frontend.rs): a
+            // listener none of whose CAs can be read is not served.
+            match frontend::for_port(store, id, gateway, tenant.is_some(), l.port) {
+                Err(message) => {
+                    conditions.push(Condition::new(
+                        "Accepted",
+                        false,
+                        "NoValidCACertificate",
+                        message.clone(),
+                    ));
+                    if resolved.is_ok() {
+                        resolved = Err(("InvalidCACertificateRef", message));
+                    }
+                }
+                Ok(f) => {
+                    if let Some(message) = f.unresolved
+                        && resolved.is_ok()
+                    {
+                        resolved = Err(("InvalidCACertificateRef", message));
+                    }
                 }
             }
             if resolved.is_err() {
