@@ -39,15 +39,15 @@ DEFAULT_UPSTREAM = os.path.join(REPO, "..", "shared", "conformance-upstream", "g
 DEFAULT_OUT = os.path.join(REPO, "conformance", "gateway", "data")
 
 # The suite's named constants the tests use (upstream
-# conformance/utils/suite/suite.go, not part of the vendored copy). Each
-# value is checked to appear in conformance/base/manifests.yaml, so a
-# renamed namespace or Service upstream stops the port instead of porting
+# conformance/utils/suite/consts.go, not part of the vendored copy). Each
+# value is checked to appear in the base or test manifests, so a renamed
+# namespace, Service or route upstream stops the port instead of porting
 # stale names.
 SUITE_CONSTANTS = {
     "confsuite.InfrastructureNamespace": "gateway-conformance-infra",
     "confsuite.AppBackendNamespace": "gateway-conformance-app-backend",
     "confsuite.WebBackendNamespace": "gateway-conformance-web-backend",
-    "confsuite.InfrastructureGatewayName": "same-namespace",
+    "confsuite.InfrastructureGatewayName": "gateway-conformance-infra-test",
     "confsuite.InfraBackendServiceNameV1": "infra-backend-v1",
     "confsuite.InfraBackendServiceNameV2": "infra-backend-v2",
     "confsuite.InfraBackendServiceNameV3": "infra-backend-v3",
@@ -92,6 +92,32 @@ class Unresolved:
 
     def __repr__(self):
         return f"Unresolved({self.text})"
+
+
+class GatewayAddress:
+    """The address `kubernetes.GatewayAnd*RoutesMustBeAccepted` and
+    `kubernetes.WaitForGatewayAddress` return for a Gateway: its first
+    `status.addresses` entry, joined with the port of the listener the
+    GatewayRef names (the first listener when it names none), or without a
+    port when the caller passed `usePort` false."""
+
+    def __init__(self, gateway, listener, use_port):
+        self.gateway = gateway
+        self.listener = listener
+        self.use_port = use_port
+
+    def json(self):
+        return {**self.gateway, "Listener": self.listener, "UsePort": self.use_port}
+
+
+class RouteHostnames:
+    """The hostnames `kubernetes.GatewayAndTLSRoutesMustBeAccepted` returns:
+    the `spec.hostnames` of the routes it was given, in order; indexed, one
+    of them (`string(hostnames[0])`), which the runner reads from the
+    manifests."""
+
+    def __init__(self, routes):
+        self.routes = routes
 
 
 def tokenize(src):
@@ -166,6 +192,32 @@ class Reader:
                 i += 2
             return i
         raise GoError(f"expected a type, found {tok!r}")
+
+    def struct_zero_values(self, start, end):
+        """For `[]struct{a string; b int}` between start and end: the
+        fields' zero values ({"a": "", "b": 0}); else None."""
+        if not (self.peek(start)[1] == "[" and self.peek(start + 1)[1] == "]" and self.peek(start + 2)[1] == "struct"):
+            return None
+        zero = {}
+        names = []
+        k = start + 4
+        while k < end - 1:
+            kind, tok = self.peek(k)
+            if kind == "ident" and self.peek(k + 1)[1] == ",":
+                names.append(tok)
+                k += 2
+                continue
+            if kind == "ident" and self.peek(k + 1)[0] == "ident":
+                names.append(tok)
+                type_name = self.peek(k + 1)[1]
+                value = "" if type_name == "string" else 0 if type_name.startswith(("int", "uint", "float")) else False if type_name == "bool" else None
+                for name in names:
+                    zero[name] = value
+                names = []
+                k += 2
+                continue
+            k += 1
+        return zero
 
     def skip_braces(self, i):
         i = self.expect(i, "{")
@@ -250,7 +302,12 @@ class Reader:
             return (float(t) if is_float else int(t, 0)), i + 1
         if tok in ("[", "map"):
             j = self.skip_type(i)
-            return self.composite(j, True)
+            value, end = self.composite(j, True)
+            zero = self.struct_zero_values(i, j)
+            if zero and isinstance(value, list):
+                # Go fills the fields an element leaves out with zero values.
+                value = [{**zero, **v} if isinstance(v, dict) else v for v in value]
+            return value, end
         if tok == "(":
             v, j = self.expr(i + 1)
             return v, self.expect(j, ")")
@@ -292,8 +349,20 @@ class Reader:
             return SUITE_CONSTANTS[name], i
         if name.count(".") == 1 and name.split(".")[0] in SYMBOL_PACKAGES:
             return name, i
+        head, _, field = name.partition(".")
+        if field and "." not in field and isinstance(self.env.get(head), dict) and field in self.env[head]:
+            return self.env[head][field], i
         if name in self.env:
-            return self.env[name], i
+            value = self.env[name]
+            if (
+                isinstance(value, RouteHostnames)
+                and nxt == "["
+                and self.peek(i + 1)[0] == "num"
+                and self.peek(i + 2)[1] == "]"
+            ):
+                index = int(self.peek(i + 1)[1])
+                return {"RouteHostname": {"Routes": value.routes, "Index": index}}, i + 3
+            return value, i
         return Unresolved(name), i
 
 
@@ -377,11 +446,182 @@ def symbol(value):
 
 STATE_CHANGES = ("Delete", "Update", "Create", "Patch")
 
+# The parameters of the helpers that judge expectations, as upstream
+# `conformance/utils/{http,grpc,tcp,tls,udp}` declare them (not part of the
+# vendored copy). `gwAddr` becomes the case's `gateway`; the parameters in
+# HELPER_ARGUMENTS become its `arguments`: what the helper sends besides
+# the literal (the TLS server name, whether TCP speaks TLS).
+HELPER_PARAMS = {
+    "http.MakeRequestAndExpectEventuallyConsistentResponse": ("t", "r", "timeoutConfig", "gwAddr", "expected"),
+    "http.MakeRequestAndExpectFailure": ("t", "r", "timeoutConfig", "gwAddr", "expected"),
+    "http.MakeRequest": ("t", "expected", "gwAddr", "protocol", "scheme"),
+    "http.ExpectMirroredRequest": ("t", "client", "clientset", "mirrorPods", "path"),
+    "grpc.MakeRequestAndExpectEventuallyConsistentResponse": ("t", "c", "timeoutConfig", "gwAddr", "expected"),
+    "grpc.MakeRequestAndExpectEventuallyConsistentFailure": ("t", "c", "timeoutConfig", "gwAddr", "expected"),
+    "tls.MakeTLSRequestAndExpectEventuallyConsistentResponse": (
+        "t", "r", "timeoutConfig", "gwAddr", "serverCertificate", "clientCertificate",
+        "clientCertificateKey", "serverName", "expected",
+    ),
+    "tls.MakeTLSRequestAndExpectEventuallyConsistentFailureResponse": (
+        "t", "r", "timeoutConfig", "gwAddr", "serverCertificate", "clientCertificate",
+        "clientCertificateKey", "serverName", "expected",
+    ),
+    "tcp.MakeTCPRequestAndExpectEventuallyValidResponse": (
+        "t", "timeoutConfig", "gwAddr", "serverCertificate", "serverName", "useTLS", "expected",
+    ),
+    "udp.ExpectEchoResponseFromBackend": ("t", "timeoutConfig", "gwAddr", "expected"),
+}
+HELPER_ARGUMENTS = ("serverName", "useTLS")
+# Helpers whose case is nothing without the Gateway address.
+L4_PACKAGES = ("tcp", "udp")
 
-def scan_body(tokens, start, end):
+# `kubernetes` functions that return a Gateway's address (and, for TLS
+# routes, the routes' hostnames second). For GatewayAndRoutesMustBeAccepted
+# the `usePort` argument's position.
+ADDRESS_FUNCTIONS = {
+    "GatewayAndRoutesMustBeAccepted": 6,
+    "GatewayAndHTTPRoutesMustBeAccepted": None,
+    "GatewayAndTCPRoutesMustBeAccepted": None,
+    "GatewayAndUDPRoutesMustBeAccepted": None,
+    "GatewayAndTLSRoutesMustBeAccepted": None,
+    "WaitForGatewayAddress": None,
+}
+
+
+def call_args(tokens, paren):
+    """The token ranges of a call's top-level arguments; `paren` is its `(`."""
+    args, depth, start, k = [], 0, paren + 1, paren + 1
+    while k < len(tokens):
+        t = tokens[k][1]
+        if t in ("(", "{", "["):
+            depth += 1
+        elif t in (")", "}", "]"):
+            if depth == 0:
+                if k > start:
+                    args.append((start, k))
+                return args
+            depth -= 1
+        elif t == "," and depth == 0:
+            args.append((start, k))
+            start = k + 1
+        k += 1
+    return args
+
+
+def address_call(tokens, i, env):
+    """At `kubernetes.F(` (token i is `kubernetes`) for an ADDRESS_FUNCTIONS
+    F: (GatewayAddress, RouteHostnames or None), or None."""
+    if not (tokens[i][1] == "kubernetes" and tokens[i + 1][1] == "." and tokens[i + 3][1] == "("):
+        return None
+    func = tokens[i + 2][1]
+    if func not in ADDRESS_FUNCTIONS:
+        return None
+    r = Reader(tokens, env)
+    args = call_args(tokens, i + 3)
+    ref = None
+    for n, (a, b) in enumerate(args):
+        if tokens[a][1] == "kubernetes" and tokens[a + 2][1] == "NewGatewayRef":
+            ref = n
+            ref_args = call_args(tokens, a + 3)
+            break
+    if ref is None or not ref_args:
+        return None
+    try:
+        gateway, _ = r.expr(ref_args[0][0])
+        listener = ""
+        if len(ref_args) > 1:
+            listener, _ = r.expr(ref_args[1][0])
+    except GoError:
+        return None
+    if not isinstance(gateway, dict) or unresolved_in(gateway) or not isinstance(listener, str):
+        return None
+    use_port = True
+    position = ADDRESS_FUNCTIONS[func]
+    if position is not None:
+        if position >= len(args):
+            return None
+        try:
+            use_port, _ = r.expr(args[position][0])
+        except GoError:
+            return None
+        if not isinstance(use_port, bool):
+            return None
+    address = GatewayAddress({"Name": gateway.get("Name"), "Namespace": gateway.get("Namespace")}, listener, use_port)
+    hostnames = None
+    if func == "GatewayAndTLSRoutesMustBeAccepted":
+        routes = []
+        for a, b in args[ref + 1:]:
+            try:
+                value, _ = r.expr(a)
+            except GoError:
+                routes = None
+                break
+            items = value if isinstance(value, list) else [value]
+            if any(not isinstance(v, dict) or unresolved_in(v) for v in items):
+                routes = None
+                break
+            routes.extend({"Name": v.get("Name"), "Namespace": v.get("Namespace")} for v in items)
+        if routes is not None:
+            hostnames = RouteHostnames(routes)
+    return address, hostnames
+
+
+def helper_call(tokens, paren, helper, env):
+    """The case fields a helper call's plain arguments give: `gateway` (the
+    Gateway whose address `gwAddr` is) and `arguments`; or a reason the case
+    cannot be ported."""
+    params = HELPER_PARAMS.get(helper)
+    if not params:
+        return {}, None
+    args = call_args(tokens, paren)
+    r = Reader(tokens, env)
+    out = {}
+    for name, (a, b) in zip(params, args):
+        if name == "gwAddr":
+            if b == a + 1 and isinstance(env.get(tokens[a][1]), GatewayAddress):
+                out["gateway"] = env[tokens[a][1]].json()
+            elif helper.split(".")[0] in L4_PACKAGES:
+                # An HTTP case still says where it goes (its Host); an L4
+                # case says nothing but the address.
+                return {}, f"{helper} argument gwAddr: {r.text(a, b)} is computed at run time"
+        elif name in HELPER_ARGUMENTS:
+            try:
+                value, end = r.expr(a)
+            except GoError as e:
+                return {}, f"{helper} argument {name}: {e}"
+            if end != b or unresolved_in(value):
+                return {}, f"{helper} argument {name}: {r.text(a, b)} is computed at run time"
+            out.setdefault("arguments", {})[name] = value
+    return out, None
+
+
+def range_loop(tokens, i, env):
+    """At `for _, v := range X {` whose X evaluates to a list: (v, the
+    values, the body's `{` index, the index after its `}`), else None."""
+    if not (
+        tokens[i][1] == "for"
+        and tokens[i + 1][0] == "ident"
+        and tokens[i + 2][1] == ","
+        and tokens[i + 3][0] == "ident"
+        and tokens[i + 4][1] == ":="
+        and tokens[i + 5][1] == "range"
+    ):
+        return None
+    r = Reader(tokens, env)
+    try:
+        values, j = r.expr(i + 6)
+    except GoError:
+        return None
+    if not isinstance(values, list) or tokens[j][1] != "{" or unresolved_in(values):
+        return None
+    return tokens[i + 3][1], values, j, r.skip_braces(j)
+
+
+def scan_body(tokens, start, end, env=None):
     """Expectation literals in a Test body, in source order, with the local
-    values known at each point and the Gateways the test names."""
-    env = {}
+    values known at each point and the Gateways the test names. A `range`
+    loop over values known here is read once per value (as the loop runs)."""
+    env = {} if env is None else env
     cases = []
     gateways = []
     r = Reader(tokens, env)
@@ -392,6 +632,15 @@ def scan_body(tokens, start, end):
     i = start
     while i < end:
         kind, tok = tokens[i]
+        loop = None if changed else range_loop(tokens, i, env)
+        if loop:
+            var, values, body_start, body_end = loop
+            for value in values:
+                found, found_gateways = scan_body(tokens, body_start + 1, body_end - 1, {**env, var: value})
+                cases.extend(found)
+                gateways.extend(g for g in found_gateways if g not in gateways)
+            i = body_end
+            continue
         if (
             tok == "Client"
             and tokens[i + 1][1] == "."
@@ -399,8 +648,27 @@ def scan_body(tokens, start, end):
             and tokens[i + 3][1] == "("
         ):
             changed = f"Client.{tokens[i + 2][1]}"
+        # `a := kubernetes.GatewayAnd...MustBeAccepted(...)` and
+        # `a, b := ...`: the Gateway's address (and the routes' hostnames).
+        if kind == "ident" and (
+            tokens[i + 1][1] in (":=", "=")
+            or (tokens[i + 1][1] == "," and tokens[i + 2][0] == "ident" and tokens[i + 3][1] in (":=", "="))
+        ) and tokens[i - 1][1] not in (",", "."):
+            rhs = i + 2 if tokens[i + 1][1] in (":=", "=") else i + 4
+            found_address = address_call(tokens, rhs, env)
+            if found_address:
+                address, hostnames = found_address
+                if tok != "_":
+                    env[tok] = address
+                if rhs == i + 4 and hostnames and tokens[i + 2][1] != "_":
+                    env[tokens[i + 2][1]] = hostnames
+                i = rhs
+                continue
         # Local `x := expr` (and `x = expr`): remember what evaluates.
-        if kind == "ident" and tokens[i + 1][1] == ":=":
+        if kind == "ident" and (
+            tokens[i + 1][1] == ":="
+            or (tokens[i + 1][1] == "=" and tokens[i - 1][1] in (";", "{", "}", ")") or tokens[i + 1][1] == "=" and tokens[i - 1][0] != "op")
+        ) and tokens[i - 1][1] not in (".", ","):
             try:
                 value, _ = r.expr(i + 2)
                 if not isinstance(value, Unresolved):
@@ -409,6 +677,8 @@ def scan_body(tokens, start, end):
                         isinstance(value, dict)
                         and set(value) >= {"Name", "Namespace"}
                         and "gw" in tok.lower()
+                        # `routeInGWNS`, `badGWRouteNN`: a route's name.
+                        and "route" not in tok.lower()
                         and value not in gateways
                         and not unresolved_in(value)
                     ):
@@ -431,11 +701,12 @@ def scan_body(tokens, start, end):
             try:
                 value, j = r.composite(literal_start, True)
                 items = value if slice_of else [value]
-                helper = consuming_call(tokens, i - 2 if slice_of else i, j, end)
+                helper, paren = consuming_call(tokens, i - 2 if slice_of else i, j, end)
+                extra, problem = helper_call(tokens, paren, helper, env) if helper else ({}, None)
                 for item in items:
                     if helper:
-                        item = {**item, "helper": helper}
-                    cases.append((tok, item, None))
+                        item = {**item, "helper": helper, **extra}
+                    cases.append((tok, None if problem else item, problem))
                 i = j
                 continue
             except GoError as e:
@@ -471,7 +742,7 @@ def consuming_call(tokens, start, end_literal, end_body):
         elif t in ("(", "{", "["):
             if depth == 0:
                 if t == "(" and call_name(tokens, k):
-                    return call_name(tokens, k)
+                    return call_name(tokens, k), k
                 # testCases = append(testCases, <literal>...)
                 if t == "(" and tokens[k - 1][1] == "append" and tokens[k + 1][0] == "ident":
                     names.add(tokens[k + 1][1])
@@ -483,7 +754,7 @@ def consuming_call(tokens, start, end_literal, end_body):
     if tokens[start - 1][1] in (":=", "=") and tokens[start - 2][0] == "ident":
         names.add(tokens[start - 2][1])
     if not names:
-        return None
+        return None, None
     k = end_literal
     while k < end_body:
         # for _, tc := range testCases {
@@ -497,19 +768,23 @@ def consuming_call(tokens, start, end_literal, end_body):
             while depth and m < end_body:
                 depth += {"(": 1, ")": -1}.get(tokens[m][1], 0)
                 if tokens[m][0] == "ident" and tokens[m][1] in names and tokens[m - 1][1] != ".":
-                    return call_name(tokens, k)
+                    return call_name(tokens, k), k
                 m += 1
         k += 1
-    return None
+    return None, None
 
 
 def port(upstream, out_dir=None):
     """Returns {file name: JSON text} for the data directory."""
     tests_dir = os.path.join(upstream, "conformance", "tests")
     base = open(os.path.join(upstream, "conformance", "base", "manifests.yaml")).read()
+    manifests = base + "".join(
+        open(os.path.join(tests_dir, f)).read() for f in sorted(os.listdir(tests_dir)) if f.endswith(".yaml")
+    )
+    sources = "".join(open(os.path.join(tests_dir, f)).read() for f in sorted(os.listdir(tests_dir)) if f.endswith(".go"))
     for name, value in SUITE_CONSTANTS.items():
-        if value not in base:
-            raise SystemExit(f"{name} = {value!r} is not in conformance/base/manifests.yaml: the suite constants changed upstream; update SUITE_CONSTANTS")
+        if name in sources and value not in manifests:
+            raise SystemExit(f"{name} = {value!r} is in no manifest of conformance/base or conformance/tests: the suite constants changed upstream; update SUITE_CONSTANTS")
     source = ""
     source_file = os.path.join(upstream, "SOURCE.txt")
     if os.path.exists(source_file):
@@ -551,6 +826,7 @@ def port(upstream, out_dir=None):
         manifests = fields.get("Manifests", [])
         data = {
             "name": short,
+            "provisional": fields.get("Provisional") is True,
             "description": fields.get("Description", ""),
             "source": f"conformance/tests/{f}",
             "features": [symbol(v) for v in fields.get("Features", [])] if isinstance(fields.get("Features"), list) else [],

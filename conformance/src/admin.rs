@@ -42,6 +42,15 @@ pub struct BackendStatus {
     pub endpoints: Vec<String>,
 }
 
+/// One Gateway of `gatewayAPI.gateways[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewayStatus {
+    pub namespace: String,
+    pub name: String,
+    /// `status.addresses[].value`, in order.
+    pub addresses: Vec<String>,
+}
+
 /// The whole `/status` document.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
@@ -53,6 +62,8 @@ pub struct Status {
     pub backends: Vec<BackendStatus>,
     /// Configuration problems, one readable line each.
     pub problems: Vec<String>,
+    /// Every Gateway of `gatewayAPI.gateways`.
+    pub gateways: Vec<GatewayStatus>,
 }
 
 impl Status {
@@ -68,6 +79,10 @@ impl Status {
             ingresses: list(&value, "ingresses").iter().map(ingress).collect(),
             backends: list(&value, "backends").iter().map(backend).collect(),
             problems: list(&value, "problems").iter().map(problem).collect(),
+            gateways: value
+                .get("gatewayAPI")
+                .map(|api| list(api, "gateways").iter().map(gateway).collect())
+                .unwrap_or_default(),
         })
     }
 
@@ -172,6 +187,22 @@ fn ingress(value: &Value) -> IngressStatus {
         served: value.get("served").and_then(Value::as_bool),
         addresses,
         conditions,
+    }
+}
+
+fn gateway(value: &Value) -> GatewayStatus {
+    let addresses = value
+        .get("status")
+        .map(|s| list(s, "addresses"))
+        .unwrap_or(&[])
+        .iter()
+        .map(|a| text(a, "value"))
+        .filter(|a| !a.is_empty())
+        .collect();
+    GatewayStatus {
+        namespace: text(value, "namespace"),
+        name: text(value, "name"),
+        addresses,
     }
 }
 

@@ -1,14 +1,17 @@
 //! `teapot-gateway-conformance [--teapot PATH] [--upstream DIR] [--skip FILE]
 //! [--filter TEXT] [--keep] [--report-only] [--verbose] [--case-timeout SECS]
-//! [--parallel N] [--proxy-arg ARG]... PATH...`
+//! [--parallel N] [--proxy-arg ARG]... [--l4-pool CIDR] [--report FILE]
+//! [--organization ..] [--project ..] [--url ..] [--implementation-version ..]
+//! [--contact ..]... [--mode ..] [--crds DIR] PATH...`
 //!
 //! Runs the Gateway API conformance tests ported to data
 //! (`conformance/gateway/data/*.json`) against `teapot proxy` in manifests
-//! mode. Prints one line per test and the totals over tests and cases;
-//! exits non-zero on any failure (or when no test ran) unless
-//! `--report-only`.
+//! mode. Prints one line per test and the totals over tests and cases
+//! (and, with `--report FILE`, writes the upstream-format conformance
+//! report there and prints `report: FILE`); exits non-zero on any failure
+//! (or when no test ran) unless `--report-only`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -63,9 +66,67 @@ struct Cli {
         action = clap::ArgAction::Append
     )]
     proxy_args: Vec<String>,
+    /// The loopback CIDR whose addresses the proxy gives Gateways with
+    /// TCP, UDP or TLS listeners (`--l4-pool`, `--l4-default-pool`); "" for
+    /// none.
+    #[arg(long, value_name = "CIDR", default_value = gateway::DEFAULT_L4_POOL)]
+    l4_pool: String,
+    /// Write the conformance report (upstream's ConformanceReport, YAML) here.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// The report's implementation.organization.
+    #[arg(long, default_value = "teapot-dev")]
+    organization: String,
+    /// The report's implementation.project.
+    #[arg(long, default_value = "teapot")]
+    project: String,
+    /// The report's implementation.url.
+    #[arg(long, default_value = "https://github.com/teapot-dev/teapot")]
+    url: String,
+    /// The report's implementation.version (default: this build's version).
+    #[arg(long = "implementation-version")]
+    implementation_version: Option<String>,
+    /// The report's implementation.contact (repeatable).
+    #[arg(long, default_value = "https://github.com/teapot-dev/teapot/issues")]
+    contact: Vec<String>,
+    /// The report's mode.
+    #[arg(long, default_value = "default")]
+    mode: String,
+    /// The report's gatewayAPIVersion and gatewayAPIChannel are read from
+    /// the Gateway CRD here (upstream reads the installed CRDs' annotations).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "../shared/conformance-upstream/gateway-api/config/crd/experimental"
+    )]
+    crds: PathBuf,
     /// Test files (`<Test>.json`), or directories of them.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
+}
+
+/// Writes the upstream-format report of the run.
+fn write_report(cli: &Cli, summary: &gateway::Summary, path: &Path) -> Result<(), String> {
+    use gateway::report;
+    let (version, channel) = report::crd_version(&cli.crds)?;
+    let meta = report::Meta {
+        implementation: report::Implementation {
+            organization: cli.organization.clone(),
+            project: cli.project.clone(),
+            url: cli.url.clone(),
+            version: cli
+                .implementation_version
+                .clone()
+                .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string()),
+            contact: cli.contact.clone(),
+        },
+        date: report::now_rfc3339(),
+        gateway_api_version: version,
+        gateway_api_channel: channel,
+        mode: cli.mode.clone(),
+    };
+    let yaml = report::to_yaml(&report::report(&summary.outcomes, &meta))?;
+    std::fs::write(path, yaml).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 fn main() -> ExitCode {
@@ -94,8 +155,9 @@ fn main() -> ExitCode {
         config: gateway::RunConfig {
             teapot: cli
                 .teapot
+                .clone()
                 .unwrap_or_else(teapot_testkit::process::teapot_bin),
-            upstream: cli.upstream,
+            upstream: cli.upstream.clone(),
             keep: cli.keep,
             case_timeout,
             parallel: cli.parallel,
@@ -105,12 +167,13 @@ fn main() -> ExitCode {
                     .map(|a| a.to_string())
                     .collect()
             } else {
-                cli.proxy_args
+                cli.proxy_args.clone()
             },
+            l4_pool: cli.l4_pool.clone(),
         },
-        filter: cli.filter,
+        filter: cli.filter.clone(),
         skip,
-        paths: cli.paths,
+        paths: cli.paths.clone(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -135,6 +198,15 @@ fn main() -> ExitCode {
         Ok(summary) => {
             for line in summary.closing_lines() {
                 println!("{line}");
+            }
+            if let Some(path) = &cli.report {
+                match write_report(&cli, &summary, path) {
+                    Ok(()) => println!("report: {}", path.display()),
+                    Err(err) => {
+                        eprintln!("teapot-gateway-conformance: the report: {err}");
+                        return ExitCode::FAILURE;
+                    }
+                }
             }
             if summary.outcomes.is_empty() {
                 eprintln!("teapot-gateway-conformance: no test found");

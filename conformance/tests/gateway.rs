@@ -53,6 +53,7 @@ fn options(paths: Vec<PathBuf>, upstream: PathBuf, skip: BTreeMap<String, String
                 .iter()
                 .map(|a| a.to_string())
                 .collect(),
+            l4_pool: gateway::DEFAULT_L4_POOL.to_string(),
         },
         filter: None,
         skip,

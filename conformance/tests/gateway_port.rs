@@ -126,8 +126,13 @@ fn a_known_test_is_ported_field_for_field() {
             "Response": {"StatusCode": 200},
             "Backend": "infra-backend-v1",
             "Namespace": "gateway-conformance-infra",
+            // gwAddr := kubernetes.GatewayAndHTTPRoutesMustBeAccepted(...,
+            // kubernetes.NewGatewayRef(gwNN), routeNN): the first listener.
+            "gateway": {"Name": "same-namespace", "Namespace": "gateway-conformance-infra",
+                        "Listener": "", "UsePort": true},
         }])
     );
+    assert_eq!(t["provisional"], false);
     assert_eq!(
         t["gateways"],
         serde_json::json!([{"Name": "same-namespace", "Namespace": "gateway-conformance-infra"}])
@@ -180,6 +185,29 @@ var TeapotExtra = confsuite.ConformanceTest{
 		}
 	},
 }
+
+var TeapotExtraL4 = confsuite.ConformanceTest{
+	ShortName:   "TeapotExtraL4",
+	Features:    []features.FeatureName{features.SupportGateway, features.SupportTLSRoute},
+	Manifests:   []string{"tests/teapot-extra.yaml"},
+	Provisional: true,
+	Test: func(t *testing.T, suite *confsuite.ConformanceTestSuite) {
+		ns := confsuite.InfrastructureNamespace
+		gwNN := types.NamespacedName{Name: "l4-gateway", Namespace: ns}
+		routes := []types.NamespacedName{{Namespace: ns, Name: "route-a"}, {Namespace: ns, Name: "route-b"}}
+		gwAddr, hostnames := kubernetes.GatewayAndTLSRoutesMustBeAccepted(t, suite.Client, suite.TimeoutConfig, suite.ControllerName,
+			kubernetes.NewGatewayRef(gwNN, "tls"), routes...)
+		serverStr := string(hostnames[1])
+		portless := kubernetes.GatewayAndRoutesMustBeAccepted(t, suite.Client, suite.TimeoutConfig, suite.ControllerName,
+			kubernetes.NewGatewayRef(gwNN), &gatewayv1.HTTPRoute{}, false, routes[0])
+		tcp.MakeTCPRequestAndExpectEventuallyValidResponse(t, suite.TimeoutConfig, gwAddr, []byte(caString), serverStr, true,
+			tcp.ExpectedResponse{BackendIsTLS: true, Backend: "tcp-backend", Namespace: ns, Hostname: serverStr})
+		tcp.MakeTCPRequestAndExpectEventuallyValidResponse(t, suite.TimeoutConfig, gwAddr, nil, someName(), false,
+			tcp.ExpectedResponse{Backend: "tcp-backend", Namespace: ns})
+		http.MakeRequestAndExpectEventuallyConsistentResponse(t, suite.RoundTripper, suite.TimeoutConfig, portless,
+			http.ExpectedResponse{Request: http.Request{Path: "/"}, Backend: "b", Namespace: ns})
+	},
+}
 "#,
     )
     .unwrap();
@@ -215,6 +243,49 @@ var TeapotExtra = confsuite.ConformanceTest{
     assert_eq!(unported["index"], 1);
     assert!(
         unported["reason"].as_str().unwrap().contains("fmt.Sprintf"),
+        "{unported}"
+    );
+
+    // The Gateway a helper's gwAddr names, the plain arguments it passes,
+    // and the routes' hostnames the TLS variant returns, as data.
+    let l4 = read(&out_dir.join("TeapotExtraL4.json"));
+    assert_eq!(l4["provisional"], true);
+    let hostname = serde_json::json!({"RouteHostname": {
+        "Routes": [
+            {"Name": "route-a", "Namespace": "gateway-conformance-infra"},
+            {"Name": "route-b", "Namespace": "gateway-conformance-infra"},
+        ],
+        "Index": 1,
+    }});
+    assert_eq!(
+        l4["cases"],
+        serde_json::json!([
+            {
+                "protocol": "tcp",
+                "helper": "tcp.MakeTCPRequestAndExpectEventuallyValidResponse",
+                "BackendIsTLS": true, "Backend": "tcp-backend",
+                "Namespace": "gateway-conformance-infra", "Hostname": hostname,
+                "gateway": {"Name": "l4-gateway", "Namespace": "gateway-conformance-infra",
+                            "Listener": "tls", "UsePort": true},
+                "arguments": {"serverName": hostname, "useTLS": true},
+            },
+            {
+                "protocol": "http",
+                "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse",
+                "Request": {"Path": "/"}, "Backend": "b",
+                "Namespace": "gateway-conformance-infra",
+                "gateway": {"Name": "l4-gateway", "Namespace": "gateway-conformance-infra",
+                            "Listener": "", "UsePort": false},
+            },
+        ])
+    );
+    let unported = &l4["unported_cases"][0];
+    assert_eq!(unported["index"], 1);
+    assert!(
+        unported["reason"]
+            .as_str()
+            .unwrap()
+            .contains("argument serverName: someName()"),
         "{unported}"
     );
 }

@@ -27,8 +27,13 @@ pub struct TestFile {
     /// The Gateways the test's Go code names literally.
     #[serde(default)]
     pub gateways: Vec<ObjectRef>,
+    /// The upstream `Features` (`SupportHTTPRoute`, ...): which profiles the
+    /// test belongs to, core or extended (the report).
     #[serde(default)]
     pub features: Vec<String>,
+    /// Upstream `Provisional: true`.
+    #[serde(default)]
+    pub provisional: bool,
     #[serde(default)]
     pub cases: Vec<Case>,
     /// Cases the port could not evaluate, with the reason.
@@ -43,6 +48,25 @@ pub struct ObjectRef {
     pub name: String,
     #[serde(rename = "Namespace", default)]
     pub namespace: String,
+}
+
+/// A Gateway address as `kubernetes.WaitForGatewayAddress` returns it: the
+/// Gateway's first status address, with the port of the listener named
+/// `Listener` (the first listener when empty) unless `UsePort` is false.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct GatewayAddress {
+    #[serde(rename = "Name", default)]
+    pub name: String,
+    #[serde(rename = "Namespace", default)]
+    pub namespace: String,
+    #[serde(rename = "Listener", default)]
+    pub listener: String,
+    #[serde(rename = "UsePort", default = "yes")]
+    pub use_port: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One `ExpectedResponse` literal.
@@ -74,6 +98,14 @@ pub struct Case {
     /// `http`, `grpc`, `tcp` or `udp`: which `ExpectedResponse` type.
     #[serde(default)]
     pub protocol: String,
+    /// The Gateway whose address the helper is given (`gwAddr`), when the
+    /// test names it.
+    #[serde(default)]
+    pub gateway: Option<GatewayAddress>,
+    /// The helper's other plain arguments the port read (`serverName`,
+    /// `useTLS`), as upstream names the parameters.
+    #[serde(default)]
+    pub arguments: BTreeMap<String, Value>,
     /// Every other field, as written.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -238,6 +270,13 @@ pub const GRPC_FIELDS: &[&str] = &[
     "RequestMetadata",
 ];
 
+/// The fields of `tcp.ExpectedResponse` and `udp.ExpectedResponse` that
+/// [`Case`] keeps in `other` (besides `Backend` and `Namespace`).
+pub const TCP_FIELDS: &[&str] = &["BackendIsTLS", "Hostname", "TLSProtocol"];
+pub const UDP_FIELDS: &[&str] = &["Service"];
+/// The helper arguments the runner uses.
+pub const ARGUMENTS: &[&str] = &["serverName", "useTLS"];
+
 impl Case {
     /// Fields of the case the runner would not judge (unknown to it, or
     /// known but not judged: `Request.ClientCert`), as `Field` or
@@ -245,9 +284,20 @@ impl Case {
     /// says would pass it wrongly.
     pub fn unjudged_fields(&self) -> Vec<String> {
         let mut out = Vec::new();
+        let known = match self.protocol.as_str() {
+            "grpc" => GRPC_FIELDS,
+            "tcp" => TCP_FIELDS,
+            "udp" => UDP_FIELDS,
+            _ => &[],
+        };
         for key in self.other.keys() {
-            if !(self.protocol == "grpc" && GRPC_FIELDS.contains(&key.as_str())) {
+            if !known.contains(&key.as_str()) {
                 out.push(key.clone());
+            }
+        }
+        for key in self.arguments.keys() {
+            if !ARGUMENTS.contains(&key.as_str()) {
+                out.push(format!("arguments.{key}"));
             }
         }
         let mut nested = |parent: &str, other: &BTreeMap<String, Value>| {

@@ -61,6 +61,33 @@ pub const HARNESS_SECRETS: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
+/// The serving certificates `suite.go` signs with the CA of ConfigMap
+/// `tls-checks-ca-certificate` (namespace, name, DNS names and URIs): the
+/// certificate the TLS echo pods serve, the TCP echo's passthrough
+/// certificate, and the one a TLSRoute in Terminate mode is served with.
+pub const CA_SIGNED_SECRETS: &[(&str, &str, &[&str])] = &[
+    (
+        "gateway-conformance-infra",
+        "tls-checks-certificate",
+        BACKEND_TLS_HOSTS,
+    ),
+    (
+        "gateway-conformance-infra",
+        "tls-passthrough-checks-certificate",
+        &["abc.example.com"],
+    ),
+    (
+        "gateway-conformance-app-backend",
+        "tls-passthrough-checks-certificate",
+        &["abc.example.com"],
+    ),
+    (
+        "gateway-conformance-infra",
+        "tls-terminate-checks-certificate",
+        &["tls.example.com"],
+    ),
+];
+
 /// The names of the backend certificate `suite.go` signs with the CA of
 /// ConfigMap `tls-checks-ca-certificate` (Secret `tls-checks-certificate`,
 /// which echo-basic serves on its TLS port); ConfigMap
@@ -123,9 +150,21 @@ pub struct Workload {
     /// `spec.template.metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// The first container's env names that change echo-basic's mode
-    /// (`GRPC_ECHO_SERVER`, `TLS_SERVER_CERT`), for the report.
+    /// (`GRPC_ECHO_SERVER`, `TCP_ECHO_SERVER`, `UDP_ECHO_SERVER`,
+    /// `TLS_SERVER_CERT`).
     pub modes: Vec<String>,
+    /// The Secret the pod mounts (`volumes[].secret.secretName`): with
+    /// `TLS_SERVER_CERT`, the certificate echo-basic serves.
+    pub tls_secret: Option<String>,
 }
+
+/// The env names that select echo-basic's mode.
+pub const ECHO_MODES: &[&str] = &[
+    "GRPC_ECHO_SERVER",
+    "TCP_ECHO_SERVER",
+    "UDP_ECHO_SERVER",
+    "TLS_SERVER_CERT",
+];
 
 /// A Service port, as its EndpointSlice must repeat it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -307,16 +346,30 @@ fn workload(object: &Object) -> Result<Workload, String> {
         .map(|env| {
             env.iter()
                 .map(|e| text(e, &["name"]))
-                .filter(|n| n == "GRPC_ECHO_SERVER" || n == "TLS_SERVER_CERT")
+                .filter(|n| ECHO_MODES.contains(&n.as_str()))
                 .collect()
         })
         .unwrap_or_default();
+    let tls_secret = object
+        .value
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .and_then(|t| t.get("spec"))
+        .and_then(|s| s.get("volumes"))
+        .and_then(Value::as_sequence)
+        .and_then(|volumes| {
+            volumes
+                .iter()
+                .map(|v| text(v, &["secret", "secretName"]))
+                .find(|n| !n.is_empty())
+        });
     Ok(Workload {
         namespace: object.namespace.clone(),
         name: object.name.clone(),
         replicas,
         labels,
         modes,
+        tls_secret,
     })
 }
 
@@ -360,15 +413,20 @@ pub fn gateway_class() -> Value {
     .unwrap_or(Value::Null)
 }
 
-/// The EndpointSlice of one echo process: every port of its Service, all
-/// served by the one echo port (echo-basic answers HTTP/1.1 and h2c on
-/// the same socket), `appProtocol` repeated from the Service port.
-pub fn endpoint_slice(backend: &Backend, slice_name: &str, echo_port: u16) -> Value {
+/// The EndpointSlice of one echo process: every port of its Service, each
+/// at the echo's port `echo_port` gives for it (echo-basic answers
+/// HTTP/1.1 and h2c on one socket, TLS on another), `appProtocol`
+/// repeated from the Service port.
+pub fn endpoint_slice(
+    backend: &Backend,
+    slice_name: &str,
+    echo_port: impl Fn(&ServicePort) -> u16,
+) -> Value {
     let mut ports = Vec::new();
     for port in &backend.ports {
         let mut entry = Mapping::new();
         entry.insert("name".into(), port.name.clone().unwrap_or_default().into());
-        entry.insert("port".into(), i64::from(echo_port).into());
+        entry.insert("port".into(), i64::from(echo_port(port)).into());
         entry.insert(
             "protocol".into(),
             port.protocol.clone().unwrap_or_else(|| "TCP".into()).into(),
@@ -540,7 +598,7 @@ spec:
             Some("kubernetes.io/h2c")
         );
 
-        let slice = endpoint_slice(backend, "backend-v1-0", 4242);
+        let slice = endpoint_slice(backend, "backend-v1-0", |_| 4242);
         assert_eq!(
             slice["metadata"]["labels"]["kubernetes.io/service-name"],
             "backend-v1"

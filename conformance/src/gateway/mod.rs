@@ -20,14 +20,16 @@
 pub mod data;
 pub mod grpc;
 pub mod judge;
+pub mod l4;
 pub mod manifests;
+pub mod report;
 pub mod runner;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use runner::{CaseOutcome, DEFAULT_PROXY_ARGS, RunConfig};
+pub use runner::{CaseOutcome, DEFAULT_L4_POOL, DEFAULT_PROXY_ARGS, RunConfig};
 
 /// What to run and how.
 #[derive(Debug, Clone)]
@@ -62,6 +64,17 @@ pub enum TestResult {
 pub struct TestOutcome {
     pub name: String,
     pub result: TestResult,
+    /// What the conformance report needs of the test.
+    pub info: TestInfo,
+}
+
+/// The test's upstream `Features` and `Provisional`, and how many of its
+/// cases the out-of-scope list left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestInfo {
+    pub features: Vec<String>,
+    pub provisional: bool,
+    pub cases_left_out: usize,
 }
 
 impl TestOutcome {
@@ -261,6 +274,7 @@ pub async fn run(
                     reason: err.to_string(),
                     cases: 0,
                 },
+                info: TestInfo::default(),
             },
             Ok(test) => {
                 if let Some(filter) = &options.filter
@@ -305,9 +319,19 @@ async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
             },
         }
     };
+    let cases_left_out = if matches!(result, TestResult::Ran(_)) {
+        skipped_cases(&options.skip, &test.name).len()
+    } else {
+        0
+    };
     TestOutcome {
         name: test.name.clone(),
         result,
+        info: TestInfo {
+            features: test.features.clone(),
+            provisional: test.provisional,
+            cases_left_out,
+        },
     }
 }
 
@@ -330,6 +354,7 @@ mod tests {
     fn ran(name: &str, failures: &[Option<&str>]) -> TestOutcome {
         TestOutcome {
             name: name.into(),
+            info: TestInfo::default(),
             result: TestResult::Ran(
                 failures
                     .iter()
@@ -357,6 +382,7 @@ mod tests {
             ),
             TestOutcome {
                 name: "C".into(),
+                info: TestInfo::default(),
                 result: TestResult::Broken {
                     reason: "starting proxy:\n gone".into(),
                     cases: 4,
@@ -364,10 +390,12 @@ mod tests {
             },
             TestOutcome {
                 name: "D".into(),
+                info: TestInfo::default(),
                 result: TestResult::Skipped("L4 plane".into()),
             },
             TestOutcome {
                 name: "E".into(),
+                info: TestInfo::default(),
                 result: TestResult::Empty("no ported case".into()),
             },
         ];
@@ -477,6 +505,7 @@ mod tests {
                 case_timeout: Duration::from_millis(100),
                 parallel: 2,
                 proxy_args: Vec::new(),
+                l4_pool: String::new(),
             },
             filter: None,
             skip: BTreeMap::new(),

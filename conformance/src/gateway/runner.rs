@@ -12,10 +12,13 @@ use teapot_testkit::echo::{EchoIdentity, EchoServer, canonical_header_name};
 use teapot_testkit::process::ProxyProcess;
 use tokio::time::{Instant, sleep};
 
-use super::data::{Case, TestFile};
+use serde_json::Value;
+
+use super::data::{Case, GatewayAddress, TestFile};
 use super::grpc::{self, GrpcCase, GrpcEchoServer};
 use super::judge::{self, CapturedRequest, CapturedResponse, SentRequest};
-use super::manifests::{self, Backend, Prepared};
+use super::l4::{self, PodContext, TcpEcho, TcpExpected, TlsFront, UdpEcho};
+use super::manifests::{self, Backend, Object, Prepared, ServicePort};
 use crate::admin::Status;
 
 /// The upstream Go client's User-Agent.
@@ -32,10 +35,6 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(20);
 const MAX_REDIRECTS: usize = 10;
 /// The query parameter `AddRequestIDQueryParam` adds to mirrored requests.
 const REQUEST_ID_PARAM: &str = "gateway-api-conformance-request-id";
-/// What the Host header says when the case names no host: the Gateway's
-/// address as `http.CalculateHost` writes it for port 80 and 443 (without
-/// port); the proxy's listeners stand in for those ports.
-const GATEWAY_ADDRESS: &str = "127.0.0.1";
 
 /// How a test run behaves.
 #[derive(Debug, Clone)]
@@ -50,7 +49,19 @@ pub struct RunConfig {
     pub parallel: usize,
     /// Added to `teapot proxy --manifests DIR --http ... --https ... --admin ...`.
     pub proxy_args: Vec<String>,
+    /// The L4 address pool (a CIDR under 127.0.0.0/8, all local on Linux)
+    /// given to the proxy as `--l4-pool` and `--l4-default-pool` for the
+    /// conformance namespaces: Gateways with TCP, UDP or TLS listeners get
+    /// their own address from it. Empty: no pool flags.
+    pub l4_pool: String,
 }
+
+/// The default [`RunConfig::l4_pool`].
+pub const DEFAULT_L4_POOL: &str = "127.48.0.0/24";
+/// The pool's name on the proxy's command line.
+const L4_POOL_NAME: &str = "conformance";
+/// How long a Gateway a case addresses may take to show an address.
+const ADDRESS_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The proxy's arguments beyond the listeners: cleartext HTTP/2 on the
 /// plain listener, which the gRPC clients and the H2C test speak (prior
@@ -64,38 +75,41 @@ pub struct CaseOutcome {
     pub failure: Option<String>,
 }
 
-/// One echo process and the pod it plays: echo-basic's HTTP echo, or its
-/// gRPC echo when the Deployment sets `GRPC_ECHO_SERVER`.
+/// One echo process and the pod it plays: echo-basic's HTTP echo (with
+/// its HTTPS port when the Deployment sets `TLS_SERVER_CERT`), or its gRPC,
+/// TCP or UDP echo when the Deployment sets `GRPC_ECHO_SERVER`,
+/// `TCP_ECHO_SERVER` or `UDP_ECHO_SERVER`.
 enum Pod {
-    Http(EchoServer),
+    Http(EchoServer, Option<TlsFront>),
     Grpc(GrpcEchoServer),
+    Tcp(TcpEcho),
+    Udp(UdpEcho),
 }
 
 impl Pod {
-    fn addr(&self) -> SocketAddr {
-        match self {
-            Pod::Http(echo) => echo.addr(),
-            Pod::Grpc(echo) => echo.addr(),
-        }
-    }
-
     /// The port a Service port reaches: echo-basic's TLS listener for
     /// `targetPort: 8443` when the pod serves TLS, else its one port.
-    fn port_for(&self, backend: &Backend) -> u16 {
-        let tls = match self {
-            Pod::Grpc(echo) => echo.tls_addr(),
-            Pod::Http(_) => None,
-        };
-        match tls {
-            Some(addr) if backend.ports.iter().any(|p| p.is_echo_tls()) => addr.port(),
-            _ => self.addr().port(),
+    fn port_for(&self, port: &ServicePort) -> u16 {
+        let tls = port.is_echo_tls();
+        match self {
+            Pod::Http(_, Some(front)) if tls => front.addr.port(),
+            Pod::Http(echo, _) => echo.addr().port(),
+            Pod::Grpc(echo) => match echo.tls_addr() {
+                Some(addr) if tls => addr.port(),
+                _ => echo.addr().port(),
+            },
+            Pod::Tcp(echo) => match echo.tls {
+                Some(addr) if tls => addr.port(),
+                _ => echo.plain.port(),
+            },
+            Pod::Udp(echo) => echo.addr.port(),
         }
     }
 
     fn targets(&self) -> Vec<String> {
         match self {
-            Pod::Http(echo) => echo.targets(),
-            Pod::Grpc(_) => Vec::new(),
+            Pod::Http(echo, _) => echo.targets(),
+            _ => Vec::new(),
         }
     }
 }
@@ -110,6 +124,13 @@ struct Fixture {
     /// What echo-basic serves on its TLS port (`TLS_SERVER_CERT`): the
     /// harness's backend certificate.
     backend_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// The serving certificates the harness made (`namespace/name` →
+    /// certificate and key PEM), which TLS echo pods mount.
+    secrets: BTreeMap<(String, String), (String, String)>,
+    /// The objects written (Gateways' listeners, routes' hostnames).
+    objects: Vec<Object>,
+    /// `status.addresses` of the Gateways the cases address.
+    addresses: BTreeMap<(String, String), Vec<String>>,
 }
 
 /// Runs every case of `test`. `Err` is a setup failure (no case ran).
@@ -144,6 +165,9 @@ impl Fixture {
             pods: Vec::new(),
             services: BTreeMap::new(),
             backend_tls: None,
+            secrets: BTreeMap::new(),
+            objects: prepared.objects.clone(),
+            addresses: BTreeMap::new(),
         };
         let mut writer = Writer {
             dir: fixture.dir.path().to_path_buf(),
@@ -160,7 +184,9 @@ impl Fixture {
             let yaml = teapot_testkit::certs::tls_secret_yaml(namespace, name, &pem);
             writer.write_text("Secret", namespace, name, &yaml)?;
         }
-        fixture.backend_tls = Some(backend_certificates(&mut writer)?);
+        let (backend_tls, secrets) = backend_certificates(&mut writer)?;
+        fixture.backend_tls = Some(backend_tls);
+        fixture.secrets = secrets;
         for object in &prepared.objects {
             writer.write(&object.kind, &object.namespace, &object.name, &object.value)?;
         }
@@ -168,11 +194,25 @@ impl Fixture {
             .start_backends(&prepared.backends, &mut writer)
             .await?;
 
-        let proxy_args: Vec<&str> = config.proxy_args.iter().map(String::as_str).collect();
+        let mut proxy_args: Vec<String> = config.proxy_args.clone();
+        proxy_args.extend(l4_pool_args(&config.l4_pool));
+        let proxy_args: Vec<&str> = proxy_args.iter().map(String::as_str).collect();
         let proxy = ProxyProcess::start(&config.teapot, fixture.dir.path(), &proxy_args)
             .await
             .map_err(|e| format!("starting {} proxy: {e}", config.teapot.display()))?;
         wait_for_snapshot(&proxy, &prepared.backends, &fixture.services).await?;
+        let mut gateways: Vec<(String, String)> = test
+            .cases
+            .iter()
+            .filter_map(|c| c.gateway.as_ref())
+            .map(|g| (g.namespace.clone(), g.name.clone()))
+            .collect();
+        gateways.extend(
+            test.gateways
+                .iter()
+                .map(|g| (g.namespace.clone(), g.name.clone())),
+        );
+        fixture.addresses = wait_for_addresses(&proxy, &gateways).await;
         fixture.proxy = Some(proxy);
         Ok(fixture)
     }
@@ -200,16 +240,42 @@ impl Fixture {
                         service: backend.service.clone(),
                         pod: format!("{}-{hash}-{}", workload.name, random_suffix(5)),
                     };
-                    let started = if workload.modes.iter().any(|m| m == "GRPC_ECHO_SERVER") {
-                        let tls = workload
-                            .modes
-                            .iter()
-                            .any(|m| m == "TLS_SERVER_CERT")
+                    let mode = |m: &str| workload.modes.iter().any(|n| n == m);
+                    let context = PodContext {
+                        namespace: identity.namespace.clone(),
+                        service: identity.service.clone(),
+                        pod: identity.pod.clone(),
+                    };
+                    let started = if mode("GRPC_ECHO_SERVER") {
+                        let tls = mode("TLS_SERVER_CERT")
                             .then(|| self.backend_tls.clone())
                             .flatten();
-                        GrpcEchoServer::start(identity, tls).await.map(Pod::Grpc)
+                        GrpcEchoServer::start(identity, tls)
+                            .await
+                            .map(Pod::Grpc)
+                            .map_err(|e| e.to_string())
+                    } else if mode("TCP_ECHO_SERVER") {
+                        let tls = self.mounted_certificate(workload)?;
+                        TcpEcho::start(context, tls)
+                            .await
+                            .map(Pod::Tcp)
+                            .map_err(|e| e.to_string())
+                    } else if mode("UDP_ECHO_SERVER") {
+                        UdpEcho::start(context)
+                            .await
+                            .map(Pod::Udp)
+                            .map_err(|e| e.to_string())
                     } else {
-                        EchoServer::start_echo_basic(identity).await.map(Pod::Http)
+                        match EchoServer::start_echo_basic(identity).await {
+                            Err(e) => Err(e.to_string()),
+                            Ok(echo) => match self.mounted_certificate(workload)? {
+                                None => Ok(Pod::Http(echo, None)),
+                                Some(tls) => TlsFront::start(echo.addr(), tls)
+                                    .await
+                                    .map(|front| Pod::Http(echo, Some(front)))
+                                    .map_err(|e| e.to_string()),
+                            },
+                        }
                     };
                     let pod = started.map_err(|e| {
                         format!("starting an echo for Deployment {}/{}: {e}", key.0, key.1)
@@ -222,17 +288,41 @@ impl Fixture {
             let pods = by_workload.get(&key).cloned().unwrap_or_default();
             for (i, pod) in pods.iter().enumerate() {
                 let slice_name = format!("{}-{i}", backend.service);
-                let slice = manifests::endpoint_slice(
-                    backend,
-                    &slice_name,
-                    self.pods[*pod].port_for(backend),
-                );
+                let echo = &self.pods[*pod];
+                let slice =
+                    manifests::endpoint_slice(backend, &slice_name, |port| echo.port_for(port));
                 writer.write("EndpointSlice", &backend.namespace, &slice_name, &slice)?;
             }
             self.services
                 .insert((backend.namespace.clone(), backend.service.clone()), pods);
         }
         Ok(())
+    }
+
+    /// The certificate a `TLS_SERVER_CERT` pod serves: the Secret it mounts,
+    /// when the harness made it (`CA_SIGNED_SECRETS`, `HARNESS_SECRETS`);
+    /// a pod without `TLS_SERVER_CERT` serves no TLS.
+    fn mounted_certificate(
+        &self,
+        workload: &manifests::Workload,
+    ) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, String> {
+        if !workload.modes.iter().any(|m| m == "TLS_SERVER_CERT") {
+            return Ok(None);
+        }
+        let Some(secret) = &workload.tls_secret else {
+            return Err(format!(
+                "Deployment {}/{} sets TLS_SERVER_CERT but mounts no Secret",
+                workload.namespace, workload.name
+            ));
+        };
+        let key = (workload.namespace.clone(), secret.clone());
+        let (cert, key_pem) = self.secrets.get(&key).ok_or_else(|| {
+            format!(
+                "Deployment {}/{} serves the certificate of Secret {}/{}, which the harness does not make",
+                workload.namespace, workload.name, key.0, key.1
+            )
+        })?;
+        l4::server_config(cert, key_pem).map(Some)
     }
 
     async fn run_cases(
@@ -247,6 +337,10 @@ impl Fixture {
         let context = CaseContext {
             http: proxy.http,
             https: proxy.https,
+            only_gateway: match test.gateways.as_slice() {
+                [only] => Some((only.namespace.clone(), only.name.clone())),
+                _ => None,
+            },
             timeout: config.case_timeout,
             fixture: self,
         };
@@ -275,8 +369,10 @@ impl Fixture {
         }
         for pod in std::mem::take(&mut self.pods) {
             match pod {
-                Pod::Http(echo) => echo.stop().await,
+                Pod::Http(echo, _) => echo.stop().await,
                 Pod::Grpc(echo) => drop(echo),
+                Pod::Tcp(echo) => drop(echo),
+                Pod::Udp(echo) => drop(echo),
             }
         }
         if keep {
@@ -289,11 +385,14 @@ impl Fixture {
 /// The backend certificate authorities `suite.go` creates: ConfigMap
 /// `tls-checks-ca-certificate` with the CA that signs the certificate the
 /// echo pods serve on their TLS port, ConfigMap `mismatch-ca-certificate`
-/// with another one. Returns the echo pods' TLS configuration (ALPN h2,
-/// the gRPC echo's only TLS user).
+/// with another one, and the Secrets that CA signs (`CA_SIGNED_SECRETS`).
+/// Returns the gRPC echo pods' TLS configuration (ALPN h2) and every
+/// serving certificate made (`namespace/name` → certificate, key PEM).
+type Certificates = BTreeMap<(String, String), (String, String)>;
+
 fn backend_certificates(
     writer: &mut Writer,
-) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+) -> Result<(std::sync::Arc<rustls::ServerConfig>, Certificates), String> {
     use teapot_testkit::certs::TestCa;
     let ca = TestCa::new("gateway-conformance backend CA");
     let mismatch = TestCa::new("gateway-conformance mismatch CA");
@@ -301,6 +400,17 @@ fn backend_certificates(
         .iter()
         .partition(|h| h.contains("://"));
     let leaf = ca.issue_with_uris(&hosts, &uris);
+    let mut secrets = Certificates::new();
+    for (namespace, name, names) in manifests::CA_SIGNED_SECRETS {
+        let (uris, hosts): (Vec<&str>, Vec<&str>) = names.iter().partition(|h| h.contains("://"));
+        let pem = ca.issue_with_uris(&hosts, &uris);
+        let yaml = teapot_testkit::certs::tls_secret_yaml(namespace, name, &pem);
+        writer.write_text("Secret", namespace, name, &yaml)?;
+        secrets.insert(
+            (namespace.to_string(), name.to_string()),
+            (pem.cert_pem, pem.key_pem),
+        );
+    }
     for (name, pem) in [
         (manifests::BACKEND_TLS_CA, ca.cert_pem()),
         (manifests::BACKEND_TLS_MISMATCH_CA, mismatch.cert_pem()),
@@ -333,7 +443,54 @@ fn backend_certificates(
         })
         .map_err(|e| format!("the backend TLS configuration: {e}"))?;
     config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(std::sync::Arc::new(config))
+    Ok((std::sync::Arc::new(config), secrets))
+}
+
+/// `--l4-pool conformance=CIDR --l4-default-pool conformance --l4-state
+/// off`: the conformance namespaces belong to no Tenant, so the default
+/// pool is theirs; no state file (each test starts afresh).
+fn l4_pool_args(pool: &str) -> Vec<String> {
+    if pool.is_empty() {
+        return Vec::new();
+    }
+    [
+        "--l4-pool".to_string(),
+        format!("{L4_POOL_NAME}={pool}"),
+        "--l4-default-pool".to_string(),
+        L4_POOL_NAME.to_string(),
+        "--l4-state".to_string(),
+        "off".to_string(),
+    ]
+    .into()
+}
+
+/// Waits (at most [`ADDRESS_TIMEOUT`]) until every Gateway the cases
+/// address shows an address in the admin status, as upstream's
+/// `WaitForGatewayAddress`; returns what each shows (a Gateway without
+/// any is left out: its cases report it).
+async fn wait_for_addresses(
+    proxy: &ProxyProcess,
+    gateways: &[(String, String)],
+) -> BTreeMap<(String, String), Vec<String>> {
+    let deadline = Instant::now() + ADDRESS_TIMEOUT;
+    let mut found = BTreeMap::new();
+    loop {
+        if let Ok((200, body)) = proxy.admin_get("/status").await
+            && let Ok(status) = Status::parse(&body)
+        {
+            found = status
+                .gateways
+                .iter()
+                .filter(|g| !g.addresses.is_empty())
+                .map(|g| ((g.namespace.clone(), g.name.clone()), g.addresses.clone()))
+                .collect();
+        }
+        let all = gateways.iter().all(|g| found.contains_key(g));
+        if all || Instant::now() >= deadline {
+            return found;
+        }
+        sleep(POLL).await;
+    }
 }
 
 /// The Gateways a test addresses must be among its objects: a data file
@@ -476,6 +633,10 @@ enum Judgement {
     Grpc,
     /// gRPC's eventual failure: any code but OK.
     GrpcFailure,
+    /// `tcp.WaitForValidTCPResponse`: echo-basic's TCP dialogue.
+    Tcp,
+    /// `udp.ExpectEchoResponseFromBackend`.
+    Udp,
 }
 
 /// The helpers this runner knows: their name, listener scheme (gRPC goes
@@ -519,6 +680,12 @@ const HELPERS: &[(&str, &str, Judgement)] = &[
         "https",
         Judgement::RequestFails,
     ),
+    (
+        "tcp.MakeTCPRequestAndExpectEventuallyValidResponse",
+        "tcp",
+        Judgement::Tcp,
+    ),
+    ("udp.ExpectEchoResponseFromBackend", "udp", Judgement::Udp),
 ];
 
 /// The helper's scheme and judgement; an unknown helper is an error
@@ -538,10 +705,11 @@ fn helper(case: &Case) -> Result<(&'static str, Judgement), String> {
                 case.protocol
             )
         })?;
-    let protocol = if case.helper.starts_with("grpc.") {
-        "grpc"
-    } else {
-        "http"
+    let protocol = match case.helper.split('.').next().unwrap_or_default() {
+        "grpc" => "grpc",
+        "tcp" => "tcp",
+        "udp" => "udp",
+        _ => "http",
     };
     if case.protocol != protocol {
         return Err(format!(
@@ -586,8 +754,143 @@ fn with_request_id(case: &Case, id: &str) -> Case {
 struct CaseContext<'a> {
     http: SocketAddr,
     https: SocketAddr,
+    /// The one Gateway the test names (`namespace`, `name`), if one.
+    only_gateway: Option<(String, String)>,
     timeout: Duration,
     fixture: &'a Fixture,
+}
+
+/// Where a case goes: its own address (`None`: the fleet's listener by
+/// scheme), the Host header `http.CalculateHost` makes of the Gateway
+/// address, and that address as gRPC's target (`:authority`).
+struct Endpoint {
+    addr: Option<SocketAddr>,
+    host: String,
+    gw_addr: String,
+}
+
+impl Endpoint {
+    fn new(
+        addr: Option<SocketAddr>,
+        ip: std::net::IpAddr,
+        port: Option<u16>,
+        scheme: &str,
+    ) -> Endpoint {
+        let ip_text = match ip {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+        };
+        let gw_addr = match port {
+            Some(port) => format!("{ip_text}:{port}"),
+            None => ip_text.clone(),
+        };
+        Endpoint {
+            addr,
+            host: calculate_host(&gw_addr, scheme),
+            gw_addr,
+        }
+    }
+}
+
+/// `http.CalculateHost`: the address without its port for HTTP on 80 and
+/// HTTPS on 443, else as given.
+fn calculate_host(gw_addr: &str, scheme: &str) -> String {
+    let (host, port) = judge::split_host_port(gw_addr);
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => "80",
+        "https" => "443",
+        _ => "",
+    };
+    if !port.is_empty() && port == default {
+        host.to_string()
+    } else {
+        gw_addr.to_string()
+    }
+}
+
+/// The port of the Gateway's listener the address names (its first
+/// listener when it names none or none of that name), as
+/// `WaitForGatewayAddress` takes it.
+fn listener_port(objects: &[Object], gateway: &GatewayAddress) -> Result<u16, String> {
+    let object = objects
+        .iter()
+        .find(|o| o.kind == "Gateway" && o.namespace == gateway.namespace && o.name == gateway.name)
+        .ok_or_else(|| {
+            format!(
+                "the case addresses Gateway {}/{}, which the manifests do not define",
+                gateway.namespace, gateway.name
+            )
+        })?;
+    let listeners = object
+        .value
+        .get("spec")
+        .and_then(|s| s.get("listeners"))
+        .and_then(serde_yaml::Value::as_sequence)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let named = listeners.iter().find(|l| {
+        l.get("name").and_then(serde_yaml::Value::as_str) == Some(gateway.listener.as_str())
+    });
+    named
+        .or(listeners.first())
+        .and_then(|l| l.get("port"))
+        .and_then(serde_yaml::Value::as_u64)
+        .and_then(|p| u16::try_from(p).ok())
+        .ok_or_else(|| {
+            format!(
+                "Gateway {}/{} has no listener with a port",
+                gateway.namespace, gateway.name
+            )
+        })
+}
+
+/// A route hostname the port recorded: `{"Routes": [{"Name", "Namespace"}],
+/// "Index": n}`, the routes' `spec.hostnames` concatenated in order (as
+/// `GatewayAndTLSRoutesMustBeAccepted` returns them), the n-th.
+fn route_hostname(objects: &[Object], value: &Value) -> Result<String, String> {
+    let index = value
+        .get("Index")
+        .and_then(Value::as_u64)
+        .ok_or("RouteHostname without an Index")?;
+    let mut hostnames = Vec::new();
+    for route in value
+        .get("Routes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = route
+            .get("Name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let namespace = route
+            .get("Namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let object = objects
+            .iter()
+            .find(|o| o.kind.ends_with("Route") && o.namespace == namespace && o.name == name)
+            .ok_or_else(|| format!("no route {namespace}/{name} among the manifests"))?;
+        hostnames.extend(
+            object
+                .value
+                .get("spec")
+                .and_then(|s| s.get("hostnames"))
+                .and_then(serde_yaml::Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h.as_str().map(str::to_string)),
+        );
+    }
+    usize::try_from(index)
+        .ok()
+        .and_then(|i| hostnames.get(i).cloned())
+        .ok_or_else(|| {
+            format!(
+                "the routes have {} hostnames, none at index {index}",
+                hostnames.len()
+            )
+        })
 }
 
 /// One round trip's result.
@@ -607,6 +910,12 @@ impl CaseContext<'_> {
                 unjudged.join(", ")
             ));
         }
+        if judgement == Judgement::Tcp {
+            return self.run_tcp(case).await;
+        }
+        if judgement == Judgement::Udp {
+            return self.run_udp(case).await;
+        }
         if matches!(judgement, Judgement::Grpc | Judgement::GrpcFailure) {
             return self.run_grpc(case, judgement).await;
         }
@@ -617,7 +926,7 @@ impl CaseContext<'_> {
         };
         let proto = protocol(&case.request.protocol, scheme)?;
         let case_ref = &case;
-        self.eventually(move || async move {
+        self.eventually(CONSECUTIVE_SUCCESSES, move || async move {
             let case = case_ref;
             let result = self.round_trip(case, scheme, proto).await;
             match judgement {
@@ -636,9 +945,9 @@ impl CaseContext<'_> {
                     }
                     _ => Ok(()),
                 },
-                Judgement::Grpc | Judgement::GrpcFailure => {
-                    Err(Attempt::Fatal("a gRPC case judged as HTTP".into()))
-                }
+                Judgement::Grpc | Judgement::GrpcFailure | Judgement::Tcp | Judgement::Udp => Err(
+                    Attempt::Fatal(format!("a {} case judged as HTTP", case.protocol)),
+                ),
                 Judgement::RequestFails => match result {
                     Err(_) => Ok(()),
                     Ok(exchange) => Err(Attempt::Retry(format!(
@@ -655,17 +964,185 @@ impl CaseContext<'_> {
         Ok(())
     }
 
+    /// Where a case's first request goes, as upstream's `gwAddr` says: the
+    /// Gateway's own status address at its listener's port, or, for a
+    /// Gateway that shows only the fleet's address (or a case naming none),
+    /// the fleet's `--http`/`--https` listener by scheme.
+    ///
+    /// A case whose `gwAddr` the port could not read (computed at run
+    /// time) goes to the test's Gateway when the test names exactly one, at
+    /// the port its Host names (an HTTP client connects where the Host
+    /// says), else the scheme's; with more or none, to the fleet.
+    fn endpoint(&self, case: &Case, scheme: &str) -> Result<Endpoint, String> {
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        let fleet = self.http.ip();
+        let (key, port) = match (&case.gateway, &self.only_gateway) {
+            (Some(gateway), _) => {
+                let listener = listener_port(&self.fixture.objects, gateway)?;
+                (
+                    (gateway.namespace.clone(), gateway.name.clone()),
+                    gateway.use_port.then_some(listener),
+                )
+            }
+            (None, Some(only)) => {
+                let port = judge::split_host_port(&case.request.host)
+                    .1
+                    .parse::<u16>()
+                    .unwrap_or(default_port);
+                (only.clone(), Some(port))
+            }
+            (None, None) => return Ok(Endpoint::new(None, fleet, Some(default_port), scheme)),
+        };
+        let addresses = self
+            .fixture
+            .addresses
+            .get(&key)
+            .cloned()
+            .unwrap_or_default();
+        let own = addresses
+            .iter()
+            .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+            .find(|ip| *ip != fleet);
+        Ok(match own {
+            Some(ip) => {
+                let connect = SocketAddr::new(ip, port.unwrap_or(default_port));
+                Endpoint::new(Some(connect), ip, port, scheme)
+            }
+            None => Endpoint::new(None, fleet, port, scheme),
+        })
+    }
+
+    /// A redirect's next hop: an address of its own when the `Location`
+    /// names an IP that is not the fleet's, else the fleet's listener.
+    fn redirect_target(&self, host: &str, port: &str, scheme: &str) -> Option<SocketAddr> {
+        let ip = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .filter(|ip| *ip != self.http.ip())?;
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        Some(SocketAddr::new(ip, port.parse().unwrap_or(default_port)))
+    }
+
+    /// A helper argument or case field as text: a string, or the route
+    /// hostname the port recorded (`{"RouteHostname": {"Routes": [...],
+    /// "Index": n}}`: the routes' `spec.hostnames`, concatenated, at n).
+    fn text(&self, value: &Value) -> Result<String, String> {
+        match value {
+            Value::String(s) => Ok(s.clone()),
+            Value::Object(map) if map.contains_key("RouteHostname") => {
+                route_hostname(&self.fixture.objects, &map["RouteHostname"])
+            }
+            other => Err(format!("{other} is not text this runner can read")),
+        }
+    }
+
+    fn argument_text(&self, case: &Case, name: &str) -> Result<String, String> {
+        case.arguments
+            .get(name)
+            .map(|v| self.text(v))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    }
+
+    /// The L4 address of a case: the Gateway's own address at its
+    /// listener's port; the fleet serves no TCP or UDP listener of a
+    /// Gateway.
+    fn l4_address(&self, case: &Case) -> Result<SocketAddr, String> {
+        let gateway = case.gateway.as_ref().ok_or_else(|| {
+            "the case names no Gateway (gwAddr is computed at run time): nowhere to send it"
+                .to_string()
+        })?;
+        let endpoint = self.endpoint(case, "tcp")?;
+        match endpoint.addr {
+            Some(addr) if gateway.use_port => Ok(addr),
+            _ => Err(format!(
+                "Gateway {}/{} shows no address of its own (status addresses: [{}]); its L4 listeners are served only there",
+                gateway.namespace,
+                gateway.name,
+                self.fixture
+                    .addresses
+                    .get(&(gateway.namespace.clone(), gateway.name.clone()))
+                    .map(|a| a.join(", "))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+
+    /// `tcp.MakeTCPRequestAndExpectEventuallyValidResponse`: TLS with the
+    /// `serverName` argument when `useTLS`, then echo-basic's TCP dialogue
+    /// until one attempt passes.
+    async fn run_tcp(&self, case: &Case) -> Result<(), String> {
+        let addr = self.l4_address(case)?;
+        let use_tls = match case.arguments.get("useTLS") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(format!("useTLS is {other}, not a bool")),
+        };
+        let server_name = self.argument_text(case, "serverName")?;
+        let field = |name: &str| -> Result<String, String> {
+            case.other
+                .get(name)
+                .map(|v| self.text(v))
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        let expected = TcpExpected {
+            backend_is_tls: case
+                .other
+                .get("BackendIsTLS")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            backend: case.backend.clone(),
+            namespace: case.namespace.clone(),
+            tls_protocol: field("TLSProtocol")?,
+            hostname: field("Hostname")?,
+        };
+        let expected = &expected;
+        let sni = use_tls.then_some(server_name.as_str());
+        self.eventually(1, move || async move {
+            let got = l4::tcp_exchange(addr, sni, REQUEST_TIMEOUT)
+                .await
+                .map_err(Attempt::Retry)?;
+            l4::compare_tcp(expected, &got).map_err(Attempt::Retry)
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// `udp.ExpectEchoResponseFromBackend`: the probe until an answer from
+    /// the expected Service and namespace.
+    async fn run_udp(&self, case: &Case) -> Result<(), String> {
+        let addr = self.l4_address(case)?;
+        let service = case
+            .other
+            .get("Service")
+            .map(|v| self.text(v))
+            .transpose()?
+            .unwrap_or_default();
+        let (service, namespace) = (service.as_str(), case.namespace.as_str());
+        self.eventually(1, move || async move {
+            l4::udp_exchange(addr, service, namespace, REQUEST_TIMEOUT)
+                .await
+                .map_err(Attempt::Retry)
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// The gRPC helpers: calls over h2c to the HTTP listener, with the
     /// client's default `:authority` (the Gateway address, port 80) unless
     /// the case sets one.
     async fn run_grpc(&self, case: &Case, judgement: Judgement) -> Result<(), String> {
         let expected = GrpcCase::from_case(case)?;
         let expected = &expected;
-        let authority = format!("{GATEWAY_ADDRESS}:80");
-        let authority = authority.as_str();
-        self.eventually(move || async move {
+        let endpoint = self.endpoint(case, "http")?;
+        let addr = endpoint.addr.unwrap_or(self.http);
+        let authority = endpoint.gw_addr.as_str();
+        self.eventually(CONSECUTIVE_SUCCESSES, move || async move {
             // Upstream gives each RPC the time left to consistency.
-            let got = grpc::call(self.http, authority, expected, self.timeout.max(POLL)).await;
+            let got = grpc::call(addr, authority, expected, self.timeout.max(POLL)).await;
             match judgement {
                 Judgement::GrpcFailure => match got {
                     Err(e) => Err(Attempt::Retry(e)),
@@ -681,9 +1158,10 @@ impl CaseContext<'_> {
         .map(|_| ())
     }
 
-    /// `AwaitConvergence`: retries until [`CONSECUTIVE_SUCCESSES`] in a row,
-    /// within the case timeout; the last failure is the reason.
-    async fn eventually<F, Fut>(&self, mut attempt: F) -> Result<usize, String>
+    /// `AwaitConvergence`: retries until `needed` successes in a row
+    /// ([`CONSECUTIVE_SUCCESSES`]; the TCP and UDP helpers' `Eventually`
+    /// wants one), within the case timeout; the last failure is the reason.
+    async fn eventually<F, Fut>(&self, needed: usize, mut attempt: F) -> Result<usize, String>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), Attempt>>,
@@ -696,7 +1174,7 @@ impl CaseContext<'_> {
             match attempt().await {
                 Ok(()) => {
                     successes += 1;
-                    if successes >= CONSECUTIVE_SUCCESSES {
+                    if successes >= needed {
                         return Ok(attempts);
                     }
                     continue;
@@ -779,9 +1257,11 @@ impl CaseContext<'_> {
             .collect();
         headers.push(("X-Echo-Set-Header".to_string(), set_headers.join(",")));
 
+        let endpoint = self.endpoint(case, scheme).map_err(Attempt::Fatal)?;
+        let mut connect = endpoint.addr;
         let mut scheme = scheme.to_string();
         let mut host = if case.request.host.is_empty() {
-            GATEWAY_ADDRESS.to_string()
+            endpoint.host.clone()
         } else {
             case.request.host.clone()
         };
@@ -794,15 +1274,23 @@ impl CaseContext<'_> {
         let mut body = case.request.body.clone().into_bytes();
         let mut redirects = 0;
         loop {
-            let sni = [&case.server_name, &case.request.sni, &host]
+            let server_name = self
+                .argument_text(case, "serverName")
+                .map_err(Attempt::Fatal)?;
+            let sni = [&server_name, &case.server_name, &case.request.sni, &host]
                 .into_iter()
                 .find(|s| !s.is_empty())
                 .map(|s| judge::split_host_port(s).0.to_string())
                 .unwrap_or_default();
-            let (addr, transport) = if scheme == "https" {
-                (self.https, Transport::tls_insecure(&sni))
+            let addr = connect.unwrap_or(if scheme == "https" {
+                self.https
             } else {
-                (self.http, Transport::Plain)
+                self.http
+            });
+            let transport = if scheme == "https" {
+                Transport::tls_insecure(&sni)
+            } else {
+                Transport::Plain
             };
             let request = Request {
                 method: method.clone(),
@@ -838,6 +1326,7 @@ impl CaseContext<'_> {
                     body.clear();
                 }
                 scheme = next.scheme.clone();
+                connect = self.redirect_target(&next.host, &next.port, &scheme);
                 host = if next.port.is_empty() {
                     next.host.clone()
                 } else {
@@ -969,9 +1458,11 @@ mod tests {
         let c = case(
             r#"{"helper": "tcp.MakeTCPRequestAndExpectEventuallyValidResponse", "protocol": "tcp"}"#,
         );
+        assert_eq!(helper(&c).unwrap(), ("tcp", Judgement::Tcp));
+        let c = case(r#"{"helper": "udp.ExpectEchoResponse", "protocol": "udp"}"#);
         assert_eq!(
             helper(&c).unwrap_err(),
-            "helper tcp.MakeTCPRequestAndExpectEventuallyValidResponse (tcp case) is not supported by this runner"
+            "helper udp.ExpectEchoResponse (udp case) is not supported by this runner"
         );
         let c = case(r#"{"helper": "http.MakeRequest", "protocol": "tcp"}"#);
         assert!(helper(&c).unwrap_err().contains("with a tcp case"));

@@ -1,0 +1,610 @@
+//! The L4 side of the harness: echo-basic's TCP and UDP modes
+//! (`TCP_ECHO_SERVER`, `UDP_ECHO_SERVER`), its HTTPS port for the HTTP echo
+//! (`TLS_SERVER_CERT`), and the clients of upstream `conformance/utils/tcp`
+//! and `utils/udp` that judge them.
+//!
+//! The TCP echo speaks echo-basic's `tcpserver` protocol: on connect it
+//! writes `Gateway API Test TCP Server\n`, then answers `PING` with `PONG`,
+//! `IS_TLS` with `true`/`false`, and `TEST` with one JSON line (the pod's
+//! context and, over TLS, the handshake's server name and protocol). The
+//! UDP echo answers every datagram with `{"request", "namespace",
+//! "ingress", "service", "pod"}`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::JoinHandle;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// echo-basic `tcpserver.WelcomeMessage`.
+pub const WELCOME: &str = "Gateway API Test TCP Server\n";
+/// What `udp.ExpectEchoResponseFromBackend` sends.
+pub const UDP_PROBE: &str = "gateway-api-conformance-udp-echo";
+/// The longest line a TCP echo reads or the client accepts.
+const MAX_LINE: usize = 64 * 1024;
+
+/// Who an echo process plays (echo-basic's environment).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodContext {
+    pub namespace: String,
+    pub service: String,
+    pub pod: String,
+}
+
+/// Tasks aborted when dropped, so a test's echoes end with it.
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// echo-basic in TCP mode: a plain listener (`TCP_PORT`) and, with a
+/// certificate, a TLS listener (`TLS_PORT`).
+pub struct TcpEcho {
+    pub plain: SocketAddr,
+    pub tls: Option<SocketAddr>,
+    _tasks: Tasks,
+}
+
+impl TcpEcho {
+    pub async fn start(
+        context: PodContext,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<TcpEcho> {
+        let plain = TcpListener::bind("127.0.0.1:0").await?;
+        let plain_addr = plain.local_addr()?;
+        let tls_listener = match &tls {
+            Some(_) => Some(TcpListener::bind("127.0.0.1:0").await?),
+            None => None,
+        };
+        let tls_addr = tls_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
+        let mut base = json!({
+            "namespace": context.namespace,
+            "ingress": "",
+            "service": context.service,
+            "pod": context.pod,
+            "tcpport": plain_addr.port().to_string(),
+        });
+        if let Some(addr) = tls_addr {
+            base["tlsport"] = addr.port().to_string().into();
+        }
+        let mut tasks = vec![tokio::spawn(accept_loop(plain, None, base.clone()))];
+        if let (Some(listener), Some(config)) = (tls_listener, tls) {
+            let acceptor = TlsAcceptor::from(config);
+            tasks.push(tokio::spawn(accept_loop(listener, Some(acceptor), base)));
+        }
+        Ok(TcpEcho {
+            plain: plain_addr,
+            tls: tls_addr,
+            _tasks: Tasks(tasks),
+        })
+    }
+}
+
+async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, base: Value) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let tls = tls.clone();
+        let base = base.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => {
+                    let mut payload = base;
+                    payload["isTLS"] = false.into();
+                    let _ = serve_tcp(stream, false, payload).await;
+                }
+                Some(acceptor) => {
+                    let Ok(stream) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let (_, connection) = stream.get_ref();
+                    let mut assertion = json!({
+                        "version": version_name(connection.protocol_version()),
+                        "serverName": connection.server_name().unwrap_or_default(),
+                        "cipherSuite": connection
+                            .negotiated_cipher_suite()
+                            .and_then(|s| s.suite().as_str())
+                            .unwrap_or_default(),
+                    });
+                    if let Some(alpn) = connection.alpn_protocol() {
+                        assertion["negotiatedProtocol"] =
+                            String::from_utf8_lossy(alpn).into_owned().into();
+                    }
+                    let mut payload = base;
+                    payload["isTLS"] = true.into();
+                    payload["tls"] = assertion;
+                    let _ = serve_tcp(stream, true, payload).await;
+                }
+            }
+        });
+    }
+}
+
+/// Go's `tls.VersionName`.
+fn version_name(version: Option<rustls::ProtocolVersion>) -> &'static str {
+    match version {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLS 1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLS 1.2",
+        _ => "",
+    }
+}
+
+async fn serve_tcp<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    is_tls: bool,
+    payload: Value,
+) -> std::io::Result<()> {
+    let (read, mut write) = tokio::io::split(stream);
+    write.write_all(WELCOME.as_bytes()).await?;
+    let mut lines = BufReader::new(read).take(MAX_LINE as u64 * 64).lines();
+    while let Some(line) = lines.next_line().await? {
+        let answer = match line.as_str() {
+            "TEST" => format!("{payload}\n"),
+            "IS_TLS" => format!("{is_tls}\n"),
+            "PING" => "PONG\n".to_string(),
+            _ => continue,
+        };
+        write.write_all(answer.as_bytes()).await?;
+    }
+    Ok(())
+}
+
+/// echo-basic in UDP mode.
+pub struct UdpEcho {
+    pub addr: SocketAddr,
+    _tasks: Tasks,
+}
+
+impl UdpEcho {
+    pub async fn start(context: PodContext) -> std::io::Result<UdpEcho> {
+        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+        let addr = socket.local_addr()?;
+        let task = tokio::spawn(async move {
+            let mut buffer = vec![0u8; 1024];
+            loop {
+                let Ok((n, peer)) = socket.recv_from(&mut buffer).await else {
+                    continue;
+                };
+                let answer = json!({
+                    "request": String::from_utf8_lossy(&buffer[..n]),
+                    "namespace": context.namespace,
+                    "ingress": "",
+                    "service": context.service,
+                    "pod": context.pod,
+                });
+                let _ = socket.send_to(answer.to_string().as_bytes(), peer).await;
+            }
+        });
+        Ok(UdpEcho {
+            addr,
+            _tasks: Tasks(vec![task]),
+        })
+    }
+}
+
+/// echo-basic's HTTPS port (`TLS_SERVER_CERT` without a gRPC or TCP mode):
+/// TLS terminated with the pod's certificate, the bytes passed to its HTTP
+/// echo.
+pub struct TlsFront {
+    pub addr: SocketAddr,
+    _tasks: Tasks,
+}
+
+impl TlsFront {
+    pub async fn start(
+        backend: SocketAddr,
+        config: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<TlsFront> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let acceptor = TlsAcceptor::from(config);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let Ok(mut plain) = TcpStream::connect(backend).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                });
+            }
+        });
+        Ok(TlsFront {
+            addr,
+            _tasks: Tasks(vec![task]),
+        })
+    }
+}
+
+/// A server configuration for an echo's certificate (PEM chain and key).
+pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("the certificate: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| format!("the private key: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+        .map(Arc::new)
+        .map_err(|e| format!("the TLS configuration: {e}"))
+}
+
+/// What `tcp.ExpectedResponse` asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpExpected {
+    pub backend_is_tls: bool,
+    pub backend: String,
+    pub namespace: String,
+    pub tls_protocol: String,
+    pub hostname: String,
+}
+
+/// One `WaitForValidTCPResponse` attempt's answers: the `IS_TLS` line and
+/// the `TEST` payload.
+#[derive(Debug, Clone)]
+pub struct TcpAnswers {
+    pub is_tls: String,
+    pub payload: Value,
+}
+
+/// One attempt of `tcp.WaitForValidTCPResponse`: dial (TLS when
+/// `server_name` is given, any certificate accepted), welcome, `PING`,
+/// `IS_TLS`, `TEST`.
+pub async fn tcp_exchange(
+    addr: SocketAddr,
+    server_name: Option<&str>,
+    timeout: Duration,
+) -> Result<TcpAnswers, String> {
+    let attempt = async {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("client could not connect to {addr}: {e}"))?;
+        match server_name {
+            None => talk(stream).await,
+            Some(name) => {
+                let connector = TlsConnector::from(insecure_client_config());
+                let server = rustls::pki_types::ServerName::try_from(name.to_string())
+                    .map_err(|e| format!("server name {name:?}: {e}"))?;
+                let stream = connector
+                    .connect(server, stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake with {addr} (SNI {name:?}): {e}"))?;
+                talk(stream).await
+            }
+        }
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer from {addr} within {timeout:?}")))
+}
+
+async fn talk<S: AsyncRead + AsyncWrite + Unpin>(stream: S) -> Result<TcpAnswers, String> {
+    let (read, mut write) = tokio::io::split(stream);
+    let mut reader = BufReader::new(read);
+    let welcome = read_line(&mut reader).await?;
+    if welcome != WELCOME {
+        return Err(format!(
+            "TCPServer welcome message does not match: {welcome:?}"
+        ));
+    }
+    let pong = ask(&mut write, &mut reader, "PING").await?;
+    if pong != "PONG\n" {
+        return Err(format!("expected PONG, got {pong:?}"));
+    }
+    let is_tls = ask(&mut write, &mut reader, "IS_TLS").await?;
+    let test = ask(&mut write, &mut reader, "TEST").await?;
+    let payload = serde_json::from_str(&test).map_err(|e| format!("the TEST payload: {e}"))?;
+    Ok(TcpAnswers {
+        is_tls: is_tls.trim_end_matches('\n').to_string(),
+        payload,
+    })
+}
+
+async fn ask<W: AsyncWrite + Unpin, R: AsyncRead + Unpin>(
+    write: &mut W,
+    reader: &mut BufReader<R>,
+    what: &str,
+) -> Result<String, String> {
+    write
+        .write_all(format!("{what}\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    read_line(reader).await
+}
+
+async fn read_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Result<String, String> {
+    let mut buf = Vec::new();
+    let n = reader
+        .take(MAX_LINE as u64)
+        .read_until(b'\n', &mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    if n == 0 || !buf.ends_with(b"\n") {
+        return Err("the connection closed before a full line".into());
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// `WaitForValidTCPResponse`'s assertions and `assertTestMessage`.
+pub fn compare_tcp(expected: &TcpExpected, got: &TcpAnswers) -> Result<(), String> {
+    if got.is_tls != expected.backend_is_tls.to_string() {
+        return Err(format!(
+            "IS_TLS: expected {}, got {:?}",
+            expected.backend_is_tls, got.is_tls
+        ));
+    }
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    let namespace = text(&got.payload, "namespace");
+    if namespace != expected.namespace {
+        return Err(format!(
+            "namespace does not match: expected {:?}, got {namespace:?}",
+            expected.namespace
+        ));
+    }
+    let pod = text(&got.payload, "pod");
+    if !pod.starts_with(&format!("{}-", expected.backend)) {
+        return Err(format!(
+            "backend name does not match with pod prefix. pod={pod} and backend={}",
+            expected.backend
+        ));
+    }
+    let tls = got.payload.get("tls").cloned().unwrap_or(Value::Null);
+    if !expected.hostname.is_empty() && text(&tls, "serverName") != expected.hostname {
+        return Err(format!(
+            "the backend saw SNI {:?}, expected {:?}",
+            text(&tls, "serverName"),
+            expected.hostname
+        ));
+    }
+    if !expected.tls_protocol.is_empty()
+        && text(&tls, "negotiatedProtocol") != expected.tls_protocol
+    {
+        return Err(format!(
+            "the backend negotiated {:?}, expected {:?}",
+            text(&tls, "negotiatedProtocol"),
+            expected.tls_protocol
+        ));
+    }
+    Ok(())
+}
+
+/// One attempt of `udp.ExpectEchoResponseFromBackend`: the probe, one
+/// answer, its service and namespace when expected.
+pub async fn udp_exchange(
+    addr: SocketAddr,
+    service: &str,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let attempt = async {
+        let socket = UdpSocket::bind(if addr.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        socket
+            .connect(addr)
+            .await
+            .map_err(|e| format!("dialing UDP {addr}: {e}"))?;
+        socket
+            .send(UDP_PROBE.as_bytes())
+            .await
+            .map_err(|e| format!("writing the UDP probe: {e}"))?;
+        let mut buffer = vec![0u8; 1024];
+        let n = socket
+            .recv(&mut buffer)
+            .await
+            .map_err(|e| format!("reading the UDP echo response: {e}"))?;
+        if service.is_empty() && namespace.is_empty() {
+            return Ok(());
+        }
+        let answer: Value = serde_json::from_slice(&buffer[..n])
+            .map_err(|e| format!("decoding the UDP echo response: {e}"))?;
+        let got = |key: &str| {
+            answer
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        if !service.is_empty() && got("service") != service {
+            return Err(format!(
+                "UDP echo response service={:?} did not match expected {service:?} (pod={})",
+                got("service"),
+                got("pod")
+            ));
+        }
+        if !namespace.is_empty() && got("namespace") != namespace {
+            return Err(format!(
+                "UDP echo response namespace={:?} did not match expected {namespace:?}",
+                got("namespace")
+            ));
+        }
+        Ok(())
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|_| Err(format!("no UDP answer from {addr} within {timeout:?}")))
+}
+
+/// A TLS client that accepts any certificate (the TLS helpers here do not
+/// verify: the CA the upstream test passes is read at run time), TLS 1.2
+/// at least, as the upstream dialer's `MinVersion`.
+pub fn insecure_client_config() -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let algorithms = provider.signature_verification_algorithms;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| {
+            b.dangerous()
+                .with_custom_certificate_verifier(Arc::new(AcceptAny { algorithms }))
+                .with_no_client_auth()
+        });
+    match config {
+        Ok(config) => Arc::new(config),
+        // The ring provider always supports the default versions.
+        Err(_) => unreachable!("ring supports TLS 1.2 and 1.3"),
+    }
+}
+
+#[derive(Debug)]
+struct AcceptAny {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAny {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(pod: &str) -> PodContext {
+        PodContext {
+            namespace: "ns".into(),
+            service: "svc".into(),
+            pod: pod.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn tcp_echo_plain_and_tls() {
+        let pem = teapot_testkit::certs::self_signed(&["abc.example.com"]);
+        let config = server_config(&pem.cert_pem, &pem.key_pem).unwrap();
+        let echo = TcpEcho::start(context("svc-1-abc"), Some(config))
+            .await
+            .unwrap();
+        let timeout = Duration::from_secs(5);
+        let plain = tcp_exchange(echo.plain, None, timeout).await.unwrap();
+        assert_eq!(plain.is_tls, "false");
+        assert_eq!(plain.payload["pod"], "svc-1-abc");
+        let mut expected = TcpExpected {
+            backend: "svc-1".into(),
+            namespace: "ns".into(),
+            ..TcpExpected::default()
+        };
+        compare_tcp(&expected, &plain).unwrap();
+        expected.backend = "svc-2".into();
+        assert!(
+            compare_tcp(&expected, &plain)
+                .unwrap_err()
+                .contains("pod prefix")
+        );
+
+        let tls = tcp_exchange(echo.tls.unwrap(), Some("abc.example.com"), timeout)
+            .await
+            .unwrap();
+        assert_eq!(tls.is_tls, "true");
+        let expected = TcpExpected {
+            backend_is_tls: true,
+            backend: "svc-1".into(),
+            namespace: "ns".into(),
+            hostname: "abc.example.com".into(),
+            ..TcpExpected::default()
+        };
+        compare_tcp(&expected, &tls).unwrap();
+        let other = TcpExpected {
+            hostname: "other.example.com".into(),
+            ..expected.clone()
+        };
+        assert!(compare_tcp(&other, &tls).unwrap_err().contains("SNI"));
+        // A plain answer where TLS is expected fails on IS_TLS.
+        assert!(
+            compare_tcp(&expected, &plain)
+                .unwrap_err()
+                .contains("IS_TLS")
+        );
+    }
+
+    #[tokio::test]
+    async fn udp_echo_names_its_backend() {
+        let echo = UdpEcho::start(context("svc-1-abc")).await.unwrap();
+        let timeout = Duration::from_secs(5);
+        udp_exchange(echo.addr, "svc", "ns", timeout).await.unwrap();
+        udp_exchange(echo.addr, "", "", timeout).await.unwrap();
+        let err = udp_exchange(echo.addr, "other", "", timeout)
+            .await
+            .unwrap_err();
+        assert!(err.contains("did not match"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn tls_front_terminates_for_the_http_echo() {
+        let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let backend_addr = backend.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = backend.accept().await.unwrap();
+            stream.write_all(WELCOME.as_bytes()).await.unwrap();
+        });
+        let pem = teapot_testkit::certs::self_signed(&["abc.example.com"]);
+        let front = TlsFront::start(
+            backend_addr,
+            server_config(&pem.cert_pem, &pem.key_pem).unwrap(),
+        )
+        .await
+        .unwrap();
+        // The welcome line arrives through TLS; the backend then closes
+        // without answering PING, which the client reports.
+        let err = tcp_exchange(front.addr, Some("abc.example.com"), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(err.contains("full line"), "{err}");
+    }
+}
