@@ -177,7 +177,7 @@ fn add_yaml(a: &AddArgs) -> anyhow::Result<String> {
         "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: teapot-agent-gateway-api\n  namespace: {ns}\nrules:\n  \
          # Gateway and route copies (server-side apply), their status read back for the tenant's objects, stale copies deleted; ReferenceGrant and BackendTLSPolicy copies the same way.\n  \
          - apiGroups: [\"gateway.networking.k8s.io\"]\n    \
-         resources: [gateways, httproutes, grpcroutes, tlsroutes, tcproutes, udproutes, referencegrants, backendtlspolicies]\n    \
+         resources: [gateways, listenersets, httproutes, grpcroutes, tlsroutes, tcproutes, udproutes, referencegrants, backendtlspolicies]\n    \
          verbs: [get, list, watch, create, update, patch, delete]\n  \
          # The ConfigMaps (ca.crt) a BackendTLSPolicy names, copied with it.\n  \
          - apiGroups: [\"\"]\n    \

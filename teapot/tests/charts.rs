@@ -261,6 +261,7 @@ fn proxy_write_violations(docs: &[Value]) -> Vec<String> {
                         | (
                             "gateway.networking.k8s.io",
                             "gateways/status"
+                                | "listenersets/status"
                                 | "httproutes/status"
                                 | "grpcroutes/status"
                                 | "tlsroutes/status"

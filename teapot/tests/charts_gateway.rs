@@ -28,6 +28,7 @@ const GROUP: &str = "gateway.networking.k8s.io";
 /// The resources of the kinds a tenant may write.
 const TENANT_RESOURCES: &[&str] = &[
     "gateways",
+    "listenersets",
     "httproutes",
     "grpcroutes",
     "tlsroutes",
@@ -149,7 +150,7 @@ fn crds_render_unless_skipped() {
         ["routetrafficpolicies.teapot.dev", "tenants.teapot.dev"]
     );
     let names = gateway_crd_names(&docs);
-    assert_eq!(names.len(), 9, "{names:?}");
+    assert_eq!(names.len(), 10, "{names:?}");
     for crd in of_kind(&docs, "CustomResourceDefinition").filter(|c| c["spec"]["group"] == GROUP) {
         let name = &crd["metadata"]["name"];
         assert_eq!(

@@ -843,6 +843,7 @@ pub const GATEWAY_API_KINDS: &[&str] = &[
     "endpointslices",
     "secrets",
     "gateways",
+    "listenersets",
     "httproutes",
     "grpcroutes",
     "tlsroutes",
