@@ -318,3 +318,252 @@ async fn a_self_made_test_file_is_run_as_data() {
     );
     assert_eq!(summary.closing_lines()[1], "cases: 2 passed, 2 failed");
 }
+
+const SELF_MADE_L4: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: self-l4
+  namespace: gateway-conformance-infra
+spec:
+  gatewayClassName: "{GATEWAY_CLASS_NAME}"
+  listeners:
+  - name: tcp
+    protocol: TCP
+    port: 7001
+    allowedRoutes:
+      kinds:
+      - kind: TCPRoute
+  - name: udp
+    protocol: UDP
+    port: 7002
+    allowedRoutes:
+      kinds:
+      - kind: UDPRoute
+  - name: tls
+    protocol: TLS
+    port: 7443
+    hostname: abc.example.com
+    tls:
+      mode: Passthrough
+    allowedRoutes:
+      kinds:
+      - kind: TLSRoute
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata:
+  name: self-tcp
+  namespace: gateway-conformance-infra
+spec:
+  parentRefs:
+  - name: self-l4
+    sectionName: tcp
+  rules:
+  - backendRefs:
+    - name: self-tcp-echo
+      port: 3000
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata:
+  name: self-udp
+  namespace: gateway-conformance-infra
+spec:
+  parentRefs:
+  - name: self-l4
+    sectionName: udp
+  rules:
+  - backendRefs:
+    - name: self-udp-echo
+      port: 8080
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata:
+  name: self-tls
+  namespace: gateway-conformance-infra
+spec:
+  parentRefs:
+  - name: self-l4
+    sectionName: tls
+  hostnames:
+  - abc.example.com
+  rules:
+  - backendRefs:
+    - name: self-tcp-echo
+      port: 8443
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: self-tcp-echo
+  namespace: gateway-conformance-infra
+spec:
+  selector:
+    app: self-tcp-echo
+  ports:
+  - name: plain
+    port: 3000
+    targetPort: 3000
+  - name: tls
+    port: 8443
+    targetPort: 8443
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: self-tcp-echo
+  namespace: gateway-conformance-infra
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: self-tcp-echo
+  template:
+    metadata:
+      labels:
+        app: self-tcp-echo
+    spec:
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - name: TCP_ECHO_SERVER
+          value: "1"
+        - name: TLS_SERVER_CERT
+          value: /etc/secret-volume/crt
+      volumes:
+      - name: secret-volume
+        secret:
+          secretName: tls-passthrough-checks-certificate
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: self-udp-echo
+  namespace: gateway-conformance-infra
+spec:
+  selector:
+    app: self-udp-echo
+  ports:
+  - protocol: UDP
+    port: 8080
+    targetPort: 8080
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: self-udp-echo
+  namespace: gateway-conformance-infra
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: self-udp-echo
+  template:
+    metadata:
+      labels:
+        app: self-udp-echo
+    spec:
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - name: UDP_ECHO_SERVER
+          value: "1"
+"#;
+
+const SELF_MADE_L4_DATA: &str = r#"{
+  "name": "SelfMadeL4",
+  "manifests": ["tests/self-made-l4.yaml"],
+  "gateways": [{"Name": "self-l4", "Namespace": "gateway-conformance-infra"}],
+  "features": ["SupportGateway", "SupportTCPRoute"],
+  "cases": [
+    {"Backend": "self-tcp-echo", "Namespace": "gateway-conformance-infra",
+     "gateway": {"Name": "self-l4", "Namespace": "gateway-conformance-infra", "Listener": "tcp"},
+     "arguments": {"serverName": "", "useTLS": false},
+     "helper": "tcp.MakeTCPRequestAndExpectEventuallyValidResponse", "protocol": "tcp"},
+    {"Backend": "self-tcp-echo", "Namespace": "gateway-conformance-infra", "BackendIsTLS": true,
+     "Hostname": {"RouteHostname": {"Routes": [{"Name": "self-tls", "Namespace": "gateway-conformance-infra"}], "Index": 0}},
+     "gateway": {"Name": "self-l4", "Namespace": "gateway-conformance-infra", "Listener": "tls"},
+     "arguments": {"serverName": "abc.example.com", "useTLS": true},
+     "helper": "tcp.MakeTCPRequestAndExpectEventuallyValidResponse", "protocol": "tcp"},
+    {"Service": "self-udp-echo", "Namespace": "gateway-conformance-infra",
+     "gateway": {"Name": "self-l4", "Namespace": "gateway-conformance-infra", "Listener": "udp"},
+     "helper": "udp.ExpectEchoResponseFromBackend", "protocol": "udp"},
+    {"Backend": "another-echo", "Namespace": "gateway-conformance-infra",
+     "gateway": {"Name": "self-l4", "Namespace": "gateway-conformance-infra", "Listener": "tcp"},
+     "helper": "tcp.MakeTCPRequestAndExpectEventuallyValidResponse", "protocol": "tcp"},
+    {"Backend": "self-tcp-echo", "Namespace": "gateway-conformance-infra",
+     "gateway": {"Name": "same-namespace", "Namespace": "gateway-conformance-infra"},
+     "helper": "tcp.MakeTCPRequestAndExpectEventuallyValidResponse", "protocol": "tcp"}
+  ],
+  "unported_cases": []
+}"#;
+
+/// A self-made file of the same format with L4 cases: each goes to its
+/// Gateway's own address from the L4 pool, at the listener it names, and
+/// is judged as the upstream TCP and UDP helpers judge (echo-basic's TCP
+/// dialogue in the clear and through TLS passthrough, the UDP echo's
+/// backend); a Gateway that shows only the fleet's address gets no L4
+/// case. The report counts the test in GATEWAY-TCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l4_cases_go_to_their_gateways_own_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = dir.path().join("upstream");
+    std::fs::create_dir_all(upstream.join("base")).unwrap();
+    std::fs::create_dir_all(upstream.join("tests")).unwrap();
+    std::fs::copy(
+        self::upstream().join("base/manifests.yaml"),
+        upstream.join("base/manifests.yaml"),
+    )
+    .unwrap();
+    std::fs::write(upstream.join("tests/self-made-l4.yaml"), SELF_MADE_L4).unwrap();
+    let data = dir.path().join("SelfMadeL4.json");
+    std::fs::write(&data, SELF_MADE_L4_DATA).unwrap();
+
+    let mut options = options(vec![data], upstream, BTreeMap::new());
+    // Not the pool of the suite's test, which may run at the same time.
+    options.config.l4_pool = "127.49.0.0/24".into();
+    let summary = gateway::run(&options, |o| println!("{}", o.line()))
+        .await
+        .unwrap();
+    let outcome = &summary.outcomes[0];
+    let TestResult::Ran(cases) = &outcome.result else {
+        panic!("the self-made L4 test did not run: {}", outcome.line());
+    };
+    let failures: Vec<Option<&str>> = cases.iter().map(|c| c.failure.as_deref()).collect();
+    assert_eq!(failures[..3], [None, None, None], "{failures:?}");
+    assert!(
+        failures[3]
+            .is_some_and(|f| f
+                .starts_with("backend name does not match with pod prefix. pod=self-tcp-echo-")),
+        "{failures:?}"
+    );
+    assert!(
+        failures[4].is_some_and(|f| f.starts_with(
+            "Gateway gateway-conformance-infra/same-namespace shows no address of its own"
+        )),
+        "{failures:?}"
+    );
+
+    let meta = gateway::report::Meta {
+        implementation: gateway::report::Implementation {
+            organization: "o".into(),
+            project: "p".into(),
+            url: "u".into(),
+            version: "v".into(),
+            contact: vec!["c".into()],
+        },
+        date: "d".into(),
+        gateway_api_version: "v".into(),
+        gateway_api_channel: "c".into(),
+        mode: "default".into(),
+    };
+    let report = gateway::report::report(&summary.outcomes, &meta);
+    let profiles = report["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), 1, "{report}");
+    assert_eq!(profiles[0]["name"], "GATEWAY-TCP");
+    assert_eq!(profiles[0]["core"]["failedTests"][0], "SelfMadeL4");
+}
