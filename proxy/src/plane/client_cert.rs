@@ -964,6 +964,81 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_hostile_chain_is_refused_in_the_handshake() {
+        let ours = ca("ours");
+        let s = Arc::new(setting(&ours, ClientAuthMode::Require));
+        let prepares = Prepares::default();
+        let handshakes = crate::plane::metrics::Metrics::new()
+            .unwrap()
+            .client_cert_handshakes
+            .clone();
+        let verifier = EdgeVerifier {
+            hints: Vec::new(),
+            webpki: prepares.get(&s).unwrap().webpki.clone(),
+            in_handshake: None,
+            handshakes: handshakes.clone(),
+        };
+        let leaf = client("alice", &ours, true);
+        let now = UnixTime::now();
+        assert!(verifier.verify_client_cert(&leaf, &[], now).is_ok());
+        let long = vec![ours.cert.der().clone(); MAX_CLIENT_CHAIN];
+        assert!(verifier.verify_client_cert(&leaf, &long, now).is_err());
+        let huge = CertificateDer::from(vec![0u8; MAX_CLIENT_CERT_BYTES + 1]);
+        assert!(verifier.verify_client_cert(&huge, &[], now).is_err());
+        assert_eq!(
+            handshakes
+                .with_label_values(&["refused", "chain too large"])
+                .get(),
+            2
+        );
+        // AllowValidOnly checks the chain in the handshake too.
+        let strict = EdgeVerifier {
+            in_handshake: Some(1),
+            ..verifier
+        };
+        assert!(strict.client_auth_mandatory());
+        let foreign = client("mallory", &ca("theirs"), true);
+        assert!(strict.verify_client_cert(&foreign, &[], now).is_err());
+        assert!(strict.verify_client_cert(&leaf, &[], now).is_ok());
+    }
+
+    #[test]
+    fn only_hosts_with_a_setting_get_another_configuration() {
+        use pingora_core::listeners::tls::ConfigChooser;
+        let ours = ca("ours");
+        let (snapshots, _) = world(vec![]);
+        let handshakes = crate::plane::metrics::Metrics::new()
+            .unwrap()
+            .client_cert_handshakes
+            .clone();
+        let chooser = ClientAuthChooser::new(snapshots.clone(), Arc::default(), handshakes);
+        assert!(
+            !chooser.active(),
+            "no setting: the ClientHello is not read ahead"
+        );
+        let (with, _) = world(vec![("a.example", setting(&ours, ClientAuthMode::Require))]);
+        snapshots.store(with.load_full());
+        assert!(chooser.active());
+        let base = Arc::new(
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(NoCertificate)),
+        );
+        let setting = snapshots
+            .load()
+            .client_auth
+            .lookup("a.example")
+            .unwrap()
+            .clone();
+        let first = chooser.config(&setting, &base).unwrap();
+        let again = chooser.config(&setting, &base).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "built once per setting");
+        assert!(!Arc::ptr_eq(&first, &base));
+    }
+
+    #[test]
     fn the_fields_are_nginxs() {
         let ours = ca("ours");
         let mut s = setting(&ours, ClientAuthMode::Require);
