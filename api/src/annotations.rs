@@ -88,6 +88,15 @@ pub enum ValueType {
     /// no `NAMESPACE/` part, so no other namespace's Service can be named
     /// (`default-backend`).
     ServiceName,
+    /// A Secret: `NAMESPACE/NAME`, or a bare `NAME` of the object's own
+    /// namespace (`auth-tls-secret`); the namespace a DNS label, the name
+    /// a DNS subdomain. Whose namespace it may be is admission's to judge.
+    SecretRef,
+    /// A pattern the client certificate's subject (`CN=name,O=org`, most
+    /// specific first, as nginx's `$ssl_client_s_dn`) must contain
+    /// (`auth-tls-match-cn`): printable ASCII naming `CN=`; compiled by
+    /// the bounded engine where it is used ([`crate::regex`]).
+    SubjectPattern,
 }
 
 impl ValueType {
@@ -141,6 +150,13 @@ impl ValueType {
                 "the name of a Service in the Ingress's own namespace, such as \"error-pages\" (lowercase letters, digits and '-'; a Service of another namespace cannot be named)"
                     .into()
             }
+            ValueType::SecretRef => {
+                "a Secret as NAMESPACE/NAME, such as \"shop/client-ca\", or NAME in the Ingress's own namespace"
+                    .into()
+            }
+            ValueType::SubjectPattern => format!(
+                "a regular expression the client certificate's subject must contain, naming CN=, such as \"CN=(alice|bob)\" (printable ASCII, at most {MAX_VALUE_LEN} characters)"
+            ),
         }
     }
 
@@ -658,6 +674,45 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::ServiceName,
         doc: "A Service of the Ingress's own namespace (its first port) that serves the custom-http-errors pages, and the 503 page while the route's Service has no endpoint.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-secret",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::SecretRef,
+        doc: "NAMESPACE/NAME of a Secret in your tenant's namespace whose ca.crt (PEM, one or more CA certificates) verifies the client certificates of the Ingress's hosts; the TLS handshake asks clients for one.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["on", "off", "optional", "optional_no_ca"]),
+        doc: "on (the default): a client without a certificate that verifies gets 400; optional: one without a certificate is served, one with a bad one gets 400; optional_no_ca: a certificate is asked for and passed on unverified; off: none is asked for.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-verify-depth",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 0,
+            max: MAX_AUTH_TLS_DEPTH,
+        },
+        doc: "Longest client certificate chain accepted: the leaf and depth - 1 certificates above it up to a CA of auth-tls-secret (default 1; 0 means 1, as ingress-nginx).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-error-page",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Url,
+        doc: "Where a client whose certificate is missing or does not verify is redirected (302) instead of getting 400.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Send the client's certificate and its verification to the backends: ssl-client-cert (URL-escaped PEM), ssl-client-verify, ssl-client-subject-dn and ssl-client-issuer-dn.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-match-cn",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::SubjectPattern,
+        doc: "A regular expression the verified client certificate's subject (CN=name,O=org, as nginx's $ssl_client_s_dn) must contain, such as CN=alice; otherwise 403. Compiled by teapot's bounded engine.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-body-size",
@@ -1191,6 +1246,15 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
         ValueType::ServiceName => crate::admission::names::dns_label(value)
             .is_ok()
             .then(|| AnnotationValue::Text(value.to_string())),
+        ValueType::SecretRef => {
+            let (namespace, name) = crate::names::namespaced_reference(value, "");
+            let namespace_ok = !value.contains('/') || dns_label_ok(namespace);
+            (namespace_ok && crate::admission::names::dns_subdomain(name).is_ok())
+                .then(|| AnnotationValue::Text(value.to_string()))
+        }
+        ValueType::SubjectPattern => (value.contains("CN=")
+            && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
+        .then(|| AnnotationValue::Text(value.to_string())),
         ValueType::Url => {
             let printable = value
                 .bytes()
@@ -1203,6 +1267,155 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
             });
             (printable && (absolute || url)).then(|| AnnotationValue::Text(value.to_string()))
         }
+    }
+}
+
+fn dns_label_ok(label: &str) -> bool {
+    crate::admission::names::dns_label(label).is_ok()
+}
+
+/// ingress-nginx's client-certificate annotations (`auth-tls-*`), after
+/// the prefix.
+pub const AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
+pub const AUTH_TLS_VERIFY_CLIENT: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-client";
+pub const AUTH_TLS_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-depth";
+pub const AUTH_TLS_ERROR_PAGE: &str = "nginx.ingress.kubernetes.io/auth-tls-error-page";
+pub const AUTH_TLS_PASS_CERTIFICATE: &str =
+    "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
+pub const AUTH_TLS_MATCH_CN: &str = "nginx.ingress.kubernetes.io/auth-tls-match-cn";
+
+/// The six `auth-tls-*` annotations teapot serves.
+pub const AUTH_TLS_KEYS: [&str; 6] = [
+    AUTH_TLS_SECRET,
+    AUTH_TLS_VERIFY_CLIENT,
+    AUTH_TLS_VERIFY_DEPTH,
+    AUTH_TLS_ERROR_PAGE,
+    AUTH_TLS_PASS_CERTIFICATE,
+    AUTH_TLS_MATCH_CN,
+];
+
+/// `auth-tls-verify-client`: what a client without a good certificate
+/// gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyClient {
+    /// `on` (the default): a certificate verified against the CA bundle
+    /// is required.
+    On,
+    /// `optional`: a certificate is asked for; one that is sent must
+    /// verify, none at all is served.
+    Optional,
+    /// `optional_no_ca`: a certificate is asked for and passed on, never
+    /// verified against the bundle (the backend judges it).
+    OptionalNoCa,
+}
+
+/// An Ingress's client-certificate settings, read together: each value
+/// parsed as the allowlist reads it, and the combinations ingress-nginx
+/// would silently serve open (a verification without its CA Secret) are
+/// errors instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthTls {
+    /// `auth-tls-secret`: `(namespace, name)`, a bare name read in the
+    /// Ingress's own namespace.
+    pub secret: (String, String),
+    pub verify: VerifyClient,
+    /// `auth-tls-verify-depth` (default 1, and 0 means 1, as
+    /// ingress-nginx): the client's leaf and `depth - 1` certificates
+    /// above it up to a CA of the bundle.
+    pub depth: u32,
+    /// `auth-tls-error-page`: where a client that failed verification is
+    /// redirected instead of getting 400.
+    pub error_page: Option<String>,
+    /// `auth-tls-pass-certificate-to-upstream`.
+    pub pass_certificate: bool,
+    /// `auth-tls-match-cn`: a pattern the subject must contain.
+    pub match_cn: Option<String>,
+}
+
+/// The deepest `auth-tls-verify-depth` accepted: the client's leaf and
+/// six intermediates, as far as webpki follows a chain (the proxy's
+/// `compile::client_auth::MAX_DEPTH`, which a test there keeps equal).
+pub const MAX_AUTH_TLS_DEPTH: u32 = 7;
+
+impl AuthTls {
+    /// Reads the `auth-tls-*` annotations of an Ingress of `namespace`:
+    /// `Ok(None)` when it asks for no client certificate (none of them, or
+    /// `auth-tls-verify-client: off` alone with its secret); each error is
+    /// `(annotation key, why)`.
+    pub fn read<'a>(
+        namespace: &str,
+        annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Result<Option<AuthTls>, Vec<(&'static str, String)>> {
+        let mut values: [Option<AnnotationValue>; 6] = Default::default();
+        let mut errors = Vec::new();
+        let mut seen: Vec<&'static str> = Vec::new();
+        for (key, value) in annotations {
+            let Some(i) = AUTH_TLS_KEYS.iter().position(|k| k == key) else {
+                continue;
+            };
+            seen.push(AUTH_TLS_KEYS[i]);
+            match parse(ObjectKind::Ingress, key, value) {
+                Ok(v) => values[i] = Some(v),
+                Err(e) => errors.push((AUTH_TLS_KEYS[i], e.to_string())),
+            }
+        }
+        if seen.is_empty() {
+            return Ok(None);
+        }
+        let [secret, verify, depth, error_page, pass, match_cn] = values;
+        let text = |v: Option<AnnotationValue>| match v {
+            Some(AnnotationValue::Text(t)) => Some(t),
+            _ => None,
+        };
+        let verify = match verify {
+            Some(AnnotationValue::Word("off")) => None,
+            Some(AnnotationValue::Word("optional")) => Some(VerifyClient::Optional),
+            Some(AnnotationValue::Word("optional_no_ca")) => Some(VerifyClient::OptionalNoCa),
+            _ => Some(VerifyClient::On),
+        };
+        let match_cn = text(match_cn);
+        let secret = text(secret);
+        // ingress-nginx turns client certificates off without a readable
+        // secret, whatever verify-client says: an Ingress that asked for
+        // them would be served to everyone.
+        if !seen.contains(&AUTH_TLS_SECRET) && verify.is_some() {
+            for key in seen.iter().copied() {
+                if !errors.iter().any(|(k, _)| *k == key) {
+                    errors.push((
+                        key,
+                        format!(
+                            "needs {AUTH_TLS_SECRET}, the Secret whose ca.crt verifies client certificates; without it teapot would serve the Ingress to every client"
+                        ),
+                    ));
+                }
+            }
+        }
+        if verify.is_none() && match_cn.is_some() {
+            errors.push((
+                AUTH_TLS_MATCH_CN,
+                format!(
+                    "needs client certificates, but {AUTH_TLS_VERIFY_CLIENT} is \"off\" (ingress-nginx would refuse every request)"
+                ),
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let (Some(secret), Some(verify)) = (secret, verify) else {
+            return Ok(None);
+        };
+        let (ns, name) = crate::names::namespaced_reference(secret.trim(), namespace);
+        Ok(Some(AuthTls {
+            secret: (ns.to_string(), name.to_string()),
+            verify,
+            depth: match depth {
+                Some(AnnotationValue::Count(n)) if n > 0 => n,
+                _ => 1,
+            },
+            error_page: text(error_page),
+            pass_certificate: matches!(pass, Some(AnnotationValue::Bool(true))),
+            match_cn,
+        }))
     }
 }
 
@@ -1424,17 +1637,11 @@ mod tests {
                 "{key}"
             );
         }
-        let unserved = parse(
-            i,
-            "nginx.ingress.kubernetes.io/auth-tls-verify-client",
-            "on",
-        )
-        .unwrap_err();
+        let unserved = parse(i, "nginx.ingress.kubernetes.io/auth-type", "basic").unwrap_err();
         let said = unserved.to_string();
         assert!(
-            said.starts_with(
-                "not served by teapot: nginx.ingress.kubernetes.io/auth-tls-verify-client"
-            ) && said.contains("limit-rps"),
+            said.starts_with("not served by teapot: nginx.ingress.kubernetes.io/auth-type")
+                && said.contains("limit-rps"),
             "{said}"
         );
         assert_eq!(
@@ -1674,7 +1881,8 @@ mod tests {
             "auth-keepalive",
             "auth-type",
             "auth-secret",
-            "auth-tls-secret",
+            "auth-secret-type",
+            "auth-tls-send-client-ca",
         ] {
             let e = parse(i, &key(name), "x").unwrap_err();
             assert!(
@@ -1731,7 +1939,8 @@ mod tests {
         }
         let map: std::collections::BTreeMap<String, String> = [
             ("auth-type", "basic"),
-            ("auth-tls-verify-client", "on"),
+            // Served, but a value teapot cannot read.
+            ("auth-tls-verify-client", "maybe"),
             ("configuration-snippet", "deny all;"),
             // Served, but a value teapot cannot read: not an open door.
             ("whitelist-source-range", "10.0.0.0/33"),
@@ -1774,5 +1983,147 @@ mod tests {
         );
         assert!(matches!(found[2].1, AnnotationError::NotServed { .. }));
         assert!(matches!(found[5].1, AnnotationError::BadValue { .. }));
+    }
+
+    fn nginx_map(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
+            .collect()
+    }
+
+    /// Each `auth-tls-*` value as ingress-nginx writes it, and every bad
+    /// one refused naming what it should be.
+    #[test]
+    fn auth_tls_values() {
+        let i = ObjectKind::Ingress;
+        let p = |name: &str, v: &str| parse(i, &format!("{NGINX_PREFIX}auth-tls-{name}"), v);
+        for ok in ["shop/client-ca", "client-ca", "shop/ca.v2"] {
+            assert_eq!(
+                p("secret", ok),
+                Ok(AnnotationValue::Text(ok.into())),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "", "/ca", "shop/", "Shop/ca", "a/b/c", "shop/ca;", "shop/c a",
+        ] {
+            let e = p("secret", bad).unwrap_err();
+            assert!(e.to_string().contains("NAMESPACE/NAME"), "{bad:?}: {e}");
+        }
+        for ok in ["on", "off", "optional", "optional_no_ca"] {
+            assert_eq!(
+                p("verify-client", ok),
+                Ok(AnnotationValue::Word(ok)),
+                "{ok}"
+            );
+        }
+        for bad in ["On", "true", "optional_no_ca ", "required"] {
+            let e = p("verify-client", bad).unwrap_err();
+            assert!(e.to_string().contains("\"optional_no_ca\""), "{bad:?}: {e}");
+        }
+        assert_eq!(p("verify-depth", "0"), Ok(AnnotationValue::Count(0)));
+        assert_eq!(p("verify-depth", "7"), Ok(AnnotationValue::Count(7)));
+        for bad in ["8", "-1", "1s", ""] {
+            assert!(p("verify-depth", bad).is_err(), "{bad:?}");
+        }
+        assert!(p("error-page", "https://login.example/cert-error.html").is_ok());
+        assert!(p("error-page", "/cert-error").is_ok());
+        for bad in ["javascript:alert(1)", "//evil", "https://a b"] {
+            assert!(p("error-page", bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            p("pass-certificate-to-upstream", "true"),
+            Ok(AnnotationValue::Bool(true))
+        );
+        assert!(p("pass-certificate-to-upstream", "on").is_err());
+        assert!(p("match-cn", "CN=(alice|bob)").is_ok());
+        for bad in [
+            "alice",
+            "CN=a\nssl_engine x",
+            &format!("CN={}", "a".repeat(300)),
+        ] {
+            assert!(p("match-cn", bad).is_err(), "{bad:?}");
+        }
+        // The injection of CVE-2025-1097 is refused on its characters.
+        assert_eq!(
+            p(
+                "match-cn",
+                "CN=abc #(\n){}\n }}ssl_engine ../../../../proc/1/fd/20;#"
+            ),
+            Err(AnnotationError::ControlCharacter)
+        );
+    }
+
+    #[test]
+    fn auth_tls_settings_are_read_together() {
+        let read = |pairs: &[(&str, &str)]| AuthTls::read("shop", &nginx_map(pairs));
+        assert_eq!(read(&[("enable-cors", "true")]), Ok(None));
+        assert_eq!(
+            read(&[("auth-tls-secret", "client-ca")]),
+            Ok(Some(AuthTls {
+                secret: ("shop".into(), "client-ca".into()),
+                verify: VerifyClient::On,
+                depth: 1,
+                error_page: None,
+                pass_certificate: false,
+                match_cn: None,
+            }))
+        );
+        let all = read(&[
+            ("auth-tls-secret", "other/ca"),
+            ("auth-tls-verify-client", "optional_no_ca"),
+            ("auth-tls-verify-depth", "0"),
+            ("auth-tls-error-page", "/denied"),
+            ("auth-tls-pass-certificate-to-upstream", "true"),
+            ("auth-tls-match-cn", "CN=(a|b)"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(all.secret, ("other".into(), "ca".into()));
+        assert_eq!((all.verify, all.depth), (VerifyClient::OptionalNoCa, 1));
+        assert_eq!(all.error_page.as_deref(), Some("/denied"));
+        assert!(all.pass_certificate);
+        assert_eq!(all.match_cn.as_deref(), Some("CN=(a|b)"));
+        let depth = read(&[("auth-tls-secret", "ca"), ("auth-tls-verify-depth", "3")]);
+        assert_eq!(depth.unwrap().unwrap().depth, 3);
+        // Off: no certificate asked for, the secret unused.
+        let off = [("auth-tls-secret", "ca"), ("auth-tls-verify-client", "off")];
+        assert_eq!(read(&off), Ok(None));
+        assert_eq!(read(&[("auth-tls-verify-client", "off")]), Ok(None));
+        // Asked for without the CA: ingress-nginx would serve everyone.
+        let errors = read(&[
+            ("auth-tls-verify-client", "on"),
+            ("auth-tls-match-cn", "CN=a"),
+        ])
+        .unwrap_err();
+        let keys: Vec<&str> = errors.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, [AUTH_TLS_MATCH_CN, AUTH_TLS_VERIFY_CLIENT]);
+        assert!(
+            errors[0]
+                .1
+                .contains("needs nginx.ingress.kubernetes.io/auth-tls-secret")
+        );
+        let errors = read(&[("auth-tls-pass-certificate-to-upstream", "true")]).unwrap_err();
+        assert_eq!(errors[0].0, AUTH_TLS_PASS_CERTIFICATE);
+        // A bad value is named once, for what it is.
+        let errors = read(&[
+            ("auth-tls-secret", "a/b/c"),
+            ("auth-tls-verify-client", "yes"),
+        ])
+        .unwrap_err();
+        let keys: Vec<&str> = errors.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, [AUTH_TLS_SECRET, AUTH_TLS_VERIFY_CLIENT]);
+        assert!(errors[1].1.contains("\"optional\""), "{}", errors[1].1);
+        // A subject check that could never pass is no open door, but no
+        // setting to serve either.
+        let errors = read(&[
+            ("auth-tls-secret", "ca"),
+            ("auth-tls-verify-client", "off"),
+            ("auth-tls-match-cn", "CN=a"),
+        ])
+        .unwrap_err();
+        assert_eq!(errors[0].0, AUTH_TLS_MATCH_CN);
+        assert!(errors[0].1.contains("\"off\""), "{}", errors[0].1);
     }
 }

@@ -287,6 +287,19 @@ pub fn assess(ingress: &Ingress) -> IngressMove {
             out.refused.push(Note::new(key.as_str(), e.to_string()));
         }
     }
+    // Client certificates asked for without their CA Secret, which
+    // ingress-nginx would serve to every client; a bad value is named
+    // above already.
+    let namespace = meta.namespace.as_deref().unwrap_or("default");
+    if let Err(errors) = annotations::AuthTls::read(namespace, meta.annotations.iter().flatten()) {
+        for (key, why) in errors {
+            let name = key.strip_prefix(NGINX_PREFIX).unwrap_or(key);
+            if !out.refused.iter().any(|n| n.what == name) {
+                out.refused
+                    .push(Note::new(name, format!("{why}; {UNROUTED}")));
+            }
+        }
+    }
     let regex = meta
         .annotations
         .as_ref()
@@ -387,7 +400,7 @@ mod tests {
         assert!(reason.ends_with(UNROUTED), "a restriction: {reason}");
         for (name, value) in [
             ("auth-type", "basic"),
-            ("auth-tls-verify-client", "on"),
+            ("auth-tls-verify-client", "maybe"),
             ("server-snippet", "x"),
         ] {
             let Outcome::Refused { reason, .. } = nginx(name, value) else {
@@ -467,6 +480,37 @@ spec:
         assert_eq!(assess(&clean).verdict(), Move::AsIs);
         clean.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host = None;
         assert_eq!(assess(&clean).verdict(), Move::WithChanges);
+    }
+
+    /// Client certificates move when the CA Secret moves with them;
+    /// asked for without it, the Ingress is refused (ingress-nginx would
+    /// have served it to every client).
+    #[test]
+    fn client_certificates_are_judged_together() {
+        let with = |pairs: &[(&str, &str)]| {
+            let annotations: std::collections::BTreeMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
+                .collect();
+            let mut ingress = Ingress::default();
+            ingress.metadata.namespace = Some("shop".into());
+            ingress.metadata.annotations = Some(annotations);
+            ingress.spec = Some(Default::default());
+            ingress.spec.as_mut().unwrap().ingress_class_name = Some("teapot".into());
+            assess(&ingress)
+        };
+        let m = with(&[
+            ("auth-tls-secret", "shop/ca"),
+            ("auth-tls-verify-client", "on"),
+            ("auth-tls-match-cn", "CN=(a|b)"),
+        ]);
+        assert!(m.refused.is_empty(), "{:?}", m.refused);
+        assert_ne!(m.verdict(), Move::Refused);
+        let m = with(&[("auth-tls-verify-client", "on")]);
+        assert_eq!(m.refused.len(), 1, "{:?}", m.refused);
+        assert_eq!(m.refused[0].what, "auth-tls-verify-client");
+        assert!(m.refused[0].says.contains("needs"), "{}", m.refused[0].says);
+        assert!(m.refused[0].says.ends_with(UNROUTED));
     }
 
     #[test]

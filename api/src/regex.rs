@@ -622,11 +622,13 @@ pub fn ingress_regexes(ingress: &Ingress) -> Vec<RoutePattern> {
         }));
     }
     let annotations = ingress.metadata.annotations.as_ref();
-    if let Some(pattern) = annotations.and_then(|a| a.get(CANARY_PATTERN)) {
-        out.push(RoutePattern {
-            field: format!("metadata.annotations[{CANARY_PATTERN:?}]"),
-            pattern: contains_pattern(pattern),
-        });
+    for key in [CANARY_PATTERN, crate::annotations::AUTH_TLS_MATCH_CN] {
+        if let Some(pattern) = annotations.and_then(|a| a.get(key)) {
+            out.push(RoutePattern {
+                field: format!("metadata.annotations[{key:?}]"),
+                pattern: contains_pattern(pattern),
+            });
+        }
     }
     out
 }

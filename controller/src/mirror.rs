@@ -91,8 +91,8 @@ pub fn referenced_services(ingress: &Ingress) -> BTreeSet<TenantRef> {
         .collect()
 }
 
-/// Tenant Secrets its `spec.tls` names, and `proxy-ssl-secret`'s, as
-/// `(namespace, name)`.
+/// Tenant Secrets its `spec.tls` names, and `proxy-ssl-secret`'s and
+/// `auth-tls-secret`'s, as `(namespace, name)`.
 pub fn referenced_secrets(ingress: &Ingress) -> BTreeSet<TenantRef> {
     let namespace = ingress.namespace().unwrap_or_default();
     ingress
@@ -376,10 +376,11 @@ fn lb_secret_copy(
     }
 }
 
-/// The LB copy of a Secret `ingress` names. `proxy-ssl-secret` may name
-/// a CA Secret (`Opaque` with a `ca.crt`: verify the backend, present no
-/// client certificate), copied by [`lb_ca_secret`]; every other reference
-/// (`spec.tls`) needs a TLS Secret ([`lb_secret`]).
+/// The LB copy of a Secret `ingress` names. `proxy-ssl-secret` and
+/// `auth-tls-secret` may name a CA Secret (`Opaque` with a `ca.crt`: the
+/// CA that verifies the backend or the clients), copied by
+/// [`lb_ca_secret`]; every other reference (`spec.tls`) needs a TLS
+/// Secret ([`lb_secret`]).
 pub fn lb_ingress_secret(
     ingress: &Ingress,
     secret: &Secret,

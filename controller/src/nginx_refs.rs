@@ -20,6 +20,11 @@ pub type TenantRef = (String, String);
 const AUTH_URL: &str = "auth-url";
 const DEFAULT_BACKEND: &str = "default-backend";
 const PROXY_SSL_SECRET: &str = "proxy-ssl-secret";
+const AUTH_TLS_SECRET: &str = "auth-tls-secret";
+
+/// The annotations that name a tenant Secret, mirrored with the Ingress:
+/// the backend's TLS Secret and the CA of client certificates.
+const SECRET_ANNOTATIONS: [&str; 2] = [PROXY_SSL_SECRET, AUTH_TLS_SECRET];
 
 /// The Service an `auth-url` names, read as the webhook and the compile
 /// read it (`AuthTarget`: `SERVICE.NAMESPACE.svc[.cluster.local]`; any
@@ -51,18 +56,33 @@ pub fn annotation_services(
     out
 }
 
-/// The tenant Secret `proxy-ssl-secret` names: `NAMESPACE/NAME`, or a
-/// bare `NAME` in the Ingress's `namespace`, as the compile reads it.
+/// The tenant Secrets `proxy-ssl-secret` and `auth-tls-secret` name:
+/// `NAMESPACE/NAME`, or a bare `NAME` in the Ingress's `namespace`, as the
+/// compile reads them.
 pub fn annotation_secrets(
     namespace: &str,
     annotations: &BTreeMap<String, String>,
 ) -> Vec<TenantRef> {
-    nginx(annotations, PROXY_SSL_SECRET)
+    let mut out = Vec::new();
+    for annotation in SECRET_ANNOTATIONS {
+        if let Some(secret) = annotation_secret(namespace, annotations, annotation)
+            && !out.contains(&secret)
+        {
+            out.push(secret);
+        }
+    }
+    out
+}
+
+fn annotation_secret(
+    namespace: &str,
+    annotations: &BTreeMap<String, String>,
+    annotation: &str,
+) -> Option<TenantRef> {
+    nginx(annotations, annotation)
         .map(|v| namespaced_reference(v.trim(), namespace))
         .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
         .map(|(ns, name)| (ns.to_string(), name.to_string()))
-        .into_iter()
-        .collect()
 }
 
 /// The ingress-nginx annotations for the LB copy of an Ingress of
@@ -85,12 +105,14 @@ pub fn travelling(
                     None => value.clone(),
                 },
                 DEFAULT_BACKEND => mirrored_service_name(namespace, value.trim()),
-                PROXY_SSL_SECRET => match annotation_secrets(namespace, annotations).first() {
-                    Some((ns, secret)) => {
-                        format!("{lb_namespace}/{}", mirrored_secret_name(ns, secret))
+                PROXY_SSL_SECRET | AUTH_TLS_SECRET => {
+                    match annotation_secret(namespace, annotations, name) {
+                        Some((ns, secret)) => {
+                            format!("{lb_namespace}/{}", mirrored_secret_name(&ns, &secret))
+                        }
+                        None => value.clone(),
                     }
-                    None => value.clone(),
-                },
+                }
                 _ => value.clone(),
             };
             Some((key.clone(), value))
@@ -197,5 +219,42 @@ mod tests {
             Some((("b".into(), "a".into()), 80, "/x".into()))
         );
         assert!(annotation_secrets("shop", &map(&[("proxy-ssl-secret", "a/b/c")])).is_empty());
+    }
+
+    /// The CA of client certificates travels as the backend's TLS Secret
+    /// does: mirrored, the annotation renamed to the mirror.
+    #[test]
+    fn the_client_certificate_ca_secret_is_mirrored() {
+        let a = map(&[
+            ("auth-tls-secret", "shop/client-ca"),
+            ("proxy-ssl-secret", "backend-ca"),
+            ("auth-tls-verify-client", "on"),
+        ]);
+        assert_eq!(
+            annotation_secrets("shop", &a),
+            vec![
+                ("shop".to_string(), "backend-ca".to_string()),
+                ("shop".to_string(), "client-ca".to_string()),
+            ]
+        );
+        let out = travelling("shop", "tenant-acme", &a);
+        let get = |k: &str| out[&format!("{NGINX_PREFIX}{k}")].as_str();
+        assert_eq!(
+            get("auth-tls-secret"),
+            format!("tenant-acme/{}", mirrored_secret_name("shop", "client-ca"))
+        );
+        assert_eq!(
+            get("proxy-ssl-secret"),
+            format!("tenant-acme/{}", mirrored_secret_name("shop", "backend-ca"))
+        );
+        assert_eq!(get("auth-tls-verify-client"), "on");
+        // One Secret named twice is mirrored once.
+        let same = map(&[("auth-tls-secret", "ca"), ("proxy-ssl-secret", "shop/ca")]);
+        assert_eq!(annotation_secrets("shop", &same).len(), 1);
+        let bare = map(&[("auth-tls-secret", "client-ca")]);
+        assert_eq!(
+            travelling("shop", "lb", &bare)[&format!("{NGINX_PREFIX}auth-tls-secret")],
+            format!("lb/{}", mirrored_secret_name("shop", "client-ca"))
+        );
     }
 }

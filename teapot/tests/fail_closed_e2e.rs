@@ -117,8 +117,19 @@ const RESTRICTIONS: &[(&str, &[(&str, &str)])] = &[
         "basic.test",
         &[("auth-type", "basic"), ("auth-secret", "ops/users")],
     ),
+    // Client certificates teapot cannot apply as asked: asked for without
+    // their CA Secret, a CA Secret that is not there, a value it cannot
+    // read, and an auth-tls-* name it does not know.
     ("mtls.test", &[("auth-tls-verify-client", "on")]),
     ("tls-secret.test", &[("auth-tls-secret", "ops/ca")]),
+    (
+        "tls-verify.test",
+        &[
+            ("auth-tls-verify-client", "maybe"),
+            ("auth-tls-secret", "ca"),
+        ],
+    ),
+    ("tls-unknown.test", &[("auth-tls-ocsp-responder", "on")]),
     ("snippet.test", &[("configuration-snippet", "deny all;")]),
     (
         "server-snippet.test",

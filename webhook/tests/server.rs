@@ -99,7 +99,7 @@ async fn admission_reviews_over_tls() {
     let message = denied["status"]["message"].as_str().unwrap();
     assert!(
         message.contains(
-            r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-tls-match-cn"]: not served by teapot: nginx.ingress.kubernetes.io/auth-tls-match-cn"#
+            r#"metadata.annotations["nginx.ingress.kubernetes.io/auth-tls-match-cn"]: value contains a control or invisible formatting character"#
         ),
         "{message}"
     );

@@ -77,12 +77,14 @@ pub fn check_ingress(
         &regex::ingress_regexes(ingress),
         |budget, out| {
             check_canary_pattern(ingress, budget, out);
+            check_match_cn(ingress, budget, out);
             if regex_paths {
                 check_regex_paths(ingress, budget, out);
             }
         },
     ));
     check_auth(ctx, ingress, &mut out);
+    check_auth_tls(namespace, ingress, &mut out);
     let mut hosts = BTreeSet::new();
     let mut paths = 0usize;
     for (i, rule) in rules.iter().enumerate() {
@@ -228,6 +230,67 @@ fn check_canary_pattern(ingress: &Ingress, budget: &mut CompileBudget, out: &mut
             key_field("metadata.annotations", regex::CANARY_PATTERN),
             why,
         ));
+    }
+}
+
+/// `auth-tls-match-cn` compiles within the bounded engine's limits, as
+/// the canary pattern does (a subject contains a match, as nginx's `~`
+/// searches `$ssl_client_s_dn`).
+fn check_match_cn(ingress: &Ingress, budget: &mut CompileBudget, out: &mut Vec<Violation>) {
+    use crate::annotations::AUTH_TLS_MATCH_CN;
+    let annotations = ingress.metadata.annotations.as_ref();
+    // A value the allowlist refuses (control characters, no `CN=`) is
+    // named there, and not compiled.
+    let Some(pattern) = annotations
+        .and_then(|a| a.get(AUTH_TLS_MATCH_CN))
+        .filter(|p| crate::annotations::parse(ObjectKind::Ingress, AUTH_TLS_MATCH_CN, p).is_ok())
+    else {
+        return;
+    };
+    let Some(checked) = budget.compile(|| regex::compile_contains(pattern), |r| r.memory()) else {
+        return;
+    };
+    if let Err(e) = checked {
+        out.push(Violation::new(
+            key_field("metadata.annotations", AUTH_TLS_MATCH_CN),
+            e.to_string(),
+        ));
+    }
+}
+
+/// Client certificates (`auth-tls-*`): the CA Secret one of the Ingress's
+/// own namespace (the agent mirrors the tenant's Secret there), and no
+/// setting that asks for certificates without the Secret (a value that
+/// does not parse is named by the allowlist's check).
+fn check_auth_tls(namespace: &str, ingress: &Ingress, out: &mut Vec<Violation>) {
+    use crate::annotations::{AUTH_TLS_SECRET, AuthTls, parse};
+    let annotations = ingress.metadata.annotations.iter().flatten();
+    match AuthTls::read(namespace, annotations) {
+        Ok(None) => {}
+        Ok(Some(auth)) => {
+            let (ns, name) = &auth.secret;
+            if ns != namespace {
+                out.push(Violation::new(
+                    key_field("metadata.annotations", AUTH_TLS_SECRET),
+                    format!(
+                        "names Secret {ns}/{name}: the CA Secret of client certificates must be in the Ingress's own namespace {namespace}"
+                    ),
+                ));
+            }
+        }
+        Err(errors) => {
+            let value = |key: &str| {
+                let v = ingress.metadata.annotations.as_ref()?.get(key)?;
+                Some(v.as_str())
+            };
+            for (key, why) in errors {
+                let readable =
+                    value(key).is_some_and(|v| parse(ObjectKind::Ingress, key, v).is_ok());
+                if readable {
+                    out.push(Violation::new(key_field("metadata.annotations", key), why));
+                }
+            }
+        }
     }
 }
 
@@ -543,5 +606,55 @@ mod tests {
             w[0]
         );
         assert!(w[0].contains("teapot-tenant=acme"), "{}", w[0]);
+    }
+
+    /// Client certificates: the CA Secret of the tenant's own namespace
+    /// only, never asked for without it, the subject pattern bounded.
+    #[test]
+    fn client_certificates_name_the_tenants_own_ca_secret() {
+        const P: &str = "nginx.ingress.kubernetes.io/auth-tls-";
+        let field = |name: &str| format!("metadata.annotations[\"{P}{name}\"]");
+        let own = with_annotations(
+            &format!(
+                "{P}secret: {NS}/client-ca, {P}verify-client: optional, {P}match-cn: 'CN=(alice|bob)', {P}pass-certificate-to-upstream: 'true', {P}verify-depth: '2', {P}error-page: 'https://login.example/cert'"
+            ),
+            &["/"],
+        );
+        assert!(violations(&own).is_empty(), "{:?}", violations(&own));
+        let bare = with_annotations(&format!("{P}secret: client-ca"), &["/"]);
+        assert!(violations(&bare).is_empty(), "{:?}", violations(&bare));
+        // Another namespace's Secret: refused, naming it and the tenant's.
+        let other = violations(&with_annotations(
+            &format!("{P}secret: ops/client-ca"),
+            &["/"],
+        ));
+        assert_eq!(fields(&other), [field("secret")]);
+        assert!(
+            other[0].message.contains("ops/client-ca") && other[0].message.contains(NS),
+            "{}",
+            other[0].message
+        );
+        // Asked for without the Secret.
+        let alone = violations(&with_annotations(
+            &format!("{P}verify-client: 'on'"),
+            &["/"],
+        ));
+        assert_eq!(fields(&alone), [field("verify-client")]);
+        assert!(alone[0].message.contains("needs"), "{}", alone[0].message);
+        // Bad values are named once, by the allowlist.
+        let bad = violations(&with_annotations(
+            &format!("{P}secret: client-ca, {P}verify-client: 'yes'"),
+            &["/"],
+        ));
+        assert_eq!(fields(&bad), [field("verify-client")], "{bad:?}");
+        // A subject pattern that does not parse, or whose automaton does
+        // not fit the bound.
+        for pattern in ["CN=(unclosed", "CN=(?:[\\s\\S]*a[\\s\\S]{60})"] {
+            let bad = violations(&with_annotations(
+                &format!("{P}secret: client-ca, {P}match-cn: '{pattern}'"),
+                &["/"],
+            ));
+            assert_eq!(fields(&bad), [field("match-cn")], "{pattern}: {bad:?}");
+        }
     }
 }

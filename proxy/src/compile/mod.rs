@@ -225,6 +225,7 @@ pub fn compile_incremental(
         &mut policies,
         &mut gateway,
         &mut certs,
+        &mut client_auth,
     );
     gateway.client_auth(&mut client_auth);
     let (gateway_table, mut gateway_report, gateway_parts) = gateway.finish(store, &mut certs);

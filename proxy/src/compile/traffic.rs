@@ -897,9 +897,11 @@ mod tests {
     fn unserved_and_injecting_annotations_are_reported() {
         let (policy, problems) = read(&[
             ("configuration-snippet", "more_set_headers x;"),
-            ("auth-tls-verify-client", "on"),
+            ("auth-type", "basic"),
             ("limit-rps", "lots"),
             ("whitelist-source-range", "10.0.0.0/8"),
+            // Served: the compile's client-certificate setting reads it.
+            ("auth-tls-verify-client", "on"),
         ]);
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(
@@ -908,7 +910,7 @@ mod tests {
                 .any(|p| p.contains("configuration-snippet") && p.contains("injects"))
         );
         assert!(problems.iter().any(|p| {
-            p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-tls-verify-client")
+            p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-type")
         }));
         assert!(problems.iter().any(|p| p.contains("limit-rps")));
         // What could be read is served.

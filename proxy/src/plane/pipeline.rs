@@ -116,6 +116,8 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
         {
             return Box::pin(no_endpoint_page(router, answer, route, req, conn)).await;
         }
+        // The client-certificate fields still go on below.
+        Decision::Forward(forward) if !client_cert.is_empty() => Routed::Forward(forward),
         decision => return decision.into(),
     };
     let authenticated = match screened {

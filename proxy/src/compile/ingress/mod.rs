@@ -14,6 +14,7 @@
 
 mod backend;
 mod canary;
+mod client_cert;
 mod www;
 
 use std::net::IpAddr;
@@ -30,6 +31,7 @@ use crate::compile::acme;
 use crate::compile::backends::Resolver;
 use crate::compile::bind::TenantHosts;
 use crate::compile::certs::CertTable;
+use crate::compile::client_auth::ClientAuthTable;
 use crate::compile::gateway::GatewayCompile;
 use crate::compile::policies::Policies;
 use crate::compile::routes::{Route, RoutePolicy, RouteTable};
@@ -57,7 +59,10 @@ pub(super) struct Compiled {
     pub acme_candidates: Vec<AcmeCandidate>,
 }
 
-/// Compiles every Ingress of `store`; certificates go into `certs`.
+/// Compiles every Ingress of `store`; certificates go into `certs`, the
+/// client-certificate settings of their hosts (`auth-tls-*`) into
+/// `client_auth`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn compile<'s, 'p, 't>(
     store: &'s Store,
     classes: &ClassFilter,
@@ -66,6 +71,7 @@ pub(super) fn compile<'s, 'p, 't>(
     policies: &mut Policies<'p>,
     gateway: &mut GatewayCompile<'s>,
     certs: &mut CertTable,
+    client_auth: &mut ClientAuthTable,
 ) -> Compiled
 where
     't: 'p,
@@ -142,11 +148,34 @@ where
             });
             continue;
         }
+        let tenant = tenancy.get(&id.namespace);
+        // Client certificates it asks for and teapot cannot apply as asked
+        // keep it unrouted the same way (module client_cert).
+        let client_cert = match client_cert::read(store, id, ingress, tenant.is_some()) {
+            Ok(setting) => setting,
+            Err(reasons) => {
+                ingress_reports.push(IngressReport {
+                    namespace: id.namespace.clone(),
+                    name: id.name.clone(),
+                    served: true,
+                    status: no_status.clone(),
+                    conditions: vec![Condition::new(
+                        "Accepted",
+                        false,
+                        UNSERVED_RESTRICTION,
+                        format!(
+                            "{}; the Ingress is not routed: teapot cannot apply the client certificates it asks for",
+                            reasons.join("; ")
+                        ),
+                    )],
+                });
+                continue;
+            }
+        };
         let mut conflicts = Vec::new();
         let mut unresolved = Vec::new();
         let mut refused_hosts = Vec::new();
         let spec = ingress.spec.as_ref();
-        let tenant = tenancy.get(&id.namespace);
         // In a tenant namespace, host-less rules and defaultBackend belong
         // to the Ingress's assigned hostname, never to the fleet.
         let own_host = tenant.map(|t| {
@@ -187,7 +216,21 @@ where
             let upstream = speech.speak(resolver, upstream, backend);
             note(&upstream);
             let upstream = Route::new(upstream, policy.clone(), ingress_name.clone());
+            // Client certificates are asked per host (SNI); the fleet's
+            // default backend answers for every host, which would then all
+            // ask for them.
+            let refused = match (&own_host, &client_cert) {
+                (_, None) => None,
+                (None, Some(_)) => Some(format!(
+                    "defaultBackend is not served: client certificates ({AUTH_TLS}) are asked per host, and the fleet's default backend has none"
+                )),
+                (Some(host), Some(setting)) => client_auth
+                    .insert(Some(host), setting.clone())
+                    .err()
+                    .map(|why| format!("{why}; defaultBackend is not served")),
+            };
             match &own_host {
+                _ if refused.is_some() => conflicts.extend(refused),
                 Some(host) => {
                     if !routes.host_mut(Some(host)).set_fallback(upstream) {
                         conflicts.push(format!("defaultBackend for {host} is already set"));
@@ -249,6 +292,22 @@ where
             {
                 conflicts.push(why);
                 continue;
+            }
+            // The host asks for this Ingress's client certificates, unless
+            // an older object's different setting holds it: then its rules
+            // there are not served, rather than served under CAs the
+            // Ingress did not name.
+            if let Some(setting) = &client_cert {
+                let Some(h) = &host else {
+                    conflicts.push(format!(
+                        "a rule without a host is not served: client certificates ({AUTH_TLS}) are asked per host"
+                    ));
+                    continue;
+                };
+                if let Err(why) = client_auth.insert(Some(h), setting.clone()) {
+                    conflicts.push(format!("{why}; the rule for {h} is not served"));
+                    continue;
+                }
             }
             if www_redirect
                 && let Some(HostPattern::Exact(name)) = &host
@@ -433,6 +492,9 @@ pub(super) fn assign_acme(
 /// The `Accepted=False` reason of an Ingress not routed because it asks
 /// for an access restriction teapot does not apply.
 pub(crate) const UNSERVED_RESTRICTION: &str = "UnservedRestriction";
+
+/// The client-certificate annotations, as conditions name them.
+const AUTH_TLS: &str = "nginx.ingress.kubernetes.io/auth-tls-*";
 
 /// The policy of a regex rule: with `rewrite-target`, a copy carrying the
 /// rule's own pattern, whose captures the target takes (a target equal to
@@ -1028,5 +1090,212 @@ spec:
         };
         assert_eq!(reason("locked"), UNSERVED_RESTRICTION);
         assert_eq!(reason("open"), "Accepted");
+    }
+
+    /// `auth-tls-*` compile to the host's client-certificate setting; one
+    /// that cannot be served as asked keeps the Ingress unrouted, naming
+    /// the annotation; an older Ingress's different setting keeps the
+    /// host, and the newer one's rules there are not served.
+    #[test]
+    fn client_certificates_compile_per_host_or_keep_the_ingress_unrouted() {
+        use crate::compile::client_auth::{ClientAuthMode, MAX_DEPTH};
+        use teapot_testkit::certs::{TestCa, ca_secret_yaml};
+        assert_eq!(
+            teapot_api::annotations::MAX_AUTH_TLS_DEPTH,
+            u32::from(MAX_DEPTH),
+            "the annotation's bound is the plane's"
+        );
+        let p = |name: &str, value: &str| {
+            format!("nginx.ingress.kubernetes.io/auth-tls-{name}: '{value}'")
+        };
+        let (clients, others) = (TestCa::new("client CA"), TestCa::new("other CA"));
+        let docs = [
+            DOCS.to_string(),
+            ca_secret_yaml("ops", "client-ca", clients.cert_pem()),
+            ca_secret_yaml("ops", "other-ca", others.cert_pem()),
+            // A TLS Secret carrying ca.crt is read too.
+            secret("ops", "tls-with-ca", Some(clients.cert_pem())),
+            ops_ingress(
+                "mtls",
+                "mtls.example",
+                &[
+                    p("secret", "ops/client-ca"),
+                    p("verify-depth", "2"),
+                    p("error-page", "https://login.example/cert"),
+                    p("pass-certificate-to-upstream", "true"),
+                    p("match-cn", "CN=(alice|bob)"),
+                ]
+                .join(", "),
+                "web",
+            ),
+            ops_ingress(
+                "optional",
+                "optional.example",
+                &[
+                    p("secret", "tls-with-ca"),
+                    p("verify-client", "optional_no_ca"),
+                ]
+                .join(", "),
+                "web",
+            ),
+            ops_ingress(
+                "off",
+                "off.example",
+                &[p("secret", "client-ca"), p("verify-client", "off")].join(", "),
+                "web",
+            ),
+            ops_ingress(
+                "missing",
+                "missing.example",
+                &p("secret", "ops/nowhere"),
+                "web",
+            ),
+            ops_ingress("alone", "alone.example", &p("verify-client", "on"), "web"),
+            ops_ingress(
+                "deep",
+                "deep.example",
+                &[p("secret", "client-ca"), p("verify-depth", "8")].join(", "),
+                "web",
+            ),
+            ops_ingress(
+                "a-first",
+                "shared.example",
+                &p("secret", "client-ca"),
+                "web",
+            ),
+            ops_ingress(
+                "b-second",
+                "shared.example",
+                &p("secret", "other-ca"),
+                "web",
+            )
+            .replace("path: /,", "path: /b,"),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        let setting = s.client_auth.lookup("mtls.example").expect("mtls.example");
+        assert_eq!(setting.mode, ClientAuthMode::Require);
+        assert_eq!(setting.max_depth, 2);
+        assert_eq!(setting.source, "Ingress ops/mtls");
+        assert_eq!(
+            setting.error_page.as_deref(),
+            Some("https://login.example/cert")
+        );
+        assert!(setting.pass_to_upstream);
+        assert_eq!(setting.roots.certs()[0].as_ref(), clients.cert_der());
+        let cn = setting.match_cn.as_ref().unwrap();
+        assert!(cn.is_match(b"CN=bob,O=Example"));
+        assert!(!cn.is_match(b"CN=mallory,O=Example"));
+        assert!(s.routes.lookup("mtls.example", "/").is_some());
+        let optional = s.client_auth.lookup("optional.example").unwrap();
+        assert_eq!(optional.mode, ClientAuthMode::OptionalNoCa);
+        assert_eq!(optional.max_depth, 1);
+        assert!(s.client_auth.lookup("off.example").is_none());
+        assert!(s.routes.lookup("off.example", "/").is_some());
+        for (name, says) in [
+            ("missing", "Secret ops/nowhere not found"),
+            ("alone", "needs nginx.ingress.kubernetes.io/auth-tls-secret"),
+            ("deep", "auth-tls-verify-depth"),
+        ] {
+            assert!(
+                s.routes.lookup(&format!("{name}.example"), "/").is_none(),
+                "{name}"
+            );
+            assert!(
+                s.client_auth.lookup(&format!("{name}.example")).is_none(),
+                "{name}"
+            );
+            let report = s.report.ingresses.iter().find(|r| r.name == name).unwrap();
+            let accepted = &report.conditions[0];
+            assert_eq!(
+                (accepted.status, accepted.reason),
+                ("False", UNSERVED_RESTRICTION),
+                "{name}"
+            );
+            assert!(
+                accepted.message.contains(says),
+                "{name}: {}",
+                accepted.message
+            );
+        }
+        // The older setting keeps the host; the newer Ingress's rule there
+        // is not served under CAs it did not name.
+        assert_eq!(
+            s.client_auth.lookup("shared.example").unwrap().source,
+            "Ingress ops/a-first"
+        );
+        let b = s.routes.lookup("shared.example", "/b").unwrap();
+        assert_eq!(&*b.ingress, "ops/a-first", "the older Ingress's / answers");
+        let second = s
+            .report
+            .ingresses
+            .iter()
+            .find(|r| r.name == "b-second")
+            .unwrap();
+        let conflicted = second
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Conflicted")
+            .unwrap();
+        assert!(
+            conflicted.message.contains("Ingress ops/a-first"),
+            "{}",
+            conflicted.message
+        );
+    }
+
+    /// A tenant's Ingress trusts its own namespace's CA Secrets only, and
+    /// asks for client certificates on its own name.
+    #[test]
+    fn a_tenants_client_certificates_come_from_its_own_namespace() {
+        const TENANT: &str = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+";
+        let ca = teapot_testkit::certs::TestCa::new("client CA");
+        let ingress = |name: &str, secret: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: tenant-acme
+  annotations:
+    nginx.ingress.kubernetes.io/auth-tls-secret: {secret}
+spec:
+  ingressClassName: teapot
+  defaultBackend: {{service: {{name: web, port: {{number: 80}}}}}}
+"
+            )
+        };
+        let docs = [
+            DOCS.to_string(),
+            TENANT.to_string(),
+            teapot_testkit::certs::ca_secret_yaml("ops", "ca", ca.cert_pem()),
+            teapot_testkit::certs::ca_secret_yaml("tenant-acme", "ca", ca.cert_pem()),
+            ingress("elsewhere", "ops/ca"),
+            ingress("own", "tenant-acme/ca"),
+        ];
+        let options = CompileOptions::default();
+        let s = compile_test_docs(&docs, &options);
+        let report = |name: &str| s.report.ingresses.iter().find(|r| r.name == name).unwrap();
+        let refused = &report("elsewhere").conditions[0];
+        assert_eq!(refused.reason, UNSERVED_RESTRICTION);
+        assert!(
+            refused.message.contains("ops/ca") && refused.message.contains("tenant-acme"),
+            "{}",
+            refused.message
+        );
+        assert_eq!(report("own").conditions[0].reason, "Accepted");
+        let own = hostname::assigned_hostname("own", "acme", &options.domain);
+        assert_eq!(
+            s.client_auth.lookup(&own).unwrap().source,
+            "Ingress tenant-acme/own"
+        );
+        let elsewhere = hostname::assigned_hostname("elsewhere", "acme", &options.domain);
+        assert!(s.client_auth.lookup(&elsewhere).is_none());
+        assert_eq!(s.client_auth.len(), 1);
     }
 }
