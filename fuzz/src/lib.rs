@@ -237,6 +237,7 @@ pub fn route_patterns(data: &[u8]) {
         query: Some(""),
         headers: Some(&headers),
         tls: Some(false),
+        local: None,
     };
     let _ = table.host("a.example").matching(path, &facts);
 }

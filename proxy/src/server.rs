@@ -408,12 +408,13 @@ pub async fn run(
         config.h2c,
     )
     .with_drain(drain_rx);
+    let tls_sni = sni.clone();
     // One cache of client-certificate configurations for every listener.
     let tls_snapshots = snapshots.clone();
     let tls_prepares = Arc::new(crate::plane::client_cert::Prepares::default());
     let tls_handshakes = metrics.client_cert_handshakes.clone();
-    let tls = || -> Result<TlsSettings, ServeError> {
-        let sni = sni
+    let tls: Arc<crate::plane::serving::TlsBuilder> = Arc::new(move || {
+        let sni = tls_sni
             .clone()
             .ok_or_else(|| ServeError::Tls("an HTTPS listener needs the SNI resolver".into()))?;
         // The callback keeps each connection's SNI (for the 421 check) and
@@ -439,7 +440,7 @@ pub async fn run(
         // lists first; testssl rates a client-chosen order HIGH.
         tls.set_ignore_client_order(true);
         Ok(tls)
-    };
+    });
     if let Some(addr) = bound.http {
         tracing::info!(%addr, threads, "http listener");
     }
@@ -453,11 +454,22 @@ pub async fn run(
             crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
         ));
     }
+    // The HTTP and HTTPS listeners of Gateways with their own address:
+    // bound by the L4 plane, served by an application of their own that
+    // shares the connection table (the caps hold for the replica).
+    let edge_serving: crate::plane::l4::manager::EdgeServing =
+        Arc::new(crate::plane::serving::OwnListeners {
+            app: Arc::new(first.sibling(
+                h2_app(router.clone()),
+                crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
+            )),
+            tls: tls.clone(),
+        });
     apps.push(first);
     let services = crate::plane::serving::per_thread(listeners.http, listeners.https, threads)?
         .into_iter()
         .zip(apps)
-        .map(|(sockets, app)| crate::plane::serving::service(app, sockets, &tls))
+        .map(|(sockets, app)| crate::plane::serving::service(app, sockets, &*tls))
         .collect::<Result<Vec<_>, ServeError>>()?;
     let mut serving = crate::plane::serving::ServingThreads::start(services, stop_rx.clone())?;
 
@@ -526,7 +538,7 @@ pub async fn run(
     };
 
     // After the first reload, so the first table is there to bind.
-    let l4_service = l4.spawn(threads)?;
+    let l4_service = l4.spawn(threads, Some(edge_serving))?;
 
     let mut acme_task = acme.map(|acme| {
         let recompile = reloader.recompile();

@@ -50,6 +50,9 @@ pub(crate) struct L4Args {
     /// Default health-check interval, milliseconds (teapot.dev/health-check-interval overrides).
     #[arg(long, default_value_t = 1000)]
     l4_health_interval_ms: u64,
+    /// Give every Gateway of an operator namespace its own address from --l4-default-pool, where all its listeners (HTTP and HTTPS on any port) are served, told apart by address rather than by hostname on the shared listeners.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    gateway_own_addresses: bool,
 }
 
 impl L4Args {
@@ -84,6 +87,7 @@ impl L4Args {
                 interval: Duration::from_millis(self.l4_health_interval_ms.max(100)),
                 ..HealthOptions::default()
             },
+            gateway_own_addresses: self.gateway_own_addresses,
             ..defaults
         }
     }

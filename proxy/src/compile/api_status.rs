@@ -37,6 +37,9 @@ use teapot_gateway_api::generated::grpc_routes::{
 use teapot_gateway_api::generated::http_routes::{
     HttpRouteStatus, HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
 };
+use teapot_gateway_api::generated::listener_sets::{
+    ListenerSetStatus, ListenerSetStatusListeners, ListenerSetStatusListenersSupportedKinds,
+};
 use teapot_gateway_api::{GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute};
 use teapot_model::attachment::{GROUP, ListenerProtocol};
 use teapot_model::store::NsName;
@@ -57,6 +60,10 @@ pub struct GatewayReport {
     pub http_routes: Vec<RouteReport>,
     #[serde(rename = "grpcRoutes")]
     pub grpc_routes: Vec<RouteReport>,
+    /// Left out when empty, so `/status` of a fleet without ListenerSets
+    /// reads as before them.
+    #[serde(rename = "listenerSets", skip_serializing_if = "Vec::is_empty")]
+    pub listener_sets: Vec<Reported<ListenerSetStatus>>,
 }
 
 impl GatewayReport {
@@ -65,6 +72,7 @@ impl GatewayReport {
             && self.gateways.is_empty()
             && self.http_routes.is_empty()
             && self.grpc_routes.is_empty()
+            && self.listener_sets.is_empty()
     }
 }
 
@@ -416,6 +424,26 @@ pub struct GatewayParts<'s> {
     /// Gateway is `AllowInsecureFallback`
     /// (crate::compile::gateway::frontend).
     pub insecure_frontend: Option<Condition>,
+    /// How many of `classes` are the Gateway's own listeners; those after
+    /// are its ListenerSets' ([`crate::compile::listeners::classify_table`]).
+    pub gateway_listeners: usize,
+    /// The ListenerSets naming the Gateway, oldest first.
+    pub sets: Vec<SetPart<'s>>,
+    /// The Gateway sets `spec.allowedListeners`.
+    pub allows_sets: bool,
+}
+
+/// A ListenerSet as the Gateway compile hands it over with its parent's
+/// parts.
+#[derive(Debug)]
+pub struct SetPart<'s> {
+    pub id: &'s NsName,
+    pub generation: Option<i64>,
+    /// Why the Gateway does not take it (the `Accepted=False` reason and
+    /// message).
+    pub refused: Option<(&'static str, String)>,
+    /// Its listeners' indexes in the parent's `classes`.
+    pub range: std::ops::Range<usize>,
 }
 
 /// The L4 plane's part of one Gateway with L4 listeners.
@@ -437,9 +465,13 @@ pub struct L4Part<'r> {
 pub fn gateways(
     parts: Vec<GatewayParts<'_>>,
     l4: Option<&[L4Part<'_>]>,
-) -> Vec<Reported<GatewayStatus>> {
+) -> (
+    Vec<Reported<GatewayStatus>>,
+    Vec<Reported<ListenerSetStatus>>,
+) {
     let l4_by_name: Option<HashMap<(&str, &str), &L4Part<'_>>> =
         l4.map(|l4| l4.iter().map(|p| ((p.namespace, p.name), p)).collect());
+    let mut sets = Vec::new();
     let mut out: Vec<Reported<GatewayStatus>> = parts
         .into_iter()
         .map(|g| {
@@ -447,23 +479,40 @@ pub fn gateways(
                 m.get(&(g.id.namespace.as_str(), g.id.name.as_str()))
                     .copied()
             });
-            gateway(g, l4)
+            gateway(g, l4, &mut sets)
         })
         .collect();
     out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    out
+    sets.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    (out, sets)
 }
 
 /// One Gateway's status. `l4`: `None` when the L4 plane is off,
 /// `Some(None)` when it has no part of this Gateway (no L4 listener).
-fn gateway(g: GatewayParts<'_>, l4: Option<Option<&L4Part<'_>>>) -> Reported<GatewayStatus> {
+fn gateway(
+    mut g: GatewayParts<'_>,
+    l4: Option<Option<&L4Part<'_>>>,
+    sets: &mut Vec<Reported<ListenerSetStatus>>,
+) -> Reported<GatewayStatus> {
     let generation = g.generation;
     let mut served = false;
     let mut served_http = false;
     let mut listeners = Vec::with_capacity(g.classes.len());
     for (i, class) in g.classes.iter().enumerate() {
         let own;
+        let merged;
         let outcome = match class.plane {
+            // On the Gateway's own address the L4 plane binds the socket:
+            // its allocation decides whether the listener is served.
+            Some(Plane::Http | Plane::Https) if class.own_address => {
+                match g.http.get(i).and_then(Option::as_ref) {
+                    Some(http) => {
+                        merged = own_listener(http, class.name(), l4);
+                        Some(&merged)
+                    }
+                    None => None,
+                }
+            }
             Some(Plane::Http | Plane::Https) => g.http.get(i).and_then(Option::as_ref),
             Some(_) => l4.flatten().and_then(|part| {
                 part.listeners
@@ -480,9 +529,14 @@ fn gateway(g: GatewayParts<'_>, l4: Option<Option<&L4Part<'_>>>) -> Reported<Gat
                 &own
             }
         };
-        if outcome.accepted() {
+        // A ListenerSet's listener says nothing of its Gateway.
+        if outcome.accepted() && i < g.gateway_listeners {
             served = true;
-            served_http |= matches!(class.plane, Some(Plane::Http | Plane::Https));
+            // On its own address an HTTP listener is served once its
+            // socket is there.
+            served_http |= matches!(class.plane, Some(Plane::Http | Plane::Https))
+                && (!class.own_address
+                    || outcome.conditions.iter().any(|c| c.is_true("Programmed")));
         }
         listeners.push(GatewayStatusListeners {
             attached_routes: i32::try_from(outcome.attached_routes).unwrap_or(i32::MAX),
@@ -504,6 +558,7 @@ fn gateway(g: GatewayParts<'_>, l4: Option<Option<&L4Part<'_>>>) -> Reported<Gat
             ),
         });
     }
+    let set_listeners = listeners.split_off(g.gateway_listeners.min(listeners.len()));
     const NOT_SERVED: &str = "no listener teapot serves";
     let l4 = l4.flatten();
     let programmed = match l4.and_then(|part| part.refused) {
@@ -512,6 +567,14 @@ fn gateway(g: GatewayParts<'_>, l4: Option<Option<&L4Part<'_>>>) -> Reported<Gat
         // of the Gateway is served. An HTTP listener served is the
         // Gateway programmed, its L4 listeners each saying they wait.
         Some(refused) if !served_http => refused.clone(),
+        None if !served_http && l4.is_none() && g.classes.iter().any(|c| c.own_address) => {
+            Condition::new(
+                "Programmed",
+                false,
+                "AddressNotAssigned",
+                "the Gateway's own address comes from the L4 plane, which is off (--l4 false)",
+            )
+        }
         _ => Condition::new("Programmed", true, "Programmed", ""),
     };
     let accepted = if served {
@@ -528,7 +591,7 @@ fn gateway(g: GatewayParts<'_>, l4: Option<Option<&L4Part<'_>>>) -> Reported<Gat
     if let Some(c) = &g.insecure_frontend {
         conditions.push(c.to_meta(generation));
     }
-    let mut addresses = g.addresses;
+    let mut addresses = std::mem::take(&mut g.addresses);
     if let Some(addr) = l4.and_then(|part| part.address) {
         let value = addr.to_string();
         if !addresses
@@ -541,16 +604,171 @@ fn gateway(g: GatewayParts<'_>, l4: Option<Option<&L4Part<'_>>>) -> Reported<Gat
             });
         }
     }
+    let attached = listener_sets(&g, served, set_listeners, sets);
+    if let Some((_, condition)) = &attached {
+        conditions.push(condition.to_meta(generation));
+    }
     Reported {
         namespace: g.id.namespace.clone(),
         name: g.id.name.clone(),
         status: GatewayStatus {
             addresses: Some(addresses),
-            attached_listener_sets: None,
+            attached_listener_sets: attached.map(|(count, _)| count),
             conditions: Some(conditions),
             listeners: Some(listeners),
         },
     }
+}
+
+/// The status of each ListenerSet naming Gateway `g` (`served`: the
+/// Gateway is accepted; `listeners`: the status of the sets' listeners,
+/// in table order), and the Gateway's `attachedListenerSets` with its
+/// `AttachedListenerSets` condition: `None` for a Gateway that neither
+/// sets `allowedListeners` nor is named by a ListenerSet, whose status
+/// stays as before the kind.
+fn listener_sets(
+    g: &GatewayParts<'_>,
+    served: bool,
+    listeners: Vec<GatewayStatusListeners>,
+    out: &mut Vec<Reported<ListenerSetStatus>>,
+) -> Option<(i32, Condition)> {
+    let mut listeners = listeners.into_iter();
+    let mut attached = 0i32;
+    let mut refused = 0usize;
+    for set in &g.sets {
+        let own: Vec<ListenerSetStatusListeners> = listeners
+            .by_ref()
+            .take(set.range.len())
+            .map(|l| ListenerSetStatusListeners {
+                attached_routes: l.attached_routes,
+                conditions: l.conditions,
+                name: l.name,
+                supported_kinds: l.supported_kinds.map(|kinds| {
+                    kinds
+                        .into_iter()
+                        .map(|k| ListenerSetStatusListenersSupportedKinds {
+                            group: k.group,
+                            kind: k.kind,
+                        })
+                        .collect()
+                }),
+            })
+            .collect();
+        let any_accepted = own.iter().any(|l| {
+            l.conditions
+                .iter()
+                .any(|c| c.type_ == "Accepted" && c.status == "True")
+        });
+        let (ok, reason, message) = match &set.refused {
+            Some((reason, message)) => (false, *reason, message.clone()),
+            None if !served => (
+                false,
+                "ParentNotAccepted",
+                format!("Gateway {} is not accepted", g.id),
+            ),
+            None if !any_accepted => (
+                false,
+                "ListenersNotValid",
+                "no listener of the ListenerSet is served".to_string(),
+            ),
+            None => (true, "", String::new()),
+        };
+        if set.refused.is_some() {
+            refused += 1;
+        } else if ok {
+            attached += 1;
+        }
+        let conditions = if ok {
+            vec![
+                Condition::new("Accepted", true, "Accepted", ""),
+                Condition::new("Programmed", true, "Programmed", ""),
+            ]
+        } else {
+            vec![
+                Condition::new("Accepted", false, reason, message.clone()),
+                Condition::new("Programmed", false, reason, message),
+            ]
+        };
+        out.push(Reported {
+            namespace: set.id.namespace.clone(),
+            name: set.id.name.clone(),
+            status: ListenerSetStatus {
+                conditions: Some(
+                    conditions
+                        .iter()
+                        .map(|c| c.to_meta(set.generation))
+                        .collect(),
+                ),
+                listeners: Some(own),
+            },
+        });
+    }
+    if g.sets.is_empty() && !g.allows_sets {
+        return None;
+    }
+    let condition = if attached > 0 {
+        Condition::new("AttachedListenerSets", true, "ListenerSetsAttached", "")
+    } else if !g.allows_sets || (refused > 0 && refused == g.sets.len()) {
+        Condition::new(
+            "AttachedListenerSets",
+            false,
+            "ListenerSetsNotAllowed",
+            "allowedListeners admits none of the ListenerSets naming this Gateway",
+        )
+    } else {
+        Condition::new("AttachedListenerSets", false, "NoListenerSetsAttached", "")
+    };
+    Some((attached, condition))
+}
+
+/// The outcome of an HTTP or HTTPS listener of a Gateway with its own
+/// address: the HTTP plane's, with the L4 plane's word on its socket (its
+/// port refused: `Accepted=False`; `Programmed` once bound). Without the
+/// L4 plane's part (the plane is off, or the Gateway got no address),
+/// it is not programmed.
+fn own_listener(
+    http: &ListenerOutcome,
+    name: &str,
+    l4: Option<Option<&L4Part<'_>>>,
+) -> ListenerOutcome {
+    let mut out = ListenerOutcome {
+        supported_kinds: http.supported_kinds.clone(),
+        attached_routes: http.attached_routes,
+        conditions: http.conditions.clone(),
+    };
+    let socket = l4.flatten().and_then(|part| {
+        part.listeners
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, o)| *o)
+    });
+    let socket_conditions: Vec<Condition> = match socket {
+        Some(o) => o.conditions.clone(),
+        None => vec![Condition::new(
+            "Programmed",
+            false,
+            "AddressNotAssigned",
+            match l4 {
+                None => {
+                    "the Gateway's own address comes from the L4 plane, which is off (--l4 false)"
+                }
+                Some(_) => "the Gateway has no address",
+            },
+        )],
+    };
+    if !out.accepted() {
+        return out;
+    }
+    for c in socket_conditions {
+        if c.type_ == "Accepted" && c.status == "True" {
+            continue;
+        }
+        match out.conditions.iter_mut().find(|o| o.type_ == c.type_) {
+            Some(o) => *o = c,
+            None => out.conditions.push(c),
+        }
+    }
+    out
 }
 
 /// The outcome of a listener no plane serves: a protocol or port teapot
@@ -757,10 +975,12 @@ spec:
         );
         // Refused by the L4 plane: TLS is passed through, not terminated.
         assert_eq!(accepted("term"), pair("False", "UnsupportedValue"));
+        // HTTP on 8080 gives the Gateway its own address, where it is
+        // served (compile::listeners::own_address).
+        assert_eq!(accepted("odd"), pair("True", "Accepted"));
         // Served by neither.
-        assert_eq!(accepted("odd"), pair("False", "PortUnavailable"));
         assert_eq!(accepted("sctp"), pair("False", "UnsupportedProtocol"));
-        for name in ["secure", "term", "odd", "sctp"] {
+        for name in ["secure", "term", "sctp"] {
             assert_eq!(
                 condition(&listener(&status, name)["conditions"], "Programmed").0,
                 "False",

@@ -16,9 +16,11 @@ use teapot_model::attachment::{self, ListenerProtocol, RouteKinds};
 /// The plane that serves a listener, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plane {
-    /// HTTP on port 80.
+    /// HTTP: on port 80 of the shared listeners, or on any port of the
+    /// Gateway's own address ([`own_address`]).
     Http,
-    /// HTTPS on port 443, TLS terminated.
+    /// HTTPS, TLS terminated: on 443 of the shared listeners, or on any
+    /// port of the Gateway's own address.
     Https,
     Tcp,
     Udp,
@@ -76,6 +78,9 @@ pub struct ListenerClass<'s> {
     /// shared with any other listener, unless all of them pass TLS
     /// through with distinct hostnames, which SNI tells apart.
     pub conflict: Option<(&'static str, String)>,
+    /// The Gateway has its own address ([`own_address`]): this listener
+    /// is served there, at its port, whatever its plane.
+    pub own_address: bool,
 }
 
 impl<'s> ListenerClass<'s> {
@@ -93,11 +98,55 @@ impl<'s> ListenerClass<'s> {
     }
 }
 
-/// Every listener of `gateway`, in spec order, classified.
+/// The ports of the shared listeners, as Gateway listeners name them.
+pub const SHARED_HTTP_PORT: i32 = 80;
+pub const SHARED_HTTPS_PORT: i32 = 443;
+
+/// Whether `gateway` is served on an address of its own (from its
+/// namespace's L4 pool) rather than on the fleet's shared listeners: it
+/// asks for one (`spec.addresses`), or needs one (an HTTP listener on a
+/// port other than 80, an HTTPS listener on one other than 443), or the
+/// operator gives one to every Gateway of an operator namespace
+/// (`every_operator_gateway`, `--gateway-own-addresses`; `tenant` false).
+/// A Gateway with only TCP, UDP and TLS listeners beside HTTP on 80 and
+/// HTTPS on 443 is not: its L4 listeners get an address, its HTTP
+/// listeners stay on the shared ones, where its hostnames are served.
+pub fn own_address(gateway: &Gateway, tenant: bool, every_operator_gateway: bool) -> bool {
+    (every_operator_gateway && !tenant)
+        || gateway
+            .spec
+            .addresses
+            .as_ref()
+            .is_some_and(|a| !a.is_empty())
+        || gateway.spec.listeners.iter().any(|l| {
+            let shared = match ListenerProtocol::of(&l.protocol) {
+                Some(ListenerProtocol::Http) => SHARED_HTTP_PORT,
+                Some(ListenerProtocol::Https) => SHARED_HTTPS_PORT,
+                _ => return false,
+            };
+            // A port no socket can have needs no address.
+            l.port != shared && (1..=65535).contains(&l.port)
+        })
+}
+
+/// Every listener of `gateway`, in spec order, classified for the shared
+/// listeners (HTTP on 80, HTTPS on 443 only).
 pub fn classify(gateway: &Gateway) -> Vec<ListenerClass<'_>> {
+    classify_at(gateway, false)
+}
+
+/// Every listener of `gateway`, in spec order, classified; `own`: the
+/// Gateway has its own address ([`own_address`]), where HTTP and HTTPS
+/// listeners are served on any port and share its sockets with its L4
+/// listeners.
+pub fn classify_at(gateway: &Gateway, own: bool) -> Vec<ListenerClass<'_>> {
     let specs = &gateway.spec.listeners;
-    let mut out: Vec<ListenerClass<'_>> = specs.iter().map(classify_one).collect();
+    let mut out: Vec<ListenerClass<'_>> = specs.iter().map(|l| classify_one(l, own)).collect();
     for i in 0..out.len() {
+        if own && let Some(conflict) = own_conflict(&out, i) {
+            out[i].conflict = Some(conflict);
+            continue;
+        }
         out[i].conflict = match out[i].plane {
             Some(Plane::Http | Plane::Https) => {
                 let l = out[i].spec;
@@ -122,7 +171,89 @@ pub fn classify(gateway: &Gateway) -> Vec<ListenerClass<'_>> {
     out
 }
 
-fn classify_one(l: &GatewayListeners) -> ListenerClass<'_> {
+/// The listener table of `gateway` with the ListenerSets attached to it
+/// (`sets`, oldest first): the Gateway's listeners as [`classify_at`]
+/// classifies them, then each set's. One table, so a conflict is found
+/// across all of them in the order the specification gives: the Gateway's
+/// listeners win, then older ListenerSets'. A ListenerSet's listeners are
+/// served on the shared listeners' HTTP plane only; its TCP, UDP and TLS
+/// listeners are refused (the L4 plane serves a Gateway's own).
+pub fn classify_table<'s>(
+    gateway: &'s Gateway,
+    own: bool,
+    sets: &[&'s [GatewayListeners]],
+) -> Vec<ListenerClass<'s>> {
+    let mut out = classify_at(gateway, own);
+    let first = out.len();
+    for l in sets.iter().flat_map(|s| s.iter()) {
+        let mut class = classify_one(l, false);
+        if class.plane.is_some_and(Plane::is_l4) {
+            class.plane = None;
+            class.refused = Some((
+                "UnsupportedProtocol",
+                format!(
+                    "teapot serves a ListenerSet's HTTP and HTTPS listeners; {} listeners go on \
+                     a Gateway",
+                    l.protocol
+                ),
+            ));
+        }
+        out.push(class);
+    }
+    for i in first..out.len() {
+        if !matches!(out[i].plane, Some(Plane::Http | Plane::Https)) {
+            continue;
+        }
+        let l = out[i].spec;
+        let taken = out[..i].iter().any(|o| {
+            let o = o.spec;
+            o.port == l.port && o.protocol == l.protocol && o.hostname == l.hostname
+        });
+        if taken {
+            out[i].conflict = Some((
+                "HostnameConflict",
+                "a listener of the Gateway or of an older ListenerSet has the same port, \
+                 protocol and hostname"
+                    .to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// On a Gateway's own address one TCP port is one socket: the listeners
+/// on it must all be HTTP, or all HTTPS (hostnames tell them apart), or
+/// all TLS passthrough (the L4 rule, [`l4_conflict`]); any other mix is a
+/// `ProtocolConflict` for each of them.
+fn own_conflict(all: &[ListenerClass<'_>], i: usize) -> Option<(&'static str, String)> {
+    let plane = all[i].plane?;
+    if plane == Plane::Udp {
+        return None;
+    }
+    let others: Vec<&str> = all
+        .iter()
+        .enumerate()
+        .filter(|(j, o)| {
+            *j != i
+                && o.port == all[i].port
+                && o.plane.is_some_and(|p| p != Plane::Udp && p != plane)
+        })
+        .map(|(_, o)| o.name())
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    Some((
+        "ProtocolConflict",
+        format!(
+            "{}/TCP of the Gateway's address is also listener {} of another protocol",
+            all[i].port,
+            others.join(", ")
+        ),
+    ))
+}
+
+fn classify_one(l: &GatewayListeners, own: bool) -> ListenerClass<'_> {
     let protocol = ListenerProtocol::of(&l.protocol);
     let passthrough = matches!(
         l.tls.as_ref().and_then(|t| t.mode.as_ref()),
@@ -130,8 +261,11 @@ fn classify_one(l: &GatewayListeners) -> ListenerClass<'_> {
     );
     let l4_port = u16::try_from(l.port).ok().filter(|p| *p != 0);
     let (plane, refused) = match (protocol, l4_port) {
-        (Some(ListenerProtocol::Http), _) if l.port == 80 => (Some(Plane::Http), None),
-        (Some(ListenerProtocol::Https), _) if l.port == 443 => (
+        (Some(ListenerProtocol::Http), Some(_)) if own => (Some(Plane::Http), None),
+        (Some(ListenerProtocol::Http), _) if l.port == SHARED_HTTP_PORT => {
+            (Some(Plane::Http), None)
+        }
+        (Some(ListenerProtocol::Https), Some(_)) if own || l.port == SHARED_HTTPS_PORT => (
             Some(Plane::Https),
             passthrough.then(|| {
                 (
@@ -145,7 +279,8 @@ fn classify_one(l: &GatewayListeners) -> ListenerClass<'_> {
             Some((
                 "PortUnavailable",
                 format!(
-                    "teapot serves HTTP on port 80 and HTTPS on 443, not {}",
+                    "the shared listeners serve HTTP on port 80 and HTTPS on 443, not {}; \
+                     a Gateway with its own address is served on any port",
                     l.port
                 ),
             )),
@@ -185,6 +320,7 @@ fn classify_one(l: &GatewayListeners) -> ListenerClass<'_> {
         kinds: attachment::route_kinds(l),
         refused,
         conflict: None,
+        own_address: own,
     }
 }
 
@@ -283,6 +419,49 @@ mod tests {
                 ("tcp0", None, None),
                 ("tls-term", Some(Plane::Tls), Some("UnsupportedValue")),
                 ("sctp", None, Some("UnsupportedProtocol")),
+            ]
+        );
+    }
+
+    /// One table for the Gateway and its ListenerSets: the Gateway's
+    /// listeners win a conflict, then older sets'; a set's L4 listener is
+    /// refused, so it conflicts with nothing.
+    #[test]
+    fn listener_sets_join_the_table_after_the_gateway() {
+        let g = gateway(&[("web", "HTTP", 80, Some("a.example"), None)]);
+        let older = gateway(&[
+            ("a", "HTTP", 80, Some("a.example"), None),
+            ("b", "HTTP", 80, Some("b.example"), None),
+            ("db", "TCP", 5432, None, None),
+        ])
+        .spec
+        .listeners;
+        let younger = gateway(&[
+            ("b", "HTTP", 80, Some("b.example"), None),
+            ("c", "HTTP", 80, Some("c.example"), None),
+        ])
+        .spec
+        .listeners;
+        let got: Vec<_> = classify_table(&g, false, &[&older, &younger])
+            .iter()
+            .map(|l| {
+                (
+                    l.name(),
+                    l.plane,
+                    l.conflict.as_ref().map(|r| r.0),
+                    l.refused.as_ref().map(|r| r.0),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("web", Some(Plane::Http), None, None),
+                ("a", Some(Plane::Http), Some("HostnameConflict"), None),
+                ("b", Some(Plane::Http), None, None),
+                ("db", None, None, Some("UnsupportedProtocol")),
+                ("b", Some(Plane::Http), Some("HostnameConflict"), None),
+                ("c", Some(Plane::Http), None, None),
             ]
         );
     }

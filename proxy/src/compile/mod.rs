@@ -227,8 +227,9 @@ pub fn compile_incremental(
         &mut certs,
         &mut client_auth,
     );
+    let own_tables = gateway.take_own();
     gateway.client_auth(&mut client_auth);
-    let (gateway_table, mut gateway_report, gateway_parts) = gateway.finish(store, &mut certs);
+    let (mut gateway_table, mut gateway_report, gateway_parts) = gateway.finish(store, &mut certs);
     let mut ingress_reports = ingresses.reports;
     // After every Secret is in: a tenant's own certificate always wins.
     let acme_hosts = ingress::assign_acme(
@@ -246,14 +247,26 @@ pub fn compile_incremental(
             |ns, name, port, port_name| resolver.service_port(ns, name, port, port_name),
         )
     }) {
-        Some((compiled, report)) => (Some(compiled), Some(report)),
+        Some((compiled, report)) => {
+            // The sockets the L4 plane bound for Gateways with their own
+            // address, each with that Gateway's routes at its port.
+            let mut own_tables = own_tables;
+            let sockets = compiled.table.listeners.iter().filter_map(|(key, route)| {
+                let edge = route.edge.as_ref()?;
+                let table = own_tables.remove(&(edge.gateway.clone(), key.port));
+                Some((key.socket_addr(), table))
+            });
+            gateway_table.set_own(gateway::table::OwnTables::new(sockets.collect::<Vec<_>>()));
+            (Some(compiled), Some(report))
+        }
         None => (None, None),
     };
     // Each Gateway's status, once, from both planes' parts.
     let l4_parts: Option<Vec<api_status::L4Part<'_>>> = l4_report
         .as_ref()
         .map(|r| r.gateways.iter().map(|g| g.part()).collect());
-    gateway_report.gateways = api_status::gateways(gateway_parts, l4_parts.as_deref());
+    (gateway_report.gateways, gateway_report.listener_sets) =
+        api_status::gateways(gateway_parts, l4_parts.as_deref());
 
     let domains = domain_report(&mut claims, options.proofs.as_deref());
     let backends = resolver.report();

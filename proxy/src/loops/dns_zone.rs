@@ -209,10 +209,28 @@ pub fn build(
             .flatten()
             .any(|c| c.type_ == "Programmed" && c.status == "True")
     });
-    let gateway_hosts = gateways
-        .flat_map(|g| g.status.addresses.iter().flatten())
-        .filter(|a| a.r#type.as_deref() == Some("Hostname"))
-        .map(|a| a.value.as_str());
+    // A Gateway with its own address is answered with that address alone:
+    // the fleet's shared listeners do not serve it.
+    let own = snapshot.gateway.own();
+    let mut own_hosts: Vec<(&str, IpAddr)> = Vec::new();
+    let mut gateway_hosts: Vec<&str> = Vec::new();
+    for g in gateways {
+        let addresses = g.status.addresses.as_deref().unwrap_or_default();
+        let own_address = addresses
+            .iter()
+            .filter(|a| a.r#type.as_deref() == Some("IPAddress"))
+            .filter_map(|a| a.value.parse::<IpAddr>().ok())
+            .find(|ip| own.serves(*ip));
+        for host in addresses
+            .iter()
+            .filter(|a| a.r#type.as_deref() == Some("Hostname"))
+        {
+            match own_address {
+                Some(ip) => own_hosts.push((host.value.as_str(), ip)),
+                None => gateway_hosts.push(host.value.as_str()),
+            }
+        }
+    }
     // A wildcard right below the apex (`*.lb.DOMAIN`) would answer for
     // every tenant cluster's names: only `*.CLUSTER.lb.DOMAIN` and deeper
     // become wildcard records.
@@ -226,6 +244,15 @@ pub fn build(
         .exact_hosts()
         .chain(gateway_hosts)
         .map(Cow::Borrowed);
+    // The cluster's own name keeps the fleet's addresses.
+    for (host, _) in &own_hosts {
+        if let Some(below) = host.strip_suffix(suffix.as_str())
+            && let Some((_, cluster)) = below.rsplit_once('.')
+        {
+            let start = host.len() - suffix.len() - cluster.len();
+            names.insert(Cow::Owned(host[start..].to_string()));
+        }
+    }
     for host in exact.chain(wildcards) {
         let Some(below) = host.strip_suffix(suffix.as_str()) else {
             continue;
@@ -243,15 +270,25 @@ pub fn build(
             names.insert(Cow::Borrowed(ns.as_str()));
         }
     }
-    for name in names {
+    for name in &names {
+        let name: &str = name;
         for addr in addresses {
-            if let Err(e) = zone.address(&name, *addr) {
+            if let Err(e) = zone.address(name, *addr) {
                 // Tenant hostnames and the error quoting them: any bytes
                 // an Ingress host passed validation with.
                 let error = e.to_string();
-                tracing::warn!(name = %LogText(&name), error = %LogText(&error), "name left out of the DNS zone");
+                tracing::warn!(name = %LogText(name), error = %LogText(&error), "name left out of the DNS zone");
                 break;
             }
+        }
+    }
+    for (name, addr) in own_hosts {
+        if names.contains(name) || !name.ends_with(suffix.as_str()) {
+            continue;
+        }
+        if let Err(e) = zone.address(name, addr) {
+            let error = e.to_string();
+            tracing::warn!(name = %LogText(name), error = %LogText(&error), "name left out of the DNS zone");
         }
     }
     for (name, value) in challenges {
@@ -506,6 +543,43 @@ mod tests {
         let zone = build(&settings(), &s, &addrs, &[]).unwrap();
         // gw, its cluster, ns1.
         assert_eq!(zone.names(), 3);
+    }
+
+    /// A tenant Gateway with its own address (HTTP on 8080 there) is
+    /// answered with that address, not the fleet's; its cluster's name
+    /// keeps the fleet's.
+    #[test]
+    fn a_gateway_with_its_own_address_is_answered_with_it() {
+        let tenant = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec:\n  cluster: acme\n  nodeCIDRs: [10.1.0.0/24]\n  l4: {pool: default}\n";
+        let class = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: teapot}\nspec: {controllerName: teapot.dev/gateway-controller}\n";
+        let gateway = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: tenant-acme}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: alt, protocol: HTTP, port: 8080}]\n";
+        let options = crate::compile::CompileOptions {
+            domain: "example.com".into(),
+            l4: Some(crate::compile::l4::L4Inputs {
+                config: Arc::new(crate::compile::l4::L4Config {
+                    pools: vec!["default=198.51.100.7".parse().unwrap()],
+                    ..Default::default()
+                }),
+                previous: Arc::default(),
+                runtime: Arc::default(),
+            }),
+            ..Default::default()
+        };
+        let s = crate::compile::tests::compile_test_docs(
+            &[class.to_string(), tenant.to_string(), gateway.to_string()],
+            &options,
+        );
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.1".parse().unwrap()].into();
+        let zone = build(&settings(), &s, &addrs, &[]).unwrap();
+        let answer = |name: &str| {
+            teapot_dns::respond(&zone, &a_query(name), teapot_dns::Transport::Udp)
+                .unwrap()
+                .bytes
+        };
+        let own = answer("gw.acme.lb.example.com");
+        assert!(own.ends_with(&[198, 51, 100, 7]), "{own:?}");
+        assert!(!own.windows(4).any(|w| w == [192, 0, 2, 1]), "{own:?}");
+        assert!(answer("acme.lb.example.com").ends_with(&[192, 0, 2, 1]));
     }
 
     /// The zone loop of a replica with `addresses`, counting its passes

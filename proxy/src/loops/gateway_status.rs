@@ -58,7 +58,7 @@ pub struct StatusUpdate {
 ///
 /// The compile's report (`report.gateway`) gives GatewayClass, Gateway
 /// (decided from both listener planes, [`crate::compile::api_status`]),
-/// HTTPRoute and GRPCRoute status; the L4 report adds TCPRoute, UDPRoute
+/// ListenerSet, HTTPRoute and GRPCRoute status; the L4 report adds TCPRoute, UDPRoute
 /// and TLSRoute parent statuses, rendered by the same route report.
 pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
     let http = &snapshot.report.gateway;
@@ -78,6 +78,14 @@ pub fn updates(snapshot: &Snapshot) -> Vec<StatusUpdate> {
             namespace: g.namespace.clone(),
             name: g.name.clone(),
             status: to_value(&g.status),
+        });
+    }
+    for l in &http.listener_sets {
+        out.push(StatusUpdate {
+            kind: Kind::ListenerSet,
+            namespace: l.namespace.clone(),
+            name: l.name.clone(),
+            status: to_value(&l.status),
         });
     }
     let route = |r: &RouteReport| StatusUpdate {
@@ -228,6 +236,10 @@ fn current(store: &Store, kind: Kind, id: &NsName) -> Option<Current> {
             let o = &store.gateways.get(id)?.object;
             of(&o.metadata, &o.status)
         }
+        Kind::ListenerSet => {
+            let o = &store.listener_sets.get(id)?.object.set;
+            of(&o.metadata, &o.status)
+        }
         Kind::HttpRoute => {
             let o = &store.http_routes.get(id)?.object;
             of(&o.metadata, &o.status)
@@ -349,6 +361,7 @@ fn typed(kind: Kind, status: Value) -> Result<Value, serde_json::Error> {
     match kind {
         Kind::GatewayClass => round::<g::gateway_classes::GatewayClassStatus>(status),
         Kind::Gateway => round::<g::gateways::GatewayStatus>(status),
+        Kind::ListenerSet => round::<g::listener_sets::ListenerSetStatus>(status),
         Kind::HttpRoute => round::<g::http_routes::HttpRouteStatus>(status),
         Kind::GrpcRoute => round::<g::grpc_routes::GrpcRouteStatus>(status),
         Kind::TlsRoute => round::<g::tls_routes::TlsRouteStatus>(status),

@@ -7,10 +7,11 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use crate::compile::gateway::GatewayTable;
 use crate::compile::gateway::table::BudgetExhausted;
 use crate::compile::gateway::table::{Action, Filters, PathMatch, Redirect};
 use crate::compile::routes::HostRank;
-use crate::compile::routes::Route;
+use crate::compile::routes::{Route, RouteTable};
 use crate::compile::snapshot::Snapshot;
 use crate::compile::upstream::Upstream;
 use crate::live::fairness::TenantPermit;
@@ -261,9 +262,22 @@ fn route(
     head: &Head<'_>,
     facts: &RequestFacts<'_>,
 ) -> Decision {
+    // A request on a Gateway's own address sees that Gateway's routes at
+    // that port and nothing else; one elsewhere never sees them. A
+    // snapshot without such Gateways pays this test only.
+    let own = snapshot.gateway.own();
+    if !own.is_empty()
+        && let Some(local) = facts.local
+        && let Some(table) = own.at(local)
+    {
+        return table
+            .and_then(|t| gateway(t, None, edge, head, facts))
+            .unwrap_or(Decision::Answer(NO_ROUTE, None));
+    }
     // A snapshot without Gateway routes pays this test and nothing more.
     if !snapshot.gateway.is_empty()
-        && let Some(decision) = gateway(snapshot, edge, head, facts)
+        && let Some(decision) =
+            gateway(&snapshot.gateway, Some(&snapshot.routes), edge, head, facts)
     {
         return decision;
     }
@@ -303,20 +317,27 @@ fn forward(
     }
 }
 
-/// The Gateway API decision, when the request's host is more specific
-/// there than in the Ingress table (docs/gateway-api.md, "Decisions").
+/// The Gateway API decision of `table`, when the request's host is more
+/// specific there than in the Ingress table `ingresses` (docs/gateway-api.md,
+/// "Decisions"; `None`: a Gateway's own table, which no Ingress shares).
 fn gateway(
-    snapshot: &Snapshot,
+    table: &GatewayTable,
+    ingresses: Option<&RouteTable>,
     edge: &EdgeConfig,
     head: &Head<'_>,
     facts: &RequestFacts<'_>,
 ) -> Option<Decision> {
     let mut buf = [0u8; 256];
     let host = teapot_api::host::normalize_request_host(head.authority, &mut buf).unwrap_or("");
-    let view = snapshot.gateway.host(host);
-    if view.rank == HostRank::None || view.rank < snapshot.routes.host_rank(host) {
+    let view = table.host(host);
+    if view.rank == HostRank::None || ingresses.is_some_and(|r| view.rank < r.host_rank(host)) {
         return None;
     }
+    // The port of a Gateway's own listener, for redirects.
+    let listener_port = match ingresses {
+        None => facts.local.map(|l| l.port()),
+        Some(_) => None,
+    };
     let candidate = match view.matching(head.path, facts) {
         Ok(Some(candidate)) => candidate,
         Ok(None) => return Some(Decision::Answer(NO_ROUTE, None)),
@@ -333,7 +354,7 @@ fn gateway(
                 .as_deref()
                 .and_then(|f| f.matched_prefix.as_deref())
                 .or(prefix);
-            redirect(r, head, facts, prefix)
+            redirect(r, head, facts, prefix, listener_port)
         }
         Action::Unroutable => Decision::Answer(UNRESOLVED_BACKEND, None),
         Action::Backends { persistence, .. } => match affinity::pick_backend(
@@ -351,7 +372,7 @@ fn gateway(
                 // looked at: the request never goes there, so neither its
                 // endpoints nor its resolution matter.
                 if let Some(r) = backend_filters.and_then(|f| f.redirect.as_ref()) {
-                    return Some(redirect(r, head, facts, prefix));
+                    return Some(redirect(r, head, facts, prefix, listener_port));
                 }
                 match &backend.route {
                     Ok(route) => forward(
@@ -405,17 +426,33 @@ fn www_location(to: &str, head: &Head<'_>, facts: &RequestFacts<'_>) -> String {
 }
 
 /// A RequestRedirect's answer; `prefix` is the PathPrefix the rule
-/// matched, for ReplacePrefixMatch.
+/// matched, for ReplacePrefixMatch; `listener_port` the port of a
+/// Gateway's own listener the request came in on.
 fn redirect(
     r: &Redirect,
     head: &Head<'_>,
     facts: &RequestFacts<'_>,
     prefix: Option<&str>,
+    listener_port: Option<u16>,
 ) -> Decision {
     let scheme = if facts.tls == Some(true) {
         "https"
     } else {
         "http"
+    };
+    // Without a port or scheme of its own, a redirect keeps the
+    // listener's port: a Gateway's own listener says it (the shared ones
+    // are the scheme's well-known ports, which the location leaves out).
+    let with_port;
+    let r = match listener_port {
+        Some(port) if r.port.is_none() && r.scheme.is_none() => {
+            with_port = Redirect {
+                port: Some(port),
+                ..r.clone()
+            };
+            &with_port
+        }
+        _ => r,
     };
     let location = crate::plane::filters::redirect_location(
         r,
@@ -601,7 +638,7 @@ mod gateway_tests {
     /// Services `web`, `v2` (with endpoints) and `empty` (none) in `infra`
     /// and `other`, a Gateway `gw` in `infra` (HTTP on 80 for routes from
     /// the same namespace, `*.example.com`; HTTP on 80 for all namespaces,
-    /// `all.example.com`; HTTP on 8080).
+    /// `all.example.com`; TCP on 5432, which the L4 plane serves).
     fn base() -> Vec<String> {
         let svc = |ns: &str, name: &str, ip: &str| {
             format!(
@@ -613,7 +650,7 @@ mod gateway_tests {
             svc("infra", "v2", "10.0.0.2"),
             svc("other", "web", "10.0.0.3"),
             "apiVersion: v1\nkind: Service\nmetadata: {name: empty, namespace: infra}\nspec: {ports: [{port: 8080}]}\n".into(),
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: \"*.example.com\"}\n  - {name: all, protocol: HTTP, port: 80, hostname: all.example.com, allowedRoutes: {namespaces: {from: All}}}\n  - {name: alt, protocol: HTTP, port: 8080}\n  - {name: tcp, protocol: TCP, port: 5432}\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: http, protocol: HTTP, port: 80, hostname: \"*.example.com\"}\n  - {name: all, protocol: HTTP, port: 80, hostname: all.example.com, allowedRoutes: {namespaces: {from: All}}}\n  - {name: tcp, protocol: TCP, port: 5432}\n".into(),
         ]
     }
 
@@ -676,6 +713,85 @@ mod gateway_tests {
     }
 
     const PLAIN: RequestFacts<'static> = RequestFacts::UNKNOWN;
+
+    /// A request that came in on `local`.
+    fn on(local: &str) -> RequestFacts<'static> {
+        RequestFacts {
+            local: Some(local.parse().unwrap()),
+            ..RequestFacts::UNKNOWN
+        }
+    }
+
+    /// A Gateway with its own address (HTTP on 80 and 8080: the pool's
+    /// 127.0.0.1) beside the base Gateway on the shared listeners: each
+    /// socket of its address sees its routes at that port, whatever port
+    /// the Host names; the shared listeners never see them, nor its
+    /// address the shared routes.
+    #[test]
+    fn a_gateway_with_its_own_address_is_reached_there_only_by_port() {
+        use crate::compile::l4::{L4Config, L4Inputs};
+        let mut docs = base();
+        docs.extend([
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: own, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: web, protocol: HTTP, port: 80}\n  - {name: alt, protocol: HTTP, port: 8080}\n".to_string(),
+            route(
+                "infra",
+                "on-80",
+                "  parentRefs: [{name: own, sectionName: web}]\n  hostnames: [a.example.com]\n  rules: [{backendRefs: [{name: v2, port: 8080}]}]\n",
+            ),
+            route(
+                "infra",
+                "on-8080",
+                "  parentRefs: [{name: own, port: 8080}]\n  hostnames: [b.example.com]\n  rules: [{filters: [{type: RequestRedirect, requestRedirect: {hostname: c.example.com}}]}]\n",
+            ),
+            route(
+                "infra",
+                "shared",
+                "  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.com]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n",
+            ),
+        ]);
+        let options = CompileOptions {
+            l4: Some(L4Inputs {
+                config: std::sync::Arc::new(L4Config {
+                    pools: vec!["default=127.0.0.1".parse().unwrap()],
+                    ..L4Config::default()
+                }),
+                previous: Default::default(),
+                runtime: Default::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(&docs, &options);
+        // Its sockets: that port's routes; the Host's port is not read.
+        assert_eq!(
+            go(&s, "a.example.com", "/", &on("127.0.0.1:80")),
+            "infra/v2:8080"
+        );
+        assert_eq!(
+            go(&s, "b.example.com:8080", "/", &on("127.0.0.1:80")),
+            "404"
+        );
+        assert_eq!(
+            go(&s, "a.example.com:80", "/", &on("127.0.0.1:8080")),
+            "404"
+        );
+        // A redirect without port or scheme keeps the listener's port.
+        assert_eq!(
+            go(&s, "b.example.com", "/x", &on("127.0.0.1:8080")),
+            "302 http://c.example.com:8080/x"
+        );
+        // Its address at a port without its HTTP listener: nothing, not
+        // the shared routes.
+        assert_eq!(go(&s, "a.example.com", "/", &on("127.0.0.1:9999")), "404");
+        // The shared listeners: the shared Gateway's route, never its.
+        assert_eq!(
+            go(&s, "a.example.com", "/", &on("127.0.0.2:80")),
+            "infra/web:8080"
+        );
+        assert_eq!(go(&s, "a.example.com", "/", &PLAIN), "infra/web:8080");
+        assert_eq!(go(&s, "b.example.com", "/", &on("127.0.0.2:8080")), "404");
+        // A redirect on the shared listeners keeps the scheme's port.
+        assert!(!s.gateway.own().is_empty());
+    }
 
     #[test]
     fn status_reasons_follow_the_specification() {
@@ -802,10 +918,6 @@ mod gateway_tests {
         assert_eq!(listener("http")["attachedRoutes"], 4, "{gw}");
         assert_eq!(listener("tcp")["supportedKinds"][0]["kind"], "TCPRoute");
         assert_eq!(
-            listener("alt")["conditions"][0]["reason"],
-            "PortUnavailable"
-        );
-        assert_eq!(
             listener("tcp")["conditions"][0]["reason"],
             "UnsupportedProtocol"
         );
@@ -837,6 +949,7 @@ mod gateway_tests {
             query: Some(""),
             headers: Some(&canary),
             tls: Some(false),
+            local: None,
         };
         assert_eq!(
             go(&s, "grpc.example.com", "/other.Svc/Ping", &facts),
@@ -890,6 +1003,7 @@ mod gateway_tests {
             query: Some(""),
             headers: None,
             tls: Some(tls),
+            local: None,
         };
         assert_eq!(
             go(&s, "secure.example.com", "/", &on(true)),
@@ -990,6 +1104,7 @@ mod gateway_tests {
             query: Some(query),
             headers: Some(&headers),
             tls: Some(false),
+            local: None,
         };
         assert_eq!(go(&s, "m.example.com", "/", &PLAIN), "infra/web:8080");
         assert_eq!(
@@ -1006,6 +1121,7 @@ mod gateway_tests {
             query: Some(query),
             headers: Some(&none),
             tls: Some(false),
+            local: None,
         };
         assert_eq!(
             go(&s, "m.example.com", "/exact", &bare("GET", "")),

@@ -285,6 +285,7 @@ fn decide(router: &Router, req: &Request<'_>, conn: &ConnInfo) -> Decision {
         query: Some(req.query),
         headers: Some(req.headers),
         tls: Some(conn.tls),
+        local: conn.local,
     };
     decide_request(&router.snapshots.load(), &router.edge, &req.head, &facts)
 }

@@ -171,6 +171,52 @@ pub fn service(
     })
 }
 
+/// Builds the TLS settings of an HTTPS listener.
+pub type TlsBuilder = dyn Fn() -> Result<TlsSettings, ServeError> + Send + Sync;
+
+/// The HTTP and HTTPS sockets of Gateways with their own address, which
+/// the L4 plane binds and closes (crate::plane::l4::manager): served by an
+/// edge application that shares the shared listeners' connection table
+/// (the same caps) and drain signal, HTTPS with the shared listener's TLS
+/// settings (its certificates, chosen by SNI). They run on the caller's
+/// runtime, not on the serving threads, whose sockets are fixed at start.
+pub struct OwnListeners {
+    pub app: Arc<Edge>,
+    pub tls: Arc<TlsBuilder>,
+}
+
+impl std::fmt::Debug for OwnListeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnListeners").finish_non_exhaustive()
+    }
+}
+
+impl crate::plane::l4::manager::EdgeServe for OwnListeners {
+    fn serve(
+        &self,
+        addr: SocketAddr,
+        tls: bool,
+        stop: watch::Receiver<bool>,
+    ) -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+        let listener = bind_first(&addr.to_string())?;
+        if !tls {
+            return Ok(Box::pin(accept_plain(listener, self.app.clone(), stop)));
+        }
+        let sockets = ThreadSockets {
+            http: None,
+            https: Some(listener),
+        };
+        let serving = service((*self.app).clone(), sockets, &*self.tls)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Box::pin(async move {
+            if let Some((mut service, fds)) = serving.https {
+                let fds = Arc::new(parking_lot::Mutex::new(fds));
+                service.start_service(Some(fds), stop, 1).await;
+            }
+        }))
+    }
+}
+
 /// Accepts plain HTTP connections until `stop` turns `true`, each on a
 /// task of this thread that holds the bare socket and the engine's small
 /// per-connection state, nothing else (docs/capacity.md, "Idle

@@ -139,11 +139,22 @@ struct GatewayEntry<'s> {
     addresses: Vec<GatewayStatusAddresses>,
     /// `spec.tls.backend.clientCertificateRef`, resolved.
     client_cert: Option<backend_tls::GatewayClientCert>,
+    /// The ListenerSets naming it, oldest first; the listeners of those
+    /// attached follow its own in `classes`.
+    sets: Vec<inputs::SetIn<'s>>,
+    /// It has its own address (`listeners::own_address`): its routes go
+    /// to a table per port of its own, never the shared one.
+    own: bool,
 }
 
-/// The Gateways of our class by (namespace, name), as indexes.
-type GatewayIndex<'s> =
-    std::collections::HashMap<(&'s str, &'s str), usize, foldhash::fast::RandomState>;
+/// The Gateways of our class and the ListenerSets naming them by
+/// (ListenerSet?, namespace, name), as indexes: the Gateway's, and the
+/// set's among its `sets`.
+type GatewayIndex<'s> = std::collections::HashMap<
+    (bool, &'s str, &'s str),
+    (usize, Option<usize>),
+    foldhash::fast::RandomState,
+>;
 
 /// What the compile has built before the Ingresses are compiled, and
 /// finishes after.
@@ -151,6 +162,10 @@ pub struct GatewayCompile<'s> {
     builder: TableBuilder,
     /// The client-certificate settings of the hosts HTTPS listeners serve.
     frontends: frontend::Frontends,
+    /// The tables of Gateways with their own address, one per Gateway
+    /// and port: requests on that socket see only it
+    /// (`compile::l4::EdgeTables`), and Ingresses never share its hosts.
+    own: std::collections::BTreeMap<(NsName, u16), TableBuilder>,
     report: GatewayReport,
     /// Each Gateway's part for its status, rendered with the L4 plane's
     /// ([`api_status::gateways`]).
@@ -205,6 +220,7 @@ impl<'s> GatewayCompile<'s> {
         let mut out = GatewayCompile {
             builder: TableBuilder::default(),
             frontends: frontend::Frontends::default(),
+            own: std::collections::BTreeMap::new(),
             report: GatewayReport::default(),
             gateways: Vec::new(),
             claimants: Vec::new(),
@@ -256,7 +272,19 @@ impl<'s> GatewayCompile<'s> {
         let by_name: GatewayIndex<'s> = gateways
             .iter()
             .enumerate()
-            .map(|(i, g)| ((g.id.namespace.as_str(), g.id.name.as_str()), i))
+            .flat_map(|(i, g)| {
+                let sets = g.sets.iter().enumerate().map(move |(j, s)| {
+                    (
+                        (true, s.id.namespace.as_str(), s.id.name.as_str()),
+                        (i, Some(j)),
+                    )
+                });
+                std::iter::once((
+                    (false, g.id.namespace.as_str(), g.id.name.as_str()),
+                    (i, None),
+                ))
+                .chain(sets)
+            })
             .collect();
         for (index, route) in routes.iter_mut().enumerate() {
             out.route(
@@ -294,6 +322,9 @@ impl<'s> GatewayCompile<'s> {
                     })
                     .collect(),
                 classes: g.classes,
+                gateway_listeners: g.gateway.spec.listeners.len(),
+                sets: g.sets.iter().map(inputs::SetIn::part).collect(),
+                allows_sets: g.gateway.spec.allowed_listeners.is_some(),
                 addresses: g.addresses,
                 // The specification's ResolvedRefs for the backend client
                 // certificate; Gateways without one report none.
@@ -348,6 +379,14 @@ impl<'s> GatewayCompile<'s> {
     /// first setting keeps it, frontend.rs).
     pub fn client_auth(&self, table: &mut crate::compile::client_auth::ClientAuthTable) {
         self.frontends.add_to(table);
+    }
+
+    /// The tables of Gateways with their own address, by Gateway and port.
+    pub fn take_own(&mut self) -> std::collections::BTreeMap<(NsName, u16), GatewayTable> {
+        std::mem::take(&mut self.own)
+            .into_iter()
+            .map(|(k, b)| (k, b.build()))
+            .collect()
     }
 
     /// The table, the report (its Gateways' statuses left for
@@ -428,7 +467,7 @@ impl<'s> GatewayCompile<'s> {
                 .parents
                 .iter()
                 .filter_map(|p| gateway_of(p, &id.namespace, by_name))
-                .map(|i| (gateways[i].id, gateways[i].client_cert.as_ref())),
+                .map(|(i, _)| (gateways[i].id, gateways[i].client_cert.as_ref())),
         );
         let route = &*route;
         // Every served rule has at least one target (a rule without
@@ -450,7 +489,8 @@ impl<'s> GatewayCompile<'s> {
         for (position, p) in route.parents.iter().enumerate() {
             // Not a parent teapot implements, or not a Gateway of our
             // class: not ours to report.
-            let Some(gateway) = gateway_of(p, &id.namespace, by_name).map(|i| &mut gateways[i])
+            let Some((gateway, set)) =
+                gateway_of(p, &id.namespace, by_name).map(|(i, set)| (&mut gateways[i], set))
             else {
                 continue;
             };
@@ -461,7 +501,7 @@ impl<'s> GatewayCompile<'s> {
                 cx,
                 gateway,
                 route,
-                p,
+                (p, set),
                 (&targets, &mut lists),
                 index,
                 countable,
@@ -525,7 +565,7 @@ impl<'s> GatewayCompile<'s> {
         cx: &mut Context<'_, '_, 's, 't>,
         gateway: &mut GatewayEntry<'s>,
         route: &RouteIn<'s>,
-        parent: &ParentIn<'s>,
+        (parent, set): (&ParentIn<'s>, Option<usize>),
         (targets, lists): (&[Arc<Target>], &mut PlaneLists),
         index: u32,
         countable: bool,
@@ -535,13 +575,29 @@ impl<'s> GatewayCompile<'s> {
         let tenant = tenancy.get(&id.namespace);
         let store = cx.store;
         let hosts = &mut *cx.hosts;
+        // A parentRef to the Gateway walks its own listeners; one to a
+        // ListenerSet walks the set's, with the set as the listeners'
+        // owner (`Same` is the set's namespace, a tenant route binds its
+        // own namespace's sets).
+        let (owner, range): (&'s NsName, std::ops::Range<usize>) = match set {
+            None => (gateway.id, 0..gateway.gateway.spec.listeners.len()),
+            Some(j) => {
+                let s = &gateway.sets[j];
+                if let Some((_, why)) = &s.refused {
+                    return Err((
+                        "NotAllowedByListeners",
+                        format!("ListenerSet {} is not attached: {why}", s.id),
+                    ));
+                }
+                (s.id, s.range.clone())
+            }
+        };
         let walk = attach::attach(
             store,
-            gateway.id,
-            gateway
-                .classes
+            owner,
+            gateway.classes[range.clone()]
                 .iter()
-                .zip(&gateway.listeners)
+                .zip(&gateway.listeners[range.clone()])
                 .map(|(c, l)| attach::Seat {
                     spec: c.spec,
                     hostname: l.hostname.as_ref(),
@@ -562,6 +618,7 @@ impl<'s> GatewayCompile<'s> {
         )
         .map_err(|r| (r.reason, r.message))?;
         for (i, served) in &walk.listeners {
+            let i = &(range.start + *i);
             let listener = &gateway.listeners[*i];
             let spec = gateway.classes[*i].spec;
             let https = listener.plane == Some(Plane::Https);
@@ -582,8 +639,15 @@ impl<'s> GatewayCompile<'s> {
                     }
                 };
                 let list = &lists[at].2;
-                self.builder.bind(host, index, list);
-                self.bound_any = true;
+                if gateway.own {
+                    self.own
+                        .entry((gateway.id.clone(), gateway.classes[*i].port))
+                        .or_default()
+                        .bind(host, index, list);
+                } else {
+                    self.builder.bind(host, index, list);
+                    self.bound_any = true;
+                }
                 if https {
                     // The listener's client-certificate validation goes on
                     // every host it serves (frontend.rs).
@@ -598,13 +662,17 @@ impl<'s> GatewayCompile<'s> {
                 if https && let Some(h) = host {
                     // The listener's certificates also cover the hosts its
                     // routes bring (a listener without hostname).
-                    for s in listener_secrets(gateway.id, spec) {
+                    for s in listener_secrets(owner, spec) {
                         self.certificates.push((h.clone(), s));
                     }
                 }
             }
         }
-        let attached: Vec<usize> = walk.listeners.iter().map(|(i, _)| *i).collect();
+        let attached: Vec<usize> = walk
+            .listeners
+            .iter()
+            .map(|(i, _)| range.start + *i)
+            .collect();
         for i in attached {
             gateway.listeners[i].attached += u32::from(countable);
         }
@@ -613,15 +681,21 @@ impl<'s> GatewayCompile<'s> {
 }
 
 /// The index of the teapot Gateway `parent` (of a route of `namespace`)
-/// names, if it names one.
-fn gateway_of(parent: &ParentIn<'_>, namespace: &str, by_name: &GatewayIndex<'_>) -> Option<usize> {
+/// names, directly or through a ListenerSet naming it (then the set's
+/// index too), if it names one.
+fn gateway_of(
+    parent: &ParentIn<'_>,
+    namespace: &str,
+    by_name: &GatewayIndex<'_>,
+) -> Option<(usize, Option<usize>)> {
     let group = parent.group.unwrap_or(GROUP);
-    let kind = parent.kind.unwrap_or("Gateway");
-    if group != GROUP || kind != "Gateway" {
-        return None;
-    }
+    let set = match (group, parent.kind.unwrap_or("Gateway")) {
+        (GROUP, "Gateway") => false,
+        (GROUP, "ListenerSet") => true,
+        _ => return None,
+    };
     let namespace = parent.namespace.unwrap_or(namespace);
-    by_name.get(&(namespace, parent.name)).copied()
+    by_name.get(&(set, namespace, parent.name)).copied()
 }
 
 /// The Secrets a listener's `certificateRefs` name (own namespace unless
@@ -660,11 +734,21 @@ fn gateway_entry<'s>(
             &cx.hosts.options.domain,
         ))
     });
+    let every_operator_gateway = cx
+        .hosts
+        .options
+        .l4
+        .as_ref()
+        .is_some_and(|l4| l4.config.gateway_own_addresses);
+    let own = listeners::own_address(gateway, tenant.is_some(), every_operator_gateway);
     let addresses = match &assigned {
         Some(h) => vec![GatewayStatusAddresses {
             r#type: Some("Hostname".into()),
             value: h.to_string(),
         }],
+        // Its own address, added from the L4 plane's part, is all it has:
+        // the fleet's shared address does not reach it.
+        None if own => Vec::new(),
         None => cx
             .hosts
             .options
@@ -683,10 +767,28 @@ fn gateway_entry<'s>(
             })
             .collect(),
     };
-    let classes = listeners::classify(gateway);
+    let mut sets = inputs::listener_sets(store, tenancy, id, gateway);
+    let set_listeners = inputs::attached_listeners(&mut sets, gateway.spec.listeners.len());
+    let classes = listeners::classify_table(gateway, own, &set_listeners);
     let mut listeners = Vec::with_capacity(classes.len());
-    for class in &classes {
+    for (i, class) in classes.iter().enumerate() {
         let l = class.spec;
+        // A ListenerSet's listener is its set's: the set's namespace for
+        // its certificates, its tenant's host rules, and in a tenant
+        // namespace the set's assigned hostname when it names none.
+        let set = sets.iter().find(|s| s.range.contains(&i));
+        let id: &NsName = set.map_or(id, |s| s.id);
+        let tenant = tenancy.get(&id.namespace);
+        let assigned = match set {
+            None => assigned.clone(),
+            Some(s) => tenant.map(|t| {
+                HostPattern::Exact(hostname::assigned_hostname(
+                    &s.id.name,
+                    t.cluster,
+                    &cx.hosts.options.domain,
+                ))
+            }),
+        };
         // The hostname routes intersect with, whichever plane serves it.
         let hostname = match (&class.hostname, &assigned) {
             (Some(h), _) => Some(h.clone()),
@@ -846,6 +948,8 @@ fn gateway_entry<'s>(
         listeners,
         addresses,
         client_cert: backend_tls::gateway_client_cert(store, id, gateway, tenant.is_some()),
+        own,
+        sets,
     }
 }
 

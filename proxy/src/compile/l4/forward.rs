@@ -72,6 +72,10 @@ pub enum Target {
     Backends(Arc<Upstream>, Option<Arc<Refusals>>),
     /// TLS passthrough listeners on this socket, by SNI.
     Sni(SniRoutes),
+    /// HTTP (`tls` false) or HTTPS listeners of a Gateway with its own
+    /// address: connections go to the HTTP edge, requests to the
+    /// Gateway's routes at this port only.
+    Edge { tls: bool },
 }
 
 /// The share of a route's connections (TCP) or datagrams (UDP) that must

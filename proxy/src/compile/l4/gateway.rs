@@ -59,23 +59,34 @@ pub enum ListenerKind {
     Tcp,
     Udp,
     TlsPassthrough,
+    /// HTTP and HTTPS listeners of a Gateway with its own address: their
+    /// socket is allocated and bound here, their routes are the HTTP
+    /// compile's (`compile::gateway`).
+    Http,
+    Https,
 }
 
 impl ListenerKind {
     fn protocol(self) -> Protocol {
         match self {
             ListenerKind::Udp => Protocol::Udp,
-            ListenerKind::Tcp | ListenerKind::TlsPassthrough => Protocol::Tcp,
+            _ => Protocol::Tcp,
         }
     }
 
-    /// The route kind this listener takes.
-    fn route_kind(self) -> RouteKind {
+    /// The route kind this listener takes (an HTTP listener's routes are
+    /// not attached here).
+    fn route_kind(self) -> Option<RouteKind> {
         match self {
-            ListenerKind::Tcp => RouteKind::Tcp,
-            ListenerKind::Udp => RouteKind::Udp,
-            ListenerKind::TlsPassthrough => RouteKind::Tls,
+            ListenerKind::Tcp => Some(RouteKind::Tcp),
+            ListenerKind::Udp => Some(RouteKind::Udp),
+            ListenerKind::TlsPassthrough => Some(RouteKind::Tls),
+            ListenerKind::Http | ListenerKind::Https => None,
         }
+    }
+
+    fn is_edge(self) -> bool {
+        matches!(self, ListenerKind::Http | ListenerKind::Https)
     }
 }
 
@@ -97,9 +108,10 @@ pub(super) struct Listener<'s> {
     pub takes_routes: bool,
 }
 
-/// The L4 listeners of a Gateway (its HTTP and HTTPS listeners are not
-/// here), as [`crate::compile::listeners::classify`] judged them: a
-/// listener's problem is its conflict, else its plane's refusal.
+/// The listeners of a Gateway this plane binds (its HTTP and HTTPS
+/// listeners only when the Gateway has its own address), as
+/// [`crate::compile::listeners::classify`] judged them: a listener's
+/// problem is its conflict, else its plane's refusal.
 pub(super) fn listeners<'s>(classes: &[ListenerClass<'s>]) -> Vec<Listener<'s>> {
     classes
         .iter()
@@ -108,14 +120,18 @@ pub(super) fn listeners<'s>(classes: &[ListenerClass<'s>]) -> Vec<Listener<'s>> 
                 Plane::Tcp => ListenerKind::Tcp,
                 Plane::Udp => ListenerKind::Udp,
                 Plane::Tls => ListenerKind::TlsPassthrough,
-                // The HTTP compile's.
+                Plane::Http if l.own_address => ListenerKind::Http,
+                Plane::Https if l.own_address => ListenerKind::Https,
+                // On the shared listeners: the HTTP compile's.
                 Plane::Http | Plane::Https => return None,
             };
             Some(Listener {
                 name: l.name(),
                 port: l.port,
                 kind,
-                takes_routes: l.kinds.admitted.contains(&kind.route_kind().as_str()),
+                takes_routes: kind
+                    .route_kind()
+                    .is_some_and(|k| l.kinds.admitted.contains(&k.as_str())),
                 invalid_kinds: l.kinds.invalid.clone(),
                 problem: l.conflict.clone().or_else(|| l.refused.clone()),
             })
@@ -268,13 +284,19 @@ pub(super) struct Plan<'s> {
 
 /// Gateways of teapot's: those with L4 listeners are allocated; every one
 /// answers the L4 routes that name it.
-pub(super) fn plans<'s>(store: &'s Store) -> Vec<Plan<'s>> {
+pub(super) fn plans<'s>(
+    store: &'s Store,
+    tenancy: &Tenancy<'_>,
+    every_operator_gateway: bool,
+) -> Vec<Plan<'s>> {
     store
         .gateways
         .iter()
         .filter(|(_, g)| is_teapot_gateway(store, &g.object))
         .map(|(id, g)| {
-            let classes = listeners::classify(&g.object);
+            let tenant = tenancy.get(&id.namespace).is_some();
+            let own = listeners::own_address(&g.object, tenant, every_operator_gateway);
+            let classes = listeners::classify_at(&g.object, own);
             Plan {
                 id,
                 gateway: &g.object,
@@ -544,7 +566,20 @@ pub(super) fn serve<'s>(
             ListenerKind::Tcp => "TCP",
             ListenerKind::Udp => "UDP",
             ListenerKind::TlsPassthrough => "TLS",
+            ListenerKind::Http => "HTTP",
+            ListenerKind::Https => "HTTPS",
         };
+        if l.kind.is_edge() {
+            listeners.push(edge_listener(
+                l,
+                protocol,
+                address,
+                refused_ports,
+                runtime,
+                &mut sockets,
+            ));
+            continue;
+        }
         let attached_routes: &[Bound] = attached
             .by_listener
             .get(&(plan.id, l.name))
@@ -571,7 +606,7 @@ pub(super) fn serve<'s>(
                 "InvalidRouteKinds",
                 format!(
                     "allowedRoutes.kinds: a {protocol} listener takes {} only, not {}",
-                    l.kind.route_kind().as_str(),
+                    l.kind.route_kind().map_or("", |k| k.as_str()),
                     l.invalid_kinds.join(", ")
                 ),
             )
@@ -616,10 +651,9 @@ pub(super) fn serve<'s>(
             listener: key,
             state: bound,
             outcome: ListenerOutcome {
-                supported_kinds: if l.takes_routes {
-                    vec![l.kind.route_kind().as_str()]
-                } else {
-                    Vec::new()
+                supported_kinds: match l.kind.route_kind() {
+                    Some(k) if l.takes_routes => vec![k.as_str()],
+                    _ => Vec::new(),
                 },
                 attached_routes: attached_routes.len() as u32,
                 conditions,
@@ -642,6 +676,79 @@ pub(super) fn serve<'s>(
     (sockets, report)
 }
 
+/// An HTTP or HTTPS listener of a Gateway with its own address: its
+/// socket when the address and port are granted, and the conditions the
+/// allocation decides (`Accepted` when its port was refused,
+/// `Programmed`); the HTTP compile's outcome gives the rest
+/// (`api_status`).
+fn edge_listener(
+    l: &Listener<'_>,
+    protocol: &'static str,
+    address: Option<IpAddr>,
+    refused_ports: &[(PortKey, String)],
+    runtime: &Arc<super::Runtime>,
+    sockets: &mut BTreeMap<super::pool::ListenerKey, Target>,
+) -> ListenerPart {
+    let mut conditions = Vec::new();
+    let mut key = None;
+    let mut bound = None;
+    let programmed = if let Some((_, message)) = &l.problem {
+        Condition::new("Programmed", false, "Invalid", message.clone())
+    } else if let Some(addr) = address {
+        let port = (l.port, l.kind.protocol());
+        if let Some((_, why)) = refused_ports.iter().find(|(p, _)| *p == port) {
+            conditions.push(Condition::new(
+                "Accepted",
+                false,
+                "PortUnavailable",
+                why.clone(),
+            ));
+            Condition::new("Programmed", false, "Invalid", why.clone())
+        } else {
+            let k = super::pool::ListenerKey {
+                addr,
+                port: l.port,
+                protocol: l.kind.protocol(),
+            };
+            key = Some(k);
+            let live = super::runtime::LiveState::new(runtime.clone(), k);
+            let state = live.now();
+            bound = Some(live);
+            sockets.insert(
+                k,
+                Target::Edge {
+                    tls: l.kind == ListenerKind::Https,
+                },
+            );
+            if state.starts_with("bind failed") {
+                Condition::new("Programmed", false, "Pending", state)
+            } else {
+                Condition::new("Programmed", true, "Programmed", "")
+            }
+        }
+    } else {
+        Condition::new(
+            "Programmed",
+            false,
+            "AddressNotAssigned",
+            "the Gateway has no address".to_string(),
+        )
+    };
+    conditions.push(programmed);
+    ListenerPart {
+        name: l.name.to_string(),
+        port: l.port,
+        protocol,
+        listener: key,
+        state: bound,
+        outcome: ListenerOutcome {
+            supported_kinds: Vec::new(),
+            attached_routes: 0,
+            conditions,
+        },
+    }
+}
+
 fn add_target<'s>(
     sockets: &mut BTreeMap<super::pool::ListenerKey, Target>,
     key: super::pool::ListenerKey,
@@ -654,6 +761,7 @@ fn add_target<'s>(
         format!("{} {}", r.kind.as_str(), r.id)
     };
     match listener.kind {
+        ListenerKind::Http | ListenerKind::Https => {}
         ListenerKind::Tcp | ListenerKind::Udp => {
             let (upstream, refusals) = match attached_routes.first() {
                 Some(&(ri, _)) => {
@@ -1270,7 +1378,7 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
                     "ops",
                     "http-only",
                     OLD,
-                    "[{name: only-allow-http-routes, port: 5300, protocol: HTTP, allowedRoutes: {kinds: [{kind: HTTPRoute}]}}]",
+                    "[{name: only-allow-http-routes, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: HTTPRoute}]}}]",
                 ),
                 &backend("ops", "db", "[{port: 8080}]"),
                 &route_doc(
@@ -1628,5 +1736,223 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
         }
         assert_eq!(accepted(&proven, "shop").2, "");
         assert_eq!(accepted(&proven, "custom-only").0, "True");
+    }
+
+    /// An HTTPRoute of `ns` to Service `web` port 8080 on `parent`.
+    fn http_route(ns: &str, name: &str, parent: &str, host: &str, filters: &str) -> String {
+        route_doc(
+            "HTTPRoute",
+            ns,
+            name,
+            OLD,
+            &format!(
+                "{{parentRefs: [{parent}], hostnames: [{host}], rules: [{{filters: {filters}, backendRefs: [{{name: web, port: 8080}}]}}]}}"
+            ),
+        )
+    }
+
+    /// The HTTP listeners of a Gateway with its own address join its one
+    /// claim, each socket gets that Gateway's routes at that port, and the
+    /// shared table none of them.
+    #[test]
+    fn a_gateway_with_its_own_address_serves_http_on_any_port_there_only() {
+        let docs = [
+            CLASS.to_string(),
+            gw(
+                "ops",
+                "own",
+                OLD,
+                "[{name: web, port: 80, protocol: HTTP}, {name: alt, port: 8080, protocol: HTTP}, {name: db, port: 5432, protocol: TCP}]",
+            ),
+            gw(
+                "ops",
+                "shared",
+                OLD,
+                "[{name: web, port: 80, protocol: HTTP}]",
+            ),
+            backend("ops", "web", "[{port: 8080}]"),
+            slice("ops", "web", "[{port: 8080}]", "10.0.0.1"),
+            http_route(
+                "ops",
+                "on-80",
+                "{name: own, sectionName: web}",
+                "a.example",
+                "[]",
+            ),
+            http_route(
+                "ops",
+                "on-8080",
+                "{name: own, sectionName: alt}",
+                "b.example",
+                "[{type: RequestRedirect, requestRedirect: {hostname: c.example}}]",
+            ),
+            http_route("ops", "shared", "{name: shared}", "s.example", "[]"),
+        ];
+        let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let s = compile(BTreeMap::new(), &docs);
+        let g = gateway(&s, "ops", "own");
+        let addr: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(g.address, Some(addr));
+        for name in ["web", "alt", "db"] {
+            let l = listener(g, name);
+            assert_eq!(
+                condition(&l.outcome.conditions, "Programmed").status,
+                "True",
+                "{name}"
+            );
+        }
+        // One claim: the HTTP ports with the TCP one.
+        let held = &s.l4.as_ref().unwrap().holdings[&holder_key(&NsName::new("ops", "own"))];
+        let tcp = |p: u16| (p, Protocol::Tcp);
+        assert_eq!(
+            held.addresses[0].ports,
+            Some([tcp(80), tcp(5432), tcp(8080)].into())
+        );
+        // A Gateway with HTTP on 80 only stays on the shared listeners.
+        assert!(l4(&s).gateways.iter().all(|g| g.name != "shared"));
+
+        // A table per socket of its address; the shared table has none of
+        // its routes (crate::plane::decide's tests send requests).
+        let own = s.gateway.own();
+        for port in [80, 8080] {
+            let table = own
+                .at(std::net::SocketAddr::new(addr, port))
+                .flatten()
+                .unwrap_or_else(|| panic!("a table at {port}"));
+            assert_eq!(table.len(), 1, "{port}");
+        }
+        assert!(
+            own.at(std::net::SocketAddr::new(addr, 5432))
+                .is_some_and(|t| t.is_none())
+        );
+        assert!(s.gateway.host("a.example").candidates().is_empty());
+        assert!(!s.gateway.host("s.example").candidates().is_empty());
+
+        // Status: its own address alone (not the fleet's), listeners
+        // programmed.
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let own = status["gateways"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == "own")
+            .unwrap();
+        assert_eq!(
+            own["status"]["addresses"],
+            serde_json::json!([{"type": "IPAddress", "value": "127.0.0.1"}])
+        );
+        for l in own["status"]["listeners"].as_array().unwrap() {
+            let programmed = l["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Programmed")
+                .unwrap();
+            assert_eq!(programmed["status"], "True", "{l}");
+        }
+    }
+
+    /// The ports of a Gateway's HTTP listeners are held like its L4 ones:
+    /// a port another object holds on the address stays that object's, and
+    /// the listener that asked for it is refused, alone.
+    #[test]
+    fn a_held_port_never_moves_to_a_gateways_http_listener() {
+        let addr: IpAddr = "127.0.0.1".parse().unwrap();
+        let previous = BTreeMap::from([
+            (
+                holder_key(&NsName::new("ops", "own")),
+                Holding::single(addr, Some([(80, Protocol::Tcp)].into())),
+            ),
+            (
+                NsName::new("ops", "web"),
+                Holding::single(addr, Some([(8080, Protocol::Tcp)].into())),
+            ),
+        ]);
+        let s = compile(
+            previous,
+            &[
+                CLASS,
+                &gw(
+                    "ops",
+                    "own",
+                    NEW,
+                    "[{name: web, port: 80, protocol: HTTP}, {name: alt, port: 8080, protocol: HTTP}]",
+                ),
+                &svc("ops", "web", OLD, "[{name: http, port: 8080}]"),
+            ],
+        );
+        let g = gateway(&s, "ops", "own");
+        assert_eq!(g.address, Some(addr));
+        let alt = condition(&listener(g, "alt").outcome.conditions, "Accepted");
+        assert_eq!((alt.status, alt.reason), ("False", "PortUnavailable"));
+        let web = condition(&listener(g, "web").outcome.conditions, "Programmed");
+        assert_eq!(web.status, "True");
+        // Its address has a table at 80, none at 8080.
+        let own = s.gateway.own();
+        assert!(
+            own.at("127.0.0.1:80".parse().unwrap())
+                .is_some_and(|t| t.is_some())
+        );
+        assert!(
+            own.at("127.0.0.1:8080".parse().unwrap())
+                .is_some_and(|t| t.is_none())
+        );
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let listeners = &status["gateways"][0]["status"]["listeners"];
+        let alt = listeners
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "alt")
+            .unwrap();
+        let accepted = alt["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Accepted")
+            .unwrap();
+        assert_eq!(accepted["reason"], "PortUnavailable", "{alt}");
+    }
+
+    /// `spec.addresses` asks for an address: an empty value is any of the
+    /// pool's, a value one of them; one outside the pool is refused and
+    /// none of the Gateway's listeners is served.
+    #[test]
+    fn spec_addresses_ask_for_an_address_of_the_pool() {
+        let with_address = |value: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: own, namespace: ops}}
+spec:
+  gatewayClassName: teapot
+  addresses: [{{type: IPAddress, value: \"{value}\"}}]
+  listeners: [{{name: web, port: 80, protocol: HTTP}}]
+"
+            )
+        };
+        let s = compile(BTreeMap::new(), &[CLASS, &with_address("")]);
+        assert_eq!(
+            gateway(&s, "ops", "own").address,
+            Some("127.0.0.1".parse().unwrap())
+        );
+        let s = compile(BTreeMap::new(), &[CLASS, &with_address("127.0.0.1")]);
+        assert_eq!(
+            gateway(&s, "ops", "own").address,
+            Some("127.0.0.1".parse().unwrap())
+        );
+        let s = compile(BTreeMap::new(), &[CLASS, &with_address("192.0.2.99")]);
+        let g = gateway(&s, "ops", "own");
+        assert_eq!(g.address, None);
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let gw = &status["gateways"][0]["status"];
+        let programmed = gw["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Programmed")
+            .unwrap();
+        assert_eq!(programmed["status"], "False", "{gw}");
+        assert_eq!(programmed["reason"], "AddressNotAssigned", "{gw}");
     }
 }

@@ -31,7 +31,7 @@ pub use pool::{ListenerKey, Pool, Protocol};
 pub use ranges::SourceRanges;
 pub use report::L4Report;
 pub use runtime::Runtime;
-pub use table::{HealthOptions, L4Table};
+pub use table::{EdgeListener, HealthOptions, L4Table};
 
 use crate::compile::bind::TenantHosts;
 use crate::compile::upstream::Upstream;
@@ -67,6 +67,10 @@ pub struct L4Config {
     pub health: HealthOptions,
     /// How often listeners that failed to bind are retried.
     pub bind_retry: Duration,
+    /// Every Gateway of an operator namespace gets its own address, where
+    /// all its listeners are served (`--gateway-own-addresses`;
+    /// `compile::listeners::own_address`).
+    pub gateway_own_addresses: bool,
 }
 
 impl Default for L4Config {
@@ -90,6 +94,7 @@ impl Default for L4Config {
             udp_max_flows: 10_000,
             health: HealthOptions::default(),
             bind_retry: Duration::from_secs(5),
+            gateway_own_addresses: false,
         }
     }
 }

@@ -82,6 +82,18 @@ pub struct Route {
     /// (TCP: the connection is closed; UDP: the datagram is dropped).
     pub refusals: Option<Arc<super::gateway::Refusals>>,
     pub options: RouteOptions,
+    /// An HTTP or HTTPS listener of a Gateway with its own address: its
+    /// connections go to the HTTP edge, not to `upstream` (empty).
+    pub edge: Option<EdgeListener>,
+}
+
+/// A Gateway listener socket served by the HTTP edge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeListener {
+    /// TLS terminated (HTTPS) with the shared listener's certificates.
+    pub tls: bool,
+    /// The Gateway whose routes at this port the requests see.
+    pub gateway: NsName,
 }
 
 /// The compiled L4 state: every listener that should exist.
@@ -163,7 +175,7 @@ pub(super) fn build<'s>(
         })
         .map(|(id, s)| candidate(config, tenancy, id, &s.object))
         .collect();
-    let plans = super::gateway::plans(store);
+    let plans = super::gateway::plans(store, tenancy, config.gateway_own_addresses);
     let attached = super::gateway::attach(store, hosts, &plans, &mut resolve);
     candidates.extend(
         plans
@@ -253,6 +265,7 @@ pub(super) fn build<'s>(
                 let (sockets, report) =
                     super::gateway::serve(plan, &attached, c.pool.clone(), result, runtime);
                 for (key, target) in sockets {
+                    let mut edge = None;
                     let (upstream, sni, refusals) = match target {
                         super::gateway::Target::Backends(u, refusals) => (u, None, refusals),
                         super::gateway::Target::Sni(sni) => (
@@ -260,6 +273,21 @@ pub(super) fn build<'s>(
                             Some(Arc::new(sni)),
                             None,
                         ),
+                        super::gateway::Target::Edge { tls } => {
+                            edge = Some(EdgeListener {
+                                tls,
+                                gateway: c.id.clone(),
+                            });
+                            (
+                                Arc::new(Upstream::new(
+                                    format!("{} {}", if tls { "HTTPS" } else { "HTTP" }, c.id),
+                                    Vec::new(),
+                                    None,
+                                )),
+                                None,
+                                None,
+                            )
+                        }
                     };
                     table.listeners.insert(
                         key,
@@ -270,6 +298,7 @@ pub(super) fn build<'s>(
                             sni,
                             refusals,
                             options: c.options.clone(),
+                            edge,
                         }),
                     );
                 }
@@ -370,6 +399,7 @@ pub(super) fn build<'s>(
                                 sni: None,
                                 refusals: None,
                                 options: c.options.clone(),
+                                edge: None,
                             }),
                         );
                     }
@@ -505,7 +535,7 @@ fn gateway_candidate<'s>(
                 refused = Some((
                     "NoPool",
                     format!(
-                        "Tenant {} has no spec.l4.pool: its Gateways' TCP, UDP and TLS listeners get no address",
+                        "Tenant {} has no spec.l4.pool: its Gateways get no address of their own (TCP, UDP and TLS listeners, HTTP and HTTPS ones on their own address)",
                         t.cluster
                     ),
                 ));
@@ -521,9 +551,16 @@ fn gateway_candidate<'s>(
     if ports.is_empty() && refused.is_none() {
         refused = Some((
             "NoPorts",
-            "no TCP, UDP or TLS listener of the Gateway can be served".to_string(),
+            "no listener of the Gateway can be served on its address".to_string(),
         ));
     }
+    let requested = match requested_address(plan.gateway) {
+        Ok(ip) => ip,
+        Err(why) => {
+            refused.get_or_insert(("InvalidAddress", why));
+            None
+        }
+    };
     let counted = plan
         .listeners
         .iter()
@@ -543,7 +580,7 @@ fn gateway_candidate<'s>(
         owner: Owner::Gateway(plan),
         pool,
         ports,
-        requested: None,
+        requested,
         families: Vec::new(),
         policy: FamilyPolicy::SingleStack,
         options: RouteOptions {
@@ -557,6 +594,35 @@ fn gateway_candidate<'s>(
         problems: Vec::new(),
         refused,
         ranges_refused: None,
+    }
+}
+
+/// The address `spec.addresses` asks for: `None` for any of the pool's
+/// (no entry, or an `IPAddress` entry with an empty value). One address
+/// per Gateway: more than one entry, another type or a value that is not
+/// an IP address is refused (the specification's `AddressNotAssigned`).
+fn requested_address(gateway: &teapot_gateway_api::Gateway) -> Result<Option<IpAddr>, String> {
+    let Some(addresses) = gateway.spec.addresses.as_deref() else {
+        return Ok(None);
+    };
+    match addresses {
+        [] => Ok(None),
+        [one] => {
+            let kind = one.r#type.as_deref().unwrap_or("IPAddress");
+            if kind != "IPAddress" {
+                return Err(format!(
+                    "spec.addresses: type {kind} is not served; an IPAddress from the pool is"
+                ));
+            }
+            match one.value.as_deref().unwrap_or("") {
+                "" => Ok(None),
+                text => text
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("spec.addresses: {text:?} is not an IP address")),
+            }
+        }
+        _ => Err("spec.addresses: a Gateway gets one address; name at most one".to_string()),
     }
 }
 

@@ -25,14 +25,35 @@ use super::L4;
 use super::health::HealthChecks;
 use super::tcp::{ListenerId, Loops};
 use crate::compile::l4::pool::{ListenerKey, Protocol};
-use crate::compile::l4::table::{L4Table, Route};
+use crate::compile::l4::table::{EdgeListener, L4Table, Route};
 
 use super::context::Context;
 
 struct Bound {
     route: watch::Sender<Arc<Route>>,
     task: JoinHandle<()>,
+    /// Served by the HTTP edge: a listener whose kind changes is bound
+    /// anew.
+    edge: Option<EdgeListener>,
 }
+
+/// What serves the HTTP and HTTPS listeners of Gateways with their own
+/// address: the HTTP edge (`crate::plane::serving::OwnListeners`), given
+/// by the server so that the L4 plane binds and closes the sockets
+/// without depending on the request path.
+pub trait EdgeServe: Send + Sync + std::fmt::Debug {
+    /// Binds `addr` and returns what accepts on it, TLS terminated when
+    /// `tls`, until `stop` turns `true`.
+    fn serve(
+        &self,
+        addr: std::net::SocketAddr,
+        tls: bool,
+        stop: watch::Receiver<bool>,
+    ) -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
+}
+
+/// The HTTP edge the L4 plane hands its Gateways' HTTP sockets to.
+pub type EdgeServing = Arc<dyn EdgeServe>;
 
 /// The running L4 side of the proxy.
 #[derive(Debug)]
@@ -49,6 +70,7 @@ impl L4Service {
         l4: Arc<L4>,
         tables: watch::Receiver<Arc<L4Table>>,
         threads: usize,
+        edge: Option<EdgeServing>,
     ) -> std::io::Result<L4Service> {
         let (stop, stop_rx) = watch::channel(false);
         let (kill, kill_rx) = watch::channel(false);
@@ -67,6 +89,7 @@ impl L4Service {
             bound: BTreeMap::new(),
             failed: BTreeSet::new(),
             health: HealthChecks::default(),
+            edge,
         };
         let task = tokio::spawn(manager.run(tables, stop_rx));
         Ok(L4Service {
@@ -119,6 +142,7 @@ struct Manager {
     /// In the table but not bound; retried.
     failed: BTreeSet<ListenerKey>,
     health: HealthChecks,
+    edge: Option<EdgeServing>,
 }
 
 impl Manager {
@@ -178,8 +202,16 @@ impl Manager {
         });
         for (key, route) in &table.listeners {
             if let Some(b) = self.bound.get(key) {
-                b.route.send_replace(route.clone());
-                continue;
+                if b.edge == route.edge {
+                    b.route.send_replace(route.clone());
+                    continue;
+                }
+                // Another kind on the same socket (a TCP listener become
+                // HTTP): closed, then bound for the new kind below.
+                if let Some(b) = self.bound.remove(key) {
+                    drop(b.route);
+                    drop(b.task);
+                }
             }
             match self.bind(*key, route.clone()) {
                 Ok(b) => {
@@ -210,6 +242,16 @@ impl Manager {
 
     fn bind(&self, key: ListenerKey, route: Arc<Route>) -> std::io::Result<Bound> {
         let addr = key.socket_addr();
+        let edge = route.edge.clone();
+        if let Some(listener) = &edge {
+            let (tx, rx) = watch::channel(route);
+            let task = self.bind_edge(addr, listener.tls, rx)?;
+            return Ok(Bound {
+                route: tx,
+                task,
+                edge,
+            });
+        }
         let (tx, rx) = watch::channel(route);
         let task = match key.protocol {
             Protocol::Tcp => {
@@ -223,7 +265,41 @@ impl Manager {
                 tokio::spawn(super::udp::serve(socket, key, rx, self.ctx.clone()))
             }
         };
-        Ok(Bound { route: tx, task })
+        Ok(Bound {
+            route: tx,
+            task,
+            edge,
+        })
+    }
+
+    /// An HTTP or HTTPS socket of a Gateway with its own address, served
+    /// by the HTTP edge until its route sender is dropped. Its connections
+    /// are not cut then: they finish on the edge's drain signal, as the
+    /// shared listeners' do.
+    fn bind_edge(
+        &self,
+        addr: std::net::SocketAddr,
+        tls: bool,
+        mut route: watch::Receiver<Arc<Route>>,
+    ) -> std::io::Result<JoinHandle<()>> {
+        let Some(edge) = &self.edge else {
+            return Err(std::io::Error::other(
+                "this proxy serves no HTTP edge for Gateway listeners",
+            ));
+        };
+        let (stop_tx, stop) = watch::channel(false);
+        let serve = edge.serve(addr, tls, stop)?;
+        Ok(tokio::spawn(async move {
+            let mut serve = serve;
+            loop {
+                tokio::select! {
+                    _ = &mut serve => return,
+                    changed = route.changed() => if changed.is_err() { break },
+                }
+            }
+            let _ = stop_tx.send(true);
+            serve.await;
+        }))
     }
 }
 

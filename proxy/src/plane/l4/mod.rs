@@ -292,7 +292,13 @@ impl L4 {
     /// [`manager::L4Service::shutdown`]. TCP connections are served by
     /// `threads` event loops of their own (`event_loop`), one per serving
     /// thread.
-    pub fn spawn(self: &Arc<Self>, threads: usize) -> std::io::Result<manager::L4Service> {
-        manager::L4Service::spawn(self.clone(), self.tables.subscribe(), threads)
+    /// `edge` serves the HTTP and HTTPS listeners of Gateways with their
+    /// own address (`None`: they are not bound, and say why).
+    pub fn spawn(
+        self: &Arc<Self>,
+        threads: usize,
+        edge: Option<manager::EdgeServing>,
+    ) -> std::io::Result<manager::L4Service> {
+        manager::L4Service::spawn(self.clone(), self.tables.subscribe(), threads, edge)
     }
 }

@@ -1347,6 +1347,7 @@ mod tests {
                 udp_idle_timeout: idle,
                 health: HealthOptions::default(),
             },
+            edge: None,
         })
     }
 
@@ -1523,6 +1524,7 @@ mod tests {
             sni: None,
             refusals: None,
             options,
+            edge: None,
         })
     }
 

@@ -600,6 +600,7 @@ mod tests {
                     udp_idle_timeout: Duration::from_secs(60),
                     health: HealthOptions::default(),
                 },
+                edge: None,
             })
         };
         let (_kill, kill) = watch::channel(false);

@@ -24,6 +24,11 @@ pub struct RequestFacts<'a> {
     /// taken as plain HTTP: a rule of an HTTPS listener only is never
     /// served to a request whose transport is unknown.
     pub tls: Option<bool>,
+    /// The address and port the connection came in on (never the `Host`
+    /// header's: a client names any port there). It picks the table of a
+    /// Gateway with its own address (`compile::l4::EdgeTables`) and the
+    /// port a redirect without one keeps; `None` when unknown.
+    pub local: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for RequestFacts<'_> {
@@ -33,6 +38,7 @@ impl std::fmt::Debug for RequestFacts<'_> {
             .field("query", &self.query)
             .field("headers", &self.headers.is_some())
             .field("tls", &self.tls)
+            .field("local", &self.local)
             .finish()
     }
 }
@@ -44,6 +50,7 @@ impl RequestFacts<'_> {
         query: None,
         headers: None,
         tls: None,
+        local: None,
     };
 }
 

@@ -149,6 +149,55 @@ pub struct GatewayTable {
     any: Option<Chain>,
     /// Longest wildcard suffix: no probe for longer ones.
     max_wildcard: usize,
+    /// The tables of Gateways with their own address (set on the shared
+    /// table only).
+    own: OwnTables,
+}
+
+/// The route table of each HTTP and HTTPS socket of Gateways with their
+/// own address: one Gateway's routes at one port. A request that came in
+/// on a Gateway's own address sees that table only, and one that came in
+/// elsewhere never sees it: the Gateway's routes are in no other table.
+#[derive(Debug, Default)]
+pub struct OwnTables {
+    by_socket: std::collections::HashMap<std::net::SocketAddr, Arc<GatewayTable>>,
+    /// Every address with such a socket.
+    addresses: std::collections::HashSet<std::net::IpAddr>,
+}
+
+impl OwnTables {
+    /// Each socket with its Gateway's table at that port (`None`: no route
+    /// bound there).
+    pub fn new(
+        sockets: impl IntoIterator<Item = (std::net::SocketAddr, Option<GatewayTable>)>,
+    ) -> OwnTables {
+        let mut out = OwnTables::default();
+        for (socket, table) in sockets {
+            out.addresses.insert(socket.ip());
+            out.by_socket
+                .insert(socket, Arc::new(table.unwrap_or_default()));
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.addresses.is_empty()
+    }
+
+    /// Whether `ip` is a Gateway's own address with an HTTP socket.
+    pub fn serves(&self, ip: std::net::IpAddr) -> bool {
+        self.addresses.contains(&ip)
+    }
+
+    /// `None`: `local` is not a Gateway's own address, the shared tables
+    /// serve it. `Some(None)`: it is, but no HTTP listener of a Gateway is
+    /// at that port.
+    pub fn at(&self, local: std::net::SocketAddr) -> Option<Option<&GatewayTable>> {
+        if !self.addresses.contains(&local.ip()) {
+            return None;
+        }
+        Some(self.by_socket.get(&local).map(|t| &**t))
+    }
 }
 
 /// The candidates a host sees ([`GatewayTable::host`]).
@@ -210,6 +259,15 @@ impl<'t> HostView<'t> {
 }
 
 impl GatewayTable {
+    /// The tables of Gateways with their own address.
+    pub fn own(&self) -> &OwnTables {
+        &self.own
+    }
+
+    pub fn set_own(&mut self, own: OwnTables) {
+        self.own = own;
+    }
+
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.wildcard.is_empty() && self.any.is_none()
     }
@@ -375,6 +433,7 @@ mod tests {
             query: Some("x=1&animal=whale"),
             headers: Some(&headers),
             tls: None,
+            local: None,
         };
         assert!(m.matches("/", &facts));
         assert!(!m.matches(
