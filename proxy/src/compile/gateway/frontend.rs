@@ -352,6 +352,55 @@ mod tests {
     }
 
     #[test]
+    fn per_port_validation_replaces_the_default_on_its_port() {
+        let (a, b) = (ca_pem("default CA"), ca_pem("per-port CA"));
+        let indented_b = indented(&b);
+        let mut all = docs(
+            "      default:\n        validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca}]}\n      perPort:\n      - {port: 8443, tls: {validation: {mode: AllowInsecureFallback, caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca-8443}, {group: \"\", kind: ConfigMap, name: missing}]}}}\n",
+            &a,
+        );
+        all.push(format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca-8443, namespace: infra}}\ndata:\n  ca.crt: |\n{indented_b}"
+        ));
+        let store = crate::compile::tests::test_store(&all.join("---\n"));
+        let (id, gateway) = store.gateways.iter().next().unwrap();
+        let on = |port| super::for_port(&store, id, &gateway.object, false, port).unwrap();
+        let default = on(443).setting.unwrap();
+        assert_eq!(default.mode, ClientAuthMode::AllowValidOnly);
+        assert_eq!(default.max_depth, super::GATEWAY_DEPTH);
+        assert!(on(443).unresolved.is_none());
+        let per_port = on(8443);
+        let setting = per_port.setting.unwrap();
+        assert_eq!(setting.mode, ClientAuthMode::InsecureFallback);
+        assert_eq!(setting.source, "Gateway infra/gw port 8443");
+        assert!(!setting.verifies_as(&default), "another bundle");
+        // The readable CA serves; the missing one is reported.
+        let unresolved = per_port.unresolved.unwrap();
+        assert!(unresolved.contains("caCertificateRefs[1]"), "{unresolved}");
+        assert!(
+            unresolved.contains("ConfigMap infra/missing not found"),
+            "{unresolved}"
+        );
+        // A tenant Gateway never reads another namespace's CA.
+        let mut gw = (*gateway.object).clone();
+        gw.spec
+            .tls
+            .as_mut()
+            .unwrap()
+            .frontend
+            .as_mut()
+            .unwrap()
+            .default
+            .validation
+            .as_mut()
+            .unwrap()
+            .ca_certificate_refs[0]
+            .namespace = Some("other".into());
+        let refused = super::for_port(&store, id, &gw, true, 443).unwrap_err();
+        assert!(refused.contains("another namespace"), "{refused}");
+    }
+
+    #[test]
     fn a_listener_without_a_usable_ca_is_not_served() {
         let s = compile_test_docs(
             &docs(
