@@ -384,13 +384,16 @@ def unresolved_in(value, path=""):
 
 
 def find_tests(tokens):
-    """`var NAME = confsuite.ConformanceTest{...}`: name -> (literal range)."""
+    """`var NAME = confsuite.ConformanceTest{...}` (or `suite.`): name ->
+    (literal range)."""
     out = {}
     for i in range(len(tokens) - 6):
         if (
             tokens[i][1] == "var"
             and tokens[i + 2][1] == "="
-            and tokens[i + 3][1] == "confsuite"
+            # The suite package under any import name (`confsuite`, `suite`).
+            and tokens[i + 3][0] == "ident"
+            and tokens[i + 4][1] == "."
             and tokens[i + 5][1] == "ConformanceTest"
             and tokens[i + 6][1] == "{"
         ):

@@ -173,7 +173,10 @@ pub struct Response {
     pub status_code: u16,
     #[serde(rename = "StatusCodes", default)]
     pub status_codes: Vec<u16>,
-    #[serde(rename = "Headers", default)]
+    /// HTTP: one value per header. gRPC (`*metadata.MD`): a list per key,
+    /// read joined with `,`; upstream's `compareResponse` does not judge
+    /// them, and neither does the runner.
+    #[serde(rename = "Headers", default, deserialize_with = "header_values")]
     pub headers: Option<BTreeMap<String, String>>,
     #[serde(rename = "ValidHeaderValues", default)]
     pub valid_header_values: Option<BTreeMap<String, Vec<String>>>,
@@ -189,6 +192,35 @@ pub struct Response {
     pub code: Option<Value>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+fn header_values<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    use serde::de::Error;
+    let map = match Value::deserialize(deserializer)? {
+        Value::Null => return Ok(None),
+        // The port writes an empty composite literal (`&metadata.MD{}`)
+        // as an empty list.
+        Value::Array(items) if items.is_empty() => return Ok(Some(BTreeMap::new())),
+        Value::Object(map) => map,
+        other => return Err(D::Error::custom(format!("headers: {other} is not a map"))),
+    };
+    map.into_iter()
+        .map(|(name, values)| match values {
+            Value::String(value) => Ok((name, value)),
+            Value::Array(values) => values
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .map(|values| (name, values.join(",")))
+                .ok_or_else(|| D::Error::custom("header values are not strings")),
+            other => Err(D::Error::custom(format!(
+                "header value {other} is not text"
+            ))),
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
 }
 
 /// `http.MirroredBackend`.
@@ -398,6 +430,14 @@ mod tests {
         );
         assert_eq!(file.cases[1].status_codes(), vec![200]);
         assert_eq!(case.unjudged_fields(), vec!["RequestMetadata"]);
+        let grpc: Case = serde_json::from_str(
+            r#"{"Response": {"Headers": {"A": ["1", "2"], "B": "3"}}, "protocol": "grpc"}"#,
+        )
+        .unwrap();
+        let headers = grpc.response.headers.unwrap();
+        assert_eq!((headers["A"].as_str(), headers["B"].as_str()), ("1,2", "3"));
+        let empty: Case = serde_json::from_str(r#"{"Response": {"Headers": []}}"#).unwrap();
+        assert_eq!(empty.response.headers, Some(BTreeMap::new()));
         assert!(file.cases[1].unjudged_fields().is_empty());
         let odd: Case = serde_json::from_str(
             r#"{"Request": {"Path": "/", "ClientCert": "x"}, "ExpectedRequest": {"Request": {"Trailer": 1}},
