@@ -11,6 +11,12 @@
 //! every one of the tenant's: a policy only acts where a mirrored route's
 //! backend is its Service, and the webhook judges each copy.
 //!
+//! ListenerSets are copied onto the copy of the tenant's Gateway that
+//! allows them, or, when the tenant cluster has no Gateway where one
+//! points, onto the LB cluster's Gateway it names (the operator's shared
+//! Gateway, whose `allowedListeners` decides there), with their listeners'
+//! Secrets; routes attach to them by a parentRef of kind ListenerSet.
+//!
 //! ReferenceGrants are read, not copied: a reference across tenant
 //! namespaces is mirrored only when a ReferenceGrant in the tenant cluster
 //! allows it, and on the LB side every copy shares one namespace.
@@ -31,8 +37,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use teapot_api::gateway_api::{
-    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute,
-    TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant,
+    TcpRoute, TlsRoute, UdpRoute,
 };
 use teapot_api::hostname::mirrored_ingress_name;
 use teapot_api::route_policy::RouteTrafficPolicy;
@@ -50,6 +56,17 @@ use crate::{Context, Error, gc, mirror};
 /// resource answers a list); a 404 means the CRDs are not installed.
 pub async fn probe(client: &Client) -> Result<bool, Error> {
     let api: Api<GatewayClass> = Api::all(client.clone());
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether the tenant cluster serves ListenerSets (Gateway API v1.5 and
+/// later): without the kind the agent mirrors none, and watches none.
+pub async fn probe_listener_sets(client: &Client) -> Result<bool, Error> {
+    let api: Api<ListenerSet> = Api::all(client.clone());
     match api.list(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
@@ -157,6 +174,35 @@ async fn mirror_services(
     Ok(())
 }
 
+/// Mirrors the certificate Secrets of `secrets` that are not refused;
+/// problems for the missing ones, refusals for the ones the LB cluster
+/// refused.
+async fn mirror_secrets(
+    ctx: &Context,
+    secrets: impl IntoIterator<Item = &Ref>,
+    refused: &[CrossRef],
+    problems: &mut Vec<String>,
+    refusals: &mut Vec<String>,
+) -> Result<(), Error> {
+    for target in secrets {
+        if is_refused(refused, "Secret", target) {
+            continue;
+        }
+        let api: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &target.0);
+        match api.get_opt(&target.1).await? {
+            None => problems.push(format!(
+                "Secret {}/{} (certificateRefs or tls.backend.clientCertificateRef) not found",
+                target.0, target.1
+            )),
+            Some(s) => match mirror::lb_secret(&s, &ctx.config.lb_namespace) {
+                Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
+                Err(e) => problems.push(e.to_string()),
+            },
+        }
+    }
+    Ok(())
+}
+
 /// The conditions annotation: Accepted (the LB cluster took every copy),
 /// ResolvedRefs when a reference could not be followed.
 fn conditions(refusals: &[String], problems: &[String]) -> Vec<Condition> {
@@ -225,22 +271,7 @@ pub async fn reconcile_gateway(gateway: Arc<Gateway>, ctx: Arc<Context>) -> Resu
     let (refused, mut problems) = check_grants(&ctx, &needs.cross).await?;
     let mut refusals = Vec::new();
     // Secrets before the Gateway, so what it references exists.
-    for target in &needs.secrets {
-        if is_refused(&refused, "Secret", target) {
-            continue;
-        }
-        let api: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &target.0);
-        match api.get_opt(&target.1).await? {
-            None => problems.push(format!(
-                "Secret {}/{} (certificateRefs or tls.backend.clientCertificateRef) not found",
-                target.0, target.1
-            )),
-            Some(s) => match mirror::lb_secret(&s, &ctx.config.lb_namespace) {
-                Ok(copy) => refusals.extend(apply_lb(&ctx, &copy).await?),
-                Err(e) => problems.push(e.to_string()),
-            },
-        }
-    }
+    mirror_secrets(&ctx, &needs.secrets, &refused, &mut problems, &mut refusals).await?;
     let copy: Gateway =
         serde_json::from_value(lb_gateway(&value, &ctx.config.lb_namespace, &refused)?)?;
     refusals.extend(apply_lb(&ctx, &copy).await?);
@@ -258,8 +289,75 @@ pub async fn reconcile_gateway(gateway: Arc<Gateway>, ctx: Arc<Context>) -> Resu
     Ok(Action::requeue(ctx.config.resync))
 }
 
+/// Where a tenant ListenerSet goes: `Some(true)` on the copy of the
+/// tenant's teapot Gateway that allows it, `Some(false)` on the LB
+/// cluster's Gateway its parentRef names (the tenant cluster has no
+/// Gateway there: the operator's shared Gateway, whose `allowedListeners`
+/// decides on the LB side), `None` when it is not teapot's (another
+/// class's Gateway) or its Gateway does not allow it (with the problem).
+async fn listener_set_target(
+    ctx: &Context,
+    set: &Value,
+) -> Result<(Option<bool>, Vec<String>), Error> {
+    let namespace = set["metadata"]["namespace"].as_str().unwrap_or("");
+    let (ns, name) = gm::listener_set_parent(set)?;
+    let api: Api<Gateway> = Api::namespaced(ctx.tenant.clone(), &ns);
+    Ok(match api.get_opt(&name).await? {
+        None => (Some(false), Vec::new()),
+        Some(g) if !is_ours(&g) => (None, Vec::new()),
+        Some(g) if gm::allows_listener_set(&g, namespace) => (Some(true), Vec::new()),
+        Some(_) => (
+            None,
+            vec![format!(
+                "Gateway {ns}/{name} does not allow ListenerSets from namespace {namespace} (its allowedListeners; namespace selectors are not supported)"
+            )],
+        ),
+    })
+}
+
+/// Reconciles one tenant ListenerSet: its certificate Secrets, then its
+/// copy on the copy of its Gateway (or on the LB cluster's Gateway it
+/// names); the copy's status back.
+pub async fn reconcile_listener_set(
+    set: Arc<ListenerSet>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let value = serde_json::to_value(set.as_ref())?;
+    let (target, mut problems) = listener_set_target(&ctx, &value).await?;
+    if let Some(done) = hold(set.as_ref(), target.is_some(), &ctx).await? {
+        return Ok(done);
+    }
+    let needs = gm::listener_set_needs(&value)?;
+    let (refused, grant_problems) = check_grants(&ctx, &needs.cross).await?;
+    problems.extend(grant_problems);
+    let mut refusals = Vec::new();
+    mirror_secrets(&ctx, &needs.secrets, &refused, &mut problems, &mut refusals).await?;
+    let copy: ListenerSet = serde_json::from_value(gm::lb_listener_set(
+        &value,
+        &ctx.config.lb_namespace,
+        &refused,
+        target == Some(true),
+    )?)?;
+    refusals.extend(apply_lb(&ctx, &copy).await?);
+    if let Some(lb) = lb_copy::<ListenerSet>(&ctx, &copy.name_any()).await? {
+        // The same shape as a Gateway's: conditions and listeners.
+        let status = gm::gateway_status_for_tenant(&lb, &value);
+        copy_gateway_api_status(&ctx, set.as_ref(), &value, status).await?;
+    }
+    report(&ctx, set.as_ref(), conditions(&refusals, &problems)).await?;
+    ctx.failures
+        .clear(&format!("ListenerSet {}", key(set.as_ref())));
+    ctx.metrics
+        .reconciles
+        .with_label_values(&["listenerset", "ok"])
+        .inc();
+    Ok(Action::requeue(ctx.config.resync))
+}
+
 /// The `parentRefs` indexes of `route` whose Gateway is teapot's and lets
-/// it attach, and a problem for each teapot Gateway that does not.
+/// it attach, and a problem for each teapot Gateway that does not; and
+/// those of its ListenerSets the agent mirrors (their finalizer) whose
+/// listeners let it attach.
 async fn attached(
     ctx: &Context,
     route: &Value,
@@ -285,6 +383,27 @@ async fn attached(
             ));
         }
     }
+    let sets = gm::route_listener_sets(route)?;
+    // A cluster without the kind answers 404, as for a missing set.
+    for (i, (ns, name)) in sets {
+        let api: Api<ListenerSet> = Api::namespaced(ctx.tenant.clone(), &ns);
+        let Some(set) = api.get_opt(&name).await? else {
+            continue;
+        };
+        // Mirrored: the reconciler holds it once it is teapot's.
+        if !set.finalizers().iter().any(|f| f == FINALIZER) {
+            continue;
+        }
+        let section = route["spec"]["parentRefs"][i]["sectionName"].as_str();
+        if gm::set_allows(&set, section, kind, namespace) {
+            out.push(i);
+        } else {
+            problems.push(format!(
+                "ListenerSet {ns}/{name} does not allow this {kind} (its listeners' allowedRoutes; namespace selectors are not supported)"
+            ));
+        }
+    }
+    out.sort_unstable();
     Ok((out, problems))
 }
 
@@ -508,6 +627,50 @@ fn gateway_controller(
         .boxed()
 }
 
+fn listener_set_controller(
+    ctx: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+) -> BoxFuture<'static, ()> {
+    let (sets, store) = primary(Api::<ListenerSet>::all(ctx.tenant.clone()));
+    let (secrets_store, gateways_store) = (store.clone(), store.clone());
+    Controller::for_stream(sets, store)
+        .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
+        .watches_stream(lb_copies::<ListenerSet>(&ctx), |lb: ListenerSet| {
+            source_ref(&lb)
+        })
+        .watches(
+            Api::<Secret>::all(ctx.tenant.clone()),
+            watcher::Config::default().fields("type=kubernetes.io/tls"),
+            move |s: Secret| {
+                let target = (s.namespace().unwrap_or_default(), s.name_any());
+                matching(&secrets_store, |l| {
+                    gm::listener_set_needs(l).is_ok_and(|n| n.secrets.contains(&target))
+                })
+            },
+        )
+        // A Gateway that appears, changes class or allowedListeners
+        // decides which sets attach.
+        .watches(
+            Api::<Gateway>::all(ctx.tenant.clone()),
+            watcher::Config::default(),
+            move |g: Gateway| {
+                let target = (g.namespace().unwrap_or_default(), g.name_any());
+                matching(&gateways_store, |l| {
+                    gm::listener_set_parent(l).is_ok_and(|p| p == target)
+                })
+            },
+        )
+        .reconcile_all_on(resync_ticks(ctx.clone()))
+        .graceful_shutdown_on(stop(shutdown))
+        .run(reconcile_listener_set, error_policy::<ListenerSet>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "ListenerSet controller event");
+            }
+        })
+        .boxed()
+}
+
 fn route_controller<K: Route>(
     ctx: Arc<Context>,
     shutdown: watch::Receiver<bool>,
@@ -628,7 +791,11 @@ fn route_traffic_policy_controller(
 
 /// The Gateway and route controllers, until `shutdown` turns true.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
-    futures::future::join_all([
+    let sets = probe_listener_sets(&ctx.tenant)
+        .await
+        .unwrap_or(false)
+        .then(|| listener_set_controller(ctx.clone(), shutdown.clone()));
+    futures::future::join_all(sets.into_iter().chain([
         gateway_controller(ctx.clone(), shutdown.clone()),
         route_controller::<HttpRoute>(ctx.clone(), shutdown.clone()),
         route_controller::<GrpcRoute>(ctx.clone(), shutdown.clone()),
@@ -637,6 +804,6 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>)
         route_controller::<UdpRoute>(ctx.clone(), shutdown.clone()),
         backend_tls_policy_controller(ctx.clone(), shutdown.clone()),
         route_traffic_policy_controller(ctx, shutdown),
-    ])
+    ]))
     .await;
 }

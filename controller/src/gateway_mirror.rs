@@ -270,6 +270,38 @@ pub fn lb_gateway(
 ) -> Result<Value, Error> {
     let ns = own_namespace(gateway)?;
     let mut spec = gateway["spec"].clone();
+    lb_listeners(&mut spec, &ns, refused);
+    // ListenerSets attach on the LB side from the copy's namespace, where
+    // every copy lives: the agent mirrors only those the tenant's Gateway
+    // allows ([`allows_listener_set`]), so any `from` but None is Same.
+    if let Some(rule) = spec
+        .get_mut("allowedListeners")
+        .and_then(|a| a.as_object_mut())
+        .filter(|a| a.get("namespaces").is_some_and(|n| n["from"] != "None"))
+    {
+        rule.insert("namespaces".into(), json!({"from": "Same"}));
+    }
+    // Renamed even when refused: the mirror is then never made, so the LB
+    // Gateway reports the reference invalid and its TLS backends answer
+    // 503, where dropping it would connect without the certificate.
+    if let Some(r) = spec
+        .pointer_mut(CLIENT_CERTIFICATE_REF)
+        .filter(|r| is_core(r, "Secret"))
+    {
+        rename_secret_ref(r, &ns);
+    }
+    Ok(json!({
+        "apiVersion": gateway["apiVersion"],
+        "kind": "Gateway",
+        "metadata": copy_metadata(gateway, &ns, lb_namespace)?,
+        "spec": spec,
+    }))
+}
+
+/// A Gateway's or ListenerSet's `spec.listeners` as the LB copy has them:
+/// `allowedRoutes.namespaces` set to `Same`, certificate references
+/// renamed to their mirrors (those in `refused` dropped).
+fn lb_listeners(spec: &mut Value, ns: &str, refused: &[CrossRef]) {
     let listeners = spec.get_mut("listeners").and_then(Value::as_array_mut);
     for l in listeners.into_iter().flatten() {
         if let Some(ns_rule) = l
@@ -288,28 +320,111 @@ pub fn lb_gateway(
                 !is_core(r, "Secret")
                     || !refused
                         .iter()
-                        .any(|c| c.to_kind == "Secret" && c.to == target_of(r, &ns))
+                        .any(|c| c.to_kind == "Secret" && c.to == target_of(r, ns))
             });
             for r in refs.iter_mut().filter(|r| is_core(r, "Secret")) {
-                rename_secret_ref(r, &ns);
+                rename_secret_ref(r, ns);
             }
         }
     }
-    // Renamed even when refused: the mirror is then never made, so the LB
-    // Gateway reports the reference invalid and its TLS backends answer
-    // 503, where dropping it would connect without the certificate.
-    if let Some(r) = spec
-        .pointer_mut(CLIENT_CERTIFICATE_REF)
-        .filter(|r| is_core(r, "Secret"))
-    {
-        rename_secret_ref(r, &ns);
+}
+
+/// The Gateway a tenant ListenerSet names, as `(namespace, name)`.
+pub fn listener_set_parent(set: &Value) -> Result<Ref, Error> {
+    let ns = own_namespace(set)?;
+    Ok(target_of(&set["spec"]["parentRef"], &ns))
+}
+
+/// The certificate Secrets a ListenerSet's listeners name, with the
+/// cross-namespace ones to check (granted to kind ListenerSet).
+pub fn listener_set_needs(set: &Value) -> Result<Needs, Error> {
+    let mut needs = gateway_needs(set)?;
+    for c in &mut needs.cross {
+        c.from_kind = "ListenerSet".into();
+    }
+    Ok(needs)
+}
+
+/// Whether the tenant's teapot Gateway takes ListenerSets of
+/// `set_namespace`: `allowedListeners.namespaces.from` Same or All; None
+/// (the default) takes none, and Selector needs namespace labels the agent
+/// does not read, so it takes none either (as for routes, [`allows`]).
+pub fn allows_listener_set(gateway: &Gateway, set_namespace: &str) -> bool {
+    use teapot_api::gateway_api::generated::gateways::GatewayAllowedListenersNamespacesFrom as From;
+    let from = gateway
+        .spec
+        .allowed_listeners
+        .as_ref()
+        .and_then(|a| a.namespaces.as_ref())
+        .and_then(|n| n.from.as_ref());
+    match from {
+        Some(From::All) => true,
+        Some(From::Same) => gateway.namespace().as_deref() == Some(set_namespace),
+        Some(From::Selector | From::None) | None => false,
+    }
+}
+
+/// The LB copy of a tenant ListenerSet: `<name>.<namespace>`, its
+/// listeners as a Gateway copy's ([`lb_gateway`]). Its parent is the copy
+/// of the tenant's Gateway when `tenant_gateway` (the cluster has that
+/// Gateway), else the LB cluster's Gateway the parentRef names, as
+/// written: the operator's shared Gateway, whose `allowedListeners`
+/// decides on the LB side.
+pub fn lb_listener_set(
+    set: &Value,
+    lb_namespace: &str,
+    refused: &[CrossRef],
+    tenant_gateway: bool,
+) -> Result<Value, Error> {
+    let ns = own_namespace(set)?;
+    let mut spec = set["spec"].clone();
+    lb_listeners(&mut spec, &ns, refused);
+    if tenant_gateway {
+        let (pns, name) = listener_set_parent(set)?;
+        spec["parentRef"] = json!({
+            "group": GROUP,
+            "kind": "Gateway",
+            "name": mirrored_ingress_name(&pns, &name),
+        });
     }
     Ok(json!({
-        "apiVersion": gateway["apiVersion"],
-        "kind": "Gateway",
-        "metadata": copy_metadata(gateway, &ns, lb_namespace)?,
+        "apiVersion": set["apiVersion"],
+        "kind": "ListenerSet",
+        "metadata": copy_metadata(set, &ns, lb_namespace)?,
         "spec": spec,
     }))
+}
+
+/// The ListenerSets a route names, as `(namespace, name)` with the
+/// `parentRefs` index.
+pub fn route_listener_sets(route: &Value) -> Result<Vec<(usize, Ref)>, Error> {
+    let ns = own_namespace(route)?;
+    Ok(route["spec"]["parentRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, p)| {
+            p["group"].as_str().unwrap_or(GROUP) == GROUP && p["kind"] == "ListenerSet"
+        })
+        .map(|(i, p)| (i, target_of(p, &ns)))
+        .collect())
+}
+
+/// Whether a ListenerSet lets a route of `kind` in `route_namespace`
+/// attach through some listener (`sectionName` narrows them), by the rule
+/// of a Gateway's listeners ([`allows`]), the set's namespace being theirs.
+pub fn set_allows(
+    set: &teapot_api::gateway_api::ListenerSet,
+    section: Option<&str>,
+    kind: &str,
+    route_namespace: &str,
+) -> bool {
+    let set_ns = set.namespace().unwrap_or_default();
+    teapot_api::admission::listener_set_listeners(set)
+        .iter()
+        .filter(|l| section.is_none_or(|s| s == l.name))
+        .any(|l| attachment::admits(l, &set_ns, route_namespace, kind, |_| false))
 }
 
 /// A Secret reference of a tenant object of `ns`, renamed to its mirror

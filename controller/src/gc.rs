@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use teapot_api::admission::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_api::gateway_api::{
-    BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GrpcRoute, HttpRoute, ListenerSet, TcpRoute, TlsRoute, UdpRoute,
 };
 use teapot_api::hostname::{mirrored_ingress_name, mirrored_service_name};
 use teapot_api::names::SERVICE_NAME_LABEL;
@@ -151,8 +151,9 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
 }
 
 /// The kinds of Gateway API copies the agent writes.
-const COPY_KINDS: [&str; 8] = [
+const COPY_KINDS: [&str; 9] = [
     "Gateway",
+    "ListenerSet",
     "HTTPRoute",
     "GRPCRoute",
     "TLSRoute",
@@ -162,9 +163,9 @@ const COPY_KINDS: [&str; 8] = [
     "RouteTrafficPolicy",
 ];
 
-/// A list of teapot's own RouteTrafficPolicy kind, empty where its CRD is
-/// not installed (404): a tenant cluster without it has no policies, and
-/// the collector must still run for everything else.
+/// A list of teapot's own RouteTrafficPolicy kind or of ListenerSets,
+/// empty where the CRD is not installed (404): a cluster without it has
+/// none, and the collector must still run for everything else.
 fn served<T>(list: Result<Vec<T>, Error>) -> Result<Vec<T>, Error> {
     match list {
         Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(Vec::new()),
@@ -189,6 +190,7 @@ async fn lb_copy_names(ctx: &Context) -> Result<Vec<(&'static str, String)>, Err
     let mut out = Vec::new();
     let lists = [
         names::<Gateway>(ctx).await?,
+        served(names::<ListenerSet>(ctx).await)?,
         names::<HttpRoute>(ctx).await?,
         names::<GrpcRoute>(ctx).await?,
         names::<TlsRoute>(ctx).await?,
@@ -220,6 +222,25 @@ async fn add_live(ctx: &Context, live: &mut Live) -> Result<(), Error> {
         live.gateway_api
             .insert(("Gateway", mirrored_ingress_name(&ns, &g.name_any())));
         for (sns, s) in gateway_needs(&serde_json::to_value(&g)?)?.secrets {
+            live.secrets.insert(mirror::mirrored_secret_name(&sns, &s));
+        }
+    }
+    // A ListenerSet counts while it carries the finalizer, as a route
+    // does; with it, its listeners' Secrets.
+    let sets = Api::<ListenerSet>::all(ctx.tenant.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(Error::from);
+    for l in served(sets)? {
+        let held = l.finalizers().iter().any(|f| f == FINALIZER);
+        if !held || l.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ns = l.namespace().unwrap_or_default();
+        live.gateway_api
+            .insert(("ListenerSet", mirrored_ingress_name(&ns, &l.name_any())));
+        for (sns, s) in gateway_mirror::listener_set_needs(&serde_json::to_value(&l)?)?.secrets {
             live.secrets.insert(mirror::mirrored_secret_name(&sns, &s));
         }
     }
@@ -295,6 +316,7 @@ async fn add_live_routes<K: Tenant>(ctx: &Context, live: &mut Live) -> Result<()
 async fn delete_copy(ctx: &Context, kind: &str, name: &str) -> Result<usize, Error> {
     match kind {
         "Gateway" => delete::<Gateway>(ctx, name).await,
+        "ListenerSet" => delete::<ListenerSet>(ctx, name).await,
         "HTTPRoute" => delete::<HttpRoute>(ctx, name).await,
         "GRPCRoute" => delete::<GrpcRoute>(ctx, name).await,
         "TLSRoute" => delete::<TlsRoute>(ctx, name).await,
