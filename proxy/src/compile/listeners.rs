@@ -498,4 +498,70 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn own_address_gateways_serve_http_on_any_port_and_share_sockets_by_protocol() {
+        let shared = gateway(&[
+            ("http", "HTTP", 80, None, None),
+            ("https", "HTTPS", 443, None, None),
+            ("db", "TCP", 5432, None, None),
+        ]);
+        // L4 listeners beside 80 and 443 keep HTTP on the shared listeners;
+        // a port that no socket can have asks for nothing.
+        assert!(!own_address(&shared, false, false));
+        assert!(!own_address(
+            &gateway(&[("zero", "HTTP", 0, None, None)]),
+            false,
+            false
+        ));
+        // Another port, or the operator's choice for its own namespaces.
+        assert!(own_address(
+            &gateway(&[("alt", "HTTP", 8080, None, None)]),
+            true,
+            false
+        ));
+        assert!(own_address(
+            &gateway(&[("alt", "HTTPS", 8443, None, None)]),
+            true,
+            false
+        ));
+        assert!(own_address(&shared, false, true));
+        assert!(!own_address(&shared, true, true));
+        let mut asked = shared.clone();
+        asked.spec.addresses = Some(vec![
+            teapot_gateway_api::generated::gateways::GatewayAddresses {
+                r#type: None,
+                value: None,
+            },
+        ]);
+        assert!(own_address(&asked, true, false));
+
+        let g = gateway(&[
+            ("a", "HTTP", 8080, Some("a.example"), None),
+            ("b", "HTTP", 8080, Some("b.example"), None),
+            ("tls", "HTTPS", 8443, None, None),
+            ("mixed-http", "HTTP", 9000, None, None),
+            ("mixed-tcp", "TCP", 9000, None, None),
+            ("udp", "UDP", 8080, None, None),
+        ]);
+        let got: Vec<_> = classify_at(&g, true)
+            .iter()
+            .map(|l| (l.name(), l.plane, l.conflict.as_ref().map(|r| r.0)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                // Hostnames tell HTTP listeners on one socket apart; UDP
+                // is another socket.
+                ("a", Some(Plane::Http), None),
+                ("b", Some(Plane::Http), None),
+                ("tls", Some(Plane::Https), None),
+                ("mixed-http", Some(Plane::Http), Some("ProtocolConflict")),
+                ("mixed-tcp", Some(Plane::Tcp), Some("ProtocolConflict")),
+                ("udp", Some(Plane::Udp), None),
+            ]
+        );
+        // On the shared listeners 8080 is not served.
+        assert_eq!(classify(&g)[0].plane, None);
+    }
 }
