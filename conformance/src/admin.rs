@@ -297,6 +297,40 @@ mod tests {
             web.describe()
                 .contains("served, addresses [127.0.0.1, web.lb.example]")
         );
+        assert!(status.gateways.is_empty());
+    }
+
+    /// `gatewayAPI.gateways[].status.addresses`, in order: what the
+    /// Gateway conformance runner sends each case to.
+    #[test]
+    fn gateway_addresses() {
+        let body = r#"{"gatewayAPI": {"gateways": [
+            {"namespace": "infra", "name": "fleet",
+             "status": {"addresses": [{"type": "IPAddress", "value": "127.0.0.1"}]}},
+            {"namespace": "infra", "name": "own",
+             "status": {"addresses": [{"type": "IPAddress", "value": "127.0.0.1"},
+                                      {"type": "IPAddress", "value": "127.48.0.1"}]}},
+            {"namespace": "infra", "name": "none", "status": {}}
+        ]}}"#;
+        let status = Status::parse(body).unwrap();
+        let addresses: Vec<(&str, Vec<&str>)> = status
+            .gateways
+            .iter()
+            .map(|g| {
+                (
+                    g.name.as_str(),
+                    g.addresses.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            addresses,
+            vec![
+                ("fleet", vec!["127.0.0.1"]),
+                ("own", vec!["127.0.0.1", "127.48.0.1"]),
+                ("none", vec![]),
+            ]
+        );
     }
 
     #[test]

@@ -802,7 +802,12 @@ fn calculate_host(gw_addr: &str, scheme: &str) -> String {
         _ => "",
     };
     if !port.is_empty() && port == default {
-        host.to_string()
+        // `Ipv6SafeHost`: SplitHostPort took the brackets off.
+        if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        }
     } else {
         gw_addr.to_string()
     }
@@ -1431,6 +1436,7 @@ fn request_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     fn case(json: &str) -> Case {
         serde_json::from_str(json).unwrap()
@@ -1521,6 +1527,102 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(response.headers.get("x-a").is_none());
         plain.stop().await;
+    }
+
+    fn objects(yaml: &str) -> Vec<Object> {
+        serde_yaml::Deserializer::from_str(yaml)
+            .map(|doc| {
+                let value = serde_yaml::Value::deserialize(doc).unwrap();
+                let text = |k: &str| {
+                    value
+                        .get("metadata")
+                        .and_then(|m| m.get(k))
+                        .and_then(serde_yaml::Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                Object {
+                    kind: value["kind"].as_str().unwrap().to_string(),
+                    namespace: text("namespace"),
+                    name: text("name"),
+                    value: value.clone(),
+                }
+            })
+            .collect()
+    }
+
+    const GATEWAY_AND_ROUTES: &str = "
+kind: Gateway
+metadata: {namespace: ns, name: gw}
+spec:
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: tcp, port: 9000, protocol: TCP}
+---
+kind: TLSRoute
+metadata: {namespace: ns, name: a}
+spec: {hostnames: [a.example.com, b.example.com]}
+---
+kind: TLSRoute
+metadata: {namespace: ns, name: b}
+spec: {hostnames: [c.example.com]}
+";
+
+    #[test]
+    fn listener_ports_and_route_hostnames_come_from_the_manifests() {
+        let objects = objects(GATEWAY_AND_ROUTES);
+        let address = |listener: &str, name: &str| GatewayAddress {
+            name: name.into(),
+            namespace: "ns".into(),
+            listener: listener.into(),
+            use_port: true,
+        };
+        assert_eq!(listener_port(&objects, &address("tcp", "gw")), Ok(9000));
+        // No name, or a name no listener has: the first listener.
+        assert_eq!(listener_port(&objects, &address("", "gw")), Ok(80));
+        assert_eq!(listener_port(&objects, &address("nope", "gw")), Ok(80));
+        assert!(
+            listener_port(&objects, &address("", "other"))
+                .unwrap_err()
+                .contains("ns/other")
+        );
+        let hostname = |index: u64| serde_json::json!({"Routes": [{"Name": "a", "Namespace": "ns"}, {"Name": "b", "Namespace": "ns"}], "Index": index});
+        assert_eq!(
+            route_hostname(&objects, &hostname(2)).unwrap(),
+            "c.example.com"
+        );
+        assert_eq!(
+            route_hostname(&objects, &hostname(1)).unwrap(),
+            "b.example.com"
+        );
+        assert!(
+            route_hostname(&objects, &hostname(3))
+                .unwrap_err()
+                .contains("3 hostnames")
+        );
+    }
+
+    /// `http.CalculateHost`, and the Gateway address a case is given.
+    #[test]
+    fn gateway_addresses_as_upstream_writes_them() {
+        assert_eq!(calculate_host("10.0.0.1:80", "http"), "10.0.0.1");
+        assert_eq!(calculate_host("10.0.0.1:443", "https"), "10.0.0.1");
+        assert_eq!(calculate_host("10.0.0.1:443", "http"), "10.0.0.1:443");
+        assert_eq!(calculate_host("10.0.0.1:8080", "http"), "10.0.0.1:8080");
+        assert_eq!(calculate_host("10.0.0.1", "http"), "10.0.0.1");
+        let ip = "127.48.0.1".parse().unwrap();
+        let own = Endpoint::new(Some(SocketAddr::new(ip, 8080)), ip, Some(8080), "http");
+        assert_eq!(
+            (own.host.as_str(), own.gw_addr.as_str()),
+            ("127.48.0.1:8080", "127.48.0.1:8080")
+        );
+        let portless = Endpoint::new(None, ip, None, "https");
+        assert_eq!(
+            (portless.host.as_str(), portless.gw_addr.as_str()),
+            ("127.48.0.1", "127.48.0.1")
+        );
+        let v6 = "::1".parse().unwrap();
+        assert_eq!(Endpoint::new(None, v6, Some(443), "https").host, "[::1]");
     }
 
     #[test]
