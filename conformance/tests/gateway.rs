@@ -6,7 +6,9 @@
 //!   and a score is printed; the tests of `conformance/gateway/expected-pass.txt`
 //!   pass;
 //! - a self-made test file of the same format (not upstream) runs through
-//!   the same code, which shows the runner treats the files as data.
+//!   the same code, which shows the runner treats the files as data; a
+//!   self-made L4 file's cases go to their Gateway's own pool address;
+//! - the binary writes the upstream-format report where `--report` says.
 //!
 //! The binary is `$TEAPOT_BIN` when set; otherwise it is built first (see
 //! `common`).
@@ -566,4 +568,56 @@ async fn l4_cases_go_to_their_gateways_own_address() {
     assert_eq!(profiles.len(), 1, "{report}");
     assert_eq!(profiles[0]["name"], "GATEWAY-TCP");
     assert_eq!(profiles[0]["core"]["failedTests"][0], "SelfMadeL4");
+}
+
+/// `--report FILE` writes the upstream-format report of the run and says
+/// where; a test whose setup failed is a core failure of its profile.
+#[test]
+fn the_binary_writes_the_report_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = dir.path().join("upstream");
+    std::fs::create_dir_all(upstream.join("base")).unwrap();
+    std::fs::create_dir_all(upstream.join("tests")).unwrap();
+    std::fs::write(upstream.join("base/manifests.yaml"), SELF_MADE_BASE).unwrap();
+    std::fs::write(upstream.join("tests/self-made.yaml"), SELF_MADE_TEST).unwrap();
+    let data = dir.path().join("SelfMade.json");
+    std::fs::write(&data, SELF_MADE_DATA).unwrap();
+    let report = dir.path().join("report.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_teapot-gateway-conformance"))
+        .arg("--teapot")
+        .arg(dir.path().join("no-teapot"))
+        .arg("--upstream")
+        .arg(&upstream)
+        .arg("--crds")
+        .arg(
+            crate_dir()
+                .join("../../shared/conformance-upstream/gateway-api/config/crd/experimental"),
+        )
+        .arg("--report")
+        .arg(&report)
+        .arg("--report-only")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("report: {}", report.display())),
+        "{stdout}"
+    );
+    let written: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(written["apiVersion"], "gateway.networking.k8s.io/v1");
+    assert_eq!(written["kind"], "ConformanceReport");
+    assert_eq!(written["implementation"]["project"], "teapot");
+    assert_eq!(written["gatewayAPIChannel"], "experimental");
+    let profile = &written["profiles"][0];
+    assert_eq!(profile["name"], "GATEWAY-HTTP");
+    assert_eq!(profile["core"]["result"], "failure");
+    assert_eq!(profile["core"]["failedTests"][0], "SelfMadeIngressAndRoute");
+    assert_eq!(profile["core"]["statistics"]["Failed"], 1);
 }
