@@ -507,6 +507,12 @@ spec: {controllerName: teapot.dev/gateway-controller}
                 gateway("edge", "shared", allowed, HTTP_A),
             ];
             docs.extend(sets.iter().cloned());
+            docs.push(route("edge", "r-own", "[{kind: ListenerSet, name: own}]"));
+            docs.push(route(
+                "team",
+                "r-team",
+                "[{kind: ListenerSet, name: theirs}]",
+            ));
             let s = compile(&docs);
             let got = set_reasons(&s);
             assert_eq!(
@@ -529,8 +535,13 @@ spec: {controllerName: teapot.dev/gateway-controller}
                 condition["status"],
                 if attached > 0 { "True" } else { "False" }
             );
-            // A listener of a set not attached is served nowhere.
-            assert_eq!(served(&s, "own.example"), false, "no route yet");
+            // A set's routes are served on its hosts once it is attached,
+            // and nowhere while it is not.
+            assert_eq!(
+                [served(&s, "own.example"), served(&s, "team.example")],
+                want.map(|w| w == "Accepted"),
+                "{allowed}"
+            );
         }
     }
 
