@@ -57,15 +57,10 @@ pub const MAX_CLIENT_CHAIN: usize = MAX_DEPTH as usize + 1;
 /// RSA-4096 key and a generous set of extensions is under 2 KiB.
 pub const MAX_CLIENT_CERT_BYTES: usize = 16 * 1024;
 
-/// The request fields the verified certificate goes to the backend in
-/// (ingress-nginx `auth-tls-pass-certificate-to-upstream`): removed from
-/// every client's request on every host, whatever it asked.
-pub const FIELDS: [&str; 4] = [
-    "ssl-client-cert",
-    "ssl-client-verify",
-    "ssl-client-subject-dn",
-    "ssl-client-issuer-dn",
-];
+/// The request fields the verified certificate goes to the backend in,
+/// which every client's own copies are removed from
+/// (crate::plane::forwarding).
+pub use crate::plane::forwarding::CLIENT_CERT_FIELDS as FIELDS;
 
 /// How a connection's client certificate fared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

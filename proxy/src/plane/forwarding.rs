@@ -25,6 +25,17 @@ pub const FORWARDING: [&str; 6] = [
     "x-real-ip",
 ];
 
+/// The request fields a verified client certificate goes to the backend
+/// in (ingress-nginx `auth-tls-pass-certificate-to-upstream`,
+/// crate::plane::client_cert): removed from every client's request on
+/// every host, whatever the host asks.
+pub const CLIENT_CERT_FIELDS: [&str; 4] = [
+    "ssl-client-cert",
+    "ssl-client-verify",
+    "ssl-client-subject-dn",
+    "ssl-client-issuer-dn",
+];
+
 /// Whether `name` is one teapot sets on every forwarded request: the
 /// forwarding fields and the request's ID and trace context, or one
 /// spelt like them with `_` ([`is_lookalike`]). A Gateway filter's
@@ -161,7 +172,7 @@ pub(super) fn each_field(
     emit(FORWARDING[5], client_ip);
     // A client never sends these itself: teapot sets them where the host
     // passes the client certificate on (crate::plane::client_cert).
-    for name in crate::plane::client_cert::FIELDS {
+    for name in CLIENT_CERT_FIELDS {
         emit(name, None);
     }
 }
@@ -386,8 +397,6 @@ mod tests {
         }
     }
 
-    use crate::plane::client_cert;
-
     fn fields(conn: &ConnInfo, authority: &str) -> Vec<(&'static str, Option<String>)> {
         let mut out = Vec::new();
         each_field(conn, authority, |name, value| {
@@ -400,7 +409,7 @@ mod tests {
     fn forwarding_fields_replace_what_the_client_sent() {
         let h = fields(&conn(Some("192.0.2.7:5555"), None, true), "a.example");
         let names: Vec<_> = h.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, [&FORWARDING[..], &client_cert::FIELDS[..]].concat());
+        assert_eq!(names, [&FORWARDING[..], &CLIENT_CERT_FIELDS[..]].concat());
         assert!(h[6..].iter().all(|(_, v)| v.is_none()), "{h:?}");
         assert_eq!(h[0].1.as_deref(), Some("192.0.2.7"));
         assert_eq!(h[1].1.as_deref(), Some("https"));
@@ -469,7 +478,7 @@ mod tests {
                         map.insert("forwarded", HeaderValue::from_static("for=6.6.6.6"));
                         apply(&conn, authority, &mut map).unwrap();
                         let mut expected = HeaderEdits::default();
-                        for name in FORWARDING.iter().chain(&client_cert::FIELDS) {
+                        for name in FORWARDING.iter().chain(&CLIENT_CERT_FIELDS) {
                             match map.get(*name) {
                                 Some(v) => expected.push_set(name.as_bytes(), v.as_bytes()),
                                 None => expected.push_remove(name.as_bytes()),

@@ -672,7 +672,7 @@ spec:
             expected.push_set(name.as_bytes(), value.as_bytes());
         }
         // A client's own client-certificate fields, removed on every host.
-        for name in crate::plane::client_cert::FIELDS {
+        for name in forwarding::CLIENT_CERT_FIELDS {
             expected.push_remove(name.as_bytes());
         }
         assert_eq!(edits, expected);
