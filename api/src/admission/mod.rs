@@ -75,8 +75,8 @@ pub use route_traffic::{
     ROUTE_TRAFFIC_POLICY_TARGETS, check_route_traffic_policy, route_traffic_value_errors,
 };
 pub use secret::{
-    CA_SECRET_KEY, TLS_SECRET_KEYS, TlsSecretData, check_ca_bundle, check_secret, is_ca_secret,
-    secret_value, tls_secret_data,
+    CA_SECRET_KEY, MAX_CA_BUNDLE_BYTES, MAX_CA_CERTS, TLS_SECRET_KEYS, TlsSecretData,
+    check_ca_bundle, check_secret, is_ca_secret, secret_value, tls_secret_data,
 };
 pub use service::{MAX_SOURCE_RANGES, check_service, source_ranges};
 pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};

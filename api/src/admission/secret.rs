@@ -179,16 +179,39 @@ pub fn tls_secret_data(secret: &Secret) -> Result<TlsSecretData<'_>, Vec<Violati
     }
 }
 
-/// What `ca.crt` may be: a PEM bundle of one or more certificates (nothing
-/// else in it parses as PEM). The certificates themselves are not
-/// verified: a tenant's CA is its own business, only the framing must hold.
+/// The largest `ca.crt` admitted, and the most certificates in it: a CA
+/// bundle of client certificates is parsed on every compile and kept on
+/// every replica, its anchors consulted on every handshake of its hosts
+/// (the proxy's `compile::client_auth::MAX_BUNDLE_BYTES` and
+/// `MAX_CA_CERTS`, which a test there keeps equal).
+pub const MAX_CA_BUNDLE_BYTES: usize = 256 * 1024;
+pub const MAX_CA_CERTS: usize = 100;
+
+/// What `ca.crt` may be: a PEM bundle of one to [`MAX_CA_CERTS`]
+/// certificates (nothing else in it parses as PEM) of at most
+/// [`MAX_CA_BUNDLE_BYTES`]. The certificates themselves are not verified:
+/// a tenant's CA is its own business, only the framing must hold.
 pub fn check_ca_bundle(ca: &[u8]) -> Result<(), Violation> {
+    let field = || key_field("data", "ca.crt");
+    if ca.len() > MAX_CA_BUNDLE_BYTES {
+        return Err(Violation::new(
+            field(),
+            format!(
+                "is {} bytes, more than a CA bundle may be ({MAX_CA_BUNDLE_BYTES})",
+                ca.len()
+            ),
+        ));
+    }
     match CertificateDer::pem_slice_iter(ca).collect::<Result<Vec<_>, _>>() {
-        Ok(certs) if !certs.is_empty() => Ok(()),
-        _ => Err(Violation::new(
-            key_field("data", "ca.crt"),
-            "is not a PEM certificate bundle",
+        Ok(certs) if certs.len() > MAX_CA_CERTS => Err(Violation::new(
+            field(),
+            format!(
+                "holds {} certificates, more than a CA bundle may ({MAX_CA_CERTS})",
+                certs.len()
+            ),
         )),
+        Ok(certs) if !certs.is_empty() => Ok(()),
+        _ => Err(Violation::new(field(), "is not a PEM certificate bundle")),
     }
 }
 
@@ -272,6 +295,21 @@ mod tests {
             assert_eq!(v.field, r#"data["ca.crt"]"#, "{bad:?}");
             assert_eq!(v.message, "is not a PEM certificate bundle");
         }
+        // Bounded: the proxy would refuse a larger bundle on every compile.
+        assert_eq!(check_ca_bundle(CA.repeat(MAX_CA_CERTS).as_bytes()), Ok(()));
+        let many = check_ca_bundle(CA.repeat(MAX_CA_CERTS + 1).as_bytes()).unwrap_err();
+        assert!(
+            many.message.contains("101 certificates"),
+            "{}",
+            many.message
+        );
+        let big = vec![b'a'; MAX_CA_BUNDLE_BYTES + 1];
+        let big = check_ca_bundle(&big).unwrap_err();
+        assert!(
+            big.message.contains("more than a CA bundle may be"),
+            "{}",
+            big.message
+        );
     }
 
     /// ingress-nginx's `proxy-ssl-secret` is commonly an Opaque Secret with

@@ -1105,6 +1105,17 @@ spec:
             u32::from(MAX_DEPTH),
             "the annotation's bound is the plane's"
         );
+        assert_eq!(
+            (
+                teapot_api::admission::MAX_CA_BUNDLE_BYTES,
+                teapot_api::admission::MAX_CA_CERTS
+            ),
+            (
+                crate::compile::client_auth::MAX_BUNDLE_BYTES,
+                crate::compile::client_auth::MAX_CA_CERTS
+            ),
+            "admission refuses the bundles the compile would"
+        );
         let p = |name: &str, value: &str| {
             format!("nginx.ingress.kubernetes.io/auth-tls-{name}: '{value}'")
         };
