@@ -93,12 +93,7 @@ pub fn check_gateway(
             ),
         ));
     }
-    if spec.addresses.as_ref().is_some_and(|a| !a.is_empty()) {
-        out.push(Violation::new(
-            "spec.addresses",
-            "addresses are assigned by teapot (the hostname GATEWAY.CLUSTER.lb.DOMAIN, and L4 addresses from your Tenant's pool); remove spec.addresses",
-        ));
-    }
+    check_addresses(spec.addresses.as_deref().unwrap_or_default(), &mut out);
     if spec.infrastructure.is_some() {
         out.push(Violation::new(
             "spec.infrastructure",
@@ -151,7 +146,8 @@ pub fn check_gateway(
             check_secret_ref(&r, "spec.tls.backend.clientCertificateRef", &own, &mut out);
         }
     }
-    let l4 = check_listeners(ctx, &spec.listeners, &own, &mut out);
+    let own_address = own_address(gateway);
+    let l4 = check_listeners_at(ctx, &spec.listeners, &own, own_address, &mut out);
     if l4 > 0 {
         let max = ctx.max_listeners();
         let others = ctx.existing.map_or(0, |e| e.lb_listeners);
@@ -160,12 +156,72 @@ pub fn check_gateway(
             out.push(Violation::new(
                 "spec.listeners",
                 format!(
-                    "your tenant would have {total} L4 listeners (TLS, TCP and UDP listeners count like LoadBalancer Service ports), more than the limit (l4.maxListeners = {max})"
+                    "your tenant would have {total} L4 listeners (TLS, TCP and UDP listeners, and the HTTP and HTTPS ones of a Gateway with its own address, count like LoadBalancer Service ports), more than the limit (l4.maxListeners = {max})"
                 ),
             ));
         }
     }
     out
+}
+
+/// `spec.addresses` of a tenant Gateway: at most one, of type
+/// `IPAddress` (the CRD's default), its value empty: any address of the
+/// Tenant's pool. A value is refused, as `loadBalancerIP` is on a
+/// Service: an address is shared by the claims whose ports differ, so
+/// naming one would put this Gateway on another tenant's VIP.
+fn check_addresses(
+    addresses: &[teapot_gateway_api::generated::gateways::GatewayAddresses],
+    out: &mut Vec<Violation>,
+) {
+    if addresses.len() > 1 {
+        out.push(Violation::new(
+            "spec.addresses",
+            "a Gateway gets one address of your Tenant's pool: name at most one",
+        ));
+    }
+    for (i, a) in addresses.iter().enumerate() {
+        let kind = a.r#type.as_deref().unwrap_or("IPAddress");
+        if kind != "IPAddress" {
+            out.push(Violation::new(
+                format!("spec.addresses[{i}].type"),
+                format!(
+                    "{} is not served: an IPAddress of your Tenant's pool is (the hostname GATEWAY.CLUSTER.lb.DOMAIN is assigned)",
+                    quote(kind)
+                ),
+            ));
+            continue;
+        }
+        let value = a.value.as_deref().unwrap_or("");
+        if !value.is_empty() {
+            out.push(Violation::new(
+                format!("spec.addresses[{i}].value"),
+                format!(
+                    "{}: addresses are allocated by teapot from your Tenant's pool; leave the value empty",
+                    quote(value)
+                ),
+            ));
+        }
+    }
+}
+
+/// Whether a Gateway is served on an address of its own (the proxy's
+/// `compile::listeners::own_address` for a tenant): it asks for one in
+/// `spec.addresses`, or has HTTP on a port other than 80 or HTTPS other
+/// than 443.
+fn own_address(gateway: &Gateway) -> bool {
+    gateway
+        .spec
+        .addresses
+        .as_ref()
+        .is_some_and(|a| !a.is_empty())
+        || gateway.spec.listeners.iter().any(|l| {
+            let shared = match ListenerProtocol::of(&l.protocol) {
+                Some(ListenerProtocol::Http) => HTTP_LISTENER_PORT,
+                Some(ListenerProtocol::Https) => HTTPS_LISTENER_PORT,
+                _ => return false,
+            };
+            l.port != shared && (1..=65535).contains(&l.port)
+        })
 }
 
 /// Checks the listeners of a tenant Gateway or ListenerSet (one rule for
@@ -177,6 +233,19 @@ pub(super) fn check_listeners(
     ctx: &AdmissionContext<'_>,
     listeners: &[GatewayListeners],
     own: &str,
+    out: &mut Vec<Violation>,
+) -> u32 {
+    check_listeners_at(ctx, listeners, own, false, out)
+}
+
+/// [`check_listeners`]; `own_address`: a Gateway with its own address,
+/// whose HTTP and HTTPS listeners may have any port and count with the L4
+/// ones.
+fn check_listeners_at(
+    ctx: &AdmissionContext<'_>,
+    listeners: &[GatewayListeners],
+    own: &str,
+    own_address: bool,
     out: &mut Vec<Violation>,
 ) -> u32 {
     if listeners.len() > MAX_LISTENERS_PER_GATEWAY {
@@ -193,7 +262,14 @@ pub(super) fn check_listeners(
     for (i, l) in listeners.iter().enumerate() {
         let at = format!("spec.listeners[{i}]");
         let port_must_be = |want: i32, out: &mut Vec<Violation>| {
-            if l.port != want {
+            if own_address {
+                if !(1..=65535).contains(&l.port) {
+                    out.push(Violation::new(
+                        format!("{at}.port"),
+                        format!("{} is not a port (1-65535)", l.port),
+                    ));
+                }
+            } else if l.port != want {
                 out.push(Violation::new(
                     format!("{at}.port"),
                     format!(
@@ -206,6 +282,7 @@ pub(super) fn check_listeners(
         match ListenerProtocol::of(&l.protocol) {
             Some(ListenerProtocol::Http) => {
                 port_must_be(HTTP_LISTENER_PORT, out);
+                l4 += u32::from(own_address);
                 if l.tls.is_some() {
                     out.push(Violation::new(
                         format!("{at}.tls"),
@@ -215,6 +292,7 @@ pub(super) fn check_listeners(
             }
             Some(ListenerProtocol::Https) => {
                 port_must_be(HTTPS_LISTENER_PORT, out);
+                l4 += u32::from(own_address);
                 check_listener_tls(l.tls.as_ref(), true, &at, own, out);
             }
             Some(protocol) => {
@@ -1388,20 +1466,38 @@ mod tests {
 
     #[test]
     fn class_addresses_and_infrastructure_are_refused() {
-        let spec = "  gatewayClassName: nginx\n  addresses: [{type: IPAddress, value: 10.2.0.7}]\n  infrastructure: {parametersRef: {group: \"\", kind: ConfigMap, name: x}}\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n";
+        let spec = "  gatewayClassName: nginx\n  addresses: [{type: Hostname, value: gw.example.com}, {value: 10.2.0.7}]\n  infrastructure: {parametersRef: {group: \"\", kind: ConfigMap, name: x}}\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n";
         assert_eq!(
             gw(spec),
             [
                 "spec.gatewayClassName",
                 "spec.addresses",
+                "spec.addresses[0].type",
+                "spec.addresses[1].value",
                 "spec.infrastructure"
             ]
         );
     }
 
+    /// A Gateway with its own address: `spec.addresses` asks for any of
+    /// the pool's, never a named one; HTTP and HTTPS on any port.
+    #[test]
+    fn a_gateway_with_its_own_address_takes_any_port() {
+        let asked = "  gatewayClassName: teapot\n  addresses: [{type: IPAddress, value: \"\"}]\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n";
+        assert_eq!(gw(asked), Vec::<String>::new());
+        let alt = "  gatewayClassName: teapot\n  listeners: [{name: alt, protocol: HTTP, port: 8080}, {name: tls, protocol: HTTPS, port: 8443, tls: {certificateRefs: [{name: shop-tls}]}}]\n";
+        assert_eq!(gw(alt), Vec::<String>::new());
+        // Another tenant's VIP is not for the naming.
+        let bad = "  gatewayClassName: teapot\n  addresses: [{value: 10.2.0.7}]\n  listeners: [{name: alt, protocol: HTTP, port: 0}]\n";
+        assert_eq!(
+            gw(bad),
+            ["spec.addresses[0].value", "spec.listeners[0].port"]
+        );
+    }
+
     #[test]
     fn listener_protocols_ports_and_tls() {
-        let spec = "  gatewayClassName: teapot\n  listeners:\n  - {name: a, protocol: HTTP, port: 8080}\n  - {name: b, protocol: HTTPS, port: 443}\n  - name: c\n    protocol: HTTPS\n    port: 443\n    tls: {mode: Passthrough, certificateRefs: [{name: x, namespace: tenant-globex}, {kind: ConfigMap, name: y}]}\n  - {name: d, protocol: TLS, port: 9443, tls: {mode: Terminate, certificateRefs: [{name: z}]}}\n  - {name: e, protocol: SCTP, port: 9}\n  - {name: f, protocol: TCP, port: 0}\n";
+        let spec = "  gatewayClassName: teapot\n  listeners:\n  - {name: a, protocol: HTTP, port: 0}\n  - {name: b, protocol: HTTPS, port: 443}\n  - name: c\n    protocol: HTTPS\n    port: 443\n    tls: {mode: Passthrough, certificateRefs: [{name: x, namespace: tenant-globex}, {kind: ConfigMap, name: y}]}\n  - {name: d, protocol: TLS, port: 9443, tls: {mode: Terminate, certificateRefs: [{name: z}]}}\n  - {name: e, protocol: SCTP, port: 9}\n  - {name: f, protocol: TCP, port: 0}\n";
         assert_eq!(
             gw(spec),
             [

@@ -1954,5 +1954,22 @@ spec:
             .unwrap();
         assert_eq!(programmed["status"], "False", "{gw}");
         assert_eq!(programmed["reason"], "AddressNotAssigned", "{gw}");
+
+        // A tenant names none: claims share an address when their ports
+        // differ, so a named one could be another tenant's VIP.
+        let tenant = "apiVersion: teapot.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  cluster: acme
+  nodeCIDRs: [10.1.0.0/24]
+  l4: {pool: edge}
+";
+        let in_tenant =
+            |value: &str| with_address(value).replace("namespace: ops", "namespace: tenant-acme");
+        let s = compile(BTreeMap::new(), &[CLASS, tenant, &in_tenant("192.0.2.10")]);
+        assert_eq!(gateway(&s, "tenant-acme", "own").address, None);
+        let s = compile(BTreeMap::new(), &[CLASS, tenant, &in_tenant("")]);
+        assert!(gateway(&s, "tenant-acme", "own").address.is_some());
     }
 }

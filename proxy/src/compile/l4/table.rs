@@ -555,6 +555,17 @@ fn gateway_candidate<'s>(
         ));
     }
     let requested = match requested_address(plan.gateway) {
+        // A tenant names no address, as on a Service (the webhook refuses
+        // it): claims share an address when their ports differ, so a
+        // named one could be another tenant's VIP.
+        Ok(Some(_)) if tenancy.get(&plan.id.namespace).is_some() => {
+            refused.get_or_insert((
+                "InvalidAddress",
+                "spec.addresses: a tenant's Gateway gets any address of its pool; leave the value empty"
+                    .to_string(),
+            ));
+            None
+        }
         Ok(ip) => ip,
         Err(why) => {
             refused.get_or_insert(("InvalidAddress", why));
