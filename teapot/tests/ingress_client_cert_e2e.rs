@@ -284,6 +284,12 @@ async fn client_certificates_are_asked_verified_and_passed_on() {
         let wrong = at!("cn.test", Some(&bob)).await.unwrap();
         assert_eq!(wrong.status, 403, "{version:?}");
     }
+    // Plain HTTP asks for no certificate: sent to HTTPS, never served.
+    for host in ["on.test", "optional.test"] {
+        let resp = h.get(host, "/who").await;
+        assert_eq!(resp.status, 308, "{host}: {}", resp.text());
+        assert_eq!(header(&resp, "location"), format!("https://{host}/who"));
+    }
     // Refused requests never reached the backend: only the served ones
     // did (per version: on, optional twice, error-page, pass, on, cn).
     assert_eq!(

@@ -186,6 +186,14 @@ where
             ))
         });
         let (policy, mut annotation_problems) = policies.of(ingress, tenant, resolver);
+        // Plain HTTP asks for no certificate: a request for a host whose
+        // certificates this Ingress asks for goes to HTTPS (308), as
+        // ingress-nginx's default ssl-redirect sends its TLS hosts, and is
+        // never served without one.
+        let policy = match &client_cert {
+            Some(_) => Some(https_only(policy)),
+            None => policy,
+        };
         // ingress-nginx's regex paths (`use-regex`, `rewrite-target`);
         // one that does not compile is reported and its rule not served.
         let regex_paths = teapot_api::regex::ingress_uses_regex(ingress);
@@ -492,6 +500,21 @@ pub(super) fn assign_acme(
 /// The `Accepted=False` reason of an Ingress not routed because it asks
 /// for an access restriction teapot does not apply.
 pub(crate) const UNSERVED_RESTRICTION: &str = "UnservedRestriction";
+
+/// `policy` with every plain-HTTP request redirected to HTTPS.
+fn https_only(policy: Option<Arc<RoutePolicy>>) -> Arc<RoutePolicy> {
+    let p = policy.as_deref();
+    let mut traffic = p
+        .and_then(|p| p.traffic.as_deref())
+        .cloned()
+        .unwrap_or_default();
+    traffic.ssl_redirect = Some(crate::compile::traffic::SslRedirect::All);
+    Arc::new(RoutePolicy {
+        max_body_size: p.and_then(|p| p.max_body_size),
+        tenant: p.and_then(|p| p.tenant.clone()),
+        traffic: Some(Arc::new(traffic)),
+    })
+}
 
 /// The client-certificate annotations, as conditions name them.
 const AUTH_TLS: &str = "nginx.ingress.kubernetes.io/auth-tls-*";
@@ -1196,7 +1219,17 @@ spec:
         let cn = setting.match_cn.as_ref().unwrap();
         assert!(cn.is_match(b"CN=bob,O=Example"));
         assert!(!cn.is_match(b"CN=mallory,O=Example"));
-        assert!(s.routes.lookup("mtls.example", "/").is_some());
+        let route = s.routes.lookup("mtls.example", "/").unwrap();
+        let traffic = route.policy.as_ref().unwrap().traffic.as_ref().unwrap();
+        assert!(
+            matches!(
+                traffic.ssl_redirect,
+                Some(crate::compile::traffic::SslRedirect::All)
+            ),
+            "plain HTTP goes to HTTPS"
+        );
+        let off = s.routes.lookup("off.example", "/").unwrap();
+        assert!(off.policy.is_none(), "no certificate asked, nothing added");
         let optional = s.client_auth.lookup("optional.example").unwrap();
         assert_eq!(optional.mode, ClientAuthMode::OptionalNoCa);
         assert_eq!(optional.max_depth, 1);
