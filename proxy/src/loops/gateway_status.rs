@@ -576,6 +576,73 @@ mod tests {
         assert_eq!(status_patches(&api), patches, "unchanged: not written");
     }
 
+    /// A ListenerSet watched in kube mode gets the status the compile
+    /// decides, written like a Gateway's (its listeners' conditions with
+    /// generation and time), once.
+    #[tokio::test]
+    async fn listener_set_status_is_written_once() {
+        let api = ApiServer::start().await;
+        api.apply(json!({"apiVersion": GW, "kind": "ListenerSet",
+            "metadata": {"name": "extra", "namespace": "ops"},
+            "spec": {"parentRef": {"name": "edge"},
+                     "listeners": [{"name": "web", "protocol": "HTTP", "port": 80, "hostname": "web.example"}]}}));
+        let source =
+            KubeSource::start_with(&api.client(), vec![WatchSpec::of(Kind::ListenerSet, None)]);
+        source.wait_synced().await;
+        let store = source.snapshot().store;
+        assert_eq!(store.listener_sets.len(), 1);
+        // No Gateway allows it: the compile's verdict.
+        let snapshot = crate::compile::compile(
+            &store,
+            Vec::new(),
+            1,
+            &crate::compile::CompileOptions::default(),
+            &crate::live::endpoints::EndpointRegistry::default(),
+        );
+        let update = updates(&snapshot)
+            .into_iter()
+            .find(|u| u.kind == Kind::ListenerSet);
+        // The Gateway it names is not there: not teapot's to report.
+        assert!(update.is_none());
+        let update = StatusUpdate {
+            kind: Kind::ListenerSet,
+            namespace: "ops".into(),
+            name: "extra".into(),
+            status: json!({
+                "conditions": [
+                    {"type": "Accepted", "status": "False", "reason": "NotAllowed", "message": "m"},
+                    {"type": "Programmed", "status": "False", "reason": "NotAllowed", "message": "m"},
+                ],
+                "listeners": [{"name": "web", "attachedRoutes": 0, "conditions": [
+                    {"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""}]}],
+            }),
+        };
+        let mut writer = GatewayStatusWriter::default();
+        assert_eq!(
+            writer
+                .sync(&api.client(), std::slice::from_ref(&update), &store)
+                .await,
+            1
+        );
+        let set = api.get(GW, "ListenerSet", "ops", "extra").unwrap();
+        assert_eq!(set["status"]["conditions"][0]["reason"], "NotAllowed");
+        let listener = &set["status"]["listeners"][0]["conditions"][0];
+        assert_eq!(
+            listener["observedGeneration"],
+            set["metadata"]["generation"]
+        );
+        assert!(listener["lastTransitionTime"].is_string());
+        let patches = status_patches(&api);
+        let store = store_of(&source, |s| {
+            s.listener_sets
+                .values()
+                .any(|l| l.object.set.status.is_some())
+        })
+        .await;
+        writer.sync(&api.client(), &[update], &store).await;
+        assert_eq!(status_patches(&api), patches, "unchanged: not written");
+    }
+
     /// Against the API double: the status appears on the objects, another
     /// controller's route parent stays, and an unchanged status is not
     /// written again.
