@@ -973,8 +973,13 @@ spec:
             condition(&listener(&status, "secure")["conditions"], "ResolvedRefs"),
             pair("False", "InvalidCertificateRef")
         );
-        // Refused by the L4 plane: TLS is passed through, not terminated.
-        assert_eq!(accepted("term"), pair("False", "UnsupportedValue"));
+        // Not served by the L4 plane: a Terminate listener without a
+        // certificate.
+        assert_eq!(accepted("term"), pair("True", "Accepted"));
+        assert_eq!(
+            condition(&listener(&status, "term")["conditions"], "ResolvedRefs"),
+            pair("False", "InvalidCertificateRef")
+        );
         // HTTP on 8080 gives the Gateway its own address, where it is
         // served (compile::listeners::own_address).
         assert_eq!(accepted("odd"), pair("True", "Accepted"));
@@ -1025,8 +1030,8 @@ spec:
             "True"
         );
         assert_eq!(
-            condition(&listener(&status, "term")["conditions"], "Accepted"),
-            pair("False", "UnsupportedValue")
+            condition(&listener(&status, "term")["conditions"], "ResolvedRefs"),
+            pair("False", "InvalidCertificateRef")
         );
     }
 

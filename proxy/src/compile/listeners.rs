@@ -24,7 +24,8 @@ pub enum Plane {
     Https,
     Tcp,
     Udp,
-    /// TLS on the L4 plane: passed through by SNI (terminating is refused).
+    /// TLS on the L4 plane: by SNI, passed through or (mode Terminate)
+    /// terminated with the listener's certificate.
     Tls,
 }
 
@@ -287,17 +288,9 @@ fn classify_one(l: &GatewayListeners, own: bool) -> ListenerClass<'_> {
         ),
         (Some(ListenerProtocol::Tcp), Some(_)) => (Some(Plane::Tcp), None),
         (Some(ListenerProtocol::Udp), Some(_)) => (Some(Plane::Udp), None),
-        // Terminating TLS on the L4 plane is not served; the
-        // specification lets an implementation refuse the mode.
-        (Some(ListenerProtocol::Tls), Some(_)) => (
-            Some(Plane::Tls),
-            (!passthrough).then(|| {
-                (
-                    "UnsupportedValue",
-                    "a TLS listener is served with tls.mode Passthrough only".to_string(),
-                )
-            }),
-        ),
+        // Passthrough or Terminate (the L4 compile reads the certificates
+        // of a Terminate listener): both are told apart by SNI.
+        (Some(ListenerProtocol::Tls), Some(_)) => (Some(Plane::Tls), None),
         (Some(_), None) => (None, None),
         (None, _) => (
             None,
@@ -344,7 +337,10 @@ fn l4_conflict(
     if sharing.is_empty() {
         return None;
     }
-    let sni = |l: &ListenerClass<'_>| l.plane == Some(Plane::Tls) && l.passthrough;
+    // TLS listeners of either mode share a socket by SNI (the
+    // specification's TLSRouteModeMixed): the ClientHello names the
+    // listener, which passes the connection through or terminates it.
+    let sni = |l: &ListenerClass<'_>| l.plane == Some(Plane::Tls);
     let reason = if !(sni(&all[i]) && sharing.iter().all(|o| sni(o))) {
         "ProtocolConflict"
     } else if sharing.iter().any(|o| o.hostname == all[i].hostname) {
@@ -417,7 +413,9 @@ mod tests {
                 ("https-pt", Some(Plane::Https), Some("UnsupportedProtocol")),
                 ("tcp", Some(Plane::Tcp), None),
                 ("tcp0", None, None),
-                ("tls-term", Some(Plane::Tls), Some("UnsupportedValue")),
+                // Terminate is served (its certificates are the L4
+                // compile's to read).
+                ("tls-term", Some(Plane::Tls), None),
                 ("sctp", None, Some("UnsupportedProtocol")),
             ]
         );
@@ -476,6 +474,34 @@ mod tests {
             ("tcp", "TCP", 5000, None, None),
             ("tls", "TLS", 5000, Some("z.example"), Some("Passthrough")),
             ("udp", "UDP", 5000, None, None),
+            (
+                "mixed-term",
+                "TLS",
+                8883,
+                Some("t.example"),
+                Some("Terminate"),
+            ),
+            (
+                "mixed-pass",
+                "TLS",
+                8883,
+                Some("p.example"),
+                Some("Passthrough"),
+            ),
+            (
+                "same-term",
+                "TLS",
+                9883,
+                Some("s.example"),
+                Some("Terminate"),
+            ),
+            (
+                "same-pass",
+                "TLS",
+                9883,
+                Some("s.example"),
+                Some("Passthrough"),
+            ),
         ]);
         let got: Vec<_> = classify(&g)
             .iter()
@@ -495,6 +521,13 @@ mod tests {
                 ("tcp", Some("ProtocolConflict")),
                 ("tls", Some("ProtocolConflict")),
                 ("udp", None),
+                // Mixed modes on one port: SNI names the listener
+                // (TLSRouteModeMixed)...
+                ("mixed-term", None),
+                ("mixed-pass", None),
+                // ...so one name cannot be both.
+                ("same-term", Some("HostnameConflict")),
+                ("same-pass", Some("HostnameConflict")),
             ]
         );
     }

@@ -244,7 +244,13 @@ pub fn compile_incremental(
             store,
             &mut hosts,
             generation,
-            |ns, name, port, port_name| resolver.service_port(ns, name, port, port_name),
+            |ns, name, port, port_name, secured| {
+                let upstream = resolver.service_port(ns, name, port, port_name);
+                if !secured {
+                    return upstream;
+                }
+                gateway::backend_tls::secured_stream(store, &resolver, (ns, name, port), upstream)
+            },
         )
     }) {
         Some((compiled, report)) => {

@@ -217,6 +217,38 @@ pub(super) fn secured(
     }
 }
 
+/// `upstream` (Service port `port` of `namespace/service`) as a Terminate
+/// TLS listener's TLSRoute reaches it: over TLS when a BackendTLSPolicy
+/// names the port, no client certificate, refused (no endpoint) when the
+/// policy cannot be used, as for HTTP routes.
+pub(crate) fn secured_stream(
+    store: &Store,
+    resolver: &Resolver<'_>,
+    (namespace, service, port): (&str, &str, i32),
+    upstream: Arc<Upstream>,
+) -> Arc<Upstream> {
+    let service_port = store
+        .services
+        .get(&NsName::new(namespace, service))
+        .and_then(|s| s.object.spec.as_ref())
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|ports| {
+            ports
+                .iter()
+                .find(|p| p.port == port && p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        });
+    match service_port {
+        Some(p) => secured(
+            store,
+            resolver,
+            (false, &Ok(None)),
+            (namespace, service, p),
+            upstream,
+        ),
+        None => upstream,
+    }
+}
+
 /// Why a policy cannot be used: a reason of the specification's
 /// ResolvedRefs condition and a message naming the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -491,6 +523,28 @@ fn ancestors(store: &Store, id: &NsName, policy: &BackendTlsPolicy) -> BTreeSet<
     }
     each_route!(&store.http_routes);
     each_route!(&store.grpc_routes);
+    // TLSRoutes: a Terminate listener reaches their backends under the
+    // policy (rules and backendRefs are lists, not optional, there).
+    for (rid, r) in &store.tls_routes {
+        let spec = &r.object.spec;
+        add_ancestors(
+            store,
+            (id, policy),
+            &rid.namespace,
+            spec.rules
+                .iter()
+                .flat_map(|rule| rule.backend_refs.iter())
+                .map(|b| {
+                    let (group, kind) = (b.group.as_deref(), b.kind.as_deref());
+                    (group, kind, b.namespace.as_deref(), b.name.as_str())
+                }),
+            spec.parent_refs.iter().flatten().map(|p| {
+                let (group, kind) = (p.group.as_deref(), p.kind.as_deref());
+                (group, kind, p.namespace.as_deref(), p.name.as_str())
+            }),
+            &mut out,
+        );
+    }
     out
 }
 

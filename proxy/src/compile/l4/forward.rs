@@ -12,13 +12,30 @@ use teapot_model::attachment;
 
 use crate::compile::upstream::Upstream;
 
-/// What a TLS passthrough listener forwards, by SNI: the routes' backends
-/// per hostname, exact names before wildcards, longer suffixes first.
+/// What the TLS listeners of one socket forward, by SNI: the routes'
+/// backends per hostname, exact names before wildcards, longer suffixes
+/// first. An entry of a Terminate listener carries its [`Terminate`]: the
+/// connection's TLS ends at the proxy and the cleartext goes on; an entry
+/// without one is passed through untouched.
 #[derive(Debug, Default)]
 pub struct SniRoutes {
     /// `None`: any name (a route without hostnames under a listener
     /// without one). Kept in match order.
-    pub entries: Vec<(Option<HostPattern>, Arc<Chosen>)>,
+    pub entries: Vec<SniEntry>,
+}
+
+/// One SNI entry: the name it takes, its backends, and for a Terminate
+/// listener the TLS the proxy answers with.
+pub type SniEntry = (Option<HostPattern>, Arc<Chosen>, Option<Arc<Terminate>>);
+
+/// A Terminate TLS listener's side of the handshake: its certificate (the
+/// first usable of its `certificateRefs`) in a server configuration
+/// built once per compile.
+#[derive(Debug)]
+pub struct Terminate {
+    /// The listener, `namespace/gateway/listener`, for logs.
+    pub listener: String,
+    pub config: Arc<rustls::ServerConfig>,
 }
 
 /// What an SNI entry forwards to: the route's rotation and its refused
@@ -29,17 +46,32 @@ impl SniRoutes {
     /// The backends for a ClientHello's server name (`None`: the client
     /// sent none). No match: the connection is refused.
     pub fn choose(&self, server_name: Option<&str>) -> Option<&Chosen> {
+        self.choose_entry(server_name).map(|(c, _)| c)
+    }
+
+    /// [`Self::choose`], with the entry's [`Terminate`] when its listener
+    /// terminates TLS.
+    pub fn choose_entry(
+        &self,
+        server_name: Option<&str>,
+    ) -> Option<(&Chosen, Option<&Arc<Terminate>>)> {
         let name = server_name.and_then(|n| HostPattern::parse(n).ok());
         self.entries
             .iter()
-            .find(|(pattern, _)| match (pattern, &name) {
+            .find(|(pattern, _, _)| match (pattern, &name) {
                 (None, _) => true,
                 (Some(p), Some(n @ HostPattern::Exact(_))) => {
                     attachment::intersect(Some(p), Some(n)).is_some()
                 }
                 _ => false,
             })
-            .map(|(_, c)| &**c)
+            .map(|(_, c, t)| (&**c, t.as_ref()))
+    }
+
+    /// Whether a listener of this socket terminates TLS: its connections
+    /// are then served by `plane::l4::terminate`.
+    pub fn terminates(&self) -> bool {
+        self.entries.iter().any(|(_, _, t)| t.is_some())
     }
 
     pub(super) fn sort(&mut self) {
@@ -51,9 +83,9 @@ impl SniRoutes {
             }
         }
         // Stable: among equals, the older route (inserted first) wins.
-        self.entries.sort_by_key(|(p, _)| rank(p));
+        self.entries.sort_by_key(|(p, _, _)| rank(p));
         let mut seen = Vec::new();
-        self.entries.retain(|(p, _)| {
+        self.entries.retain(|(p, _, _)| {
             if seen.contains(p) {
                 false
             } else {
@@ -195,6 +227,25 @@ fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
     }
     let mut upstream = Upstream::new(label, rotation, None);
     upstream.refused = live.iter().flat_map(|(_, u)| u.refused.clone()).collect();
+    // A Terminate listener's backends speak TLS when a BackendTLSPolicy
+    // asks (`compile::gateway::backend_tls`): one rotation has one way of
+    // speaking, so backends that disagree are not connected rather than
+    // some of them reached in clear.
+    let first = live[0].1.protocol.tls();
+    let agree = live.iter().all(|(_, u)| match (u.protocol.tls(), first) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    });
+    if !agree {
+        return Arc::new(upstream.unusable(
+            "the route's backends differ in their BackendTLSPolicy; one rotation speaks one TLS"
+                .to_string(),
+        ));
+    }
+    if let Some(tls) = first {
+        upstream = upstream.speaking(crate::compile::upstream::Protocol::Tls(tls.clone()));
+    }
     Arc::new(upstream)
 }
 
@@ -205,7 +256,7 @@ pub fn union(label: &str, sni: &SniRoutes) -> Arc<Upstream> {
     let endpoints = sni
         .entries
         .iter()
-        .flat_map(|(_, c)| c.0.endpoints.iter())
+        .flat_map(|(_, c, _)| c.0.endpoints.iter())
         .filter(|e| seen.insert(e.addr))
         .cloned()
         .collect();
@@ -235,10 +286,14 @@ mod tests {
         let up = |n: &str| Arc::new((Arc::new(Upstream::new(n.into(), Vec::new(), None)), None));
         let mut sni = SniRoutes {
             entries: vec![
-                (Some(host("*.example.com")), up("wide")),
-                (Some(host("*.db.example.com")), up("narrow")),
-                (Some(host("a.db.example.com")), up("exact")),
-                (Some(host("*.example.com")), up("younger, same pattern")),
+                (Some(host("*.example.com")), up("wide"), None),
+                (Some(host("*.db.example.com")), up("narrow"), None),
+                (Some(host("a.db.example.com")), up("exact"), None),
+                (
+                    Some(host("*.example.com")),
+                    up("younger, same pattern"),
+                    None,
+                ),
             ],
         };
         sni.sort();

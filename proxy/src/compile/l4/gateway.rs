@@ -1,5 +1,5 @@
 //! Gateway API on the L4 plane (docs/gateway-api-l4.md): Gateway listeners
-//! of protocol TCP, UDP and TLS (mode Passthrough), and the TCPRoutes,
+//! of protocol TCP, UDP and TLS (mode Passthrough or Terminate), and the TCPRoutes,
 //! UDPRoutes and TLSRoutes attached to them.
 //!
 //! A Gateway with such listeners is allocated like a LoadBalancer Service
@@ -32,7 +32,9 @@ use teapot_model::store::{NsName, Store};
 use teapot_model::tenancy::Tenancy;
 
 use super::allocation::{Holding, PortKey};
-pub use super::forward::{Chosen, Refusals, SniRoutes, Target, union, weighted};
+pub use super::forward::{
+    Chosen, Refusals, SniEntry, SniRoutes, Target, Terminate, union, weighted,
+};
 use super::pool::Protocol;
 pub use super::report::{GatewayPart, ListenerPart};
 pub use crate::compile::api_status::RouteKind;
@@ -59,6 +61,10 @@ pub enum ListenerKind {
     Tcp,
     Udp,
     TlsPassthrough,
+    /// TLS ended at the proxy with the listener's certificate; the
+    /// cleartext goes to the routes' backends (over TLS again when a
+    /// BackendTLSPolicy asks).
+    TlsTerminate,
     /// HTTP and HTTPS listeners of a Gateway with its own address: their
     /// socket is allocated and bound here, their routes are the HTTP
     /// compile's (`compile::gateway`).
@@ -80,7 +86,7 @@ impl ListenerKind {
         match self {
             ListenerKind::Tcp => Some(RouteKind::Tcp),
             ListenerKind::Udp => Some(RouteKind::Udp),
-            ListenerKind::TlsPassthrough => Some(RouteKind::Tls),
+            ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate => Some(RouteKind::Tls),
             ListenerKind::Http | ListenerKind::Https => None,
         }
     }
@@ -106,6 +112,10 @@ pub(super) struct Listener<'s> {
     pub invalid_kinds: Vec<String>,
     /// Whether its route kind is among the allowed ones.
     pub takes_routes: bool,
+    /// A Terminate listener's certificate, or why none can be used
+    /// (`ResolvedRefs=False`; the listener is not served: never a
+    /// handshake with a certificate it did not name).
+    pub terminate: Option<Result<Arc<Terminate>, (&'static str, String)>>,
 }
 
 /// The listeners of a Gateway this plane binds (its HTTP and HTTPS
@@ -119,7 +129,8 @@ pub(super) fn listeners<'s>(classes: &[ListenerClass<'s>]) -> Vec<Listener<'s>> 
             let kind = match l.plane? {
                 Plane::Tcp => ListenerKind::Tcp,
                 Plane::Udp => ListenerKind::Udp,
-                Plane::Tls => ListenerKind::TlsPassthrough,
+                Plane::Tls if l.passthrough => ListenerKind::TlsPassthrough,
+                Plane::Tls => ListenerKind::TlsTerminate,
                 Plane::Http if l.own_address => ListenerKind::Http,
                 Plane::Https if l.own_address => ListenerKind::Https,
                 // On the shared listeners: the HTTP compile's.
@@ -134,16 +145,98 @@ pub(super) fn listeners<'s>(classes: &[ListenerClass<'s>]) -> Vec<Listener<'s>> 
                     .is_some_and(|k| l.kinds.admitted.contains(&k.as_str())),
                 invalid_kinds: l.kinds.invalid.clone(),
                 problem: l.conflict.clone().or_else(|| l.refused.clone()),
+                terminate: None,
             })
         })
         .collect()
+}
+
+/// Reads a Terminate listener's certificate: the first of its
+/// `certificateRefs` (core Secrets of the Gateway's namespace, another
+/// namespace's with a ReferenceGrant for an operator's Gateway, as for
+/// HTTPS listeners) that the store holds as a usable `kubernetes.io/tls`
+/// pair. Every reference must be valid, as the specification asks of
+/// `ResolvedRefs`; none usable: the listener is not served.
+fn terminate(
+    store: &Store,
+    id: &NsName,
+    tenant: bool,
+    class: &ListenerClass<'_>,
+) -> Result<Arc<Terminate>, (&'static str, String)> {
+    let refs = class.certificate_refs();
+    if refs.is_empty() {
+        return Err((
+            "InvalidCertificateRef",
+            "a TLS listener of mode Terminate needs certificateRefs".to_string(),
+        ));
+    }
+    let mut key = None;
+    for r in refs {
+        let ns = r.namespace.as_deref().unwrap_or(&id.namespace);
+        let kind_ok = r.group.as_deref().unwrap_or("").is_empty()
+            && r.kind.as_deref().unwrap_or("Secret") == "Secret";
+        if !kind_ok {
+            return Err((
+                "InvalidCertificateRef",
+                format!("certificateRef {} is not a core Secret", r.name),
+            ));
+        }
+        if !crate::compile::gateway::gateway_may_use_secret(store, id, tenant, ns, &r.name) {
+            return Err((
+                "RefNotPermitted",
+                format!(
+                    "no ReferenceGrant lets this Gateway use Secret {ns}/{}",
+                    r.name
+                ),
+            ));
+        }
+        let Some(secret) = store.secrets.get(&teapot_model::store::NsRef {
+            namespace: ns,
+            name: &r.name,
+        }) else {
+            return Err((
+                "InvalidCertificateRef",
+                format!(
+                    "Secret {ns}/{} not found or not a usable kubernetes.io/tls Secret",
+                    r.name
+                ),
+            ));
+        };
+        key.get_or_insert_with(|| secret.object.certificate.key.clone());
+    }
+    let key = key.expect("at least one reference");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ("InvalidCertificateRef", e.to_string()))?
+    .with_no_client_auth()
+    .with_cert_resolver(Arc::new(OneCertificate(key)));
+    Ok(Arc::new(Terminate {
+        listener: format!("{id}/{}", class.name()),
+        config: Arc::new(config),
+    }))
+}
+
+/// A Terminate listener's certificate, whatever the ClientHello asks: SNI
+/// has already chosen the listener.
+#[derive(Debug)]
+struct OneCertificate(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for OneCertificate {
+    fn resolve(
+        &self,
+        _: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
 }
 
 /// The distinct sockets the served listeners need.
 pub(super) fn ports(listeners: &[Listener<'_>]) -> Vec<PortKey> {
     let set: BTreeSet<PortKey> = listeners
         .iter()
-        .filter(|l| l.problem.is_none())
+        .filter(|l| l.problem.is_none() && !matches!(l.terminate, Some(Err(_))))
         .map(|l| (l.port, l.kind.protocol()))
         .collect();
     set.into_iter().collect()
@@ -297,10 +390,20 @@ pub(super) fn plans<'s>(
             let tenant = tenancy.get(&id.namespace).is_some();
             let own = listeners::own_address(&g.object, tenant, every_operator_gateway);
             let classes = listeners::classify_at(&g.object, own);
+            let mut served = listeners(&classes);
+            for l in &mut served {
+                if l.kind == ListenerKind::TlsTerminate && l.problem.is_none() {
+                    let class = classes
+                        .iter()
+                        .find(|c| c.name() == l.name)
+                        .expect("a listener of the Gateway");
+                    l.terminate = Some(terminate(store, id, tenant, class));
+                }
+            }
             Plan {
                 id,
                 gateway: &g.object,
-                listeners: listeners(&classes),
+                listeners: served,
                 classes,
             }
         })
@@ -324,6 +427,9 @@ pub(super) struct Attached<'s> {
     /// Per route, its valid backends resolved, and the weight of its
     /// invalid ones.
     resolved: Vec<(Weighted, u32)>,
+    /// Per TLSRoute, its backends as a Terminate listener reaches them:
+    /// over TLS where a BackendTLSPolicy asks.
+    secured: Vec<Weighted>,
     pub reports: Vec<RouteReport>,
 }
 
@@ -337,16 +443,19 @@ pub(super) fn attach<'s>(
     store: &'s Store,
     hosts: &mut TenantHosts<'_, '_>,
     plans: &[Plan<'s>],
-    resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
+    resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str, bool) -> Arc<Upstream>,
 ) -> Attached<'s> {
     let tenancy = hosts.tenancy;
     let routes = routes(store);
     let mut by_listener: BTreeMap<(&'s NsName, &'s str), Vec<Bound>> = BTreeMap::new();
     let mut reports = Vec::new();
     let mut resolved = Vec::with_capacity(routes.len());
+    let mut secured = Vec::with_capacity(routes.len());
     for (ri, route) in routes.iter().enumerate() {
-        let (backends, invalid, refs_problem) = backends(store, tenancy, route, resolve);
+        let (backends, tls_backends, invalid, refs_problem) =
+            backends(store, tenancy, route, resolve);
         resolved.push((backends, invalid));
+        secured.push(tls_backends);
         let tenant = tenancy.get(&route.id.namespace);
         let mut parents = Vec::new();
         for parent in &route.parents {
@@ -424,21 +533,24 @@ pub(super) fn attach<'s>(
         by_listener,
         routes,
         resolved,
+        secured,
         reports,
     }
 }
 
-/// Resolves a route's backendRefs: the weighted upstreams, the weight of
-/// the invalid ones, and the first problem as a ResolvedRefs reason and
-/// message.
+/// Resolves a route's backendRefs: the weighted upstreams, for a TLSRoute
+/// the same as a Terminate listener reaches them (BackendTLSPolicy
+/// applied), the weight of the invalid ones, and the first problem as a
+/// ResolvedRefs reason and message.
 #[allow(clippy::type_complexity)]
 fn backends<'s>(
     store: &'s Store,
     tenancy: &Tenancy<'_>,
     route: &RouteView<'s>,
-    resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
-) -> (Weighted, u32, Option<(&'static str, String)>) {
+    resolve: &mut impl FnMut(&'s str, &'s str, i32, &'s str, bool) -> Arc<Upstream>,
+) -> (Weighted, Weighted, u32, Option<(&'static str, String)>) {
     let mut out = Vec::new();
+    let mut secured = Vec::new();
     let mut invalid: u32 = 0;
     let mut problem: Option<(&'static str, String)> = None;
     let protocol = match route.kind {
@@ -524,9 +636,15 @@ fn backends<'s>(
             .get_key_value(&NsName::new(namespace, b.name))
             .map(|(k, _)| (k.namespace.as_str(), k.name.as_str()))
             .expect("looked up above");
-        out.push((weight, resolve(store_ns, store_name, port, port_name)));
+        out.push((
+            weight,
+            resolve(store_ns, store_name, port, port_name, false),
+        ));
+        if route.kind == RouteKind::Tls {
+            secured.push((weight, resolve(store_ns, store_name, port, port_name, true)));
+        }
     }
-    (out, invalid, problem)
+    (out, secured, invalid, problem)
 }
 
 /// A Gateway's allocation: its address and the sockets refused there, or
@@ -565,7 +683,7 @@ pub(super) fn serve<'s>(
         let protocol = match l.kind {
             ListenerKind::Tcp => "TCP",
             ListenerKind::Udp => "UDP",
-            ListenerKind::TlsPassthrough => "TLS",
+            ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate => "TLS",
             ListenerKind::Http => "HTTP",
             ListenerKind::Https => "HTTPS",
         };
@@ -597,7 +715,13 @@ pub(super) fn serve<'s>(
             }
             _ => Condition::new("Conflicted", false, "NoConflicts", ""),
         });
-        conditions.push(if l.invalid_kinds.is_empty() {
+        let unresolved = match &l.terminate {
+            Some(Err(why)) => Some(why),
+            _ => None,
+        };
+        conditions.push(if let Some((reason, message)) = unresolved {
+            Condition::new("ResolvedRefs", false, reason, message.clone())
+        } else if l.invalid_kinds.is_empty() {
             Condition::new("ResolvedRefs", true, "ResolvedRefs", "")
         } else {
             Condition::new(
@@ -611,7 +735,7 @@ pub(super) fn serve<'s>(
                 ),
             )
         });
-        let programmed = if let Some((_, message)) = &l.problem {
+        let programmed = if let Some((_, message)) = l.problem.as_ref().or(unresolved) {
             Condition::new("Programmed", false, "Invalid", message.clone())
         } else if let Some(addr) = address {
             let port = (l.port, l.kind.protocol());
@@ -779,7 +903,14 @@ fn add_target<'s>(
             };
             sockets.insert(key, Target::Backends(upstream, refusals));
         }
-        ListenerKind::TlsPassthrough => {
+        ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate => {
+            let terminate = match &listener.terminate {
+                Some(Ok(t)) => Some(t.clone()),
+                // Not served (ports() left its socket out unless another
+                // listener needs it).
+                Some(Err(_)) => return,
+                None => None,
+            };
             let Target::Sni(sni) = sockets
                 .entry(key)
                 .or_insert_with(|| Target::Sni(SniRoutes::default()))
@@ -787,10 +918,18 @@ fn add_target<'s>(
                 return;
             };
             for (ri, served) in attached_routes {
-                let (backends, invalid) = &attached.resolved[*ri];
+                let (plain, invalid) = &attached.resolved[*ri];
+                // A terminated connection's backends are the policy's;
+                // a passed-through one's are reached as they are (the
+                // client's TLS is the backend's).
+                let backends = match terminate {
+                    Some(_) => &attached.secured[*ri],
+                    None => plain,
+                };
                 let chosen = Arc::new(weighted(label(*ri), backends, *invalid));
                 for host in served {
-                    sni.entries.push((host.clone(), chosen.clone()));
+                    sni.entries
+                        .push((host.clone(), chosen.clone(), terminate.clone()));
                 }
             }
         }
@@ -1177,8 +1316,15 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
         assert_eq!(listener(g, "db").outcome.attached_routes, 2);
         assert_eq!(listener(g, "dns").outcome.attached_routes, 1);
         assert_eq!(listener(g, "tls").outcome.attached_routes, 1);
-        let term = condition(&listener(g, "term").outcome.conditions, "Accepted");
-        assert_eq!((term.status, term.reason), ("False", "UnsupportedValue"));
+        // Terminate without certificateRefs: not served (fail closed).
+        let term = &listener(g, "term").outcome.conditions;
+        let refs = condition(term, "ResolvedRefs");
+        assert_eq!(
+            (refs.status, refs.reason),
+            ("False", "InvalidCertificateRef")
+        );
+        assert_eq!(condition(term, "Programmed").status, "False");
+        assert!(listener(g, "term").listener.is_none());
 
         let accepted = |kind, name: &str, parent: usize| {
             let r = route(&s, kind, name);
@@ -1352,10 +1498,12 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
     }
 
     /// The listener checks of the upstream conformance tests
-    /// TLSRouteListenerMixedTerminationNotSupported,
-    /// TLSRouteListenerTerminateNotSupported,
     /// TLSRouteListenerPassthroughSupportedKinds and
-    /// TCPRouteInvalidNonTCPListener.
+    /// TCPRouteInvalidNonTCPListener; Terminate and Mixed are served
+    /// (TLSRouteListenerTerminateNotSupported and
+    /// TLSRouteListenerMixedTerminationNotSupported do not run for an
+    /// implementation claiming TLSRouteModeTerminate and TLSRouteModeMixed),
+    /// a Terminate listener without a usable certificate is not served.
     #[test]
     fn listener_conflicts_modes_kinds_and_http_parents() {
         let s = compile(
@@ -1391,12 +1539,13 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             ],
         );
         let g = gateway(&s, "ops", "mixed");
-        for name in [
-            "tls-terminate",
-            "tls-passthrough",
-            "tcp-and-tls",
-            "tls-on-tcp",
-        ] {
+        for name in ["tls-terminate", "tls-passthrough"] {
+            let c = &listener(g, name).outcome.conditions;
+            assert_eq!(condition(c, "Accepted").status, "True", "{name}");
+            assert_eq!(condition(c, "Conflicted").status, "False", "{name}");
+        }
+        assert!(listener(g, "tls-passthrough").listener.is_some());
+        for name in ["tcp-and-tls", "tls-on-tcp"] {
             let l = listener(g, name);
             let accepted = condition(&l.outcome.conditions, "Accepted");
             assert_eq!(
@@ -1412,14 +1561,16 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             assert_eq!(l.outcome.attached_routes, 0);
             assert!(l.listener.is_none(), "{name}: not served");
         }
-        let terminate = condition(
-            &listener(g, "terminate-only").outcome.conditions,
-            "Accepted",
-        );
-        assert_eq!(
-            (terminate.status, terminate.reason),
-            ("False", "UnsupportedValue")
-        );
+        for name in ["tls-terminate", "terminate-only"] {
+            let c = &listener(g, name).outcome.conditions;
+            let refs = condition(c, "ResolvedRefs");
+            assert_eq!(
+                (refs.status, refs.reason),
+                ("False", "InvalidCertificateRef"),
+                "{name}"
+            );
+            assert!(listener(g, name).listener.is_none(), "{name}: not served");
+        }
         let kinds = listener(g, "kinds");
         let refs = condition(&kinds.outcome.conditions, "ResolvedRefs");
         assert_eq!((refs.status, refs.reason), ("False", "InvalidRouteKinds"));
@@ -1546,6 +1697,118 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
 ";
 
     /// The listener key of `port` (TCP) on a Gateway's address.
+    fn indented(pem: &str) -> String {
+        pem.lines().map(|l| format!("    {l}\n")).collect()
+    }
+
+    /// A Terminate listener with a readable certificate is served beside a
+    /// Passthrough one on the same port (TLSRouteModeMixed): SNI picks the
+    /// entry, the Terminate one with the listener's certificate and the
+    /// backends under their BackendTLSPolicy (TLS to the backend), the
+    /// Passthrough one without; a reference to a missing Secret, or to
+    /// another namespace's without a ReferenceGrant, is not served.
+    #[test]
+    fn a_terminate_listener_serves_its_certificate_beside_passthrough_by_sni() {
+        let ca = teapot_testkit::certs::TestCa::new("backend CA");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["t.example.com".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let secret = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: ops}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+            indented(&cert.pem()),
+            indented(&key.serialize_pem())
+        );
+        let config_map = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca, namespace: ops}}\ndata:\n  ca.crt: |\n{}",
+            indented(ca.cert_pem())
+        );
+        let policy = "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {name: p, namespace: ops}\nspec:\n  targetRefs: [{group: \"\", kind: Service, name: secure}]\n  validation:\n    hostname: secure.example\n    caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca}]\n";
+        let s = compile(
+            BTreeMap::new(),
+            &[
+                CLASS,
+                &secret,
+                &config_map,
+                policy,
+                &gw(
+                    "ops",
+                    "mixed",
+                    OLD,
+                    "[{name: term, port: 8883, protocol: TLS, hostname: t.example.com, tls: {mode: Terminate, certificateRefs: [{name: cert}]}},
+                      {name: pass, port: 8883, protocol: TLS, hostname: p.example.com, tls: {mode: Passthrough}},
+                      {name: missing, port: 9443, protocol: TLS, tls: {mode: Terminate, certificateRefs: [{name: absent}]}},
+                      {name: foreign, port: 9444, protocol: TLS, tls: {mode: Terminate, certificateRefs: [{name: cert, namespace: other}]}}]",
+                ),
+                &backend("ops", "secure", "[{port: 8443}]"),
+                &slice("ops", "secure", "[{port: 18443}]", "127.0.0.2"),
+                &backend("ops", "plain", "[{port: 3000}]"),
+                &slice("ops", "plain", "[{port: 13000}]", "127.0.0.3"),
+                &route_doc(
+                    "TLSRoute",
+                    "ops",
+                    "t",
+                    OLD,
+                    "{parentRefs: [{name: mixed, sectionName: term}], hostnames: [t.example.com], rules: [{backendRefs: [{name: secure, port: 8443}]}]}",
+                ),
+                &route_doc(
+                    "TLSRoute",
+                    "ops",
+                    "p",
+                    OLD,
+                    "{parentRefs: [{name: mixed, sectionName: pass}], hostnames: [p.example.com], rules: [{backendRefs: [{name: secure, port: 8443}]}]}",
+                ),
+            ],
+        );
+        let g = gateway(&s, "ops", "mixed");
+        for name in ["term", "pass"] {
+            let l = listener(g, name);
+            for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+                assert_eq!(
+                    condition(&l.outcome.conditions, type_).status,
+                    "True",
+                    "{name} {type_}"
+                );
+            }
+            assert_eq!(l.outcome.attached_routes, 1, "{name}");
+            assert_eq!(l.outcome.supported_kinds, ["TLSRoute"]);
+        }
+        for (name, reason) in [
+            ("missing", "InvalidCertificateRef"),
+            ("foreign", "RefNotPermitted"),
+        ] {
+            let l = listener(g, name);
+            assert_eq!(
+                condition(&l.outcome.conditions, "ResolvedRefs").reason,
+                reason
+            );
+            assert!(l.listener.is_none(), "{name}: not served");
+        }
+        let table = &s.l4.as_ref().unwrap().table;
+        assert_eq!(table.listeners.len(), 1, "only 8883 is bound");
+        let sni = table.listeners[&tcp_key(g, 8883)]
+            .sni
+            .clone()
+            .expect("chosen by SNI");
+        assert!(sni.terminates());
+        let (term, t) = sni.choose_entry(Some("t.example.com")).expect("terminated");
+        let t = t.expect("a Terminate entry");
+        assert_eq!(t.listener, "ops/mixed/term");
+        assert!(
+            term.0.protocol.tls().is_some(),
+            "the BackendTLSPolicy's TLS to the backend"
+        );
+        let (pass, p) = sni.choose_entry(Some("p.example.com")).expect("passed");
+        assert!(p.is_none());
+        assert!(
+            pass.0.protocol.tls().is_none(),
+            "passthrough: the client's TLS reaches the backend as it is"
+        );
+        assert_eq!(pass.0.endpoints.len(), 1);
+        assert!(sni.choose_entry(Some("x.example.com")).is_none());
+    }
+
     fn tcp_key(g: &GatewayPart, port: u16) -> super::super::ListenerKey {
         super::super::ListenerKey {
             addr: g.address.expect("the Gateway has an address"),

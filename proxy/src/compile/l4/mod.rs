@@ -119,7 +119,9 @@ pub struct L4Compiled {
 }
 
 /// Builds the L4 table and report of `store`. `resolve(namespace, service,
-/// port, port name)` is the compile's resolver.
+/// port, port name, secured)` is the compile's resolver; `secured`: as the
+/// BackendTLSPolicy on that port asks (a Terminate TLS listener's
+/// backends).
 ///
 /// `hosts` decides which TLSRoute hostnames a tenant may route, by the
 /// rule of its Ingress hosts (custom domains once DNS proves them), and
@@ -129,7 +131,7 @@ pub(crate) fn compile<'s>(
     store: &'s Store,
     hosts: &mut TenantHosts<'_, '_>,
     generation: u64,
-    resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
+    resolve: impl FnMut(&'s str, &'s str, i32, &'s str, bool) -> Arc<Upstream>,
 ) -> Option<(L4Compiled, L4Report)> {
     if !inputs.config.enabled {
         return None;

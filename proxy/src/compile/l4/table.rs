@@ -157,7 +157,7 @@ pub(super) fn build<'s>(
     store: &'s Store,
     hosts: &mut TenantHosts<'_, '_>,
     generation: u64,
-    mut resolve: impl FnMut(&'s str, &'s str, i32, &'s str) -> Arc<Upstream>,
+    mut resolve: impl FnMut(&'s str, &'s str, i32, &'s str, bool) -> Arc<Upstream>,
 ) -> (
     L4Table,
     L4Report,
@@ -365,8 +365,13 @@ pub(super) fn build<'s>(
                         }
                         let upstream = upstreams[n]
                             .get_or_insert_with(|| {
-                                let u =
-                                    resolve(&c.id.namespace, &c.id.name, port.into(), port_name);
+                                let u = resolve(
+                                    &c.id.namespace,
+                                    &c.id.name,
+                                    port.into(),
+                                    port_name,
+                                    false,
+                                );
                                 for why in u.unavailable.iter().chain(&u.refused) {
                                     if !unready.contains(why) {
                                         unready.push(why.clone());

@@ -35,6 +35,14 @@ struct Bound {
     /// Served by the HTTP edge: a listener whose kind changes is bound
     /// anew.
     edge: Option<EdgeListener>,
+    /// Served by `terminate` (a Terminate TLS listener is on it): a
+    /// socket that gains or loses one is bound anew.
+    terminating: bool,
+}
+
+/// Whether `route`'s socket is served by [`super::terminate`].
+fn terminating(route: &Route) -> bool {
+    route.sni.as_ref().is_some_and(|s| s.terminates())
 }
 
 /// What serves the HTTP and HTTPS listeners of Gateways with their own
@@ -202,7 +210,7 @@ impl Manager {
         });
         for (key, route) in &table.listeners {
             if let Some(b) = self.bound.get(key) {
-                if b.edge == route.edge {
+                if b.edge == route.edge && b.terminating == terminating(route) {
                     b.route.send_replace(route.clone());
                     continue;
                 }
@@ -250,10 +258,16 @@ impl Manager {
                 route: tx,
                 task,
                 edge,
+                terminating: false,
             });
         }
+        let terminates = terminating(&route);
         let (tx, rx) = watch::channel(route);
         let task = match key.protocol {
+            Protocol::Tcp if terminates => {
+                let socket = super::terminate::bind(addr)?;
+                tokio::spawn(super::terminate::serve(socket, rx, self.ctx.clone()))
+            }
             Protocol::Tcp => {
                 let sockets = super::tcp::bind(addr, self.loops.len())?;
                 let loops = self.loops.clone();
@@ -269,6 +283,7 @@ impl Manager {
             route: tx,
             task,
             edge,
+            terminating: terminates,
         })
     }
 

@@ -23,6 +23,9 @@
 //! - [`proxy_protocol`]: the PROXY v2 header.
 //! - [`sni`]: the server name of a ClientHello, for TLS passthrough
 //!   listeners of Gateways (the route is chosen by it).
+//! - [`terminate`]: sockets with a Terminate TLS listener (and any
+//!   passthrough ones beside it, by SNI), on the runtime's tasks: TLS
+//!   ends there, the cleartext goes to the backends.
 
 pub mod context;
 pub mod health;
@@ -30,6 +33,7 @@ pub mod manager;
 pub mod proxy_protocol;
 pub mod sni;
 pub mod tcp;
+pub mod terminate;
 pub mod udp;
 
 use std::collections::HashMap;
@@ -48,6 +52,9 @@ pub struct L4Metrics {
     pub tcp_connections_total: IntCounter,
     pub tcp_connections_active: IntGauge,
     pub tcp_connect_failures_total: IntCounter,
+    /// Connections to Terminate TLS listeners closed because their TLS
+    /// handshake failed or did not end in time.
+    pub tls_handshake_failures_total: IntCounter,
     pub udp_flows_total: IntCounter,
     pub udp_flows_active: IntGauge,
     pub udp_flows_evicted_total: IntCounter,
@@ -149,6 +156,10 @@ impl L4Metrics {
                 "l4_tcp_connect_failures_total",
                 "Backend connects that failed (the endpoint is ejected for a while)",
             )?,
+            tls_handshake_failures_total: IntCounter::new(
+                "l4_tls_handshake_failures_total",
+                "Connections to Terminate TLS listeners closed because the TLS handshake failed or timed out",
+            )?,
             udp_flows_total: IntCounter::new("l4_udp_flows_total", "UDP flows created")?,
             udp_flows_active: IntGauge::new("l4_udp_flows_active", "UDP flows in the flow tables")?,
             udp_flows_evicted_total: IntCounter::new(
@@ -174,6 +185,7 @@ impl L4Metrics {
         for c in [
             &m.tcp_connections_total,
             &m.tcp_connect_failures_total,
+            &m.tls_handshake_failures_total,
             &m.udp_flows_total,
             &m.udp_flows_evicted_total,
             &m.binds_total,
