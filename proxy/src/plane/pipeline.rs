@@ -86,7 +86,7 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     if let Err(answer) = check_host(head) {
         return Routed::Answer(answer, None);
     }
-    if router.misdirected(conn.tls, conn.sni.as_deref(), head.authority) {
+    if router.misdirected(conn.tls, conn.sni.as_deref(), head.authority, conn.local) {
         return Routed::Answer(MISDIRECTED, None);
     }
     // The Host's client-certificate setting (crate::plane::client_cert):

@@ -135,13 +135,19 @@ impl Router {
         self
     }
 
-    /// Whether a request for `authority` on a TLS connection that named
-    /// `sni` must be answered 421 (RFC 9110 §15.5.20).
-    pub(super) fn misdirected(&self, tls: bool, sni: Option<&str>, authority: &str) -> bool {
+    /// Whether a request for `authority` on a TLS connection to `local`
+    /// that named `sni` must be answered 421 (RFC 9110 §15.5.20).
+    pub(super) fn misdirected(
+        &self,
+        tls: bool,
+        sni: Option<&str>,
+        authority: &str,
+        local: Option<std::net::SocketAddr>,
+    ) -> bool {
         tls && self
             .tls
             .as_ref()
-            .is_some_and(|r| r.misdirected(sni, authority))
+            .is_some_and(|r| r.misdirected(sni, authority, local))
     }
 }
 

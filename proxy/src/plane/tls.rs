@@ -5,10 +5,14 @@
 //! through the same `ArcSwap` as the router, so a certificate that changes
 //! in a Secret is used by the next handshake without a restart.
 //!
-//! A request on a TLS connection must name a host the connection's
-//! certificate serves: [`misdirected`] answers 421 otherwise (RFC 9110
-//! §15.5.20), so tenant A's SNI and certificate cannot front a request for
-//! another Ingress's host. The SNI reaches the request path in the
+//! A request on a TLS connection whose Host is not its SNI is answered 421
+//! (RFC 9110 §15.5.20) by [`misdirected`]: where Gateway listeners select
+//! the names, when the Host selects another HTTPS listener than the SNI
+//! did (the Gateway API's rule); elsewhere (Ingress hosts) when the
+//! connection's certificate is not the Host's, so tenant A's SNI and
+//! certificate cannot front a request for another tenant's host
+//! (docs/gateway-api.md, "Misdirected requests"). The SNI reaches the
+//! request path in the
 //! connection's TLS digest (crate::plane::client_cert::TlsFactsCallback),
 //! with the client certificate's outcome where its host asks for one.
 
@@ -17,6 +21,7 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::compile::routes::HostRank;
 use crate::compile::snapshot::{Snapshot, SnapshotHandle};
 
 /// Picks the certificate for each handshake: a Secret's (exact, then
@@ -58,15 +63,46 @@ impl SniResolver {
         {
             return key;
         }
+        // A name no certificate names that a Gateway's HTTPS listener
+        // selects (its catch-all, a wildcard deeper than one label) gets
+        // that listener's certificate, as the specification serves it;
+        // a name an Ingress serves keeps the default.
+        let mut buf = [0u8; 256];
+        if !snapshot.gateway.https_listeners().is_empty()
+            && let Some(name) = teapot_api::host::normalize_request_host(name, &mut buf)
+            && let Some(l) = gateway_listener(snapshot, Some(name))
+            && let Some(key) = snapshot.gateway.https_listeners().certificate(l)
+        {
+            return key.clone();
+        }
         self.default.clone()
     }
 
-    /// Whether a request for `host` on a connection whose handshake named
-    /// `sni` is misdirected: the certificate that connection was served
-    /// is not the one a handshake for `host` would get. Ports and case
-    /// do not count; a connection without SNI got the default
-    /// certificate, so only hosts that would get it too are served on it.
-    pub fn misdirected(&self, sni: Option<&str>, host: &str) -> bool {
+    /// Whether a request for `host` on a connection to `local` whose
+    /// handshake named `sni` is misdirected. Ports and case do not count,
+    /// and a Host equal to the SNI is never misdirected (one compare,
+    /// nothing looked up). Otherwise:
+    ///
+    /// - Where both names select an HTTPS listener of a Gateway on the
+    ///   shared socket (the specification's listener hostname rules,
+    ///   `HttpsListeners`): 421 when they select different listeners.
+    ///   On one listener, its hosts share connections when each name's
+    ///   certificate is that listener's or the default one, or both are
+    ///   the same; a certificate from elsewhere (an Ingress's, ACME's)
+    ///   fronts no other host.
+    /// - Where neither does (Ingress hosts, Gateways with their own
+    ///   address, no Gateway listener at all): the certificate the
+    ///   connection got must be the one a handshake for `host` would get.
+    /// - Where one does and the other not: 421.
+    ///
+    /// A name an Ingress serves (the decision goes to the Ingress table,
+    /// crate::plane::decide) selects no Gateway listener.
+    pub fn misdirected(
+        &self,
+        sni: Option<&str>,
+        host: &str,
+        local: Option<std::net::SocketAddr>,
+    ) -> bool {
         let (mut a, mut b) = ([0u8; 256], [0u8; 256]);
         let requested = teapot_api::host::normalize_request_host(host, &mut a);
         let named = sni.and_then(|s| teapot_api::host::normalize_request_host(s, &mut b));
@@ -74,11 +110,40 @@ impl SniResolver {
             return false;
         }
         let snapshot = self.snapshots.load();
-        !Arc::ptr_eq(
-            &self.choose(&snapshot, sni),
-            &self.choose(&snapshot, Some(host)),
-        )
+        let by_sni = self.choose(&snapshot, sni);
+        let by_host = self.choose(&snapshot, Some(host));
+        let same_certificate = Arc::ptr_eq(&by_sni, &by_host);
+        let listeners = snapshot.gateway.https_listeners();
+        let own_address = local.is_some_and(|l| snapshot.gateway.own().serves(l.ip()));
+        let Some(requested) = requested else {
+            return !same_certificate;
+        };
+        if listeners.is_empty() || own_address || (sni.is_some() && named.is_none()) {
+            return !same_certificate;
+        }
+        let select = |name| gateway_listener(&snapshot, name);
+        match (select(named), select(Some(requested))) {
+            (None, None) => !same_certificate,
+            (Some(x), Some(y)) if x == y => {
+                let theirs =
+                    |c: &Arc<CertifiedKey>| Arc::ptr_eq(c, &self.default) || listeners.serves(x, c);
+                !(same_certificate || (theirs(&by_sni) && theirs(&by_host)))
+            }
+            _ => true,
+        }
     }
+}
+
+/// The HTTPS listener of a Gateway on the shared socket a normalised name
+/// selects (`None` as the name: no SNI), unless an Ingress serves that
+/// name (the decision goes to the Ingress table, crate::plane::decide).
+fn gateway_listener(snapshot: &Snapshot, name: Option<&str>) -> Option<u32> {
+    let gateway = name.map_or(HostRank::Any, |n| snapshot.gateway.host(n).rank);
+    let ingress = name.map_or(HostRank::None, |n| snapshot.routes.host_rank(n));
+    if ingress != HostRank::None && gateway < ingress {
+        return None;
+    }
+    snapshot.gateway.https_listeners().select(name)
 }
 
 impl ResolvesServerCert for SniResolver {
@@ -117,7 +182,7 @@ mod tests {
             .certs
             .insert(&HostPattern::parse("*.b.example").unwrap(), key());
         let resolver = SniResolver::new(Arc::new(ArcSwap::from_pointee(snapshot)), key());
-        let m = |sni: Option<&str>, host: &str| resolver.misdirected(sni, host);
+        let m = |sni: Option<&str>, host: &str| resolver.misdirected(sni, host, None);
         assert!(!m(Some("a.example"), "A.example:443"));
         assert!(
             !m(Some("x.b.example"), "y.b.example"),
@@ -134,5 +199,138 @@ mod tests {
             !m(Some("unknown.example"), "other.example"),
             "both get the default"
         );
+    }
+
+    /// Upstream's HTTPRouteHTTPSListenerDetectMisdirectedRequests: one
+    /// certificate on four listeners (catch-all, `second-example.org`,
+    /// `*.wildcard.org`, `fourth-example.wildcard.org`); 421 exactly when
+    /// the Host selects another listener than the SNI did. Beside them,
+    /// an Ingress host with its own certificate and one sharing the
+    /// listeners' keep the certificate rule, and a certificate that is
+    /// not the listener's (the Ingress's) fronts no other host of it.
+    #[test]
+    fn a_host_another_listener_selects_is_misdirected() {
+        let key = TlsCertificate::self_signed_default().unwrap().key;
+        let ingress_key = TlsCertificate::self_signed_default().unwrap().key;
+        let default = TlsCertificate::self_signed_default().unwrap().key;
+        let p = |h: &str| HostPattern::parse(h).unwrap();
+        let mut snapshot = Snapshot::default();
+        let mut b = crate::compile::gateway::table::TableBuilder::default();
+        let https = b.https_listeners();
+        for host in [None, Some("second-example.org")] {
+            let l = https.listener(vec![key.clone()]);
+            https.add(host.map(p).as_ref(), l);
+        }
+        for host in ["*.wildcard.org", "fourth-example.wildcard.org"] {
+            let l = https.listener(vec![key.clone()]);
+            https.add(Some(&p(host)), l);
+        }
+        snapshot.gateway = b.build();
+        // The catch-all listener's routed host and the others: the
+        // listener's certificate on each (compile::gateway).
+        for host in [
+            "example.org",
+            "second-example.org",
+            "*.wildcard.org",
+            "fourth-example.wildcard.org",
+        ] {
+            snapshot.certs.insert(&p(host), key.clone());
+        }
+        snapshot
+            .certs
+            .insert(&p("ingress.example"), ingress_key.clone());
+        let resolver = SniResolver::new(Arc::new(ArcSwap::from_pointee(snapshot)), default);
+        let m = |sni: Option<&str>, host: &str| resolver.misdirected(sni, host, None);
+        let cases = [
+            ("example.org", "example.org", false),
+            ("example.org", "second-example.org", true),
+            ("example.org", "unknown-example.org", false),
+            ("second-example.org", "example.org", true),
+            ("second-example.org", "unknown-example.org", true),
+            (
+                "third-example.wildcard.org",
+                "fith-example.wildcard.org",
+                false,
+            ),
+            (
+                "third-example.wildcard.org",
+                "fourth-example.wildcard.org",
+                true,
+            ),
+            ("third-example.wildcard.org", "second-example.org", true),
+            ("third-example.wildcard.org", "unknown-example.org", true),
+            (
+                "fourth-example.wildcard.org",
+                "fith-example.wildcard.org",
+                true,
+            ),
+            ("unknown-example.org", "example.org", false),
+            ("unknown-example.org", "unknown-example.org", false),
+        ];
+        for (sni, host, want) in cases {
+            assert_eq!(m(Some(sni), host), want, "SNI {sni}, Host {host}");
+        }
+        // A handshake for a name no certificate names gets the listener's.
+        let chosen = |name| resolver.choose(&resolver.snapshots.load(), Some(name));
+        assert!(Arc::ptr_eq(&chosen("unknown-example.org"), &key));
+        assert!(Arc::ptr_eq(&chosen("a.b.wildcard.org"), &key));
+        assert!(!m(None, "example.org"), "no SNI: the catch-all listener");
+        assert!(m(None, "second-example.org"));
+        // On the catch-all listener too, but with the Ingress's
+        // certificate: it fronts none of the listener's hosts.
+        assert!(m(Some("ingress.example"), "example.org"));
+        assert!(m(Some("example.org"), "ingress.example"));
+        assert!(m(Some("ingress.example"), "unknown-example.org"));
+    }
+
+    /// Where Ingresses serve both names the certificate rule holds; a
+    /// Gateway listener's host is never served on an Ingress host's
+    /// connection, even with the same certificate.
+    #[test]
+    fn ingress_hosts_keep_the_certificate_rule() {
+        let key = TlsCertificate::self_signed_default().unwrap().key;
+        let other = TlsCertificate::self_signed_default().unwrap().key;
+        let p = |h: &str| HostPattern::parse(h).unwrap();
+        let rule = |h: &str| {
+            format!(
+                "  - host: {h}\n    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}\n"
+            )
+        };
+        let docs = format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: ops}}\nspec:\n  ingressClassName: teapot\n  rules:\n{}{}{}---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: teapot}}\nspec: {{controller: teapot.dev/ingress-controller}}\n",
+            rule("a.example"),
+            rule("b.example"),
+            rule("c.example"),
+        );
+        let mut snapshot = crate::compile::tests::compile_test_docs(
+            &[docs],
+            &crate::compile::CompileOptions::default(),
+        );
+        assert_ne!(
+            snapshot.routes.host_rank("a.example"),
+            HostRank::None,
+            "the Ingress is routed"
+        );
+        let mut b = crate::compile::gateway::table::TableBuilder::default();
+        let l = b.https_listeners().listener(vec![key.clone()]);
+        b.https_listeners().add(Some(&p("gw.example")), l);
+        snapshot.gateway = b.build();
+        for (host, k) in [
+            ("gw.example", &key),
+            ("a.example", &key),
+            ("b.example", &key),
+            ("c.example", &other),
+        ] {
+            snapshot.certs.insert(&p(host), k.clone());
+        }
+        let resolver = SniResolver::new(Arc::new(ArcSwap::from_pointee(snapshot)), other.clone());
+        let m = |sni: Option<&str>, host: &str| resolver.misdirected(sni, host, None);
+        assert!(!m(Some("a.example"), "b.example"), "one certificate");
+        assert!(m(Some("a.example"), "c.example"), "another certificate");
+        assert!(
+            m(Some("a.example"), "gw.example"),
+            "a Gateway listener's host"
+        );
+        assert!(m(Some("gw.example"), "a.example"));
     }
 }

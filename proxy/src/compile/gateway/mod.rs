@@ -182,6 +182,9 @@ pub struct GatewayCompile<'s> {
     /// (host, Secret) certificates of HTTPS listeners, added after the
     /// Ingresses' (an Ingress's certificate keeps its host).
     certificates: Vec<(HostPattern, NsName)>,
+    /// The number of each served HTTPS listener of the shared socket in
+    /// the table's `HttpsListeners`, by (Gateway, listener index).
+    https_ids: std::collections::HashMap<(&'s NsName, usize), u32>,
 }
 
 /// The order of claimants: `creationTimestamp`, those without one after,
@@ -227,6 +230,7 @@ impl<'s> GatewayCompile<'s> {
             bound_any: false,
             released: Vec::new(),
             certificates: Vec::new(),
+            https_ids: std::collections::HashMap::new(),
         };
         if store.gateways.is_empty() && store.gateway_classes.is_empty() {
             return out;
@@ -254,6 +258,39 @@ impl<'s> GatewayCompile<'s> {
             .filter(|(_, g)| ours(&g.object.spec.gateway_class_name))
             .map(|(id, g)| gateway_entry(cx, id, &g.object, &mut out.certificates))
             .collect();
+        // The HTTPS listeners of the shared socket, for the 421 check
+        // (table::HttpsListeners): an operator's listener selects the
+        // names of its hostname; a tenant's only the hosts its routes bind
+        // there, after the tenant's host rules (`bind_parent`), so a
+        // tenant's listener hostname never takes another's names.
+        for g in gateways.iter().filter(|g| !g.own) {
+            for (i, l) in g.listeners.iter().enumerate() {
+                if l.plane != Some(Plane::Https) {
+                    continue;
+                }
+                let owner = g
+                    .sets
+                    .iter()
+                    .find(|s| s.range.contains(&i))
+                    .map_or(g.id, |s| s.id);
+                let certs = listener_secrets(owner, g.classes[i].spec)
+                    .iter()
+                    .filter_map(|s| {
+                        store.secrets.get(&NsRef {
+                            namespace: &s.namespace,
+                            name: &s.name,
+                        })
+                    })
+                    .map(|s| s.object.certificate.key.clone())
+                    .collect();
+                let https = out.builder.https_listeners();
+                let n = https.listener(certs);
+                if cx.hosts.tenancy.get(&owner.namespace).is_none() {
+                    https.add(l.hostname.as_ref(), n);
+                }
+                out.https_ids.insert((g.id, i), n);
+            }
+        }
 
         // Routes oldest first: the order decides precedence ties.
         let mut routes: Vec<RouteIn<'s>> = Vec::new();
@@ -617,6 +654,7 @@ impl<'s> GatewayCompile<'s> {
             },
         )
         .map_err(|r| (r.reason, r.message))?;
+        let tenant_owner = tenancy.get(&owner.namespace).is_some();
         for (i, served) in &walk.listeners {
             let i = &(range.start + *i);
             let listener = &gateway.listeners[*i];
@@ -665,6 +703,12 @@ impl<'s> GatewayCompile<'s> {
                     for s in listener_secrets(owner, spec) {
                         self.certificates.push((h.clone(), s));
                     }
+                }
+                if https
+                    && tenant_owner
+                    && let Some(n) = self.https_ids.get(&(gateway.id, *i)).copied()
+                {
+                    self.builder.https_listeners().add(host, n);
                 }
             }
         }
@@ -1008,5 +1052,54 @@ mod tests {
             accepted["message"], "listener db does not admit HTTPRoute",
             "{accepted}"
         );
+    }
+
+    /// The shared socket's HTTPS listeners as the 421 check reads them:
+    /// each served listener selects the names of its hostname (exact,
+    /// then wildcard at any depth, then the catch-all) with its
+    /// certificate; an HTTP listener selects none.
+    #[test]
+    fn https_listeners_select_the_names_of_their_hostnames() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["*.org".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let indented =
+            |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+        let listener = |name: &str, hostname: &str| {
+            format!(
+                "  - {{name: {name}, protocol: HTTPS, port: 443, {hostname} tls: {{certificateRefs: [{{name: tls}}]}}}}\n"
+            )
+        };
+        let docs = [
+            format!(
+                "apiVersion: v1\nkind: Secret\nmetadata: {{name: tls, namespace: infra}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+                indented(&cert.pem()),
+                indented(&key.serialize_pem())
+            ),
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: infra}}\nspec:\n  gatewayClassName: teapot\n  listeners:\n{}{}{}{}  - {{name: http, protocol: HTTP, port: 80, hostname: plain.org}}\n",
+                listener("https", ""),
+                listener("exact", "hostname: second-example.org,"),
+                listener("wild", "hostname: \"*.wildcard.org\","),
+                listener("wild-exact", "hostname: fourth-example.wildcard.org,"),
+            ),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        let l = s.gateway.https_listeners();
+        let any = l.select(Some("example.org")).expect("the catch-all");
+        assert_eq!(l.select(Some("plain.org")), Some(any));
+        assert_eq!(l.select(None), Some(any));
+        let exact = l.select(Some("second-example.org")).unwrap();
+        let wild = l.select(Some("a.b.wildcard.org")).unwrap();
+        let wild_exact = l.select(Some("fourth-example.wildcard.org")).unwrap();
+        let mut all = vec![any, exact, wild, wild_exact];
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 4, "four listeners");
+        let served = s.certs.lookup("second-example.org").unwrap();
+        assert!(l.serves(any, served) && l.serves(wild, served));
+        assert!(std::sync::Arc::ptr_eq(l.certificate(any).unwrap(), served));
     }
 }

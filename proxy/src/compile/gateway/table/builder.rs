@@ -8,7 +8,7 @@ use std::sync::Arc;
 use teapot_api::HostPattern;
 
 use super::candidate::Candidate;
-use super::{Chain, FastMap, GatewayTable, Group};
+use super::{Chain, FastMap, GatewayTable, Group, HttpsListeners};
 use crate::compile::routes::HostRank;
 
 /// The lists bound to one host pattern, in the order routes bound them
@@ -52,9 +52,15 @@ pub struct TableBuilder {
     exact: FastMap<Bound>,
     wildcard: FastMap<Bound>,
     any: Option<Bound>,
+    https: HttpsListeners,
 }
 
 impl TableBuilder {
+    /// The HTTPS listeners host names select, for the 421 check.
+    pub fn https_listeners(&mut self) -> &mut HttpsListeners {
+        &mut self.https
+    }
+
     /// Binds route `route`'s `list` to `host` (`None`: any host).
     pub fn bind(&mut self, host: Option<&HostPattern>, route: u32, list: &Arc<[Candidate]>) {
         fn bind(map: &mut FastMap<Bound>, key: &str, route: u32, list: &Arc<[Candidate]>) {
@@ -138,6 +144,7 @@ impl TableBuilder {
             exact,
             wildcard,
             any,
+            https,
         } = self;
         let suffixes = Suffixes::new(&wildcard);
         let wildcard: FastMap<Group> = wildcard
@@ -150,6 +157,7 @@ impl TableBuilder {
         let any = any.map(|b| Group::new(HostRank::Any, b.lists));
         let mut table = GatewayTable {
             max_wildcard: suffixes.longest,
+            https,
             ..GatewayTable::default()
         };
         table.exact.reserve(exact.len());

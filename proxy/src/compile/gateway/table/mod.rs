@@ -22,6 +22,7 @@
 
 mod builder;
 mod candidate;
+mod listeners;
 mod matching;
 mod target;
 
@@ -32,6 +33,7 @@ use builder::Lists;
 pub use builder::TableBuilder;
 use candidate::Order;
 pub use candidate::{Candidate, listener_rank, route_list};
+pub use listeners::HttpsListeners;
 pub use matching::{
     BudgetExhausted, EvalBudget, Matcher, PathMatch, REGEX_BYTES_PER_REQUEST, RequestFacts,
     RequestHeaders, ValueMatch,
@@ -152,6 +154,8 @@ pub struct GatewayTable {
     /// The tables of Gateways with their own address (set on the shared
     /// table only).
     own: OwnTables,
+    /// The HTTPS listeners host names select (the shared table only).
+    https: HttpsListeners,
 }
 
 /// The route table of each HTTP and HTTPS socket of Gateways with their
@@ -266,6 +270,11 @@ impl GatewayTable {
 
     pub fn set_own(&mut self, own: OwnTables) {
         self.own = own;
+    }
+
+    /// The HTTPS listeners of the shared socket, by the names they select.
+    pub fn https_listeners(&self) -> &HttpsListeners {
+        &self.https
     }
 
     pub fn is_empty(&self) -> bool {
