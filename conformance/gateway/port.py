@@ -101,13 +101,31 @@ class GatewayAddress:
     GatewayRef names (the first listener when it names none), or without a
     port when the caller passed `usePort` false."""
 
-    def __init__(self, gateway, listener, use_port):
+    def __init__(self, gateway, listener, use_port, port=None):
         self.gateway = gateway
         self.listener = listener
         self.use_port = use_port
+        self.port = port
 
     def json(self):
-        return {**self.gateway, "Listener": self.listener, "UsePort": self.use_port}
+        out = {**self.gateway, "Listener": self.listener, "UsePort": self.use_port}
+        if self.port is not None:
+            out["Port"] = self.port
+        return out
+
+
+class TLSSecretPart:
+    """One of the values `kubernetes.GetTLSSecret(client, nn)` returns: the
+    Secret's certificate (`tls.crt`) or key (`tls.key`), which the runner
+    reads from the Secret it wrote (the suite makes these Secrets at run
+    time)."""
+
+    def __init__(self, secret, key):
+        self.secret = secret
+        self.key = key
+
+    def json(self):
+        return {"Secret": self.secret, "Key": self.key}
 
 
 class RouteHostnames:
@@ -475,6 +493,13 @@ HELPER_PARAMS = {
     "udp.ExpectEchoResponseFromBackend": ("t", "timeoutConfig", "gwAddr", "expected"),
 }
 HELPER_ARGUMENTS = ("serverName", "useTLS")
+# Certificates the TLS helpers are given (PEM read from a Secret with
+# `kubernetes.GetTLSSecret`): the server certificate the client trusts as
+# its root, and the client certificate and key it presents. `nil` is none.
+# Read for the `tls` helpers; the `tcp` helper's server certificate (a CA
+# the test builds from a ConfigMap) is not ported, its passthrough client
+# accepting any certificate.
+CERTIFICATE_ARGUMENTS = ("serverCertificate", "clientCertificate", "clientCertificateKey")
 # Helpers whose case is nothing without the Gateway address.
 L4_PACKAGES = ("tcp", "udp")
 
@@ -569,6 +594,55 @@ def address_call(tokens, i, env):
     return address, hostnames
 
 
+def host_port_call(tokens, i, env, names):
+    """At `net.JoinHostPort(gw, "443")` or `net.SplitHostPort(gw)` (token i
+    is `net`) over a Gateway address: that address with the port given, or
+    without its port; None otherwise. `names` are the assigned names."""
+    if not (tokens[i][1] == "net" and tokens[i + 1][1] == "." and tokens[i + 3][1] == "("):
+        return None
+    func = tokens[i + 2][1]
+    args = call_args(tokens, i + 3)
+    if not args or args[0][1] != args[0][0] + 1:
+        return None
+    address = env.get(tokens[args[0][0]][1])
+    if not isinstance(address, GatewayAddress):
+        return None
+    if func == "SplitHostPort" and len(args) == 1 and len(names) == 3:
+        return GatewayAddress(address.gateway, address.listener, False)
+    if func == "JoinHostPort" and len(args) == 2 and len(names) == 1:
+        try:
+            port, end = Reader(tokens, env).expr(args[1][0])
+        except GoError:
+            return None
+        if end == args[1][1] and isinstance(port, str) and port.isdigit():
+            return GatewayAddress(address.gateway, address.listener, True, int(port))
+    return None
+
+
+def tls_secret_call(tokens, i, env):
+    """At `kubernetes.GetTLSSecret(client, nn)` (token i is `kubernetes`)
+    with `nn` known here: the Secret's reference, else None."""
+    if not (
+        tokens[i][1] == "kubernetes"
+        and tokens[i + 1][1] == "."
+        and tokens[i + 2][1] == "GetTLSSecret"
+        and tokens[i + 3][1] == "("
+    ):
+        return None
+    args = call_args(tokens, i + 3)
+    if len(args) != 2:
+        return None
+    try:
+        value, end = Reader(tokens, env).expr(args[1][0])
+    except GoError:
+        return None
+    if end != args[1][1] or not isinstance(value, dict) or unresolved_in(value):
+        return None
+    if not isinstance(value.get("Name"), str) or not isinstance(value.get("Namespace"), str):
+        return None
+    return {"Name": value["Name"], "Namespace": value["Namespace"]}
+
+
 def helper_call(tokens, paren, helper, env):
     """The case fields a helper call's plain arguments give: `gateway` (the
     Gateway whose address `gwAddr` is) and `arguments`; or a reason the case
@@ -587,6 +661,13 @@ def helper_call(tokens, paren, helper, env):
                 # An HTTP case still says where it goes (its Host); an L4
                 # case says nothing but the address.
                 return {}, f"{helper} argument gwAddr: {r.text(a, b)} is computed at run time"
+        elif name in CERTIFICATE_ARGUMENTS and helper.startswith("tls."):
+            value = env.get(tokens[a][1]) if b == a + 1 else None
+            if b == a + 1 and tokens[a][1] == "nil":
+                continue
+            if not isinstance(value, TLSSecretPart):
+                return {}, f"{helper} argument {name}: {r.text(a, b)} is not a Secret's certificate or key read here"
+            out.setdefault("arguments", {})[name] = value.json()
         elif name in HELPER_ARGUMENTS:
             try:
                 value, end = r.expr(a)
@@ -651,6 +732,29 @@ def scan_body(tokens, start, end, env=None):
             and tokens[i + 3][1] == "("
         ):
             changed = f"Client.{tokens[i + 2][1]}"
+        # `cert, key, err := kubernetes.GetTLSSecret(client, nn)` and
+        # `host, _, err = net.SplitHostPort(gwAddr)`: three names assigned.
+        if kind == "ident" and tokens[i - 1][1] not in (",", ".") and [t[1] for t in tokens[i + 1:i + 6:2]] == [",", ",", tokens[i + 5][1]] and tokens[i + 5][1] in (":=", "=") and tokens[i + 2][0] == "ident" and tokens[i + 4][0] == "ident":
+            names = [tokens[i][1], tokens[i + 2][1]]
+            secret = tls_secret_call(tokens, i + 6, env)
+            if secret:
+                for var, key in zip(names, ("tls.crt", "tls.key")):
+                    if var != "_":
+                        env[var] = TLSSecretPart(secret, key)
+                i += 6
+                continue
+            address = host_port_call(tokens, i + 6, env, names + [tokens[i + 4][1]])
+            if address and tok != "_":
+                env[tok] = address
+                i += 6
+                continue
+        # `addr := net.JoinHostPort(gwAddr, "443")`: the address at a port.
+        if kind == "ident" and tokens[i + 1][1] in (":=", "=") and tokens[i - 1][1] not in (",", "."):
+            address = host_port_call(tokens, i + 2, env, [tok])
+            if address:
+                env[tok] = address
+                i += 2
+                continue
         # `a := kubernetes.GatewayAnd...MustBeAccepted(...)` and
         # `a, b := ...`: the Gateway's address (and the routes' hostnames).
         if kind == "ident" and (
@@ -704,12 +808,18 @@ def scan_body(tokens, start, end, env=None):
             try:
                 value, j = r.composite(literal_start, True)
                 items = value if slice_of else [value]
-                helper, paren = consuming_call(tokens, i - 2 if slice_of else i, j, end)
-                extra, problem = helper_call(tokens, paren, helper, env) if helper else ({}, None)
-                for item in items:
-                    if helper:
-                        item = {**item, "helper": helper, **extra}
-                    cases.append((tok, None if problem else item, problem))
+                calls = consuming_calls(tokens, i - 2 if slice_of else i, j, end) or [(None, None)]
+                # A TLS helper's expectation is sent once per call (with
+                # another client certificate each); other helpers' literals
+                # are judged by the first call (later ones pick branches,
+                # weights or mirrors the data does not carry).
+                calls = [c for c in calls if c[0] and c[0].startswith("tls.")] if calls[0][0] and calls[0][0].startswith("tls.") else calls[:1]
+                for helper, paren in calls:
+                    extra, problem = helper_call(tokens, paren, helper, env) if helper else ({}, None)
+                    for item in items:
+                        if helper:
+                            item = {**item, "helper": helper, **extra}
+                        cases.append((tok, None if problem else item, problem))
                 i = j
                 continue
             except GoError as e:
@@ -731,11 +841,13 @@ def call_name(tokens, paren):
     return None
 
 
-def consuming_call(tokens, start, end_literal, end_body):
-    """The helper that takes an expectation literal (its semantics: a
-    consistent response, a failure, a mirrored request): the call it is an
-    argument of, or, for a literal assigned to a variable, the first later
-    call whose arguments name that variable or a `range` variable over it."""
+def consuming_calls(tokens, start, end_literal, end_body):
+    """The helper calls that take an expectation literal (their semantics: a
+    consistent response, a failure, a mirrored request), as (name, `(`
+    index): the call it is an argument of, or, for a literal assigned to a
+    variable, every later call whose arguments name that variable or a
+    `range` variable over it (one case each: the same expectation sent with
+    other arguments, such as another client certificate)."""
     depth = 0
     names = set()
     for k in range(start - 1, 0, -1):
@@ -745,7 +857,7 @@ def consuming_call(tokens, start, end_literal, end_body):
         elif t in ("(", "{", "["):
             if depth == 0:
                 if t == "(" and call_name(tokens, k):
-                    return call_name(tokens, k), k
+                    return [(call_name(tokens, k), k)]
                 # testCases = append(testCases, <literal>...)
                 if t == "(" and tokens[k - 1][1] == "append" and tokens[k + 1][0] == "ident":
                     names.add(tokens[k + 1][1])
@@ -757,7 +869,8 @@ def consuming_call(tokens, start, end_literal, end_body):
     if tokens[start - 1][1] in (":=", "=") and tokens[start - 2][0] == "ident":
         names.add(tokens[start - 2][1])
     if not names:
-        return None, None
+        return []
+    calls = []
     k = end_literal
     while k < end_body:
         # for _, tc := range testCases {
@@ -771,10 +884,20 @@ def consuming_call(tokens, start, end_literal, end_body):
             while depth and m < end_body:
                 depth += {"(": 1, ")": -1}.get(tokens[m][1], 0)
                 if tokens[m][0] == "ident" and tokens[m][1] in names and tokens[m - 1][1] != ".":
-                    return call_name(tokens, k), k
+                    calls.append((call_name(tokens, k), k))
+                    break
                 m += 1
+        # A new literal assigned to the same name ends this one's use.
+        if (
+            tokens[k][0] == "ident"
+            and tokens[k][1] in names
+            and tokens[k + 1][1] in (":=", "=")
+            and tokens[k - 1][1] not in (".", ",")
+            and (tokens[k + 2][1] in EXPECTATION_PACKAGES or tokens[k + 2][1] == "[")
+        ):
+            break
         k += 1
-    return None, None
+    return calls
 
 
 def port(upstream, out_dir=None):

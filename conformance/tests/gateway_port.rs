@@ -289,3 +289,101 @@ var TeapotExtraL4 = confsuite.ConformanceTest{
         "{unported}"
     );
 }
+
+#[test]
+fn a_client_certificate_test_is_ported_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("up");
+    std::fs::create_dir_all(up.join("conformance/tests")).unwrap();
+    std::fs::create_dir_all(up.join("conformance/base")).unwrap();
+    std::fs::copy(
+        upstream().join("conformance/base/manifests.yaml"),
+        up.join("conformance/base/manifests.yaml"),
+    )
+    .unwrap();
+    std::fs::write(up.join("conformance/tests/teapot-mtls.yaml"), "{}\n").unwrap();
+    std::fs::write(
+        up.join("conformance/tests/teapot-mtls.go"),
+        r#"package tests
+
+var TeapotMTLS = confsuite.ConformanceTest{
+	ShortName: "TeapotMTLS",
+	Manifests: []string{"tests/teapot-mtls.yaml"},
+	Test: func(t *testing.T, suite *confsuite.ConformanceTestSuite) {
+		ns := confsuite.InfrastructureNamespace
+		gwNN := types.NamespacedName{Name: "mtls-gw", Namespace: ns}
+		gwAddr := kubernetes.GatewayAndRoutesMustBeAccepted(t, suite.Client, suite.TimeoutConfig, suite.ControllerName, kubernetes.NewGatewayRef(gwNN), &gatewayv1.HTTPRoute{}, false, routeNNs...)
+		certNN := types.NamespacedName{Name: "server-cert", Namespace: ns}
+		serverCertPem, _, err := kubernetes.GetTLSSecret(suite.Client, certNN)
+		clientNN := types.NamespacedName{Name: "client-cert", Namespace: ns}
+		clientPem, clientKey, err := kubernetes.GetTLSSecret(suite.Client, clientNN)
+		perPortAddr := net.JoinHostPort(gwAddr, "8443")
+		expected := http.ExpectedResponse{
+			Request:   http.Request{Host: "example.org", Path: "/"},
+			Response:  http.Response{StatusCode: 200},
+			Namespace: ns,
+		}
+		t.Run("with", func(t *testing.T) {
+			tls.MakeTLSRequestAndExpectEventuallyConsistentResponse(t, suite.RoundTripper, suite.TimeoutConfig, perPortAddr, serverCertPem, clientPem, clientKey, "example.org", expected)
+		})
+		t.Run("without", func(t *testing.T) {
+			tls.MakeTLSRequestAndExpectEventuallyConsistentResponse(t, suite.RoundTripper, suite.TimeoutConfig, perPortAddr, serverCertPem, nil, nil, "example.org", expected)
+		})
+		hostOnly, _, err := net.SplitHostPort(gwAddr)
+		tls.MakeTLSRequestAndExpectEventuallyConsistentFailureResponse(t, suite.RoundTripper, suite.TimeoutConfig, hostOnly, serverCertPem, clientPem, loadKey(), "example.org",
+			http.ExpectedResponse{Request: http.Request{Host: "example.org", Path: "/"}, Namespace: ns})
+	},
+}
+"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = Command::new("python3")
+        .arg(repo().join("conformance/gateway/port.py"))
+        .arg("--upstream")
+        .arg(&up)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = read(&out_dir.join("TeapotMTLS.json"));
+    let secret = |name: &str, key: &str| serde_json::json!({"Secret": {"Name": name, "Namespace": "gateway-conformance-infra"}, "Key": key});
+    let gateway = serde_json::json!({"Name": "mtls-gw", "Namespace": "gateway-conformance-infra", "Listener": "", "UsePort": true, "Port": 8443});
+    let cases = t["cases"].as_array().unwrap();
+    // One literal, two calls: two cases, with and without the client
+    // certificate, both at the port the test joined.
+    assert_eq!(cases.len(), 2, "{cases:?}");
+    assert_eq!(cases[0]["gateway"], gateway);
+    assert_eq!(cases[1]["gateway"], gateway);
+    assert_eq!(
+        cases[0]["arguments"],
+        serde_json::json!({
+            "serverName": "example.org",
+            "serverCertificate": secret("server-cert", "tls.crt"),
+            "clientCertificate": secret("client-cert", "tls.crt"),
+            "clientCertificateKey": secret("client-cert", "tls.key"),
+        })
+    );
+    assert_eq!(
+        cases[1]["arguments"],
+        serde_json::json!({
+            "serverName": "example.org",
+            "serverCertificate": secret("server-cert", "tls.crt"),
+        })
+    );
+    // A key computed at run time leaves the case unported, with why.
+    let unported = t["unported_cases"].as_array().unwrap();
+    assert_eq!(unported.len(), 1, "{unported:?}");
+    assert!(
+        unported[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("clientCertificateKey"),
+        "{unported:?}"
+    );
+}

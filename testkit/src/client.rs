@@ -187,29 +187,56 @@ impl Connection {
             }
             Transport::Tls { sni, roots } => {
                 let config = tls_config(roots.as_deref(), proto)?;
-                let server_name = ServerName::try_from(sni.clone())
-                    .map_err(|err| Error::InvalidRequest(format!("SNI {sni:?}: {err}")))?;
-                let tls = TlsConnector::from(Arc::new(config))
-                    .connect(server_name, tcp)
-                    .await
-                    .map_err(tls_error)?;
-                let (_, session) = tls.get_ref();
-                let peer_certificates = session
-                    .peer_certificates()
-                    .map(|chain| chain.iter().map(|c| c.to_vec()).collect())
-                    .unwrap_or_default();
-                let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
-                let (sender, driver) = handshake(tls, proto).await?;
-                Ok(Connection {
-                    sender,
-                    proto,
-                    scheme: "https",
-                    peer_certificates,
-                    alpn,
-                    driver,
-                })
+                Connection::open_tls(tcp, sni, config, proto).await
             }
         }
+    }
+
+    /// Connects over TLS with the caller's client configuration (its own
+    /// verifier, a client certificate); ALPN is set for `proto`.
+    pub async fn open_with_tls_config(
+        addr: SocketAddr,
+        sni: &str,
+        config: &ClientConfig,
+        proto: Proto,
+    ) -> Result<Connection, Error> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let mut config = config.clone();
+        config.alpn_protocols = vec![match proto {
+            Proto::Http1 => b"http/1.1".to_vec(),
+            Proto::Http2 => b"h2".to_vec(),
+        }];
+        Connection::open_tls(tcp, sni, config, proto).await
+    }
+
+    async fn open_tls(
+        tcp: TcpStream,
+        sni: &str,
+        config: ClientConfig,
+        proto: Proto,
+    ) -> Result<Connection, Error> {
+        let server_name = ServerName::try_from(sni.to_owned())
+            .map_err(|err| Error::InvalidRequest(format!("SNI {sni:?}: {err}")))?;
+        let tls = TlsConnector::from(Arc::new(config))
+            .connect(server_name, tcp)
+            .await
+            .map_err(tls_error)?;
+        let (_, session) = tls.get_ref();
+        let peer_certificates = session
+            .peer_certificates()
+            .map(|chain| chain.iter().map(|c| c.to_vec()).collect())
+            .unwrap_or_default();
+        let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+        let (sender, driver) = handshake(tls, proto).await?;
+        Ok(Connection {
+            sender,
+            proto,
+            scheme: "https",
+            peer_certificates,
+            alpn,
+            driver,
+        })
     }
 
     /// Sends one request and reads the whole response. Fails if the

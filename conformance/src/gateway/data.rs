@@ -63,6 +63,10 @@ pub struct GatewayAddress {
     pub listener: String,
     #[serde(rename = "UsePort", default = "yes")]
     pub use_port: bool,
+    /// The port the test joined to the address (`net.JoinHostPort(gwAddr,
+    /// "8443")`), which replaces the listener's.
+    #[serde(rename = "Port", default)]
+    pub port: Option<u16>,
 }
 
 fn yes() -> bool {
@@ -307,7 +311,13 @@ pub const GRPC_FIELDS: &[&str] = &[
 pub const TCP_FIELDS: &[&str] = &["BackendIsTLS", "Hostname", "TLSProtocol"];
 pub const UDP_FIELDS: &[&str] = &["Service"];
 /// The helper arguments the runner uses.
-pub const ARGUMENTS: &[&str] = &["serverName", "useTLS"];
+pub const ARGUMENTS: &[&str] = &[
+    "serverName",
+    "useTLS",
+    "serverCertificate",
+    "clientCertificate",
+    "clientCertificateKey",
+];
 
 impl Case {
     /// Fields of the case the runner would not judge (unknown to it, or

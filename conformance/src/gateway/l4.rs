@@ -472,6 +472,15 @@ pub fn insecure_client_config() -> Arc<rustls::ClientConfig> {
     }
 }
 
+/// The verifier of [`insecure_client_config`]: any certificate, the
+/// handshake signatures still checked.
+pub fn accept_any() -> Arc<dyn rustls::client::danger::ServerCertVerifier> {
+    let provider = rustls::crypto::ring::default_provider();
+    Arc::new(AcceptAny {
+        algorithms: provider.signature_verification_algorithms,
+    })
+}
+
 #[derive(Debug)]
 struct AcceptAny {
     algorithms: rustls::crypto::WebPkiSupportedAlgorithms,

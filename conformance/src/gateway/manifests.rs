@@ -16,7 +16,9 @@
 //!   `allowedRoutes.namespaces.from: Selector`; ConfigMaps too (teapot
 //!   reads a `ca.crt` a BackendTLSPolicy names).
 //! - The runner adds GatewayClass `teapot`, the TLS Secrets the harness
-//!   creates for Gateway listeners ([`HARNESS_SECRETS`]), the backend
+//!   creates for Gateway listeners ([`HARNESS_SECRETS`]), the client
+//!   certificate authorities and client certificates of frontend
+//!   validation ([`CLIENT_CERTIFICATE_AUTHORITIES`]), the backend
 //!   certificate authorities of the BackendTLSPolicy tests
 //!   ([`BACKEND_TLS_HOSTS`]), and one EndpointSlice per echo process.
 
@@ -49,15 +51,32 @@ pub const DROPPED_KINDS: &[&str] = &[
 ];
 
 /// The serving certificates `suite.go` creates before any test (namespace,
-/// name, DNS names); the CA-signed client certificates of the mutual-TLS
-/// tests are not made (those tests are out of scope,
-/// conformance/gateway/out-of-scope.txt).
+/// name, DNS names), self-signed.
 pub const HARNESS_SECRETS: &[(&str, &str, &[&str])] = &[
     ("gateway-conformance-web-backend", "certificate", &["*"]),
     (
         "gateway-conformance-infra",
         "tls-validity-checks-certificate",
         &["*", "*.org", "*.wildcard.org"],
+    ),
+];
+
+/// The client certificate authorities `suite.go` creates for frontend
+/// client-certificate validation (namespace, CA ConfigMap, the Secret of a
+/// client certificate that CA signs): one CA for a Gateway's default
+/// validation, one for its per-port validation, each signing its own
+/// client certificate, so either certificate is refused where the other
+/// CA is configured.
+pub const CLIENT_CERTIFICATE_AUTHORITIES: &[(&str, &str, &str)] = &[
+    (
+        "gateway-conformance-infra",
+        "tls-validity-checks-ca-certificate",
+        "tls-validity-checks-client-certificate",
+    ),
+    (
+        "gateway-conformance-infra",
+        "tls-validity-checks-per-port-ca-certificate",
+        "tls-validity-checks-per-port-client-certificate",
     ),
 ];
 

@@ -24,6 +24,7 @@ pub mod l4;
 pub mod manifests;
 pub mod report;
 pub mod runner;
+pub mod tls_client;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

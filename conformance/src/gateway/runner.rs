@@ -19,6 +19,7 @@ use super::grpc::{self, GrpcCase, GrpcEchoServer};
 use super::judge::{self, CapturedRequest, CapturedResponse, SentRequest};
 use super::l4::{self, PodContext, TcpEcho, TcpExpected, TlsFront, UdpEcho};
 use super::manifests::{self, Backend, Object, Prepared, ServicePort};
+use super::tls_client;
 use crate::admin::Status;
 
 /// The upstream Go client's User-Agent.
@@ -179,14 +180,21 @@ impl Fixture {
             manifests::GATEWAY_CLASS,
             &manifests::gateway_class(),
         )?;
+        let mut harness = Certificates::new();
         for (namespace, name, hosts) in manifests::HARNESS_SECRETS {
             let pem = teapot_testkit::certs::self_signed(hosts);
             let yaml = teapot_testkit::certs::tls_secret_yaml(namespace, name, &pem);
             writer.write_text("Secret", namespace, name, &yaml)?;
+            harness.insert(
+                (namespace.to_string(), name.to_string()),
+                (pem.cert_pem, pem.key_pem),
+            );
         }
+        harness.extend(client_certificates(&mut writer)?);
         let (backend_tls, secrets) = backend_certificates(&mut writer)?;
         fixture.backend_tls = Some(backend_tls);
         fixture.secrets = secrets;
+        fixture.secrets.extend(harness);
         for object in &prepared.objects {
             writer.write(&object.kind, &object.namespace, &object.name, &object.value)?;
         }
@@ -382,6 +390,47 @@ impl Fixture {
     }
 }
 
+/// The client certificate authorities of frontend validation
+/// (`CLIENT_CERTIFICATE_AUTHORITIES`): each CA in its ConfigMap's `ca.crt`,
+/// and the client certificate it signs (clientAuth) in a TLS Secret.
+/// Returns the client certificates made (`namespace/name` → certificate,
+/// key PEM).
+fn client_certificates(writer: &mut Writer) -> Result<Certificates, String> {
+    use teapot_testkit::certs::TestCa;
+    let mut secrets = Certificates::new();
+    for (namespace, config_map, secret) in manifests::CLIENT_CERTIFICATE_AUTHORITIES {
+        let ca = TestCa::new(config_map);
+        writer.write(
+            "ConfigMap",
+            namespace,
+            config_map,
+            &ca_config_map(namespace, config_map, ca.cert_pem())?,
+        )?;
+        let pem = ca.issue_client(secret);
+        let yaml = teapot_testkit::certs::tls_secret_yaml(namespace, secret, &pem);
+        writer.write_text("Secret", namespace, secret, &yaml)?;
+        secrets.insert(
+            (namespace.to_string(), secret.to_string()),
+            (pem.cert_pem, pem.key_pem),
+        );
+    }
+    Ok(secrets)
+}
+
+/// A ConfigMap holding a CA bundle under `ca.crt`.
+fn ca_config_map(namespace: &str, name: &str, pem: &str) -> Result<serde_yaml::Value, String> {
+    let mut config_map: serde_yaml::Value = serde_yaml::from_str(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {namespace}}}\n"
+    ))
+    .map_err(|e| e.to_string())?;
+    if let serde_yaml::Value::Mapping(map) = &mut config_map {
+        let mut data = serde_yaml::Mapping::new();
+        data.insert("ca.crt".into(), pem.into());
+        map.insert("data".into(), serde_yaml::Value::Mapping(data));
+    }
+    Ok(config_map)
+}
+
 /// The backend certificate authorities `suite.go` creates: ConfigMap
 /// `tls-checks-ca-certificate` with the CA that signs the certificate the
 /// echo pods serve on their TLS port, ConfigMap `mismatch-ca-certificate`
@@ -415,17 +464,7 @@ fn backend_certificates(
         (manifests::BACKEND_TLS_CA, ca.cert_pem()),
         (manifests::BACKEND_TLS_MISMATCH_CA, mismatch.cert_pem()),
     ] {
-        let config_map: serde_yaml::Value = serde_yaml::from_str(&format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {}}}\n",
-            manifests::BACKEND_TLS_NAMESPACE
-        ))
-        .map_err(|e| e.to_string())?;
-        let mut config_map = config_map;
-        if let serde_yaml::Value::Mapping(map) = &mut config_map {
-            let mut data = serde_yaml::Mapping::new();
-            data.insert("ca.crt".into(), pem.into());
-            map.insert("data".into(), serde_yaml::Value::Mapping(data));
-        }
+        let config_map = ca_config_map(manifests::BACKEND_TLS_NAMESPACE, name, pem)?;
         writer.write(
             "ConfigMap",
             manifests::BACKEND_TLS_NAMESPACE,
@@ -953,8 +992,13 @@ impl CaseContext<'_> {
                 Judgement::Grpc | Judgement::GrpcFailure | Judgement::Tcp | Judgement::Udp => Err(
                     Attempt::Fatal(format!("a {} case judged as HTTP", case.protocol)),
                 ),
+                // As `WaitForConsistentFailureTLSResponse`: any error of the
+                // round trip (a refused handshake, an unverified server
+                // certificate, a reset) is the failure expected; the case's
+                // own errors (a Secret the harness does not make) are not.
                 Judgement::RequestFails => match result {
-                    Err(_) => Ok(()),
+                    Err(Attempt::Fatal(e)) => Err(Attempt::Fatal(e)),
+                    Err(Attempt::Retry(_)) => Ok(()),
                     Ok(exchange) => Err(Attempt::Retry(format!(
                         "the request unexpectedly succeeded with status {}",
                         exchange.response.status
@@ -983,11 +1027,14 @@ impl CaseContext<'_> {
         let fleet = self.http.ip();
         let (key, port) = match (&case.gateway, &self.only_gateway) {
             (Some(gateway), _) => {
-                let listener = listener_port(&self.fixture.objects, gateway)?;
-                (
-                    (gateway.namespace.clone(), gateway.name.clone()),
-                    gateway.use_port.then_some(listener),
-                )
+                let port = match gateway.port {
+                    Some(port) => Some(port),
+                    None => {
+                        let listener = listener_port(&self.fixture.objects, gateway)?;
+                        gateway.use_port.then_some(listener)
+                    }
+                };
+                ((gateway.namespace.clone(), gateway.name.clone()), port)
             }
             (None, Some(only)) => {
                 let port = judge::split_host_port(&case.request.host)
@@ -1041,6 +1088,60 @@ impl CaseContext<'_> {
             }
             other => Err(format!("{other} is not text this runner can read")),
         }
+    }
+
+    /// A certificate argument's PEM: `{"Secret": {"Name", "Namespace"},
+    /// "Key": "tls.crt" | "tls.key"}`, read from the Secret the runner
+    /// wrote (what `kubernetes.GetTLSSecret` returns); None when the case
+    /// passes none (`nil`).
+    fn certificate_argument(&self, case: &Case, name: &str) -> Result<Option<String>, String> {
+        let Some(value) = case.arguments.get(name) else {
+            return Ok(None);
+        };
+        let field = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
+        let secret = value.get("Secret").cloned().unwrap_or_default();
+        let (Some(secret_name), Some(namespace), Some(key)) = (
+            field(&secret, "Name"),
+            field(&secret, "Namespace"),
+            field(value, "Key"),
+        ) else {
+            return Err(format!("argument {name}: {value} names no Secret and key"));
+        };
+        let (cert, private) = self
+            .fixture
+            .secrets
+            .get(&(namespace.clone(), secret_name.clone()))
+            .ok_or_else(|| {
+                format!("argument {name}: Secret {namespace}/{secret_name}, which the harness does not make")
+            })?;
+        match key.as_str() {
+            "tls.crt" => Ok(Some(cert.clone())),
+            "tls.key" => Ok(Some(private.clone())),
+            other => Err(format!("argument {name}: key {other:?} of a TLS Secret")),
+        }
+    }
+
+    /// The TLS client of a case (`tls` helpers' arguments): the server
+    /// certificate as the only root, the client certificate presented;
+    /// without them, any certificate accepted and none presented.
+    fn tls_config(&self, case: &Case) -> Result<rustls::ClientConfig, String> {
+        let server = self.certificate_argument(case, "serverCertificate")?;
+        let client = match (
+            self.certificate_argument(case, "clientCertificate")?,
+            self.certificate_argument(case, "clientCertificateKey")?,
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(
+                    "a client certificate without its key, or a key without its certificate".into(),
+                );
+            }
+        };
+        tls_client::client_config(
+            server.as_deref(),
+            client.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+        )
     }
 
     fn argument_text(&self, case: &Case, name: &str) -> Result<String, String> {
@@ -1292,10 +1393,10 @@ impl CaseContext<'_> {
             } else {
                 self.http
             });
-            let transport = if scheme == "https" {
-                Transport::tls_insecure(&sni)
+            let tls = if scheme == "https" {
+                Some((sni.as_str(), self.tls_config(case).map_err(Attempt::Fatal)?))
             } else {
-                Transport::Plain
+                None
             };
             let request = Request {
                 method: method.clone(),
@@ -1305,7 +1406,7 @@ impl CaseContext<'_> {
                 body: body.clone(),
                 proto,
             };
-            let response = send(addr, &transport, &request).await?;
+            let response = send(addr, tls.as_ref().map(|(s, c)| (*s, c)), &request).await?;
             let path = target.split('?').next().unwrap_or_default().to_string();
             let redirect = if judge::is_redirect(response.status) {
                 let location = header(&response, "location").unwrap_or_default();
@@ -1377,9 +1478,11 @@ enum Attempt {
     Fatal(String),
 }
 
+/// One request on a fresh connection: over TLS with `tls` (SNI, client
+/// configuration), else in the clear.
 async fn send(
     addr: SocketAddr,
-    transport: &Transport,
+    tls: Option<(&str, &rustls::ClientConfig)>,
     request: &Request,
 ) -> Result<Response, Attempt> {
     let what = || {
@@ -1388,7 +1491,18 @@ async fn send(
             request.method, request.target, request.host
         )
     };
-    match tokio::time::timeout(REQUEST_TIMEOUT, client::send(addr, transport, request)).await {
+    let exchange = async {
+        match tls {
+            Some((sni, config)) => {
+                client::Connection::open_with_tls_config(addr, sni, config, request.proto)
+                    .await?
+                    .send(request)
+                    .await
+            }
+            None => client::send(addr, &Transport::Plain, request).await,
+        }
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) => Err(Attempt::Retry(format!("{} failed: {e}", what()))),
         Err(_) => Err(Attempt::Retry(format!(
@@ -1576,6 +1690,7 @@ spec: {hostnames: [c.example.com]}
             namespace: "ns".into(),
             listener: listener.into(),
             use_port: true,
+            port: None,
         };
         assert_eq!(listener_port(&objects, &address("tcp", "gw")), Ok(9000));
         // No name, or a name no listener has: the first listener.
