@@ -179,6 +179,23 @@ pub fn attach<'h>(
     })
 }
 
+/// Whether Gateway `gateway` may use Secret `ns/name` (a listener's
+/// certificate, HTTPS or TLS Terminate, the backend client certificate): its own namespace's
+/// always; another namespace's only for an operator Gateway, and only
+/// with a ReferenceGrant (a tenant Gateway never reaches out of its
+/// namespace).
+pub(crate) fn gateway_may_use_secret(
+    store: &Store,
+    gateway: &NsName,
+    tenant: bool,
+    ns: &str,
+    name: &str,
+) -> bool {
+    ns == gateway.namespace
+        || (!tenant
+            && attachment::granted(store, "Gateway", &gateway.namespace, "Secret", ns, name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

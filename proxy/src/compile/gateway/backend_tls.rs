@@ -98,7 +98,7 @@ pub(super) fn gateway_client_cert(
             "InvalidClientCertificateRef",
             format!("{at} {} is not a core Secret", r.name),
         ))
-    } else if !super::gateway_may_use_secret(store, id, tenant, ns, &r.name) {
+    } else if !crate::compile::attach::gateway_may_use_secret(store, id, tenant, ns, &r.name) {
         Err((
             "RefNotPermitted",
             format!(

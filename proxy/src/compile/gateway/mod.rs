@@ -67,7 +67,7 @@ use table::{Candidate, RouteInfo, TableBuilder, Target};
 pub use table::{GatewayTable, RequestFacts, RequestHeaders};
 
 /// The group of every Gateway API kind.
-use teapot_model::attachment::{self, GROUP};
+use teapot_model::attachment::GROUP;
 
 /// The route the compile reads: an HTTPRoute or a GRPCRoute.
 #[derive(Clone, Debug)]
@@ -886,7 +886,8 @@ fn gateway_entry<'s>(
                         "InvalidCertificateRef",
                         format!("certificateRef {} is not a core Secret", r.name),
                     ))
-                } else if !gateway_may_use_secret(store, id, tenant.is_some(), ns, &r.name) {
+                } else if !attach::gateway_may_use_secret(store, id, tenant.is_some(), ns, &r.name)
+                {
                     Some((
                         "RefNotPermitted",
                         format!(
@@ -1000,23 +1001,6 @@ fn gateway_entry<'s>(
 /// A route's candidate lists, one per (HTTPS plane?, listener hostname
 /// rank) it binds through: shared by every hostname bound that way.
 type PlaneLists = Vec<(bool, u32, Arc<[Candidate]>)>;
-
-/// Whether Gateway `gateway` may use Secret `ns/name` (a listener's
-/// certificate, the backend client certificate): its own namespace's
-/// always; another namespace's only for an operator Gateway, and only
-/// with a ReferenceGrant (a tenant Gateway never reaches out of its
-/// namespace).
-pub(crate) fn gateway_may_use_secret(
-    store: &Store,
-    gateway: &NsName,
-    tenant: bool,
-    ns: &str,
-    name: &str,
-) -> bool {
-    ns == gateway.namespace
-        || (!tenant
-            && attachment::granted(store, "Gateway", &gateway.namespace, "Secret", ns, name))
-}
 
 #[cfg(test)]
 mod tests {

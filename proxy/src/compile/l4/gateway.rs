@@ -181,7 +181,7 @@ fn terminate(
                 format!("certificateRef {} is not a core Secret", r.name),
             ));
         }
-        if !crate::compile::gateway::gateway_may_use_secret(store, id, tenant, ns, &r.name) {
+        if !crate::compile::attach::gateway_may_use_secret(store, id, tenant, ns, &r.name) {
             return Err((
                 "RefNotPermitted",
                 format!(
