@@ -94,7 +94,7 @@ impl<'t> TenantHosts<'_, 't> {
 }
 
 /// Every assigned hostname of each tenant (by cluster), of the Ingresses
-/// `serves` takes and of every Gateway: the CNAME targets that prove a
+/// `serves` takes and of every Gateway and ListenerSet: the CNAME targets that prove a
 /// custom domain.
 pub(crate) fn assigned_hostnames<'s>(
     store: &'s Store,
@@ -115,8 +115,9 @@ pub(crate) fn assigned_hostnames<'s>(
                 .push(hostname::assigned_hostname(&id.name, t.cluster, domain));
         }
     }
-    // A tenant Gateway's assigned hostname is a CNAME target too.
-    for id in store.gateways.keys() {
+    // A tenant Gateway's assigned hostname is a CNAME target too, and so
+    // is a tenant ListenerSet's, which its hostname-less listeners bind.
+    for id in store.gateways.keys().chain(store.listener_sets.keys()) {
         if let Some(t) = tenancy.get(&id.namespace) {
             out.entry(t.cluster)
                 .or_default()

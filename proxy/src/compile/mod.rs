@@ -870,6 +870,32 @@ spec:
         assert!(routed(&s, "anything.else"));
     }
 
+    /// A tenant's ListenerSet binds its hostname-less listeners to its
+    /// assigned hostname, so a custom domain may be proved by a CNAME to
+    /// it, as to a Gateway's or an Ingress's.
+    #[test]
+    fn a_tenant_listener_sets_assigned_hostname_proves_a_custom_domain() {
+        let s = compile_docs(
+            &[
+                TENANT.into(),
+                backend("tenant-acme", "web", "10.1.0.5"),
+                ingress("tenant-acme", "web.shop", &[Some("www.acme-corp.com")], false),
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: tls-set, namespace: tenant-acme}\nspec:\n  parentRef: {name: shared, namespace: edge}\n  listeners: [{name: h, protocol: HTTP, port: 80}]\n".into(),
+            ],
+            None,
+        );
+        assert_eq!(s.claims.len(), 1);
+        let mut targets = s.claims[0].targets.clone();
+        targets.sort();
+        assert_eq!(
+            targets,
+            [
+                "tls-set.acme.lb.example.net",
+                "web-shop.acme.lb.example.net"
+            ]
+        );
+    }
+
     #[test]
     fn tenant_hosts_outside_its_scope_are_not_routed() {
         let s = compile_docs(
