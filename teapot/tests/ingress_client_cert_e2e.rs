@@ -11,9 +11,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use common::client_cert::{ClientIdentity, Version, get};
 use common::*;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use serde_json::{Value, json};
 use teapot_testkit::certs::{CertifiedPem, TestCa, ca_secret_yaml, tls_secret_yaml};
@@ -61,114 +62,6 @@ const INGRESSES: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Version {
-    Http1,
-    Http2,
-}
-
-/// What came back: the status, its headers, the body.
-struct Answer {
-    status: u16,
-    headers: http::HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn echo(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "{}: not echo JSON: {e}: {}",
-                self.status,
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-}
-
-/// One GET on a fresh TLS connection to `addr` with SNI and authority
-/// `host`, presenting `client` (when given), speaking `version`. `Err` when
-/// the handshake or the exchange fails.
-async fn get(
-    addr: SocketAddr,
-    server_ca: &TestCa,
-    host: &str,
-    client: Option<&CertifiedPem>,
-    version: Version,
-) -> Result<Answer, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(server_ca.cert_der().to_vec()))
-        .unwrap();
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots);
-    let mut config = match client {
-        Some(pem) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from(pem.cert_der.clone())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pem.key_der.clone())),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![match version {
-        Version::Http1 => b"http/1.1".to_vec(),
-        Version::Http2 => b"h2".to_vec(),
-    }];
-    let exchange = async {
-        let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        let name = ServerName::try_from(host.to_string()).unwrap();
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
-        let io = TokioIo::new(tls);
-        let request = |uri: String| {
-            http::Request::builder()
-                .uri(uri)
-                .header("host", host)
-                .body(Empty::<Bytes>::new())
-                .unwrap()
-        };
-        let response = match version {
-            Version::Http1 => {
-                let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tokio::spawn(conn);
-                sender
-                    .send_request(request("/who".into()))
-                    .await
-                    .map_err(|e| e.to_string())?
-            }
-            Version::Http2 => {
-                let (mut sender, conn) =
-                    hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                tokio::spawn(conn);
-                let mut req = request(format!("https://{host}/who"));
-                req.headers_mut().remove("host");
-                sender.send_request(req).await.map_err(|e| e.to_string())?
-            }
-        };
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok(Answer {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body,
-        })
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .map_err(|_| "timed out".to_string())?
-}
-
 /// The echo's headers named `name`, whatever their case.
 fn echoed<'a>(echo: &'a Value, name: &str) -> Vec<&'a str> {
     echo["headers"]
@@ -179,6 +72,11 @@ fn echoed<'a>(echo: &'a Value, name: &str) -> Vec<&'a str> {
         .flat_map(|(_, v)| v.as_array().into_iter().flatten())
         .filter_map(Value::as_str)
         .collect()
+}
+
+/// The identity a client presents with `pem`, or none.
+fn identity(pem: Option<&CertifiedPem>) -> Option<ClientIdentity> {
+    pem.map(ClientIdentity::from)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,7 +121,14 @@ async fn client_certificates_are_asked_verified_and_passed_on() {
     for version in [Version::Http1, Version::Http2] {
         macro_rules! at {
             ($host:expr, $client:expr) => {
-                get(addr, &server_ca, $host, $client, version)
+                get(
+                    addr,
+                    &server_ca,
+                    ($host, $host),
+                    identity($client).as_ref(),
+                    version,
+                    &[],
+                )
             };
         }
         // on: a certificate of the CA is served; none, or another CA's,

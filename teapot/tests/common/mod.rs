@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod auth_service;
+pub mod client_cert;
 
 use std::future::Future;
 use std::net::SocketAddr;
