@@ -347,3 +347,104 @@ async fn terminate_and_passthrough_by_sni_and_tls_to_a_policy_s_backend() {
         "the backend received TLS with the policy's hostname"
     );
 }
+
+/// `--l4-max-connections` bounds a Terminate socket too: while one client
+/// holds the only slot, the next waits in the kernel's backlog, with no
+/// handshake and no backend connection, and is served once the slot frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_holds_further_clients_before_their_handshake() {
+    let echo = TcpEcho::start(TcpMode::Echo).await.unwrap();
+    let ca = TestCa::new("gateway tls terminate cap CA");
+    let port = free_port(LOCALHOST).unwrap();
+    let gateway_cert = ca.issue(&["tls.example.com"]);
+    let mut objects = vec![
+        json!({"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "teapot"},
+               "spec": {"controllerName": "teapot.dev/gateway-controller"}}),
+        json!({"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": NS},
+        "spec": {"gatewayClassName": "teapot", "listeners": [
+            {"name": "term", "port": port, "protocol": "TLS", "hostname": "tls.example.com",
+             "tls": {"mode": "Terminate", "certificateRefs": [{"name": "gw-cert"}]}},
+        ]}}),
+        route("term", "term", "tls.example.com", "echo", 3000),
+    ];
+    objects.extend(backend("echo", 3000, echo.port()));
+    let state = tempfile::tempdir().unwrap();
+    let state_file = state.path().join("l4-state.json");
+    let h = Harness::start_with_args(
+        &[
+            ("gateway.yaml", docs(&objects)),
+            ("cert.yaml", tls_secret_yaml(NS, "gw-cert", &gateway_cert)),
+        ],
+        &[
+            "--l4-pool",
+            "default=127.0.0.1",
+            "--l4-state",
+            state_file.to_str().unwrap(),
+            "--l4-max-connections",
+            "1",
+        ],
+    )
+    .await;
+    eventually(
+        "the Terminate listener listening",
+        RELOAD_TIMEOUT,
+        || async {
+            let status = h.status().await;
+            let listening = status["l4"]["gateways"].as_array().is_some_and(|gs| {
+                gs.iter().any(|g| {
+                    g["name"] == "edge"
+                        && g["listeners"]
+                            .as_array()
+                            .is_some_and(|l| l.iter().all(|l| l["state"] == "listening"))
+                })
+            });
+            if listening {
+                Ok(())
+            } else {
+                Err(status["l4"].clone())
+            }
+        },
+    )
+    .await;
+
+    let addr = SocketAddr::new(LOCALHOST, port);
+    let connector = client(&ca);
+    let name = ServerName::try_from("tls.example.com").unwrap();
+    let mut first = tokio::time::timeout(IO_TIMEOUT, async {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        connector.connect(name.clone(), tcp).await.unwrap()
+    })
+    .await
+    .expect("the first client's handshake");
+    first.write_all(b"1").await.unwrap();
+    let mut b = [0u8; 1];
+    tokio::time::timeout(IO_TIMEOUT, first.read_exact(&mut b))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&b, b"1");
+
+    let second = tokio::spawn(async move {
+        let tcp = TcpStream::connect(addr).await?;
+        let mut tls = connector.connect(name, tcp).await?;
+        tls.write_all(b"2").await?;
+        let mut b = [0u8; 1];
+        tls.read_exact(&mut b).await?;
+        Ok::<_, std::io::Error>(b)
+    });
+    // Long enough for a handshake and an echo on loopback many times over.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !second.is_finished(),
+        "the second client was served while the first held the only slot"
+    );
+    assert_eq!(echo.served(), 1);
+    drop(first);
+    let b = tokio::time::timeout(IO_TIMEOUT, second)
+        .await
+        .expect("served once the first left")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&b, b"2");
+    assert_eq!(echo.served(), 2);
+}
