@@ -1334,7 +1334,7 @@ pub struct AuthTls {
 
 /// The deepest `auth-tls-verify-depth` accepted: the client's leaf and
 /// six intermediates, as far as webpki follows a chain (the proxy's
-/// `compile::client_auth::MAX_DEPTH`, which a test there keeps equal).
+/// `compile::client_auth::MAX_DEPTH` is this constant).
 pub const MAX_AUTH_TLS_DEPTH: u32 = 7;
 
 impl AuthTls {

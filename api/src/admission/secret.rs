@@ -183,7 +183,7 @@ pub fn tls_secret_data(secret: &Secret) -> Result<TlsSecretData<'_>, Vec<Violati
 /// bundle of client certificates is parsed on every compile and kept on
 /// every replica, its anchors consulted on every handshake of its hosts
 /// (the proxy's `compile::client_auth::MAX_BUNDLE_BYTES` and
-/// `MAX_CA_CERTS`, which a test there keeps equal).
+/// `MAX_CA_CERTS` are these constants).
 pub const MAX_CA_BUNDLE_BYTES: usize = 256 * 1024;
 pub const MAX_CA_CERTS: usize = 100;
 

@@ -33,18 +33,19 @@ use teapot_api::regex::TenantRegex;
 
 /// PEM bytes one CA bundle may have: a hundred certificates with room to
 /// spare; a tenant's bundle is parsed on every compile and kept in memory
-/// on every replica.
-pub const MAX_BUNDLE_BYTES: usize = 256 * 1024;
+/// on every replica. The admission's bound, so the compile refuses
+/// exactly what the webhook refuses.
+pub const MAX_BUNDLE_BYTES: usize = teapot_api::admission::MAX_CA_BUNDLE_BYTES;
 
 /// Certificates one CA bundle may hold: each is a trust anchor every
-/// handshake of the host's may be checked against.
-pub const MAX_CA_CERTS: usize = 100;
+/// handshake of the host's may be checked against (the admission's bound).
+pub const MAX_CA_CERTS: usize = teapot_api::admission::MAX_CA_CERTS;
 
 /// The deepest verification depth a setting may ask (ingress-nginx
-/// `auth-tls-verify-depth`): the client certificate and at most
-/// `MAX_DEPTH - 1` intermediates below a CA of the bundle. webpki itself
-/// stops at six intermediates.
-pub const MAX_DEPTH: u8 = 7;
+/// `auth-tls-verify-depth`, the annotation's bound): the client
+/// certificate and at most `MAX_DEPTH - 1` intermediates below a CA of the
+/// bundle. webpki itself stops at six intermediates.
+pub const MAX_DEPTH: u8 = teapot_api::annotations::MAX_AUTH_TLS_DEPTH as u8;
 
 /// How a setting treats the client's certificate (ingress-nginx
 /// `auth-tls-verify-client`; the Gateway API's `mode`).
