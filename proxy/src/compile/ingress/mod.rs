@@ -102,18 +102,13 @@ where
         let index = index as u32;
         let ingress = &stored.object;
         if !classes.serves(ingress) {
-            ingress_reports.push(IngressReport {
-                namespace: id.namespace.clone(),
-                name: id.name.clone(),
-                served: false,
-                status: no_status.clone(),
-                conditions: vec![Condition::new(
-                    "Accepted",
-                    false,
-                    "OtherClass",
-                    "the Ingress class is not implemented by teapot",
-                )],
-            });
+            ingress_reports.push(not_routed(
+                id,
+                false,
+                &no_status,
+                "OtherClass",
+                "the Ingress class is not implemented by teapot",
+            ));
             continue;
         }
         // A restriction teapot does not apply (basic auth, client
@@ -131,21 +126,16 @@ where
                 .iter()
                 .map(|(field, why)| format!("{field}: {why}"))
                 .collect();
-            ingress_reports.push(IngressReport {
-                namespace: id.namespace.clone(),
-                name: id.name.clone(),
-                served: true,
-                status: no_status.clone(),
-                conditions: vec![Condition::new(
-                    "Accepted",
-                    false,
-                    UNSERVED_RESTRICTION,
-                    format!(
-                        "{}; the Ingress is not routed: it asks for an access restriction teapot does not apply",
-                        named.join("; ")
-                    ),
-                )],
-            });
+            ingress_reports.push(not_routed(
+                id,
+                true,
+                &no_status,
+                UNSERVED_RESTRICTION,
+                format!(
+                    "{}; the Ingress is not routed: it asks for an access restriction teapot does not apply",
+                    named.join("; ")
+                ),
+            ));
             continue;
         }
         let tenant = tenancy.get(&id.namespace);
@@ -154,21 +144,16 @@ where
         let client_cert = match client_cert::read(store, id, ingress, tenant.is_some()) {
             Ok(setting) => setting,
             Err(reasons) => {
-                ingress_reports.push(IngressReport {
-                    namespace: id.namespace.clone(),
-                    name: id.name.clone(),
-                    served: true,
-                    status: no_status.clone(),
-                    conditions: vec![Condition::new(
-                        "Accepted",
-                        false,
-                        UNSERVED_RESTRICTION,
-                        format!(
-                            "{}; the Ingress is not routed: teapot cannot apply the client certificates it asks for",
-                            reasons.join("; ")
-                        ),
-                    )],
-                });
+                ingress_reports.push(not_routed(
+                    id,
+                    true,
+                    &no_status,
+                    UNSERVED_RESTRICTION,
+                    format!(
+                        "{}; the Ingress is not routed: teapot cannot apply the client certificates it asks for",
+                        reasons.join("; ")
+                    ),
+                ));
                 continue;
             }
         };
@@ -500,6 +485,24 @@ pub(super) fn assign_acme(
 /// The `Accepted=False` reason of an Ingress not routed because it asks
 /// for an access restriction teapot does not apply.
 pub(crate) const UNSERVED_RESTRICTION: &str = "UnservedRestriction";
+
+/// The report of an Ingress no rule of which is routed: its one condition,
+/// `Accepted=False` with `reason`, and no load-balancer status.
+fn not_routed(
+    id: &NsName,
+    served: bool,
+    no_status: &Arc<IngressStatus>,
+    reason: &'static str,
+    message: impl Into<String>,
+) -> IngressReport {
+    IngressReport {
+        namespace: id.namespace.clone(),
+        name: id.name.clone(),
+        served,
+        status: no_status.clone(),
+        conditions: vec![Condition::new("Accepted", false, reason, message)],
+    }
+}
 
 /// `policy` with every plain-HTTP request redirected to HTTPS.
 fn https_only(policy: Option<Arc<RoutePolicy>>) -> Arc<RoutePolicy> {
@@ -1121,24 +1124,8 @@ spec:
     /// host, and the newer one's rules there are not served.
     #[test]
     fn client_certificates_compile_per_host_or_keep_the_ingress_unrouted() {
-        use crate::compile::client_auth::{ClientAuthMode, MAX_DEPTH};
+        use crate::compile::client_auth::ClientAuthMode;
         use teapot_testkit::certs::{TestCa, ca_secret_yaml};
-        assert_eq!(
-            teapot_api::annotations::MAX_AUTH_TLS_DEPTH,
-            u32::from(MAX_DEPTH),
-            "the annotation's bound is the plane's"
-        );
-        assert_eq!(
-            (
-                teapot_api::admission::MAX_CA_BUNDLE_BYTES,
-                teapot_api::admission::MAX_CA_CERTS
-            ),
-            (
-                crate::compile::client_auth::MAX_BUNDLE_BYTES,
-                crate::compile::client_auth::MAX_CA_CERTS
-            ),
-            "admission refuses the bundles the compile would"
-        );
         let p = |name: &str, value: &str| {
             format!("nginx.ingress.kubernetes.io/auth-tls-{name}: '{value}'")
         };
