@@ -1,11 +1,12 @@
 //! What becomes of an Ingress written for ingress-nginx when it moves to
 //! teapot, annotation by annotation (`teapot validate --from
 //! ingress-nginx`). The words come from docs/migrate-from-ingress-nginx.md
-//! itself, read at build time: its "Served" table says what each served
-//! annotation does differently, its "not served" table why the others are
-//! refused and what to use instead. The page is the one place an operator
-//! reads and the one place this command quotes, so the two never drift; the
-//! tests below fail when a served annotation has no row there.
+//! itself, read at build time: its one table ("Every annotation") says
+//! what teapot does differently with each served annotation and why the
+//! others are refused and what to use instead. The page is the one place
+//! an operator reads and the one place this command quotes, so the two
+//! never drift; the tests below fail when a served annotation, or one of
+//! ingress-nginx's reference, has no row there.
 
 use std::sync::LazyLock;
 
@@ -150,8 +151,22 @@ fn names_in(cell: &str) -> Vec<String> {
     out
 }
 
-static SERVED: LazyLock<Vec<Row>> = LazyLock::new(|| table("Served"));
-static NOT_SERVED: LazyLock<Vec<Row>> = LazyLock::new(|| table("Refused: not served"));
+/// The page's table of every annotation, each row's second cell starting
+/// with `served`, `changed:` or `refused:`.
+static EVERY: LazyLock<Vec<Row>> = LazyLock::new(|| table("Every annotation"));
+static SERVED: LazyLock<Vec<&'static Row>> = LazyLock::new(|| {
+    EVERY
+        .iter()
+        .filter(|r| !r.cells.first().is_some_and(|c| c.starts_with(REFUSED)))
+        .collect()
+});
+static NOT_SERVED: LazyLock<Vec<&'static Row>> = LazyLock::new(|| {
+    EVERY
+        .iter()
+        .filter(|r| r.cells.first().is_some_and(|c| c.starts_with(REFUSED)))
+        .collect()
+});
+const REFUSED: &str = "refused:";
 
 fn served_row(name: &str) -> Option<&'static str> {
     SERVED
@@ -178,6 +193,7 @@ fn refused_row(name: &str) -> Option<(&'static str, Option<&'static str>)> {
         .max_by_key(|(rank, _)| *rank)
         .map(|(_, r)| {
             let why = r.cells.first().copied().unwrap_or("");
+            let why = why.strip_prefix(REFUSED).unwrap_or(why).trim();
             let instead = r.cells.get(1).copied().filter(|s| !s.is_empty());
             (why, instead)
         })
@@ -347,7 +363,7 @@ mod tests {
             .collect();
         assert!(
             missing.is_empty(),
-            "docs/migrate-from-ingress-nginx.md's Served table lacks {missing:?}"
+            "docs/migrate-from-ingress-nginx.md's table has no served row for {missing:?}"
         );
         for row in SERVED.iter() {
             for name in &row.names {
@@ -355,12 +371,173 @@ mod tests {
                     ALLOWLIST
                         .iter()
                         .any(|s| s.key.strip_prefix(NGINX_PREFIX) == Some(name)),
-                    "the Served table names {name}, which teapot does not serve"
+                    "the table says {name} is served, which teapot does not serve"
                 );
             }
             let text = row.cells.first().copied().unwrap_or("");
             assert!(
                 text.starts_with("served") || text.starts_with("changed:"),
+                "{:?}: {text}",
+                row.names
+            );
+        }
+    }
+
+    /// The annotations of ingress-nginx's reference
+    /// (`docs/user-guide/nginx-configuration/annotations.md` at v1.15).
+    const REFERENCE: &[&str] = &[
+        "affinity",
+        "affinity-canary-behavior",
+        "affinity-mode",
+        "app-root",
+        "auth-always-set-cookie",
+        "auth-cache-duration",
+        "auth-cache-key",
+        "auth-keepalive",
+        "auth-keepalive-requests",
+        "auth-keepalive-share-vars",
+        "auth-keepalive-timeout",
+        "auth-method",
+        "auth-proxy-set-headers",
+        "auth-realm",
+        "auth-request-redirect",
+        "auth-response-headers",
+        "auth-secret",
+        "auth-secret-type",
+        "auth-signin",
+        "auth-signin-redirect-param",
+        "auth-snippet",
+        "auth-tls-error-page",
+        "auth-tls-match-cn",
+        "auth-tls-pass-certificate-to-upstream",
+        "auth-tls-secret",
+        "auth-tls-verify-client",
+        "auth-tls-verify-depth",
+        "auth-type",
+        "auth-url",
+        "backend-protocol",
+        "canary",
+        "canary-by-cookie",
+        "canary-by-header",
+        "canary-by-header-pattern",
+        "canary-by-header-value",
+        "canary-weight",
+        "canary-weight-total",
+        "client-body-buffer-size",
+        "configuration-snippet",
+        "connection-proxy-header",
+        "cors-allow-credentials",
+        "cors-allow-headers",
+        "cors-allow-methods",
+        "cors-allow-origin",
+        "cors-expose-headers",
+        "cors-max-age",
+        "custom-headers",
+        "custom-http-errors",
+        "default-backend",
+        "denylist-source-range",
+        "enable-access-log",
+        "enable-cors",
+        "enable-global-auth",
+        "enable-modsecurity",
+        "enable-opentelemetry",
+        "enable-owasp-core-rules",
+        "enable-rewrite-log",
+        "force-ssl-redirect",
+        "from-to-www-redirect",
+        "http2-push-preload",
+        "limit-burst-multiplier",
+        "limit-connections",
+        "limit-rate",
+        "limit-rate-after",
+        "limit-rpm",
+        "limit-rps",
+        "limit-whitelist",
+        "load-balance",
+        "mirror-host",
+        "mirror-request-body",
+        "mirror-target",
+        "modsecurity-snippet",
+        "modsecurity-transaction-id",
+        "opentelemetry-trust-incoming-span",
+        "permanent-redirect",
+        "permanent-redirect-code",
+        "preserve-trailing-slash",
+        "proxy-body-size",
+        "proxy-buffer-size",
+        "proxy-buffering",
+        "proxy-buffers-number",
+        "proxy-busy-buffers-size",
+        "proxy-connect-timeout",
+        "proxy-cookie-domain",
+        "proxy-cookie-path",
+        "proxy-http-version",
+        "proxy-max-temp-file-size",
+        "proxy-next-upstream",
+        "proxy-next-upstream-timeout",
+        "proxy-next-upstream-tries",
+        "proxy-read-timeout",
+        "proxy-redirect-from",
+        "proxy-redirect-to",
+        "proxy-request-buffering",
+        "proxy-send-timeout",
+        "proxy-ssl-ciphers",
+        "proxy-ssl-name",
+        "proxy-ssl-protocols",
+        "proxy-ssl-secret",
+        "proxy-ssl-server-name",
+        "proxy-ssl-verify",
+        "proxy-ssl-verify-depth",
+        "rewrite-target",
+        "satisfy",
+        "server-alias",
+        "server-snippet",
+        "service-upstream",
+        "session-cookie-change-on-failure",
+        "session-cookie-conditional-samesite-none",
+        "session-cookie-domain",
+        "session-cookie-expires",
+        "session-cookie-max-age",
+        "session-cookie-name",
+        "session-cookie-path",
+        "session-cookie-samesite",
+        "session-cookie-secure",
+        "ssl-ciphers",
+        "ssl-passthrough",
+        "ssl-prefer-server-ciphers",
+        "ssl-redirect",
+        "stream-snippet",
+        "temporal-redirect",
+        "temporal-redirect-code",
+        "upstream-hash-by",
+        "upstream-hash-by-subset",
+        "upstream-hash-by-subset-size",
+        "upstream-vhost",
+        "use-regex",
+        "whitelist-source-range",
+        "x-forwarded-prefix",
+    ];
+
+    /// One table answers for every annotation of ingress-nginx's
+    /// reference, each row served, changed or refused.
+    #[test]
+    fn every_annotation_of_the_reference_has_one_row() {
+        let rows_of = |name: &str| {
+            EVERY
+                .iter()
+                .filter(|r| r.names.iter().any(|n| n == name))
+                .count()
+        };
+        let missing: Vec<&&str> = REFERENCE.iter().filter(|n| rows_of(n) == 0).collect();
+        assert!(missing.is_empty(), "no row for {missing:?}");
+        let twice: Vec<&&str> = REFERENCE.iter().filter(|n| rows_of(n) > 1).collect();
+        assert!(twice.is_empty(), "more than one row for {twice:?}");
+        for row in EVERY.iter() {
+            let text = row.cells.first().copied().unwrap_or("");
+            assert!(
+                ["served", "changed:", REFUSED]
+                    .iter()
+                    .any(|p| text.starts_with(p)),
                 "{:?}: {text}",
                 row.names
             );
