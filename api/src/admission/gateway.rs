@@ -6,8 +6,9 @@
 //! The same allowlist spirit as the Ingress rules: class `teapot` only; no
 //! address, infrastructure or listener placement a tenant picks; HTTP on
 //! the shared port 80 and HTTPS on 443 (terminated by teapot with a Secret
-//! of the namespace); TLS passthrough, TCP and UDP listeners on the L4
-//! plane, counted like the ports of `LoadBalancer` Services against
+//! of the namespace); TLS (passthrough, or terminated with a Secret of the
+//! namespace as HTTPS is), TCP and UDP listeners on the L4 plane,
+//! counted like the ports of `LoadBalancer` Services against
 //! `l4.maxListeners`; hostnames under the Ingress host rules; every
 //! reference (parent, backend, mirror, certificate, grant) inside the
 //! tenant's own namespace, so a tenant can never name another tenant's
@@ -74,8 +75,9 @@ pub const MAX_LISTENERS_PER_GATEWAY: usize = 64;
 /// `allowedListeners`
 /// from the own namespace at most; a backend client certificate (`tls.backend`) from a
 /// Secret of the namespace; each listener's protocol on its port (HTTP 80, HTTPS 443 with
-/// TLS terminated from Secrets of the namespace, TLS passthrough, TCP and
-/// UDP on any port of the L4 plane); listener hostnames under the host
+/// TLS terminated from Secrets of the namespace, TLS passthrough or
+/// terminated from Secrets of the namespace, TCP and UDP on any port of the
+/// L4 plane); listener hostnames under the host
 /// rules; routes attachable only from the Gateway's own namespace.
 pub fn check_gateway(
     ctx: &AdmissionContext<'_>,
@@ -369,18 +371,20 @@ fn check_listeners_at(
     l4
 }
 
-/// `tls` of an HTTPS listener (`terminate`: mode Terminate, certificates
-/// from Secrets of the namespace) or of a TLS listener (mode Passthrough,
-/// no certificates: teapot's L4 plane forwards the bytes).
+/// `tls` of an HTTPS listener (`https`: mode Terminate, certificates from
+/// Secrets of the namespace) or of a TLS listener: mode Passthrough (no
+/// certificate: the L4 plane forwards the bytes) or Terminate (the L4
+/// plane ends TLS with the listener's certificate, read as an HTTPS
+/// listener's, so held to the same rules: Secrets of the namespace).
 fn check_listener_tls(
     tls: Option<&teapot_gateway_api::generated::gateways::GatewayListenersTls>,
-    terminate: bool,
+    https: bool,
     at: &str,
     own: &str,
     out: &mut Vec<Violation>,
 ) {
     let Some(tls) = tls else {
-        if terminate {
+        if https {
             out.push(Violation::new(
                 format!("{at}.tls"),
                 "an HTTPS listener needs tls with mode Terminate and certificateRefs",
@@ -388,23 +392,17 @@ fn check_listener_tls(
         } else {
             out.push(Violation::new(
                 format!("{at}.tls"),
-                "a TLS listener needs tls with mode Passthrough",
+                "a TLS listener needs tls with mode Passthrough, or Terminate with certificateRefs",
             ));
         }
         return;
     };
     // The API's default mode is Terminate.
     let passthrough = matches!(tls.mode, Some(GatewayListenersTlsMode::Passthrough));
-    if terminate && passthrough {
+    if https && passthrough {
         out.push(Violation::new(
             format!("{at}.tls.mode"),
             "HTTPS listeners terminate TLS; for passthrough use protocol TLS with a TLSRoute",
-        ));
-    }
-    if !terminate && !passthrough {
-        out.push(Violation::new(
-            format!("{at}.tls.mode"),
-            "TLS listeners are served as Passthrough only (the L4 plane forwards the bytes); to terminate, use protocol HTTPS",
         ));
     }
     if tls.options.as_ref().is_some_and(|o| !o.is_empty()) {
@@ -414,13 +412,17 @@ fn check_listener_tls(
         ));
     }
     let refs = tls.certificate_refs.as_deref().unwrap_or_default();
-    if terminate && refs.is_empty() {
+    if (https || !passthrough) && refs.is_empty() {
         out.push(Violation::new(
             format!("{at}.tls.certificateRefs"),
-            "an HTTPS listener needs a kubernetes.io/tls Secret of this namespace",
+            if https {
+                "an HTTPS listener needs a kubernetes.io/tls Secret of this namespace"
+            } else {
+                "a TLS listener of mode Terminate needs a kubernetes.io/tls Secret of this namespace"
+            },
         ));
     }
-    if !terminate && !refs.is_empty() {
+    if !https && passthrough && !refs.is_empty() {
         out.push(Violation::new(
             format!("{at}.tls.certificateRefs"),
             "a passthrough listener holds no certificate",
@@ -1506,11 +1508,44 @@ mod tests {
                 "spec.listeners[2].tls.mode",
                 "spec.listeners[2].tls.certificateRefs[0].namespace",
                 "spec.listeners[2].tls.certificateRefs[1].kind",
-                "spec.listeners[3].tls.mode",
-                "spec.listeners[3].tls.certificateRefs",
                 "spec.listeners[4].protocol",
                 "spec.listeners[5].port",
             ]
+        );
+    }
+
+    /// A TLS listener of mode Terminate (the API's default mode) is served
+    /// by the L4 plane with its certificate: its `certificateRefs` are
+    /// held to an HTTPS listener's rules, Secrets of the own namespace.
+    #[test]
+    fn a_tls_listener_terminates_with_secrets_of_the_namespace() {
+        let own = format!(
+            "  gatewayClassName: teapot\n  listeners:\n  - {{name: t, protocol: TLS, port: 9443, hostname: db.acme.lb.example.net, tls: {{mode: Terminate, certificateRefs: [{{name: db-tls}}, {{group: \"\", kind: Secret, name: db-ec, namespace: {NS}}}]}}}}\n  - {{name: d, protocol: TLS, port: 9443, hostname: mq.acme.lb.example.net, tls: {{certificateRefs: [{{name: mq-tls}}]}}}}\n  - {{name: p, protocol: TLS, port: 9443, hostname: pg.acme.lb.example.net, tls: {{mode: Passthrough}}}}\n"
+        );
+        assert_eq!(gw(&own), Vec::<String>::new());
+        let other = "  gatewayClassName: teapot\n  listeners:\n  - {name: t, protocol: TLS, port: 9443, tls: {mode: Terminate, certificateRefs: [{name: db-tls, namespace: tenant-globex}, {kind: ConfigMap, name: y}, {group: example.com, name: z}], options: {a: b}}}\n  - {name: n, protocol: TLS, port: 9444, tls: {mode: Terminate}}\n  - {name: m, protocol: TLS, port: 9445}\n  - {name: p, protocol: TLS, port: 9446, tls: {mode: Passthrough, certificateRefs: [{name: db-tls}]}}\n";
+        assert_eq!(
+            gw(other),
+            [
+                "spec.listeners[0].tls.options",
+                "spec.listeners[0].tls.certificateRefs[0].namespace",
+                "spec.listeners[0].tls.certificateRefs[1].kind",
+                "spec.listeners[0].tls.certificateRefs[2].group",
+                "spec.listeners[1].tls.certificateRefs",
+                "spec.listeners[2].tls",
+                "spec.listeners[3].tls.certificateRefs",
+            ]
+        );
+        let f = Fixture::new();
+        let v = check_gateway(&f.ctx(), NS, &gateway(other));
+        let cross = v
+            .iter()
+            .find(|v| v.field == "spec.listeners[0].tls.certificateRefs[0].namespace")
+            .unwrap();
+        assert!(
+            cross.message.contains("tenant-globex") && cross.message.contains("your own Secrets"),
+            "{}",
+            cross.message
         );
     }
 

@@ -172,6 +172,37 @@ mod tests {
         }
     }
 
+    /// A set's TLS listener is refused for its protocol only: the L4
+    /// plane serves a Gateway's own TLS listeners, not a set's; its mode
+    /// Terminate and its certificates of the namespace are a Gateway
+    /// listener's and not what is refused. A set's HTTPS certificate of
+    /// another namespace is refused with the field named.
+    #[test]
+    fn a_tls_listener_is_refused_for_its_protocol_not_its_mode() {
+        let f = Fixture::new();
+        let ctx = f.ctx();
+        let v = set(
+            "[{name: t, protocol: TLS, port: 9443, tls: {mode: Terminate, certificateRefs: [{name: db-tls}]}},
+              {name: w, protocol: HTTPS, port: 443, tls: {certificateRefs: [{name: db-tls, namespace: tenant-globex}]}}]",
+            PARENT,
+        );
+        let c = check_object(&ctx, NS, &v);
+        assert_eq!(
+            fields_of(&c.violations),
+            [
+                "spec.listeners[1].tls.certificateRefs[0].namespace",
+                "spec.listeners[0].protocol"
+            ],
+            "{:?}",
+            c.violations
+        );
+        assert!(
+            c.violations[1]
+                .message
+                .contains("TLS listeners go on a Gateway")
+        );
+    }
+
     #[test]
     fn the_parent_is_a_gateway_and_there_is_a_listener() {
         let f = Fixture::new();
