@@ -65,6 +65,57 @@ HELPER_PACKAGES = ("http", "grpc", "tcp", "udp", "tls")
 # Packages whose `ExpectedResponse` literals are expectations.
 EXPECTATION_PACKAGES = ("http", "grpc", "tcp", "udp")
 
+# Import paths, by which a file's own import names are told apart (a test
+# may import the suite as `suite` and name its parameter `s`, or import it
+# as `confsuite` and name the parameter `suite`).
+SUITE_PACKAGE = "sigs.k8s.io/gateway-api/conformance/utils/suite"
+KUBERNETES_PACKAGE = "sigs.k8s.io/gateway-api/conformance/utils/kubernetes"
+GATEWAY_API_PACKAGES = "sigs.k8s.io/gateway-api/apis/"
+METAV1_PACKAGE = "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+# Where the reader keeps what is not a local variable in its `env`: the
+# file's imports (name -> path), the package's top-level values and
+# functions, and the name the Test function gives the suite.
+IMPORTS = "\0imports"
+PACKAGE = "\0package"
+SUITE_PARAM = "\0suite"
+
+# Gateway API constants are read by the API's naming rule:
+# `<Kind>Condition<X>` and `<Kind>Reason<X>` are "X", `<X>ProtocolType` is
+# "X" (checked against apis/v1 at the vendored commit: every constant of
+# those names but the two below follows it). The rest are this table.
+CONDITION_KINDS = (
+    "GatewayClass", "Gateway", "ListenerSet", "ListenerEntry", "Listener", "Route", "Policy", "BackendTLSPolicy",
+)
+GATEWAY_API_CONSTANTS = {
+    "GroupName": "gateway.networking.k8s.io",
+    "GroupVersion.Group": "gateway.networking.k8s.io",
+    "GatewayClassConditionStatusAccepted": "Accepted",
+    "GatewayClassConditionStatusSupportedVersion": "SupportedVersion",
+}
+METAV1_CONSTANTS = {"ConditionTrue": "True", "ConditionFalse": "False", "ConditionUnknown": "Unknown"}
+
+# Go's zero values for the fields of the status types the checks spell out,
+# filled in where a literal leaves a field out, as Go does (the helpers
+# compare every field: an unset `SupportedKinds` is nil, an unset
+# `AttachedRoutes` 0). `metav1.Condition`'s Message and ObservedGeneration
+# are kept only when set: the helpers never compare them unset.
+STRUCT_ZERO_VALUES = {
+    (METAV1_PACKAGE, "Condition"): {"Type": "", "Status": "", "Reason": ""},
+    (GATEWAY_API_PACKAGES, "ListenerStatus"): {"Name": "", "SupportedKinds": None, "Conditions": None, "AttachedRoutes": 0},
+    (GATEWAY_API_PACKAGES, "ListenerEntryStatus"): {"Name": "", "SupportedKinds": None, "Conditions": None, "AttachedRoutes": 0},
+    (GATEWAY_API_PACKAGES, "RouteGroupKind"): {"Group": None, "Kind": ""},
+    (GATEWAY_API_PACKAGES, "RouteParentStatus"): {"ParentRef": None, "ControllerName": "", "Conditions": None},
+    (GATEWAY_API_PACKAGES, "ParentReference"): {
+        "Group": None, "Kind": None, "Namespace": None, "Name": "", "SectionName": None, "Port": None,
+    },
+    ("k8s.io/apimachinery/pkg/types", "NamespacedName"): {"Name": "", "Namespace": ""},
+    ("k8s.io/apimachinery/pkg/runtime/schema", "GroupKind"): {"Group": "", "Kind": ""},
+}
+# A field whose value is itself one of those types (an element type is
+# written in the slice type; a plain field's is not).
+STRUCT_FIELD_TYPES = {"ParentRef": (GATEWAY_API_PACKAGES, "ParentReference")}
+
 TOKEN = re.compile(
     r"""
     (?P<ws>\s+)
@@ -259,14 +310,16 @@ class Reader:
             i += 1
         return i
 
-    def composite(self, i, elided_keys):
-        """`{...}` after a type; keyed elements become a dict, others a list."""
+    def composite(self, i, elided_keys, own=None, element=None):
+        """`{...}` after a type; keyed elements become a dict, others a list.
+        `own` is the literal's struct type and `element` its elements' (for
+        a slice or map), as keys of STRUCT_ZERO_VALUES, when known."""
         i = self.expect(i, "{")
         items = []
         keyed = {}
         while self.peek(i)[1] != "}":
             if self.peek(i)[1] == "{":
-                value, i = self.composite(i, elided_keys)
+                value, i = self.composite(i, elided_keys, own=element)
                 items.append(value)
             else:
                 start = i
@@ -276,7 +329,7 @@ class Reader:
                     if self.peek(start)[0] == "ident" and i == start + 1:
                         key = self.peek(start)[1]  # a field name
                     if self.peek(i + 1)[1] == "{":
-                        value, i = self.composite(i + 1, elided_keys)
+                        value, i = self.composite(i + 1, elided_keys, own=element)
                     else:
                         value, i = self.expr(i + 1)
                     if isinstance(key, Unresolved):
@@ -291,7 +344,103 @@ class Reader:
         i += 1
         if keyed and items:
             raise GoError("mixed keyed and positional elements")
+        if own in STRUCT_ZERO_VALUES and not items:
+            return struct_value(own, keyed), i
         return (keyed if keyed else items), i
+
+    def struct_key(self, start, end):
+        """The STRUCT_ZERO_VALUES key of the type spelled by the tokens
+        start..end (`v1.ListenerStatus`, `[]metav1.Condition`: its element),
+        or None."""
+        k = end - 1
+        if k < start or self.peek(k)[0] != "ident":
+            return None
+        name = self.peek(k)[1]
+        if k - 2 < start or self.peek(k - 1)[1] != "." or self.peek(k - 2)[0] != "ident":
+            return None
+        path = import_path(self.env, self.peek(k - 2)[1])
+        if path and path.startswith(GATEWAY_API_PACKAGES):
+            path = GATEWAY_API_PACKAGES
+        return (path, name) if (path, name) in STRUCT_ZERO_VALUES else None
+
+    def call_values(self, paren):
+        """The evaluated arguments of the call whose `(` is at `paren`, a
+        trailing `x...` spread into its elements; None when one is not a
+        plain expression."""
+        values = []
+        for a, b in call_args(self.t, paren):
+            spread = self.peek(b - 1)[1] == "..."
+            value, j = self.expr(a)
+            if j != (b - 1 if spread else b):
+                return None
+            if spread:
+                if not isinstance(value, list):
+                    return None
+                values.extend(value)
+            else:
+                values.append(value)
+        return values
+
+    def kubernetes_call(self, func, start, paren, end):
+        """The references the conformance `kubernetes` package builds
+        (`NewGatewayRef`, `NewResourceRef`) as data; any other call is a
+        run-time value."""
+        try:
+            values = self.call_values(paren)
+        except GoError:
+            values = None
+        if func == "NewGatewayRef" and values and isinstance(values[0], dict):
+            nn = values[0]
+            return {"Name": nn.get("Name", ""), "Namespace": nn.get("Namespace", ""), "Listeners": values[1:]}, end
+        if func == "NewResourceRef" and values and len(values) >= 2 and isinstance(values[1], dict):
+            nn = values[1]
+            return {
+                "Name": nn.get("Name", ""),
+                "Namespace": nn.get("Namespace", ""),
+                "GroupKind": values[0],
+                "ListenerNames": values[2:],
+            }, end
+        return Unresolved(self.text(start, end)), end
+
+    def package_call(self, name, start, paren, end):
+        """A call of a function of the test package whose body only binds
+        names (`var (...)`, `x := ...`) and returns a value: that value,
+        its parameters bound to the arguments; else a run-time value."""
+        tokens, params, body, body_end, imports = self.env[PACKAGE]["funcs"][name]
+        try:
+            args = self.call_values(paren)
+        except GoError:
+            args = None
+        if args is None or len(args) != len(params):
+            return Unresolved(self.text(start, end)), end
+        env = {IMPORTS: imports, PACKAGE: self.env[PACKAGE], **dict(zip(params, args))}
+        r = Reader(tokens, env)
+        i = body + 1
+        try:
+            while i < body_end - 1:
+                tok = tokens[i][1]
+                if tok == "return":
+                    value, _ = r.expr(i + 1)
+                    return value, end
+                if tok == "var":
+                    group = tokens[i + 1][1] == "("
+                    i += 1 + group
+                    while tokens[i][0] == "ident" and tokens[i + 1][1] == "=":
+                        var = tokens[i][1]
+                        env[var], i = r.expr(i + 2)
+                        if not group:
+                            break
+                    if group:
+                        i = r.expect(i, ")")
+                    continue
+                if tokens[i][0] == "ident" and tokens[i + 1][1] == ":=":
+                    var = tokens[i][1]
+                    env[var], i = r.expr(i + 2)
+                    continue
+                break
+        except GoError:
+            pass
+        return Unresolved(self.text(start, end)), end
 
     def expr(self, i):
         value, i = self.unary(i)
@@ -320,12 +469,20 @@ class Reader:
             return (float(t) if is_float else int(t, 0)), i + 1
         if tok in ("[", "map"):
             j = self.skip_type(i)
-            value, end = self.composite(j, True)
+            value, end = self.composite(j, True, element=self.struct_key(i, j))
             zero = self.struct_zero_values(i, j)
             if zero and isinstance(value, list):
                 # Go fills the fields an element leaves out with zero values.
                 value = [{**zero, **v} if isinstance(v, dict) else v for v in value]
             return value, end
+        if tok == "(" and self.peek(i + 1)[1] == "*":
+            # `(*v1.Group)(&v1.GroupVersion.Group)`: a pointer conversion
+            # keeps the pointed-to value.
+            j = self.expect(self.skip_type(i + 1), ")")
+            if self.peek(j)[1] == "(":
+                v, k = self.expr(j + 1)
+                return v, self.expect(k, ")")
+            raise GoError(f"a type where a value was expected: {self.text(i, j)}")
         if tok == "(":
             v, j = self.expr(i + 1)
             return v, self.expect(j, ")")
@@ -341,11 +498,33 @@ class Reader:
             name += "." + self.peek(i + 1)[1]
             i += 2
         nxt = self.peek(i)[1]
+        head, _, rest = name.partition(".")
+        # A local variable hides an import of the same name.
+        path = import_path(self.env, head) if rest and head not in self.env else None
         if nxt == "{" and name.split(".")[-1][0].isupper():
-            return self.composite(i, True)
+            key = self.struct_key(start, i)
+            value, j = self.composite(i, True, own=key)
+            if path and path.startswith(GATEWAY_API_PACKAGES) and key is None and value in ([], {}) and "." not in rest:
+                # `&gatewayv1.HTTPRoute{}`: an empty object of a Gateway API
+                # kind stands for its kind (the helpers' `routeType`).
+                return {"Kind": rest}, j
+            return value, j
         if nxt == "(":
             end = self.skip_parens(i)
             args_start = i + 1
+            if path == KUBERNETES_PACKAGE:
+                return self.kubernetes_call(rest, start, i, end)
+            if not rest and name not in self.env and name in self.env.get(PACKAGE, {}).get("funcs", {}):
+                return self.package_call(name, start, i, end)
+            if name == "new":
+                # Go 1.26's `new(expr)`: a pointer to the value.
+                try:
+                    value, j = self.expr(args_start)
+                    if j == end - 1:
+                        return value, end
+                except GoError:
+                    pass
+                return Unresolved(self.text(start, end)), end
             # A conversion or pointer helper of one argument keeps its value:
             # v1.Namespace(ns), string(x), ptr.To(x), new-style type casts.
             conversion = name.split(".")[-1][:1].isupper() or name in (
@@ -365,6 +544,21 @@ class Reader:
             return None, i
         if name in SUITE_CONSTANTS:
             return SUITE_CONSTANTS[name], i
+        if path == SUITE_PACKAGE and f"confsuite.{rest}" in SUITE_CONSTANTS:
+            return SUITE_CONSTANTS[f"confsuite.{rest}"], i
+        if rest and "." not in rest and head not in self.env and head == self.env.get(SUITE_PARAM):
+            # `suite.ControllerName`: a value of the suite the runner is.
+            return {"Suite": rest}, i
+        if path and path.startswith(GATEWAY_API_PACKAGES):
+            value = gateway_api_constant(rest)
+            if value is not None:
+                return value, i
+        if path == METAV1_PACKAGE and rest in METAV1_CONSTANTS:
+            return METAV1_CONSTANTS[rest], i
+        if not rest and name not in self.env:
+            found, value = package_value(self.env, name)
+            if found:
+                return value, i
         if name.count(".") == 1 and name.split(".")[0] in SYMBOL_PACKAGES:
             return name, i
         head, _, field = name.partition(".")
@@ -382,6 +576,128 @@ class Reader:
                 return {"RouteHostname": {"Routes": value.routes, "Index": index}}, i + 3
             return value, i
         return Unresolved(name), i
+
+
+def import_path(env, name):
+    """The import path a file's name `name` stands for (a snippet without
+    imports gets the usual names of the upstream tests)."""
+    return env.get(IMPORTS, {}).get(name) or DEFAULT_IMPORTS.get(name)
+
+
+DEFAULT_IMPORTS = {
+    "confsuite": SUITE_PACKAGE,
+    "kubernetes": KUBERNETES_PACKAGE,
+    "metav1": METAV1_PACKAGE,
+    "gatewayv1": GATEWAY_API_PACKAGES + "v1",
+    "v1": GATEWAY_API_PACKAGES + "v1",
+    "types": "k8s.io/apimachinery/pkg/types",
+    "schema": "k8s.io/apimachinery/pkg/runtime/schema",
+}
+
+
+def struct_value(key, keyed):
+    """A struct literal of a known type with Go's zero values for the fields
+    it leaves out."""
+    out = {**STRUCT_ZERO_VALUES[key], **keyed}
+    for field, sub in STRUCT_FIELD_TYPES.items():
+        if isinstance(out.get(field), dict):
+            out[field] = struct_value(sub, out[field])
+    return out
+
+
+def gateway_api_constant(name):
+    """The string value of a Gateway API constant by the API's naming rule,
+    or None for a name the rule does not read."""
+    if name in GATEWAY_API_CONSTANTS:
+        return GATEWAY_API_CONSTANTS[name]
+    m = re.fullmatch(r"(?:%s)(?:Condition|Reason)([A-Z][A-Za-z0-9]*)" % "|".join(CONDITION_KINDS), name)
+    # `GatewayConditionReason`, `RouteConditionType`: types, not values.
+    if m and m.group(1) not in ("Type", "Reason"):
+        return m.group(1)
+    m = re.fullmatch(r"([A-Z][A-Z0-9]*)ProtocolType", name)
+    if m:
+        return m.group(1)
+    return None
+
+
+def read_imports(tokens):
+    """A file's imports: the name each is used by -> its path."""
+    out = {}
+    i = 0
+    while i < len(tokens):
+        if tokens[i][1] == "import":
+            j = i + 1
+            group = tokens[j][1] == "("
+            j += group
+            while j < len(tokens):
+                alias = None
+                if tokens[j][0] == "ident" or tokens[j][1] == ".":
+                    alias = tokens[j][1]
+                    j += 1
+                if tokens[j][0] != "str":
+                    break
+                path = json.loads(tokens[j][1])
+                out[alias or path.rsplit("/", 1)[-1]] = path
+                j += 1
+                if not group:
+                    break
+                if tokens[j][1] == ")":
+                    break
+            i = j
+        elif tokens[i][1] in ("func", "var", "const", "type"):
+            break
+        i += 1
+    return out
+
+
+def load_package(files):
+    """The top-level `const`/`var` values and functions of the test
+    package (`files`: (tokens, imports) per file). Values are read twice,
+    so one may name another declared in a later file."""
+    package = {"values": {}, "funcs": {}}
+    for _ in range(2):
+        for tokens, imports in files:
+            env = {IMPORTS: imports, PACKAGE: package}
+            r = Reader(tokens, env)
+            depth, i = 0, 0
+            while i < len(tokens):
+                tok = tokens[i][1]
+                if tok in ("{", "(", "["):
+                    depth += 1
+                elif tok in ("}", ")", "]"):
+                    depth -= 1
+                elif depth == 0 and tok == "func" and tokens[i + 1][0] == "ident" and tokens[i + 2][1] == "(":
+                    params = [tokens[a][1] for a, b in call_args(tokens, i + 2)]
+                    k = r.skip_parens(i + 2)
+                    while tokens[k][1] != "{":
+                        k += 1
+                    end = r.skip_braces(k)
+                    package["funcs"][tokens[i + 1][1]] = (tokens, params, k, end, imports)
+                    i = end
+                    continue
+                elif depth == 0 and tok in ("var", "const"):
+                    group = tokens[i + 1][1] == "("
+                    j = i + 1 + group
+                    try:
+                        while tokens[j][0] == "ident":
+                            name = tokens[j][1]
+                            if tokens[j + 1][1] != "=":
+                                raise GoError(f"{name}: a declaration without a value")
+                            value, j = r.expr(j + 2)
+                            package["values"][name] = value
+                            if not group:
+                                break
+                    except GoError:
+                        pass
+                i += 1
+    return package
+
+
+def package_value(env, name):
+    """(True, value) for a top-level value of the test package, else
+    (False, None)."""
+    values = env.get(PACKAGE, {}).get("values", {})
+    return (True, values[name]) if name in values else (False, None)
 
 
 def unresolved_in(value, path=""):
@@ -456,6 +772,17 @@ def test_fields(tokens, start, end):
         if tokens[i][1] == ",":
             i += 1
     return fields
+
+
+def suite_parameter(tokens, func):
+    """The name a Test function literal gives the suite (`s` in
+    `func(t *testing.T, s *confsuite.ConformanceTestSuite)`)."""
+    k = func
+    while tokens[k][1] != "{":
+        if tokens[k][1] == "ConformanceTestSuite" and tokens[k - 3][1] == "*" and tokens[k - 4][0] == "ident":
+            return tokens[k - 4][1]
+        k += 1
+    return None
 
 
 def symbol(value):
@@ -701,13 +1028,17 @@ def range_loop(tokens, i, env):
     return tokens[i + 3][1], values, j, r.skip_braces(j)
 
 
-def scan_body(tokens, start, end, env=None):
+def scan_body(tokens, start, end, env=None, subtests=()):
     """Expectation literals in a Test body, in source order, with the local
-    values known at each point and the Gateways the test names. A `range`
-    loop over values known here is read once per value (as the loop runs)."""
+    values known at each point, the Gateways the test names, and its status
+    checks (`kubernetes.*` calls, see status_check). A `range` loop over
+    values known here is read once per value (as the loop runs).
+    `subtests` are the enclosing `t.Run`s: (index of the call's `)`, name)."""
     env = {} if env is None else env
     cases = []
     gateways = []
+    checks = []
+    subtests = list(subtests)
     r = Reader(tokens, env)
     # A test that deletes, updates or creates objects between its cases
     # (`suite.Client.Delete(...)`) expects the later cases of a state the
@@ -716,15 +1047,44 @@ def scan_body(tokens, start, end, env=None):
     i = start
     while i < end:
         kind, tok = tokens[i]
+        while subtests and subtests[-1][0] <= i:
+            subtests.pop()
         loop = None if changed else range_loop(tokens, i, env)
         if loop:
             var, values, body_start, body_end = loop
             for value in values:
-                found, found_gateways = scan_body(tokens, body_start + 1, body_end - 1, {**env, var: value})
+                found, found_gateways, found_checks = scan_body(
+                    tokens, body_start + 1, body_end - 1, {**env, var: value}, subtests
+                )
                 cases.extend(found)
                 gateways.extend(g for g in found_gateways if g not in gateways)
+                checks.extend(found_checks)
             i = body_end
             continue
+        # t.Run("name", func(t *testing.T) {...}): the checks inside are
+        # that sub-test's.
+        if tok == "Run" and tokens[i - 1][1] == "." and tokens[i - 2][0] == "ident" and tokens[i + 1][1] == "(":
+            args = call_args(tokens, i + 1)
+            if len(args) == 2:
+                try:
+                    name, j = r.expr(args[0][0])
+                    if j != args[0][1] or not isinstance(name, str):
+                        name = r.text(*args[0])
+                except GoError:
+                    name = r.text(*args[0])
+                subtests.append((args[-1][1], name))
+        if (
+            kind == "ident"
+            and tokens[i - 1][1] != "."
+            and tokens[i + 1][1] == "."
+            and tokens[i + 2][0] == "ident"
+            and tokens[i + 3][1] == "("
+            and tok not in env
+            and import_path(env, tok) == KUBERNETES_PACKAGE
+            and is_status_check(tokens, i)
+        ):
+            subtest = "/".join(name for _, name in subtests)
+            checks.append(status_check(tokens, i, env, subtest, changed))
         if (
             tok == "Client"
             and tokens[i + 1][1] == "."
@@ -827,7 +1187,97 @@ def scan_body(tokens, start, end, env=None):
                 i = r.skip_braces(literal_start)
                 continue
         i += 1
-    return cases, gateways
+    return cases, gateways, checks
+
+
+# `kubernetes` functions that check nothing: they build references, read
+# objects, or wait for namespaces (the runner's setup does).
+NOT_CHECKS = (
+    "NewGatewayRef", "NewResourceRef", "NamespacesMustBeReady", "MeshNamespacesMustBeReady", "GetTLSSecret",
+    "GetConfigMapData", "DumpEchoLogs",
+)
+# Leading arguments of the status helpers that are the test's machinery,
+# not the expectation: `t`, the client, the timeouts.
+MACHINERY_ARGUMENTS = (re.compile(r"t"), re.compile(r"(?:.*\.)?(?:[Cc]lient|c|cl|cli)"), re.compile(r"(?:.*\.)?[Tt]imeoutConfig"))
+
+
+def assigned_names(tokens, i):
+    """The names a statement `a, b := <call at i>` assigns, or []."""
+    if tokens[i - 1][1] not in (":=", "="):
+        return []
+    names = []
+    k = i - 2
+    while tokens[k][0] == "ident":
+        names.insert(0, tokens[k][1])
+        if tokens[k - 1][1] != ",":
+            break
+        k -= 2
+    return names
+
+
+def is_status_check(tokens, i):
+    """Whether `kubernetes.F(` at token i checks status: every function
+    but NOT_CHECKS, and `WaitForGatewayAddress` only when its address is
+    not kept (kept, it is a case's `gateway`)."""
+    func = tokens[i + 2][1]
+    if func in NOT_CHECKS:
+        return False
+    if func == "WaitForGatewayAddress":
+        names = assigned_names(tokens, i)
+        return not names or names[0] == "_"
+    return True
+
+
+def json_value(value):
+    """Whether a value read is plain data (not a Gateway address, a
+    Secret's part or routes' hostnames, which are run-time values)."""
+    if isinstance(value, dict):
+        return all(json_value(v) for v in value.values())
+    if isinstance(value, list):
+        return all(json_value(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def status_check(tokens, i, env, subtest, changed):
+    """A status check, `kubernetes.F(t, client, timeouts, args...)` at
+    token i: its helper, sub-test and evaluated arguments (after the
+    machinery), or the reason it is not ported."""
+    helper = f"kubernetes.{tokens[i + 2][1]}"
+    if changed:
+        return {
+            "helper": helper,
+            "subtest": subtest,
+            "reason": f"after {changed}: the test changes its objects before this check, which the data does not carry",
+        }
+    r = Reader(tokens, env)
+    args = call_args(tokens, i + 3)
+    for pattern in MACHINERY_ARGUMENTS:
+        if args and pattern.fullmatch(r.text(*args[0])):
+            args = args[1:]
+    arguments = []
+    for n, (a, b) in enumerate(args):
+        spread = tokens[b - 1][1] == "..."
+        text = r.text(a, b)
+        try:
+            value, j = r.expr(a)
+        except GoError as e:
+            return {"helper": helper, "subtest": subtest, "reason": f"argument {n}: {e} in {text}"}
+        problem = None
+        if j != (b - 1 if spread else b):
+            problem = f"argument {n}: {text} is not a value the reader evaluates"
+        elif unresolved_in(value):
+            problem = "argument {}: {}: {} is computed at run time".format(n, *unresolved_in(value))
+        elif not json_value(value):
+            problem = f"argument {n}: {text} is a value known only at run time"
+        elif spread and not isinstance(value, list):
+            problem = f"argument {n}: {text} is not a list"
+        if problem:
+            return {"helper": helper, "subtest": subtest, "reason": problem}
+        if spread:
+            arguments.extend(value)
+        else:
+            arguments.append(value)
+    return {"helper": helper, "subtest": subtest, "arguments": arguments}
 
 
 def call_name(tokens, paren):
@@ -919,10 +1369,15 @@ def port(upstream, out_dir=None):
     index = {"source": source, "tests": {}, "unported": {}}
     go_files = sorted(f for f in os.listdir(tests_dir) if f.endswith(".go"))
     parsed = {}
+    imports = {}
+    all_tokens = {}
     for f in go_files:
         tokens = tokenize(open(os.path.join(tests_dir, f)).read())
+        all_tokens[f] = tokens
+        imports[f] = read_imports(tokens)
         for var, (start, end) in find_tests(tokens).items():
             parsed[var] = (f, tokens, test_fields(tokens, start, end))
+    package = load_package([(all_tokens[f], imports[f]) for f in go_files])
     for var in sorted(parsed, key=lambda v: (parsed[v][0], v)):
         f, tokens, fields = parsed[var]
         short = fields.get("ShortName")
@@ -930,18 +1385,21 @@ def port(upstream, out_dir=None):
             index["unported"][var] = f"{f}: ShortName is not a string literal"
             continue
         test = fields.get("Test")
-        body_tokens, body = tokens, None
+        body_tokens, body, body_file = tokens, None, f
         if test and test[0] == "func":
             body = (test[1], test[2])
         elif test and test[0] == "ref":
             ref = test[1].removesuffix(".Test")
             if ref in parsed and parsed[ref][2].get("Test", ("",))[0] == "func":
-                _, body_tokens, ref_fields = parsed[ref]
+                body_file, body_tokens, ref_fields = parsed[ref]
                 body = (ref_fields["Test"][1], ref_fields["Test"][2])
         if body is None:
             index["unported"][short] = f"{f}: its Test is not a function literal here ({test})"
             continue
-        found, gateways = scan_body(body_tokens, *body)
+        env = {IMPORTS: imports[body_file], PACKAGE: package, SUITE_PARAM: suite_parameter(body_tokens, body[0])}
+        found, gateways, found_checks = scan_body(body_tokens, *body, env)
+        checks = [c for c in found_checks if "reason" not in c]
+        unported_checks = [c for c in found_checks if "reason" in c]
         cases, unported_cases = [], []
         for n, (protocol, value, error) in enumerate(found):
             problem = error or (unresolved_in(value) and "{}: {} is computed at run time".format(*unresolved_in(value)))
@@ -960,8 +1418,10 @@ def port(upstream, out_dir=None):
             "gateways": gateways,
             "cases": cases,
             "unported_cases": unported_cases,
+            "checks": checks,
+            "unported_checks": unported_checks,
         }
-        if not found:
+        if not found and not found_checks:
             used = sorted({t[1] for t in body_tokens[body[0]:body[1]] if t[0] == "ident" and t[1] in ("tls", "grpc", "tcp", "udp", "http", "kubernetes")})
             index["unported"][short] = (
                 f"{f}: no ExpectedResponse literal (the test checks {', '.join(used) or 'nothing ported'} "
@@ -969,10 +1429,18 @@ def port(upstream, out_dir=None):
             )
             continue
         files[f"{short}.json"] = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        index["tests"][short] = {"file": f"{short}.json", "cases": len(cases), "unported_cases": len(unported_cases)}
-    total = sum(t["cases"] for t in index["tests"].values())
-    skipped = sum(t["unported_cases"] for t in index["tests"].values())
-    index["summary"] = f"{len(index['tests'])} tests with {total} cases ported ({skipped} cases not), {len(index['unported'])} tests not ported"
+        index["tests"][short] = {
+            "file": f"{short}.json",
+            "cases": len(cases),
+            "unported_cases": len(unported_cases),
+            "checks": len(checks),
+            "unported_checks": len(unported_checks),
+        }
+    total = {k: sum(t[k] for t in index["tests"].values()) for k in ("cases", "unported_cases", "checks", "unported_checks")}
+    index["summary"] = (
+        f"{len(index['tests'])} tests with {total['cases']} cases and {total['checks']} status checks ported "
+        f"({total['unported_cases']} cases and {total['unported_checks']} checks not), {len(index['unported'])} tests not ported"
+    )
     files["index.json"] = json.dumps(index, indent=2, sort_keys=True) + "\n"
     return files
 
