@@ -403,17 +403,22 @@ class Reader:
         return Unresolved(self.text(start, end)), end
 
     def package_call(self, name, start, paren, end):
-        """A call of a function of the test package whose body only binds
-        names (`var (...)`, `x := ...`) and returns a value: that value,
-        its parameters bound to the arguments; else a run-time value."""
+        """A call of a function of the test package (see function_value)."""
         tokens, params, body, body_end, imports = self.env[PACKAGE]["funcs"][name]
+        return self.function_value(tokens, params, body, body_end, {IMPORTS: imports, PACKAGE: self.env[PACKAGE]}, start, paren, end)
+
+    def function_value(self, tokens, params, body, body_end, scope, start, paren, end):
+        """A call of a function whose body only binds names (`var (...)`,
+        `x := ...`) and returns a value: that value, its parameters bound to
+        the arguments in `scope` (the package's, or a local function's
+        enclosing values); else a run-time value."""
         try:
             args = self.call_values(paren)
         except GoError:
             args = None
         if args is None or len(args) != len(params):
             return Unresolved(self.text(start, end)), end
-        env = {IMPORTS: imports, PACKAGE: self.env[PACKAGE], **dict(zip(params, args))}
+        env = {**scope, **dict(zip(params, args))}
         r = Reader(tokens, env)
         i = body + 1
         try:
@@ -444,14 +449,15 @@ class Reader:
 
     def expr(self, i):
         value, i = self.unary(i)
-        while self.peek(i)[1] == "+":
+        while self.peek(i)[1] in ("+", "-"):
+            op = self.peek(i)[1]
             right, i = self.unary(i + 1)
-            if isinstance(value, str) and isinstance(right, str):
+            if op == "+" and isinstance(value, str) and isinstance(right, str):
                 value = value + right
-            elif isinstance(value, int) and isinstance(right, int):
-                value = value + right
+            elif isinstance(value, int) and isinstance(right, int) and not isinstance(value, bool):
+                value = value + right if op == "+" else value - right
             else:
-                value = Unresolved(f"{value!r} + {right!r}")
+                value = Unresolved(f"{value!r} {op} {right!r}")
         return value, i
 
     def unary(self, i):
@@ -516,6 +522,28 @@ class Reader:
                 return self.kubernetes_call(rest, start, i, end)
             if not rest and name not in self.env and name in self.env.get(PACKAGE, {}).get("funcs", {}):
                 return self.package_call(name, start, i, end)
+            if not rest and isinstance(self.env.get(name), LocalFunction):
+                func = self.env[name]
+                return self.function_value(func.tokens, func.params, func.body, func.body_end, self.env, start, i, end)
+            if not rest and name in BUILTINS:
+                try:
+                    values = self.call_values(args_start - 1) if name != "make" else []
+                except GoError:
+                    values = None
+                if values is not None:
+                    value = BUILTINS[name](self.text(args_start, end - 1), values)
+                    if value is not None:
+                        return value, end
+                return Unresolved(self.text(start, end)), end
+            if path in LIBRARY and rest in LIBRARY[path]:
+                try:
+                    values = self.call_values(args_start - 1)
+                except GoError:
+                    values = None
+                value = LIBRARY[path][rest](values) if values is not None and all(json_value(v) for v in values) else None
+                if value is not None:
+                    return value, end
+                return Unresolved(self.text(start, end)), end
             if name == "new":
                 # Go 1.26's `new(expr)`: a pointer to the value.
                 try:
@@ -592,6 +620,71 @@ DEFAULT_IMPORTS = {
     "v1": GATEWAY_API_PACKAGES + "v1",
     "types": "k8s.io/apimachinery/pkg/types",
     "schema": "k8s.io/apimachinery/pkg/runtime/schema",
+}
+
+
+def go_sprintf(values):
+    """`fmt.Sprintf` for the verbs the tests use with known values: `%s`,
+    `%d`, `%v`, `%q` and `%%`; None for anything else."""
+    if not values or not isinstance(values[0], str):
+        return None
+    args = list(values[1:])
+    out = []
+    parts = re.split(r"(%[%sdvq])", values[0])
+    for part in parts:
+        if part == "%%":
+            out.append("%")
+        elif part in ("%s", "%d", "%v", "%q"):
+            if not args:
+                return None
+            v = args.pop(0)
+            if part == "%d" and not (isinstance(v, int) and not isinstance(v, bool)):
+                return None
+            if part in ("%s", "%q") and not isinstance(v, str):
+                return None
+            if part == "%v" and not isinstance(v, (str, int)):
+                return None
+            out.append(json.dumps(v) if part == "%q" else str(v))
+        elif "%" in part:
+            return None
+        else:
+            out.append(part)
+    return "".join(out) if not args else None
+
+
+def join_host_port(values):
+    """`net.JoinHostPort` of a known host and port (IPv6 in brackets)."""
+    if len(values) != 2 or not all(isinstance(v, str) for v in values):
+        return None
+    host, port = values
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# Functions of the standard library evaluated when every argument is known.
+LIBRARY = {
+    "fmt": {"Sprintf": go_sprintf},
+    "net": {"JoinHostPort": join_host_port},
+    "strings": {
+        "Repeat": lambda v: v[0] * v[1] if len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], int) and v[1] >= 0 else None,
+        "ToLower": lambda v: v[0].lower() if len(v) == 1 and isinstance(v[0], str) else None,
+        "Join": lambda v: v[1].join(v[0]) if len(v) == 2 and isinstance(v[0], list) and all(isinstance(x, str) for x in v[0]) and isinstance(v[1], str) else None,
+    },
+}
+DEFAULT_IMPORTS.update({name: name for name in LIBRARY})
+
+
+def go_append(text, values):
+    if not values or not isinstance(values[0], list):
+        return None
+    return values[0] + values[1:]
+
+
+# Go's builtins over known values: `make` of a slice or map is empty,
+# `append` (a spread `x...` is already expanded by the reader), `len`.
+BUILTINS = {
+    "make": lambda text, values: {} if text.startswith("map") else [] if text.startswith("[") else None,
+    "append": go_append,
+    "len": lambda text, values: len(values[0]) if len(values) == 1 and isinstance(values[0], (str, list, dict)) else None,
 }
 
 
@@ -691,6 +784,31 @@ def load_package(files):
                         pass
                 i += 1
     return package
+
+
+class LocalFunction:
+    """A function literal assigned to a local name: its parameters and
+    body (token indices)."""
+
+    def __init__(self, tokens, params, body, body_end):
+        self.tokens = tokens
+        self.params = params
+        self.body = body
+        self.body_end = body_end
+
+
+def package_changes(env, name):
+    """For a function of the test package that calls its client's
+    `Create`/`Update`/`Delete`/`Patch`: `client.Patch` (what it calls);
+    else None."""
+    funcs = env.get(PACKAGE, {}).get("funcs", {})
+    if name not in funcs:
+        return None
+    tokens, params, body, body_end, _ = funcs[name]
+    for k in range(body, body_end - 3):
+        if tokens[k + 1][1] == "." and tokens[k + 2][1] in STATE_CHANGES and tokens[k + 3][1] == "(" and tokens[k][1] in params:
+            return f"{tokens[k][1]}.{tokens[k + 2][1]}"
+    return None
 
 
 def package_value(env, name):
@@ -1025,15 +1143,17 @@ def range_loop(tokens, i, env):
         return None
     if not isinstance(values, list) or tokens[j][1] != "{" or unresolved_in(values):
         return None
-    return tokens[i + 3][1], values, j, r.skip_braces(j)
+    return tokens[i + 3][1], values, j, r.skip_braces(j), tokens[i + 1][1]
 
 
-def scan_body(tokens, start, end, env=None, subtests=()):
+def scan_body(tokens, start, end, env=None, subtests=(), state=None):
     """Expectation literals in a Test body, in source order, with the local
     values known at each point, the Gateways the test names, and its status
     checks (`kubernetes.*` calls, see status_check). A `range` loop over
     values known here is read once per value (as the loop runs).
-    `subtests` are the enclosing `t.Run`s: (index of the call's `)`, name)."""
+    `subtests` are the enclosing `t.Run`s: (index of the call's `)`, name);
+    `state` is shared with the loop bodies and local functions read inside
+    (a change of objects there holds after them too)."""
     env = {} if env is None else env
     cases = []
     gateways = []
@@ -1043,18 +1163,18 @@ def scan_body(tokens, start, end, env=None, subtests=()):
     # A test that deletes, updates or creates objects between its cases
     # (`suite.Client.Delete(...)`) expects the later cases of a state the
     # data does not carry: those cases are not ported.
-    changed = None
+    state = {"changed": None} if state is None else state
     i = start
     while i < end:
         kind, tok = tokens[i]
         while subtests and subtests[-1][0] <= i:
             subtests.pop()
-        loop = None if changed else range_loop(tokens, i, env)
+        loop = range_loop(tokens, i, env)
         if loop:
-            var, values, body_start, body_end = loop
-            for value in values:
+            var, values, body_start, body_end, index_var = loop
+            for n, value in enumerate(values):
                 found, found_gateways, found_checks = scan_body(
-                    tokens, body_start + 1, body_end - 1, {**env, var: value}, subtests
+                    tokens, body_start + 1, body_end - 1, {**env, index_var: n, var: value}, subtests, state
                 )
                 cases.extend(found)
                 gateways.extend(g for g in found_gateways if g not in gateways)
@@ -1084,14 +1204,14 @@ def scan_body(tokens, start, end, env=None, subtests=()):
             and is_status_check(tokens, i)
         ):
             subtest = "/".join(name for _, name in subtests)
-            checks.append(status_check(tokens, i, env, subtest, changed))
+            checks.append(status_check(tokens, i, env, subtest, state["changed"]))
         if (
             tok == "Client"
             and tokens[i + 1][1] == "."
             and tokens[i + 2][1] in STATE_CHANGES
             and tokens[i + 3][1] == "("
         ):
-            changed = f"Client.{tokens[i + 2][1]}"
+            state["changed"] = state["changed"] or f"Client.{tokens[i + 2][1]}"
         # `cert, key, err := kubernetes.GetTLSSecret(client, nn)` and
         # `host, _, err = net.SplitHostPort(gwAddr)`: three names assigned.
         if kind == "ident" and tokens[i - 1][1] not in (",", ".") and [t[1] for t in tokens[i + 1:i + 6:2]] == [",", ",", tokens[i + 5][1]] and tokens[i + 5][1] in (":=", "=") and tokens[i + 2][0] == "ident" and tokens[i + 4][0] == "ident":
@@ -1131,10 +1251,60 @@ def scan_body(tokens, start, end, env=None, subtests=()):
                     env[tokens[i + 2][1]] = hostnames
                 i = rhs
                 continue
-        # Local `x := expr` (and `x = expr`): remember what evaluates.
+        # `name := func(params) results { body }`: a local function, read
+        # where it is called (with its arguments), not where it is written.
+        if kind == "ident" and tokens[i + 1][1] == ":=" and tokens[i + 2][1] == "func" and tokens[i + 3][1] == "(":
+            params = [tokens[a][1] for a, b in call_args(tokens, i + 3)]
+            k = r.skip_parens(i + 3)
+            while tokens[k][1] != "{":
+                k += 1
+            body_end = r.skip_braces(k)
+            env[tok] = LocalFunction(tokens, params, k, body_end)
+            i = body_end
+            continue
+        # A call of a local function that does more than return a value,
+        # as a statement: its body read here, its parameters bound.
+        if (
+            kind == "ident"
+            and tokens[i + 1][1] == "("
+            and tokens[i - 1][1] != "."
+            and isinstance(env.get(tok), LocalFunction)
+            and tokens[env[tok].body + 1][1] != "return"
+        ):
+            func = env[tok]
+            paren_end = r.skip_parens(i + 1)
+            bound = {}
+            for name, (a, b) in zip(func.params, call_args(tokens, i + 1)):
+                try:
+                    value, j = r.expr(a)
+                    bound[name] = value if j == b else Unresolved(r.text(a, b))
+                except GoError:
+                    bound[name] = Unresolved(r.text(a, b))
+            found, found_gateways, found_checks = scan_body(
+                func.tokens, func.body + 1, func.body_end - 1, {**env, **bound}, subtests, state
+            )
+            cases.extend(found)
+            gateways.extend(g for g in found_gateways if g not in gateways)
+            checks.extend(found_checks)
+            i = paren_end
+            continue
+        # A function of the test package that changes objects through the
+        # client it is given (`setupEndpointSlices(t, suite.Client, ...)`
+        # patches EndpointSlices) is a change like `Client.Patch`.
+        if (
+            kind == "ident"
+            and tokens[i + 1][1] == "("
+            and tokens[i - 1][1] != "."
+            and tok not in env
+            and package_changes(env, tok)
+        ):
+            state["changed"] = state["changed"] or f"{tok} (which calls {package_changes(env, tok)})"
+        # Local `x := expr` (and `x = expr`, and the first name of a
+        # `var (...)` block): remember what evaluates.
         if kind == "ident" and (
             tokens[i + 1][1] == ":="
             or (tokens[i + 1][1] == "=" and tokens[i - 1][1] in (";", "{", "}", ")") or tokens[i + 1][1] == "=" and tokens[i - 1][0] != "op")
+            or (tokens[i + 1][1] == "=" and tokens[i - 1][1] == "(" and tokens[i - 2][1] == "var")
         ) and tokens[i - 1][1] not in (".", ","):
             try:
                 value, _ = r.expr(i + 2)
@@ -1161,8 +1331,8 @@ def scan_body(tokens, start, end, env=None, subtests=()):
         ):
             slice_of = tokens[i - 1][1] == "]" and tokens[i - 2][1] == "["
             literal_start = i + 3
-            if changed:
-                cases.append((tok, None, f"after {changed}: the test changes its objects between cases, which the data does not carry"))
+            if state["changed"]:
+                cases.append((tok, None, f"after {state['changed']}: the test changes its objects between cases, which the data does not carry"))
                 i = r.skip_braces(literal_start)
                 continue
             try:

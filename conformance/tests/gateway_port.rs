@@ -61,6 +61,7 @@ fn every_data_file_is_a_runnable_test() {
         .count();
     assert_eq!(files, tests.len(), "files vs index");
     let mut cases = 0;
+    let mut checks = 0;
     for (name, entry) in tests {
         let test = read(&data().join(entry["file"].as_str().unwrap()));
         assert_eq!(test["name"], name.as_str());
@@ -102,6 +103,32 @@ fn every_data_file_is_a_runnable_test() {
                 "{name}: unported case without a reason"
             );
         }
+        // Every status check names its upstream helper and sub-test, with
+        // the arguments evaluated, or says why it is not ported.
+        let ported_checks = test["checks"].as_array().unwrap();
+        let unported_checks = test["unported_checks"].as_array().unwrap();
+        assert_eq!(entry["checks"], ported_checks.len(), "{name}");
+        assert_eq!(entry["unported_checks"], unported_checks.len(), "{name}");
+        for check in ported_checks.iter().chain(unported_checks) {
+            let helper = check["helper"].as_str().unwrap();
+            assert!(helper.starts_with("kubernetes."), "{name}: {check}");
+            assert!(check["subtest"].is_string(), "{name}: {check}");
+        }
+        for check in ported_checks {
+            assert!(check["arguments"].is_array(), "{name}: {check}");
+            assert!(!check.to_string().contains("Unresolved"), "{name}: {check}");
+        }
+        for check in unported_checks {
+            assert!(
+                !check["reason"].as_str().unwrap_or("").is_empty(),
+                "{name}: unported check without a reason"
+            );
+        }
+        checks += ported_checks.len();
+        assert!(
+            !ported.is_empty() || !ported_checks.is_empty() || !unported_checks.is_empty(),
+            "{name}: neither a case nor a check"
+        );
     }
     // Tests without ported cases are listed with their reason.
     for (name, reason) in index["unported"].as_object().unwrap() {
@@ -109,6 +136,7 @@ fn every_data_file_is_a_runnable_test() {
         assert!(!tests.contains_key(name), "{name} both ported and not");
     }
     assert!(cases >= 300, "only {cases} cases");
+    assert!(checks >= 400, "only {checks} status checks");
 }
 
 #[test]
@@ -141,6 +169,72 @@ fn a_known_test_is_ported_field_for_field() {
         t["manifests"],
         serde_json::json!(["tests/httproute-simple-same-namespace.yaml"])
     );
+    // GatewayAndHTTPRoutesMustBeAccepted is a check of its own, and the
+    // route's ResolvedRefs condition another.
+    let ns = "gateway-conformance-infra";
+    assert_eq!(
+        t["checks"],
+        serde_json::json!([
+            {
+                "helper": "kubernetes.GatewayAndHTTPRoutesMustBeAccepted",
+                "subtest": "",
+                "arguments": [
+                    {"Suite": "ControllerName"},
+                    {"Name": "same-namespace", "Namespace": ns, "Listeners": []},
+                    {"Name": "gateway-conformance-infra-test", "Namespace": ns},
+                ],
+            },
+            {
+                "helper": "kubernetes.HTTPRouteMustHaveResolvedRefsConditionsTrue",
+                "subtest": "",
+                "arguments": [
+                    {"Name": "gateway-conformance-infra-test", "Namespace": ns},
+                    {"Name": "same-namespace", "Namespace": ns},
+                ],
+            },
+        ])
+    );
+    assert_eq!(t["unported_checks"], serde_json::json!([]));
+}
+
+#[test]
+fn a_status_only_test_is_ported_field_for_field() {
+    // gateway-invalid-route-kind.go: two sub-tests, each one listener
+    // status of a Gateway, with a `(*v1.Group)(&v1.GroupVersion.Group)`
+    // pointer and the condition constants by value.
+    let t = read(&data().join("GatewayInvalidRouteKind.json"));
+    let listener = |kinds: Value| {
+        serde_json::json!([{
+            "Name": "http",
+            "SupportedKinds": kinds,
+            "Conditions": [{"Type": "ResolvedRefs", "Status": "False", "Reason": "InvalidRouteKinds"}],
+            "AttachedRoutes": 0,
+        }])
+    };
+    let gateway =
+        |name: &str| serde_json::json!({"Name": name, "Namespace": "gateway-conformance-infra"});
+    assert_eq!(
+        t["checks"],
+        serde_json::json!([
+            {
+                "helper": "kubernetes.GatewayStatusMustHaveListeners",
+                "subtest": "Gateway listener should have a false ResolvedRefs condition with reason InvalidRouteKinds and no supportedKinds",
+                "arguments": [gateway("gateway-only-invalid-route-kind"), listener(serde_json::json!([]))],
+            },
+            {
+                "helper": "kubernetes.GatewayStatusMustHaveListeners",
+                "subtest": "Gateway listener should have a false ResolvedRefs condition with reason InvalidRouteKinds and HTTPRoute must be put in the supportedKinds",
+                "arguments": [
+                    gateway("gateway-supported-and-invalid-route-kind"),
+                    listener(serde_json::json!([{"Group": "gateway.networking.k8s.io", "Kind": "HTTPRoute"}])),
+                ],
+            },
+        ])
+    );
+    assert_eq!(t["cases"], serde_json::json!([]));
+    let index = read(&data().join("index.json"));
+    assert_eq!(index["tests"]["GatewayInvalidRouteKind"]["checks"], 2);
+    assert!(index["unported"].get("GatewayInvalidRouteKind").is_none());
 }
 
 /// The script reads upstream files as data: a further test file of the same
@@ -176,7 +270,10 @@ var TeapotExtra = confsuite.ConformanceTest{
 			Backend:   confsuite.InfraBackendServiceNameV2,
 			Namespace: ns,
 		}, {
-			Request:  http.Request{Path: fmt.Sprintf("/%d", 1)},
+			Request:  http.Request{Path: fmt.Sprintf("/%s/%d", "v", 1)},
+			Response: http.Response{StatusCode: 404},
+		}, {
+			Request:  http.Request{Path: fmt.Sprintf("/%d", runtime.NumCPU())},
 			Response: http.Response{StatusCode: 404},
 		}}
 		for i := range cases {
@@ -235,12 +332,18 @@ var TeapotExtraL4 = confsuite.ConformanceTest{
             "Response": {"StatusCodes": [301, 302]},
             "Backend": "infra-backend-v2",
             "Namespace": "gateway-conformance-infra",
+        }, {
+            // fmt.Sprintf of known values is evaluated.
+            "protocol": "http",
+            "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse",
+            "Request": {"Path": "/v/1"},
+            "Response": {"StatusCode": 404},
         }])
     );
     assert_eq!(t["features"], serde_json::json!(["SupportHTTPRoute"]));
     assert_eq!(t["gateways"][0]["Name"], "same-namespace");
     let unported = &t["unported_cases"][0];
-    assert_eq!(unported["index"], 1);
+    assert_eq!(unported["index"], 2);
     assert!(
         unported["reason"].as_str().unwrap().contains("fmt.Sprintf"),
         "{unported}"
@@ -386,4 +489,201 @@ var TeapotMTLS = confsuite.ConformanceTest{
             .contains("clientCertificateKey"),
         "{unported:?}"
     );
+}
+
+/// Writes one test file of the upstream format (and its manifest) into a
+/// copy of the upstream layout, runs port.py on it and returns the data
+/// file it made for `name`.
+fn port_one(name: &str, file: &str, go: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("up");
+    std::fs::create_dir_all(up.join("conformance/tests")).unwrap();
+    std::fs::create_dir_all(up.join("conformance/base")).unwrap();
+    std::fs::copy(
+        upstream().join("conformance/base/manifests.yaml"),
+        up.join("conformance/base/manifests.yaml"),
+    )
+    .unwrap();
+    std::fs::write(up.join(format!("conformance/tests/{file}.yaml")), "{}\n").unwrap();
+    std::fs::write(up.join(format!("conformance/tests/{file}.go")), go).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = Command::new("python3")
+        .arg(repo().join("conformance/gateway/port.py"))
+        .arg("--upstream")
+        .arg(&up)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let index = read(&out_dir.join("index.json"));
+    let test = read(&out_dir.join(format!("{name}.json")));
+    assert_eq!(
+        index["tests"][name]["checks"],
+        test["checks"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        index["tests"][name]["unported_checks"],
+        test["unported_checks"].as_array().unwrap().len()
+    );
+    test
+}
+
+/// The status helpers a test calls are data too: each `kubernetes.*` call
+/// with its sub-test and its arguments after `t`, the client and the
+/// timeouts, evaluated (the suite imported as `suite` with the parameter
+/// `s`, Gateway API constants by name, status structs with Go's zero
+/// values, a package function and a local one, a `var (...)` block); a
+/// check the reader cannot evaluate, or one after the test changed its
+/// objects, is listed with the reason, not guessed.
+#[test]
+fn status_checks_are_ported_as_data() {
+    let t = port_one(
+        "TeapotStatus",
+        "teapot-status",
+        r#"package tests
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "sigs.k8s.io/gateway-api/apis/v1"
+	"sigs.k8s.io/gateway-api/conformance/utils/kubernetes"
+	"sigs.k8s.io/gateway-api/conformance/utils/suite"
+)
+
+const routePrefix = "route-"
+
+var TeapotStatus = suite.ConformanceTest{
+	ShortName: "TeapotStatus",
+	Manifests: []string{"tests/teapot-status.yaml"},
+	Test: func(t *testing.T, s *suite.ConformanceTestSuite) {
+		var (
+			ns   = suite.InfrastructureNamespace
+			gwNN = types.NamespacedName{Name: "status-gw", Namespace: ns}
+		)
+		routes := []types.NamespacedName{{Name: routePrefix + "a", Namespace: ns}, {Name: fmt.Sprintf("%sb", routePrefix), Namespace: ns}}
+		kubernetes.NamespacesMustBeReady(t, s.Client, s.TimeoutConfig, []string{ns})
+		kubernetes.GatewayAndRoutesMustBeAccepted(t, s.Client, s.TimeoutConfig, s.ControllerName, kubernetes.NewGatewayRef(gwNN, "http"), &v1.HTTPRoute{}, false, routes...)
+		_, err := kubernetes.WaitForGatewayAddress(t, s.Client, s.TimeoutConfig, kubernetes.NewGatewayRef(gwNN))
+		addr, err := kubernetes.WaitForGatewayAddress(t, s.Client, s.TimeoutConfig, kubernetes.NewGatewayRef(gwNN))
+		t.Run("listeners", func(t *testing.T) {
+			kubernetes.GatewayStatusMustHaveListeners(t, s.Client, s.TimeoutConfig, gwNN, []v1.ListenerStatus{{
+				Name:           v1.SectionName("http"),
+				SupportedKinds: []v1.RouteGroupKind{{Group: (*v1.Group)(&v1.GroupVersion.Group), Kind: v1.Kind("HTTPRoute")}},
+				Conditions:     acceptedConditions(),
+			}})
+			kubernetes.HTTPRouteMustHaveCondition(t, s.Client, s.TimeoutConfig, types.NamespacedName{Name: "route-a", Namespace: ns}, gwNN, metav1.Condition{
+				Type:   string(v1.RouteConditionAccepted),
+				Status: metav1.ConditionFalse,
+				Reason: string(v1.RouteReasonNotAllowedByListeners),
+			})
+		})
+		parent := func(section string) v1.RouteParentStatus {
+			return v1.RouteParentStatus{
+				ParentRef:      v1.ParentReference{Name: v1.ObjectName(gwNN.Name), SectionName: new(v1.SectionName(section))},
+				ControllerName: v1.GatewayController(s.ControllerName),
+			}
+		}
+		kubernetes.HTTPRouteMustHaveParents(t, s.Client, s.TimeoutConfig, gwNN, []v1.RouteParentStatus{parent("http")}, true)
+		kubernetes.ListenerSetMustHaveCondition(t, s.Client, s.TimeoutConfig, gwNN, currentCondition(t))
+		err = s.Client.Update(ctx, gw)
+		kubernetes.GatewayMustHaveLatestConditions(t, s.Client, s.TimeoutConfig, gwNN)
+	},
+}
+
+func acceptedConditions() []metav1.Condition {
+	return []metav1.Condition{{Type: string(v1.ListenerConditionAccepted), Status: metav1.ConditionTrue}}
+}
+"#,
+    );
+    let ns = "gateway-conformance-infra";
+    let gw = serde_json::json!({"Name": "status-gw", "Namespace": ns});
+    assert_eq!(
+        t["checks"],
+        serde_json::json!([
+            {
+                "helper": "kubernetes.GatewayAndRoutesMustBeAccepted",
+                "subtest": "",
+                "arguments": [
+                    {"Suite": "ControllerName"},
+                    {"Name": "status-gw", "Namespace": ns, "Listeners": ["http"]},
+                    {"Kind": "HTTPRoute"},
+                    false,
+                    // The variadic route names, one argument each.
+                    {"Name": "route-a", "Namespace": ns},
+                    {"Name": "route-b", "Namespace": ns},
+                ],
+            },
+            {
+                // A bare WaitForGatewayAddress asserts an address; the one
+                // whose address is kept is a case's Gateway, not a check.
+                "helper": "kubernetes.WaitForGatewayAddress",
+                "subtest": "",
+                "arguments": [{"Name": "status-gw", "Namespace": ns, "Listeners": []}],
+            },
+            {
+                "helper": "kubernetes.GatewayStatusMustHaveListeners",
+                "subtest": "listeners",
+                "arguments": [gw, [{
+                    "Name": "http",
+                    "SupportedKinds": [{"Group": "gateway.networking.k8s.io", "Kind": "HTTPRoute"}],
+                    "Conditions": [{"Type": "Accepted", "Status": "True", "Reason": ""}],
+                    "AttachedRoutes": 0,
+                }]],
+            },
+            {
+                "helper": "kubernetes.HTTPRouteMustHaveCondition",
+                "subtest": "listeners",
+                "arguments": [
+                    {"Name": "route-a", "Namespace": ns},
+                    gw,
+                    {"Type": "Accepted", "Status": "False", "Reason": "NotAllowedByListeners"},
+                ],
+            },
+            {
+                "helper": "kubernetes.HTTPRouteMustHaveParents",
+                "subtest": "",
+                "arguments": [gw, [{
+                    "ParentRef": {"Group": null, "Kind": null, "Namespace": null, "Name": "status-gw",
+                                  "SectionName": "http", "Port": null},
+                    "ControllerName": {"Suite": "ControllerName"},
+                    "Conditions": null,
+                }], true],
+            },
+        ])
+    );
+    let unported = t["unported_checks"].as_array().unwrap();
+    assert_eq!(unported.len(), 2, "{unported:?}");
+    assert_eq!(
+        unported[0]["helper"],
+        "kubernetes.ListenerSetMustHaveCondition"
+    );
+    assert!(
+        unported[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("currentCondition(t)"),
+        "{unported:?}"
+    );
+    assert_eq!(
+        unported[1]["helper"],
+        "kubernetes.GatewayMustHaveLatestConditions"
+    );
+    assert!(
+        unported[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("Client.Update"),
+        "{unported:?}"
+    );
+    assert_eq!(t["cases"], serde_json::json!([]));
+    assert_eq!(t["gateways"], serde_json::json!([gw]));
 }
