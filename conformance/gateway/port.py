@@ -13,9 +13,16 @@ one JSON file per test into `conformance/gateway/data/<ShortName>.json`, plus
 `index.json`: which tests were ported with how many cases, and which were not
 and why (no expectation literal, expectations built at run time, ...).
 
-Nothing is written by hand: a case whose literal holds anything the reader
-cannot evaluate (a call such as fmt.Sprintf, a loop variable) is listed under
-`unported_cases` with the expression it stopped at, never guessed.
+The test's status checks (each `kubernetes.*` helper call that asserts
+conditions, listeners, parents or attached routes) are written as `checks`:
+the helper, the enclosing `t.Run`, and its arguments evaluated the same way
+(Gateway API constants read by the API's naming rule, status structs with
+Go's zero values).
+
+Nothing is written by hand: a case or check holding anything the reader
+cannot evaluate (a call of a function it does not know, a value known only
+at run time) is listed under `unported_cases` / `unported_checks` with the
+expression it stopped at, never guessed.
 
 Why Python: a tokenizer and a recursive reader for a subset of Go expressions
 are short in Python's standard library (no PyYAML: the output is JSON, which
