@@ -671,13 +671,28 @@ fn listener_set_controller(
         .boxed()
 }
 
+/// `sets`: the tenant cluster serves ListenerSets ([`probe_listener_sets`]),
+/// whose changes then decide the routes naming them as a Gateway's do.
 fn route_controller<K: Route>(
     ctx: Arc<Context>,
+    sets: bool,
     shutdown: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
     let (routes, store) = primary(Api::<K>::all(ctx.tenant.clone()));
-    let (services_store, gateways_store, grants_store) =
-        (store.clone(), store.clone(), store.clone());
+    let (services_store, gateways_store, grants_store, sets_store) =
+        (store.clone(), store.clone(), store.clone(), store.clone());
+    // Without the kind a watch would only fail and retry.
+    let set_changes: futures::stream::BoxStream<'static, Result<ListenerSet, watcher::Error>> =
+        if sets {
+            watcher(
+                Api::<ListenerSet>::all(ctx.tenant.clone()),
+                watcher::Config::default(),
+            )
+            .touched_objects()
+            .boxed()
+        } else {
+            futures::stream::pending().boxed()
+        };
     Controller::for_stream(routes, store)
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<K>(&ctx), |lb: K| source_ref(&lb))
@@ -703,6 +718,15 @@ fn route_controller<K: Route>(
                 })
             },
         )
+        // So does a ListenerSet that appears, is taken on (its finalizer,
+        // once its Gateway allows it), changes its listeners or goes: a
+        // route naming it attaches through it or no longer does.
+        .watches_stream(set_changes, move |l: ListenerSet| {
+            let target = (l.namespace().unwrap_or_default(), l.name_any());
+            matching(&sets_store, |r| {
+                gm::route_listener_sets(r).is_ok_and(|ps| ps.iter().any(|(_, p)| *p == target))
+            })
+        })
         // A ReferenceGrant decides the cross-namespace backends of the
         // routes pointing into its namespace.
         .watches(
@@ -791,17 +815,15 @@ fn route_traffic_policy_controller(
 
 /// The Gateway and route controllers, until `shutdown` turns true.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
-    let sets = probe_listener_sets(&ctx.tenant)
-        .await
-        .unwrap_or(false)
-        .then(|| listener_set_controller(ctx.clone(), shutdown.clone()));
+    let served = probe_listener_sets(&ctx.tenant).await.unwrap_or(false);
+    let sets = served.then(|| listener_set_controller(ctx.clone(), shutdown.clone()));
     futures::future::join_all(sets.into_iter().chain([
         gateway_controller(ctx.clone(), shutdown.clone()),
-        route_controller::<HttpRoute>(ctx.clone(), shutdown.clone()),
-        route_controller::<GrpcRoute>(ctx.clone(), shutdown.clone()),
-        route_controller::<TlsRoute>(ctx.clone(), shutdown.clone()),
-        route_controller::<TcpRoute>(ctx.clone(), shutdown.clone()),
-        route_controller::<UdpRoute>(ctx.clone(), shutdown.clone()),
+        route_controller::<HttpRoute>(ctx.clone(), served, shutdown.clone()),
+        route_controller::<GrpcRoute>(ctx.clone(), served, shutdown.clone()),
+        route_controller::<TlsRoute>(ctx.clone(), served, shutdown.clone()),
+        route_controller::<TcpRoute>(ctx.clone(), served, shutdown.clone()),
+        route_controller::<UdpRoute>(ctx.clone(), served, shutdown.clone()),
         backend_tls_policy_controller(ctx.clone(), shutdown.clone()),
         route_traffic_policy_controller(ctx, shutdown),
     ]))

@@ -5,6 +5,7 @@
 //! Run: `cargo test -p teapot-controller --test listener_set`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
@@ -12,7 +13,7 @@ use teapot_api::gateway_api::{Gateway, HttpRoute, ListenerSet};
 use teapot_controller::gateway::{reconcile_gateway, reconcile_listener_set, reconcile_route};
 use teapot_controller::ingress::FINALIZER;
 use teapot_controller::mirror::mirrored_secret_name;
-use teapot_controller::{AgentConfig, Context, GatewayApi, Metrics, gc};
+use teapot_controller::{AgentConfig, Context, GatewayApi, Health, Metrics, gc};
 use teapot_testkit::apiserver::ApiServer;
 
 const NS: &str = "shop";
@@ -166,6 +167,87 @@ async fn a_set_on_the_tenants_gateway_is_mirrored_onto_its_copy() {
     assert!(f.tenant.delete(GW, "ListenerSet", NS, "extra"));
     gc::collect(&f.ctx).await.unwrap();
     assert!(f.lb_get(GW, "ListenerSet", "extra.shop").is_none());
+}
+
+/// Far longer than any step takes; only a hang waits this long (the
+/// agent's resync, which would reconcile everything anyway, is 5 min).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The running agent: a route naming a ListenerSet that does not exist
+/// yet is not mirrored; the set created after it is taken on and the
+/// route follows, without waiting for the resync; the set changed so its
+/// listener no longer matches the route's sectionName takes the route's
+/// copy away, and changed back brings it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_created_or_changed_after_its_route_re_mirrors_the_route() {
+    let f = Fixture::new().await;
+    f.tenant.apply(gateway(Some("All")));
+    f.tenant.apply(json!({
+        "apiVersion": GW, "kind": "HTTPRoute",
+        "metadata": {"name": "store", "namespace": NS},
+        "spec": {"parentRefs": [{"kind": "ListenerSet", "group": "gateway.networking.k8s.io",
+                                 "name": "extra", "sectionName": "web"}],
+                 "rules": [{}]},
+    }));
+    let mut config = AgentConfig::new(f.tenant.client(), f.lb.client(), LB_NS);
+    config.gateway_api = GatewayApi::On;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(teapot_controller::run(
+        config,
+        Metrics::new().unwrap(),
+        Arc::new(Health::default()),
+        stopped,
+    ));
+    eventually("the Gateway was never mirrored", || {
+        f.lb_get(GW, "Gateway", "public.shop").is_some()
+    })
+    .await;
+    // The route's reconcile asks for the set it names (the set controller
+    // only lists and watches).
+    eventually("the route was never reconciled", || {
+        f.tenant
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/listenersets/extra"))
+    })
+    .await;
+    assert!(
+        f.lb_get(GW, "HTTPRoute", "store.shop").is_none(),
+        "no set yet: nothing attaches the route"
+    );
+
+    f.tenant
+        .apply(listener_set("extra", json!({"name": "public"})));
+    eventually("the route never followed its new ListenerSet", || {
+        f.lb_get(GW, "HTTPRoute", "store.shop")
+            .is_some_and(|r| r["spec"]["parentRefs"][0]["name"] == "extra.shop")
+    })
+    .await;
+
+    let mut renamed = listener_set("extra", json!({"name": "public"}));
+    renamed["spec"]["listeners"][0]["name"] = json!("other");
+    f.tenant.apply(renamed);
+    eventually("the route's copy outlived the listener it named", || {
+        f.lb_get(GW, "HTTPRoute", "store.shop").is_none()
+    })
+    .await;
+    f.tenant
+        .apply(listener_set("extra", json!({"name": "public"})));
+    eventually("the route never came back with its listener", || {
+        f.lb_get(GW, "HTTPRoute", "store.shop").is_some()
+    })
+    .await;
+
+    stop.send(true).unwrap();
+    agent.await.unwrap().unwrap();
 }
 
 /// The tenant's Gateway decides: one that allows no ListenerSets (the
