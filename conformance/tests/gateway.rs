@@ -104,8 +104,8 @@ async fn every_ported_test_runs_and_the_expected_ones_pass() {
     })
     .await
     .unwrap();
-    let [tests_line, cases_line] = summary.closing_lines();
-    println!("{tests_line}\n{cases_line}");
+    let [tests_line, cases_line, checks_line] = summary.closing_lines();
+    println!("{tests_line}\n{cases_line}\n{checks_line}");
     assert!(tests_line.starts_with("tests: ") && tests_line.contains(" passed, "));
     assert!(cases_line.starts_with("cases: ") && cases_line.contains(" passed, "));
 
@@ -267,10 +267,19 @@ const SELF_MADE_DATA: &str = r#"{
     {"Request": {"Host": "ingress.self-made.example", "Path": "/"},
      "Backend": "another-backend", "Namespace": "self-made",
      "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse", "protocol": "http"},
-    {"Request": {"Path": "/"}, "helper": "http.MakeRequestTheNewWay", "protocol": "http"}
+    {"Request": {"Path": "/"}, "helper": "http.MakeRequestTheNewWay", "protocol": "http"},
+    {"Request": {"Host": "route.self-made.example", "Path": "/"},
+     "Backend": "self-backend", "Namespace": "self-made",
+     "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse", "protocol": "http"}
   ],
   "unported_cases": []
 }"#;
+
+/// The proxy's arguments without `--gateway-own-addresses`: Gateways that
+/// ask for no address share the fleet's listeners.
+fn shared_listeners(options: &mut Options) {
+    options.config.proxy_args = vec!["--h2c".into()];
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_self_made_test_file_is_run_as_data() {
@@ -283,11 +292,14 @@ async fn a_self_made_test_file_is_run_as_data() {
     let data = dir.path().join("SelfMade.json");
     std::fs::write(&data, SELF_MADE_DATA).unwrap();
 
-    let summary = gateway::run(&options(vec![data], upstream, BTreeMap::new()), |o| {
-        println!("{}", o.line())
-    })
-    .await
-    .unwrap();
+    // On the fleet's shared listeners, where the Ingress and the Gateway
+    // that asks for no address (its HTTPRoute, the last case) are both
+    // served.
+    let mut options = options(vec![data], upstream, BTreeMap::new());
+    shared_listeners(&mut options);
+    let summary = gateway::run(&options, |o| println!("{}", o.line()))
+        .await
+        .unwrap();
     assert_eq!(summary.outcomes.len(), 1);
     let outcome = &summary.outcomes[0];
     assert_eq!(outcome.name, "SelfMadeIngressAndRoute");
@@ -307,18 +319,19 @@ async fn a_self_made_test_file_is_run_as_data() {
         failures[3],
         Some("helper http.MakeRequestTheNewWay (http case) is not supported by this runner")
     );
+    assert_eq!(failures[4], None, "{}", outcome.line());
     assert_eq!(
         cases[0].name,
         "0 request to 'ingress.self-made.example/hello?x=1' with headers should go to self-backend"
     );
     assert!(
         outcome.line().starts_with(
-            "FAIL SelfMadeIngressAndRoute: 2/4 cases — 2 request to 'ingress.self-made.example/' should go to another-backend: "
+            "FAIL SelfMadeIngressAndRoute: 3/5 cases — 2 request to 'ingress.self-made.example/' should go to another-backend: "
         ),
         "{}",
         outcome.line()
     );
-    assert_eq!(summary.closing_lines()[1], "cases: 2 passed, 2 failed");
+    assert_eq!(summary.closing_lines()[1], "cases: 3 passed, 2 failed");
 }
 
 const SELF_MADE_L4: &str = r#"
@@ -528,6 +541,9 @@ async fn l4_cases_go_to_their_gateways_own_address() {
     let mut options = options(vec![data], upstream, BTreeMap::new());
     // Not the pool of the suite's test, which may run at the same time.
     options.config.l4_pool = "127.49.0.0/24".into();
+    // The base Gateway same-namespace (HTTP on 80) asks for no address:
+    // on the shared listeners it has only the fleet's.
+    shared_listeners(&mut options);
     let summary = gateway::run(&options, |o| println!("{}", o.line()))
         .await
         .unwrap();

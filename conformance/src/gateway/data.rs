@@ -39,6 +39,39 @@ pub struct TestFile {
     /// Cases the port could not evaluate, with the reason.
     #[serde(default)]
     pub unported_cases: Vec<Value>,
+    /// The test's calls of status helpers (`kubernetes.*`), judged against
+    /// the proxy's `/status` (`super::status`).
+    #[serde(default)]
+    pub checks: Vec<Check>,
+    /// Status helper calls the port could not evaluate, with the reason.
+    #[serde(default)]
+    pub unported_checks: Vec<Value>,
+}
+
+/// One call of an upstream status helper
+/// (`conformance/utils/kubernetes/helpers.go`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Check {
+    /// The function with its package (`kubernetes.HTTPRouteMustHaveCondition`).
+    pub helper: String,
+    /// The enclosing `t.Run`'s name, empty at the test's top level.
+    #[serde(default)]
+    pub subtest: String,
+    /// The call's arguments after `t`, the client and the timeout
+    /// configuration, as the port evaluated the Go values.
+    #[serde(default)]
+    pub arguments: Vec<Value>,
+}
+
+impl Check {
+    /// `<helper> (<subtest>)`, or the helper alone at the top level.
+    pub fn name(&self) -> String {
+        if self.subtest.is_empty() {
+            self.helper.clone()
+        } else {
+            format!("{} ({})", self.helper, self.subtest)
+        }
+    }
 }
 
 /// A `types.NamespacedName` literal.
@@ -405,6 +438,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reads_status_checks() {
+        let json = r#"{
+          "name": "T",
+          "checks": [
+            {"helper": "kubernetes.HTTPRouteMustHaveCondition", "subtest": "route is refused",
+             "arguments": [{"Name": "r", "Namespace": "ns"}, {"Name": "gw", "Namespace": "ns"},
+                           {"Type": "Accepted", "Status": "False", "Reason": "NotAllowedByListeners"}]},
+            {"helper": "kubernetes.GatewayMustHaveLatestConditions", "arguments": [{"Name": "gw", "Namespace": "ns"}]}
+          ],
+          "unported_checks": [{"helper": "kubernetes.GatewayMustHaveCondition", "subtest": "", "reason": "after Update"}]
+        }"#;
+        let file: TestFile = serde_json::from_str(json).unwrap();
+        assert!(file.cases.is_empty());
+        assert_eq!(file.checks.len(), 2);
+        assert_eq!(file.checks[0].arguments.len(), 3);
+        assert_eq!(
+            file.checks[0].name(),
+            "kubernetes.HTTPRouteMustHaveCondition (route is refused)"
+        );
+        assert_eq!(
+            file.checks[1].name(),
+            "kubernetes.GatewayMustHaveLatestConditions"
+        );
+        assert_eq!(file.unported_checks.len(), 1);
+    }
+
+    #[test]
     fn reads_a_ported_case() {
         let json = r#"{
           "name": "T", "manifests": ["tests/t.yaml"],
@@ -425,6 +485,8 @@ mod tests {
         }"#;
         let file: TestFile = serde_json::from_str(json).unwrap();
         assert_eq!(file.gateways[0].name, "gw");
+        // Files from before status checks were ported have none.
+        assert!(file.checks.is_empty() && file.unported_checks.is_empty());
         let case = &file.cases[0];
         assert_eq!(case.request.path, "/p?x=1");
         assert!(case.request.unfollow_redirect);

@@ -11,11 +11,16 @@
 //! first snapshot and judges every case as its `helper` does ([`runner`],
 //! [`judge`]).
 //!
-//! Output: `PASS|FAIL <Test>: <passed>/<total> cases` per test (a FAIL
-//! names the first failing case and why), `SKIP <Test>: <reason>` for a
-//! test of the out-of-scope list, `EMPTY <Test>: ...` for a test the port
-//! could not give any case, then `tests: N passed, N failed (...)` and
-//! `cases: N passed, N failed`.
+//! The test's status checks (calls of upstream's `kubernetes.*` status
+//! helpers) are judged against the proxy's admin `/status` ([`status`]) and
+//! count like cases: a test passes when every case and check passes.
+//!
+//! Output: `PASS|FAIL <Test>: <passed>/<total> cases[, <passed>/<total>
+//! checks]` per test (a FAIL names the first failing check or case and
+//! why), `SKIP <Test>: <reason>` for a test of the out-of-scope list,
+//! `EMPTY <Test>: ...` for a test the port could give neither a case nor a
+//! check, then `tests: N passed, N failed (...)`, `cases: N passed, N
+//! failed` and `checks: N passed, N failed`.
 
 pub mod data;
 pub mod grpc;
@@ -24,6 +29,7 @@ pub mod l4;
 pub mod manifests;
 pub mod report;
 pub mod runner;
+pub mod status;
 pub mod tls_client;
 
 use std::collections::BTreeMap;
@@ -50,10 +56,15 @@ pub const DEFAULT_CASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How one test went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TestResult {
-    /// Its cases ran.
+    /// Its cases ran (its checks are [`TestOutcome::checks`]).
     Ran(Vec<CaseOutcome>),
-    /// Setup failed (manifests, echo, proxy): every case counts as failed.
-    Broken { reason: String, cases: usize },
+    /// Setup failed (manifests, echo, proxy): every case and check counts
+    /// as failed.
+    Broken {
+        reason: String,
+        cases: usize,
+        checks: usize,
+    },
     /// On the out-of-scope list.
     Skipped(String),
     /// The port gave it no case.
@@ -65,6 +76,8 @@ pub enum TestResult {
 pub struct TestOutcome {
     pub name: String,
     pub result: TestResult,
+    /// Its status checks' outcomes, when it ran.
+    pub checks: Vec<CaseOutcome>,
     /// What the conformance report needs of the test.
     pub info: TestInfo,
 }
@@ -91,22 +104,43 @@ impl TestOutcome {
         }
     }
 
+    /// (passed, total) checks.
+    pub fn checks(&self) -> (usize, usize) {
+        match &self.result {
+            TestResult::Ran(_) => (
+                self.checks.iter().filter(|c| c.failure.is_none()).count(),
+                self.checks.len(),
+            ),
+            TestResult::Broken { checks, .. } => (0, *checks),
+            TestResult::Skipped(_) | TestResult::Empty(_) => (0, 0),
+        }
+    }
+
     /// `Some(true)` passed, `Some(false)` failed, `None` not counted.
     pub fn passed(&self) -> Option<bool> {
         match &self.result {
             TestResult::Ran(_) | TestResult::Broken { .. } => {
                 let (passed, total) = self.cases();
-                Some(passed == total && matches!(self.result, TestResult::Ran(_)))
+                let (checks_passed, checks) = self.checks();
+                Some(
+                    passed == total
+                        && checks_passed == checks
+                        && matches!(self.result, TestResult::Ran(_)),
+                )
             }
             TestResult::Skipped(_) | TestResult::Empty(_) => None,
         }
     }
 
-    /// `FAIL <case>: <reason>` for every failing case (for `--verbose`).
+    /// `FAIL <check or case>: <reason>` for every failing check, then
+    /// every failing case (for `--verbose`); a check's reason says what
+    /// `/status` showed.
     pub fn case_lines(&self) -> Vec<String> {
         match &self.result {
-            TestResult::Ran(cases) => cases
+            TestResult::Ran(cases) => self
+                .checks
                 .iter()
+                .chain(cases)
                 .filter_map(|c| {
                     let reason = c.failure.as_deref()?;
                     Some(format!("FAIL {}: {}", one_line(&c.name), one_line(reason)))
@@ -116,24 +150,42 @@ impl TestOutcome {
         }
     }
 
-    /// The report line.
-    pub fn line(&self) -> String {
+    /// `<passed>/<total> cases`, with `, <passed>/<total> checks` when the
+    /// test has checks.
+    fn counts(&self) -> String {
         let (passed, total) = self.cases();
+        match self.checks() {
+            (_, 0) => format!("{passed}/{total} cases"),
+            (checks_passed, checks) => {
+                format!("{passed}/{total} cases, {checks_passed}/{checks} checks")
+            }
+        }
+    }
+
+    /// The report line. A FAIL names the first failing check (upstream
+    /// tests assert status before they send requests), else case.
+    pub fn line(&self) -> String {
+        let counts = self.counts();
         match &self.result {
-            TestResult::Ran(cases) => match cases.iter().find(|c| c.failure.is_some()) {
-                None => format!("PASS {}: {passed}/{total} cases", self.name),
-                Some(first) => format!(
-                    "FAIL {}: {passed}/{total} cases — {}: {}",
-                    self.name,
-                    one_line(&first.name),
-                    one_line(first.failure.as_deref().unwrap_or_default())
-                ),
-            },
-            TestResult::Broken { reason, .. } => format!(
-                "FAIL {}: {passed}/{total} cases — setup: {}",
-                self.name,
-                one_line(reason)
-            ),
+            TestResult::Ran(cases) => {
+                match self
+                    .checks
+                    .iter()
+                    .chain(cases)
+                    .find(|c| c.failure.is_some())
+                {
+                    None => format!("PASS {}: {counts}", self.name),
+                    Some(first) => format!(
+                        "FAIL {}: {counts} — {}: {}",
+                        self.name,
+                        one_line(&first.name),
+                        one_line(first.failure.as_deref().unwrap_or_default())
+                    ),
+                }
+            }
+            TestResult::Broken { reason, .. } => {
+                format!("FAIL {}: {counts} — setup: {}", self.name, one_line(reason))
+            }
             TestResult::Skipped(reason) => format!("SKIP {}: {}", self.name, one_line(reason)),
             TestResult::Empty(reason) => format!("EMPTY {}: {}", self.name, one_line(reason)),
         }
@@ -161,8 +213,17 @@ impl Summary {
         })
     }
 
-    /// `tests: N passed, N failed (...)` and `cases: N passed, N failed`.
-    pub fn closing_lines(&self) -> [String; 2] {
+    /// (passed, failed) checks over all tests.
+    pub fn checks(&self) -> (usize, usize) {
+        self.outcomes.iter().fold((0, 0), |(p, f), o| {
+            let (passed, total) = o.checks();
+            (p + passed, f + total - passed)
+        })
+    }
+
+    /// `tests: N passed, N failed (...)`, `cases: N passed, N failed` and
+    /// `checks: N passed, N failed`.
+    pub fn closing_lines(&self) -> [String; 3] {
         let skipped = self
             .outcomes
             .iter()
@@ -174,6 +235,7 @@ impl Summary {
             .filter(|o| matches!(o.result, TestResult::Empty(_)))
             .count();
         let (cases_passed, cases_failed) = self.cases();
+        let (checks_passed, checks_failed) = self.checks();
         [
             format!(
                 "tests: {} passed, {} failed ({skipped} skipped as out of scope, {empty} without ported cases)",
@@ -186,6 +248,7 @@ impl Summary {
                     "cases: {cases_passed} passed, {cases_failed} failed ({n} skipped as out of scope)"
                 ),
             },
+            format!("checks: {checks_passed} passed, {checks_failed} failed"),
         ]
     }
 
@@ -274,7 +337,9 @@ pub async fn run(
                 result: TestResult::Broken {
                     reason: err.to_string(),
                     cases: 0,
+                    checks: 0,
                 },
+                checks: Vec::new(),
                 info: TestInfo::default(),
             },
             Ok(test) => {
@@ -297,9 +362,10 @@ pub async fn run(
 }
 
 async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
+    let mut checks = Vec::new();
     let result = if let Some(reason) = options.skip.get(&test.name) {
         TestResult::Skipped(reason.clone())
-    } else if test.cases.is_empty() {
+    } else if test.cases.is_empty() && test.checks.is_empty() {
         let first = test
             .unported_cases
             .first()
@@ -313,10 +379,14 @@ async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
     } else {
         let skip = skipped_cases(&options.skip, &test.name);
         match runner::run_test(&options.config, test, &skip).await {
-            Ok(cases) => TestResult::Ran(cases),
+            Ok((cases, ran_checks)) => {
+                checks = ran_checks;
+                TestResult::Ran(cases)
+            }
             Err(reason) => TestResult::Broken {
                 reason,
                 cases: test.cases.len(),
+                checks: test.checks.len(),
             },
         }
     };
@@ -328,6 +398,7 @@ async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
     TestOutcome {
         name: test.name.clone(),
         result,
+        checks,
         info: TestInfo {
             features: test.features.clone(),
             provisional: test.provisional,
@@ -355,6 +426,7 @@ mod tests {
     fn ran(name: &str, failures: &[Option<&str>]) -> TestOutcome {
         TestOutcome {
             name: name.into(),
+            checks: Vec::new(),
             info: TestInfo::default(),
             result: TestResult::Ran(
                 failures
@@ -383,19 +455,23 @@ mod tests {
             ),
             TestOutcome {
                 name: "C".into(),
+                checks: Vec::new(),
                 info: TestInfo::default(),
                 result: TestResult::Broken {
                     reason: "starting proxy:\n gone".into(),
                     cases: 4,
+                    checks: 0,
                 },
             },
             TestOutcome {
                 name: "D".into(),
+                checks: Vec::new(),
                 info: TestInfo::default(),
                 result: TestResult::Skipped("L4 plane".into()),
             },
             TestOutcome {
                 name: "E".into(),
+                checks: Vec::new(),
                 info: TestInfo::default(),
                 result: TestResult::Empty("no ported case".into()),
             },
@@ -428,6 +504,7 @@ mod tests {
             [
                 "tests: 1 passed, 2 failed (1 skipped as out of scope, 1 without ported cases)",
                 "cases: 3 passed, 6 failed",
+                "checks: 0 passed, 0 failed",
             ]
         );
         assert!(!summary.success());

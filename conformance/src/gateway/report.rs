@@ -12,9 +12,10 @@
 //! profiles' feature sets are upstream's (`profiles.go` and `pkg/features`
 //! at the commit the data was ported from): feature names, never test names.
 //!
-//! A test's result: `Passed` when every case ran and passed, `Failed` when
-//! one failed (or its setup did), `Skipped` when it did not run in full:
-//! on the out-of-scope list, some of its cases on it, or no case ported.
+//! A test's result: `Passed` when every case and status check ran and
+//! passed, `Failed` when one failed (or its setup did), `Skipped` when it
+//! did not run in full: on the out-of-scope list, some of its cases on it,
+//! or neither a case nor a check ported.
 //! The extended features claimed are those of the tests that ran (passed or
 //! failed), as the implementation's supported features upstream; the
 //! profile's other extended features are listed as unsupported.
@@ -397,6 +398,7 @@ mod tests {
         TestOutcome {
             name: name.into(),
             result,
+            checks: Vec::new(),
             info: TestInfo {
                 features: features.iter().map(|f| format!("Support{f}")).collect(),
                 provisional: name.starts_with("Prov"),
@@ -410,6 +412,14 @@ mod tests {
             name: "0".into(),
             failure: failure.map(str::to_string),
         }])
+    }
+
+    fn with_check(mut test: TestOutcome, failure: Option<&str>) -> TestOutcome {
+        test.checks.push(CaseOutcome {
+            name: "kubernetes.GatewayMustHaveLatestConditions".into(),
+            failure: failure.map(str::to_string),
+        });
+        test
     }
 
     #[test]
@@ -464,6 +474,21 @@ mod tests {
                 &["Gateway", "UDPRoute"],
                 TestResult::Empty("no case".into()),
                 0,
+            ),
+            // Checks count as cases do: a test with only checks is
+            // counted, and a failing check fails a test whose cases pass.
+            with_check(
+                test(
+                    "TCPStatus",
+                    &["Gateway", "TCPRoute"],
+                    TestResult::Ran(Vec::new()),
+                    0,
+                ),
+                None,
+            ),
+            with_check(
+                test("UDPStatus", &["Gateway", "UDPRoute"], ran(None), 0),
+                Some("Accepted=False"),
             ),
         ];
         let meta = Meta {
@@ -539,7 +564,7 @@ profiles:
     result: success
     statistics:
       Failed: 0
-      Passed: 1
+      Passed: 2
       Skipped: 0
   name: GATEWAY-TCP
   summary: Core tests succeeded.
@@ -561,15 +586,17 @@ profiles:
 {tls_unclaimed}  name: GATEWAY-TLS
   summary: Core tests succeeded. Extended tests partially succeeded with 1 test skips.
 - core:
-    result: partial
+    failedTests:
+    - UDPStatus
+    result: failure
     skippedTests:
     - UDPEmpty
     statistics:
-      Failed: 0
+      Failed: 1
       Passed: 0
       Skipped: 1
   name: GATEWAY-UDP
-  summary: Core tests partially succeeded with 1 test skips.
+  summary: Core tests failed with 1 test failures.
 succeededProvisionalTests:
 - ProvTCP
 "

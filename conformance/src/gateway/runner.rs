@@ -19,6 +19,7 @@ use super::grpc::{self, GrpcCase, GrpcEchoServer};
 use super::judge::{self, CapturedRequest, CapturedResponse, SentRequest};
 use super::l4::{self, PodContext, TcpEcho, TcpExpected, TlsFront, UdpEcho};
 use super::manifests::{self, Backend, Object, Prepared, ServicePort};
+use super::status;
 use super::tls_client;
 use crate::admin::Status;
 
@@ -66,8 +67,13 @@ const ADDRESS_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The proxy's arguments beyond the listeners: cleartext HTTP/2 on the
 /// plain listener, which the gRPC clients and the H2C test speak (prior
-/// knowledge), as a Gateway serving GRPCRoutes must accept.
-pub const DEFAULT_PROXY_ARGS: &[&str] = &["--h2c"];
+/// knowledge), as a Gateway serving GRPCRoutes must accept; and every
+/// Gateway on an address of its own, as upstream expects (it sends each
+/// request to its Gateway's status address, and tests such as
+/// HTTPRouteMultipleGateways tell hostname-less Gateways on one port apart
+/// by it). Without it, Gateways that ask for no address share the
+/// fleet's 80/443 and are told apart by hostname.
+pub const DEFAULT_PROXY_ARGS: &[&str] = &["--h2c", "--gateway-own-addresses"];
 
 /// One case's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,17 +140,59 @@ struct Fixture {
     addresses: BTreeMap<(String, String), Vec<String>>,
 }
 
-/// Runs every case of `test`. `Err` is a setup failure (no case ran).
-/// `skip`: indices of cases not to run (out of scope one by one).
+/// Runs every case and status check of `test`: (cases, checks). `Err` is
+/// a setup failure (nothing ran). `skip`: indices of cases not to run (out
+/// of scope one by one).
 pub async fn run_test(
     config: &RunConfig,
     test: &TestFile,
     skip: &[usize],
-) -> Result<Vec<CaseOutcome>, String> {
+) -> Result<(Vec<CaseOutcome>, Vec<CaseOutcome>), String> {
     let fixture = Fixture::set_up(config, test).await?;
-    let result = fixture.run_cases(config, test, skip).await;
+    let result = futures::join!(
+        fixture.run_cases(config, test, skip),
+        fixture.run_checks(config, test)
+    );
     fixture.tear_down(config.keep, &test.name).await;
     Ok(result)
+}
+
+impl Fixture {
+    /// Judges the test's status checks against the proxy's `/status`
+    /// ([`super::status`]), each within `--case-timeout`.
+    async fn run_checks(&self, config: &RunConfig, test: &TestFile) -> Vec<CaseOutcome> {
+        let Some(proxy) = &self.proxy else {
+            return Vec::new();
+        };
+        if test.checks.is_empty() {
+            return Vec::new();
+        }
+        let generations: status::Generations = self
+            .objects
+            .iter()
+            .map(|o| {
+                let generation = o
+                    .value
+                    .get("metadata")
+                    .and_then(|m| m.get("generation"))
+                    .and_then(serde_yaml::Value::as_i64)
+                    .unwrap_or(0);
+                (
+                    (o.kind.clone(), o.namespace.clone(), o.name.clone()),
+                    generation,
+                )
+            })
+            .collect();
+        status::run_checks(&test.checks, &generations, config.case_timeout, || async {
+            match proxy.admin_get("/status").await {
+                Ok((200, body)) => serde_json::from_str::<Value>(&body)
+                    .map_err(|e| format!("/status is not JSON: {e}")),
+                Ok((code, body)) => Err(format!("GET /status answered {code}: {body}")),
+                Err(e) => Err(format!("GET /status: {e}")),
+            }
+        })
+        .await
+    }
 }
 
 impl Fixture {
@@ -342,24 +390,42 @@ impl Fixture {
         let Some(proxy) = &self.proxy else {
             return Vec::new();
         };
-        let context = CaseContext {
+        let context = |only_gateway| CaseContext {
             http: proxy.http,
             https: proxy.https,
-            only_gateway: match test.gateways.as_slice() {
-                [only] => Some((only.namespace.clone(), only.name.clone())),
-                _ => None,
-            },
+            only_gateway,
             timeout: config.case_timeout,
             fixture: self,
+        };
+        // One context per Gateway of the test: a case the port gave no
+        // `gwAddr` goes to each in turn, as upstream sends the same
+        // expectations to each of its Gateways (GatewayHTTPListenerIsolation);
+        // a case with its own address uses the first.
+        let contexts: Vec<CaseContext<'_>> = match test_gateways(test, &self.objects).as_slice() {
+            [] => vec![context(None)],
+            all => all.iter().map(|g| context(Some(g.clone()))).collect(),
         };
         let cases = test.cases.iter().enumerate();
         futures::stream::iter(cases.filter(|(index, _)| !skip.contains(index)))
             .map(|(index, case)| {
-                let context = &context;
+                let contexts = match case.gateway {
+                    Some(_) => &contexts[..1],
+                    None => &contexts[..],
+                };
                 async move {
+                    let mut failure = None;
+                    for context in contexts {
+                        if let Err(e) = context.run(case).await {
+                            failure = Some(match (&context.only_gateway, contexts.len()) {
+                                (Some((ns, name)), 2..) => format!("on Gateway {ns}/{name}: {e}"),
+                                _ => e,
+                            });
+                            break;
+                        }
+                    }
                     CaseOutcome {
                         name: case_name(case, index),
-                        failure: context.run(case).await.err(),
+                        failure,
                     }
                 }
             })
@@ -630,8 +696,13 @@ impl Writer {
     }
 }
 
+/// A name as a file name part: other characters than `[A-Za-z0-9.-]`
+/// become `_`, and at most 100 of them are kept (a Kubernetes name may be
+/// 253 characters long, a file name at most 255 bytes; the counter keeps
+/// file names apart).
 fn sanitize(name: &str) -> String {
     name.chars()
+        .take(100)
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
                 c
@@ -793,7 +864,8 @@ fn with_request_id(case: &Case, id: &str) -> Case {
 struct CaseContext<'a> {
     http: SocketAddr,
     https: SocketAddr,
-    /// The one Gateway the test names (`namespace`, `name`), if one.
+    /// The test's Gateway (`namespace`, `name`) a case without `gwAddr`
+    /// goes to ([`test_gateways`], one context each), if any.
     only_gateway: Option<(String, String)>,
     timeout: Duration,
     fixture: &'a Fixture,
@@ -850,6 +922,47 @@ fn calculate_host(gw_addr: &str, scheme: &str) -> String {
     } else {
         gw_addr.to_string()
     }
+}
+
+/// The Gateways of a test, whose address a case without `gwAddr` goes to
+/// (upstream sends every request to a Gateway's address): those the test
+/// names, or when it names none, those its routes name as parents (a
+/// test whose `gwAddr` the port could not read still applies routes to
+/// the Gateway it sends to).
+fn test_gateways(test: &TestFile, objects: &[Object]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = test
+        .gateways
+        .iter()
+        .map(|g| (g.namespace.clone(), g.name.clone()))
+        .collect();
+    if !out.is_empty() {
+        return out;
+    }
+    for route in objects.iter().filter(|o| o.kind.ends_with("Route")) {
+        let parents = route
+            .value
+            .get("spec")
+            .and_then(|s| s.get("parentRefs"))
+            .and_then(serde_yaml::Value::as_sequence)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for parent in parents {
+            let text = |key| parent.get(key).and_then(serde_yaml::Value::as_str);
+            let gateway = text("kind").is_none_or(|k| k == "Gateway")
+                && text("group").is_none_or(|g| g == "gateway.networking.k8s.io");
+            let Some(name) = text("name").filter(|_| gateway) else {
+                continue;
+            };
+            let key = (
+                text("namespace").unwrap_or(&route.namespace).to_string(),
+                name.to_string(),
+            );
+            if !out.contains(&key) {
+                out.push(key);
+            }
+        }
+    }
+    out
 }
 
 /// The port of the Gateway's listener the address names (its first
@@ -1738,6 +1851,22 @@ spec: {hostnames: [c.example.com]}
         );
         let v6 = "::1".parse().unwrap();
         assert_eq!(Endpoint::new(None, v6, Some(443), "https").host, "[::1]");
+    }
+
+    /// Objects with the longest names Kubernetes allows still get a file.
+    #[test]
+    fn long_names_make_short_file_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Writer {
+            dir: dir.path().to_path_buf(),
+            counter: 0,
+        };
+        let name = "a".repeat(253);
+        writer
+            .write_text("Gateway", &"n".repeat(63), &name, "kind: Gateway\n")
+            .unwrap();
+        assert_eq!(sanitize("x/y"), "x_y");
+        assert_eq!(sanitize(&name).len(), 100);
     }
 
     #[test]
