@@ -1219,6 +1219,14 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             and tokens[i + 3][1] == "("
         ):
             state["changed"] = state["changed"] or f"Client.{tokens[i + 2][1]}"
+        # `suite.Client.Get(ctx, nn, obj)` (and `List`) fills `obj` with
+        # the object as the cluster has it: from here on a run-time value.
+        if tok == "Client" and tokens[i + 1][1] == "." and tokens[i + 2][1] in ("Get", "List") and tokens[i + 3][1] == "(":
+            args = call_args(tokens, i + 3)
+            target = [a for a in args if tokens[a[0]][0] == "ident" and a[1] == a[0] + 1]
+            if len(args) >= 2 and target and target[-1] == args[-1 if tokens[i + 2][1] == "Get" else 1]:
+                name = tokens[target[-1][0]][1]
+                env[name] = Unresolved(f"{name} (read with Client.{tokens[i + 2][1]})")
         # `cert, key, err := kubernetes.GetTLSSecret(client, nn)` and
         # `host, _, err = net.SplitHostPort(gwAddr)`: three names assigned.
         if kind == "ident" and tokens[i - 1][1] not in (",", ".") and [t[1] for t in tokens[i + 1:i + 6:2]] == [",", ",", tokens[i + 5][1]] and tokens[i + 5][1] in (":=", "=") and tokens[i + 2][0] == "ident" and tokens[i + 4][0] == "ident":
@@ -1375,7 +1383,7 @@ NOT_CHECKS = (
 )
 # Leading arguments of the status helpers that are the test's machinery,
 # not the expectation: `t`, the client, the timeouts.
-MACHINERY_ARGUMENTS = (re.compile(r"t"), re.compile(r"(?:.*\.)?(?:[Cc]lient|c|cl|cli)"), re.compile(r"(?:.*\.)?[Tt]imeoutConfig"))
+MACHINERY_ARGUMENTS = (re.compile(r"t"), re.compile(r".*[Cc]lient|c|cl|cli"), re.compile(r".*[Tt]imeoutConfig"))
 
 
 def assigned_names(tokens, i):
@@ -1443,7 +1451,8 @@ def status_check(tokens, i, env, subtest, changed):
         if j != (b - 1 if spread else b):
             problem = f"argument {n}: {text} is not a value the reader evaluates"
         elif unresolved_in(value):
-            problem = "argument {}: {}: {} is computed at run time".format(n, *unresolved_in(value))
+            path, what = unresolved_in(value)
+            problem = f"argument {n}: {what} is computed at run time" if path == "." else f"argument {n}: {path}: {what} is computed at run time"
         elif not json_value(value):
             problem = f"argument {n}: {text} is a value known only at run time"
         elif spread and not isinstance(value, list):
