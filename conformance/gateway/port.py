@@ -1189,7 +1189,8 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             i = body_end
             continue
         # t.Run("name", func(t *testing.T) {...}): the checks inside are
-        # that sub-test's.
+        # that sub-test's, and the names it declares its own (Go's scope:
+        # a `gwNN :=` inside does not change the test's `gwNN`).
         if tok == "Run" and tokens[i - 1][1] == "." and tokens[i - 2][0] == "ident" and tokens[i + 1][1] == "(":
             args = call_args(tokens, i + 1)
             if len(args) == 2:
@@ -1199,7 +1200,27 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
                         name = r.text(*args[0])
                 except GoError:
                     name = r.text(*args[0])
-                subtests.append((args[-1][1], name))
+                call_end = args[-1][1]
+                if tokens[args[1][0]][1] == "func" and tokens[args[1][0] + 1][1] == "(":
+                    k = r.skip_parens(args[1][0] + 1)
+                    while tokens[k][1] != "{":
+                        k += 1
+                    body_end = r.skip_braces(k)
+                    inner = dict(env)
+                    found, found_gateways, found_checks = scan_body(
+                        tokens, k + 1, body_end - 1, inner, subtests + [(call_end, name)], state
+                    )
+                    cases.extend(found)
+                    gateways.extend(g for g in found_gateways if g not in gateways)
+                    checks.extend(found_checks)
+                    # `x = ...` inside assigns the test's `x`.
+                    declared = declared_names(tokens, k + 1, body_end - 1)
+                    for key, value in inner.items():
+                        if key not in declared and (key not in env or env[key] is not value):
+                            env[key] = value
+                    i = call_end + 1
+                    continue
+                subtests.append((call_end, name))
         if (
             kind == "ident"
             and tokens[i - 1][1] != "."
@@ -1323,20 +1344,24 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
         ) and tokens[i - 1][1] not in (".", ","):
             try:
                 value, _ = r.expr(i + 2)
-                if not isinstance(value, Unresolved):
-                    env[tok] = value
-                    if (
-                        isinstance(value, dict)
-                        and set(value) >= {"Name", "Namespace"}
-                        and "gw" in tok.lower()
-                        # `routeInGWNS`, `badGWRouteNN`: a route's name.
-                        and "route" not in tok.lower()
-                        and value not in gateways
-                        and not unresolved_in(value)
-                    ):
-                        gateways.append(value)
             except GoError:
-                pass
+                value = Unresolved(tok)
+            if isinstance(value, Unresolved) and tokens[i + 1][1] == ":=":
+                # A new name whose value is known only at run time hides any
+                # outer one of the same name.
+                env[tok] = Unresolved(tok)
+            if not isinstance(value, Unresolved):
+                env[tok] = value
+                if (
+                    isinstance(value, dict)
+                    and set(value) >= {"Name", "Namespace"}
+                    and "gw" in tok.lower()
+                    # `routeInGWNS`, `badGWRouteNN`: a route's name.
+                    and "route" not in tok.lower()
+                    and value not in gateways
+                    and not unresolved_in(value)
+                ):
+                    gateways.append(value)
         # pkg.ExpectedResponse{...} and []pkg.ExpectedResponse{{...}, ...}
         if (
             tok in EXPECTATION_PACKAGES
@@ -1384,6 +1409,33 @@ NOT_CHECKS = (
 # Leading arguments of the status helpers that are the test's machinery,
 # not the expectation: `t`, the client, the timeouts.
 MACHINERY_ARGUMENTS = (re.compile(r"t"), re.compile(r".*[Cc]lient|c|cl|cli"), re.compile(r".*[Tt]imeoutConfig"))
+
+
+def declared_names(tokens, start, end):
+    """The names declared between start and end (`a, b :=`, `var a`,
+    `var (a = ...)`, and a function literal's parameters)."""
+    names = set()
+    for k in range(start, end):
+        if tokens[k][1] == ":=":
+            m = k - 1
+            while tokens[m][0] == "ident":
+                names.add(tokens[m][1])
+                if tokens[m - 1][1] != ",":
+                    break
+                m -= 2
+        elif tokens[k][1] == "var" and tokens[k + 1][0] == "ident":
+            names.add(tokens[k + 1][1])
+        elif tokens[k][1] == "var" and tokens[k + 1][1] == "(":
+            m = k + 2
+            depth = 0
+            while m < end and not (depth == 0 and tokens[m][1] == ")"):
+                if depth == 0 and tokens[m][0] == "ident" and tokens[m + 1][1] == "=" and tokens[m - 1][1] not in (".",):
+                    names.add(tokens[m][1])
+                depth += {"(": 1, "{": 1, "[": 1, ")": -1, "}": -1, "]": -1}.get(tokens[m][1], 0)
+                m += 1
+        elif tokens[k][1] == "func" and tokens[k + 1][1] == "(":
+            names.update(tokens[a][1] for a, b in call_args(tokens, k + 1))
+    return names
 
 
 def assigned_names(tokens, i):

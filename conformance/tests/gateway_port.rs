@@ -586,6 +586,10 @@ var TeapotStatus = suite.ConformanceTest{
 				Reason: string(v1.RouteReasonNotAllowedByListeners),
 			})
 		})
+		t.Run("other", func(t *testing.T) {
+			gwNN := types.NamespacedName{Name: "other-gw", Namespace: ns}
+			kubernetes.GatewayMustHaveZeroRoutes(t, s.Client, s.TimeoutConfig, gwNN)
+		})
 		parent := func(section string) v1.RouteParentStatus {
 			return v1.RouteParentStatus{
 				ParentRef:      v1.ParentReference{Name: v1.ObjectName(gwNN.Name), SectionName: new(v1.SectionName(section))},
@@ -652,6 +656,12 @@ func acceptedConditions() []metav1.Condition {
                 ],
             },
             {
+                // The sub-test's own gwNN, which ends with it.
+                "helper": "kubernetes.GatewayMustHaveZeroRoutes",
+                "subtest": "other",
+                "arguments": [{"Name": "other-gw", "Namespace": ns}],
+            },
+            {
                 "helper": "kubernetes.HTTPRouteMustHaveParents",
                 "subtest": "",
                 "arguments": [gw, [{
@@ -683,5 +693,8 @@ func acceptedConditions() []metav1.Condition {
     assert_eq!(reasons[2].0, "kubernetes.GatewayMustHaveLatestConditions");
     assert!(reasons[2].1.contains("Client.Update"), "{reasons:?}");
     assert_eq!(t["cases"], serde_json::json!([]));
-    assert_eq!(t["gateways"], serde_json::json!([gw]));
+    assert_eq!(
+        t["gateways"],
+        serde_json::json!([gw, {"Name": "other-gw", "Namespace": ns}])
+    );
 }
