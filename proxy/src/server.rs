@@ -46,7 +46,8 @@ pub struct ProxyConfig {
     pub upstream: UpstreamOptions,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub grace_period: Duration,
-    /// Accept HTTP/2 with prior knowledge on the plain listener.
+    /// Serve HTTP/2 with prior knowledge on the plain listener beside
+    /// HTTP/1 (told apart by the connection's first bytes).
     pub h2c: bool,
     /// Idle upstream connections kept for reuse, per upstream address and
     /// serving thread.
@@ -98,7 +99,7 @@ impl ProxyConfig {
             compile: CompileOptions::default(),
             upstream: UpstreamOptions::default(),
             grace_period: Duration::from_secs(25),
-            h2c: false,
+            h2c: true,
             upstream_pool_size: 1024,
             serving_threads: 0,
             dns_servers: Vec::new(),

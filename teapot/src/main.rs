@@ -140,9 +140,12 @@ pub(crate) struct TuningArgs {
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long, default_value_t = 25)]
     grace_period: u64,
-    /// Accept cleartext HTTP/2 (prior knowledge) on the plain listener.
+    /// Cleartext HTTP/2 (prior knowledge) on the plain listener, told from HTTP/1 by the connection's first bytes: the default; the flag is kept for older command lines.
     #[arg(long)]
     h2c: bool,
+    /// Serve only HTTP/1.1 on the plain listener: a client's HTTP/2 preface is refused as a malformed HTTP/1 request (ingress-nginx's use-http2: "false").
+    #[arg(long, conflicts_with = "h2c")]
+    no_h2c: bool,
     /// Upstream connect timeout, milliseconds.
     #[arg(long, default_value_t = 3000)]
     connect_timeout_ms: u64,
@@ -330,7 +333,7 @@ pub(crate) fn proxy_config(
         check_timeout: Duration::from_secs(tuning.proof_timeout.max(1)),
     };
     config.grace_period = Duration::from_secs(tuning.grace_period);
-    config.h2c = tuning.h2c;
+    config.h2c = tuning.h2c || !tuning.no_h2c;
     config.upstream_pool_size = tuning.upstream_pool_size;
     config.upstream = UpstreamOptions {
         connect_timeout: Duration::from_millis(tuning.connect_timeout_ms),

@@ -271,26 +271,116 @@ impl EdgeApp<crate::plane::h2::H2Server> {
             local: local.or_else(|| tcp.local_addr().ok()),
             ..ConnInfo::default()
         };
-        if !self.h2c {
+        // Cleartext HTTP/2 (prior knowledge) is told from HTTP/1 by the
+        // client's first bytes, as nginx's `http2 on` does on a plain
+        // listener. The listener defers accept until the client has sent
+        // (crate::plane::serving), so the bytes are almost always there: a
+        // peek without waiting decides.
+        let sniffed = if self.h2c {
+            sniff_now(&tcp)
+        } else {
+            Sniff::Http1
+        };
+        if sniffed == Sniff::Http1 {
             // The engine's future is the task: the slot rides in a closure
             // beside it, not in an `async` block that would hold the
             // engine's future a second time while awaiting it.
             let connection = self.h1.serve(ClientTcp::new(tcp), info, shutdown);
             return Some(Either::Left(connection.map(move |_| drop(slot))));
         }
+        // Boxed: the rare connection that must wait for its first bytes,
+        // and every HTTP/2 one, which holds more than this anyway.
+        let deadline = tokio::time::Instant::now() + self.config.header_read_timeout;
         Some(Either::Right(Box::pin(async move {
             let _slot = slot;
-            // The HTTP/2 server takes tokio's stream, and the peek waits.
+            let tcp = match sniffed {
+                Sniff::Http2 => tcp,
+                _ => match tokio::time::timeout_at(deadline, sniff_wait(tcp)).await {
+                    Ok(Ok((Sniff::Http2, tcp))) => tcp,
+                    Ok(Ok((_, tcp))) => {
+                        self.h1.serve(ClientTcp::new(tcp), info, shutdown).await;
+                        return;
+                    }
+                    Ok(Err(_)) => return,
+                    // The header timeout, as for an HTTP/1 head: closed.
+                    Err(_) => {
+                        self.metrics.refused(Refusal::HeaderTimeout);
+                        return;
+                    }
+                },
+            };
+            // The HTTP/2 server takes tokio's stream; its handshake (the
+            // preface and SETTINGS) ends by the same deadline.
             let Ok(tcp) = TcpStream::from_std(tcp) else {
                 return;
             };
-            let mut buf = [0u8; H2_PREFACE.len()];
-            if matches!(tcp.peek(&mut buf).await, Ok(n) if n == buf.len()) && buf == H2_PREFACE {
-                self.h2.serve(tcp, &info, shutdown).await;
-                return;
-            }
-            self.h1.serve(tcp, info, shutdown).await;
+            self.h2.serve_by(tcp, &info, shutdown, deadline).await;
         })))
+    }
+}
+
+/// What a plain connection's first bytes say it speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sniff {
+    /// The whole HTTP/2 connection preface.
+    Http2,
+    /// Anything else, the end of the stream or an error included (the
+    /// HTTP/1 engine answers or closes it as it would have).
+    Http1,
+    /// A beginning of the preface, or nothing yet: more bytes decide.
+    Undecided,
+}
+
+/// What `peeked` (the first bytes, at most the preface's length) says.
+fn sniff(peeked: &[u8]) -> Sniff {
+    if peeked.len() == H2_PREFACE.len() && peeked == H2_PREFACE {
+        Sniff::Http2
+    } else if peeked.is_empty() || !H2_PREFACE.starts_with(peeked) {
+        Sniff::Http1
+    } else {
+        Sniff::Undecided
+    }
+}
+
+/// [`sniff`] of what the socket holds now, without waiting: nothing yet
+/// is [`Sniff::Undecided`].
+fn sniff_now(tcp: &std::net::TcpStream) -> Sniff {
+    let mut buf = [0u8; H2_PREFACE.len()];
+    match tcp.peek(&mut buf) {
+        Ok(n) => sniff(&buf[..n]),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Sniff::Undecided,
+        Err(_) => Sniff::Http1,
+    }
+}
+
+/// Waits (in the event loop) until the first bytes decide, at most the
+/// preface's length; the socket comes back out of the event loop, for
+/// the HTTP/1 engine's direct reads (`teapot_h1::ClientTcp`). A readiness
+/// that brought no new byte is cleared, so a client that sends the preface
+/// a byte at a time wakes this once per byte, not in a loop.
+async fn sniff_wait(tcp: std::net::TcpStream) -> std::io::Result<(Sniff, std::net::TcpStream)> {
+    use tokio::io::unix::AsyncFd;
+    // `AsyncFd::new` is deprecated because a `T` could close or swap its
+    // descriptor while registered; an owned `TcpStream` never does, and
+    // leaves the event loop with `into_inner` (as the plain listener in
+    // crate::plane::serving).
+    #[allow(deprecated)]
+    let fd = AsyncFd::new(tcp)?;
+    let mut buf = [0u8; H2_PREFACE.len()];
+    loop {
+        let mut ready = fd.readable().await?;
+        let peeked = ready.try_io(|tcp| {
+            let n = tcp.get_ref().peek(&mut buf)?;
+            match sniff(&buf[..n]) {
+                Sniff::Undecided => Err(std::io::ErrorKind::WouldBlock.into()),
+                decided => Ok(decided),
+            }
+        });
+        match peeked {
+            Ok(Ok(decided)) => return Ok((decided, fd.into_inner())),
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => continue,
+        }
     }
 }
 
@@ -557,5 +647,52 @@ mod tests {
         let task = app.serve_tcp(tcp, addr, Some(addr), &stop).unwrap();
         let size = std::mem::size_of_val(&task);
         assert!(size <= 900, "a plain connection's future is {size} bytes");
+    }
+
+    /// The first bytes decide as soon as they can: any byte off the
+    /// preface is HTTP/1 (a request shorter than the preface is not
+    /// waited on), the whole preface HTTP/2, a beginning of it waits.
+    #[test]
+    fn the_first_bytes_tell_http2_from_http1() {
+        assert_eq!(sniff(H2_PREFACE), Sniff::Http2);
+        assert_eq!(sniff(b"GET / HTTP/1.0\r\n\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"PO"), Sniff::Http1);
+        assert_eq!(sniff(b"PRI * HTTP/1.1\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b""), Sniff::Http1, "the end of the stream");
+        for n in 1..H2_PREFACE.len() {
+            assert_eq!(sniff(&H2_PREFACE[..n]), Sniff::Undecided, "{n}");
+        }
+    }
+
+    /// A client that sends the preface in pieces is served HTTP/2 once it
+    /// is whole; one whose bytes are not the preface goes to HTTP/1 with
+    /// every byte still unread.
+    #[tokio::test]
+    async fn a_preface_in_pieces_is_waited_for() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tcp = tcp.into_std().unwrap();
+        assert_eq!(sniff_now(&tcp), Sniff::Undecided, "nothing sent yet");
+        client.write_all(&H2_PREFACE[..5]).await.unwrap();
+        let waiting = tokio::spawn(sniff_wait(tcp));
+        tokio::task::yield_now().await;
+        client.write_all(&H2_PREFACE[5..]).await.unwrap();
+        let (decided, tcp) = waiting.await.unwrap().unwrap();
+        assert_eq!(decided, Sniff::Http2);
+        let mut buf = [0u8; 24];
+        assert_eq!(tcp.peek(&mut buf).unwrap(), 24, "nothing consumed");
+
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        client.write_all(b"PRI").await.unwrap();
+        let waiting = tokio::spawn(sniff_wait(tcp.into_std().unwrap()));
+        tokio::task::yield_now().await;
+        client.write_all(b"NT / HTTP/1.1\r\n").await.unwrap();
+        let (decided, tcp) = waiting.await.unwrap().unwrap();
+        assert_eq!(decided, Sniff::Http1);
+        assert_eq!(tcp.peek(&mut buf).unwrap(), 18);
     }
 }

@@ -97,15 +97,32 @@ impl H2Server {
     /// Serves one HTTP/2 connection until the client closes it, it stays
     /// idle past the idle timeout, or `shutdown` asks it to drain (GOAWAY,
     /// streams in flight finish).
-    pub async fn serve<T>(&self, io: T, conn: &ConnInfo, mut shutdown: ShutdownWatch)
+    pub async fn serve<T>(&self, io: T, conn: &ConnInfo, shutdown: ShutdownWatch)
     where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let deadline = tokio::time::Instant::now() + self.handshake_timeout;
+        self.serve_by(io, conn, shutdown, deadline).await;
+    }
+
+    /// [`Self::serve`] of a connection whose handshake (the client's
+    /// preface and SETTINGS) must be done by `deadline`: a cleartext one
+    /// (crate::plane::accept) whose first bytes were already waited for,
+    /// within the same header timeout.
+    pub async fn serve_by<T>(
+        &self,
+        io: T,
+        conn: &ConnInfo,
+        mut shutdown: ShutdownWatch,
+        deadline: tokio::time::Instant,
+    ) where
         T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
         // Boxed: inline, the handshake's state (1.2 KiB, a second copy of
         // the connection's codec) stays in the connection's future for its
         // life, beside the connection it produced.
-        let handshake = Box::pin(tokio::time::timeout(
-            self.handshake_timeout,
+        let handshake = Box::pin(tokio::time::timeout_at(
+            deadline,
             self.options.handshake::<_, Bytes>(io),
         ));
         let mut h2 = match handshake.await {

@@ -128,22 +128,34 @@ pub(super) async fn forward(
         .upstream
         .clone()
         .ok_or(Failure::Upstream("no upstream chosen"))?;
-    let mut sender = connect(router, st, &upstream).await?;
+    // The route's `proxy-*-timeout` under the operator's, as on every
+    // other backend path (a gRPC route's `proxy-read-timeout: 1` fails
+    // its call after a second, as with ingress-nginx).
+    let o = &router.options;
+    let (connect_timeout, read_timeout, write_timeout) =
+        crate::plane::traffic::engines::upstream_timeouts(
+            st.policy.as_deref(),
+            (
+                o.connect_timeout,
+                router.read_timeout(st.gateway.as_ref()),
+                o.write_timeout,
+            ),
+        );
+    let mut sender = connect(router, st, &upstream, connect_timeout).await?;
     let no_body = st.client.body.is_empty();
     let (response, request_body) = sender.send_request(req, no_body).map_err(|e| {
         tracing::debug!(error = %e, "sending a request to an h2c upstream");
         Failure::Upstream("the upstream refused the stream")
     })?;
-    let read_timeout = router.read_timeout(st.gateway.as_ref());
     let started = st.upstream_started.take();
     let body_limit = st.body_limit;
     let gateway = st.gateway.as_ref();
+    let applied = st.policy.as_deref();
     let out = &mut st.client.out;
     // `custom-http-errors`: the statuses the error backend's page replaces.
     let pages = st.policy.as_ref().and_then(|p| p.error_pages.as_deref());
     let reason = &mut st.reason;
     let head_only = parts.method == http::Method::HEAD;
-    let write_timeout = router.options.write_timeout;
     let mut sending = pin!(upload(
         &mut st.client.body,
         request_body,
@@ -181,6 +193,8 @@ pub(super) async fn forward(
             return out.page(page, head_only).await;
         }
         router.edit_response(head.status, &mut head.headers, gateway);
+        // The route's response fields (CORS, the affinity cookie).
+        crate::plane::traffic::engines::h2_response_edits(&mut head.headers, applied);
         let end = body.is_end_stream();
         out.send_head(Response::from_parts(head, ()), end)?;
         if end {
@@ -281,6 +295,7 @@ async fn connect(
     router: &Router,
     st: &mut StreamCtx<'_>,
     upstream: &Arc<Upstream>,
+    connect_timeout: Duration,
 ) -> Result<SendRequest<Bytes>, Failure> {
     let class = upstream.protocol.tls().map_or(teapot_h1::pool::PLAIN, |t| {
         teapot_h1::Transport::class(&**t)
@@ -317,7 +332,7 @@ async fn connect(
                 }
             }
         }
-        match handshake(router, st, upstream, &endpoint, class).await {
+        match handshake(router, st, upstream, &endpoint, class, connect_timeout).await {
             Ok(sender) => {
                 return sender.ready().await.map_err(|e| {
                     tracing::debug!(addr = %addr.0, error = %e, "h2c upstream connection");
@@ -339,10 +354,10 @@ async fn handshake(
     upstream: &Upstream,
     endpoint: &Endpoint,
     class: u64,
+    timeout: Duration,
 ) -> Result<SendRequest<Bytes>, OpenFailed> {
     // Registered in the thread's map here, so the driver below can take
     // its own entry (and only its own) out when the connection ends.
-    let timeout: Duration = router.options.connect_timeout;
     let io = open(router, st, upstream, endpoint, timeout).await?;
     let failed = |failure| OpenFailed {
         failure,

@@ -275,7 +275,10 @@ async fn authenticate(
             forward.policy.get_or_insert_default().auth_fields = fields;
             Routed::Forward(forward)
         }
-        Err(answer) => Routed::Policy(answer, forward.route),
+        Err(mut answer) => {
+            traffic::cors::onto_answer(&mut answer, forward.policy.as_deref());
+            Routed::Policy(answer, forward.route)
+        }
     }
 }
 

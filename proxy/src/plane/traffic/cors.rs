@@ -12,7 +12,7 @@
 use teapot_h1::scan::is_tchar;
 
 use crate::compile::traffic::{Cors, OriginPattern, without_default_port};
-use crate::plane::traffic::Seen;
+use crate::plane::traffic::{Applied, Seen, TrafficAnswer};
 
 /// The CORS response fields for one request, in ingress-nginx's order.
 pub type CorsFields = Vec<(&'static str, String)>;
@@ -102,6 +102,18 @@ impl Cors {
         Some(CorsVerdict::Preflight(fields))
     }
 
+    /// The fields of an answer teapot makes itself (a refusal, a
+    /// redirect) to `seen` on this route: those its backend's answer would
+    /// get. ingress-nginx sets its CORS fields for every status of the
+    /// location (`more_set_headers`), so a browser reads the 401 or 429
+    /// instead of reporting a CORS error.
+    pub fn on_answer(&self, seen: &Seen<'_>) -> CorsFields {
+        match self.verdict(seen) {
+            Some(CorsVerdict::Actual(fields) | CorsVerdict::Preflight(fields)) => fields,
+            Some(CorsVerdict::Refused) | None => Vec::new(),
+        }
+    }
+
     /// ingress-nginx's fields for a request with `origin`, or `None` when
     /// the origin is not allowed.
     pub fn fields(&self, origin: Option<&[u8]>) -> Option<CorsFields> {
@@ -128,6 +140,19 @@ impl Cors {
         fields.push(("access-control-max-age", self.max_age.clone()));
         Some(fields)
     }
+}
+
+/// The CORS fields a forward carries (`applied`, set by
+/// [`Cors::on_answer`]'s verdict) onto the answer that replaces it (the
+/// external authentication's refusal), without the forward's other
+/// response fields (an affinity cookie is for a forwarded request only).
+pub fn onto_answer(answer: &mut TrafficAnswer, applied: Option<&Applied>) {
+    let fields = applied.into_iter().flat_map(|a| &a.response_headers);
+    answer.headers.extend(
+        fields
+            .filter(|(name, _)| name.starts_with("access-control-"))
+            .cloned(),
+    );
 }
 
 impl OriginPattern {
@@ -226,6 +251,38 @@ mod tests {
             assert!(c.fields(Some(refused)).is_none(), "{refused:?}");
         }
         assert!(c.fields(None).is_none());
+    }
+
+    /// The external authentication's refusal replaces a forward: the
+    /// forward's CORS fields go onto it, its affinity cookie does not.
+    #[test]
+    fn a_refusal_takes_the_forwards_cors_fields_only() {
+        let applied = Applied {
+            response_headers: vec![
+                ("access-control-allow-origin", "*".into()),
+                ("set-cookie", "route=abc".into()),
+                ("access-control-max-age", "60".into()),
+            ],
+            ..Applied::default()
+        };
+        let mut answer = TrafficAnswer {
+            status: 401,
+            reason: "auth_unauthorized",
+            body: "",
+            headers: vec![("www-authenticate", "Basic".into())],
+        };
+        onto_answer(&mut answer, Some(&applied));
+        let names: Vec<&str> = answer.headers.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "www-authenticate",
+                "access-control-allow-origin",
+                "access-control-max-age"
+            ]
+        );
+        onto_answer(&mut answer, None);
+        assert_eq!(answer.headers.len(), 3);
     }
 
     fn gateway(origins: Option<&[&str]>, methods: &str, headers: &str, credentials: bool) -> Cors {

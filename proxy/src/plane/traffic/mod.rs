@@ -143,59 +143,68 @@ pub fn apply(
     upstream: &Upstream,
     seen: &Seen<'_>,
 ) -> Result<Option<Box<Applied>>, TrafficAnswer> {
+    // teapot's answers carry the route's CORS fields (cors::Cors::on_answer).
+    let answer = |mut answer: TrafficAnswer| {
+        if let Some(cors) = &policy.cors {
+            answer.headers.extend(cors.on_answer(seen));
+        }
+        answer
+    };
     if let Some(access) = &policy.access
         && !access.admits(seen.client)
     {
-        return Err(TrafficAnswer {
+        return Err(answer(TrafficAnswer {
             status: 403,
             reason: "policy_denied",
             body: FORBIDDEN_BODY,
             headers: Vec::new(),
-        });
+        }));
     }
     // ingress-nginx applies `limit-connections` before the rates, and its
     // `limit_conn` answers 503 (its `limit-conn-status-code`). A request a
     // rate then refuses gives its place back as it returns.
     let in_flight = match &policy.connections {
-        Some(limit) => limit.enter(seen.client).map_err(|_| TrafficAnswer {
-            status: 503,
-            reason: "policy_in_flight_limited",
-            body: TOO_MANY_IN_FLIGHT_BODY,
-            headers: Vec::new(),
+        Some(limit) => limit.enter(seen.client).map_err(|_| {
+            answer(TrafficAnswer {
+                status: 503,
+                reason: "policy_in_flight_limited",
+                body: TOO_MANY_IN_FLIGHT_BODY,
+                headers: Vec::new(),
+            })
         })?,
         None => None,
     };
     if let Some(rate) = &policy.rate
         && let Err(seconds) = rate.admit(seen.client)
     {
-        return Err(TrafficAnswer {
+        return Err(answer(TrafficAnswer {
             status: 429,
             reason: "policy_rate_limited",
             body: TOO_MANY_BODY,
             headers: vec![("retry-after", seconds.to_string())],
-        });
+        }));
     }
     if let Some(redirect) = &policy.redirect {
-        return Err(redirect_answer(
+        return Err(answer(redirect_answer(
             redirect.status,
             redirect.location.to_string(),
-        ));
+        )));
     }
     if !seen.tls
         && let Some(ssl) = &policy.ssl_redirect
         && let Some(location) = https_location(ssl, seen)
     {
-        return Err(redirect_answer(308, location));
+        return Err(answer(redirect_answer(308, location)));
     }
     if let Some(root) = &policy.app_root
         && seen.path == "/"
     {
         // ingress-nginx: `return 302 $scheme://$http_host<app-root>`.
         let scheme = if seen.tls { "https" } else { "http" };
-        return Err(redirect_answer(
+        return Err(answer(redirect_answer(
             302,
             format!("{scheme}://{}{root}", seen.authority),
-        ));
+        )));
     }
     let mut applied = Applied {
         in_flight,
@@ -402,6 +411,40 @@ mod tests {
         assert!(apply(&p, "GET", "/", None, ip("192.0.2.2")).is_ok());
         drop(held);
         assert!(apply(&p, "GET", "/", None, client).is_ok());
+    }
+
+    /// Every answer teapot makes on a CORS route carries the fields a
+    /// backend's answer would (ingress-nginx's `more_set_headers` apply
+    /// to every status), so a browser sees the refusal itself.
+    #[test]
+    fn refusals_on_a_cors_route_carry_its_fields() {
+        let p = policy(&[
+            ("whitelist-source-range", "192.0.2.0/24"),
+            ("limit-rpm", "1"),
+            ("limit-burst-multiplier", "1"),
+            ("enable-cors", "true"),
+            ("cors-allow-origin", "https://app.example"),
+        ]);
+        let origin = Some("https://app.example");
+        let allow_origin = |a: &TrafficAnswer| {
+            a.headers
+                .iter()
+                .find(|(n, _)| *n == "access-control-allow-origin")
+                .map(|(_, v)| v.clone())
+        };
+        let denied = apply(&p, "GET", "/", origin, ip("198.51.100.1")).unwrap_err();
+        assert_eq!(denied.status, 403);
+        assert_eq!(allow_origin(&denied).as_deref(), Some("https://app.example"));
+        for _ in 0..2 {
+            let _ = apply(&p, "GET", "/", origin, ip("192.0.2.1"));
+        }
+        let limited = apply(&p, "GET", "/", origin, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.headers[0].0, "retry-after");
+        assert_eq!(allow_origin(&limited).as_deref(), Some("https://app.example"));
+        // An origin the route does not allow gets none, as on a forward.
+        let other = apply(&p, "GET", "/", Some("https://evil.example"), ip("192.0.2.1"));
+        assert_eq!(allow_origin(&other.unwrap_err()), None);
     }
 
     #[test]
