@@ -32,6 +32,27 @@ impl CertTable {
         true
     }
 
+    /// Adds the certificate of Secret `secret` an HTTPS listener of a
+    /// Gateway serves for `host`, unless the host has one already, and
+    /// notes its expiry when it serves. `None`: a listener of a Gateway
+    /// with its own address, whose sockets choose among its own
+    /// listeners' certificates (`crate::plane::tls::SniResolver::at`):
+    /// its names stay out of this table, which the shared HTTPS socket
+    /// answers by, so the fleet's shared 443 never presents it for a name
+    /// that Gateway serves only on its own address; its expiry is noted,
+    /// as it serves there.
+    pub fn add_listener_secret(
+        &mut self,
+        host: Option<&teapot_api::HostPattern>,
+        secret: &teapot_model::store::NsName,
+        certificate: &teapot_model::certificate::TlsCertificate,
+    ) {
+        let serves = host.is_none_or(|h| self.insert(h, certificate.key.clone()));
+        if serves && let Some(not_after) = certificate.not_after {
+            self.note_secret(secret.to_string(), not_after);
+        }
+    }
+
     /// Records that the Secret `namespace/name`, valid until `not_after`,
     /// serves a host of this table.
     pub fn note_secret(&mut self, secret: String, not_after: i64) {
