@@ -651,6 +651,8 @@ def go_sprintf(values):
                 return None
             if part == "%v" and not isinstance(v, (str, int)):
                 return None
+            if isinstance(v, bool):
+                v = "true" if v else "false"
             out.append(json.dumps(v) if part == "%q" else str(v))
         elif "%" in part:
             return None
@@ -748,6 +750,29 @@ def read_imports(tokens):
             break
         i += 1
     return out
+
+
+HELPERS_PATH = "sigs.k8s.io/gateway-api/conformance/utils/"
+
+
+def canonical_helper_packages(tokens, imports):
+    """The tokens with the conformance helper packages under their own
+    names: a file that imports `h "sigs.k8s.io/gateway-api/conformance/utils/http"`
+    writes `h.ExpectedResponse{...}` and `h.MakeRequest...(...)`, which are
+    read as `http.`'s."""
+    renamed = {
+        alias: path.rsplit("/", 1)[-1]
+        for alias, path in imports.items()
+        if path.startswith(HELPERS_PATH) and path.rsplit("/", 1)[-1] in HELPER_PACKAGES and alias != path.rsplit("/", 1)[-1]
+    }
+    if not renamed:
+        return tokens
+    return [
+        (kind, renamed[tok])
+        if kind == "ident" and tok in renamed and n + 1 < len(tokens) and tokens[n + 1][1] == "." and (n == 0 or tokens[n - 1][1] != ".")
+        else (kind, tok)
+        for n, (kind, tok) in enumerate(tokens)
+    ]
 
 
 def load_package(files):
@@ -1465,6 +1490,19 @@ def is_status_check(tokens, i):
     return True
 
 
+def with_secrets(value):
+    """A case's value with the Secret parts it names (`ClientCert:
+    string(cert)` of a `GetTLSSecret`) written as arguments are:
+    `{"Secret": {Name, Namespace}, "Key": "tls.crt"}`."""
+    if isinstance(value, TLSSecretPart):
+        return value.json()
+    if isinstance(value, dict):
+        return {k: with_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_secrets(v) for v in value]
+    return value
+
+
 def json_value(value):
     """Whether a value read is plain data (not a Gateway address, a
     Secret's part or routes' hostnames, which are run-time values)."""
@@ -1611,8 +1649,9 @@ def port(upstream, out_dir=None):
     all_tokens = {}
     for f in go_files:
         tokens = tokenize(open(os.path.join(tests_dir, f)).read())
-        all_tokens[f] = tokens
         imports[f] = read_imports(tokens)
+        tokens = canonical_helper_packages(tokens, imports[f])
+        all_tokens[f] = tokens
         for var, (start, end) in find_tests(tokens).items():
             parsed[var] = (f, tokens, test_fields(tokens, start, end))
     package = load_package([(all_tokens[f], imports[f]) for f in go_files])
@@ -1641,6 +1680,10 @@ def port(upstream, out_dir=None):
         cases, unported_cases = [], []
         for n, (protocol, value, error) in enumerate(found):
             problem = error or (unresolved_in(value) and "{}: {} is computed at run time".format(*unresolved_in(value)))
+            if not problem:
+                value = with_secrets(value)
+                if not json_value(value):
+                    problem = "a field holds a Gateway address, which the case's `gateway` carries only as the helper's gwAddr"
             if problem:
                 unported_cases.append({"index": n, "protocol": protocol, "reason": problem})
             else:

@@ -555,6 +555,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "sigs.k8s.io/gateway-api/apis/v1"
+	h "sigs.k8s.io/gateway-api/conformance/utils/http"
 	"sigs.k8s.io/gateway-api/conformance/utils/kubernetes"
 	"sigs.k8s.io/gateway-api/conformance/utils/suite"
 )
@@ -574,6 +575,10 @@ var TeapotStatus = suite.ConformanceTest{
 		kubernetes.GatewayAndRoutesMustBeAccepted(t, s.Client, s.TimeoutConfig, s.ControllerName, kubernetes.NewGatewayRef(gwNN, "http"), &v1.HTTPRoute{}, false, routes...)
 		_, err := kubernetes.WaitForGatewayAddress(t, s.Client, s.TimeoutConfig, kubernetes.NewGatewayRef(gwNN))
 		addr, err := kubernetes.WaitForGatewayAddress(t, s.Client, s.TimeoutConfig, kubernetes.NewGatewayRef(gwNN))
+		h.MakeRequestAndExpectEventuallyConsistentResponse(t, s.RoundTripper, s.TimeoutConfig, addr, h.ExpectedResponse{
+			Request:   h.Request{Path: "/"},
+			Namespace: ns,
+		})
 		t.Run("listeners", func(t *testing.T) {
 			kubernetes.GatewayStatusMustHaveListeners(t, s.Client, s.TimeoutConfig, gwNN, []v1.ListenerStatus{{
 				Name:           v1.SectionName("http"),
@@ -692,7 +697,17 @@ func acceptedConditions() []metav1.Condition {
     assert!(reasons[1].1.contains("currentCondition(t)"), "{reasons:?}");
     assert_eq!(reasons[2].0, "kubernetes.GatewayMustHaveLatestConditions");
     assert!(reasons[2].1.contains("Client.Update"), "{reasons:?}");
-    assert_eq!(t["cases"], serde_json::json!([]));
+    // The http helper package imported as `h`.
+    assert_eq!(
+        t["cases"],
+        serde_json::json!([{
+            "protocol": "http",
+            "helper": "http.MakeRequestAndExpectEventuallyConsistentResponse",
+            "Request": {"Path": "/"},
+            "Namespace": ns,
+            "gateway": {"Name": "status-gw", "Namespace": ns, "Listener": "", "UsePort": true},
+        }])
+    );
     assert_eq!(
         t["gateways"],
         serde_json::json!([gw, {"Name": "other-gw", "Namespace": ns}])
