@@ -7,8 +7,10 @@
 # one passes. teapot has no fleet-wide default backend, so every scenario
 # names `default-backend` (customhttperrors.go's last step); the Service it
 # names gets its echo pod from an extra Exact rule, the harness's way of
-# creating a backend. The backend's status comes from the echo's
-# X-Echo-Status hook (ingress-nginx uses httpbun's /status/<code>).
+# creating a backend. The backend is httpbun, as in ingress-nginx's
+# disable-proxy-intercept-errors case, and its status comes from
+# `/status/<code>` (a header hook would travel to the error backend with
+# the client's other fields and set its status too).
 # default_backend.go's X-Request-ID is checked to be present, not to be
 # the client's "something-unique": teapot keeps a client's request ID only
 # for namespaces the operator trusts (--trust-request-id, docs/operations.md),
@@ -18,6 +20,8 @@ Feature: ingress-nginx custom-http-errors and default-backend annotations
 
   Scenario: configures Nginx correctly: turning on proxy_intercept_errors for the listed codes (404)
     Given a new random namespace
+    Given an httpbun authentication service
+    Given the "echo" service is the httpbun service
     Given an Ingress resource
     """
     apiVersion: networking.k8s.io/v1
@@ -48,16 +52,18 @@ Feature: ingress-nginx custom-http-errors and default-backend annotations
                       number: 80
     """
     Then The Ingress status shows the IP address or FQDN where it is exposed
-    When I send a "GET" request to "http://customerrors.foo.com/" with the header "X-Echo-Status" set to "404"
+    When I send a "GET" request to "http://customerrors.foo.com/status/404"
     Then the response status-code must be 200
     And the response must be served by the "from-annotation" service
     And the request header "X-Code" must be "404"
     And the request header "X-Ingress-Name" must be "customerrors.foo.com"
     And the request header "X-Service-Name" must be "echo"
-    And the request header "X-Original-URI" must be "/"
+    And the request header "X-Original-URI" must be "/status/404"
 
   Scenario: configures Nginx correctly: an error_page for each listed code (500)
     Given a new random namespace
+    Given an httpbun authentication service
+    Given the "echo" service is the httpbun service
     Given an Ingress resource
     """
     apiVersion: networking.k8s.io/v1
@@ -88,16 +94,18 @@ Feature: ingress-nginx custom-http-errors and default-backend annotations
                       number: 80
     """
     Then The Ingress status shows the IP address or FQDN where it is exposed
-    When I send a "GET" request to "http://customerrors.foo.com/" with the header "X-Echo-Status" set to "500"
+    When I send a "GET" request to "http://customerrors.foo.com/status/500"
     Then the response status-code must be 200
     And the response must be served by the "from-annotation" service
     And the request header "X-Code" must be "500"
     And the request header "X-Ingress-Name" must be "customerrors.foo.com"
     And the request header "X-Service-Name" must be "echo"
-    And the request header "X-Original-URI" must be "/"
+    And the request header "X-Original-URI" must be "/status/500"
 
   Scenario: configures Nginx correctly: a status not listed is not intercepted
     Given a new random namespace
+    Given an httpbun authentication service
+    Given the "echo" service is the httpbun service
     Given an Ingress resource
     """
     apiVersion: networking.k8s.io/v1
@@ -128,12 +136,14 @@ Feature: ingress-nginx custom-http-errors and default-backend annotations
                       number: 80
     """
     Then The Ingress status shows the IP address or FQDN where it is exposed
-    When I send a "GET" request to "http://customerrors.foo.com/" with the header "X-Echo-Status" set to "503"
+    When I send a "GET" request to "http://customerrors.foo.com/status/503"
     Then the response status-code must be 503
-    And the response must be served by the "echo" service
+    And the response body must not contain "from-annotation"
 
   Scenario: configures Nginx correctly: updating configuration when only custom-http-error value changes
     Given a new random namespace
+    Given an httpbun authentication service
+    Given the "echo" service is the httpbun service
     Given an Ingress resource
     """
     apiVersion: networking.k8s.io/v1
@@ -164,19 +174,21 @@ Feature: ingress-nginx custom-http-errors and default-backend annotations
                       number: 80
     """
     Then The Ingress status shows the IP address or FQDN where it is exposed
-    When I send a "GET" request to "http://customerrors.foo.com/" with the header "X-Echo-Status" set to "503"
+    When I send a "GET" request to "http://customerrors.foo.com/status/503"
     Then the response status-code must be 200
     And the response must be served by the "from-annotation" service
     And the request header "X-Code" must be "503"
     And the request header "X-Ingress-Name" must be "customerrors.foo.com"
     And the request header "X-Service-Name" must be "echo"
-    And the request header "X-Original-URI" must be "/"
-    When I send a "GET" request to "http://customerrors.foo.com/" with the header "X-Echo-Status" set to "404"
+    And the request header "X-Original-URI" must be "/status/503"
+    When I send a "GET" request to "http://customerrors.foo.com/status/404"
     Then the response status-code must be 404
-    And the response must be served by the "echo" service
+    And the response body must not contain "from-annotation"
 
   Scenario: configures Nginx correctly: ignoring duplicate values (503 in this case) per server
     Given a new random namespace
+    Given an httpbun authentication service
+    Given the "echo" service is the httpbun service
     Given an Ingress resource
     """
     apiVersion: networking.k8s.io/v1
@@ -207,23 +219,25 @@ Feature: ingress-nginx custom-http-errors and default-backend annotations
                       number: 80
     """
     Then The Ingress status shows the IP address or FQDN where it is exposed
-    When I send a "GET" request to "http://customerrors.foo.com/else" with the header "X-Echo-Status" set to "503"
+    When I send a "GET" request to "http://customerrors.foo.com/else/status/503"
     Then the response status-code must be 200
     And the response must be served by the "from-annotation" service
     And the request header "X-Code" must be "503"
     And the request header "X-Ingress-Name" must be "customerrors.foo.com-else"
     And the request header "X-Service-Name" must be "echo"
-    And the request header "X-Original-URI" must be "/else"
-    When I send a "GET" request to "http://customerrors.foo.com/else" with the header "X-Echo-Status" set to "404"
+    And the request header "X-Original-URI" must be "/else/status/503"
+    When I send a "GET" request to "http://customerrors.foo.com/else/status/404"
     Then the response status-code must be 200
     And the response must be served by the "from-annotation" service
     And the request header "X-Code" must be "404"
     And the request header "X-Ingress-Name" must be "customerrors.foo.com-else"
     And the request header "X-Service-Name" must be "echo"
-    And the request header "X-Original-URI" must be "/else"
+    And the request header "X-Original-URI" must be "/else/status/404"
 
   Scenario: configures Nginx correctly: using the custom default-backend from annotation for upstream
     Given a new random namespace
+    Given an httpbun authentication service
+    Given the "echo" service is the httpbun service
     Given an Ingress resource
     """
     apiVersion: networking.k8s.io/v1
@@ -254,7 +268,7 @@ Feature: ingress-nginx custom-http-errors and default-backend annotations
                       number: 80
     """
     Then The Ingress status shows the IP address or FQDN where it is exposed
-    When I send a "GET" request to "http://customerrors.foo.com/" with the header "X-Echo-Status" set to "503"
+    When I send a "GET" request to "http://customerrors.foo.com/status/503"
     Then the response status-code must be 200
     And the response must be served by the "from-annotation" service
     And the request header "X-Code" must be "503"

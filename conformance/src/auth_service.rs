@@ -3,7 +3,12 @@
 //!
 //! - `/basic-auth/USER/PASSWORD`: 200 when the request's `Authorization`
 //!   is `Basic` with those credentials, else 401 with `WWW-Authenticate`;
-//! - `/status/CODE`: CODE;
+//! - `/status/CODE`: CODE, no body; after any path prefix too, so that a
+//!   Service that an Ingress routes under a prefix answers the same;
+//! - `/response-headers?NAME=VALUE&...`: 200 with those response fields
+//!   (query values taken as they are, not percent-decoded);
+//! - `/cookies/set/NAME/VALUE`: 200 with `Set-Cookie: NAME=VALUE` (the
+//!   nginx that ingress-nginx's auth cookie cases start answers so);
 //! - anything else: 404.
 
 use std::convert::Infallible;
@@ -32,11 +37,15 @@ impl AuthService {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
+            // The connections live in the accept task's set, so that
+            // stopping the service closes the proxy's kept-alive ones too.
+            let mut connections = tokio::task::JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
+                while connections.try_join_next().is_some() {}
+                connections.spawn(async move {
                     let service =
                         service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                            Ok::<_, Infallible>(answer(req.uri().path(), req.headers()))
+                            Ok::<_, Infallible>(answer(req.uri(), req.headers()))
                         });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -46,9 +55,16 @@ impl AuthService {
         });
         Ok(AuthService { addr, task })
     }
+
+    /// Stops listening and closes every connection.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
 }
 
-fn answer(path: &str, headers: &http::HeaderMap) -> hyper::Response<Full<Bytes>> {
+fn answer(uri: &http::Uri, headers: &http::HeaderMap) -> hyper::Response<Full<Bytes>> {
+    let path = uri.path();
     let respond = |status: u16, fields: &[(&str, &str)], body: String| {
         let mut r = hyper::Response::builder().status(status);
         for (name, value) in fields {
@@ -70,7 +86,24 @@ fn answer(path: &str, headers: &http::HeaderMap) -> hyper::Response<Full<Bytes>>
                 respond(401, &challenge, String::new())
             }
         }
-        ["status", code] => match code.parse::<u16>() {
+        ["response-headers"] => {
+            let fields: Vec<(&str, &str)> = uri
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .filter(|(name, value)| {
+                    http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                        && http::HeaderValue::from_str(value).is_ok()
+                })
+                .collect();
+            respond(200, &fields, "{}".into())
+        }
+        ["cookies", "set", name, value] => {
+            let cookie = format!("{name}={value}");
+            respond(200, &[("set-cookie", cookie.as_str())], "OK\n".into())
+        }
+        [.., "status", code] => match code.parse::<u16>() {
             Ok(code) if (200..600).contains(&code) => respond(code, &[], String::new()),
             _ => respond(400, &[], String::new()),
         },
@@ -102,19 +135,45 @@ fn base64(input: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn uri(s: &str) -> http::Uri {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn basic_credentials() {
         assert_eq!(base64(b"user:password"), "dXNlcjpwYXNzd29yZA==");
         assert_eq!(base64(b"ab"), "YWI=");
         assert_eq!(base64(b"abc"), "YWJj");
         let mut headers = http::HeaderMap::new();
-        assert_eq!(answer("/basic-auth/user/password", &headers).status(), 401);
+        assert_eq!(
+            answer(&uri("/basic-auth/user/password"), &headers).status(),
+            401
+        );
         headers.insert(
             "authorization",
             "Basic dXNlcjpwYXNzd29yZA==".parse().unwrap(),
         );
-        assert_eq!(answer("/basic-auth/user/password", &headers).status(), 200);
-        assert_eq!(answer("/basic-auth/user/other", &headers).status(), 401);
-        assert_eq!(answer("/status/418", &headers).status(), 418);
+        assert_eq!(
+            answer(&uri("/basic-auth/user/password"), &headers).status(),
+            200
+        );
+        assert_eq!(
+            answer(&uri("/basic-auth/user/other"), &headers).status(),
+            401
+        );
+        assert_eq!(answer(&uri("/status/418"), &headers).status(), 418);
+        assert_eq!(answer(&uri("/else/status/503"), &headers).status(), 503);
+        assert_eq!(answer(&uri("/status"), &headers).status(), 404);
+        let cookie = answer(&uri("/cookies/set/alma/armud"), &headers);
+        assert_eq!(cookie.status(), 200);
+        assert_eq!(cookie.headers()["set-cookie"], "alma=armud");
+        let fields = answer(
+            &uri("/response-headers?authorization=foo&x-a=1&b@d=2"),
+            &headers,
+        );
+        assert_eq!(fields.status(), 200);
+        assert_eq!(fields.headers()["authorization"], "foo");
+        assert_eq!(fields.headers()["x-a"], "1");
+        assert_eq!(fields.headers().len(), 2);
     }
 }

@@ -71,30 +71,40 @@ pub fn ingress_from_spec(name: &str, namespace: &str, spec_yaml: &str) -> Result
 /// Parses a whole Ingress manifest and moves it into `namespace`.
 /// Returns the Ingress and its name.
 pub fn ingress_from_manifest(namespace: &str, manifest: &str) -> Result<(Value, String), String> {
-    let mut ingress: Value = serde_yaml::from_str(manifest)
-        .map_err(|e| format!("the Ingress manifest is not valid YAML: {e}"))?;
-    if !ingress.is_mapping() {
-        return Err("the Ingress manifest is not a YAML mapping".into());
+    object_from_manifest("Ingress", namespace, manifest)
+}
+
+/// Parses a whole manifest of `kind` (an Ingress, a Secret, a ConfigMap)
+/// and moves it into `namespace`. Returns the object and its name.
+pub fn object_from_manifest(
+    kind: &str,
+    namespace: &str,
+    manifest: &str,
+) -> Result<(Value, String), String> {
+    let mut object: Value = serde_yaml::from_str(manifest)
+        .map_err(|e| format!("the {kind} manifest is not valid YAML: {e}"))?;
+    if !object.is_mapping() {
+        return Err(format!("the {kind} manifest is not a YAML mapping"));
     }
-    let kind = ingress.get("kind").and_then(Value::as_str).unwrap_or("");
-    if kind != "Ingress" {
-        return Err(format!("the manifest's kind is {kind:?}, not \"Ingress\""));
+    let found = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    if found != kind {
+        return Err(format!("the manifest's kind is {found:?}, not {kind:?}"));
     }
-    let name = ingress
+    let name = object
         .get("metadata")
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
-        .ok_or("the Ingress manifest has no metadata.name")?
+        .ok_or_else(|| format!("the {kind} manifest has no metadata.name"))?
         .to_string();
-    let metadata = ingress
+    let metadata = object
         .get_mut("metadata")
-        .ok_or("the Ingress manifest has no metadata")?;
+        .ok_or_else(|| format!("the {kind} manifest has no metadata"))?;
     if !metadata.is_mapping() {
-        return Err("the Ingress manifest's metadata is not a mapping".into());
+        return Err(format!("the {kind} manifest's metadata is not a mapping"));
     }
     set(metadata, "namespace", Value::String(namespace.to_string()));
-    Ok((ingress, name))
+    Ok((object, name))
 }
 
 /// Every backend Service the Ingress names, in order of first mention
@@ -312,6 +322,19 @@ spec:
         assert!(ingress_from_manifest("ns", "kind: Service\nmetadata: {name: x}").is_err());
         assert!(ingress_from_manifest("ns", "kind: Ingress\nmetadata: {}").is_err());
         assert!(ingress_from_manifest("ns", "[1, 2").is_err());
+    }
+
+    #[test]
+    fn other_objects_move_into_the_namespace() {
+        let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: htpasswd\n  namespace: elsewhere\nstringData:\n  auth: \"a:b\"\n";
+        let (object, name) = object_from_manifest("Secret", "conf-q", secret).unwrap();
+        assert_eq!(name, "htpasswd");
+        let back = parse(&to_string(&object));
+        assert_eq!(back["metadata"]["namespace"].as_str(), Some("conf-q"));
+        assert_eq!(back["stringData"]["auth"].as_str(), Some("a:b"));
+        let err = object_from_manifest("ConfigMap", "conf-q", secret).unwrap_err();
+        assert!(err.contains("not \"ConfigMap\""), "{err}");
+        assert!(object_from_manifest("ConfigMap", "ns", "kind: ConfigMap\nmetadata: 3").is_err());
     }
 
     #[test]

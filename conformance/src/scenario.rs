@@ -21,6 +21,8 @@ use crate::target::{self, Scheme, Target};
 
 /// The User-Agent of the upstream Go client.
 pub const USER_AGENT: &str = "Go-http-client/1.1";
+/// The User-Agent of grpc-go, for gRPC calls.
+pub const GRPC_USER_AGENT: &str = "grpc-go/1.72.0";
 /// Per-request timeout, as upstream (`HTTPClientTimeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Redirects followed per request.
@@ -63,6 +65,8 @@ struct Exchange {
     echo: Option<Json>,
     /// Every URL visited, redirects included.
     visited: Vec<String>,
+    /// From sending the first request to the last response's end.
+    elapsed: Duration,
 }
 
 /// The state of one scenario run. Cleaned up by [`ScenarioRun::finish`]
@@ -78,11 +82,28 @@ pub struct ScenarioRun {
     proxy: Option<ProxyProcess>,
     last: Option<Exchange>,
     batch: Option<Vec<(u16, Option<String>)>>,
+    /// The service that answered each response of the last `I send N
+    /// requests` batch (empty when not an echo).
+    batch_services: Vec<String>,
     /// Cookies responses have set (`name=value`), kept as a client keeps
     /// them for [`Step::SendRequestWithCookie`].
     cookies: Vec<String>,
     /// The scenario's authentication service (`auth-url`), when it has one.
     auth: Option<AuthService>,
+    /// Each Ingress's file, by name: an update writes over it.
+    ingress_files: BTreeMap<String, PathBuf>,
+    /// The client certificate and key (PEM) of the scenario's mutual TLS
+    /// Secret, presented on request.
+    client_certificate: Option<(String, String)>,
+    /// Services whose endpoint is the authentication service (httpbun);
+    /// true once their Service and EndpointSlice are written.
+    httpbun_services: BTreeMap<String, bool>,
+    /// The address of the authentication service once stopped.
+    stopped_auth: Option<SocketAddr>,
+    /// The last gRPC call's outcome: `Err` says why it failed.
+    grpc: Option<Result<(), String>>,
+    /// Pods remembered by name.
+    pods: BTreeMap<String, String>,
 }
 
 impl ScenarioRun {
@@ -103,8 +124,15 @@ impl ScenarioRun {
             proxy: None,
             last: None,
             batch: None,
+            batch_services: Vec::new(),
             cookies: Vec::new(),
             auth: None,
+            ingress_files: BTreeMap::new(),
+            client_certificate: None,
+            httpbun_services: BTreeMap::new(),
+            stopped_auth: None,
+            grpc: None,
+            pods: BTreeMap::new(),
         };
         run.write_file(
             "ingressclass",
@@ -179,11 +207,212 @@ impl ScenarioRun {
                 let (ingress, name) = manifests::ingress_from_manifest(&self.namespace, &doc)?;
                 self.install_ingress(ingress, name).await
             }
+            Step::UpdateIngress { name } => {
+                let doc = self.with_auth_address(doc.unwrap_or(""));
+                let (ingress, named) = manifests::ingress_from_manifest(&self.namespace, &doc)?;
+                if named != name {
+                    return Err(format!(
+                        "the manifest names the Ingress {named:?}, not {name:?}"
+                    ));
+                }
+                if !self.ingress_files.contains_key(&name) {
+                    return Err(format!("no Ingress named {name:?} was created before"));
+                }
+                self.install_ingress(ingress, name).await
+            }
+            Step::ObjectResource { kind } => {
+                let doc = self.with_auth_address(doc.unwrap_or(""));
+                let (object, name) = manifests::object_from_manifest(&kind, &self.namespace, &doc)?;
+                let before = self.generation().await;
+                self.write_file(
+                    &kind.to_ascii_lowercase(),
+                    &name,
+                    &manifests::to_string(&object),
+                )?;
+                self.wait_reload(before).await;
+                Ok(())
+            }
+            Step::MutualTlsSecret { name, host } => self.mutual_tls_secret(&name, &host).await,
+            Step::ResponseBody { text, contains } => {
+                let last = self.last()?;
+                let body = last.response.text();
+                if body.contains(&text) == contains {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "expected the response body {}to contain {text:?} ({})",
+                        if contains { "" } else { "not " },
+                        describe(last)
+                    ))
+                }
+            }
+            Step::TookAtLeast { millis } => {
+                let last = self.last()?;
+                if last.elapsed >= Duration::from_millis(millis) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "expected the exchange to take at least {millis} ms but it took {} ms ({})",
+                        last.elapsed.as_millis(),
+                        describe(last)
+                    ))
+                }
+            }
             Step::AuthService => {
                 let service = AuthService::start()
                     .await
                     .map_err(|e| format!("starting the authentication service: {e}"))?;
                 self.auth = Some(service);
+                Ok(())
+            }
+            Step::SendGrpc { url, headers } => {
+                let target = Target::parse(&url)?;
+                self.batch = None;
+                self.last = None;
+                let outcome = match self.grpc_call(target, &headers).await {
+                    Ok(exchange) => {
+                        let status = exchange.response.status;
+                        let grpc_status = exchange
+                            .response
+                            .headers
+                            .get("grpc-status")
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                        let outcome = match (status, grpc_status.as_deref()) {
+                            (200, None | Some("0")) => Ok(()),
+                            (200, Some(code)) => Err(format!("grpc-status {code}")),
+                            (status, _) => Err(format!("HTTP status {status}")),
+                        };
+                        self.last = Some(exchange);
+                        outcome
+                    }
+                    Err(e) => Err(e),
+                };
+                self.grpc = Some(outcome);
+                Ok(())
+            }
+            Step::GrpcOutcome { succeed } => {
+                let outcome = self
+                    .grpc
+                    .as_ref()
+                    .ok_or("no gRPC request has been sent in this scenario yet")?;
+                match (succeed, outcome) {
+                    (true, Ok(())) | (false, Err(_)) => Ok(()),
+                    (true, Err(why)) => Err(format!("expected the gRPC call to succeed: {why}")),
+                    (false, Ok(())) => {
+                        Err("expected the gRPC call to fail but it succeeded".to_string())
+                    }
+                }
+            }
+            Step::SendConcurrent {
+                count,
+                url,
+                headers,
+            } => {
+                let target = Target::parse(&url)?;
+                let (http, https) = self.ensure_proxy().await?;
+                let addr = match target.scheme {
+                    Scheme::Http => http,
+                    Scheme::Https => https,
+                };
+                let sends = (0..count)
+                    .map(|_| send_once(addr, "GET", &target, &headers, &[], None, Proto::Http1));
+                let mut batch = Vec::with_capacity(count);
+                for response in futures::future::join_all(sends).await {
+                    let response = response?;
+                    let echo = serde_json::from_slice::<Json>(&response.body).ok();
+                    let pod = echo
+                        .as_ref()
+                        .and_then(|e| e.get("pod"))
+                        .and_then(Json::as_str)
+                        .map(str::to_string);
+                    batch.push((response.status, pod));
+                }
+                self.batch = Some(batch);
+                Ok(())
+            }
+            Step::RememberPod(name) => {
+                let pod = echo_string(self.last()?, "pod")?;
+                self.pods.insert(name, pod);
+                Ok(())
+            }
+            Step::ServedByPod { name, same } => {
+                let want = self
+                    .pods
+                    .get(&name)
+                    .ok_or_else(|| format!("no pod was remembered as {name:?}"))?;
+                let got = echo_string(self.last()?, "pod")?;
+                match (same, &got == want) {
+                    (true, true) | (false, false) => Ok(()),
+                    (true, false) => Err(format!(
+                        "expected the response from the pod {want:?} ({name}) but {got:?} served it"
+                    )),
+                    (false, true) => Err(format!(
+                        "expected the response from another pod than {want:?} ({name})"
+                    )),
+                }
+            }
+            Step::ServiceSpread { services, at_least } => {
+                if self.batch.is_none() || self.batch_services.is_empty() {
+                    return Err("no batch of requests (\"I send N requests to ...\") was sent before this step".into());
+                }
+                let mut by_service: BTreeMap<&str, usize> = BTreeMap::new();
+                for service in &self.batch_services {
+                    *by_service.entry(service.as_str()).or_default() += 1;
+                }
+                let spread = by_service
+                    .iter()
+                    .map(|(service, n)| format!("{n}x {service:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if by_service.len() == services && by_service.values().all(|n| *n >= at_least) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "expected {services} services with at least {at_least} responses each, got {spread}"
+                    ))
+                }
+            }
+            Step::ResponsesWithStatus { count, status } => {
+                let batch = self
+                    .batch
+                    .as_ref()
+                    .ok_or("no batch of requests was sent before this step")?;
+                let got = batch.iter().filter(|(code, _)| *code == status).count();
+                if got == count {
+                    Ok(())
+                } else {
+                    let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
+                    for (code, _) in batch {
+                        *by_status.entry(*code).or_default() += 1;
+                    }
+                    Err(format!(
+                        "expected {count} responses with status {status}, got {}",
+                        by_status
+                            .iter()
+                            .map(|(code, n)| format!("{n}x {code}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                }
+            }
+            Step::StopAuthService => match self.auth.take() {
+                Some(auth) => {
+                    let addr = auth.addr;
+                    auth.stop().await;
+                    // Later docstrings keep naming the stopped address.
+                    self.stopped_auth = Some(addr);
+                    Ok(())
+                }
+                None => Err("no httpbun authentication service is running".into()),
+            },
+            Step::HttpbunBackend(service) => {
+                if self.auth.is_none() {
+                    return Err(
+                        "the httpbun authentication service must be started before this step"
+                            .into(),
+                    );
+                }
+                self.httpbun_services.insert(service, false);
                 Ok(())
             }
             Step::TlsSecret { name, host } => self.tls_secret(&name, &host).await,
@@ -206,10 +435,18 @@ impl ScenarioRun {
                 url,
                 headers,
                 follow,
+                body,
+                client_certificate,
             } => {
                 let target = Target::parse(&url)?;
                 self.batch = None;
-                let exchange = self.exchange_with(&method, target, &headers, follow);
+                let send = Send {
+                    headers: &headers,
+                    follow,
+                    body: &vec![b'x'; body],
+                    client_certificate,
+                };
+                let exchange = self.exchange_full(&method, target, send);
                 self.last = Some(exchange.await?);
                 Ok(())
             }
@@ -245,10 +482,13 @@ impl ScenarioRun {
             Step::SendRequests { count, url } => {
                 let target = Target::parse(&url)?;
                 let mut batch = Vec::with_capacity(count);
+                self.batch_services.clear();
                 for _ in 0..count {
                     let exchange = self.exchange("GET", target.clone()).await?;
                     let pod = echo_field(&exchange, "pod");
                     batch.push((exchange.response.status, pod));
+                    self.batch_services
+                        .push(echo_field(&exchange, "service").unwrap_or_default());
                     self.last = Some(exchange);
                 }
                 self.batch = Some(batch);
@@ -351,8 +591,8 @@ impl ScenarioRun {
     /// A docstring with `${HTTPBUN}` replaced by the authentication
     /// service's address (ingress-nginx's e2e cases name its pod IP).
     fn with_auth_address(&self, doc: &str) -> String {
-        match &self.auth {
-            Some(auth) => doc.replace("${HTTPBUN}", &auth.addr.to_string()),
+        match self.auth.as_ref().map(|a| a.addr).or(self.stopped_auth) {
+            Some(addr) => doc.replace("${HTTPBUN}", &addr.to_string()),
             None => doc.to_string(),
         }
     }
@@ -376,6 +616,26 @@ impl ScenarioRun {
         // Backends first, as upstream: Services and ready endpoints exist
         // before the Ingress does.
         for spec in manifests::backend_services(&ingress) {
+            if let Some(written) = self.httpbun_services.get(&spec.name) {
+                if !written {
+                    let port = self
+                        .auth
+                        .as_ref()
+                        .map(|a| a.addr.port())
+                        .ok_or("the httpbun service is not running")?;
+                    let service = manifests::service_yaml(&self.namespace, &spec);
+                    self.write_file("service", &spec.name, &service)?;
+                    let yaml = manifests::endpoint_slice_yaml(
+                        &self.namespace,
+                        &spec.name,
+                        &spec,
+                        Some(port),
+                    );
+                    self.write_file("endpointslice", &spec.name, &yaml)?;
+                    self.httpbun_services.insert(spec.name.clone(), true);
+                }
+                continue;
+            }
             if self.backends.iter().any(|b| b.spec.name == spec.name) {
                 continue;
             }
@@ -390,7 +650,14 @@ impl ScenarioRun {
             let index = self.backends.len() - 1;
             self.add_instance(index).await?;
         }
-        self.write_file("ingress", &name, &manifests::to_string(&ingress))?;
+        let contents = manifests::to_string(&ingress);
+        match self.ingress_files.get(&name) {
+            Some(path) => write_atomically(path, &contents)?,
+            None => {
+                let path = self.write_file("ingress", &name, &contents)?;
+                self.ingress_files.insert(name.clone(), path);
+            }
+        }
         self.ingress = Some(name);
         self.wait_reload(before).await;
         Ok(())
@@ -433,6 +700,31 @@ impl ScenarioRun {
         })
         .map_err(|_| format!("cannot make a certificate for {host:?}"))?;
         let yaml = teapot_testkit::certs::tls_secret_yaml(&self.namespace, name, &pem);
+        let before = self.generation().await;
+        self.write_file("secret", name, &yaml)?;
+        self.wait_reload(before).await;
+        Ok(())
+    }
+
+    /// ingress-nginx's `CreateIngressMASecret`: a CA, a server certificate
+    /// for `host` it signs (the Secret's `tls.crt`/`tls.key`, with the CA
+    /// as `ca.crt`), and a client certificate named `HOST-client` that the
+    /// scenario presents when asked.
+    async fn mutual_tls_secret(&mut self, name: &str, host: &str) -> Result<(), String> {
+        let host_owned = host.to_string();
+        let (yaml, client) = std::panic::catch_unwind(move || {
+            let ca = teapot_testkit::certs::TestCa::new(&format!("{host_owned}-ca"));
+            let server = ca.issue(&[host_owned.as_str()]);
+            let client = ca.issue_client(&format!("{host_owned}-client"));
+            (server, client, ca.cert_pem().to_string())
+        })
+        .map(|(server, client, ca)| {
+            let yaml =
+                teapot_testkit::certs::tls_secret_with_ca_yaml(&self.namespace, name, &server, &ca);
+            (yaml, (client.cert_pem, client.key_pem))
+        })
+        .map_err(|_| format!("cannot make certificates for {host:?}"))?;
+        self.client_certificate = Some(client);
         let before = self.generation().await;
         self.write_file("secret", name, &yaml)?;
         self.wait_reload(before).await;
@@ -660,11 +952,46 @@ impl ScenarioRun {
     async fn exchange_with(
         &mut self,
         method: &str,
-        mut target: Target,
+        target: Target,
         headers: &[(String, String)],
         follow: bool,
     ) -> Result<Exchange, String> {
+        let send = Send {
+            headers,
+            follow,
+            body: &[],
+            client_certificate: false,
+        };
+        self.exchange_full(method, target, send).await
+    }
+
+    /// [`Self::exchange_with`] with a body and the scenario's client
+    /// certificate when asked.
+    async fn exchange_full(
+        &mut self,
+        method: &str,
+        mut target: Target,
+        send: Send<'_>,
+    ) -> Result<Exchange, String> {
+        let Send {
+            headers,
+            follow,
+            body,
+            client_certificate,
+        } = send;
+        let client = if client_certificate {
+            let (cert, key) = self.client_certificate.as_ref().ok_or(
+                "no mutual TLS secret (\"a mutual TLS secret named ...\") was made before this step",
+            )?;
+            Some(crate::gateway::tls_client::client_config(
+                None,
+                Some((cert, key)),
+            )?)
+        } else {
+            None
+        };
         let (http, https) = self.ensure_proxy().await?;
+        let started = Instant::now();
         let mut visited = Vec::new();
         for _ in 0..=MAX_REDIRECTS {
             let addr = match target.scheme {
@@ -672,7 +999,16 @@ impl ScenarioRun {
                 Scheme::Https => https,
             };
             visited.push(target.display());
-            let response = send_once(addr, method, &target, headers).await?;
+            let response = send_once(
+                addr,
+                method,
+                &target,
+                headers,
+                body,
+                client.as_ref(),
+                Proto::Http1,
+            )
+            .await?;
             if follow && target::is_redirect(response.status) {
                 let location = response
                     .headers
@@ -691,12 +1027,45 @@ impl ScenarioRun {
                 response,
                 echo,
                 visited,
+                elapsed: started.elapsed(),
             });
         }
         Err(format!(
             "more than {MAX_REDIRECTS} redirects: {}",
             visited.join(" -> ")
         ))
+    }
+
+    /// One unary gRPC call: HTTP/2 to the listener of the URL's scheme.
+    async fn grpc_call(
+        &mut self,
+        target: Target,
+        metadata: &[(String, String)],
+    ) -> Result<Exchange, String> {
+        let (http, https) = self.ensure_proxy().await?;
+        let addr = match target.scheme {
+            Scheme::Http => http,
+            Scheme::Https => https,
+        };
+        let mut headers = vec![
+            ("content-type".to_string(), "application/grpc".to_string()),
+            ("te".to_string(), "trailers".to_string()),
+        ];
+        headers.extend(metadata.iter().cloned());
+        let started = Instant::now();
+        // An empty message: no compression flag, length 0.
+        let frame = [0u8; 5];
+        let response =
+            send_once(addr, "POST", &target, &headers, &frame, None, Proto::Http2).await?;
+        let echo = serde_json::from_slice::<Json>(&response.body)
+            .ok()
+            .filter(Json::is_object);
+        Ok(Exchange {
+            response,
+            echo,
+            visited: vec![target.display()],
+            elapsed: started.elapsed(),
+        })
     }
 
     fn all_responses(&self, status: u16, pods: usize) -> Result<(), String> {
@@ -734,22 +1103,37 @@ impl ScenarioRun {
     }
 }
 
+/// What a request carries besides its method and target.
+struct Send<'a> {
+    headers: &'a [(String, String)],
+    follow: bool,
+    body: &'a [u8],
+    client_certificate: bool,
+}
+
 async fn send_once(
     addr: SocketAddr,
     method: &str,
     target: &Target,
     extra: &[(String, String)],
+    body: &[u8],
+    client: Option<&rustls::ClientConfig>,
+    proto: Proto,
 ) -> Result<Response, String> {
     let fallback = addr.to_string();
-    let mut headers = vec![("User-Agent".to_string(), USER_AGENT.to_string())];
+    let user_agent = match proto {
+        Proto::Http1 => USER_AGENT,
+        Proto::Http2 => GRPC_USER_AGENT,
+    };
+    let mut headers = vec![("User-Agent".to_string(), user_agent.to_string())];
     headers.extend(extra.iter().cloned());
     let request = Request {
         method: method.to_string(),
         target: target.path.clone(),
         host: target.host_header(&fallback).to_string(),
         headers,
-        body: Vec::new(),
-        proto: Proto::Http1,
+        body: body.to_vec(),
+        proto,
     };
     let transport = match target.scheme {
         Scheme::Http => Transport::Plain,
@@ -760,7 +1144,17 @@ async fn send_once(
             roots: None,
         },
     };
-    match tokio::time::timeout(REQUEST_TIMEOUT, client::send(addr, &transport, &request)).await {
+    let exchange = async {
+        match (client, &transport) {
+            (Some(config), Transport::Tls { sni, .. }) => {
+                let mut connection =
+                    client::Connection::open_with_tls_config(addr, sni, config, proto).await?;
+                connection.send(&request).await
+            }
+            _ => client::send(addr, &transport, &request).await,
+        }
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) => Err(format!(
             "{method} {} (via {addr}) failed: {e}",

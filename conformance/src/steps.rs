@@ -78,6 +78,10 @@ pub enum Step {
         headers: Vec<(String, String)>,
         /// Whether a redirect is followed.
         follow: bool,
+        /// A request body of this many bytes (0: none).
+        body: usize,
+        /// Whether the scenario's client certificate is presented (https).
+        client_certificate: bool,
     },
     /// (extension) `I send a "M" request to "URL" with the cookie "NAME" of
     /// the last response`: the cookie the last response set, sent back
@@ -148,6 +152,104 @@ pub enum Step {
     /// (extension) `an httpbun authentication service`: ingress-nginx's
     /// e2e httpbun, whose address Ingress docstrings name as `${HTTPBUN}`.
     AuthService,
+    /// (extension) `a Secret resource` / `a ConfigMap resource` + docstring
+    /// (a whole manifest, moved into the scenario's namespace).
+    ObjectResource {
+        /// `Secret` or `ConfigMap`.
+        kind: String,
+    },
+    /// (extension) `the Ingress resource named "N" is updated:` + docstring
+    /// (the whole new manifest, written over the Ingress's file, as a
+    /// `kubectl apply` of the changed object).
+    UpdateIngress {
+        /// The Ingress's name.
+        name: String,
+    },
+    /// (extension) `a mutual TLS secret named "N" for the "H" hostname`:
+    /// ingress-nginx's `CreateIngressMASecret`, a Secret with a server
+    /// certificate for H, its key and the CA (`ca.crt`) that signed it and
+    /// the client certificate (CN `H-client`) the scenario presents.
+    MutualTlsSecret {
+        /// The Secret's name.
+        name: String,
+        /// The server certificate's DNS name.
+        host: String,
+    },
+    /// (extension) `the response body must (not) contain "T"`
+    ResponseBody {
+        /// The text.
+        text: String,
+        /// Whether the body must contain it (else must not).
+        contains: bool,
+    },
+    /// (extension) `the response must have taken at least N ms`: from
+    /// sending the request to the end of the response body.
+    TookAtLeast {
+        /// Milliseconds.
+        millis: u64,
+    },
+    /// (extension) `the httpbun authentication service is stopped`: its
+    /// listener and every connection it holds close.
+    StopAuthService,
+    /// (extension) `the "S" service is the httpbun service`: the Service
+    /// S that a later Ingress names gets the authentication service's
+    /// address as its endpoint instead of an echo pod (ingress-nginx's
+    /// e2e cases that use httpbun as a backend: `/status/CODE`).
+    HttpbunBackend(String),
+    /// (extension) `I send a gRPC request to "URL"` (optionally `with the
+    /// header "K" set to "V"`): a unary call as a gRPC client makes it,
+    /// HTTP/2 (h2c on http, ALPN h2 on https), `POST` with
+    /// `content-type: application/grpc`, `te: trailers` and an empty
+    /// message. The backend's echo answers what it received.
+    SendGrpc {
+        /// Absolute URL (its path is the gRPC method).
+        url: String,
+        /// More request headers (metadata), in order.
+        headers: Vec<(String, String)>,
+    },
+    /// (extension) `the gRPC call must succeed` (200 and `grpc-status`
+    /// absent or 0) / `must fail` (anything else, a refused or reset
+    /// connection included).
+    GrpcOutcome {
+        /// Whether the call must succeed.
+        succeed: bool,
+    },
+    /// (extension) `I send N concurrent requests to "URL" with the header
+    /// "K" set to "V"`: N GET requests at once, each on its own connection.
+    SendConcurrent {
+        /// How many.
+        count: usize,
+        /// Absolute URL.
+        url: String,
+        /// More request headers.
+        headers: Vec<(String, String)>,
+    },
+    /// (extension) `N of the responses status-code must be S`: in the last
+    /// batch, exactly N responses have status S.
+    ResponsesWithStatus {
+        /// How many.
+        count: usize,
+        /// The status.
+        status: u16,
+    },
+    /// (extension) `the responses must come from N different services, each
+    /// at least M times`: of the last `I send N requests` batch.
+    ServiceSpread {
+        /// How many distinct services answered.
+        services: usize,
+        /// The fewest responses any of them gave.
+        at_least: usize,
+    },
+    /// (extension) `the pod that served the response is remembered as "N"`
+    RememberPod(String),
+    /// (extension) `the response must (not) be served by the pod "N"`: the
+    /// pod remembered under N.
+    ServedByPod {
+        /// The name it was remembered under.
+        name: String,
+        /// Whether it must be that pod (else another).
+        same: bool,
+    },
     /// `The backend deployment "S" for the ingress resource is scaled to N`
     ScaleBackend {
         /// The backend Service (= deployment) name.
@@ -174,7 +276,9 @@ impl Step {
         match self {
             Step::IngressNamedWithSpec { .. }
             | Step::IngressResource
-            | Step::IngressInNewNamespace => Argument::DocString,
+            | Step::IngressInNewNamespace
+            | Step::ObjectResource { .. }
+            | Step::UpdateIngress { .. } => Argument::DocString,
             Step::ResponseHeadersTable | Step::RequestHeadersTable => Argument::Table,
             _ => Argument::None,
         }
@@ -282,6 +386,8 @@ pub static STEP_DEFS: &[StepDef] = &[
                 url: c[2].to_string(),
                 headers: vec![(c[3].to_string(), c[4].to_string())],
                 follow: true,
+                body: 0,
+                client_certificate: false,
             })
         },
     ),
@@ -297,6 +403,8 @@ pub static STEP_DEFS: &[StepDef] = &[
                     (c[5].to_string(), c[6].to_string()),
                 ],
                 follow: true,
+                body: 0,
+                client_certificate: false,
             })
         },
     ),
@@ -320,6 +428,126 @@ pub static STEP_DEFS: &[StepDef] = &[
                 url: c[2].to_string(),
                 headers: Vec::new(),
                 follow: false,
+                body: 0,
+                client_certificate: false,
+            })
+        },
+    ),
+    def(
+        r#"^I send a "([^"]*)" request to "([^"]*)" with a body of (\d+) bytes$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendRequestWith {
+                method: c[1].to_string(),
+                url: c[2].to_string(),
+                headers: Vec::new(),
+                follow: true,
+                body: bounded(&c[3], MAX_BODY, "a request body")?,
+                client_certificate: false,
+            })
+        },
+    ),
+    def(
+        r#"^I send a "([^"]*)" request to "([^"]*)" with the header "([^"]*)" of (\d+) bytes$"#,
+        "extension",
+        |c| {
+            let size = bounded(&c[4], MAX_HEADER, "a request header")?;
+            Ok(Step::SendRequestWith {
+                method: c[1].to_string(),
+                url: c[2].to_string(),
+                headers: vec![(c[3].to_string(), "x".repeat(size))],
+                follow: true,
+                body: 0,
+                client_certificate: false,
+            })
+        },
+    ),
+    def(
+        r#"^I send a "([^"]*)" request to "([^"]*)" with the client certificate$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendRequestWith {
+                method: c[1].to_string(),
+                url: c[2].to_string(),
+                headers: Vec::new(),
+                follow: true,
+                body: 0,
+                client_certificate: true,
+            })
+        },
+    ),
+    def(
+        r#"^I send a gRPC request to "([^"]*)"$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendGrpc {
+                url: c[1].to_string(),
+                headers: Vec::new(),
+            })
+        },
+    ),
+    def(
+        r#"^I send a gRPC request to "([^"]*)" with the header "([^"]*)" set to "([^"]*)"$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendGrpc {
+                url: c[1].to_string(),
+                headers: vec![(c[2].to_string(), c[3].to_string())],
+            })
+        },
+    ),
+    def(
+        r#"^the gRPC call (?:must|should) (succeed|fail)$"#,
+        "extension",
+        |c| {
+            Ok(Step::GrpcOutcome {
+                succeed: &c[1] == "succeed",
+            })
+        },
+    ),
+    def(
+        r#"^I send (\d+) concurrent requests to "([^"]*)" with the header "([^"]*)" set to "([^"]*)"$"#,
+        "extension",
+        |c| {
+            Ok(Step::SendConcurrent {
+                count: bounded(&c[1], MAX_CONCURRENT, "a batch")?,
+                url: c[2].to_string(),
+                headers: vec![(c[3].to_string(), c[4].to_string())],
+            })
+        },
+    ),
+    def(
+        r#"^(\d+) of the responses status-code must be (\d+)$"#,
+        "extension",
+        |c| {
+            Ok(Step::ResponsesWithStatus {
+                count: number(&c[1])?,
+                status: status(&c[2])?,
+            })
+        },
+    ),
+    def(
+        r#"^the responses must come from (\d+) different services, each at least (\d+) times$"#,
+        "extension",
+        |c| {
+            Ok(Step::ServiceSpread {
+                services: number(&c[1])?,
+                at_least: number(&c[2])?,
+            })
+        },
+    ),
+    def(
+        r#"^the pod that served the response is remembered as "([^"]*)"$"#,
+        "extension",
+        |c| Ok(Step::RememberPod(c[1].to_string())),
+    ),
+    def(
+        r#"^the response (?:must|should) (be|not be) served by the pod "([^"]*)"$"#,
+        "extension",
+        |c| {
+            Ok(Step::ServedByPod {
+                name: c[2].to_string(),
+                same: &c[1] == "be",
             })
         },
     ),
@@ -399,6 +627,59 @@ pub static STEP_DEFS: &[StepDef] = &[
             })
         },
     ),
+    def(r#"^an? (Secret|ConfigMap) resource$"#, "extension", |c| {
+        Ok(Step::ObjectResource {
+            kind: c[1].to_string(),
+        })
+    }),
+    def(
+        r#"^the Ingress resource named "([^"]*)" is updated:$"#,
+        "extension",
+        |c| {
+            Ok(Step::UpdateIngress {
+                name: c[1].to_string(),
+            })
+        },
+    ),
+    def(
+        r#"^a mutual TLS secret named "([^"]*)" for the "([^"]*)" hostname$"#,
+        "extension",
+        |c| {
+            Ok(Step::MutualTlsSecret {
+                name: c[1].to_string(),
+                host: c[2].to_string(),
+            })
+        },
+    ),
+    def(
+        r#"^the response body (?:must|should) (contain|not contain) "([^"]*)"$"#,
+        "extension",
+        |c| {
+            Ok(Step::ResponseBody {
+                text: c[2].to_string(),
+                contains: &c[1] == "contain",
+            })
+        },
+    ),
+    def(
+        r#"^the response must have taken at least (\d+) ms$"#,
+        "extension",
+        |c| {
+            Ok(Step::TookAtLeast {
+                millis: bounded(&c[1], MAX_WAIT_MS, "a duration")? as u64,
+            })
+        },
+    ),
+    def(
+        r#"^the httpbun authentication service is stopped$"#,
+        "extension",
+        |_| Ok(Step::StopAuthService),
+    ),
+    def(
+        r#"^the "([^"]*)" service is the httpbun service$"#,
+        "extension",
+        |c| Ok(Step::HttpbunBackend(c[1].to_string())),
+    ),
     def(
         r#"^an httpbun authentication service$"#,
         "extension",
@@ -447,6 +728,26 @@ fn header_step(side: &str, name: &str, value: &str, check: HeaderCheck) -> Step 
     } else {
         Step::RequestHeader { name, value, check }
     }
+}
+
+/// The largest request body a step sends (proxy-body-size cases send a
+/// few MiB).
+pub const MAX_BODY: usize = 16 << 20;
+/// The largest padding header a step sends.
+pub const MAX_HEADER: usize = 64 << 10;
+/// The most requests a step sends at once.
+pub const MAX_CONCURRENT: usize = 100;
+/// The longest duration a step may expect (a request times out at 10 s).
+pub const MAX_WAIT_MS: usize = 10_000;
+
+fn bounded(s: &str, max: usize, what: &str) -> Result<usize, String> {
+    let n = number(s)?;
+    if n > max {
+        return Err(format!(
+            "{what} of {n} is more than this runner sends ({max})"
+        ));
+    }
+    Ok(n)
 }
 
 fn number(s: &str) -> Result<usize, String> {
@@ -685,6 +986,204 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(parse(text), Ok(want), "step text: {text}");
         }
+    }
+
+    #[test]
+    fn extension_steps() {
+        let cases: Vec<(&str, Step)> = vec![
+            (
+                "a ConfigMap resource",
+                Step::ObjectResource {
+                    kind: "ConfigMap".into(),
+                },
+            ),
+            (
+                "a Secret resource",
+                Step::ObjectResource {
+                    kind: "Secret".into(),
+                },
+            ),
+            (
+                r#"the Ingress resource named "shop-front" is updated:"#,
+                Step::UpdateIngress {
+                    name: "shop-front".into(),
+                },
+            ),
+            (
+                r#"a mutual TLS secret named "mtls" for the "pay.example" hostname"#,
+                Step::MutualTlsSecret {
+                    name: "mtls".into(),
+                    host: "pay.example".into(),
+                },
+            ),
+            (
+                r#"the response body must not contain "teapot""#,
+                Step::ResponseBody {
+                    text: "teapot".into(),
+                    contains: false,
+                },
+            ),
+            (
+                r#"the response body should contain "{""#,
+                Step::ResponseBody {
+                    text: "{".into(),
+                    contains: true,
+                },
+            ),
+            (
+                "the response must have taken at least 1500 ms",
+                Step::TookAtLeast { millis: 1500 },
+            ),
+            (
+                r#"I send a gRPC request to "https://grpc.example/pkg.Svc/Call""#,
+                Step::SendGrpc {
+                    url: "https://grpc.example/pkg.Svc/Call".into(),
+                    headers: Vec::new(),
+                },
+            ),
+            (
+                r#"I send a gRPC request to "http://grpc.example/" with the header "authorization" set to "x""#,
+                Step::SendGrpc {
+                    url: "http://grpc.example/".into(),
+                    headers: vec![("authorization".into(), "x".into())],
+                },
+            ),
+            (
+                "the gRPC call must fail",
+                Step::GrpcOutcome { succeed: false },
+            ),
+            (
+                "the gRPC call should succeed",
+                Step::GrpcOutcome { succeed: true },
+            ),
+            (
+                r#"I send 12 concurrent requests to "http://slow.example/" with the header "X-Echo-Delay-Ms" set to "900""#,
+                Step::SendConcurrent {
+                    count: 12,
+                    url: "http://slow.example/".into(),
+                    headers: vec![("X-Echo-Delay-Ms".into(), "900".into())],
+                },
+            ),
+            (
+                "the responses must come from 2 different services, each at least 80 times",
+                Step::ServiceSpread {
+                    services: 2,
+                    at_least: 80,
+                },
+            ),
+            (
+                r#"the pod that served the response is remembered as "first""#,
+                Step::RememberPod("first".into()),
+            ),
+            (
+                r#"the response must not be served by the pod "first""#,
+                Step::ServedByPod {
+                    name: "first".into(),
+                    same: false,
+                },
+            ),
+            (
+                r#"the response should be served by the pod "first""#,
+                Step::ServedByPod {
+                    name: "first".into(),
+                    same: true,
+                },
+            ),
+            (
+                "4 of the responses status-code must be 503",
+                Step::ResponsesWithStatus {
+                    count: 4,
+                    status: 503,
+                },
+            ),
+            (
+                "the httpbun authentication service is stopped",
+                Step::StopAuthService,
+            ),
+            (
+                r#"the "status-svc" service is the httpbun service"#,
+                Step::HttpbunBackend("status-svc".into()),
+            ),
+            (
+                r#"I send a "PUT" request to "http://up.example/x" with a body of 3 bytes"#,
+                Step::SendRequestWith {
+                    method: "PUT".into(),
+                    url: "http://up.example/x".into(),
+                    headers: Vec::new(),
+                    follow: true,
+                    body: 3,
+                    client_certificate: false,
+                },
+            ),
+            (
+                r#"I send a "GET" request to "http://up.example/" with the header "X-Fill" of 4 bytes"#,
+                Step::SendRequestWith {
+                    method: "GET".into(),
+                    url: "http://up.example/".into(),
+                    headers: vec![("X-Fill".into(), "xxxx".into())],
+                    follow: true,
+                    body: 0,
+                    client_certificate: false,
+                },
+            ),
+            (
+                r#"I send a "GET" request to "https://pay.example/" with the client certificate"#,
+                Step::SendRequestWith {
+                    method: "GET".into(),
+                    url: "https://pay.example/".into(),
+                    headers: Vec::new(),
+                    follow: true,
+                    body: 0,
+                    client_certificate: true,
+                },
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse(text), Ok(want), "step text: {text}");
+        }
+        assert_eq!(
+            parse("a Secret resource").unwrap().argument(),
+            Argument::DocString
+        );
+        assert_eq!(
+            parse(r#"the Ingress resource named "a" is updated:"#)
+                .unwrap()
+                .argument(),
+            Argument::DocString
+        );
+        // Bounded: what a step may make the runner send or wait.
+        let big = format!(
+            r#"I send a "POST" request to "http://up.example/" with a body of {} bytes"#,
+            MAX_BODY + 1
+        );
+        assert!(
+            parse(&big)
+                .unwrap_err()
+                .contains("more than this runner sends")
+        );
+        let big = format!(
+            r#"I send a "GET" request to "http://up.example/" with the header "X" of {} bytes"#,
+            MAX_HEADER + 1
+        );
+        assert!(
+            parse(&big)
+                .unwrap_err()
+                .contains("more than this runner sends")
+        );
+        let big = format!(
+            r#"I send {} concurrent requests to "http://a/" with the header "X" set to "1""#,
+            MAX_CONCURRENT + 1
+        );
+        assert!(
+            parse(&big)
+                .unwrap_err()
+                .contains("more than this runner sends")
+        );
+        assert!(
+            parse("the response must have taken at least 10001 ms")
+                .unwrap_err()
+                .contains("more than")
+        );
     }
 
     #[test]
