@@ -1265,6 +1265,10 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             and tokens[i + 3][1] == "("
         ):
             state["changed"] = state["changed"] or f"Client.{tokens[i + 2][1]}"
+        # `suite.Applier.MustApplyObjectsWithCleanup(...)` creates objects
+        # the test builds at run time (a newer route, a ConfigMap).
+        if tok == "Applier" and tokens[i + 1][1] == "." and tokens[i + 2][1].startswith("MustApply") and tokens[i + 3][1] == "(":
+            state["changed"] = state["changed"] or f"Applier.{tokens[i + 2][1]}"
         # `suite.Client.Get(ctx, nn, obj)` (and `List`) fills `obj` with
         # the object as the cluster has it: from here on a run-time value.
         if tok == "Client" and tokens[i + 1][1] == "." and tokens[i + 2][1] in ("Get", "List") and tokens[i + 3][1] == "(":
@@ -1380,6 +1384,9 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
                 if (
                     isinstance(value, dict)
                     and set(value) >= {"Name", "Namespace"}
+                    # A Gateway has a namespace (`gwcNN`, a GatewayClass's
+                    # name, has none).
+                    and value["Namespace"]
                     and "gw" in tok.lower()
                     # `routeInGWNS`, `badGWRouteNN`: a route's name.
                     and "route" not in tok.lower()

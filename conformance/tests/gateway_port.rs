@@ -591,6 +591,8 @@ var TeapotStatus = suite.ConformanceTest{
 				Reason: string(v1.RouteReasonNotAllowedByListeners),
 			})
 		})
+		gwcNN := types.NamespacedName{Name: "class"}
+		kubernetes.GatewayClassMustHaveLatestConditions(t, s.Client, s.TimeoutConfig, gwcNN)
 		t.Run("other", func(t *testing.T) {
 			gwNN := types.NamespacedName{Name: "other-gw", Namespace: ns}
 			kubernetes.GatewayMustHaveZeroRoutes(t, s.Client, s.TimeoutConfig, gwNN)
@@ -659,6 +661,13 @@ func acceptedConditions() []metav1.Condition {
                     gw,
                     {"Type": "Accepted", "Status": "False", "Reason": "NotAllowedByListeners"},
                 ],
+            },
+            {
+                // A GatewayClass's name, with Go's zero namespace (and no
+                // Gateway of the test's).
+                "helper": "kubernetes.GatewayClassMustHaveLatestConditions",
+                "subtest": "",
+                "arguments": [{"Name": "class", "Namespace": ""}],
             },
             {
                 // The sub-test's own gwNN, which ends with it.
