@@ -403,7 +403,7 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         key: "nginx.ingress.kubernetes.io/temporal-redirect",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Url,
-        doc: "Answer every request of the Ingress with a redirect to this URL (302, or temporal-redirect-code); permanent-redirect wins when both are set.",
+        doc: "Answer every request of the Ingress with a redirect to this URL (302, or temporal-redirect-code); it wins over permanent-redirect when both are set, as in ingress-nginx.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/temporal-redirect-code",

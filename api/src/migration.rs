@@ -256,10 +256,33 @@ impl IngressMove {
     }
 }
 
-/// What becomes of `ingress` when it moves from ingress-nginx to teapot:
-/// its class, each annotation, and the path and host rules nginx read
-/// differently.
+/// The settings of the fleet an Ingress moves to that decide where it
+/// behaves differently from ingress-nginx (the proxy's flags of the same
+/// names); the default is the proxy's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetSettings {
+    /// `--ssl-redirect-default`: whether an Ingress's TLS hosts redirect
+    /// plain HTTP to HTTPS when it does not say (ingress-nginx: they do).
+    pub ssl_redirect_default: bool,
+}
+
+impl Default for FleetSettings {
+    fn default() -> Self {
+        FleetSettings {
+            ssl_redirect_default: true,
+        }
+    }
+}
+
+/// [`assess_on`] a fleet with the proxy's default settings.
 pub fn assess(ingress: &Ingress) -> IngressMove {
+    assess_on(ingress, &FleetSettings::default())
+}
+
+/// What becomes of `ingress` when it moves from ingress-nginx to a fleet
+/// run with `fleet`: its class, each annotation, the path and host rules
+/// nginx read differently, and what the fleet's settings change.
+pub fn assess_on(ingress: &Ingress, fleet: &FleetSettings) -> IngressMove {
     let meta = &ingress.metadata;
     let mut out = IngressMove {
         ingress: format!(
@@ -340,7 +363,39 @@ pub fn assess(ingress: &Ingress) -> IngressMove {
             "on a tenant's Ingress they answer on the Ingress's own name INGRESS.CLUSTER.lb.DOMAIN, never for every host as ingress-nginx's default server did",
         ));
     }
+    if let Some(note) = ssl_redirect_off(ingress, fleet) {
+        out.changed.push(note);
+    }
     out
+}
+
+/// ingress-nginx redirects plain HTTP for an Ingress's TLS hosts unless it
+/// sets `ssl-redirect: "false"`; a fleet run with
+/// `--ssl-redirect-default=false` serves them over plain HTTP unless it
+/// asks.
+fn ssl_redirect_off(ingress: &Ingress, fleet: &FleetSettings) -> Option<Note> {
+    if fleet.ssl_redirect_default {
+        return None;
+    }
+    let tls_hosts = ingress
+        .spec
+        .iter()
+        .flat_map(|s| s.tls.iter().flatten())
+        .any(|t| t.hosts.as_ref().is_some_and(|h| !h.is_empty()));
+    let annotations = ingress.metadata.annotations.as_ref();
+    let set = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+    let asks = |key: &str| set(key) == Some("true");
+    let said = set(&format!("{NGINX_PREFIX}ssl-redirect")).is_some()
+        || set(&format!("{PREFIX}ssl-redirect")).is_some()
+        || asks(&format!("{NGINX_PREFIX}force-ssl-redirect"));
+    (tls_hosts && !said).then(|| {
+        Note::new(
+            "spec.tls",
+            format!(
+                "plain HTTP for its TLS hosts is served, not redirected to HTTPS as ingress-nginx does: the fleet runs with --ssl-redirect-default=false; set {NGINX_PREFIX}ssl-redirect: \"true\" to keep the redirect"
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -556,10 +611,11 @@ mod tests {
             "a -samesite abbreviation in the page's first cell"
         );
         assert_eq!(nginx("affinity", "cookie"), Outcome::Served);
-        let Outcome::Changed(text) = nginx("ssl-redirect", "true") else {
-            panic!("ssl-redirect is changed");
+        assert_eq!(nginx("ssl-redirect", "true"), Outcome::Served);
+        let Outcome::Changed(text) = nginx("limit-rps", "5") else {
+            panic!("limit-rps is changed");
         };
-        assert!(text.contains("308"), "{text}");
+        assert!(text.contains("429"), "{text}");
         let Outcome::Refused { reason, instead } = nginx("server-snippet", "x") else {
             panic!("snippets are refused");
         };
@@ -630,14 +686,13 @@ spec:
         .unwrap();
         let m = assess(&ingress);
         assert_eq!(m.ingress, "shop/web");
-        assert_eq!(m.served, ["whitelist-source-range"]);
+        assert_eq!(m.served, ["ssl-redirect", "whitelist-source-range"]);
         let what: Vec<&str> = m.changed.iter().map(|n| n.what.as_str()).collect();
         assert_eq!(
             what,
             [
                 "spec.ingressClassName",
                 "kubernetes.io/ingress.class",
-                "ssl-redirect",
                 "path /api (ImplementationSpecific)"
             ]
         );
@@ -657,6 +712,54 @@ spec:
         assert_eq!(assess(&clean).verdict(), Move::AsIs);
         clean.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host = None;
         assert_eq!(assess(&clean).verdict(), Move::WithChanges);
+    }
+
+    /// A fleet run with `--ssl-redirect-default=false` serves an Ingress's
+    /// TLS hosts over plain HTTP where ingress-nginx redirects them: said
+    /// per Ingress, unless the Ingress says what it wants.
+    #[test]
+    fn the_fleets_ssl_redirect_default_is_judged_per_ingress() {
+        let with = |tls: bool, annotations: &[(&str, &str)]| {
+            let mut ingress: Ingress = serde_yaml::from_str(
+                "metadata: {name: web, namespace: shop}\nspec: {ingressClassName: teapot}",
+            )
+            .unwrap();
+            if tls {
+                ingress.spec.as_mut().unwrap().tls = Some(vec![
+                    serde_yaml::from_str("{hosts: [shop.example.com]}").unwrap(),
+                ]);
+            }
+            ingress.metadata.annotations = Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            ingress
+        };
+        let off = FleetSettings {
+            ssl_redirect_default: false,
+        };
+        let said = |i: &Ingress, fleet: &FleetSettings| {
+            assess_on(i, fleet)
+                .changed
+                .iter()
+                .any(|n| n.what == "spec.tls" && n.says.contains("--ssl-redirect-default=false"))
+        };
+        let plain = with(true, &[]);
+        assert!(said(&plain, &off));
+        assert_eq!(assess_on(&plain, &off).verdict(), Move::WithChanges);
+        assert!(!said(&plain, &FleetSettings::default()));
+        assert_eq!(assess(&plain).verdict(), Move::AsIs);
+        assert!(!said(&with(false, &[]), &off), "no TLS host");
+        for set in [
+            ("nginx.ingress.kubernetes.io/ssl-redirect", "true"),
+            ("nginx.ingress.kubernetes.io/ssl-redirect", "false"),
+            ("teapot.dev/ssl-redirect", "true"),
+            ("nginx.ingress.kubernetes.io/force-ssl-redirect", "true"),
+        ] {
+            assert!(!said(&with(true, &[set]), &off), "{set:?}");
+        }
     }
 
     /// Client certificates move when the CA Secret moves with them;

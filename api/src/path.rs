@@ -41,9 +41,19 @@ pub fn validate(path: &str) -> Result<(), PathError> {
 }
 
 /// The key a `Prefix` rule is stored under: trailing slashes removed, so that
-/// `/foo/` and `/foo` are one rule and `/` is the empty key.
+/// `/foo/` and `/foo` share one key and `/` is the empty key. They are
+/// still two rules where both are written, as in ingress-nginx: the proxy's
+/// route table sends `/foo` to the one without the slash and `/foo/`
+/// and below to the one with ([`prefix_slashed`]).
 pub fn prefix_key(path: &str) -> &str {
     path.trim_end_matches('/')
+}
+
+/// Whether a `Prefix` rule's path is written with a trailing slash that
+/// makes it the second rule of its key (`/foo/`; `/` is the root, never
+/// one).
+pub fn prefix_slashed(path: &str) -> bool {
+    path.len() > 1 && path.ends_with('/') && !prefix_key(path).is_empty()
 }
 
 /// The request path as routes match it and backends receive it
@@ -204,6 +214,10 @@ mod tests {
         assert!(validate("/a?b").is_err());
         assert_eq!(prefix_key("/"), "");
         assert_eq!(prefix_key("/foo/"), "/foo");
+        assert!(prefix_slashed("/foo/"));
+        assert!(!prefix_slashed("/foo"));
+        assert!(!prefix_slashed("/"));
+        assert!(!prefix_slashed("//"));
     }
 
     /// `normalize`, checking that an unchanged path is borrowed.

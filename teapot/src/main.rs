@@ -146,6 +146,9 @@ pub(crate) struct TuningArgs {
     /// Serve only HTTP/1.1 on the plain listener: a client's HTTP/2 preface is refused as a malformed HTTP/1 request (ingress-nginx's use-http2: "false").
     #[arg(long, conflicts_with = "h2c")]
     no_h2c: bool,
+    /// Redirect plain HTTP for an Ingress's TLS hosts to HTTPS (308) when neither ssl-redirect annotation says, as ingress-nginx's ssl-redirect defaults to true; false serves them over HTTP unless an Ingress sets ssl-redirect: "true".
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    ssl_redirect_default: bool,
     /// Upstream connect timeout, milliseconds.
     #[arg(long, default_value_t = 3000)]
     connect_timeout_ms: u64,
@@ -319,6 +322,7 @@ pub(crate) fn proxy_config(
         status_addresses,
         domain: tuning.domain.to_ascii_lowercase(),
         lb_networks: tuning.lb_cidrs.clone(),
+        ssl_redirect_default: tuning.ssl_redirect_default,
         ..CompileOptions::default()
     };
     config.dns_servers = tuning.dns_servers.clone();

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use k8s_openapi::api::networking::v1::Ingress;
-use teapot_api::migration::{IngressMove, Move, assess};
+use teapot_api::migration::{FleetSettings, IngressMove, Move, assess_on};
 
 /// The controller an Ingress was written for.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,11 +42,25 @@ pub(crate) struct MigrationArgs {
     /// With --from: text for people, json for scripts.
     #[arg(long, value_enum, default_value = "text", requires = "from")]
     output: Output,
+    /// With --from: the fleet's `teapot proxy --ssl-redirect-default`; with false, each Ingress whose TLS hosts the fleet then serves over plain HTTP (ingress-nginx redirects them) says so.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, requires = "from")]
+    ssl_redirect_default: bool,
+}
+
+impl MigrationArgs {
+    /// The fleet settings the Ingresses are judged against.
+    fn fleet(&self) -> FleetSettings {
+        FleetSettings {
+            ssl_redirect_default: self.ssl_redirect_default,
+        }
+    }
 }
 
 /// Prints the verdict on every Ingress; exits 1 when one would be refused,
 /// as the webhook's check does.
 pub(crate) async fn run(files: &[PathBuf], args: &MigrationArgs) -> anyhow::Result<()> {
+    let fleet = args.fleet();
+    let assess = |ingress: &Ingress| assess_on(ingress, &fleet);
     let mut moves = Vec::new();
     if args.cluster {
         moves.extend(
@@ -192,7 +206,11 @@ spec: {ingressClassName: teapot}
             .map(|i| i.metadata.name.clone().unwrap())
             .collect();
         assert_eq!(names, ["a", "b"]);
-        let moves: Vec<_> = found.iter().map(|i| ("f".to_string(), assess(i))).collect();
+        let fleet = FleetSettings::default();
+        let moves: Vec<_> = found
+            .iter()
+            .map(|i| ("f".to_string(), assess_on(i, &fleet)))
+            .collect();
         let report = text_report(&moves);
         assert!(
             report.contains("Ingress shop/a (f): moves, with changes\n  changed: spec.ingressClassName: is not set"),

@@ -100,12 +100,14 @@ async fn a_host_the_connections_certificate_does_not_serve_gets_421() {
             "{proto:?}: the fronted request reached no backend"
         );
     }
-    // Plain HTTP has no certificate to disagree with.
+    // Plain HTTP has no certificate to disagree with: not 421, but the
+    // TLS host's redirect to HTTPS (ssl-redirect's default).
     let plain = send(
         h.proxy.http,
         &Transport::Plain,
         &Request::get("b.test", "/"),
     )
     .await;
-    assert_eq!(plain.status, 200);
+    assert_eq!(plain.status, 308);
+    assert_eq!(header(&plain, "location"), "https://b.test");
 }

@@ -938,7 +938,11 @@ endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]
         "---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
-metadata: {{name: bench, namespace: bench}}
+metadata:
+  name: bench
+  namespace: bench
+  # Plain HTTP is measured forwarding, not redirecting to HTTPS.
+  annotations: {{nginx.ingress.kubernetes.io/ssl-redirect: \"false\"}}
 spec:
   ingressClassName: teapot
   tls: [{{hosts: [{STATIC_HOST}, {ECHO_HOST}, {CHURN_HOST}], secretName: bench-tls}}]

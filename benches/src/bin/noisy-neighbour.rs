@@ -159,12 +159,15 @@ fn backend(service: &str) -> Value {
 
 fn ingress(namespace: &str, name: &str, rules: Vec<Value>, tls: Vec<&str>) -> Value {
     let mut spec = json!({"ingressClassName": "teapot", "rules": rules});
+    let mut metadata = json!({"name": name, "namespace": namespace});
     if !tls.is_empty() {
         spec["tls"] = json!([{"hosts": tls}]);
+        // Plain HTTP is measured forwarding, not redirecting to HTTPS.
+        metadata["annotations"] = json!({"nginx.ingress.kubernetes.io/ssl-redirect": "false"});
     }
     json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "spec": spec,
     })
 }

@@ -103,6 +103,10 @@ pub struct CompileOptions {
     pub l4: Option<L4Inputs>,
     /// Per-tenant rate and connection gates, kept across compiles.
     pub tenant_gates: Arc<TenantGates>,
+    /// Whether an Ingress's TLS hosts redirect plain HTTP to HTTPS when
+    /// neither `ssl-redirect` annotation says (`--ssl-redirect-default`):
+    /// on, as ingress-nginx's `ssl-redirect` defaults to true.
+    pub ssl_redirect_default: bool,
 }
 
 /// Allocator settings (environment variables, read by mimalloc at process
@@ -139,6 +143,7 @@ impl Default for CompileOptions {
             acme: None,
             l4: None,
             tenant_gates: Arc::default(),
+            ssl_redirect_default: true,
         }
     }
 }
@@ -201,6 +206,7 @@ pub fn compile_incremental(
     };
     let mut resolver = Resolver::new(store, registry, &tenancy, reuse);
     let mut policies = Policies::new(&options.tenant_gates);
+    policies.ssl_redirect_default = options.ssl_redirect_default;
     let mut certs = CertTable::default();
     // Client-certificate settings by host: the Ingresses' first, then the
     // Gateways' (as certificates), the first setting of a host keeping it.

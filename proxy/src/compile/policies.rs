@@ -27,6 +27,9 @@ use crate::live::rate_table::{self, RateTable};
 pub(crate) struct Policies<'a> {
     gates: &'a TenantGates,
     cache: FastHashMap<PolicyKey<'a>, Option<Arc<RoutePolicy>>>,
+    /// `ssl-redirect` where an Ingress with TLS hosts says nothing
+    /// (crate::compile::CompileOptions::ssl_redirect_default).
+    pub(crate) ssl_redirect_default: bool,
 }
 
 /// (tenant cluster, `teapot.dev/max-body-size`).
@@ -37,6 +40,7 @@ impl<'a> Policies<'a> {
         Policies {
             gates,
             cache: FastHashMap::default(),
+            ssl_redirect_default: true,
         }
     }
 
@@ -116,14 +120,21 @@ impl<'a> Policies<'a> {
             .map(|t| teapot_api::tenant::TenantLimits::effective(t.tenant.spec.limits.as_ref()));
         let nginx = NginxAnnotations::read(all, &mut problems);
         let table = || self.rate_table(tenant);
-        let teapot_redirect = all
+        // `teapot.dev/ssl-redirect`, else the fleet's default (on, as
+        // ingress-nginx); `nginx.ingress.kubernetes.io/ssl-redirect` wins
+        // over both (crate::compile::traffic).
+        let teapot_redirect = match all
             .and_then(|a| a.get(SSL_REDIRECT))
-            .map(|v| annotations::parse(ObjectKind::Ingress, SSL_REDIRECT, v));
-        let teapot_redirect = matches!(teapot_redirect, Some(Ok(AnnotationValue::Bool(true))));
+            .map(|v| annotations::parse(ObjectKind::Ingress, SSL_REDIRECT, v))
+        {
+            Some(Ok(AnnotationValue::Bool(on))) => on,
+            _ => self.ssl_redirect_default,
+        };
+        let redirects_tls = teapot_redirect && has_tls_hosts(ingress);
         // Most Ingresses carry no ingress-nginx annotation: no name made.
         let wants_auth = all.is_some_and(|a| a.contains_key(AUTH_URL));
         let wants_errors = all.is_some_and(|a| ERRORS.iter().any(|k| a.contains_key(*k)));
-        let traffic = (!nginx.is_empty() || teapot_redirect || wants_auth || wants_errors)
+        let traffic = (!nginx.is_empty() || redirects_tls || wants_auth || wants_errors)
             .then(|| {
                 let meta = &ingress.metadata;
                 let namespace = meta.namespace.as_deref().unwrap_or("");
@@ -393,6 +404,15 @@ fn custom_errors(
 }
 
 /// The hosts of an Ingress's `spec.tls` (those `ssl-redirect` covers).
+/// Whether `spec.tls` names a host: most Ingresses' answer is found
+/// without parsing one.
+fn has_tls_hosts(ingress: &Ingress) -> bool {
+    let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
+    tls.into_iter()
+        .flatten()
+        .any(|t| t.hosts.as_ref().is_some_and(|h| !h.is_empty()))
+}
+
 fn tls_hosts(ingress: &Ingress) -> Vec<teapot_api::HostPattern> {
     let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_ref());
     tls.into_iter()

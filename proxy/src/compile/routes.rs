@@ -6,6 +6,12 @@
 //! is chosen first (an exact host, else a wildcard one label up, else the
 //! rules without host); inside it `Exact` is tried on the whole path, then
 //! `Prefix` keys from the longest element-wise prefix of the path to `/`.
+//! A Prefix rule written with a trailing slash (`/foo/bar/`) and one
+//! written without (`/foo/bar`) are two rules, as ingress-nginx makes
+//! them two locations (`location /foo/bar/` and `location = /foo/bar`):
+//! the path itself goes to the one without, the paths below it (`/foo/bar/`
+//! included) to the one with; either alone matches both, as the Ingress
+//! API reads a trailing slash.
 //! A request that matches no path of its host group goes to the default
 //! backend, if any; it does not fall through to a less specific host group
 //! (as in ingress-nginx and the Gateway API, a host's rules are its own).
@@ -158,11 +164,27 @@ pub const INGRESS_REGEX_BYTES_PER_REQUEST: usize = 256 * 1024;
 #[derive(Debug)]
 struct PathEntry {
     group: GroupId,
-    exact: bool,
+    kind: EntryKind,
+    /// A Prefix rule written with a trailing slash (`/foo/`, not `/`).
+    slashed: bool,
+    /// A [`EntryKind::Prefix`] entry whose key also has the other spelling,
+    /// stored as [`EntryKind::Twin`]: only then does a lookup probe twice.
+    twin: bool,
     start: u32,
     len: u32,
     route: Route,
     owner: u32,
+}
+
+/// Under which kind an entry is stored and probed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum EntryKind {
+    Exact,
+    /// The first Prefix rule of a key, with or without its trailing slash.
+    Prefix,
+    /// The second Prefix rule of a key: the spelling its [`Self::Prefix`]
+    /// entry does not have.
+    Twin,
 }
 
 /// Every route of a snapshot.
@@ -202,24 +224,42 @@ impl PathTable<'_> {
         route: Route,
         owner: u32,
     ) -> Result<(), u32> {
-        let (exact, key) = match kind {
-            PathKind::Exact => (true, path),
-            PathKind::Prefix => (false, teapot_api::path::prefix_key(path)),
+        let (mut entry_kind, key) = match kind {
+            PathKind::Exact => (EntryKind::Exact, path),
+            PathKind::Prefix => (EntryKind::Prefix, teapot_api::path::prefix_key(path)),
         };
+        let slashed = kind == PathKind::Prefix && teapot_api::path::prefix_slashed(path);
         let group = self.group.id;
-        let hash = path_hash(self.hasher, group, exact, key);
+        let hash = path_hash(self.hasher, group, entry_kind, key);
         let arena = &*self.arena;
-        let found = self.paths.find(hash, |e| {
-            e.group == group && e.exact == exact && entry_key(arena, e) == key
+        let found = self.paths.find_mut(hash, |e| {
+            e.group == group && e.kind == entry_kind && entry_key(arena, e) == key
         });
         if let Some(existing) = found {
-            return Err(existing.owner);
+            if entry_kind == EntryKind::Exact || existing.slashed == slashed {
+                return Err(existing.owner);
+            }
+            // `/foo` beside `/foo/`: the other spelling's rule, unless its
+            // twin holds that spelling already.
+            if existing.twin {
+                let owner = existing.owner;
+                let twin = path_hash(self.hasher, group, EntryKind::Twin, key);
+                let held = self.paths.find(twin, |e| {
+                    e.group == group && e.kind == EntryKind::Twin && entry_key(arena, e) == key
+                });
+                return Err(held.map_or(owner, |e| e.owner));
+            }
+            existing.twin = true;
+            entry_kind = EntryKind::Twin;
         }
+        let hash = path_hash(self.hasher, group, entry_kind, key);
         let start = u32::try_from(self.arena.len()).expect("route keys exceed 4 GiB");
         self.arena.push_str(key);
         let entry = PathEntry {
             group,
-            exact,
+            kind: entry_kind,
+            slashed,
+            twin: false,
             start,
             len: key.len() as u32,
             route,
@@ -228,10 +268,10 @@ impl PathTable<'_> {
         let hasher = self.hasher;
         let arena = &*self.arena;
         self.paths.insert_unique(hash, entry, |e| {
-            path_hash(hasher, e.group, e.exact, entry_key(arena, e))
+            path_hash(hasher, e.group, e.kind, entry_key(arena, e))
         });
         let g = &mut *self.group;
-        if exact {
+        if entry_kind == EntryKind::Exact {
             g.exact += 1;
         } else {
             g.prefix += 1;
@@ -274,8 +314,13 @@ impl PathTable<'_> {
     }
 }
 
-fn path_hash(hasher: &foldhash::fast::RandomState, group: GroupId, exact: bool, key: &str) -> u64 {
-    hasher.hash_one((group, exact, key))
+fn path_hash(
+    hasher: &foldhash::fast::RandomState,
+    group: GroupId,
+    kind: EntryKind,
+    key: &str,
+) -> u64 {
+    hasher.hash_one((group, kind, key))
 }
 
 /// Segments of a prefix key (`""` for `/` has none, `/a/b` has two).
@@ -391,9 +436,9 @@ impl RouteTable {
     fn lookup_path<'a>(&'a self, g: &'a Group, path: &str) -> Option<&'a Route> {
         let group = g.id;
         if g.exact > 0
-            && let Some(u) = self.probe(group, true, path)
+            && let Some(e) = self.probe(group, EntryKind::Exact, path)
         {
-            return Some(u);
+            return Some(&e.route);
         }
         if g.regexes.is_empty() {
             return self.lookup_prefix(g, path).map(|(route, _)| route);
@@ -416,27 +461,32 @@ impl RouteTable {
     }
 
     /// The longest Prefix rule of the path, with the length of its path
-    /// (`/` counts one).
+    /// as written (`/` counts one).
     fn lookup_prefix(&self, g: &Group, path: &str) -> Option<(&Route, usize)> {
         if g.prefix == 0 {
             return None;
         }
         let mut candidate = truncate_segments(path.trim_end_matches('/'), g.prefix_depth);
         loop {
-            if let Some(u) = self.probe(g.id, false, candidate) {
-                return Some((u, candidate.len().max(1)));
+            if let Some(e) = self.probe(g.id, EntryKind::Prefix, candidate) {
+                // The path itself goes to the spelling without a trailing
+                // slash, the paths below it to the one with.
+                let below = path.len() > candidate.len();
+                let e = match e.twin && e.slashed != below {
+                    true => self.probe(g.id, EntryKind::Twin, candidate).unwrap_or(e),
+                    false => e,
+                };
+                return Some((&e.route, candidate.len().max(1) + usize::from(e.slashed)));
             }
             candidate = &candidate[..candidate.rfind('/')?];
         }
     }
 
-    fn probe(&self, group: GroupId, exact: bool, key: &str) -> Option<&Route> {
-        let hash = path_hash(&self.hasher, group, exact, key);
-        self.paths
-            .find(hash, |e| {
-                e.group == group && e.exact == exact && entry_key(&self.arena, e) == key
-            })
-            .map(|e| &e.route)
+    fn probe(&self, group: GroupId, kind: EntryKind, key: &str) -> Option<&PathEntry> {
+        let hash = path_hash(&self.hasher, group, kind, key);
+        self.paths.find(hash, |e| {
+            e.group == group && e.kind == kind && entry_key(&self.arena, e) == key
+        })
     }
 
     /// Number of (host, path) routes, host fallbacks included.
@@ -488,17 +538,33 @@ impl RouteTable {
                 .find(|r| r.regex.as_str() == path)
                 .map(|r| &mut r.route);
         }
-        let (exact, key) = match kind {
-            PathKind::Exact => (true, path),
-            PathKind::Prefix => (false, teapot_api::path::prefix_key(path)),
+        let (entry_kind, key) = match kind {
+            PathKind::Exact => (EntryKind::Exact, path),
+            PathKind::Prefix => (EntryKind::Prefix, teapot_api::path::prefix_key(path)),
         };
+        let slashed = kind == PathKind::Prefix && teapot_api::path::prefix_slashed(path);
         let id = group.id;
-        let hash = path_hash(&self.hasher, id, exact, key);
         let arena = &self.arena;
+        let hasher = &self.hasher;
+        // The first spelling's entry, else its twin.
+        let first = path_hash(hasher, id, entry_kind, key);
+        let holds = |e: &PathEntry| e.slashed == slashed || entry_kind == EntryKind::Exact;
+        let first_holds = self
+            .paths
+            .find(first, |e| {
+                e.group == id && e.kind == entry_kind && entry_key(arena, e) == key
+            })
+            .is_some_and(holds);
+        let (hash, kind) = if first_holds || entry_kind == EntryKind::Exact {
+            (first, entry_kind)
+        } else {
+            (path_hash(hasher, id, EntryKind::Twin, key), EntryKind::Twin)
+        };
         self.paths
             .find_mut(hash, |e| {
-                e.group == id && e.exact == exact && entry_key(arena, e) == key
+                e.group == id && e.kind == kind && entry_key(arena, e) == key
             })
+            .filter(|e| holds(e))
             .map(|e| &mut e.route)
     }
 
@@ -741,8 +807,53 @@ mod tests {
         let mut t = RouteTable::default();
         let mut g = t.host_mut(None);
         assert_eq!(g.insert(Prefix, "/x/", up("old"), 0), Ok(()));
-        assert_eq!(g.insert(Prefix, "/x", up("new"), 1), Err(0));
-        assert_eq!(g.insert(Exact, "/x", up("exact"), 1), Ok(()));
+        assert_eq!(g.insert(Prefix, "/x//", up("again"), 1), Err(0));
+        assert_eq!(g.insert(Prefix, "/x", up("new"), 2), Ok(()));
+        assert_eq!(g.insert(Prefix, "/x", up("newer"), 3), Err(2));
+        assert_eq!(g.insert(Prefix, "/x/", up("newer"), 3), Err(0));
+        assert_eq!(g.insert(Exact, "/x", up("exact"), 4), Ok(()));
+        assert_eq!(g.insert(Exact, "/x", up("exact"), 5), Err(4));
+        assert_eq!(g.insert(Prefix, "/", up("root"), 6), Ok(()));
+        assert_eq!(g.insert(Prefix, "//", up("root"), 7), Err(6));
         assert_eq!(hit(&t, "h", "/x/y").as_deref(), Some("old"));
+    }
+
+    /// ingress-nginx's path-priority example: `Prefix /foo/bar` and
+    /// `Prefix /foo/bar/` are two rules (two locations there:
+    /// `= /foo/bar` and `/foo/bar/`). The path itself goes to the first,
+    /// `/foo/bar/` and below to the second, whichever was added first; an
+    /// Exact rule still wins its path.
+    #[test]
+    fn a_trailing_slash_makes_a_second_prefix_rule() {
+        for (first, second) in [("/foo/bar", "/foo/bar/"), ("/foo/bar/", "/foo/bar")] {
+            let mut t = table(&[
+                (Some("test.com"), Prefix, first, first),
+                (Some("test.com"), Prefix, second, second),
+                (Some("test.com"), Prefix, "/", "root"),
+            ]);
+            let at = |t: &RouteTable, p: &str| hit(t, "test.com", p);
+            assert_eq!(at(&t, "/foo/bar").as_deref(), Some("/foo/bar"), "{first}");
+            for below in ["/foo/bar/", "/foo/bar/1", "/foo/bar//", "/foo/bar/a/b"] {
+                assert_eq!(at(&t, below).as_deref(), Some("/foo/bar/"), "{below}");
+            }
+            assert_eq!(at(&t, "/foo/barx").as_deref(), Some("root"));
+            assert_eq!(at(&t, "/foo").as_deref(), Some("root"));
+            // The canary's rule is found by its own spelling.
+            let host = HostPattern::parse("test.com").ok();
+            for spelling in [first, second] {
+                let route = t.rule_mut(host.as_ref(), Prefix, spelling, false);
+                assert_eq!(route.map(|r| r.name.clone()).as_deref(), Some(spelling));
+            }
+            let mut g = t.host_mut(host.as_ref());
+            assert_eq!(g.insert(Exact, "/foo/bar/", up("exact"), 9), Ok(()));
+            assert_eq!(at(&t, "/foo/bar/").as_deref(), Some("exact"));
+            assert_eq!(at(&t, "/foo/bar/1").as_deref(), Some("/foo/bar/"));
+        }
+        // Either spelling alone matches the path and below.
+        let t = table(&[(None, Prefix, "/foo/bar/", "slash")]);
+        assert_eq!(hit(&t, "x", "/foo/bar").as_deref(), Some("slash"));
+        let mut t = table(&[(None, Prefix, "/foo/bar", "plain")]);
+        assert_eq!(hit(&t, "x", "/foo/bar/").as_deref(), Some("plain"));
+        assert!(t.rule_mut(None, Prefix, "/foo/bar/", false).is_none());
     }
 }

@@ -418,8 +418,9 @@ impl NginxAnnotations {
         self.policy_with_tls(route, table, None, &[], problems)
     }
 
-    /// [`Self::policy`] with the Ingress's TLS hosts and its
-    /// `teapot.dev/ssl-redirect`, for `ssl-redirect`.
+    /// [`Self::policy`] with the Ingress's TLS hosts and whether they
+    /// redirect when `ssl-redirect` is not set (`teapot.dev/ssl-redirect`,
+    /// else the fleet's `--ssl-redirect-default`), for `ssl-redirect`.
     pub fn policy_with_tls(
         &self,
         route: &str,
@@ -593,12 +594,13 @@ impl NginxAnnotations {
             status: code.and_then(|c| u16::try_from(c).ok()).unwrap_or(default),
             location: Arc::from(url),
         };
-        // ingress-nginx: a permanent redirect wins over a temporal one.
-        if let Some(url) = self.text("permanent-redirect") {
-            return Some(to(url, self.count("permanent-redirect-code"), 301));
+        // ingress-nginx reads `temporal-redirect` first and returns it, so
+        // a temporal redirect wins over a permanent one.
+        if let Some(url) = self.text("temporal-redirect") {
+            return Some(to(url, self.count("temporal-redirect-code"), 302));
         }
-        self.text("temporal-redirect")
-            .map(|url| to(url, self.count("temporal-redirect-code"), 302))
+        self.text("permanent-redirect")
+            .map(|url| to(url, self.count("permanent-redirect-code"), 301))
     }
 
     /// `auth-url` and its companions; `None` without `auth-url` (the
@@ -856,9 +858,10 @@ mod tests {
         assert_eq!(
             redirect.unwrap().redirect,
             Some(Redirect {
-                status: 301,
-                location: Arc::from("https://a.example/")
-            })
+                status: 302,
+                location: Arc::from("https://b.example/")
+            }),
+            "temporal-redirect wins, as ingress-nginx reads it first"
         );
     }
 

@@ -15,6 +15,7 @@
 mod backend;
 mod canary;
 mod client_cert;
+mod regex_hosts;
 mod www;
 
 use std::net::IpAddr;
@@ -98,6 +99,7 @@ where
     // A route remembers its owner as an index into `ordered`, which is
     // how a conflict names the older Ingress without a side table.
     let owners: Vec<&NsName> = ordered.iter().map(|(id, _)| *id).collect();
+    let mut regex_hosts = regex_hosts::RegexHosts::new(&ordered, classes, tenancy);
     for (index, (id, stored)) in ordered.into_iter().enumerate() {
         let index = index as u32;
         let ingress = &stored.object;
@@ -171,6 +173,27 @@ where
             ))
         });
         let (policy, mut annotation_problems) = policies.of(ingress, tenant, resolver);
+        // Basic authentication it asks for and teapot cannot apply as
+        // asked (its users' Secret missing, unreadable, past the bounds or
+        // of another namespace; a companion without auth-type) keeps it
+        // unrouted the same way (crate::compile::basic_auth).
+        if let Some(why) = policy
+            .as_ref()
+            .and_then(|p| p.traffic.as_ref())
+            .and_then(|t| t.basic_auth.as_ref())
+            .and_then(|b| b.refused.as_ref())
+        {
+            ingress_reports.push(not_routed(
+                id,
+                true,
+                &no_status,
+                UNSERVED_RESTRICTION,
+                format!(
+                    "{why}; the Ingress is not routed: teapot cannot apply the basic authentication it asks for"
+                ),
+            ));
+            continue;
+        }
         // Plain HTTP asks for no certificate: a request for a host whose
         // certificates this Ingress asks for goes to HTTPS (308), as
         // ingress-nginx's default ssl-redirect sends its TLS hosts, and is
@@ -319,6 +342,10 @@ where
                 rule_hosts.push(h);
                 &rule_hosts[rule_hosts.len() - 1]
             });
+            // Another Ingress of the owner asked for regex paths on this
+            // host: ingress-nginx makes every path of the host one.
+            let owner = tenant.map(|t| t.cluster);
+            let spread = !regex_paths && regex_hosts.covers(owner, host);
             let mut table = routes.host_mut(host);
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let Ok(kind) = PathKind::parse(&p.path_type) else {
@@ -326,6 +353,9 @@ where
                 };
                 let path = p.path.as_deref().unwrap_or("/");
                 let regex = match regex_paths.then(|| PathRegex::compile(path)) {
+                    None if spread => {
+                        spread_regex(&mut regex_hosts, owner, path, &mut regex_problems)
+                    }
                     None => None,
                     Some(Ok(regex)) => Some(regex),
                     Some(Err(e)) => {
@@ -521,6 +551,33 @@ fn https_only(policy: Option<Arc<RoutePolicy>>) -> Arc<RoutePolicy> {
 
 /// The client-certificate annotations, as conditions name them.
 const AUTH_TLS: &str = "nginx.ingress.kubernetes.io/auth-tls-*";
+
+/// A path made a regex because another Ingress of its host asked
+/// ([`regex_hosts`]), within its tenant's regex budget; one that does not
+/// compile, or does not fit, keeps its own `pathType` (reported).
+fn spread_regex(
+    regex_hosts: &mut regex_hosts::RegexHosts<'_>,
+    owner: Option<&str>,
+    path: &str,
+    problems: &mut Vec<String>,
+) -> Option<Arc<PathRegex>> {
+    const WHY: &str = "another Ingress of its host asks for regex paths (use-regex or rewrite-target), which ingress-nginx applies to every path of the host";
+    if !regex_hosts.spend(owner, path) {
+        problems.push(format!(
+            "path {path:?}: not made a regular expression as {WHY}: the tenant's regular expressions would pass its limits (maxRegexes, maxRegexBytes); it matches by its pathType"
+        ));
+        return None;
+    }
+    match PathRegex::compile(path) {
+        Ok(regex) => Some(regex),
+        Err(e) => {
+            problems.push(format!(
+                "path {path:?}: not made a regular expression as {WHY}: {e}; it matches by its pathType"
+            ));
+            None
+        }
+    }
+}
 
 /// The policy of a regex rule: with `rewrite-target`, a copy carrying the
 /// rule's own pattern, whose captures the target takes (a target equal to
@@ -816,6 +873,223 @@ spec:
             .filter(|c| c.status == "False" && c.type_ == "AnnotationsAccepted")
             .map(|c| c.message.clone())
             .collect()
+    }
+
+    /// Service `ops/other` with one endpoint.
+    const OTHER: &str = "apiVersion: v1
+kind: Service
+metadata: {name: other, namespace: ops}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: other-1, namespace: ops, labels: {kubernetes.io/service-name: other}}
+addressType: IPv4
+endpoints: [{addresses: [127.0.0.2]}]
+ports: [{name: \"\", port: 8080}]
+";
+
+    /// An Ingress of `ops` on `host` with one path each of `paths`
+    /// (type, path, service).
+    fn paths_ingress(
+        name: &str,
+        host: &str,
+        annotations: &str,
+        paths: &[(&str, &str, &str)],
+    ) -> String {
+        let paths: Vec<String> = paths
+            .iter()
+            .map(|(kind, path, service)| {
+                format!("{{path: \"{path}\", pathType: {kind}, backend: {{service: {{name: {service}, port: {{number: 80}}}}}}}}")
+            })
+            .collect();
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: ops
+  annotations: {{{annotations}}}
+spec:
+  ingressClassName: teapot
+  rules:
+  - host: {host}
+    http: {{paths: [{}]}}
+",
+            paths.join(", ")
+        )
+    }
+
+    fn served_by(s: &crate::compile::snapshot::Snapshot, host: &str, path: &str) -> Option<String> {
+        s.routes.lookup(host, path).map(|r| r.upstream.name.clone())
+    }
+
+    fn condition<'a>(
+        s: &'a crate::compile::snapshot::Snapshot,
+        name: &str,
+        type_: &str,
+    ) -> Option<&'a crate::compile::condition::Condition> {
+        let report = s.report.ingresses.iter().find(|r| r.name == name)?;
+        report.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// ingress-nginx's path-priority example on two Ingresses of one host:
+    /// `Prefix /foo/bar` and `Prefix /foo/bar/` are two rules, neither in
+    /// conflict; `/foo/bar` goes to the first, `/foo/bar/` and below to the
+    /// second.
+    #[test]
+    fn a_prefix_and_its_trailing_slash_twin_are_two_rules() {
+        let docs = vec![
+            DOCS.to_string(),
+            OTHER.to_string(),
+            paths_ingress(
+                "test-ingress-1",
+                "test.com",
+                "",
+                &[("Prefix", "/foo/bar", "web")],
+            ),
+            paths_ingress(
+                "test-ingress-2",
+                "test.com",
+                "",
+                &[("Prefix", "/foo/bar/", "other")],
+            ),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        for name in ["test-ingress-1", "test-ingress-2"] {
+            let conflicted = condition(&s, name, "Conflicted").unwrap();
+            assert_eq!(conflicted.status, "False", "{name}: {}", conflicted.message);
+        }
+        assert_eq!(
+            served_by(&s, "test.com", "/foo/bar").as_deref(),
+            Some("ops/web:80")
+        );
+        for below in ["/foo/bar/", "/foo/bar/1"] {
+            assert_eq!(
+                served_by(&s, "test.com", below).as_deref(),
+                Some("ops/other:80"),
+                "{below}"
+            );
+        }
+    }
+
+    /// `use-regex` on one Ingress of a host makes every path of the host a
+    /// case-insensitive regex, as ingress-nginx writes every location of
+    /// the server with `~*`; other hosts keep their matching.
+    #[test]
+    fn use_regex_on_one_ingress_makes_the_hosts_paths_regexes() {
+        let docs = vec![
+            DOCS.to_string(),
+            OTHER.to_string(),
+            paths_ingress(
+                "regex",
+                "test.com",
+                "nginx.ingress.kubernetes.io/use-regex: \"true\"",
+                &[("ImplementationSpecific", "/api/v[0-9]+", "other")],
+            ),
+            paths_ingress(
+                "plain",
+                "test.com",
+                "",
+                &[("Prefix", "/Static", "web"), ("Exact", "/file.txt", "web")],
+            ),
+            paths_ingress(
+                "elsewhere",
+                "other.com",
+                "",
+                &[("Prefix", "/Static", "web")],
+            ),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        assert_eq!(
+            served_by(&s, "test.com", "/API/v2/x").as_deref(),
+            Some("ops/other:80")
+        );
+        for path in [
+            "/static/a",
+            "/STATIC",
+            "/Staticfile",
+            "/file.txt",
+            "/fileXtxt/more",
+        ] {
+            assert_eq!(
+                served_by(&s, "test.com", path).as_deref(),
+                Some("ops/web:80"),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            served_by(&s, "other.com", "/static/a"),
+            None,
+            "case-sensitive elsewhere"
+        );
+        assert_eq!(
+            served_by(&s, "other.com", "/Static/a").as_deref(),
+            Some("ops/web:80")
+        );
+        assert!(condition(&s, "plain", "AnnotationsAccepted").is_none());
+    }
+
+    /// An Ingress's TLS hosts redirect plain HTTP to HTTPS unless it says
+    /// otherwise, as ingress-nginx's `ssl-redirect` defaults to true; the
+    /// fleet's `--ssl-redirect-default=false` keeps them on plain HTTP
+    /// unless an Ingress asks.
+    #[test]
+    fn tls_hosts_redirect_to_https_by_default() {
+        use crate::compile::traffic::SslRedirect;
+        let with_tls = |name: &str, host: &str, annotations: &str| {
+            ops_ingress(name, host, annotations, "web").replace(
+                "  rules:",
+                &format!("  tls: [{{hosts: [{host}]}}]\n  rules:"),
+            )
+        };
+        let docs = vec![
+            DOCS.to_string(),
+            with_tls("plain", "plain.example", ""),
+            with_tls(
+                "off",
+                "off.example",
+                "nginx.ingress.kubernetes.io/ssl-redirect: \"false\"",
+            ),
+            with_tls(
+                "teapot-off",
+                "teapot-off.example",
+                "teapot.dev/ssl-redirect: \"false\"",
+            ),
+            with_tls(
+                "asks",
+                "asks.example",
+                "nginx.ingress.kubernetes.io/ssl-redirect: \"true\"",
+            ),
+            ops_ingress("no-tls", "no-tls.example", "", "web"),
+        ];
+        let redirect = |s: &crate::compile::snapshot::Snapshot, host: &str| {
+            let route = s
+                .routes
+                .lookup(host, "/")
+                .unwrap_or_else(|| panic!("{host}"));
+            let traffic = route.policy.as_ref().and_then(|p| p.traffic.as_ref());
+            traffic.and_then(|t| t.ssl_redirect.clone())
+        };
+        let hosts = |h: &str| {
+            Some(SslRedirect::Hosts(vec![
+                teapot_api::HostPattern::parse(h).unwrap(),
+            ]))
+        };
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        assert_eq!(redirect(&s, "plain.example"), hosts("plain.example"));
+        assert_eq!(redirect(&s, "off.example"), None);
+        assert_eq!(redirect(&s, "teapot-off.example"), None);
+        assert_eq!(redirect(&s, "asks.example"), hosts("asks.example"));
+        assert_eq!(redirect(&s, "no-tls.example"), None);
+        let options = CompileOptions {
+            ssl_redirect_default: false,
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(&docs, &options);
+        assert_eq!(redirect(&s, "plain.example"), None);
+        assert_eq!(redirect(&s, "off.example"), None);
+        assert_eq!(redirect(&s, "asks.example"), hosts("asks.example"));
     }
 
     #[test]

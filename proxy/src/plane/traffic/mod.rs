@@ -51,6 +51,7 @@ pub mod rate;
 
 use std::net::IpAddr;
 
+use crate::compile::acme::CHALLENGE_PREFIX;
 use crate::compile::traffic::{SslRedirect, TrafficPolicy};
 use crate::compile::upstream::Upstream;
 
@@ -277,6 +278,12 @@ fn https_location(ssl: &SslRedirect, seen: &Seen<'_>) -> Option<String> {
     let host = teapot_api::host::normalize_request_host(seen.authority, &mut buf)?;
     let covered = match ssl {
         SslRedirect::All => true,
+        // ingress-nginx's `no-tls-redirect-locations` default: an HTTP-01
+        // challenge an Ingress serves itself (cert-manager's solver path
+        // added in place) is answered over plain HTTP, as the ACME server
+        // asks it. `force-ssl-redirect` and client certificates (`All`)
+        // keep redirecting: those hosts are never served over plain HTTP.
+        SslRedirect::Hosts(_) if seen.path.starts_with(CHALLENGE_PREFIX) => false,
         SslRedirect::Hosts(hosts) => hosts.iter().any(|h| h.matches(host)),
     };
     if !covered {
@@ -434,17 +441,55 @@ mod tests {
         };
         let denied = apply(&p, "GET", "/", origin, ip("198.51.100.1")).unwrap_err();
         assert_eq!(denied.status, 403);
-        assert_eq!(allow_origin(&denied).as_deref(), Some("https://app.example"));
+        assert_eq!(
+            allow_origin(&denied).as_deref(),
+            Some("https://app.example")
+        );
         for _ in 0..2 {
             let _ = apply(&p, "GET", "/", origin, ip("192.0.2.1"));
         }
         let limited = apply(&p, "GET", "/", origin, ip("192.0.2.1")).unwrap_err();
         assert_eq!(limited.status, 429);
         assert_eq!(limited.headers[0].0, "retry-after");
-        assert_eq!(allow_origin(&limited).as_deref(), Some("https://app.example"));
+        assert_eq!(
+            allow_origin(&limited).as_deref(),
+            Some("https://app.example")
+        );
         // An origin the route does not allow gets none, as on a forward.
-        let other = apply(&p, "GET", "/", Some("https://evil.example"), ip("192.0.2.1"));
+        let other = apply(
+            &p,
+            "GET",
+            "/",
+            Some("https://evil.example"),
+            ip("192.0.2.1"),
+        );
         assert_eq!(allow_origin(&other.unwrap_err()), None);
+    }
+
+    /// `ssl-redirect` (on by default for TLS hosts) leaves an HTTP-01
+    /// challenge path on plain HTTP, as ingress-nginx's
+    /// `no-tls-redirect-locations`; `force-ssl-redirect` and client
+    /// certificates (`All`) do not.
+    #[test]
+    fn ssl_redirect_spares_the_acme_challenge_path() {
+        let hosts = vec![teapot_api::HostPattern::parse("a.example").unwrap()];
+        let p = TrafficPolicy {
+            ssl_redirect: Some(SslRedirect::Hosts(hosts)),
+            ..TrafficPolicy::default()
+        };
+        let r = apply(&p, "GET", "/login/", None, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(
+            (r.status, &r.headers[0].1[..]),
+            (308, "https://a.example/login")
+        );
+        let token = "/.well-known/acme-challenge/abc";
+        assert!(apply(&p, "GET", token, None, ip("192.0.2.1")).is_ok());
+        let all = TrafficPolicy {
+            ssl_redirect: Some(SslRedirect::All),
+            ..TrafficPolicy::default()
+        };
+        let r = apply(&all, "GET", token, None, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(r.status, 308);
     }
 
     #[test]
