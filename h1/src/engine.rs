@@ -1023,7 +1023,8 @@ where
     ) -> Next {
         let status = gateway_status(e);
         if !plan.fwd.upstreams.replaces(status) {
-            return self.gateway_error(e, keep, stats).await;
+            let fields = plan.fwd.upstreams.local_fields().to_vec();
+            return self.gateway_error(e, keep, &fields, stats).await;
         }
         let respond = plan.fwd.upstreams.replacement(status).await;
         let keep = keep && !respond.close;
@@ -1031,8 +1032,14 @@ where
     }
 
     /// A 502/504 for an upstream failure before any response byte was
-    /// relayed.
-    async fn gateway_error(&mut self, e: UpstreamError, keep: bool, stats: &mut Stats) -> Next {
+    /// relayed, with the router's `fields` ([`Upstreams::local_fields`]).
+    async fn gateway_error(
+        &mut self,
+        e: UpstreamError,
+        keep: bool,
+        fields: &[(Bytes, Bytes)],
+        stats: &mut Stats,
+    ) -> Next {
         let status = gateway_status(e);
         let config = &self.engine.config;
         let body = if status == 504 {
@@ -1042,6 +1049,7 @@ where
         };
         let mut respond = Respond::new(status, "", body);
         respond.headers.extend_from_slice(&PLAIN_TEXT);
+        respond.headers.extend_from_slice(fields);
         self.local(&respond, false, keep, stats).await
     }
 
@@ -1429,8 +1437,9 @@ where
         self.upbuf.consume(head_len);
         let Ok(resp) = parsed else {
             stats.upstream_time = stats.upstream_start.map(|t| t.elapsed());
+            let fields = plan.fwd.upstreams.local_fields().to_vec();
             let next = self
-                .gateway_error(UpstreamError::BadResponse, false, stats)
+                .gateway_error(UpstreamError::BadResponse, false, &fields, stats)
                 .await;
             self.observe(stats, Outcome::Upstream(UpstreamError::BadResponse), tag);
             return next;

@@ -144,6 +144,13 @@ pub trait Upstreams: Send + 'static {
         false
     }
 
+    /// Fields the engine's own 502 and 504 for this request carry besides
+    /// its plain-text type (a route's CORS fields, so a browser reads the
+    /// error); the default is none.
+    fn local_fields(&self) -> &[(Bytes, Bytes)] {
+        &[]
+    }
+
     /// The answer sent in place of a response [`Upstreams::replaces`]
     /// chose. The upstream's response is not relayed: its connection is
     /// closed with its body unread.

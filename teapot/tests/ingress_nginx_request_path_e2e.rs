@@ -197,6 +197,17 @@ async fn teapots_answers_on_a_cors_route_carry_its_fields() {
         ),
         with_cors("deny.test", &[("whitelist-source-range", "192.0.2.0/24")]),
     ]);
+    // A backend that refuses connections, one per protocol (a refused
+    // connect ejects the endpoint for a while).
+    for name in ["down-http1", "down-http2"] {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        objects.extend(loopback_service(NS, name, port));
+        let mut ingress = with_cors(&format!("{name}.test"), &[]);
+        ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] = json!(name);
+        objects.push(ingress);
+    }
     let h = Harness::start(&[("m.yaml", docs(&objects))]).await;
     let from = |host: &str, origin: &str| Request::get(host, "/api").header("origin", origin);
     let allowed = "https://app.example";
@@ -227,6 +238,11 @@ async fn teapots_answers_on_a_cors_route_carry_its_fields() {
         let resp = over(&h, proto, from("deny.test", allowed)).await;
         assert_eq!(resp.status, 403, "{proto:?}: {}", resp.text());
         assert_eq!(cors_of(&resp), granted, "{proto:?} 403");
+
+        let down = format!("down-{}.test", format!("{proto:?}").to_lowercase());
+        let resp = over(&h, proto, from(&down, allowed)).await;
+        assert_eq!(resp.status, 502, "{proto:?}: {}", resp.text());
+        assert_eq!(cors_of(&resp), granted, "{proto:?} 502");
     }
     // One request a minute, burst of one more: the third is refused.
     let mut statuses = Vec::new();

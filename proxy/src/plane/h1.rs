@@ -182,6 +182,9 @@ impl teapot_h1::Router for Router {
             _in_flight: self.metrics.request_started(),
             _client_in_flight: forward.policy.as_mut().and_then(|p| p.in_flight.take()),
             error_pages,
+            cors: traffic::cors::of_forward(forward.policy.as_deref())
+                .map(|(n, v)| (Bytes::from_static(n.as_bytes()), Bytes::from(v.clone())))
+                .collect(),
         });
         fwd.max_body_size = Some(forward.body_limit);
         fwd.request_edits =
@@ -477,6 +480,8 @@ pub struct Target {
     /// `custom-http-errors`: the statuses replaced by the error backend's
     /// page and what it is told; `None` for every other route.
     error_pages: Option<Box<traffic::errors::ErrorPages>>,
+    /// The route's CORS fields, on the engine's own 502 and 504 too.
+    cors: Vec<(Bytes, Bytes)>,
 }
 
 impl Target {
@@ -529,6 +534,10 @@ impl Upstreams for Target {
             crate::compile::upstream::Protocol::Tls(tls) => Some(tls.clone()),
             _ => None,
         }
+    }
+
+    fn local_fields(&self) -> &[(Bytes, Bytes)] {
+        &self.cors
     }
 
     fn replaces(&self, status: u16) -> bool {

@@ -445,7 +445,12 @@ impl H2Server {
             _ => "400 bad request\n",
         };
         let body = Bytes::from_static(body.as_bytes());
-        let _ = st.client.out.answer_with(status, body, &[], false);
+        // The route's CORS fields, as on its backend's answers.
+        let cors: Vec<(http::HeaderName, &[u8])> =
+            crate::plane::traffic::cors::of_forward(st.policy.as_deref())
+                .map(|(n, v)| (http::HeaderName::from_static(n), v.as_bytes()))
+                .collect();
+        let _ = st.client.out.answer_with(status, body, &cors, false);
     }
 
     /// Counts the request in the metrics and its tenant's series, and

@@ -147,12 +147,14 @@ impl Cors {
 /// external authentication's refusal), without the forward's other
 /// response fields (an affinity cookie is for a forwarded request only).
 pub fn onto_answer(answer: &mut TrafficAnswer, applied: Option<&Applied>) {
+    answer.headers.extend(of_forward(applied).cloned());
+}
+
+/// The CORS fields among a forward's response fields: those teapot's own
+/// 502 and 504 for it carry too.
+pub fn of_forward(applied: Option<&Applied>) -> impl Iterator<Item = &(&'static str, String)> {
     let fields = applied.into_iter().flat_map(|a| &a.response_headers);
-    answer.headers.extend(
-        fields
-            .filter(|(name, _)| name.starts_with("access-control-"))
-            .cloned(),
-    );
+    fields.filter(|(name, _)| name.starts_with("access-control-"))
 }
 
 impl OriginPattern {
