@@ -57,7 +57,8 @@ struct Cli {
     /// Cases of one test in flight at once.
     #[arg(long, value_name = "N", default_value_t = 8)]
     parallel: usize,
-    /// An argument for `teapot proxy` (repeatable; replaces the default `--h2c`).
+    /// An argument for `teapot proxy` (repeatable; replaces the default
+    /// `--h2c --gateway-own-addresses`).
     #[arg(
         long = "proxy-arg",
         value_name = "ARG",

@@ -465,6 +465,7 @@ pub async fn run(
                 crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
             )),
             tls: tls.clone(),
+            sni: sni.clone(),
         });
     apps.push(first);
     let services = crate::plane::serving::per_thread(listeners.http, listeners.https, threads)?

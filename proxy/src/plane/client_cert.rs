@@ -410,7 +410,14 @@ impl ClientAuthChooser {
         base: &Arc<ServerConfig>,
     ) -> Result<Arc<ServerConfig>, rustls::Error> {
         let prepared = self.prepares.get(setting)?;
-        if let Some(config) = prepared.config.get() {
+        // Kept for the listener whose resolver it was made with: a
+        // Gateway's own address resolves certificates its own way
+        // (crate::plane::tls::SniResolver::at), and another socket's
+        // configuration would present the other's certificate.
+        let cached = prepared.config.get();
+        if let Some(config) = cached
+            && Arc::ptr_eq(&config.cert_resolver, &base.cert_resolver)
+        {
             return Ok(config.clone());
         }
         let verifier = Arc::new(EdgeVerifier {
@@ -434,6 +441,9 @@ impl ClientAuthChooser {
         // Its own session cache (the builder's): a session resumed here
         // was one this setting checked.
         let config = Arc::new(config);
+        if cached.is_some() {
+            return Ok(config);
+        }
         Ok(prepared.config.get_or_init(|| config).clone())
     }
 }

@@ -178,11 +178,15 @@ pub type TlsBuilder = dyn Fn() -> Result<TlsSettings, ServeError> + Send + Sync;
 /// the L4 plane binds and closes (crate::plane::l4::manager): served by an
 /// edge application that shares the shared listeners' connection table
 /// (the same caps) and drain signal, HTTPS with the shared listener's TLS
-/// settings (its certificates, chosen by SNI). They run on the caller's
-/// runtime, not on the serving threads, whose sockets are fixed at start.
+/// settings but a certificate resolver of the socket's own
+/// (`SniResolver::at`): there the Gateway's HTTPS listeners at that port
+/// choose the certificate by SNI, a hostname-less one's for any name. They
+/// run on the caller's runtime, not on the serving threads, whose sockets
+/// are fixed at start.
 pub struct OwnListeners {
     pub app: Arc<Edge>,
     pub tls: Arc<TlsBuilder>,
+    pub sni: Option<Arc<crate::plane::tls::SniResolver>>,
 }
 
 impl std::fmt::Debug for OwnListeners {
@@ -206,7 +210,14 @@ impl crate::plane::l4::manager::EdgeServe for OwnListeners {
             http: None,
             https: Some(listener),
         };
-        let serving = service((*self.app).clone(), sockets, &*self.tls)
+        let tls = || {
+            let mut settings = (self.tls)()?;
+            if let Some(sni) = &self.sni {
+                settings.set_cert_resolver(Arc::new(sni.at(addr)));
+            }
+            Ok(settings)
+        };
+        let serving = service((*self.app).clone(), sockets, &tls)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Box::pin(async move {
             if let Some((mut service, fds)) = serving.https {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::compile::gateway::table::HttpsListeners;
 use crate::compile::routes::HostRank;
 use crate::compile::snapshot::{Snapshot, SnapshotHandle};
 
@@ -32,6 +33,10 @@ pub struct SniResolver {
     snapshots: SnapshotHandle,
     default: Arc<CertifiedKey>,
     acme: Option<Arc<dyn crate::plane::AcmeResponder>>,
+    /// The socket whose handshakes this resolver answers, when that is
+    /// one socket (a Gateway's own address): rustls does not tell a
+    /// resolver where a connection came in.
+    local: Option<std::net::SocketAddr>,
 }
 
 impl SniResolver {
@@ -40,6 +45,19 @@ impl SniResolver {
             snapshots,
             default,
             acme: None,
+            local: None,
+        }
+    }
+
+    /// This resolver for the handshakes of the socket `local` only: on a
+    /// Gateway's own address its own HTTPS listeners choose the
+    /// certificate, never another Gateway's or an Ingress's.
+    pub fn at(&self, local: std::net::SocketAddr) -> SniResolver {
+        SniResolver {
+            snapshots: self.snapshots.clone(),
+            default: self.default.clone(),
+            acme: self.acme.clone(),
+            local: Some(local),
         }
     }
 
@@ -50,8 +68,16 @@ impl SniResolver {
 }
 
 impl SniResolver {
-    /// The certificate a handshake naming `name` gets.
-    fn choose(&self, snapshot: &Snapshot, name: Option<&str>) -> Arc<CertifiedKey> {
+    /// The certificate a handshake on `local` naming `name` gets.
+    fn choose(
+        &self,
+        snapshot: &Snapshot,
+        local: Option<std::net::SocketAddr>,
+        name: Option<&str>,
+    ) -> Arc<CertifiedKey> {
+        if let Some(own) = local.and_then(|l| snapshot.gateway.own().at(l)) {
+            return self.choose_own(snapshot, own, name);
+        }
         let Some(name) = name else {
             return self.default.clone();
         };
@@ -78,6 +104,39 @@ impl SniResolver {
         self.default.clone()
     }
 
+    /// On a Gateway's own address (`table`: its routes and HTTPS
+    /// listeners at that port) the listener the name selects serves it,
+    /// as the specification does: of its certificates the one named for
+    /// that name, else its first. A name no listener there selects (no
+    /// route there serves it) gets the default.
+    fn choose_own(
+        &self,
+        snapshot: &Snapshot,
+        table: Option<&crate::compile::gateway::GatewayTable>,
+        name: Option<&str>,
+    ) -> Arc<CertifiedKey> {
+        let mut buf = [0u8; 256];
+        let normalized = name.and_then(|n| teapot_api::host::normalize_request_host(n, &mut buf));
+        if name.is_some() && normalized.is_none() {
+            return self.default.clone();
+        }
+        let Some((listeners, l)) = table
+            .map(|t| t.https_listeners())
+            .and_then(|ls| Some((ls, ls.select(normalized)?)))
+        else {
+            return self.default.clone();
+        };
+        if let Some(key) = normalized.and_then(|n| snapshot.certs.lookup(n))
+            && listeners.serves(l, key)
+        {
+            return key.clone();
+        }
+        listeners
+            .certificate(l)
+            .cloned()
+            .unwrap_or_else(|| self.default.clone())
+    }
+
     /// Whether a request for `host` on a connection to `local` whose
     /// handshake named `sni` is misdirected. Ports and case do not count,
     /// and a Host equal to the SNI is never misdirected (one compare,
@@ -90,9 +149,11 @@ impl SniResolver {
     ///   certificate is that listener's or the default one, or both are
     ///   the same; a certificate from elsewhere (an Ingress's, ACME's)
     ///   fronts no other host.
-    /// - Where neither does (Ingress hosts, Gateways with their own
-    ///   address, no Gateway listener at all): the certificate the
-    ///   connection got must be the one a handshake for `host` would get.
+    /// - On a Gateway's own address the same, with that Gateway's HTTPS
+    ///   listeners at that port (`local`'s) in place of the shared ones.
+    /// - Where neither does (Ingress hosts, no Gateway listener at all):
+    ///   the certificate the connection got must be the one a handshake
+    ///   for `host` would get.
     /// - Where one does and the other not: 421.
     ///
     /// A name an Ingress serves (the decision goes to the Ingress table,
@@ -110,18 +171,27 @@ impl SniResolver {
             return false;
         }
         let snapshot = self.snapshots.load();
-        let by_sni = self.choose(&snapshot, sni);
-        let by_host = self.choose(&snapshot, Some(host));
+        let by_sni = self.choose(&snapshot, local, sni);
+        let by_host = self.choose(&snapshot, local, Some(host));
         let same_certificate = Arc::ptr_eq(&by_sni, &by_host);
-        let listeners = snapshot.gateway.https_listeners();
-        let own_address = local.is_some_and(|l| snapshot.gateway.own().serves(l.ip()));
+        // A Gateway's own address: its listeners at that port, where no
+        // Ingress serves a name.
+        let own = local.and_then(|l| snapshot.gateway.own().at(l));
+        let empty = HttpsListeners::default();
+        let listeners = match own {
+            Some(table) => table.map_or(&empty, |t| t.https_listeners()),
+            None => snapshot.gateway.https_listeners(),
+        };
         let Some(requested) = requested else {
             return !same_certificate;
         };
-        if listeners.is_empty() || own_address || (sni.is_some() && named.is_none()) {
+        if listeners.is_empty() || (sni.is_some() && named.is_none()) {
             return !same_certificate;
         }
-        let select = |name| gateway_listener(&snapshot, name);
+        let select = |name| match own {
+            Some(_) => listeners.select(name),
+            None => gateway_listener(&snapshot, name),
+        };
         match (select(named), select(Some(requested))) {
             (None, None) => !same_certificate,
             (Some(x), Some(y)) if x == y => {
@@ -149,7 +219,7 @@ fn gateway_listener(snapshot: &Snapshot, name: Option<&str>) -> Option<u32> {
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let snapshot = self.snapshots.load();
-        Some(self.choose(&snapshot, client_hello.server_name()))
+        Some(self.choose(&snapshot, self.local, client_hello.server_name()))
     }
 }
 
@@ -271,7 +341,7 @@ mod tests {
             assert_eq!(m(Some(sni), host), want, "SNI {sni}, Host {host}");
         }
         // A handshake for a name no certificate names gets the listener's.
-        let chosen = |name| resolver.choose(&resolver.snapshots.load(), Some(name));
+        let chosen = |name| resolver.choose(&resolver.snapshots.load(), None, Some(name));
         assert!(Arc::ptr_eq(&chosen("unknown-example.org"), &key));
         assert!(Arc::ptr_eq(&chosen("a.b.wildcard.org"), &key));
         assert!(!m(None, "example.org"), "no SNI: the catch-all listener");
@@ -281,6 +351,78 @@ mod tests {
         assert!(m(Some("ingress.example"), "example.org"));
         assert!(m(Some("example.org"), "ingress.example"));
         assert!(m(Some("ingress.example"), "unknown-example.org"));
+    }
+
+    /// A Gateway with its own address (every operator Gateway's, as
+    /// `--gateway-own-addresses` gives) and two HTTPS listeners on 443,
+    /// upstream's `same-namespace-with-https-listener`: on that socket its
+    /// listeners choose the certificate (the hostname-less one's for any
+    /// name no other listener selects, even a name the shared table holds
+    /// another certificate for) and the 421 as the shared listeners' do
+    /// on the shared socket.
+    #[test]
+    fn a_gateways_own_address_answers_with_its_own_listeners() {
+        use crate::compile::l4::{L4Config, L4Inputs};
+        use teapot_testkit::certs::{self_signed, tls_secret_yaml};
+
+        let any = self_signed(&["*.org", "example.org"]);
+        let second = self_signed(&["second-example.org"]);
+        let ingress = self_signed(&["example.org"]);
+        let docs = [
+            tls_secret_yaml("infra", "any-cert", &any),
+            tls_secret_yaml("infra", "second-cert", &second),
+            tls_secret_yaml("web", "ingress-cert", &ingress),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: own, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: https, protocol: HTTPS, port: 443, tls: {certificateRefs: [{name: any-cert}]}}\n  - {name: second, protocol: HTTPS, port: 443, hostname: second-example.org, tls: {certificateRefs: [{name: second-cert}]}}\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: infra}\nspec:\n  parentRefs: [{name: own, sectionName: https}]\n  hostnames: [example.org]\n  rules: [{}]\n".to_string(),
+            // An Ingress on the shared listeners with its own certificate
+            // for example.org: the shared table's.
+            "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: teapot}\nspec: {controller: teapot.dev/ingress-controller}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web, namespace: web}\nspec:\n  ingressClassName: teapot\n  tls: [{hosts: [example.org], secretName: ingress-cert}]\n  rules:\n  - host: example.org\n    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}\n".to_string(),
+        ];
+        let options = crate::compile::CompileOptions {
+            l4: Some(L4Inputs {
+                config: Arc::new(L4Config {
+                    pools: vec!["default=127.0.77.1".parse().unwrap()],
+                    gateway_own_addresses: true,
+                    ..L4Config::default()
+                }),
+                previous: Default::default(),
+                runtime: Default::default(),
+            }),
+            ..crate::compile::CompileOptions::default()
+        };
+        let snapshot = crate::compile::tests::compile_test_docs(&docs, &options);
+        let socket: std::net::SocketAddr = "127.0.77.1:443".parse().unwrap();
+        assert!(
+            snapshot.gateway.own().serves(socket.ip()),
+            "its own address"
+        );
+        let default = TlsCertificate::self_signed_default().unwrap().key;
+        let shared = SniResolver::new(Arc::new(ArcSwap::from_pointee(snapshot)), default);
+        let own = shared.at(socket);
+        let der = |r: &SniResolver, name: Option<&str>| {
+            let key = r.choose(&r.snapshots.load(), r.local, name);
+            key.cert[0].as_ref().to_vec()
+        };
+        for name in [
+            Some("example.org"),
+            Some("unknown-example.org"),
+            Some("a.b.wildcard.org"),
+            None,
+        ] {
+            assert_eq!(der(&own, name), any.cert_der, "{name:?} on its own address");
+        }
+        assert_eq!(der(&own, Some("second-example.org")), second.cert_der);
+        // The shared socket: the Ingress's certificate; its listeners are
+        // not the shared socket's catch-all.
+        assert_eq!(der(&shared, Some("example.org")), ingress.cert_der);
+        assert_ne!(der(&shared, Some("unknown-example.org")), any.cert_der);
+
+        let m = |sni: &str, host: &str| shared.misdirected(Some(sni), host, Some(socket));
+        assert!(!m("example.org", "unknown-example.org"), "one listener");
+        assert!(!m("unknown-example.org", "example.org"));
+        assert!(m("example.org", "second-example.org"));
+        assert!(m("second-example.org", "example.org"));
+        assert!(m("second-example.org", "unknown-example.org"));
     }
 
     /// Where Ingresses serve both names the certificate rule holds; a

@@ -182,8 +182,9 @@ pub struct GatewayCompile<'s> {
     /// (host, Secret) certificates of HTTPS listeners, added after the
     /// Ingresses' (an Ingress's certificate keeps its host).
     certificates: Vec<(HostPattern, NsName)>,
-    /// The number of each served HTTPS listener of the shared socket in
-    /// the table's `HttpsListeners`, by (Gateway, listener index).
+    /// The number of each served HTTPS listener in its socket's
+    /// `HttpsListeners` (the shared table's, or its Gateway's own table
+    /// at its port), by (Gateway, listener index).
     https_ids: std::collections::HashMap<(&'s NsName, usize), u32>,
 }
 
@@ -258,12 +259,14 @@ impl<'s> GatewayCompile<'s> {
             .filter(|(_, g)| ours(&g.object.spec.gateway_class_name))
             .map(|(id, g)| gateway_entry(cx, id, &g.object, &mut out.certificates))
             .collect();
-        // The HTTPS listeners of the shared socket, for the 421 check
+        // The HTTPS listeners of the shared socket, and of each socket of
+        // a Gateway with its own address, for the 421 check and the
+        // certificate of a name no certificate names
         // (table::HttpsListeners): an operator's listener selects the
         // names of its hostname; a tenant's only the hosts its routes bind
         // there, after the tenant's host rules (`bind_parent`), so a
         // tenant's listener hostname never takes another's names.
-        for g in gateways.iter().filter(|g| !g.own) {
+        for g in &gateways {
             for (i, l) in g.listeners.iter().enumerate() {
                 if l.plane != Some(Plane::Https) {
                     continue;
@@ -283,7 +286,8 @@ impl<'s> GatewayCompile<'s> {
                     })
                     .map(|s| s.object.certificate.key.clone())
                     .collect();
-                let https = out.builder.https_listeners();
+                let own = g.own.then_some(g.classes[i].port);
+                let https = out.https_listeners(g.id, own);
                 let n = https.listener(certs);
                 if cx.hosts.tenancy.get(&owner.namespace).is_none() {
                     https.add(l.hostname.as_ref(), n);
@@ -416,6 +420,23 @@ impl<'s> GatewayCompile<'s> {
     /// first setting keeps it, frontend.rs).
     pub fn client_auth(&self, table: &mut crate::compile::client_auth::ClientAuthTable) {
         self.frontends.add_to(table);
+    }
+
+    /// The HTTPS listeners of the shared socket, or (`own`: the port) of
+    /// that socket of `gateway`'s own address.
+    fn https_listeners(
+        &mut self,
+        gateway: &NsName,
+        own: Option<u16>,
+    ) -> &mut table::HttpsListeners {
+        match own {
+            Some(port) => self
+                .own
+                .entry((gateway.clone(), port))
+                .or_default()
+                .https_listeners(),
+            None => self.builder.https_listeners(),
+        }
     }
 
     /// The tables of Gateways with their own address, by Gateway and port.
@@ -708,7 +729,8 @@ impl<'s> GatewayCompile<'s> {
                     && tenant_owner
                     && let Some(n) = self.https_ids.get(&(gateway.id, *i)).copied()
                 {
-                    self.builder.https_listeners().add(host, n);
+                    let own = gateway.own.then_some(gateway.classes[*i].port);
+                    self.https_listeners(gateway.id, own).add(host, n);
                 }
             }
         }
