@@ -313,3 +313,174 @@ Feature: ingress-nginx affinity session-cookie-* annotations
     Then the response status-code must be 200
     And the response header "Set-Cookie" must contain "Path=/foo/bar"
     And the response header "Set-Cookie" must contain "SERVERID="
+
+  Scenario: should change cookie name on ingress definition change
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: change.foo.com
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "SERVERID"
+    spec:
+      rules:
+        - host: change.foo.com
+          http:
+            paths:
+              - path: /
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://change.foo.com/"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "SERVERID"
+    When the Ingress resource named "change.foo.com" is updated:
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: change.foo.com
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "OTHERCOOKIENAME"
+    spec:
+      rules:
+        - host: change.foo.com
+          http:
+            paths:
+              - path: /
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    When I send a "GET" request to "http://change.foo.com/"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "OTHERCOOKIENAME"
+
+  Scenario: should set cookie with domain
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: cookiedomain.foo.com
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "DomainCookie"
+        nginx.ingress.kubernetes.io/session-cookie-domain: "foo.bar"
+    spec:
+      rules:
+        - host: cookiedomain.foo.com
+          http:
+            paths:
+              - path: /
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://cookiedomain.foo.com/"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "Domain=foo.bar"
+
+  Scenario: should not set affinity across all server locations when using separate ingresses
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: ingress1
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+    spec:
+      rules:
+        - host: separate.foo.com
+          http:
+            paths:
+              - path: /foo/bar
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: ingress2
+    spec:
+      rules:
+        - host: separate.foo.com
+          http:
+            paths:
+              - path: /foo
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://separate.foo.com/foo"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must be absent
+    When I send a "GET" request to "http://separate.foo.com/foo/bar"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "Path=/foo/bar"
+
+  Scenario: should work with server-alias annotation
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: foo.com
+      annotations:
+        nginx.ingress.kubernetes.io/affinity: "cookie"
+        nginx.ingress.kubernetes.io/session-cookie-name: "SERVERID"
+        nginx.ingress.kubernetes.io/server-alias: "a1.foo.com,a2.foo.com"
+    spec:
+      rules:
+        - host: foo.com
+          http:
+            paths:
+              - path: /bar
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://foo.com/bar"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "SERVERID="
+    When I send a "GET" request to "http://a1.foo.com/bar"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "SERVERID="
+    When I send a "GET" request to "http://a2.foo.com/bar"
+    Then the response status-code must be 200
+    And the response header "Set-Cookie" must contain "SERVERID="

@@ -1,8 +1,8 @@
-//! Runs ingress-nginx's own e2e expectations for the annotations teapot
-//! serves (`conformance/ingress-nginx/`, ported from its
-//! `test/e2e/annotations/` as data) against the `teapot` binary, and
-//! reports the score. The cases that fail, and those not ported, are
-//! listed with their reasons in docs/migrate-from-ingress-nginx.md; the
+//! Runs ingress-nginx's own e2e annotation cases (`conformance/ingress-nginx/`,
+//! every case of its `test/e2e/annotations/` that needs no nginx internals,
+//! ported as data, whether teapot serves the annotation or not) against the
+//! `teapot` binary, and reports the score. The cases not ported are listed
+//! with their reasons in `conformance/ingress-nginx/NOT-PORTED.md`; the
 //! score must stay at or above 90 %.
 
 #[allow(dead_code)]
