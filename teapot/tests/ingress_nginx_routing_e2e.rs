@@ -238,3 +238,43 @@ async fn temporal_redirect_wins_over_permanent() {
         assert_eq!(header(&resp, "location"), "https://temporal.example/");
     }
 }
+
+/// `teapot validate --from ingress-nginx --ssl-redirect-default=false`
+/// says, per Ingress, that the fleet serves its TLS hosts over plain HTTP
+/// where ingress-nginx redirected them; with the proxy's default it moves
+/// as it is.
+#[test]
+fn validate_names_the_fleets_ssl_redirect_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.yaml");
+    let mut ingress = simple_ingress("shop", "web", "shop.example", "web");
+    ingress["spec"]["tls"] = json!([{ "hosts": ["shop.example"], "secretName": "web-tls" }]);
+    std::fs::write(&file, docs(&[ingress])).unwrap();
+    let validate = |extra: &[&str]| {
+        let out = std::process::Command::new(teapot_bin())
+            .args(["validate", "--from", "ingress-nginx", "-f"])
+            .arg(&file)
+            .args(extra)
+            .env_remove("TEAPOT_MANIFESTS")
+            .env_remove("TEAPOT_DOMAIN")
+            .output()
+            .expect("teapot runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let default = validate(&[]);
+    assert!(
+        default.contains("shop/web") && default.contains("moves as it is"),
+        "{default}"
+    );
+    let off = validate(&["--ssl-redirect-default=false"]);
+    assert!(off.contains("moves, with changes"), "{off}");
+    assert!(
+        off.contains("  changed: spec.tls: plain HTTP for its TLS hosts is served, not redirected"),
+        "{off}"
+    );
+}

@@ -79,7 +79,7 @@ fn files_get_a_verdict_per_ingress_and_refusals_fail_the_run() {
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
     assert!(
         stdout.starts_with(&format!(
-            "Ingress shop/admin ({}): refused until changed\n  served as before: enable-cors, whitelist-source-range\n",
+            "Ingress shop/admin ({}): refused until changed\n  served as before: enable-cors, ssl-redirect, whitelist-source-range\n",
             nginx.display()
         )),
         "{stdout}"
@@ -88,7 +88,8 @@ fn files_get_a_verdict_per_ingress_and_refusals_fail_the_run() {
         stdout.contains("  changed: spec.ingressClassName: is \"nginx\": set it to \"teapot\""),
         "{stdout}"
     );
-    assert!(stdout.contains("  changed: ssl-redirect: "), "{stdout}");
+    // Served as ingress-nginx serves it (on by default for TLS hosts).
+    assert!(!stdout.contains("  changed: ssl-redirect: "), "{stdout}");
     assert!(
         stdout.contains("  refused: configuration-snippet: ")
             && stdout.contains("injects configuration"),
