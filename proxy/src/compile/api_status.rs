@@ -431,6 +431,9 @@ pub struct GatewayParts<'s> {
     pub sets: Vec<SetPart<'s>>,
     /// The Gateway sets `spec.allowedListeners`.
     pub allows_sets: bool,
+    /// Why teapot does not accept the Gateway at all
+    /// ([`crate::compile::listeners::gateway_refusal`]).
+    pub refused: Option<(&'static str, String)>,
 }
 
 /// A ListenerSet as the Gateway compile hands it over with its parent's
@@ -497,6 +500,8 @@ fn gateway(
     let generation = g.generation;
     let mut served = false;
     let mut served_http = false;
+    // Some listener of the Gateway itself is not accepted.
+    let mut invalid = false;
     let mut listeners = Vec::with_capacity(g.classes.len());
     for (i, class) in g.classes.iter().enumerate() {
         let own;
@@ -529,6 +534,7 @@ fn gateway(
                 &own
             }
         };
+        invalid |= !outcome.accepted() && i < g.gateway_listeners;
         // A ListenerSet's listener says nothing of its Gateway.
         if outcome.accepted() && i < g.gateway_listeners {
             served = true;
@@ -577,7 +583,19 @@ fn gateway(
         }
         _ => Condition::new("Programmed", true, "Programmed", ""),
     };
-    let accepted = if served {
+    let accepted = if let Some((reason, message)) = &g.refused {
+        Condition::new("Accepted", false, reason, message.clone())
+    } else if served && invalid {
+        // The specification's reason when one or more listeners are
+        // invalid or unsupported; the Gateway is still accepted for the
+        // others.
+        Condition::new(
+            "Accepted",
+            true,
+            "ListenersNotValid",
+            "some listeners are not accepted",
+        )
+    } else if served {
         Condition::new("Accepted", true, "Accepted", "")
     } else {
         Condition::new("Accepted", false, "ListenersNotValid", NOT_SERVED)
@@ -805,14 +823,30 @@ pub fn unserved(class: &ListenerClass<'_>, l4_on: bool) -> ListenerOutcome {
             ),
         )
     };
+    // A listener refused for a conflict says so as the served ones do.
+    let conflict = matches!(reason, "ProtocolConflict" | "HostnameConflict");
+    let mut conditions = vec![
+        Condition::new("Accepted", false, reason, message.clone()),
+        resolved,
+        Condition::new(
+            "Programmed",
+            false,
+            if conflict { reason } else { "Invalid" },
+            "the listener is not served",
+        ),
+    ];
+    if conflict {
+        conditions.push(Condition::new("Conflicted", true, reason, message));
+    }
     ListenerOutcome {
-        supported_kinds: class.kinds.admitted.clone(),
+        // A protocol teapot does not know takes no route kind at all.
+        supported_kinds: if class.protocol.is_some() {
+            class.kinds.admitted.clone()
+        } else {
+            Vec::new()
+        },
         attached_routes: 0,
-        conditions: vec![
-            Condition::new("Accepted", false, reason, message),
-            resolved,
-            Condition::new("Programmed", false, "Invalid", "the listener is not served"),
-        ],
+        conditions,
     }
 }
 
@@ -949,9 +983,11 @@ spec:
             true,
         );
         let status = status(&s);
+        // Accepted for the listeners served, with the specification's
+        // reason for the ones that are not.
         assert_eq!(
             condition(&status["conditions"], "Accepted"),
-            pair("True", "Accepted")
+            pair("True", "ListenersNotValid")
         );
         assert_eq!(
             condition(&status["conditions"], "Programmed"),
@@ -983,8 +1019,13 @@ spec:
         // HTTP on 8080 gives the Gateway its own address, where it is
         // served (compile::listeners::own_address).
         assert_eq!(accepted("odd"), pair("True", "Accepted"));
-        // Served by neither.
+        // Served by neither; a protocol teapot does not know takes no
+        // route kind.
         assert_eq!(accepted("sctp"), pair("False", "UnsupportedProtocol"));
+        assert_eq!(
+            listener(&status, "sctp")["supportedKinds"],
+            serde_json::json!([])
+        );
         for name in ["secure", "term", "sctp"] {
             assert_eq!(
                 condition(&listener(&status, name)["conditions"], "Programmed").0,
@@ -1060,6 +1101,26 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24]}
         assert_eq!(
             condition(&listener(&status, "db")["conditions"], "Programmed"),
             pair("False", "Pending")
+        );
+    }
+
+    /// A Gateway teapot does not accept says why, and serves nothing.
+    #[test]
+    fn a_gateway_with_parameters_is_refused_with_invalid_parameters() {
+        let gw = gateway("[{name: web, port: 80, protocol: HTTP}]").replace(
+            "  gatewayClassName: teapot\n",
+            "  gatewayClassName: teapot\n  infrastructure:\n    parametersRef: {group: invalid.io, kind: InvalidParameters, name: invalid}\n",
+        );
+        let s = compile(&[CLASS.into(), gw], true);
+        let status = status(&s);
+        assert_eq!(
+            condition(&status["conditions"], "Accepted"),
+            pair("False", "InvalidParameters")
+        );
+        assert_eq!(condition(&status["conditions"], "Programmed").0, "False");
+        assert_eq!(
+            condition(&listener(&status, "web")["conditions"], "Accepted"),
+            pair("False", "UnsupportedValue")
         );
     }
 

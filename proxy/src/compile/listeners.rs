@@ -130,6 +130,41 @@ pub fn own_address(gateway: &Gateway, tenant: bool, every_operator_gateway: bool
         })
 }
 
+/// Why teapot does not accept `gateway` at all (its `Accepted=False`
+/// reason and message): `spec.infrastructure.parametersRef` names
+/// parameters, of which teapot reads none (`InvalidParameters`, which the
+/// specification asks for a reference it cannot use), or `spec.addresses`
+/// asks for an address of another type than `IPAddress`
+/// (`UnsupportedAddress`).
+pub fn gateway_refusal(gateway: &Gateway) -> Option<(&'static str, String)> {
+    if let Some(p) = gateway
+        .spec
+        .infrastructure
+        .as_ref()
+        .and_then(|i| i.parameters_ref.as_ref())
+    {
+        return Some((
+            "InvalidParameters",
+            format!(
+                "spec.infrastructure.parametersRef names {}/{} {}: teapot reads no Gateway \
+                 parameters",
+                p.group, p.kind, p.name
+            ),
+        ));
+    }
+    let unsupported = gateway
+        .spec
+        .addresses
+        .iter()
+        .flatten()
+        .filter_map(|a| a.r#type.as_deref())
+        .find(|t| *t != "IPAddress")?;
+    Some((
+        "UnsupportedAddress",
+        format!("spec.addresses: type {unsupported} is not served; an IPAddress is"),
+    ))
+}
+
 /// Every listener of `gateway`, in spec order, classified for the shared
 /// listeners (HTTP on 80, HTTPS on 443 only).
 pub fn classify(gateway: &Gateway) -> Vec<ListenerClass<'_>> {
@@ -143,6 +178,17 @@ pub fn classify(gateway: &Gateway) -> Vec<ListenerClass<'_>> {
 pub fn classify_at(gateway: &Gateway, own: bool) -> Vec<ListenerClass<'_>> {
     let specs = &gateway.spec.listeners;
     let mut out: Vec<ListenerClass<'_>> = specs.iter().map(|l| classify_one(l, own)).collect();
+    // A Gateway teapot does not accept serves none of its listeners.
+    if let Some((_, why)) = gateway_refusal(gateway) {
+        for class in &mut out {
+            class.plane = None;
+            class.refused = Some((
+                "UnsupportedValue",
+                format!("the Gateway is not accepted: {why}"),
+            ));
+        }
+        return out;
+    }
     for i in 0..out.len() {
         if own && let Some(conflict) = own_conflict(&out, i) {
             out[i].conflict = Some(conflict);
@@ -189,15 +235,34 @@ pub fn classify_table<'s>(
     for l in sets.iter().flat_map(|s| s.iter()) {
         let mut class = classify_one(l, false);
         if class.plane.is_some_and(Plane::is_l4) {
+            // A port a listener before it in the table holds with another
+            // protocol of the same transport is a conflict first.
+            let transport = |p: &str| if p == "UDP" { "UDP" } else { "TCP" };
+            let holder = out.iter().find(|o| {
+                o.spec.port == l.port
+                    && o.spec.protocol != l.protocol
+                    && transport(&o.spec.protocol) == transport(&l.protocol)
+            });
             class.plane = None;
-            class.refused = Some((
-                "UnsupportedProtocol",
-                format!(
-                    "teapot serves a ListenerSet's HTTP and HTTPS listeners; {} listeners go on \
-                     a Gateway",
-                    l.protocol
+            class.refused = Some(match holder {
+                Some(o) => (
+                    "ProtocolConflict",
+                    format!(
+                        "port {} is listener {}'s, of protocol {}",
+                        l.port,
+                        o.name(),
+                        o.spec.protocol
+                    ),
                 ),
-            ));
+                None => (
+                    "UnsupportedProtocol",
+                    format!(
+                        "teapot serves a ListenerSet's HTTP and HTTPS listeners; {} listeners go \
+                         on a Gateway",
+                        l.protocol
+                    ),
+                ),
+            });
         }
         out.push(class);
     }
@@ -425,6 +490,38 @@ mod tests {
     /// listeners win a conflict, then older sets'; a set's L4 listener is
     /// refused, so it conflicts with nothing.
     #[test]
+    fn a_gateway_with_parameters_or_an_address_type_teapot_lacks_is_not_accepted() {
+        let mut g = gateway(&[("web", "HTTP", 80, None, None)]);
+        assert_eq!(gateway_refusal(&g), None);
+        assert_eq!(classify(&g)[0].plane, Some(Plane::Http));
+        g.spec.addresses = Some(
+            serde_json::from_value(serde_json::json!([
+                {"type": "IPAddress", "value": "10.0.0.1"},
+                {"type": "test/fake-invalid-type", "value": "x"}
+            ]))
+            .unwrap(),
+        );
+        assert_eq!(gateway_refusal(&g).unwrap().0, "UnsupportedAddress");
+        let refused = classify(&g);
+        assert_eq!(refused[0].plane, None);
+        assert_eq!(refused[0].refused.as_ref().unwrap().0, "UnsupportedValue");
+        g.spec.addresses = None;
+        g.spec.infrastructure = Some(
+            serde_json::from_value(serde_json::json!(
+                {"parametersRef": {"group": "invalid.io", "kind": "InvalidParameters", "name": "x"}}
+            ))
+            .unwrap(),
+        );
+        let (reason, message) = gateway_refusal(&g).unwrap();
+        assert_eq!(reason, "InvalidParameters");
+        assert!(
+            message.contains("invalid.io/InvalidParameters x"),
+            "{message}"
+        );
+        assert_eq!(classify(&g)[0].plane, None);
+    }
+
+    #[test]
     fn listener_sets_join_the_table_after_the_gateway() {
         let g = gateway(&[("web", "HTTP", 80, Some("a.example"), None)]);
         let older = gateway(&[
@@ -437,6 +534,9 @@ mod tests {
         let younger = gateway(&[
             ("b", "HTTP", 80, Some("b.example"), None),
             ("c", "HTTP", 80, Some("c.example"), None),
+            // Port 80 is the Gateway's HTTP listener's: a conflict, before
+            // the L4 listener a ListenerSet may not have.
+            ("raw", "TCP", 80, None, None),
         ])
         .spec
         .listeners;
@@ -460,6 +560,7 @@ mod tests {
                 ("db", None, None, Some("UnsupportedProtocol")),
                 ("b", Some(Plane::Http), Some("HostnameConflict"), None),
                 ("c", Some(Plane::Http), None, None),
+                ("raw", None, None, Some("ProtocolConflict")),
             ]
         );
     }

@@ -50,21 +50,30 @@ pub const GATEWAY_DEPTH: u8 = 3;
 #[derive(Debug, Clone)]
 pub struct Frontend {
     pub setting: Option<Arc<ClientAuth>>,
-    /// A reference that could not be read (`ResolvedRefs=False
-    /// InvalidCACertificateRef` with this message).
-    pub unresolved: Option<String>,
+    /// A reference that could not be read: the listener's `ResolvedRefs=False`
+    /// reason and message.
+    pub unresolved: Option<Unresolved>,
 }
 
+/// Why a CA reference cannot be used, as the listener's `ResolvedRefs`
+/// says it: `InvalidCACertificateKind` (not a ConfigMap or Secret),
+/// `RefNotPermitted` (another namespace without a ReferenceGrant), else
+/// `InvalidCACertificateRef`; and the message.
+pub type Unresolved = (&'static str, String);
+
+const INVALID_REF: &str = "InvalidCACertificateRef";
+
 /// The validation of the HTTPS listeners of `gateway` on `port`: the
-/// `perPort` entry of that port, else the default. `Err`: the message of
-/// a validation with no usable CA (the listener is not served).
+/// `perPort` entry of that port, else the default. `Err`: why a validation
+/// has no usable CA (the listener is not served): the first unusable
+/// reference's reason and message.
 pub fn for_port(
     store: &Store,
     id: &NsName,
     gateway: &Gateway,
     tenant: bool,
     port: i32,
-) -> Result<Frontend, String> {
+) -> Result<Frontend, Unresolved> {
     let none = Frontend {
         setting: None,
         unresolved: None,
@@ -114,9 +123,12 @@ pub fn for_port(
         },
     };
     if refs.len() > MAX_CA_REFS {
-        return Err(format!(
-            "{field}.caCertificateRefs names {} references, more than {MAX_CA_REFS}",
-            refs.len()
+        return Err((
+            INVALID_REF,
+            format!(
+                "{field}.caCertificateRefs names {} references, more than {MAX_CA_REFS}",
+                refs.len()
+            ),
         ));
     }
     let mut pem = Vec::new();
@@ -128,16 +140,18 @@ pub fn for_port(
                 pem.extend_from_slice(ca);
                 pem.push(b'\n');
             }
-            Err(why) => {
-                unresolved.get_or_insert(format!("{at}: {why}"));
+            Err((reason, why)) => {
+                unresolved.get_or_insert((reason, format!("{at}: {why}")));
             }
         }
     }
     if pem.is_empty() {
-        return Err(unresolved.unwrap_or_else(|| format!("{field} names no CA certificate")));
+        return Err(
+            unresolved.unwrap_or_else(|| (INVALID_REF, format!("{field} names no CA certificate")))
+        );
     }
     let what = format!("Gateway {id} {field}");
-    let bundle = CaBundle::from_pem(&pem, &what).map_err(|e| e.to_string())?;
+    let bundle = CaBundle::from_pem(&pem, &what).map_err(|e| (INVALID_REF, e.to_string()))?;
     let mode = if insecure {
         ClientAuthMode::InsecureFallback
     } else {
@@ -227,18 +241,26 @@ fn ca_of<'s>(
     gateway: &NsName,
     tenant: bool,
     (group, kind, name, namespace): (&str, &str, &str, Option<&str>),
-) -> Result<&'s [u8], String> {
+) -> Result<&'s [u8], Unresolved> {
     let ns = namespace.unwrap_or(&gateway.namespace);
     if !group.is_empty() || !matches!(kind, "ConfigMap" | "Secret") {
-        return Err(format!(
-            "{group:?} {kind:?} is not a ConfigMap or Secret (the kinds teapot reads ca.crt from)"
+        return Err((
+            "InvalidCACertificateKind",
+            format!(
+                "{group:?} {kind:?} is not a ConfigMap or Secret (the kinds teapot reads ca.crt \
+                 from)"
+            ),
         ));
     }
     if ns != gateway.namespace
         && (tenant || !attachment::granted(store, "Gateway", &gateway.namespace, kind, ns, name))
     {
-        return Err(format!(
-            "{kind} {ns}/{name} is in another namespace and no ReferenceGrant lets this Gateway use it"
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "{kind} {ns}/{name} is in another namespace and no ReferenceGrant lets this \
+                 Gateway use it"
+            ),
         ));
     }
     let at = NsRef {
@@ -247,7 +269,7 @@ fn ca_of<'s>(
     };
     let ca: Option<&[u8]> = if kind == "ConfigMap" {
         let Some(c) = store.config_maps.get(&at) else {
-            return Err(format!("ConfigMap {ns}/{name} not found"));
+            return Err((INVALID_REF, format!("ConfigMap {ns}/{name} not found")));
         };
         c.object
             .data
@@ -256,8 +278,9 @@ fn ca_of<'s>(
             .map(|s| s.as_bytes())
     } else {
         let Some(s) = store.ca_secrets.get(&at) else {
-            return Err(format!(
-                "Secret {ns}/{name} not found or holds no {CA_CERT_KEY}"
+            return Err((
+                INVALID_REF,
+                format!("Secret {ns}/{name} not found or holds no {CA_CERT_KEY}"),
             ));
         };
         s.object
@@ -266,7 +289,12 @@ fn ca_of<'s>(
             .and_then(|d| d.get(CA_CERT_KEY))
             .map(|b| b.0.as_slice())
     };
-    ca.ok_or_else(|| format!("{kind} {ns}/{name} has no {CA_CERT_KEY}"))
+    ca.ok_or_else(|| {
+        (
+            INVALID_REF,
+            format!("{kind} {ns}/{name} has no {CA_CERT_KEY}"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -375,7 +403,8 @@ mod tests {
         assert_eq!(setting.source, "Gateway infra/gw port 8443");
         assert!(!setting.verifies_as(&default), "another bundle");
         // The readable CA serves; the missing one is reported.
-        let unresolved = per_port.unresolved.unwrap();
+        let (reason, unresolved) = per_port.unresolved.unwrap();
+        assert_eq!(reason, "InvalidCACertificateRef");
         assert!(unresolved.contains("caCertificateRefs[1]"), "{unresolved}");
         assert!(
             unresolved.contains("ConfigMap infra/missing not found"),
@@ -396,8 +425,27 @@ mod tests {
             .unwrap()
             .ca_certificate_refs[0]
             .namespace = Some("other".into());
-        let refused = super::for_port(&store, id, &gw, true, 443).unwrap_err();
+        let (reason, refused) = super::for_port(&store, id, &gw, true, 443).unwrap_err();
+        assert_eq!(reason, "RefNotPermitted");
         assert!(refused.contains("another namespace"), "{refused}");
+        // Nor reads a kind that holds no CA.
+        let validation = gw
+            .spec
+            .tls
+            .as_mut()
+            .unwrap()
+            .frontend
+            .as_mut()
+            .unwrap()
+            .default
+            .validation
+            .as_mut()
+            .unwrap();
+        validation.ca_certificate_refs[0].namespace = None;
+        validation.ca_certificate_refs[0].kind = "Service".into();
+        let (reason, refused) = super::for_port(&store, id, &gw, false, 443).unwrap_err();
+        assert_eq!(reason, "InvalidCACertificateKind");
+        assert!(refused.contains("not a ConfigMap or Secret"), "{refused}");
     }
 
     #[test]

@@ -182,9 +182,8 @@ pub struct GatewayCompile<'s> {
     /// (host, Secret) certificates of HTTPS listeners, added after the
     /// Ingresses' (an Ingress's certificate keeps its host).
     certificates: Vec<(HostPattern, NsName)>,
-    /// The number of each served HTTPS listener in its socket's
-    /// `HttpsListeners` (the shared table's, or its Gateway's own table
-    /// at its port), by (Gateway, listener index).
+    /// The number of each served HTTPS listener of the shared socket in
+    /// the table's `HttpsListeners`, by (Gateway, listener index).
     https_ids: std::collections::HashMap<(&'s NsName, usize), u32>,
 }
 
@@ -259,14 +258,12 @@ impl<'s> GatewayCompile<'s> {
             .filter(|(_, g)| ours(&g.object.spec.gateway_class_name))
             .map(|(id, g)| gateway_entry(cx, id, &g.object, &mut out.certificates))
             .collect();
-        // The HTTPS listeners of the shared socket, and of each socket of
-        // a Gateway with its own address, for the 421 check and the
-        // certificate of a name no certificate names
+        // The HTTPS listeners of the shared socket, for the 421 check
         // (table::HttpsListeners): an operator's listener selects the
         // names of its hostname; a tenant's only the hosts its routes bind
         // there, after the tenant's host rules (`bind_parent`), so a
         // tenant's listener hostname never takes another's names.
-        for g in &gateways {
+        for g in gateways.iter().filter(|g| !g.own) {
             for (i, l) in g.listeners.iter().enumerate() {
                 if l.plane != Some(Plane::Https) {
                     continue;
@@ -286,8 +283,7 @@ impl<'s> GatewayCompile<'s> {
                     })
                     .map(|s| s.object.certificate.key.clone())
                     .collect();
-                let own = g.own.then_some(g.classes[i].port);
-                let https = out.https_listeners(g.id, own);
+                let https = out.builder.https_listeners();
                 let n = https.listener(certs);
                 if cx.hosts.tenancy.get(&owner.namespace).is_none() {
                     https.add(l.hostname.as_ref(), n);
@@ -366,6 +362,7 @@ impl<'s> GatewayCompile<'s> {
                 gateway_listeners: g.gateway.spec.listeners.len(),
                 sets: g.sets.iter().map(inputs::SetIn::part).collect(),
                 allows_sets: g.gateway.spec.allowed_listeners.is_some(),
+                refused: crate::compile::listeners::gateway_refusal(g.gateway),
                 addresses: g.addresses,
                 // The specification's ResolvedRefs for the backend client
                 // certificate; Gateways without one report none.
@@ -420,23 +417,6 @@ impl<'s> GatewayCompile<'s> {
     /// first setting keeps it, frontend.rs).
     pub fn client_auth(&self, table: &mut crate::compile::client_auth::ClientAuthTable) {
         self.frontends.add_to(table);
-    }
-
-    /// The HTTPS listeners of the shared socket, or (`own`: the port) of
-    /// that socket of `gateway`'s own address.
-    fn https_listeners(
-        &mut self,
-        gateway: &NsName,
-        own: Option<u16>,
-    ) -> &mut table::HttpsListeners {
-        match own {
-            Some(port) => self
-                .own
-                .entry((gateway.clone(), port))
-                .or_default()
-                .https_listeners(),
-            None => self.builder.https_listeners(),
-        }
     }
 
     /// The tables of Gateways with their own address, by Gateway and port.
@@ -729,8 +709,7 @@ impl<'s> GatewayCompile<'s> {
                     && tenant_owner
                     && let Some(n) = self.https_ids.get(&(gateway.id, *i)).copied()
                 {
-                    let own = gateway.own.then_some(gateway.classes[*i].port);
-                    self.https_listeners(gateway.id, own).add(host, n);
+                    self.builder.https_listeners().add(host, n);
                 }
             }
         }
@@ -940,7 +919,7 @@ fn gateway_entry<'s>(
             // Frontend client-certificate validation (frontend.rs): a
             // listener none of whose CAs can be read is not served.
             match frontend::for_port(store, id, gateway, tenant.is_some(), l.port) {
-                Err(message) => {
+                Err((reason, message)) => {
                     conditions.push(Condition::new(
                         "Accepted",
                         false,
@@ -948,14 +927,14 @@ fn gateway_entry<'s>(
                         message.clone(),
                     ));
                     if resolved.is_ok() {
-                        resolved = Err(("InvalidCACertificateRef", message));
+                        resolved = Err((reason, message));
                     }
                 }
                 Ok(f) => {
-                    if let Some(message) = f.unresolved
+                    if let Some(unresolved) = f.unresolved
                         && resolved.is_ok()
                     {
-                        resolved = Err(("InvalidCACertificateRef", message));
+                        resolved = Err(unresolved);
                     }
                 }
             }
@@ -963,9 +942,14 @@ fn gateway_entry<'s>(
                 plane = None;
             }
         }
+        // A conflicted listener is neither accepted nor programmed, for the
+        // conflict's reason (as the specification's ListenerSet tests read
+        // it).
+        let mut conflict: Option<&'static str> = None;
         if plane.is_some() {
             if let Some((reason, message)) = &class.conflict {
                 conditions.push(Condition::new("Conflicted", true, reason, message.clone()));
+                conflict = Some(reason);
                 plane = None;
             } else {
                 conditions.push(Condition::new("Conflicted", false, "NoConflicts", ""));
@@ -973,6 +957,13 @@ fn gateway_entry<'s>(
         }
         if plane.is_some() {
             conditions.push(Condition::new("Accepted", true, "Accepted", ""));
+        } else if let Some(reason) = conflict {
+            conditions.push(Condition::new(
+                "Accepted",
+                false,
+                reason,
+                "the listener is not served (see Conflicted)",
+            ));
         } else if !conditions.iter().any(|c| c.type_ == "Accepted") {
             conditions.push(Condition::new(
                 "Accepted",
@@ -988,7 +979,12 @@ fn gateway_entry<'s>(
         conditions.push(if plane.is_some() {
             Condition::new("Programmed", true, "Programmed", "")
         } else {
-            Condition::new("Programmed", false, "Invalid", "the listener is not served")
+            Condition::new(
+                "Programmed",
+                false,
+                conflict.unwrap_or("Invalid"),
+                "the listener is not served",
+            )
         });
         // A tenant's certificates go on the hosts its routes bind (after
         // the tenant host rules, in `attach`), never on a bare listener
