@@ -23,6 +23,11 @@ use super::status;
 use super::tls_client;
 use crate::admin::Status;
 
+// The helpers called with plain arguments: a child module, so that it
+// judges with this runner's clients and endpoints.
+#[path = "plain.rs"]
+mod plain;
+
 /// The upstream Go client's User-Agent.
 const USER_AGENT: &str = "Go-http-client/1.1";
 /// Per-request timeout (`RequestTimeout` upstream).
@@ -526,6 +531,28 @@ fn backend_certificates(
             (pem.cert_pem, pem.key_pem),
         );
     }
+    // `MustCreateCASignedClientCertSecret(.., "tls-checks-client-certificate",
+    // ca, ..)`: the client certificate a Gateway presents to its backends
+    // (`spec.tls.backend.clientCertificateRef`), signed by the backend CA.
+    let client = ca.issue_client(BACKEND_CLIENT_CERTIFICATE);
+    let yaml = teapot_testkit::certs::tls_secret_yaml(
+        manifests::BACKEND_TLS_NAMESPACE,
+        BACKEND_CLIENT_CERTIFICATE,
+        &client,
+    );
+    writer.write_text(
+        "Secret",
+        manifests::BACKEND_TLS_NAMESPACE,
+        BACKEND_CLIENT_CERTIFICATE,
+        &yaml,
+    )?;
+    secrets.insert(
+        (
+            manifests::BACKEND_TLS_NAMESPACE.to_string(),
+            BACKEND_CLIENT_CERTIFICATE.to_string(),
+        ),
+        (client.cert_pem, client.key_pem),
+    );
     for (name, pem) in [
         (manifests::BACKEND_TLS_CA, ca.cert_pem()),
         (manifests::BACKEND_TLS_MISMATCH_CA, mismatch.cert_pem()),
@@ -550,6 +577,9 @@ fn backend_certificates(
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok((std::sync::Arc::new(config), secrets))
 }
+
+/// The Secret of the backend client certificate `suite.go` makes.
+const BACKEND_CLIENT_CERTIFICATE: &str = "tls-checks-client-certificate";
 
 /// `--l4-pool conformance=CIDR --l4-default-pool conformance --l4-state
 /// off`: the conformance namespaces belong to no Tenant, so the default
@@ -1059,6 +1089,9 @@ struct Exchange {
 
 impl CaseContext<'_> {
     async fn run(&self, case: &Case) -> Result<(), String> {
+        if let Some(result) = self.run_plain(case).await {
+            return result;
+        }
         let (scheme, judgement) = helper(case)?;
         let unjudged = case.unjudged_fields();
         if !unjudged.is_empty() {

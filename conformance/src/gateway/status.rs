@@ -362,6 +362,15 @@ pub fn judge(
             &args.nn(1)?,
             &cond("Accepted", "True", "Accepted"),
         ),
+        "BackendTLSPolicyMustHaveLatestConditions" => {
+            // Upstream passes the policy object the test fetched; the data
+            // names it.
+            let policy = args.nn(0)?;
+            for ancestor in list(view.policy_status(&policy)?, "ancestors") {
+                view.latest("BackendTLSPolicy", &policy, &read_conditions(ancestor))?;
+            }
+            Ok(())
+        }
         "HTTPRouteMustHaveLatestConditions" => {
             let route = args.nn(0)?;
             for parent in view.route_parents("HTTPRoute", &route)? {
@@ -1025,8 +1034,8 @@ impl View<'_> {
     /// `BackendTLSPolicyMustHaveCondition`: every ancestor's conditions
     /// are the latest, and an ancestor naming the Gateway has the
     /// condition.
-    fn policy_must_have_condition(&self, policy: &Nn, gw: &Nn, want: &Cond) -> Result<(), String> {
-        let status = self.find(
+    fn policy_status(&self, policy: &Nn) -> Result<&Value, String> {
+        self.find(
             self.status
                 .get("backendTLSPolicies")
                 .and_then(Value::as_array)
@@ -1034,7 +1043,11 @@ impl View<'_> {
                 .unwrap_or(&[]),
             "BackendTLSPolicy",
             policy,
-        )?;
+        )
+    }
+
+    fn policy_must_have_condition(&self, policy: &Nn, gw: &Nn, want: &Cond) -> Result<(), String> {
+        let status = self.policy_status(policy)?;
         let mut seen = Vec::new();
         for ancestor in list(status, "ancestors") {
             let conditions = read_conditions(ancestor);
@@ -1884,6 +1897,19 @@ mod tests {
             )),
             Ok(())
         );
+        assert_eq!(
+            run(&check(
+                "BackendTLSPolicyMustHaveLatestConditions",
+                json!([nn("policy")])
+            )),
+            Ok(())
+        );
+        // A policy the data does not name cannot be judged.
+        let unnamed = run(&check(
+            "BackendTLSPolicyMustHaveLatestConditions",
+            json!([{"Kind": "BackendTLSPolicy"}]),
+        ));
+        assert!(unnamed.unwrap_err().contains("is not a NamespacedName"));
         let elsewhere = run(&check(
             "BackendTLSPolicyMustHaveAcceptedConditionTrue",
             json!([nn("policy"), nn("other")]),
