@@ -688,6 +688,30 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "on (the default): a client without a certificate that verifies gets 400; optional: one without a certificate is served, one with a bad one gets 400; optional_no_ca: a certificate is asked for and passed on unverified; off: none is asked for.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-type",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["basic"]),
+        doc: "basic: requests need a user and password of auth-secret (401 with WWW-Authenticate otherwise); digest is not served.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-secret",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::SecretRef,
+        doc: "The Secret of your Ingress's namespace holding the users of auth-type: basic (NAME, or NAMESPACE/NAME of the same namespace): htpasswd lines in key auth (bcrypt up to cost 12, apr1, {SHA}), or one key per user with auth-secret-type: auth-map.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-secret-type",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["auth-file", "auth-map"]),
+        doc: "auth-file (the default): auth-secret's key auth holds htpasswd lines; auth-map: each key is a user and its value the password hash.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-realm",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "The realm of the 401's WWW-Authenticate: Basic realm=\"...\" (default empty, as ingress-nginx).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/auth-tls-verify-depth",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Count {
@@ -1298,6 +1322,88 @@ pub const AUTH_TLS_KEYS: [&str; 6] = [
 /// gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerifyClient {
+/// ingress-nginx's basic authentication annotations.
+pub const AUTH_TYPE: &str = "nginx.ingress.kubernetes.io/auth-type";
+pub const AUTH_SECRET: &str = "nginx.ingress.kubernetes.io/auth-secret";
+pub const AUTH_SECRET_TYPE: &str = "nginx.ingress.kubernetes.io/auth-secret-type";
+pub const AUTH_REALM: &str = "nginx.ingress.kubernetes.io/auth-realm";
+
+/// The four basic authentication annotations.
+pub const BASIC_AUTH_KEYS: [&str; 4] = [AUTH_TYPE, AUTH_SECRET, AUTH_SECRET_TYPE, AUTH_REALM];
+
+/// An Ingress's basic authentication (`auth-type: basic`), read together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BasicAuthAnnotations {
+    /// `auth-secret`: `(namespace, name)`, a bare name read in the
+    /// Ingress's own namespace.
+    pub secret: (String, String),
+    /// `auth-secret-type: auth-map`: the Secret's keys are the users.
+    pub map: bool,
+    /// `auth-realm` (default empty, as ingress-nginx).
+    pub realm: String,
+}
+
+impl BasicAuthAnnotations {
+    /// Reads the basic authentication annotations of an Ingress of
+    /// `namespace`: `Ok(None)` when it carries none of them; each error is
+    /// `(annotation key, why)`. A companion without `auth-type`, or
+    /// `auth-type` without its Secret, is an error rather than an open
+    /// route: ingress-nginx serves those without authentication.
+    pub fn read<'a>(
+        namespace: &str,
+        annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Result<Option<BasicAuthAnnotations>, Vec<(&'static str, String)>> {
+        let mut values: [Option<AnnotationValue>; 4] = Default::default();
+        let mut errors = Vec::new();
+        let mut seen: Vec<&'static str> = Vec::new();
+        for (key, value) in annotations {
+            let Some(i) = BASIC_AUTH_KEYS.iter().position(|k| k == key) else {
+                continue;
+            };
+            seen.push(BASIC_AUTH_KEYS[i]);
+            match parse(ObjectKind::Ingress, key, value) {
+                Ok(v) => values[i] = Some(v),
+                Err(e) => errors.push((BASIC_AUTH_KEYS[i], e.to_string())),
+            }
+        }
+        if seen.is_empty() {
+            return Ok(None);
+        }
+        let [kind, secret, secret_type, realm] = values;
+        let text = |v: Option<AnnotationValue>| match v {
+            Some(AnnotationValue::Text(t)) => Some(t),
+            _ => None,
+        };
+        if !seen.contains(&AUTH_TYPE) {
+            for key in seen.iter().copied() {
+                if !errors.iter().any(|(k, _)| *k == key) {
+                    errors.push((
+                        key,
+                        format!("needs {AUTH_TYPE}: basic; without it ingress-nginx serves the Ingress to everyone"),
+                    ));
+                }
+            }
+        } else if !seen.contains(&AUTH_SECRET) {
+            errors.push((
+                AUTH_SECRET,
+                format!("{AUTH_TYPE} needs {AUTH_SECRET}, the Secret holding the users"),
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let (Some(AnnotationValue::Word("basic")), Some(secret)) = (kind, text(secret)) else {
+            return Ok(None);
+        };
+        let (ns, name) = crate::names::namespaced_reference(secret.trim(), namespace);
+        Ok(Some(BasicAuthAnnotations {
+            secret: (ns.to_string(), name.to_string()),
+            map: matches!(secret_type, Some(AnnotationValue::Word("auth-map"))),
+            realm: text(realm).unwrap_or_default(),
+        }))
+    }
+}
+
     /// `on` (the default): a certificate verified against the CA bundle
     /// is required.
     On,
@@ -1637,11 +1743,13 @@ mod tests {
                 "{key}"
             );
         }
-        let unserved = parse(i, "nginx.ingress.kubernetes.io/auth-type", "basic").unwrap_err();
+        let unserved =
+            parse(i, "nginx.ingress.kubernetes.io/enable-modsecurity", "true").unwrap_err();
         let said = unserved.to_string();
         assert!(
-            said.starts_with("not served by teapot: nginx.ingress.kubernetes.io/auth-type")
-                && said.contains("limit-rps"),
+            said.starts_with(
+                "not served by teapot: nginx.ingress.kubernetes.io/enable-modsecurity"
+            ) && said.contains("limit-rps"),
             "{said}"
         );
         assert_eq!(
@@ -1879,9 +1987,6 @@ mod tests {
             "auth-cache-key",
             "auth-proxy-set-headers",
             "auth-keepalive",
-            "auth-type",
-            "auth-secret",
-            "auth-secret-type",
             "auth-tls-send-client-ca",
         ] {
             let e = parse(i, &key(name), "x").unwrap_err();
@@ -1938,7 +2043,8 @@ mod tests {
             assert!(!restricts_access(name), "{name}");
         }
         let map: std::collections::BTreeMap<String, String> = [
-            ("auth-type", "basic"),
+            // Served as basic only: digest is refused, never served open.
+            ("auth-type", "digest"),
             // Served, but a value teapot cannot read.
             ("auth-tls-verify-client", "maybe"),
             ("configuration-snippet", "deny all;"),
@@ -1981,7 +2087,7 @@ mod tests {
             why.contains("X_Forwarded_User") && !why.contains("X-Forwarded-For"),
             "{why}"
         );
-        assert!(matches!(found[2].1, AnnotationError::NotServed { .. }));
+        assert!(matches!(found[2].1, AnnotationError::BadValue { .. }));
         assert!(matches!(found[5].1, AnnotationError::BadValue { .. }));
     }
 
@@ -2009,6 +2115,42 @@ mod tests {
             "", "/ca", "shop/", "Shop/ca", "a/b/c", "shop/ca;", "shop/c a",
         ] {
             let e = p("secret", bad).unwrap_err();
+    #[test]
+    fn basic_auth_is_read_together() {
+        let read = |pairs: &[(&str, &str)]| BasicAuthAnnotations::read("shop", &nginx_map(pairs));
+        assert_eq!(read(&[("enable-cors", "true")]), Ok(None));
+        let auth = read(&[
+            ("auth-type", "basic"),
+            ("auth-secret", "users"),
+            ("auth-realm", "Staff only"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(auth.secret, ("shop".to_string(), "users".to_string()));
+        assert_eq!((auth.map, &auth.realm[..]), (false, "Staff only"));
+        let map = read(&[
+            ("auth-type", "basic"),
+            ("auth-secret", "other/users"),
+            ("auth-secret-type", "auth-map"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (map.secret.0.as_str(), map.map, map.realm.as_str()),
+            ("other", true, "")
+        );
+        // What ingress-nginx would serve open is an error here.
+        let keys = |r: Result<_, Vec<(&'static str, String)>>| -> Vec<&'static str> {
+            r.unwrap_err().into_iter().map(|(k, _)| k).collect()
+        };
+        assert_eq!(keys(read(&[("auth-secret", "users")])), [AUTH_SECRET]);
+        assert_eq!(keys(read(&[("auth-type", "basic")])), [AUTH_SECRET]);
+        assert_eq!(
+            keys(read(&[("auth-type", "digest"), ("auth-secret", "u")])),
+            [AUTH_TYPE]
+        );
+    }
+
             assert!(e.to_string().contains("NAMESPACE/NAME"), "{bad:?}: {e}");
         }
         for ok in ["on", "off", "optional", "optional_no_ca"] {

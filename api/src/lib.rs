@@ -28,6 +28,7 @@ pub mod admission;
 pub mod annotations;
 pub mod host;
 pub mod hostname;
+pub mod htpasswd;
 pub mod kind;
 pub mod lease;
 pub mod listener;

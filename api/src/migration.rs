@@ -632,7 +632,7 @@ mod tests {
         assert!(reason.contains("many"), "{reason}");
         assert!(reason.ends_with(UNROUTED), "a restriction: {reason}");
         for (name, value) in [
-            ("auth-type", "basic"),
+            ("auth-type", "digest"),
             ("auth-tls-verify-client", "maybe"),
             ("server-snippet", "x"),
         ] {

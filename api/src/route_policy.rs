@@ -54,6 +54,31 @@ pub struct RouteTrafficPolicySpec {
     /// it the code (`X-Code`, `X-Format`, `X-Original-URI`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_errors: Option<CustomErrors>,
+    /// Users a request must be one of (ingress-nginx's `auth-type: basic`
+    /// with `auth-secret` and `auth-realm`): the htpasswd lines of a Secret
+    /// of the policy's own namespace (key `auth`); without a user and
+    /// password of it, 401 with `WWW-Authenticate: Basic realm="..."`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<BasicAuth>,
+}
+
+/// Basic authentication: whose users, and the realm the 401 names.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BasicAuth {
+    /// A Secret of the policy's own namespace whose key `auth` holds
+    /// htpasswd lines (bcrypt up to cost 12, apr1, `{SHA}`).
+    pub secret_ref: LocalSecretRef,
+    /// The realm of the 401's `WWW-Authenticate` (default empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realm: Option<String>,
+}
+
+/// A Secret of the referring object's own namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalSecretRef {
+    pub name: String,
 }
 
 /// Which responses an error page replaces, and who serves the page.
@@ -207,6 +232,22 @@ impl RouteTrafficPolicySpec {
                 value: e.backend.name.clone(),
                 items: Vec::new(),
             });
+        }
+        if let Some(b) = &self.basic_auth {
+            out.push(AnnotationField {
+                field: "spec.basicAuth.secretRef.name",
+                name: "auth-secret",
+                value: b.secret_ref.name.clone(),
+                items: Vec::new(),
+            });
+            if let Some(realm) = &b.realm {
+                out.push(AnnotationField {
+                    field: "spec.basicAuth.realm",
+                    name: "auth-realm",
+                    value: realm.clone(),
+                    items: Vec::new(),
+                });
+            }
         }
         let mut count = |field: &'static str, name: &'static str, n: Option<u32>| {
             if let Some(n) = n {

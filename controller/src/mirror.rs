@@ -387,6 +387,13 @@ pub fn lb_ingress_secret(
     lb_namespace: &str,
 ) -> Result<Secret, Error> {
     let id = (secret.namespace().unwrap_or_default(), secret.name_any());
+    if let Some((users, map)) = nginx_refs::basic_auth_secret(
+        &ingress.namespace().unwrap_or_default(),
+        ingress.annotations(),
+    ) && users == id
+    {
+        return lb_htpasswd_secret(secret, map, lb_namespace);
+    }
     let proxy_ssl = nginx_refs::annotation_secrets(
         &ingress.namespace().unwrap_or_default(),
         ingress.annotations(),
@@ -417,6 +424,39 @@ pub fn lb_ca_secret(secret: &Secret, lb_namespace: &str) -> Result<Secret, Error
             message: "is required".into(),
         })?;
     let data = BTreeMap::from([(CA_SECRET_KEY.into(), ca.clone())]);
+    Ok(lb_secret_copy(secret, lb_namespace, CA_SECRET_TYPE, data))
+}
+
+/// The LB copy of the users of a tenant's basic authentication: `auth`
+/// alone (htpasswd lines), an `auth-map`'s keys and values written as
+/// those lines; nothing else of the Secret leaves the tenant cluster. A
+/// line teapot cannot serve is the webhook's to name on the copy; a map
+/// entry it cannot serve is named here.
+pub fn lb_htpasswd_secret(secret: &Secret, map: bool, lb_namespace: &str) -> Result<Secret, Error> {
+    use teapot_api::htpasswd::{AUTH_KEY, parse_map, to_file};
+    let invalid = |field: String, message: String| Error::Invalid {
+        object: format!(
+            "Secret {}/{}",
+            secret.namespace().unwrap_or_default(),
+            secret.name_any()
+        ),
+        field,
+        message,
+    };
+    let data = secret.data.as_ref();
+    let auth = if map {
+        let pairs = data
+            .into_iter()
+            .flatten()
+            .map(|(user, hash)| (user.as_str(), hash.0.as_slice()));
+        let entries = parse_map(pairs).map_err(|why| invalid("data".into(), why))?;
+        ByteString(to_file(&entries).into_bytes())
+    } else {
+        data.and_then(|d| d.get(AUTH_KEY))
+            .cloned()
+            .ok_or_else(|| invalid(format!("data[{AUTH_KEY}]"), "is required".into()))?
+    };
+    let data = BTreeMap::from([(AUTH_KEY.into(), auth)]);
     Ok(lb_secret_copy(secret, lb_namespace, CA_SECRET_TYPE, data))
 }
 

@@ -21,10 +21,27 @@ const AUTH_URL: &str = "auth-url";
 const DEFAULT_BACKEND: &str = "default-backend";
 const PROXY_SSL_SECRET: &str = "proxy-ssl-secret";
 const AUTH_TLS_SECRET: &str = "auth-tls-secret";
+const AUTH_SECRET: &str = "auth-secret";
+const AUTH_SECRET_TYPE: &str = "auth-secret-type";
 
 /// The annotations that name a tenant Secret, mirrored with the Ingress:
-/// the backend's TLS Secret and the CA of client certificates.
-const SECRET_ANNOTATIONS: [&str; 2] = [PROXY_SSL_SECRET, AUTH_TLS_SECRET];
+/// the backend's TLS Secret, the CA of client certificates and the users
+/// of basic authentication.
+const SECRET_ANNOTATIONS: [&str; 3] = [PROXY_SSL_SECRET, AUTH_TLS_SECRET, AUTH_SECRET];
+
+/// The Secret holding the users of the Ingress's basic authentication
+/// (`auth-secret`), and whether it is an `auth-map` (one key per user):
+/// its LB copy is the htpasswd lines it stands for either way
+/// (crate::mirror::lb_htpasswd_secret), and the copy's annotation says
+/// `auth-file`.
+pub fn basic_auth_secret(
+    namespace: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Option<(TenantRef, bool)> {
+    let secret = annotation_secret(namespace, annotations, AUTH_SECRET)?;
+    let map = nginx(annotations, AUTH_SECRET_TYPE).is_some_and(|t| t.trim() == "auth-map");
+    Some((secret, map))
+}
 
 /// The Service an `auth-url` names, read as the webhook and the compile
 /// read it (`AuthTarget`: `SERVICE.NAMESPACE.svc[.cluster.local]`; any
@@ -56,7 +73,8 @@ pub fn annotation_services(
     out
 }
 
-/// The tenant Secrets `proxy-ssl-secret` and `auth-tls-secret` name:
+/// The tenant Secrets `proxy-ssl-secret`, `auth-tls-secret` and
+/// `auth-secret` name:
 /// `NAMESPACE/NAME`, or a bare `NAME` in the Ingress's `namespace`, as the
 /// compile reads them.
 pub fn annotation_secrets(
@@ -105,7 +123,11 @@ pub fn travelling(
                     None => value.clone(),
                 },
                 DEFAULT_BACKEND => mirrored_service_name(namespace, value.trim()),
-                PROXY_SSL_SECRET | AUTH_TLS_SECRET => {
+                // The agent writes an auth-map's users as htpasswd lines.
+                AUTH_SECRET_TYPE if basic_auth_secret(namespace, annotations).is_some() => {
+                    "auth-file".to_string()
+                }
+                PROXY_SSL_SECRET | AUTH_TLS_SECRET | AUTH_SECRET => {
                     match annotation_secret(namespace, annotations, name) {
                         Some((ns, secret)) => {
                             format!("{lb_namespace}/{}", mirrored_secret_name(&ns, &secret))
@@ -219,6 +241,46 @@ mod tests {
             Some((("b".into(), "a".into()), 80, "/x".into()))
         );
         assert!(annotation_secrets("shop", &map(&[("proxy-ssl-secret", "a/b/c")])).is_empty());
+    }
+
+    /// The users of basic authentication travel as the CA Secrets do;
+    /// an auth-map arrives as the htpasswd lines it stands for, so the
+    /// copy says auth-file.
+    #[test]
+    fn the_basic_auth_secret_is_mirrored_as_auth_lines() {
+        let a = map(&[
+            ("auth-type", "basic"),
+            ("auth-secret", "users"),
+            ("auth-secret-type", "auth-map"),
+            ("auth-realm", "Staff"),
+        ]);
+        assert_eq!(
+            basic_auth_secret("shop", &a),
+            Some((("shop".to_string(), "users".to_string()), true))
+        );
+        assert_eq!(
+            annotation_secrets("shop", &a),
+            vec![("shop".to_string(), "users".to_string())]
+        );
+        let out = travelling("shop", "tenant-acme", &a);
+        let get = |k: &str| out[&format!("{NGINX_PREFIX}{k}")].as_str();
+        assert_eq!(
+            get("auth-secret"),
+            format!("tenant-acme/{}", mirrored_secret_name("shop", "users"))
+        );
+        assert_eq!(get("auth-secret-type"), "auth-file");
+        assert_eq!((get("auth-type"), get("auth-realm")), ("basic", "Staff"));
+        let file = map(&[("auth-secret", "other/htpasswd")]);
+        assert_eq!(
+            basic_auth_secret("shop", &file),
+            Some((("other".to_string(), "htpasswd".to_string()), false))
+        );
+        // Without a Secret the type travels as written, for the webhook.
+        let lone = map(&[("auth-secret-type", "auth-map")]);
+        assert_eq!(
+            travelling("shop", "lb", &lone)[&format!("{NGINX_PREFIX}auth-secret-type")],
+            "auth-map"
+        );
     }
 
     /// The CA of client certificates travels as the backend's TLS Secret

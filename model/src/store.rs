@@ -261,7 +261,9 @@ pub struct Store {
     /// backend without a client certificate) with their `ca.crt` only:
     /// every other key, and the annotations that could repeat them, are
     /// dropped when read ([`crate::validate`]). Same kind as
-    /// [`Store::secrets`]; a name is in one map or the other.
+    /// [`Store::secrets`]; a name is in one map or the other. The users
+    /// of basic authentication (`auth-secret`, Opaque with `auth`) are
+    /// kept here too, with `auth` alone.
     pub ca_secrets: ObjectMap<k8s_openapi::api::core::v1::Secret>,
     /// Tenants by object name.
     pub tenants: BTreeMap<String, Stored<Tenant>>,

@@ -44,6 +44,20 @@ pub fn parse_object(
             let secret: Secret = typed(value)?;
             if teapot_api::admission::is_ca_secret(&secret) {
                 Object::CaSecret(ca_secret(secret)?)
+            } else if teapot_api::htpasswd::is_htpasswd_secret(&secret) {
+                Object::CaSecret(htpasswd_secret(secret)?)
+            } else if let Some(lines) = htpasswd_map(&secret) {
+                // An operator's `auth-map`: kept as the lines it stands for.
+                let mut secret = secret;
+                secret.string_data = None;
+                secret.data = Some(
+                    [(
+                        teapot_api::htpasswd::AUTH_KEY.to_string(),
+                        k8s_openapi::ByteString(lines),
+                    )]
+                    .into(),
+                );
+                Object::CaSecret(htpasswd_secret(secret)?)
             } else {
                 Object::Secret(parse_tls_secret(secret)?)
             }
@@ -168,6 +182,51 @@ fn ca_secret(secret: Secret) -> Result<Secret, FieldError> {
         data: Some([(CA_SECRET_KEY.to_string(), k8s_openapi::ByteString(ca))].into()),
         ..Secret::default()
     })
+}
+
+/// A basic authentication users' Secret as the store keeps it (beside
+/// the CA Secrets, an Opaque Secret too): its metadata as [`ca_secret`]
+/// keeps it and `auth` alone, its htpasswd lines checked against the
+/// bounds (teapot_api::htpasswd) so an oversized or unservable Secret is
+/// named where it is read.
+fn htpasswd_secret(secret: Secret) -> Result<Secret, FieldError> {
+    use teapot_api::htpasswd::{AUTH_KEY, parse_file};
+    let auth = teapot_api::admission::secret_value(&secret, AUTH_KEY)
+        .unwrap_or_default()
+        .to_vec();
+    parse_file(&auth).map_err(|why| FieldError::at(format!("data.{AUTH_KEY}"), why))?;
+    let meta = secret.metadata;
+    Ok(Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            labels: meta.labels,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            ..Default::default()
+        },
+        type_: Some(teapot_api::names::CA_SECRET_TYPE.into()),
+        data: Some([(AUTH_KEY.to_string(), k8s_openapi::ByteString(auth))].into()),
+        ..Secret::default()
+    })
+}
+
+/// An Opaque Secret every key of which is a user and every value a
+/// password hash teapot verifies (ingress-nginx's `auth-map`), as the
+/// htpasswd lines it stands for; `None` for any other Secret.
+fn htpasswd_map(secret: &Secret) -> Option<Vec<u8>> {
+    let opaque = secret
+        .type_
+        .as_deref()
+        .unwrap_or(teapot_api::names::CA_SECRET_TYPE)
+        == teapot_api::names::CA_SECRET_TYPE;
+    let data = secret.data.as_ref().filter(|d| !d.is_empty())?;
+    if !opaque || secret.string_data.as_ref().is_some_and(|d| !d.is_empty()) {
+        return None;
+    }
+    let pairs = data.iter().map(|(k, v)| (k.as_str(), v.0.as_slice()));
+    let entries = teapot_api::htpasswd::parse_map(pairs).ok()?;
+    Some(teapot_api::htpasswd::to_file(&entries).into_bytes())
 }
 
 fn typed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, FieldError> {
@@ -506,6 +565,45 @@ mod tests {
         let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {ca.crt: nope}\n";
         let e = parse_object(Kind::Secret, serde_yaml::from_str(bad).unwrap(), "d").unwrap_err();
         assert_eq!(e.field.as_deref(), Some("data[\"ca.crt\"]"));
+    }
+
+    /// Basic authentication's users: `auth` is kept, nothing else of the
+    /// Secret; a line past the bounds (bcrypt cost 31) is named, and the
+    /// Secret not kept.
+    #[test]
+    fn a_users_secret_keeps_its_auth_alone() {
+        let value = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "users", "namespace": "shop"},
+            "stringData": {"auth": "alice:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n", "password": "s3cret"},
+        });
+        let Ok(Object::CaSecret(kept)) = parse_object(Kind::Secret, value, "shop") else {
+            panic!("not kept");
+        };
+        let data = kept.data.as_ref().unwrap();
+        assert_eq!(data.keys().collect::<Vec<_>>(), ["auth"]);
+        assert!(!serde_json::to_string(&kept).unwrap().contains("s3cret"));
+        let costly = "alice:$2y$31$WvD7gZ4VeRFMxZcjx6m1a.0NZ7HTAGtCA0zH8Ss6eHptLVqcx1cxS";
+        let bad = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "u"},
+            "stringData": {"auth": costly},
+        });
+        let e = parse_object(Kind::Secret, bad, "d").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("data.auth"));
+        assert!(
+            e.message.contains("line 1: bcrypt cost 31"),
+            "{}",
+            e.message
+        );
+        // An operator's auth-map is kept as its lines.
+        let map = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "m", "namespace": "ops"},
+            "data": {"alice": "e1BMQUlOfXg="},
+        });
+        let Ok(Object::CaSecret(kept)) = parse_object(Kind::Secret, map, "ops") else {
+            panic!("an auth-map is kept");
+        };
+        assert_eq!(kept.data.unwrap()["auth"].0, b"alice:{PLAIN}x\n");
     }
 
     #[test]

@@ -258,12 +258,12 @@ impl WatchSpec {
     /// Opaque Secret but keeps only those with a `ca.crt` (the store then
     /// keeps that key alone); the others are as if absent.
     fn keeps(&self, object: &DynamicObject) -> bool {
+        // CA Secrets, and basic authentication's users (`auth`).
+        let data = object.data.get("data");
         !self.ca_secrets
-            || object
-                .data
-                .get("data")
-                .and_then(|d| d.get(CA_SECRET_KEY))
-                .is_some()
+            || [CA_SECRET_KEY, teapot_api::htpasswd::AUTH_KEY]
+                .iter()
+                .any(|key| data.and_then(|d| d.get(key)).is_some())
     }
 }
 

@@ -87,6 +87,7 @@ async fn gateways_with_their_own_address_serve_http_and_https_on_any_port_there(
     }
     let ca = TestCa::new("own address e2e CA");
     let leaf = ca.issue(&["secure.example.com"]);
+    let any_leaf = ca.issue(&["*.example.net"]);
 
     let mut objects = vec![
         gateway_class(),
@@ -101,10 +102,17 @@ async fn gateways_with_their_own_address_serve_http_and_https_on_any_port_there(
                  "tls": {"certificateRefs": [{"name": "secure-cert"}]}},
             ]),
         ),
+        // With a hostname-less HTTPS listener on 443: any name there gets
+        // its certificate, as upstream's base Gateway
+        // same-namespace-with-https-listener is served.
         gateway(
             "pinned",
             Some(PINNED),
-            json!([{"name": "web", "protocol": "HTTP", "port": 80}]),
+            json!([
+                {"name": "web", "protocol": "HTTP", "port": 80},
+                {"name": "any", "protocol": "HTTPS", "port": 443,
+                 "tls": {"certificateRefs": [{"name": "any-cert"}]}},
+            ]),
         ),
         // HTTP on 80 only: the shared listeners, as before.
         gateway(
@@ -127,6 +135,7 @@ async fn gateways_with_their_own_address_serve_http_and_https_on_any_port_there(
         &[
             ("gateways.yaml", docs(&objects)),
             ("secret.yaml", tls_secret_yaml(NS, "secure-cert", &leaf)),
+            ("any.yaml", tls_secret_yaml(NS, "any-cert", &any_leaf)),
         ],
         &[
             "--l4-pool",
@@ -144,7 +153,7 @@ async fn gateways_with_their_own_address_serve_http_and_https_on_any_port_there(
             let status = h.status().await;
             match (
                 listening(&status, "edge", 3),
-                listening(&status, "pinned", 1),
+                listening(&status, "pinned", 2),
             ) {
                 (Some(e), Some(p)) => Ok((e, p)),
                 _ => Err(status["l4"]["gateways"].clone()),
@@ -187,6 +196,15 @@ async fn gateways_with_their_own_address_serve_http_and_https_on_any_port_there(
         served_by(&get(at(pinned, 80), &plain, "a.example.com").await),
         "pinned"
     );
+    // Its hostname-less HTTPS listener answers a name no route and no
+    // other listener names with its own certificate (not the self-signed
+    // default), and no route there serves it.
+    let unnamed = Transport::Tls {
+        sni: "unnamed.example.net".into(),
+        roots: Some(vec![ca.cert_der().to_vec()]),
+    };
+    let resp = get(at(pinned, 443), &unnamed, "unnamed.example.net").await;
+    assert_eq!(served_by(&resp), "404");
     // The shared listeners: the Gateway without an address of its own,
     // never the others.
     assert_eq!(served_by(&h.get("a.example.com", "/").await), "shared");

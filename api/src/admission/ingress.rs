@@ -85,6 +85,7 @@ pub fn check_ingress(
     ));
     check_auth(ctx, ingress, &mut out);
     check_auth_tls(namespace, ingress, &mut out);
+    check_basic_auth(namespace, ingress, &mut out);
     let mut hosts = BTreeSet::new();
     let mut paths = 0usize;
     for (i, rule) in rules.iter().enumerate() {
@@ -294,6 +295,45 @@ fn check_auth_tls(namespace: &str, ingress: &Ingress, out: &mut Vec<Violation>) 
     }
 }
 
+/// Basic authentication (`auth-type: basic`): the users' Secret one of
+/// the Ingress's own namespace (the agent mirrors the tenant's Secret
+/// there), and no companion without `auth-type` or `auth-type` without
+/// its Secret (a value that does not parse is named by the allowlist's
+/// check). What the Secret holds is the Secret's own admission.
+fn check_basic_auth(namespace: &str, ingress: &Ingress, out: &mut Vec<Violation>) {
+    use crate::annotations::{AUTH_SECRET, BasicAuthAnnotations, parse};
+    let annotations = ingress.metadata.annotations.iter().flatten();
+    match BasicAuthAnnotations::read(namespace, annotations) {
+        Ok(None) => {}
+        Ok(Some(auth)) => {
+            let (ns, name) = &auth.secret;
+            if ns != namespace {
+                out.push(Violation::new(
+                    key_field("metadata.annotations", AUTH_SECRET),
+                    format!(
+                        "names Secret {ns}/{name}: the users' Secret must be in the Ingress's own namespace {namespace}"
+                    ),
+                ));
+            }
+        }
+        Err(errors) => {
+            let value = |key: &str| {
+                let v = ingress.metadata.annotations.as_ref()?.get(key)?;
+                Some(v.as_str())
+            };
+            for (key, why) in errors {
+                // Absent (auth-secret missing) or readable: named here; a
+                // value that does not parse is named by the allowlist.
+                let named_elsewhere =
+                    value(key).is_some_and(|v| parse(ObjectKind::Ingress, key, v).is_err());
+                if !named_elsewhere {
+                    out.push(Violation::new(key_field("metadata.annotations", key), why));
+                }
+            }
+        }
+    }
+}
+
 /// An `auth-url` naming an address: the tenant's own nodes only, as an
 /// endpoint would be (its form is the allowlist's to check); no framing
 /// or forwarding field among `auth-response-headers`.
@@ -447,6 +487,41 @@ mod tests {
     fn violations(ing: &Ingress) -> Vec<Violation> {
         let f = Fixture::new();
         check_ingress(&f.ctx(), NS, ing)
+    }
+
+    #[test]
+    fn basic_auth_names_a_secret_of_its_own_namespace() {
+        let n = |k: &str| format!("nginx.ingress.kubernetes.io/{k}");
+        let got = |a: &str| fields(&violations(&with_annotations(a, &["/"])));
+        let ok = format!(
+            "{}: basic, {}: users, {}: Staff",
+            n("auth-type"),
+            n("auth-secret"),
+            n("auth-realm")
+        );
+        assert_eq!(got(&ok), Vec::<String>::new());
+        let own = format!(
+            "{}: basic, {}: {NS}/users",
+            n("auth-type"),
+            n("auth-secret")
+        );
+        assert_eq!(got(&own), Vec::<String>::new());
+        let secret_field = format!("metadata.annotations[\"{}\"]", n("auth-secret"));
+        let other = format!(
+            "{}: basic, {}: other/users",
+            n("auth-type"),
+            n("auth-secret")
+        );
+        assert_eq!(got(&other), std::slice::from_ref(&secret_field));
+        // Served open by ingress-nginx: refused here.
+        assert_eq!(
+            got(&format!("{}: basic", n("auth-type"))),
+            std::slice::from_ref(&secret_field)
+        );
+        assert_eq!(got(&format!("{}: users", n("auth-secret"))), [secret_field]);
+        let type_field = format!("metadata.annotations[\"{}\"]", n("auth-type"));
+        let digest = format!("{}: digest, {}: users", n("auth-type"), n("auth-secret"));
+        assert_eq!(got(&digest), [type_field]);
     }
 
     #[test]

@@ -121,6 +121,18 @@ pub fn route_traffic_value_errors(spec: &RouteTrafficPolicySpec) -> Vec<(String,
                 .to_string(),
         ));
     }
+    // The users of the policy's own namespace: a name, no `NAMESPACE/`.
+    if let Some(b) = &spec.basic_auth
+        && b.secret_ref.name.contains('/')
+    {
+        out.push((
+            "spec.basicAuth.secretRef.name".to_string(),
+            format!(
+                "{} names a Secret of another namespace: a Secret of the policy's own namespace is named by its name",
+                quote(&b.secret_ref.name)
+            ),
+        ));
+    }
     if let Some(e) = &spec.custom_errors {
         if e.codes.is_empty() {
             out.push((

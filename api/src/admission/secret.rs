@@ -50,6 +50,12 @@ pub fn check_secret(
         out.extend(check_ca_secret(secret));
         return out;
     }
+    // The users of basic authentication (`auth-secret`): htpasswd lines,
+    // bounded in entries, size and bcrypt cost (crate::htpasswd).
+    if crate::htpasswd::is_htpasswd_secret(secret) {
+        out.extend(crate::htpasswd::check_secret(secret));
+        return out;
+    }
     if let Some(wrong_type) = type_violation(secret) {
         out.push(wrong_type);
         return out;
@@ -243,6 +249,36 @@ mod tests {
         assert_eq!(
             check("type: kubernetes.io/tls\ndata: {tls.crt: YQ==, extra: YQ==}\n"),
             [r#"data.extra"#, r#"data["tls.key"]"#]
+        );
+    }
+
+    /// A tenant's users Secret (basic authentication): `auth` alone, its
+    /// lines within the bounds; bcrypt past cost 12 is refused at
+    /// admission, naming the line.
+    #[test]
+    fn users_secrets_hold_bounded_htpasswd_lines() {
+        let good = "$2y$05$WvD7gZ4VeRFMxZcjx6m1a.0NZ7HTAGtCA0zH8Ss6eHptLVqcx1cxS";
+        assert!(
+            check(&format!(
+                "type: Opaque\nstringData: {{auth: 'alice:{good}'}}\n"
+            ))
+            .is_empty()
+        );
+        let costly = good.replace("$05$", "$31$");
+        let f = Fixture::new();
+        let s = secret(&format!(
+            "stringData: {{auth: \"bob:{{PLAIN}}x\\nalice:{costly}\"}}\n"
+        ));
+        let refused = check_secret(&f.ctx(), NS, &s);
+        assert_eq!(fields(&refused), ["data.auth"]);
+        assert!(
+            refused[0].message.contains("line 2: bcrypt cost 31"),
+            "{}",
+            refused[0].message
+        );
+        assert_eq!(
+            check("stringData: {auth: 'alice:{PLAIN}x', password: y}\n"),
+            ["stringData.password"]
         );
     }
 

@@ -87,6 +87,11 @@ impl std::fmt::Display for PortRef<'_> {
 }
 
 impl<'a> Resolver<'a> {
+    /// The store the compile reads (the Secrets of basic authentication).
+    pub(crate) fn store(&self) -> &'a Store {
+        self.store
+    }
+
     pub(crate) fn new(
         store: &'a Store,
         registry: &'a EndpointRegistry,

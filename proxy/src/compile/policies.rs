@@ -134,51 +134,58 @@ impl<'a> Policies<'a> {
         // Most Ingresses carry no ingress-nginx annotation: no name made.
         let wants_auth = all.is_some_and(|a| a.contains_key(AUTH_URL));
         let wants_errors = all.is_some_and(|a| ERRORS.iter().any(|k| a.contains_key(*k)));
-        let traffic = (!nginx.is_empty() || redirects_tls || wants_auth || wants_errors)
-            .then(|| {
-                let meta = &ingress.metadata;
-                let namespace = meta.namespace.as_deref().unwrap_or("");
-                let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
-                let tls = Some((tls_hosts(ingress), teapot_redirect));
-                let paths = rule_paths(ingress);
-                let mut policy = nginx
-                    .policy_with_tls(&name, table, tls, &paths, &mut problems)
-                    .map(|p| owned_cookie_domain(p, ingress, &mut problems));
-                if let Some(wanted) = nginx.custom_errors() {
-                    let page = ErrorPageOwner {
-                        meta,
-                        key: DEFAULT_BACKEND,
-                        port: None,
+        // `auth-type: basic` (crate::compile::basic_auth): served, or
+        // refused (the Ingress then unrouted), never left open.
+        let basic = crate::compile::basic_auth::of_ingress(resolver.store(), ingress, cluster);
+        let traffic =
+            (!nginx.is_empty() || redirects_tls || wants_auth || wants_errors || basic.is_some())
+                .then(|| {
+                    let meta = &ingress.metadata;
+                    let namespace = meta.namespace.as_deref().unwrap_or("");
+                    let name = format!("{namespace}/{}", meta.name.as_deref().unwrap_or(""));
+                    let tls = Some((tls_hosts(ingress), teapot_redirect));
+                    let paths = rule_paths(ingress);
+                    let mut policy = nginx
+                        .policy_with_tls(&name, table, tls, &paths, &mut problems)
+                        .map(|p| owned_cookie_domain(p, ingress, &mut problems));
+                    if let Some(wanted) = nginx.custom_errors() {
+                        let page = ErrorPageOwner {
+                            meta,
+                            key: DEFAULT_BACKEND,
+                            port: None,
+                        };
+                        if let Some(errors) =
+                            self.error_pages(wanted, &page, tenant, resolver, &mut problems)
+                        {
+                            policy.get_or_insert_default().custom_errors = Some(errors);
+                        }
+                    }
+                    if let Some(basic) = basic {
+                        policy.get_or_insert_default().basic_auth = Some(basic);
+                    }
+                    let auth = match nginx.auth(&mut problems) {
+                        Some(wanted) => {
+                            external_auth(wanted, namespace, tenant, resolver, &mut problems)
+                        }
+                        // An auth-url that could not be read (reported) keeps
+                        // the route closed, never open: ingress-nginx denies
+                        // the whole location when its auth-url is invalid.
+                        None if wants_auth => {
+                            ExternalAuth::refused(format!("{AUTH_URL} could not be read"))
+                        }
+                        None => return policy,
                     };
-                    if let Some(errors) =
-                        self.error_pages(wanted, &page, tenant, resolver, &mut problems)
-                    {
-                        policy.get_or_insert_default().custom_errors = Some(errors);
-                    }
-                }
-                let auth = match nginx.auth(&mut problems) {
-                    Some(wanted) => {
-                        external_auth(wanted, namespace, tenant, resolver, &mut problems)
-                    }
-                    // An auth-url that could not be read (reported) keeps
-                    // the route closed, never open: ingress-nginx denies
-                    // the whole location when its auth-url is invalid.
-                    None if wants_auth => {
-                        ExternalAuth::refused(format!("{AUTH_URL} could not be read"))
-                    }
-                    None => return policy,
-                };
-                let owner = cluster.unwrap_or("");
-                let auth = ExternalAuth {
-                    gate: gates.rate_tables.auth_gate(owner),
-                    owner: Arc::from(owner),
-                    ..auth
-                };
-                let mut policy = policy.unwrap_or_default();
-                policy.auth = Some(Arc::new(auth));
-                Some(policy)
-            })
-            .flatten();
+                    let owner = cluster.unwrap_or("");
+                    let auth = ExternalAuth {
+                        gate: gates.rate_tables.auth_gate(owner),
+                        owner: Arc::from(owner),
+                        ..auth
+                    };
+                    let mut policy = policy.unwrap_or_default();
+                    policy.auth = Some(Arc::new(auth));
+                    Some(policy)
+                })
+                .flatten();
         if let Some(traffic) = traffic {
             let policy = RoutePolicy {
                 max_body_size,

@@ -50,6 +50,10 @@ pub struct TrafficPolicy {
     /// `auth-url` and its companions: the authentication service asked
     /// before each request is forwarded (crate::plane::traffic::auth).
     pub auth: Option<Arc<ExternalAuth>>,
+    /// `auth-type: basic` (or a RouteTrafficPolicy's `basicAuth`): the
+    /// users a request must be one of (crate::plane::traffic::basic_auth),
+    /// checked before `auth`.
+    pub basic_auth: Option<Arc<crate::compile::basic_auth::BasicAuth>>,
     /// The Gateway API ExternalAuth filter's terms for `auth`'s
     /// sub-request and answers, where they differ from ingress-nginx's
     /// (crate::compile::gateway::ext_auth); `None`: ingress-nginx's.
@@ -455,6 +459,7 @@ impl NginxAnnotations {
             auth_terms: None,
             custom_errors: None,
         };
+            basic_auth: None,
         let any = policy.access.is_some()
             || policy.rate.is_some()
             || policy.connections.is_some()
@@ -900,7 +905,7 @@ mod tests {
     fn unserved_and_injecting_annotations_are_reported() {
         let (policy, problems) = read(&[
             ("configuration-snippet", "more_set_headers x;"),
-            ("auth-type", "basic"),
+            ("enable-modsecurity", "true"),
             ("limit-rps", "lots"),
             ("whitelist-source-range", "10.0.0.0/8"),
             // Served: the compile's client-certificate setting reads it.
@@ -913,7 +918,7 @@ mod tests {
                 .any(|p| p.contains("configuration-snippet") && p.contains("injects"))
         );
         assert!(problems.iter().any(|p| {
-            p.contains("not served by teapot: nginx.ingress.kubernetes.io/auth-type")
+            p.contains("not served by teapot: nginx.ingress.kubernetes.io/enable-modsecurity")
         }));
         assert!(problems.iter().any(|p| p.contains("limit-rps")));
         // What could be read is served.

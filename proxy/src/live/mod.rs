@@ -13,10 +13,13 @@
 //! - [`fairness`]: per-tenant gates (request rate, connections busy).
 //! - [`rate_table`]: per-client rate limits and in-flight counts, and the
 //!   external-authentication gates.
+//! - [`basic_auth`]: basic authentication's verified credentials, failure
+//!   counts and hashing pool, per owner.
 //!
 //! Imports none of `compile`, `plane` or `loops`
 //! (`teapot/tests/architecture.rs`).
 
+pub mod basic_auth;
 pub mod endpoints;
 pub mod fairness;
 pub mod rate_table;

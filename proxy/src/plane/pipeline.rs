@@ -120,6 +120,29 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
         Decision::Forward(forward) if !client_cert.is_empty() => Routed::Forward(forward),
         decision => return decision.into(),
     };
+    // Basic authentication (crate::plane::traffic::basic_auth), before
+    // the `auth-url` sub-request as nginx's `auth_basic` comes first.
+    let screened = match screened {
+        Routed::Forward(forward) => {
+            match forward.route.traffic().and_then(|t| t.basic_auth.clone()) {
+                Some(basic) => {
+                    let authorization = req.headers.first("authorization");
+                    let client = conn.client.map(|a| a.ip());
+                    // Boxed: the check's state lives only while it runs.
+                    let check = traffic::basic_auth::check(&basic, authorization, client);
+                    match Box::pin(check).await {
+                        Ok(()) => Routed::Forward(forward),
+                        Err(mut answer) => {
+                            traffic::basic_auth::with_cors(&mut answer, forward.policy.as_deref());
+                            Routed::Policy(answer, forward.route)
+                        }
+                    }
+                }
+                None => Routed::Forward(forward),
+            }
+        }
+        other => other,
+    };
     let authenticated = match screened {
         Routed::Forward(forward) => match forward.route.traffic().and_then(|t| t.auth.clone()) {
             // Boxed: the sub-request's state lives only while it runs,

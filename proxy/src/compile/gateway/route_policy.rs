@@ -35,6 +35,7 @@ use teapot_model::tenancy::TenantView;
 use super::inputs::RouteIn;
 use super::{AgeKey, GROUP, Reported, RouteObject, age};
 use crate::compile::backends::Resolver;
+use crate::compile::basic_auth::{self, BasicAuth};
 use crate::compile::policies::{ErrorPageOwner, Policies};
 use crate::compile::routes::RoutePolicy;
 use crate::compile::traffic::{Cors, NginxAnnotations, TrafficPolicy};
@@ -89,6 +90,9 @@ impl Attached {
                 traffic.custom_errors =
                     policies.error_pages(wanted, &owner, tenant, resolver, &mut Vec::new());
             }
+            if let Some(basic) = &policy.object.spec.basic_auth {
+                traffic.basic_auth = Some(basic_auth(store, &route.id.namespace, basic, tenant));
+            }
             match section {
                 Some(rule) => out.rules.push((rule, Arc::new(traffic))),
                 None => out.route = Some(Arc::new(traffic)),
@@ -134,6 +138,26 @@ impl Attached {
         }
     }
 }
+
+/// A policy's `basicAuth`: the users of its namespace's Secret, or, when
+/// they cannot be read (reported in the status, [`report`]), a setting
+/// whose routes answer 503: never served unauthenticated.
+fn basic_auth(
+    store: &Store,
+    namespace: &str,
+    wanted: &teapot_api::route_policy::BasicAuth,
+    tenant: Option<&TenantView<'_>>,
+) -> Arc<BasicAuth> {
+    let owner = tenant.map_or("", |t| t.cluster);
+    let realm = wanted.realm.as_deref().unwrap_or("");
+    let secret = (namespace, wanted.secret_ref.name.as_str());
+    Arc::new(match basic_auth::users(store, secret, BASIC_AUTH_FIELD) {
+        Ok(entries) => BasicAuth::new(&entries, realm, owner),
+        Err(why) => BasicAuth::refused(why, realm, owner),
+    })
+}
+
+const BASIC_AUTH_FIELD: &str = "spec.basicAuth.secretRef";
 
 /// Whether `target` names route `kind`/`name` of `namespace` (a policy's
 /// own: attachment never crosses namespaces).
@@ -211,8 +235,11 @@ fn traffic(
     }
     match traffic {
         Some(traffic) => Ok(traffic),
-        // Error pages alone: resolved by the caller (Attached::of).
-        None if policy.spec.custom_errors.is_some() => Ok(TrafficPolicy::default()),
+        // Error pages or basic authentication alone: resolved by the
+        // caller too.
+        None if policy.spec.custom_errors.is_some() || policy.spec.basic_auth.is_some() => {
+            Ok(TrafficPolicy::default())
+        }
         None => Err(vec!["spec: sets nothing".to_string()]),
     }
 }
@@ -260,6 +287,10 @@ pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
         })
         .err();
         let unresolved = missing_error_backend(store, id, &policy.object);
+        let users = policy.object.spec.basic_auth.as_ref().and_then(|b| {
+            let secret = (id.namespace.as_str(), b.secret_ref.name.as_str());
+            basic_auth::users(store, secret, BASIC_AUTH_FIELD).err()
+        });
         let targets = policy
             .object
             .spec
@@ -281,6 +312,16 @@ pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
                         status: "False".into(),
                         reason: "BackendNotFound".into(),
                         message: why.clone(),
+                        observed_generation: generation,
+                        last_transition_time: None,
+                    });
+                }
+                if let Some(why) = users.as_ref().filter(|_| ok) {
+                    conditions.push(RouteTrafficPolicyCondition {
+                        type_: "ResolvedRefs".into(),
+                        status: "False".into(),
+                        reason: "InvalidSecret".into(),
+                        message: format!("{why}; the routes answer 503"),
                         observed_generation: generation,
                         last_transition_time: None,
                     });

@@ -1256,7 +1256,7 @@ spec:
             (
                 "basic",
                 "nginx.ingress.kubernetes.io/auth-type: basic, nginx.ingress.kubernetes.io/auth-secret: ops/users",
-                "auth-type",
+                "auth-secret",
             ),
             (
                 "mtls",

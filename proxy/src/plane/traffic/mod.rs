@@ -43,6 +43,7 @@
 pub mod access;
 pub mod affinity;
 pub mod auth;
+pub mod basic_auth;
 pub mod canary;
 pub mod cors;
 pub mod engines;
