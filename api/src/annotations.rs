@@ -664,30 +664,6 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The X-Auth-Request-Redirect field of the request to auth-url (default: the request's path and query).",
     },
     AnnotationSpec {
-        key: "nginx.ingress.kubernetes.io/custom-http-errors",
-        applies_to: &[ObjectKind::Ingress],
-        value: ValueType::StatusCodes { min: 400, max: 599 },
-        doc: "A backend response with one of these statuses (and teapot's own 502 or 504 when listed) is replaced by the answer of default-backend, asked for the page with X-Code, X-Format, X-Original-URI and ingress-nginx's other fields.",
-    },
-    AnnotationSpec {
-        key: "nginx.ingress.kubernetes.io/default-backend",
-        applies_to: &[ObjectKind::Ingress],
-        value: ValueType::ServiceName,
-        doc: "A Service of the Ingress's own namespace (its first port) that serves the custom-http-errors pages, and the 503 page while the route's Service has no endpoint.",
-    },
-    AnnotationSpec {
-        key: "nginx.ingress.kubernetes.io/auth-tls-secret",
-        applies_to: &[ObjectKind::Ingress],
-        value: ValueType::SecretRef,
-        doc: "NAMESPACE/NAME of a Secret in your tenant's namespace whose ca.crt (PEM, one or more CA certificates) verifies the client certificates of the Ingress's hosts; the TLS handshake asks clients for one.",
-    },
-    AnnotationSpec {
-        key: "nginx.ingress.kubernetes.io/auth-tls-verify-client",
-        applies_to: &[ObjectKind::Ingress],
-        value: ValueType::OneOf(&["on", "off", "optional", "optional_no_ca"]),
-        doc: "on (the default): a client without a certificate that verifies gets 400; optional: one without a certificate is served, one with a bad one gets 400; optional_no_ca: a certificate is asked for and passed on unverified; off: none is asked for.",
-    },
-    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/auth-type",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::OneOf(&["basic"]),
@@ -710,6 +686,30 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Text,
         doc: "The realm of the 401's WWW-Authenticate: Basic realm=\"...\" (default empty, as ingress-nginx).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/custom-http-errors",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::StatusCodes { min: 400, max: 599 },
+        doc: "A backend response with one of these statuses (and teapot's own 502 or 504 when listed) is replaced by the answer of default-backend, asked for the page with X-Code, X-Format, X-Original-URI and ingress-nginx's other fields.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/default-backend",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::ServiceName,
+        doc: "A Service of the Ingress's own namespace (its first port) that serves the custom-http-errors pages, and the 503 page while the route's Service has no endpoint.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-secret",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::SecretRef,
+        doc: "NAMESPACE/NAME of a Secret in your tenant's namespace whose ca.crt (PEM, one or more CA certificates) verifies the client certificates of the Ingress's hosts; the TLS handshake asks clients for one.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["on", "off", "optional", "optional_no_ca"]),
+        doc: "on (the default): a client without a certificate that verifies gets 400; optional: one without a certificate is served, one with a bad one gets 400; optional_no_ca: a certificate is asked for and passed on unverified; off: none is asked for.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/auth-tls-verify-depth",
@@ -1298,30 +1298,6 @@ fn dns_label_ok(label: &str) -> bool {
     crate::admission::names::dns_label(label).is_ok()
 }
 
-/// ingress-nginx's client-certificate annotations (`auth-tls-*`), after
-/// the prefix.
-pub const AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
-pub const AUTH_TLS_VERIFY_CLIENT: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-client";
-pub const AUTH_TLS_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-depth";
-pub const AUTH_TLS_ERROR_PAGE: &str = "nginx.ingress.kubernetes.io/auth-tls-error-page";
-pub const AUTH_TLS_PASS_CERTIFICATE: &str =
-    "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
-pub const AUTH_TLS_MATCH_CN: &str = "nginx.ingress.kubernetes.io/auth-tls-match-cn";
-
-/// The six `auth-tls-*` annotations teapot serves.
-pub const AUTH_TLS_KEYS: [&str; 6] = [
-    AUTH_TLS_SECRET,
-    AUTH_TLS_VERIFY_CLIENT,
-    AUTH_TLS_VERIFY_DEPTH,
-    AUTH_TLS_ERROR_PAGE,
-    AUTH_TLS_PASS_CERTIFICATE,
-    AUTH_TLS_MATCH_CN,
-];
-
-/// `auth-tls-verify-client`: what a client without a good certificate
-/// gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VerifyClient {
 /// ingress-nginx's basic authentication annotations.
 pub const AUTH_TYPE: &str = "nginx.ingress.kubernetes.io/auth-type";
 pub const AUTH_SECRET: &str = "nginx.ingress.kubernetes.io/auth-secret";
@@ -1404,6 +1380,30 @@ impl BasicAuthAnnotations {
     }
 }
 
+/// ingress-nginx's client-certificate annotations (`auth-tls-*`), after
+/// the prefix.
+pub const AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
+pub const AUTH_TLS_VERIFY_CLIENT: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-client";
+pub const AUTH_TLS_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-depth";
+pub const AUTH_TLS_ERROR_PAGE: &str = "nginx.ingress.kubernetes.io/auth-tls-error-page";
+pub const AUTH_TLS_PASS_CERTIFICATE: &str =
+    "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
+pub const AUTH_TLS_MATCH_CN: &str = "nginx.ingress.kubernetes.io/auth-tls-match-cn";
+
+/// The six `auth-tls-*` annotations teapot serves.
+pub const AUTH_TLS_KEYS: [&str; 6] = [
+    AUTH_TLS_SECRET,
+    AUTH_TLS_VERIFY_CLIENT,
+    AUTH_TLS_VERIFY_DEPTH,
+    AUTH_TLS_ERROR_PAGE,
+    AUTH_TLS_PASS_CERTIFICATE,
+    AUTH_TLS_MATCH_CN,
+];
+
+/// `auth-tls-verify-client`: what a client without a good certificate
+/// gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyClient {
     /// `on` (the default): a certificate verified against the CA bundle
     /// is required.
     On,
@@ -2091,30 +2091,6 @@ mod tests {
         assert!(matches!(found[5].1, AnnotationError::BadValue { .. }));
     }
 
-    fn nginx_map(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
-            .collect()
-    }
-
-    /// Each `auth-tls-*` value as ingress-nginx writes it, and every bad
-    /// one refused naming what it should be.
-    #[test]
-    fn auth_tls_values() {
-        let i = ObjectKind::Ingress;
-        let p = |name: &str, v: &str| parse(i, &format!("{NGINX_PREFIX}auth-tls-{name}"), v);
-        for ok in ["shop/client-ca", "client-ca", "shop/ca.v2"] {
-            assert_eq!(
-                p("secret", ok),
-                Ok(AnnotationValue::Text(ok.into())),
-                "{ok}"
-            );
-        }
-        for bad in [
-            "", "/ca", "shop/", "Shop/ca", "a/b/c", "shop/ca;", "shop/c a",
-        ] {
-            let e = p("secret", bad).unwrap_err();
     #[test]
     fn basic_auth_is_read_together() {
         let read = |pairs: &[(&str, &str)]| BasicAuthAnnotations::read("shop", &nginx_map(pairs));
@@ -2151,6 +2127,30 @@ mod tests {
         );
     }
 
+    fn nginx_map(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
+            .collect()
+    }
+
+    /// Each `auth-tls-*` value as ingress-nginx writes it, and every bad
+    /// one refused naming what it should be.
+    #[test]
+    fn auth_tls_values() {
+        let i = ObjectKind::Ingress;
+        let p = |name: &str, v: &str| parse(i, &format!("{NGINX_PREFIX}auth-tls-{name}"), v);
+        for ok in ["shop/client-ca", "client-ca", "shop/ca.v2"] {
+            assert_eq!(
+                p("secret", ok),
+                Ok(AnnotationValue::Text(ok.into())),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "", "/ca", "shop/", "Shop/ca", "a/b/c", "shop/ca;", "shop/c a",
+        ] {
+            let e = p("secret", bad).unwrap_err();
             assert!(e.to_string().contains("NAMESPACE/NAME"), "{bad:?}: {e}");
         }
         for ok in ["on", "off", "optional", "optional_no_ca"] {

@@ -456,10 +456,10 @@ impl NginxAnnotations {
             canary: None,
             www_redirect: None,
             auth: None,
+            basic_auth: None,
             auth_terms: None,
             custom_errors: None,
         };
-            basic_auth: None,
         let any = policy.access.is_some()
             || policy.rate.is_some()
             || policy.connections.is_some()
