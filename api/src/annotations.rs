@@ -197,7 +197,7 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         key: "teapot.dev/ssl-redirect",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,
-        doc: "Redirect plain-HTTP requests for this Ingress's TLS hosts to HTTPS (308).",
+        doc: "Redirect plain-HTTP requests for this Ingress's TLS hosts to HTTPS (308); on unless false, or unless the fleet runs with --ssl-redirect-default=false.",
     },
     AnnotationSpec {
         key: "teapot.dev/max-body-size",
@@ -421,7 +421,7 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         key: "nginx.ingress.kubernetes.io/ssl-redirect",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,
-        doc: "Redirect plain-HTTP requests for this Ingress's TLS hosts to HTTPS (308); unlike ingress-nginx, off unless set.",
+        doc: "Redirect plain-HTTP requests for this Ingress's TLS hosts to HTTPS (308); on unless false, as in ingress-nginx (the fleet's --ssl-redirect-default=false turns it off unless true); it wins over teapot.dev/ssl-redirect.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/force-ssl-redirect",
