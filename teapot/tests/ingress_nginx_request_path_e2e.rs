@@ -364,3 +364,23 @@ async fn the_preface_is_bounded_and_no_h2c_turns_it_off() {
     .expect("refused at once");
     assert!(refused.is_err(), "{refused:?}");
 }
+
+/// The Gateway API's place for the same bound: an HTTPRoute rule's
+/// `timeouts.backendRequest` bounds a call to its h2c backend (a Service
+/// port with `appProtocol: kubernetes.io/h2c`) under the operator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_route_timeouts_bound_calls_to_h2c_backends() {
+    let silent = silent_h2c_backend().await;
+    let mut objects = h2c_route("gw-ns", "calls.test", silent.port());
+    objects[1]["spec"]["rules"][0]["timeouts"] = json!({ "backendRequest": "1s" });
+    let h = Harness::start_with_args(&[("m.yaml", docs(&objects))], &["--upstream-timeout", "60"])
+        .await;
+    let call = Request {
+        method: "POST".into(),
+        body: b"\0\0\0\0\0".to_vec(),
+        ..Request::get("calls.test", "/pkg.Svc/Call")
+    }
+    .header("content-type", "application/grpc");
+    let resp = via(&h, Via::H2c, call).await;
+    assert_eq!(resp.status, 504, "{}", resp.text());
+}
