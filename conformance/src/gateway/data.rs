@@ -143,6 +143,10 @@ pub struct Case {
     /// `useTLS`), as upstream names the parameters.
     #[serde(default)]
     pub arguments: BTreeMap<String, Value>,
+    /// The enclosing `t.Run`'s name, for a case of a helper called with
+    /// plain arguments (no literal to name it).
+    #[serde(default)]
+    pub subtest: String,
     /// Every other field, as written.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -350,6 +354,10 @@ pub const ARGUMENTS: &[&str] = &[
     "serverCertificate",
     "clientCertificate",
     "clientCertificateKey",
+    // `weight.TestWeightedDistribution`'s expected shares per backend, and
+    // the upstream function one sample calls.
+    "expectedWeights",
+    "sender",
 ];
 
 impl Case {
@@ -394,6 +402,9 @@ impl Case {
     pub fn name(&self, index: usize) -> String {
         if !self.test_case_name.is_empty() {
             return self.test_case_name.clone();
+        }
+        if !self.subtest.is_empty() {
+            return format!("{} ({})", self.helper, self.subtest);
         }
         let with_headers = if self.request.headers.is_some() {
             " with headers"

@@ -750,6 +750,7 @@ fn random_suffix(n: usize) -> String {
 /// The upstream sub-test name of a case.
 fn case_name(case: &Case, index: usize) -> String {
     if case.protocol == "grpc"
+        && case.subtest.is_empty()
         && let Ok(grpc) = GrpcCase::from_case(case)
     {
         return grpc.name(index, &case.test_case_name);
