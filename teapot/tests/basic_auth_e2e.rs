@@ -12,7 +12,9 @@
 //!   a credential verified before still passes (the cache);
 //! - a users' Secret past the bounds (bcrypt cost 31) is refused where it
 //!   is read, and keeps the Ingress unrouted: teapot's 404, never the
-//!   backend.
+//!   backend;
+//! - a RouteTrafficPolicy's `basicAuth` asks the same of an HTTPRoute rule,
+//!   and one whose Secret is missing answers 503 and says why.
 //!
 //! Run with `cargo test -p teapot --test basic_auth_e2e`.
 
@@ -215,4 +217,101 @@ async fn guesses_are_limited_and_verified_credentials_cached() {
         assert_eq!(resp.status, 429, "{proto:?} uncached");
     }
     assert_eq!(backend.requests(), 3);
+}
+
+/// The Gateway API's place for it: a RouteTrafficPolicy's `basicAuth` on
+/// one rule of an HTTPRoute (the same check and bounds as the Ingress's),
+/// over HTTP/1.1 and cleartext HTTP/2; a policy whose Secret is missing
+/// answers 503, never serving its rule unauthenticated, and its status
+/// says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_traffic_policy_asks_for_users() {
+    const GW: &str = "gw-basic";
+    const HOST: &str = "app.example.com";
+    let backend = echo(GW, "web", "web-0").await;
+    let rule = |name: &str, prefix: &str| {
+        json!({
+            "name": name,
+            "matches": [{ "path": { "type": "PathPrefix", "value": prefix } }],
+            "backendRefs": [{ "name": "web", "port": 80 }],
+        })
+    };
+    let policy = |name: &str, section: &str, secret: &str| {
+        json!({
+            "apiVersion": "teapot.dev/v1alpha1",
+            "kind": "RouteTrafficPolicy",
+            "metadata": { "name": name, "namespace": GW },
+            "spec": {
+                "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                 "name": "app", "sectionName": section }],
+                "basicAuth": { "secretRef": { "name": secret }, "realm": "Gateway" },
+            },
+        })
+    };
+    let mut objects = vec![
+        gateway_gw(
+            GW,
+            json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        http_route(
+            GW,
+            "app",
+            json!({ "name": "gw" }),
+            &[HOST],
+            json!([
+                rule("admin", "/admin"),
+                rule("gone", "/gone"),
+                rule("open", "/open")
+            ]),
+        ),
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "users", "namespace": GW},
+            "stringData": {"auth": "carol:{SHA}GpHWL3ymc5liWkNopqtdSjuqYHM=\n"},
+        }),
+        policy("admin", "admin", "users"),
+        policy("gone", "gone", "missing"),
+    ];
+    objects.extend(echo_service(GW, "web", &[&backend]));
+    let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
+    let status = h
+        .wait_status("the policies reported", |s| {
+            s["routeTrafficPolicies"]
+                .as_array()
+                .is_some_and(|p| p.len() == 2)
+        })
+        .await;
+    let gone = status["routeTrafficPolicies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "gone")
+        .unwrap();
+    let conditions = gone["status"]["targets"][0]["conditions"].to_string();
+    assert!(
+        conditions.contains("InvalidSecret") && conditions.contains("gw-basic/missing"),
+        "{conditions}"
+    );
+    for proto in BOTH {
+        let send = |path: &'static str, auth: Option<String>| {
+            let h = &h;
+            async move {
+                let mut req = Request::get(HOST, path).proto(proto);
+                if let Some(a) = auth {
+                    req = req.header("authorization", &a);
+                }
+                h.send(&req).await
+            }
+        };
+        let none = send("/admin", None).await;
+        assert_proxy_answer(&none, 401, &format!("{proto:?} none"));
+        assert_eq!(header(&none, "www-authenticate"), "Basic realm=\"Gateway\"");
+        let ok = send("/admin", Some(basic("carol", "pw"))).await;
+        assert_eq!(ok.status, 200, "{proto:?}: {}", ok.text());
+        let gone = send("/gone", Some(basic("carol", "pw"))).await;
+        assert_proxy_answer(&gone, 503, &format!("{proto:?} gone"));
+        let open = send("/open", None).await;
+        assert_eq!(open.status, 200, "{proto:?} open");
+    }
+    assert_eq!(backend.requests(), 4);
 }
