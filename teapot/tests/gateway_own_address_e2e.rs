@@ -215,6 +215,23 @@ async fn gateways_with_their_own_address_serve_http_and_https_on_any_port_there(
     };
     let resp = get(h.proxy.https, &shared_tls, "secure.example.com").await;
     assert_eq!(served_by(&resp), "404");
+    // Nor does the shared 443 present the Gateway's certificate for a name
+    // it serves only on its own address: a client trusting that
+    // certificate's CA does not complete the handshake there.
+    let trusting = Transport::Tls {
+        sni: "secure.example.com".into(),
+        roots: Some(vec![ca.cert_der().to_vec()]),
+    };
+    let shared_handshake = teapot_testkit::client::send(
+        h.proxy.https,
+        &trusting,
+        &Request::get("secure.example.com", "/"),
+    )
+    .await;
+    assert!(
+        shared_handshake.is_err(),
+        "the shared socket presented the own address's certificate"
+    );
 
     // Status: each Gateway's own address, its listeners programmed; the
     // shared one keeps the fleet's.

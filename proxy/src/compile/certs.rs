@@ -103,4 +103,38 @@ mod tests {
         assert!(table.lookup("c.b.foo.com").is_none());
         assert!(table.lookup("foo.com").is_none());
     }
+
+    /// A Gateway with its own address (HTTPS on 8443) serves its
+    /// certificate on its own sockets only: neither its listener's
+    /// hostname nor a host its route binds through a hostname-less
+    /// listener is in the table the shared HTTPS socket answers by, while
+    /// the Gateway on the shared 443 keeps its certificate there; the own
+    /// Gateway's Secret still counts for the expiry metric.
+    #[test]
+    fn an_own_address_gateways_certificates_stay_out_of_the_shared_table() {
+        use crate::compile::CompileOptions;
+        use crate::compile::tests::compile_test_docs;
+        use teapot_testkit::certs::{self_signed, tls_secret_yaml};
+
+        let own = self_signed(&["secure.example.com", "routed.example.com"]);
+        let shared = self_signed(&["shared.example.com"]);
+        let docs = [
+            tls_secret_yaml("infra", "own-tls", &own),
+            tls_secret_yaml("infra", "shared-tls", &shared),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: named, protocol: HTTPS, port: 8443, hostname: secure.example.com, tls: {certificateRefs: [{name: own-tls}]}}\n  - {name: any, protocol: HTTPS, port: 9443, tls: {certificateRefs: [{name: own-tls}]}}\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: shared, namespace: infra}\nspec:\n  gatewayClassName: teapot\n  listeners:\n  - {name: https, protocol: HTTPS, port: 443, hostname: shared.example.com, tls: {certificateRefs: [{name: shared-tls}]}}\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: infra}\nspec:\n  parentRefs: [{name: edge}, {name: shared}]\n  hostnames: [secure.example.com, routed.example.com, shared.example.com]\n  rules: [{}]\n".to_string(),
+        ];
+        let s = compile_test_docs(&docs, &CompileOptions::default());
+        assert!(s.certs.lookup("shared.example.com").is_some());
+        for own_only in ["secure.example.com", "routed.example.com"] {
+            assert!(
+                s.certs.lookup(own_only).is_none(),
+                "the shared socket would answer {own_only} with the own address's certificate"
+            );
+        }
+        assert_eq!(s.certs.len(), 1);
+        let expiring: Vec<&str> = s.certs.secret_expiry().map(|(name, _)| name).collect();
+        assert_eq!(expiring, ["infra/own-tls", "infra/shared-tls"]);
+    }
 }

@@ -180,10 +180,14 @@ pub struct GatewayCompile<'s> {
     /// lost them and the Ingress that holds them.
     released: Vec<(String, Arc<str>, String)>,
     /// (host, Secret) certificates of HTTPS listeners, added after the
-    /// Ingresses' (an Ingress's certificate keeps its host).
-    certificates: Vec<(HostPattern, NsName)>,
-    /// The number of each served HTTPS listener of the shared socket in
-    /// the table's `HttpsListeners`, by (Gateway, listener index).
+    /// Ingresses' (an Ingress's certificate keeps its host); the host
+    /// `None` for a Gateway with its own address, whose certificates its
+    /// own sockets choose and the shared one never answers with
+    /// ([`CertTable::add_listener_secret`]).
+    certificates: Vec<(Option<HostPattern>, NsName)>,
+    /// The number of each served HTTPS listener in its socket's
+    /// `HttpsListeners` (the shared table's, or its Gateway's own table
+    /// at its port), by (Gateway, listener index).
     https_ids: std::collections::HashMap<(&'s NsName, usize), u32>,
 }
 
@@ -258,12 +262,14 @@ impl<'s> GatewayCompile<'s> {
             .filter(|(_, g)| ours(&g.object.spec.gateway_class_name))
             .map(|(id, g)| gateway_entry(cx, id, &g.object, &mut out.certificates))
             .collect();
-        // The HTTPS listeners of the shared socket, for the 421 check
+        // The HTTPS listeners of the shared socket, and of each socket of
+        // a Gateway with its own address, for the 421 check and the
+        // certificate of a name no certificate names
         // (table::HttpsListeners): an operator's listener selects the
         // names of its hostname; a tenant's only the hosts its routes bind
         // there, after the tenant's host rules (`bind_parent`), so a
         // tenant's listener hostname never takes another's names.
-        for g in gateways.iter().filter(|g| !g.own) {
+        for g in &gateways {
             for (i, l) in g.listeners.iter().enumerate() {
                 if l.plane != Some(Plane::Https) {
                     continue;
@@ -283,7 +289,8 @@ impl<'s> GatewayCompile<'s> {
                     })
                     .map(|s| s.object.certificate.key.clone())
                     .collect();
-                let https = out.builder.https_listeners();
+                let own = g.own.then_some(g.classes[i].port);
+                let https = out.https_listeners(g.id, own);
                 let n = https.listener(certs);
                 if cx.hosts.tenancy.get(&owner.namespace).is_none() {
                     https.add(l.hostname.as_ref(), n);
@@ -419,6 +426,23 @@ impl<'s> GatewayCompile<'s> {
         self.frontends.add_to(table);
     }
 
+    /// The HTTPS listeners of the shared socket, or (`own`: the port) of
+    /// that socket of `gateway`'s own address.
+    fn https_listeners(
+        &mut self,
+        gateway: &NsName,
+        own: Option<u16>,
+    ) -> &mut table::HttpsListeners {
+        match own {
+            Some(port) => self
+                .own
+                .entry((gateway.clone(), port))
+                .or_default()
+                .https_listeners(),
+            None => self.builder.https_listeners(),
+        }
+    }
+
     /// The tables of Gateways with their own address, by Gateway and port.
     pub fn take_own(&mut self) -> std::collections::BTreeMap<(NsName, u16), GatewayTable> {
         std::mem::take(&mut self.own)
@@ -439,10 +463,8 @@ impl<'s> GatewayCompile<'s> {
             if let Some(s) = store.secrets.get(&NsRef {
                 namespace: &secret.namespace,
                 name: &secret.name,
-            }) && certs.insert(host, s.object.certificate.key.clone())
-                && let Some(not_after) = s.object.certificate.not_after
-            {
-                certs.note_secret(secret.to_string(), not_after);
+            }) {
+                certs.add_listener_secret(host.as_ref(), secret, &s.object.certificate);
             }
         }
         // Rare (an Ingress older than a route on one host): the reports
@@ -698,18 +720,20 @@ impl<'s> GatewayCompile<'s> {
                         host,
                     );
                 }
-                if https && let Some(h) = host {
+                if https && (gateway.own || host.is_some()) {
                     // The listener's certificates also cover the hosts its
                     // routes bring (a listener without hostname).
+                    let shared = host.filter(|_| !gateway.own).cloned();
                     for s in listener_secrets(owner, spec) {
-                        self.certificates.push((h.clone(), s));
+                        self.certificates.push((shared.clone(), s));
                     }
                 }
                 if https
                     && tenant_owner
                     && let Some(n) = self.https_ids.get(&(gateway.id, *i)).copied()
                 {
-                    self.builder.https_listeners().add(host, n);
+                    let own = gateway.own.then_some(gateway.classes[*i].port);
+                    self.https_listeners(gateway.id, own).add(host, n);
                 }
             }
         }
@@ -767,7 +791,7 @@ fn gateway_entry<'s>(
     cx: &mut Context<'_, '_, 's, '_>,
     id: &'s NsName,
     gateway: &'s Gateway,
-    certificates: &mut Vec<(HostPattern, NsName)>,
+    certificates: &mut Vec<(Option<HostPattern>, NsName)>,
 ) -> GatewayEntry<'s> {
     let store = cx.store;
     let tenancy = cx.hosts.tenancy;
@@ -993,8 +1017,9 @@ fn gateway_entry<'s>(
             && tenant.is_none()
             && let Some(h) = &hostname
         {
+            let shared = (!own).then(|| h.clone());
             for s in listener_secrets(id, l) {
-                certificates.push((h.clone(), s));
+                certificates.push((shared.clone(), s));
             }
         }
         listeners.push(Listener {
