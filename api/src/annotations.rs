@@ -502,6 +502,30 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Set X-Forwarded-Prefix to this path on requests to the backends (replacing the client's); a path starting with '/'.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/upstream-vhost",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "The Host the backends get instead of the client's: a host name or address, with an optional :port.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/preserve-trailing-slash",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Keep the trailing '/' of the target in the ssl-redirect's Location (default false: one is dropped, as ingress-nginx).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/relative-redirects",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Send a redirect to a path (permanent-redirect: /new) as written; default false: made absolute with the request's scheme and host, as ingress-nginx.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/disable-proxy-intercept-errors",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "true: the backend's responses pass unchanged whatever custom-http-errors lists (teapot's own 502, 503 and 504 are still replaced).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/use-regex",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,

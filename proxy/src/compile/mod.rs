@@ -63,6 +63,7 @@ pub mod l4;
 pub mod listeners;
 pub mod parts;
 pub mod policies;
+pub mod proxying;
 pub mod routes;
 pub mod snapshot;
 pub mod traffic;

@@ -61,6 +61,9 @@ pub struct TrafficPolicy {
     /// `custom-http-errors` with `default-backend`: the responses replaced
     /// by the error backend's page (crate::plane::traffic::errors).
     pub custom_errors: Option<Arc<CustomErrors>>,
+    /// `upstream-vhost`, `preserve-trailing-slash`, `relative-redirects`
+    /// (crate::compile::proxying).
+    pub proxying: Option<Arc<crate::compile::proxying::Proxying>>,
 }
 
 /// ingress-nginx's external authentication, resolved: where the
@@ -370,7 +373,7 @@ impl NginxAnnotations {
         self.values.get(name)
     }
 
-    fn flag(&self, name: &str) -> Option<bool> {
+    pub(crate) fn flag(&self, name: &str) -> Option<bool> {
         match self.get(name) {
             Some(AnnotationValue::Bool(b)) => Some(*b),
             _ => None,
@@ -402,7 +405,7 @@ impl NginxAnnotations {
         }
     }
 
-    fn text(&self, name: &str) -> Option<&str> {
+    pub(crate) fn text(&self, name: &str) -> Option<&str> {
         match self.get(name) {
             Some(AnnotationValue::Text(t)) => Some(t),
             _ => None,
@@ -459,6 +462,7 @@ impl NginxAnnotations {
             basic_auth: None,
             auth_terms: None,
             custom_errors: None,
+            proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -470,7 +474,8 @@ impl NginxAnnotations {
             || policy.affinity.is_some()
             || policy.forwarded_prefix.is_some()
             || policy.rewrite.is_some()
-            || policy.timeouts.is_some();
+            || policy.timeouts.is_some()
+            || policy.proxying.is_some();
         any.then_some(policy)
     }
 
@@ -732,10 +737,15 @@ impl NginxAnnotations {
     /// `custom-http-errors` and `default-backend` before the Service is
     /// resolved (crate::compile::policies); `None` without either.
     pub fn custom_errors(&self) -> Option<ErrorPageAnnotations> {
-        let codes = match self.get("custom-http-errors") {
+        let mut codes = match self.get("custom-http-errors") {
             Some(AnnotationValue::Codes(codes)) => codes.clone(),
             _ => Vec::new(),
         };
+        // nginx's `proxy_intercept_errors off`: the backend's answers pass;
+        // its `error_page` still covers nginx's own 502, 503 and 504.
+        if self.flag("disable-proxy-intercept-errors") == Some(true) {
+            codes.retain(|c| matches!(c, 502..=504));
+        }
         let backend = self.text("default-backend").map(str::to_string);
         (!codes.is_empty() || backend.is_some()).then_some(ErrorPageAnnotations { codes, backend })
     }

@@ -577,6 +577,8 @@ pub(super) fn edited_request(
     )
     .map_err(|_| Failure::BadRewrite)?;
     crate::plane::traffic::engines::h2_request_edits(&mut headers, st.policy.as_deref());
+    crate::plane::traffic::engines::h2_upstream_host(&mut headers, &mut uri, st.policy.as_deref())
+        .map_err(|_| Failure::BadRewrite)?;
     Ok((headers, uri))
 }
 

@@ -71,6 +71,9 @@ pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: 
     for (name, value) in &applied.request_headers {
         request.push_set(name.as_bytes(), value.as_bytes());
     }
+    if let Some(host) = &applied.upstream_host {
+        request.push_set(b"host", host.as_bytes());
+    }
     for (name, value) in &applied.response_headers {
         response.push_set(name.as_bytes(), value.as_bytes());
     }
@@ -85,7 +88,30 @@ pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: 
 /// Whether an HTTP/2 request's head must be written from an edited header
 /// map (the policy sets request fields).
 pub fn h2_edits_request(applied: Option<&Applied>) -> bool {
-    applied.is_some_and(|a| !a.request_headers.is_empty() || !a.auth_fields.is_empty())
+    applied.is_some_and(|a| {
+        !a.request_headers.is_empty() || !a.auth_fields.is_empty() || a.upstream_host.is_some()
+    })
+}
+
+/// `upstream-vhost` on an HTTP/2 request: the URI's authority (which an
+/// HTTP/1 backend gets as `Host`, an HTTP/2 one as `:authority`) and any
+/// `Host` field. A URI without an authority keeps its `Host` field only.
+pub fn h2_upstream_host(
+    headers: &mut HeaderMap,
+    uri: &mut http::Uri,
+    applied: Option<&Applied>,
+) -> Result<(), http::Error> {
+    let Some(host) = applied.and_then(|a| a.upstream_host.as_deref()) else {
+        return Ok(());
+    };
+    headers.insert(http::header::HOST, HeaderValue::from_str(host)?);
+    if let Some(scheme) = uri.scheme_str()
+        && uri.authority().is_some()
+    {
+        let target = uri.path_and_query().map_or("/", |p| p.as_str());
+        *uri = format!("{scheme}://{host}{target}").parse()?;
+    }
+    Ok(())
 }
 
 /// The request fields on an HTTP/2 request's header map.
@@ -116,6 +142,26 @@ pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
 mod tests {
     use super::*;
     use crate::compile::traffic::UpstreamTimeouts;
+
+    /// `upstream-vhost` replaces the Host on HTTP/1 and the authority
+    /// (and any Host field) on HTTP/2.
+    #[test]
+    fn upstream_host_replaces_the_clients() {
+        let applied = Applied {
+            upstream_host: Some(Arc::from("b.internal:8080")),
+            ..Applied::default()
+        };
+        assert!(h2_edits_request(Some(&applied)));
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("a.example"));
+        let mut uri: http::Uri = "https://a.example/x?y=1".parse().unwrap();
+        h2_upstream_host(&mut headers, &mut uri, Some(&applied)).unwrap();
+        assert_eq!(uri, "https://b.internal:8080/x?y=1");
+        assert_eq!(headers.get("host").unwrap(), "b.internal:8080");
+        let (mut request, mut response) = (HeaderEdits::default(), HeaderEdits::default());
+        h1_edits(&mut request, &mut response, Some(&applied));
+        assert_eq!(request.wire(), b"host: b.internal:8080\r\n");
+    }
 
     /// The authentication service's fields replace the client's on both
     /// engines' requests; one the answer lacked removes the client's.

@@ -93,6 +93,8 @@ pub struct Applied {
     /// `custom-http-errors`: what the error backend is told when a
     /// response is replaced by its page.
     pub error_pages: Option<Box<errors::ErrorPages>>,
+    /// `upstream-vhost`: the backend's `Host` (HTTP/2: `:authority`).
+    pub upstream_host: Option<std::sync::Arc<str>>,
 }
 
 impl Applied {
@@ -107,6 +109,7 @@ impl Applied {
             && self.auth_fields.is_empty()
             && self.in_flight.is_none()
             && self.error_pages.is_none()
+            && self.upstream_host.is_none()
     }
 }
 
@@ -186,15 +189,21 @@ pub fn apply(
             headers: vec![("retry-after", seconds.to_string())],
         }));
     }
+    let proxying = policy.proxying.as_deref();
     if let Some(redirect) = &policy.redirect {
+        let relative = proxying.is_some_and(|p| p.relative_redirects);
         return Err(answer(redirect_answer(
             redirect.status,
-            redirect.location.to_string(),
+            redirect_location(&redirect.location, relative, seen),
         )));
     }
     if !seen.tls
         && let Some(ssl) = &policy.ssl_redirect
-        && let Some(location) = https_location(ssl, seen)
+        && let Some(location) = https_location(
+            ssl,
+            seen,
+            proxying.is_some_and(|p| p.preserve_trailing_slash),
+        )
     {
         return Err(answer(redirect_answer(308, location)));
     }
@@ -264,6 +273,9 @@ pub fn apply(
             .request_headers
             .push(("x-forwarded-prefix", prefix.clone()));
     }
+    if let Some(host) = proxying.and_then(|p| p.upstream_vhost.as_ref()) {
+        applied.upstream_host = Some(host.clone());
+    }
     applied.timeouts = policy.timeouts;
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex
@@ -273,8 +285,25 @@ pub fn apply(
     Ok((!applied.is_empty()).then(|| Box::new(applied)))
 }
 
-/// Where a plain-HTTP request goes on HTTPS, when `ssl` covers its host.
-fn https_location(ssl: &SslRedirect, seen: &Seen<'_>) -> Option<String> {
+/// A redirect's `Location`: a path made absolute with the request's
+/// scheme and host (without its port), as nginx's `absolute_redirect on`
+/// and ingress-nginx's `port_in_redirect off` write it, unless the route
+/// asks for `relative-redirects`.
+fn redirect_location(location: &str, relative: bool, seen: &Seen<'_>) -> String {
+    let mut buf = [0u8; 256];
+    let host = teapot_api::host::normalize_request_host(seen.authority, &mut buf);
+    match host {
+        Some(host) if !relative && location.starts_with('/') && !location.starts_with("//") => {
+            let scheme = if seen.tls { "https" } else { "http" };
+            format!("{scheme}://{host}{location}")
+        }
+        _ => location.to_string(),
+    }
+}
+
+/// Where a plain-HTTP request goes on HTTPS, when `ssl` covers its host;
+/// `preserve_slash`: the target's trailing `/` is kept.
+fn https_location(ssl: &SslRedirect, seen: &Seen<'_>, preserve_slash: bool) -> Option<String> {
     let mut buf = [0u8; 256];
     let host = teapot_api::host::normalize_request_host(seen.authority, &mut buf)?;
     let covered = match ssl {
@@ -297,7 +326,7 @@ fn https_location(ssl: &SslRedirect, seen: &Seen<'_>) -> Option<String> {
     }
     // ingress-nginx drops one trailing slash of the target (its
     // `preserve-trailing-slash` off): `/` goes to `https://host`.
-    if location.ends_with('/') {
+    if !preserve_slash && location.ends_with('/') {
         location.pop();
     }
     Some(location)
@@ -421,6 +450,32 @@ mod tests {
         assert!(apply(&p, "GET", "/", None, client).is_ok());
     }
 
+    /// `ssl-redirect` (on by default for TLS hosts) leaves an HTTP-01
+    /// challenge path on plain HTTP, as ingress-nginx's
+    /// `no-tls-redirect-locations`; `force-ssl-redirect` and client
+    /// certificates (`All`) do not.
+    #[test]
+    fn ssl_redirect_spares_the_acme_challenge_path() {
+        let hosts = vec![teapot_api::HostPattern::parse("a.example").unwrap()];
+        let p = TrafficPolicy {
+            ssl_redirect: Some(SslRedirect::Hosts(hosts)),
+            ..TrafficPolicy::default()
+        };
+        let r = apply(&p, "GET", "/login/", None, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(
+            (r.status, &r.headers[0].1[..]),
+            (308, "https://a.example/login")
+        );
+        let token = "/.well-known/acme-challenge/abc";
+        assert!(apply(&p, "GET", token, None, ip("192.0.2.1")).is_ok());
+        let all = TrafficPolicy {
+            ssl_redirect: Some(SslRedirect::All),
+            ..TrafficPolicy::default()
+        };
+        let r = apply(&all, "GET", token, None, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(r.status, 308);
+    }
+
     /// Every answer teapot makes on a CORS route carries the fields a
     /// backend's answer would (ingress-nginx's `more_set_headers` apply
     /// to every status), so a browser sees the refusal itself.
@@ -467,30 +522,59 @@ mod tests {
         assert_eq!(allow_origin(&other.unwrap_err()), None);
     }
 
-    /// `ssl-redirect` (on by default for TLS hosts) leaves an HTTP-01
-    /// challenge path on plain HTTP, as ingress-nginx's
-    /// `no-tls-redirect-locations`; `force-ssl-redirect` and client
-    /// certificates (`All`) do not.
+    /// A redirect to a path is made absolute (ingress-nginx's default,
+    /// without the port), or sent as written with `relative-redirects`;
+    /// `preserve-trailing-slash` keeps the ssl-redirect's last `/`; and
+    /// `upstream-vhost` is the forward's Host.
     #[test]
-    fn ssl_redirect_spares_the_acme_challenge_path() {
+    fn proxying_annotations_shape_redirects_and_the_host() {
+        let p = policy(&[("permanent-redirect", "/new")]);
+        let ported = Seen {
+            authority: "a.example:8080",
+            ..seen("/x")
+        };
+        let r = super::apply(&p, &upstream(), &ported).unwrap_err();
+        assert_eq!(r.headers, vec![("location", "http://a.example/new".into())]);
+        let p = policy(&[
+            ("permanent-redirect", "/new"),
+            ("relative-redirects", "true"),
+        ]);
+        let r = super::apply(&p, &upstream(), &ported).unwrap_err();
+        assert_eq!(r.headers, vec![("location", "/new".into())]);
+        // An absolute target is left alone either way.
+        let p = policy(&[("permanent-redirect", "https://b.example/")]);
+        let r = super::apply(&p, &upstream(), &ported).unwrap_err();
+        assert_eq!(r.headers, vec![("location", "https://b.example/".into())]);
+
         let hosts = vec![teapot_api::HostPattern::parse("a.example").unwrap()];
-        let p = TrafficPolicy {
-            ssl_redirect: Some(SslRedirect::Hosts(hosts)),
-            ..TrafficPolicy::default()
-        };
-        let r = apply(&p, "GET", "/login/", None, ip("192.0.2.1")).unwrap_err();
-        assert_eq!(
-            (r.status, &r.headers[0].1[..]),
-            (308, "https://a.example/login")
-        );
-        let token = "/.well-known/acme-challenge/abc";
-        assert!(apply(&p, "GET", token, None, ip("192.0.2.1")).is_ok());
-        let all = TrafficPolicy {
-            ssl_redirect: Some(SslRedirect::All),
-            ..TrafficPolicy::default()
-        };
-        let r = apply(&all, "GET", token, None, ip("192.0.2.1")).unwrap_err();
-        assert_eq!(r.status, 308);
+        let mut p = policy(&[("preserve-trailing-slash", "true")]);
+        p.ssl_redirect = Some(SslRedirect::Hosts(hosts));
+        let r = super::apply(&p, &upstream(), &seen("/login/")).unwrap_err();
+        assert_eq!(r.headers[0].1, "https://a.example/login/");
+
+        let p = policy(&[("upstream-vhost", "b.internal")]);
+        let applied = super::apply(&p, &upstream(), &seen("/")).unwrap().unwrap();
+        assert_eq!(applied.upstream_host.as_deref(), Some("b.internal"));
+    }
+
+    fn upstream() -> Upstream {
+        Upstream::new("ns/web:80".into(), Vec::new(), None)
+    }
+
+    fn seen(path: &str) -> Seen<'_> {
+        Seen {
+            method: "GET",
+            authority: "a.example",
+            path,
+            query: "",
+            tls: false,
+            client: ip("192.0.2.1"),
+            origin: None,
+            cookie: None,
+            cors_method: None,
+            cors_headers: None,
+            canary_header: None,
+        }
     }
 
     #[test]
