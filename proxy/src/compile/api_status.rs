@@ -1104,6 +1104,31 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24]}
         );
     }
 
+    /// An HTTPS listener whose certificate cannot be read serves nothing,
+    /// but counts the route attached to it.
+    #[test]
+    fn a_listener_with_unresolved_references_counts_its_routes() {
+        let gw = gateway(
+            "[{name: tls, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: does-not-exist}]}}]",
+        );
+        let route = "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: ops}
+spec:
+  parentRefs: [{name: edge, sectionName: tls}]
+  rules: [{backendRefs: [{name: nowhere, port: 8080}]}]
+";
+        let s = compile(&[CLASS.into(), gw, route.into()], true);
+        let status = status(&s);
+        let tls = listener(&status, "tls");
+        assert_eq!(tls["attachedRoutes"], 1, "{tls}");
+        assert_eq!(
+            condition(&tls["conditions"], "ResolvedRefs"),
+            pair("False", "InvalidCertificateRef")
+        );
+        assert_eq!(condition(&tls["conditions"], "Programmed").0, "False");
+    }
+
     /// A Gateway teapot does not accept says why, and serves nothing.
     #[test]
     fn a_gateway_with_parameters_is_refused_with_invalid_parameters() {

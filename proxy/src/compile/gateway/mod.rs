@@ -652,6 +652,57 @@ impl<'s> GatewayCompile<'s> {
                 (s.id, s.range.clone())
             }
         };
+        // A listener the HTTP plane refused only for what it references
+        // (an HTTPS listener whose certificate cannot be read) serves
+        // nothing, yet the routes that attach to it count in its
+        // attachedRoutes: the specification counts attachment by
+        // allowedRoutes and parentRefs alone, whatever the listener's state.
+        let refs_only: Vec<bool> = gateway.classes[range.clone()]
+            .iter()
+            .zip(&gateway.listeners[range.clone()])
+            .map(|(c, l)| {
+                matches!(
+                    c.plane,
+                    Some(
+                        crate::compile::listeners::Plane::Http
+                            | crate::compile::listeners::Plane::Https
+                    )
+                ) && c.refused.is_none()
+                    && c.conflict.is_none()
+                    && l.plane.is_none()
+            })
+            .collect();
+        // A tenant's route is left out: its host rule records custom
+        // domains as it admits them, once per route.
+        if countable && tenant.is_none() && refs_only.contains(&true) {
+            let counted: Vec<usize> = attach::attach(
+                store,
+                owner,
+                gateway.classes[range.clone()]
+                    .iter()
+                    .zip(&gateway.listeners[range.clone()])
+                    .zip(&refs_only)
+                    .map(|((c, l), refs_only)| attach::Seat {
+                        spec: c.spec,
+                        hostname: l.hostname.as_ref(),
+                        kinds: &c.kinds.admitted,
+                        served: l.plane.is_some() || *refs_only,
+                    }),
+                &attach::RouteFacts {
+                    kind: route.kind,
+                    namespace: &id.namespace,
+                    tenant: tenant.is_some(),
+                    hostnames: Some(&route.hosts),
+                },
+                (parent.section, parent.port),
+                |_| Ok(()),
+            )
+            .map(|w| w.listeners.iter().map(|(i, _)| *i).collect())
+            .unwrap_or_default();
+            for i in counted.into_iter().filter(|i| refs_only[*i]) {
+                gateway.listeners[range.start + i].attached += 1;
+            }
+        }
         let walk = attach::attach(
             store,
             owner,
