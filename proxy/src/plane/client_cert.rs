@@ -1041,6 +1041,23 @@ pub(crate) mod tests {
         let again = chooser.config(&setting, &base).unwrap();
         assert!(Arc::ptr_eq(&first, &again), "built once per setting");
         assert!(!Arc::ptr_eq(&first, &base));
+        // Another listener's configuration (a Gateway's own address, with a
+        // certificate resolver of its own) answers with that resolver,
+        // never with the one the kept configuration was made with.
+        let own = Arc::new(
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(NoCertificate)),
+        );
+        let on_own = chooser.config(&setting, &own).unwrap();
+        assert!(Arc::ptr_eq(&on_own.cert_resolver, &own.cert_resolver));
+        assert!(!Arc::ptr_eq(&on_own.cert_resolver, &first.cert_resolver));
+        assert!(Arc::ptr_eq(
+            &chooser.config(&setting, &base).unwrap(),
+            &first
+        ));
     }
 
     #[test]
