@@ -11,7 +11,9 @@
 //! - past a client's failures its guesses get 429 without a check, while
 //!   a credential verified before still passes (the cache);
 //! - a users' Secret past the bounds (bcrypt cost 31) is refused where it
-//!   is read, and keeps the Ingress unrouted: teapot's 404, never the
+//!   is read, and its Ingress answers 503 (ingress-nginx's denied
+//!   location); `auth-secret` without `auth-type` (served open by
+//!   ingress-nginx) keeps the Ingress unrouted: teapot's 404, never the
 //!   backend;
 //! - a RouteTrafficPolicy's `basicAuth` asks the same of an HTTPRoute rule,
 //!   and one whose Secret is missing answers 503 and says why.
@@ -109,9 +111,15 @@ async fn setup() -> (Harness, EchoServer) {
         "web",
         &[("auth-type", "basic"), ("auth-secret", "costly")],
     ));
+    objects.push(annotated(
+        NS,
+        "lone.test",
+        "web",
+        &[("auth-secret", "users")],
+    ));
     let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
     h.wait_status("the Ingresses reported", |s| {
-        ["basic.test", "map.test", "costly.test"]
+        ["basic.test", "map.test", "costly.test", "lone.test"]
             .iter()
             .all(|n| ingress_report(s, NS, n).is_some())
     })
@@ -170,16 +178,23 @@ async fn basic_auth_answers_as_ingress_nginx() {
         assert_eq!(header(&resp, "www-authenticate"), "Basic realm=\"\"");
         let resp = over(&h, proto, get("map.test", Some(&basic("dave", "hunter2")))).await;
         assert_eq!(resp.status, 200, "{}: {}", what("map"), resp.text());
-        // Past the bounds: not routed, its status naming the Secret.
+        // Past the bounds: 503 (ingress-nginx's denied location), its
+        // status naming the Secret.
         let resp = over(&h, proto, get("costly.test", Some(&basic("eve", "s3cret")))).await;
-        assert_proxy_answer(&resp, 404, &what("costly"));
+        assert_proxy_answer(&resp, 503, &what("costly"));
+        // Served open by ingress-nginx (no auth-type): not routed.
+        let resp = over(&h, proto, get("lone.test", None)).await;
+        assert_proxy_answer(&resp, 404, &what("lone"));
     }
     let status = h.status().await;
     let report = ingress_report(&status, NS, "costly.test").unwrap();
-    let accepted = condition(report, "Accepted").expect("Accepted");
-    assert_eq!(accepted["reason"], "UnservedRestriction");
-    let message = accepted["message"].as_str().unwrap();
+    let annotations = condition(report, "AnnotationsAccepted").expect("AnnotationsAccepted");
+    assert_eq!(annotations["status"], "False");
+    let message = annotations["message"].as_str().unwrap();
     assert!(message.contains("Secret ops/costly"), "{message}");
+    let lone = ingress_report(&status, NS, "lone.test").unwrap();
+    let accepted = condition(lone, "Accepted").expect("Accepted");
+    assert_eq!(accepted["reason"], "UnservedRestriction");
     // The Secret itself is refused where it is read, naming its line.
     let said = status.to_string();
     assert!(said.contains("line 1: bcrypt cost 31"), "{said}");

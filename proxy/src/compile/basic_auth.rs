@@ -34,6 +34,10 @@ pub struct BasicAuth {
     pub tenant: Arc<TenantAuth>,
     /// Why the setting cannot be served: every request gets 503.
     pub refused: Option<String>,
+    /// The annotations ask for what ingress-nginx would serve open (a
+    /// companion without `auth-type`, `auth-type` without its Secret, a
+    /// tenant's Secret of another namespace): the Ingress is not routed.
+    pub unroute: bool,
 }
 
 /// One user's stored password, decoded once.
@@ -244,6 +248,7 @@ impl BasicAuth {
             id: id.finish(),
             tenant: crate::live::basic_auth::tenant(owner),
             refused: None,
+            unroute: false,
         }
     }
 
@@ -279,12 +284,16 @@ pub fn users(
 
 /// An Ingress's basic authentication: `None` when it asks for none; a
 /// refused setting (why in [`BasicAuth::refused`]) when it cannot be
-/// served as asked, which keeps the Ingress unrouted
-/// (crate::compile::ingress), as client certificates it cannot apply do.
+/// served as asked. Annotations ingress-nginx would serve open keep the
+/// Ingress unrouted ([`BasicAuth::unroute`], crate::compile::ingress), as
+/// client certificates it cannot apply do; a users' Secret that is
+/// missing or unreadable makes its routes answer 503, ingress-nginx's
+/// denied location, and is reported in `problems`.
 pub fn of_ingress(
     store: &Store,
     ingress: &k8s_openapi::api::networking::v1::Ingress,
     tenant: Option<&str>,
+    problems: &mut Vec<String>,
 ) -> Option<Arc<BasicAuth>> {
     use teapot_api::annotations::{AUTH_SECRET, BasicAuthAnnotations};
     let field = |key: &str| format!("metadata.annotations[{key:?}]");
@@ -299,23 +308,33 @@ pub fn of_ingress(
                 .into_iter()
                 .map(|(key, why)| format!("{}: {why}", field(key)))
                 .collect();
-            return Some(Arc::new(BasicAuth::refused(why.join("; "), "", owner)));
+            return Some(Arc::new(BasicAuth {
+                unroute: true,
+                ..BasicAuth::refused(why.join("; "), "", owner)
+            }));
         }
     };
     let (ns, name) = (asked.secret.0.as_str(), asked.secret.1.as_str());
     // A tenant's Ingress reads its own namespace's users only.
-    let read = if tenant.is_some() && ns != namespace {
-        Err(format!(
+    if tenant.is_some() && ns != namespace {
+        let why = format!(
             "{}: Secret {ns}/{name} is not in the Ingress's namespace {namespace}",
             field(AUTH_SECRET)
-        ))
-    } else {
-        users(store, (ns, name), &field(AUTH_SECRET))
-    };
-    Some(Arc::new(match read {
-        Ok(entries) => BasicAuth::new(&entries, &asked.realm, owner),
-        Err(why) => BasicAuth::refused(why, &asked.realm, owner),
-    }))
+        );
+        return Some(Arc::new(BasicAuth {
+            unroute: true,
+            ..BasicAuth::refused(why, &asked.realm, owner)
+        }));
+    }
+    Some(Arc::new(
+        match users(store, (ns, name), &field(AUTH_SECRET)) {
+            Ok(entries) => BasicAuth::new(&entries, &asked.realm, owner),
+            Err(why) => {
+                problems.push(format!("{why}; its routes answer 503"));
+                BasicAuth::refused(why, &asked.realm, owner)
+            }
+        },
+    ))
 }
 
 #[cfg(test)]

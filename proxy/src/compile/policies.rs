@@ -135,8 +135,13 @@ impl<'a> Policies<'a> {
         let wants_auth = all.is_some_and(|a| a.contains_key(AUTH_URL));
         let wants_errors = all.is_some_and(|a| ERRORS.iter().any(|k| a.contains_key(*k)));
         // `auth-type: basic` (crate::compile::basic_auth): served, or
-        // refused (the Ingress then unrouted), never left open.
-        let basic = crate::compile::basic_auth::of_ingress(resolver.store(), ingress, cluster);
+        // refused (503, or the Ingress unrouted), never left open.
+        let basic = crate::compile::basic_auth::of_ingress(
+            resolver.store(),
+            ingress,
+            cluster,
+            &mut problems,
+        );
         let traffic =
             (!nginx.is_empty() || redirects_tls || wants_auth || wants_errors || basic.is_some())
                 .then(|| {

@@ -173,14 +173,16 @@ where
             ))
         });
         let (policy, mut annotation_problems) = policies.of(ingress, tenant, resolver);
-        // Basic authentication it asks for and teapot cannot apply as
-        // asked (its users' Secret missing, unreadable, past the bounds or
-        // of another namespace; a companion without auth-type) keeps it
-        // unrouted the same way (crate::compile::basic_auth).
+        // Basic authentication ingress-nginx would serve open (a companion
+        // without auth-type, auth-type without its Secret, a tenant's
+        // Secret of another namespace) keeps it unrouted the same way; a
+        // missing or unreadable Secret answers 503 on its routes instead,
+        // as ingress-nginx denies them (crate::compile::basic_auth).
         if let Some(why) = policy
             .as_ref()
             .and_then(|p| p.traffic.as_ref())
             .and_then(|t| t.basic_auth.as_ref())
+            .filter(|b| b.unroute)
             .and_then(|b| b.refused.as_ref())
         {
             ingress_reports.push(not_routed(
@@ -1255,7 +1257,7 @@ spec:
         let cases = [
             (
                 "basic",
-                "nginx.ingress.kubernetes.io/auth-type: basic, nginx.ingress.kubernetes.io/auth-secret: ops/users",
+                "nginx.ingress.kubernetes.io/auth-type: basic, nginx.ingress.kubernetes.io/auth-realm: ops",
                 "auth-secret",
             ),
             (
