@@ -508,6 +508,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The Host the backends get instead of the client's: a host name or address, with an optional :port.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/server-alias",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "Comma-separated host names (at most 16, no wildcard) that answer as the Ingress's first rule host does, every path of that host included; each must be a host your tenant may serve, and one with rules of its own keeps them.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/preserve-trailing-slash",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,

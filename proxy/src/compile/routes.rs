@@ -120,7 +120,7 @@ type GroupId = u32;
 
 /// What a lookup needs about a host group, stored in the host map's entry
 /// so that finding the host costs no further cache miss.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Group {
     id: GroupId,
     /// Where requests for this host that match no path go: a tenant
@@ -139,7 +139,7 @@ struct Group {
 }
 
 /// A regular-expression path rule.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct RegexPath {
     regex: Arc<PathRegex>,
     route: Route,
@@ -386,6 +386,27 @@ impl RouteTable {
             arena: &mut self.arena,
             hasher: &self.hasher,
         }
+    }
+
+    /// Makes the exact host `alias` serve what `of` serves (ingress-nginx's
+    /// `server-alias`: one more name of the same server): the same group,
+    /// so every path of `of`, whichever Ingress added it, answers for the
+    /// alias too. Not when `alias` has rules of its own (as ingress-nginx
+    /// skips an alias another server has) or `of` has none; false then.
+    /// A copy of the group as it is: called once every rule is in.
+    pub fn alias(&mut self, alias: &str, of: &HostPattern) -> bool {
+        if self.exact_hosts.contains_key(alias) {
+            return false;
+        }
+        let group = match of {
+            HostPattern::Exact(h) => self.exact_hosts.get(h.as_str()),
+            HostPattern::Wildcard(s) => self.wildcard_hosts.get(s.as_str()),
+        };
+        let Some(group) = group.cloned() else {
+            return false;
+        };
+        self.exact_hosts.insert(alias.into(), group);
+        true
     }
 
     /// Sets the default backend unless one is set; returns false if taken.
@@ -659,6 +680,28 @@ mod tests {
         regex(&mut t, None, "/only", "any", 14);
         assert_eq!(t.host_rank("s.example"), HostRank::Any);
         assert_eq!(hit(&t, "s.example", "/only/x").as_deref(), Some("any"));
+    }
+
+    /// `server-alias`: the alias answers with every path of the host it
+    /// names; a host with rules of its own, or an alias of a host
+    /// without any, is not taken.
+    #[test]
+    fn an_alias_serves_its_hosts_paths() {
+        let mut t = table(&[
+            (Some("foo.example"), Prefix, "/a", "a"),
+            (Some("own.example"), Prefix, "/", "own"),
+        ]);
+        let foo = HostPattern::parse("foo.example").unwrap();
+        regex(&mut t, Some("foo.example"), "/r.+", "r", 5);
+        assert!(t.alias("bar.example", &foo));
+        assert_eq!(hit(&t, "bar.example", "/a/x").as_deref(), Some("a"));
+        assert_eq!(hit(&t, "bar.example", "/rr").as_deref(), Some("r"));
+        assert_eq!(hit(&t, "bar.example", "/b"), None);
+        assert!(!t.alias("own.example", &foo));
+        assert_eq!(hit(&t, "own.example", "/a").as_deref(), Some("own"));
+        let none = HostPattern::parse("none.example").unwrap();
+        assert!(!t.alias("baz.example", &none));
+        assert_eq!(hit(&t, "baz.example", "/a"), None);
     }
 
     #[test]

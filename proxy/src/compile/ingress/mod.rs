@@ -12,6 +12,7 @@
 //! (`compile::backends`), each Ingress's limits from its annotations
 //! (`compile::policies`).
 
+mod alias;
 mod backend;
 mod canary;
 mod client_cert;
@@ -93,6 +94,7 @@ where
 
     let mut default_holder: Option<&NsName> = None;
     let mut www_twins: Vec<WwwTwin> = Vec::new();
+    let mut aliases: Vec<alias::Alias> = Vec::new();
     let mut canaries: Vec<CanaryRule> = Vec::new();
     let mut ingress_reports = Vec::with_capacity(ordered.len());
 
@@ -389,6 +391,37 @@ where
                 }
             }
         }
+        // `server-alias`: more names for the first rule host, each a host
+        // claim as that host was.
+        if let (Some(of), Some(value)) = (
+            rule_hosts.first().filter(|_| canary.is_none()),
+            ingress
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(alias::SERVER_ALIAS)),
+        ) {
+            match alias::names(value) {
+                Ok(names) => {
+                    for name in names {
+                        if let Some(t) = tenant
+                            && let Err(why) = hosts.admit(t, &name)
+                        {
+                            if !refused_hosts.contains(&why) {
+                                refused_hosts.push(why);
+                            }
+                            continue;
+                        }
+                        aliases.push(alias::Alias {
+                            name: name.to_string(),
+                            of: of.clone(),
+                            report: ingress_reports.len(),
+                        });
+                    }
+                }
+                Err(why) => annotation_problems.push(why),
+            }
+        }
         annotation_problems.append(&mut regex_problems);
         annotation_problems.append(&mut speech.problems);
         let acme = options.acme.as_ref().is_some_and(|a| {
@@ -471,6 +504,16 @@ where
 
     add_canaries(&mut routes, canaries, tenancy, &mut ingress_reports);
     add_www_redirects(&mut routes, www_twins);
+    alias::add_aliases(&mut routes, aliases, |report, why| {
+        ingress_reports[report]
+            .conditions
+            .push(Condition::unless_problems(
+                "ServerAliasServed",
+                &[why],
+                "ServerAliasServed",
+                "AliasTaken",
+            ));
+    });
     Compiled {
         routes,
         reports: ingress_reports,
