@@ -610,6 +610,18 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Longest certificate chain accepted from the backend (default 1, as ingress-nginx).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-ssl-ciphers",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "The TLS 1.2 cipher suites offered to an HTTPS or GRPCS backend, an OpenSSL cipher list (HIGH:!AES) over the suites rustls has (ECDHE with AES-GCM or ChaCha20-Poly1305); a suite it lacks (DHE-*, CBC, 3DES) is refused by name, !NAME of one is accepted. TLS 1.3 suites stay rustls's, as OpenSSL's list does not choose them.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-ssl-protocols",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "The TLS versions offered to an HTTPS or GRPCS backend: TLSv1.2 and/or TLSv1.3, space-separated (default both); SSLv3, TLSv1 and TLSv1.1 are refused (rustls has none of them).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/canary",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,

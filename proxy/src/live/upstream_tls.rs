@@ -61,6 +61,13 @@ pub struct BackendTls {
     /// than `name`, which stays the SNI (BackendTLSPolicy's
     /// `subjectAltNames`).
     pub subject_alt_names: Vec<SubjectAltName>,
+    /// `proxy-ssl-ciphers`: the TLS 1.2 suites offered, in order (TLS 1.3
+    /// suites are not chosen by it, as OpenSSL's cipher list does not
+    /// choose them); `None`: rustls's defaults.
+    pub tls12_suites: Option<Vec<u16>>,
+    /// `proxy-ssl-protocols`: the versions offered (`0x0303` TLS 1.2,
+    /// `0x0304` TLS 1.3); `None`: both.
+    pub versions: Option<Vec<u16>>,
 }
 
 /// A name the backend's certificate may be verified for.
@@ -85,6 +92,8 @@ impl BackendTls {
         self.depth.hash(&mut h);
         self.system_roots.hash(&mut h);
         self.subject_alt_names.hash(&mut h);
+        self.tls12_suites.hash(&mut h);
+        self.versions.hash(&mut h);
         // The key itself: a renewed certificate is another configuration.
         self.client_cert
             .as_ref()
@@ -154,11 +163,38 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// `provider` offering its TLS 1.3 suites and, of its TLS 1.2 ones, those
+/// in `chosen`, in `chosen`'s order.
+fn with_tls12_suites(provider: &CryptoProvider, chosen: &[u16]) -> CryptoProvider {
+    let mut suites: Vec<rustls::SupportedCipherSuite> = provider
+        .cipher_suites
+        .iter()
+        .copied()
+        .filter(|s| s.tls13().is_some())
+        .collect();
+    for id in chosen {
+        if let Some(suite) = provider
+            .cipher_suites
+            .iter()
+            .find(|s| s.tls13().is_none() && u16::from(s.suite()) == *id)
+        {
+            suites.push(*suite);
+        }
+    }
+    CryptoProvider {
+        cipher_suites: suites,
+        ..provider.clone()
+    }
+}
+
 impl UpstreamTls {
     pub fn new(settings: BackendTls) -> Result<UpstreamTls, TlsSettingsError> {
         let name = ServerName::try_from(settings.name.clone())
             .map_err(|_| TlsSettingsError::BadName(settings.name.clone()))?;
-        let provider = provider();
+        let provider = match &settings.tls12_suites {
+            None => provider(),
+            Some(chosen) => Arc::new(with_tls12_suites(provider().as_ref(), chosen)),
+        };
         let algorithms = provider.signature_verification_algorithms;
         let roots = match (&settings.verify, settings.system_roots) {
             (_, true) => Some(system_roots()?),
@@ -192,8 +228,16 @@ impl UpstreamTls {
             }
             None => Arc::new(Unverified { algorithms }),
         };
+        let versions: Vec<&'static rustls::SupportedProtocolVersion> = match &settings.versions {
+            None => rustls::DEFAULT_VERSIONS.to_vec(),
+            Some(chosen) => rustls::ALL_VERSIONS
+                .iter()
+                .copied()
+                .filter(|v| chosen.contains(&u16::from(v.version)))
+                .collect(),
+        };
         let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(&versions)
             .map_err(|e| TlsSettingsError::Config(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(verifier);
@@ -464,6 +508,8 @@ mod tests {
             client_cert: None,
             system_roots: false,
             subject_alt_names: Vec::new(),
+            tls12_suites: None,
+            versions: None,
         }
     }
 
@@ -560,6 +606,71 @@ mod tests {
             kinds.push(format!("{:?}", secured.get_ref().1.handshake_kind()));
         }
         assert_eq!(kinds, ["Some(Full)", "Some(Resumed)"]);
+    }
+
+    /// proxy-ssl-ciphers and proxy-ssl-protocols are what the handshake
+    /// offers: against a backend with TLS 1.2 and one AES-GCM suite only,
+    /// a list of ChaCha20 suites or TLS 1.3 alone fails, the suite itself
+    /// is what is negotiated.
+    #[tokio::test]
+    async fn ciphers_and_versions_are_what_is_offered() {
+        let ca = TestCa::new("backend CA");
+        let leaf = ca.issue(&["web.ops.svc"]);
+        let aes128 = u16::from(rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256);
+        let only = with_tls12_suites(&provider(), &[aes128]);
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(CryptoProvider {
+            cipher_suites: only
+                .cipher_suites
+                .iter()
+                .copied()
+                .filter(|s| s.tls13().is_none())
+                .collect(),
+            ..only
+        }))
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.cert_der.clone())],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(leaf.key_der.clone().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let _ = acceptor.accept(tcp).await;
+                });
+            }
+        });
+        let handshake = |suites: Option<Vec<u16>>, versions: Option<Vec<u16>>| async move {
+            let mut asked = settings(None);
+            asked.tls12_suites = suites;
+            asked.versions = versions;
+            let tls = UpstreamTls::new(asked).unwrap();
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+            connector
+                .connect(tls.name.clone(), tcp)
+                .await
+                .ok()
+                .and_then(|s| s.get_ref().1.negotiated_cipher_suite())
+                .map(|s| u16::from(s.suite()))
+        };
+        let chacha = vec![0xcca9, 0xcca8];
+        assert_eq!(handshake(Some(chacha), None).await, None);
+        assert_eq!(handshake(None, Some(vec![0x0304])).await, None);
+        assert_eq!(
+            handshake(Some(vec![0xcca9, aes128]), Some(vec![0x0303])).await,
+            Some(aes128)
+        );
+        assert_eq!(handshake(None, None).await, Some(aes128));
+        let mut a = settings(None);
+        a.tls12_suites = Some(vec![aes128]);
+        assert_ne!(a.fingerprint(), settings(None).fingerprint());
     }
 
     fn verified(

@@ -359,6 +359,9 @@ pub(super) fn settings(
         client_cert: None,
         system_roots,
         subject_alt_names,
+        // The policy has no place for them: rustls's defaults.
+        tls12_suites: None,
+        versions: None,
     })
 }
 

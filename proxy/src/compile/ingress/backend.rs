@@ -38,6 +38,8 @@ pub(super) struct TlsAsked {
     pub(super) verify: Option<Vec<u8>>,
     pub(super) depth: u32,
     pub(super) client_cert: Option<Arc<rustls::sign::CertifiedKey>>,
+    pub(super) tls12_suites: Option<Vec<u16>>,
+    pub(super) versions: Option<Vec<u16>>,
 }
 
 pub(super) const BACKEND_PROTOCOL: &str = "nginx.ingress.kubernetes.io/backend-protocol";
@@ -47,6 +49,8 @@ pub(super) const PROXY_SSL_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-n
 pub(super) const PROXY_SSL_SERVER_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-server-name";
 pub(super) const PROXY_SSL_VERIFY_DEPTH: &str =
     "nginx.ingress.kubernetes.io/proxy-ssl-verify-depth";
+pub(super) const PROXY_SSL_CIPHERS: &str = "nginx.ingress.kubernetes.io/proxy-ssl-ciphers";
+pub(super) const PROXY_SSL_PROTOCOLS: &str = "nginx.ingress.kubernetes.io/proxy-ssl-protocols";
 
 impl BackendSpeech {
     pub(super) fn read(
@@ -126,6 +130,8 @@ impl BackendSpeech {
                     client_cert: asked.client_cert.clone(),
                     system_roots: false,
                     subject_alt_names: Vec::new(),
+                    tls12_suites: asked.tls12_suites.clone(),
+                    versions: asked.versions.clone(),
                 };
                 match resolver.registry().tls(settings) {
                     Ok(tls) => upstream.speaking(Protocol::Tls(tls)),
@@ -213,7 +219,24 @@ impl TlsAsked {
             Some(teapot_api::annotations::AnnotationValue::Count(n)) => n,
             _ => 1,
         };
+        let tls12_suites = text(PROXY_SSL_CIPHERS)
+            .map(|list| tls12_suites(&list))
+            .transpose()
+            .map_err(|why| format!("{PROXY_SSL_CIPHERS}: {why} (Ingress {ingress})"))?;
+        let versions = text(PROXY_SSL_PROTOCOLS)
+            .map(|list| tls_versions(&list))
+            .transpose()
+            .map_err(|why| format!("{PROXY_SSL_PROTOCOLS}: {why} (Ingress {ingress})"))?;
+        if versions.as_deref() == Some(&[TLS12][..])
+            && tls12_suites.as_ref().is_some_and(Vec::is_empty)
+        {
+            return Err(format!(
+                "{PROXY_SSL_CIPHERS} leaves no TLS 1.2 cipher suite and {PROXY_SSL_PROTOCOLS} allows only TLSv1.2 (Ingress {ingress})"
+            ));
+        }
         Ok(TlsAsked {
+            tls12_suites,
+            versions,
             name: text(PROXY_SSL_NAME).filter(|n| !n.is_empty()),
             sni: word(PROXY_SSL_SERVER_NAME) == Some("on"),
             verify,
@@ -231,4 +254,204 @@ impl TlsAsked {
 pub(super) enum ProxySslSecret<'s> {
     Tls(&'s teapot_model::store::TlsSecret),
     Ca(&'s k8s_openapi::api::core::v1::Secret),
+}
+
+const TLS12: u16 = 0x0303;
+const TLS13: u16 = 0x0304;
+
+/// The TLS 1.2 suites rustls has: OpenSSL's name, the IANA number, and
+/// the OpenSSL aliases that select it (`HIGH`, `AESGCM`, `aECDSA`...).
+const RUSTLS_TLS12: &[(&str, u16, &[&str])] = &[
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        0xc02c,
+        &["AES", "AESGCM", "AES256", "aECDSA", "ECDSA", "SHA384"],
+    ),
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        0xc02b,
+        &["AES", "AESGCM", "AES128", "aECDSA", "ECDSA", "SHA256"],
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        0xcca9,
+        &["CHACHA20", "aECDSA", "ECDSA", "SHA256"],
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        0xc030,
+        &["AES", "AESGCM", "AES256", "aRSA", "SHA384"],
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        0xc02f,
+        &["AES", "AESGCM", "AES128", "aRSA", "SHA256"],
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        0xcca8,
+        &["CHACHA20", "aRSA", "SHA256"],
+    ),
+];
+
+/// Aliases every suite rustls has belongs to.
+const ALL_OF_THEM: &[&str] = &[
+    "ALL", "DEFAULT", "HIGH", "ECDHE", "EECDH", "kECDHE", "kEECDH", "AEAD", "TLSv1.2", "SSLv3",
+];
+
+/// `proxy-ssl-ciphers` (an OpenSSL cipher list, as nginx's
+/// `proxy_ssl_ciphers`) as the TLS 1.2 suites rustls offers, in the
+/// list's order: `NAME` or an alias adds, `!NAME` and `-NAME` take out
+/// (`!` for good), `+NAME` moves to the end, `@STRENGTH`-style commands
+/// are ignored. A name added that selects no suite rustls has (`DHE-RSA-
+/// AES256-GCM-SHA384`, `MEDIUM`, `3DES`) is refused by name: teapot would
+/// otherwise offer something else than the list says. Taking out a name
+/// rustls lacks (`!aNULL`, `!MD5`) changes nothing and is accepted. At
+/// most 64 entries of at most 64 bytes.
+pub(super) fn tls12_suites(list: &str) -> Result<Vec<u16>, String> {
+    let matches = |word: &str| -> Vec<u16> {
+        RUSTLS_TLS12
+            .iter()
+            .filter(|(name, _, aliases)| {
+                *name == word || aliases.contains(&word) || ALL_OF_THEM.contains(&word)
+            })
+            .map(|(_, id, _)| *id)
+            .collect()
+    };
+    let mut chosen: Vec<u16> = Vec::new();
+    let mut banned: Vec<u16> = Vec::new();
+    let entries: Vec<&str> = list
+        .split([':', ',', ' '])
+        .filter(|e| !e.is_empty())
+        .collect();
+    if entries.len() > 64 {
+        return Err(format!("{} entries; at most 64", entries.len()));
+    }
+    for entry in entries {
+        if entry.len() > 64 {
+            return Err(format!("an entry of {} bytes; at most 64", entry.len()));
+        }
+        if entry.starts_with('@') {
+            continue;
+        }
+        // `A+B`: the suites both select.
+        let select = |words: &str| -> Vec<u16> {
+            let mut parts = words.split('+').filter(|w| !w.is_empty());
+            let first = parts.next().map(matches).unwrap_or_default();
+            parts.fold(first, |acc, w| {
+                let m = matches(w);
+                acc.into_iter().filter(|id| m.contains(id)).collect()
+            })
+        };
+        match entry.as_bytes()[0] {
+            b'!' => banned.extend(select(&entry[1..])),
+            b'-' => {
+                let out = select(&entry[1..]);
+                chosen.retain(|id| !out.contains(id));
+            }
+            b'+' => {
+                let moved = select(&entry[1..]);
+                let (back, mut front): (Vec<u16>, Vec<u16>) =
+                    chosen.iter().partition(|id| moved.contains(id));
+                front.extend(back);
+                chosen = front;
+            }
+            _ => {
+                let added = select(entry);
+                if added.is_empty() {
+                    let known: Vec<&str> = RUSTLS_TLS12.iter().map(|(n, _, _)| *n).collect();
+                    return Err(format!(
+                        "{entry:?} names no TLS 1.2 cipher suite teapot's TLS library (rustls) has; it has {}",
+                        known.join(", ")
+                    ));
+                }
+                for id in added {
+                    if !chosen.contains(&id) {
+                        chosen.push(id);
+                    }
+                }
+            }
+        }
+    }
+    chosen.retain(|id| !banned.contains(id));
+    Ok(chosen)
+}
+
+/// `proxy-ssl-protocols` (nginx's `proxy_ssl_protocols`: `TLSv1.2
+/// TLSv1.3`) as the versions rustls offers. rustls has no SSLv2, SSLv3,
+/// TLSv1 or TLSv1.1: naming one is refused, as is a list naming none.
+pub(super) fn tls_versions(list: &str) -> Result<Vec<u16>, String> {
+    let mut versions = Vec::new();
+    for word in list.split_whitespace() {
+        let version = match word {
+            "TLSv1.2" => TLS12,
+            "TLSv1.3" => TLS13,
+            "SSLv2" | "SSLv3" | "TLSv1" | "TLSv1.1" => {
+                return Err(format!(
+                    "{word} is not offered by teapot's TLS library (rustls), which has TLSv1.2 and TLSv1.3 only"
+                ));
+            }
+            _ => {
+                let shown: String = word.chars().take(32).collect();
+                return Err(format!(
+                    "{shown:?} is not a protocol; TLSv1.2 and TLSv1.3 are"
+                ));
+            }
+        };
+        if !versions.contains(&version) {
+            versions.push(version);
+        }
+    }
+    if versions.is_empty() {
+        return Err("names no protocol; TLSv1.2 and TLSv1.3 are".to_string());
+    }
+    Ok(versions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// OpenSSL's list syntax over the suites rustls has: upstream's case
+    /// `HIGH:!AES` leaves the two ChaCha20 suites; a suite rustls lacks is
+    /// refused by name, taking one out is not.
+    #[test]
+    fn cipher_lists_select_what_openssl_would_among_rustls_suites() {
+        assert_eq!(tls12_suites("HIGH:!AES").unwrap(), vec![0xcca9, 0xcca8]);
+        assert_eq!(
+            tls12_suites("ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384").unwrap(),
+            vec![0xc02f, 0xc02c]
+        );
+        assert_eq!(
+            tls12_suites("HIGH:!aNULL:!MD5:-aRSA").unwrap(),
+            vec![0xc02c, 0xc02b, 0xcca9]
+        );
+        assert_eq!(
+            tls12_suites("ECDHE+AESGCM+aRSA").unwrap(),
+            vec![0xc030, 0xc02f]
+        );
+        assert_eq!(
+            tls12_suites("CHACHA20:AES:+CHACHA20").unwrap()[..2],
+            [0xc02c, 0xc02b]
+        );
+        let lacking =
+            tls12_suites("ECDHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384").unwrap_err();
+        assert!(lacking.contains("DHE-RSA-AES256-GCM-SHA384"), "{lacking}");
+        assert!(tls12_suites("3DES").is_err());
+        assert!(tls12_suites(&"HIGH:".repeat(65)).is_err());
+        assert!(tls12_suites(&"A".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn protocols_are_the_two_rustls_has() {
+        assert_eq!(tls_versions("TLSv1.2 TLSv1.3").unwrap(), vec![TLS12, TLS13]);
+        assert_eq!(tls_versions("TLSv1.3").unwrap(), vec![TLS13]);
+        assert!(
+            tls_versions("TLSv1 TLSv1.2")
+                .unwrap_err()
+                .contains("TLSv1 is not offered")
+        );
+        assert!(tls_versions("TLSv9").is_err());
+        assert!(tls_versions("").is_err());
+    }
 }
