@@ -150,6 +150,33 @@ pub fn check_ingress(
             ));
         }
     }
+    // `server-alias` names are host claims like rule hosts (and count
+    // against the same limit): a host another tenant holds, or outside
+    // this tenant's scope, is refused here as a rule's host is.
+    const ALIAS: &str = "nginx.ingress.kubernetes.io/server-alias";
+    let aliases = ingress
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ALIAS));
+    for name in aliases
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+    {
+        let field = format!("metadata.annotations[{ALIAS:?}]");
+        if name.is_empty() {
+            continue;
+        }
+        if name.starts_with('*') || name.contains(':') {
+            out.push(Violation::new(
+                field,
+                format!("{name:?}: an alias is an exact host name"),
+            ));
+        } else if let Some((h, _)) = check_host(ctx, &field, name, &mut out) {
+            hosts.insert(h);
+        }
+    }
     if hosts.len() > max_hosts {
         out.push(Violation::new(
             "spec",
@@ -583,6 +610,28 @@ mod tests {
         // Without the annotations the same path is a strict path, refused.
         let plain = violations(&with_annotations("", &["/(unclosed"]));
         assert_eq!(fields(&plain), ["spec.rules[0].http.paths[0].path"]);
+    }
+
+    /// `server-alias` names are host claims: one in another tenant's
+    /// subtree, a wildcard or a port is refused on the annotation; one of
+    /// the tenant's own is admitted.
+    #[test]
+    fn server_alias_names_are_host_claims() {
+        const ALIAS: &str = "nginx.ingress.kubernetes.io/server-alias";
+        let field = format!("metadata.annotations[\"{ALIAS}\"]");
+        let ok = with_annotations(&format!("{ALIAS}: \"x.acme.lb.example.net\""), &["/"]);
+        assert!(violations(&ok).is_empty(), "{:?}", violations(&ok));
+        for bad in [
+            "x.globex.lb.example.net",
+            "*.acme.lb.example.net",
+            "y.acme.lb.example.net:80",
+        ] {
+            let got = violations(&with_annotations(
+                &format!("{ALIAS}: \"x.acme.lb.example.net, {bad}\""),
+                &["/"],
+            ));
+            assert_eq!(fields(&got), [field.as_str()], "{bad}: {got:?}");
+        }
     }
 
     #[test]
