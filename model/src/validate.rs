@@ -220,12 +220,21 @@ fn htpasswd_map(secret: &Secret) -> Option<Vec<u8>> {
         .as_deref()
         .unwrap_or(teapot_api::names::CA_SECRET_TYPE)
         == teapot_api::names::CA_SECRET_TYPE;
-    let data = secret.data.as_ref().filter(|d| !d.is_empty())?;
-    if !opaque || secret.string_data.as_ref().is_some_and(|d| !d.is_empty()) {
+    if !opaque {
         return None;
     }
-    let pairs = data.iter().map(|(k, v)| (k.as_str(), v.0.as_slice()));
-    let entries = teapot_api::htpasswd::parse_map(pairs).ok()?;
+    // As the API server merges them: `stringData` over `data`.
+    let mut merged: std::collections::BTreeMap<&str, &[u8]> = std::collections::BTreeMap::new();
+    for (k, v) in secret.data.iter().flatten() {
+        merged.insert(k, &v.0);
+    }
+    for (k, v) in secret.string_data.iter().flatten() {
+        merged.insert(k, v.as_bytes());
+    }
+    if merged.is_empty() {
+        return None;
+    }
+    let entries = teapot_api::htpasswd::parse_map(merged).ok()?;
     Some(teapot_api::htpasswd::to_file(&entries).into_bytes())
 }
 
@@ -599,11 +608,15 @@ mod tests {
         let map = serde_json::json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "m", "namespace": "ops"},
             "data": {"alice": "e1BMQUlOfXg="},
+            "stringData": {"bob": "{PLAIN}y"},
         });
         let Ok(Object::CaSecret(kept)) = parse_object(Kind::Secret, map, "ops") else {
             panic!("an auth-map is kept");
         };
-        assert_eq!(kept.data.unwrap()["auth"].0, b"alice:{PLAIN}x\n");
+        assert_eq!(
+            kept.data.unwrap()["auth"].0,
+            b"alice:{PLAIN}x\nbob:{PLAIN}y\n"
+        );
     }
 
     #[test]
