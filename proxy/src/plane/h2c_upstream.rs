@@ -228,11 +228,33 @@ pub(super) async fn forward(
     loop {
         tokio::select! {
             done = &mut sending, if !uploaded => {
-                done?;
-                uploaded = true;
+                match done {
+                    Ok(()) | Err(Upload::Refused) => uploaded = true,
+                    Err(Upload::Failed(failure)) => return Err(failure),
+                }
             }
             done = &mut receiving => return done,
         }
+    }
+}
+
+/// Why a request body's upload ended early.
+enum Upload {
+    /// The exchange fails: the client's body, its size or the backend's
+    /// window.
+    Failed(Failure),
+    /// The backend takes no more of the body: it reset the stream or
+    /// closed the connection. A server may answer before the request ends
+    /// and then reset the stream with NO_ERROR (RFC 9113 §8.1: the client
+    /// must not discard that answer); gRPC servers do so for unary calls.
+    /// The answer decides: relayed when the backend sent it whole, a
+    /// failure of its own when the stream was reset before.
+    Refused,
+}
+
+impl From<Failure> for Upload {
+    fn from(failure: Failure) -> Upload {
+        Upload::Failed(failure)
     }
 }
 
@@ -245,15 +267,18 @@ async fn upload(
     no_body: bool,
     limit: u64,
     write_timeout: std::time::Duration,
-) -> Result<(), Failure> {
+) -> Result<(), Upload> {
     if no_body {
         return Ok(());
     }
-    let gone = |_| Failure::Upstream("the upstream stopped reading the request");
+    let gone = |e: h2::Error| {
+        tracing::debug!(error = %e, "an h2c upstream stopped taking the request body");
+        Upload::Refused
+    };
     while let Some(chunk) = body.read().await? {
         if limit > 0 && body.bytes > limit {
             to.send_reset(h2::Reason::CANCEL);
-            return Err(Failure::BodyTooLarge);
+            return Err(Failure::BodyTooLarge.into());
         }
         if chunk.is_empty() {
             // An empty DATA frame carries nothing but its END_STREAM flag,
@@ -264,9 +289,9 @@ async fn upload(
             .await
             .map_err(|unsent| match unsent {
                 Unsent::Stalled => {
-                    Failure::Upstream("the upstream did not open its window in time")
+                    Failure::Upstream("the upstream did not open its window in time").into()
                 }
-                Unsent::Gone(_) => Failure::Upstream("the upstream stopped reading the request"),
+                Unsent::Gone(e) => gone(e),
             })?;
     }
     match body.trailers().await? {
