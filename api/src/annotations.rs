@@ -706,6 +706,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The X-Auth-Request-Redirect field of the request to auth-url (default: the request's path and query).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-always-set-cookie",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Accepted for ingress-nginx's Ingresses: the Set-Cookie fields of auth-url's allowing answer (at most 8) are added to the backend's response whatever its status, with or without it.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/auth-type",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::OneOf(&["basic"]),

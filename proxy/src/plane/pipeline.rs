@@ -280,7 +280,7 @@ async fn authenticate(
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
     let terms = forward.route.traffic().and_then(|t| t.auth_terms.clone());
-    let (verdict, outcome) =
+    let (verdict, outcome, cookies) =
         traffic::auth::check(auth, terms.as_deref(), router.options.auth, &original).await;
     let tenant = if auth.owner.is_empty() {
         metrics::OPERATOR
@@ -293,9 +293,11 @@ async fn authenticate(
         .with_label_values(&[tenant, outcome.label()])
         .inc();
     match verdict {
-        Ok(fields) if fields.is_empty() => Routed::Forward(forward),
+        Ok(fields) if fields.is_empty() && cookies.is_empty() => Routed::Forward(forward),
         Ok(fields) => {
-            forward.policy.get_or_insert_default().auth_fields = fields;
+            let policy = forward.policy.get_or_insert_default();
+            policy.auth_fields = fields;
+            policy.auth_cookies = cookies;
             Routed::Forward(forward)
         }
         Err(mut answer) => {

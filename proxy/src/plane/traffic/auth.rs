@@ -227,7 +227,11 @@ pub async fn check(
     terms: Option<&GatewayAuthTerms>,
     limits: AuthLimits,
     original: &Original<'_>,
-) -> (Result<ForwardedFields, TrafficAnswer>, Outcome) {
+) -> (
+    Result<ForwardedFields, TrafficAnswer>,
+    Outcome,
+    Vec<HeaderValue>,
+) {
     if auth.refused.is_some() {
         let refused = TrafficAnswer {
             status: 503,
@@ -235,7 +239,7 @@ pub async fn check(
             body: REFUSED_BODY,
             headers: Vec::new(),
         };
-        return (Err(refused), Outcome::Refused);
+        return (Err(refused), Outcome::Refused, Vec::new());
     }
     let Some(_pass) = auth.gate.enter(limits.concurrency) else {
         let busy = TrafficAnswer {
@@ -244,7 +248,7 @@ pub async fn check(
             body: BUSY_BODY,
             headers: Vec::new(),
         };
-        return (Err(busy), Outcome::Busy);
+        return (Err(busy), Outcome::Busy, Vec::new());
     };
     let answer = match tokio::time::timeout(
         limits.timeout,
@@ -253,8 +257,8 @@ pub async fn check(
     .await
     {
         Ok(Ok(head)) => head,
-        Ok(Err(outcome)) => return (Err(failed()), outcome),
-        Err(_) => return (Err(failed()), Outcome::Timeout),
+        Ok(Err(outcome)) => return (Err(failed()), outcome, Vec::new()),
+        Err(_) => return (Err(failed()), Outcome::Timeout, Vec::new()),
     };
     let (mut verdict, outcome) = match terms {
         Some(terms) => judge_gateway(terms, &answer),
@@ -263,7 +267,30 @@ pub async fn check(
     if let Ok(fields) = &mut verdict {
         remove_shadows(fields, original.headers);
     }
-    (verdict, outcome)
+    let cookies = match (&verdict, terms) {
+        (Ok(_), None) => allowed_cookies(&answer),
+        _ => Vec::new(),
+    };
+    (verdict, outcome, cookies)
+}
+
+/// At most this many `Set-Cookie` fields of an allowing answer reach the
+/// client (the answer's head is bounded already; this bounds the fields
+/// each response carries).
+const MAX_AUTH_COOKIES: usize = 8;
+
+/// The `Set-Cookie` fields of an allowing answer (ingress-nginx's
+/// `auth_request_set $auth_cookie $upstream_http_set_cookie` and
+/// `add_header Set-Cookie $auth_cookie`): added to the backend's response,
+/// beside the backend's own.
+fn allowed_cookies(answer: &http::response::Parts) -> Vec<HeaderValue> {
+    answer
+        .headers
+        .get_all(http::header::SET_COOKIE)
+        .iter()
+        .take(MAX_AUTH_COOKIES)
+        .cloned()
+        .collect()
 }
 
 /// The verdict on the answer under the Gateway API's terms: only a 200
@@ -998,6 +1025,24 @@ mod tests {
     }
 
     #[test]
+    fn an_allowing_answers_cookies_are_kept_and_bounded() {
+        let mut answer = http::Response::builder().status(200);
+        for i in 0..12 {
+            answer = answer.header("set-cookie", format!("c{i}=v"));
+        }
+        let (parts, _) = answer.body(()).unwrap().into_parts();
+        let cookies = allowed_cookies(&parts);
+        assert_eq!(cookies.len(), MAX_AUTH_COOKIES);
+        assert_eq!(cookies[0], "c0=v");
+        let (none, _) = http::Response::builder()
+            .status(200)
+            .body(())
+            .unwrap()
+            .into_parts();
+        assert!(allowed_cookies(&none).is_empty());
+    }
+
+    #[test]
     fn answers_map_as_ingress_nginx_maps_them() {
         let none: &[(&str, &str)] = &[];
         let o = original(&none);
@@ -1058,7 +1103,7 @@ mod tests {
             Vec::new(),
             Some("none".into()),
         ));
-        let (r, outcome) = check(&empty, None, limits, &o).await;
+        let (r, outcome, _) = check(&empty, None, limits, &o).await;
         assert_eq!(
             (r.unwrap_err().status, outcome),
             (500, Outcome::Unreachable)
@@ -1073,7 +1118,7 @@ mod tests {
             vec![registry.endpoint(addr)],
             None,
         ));
-        let (r, outcome) = check(&refused, None, limits, &o).await;
+        let (r, outcome, _) = check(&refused, None, limits, &o).await;
         assert_eq!(
             (r.unwrap_err().status, outcome),
             (500, Outcome::Unreachable)
@@ -1083,11 +1128,11 @@ mod tests {
             ..limits
         };
         let _held = refused.gate.enter(1).unwrap();
-        let (r, outcome) = check(&refused, None, full, &o).await;
+        let (r, outcome, _) = check(&refused, None, full, &o).await;
         let r = r.unwrap_err();
         assert_eq!((r.status, r.body, outcome), (503, BUSY_BODY, Outcome::Busy));
         let refused = ExternalAuth::refused("outside the nodes".into());
-        let (r, outcome) = check(&refused, None, limits, &o).await;
+        let (r, outcome, _) = check(&refused, None, limits, &o).await;
         let r = r.unwrap_err();
         assert_eq!(
             (r.status, r.body, outcome),

@@ -77,6 +77,9 @@ pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: 
     for (name, value) in &applied.response_headers {
         response.push_set(name.as_bytes(), value.as_bytes());
     }
+    for cookie in &applied.auth_cookies {
+        response.push_append(b"set-cookie", cookie.as_bytes());
+    }
     for (name, value) in &applied.auth_fields {
         match value {
             Some(value) => request.push_set(name.as_str().as_bytes(), value.as_bytes()),
@@ -136,12 +139,38 @@ pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
             headers.insert(HeaderName::from_static(name), value);
         }
     }
+    for cookie in applied.into_iter().flat_map(|a| &a.auth_cookies) {
+        headers.append(http::header::SET_COOKIE, cookie.clone());
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::compile::traffic::UpstreamTimeouts;
+
+    /// The authentication service's cookies go beside the backend's own
+    /// on both engines, never in place of them.
+    #[test]
+    fn auth_cookies_are_added_beside_the_backends() {
+        let applied = Applied {
+            auth_cookies: vec![HeaderValue::from_static("alma=armud")],
+            ..Applied::default()
+        };
+        assert!(!applied.is_empty());
+        let mut headers = HeaderMap::new();
+        headers.insert("set-cookie", HeaderValue::from_static("own=1"));
+        h2_response_edits(&mut headers, Some(&applied));
+        let cookies: Vec<_> = headers.get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["own=1", "alma=armud"]);
+        let (mut request, mut response) = (HeaderEdits::default(), HeaderEdits::default());
+        h1_edits(&mut request, &mut response, Some(&applied));
+        assert!(request.is_empty());
+        assert_eq!(
+            response,
+            HeaderEdits::default().append("set-cookie", "alma=armud")
+        );
+    }
 
     /// `upstream-vhost` replaces the Host on HTTP/1 and the authority
     /// (and any Host field) on HTTP/2.

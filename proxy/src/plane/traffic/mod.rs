@@ -86,6 +86,9 @@ pub struct Applied {
     /// set on the request to the backend, or removed (`None`) when the
     /// answer had none, replacing the client's either way.
     pub auth_fields: auth::ForwardedFields,
+    /// The authentication service's `Set-Cookie` fields, added to the
+    /// backend's response beside its own.
+    pub auth_cookies: Vec<http::HeaderValue>,
     /// `limit-connections`: the request's place in its client's count,
     /// given back when the forward (and this) is dropped, however the
     /// request ended.
@@ -107,6 +110,7 @@ impl Applied {
             && self.upstream.is_none()
             && self.timeouts.is_none()
             && self.auth_fields.is_empty()
+            && self.auth_cookies.is_empty()
             && self.in_flight.is_none()
             && self.error_pages.is_none()
             && self.upstream_host.is_none()
