@@ -25,6 +25,7 @@
 //! ([`probe`], at start): without its CRDs the agent syncs Ingresses and
 //! Services only, and says so once.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -195,6 +196,31 @@ async fn mirror_secrets(
                 target.0, target.1
             )),
             Some(s) => match mirror::lb_secret(&s, &ctx.config.lb_namespace) {
+                Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
+                Err(e) => problems.push(e.to_string()),
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Mirrors the htpasswd Secrets of `secrets` (a RouteTrafficPolicy's
+/// `basicAuth` users) with their `auth` key alone; problems for the
+/// missing ones and the ones without `auth`, refusals for the ones the LB
+/// cluster refused.
+async fn mirror_users_secrets(
+    ctx: &Context,
+    secrets: &BTreeSet<Ref>,
+    problems: &mut Vec<String>,
+    refusals: &mut Vec<String>,
+) -> Result<(), Error> {
+    for (ns, name) in secrets {
+        let api: Api<Secret> = Api::namespaced(ctx.tenant.clone(), ns);
+        match api.get_opt(name).await? {
+            None => problems.push(format!(
+                "Secret {ns}/{name} (basicAuth.secretRef) not found"
+            )),
+            Some(s) => match mirror::lb_htpasswd_secret(&s, false, &ctx.config.lb_namespace) {
                 Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
                 Err(e) => problems.push(e.to_string()),
             },
@@ -504,6 +530,14 @@ pub async fn reconcile_route_traffic_policy(
     // customErrors' Service before the copy that names it.
     let services = gm::policy_services(&value)?;
     mirror_services(&ctx, &services, &[], &mut problems, &mut refusals).await?;
+    // basicAuth's users Secret too: without it the routes answer 503.
+    mirror_users_secrets(
+        &ctx,
+        &gm::policy_secrets(&value)?,
+        &mut problems,
+        &mut refusals,
+    )
+    .await?;
     let copy: RouteTrafficPolicy = serde_json::from_value(gm::lb_route_traffic_policy(
         &value,
         &ctx.config.lb_namespace,
@@ -792,11 +826,24 @@ fn route_traffic_policy_controller(
     shutdown: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
     let (policies, store) = primary(Api::<RouteTrafficPolicy>::all(ctx.tenant.clone()));
+    let users_store = store.clone();
     Controller::for_stream(policies, store)
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(
             lb_copies::<RouteTrafficPolicy>(&ctx),
             |lb: RouteTrafficPolicy| source_ref(&lb),
+        )
+        // basicAuth's users (Opaque, as ingress-nginx's auth-secret): a
+        // change reconciles the policies naming the Secret.
+        .watches(
+            Api::<Secret>::all(ctx.tenant.clone()),
+            watcher::Config::default().fields("type=Opaque"),
+            move |s: Secret| {
+                let target = (s.namespace().unwrap_or_default(), s.name_any());
+                matching(&users_store, |p| {
+                    gm::policy_secrets(p).is_ok_and(|n| n.contains(&target))
+                })
+            },
         )
         .reconcile_all_on(resync_ticks(ctx.clone()))
         .graceful_shutdown_on(stop(shutdown))

@@ -444,7 +444,8 @@ fn rename_secret_ref(r: &mut Value, ns: &str) {
 /// LB namespace); one naming another namespace, or another kind, is
 /// copied as written, for the webhook to refuse with its reason.
 /// `customErrors`' Service (of the policy's namespace) is renamed to its
-/// mirror ([`policy_services`]).
+/// mirror ([`policy_services`]), and so is `basicAuth`'s users Secret
+/// ([`policy_secrets`]).
 pub fn lb_route_traffic_policy(policy: &Value, lb_namespace: &str) -> Result<Value, Error> {
     let ns = own_namespace(policy)?;
     let mut spec = policy["spec"].clone();
@@ -453,6 +454,14 @@ pub fn lb_route_traffic_policy(policy: &Value, lb_namespace: &str) -> Result<Val
         .filter(|n| n.is_string())
     {
         *name = json!(mirrored_service_name(&ns, name.as_str().unwrap_or("")));
+    }
+    if let Some(secret) = spec.pointer_mut("/basicAuth/secretRef")
+        && secret["name"].as_str().is_some_and(users_secret_name)
+    {
+        // The reference has no namespace field: the Secret is always the
+        // policy's own, whatever else the tenant wrote there.
+        let name = secret["name"].as_str().unwrap_or("").to_string();
+        *secret = json!({"name": mirrored_secret_name(&ns, &name)});
     }
     let targets = spec.get_mut("targetRefs").and_then(Value::as_array_mut);
     for t in targets.into_iter().flatten() {
@@ -485,6 +494,27 @@ pub fn policy_services(policy: &Value) -> Result<BTreeSet<Ref>, Error> {
         .map(|name| (ns, name.to_string()))
         .into_iter()
         .collect())
+}
+
+/// The Secret a RouteTrafficPolicy's `basicAuth` reads its users from, a
+/// Secret of the policy's own namespace (the reference cannot name
+/// another).
+pub fn policy_secrets(policy: &Value) -> Result<BTreeSet<Ref>, Error> {
+    let ns = own_namespace(policy)?;
+    Ok(policy["spec"]["basicAuth"]["secretRef"]["name"]
+        .as_str()
+        .filter(|n| users_secret_name(n))
+        .map(|name| (ns, name.to_string()))
+        .into_iter()
+        .collect())
+}
+
+/// Whether a `basicAuth.secretRef.name` names a Secret the agent follows:
+/// an ingress-nginx habit of `NAMESPACE/NAME` (another namespace's Secret)
+/// is neither read nor renamed, but copied as written for the webhook to
+/// refuse with its reason.
+fn users_secret_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/')
 }
 
 /// The ConfigMaps a BackendTLSPolicy reads its trust anchors from (its
@@ -1142,5 +1172,38 @@ mod tests {
             json!({"group": GROUP, "kind": "Gateway", "name": "shop", "sectionName": "http"})
         );
         assert_eq!(parents[1]["conditions"][0]["observedGeneration"], 7);
+    }
+
+    /// `basicAuth`'s users Secret is the policy's own, named by its
+    /// mirror in the copy; a namespace written beside the name (the API
+    /// has no such field) names no other namespace's Secret.
+    #[test]
+    fn a_policy_s_basic_auth_secret_is_renamed_to_its_mirror() {
+        let policy = json!({
+            "apiVersion": "teapot.dev/v1alpha1", "kind": "RouteTrafficPolicy",
+            "metadata": {"name": "staff", "namespace": "web"},
+            "spec": {"basicAuth": {"realm": "Staff",
+                                   "secretRef": {"name": "users", "namespace": "vault"}}},
+        });
+        assert_eq!(
+            policy_secrets(&policy).unwrap(),
+            BTreeSet::from([("web".to_string(), "users".to_string())])
+        );
+        let copy = lb_route_traffic_policy(&policy, "tenant-acme").unwrap();
+        assert_eq!(
+            copy["spec"]["basicAuth"],
+            json!({"realm": "Staff", "secretRef": {"name": mirrored_secret_name("web", "users")}})
+        );
+        let none = json!({"metadata": {"name": "p", "namespace": "web"}, "spec": {}});
+        assert!(policy_secrets(&none).unwrap().is_empty());
+        // Another namespace's Secret by ingress-nginx's `NS/NAME`: never
+        // read, left for the webhook to refuse.
+        let mut theirs = policy.clone();
+        theirs["spec"]["basicAuth"]["secretRef"] = json!({"name": "vault/users"});
+        assert!(policy_secrets(&theirs).unwrap().is_empty());
+        assert_eq!(
+            lb_route_traffic_policy(&theirs, "tenant-acme").unwrap()["spec"]["basicAuth"]["secretRef"],
+            json!({"name": "vault/users"})
+        );
     }
 }

@@ -261,8 +261,12 @@ async fn add_live(ctx: &Context, live: &mut Live) -> Result<(), Error> {
                 "RouteTrafficPolicy",
                 mirrored_ingress_name(&ns, &p.name_any()),
             ));
-            for (sns, s) in gateway_mirror::policy_services(&serde_json::to_value(&p)?)? {
+            let value = serde_json::to_value(&p)?;
+            for (sns, s) in gateway_mirror::policy_services(&value)? {
                 live.services.insert(mirrored_service_name(&sns, &s));
+            }
+            for (sns, s) in gateway_mirror::policy_secrets(&value)? {
+                live.secrets.insert(mirror::mirrored_secret_name(&sns, &s));
             }
         }
     }

@@ -565,3 +565,77 @@ async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
     assert!(f.lb_get(TEAPOT, "RouteTrafficPolicy", &name).is_none());
     assert!(f.lb_get("v1", "Service", &errors).is_none());
 }
+
+/// A tenant policy's basicAuth users Secret reaches the LB cluster with
+/// its `auth` key alone, under the mirrored Secrets' name the copy's
+/// reference uses; a change to it is mirrored again, and it lives as long
+/// as the policy does.
+#[tokio::test]
+async fn a_route_traffic_policy_s_basic_auth_secret_is_mirrored_renamed() {
+    use teapot_api::hostname::mirrored_ingress_name;
+    use teapot_api::route_policy::RouteTrafficPolicy;
+    use teapot_controller::gateway::reconcile_route_traffic_policy;
+    const TEAPOT: &str = "teapot.dev/v1alpha1";
+    let f = Fixture::new().await;
+    let users = |auth: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "staff", "namespace": NS},
+            "data": {"auth": auth, "db-password": "aHVudGVyMg=="},
+        })
+    };
+    // "alice:{SHA}..." and "bob:{SHA}...", base64.
+    let (alice, bob) = (
+        "YWxpY2U6e1NIQX1xVXFQNWN5eG02WWNUQWh6MDVIcGg1Z3Z1OU09",
+        "Ym9iOntTSEF9cVVxUDVjeXhtNlljVEFoejA1SHBoNWd2dTlNPQ==",
+    );
+    f.tenant.apply(users(alice));
+    f.tenant.apply(json!({
+        "apiVersion": TEAPOT, "kind": "RouteTrafficPolicy",
+        "metadata": {"name": "staff-only", "namespace": NS},
+        "spec": {
+            "targetRefs": [{"group": GW_GROUP, "kind": "HTTPRoute", "name": "store"}],
+            "basicAuth": {"secretRef": {"name": "staff"}, "realm": "Staff"},
+        },
+    }));
+    let reconcile = || async {
+        for _ in 0..2 {
+            let v = f
+                .tenant
+                .get(TEAPOT, "RouteTrafficPolicy", NS, "staff-only")
+                .expect("tenant policy");
+            let p: Arc<RouteTrafficPolicy> = Arc::new(serde_json::from_value(v).unwrap());
+            reconcile_route_traffic_policy(p, f.ctx.clone())
+                .await
+                .expect("reconcile");
+        }
+    };
+    reconcile().await;
+    let name = mirrored_ingress_name(NS, "staff-only");
+    let copy = f
+        .lb_get(TEAPOT, "RouteTrafficPolicy", &name)
+        .expect("LB RouteTrafficPolicy");
+    let secret = mirrored_secret_name(NS, "staff");
+    assert_eq!(
+        copy["spec"]["basicAuth"],
+        json!({"secretRef": {"name": secret}, "realm": "Staff"})
+    );
+    let mirrored = f.lb_get("v1", "Secret", &secret).expect("LB users Secret");
+    // The users alone: the application's password stays in the tenant
+    // cluster.
+    assert_eq!(mirrored["data"], json!({"auth": alice}));
+
+    // The Secret changes: the next reconcile mirrors the new users.
+    f.tenant.apply(users(bob));
+    reconcile().await;
+    let mirrored = f.lb_get("v1", "Secret", &secret).expect("LB users Secret");
+    assert_eq!(mirrored["data"], json!({"auth": bob}));
+
+    gc::collect(&f.ctx).await.expect("gc");
+    assert!(f.lb_get("v1", "Secret", &secret).is_some());
+    f.tenant
+        .delete(TEAPOT, "RouteTrafficPolicy", NS, "staff-only");
+    gc::collect(&f.ctx).await.expect("gc");
+    assert!(f.lb_get(TEAPOT, "RouteTrafficPolicy", &name).is_none());
+    assert!(f.lb_get("v1", "Secret", &secret).is_none());
+}
