@@ -935,6 +935,49 @@ def suite_parameter(tokens, func):
     return None
 
 
+def returns_when(tokens, func, suite):
+    """The early returns at the top level of a Test body that depend only on
+    the implementation's features: `if suite.SupportedFeatures.Has(features.X)
+    { ... return }` is `{"has": "X"}`, its `!` form `{"lacks": "X"}`. Upstream
+    runs nothing of such a test when the condition holds and reports it
+    passed, so the runner judges the condition against the features it claims."""
+    i = func
+    while tokens[i][1] != "{":
+        i += 1
+    out = []
+    depth = 0
+    k = i
+    while True:
+        tok = tokens[k][1]
+        if tok in ("{", "(", "["):
+            depth += 1
+        elif tok in ("}", ")", "]"):
+            depth -= 1
+            if depth == 0:
+                return out
+        elif depth == 1 and tok == "if" and suite:
+            j = k + 1
+            negated = tokens[j][1] == "!"
+            j += negated
+            words = [t[1] for t in tokens[j:j + 11]]
+            if (
+                words[:6] == [suite, ".", "SupportedFeatures", ".", "Has", "("]
+                and words[7] == "."
+                and words[9:11] == [")", "{"]
+            ):
+                block_end = j + 10
+                inner = 1
+                returns = False
+                while inner:
+                    block_end += 1
+                    t = tokens[block_end][1]
+                    inner += {"{": 1, "}": -1}.get(t, 0)
+                    returns = returns or (inner == 1 and t == "return")
+                if returns:
+                    out.append({"lacks" if negated else "has": words[8]})
+        k += 1
+
+
 def symbol(value):
     """`features.SupportHTTPRoute` -> `SupportHTTPRoute` (a name, kept)."""
     if isinstance(value, Unresolved):
@@ -1836,6 +1879,7 @@ def port(upstream, out_dir=None):
             continue
         env = {IMPORTS: imports[body_file], PACKAGE: package, SUITE_PARAM: suite_parameter(body_tokens, body[0])}
         found, gateways, found_checks = scan_body(body_tokens, *body, env)
+        early_returns = returns_when(body_tokens, body[0], env[SUITE_PARAM])
         checks = [c for c in found_checks if "reason" not in c]
         unported_checks = [c for c in found_checks if "reason" in c]
         cases, unported_cases = [], []
@@ -1863,6 +1907,8 @@ def port(upstream, out_dir=None):
             "checks": checks,
             "unported_checks": unported_checks,
         }
+        if early_returns:
+            data["returns_when"] = early_returns
         if not found and not found_checks:
             used = sorted({t[1] for t in body_tokens[body[0]:body[1]] if t[0] == "ident" and t[1] in ("tls", "grpc", "tcp", "udp", "http", "kubernetes")})
             index["unported"][short] = (

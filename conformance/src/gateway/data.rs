@@ -7,7 +7,7 @@
 //! `RequestMetadata`, ...) are kept in [`Case::other`], so a case is never
 //! silently read as less than it says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -46,6 +46,30 @@ pub struct TestFile {
     /// Status helper calls the port could not evaluate, with the reason.
     #[serde(default)]
     pub unported_checks: Vec<Value>,
+    /// The test body's early returns on the implementation's features
+    /// (`if suite.SupportedFeatures.Has(X) { return }`): when one holds,
+    /// upstream runs nothing of the test and reports it passed.
+    #[serde(default)]
+    pub returns_when: Vec<FeatureCondition>,
+}
+
+/// A condition on the implementation's supported features.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureCondition {
+    /// The feature (`SupportTLSRouteModeMixed`) is supported.
+    Has(String),
+    /// The feature is not supported.
+    Lacks(String),
+}
+
+impl FeatureCondition {
+    pub fn holds(&self, supported: &BTreeSet<String>) -> bool {
+        match self {
+            FeatureCondition::Has(f) => supported.contains(f),
+            FeatureCondition::Lacks(f) => !supported.contains(f),
+        }
+    }
 }
 
 /// One call of an upstream status helper

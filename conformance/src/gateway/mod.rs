@@ -32,7 +32,7 @@ pub mod runner;
 pub mod status;
 pub mod tls_client;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -326,9 +326,20 @@ pub async fn run(
     mut on_outcome: impl FnMut(&TestOutcome),
 ) -> Result<Summary, RunError> {
     let files = data::discover(&options.paths)?;
+    let loaded: Vec<_> = files
+        .into_iter()
+        .map(|file| {
+            let test = data::TestFile::load(&file);
+            (file, test)
+        })
+        .collect();
+    let supported = supported_features(
+        loaded.iter().filter_map(|(_, t)| t.as_ref().ok()),
+        &options.skip,
+    );
     let mut summary = Summary::default();
-    for file in files {
-        let outcome = match data::TestFile::load(&file) {
+    for (file, loaded) in loaded {
+        let outcome = match loaded {
             Err(err) => TestOutcome {
                 name: file
                     .file_stem()
@@ -348,7 +359,7 @@ pub async fn run(
                 {
                     continue;
                 }
-                let outcome = run_one(options, &test).await;
+                let outcome = run_one(options, &test, &supported).await;
                 if matches!(outcome.result, TestResult::Ran(_)) {
                     summary.skipped_cases += skipped_cases(&options.skip, &test.name).len();
                 }
@@ -361,10 +372,32 @@ pub async fn run(
     Ok(summary)
 }
 
-async fn run_one(options: &Options, test: &data::TestFile) -> TestOutcome {
+/// The features teapot claims, as upstream's `SupportedFeatures`: those of
+/// every test it runs (all of `tests` the skip list does not name whole),
+/// the same set the report claims; `--filter` does not change it.
+pub fn supported_features<'a>(
+    tests: impl IntoIterator<Item = &'a data::TestFile>,
+    skip: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
+    tests
+        .into_iter()
+        .filter(|t| !skip.contains_key(&t.name))
+        .flat_map(|t| t.features.iter().cloned())
+        .collect()
+}
+
+async fn run_one(
+    options: &Options,
+    test: &data::TestFile,
+    supported: &BTreeSet<String>,
+) -> TestOutcome {
     let mut checks = Vec::new();
     let result = if let Some(reason) = options.skip.get(&test.name) {
         TestResult::Skipped(reason.clone())
+    } else if test.returns_when.iter().any(|c| c.holds(supported)) {
+        // Upstream's body returns before its first case or check: the test
+        // passes with nothing run.
+        TestResult::Ran(Vec::new())
     } else if test.cases.is_empty() && test.checks.is_empty() {
         let first = test
             .unported_cases
@@ -549,6 +582,66 @@ mod tests {
     }
 
     /// Setup failures and unknown helpers fail before any proxy matters.
+    /// A test whose body returns on a feature teapot claims (one of a test
+    /// it runs) passes with nothing run, as upstream reports it; a feature
+    /// only an out-of-scope test has, or a `lacks` of a claimed one, does not
+    /// return, so the test runs (and fails here: there is no binary).
+    #[tokio::test]
+    async fn early_returns_are_judged_against_the_claimed_features() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let case = r#""manifests": [], "cases": [{"Request": {"Path": "/"}, "helper": "http.MakeRequest", "protocol": "http"}]"#;
+        for (name, rest) in [
+            ("Claims", r#""features": ["SupportMixed"]"#),
+            ("OutOfScope", r#""features": ["SupportOther"]"#),
+            ("ReturnsHas", r#""returns_when": [{"has": "SupportMixed"}]"#),
+            (
+                "ReturnsLacks",
+                r#""returns_when": [{"lacks": "SupportMixed"}]"#,
+            ),
+            (
+                "ReturnsOther",
+                r#""returns_when": [{"has": "SupportOther"}]"#,
+            ),
+        ] {
+            std::fs::write(
+                data.join(format!("{name}.json")),
+                format!(r#"{{"name": "{name}", {rest}, {case}}}"#),
+            )
+            .unwrap();
+        }
+        let options = Options {
+            config: RunConfig {
+                teapot: PathBuf::from("/nonexistent/teapot"),
+                upstream: dir.path().join("upstream"),
+                keep: false,
+                case_timeout: Duration::from_millis(100),
+                parallel: 1,
+                proxy_args: Vec::new(),
+                l4_pool: String::new(),
+            },
+            filter: Some("Returns".into()),
+            skip: BTreeMap::from([("OutOfScope".to_string(), "not served".to_string())]),
+            paths: vec![data],
+        };
+        let summary = run(&options, |_| {}).await.unwrap();
+        let passed: Vec<(&str, Option<bool>)> = summary
+            .outcomes
+            .iter()
+            .map(|o| (o.name.as_str(), o.passed()))
+            .collect();
+        assert_eq!(
+            passed,
+            vec![
+                ("ReturnsHas", Some(true)),
+                ("ReturnsLacks", Some(false)),
+                ("ReturnsOther", Some(false)),
+            ]
+        );
+        assert_eq!(summary.outcomes[0].line(), "PASS ReturnsHas: 0/0 cases");
+    }
+
     #[tokio::test]
     async fn missing_binary_and_unknown_data_are_failures() {
         let dir = tempfile::tempdir().unwrap();
