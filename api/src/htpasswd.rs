@@ -106,6 +106,9 @@ pub enum HashKind {
     Ssha1,
     /// `{PLAIN}` + the password.
     Plain,
+    /// An empty hash (`user:`): a user no password signs in as, as nginx
+    /// answers 401 for it.
+    Locked,
 }
 
 /// One user of a Secret.
@@ -129,6 +132,9 @@ impl fmt::Debug for Entry {
 /// The form of `hash`, or why teapot does not verify passwords against it.
 pub fn classify(hash: &str) -> Result<HashKind, String> {
     const B64: fn(u8) -> bool = |b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/';
+    if hash.is_empty() {
+        return Ok(HashKind::Locked);
+    }
     if let Some(rest) = ["$2y$", "$2a$", "$2b$"]
         .iter()
         .find_map(|p| hash.strip_prefix(p))
@@ -355,6 +361,9 @@ mod tests {
         let bad = parse_file(b"alice:{PLAIN}x\nbob:abJnggxhB/yWI\n").unwrap_err();
         assert!(bad.starts_with("line 2: DES"), "{bad}");
         assert!(parse_file(b"nocolon\n").unwrap_err().starts_with("line 1"));
+        // `user:` with nothing after it is a user no password signs in as.
+        let locked = parse_file(b"foo:\n").unwrap();
+        assert_eq!(locked[0].kind, HashKind::Locked);
         // The hash never shows in a debug print.
         assert!(!format!("{:?}", entries[0]).contains("WvD7"));
     }

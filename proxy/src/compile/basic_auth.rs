@@ -56,6 +56,8 @@ pub enum Credential {
         salt: Vec<u8>,
     },
     Plain(Vec<u8>),
+    /// An empty hash: no password matches.
+    Locked,
 }
 
 impl std::fmt::Debug for Credential {
@@ -67,6 +69,7 @@ impl std::fmt::Debug for Credential {
             Credential::Sha1(_) => "Sha1",
             Credential::Ssha1 { .. } => "Ssha1",
             Credential::Plain(_) => "Plain",
+            Credential::Locked => "Locked",
         })
     }
 }
@@ -99,6 +102,7 @@ impl Credential {
             HashKind::Plain => {
                 Credential::Plain(entry.hash.strip_prefix("{PLAIN}")?.as_bytes().to_vec())
             }
+            HashKind::Locked => Credential::Locked,
         })
     }
 
@@ -130,6 +134,7 @@ impl Credential {
                 constant_time_eq(ctx.finish().as_ref(), digest)
             }
             Credential::Plain(plain) => constant_time_eq(password, plain),
+            Credential::Locked => false,
         }
     }
 }
@@ -383,6 +388,9 @@ mod tests {
         );
         let c = Credential::new(&entry("alice", &ssha)).unwrap();
         assert!(c.verify(b"s3cret") && !c.verify(b"pepper"));
+        // `alice:` (an empty hash): no password, the empty one included.
+        let locked = Credential::new(&entry("alice", "")).unwrap();
+        assert!(!locked.verify(b"") && !locked.verify(b"s3cret") && !locked.costly());
     }
 
     #[test]
