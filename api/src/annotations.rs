@@ -496,6 +496,24 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Whether the affinity cookie carries Secure (default: only with SameSite=None, as ingress-nginx).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/upstream-hash-by",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "Send requests with the same key to the same endpoint (consistent hashing: removing one of N endpoints moves about 1/N of the keys). The key: $request_uri, $remote_addr, $host, $http_NAME, $cookie_NAME, $arg_NAME (at most 8) with literal text between them; an affinity cookie wins over it.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/upstream-hash-by-subset",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "With upstream-hash-by: the key picks a subset of endpoints (upstream-hash-by-subset-size), and each request one of them at random.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/upstream-hash-by-subset-size",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 1, max: 64 },
+        doc: "Endpoints in each key's subset (default 3).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/x-forwarded-prefix",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Url,
@@ -1052,7 +1070,6 @@ const NOT_RESTRICTING: &[&str] = &[
     "upstream-vhost",
     "proxy-set-headers",
     "connection-proxy-header",
-    "upstream-hash-by*",
     "load-balance",
     "session-cookie-*",
     "service-upstream",

@@ -35,6 +35,9 @@ pub struct TrafficPolicy {
     /// `ssl-redirect` / `force-ssl-redirect` (and `teapot.dev/ssl-redirect`).
     pub ssl_redirect: Option<SslRedirect>,
     pub affinity: Option<Affinity>,
+    /// `upstream-hash-by`: the endpoint tried first is chosen by a
+    /// consistent hash of request variables (crate::plane::traffic::hash_by).
+    pub hash_by: Option<Arc<crate::plane::traffic::hash_by::HashBy>>,
     /// `x-forwarded-prefix`: set on every forwarded request.
     pub forwarded_prefix: Option<Arc<str>>,
     /// `rewrite-target`: the path the backends get.
@@ -453,6 +456,7 @@ impl NginxAnnotations {
             app_root: self.app_root(problems),
             ssl_redirect: self.ssl_redirect(tls),
             affinity: self.affinity(paths),
+            hash_by: self.hash_by(problems),
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
             rewrite: self.rewrite(problems),
             timeouts: self.timeouts(),
@@ -472,6 +476,7 @@ impl NginxAnnotations {
             || policy.app_root.is_some()
             || policy.ssl_redirect.is_some()
             || policy.affinity.is_some()
+            || policy.hash_by.is_some()
             || policy.forwarded_prefix.is_some()
             || policy.rewrite.is_some()
             || policy.timeouts.is_some()
@@ -489,6 +494,30 @@ impl NginxAnnotations {
             None => teapot,
         };
         (on && !hosts.is_empty()).then_some(SslRedirect::Hosts(hosts))
+    }
+
+    /// `upstream-hash-by` and its subset; a key teapot cannot read is
+    /// reported and the route balanced as without it (it restricts
+    /// nothing).
+    fn hash_by(
+        &self,
+        problems: &mut Vec<String>,
+    ) -> Option<Arc<crate::plane::traffic::hash_by::HashBy>> {
+        use crate::plane::traffic::hash_by::{DEFAULT_SUBSET, HashBy};
+        let value = self.text("upstream-hash-by")?;
+        let subset = (self.flag("upstream-hash-by-subset") == Some(true)).then(|| {
+            self.count("upstream-hash-by-subset-size")
+                .unwrap_or(DEFAULT_SUBSET)
+        });
+        match HashBy::parse(value, subset) {
+            Ok(hash) => Some(Arc::new(hash)),
+            Err(why) => {
+                problems.push(format!(
+                    "nginx.ingress.kubernetes.io/upstream-hash-by: {why}; requests are balanced without it"
+                ));
+                None
+            }
+        }
     }
 
     fn affinity(&self, paths: &[String]) -> Option<Affinity> {

@@ -327,7 +327,10 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
         return Routed::Forward(forward);
     };
     // Every cookie field only where a cookie is looked for by name.
-    let cookie = if traffic.affinity.is_some() || traffic.canary.is_some() {
+    let cookie = if traffic.affinity.is_some()
+        || traffic.canary.is_some()
+        || traffic.hash_by.as_ref().is_some_and(|h| h.reads_cookie())
+    {
         traffic::affinity::cookies(req.headers)
     } else {
         req.headers.first("cookie").map(std::borrow::Cow::Borrowed)
@@ -355,6 +358,7 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
             .and_then(|c| c.rules.header.as_deref())
             .and_then(|name| req.headers.first(name)),
     };
+    let client = seen.client;
     match traffic::apply(traffic, &forward.upstream, &seen) {
         Ok(mut applied) => {
             if let Some(path) = applied.as_mut().and_then(|a| a.path.take()) {
@@ -362,6 +366,24 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
             }
             if let Some(upstream) = applied.as_mut().and_then(|a| a.upstream.take()) {
                 forward.upstream = upstream;
+            }
+            // `upstream-hash-by`, on the backend the request goes to; an
+            // affinity cookie's endpoint wins, as ingress-nginx's balancer
+            // takes `affinity` over the hash.
+            if let Some(hash) = &traffic.hash_by
+                && applied.as_ref().is_none_or(|a| a.endpoint.is_none())
+            {
+                let vars = traffic::hash_by::Vars {
+                    path: req.head.path,
+                    query: req.query,
+                    authority: req.head.authority,
+                    client,
+                    headers: req.headers,
+                };
+                let key = hash.key(&vars, cookie.as_deref());
+                if let Some(i) = hash.choose(&forward.upstream, key) {
+                    applied.get_or_insert_default().endpoint = Some(i);
+                }
             }
             forward.policy = applied;
             Routed::Forward(forward)

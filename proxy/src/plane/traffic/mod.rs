@@ -48,6 +48,7 @@ pub mod canary;
 pub mod cors;
 pub mod engines;
 pub mod errors;
+pub mod hash_by;
 pub mod rate;
 
 use std::net::IpAddr;
