@@ -893,6 +893,42 @@ async fn limit_connections_counts_requests_in_flight_per_client() {
     }
 }
 
+/// `upstream-hash-by`: every request with the same key (here a header)
+/// goes to one endpoint, on either HTTP version; different keys spread
+/// over the endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_hash_by_keeps_a_key_on_one_endpoint() {
+    const NS: &str = "hashed";
+    let echoes = [
+        echo(NS, "web", "web-a").await,
+        echo(NS, "web", "web-b").await,
+        echo(NS, "web", "web-c").await,
+    ];
+    let mut objects = echo_service(NS, "web", &echoes.iter().collect::<Vec<_>>());
+    objects.push(annotated(
+        NS,
+        "hashed.test",
+        "web",
+        &[("upstream-hash-by", "user-$http_x_user")],
+    ));
+    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
+    let mut all = std::collections::BTreeSet::new();
+    for user in 0..16 {
+        let mut pods = std::collections::BTreeSet::new();
+        for n in 0..4 {
+            let proto = BOTH[n % 2];
+            let req =
+                Request::get("hashed.test", &format!("/{n}")).header("X-User", &user.to_string());
+            let resp = over(&h, proto, req).await;
+            assert_eq!(resp.status, 200, "{proto:?}");
+            pods.insert(resp.json().unwrap()["pod"].as_str().unwrap().to_string());
+        }
+        assert_eq!(pods.len(), 1, "user {user}: {pods:?}");
+        all.extend(pods);
+    }
+    assert!(all.len() > 1, "{all:?}");
+}
+
 /// Canaries and affinity (ingress-nginx's canary.go "canary affinity
 /// behavior"): a request whose affinity cookie names the main backend's
 /// endpoint stays there, even with the canary's header; with the canary
