@@ -269,10 +269,18 @@ async fn redirects_and_app_root() {
     .await;
     let mut forwarded = 0;
     for proto in BOTH {
+        let scheme = if proto == Proto::Http1 {
+            "http"
+        } else {
+            "https"
+        };
+        // A redirect to a path is made absolute with the scheme and host
+        // the client used, as ingress-nginx's `absolute_redirect on`.
+        let away = format!("{scheme}://away.test/maintenance");
         for (host, status, location) in [
             ("moved.test", 301, "https://www.example.com/new"),
             ("coded.test", 308, "https://www.example.com/"),
-            ("away.test", 302, "/maintenance"),
+            ("away.test", 302, away.as_str()),
         ] {
             let resp = over(&h, proto, Request::get(host, "/")).await;
             assert_eq!(resp.status, status, "{proto:?} {host}");
@@ -281,11 +289,6 @@ async fn redirects_and_app_root() {
         // app-root names the scheme and host the client used.
         let resp = over(&h, proto, Request::get("app.test", "/")).await;
         assert_eq!(resp.status, 302, "{proto:?}");
-        let scheme = if proto == Proto::Http1 {
-            "http"
-        } else {
-            "https"
-        };
         assert_eq!(
             header(&resp, "location"),
             format!("{scheme}://app.test/app1")
