@@ -168,8 +168,17 @@ fn ca_secret(secret: Secret) -> Result<Secret, FieldError> {
         .unwrap_or_default()
         .to_vec();
     teapot_api::admission::check_ca_bundle(&ca).map_err(|v| FieldError::at(v.field, v.message))?;
-    let meta = secret.metadata;
-    Ok(Secret {
+    Ok(kept_secret(secret.metadata, CA_SECRET_KEY, ca))
+}
+
+/// An Opaque Secret as the store keeps it: the metadata teapot reads
+/// (name, namespace, labels, uid, version) and one key.
+fn kept_secret(
+    meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+    value: Vec<u8>,
+) -> Secret {
+    Secret {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
             name: meta.name,
             namespace: meta.namespace,
@@ -179,9 +188,9 @@ fn ca_secret(secret: Secret) -> Result<Secret, FieldError> {
             ..Default::default()
         },
         type_: Some(teapot_api::names::CA_SECRET_TYPE.into()),
-        data: Some([(CA_SECRET_KEY.to_string(), k8s_openapi::ByteString(ca))].into()),
+        data: Some([(key.to_string(), k8s_openapi::ByteString(value))].into()),
         ..Secret::default()
-    })
+    }
 }
 
 /// A basic authentication users' Secret as the store keeps it (beside
@@ -195,20 +204,7 @@ fn htpasswd_secret(secret: Secret) -> Result<Secret, FieldError> {
         .unwrap_or_default()
         .to_vec();
     parse_file(&auth).map_err(|why| FieldError::at(format!("data.{AUTH_KEY}"), why))?;
-    let meta = secret.metadata;
-    Ok(Secret {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: meta.name,
-            namespace: meta.namespace,
-            labels: meta.labels,
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-            ..Default::default()
-        },
-        type_: Some(teapot_api::names::CA_SECRET_TYPE.into()),
-        data: Some([(AUTH_KEY.to_string(), k8s_openapi::ByteString(auth))].into()),
-        ..Secret::default()
-    })
+    Ok(kept_secret(secret.metadata, AUTH_KEY, auth))
 }
 
 /// An Opaque Secret every key of which is a user and every value a

@@ -391,6 +391,33 @@ pub fn compare_tcp(expected: &TcpExpected, got: &TcpAnswers) -> Result<(), Strin
     Ok(())
 }
 
+/// One datagram to the UDP echo at `addr` and its answer, as the
+/// upstream helpers dial it (a connected socket of the address's family).
+pub(crate) async fn udp_round_trip(addr: SocketAddr, probe: &[u8]) -> Result<Vec<u8>, String> {
+    let socket = UdpSocket::bind(if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    socket
+        .connect(addr)
+        .await
+        .map_err(|e| format!("dialing UDP {addr}: {e}"))?;
+    socket
+        .send(probe)
+        .await
+        .map_err(|e| format!("writing the UDP probe: {e}"))?;
+    let mut buffer = vec![0u8; 4096];
+    let n = socket
+        .recv(&mut buffer)
+        .await
+        .map_err(|e| format!("reading the UDP echo response: {e}"))?;
+    buffer.truncate(n);
+    Ok(buffer)
+}
+
 /// One attempt of `udp.ExpectEchoResponseFromBackend`: the probe, one
 /// answer, its service and namespace when expected.
 pub async fn udp_exchange(
@@ -400,30 +427,11 @@ pub async fn udp_exchange(
     timeout: Duration,
 ) -> Result<(), String> {
     let attempt = async {
-        let socket = UdpSocket::bind(if addr.is_ipv4() {
-            "0.0.0.0:0"
-        } else {
-            "[::]:0"
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        socket
-            .connect(addr)
-            .await
-            .map_err(|e| format!("dialing UDP {addr}: {e}"))?;
-        socket
-            .send(UDP_PROBE.as_bytes())
-            .await
-            .map_err(|e| format!("writing the UDP probe: {e}"))?;
-        let mut buffer = vec![0u8; 1024];
-        let n = socket
-            .recv(&mut buffer)
-            .await
-            .map_err(|e| format!("reading the UDP echo response: {e}"))?;
+        let answer = udp_round_trip(addr, UDP_PROBE.as_bytes()).await?;
         if service.is_empty() && namespace.is_empty() {
             return Ok(());
         }
-        let answer: Value = serde_json::from_slice(&buffer[..n])
+        let answer: Value = serde_json::from_slice(&answer)
             .map_err(|e| format!("decoding the UDP echo response: {e}"))?;
         let got = |key: &str| {
             answer

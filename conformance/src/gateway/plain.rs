@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpStream, UdpSocket};
+use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::{Attempt, CaseContext, REQUEST_TIMEOUT, l4, protocol};
@@ -335,27 +335,8 @@ async fn tcp_echo_pod(addr: SocketAddr) -> Result<String, String> {
 /// The test's `udpEchoSendOnce`: one datagram, the pod of the answer.
 async fn udp_echo_pod(addr: SocketAddr) -> Result<String, String> {
     let attempt = async {
-        let socket = UdpSocket::bind(if addr.is_ipv4() {
-            "0.0.0.0:0"
-        } else {
-            "[::]:0"
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        socket
-            .connect(addr)
-            .await
-            .map_err(|e| format!("dialing UDP {addr}: {e}"))?;
-        socket
-            .send(UDP_WEIGHT_PROBE.as_bytes())
-            .await
-            .map_err(|e| format!("writing UDP probe: {e}"))?;
-        let mut buffer = vec![0u8; 4096];
-        let n = socket
-            .recv(&mut buffer)
-            .await
-            .map_err(|e| format!("reading UDP echo response: {e}"))?;
-        pod_of(&String::from_utf8_lossy(&buffer[..n]), "UDP")
+        let answer = l4::udp_round_trip(addr, UDP_WEIGHT_PROBE.as_bytes()).await?;
+        pod_of(&String::from_utf8_lossy(&answer), "UDP")
     };
     // As the test: two seconds per datagram.
     tokio::time::timeout(std::time::Duration::from_secs(2), attempt)
