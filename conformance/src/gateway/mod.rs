@@ -27,6 +27,7 @@ pub mod grpc;
 pub mod judge;
 pub mod l4;
 pub mod manifests;
+pub mod outcome;
 pub mod report;
 pub mod runner;
 pub mod status;
@@ -36,7 +37,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use runner::{CaseOutcome, DEFAULT_L4_POOL, DEFAULT_PROXY_ARGS, RunConfig};
+pub use outcome::CaseOutcome;
+pub use runner::{DEFAULT_L4_POOL, DEFAULT_PROXY_ARGS, RunConfig};
 
 /// What to run and how.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@ use super::grpc::{self, GrpcCase, GrpcEchoServer};
 use super::judge::{self, CapturedRequest, CapturedResponse, SentRequest};
 use super::l4::{self, PodContext, TcpEcho, TcpExpected, TlsFront, UdpEcho};
 use super::manifests::{self, Backend, Object, Prepared, ServicePort};
+use super::outcome::CaseOutcome;
 use super::status;
 use super::tls_client;
 use crate::admin::Status;
@@ -79,13 +80,6 @@ const ADDRESS_TIMEOUT: Duration = Duration::from_secs(20);
 /// by it). Without it, Gateways that ask for no address share the
 /// fleet's 80/443 and are told apart by hostname.
 pub const DEFAULT_PROXY_ARGS: &[&str] = &["--h2c", "--gateway-own-addresses"];
-
-/// One case's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CaseOutcome {
-    pub name: String,
-    pub failure: Option<String>,
-}
 
 /// One echo process and the pod it plays: echo-basic's HTTP echo (with
 /// its HTTPS port when the Deployment sets `TLS_SERVER_CERT`), or its gRPC,

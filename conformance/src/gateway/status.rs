@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::time::{Instant, sleep};
 
 use super::data::Check;
-use super::runner::CaseOutcome;
+use super::outcome::CaseOutcome;
 
 /// `suite.ControllerName`: the controller name of teapot's GatewayClass.
 pub const CONTROLLER_NAME: &str = "teapot.dev/gateway-controller";
