@@ -200,7 +200,8 @@ fn service_at(name: &str, addr: SocketAddr) -> Vec<Value> {
 }
 
 /// An Ingress `name` for `host` (served over TLS with Secret `front` too)
-/// to Service `service` port 443, with `annotations`.
+/// to Service `service` port 443, with `annotations` and `ssl-redirect:
+/// "false"`, so the host is served over plain HTTP too (not redirected).
 fn tls_ingress(name: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> Value {
     let mut ingress = ingress(
         NS,
@@ -210,8 +211,9 @@ fn tls_ingress(name: &str, host: &str, service: &str, annotations: &[(&str, &str
             "rules": [rule(Some(host), vec![path("Prefix", "/", backend(service, Port::Number(443)))])],
         }),
     );
-    let annotations: serde_json::Map<String, Value> = annotations
+    let annotations: serde_json::Map<String, Value> = [("ssl-redirect", "false")]
         .iter()
+        .chain(annotations)
         .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), json!(v)))
         .collect();
     ingress["metadata"]["annotations"] = Value::Object(annotations);
