@@ -42,57 +42,6 @@ pub const MIN_BCRYPT_COST: u32 = 4;
 /// Longest user name (nginx reads the name up to the first `:`).
 pub const MAX_USER_LEN: usize = 256;
 
-/// Whether `secret` is meant as the users of basic authentication: an
-/// `Opaque` Secret (the default type) with key `auth` and no `ca.crt`.
-/// Which keys it may hold besides is [`check_secret`]'s business, so a
-/// stray key is named rather than the type refused.
-pub fn is_htpasswd_secret(secret: &k8s_openapi::api::core::v1::Secret) -> bool {
-    use crate::admission::{CA_SECRET_KEY, secret_value};
-    secret
-        .type_
-        .as_deref()
-        .unwrap_or(crate::names::CA_SECRET_TYPE)
-        == crate::names::CA_SECRET_TYPE
-        && secret_value(secret, AUTH_KEY).is_some()
-        && secret_value(secret, CA_SECRET_KEY).is_none()
-}
-
-/// A users' Secret holds `auth` alone (the LB keeps nothing else of it),
-/// whose lines [`parse_file`] reads: each refusal names the line.
-pub fn check_secret(
-    secret: &k8s_openapi::api::core::v1::Secret,
-) -> Vec<crate::admission::Violation> {
-    use crate::admission::strings::key_field;
-    use crate::admission::{Violation, secret_value};
-    let mut out = Vec::new();
-    let keys = secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, _)| ("data", k.as_str()))
-        .chain(
-            secret
-                .string_data
-                .iter()
-                .flatten()
-                .map(|(k, _)| ("stringData", k.as_str())),
-        );
-    for (map, key) in keys {
-        if key != AUTH_KEY {
-            out.push(Violation::new(
-                key_field(map, key),
-                format!("a basic authentication Secret holds only {AUTH_KEY} (htpasswd lines)"),
-            ));
-        }
-    }
-    if let Some(text) = secret_value(secret, AUTH_KEY)
-        && let Err(why) = parse_file(text)
-    {
-        out.push(Violation::new(key_field("data", AUTH_KEY), why));
-    }
-    out
-}
-
 /// A password hash's form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HashKind {

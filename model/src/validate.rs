@@ -44,7 +44,7 @@ pub fn parse_object(
             let secret: Secret = typed(value)?;
             if teapot_api::admission::is_ca_secret(&secret) {
                 Object::CaSecret(ca_secret(secret)?)
-            } else if teapot_api::htpasswd::is_htpasswd_secret(&secret) {
+            } else if teapot_api::admission::is_htpasswd_secret(&secret) {
                 Object::CaSecret(htpasswd_secret(secret)?)
             } else if let Some(lines) = htpasswd_map(&secret) {
                 // An operator's `auth-map`: kept as the lines it stands for.

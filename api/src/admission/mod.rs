@@ -76,7 +76,7 @@ pub use route_traffic::{
 };
 pub use secret::{
     CA_SECRET_KEY, MAX_CA_BUNDLE_BYTES, MAX_CA_CERTS, TLS_SECRET_KEYS, TlsSecretData,
-    check_ca_bundle, check_secret, is_ca_secret, secret_value, tls_secret_data,
+    check_ca_bundle, check_secret, is_ca_secret, is_htpasswd_secret, secret_value, tls_secret_data,
 };
 pub use service::{MAX_SOURCE_RANGES, check_service, source_ranges};
 pub use strings::{check_path, check_strings, is_forbidden_char, pem_field, quote, unknown_fields};

@@ -52,8 +52,8 @@ pub fn check_secret(
     }
     // The users of basic authentication (`auth-secret`): htpasswd lines,
     // bounded in entries, size and bcrypt cost (crate::htpasswd).
-    if crate::htpasswd::is_htpasswd_secret(secret) {
-        out.extend(crate::htpasswd::check_secret(secret));
+    if is_htpasswd_secret(secret) {
+        out.extend(check_htpasswd_secret(secret));
         return out;
     }
     if let Some(wrong_type) = type_violation(secret) {
@@ -219,6 +219,59 @@ pub fn check_ca_bundle(ca: &[u8]) -> Result<(), Violation> {
         Ok(certs) if !certs.is_empty() => Ok(()),
         _ => Err(Violation::new(field(), "is not a PEM certificate bundle")),
     }
+}
+
+/// Whether `secret` is meant as the users of basic authentication: an
+/// `Opaque` Secret (the default type) with key `auth` and no `ca.crt`.
+/// Which keys it may hold besides is [`check_htpasswd_secret`]'s business, so a
+/// stray key is named rather than the type refused.
+pub fn is_htpasswd_secret(secret: &k8s_openapi::api::core::v1::Secret) -> bool {
+    use crate::admission::{CA_SECRET_KEY, secret_value};
+    use crate::htpasswd::AUTH_KEY;
+    secret
+        .type_
+        .as_deref()
+        .unwrap_or(crate::names::CA_SECRET_TYPE)
+        == crate::names::CA_SECRET_TYPE
+        && secret_value(secret, AUTH_KEY).is_some()
+        && secret_value(secret, CA_SECRET_KEY).is_none()
+}
+
+/// A users' Secret holds `auth` alone (the LB keeps nothing else of it),
+/// whose lines [`crate::htpasswd::parse_file`] reads: each refusal names the line.
+pub fn check_htpasswd_secret(
+    secret: &k8s_openapi::api::core::v1::Secret,
+) -> Vec<crate::admission::Violation> {
+    use crate::admission::strings::key_field;
+    use crate::admission::{Violation, secret_value};
+    use crate::htpasswd::{AUTH_KEY, parse_file};
+    let mut out = Vec::new();
+    let keys = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, _)| ("data", k.as_str()))
+        .chain(
+            secret
+                .string_data
+                .iter()
+                .flatten()
+                .map(|(k, _)| ("stringData", k.as_str())),
+        );
+    for (map, key) in keys {
+        if key != AUTH_KEY {
+            out.push(Violation::new(
+                key_field(map, key),
+                format!("a basic authentication Secret holds only {AUTH_KEY} (htpasswd lines)"),
+            ));
+        }
+    }
+    if let Some(text) = secret_value(secret, AUTH_KEY)
+        && let Err(why) = parse_file(text)
+    {
+        out.push(Violation::new(key_field("data", AUTH_KEY), why));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ pub mod client_auth;
 pub mod condition;
 pub mod domains;
 pub mod gateway;
+pub mod hash_by;
 pub mod ingress;
 pub mod l4;
 pub mod listeners;

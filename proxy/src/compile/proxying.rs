@@ -11,7 +11,14 @@ use std::sync::Arc;
 
 use teapot_api::annotations::NGINX_PREFIX;
 
-use crate::compile::traffic::NginxAnnotations;
+/// The admitted annotations of one Ingress as the compile reads them
+/// (`crate::compile::traffic`'s reader implements it).
+pub trait Annotations {
+    /// A text annotation's value, without the prefix.
+    fn text(&self, name: &str) -> Option<&str>;
+    /// A boolean annotation's value, without the prefix.
+    fn flag(&self, name: &str) -> Option<bool>;
+}
 
 /// What the annotations ask of a route's forwarding and redirects.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -29,7 +36,7 @@ pub struct Proxying {
 /// The [`Proxying`] of `nginx` (`None`: none of its annotations set, or
 /// all at their defaults). A value teapot cannot send is pushed to
 /// `problems` and left out.
-pub fn read(nginx: &NginxAnnotations, problems: &mut Vec<String>) -> Option<Proxying> {
+pub fn read(nginx: &impl Annotations, problems: &mut Vec<String>) -> Option<Proxying> {
     let upstream_vhost = nginx.text("upstream-vhost").and_then(|host| {
         if is_authority(host) {
             Some(Arc::from(host.to_ascii_lowercase()))
@@ -83,13 +90,26 @@ mod tests {
 
     use super::*;
 
+    /// Annotations as admitted: `"true"`/`"false"` are flags, the rest text.
+    struct Admitted(BTreeMap<String, String>);
+
+    impl Annotations for Admitted {
+        fn text(&self, name: &str) -> Option<&str> {
+            self.0.get(name).map(String::as_str)
+        }
+        fn flag(&self, name: &str) -> Option<bool> {
+            self.0.get(name).and_then(|v| v.parse().ok())
+        }
+    }
+
     fn proxying(pairs: &[(&str, &str)]) -> (Option<Proxying>, Vec<String>) {
-        let map: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
-            .collect();
+        let nginx = Admitted(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
         let mut problems = Vec::new();
-        let nginx = NginxAnnotations::read(Some(&map), &mut problems);
         (read(&nginx, &mut problems), problems)
     }
 

@@ -37,7 +37,7 @@ pub struct TrafficPolicy {
     pub affinity: Option<Affinity>,
     /// `upstream-hash-by`: the endpoint tried first is chosen by a
     /// consistent hash of request variables (crate::plane::traffic::hash_by).
-    pub hash_by: Option<Arc<crate::plane::traffic::hash_by::HashBy>>,
+    pub hash_by: Option<Arc<crate::compile::hash_by::HashBy>>,
     /// `x-forwarded-prefix`: set on every forwarded request.
     pub forwarded_prefix: Option<Arc<str>>,
     /// `rewrite-target`: the path the backends get.
@@ -338,6 +338,15 @@ pub struct NginxAnnotations {
     written: BTreeMap<&'static str, String>,
 }
 
+impl crate::compile::proxying::Annotations for NginxAnnotations {
+    fn text(&self, name: &str) -> Option<&str> {
+        NginxAnnotations::text(self, name)
+    }
+    fn flag(&self, name: &str) -> Option<bool> {
+        NginxAnnotations::flag(self, name)
+    }
+}
+
 impl NginxAnnotations {
     /// Reads the `nginx.ingress.kubernetes.io/` annotations of an Ingress;
     /// every one teapot does not serve, or whose value it cannot read, is
@@ -499,11 +508,8 @@ impl NginxAnnotations {
     /// `upstream-hash-by` and its subset; a key teapot cannot read is
     /// reported and the route balanced as without it (it restricts
     /// nothing).
-    fn hash_by(
-        &self,
-        problems: &mut Vec<String>,
-    ) -> Option<Arc<crate::plane::traffic::hash_by::HashBy>> {
-        use crate::plane::traffic::hash_by::{DEFAULT_SUBSET, HashBy};
+    fn hash_by(&self, problems: &mut Vec<String>) -> Option<Arc<crate::compile::hash_by::HashBy>> {
+        use crate::compile::hash_by::{DEFAULT_SUBSET, HashBy};
         let value = self.text("upstream-hash-by")?;
         let subset = (self.flag("upstream-hash-by-subset") == Some(true)).then(|| {
             self.count("upstream-hash-by-subset-size")

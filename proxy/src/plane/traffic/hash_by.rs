@@ -1,57 +1,13 @@
-//! Consistent hashing on request variables (`upstream-hash-by`, with
-//! `upstream-hash-by-subset` and `-subset-size`): the endpoint a request is
-//! tried on first is a function of a key built from the request, so every
-//! request with the same key goes to the same endpoint (or, with a subset,
-//! to one of the same few endpoints) on every replica.
-//!
-//! The choice is rendezvous hashing (highest random weight): each endpoint
-//! scores `mix(key, address)` and the highest wins. Scores depend only on
-//! the key and the endpoint's own address, so removing one of N endpoints
-//! moves only the keys it won (about 1/N of them) and adding one takes
-//! about 1/(N+1), where a modulo over the list would move most keys. An
-//! ejected endpoint scores nothing while it is out, so its keys spread
-//! over the others and come back when it does.
-//!
-//! The key's variables are nginx's, as ingress-nginx documents them:
-//! `$request_uri`, `$remote_addr`, `$host`, `$http_NAME`, `$cookie_NAME`,
-//! `$arg_NAME`, with literal text between them; at most
-//! [`MAX_VARIABLES`] of them (the value itself is at most 256 bytes, the
-//! annotation bound), so a request's key costs a bounded walk.
+//! Consistent hashing on request variables, per request: the key of
+//! [`crate::compile::hash_by::HashBy`] read from one request, and the
+//! endpoint it chooses (rendezvous hashing, as that module says).
 
 use std::net::{IpAddr, SocketAddr};
 
 use crate::compile::gateway::table::RequestHeaders;
+use crate::compile::hash_by::Part;
+pub use crate::compile::hash_by::{DEFAULT_SUBSET, HashBy, MAX_SUBSET, MAX_VARIABLES};
 use crate::compile::upstream::Upstream;
-
-/// The most variables one key may name.
-pub const MAX_VARIABLES: usize = 8;
-
-/// The most endpoints a subset may hold (`upstream-hash-by-subset-size`).
-pub const MAX_SUBSET: u32 = 64;
-
-/// ingress-nginx's `upstream-hash-by-subset-size` default.
-pub const DEFAULT_SUBSET: u32 = 3;
-
-/// A parsed `upstream-hash-by` and its subset size.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HashBy {
-    parts: Vec<Part>,
-    /// `upstream-hash-by-subset: "true"`: the key picks this many
-    /// endpoints, and each request one of them at random.
-    pub subset: Option<u32>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Part {
-    Literal(String),
-    RequestUri,
-    RemoteAddr,
-    Host,
-    /// Lowercase, `_` read as `-` (nginx's `$http_x_user` is `X-User`).
-    Header(String),
-    Cookie(String),
-    Arg(String),
-}
 
 /// What a key reads from one request.
 pub struct Vars<'r> {
@@ -64,63 +20,7 @@ pub struct Vars<'r> {
     pub client: Option<IpAddr>,
     pub headers: &'r dyn RequestHeaders,
 }
-
 impl HashBy {
-    /// Reads `value`; `Err` says why it cannot be served.
-    pub fn parse(value: &str, subset: Option<u32>) -> Result<HashBy, String> {
-        let mut parts = Vec::new();
-        let mut variables = 0;
-        let mut rest = value;
-        while !rest.is_empty() {
-            let Some(at) = rest.find('$') else {
-                parts.push(Part::Literal(rest.to_string()));
-                break;
-            };
-            if at > 0 {
-                parts.push(Part::Literal(rest[..at].to_string()));
-            }
-            rest = &rest[at + 1..];
-            let (name, after) = match rest.strip_prefix('{') {
-                Some(braced) => {
-                    let end = braced
-                        .find('}')
-                        .ok_or_else(|| format!("{value:?}: \"${{\" without \"}}\""))?;
-                    (&braced[..end], &braced[end + 1..])
-                }
-                None => {
-                    let end = rest
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .unwrap_or(rest.len());
-                    (&rest[..end], &rest[end..])
-                }
-            };
-            rest = after;
-            variables += 1;
-            if variables > MAX_VARIABLES {
-                return Err(format!(
-                    "{value:?} names more than {MAX_VARIABLES} variables"
-                ));
-            }
-            parts.push(variable(name).ok_or_else(|| {
-                format!(
-                    "{value:?}: ${name} is not one of $request_uri, $remote_addr, $host, $http_NAME, $cookie_NAME, $arg_NAME"
-                )
-            })?);
-        }
-        if variables == 0 {
-            return Err(format!(
-                "{value:?} names no variable: every request would go to one endpoint"
-            ));
-        }
-        Ok(HashBy { parts, subset })
-    }
-
-    /// Whether the key reads a cookie (the pipeline then joins the
-    /// request's cookie fields).
-    pub fn reads_cookie(&self) -> bool {
-        self.parts.iter().any(|p| matches!(p, Part::Cookie(_)))
-    }
-
     /// The request's key: FNV-1a over each part's bytes, a part ending in
     /// a separator byte no value holds, so `$arg_a$arg_b` keys `x`,`yz`
     /// and `xy`,`z` apart. An absent variable is empty, as nginx's.
@@ -199,30 +99,6 @@ impl HashBy {
         }
     }
 }
-
-fn variable(name: &str) -> Option<Part> {
-    let named = |prefix: &str| {
-        name.strip_prefix(prefix)
-            .filter(|n| !n.is_empty())
-            .map(str::to_ascii_lowercase)
-    };
-    Some(match name {
-        "request_uri" => Part::RequestUri,
-        "remote_addr" => Part::RemoteAddr,
-        "host" => Part::Host,
-        _ => {
-            if let Some(header) = named("http_") {
-                Part::Header(header.replace('_', "-"))
-            } else if let Some(cookie) = name.strip_prefix("cookie_").filter(|n| !n.is_empty()) {
-                // A cookie's name is case-sensitive.
-                Part::Cookie(cookie.to_string())
-            } else {
-                Part::Arg(named("arg_")?)
-            }
-        }
-    })
-}
-
 /// The first value of query argument `name` (nginx compares the name
 /// ASCII case-insensitively).
 fn arg<'q>(query: &'q str, name: &str) -> Option<&'q str> {
