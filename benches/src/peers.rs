@@ -255,3 +255,25 @@ pub fn teapot_bin(explicit: Option<&Path>) -> PathBuf {
         .unwrap_or(Path::new("."))
         .join(format!("teapot{}", std::env::consts::EXE_SUFFIX))
 }
+
+/// The start of an nginx configuration the side-by-side reports give the
+/// peer: `threads` workers, its pid, log and temporary files under `dir`,
+/// access log off, up to the open `http {` block (the caller closes it).
+pub fn nginx_preamble(dir: &Path, threads: usize, error_level: &str) -> String {
+    format!(
+        "user root;
+worker_processes {threads};
+pid {d}/nginx.pid;
+error_log {d}/error.log {error_level};
+events {{ worker_connections 20000; multi_accept on; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+",
+        d = dir.display()
+    )
+}

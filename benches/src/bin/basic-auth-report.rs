@@ -336,21 +336,10 @@ fn nginx_conf(dir: &Path, threads: usize, port: u16, echo: u16) -> String {
     let d = dir.display();
     let proxy =
         "proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_set_header Host $host;";
+    let preamble = teapot_benches::peers::nginx_preamble(dir, threads, "crit");
     let auth = format!("auth_basic \"{REALM}\"; auth_basic_user_file {d}/htpasswd;");
     format!(
-        "user root;
-worker_processes {threads};
-pid {d}/nginx.pid;
-error_log {d}/error.log crit;
-events {{ worker_connections 20000; multi_accept on; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  upstream echo {{ server 127.0.0.1:{echo}; keepalive 64; }}
+        "{preamble}  upstream echo {{ server 127.0.0.1:{echo}; keepalive 64; }}
   server {{
     listen 127.0.0.1:{port};
     server_name {OPEN_HOST};

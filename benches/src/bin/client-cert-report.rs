@@ -265,6 +265,7 @@ endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]
 
 fn nginx_conf(dir: &Path, threads: usize, port: u16, echo: u16) -> String {
     let d = dir.display();
+    let preamble = teapot_benches::peers::nginx_preamble(dir, threads, "warn");
     let tls = format!(
         "ssl_certificate {d}/site.pem; ssl_certificate_key {d}/site.key;
     ssl_protocols TLSv1.3; ssl_session_cache off; ssl_session_tickets off;"
@@ -272,19 +273,7 @@ fn nginx_conf(dir: &Path, threads: usize, port: u16, echo: u16) -> String {
     let proxy =
         "proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_set_header Host $host;";
     format!(
-        "user root;
-worker_processes {threads};
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 20000; multi_accept on; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  upstream echo {{ server 127.0.0.1:{echo}; keepalive 64; }}
+        "{preamble}  upstream echo {{ server 127.0.0.1:{echo}; keepalive 64; }}
   server {{
     listen 127.0.0.1:{port} ssl;
     server_name {PLAIN_HOST};

@@ -880,20 +880,7 @@ spec:
     /// An Ingress in `ops` for `host` to `service:80`, with `annotations`
     /// (flow-style YAML entries).
     fn ops_ingress(name: &str, host: &str, annotations: &str, service: &str) -> String {
-        format!(
-            "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: {name}
-  namespace: ops
-  annotations: {{{annotations}}}
-spec:
-  ingressClassName: teapot
-  rules:
-  - host: {host}
-    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: {service}, port: {{number: 80}}}}}}}}]}}
-"
-        )
+        paths_ingress(name, host, annotations, &[("Prefix", "/", service)])
     }
 
     /// A TLS Secret `ns/name` whose `ca.crt` is `ca` (when given).
