@@ -133,7 +133,7 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
                     match Box::pin(check).await {
                         Ok(()) => Routed::Forward(forward),
                         Err(mut answer) => {
-                            traffic::basic_auth::with_cors(&mut answer, forward.policy.as_deref());
+                            traffic::cors::onto_answer(&mut answer, forward.policy.as_deref());
                             Routed::Policy(answer, forward.route)
                         }
                     }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 
-use super::{Applied, TrafficAnswer};
+use super::TrafficAnswer;
 use crate::compile::basic_auth::BasicAuth;
 use crate::live::basic_auth::{Refused, credential_key};
 
@@ -133,22 +133,11 @@ pub async fn check(
     }
 }
 
-/// A refusal carries the CORS fields the route's policy gave the request
-/// (crate::plane::traffic::cors), as ingress-nginx adds them to its 401:
-/// a browser then shows the 401, not a CORS error.
-pub fn with_cors(answer: &mut TrafficAnswer, applied: Option<&Applied>) {
-    let fields = applied.into_iter().flat_map(|a| &a.response_headers);
-    for (name, value) in fields {
-        if name.starts_with("access-control-") && !answer.headers.iter().any(|(n, _)| n == name) {
-            answer.headers.push((name, value.clone()));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::live::basic_auth::{CLIENT_FAILURES, QUEUE_SLOTS};
+    use crate::plane::traffic::Applied;
     use teapot_api::htpasswd::parse_file;
 
     fn basic(user: &str, password: &str) -> Vec<u8> {
@@ -292,7 +281,7 @@ mod tests {
             ],
             ..Applied::default()
         };
-        with_cors(&mut answer, Some(&applied));
+        crate::plane::traffic::cors::onto_answer(&mut answer, Some(&applied));
         let names: Vec<&str> = answer.headers.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, ["www-authenticate", "access-control-allow-origin"]);
     }
