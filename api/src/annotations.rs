@@ -92,6 +92,8 @@ pub enum ValueType {
     /// namespace (`auth-tls-secret`); the namespace a DNS label, the name
     /// a DNS subdomain. Whose namespace it may be is admission's to judge.
     SecretRef,
+    /// A ConfigMap, read as [`ValueType::SecretRef`] is (`custom-headers`).
+    ConfigMapRef,
     /// A pattern the client certificate's subject (`CN=name,O=org`, most
     /// specific first, as nginx's `$ssl_client_s_dn`) must contain
     /// (`auth-tls-match-cn`): printable ASCII naming `CN=`; compiled by
@@ -153,6 +155,9 @@ impl ValueType {
             ValueType::SecretRef => {
                 "a Secret as NAMESPACE/NAME, such as \"shop/client-ca\", or NAME in the Ingress's own namespace"
                     .into()
+            }
+            ValueType::ConfigMapRef => {
+                "a ConfigMap as NAMESPACE/NAME of the Ingress's own namespace, such as \"shop/headers\", or NAME".into()
             }
             ValueType::SubjectPattern => format!(
                 "a regular expression the client certificate's subject must contain, naming CN=, such as \"CN=(alice|bob)\" (printable ASCII, at most {MAX_VALUE_LEN} characters)"
@@ -801,6 +806,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/auth-tls-match-cn",
         applies_to: &[ObjectKind::Ingress],
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/custom-headers",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::ConfigMapRef,
+        doc: "A ConfigMap of your Ingress's namespace whose entries are set on every response of its routes, replacing the backend's field of that name (at most 32; no framing, hop-by-hop or Set-Cookie field); a missing or refused ConfigMap makes the routes answer 503, as ingress-nginx denies the location.",
+    },
         value: ValueType::SubjectPattern,
         doc: "A regular expression the verified client certificate's subject (CN=name,O=org, as nginx's $ssl_client_s_dn) must contain, such as CN=alice; otherwise 403. Compiled by teapot's bounded engine.",
     },
@@ -1066,7 +1077,6 @@ const NOT_RESTRICTING: &[&str] = &[
     "grpc-backend",
     "proxy-next-upstream*",
     "mirror-*",
-    "custom-headers",
     "upstream-vhost",
     "proxy-set-headers",
     "connection-proxy-header",
@@ -1335,7 +1345,7 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
         ValueType::ServiceName => crate::admission::names::dns_label(value)
             .is_ok()
             .then(|| AnnotationValue::Text(value.to_string())),
-        ValueType::SecretRef => {
+        ValueType::SecretRef | ValueType::ConfigMapRef => {
             let (namespace, name) = crate::names::namespaced_reference(value, "");
             let namespace_ok = !value.contains('/') || dns_label_ok(namespace);
             (namespace_ok && crate::admission::names::dns_subdomain(name).is_ok())

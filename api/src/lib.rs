@@ -36,6 +36,7 @@ pub mod migration;
 pub mod names;
 pub mod path;
 pub mod regex;
+pub mod response_headers;
 pub mod route_policy;
 pub mod status;
 pub mod tenant;

@@ -142,18 +142,29 @@ fn validate_route_traffic_policy(
     }
 }
 
-/// A ConfigMap as the store keeps it: its metadata and `ca.crt`, the only
-/// key anything reads. Every namespace has a `kube-root-ca.crt` and
-/// tenants' applications keep their configuration in ConfigMaps; holding
-/// all of that would cost memory for nothing.
+/// A ConfigMap as the store keeps it: its metadata, `ca.crt`, and the
+/// response fields an Ingress's `custom-headers` may name when every
+/// other key is one within the bounds of teapot_api::response_headers.
+/// Otherwise those keys are dropped and the first refusal is kept in
+/// annotation `REFUSED_ANNOTATION`, so an Ingress naming the ConfigMap is
+/// told which entry is at fault. Every namespace has a `kube-root-ca.crt`
+/// and tenants' applications keep their configuration in ConfigMaps;
+/// holding all of that would cost memory for nothing, so nothing past
+/// those bounds is kept.
 fn ca_config_map(mut config_map: ConfigMap) -> ConfigMap {
+    use teapot_api::admission::CA_CERT_KEY;
+    use teapot_api::response_headers::{REFUSED_ANNOTATION, parse};
     config_map.binary_data = None;
     config_map.immutable = None;
-    if let Some(data) = &mut config_map.data {
-        data.retain(|k, _| k == teapot_api::admission::CA_CERT_KEY);
-    }
     config_map.metadata.managed_fields = None;
     config_map.metadata.annotations = None;
+    if let Some(data) = &mut config_map.data
+        && let Err(refusal) = parse(data.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    {
+        data.retain(|k, _| k == CA_CERT_KEY);
+        config_map.metadata.annotations =
+            Some([(REFUSED_ANNOTATION.to_string(), refusal.to_string())].into());
+    }
     config_map
 }
 
@@ -575,6 +586,41 @@ mod tests {
     /// Basic authentication's users: `auth` is kept, nothing else of the
     /// Secret; a line past the bounds (bcrypt cost 31) is named, and the
     /// Secret not kept.
+    /// A ConfigMap keeps `ca.crt` and, when every other key is a
+    /// response field within the bounds, those; otherwise the first
+    /// refusal, named, and nothing of the other keys.
+    #[test]
+    fn a_config_map_keeps_response_fields_within_the_bounds() {
+        use teapot_api::response_headers::REFUSED_ANNOTATION;
+        let cm = |data: serde_json::Value| {
+            let value = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "h", "namespace": "shop", "annotations": {"a": "b"}},
+                "data": data,
+            });
+            match parse_object(Kind::ConfigMap, value, "shop") {
+                Ok(Object::ConfigMap(c)) => c,
+                other => panic!("{other:?}"),
+            }
+        };
+        let kept = cm(serde_json::json!({"X-Frame-Options": "DENY", "ca.crt": "pem"}));
+        assert_eq!(kept.data.unwrap().len(), 2);
+        assert_eq!(kept.metadata.annotations, None);
+        let refused = cm(serde_json::json!({"Set-Cookie": "s=1", "X-A": "1", "ca.crt": "pem"}));
+        assert_eq!(refused.data.unwrap().keys().collect::<Vec<_>>(), ["ca.crt"]);
+        let why = &refused.metadata.annotations.unwrap()[REFUSED_ANNOTATION];
+        assert!(
+            why.starts_with("data[\"Set-Cookie\"]: Set-Cookie may not be set"),
+            "{why}"
+        );
+        let many: serde_json::Map<String, serde_json::Value> =
+            (0..40).map(|i| (format!("X-{i}"), "1".into())).collect();
+        let refused = cm(serde_json::Value::Object(many));
+        assert!(refused.data.unwrap().is_empty());
+        let why = &refused.metadata.annotations.unwrap()[REFUSED_ANNOTATION];
+        assert!(why.starts_with("data: 40 response fields"), "{why}");
+    }
+
     #[test]
     fn a_users_secret_keeps_its_auth_alone() {
         let value = serde_json::json!({

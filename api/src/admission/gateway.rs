@@ -841,7 +841,9 @@ fn check_local_ref(
 
 /// Checks a ConfigMap: in a tenant namespace of the LB cluster it exists
 /// only as the trust anchors of a BackendTLSPolicy, so it holds `ca.crt`,
-/// a PEM bundle, and nothing else. Counted with the Secrets.
+/// a PEM bundle, and nothing else, or as the response fields an Ingress's
+/// `custom-headers` names (no `ca.crt`, every key a field within the
+/// bounds of crate::response_headers). Counted with the Secrets.
 pub fn check_config_map(
     ctx: &AdmissionContext<'_>,
     namespace: &str,
@@ -876,6 +878,15 @@ pub fn check_config_map(
         ));
     }
     let data = config_map.data.as_ref();
+    // Without ca.crt, the response fields of an Ingress's custom-headers
+    // (crate::response_headers), bounded there.
+    if let Some(fields) = data.filter(|d| !d.is_empty() && !d.contains_key(CA_CERT_KEY)) {
+        let pairs = fields.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        if let Err(e) = crate::response_headers::parse(pairs) {
+            out.push(Violation::new(e.field, e.message));
+        }
+        return out;
+    }
     for key in data.into_iter().flatten().map(|(k, _)| k) {
         if key != CA_CERT_KEY {
             out.push(Violation::new(

@@ -86,6 +86,10 @@ pub fn check_ingress(
     check_auth(ctx, ingress, &mut out);
     check_auth_tls(namespace, ingress, &mut out);
     check_basic_auth(namespace, ingress, &mut out);
+    out.extend(crate::response_headers::check_ingress(
+        namespace,
+        ingress.metadata.annotations.as_ref(),
+    ));
     let mut hosts = BTreeSet::new();
     let mut paths = 0usize;
     for (i, rule) in rules.iter().enumerate() {

@@ -57,6 +57,7 @@ pub mod certs;
 pub mod client_auth;
 pub mod condition;
 pub mod domains;
+pub mod custom_headers;
 pub mod gateway;
 pub mod hash_by;
 pub mod ingress;

@@ -142,8 +142,17 @@ impl<'a> Policies<'a> {
             cluster,
             &mut problems,
         );
+        // `custom-headers` (crate::compile::custom_headers): its fields,
+        // or 503 on its routes when its ConfigMap cannot be served.
+        let custom_headers = crate::compile::custom_headers::of_ingress(
+            resolver.store(),
+            ingress,
+            cluster,
+            &mut problems,
+        );
+        let wants_own = basic.is_some() || custom_headers.is_some();
         let traffic =
-            (!nginx.is_empty() || redirects_tls || wants_auth || wants_errors || basic.is_some())
+            (!nginx.is_empty() || redirects_tls || wants_auth || wants_errors || wants_own)
                 .then(|| {
                     let meta = &ingress.metadata;
                     let namespace = meta.namespace.as_deref().unwrap_or("");
@@ -167,6 +176,9 @@ impl<'a> Policies<'a> {
                     }
                     if let Some(basic) = basic {
                         policy.get_or_insert_default().basic_auth = Some(basic);
+                    }
+                    if let Some(headers) = custom_headers {
+                        policy.get_or_insert_default().custom_headers = Some(headers);
                     }
                     let auth = match nginx.auth(&mut problems) {
                         Some(wanted) => {

@@ -57,6 +57,10 @@ pub struct TrafficPolicy {
     /// users a request must be one of (crate::plane::traffic::basic_auth),
     /// checked before `auth`.
     pub basic_auth: Option<Arc<crate::compile::basic_auth::BasicAuth>>,
+    /// `custom-headers`: the fields set on every forwarded response
+    /// (crate::plane::traffic::custom_headers), or why every request is
+    /// answered 503.
+    pub custom_headers: Option<Arc<crate::compile::custom_headers::CustomHeaders>>,
     /// The Gateway API ExternalAuth filter's terms for `auth`'s
     /// sub-request and answers, where they differ from ingress-nginx's
     /// (crate::compile::gateway::ext_auth); `None`: ingress-nginx's.
@@ -483,6 +487,7 @@ impl NginxAnnotations {
             || policy.cors.is_some()
             || policy.redirect.is_some()
             || policy.app_root.is_some()
+            custom_headers: None,
             || policy.ssl_redirect.is_some()
             || policy.affinity.is_some()
             || policy.hash_by.is_some()

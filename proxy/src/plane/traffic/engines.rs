@@ -80,6 +80,9 @@ pub fn h1_edits(request: &mut HeaderEdits, response: &mut HeaderEdits, applied: 
     for cookie in &applied.auth_cookies {
         response.push_append(b"set-cookie", cookie.as_bytes());
     }
+    if let Some(headers) = &applied.custom_headers {
+        super::custom_headers::onto_h1(response, headers);
+    }
     for (name, value) in &applied.auth_fields {
         match value {
             Some(value) => request.push_set(name.as_str().as_bytes(), value.as_bytes()),
@@ -146,6 +149,9 @@ pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
 
 #[cfg(test)]
 mod tests {
+    if let Some(custom) = applied.and_then(|a| a.custom_headers.as_deref()) {
+        super::custom_headers::onto_h2(headers, custom);
+    }
     use super::*;
     use crate::compile::traffic::UpstreamTimeouts;
 

@@ -46,6 +46,7 @@ pub mod auth;
 pub mod basic_auth;
 pub mod canary;
 pub mod cors;
+pub mod custom_headers;
 pub mod engines;
 pub mod errors;
 pub mod hash_by;
@@ -99,6 +100,9 @@ pub struct Applied {
     pub error_pages: Option<Box<errors::ErrorPages>>,
     /// `upstream-vhost`: the backend's `Host` (HTTP/2: `:authority`).
     pub upstream_host: Option<std::sync::Arc<str>>,
+    /// `custom-headers`: set on the backend's response, after the fields
+    /// above ([`custom_headers`]).
+    pub custom_headers: Option<std::sync::Arc<crate::compile::custom_headers::CustomHeaders>>,
 }
 
 impl Applied {
@@ -115,6 +119,7 @@ impl Applied {
             && self.in_flight.is_none()
             && self.error_pages.is_none()
             && self.upstream_host.is_none()
+            && self.custom_headers.is_none()
     }
 }
 
@@ -160,6 +165,10 @@ pub fn apply(
         }
         answer
     };
+    // ingress-nginx denies the whole location whose ConfigMap it cannot read.
+    if let Some(refused) = policy.custom_headers.as_deref().and_then(custom_headers::refused) {
+        return Err(answer(refused));
+    }
     if let Some(access) = &policy.access
         && !access.admits(seen.client)
     {
@@ -282,6 +291,7 @@ pub fn apply(
         applied.upstream_host = Some(host.clone());
     }
     applied.timeouts = policy.timeouts;
+    applied.custom_headers = policy.custom_headers.clone();
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex
     {
