@@ -37,6 +37,13 @@
 //!   [`MAX_DELAY`]) waits before answering; an unparsable one is a 500 with
 //!   `{"message": ...}`, as echo-basic answers.
 //!
+//! A connection that arrived through TLS (a terminator in front of the
+//! server hands it over with [`Intake::serve`]) adds echo-basic's `tls`
+//! object ([`TlsFacts`]): `version`, `peerCertificates` (PEM, when the
+//! client presented any), `serverName`, `negotiatedProtocol` (when ALPN
+//! settled one) and `cipherSuite`; a plain connection has none, as
+//! echo-basic leaves `tls` out of a plain request's JSON.
+//!
 //! [`EchoServer::targets`] lists the request targets served (the last
 //! [`TARGET_LOG_LEN`]), as the Gateway API conformance suite reads them from
 //! echo-basic's log to see a mirrored request arrive.
@@ -53,8 +60,8 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -142,6 +149,48 @@ impl EchoIdentity {
     }
 }
 
+/// What echo-basic reports of the TLS connection a request arrived on
+/// (its `TLSAssertions`, the JSON's `tls`), as the terminator that
+/// accepted the connection saw the handshake.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TlsFacts {
+    /// `TLSv1.3`, `TLSv1.2` (echo-basic's spelling).
+    pub version: String,
+    /// The client's certificates, leaf first, each as Go's `pem.Encode`
+    /// writes it ([`certificate_pem`]).
+    #[serde(rename = "peerCertificates", skip_serializing_if = "Vec::is_empty")]
+    pub peer_certificates: Vec<String>,
+    /// The SNI the client sent (empty without one).
+    #[serde(rename = "serverName")]
+    pub server_name: String,
+    /// The protocol ALPN settled, empty when none was.
+    #[serde(
+        rename = "negotiatedProtocol",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub negotiated_protocol: String,
+    /// Go's `tls.CipherSuiteName`: the IANA name (`TLS_AES_128_GCM_SHA256`).
+    #[serde(rename = "cipherSuite")]
+    pub cipher_suite: String,
+}
+
+/// Go's `pem.Encode` of a `CERTIFICATE` block: base64 in lines of 64,
+/// each ending in `\n`, between the BEGIN and END lines. echo-basic
+/// reports peer certificates so, and the conformance suite compares them
+/// with a Secret's `tls.crt` as text.
+pub fn certificate_pem(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in body.as_bytes().chunks(64) {
+        // Base64 is ASCII, so every chunk is valid UTF-8.
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
 /// An echo server running in a background task on `127.0.0.1:<random port>`.
 ///
 /// Dropping it shuts it down like [`EchoServer::stop`], without waiting.
@@ -151,6 +200,9 @@ pub struct EchoServer {
     identity: EchoIdentity,
     requests: Arc<AtomicU64>,
     extras: Arc<Extras>,
+    /// The connections' state, for [`Intake`]: weak, so that a terminator
+    /// holding an intake does not keep a stopped server's state alive.
+    shared: Weak<Shared>,
     // Dropping the sender also resolves the receiver, which is what makes a
     // plain drop of the server a shutdown.
     shutdown: oneshot::Sender<()>,
@@ -192,21 +244,19 @@ impl EchoServer {
         let requests = Arc::new(AtomicU64::new(0));
         let extras = Arc::new(extras);
         let (shutdown, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(
-            listener,
-            identity.clone(),
-            requests.clone(),
-            extras.clone(),
-            async move {
-                // Ok (stop) and Err (sender dropped) both mean "shut down".
-                let _ = stopped.await;
-            },
-        ));
+        let (shared, control) =
+            Shared::with_extras(identity.clone(), requests.clone(), extras.clone());
+        let weak = Arc::downgrade(&shared);
+        let task = tokio::spawn(serve(listener, shared, control, async move {
+            // Ok (stop) and Err (sender dropped) both mean "shut down".
+            let _ = stopped.await;
+        }));
         Ok(EchoServer {
             addr,
             identity,
             requests,
             extras,
+            shared: weak,
             shutdown,
             task,
         })
@@ -234,6 +284,12 @@ impl EchoServer {
         self.extras.targets.snapshot()
     }
 
+    /// Where connections accepted elsewhere join this server, answered as
+    /// its own (the same identity, hooks, request count and target log).
+    pub fn intake(&self) -> Intake {
+        Intake(self.shared.clone())
+    }
+
     /// Graceful stop: stop accepting, let in-flight requests finish, close
     /// idle connections and WebSockets, then return.
     pub async fn stop(self) {
@@ -255,14 +311,27 @@ pub async fn run(
     identity: EchoIdentity,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve(
-        listener,
-        identity,
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(Extras::default()),
-        shutdown,
-    )
-    .await
+    let (shared, control) = Shared::new(identity, Arc::new(AtomicU64::new(0)));
+    serve(listener, shared, control, shutdown).await
+}
+
+/// Hands connections accepted elsewhere to an [`EchoServer`]: a TLS
+/// terminator in front of it passes each connection on with what the
+/// handshake settled, which the echo reports as echo-basic's `tls`.
+#[derive(Clone, Debug)]
+pub struct Intake(Weak<Shared>);
+
+impl Intake {
+    /// Serves `io` until it closes or the server shuts down; a connection
+    /// handed over after the server stopped is closed at once.
+    pub async fn serve<IO>(&self, io: IO, tls: Option<TlsFacts>)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        if let Some(shared) = self.0.upgrade() {
+            serve_with_tls(io, shared, tls.map(Arc::new)).await;
+        }
+    }
 }
 
 /// State every connection and WebSocket task shares.
@@ -329,12 +398,10 @@ impl Shared {
 
 async fn serve(
     listener: TcpListener,
-    identity: EchoIdentity,
-    requests: Arc<AtomicU64>,
-    extras: Arc<Extras>,
+    shared: Arc<Shared>,
+    mut control: Control,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let (shared, mut control) = Shared::with_extras(identity, requests, extras);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -370,11 +437,19 @@ pub async fn serve_connection<IO>(io: IO, shared: Arc<Shared>)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    serve_with_tls(io, shared, None).await;
+}
+
+/// [`serve_connection`] for a connection whose requests report `tls`.
+async fn serve_with_tls<IO>(io: IO, shared: Arc<Shared>, tls: Option<Arc<TlsFacts>>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = {
         let shared = shared.clone();
         service_fn(move |req| {
-            let shared = shared.clone();
-            async move { Ok::<_, Infallible>(handle(req, shared).await) }
+            let (shared, tls) = (shared.clone(), tls.clone());
+            async move { Ok::<_, Infallible>(handle(req, shared, tls).await) }
         })
     };
     // `auto` sniffs the HTTP/2 preface, so one port speaks HTTP/1.1 and
@@ -397,7 +472,11 @@ where
     }
 }
 
-async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<Bytes>> {
+async fn handle(
+    mut req: Request<Incoming>,
+    shared: Arc<Shared>,
+    tls: Option<Arc<TlsFacts>>,
+) -> Response<Full<Bytes>> {
     shared.requests.fetch_add(1, Ordering::Relaxed);
 
     if req.version() == Version::HTTP_11 && wants_websocket(req.headers()) {
@@ -465,6 +544,7 @@ async fn handle(mut req: Request<Incoming>, shared: Arc<Shared>) -> Response<Ful
         proto: proto_name(parts.version),
         headers: go_headers(&parts.headers),
         identity: &shared.identity,
+        tls: tls.as_deref(),
         body_length,
     };
     let body = match serde_json::to_vec(&reply) {
@@ -602,6 +682,8 @@ struct EchoReply<'a> {
     headers: BTreeMap<String, Vec<String>>,
     #[serde(flatten)]
     identity: &'a EchoIdentity,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<&'a TlsFacts>,
     #[serde(rename = "bodyLength")]
     body_length: u64,
 }
@@ -829,6 +911,76 @@ mod tests {
         assert_eq!(query_value("delay", "delay").as_deref(), Some(""));
         assert_eq!(query_value("x=1", "delay"), None);
         assert_eq!(percent_decode("a+b%2"), "a b%2");
+    }
+
+    /// One HTTP/1.1 request over `io`'s other end; the response's body.
+    async fn request_over(intake: &Intake, tls: Option<TlsFacts>) -> serde_json::Value {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let intake = intake.clone();
+        let served = tokio::spawn(async move { intake.serve(server, tls).await });
+        client
+            .write_all(b"GET /tls HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = Vec::new();
+        client.read_to_end(&mut response).await.unwrap();
+        served.await.unwrap();
+        let response = String::from_utf8(response).unwrap();
+        let (_, body) = response.split_once("\r\n\r\n").unwrap();
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_handed_over_connection_reports_its_tls() {
+        let echo = EchoServer::start_echo_basic(EchoIdentity::new("ns", "", "svc", "pod-1"))
+            .await
+            .unwrap();
+        let facts = TlsFacts {
+            version: "TLSv1.3".into(),
+            peer_certificates: vec![certificate_pem(b"client")],
+            server_name: "abc.example.com".into(),
+            negotiated_protocol: String::new(),
+            cipher_suite: "TLS_AES_128_GCM_SHA256".into(),
+        };
+        let json = request_over(&echo.intake(), Some(facts)).await;
+        assert_eq!(json["pod"], "pod-1");
+        assert_eq!(json["path"], "/tls");
+        assert_eq!(json["tls"]["serverName"], "abc.example.com");
+        assert_eq!(json["tls"]["version"], "TLSv1.3");
+        assert_eq!(json["tls"]["cipherSuite"], "TLS_AES_128_GCM_SHA256");
+        assert_eq!(
+            json["tls"]["peerCertificates"],
+            serde_json::json!([
+                "-----BEGIN CERTIFICATE-----\nY2xpZW50\n-----END CERTIFICATE-----\n"
+            ])
+        );
+        // echo-basic leaves out an unset ALPN protocol and no certificates.
+        assert!(json["tls"].get("negotiatedProtocol").is_none(), "{json}");
+        let plain = request_over(&echo.intake(), None).await;
+        assert!(plain.get("tls").is_none(), "{plain}");
+        assert_eq!(echo.targets(), vec!["/tls", "/tls"]);
+
+        let intake = echo.intake();
+        echo.stop().await;
+        // A stopped server's intake closes what it is handed.
+        let (mut client, server) = tokio::io::duplex(1024);
+        intake.serve(server, None).await;
+        let mut rest = Vec::new();
+        use tokio::io::AsyncReadExt;
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn certificates_are_encoded_as_go_writes_pem() {
+        let pem = certificate_pem(&[0u8; 60]);
+        let lines: Vec<&str> = pem.lines().collect();
+        assert_eq!(lines[0], "-----BEGIN CERTIFICATE-----");
+        assert_eq!(lines[1].len(), 64);
+        assert_eq!(lines[2].len(), 16);
+        assert_eq!(lines[3], "-----END CERTIFICATE-----");
+        assert!(pem.ends_with("-----\n"));
     }
 
     #[test]

@@ -198,6 +198,12 @@ pub struct Request {
     pub body: String,
     #[serde(rename = "SNI", default)]
     pub sni: String,
+    /// The client certificate the backend must have seen (a PEM among
+    /// echo-basic's `tls.peerCertificates`), as the port wrote it: the
+    /// Secret part it is read from (`{"Secret": {Name, Namespace}, "Key"}`),
+    /// which the runner replaces with the PEM before judging.
+    #[serde(rename = "ClientCert", default)]
+    pub client_cert: Option<Value>,
     /// Fields the runner does not know.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -385,9 +391,8 @@ pub const ARGUMENTS: &[&str] = &[
 ];
 
 impl Case {
-    /// Fields of the case the runner would not judge (unknown to it, or
-    /// known but not judged: `Request.ClientCert`), as `Field` or
-    /// `Parent.Field`. A case with any fails: reading it as less than it
+    /// Fields of the case the runner would not judge (unknown to it), as
+    /// `Field` or `Parent.Field`. A case with any fails: reading it as less than it
     /// says would pass it wrongly.
     pub fn unjudged_fields(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -553,8 +558,9 @@ mod tests {
         .unwrap();
         assert_eq!(
             odd.unjudged_fields(),
-            vec!["Request.ClientCert", "ExpectedRequest.Request.Trailer"]
+            vec!["ExpectedRequest.Request.Trailer"]
         );
+        assert_eq!(odd.request.client_cert, Some(Value::from("x")));
         assert_eq!(
             file.cases[1].name(1),
             "1 request to '/' should receive one of []"

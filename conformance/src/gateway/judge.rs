@@ -26,6 +26,9 @@ pub struct CapturedRequest {
     pub pod: String,
     /// `tls.serverName` (a TLS backend's view of the SNI).
     pub tls_server_name: String,
+    /// `tls.peerCertificates`: the client certificates a TLS backend saw,
+    /// PEM each.
+    pub tls_peer_certificates: Vec<String>,
 }
 
 /// What came back (`roundtripper.CapturedResponse`).
@@ -102,6 +105,7 @@ pub fn captured_request(
             }
             out
         });
+    let tls = json.get("tls");
     Ok(CapturedRequest {
         path: text("path"),
         host: text("host"),
@@ -111,12 +115,21 @@ pub fn captured_request(
         http_port: text("httpPort"),
         namespace: text("namespace"),
         pod: text("pod"),
-        tls_server_name: json
-            .get("tls")
+        tls_server_name: tls
             .and_then(|t| t.get("serverName"))
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
             .to_string(),
+        tls_peer_certificates: tls
+            .and_then(|t| t.get("peerCertificates"))
+            .and_then(serde_json::Value::as_array)
+            .map(|certs| {
+                certs
+                    .iter()
+                    .map(|c| c.as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -285,6 +298,24 @@ fn compare_success(
             expected.request.sni, request.tls_server_name
         ));
     }
+    match &expected.request.client_cert {
+        None => {}
+        Some(serde_json::Value::String(cert)) if cert.is_empty() => {}
+        // As upstream: the PEM as the Secret holds it, among those the
+        // backend reports, compared as text.
+        Some(serde_json::Value::String(cert)) if !request.tls_peer_certificates.contains(cert) => {
+            return Err(format!(
+                "expected client certificate was not captured (the backend saw {} peer certificates)",
+                request.tls_peer_certificates.len()
+            ));
+        }
+        Some(serde_json::Value::String(_)) => {}
+        Some(other) => {
+            return Err(format!(
+                "ClientCert {other} was not read from the Secret it names"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -444,6 +475,7 @@ mod tests {
             namespace: ns.into(),
             pod: pod.into(),
             tls_server_name: String::new(),
+            tls_peer_certificates: Vec::new(),
         }
     }
 
@@ -742,5 +774,37 @@ mod tests {
             captured_request(Some("application/json; charset=utf-8"), body, "POST").unwrap();
         assert_eq!(plain.method, "POST");
         assert_eq!(plain.pod, "");
+    }
+
+    #[test]
+    fn a_client_certificate_must_be_among_the_backend_s_peers() {
+        let seen = captured_request(
+            Some("application/json"),
+            br#"{"path": "/", "method": "GET", "tls": {"serverName": "abc.example.com",
+                 "peerCertificates": ["-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n"]}}"#,
+            "GET",
+        )
+        .unwrap();
+        assert_eq!(seen.tls_peer_certificates.len(), 1);
+        let with = |cert: &str| {
+            case(&format!(
+                r#"{{"Request": {{"Path": "/", "SNI": "abc.example.com", "ClientCert": {cert}}}}}"#
+            ))
+        };
+        let presented = with(r#""-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n""#);
+        assert_eq!(compare(&presented, &sent(), &seen, &ok(200)), Ok(()));
+        let other = with(r#""-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----\n""#);
+        let err = compare(&other, &sent(), &seen, &ok(200)).unwrap_err();
+        assert!(err.contains("was not captured"), "{err}");
+        // A backend that saw no certificate fails the same way.
+        let none = CapturedRequest {
+            tls_peer_certificates: Vec::new(),
+            ..seen.clone()
+        };
+        assert!(compare(&presented, &sent(), &none, &ok(200)).is_err());
+        // A Secret reference the runner did not read is never a pass.
+        let unread = with(r#"{"Secret": {"Name": "s", "Namespace": "n"}, "Key": "tls.crt"}"#);
+        let err = compare(&unread, &sent(), &seen, &ok(200)).unwrap_err();
+        assert!(err.contains("not read from the Secret"), "{err}");
     }
 }

@@ -196,8 +196,10 @@ impl UdpEcho {
 }
 
 /// echo-basic's HTTPS port (`TLS_SERVER_CERT` without a gRPC or TCP mode):
-/// TLS terminated with the pod's certificate, the bytes passed to its HTTP
-/// echo.
+/// TLS terminated with the pod's certificate, each connection handed to
+/// the pod's HTTP echo with what its handshake settled, which the echo
+/// reports as echo-basic's `tls` (the SNI the Gateway sent, the client
+/// certificate it presented).
 pub struct TlsFront {
     pub addr: SocketAddr,
     _tasks: Tasks,
@@ -205,26 +207,28 @@ pub struct TlsFront {
 
 impl TlsFront {
     pub async fn start(
-        backend: SocketAddr,
+        echo: teapot_testkit::echo::Intake,
         config: Arc<rustls::ServerConfig>,
     ) -> std::io::Result<TlsFront> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let acceptor = TlsAcceptor::from(config);
+        // Go's `ListenAndServeTLS` offers both, so the echo reports the
+        // protocol the client's ALPN settled on.
+        let mut config = (*config).clone();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(config));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let acceptor = acceptor.clone();
+                let (acceptor, echo) = (acceptor.clone(), echo.clone());
                 tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(stream).await else {
+                    let Ok(tls) = acceptor.accept(stream).await else {
                         return;
                     };
-                    let Ok(mut plain) = TcpStream::connect(backend).await else {
-                        return;
-                    };
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                    let facts = tls_facts(tls.get_ref().1);
+                    echo.serve(tls, Some(facts)).await;
                 });
             }
         });
@@ -235,8 +239,57 @@ impl TlsFront {
     }
 }
 
+/// echo-basic's `tlsStateToAssertions` of a finished handshake.
+fn tls_facts(connection: &rustls::ServerConnection) -> teapot_testkit::echo::TlsFacts {
+    let version = match connection.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "",
+    };
+    teapot_testkit::echo::TlsFacts {
+        version: version.to_string(),
+        peer_certificates: connection
+            .peer_certificates()
+            .unwrap_or_default()
+            .iter()
+            .map(|cert| teapot_testkit::echo::certificate_pem(cert))
+            .collect(),
+        server_name: connection.server_name().unwrap_or_default().to_string(),
+        negotiated_protocol: connection
+            .alpn_protocol()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default(),
+        cipher_suite: connection
+            .negotiated_cipher_suite()
+            .map(|s| cipher_suite_name(s.suite()))
+            .unwrap_or_default(),
+    }
+}
+
+/// Go's `tls.CipherSuiteName`: the IANA name, which rustls spells with a
+/// `TLS13_` prefix for the TLS 1.3 suites.
+fn cipher_suite_name(suite: rustls::CipherSuite) -> String {
+    let name = suite.as_str().unwrap_or_default();
+    match name.strip_prefix("TLS13_") {
+        Some(rest) => format!("TLS_{rest}"),
+        None => name.to_string(),
+    }
+}
+
 /// A server configuration for an echo's certificate (PEM chain and key).
 pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+    server_config_for_clients(cert_pem, key_pem, None)
+}
+
+/// [`server_config`] that, with `client_cas` (PEM), asks for a client
+/// certificate and verifies one if given, as echo-basic does with
+/// `TLS_CLIENT_CACERTS` (Go's `VerifyClientCertIfGiven`): a client without
+/// one is served, one with a certificate the CAs did not sign is refused.
+pub fn server_config_for_clients(
+    cert_pem: &str,
+    key_pem: &str,
+    client_cas: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
@@ -245,9 +298,29 @@ pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::Server
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
         .map_err(|e| format!("the private key: {e}"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+        .map_err(|e| format!("the TLS configuration: {e}"))?;
+    let builder = match client_cas {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let cert = cert.map_err(|e| format!("the client CA bundle: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("the client CA bundle: {e}"))?;
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| format!("the client CA bundle: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    builder
+        .with_single_cert(chain, key)
         .map(Arc::new)
         .map_err(|e| format!("the TLS configuration: {e}"))
 }
@@ -602,26 +675,67 @@ mod tests {
         assert!(err.contains("did not match"), "{err}");
     }
 
+    /// One GET over TLS to `front` with SNI `abc.example.com`, presenting
+    /// `client` when given; the echo's JSON.
+    async fn echo_over_tls(
+        front: SocketAddr,
+        client: Option<(&str, &str)>,
+    ) -> Result<Value, teapot_testkit::Error> {
+        use teapot_testkit::client::{Connection, Proto, Request};
+        let config = super::super::tls_client::client_config(None, client).unwrap();
+        let mut connection =
+            Connection::open_with_tls_config(front, "abc.example.com", &config, Proto::Http1)
+                .await?;
+        let response = connection
+            .send(&Request::get("abc.example.com", "/front"))
+            .await?;
+        Ok(response.json().unwrap())
+    }
+
     #[tokio::test]
-    async fn tls_front_terminates_for_the_http_echo() {
-        let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let backend_addr = backend.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut stream, _) = backend.accept().await.unwrap();
-            stream.write_all(WELCOME.as_bytes()).await.unwrap();
-        });
-        let pem = teapot_testkit::certs::self_signed(&["abc.example.com"]);
-        let front = TlsFront::start(
-            backend_addr,
-            server_config(&pem.cert_pem, &pem.key_pem).unwrap(),
-        )
-        .await
-        .unwrap();
-        // The welcome line arrives through TLS; the backend then closes
-        // without answering PING, which the client reports.
-        let err = tcp_exchange(front.addr, Some("abc.example.com"), Duration::from_secs(5))
+    async fn tls_front_tells_the_http_echo_the_handshake() {
+        use teapot_testkit::certs::TestCa;
+        use teapot_testkit::echo::{EchoIdentity, EchoServer, certificate_pem};
+        let backend_ca = TestCa::new("backend CA");
+        let serving = backend_ca.issue(&["abc.example.com"]);
+        let client = backend_ca.issue_client("gateway");
+        let stranger = TestCa::new("another CA").issue_client("gateway");
+        let echo = EchoServer::start_echo_basic(EchoIdentity::new("ns", "", "svc", "svc-1-a"))
             .await
-            .unwrap_err();
-        assert!(err.contains("full line"), "{err}");
+            .unwrap();
+        let config = server_config_for_clients(
+            &serving.cert_pem,
+            &serving.key_pem,
+            Some(backend_ca.cert_pem()),
+        )
+        .unwrap();
+        let front = TlsFront::start(echo.intake(), config).await.unwrap();
+
+        let json = echo_over_tls(front.addr, Some((&client.cert_pem, &client.key_pem)))
+            .await
+            .unwrap();
+        assert_eq!(json["pod"], "svc-1-a");
+        assert_eq!(json["path"], "/front");
+        let tls = &json["tls"];
+        assert_eq!(tls["serverName"], "abc.example.com");
+        assert_eq!(tls["negotiatedProtocol"], "http/1.1");
+        assert_eq!(tls["version"], "TLSv1.3");
+        assert_eq!(tls["cipherSuite"].as_str().map(|s| &s[..4]), Some("TLS_"));
+        assert_eq!(
+            tls["peerCertificates"],
+            serde_json::json!([certificate_pem(&client.cert_der)])
+        );
+
+        // Without a certificate the request is served and reports none
+        // (`VerifyClientCertIfGiven`); another CA's certificate is refused.
+        let json = echo_over_tls(front.addr, None).await.unwrap();
+        assert_eq!(json["tls"]["serverName"], "abc.example.com");
+        assert!(json["tls"].get("peerCertificates").is_none(), "{json}");
+        assert!(
+            echo_over_tls(front.addr, Some((&stranger.cert_pem, &stranger.key_pem)))
+                .await
+                .is_err()
+        );
+        assert_eq!(echo.targets(), vec!["/front", "/front"]);
     }
 }

@@ -170,11 +170,14 @@ pub struct Workload {
     pub labels: BTreeMap<String, String>,
     /// The first container's env names that change echo-basic's mode
     /// (`GRPC_ECHO_SERVER`, `TCP_ECHO_SERVER`, `UDP_ECHO_SERVER`,
-    /// `TLS_SERVER_CERT`).
+    /// `TLS_SERVER_CERT`, `TLS_CLIENT_CACERTS`).
     pub modes: Vec<String>,
     /// The Secret the pod mounts (`volumes[].secret.secretName`): with
     /// `TLS_SERVER_CERT`, the certificate echo-basic serves.
     pub tls_secret: Option<String>,
+    /// The ConfigMap the pod mounts (`volumes[].configMap.name`): with
+    /// `TLS_CLIENT_CACERTS`, the CAs its TLS port verifies clients with.
+    pub config_map: Option<String>,
 }
 
 /// The env names that select echo-basic's mode.
@@ -183,6 +186,7 @@ pub const ECHO_MODES: &[&str] = &[
     "TCP_ECHO_SERVER",
     "UDP_ECHO_SERVER",
     "TLS_SERVER_CERT",
+    "TLS_CLIENT_CACERTS",
 ];
 
 /// A Service port, as its EndpointSlice must repeat it.
@@ -382,6 +386,19 @@ fn workload(object: &Object) -> Result<Workload, String> {
                 .map(|v| text(v, &["secret", "secretName"]))
                 .find(|n| !n.is_empty())
         });
+    let config_map = object
+        .value
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .and_then(|t| t.get("spec"))
+        .and_then(|s| s.get("volumes"))
+        .and_then(Value::as_sequence)
+        .and_then(|volumes| {
+            volumes
+                .iter()
+                .map(|v| text(v, &["configMap", "name"]))
+                .find(|n| !n.is_empty())
+        });
     Ok(Workload {
         namespace: object.namespace.clone(),
         name: object.name.clone(),
@@ -389,6 +406,7 @@ fn workload(object: &Object) -> Result<Workload, String> {
         labels,
         modes,
         tls_secret,
+        config_map,
     })
 }
 

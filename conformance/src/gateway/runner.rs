@@ -220,6 +220,7 @@ impl Fixture {
         let mut writer = Writer {
             dir: fixture.dir.path().to_path_buf(),
             counter: 0,
+            ca_bundles: BTreeMap::new(),
         };
         writer.write(
             "GatewayClass",
@@ -310,7 +311,7 @@ impl Fixture {
                             .map(Pod::Grpc)
                             .map_err(|e| e.to_string())
                     } else if mode("TCP_ECHO_SERVER") {
-                        let tls = self.mounted_certificate(workload)?;
+                        let tls = self.mounted_certificate(workload, writer)?;
                         TcpEcho::start(context, tls)
                             .await
                             .map(Pod::Tcp)
@@ -323,9 +324,9 @@ impl Fixture {
                     } else {
                         match EchoServer::start_echo_basic(identity).await {
                             Err(e) => Err(e.to_string()),
-                            Ok(echo) => match self.mounted_certificate(workload)? {
+                            Ok(echo) => match self.mounted_certificate(workload, writer)? {
                                 None => Ok(Pod::Http(echo, None)),
-                                Some(tls) => TlsFront::start(echo.addr(), tls)
+                                Some(tls) => TlsFront::start(echo.intake(), tls)
                                     .await
                                     .map(|front| Pod::Http(echo, Some(front)))
                                     .map_err(|e| e.to_string()),
@@ -356,10 +357,14 @@ impl Fixture {
 
     /// The certificate a `TLS_SERVER_CERT` pod serves: the Secret it mounts,
     /// when the harness made it (`CA_SIGNED_SECRETS`, `HARNESS_SECRETS`);
-    /// a pod without `TLS_SERVER_CERT` serves no TLS.
+    /// a pod without `TLS_SERVER_CERT` serves no TLS. With
+    /// `TLS_CLIENT_CACERTS` the pod asks for a client certificate and
+    /// verifies one if given against the `ca.crt` of the ConfigMap it
+    /// mounts, as echo-basic does.
     fn mounted_certificate(
         &self,
         workload: &manifests::Workload,
+        writer: &Writer,
     ) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, String> {
         if !workload.modes.iter().any(|m| m == "TLS_SERVER_CERT") {
             return Ok(None);
@@ -377,7 +382,22 @@ impl Fixture {
                 workload.namespace, workload.name, key.0, key.1
             )
         })?;
-        l4::server_config(cert, key_pem).map(Some)
+        let client_cas = if workload.modes.iter().any(|m| m == "TLS_CLIENT_CACERTS") {
+            let config_map = workload.config_map.clone().unwrap_or_default();
+            let bundle = writer
+                .ca_bundles
+                .get(&(workload.namespace.clone(), config_map.clone()))
+                .ok_or_else(|| {
+                    format!(
+                        "Deployment {}/{} sets TLS_CLIENT_CACERTS but mounts no ConfigMap with a ca.crt ({config_map:?})",
+                        workload.namespace, workload.name
+                    )
+                })?;
+            Some(bundle.as_str())
+        } else {
+            None
+        };
+        l4::server_config_for_clients(cert, key_pem, client_cas).map(Some)
     }
 
     async fn run_cases(
@@ -685,6 +705,9 @@ async fn wait_for_snapshot(
 struct Writer {
     dir: PathBuf,
     counter: usize,
+    /// The `ca.crt` of every ConfigMap written (`namespace/name`): what a
+    /// pod mounting one verifies clients with (`TLS_CLIENT_CACERTS`).
+    ca_bundles: BTreeMap<(String, String), String>,
 }
 
 impl Writer {
@@ -697,6 +720,12 @@ impl Writer {
     ) -> Result<(), String> {
         let text = serde_yaml::to_string(value)
             .map_err(|e| format!("serializing {kind} {namespace}/{name}: {e}"))?;
+        if let ("ConfigMap", Some(serde_yaml::Value::String(bundle))) =
+            (kind, value.get("data").and_then(|d| d.get("ca.crt")))
+        {
+            self.ca_bundles
+                .insert((namespace.to_string(), name.to_string()), bundle.clone());
+        }
         self.write_text(kind, namespace, name, &text)
     }
 
@@ -1104,10 +1133,11 @@ impl CaseContext<'_> {
         if matches!(judgement, Judgement::Grpc | Judgement::GrpcFailure) {
             return self.run_grpc(case, judgement).await;
         }
+        let case = self.with_client_certs(case)?;
         let case = if judgement == Judgement::ConsistentAndMirrored {
-            with_request_id(case, &request_id())
+            with_request_id(&case, &request_id())
         } else {
-            case.clone()
+            case
         };
         let proto = protocol(&case.request.protocol, scheme)?;
         let case_ref = &case;
@@ -1239,6 +1269,14 @@ impl CaseContext<'_> {
         let Some(value) = case.arguments.get(name) else {
             return Ok(None);
         };
+        self.secret_part(&format!("argument {name}"), value)
+            .map(Some)
+    }
+
+    /// A Secret part a case or argument names (`{"Secret": {"Name",
+    /// "Namespace"}, "Key": "tls.crt" | "tls.key"}`), as the runner wrote
+    /// it; `name` says which field, for errors.
+    fn secret_part(&self, name: &str, value: &Value) -> Result<String, String> {
         let field = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
         let secret = value.get("Secret").cloned().unwrap_or_default();
         let (Some(secret_name), Some(namespace), Some(key)) = (
@@ -1246,20 +1284,40 @@ impl CaseContext<'_> {
             field(&secret, "Namespace"),
             field(value, "Key"),
         ) else {
-            return Err(format!("argument {name}: {value} names no Secret and key"));
+            return Err(format!("{name}: {value} names no Secret and key"));
         };
         let (cert, private) = self
             .fixture
             .secrets
             .get(&(namespace.clone(), secret_name.clone()))
             .ok_or_else(|| {
-                format!("argument {name}: Secret {namespace}/{secret_name}, which the harness does not make")
+                format!("{name}: Secret {namespace}/{secret_name}, which the harness does not make")
             })?;
         match key.as_str() {
-            "tls.crt" => Ok(Some(cert.clone())),
-            "tls.key" => Ok(Some(private.clone())),
-            other => Err(format!("argument {name}: key {other:?} of a TLS Secret")),
+            "tls.crt" => Ok(cert.clone()),
+            "tls.key" => Ok(private.clone()),
+            other => Err(format!("{name}: key {other:?} of a TLS Secret")),
         }
+    }
+
+    /// The case with its `Request.ClientCert` (and `ExpectedRequest`'s)
+    /// read from the Secret it names: the PEM `kubernetes.GetTLSSecret`
+    /// returns, which the judge looks for among the backend's peer
+    /// certificates.
+    fn with_client_certs(&self, case: &Case) -> Result<Case, String> {
+        let mut case = case.clone();
+        let mut requests = vec![("Request", &mut case.request)];
+        if let Some(expected) = case.expected_request.as_mut() {
+            requests.push(("ExpectedRequest.Request", &mut expected.request));
+        }
+        for (parent, request) in requests {
+            if let Some(value) = request.client_cert.as_mut()
+                && value.is_object()
+            {
+                *value = Value::String(self.secret_part(&format!("{parent}.ClientCert"), value)?);
+            }
+        }
+        Ok(case)
     }
 
     /// The TLS client of a case (`tls` helpers' arguments): the server
@@ -1888,6 +1946,7 @@ spec: {hostnames: [c.example.com]}
         let mut writer = Writer {
             dir: dir.path().to_path_buf(),
             counter: 0,
+            ca_bundles: BTreeMap::new(),
         };
         let name = "a".repeat(253);
         writer
