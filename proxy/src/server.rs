@@ -414,26 +414,30 @@ pub async fn run(
     let tls_snapshots = snapshots.clone();
     let tls_prepares = Arc::new(crate::plane::client_cert::Prepares::default());
     let tls_handshakes = metrics.client_cert_handshakes.clone();
-    let tls: Arc<crate::plane::serving::TlsBuilder> = Arc::new(move || {
+    let tls: Arc<crate::plane::serving::TlsBuilder> = Arc::new(move |local| {
         let sni = tls_sni
             .clone()
             .ok_or_else(|| ServeError::Tls("an HTTPS listener needs the SNI resolver".into()))?;
         // The callback keeps each connection's SNI (for the 421 check) and
         // its client certificate's outcome; the chooser asks for a client
-        // certificate only where the host has a setting.
+        // certificate only where the host has a setting on that socket.
         let mut tls = TlsSettings::with_callbacks(Box::new(
             crate::plane::client_cert::TlsFactsCallback::new(
                 tls_snapshots.clone(),
                 tls_prepares.clone(),
                 tls_handshakes.clone(),
-            ),
+            )
+            .at(local),
         ))
         .map_err(|e| ServeError::Tls(e.to_string()))?;
-        tls.set_config_chooser(Arc::new(crate::plane::client_cert::ClientAuthChooser::new(
-            tls_snapshots.clone(),
-            tls_prepares.clone(),
-            tls_handshakes.clone(),
-        )));
+        tls.set_config_chooser(Arc::new(
+            crate::plane::client_cert::ClientAuthChooser::new(
+                tls_snapshots.clone(),
+                tls_prepares.clone(),
+                tls_handshakes.clone(),
+            )
+            .at(local),
+        ));
         tls.set_cert_resolver(sni);
         tls.enable_h2();
         // The server picks the TLS 1.2 suite from its own order (AES-GCM
@@ -471,7 +475,7 @@ pub async fn run(
     let services = crate::plane::serving::per_thread(listeners.http, listeners.https, threads)?
         .into_iter()
         .zip(apps)
-        .map(|(sockets, app)| crate::plane::serving::service(app, sockets, &*tls))
+        .map(|(sockets, app)| crate::plane::serving::service(app, sockets, &|| tls(None)))
         .collect::<Result<Vec<_>, ServeError>>()?;
     let mut serving = crate::plane::serving::ServingThreads::start(services, stop_rx.clone())?;
 

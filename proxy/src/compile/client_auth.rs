@@ -10,6 +10,14 @@
 //! wildcard, then a catch-all (a hostname-less HTTPS listener whose routes
 //! name no host).
 //!
+//! Per socket: the shared 443 has the table of the Ingresses and of the
+//! Gateways without an address of their own; each HTTPS socket of a
+//! Gateway with its own address has a table of that Gateway's listeners
+//! at that port alone ([`ClientAuthTable::at`], by the connection's local
+//! address). One hostname may so be asked a certificate of one CA on one
+//! socket, of another or none on another, as each Gateway's
+//! `frontendValidation` (and `perPort`) says.
+//!
 //! Bounds (a tenant's CA bundle is hostile input, parsed once per compile
 //! and consulted on every handshake of its hosts): at most
 //! [`MAX_BUNDLE_BYTES`] of PEM and [`MAX_CA_CERTS`] certificates per
@@ -23,7 +31,8 @@
 //! ([`ClientAuthTable::insert`] names the holder, for the later object's
 //! status). Callers add oldest first, as for certificates.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -255,7 +264,9 @@ impl ClientAuth {
     }
 }
 
-/// The client-certificate settings of a snapshot, by host.
+/// The client-certificate settings of a snapshot, by host: the shared
+/// 443's, and (on that table only) a table per HTTPS socket of the
+/// Gateways with their own address ([`ClientAuthTable::at`]).
 #[derive(Debug, Default)]
 pub struct ClientAuthTable {
     exact: HashMap<Box<str>, Arc<ClientAuth>>,
@@ -264,6 +275,20 @@ pub struct ClientAuthTable {
     /// A hostname-less HTTPS listener's routes without hostnames: every
     /// host no other entry names.
     any: Option<Arc<ClientAuth>>,
+    /// The sockets of Gateways with their own address.
+    own: OwnSockets,
+}
+
+/// The settings of each HTTPS socket of Gateways with their own address:
+/// that Gateway's listeners at that port, which no other socket sees, as
+/// their certificates and routes (`compile::gateway::table::OwnTables`).
+#[derive(Debug, Default)]
+struct OwnSockets {
+    /// Only sockets with a setting: the others ask no handshake.
+    by_socket: HashMap<SocketAddr, ClientAuthTable>,
+    /// Every address with a Gateway's own socket, with a setting or not:
+    /// a connection to one never falls back to the shared table.
+    addresses: HashSet<IpAddr>,
 }
 
 impl ClientAuthTable {
@@ -317,12 +342,40 @@ impl ClientAuthTable {
         self.any.as_ref()
     }
 
+    /// Sets the tables of the sockets of Gateways with their own address:
+    /// each socket with its Gateway's settings at that port (`None` or an
+    /// empty table: none there). The table of a socket never holds others.
+    pub fn set_own(
+        &mut self,
+        sockets: impl IntoIterator<Item = (SocketAddr, Option<ClientAuthTable>)>,
+    ) {
+        let mut own = OwnSockets::default();
+        for (socket, table) in sockets {
+            own.addresses.insert(socket.ip());
+            if let Some(table) = table.filter(|t| !t.is_empty()) {
+                own.by_socket.insert(socket, table);
+            }
+        }
+        self.own = own;
+    }
+
+    /// The table of connections to `local` (`None`: the shared
+    /// listeners'): a Gateway's own socket has its own (`None`: no
+    /// setting there), any other address the shared one.
+    pub fn at(&self, local: Option<SocketAddr>) -> Option<&ClientAuthTable> {
+        match local {
+            Some(l) if self.own.addresses.contains(&l.ip()) => self.own.by_socket.get(&l),
+            _ => Some(self),
+        }
+    }
+
     /// The setting of a handshake without SNI: the catch-all's.
     pub fn without_name(&self) -> Option<&Arc<ClientAuth>> {
         self.any.as_ref()
     }
 
-    /// Host patterns with a setting.
+    /// Host patterns with a setting (this table's; a Gateway's own
+    /// socket's are in its own, [`ClientAuthTable::at`]).
     pub fn len(&self) -> usize {
         self.exact.len() + self.wildcard.len() + usize::from(self.any.is_some())
     }
@@ -469,6 +522,47 @@ pub(crate) mod tests {
         assert!(Arc::ptr_eq(table.lookup("x.b.example").unwrap(), &any));
         assert!(Arc::ptr_eq(table.without_name().unwrap(), &any));
         assert_eq!(table.len(), 3);
+    }
+
+    #[test]
+    fn a_gateways_own_socket_has_its_own_table() {
+        let (a, b) = (ca_pem("a"), ca_pem("b"));
+        let host = HostPattern::parse("same.example").unwrap();
+        let mut table = ClientAuthTable::default();
+        let shared = auth(&a, "Gateway ns/shared port 443");
+        table.insert(Some(&host), shared.clone()).unwrap();
+        let mut own = ClientAuthTable::default();
+        let theirs = auth(&b, "Gateway ns/own port 8443");
+        // Another CA for the same host: no conflict, another socket.
+        own.insert(Some(&host), theirs.clone()).unwrap();
+        let socket = |s: &str| s.parse::<SocketAddr>().unwrap();
+        table.set_own([
+            (socket("127.0.78.2:8443"), Some(own)),
+            (socket("127.0.78.2:443"), Some(ClientAuthTable::default())),
+            (socket("127.0.78.3:443"), None),
+        ]);
+        let on = |local: Option<&str>| {
+            table
+                .at(local.map(socket))
+                .and_then(|t| t.lookup("same.example"))
+                .map(|a| a.source.clone())
+        };
+        assert_eq!(on(None).as_deref(), Some("Gateway ns/shared port 443"));
+        assert_eq!(
+            on(Some("127.0.0.1:443")).as_deref(),
+            Some("Gateway ns/shared port 443"),
+            "an address no Gateway owns: the shared table"
+        );
+        assert_eq!(
+            on(Some("127.0.78.2:8443")).as_deref(),
+            Some("Gateway ns/own port 8443")
+        );
+        // The Gateway's other socket, and another Gateway's without a
+        // setting: none, never the shared table's.
+        assert!(table.at(Some(socket("127.0.78.2:443"))).is_none());
+        assert!(table.at(Some(socket("127.0.78.3:443"))).is_none());
+        assert!(table.at(Some(socket("127.0.78.3:8443"))).is_none());
+        assert_eq!(table.len(), 1, "the shared table's own entries");
     }
 
     #[test]

@@ -238,7 +238,7 @@ pub fn compile_incremental(
         &mut client_auth,
     );
     let own_tables = gateway.take_own();
-    gateway.client_auth(&mut client_auth);
+    let own_client_auth = gateway.client_auth(&mut client_auth);
     let (mut gateway_table, mut gateway_report, gateway_parts) = gateway.finish(store, &mut certs);
     let mut ingress_reports = ingresses.reports;
     // After every Secret is in: a tenant's own certificate always wins.
@@ -266,13 +266,20 @@ pub fn compile_incremental(
         Some((compiled, report)) => {
             // The sockets the L4 plane bound for Gateways with their own
             // address, each with that Gateway's routes at its port.
-            let mut own_tables = own_tables;
-            let sockets = compiled.table.listeners.iter().filter_map(|(key, route)| {
-                let edge = route.edge.as_ref()?;
-                let table = own_tables.remove(&(edge.gateway.clone(), key.port));
-                Some((key.socket_addr(), table))
-            });
-            gateway_table.set_own(gateway::table::OwnTables::new(sockets.collect::<Vec<_>>()));
+            // Its client-certificate settings likewise, per socket.
+            let (mut own_tables, mut own_client_auth) = (own_tables, own_client_auth);
+            let mut sockets = Vec::new();
+            let mut auth_sockets = Vec::new();
+            for (key, route) in &compiled.table.listeners {
+                let Some(edge) = route.edge.as_ref() else {
+                    continue;
+                };
+                let at = (edge.gateway.clone(), key.port);
+                sockets.push((key.socket_addr(), own_tables.remove(&at)));
+                auth_sockets.push((key.socket_addr(), own_client_auth.remove(&at)));
+            }
+            gateway_table.set_own(gateway::table::OwnTables::new(sockets));
+            client_auth.set_own(auth_sockets);
             (Some(compiled), Some(report))
         }
         None => (None, None),

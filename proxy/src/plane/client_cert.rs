@@ -9,7 +9,10 @@
 //! answers such a ClientHello with that setting's configuration, built
 //! once per compiled setting and cached; every other handshake keeps the
 //! listener's shared configuration, and while no host has a setting the
-//! hook is not even asked.
+//! hook is not even asked. The settings are the socket's: the shared
+//! listeners use the shared table, a Gateway's own HTTPS socket its own
+//! (`ClientAuthTable::at`; its hook and callback know their socket, and
+//! [`check`] reads the connection's local address).
 //!
 //! Verification: the setting's verifier ([`EdgeVerifier`]) requests the
 //! certificate with the bundle's subjects as hints and checks the client's
@@ -34,6 +37,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
@@ -149,7 +153,12 @@ pub fn check(snapshot: &Snapshot, conn: &ConnInfo, authority: &str) -> Result<Pa
         return Ok(Vec::new());
     }
     let verified = facts(conn).and_then(|f| f.client.as_ref());
-    let wanted = snapshot.client_auth.lookup(authority);
+    // The setting of the socket the connection came in on: a Gateway's
+    // own address has its own (compile::client_auth).
+    let wanted = snapshot
+        .client_auth
+        .at(conn.local)
+        .and_then(|t| t.lookup(authority));
     let (setting, peer) = match (wanted, verified) {
         (None, None) => return Ok(Vec::new()),
         (Some(w), Some(p)) if w.verifies_as(&p.setting) => (w, p),
@@ -387,6 +396,10 @@ pub struct ClientAuthChooser {
     snapshots: SnapshotHandle,
     prepares: Arc<Prepares>,
     handshakes: IntCounterVec,
+    /// The listener's socket when it is one socket (a Gateway's own
+    /// address), whose settings it answers with: rustls does not tell the
+    /// hook where a connection came in. `None`: the shared listeners.
+    local: Option<SocketAddr>,
 }
 
 impl ClientAuthChooser {
@@ -399,7 +412,15 @@ impl ClientAuthChooser {
             snapshots,
             prepares,
             handshakes,
+            local: None,
         }
+    }
+
+    /// This hook for the listener of the socket `local` (`None`: the
+    /// shared listeners).
+    pub fn at(mut self, local: Option<SocketAddr>) -> ClientAuthChooser {
+        self.local = local;
+        self
     }
 
     /// The configuration of `setting`: the listener's (`base`) with the
@@ -456,7 +477,11 @@ impl std::fmt::Debug for ClientAuthChooser {
 
 impl pingora_core::listeners::tls::ConfigChooser for ClientAuthChooser {
     fn active(&self) -> bool {
-        !self.snapshots.load().client_auth.is_empty()
+        self.snapshots
+            .load()
+            .client_auth
+            .at(self.local)
+            .is_some_and(|t| !t.is_empty())
     }
 
     fn choose(
@@ -465,9 +490,10 @@ impl pingora_core::listeners::tls::ConfigChooser for ClientAuthChooser {
         base: &Arc<ServerConfig>,
     ) -> Option<Arc<ServerConfig>> {
         let snapshot = self.snapshots.load();
+        let table = snapshot.client_auth.at(self.local)?;
         let setting = match hello.server_name() {
-            Some(name) => snapshot.client_auth.lookup(name),
-            None => snapshot.client_auth.without_name(),
+            Some(name) => table.lookup(name),
+            None => table.without_name(),
         }?;
         match self.config(setting, base) {
             Ok(config) => Some(config),
@@ -514,6 +540,8 @@ pub struct TlsFactsCallback {
     snapshots: SnapshotHandle,
     prepares: Arc<Prepares>,
     handshakes: IntCounterVec,
+    /// The listener's socket, as [`ClientAuthChooser`]'s.
+    local: Option<SocketAddr>,
 }
 
 impl TlsFactsCallback {
@@ -526,7 +554,15 @@ impl TlsFactsCallback {
             snapshots,
             prepares,
             handshakes,
+            local: None,
         }
+    }
+
+    /// This callback for the listener of the socket `local` (`None`: the
+    /// shared listeners), whose settings the chooser asked with.
+    pub fn at(mut self, local: Option<SocketAddr>) -> TlsFactsCallback {
+        self.local = local;
+        self
     }
 
     /// The facts of a handshake that named `server_name` and presented
@@ -537,10 +573,11 @@ impl TlsFactsCallback {
         chain: Option<&[CertificateDer<'static>]>,
     ) -> TlsFacts {
         let snapshot = self.snapshots.load();
-        let setting = match server_name {
-            Some(name) => snapshot.client_auth.lookup(name),
-            None => snapshot.client_auth.without_name(),
-        };
+        let table = snapshot.client_auth.at(self.local);
+        let setting = table.and_then(|t| match server_name {
+            Some(name) => t.lookup(name),
+            None => t.without_name(),
+        });
         let client = setting.map(|setting| {
             let (verify, leaf) = match chain.and_then(|c| c.split_first()) {
                 None => (Verify::None, None),
@@ -1058,6 +1095,87 @@ pub(crate) mod tests {
             &chooser.config(&setting, &base).unwrap(),
             &first
         ));
+    }
+
+    /// A Gateway's own socket answers with its own settings: its
+    /// listener's hook asks, its callback verifies and a request there is
+    /// checked against them; the shared listeners and another own socket
+    /// ask nothing for the same name.
+    #[test]
+    fn an_own_socket_asks_its_own_setting_alone() {
+        use pingora_core::listeners::tls::ConfigChooser;
+        let ours = ca("ours");
+        let socket = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        let (own, other, shared) = (
+            socket("127.0.78.2:8443"),
+            socket("127.0.78.3:443"),
+            socket("127.0.0.1:443"),
+        );
+        let mut on_own = ClientAuthTable::default();
+        on_own
+            .insert(
+                Some(&HostPattern::parse("a.example").unwrap()),
+                Arc::new(setting(&ours, ClientAuthMode::Require)),
+            )
+            .unwrap();
+        let mut table = ClientAuthTable::default();
+        table.set_own([(own, Some(on_own)), (other, None)]);
+        let snapshots: SnapshotHandle = Arc::new(ArcSwap::from_pointee(Snapshot {
+            client_auth: table,
+            ..Snapshot::default()
+        }));
+        let handshakes = crate::plane::metrics::Metrics::new()
+            .unwrap()
+            .client_cert_handshakes
+            .clone();
+        let prepares = Arc::new(Prepares::default());
+        let chooser = |local| {
+            ClientAuthChooser::new(snapshots.clone(), prepares.clone(), handshakes.clone())
+                .at(local)
+        };
+        assert!(chooser(Some(own)).active());
+        assert!(
+            !chooser(None).active(),
+            "the shared listeners: no ClientHello read ahead"
+        );
+        assert!(!chooser(Some(other)).active());
+        let callback = |local| {
+            TlsFactsCallback::new(snapshots.clone(), prepares.clone(), handshakes.clone()).at(local)
+        };
+        let good = client("alice", &ours, true);
+        let chain = [good];
+        let verified = callback(Some(own)).facts(Some("a.example"), Some(&chain));
+        assert_eq!(verified.client.as_ref().unwrap().verify, Verify::Success);
+        assert!(
+            callback(None)
+                .facts(Some("a.example"), Some(&chain))
+                .client
+                .is_none()
+        );
+        let s = snapshots.load();
+        let request = |local, facts| {
+            check(
+                &s,
+                &ConnInfo {
+                    local: Some(local),
+                    ..conn(facts)
+                },
+                "a.example",
+            )
+            .map(|_| ())
+            .map_err(|a| a.status)
+        };
+        assert_eq!(request(own, verified), Ok(()));
+        let unasked = || callback(Some(own)).facts(Some("a.example"), None);
+        assert_eq!(request(own, unasked()), Err(400), "required there");
+        for elsewhere in [shared, other] {
+            let facts = callback(None).facts(Some("a.example"), None);
+            assert_eq!(request(elsewhere, facts), Ok(()), "{elsewhere}");
+        }
+        // A certificate checked on the own socket carries no request on
+        // another, where the name has no setting.
+        let carried = callback(Some(own)).facts(Some("a.example"), Some(&chain));
+        assert_eq!(request(shared, carried), Err(421));
     }
 
     #[test]

@@ -171,8 +171,10 @@ pub fn service(
     })
 }
 
-/// Builds the TLS settings of an HTTPS listener.
-pub type TlsBuilder = dyn Fn() -> Result<TlsSettings, ServeError> + Send + Sync;
+/// Builds the TLS settings of an HTTPS listener: of the shared ones
+/// (`None`) or of one socket of a Gateway with its own address, whose
+/// client-certificate settings are its own.
+pub type TlsBuilder = dyn Fn(Option<SocketAddr>) -> Result<TlsSettings, ServeError> + Send + Sync;
 
 /// The HTTP and HTTPS sockets of Gateways with their own address, which
 /// the L4 plane binds and closes (crate::plane::l4::manager): served by an
@@ -211,7 +213,7 @@ impl crate::plane::l4::manager::EdgeServe for OwnListeners {
             https: Some(listener),
         };
         let tls = || {
-            let mut settings = (self.tls)()?;
+            let mut settings = (self.tls)(Some(addr))?;
             if let Some(sni) = &self.sni {
                 settings.set_cert_resolver(Arc::new(sni.at(addr)));
             }

@@ -171,18 +171,29 @@ pub fn for_port(
 pub struct Frontends {
     /// By (Gateway, port): the setting, `None` for none or not served.
     by_port: HashMap<(NsName, i32), Option<Arc<ClientAuth>>>,
-    /// (host, setting) in binding order (routes oldest first); `None`:
-    /// every host (a hostname-less listener's routes without hostnames).
-    hosts: Vec<(Option<HostPattern>, Arc<ClientAuth>)>,
+    /// (socket, host, setting) in binding order (routes oldest first).
+    /// The socket: `None` the shared 443, else (Gateway, port) of a
+    /// Gateway with its own address. The host `None`: every host (a
+    /// hostname-less listener's routes without hostnames).
+    hosts: Vec<(Option<OwnSocket>, Option<HostPattern>, Arc<ClientAuth>)>,
 }
 
+/// A socket of a Gateway with its own address: the Gateway and the port.
+pub type OwnSocket = (NsName, u16);
+
+/// The tables of the HTTPS sockets of Gateways with their own address,
+/// by (Gateway, port), until the L4 plane tells their addresses.
+pub type OwnSettings = std::collections::BTreeMap<OwnSocket, ClientAuthTable>;
+
 impl Frontends {
-    /// Records that an HTTPS listener of `gateway` on `port` serves `host`.
+    /// Records that an HTTPS listener of `gateway` on `port` serves `host`
+    /// on the shared 443, or (`own`: the port of its socket) on the
+    /// Gateway's own address.
     pub fn bind(
         &mut self,
         store: &Store,
         (id, gateway, tenant): (&NsName, &Gateway, bool),
-        port: i32,
+        (port, own): (i32, Option<u16>),
         host: Option<&HostPattern>,
     ) {
         let setting = self
@@ -195,18 +206,28 @@ impl Frontends {
             })
             .clone();
         if let Some(setting) = setting {
-            self.hosts.push((host.cloned(), setting));
+            let socket = own.map(|port| (id.clone(), port));
+            self.hosts.push((socket, host.cloned(), setting));
         }
     }
 
-    /// Adds them to the snapshot's table; a host another object's setting
-    /// holds keeps that one (crate::compile::client_auth), which is logged.
-    pub fn add_to(&self, table: &mut ClientAuthTable) {
-        for (host, setting) in &self.hosts {
-            if let Err(e) = table.insert(host.as_ref(), setting.clone()) {
+    /// Adds the shared 443's to the snapshot's table and returns those of
+    /// each own socket; a host another object's setting holds on the same
+    /// socket keeps that one (crate::compile::client_auth), which is
+    /// logged. A Gateway with its own address never puts a setting on the
+    /// shared socket, nor meets another Gateway's on its own.
+    pub fn add_to(&self, table: &mut ClientAuthTable) -> OwnSettings {
+        let mut own = OwnSettings::new();
+        for (socket, host, setting) in &self.hosts {
+            let on = match socket {
+                None => &mut *table,
+                Some(socket) => own.entry(socket.clone()).or_default(),
+            };
+            if let Err(e) = on.insert(host.as_ref(), setting.clone()) {
                 tracing::warn!(source = %setting.source, "{e}");
             }
         }
+        own
     }
 }
 
@@ -446,6 +467,82 @@ mod tests {
         let (reason, refused) = super::for_port(&store, id, &gw, false, 443).unwrap_err();
         assert_eq!(reason, "InvalidCACertificateKind");
         assert!(refused.contains("not a ConfigMap or Secret"), "{refused}");
+    }
+
+    /// Gateways with their own address keep their validation on their
+    /// own sockets, per port (`perPort`): the same host is asked another
+    /// CA on each, and none on the shared 443 or on a Gateway's socket
+    /// without one.
+    #[test]
+    fn own_addresses_keep_their_validation_per_socket() {
+        use crate::compile::l4::{L4Config, L4Inputs};
+        let (a, b) = (ca_pem("CA A"), ca_pem("CA B"));
+        let config_map = |name: &str, pem: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: infra}}\ndata:\n  ca.crt: |\n{}",
+                indented(pem)
+            )
+        };
+        let https = |port: u16| {
+            format!(
+                "  - {{name: https-{port}, protocol: HTTPS, port: {port}, hostname: a.example, tls: {{certificateRefs: [{{name: tls}}]}}}}\n"
+            )
+        };
+        let gateway = |name: &str, address: Option<&str>, frontend: &str, ports: &[u16]| {
+            let addresses = address
+                .map(|a| format!("  addresses: [{{type: IPAddress, value: {a}}}]\n"))
+                .unwrap_or_default();
+            let listeners: String = ports.iter().map(|p| https(*p)).collect();
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: infra}}\nspec:\n  gatewayClassName: teapot\n{addresses}{frontend}  listeners:\n{listeners}"
+            )
+        };
+        let docs = vec![
+            config_map("ca-a", &a),
+            config_map("ca-b", &b),
+            tls_secret(),
+            gateway(
+                "one",
+                Some("127.0.77.2"),
+                "  tls:\n    frontend:\n      default:\n        validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca-a}]}\n      perPort:\n      - {port: 8443, tls: {validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca-b}]}}}\n",
+                &[443, 8443],
+            ),
+            gateway("two", Some("127.0.77.3"), "", &[443]),
+            gateway("shared", None, "", &[443]),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: infra}\nspec:\n  parentRefs: [{name: one}, {name: two}, {name: shared}]\n  hostnames: [a.example]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n".into(),
+        ];
+        let options = CompileOptions {
+            l4: Some(L4Inputs {
+                config: std::sync::Arc::new(L4Config {
+                    pools: vec!["default=127.0.77.0/29".parse().unwrap()],
+                    ..L4Config::default()
+                }),
+                previous: Default::default(),
+                runtime: Default::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(&docs, &options);
+        let socket = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert!(s.gateway.own().serves(socket("127.0.77.2:443").ip()));
+        let on = |local: Option<&str>| {
+            s.client_auth
+                .at(local.map(socket))
+                .and_then(|t| t.lookup("a.example"))
+                .cloned()
+        };
+        let default = on(Some("127.0.77.2:443")).expect("the default on 443");
+        assert_eq!(default.source, "Gateway infra/one port 443");
+        assert_eq!(default.mode, ClientAuthMode::AllowValidOnly);
+        let per_port = on(Some("127.0.77.2:8443")).expect("perPort on 8443");
+        assert_eq!(per_port.source, "Gateway infra/one port 8443");
+        assert!(!per_port.verifies_as(&default), "CA B, not CA A");
+        assert!(
+            on(Some("127.0.77.3:443")).is_none(),
+            "Gateway two asks none"
+        );
+        assert!(on(None).is_none(), "the shared 443 asks none");
+        assert!(s.client_auth.is_empty());
     }
 
     #[test]

@@ -420,10 +420,14 @@ impl<'s> GatewayCompile<'s> {
     }
 
     /// Adds the client-certificate settings of the hosts its HTTPS
-    /// listeners serve (after the Ingresses', as certificates: a host's
-    /// first setting keeps it, frontend.rs).
-    pub fn client_auth(&self, table: &mut crate::compile::client_auth::ClientAuthTable) {
-        self.frontends.add_to(table);
+    /// listeners on the shared 443 serve (after the Ingresses', as
+    /// certificates: a host's first setting keeps it, frontend.rs), and
+    /// returns those of each own socket of a Gateway with its own address.
+    pub fn client_auth(
+        &self,
+        table: &mut crate::compile::client_auth::ClientAuthTable,
+    ) -> frontend::OwnSettings {
+        self.frontends.add_to(table)
     }
 
     /// The HTTPS listeners of the shared socket, or (`own`: the port) of
@@ -767,7 +771,7 @@ impl<'s> GatewayCompile<'s> {
                     self.frontends.bind(
                         store,
                         (gateway.id, gateway.gateway, gateway_tenant),
-                        spec.port,
+                        (spec.port, gateway.own.then_some(gateway.classes[*i].port)),
                         host,
                     );
                 }
