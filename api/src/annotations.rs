@@ -555,6 +555,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "true: the backend's responses pass unchanged whatever custom-http-errors lists (teapot's own 502, 503 and 504 are still replaced).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/ssl-passthrough",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "true: TLS connections to 443 whose SNI is one of this Ingress's hosts are not terminated: the ClientHello and everything after it go as TCP to the backend of its path \"/\" (else its first path), which presents its own certificate. Other hosts on 443 are terminated as usual; plain HTTP to the host is served by its rules as before.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/use-regex",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,
@@ -1042,8 +1048,7 @@ pub fn injects_configuration(name: &str) -> bool {
 /// ingress-nginx annotations (after the prefix; `*` ends a pattern) that
 /// restrict who reaches an Ingress or how much: address lists, rate and
 /// bandwidth limits, authentication of every kind, a web application
-/// firewall, and TLS passthrough (the backend's own TLS, its check of
-/// client certificates included, which a terminating teapot would skip).
+/// firewall.
 const RESTRICTING: &[&str] = &[
     "whitelist-source-range",
     "allowlist-source-range",
@@ -1059,7 +1064,6 @@ const RESTRICTING: &[&str] = &[
     "enable-modsecurity",
     "enable-owasp-core-rules",
     "modsecurity-*",
-    "ssl-passthrough",
 ];
 
 /// ingress-nginx annotations teapot does not serve and whose absence
@@ -2092,7 +2096,6 @@ mod tests {
             "limit-rate",
             "global-rate-limit",
             "enable-modsecurity",
-            "ssl-passthrough",
             "whitelist-source-range",
             "denylist-source-range",
             "limit-rps",

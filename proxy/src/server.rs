@@ -471,7 +471,21 @@ pub async fn run(
             tls: tls.clone(),
             sni: sni.clone(),
         });
+    // TLS passthrough by SNI on the shared HTTPS listener only (a
+    // Gateway's own address serves no Ingress host); it relays through
+    // the L4 plane's loops once they run (below).
+    let adopter = Arc::new(std::sync::OnceLock::new());
+    let passthrough: pingora_core::listeners::PreTlsCallback =
+        Arc::new(crate::plane::passthrough::Passthrough::new(
+            snapshots.clone(),
+            first.slots(),
+            adopter.clone(),
+        ));
     apps.push(first);
+    let apps: Vec<_> = apps
+        .into_iter()
+        .map(|app| app.with_pre_tls(passthrough.clone()))
+        .collect();
     let services = crate::plane::serving::per_thread(listeners.http, listeners.https, threads)?
         .into_iter()
         .zip(apps)
@@ -545,6 +559,7 @@ pub async fn run(
 
     // After the first reload, so the first table is there to bind.
     let l4_service = l4.spawn(threads, Some(edge_serving))?;
+    let _ = adopter.set(l4_service.adopter());
 
     let mut acme_task = acme.map(|acme| {
         let recompile = reloader.recompile();

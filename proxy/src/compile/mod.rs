@@ -64,6 +64,7 @@ pub mod ingress;
 pub mod l4;
 pub mod listeners;
 pub mod parts;
+pub mod passthrough;
 pub mod policies;
 pub mod proxying;
 pub mod routes;
@@ -295,6 +296,7 @@ pub fn compile_incremental(
     let backends = resolver.report();
     *parts = resolver.into_parts(&inputs, &tenant_arcs, &options.lb_networks);
     let routes = ingresses.routes;
+    let passthrough = passthrough::compile(store, &routes, &mut ingress_reports);
     let report = StatusReport {
         generation,
         ingresses: ingress_reports,
@@ -322,6 +324,7 @@ pub fn compile_incremental(
         claims,
         acme: acme_hosts,
         l4,
+        passthrough,
         compile_time: started.elapsed(),
     }
 }

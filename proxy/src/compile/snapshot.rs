@@ -35,6 +35,9 @@ pub struct Snapshot {
     /// The L4 listener table and what each Service holds, for the loops to
     /// publish and remember; `None` when L4 is off.
     pub l4: Option<crate::compile::l4::L4Compiled>,
+    /// Hosts whose TLS the shared HTTPS listener passes through
+    /// (`ssl-passthrough`, crate::compile::passthrough).
+    pub passthrough: crate::compile::passthrough::PassthroughTable,
     pub compile_time: Duration,
 }
 

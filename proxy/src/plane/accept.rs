@@ -153,6 +153,10 @@ pub struct EdgeApp<A> {
     /// GOAWAY) instead of the listener's stop: a replica handing its
     /// addresses over drains its connections while it still accepts.
     drain: Option<ShutdownWatch>,
+    /// What looks at an HTTPS connection before its handshake (TLS
+    /// passthrough by SNI, crate::plane::passthrough): set on the shared
+    /// HTTPS listener's applications only.
+    pre_tls: Option<pingora_core::listeners::PreTlsCallback>,
 }
 
 // Every field is shared: a clone is the same application (the plain
@@ -168,6 +172,7 @@ impl<A> Clone for EdgeApp<A> {
             metrics: self.metrics.clone(),
             h2c: self.h2c,
             drain: self.drain.clone(),
+            pre_tls: self.pre_tls.clone(),
         }
     }
 }
@@ -196,6 +201,29 @@ impl<A> EdgeApp<A> {
             metrics,
             h2c,
             drain: None,
+            pre_tls: None,
+        }
+    }
+
+    /// Connections to this application's HTTPS listener meet `pre_tls`
+    /// before their handshake (crate::plane::serving sets it on the
+    /// listener).
+    pub fn with_pre_tls(mut self, pre_tls: pingora_core::listeners::PreTlsCallback) -> Self {
+        self.pre_tls = Some(pre_tls);
+        self
+    }
+
+    pub fn pre_tls(&self) -> Option<pingora_core::listeners::PreTlsCallback> {
+        self.pre_tls.clone()
+    }
+
+    /// Takes slots under this application's caps for connections served
+    /// beside it (TLS passthrough).
+    pub fn slots(&self) -> Slots {
+        Slots {
+            table: self.table.clone(),
+            config: self.config.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -232,7 +260,37 @@ impl<A> EdgeApp<A> {
             metrics: self.metrics.clone(),
             h2c: self.h2c,
             drain: self.drain.clone(),
+            pre_tls: None,
         }
+    }
+}
+
+/// The caps of an [`EdgeApp`] (the same table), for connections that
+/// another path serves: a passed-through TLS connection holds its slot
+/// while its ClientHello is read and for its whole life after.
+#[derive(Clone, Debug)]
+pub struct Slots {
+    table: Arc<ConnectionTable>,
+    config: EdgeConfig,
+    metrics: crate::plane::metrics::Metrics,
+}
+
+impl Slots {
+    /// A slot, or `None` (counted as [`EdgeApp`]'s own refusals are).
+    pub fn admit(&self, client: Option<IpAddr>) -> Option<ConnectionSlot> {
+        self.table
+            .admit(client, &self.config)
+            .map_err(|refusal| self.metrics.refused(refusal))
+            .ok()
+    }
+
+    /// The header-read deadline, which bounds a ClientHello's read too.
+    pub fn header_read_timeout(&self) -> std::time::Duration {
+        self.config.header_read_timeout
+    }
+
+    pub fn metrics(&self) -> &crate::plane::metrics::Metrics {
+        &self.metrics
     }
 }
 

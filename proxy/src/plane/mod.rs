@@ -59,6 +59,7 @@ pub mod l4;
 pub mod logflood;
 pub mod metrics;
 pub mod mirror;
+pub mod passthrough;
 pub mod pipeline;
 pub mod proxy;
 mod serve_error;

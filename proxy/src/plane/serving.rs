@@ -145,6 +145,11 @@ pub fn service(
     let https = match sockets.https {
         Some(l) => {
             let mut service = Service::new("teapot".to_string(), app.clone());
+            // TLS passthrough by SNI looks at a connection before its
+            // handshake (crate::plane::passthrough).
+            if let Some(pre_tls) = app.pre_tls() {
+                service.endpoints().set_pre_tls_callback(pre_tls);
+            }
             let mut fds = Fds::new();
             // Pingora adopts a socket by its address string; it must be
             // non-blocking for tokio.

@@ -109,6 +109,11 @@ impl L4Service {
         })
     }
 
+    /// What hands connections accepted elsewhere to this plane's loops.
+    pub fn adopter(&self) -> super::tcp::Adopter {
+        super::tcp::Adopter::new(self.loops.clone(), self.ctx.clone())
+    }
+
     /// Connections and flows alive.
     pub fn active(&self) -> usize {
         self.ctx.active.load(Ordering::Relaxed)

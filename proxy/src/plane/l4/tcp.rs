@@ -64,6 +64,10 @@ const REFUSALS_PER_TURN: usize = 64;
 /// A connection whose listener has closed.
 const NO_LISTENER: usize = usize::MAX;
 
+/// A connection another listener accepted and handed over
+/// ([`Loops::adopt`]): no listener of the loop counts it or drains it.
+const ADOPTED: usize = usize::MAX - 1;
+
 /// A listener the loops serve. Not its key: a Service removed and added
 /// again binds a new listener on the same key while the old one's close is
 /// still on its way, and the close must not reach the new one.
@@ -84,14 +88,81 @@ pub(super) enum Command {
     Route { id: ListenerId, route: Arc<Route> },
     /// Stop accepting; the listener's connections drain.
     Close { id: ListenerId },
+    /// Relay a connection the shared HTTPS listener accepted and read
+    /// the ClientHello of (crate::plane::passthrough): `hello` goes to the
+    /// backend first; `held` (its slots under the edge's caps) lives as
+    /// long as the connection.
+    Adopt(Box<Adopted>),
     /// End every connection now and stop.
     Kill,
+}
+
+/// A connection handed to the loops by [`Loops::adopt`].
+pub struct Adopted {
+    pub socket: std::net::TcpStream,
+    pub peer: SocketAddr,
+    pub route: Arc<Route>,
+    pub hello: Vec<u8>,
+    pub held: Box<dyn Send>,
+}
+
+/// Hands connections accepted elsewhere to the loops: TLS passthrough on
+/// the shared HTTPS listener (crate::plane::passthrough), relayed as the
+/// L4 plane relays its own (connect retries, half-closes, idle timeout,
+/// metrics, log lines, the shutdown's drain).
+#[derive(Clone)]
+pub struct Adopter {
+    loops: Arc<Loops>,
+    ctx: Arc<Context>,
+}
+
+impl std::fmt::Debug for Adopter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adopter").finish_non_exhaustive()
+    }
+}
+
+impl Adopter {
+    pub(super) fn new(loops: Arc<Loops>, ctx: Arc<Context>) -> Adopter {
+        Adopter { loops, ctx }
+    }
+
+    pub fn adopt(&self, adopted: Adopted) {
+        self.loops.adopt(adopted);
+    }
+
+    /// A route to `upstream`, named for `service`, with the plane's
+    /// options: its idle timeout; no PROXY header (ingress-nginx sends
+    /// none to a passthrough backend) and no source ranges.
+    pub fn route(
+        &self,
+        service: teapot_model::store::NsName,
+        upstream: Arc<Upstream>,
+    ) -> Arc<Route> {
+        Arc::new(Route {
+            service,
+            port_name: String::new(),
+            upstream,
+            sni: None,
+            refusals: None,
+            options: crate::compile::l4::table::RouteOptions {
+                source_ranges: None,
+                proxy_protocol: false,
+                tcp_idle_timeout: self.ctx.config.tcp_idle_timeout,
+                udp_idle_timeout: self.ctx.config.udp_idle_timeout,
+                health: Default::default(),
+            },
+            edge: None,
+        })
+    }
 }
 
 /// The event-loop threads of the TCP data path.
 pub(super) struct Loops {
     loops: Vec<Handle>,
     next_id: std::sync::atomic::AtomicU64,
+    /// The loop the next adopted connection goes to.
+    next_adopt: std::sync::atomic::AtomicUsize,
 }
 
 struct Handle {
@@ -128,6 +199,7 @@ impl Loops {
         Ok(Loops {
             loops,
             next_id: std::sync::atomic::AtomicU64::new(0),
+            next_adopt: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -156,6 +228,16 @@ impl Loops {
             });
         }
         id
+    }
+
+    /// Relays a connection accepted elsewhere, on the loops in turn.
+    pub fn adopt(&self, adopted: Adopted) {
+        let n = self
+            .next_adopt
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(handle) = self.loops.get(n % self.loops.len().max(1)) {
+            handle.send(Command::Adopt(Box::new(adopted)));
+        }
     }
 
     pub fn route(&self, id: ListenerId, route: &Arc<Route>) {
@@ -341,6 +423,8 @@ struct Conn {
     /// The deadline of the timer entry that counts for it.
     armed: Option<Instant>,
     _active: ActiveGuard,
+    /// What an adopted connection holds elsewhere while it lives.
+    _held: Option<Box<dyn Send>>,
 }
 
 impl Conn {
@@ -521,6 +605,19 @@ impl EventLoop {
                 } => self.listen(id, key, socket, route),
                 Command::Route { id, route } => self.route(id, route),
                 Command::Close { id } => self.close(id),
+                Command::Adopt(a) => {
+                    let Adopted {
+                        socket,
+                        peer,
+                        route,
+                        hello,
+                        held,
+                    } = *a;
+                    let _ = socket.set_nonblocking(true);
+                    let series = ServiceSeries::of(&route, &self.ctx.metrics);
+                    let client = TcpStream::from_std(socket);
+                    self.start(ADOPTED, client, peer, route, series, Some((hello, held)));
+                }
                 Command::Kill => {
                     self.kill_all();
                     return false;
@@ -701,7 +798,7 @@ impl EventLoop {
             l.open += 1;
             let route = l.route.clone();
             let series = l.series.clone();
-            self.start(slot, client, peer, route, series);
+            self.start(slot, client, peer, route, series, None);
         }
         // One series lookup per batch, not per refused client.
         if refused > 0
@@ -722,6 +819,7 @@ impl EventLoop {
         peer: SocketAddr,
         route: Arc<Route>,
         series: Arc<ServiceSeries>,
+        adopted: Option<(Vec<u8>, Box<dyn Send>)>,
     ) {
         let metrics = &self.ctx.metrics;
         metrics.tcp_connections_total.inc();
@@ -739,7 +837,11 @@ impl EventLoop {
         );
         let line = Line::new(&self.ctx, &series.label, peer);
         self.next_id += 1;
-        let hello = route.sni.is_some();
+        let (hello, held) = match adopted {
+            Some((bytes, held)) => (Some(bytes), Some(held)),
+            None => (None, None),
+        };
+        let read_hello = route.sni.is_some() && hello.is_none();
         entry.insert(Conn {
             id: self.next_id,
             listener,
@@ -758,12 +860,13 @@ impl EventLoop {
             drain_by: None,
             armed: None,
             _active: ActiveGuard::new(&self.ctx),
+            _held: held,
         });
         if let Err(e) = registered {
             self.end(slot, End::Aborted(CLIENT, e));
             return;
         }
-        if hello {
+        if read_hello {
             // TLS passthrough: the backends are chosen by the ClientHello's
             // server name, read (not answered) before anything connects.
             self.arm(slot);
@@ -772,7 +875,7 @@ impl EventLoop {
         let conn = &self.conns[slot];
         let upstream = conn.route.upstream.clone();
         let refusals = conn.route.refusals.clone();
-        self.choose(slot, upstream, refusals, Vec::new());
+        self.choose(slot, upstream, refusals, hello.unwrap_or_default());
     }
 
     /// The upstream is known: a refused share ends here, the rest connects.

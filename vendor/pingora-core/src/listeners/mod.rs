@@ -156,6 +156,22 @@ pub trait PreTlsProcess: Send + Sync {
     ///
     /// If this method returns an error, the connection will be dropped.
     async fn process(&self, stream: &mut L4Stream) -> Result<()>;
+
+    /// teapot: whether this callback looks at connections now. When false,
+    /// neither [`Self::process`] nor [`Self::take`] runs and the handshake
+    /// starts at once, nothing awaited.
+    fn wants(&self) -> bool {
+        true
+    }
+
+    /// teapot: the connection before its handshake, after
+    /// [`Self::process`]. `None` when the callback has taken it (served
+    /// elsewhere, not terminated here); otherwise it goes on to the
+    /// handshake, with whatever the callback read put back
+    /// ([`L4Stream::rewind`]).
+    async fn take(&self, stream: L4Stream) -> Option<L4Stream> {
+        Some(stream)
+    }
 }
 
 /// Type alias for a boxed pre-TLS processor.
@@ -313,18 +329,25 @@ pub(crate) struct UninitializedStream {
 }
 
 impl UninitializedStream {
-    pub async fn handshake(mut self) -> Result<Stream> {
+    /// The stream, or `None` when a pre-TLS callback took the connection
+    /// (teapot).
+    pub async fn handshake(mut self) -> Result<Option<Stream>> {
         self.l4.set_buffer(self.l4_buffer);
         if let Some(tls) = self.tls {
+            let mut l4 = self.l4;
             // Process pre-TLS data if a callback is configured (e.g., PROXY protocol)
-            if let Some(ref callback) = self.pre_tls_callback {
-                callback.process(&mut self.l4).await?;
+            if let Some(callback) = self.pre_tls_callback.as_ref().filter(|c| c.wants()) {
+                callback.process(&mut l4).await?;
+                match callback.take(l4).await {
+                    Some(back) => l4 = back,
+                    None => return Ok(None),
+                }
             }
 
-            let tls_stream = tls.tls_handshake(self.l4).await?;
-            Ok(Box::new(tls_stream))
+            let tls_stream = tls.tls_handshake(l4).await?;
+            Ok(Some(Box::new(tls_stream)))
         } else {
-            Ok(Box::new(self.l4))
+            Ok(Some(Box::new(self.l4)))
         }
     }
 
@@ -558,7 +581,7 @@ mod test {
             tokio::spawn(async move {
                 // just try to accept once
                 let stream = listener.accept().await.unwrap();
-                stream.handshake().await.unwrap();
+                stream.handshake().await.unwrap().unwrap();
             });
         }
 
@@ -590,7 +613,7 @@ mod test {
         let addr = listener.l4.local_addr().unwrap();
 
         let server = tokio::spawn(async move {
-            let mut stream = listener.accept().await.unwrap().handshake().await.unwrap();
+            let mut stream = listener.accept().await.unwrap().handshake().await.unwrap().unwrap();
             let mut request = [0; 4];
             stream.read_exact(&mut request).await.unwrap();
             assert_eq!(&request, b"ping");
@@ -693,7 +716,7 @@ mod test {
         tokio::spawn(async move {
             // just try to accept once
             let stream = listener.accept().await.unwrap();
-            let mut stream = stream.handshake().await.unwrap();
+            let mut stream = stream.handshake().await.unwrap().unwrap();
             let mut buf = [0; 1024];
             let _ = stream.read(&mut buf).await.unwrap();
             stream
@@ -751,7 +774,7 @@ mod test {
             let mut responses = Vec::with_capacity(REQUESTS);
             for stream in streams {
                 responses.push(tokio::spawn(async move {
-                    let mut stream = stream.handshake().await.unwrap();
+                    let mut stream = stream.handshake().await.unwrap().unwrap();
                     let mut buf = [0; 1024];
                     let _ = stream.read(&mut buf).await.unwrap();
                     stream

@@ -241,7 +241,9 @@ impl<A: ServerApp + Send + Sync + 'static> Service<A> {
                         match handshake.await {
                             Ok(handshake) => {
                                 match handshake {
-                                    Ok(io) => Self::handle_event(io, app, shutdown).await,
+                                    Ok(Some(io)) => Self::handle_event(io, app, shutdown).await,
+                                    // Taken before its handshake (teapot).
+                                    Ok(None) => {}
                                     Err(e) => {
                                         // TODO: Maybe IOApp trait needs a fn to handle/filter out this error
                                         if let Some(addr) = peer_addr {

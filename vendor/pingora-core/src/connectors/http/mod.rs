@@ -425,7 +425,7 @@ mod tests {
                     Ok(stream) => stream,
                     Err(_) => break, // Exit if listener is closed
                 };
-                let mut stream = stream.handshake().await.unwrap();
+                let mut stream = stream.handshake().await.unwrap().unwrap();
 
                 let _ = stream.write_all(b"CUSTOM").await; // Ignore write errors
             }

@@ -739,6 +739,17 @@ impl AsRawFd for Stream {
     }
 }
 
+/// teapot: the socket itself, so a caller can take the connection on
+/// (`try_clone_to_owned`) where Pingora does not serve it.
+#[cfg(unix)]
+impl std::os::fd::AsFd for Stream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor is the stream's own and stays open while
+        // the stream, which this borrow cannot outlive, exists.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
 #[cfg(windows)]
 impl AsRawSocket for Stream {
     fn as_raw_socket(&self) -> std::os::windows::io::RawSocket {

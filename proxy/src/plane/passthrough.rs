@@ -1,0 +1,265 @@
+//! TLS passthrough on the shared HTTPS listener (ingress-nginx
+//! `ssl-passthrough`): a connection whose ClientHello names a
+//! passed-through host (crate::compile::passthrough) is not terminated;
+//! the ClientHello and everything after it are relayed as TCP to the
+//! host's backend by the L4 plane's loops (crate::plane::l4::tcp). Every
+//! other connection is terminated as before, the bytes read to decide put
+//! back in front of its handshake.
+//!
+//! The listener calls [`Passthrough`] before each handshake
+//! (`PreTlsProcess`, vendor/pingora-core). While no host is passed
+//! through it reads nothing: the handshake starts at once, as it always
+//! has. Otherwise a connection is held, while its ClientHello is read,
+//! under the edge's connection caps (total, per client address, pace) and
+//! the header-read deadline (the bound an HTTP/1 head gets), and at most
+//! [`MAX_READ`] bytes are read; a passed-through connection keeps its slot
+//! and one of its tenant's connection slots (`spec.limits.maxConnections`,
+//! as an upgraded WebSocket does) for its whole life.
+
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use pingora_core::listeners::PreTlsProcess;
+use pingora_core::protocols::GetSocketDigest;
+use pingora_core::protocols::l4::stream::Stream as L4Stream;
+use tokio::io::AsyncReadExt;
+
+use crate::compile::snapshot::SnapshotHandle;
+use crate::plane::accept::Slots;
+use crate::plane::edge::Refusal;
+use crate::plane::l4::sni::{Hello, MAX_READ, server_name};
+use crate::plane::l4::tcp::{Adopted, Adopter};
+
+/// What the shared HTTPS listener asks before each handshake.
+pub struct Passthrough {
+    snapshots: SnapshotHandle,
+    slots: Slots,
+    /// The L4 plane's loops, set once they run (they start after the
+    /// serving threads); until then every connection is terminated.
+    adopter: Arc<OnceLock<Adopter>>,
+}
+
+impl std::fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Passthrough").finish_non_exhaustive()
+    }
+}
+
+/// What a connection's first bytes decided.
+#[derive(Debug, PartialEq, Eq)]
+enum Read {
+    /// A whole ClientHello, and the server name it carries.
+    Hello(Option<String>),
+    /// Not a ClientHello teapot can read within the bound: the handshake
+    /// answers it, as without passthrough.
+    NotHello,
+}
+
+impl Passthrough {
+    pub fn new(snapshots: SnapshotHandle, slots: Slots, adopter: Arc<OnceLock<Adopter>>) -> Self {
+        Passthrough {
+            snapshots,
+            slots,
+            adopter,
+        }
+    }
+
+    /// Reads until the first bytes decide; they stay in `bytes`.
+    async fn read_hello(stream: &mut L4Stream, bytes: &mut Vec<u8>) -> std::io::Result<Read> {
+        let mut buf = [0u8; 2048];
+        loop {
+            match server_name(bytes) {
+                Hello::Complete(name) => return Ok(Read::Hello(name)),
+                Hello::Invalid(_) => return Ok(Read::NotHello),
+                Hello::Incomplete if bytes.len() >= MAX_READ => return Ok(Read::NotHello),
+                Hello::Incomplete => {}
+            }
+            let room = (MAX_READ - bytes.len()).min(buf.len());
+            let n = stream.read(&mut buf[..room]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            bytes.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// Relays the connection to `host`'s backend; `None` when it is
+    /// taken (relayed, or closed at a cap), else the stream back.
+    fn pass(
+        &self,
+        stream: L4Stream,
+        host: &crate::compile::passthrough::PassHost,
+        bytes: Vec<u8>,
+        slot: crate::plane::accept::ConnectionSlot,
+    ) -> Option<L4Stream> {
+        let adopter = self.adopter.get()?;
+        let peer = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied())?;
+        let permit = match host.tenant.as_ref().map(|gate| gate.enter()).transpose() {
+            Ok(permit) => permit,
+            Err(over) => {
+                self.slots.metrics().refused(Refusal::from(over));
+                tracing::debug!(ingress = %host.ingress, client = %peer,
+                    "TLS passthrough: the tenant's connections are at their cap; closed");
+                return None;
+            }
+        };
+        // The connection goes on in the socket itself; Pingora's stream
+        // (its descriptor, nothing buffered: the listener reads unbuffered)
+        // closes without touching it.
+        let socket = match stream.as_fd().try_clone_to_owned() {
+            Ok(fd) => std::net::TcpStream::from(fd),
+            Err(e) => {
+                tracing::warn!(error = %e, "TLS passthrough: the socket could not be taken; closed");
+                return None;
+            }
+        };
+        drop(stream);
+        adopter.adopt(Adopted {
+            socket,
+            peer,
+            route: adopter.route(host.service.clone(), host.upstream.clone()),
+            hello: bytes,
+            held: Box::new((slot, permit)),
+        });
+        None
+    }
+}
+
+fn client_ip(stream: &L4Stream) -> Option<IpAddr> {
+    stream
+        .get_socket_digest()
+        .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
+}
+
+#[async_trait]
+impl PreTlsProcess for Passthrough {
+    async fn process(&self, _stream: &mut L4Stream) -> pingora_core::Result<()> {
+        Ok(())
+    }
+
+    /// Only while some host is passed through: otherwise the handshake
+    /// starts at once, nothing read.
+    fn wants(&self) -> bool {
+        !self.snapshots.load().passthrough.is_empty()
+    }
+
+    async fn take(&self, mut stream: L4Stream) -> Option<L4Stream> {
+        // Counted while its ClientHello is read: a slow one holds a slot
+        // no longer than the deadline. Refused at a cap: closed, as the
+        // edge closes any connection it has no slot for.
+        let slot = self.slots.admit(client_ip(&stream))?;
+        let mut bytes = Vec::new();
+        let deadline = tokio::time::Instant::now() + self.slots.header_read_timeout();
+        let read =
+            tokio::time::timeout_at(deadline, Self::read_hello(&mut stream, &mut bytes)).await;
+        let name = match read {
+            Ok(Ok(Read::Hello(name))) => name,
+            Ok(Ok(Read::NotHello)) => None,
+            Ok(Err(_)) => return None,
+            Err(_) => {
+                self.slots.metrics().refused(Refusal::HeaderTimeout);
+                return None;
+            }
+        };
+        let snapshot = self.snapshots.load();
+        if let Some(host) = name.as_deref().and_then(|n| snapshot.passthrough.lookup(n)) {
+            let host = host.clone();
+            drop(snapshot);
+            return self.pass(stream, &host, bytes, slot);
+        }
+        // Terminated as before: the handshake reads the bytes again, and
+        // takes its own slot once it is done.
+        drop(slot);
+        stream.rewind(&bytes);
+        Some(stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ClientHello naming `name` (rustls's own), as a client sends it.
+    fn client_hello(name: &str) -> Vec<u8> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let mut conn = rustls::ClientConnection::new(
+            Arc::new(config),
+            rustls::pki_types::ServerName::try_from(name.to_string()).unwrap(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        conn.write_tls(&mut out).unwrap();
+        out
+    }
+
+    async fn pair() -> (tokio::net::TcpStream, L4Stream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, L4Stream::from(server))
+    }
+
+    /// The read decides as soon as the ClientHello is whole, however it is
+    /// split, and keeps every byte it read.
+    #[tokio::test]
+    async fn a_hello_in_pieces_is_read_whole() {
+        use tokio::io::AsyncWriteExt;
+        let hello = client_hello("pass.example");
+        let (mut client, mut server) = pair().await;
+        let sent = hello.clone();
+        let writer = tokio::spawn(async move {
+            for chunk in sent.chunks(7) {
+                client.write_all(chunk).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            client
+        });
+        let mut bytes = Vec::new();
+        let read = Passthrough::read_hello(&mut server, &mut bytes)
+            .await
+            .unwrap();
+        assert_eq!(read, Read::Hello(Some("pass.example".into())));
+        assert_eq!(bytes, hello);
+        drop(writer.await.unwrap());
+    }
+
+    /// Bytes that are not a ClientHello decide at once (the handshake
+    /// answers them); an endless record stops at the read bound.
+    #[tokio::test]
+    async fn what_is_not_a_hello_is_handed_on_within_the_bound() {
+        use tokio::io::AsyncWriteExt;
+        let (mut client, mut server) = pair().await;
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut bytes = Vec::new();
+        let read = Passthrough::read_hello(&mut server, &mut bytes)
+            .await
+            .unwrap();
+        assert_eq!(read, Read::NotHello);
+
+        let (mut client, mut server) = pair().await;
+        // A handshake record announcing the largest length, then filler.
+        let mut flood = vec![0x16, 0x03, 0x01, 0xff, 0xff, 0x01, 0x00, 0xff, 0xfb];
+        flood.resize(MAX_READ * 2, 0);
+        let writer = tokio::spawn(async move {
+            let _ = client.write_all(&flood).await;
+            client
+        });
+        let mut bytes = Vec::new();
+        let read = Passthrough::read_hello(&mut server, &mut bytes)
+            .await
+            .unwrap();
+        assert_eq!(read, Read::NotHello);
+        assert!(bytes.len() <= MAX_READ, "{}", bytes.len());
+        drop(server);
+        drop(writer.await.unwrap());
+    }
+}
