@@ -29,7 +29,8 @@ pub struct Live {
     pub ingresses: BTreeSet<String>,
     pub services: BTreeSet<String>,
     pub secrets: BTreeSet<String>,
-    /// ConfigMaps (`ca.crt`) of BackendTLSPolicies.
+    /// ConfigMaps (`ca.crt`) of BackendTLSPolicies, and those of Ingresses'
+    /// `custom-headers`.
     pub config_maps: BTreeSet<String>,
     /// Gateway API copies, as `(kind, name)`.
     pub gateway_api: BTreeSet<(&'static str, String)>,
@@ -60,6 +61,10 @@ impl Live {
             }
             for (ns, s) in mirror::referenced_secrets(ing) {
                 live.secrets.insert(mirror::mirrored_secret_name(&ns, &s));
+            }
+            for (ns, c) in crate::headers_mirror::referenced_config_maps(ing) {
+                live.config_maps
+                    .insert(crate::headers_mirror::mirrored_name(&ns, &c));
             }
         }
         live
@@ -92,14 +97,15 @@ pub async fn collect(ctx: &Context) -> Result<usize, Error> {
     let lb_slices = Api::<EndpointSlice>::namespaced(ctx.lb.clone(), ns)
         .list(&slices_sel)
         .await?;
-    let (lb_gateway_api, lb_config_maps) = if ctx.config.gateway_api_on() {
-        let config_maps = Api::<ConfigMap>::namespaced(ctx.lb.clone(), ns)
-            .list(&ours)
-            .await?
-            .items;
-        (lb_copy_names(ctx).await?, config_maps)
+    // ConfigMaps: BackendTLSPolicies' and custom-headers' copies.
+    let lb_config_maps = Api::<ConfigMap>::namespaced(ctx.lb.clone(), ns)
+        .list(&ours)
+        .await?
+        .items;
+    let lb_gateway_api = if ctx.config.gateway_api_on() {
+        lb_copy_names(ctx).await?
     } else {
-        (Vec::new(), Vec::new())
+        Vec::new()
     };
     let tenant = Api::<Ingress>::all(ctx.tenant.clone())
         .list(&ListParams::default())

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
@@ -56,6 +56,16 @@ async fn apply(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
         match secrets.get_opt(&name).await? {
             None => problems.push(format!("Secret {ns}/{name} not found")),
             Some(secret) => match mirror::lb_ingress_secret(ingress, &secret, lb_ns) {
+                Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
+                Err(e) => problems.push(e.to_string()),
+            },
+        }
+    }
+    for (ns, name) in crate::headers_mirror::referenced_config_maps(ingress) {
+        let config_maps: Api<ConfigMap> = Api::namespaced(ctx.tenant.clone(), &ns);
+        match config_maps.get_opt(&name).await? {
+            None => problems.push(format!("ConfigMap {ns}/{name} (custom-headers) not found")),
+            Some(c) => match crate::headers_mirror::lb_config_map(&c, lb_ns) {
                 Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
                 Err(e) => problems.push(e.to_string()),
             },

@@ -31,6 +31,7 @@ pub mod class;
 pub mod gateway;
 pub mod gateway_mirror;
 pub mod gc;
+pub mod headers_mirror;
 pub mod ingress;
 pub mod mirror;
 pub mod nginx_refs;
@@ -43,7 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -420,6 +421,7 @@ async fn lead(
     .touched_objects();
     let (services_store, secrets_store, ca_secrets_store) =
         (store.clone(), store.clone(), store.clone());
+    let config_maps_store = store.clone();
     let resync = config.resync;
     let ticks = |ctx: Arc<Context>| {
         futures::stream::unfold((), move |()| async move {
@@ -467,6 +469,20 @@ async fn lead(
                     s.namespace(),
                     s.name_any(),
                     mirror::referenced_secrets,
+                )
+            },
+        )
+        // custom-headers' ConfigMaps: a change reconciles the Ingresses
+        // naming one, which copy it again (crate::headers_mirror).
+        .watches(
+            Api::<ConfigMap>::all(config.tenant.clone()),
+            watcher::Config::default(),
+            move |c: ConfigMap| {
+                referencing(
+                    &config_maps_store,
+                    c.namespace(),
+                    c.name_any(),
+                    headers_mirror::referenced_config_maps,
                 )
             },
         )

@@ -123,6 +123,10 @@ pub fn travelling(
                     None => value.clone(),
                 },
                 DEFAULT_BACKEND => mirrored_service_name(namespace, value.trim()),
+                crate::headers_mirror::ANNOTATION_NAME => {
+                    crate::headers_mirror::travelling_value(namespace, lb_namespace, annotations)
+                        .unwrap_or_else(|| value.clone())
+                }
                 // The agent writes an auth-map's users as htpasswd lines.
                 AUTH_SECRET_TYPE if basic_auth_secret(namespace, annotations).is_some() => {
                     "auth-file".to_string()
