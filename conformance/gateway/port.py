@@ -196,6 +196,147 @@ class RouteHostnames:
         self.routes = routes
 
 
+class Fetched:
+    """An object the test read with `Client.Get(ctx, nn, obj)`: its kind
+    (from `obj := &pkg.Kind{}`) and the name it was read by. Its fields are
+    known only at run time; a field read from it is a FieldRef."""
+
+    def __init__(self, kind, nn, text):
+        self.kind = kind
+        self.nn = nn
+        self.text = text
+
+
+class FieldRef:
+    """A field of a Fetched object (`sharedCM.Data["ca.crt"]`,
+    `policy.Spec.Validation.CACertificateRefs`): written into a step as
+    `{"FromObject": {Kind, Namespace, Name, Path}}`, the runner reading it
+    from the object as the test's manifests held it before its first step."""
+
+    def __init__(self, fetched, path, text):
+        self.fetched = fetched
+        self.path = path
+        self.text = text
+
+    def json(self):
+        return {"FromObject": {
+            "Kind": self.fetched.kind, "Namespace": self.fetched.nn.get("Namespace", ""),
+            "Name": self.fetched.nn.get("Name", ""), "Path": self.path,
+        }}
+
+
+class Mutation:
+    """`mutate := original.DeepCopy()` of a Fetched object, with the field
+    assignments read since (JSON Patch operations, RFC 6902), or the reason
+    one could not be read; `Client.Patch(ctx, mutate, client.MergeFrom(original))`
+    makes it a step."""
+
+    def __init__(self, fetched, text):
+        self.fetched = fetched
+        self.text = text
+        self.ops = []
+        self.problem = None
+
+
+class KubeObject:
+    """A Kubernetes object the test writes as a Go literal
+    (`&v1alpha2.TCPRoute{ObjectMeta: ..., Spec: ...}`): as its JSON."""
+
+    def __init__(self, value, text):
+        self.value = value
+        self.text = text
+
+    @property
+    def kind(self):
+        return self.value["kind"]
+
+    @property
+    def nn(self):
+        meta = self.value.get("metadata", {})
+        return {"Name": meta.get("name", ""), "Namespace": meta.get("namespace", "")}
+
+
+class KeepWhere:
+    """The list a loop builds from a Mutation's list, keeping the elements
+    whose field has a value (`for _, l := range mutate.Spec.Listeners { if
+    l.Name == "http" { kept = append(kept, l) } }`); assigned back to the
+    same field, the patch operation `{"op": "keep", "path", "where"}`."""
+
+    def __init__(self, mutation, pointer, where, text):
+        self.mutation = mutation
+        self.pointer = pointer
+        self.where = where
+        self.text = text
+
+
+# Values the reader keeps but which are not plain data: in a case or a
+# check they are run-time values.
+RUNTIME_VALUES = (Fetched, FieldRef, Mutation, KubeObject, KeepWhere)
+# A field holding an embedded struct (`CommonRouteSpec:
+# gatewayv1.CommonRouteSpec{...}`) is read under this prefix: Kubernetes'
+# JSON inlines it.
+INLINE = "\0inline:"
+
+
+def json_field_name(go):
+    """The JSON name of a Go field of the Kubernetes and Gateway APIs
+    (`CACertificateRefs` -> `caCertificateRefs`, `TLS` -> `tls`)."""
+    run = re.match(r"[A-Z0-9]*", go).group(0)
+    if len(run) == len(go):
+        return go.lower()
+    if len(run) <= 1:
+        return go[:1].lower() + go[1:]
+    return run[:-1].lower() + go[len(run) - 1:]
+
+
+def api_version(path):
+    """`apiVersion` of a kind in the Go package `path`
+    (`sigs.k8s.io/gateway-api/apis/v1alpha2`, `k8s.io/api/core/v1`)."""
+    if path.startswith(GATEWAY_API_PACKAGES):
+        return "gateway.networking.k8s.io/" + path[len(GATEWAY_API_PACKAGES):]
+    m = re.fullmatch(r"k8s\.io/api/([a-z0-9]+)/(v[a-z0-9]+)", path)
+    if not m:
+        return None
+    group, version = m.groups()
+    if group == "core":
+        return version
+    return f"{group}/{version}" if group in ("apps", "batch", "policy") else f"{group}.k8s.io/{version}"
+
+
+def kube_json(value, where=""):
+    """A Go value of the Kubernetes or Gateway API types as its JSON:
+    field names by json_field_name, `ObjectMeta` as `metadata`, embedded
+    structs inlined, nil pointers left out. Raises GoError at a run-time
+    value."""
+    if isinstance(value, FieldRef):
+        return value.json()
+    if isinstance(value, KubeObject):
+        return value.value
+    if isinstance(value, (Unresolved, Fetched, Mutation)):
+        raise GoError(f"{where or 'the value'}: {value.text} is computed at run time")
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if v is None:
+                continue
+            if k.startswith(INLINE):
+                inner = kube_json(v, where)
+                if not isinstance(inner, dict):
+                    raise GoError(f"{where}: embedded {k[len(INLINE):]} is not a struct")
+                out.update(inner)
+            elif k == "ObjectMeta":
+                out["metadata"] = kube_json(v, f"{where}.metadata")
+            else:
+                name = json_field_name(k) if re.fullmatch(r"[A-Z][A-Za-z0-9]*", k) else k
+                out[name] = kube_json(v, f"{where}.{name}")
+        return out
+    if isinstance(value, list):
+        return [kube_json(v, f"{where}[{n}]") for n, v in enumerate(value)]
+    if isinstance(value, (GatewayAddress, TLSSecretPart, RouteHostnames)):
+        raise GoError(f"{where}: a value known only at run time")
+    return value
+
+
 def tokenize(src):
     out = []
     pos = 0
@@ -335,6 +476,8 @@ class Reader:
                     key = value
                     if self.peek(start)[0] == "ident" and i == start + 1:
                         key = self.peek(start)[1]  # a field name
+                        if self.embedded(i + 1, key):
+                            key = INLINE + key
                     if self.peek(i + 1)[1] == "{":
                         value, i = self.composite(i + 1, elided_keys, own=element)
                     else:
@@ -354,6 +497,36 @@ class Reader:
         if own in STRUCT_ZERO_VALUES and not items:
             return struct_value(own, keyed), i
         return (keyed if keyed else items), i
+
+    def field_pointer(self, fields, i):
+        """The JSON pointer of a Go field path (`Spec.Rules`, then `[0]`,
+        `["ca.crt"]`, `.BackendRefs` from token i on): (pointer, the index
+        after it). Raises GoError at an index it cannot evaluate."""
+        parts = [json_field_name(f) for f in fields.split(".")]
+        while True:
+            if self.peek(i)[1] == "[":
+                index, j = self.expr(i + 1)
+                if not isinstance(index, (str, int)) or isinstance(index, bool):
+                    raise GoError(f"index {self.text(i, j + 1)} is not a known key")
+                parts.append(str(index))
+                i = self.expect(j, "]")
+            elif self.peek(i)[1] == "." and self.peek(i + 1)[0] == "ident" and self.peek(i + 2)[1] not in ("(",):
+                parts.append(json_field_name(self.peek(i + 1)[1]))
+                i += 2
+            else:
+                break
+        return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts), i
+
+    def embedded(self, k, field):
+        """Whether the value at k is `pkg.<field>{...}` of a Kubernetes or
+        Gateway API package: an embedded struct, whose fields Kubernetes'
+        JSON inlines. (Go writes an embedded field by its type's name; a
+        field named like its type, `AllowedRoutes: &v1.AllowedRoutes{}`, is
+        a pointer in these APIs, and an embedded one never is.)"""
+        if not (self.peek(k)[0] == "ident" and self.peek(k + 1)[1] == "." and self.peek(k + 2)[1] == field and self.peek(k + 3)[1] == "{"):
+            return False
+        path = import_path(self.env, self.peek(k)[1]) or ""
+        return path.startswith(GATEWAY_API_PACKAGES) or path.startswith("k8s.io/api/")
 
     def struct_key(self, start, end):
         """The STRUCT_ZERO_VALUES key of the type spelled by the tokens
@@ -511,6 +684,13 @@ class Reader:
             name += "." + self.peek(i + 1)[1]
             i += 2
         nxt = self.peek(i)[1]
+        if name == "ptr.To" and nxt == "[":
+            # `ptr.To[v1.Hostname]("foo.com")`: the explicit type argument
+            # changes nothing of the value.
+            k = self.expect(self.skip_type(i + 1), "]")
+            if self.peek(k)[1] == "(":
+                value, j = self.expr(k + 1)
+                return value, self.expect(j, ")")
         head, _, rest = name.partition(".")
         # A local variable hides an import of the same name.
         path = import_path(self.env, head) if rest and head not in self.env else None
@@ -521,10 +701,21 @@ class Reader:
                 # `&gatewayv1.HTTPRoute{}`: an empty object of a Gateway API
                 # kind stands for its kind (the helpers' `routeType`).
                 return {"Kind": rest}, j
+            if path and path.startswith("k8s.io/api/") and value in ([], {}) and "." not in rest:
+                # `&corev1.ConfigMap{}`, to be filled by `Client.Get`.
+                return {"Kind": rest}, j
+            if path and api_version(path) and isinstance(value, dict) and "ObjectMeta" in value and "." not in rest:
+                # An object the test writes (`Applier`, `Client.Create`).
+                try:
+                    return KubeObject({"apiVersion": api_version(path), "kind": rest, **kube_json(value)}, self.text(start, j)), j
+                except GoError as e:
+                    return Unresolved(f"{self.text(start, i)}{{...}} ({e})"), j
             return value, j
         if nxt == "(":
             end = self.skip_parens(i)
             args_start = i + 1
+            if rest == "DeepCopy" and end == i + 2 and isinstance(self.env.get(head), Fetched):
+                return Mutation(self.env[head], self.text(start, end)), end
             if path == KUBERNETES_PACKAGE:
                 return self.kubernetes_call(rest, start, i, end)
             if not rest and name not in self.env and name in self.env.get(PACKAGE, {}).get("funcs", {}):
@@ -573,6 +764,9 @@ class Reader:
                 except GoError:
                     pass
             return Unresolved(self.text(start, end)), end
+        if rest and isinstance(self.env.get(head), Fetched):
+            pointer, j = self.field_pointer(rest, i)
+            return FieldRef(self.env[head], pointer, self.text(start, j)), j
         if name in ("true", "false"):
             return name == "true", i
         if name == "nil":
@@ -719,6 +913,10 @@ def gateway_api_constant(name):
     m = re.fullmatch(r"([A-Z][A-Z0-9]*)ProtocolType", name)
     if m:
         return m.group(1)
+    # `NamespacesFromAll`: `allowedRoutes.namespaces.from`.
+    m = re.fullmatch(r"NamespacesFrom([A-Z][A-Za-z]*)", name)
+    if m:
+        return m.group(1)
     return None
 
 
@@ -852,7 +1050,7 @@ def package_value(env, name):
 
 def unresolved_in(value, path=""):
     """The first run-time value inside `value`, with its field path."""
-    if isinstance(value, Unresolved):
+    if isinstance(value, (Unresolved, *RUNTIME_VALUES)):
         return path or ".", value.text
     if isinstance(value, dict):
         for k, v in value.items():
@@ -986,6 +1184,169 @@ def symbol(value):
 
 
 STATE_CHANGES = ("Delete", "Update", "Create", "Patch")
+# The names the tests give a controller-runtime client (`suite.Client`,
+# a helper's `c client.Client` or `klient`).
+CLIENT_NAMES = re.compile(r"Client|client|klient|c|cl|cli|[a-z]+Client")
+
+
+def is_client(tokens, i):
+    """Whether token i is a client receiver: `X.Client.` or a client name
+    not qualified by anything (`c.Patch(`)."""
+    tok = tokens[i][1]
+    if tokens[i + 1][1] != ".":
+        return False
+    if tok == "Client":
+        return tokens[i - 1][1] == "."
+    return tokens[i][0] == "ident" and tokens[i - 1][1] != "." and bool(CLIENT_NAMES.fullmatch(tok))
+
+
+def fetched(declared, tokens, args, env, text):
+    """The value `Client.Get(ctx, nn, obj)` leaves in `obj`: a Fetched of
+    the kind `obj` was declared with (`&v1.Gateway{}`, or an earlier
+    Fetched), when the name is known; else a run-time value."""
+    kind = declared.get("Kind") if isinstance(declared, dict) else declared.kind if isinstance(declared, Fetched) else None
+    try:
+        nn, j = Reader(tokens, env).expr(args[1][0])
+    except GoError:
+        return Unresolved(text)
+    if not kind or j != args[1][1] or not isinstance(nn, dict) or unresolved_in(nn):
+        return Unresolved(text)
+    return Fetched(kind, {"Name": nn.get("Name", ""), "Namespace": nn.get("Namespace", "")}, text)
+
+
+def object_ref(value):
+    """`{kind, namespace, name}` of a step's object."""
+    return {"kind": value.kind, "namespace": value.nn.get("Namespace", ""), "name": value.nn.get("Name", "")}
+
+
+def client_change(tokens, i, env):
+    """`<client>.Patch/Delete/Update/Create(ctx, obj, ...)` at token i as a
+    step: (step, None), or (None, why it is not read)."""
+    method = tokens[i + 2][1]
+    args = call_args(tokens, i + 3)
+    r = Reader(tokens, env)
+    if len(args) < 2:
+        return None, "too few arguments"
+    try:
+        obj, j = r.expr(args[1][0])
+    except GoError as e:
+        return None, str(e)
+    if j != args[1][1]:
+        return None, f"{r.text(*args[1])} is not a value the reader evaluates"
+    text = r.text(*args[1])
+    if method in ("Patch", "Update") and isinstance(obj, Mutation):
+        if method == "Patch":
+            patch = r.text(*args[2]) if len(args) > 2 else ""
+            base = patch.removeprefix("client.MergeFrom(").removesuffix(")")
+            if not patch.startswith("client.MergeFrom(") or not isinstance(env.get(base), Fetched) or env[base].nn != obj.fetched.nn:
+                return None, f"the patch {patch} is not client.MergeFrom of the object {text} was copied from"
+        if obj.problem:
+            return None, obj.problem
+        return {"change": "patch", **object_ref(obj.fetched), "jsonPatch": obj.ops}, None
+    if method in ("Create", "Update") and isinstance(obj, KubeObject):
+        return {"change": "apply", **object_ref(obj), "object": obj.value}, None
+    if method == "Delete" and isinstance(obj, (KubeObject, Fetched)):
+        return {"change": "delete", **object_ref(obj)}, None
+    if isinstance(obj, Fetched):
+        return None, f"{text} is changed by assignments the reader does not follow (not on a DeepCopy)"
+    return None, f"{text} is not an object the reader knows"
+
+
+def applier_change(tokens, i, env):
+    """`suite.Applier.MustApplyObjectsWithCleanup(t, c, timeouts, objects,
+    cleanup)` or `MustApplyWithCleanup(t, c, timeouts, "file", cleanup)`
+    at token i as steps: (steps, None), or (None, why they are not read)."""
+    args = call_args(tokens, i + 3)
+    r = Reader(tokens, env)
+    if len(args) < 4:
+        return None, "too few arguments"
+    try:
+        value, j = r.expr(args[3][0])
+    except GoError as e:
+        return None, str(e)
+    if j != args[3][1]:
+        return None, f"{r.text(*args[3])} is not a value the reader evaluates"
+    if isinstance(value, str):
+        return [{"change": "apply", "manifest": value}], None
+    if isinstance(value, list) and value and all(isinstance(v, KubeObject) for v in value):
+        return [{"change": "apply", **object_ref(v), "object": v.value} for v in value], None
+    found = unresolved_in(value)
+    return None, f"{found[1] if found else r.text(*args[3])} is computed at run time"
+
+
+def keep_loop(tokens, i, env):
+    """At `for _, x := range mutate.F { if x.G == v { kept = append(kept,
+    x) } }`, `mutate` a Mutation: (kept, KeepWhere, the index after the
+    loop); else None."""
+    t = [tok for _, tok in tokens[i:i + 9]]
+    if len(t) < 9 or t[0] != "for" or t[2] != "," or t[4] != ":=" or t[5] != "range" or t[7] != ".":
+        return None
+    mutation = env.get(t[6])
+    if not isinstance(mutation, Mutation) or tokens[i + 3][0] != "ident" or tokens[i + 8][0] != "ident":
+        return None
+    var = t[3]
+    r = Reader(tokens, env)
+    try:
+        pointer, j = r.field_pointer(t[8], i + 9)
+        if [tok for _, tok in tokens[j:j + 6]] != ["{", "if", var, ".", tokens[j + 4][1], "=="]:
+            return None
+        field = tokens[j + 4][1]
+        value, k = r.expr(j + 6)
+    except GoError:
+        return None
+    if not isinstance(value, (str, int)) or tokens[k][1] != "{":
+        return None
+    kept = tokens[k + 1][1]
+    if [tok for _, tok in tokens[k + 1:k + 11]] != [kept, "=", "append", "(", kept, ",", var, ")", "}", "}"]:
+        return None
+    where = {json_field_name(field): value}
+    return kept, KeepWhere(mutation, pointer, where, r.text(i, k + 11)), k + 11
+
+
+def mutation_assignment(tokens, i, env):
+    """`mutate.Spec.X[0].Y = value` (or `= append(mutate.Spec.X, v...)`)
+    at token i, `mutate` a Mutation: its JSON Patch operation recorded (or
+    why it could not be), and the index after the statement; None when
+    the tokens are not such an assignment."""
+    mutation = env[tokens[i][1]]
+    r = Reader(tokens, env)
+    if tokens[i + 2][0] != "ident":
+        return None
+    try:
+        pointer, j = r.field_pointer(tokens[i + 2][1], i + 3)
+    except GoError as e:
+        mutation.problem = mutation.problem or f"an assignment to {mutation.text}: {e}"
+        return None
+    if tokens[j][1] != "=":
+        return None
+    lhs = r.text(i, j)
+    rhs = j + 1
+    try:
+        if tokens[rhs][1] == "append" and tokens[rhs + 1][1] == "(":
+            args = call_args(tokens, rhs + 1)
+            if not args or r.text(*args[0]) != lhs:
+                raise GoError(f"append to another list than {lhs}")
+            values = []
+            for a, b in args[1:]:
+                spread = tokens[b - 1][1] == "..."
+                value, k = r.expr(a)
+                if k != (b - 1 if spread else b):
+                    raise GoError(f"{r.text(a, b)} is not a value the reader evaluates")
+                values.extend(value if spread and isinstance(value, list) else [value])
+            for value in values:
+                mutation.ops.append({"op": "add", "path": pointer + "/-", "value": kube_json(value, pointer)})
+            return r.skip_parens(rhs + 1)
+        value, end = r.expr(rhs)
+        if isinstance(value, KeepWhere) and value.mutation is mutation and value.pointer == pointer:
+            mutation.ops.append({"op": "keep", "path": pointer, "where": value.where})
+            return end
+        last = pointer.rsplit("/", 1)[-1]
+        op = "replace" if last.isdigit() else "add"
+        mutation.ops.append({"op": op, "path": pointer, "value": kube_json(value, pointer)})
+        return end
+    except GoError as e:
+        mutation.problem = mutation.problem or f"{lhs} is set to a value computed at run time ({e})"
+        return r.skip_parens(rhs + 1) if tokens[rhs + 1][1] == "(" else rhs + 1
 
 # The parameters of the helpers that judge expectations, as upstream
 # `conformance/utils/{http,grpc,tcp,tls,udp}` declare them (not part of the
@@ -1359,13 +1720,23 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
     # A test that deletes, updates or creates objects between its cases
     # (`suite.Client.Delete(...)`) expects the later cases of a state the
     # data does not carry: those cases are not ported.
-    state = {"changed": None} if state is None else state
+    state = {"changed": None, "steps": []} if state is None else state
+
+    def add_case(entry):
+        cases.append(entry)
+        state["steps"].append(("case", entry))
+
     i = start
     while i < end:
         kind, tok = tokens[i]
         while subtests and subtests[-1][0] <= i:
             subtests.pop()
         loop = range_loop(tokens, i, env)
+        kept = keep_loop(tokens, i, env)
+        if kept:
+            env[kept[0]] = kept[1]
+            i = kept[2]
+            continue
         if loop:
             var, values, body_start, body_end, index_var = loop
             for n, value in enumerate(values):
@@ -1421,26 +1792,49 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             and is_status_check(tokens, i)
         ):
             subtest = "/".join(name for _, name in subtests)
-            checks.append(status_check(tokens, i, env, subtest, state["changed"]))
-        if (
-            tok == "Client"
-            and tokens[i + 1][1] == "."
-            and tokens[i + 2][1] in STATE_CHANGES
-            and tokens[i + 3][1] == "("
-        ):
-            state["changed"] = state["changed"] or f"Client.{tokens[i + 2][1]}"
-        # `suite.Applier.MustApplyObjectsWithCleanup(...)` creates objects
-        # the test builds at run time (a newer route, a ConfigMap).
+            check = status_check(tokens, i, env, subtest, state["changed"])
+            checks.append(check)
+            state["steps"].append(("check", check))
+        # `suite.Client.Patch/Delete/Update/Create(...)` (or a client
+        # parameter's): a step changing one object, when read (see
+        # client_change); else the later cases and checks are not ported.
+        if is_client(tokens, i) and tokens[i + 2][1] in STATE_CHANGES and tokens[i + 3][1] == "(":
+            step, problem = client_change(tokens, i, env)
+            if step:
+                state["steps"].append(("change", step))
+            else:
+                state["changed"] = state["changed"] or f"{tok}.{tokens[i + 2][1]} ({problem})"
+            i = r.skip_parens(i + 3)
+            continue
+        # `suite.Applier.MustApplyObjectsWithCleanup(t, c, timeouts,
+        # []client.Object{obj}, cleanup)` writes objects the test builds
+        # (a newer route, a ConfigMap); `MustApplyWithCleanup(..., "file",
+        # ...)` a manifest file.
         if tok == "Applier" and tokens[i + 1][1] == "." and tokens[i + 2][1].startswith("MustApply") and tokens[i + 3][1] == "(":
-            state["changed"] = state["changed"] or f"Applier.{tokens[i + 2][1]}"
+            steps, problem = applier_change(tokens, i, env)
+            if steps:
+                state["steps"].extend(("change", step) for step in steps)
+            else:
+                state["changed"] = state["changed"] or f"Applier.{tokens[i + 2][1]} ({problem})"
+            i = r.skip_parens(i + 3)
+            continue
         # `suite.Client.Get(ctx, nn, obj)` (and `List`) fills `obj` with
-        # the object as the cluster has it: from here on a run-time value.
-        if tok == "Client" and tokens[i + 1][1] == "." and tokens[i + 2][1] in ("Get", "List") and tokens[i + 3][1] == "(":
+        # the object as the cluster has it: from here on a run-time value,
+        # whose fields a step may name (Fetched).
+        if is_client(tokens, i) and tokens[i + 2][1] in ("Get", "List") and tokens[i + 3][1] == "(":
             args = call_args(tokens, i + 3)
             target = [a for a in args if tokens[a[0]][0] == "ident" and a[1] == a[0] + 1]
             if len(args) >= 2 and target and target[-1] == args[-1 if tokens[i + 2][1] == "Get" else 1]:
                 name = tokens[target[-1][0]][1]
-                env[name] = Unresolved(f"{name} (read with Client.{tokens[i + 2][1]})")
+                text = f"{name} (read with Client.{tokens[i + 2][1]})"
+                env[name] = fetched(env.get(name), tokens, args, env, text) if tokens[i + 2][1] == "Get" else Unresolved(text)
+        # `mutate.Spec.X = value` on a DeepCopy of a fetched object: an
+        # operation of the patch it becomes.
+        if kind == "ident" and tokens[i - 1][1] != "." and tokens[i + 1][1] == "." and isinstance(env.get(tok), Mutation):
+            end_of = mutation_assignment(tokens, i, env)
+            if end_of:
+                i = end_of
+                continue
         # `cert, key, err := kubernetes.GetTLSSecret(client, nn)` and
         # `host, _, err = net.SplitHostPort(gwAddr)`: three names assigned.
         if kind == "ident" and tokens[i - 1][1] not in (",", ".") and [t[1] for t in tokens[i + 1:i + 6:2]] == [",", ",", tokens[i + 5][1]] and tokens[i + 5][1] in (":=", "=") and tokens[i + 2][0] == "ident" and tokens[i + 4][0] == "ident":
@@ -1518,8 +1912,9 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             i = paren_end
             continue
         # A function of the test package that changes objects through the
-        # client it is given (`setupEndpointSlices(t, suite.Client, ...)`
-        # patches EndpointSlices) is a change like `Client.Patch`.
+        # client it is given (`patchConfigMapCACert(ctx, t, suite.Client,
+        # nn, data)`, `setupEndpointSlices(...)`): its body read here with
+        # its parameters bound, its changes the test's steps.
         if (
             kind == "ident"
             and tokens[i + 1][1] == "("
@@ -1527,7 +1922,22 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             and tok not in env
             and package_changes(env, tok)
         ):
-            state["changed"] = state["changed"] or f"{tok} (which calls {package_changes(env, tok)})"
+            ftokens, params, fbody, fbody_end, fimports = env[PACKAGE]["funcs"][tok]
+            paren_end = r.skip_parens(i + 1)
+            bound = {}
+            for name, (a, b) in zip(params, call_args(tokens, i + 1)):
+                try:
+                    value, j = r.expr(a)
+                    bound[name] = value if j == b else Unresolved(r.text(a, b))
+                except GoError:
+                    bound[name] = Unresolved(r.text(a, b))
+            inner = {IMPORTS: fimports, PACKAGE: env[PACKAGE], SUITE_PARAM: env.get(SUITE_PARAM), **bound}
+            found, found_gateways, found_checks = scan_body(ftokens, fbody + 1, fbody_end - 1, inner, subtests, state)
+            cases.extend(found)
+            gateways.extend(g for g in found_gateways if g not in gateways)
+            checks.extend(found_checks)
+            i = paren_end
+            continue
         # Local `x := expr` (and `x = expr`, and the first name of a
         # `var (...)` block): remember what evaluates.
         if kind == "ident" and (
@@ -1586,9 +1996,9 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             helper = f"{tok}.{tokens[i + 2][1]}"
             subtest = "/".join(name for _, name in subtests)
             if state["changed"]:
-                cases.append((PLAIN_HELPERS[helper][0] or "tcp", None, f"after {state['changed']}: the test changes its objects between cases, which the data does not carry"))
+                add_case((PLAIN_HELPERS[helper][0] or "tcp", None, f"after {state['changed']}: the test changes its objects between cases in a way the steps do not carry"))
             else:
-                cases.append(plain_helper_case(tokens, i + 3, helper, env, subtest))
+                add_case(plain_helper_case(tokens, i + 3, helper, env, subtest))
             i = r.skip_parens(i + 3)
             continue
         # pkg.ExpectedResponse{...} and []pkg.ExpectedResponse{{...}, ...}
@@ -1601,7 +2011,7 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             slice_of = tokens[i - 1][1] == "]" and tokens[i - 2][1] == "["
             literal_start = i + 3
             if state["changed"]:
-                cases.append((tok, None, f"after {state['changed']}: the test changes its objects between cases, which the data does not carry"))
+                add_case((tok, None, f"after {state['changed']}: the test changes its objects between cases in a way the steps do not carry"))
                 i = r.skip_braces(literal_start)
                 continue
             try:
@@ -1618,11 +2028,11 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
                     for item in items:
                         if helper:
                             item = {**item, "helper": helper, **extra}
-                        cases.append((tok, None if problem else item, problem))
+                        add_case((tok, None if problem else item, problem))
                 i = j
                 continue
             except GoError as e:
-                cases.append((tok, None, f"{e} in {r.text(i, min(i + 12, end))} ..."))
+                add_case((tok, None, f"{e} in {r.text(i, min(i + 12, end))} ..."))
                 i = r.skip_braces(literal_start)
                 continue
         i += 1
@@ -1726,7 +2136,7 @@ def status_check(tokens, i, env, subtest, changed):
         return {
             "helper": helper,
             "subtest": subtest,
-            "reason": f"after {changed}: the test changes its objects before this check, which the data does not carry",
+            "reason": f"after {changed}: the test changes its objects before this check in a way the steps do not carry",
         }
     r = Reader(tokens, env)
     args = call_args(tokens, i + 3)
@@ -1741,6 +2151,10 @@ def status_check(tokens, i, env, subtest, changed):
             value, j = r.expr(a)
         except GoError as e:
             return {"helper": helper, "subtest": subtest, "reason": f"argument {n}: {e} in {text}"}
+        if isinstance(value, Fetched):
+            # `BackendTLSPolicyMustHaveLatestConditions(t, original)`: the
+            # object read with Client.Get, named as it was read.
+            value = dict(value.nn)
         problem = None
         if j != (b - 1 if spread else b):
             problem = f"argument {n}: {text} is not a value the reader evaluates"
@@ -1878,12 +2292,15 @@ def port(upstream, out_dir=None):
             index["unported"][short] = f"{f}: its Test is not a function literal here ({test})"
             continue
         env = {IMPORTS: imports[body_file], PACKAGE: package, SUITE_PARAM: suite_parameter(body_tokens, body[0])}
-        found, gateways, found_checks = scan_body(body_tokens, *body, env)
+        state = {"changed": None, "steps": []}
+        found, gateways, found_checks = scan_body(body_tokens, *body, env, state=state)
         early_returns = returns_when(body_tokens, body[0], env[SUITE_PARAM])
         checks = [c for c in found_checks if "reason" not in c]
         unported_checks = [c for c in found_checks if "reason" in c]
         cases, unported_cases = [], []
-        for n, (protocol, value, error) in enumerate(found):
+        case_index = {}
+        for n, entry in enumerate(found):
+            protocol, value, error = entry
             problem = error or (unresolved_in(value) and "{}: {} is computed at run time".format(*unresolved_in(value)))
             if not problem:
                 value = with_secrets(value)
@@ -1892,7 +2309,17 @@ def port(upstream, out_dir=None):
             if problem:
                 unported_cases.append({"index": n, "protocol": protocol, "reason": problem})
             else:
+                case_index[id(entry)] = len(cases)
                 cases.append({"protocol": protocol, **value})
+        check_index = {id(c): n for n, c in enumerate(checks)}
+        steps = []
+        for what, item in state["steps"]:
+            if what == "change":
+                steps.append(item)
+            elif what == "case" and id(item) in case_index:
+                steps.append({"case": case_index[id(item)]})
+            elif what == "check" and id(item) in check_index:
+                steps.append({"check": check_index[id(item)]})
         manifests = fields.get("Manifests", [])
         data = {
             "name": short,
@@ -1909,6 +2336,8 @@ def port(upstream, out_dir=None):
         }
         if early_returns:
             data["returns_when"] = early_returns
+        if any("change" in step for step in steps):
+            data["steps"] = steps
         if not found and not found_checks:
             used = sorted({t[1] for t in body_tokens[body[0]:body[1]] if t[0] == "ident" and t[1] in ("tls", "grpc", "tcp", "udp", "http", "kubernetes")})
             index["unported"][short] = (

@@ -51,6 +51,10 @@ pub struct TestFile {
     /// upstream runs nothing of the test and reports it passed.
     #[serde(default)]
     pub returns_when: Vec<FeatureCondition>,
+    /// The order of the cases and checks with the object changes between
+    /// them (`super::runner::steps`); empty: every case and check at once.
+    #[serde(default)]
+    pub steps: Vec<super::runner::steps::Step>,
 }
 
 /// A condition on the implementation's supported features.

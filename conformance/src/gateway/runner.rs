@@ -29,6 +29,11 @@ use crate::admin::Status;
 #[path = "plain.rs"]
 mod plain;
 
+// A test's steps (object changes between its cases and checks): a child
+// module, so that it runs groups of them with this runner's fixture.
+#[path = "steps.rs"]
+pub mod steps;
+
 /// The upstream Go client's User-Agent.
 const USER_AGENT: &str = "Go-http-client/1.1";
 /// Per-request timeout (`RequestTimeout` upstream).
@@ -137,6 +142,9 @@ struct Fixture {
     objects: Vec<Object>,
     /// `status.addresses` of the Gateways the cases address.
     addresses: BTreeMap<(String, String), Vec<String>>,
+    /// When the manifests were written (seconds since the epoch): their
+    /// objects' `creationTimestamp`.
+    created: u64,
 }
 
 /// Runs every case and status check of `test`: (cases, checks). `Err` is
@@ -147,11 +155,16 @@ pub async fn run_test(
     test: &TestFile,
     skip: &[usize],
 ) -> Result<(Vec<CaseOutcome>, Vec<CaseOutcome>), String> {
+    steps::validate(test)?;
     let fixture = Fixture::set_up(config, test).await?;
-    let result = futures::join!(
-        fixture.run_cases(config, test, skip),
-        fixture.run_checks(config, test)
-    );
+    let result = if test.steps.is_empty() {
+        futures::join!(
+            fixture.run_cases(config, test, skip),
+            fixture.run_checks(config, test)
+        )
+    } else {
+        steps::run(&fixture, config, test, skip).await
+    };
     fixture.tear_down(config.keep, &test.name).await;
     Ok(result)
 }
@@ -160,29 +173,24 @@ impl Fixture {
     /// Judges the test's status checks against the proxy's `/status`
     /// ([`super::status`]), each within `--case-timeout`.
     async fn run_checks(&self, config: &RunConfig, test: &TestFile) -> Vec<CaseOutcome> {
+        self.run_check_list(config, &test.checks, &generations(&self.objects))
+            .await
+    }
+
+    /// Judges `checks` with the objects at `generations`.
+    async fn run_check_list(
+        &self,
+        config: &RunConfig,
+        checks: &[super::data::Check],
+        generations: &status::Generations,
+    ) -> Vec<CaseOutcome> {
         let Some(proxy) = &self.proxy else {
             return Vec::new();
         };
-        if test.checks.is_empty() {
+        if checks.is_empty() {
             return Vec::new();
         }
-        let generations: status::Generations = self
-            .objects
-            .iter()
-            .map(|o| {
-                let generation = o
-                    .value
-                    .get("metadata")
-                    .and_then(|m| m.get("generation"))
-                    .and_then(serde_yaml::Value::as_i64)
-                    .unwrap_or(0);
-                (
-                    (o.kind.clone(), o.namespace.clone(), o.name.clone()),
-                    generation,
-                )
-            })
-            .collect();
-        status::run_checks(&test.checks, &generations, config.case_timeout, || async {
+        status::run_checks(checks, generations, config.case_timeout, || async {
             match proxy.admin_get("/status").await {
                 Ok((200, body)) => serde_json::from_str::<Value>(&body)
                     .map_err(|e| format!("/status is not JSON: {e}")),
@@ -192,6 +200,25 @@ impl Fixture {
         })
         .await
     }
+}
+
+/// `metadata.generation` of the objects written (0 when unset).
+fn generations(objects: &[Object]) -> status::Generations {
+    objects
+        .iter()
+        .map(|o| {
+            let generation = o
+                .value
+                .get("metadata")
+                .and_then(|m| m.get("generation"))
+                .and_then(serde_yaml::Value::as_i64)
+                .unwrap_or(0);
+            (
+                (o.kind.clone(), o.namespace.clone(), o.name.clone()),
+                generation,
+            )
+        })
+        .collect()
 }
 
 impl Fixture {
@@ -216,6 +243,7 @@ impl Fixture {
             secrets: BTreeMap::new(),
             objects: prepared.objects.clone(),
             addresses: BTreeMap::new(),
+            created: steps::now_secs(),
         };
         let mut writer = Writer {
             dir: fixture.dir.path().to_path_buf(),
@@ -244,7 +272,8 @@ impl Fixture {
         fixture.secrets = secrets;
         fixture.secrets.extend(harness);
         for object in &prepared.objects {
-            writer.write(&object.kind, &object.namespace, &object.name, &object.value)?;
+            let value = steps::created_at(&object.value, fixture.created);
+            writer.write(&object.kind, &object.namespace, &object.name, &value)?;
         }
         fixture
             .start_backends(&prepared.backends, &mut writer)

@@ -326,6 +326,22 @@ impl Table<'_, '_, '_> {
             .find(|k| self.taken.contains_key(k))
     }
 
+    /// Whether slot `s` taking a new `addr` would share it between a
+    /// Gateway and another holder. A Gateway's address is its own: packed
+    /// with another holder's disjoint ports, a listener the Gateway adds
+    /// later would be refused for a port someone else holds there (upstream
+    /// GatewayModifyListeners expects an added listener to be served).
+    fn shares_with_gateway(&self, s: usize, addr: IpAddr) -> bool {
+        let claim = self.slots[s].claim;
+        let is_gateway = |claim: usize| gateway_of(self.claims[claim].service).is_some();
+        self.taken.iter().any(|(k, &holder)| {
+            k.addr == addr
+                && holder != RESERVED
+                && self.slots[holder].claim != claim
+                && (is_gateway(claim) || is_gateway(self.slots[holder].claim))
+        })
+    }
+
     fn take(&mut self, s: usize, addr: IpAddr, ports: impl IntoIterator<Item = PortKey>) {
         self.addr[s] = Some(addr);
         for p in ports {
@@ -618,7 +634,9 @@ pub fn allocate(
                 .iter()
                 .copied()
                 .filter(|&a| slot.admits(a))
-                .find(|&a| t.busy(a, c.ports.iter().copied()).is_none());
+                .find(|&a| {
+                    t.busy(a, c.ports.iter().copied()).is_none() && !t.shares_with_gateway(k, a)
+                });
             match addr {
                 Some(a) => found.push((k, a)),
                 None => {
@@ -788,6 +806,46 @@ mod tests {
     use FamilyPolicy::{PreferDualStack, RequireDualStack, SingleStack};
     const V4: Family = Family::V4;
     const V6: Family = Family::V6;
+
+    #[test]
+    fn a_new_gateway_address_is_shared_with_no_one() {
+        let pools: Vec<Pool> = vec!["p=192.0.2.1,192.0.2.2,192.0.2.3".parse().unwrap()];
+        let service = NsName::new("ns", "svc");
+        let (web, tls) = (
+            holder_key(&NsName::new("ns", "web")),
+            holder_key(&NsName::new("ns", "tls")),
+        );
+        let claim = |id, port| Claim {
+            service: id,
+            pool: "p",
+            ports: vec![(port, Protocol::Tcp)],
+            requested: None,
+            hint: None,
+            families: Vec::new(),
+            policy: SingleStack,
+        };
+        // Disjoint ports: Services would share an address, Gateways do not.
+        let claims = [claim(&web, 80), claim(&tls, 443), claim(&service, 8443)];
+        let (out, held) = round(&pools, &BTreeMap::new(), &claims);
+        assert_eq!(addrs(&out[0]), [ip("192.0.2.1")]);
+        assert_eq!(addrs(&out[1]), [ip("192.0.2.2")]);
+        assert_eq!(addrs(&out[2]), [ip("192.0.2.3")]);
+        // So the Gateway on 443 can add 80 later, where it is.
+        let grown = [
+            claim(&web, 80),
+            Claim {
+                ports: vec![(443, Protocol::Tcp), (80, Protocol::Tcp)],
+                ..claim(&tls, 443)
+            },
+            claim(&service, 8443),
+        ];
+        let (out, _) = round(&pools, &held, &grown);
+        assert!(
+            matches!(&out[1], Outcome::Allocated { addrs, .. } if addrs[0].addr == ip("192.0.2.2") && addrs[0].refused_ports.is_empty()),
+            "{:?}",
+            out[1]
+        );
+    }
 
     #[test]
     fn each_policy_gets_its_addresses_primary_family_first() {
