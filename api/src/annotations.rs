@@ -765,6 +765,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The realm of the 401's WWW-Authenticate: Basic realm=\"...\" (default empty, as ingress-nginx).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/custom-headers",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::ConfigMapRef,
+        doc: "A ConfigMap of your Ingress's namespace whose entries are set on every response of its routes, replacing the backend's field of that name (at most 32; no framing, hop-by-hop or Set-Cookie field); a missing or refused ConfigMap makes the routes answer 503, as ingress-nginx denies the location.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/custom-http-errors",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::StatusCodes { min: 400, max: 599 },
@@ -812,12 +818,6 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/auth-tls-match-cn",
         applies_to: &[ObjectKind::Ingress],
-    AnnotationSpec {
-        key: "nginx.ingress.kubernetes.io/custom-headers",
-        applies_to: &[ObjectKind::Ingress],
-        value: ValueType::ConfigMapRef,
-        doc: "A ConfigMap of your Ingress's namespace whose entries are set on every response of its routes, replacing the backend's field of that name (at most 32; no framing, hop-by-hop or Set-Cookie field); a missing or refused ConfigMap makes the routes answer 503, as ingress-nginx denies the location.",
-    },
         value: ValueType::SubjectPattern,
         doc: "A regular expression the verified client certificate's subject (CN=name,O=org, as nginx's $ssl_client_s_dn) must contain, such as CN=alice; otherwise 403. Compiled by teapot's bounded engine.",
     },
