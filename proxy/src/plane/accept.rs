@@ -71,11 +71,32 @@ impl ConnectionTable {
         self.admit_at(client, config, clock_ms())
     }
 
+    /// A slot under the total and per-client caps that leaves the pace
+    /// alone: a connection looked at before it is served (a ClientHello
+    /// read for TLS passthrough), which takes its paced slot once it is.
+    pub fn admit_unpaced(
+        self: &Arc<Self>,
+        client: Option<IpAddr>,
+        config: &EdgeConfig,
+    ) -> Result<ConnectionSlot, Refusal> {
+        self.admit_with(client, config, clock_ms(), false)
+    }
+
     fn admit_at(
         self: &Arc<Self>,
         client: Option<IpAddr>,
         config: &EdgeConfig,
         now_ms: u64,
+    ) -> Result<ConnectionSlot, Refusal> {
+        self.admit_with(client, config, now_ms, true)
+    }
+
+    fn admit_with(
+        self: &Arc<Self>,
+        client: Option<IpAddr>,
+        config: &EdgeConfig,
+        now_ms: u64,
+        pace: bool,
     ) -> Result<ConnectionSlot, Refusal> {
         let total = self.total.fetch_add(1, Ordering::AcqRel) + 1;
         // The slot exists from here on, so every exit path uncounts it.
@@ -95,7 +116,7 @@ impl ConnectionTable {
             {
                 return Err(Refusal::ClientConnectionCap);
             }
-            if config.max_connection_rate_per_client > 0 {
+            if pace && config.max_connection_rate_per_client > 0 {
                 let interval = (1000 / u64::from(config.max_connection_rate_per_client)).max(1);
                 let next = state.tat_ms.max(now_ms) + interval;
                 if next > now_ms + 1000 {
@@ -280,6 +301,14 @@ impl Slots {
     pub fn admit(&self, client: Option<IpAddr>) -> Option<ConnectionSlot> {
         self.table
             .admit(client, &self.config)
+            .map_err(|refusal| self.metrics.refused(refusal))
+            .ok()
+    }
+
+    /// A slot that leaves the pace alone ([`ConnectionTable::admit_unpaced`]).
+    pub fn hold(&self, client: Option<IpAddr>) -> Option<ConnectionSlot> {
+        self.table
+            .admit_unpaced(client, &self.config)
             .map_err(|refusal| self.metrics.refused(refusal))
             .ok()
     }
@@ -676,6 +705,33 @@ mod tests {
             "one interval later"
         );
         assert_eq!(table.total(), 0, "every slot released");
+    }
+
+    /// A connection held while it is looked at counts against the caps
+    /// but not the pace: it is paced once, when it is served.
+    #[test]
+    fn a_held_connection_is_capped_but_not_paced() {
+        let table = Arc::new(ConnectionTable::default());
+        let config = EdgeConfig {
+            max_connection_rate_per_client: 1,
+            max_connections_per_client: 2,
+            ..EdgeConfig::default()
+        };
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let held = table.admit_unpaced(Some(a), &config).unwrap();
+        let _again = table.admit_unpaced(Some(a), &config).unwrap();
+        assert_eq!(
+            table.admit_unpaced(Some(a), &config).unwrap_err(),
+            Refusal::ClientConnectionCap
+        );
+        drop(held);
+        let _served = table.admit(Some(a), &config).unwrap();
+        drop(_again);
+        assert_eq!(
+            table.admit(Some(a), &config).unwrap_err(),
+            Refusal::ClientConnectionRate,
+            "one connection a second, and one was served"
+        );
     }
 
     /// A plain connection's task is what an idle keep-alive connection

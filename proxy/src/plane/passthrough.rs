@@ -85,26 +85,32 @@ impl Passthrough {
         }
     }
 
-    /// Relays the connection to `host`'s backend; `None` when it is
-    /// taken (relayed, or closed at a cap), else the stream back.
+    /// Relays the connection to `host`'s backend through `adopter`, or
+    /// closes it at a cap.
     fn pass(
         &self,
         stream: L4Stream,
         host: &crate::compile::passthrough::PassHost,
         bytes: Vec<u8>,
-        slot: crate::plane::accept::ConnectionSlot,
-    ) -> Option<L4Stream> {
-        let adopter = self.adopter.get()?;
-        let peer = stream
+        adopter: &Adopter,
+    ) {
+        let Some(peer) = stream
             .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied())?;
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied())
+        else {
+            return;
+        };
+        // Served from here on: paced as the edge paces every connection.
+        let Some(slot) = self.slots.admit(Some(peer.ip())) else {
+            return;
+        };
         let permit = match host.tenant.as_ref().map(|gate| gate.enter()).transpose() {
             Ok(permit) => permit,
             Err(over) => {
                 self.slots.metrics().refused(Refusal::from(over));
                 tracing::debug!(ingress = %host.ingress, client = %peer,
                     "TLS passthrough: the tenant's connections are at their cap; closed");
-                return None;
+                return;
             }
         };
         // The connection goes on in the socket itself; Pingora's stream
@@ -114,7 +120,7 @@ impl Passthrough {
             Ok(fd) => std::net::TcpStream::from(fd),
             Err(e) => {
                 tracing::warn!(error = %e, "TLS passthrough: the socket could not be taken; closed");
-                return None;
+                return;
             }
         };
         drop(stream);
@@ -125,7 +131,6 @@ impl Passthrough {
             hello: bytes,
             held: Box::new((slot, permit)),
         });
-        None
     }
 }
 
@@ -150,8 +155,10 @@ impl PreTlsProcess for Passthrough {
     async fn take(&self, mut stream: L4Stream) -> Option<L4Stream> {
         // Counted while its ClientHello is read: a slow one holds a slot
         // no longer than the deadline. Refused at a cap: closed, as the
-        // edge closes any connection it has no slot for.
-        let slot = self.slots.admit(client_ip(&stream))?;
+        // edge closes any connection it has no slot for. Not paced yet: a
+        // terminated connection is paced once its handshake is done, a
+        // passed-through one once it is chosen.
+        let held = self.slots.hold(client_ip(&stream))?;
         let mut bytes = Vec::new();
         let deadline = tokio::time::Instant::now() + self.slots.header_read_timeout();
         let read =
@@ -165,15 +172,20 @@ impl PreTlsProcess for Passthrough {
                 return None;
             }
         };
+        drop(held);
         let snapshot = self.snapshots.load();
-        if let Some(host) = name.as_deref().and_then(|n| snapshot.passthrough.lookup(n)) {
+        // Before the L4 loops run (the first moments of a start) every
+        // connection is terminated.
+        if let Some(adopter) = self.adopter.get()
+            && let Some(host) = name.as_deref().and_then(|n| snapshot.passthrough.lookup(n))
+        {
             let host = host.clone();
             drop(snapshot);
-            return self.pass(stream, &host, bytes, slot);
+            self.pass(stream, &host, bytes, adopter);
+            return None;
         }
         // Terminated as before: the handshake reads the bytes again, and
         // takes its own slot once it is done.
-        drop(slot);
         stream.rewind(&bytes);
         Some(stream)
     }
