@@ -477,6 +477,7 @@ impl NginxAnnotations {
             www_redirect: None,
             auth: None,
             basic_auth: None,
+            custom_headers: None,
             auth_terms: None,
             custom_errors: None,
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
@@ -487,7 +488,6 @@ impl NginxAnnotations {
             || policy.cors.is_some()
             || policy.redirect.is_some()
             || policy.app_root.is_some()
-            custom_headers: None,
             || policy.ssl_redirect.is_some()
             || policy.affinity.is_some()
             || policy.hash_by.is_some()

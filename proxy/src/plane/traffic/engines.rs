@@ -145,13 +145,13 @@ pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
     for cookie in applied.into_iter().flat_map(|a| &a.auth_cookies) {
         headers.append(http::header::SET_COOKIE, cookie.clone());
     }
+    if let Some(custom) = applied.and_then(|a| a.custom_headers.as_deref()) {
+        super::custom_headers::onto_h2(headers, custom);
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    if let Some(custom) = applied.and_then(|a| a.custom_headers.as_deref()) {
-        super::custom_headers::onto_h2(headers, custom);
-    }
     use super::*;
     use crate::compile::traffic::UpstreamTimeouts;
 
