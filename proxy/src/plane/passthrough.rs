@@ -220,6 +220,51 @@ mod tests {
         (client, L4Stream::from(server))
     }
 
+    /// The listener reads nothing before a handshake while no host is
+    /// passed through, and starts to as soon as one is (the next
+    /// snapshot), and stops once none is again.
+    #[test]
+    fn connections_are_looked_at_only_while_a_host_is_passed_through() {
+        use crate::compile::CompileOptions;
+        use crate::compile::snapshot::Snapshot;
+        use crate::compile::tests::compile_test_docs;
+        use crate::plane::accept::EdgeApp;
+        use crate::plane::metrics::Metrics;
+        use crate::plane::proxy::Router;
+
+        let snapshots = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
+        let router = Router::new(
+            snapshots.clone(),
+            Metrics::new().unwrap(),
+            Default::default(),
+        );
+        let app = EdgeApp::new(
+            crate::plane::h2::H2Server::new(router.clone()),
+            crate::plane::h1::engine(router, 8),
+            Default::default(),
+            Metrics::new().unwrap(),
+            false,
+        );
+        let pass = Passthrough::new(snapshots.clone(), app.slots(), Arc::default());
+        assert!(!pass.wants(), "the empty table");
+        let ingress = |annotation: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: p\n  namespace: ops\n  annotations: {{{annotation}}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - host: pass.example\n    http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: app, port: {{number: 443}}}}}}}}\n"
+            )
+        };
+        let passing = format!("{}: \"true\"", crate::compile::passthrough::ANNOTATION);
+        snapshots.store(Arc::new(compile_test_docs(
+            &[ingress(&passing)],
+            &CompileOptions::default(),
+        )));
+        assert!(pass.wants());
+        snapshots.store(Arc::new(compile_test_docs(
+            &[ingress("")],
+            &CompileOptions::default(),
+        )));
+        assert!(!pass.wants());
+    }
+
     /// The read decides as soon as the ClientHello is whole, however it is
     /// split, and keeps every byte it read.
     #[tokio::test]
