@@ -38,7 +38,8 @@ use crate::scan::{
 };
 use crate::upstream::UpstreamConn;
 use crate::wire::{
-    checked_field, connection_options, field, reason, status_line, write_fields, write_u64,
+    checked_field, connection_options, field, reason, status_line, write_fields,
+    write_fields_rewritten, write_u64,
 };
 
 /// Engine-wide settings; per-request overrides come from the router.
@@ -1650,7 +1651,7 @@ struct RespFacts {
 }
 
 /// Parses the upstream's final response head and writes the client's.
-fn write_response_head<U>(
+fn write_response_head<U: Upstreams>(
     out: &mut Vec<u8>,
     raw: &[u8],
     plan: &ForwardPlan<U>,
@@ -1680,7 +1681,11 @@ fn write_response_head<U>(
         && (body != BodyFraming::Chunked || client_chunked);
 
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
-    write_fields(out, resp.headers, opts, &plan.fwd.response_edits);
+    let edits = &plan.fwd.response_edits;
+    match plan.fwd.upstreams.response_rewrite() {
+        None => write_fields(out, resp.headers, opts, edits),
+        Some(rewrite) => write_fields_rewritten(out, resp.headers, opts, edits, Some(rewrite)),
+    }
     let (mut has_server, mut has_date) = (false, false);
     for h in resp.headers.iter() {
         has_server |= h.name.eq_ignore_ascii_case("server");

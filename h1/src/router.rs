@@ -157,6 +157,25 @@ pub trait Upstreams: Send + 'static {
     fn replacement(&mut self, status: u16) -> impl Future<Output = Respond> + Send {
         std::future::ready(Respond::new(status, "replaced", Bytes::new()))
     }
+
+    /// How the fields of the upstream's final response head are
+    /// rewritten (a product's `proxy_redirect`, `proxy_cookie_domain`),
+    /// asked once per response; `None`, the default: sent as the upstream
+    /// wrote them.
+    fn response_rewrite(&self) -> Option<&dyn RewriteField> {
+        None
+    }
+}
+
+/// A rewrite of response fields' values ([`Upstreams::response_rewrite`]).
+pub trait RewriteField: Send + Sync {
+    /// Writes to `out` the value the field `name` (as the upstream spelt
+    /// it) goes on with in place of `value`, and says whether it wrote
+    /// one. The engine checks what was written as it checks an edit's
+    /// value (no CR, LF or other control byte) and sends the upstream's
+    /// own value when it fails; the fields [`HeaderEdits`] replace are
+    /// not asked about.
+    fn rewrite(&self, name: &[u8], value: &[u8], out: &mut Vec<u8>) -> bool;
 }
 
 /// A fixed list, tried in order.

@@ -4,6 +4,7 @@
 
 use crate::edits::HeaderEdits;
 use crate::hop::is_hop_by_hop;
+use crate::router::RewriteField;
 use crate::scan::{has_token, is_field_value, is_tchar};
 
 /// Fields a `Connection` option may not remove: routing and framing stay
@@ -61,6 +62,18 @@ pub(crate) fn write_fields(
     options: ConnOptions,
     edits: &HeaderEdits,
 ) {
+    write_fields_rewritten(out, headers, options, edits, None);
+}
+
+/// [`write_fields`], each copied field's value offered to `rewrite`
+/// first (a response's, crate::router::Upstreams::response_rewrite).
+pub(crate) fn write_fields_rewritten(
+    out: &mut Vec<u8>,
+    headers: &[httparse::Header<'_>],
+    options: ConnOptions,
+    edits: &HeaderEdits,
+    rewrite: Option<&dyn RewriteField>,
+) {
     for h in headers {
         let name = h.name.as_bytes();
         if is_hop_by_hop(name)
@@ -68,6 +81,17 @@ pub(crate) fn write_fields(
             || (!edits.is_empty() && edits.skips(name))
         {
             continue;
+        }
+        if let Some(rewrite) = rewrite {
+            let start = out.len();
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            let value_at = out.len();
+            if rewrite.rewrite(name, h.value, out) && is_field_value(&out[value_at..]) {
+                out.extend_from_slice(b"\r\n");
+                continue;
+            }
+            out.truncate(start);
         }
         field(out, name, h.value);
     }
@@ -208,6 +232,41 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "Host: a\r\nx-forwarded-for: 10.0.0.2\r\nx-added: 1\r\n"
+        );
+    }
+
+    /// A response rewrite sees each copied field (not those an edit
+    /// replaces); a value it writes that could split the head is not
+    /// sent, the upstream's own is.
+    #[test]
+    fn rewritten_fields_are_checked_like_edits() {
+        struct Rewrite;
+        impl RewriteField for Rewrite {
+            fn rewrite(&self, name: &[u8], value: &[u8], out: &mut Vec<u8>) -> bool {
+                if name.eq_ignore_ascii_case(b"location") {
+                    out.extend_from_slice(b"/new");
+                    out.extend_from_slice(value.strip_prefix(b"http://in").unwrap_or(value));
+                    return true;
+                }
+                if name.eq_ignore_ascii_case(b"x-evil") {
+                    out.extend_from_slice(b"a\r\nset-cookie: forged=1");
+                    return true;
+                }
+                false
+            }
+        }
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let mut resp = httparse::Response::new(&mut slots);
+        let raw = b"HTTP/1.1 302 Found\r\nLocation: http://in/x\r\nX-Evil: kept\r\n\
+            X-Other: 1\r\nX-Replaced: old\r\n\r\n";
+        resp.parse(raw).unwrap();
+        let opts = connection_options(resp.headers);
+        let edits = HeaderEdits::default().set("x-replaced", "new");
+        let mut out = Vec::new();
+        write_fields_rewritten(&mut out, resp.headers, opts, &edits, Some(&Rewrite));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "Location: /new/x\r\nX-Evil: kept\r\nX-Other: 1\r\nx-replaced: new\r\n"
         );
     }
 

@@ -67,6 +67,7 @@ pub mod parts;
 pub mod passthrough;
 pub mod policies;
 pub mod proxying;
+pub mod response_rewrite;
 pub mod routes;
 pub mod snapshot;
 pub mod traffic;

@@ -71,6 +71,10 @@ pub struct TrafficPolicy {
     /// `upstream-vhost`, `preserve-trailing-slash`, `relative-redirects`
     /// (crate::compile::proxying).
     pub proxying: Option<Arc<crate::compile::proxying::Proxying>>,
+    /// `proxy-redirect-from/to`, `proxy-cookie-domain`, `proxy-cookie-path`:
+    /// the backends' response fields rewritten
+    /// (crate::compile::response_rewrite).
+    pub response_rewrite: Option<Arc<crate::compile::response_rewrite::ResponseRewrite>>,
 }
 
 /// ingress-nginx's external authentication, resolved: where the
@@ -481,6 +485,7 @@ impl NginxAnnotations {
             auth_terms: None,
             custom_errors: None,
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
+            response_rewrite: crate::compile::response_rewrite::read(self, problems).map(Arc::new),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -494,7 +499,8 @@ impl NginxAnnotations {
             || policy.forwarded_prefix.is_some()
             || policy.rewrite.is_some()
             || policy.timeouts.is_some()
-            || policy.proxying.is_some();
+            || policy.proxying.is_some()
+            || policy.response_rewrite.is_some();
         any.then_some(policy)
     }
 

@@ -185,6 +185,7 @@ impl teapot_h1::Router for Router {
             cors: traffic::cors::of_forward(forward.policy.as_deref())
                 .map(|(n, v)| (Bytes::from_static(n.as_bytes()), Bytes::from(v.clone())))
                 .collect(),
+            rewrite: forward.policy.as_mut().and_then(|p| p.rewrite.take()),
         });
         fwd.max_body_size = Some(forward.body_limit);
         fwd.request_edits =
@@ -482,6 +483,9 @@ pub struct Target {
     error_pages: Option<Box<traffic::errors::ErrorPages>>,
     /// The route's CORS fields, on the engine's own 502 and 504 too.
     cors: Vec<(Bytes, Bytes)>,
+    /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response fields
+    /// rewritten; `None` for every other route.
+    rewrite: Option<traffic::rewrite::Rewriting>,
 }
 
 impl Target {
@@ -538,6 +542,12 @@ impl Upstreams for Target {
 
     fn local_fields(&self) -> &[(Bytes, Bytes)] {
         &self.cors
+    }
+
+    fn response_rewrite(&self) -> Option<&dyn teapot_h1::RewriteField> {
+        self.rewrite
+            .as_ref()
+            .map(|r| r as &dyn teapot_h1::RewriteField)
     }
 
     fn replaces(&self, status: u16) -> bool {

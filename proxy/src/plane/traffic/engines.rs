@@ -135,8 +135,12 @@ pub fn h2_request_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
     }
 }
 
-/// The same on an HTTP/2 response's header map.
+/// The same on an HTTP/2 response's header map, after the backend's
+/// own fields are rewritten ([`super::rewrite`]).
 pub fn h2_response_edits(headers: &mut HeaderMap, applied: Option<&Applied>) {
+    if let Some(rewriting) = applied.and_then(|a| a.rewrite.as_ref()) {
+        super::rewrite::h2_rewrite(headers, rewriting);
+    }
     for (name, value) in applied.into_iter().flat_map(|a| &a.response_headers) {
         if let Ok(value) = HeaderValue::from_str(value) {
             headers.insert(HeaderName::from_static(name), value);

@@ -51,6 +51,7 @@ pub mod engines;
 pub mod errors;
 pub mod hash_by;
 pub mod rate;
+pub mod rewrite;
 
 use std::net::IpAddr;
 
@@ -100,6 +101,9 @@ pub struct Applied {
     pub error_pages: Option<Box<errors::ErrorPages>>,
     /// `upstream-vhost`: the backend's `Host` (HTTP/2: `:authority`).
     pub upstream_host: Option<std::sync::Arc<str>>,
+    /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response
+    /// fields rewritten ([`rewrite`]).
+    pub rewrite: Option<rewrite::Rewriting>,
     /// `custom-headers`: set on the backend's response, after the fields
     /// above ([`custom_headers`]).
     pub custom_headers: Option<std::sync::Arc<crate::compile::custom_headers::CustomHeaders>>,
@@ -119,6 +123,7 @@ impl Applied {
             && self.in_flight.is_none()
             && self.error_pages.is_none()
             && self.upstream_host.is_none()
+            && self.rewrite.is_none()
             && self.custom_headers.is_none()
     }
 }
@@ -291,6 +296,9 @@ pub fn apply(
         applied.upstream_host = Some(host.clone());
     }
     applied.timeouts = policy.timeouts;
+    if let Some(rules) = &policy.response_rewrite {
+        applied.rewrite = Some(rewrite::Rewriting::new(rules, seen));
+    }
     applied.custom_headers = policy.custom_headers.clone();
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex
