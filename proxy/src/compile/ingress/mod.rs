@@ -16,6 +16,7 @@ mod alias;
 mod backend;
 mod canary;
 mod client_cert;
+mod host_default;
 mod regex_hosts;
 mod www;
 
@@ -93,6 +94,7 @@ where
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
 
     let mut default_holder: Option<&NsName> = None;
+    let mut host_defaults = host_default::HostDefaults::default();
     let mut www_twins: Vec<WwwTwin> = Vec::new();
     let mut aliases: Vec<alias::Alias> = Vec::new();
     let mut canaries: Vec<CanaryRule> = Vec::new();
@@ -227,6 +229,9 @@ where
             }
         };
 
+        // The defaultBackend's route, for the Ingress's rule hosts too
+        // (module host_default).
+        let mut default_route = None;
         // A canary's defaultBackend is no route of its own either.
         if let Some(backend) = spec
             .and_then(|s| s.default_backend.as_ref())
@@ -249,6 +254,9 @@ where
                     .err()
                     .map(|why| format!("{why}; defaultBackend is not served")),
             };
+            if refused.is_none() {
+                default_route = Some(upstream.clone());
+            }
             match &own_host {
                 _ if refused.is_some() => conflicts.extend(refused),
                 Some(host) => {
@@ -351,6 +359,9 @@ where
             let owner = tenant.map(|t| t.cluster);
             let spread = !regex_paths && regex_hosts.covers(owner, host);
             let mut table = routes.host_mut(host);
+            if let Some(h) = host {
+                host_defaults.rule_host(h, &mut table, default_route.as_ref());
+            }
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let Ok(kind) = PathKind::parse(&p.path_type) else {
                     continue;
