@@ -116,6 +116,12 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
         {
             return Box::pin(no_endpoint_page(router, answer, route, req, conn)).await;
         }
+        Decision::Answer(answer, Some(route))
+            if answer.reason == NO_ENDPOINT.reason
+                && route.traffic().is_some_and(|t| t.cors.is_some()) =>
+        {
+            return no_endpoint_with_cors(answer, route, req, conn);
+        }
         // The client-certificate fields still go on below.
         Decision::Forward(forward) if !client_cert.is_empty() => Routed::Forward(forward),
         decision => return decision.into(),
@@ -237,6 +243,42 @@ async fn no_endpoint_page(
     let pages = traffic::errors::ErrorPages::new(errors, backend, &original, limits);
     let page = pages.page(answer.status).await;
     Routed::ErrorPage(page, route, permit)
+}
+
+/// A route without endpoints on a CORS route: teapot's 503 with the
+/// route's CORS fields, as every other answer of such a route carries
+/// them (ingress-nginx's `more_set_headers` apply to every status), so a
+/// browser shows the 503 rather than a CORS error.
+fn no_endpoint_with_cors(
+    answer: Answer,
+    route: Route,
+    req: &Request<'_>,
+    conn: &ConnInfo,
+) -> Routed {
+    let Some(cors) = route.traffic().and_then(|t| t.cors.as_ref()) else {
+        return Routed::Answer(answer, Some(route));
+    };
+    let seen = traffic::Seen {
+        method: req.method,
+        authority: req.head.authority,
+        path: req.head.path,
+        query: req.query,
+        tls: conn.tls,
+        client: conn.client.map(|a| a.ip()),
+        origin: req.headers.first("origin"),
+        cookie: None,
+        cors_method: req.headers.first("access-control-request-method"),
+        cors_headers: req.headers.first("access-control-request-headers"),
+        canary_header: None,
+    };
+    let headers = cors.on_answer(&seen);
+    let answer = TrafficAnswer {
+        status: answer.status,
+        reason: answer.reason,
+        body: answer.body,
+        headers,
+    };
+    Routed::Policy(answer, route)
 }
 
 /// The request's target as the client sent it: path and query.
@@ -546,6 +588,52 @@ mod tests {
         // The decision's own answer: no route for the host.
         let unknown = answer(route(&router, &h1("unknown.example", "/", &none), &plain).await);
         assert_eq!(unknown, NO_ROUTE);
+    }
+
+    /// A CORS route without endpoints: its 503 carries the route's CORS
+    /// fields for an allowed origin (none for another), as every other
+    /// answer of the route does; a route without CORS keeps teapot's own.
+    #[tokio::test]
+    async fn the_no_endpoint_503_carries_the_routes_cors_fields() {
+        let cors = crate::plane::decide::tests::ops_ingress(
+            "cors",
+            "cors.example",
+            "nginx.ingress.kubernetes.io/enable-cors: 'true', nginx.ingress.kubernetes.io/cors-allow-origin: 'https://app.example'",
+            "empty",
+        );
+        let snapshot = compile_test_docs(&[DOCS.to_string(), cors], &CompileOptions::default());
+        let router = Router::new(
+            Arc::new(ArcSwap::from_pointee(snapshot)),
+            Metrics::new().unwrap(),
+            UpstreamOptions::default(),
+        );
+        let plain = conn(false, None);
+        let allowed: &[(&str, &str)] = &[("origin", "https://app.example")];
+        match route(&router, &h1("cors.example", "/x", &allowed), &plain).await {
+            Routed::Policy(answer, _) => {
+                assert_eq!((answer.status, answer.reason), (503, NO_ENDPOINT.reason));
+                assert_eq!(answer.body, NO_ENDPOINT.body);
+                assert!(
+                    answer
+                        .headers
+                        .contains(&("access-control-allow-origin", "https://app.example".into())),
+                    "{:?}",
+                    answer.headers
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let other: &[(&str, &str)] = &[("origin", "https://evil.example")];
+        match route(&router, &h1("cors.example", "/x", &other), &plain).await {
+            Routed::Policy(answer, _) => {
+                assert_eq!(answer.status, 503);
+                assert!(answer.headers.is_empty(), "{:?}", answer.headers);
+            }
+            other => panic!("{other:?}"),
+        }
+        let none: &[(&str, &str)] = &[];
+        let plain_route = route(&router, &h1("a.example", "/empty", &none), &plain).await;
+        assert_eq!(answer(plain_route), NO_ENDPOINT);
     }
 
     /// The condition `type_` of the Ingress `name`'s report.
