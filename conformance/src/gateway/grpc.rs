@@ -653,6 +653,30 @@ mod tests {
         assert_eq!(code_name(99), "Code(99)");
     }
 
+    /// GRPCRouteWeight's weighted distribution is ported with its gRPC
+    /// sender: each sample is the test's `Echo` call, expected OK.
+    #[test]
+    fn the_weighted_distribution_samples_with_the_grpc_echo() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("gateway/data/GRPCRouteWeight.json");
+        let test = crate::gateway::data::TestFile::load(&path).unwrap();
+        let weights = test
+            .cases
+            .iter()
+            .find(|c| c.helper == "weight.TestWeightedDistribution")
+            .expect("the weighted distribution is a ported case");
+        assert_eq!(weights.protocol, "grpc");
+        assert_eq!(weights.arguments["sender"], "grpc.SendRPC");
+        assert_eq!(
+            weights.arguments["expectedWeights"]["grpc-infra-backend-v1"],
+            0.7
+        );
+        assert!(weights.unjudged_fields().is_empty());
+        let sample = GrpcCase::from_case(weights).unwrap();
+        assert_eq!((sample.method.as_str(), sample.code), ("Echo", 0));
+        assert_eq!(sample.namespace, "gateway-conformance-infra");
+    }
+
     #[test]
     fn echo_response_round_trips_and_is_judged() {
         let identity = EchoIdentity::new("ns", "", "svc", "grpc-infra-backend-v1-abc-x");
