@@ -330,6 +330,24 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Requests each client address may have in flight on the Ingress at once; one more gets 503.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-rate",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 0,
+            max: 1_048_576,
+        },
+        doc: "KiB per second each response body goes to the client at, after limit-rate-after KiB (per request; per stream on HTTP/2); 0: no limit. The backend is read no faster.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/limit-rate-after",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 0,
+            max: 1_048_576,
+        },
+        doc: "KiB of each response body sent at full speed before limit-rate applies.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/limit-burst-multiplier",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Count { min: 1, max: 100 },

@@ -60,6 +60,27 @@ pub struct RouteTrafficPolicySpec {
     /// password of it, 401 with `WWW-Authenticate: Basic realm="..."`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<BasicAuth>,
+    /// How fast each response body goes to the client (ingress-nginx's
+    /// `limit-rate` and `limit-rate-after`): per request, per stream on
+    /// HTTP/2; the backend is read no faster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Bandwidth>,
+}
+
+/// A response's pace to the client.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct Bandwidth {
+    /// KiB per second, 1 to 1048576 (0: no limit).
+    #[serde(rename = "limitKiBPerSecond")]
+    pub limit_kib_per_second: u32,
+    /// KiB of each response body sent at full speed first, at most
+    /// 1048576 (default 0).
+    #[serde(
+        rename = "unlimitedKiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub unlimited_kib: Option<u32>,
 }
 
 /// Basic authentication: whose users, and the realm the 401 names.
@@ -281,6 +302,18 @@ impl RouteTrafficPolicySpec {
             "limit-connections",
             self.in_flight_per_client,
         );
+        if let Some(b) = &self.bandwidth {
+            count(
+                "spec.bandwidth.limitKiBPerSecond",
+                "limit-rate",
+                Some(b.limit_kib_per_second),
+            );
+            count(
+                "spec.bandwidth.unlimitedKiB",
+                "limit-rate-after",
+                b.unlimited_kib,
+            );
+        }
         out
     }
 }
@@ -352,6 +385,23 @@ mod tests {
                     "default-backend=errors".into(),
                     Vec::new()
                 ),
+            ]
+        );
+    }
+
+    #[test]
+    fn bandwidth_is_limit_rate_and_limit_rate_after() {
+        let s = spec("targetRefs: []\nbandwidth: {limitKiBPerSecond: 64, unlimitedKiB: 512}\n");
+        let got: Vec<(&str, String)> = s
+            .annotations()
+            .into_iter()
+            .map(|a| (a.field, format!("{}={}", a.name, a.value)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("spec.bandwidth.limitKiBPerSecond", "limit-rate=64".into()),
+                ("spec.bandwidth.unlimitedKiB", "limit-rate-after=512".into()),
             ]
         );
     }

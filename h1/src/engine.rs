@@ -31,7 +31,7 @@ use crate::head::{BodyLength, RequestHeadWriter};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
 use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
-use crate::router::{ConnInfo, Decision, Forward, RequestHead, Respond, Router, Upstreams};
+use crate::router::{ConnInfo, Decision, Forward, Pacer, RequestHead, Respond, Router, Upstreams};
 use crate::scan::{
     HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, find_head_end,
     is_authority, scan_h1,
@@ -942,6 +942,60 @@ where
         // exists to avoid, and each is a hundred bytes.
     }
 
+    /// [`Self::flush`] at `pacer`'s pace: the first `unpaced` bytes at
+    /// once, then the pieces it permits, with a timer between them; each
+    /// write bounded by the client write timeout as any other.
+    async fn flush_paced(
+        &mut self,
+        pacer: &mut dyn Pacer,
+        unpaced: &mut usize,
+        stats: &mut Stats,
+    ) -> io::Result<()> {
+        let to = self.engine.config.client_write_timeout;
+        let mut at = 0;
+        let mut r = Ok(());
+        while at < self.out.len() {
+            let ready = self.out.len() - at;
+            let n = if *unpaced > 0 {
+                let n = ready.min(*unpaced);
+                *unpaced -= n;
+                n
+            } else {
+                match pacer.permit(ready, std::time::Instant::now()) {
+                    Ok(n) => n.clamp(1, ready),
+                    Err(until) => {
+                        tokio::time::sleep_until(Instant::from_std(until)).await;
+                        continue;
+                    }
+                }
+            };
+            let Conn {
+                client,
+                out,
+                client_writes,
+                ..
+            } = self;
+            let piece = &out[at..at + n];
+            r = client_writes
+                .run(Instant::now() + to, async {
+                    client.write_all(piece).await?;
+                    client.flush().await
+                })
+                .await
+                .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
+            if r.is_err() {
+                break;
+            }
+            at += n;
+            stats.bytes_out += n as u64;
+        }
+        self.out.clear();
+        if r.is_err() {
+            stats.client_abort = true;
+        }
+        r
+    }
+
     /// Writes `out` to the client and clears it.
     async fn flush(&mut self, stats: &mut Stats) -> io::Result<()> {
         if self.out.is_empty() {
@@ -1226,13 +1280,14 @@ where
             }
         };
         let request_done = decoder.is_done();
+        let pacer = plan.fwd.upstreams.pacer();
         self.respond(
             up,
             (addr, class),
             head_len,
             plan,
             request_done,
-            read_to,
+            (read_to, pacer),
             stats,
         )
         .await
@@ -1417,7 +1472,7 @@ where
         head_len: usize,
         plan: &ForwardPlan<R::Upstreams>,
         request_done: bool,
-        read_to: Duration,
+        (read_to, mut pacer): (Duration, Option<Box<dyn Pacer>>),
         stats: &mut Stats,
     ) -> Next {
         let tag = plan.fwd.tag.as_ref();
@@ -1457,6 +1512,8 @@ where
         let mut decoder = BodyDecoder::new(resp.body, emit, 0);
         let chunk = self.engine.config.read_chunk;
         let mut outcome = Outcome::Proxied;
+        // The head goes at once; a pacer paces the body only.
+        let mut unpaced = self.out.len();
         loop {
             match decoder.feed(self.upbuf.filled(), &mut self.out) {
                 Ok(n) => self.upbuf.consume(n),
@@ -1465,7 +1522,11 @@ where
                     break;
                 }
             }
-            if self.flush(stats).await.is_err() {
+            let flushed = match pacer.as_deref_mut() {
+                Some(pacer) => self.flush_paced(pacer, &mut unpaced, stats).await,
+                None => self.flush(stats).await,
+            };
+            if flushed.is_err() {
                 outcome = Outcome::ClientAbort;
                 break;
             }

@@ -105,8 +105,8 @@ pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use response::{ResponseFraming, ResponseHead, parse_response, response_framing};
 pub use router::{
-    ConnInfo, Decision, Forward, HeaderEdits, RequestHead, RequestTarget, Respond, RewriteField,
-    Router, Timeouts, Upstreams,
+    ConnInfo, Decision, Forward, HeaderEdits, Pacer, RequestHead, RequestTarget, Respond,
+    RewriteField, Router, Timeouts, Upstreams,
 };
 pub use scan::{
     H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,

@@ -158,6 +158,13 @@ pub trait Upstreams: Send + 'static {
         std::future::ready(Respond::new(status, "replaced", Bytes::new()))
     }
 
+    /// The pace of the response body to the client (a product's
+    /// bandwidth limit), taken once when a final response is relayed;
+    /// `None`, the default: as fast as the client reads.
+    fn pacer(&mut self) -> Option<Box<dyn Pacer>> {
+        None
+    }
+
     /// How the fields of the upstream's final response head are
     /// rewritten (a product's `proxy_redirect`, `proxy_cookie_domain`),
     /// asked once per response; `None`, the default: sent as the upstream
@@ -176,6 +183,20 @@ pub trait RewriteField: Send + Sync {
     /// own value when it fails; the fields [`HeaderEdits`] replace are
     /// not asked about.
     fn rewrite(&self, name: &[u8], value: &[u8], out: &mut Vec<u8>) -> bool;
+}
+
+/// A limit on how fast a response body goes to the client, asked before
+/// each write of it. The engine reads the upstream again only once what
+/// it holds is written, so a paced response holds no more memory than
+/// another, and waits on a timer between the pieces.
+pub trait Pacer: Send {
+    /// Of `ready` body bytes, how many may be written at `now` (at least
+    /// one when `ready` is not 0), or the instant to ask again.
+    fn permit(
+        &mut self,
+        ready: usize,
+        now: std::time::Instant,
+    ) -> Result<usize, std::time::Instant>;
 }
 
 /// A fixed list, tried in order.

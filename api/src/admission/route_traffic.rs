@@ -117,7 +117,7 @@ pub fn route_traffic_value_errors(spec: &RouteTrafficPolicySpec) -> Vec<(String,
     if fields.is_empty() {
         out.push((
             "spec".to_string(),
-            "sets nothing: give clientAddresses, rateLimit, inFlightPerClient or customErrors"
+            "sets nothing: give clientAddresses, rateLimit, inFlightPerClient, customErrors, basicAuth or bandwidth"
                 .to_string(),
         ));
     }
@@ -215,6 +215,26 @@ mod tests {
         assert_eq!(fields(&s), ["spec.customErrors.codes"]);
         let good = spec(
             "targetRefs: []\ncustomErrors: {codes: [404, 503], backend: {name: errors, port: 8080}}\n",
+        );
+        assert!(fields(&good).is_empty(), "{:?}", fields(&good));
+    }
+
+    /// A hostile bandwidth is refused by the annotations' bounds, named by
+    /// the policy's fields.
+    #[test]
+    fn bandwidth_bounds_are_named_by_the_policys_field() {
+        let s = spec(
+            "targetRefs: []\nbandwidth: {limitKiBPerSecond: 4294967295, unlimitedKiB: 1048577}\n",
+        );
+        assert_eq!(
+            fields(&s),
+            [
+                "spec.bandwidth.limitKiBPerSecond",
+                "spec.bandwidth.unlimitedKiB"
+            ]
+        );
+        let good = spec(
+            "targetRefs: []\nbandwidth: {limitKiBPerSecond: 1048576, unlimitedKiB: 1048576}\n",
         );
         assert!(fields(&good).is_empty(), "{:?}", fields(&good));
     }

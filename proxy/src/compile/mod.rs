@@ -51,6 +51,7 @@ pub mod acme;
 pub mod api_status;
 pub mod attach;
 pub mod backends;
+pub mod bandwidth;
 pub mod basic_auth;
 pub(crate) mod bind;
 pub mod certs;

@@ -18,6 +18,10 @@ pub trait Annotations {
     fn text(&self, name: &str) -> Option<&str>;
     /// A boolean annotation's value, without the prefix.
     fn flag(&self, name: &str) -> Option<bool>;
+    /// A whole-number annotation's value, without the prefix.
+    fn count(&self, _name: &str) -> Option<u32> {
+        None
+    }
 }
 
 /// What the annotations ask of a route's forwarding and redirects.

@@ -71,6 +71,9 @@ pub struct TrafficPolicy {
     /// `upstream-vhost`, `preserve-trailing-slash`, `relative-redirects`
     /// (crate::compile::proxying).
     pub proxying: Option<Arc<crate::compile::proxying::Proxying>>,
+    /// `limit-rate`, `limit-rate-after`: each response's pace to the
+    /// client (crate::plane::traffic::bandwidth).
+    pub bandwidth: Option<crate::compile::bandwidth::Bandwidth>,
     /// `proxy-redirect-from/to`, `proxy-cookie-domain`, `proxy-cookie-path`:
     /// the backends' response fields rewritten
     /// (crate::compile::response_rewrite).
@@ -353,6 +356,9 @@ impl crate::compile::proxying::Annotations for NginxAnnotations {
     fn flag(&self, name: &str) -> Option<bool> {
         NginxAnnotations::flag(self, name)
     }
+    fn count(&self, name: &str) -> Option<u32> {
+        NginxAnnotations::count(self, name)
+    }
 }
 
 impl NginxAnnotations {
@@ -485,6 +491,7 @@ impl NginxAnnotations {
             auth_terms: None,
             custom_errors: None,
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
+            bandwidth: crate::compile::bandwidth::read(self, problems),
             response_rewrite: crate::compile::response_rewrite::read(self, problems).map(Arc::new),
         };
         let any = policy.access.is_some()
@@ -499,6 +506,7 @@ impl NginxAnnotations {
             || policy.forwarded_prefix.is_some()
             || policy.rewrite.is_some()
             || policy.timeouts.is_some()
+            || policy.bandwidth.is_some()
             || policy.proxying.is_some()
             || policy.response_rewrite.is_some();
         any.then_some(policy)

@@ -185,6 +185,7 @@ impl teapot_h1::Router for Router {
             cors: traffic::cors::of_forward(forward.policy.as_deref())
                 .map(|(n, v)| (Bytes::from_static(n.as_bytes()), Bytes::from(v.clone())))
                 .collect(),
+            pacer: forward.policy.as_mut().and_then(|p| p.pacer.take()),
             rewrite: forward.policy.as_mut().and_then(|p| p.rewrite.take()),
         });
         fwd.max_body_size = Some(forward.body_limit);
@@ -483,6 +484,9 @@ pub struct Target {
     error_pages: Option<Box<traffic::errors::ErrorPages>>,
     /// The route's CORS fields, on the engine's own 502 and 504 too.
     cors: Vec<(Bytes, Bytes)>,
+    /// `limit-rate`: the response body's pace; `None` for every other
+    /// route.
+    pacer: Option<traffic::bandwidth::Pacer>,
     /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response fields
     /// rewritten; `None` for every other route.
     rewrite: Option<traffic::rewrite::Rewriting>,
@@ -558,6 +562,11 @@ impl Upstreams for Target {
 
     /// The error backend's page: boxed, so a request's future holds a
     /// pointer, not the page request's state.
+    fn pacer(&mut self) -> Option<Box<dyn teapot_h1::Pacer>> {
+        let pacer = self.pacer.take()?;
+        Some(Box::new(pacer))
+    }
+
     fn replacement(&mut self, status: u16) -> impl Future<Output = Respond> + Send {
         let pages = self.error_pages.take();
         Box::pin(async move {

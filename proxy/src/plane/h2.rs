@@ -345,6 +345,7 @@ impl H2Server {
         st._tenant = forward.tenant;
         st.gateway = forward.gateway;
         st.policy = forward.policy;
+        st.client.out.pacer = st.policy.as_mut().and_then(|p| p.pacer.take());
         if let Some(pages) = st.policy.as_mut().and_then(|p| p.error_pages.as_mut())
             && let Some(ids) = &st.ids
         {

@@ -128,6 +128,7 @@ impl Client {
                 status: 0,
                 bytes: 0,
                 send_timeout,
+                pacer: None,
             },
         }
     }
@@ -183,6 +184,9 @@ pub(super) struct Responder {
     /// How long one piece of the body may wait for the client's window,
     /// as the HTTP/1 engine bounds each write to a client.
     send_timeout: Duration,
+    /// `limit-rate`: the body's pace (crate::plane::traffic::bandwidth);
+    /// `None` for every other route.
+    pub pacer: Option<crate::plane::traffic::bandwidth::Pacer>,
 }
 
 impl Responder {
@@ -203,7 +207,24 @@ impl Responder {
     /// stream or connection window stays shut cannot hold them (and the
     /// backend's connection, the tenant's slot) for longer than the send
     /// timeout: the stream is reset and its buffers released.
-    pub async fn send_data(&mut self, data: Bytes, end: bool) -> Result<(), Failure> {
+    pub async fn send_data(&mut self, mut data: Bytes, end: bool) -> Result<(), Failure> {
+        // A paced body goes in the pieces its pacer permits, a timer
+        // between them; the stream holds no window while it waits, so the
+        // connection's other streams go on.
+        while let Some(pacer) = self.pacer.as_mut() {
+            match pacer.permit(data.len(), std::time::Instant::now()) {
+                Ok(n) if n < data.len() => {
+                    let piece = data.split_to(n.max(1));
+                    self.send_unpaced(piece, false).await?;
+                }
+                Ok(_) => break,
+                Err(until) => tokio::time::sleep_until(until.into()).await,
+            }
+        }
+        self.send_unpaced(data, end).await
+    }
+
+    async fn send_unpaced(&mut self, data: Bytes, end: bool) -> Result<(), Failure> {
         let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
         self.bytes += data.len() as u64;
         send_flow_controlled(send, data, end, self.send_timeout)

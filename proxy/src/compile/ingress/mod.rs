@@ -1333,7 +1333,7 @@ spec:
             ),
             (
                 "bandwidth",
-                "nginx.ingress.kubernetes.io/limit-rate: '100'",
+                "nginx.ingress.kubernetes.io/limit-rate: '1048577'",
                 "limit-rate",
             ),
             (

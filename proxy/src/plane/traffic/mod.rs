@@ -43,6 +43,7 @@
 pub mod access;
 pub mod affinity;
 pub mod auth;
+pub mod bandwidth;
 pub mod basic_auth;
 pub mod canary;
 pub mod cors;
@@ -101,6 +102,8 @@ pub struct Applied {
     pub error_pages: Option<Box<errors::ErrorPages>>,
     /// `upstream-vhost`: the backend's `Host` (HTTP/2: `:authority`).
     pub upstream_host: Option<std::sync::Arc<str>>,
+    /// `limit-rate`: the response body's pace, taken by the engine.
+    pub pacer: Option<bandwidth::Pacer>,
     /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response
     /// fields rewritten ([`rewrite`]).
     pub rewrite: Option<rewrite::Rewriting>,
@@ -123,6 +126,7 @@ impl Applied {
             && self.in_flight.is_none()
             && self.error_pages.is_none()
             && self.upstream_host.is_none()
+            && self.pacer.is_none()
             && self.rewrite.is_none()
             && self.custom_headers.is_none()
     }
@@ -296,6 +300,7 @@ pub fn apply(
         applied.upstream_host = Some(host.clone());
     }
     applied.timeouts = policy.timeouts;
+    applied.pacer = policy.bandwidth.map(bandwidth::Pacer::new);
     if let Some(rules) = &policy.response_rewrite {
         applied.rewrite = Some(rewrite::Rewriting::new(rules, seen));
     }
