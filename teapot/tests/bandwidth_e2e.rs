@@ -431,3 +431,41 @@ async fn a_route_traffic_policy_paces_a_rule() {
         assert!(got.took() < half, "{what} fast took {:?}", got.took());
     }
 }
+
+/// The fleet's timeouts hold on a paced route, and the pace does not trip
+/// them: with `--upstream-timeout 2` (each backend read and each client
+/// write), a response paced over four seconds completes on both protocols,
+/// as no wait of the pace is longer than a piece (125 ms here) and every
+/// read of the backend and write to the client is prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pace_longer_than_the_timeouts_completes() {
+    let backend = sized_backend().await;
+    let mut objects = loopback_service(NS, "files", backend.port());
+    objects.push(annotated(
+        NS,
+        "paced.test",
+        "files",
+        &[("limit-rate", "64")],
+    ));
+    let h = Harness::start_with_args(
+        &[("manifests.yaml", docs(&objects))],
+        &["--h2c", "--upstream-timeout", "2"],
+    )
+    .await;
+    h.wait_status("the Ingress reported", |s| {
+        ingress_report(s, NS, "paced.test").is_some()
+    })
+    .await;
+    let (h1, h2) = tokio::join!(
+        download(&h, Proto::Http1, "paced.test", "", 256 * KIB),
+        download(&h, Proto::Http2, "paced.test", "", 256 * KIB),
+    );
+    for (proto, got) in [(Proto::Http1, h1), (Proto::Http2, h2)] {
+        assert_eq!((got.status, got.total()), (200, 256 * KIB), "{proto:?}");
+        assert!(
+            got.took() >= Duration::from_secs(3),
+            "{proto:?} took {:?}",
+            got.took()
+        );
+    }
+}
