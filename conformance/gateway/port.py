@@ -636,6 +636,8 @@ class Reader:
                 value = value + right
             elif isinstance(value, int) and isinstance(right, int) and not isinstance(value, bool):
                 value = value + right if op == "+" else value - right
+            elif op == "+" and is_text(value) and is_text(right):
+                value = Template([value, right])
             else:
                 value = Unresolved(f"{value!r} {op} {right!r}")
         return value, i
@@ -694,7 +696,7 @@ class Reader:
         head, _, rest = name.partition(".")
         # A local variable hides an import of the same name.
         path = import_path(self.env, head) if rest and head not in self.env else None
-        if nxt == "{" and name.split(".")[-1][0].isupper():
+        if nxt == "{" and (name.split(".")[-1][0].isupper() or name in self.env.get(LOCAL_TYPES, ())):
             key = self.struct_key(start, i)
             value, j = self.composite(i, True, own=key)
             if path and path.startswith(GATEWAY_API_PACKAGES) and key is None and value in ([], {}) and "." not in rest:
@@ -710,10 +712,15 @@ class Reader:
                     return KubeObject({"apiVersion": api_version(path), "kind": rest, **kube_json(value)}, self.text(start, j)), j
                 except GoError as e:
                     return Unresolved(f"{self.text(start, i)}{{...}} ({e})"), j
+            if path == URL_PACKAGE and rest == "Values" and isinstance(value, dict):
+                return UrlValues(value), j
             return value, j
         if nxt == "(":
             end = self.skip_parens(i)
             args_start = i + 1
+            special = code_value(self, name, head, rest, path, start, i, end)
+            if special is not None:
+                return special
             if rest == "DeepCopy" and end == i + 2 and isinstance(self.env.get(head), Fetched):
                 return Mutation(self.env[head], self.text(start, end)), end
             if path == KUBERNETES_PACKAGE:
@@ -790,9 +797,13 @@ class Reader:
                 return value, i
         if name.count(".") == 1 and name.split(".")[0] in SYMBOL_PACKAGES:
             return name, i
+        if path == DNS_PACKAGE and rest.startswith("Type") and len(rest) > 4:
+            return rest[4:], i
         head, _, field = name.partition(".")
         if field and "." not in field and isinstance(self.env.get(head), dict) and field in self.env[head]:
-            return self.env[head][field], i
+            return self.index(self.env[head][field], i)
+        if "." in name and head in self.env and walk_fields(self.env[head], name.split(".")[1:]) is not None:
+            return self.index(walk_fields(self.env[head], name.split(".")[1:]), i)
         if name in self.env:
             value = self.env[name]
             if (
@@ -803,7 +814,7 @@ class Reader:
             ):
                 index = int(self.peek(i + 1)[1])
                 return {"RouteHostname": {"Routes": value.routes, "Index": index}}, i + 3
-            return value, i
+            return self.index(value, i)
         return Unresolved(name), i
 
 
@@ -1733,7 +1744,7 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
         kind, tok = tokens[i]
         while subtests and subtests[-1][0] <= i:
             subtests.pop()
-        loop = range_loop(tokens, i, env)
+        loop = range_loop(tokens, i, env) or index_loop(tokens, i, env)
         kept = keep_loop(tokens, i, env)
         if kept:
             env[kept[0]] = kept[1]
@@ -1939,6 +1950,22 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             gateways.extend(g for g in found_gateways if g not in gateways)
             checks.extend(found_checks)
             i = paren_end
+            continue
+        # The statements of checks written as code (`code_statement`), a
+        # test body's own struct types, and a function of the test package
+        # called as a statement (`package_statement`).
+        if tok == "type" and tokens[i + 1][0] == "ident" and tokens[i + 2][1] == "struct":
+            env[LOCAL_TYPES] = {*env.get(LOCAL_TYPES, ()), tokens[i + 1][1]}
+        after = code_statement(tokens, i, env, subtests, state, cases)
+        if after is not None:
+            i = after
+            continue
+        called = package_statement(tokens, i, env, subtests, state)
+        if called is not None:
+            i, (found, found_gateways, found_checks) = called
+            cases.extend(found)
+            gateways.extend(g for g in found_gateways if g not in gateways)
+            checks.extend(found_checks)
             continue
         # Local `x := expr` (and `x = expr`, and the first name of a
         # `var (...)` block): remember what evaluates.
@@ -2246,6 +2273,504 @@ def consuming_calls(tokens, start, end_literal, end_body):
     return calls
 
 
+# Checks written as code rather than as helper calls: a request whose
+# expectation holds a value made afresh at each attempt (echo-basic's retry
+# simulation keys its count on a new UUID per probe), a WebSocket dial with
+# the messages sent and compared with their echo, and a DNS exchange. The
+# reader keeps what such code builds as values of the classes below and the
+# scan turns them into cases (`code_statement`, `with_fresh`).
+
+# Calls whose function literal is polled: each run of it is one attempt. The
+# number is how many passing attempts in a row the poll wants
+# (`http.AwaitConvergence`: the suite's RequiredConsecutiveSuccesses, 3).
+POLL_HELPERS = {
+    "http.AwaitConvergence": 3,
+    "wait.PollUntilContextTimeout": 1,
+    "wait.PollImmediate": 1,
+    "assert.Eventually": 1,
+    "require.Eventually": 1,
+}
+# Calls that make a new random value each time they run: (import path,
+# function) -> the method call that follows (`uuid.New().String()`).
+FRESH_CALLS = {
+    ("github.com/google/uuid", "New"): ("String",),
+    ("github.com/google/uuid", "NewString"): (),
+}
+URL_PACKAGE = "net/url"
+DNS_PACKAGE = "github.com/miekg/dns"
+WEBSOCKET_PACKAGE = "golang.org/x/net/websocket"
+# Where the reader keeps the struct types a test body declares (`type args
+# struct {...}`), whose lower-case names start composite literals.
+LOCAL_TYPES = "\0types"
+
+
+class Fresh:
+    """A value made anew each time its code runs (`uuid.New().String()`):
+    `kind` says what the runner makes (`uuid`), `poll` the enclosing
+    POLL_HELPERS call when the code runs per attempt (None: once per case)."""
+
+    def __init__(self, kind, text, poll):
+        self.kind = kind
+        self.text = text
+        self.poll = poll
+
+    def placeholder(self):
+        return "{" + self.text + "}"
+
+
+class Template:
+    """Text with parts known only when a request is made: strings, Fresh
+    values and Gateway addresses (`path + "?" + values.Encode()`,
+    `fmt.Sprintf("ws://%s/ws", gwAddr)`)."""
+
+    def __init__(self, parts):
+        out = []
+        for part in parts:
+            for p in part.parts if isinstance(part, Template) else [part]:
+                if isinstance(p, str) and out and isinstance(out[-1], str):
+                    out[-1] += p
+                elif p != "":
+                    out.append(p)
+        self.parts = out
+        self.text = "".join(p if isinstance(p, str) else getattr(p, "text", "gwAddr") for p in out)
+
+
+def is_text(value):
+    return isinstance(value, (str, Template, Fresh))
+
+
+class UrlValues(dict):
+    """A `url.Values` (key -> list of values)."""
+
+
+class DnsMessage:
+    """A `new(dns.Msg)` with the question `SetQuestion` gave it."""
+
+    def __init__(self):
+        self.question = None
+
+
+class WebSocketCase:
+    """A case being read: a WebSocket dial (`<suite>.WebSocketDialer.Dial`),
+    the messages sent on it later and whether each reply is compared with
+    what was sent. Iterates as the scan's (protocol, case, problem)."""
+
+    def __init__(self, case, problem=None):
+        self.case = case
+        self.problem = problem
+        self.pending = None  # the name holding the last message sent
+
+    def __iter__(self):
+        if self.problem:
+            return iter(("websocket", None, self.problem))
+        messages = self.case.get("arguments", {}).get("messages", [])
+        if not messages:
+            return iter(("websocket", None, "the dial sends no message this reader knows"))
+        unchecked = [n for n, m in enumerate(messages) if not m.get("\0compared")]
+        if unchecked:
+            return iter(("websocket", None, f"the reply to message {unchecked[0]} is not compared with it"))
+        sent = [{k: v for k, v in m.items() if k != "\0compared"} for m in messages]
+        return iter(("websocket", {**self.case, "arguments": {**self.case["arguments"], "messages": sent}}, None))
+
+
+def enclosing_poll(tokens, i):
+    """The POLL_HELPERS call whose arguments hold token i, or None."""
+    depth = 0
+    for k in range(i - 1, 2, -1):
+        t = tokens[k][1]
+        if t in (")", "}", "]"):
+            depth += 1
+        elif t in ("(", "{", "["):
+            if depth:
+                depth -= 1
+                continue
+            if t == "(" and tokens[k - 1][0] == "ident" and tokens[k - 2][1] == ".":
+                helper = f"{tokens[k - 3][1]}.{tokens[k - 1][1]}"
+                if helper in POLL_HELPERS:
+                    return helper
+    return None
+
+
+def query_escape(text):
+    """Go's `url.QueryEscape`."""
+    out = []
+    for byte in text.encode():
+        c = chr(byte)
+        if c.isascii() and (c.isalnum() or c in "-_.~"):
+            out.append(c)
+        elif c == " ":
+            out.append("+")
+        else:
+            out.append(f"%{byte:02X}")
+    return "".join(out)
+
+
+def url_values_encode(values):
+    """`url.Values.Encode`: keys sorted, each value escaped; a Fresh value
+    is inserted as it is (a UUID has nothing to escape)."""
+    parts = []
+    for key in sorted(values):
+        items = values[key] if isinstance(values[key], list) else [values[key]]
+        for item in items:
+            if isinstance(item, str):
+                item = query_escape(item)
+            elif not isinstance(item, Fresh):
+                return None
+            if parts:
+                parts.append("&")
+            parts.extend([query_escape(key) + "=", item])
+    return Template(parts)
+
+
+def code_value(reader, name, head, rest, path, start, paren, end):
+    """What a call the code-written checks use evaluates to (`paren` is
+    its `(`, `end` after its `)`): (value, index after it), or None for a
+    call this does not read."""
+    tokens = reader.t
+    if path and (path, rest) in FRESH_CALLS:
+        j = end
+        for method in FRESH_CALLS[(path, rest)]:
+            if not (reader.peek(j)[1] == "." and reader.peek(j + 1)[1] == method and reader.peek(j + 2)[1] == "(" and reader.peek(j + 3)[1] == ")"):
+                return None
+            j += 4
+        return Fresh("uuid", reader.text(start, j), enclosing_poll(tokens, start)), j
+    if rest == "Get" and isinstance(reader.env.get(head), UrlValues):
+        # `values.Get(k)`: the first value of k, "" when there is none.
+        try:
+            args = reader.call_values(paren)
+        except GoError:
+            args = None
+        if not args or len(args) != 1 or not isinstance(args[0], str):
+            return Unresolved(reader.text(start, end)), end
+        found = reader.env[head].get(args[0]) or [""]
+        return found[0], end
+    if rest == "Encode" and end == paren + 2 and isinstance(reader.env.get(head), UrlValues):
+        value = url_values_encode(reader.env[head])
+        return (value if value is not None else Unresolved(reader.text(start, end))), end
+    if name == "new" and reader.text(paren + 1, end - 1) in ("dns.Msg",) and import_path(reader.env, "dns") == DNS_PACKAGE:
+        return DnsMessage(), end
+    if path == "fmt" and rest == "Sprintf":
+        try:
+            values = reader.call_values(paren)
+        except GoError:
+            return None
+        if not values or not isinstance(values[0], str) or not any(isinstance(v, (Template, Fresh, GatewayAddress)) for v in values[1:]):
+            return None
+        pieces = re.split(r"(%[%sdvq])", values[0])
+        args = list(values[1:])
+        parts = []
+        for piece in pieces:
+            if piece == "%%":
+                parts.append("%")
+            elif piece in ("%s", "%v") and args:
+                parts.append(args.pop(0))
+            elif piece.startswith("%") and len(piece) == 2:
+                return Unresolved(reader.text(start, end)), end
+            else:
+                parts.append(piece)
+        if args or any(not isinstance(p, (str, Template, Fresh, GatewayAddress)) for p in parts):
+            return Unresolved(reader.text(start, end)), end
+        return Template(parts), end
+    return None
+
+
+def walk_fields(value, fields):
+    """`tc.args.path`: the field path into known struct values, or None."""
+    for field in fields:
+        if not isinstance(value, dict) or field not in value:
+            return None
+        value = value[field]
+    return value
+
+
+def index_loop(tokens, i, env):
+    """`for i := range X {` over a list known here: the `range_loop` shape
+    with no value name bound."""
+    if not (tokens[i][1] == "for" and tokens[i + 1][0] == "ident" and tokens[i + 2][1] == ":=" and tokens[i + 3][1] == "range"):
+        return None
+    r = Reader(tokens, env)
+    try:
+        values, j = r.expr(i + 4)
+    except GoError:
+        return None
+    if not isinstance(values, list) or tokens[j][1] != "{" or unresolved_in(values):
+        return None
+    return "\0unused", values, j, r.skip_braces(j), tokens[i + 1][1]
+
+
+def is_statement_start(tokens, i):
+    """Whether token i begins a statement (the token before ends one, as
+    Go's automatic semicolons put it; keywords that take an expression
+    after them do not)."""
+    kind, tok = tokens[i - 1]
+    if tok in ("{", "}", ")", "]", ";"):
+        return True
+    return kind in ("ident", "str", "raw", "num", "char") and tok not in (
+        "return", "go", "defer", "if", "else", "case", "range", "for", "switch", "select", "var", "const",
+    )
+
+
+def code_statement(tokens, i, env, subtests, state, cases):
+    """The statements of the code-written checks at token i: a method that
+    changes a value known here (`values.Set(k, v)`, `msg.SetQuestion(name,
+    dns.TypeA)`), a WebSocket dial and the messages on it, a DNS exchange.
+    Returns the index to go on from, or None when token i starts none."""
+    r = Reader(tokens, env)
+    tok = tokens[i][1]
+    subtest = "/".join(name for _, name in subtests)
+    if tokens[i][0] != "ident" or tokens[i - 1][1] == "." or tokens[i + 1][1] != ".":
+        return None
+    # `values.Set("uuid", uuid.New().String())` on a url.Values.
+    if isinstance(env.get(tok), UrlValues) and tokens[i + 2][1] in ("Set", "Add", "Del") and tokens[i + 3][1] == "(":
+        end = r.skip_parens(i + 3)
+        try:
+            args = r.call_values(i + 3)
+        except GoError:
+            args = None
+        values = UrlValues(env[tok])
+        if args and isinstance(args[0], str):
+            if tokens[i + 2][1] == "Del":
+                values.pop(args[0], None)
+            elif len(args) == 2 and is_text(args[1]):
+                values[args[0]] = ([] if tokens[i + 2][1] == "Set" else list(values.get(args[0], []))) + [args[1]]
+            else:
+                values = Unresolved(r.text(i, end))
+        else:
+            values = Unresolved(r.text(i, end))
+        env[tok] = values
+        return end
+    # `msg.SetQuestion(domain, dns.TypeA)`.
+    if isinstance(env.get(tok), DnsMessage) and tokens[i + 2][1] == "SetQuestion" and tokens[i + 3][1] == "(":
+        end = r.skip_parens(i + 3)
+        try:
+            args = r.call_values(i + 3)
+        except GoError:
+            args = None
+        message = DnsMessage()
+        if args and len(args) == 2 and all(isinstance(a, str) for a in args):
+            message.question = {"Name": args[0], "Type": args[1]}
+        env[tok] = message
+        return end
+    path = import_path(env, tok) if tok not in env else None
+    # `r, err := dns.Exchange(msg, gwAddr)`: the reply is all the test asks for.
+    if path == DNS_PACKAGE and tokens[i + 2][1] == "Exchange" and tokens[i + 3][1] == "(":
+        end = r.skip_parens(i + 3)
+        args = call_args(tokens, i + 3)
+        out = {"helper": "dns.Exchange", "subtest": subtest}
+        problem = None
+        message = env.get(tokens[args[0][0]][1]) if len(args) == 2 and args[0][1] == args[0][0] + 1 else None
+        address = env.get(tokens[args[1][0]][1]) if len(args) == 2 and args[1][1] == args[1][0] + 1 else None
+        if not isinstance(message, DnsMessage) or not message.question:
+            problem = f"dns.Exchange argument m: {r.text(*args[0]) if args else ''} is not a message with a question read here"
+        elif not isinstance(address, GatewayAddress):
+            problem = f"dns.Exchange argument a: {r.text(*args[1]) if len(args) > 1 else ''} is computed at run time"
+        else:
+            out["gateway"] = address.json()
+            out["arguments"] = {"question": message.question}
+            poll = enclosing_poll(tokens, i)
+            if poll:
+                out["arguments"]["poll"] = poll
+        cases.append(("udp", None if problem else out, problem))
+        return end
+    # `ws, err := <suite>.WebSocketDialer.Dial(url, protocol, origin)`.
+    if tok == env.get(SUITE_PARAM) and tokens[i + 2][1] == "WebSocketDialer" and tokens[i + 3][1] == "." and tokens[i + 4][1] == "Dial" and tokens[i + 5][1] == "(":
+        end = r.skip_parens(i + 5)
+        args = call_args(tokens, i + 5)
+        names = assigned_names(tokens, i)
+        case = {"helper": "websocket.Dial", "subtest": subtest}
+        problem = None
+        try:
+            url, j = r.expr(args[0][0]) if args else (None, 0)
+        except GoError as e:
+            url, j = Unresolved(str(e)), 0
+        parts = url.parts if isinstance(url, Template) else []
+        if not names or names[0] == "_":
+            problem = "the dialed connection is not kept"
+        elif not (len(parts) == 3 and parts[0] == "ws://" and isinstance(parts[1], GatewayAddress) and isinstance(parts[2], str) and parts[2].startswith("/")):
+            problem = f"websocket.Dial argument url: {r.text(*args[0]) if args else ''} is not ws://<gwAddr>/<path>"
+        else:
+            case["gateway"] = parts[1].json()
+            case["Request"] = {"Path": parts[2]}
+            case["arguments"] = {"messages": []}
+            poll = enclosing_poll(tokens, i)
+            if poll:
+                case["arguments"]["poll"] = poll
+        dial = WebSocketCase(case, problem)
+        if names and names[0] != "_":
+            env[names[0]] = dial
+        cases.append(dial)
+        return end
+    # `websocket.Message.Send(ws, m)` and `websocket.Message.Receive(ws, &reply)`.
+    if path == WEBSOCKET_PACKAGE and tokens[i + 2][1] in ("Message", "JSON") and tokens[i + 3][1] == "." and tokens[i + 4][1] in ("Send", "Receive") and tokens[i + 5][1] == "(":
+        end = r.skip_parens(i + 5)
+        args = call_args(tokens, i + 5)
+        dial = env.get(tokens[args[0][0]][1]) if len(args) == 2 and args[0][1] == args[0][0] + 1 else None
+        if not isinstance(dial, WebSocketCase):
+            return end
+        if dial.problem:
+            return end
+        if tokens[i + 2][1] != "Message":
+            dial.problem = "a JSON message, which this reader does not read"
+            return end
+        a, b = args[1]
+        if tokens[i + 4][1] == "Send":
+            try:
+                value, j = r.expr(a)
+            except GoError as e:
+                value, j = Unresolved(str(e)), a
+            if j == b and isinstance(value, str):
+                message = {"Text": value}
+            elif j == b and isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 256 for v in value):
+                message = {"Binary": value}
+            else:
+                dial.problem = f"message {r.text(a, b)} is not text or bytes known here"
+                return end
+            dial.case["arguments"]["messages"].append(message)
+            dial.pending = (tokens[a][1] if b == a + 1 else None, message)
+            return end
+        reply = tokens[a + 1][1] if tokens[a][1] == "&" and b == a + 2 else None
+        if dial.pending and reply:
+            sent, message = dial.pending
+            message["\0compared"] = compared(tokens, end, sent, reply)
+            dial.pending = None
+        return end
+    return None
+
+
+def compared(tokens, start, a, b):
+    """Whether the tokens after `start` (to the end of their block) compare
+    the names a and b for equality (`a != b`, `a == b`, `bytes.Equal(a,
+    b)`, either order)."""
+    if not a or not b:
+        return False
+    depth = 0
+    for k in range(start, len(tokens) - 5):
+        t = tokens[k][1]
+        depth += {"{": 1, "}": -1}.get(t, 0)
+        if depth < 0:
+            return False
+        pair = {tokens[k][1], tokens[k + 2][1]}
+        if tokens[k + 1][1] in ("!=", "==") and pair == {a, b} and tokens[k - 1][1] != ".":
+            return True
+        if t == "Equal" and tokens[k - 1][1] == "." and tokens[k - 2][1] in ("bytes", "reflect") and tokens[k + 1][1] == "(":
+            if {tokens[k + 2][1], tokens[k + 4][1]} == {a, b} and tokens[k + 3][1] == ",":
+                return True
+    return False
+
+
+def package_statement(tokens, i, env, subtests, state):
+    """A call of a function of the test package as a statement, at token
+    i (`assertConsistentRetryBehaviour(t, suite, gwAddr, ...)`): its body
+    read there with its parameters bound, as a local function's; its cases
+    and checks are the caller's. None when token i is no such call."""
+    tok = tokens[i][1]
+    funcs = env.get(PACKAGE, {}).get("funcs", {})
+    if not (
+        tokens[i][0] == "ident"
+        and tokens[i + 1][1] == "("
+        and tokens[i - 1][1] != "."
+        and tok not in env
+        and tok in funcs
+        and is_statement_start(tokens, i)
+    ):
+        return None
+    ftokens, params, fbody, fbody_end, fimports = funcs[tok]
+    if ftokens[fbody + 1][1] == "return" or tok in state.setdefault("\0calling", set()):
+        return None
+    r = Reader(tokens, env)
+    bound = {}
+    for name, (a, b) in zip(params, call_args(tokens, i + 1)):
+        try:
+            value, j = r.expr(a)
+            bound[name] = value if j == b else Unresolved(r.text(a, b))
+        except GoError:
+            bound[name] = Unresolved(r.text(a, b))
+        # The suite handed on keeps its name's meaning in the callee.
+        if b == a + 1 and tokens[a][1] == env.get(SUITE_PARAM):
+            bound[SUITE_PARAM] = name
+            bound.pop(name, None)
+    inner = {IMPORTS: fimports, PACKAGE: env[PACKAGE], SUITE_PARAM: env.get(SUITE_PARAM), **bound}
+    # The caller's sub-tests enclose the whole body (their token indices
+    # are the caller's).
+    outer = [(float("inf"), name) for _, name in subtests]
+    state["\0calling"].add(tok)
+    try:
+        # Padded: the scan looks a few tokens ahead, and a function may end
+        # its file.
+        found = scan_body(ftokens + [("eof", "")] * 8, fbody + 1, fbody_end - 1, inner, outer, state)
+    finally:
+        state["\0calling"].discard(tok)
+    return r.skip_parens(i + 1), found
+
+
+def with_fresh(value):
+    """A case with its Fresh values written as placeholders in the text
+    that holds them (`{uuid.New().String()}`), and `per_attempt` (made
+    anew for every attempt of the poll around them) or `per_case` (once
+    per case): placeholder -> kind. Other values are left as they are."""
+    fresh = {}
+
+    def walk(v):
+        if isinstance(v, (Template, Fresh)):
+            parts = v.parts if isinstance(v, Template) else [v]
+            if not all(isinstance(p, (str, Fresh)) for p in parts):
+                return v
+            for p in parts:
+                if isinstance(p, Fresh):
+                    fresh[p.placeholder()] = p
+            return "".join(p if isinstance(p, str) else p.placeholder() for p in parts)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    out = walk(value)
+    if fresh and isinstance(out, dict):
+        per_attempt = {k: f.kind for k, f in fresh.items() if f.poll}
+        per_case = {k: f.kind for k, f in fresh.items() if not f.poll}
+        if per_attempt:
+            out["per_attempt"] = per_attempt
+        if per_case:
+            out["per_case"] = per_case
+    return out
+
+
+
+def reader_index(self, value, i):
+    """`testCases[i]`, `tc.args.path` after an index: the element or field
+    of a value known here, from token i on; the value as it is when token
+    i starts neither."""
+    while True:
+        if self.peek(i)[1] == "[" and isinstance(value, (list, dict)):
+            try:
+                key, j = self.expr(i + 1)
+            except GoError:
+                return value, i
+            if self.peek(j)[1] != "]":
+                return value, i
+            if isinstance(value, list) and isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(value):
+                value = value[key]
+            elif isinstance(value, dict) and isinstance(key, str) and key in value:
+                value = value[key]
+            else:
+                return Unresolved(self.text(i, j + 1)), j + 1
+            i = j + 1
+        elif (
+            self.peek(i)[1] == "."
+            and self.peek(i + 1)[0] == "ident"
+            and self.peek(i + 2)[1] != "("
+            and isinstance(value, dict)
+            and self.peek(i + 1)[1] in value
+        ):
+            value = value[self.peek(i + 1)[1]]
+            i += 2
+        else:
+            return value, i
+
+
+Reader.index = reader_index
+
 def port(upstream, out_dir=None):
     """Returns {file name: JSON text} for the data directory."""
     tests_dir = os.path.join(upstream, "conformance", "tests")
@@ -2305,7 +2830,7 @@ def port(upstream, out_dir=None):
             protocol, value, error = entry
             problem = error or (unresolved_in(value) and "{}: {} is computed at run time".format(*unresolved_in(value)))
             if not problem:
-                value = with_secrets(value)
+                value = with_fresh(with_secrets(value))
                 if not json_value(value):
                     problem = "a field holds a Gateway address, which the case's `gateway` carries only as the helper's gwAddr"
             if problem:

@@ -80,7 +80,7 @@ fn every_data_file_is_a_runnable_test() {
                 "{name}[{i}]: which helper judges it?"
             );
             assert!(
-                ["http", "grpc", "tcp", "udp"].contains(&protocol),
+                ["http", "grpc", "tcp", "udp", "websocket"].contains(&protocol),
                 "{name}[{i}]: {protocol}"
             );
             // Every HTTP case says what to send and what must come back

@@ -55,9 +55,9 @@
 //! leaves with the same parameters.
 
 pub mod certs;
+mod retry;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -103,9 +103,11 @@ pub const TARGET_LOG_LEN: usize = 1024;
 /// What a server adds to the ingress echo's contract.
 #[derive(Debug, Default)]
 struct Extras {
-    /// echo-basic's hooks (`X-Echo-Set-Header`, `?delay=`).
+    /// echo-basic's hooks (`X-Echo-Set-Header`, `?delay=`, the retry
+    /// simulation under `/retry/`).
     echo_basic: bool,
     targets: TargetLog,
+    retries: retry::Retries,
 }
 
 /// The last [`TARGET_LOG_LEN`] request targets, oldest first.
@@ -449,7 +451,12 @@ where
         let shared = shared.clone();
         service_fn(move |req| {
             let (shared, tls) = (shared.clone(), tls.clone());
-            async move { Ok::<_, Infallible>(handle(req, shared, tls).await) }
+            async move {
+                if let Some(answer) = retry::simulate(&req, &shared).await {
+                    return answer;
+                }
+                Ok::<_, retry::Dropped>(handle(req, shared, tls).await)
+            }
         })
     };
     // `auto` sniffs the HTTP/2 preface, so one port speaks HTTP/1.1 and

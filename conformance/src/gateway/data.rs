@@ -175,6 +175,13 @@ pub struct Case {
     /// plain arguments (no literal to name it).
     #[serde(default)]
     pub subtest: String,
+    /// Placeholders in the request's text for values the test makes anew
+    /// at each attempt (`{uuid.New().String()}` → `uuid`), and once per
+    /// case (`super::runner::fresh`).
+    #[serde(default)]
+    pub per_attempt: BTreeMap<String, String>,
+    #[serde(default)]
+    pub per_case: BTreeMap<String, String>,
     /// Every other field, as written.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -392,6 +399,12 @@ pub const ARGUMENTS: &[&str] = &[
     // the upstream function one sample calls.
     "expectedWeights",
     "sender",
+    // The checks written as code (`super::runner::websocket`, `dns`): the
+    // messages a WebSocket dial sends, the DNS question, and the upstream
+    // poll around them.
+    "messages",
+    "question",
+    "poll",
 ];
 
 impl Case {

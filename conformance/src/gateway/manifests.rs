@@ -356,14 +356,15 @@ fn workload(object: &Object) -> Result<Workload, String> {
             .and_then(|t| t.get("metadata"))
             .and_then(|m| m.get("labels")),
     );
-    let modes = object
+    let container = object
         .value
         .get("spec")
         .and_then(|s| s.get("template"))
         .and_then(|t| t.get("spec"))
         .and_then(|s| s.get("containers"))
         .and_then(Value::as_sequence)
-        .and_then(|c| c.first())
+        .and_then(|c| c.first());
+    let mut modes: Vec<String> = container
         .and_then(|c| c.get("env"))
         .and_then(Value::as_sequence)
         .map(|env| {
@@ -373,6 +374,11 @@ fn workload(object: &Object) -> Result<Workload, String> {
                 .collect()
         })
         .unwrap_or_default();
+    // CoreDNS (UDPRoute's backend) is no echo-basic: the runner's DNS server
+    // plays it (`runner::code::dns`).
+    if container.is_some_and(|c| text(c, &["image"]).contains("/coredns/coredns")) {
+        modes.push("COREDNS".to_string());
+    }
     let tls_secret = object
         .value
         .get("spec")

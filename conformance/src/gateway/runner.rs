@@ -29,6 +29,11 @@ use crate::admin::Status;
 #[path = "plain.rs"]
 mod plain;
 
+// The checks upstream writes as code (a WebSocket dial, a DNS exchange,
+// values made anew per attempt): a child module, for the same reason.
+#[path = "code.rs"]
+mod code;
+
 // A test's steps (object changes between its cases and checks): a child
 // module, so that it runs groups of them with this runner's fixture.
 #[path = "steps.rs"]
@@ -95,6 +100,7 @@ enum Pod {
     Grpc(GrpcEchoServer),
     Tcp(TcpEcho),
     Udp(UdpEcho),
+    Dns(code::dns::DnsEcho),
 }
 
 impl Pod {
@@ -114,6 +120,7 @@ impl Pod {
                 _ => echo.plain.port(),
             },
             Pod::Udp(echo) => echo.addr.port(),
+            Pod::Dns(server) => server.addr.port(),
         }
     }
 
@@ -345,6 +352,11 @@ impl Fixture {
                             .await
                             .map(Pod::Tcp)
                             .map_err(|e| e.to_string())
+                    } else if mode(code::dns::COREDNS_MODE) {
+                        code::dns::DnsEcho::start()
+                            .await
+                            .map(Pod::Dns)
+                            .map_err(|e| e.to_string())
                     } else if mode("UDP_ECHO_SERVER") {
                         UdpEcho::start(context)
                             .await
@@ -495,6 +507,7 @@ impl Fixture {
                 Pod::Grpc(echo) => drop(echo),
                 Pod::Tcp(echo) => drop(echo),
                 Pod::Udp(echo) => drop(echo),
+                Pod::Dns(server) => drop(server),
             }
         }
         if keep {
@@ -1145,6 +1158,9 @@ impl CaseContext<'_> {
         if let Some(result) = self.run_plain(case).await {
             return result;
         }
+        if let Some(result) = self.run_code(case).await {
+            return result;
+        }
         let (scheme, judgement) = helper(case)?;
         let unjudged = case.unjudged_fields();
         if !unjudged.is_empty() {
@@ -1168,10 +1184,14 @@ impl CaseContext<'_> {
         } else {
             case
         };
+        let case = code::per_case(&case)?;
         let proto = protocol(&case.request.protocol, scheme)?;
         let case_ref = &case;
         self.eventually(CONSECUTIVE_SUCCESSES, move || async move {
-            let case = case_ref;
+            // Values the test makes anew for each attempt (a UUID that
+            // echo-basic's retry simulation counts attempts by).
+            let fresh = code::per_attempt(case_ref);
+            let case = fresh.as_ref().unwrap_or(case_ref);
             let result = self.round_trip(case, scheme, proto).await;
             match judgement {
                 Judgement::Consistent | Judgement::ConsistentAndMirrored => {
