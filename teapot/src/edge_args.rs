@@ -15,7 +15,7 @@ pub(crate) struct EdgeArgs {
     /// Most header fields in one request; more: 431.
     #[arg(long, default_value_t = 100)]
     max_headers: usize,
-    /// Seconds from accept to a complete request header (slowloris); the connection is closed when it runs out.
+    /// Seconds from accept to a complete request header (slowloris), and to the end of a TLS handshake on the shared HTTPS listener; the connection is closed when it runs out.
     #[arg(long, default_value_t = 10)]
     header_read_timeout: u64,
     /// Seconds a keep-alive connection may wait for the next complete request header.

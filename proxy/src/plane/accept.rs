@@ -71,32 +71,11 @@ impl ConnectionTable {
         self.admit_at(client, config, clock_ms())
     }
 
-    /// A slot under the total and per-client caps that leaves the pace
-    /// alone: a connection looked at before it is served (a ClientHello
-    /// read for TLS passthrough), which takes its paced slot once it is.
-    pub fn admit_unpaced(
-        self: &Arc<Self>,
-        client: Option<IpAddr>,
-        config: &EdgeConfig,
-    ) -> Result<ConnectionSlot, Refusal> {
-        self.admit_with(client, config, clock_ms(), false)
-    }
-
     fn admit_at(
         self: &Arc<Self>,
         client: Option<IpAddr>,
         config: &EdgeConfig,
         now_ms: u64,
-    ) -> Result<ConnectionSlot, Refusal> {
-        self.admit_with(client, config, now_ms, true)
-    }
-
-    fn admit_with(
-        self: &Arc<Self>,
-        client: Option<IpAddr>,
-        config: &EdgeConfig,
-        now_ms: u64,
-        pace: bool,
     ) -> Result<ConnectionSlot, Refusal> {
         let total = self.total.fetch_add(1, Ordering::AcqRel) + 1;
         // The slot exists from here on, so every exit path uncounts it.
@@ -116,7 +95,7 @@ impl ConnectionTable {
             {
                 return Err(Refusal::ClientConnectionCap);
             }
-            if pace && config.max_connection_rate_per_client > 0 {
+            if config.max_connection_rate_per_client > 0 {
                 let interval = (1000 / u64::from(config.max_connection_rate_per_client)).max(1);
                 let next = state.tat_ms.max(now_ms) + interval;
                 if next > now_ms + 1000 {
@@ -174,9 +153,10 @@ pub struct EdgeApp<A> {
     /// GOAWAY) instead of the listener's stop: a replica handing its
     /// addresses over drains its connections while it still accepts.
     drain: Option<ShutdownWatch>,
-    /// What looks at an HTTPS connection before its handshake (TLS
-    /// passthrough by SNI, crate::plane::passthrough): set on the shared
-    /// HTTPS listener's applications only.
+    /// What takes an HTTPS connection's slot at accept and looks at it
+    /// before its handshake (TLS passthrough by SNI,
+    /// crate::plane::passthrough): set on the shared HTTPS listener's
+    /// applications only. Their TLS connections arrive counted.
     pre_tls: Option<pingora_core::listeners::PreTlsCallback>,
 }
 
@@ -286,9 +266,10 @@ impl<A> EdgeApp<A> {
     }
 }
 
-/// The caps of an [`EdgeApp`] (the same table), for connections that
-/// another path serves: a passed-through TLS connection holds its slot
-/// while its ClientHello is read and for its whole life after.
+/// The caps of an [`EdgeApp`] (the same table), for connections counted
+/// before they reach it: an HTTPS connection takes its slot at accept,
+/// before its handshake, and holds it for its whole life, terminated or
+/// passed through (crate::plane::passthrough).
 #[derive(Clone, Debug)]
 pub struct Slots {
     table: Arc<ConnectionTable>,
@@ -305,15 +286,8 @@ impl Slots {
             .ok()
     }
 
-    /// A slot that leaves the pace alone ([`ConnectionTable::admit_unpaced`]).
-    pub fn hold(&self, client: Option<IpAddr>) -> Option<ConnectionSlot> {
-        self.table
-            .admit_unpaced(client, &self.config)
-            .map_err(|refusal| self.metrics.refused(refusal))
-            .ok()
-    }
-
-    /// The header-read deadline, which bounds a ClientHello's read too.
+    /// The header-read deadline, which bounds a TLS handshake (and a
+    /// ClientHello's read) from accept too.
     pub fn header_read_timeout(&self) -> std::time::Duration {
         self.config.header_read_timeout
     }
@@ -481,11 +455,19 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let client = stream
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
-        let _slot = self.admit(client)?;
-        let h2 = if stream.get_ssl_digest().is_some() {
+        let tls = stream.get_ssl_digest().is_some();
+        // Behind the pre-TLS hook a TLS connection took its slot at accept
+        // and holds it in its stream (crate::plane::passthrough): counted
+        // once, and while it handshook.
+        let _slot = if tls && self.pre_tls.is_some() {
+            None
+        } else {
+            let client = stream
+                .get_socket_digest()
+                .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+            Some(self.admit(client)?)
+        };
+        let h2 = if tls {
             matches!(
                 stream.selected_alpn_proto(),
                 Some(pingora_core::protocols::ALPN::H2)
@@ -705,33 +687,6 @@ mod tests {
             "one interval later"
         );
         assert_eq!(table.total(), 0, "every slot released");
-    }
-
-    /// A connection held while it is looked at counts against the caps
-    /// but not the pace: it is paced once, when it is served.
-    #[test]
-    fn a_held_connection_is_capped_but_not_paced() {
-        let table = Arc::new(ConnectionTable::default());
-        let config = EdgeConfig {
-            max_connection_rate_per_client: 1,
-            max_connections_per_client: 2,
-            ..EdgeConfig::default()
-        };
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let held = table.admit_unpaced(Some(a), &config).unwrap();
-        let _again = table.admit_unpaced(Some(a), &config).unwrap();
-        assert_eq!(
-            table.admit_unpaced(Some(a), &config).unwrap_err(),
-            Refusal::ClientConnectionCap
-        );
-        drop(held);
-        let _served = table.admit(Some(a), &config).unwrap();
-        drop(_again);
-        assert_eq!(
-            table.admit(Some(a), &config).unwrap_err(),
-            Refusal::ClientConnectionRate,
-            "one connection a second, and one was served"
-        );
     }
 
     /// A plain connection's task is what an idle keep-alive connection

@@ -7,13 +7,15 @@
 //! back in front of its handshake.
 //!
 //! The listener calls [`Passthrough`] before each handshake
-//! (`PreTlsProcess`, vendor/pingora-core). While no host is passed
-//! through it reads nothing: the handshake starts at once, as it always
-//! has. Otherwise a connection is held, while its ClientHello is read,
-//! under the edge's connection caps (total, per client address, pace) and
-//! the header-read deadline (the bound an HTTP/1 head gets), and at most
-//! [`MAX_READ`] bytes are read; a passed-through connection keeps its slot
-//! and one of its tenant's connection slots (`spec.limits.maxConnections`,
+//! (`PreTlsProcess`, vendor/pingora-core). Every connection takes its slot
+//! under the edge's connection caps (total, per client address, pace)
+//! there, at accept, and keeps it in its stream for its whole life,
+//! terminated or passed through; one refused is closed at once. From
+//! accept to the end of its handshake (or of its ClientHello's read) it has
+//! the header-read deadline, the bound an HTTP/1 head gets. While no host is
+//! passed through nothing is read: the handshake starts at once. Otherwise
+//! at most [`MAX_READ`] bytes are read; a passed-through connection also
+//! keeps one of its tenant's connection slots (`spec.limits.maxConnections`,
 //! as an upgraded WebSocket does) for its whole life.
 
 use std::net::IpAddr;
@@ -89,7 +91,7 @@ impl Passthrough {
     /// closes it at a cap.
     fn pass(
         &self,
-        stream: L4Stream,
+        mut stream: L4Stream,
         host: &crate::compile::passthrough::PassHost,
         bytes: Vec<u8>,
         adopter: &Adopter,
@@ -100,10 +102,8 @@ impl Passthrough {
         else {
             return;
         };
-        // Served from here on: paced as the edge paces every connection.
-        let Some(slot) = self.slots.admit(Some(peer.ip())) else {
-            return;
-        };
+        // The slot taken at accept goes on with the socket.
+        let slot = stream.held.take();
         let permit = match host.tenant.as_ref().map(|gate| gate.enter()).transpose() {
             Ok(permit) => permit,
             Err(over) => {
@@ -152,27 +152,40 @@ impl PreTlsProcess for Passthrough {
         !self.snapshots.load().passthrough.is_empty()
     }
 
-    async fn take(&self, mut stream: L4Stream) -> Option<L4Stream> {
-        // Counted while its ClientHello is read: a slow one holds a slot
-        // no longer than the deadline. Refused at a cap: closed, as the
-        // edge closes any connection it has no slot for. Not paced yet: a
-        // terminated connection is paced once its handshake is done, a
-        // passed-through one once it is chosen.
-        let held = self.slots.hold(client_ip(&stream))?;
-        let mut bytes = Vec::new();
-        let deadline = tokio::time::Instant::now() + self.slots.header_read_timeout();
-        let read =
-            tokio::time::timeout_at(deadline, Self::read_hello(&mut stream, &mut bytes)).await;
-        let name = match read {
-            Ok(Ok(Read::Hello(name))) => name,
-            Ok(Ok(Read::NotHello)) => None,
-            Ok(Err(_)) => return None,
-            Err(_) => {
-                self.slots.metrics().refused(Refusal::HeaderTimeout);
-                return None;
+    /// Every connection, terminated or passed through, takes its slot
+    /// here, before anything is read, and keeps it in its stream (the
+    /// application finds it counted; crate::plane::accept). Refused at a
+    /// cap: closed at once, as the edge closes any connection it has no
+    /// slot for.
+    fn admit(&self, stream: &mut L4Stream) -> bool {
+        match self.slots.admit(client_ip(stream)) {
+            Some(slot) => {
+                stream.held = Some(Box::new(slot));
+                true
             }
+            None => false,
+        }
+    }
+
+    /// The ClientHello's read, when there is one, and the handshake end
+    /// by the header-read deadline from accept.
+    fn handshake_timeout(&self) -> Option<std::time::Duration> {
+        Some(self.slots.header_read_timeout())
+    }
+
+    fn timed_out(&self) {
+        self.slots.metrics().refused(Refusal::HeaderTimeout);
+    }
+
+    async fn take(&self, mut stream: L4Stream) -> Option<L4Stream> {
+        // Within the handshake's deadline (`handshake_timeout`), which
+        // counts a slow ClientHello.
+        let mut bytes = Vec::new();
+        let name = match Self::read_hello(&mut stream, &mut bytes).await {
+            Ok(Read::Hello(name)) => name,
+            Ok(Read::NotHello) => None,
+            Err(_) => return None,
         };
-        drop(held);
         let snapshot = self.snapshots.load();
         // Before the L4 loops run (the first moments of a start) every
         // connection is terminated.
@@ -184,8 +197,7 @@ impl PreTlsProcess for Passthrough {
             self.pass(stream, &host, bytes, adopter);
             return None;
         }
-        // Terminated as before: the handshake reads the bytes again, and
-        // takes its own slot once it is done.
+        // Terminated as before: the handshake reads the bytes again.
         stream.rewind(&bytes);
         Some(stream)
     }

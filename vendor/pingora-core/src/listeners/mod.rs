@@ -81,7 +81,7 @@ use crate::server::ListenFds;
 
 use async_trait::async_trait;
 use pingora_error::Result;
-use std::{any::Any, fs::Permissions, sync::Arc};
+use std::{any::Any, fs::Permissions, sync::Arc, time::Duration};
 
 use l4::{ListenerEndpoint, Stream as L4Stream};
 use tls::{Acceptor, TlsSettings};
@@ -172,6 +172,24 @@ pub trait PreTlsProcess: Send + Sync {
     async fn take(&self, stream: L4Stream) -> Option<L4Stream> {
         Some(stream)
     }
+
+    /// teapot: asked first, for every connection, before anything is
+    /// read (whatever [`Self::wants`] says). `false` closes the connection
+    /// at once; what it holds from here on it keeps in
+    /// [`L4Stream::held`], which lives as long as the connection.
+    fn admit(&self, _stream: &mut L4Stream) -> bool {
+        true
+    }
+
+    /// teapot: how long a connection has from its accept to the end of its
+    /// handshake, this callback's look included; Pingora's 60 s otherwise.
+    fn handshake_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// teapot: a connection's handshake did not end within
+    /// [`Self::handshake_timeout`]; it is closed.
+    fn timed_out(&self) {}
 }
 
 /// Type alias for a boxed pre-TLS processor.
@@ -329,12 +347,37 @@ pub(crate) struct UninitializedStream {
 }
 
 impl UninitializedStream {
+    /// [`Self::handshake`] within the pre-TLS callback's
+    /// [`PreTlsProcess::handshake_timeout`] (teapot), else 60 s. A
+    /// connection the callback refuses is `Ok(None)`.
+    pub async fn handshake_within(
+        self,
+    ) -> std::result::Result<Result<Option<Stream>>, pingora_timeout::Elapsed> {
+        let callback = self.pre_tls_callback.clone().filter(|_| self.tls.is_some());
+        let limit = callback
+            .as_ref()
+            .and_then(|c| c.handshake_timeout())
+            .unwrap_or(Duration::from_secs(60));
+        let done = pingora_timeout::timeout(limit, self.handshake()).await;
+        if done.is_err() {
+            if let Some(c) = callback {
+                c.timed_out();
+            }
+        }
+        done
+    }
+
     /// The stream, or `None` when a pre-TLS callback took the connection
-    /// (teapot).
+    /// or refused it (teapot).
     pub async fn handshake(mut self) -> Result<Option<Stream>> {
         self.l4.set_buffer(self.l4_buffer);
         if let Some(tls) = self.tls {
             let mut l4 = self.l4;
+            if let Some(callback) = self.pre_tls_callback.as_ref() {
+                if !callback.admit(&mut l4) {
+                    return Ok(None);
+                }
+            }
             // Process pre-TLS data if a callback is configured (e.g., PROXY protocol)
             if let Some(callback) = self.pre_tls_callback.as_ref().filter(|c| c.wants()) {
                 callback.process(&mut l4).await?;

@@ -540,6 +540,10 @@ pub struct Stream {
     write_pending_time: AccumulatedDuration,
     /// Last rx timestamp associated with the last recvmsg call.
     pub rx_ts: Option<SystemTime>,
+    /// teapot: what the connection holds from before its handshake for
+    /// its whole life (a slot under the edge's connection caps), dropped
+    /// with it.
+    pub held: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Stream {
@@ -681,6 +685,7 @@ impl From<TcpStream> for Stream {
             read_pending_time: AccumulatedDuration::new(),
             write_pending_time: AccumulatedDuration::new(),
             rx_ts: None,
+            held: None,
         }
     }
 }
@@ -704,6 +709,7 @@ impl From<virt::VirtualSocketStream> for Stream {
             read_pending_time: AccumulatedDuration::new(),
             write_pending_time: AccumulatedDuration::new(),
             rx_ts: None,
+            held: None,
         }
     }
 }
@@ -728,6 +734,7 @@ impl From<UnixStream> for Stream {
             read_pending_time: AccumulatedDuration::new(),
             write_pending_time: AccumulatedDuration::new(),
             rx_ts: None,
+            held: None,
         }
     }
 }
