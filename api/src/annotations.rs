@@ -537,6 +537,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Endpoints in each key's subset (default 3).",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/load-balance",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["round_robin", "ewma"]),
+        doc: "How the endpoint tried first is chosen: round_robin (the default), or ewma (the faster of two endpoints at random, by each one's response latency averaged over about 10 s). upstream-hash-by and an affinity cookie win over it.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/x-forwarded-prefix",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Url,
@@ -787,6 +793,24 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::OneOf(&["basic"]),
         doc: "basic: requests need a user and password of auth-secret (401 with WWW-Authenticate otherwise); digest is not served.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-cache-key",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "With auth-url: keep the authentication service's answers per key (e.g. $remote_user$http_authorization; variables $remote_user, $http_NAME, $cookie_NAME, $arg_NAME, $host, $request_uri, $remote_addr, at most 8), for auth-cache-duration (literal text alone: one answer for every request); a request whose key expands to nothing is always asked about. At most 1024 answers per Ingress.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/auth-cache-duration",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "How long auth-cache-key keeps an answer, by its status: items of status codes (or any) and a time, separated by commas, e.g. 200 202 10m, 401 30s (default 200 202 401 5m); at most 8 items, each time at most 1h.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/satisfy",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["all", "any"]),
+        doc: "all (the default): a request must pass the allow-list and every authentication (basic, auth-url). any: passing one of them is enough (an allow-listed address needs no credentials); a request failing all gets the last one's answer (401). The deny-list always applies.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/auth-secret",
@@ -1111,14 +1135,13 @@ const RESTRICTING: &[&str] = &[
 /// ingress-nginx annotations teapot does not serve and whose absence
 /// restricts nothing: tuning, logging, load-balancing choices, features
 /// whose absence makes a request fail rather than pass, and loosenings
-/// (`satisfy: any`, `enable-global-auth: false`) whose absence is the
+/// (`enable-global-auth: false`) whose absence is the
 /// stricter reading. Every other unserved name, an unknown one included,
 /// counts as restricting: teapot cannot tell what it would have refused.
 const NOT_RESTRICTING: &[&str] = &[
     "auth-cache-*",
     "auth-keepalive*",
     "auth-always-set-cookie",
-    "satisfy",
     "enable-global-auth",
     "grpc-backend",
     "proxy-next-upstream*",
@@ -1126,7 +1149,6 @@ const NOT_RESTRICTING: &[&str] = &[
     "upstream-vhost",
     "proxy-set-headers",
     "connection-proxy-header",
-    "load-balance",
     "session-cookie-*",
     "service-upstream",
     "ssl-ciphers",
@@ -2103,7 +2125,6 @@ mod tests {
         assert_eq!(auth_response_header_refused("X_Auth_Request_User"), None);
         // The rest of the auth-* family stays refused.
         for name in [
-            "auth-cache-key",
             "auth-proxy-set-headers",
             "auth-keepalive",
             "auth-tls-send-client-ca",

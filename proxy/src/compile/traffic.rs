@@ -38,6 +38,15 @@ pub struct TrafficPolicy {
     /// `upstream-hash-by`: the endpoint tried first is chosen by a
     /// consistent hash of request variables (crate::plane::traffic::hash_by).
     pub hash_by: Option<Arc<crate::compile::hash_by::HashBy>>,
+    /// `load-balance: ewma`: the endpoint tried first is the faster of
+    /// two at random (crate::plane::traffic::ewma).
+    pub ewma: bool,
+    /// `satisfy: any`: the allow-list, basic authentication and `auth-url`
+    /// each let a request in alone (crate::plane::traffic::satisfy).
+    pub satisfy_any: bool,
+    /// `auth-cache-key`, `auth-cache-duration`: `auth`'s answers kept per
+    /// key (crate::plane::traffic::auth_cache).
+    pub auth_cache: Option<Arc<crate::compile::auth_cache::AuthCache>>,
     /// `x-forwarded-prefix`: set on every forwarded request.
     pub forwarded_prefix: Option<Arc<str>>,
     /// `rewrite-target`: the path the backends get.
@@ -71,13 +80,13 @@ pub struct TrafficPolicy {
     /// `upstream-vhost`, `preserve-trailing-slash`, `relative-redirects`
     /// (crate::compile::proxying).
     pub proxying: Option<Arc<crate::compile::proxying::Proxying>>,
-    /// `limit-rate`, `limit-rate-after`: each response's pace to the
-    /// client (crate::plane::traffic::bandwidth).
-    pub bandwidth: Option<crate::compile::bandwidth::Bandwidth>,
     /// `proxy-redirect-from/to`, `proxy-cookie-domain`, `proxy-cookie-path`:
     /// the backends' response fields rewritten
     /// (crate::compile::response_rewrite).
     pub response_rewrite: Option<Arc<crate::compile::response_rewrite::ResponseRewrite>>,
+    /// `limit-rate`, `limit-rate-after`: each response's pace to the
+    /// client (crate::plane::traffic::bandwidth).
+    pub bandwidth: Option<crate::compile::bandwidth::Bandwidth>,
 }
 
 /// ingress-nginx's external authentication, resolved: where the
@@ -480,6 +489,12 @@ impl NginxAnnotations {
             ssl_redirect: self.ssl_redirect(tls),
             affinity: self.affinity(paths),
             hash_by: self.hash_by(problems),
+            ewma: matches!(
+                self.get("load-balance"),
+                Some(AnnotationValue::Word("ewma"))
+            ),
+            satisfy_any: matches!(self.get("satisfy"), Some(AnnotationValue::Word("any"))),
+            auth_cache: self.auth_cache(route, problems),
             forwarded_prefix: self.path("x-forwarded-prefix", problems),
             rewrite: self.rewrite(problems),
             timeouts: self.timeouts(),
@@ -491,8 +506,8 @@ impl NginxAnnotations {
             auth_terms: None,
             custom_errors: None,
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
-            bandwidth: crate::compile::bandwidth::read(self, problems),
             response_rewrite: crate::compile::response_rewrite::read(self, problems).map(Arc::new),
+            bandwidth: crate::compile::bandwidth::read(self, problems),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -503,12 +518,15 @@ impl NginxAnnotations {
             || policy.ssl_redirect.is_some()
             || policy.affinity.is_some()
             || policy.hash_by.is_some()
+            || policy.ewma
+            || policy.satisfy_any
+            || policy.auth_cache.is_some()
             || policy.forwarded_prefix.is_some()
             || policy.rewrite.is_some()
             || policy.timeouts.is_some()
-            || policy.bandwidth.is_some()
             || policy.proxying.is_some()
-            || policy.response_rewrite.is_some();
+            || policy.response_rewrite.is_some()
+            || policy.bandwidth.is_some();
         any.then_some(policy)
     }
 
@@ -522,6 +540,32 @@ impl NginxAnnotations {
             None => teapot,
         };
         (on && !hosts.is_empty()).then_some(SslRedirect::Hosts(hosts))
+    }
+
+    /// `auth-cache-key` with `auth-cache-duration`; a key or durations
+    /// teapot cannot read are reported and every request asked about (a
+    /// cache only loosens).
+    fn auth_cache(
+        &self,
+        route: &str,
+        problems: &mut Vec<String>,
+    ) -> Option<Arc<crate::compile::auth_cache::AuthCache>> {
+        let key = self.text("auth-cache-key")?;
+        let durations = self.text("auth-cache-duration");
+        match crate::compile::auth_cache::AuthCache::parse(key, durations) {
+            Ok(cache) => {
+                // The answers outlive recompiles while the Ingress asks
+                // the same service the same way.
+                let identity = format!("{route}\n{:?}\n{key}\n{durations:?}", self.get("auth-url"));
+                Some(Arc::new(cache.shared(&identity)))
+            }
+            Err(why) => {
+                problems.push(format!(
+                    "nginx.ingress.kubernetes.io/auth-cache-key: {why}; every request is asked about"
+                ));
+                None
+            }
+        }
     }
 
     /// `upstream-hash-by` and its subset; a key teapot cannot read is

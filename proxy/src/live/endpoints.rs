@@ -32,6 +32,9 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     ejected_until_ms: AtomicU64,
     failures: AtomicU32,
+    /// `load-balance: ewma`: its response latency, written and read only
+    /// by routes balanced by it.
+    pub latency: crate::live::latency::Latency,
 }
 
 impl Endpoint {
@@ -40,6 +43,7 @@ impl Endpoint {
             addr,
             ejected_until_ms: AtomicU64::new(0),
             failures: AtomicU32::new(0),
+            latency: Default::default(),
         }
     }
 

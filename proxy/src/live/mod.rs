@@ -13,6 +13,8 @@
 //! - [`fairness`]: per-tenant gates (request rate, connections busy).
 //! - [`rate_table`]: per-client rate limits and in-flight counts, and the
 //!   external-authentication gates.
+//! - [`latency`]: each endpoint's decayed response latency, for
+//!   `load-balance: ewma`.
 //! - [`basic_auth`]: basic authentication's verified credentials, failure
 //!   counts and hashing pool, per owner.
 //!
@@ -22,5 +24,6 @@
 pub mod basic_auth;
 pub mod endpoints;
 pub mod fairness;
+pub mod latency;
 pub mod rate_table;
 pub mod upstream_tls;

@@ -187,6 +187,11 @@ impl teapot_h1::Router for Router {
                 .collect(),
             pacer: forward.policy.as_mut().and_then(|p| p.pacer.take()),
             rewrite: forward.policy.as_mut().and_then(|p| p.rewrite.take()),
+            ewma: forward
+                .policy
+                .as_ref()
+                .filter(|p| p.ewma)
+                .map(|_| traffic::ewma::Measure::default()),
         });
         fwd.max_body_size = Some(forward.body_limit);
         fwd.request_edits =
@@ -490,6 +495,9 @@ pub struct Target {
     /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response fields
     /// rewritten; `None` for every other route.
     rewrite: Option<traffic::rewrite::Rewriting>,
+    /// `load-balance: ewma`: the attempt's time to its answer, recorded
+    /// on the endpoint; `None` for every other route.
+    ewma: Option<traffic::ewma::Measure>,
 }
 
 impl Target {
@@ -507,9 +515,13 @@ impl Upstreams for Target {
         if attempt >= self.max_attempts {
             return None;
         }
-        self.upstream
-            .pick_preferring(self.preferred, &mut self.tried)
-            .map(|e| e.addr)
+        let endpoint = self
+            .upstream
+            .pick_preferring(self.preferred, &mut self.tried)?;
+        if let Some(measure) = &mut self.ewma {
+            measure.start(endpoint);
+        }
+        Some(endpoint.addr)
     }
 
     fn is_empty(&self) -> bool {
@@ -555,6 +567,10 @@ impl Upstreams for Target {
     }
 
     fn replaces(&self, status: u16) -> bool {
+        // Asked as each answer's head arrives (or the attempt fails).
+        if let Some(measure) = &self.ewma {
+            measure.answered();
+        }
         self.error_pages
             .as_ref()
             .is_some_and(|pages| pages.replaces(status))

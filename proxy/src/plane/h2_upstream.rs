@@ -399,6 +399,11 @@ impl Exchange<'_> {
                 .metrics
                 .upstream_latency
                 .observe(started.elapsed().as_secs_f64());
+            crate::plane::traffic::ewma::measure(
+                st.policy.as_deref(),
+                st.endpoint.as_ref(),
+                Some(started),
+            );
         }
         if st.replaces(head.status.as_u16()) {
             // Not relayed: the connection goes with its body unread.

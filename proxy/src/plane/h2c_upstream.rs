@@ -151,6 +151,7 @@ pub(super) async fn forward(
     let body_limit = st.body_limit;
     let gateway = st.gateway.as_ref();
     let applied = st.policy.as_deref();
+    let endpoint = st.endpoint.as_ref();
     let out = &mut st.client.out;
     // `custom-http-errors`: the statuses the error backend's page replaces.
     let pages = st.policy.as_ref().and_then(|p| p.error_pages.as_deref());
@@ -177,6 +178,7 @@ pub(super) async fn forward(
                 .metrics
                 .upstream_latency
                 .observe(started.elapsed().as_secs_f64());
+            crate::plane::traffic::ewma::measure(applied, endpoint, Some(started));
         }
         if response.headers().len() > MAX_RESPONSE_FIELDS {
             // Dropping the response resets the stream (CANCEL).

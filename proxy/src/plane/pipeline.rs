@@ -129,22 +129,41 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
     // Basic authentication (crate::plane::traffic::basic_auth), before
     // the `auth-url` sub-request as nginx's `auth_basic` comes first.
     let screened = match screened {
-        Routed::Forward(forward) => {
+        Routed::Forward(mut forward) => {
+            // `satisfy: any`: one check passed is enough
+            // (crate::plane::traffic::satisfy).
+            let satisfied = forward.policy.as_ref().is_some_and(|p| p.satisfied);
             match forward.route.traffic().and_then(|t| t.basic_auth.clone()) {
-                Some(basic) => {
+                Some(basic) if !satisfied => {
                     let authorization = req.headers.first("authorization");
                     let client = conn.client.map(|a| a.ip());
                     // Boxed: the check's state lives only while it runs.
                     let check = traffic::basic_auth::check(&basic, authorization, client);
+                    let any = forward
+                        .route
+                        .traffic()
+                        .is_some_and(|t| traffic::satisfy::any(t));
                     match Box::pin(check).await {
-                        Ok(()) => Routed::Forward(forward),
+                        Ok(()) => {
+                            if any {
+                                forward.policy.get_or_insert_default().satisfied = true;
+                            }
+                            Routed::Forward(forward)
+                        }
+                        Err(answer)
+                            if forward.route.traffic().is_some_and(|t| {
+                                traffic::satisfy::auth_url_decides(t, answer.status)
+                            }) =>
+                        {
+                            Routed::Forward(forward)
+                        }
                         Err(mut answer) => {
                             traffic::cors::onto_answer(&mut answer, forward.policy.as_deref());
                             Routed::Policy(answer, forward.route)
                         }
                     }
                 }
-                None => Routed::Forward(forward),
+                _ => Routed::Forward(forward),
             }
         }
         other => other,
@@ -153,8 +172,10 @@ pub(super) async fn route(router: &Router, req: &Request<'_>, conn: &ConnInfo) -
         Routed::Forward(forward) => match forward.route.traffic().and_then(|t| t.auth.clone()) {
             // Boxed: the sub-request's state lives only while it runs,
             // not in every request's (and connection's) future.
-            Some(auth) => Box::pin(authenticate(router, forward, &auth, req, conn)).await,
-            None => Routed::Forward(forward),
+            Some(auth) if !forward.policy.as_ref().is_some_and(|p| p.satisfied) => {
+                Box::pin(authenticate(router, forward, &auth, req, conn)).await
+            }
+            _ => Routed::Forward(forward),
         },
         other => other,
     };
@@ -322,8 +343,17 @@ async fn authenticate(
     let target = original_target(req);
     let original = original(req, conn, &target, request_id.as_str());
     let terms = forward.route.traffic().and_then(|t| t.auth_terms.clone());
-    let (verdict, outcome, cookies) =
-        traffic::auth::check(auth, terms.as_deref(), router.options.auth, &original).await;
+    let (verdict, outcome, cookies) = traffic::auth::check_cached(
+        auth,
+        forward
+            .route
+            .traffic()
+            .and_then(|t| t.auth_cache.as_deref()),
+        terms.as_deref(),
+        router.options.auth,
+        &original,
+    )
+    .await;
     let tenant = if auth.owner.is_empty() {
         metrics::OPERATOR
     } else {
@@ -425,6 +455,15 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
                 let key = hash.key(&vars, cookie.as_deref());
                 if let Some(i) = hash.choose(&forward.upstream, key) {
                     applied.get_or_insert_default().endpoint = Some(i);
+                }
+            }
+            // `load-balance: ewma`, where neither chose: ingress-nginx's
+            // balancer takes affinity and `upstream-hash-by` over it.
+            if traffic.ewma {
+                let applied = applied.get_or_insert_default();
+                applied.ewma = true;
+                if applied.endpoint.is_none() {
+                    applied.endpoint = traffic::ewma::choose(&forward.upstream);
                 }
             }
             forward.policy = applied;

@@ -232,6 +232,30 @@ pub async fn check(
     Outcome,
     Vec<HeaderValue>,
 ) {
+    check_cached(auth, None, terms, limits, original).await
+}
+
+/// [`check`], answering from `cache` (`auth-cache-key`) a request whose
+/// key has a fresh answer, without a sub-request, and keeping the
+/// service's answer for the next.
+pub async fn check_cached(
+    auth: &ExternalAuth,
+    cache: Option<&super::auth_cache::AuthCache>,
+    terms: Option<&GatewayAuthTerms>,
+    limits: AuthLimits,
+    original: &Original<'_>,
+) -> (
+    Result<ForwardedFields, TrafficAnswer>,
+    Outcome,
+    Vec<HeaderValue>,
+) {
+    let cached = cache.and_then(|c| Some((c, c.key(original)?)));
+    if auth.refused.is_none()
+        && let Some((cache, key)) = cached
+        && let Some(answer) = cache.get(key)
+    {
+        return conclude(auth, terms, original, &answer);
+    }
     if auth.refused.is_some() {
         let refused = TrafficAnswer {
             status: 503,
@@ -260,15 +284,32 @@ pub async fn check(
         Ok(Err(outcome)) => return (Err(failed()), outcome, Vec::new()),
         Err(_) => return (Err(failed()), Outcome::Timeout, Vec::new()),
     };
+    if let Some((cache, key)) = cached {
+        cache.put(key, &answer);
+    }
+    conclude(auth, terms, original, &answer)
+}
+
+/// The verdict on the service's `answer` (fresh or kept).
+fn conclude(
+    auth: &ExternalAuth,
+    terms: Option<&GatewayAuthTerms>,
+    original: &Original<'_>,
+    answer: &http::response::Parts,
+) -> (
+    Result<ForwardedFields, TrafficAnswer>,
+    Outcome,
+    Vec<HeaderValue>,
+) {
     let (mut verdict, outcome) = match terms {
-        Some(terms) => judge_gateway(terms, &answer),
-        None => judge(auth, original, &answer),
+        Some(terms) => judge_gateway(terms, answer),
+        None => judge(auth, original, answer),
     };
     if let Ok(fields) = &mut verdict {
         remove_shadows(fields, original.headers);
     }
     let cookies = match (&verdict, terms) {
-        (Ok(_), None) => allowed_cookies(&answer),
+        (Ok(_), None) => allowed_cookies(answer),
         _ => Vec::new(),
     };
     (verdict, outcome, cookies)

@@ -43,6 +43,7 @@
 pub mod access;
 pub mod affinity;
 pub mod auth;
+pub mod auth_cache;
 pub mod bandwidth;
 pub mod basic_auth;
 pub mod canary;
@@ -50,9 +51,11 @@ pub mod cors;
 pub mod custom_headers;
 pub mod engines;
 pub mod errors;
+pub mod ewma;
 pub mod hash_by;
 pub mod rate;
 pub mod rewrite;
+pub mod satisfy;
 
 use std::net::IpAddr;
 
@@ -102,14 +105,20 @@ pub struct Applied {
     pub error_pages: Option<Box<errors::ErrorPages>>,
     /// `upstream-vhost`: the backend's `Host` (HTTP/2: `:authority`).
     pub upstream_host: Option<std::sync::Arc<str>>,
-    /// `limit-rate`: the response body's pace, taken by the engine.
-    pub pacer: Option<bandwidth::Pacer>,
-    /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response
-    /// fields rewritten ([`rewrite`]).
-    pub rewrite: Option<rewrite::Rewriting>,
     /// `custom-headers`: set on the backend's response, after the fields
     /// above ([`custom_headers`]).
     pub custom_headers: Option<std::sync::Arc<crate::compile::custom_headers::CustomHeaders>>,
+    /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response
+    /// fields rewritten ([`rewrite`]).
+    pub rewrite: Option<rewrite::Rewriting>,
+    /// `limit-rate`: the response body's pace, taken by the engine.
+    pub pacer: Option<bandwidth::Pacer>,
+    /// `load-balance: ewma`: the engine measures the time to the answer's
+    /// head on the endpoint ([`ewma`]).
+    pub ewma: bool,
+    /// `satisfy: any`: the allow-list let the request in, so no
+    /// authentication is asked ([`satisfy`]).
+    pub satisfied: bool,
 }
 
 impl Applied {
@@ -126,9 +135,11 @@ impl Applied {
             && self.in_flight.is_none()
             && self.error_pages.is_none()
             && self.upstream_host.is_none()
-            && self.pacer.is_none()
-            && self.rewrite.is_none()
             && self.custom_headers.is_none()
+            && self.rewrite.is_none()
+            && self.pacer.is_none()
+            && !self.ewma
+            && !self.satisfied
     }
 }
 
@@ -178,16 +189,21 @@ pub fn apply(
     if let Some(refused) = policy.custom_headers.as_deref().and_then(custom_headers::refused) {
         return Err(answer(refused));
     }
-    if let Some(access) = &policy.access
-        && !access.admits(seen.client)
-    {
-        return Err(answer(TrafficAnswer {
-            status: 403,
-            reason: "policy_denied",
-            body: FORBIDDEN_BODY,
-            headers: Vec::new(),
-        }));
-    }
+    let satisfied = match &policy.access {
+        Some(access) => match satisfy::access(policy, access, seen.client) {
+            satisfy::Access::Admitted { satisfied } => satisfied,
+            satisfy::Access::Authenticate => false,
+            satisfy::Access::Refused => {
+                return Err(answer(TrafficAnswer {
+                    status: 403,
+                    reason: "policy_denied",
+                    body: FORBIDDEN_BODY,
+                    headers: Vec::new(),
+                }));
+            }
+        },
+        None => false,
+    };
     // ingress-nginx applies `limit-connections` before the rates, and its
     // `limit_conn` answers 503 (its `limit-conn-status-code`). A request a
     // rate then refuses gives its place back as it returns.
@@ -242,6 +258,7 @@ pub fn apply(
     }
     let mut applied = Applied {
         in_flight,
+        satisfied,
         ..Applied::default()
     };
     if let Some(cors) = &policy.cors {
@@ -300,11 +317,11 @@ pub fn apply(
         applied.upstream_host = Some(host.clone());
     }
     applied.timeouts = policy.timeouts;
-    applied.pacer = policy.bandwidth.map(bandwidth::Pacer::new);
+    applied.custom_headers = policy.custom_headers.clone();
     if let Some(rules) = &policy.response_rewrite {
         applied.rewrite = Some(rewrite::Rewriting::new(rules, seen));
     }
-    applied.custom_headers = policy.custom_headers.clone();
+    applied.pacer = policy.bandwidth.map(bandwidth::Pacer::new);
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex
     {
