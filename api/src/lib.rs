@@ -23,6 +23,11 @@
 //! - [`listener`]: a Gateway listener's protocol, classified once.
 //! - [`status`]: the `teapot.dev/<Reason>` problem codes the LB side puts
 //!   in `status.loadBalancer` for the agent.
+//! - [`response_headers`]: the bounded response fields of a `custom-headers`
+//!   ConfigMap, read alike by the webhook, the store and the proxy.
+//! - [`htpasswd`]: basic-auth users Secrets, parsed within their bounds.
+//! - [`quote`]: a tenant string quoted back in a message (a leaf, so every
+//!   reader may name what it refuses).
 
 pub mod admission;
 pub mod annotations;
@@ -35,6 +40,7 @@ pub mod listener;
 pub mod migration;
 pub mod names;
 pub mod path;
+pub mod quote;
 pub mod regex;
 pub mod response_headers;
 pub mod route_policy;

@@ -137,7 +137,7 @@ impl std::fmt::Display for Refusal {
 
 /// The field path of entry `key` of a ConfigMap's `data`.
 pub fn data_field(key: &str) -> String {
-    format!("data[{}]", crate::admission::quote(key))
+    format!("data[{}]", crate::quote::quote(key))
 }
 
 /// The response fields of a ConfigMap's `data` (its `ca.crt`, a
@@ -207,25 +207,6 @@ pub fn config_map_ref(
             Ok((ns.to_string(), name.to_string()))
         }
         Err(e) => Err(e.to_string()),
-    })
-}
-
-/// Admission of an Ingress of `namespace`: its `custom-headers` names a
-/// ConfigMap of that namespace (the agent mirrors the tenant's there), as
-/// ingress-nginx allows only its own namespace's. A value that does not
-/// read is the allowlist's to name.
-pub fn check_ingress(
-    namespace: &str,
-    annotations: Option<&BTreeMap<String, String>>,
-) -> Option<crate::admission::Violation> {
-    let (ns, name) = config_map_ref(namespace, annotations)?.ok()?;
-    (ns != namespace).then(|| {
-        crate::admission::Violation::new(
-            format!("metadata.annotations[{ANNOTATION:?}]"),
-            format!(
-                "names ConfigMap {ns}/{name}: the response fields' ConfigMap must be in the Ingress's own namespace {namespace}"
-            ),
-        )
     })
 }
 
@@ -312,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn an_ingress_names_a_config_map_of_its_own_namespace() {
+    fn the_annotation_names_a_config_map() {
         let a = |v: &str| BTreeMap::from([(ANNOTATION.to_string(), v.to_string())]);
         let own = ("shop".to_string(), "headers".to_string());
         assert_eq!(
@@ -328,14 +309,6 @@ mod tests {
             config_map_ref("shop", Some(&a("a/b/c"))),
             Some(Err(_))
         ));
-        assert_eq!(check_ingress("shop", Some(&a("shop/headers"))), None);
-        assert_eq!(check_ingress("shop", Some(&a("a/b/c"))), None);
-        let v = check_ingress("shop", Some(&a("ops/headers"))).unwrap();
-        assert_eq!(
-            v.field,
-            "metadata.annotations[\"nginx.ingress.kubernetes.io/custom-headers\"]"
-        );
-        assert!(v.message.contains("ConfigMap ops/headers"), "{v}");
     }
 
     #[test]

@@ -15,24 +15,13 @@ use kube::ResourceExt;
 use teapot_api::response_headers;
 
 use crate::Error;
-use crate::gateway_mirror::mirrored_config_map_name;
 use crate::mirror::lb_meta;
-use crate::nginx_refs::TenantRef;
-
-/// The annotation's name after ingress-nginx's prefix.
-pub const ANNOTATION_NAME: &str = "custom-headers";
-
-/// The LB name of the copy of tenant ConfigMap `name` of `namespace`.
-pub fn mirrored_name(namespace: &str, name: &str) -> String {
-    format!("{}-headers", mirrored_config_map_name(namespace, name))
-}
-
-/// The tenant ConfigMap an Ingress's `custom-headers` names, read as the
-/// webhook and the compile read it (a bare name in the Ingress's own
-/// namespace); `None` without one or with a value that does not read.
-pub fn referenced(namespace: &str, annotations: &BTreeMap<String, String>) -> Option<TenantRef> {
-    response_headers::config_map_ref(namespace, Some(annotations))?.ok()
-}
+// How the annotation names the ConfigMap and its copy is the
+// annotations' own (crate::nginx_refs), which rewrites the reference.
+pub use crate::nginx_refs::{
+    CUSTOM_HEADERS as ANNOTATION_NAME, TenantRef, headers_config_map as referenced,
+    mirrored_headers_config_map_name as mirrored_name,
+};
 
 /// The same for an Ingress, as the set the watch and the GC compare.
 pub fn referenced_config_maps(ingress: &Ingress) -> BTreeSet<TenantRef> {
@@ -40,16 +29,6 @@ pub fn referenced_config_maps(ingress: &Ingress) -> BTreeSet<TenantRef> {
     referenced(&namespace, ingress.annotations())
         .into_iter()
         .collect()
-}
-
-/// The annotation's value on the LB copy: the mirror, in `lb_namespace`.
-pub fn travelling_value(
-    namespace: &str,
-    lb_namespace: &str,
-    annotations: &BTreeMap<String, String>,
-) -> Option<String> {
-    let (ns, name) = referenced(namespace, annotations)?;
-    Some(format!("{lb_namespace}/{}", mirrored_name(&ns, &name)))
 }
 
 /// The LB copy of a tenant ConfigMap `custom-headers` names: its response
@@ -116,14 +95,15 @@ mod tests {
         assert_eq!(referenced("shop", &annotations("shop/headers")), Some(own));
         assert_eq!(referenced("shop", &annotations("a/b/c")), None);
         assert_eq!(referenced("shop", &BTreeMap::new()), None);
-        let value = travelling_value("shop", "tenant-acme", &annotations("headers")).unwrap();
+        let travelled =
+            crate::nginx_refs::travelling("shop", "tenant-acme", &annotations("headers"));
         assert_eq!(
-            value,
+            travelled[&format!("{NGINX_PREFIX}{ANNOTATION_NAME}")],
             format!("tenant-acme/{}", mirrored_name("shop", "headers"))
         );
         assert_ne!(
             mirrored_name("shop", "headers"),
-            mirrored_config_map_name("shop", "headers")
+            crate::gateway_mirror::mirrored_config_map_name("shop", "headers")
         );
     }
 

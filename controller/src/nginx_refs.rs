@@ -103,6 +103,27 @@ fn annotation_secret(
         .map(|(ns, name)| (ns.to_string(), name.to_string()))
 }
 
+/// `custom-headers`: the ConfigMap of response fields (after the prefix).
+pub const CUSTOM_HEADERS: &str = "custom-headers";
+
+/// The LB name of the copy of tenant ConfigMap `name` of `namespace` that
+/// `custom-headers` names: the mirrored Services' scheme with a suffix of
+/// its own, so a ConfigMap a BackendTLSPolicy also names (its `ca.crt`)
+/// keeps two copies that never overwrite each other.
+pub fn mirrored_headers_config_map_name(namespace: &str, name: &str) -> String {
+    format!("{}-headers", mirrored_service_name(namespace, name))
+}
+
+/// The tenant ConfigMap an Ingress's `custom-headers` names, read as the
+/// webhook and the compile read it (a bare name in the Ingress's own
+/// namespace); `None` without one or with a value that does not read.
+pub fn headers_config_map(
+    namespace: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Option<TenantRef> {
+    teapot_api::response_headers::config_map_ref(namespace, Some(annotations))?.ok()
+}
+
 /// The ingress-nginx annotations for the LB copy of an Ingress of
 /// `namespace`, references renamed to their mirrors in `lb_namespace`.
 pub fn travelling(
@@ -123,10 +144,15 @@ pub fn travelling(
                     None => value.clone(),
                 },
                 DEFAULT_BACKEND => mirrored_service_name(namespace, value.trim()),
-                crate::headers_mirror::ANNOTATION_NAME => {
-                    crate::headers_mirror::travelling_value(namespace, lb_namespace, annotations)
-                        .unwrap_or_else(|| value.clone())
-                }
+                CUSTOM_HEADERS => match headers_config_map(namespace, annotations) {
+                    Some((ns, name)) => {
+                        format!(
+                            "{lb_namespace}/{}",
+                            mirrored_headers_config_map_name(&ns, &name)
+                        )
+                    }
+                    None => value.clone(),
+                },
                 // The agent writes an auth-map's users as htpasswd lines.
                 AUTH_SECRET_TYPE if basic_auth_secret(namespace, annotations).is_some() => {
                     "auth-file".to_string()

@@ -86,7 +86,7 @@ pub fn check_ingress(
     check_auth(ctx, ingress, &mut out);
     check_auth_tls(namespace, ingress, &mut out);
     check_basic_auth(namespace, ingress, &mut out);
-    out.extend(crate::response_headers::check_ingress(
+    out.extend(check_custom_headers(
         namespace,
         ingress.metadata.annotations.as_ref(),
     ));
@@ -324,6 +324,25 @@ fn check_auth_tls(namespace: &str, ingress: &Ingress, out: &mut Vec<Violation>) 
             }
         }
     }
+}
+
+/// Admission of an Ingress of `namespace`: its `custom-headers` names a
+/// ConfigMap of that namespace (the agent mirrors the tenant's there), as
+/// ingress-nginx allows only its own namespace's. A value that does not
+/// read is the allowlist's to name.
+fn check_custom_headers(
+    namespace: &str,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<Violation> {
+    let (ns, name) = crate::response_headers::config_map_ref(namespace, annotations)?.ok()?;
+    (ns != namespace).then(|| {
+        Violation::new(
+            format!("metadata.annotations[{:?}]", crate::response_headers::ANNOTATION),
+            format!(
+                "names ConfigMap {ns}/{name}: the response fields' ConfigMap must be in the Ingress's own namespace {namespace}"
+            ),
+        )
+    })
 }
 
 /// Basic authentication (`auth-type: basic`): the users' Secret one of
@@ -784,5 +803,24 @@ mod tests {
             ));
             assert_eq!(fields(&bad), [field("match-cn")], "{pattern}: {bad:?}");
         }
+    }
+
+    #[test]
+    fn custom_headers_name_a_config_map_of_the_ingress_s_namespace() {
+        use std::collections::BTreeMap;
+        let a = |v: &str| {
+            BTreeMap::from([(
+                crate::response_headers::ANNOTATION.to_string(),
+                v.to_string(),
+            )])
+        };
+        assert_eq!(check_custom_headers("shop", Some(&a("shop/headers"))), None);
+        assert_eq!(check_custom_headers("shop", Some(&a("a/b/c"))), None);
+        let v = check_custom_headers("shop", Some(&a("ops/headers"))).unwrap();
+        assert_eq!(
+            v.field,
+            "metadata.annotations[\"nginx.ingress.kubernetes.io/custom-headers\"]"
+        );
+        assert!(v.message.contains("ConfigMap ops/headers"), "{v}");
     }
 }

@@ -1,15 +1,12 @@
 //! Rules on raw strings: control and invisible characters anywhere, unknown
-//! fields, the strict path character class, and quoting tenant strings for
-//! messages.
+//! fields, the strict path character class; quoting tenant strings for
+//! messages is crate::quote's (re-exported here).
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
 use super::{MAX_PATH_LEN, OBJECT_FIELD, Violation};
-
-/// Longest piece of a tenant string quoted back in a message.
-const QUOTE_CHARS: usize = 64;
 
 /// Characters refused in every string of a tenant object: C0/C1 controls
 /// (newline, carriage return, NUL, escape...) and invisible formatting
@@ -31,14 +28,7 @@ pub fn is_forbidden_char(c: char) -> bool {
         )
 }
 
-/// A tenant string made safe to show: Rust `Debug` quoting (so `\n`, `"`
-/// and invisible characters are escaped) and at most 64 characters.
-pub fn quote(s: &str) -> String {
-    match s.char_indices().nth(QUOTE_CHARS) {
-        None => format!("{s:?}"),
-        Some((end, _)) => format!("{:?}...", &s[..end]),
-    }
-}
+pub use crate::quote::quote;
 
 /// Appends a map key to a field path: `a.b` for plain keys, `a["x/y"]`
 /// for anything else (annotation and label keys).

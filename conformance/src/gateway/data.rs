@@ -52,9 +52,9 @@ pub struct TestFile {
     #[serde(default)]
     pub returns_when: Vec<FeatureCondition>,
     /// The order of the cases and checks with the object changes between
-    /// them (`super::runner::steps`); empty: every case and check at once.
+    /// them (`super::runner::steps` runs them); empty: every case and check at once.
     #[serde(default)]
-    pub steps: Vec<super::runner::steps::Step>,
+    pub steps: Vec<Step>,
 }
 
 /// A condition on the implementation's supported features.
@@ -487,6 +487,92 @@ impl Case {
             codes.push(200);
         }
         codes
+    }
+}
+
+// A test's steps: the data; `super::runner::steps` runs them.
+
+/// One entry of a test's `steps`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Step {
+    /// Run the case of this index in `cases`.
+    Case { case: usize },
+    /// Run the status check of this index in `checks`.
+    Check { check: usize },
+    /// Change an object.
+    Change(Change),
+}
+
+/// An object change, named by the object's kind, namespace and name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "change", rename_all = "lowercase")]
+pub enum Change {
+    /// `client.Patch(ctx, mutated, client.MergeFrom(original))`: the
+    /// field assignments as JSON Patch operations (RFC 6902: `add`,
+    /// `replace`, `remove`; `-` appends to a list). A value
+    /// `{"FromObject": {Kind, Namespace, Name, Path}}` is that object's
+    /// value at the JSON pointer `Path`, as the manifests directory held it
+    /// before the test's first step.
+    Patch {
+        #[serde(flatten)]
+        object: ObjectKey,
+        #[serde(rename = "jsonPatch")]
+        json_patch: Vec<Value>,
+    },
+    /// `client.Delete`: the object's file is removed.
+    Delete {
+        #[serde(flatten)]
+        object: ObjectKey,
+    },
+    /// `Applier.MustApplyObjectsWithCleanup` and `client.Create/Update`
+    /// (`object`, the whole object, written as the manifests are, replacing
+    /// the object of the same key), or `Applier.MustApplyWithCleanup`
+    /// (`manifest`, a file relative to upstream `conformance/`, every
+    /// object of it).
+    Apply {
+        #[serde(flatten)]
+        object: Option<ObjectKey>,
+        #[serde(rename = "object", default)]
+        object_value: Option<Value>,
+        #[serde(default)]
+        manifest: Option<String>,
+    },
+}
+
+/// Which object a change is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ObjectKey {
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn describe(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{} {}", self.kind, self.name)
+        } else {
+            format!("{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+impl Change {
+    /// `patch Gateway ns/name`, for failures.
+    pub fn describe(&self) -> String {
+        match self {
+            Change::Patch { object, .. } => format!("patch {}", object.describe()),
+            Change::Delete { object } => format!("delete {}", object.describe()),
+            Change::Apply {
+                manifest: Some(m), ..
+            } => format!("apply {m}"),
+            Change::Apply {
+                object: Some(o), ..
+            } => format!("apply {}", o.describe()),
+            Change::Apply { .. } => "apply".into(),
+        }
     }
 }
 

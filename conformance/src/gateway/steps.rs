@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::{Instant, sleep};
 
-use super::super::data::{Check, TestFile};
+use super::super::data::{Change, Check, ObjectKey, Step, TestFile};
 use super::super::manifests;
 use super::super::outcome::CaseOutcome;
 use super::super::report::rfc3339;
@@ -25,90 +25,6 @@ use crate::admin::Status;
 
 /// How long the proxy may take to swap in a snapshot after a change.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// One entry of a test's `steps`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum Step {
-    /// Run the case of this index in `cases`.
-    Case { case: usize },
-    /// Run the status check of this index in `checks`.
-    Check { check: usize },
-    /// Change an object.
-    Change(Change),
-}
-
-/// An object change, named by the object's kind, namespace and name.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "change", rename_all = "lowercase")]
-pub enum Change {
-    /// `client.Patch(ctx, mutated, client.MergeFrom(original))`: the
-    /// field assignments as JSON Patch operations (RFC 6902: `add`,
-    /// `replace`, `remove`; `-` appends to a list). A value
-    /// `{"FromObject": {Kind, Namespace, Name, Path}}` is that object's
-    /// value at the JSON pointer `Path`, as the manifests directory held it
-    /// before the test's first step.
-    Patch {
-        #[serde(flatten)]
-        object: ObjectKey,
-        #[serde(rename = "jsonPatch")]
-        json_patch: Vec<Value>,
-    },
-    /// `client.Delete`: the object's file is removed.
-    Delete {
-        #[serde(flatten)]
-        object: ObjectKey,
-    },
-    /// `Applier.MustApplyObjectsWithCleanup` and `client.Create/Update`
-    /// (`object`, the whole object, written as the manifests are, replacing
-    /// the object of the same key), or `Applier.MustApplyWithCleanup`
-    /// (`manifest`, a file relative to upstream `conformance/`, every
-    /// object of it).
-    Apply {
-        #[serde(flatten)]
-        object: Option<ObjectKey>,
-        #[serde(rename = "object", default)]
-        object_value: Option<Value>,
-        #[serde(default)]
-        manifest: Option<String>,
-    },
-}
-
-/// Which object a change is about.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct ObjectKey {
-    pub kind: String,
-    #[serde(default)]
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectKey {
-    fn describe(&self) -> String {
-        if self.namespace.is_empty() {
-            format!("{} {}", self.kind, self.name)
-        } else {
-            format!("{} {}/{}", self.kind, self.namespace, self.name)
-        }
-    }
-}
-
-impl Change {
-    /// `patch Gateway ns/name`, for failures.
-    pub fn describe(&self) -> String {
-        match self {
-            Change::Patch { object, .. } => format!("patch {}", object.describe()),
-            Change::Delete { object } => format!("delete {}", object.describe()),
-            Change::Apply {
-                manifest: Some(m), ..
-            } => format!("apply {m}"),
-            Change::Apply {
-                object: Some(o), ..
-            } => format!("apply {}", o.describe()),
-            Change::Apply { .. } => "apply".into(),
-        }
-    }
-}
 
 /// Whether the test's steps are well formed: every case and check index
 /// exists, and every change says what it changes.

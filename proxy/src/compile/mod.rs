@@ -50,6 +50,7 @@
 pub mod acme;
 pub mod api_status;
 pub mod attach;
+pub mod auth_cache;
 pub mod backends;
 pub mod bandwidth;
 pub mod basic_auth;
@@ -60,7 +61,6 @@ pub mod condition;
 pub mod custom_headers;
 pub mod domains;
 pub mod gateway;
-pub mod auth_cache;
 pub mod hash_by;
 pub mod ingress;
 pub mod l4;
@@ -89,7 +89,7 @@ use crate::compile::snapshot::{DomainReport, Snapshot, StatusReport, TableSizes}
 use crate::live::endpoints::EndpointRegistry;
 use crate::live::fairness::TenantGates;
 use teapot_model::manifests::Problem;
-use teapot_model::store::{FastHashMap, Store};
+use teapot_model::store::{FastHashMap, NsName, Store};
 use teapot_model::tenancy::Tenancy;
 
 /// Settings that shape a compile but do not come from objects.
@@ -299,7 +299,24 @@ pub fn compile_incremental(
     let backends = resolver.report();
     *parts = resolver.into_parts(&inputs, &tenant_arcs, &options.lb_networks);
     let routes = ingresses.routes;
-    let passthrough = passthrough::compile(store, &routes, &mut ingress_reports);
+    let (passthrough, passthrough_conditions) = passthrough::compile(
+        store,
+        &routes,
+        ingress_reports
+            .iter()
+            .map(|r| (NsName::new(r.namespace.clone(), r.name.clone()), r.served)),
+    );
+    if !passthrough_conditions.is_empty() {
+        // One pass over the reports, whatever the number of conditions.
+        let mut by_ingress: FastHashMap<NsName, condition::Condition> =
+            passthrough_conditions.into_iter().collect();
+        for report in &mut ingress_reports {
+            let id = NsName::new(report.namespace.clone(), report.name.clone());
+            if let Some(condition) = by_ingress.remove(&id) {
+                report.conditions.push(condition);
+            }
+        }
+    }
     let report = StatusReport {
         generation,
         ingresses: ingress_reports,
@@ -417,6 +434,25 @@ spec:
         load_text(Path::new("t.yaml"), docs, &Store::default(), &mut loaded);
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         loaded.store
+    }
+
+    /// `pem` indented as a YAML block scalar's lines under a key.
+    pub(crate) fn indented(pem: &str) -> String {
+        pem.lines().map(|l| format!("    {l}\n")).collect()
+    }
+
+    /// A `kubernetes.io/tls` Secret `infra/tls` for `a.example`.
+    pub(crate) fn tls_secret() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["a.example".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: tls, namespace: infra}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+            indented(&cert.pem()),
+            indented(&key.serialize_pem())
+        )
     }
 
     /// Loads YAML documents (which must all be valid) and compiles them.
@@ -985,5 +1021,83 @@ spec:
                 upstream.refused
             );
         }
+    }
+
+    /// Gateways with their own address keep their validation on their
+    /// own sockets, per port (`perPort`): the same host is asked another
+    /// CA on each, and none on the shared 443 or on a Gateway's socket
+    /// without one.
+    #[test]
+    fn own_addresses_keep_their_validation_per_socket() {
+        use crate::compile::client_auth::ClientAuthMode;
+        use crate::compile::client_auth::tests::ca_pem;
+        use crate::compile::l4::{L4Config, L4Inputs};
+        let (a, b) = (ca_pem("CA A"), ca_pem("CA B"));
+        let config_map = |name: &str, pem: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: infra}}\ndata:\n  ca.crt: |\n{}",
+                indented(pem)
+            )
+        };
+        let https = |port: u16| {
+            format!(
+                "  - {{name: https-{port}, protocol: HTTPS, port: {port}, hostname: a.example, tls: {{certificateRefs: [{{name: tls}}]}}}}\n"
+            )
+        };
+        let gateway = |name: &str, address: Option<&str>, frontend: &str, ports: &[u16]| {
+            let addresses = address
+                .map(|a| format!("  addresses: [{{type: IPAddress, value: {a}}}]\n"))
+                .unwrap_or_default();
+            let listeners: String = ports.iter().map(|p| https(*p)).collect();
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: infra}}\nspec:\n  gatewayClassName: teapot\n{addresses}{frontend}  listeners:\n{listeners}"
+            )
+        };
+        let docs = vec![
+            config_map("ca-a", &a),
+            config_map("ca-b", &b),
+            tls_secret(),
+            gateway(
+                "one",
+                Some("127.0.77.2"),
+                "  tls:\n    frontend:\n      default:\n        validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca-a}]}\n      perPort:\n      - {port: 8443, tls: {validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca-b}]}}}\n",
+                &[443, 8443],
+            ),
+            gateway("two", Some("127.0.77.3"), "", &[443]),
+            gateway("shared", None, "", &[443]),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: infra}\nspec:\n  parentRefs: [{name: one}, {name: two}, {name: shared}]\n  hostnames: [a.example]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n".into(),
+        ];
+        let options = CompileOptions {
+            l4: Some(L4Inputs {
+                config: std::sync::Arc::new(L4Config {
+                    pools: vec!["default=127.0.77.0/29".parse().unwrap()],
+                    ..L4Config::default()
+                }),
+                previous: Default::default(),
+                runtime: Default::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        let s = compile_test_docs(&docs, &options);
+        let socket = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert!(s.gateway.own().serves(socket("127.0.77.2:443").ip()));
+        let on = |local: Option<&str>| {
+            s.client_auth
+                .at(local.map(socket))
+                .and_then(|t| t.lookup("a.example"))
+                .cloned()
+        };
+        let default = on(Some("127.0.77.2:443")).expect("the default on 443");
+        assert_eq!(default.source, "Gateway infra/one port 443");
+        assert_eq!(default.mode, ClientAuthMode::AllowValidOnly);
+        let per_port = on(Some("127.0.77.2:8443")).expect("perPort on 8443");
+        assert_eq!(per_port.source, "Gateway infra/one port 8443");
+        assert!(!per_port.verifies_as(&default), "CA B, not CA A");
+        assert!(
+            on(Some("127.0.77.3:443")).is_none(),
+            "Gateway two asks none"
+        );
+        assert!(on(None).is_none(), "the shared 443 asks none");
+        assert!(s.client_auth.is_empty());
     }
 }

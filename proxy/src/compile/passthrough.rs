@@ -23,7 +23,6 @@ use teapot_model::store::{NsName, Store, age_key};
 
 use crate::compile::condition::Condition;
 use crate::compile::routes::RouteTable;
-use crate::compile::snapshot::IngressReport;
 use crate::compile::upstream::Upstream;
 use crate::live::fairness::TenantGate;
 
@@ -96,20 +95,21 @@ fn pass_path(rule: &k8s_openapi::api::networking::v1::IngressRule) -> Option<(&s
     Some((chosen.path.as_deref().unwrap_or("/"), service))
 }
 
-/// The table, from the compiled `routes`; each Ingress concerned gets a
-/// [`CONDITION`] on its report.
+/// The table, from the compiled `routes`, and a [`CONDITION`] for each
+/// Ingress concerned among `reported` (each Ingress with a report, and
+/// whether teapot serves its class), for the compile to put on its report.
 pub fn compile(
     store: &Store,
     routes: &RouteTable,
-    reports: &mut [IngressReport],
-) -> PassthroughTable {
+    reported: impl Iterator<Item = (NsName, bool)>,
+) -> (PassthroughTable, Vec<(NsName, Condition)>) {
     let mut asking: Vec<(&NsName, &teapot_model::store::Stored<Ingress>)> = store
         .ingresses
         .iter()
         .filter(|(_, s)| asks(&s.object))
         .collect();
     if asking.is_empty() {
-        return PassthroughTable::default();
+        return (PassthroughTable::default(), Vec::new());
     }
     asking.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
     let mut table = PassthroughTable::default();
@@ -185,15 +185,13 @@ pub fn compile(
         verdicts.insert(id.clone(), verdict);
     }
     // The host's other Ingresses: their HTTPS is the backend's now.
-    for report in reports.iter_mut() {
-        let id = NsName::new(report.namespace.clone(), report.name.clone());
+    let mut conditions = Vec::new();
+    for (id, served) in reported {
         if let Some((ok, reason, message)) = verdicts.remove(&id) {
-            report
-                .conditions
-                .push(Condition::new(CONDITION, ok, reason, message));
+            conditions.push((id, Condition::new(CONDITION, ok, reason, message)));
             continue;
         }
-        if !report.served {
+        if !served {
             continue;
         }
         let Some(stored) = store.ingresses.get(&id) else {
@@ -212,7 +210,7 @@ pub fn compile(
             })
             .collect();
         if !shadowed.is_empty() {
-            report.conditions.push(Condition::new(
+            let condition = Condition::new(
                 CONDITION,
                 false,
                 "HostPassedThrough",
@@ -220,10 +218,11 @@ pub fn compile(
                     "TLS to {} is passed through to another Ingress's backend: this Ingress's rules for it are served over plain HTTP only",
                     shadowed.join(", ")
                 ),
-            ));
+            );
+            conditions.push((id, condition));
         }
     }
-    table
+    (table, conditions)
 }
 
 #[cfg(test)]

@@ -752,7 +752,9 @@ mod gateway_tests {
         let options = CompileOptions {
             l4: Some(L4Inputs {
                 config: std::sync::Arc::new(L4Config {
-                    pools: vec!["default=127.0.0.1".parse().unwrap()],
+                    // The base Gateway's TCP listener holds the first address:
+                    // a Gateway's address is its own.
+                    pools: vec!["default=127.0.0.0/31".parse().unwrap()],
                     ..L4Config::default()
                 }),
                 previous: Default::default(),

@@ -323,24 +323,7 @@ mod tests {
     use crate::compile::CompileOptions;
     use crate::compile::client_auth::ClientAuthMode;
     use crate::compile::client_auth::tests::ca_pem;
-    use crate::compile::tests::compile_test_docs;
-
-    fn indented(pem: &str) -> String {
-        pem.lines().map(|l| format!("    {l}\n")).collect()
-    }
-
-    fn tls_secret() -> String {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["a.example".to_string()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        format!(
-            "apiVersion: v1\nkind: Secret\nmetadata: {{name: tls, namespace: infra}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-            indented(&cert.pem()),
-            indented(&key.serialize_pem())
-        )
-    }
+    use crate::compile::tests::{compile_test_docs, indented, tls_secret};
 
     fn docs(frontend: &str, ca: &str) -> Vec<String> {
         let indented = indented(ca);
@@ -467,82 +450,6 @@ mod tests {
         let (reason, refused) = super::for_port(&store, id, &gw, false, 443).unwrap_err();
         assert_eq!(reason, "InvalidCACertificateKind");
         assert!(refused.contains("not a ConfigMap or Secret"), "{refused}");
-    }
-
-    /// Gateways with their own address keep their validation on their
-    /// own sockets, per port (`perPort`): the same host is asked another
-    /// CA on each, and none on the shared 443 or on a Gateway's socket
-    /// without one.
-    #[test]
-    fn own_addresses_keep_their_validation_per_socket() {
-        use crate::compile::l4::{L4Config, L4Inputs};
-        let (a, b) = (ca_pem("CA A"), ca_pem("CA B"));
-        let config_map = |name: &str, pem: &str| {
-            format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: infra}}\ndata:\n  ca.crt: |\n{}",
-                indented(pem)
-            )
-        };
-        let https = |port: u16| {
-            format!(
-                "  - {{name: https-{port}, protocol: HTTPS, port: {port}, hostname: a.example, tls: {{certificateRefs: [{{name: tls}}]}}}}\n"
-            )
-        };
-        let gateway = |name: &str, address: Option<&str>, frontend: &str, ports: &[u16]| {
-            let addresses = address
-                .map(|a| format!("  addresses: [{{type: IPAddress, value: {a}}}]\n"))
-                .unwrap_or_default();
-            let listeners: String = ports.iter().map(|p| https(*p)).collect();
-            format!(
-                "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: infra}}\nspec:\n  gatewayClassName: teapot\n{addresses}{frontend}  listeners:\n{listeners}"
-            )
-        };
-        let docs = vec![
-            config_map("ca-a", &a),
-            config_map("ca-b", &b),
-            tls_secret(),
-            gateway(
-                "one",
-                Some("127.0.77.2"),
-                "  tls:\n    frontend:\n      default:\n        validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca-a}]}\n      perPort:\n      - {port: 8443, tls: {validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca-b}]}}}\n",
-                &[443, 8443],
-            ),
-            gateway("two", Some("127.0.77.3"), "", &[443]),
-            gateway("shared", None, "", &[443]),
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: infra}\nspec:\n  parentRefs: [{name: one}, {name: two}, {name: shared}]\n  hostnames: [a.example]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n".into(),
-        ];
-        let options = CompileOptions {
-            l4: Some(L4Inputs {
-                config: std::sync::Arc::new(L4Config {
-                    pools: vec!["default=127.0.77.0/29".parse().unwrap()],
-                    ..L4Config::default()
-                }),
-                previous: Default::default(),
-                runtime: Default::default(),
-            }),
-            ..CompileOptions::default()
-        };
-        let s = compile_test_docs(&docs, &options);
-        let socket = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
-        assert!(s.gateway.own().serves(socket("127.0.77.2:443").ip()));
-        let on = |local: Option<&str>| {
-            s.client_auth
-                .at(local.map(socket))
-                .and_then(|t| t.lookup("a.example"))
-                .cloned()
-        };
-        let default = on(Some("127.0.77.2:443")).expect("the default on 443");
-        assert_eq!(default.source, "Gateway infra/one port 443");
-        assert_eq!(default.mode, ClientAuthMode::AllowValidOnly);
-        let per_port = on(Some("127.0.77.2:8443")).expect("perPort on 8443");
-        assert_eq!(per_port.source, "Gateway infra/one port 8443");
-        assert!(!per_port.verifies_as(&default), "CA B, not CA A");
-        assert!(
-            on(Some("127.0.77.3:443")).is_none(),
-            "Gateway two asks none"
-        );
-        assert!(on(None).is_none(), "the shared 443 asks none");
-        assert!(s.client_auth.is_empty());
     }
 
     #[test]

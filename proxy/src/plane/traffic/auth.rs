@@ -240,7 +240,7 @@ pub async fn check(
 /// service's answer for the next.
 pub async fn check_cached(
     auth: &ExternalAuth,
-    cache: Option<&super::auth_cache::AuthCache>,
+    cache: Option<&crate::compile::auth_cache::AuthCache>,
     terms: Option<&GatewayAuthTerms>,
     limits: AuthLimits,
     original: &Original<'_>,
