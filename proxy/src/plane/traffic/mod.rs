@@ -186,7 +186,11 @@ pub fn apply(
         answer
     };
     // ingress-nginx denies the whole location whose ConfigMap it cannot read.
-    if let Some(refused) = policy.custom_headers.as_deref().and_then(custom_headers::refused) {
+    if let Some(refused) = policy
+        .custom_headers
+        .as_deref()
+        .and_then(custom_headers::refused)
+    {
         return Err(answer(refused));
     }
     let satisfied = match &policy.access {
