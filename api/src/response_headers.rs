@@ -210,6 +210,13 @@ pub fn config_map_ref(
     })
 }
 
+/// How the name of the agent's copy of a `custom-headers` ConfigMap ends.
+/// In a tenant namespace of the LB cluster a ConfigMap of response fields
+/// must be such a copy: any other ConfigMap there holds a
+/// BackendTLSPolicy's `ca.crt` and nothing else, so a tenant cannot park
+/// arbitrary data (a snippet by reference) under another name.
+pub const COPY_SUFFIX: &str = "-headers";
+
 /// The annotation the store puts on a ConfigMap it keeps without its
 /// response fields, saying why (a [`Refusal`]), so an Ingress naming it
 /// is reported with the entry at fault.

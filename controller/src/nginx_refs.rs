@@ -111,7 +111,11 @@ pub const CUSTOM_HEADERS: &str = "custom-headers";
 /// its own, so a ConfigMap a BackendTLSPolicy also names (its `ca.crt`)
 /// keeps two copies that never overwrite each other.
 pub fn mirrored_headers_config_map_name(namespace: &str, name: &str) -> String {
-    format!("{}-headers", mirrored_service_name(namespace, name))
+    format!(
+        "{}{}",
+        mirrored_service_name(namespace, name),
+        teapot_api::response_headers::COPY_SUFFIX
+    )
 }
 
 /// The tenant ConfigMap an Ingress's `custom-headers` names, read as the

@@ -309,6 +309,8 @@ async fn delete_removes_the_copies_then_the_finalizer() {
             "GET /api/v1/namespaces/tenant-acme/services".to_string(),
             "GET /api/v1/namespaces/tenant-acme/secrets".to_string(),
             "GET /apis/discovery.k8s.io/v1/namespaces/tenant-acme/endpointslices".to_string(),
+            // The copies of custom-headers ConfigMaps are Ingresses' too.
+            "GET /api/v1/namespaces/tenant-acme/configmaps".to_string(),
             format!("DELETE {}", svc_path()),
         ]
     );

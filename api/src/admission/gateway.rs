@@ -841,9 +841,10 @@ fn check_local_ref(
 
 /// Checks a ConfigMap: in a tenant namespace of the LB cluster it exists
 /// only as the trust anchors of a BackendTLSPolicy, so it holds `ca.crt`,
-/// a PEM bundle, and nothing else, or as the response fields an Ingress's
-/// `custom-headers` names (no `ca.crt`, every key a field within the
-/// bounds of crate::response_headers). Counted with the Secrets.
+/// a PEM bundle, and nothing else, or as the agent's copy of the response
+/// fields an Ingress's `custom-headers` names (a name ending in
+/// `-headers`, no `ca.crt`, every key a field within the bounds of
+/// crate::response_headers). Counted with the Secrets.
 pub fn check_config_map(
     ctx: &AdmissionContext<'_>,
     namespace: &str,
@@ -878,9 +879,17 @@ pub fn check_config_map(
         ));
     }
     let data = config_map.data.as_ref();
-    // Without ca.crt, the response fields of an Ingress's custom-headers
+    // Without ca.crt, and named as the agent names its copies: the
+    // response fields of an Ingress's custom-headers
     // (crate::response_headers), bounded there.
-    if let Some(fields) = data.filter(|d| !d.is_empty() && !d.contains_key(CA_CERT_KEY)) {
+    let headers_copy = config_map
+        .metadata
+        .name
+        .as_deref()
+        .is_some_and(|n| n.ends_with(crate::response_headers::COPY_SUFFIX));
+    if let Some(fields) =
+        data.filter(|d| headers_copy && !d.is_empty() && !d.contains_key(CA_CERT_KEY))
+    {
         let pairs = fields.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         if let Err(e) = crate::response_headers::parse(pairs) {
             out.push(Violation::new(e.field, e.message));
