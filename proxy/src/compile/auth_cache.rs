@@ -113,40 +113,18 @@ impl AuthCache {
     }
 }
 
+use crate::compile::nginx_variables::{Piece, pieces};
+
 fn parse_key(value: &str) -> Result<Vec<KeyPart>, String> {
     let mut parts = Vec::new();
-    let mut variables = 0;
-    let mut rest = value;
-    while !rest.is_empty() {
-        let Some(at) = rest.find('$') else {
-            parts.push(KeyPart::Literal(rest.to_string()));
-            break;
-        };
-        if at > 0 {
-            parts.push(KeyPart::Literal(rest[..at].to_string()));
-        }
-        rest = &rest[at + 1..];
-        let (name, after) = match rest.strip_prefix('{') {
-            Some(braced) => {
-                let end = braced
-                    .find('}')
-                    .ok_or_else(|| format!("{value:?}: \"${{\" without \"}}\""))?;
-                (&braced[..end], &braced[end + 1..])
+    for piece in pieces(value, MAX_VARIABLES)? {
+        let name = match piece {
+            Piece::Text(text) => {
+                parts.push(KeyPart::Literal(text.to_string()));
+                continue;
             }
-            None => {
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                (&rest[..end], &rest[end..])
-            }
+            Piece::Variable(name) => name,
         };
-        rest = after;
-        variables += 1;
-        if variables > MAX_VARIABLES {
-            return Err(format!(
-                "{value:?} names more than {MAX_VARIABLES} variables"
-            ));
-        }
         let named = |prefix: &str| {
             name.strip_prefix(prefix)
                 .filter(|n| !n.is_empty())

@@ -27,6 +27,8 @@ pub const MAX_SUBSET: u32 = 64;
 /// ingress-nginx's `upstream-hash-by-subset-size` default.
 pub const DEFAULT_SUBSET: u32 = 3;
 
+use crate::compile::nginx_variables::{Piece, pieces};
+
 /// A parsed `upstream-hash-by` and its subset size.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HashBy {
@@ -52,37 +54,15 @@ impl HashBy {
     pub fn parse(value: &str, subset: Option<u32>) -> Result<HashBy, String> {
         let mut parts = Vec::new();
         let mut variables = 0;
-        let mut rest = value;
-        while !rest.is_empty() {
-            let Some(at) = rest.find('$') else {
-                parts.push(Part::Literal(rest.to_string()));
-                break;
-            };
-            if at > 0 {
-                parts.push(Part::Literal(rest[..at].to_string()));
-            }
-            rest = &rest[at + 1..];
-            let (name, after) = match rest.strip_prefix('{') {
-                Some(braced) => {
-                    let end = braced
-                        .find('}')
-                        .ok_or_else(|| format!("{value:?}: \"${{\" without \"}}\""))?;
-                    (&braced[..end], &braced[end + 1..])
+        for piece in pieces(value, MAX_VARIABLES)? {
+            let name = match piece {
+                Piece::Text(text) => {
+                    parts.push(Part::Literal(text.to_string()));
+                    continue;
                 }
-                None => {
-                    let end = rest
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .unwrap_or(rest.len());
-                    (&rest[..end], &rest[end..])
-                }
+                Piece::Variable(name) => name,
             };
-            rest = after;
             variables += 1;
-            if variables > MAX_VARIABLES {
-                return Err(format!(
-                    "{value:?} names more than {MAX_VARIABLES} variables"
-                ));
-            }
             parts.push(variable(name).ok_or_else(|| {
                 format!(
                     "{value:?}: ${name} is not one of $request_uri, $remote_addr, $host, $http_NAME, $cookie_NAME, $arg_NAME"

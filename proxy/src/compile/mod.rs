@@ -41,6 +41,8 @@
 //! - [`policies`]: the policy each route carries (annotation limits, the
 //!   tenant's gate).
 //! - [`condition`]: the condition every report is written in.
+//! - `nginx_variables`: `$name` pieces of an annotation's value, read once
+//!   for `upstream-hash-by` and `auth-cache-key`.
 //! - [`parts`]: what a compile keeps per tenant namespace for the next
 //!   one (incremental recompile: the rule is there).
 //! - [`acme`], [`domains`]: what the compile knows of ACME and custom
@@ -65,6 +67,7 @@ pub mod hash_by;
 pub mod ingress;
 pub mod l4;
 pub mod listeners;
+pub(crate) mod nginx_variables;
 pub mod parts;
 pub mod passthrough;
 pub mod policies;
