@@ -88,23 +88,26 @@ fn is_authority(value: &str) -> bool {
     port_ok && host_ok
 }
 
+/// Annotations as admitted, for the readers' tests: `"true"`/`"false"`
+/// are flags, the rest text.
+#[cfg(test)]
+pub(crate) struct Admitted(pub(crate) std::collections::BTreeMap<String, String>);
+
+#[cfg(test)]
+impl Annotations for Admitted {
+    fn text(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+    fn flag(&self, name: &str) -> Option<bool> {
+        self.0.get(name).and_then(|v| v.parse().ok())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
-    /// Annotations as admitted: `"true"`/`"false"` are flags, the rest text.
-    struct Admitted(BTreeMap<String, String>);
-
-    impl Annotations for Admitted {
-        fn text(&self, name: &str) -> Option<&str> {
-            self.0.get(name).map(String::as_str)
-        }
-        fn flag(&self, name: &str) -> Option<bool> {
-            self.0.get(name).and_then(|v| v.parse().ok())
-        }
-    }
+    use crate::compile::proxying::Admitted;
 
     fn proxying(pairs: &[(&str, &str)]) -> (Option<Proxying>, Vec<String>) {
         let nginx = Admitted(

@@ -160,20 +160,9 @@ fn token(value: &str, allowed: fn(u8) -> bool) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
-    struct Admitted(BTreeMap<String, String>);
-
-    impl Annotations for Admitted {
-        fn text(&self, name: &str) -> Option<&str> {
-            self.0.get(name).map(String::as_str)
-        }
-        fn flag(&self, name: &str) -> Option<bool> {
-            self.0.get(name).and_then(|v| v.parse().ok())
-        }
-    }
+    use crate::compile::proxying::Admitted;
 
     fn rewrite(pairs: &[(&str, &str)]) -> (Option<ResponseRewrite>, Vec<String>) {
         let nginx = Admitted(
