@@ -27,7 +27,7 @@ use tokio::time::{Instant, timeout};
 
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
 use crate::connect::{ConnectError, connect_upstream};
-use crate::head::{BodyLength, RequestHeadWriter};
+use crate::head::{BodyLength, RequestHeadWriter, UpstreamHttp};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
 use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
@@ -1564,8 +1564,14 @@ where
         stats.upstream_time = stats.upstream_start.map(|t| end.duration_since(t));
         let complete = outcome == Outcome::Proxied;
         // Reusable: the response ended at its framing, nothing unsolicited
-        // followed, both the request and the response allow keep-alive.
-        if complete && request_done && resp.upstream_keepalive && self.upbuf.is_empty() {
+        // followed, both the request and the response allow keep-alive,
+        // and the route's head does (not HTTP/1.0, no `Connection: close`).
+        if complete
+            && request_done
+            && resp.upstream_keepalive
+            && plan.fwd.http.reuses()
+            && self.upbuf.is_empty()
+        {
             self.engine.pool.put_at(addr, class, up, end);
         }
         self.upbuf.clear();
@@ -1905,10 +1911,29 @@ async fn prepare<R: Router>(
         }
         Decision::Forward(f) => f,
     };
+    // An upgrade is HTTP/1.1 with its own `Connection`, whatever the
+    // route's version: HTTP/1.0 has no upgrade.
+    let http = match upgrade_value {
+        Some(_) => &UpstreamHttp::DEFAULT,
+        None => &fwd.http,
+    };
+    if body == BodyFraming::Chunked && !http.takes_unknown_length() {
+        // An HTTP/1.0 backend cannot be sent a body of unknown length,
+        // and teapot does not hold request bodies to learn it.
+        let mut respond = Respond::new(411, "length_required", LENGTH_REQUIRED);
+        respond.tag = fwd.tag.clone();
+        return Plan::Local {
+            respond,
+            head_request,
+            unread_body: true,
+            client_keepalive,
+        };
+    }
     up_out.clear();
     // A rewritten target was checked when it was made (RequestTarget).
     let target = fwd.target.as_ref().map_or(path, |t| t.as_str());
-    let mut up_head = RequestHeadWriter::start(up_out, method.as_bytes(), target.as_bytes());
+    let mut up_head =
+        RequestHeadWriter::start_with(up_out, method.as_bytes(), target.as_bytes(), http);
     if add_host && !fwd.request_edits.skips(b"host") {
         up_head.field(b"host", host.unwrap_or("").as_bytes());
     }
@@ -1933,6 +1958,10 @@ async fn prepare<R: Router>(
         upgrade: upgrade_value.is_some(),
     }))
 }
+
+/// The 411's body: a request to an HTTP/1.0 backend must say its length.
+const LENGTH_REQUIRED: &str =
+    "411 this route's backend speaks HTTP/1.0: send the body with a Content-Length\n";
 
 /// How a failed connect is told to the observer and answered: a timeout,
 /// of the connect or of securing it, is a 504; any other failure a 502.

@@ -11,8 +11,98 @@
 //! edited header map, a mirror drops the forwarding fields. Field values
 //! come from parsers that already refused bytes which could split a head
 //! (`httparse`, `http::HeaderValue`, [`crate::HeaderEdits`]'s checks).
+//!
+//! A route may ask for another version or `Connection` field
+//! ([`UpstreamHttp`]: ingress-nginx's `proxy-http-version` and
+//! `connection-proxy-header`); the writer writes both, and says which
+//! bodies such a head can carry and whether its connection may be reused.
 
 use crate::wire::{field, write_u64};
+
+/// The HTTP/1 version a request is sent to its backend in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HttpVersion {
+    /// HTTP/1.0: no chunked body, no reuse of the connection.
+    Http10,
+    #[default]
+    Http11,
+}
+
+/// The most bytes of a [`ConnectionValue`]: a few options
+/// (`keep-alive`, `close`, `upgrade`) fit many times over.
+pub const MAX_CONNECTION_VALUE: usize = 64;
+
+/// A `Connection` field value a route sends its backends instead of
+/// teapot's (none, keep-alive by HTTP/1.1's default): comma-separated
+/// tokens, checked once when made, so it can never split a head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionValue(Box<str>);
+
+impl ConnectionValue {
+    /// `None` unless `value` is one to [`MAX_CONNECTION_VALUE`] bytes of
+    /// comma-separated HTTP tokens (RFC 9110 §5.6.2; spaces around the
+    /// commas). The tokens are kept as written, one `, ` between them.
+    pub fn new(value: &str) -> Option<Self> {
+        if value.len() > MAX_CONNECTION_VALUE {
+            return None;
+        }
+        let tokens: Vec<&str> = value.split(',').map(|t| t.trim_matches(' ')).collect();
+        let token = |t: &str| !t.is_empty() && t.bytes().all(is_tchar);
+        tokens
+            .iter()
+            .all(|t| token(t))
+            .then(|| ConnectionValue(tokens.join(", ").into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether one of its tokens is `name` (any case).
+    pub fn has(&self, name: &str) -> bool {
+        self.0.split(", ").any(|t| t.eq_ignore_ascii_case(name))
+    }
+}
+
+/// RFC 9110 §5.6.2 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// How a route's requests are written to its HTTP/1 backends. The
+/// default is teapot's own: HTTP/1.1, no `Connection` field, the
+/// connection reused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamHttp {
+    pub version: HttpVersion,
+    /// The `Connection` field sent (the client's never passes: it is
+    /// hop-by-hop); `None`: none.
+    pub connection: Option<ConnectionValue>,
+}
+
+impl UpstreamHttp {
+    /// teapot's own, for heads no route setting applies to (an upgrade
+    /// writes its own `Connection: upgrade`).
+    pub const DEFAULT: UpstreamHttp = UpstreamHttp {
+        version: HttpVersion::Http11,
+        connection: None,
+    };
+
+    /// Whether a body of unknown length can go (chunked): only in
+    /// HTTP/1.1. The caller answers 411 otherwise, before anything is sent.
+    pub fn takes_unknown_length(&self) -> bool {
+        self.version == HttpVersion::Http11
+    }
+
+    /// Whether the connection may be pooled after the exchange: not after
+    /// an HTTP/1.0 request (its backend closes unless asked for
+    /// keep-alive, and may close even then), nor when the route's
+    /// `Connection` says `close`.
+    pub fn reuses(&self) -> bool {
+        self.version == HttpVersion::Http11
+            && !self.connection.as_ref().is_some_and(|c| c.has("close"))
+    }
+}
 
 /// How the request's body is framed on the wire (RFC 9112 §6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +125,7 @@ pub enum BodyLength {
 #[derive(Debug)]
 pub struct RequestHeadWriter<'o> {
     out: &'o mut Vec<u8>,
+    http: &'o UpstreamHttp,
 }
 
 impl<'o> RequestHeadWriter<'o> {
@@ -42,11 +133,26 @@ impl<'o> RequestHeadWriter<'o> {
     /// not be one, a URI without a path is) is written as `/`.
     #[inline]
     pub fn start(out: &'o mut Vec<u8>, method: &[u8], target: &[u8]) -> Self {
+        Self::start_with(out, method, target, &UpstreamHttp::DEFAULT)
+    }
+
+    /// [`Self::start`] in `http`'s version; [`Self::finish`] writes its
+    /// `Connection` field.
+    #[inline]
+    pub fn start_with(
+        out: &'o mut Vec<u8>,
+        method: &[u8],
+        target: &[u8],
+        http: &'o UpstreamHttp,
+    ) -> Self {
         out.extend_from_slice(method);
         out.push(b' ');
         out.extend_from_slice(if target.is_empty() { b"/" } else { target });
-        out.extend_from_slice(b" HTTP/1.1\r\n");
-        RequestHeadWriter { out }
+        out.extend_from_slice(match http.version {
+            HttpVersion::Http11 => b" HTTP/1.1\r\n",
+            HttpVersion::Http10 => b" HTTP/1.0\r\n",
+        });
+        RequestHeadWriter { out, http }
     }
 
     /// One field, `name: value`.
@@ -69,9 +175,15 @@ impl<'o> RequestHeadWriter<'o> {
         self.out
     }
 
-    /// The body's framing field, then the blank line that ends the head.
+    /// The route's `Connection` field, the body's framing field, then the
+    /// blank line that ends the head. A chunked body in an HTTP/1.0 head
+    /// is the caller's error ([`UpstreamHttp::takes_unknown_length`]).
     #[inline]
     pub fn finish(self, body: BodyLength) {
+        debug_assert!(body != BodyLength::Chunked || self.http.takes_unknown_length());
+        if let Some(c) = &self.http.connection {
+            field(self.out, b"connection", c.as_str().as_bytes());
+        }
         match body {
             BodyLength::Unframed => {}
             BodyLength::Empty => self.out.extend_from_slice(b"content-length: 0\r\n"),
@@ -119,6 +231,95 @@ mod tests {
             written("POST", "/", BodyLength::Chunked),
             "POST / HTTP/1.1\r\nhost: a.example\r\nx-one: 1\r\ntransfer-encoding: chunked\r\n\r\n"
         );
+    }
+
+    fn written_with(http: &UpstreamHttp, body: BodyLength) -> String {
+        let mut out = Vec::new();
+        let mut head = RequestHeadWriter::start_with(&mut out, b"POST", b"/up", http);
+        head.field(b"host", b"a.example");
+        head.finish(body);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_routes_version_and_connection_are_written() {
+        let http10 = UpstreamHttp {
+            version: HttpVersion::Http10,
+            connection: None,
+        };
+        assert_eq!(
+            written_with(&http10, BodyLength::Length(3)),
+            "POST /up HTTP/1.0\r\nhost: a.example\r\ncontent-length: 3\r\n\r\n"
+        );
+        let keep = UpstreamHttp {
+            version: HttpVersion::Http11,
+            connection: ConnectionValue::new("keep-alive"),
+        };
+        assert_eq!(
+            written_with(&keep, BodyLength::Chunked),
+            "POST /up HTTP/1.1\r\nhost: a.example\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        let both = UpstreamHttp {
+            version: HttpVersion::Http10,
+            connection: ConnectionValue::new("Keep-Alive ,x-a"),
+        };
+        assert_eq!(
+            written_with(&both, BodyLength::Unframed),
+            "POST /up HTTP/1.0\r\nhost: a.example\r\nconnection: Keep-Alive, x-a\r\n\r\n"
+        );
+        // teapot's own: HTTP/1.1 and no Connection field.
+        assert_eq!(
+            written_with(&UpstreamHttp::default(), BodyLength::Unframed),
+            "POST /up HTTP/1.1\r\nhost: a.example\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn http10_takes_no_chunked_body_and_no_reuse() {
+        let http10 = UpstreamHttp {
+            version: HttpVersion::Http10,
+            connection: ConnectionValue::new("keep-alive"),
+        };
+        assert!(!http10.takes_unknown_length());
+        assert!(!http10.reuses());
+        assert!(UpstreamHttp::DEFAULT.takes_unknown_length());
+        assert!(UpstreamHttp::DEFAULT.reuses());
+        let close = UpstreamHttp {
+            version: HttpVersion::Http11,
+            connection: ConnectionValue::new("x-a, Close"),
+        };
+        assert!(close.takes_unknown_length());
+        assert!(!close.reuses());
+        let upgrade = UpstreamHttp {
+            version: HttpVersion::Http11,
+            connection: ConnectionValue::new("upgrade"),
+        };
+        assert!(upgrade.reuses());
+    }
+
+    /// Anything that could end the field or the head early, or go past
+    /// the bound, is refused when the value is made.
+    #[test]
+    fn connection_values_are_bounded_token_lists() {
+        for good in ["close", "keep-alive", "upgrade", "keep-alive, x-a", "a,b"] {
+            assert!(ConnectionValue::new(good).is_some(), "{good}");
+        }
+        assert!(ConnectionValue::new(&"a".repeat(MAX_CONNECTION_VALUE)).is_some());
+        for bad in [
+            "",
+            ",",
+            "close,",
+            "keep alive",
+            "close\r\nx-evil: 1",
+            "close\n",
+            "clo\tse",
+            "a;b",
+            "\"close\"",
+            "caf\u{e9}",
+            &"a".repeat(MAX_CONNECTION_VALUE + 1),
+        ] {
+            assert!(ConnectionValue::new(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -99,7 +99,9 @@ pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use client_tcp::ClientTcp;
 pub use connect::{ConnectError, connect, connect_upstream};
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
-pub use head::{BodyLength, RequestHeadWriter};
+pub use head::{
+    BodyLength, ConnectionValue, HttpVersion, MAX_CONNECTION_VALUE, RequestHeadWriter, UpstreamHttp,
+};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};

@@ -256,6 +256,10 @@ pub struct Forward<U = Arc<[SocketAddr]>> {
     pub max_body_size: Option<u64>,
     /// Passed to the [`Observer`](crate::Observer), e.g. a route or tenant name.
     pub tag: Option<Arc<str>>,
+    /// The version and `Connection` field of the head sent upstream
+    /// (default: HTTP/1.1, none); an upgrade is always HTTP/1.1 with
+    /// `Connection: upgrade`.
+    pub http: crate::head::UpstreamHttp,
 }
 
 impl Forward {
@@ -274,6 +278,7 @@ impl<U: Upstreams> Forward<U> {
             timeouts: Timeouts::default(),
             max_body_size: None,
             tag: None,
+            http: crate::head::UpstreamHttp::DEFAULT,
         }
     }
 }
