@@ -332,14 +332,24 @@ impl Table<'_, '_, '_> {
     /// later would be refused for a port someone else holds there (upstream
     /// GatewayModifyListeners expects an added listener to be served).
     fn shares_with_gateway(&self, s: usize, addr: IpAddr) -> bool {
+        self.shared_gateway_listener(s, addr).is_some()
+    }
+
+    /// A listener on `addr` that keeps slot `s` from taking it as its own
+    /// ([`Self::shares_with_gateway`]).
+    fn shared_gateway_listener(&self, s: usize, addr: IpAddr) -> Option<ListenerKey> {
         let claim = self.slots[s].claim;
         let is_gateway = |claim: usize| gateway_of(self.claims[claim].service).is_some();
-        self.taken.iter().any(|(k, &holder)| {
-            k.addr == addr
-                && holder != RESERVED
-                && self.slots[holder].claim != claim
-                && (is_gateway(claim) || is_gateway(self.slots[holder].claim))
-        })
+        self.taken
+            .iter()
+            .filter(|&(k, &holder)| {
+                k.addr == addr
+                    && holder != RESERVED
+                    && self.slots[holder].claim != claim
+                    && (is_gateway(claim) || is_gateway(self.slots[holder].claim))
+            })
+            .map(|(k, _)| *k)
+            .min()
     }
 
     fn take(&mut self, s: usize, addr: IpAddr, ports: impl IntoIterator<Item = PortKey>) {
@@ -591,17 +601,24 @@ pub fn allocate(
             t.refuse(
                 i,
                 "AddressNotInPool",
-                format!(
-                    "spec.loadBalancerIP {addr} is not in address pool {:?}",
-                    pool.name
-                ),
+                format!("{} {addr} is not in address pool {:?}", field(c), pool.name),
             );
         } else if let Some(busy) = t.busy(addr, c.ports.iter().copied()) {
             let who = t.holder(s, &busy);
             t.refuse(
                 i,
                 "AddressTaken",
-                format!("spec.loadBalancerIP {addr}: {busy} is held by {who}"),
+                format!("{} {addr}: {busy} is held by {who}", field(c)),
+            );
+        } else if let Some(busy) = t.shared_gateway_listener(s, addr) {
+            // A Gateway's address is its own, whoever names it: a
+            // requested address on which another holds other ports is
+            // refused as a taken one.
+            let who = t.holder(s, &busy);
+            t.refuse(
+                i,
+                "AddressTaken",
+                format!("{} {addr}: {busy} is held by {who}", field(c)),
             );
         } else {
             t.take(s, addr, c.ports.iter().copied());
@@ -692,6 +709,15 @@ pub fn allocate(
             None => Outcome::Allocated { addrs, missing },
         })
         .collect()
+}
+
+/// The field a claim's requested address comes from.
+fn field(c: &Claim<'_>) -> &'static str {
+    if gateway_of(c.service).is_some() {
+        "spec.addresses"
+    } else {
+        "spec.loadBalancerIP"
+    }
 }
 
 /// Why slot `slot` of claim `c` found no address in `pool`.
@@ -806,6 +832,49 @@ mod tests {
     use FamilyPolicy::{PreferDualStack, RequireDualStack, SingleStack};
     const V4: Family = Family::V4;
     const V6: Family = Family::V6;
+
+    /// A requested address is a Gateway's own as an allocated one is:
+    /// named by a Gateway while a Service holds other ports there, or by a
+    /// Service while a Gateway holds it, it is refused as taken.
+    #[test]
+    fn a_requested_address_is_not_shared_with_a_gateway() {
+        let pools: Vec<Pool> = vec!["p=192.0.2.1,192.0.2.2".parse().unwrap()];
+        let service = NsName::new("ns", "svc");
+        let web = holder_key(&NsName::new("ns", "web"));
+        let claim = |id, port, requested: &str| Claim {
+            service: id,
+            pool: "p",
+            ports: vec![(port, Protocol::Tcp)],
+            requested: Some(ip(requested)),
+            hint: None,
+            families: Vec::new(),
+            policy: SingleStack,
+        };
+        let claims = [
+            claim(&service, 8443, "192.0.2.1"),
+            claim(&web, 80, "192.0.2.1"),
+        ];
+        let (out, _) = round(&pools, &BTreeMap::new(), &claims);
+        assert_eq!(addrs(&out[0]), [ip("192.0.2.1")]);
+        assert!(
+            matches!(&out[1], Outcome::Refused { reason: "AddressTaken", message }
+                if message.starts_with("spec.addresses 192.0.2.1: 192.0.2.1:8443")),
+            "{:?}",
+            out[1]
+        );
+        let claims = [
+            claim(&web, 80, "192.0.2.2"),
+            claim(&service, 8443, "192.0.2.2"),
+        ];
+        let (out, _) = round(&pools, &BTreeMap::new(), &claims);
+        assert_eq!(addrs(&out[0]), [ip("192.0.2.2")]);
+        assert!(
+            matches!(&out[1], Outcome::Refused { reason: "AddressTaken", message }
+                if message.starts_with("spec.loadBalancerIP 192.0.2.2")),
+            "{:?}",
+            out[1]
+        );
+    }
 
     #[test]
     fn a_new_gateway_address_is_shared_with_no_one() {

@@ -674,7 +674,15 @@ pub(super) fn serve<'s>(
             vec![Condition::new(
                 "Programmed",
                 false,
-                "AddressNotAssigned",
+                // An address `spec.addresses` names that the Gateway cannot
+                // have (outside its pool, or another's): the
+                // specification's reason for an address that cannot be
+                // used, telling it from one never assigned.
+                if matches!(*reason, "AddressNotInPool" | "AddressTaken") {
+                    "AddressNotUsable"
+                } else {
+                    "AddressNotAssigned"
+                },
                 format!("{reason}: {message}"),
             )],
         ),
@@ -2216,7 +2224,46 @@ spec:
             .find(|c| c["type"] == "Programmed")
             .unwrap();
         assert_eq!(programmed["status"], "False", "{gw}");
-        assert_eq!(programmed["reason"], "AddressNotAssigned", "{gw}");
+        assert_eq!(programmed["reason"], "AddressNotUsable", "{gw}");
+
+        // Several named: one outside the pool is said (the one to remove),
+        // and the Gateway is served on none; the usable one alone serves.
+        let both = with_address("192.0.2.99").replace(
+            "value: \"192.0.2.99\"}]",
+            "value: \"192.0.2.99\"}, {type: IPAddress, value: \"127.0.0.1\"}]",
+        );
+        let s = compile(BTreeMap::new(), &[CLASS, &both]);
+        assert_eq!(gateway(&s, "ops", "own").address, None);
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        let gw = &status["gateways"][0]["status"];
+        let programmed = gw["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Programmed")
+            .unwrap();
+        assert_eq!(programmed["reason"], "AddressNotUsable", "{gw}");
+        assert!(
+            programmed["message"]
+                .as_str()
+                .unwrap()
+                .contains("192.0.2.99"),
+            "{gw}"
+        );
+        // More entries than are read: refused naming the field.
+        let many = with_address("").replace(
+            "addresses: [{type: IPAddress, value: \"\"}]",
+            &format!("addresses: [{}]", vec!["{value: \"\"}"; 17].join(", ")),
+        );
+        let s = compile(BTreeMap::new(), &[CLASS, &many]);
+        assert_eq!(gateway(&s, "ops", "own").address, None);
+        let status = serde_json::to_value(&s.report.gateway).unwrap();
+        assert!(
+            status
+                .to_string()
+                .contains("spec.addresses: 17 entries, at most 16"),
+            "{status}"
+        );
 
         // A tenant names none: claims share an address when their ports
         // differ, so a named one could be another tenant's VIP.

@@ -559,11 +559,11 @@ fn gateway_candidate<'s>(
             "no listener of the Gateway can be served on its address".to_string(),
         ));
     }
-    let requested = match requested_address(plan.gateway) {
+    let requested = match requested_addresses(plan.gateway) {
         // A tenant names no address, as on a Service (the webhook refuses
         // it): claims share an address when their ports differ, so a
         // named one could be another tenant's VIP.
-        Ok(Some(_)) if tenancy.get(&plan.id.namespace).is_some() => {
+        Ok(named) if !named.is_empty() && tenancy.get(&plan.id.namespace).is_some() => {
             refused.get_or_insert((
                 "InvalidAddress",
                 "spec.addresses: a tenant's Gateway gets any address of its pool; leave the value empty"
@@ -571,7 +571,13 @@ fn gateway_candidate<'s>(
             ));
             None
         }
-        Ok(ip) => ip,
+        Ok(named) => match gateway_request(config, pool.as_deref(), &named) {
+            Ok(ip) => ip,
+            Err(why) => {
+                refused.get_or_insert(why);
+                None
+            }
+        },
         Err(why) => {
             refused.get_or_insert(("InvalidAddress", why));
             None
@@ -613,32 +619,85 @@ fn gateway_candidate<'s>(
     }
 }
 
-/// The address `spec.addresses` asks for: `None` for any of the pool's
-/// (no entry, or an `IPAddress` entry with an empty value). One address
-/// per Gateway: more than one entry, another type or a value that is not
-/// an IP address is refused (the specification's `AddressNotAssigned`).
-fn requested_address(gateway: &teapot_gateway_api::Gateway) -> Result<Option<IpAddr>, String> {
-    let Some(addresses) = gateway.spec.addresses.as_deref() else {
-        return Ok(None);
-    };
-    match addresses {
-        [] => Ok(None),
-        [one] => {
-            let kind = one.r#type.as_deref().unwrap_or("IPAddress");
-            if kind != "IPAddress" {
-                return Err(format!(
-                    "spec.addresses: type {kind} is not served; an IPAddress from the pool is"
-                ));
-            }
-            match one.value.as_deref().unwrap_or("") {
-                "" => Ok(None),
-                text => text
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| format!("spec.addresses: {text:?} is not an IP address")),
+/// At most this many `spec.addresses` entries are read: each named one
+/// is checked against the pool, so the list is bounded before that work.
+const MAX_GATEWAY_ADDRESSES: usize = 16;
+
+/// The addresses `spec.addresses` names, distinct, in order: none for any
+/// of the pool's (no entry, or `IPAddress` entries with empty values).
+/// More than [`MAX_GATEWAY_ADDRESSES`] entries, another type or a value
+/// that is not an IP address is refused (the specification's
+/// `AddressNotAssigned`).
+fn requested_addresses(gateway: &teapot_gateway_api::Gateway) -> Result<Vec<IpAddr>, String> {
+    let addresses = gateway.spec.addresses.as_deref().unwrap_or_default();
+    if addresses.len() > MAX_GATEWAY_ADDRESSES {
+        return Err(format!(
+            "spec.addresses: {} entries, at most {MAX_GATEWAY_ADDRESSES}",
+            addresses.len()
+        ));
+    }
+    let mut named = Vec::new();
+    for (i, one) in addresses.iter().enumerate() {
+        let kind = one.r#type.as_deref().unwrap_or("IPAddress");
+        if kind != "IPAddress" {
+            return Err(format!(
+                "spec.addresses[{i}].type: {kind} is not served; an IPAddress from the pool is"
+            ));
+        }
+        match one.value.as_deref().unwrap_or("") {
+            "" => {}
+            text => {
+                let ip: IpAddr = text.parse().map_err(|_| {
+                    format!("spec.addresses[{i}].value: {text:?} is not an IP address")
+                })?;
+                if !named.contains(&ip) {
+                    named.push(ip);
+                }
             }
         }
-        _ => Err("spec.addresses: a Gateway gets one address; name at most one".to_string()),
+    }
+    Ok(named)
+}
+
+/// The one address a Gateway's claim asks for, from the addresses its
+/// `spec.addresses` names (`named`): the allocation then refuses one that
+/// is taken. teapot binds a Gateway to one address, so several are
+/// refused whole, an address outside the Gateway's pool first
+/// (`AddressNotInPool`, which the Gateway reports as `AddressNotUsable`):
+/// the one to remove is named.
+fn gateway_request(
+    config: &L4Config,
+    pool: Option<&str>,
+    named: &[IpAddr],
+) -> Result<Option<IpAddr>, (&'static str, String)> {
+    match named {
+        [] => Ok(None),
+        [one] => Ok(Some(*one)),
+        several => {
+            let pool = config.pools.iter().find(|p| Some(p.name.as_str()) == pool);
+            let outside: Vec<String> = several
+                .iter()
+                .filter(|ip| pool.is_some_and(|p| !p.contains(**ip)))
+                .map(ToString::to_string)
+                .collect();
+            if !outside.is_empty() {
+                return Err((
+                    "AddressNotInPool",
+                    format!(
+                        "spec.addresses: {} not in address pool {:?}",
+                        outside.join(", "),
+                        pool.map(|p| p.name.as_str()).unwrap_or_default()
+                    ),
+                ));
+            }
+            Err((
+                "AddressNotAssigned",
+                format!(
+                    "spec.addresses names {} addresses; teapot serves a Gateway on one",
+                    several.len()
+                ),
+            ))
+        }
     }
 }
 
