@@ -16,24 +16,17 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
+use common::agent::{
+    Agent, DOMAIN, LB_NS, NS, echo_on, lb_cluster, tenant_cluster, tenant_ingress, web_service,
+    web_slice,
+};
 use common::*;
 use serde_json::{Value, json};
 use teapot_controller::ingress::CONDITIONS_ANNOTATION;
-use teapot_controller::{AgentConfig, Metrics};
-use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::client::{Request, Transport};
-use teapot_testkit::echo::EchoIdentity;
 use teapot_testkit::process::ProxyProcess;
-use teapot_webhook::source::StateHandle;
-use teapot_webhook::{PolicyConfig, Validator};
 
-const NS: &str = "shop";
-const LB_NS: &str = "tenant-acme";
-const DOMAIN: &str = "example.net";
 const HOST: &str = "shop.acme.lb.example.net";
 const ADMITTED: &[&str] = &[
     "ingresses",
@@ -80,81 +73,27 @@ async fn wait_frame_options(proxy: &ProxyProcess, value: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_mirrors_the_custom_headers_config_map() {
     let ip = node_address(false);
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
-    let echo = listener.local_addr().unwrap();
-    let (_echo_stop, echo_stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(teapot_testkit::echo::run(
-        listener,
-        EchoIdentity::new(NS, "web", "web", "web-0"),
-        async move {
-            let _ = echo_stopped.await;
-        },
-    ));
+    let (echo, _echo_stop) = echo_on(ip, "web-0").await;
 
     // The LB cluster, with the webhook's rules as admission.
-    let lb = ApiServer::start().await;
-    lb.apply(json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": "acme"},
-        "spec": {"cluster": "acme", "nodeCIDRs": [format!("{ip}/32")]},
-    }));
-    let state: StateHandle = Default::default();
-    let (webhook_stop, webhook_stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(teapot_webhook::source::watch_kube(
-        KubeSource::start(&KubeConfig::new(lb.client())),
-        state.clone(),
-        teapot_webhook::metrics::Metrics::new().unwrap(),
-        webhook_stopped,
-    ));
-    let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
-    lb.set_admission(webhook_admission(state, Validator::new(policy), ADMITTED));
+    let (lb, webhook_stop) = lb_cluster(&[&format!("{ip}/32")], ADMITTED).await;
 
     // The tenant cluster: a node, a NodePort Service, a ready pod, the
     // ConfigMap and the Ingress naming it.
-    let tenant = ApiServer::start().await;
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}]},
-    }));
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {"type": "NodePort", "selector": {"app": "web"},
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8080,
-                            "nodePort": echo.port(), "protocol": "TCP"}]},
-    }));
-    tenant.apply(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "web-x7k2p", "namespace": NS,
-                     "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-1",
-                       "conditions": {"ready": true}}],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }));
+    let tenant = tenant_cluster(&ip.to_string()).await;
+    tenant.apply(web_service(echo.port()));
+    tenant.apply(web_slice(true));
     tenant.apply(headers(json!({"X-Frame-Options": "DENY"})));
-    tenant.apply(json!({
-        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": {"name": "web", "namespace": NS,
-                     "annotations": {"nginx.ingress.kubernetes.io/custom-headers": "headers"}},
-        "spec": {"ingressClassName": "teapot", "rules": [{"host": HOST, "http": {"paths": [
-            {"path": "/", "pathType": "Prefix",
-             "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}]},
-    }));
+    let mut ingress = tenant_ingress("web", HOST);
+    ingress["metadata"]["annotations"] =
+        json!({"nginx.ingress.kubernetes.io/custom-headers": "headers"});
+    tenant.apply(ingress);
 
     let proxy =
         ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
             .await
             .expect("teapot proxy --kube starts");
-    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    config.min_write_interval = Duration::from_millis(50);
-    let (agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        config,
-        Metrics::new().unwrap(),
-        Arc::new(teapot_controller::Health::default()),
-        agent_stopped,
-    ));
+    let agent = Agent::start(&tenant, &lb);
 
     wait_frame_options(&proxy, "DENY").await;
     let copy = teapot_controller::headers_mirror::mirrored_name(NS, "headers");
@@ -191,11 +130,6 @@ async fn the_agent_mirrors_the_custom_headers_config_map() {
     assert!(said.contains("data[\"Set-Cookie\"]"), "{said}");
     wait_frame_options(&proxy, "SAMEORIGIN").await;
 
-    let _ = agent_stop.send(true);
-    tokio::time::timeout(RELOAD_TIMEOUT, agent)
-        .await
-        .expect("the agent stops")
-        .unwrap()
-        .unwrap();
+    agent.stop().await;
     let _ = webhook_stop.send(true);
 }

@@ -15,103 +15,26 @@
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::agent::{
+    Agent, DOMAIN, LB_NS, NS, echo_on, tenant_cluster, tenant_ingress, web_service, web_slice,
+};
 use common::*;
 use serde_json::{Value, json};
 use teapot_controller::ingress::CONDITIONS_ANNOTATION;
 use teapot_controller::{AgentConfig, Metrics};
-use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::client::{Request, Transport};
-use teapot_testkit::echo::EchoIdentity;
 use teapot_testkit::process::ProxyProcess;
-use teapot_webhook::source::StateHandle;
-use teapot_webhook::{PolicyConfig, Validator};
 
-const NS: &str = "shop";
-const LB_NS: &str = "tenant-acme";
-const DOMAIN: &str = "example.net";
 const HOST: &str = "shop.acme.lb.example.net";
 const ASSIGNED: &str = "web-shop.acme.lb.example.net";
 
-/// This machine's address on its default route (no packet is sent).
-fn local_address() -> IpAddr {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a UDP socket");
-    socket
-        .connect("198.51.100.1:9")
-        .expect("a default route: the e2e test needs a non-loopback IPv4 address");
-    let ip = socket.local_addr().unwrap().ip();
-    assert!(
-        !ip.is_loopback() && !ip.is_unspecified(),
-        "no non-loopback address ({ip}); the tenant rules refuse loopback endpoints"
-    );
-    ip
-}
-
-/// An echo backend on `ip`, stopped when the returned sender drops.
-async fn echo_on(ip: IpAddr, pod: &str) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(teapot_testkit::echo::run(
-        listener,
-        EchoIdentity::new(NS, "web", "web", pod),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    (addr, stop)
-}
-
-/// The LB cluster: a Tenant whose nodes are this machine, the webhook's
-/// rules as admission. The webhook's watch stops with the sender.
+/// The LB cluster whose Tenant's nodes are this machine (`ip`).
 async fn lb_cluster(ip: IpAddr) -> (ApiServer, tokio::sync::watch::Sender<bool>) {
-    let lb = ApiServer::start().await;
-    lb.apply(json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": "acme"},
-        "spec": {"cluster": "acme", "nodeCIDRs": [format!("{ip}/32")]},
-    }));
-    let state: StateHandle = Default::default();
-    let (webhook_stop, webhook_stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(teapot_webhook::source::watch_kube(
-        KubeSource::start(&KubeConfig::new(lb.client())),
-        state.clone(),
-        teapot_webhook::metrics::Metrics::new().unwrap(),
-        webhook_stopped,
-    ));
-    let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
-    lb.set_admission(common::webhook_admission(
-        state,
-        Validator::new(policy),
-        common::INGRESS_KINDS,
-    ));
-    (lb, webhook_stop)
-}
-
-fn tenant_ingress(name: &str, host: &str) -> Value {
-    json!({
-        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"ingressClassName": "teapot", "rules": [{"host": host, "http": {"paths": [
-            {"path": "/", "pathType": "Prefix",
-             "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}]},
-    })
-}
-
-fn tenant_slice(ready: bool) -> Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "web-x7k2p", "namespace": NS,
-                     "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-1",
-                       "conditions": {"ready": ready}}],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    })
+    agent::lb_cluster(&[&format!("{ip}/32")], INGRESS_KINDS).await
 }
 
 async fn get(proxy: &ProxyProcess, host: &str) -> teapot_testkit::client::Response {
@@ -139,60 +62,23 @@ fn conditions(tenant: &ApiServer, name: &str) -> Option<Value> {
     serde_json::from_str(o["metadata"]["annotations"][CONDITIONS_ANNOTATION].as_str()?).ok()
 }
 
-/// The agent between the two clusters, without leader election, writing
-/// slices at most every 50 ms; send `true` to stop it.
-fn start_agent(
-    tenant: &ApiServer,
-    lb: &ApiServer,
-) -> (
-    tokio::sync::watch::Sender<bool>,
-    tokio::task::JoinHandle<Result<(), teapot_controller::Error>>,
-) {
-    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    config.min_write_interval = Duration::from_millis(50);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        config,
-        Metrics::new().unwrap(),
-        Arc::new(teapot_controller::Health::default()),
-        stopped,
-    ));
-    (stop, agent)
-}
-
-/// A tenant cluster whose one node has the InternalIP `ip`.
-async fn tenant_cluster(ip: IpAddr) -> ApiServer {
-    let tenant = ApiServer::start().await;
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": ip.to_string()}]},
-    }));
-    tenant
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_ingress_to_live_route_and_back() {
-    let ip = local_address();
+    let ip = node_address(false);
     let (echo, _echo_stop) = echo_on(ip, "web-0").await;
 
     let (lb, webhook_stop) = lb_cluster(ip).await;
 
     // The tenant cluster: a node, a NodePort Service with one ready pod.
-    let tenant = tenant_cluster(ip).await;
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {"type": "NodePort", "selector": {"app": "web"},
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8080,
-                            "nodePort": echo.port(), "protocol": "TCP"}]},
-    }));
-    tenant.apply(tenant_slice(true));
+    let tenant = tenant_cluster(&ip.to_string()).await;
+    tenant.apply(web_service(echo.port()));
+    tenant.apply(web_slice(true));
 
     let proxy =
         ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
             .await
             .expect("teapot proxy --kube starts");
-    let (agent_stop, agent) = start_agent(&tenant, &lb);
+    let agent = Agent::start(&tenant, &lb);
 
     // `kubectl apply` of a teapot Ingress: served, and its ADDRESS shows.
     tenant.apply(tenant_ingress("web", HOST));
@@ -219,9 +105,9 @@ async fn tenant_ingress_to_live_route_and_back() {
 
     // Scaling the Deployment to zero (the slice has no ready endpoint):
     // the route stays, with no backend (503); back up: served again.
-    tenant.apply(tenant_slice(false));
+    tenant.apply(web_slice(false));
     wait_status(&proxy, HOST, 503).await;
-    tenant.apply(tenant_slice(true));
+    tenant.apply(web_slice(true));
     wait_status(&proxy, HOST, 200).await;
 
     // A host in the operator's domain: refused by the webhook, reported on
@@ -299,12 +185,7 @@ async fn tenant_ingress_to_live_route_and_back() {
     )
     .await;
 
-    let _ = agent_stop.send(true);
-    tokio::time::timeout(RELOAD_TIMEOUT, agent)
-        .await
-        .expect("the agent stops")
-        .unwrap()
-        .unwrap();
+    agent.stop().await;
     let _ = webhook_stop.send(true);
 }
 
@@ -344,9 +225,9 @@ async fn the_agent_explains_a_bad_lb_kubeconfig() {
 /// writer would, see docs/l4.md.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_l4_service_to_lb_copy_and_back() {
-    let ip = local_address();
+    let ip = node_address(false);
     let (lb, webhook_stop) = lb_cluster(ip).await;
-    let tenant = tenant_cluster(ip).await;
+    let tenant = tenant_cluster(&ip.to_string()).await;
     tenant.apply(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "db", "namespace": NS},
@@ -364,7 +245,7 @@ async fn tenant_l4_service_to_lb_copy_and_back() {
                        "conditions": {"ready": true}}],
         "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
     }));
-    let (agent_stop, agent) = start_agent(&tenant, &lb);
+    let agent = Agent::start(&tenant, &lb);
     let mirrored = teapot_api::hostname::mirrored_service_name(NS, "db");
     let slice = eventually(
         "the LB EndpointSlice of the L4 copy",
@@ -421,8 +302,7 @@ async fn tenant_l4_service_to_lb_copy_and_back() {
         (!left).then_some(()).ok_or("still there")
     })
     .await;
-    let _ = agent_stop.send(true);
-    agent.await.unwrap().unwrap();
+    agent.stop().await;
     let _ = webhook_stop.send(true);
 }
 

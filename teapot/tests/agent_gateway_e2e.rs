@@ -15,84 +15,27 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use common::{RELOAD_TIMEOUT, eventually, send, teapot_bin};
+use common::agent::{
+    Agent, DOMAIN, LB_NS, NS, echo_on, lb_cluster, tenant_cluster, web_service, web_slice,
+};
+use common::{GATEWAY_API_KINDS, RELOAD_TIMEOUT, eventually, send, teapot_bin};
 use serde_json::{Value, json};
 use teapot_api::hostname::mirrored_service_name;
 use teapot_controller::ingress::CONDITIONS_ANNOTATION;
-use teapot_controller::{AgentConfig, Metrics};
-use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::client::{Request, Transport};
 use teapot_testkit::process::ProxyProcess;
-use teapot_webhook::source::StateHandle;
-use teapot_webhook::{PolicyConfig, Validator};
 
-const NS: &str = "shop";
-const LB_NS: &str = "tenant-acme";
-const DOMAIN: &str = "example.net";
 const GW: &str = "gateway.networking.k8s.io/v1";
 const NODE_IP: &str = "10.1.0.5";
-const NODE_PORT: i64 = 30080;
-
-async fn lb_cluster() -> (ApiServer, tokio::sync::watch::Sender<bool>) {
-    lb_cluster_with_nodes("10.1.0.0/24").await
-}
-
-async fn lb_cluster_with_nodes(node_cidr: &str) -> (ApiServer, tokio::sync::watch::Sender<bool>) {
-    let lb = ApiServer::start().await;
-    lb.apply(json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": "acme"},
-        "spec": {"cluster": "acme", "nodeCIDRs": [node_cidr]},
-    }));
-    let state: StateHandle = Default::default();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(teapot_webhook::source::watch_kube(
-        KubeSource::start(&KubeConfig::new(lb.client())),
-        state.clone(),
-        teapot_webhook::metrics::Metrics::new().unwrap(),
-        stopped,
-    ));
-    let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
-    lb.set_admission(common::webhook_admission(
-        state,
-        Validator::new(policy),
-        common::GATEWAY_API_KINDS,
-    ));
-    (lb, stop)
-}
-
-async fn tenant_cluster() -> ApiServer {
-    tenant_cluster_on(NODE_IP, NODE_PORT).await
-}
+const NODE_PORT: u16 = 30080;
 
 /// A tenant cluster whose one node is `node_ip`, with a NodePort Service
 /// `web` on `node_port` and one ready pod.
-async fn tenant_cluster_on(node_ip: &str, node_port: i64) -> ApiServer {
-    let tenant = ApiServer::start().await;
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-        "status": {"addresses": [{"type": "InternalIP", "address": node_ip}]},
-    }));
-    tenant.apply(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {"type": "NodePort", "selector": {"app": "web"},
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8080,
-                            "nodePort": node_port, "protocol": "TCP"}]},
-    }));
-    tenant.apply(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "web-x7k2p", "namespace": NS,
-                     "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["10.244.0.5"], "nodeName": "node-1",
-                       "conditions": {"ready": true}}],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }));
+async fn tenant_cluster_on(node_ip: &str, node_port: u16) -> ApiServer {
+    let tenant = tenant_cluster(node_ip).await;
+    tenant.apply(web_service(node_port));
+    tenant.apply(web_slice(true));
     tenant
 }
 
@@ -134,25 +77,6 @@ fn condition(type_: &str, generation: &Value) -> Value {
            "lastTransitionTime": "2026-11-24T00:00:00Z", "observedGeneration": generation})
 }
 
-fn start_agent(
-    tenant: &ApiServer,
-    lb: &ApiServer,
-) -> (
-    tokio::sync::watch::Sender<bool>,
-    tokio::task::JoinHandle<Result<(), teapot_controller::Error>>,
-) {
-    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    config.min_write_interval = Duration::from_millis(50);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        config,
-        Metrics::new().unwrap(),
-        Arc::new(teapot_controller::Health::default()),
-        stopped,
-    ));
-    (stop, agent)
-}
-
 /// The whole chain: a tenant's `kubectl apply` of a Gateway and an
 /// HTTPRoute becomes a routed hostname on the real proxy, and the status
 /// the proxy writes on the LB copies comes back onto both tenant objects
@@ -163,24 +87,15 @@ async fn tenant_gateway_and_route_to_live_route_and_back() {
     let ip = common::node_address(false);
     // The echo listens on the node address: tenant endpoints may not be
     // loopback (docs/architecture.md).
-    let node = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
-    let node_port = node.local_addr().unwrap().port();
-    let (_echo_stop, echo_stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(teapot_testkit::echo::run(
-        node,
-        teapot_testkit::echo::EchoIdentity::new(NS, "web", "web", "web-0"),
-        async move {
-            let _ = echo_stopped.await;
-        },
-    ));
+    let (echo, _echo_stop) = echo_on(ip, "web-0").await;
 
-    let (lb, webhook_stop) = lb_cluster_with_nodes(&format!("{ip}/32")).await;
-    let tenant = tenant_cluster_on(&ip.to_string(), i64::from(node_port)).await;
+    let (lb, webhook_stop) = lb_cluster(&[&format!("{ip}/32")], GATEWAY_API_KINDS).await;
+    let tenant = tenant_cluster_on(&ip.to_string(), echo.port()).await;
     let proxy =
         ProxyProcess::start_kube(&teapot_bin(), lb.kubeconfig_path(), &["--domain", DOMAIN])
             .await
             .expect("teapot proxy --kube starts");
-    let (agent_stop, agent) = start_agent(&tenant, &lb);
+    let agent = Agent::start(&tenant, &lb);
 
     tenant.apply(gateway("*.acme.lb.example.net"));
     tenant.apply(http_route());
@@ -267,28 +182,15 @@ async fn tenant_gateway_and_route_to_live_route_and_back() {
     })
     .await;
 
-    agent_stop.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), agent)
-        .await
-        .expect("the agent stops")
-        .unwrap()
-        .unwrap();
+    agent.stop().await;
     let _ = webhook_stop.send(true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_gateway_and_route_mirrored_and_status_back() {
-    let (lb, webhook_stop) = lb_cluster().await;
-    let tenant = tenant_cluster().await;
-    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    config.min_write_interval = Duration::from_millis(50);
-    let (agent_stop, stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        config,
-        Metrics::new().unwrap(),
-        Arc::new(teapot_controller::Health::default()),
-        stopped,
-    ));
+    let (lb, webhook_stop) = lb_cluster(&["10.1.0.0/24"], GATEWAY_API_KINDS).await;
+    let tenant = tenant_cluster_on(NODE_IP, NODE_PORT).await;
+    let agent = Agent::start(&tenant, &lb);
 
     tenant.apply(gateway("*.acme.lb.example.net"));
     tenant.apply(http_route());
@@ -445,11 +347,6 @@ async fn tenant_gateway_and_route_mirrored_and_status_back() {
     )
     .await;
 
-    agent_stop.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), agent)
-        .await
-        .expect("the agent stops")
-        .unwrap()
-        .unwrap();
+    agent.stop().await;
     let _ = webhook_stop.send(true);
 }

@@ -25,53 +25,25 @@
 mod common;
 
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::Arc;
 use std::time::Duration;
 
+use common::agent::{Agent, LB_NS, NS};
 use common::*;
 use serde_json::{Value, json};
-use teapot_controller::{AgentConfig, Metrics};
-use teapot_source::kube::{KubeConfig, KubeSource};
 use teapot_testkit::apiserver::ApiServer;
 use teapot_testkit::client::{Request, Transport};
 use teapot_testkit::echo::{EchoIdentity, EchoServer};
 use teapot_testkit::process::{ProxyProcess, teapot_bin};
-use teapot_webhook::source::StateHandle;
-use teapot_webhook::{PolicyConfig, Validator};
 
-const NS: &str = "shop";
-const LB_NS: &str = "tenant-acme";
-const DOMAIN: &str = "example.net";
 /// The tenant's nodes: documentation and unique-local ranges, which the
 /// LB side never dials in this test (only the slices are checked).
 const NODE_V4: &str = "192.0.2.10";
 const NODE_V6: &str = "fd00:7e:1::10";
 
 /// The LB cluster: Tenant `acme` whose nodes are in one IPv4 and one IPv6
-/// range, the webhook's rules as admission. The webhook's watch stops with
-/// the sender.
+/// range.
 async fn lb_cluster() -> (ApiServer, tokio::sync::watch::Sender<bool>) {
-    let lb = ApiServer::start().await;
-    lb.apply(json!({
-        "apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
-        "metadata": {"name": "acme"},
-        "spec": {"cluster": "acme", "nodeCIDRs": ["192.0.2.0/24", "fd00:7e:1::/64"]},
-    }));
-    let state: StateHandle = Default::default();
-    let (webhook_stop, webhook_stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(teapot_webhook::source::watch_kube(
-        KubeSource::start(&KubeConfig::new(lb.client())),
-        state.clone(),
-        teapot_webhook::metrics::Metrics::new().unwrap(),
-        webhook_stopped,
-    ));
-    let policy = PolicyConfig::new(DOMAIN, Vec::new()).unwrap();
-    lb.set_admission(common::webhook_admission(
-        state,
-        Validator::new(policy),
-        common::INGRESS_KINDS,
-    ));
-    (lb, webhook_stop)
+    agent::lb_cluster(&["192.0.2.0/24", "fd00:7e:1::/64"], INGRESS_KINDS).await
 }
 
 fn tenant_slice(family: &str, name: &str, pod: &str) -> Value {
@@ -127,15 +99,7 @@ async fn the_agent_mirrors_both_families_and_drops_one_the_service_loses() {
     tenant.apply(tenant_slice("IPv4", "db-v4", "10.244.0.9"));
     tenant.apply(tenant_slice("IPv6", "db-v6", "fd10::9"));
 
-    let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
-    config.min_write_interval = Duration::from_millis(50);
-    let (agent_stop, stopped) = tokio::sync::watch::channel(false);
-    let agent = tokio::spawn(teapot_controller::run(
-        config,
-        Metrics::new().unwrap(),
-        Arc::new(teapot_controller::Health::default()),
-        stopped,
-    ));
+    let agent = Agent::start(&tenant, &lb);
 
     let mirrored = teapot_api::hostname::mirrored_service_name(NS, "db");
     let v6_name = format!("{mirrored}-ipv6");
@@ -206,8 +170,7 @@ async fn the_agent_mirrors_both_families_and_drops_one_the_service_loses() {
     })
     .await;
 
-    let _ = agent_stop.send(true);
-    agent.await.unwrap().unwrap();
+    agent.stop().await;
     let _ = webhook_stop.send(true);
 }
 

@@ -8,6 +8,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod agent;
 pub mod auth_service;
 pub mod client_cert;
 
