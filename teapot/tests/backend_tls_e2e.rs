@@ -26,11 +26,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::tls_backend::{server_config, service_at, tls_ingress};
 use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
 use teapot_testkit::certs::{self, CertifiedPem, TestCa};
 use tokio::net::TcpListener;
@@ -46,41 +46,10 @@ struct TlsBackend {
     accepted: Arc<AtomicUsize>,
 }
 
-fn server_config(
-    cert: &CertifiedPem,
-    client_ca: Option<&TestCa>,
-    alpn: &[u8],
-) -> Arc<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = match client_ca {
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            roots
-                .add(CertificateDer::from(ca.cert_der().to_vec()))
-                .unwrap();
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .build()
-                    .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
-    };
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_der.clone()));
-    let mut config = builder
-        .with_single_cert(vec![CertificateDer::from(cert.cert_der.clone())], key)
-        .unwrap();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    Arc::new(config)
-}
-
 /// An HTTPS (HTTP/1.1) backend answering every request with what it saw:
 /// `sni=<name|-> client=<yes|no> path=<path> xfp=<x-forwarded-proto>`.
 async fn https_backend(cert: &CertifiedPem, client_ca: Option<&TestCa>) -> TlsBackend {
-    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(cert, client_ca, b"http/1.1"));
+    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(cert, client_ca, &[b"http/1.1"]));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -135,7 +104,7 @@ async fn https_backend(cert: &CertifiedPem, client_ca: Option<&TestCa>) -> TlsBa
 /// `x-seen-content-type` and the trailers `grpc-status: 0` and
 /// `x-scheme` (the `:scheme` it was sent).
 async fn grpc_backend(cert: Option<&CertifiedPem>) -> SocketAddr {
-    let acceptor = cert.map(|c| tokio_rustls::TlsAcceptor::from(server_config(c, None, b"h2")));
+    let acceptor = cert.map(|c| tokio_rustls::TlsAcceptor::from(server_config(c, None, &[b"h2"])));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -183,41 +152,6 @@ async fn grpc_backend(cert: Option<&CertifiedPem>) -> SocketAddr {
         }
     });
     addr
-}
-
-/// Service `name` (port 443) with one endpoint, `addr`.
-fn service_at(name: &str, addr: SocketAddr) -> Vec<Value> {
-    vec![
-        service(NS, name, &[(Some("https"), 443)]),
-        slice(
-            NS,
-            &format!("{name}-0"),
-            name,
-            &[(Some("https"), addr.port())],
-            &[("127.0.0.1", true)],
-        ),
-    ]
-}
-
-/// An Ingress `name` for `host` (served over TLS with Secret `front` too)
-/// to Service `service` port 443, with `annotations` and `ssl-redirect:
-/// "false"`, so the host is served over plain HTTP too (not redirected).
-fn tls_ingress(name: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> Value {
-    let mut ingress = ingress(
-        NS,
-        name,
-        json!({
-            "tls": [{ "hosts": [host], "secretName": "front" }],
-            "rules": [rule(Some(host), vec![path("Prefix", "/", backend(service, Port::Number(443)))])],
-        }),
-    );
-    let annotations: serde_json::Map<String, Value> = [("ssl-redirect", "false")]
-        .iter()
-        .chain(annotations)
-        .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), json!(v)))
-        .collect();
-    ingress["metadata"]["annotations"] = Value::Object(annotations);
-    ingress
 }
 
 /// GET `host/path` over HTTP/1.1 (plain listener); status and body.
@@ -301,7 +235,7 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
     let backend_cert = ca.issue(&[DEFAULT_NAME, "backend.internal"]);
     let web = https_backend(&backend_cert, None).await;
     let client = ca.issue_client("teapot-client");
-    let mut objects = service_at("web", web.addr);
+    let mut objects = service_at(NS, "web", web.addr);
     let verify = [
         ("backend-protocol", "HTTPS"),
         ("proxy-ssl-secret", "bt/backend-ca"),
@@ -313,8 +247,9 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
         all
     };
     objects.extend([
-        tls_ingress("verified", "verified.bt.test", "web", &verify),
+        tls_ingress(NS, "verified", "verified.bt.test", "web", &verify),
         tls_ingress(
+            NS,
             "named",
             "named.bt.test",
             "web",
@@ -324,12 +259,14 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
             ]),
         ),
         tls_ingress(
+            NS,
             "wrong-name",
             "wrong-name.bt.test",
             "web",
             &with(&[("proxy-ssl-name", "elsewhere.internal")]),
         ),
         tls_ingress(
+            NS,
             "wrong-ca",
             "wrong-ca.bt.test",
             "web",
@@ -340,12 +277,14 @@ async fn https_backends_are_verified_and_refused_by_their_settings() {
             ],
         ),
         tls_ingress(
+            NS,
             "unverified",
             "unverified.bt.test",
             "web",
             &[("backend-protocol", "HTTPS")],
         ),
         tls_ingress(
+            NS,
             "missing",
             "missing.bt.test",
             "web",
@@ -444,7 +383,7 @@ async fn an_opaque_ca_only_secret_verifies_the_backend() {
     let other_ca = TestCa::new("another CA");
     let front = TestCa::new("front CA");
     let web = https_backend(&ca.issue(&[DEFAULT_NAME]), None).await;
-    let mut objects = service_at("web", web.addr);
+    let mut objects = service_at(NS, "web", web.addr);
     let verify_with = |secret: &'static str| {
         [
             ("backend-protocol", "HTTPS"),
@@ -453,8 +392,15 @@ async fn an_opaque_ca_only_secret_verifies_the_backend() {
         ]
     };
     objects.extend([
-        tls_ingress("ca-only", "ca-only.bt.test", "web", &verify_with("ca-only")),
         tls_ingress(
+            NS,
+            "ca-only",
+            "ca-only.bt.test",
+            "web",
+            &verify_with("ca-only"),
+        ),
+        tls_ingress(
+            NS,
             "wrong-ca-only",
             "wrong-ca-only.bt.test",
             "web",
@@ -508,9 +454,10 @@ async fn a_backend_requiring_a_client_certificate_sees_the_secrets() {
     let backend_cert = ca.issue(&[DEFAULT_NAME]);
     let web = https_backend(&backend_cert, Some(&ca)).await;
     let client = ca.issue_client("teapot-client");
-    let mut objects = service_at("web", web.addr);
+    let mut objects = service_at(NS, "web", web.addr);
     objects.extend([
         tls_ingress(
+            NS,
             "mtls",
             "mtls.bt.test",
             "web",
@@ -521,6 +468,7 @@ async fn a_backend_requiring_a_client_certificate_sees_the_secrets() {
             ],
         ),
         tls_ingress(
+            NS,
             "no-cert",
             "no-cert.bt.test",
             "web",
@@ -577,16 +525,18 @@ async fn grpc_and_grpcs_backends_carry_calls_and_trailers() {
     let grpcs_cert = ca.issue(&["grpcs.bt.svc"]);
     let grpcs = grpc_backend(Some(&grpcs_cert)).await;
     let client = ca.issue_client("teapot-client");
-    let mut objects = service_at("grpc", h2c);
-    objects.extend(service_at("grpcs", grpcs));
+    let mut objects = service_at(NS, "grpc", h2c);
+    objects.extend(service_at(NS, "grpcs", grpcs));
     objects.extend([
         tls_ingress(
+            NS,
             "grpc",
             "grpc.bt.test",
             "grpc",
             &[("backend-protocol", "GRPC")],
         ),
         tls_ingress(
+            NS,
             "grpcs",
             "grpcs.bt.test",
             "grpcs",
@@ -726,11 +676,11 @@ async fn backend_tls_policies_secure_gateway_api_backends() {
         ("missing", "web.bt.example", "nowhere", no_sans.clone()),
     ];
     for (name, hostname, ca_name, sans) in cases {
-        objects.extend(service_at(name, web.addr));
+        objects.extend(service_at(NS, name, web.addr));
         objects.push(backend_tls_policy(name, name, hostname, ca_name, sans));
         objects.push(gateway_route("HTTPRoute", name, name));
     }
-    objects.extend(service_at("grpc", grpcs));
+    objects.extend(service_at(NS, "grpc", grpcs));
     objects.push(backend_tls_policy(
         "grpc",
         "grpc",
@@ -833,7 +783,7 @@ async fn a_gateway_s_client_certificate_is_presented_to_its_tls_backends() {
         gateway("broken", Some("nowhere")),
         ca_config_map("backend-ca", ca.cert_pem()),
     ];
-    objects.extend(service_at("web", web.addr));
+    objects.extend(service_at(NS, "web", web.addr));
     objects.push(backend_tls_policy(
         "web",
         "web",

@@ -12,16 +12,16 @@
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
+use common::tls_backend::{self, named_backend};
 use common::*;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use teapot_testkit::certs::{TestCa, cert_matches_hostname};
 use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho, free_port, payload};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpStream, UdpSocket};
 
 const NS: &str = "gw-l4";
 const GW: &str = "gateway.networking.k8s.io/v1";
@@ -65,37 +65,6 @@ fn route(
     json!({"apiVersion": GW, "kind": kind, "metadata": {"name": name, "namespace": NS}, "spec": spec})
 }
 
-/// A TLS server for `host` (certificate from `ca`) that writes `host`
-/// after the handshake and closes.
-async fn tls_backend(ca: &TestCa, host: &'static str) -> SocketAddr {
-    let leaf = ca.issue(&[host]);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(leaf.cert_der.clone())],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf.key_der.clone())),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind((LOCALHOST, 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                if let Ok(mut tls) = acceptor.accept(tcp).await {
-                    let _ = tls.write_all(host.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// Connects through the proxy with `sni`, trusting `ca`: the backend's
 /// certificate and what it wrote.
 async fn tls_through(
@@ -103,17 +72,7 @@ async fn tls_through(
     sni: &str,
     ca: &TestCa,
 ) -> std::io::Result<(Vec<u8>, String)> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(ca.cert_der().to_vec()))
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = tls_backend::connector(ca);
     tokio::time::timeout(IO_TIMEOUT, async {
         let tcp = TcpStream::connect(addr).await?;
         let name = ServerName::try_from(sni.to_string()).map_err(std::io::Error::other)?;
@@ -195,8 +154,8 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
     let tcp = TcpEcho::start(TcpMode::Echo).await.unwrap();
     let udp = UdpEcho::start().await.unwrap();
     let ca = TestCa::new("gateway l4 e2e CA");
-    let a = tls_backend(&ca, "a.example.com").await;
-    let b = tls_backend(&ca, "b.example.com").await;
+    let a = named_backend(&ca, "a.example.com").await;
+    let b = named_backend(&ca, "b.example.com").await;
     let port = free_port(LOCALHOST).unwrap();
     let mut ports = vec![port];
     while ports.len() < 3 {

@@ -12,8 +12,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::tls_backend::{connector, named_backend, server_config};
 use common::*;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use teapot_testkit::certs::{TestCa, cert_matches_hostname, tls_secret_yaml};
 use teapot_testkit::l4::{TcpEcho, TcpMode, free_port, payload};
@@ -51,45 +52,10 @@ fn route(name: &str, section: &str, host: &str, service: &str, port: u16) -> Val
                     "rules": [{"backendRefs": [{"name": service, "port": port}]}]}})
 }
 
-fn server_config(leaf: &teapot_testkit::certs::CertifiedPem) -> Arc<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Arc::new(
-        rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from(leaf.cert_der.clone())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf.key_der.clone())),
-            )
-            .unwrap(),
-    )
-}
-
-/// A TLS server for `host` that writes `host` after the handshake and
-/// closes (the passthrough backend).
-async fn tls_named_backend(ca: &TestCa, host: &'static str) -> SocketAddr {
-    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(&ca.issue(&[host])));
-    let listener = TcpListener::bind((LOCALHOST, 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                if let Ok(mut tls) = acceptor.accept(tcp).await {
-                    let _ = tls.write_all(host.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// A TLS echo for `host`: echoes what it reads inside TLS until the
 /// client's end, and records each handshake's SNI.
 async fn tls_echo_backend(ca: &TestCa, host: &str) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(&ca.issue(&[host])));
+    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(&ca.issue(&[host]), None, &[]));
     let listener = TcpListener::bind((LOCALHOST, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -121,20 +87,6 @@ async fn tls_echo_backend(ca: &TestCa, host: &str) -> (SocketAddr, Arc<Mutex<Vec
     (addr, seen)
 }
 
-fn client(ca: &TestCa) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(ca.cert_der().to_vec()))
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-}
-
 /// Connects with `sni` trusting `ca`, writes `data`, ends its side: the
 /// server's certificate and everything read back.
 async fn tls_exchange(
@@ -143,7 +95,7 @@ async fn tls_exchange(
     ca: &TestCa,
     data: &[u8],
 ) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
-    let connector = client(ca);
+    let connector = connector(ca);
     tokio::time::timeout(IO_TIMEOUT, async {
         let tcp = TcpStream::connect(addr).await?;
         let name = ServerName::try_from(sni.to_string()).map_err(std::io::Error::other)?;
@@ -189,7 +141,7 @@ async fn terminate_and_passthrough_by_sni_and_tls_to_a_policy_s_backend() {
     // only the BackendTLSPolicy names.
     let ca = TestCa::new("gateway tls terminate e2e CA");
     let backend_ca = TestCa::new("backend CA");
-    let passthrough = tls_named_backend(&ca, "abc.example.com").await;
+    let passthrough = named_backend(&ca, "abc.example.com").await;
     let (secure, sni_seen) = tls_echo_backend(&backend_ca, "backend.example").await;
     let mixed_port = free_port(LOCALHOST).unwrap();
     let reencrypt_port = loop {
@@ -408,7 +360,7 @@ async fn the_connection_cap_holds_further_clients_before_their_handshake() {
     .await;
 
     let addr = SocketAddr::new(LOCALHOST, port);
-    let connector = client(&ca);
+    let connector = connector(&ca);
     let name = ServerName::try_from("tls.example.com").unwrap();
     let mut first = tokio::time::timeout(IO_TIMEOUT, async {
         let tcp = TcpStream::connect(addr).await.unwrap();

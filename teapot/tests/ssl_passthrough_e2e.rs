@@ -23,11 +23,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::tls_backend::{server_config, service_at, tls_ingress};
 use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use serde_json::{Value, json};
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
 use teapot_testkit::certs::{self, CertifiedPem, TestCa};
 use teapot_testkit::echo::EchoServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,16 +41,8 @@ const TERM: &str = "term.pt.test";
 /// A TLS backend offering h2 and http/1.1: each request is answered
 /// `backend sni=<name> proto=<HTTP version> path=<path>`.
 async fn tls_backend(cert: &CertifiedPem) -> SocketAddr {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_der.clone()));
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![CertificateDer::from(cert.cert_der.clone())], key)
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(server_config(cert, None, &[b"h2", b"http/1.1"]));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -93,43 +86,9 @@ async fn tls_backend(cert: &CertifiedPem) -> SocketAddr {
     addr
 }
 
-/// `name`'s Ingress for `host` to Service `service` port 443, TLS with the
-/// Secret `front`, `annotations` under ingress-nginx's prefix.
-fn tls_ingress(name: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> Value {
-    let mut ingress = ingress(
-        NS,
-        name,
-        json!({
-            "tls": [{ "hosts": [host], "secretName": "front" }],
-            "rules": [rule(Some(host), vec![path("Prefix", "/", backend(service, Port::Number(443)))])],
-        }),
-    );
-    let annotations: serde_json::Map<String, Value> = [("ssl-redirect", "false")]
-        .iter()
-        .chain(annotations)
-        .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), json!(v)))
-        .collect();
-    ingress["metadata"]["annotations"] = Value::Object(annotations);
-    ingress
-}
-
-/// Service `name` port 443 with one endpoint at `addr`.
-fn service_at(name: &str, addr: SocketAddr) -> Vec<Value> {
-    vec![
-        service(NS, name, &[(Some("https"), 443)]),
-        slice(
-            NS,
-            &format!("{name}-0"),
-            name,
-            &[(Some("https"), addr.port())],
-            &[("127.0.0.1", true)],
-        ),
-    ]
-}
-
 /// The passed-through Ingress.
 fn pass_ingress() -> Value {
-    tls_ingress("pass", PASS, "tlsapp", &[("ssl-passthrough", "true")])
+    tls_ingress(NS, "pass", PASS, "tlsapp", &[("ssl-passthrough", "true")])
 }
 
 /// GET `path` over HTTP/1.1 on an established TLS stream; the whole
@@ -275,9 +234,9 @@ async fn setup(pass: bool, args: &[&str]) -> (Setup, EchoServer) {
     let front_ca = TestCa::new("front CA");
     let backend_addr = tls_backend(&backend_ca.issue(&[PASS])).await;
     let web = echo(NS, "web", "web-0").await;
-    let mut objects = service_at("tlsapp", backend_addr);
+    let mut objects = service_at(NS, "tlsapp", backend_addr);
     objects.extend(echo_service(NS, "web", &[&web]));
-    let mut term = tls_ingress("term", TERM, "web", &[]);
+    let mut term = tls_ingress(NS, "term", TERM, "web", &[]);
     term["spec"]["rules"][0]["http"]["paths"][0]["backend"] = backend("web", Port::Number(80));
     objects.push(term);
     if pass {

@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod auth_service;
 pub mod client_cert;
+pub mod tls_backend;
 
 use std::future::Future;
 use std::net::SocketAddr;
