@@ -11,7 +11,7 @@ mod common;
 
 use common::auth_service::AuthService;
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use teapot_testkit::client::{Proto, Request};
 
 const NS: &str = "authcache";
@@ -25,25 +25,12 @@ const ANSWERS: &[common::auth_service::Answer] = &[
     ),
 ];
 
-fn auth_objects(auth: &AuthService) -> Vec<Value> {
-    let mut slice = slice(
-        NS,
-        "auth-0",
-        "auth",
-        &[(Some("http"), auth.addr.port())],
-        &[(&auth.addr.ip().to_string(), true)],
-    );
-    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-        json!("sync.teapot.dev");
-    vec![service(NS, "auth", &[(Some("http"), 80)]), slice]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_is_asked_once_per_key_within_the_duration() {
     let auth = AuthService::start("127.0.0.1".parse().unwrap(), ANSWERS, "/hold").await;
     let backend = echo(NS, "web", "web-0").await;
     let mut objects = echo_service(NS, "web", &[&backend]);
-    objects.extend(auth_objects(&auth));
+    objects.extend(auth.service(NS));
     let url = |path: &str| format!("http://auth.{NS}.svc.cluster.local/{path}");
     let (allow, unauthorized) = (url("allow"), url("unauthorized"));
     for (host, auth_url, key) in [

@@ -37,26 +37,6 @@ async fn auth_service(ip: IpAddr) -> AuthService {
     AuthService::start(ip, ANSWERS, "/hold").await
 }
 
-impl AuthService {
-    /// The Service `auth` in `namespace` whose one endpoint is this server.
-    fn service(&self, namespace: &str) -> Vec<Value> {
-        let mut slice = slice(
-            namespace,
-            "auth-0",
-            "auth",
-            &[(Some("http"), self.addr.port())],
-            &[(&self.addr.ip().to_string(), true)],
-        );
-        if self.addr.is_ipv6() {
-            slice["addressType"] = json!("IPv6");
-        }
-        // What the agent's sync writes in a tenant namespace.
-        slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-            json!("sync.teapot.dev");
-        vec![service(namespace, "auth", &[(Some("http"), 80)]), slice]
-    }
-}
-
 /// A port nothing listens on.
 fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -40,14 +40,7 @@ async fn underscore_lookalikes_of_teapots_fields_never_reach_a_backend() {
     let auth = AuthService::start("127.0.0.1".parse().unwrap(), ALLOW, "/hold").await;
     let backend = echo(NS, "web", "web-0").await;
     let mut objects = echo_service(NS, "web", &[&backend]);
-    objects.push(service(NS, "auth", &[(Some("http"), 80)]));
-    objects.push(slice(
-        NS,
-        "auth-0",
-        "auth",
-        &[(Some("http"), auth.addr.port())],
-        &[("127.0.0.1", true)],
-    ));
+    objects.extend(loopback_service(NS, "auth", auth.addr.port()));
     objects.push(simple_ingress(NS, "plain.test", "plain.test", "web"));
     objects.push(annotated(
         NS,

@@ -167,16 +167,7 @@ async fn teapots_answers_on_a_cors_route_carry_its_fields() {
     let auth = AuthService::start("127.0.0.1".parse().unwrap(), ANSWERS, "/hold").await;
     let backend = echo(NS, "web", "web-0").await;
     let mut objects = echo_service(NS, "web", &[&backend]);
-    objects.extend(vec![
-        service(NS, "auth", &[(Some("http"), 80)]),
-        slice(
-            NS,
-            "auth-0",
-            "auth",
-            &[(Some("http"), auth.addr.port())],
-            &[("127.0.0.1", true)],
-        ),
-    ]);
+    objects.extend(loopback_service(NS, "auth", auth.addr.port()));
     let cors = [
         ("enable-cors", "true"),
         ("cors-allow-origin", "https://app.example"),

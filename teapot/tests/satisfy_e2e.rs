@@ -18,7 +18,7 @@ mod common;
 
 use common::auth_service::AuthService;
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use teapot_testkit::client::{Proto, Request};
 
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
@@ -36,26 +36,12 @@ const ANSWERS: &[common::auth_service::Answer] = &[
 /// `Authorization: Basic` for `uname:pwd` (satisfy.go's user).
 const UNAME_PWD: &str = "Basic dW5hbWU6cHdk";
 
-/// The Service `auth` whose one endpoint is `auth`.
-fn auth_objects(auth: &AuthService) -> Vec<Value> {
-    let mut slice = slice(
-        NS,
-        "auth-0",
-        "auth",
-        &[(Some("http"), auth.addr.port())],
-        &[(&auth.addr.ip().to_string(), true)],
-    );
-    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-        json!("sync.teapot.dev");
-    vec![service(NS, "auth", &[(Some("http"), 80)]), slice]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_one_passing_check_lets_a_request_in() {
     let auth = AuthService::start("127.0.0.1".parse().unwrap(), ANSWERS, "/hold").await;
     let backend = echo(NS, "web", "web-0").await;
     let mut objects = echo_service(NS, "web", &[&backend]);
-    objects.extend(auth_objects(&auth));
+    objects.extend(auth.service(NS));
     let bcrypt = bcrypt::hash("pwd", 5).unwrap().replace("$2b$", "$2y$");
     objects.push(json!({
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",

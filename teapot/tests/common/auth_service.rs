@@ -12,7 +12,10 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
 use tokio::sync::watch;
+
+use super::{service, slice};
 
 /// The answer to a sub-request for a path: its status and fields.
 pub type Answer = (&'static str, u16, &'static [(&'static str, &'static str)]);
@@ -98,5 +101,24 @@ impl AuthService {
 
     pub fn count(&self) -> usize {
         self.seen.lock().unwrap().len()
+    }
+
+    /// The Service `auth` (port 80) in `namespace` whose one endpoint is
+    /// this server, its slice labelled as the agent's sync labels those it
+    /// writes in a tenant namespace.
+    pub fn service(&self, namespace: &str) -> Vec<Value> {
+        let mut slice = slice(
+            namespace,
+            "auth-0",
+            "auth",
+            &[(Some("http"), self.addr.port())],
+            &[(&self.addr.ip().to_string(), true)],
+        );
+        if self.addr.is_ipv6() {
+            slice["addressType"] = json!("IPv6");
+        }
+        slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
+            json!("sync.teapot.dev");
+        vec![service(namespace, "auth", &[(Some("http"), 80)]), slice]
     }
 }
