@@ -99,6 +99,9 @@ pub enum ValueType {
     /// (`auth-tls-match-cn`): printable ASCII naming `CN=`; compiled by
     /// the bounded engine where it is used ([`crate::regex`]).
     SubjectPattern,
+    /// A `Connection` field's value: comma-separated HTTP tokens, at most
+    /// 64 bytes (`connection-proxy-header`).
+    ConnectionTokens,
 }
 
 impl ValueType {
@@ -159,6 +162,10 @@ impl ValueType {
             ValueType::ConfigMapRef => {
                 "a ConfigMap as NAMESPACE/NAME of the Ingress's own namespace, such as \"shop/headers\", or NAME".into()
             }
+            ValueType::ConnectionTokens => {
+                "comma-separated HTTP tokens such as \"keep-alive\" or \"close\" (letters, digits and !#$%&'*+-.^_`|~; at most 64 characters)"
+                    .into()
+            }
             ValueType::SubjectPattern => format!(
                 "a regular expression the client certificate's subject must contain, naming CN=, such as \"CN=(alice|bob)\" (printable ASCII, at most {MAX_VALUE_LEN} characters)"
             ),
@@ -173,6 +180,7 @@ impl ValueType {
             | ValueType::Tokens { .. }
             | ValueType::StatusCodes { .. } => MAX_LIST_LEN,
             ValueType::Url | ValueType::AuthUrl => 2048,
+            ValueType::ConnectionTokens => 64,
             _ => MAX_VALUE_LEN,
         }
     }
@@ -649,6 +657,18 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
             max: 86_400,
         },
         doc: "Seconds the backend may take to accept request bytes; at most the operator's upstream timeout. On HTTP/1 the backend's wait in both directions is proxy-read-timeout.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-http-version",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["1.0", "1.1"]),
+        doc: "The HTTP/1 version requests go to the backends in (default 1.1). 1.0: a body of unknown length (chunked, or HTTP/2 without content-length) gets 411, connections are not reused, WebSocket upgrades stay HTTP/1.1.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/connection-proxy-header",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::ConnectionTokens,
+        doc: "The Connection field the backends get (e.g. keep-alive or close; the client's never passes), at most 64 characters; with close the connection is not reused. Default: none, the connection reused. A WebSocket upgrade gets Connection: upgrade whatever it says.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/backend-protocol",
@@ -1148,7 +1168,6 @@ const NOT_RESTRICTING: &[&str] = &[
     "mirror-*",
     "upstream-vhost",
     "proxy-set-headers",
-    "connection-proxy-header",
     "session-cookie-*",
     "service-upstream",
     "ssl-ciphers",
@@ -1159,7 +1178,6 @@ const NOT_RESTRICTING: &[&str] = &[
     "proxy-buffering",
     "proxy-request-buffering",
     "proxy-max-temp-file-size",
-    "proxy-http-version",
     "client-body-buffer-size",
     "preserve-trailing-slash",
     "relative-redirects",
@@ -1420,6 +1438,16 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
         ValueType::SubjectPattern => (value.contains("CN=")
             && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
         .then(|| AnnotationValue::Text(value.to_string())),
+        // RFC 9110 §5.6.2 tokens, as the proxy's head writer checks them
+        // again (teapot_h1::ConnectionValue): written `a, b`.
+        ValueType::ConnectionTokens => {
+            let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            let tokens: Vec<&str> = value.split(',').map(|t| t.trim_matches(' ')).collect();
+            tokens
+                .iter()
+                .all(|t| !t.is_empty() && t.bytes().all(tchar))
+                .then(|| AnnotationValue::Text(tokens.join(", ")))
+        }
         ValueType::Url => {
             let printable = value
                 .bytes()

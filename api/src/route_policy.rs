@@ -65,6 +65,62 @@ pub struct RouteTrafficPolicySpec {
     /// HTTP/2; the backend is read no faster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Bandwidth>,
+    /// How the endpoint tried first is chosen (ingress-nginx's
+    /// `load-balance`): `round_robin` (the default) or `ewma`, the faster
+    /// of two endpoints at random by their decayed response latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balance: Option<String>,
+    /// Whether passing one of `clientAddresses`' allow-list, `basicAuth`
+    /// and the rule's ExternalAuth filter is enough (`any`) or each must
+    /// pass (`all`, the default): ingress-nginx's `satisfy`. The deny-list
+    /// always applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub satisfy: Option<String>,
+    /// The ExternalAuth filter's answers kept per key (ingress-nginx's
+    /// `auth-cache-key` and `auth-cache-duration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_cache: Option<AuthCache>,
+    /// How requests are written to HTTP/1 backends (ingress-nginx's
+    /// `proxy-http-version` and `connection-proxy-header`).
+    #[serde(
+        rename = "backendHTTP",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backend_http: Option<BackendHttp>,
+}
+
+/// Answers of the authentication service kept, and for how long.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthCache {
+    /// What an answer is kept under: nginx variables (`$remote_user`,
+    /// `$http_NAME`, `$cookie_NAME`, `$arg_NAME`, `$host`,
+    /// `$request_uri`, `$remote_addr`, at most 8) and literal text, e.g.
+    /// `$http_authorization`. A request whose key expands to nothing is
+    /// always asked about; at most 1024 answers per policy.
+    pub key: String,
+    /// How long, by the answer's status: items of status codes (or `any`)
+    /// and a time, e.g. `200 202 10m, 401 30s` (default `200 202 401
+    /// 5m`; at most 8 items, each at most 1h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+}
+
+/// The HTTP/1 version and `Connection` field of the requests to the
+/// backends.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendHttp {
+    /// `"1.0"` or `"1.1"` (the default). With 1.0 a body of unknown length
+    /// gets 411 and connections are not reused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The `Connection` field sent (comma-separated HTTP tokens, at most
+    /// 64 characters, e.g. `keep-alive` or `close`; with `close` the
+    /// connection is not reused). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
 }
 
 /// A response's pace to the client.
@@ -270,6 +326,42 @@ impl RouteTrafficPolicySpec {
                 });
             }
         }
+        let mut text = |field: &'static str, name: &'static str, value: Option<&String>| {
+            if let Some(value) = value {
+                out.push(AnnotationField {
+                    field,
+                    name,
+                    value: value.clone(),
+                    items: Vec::new(),
+                });
+            }
+        };
+        text(
+            "spec.loadBalance",
+            "load-balance",
+            self.load_balance.as_ref(),
+        );
+        text("spec.satisfy", "satisfy", self.satisfy.as_ref());
+        if let Some(c) = &self.auth_cache {
+            text("spec.authCache.key", "auth-cache-key", Some(&c.key));
+            text(
+                "spec.authCache.duration",
+                "auth-cache-duration",
+                c.duration.as_ref(),
+            );
+        }
+        if let Some(b) = &self.backend_http {
+            text(
+                "spec.backendHTTP.version",
+                "proxy-http-version",
+                b.version.as_ref(),
+            );
+            text(
+                "spec.backendHTTP.connection",
+                "connection-proxy-header",
+                b.connection.as_ref(),
+            );
+        }
         let mut count = |field: &'static str, name: &'static str, n: Option<u32>| {
             if let Some(n) = n {
                 out.push(AnnotationField {
@@ -404,6 +496,68 @@ mod tests {
                 ("spec.bandwidth.unlimitedKiB", "limit-rate-after=512".into()),
             ]
         );
+    }
+
+    #[test]
+    fn balancing_satisfy_auth_cache_and_backend_http_are_their_annotations() {
+        let s = spec(
+            "targetRefs: []\nloadBalance: ewma\nsatisfy: any\nauthCache: {key: $http_authorization, duration: 200 10m}\nbackendHTTP: {version: '1.0', connection: keep-alive}\n",
+        );
+        let got: Vec<(&str, String)> = s
+            .annotations()
+            .into_iter()
+            .map(|a| (a.field, format!("{}={}", a.name, a.value)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("spec.loadBalance", "load-balance=ewma".into()),
+                ("spec.satisfy", "satisfy=any".into()),
+                (
+                    "spec.authCache.key",
+                    "auth-cache-key=$http_authorization".into()
+                ),
+                (
+                    "spec.authCache.duration",
+                    "auth-cache-duration=200 10m".into()
+                ),
+                ("spec.backendHTTP.version", "proxy-http-version=1.0".into()),
+                (
+                    "spec.backendHTTP.connection",
+                    "connection-proxy-header=keep-alive".into()
+                ),
+            ]
+        );
+    }
+
+    /// Hostile values are refused at admission by the annotations' own
+    /// parsers, each named by the policy's field.
+    #[test]
+    fn values_past_the_bounds_are_refused_by_field() {
+        let s = spec(
+            "targetRefs: []\nloadBalance: least_conn\nsatisfy: some\nauthCache: {key: $http_a, duration: 200 2h}\nbackendHTTP: {version: '2', connection: \"close\\r\\nx-evil: 1\"}\n",
+        );
+        let errors = crate::admission::route_traffic_value_errors(&s);
+        let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
+        for field in [
+            "spec.loadBalance",
+            "spec.satisfy",
+            "spec.backendHTTP.version",
+            "spec.backendHTTP.connection",
+        ] {
+            assert!(fields.contains(&field), "{field}: {errors:?}");
+        }
+        let long = format!(
+            "targetRefs: []\nbackendHTTP: {{connection: {}}}\n",
+            "k".repeat(65)
+        );
+        let errors = crate::admission::route_traffic_value_errors(&spec(&long));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].0, "spec.backendHTTP.connection");
+        let fine = spec(
+            "targetRefs: []\nloadBalance: ewma\nsatisfy: any\nauthCache: {key: $remote_user}\nbackendHTTP: {version: '1.0', connection: close}\n",
+        );
+        assert_eq!(crate::admission::route_traffic_value_errors(&fine), []);
     }
 
     #[test]

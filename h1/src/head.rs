@@ -36,7 +36,7 @@ pub const MAX_CONNECTION_VALUE: usize = 64;
 /// teapot's (none, keep-alive by HTTP/1.1's default): comma-separated
 /// tokens, checked once when made, so it can never split a head.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectionValue(Box<str>);
+pub struct ConnectionValue(std::sync::Arc<str>);
 
 impl ConnectionValue {
     /// `None` unless `value` is one to [`MAX_CONNECTION_VALUE`] bytes of

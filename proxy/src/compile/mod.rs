@@ -77,6 +77,7 @@ pub mod routes;
 pub mod snapshot;
 pub mod traffic;
 pub mod upstream;
+pub mod upstream_http;
 
 use std::sync::Arc;
 use std::time::Instant;

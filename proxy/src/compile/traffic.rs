@@ -87,6 +87,10 @@ pub struct TrafficPolicy {
     /// `limit-rate`, `limit-rate-after`: each response's pace to the
     /// client (crate::plane::traffic::bandwidth).
     pub bandwidth: Option<crate::compile::bandwidth::Bandwidth>,
+    /// `proxy-http-version`, `connection-proxy-header`: the version and
+    /// `Connection` field of the head sent to HTTP/1 backends
+    /// (crate::compile::upstream_http).
+    pub upstream_http: Option<Arc<teapot_h1::UpstreamHttp>>,
 }
 
 /// ingress-nginx's external authentication, resolved: where the
@@ -508,6 +512,14 @@ impl NginxAnnotations {
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
             response_rewrite: crate::compile::response_rewrite::read(self, problems).map(Arc::new),
             bandwidth: crate::compile::bandwidth::read(self, problems),
+            upstream_http: crate::compile::upstream_http::read(
+                matches!(
+                    self.get("proxy-http-version"),
+                    Some(AnnotationValue::Word("1.0"))
+                ),
+                self.text("connection-proxy-header"),
+                problems,
+            ),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -526,6 +538,7 @@ impl NginxAnnotations {
             || policy.timeouts.is_some()
             || policy.proxying.is_some()
             || policy.response_rewrite.is_some()
+            || policy.upstream_http.is_some()
             || policy.bandwidth.is_some();
         any.then_some(policy)
     }

@@ -194,6 +194,13 @@ impl teapot_h1::Router for Router {
                 .map(|_| traffic::ewma::Measure::default()),
         });
         fwd.max_body_size = Some(forward.body_limit);
+        if let Some(http) = forward
+            .policy
+            .as_ref()
+            .and_then(|p| p.upstream_http.as_deref())
+        {
+            fwd.http = http.clone();
+        }
         fwd.request_edits =
             forwarding::edits(conn, head.authority, &ids.request_id, &ids.traceparent);
         forwarding::remove_lookalike_fields(&mut fwd.request_edits, req.headers().map(|(n, _)| n));

@@ -86,20 +86,27 @@ pub(super) async fn forward(
 ) -> Result<(), Failure> {
     let has_body = !st.client.body.is_empty();
     let chunked = has_body && !parts.headers.contains_key(CONTENT_LENGTH);
+    // `proxy-http-version`, `connection-proxy-header` (crate::compile::upstream_http).
+    let http = st.policy.as_ref().and_then(|p| p.upstream_http.clone());
+    let http = http.as_deref().unwrap_or(&teapot_h1::UpstreamHttp::DEFAULT);
+    if chunked && !http.takes_unknown_length() {
+        st.reason = Some("length_required");
+        return st.client.out.answer(parts, 411, LENGTH_REQUIRED, &[]);
+    }
     let mut head = Vec::with_capacity(512 + parts.headers.len() * 32);
     let policy_edits = crate::plane::traffic::engines::h2_edits_request(st.policy.as_deref());
     if st.gateway.is_some() || has_hop_by_hop(&parts.headers) || policy_edits {
         // Gateway filters and hop-by-hop fields edit the head in ways
         // only a header map follows exactly: the rare case.
         let (headers, uri) = edited_request(parts, conn, st)?;
-        request_head(&parts.method, &uri, &headers, chunked, &mut head);
+        request_head(&parts.method, &uri, &headers, (chunked, http), &mut head);
     } else {
         direct_head(
             parts,
             st.uri(parts),
             st.ids.as_ref(),
             conn,
-            chunked,
+            (chunked, http),
             &mut head,
         );
     }
@@ -145,13 +152,13 @@ pub(super) async fn forward(
             timeouts,
         };
         match exchange.run(router, st, &mut stream).await {
-            Ok(true) => {
+            Ok(true) if http.reuses() => {
                 with_pool(idle, |p| {
                     p.put_at(endpoint.addr, class, stream, tokio::time::Instant::now())
                 });
                 return Ok(());
             }
-            Ok(false) => return Ok(()),
+            Ok(_) => return Ok(()),
             Err(f) if f.stale && reused && may_retry && !fresh => {
                 tracing::debug!(addr = %endpoint.addr, error = %f.failure, "pooled upstream connection was stale; retrying once");
                 retry_on = Some(endpoint);
@@ -527,18 +534,20 @@ async fn read(
     }
 }
 
-/// The HTTP/1.1 request head of an edited request: `Host` from the
+/// The HTTP/1 request head of an edited request: `Host` from the
 /// authority (HTTP/2's `:authority`, or a rewritten host), the body as
-/// `Content-Length` when the client declared one, else chunked.
+/// `Content-Length` when the client declared one, else chunked; in the
+/// route's version, with its `Connection` field.
 pub(super) fn request_head(
     method: &Method,
     uri: &http::Uri,
     headers: &HeaderMap,
-    chunked: bool,
+    (chunked, http): (bool, &teapot_h1::UpstreamHttp),
     out: &mut Vec<u8>,
 ) {
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut head = RequestHeadWriter::start(out, method.as_str().as_bytes(), target.as_bytes());
+    let mut head =
+        RequestHeadWriter::start_with(out, method.as_str().as_bytes(), target.as_bytes(), http);
     let authority = uri.authority().map(|a| a.as_str());
     if let Some(a) = authority {
         head.field(b"host", a.as_bytes());
@@ -551,6 +560,10 @@ pub(super) fn request_head(
     }
     head.finish(framing(chunked));
 }
+
+/// The 411's body: a request to an HTTP/1.0 backend must say its length.
+const LENGTH_REQUIRED: &str =
+    "411 this route's backend speaks HTTP/1.0: send the body with a Content-Length\n";
 
 /// A body the client declared with `Content-Length` keeps that field
 /// (among the copied ones); any other body is chunked.
@@ -598,12 +611,12 @@ fn direct_head(
     uri: &http::Uri,
     ids: Option<&Ids<'_>>,
     conn: &ConnInfo,
-    chunked: bool,
+    (chunked, http): (bool, &teapot_h1::UpstreamHttp),
     out: &mut Vec<u8>,
 ) {
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut head =
-        RequestHeadWriter::start(out, parts.method.as_str().as_bytes(), target.as_bytes());
+    let method = parts.method.as_str().as_bytes();
+    let mut head = RequestHeadWriter::start_with(out, method, target.as_bytes(), http);
     let uri_authority = uri.authority().map(|a| a.as_str());
     if let Some(a) = uri_authority {
         head.field(b"host", a.as_bytes());
@@ -655,7 +668,8 @@ mod tests {
         headers.insert("host", HeaderValue::from_static("other.example"));
         headers.insert("x-one", HeaderValue::from_static("1"));
         let mut out = Vec::new();
-        request_head(&Method::POST, &uri, &headers, true, &mut out);
+        let http = teapot_h1::UpstreamHttp::DEFAULT;
+        request_head(&Method::POST, &uri, &headers, (true, &http), &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "POST /a?b=1 HTTP/1.1\r\nhost: a.example\r\nx-one: 1\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -586,6 +586,43 @@ spec:
         assert_eq!(access.deny[0].to_string(), "192.0.2.0/24");
     }
 
+    /// `loadBalance`, `satisfy`, `authCache` and `backendHTTP` are read by
+    /// the Ingress's reader, as the annotations they stand for.
+    #[test]
+    fn balancing_satisfy_auth_cache_and_backend_http_read_as_the_annotations() {
+        use teapot_api::route_policy::{AuthCache, BackendHttp};
+        let mut spec = RouteTrafficPolicySpec {
+            load_balance: Some("ewma".into()),
+            satisfy: Some("any".into()),
+            auth_cache: Some(AuthCache {
+                key: "$http_authorization".into(),
+                duration: Some("200 10m".into()),
+            }),
+            backend_http: Some(BackendHttp {
+                version: Some("1.0".into()),
+                connection: Some("keep-alive".into()),
+            }),
+            ..RouteTrafficPolicySpec::default()
+        };
+        let p = RouteTrafficPolicy::new("p", spec.clone());
+        let table = || Arc::new(crate::live::rate_table::RateTable::new(16));
+        let t = traffic(&p, "k", table).unwrap();
+        assert!(t.ewma && t.satisfy_any && t.auth_cache.is_some());
+        let http = t.upstream_http.as_deref().expect("the backend's head");
+        assert_eq!(http.version, teapot_h1::HttpVersion::Http10);
+        assert_eq!(
+            http.connection.as_ref().map(|c| c.as_str()),
+            Some("keep-alive")
+        );
+        spec.auth_cache.as_mut().unwrap().duration = Some("200 2h".into());
+        let p = RouteTrafficPolicy::new("p", spec);
+        let problems = traffic(&p, "k", table).unwrap_err();
+        assert!(
+            problems[0].starts_with("spec.authCache.key:"),
+            "{problems:?}"
+        );
+    }
+
     #[test]
     fn limits_read_as_the_annotations_do_and_problems_name_the_field() {
         let mut spec = RouteTrafficPolicySpec {

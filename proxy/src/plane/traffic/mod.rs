@@ -119,6 +119,9 @@ pub struct Applied {
     /// `satisfy: any`: the allow-list let the request in, so no
     /// authentication is asked ([`satisfy`]).
     pub satisfied: bool,
+    /// `proxy-http-version`, `connection-proxy-header`: the head the
+    /// backend gets (crate::compile::upstream_http).
+    pub upstream_http: Option<std::sync::Arc<teapot_h1::UpstreamHttp>>,
 }
 
 impl Applied {
@@ -138,6 +141,7 @@ impl Applied {
             && self.custom_headers.is_none()
             && self.rewrite.is_none()
             && self.pacer.is_none()
+            && self.upstream_http.is_none()
             && !self.ewma
             && !self.satisfied
     }
@@ -326,6 +330,7 @@ pub fn apply(
         applied.rewrite = Some(rewrite::Rewriting::new(rules, seen));
     }
     applied.pacer = policy.bandwidth.map(bandwidth::Pacer::new);
+    applied.upstream_http = policy.upstream_http.clone();
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex
     {
