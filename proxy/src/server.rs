@@ -459,28 +459,35 @@ pub async fn run(
             crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
         ));
     }
+    // TLS passthrough by SNI on the shared HTTPS listener only (a
+    // Gateway's own address serves no Ingress host); it relays through
+    // the L4 plane's loops once they run (below). Its admission at accept
+    // holds on every HTTPS socket.
+    let adopter = Arc::new(std::sync::OnceLock::new());
+    let shared_hook = crate::plane::passthrough::Passthrough::new(
+        snapshots.clone(),
+        first.slots(),
+        adopter.clone(),
+    );
     // The HTTP and HTTPS listeners of Gateways with their own address:
     // bound by the L4 plane, served by an application of their own that
-    // shares the connection table (the caps hold for the replica).
+    // shares the connection table (the caps hold for the replica) and
+    // admits a TLS connection at accept, before its handshake, with the
+    // same deadline.
     let edge_serving: crate::plane::l4::manager::EdgeServing =
         Arc::new(crate::plane::serving::OwnListeners {
-            app: Arc::new(first.sibling(
-                h2_app(router.clone()),
-                crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
-            )),
+            app: Arc::new(
+                first
+                    .sibling(
+                        h2_app(router.clone()),
+                        crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
+                    )
+                    .with_pre_tls(Arc::new(shared_hook.admission_only())),
+            ),
             tls: tls.clone(),
             sni: sni.clone(),
         });
-    // TLS passthrough by SNI on the shared HTTPS listener only (a
-    // Gateway's own address serves no Ingress host); it relays through
-    // the L4 plane's loops once they run (below).
-    let adopter = Arc::new(std::sync::OnceLock::new());
-    let passthrough: pingora_core::listeners::PreTlsCallback =
-        Arc::new(crate::plane::passthrough::Passthrough::new(
-            snapshots.clone(),
-            first.slots(),
-            adopter.clone(),
-        ));
+    let passthrough: pingora_core::listeners::PreTlsCallback = Arc::new(shared_hook);
     apps.push(first);
     let apps: Vec<_> = apps
         .into_iter()

@@ -153,10 +153,12 @@ pub struct EdgeApp<A> {
     /// GOAWAY) instead of the listener's stop: a replica handing its
     /// addresses over drains its connections while it still accepts.
     drain: Option<ShutdownWatch>,
-    /// What takes an HTTPS connection's slot at accept and looks at it
-    /// before its handshake (TLS passthrough by SNI,
-    /// crate::plane::passthrough): set on the shared HTTPS listener's
-    /// applications only. Their TLS connections arrive counted.
+    /// What takes an HTTPS connection's slot at accept and bounds its
+    /// handshake, and on the shared HTTPS listener looks at it before the
+    /// handshake (TLS passthrough by SNI, crate::plane::passthrough): set
+    /// on every application serving HTTPS, the shared listener's and the
+    /// one of Gateways' own addresses. Their TLS connections arrive
+    /// counted.
     pre_tls: Option<pingora_core::listeners::PreTlsCallback>,
 }
 

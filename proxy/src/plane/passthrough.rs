@@ -17,6 +17,12 @@
 //! at most [`MAX_READ`] bytes are read; a passed-through connection also
 //! keeps one of its tenant's connection slots (`spec.limits.maxConnections`,
 //! as an upgraded WebSocket does) for its whole life.
+//!
+//! The HTTPS sockets of Gateways with their own address
+//! (crate::plane::serving::OwnListeners) meet the same hook
+//! ([`Passthrough::admission_only`]): the same slots under the same caps
+//! at accept and the same deadline. They serve no Ingress host, so they
+//! pass nothing through and read nothing before the handshake.
 
 use std::net::IpAddr;
 use std::os::fd::AsFd;
@@ -41,6 +47,8 @@ pub struct Passthrough {
     /// The L4 plane's loops, set once they run (they start after the
     /// serving threads); until then every connection is terminated.
     adopter: Arc<OnceLock<Adopter>>,
+    /// Whether this socket passes hosts through: the shared one only.
+    relays: bool,
 }
 
 impl std::fmt::Debug for Passthrough {
@@ -65,6 +73,20 @@ impl Passthrough {
             snapshots,
             slots,
             adopter,
+            relays: true,
+        }
+    }
+
+    /// The hook of a Gateway's own-address HTTPS sockets: admission at
+    /// accept under the same caps (the same table) and the same handshake
+    /// deadline; never a look at the ClientHello, since no Ingress host,
+    /// and so no passed-through one, is served there.
+    pub fn admission_only(&self) -> Passthrough {
+        Passthrough {
+            snapshots: self.snapshots.clone(),
+            slots: self.slots.clone(),
+            adopter: self.adopter.clone(),
+            relays: false,
         }
     }
 
@@ -146,10 +168,10 @@ impl PreTlsProcess for Passthrough {
         Ok(())
     }
 
-    /// Only while some host is passed through: otherwise the handshake
-    /// starts at once, nothing read.
+    /// Only while some host is passed through, and only on the shared
+    /// socket: otherwise the handshake starts at once, nothing read.
     fn wants(&self) -> bool {
-        !self.snapshots.load().passthrough.is_empty()
+        self.relays && !self.snapshots.load().passthrough.is_empty()
     }
 
     /// Every connection, terminated or passed through, takes its slot
@@ -229,17 +251,20 @@ mod tests {
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        (client, L4Stream::from(server))
+        // With its socket digest, as the listener's accept gives it: the
+        // client's address is read from there.
+        let mut server = L4Stream::from(server);
+        let digest = pingora_core::protocols::SocketDigest::from_raw_fd(
+            std::os::fd::AsRawFd::as_raw_fd(&server),
+        );
+        server.set_socket_digest(digest);
+        (client, server)
     }
 
-    /// The listener reads nothing before a handshake while no host is
-    /// passed through, and starts to as soon as one is (the next
-    /// snapshot), and stops once none is again.
-    #[test]
-    fn connections_are_looked_at_only_while_a_host_is_passed_through() {
-        use crate::compile::CompileOptions;
+    /// The shared HTTPS listener's hook over an edge application with
+    /// `config`, and the snapshots it reads.
+    fn hook(config: crate::plane::edge::EdgeConfig) -> (SnapshotHandle, Passthrough) {
         use crate::compile::snapshot::Snapshot;
-        use crate::compile::tests::compile_test_docs;
         use crate::plane::accept::EdgeApp;
         use crate::plane::metrics::Metrics;
         use crate::plane::proxy::Router;
@@ -253,11 +278,24 @@ mod tests {
         let app = EdgeApp::new(
             crate::plane::h2::H2Server::new(router.clone()),
             crate::plane::h1::engine(router, 8),
-            Default::default(),
+            config,
             Metrics::new().unwrap(),
             false,
         );
         let pass = Passthrough::new(snapshots.clone(), app.slots(), Arc::default());
+        (snapshots, pass)
+    }
+
+    /// The listener reads nothing before a handshake while no host is
+    /// passed through, and starts to as soon as one is (the next
+    /// snapshot), and stops once none is again. A Gateway's own-address
+    /// sockets never read before the handshake.
+    #[test]
+    fn connections_are_looked_at_only_while_a_host_is_passed_through() {
+        use crate::compile::CompileOptions;
+        use crate::compile::tests::compile_test_docs;
+
+        let (snapshots, pass) = hook(Default::default());
         assert!(!pass.wants(), "the empty table");
         let ingress = |annotation: &str| {
             format!(
@@ -270,11 +308,42 @@ mod tests {
             &CompileOptions::default(),
         )));
         assert!(pass.wants());
+        assert!(
+            !pass.admission_only().wants(),
+            "a Gateway's own address serves no Ingress host"
+        );
         snapshots.store(Arc::new(compile_test_docs(
             &[ingress("")],
             &CompileOptions::default(),
         )));
         assert!(!pass.wants());
+    }
+
+    /// A Gateway's own-address sockets take their slots at accept in the
+    /// shared socket's table, with its deadline: one client's connections
+    /// count once across both, and a slot freed on one is free on the
+    /// other.
+    #[tokio::test]
+    async fn own_address_sockets_admit_under_the_shared_caps() {
+        let (_snapshots, shared) = hook(crate::plane::edge::EdgeConfig {
+            max_connections_per_client: 2,
+            header_read_timeout: std::time::Duration::from_secs(3),
+            ..Default::default()
+        });
+        let own = shared.admission_only();
+        let (_c1, mut first) = pair().await;
+        let (_c2, mut second) = pair().await;
+        let (_c3, mut third) = pair().await;
+        assert!(shared.admit(&mut first));
+        assert!(own.admit(&mut second));
+        assert!(second.held.is_some(), "the slot rides in the stream");
+        assert!(!own.admit(&mut third), "the client's third connection");
+        drop(first);
+        assert!(own.admit(&mut third), "the slot the shared socket freed");
+        assert_eq!(
+            own.handshake_timeout(),
+            Some(std::time::Duration::from_secs(3))
+        );
     }
 
     /// The read decides as soon as the ClientHello is whole, however it is

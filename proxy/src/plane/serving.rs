@@ -145,8 +145,9 @@ pub fn service(
     let https = match sockets.https {
         Some(l) => {
             let mut service = Service::new("teapot".to_string(), app.clone());
-            // TLS passthrough by SNI looks at a connection before its
-            // handshake (crate::plane::passthrough).
+            // Admission at accept and the handshake deadline, and on the
+            // shared socket TLS passthrough by SNI, before the handshake
+            // (crate::plane::passthrough).
             if let Some(pre_tls) = app.pre_tls() {
                 service.endpoints().set_pre_tls_callback(pre_tls);
             }
@@ -187,9 +188,11 @@ pub type TlsBuilder = dyn Fn(Option<SocketAddr>) -> Result<TlsSettings, ServeErr
 /// (the same caps) and drain signal, HTTPS with the shared listener's TLS
 /// settings but a certificate resolver of the socket's own
 /// (`SniResolver::at`): there the Gateway's HTTPS listeners at that port
-/// choose the certificate by SNI, a hostname-less one's for any name. They
-/// run on the caller's runtime, not on the serving threads, whose sockets
-/// are fixed at start.
+/// choose the certificate by SNI, a hostname-less one's for any name. The
+/// application's pre-TLS hook admits each HTTPS connection at accept and
+/// bounds its handshake as on the shared listener
+/// (`Passthrough::admission_only`). They run on the caller's runtime, not
+/// on the serving threads, whose sockets are fixed at start.
 pub struct OwnListeners {
     pub app: Arc<Edge>,
     pub tls: Arc<TlsBuilder>,
