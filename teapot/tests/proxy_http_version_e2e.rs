@@ -403,3 +403,120 @@ async fn the_backends_head_is_the_routes_version_and_connection() {
         }
     }
 }
+
+/// RouteTrafficPolicy's `satisfy`, `authCache` and `loadBalance` on
+/// HTTPRoute rules with an ExternalAuth filter, as their annotations
+/// on an Ingress: `satisfy: any` lets an allow-listed client in though
+/// the service refuses (no sub-request made), `all` does not; `authCache`
+/// asks the service once per key; `loadBalance: ewma` is accepted and
+/// serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_traffic_policy_satisfy_auth_cache_and_ewma_serve_as_their_annotations() {
+    use common::auth_service::AuthService;
+    const ANSWERS: &[common::auth_service::Answer] = &[
+        ("/check/cached", 200, &[]),
+        ("/check/uncached", 200, &[]),
+        ("/check/any", 401, &[]),
+        ("/check/all", 401, &[]),
+    ];
+    let auth = AuthService::start("127.0.0.1".parse().unwrap(), ANSWERS, "/check/hold").await;
+    let web = echo(NS, "web", "web-0").await;
+    let filter = json!([{
+        "type": "ExternalAuth",
+        "externalAuth": {
+            "protocol": "HTTP",
+            "backendRef": { "name": "auth", "port": 80 },
+            "http": { "path": "/check" },
+        },
+    }]);
+    let rule = |name: &str, filters: &Value| {
+        json!({
+            "name": name,
+            "matches": [{ "path": { "type": "PathPrefix", "value": format!("/{name}") } }],
+            "filters": filters,
+            "backendRefs": [{ "name": "web", "port": 80 }],
+        })
+    };
+    let none = json!([]);
+    let policy = |name: &str, spec: Value| {
+        let mut spec = spec;
+        spec["targetRefs"] = json!([{
+            "group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+            "name": "policies", "sectionName": name,
+        }]);
+        json!({
+            "apiVersion": "teapot.dev/v1alpha1", "kind": "RouteTrafficPolicy",
+            "metadata": { "name": name, "namespace": NS }, "spec": spec,
+        })
+    };
+    let mut objects = vec![
+        gateway_gw(
+            NS,
+            json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        http_route(
+            NS,
+            "policies",
+            json!({ "name": "gw" }),
+            &["policies.test"],
+            json!([
+                rule("cached", &filter),
+                rule("uncached", &filter),
+                rule("any", &filter),
+                rule("all", &filter),
+                rule("ewma", &none),
+            ]),
+        ),
+        policy(
+            "cached",
+            json!({ "authCache": { "key": "$http_x_key", "duration": "200 10m" } }),
+        ),
+        policy(
+            "any",
+            json!({ "satisfy": "any", "clientAddresses": { "allow": ["127.0.0.1/32"] } }),
+        ),
+        policy(
+            "all",
+            json!({ "satisfy": "all", "clientAddresses": { "allow": ["127.0.0.1/32"] } }),
+        ),
+        policy("ewma", json!({ "loadBalance": "ewma" })),
+    ];
+    objects.extend(echo_service(NS, "web", &[&web]));
+    objects.extend(loopback_service(NS, "auth", auth.addr.port()));
+    let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
+    h.wait_status("the policies accepted", |s| {
+        s["routeTrafficPolicies"].as_array().is_some_and(|p| {
+            p.len() == 4
+                && p.iter()
+                    .all(|p| p["status"]["targets"][0]["conditions"][0]["status"] == json!("True"))
+        })
+    })
+    .await;
+    for proto in [Proto::Http1, Proto::Http2] {
+        let send = |path: &str, key: Option<&str>| {
+            let mut req = Request::get("policies.test", path).proto(proto);
+            if let Some(k) = key {
+                req = req.header("x-key", k);
+            }
+            let h = &h;
+            async move { h.send(&req).await.status }
+        };
+        // One sub-request per key while its answer is kept.
+        let before = auth.count();
+        for _ in 0..3 {
+            assert_eq!(send("/cached", Some(&format!("{proto:?}"))).await, 200);
+        }
+        assert_eq!(auth.count() - before, 1, "{proto:?}: one per key");
+        let before = auth.count();
+        for _ in 0..3 {
+            assert_eq!(send("/uncached", Some("k")).await, 200);
+        }
+        assert_eq!(auth.count() - before, 3, "{proto:?}: no cache");
+        // The allow-list alone lets the client in; no sub-request.
+        let before = auth.count();
+        assert_eq!(send("/any", None).await, 200, "{proto:?}");
+        assert_eq!(auth.count(), before, "{proto:?}: nothing asked");
+        assert_eq!(send("/all", None).await, 401, "{proto:?}");
+        assert_eq!(send("/ewma", None).await, 200, "{proto:?}");
+    }
+}
