@@ -201,10 +201,13 @@ class Fetched:
     (from `obj := &pkg.Kind{}`) and the name it was read by. Its fields are
     known only at run time; a field read from it is a FieldRef."""
 
-    def __init__(self, kind, nn, text):
+    def __init__(self, kind, nn, text, after_change=False):
         self.kind = kind
         self.nn = nn
         self.text = text
+        # Read after a step changed objects: its fields are not what the
+        # manifests held before the first step (FieldRef), so not data.
+        self.after_change = after_change
 
 
 class FieldRef:
@@ -773,6 +776,8 @@ class Reader:
             return Unresolved(self.text(start, end)), end
         if rest and isinstance(self.env.get(head), Fetched):
             pointer, j = self.field_pointer(rest, i)
+            if self.env[head].after_change:
+                return Unresolved(f"{self.text(start, j)} (read after a change)"), j
             return FieldRef(self.env[head], pointer, self.text(start, j)), j
         if name in ("true", "false"):
             return name == "true", i
@@ -1314,6 +1319,118 @@ def keep_loop(tokens, i, env):
     return kept, KeepWhere(mutation, pointer, where, r.text(i, k + 11)), k + 11
 
 
+def changed_before(obj, state):
+    """Whether a change read so far may have changed `obj` (a Fetched):
+    a step of the same object, a manifest applied (its objects are not
+    known here), or a change the reader could not read."""
+    if state["changed"]:
+        return True
+    for what, step in state["steps"]:
+        if what != "change":
+            continue
+        if "manifest" in step:
+            return True
+        if (step.get("kind"), step.get("namespace"), step.get("name")) == (obj.kind, obj.nn.get("Namespace", ""), obj.nn.get("Name", "")):
+            return True
+    return False
+
+
+def filter_function(env, name):
+    """A function of the test package that only filters its first
+    parameter, a list, by one member of its elements compared with its
+    second parameter (or a member of it):
+
+        func f(xs []T, filter T) (out []T) {
+            for _, x := range xs { if x.G != filter.G { out = append(out, x) } }
+            return out
+        }
+
+    (`==` keeps, `!=` drops; either side; `out` the named result or a
+    `var out []T` first): (keeps, G, H or None), else None."""
+    funcs = env.get(PACKAGE, {}).get("funcs", {})
+    if name not in funcs:
+        return None
+    tokens, params, body, body_end, _ = funcs[name]
+    if len(params) != 2:
+        return None
+    t = [tok for _, tok in tokens[body + 1:body_end - 1]]
+    if t[:1] == ["var"]:
+        # `var out []T`: the declaration ends where the loop starts.
+        t = t[t.index("for"):] if "for" in t else []
+    if len(t) < 12 or t[:3] != ["for", "_", ","] or t[4:7] != [":=", "range", params[0]] or t[7:9] != ["{", "if"]:
+        return None
+    var = t[3]
+    k = 9
+    # The comparison: `x.G OP p.H` / `x.G OP p`, or the other way round.
+    op = next((n for n in range(k, min(k + 6, len(t))) if t[n] in ("==", "!=")), None)
+    if op is None:
+        return None
+    sides = (t[k:op], t[op + 1:t.index("{", op)] if "{" in t[op:] else [])
+    element = next((x for x in sides if len(x) == 3 and x[0] == var and x[1] == "."), None)
+    other = next((x for x in sides if x is not element), None)
+    if element is None or other is None or not other or other[0] != params[1]:
+        return None
+    if other not in ([params[1]], [params[1], ".", other[-1]]):
+        return None
+    member = other[2] if len(other) == 3 else None
+    rest = t[t.index("{", op) + 1:]
+    if len(rest) < 11:
+        return None
+    out = rest[0]
+    if rest[:10] != [out, "=", "append", "(", out, ",", var, ")", "}", "}"]:
+        return None
+    if rest[10:] not in (["return"], ["return", out]):
+        return None
+    return t[op] == "==", element[2], member
+
+
+def filter_call(tokens, rhs, env, mutation, pointer):
+    """`mutate.F = f(original.F, v)` at `rhs`, `f` a filter_function and
+    `original.F` the list the Mutation copies at the same path: the patch
+    operation `{"op": "keep" | "drop", "path", "where": {g: value}}` and
+    the index after the call, else None. The list filtered is the object's
+    as it is when the patch is made (the runner applies the operation to
+    it); the value compared is data or a FieldRef (an element the test
+    read before its first change)."""
+    if tokens[rhs][0] != "ident" or tokens[rhs + 1][1] != "(":
+        return None
+    shape = filter_function(env, tokens[rhs][1])
+    if shape is None:
+        return None
+    keeps, member, other = shape
+    args = call_args(tokens, rhs + 1)
+    if len(args) != 2:
+        return None
+    r = Reader(tokens, env)
+    (a, b), (c, d) = args
+    head = tokens[a][1]
+    source = env.get(head)
+    if not isinstance(source, Fetched) or source.kind != mutation.fetched.kind or source.nn != mutation.fetched.nn:
+        return None
+    if tokens[a + 1][1] != "." or tokens[a + 2][0] != "ident":
+        return None
+    try:
+        listed, j = r.field_pointer(tokens[a + 2][1], a + 3)
+        value, k = r.expr(c)
+    except GoError:
+        return None
+    if j != b or k != d or listed != pointer:
+        return None
+    if isinstance(value, Unresolved):
+        # The shape is read; the value compared is not data.
+        raise GoError(f"{tokens[rhs][1]} compares with {value.text}, computed at run time")
+    if other is not None:
+        if isinstance(value, FieldRef):
+            value = FieldRef(value.fetched, f"{value.path}/{json_field_name(other)}", f"{value.text}.{other}")
+        elif isinstance(value, dict) and other in value:
+            value = value[other]
+        else:
+            return None
+    value = kube_json(value, pointer)
+    op = {"op": "keep" if keeps else "drop", "path": pointer, "where": {json_field_name(member): value}}
+    return op, r.skip_parens(rhs + 1)
+
+
 def mutation_assignment(tokens, i, env):
     """`mutate.Spec.X[0].Y = value` (or `= append(mutate.Spec.X, v...)`)
     at token i, `mutate` a Mutation: its JSON Patch operation recorded (or
@@ -1347,6 +1464,10 @@ def mutation_assignment(tokens, i, env):
             for value in values:
                 mutation.ops.append({"op": "add", "path": pointer + "/-", "value": kube_json(value, pointer)})
             return r.skip_parens(rhs + 1)
+        filtered = filter_call(tokens, rhs, env, mutation, pointer)
+        if filtered:
+            mutation.ops.append(filtered[0])
+            return filtered[1]
         value, end = r.expr(rhs)
         if isinstance(value, KeepWhere) and value.mutation is mutation and value.pointer == pointer:
             mutation.ops.append({"op": "keep", "path": pointer, "where": value.where})
@@ -1841,6 +1962,8 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
                 name = tokens[target[-1][0]][1]
                 text = f"{name} (read with Client.{tokens[i + 2][1]})"
                 env[name] = fetched(env.get(name), tokens, args, env, text) if tokens[i + 2][1] == "Get" else Unresolved(text)
+                if isinstance(env[name], Fetched):
+                    env[name].after_change = changed_before(env[name], state)
         # `mutate.Spec.X = value` on a DeepCopy of a fetched object: an
         # operation of the patch it becomes.
         if kind == "ident" and tokens[i - 1][1] != "." and tokens[i + 1][1] == "." and isinstance(env.get(tok), Mutation):
@@ -1971,7 +2094,7 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
         # `var (...)` block): remember what evaluates.
         if kind == "ident" and (
             tokens[i + 1][1] == ":="
-            or (tokens[i + 1][1] == "=" and tokens[i - 1][1] in (";", "{", "}", ")") or tokens[i + 1][1] == "=" and tokens[i - 1][0] != "op")
+            or (tokens[i + 1][1] == "=" and tokens[i - 1][1] in (";", "{", "}", ")", "]") or tokens[i + 1][1] == "=" and tokens[i - 1][0] != "op")
             or (tokens[i + 1][1] == "=" and tokens[i - 1][1] == "(" and tokens[i - 2][1] == "var")
         ) and tokens[i - 1][1] not in (".", ","):
             try:

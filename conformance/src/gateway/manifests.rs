@@ -6,10 +6,10 @@
 //!   that order, with the harness's substitutions: a Gateway's
 //!   `spec.gatewayClassName` becomes the runner's class (`teapot`), a
 //!   GatewayClass's `spec.controllerName` becomes teapot's controller, and
-//!   a Gateway's `spec.addresses` is overlaid as with no usable or unusable
-//!   address configured (the placeholders `PLACEHOLDER_USABLE_ADDRS` /
-//!   `PLACEHOLDER_UNUSABLE_ADDRS` vanish, `test/fake-invalid-type`
-//!   addresses stay).
+//!   a Gateway's `spec.addresses` is overlaid as the harness does with
+//!   the runner's usable and unusable addresses ([`NetworkAddresses`]: the
+//!   placeholders `PLACEHOLDER_USABLE_ADDRS` / `PLACEHOLDER_UNUSABLE_ADDRS`
+//!   become them, `test/fake-invalid-type` addresses stay).
 //! - Kinds that only make sense with a cluster ([`DROPPED_KINDS`]) are not
 //!   written: Deployments become echo processes ([`Workload`]), the rest
 //!   have no reader in teapot. Namespaces are written: their labels decide
@@ -233,9 +233,79 @@ pub struct Prepared {
     pub backends: Vec<Backend>,
 }
 
+/// The addresses upstream's suite is given for
+/// `PLACEHOLDER_USABLE_ADDRS` and `PLACEHOLDER_UNUSABLE_ADDRS`
+/// (`suite.UsableNetworkAddresses`, `suite.UnusableNetworkAddresses`), as
+/// IP addresses (`type: IPAddress`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkAddresses {
+    pub usable: Vec<String>,
+    pub unusable: Vec<String>,
+}
+
+impl NetworkAddresses {
+    /// For the proxy's L4 pool `cidr`: its last address usable (the
+    /// allocator gives Gateways the first free ones, so a test's other
+    /// Gateways leave it free), and a documentation address (RFC 5737)
+    /// outside it unusable. An empty or unreadable pool: no usable address.
+    pub fn for_pool(cidr: &str) -> NetworkAddresses {
+        let outside = ["192.0.2.1", "198.51.100.1"];
+        let Some((net, bits)) = parse_cidr(cidr) else {
+            return NetworkAddresses {
+                usable: Vec::new(),
+                unusable: vec![outside[0].to_string()],
+            };
+        };
+        let contains = |ip: std::net::IpAddr| prefix_of(ip, bits) == prefix_of(net, bits);
+        let last = match net {
+            std::net::IpAddr::V4(v4) => {
+                let host = u32::MAX.checked_shr(bits).unwrap_or(0);
+                let last = (u32::from(v4) | host).saturating_sub(u32::from(bits < 31 && host > 0));
+                std::net::IpAddr::V4(last.into())
+            }
+            std::net::IpAddr::V6(v6) => {
+                let host = u128::MAX.checked_shr(bits).unwrap_or(0);
+                std::net::IpAddr::V6((u128::from(v6) | host).into())
+            }
+        };
+        NetworkAddresses {
+            usable: vec![last.to_string()],
+            unusable: outside
+                .iter()
+                .filter(|a| !contains(a.parse().expect("a literal address")))
+                .take(1)
+                .map(|a| (*a).to_string())
+                .collect(),
+        }
+    }
+}
+
+/// `a.b.c.d/n` or `x::/n`: the address and the prefix length.
+fn parse_cidr(cidr: &str) -> Option<(std::net::IpAddr, u32)> {
+    let (addr, bits) = cidr.split_once('/')?;
+    let addr: std::net::IpAddr = addr.parse().ok()?;
+    let bits: u32 = bits.parse().ok()?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((addr, bits))
+}
+
+/// The first `bits` bits of `ip` (and its family).
+fn prefix_of(ip: std::net::IpAddr, bits: u32) -> (bool, u128) {
+    match ip {
+        std::net::IpAddr::V4(v4) => (
+            true,
+            u128::from(u32::from(v4) & !u32::MAX.checked_shr(bits).unwrap_or(0)),
+        ),
+        std::net::IpAddr::V6(v6) => (
+            false,
+            u128::from(v6) & !u128::MAX.checked_shr(bits).unwrap_or(0),
+        ),
+    }
+}
+
 /// Reads the base manifests and the test's, applies the substitutions and
 /// pairs Services with Deployments.
-pub fn prepare(files: &[&Path]) -> Result<Prepared, ManifestError> {
+pub fn prepare(files: &[&Path], addresses: &NetworkAddresses) -> Result<Prepared, ManifestError> {
     let mut prepared = Prepared::default();
     let mut workloads = Vec::new();
     for file in files {
@@ -253,7 +323,7 @@ pub fn prepare(files: &[&Path]) -> Result<Prepared, ManifestError> {
             if value.is_null() {
                 continue;
             }
-            let object = substitute(value).map_err(|message| ManifestError::Object {
+            let object = substitute(value, addresses).map_err(|message| ManifestError::Object {
                 path: path.clone(),
                 index,
                 what: "object".into(),
@@ -284,7 +354,7 @@ pub fn prepare(files: &[&Path]) -> Result<Prepared, ManifestError> {
 }
 
 /// The harness's substitutions on one object.
-pub fn substitute(mut value: Value) -> Result<Object, String> {
+pub fn substitute(mut value: Value, addresses: &NetworkAddresses) -> Result<Object, String> {
     let kind = text(&value, &["kind"]);
     if kind.is_empty() {
         return Err("no kind".into());
@@ -298,7 +368,7 @@ pub fn substitute(mut value: Value) -> Result<Object, String> {
         "Gateway" => {
             let spec = spec_mut(&mut value)?;
             spec.insert("gatewayClassName".into(), GATEWAY_CLASS.into());
-            overlay_addresses(spec);
+            overlay_addresses(spec, addresses);
         }
         _ => {}
     }
@@ -311,19 +381,32 @@ pub fn substitute(mut value: Value) -> Result<Object, String> {
 }
 
 /// `prepareGateway`: with addresses given, keep the special invalid-type
-/// ones and replace the placeholders by the configured pools (empty here).
-fn overlay_addresses(spec: &mut Mapping) {
+/// ones and replace the placeholders by the configured addresses, in the
+/// order they are written.
+fn overlay_addresses(spec: &mut Mapping, configured: &NetworkAddresses) {
     let Some(Value::Sequence(addresses)) = spec.get("addresses") else {
         return;
     };
     if addresses.is_empty() {
         return;
     }
-    let kept: Vec<Value> = addresses
-        .iter()
-        .filter(|a| text(a, &["type"]) == "test/fake-invalid-type")
-        .cloned()
-        .collect();
+    let ip = |value: &String| {
+        let mut address = Mapping::new();
+        address.insert("type".into(), "IPAddress".into());
+        address.insert("value".into(), value.as_str().into());
+        Value::Mapping(address)
+    };
+    let mut kept = Vec::new();
+    for address in addresses {
+        match text(address, &["value"]).as_str() {
+            "PLACEHOLDER_USABLE_ADDRS" => kept.extend(configured.usable.iter().map(ip)),
+            "PLACEHOLDER_UNUSABLE_ADDRS" => kept.extend(configured.unusable.iter().map(ip)),
+            _ if text(address, &["type"]) == "test/fake-invalid-type" => {
+                kept.push(address.clone());
+            }
+            _ => {}
+        }
+    }
     spec.insert("addresses".into(), Value::Sequence(kept));
 }
 
@@ -595,7 +678,7 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         let base = write(dir.path(), "base.yaml", BASE);
         let test = write(dir.path(), "test.yaml", TEST);
-        let prepared = prepare(&[&base, &test]).unwrap();
+        let prepared = prepare(&[&base, &test], &NetworkAddresses::default()).unwrap();
         let kinds: Vec<&str> = prepared.objects.iter().map(|o| o.kind.as_str()).collect();
         assert_eq!(
             kinds,
@@ -662,25 +745,72 @@ spec:
                 "kind: Gateway\nmetadata: {name: g, namespace: n}\nspec: {gatewayClassName: x}",
             )
             .unwrap(),
+            &NetworkAddresses::for_pool("127.48.0.0/24"),
         )
         .unwrap();
         assert_eq!(object.value["spec"]["gatewayClassName"], "teapot");
         assert!(object.value["spec"].get("addresses").is_none());
-        assert!(substitute(serde_yaml::from_str("metadata: {name: x}").unwrap()).is_err());
+        assert!(
+            substitute(
+                serde_yaml::from_str("metadata: {name: x}").unwrap(),
+                &NetworkAddresses::default()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn placeholders_become_the_configured_addresses_in_order() {
+        let configured = NetworkAddresses::for_pool("127.48.0.0/24");
+        assert_eq!(
+            configured,
+            NetworkAddresses {
+                usable: vec!["127.48.0.254".into()],
+                unusable: vec!["192.0.2.1".into()],
+            }
+        );
+        assert_eq!(
+            NetworkAddresses::for_pool("192.0.2.0/30").unusable,
+            ["198.51.100.1"]
+        );
+        assert_eq!(
+            NetworkAddresses::for_pool("fd00::/120").usable,
+            ["fd00::ff"]
+        );
+        assert!(NetworkAddresses::for_pool("").usable.is_empty());
+        let object = substitute(
+            serde_yaml::from_str(
+                "kind: Gateway\nmetadata: {name: g, namespace: n}\nspec:\n  addresses:\n  - {type: test/fake-invalid-type, value: x}\n  - value: PLACEHOLDER_UNUSABLE_ADDRS\n  - value: PLACEHOLDER_USABLE_ADDRS\n",
+            )
+            .unwrap(),
+            &configured,
+        )
+        .unwrap();
+        assert_eq!(
+            object.value["spec"]["addresses"],
+            serde_yaml::from_str::<Value>(
+                "[{type: test/fake-invalid-type, value: x}, {type: IPAddress, value: 192.0.2.1}, {type: IPAddress, value: 127.48.0.254}]"
+            )
+            .unwrap()
+        );
     }
 
     #[test]
     fn bad_documents_name_file_and_index() {
         let dir = tempfile::tempdir().unwrap();
         let file = write(dir.path(), "bad.yaml", "kind: Service\n---\nkind: [\n");
-        let err = prepare(&[&file]).unwrap_err().to_string();
+        let err = prepare(&[&file], &NetworkAddresses::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bad.yaml: document 1 is not YAML"), "{err}");
         let file = write(
             dir.path(),
             "replicas.yaml",
             "kind: Deployment\nmetadata: {name: d, namespace: n}\nspec: {replicas: many}\n",
         );
-        let err = prepare(&[&file]).unwrap_err().to_string();
+        let err = prepare(&[&file], &NetworkAddresses::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("document 0 (Deployment n/d): spec.replicas is not a count"),
             "{err}"

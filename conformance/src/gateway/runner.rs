@@ -78,6 +78,8 @@ pub struct RunConfig {
 pub const DEFAULT_L4_POOL: &str = "127.48.0.0/24";
 /// The pool's name on the proxy's command line.
 const L4_POOL_NAME: &str = "conformance";
+/// The annotation upstream's harness skips a Gateway's readiness wait by.
+const READINESS_SKIP: &str = "gateway-api/skip-this-for-readiness";
 /// How long a Gateway a case addresses may take to show an address.
 const ADDRESS_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -234,7 +236,11 @@ impl Fixture {
         let mut files = vec![base];
         files.extend(test.manifests.iter().map(|m| config.upstream.join(m)));
         let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
-        let prepared = manifests::prepare(&paths).map_err(|e| e.to_string())?;
+        let prepared = manifests::prepare(
+            &paths,
+            &manifests::NetworkAddresses::for_pool(&config.l4_pool),
+        )
+        .map_err(|e| e.to_string())?;
         check_gateways(test, &prepared)?;
 
         let dir = tempfile::Builder::new()
@@ -299,9 +305,21 @@ impl Fixture {
             .filter_map(|c| c.gateway.as_ref())
             .map(|g| (g.namespace.clone(), g.name.clone()))
             .collect();
+        // As the harness, which waits for no Gateway annotated
+        // `gateway-api/skip-this-for-readiness` (one the test expects
+        // to get no address first, GatewayStaticAddresses').
+        let skipped = |g: &&super::data::ObjectRef| {
+            prepared.objects.iter().any(|o| {
+                o.kind == "Gateway"
+                    && o.name == g.name
+                    && o.namespace == g.namespace
+                    && o.value["metadata"]["annotations"][READINESS_SKIP].as_str() == Some("true")
+            })
+        };
         gateways.extend(
             test.gateways
                 .iter()
+                .filter(|g| !skipped(g))
                 .map(|g| (g.namespace.clone(), g.name.clone())),
         );
         fixture.addresses = wait_for_addresses(&proxy, &gateways).await;

@@ -102,6 +102,7 @@ pub(super) async fn run(
         generations: generations(&fixture.objects),
         written: 0,
         created: fixture.created,
+        addresses: manifests::NetworkAddresses::for_pool(&config.l4_pool),
     };
     let mut cases: BTreeMap<usize, CaseOutcome> = BTreeMap::new();
     let mut checks: BTreeMap<usize, CaseOutcome> = BTreeMap::new();
@@ -171,6 +172,8 @@ struct Directory {
     written: usize,
     /// The manifests' `creationTimestamp` (seconds since the epoch).
     created: u64,
+    /// What the harness's address placeholders become in applied objects.
+    addresses: manifests::NetworkAddresses,
 }
 
 impl Directory {
@@ -211,6 +214,7 @@ impl Directory {
     }
 
     fn write(&mut self, upstream: &Path, change: &Change) -> Result<(), String> {
+        let addresses = &self.addresses;
         match change {
             Change::Patch { object, json_patch } => {
                 let (path, mut value) = self.find(object)?;
@@ -239,7 +243,7 @@ impl Directory {
                 let value = self.resolve(value)?;
                 let yaml: serde_yaml::Value = serde_json::from_value(value)
                     .map_err(|e| format!("the object is not YAML: {e}"))?;
-                let object = manifests::substitute(yaml)?;
+                let object = manifests::substitute(yaml, addresses)?;
                 self.put(object)
             }
             Change::Apply {
@@ -247,7 +251,8 @@ impl Directory {
                 ..
             } => {
                 let path = upstream.join(manifest);
-                let prepared = manifests::prepare(&[path.as_path()]).map_err(|e| e.to_string())?;
+                let prepared =
+                    manifests::prepare(&[path.as_path()], addresses).map_err(|e| e.to_string())?;
                 if !prepared.backends.is_empty() {
                     return Err(format!(
                         "{manifest} adds workloads, which the runner starts only before the proxy"
@@ -463,23 +468,26 @@ fn write_atomically(path: &Path, value: &Value) -> Result<(), String> {
 }
 
 /// One JSON Patch operation (RFC 6902) of `add`, `replace` or `remove`,
-/// or `keep` (`{"op": "keep", "path", "where": {member: value}}`: the list
-/// at `path` keeps the elements with every member given; what a Go loop
-/// filtering a list builds, which RFC 6902 has no operation for).
+/// or `keep` / `drop` (`{"op": "keep", "path", "where": {member: value}}`:
+/// the list at `path` keeps, or loses, the elements with every member
+/// given; what a Go loop filtering a list builds, which RFC 6902 has no
+/// operation for). The list is the object's as it is now: a test filters
+/// the list it has just read.
 fn apply_operation(target: &mut Value, op: &Value) -> Result<(), String> {
     let kind = op.get("op").and_then(Value::as_str).unwrap_or("");
     let path = op
         .get("path")
         .and_then(Value::as_str)
         .ok_or_else(|| format!("a patch operation without a path: {op}"))?;
-    if kind == "keep" {
+    if kind == "keep" || kind == "drop" {
         let Some(Value::Object(want)) = op.get("where") else {
-            return Err(format!("keep {path} without a where"));
+            return Err(format!("{kind} {path} without a where"));
         };
         let Some(Value::Array(items)) = target.pointer_mut(path) else {
-            return Err(format!("keep {path}: not a list"));
+            return Err(format!("{kind} {path}: not a list"));
         };
-        items.retain(|item| want.iter().all(|(k, v)| item.get(k) == Some(v)));
+        let keep = kind == "keep";
+        items.retain(|item| want.iter().all(|(k, v)| item.get(k) == Some(v)) == keep);
         return Ok(());
     }
     let Some((parent_path, last)) = path.rsplit_once('/') else {
@@ -616,6 +624,33 @@ mod tests {
         assert!(
             apply_operation(&mut data, &json!({"op": "move", "path": "/data/ca.crt"})).is_err()
         );
+        let mut gateway = json!({"spec": {"addresses": [
+            {"type": "test/fake-invalid-type", "value": "x"},
+            {"type": "IPAddress", "value": "192.0.2.1"},
+            {"type": "IPAddress", "value": "127.48.0.254"},
+        ]}});
+        apply_operation(
+            &mut gateway,
+            &json!({"op": "drop", "path": "/spec/addresses", "where": {"value": "x"}}),
+        )
+        .unwrap();
+        apply_operation(
+            &mut gateway,
+            &json!({"op": "drop", "path": "/spec/addresses", "where": {"value": "192.0.2.1"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            gateway,
+            json!({"spec": {"addresses": [{"type": "IPAddress", "value": "127.48.0.254"}]}})
+        );
+        assert!(
+            apply_operation(
+                &mut gateway,
+                &json!({"op": "drop", "path": "/spec/addresses"})
+            )
+            .unwrap_err()
+            .contains("without a where")
+        );
     }
 
     #[test]
@@ -660,6 +695,7 @@ mod tests {
             generations: Generations::new(),
             written: 0,
             created: now_secs(),
+            addresses: manifests::NetworkAddresses::default(),
         };
         directory.before = Some(
             read_objects(dir.path())
