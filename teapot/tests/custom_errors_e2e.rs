@@ -178,29 +178,14 @@ async fn listed_statuses_get_the_default_backends_page() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_reaches_only_its_own_error_backend() {
     let ip = node_address(false);
-    let prefix = 32;
     let errors = EchoServer::start_on(ip, EchoIdentity::new("tenant-alpha", "", "errors", "0"))
         .await
         .expect("echo on the node address");
-    let mut errors_slice = slice(
-        "tenant-alpha",
-        "errors-0",
-        "errors",
-        &[(Some("http"), errors.addr().port())],
-        &[(&ip.to_string(), true)],
-    );
-    errors_slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-        json!("sync.teapot.dev");
     let objects = vec![
-        json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": "alpha" },
-            "spec": { "cluster": "alpha", "nodeCIDRs": [format!("{ip}/{prefix}")] },
-        }),
+        node_tenant("alpha", ip),
         tenant("beta"),
         service("tenant-alpha", "errors", &[(Some("http"), 80)]),
-        errors_slice,
+        synced_slice("tenant-alpha", "errors", errors.addr()),
         // Each tenant's backend has no endpoint: every request is a 503
         // the default backend may answer.
         service("tenant-alpha", "web", &[(Some("http"), 80)]),

@@ -710,46 +710,6 @@ async fn slowloris_does_not_starve_other_clients() {
     assert!(timeouts >= 1.0 && capped >= 1.0, "{metrics}");
 }
 
-/// A Tenant with its own node address, an echo backend there and one
-/// Ingress for `host`.
-async fn tenant_with_backend(
-    cluster: &str,
-    ip: std::net::IpAddr,
-    limits: serde_json::Value,
-    host: &str,
-) -> (EchoServer, Vec<serde_json::Value>) {
-    let namespace = format!("tenant-{cluster}");
-    let echo = EchoServer::start_on(
-        ip,
-        teapot_testkit::echo::EchoIdentity::new(&namespace, "", "web", "0"),
-    )
-    .await
-    .expect("echo on the node address");
-    let prefix = if ip.is_ipv4() { 32 } else { 128 };
-    let mut slice = slice(
-        &namespace,
-        "web-0",
-        "web",
-        &[(Some("http"), echo.addr().port())],
-        &[(&ip.to_string(), true)],
-    );
-    slice["addressType"] = serde_json::json!(if ip.is_ipv4() { "IPv4" } else { "IPv6" });
-    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-        serde_json::json!("sync.teapot.dev");
-    let documents = vec![
-        serde_json::json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": cluster },
-            "spec": { "cluster": cluster, "nodeCIDRs": [format!("{ip}/{prefix}")], "limits": limits },
-        }),
-        service(&namespace, "web", &[(Some("http"), 80)]),
-        slice,
-        simple_ingress(&namespace, "web", host, "web"),
-    ];
-    (echo, documents)
-}
-
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
     let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
@@ -783,14 +743,14 @@ async fn one_tenants_flood_degrades_only_that_tenant() {
     const ROUNDS: usize = 4;
     const WINDOW: usize = 750;
     const FLOODERS: usize = 64;
-    let (flood_echo, mut documents) = tenant_with_backend(
+    let (flood_echo, mut documents) = limited_tenant_route(
         "flood",
         common::node_address(false),
         serde_json::json!({ "requestsPerSecond": 200, "maxConnections": 8 }),
         "app.flood.lb.localhost",
     )
     .await;
-    let (calm_echo, calm_docs) = tenant_with_backend(
+    let (calm_echo, calm_docs) = limited_tenant_route(
         "calm",
         common::node_address(true),
         serde_json::json!({}),
@@ -925,39 +885,13 @@ mod h2raw {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
+    pub use crate::common::h2raw::{Frame, request};
     pub use teapot_testkit::h2frames::{
-        DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, RST_STREAM, SETTINGS, WINDOW_UPDATE, frame,
-        hpack_length,
+        DATA, END_STREAM, GOAWAY, HEADERS, RST_STREAM, SETTINGS, WINDOW_UPDATE, frame,
     };
 
     pub const ENHANCE_YOUR_CALM: u32 = 0xb;
     pub const REFUSED_STREAM: u32 = 0x7;
-
-    /// A HEADERS frame for `method` on `authority` with extra fields.
-    pub fn request(
-        stream: u32,
-        method: &str,
-        authority: &str,
-        extra: &[(&[u8], &[u8])],
-        end_stream: bool,
-    ) -> Vec<u8> {
-        let mut block = Vec::new();
-        let pseudo: [(&[u8], &[u8]); 4] = [
-            (b":method", method.as_bytes()),
-            (b":scheme", b"http"),
-            (b":path", b"/"),
-            (b":authority", authority.as_bytes()),
-        ];
-        for (name, value) in pseudo.iter().chain(extra) {
-            block.push(0x10); // literal, never indexed, new name
-            hpack_length(&mut block, name.len());
-            block.extend_from_slice(name);
-            hpack_length(&mut block, value.len());
-            block.extend_from_slice(value);
-        }
-        let flags = END_HEADERS | if end_stream { END_STREAM } else { 0 };
-        frame(HEADERS, flags, stream, &block)
-    }
 
     pub fn rst(stream: u32, code: u32) -> Vec<u8> {
         frame(RST_STREAM, 0, stream, &code.to_be_bytes())
@@ -970,38 +904,6 @@ mod h2raw {
         hello.extend(frame(SETTINGS, 0, 0, &[]));
         s.write_all(&hello).await.expect("preface");
         s
-    }
-
-    /// One received frame.
-    #[derive(Debug)]
-    pub struct Frame {
-        pub kind: u8,
-        pub stream: u32,
-        pub payload: Vec<u8>,
-    }
-
-    impl Frame {
-        /// Error code of RST_STREAM and GOAWAY.
-        pub fn error_code(&self) -> Option<u32> {
-            let at = match self.kind {
-                RST_STREAM => 0,
-                GOAWAY => 4,
-                _ => return None,
-            };
-            let b = self.payload.get(at..at + 4)?;
-            Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        }
-
-        /// A SETTINGS parameter.
-        pub fn setting(&self, id: u16) -> Option<u32> {
-            if self.kind != SETTINGS {
-                return None;
-            }
-            self.payload.chunks_exact(6).find_map(|c| {
-                (u16::from_be_bytes([c[0], c[1]]) == id)
-                    .then(|| u32::from_be_bytes([c[2], c[3], c[4], c[5]]))
-            })
-        }
     }
 
     /// `kind:error_code` of each frame, for the test's table.
@@ -1024,17 +926,7 @@ mod h2raw {
         let mut frames = Vec::new();
         let mut chunk = [0u8; 16384];
         loop {
-            while buf.len() >= 9 {
-                let len = (buf[0] as usize) << 16 | (buf[1] as usize) << 8 | buf[2] as usize;
-                if buf.len() < 9 + len {
-                    break;
-                }
-                let f = Frame {
-                    kind: buf[3],
-                    stream: u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff,
-                    payload: buf[9..9 + len].to_vec(),
-                };
-                buf.drain(..9 + len);
+            while let Some(f) = Frame::take(&mut buf) {
                 let done = f.kind == GOAWAY || stop(&f);
                 frames.push(f);
                 if done {

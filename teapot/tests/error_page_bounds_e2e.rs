@@ -99,33 +99,13 @@ mod h2raw {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
-    pub use teapot_testkit::h2frames::{
-        ACK, END_HEADERS, END_STREAM, GOAWAY, HEADERS, RST_STREAM, SETTINGS, frame, hpack_length,
-    };
+    pub use crate::common::h2raw::{Frame, request};
+    pub use teapot_testkit::h2frames::{ACK, GOAWAY, HEADERS, RST_STREAM, SETTINGS, frame};
 
     /// RST_STREAM's CANCEL.
     pub const CANCEL: u32 = 0x8;
     /// SETTINGS_INITIAL_WINDOW_SIZE.
     const INITIAL_WINDOW_SIZE: u16 = 0x4;
-
-    /// A GET of `/` on `authority`, with extra fields, ending the stream.
-    pub fn get(stream: u32, authority: &str, extra: &[(&[u8], &[u8])]) -> Vec<u8> {
-        let mut block = Vec::new();
-        let pseudo: [(&[u8], &[u8]); 4] = [
-            (b":method", b"GET"),
-            (b":scheme", b"http"),
-            (b":path", b"/"),
-            (b":authority", authority.as_bytes()),
-        ];
-        for (name, value) in pseudo.iter().chain(extra) {
-            block.push(0x10); // literal, never indexed, new name
-            hpack_length(&mut block, name.len());
-            block.extend_from_slice(name);
-            hpack_length(&mut block, value.len());
-            block.extend_from_slice(value);
-        }
-        frame(HEADERS, END_HEADERS | END_STREAM, stream, &block)
-    }
 
     /// The preface and SETTINGS with an initial stream window of 0: the
     /// server may send no DATA on any stream until a WINDOW_UPDATE, which
@@ -148,25 +128,6 @@ mod h2raw {
         conn
     }
 
-    #[derive(Debug)]
-    pub struct Frame {
-        pub kind: u8,
-        pub stream: u32,
-        pub payload: Vec<u8>,
-    }
-
-    impl Frame {
-        pub fn error_code(&self) -> Option<u32> {
-            let at = match self.kind {
-                RST_STREAM => 0,
-                GOAWAY => 4,
-                _ => return None,
-            };
-            let b = self.payload.get(at..at + 4)?;
-            Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        }
-    }
-
     pub struct Conn {
         pub s: TcpStream,
         buf: Vec<u8>,
@@ -178,18 +139,8 @@ mod h2raw {
         pub async fn next(&mut self, quiet: Duration) -> Option<Frame> {
             let mut chunk = [0u8; 16384];
             loop {
-                if self.buf.len() >= 9 {
-                    let b = &self.buf;
-                    let len = (b[0] as usize) << 16 | (b[1] as usize) << 8 | b[2] as usize;
-                    if b.len() >= 9 + len {
-                        let f = Frame {
-                            kind: b[3],
-                            stream: u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff,
-                            payload: b[9..9 + len].to_vec(),
-                        };
-                        self.buf.drain(..9 + len);
-                        return Some(f);
-                    }
+                if let Some(f) = Frame::take(&mut self.buf) {
+                    return Some(f);
                 }
                 match tokio::time::timeout(quiet, self.s.read(&mut chunk)).await {
                     Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
@@ -247,10 +198,12 @@ async fn stalled_http2_streams_hold_no_page_and_are_reset() {
         let mut conn = h2raw::connect_shut(proxy).await;
         let mut burst = Vec::new();
         for i in 0..STREAMS {
-            burst.extend(h2raw::get(
+            burst.extend(h2raw::request(
                 2 * i + 1,
+                "GET",
                 "empty.test",
                 &[(b"x-page-bytes", PAGE.as_bytes())],
+                true,
             ));
         }
         conn.s.write_all(&burst).await.unwrap();
@@ -326,28 +279,12 @@ async fn stalled_http2_streams_hold_no_page_and_are_reset() {
 async fn a_route_without_endpoints_is_refused_by_its_tenant_before_its_page() {
     let ip = node_address(false);
     let errors = PageBackend::start(ip).await;
-    let mut errors_slice = slice(
-        "tenant-alpha",
-        "errors-0",
-        "errors",
-        &[(Some("http"), errors.addr.port())],
-        &[(&ip.to_string(), true)],
-    );
-    errors_slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-        json!("sync.teapot.dev");
+    let mut alpha = node_tenant("alpha", ip);
+    alpha["spec"]["limits"] = json!({ "requestsPerSecond": 2, "maxConnections": 1 });
     let objects = vec![
-        json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": "alpha" },
-            "spec": {
-                "cluster": "alpha",
-                "nodeCIDRs": [format!("{ip}/32")],
-                "limits": { "requestsPerSecond": 2, "maxConnections": 1 },
-            },
-        }),
+        alpha,
         service("tenant-alpha", "errors", &[(Some("http"), 80)]),
-        errors_slice,
+        synced_slice("tenant-alpha", "errors", errors.addr),
         // No endpoint: every request is the 503 the default backend
         // answers.
         service("tenant-alpha", "web", &[(Some("http"), 80)]),

@@ -13,9 +13,8 @@ use std::sync::atomic::Ordering;
 
 use common::auth_service::AuthService;
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use teapot_testkit::client::{Proto, Request, Transport};
-use teapot_testkit::echo::{EchoIdentity, EchoServer};
 
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
 
@@ -140,11 +139,7 @@ async fn the_auth_service_decides_each_request() {
         assert_eq!(sub.method, "GET");
         assert_eq!(sub.uri, "/allow");
         let field = |n: &str| sub.headers.get(n).map(|v| v.to_str().unwrap().to_string());
-        let scheme = if proto == Proto::Http1 {
-            "http"
-        } else {
-            "https"
-        };
+        let scheme = scheme(proto);
         assert_eq!(
             field("x-original-url").as_deref(),
             Some(&*format!("{scheme}://pass.test/cart?id=7")),
@@ -229,38 +224,6 @@ async fn the_auth_service_decides_each_request() {
     }
 }
 
-/// A tenant's Service for `auth-url`, on `ip` (a node address: a tenant's
-/// endpoints are never loopback), and the Tenant itself.
-async fn tenant_with_backend(cluster: &str, ip: IpAddr) -> (EchoServer, Vec<Value>) {
-    let namespace = format!("tenant-{cluster}");
-    let echo = EchoServer::start_on(ip, EchoIdentity::new(&namespace, "", "web", "0"))
-        .await
-        .expect("echo on the node address");
-    let prefix = if ip.is_ipv4() { 32 } else { 128 };
-    let mut web = slice(
-        &namespace,
-        "web-0",
-        "web",
-        &[(Some("http"), echo.addr().port())],
-        &[(&ip.to_string(), true)],
-    );
-    if ip.is_ipv6() {
-        web["addressType"] = json!("IPv6");
-    }
-    web["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] = json!("sync.teapot.dev");
-    let documents = vec![
-        json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": cluster },
-            "spec": { "cluster": cluster, "nodeCIDRs": [format!("{ip}/{prefix}")] },
-        }),
-        service(&namespace, "web", &[(Some("http"), 80)]),
-        web,
-    ];
-    (echo, documents)
-}
-
 /// Tenant alpha's authentication service holds every sub-request; its
 /// bound (2 here) fills and its next request gets 503 at once, while
 /// tenant beta's requests, with and without its own authentication, are
@@ -268,8 +231,8 @@ async fn tenant_with_backend(cluster: &str, ip: IpAddr) -> (EchoServer, Vec<Valu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tenants_stuck_auth_service_leaves_the_others_alone() {
     let (alpha_ip, beta_ip) = (node_address(false), node_address(true));
-    let (_alpha_web, mut objects) = tenant_with_backend("alpha", alpha_ip).await;
-    let (_beta_web, beta) = tenant_with_backend("beta", beta_ip).await;
+    let (_alpha_web, mut objects) = tenant_backend("alpha", alpha_ip).await;
+    let (_beta_web, beta) = tenant_backend("beta", beta_ip).await;
     objects.extend(beta);
     let alpha_auth = auth_service(alpha_ip).await;
     let beta_auth = auth_service(beta_ip).await;
@@ -385,7 +348,7 @@ async fn one_tenants_stuck_auth_service_leaves_the_others_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_auth_url_stays_inside_the_tenant() {
     let ip = node_address(false);
-    let (_web, mut objects) = tenant_with_backend("gamma", ip).await;
+    let (_web, mut objects) = tenant_backend("gamma", ip).await;
     let own = auth_service(ip).await;
     objects.extend(own.service("tenant-gamma"));
     // A service on this machine that is not the tenant's: loopback.

@@ -92,29 +92,15 @@ async fn a_tenant_listener_set_on_the_shared_gateway_serves_its_own_https_host()
     let web = EchoServer::start_on(ip, EchoIdentity::new(TENANT_NS, "", "web", "web-0"))
         .await
         .expect("echo on the node address");
-    let mut web_slice = slice(
-        TENANT_NS,
-        "web-0",
-        "web",
-        &[(Some("http"), web.addr().port())],
-        &[(&ip.to_string(), true)],
-    );
-    web_slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-        json!("sync.teapot.dev");
     let ca = TestCa::new("tenant CA");
     let cert = ca.issue(&[SHOP, BLOCKED]);
     let objects = vec![
-        json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": "acme" },
-            "spec": { "cluster": "acme", "nodeCIDRs": [format!("{ip}/32")] },
-        }),
+        node_tenant("acme", ip),
         gateway_class(),
         operator_gateway("shared", Some("All")),
         operator_gateway("closed", None),
         service(TENANT_NS, "web", &[(Some("http"), 80)]),
-        web_slice,
+        synced_slice(TENANT_NS, "web", web.addr()),
         listener_set("shop", "shared", SHOP),
         route("shop", "shop"),
         listener_set("blocked", "closed", BLOCKED),

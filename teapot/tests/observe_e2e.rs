@@ -19,7 +19,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use common::*;
 use serde_json::{Value, json};
 use teapot_testkit::client::{self, Request, Transport};
-use teapot_testkit::echo::{EchoIdentity, EchoServer};
 use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho, free_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -71,38 +70,6 @@ const TCP_FIELDS: [&str; 16] = [
 ];
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-
-/// A Tenant whose node address is `ip`, an echo backend there and one
-/// Ingress for `host`.
-async fn tenant(cluster: &str, ip: IpAddr, limits: Value, host: &str) -> (EchoServer, Vec<Value>) {
-    let namespace = format!("tenant-{cluster}");
-    let echo = EchoServer::start_on(ip, EchoIdentity::new(&namespace, "", "web", "0"))
-        .await
-        .expect("echo on the node address");
-    let prefix = if ip.is_ipv4() { 32 } else { 128 };
-    let mut slice = slice(
-        &namespace,
-        "web-0",
-        "web",
-        &[(Some("http"), echo.addr().port())],
-        &[(&ip.to_string(), true)],
-    );
-    slice["addressType"] = json!(if ip.is_ipv4() { "IPv4" } else { "IPv6" });
-    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-        json!("sync.teapot.dev");
-    let documents = vec![
-        json!({
-            "apiVersion": "teapot.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": { "name": cluster },
-            "spec": { "cluster": cluster, "nodeCIDRs": [format!("{ip}/{prefix}")], "limits": limits },
-        }),
-        service(&namespace, "web", &[(Some("http"), 80)]),
-        slice,
-        simple_ingress(&namespace, "web", host, "web"),
-    ];
-    (echo, documents)
-}
 
 /// Reads the access log until `done` holds for its parsed lines; every
 /// line must be one JSON object.
@@ -158,7 +125,7 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
     documents.push(simple_ingress("ops", "web", "ops.test", "web"));
     documents.push(service("ops", "empty", &[(None, 80)]));
     documents.push(simple_ingress("ops", "empty", "empty.test", "empty"));
-    let (_gamma, gamma_docs) = tenant(
+    let (_gamma, gamma_docs) = limited_tenant_route(
         "gamma",
         common::node_address(false),
         json!({ "requestsPerSecond": 1 }),
@@ -417,14 +384,14 @@ async fn the_access_log_has_one_json_line_per_request_and_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tenants_under_load_keep_their_own_series_and_top_shows_them() {
-    let (alpha_echo, mut documents) = tenant(
+    let (alpha_echo, mut documents) = limited_tenant_route(
         "alpha",
         common::node_address(false),
         json!({}),
         "app.alpha.lb.localhost",
     )
     .await;
-    let (_beta_echo, beta_docs) = tenant(
+    let (_beta_echo, beta_docs) = limited_tenant_route(
         "beta",
         common::node_address(true),
         json!({}),

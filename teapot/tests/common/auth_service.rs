@@ -12,10 +12,10 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{service, slice};
+use super::{service, synced_slice};
 
 /// The answer to a sub-request for a path: its status and fields.
 pub type Answer = (&'static str, u16, &'static [(&'static str, &'static str)]);
@@ -107,18 +107,7 @@ impl AuthService {
     /// this server, its slice labelled as the agent's sync labels those it
     /// writes in a tenant namespace.
     pub fn service(&self, namespace: &str) -> Vec<Value> {
-        let mut slice = slice(
-            namespace,
-            "auth-0",
-            "auth",
-            &[(Some("http"), self.addr.port())],
-            &[(&self.addr.ip().to_string(), true)],
-        );
-        if self.addr.is_ipv6() {
-            slice["addressType"] = json!("IPv6");
-        }
-        slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-            json!("sync.teapot.dev");
+        let slice = synced_slice(namespace, "auth", self.addr);
         vec![service(namespace, "auth", &[(Some("http"), 80)]), slice]
     }
 }

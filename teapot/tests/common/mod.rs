@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod auth_service;
 pub mod client_cert;
+pub mod h2raw;
 pub mod tls_backend;
 
 use std::future::Future;
@@ -320,6 +321,20 @@ pub async fn one_route(namespace: &str, name: &str, args: &[&str]) -> (EchoServe
     (backend, h)
 }
 
+/// A proxy started with `args` serving `objects` beside one echo backend
+/// (`web-0`) behind Service `web` of `namespace`.
+pub async fn serve_web(
+    namespace: &str,
+    objects: Vec<Value>,
+    args: &[&str],
+) -> (EchoServer, Harness) {
+    let backend = echo(namespace, "web", "web-0").await;
+    let mut manifests = echo_service(namespace, "web", &[&backend]);
+    manifests.extend(objects);
+    let h = Harness::start_with_args(&[("manifests.yaml", docs(&manifests))], args).await;
+    (backend, h)
+}
+
 /// An Ingress of class `teapot` routing `host` (all paths) to `service:80`.
 pub fn simple_ingress(namespace: &str, name: &str, host: &str, service: &str) -> Value {
     ingress(
@@ -459,6 +474,15 @@ pub async fn over(h: &Harness, proto: client::Proto, req: Request) -> Response {
             assert_eq!(resp.version, http::Version::HTTP_2);
             resp
         }
+    }
+}
+
+/// The scheme of a request [`over`] sends with `proto`: HTTP/1.1 goes
+/// to the plain port, HTTP/2 to the TLS one.
+pub fn scheme(proto: client::Proto) -> &'static str {
+    match proto {
+        client::Proto::Http1 => "http",
+        client::Proto::Http2 => "https",
     }
 }
 
@@ -941,6 +965,72 @@ pub fn tenant(name: &str) -> Value {
         "metadata": { "name": name },
         "spec": { "cluster": name, "nodeCIDRs": ["10.1.0.0/24"] },
     })
+}
+
+/// A Tenant whose cluster is `name` and whose one node is `ip` (its
+/// namespace is `tenant-<name>`).
+pub fn node_tenant(name: &str, ip: std::net::IpAddr) -> Value {
+    let prefix = if ip.is_ipv4() { 32 } else { 128 };
+    json!({
+        "apiVersion": "teapot.dev/v1alpha1",
+        "kind": "Tenant",
+        "metadata": { "name": name },
+        "spec": { "cluster": name, "nodeCIDRs": [format!("{ip}/{prefix}")] },
+    })
+}
+
+/// The EndpointSlice `<service>-0` of `service` whose one ready endpoint
+/// is `addr` (port `http`), as the agent's sync writes it in a tenant
+/// namespace: the address's family, the sync's managed-by label.
+pub fn synced_slice(namespace: &str, service: &str, addr: SocketAddr) -> Value {
+    let mut slice = slice(
+        namespace,
+        &format!("{service}-0"),
+        service,
+        &[(Some("http"), addr.port())],
+        &[(&addr.ip().to_string(), true)],
+    );
+    if addr.is_ipv6() {
+        slice["addressType"] = json!("IPv6");
+    }
+    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
+        json!("sync.teapot.dev");
+    slice
+}
+
+/// Tenant `cluster` whose node is `ip`, an echo there (pod `0` of Service
+/// `web` in `tenant-<cluster>`; a tenant's endpoints are never loopback),
+/// and that Service (port 80) with its slice.
+pub async fn tenant_backend(cluster: &str, ip: std::net::IpAddr) -> (EchoServer, Vec<Value>) {
+    let namespace = format!("tenant-{cluster}");
+    let echo = EchoServer::start_on(ip, EchoIdentity::new(&namespace, "", "web", "0"))
+        .await
+        .expect("echo on the node address");
+    let documents = vec![
+        node_tenant(cluster, ip),
+        service(&namespace, "web", &[(Some("http"), 80)]),
+        synced_slice(&namespace, "web", echo.addr()),
+    ];
+    (echo, documents)
+}
+
+/// [`tenant_backend`] with the Tenant's `limits` and an Ingress `web` for
+/// `host`.
+pub async fn limited_tenant_route(
+    cluster: &str,
+    ip: std::net::IpAddr,
+    limits: Value,
+    host: &str,
+) -> (EchoServer, Vec<Value>) {
+    let (echo, mut documents) = tenant_backend(cluster, ip).await;
+    documents[0]["spec"]["limits"] = limits;
+    documents.push(simple_ingress(
+        &format!("tenant-{cluster}"),
+        "web",
+        host,
+        "web",
+    ));
+    (echo, documents)
 }
 
 /// ACME retries and waits short enough for a test CA.
