@@ -356,6 +356,36 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "KiB of each response body sent at full speed before limit-rate applies.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-request-buffering",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["on", "off"]),
+        doc: "on: the request body is read (up to client-body-buffer-size) before the backend is contacted and sent with a Content-Length; a longer body goes on streamed. Default off: streamed.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/client-body-buffer-size",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Size { max: 1 << 20 },
+        doc: "Request body bytes held with proxy-request-buffering on (default 8k, at most 1m).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-buffering",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::OneOf(&["on", "off"]),
+        doc: "on: the backend's response body is read ahead of the client, up to proxy-buffers-number times proxy-buffer-size (at most 1m), also under limit-rate. Default off.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-buffer-size",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Size { max: 1 << 20 },
+        doc: "Size of one response buffer with proxy-buffering on (default 4k).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-buffers-number",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 1, max: 256 },
+        doc: "Response buffers with proxy-buffering on (default 4).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/limit-burst-multiplier",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Count { min: 1, max: 100 },

@@ -649,8 +649,8 @@ mod tests {
         assert!(reason.contains("X-Forwarded-User"), "{reason}");
         assert!(reason.ends_with(UNROUTED), "{reason}");
         assert_eq!(nginx("auth-response-headers", "X-User"), Outcome::Served);
-        let Outcome::Refused { reason, .. } = nginx("proxy-buffering", "on") else {
-            panic!("proxy-buffering is refused");
+        let Outcome::Refused { reason, .. } = nginx("proxy-max-temp-file-size", "0") else {
+            panic!("proxy-max-temp-file-size is refused");
         };
         assert!(!reason.contains(UNROUTED), "no restriction: {reason}");
         let Outcome::Refused { reason, .. } = nginx("no-such-thing", "1") else {

@@ -42,6 +42,10 @@ use crate::wire::{
     write_fields_rewritten, write_u64,
 };
 
+// A child of the engine: it reads and writes the connection's buffers.
+#[path = "buffering.rs"]
+pub(crate) mod buffering;
+
 /// Engine-wide settings; per-request overrides come from the router.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -1197,6 +1201,25 @@ where
                 }
             }
         }
+        // `proxy-request-buffering`: the body is read before any backend
+        // is contacted (crate::engine::buffering).
+        let held = plan.fwd.upstreams.buffering(plan.body);
+        if held.request > 0 && !decoder.is_done() {
+            match self
+                .hold_request_body(&mut decoder, held.request, read_to, stats)
+                .await
+            {
+                buffering::Held::Ready => {}
+                buffering::Held::Refused(r) => {
+                    self.refuse(r, stats).await;
+                    return Next::Close(ConnEnd::Closed);
+                }
+                buffering::Held::ClientGone => {
+                    self.observe(stats, Outcome::ClientAbort, plan.fwd.tag.as_ref());
+                    return Next::Close(ConnEnd::ClientClosed);
+                }
+            }
+        }
         let up_start = Instant::now();
         stats.upstream_start = Some(up_start);
         let mut attempts = 0u32;
@@ -1287,7 +1310,7 @@ where
             head_len,
             plan,
             request_done,
-            (read_to, pacer),
+            (read_to, pacer, held.response),
             stats,
         )
         .await
@@ -1472,7 +1495,7 @@ where
         head_len: usize,
         plan: &ForwardPlan<R::Upstreams>,
         request_done: bool,
-        (read_to, mut pacer): (Duration, Option<Box<dyn Pacer>>),
+        (read_to, mut pacer, ahead): (Duration, Option<Box<dyn Pacer>>, usize),
         stats: &mut Stats,
     ) -> Next {
         let tag = plan.fwd.tag.as_ref();
@@ -1522,9 +1545,15 @@ where
                     break;
                 }
             }
-            let flushed = match pacer.as_deref_mut() {
-                Some(pacer) => self.flush_paced(pacer, &mut unpaced, stats).await,
-                None => self.flush(stats).await,
+            let flushed = if ahead > 0 {
+                let (up, d) = (&mut up, &mut decoder);
+                self.flush_reading_ahead(up, d, ahead, &mut pacer, &mut unpaced, stats)
+                    .await
+            } else {
+                match pacer.as_deref_mut() {
+                    Some(pacer) => self.flush_paced(pacer, &mut unpaced, stats).await,
+                    None => self.flush(stats).await,
+                }
             };
             if flushed.is_err() {
                 outcome = Outcome::ClientAbort;

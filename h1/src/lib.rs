@@ -98,6 +98,7 @@ mod wire;
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use client_tcp::ClientTcp;
 pub use connect::{ConnectError, connect, connect_upstream};
+pub use engine::buffering::Buffering;
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use head::{
     BodyLength, ConnectionValue, HttpVersion, MAX_CONNECTION_VALUE, RequestHeadWriter, UpstreamHttp,

@@ -165,6 +165,15 @@ pub trait Upstreams: Send + 'static {
         None
     }
 
+    /// The bytes of this request's bodies the engine may hold instead of
+    /// streaming them (a product's `proxy-request-buffering` and
+    /// `proxy-buffering`, granted from its budget), asked once before the
+    /// backend is contacted, with the request body's framing; the
+    /// default: none, both streamed (crate::engine::buffering).
+    fn buffering(&mut self, _body: crate::BodyFraming) -> crate::Buffering {
+        crate::Buffering::default()
+    }
+
     /// How the fields of the upstream's final response head are
     /// rewritten (a product's `proxy_redirect`, `proxy_cookie_domain`),
     /// asked once per response; `None`, the default: sent as the upstream

@@ -36,6 +36,9 @@ pub(crate) struct EdgeArgs {
     /// New connections per second from one client IP, burst of one second's worth (0, the default: no limit; clients behind one NAT share an address).
     #[arg(long, default_value_t = 0)]
     max_connection_rate_per_client: u32,
+    /// Bytes this replica holds in request and response bodies of routes with `proxy-request-buffering` or `proxy-buffering` on (k/m/g suffix); one tenant holds at most a quarter; what is not granted is streamed.
+    #[arg(long, default_value = "64m", value_parser = parse_size)]
+    request_buffer_budget: u64,
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per connection.
     #[arg(long, default_value_t = 100)]
     h2_max_concurrent_streams: u32,
@@ -55,6 +58,8 @@ pub(crate) struct EdgeArgs {
 
 impl EdgeArgs {
     pub(crate) fn config(&self) -> EdgeConfig {
+        // Process-wide, as the bodies it bounds are held by every listener.
+        teapot_proxy::live::buffers::Budget::global().set_total(self.request_buffer_budget);
         EdgeConfig {
             max_request_line: usize::try_from(self.max_request_line).unwrap_or(usize::MAX),
             max_header_bytes: usize::try_from(self.max_header_size).unwrap_or(usize::MAX),

@@ -55,6 +55,7 @@ pub mod attach;
 pub mod auth_cache;
 pub mod backends;
 pub mod bandwidth;
+pub mod buffering;
 pub mod basic_auth;
 pub(crate) mod bind;
 pub mod certs;

@@ -709,7 +709,7 @@ spec:
     fn unserved_annotations_are_reported_in_operator_namespaces() {
         let admin = admin_ingress(
             "    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
-    nginx.ingress.kubernetes.io/proxy-buffering: 'on'
+    nginx.ingress.kubernetes.io/proxy-max-temp-file-size: '0'
     nginx.ingress.kubernetes.io/service-upstream: 'true'
     kubectl.kubernetes.io/last-applied-configuration: '{}'
 ",
@@ -727,7 +727,7 @@ spec:
             .find(|c| c.type_ == "AnnotationsAccepted")
             .expect("reported");
         assert_eq!(condition.status, "False");
-        for key in ["proxy-buffering", "service-upstream"] {
+        for key in ["proxy-max-temp-file-size", "service-upstream"] {
             assert!(
                 condition.message.contains(&format!(
                     "not served by teapot: nginx.ingress.kubernetes.io/{key}"

@@ -87,6 +87,9 @@ pub struct TrafficPolicy {
     /// `limit-rate`, `limit-rate-after`: each response's pace to the
     /// client (crate::plane::traffic::bandwidth).
     pub bandwidth: Option<crate::compile::bandwidth::Bandwidth>,
+    /// `proxy-request-buffering`, `proxy-buffering`: the bodies held per
+    /// request (crate::compile::buffering).
+    pub buffering: Option<crate::compile::buffering::Buffering>,
     /// `proxy-http-version`, `connection-proxy-header`: the version and
     /// `Connection` field of the head sent to HTTP/1 backends
     /// (crate::compile::upstream_http).
@@ -408,7 +411,7 @@ impl NginxAnnotations {
         self.values.is_empty()
     }
 
-    fn get(&self, name: &str) -> Option<&AnnotationValue> {
+    pub(crate) fn get(&self, name: &str) -> Option<&AnnotationValue> {
         self.values.get(name)
     }
 
@@ -512,6 +515,7 @@ impl NginxAnnotations {
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
             response_rewrite: crate::compile::response_rewrite::read(self, problems).map(Arc::new),
             bandwidth: crate::compile::bandwidth::read(self, problems),
+            buffering: crate::compile::buffering::read(self, problems),
             upstream_http: crate::compile::upstream_http::read(
                 matches!(
                     self.get("proxy-http-version"),
@@ -539,6 +543,7 @@ impl NginxAnnotations {
             || policy.proxying.is_some()
             || policy.response_rewrite.is_some()
             || policy.upstream_http.is_some()
+            || policy.buffering.is_some()
             || policy.bandwidth.is_some();
         any.then_some(policy)
     }

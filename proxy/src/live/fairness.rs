@@ -53,6 +53,9 @@ pub struct TenantGate {
     active: AtomicU32,
     /// GCRA's theoretical arrival time, in [`now_ns`] time.
     tat_ns: AtomicU64,
+    /// Bytes of request and response bodies its requests hold now
+    /// (crate::live::buffers).
+    pub buffered: AtomicU64,
 }
 
 impl TenantGate {
@@ -63,6 +66,7 @@ impl TenantGate {
             max_active: AtomicU32::new(0),
             active: AtomicU32::new(0),
             tat_ns: AtomicU64::new(0),
+            buffered: AtomicU64::new(0),
         }
     }
 
@@ -119,6 +123,13 @@ impl TenantGate {
 /// A tenant's connection slot; released on drop.
 #[derive(Debug)]
 pub struct TenantPermit(Arc<TenantGate>);
+
+impl TenantPermit {
+    /// The gate the slot is held at.
+    pub fn gate(&self) -> &Arc<TenantGate> {
+        &self.0
+    }
+}
 
 impl Drop for TenantPermit {
     fn drop(&mut self) {

@@ -22,6 +22,7 @@
 //! (`teapot/tests/architecture.rs`).
 
 pub mod basic_auth;
+pub mod buffers;
 pub mod endpoints;
 pub mod fairness;
 pub mod latency;

@@ -186,6 +186,8 @@ impl teapot_h1::Router for Router {
                 .map(|(n, v)| (Bytes::from_static(n.as_bytes()), Bytes::from(v.clone())))
                 .collect(),
             pacer: forward.policy.as_mut().and_then(|p| p.pacer.take()),
+            buffering: forward.policy.as_ref().and_then(|p| p.buffering),
+            held: None,
             rewrite: forward.policy.as_mut().and_then(|p| p.rewrite.take()),
             ewma: forward
                 .policy
@@ -499,6 +501,11 @@ pub struct Target {
     /// `limit-rate`: the response body's pace; `None` for every other
     /// route.
     pacer: Option<traffic::bandwidth::Pacer>,
+    /// `proxy-request-buffering`, `proxy-buffering`: the bytes the route
+    /// asks per request, and what the budget granted of them
+    /// (crate::live::buffers); `None` for every other route.
+    buffering: Option<crate::compile::buffering::Buffering>,
+    held: Option<crate::live::buffers::Held>,
     /// `proxy-redirect-*`, `proxy-cookie-*`: the backend's response fields
     /// rewritten; `None` for every other route.
     rewrite: Option<traffic::rewrite::Rewriting>,
@@ -588,6 +595,21 @@ impl Upstreams for Target {
     fn pacer(&mut self) -> Option<Box<dyn teapot_h1::Pacer>> {
         let pacer = self.pacer.take()?;
         Some(Box::new(pacer))
+    }
+
+    fn buffering(&mut self, body: teapot_h1::BodyFraming) -> teapot_h1::Buffering {
+        let Some(asked) = self.buffering else {
+            return teapot_h1::Buffering::default();
+        };
+        let tenant = self._tenant.as_ref().map(|t| t.gate());
+        let (granted, held) = crate::live::buffers::grant(
+            crate::live::buffers::Budget::global(),
+            (asked.request, asked.response),
+            tenant,
+            body,
+        );
+        self.held = held;
+        granted
     }
 
     fn replacement(&mut self, status: u16) -> impl Future<Output = Respond> + Send {

@@ -26,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::compile::upstream::Upstream;
 use crate::live::endpoints::Endpoint;
 use crate::plane::backend_answer::{Chunked, parse_response};
+use crate::plane::buffering_h2::send;
 use crate::plane::forwarding;
 use crate::plane::h2_stream::{Failure, StreamCtx, authority};
 use crate::plane::logflood::EndpointLog;
@@ -110,6 +111,9 @@ pub(super) async fn forward(
             &mut head,
         );
     }
+    // `proxy-request-buffering`, `proxy-buffering` (crate::plane::buffering_h2).
+    let mut held = crate::plane::buffering_h2::hold(router, parts, st).await?;
+    let chunked = held.behind(&mut head, chunked);
     let upstream = st
         .upstream
         .clone()
@@ -150,6 +154,7 @@ pub(super) async fn forward(
             chunked,
             head_request,
             timeouts,
+            ahead: held.ahead,
         };
         match exchange.run(router, st, &mut stream).await {
             Ok(true) if http.reuses() => {
@@ -306,6 +311,8 @@ struct Exchange<'a> {
     chunked: bool,
     head_request: bool,
     timeouts: Timeouts,
+    /// Response bytes read ahead of the client (`proxy-buffering`).
+    ahead: usize,
 }
 
 impl Exchange<'_> {
@@ -445,7 +452,8 @@ impl Exchange<'_> {
                     let take = (remaining.min(buf.len() as u64)) as usize;
                     remaining -= take as u64;
                     let data = buf.split_to(take).freeze();
-                    st.client.out.send_data(data, remaining == 0).await?;
+                    let end = remaining == 0;
+                    send(&mut st.client.out, data, end, stream, &mut buf, self.ahead).await?;
                     if remaining == 0 {
                         break;
                     }
@@ -457,7 +465,17 @@ impl Exchange<'_> {
                 loop {
                     match decoder.decode(&mut buf) {
                         Err(why) => return Err(Failure::Upstream(why).into()),
-                        Ok(Some(data)) => st.client.out.send_data(data, false).await?,
+                        Ok(Some(data)) => {
+                            send(
+                                &mut st.client.out,
+                                data,
+                                false,
+                                stream,
+                                &mut buf,
+                                self.ahead,
+                            )
+                            .await?
+                        }
                         Ok(None) if decoder.done() => break,
                         Ok(None) => {
                             if read(stream, &mut buf, t.read).await? == 0 {
@@ -473,7 +491,15 @@ impl Exchange<'_> {
                 loop {
                     if !buf.is_empty() {
                         let data = buf.split().freeze();
-                        st.client.out.send_data(data, false).await?;
+                        send(
+                            &mut st.client.out,
+                            data,
+                            false,
+                            stream,
+                            &mut buf,
+                            self.ahead,
+                        )
+                        .await?;
                     }
                     if read(stream, &mut buf, t.read).await? == 0 {
                         break;

@@ -45,6 +45,7 @@ pub mod accept;
 pub mod access_log;
 pub mod admin;
 pub mod backend_answer;
+mod buffering_h2;
 pub mod client_cert;
 pub mod decide;
 pub mod edge;

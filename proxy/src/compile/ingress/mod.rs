@@ -1361,7 +1361,7 @@ spec:
         docs.push(ops_ingress(
             "tuned",
             "tuned.example",
-            "nginx.ingress.kubernetes.io/proxy-buffering: 'on'",
+            "nginx.ingress.kubernetes.io/proxy-max-temp-file-size: '0'",
             "web",
         ));
         let s = compile_test_docs(&docs, &CompileOptions::default());
@@ -1391,7 +1391,7 @@ spec:
             );
         }
         assert!(s.routes.lookup("tuned.example", "/").is_some());
-        assert!(message(&s, "tuned").contains("proxy-buffering"));
+        assert!(message(&s, "tuned").contains("proxy-max-temp-file-size"));
         assert!(s.routes.lookup("a.example", "/").is_some());
     }
 

@@ -113,6 +113,10 @@ pub struct Applied {
     pub rewrite: Option<rewrite::Rewriting>,
     /// `limit-rate`: the response body's pace, taken by the engine.
     pub pacer: Option<bandwidth::Pacer>,
+    /// `proxy-request-buffering`, `proxy-buffering`: the bytes asked per
+    /// request, granted from the budget by the engines
+    /// (crate::live::buffers).
+    pub buffering: Option<crate::compile::buffering::Buffering>,
     /// `load-balance: ewma`: the engine measures the time to the answer's
     /// head on the endpoint ([`ewma`]).
     pub ewma: bool,
@@ -141,6 +145,7 @@ impl Applied {
             && self.custom_headers.is_none()
             && self.rewrite.is_none()
             && self.pacer.is_none()
+            && self.buffering.is_none()
             && self.upstream_http.is_none()
             && !self.ewma
             && !self.satisfied
@@ -330,6 +335,7 @@ pub fn apply(
         applied.rewrite = Some(rewrite::Rewriting::new(rules, seen));
     }
     applied.pacer = policy.bandwidth.map(bandwidth::Pacer::new);
+    applied.buffering = policy.buffering;
     applied.upstream_http = policy.upstream_http.clone();
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex

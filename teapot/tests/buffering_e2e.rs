@@ -1,0 +1,400 @@
+//! End-to-end tests of ingress-nginx's body buffering
+//! (`proxy-request-buffering`, `proxy-buffering`) through the real
+//! `teapot proxy` binary, over HTTP/1.1 and cleartext HTTP/2, against a
+//! backend that records when it accepts each connection and when it has
+//! written each answer:
+//!
+//! - request buffering on: a client that sends half its body and stops
+//!   opens no backend connection; the backend accepts only after the last
+//!   byte was sent, and gets the body with a `Content-Length` (a chunked
+//!   one de-chunked);
+//! - request buffering off (teapot's default): the backend accepts while
+//!   the body is still incomplete;
+//! - response buffering on: a 512 KiB answer is written whole by the
+//!   backend while the client has read none of it (the client's receive
+//!   window kept small), then arrives complete.
+//!
+//! Run with `cargo test -p teapot --test buffering_e2e`.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Empty, StreamBody};
+use hyper::body::Frame;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+const NS: &str = "ops";
+const KIB: usize = 1024;
+const ANSWER: usize = 512 * KIB;
+
+/// What the backend saw, in order.
+#[derive(Clone, Debug, PartialEq)]
+enum Event {
+    /// The client sent (is about to send) its body's last byte.
+    BodyComplete,
+    Accepted,
+    /// A request's head and body as the backend read them.
+    Request {
+        head: String,
+        body: Vec<u8>,
+    },
+    /// The backend finished writing an answer of `ANSWER` bytes.
+    Answered,
+}
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<Event>>>);
+
+impl Log {
+    fn push(&self, e: Event) {
+        self.0.lock().unwrap().push(e);
+    }
+    fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+    fn has(&self, want: impl Fn(&Event) -> bool) -> bool {
+        self.0.lock().unwrap().iter().any(want)
+    }
+    async fn wait_for(&self, what: &str, want: impl Fn(&Event) -> bool) {
+        let until = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        while !self.has(&want) {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "{what}: {:?}",
+                self.events()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// An HTTP/1.1 backend: `POST` is answered `ok` once its body (with a
+/// `Content-Length`, or chunked) is read; `GET /big` with `ANSWER` bytes,
+/// written through a small send buffer so that the proxy's reading is
+/// what lets it finish.
+async fn backend(log: Log) -> SocketAddr {
+    // Accepted connections inherit the listener's small send buffer.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(8 * KIB as u32).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener: TcpListener = socket.listen(64).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                return;
+            };
+            log.push(Event::Accepted);
+            tokio::spawn(serve(conn, log.clone()));
+        }
+    });
+    addr
+}
+
+async fn serve(mut conn: TcpStream, log: Log) {
+    let mut buf = Vec::new();
+    loop {
+        let end = loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+            if !read_more(&mut conn, &mut buf).await {
+                return;
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+        buf.drain(..end);
+        let length = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map(|n| n.trim().parse::<usize>().unwrap());
+        let body = match length {
+            Some(n) => {
+                while buf.len() < n {
+                    if !read_more(&mut conn, &mut buf).await {
+                        return;
+                    }
+                }
+                buf.drain(..n).collect()
+            }
+            None if head.contains("transfer-encoding: chunked") => {
+                // Enough for the test's bodies: the terminal chunk ends it.
+                while !buf.windows(5).any(|w| w == b"0\r\n\r\n") {
+                    if !read_more(&mut conn, &mut buf).await {
+                        return;
+                    }
+                }
+                std::mem::take(&mut buf)
+            }
+            None => Vec::new(),
+        };
+        let big = head.starts_with("get /big");
+        log.push(Event::Request { head, body });
+        if big {
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {ANSWER}\r\n\r\n");
+            if conn.write_all(head.as_bytes()).await.is_err()
+                || conn.write_all(&vec![b'x'; ANSWER]).await.is_err()
+            {
+                return;
+            }
+            log.push(Event::Answered);
+        } else {
+            // Closed after each upload, so that the next one's connection
+            // is a new one, its accept recorded.
+            let ok = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+            let _ = conn.write_all(ok).await;
+            return;
+        }
+    }
+}
+
+async fn read_more(conn: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 16 * 1024];
+    match conn.read(&mut chunk).await {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+    }
+}
+
+async fn setup() -> (Harness, Log) {
+    let log = Log::default();
+    let addr = backend(log.clone()).await;
+    let mut objects = loopback_service(NS, "files", addr.port());
+    objects.push(annotated(
+        NS,
+        "held.test",
+        "files",
+        &[
+            ("proxy-request-buffering", "on"),
+            ("client-body-buffer-size", "64k"),
+        ],
+    ));
+    objects.push(annotated(NS, "streamed.test", "files", &[]));
+    objects.push(annotated(
+        NS,
+        "ahead.test",
+        "files",
+        &[
+            ("proxy-buffering", "on"),
+            ("proxy-buffer-size", "256k"),
+            ("proxy-buffers-number", "4"),
+        ],
+    ));
+    let h = Harness::start_with_args(&[("manifests.yaml", docs(&objects))], &["--h2c"]).await;
+    h.wait_status("the Ingresses reported", |s| {
+        ["held.test", "streamed.test", "ahead.test"]
+            .iter()
+            .all(|n| ingress_report(s, NS, n).is_some())
+    })
+    .await;
+    (h, log)
+}
+
+/// How a test client sends its body: the first part, then (when told)
+/// the rest, and reads the answer.
+#[derive(Clone, Copy, Debug)]
+enum Proto {
+    Http1,
+    Http2,
+}
+
+/// Sends `POST` to `host` with a body in two halves (`chunked`: without a
+/// length), the second only once `between` has returned; the status.
+async fn post_in_two(
+    h: &Harness,
+    proto: Proto,
+    host: &str,
+    chunked: bool,
+    log: &Log,
+    between: impl std::future::Future<Output = ()>,
+) -> u16 {
+    let (first, second) = (&b"hello "[..], &b"world"[..]);
+    match proto {
+        Proto::Http1 => {
+            let mut conn = TcpStream::connect(h.proxy.http).await.unwrap();
+            let framing = match chunked {
+                true => "transfer-encoding: chunked".to_string(),
+                false => format!("content-length: {}", first.len() + second.len()),
+            };
+            let head = format!("POST /up HTTP/1.1\r\nhost: {host}\r\n{framing}\r\n\r\n");
+            conn.write_all(head.as_bytes()).await.unwrap();
+            let piece = |b: &[u8]| match chunked {
+                true => [format!("{:x}\r\n", b.len()).as_bytes(), b, b"\r\n"].concat(),
+                false => b.to_vec(),
+            };
+            conn.write_all(&piece(first)).await.unwrap();
+            between.await;
+            log.push(Event::BodyComplete);
+            let mut last = piece(second);
+            if chunked {
+                last.extend_from_slice(b"0\r\n\r\n");
+            }
+            conn.write_all(&last).await.unwrap();
+            let mut answer = Vec::new();
+            let read = async {
+                while !answer.windows(2).any(|w| w == b"ok") {
+                    let mut chunk = [0u8; 4096];
+                    match conn.read(&mut chunk).await.unwrap() {
+                        0 => break,
+                        n => answer.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            };
+            tokio::time::timeout(REQUEST_TIMEOUT, read).await.unwrap();
+            String::from_utf8_lossy(&answer[9..12]).parse().unwrap()
+        }
+        Proto::Http2 => {
+            let mut sender = h2c(h.proxy.http).await;
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+            let body = StreamBody::new(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+            let mut req = http::Request::builder()
+                .method("POST")
+                .uri(format!("http://{host}/up"));
+            if !chunked {
+                req = req.header("content-length", first.len() + second.len());
+            }
+            let req = req.body(body.boxed()).unwrap();
+            sender.ready().await.unwrap();
+            let answer = tokio::spawn(sender.send_request(req));
+            tx.send(Ok(Frame::data(Bytes::from_static(first))))
+                .await
+                .unwrap();
+            between.await;
+            log.push(Event::BodyComplete);
+            tx.send(Ok(Frame::data(Bytes::from_static(second))))
+                .await
+                .unwrap();
+            drop(tx);
+            let resp = tokio::time::timeout(REQUEST_TIMEOUT, answer)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            resp.status().as_u16()
+        }
+    }
+}
+
+/// With `proxy-request-buffering: on`, the backend's connection comes
+/// after the body's last byte (the first half sat in teapot while the
+/// client waited), and the body arrives whole with its length; a chunked
+/// one de-chunked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_body_reaches_the_backend_only_when_complete() {
+    let (h, log) = setup().await;
+    for proto in [Proto::Http1, Proto::Http2] {
+        for chunked in [false, true] {
+            log.0.lock().unwrap().clear();
+            // Long enough for a streaming proxy to have connected (the
+            // off case below sees it do so).
+            let pause = tokio::time::sleep(Duration::from_millis(500));
+            let status = post_in_two(&h, proto, "held.test", chunked, &log, pause).await;
+            assert_eq!(status, 200, "{proto:?} chunked={chunked}");
+            let events = log.events();
+            let complete = events.iter().position(|e| *e == Event::BodyComplete);
+            let accepted = events.iter().position(|e| *e == Event::Accepted);
+            assert!(
+                complete.is_some() && accepted.is_some() && complete < accepted,
+                "{proto:?} chunked={chunked}: {events:?}"
+            );
+            let Some(Event::Request { head, body }) =
+                events.iter().find(|e| matches!(e, Event::Request { .. }))
+            else {
+                panic!("no request: {events:?}");
+            };
+            assert_eq!(body, b"hello world", "{proto:?} chunked={chunked}");
+            assert!(
+                head.contains("content-length: 11") && !head.contains("transfer-encoding"),
+                "{proto:?} chunked={chunked}: {head}"
+            );
+        }
+    }
+}
+
+/// Without the annotation the body streams: the backend accepts the
+/// connection while the client still holds the body's second half.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_request_body_reaches_the_backend_at_once() {
+    let (h, log) = setup().await;
+    for proto in [Proto::Http1, Proto::Http2] {
+        log.0.lock().unwrap().clear();
+        let accepted = log.wait_for("the backend accepts before the body ends", |e| {
+            *e == Event::Accepted
+        });
+        let status = post_in_two(&h, proto, "streamed.test", false, &log, accepted).await;
+        assert_eq!(status, 200, "{proto:?}");
+        let events = log.events();
+        assert_eq!(events[..2], [Event::Accepted, Event::BodyComplete]);
+    }
+}
+
+/// A client connection whose receive buffer is small, so that what it
+/// does not read stays in teapot (or the backend).
+async fn narrow_tcp(addr: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4 * KIB as u32).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// With `proxy-buffering: on` (1 MiB of read-ahead), the backend writes
+/// its whole 512 KiB answer while the client reads nothing; the client
+/// then gets all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_answer_frees_the_backend_before_the_client_reads() {
+    let (h, log) = setup().await;
+    // HTTP/1.1.
+    let mut conn = narrow_tcp(h.proxy.http).await;
+    conn.write_all(b"GET /big HTTP/1.1\r\nhost: ahead.test\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    log.wait_for("the backend finished its answer (HTTP/1.1)", |e| {
+        *e == Event::Answered
+    })
+    .await;
+    let mut got = Vec::new();
+    tokio::time::timeout(REQUEST_TIMEOUT, conn.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let head = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(got.len() - head, ANSWER);
+    // HTTP/2, the client's stream window 1 KiB.
+    log.0.lock().unwrap().clear();
+    let tcp = narrow_tcp(h.proxy.http).await;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(1024)
+            .adaptive_window(false)
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::builder()
+        .uri("http://ahead.test/big")
+        .body(Empty::<Bytes>::new().map_err(|e| match e {}).boxed())
+        .unwrap();
+    sender.ready().await.unwrap();
+    let resp = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    log.wait_for("the backend finished its answer (HTTP/2)", |e| {
+        *e == Event::Answered
+    })
+    .await;
+    let body = tokio::time::timeout(REQUEST_TIMEOUT, resp.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(body.to_bytes().len(), ANSWER);
+}
