@@ -404,6 +404,36 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Client networks the rate limits and limit-connections do not apply to.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/global-rate-limit",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count {
+            min: 0,
+            max: 1_000_000,
+        },
+        doc: "Requests per global-rate-limit-window for each global-rate-limit-key, counted over the whole fleet (the replicas exchange their counts); over it, 429 with Retry-After. 0: no limit.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/global-rate-limit-window",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Duration {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(3600),
+        },
+        doc: "The window global-rate-limit counts over (1s to 1h, such as 1m); without it global-rate-limit limits nothing.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/global-rate-limit-key",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Text,
+        doc: "What global-rate-limit counts per (default $remote_addr): $remote_addr, $host, $request_uri, $http_NAME, $cookie_NAME, $arg_NAME (at most 8) with literal text between them; a key that expands to nothing counts the client address. Each route counts at most 4096 keys (a tenant 16384); requests of keys past that share one overflow key.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/global-rate-limit-ignored-cidrs",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Cidrs,
+        doc: "Client networks global-rate-limit neither counts nor refuses (the first 64).",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/enable-cors",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Bool,

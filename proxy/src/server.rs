@@ -80,6 +80,10 @@ pub struct ProxyConfig {
     /// The authoritative DNS server for lb.DOMAIN (docs/dns.md); `None`:
     /// off. Its sockets are [`Listeners::dns`].
     pub dns: Option<crate::loops::dns_zone::DnsConfig>,
+    /// The exchange of `global-rate-limit`'s counts with the other
+    /// replicas (crate::loops::fleet_exchange); `None`: each replica
+    /// counts alone.
+    pub fleet: Option<crate::loops::fleet_exchange::FleetConfig>,
 }
 
 /// What `teapot proxy` tells an operator about each request.
@@ -113,6 +117,7 @@ impl ProxyConfig {
             observe: ObserveConfig::default(),
             announce: None,
             dns: None,
+            fleet: None,
         }
     }
 }
@@ -308,6 +313,17 @@ pub async fn run(
     );
     let l4 = crate::plane::l4::L4::new(l4_config, metrics.l4.clone());
     let allocations = Allocator::new(config.l4.pools.clone(), config.l4.state_file.clone())?;
+    // Bound before the first compile: every global-rate-limit route
+    // counts for the fleet from the first request.
+    let global_counts = config.compile.tenant_gates.global_counts.clone();
+    for collector in global_counts.metrics.collectors() {
+        metrics.registry().register(collector)?;
+    }
+    let fleet = config
+        .fleet
+        .as_ref()
+        .map(|f| crate::loops::fleet_exchange::Exchange::bind(f, global_counts))
+        .transpose()?;
     let source = match &config.kube {
         Some(kube) => Source::Kube(KubeSource::start(kube)),
         None => Source::Dir(config.manifests.clone()),
@@ -549,6 +565,9 @@ pub async fn run(
         _ => None,
     };
     let watch_task = tokio::spawn(reloader.clone().watch(stop_rx.clone()));
+    if let Some(fleet) = fleet {
+        drop(tokio::spawn(fleet.run(stop_rx.clone())));
+    }
     let noise_task = tokio::spawn(crate::plane::logflood::report(
         crate::plane::logflood::NoiseState::global().clone(),
         metrics.log_lines_suppressed.clone(),

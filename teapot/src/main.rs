@@ -22,6 +22,7 @@ mod capi_cmd;
 mod demo;
 mod dns_args;
 mod edge_args;
+mod fleet_args;
 mod input;
 mod kube_args;
 mod l4_args;
@@ -130,6 +131,8 @@ struct ProxyArgs {
     announce: Box<announce_args::AnnounceArgs>,
     #[command(flatten)]
     dns: Box<dns_args::DnsArgs>,
+    #[command(flatten)]
+    fleet: fleet_args::FleetArgs,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -369,6 +372,7 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.edge = args.edge.config();
     config.l4 = l4;
     config.observe = args.observe.config();
+    config.fleet = args.fleet.config()?;
     config.announce = args.announce.config().map_err(anyhow::Error::msg)?;
     config.dns = args
         .dns

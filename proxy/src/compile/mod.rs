@@ -64,6 +64,7 @@ pub mod condition;
 pub mod custom_headers;
 pub mod domains;
 pub mod gateway;
+pub mod global_rate;
 pub mod hash_by;
 pub mod ingress;
 pub mod l4;

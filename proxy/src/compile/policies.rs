@@ -180,6 +180,16 @@ impl<'a> Policies<'a> {
                     if let Some(headers) = custom_headers {
                         policy.get_or_insert_default().custom_headers = Some(headers);
                     }
+                    // `global-rate-limit` (crate::compile::global_rate).
+                    if let Some(global) = crate::compile::global_rate::read(
+                        &nginx,
+                        &name,
+                        cluster.unwrap_or(""),
+                        &gates.global_counts,
+                        &mut problems,
+                    ) {
+                        policy.get_or_insert_default().global_rate = Some(global);
+                    }
                     let auth = match nginx.auth(&mut problems) {
                         Some(wanted) => {
                             external_auth(wanted, namespace, tenant, resolver, &mut problems)

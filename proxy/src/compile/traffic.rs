@@ -87,6 +87,9 @@ pub struct TrafficPolicy {
     /// `limit-rate`, `limit-rate-after`: each response's pace to the
     /// client (crate::plane::traffic::bandwidth).
     pub bandwidth: Option<crate::compile::bandwidth::Bandwidth>,
+    /// `global-rate-limit`: requests per window and key, counted over the
+    /// fleet (crate::plane::traffic::global_rate).
+    pub global_rate: Option<Arc<crate::compile::global_rate::GlobalRate>>,
     /// `proxy-request-buffering`, `proxy-buffering`: the bodies held per
     /// request (crate::compile::buffering).
     pub buffering: Option<crate::compile::buffering::Buffering>,
@@ -515,6 +518,7 @@ impl NginxAnnotations {
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
             response_rewrite: crate::compile::response_rewrite::read(self, problems).map(Arc::new),
             bandwidth: crate::compile::bandwidth::read(self, problems),
+            global_rate: None,
             buffering: crate::compile::buffering::read(self, problems),
             upstream_http: crate::compile::upstream_http::read(
                 matches!(

@@ -144,6 +144,9 @@ impl Drop for TenantPermit {
 pub struct TenantGates {
     known: parking_lot::Mutex<HashMap<Box<str>, Weak<TenantGate>>>,
     pub rate_tables: crate::live::rate_table::RateTables,
+    /// `global-rate-limit`'s counts, exchanged with the fleet's other
+    /// replicas (crate::live::global_counts).
+    pub global_counts: Arc<crate::live::global_counts::GlobalCounts>,
 }
 
 impl TenantGates {

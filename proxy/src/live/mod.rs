@@ -17,6 +17,8 @@
 //!   `load-balance: ewma`.
 //! - [`basic_auth`]: basic authentication's verified credentials, failure
 //!   counts and hashing pool, per owner.
+//! - [`global_counts`]: `global-rate-limit`'s counts per route, key and
+//!   window, with those the fleet's other replicas report.
 //!
 //! Imports none of `compile`, `plane` or `loops`
 //! (`teapot/tests/architecture.rs`).
@@ -25,6 +27,7 @@ pub mod basic_auth;
 pub mod buffers;
 pub mod endpoints;
 pub mod fairness;
+pub mod global_counts;
 pub mod latency;
 pub mod rate_table;
 pub mod upstream_tls;

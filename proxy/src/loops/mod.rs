@@ -18,6 +18,8 @@
 //!   replica is ready, each by its pool's mode (BGP speaker, L2 owner):
 //!   the pools, the live replicas (a Lease per replica, BFD between
 //!   them), the `Announced` condition and the BGP session Events.
+//! - [`fleet_exchange`]: `global-rate-limit`'s counts sent to and merged
+//!   from the fleet's other replicas (UDP, HMAC under the fleet's key).
 //! - [`dns_zone`]: the zone of the fleet's authoritative DNS server
 //!   (teapot-dns), rebuilt from the routes, the ready replicas' or the
 //!   announced addresses and the ACME DNS-01 challenges.
@@ -26,6 +28,7 @@ pub mod acme;
 pub mod allocations;
 pub mod announce;
 pub mod dns_zone;
+pub mod fleet_exchange;
 pub mod gateway_status;
 pub mod kube_status;
 pub mod proof;

@@ -402,6 +402,11 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
     let cookie = if traffic.affinity.is_some()
         || traffic.canary.is_some()
         || traffic.hash_by.as_ref().is_some_and(|h| h.reads_cookie())
+        || traffic
+            .global_rate
+            .as_ref()
+            .and_then(|g| g.key.as_ref())
+            .is_some_and(|k| k.reads_cookie())
     {
         traffic::affinity::cookies(req.headers)
     } else {
@@ -433,6 +438,24 @@ fn screen(mut forward: Forward, req: &Request<'_>, conn: &ConnInfo) -> Routed {
     let client = seen.client;
     match traffic::apply(traffic, &forward.upstream, &seen) {
         Ok(mut applied) => {
+            // `global-rate-limit`, after the route's own answers, as
+            // ingress-nginx throttles after nginx's `return`.
+            if let Some(global) = &traffic.global_rate {
+                let counted = traffic::global_rate::Request {
+                    path: req.head.path,
+                    query: req.query,
+                    authority: req.head.authority,
+                    client,
+                    headers: req.headers,
+                    cookies: cookie.as_deref(),
+                };
+                if let Err(mut answer) = traffic::global_rate::admit(global, &counted) {
+                    if let Some(cors) = &traffic.cors {
+                        answer.headers.extend(cors.on_answer(&seen));
+                    }
+                    return Routed::Policy(answer, forward.route);
+                }
+            }
             if let Some(path) = applied.as_mut().and_then(|a| a.path.take()) {
                 forward.path = Some(path);
             }

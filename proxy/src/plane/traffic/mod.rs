@@ -52,6 +52,7 @@ pub mod custom_headers;
 pub mod engines;
 pub mod errors;
 pub mod ewma;
+pub mod global_rate;
 pub mod hash_by;
 pub mod rate;
 pub mod rewrite;
