@@ -27,7 +27,7 @@ use tokio::time::{Instant, timeout};
 
 use crate::body::{BodyDecoder, BodyError, BodyFraming, Emit};
 use crate::connect::{ConnectError, connect_upstream};
-use crate::head::{BodyLength, RequestHeadWriter, UpstreamHttp};
+use crate::head::{BodyLength, RequestHeadWriter};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
 use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
@@ -37,6 +37,7 @@ use crate::scan::{
     is_authority, scan_h1,
 };
 use crate::upstream::UpstreamConn;
+use crate::upstream_http::UpstreamHttp;
 use crate::wire::{
     checked_field, connection_options, field, reason, status_line, write_fields,
     write_fields_rewritten, write_u64,

@@ -93,6 +93,7 @@ pub mod scan;
 pub mod spare;
 mod tunnel;
 pub mod upstream;
+mod upstream_http;
 mod wire;
 
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
@@ -100,9 +101,7 @@ pub use client_tcp::ClientTcp;
 pub use connect::{ConnectError, connect, connect_upstream};
 pub use engine::buffering::Buffering;
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
-pub use head::{
-    BodyLength, ConnectionValue, HttpVersion, MAX_CONNECTION_VALUE, RequestHeadWriter, UpstreamHttp,
-};
+pub use head::{BodyLength, RequestHeadWriter};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
@@ -115,3 +114,4 @@ pub use scan::{
     H1Framing, HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, scan_h1,
 };
 pub use upstream::{SecuredStream, Securing, Transport, UpstreamConn};
+pub use upstream_http::{ConnectionValue, HttpVersion, MAX_CONNECTION_VALUE, UpstreamHttp};

@@ -268,7 +268,7 @@ pub struct Forward<U = Arc<[SocketAddr]>> {
     /// The version and `Connection` field of the head sent upstream
     /// (default: HTTP/1.1, none); an upgrade is always HTTP/1.1 with
     /// `Connection: upgrade`.
-    pub http: crate::head::UpstreamHttp,
+    pub http: crate::upstream_http::UpstreamHttp,
 }
 
 impl Forward {
@@ -287,7 +287,7 @@ impl<U: Upstreams> Forward<U> {
             timeouts: Timeouts::default(),
             max_body_size: None,
             tag: None,
-            http: crate::head::UpstreamHttp::DEFAULT,
+            http: crate::upstream_http::UpstreamHttp::DEFAULT,
         }
     }
 }
