@@ -14,38 +14,20 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use common::l4::{self, gateway_report, listener_entry, tcp_exchange};
 use common::tls_backend::{self, named_backend};
 use common::*;
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use teapot_testkit::certs::{TestCa, cert_matches_hostname};
 use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho, free_port, payload};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, UdpSocket};
 
 const NS: &str = "gw-l4";
 const GW: &str = "gateway.networking.k8s.io/v1";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A ClusterIP Service with one port, and its EndpointSlice on loopback.
-fn backend(name: &str, port: u16, protocol: &str, target: u16) -> Vec<Value> {
-    vec![
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"ports": [{"name": "p", "port": port, "protocol": protocol}]},
-        }),
-        json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": format!("{name}-1"), "namespace": NS,
-                         "labels": {"kubernetes.io/service-name": name}},
-            "addressType": "IPv4",
-            "ports": [{"name": "p", "port": target, "protocol": protocol}],
-            "endpoints": [{"addresses": ["127.0.0.1"]}],
-        }),
-    ]
-}
 
 fn route(
     kind: &str,
@@ -86,26 +68,6 @@ async fn tls_through(
     .map_err(|_| std::io::Error::other("TLS exchange timed out"))?
 }
 
-async fn tcp_exchange(addr: SocketAddr, data: &[u8]) -> std::io::Result<Vec<u8>> {
-    tokio::time::timeout(IO_TIMEOUT, async {
-        let stream = TcpStream::connect(addr).await?;
-        let (mut r, mut w) = stream.into_split();
-        let writer = async {
-            w.write_all(data).await?;
-            w.shutdown().await
-        };
-        let reader = async {
-            let mut back = Vec::new();
-            r.read_to_end(&mut back).await?;
-            Ok::<_, std::io::Error>(back)
-        };
-        let ((), back) = tokio::try_join!(writer, reader)?;
-        Ok(back)
-    })
-    .await
-    .map_err(|_| std::io::Error::other("TCP exchange timed out"))?
-}
-
 /// One datagram and its echo, resent when the network drops one.
 async fn udp_exchange(addr: SocketAddr, data: &[u8]) {
     let socket = UdpSocket::bind((LOCALHOST, 0)).await.unwrap();
@@ -120,23 +82,6 @@ async fn udp_exchange(addr: SocketAddr, data: &[u8]) {
         }
     }
     panic!("no UDP answer through the Gateway");
-}
-
-fn gateway_report<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
-    status["l4"]["gateways"]
-        .as_array()?
-        .iter()
-        .find(|g| g["namespace"] == NS && g["name"] == name)
-}
-
-/// The entry of `listener` in a Gateway report's (or status's) listeners.
-fn listener_entry<'a>(gateway: &'a Value, listener: &str) -> &'a Value {
-    gateway["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == listener)
-        .unwrap_or_else(|| panic!("no listener {listener} in {gateway}"))
 }
 
 fn listener_condition<'a>(gateway: &'a Value, listener: &str, type_: &str) -> &'a Value {
@@ -188,30 +133,19 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
                         "rules": [{"backendRefs": [{"name": "echo-tcp", "port": 7000},
                                                    {"name": "missing", "port": 7000}]}]}}),
     ];
-    objects.extend(backend("echo-tcp", 7000, "TCP", tcp.port()));
-    objects.extend(backend("echo-udp", 5300, "UDP", udp.port()));
-    objects.extend(backend("tls-a", 443, "TCP", a.port()));
-    objects.extend(backend("tls-b", 443, "TCP", b.port()));
+    objects.extend(l4::backend(NS, "echo-tcp", 7000, "TCP", tcp.port()));
+    objects.extend(l4::backend(NS, "echo-udp", 5300, "UDP", udp.port()));
+    objects.extend(l4::backend(NS, "tls-a", 443, "TCP", a.port()));
+    objects.extend(l4::backend(NS, "tls-b", 443, "TCP", b.port()));
 
-    let state = tempfile::tempdir().unwrap();
-    let state_file = state.path().join("l4-state.json");
-    let h = Harness::start_with_args(
-        &[("gateway.yaml", docs(&objects))],
-        &[
-            "--l4-pool",
-            "default=127.0.0.1",
-            "--l4-state",
-            state_file.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (h, state) = l4::start(&[("gateway.yaml", docs(&objects))], &[]).await;
 
     let gateway = eventually(
         "the Gateway's three listeners listening",
         RELOAD_TIMEOUT,
         || async {
             let status = h.status().await;
-            let Some(g) = gateway_report(&status, "edge") else {
+            let Some(g) = gateway_report(&status, NS, "edge") else {
                 return Err(status["l4"].clone());
             };
             let listening = g["listeners"]
@@ -324,7 +258,8 @@ async fn tcp_udp_and_tls_passthrough_routes_through_a_gateway() {
     // The state file holds the Gateway's listeners, under a key no
     // Service can have.
     let saved: Value =
-        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(state.path().join("l4-state.json")).unwrap())
+            .unwrap();
     let held = &saved["allocations"][format!("{NS}/Gateway:edge")];
     assert_eq!(held["address"], "127.0.0.1", "{saved}");
     assert_eq!(held["ports"].as_array().unwrap().len(), 4, "{saved}");

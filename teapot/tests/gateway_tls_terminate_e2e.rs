@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::l4::{self, gateway_report, listener_entry};
 use common::tls_backend::{connector, named_backend, server_config};
 use common::*;
 use rustls::pki_types::ServerName;
@@ -25,25 +26,6 @@ const NS: &str = "gw-tls";
 const GW: &str = "gateway.networking.k8s.io/v1";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A ClusterIP Service with one port, and its EndpointSlice on loopback.
-fn backend(name: &str, port: u16, target: u16) -> Vec<Value> {
-    vec![
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"ports": [{"name": "p", "port": port, "protocol": "TCP"}]},
-        }),
-        json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": format!("{name}-1"), "namespace": NS,
-                         "labels": {"kubernetes.io/service-name": name}},
-            "addressType": "IPv4",
-            "ports": [{"name": "p", "port": target, "protocol": "TCP"}],
-            "endpoints": [{"addresses": ["127.0.0.1"]}],
-        }),
-    ]
-}
 
 fn route(name: &str, section: &str, host: &str, service: &str, port: u16) -> Value {
     json!({"apiVersion": GW, "kind": "TLSRoute", "metadata": {"name": name, "namespace": NS},
@@ -101,30 +83,10 @@ async fn tls_exchange(
         let name = ServerName::try_from(sni.to_string()).map_err(std::io::Error::other)?;
         let tls = connector.connect(name, tcp).await?;
         let cert = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
-        let (mut r, mut w) = tokio::io::split(tls);
-        let writer = async {
-            w.write_all(data).await?;
-            w.shutdown().await
-        };
-        let reader = async {
-            let mut back = Vec::new();
-            r.read_to_end(&mut back).await?;
-            Ok::<_, std::io::Error>(back)
-        };
-        let ((), back) = tokio::try_join!(writer, reader)?;
-        Ok((cert, back))
+        Ok((cert, l4::exchange(tls, data).await?))
     })
     .await
     .map_err(|_| std::io::Error::other("TLS exchange timed out"))?
-}
-
-fn listener_entry<'a>(gateway: &'a Value, listener: &str) -> &'a Value {
-    gateway["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == listener)
-        .unwrap_or_else(|| panic!("no listener {listener} in {gateway}"))
 }
 
 fn metric(text: &str, name: &str) -> u64 {
@@ -184,23 +146,22 @@ async fn terminate_and_passthrough_by_sni_and_tls_to_a_policy_s_backend() {
                                        "caCertificateRefs": [{"group": "", "kind": "ConfigMap",
                                                               "name": "backend-ca"}]}}}),
     ];
-    objects.extend(backend("echo", 3000, echo.port()));
-    objects.extend(backend("tls-backend", 8443, passthrough.port()));
-    objects.extend(backend("secure", 8443, secure.port()));
+    objects.extend(l4::backend(NS, "echo", 3000, "TCP", echo.port()));
+    objects.extend(l4::backend(
+        NS,
+        "tls-backend",
+        8443,
+        "TCP",
+        passthrough.port(),
+    ));
+    objects.extend(l4::backend(NS, "secure", 8443, "TCP", secure.port()));
 
-    let state = tempfile::tempdir().unwrap();
-    let state_file = state.path().join("l4-state.json");
-    let h = Harness::start_with_args(
+    let (h, _state) = l4::start(
         &[
             ("gateway.yaml", docs(&objects)),
             ("cert.yaml", tls_secret_yaml(NS, "gw-cert", &gateway_cert)),
         ],
-        &[
-            "--l4-pool",
-            "default=127.0.0.1",
-            "--l4-state",
-            state_file.to_str().unwrap(),
-        ],
+        &[],
     )
     .await;
 
@@ -209,14 +170,7 @@ async fn terminate_and_passthrough_by_sni_and_tls_to_a_policy_s_backend() {
         RELOAD_TIMEOUT,
         || async {
             let status = h.status().await;
-            let Some(g) = status["l4"]["gateways"]
-                .as_array()
-                .and_then(|gs| {
-                    gs.iter()
-                        .find(|g| g["namespace"] == NS && g["name"] == "edge")
-                })
-                .cloned()
-            else {
+            let Some(g) = gateway_report(&status, NS, "edge").cloned() else {
                 return Err(status["l4"].clone());
             };
             let listening = g["listeners"]
@@ -319,22 +273,13 @@ async fn the_connection_cap_holds_further_clients_before_their_handshake() {
         ]}}),
         route("term", "term", "tls.example.com", "echo", 3000),
     ];
-    objects.extend(backend("echo", 3000, echo.port()));
-    let state = tempfile::tempdir().unwrap();
-    let state_file = state.path().join("l4-state.json");
-    let h = Harness::start_with_args(
+    objects.extend(l4::backend(NS, "echo", 3000, "TCP", echo.port()));
+    let (h, _state) = l4::start(
         &[
             ("gateway.yaml", docs(&objects)),
             ("cert.yaml", tls_secret_yaml(NS, "gw-cert", &gateway_cert)),
         ],
-        &[
-            "--l4-pool",
-            "default=127.0.0.1",
-            "--l4-state",
-            state_file.to_str().unwrap(),
-            "--l4-max-connections",
-            "1",
-        ],
+        &["--l4-max-connections", "1"],
     )
     .await;
     eventually(

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::l4::{start, tcp_exchange};
 use common::*;
 use serde_json::{Value, json};
 use teapot_testkit::l4::{TcpEcho, TcpMode, UdpEcho, free_port, payload};
@@ -116,29 +117,6 @@ async fn wait_applied(h: &Harness, generation: u64) {
     .await
 }
 
-/// Sends `data` over a new connection, half-closes, reads to EOF.
-async fn tcp_exchange(addr: SocketAddr, data: &[u8]) -> std::io::Result<Vec<u8>> {
-    tokio::time::timeout(IO_TIMEOUT, async {
-        let stream = TcpStream::connect(addr).await?;
-        let (mut r, mut w) = stream.into_split();
-        // Write and read at once: a large payload must not deadlock on
-        // full socket buffers.
-        let writer = async {
-            w.write_all(data).await?;
-            w.shutdown().await
-        };
-        let reader = async {
-            let mut back = Vec::with_capacity(data.len());
-            r.read_to_end(&mut back).await?;
-            Ok::<_, std::io::Error>(back)
-        };
-        let ((), back) = tokio::try_join!(writer, reader)?;
-        Ok(back)
-    })
-    .await
-    .map_err(|_| std::io::Error::other("TCP exchange timed out"))?
-}
-
 /// Sends one datagram and waits for the identical answer; resends when the
 /// answer does not come. Returns how many resends it took.
 async fn udp_exchange(socket: &UdpSocket, data: &[u8]) -> usize {
@@ -151,19 +129,6 @@ async fn udp_exchange(socket: &UdpSocket, data: &[u8]) -> usize {
         }
     }
     panic!("no UDP answer for {} bytes after 6 attempts", data.len());
-}
-
-async fn start(files: &[(&str, String)], extra: &[&str]) -> (Harness, tempfile::TempDir) {
-    let state = tempfile::tempdir().expect("state dir");
-    let state_file = state.path().join("l4-state.json");
-    let mut args = vec![
-        "--l4-pool",
-        "default=127.0.0.1",
-        "--l4-state",
-        state_file.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
-    (Harness::start_with_args(files, &args).await, state)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod auth_service;
 pub mod client_cert;
 pub mod h2raw;
+pub mod l4;
 pub mod tls_backend;
 
 use std::future::Future;
