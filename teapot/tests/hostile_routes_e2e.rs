@@ -137,6 +137,42 @@ spec:
   nodeCIDRs: [192.0.2.0/24]
 "#;
 
+/// A proxy serving Tenant `acme` (nodes outside this machine: its routes
+/// have no endpoint), its Gateway for `*.acme.example.com`, Service `web`
+/// and the routes of `routes`.
+async fn tenant_acme(routes: (&str, String)) -> Harness {
+    let ns = "tenant-acme";
+    let base = vec![
+        gateway(ns, Some("*.acme.example.com")),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "web", "namespace": ns },
+            "spec": { "ports": [{ "port": 80 }] },
+        }),
+    ];
+    Harness::start_with_args(
+        &[
+            ("tenant.yaml", TENANT.to_string()),
+            ("base.yaml", docs(&base)),
+            routes,
+        ],
+        &["--domain", "example.net"],
+    )
+    .await
+}
+
+/// The message of the problem that refuses tenant acme's route `name`.
+fn refusal(status: &Value, name: &str) -> String {
+    status["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["object"] == format!("HttpRoute tenant-acme/{name}"))
+        .and_then(|p| p["message"].as_str())
+        .unwrap_or_else(|| panic!("the {name} route is refused: {status}"))
+        .to_string()
+}
+
 /// Nothing counted a tenant's patterns, so two routes of 500
 /// took a replica from 33 to 361 MB. Now the tenant's routes together stay
 /// within `maxRegexes` (256 by default): the older route is served, the
@@ -158,23 +194,7 @@ async fn a_tenants_patterns_are_held_to_its_budget() {
         &["b.acme.example.com"],
         regex_rules(4, 50, |i| format!("/younger{i}/[0-9]+")),
     );
-    let base = vec![
-        gateway(ns, Some("*.acme.example.com")),
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": { "name": "web", "namespace": ns },
-            "spec": { "ports": [{ "port": 80 }] },
-        }),
-    ];
-    let h = Harness::start_with_args(
-        &[
-            ("tenant.yaml", TENANT.to_string()),
-            ("base.yaml", docs(&base)),
-            ("older.yaml", docs(&[older])),
-        ],
-        &["--domain", "example.net"],
-    )
-    .await;
+    let h = tenant_acme(("older.yaml", docs(&[older]))).await;
     // The older route alone fits: 200 patterns, routed (503: the tenant
     // has no endpoint, and a host without a route would be 404).
     assert_proxy_answer(
@@ -185,14 +205,7 @@ async fn a_tenants_patterns_are_held_to_its_budget() {
 
     h.apply("younger.yaml", &docs(&[younger])).await;
     let status = h.status().await;
-    let problem = status["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["object"] == "HttpRoute tenant-acme/younger")
-        .unwrap_or_else(|| panic!("the younger route is refused: {status}"))
-        .clone();
-    let message = problem["message"].as_str().unwrap();
+    let message = refusal(&status, "younger");
     assert!(message.contains("maxRegexes"), "{message}");
     assert_proxy_answer(
         &h.get("b.acme.example.com", "/younger7/42").await,
@@ -237,40 +250,14 @@ async fn a_refused_route_costs_the_reload_no_compile() {
         &["quiet.acme.example.com"],
         json!([{ "backendRefs": [{ "name": "web", "port": 80 }] }]),
     );
-    let base = vec![
-        gateway(ns, Some("*.acme.example.com")),
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": { "name": "web", "namespace": ns },
-            "spec": { "ports": [{ "port": 80 }] },
-        }),
-    ];
-    let h = Harness::start_with_args(
-        &[
-            ("tenant.yaml", TENANT.to_string()),
-            ("base.yaml", docs(&base)),
-            ("routes.yaml", docs(&[quiet, over, under])),
-        ],
-        &["--domain", "example.net"],
-    )
-    .await;
+    let h = tenant_acme(("routes.yaml", docs(&[quiet, over, under]))).await;
     let status = h.status().await;
-    let problem = |name: &str| {
-        status["problems"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["object"] == format!("HttpRoute tenant-acme/{name}"))
-            .and_then(|p| p["message"].as_str())
-            .unwrap_or_else(|| panic!("the {name} route is refused: {status}"))
-            .to_string()
-    };
-    let over = problem("over");
+    let over = refusal(&status, "over");
     assert!(
         over.contains("none of this object's 1024 was compiled"),
         "{over}"
     );
-    let under = problem("under");
+    let under = refusal(&status, "under");
     assert!(under.contains("were not checked"), "{under}");
     assert_proxy_answer(
         &h.get("quiet.acme.example.com", "/").await,

@@ -20,13 +20,9 @@ const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
 /// A proxy serving `ingresses`, all to one echo backend `web` in `ns`,
 /// with `args`; the plain listener speaks h2c too.
 async fn serve(ns: &str, ingresses: Vec<Value>, args: &[&str]) -> (EchoServer, Harness) {
-    let backend = echo(ns, "web", "web-0").await;
-    let mut objects = echo_service(ns, "web", &[&backend]);
-    objects.extend(ingresses);
     let mut args = args.to_vec();
     args.push("--h2c");
-    let h = Harness::start_with_args(&[("manifests.yaml", docs(&objects))], &args).await;
-    (backend, h)
+    serve_web(ns, ingresses, &args).await
 }
 
 /// `req` over plain HTTP, HTTP/1.1 or h2c.

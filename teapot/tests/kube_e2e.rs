@@ -215,63 +215,41 @@ async fn not_ready_until_every_watch_has_listed() {
         .unwrap();
 }
 
+/// Runs `teapot` with `args` and no `TEAPOT_MANIFESTS`; it must fail.
+/// Returns what it said on stderr.
+fn refused(args: &[&str]) -> String {
+    let out = std::process::Command::new(teapot_bin())
+        .args(args)
+        .env_remove("TEAPOT_MANIFESTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "teapot {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manifests_and_kube_flags_exclude_each_other() {
-    let out = std::process::Command::new(teapot_bin())
-        .args(["proxy", "--kube", "--manifests", "/tmp"])
-        .env_remove("TEAPOT_MANIFESTS")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not both"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = std::process::Command::new(teapot_bin())
-        .args(["proxy"])
-        .env_remove("TEAPOT_MANIFESTS")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let out = std::process::Command::new(teapot_bin())
-        .args([
-            "webhook",
-            "--kube",
-            "--manifests",
-            "/tmp",
-            "--domain",
-            "example.net",
-        ])
-        .args([
-            "--cert",
-            "/nonexistent",
-            "--key",
-            "/nonexistent",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env_remove("TEAPOT_MANIFESTS")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not both"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = refused(&["proxy", "--kube", "--manifests", "/tmp"]);
+    assert!(stderr.contains("not both"), "{stderr}");
+    refused(&["proxy"]);
+    let stderr = refused(&[
+        "webhook",
+        "--kube",
+        "--manifests",
+        "/tmp",
+        "--domain",
+        "example.net",
+        "--cert",
+        "/nonexistent",
+        "--key",
+        "/nonexistent",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(stderr.contains("not both"), "{stderr}");
     // `teapot validate` reads files only: --manifests is required.
-    let out = std::process::Command::new(teapot_bin())
-        .args(["validate", "-f", "-", "--domain", "example.net"])
-        .env_remove("TEAPOT_MANIFESTS")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--manifests"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = refused(&["validate", "-f", "-", "--domain", "example.net"]);
+    assert!(stderr.contains("--manifests"), "{stderr}");
 }
 
 /// `teapot proxy --kube` against the cluster `KUBECONFIG` names: applies

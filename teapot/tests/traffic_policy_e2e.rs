@@ -17,11 +17,7 @@ use teapot_testkit::echo::EchoServer;
 
 /// A proxy serving `ingresses`, all to one echo backend `web` in `ns`.
 async fn serve(ns: &str, ingresses: Vec<Value>) -> (EchoServer, Harness) {
-    let backend = echo(ns, "web", "web-0").await;
-    let mut objects = echo_service(ns, "web", &[&backend]);
-    objects.extend(ingresses);
-    let h = Harness::start(&[("manifests.yaml", docs(&objects))]).await;
-    (backend, h)
+    serve_web(ns, ingresses, &[]).await
 }
 
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
@@ -269,11 +265,7 @@ async fn redirects_and_app_root() {
     .await;
     let mut forwarded = 0;
     for proto in BOTH {
-        let scheme = if proto == Proto::Http1 {
-            "http"
-        } else {
-            "https"
-        };
+        let scheme = scheme(proto);
         // A redirect to a path is made absolute with the scheme and host
         // the client used, as ingress-nginx's `absolute_redirect on`.
         let away = format!("{scheme}://away.test/maintenance");
@@ -662,11 +654,7 @@ async fn from_to_www_redirect_answers_the_twin() {
     .await;
     let mut forwarded = 0;
     for proto in BOTH {
-        let scheme = if proto == Proto::Http1 {
-            "http"
-        } else {
-            "https"
-        };
+        let scheme = scheme(proto);
         for (host, target, location) in [
             ("www.shop.test", "/foo?q=1", "shop.test/foo?q=1"),
             ("www.shop.test", "/", "shop.test"),
