@@ -2674,6 +2674,19 @@ def code_statement(tokens, i, env, subtests, state, cases):
             message.question = {"Name": args[0], "Type": args[1]}
         env[tok] = message
         return end
+    # `captured, _, err := rt.CaptureRoundTrip(req)` in a loop run a known
+    # number of times, `req` made by `http.MakeRequest`: the loop's
+    # requests, each judged as the loop's body judges what it captured.
+    last = i
+    while tokens[last + 1][1] == "." and tokens[last + 2][0] == "ident":
+        last += 2
+    # Elsewhere (inside a poll) a captured round trip is judged by the
+    # code around it (with_fresh).
+    if last > i and tokens[last][1] == "CaptureRoundTrip" and tokens[last + 1][1] == "(" and enclosing_loop(tokens, i, r):
+        end = r.skip_parens(last + 1)
+        case, problem = capture_loop(tokens, i, last + 1, end, env, subtest)
+        cases.append(("http", None if problem else case, problem))
+        return end
     path = import_path(env, tok) if tok not in env else None
     # `r, err := dns.Exchange(msg, gwAddr)`: the reply is all the test asks for.
     if path == DNS_PACKAGE and tokens[i + 2][1] == "Exchange" and tokens[i + 3][1] == "(":
@@ -2758,6 +2771,131 @@ def code_statement(tokens, i, env, subtests, state, cases):
             dial.pending = None
         return end
     return None
+
+
+def enclosing_loop(tokens, i, r):
+    """The `for` loop whose body holds the statement at token i, when it
+    runs a known number of times (`for range N`, `for k := range N`, `for
+    k := 0; k < N; k++`): (N, the body's `{`, the index after its `}`);
+    else None."""
+    depth = 0
+    for k in range(i - 1, 0, -1):
+        t = tokens[k][1]
+        if t in (")", "}", "]"):
+            depth += 1
+        elif t in ("(", "{", "["):
+            if depth:
+                depth -= 1
+                continue
+            if t != "{":
+                return None
+            f = k - 1
+            while f > 0 and tokens[f][1] not in ("for", "{", "}"):
+                f -= 1
+            if tokens[f][1] != "for":
+                return None
+            head = [tok for _, tok in tokens[f + 1:k]]
+            try:
+                if head[:1] == ["range"]:
+                    n, j = r.expr(f + 2)
+                elif len(head) > 3 and head[1] == ":=" and head[2] == "range":
+                    n, j = r.expr(f + 4)
+                elif len(head) > 7 and head[1:4] == [":=", "0", ";"] and head[4:6] == [head[0], "<"] and head[-3:] == [";", head[0], "++"]:
+                    n, j = r.expr(f + 7)
+                    j += 3
+                else:
+                    return None
+            except GoError:
+                return None
+            if j != k or not isinstance(n, int) or isinstance(n, bool):
+                return None
+            return n, k, r.skip_braces(k)
+    return None
+
+
+def made_request(tokens, name, before, env):
+    """The `http.MakeRequest(t, &expected, gwAddr, protocol, scheme)` call
+    that last assigned `name` before token `before`: its `(` index, else
+    None."""
+    for k in range(before - 1, 2, -1):
+        if (
+            tokens[k][1] == name
+            and tokens[k + 1][1] in (":=", "=")
+            and tokens[k - 1][1] not in (".", ",")
+        ):
+            pkg = tokens[k + 2][1]
+            # The helper packages are read under their own names
+            # (canonical_helper_packages).
+            if pkg == "http" and pkg not in env and tokens[k + 3][1] == "." and tokens[k + 4][1] == "MakeRequest" and tokens[k + 5][1] == "(":
+                return k + 5
+            return None
+    return None
+
+
+def capture_loop(tokens, i, paren, end, env, subtest):
+    """The case of `captured, _, err := rt.CaptureRoundTrip(req)` at token
+    i, in a loop run N times (enclosing_loop): `{"helper":
+    "http.CaptureRoundTrip", ...the request's expectation, "gateway",
+    "arguments": {"repeat", "scheme", "podPrefixHeader", "oneValue"}}` when `req` was made by
+    `http.MakeRequest`, and every `if` of the loop's body is a judgement
+    read here: the round trip's error, `len(v) != 1` and
+    `!strings.HasPrefix(captured.Pod, v[0])` of `v :=
+    captured.Headers["Name"]` (the pod is prefixed by a request header's
+    value as the backend saw it); else (None, why)."""
+    r = Reader(tokens, env)
+    names = assigned_names(tokens, i)
+    args = call_args(tokens, paren)
+    if len(names) < 3 or names[0] == "_" or len(args) != 1 or args[0][1] != args[0][0] + 1:
+        return None, f"{r.text(i, end)}: the captured request is not kept, or the request is not a name"
+    captured, err = names[0], names[2]
+    paren = made_request(tokens, tokens[args[0][0]][1], i, env)
+    if paren is None:
+        return None, f"{r.text(i, end)}: the request is not one http.MakeRequest made"
+    made = call_args(tokens, paren)
+    if len(made) != 5:
+        return None, "http.MakeRequest with other arguments than (t, &expected, gwAddr, protocol, scheme)"
+    try:
+        expected, j = r.expr(made[1][0])
+        scheme, k = r.expr(made[4][0])
+    except GoError as e:
+        return None, f"http.MakeRequest: {e}"
+    if j != made[1][1] or k != made[4][1] or not isinstance(expected, dict) or not isinstance(scheme, str) or unresolved_in(expected):
+        return None, f"http.MakeRequest: {r.text(*made[1])} or {r.text(*made[4])} is computed at run time"
+    extra, problem = helper_call(tokens, paren, "http.MakeRequest", env)
+    if problem:
+        return None, problem
+    count, body, body_end = enclosing_loop(tokens, i, r)
+    header, one_value, prefix = None, False, False
+    values = None
+    k = body + 1
+    while k < body_end - 1:
+        t = [tok for _, tok in tokens[k:k + 8]]
+        # v := captured.Headers["Name"]
+        if len(t) == 8 and t[1] == ":=" and t[2:6] == [captured, ".", "Headers", "["] and tokens[k + 6][0] == "str" and t[7] == "]":
+            values, header = t[0], go_string("str", tokens[k + 6][1])
+            k += 8
+            continue
+        if t[0] == "if":
+            brace = k + 1
+            while tokens[brace][1] != "{":
+                brace += 1
+            condition = [tok for _, tok in tokens[k + 1:brace]]
+            if condition == [err, "!=", "nil"]:
+                pass
+            elif values and condition == ["len", "(", values, ")", "!=", "1"]:
+                one_value = True
+            elif values and condition == ["!", "strings", ".", "HasPrefix", "(", captured, ".", "Pod", ",", values, "[", "0", "]", ")"]:
+                prefix = True
+            else:
+                return None, f"the loop judges {' '.join(condition)}, which this reader does not read"
+            k = brace + 1
+            continue
+        k += 1
+    if not prefix:
+        return None, "the loop judges no pod prefix this reader reads"
+    case = {**expected, "helper": "http.CaptureRoundTrip", "subtest": subtest, **extra}
+    case["arguments"] = {**case.get("arguments", {}), "repeat": count, "scheme": scheme, "podPrefixHeader": header, "oneValue": one_value}
+    return case, None
 
 
 def compared(tokens, start, a, b):

@@ -965,6 +965,75 @@ func onlyNamed(ls []gw1.Listener, name gw1.SectionName) []gw1.Listener {
     );
 }
 
+/// A loop of captured round trips of a request `http.MakeRequest` made,
+/// each judged on a request header the backend saw prefixing the pod's
+/// name, is a case of its own (`http.CaptureRoundTrip`); a loop that
+/// judges something else is unported with the reason.
+#[test]
+fn a_loop_of_captured_round_trips_is_a_case() {
+    let t = port_one(
+        "TeapotCapture",
+        "teapot-capture",
+        r#"package tests
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	h "sigs.k8s.io/gateway-api/conformance/utils/http"
+	"sigs.k8s.io/gateway-api/conformance/utils/kubernetes"
+	"sigs.k8s.io/gateway-api/conformance/utils/suite"
+)
+
+var TeapotCapture = suite.ConformanceTest{
+	ShortName: "TeapotCapture",
+	Manifests: []string{"tests/teapot-capture.yaml"},
+	Test: func(t *testing.T, s *suite.ConformanceTestSuite) {
+		gw := types.NamespacedName{Name: "teapot-gw", Namespace: "gateway-conformance-infra"}
+		addr := kubernetes.GatewayAndHTTPRoutesMustBeAccepted(t, s.Client, s.TimeoutConfig, s.ControllerName, kubernetes.NewGatewayRef(gw), types.NamespacedName{Name: "r", Namespace: "gateway-conformance-infra"})
+		want := h.ExpectedResponse{Request: h.Request{Path: "/split"}, Namespace: "gateway-conformance-infra"}
+		probe := h.MakeRequest(t, &want, addr, "HTTP", "http")
+		for k := 0; k < 7; k++ {
+			seen, _, failed := s.RoundTripper.CaptureRoundTrip(probe)
+			if failed != nil {
+				t.Fatal(failed)
+			}
+			pods := seen.Headers["X-Pod"]
+			if !strings.HasPrefix(seen.Pod, pods[0]) {
+				t.Fatalf("wrong pod")
+			}
+		}
+		for range 3 {
+			seen, _, failed := s.RoundTripper.CaptureRoundTrip(probe)
+			if failed != nil || seen.Path != "/split" {
+				t.Fatal("odd")
+			}
+		}
+	},
+}
+"#,
+    );
+    let cases = t["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2, "{t}");
+    let capture = &cases[1];
+    assert_eq!(capture["helper"], "http.CaptureRoundTrip", "{t}");
+    assert_eq!(capture["Request"]["Path"], "/split");
+    assert_eq!(capture["gateway"]["Name"], "teapot-gw");
+    assert_eq!(
+        capture["arguments"],
+        serde_json::json!({"repeat": 7, "scheme": "http", "podPrefixHeader": "X-Pod", "oneValue": false})
+    );
+    let unported = t["unported_cases"].as_array().unwrap();
+    assert_eq!(unported.len(), 1, "{t}");
+    let reason = unported[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the loop judges failed != nil || seen . Path != \"/split\""),
+        "{reason}"
+    );
+}
+
 // The checks upstream writes as code (not helper calls) are read into
 // cases: a request whose expectation holds a value made anew per attempt,
 // a WebSocket dial with its messages, a DNS exchange. The test file here

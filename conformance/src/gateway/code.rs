@@ -1,7 +1,9 @@
 //! The checks upstream writes as code rather than as helper calls, which
 //! `port.py` reads into cases of their own: a WebSocket dial whose
 //! messages must come back (`websocket.Dial`, [`websocket`]), a DNS
-//! exchange (`dns.Exchange`, [`dns`]), and, for any HTTP case, the values
+//! exchange (`dns.Exchange`, [`dns`]), a loop of captured round trips
+//! each judged on what the backend saw (`http.CaptureRoundTrip`), and, for
+//! any HTTP case, the values
 //! a test makes anew per attempt or per case (`per_attempt`, `per_case`:
 //! echo-basic's retry simulation counts the attempts of each UUID).
 
@@ -19,11 +21,13 @@ mod websocket;
 const WEBSOCKET: &str = "websocket.Dial";
 /// `dns.Exchange`: one DNS query over UDP.
 const DNS: &str = "dns.Exchange";
+/// `rt.CaptureRoundTrip(req)` in a loop: requests judged on the echo.
+const CAPTURE: &str = "http.CaptureRoundTrip";
 
 impl CaseContext<'_> {
     /// A case of a check written as code, judged; None for any other case.
     pub(super) async fn run_code(&self, case: &Case) -> Option<Result<(), String>> {
-        if ![WEBSOCKET, DNS].contains(&case.helper.as_str()) {
+        if ![WEBSOCKET, DNS, CAPTURE].contains(&case.helper.as_str()) {
             return None;
         }
         let unjudged = case.unjudged_fields();
@@ -39,8 +43,49 @@ impl CaseContext<'_> {
         };
         Some(match case.helper.as_str() {
             WEBSOCKET => self.run_websocket(case, needed).await,
+            CAPTURE => self.polled(needed, || self.run_captures(case)).await,
             _ => self.run_dns(case, needed).await,
         })
+    }
+
+    /// The loop of `arguments.repeat` captured round trips of the case's
+    /// request (`http.MakeRequest`'s, at `arguments.scheme`), one after
+    /// the other as the loop sends them, each judged as its body judges:
+    /// the round trip succeeds (any status: the loop reads what the echo
+    /// reported, and an answer that is not the echo's reports nothing),
+    /// the request header `arguments.podPrefixHeader` reached the backend
+    /// (once, with `arguments.oneValue`), and the pod that answered is
+    /// named with its value as prefix. The first failure ends the loop, as
+    /// `t.Fatalf` does.
+    async fn run_captures(&self, case: &Case) -> Result<(), String> {
+        let argument = |name: &str| {
+            case.arguments
+                .get(name)
+                .ok_or_else(|| format!("arguments.{name} is missing"))
+        };
+        let repeat = argument("repeat")?
+            .as_u64()
+            .ok_or("arguments.repeat is not a count")?;
+        let scheme = match argument("scheme")?.as_str() {
+            Some("http") => "http",
+            Some("https") => "https",
+            other => return Err(format!("arguments.scheme {other:?} is not http or https")),
+        };
+        let header = argument("podPrefixHeader")?
+            .as_str()
+            .ok_or("arguments.podPrefixHeader is not a header name")?;
+        let one_value = argument("oneValue")?.as_bool().unwrap_or(false);
+        let case = per_case(case)?;
+        let proto = super::protocol(&case.request.protocol, scheme)?;
+        for n in 0..repeat {
+            let exchange = self.round_trip(&case, scheme, proto).await.map_err(|e| {
+                let (super::Attempt::Retry(e) | super::Attempt::Fatal(e)) = e;
+                format!("request {n}: failed to roundtrip request: {e}")
+            })?;
+            judge_capture(&exchange.request, header, one_value)
+                .map_err(|e| format!("request {n}: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Runs `attempt` as the case's upstream poll does: until `needed`
@@ -62,6 +107,38 @@ impl CaseContext<'_> {
                 .map(drop),
         }
     }
+}
+
+/// One captured request judged as the loop's body does: the values of the
+/// request header `header` the backend saw (exactly one when `one_value`),
+/// the first of which prefixes the pod's name.
+fn judge_capture(
+    captured: &crate::gateway::judge::CapturedRequest,
+    header: &str,
+    one_value: bool,
+) -> Result<(), String> {
+    let values: &[String] = captured
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(&header.to_ascii_lowercase()))
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if one_value && values.len() != 1 {
+        return Err(format!(
+            "expected a single {header:?} header to have been set, got {}",
+            values.len()
+        ));
+    }
+    let Some(prefix) = values.first() else {
+        return Err(format!("no {header:?} header reached the backend"));
+    };
+    if !captured.pod.starts_with(prefix.as_str()) {
+        return Err(format!(
+            "the request went to pod {:?}, not one named {prefix:?}...",
+            captured.pod
+        ));
+    }
+    Ok(())
 }
 
 /// How many passing attempts in a row the upstream poll around the case
@@ -168,6 +245,60 @@ mod tests {
         assert!(per_attempt(&filled).is_none());
         let odd = case(r#"{"Request": {"Path": "/{n}"}, "per_attempt": {"{n}": "time"}}"#);
         assert!(per_case(&odd).unwrap_err().contains("\"time\""));
+    }
+
+    #[test]
+    fn captures_are_judged_on_the_header_the_backend_saw() {
+        let captured = |pod: &str, values: &[&str]| crate::gateway::judge::CapturedRequest {
+            pod: pod.into(),
+            headers: Some(BTreeMap::from([(
+                "backend".to_string(),
+                values.iter().map(|v| (*v).to_string()).collect(),
+            )])),
+            ..Default::default()
+        };
+        assert_eq!(
+            judge_capture(
+                &captured("infra-backend-v2-abc-1", &["infra-backend-v2"]),
+                "Backend",
+                true
+            ),
+            Ok(())
+        );
+        assert!(
+            judge_capture(
+                &captured("infra-backend-v1-abc-1", &["infra-backend-v2"]),
+                "Backend",
+                true
+            )
+            .unwrap_err()
+            .contains("not one named \"infra-backend-v2\"")
+        );
+        assert!(
+            judge_capture(
+                &captured("infra-backend-v1-x", &["infra-backend-v1", "x"]),
+                "Backend",
+                true
+            )
+            .unwrap_err()
+            .contains("got 2")
+        );
+        assert_eq!(
+            judge_capture(
+                &captured("infra-backend-v1-x", &["infra-backend-v1", "x"]),
+                "Backend",
+                false
+            ),
+            Ok(())
+        );
+        assert!(
+            judge_capture(
+                &crate::gateway::judge::CapturedRequest::default(),
+                "Backend",
+                false
+            )
+            .is_err()
+        );
     }
 
     #[test]

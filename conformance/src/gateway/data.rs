@@ -405,6 +405,13 @@ pub const ARGUMENTS: &[&str] = &[
     "messages",
     "question",
     "poll",
+    // A loop of captured round trips (`http.CaptureRoundTrip`): how many,
+    // the scheme `http.MakeRequest` was given, the request header whose
+    // value prefixes the pod's name, and whether it must be one value.
+    "repeat",
+    "scheme",
+    "podPrefixHeader",
+    "oneValue",
 ];
 
 impl Case {
