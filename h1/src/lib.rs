@@ -54,6 +54,9 @@
 //! - `head`: [`RequestHeadWriter`], the one HTTP/1.1 request-head encoder
 //!   every request teapot sends to a backend leaves through (forwarded,
 //!   from an HTTP/2 client, mirrored, sub-requests).
+//! - `upstream_http`: [`UpstreamHttp`], the HTTP version and `Connection`
+//!   field a route's requests go to their backends with, named by both
+//!   [`Forward`] and the encoder.
 //! - `wire`: head serialization: hop-by-hop and `Connection`-listed fields
 //!   dropped, [`HeaderEdits`] applied, framing re-emitted, `Date` added
 //!   where a response has none (RFC 9110 §6.6.1).
