@@ -88,6 +88,36 @@ pub struct RouteTrafficPolicySpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub backend_http: Option<BackendHttp>,
+    /// Bodies held per request instead of streamed (ingress-nginx's
+    /// `proxy-request-buffering`, `client-body-buffer-size`,
+    /// `proxy-buffering`, `proxy-buffer-size`, `proxy-buffers-number`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffering: Option<Buffering>,
+}
+
+/// The request body read before the backend is contacted, the response
+/// read ahead of the client; both off (streamed) unless `"on"`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Buffering {
+    /// `"on"`: the request body is read (up to `requestBodySize`) before
+    /// the backend is contacted and sent with a `Content-Length`; a longer
+    /// one goes on streamed. `"off"`, the default: streamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// Request body bytes held (default `8k`, at most `1m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_body_size: Option<String>,
+    /// `"on"`: the backend's answer is read ahead of the client, up to
+    /// `responseBuffers` times `responseBufferSize` (cut to 1 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+    /// One response buffer's size (default `4k`, at most `1m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_buffer_size: Option<String>,
+    /// Response buffers (default 4, 1 to 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_buffers: Option<u32>,
 }
 
 /// Answers of the authentication service kept, and for how long.
@@ -350,6 +380,28 @@ impl RouteTrafficPolicySpec {
                 c.duration.as_ref(),
             );
         }
+        if let Some(b) = &self.buffering {
+            text(
+                "spec.buffering.request",
+                "proxy-request-buffering",
+                b.request.as_ref(),
+            );
+            text(
+                "spec.buffering.requestBodySize",
+                "client-body-buffer-size",
+                b.request_body_size.as_ref(),
+            );
+            text(
+                "spec.buffering.response",
+                "proxy-buffering",
+                b.response.as_ref(),
+            );
+            text(
+                "spec.buffering.responseBufferSize",
+                "proxy-buffer-size",
+                b.response_buffer_size.as_ref(),
+            );
+        }
         if let Some(b) = &self.backend_http {
             text(
                 "spec.backendHTTP.version",
@@ -404,6 +456,13 @@ impl RouteTrafficPolicySpec {
                 "spec.bandwidth.unlimitedKiB",
                 "limit-rate-after",
                 b.unlimited_kib,
+            );
+        }
+        if let Some(b) = &self.buffering {
+            count(
+                "spec.buffering.responseBuffers",
+                "proxy-buffers-number",
+                b.response_buffers,
             );
         }
         out
@@ -558,6 +617,40 @@ mod tests {
             "targetRefs: []\nloadBalance: ewma\nsatisfy: any\nauthCache: {key: $remote_user}\nbackendHTTP: {version: '1.0', connection: close}\n",
         );
         assert_eq!(crate::admission::route_traffic_value_errors(&fine), []);
+    }
+
+    #[test]
+    fn buffering_is_its_annotations() {
+        let s = spec(
+            "targetRefs: []\nbuffering: {request: 'on', requestBodySize: 64k, response: 'on', responseBufferSize: 8k, responseBuffers: 8}\n",
+        );
+        let got: Vec<(&str, String)> = s
+            .annotations()
+            .into_iter()
+            .map(|a| (a.field, format!("{}={}", a.name, a.value)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.buffering.request",
+                    "proxy-request-buffering=on".into()
+                ),
+                (
+                    "spec.buffering.requestBodySize",
+                    "client-body-buffer-size=64k".into()
+                ),
+                ("spec.buffering.response", "proxy-buffering=on".into()),
+                (
+                    "spec.buffering.responseBufferSize",
+                    "proxy-buffer-size=8k".into()
+                ),
+                (
+                    "spec.buffering.responseBuffers",
+                    "proxy-buffers-number=8".into()
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::Frame;
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -397,4 +398,61 @@ async fn a_buffered_answer_frees_the_backend_before_the_client_reads() {
         .unwrap()
         .unwrap();
     assert_eq!(body.to_bytes().len(), ANSWER);
+}
+
+/// A RouteTrafficPolicy's `buffering` holds an HTTPRoute's request
+/// bodies the same, on both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_traffic_policy_holds_request_bodies() {
+    const GW: &str = "gw-buffering";
+    const HOST: &str = "uploads.example.com";
+    let log = Log::default();
+    let addr = backend(log.clone()).await;
+    let mut objects = vec![
+        gateway_gw(
+            GW,
+            json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        http_route(
+            GW,
+            "uploads",
+            json!({ "name": "gw" }),
+            &[HOST],
+            json!([{ "backendRefs": [{ "name": "files", "port": 80 }] }]),
+        ),
+        json!({
+            "apiVersion": "teapot.dev/v1alpha1",
+            "kind": "RouteTrafficPolicy",
+            "metadata": { "name": "held", "namespace": GW },
+            "spec": {
+                "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                 "name": "uploads" }],
+                "buffering": { "request": "on", "requestBodySize": "64k" },
+            },
+        }),
+    ];
+    objects.extend(loopback_service(GW, "files", addr.port()));
+    let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
+    let status = h
+        .wait_status("the policy reported", |s| {
+            s["routeTrafficPolicies"]
+                .as_array()
+                .is_some_and(|p| p.len() == 1)
+        })
+        .await;
+    let conditions = status["routeTrafficPolicies"][0]["status"].to_string();
+    assert!(conditions.contains("\"True\""), "{conditions}");
+    for proto in [Proto::Http1, Proto::Http2] {
+        log.0.lock().unwrap().clear();
+        let pause = tokio::time::sleep(Duration::from_millis(500));
+        let status = post_in_two(&h, proto, HOST, true, &log, pause).await;
+        assert_eq!(status, 200, "{proto:?}");
+        let events = log.events();
+        let complete = events.iter().position(|e| *e == Event::BodyComplete);
+        let accepted = events.iter().position(|e| *e == Event::Accepted);
+        assert!(
+            complete.is_some() && accepted.is_some() && complete < accepted,
+            "{proto:?}: {events:?}"
+        );
+    }
 }

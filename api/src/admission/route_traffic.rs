@@ -117,7 +117,7 @@ pub fn route_traffic_value_errors(spec: &RouteTrafficPolicySpec) -> Vec<(String,
     if fields.is_empty() {
         out.push((
             "spec".to_string(),
-            "sets nothing: give clientAddresses, rateLimit, inFlightPerClient, customErrors, basicAuth, bandwidth, loadBalance, satisfy, authCache or backendHTTP"
+            "sets nothing: give clientAddresses, rateLimit, inFlightPerClient, customErrors, basicAuth, bandwidth, loadBalance, satisfy, authCache, backendHTTP or buffering"
                 .to_string(),
         ));
     }
