@@ -44,6 +44,12 @@ pub struct RouteTrafficPolicySpec {
     /// `limit-rpm`, `limit-burst-multiplier`, `limit-whitelist`); over it, 429.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// Requests per window for each key, counted over the whole fleet
+    /// (ingress-nginx's `global-rate-limit`, `global-rate-limit-window`,
+    /// `global-rate-limit-key`, `global-rate-limit-ignored-cidrs`); over
+    /// it, 429.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_rate_limit: Option<GlobalRateLimit>,
     /// Requests each client address may have in flight at once
     /// (ingress-nginx's `limit-connections`); one more gets 503.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -252,6 +258,24 @@ pub struct RateLimit {
     pub exempt: Vec<String>,
 }
 
+/// A rate shared by the fleet's replicas.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GlobalRateLimit {
+    /// Requests per window for each key (0 to 1000000; 0: no limit).
+    pub requests: u32,
+    /// The window: digits and `s`, `m` or `h`, from 1s to 1h (`1m`).
+    pub window: String,
+    /// What is counted per (default `$remote_addr`): `$remote_addr`,
+    /// `$host`, `$request_uri`, `$http_NAME`, `$cookie_NAME`, `$arg_NAME`
+    /// (at most 8) and literal text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Client networks neither counted nor refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<String>,
+}
+
 /// What the proxy fleet reports: per target, whether the policy applies.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -330,6 +354,13 @@ impl RouteTrafficPolicySpec {
         if let Some(r) = &self.rate_limit {
             list("spec.rateLimit.exempt", "limit-whitelist", &r.exempt);
         }
+        if let Some(g) = &self.global_rate_limit {
+            list(
+                "spec.globalRateLimit.ignored",
+                "global-rate-limit-ignored-cidrs",
+                &g.ignored,
+            );
+        }
         if let Some(e) = &self.custom_errors {
             let codes: Vec<String> = e.codes.iter().map(u16::to_string).collect();
             list("spec.customErrors.codes", "custom-http-errors", &codes);
@@ -402,6 +433,18 @@ impl RouteTrafficPolicySpec {
                 b.response_buffer_size.as_ref(),
             );
         }
+        if let Some(g) = &self.global_rate_limit {
+            text(
+                "spec.globalRateLimit.window",
+                "global-rate-limit-window",
+                Some(&g.window),
+            );
+            text(
+                "spec.globalRateLimit.key",
+                "global-rate-limit-key",
+                g.key.as_ref(),
+            );
+        }
         if let Some(b) = &self.backend_http {
             text(
                 "spec.backendHTTP.version",
@@ -439,6 +482,13 @@ impl RouteTrafficPolicySpec {
                 "spec.rateLimit.burstMultiplier",
                 "limit-burst-multiplier",
                 r.burst_multiplier,
+            );
+        }
+        if let Some(g) = &self.global_rate_limit {
+            count(
+                "spec.globalRateLimit.requests",
+                "global-rate-limit",
+                Some(g.requests),
             );
         }
         count(
@@ -648,6 +698,39 @@ mod tests {
                 (
                     "spec.buffering.responseBuffers",
                     "proxy-buffers-number=8".into()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn global_rate_limit_is_its_four_annotations() {
+        let s = spec(
+            "targetRefs: []\nglobalRateLimit: {requests: 100, window: 1m, key: $http_x_api_key, ignored: [10.0.0.0/8]}\n",
+        );
+        let got: Vec<(&str, String)> = s
+            .annotations()
+            .into_iter()
+            .map(|a| (a.field, format!("{}={}", a.name, a.value)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.globalRateLimit.ignored",
+                    "global-rate-limit-ignored-cidrs=10.0.0.0/8".into()
+                ),
+                (
+                    "spec.globalRateLimit.window",
+                    "global-rate-limit-window=1m".into()
+                ),
+                (
+                    "spec.globalRateLimit.key",
+                    "global-rate-limit-key=$http_x_api_key".into()
+                ),
+                (
+                    "spec.globalRateLimit.requests",
+                    "global-rate-limit=100".into()
                 ),
             ]
         );

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use common::*;
 use teapot_proxy::live::global_counts::{self, Record};
-use teapot_testkit::client::{Proto, Request};
+use teapot_testkit::client::{Proto, Request, Transport};
 use teapot_testkit::echo::EchoServer;
 
 const NS: &str = "ops";
@@ -344,5 +344,68 @@ async fn ignored_clients_are_not_counted() {
     }
     assert_eq!(status_of(&h, Proto::Http1, "counted.test").await, 200);
     assert_eq!(status_of(&h, Proto::Http2, "counted.test").await, 429);
+    drop(backend);
+}
+
+/// A RouteTrafficPolicy's `globalRateLimit` on an HTTPRoute: its four
+/// fields are the four annotations, so the route answers 429 past the
+/// limit on HTTP/1.1 and cleartext HTTP/2 alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_traffic_policy_limits_a_route() {
+    const GW: &str = "gw-global";
+    const HOST: &str = "api.example.com";
+    let backend = echo(GW, "web", "web-0").await;
+    let mut objects = vec![
+        gateway_gw(
+            GW,
+            serde_json::json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        http_route(
+            GW,
+            "api",
+            serde_json::json!({ "name": "gw" }),
+            &[HOST],
+            serde_json::json!([{ "backendRefs": [{ "name": "web", "port": 80 }] }]),
+        ),
+        serde_json::json!({
+            "apiVersion": "teapot.dev/v1alpha1",
+            "kind": "RouteTrafficPolicy",
+            "metadata": { "name": "global", "namespace": GW },
+            "spec": {
+                "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                 "name": "api" }],
+                "globalRateLimit": { "requests": 3, "window": "1m", "key": "$http_x_api_key" },
+            },
+        }),
+    ];
+    objects.extend(echo_service(GW, "web", &[&backend]));
+    let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
+    let status = h
+        .wait_status("the policy reported", |s| {
+            s["routeTrafficPolicies"]
+                .as_array()
+                .is_some_and(|p| p.len() == 1)
+        })
+        .await;
+    let conditions = status["routeTrafficPolicies"][0]["status"].to_string();
+    assert!(conditions.contains("\"True\""), "{conditions}");
+    let send_key = |key: &'static str, proto: Proto| {
+        let req = Request::get(HOST, "/")
+            .header("x-api-key", key)
+            .proto(proto);
+        let addr = h.proxy.http;
+        async move { send(addr, &Transport::Plain, &req).await.status }
+    };
+    let mut codes = Vec::new();
+    for i in 0..6 {
+        let proto = if i % 2 == 0 {
+            Proto::Http1
+        } else {
+            Proto::Http2
+        };
+        codes.push(send_key("k1", proto).await);
+    }
+    assert_eq!(codes, [200, 200, 200, 429, 429, 429]);
+    assert_eq!(send_key("k2", Proto::Http2).await, 200);
     drop(backend);
 }

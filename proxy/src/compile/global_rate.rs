@@ -54,7 +54,7 @@ pub struct GlobalRate {
 /// Ingress's `namespace/name`) of `owner` (its tenant cluster, "" for the
 /// operator namespaces); `None`: none, or none that can be served
 /// (reported). Without a fleet (crate::live::global_counts) each replica
-/// enforces the whole limit alone, and the route is told so.
+/// enforces the whole limit alone ([`alone_notice`]).
 pub fn read(
     nginx: &NginxAnnotations,
     route: &str,
@@ -109,17 +109,22 @@ pub fn read(
         ));
         ignored.truncate(MAX_IGNORED_CIDRS);
     }
-    if !counts.is_fleet() {
-        problems.push(format!(
-            "{NGINX_PREFIX}global-rate-limit: the fleet runs without --fleet-peers, so each replica enforces the whole limit alone"
-        ));
-    }
     Some(Arc::new(GlobalRate {
         counts: counts.route(route, owner, limit, window_ms),
         key,
         falls_back,
         ignored,
     }))
+}
+
+/// What an Ingress with a global rate limit is told when the fleet runs
+/// without `--fleet-peers`: each replica enforces the whole limit alone.
+pub fn alone_notice(counts: &GlobalCounts) -> Option<String> {
+    (!counts.is_fleet()).then(|| {
+        format!(
+            "{NGINX_PREFIX}global-rate-limit: the fleet runs without --fleet-peers, so each replica enforces the whole limit alone"
+        )
+    })
 }
 
 /// The key: nginx variables (`upstream-hash-by`'s names) and literal
@@ -151,6 +156,7 @@ mod tests {
         let mut problems = Vec::new();
         let nginx = NginxAnnotations::read(Some(&map), &mut problems);
         let rate = read(&nginx, "ns/web", "t", counts, &mut problems);
+        problems.extend(rate.as_ref().and_then(|_| alone_notice(counts)));
         (rate, problems)
     }
 

@@ -65,6 +65,11 @@ impl<'a> Policies<'a> {
             .clone()
     }
 
+    /// `global-rate-limit`'s counts (crate::live::global_counts).
+    pub(crate) fn global_counts(&self) -> &'a crate::live::global_counts::GlobalCounts {
+        &self.gates.global_counts
+    }
+
     /// The rate counters and in-flight counts of `tenant`'s routes: its
     /// fixed-size table (sized by its `maxConnections`), or the operator
     /// namespaces' one. Every rate limit of a tenant, an Ingress's or a
@@ -188,6 +193,9 @@ impl<'a> Policies<'a> {
                         &gates.global_counts,
                         &mut problems,
                     ) {
+                        problems.extend(crate::compile::global_rate::alone_notice(
+                            &gates.global_counts,
+                        ));
                         policy.get_or_insert_default().global_rate = Some(global);
                     }
                     let auth = match nginx.auth(&mut problems) {

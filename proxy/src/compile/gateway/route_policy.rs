@@ -67,7 +67,9 @@ impl Attached {
                 Some(rule) => format!("{} {}#{rule}", route.kind, route.id),
                 None => format!("{} {}", route.kind, route.id),
             };
-            let Ok(mut traffic) = traffic(&policy.object, &key, || policies.rate_table(tenant))
+            let global = (policies.global_counts(), tenant.map_or("", |t| t.cluster));
+            let Ok(mut traffic) =
+                traffic(&policy.object, &key, || policies.rate_table(tenant), global)
             else {
                 continue;
             };
@@ -207,6 +209,7 @@ fn traffic(
     policy: &RouteTrafficPolicy,
     route_key: &str,
     table: impl FnOnce() -> Arc<crate::live::rate_table::RateTable>,
+    (counts, owner): (&crate::live::global_counts::GlobalCounts, &str),
 ) -> Result<TrafficPolicy, Vec<String>> {
     let fields = policy.spec.annotations();
     let key = |name: &str| format!("{NGINX_PREFIX}{name}");
@@ -216,7 +219,14 @@ fn traffic(
         .collect();
     let mut problems = Vec::new();
     let nginx = NginxAnnotations::read(Some(&annotations), &mut problems);
-    let traffic = nginx.policy(route_key, table, &mut problems);
+    let mut traffic = nginx.policy(route_key, table, &mut problems);
+    // `globalRateLimit` (crate::compile::global_rate), counted by the
+    // route's stable key.
+    if let Some(global) =
+        crate::compile::global_rate::read(&nginx, route_key, owner, counts, &mut problems)
+    {
+        traffic.get_or_insert_default().global_rate = Some(global);
+    }
     if !problems.is_empty() {
         // The reader names the annotation; the tenant wrote the field.
         let renamed = problems
@@ -279,12 +289,17 @@ fn missing_error_backend(
 /// The status of every RouteTrafficPolicy: per target, whether it applies.
 pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
     let mut out = Vec::with_capacity(store.route_traffic_policies.len());
+    // A global rate limit is read to be judged, its counts made here.
+    let scratch = crate::live::global_counts::GlobalCounts::default();
     for (id, policy) in &store.route_traffic_policies {
         let generation = policy.object.metadata.generation;
         // The values are checked once: they are the same for every target.
-        let invalid = traffic(&policy.object, "", || {
-            Arc::new(crate::live::rate_table::RateTable::new(1))
-        })
+        let invalid = traffic(
+            &policy.object,
+            "",
+            || Arc::new(crate::live::rate_table::RateTable::new(1)),
+            (&scratch, ""),
+        )
         .err();
         let unresolved = missing_error_backend(store, id, &policy.object);
         let users = policy.object.spec.basic_auth.as_ref().and_then(|b| {
@@ -520,9 +535,12 @@ spec:
             };
             let p = RouteTrafficPolicy::new("p", spec);
             Arc::new(
-                traffic(&p, "k", || {
-                    Arc::new(crate::live::rate_table::RateTable::new(1))
-                })
+                traffic(
+                    &p,
+                    "k",
+                    || Arc::new(crate::live::rate_table::RateTable::new(1)),
+                    (&Default::default(), ""),
+                )
                 .unwrap(),
             )
         };
@@ -606,7 +624,8 @@ spec:
         };
         let p = RouteTrafficPolicy::new("p", spec.clone());
         let table = || Arc::new(crate::live::rate_table::RateTable::new(16));
-        let t = traffic(&p, "k", table).unwrap();
+        let counts = crate::live::global_counts::GlobalCounts::default();
+        let t = traffic(&p, "k", table, (&counts, "")).unwrap();
         assert!(t.ewma && t.satisfy_any && t.auth_cache.is_some());
         let http = t.upstream_http.as_deref().expect("the backend's head");
         assert_eq!(http.version, teapot_h1::HttpVersion::Http10);
@@ -616,7 +635,7 @@ spec:
         );
         spec.auth_cache.as_mut().unwrap().duration = Some("200 2h".into());
         let p = RouteTrafficPolicy::new("p", spec);
-        let problems = traffic(&p, "k", table).unwrap_err();
+        let problems = traffic(&p, "k", table, (&counts, "")).unwrap_err();
         assert!(
             problems[0].starts_with("spec.authCache.key:"),
             "{problems:?}"
@@ -637,13 +656,14 @@ spec:
         };
         let p = RouteTrafficPolicy::new("p", spec.clone());
         let table = || Arc::new(crate::live::rate_table::RateTable::new(16));
-        let t = traffic(&p, "k", table).unwrap();
+        let counts = crate::live::global_counts::GlobalCounts::default();
+        let t = traffic(&p, "k", table, (&counts, "")).unwrap();
         assert_eq!(t.rate.as_ref().unwrap().limits.len(), 1);
         assert_eq!(t.rate.as_ref().unwrap().exempt.len(), 1);
         assert_eq!(t.connections.as_ref().unwrap().limit, 3);
         spec.in_flight_per_client = Some(0);
         let p = RouteTrafficPolicy::new("p", spec);
-        let problems = traffic(&p, "k", table).unwrap_err();
+        let problems = traffic(&p, "k", table, (&counts, "")).unwrap_err();
         assert!(
             problems[0].starts_with("spec.inFlightPerClient:"),
             "{problems:?}"
