@@ -10,8 +10,10 @@
 # sees of the directive: the backend is httpbun, whose
 # `/response-headers` answers with the `Location` or `Set-Cookie` the
 # query names, and the response carries it rewritten (or, for `off` and
-# `default`, as the backend wrote it). The other cases of proxy.go are
-# listed in NOT-PORTED.md.
+# `default`, as the backend wrote it). The proxy-buffering and
+# proxy-request-buffering cases check nginx.conf's buffer lines; here the
+# Ingress is served with them (teapot/tests/buffering_e2e.rs shows what
+# they do). The other cases of proxy.go are listed in NOT-PORTED.md.
 @ingress-nginx
 Feature: ingress-nginx proxy-* annotations
 
@@ -278,3 +280,59 @@ Feature: ingress-nginx proxy-* annotations
     When I send a "GET" request to "http://proxy.foo.com/response-headers?Set-Cookie=a=b;Domain=localhost;Path=/one/two"
     Then the response status-code must be 200
     And the response header "Set-Cookie" must be "a=b; Domain=example.org; Path=/two"
+
+  Scenario: should turn on proxy-buffering
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: proxy.foo.com
+      annotations:
+        nginx.ingress.kubernetes.io/proxy-buffering: "on"
+        nginx.ingress.kubernetes.io/proxy-buffers-number: "8"
+        nginx.ingress.kubernetes.io/proxy-buffer-size: "8k"
+    spec:
+      rules:
+        - host: proxy.foo.com
+          http:
+            paths:
+              - path: /
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://proxy.foo.com/"
+    Then the response status-code must be 200
+
+  Scenario: should turn off proxy-request-buffering
+    Given a new random namespace
+    Given an Ingress resource
+    """
+    apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: proxy.foo.com
+      annotations:
+        nginx.ingress.kubernetes.io/proxy-request-buffering: "off"
+    spec:
+      rules:
+        - host: proxy.foo.com
+          http:
+            paths:
+              - path: /
+                pathType: Prefix
+                backend:
+                  service:
+                    name: echo
+                    port:
+                      number: 80
+    """
+    Then The Ingress status shows the IP address or FQDN where it is exposed
+    When I send a "GET" request to "http://proxy.foo.com/"
+    Then the response status-code must be 200
