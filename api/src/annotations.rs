@@ -102,6 +102,9 @@ pub enum ValueType {
     /// A `Connection` field's value: comma-separated HTTP tokens, at most
     /// 64 bytes (`connection-proxy-header`).
     ConnectionTokens,
+    /// Space-separated words of a fixed set, each at most once, as nginx
+    /// writes a directive's flags (`proxy-next-upstream`).
+    Words(&'static [&'static str]),
 }
 
 impl ValueType {
@@ -168,6 +171,10 @@ impl ValueType {
             }
             ValueType::SubjectPattern => format!(
                 "a regular expression the client certificate's subject must contain, naming CN=, such as \"CN=(alice|bob)\" (printable ASCII, at most {MAX_VALUE_LEN} characters)"
+            ),
+            ValueType::Words(words) => format!(
+                "space-separated words, each at most once, of: {}",
+                words.join(", ")
             ),
         }
     }
@@ -725,6 +732,37 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "The HTTP/1 version requests go to the backends in (default 1.1). 1.0: a body of unknown length (chunked, or HTTP/2 without content-length) gets 411, connections are not reused, WebSocket upgrades stay HTTP/1.1.",
     },
     AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-next-upstream",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Words(&[
+            "error",
+            "timeout",
+            "invalid_header",
+            "http_500",
+            "http_502",
+            "http_503",
+            "http_504",
+            "http_403",
+            "http_404",
+            "http_429",
+            "non_idempotent",
+            "off",
+        ]),
+        doc: "When a request goes again to another endpoint, as nginx: error (connect refused or reset, the backend closing before its answer; invalid_header counts as error), timeout, http_500/502/503/504/403/404/429, non_idempotent (POST, PATCH... too), off. Default with proxy-next-upstream-tries or -timeout set: error timeout. Only a request teapot holds whole (no body, or one read with its head) is sent again.",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-next-upstream-tries",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 0, max: 6 },
+        doc: "Tries per request with proxy-next-upstream, the first included (default 3; 0, nginx's no limit, is teapot's most: 6).",
+    },
+    AnnotationSpec {
+        key: "nginx.ingress.kubernetes.io/proxy-next-upstream-timeout",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Count { min: 0, max: 600 },
+        doc: "Seconds all tries of a request may take together with proxy-next-upstream (default 0: no bound but each try's own timeouts); spent, the client gets 504.",
+    },
+    AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/connection-proxy-header",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::ConnectionTokens,
@@ -1224,7 +1262,6 @@ const NOT_RESTRICTING: &[&str] = &[
     "auth-always-set-cookie",
     "enable-global-auth",
     "grpc-backend",
-    "proxy-next-upstream*",
     "mirror-*",
     "upstream-vhost",
     "proxy-set-headers",
@@ -1498,6 +1535,16 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
         ValueType::SubjectPattern => (value.contains("CN=")
             && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
         .then(|| AnnotationValue::Text(value.to_string())),
+        ValueType::Words(allowed) => {
+            let mut words: Vec<String> = Vec::new();
+            for w in value.split_ascii_whitespace() {
+                if !allowed.contains(&w) || words.iter().any(|seen| seen == w) {
+                    return None;
+                }
+                words.push(w.to_string());
+            }
+            (!words.is_empty()).then_some(AnnotationValue::List(words))
+        }
         // RFC 9110 §5.6.2 tokens, as the proxy's head writer checks them
         // again (teapot_h1::ConnectionValue): written `a, b`.
         ValueType::ConnectionTokens => {

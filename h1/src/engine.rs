@@ -31,6 +31,7 @@ use crate::head::{BodyLength, RequestHeadWriter};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
 use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
+use crate::retry::{Failed, Tries, Verdict};
 use crate::router::{ConnInfo, Decision, Forward, Pacer, RequestHead, Respond, Router, Upstreams};
 use crate::scan::{
     HeadLimits, MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, Refusal, body_limit, find_head_end,
@@ -445,6 +446,8 @@ struct ForwardPlan<U> {
     head_request: bool,
     /// Safe to send again on a fresh connection: idempotent, no body.
     retryable: bool,
+    /// The method is idempotent (RFC 9110 §9.2.2).
+    idempotent: bool,
     client_keepalive: bool,
     client_http10: bool,
     upgrade: bool,
@@ -1081,9 +1084,22 @@ where
         keep: bool,
         stats: &mut Stats,
     ) -> Next {
-        let status = gateway_status(e);
+        let mut status = gateway_status(e);
+        // A retry policy may answer connection errors otherwise (the
+        // Gateway API's: 503).
+        let own = plan.fwd.retry.as_ref();
+        let own = own.and_then(|p| p.error_status(e.into()));
+        if let Some(own) = own {
+            status = own;
+        }
         if !plan.fwd.upstreams.replaces(status) {
             let fields = plan.fwd.upstreams.local_fields().to_vec();
+            if own.is_some() {
+                let mut respond = Respond::new(status, "", RETRIES_FAILED);
+                respond.headers.extend_from_slice(&PLAIN_TEXT);
+                respond.headers.extend_from_slice(&fields);
+                return self.local(&respond, false, keep, stats).await;
+            }
             return self.gateway_error(e, keep, &fields, stats).await;
         }
         let respond = plan.fwd.upstreams.replacement(status).await;
@@ -1225,6 +1241,20 @@ where
         stats.upstream_start = Some(up_start);
         let mut attempts = 0u32;
         let mut retry = None;
+        // The route's retry policy, when this request may be sent again:
+        // its head and whole body are in `up_out` (nothing left to read
+        // from the client), and it is no upgrade.
+        let mut tries = match &plan.fwd.retry {
+            Some(p) if !plan.upgrade && p.may_resend(plan.idempotent, decoder.is_done()) => {
+                plan.retryable = true;
+                Some(Tries::new(up_start))
+            }
+            _ => None,
+        };
+        // A policy retrying connection errors counts every try: then no
+        // try goes uncounted as a stale pooled connection's.
+        let retry_stale = plan.retryable
+            && !(tries.is_some() && plan.fwd.retry.as_ref().is_some_and(|p| p.on_error));
         let class = plan
             .fwd
             .upstreams
@@ -1235,6 +1265,14 @@ where
             {
                 Ok(c) => c,
                 Err(e) => {
+                    let e = match self.after_try(plan, &mut tries, e.into()).await {
+                        Some(Verdict::Retry(_)) => {
+                            attempts = 0;
+                            continue;
+                        }
+                        Some(Verdict::Expired) => UpstreamError::ReadTimeout,
+                        _ => e,
+                    };
                     // No body byte was read: the connection stays usable
                     // unless there is a body still to come.
                     let keep = plan.client_keepalive && plan.body == BodyFraming::None;
@@ -1245,14 +1283,18 @@ where
             };
             stats.upstream = Some(addr);
             stats.reused |= reused;
+            let try_to = match (&plan.fwd.retry, &tries) {
+                (Some(p), Some(t)) => p.try_timeout(t, read_to, Instant::now()),
+                _ => read_to,
+            };
             let sent = self
-                .send_request(&mut up, &mut decoder, plan, read_to, stats)
+                .send_request(&mut up, &mut decoder, plan, try_to, stats)
                 .await;
             if let Sent::Upstream(UpErr {
                 responded: false, ..
             }) = sent
                 && reused
-                && plan.retryable
+                && retry_stale
                 && !stats.retried
             {
                 tracing::debug!(%addr, "reused upstream connection failed; retrying once");
@@ -1260,6 +1302,31 @@ where
                 retry = Some(addr);
                 self.upbuf.clear();
                 continue;
+            }
+            let failed = match &sent {
+                _ if tries.is_none() => None,
+                Sent::Response { status, .. } => Some(Failed::Status(*status)),
+                Sent::Upstream(e) => Some(Failed::from(e.kind)),
+                _ => None,
+            };
+            if let Some(failed) = failed {
+                match self.after_try(plan, &mut tries, failed).await {
+                    Some(Verdict::Retry(_)) => {
+                        self.discard_answer(up, (addr, class), &sent, plan.head_request);
+                        attempts = 0;
+                        retry = None;
+                        continue;
+                    }
+                    Some(Verdict::Expired) => {
+                        self.upbuf.clear();
+                        let e = UpErr {
+                            kind: UpstreamError::ReadTimeout,
+                            responded: false,
+                        };
+                        break (up, addr, Sent::Upstream(e));
+                    }
+                    _ => {}
+                }
             }
             break (up, addr, sent);
         };
@@ -1315,6 +1382,66 @@ where
             stats,
         )
         .await
+    }
+
+    /// The retry policy's verdict on a try that ended as `failed`
+    /// ([`crate::retry`]); `None` without a policy. Before a retry the
+    /// router is told a new try begins (with no address left, the last
+    /// answer stands) and the backoff is waited out.
+    async fn after_try(
+        &self,
+        plan: &mut ForwardPlan<R::Upstreams>,
+        tries: &mut Option<Tries>,
+        failed: Failed,
+    ) -> Option<Verdict> {
+        let (Some(policy), Some(tries)) = (&plan.fwd.retry, tries) else {
+            return None;
+        };
+        let verdict = policy.decide(tries, failed, Instant::now());
+        if let Verdict::Retry(wait) = verdict {
+            if !plan.fwd.upstreams.new_try(policy.same_endpoint_again) {
+                return Some(Verdict::Last);
+            }
+            tracing::debug!(?failed, retry = tries.retried(), "retrying the request");
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        Some(verdict)
+    }
+
+    /// A retried try's answer is not relayed: its connection goes back to
+    /// the pool when the whole answer (a body of at most
+    /// [`crate::retry::DRAIN_MAX`] bytes) is already read and the backend
+    /// keeps it open, else it is closed, the rest unread.
+    fn discard_answer(
+        &mut self,
+        up: UpstreamConn,
+        (addr, class): (SocketAddr, u64),
+        sent: &Sent,
+        head_request: bool,
+    ) {
+        let got = self.upbuf.filled();
+        let whole = match sent {
+            Sent::Response { .. } => {
+                match crate::response::parse_response(got, head_request, |_, _| true) {
+                    Ok(Some(head)) if head.framing.keep_alive => match head.framing.body {
+                        BodyFraming::None => got.len() == head.len,
+                        BodyFraming::Length(n) => {
+                            n as usize <= crate::retry::DRAIN_MAX
+                                && got.len() as u64 == head.len as u64 + n
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        if whole {
+            self.engine.pool.put_at(addr, class, up, Instant::now());
+        }
+        self.upbuf.clear();
     }
 
     /// Sends the head in `up_out` and the request body, relaying any 1xx
@@ -1983,6 +2110,7 @@ async fn prepare<R: Router>(
         body,
         head_request,
         retryable: body == BodyFraming::None && IDEMPOTENT.contains(&method),
+        idempotent: IDEMPOTENT.contains(&method),
         client_keepalive,
         client_http10: http10,
         upgrade: upgrade_value.is_some(),
@@ -1992,6 +2120,10 @@ async fn prepare<R: Router>(
 /// The 411's body: a request to an HTTP/1.0 backend must say its length.
 const LENGTH_REQUIRED: &str =
     "411 this route's backend speaks HTTP/1.0: send the body with a Content-Length\n";
+
+/// The body of a connection error's answer on a route whose retry
+/// policy sets its status.
+const RETRIES_FAILED: &str = "the backend could not be reached or closed the connection\n";
 
 /// How a failed connect is told to the observer and answered: a timeout,
 /// of the connect or of securing it, is a 504; any other failure a 502.

@@ -80,6 +80,8 @@
 //! - `engine`: the loop ([`Engine::serve`]), timeouts, limits, graceful
 //!   drain, 1xx/101 handling, retry of an idempotent request whose reused
 //!   connection failed before any response byte.
+//! - [`retry`]: a route's [`RetryPolicy`] and its one decision after a
+//!   failed try, for this engine and teapot's HTTP/2-to-HTTP/1 exchange.
 
 mod body;
 mod client_tcp;
@@ -91,6 +93,7 @@ mod hop;
 pub mod observer;
 pub mod pool;
 mod response;
+pub mod retry;
 pub mod router;
 pub mod scan;
 pub mod spare;
@@ -109,6 +112,7 @@ pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
 pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use response::{ResponseFraming, ResponseHead, parse_response, response_framing};
+pub use retry::{Failed, RetryPolicy, Tries, Verdict};
 pub use router::{
     ConnInfo, Decision, Forward, HeaderEdits, Pacer, RequestHead, RequestTarget, Respond,
     RewriteField, Router, Timeouts, Upstreams,

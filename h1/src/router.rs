@@ -125,6 +125,14 @@ pub trait Upstreams: Send + 'static {
     /// Connecting to `addr` failed or timed out.
     fn failed(&mut self, _addr: SocketAddr) {}
 
+    /// A retry ([`Forward::retry`]) is about to begin: [`Upstreams::next`]
+    /// counts from attempt 0 again. With `again`, addresses this request
+    /// already tried may be given again once no untried one is left;
+    /// `false`: no address is left to try, the last try's answer stands.
+    fn new_try(&mut self, _again: bool) -> bool {
+        true
+    }
+
     /// How connections are secured after TCP connects (TLS to the
     /// backend); `None`, the default: plain TCP.
     fn transport(&self) -> Option<Arc<dyn Transport>> {
@@ -269,6 +277,10 @@ pub struct Forward<U = Arc<[SocketAddr]>> {
     /// (default: HTTP/1.1, none); an upgrade is always HTTP/1.1 with
     /// `Connection: upgrade`.
     pub http: crate::upstream_http::UpstreamHttp,
+    /// When a failed try is sent again ([`crate::retry`]); `None`, the
+    /// default: only a connect failure moves on to the next address, and
+    /// a reused connection that failed before answering is retried once.
+    pub retry: Option<Arc<crate::RetryPolicy>>,
 }
 
 impl Forward {
@@ -288,6 +300,7 @@ impl<U: Upstreams> Forward<U> {
             max_body_size: None,
             tag: None,
             http: crate::upstream_http::UpstreamHttp::DEFAULT,
+            retry: None,
         }
     }
 }

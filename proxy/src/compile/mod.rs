@@ -75,6 +75,7 @@ pub mod passthrough;
 pub mod policies;
 pub mod proxying;
 pub mod response_rewrite;
+pub mod retry;
 pub mod routes;
 pub mod snapshot;
 pub mod traffic;

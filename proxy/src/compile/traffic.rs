@@ -87,16 +87,19 @@ pub struct TrafficPolicy {
     /// `limit-rate`, `limit-rate-after`: each response's pace to the
     /// client (crate::plane::traffic::bandwidth).
     pub bandwidth: Option<crate::compile::bandwidth::Bandwidth>,
-    /// `global-rate-limit`: requests per window and key, counted over the
-    /// fleet (crate::plane::traffic::global_rate).
-    pub global_rate: Option<Arc<crate::compile::global_rate::GlobalRate>>,
-    /// `proxy-request-buffering`, `proxy-buffering`: the bodies held per
-    /// request (crate::compile::buffering).
-    pub buffering: Option<crate::compile::buffering::Buffering>,
     /// `proxy-http-version`, `connection-proxy-header`: the version and
     /// `Connection` field of the head sent to HTTP/1 backends
     /// (crate::compile::upstream_http).
     pub upstream_http: Option<Arc<teapot_h1::UpstreamHttp>>,
+    /// `proxy-request-buffering`, `proxy-buffering`: the bodies held per
+    /// request (crate::compile::buffering).
+    pub buffering: Option<crate::compile::buffering::Buffering>,
+    /// `global-rate-limit`: requests per window and key, counted over the
+    /// fleet (crate::plane::traffic::global_rate).
+    pub global_rate: Option<Arc<crate::compile::global_rate::GlobalRate>>,
+    /// `proxy-next-upstream*`: failed tries sent again
+    /// (crate::compile::retry).
+    pub retry: Option<Arc<teapot_h1::RetryPolicy>>,
 }
 
 /// ingress-nginx's external authentication, resolved: where the
@@ -518,8 +521,6 @@ impl NginxAnnotations {
             proxying: crate::compile::proxying::read(self, problems).map(Arc::new),
             response_rewrite: crate::compile::response_rewrite::read(self, problems).map(Arc::new),
             bandwidth: crate::compile::bandwidth::read(self, problems),
-            global_rate: None,
-            buffering: crate::compile::buffering::read(self, problems),
             upstream_http: crate::compile::upstream_http::read(
                 matches!(
                     self.get("proxy-http-version"),
@@ -528,6 +529,9 @@ impl NginxAnnotations {
                 self.text("connection-proxy-header"),
                 problems,
             ),
+            buffering: crate::compile::buffering::read(self, problems),
+            global_rate: None,
+            retry: crate::compile::retry::read(self, problems),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
@@ -546,9 +550,10 @@ impl NginxAnnotations {
             || policy.timeouts.is_some()
             || policy.proxying.is_some()
             || policy.response_rewrite.is_some()
-            || policy.upstream_http.is_some()
             || policy.buffering.is_some()
-            || policy.bandwidth.is_some();
+            || policy.upstream_http.is_some()
+            || policy.bandwidth.is_some()
+            || policy.retry.is_some();
         any.then_some(policy)
     }
 

@@ -196,6 +196,7 @@ impl teapot_h1::Router for Router {
                 .map(|_| traffic::ewma::Measure::default()),
         });
         fwd.max_body_size = Some(forward.body_limit);
+        fwd.retry = forward.policy.as_ref().and_then(|p| p.retry.clone());
         if let Some(http) = forward
             .policy
             .as_ref()
@@ -323,6 +324,9 @@ impl Router {
             req.headers()
         });
         for f in gateway.each() {
+            if f.retry.is_some() {
+                fwd.retry = f.retry.clone();
+            }
             push_gateway_edits(&mut fwd.request_edits, &f.request_headers, true);
             push_gateway_edits(&mut fwd.response_edits, &f.response_headers, false);
             if let Some(host) = filters::rewritten_host(f) {
@@ -547,6 +551,11 @@ impl Upstreams for Target {
             e.mark_healthy();
         }
         EndpointLog::global().connected(addr);
+    }
+
+    fn new_try(&mut self, again: bool) -> bool {
+        let endpoints = self.upstream.endpoints.len();
+        crate::plane::h2_upstream::new_try(&mut self.tried, endpoints, again)
     }
 
     fn failed(&mut self, addr: SocketAddr) {

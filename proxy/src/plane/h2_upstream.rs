@@ -18,12 +18,12 @@ use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, Method, Response, Uri};
 use teapot_h1::{
-    BodyFraming, BodyLength, ConnInfo, ConnectError, Pool, RequestHeadWriter, Transport,
-    UpstreamConn,
+    BodyFraming, BodyLength, ConnInfo, ConnectError, Failed, Pool, RequestHeadWriter, RetryPolicy,
+    Transport, Tries, UpstreamConn, Verdict,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::compile::upstream::Upstream;
+use crate::compile::upstream::{Tried, Upstream};
 use crate::live::endpoints::Endpoint;
 use crate::plane::backend_answer::{Chunked, parse_response};
 use crate::plane::buffering_h2::send;
@@ -60,10 +60,13 @@ fn idempotent(method: &Method) -> bool {
 
 /// How an exchange failed: `stale` when nothing came back from the
 /// backend and nothing of the request body was consumed, so an
-/// idempotent request may be sent again on a fresh connection.
+/// idempotent request may be sent again on a fresh connection; `retry`
+/// when the route's retry policy may send it again (nothing went to the
+/// client yet), and as what.
 struct Stale {
     failure: Failure,
     stale: bool,
+    retry: Option<Failed>,
 }
 
 impl From<Failure> for Stale {
@@ -71,7 +74,56 @@ impl From<Failure> for Stale {
         Stale {
             failure,
             stale: false,
+            retry: None,
         }
+    }
+}
+
+impl Stale {
+    /// A failure before anything went to the client: retryable as what
+    /// it is.
+    fn before_answer(failure: Failure, stale: bool) -> Self {
+        let retry = Some(match failure {
+            Failure::ReadTimeout => Failed::Timeout,
+            _ => Failed::Closed,
+        });
+        Stale {
+            failure,
+            stale,
+            retry,
+        }
+    }
+}
+
+/// The route's retry policy, if any: a Gateway API rule's `retry` (the
+/// last one set, as the HTTP/1 engine takes it), else the route's
+/// `proxy-next-upstream*`.
+fn retry_policy(st: &StreamCtx<'_>) -> Option<Arc<RetryPolicy>> {
+    let gateway = st.gateway.as_ref();
+    gateway
+        .and_then(|g| g.each().filter_map(|f| f.retry.clone()).last())
+        .or_else(|| st.policy.as_ref().and_then(|p| p.retry.clone()))
+}
+
+/// A retry is about to begin: with `again`, the endpoints already tried
+/// may be picked again once every one was; `false` when none is left to
+/// try (without `again`: every endpoint was tried). [`Tried`] marks the
+/// first 64 endpoints only, so a larger upstream always has one left.
+pub(super) fn new_try(tried: &mut Tried, endpoints: usize, again: bool) -> bool {
+    if (tried.count() as usize) < endpoints.min(64) || endpoints > 64 {
+        return true;
+    }
+    if again {
+        *tried = Tried::default();
+    }
+    again && endpoints > 0
+}
+
+/// How a failed connect counts for the retry policy.
+fn connect_failed(failure: &Failure) -> Failed {
+    match failure {
+        Failure::ConnectTimeout => Failed::ConnectTimeout,
+        _ => Failed::Connect,
     }
 }
 
@@ -136,24 +188,59 @@ pub(super) async fn forward(
         .tls()
         .map_or(teapot_h1::pool::PLAIN, |t| t.class());
     let mut retry_on: Option<Arc<Endpoint>> = None;
+    // The route's retry policy, for a request without a body (an HTTP/2
+    // body is streamed as it comes, never held to be sent twice).
+    let route_retry = retry_policy(st);
+    let retry = route_retry
+        .clone()
+        .filter(|p| p.may_resend(idempotent(&parts.method), !has_body));
+    // How a connection error is answered once no try is left.
+    let spent = (route_retry.as_deref(), head_request);
+    let mut tries = retry
+        .as_ref()
+        .map(|_| Tries::new(tokio::time::Instant::now()));
+    // A policy retrying connection errors counts every try: then no try
+    // goes uncounted as a stale pooled connection's.
+    let may_retry = may_retry && !retry.as_ref().is_some_and(|p| p.on_error);
+    let mut fresh = false;
     loop {
-        let fresh = retry_on.is_some();
-        let (mut stream, reused, endpoint) = match retry_on.take() {
+        let connected = match retry_on.take() {
             Some(endpoint) => match open(router, st, &upstream, &endpoint, connect_timeout).await {
-                Ok(s) => (s, false, endpoint),
+                Ok(s) => Ok((s, false, endpoint)),
                 Err(e) => {
                     failed(router, st, &upstream, &endpoint, &e);
-                    return Err(e.failure);
+                    Err(e.failure)
                 }
             },
-            None => connect(router, st, &upstream, idle, connect_timeout).await?,
+            None => connect(router, st, &upstream, idle, connect_timeout).await,
         };
+        let (mut stream, reused, endpoint) = match connected {
+            Ok(c) => c,
+            Err(failure) => {
+                let failed = connect_failed(&failure);
+                match after_try(retry.as_deref(), &mut tries, failed, st, &upstream).await {
+                    Some(Verdict::Retry(_)) => continue,
+                    Some(Verdict::Expired) => return Err(Failure::ReadTimeout),
+                    _ => return answer_error(st, spent, failed, failure),
+                }
+            }
+        };
+        let mut timeouts = timeouts;
+        let mut hold = None;
+        if let (Some(policy), Some(t)) = (retry.as_deref(), &tries) {
+            let now = tokio::time::Instant::now();
+            timeouts.read = policy.try_timeout(t, timeouts.read, now);
+            let more = policy.same_endpoint_again
+                || (st.tried.count() as usize) < upstream.endpoints.len().min(64);
+            hold = Some((policy, *t, more));
+        }
         let exchange = Exchange {
             head: &head,
             has_body,
             chunked,
             head_request,
             timeouts,
+            hold,
             ahead: held.ahead,
         };
         match exchange.run(router, st, &mut stream).await {
@@ -167,10 +254,81 @@ pub(super) async fn forward(
             Err(f) if f.stale && reused && may_retry && !fresh => {
                 tracing::debug!(addr = %endpoint.addr, error = %f.failure, "pooled upstream connection was stale; retrying once");
                 retry_on = Some(endpoint);
+                fresh = true;
             }
+            Err(Stale {
+                failure,
+                retry: Some(failed),
+                ..
+            }) if tries.is_some() => {
+                drop(stream);
+                match after_try(retry.as_deref(), &mut tries, failed, st, &upstream).await {
+                    Some(Verdict::Retry(_)) => fresh = false,
+                    Some(Verdict::Expired) => return Err(Failure::ReadTimeout),
+                    _ => return answer_error(st, spent, failed, failure),
+                }
+            }
+            Err(Stale {
+                failure,
+                retry: Some(failed),
+                ..
+            }) => return answer_error(st, spent, failed, failure),
             Err(f) => return Err(f.failure),
         }
     }
+}
+
+/// The body of a connection error's answer on a route whose retry
+/// policy sets its status, as the HTTP/1 engine writes it.
+const RETRIES_FAILED: &str = "the backend could not be reached or closed the connection\n";
+
+/// `failure` answered with the route's retry policy's own status for a
+/// connection error (the Gateway API's 503), else left to the caller
+/// (502, 504).
+fn answer_error(
+    st: &mut StreamCtx<'_>,
+    (policy, head_request): (Option<&RetryPolicy>, bool),
+    failed: Failed,
+    failure: Failure,
+) -> Result<(), Failure> {
+    let Some(status) = policy.and_then(|p| p.error_status(failed)) else {
+        return Err(failure);
+    };
+    st.reason.get_or_insert(failure.reason());
+    let cors: Vec<(http::HeaderName, &[u8])> =
+        crate::plane::traffic::cors::of_forward(st.policy.as_deref())
+            .map(|(n, v)| (http::HeaderName::from_static(n), v.as_bytes()))
+            .collect();
+    let body = Bytes::from_static(RETRIES_FAILED.as_bytes());
+    st.client.out.answer_with(status, body, &cors, head_request)
+}
+
+/// The retry policy's verdict on a try that ended as `failed`
+/// (teapot_h1::retry, as the HTTP/1 engine asks it); `None` without a
+/// policy. Before a retry the endpoints are made ready for a new try
+/// (none left: the last answer stands) and the backoff is waited out.
+async fn after_try(
+    policy: Option<&RetryPolicy>,
+    tries: &mut Option<Tries>,
+    failed: Failed,
+    st: &mut StreamCtx<'_>,
+    upstream: &Upstream,
+) -> Option<Verdict> {
+    let (Some(policy), Some(tries)) = (policy, tries.as_mut()) else {
+        return None;
+    };
+    let verdict = policy.decide(tries, failed, tokio::time::Instant::now());
+    if let Verdict::Retry(wait) = verdict {
+        let endpoints = upstream.endpoints.len();
+        if !new_try(&mut st.tried, endpoints, policy.same_endpoint_again) {
+            return Some(Verdict::Last);
+        }
+        tracing::debug!(?failed, retry = tries.retried(), "retrying the request");
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+    Some(verdict)
 }
 
 /// An endpoint of `upstream` and a connection to it: a pooled one, or a
@@ -311,8 +469,23 @@ struct Exchange<'a> {
     chunked: bool,
     head_request: bool,
     timeouts: Timeouts,
+    /// The retry policy, the request's tries so far and whether an
+    /// endpoint is left: an answer it would retry is held back.
+    hold: Option<(&'a RetryPolicy, Tries, bool)>,
     /// Response bytes read ahead of the client (`proxy-buffering`).
     ahead: usize,
+}
+
+impl Exchange<'_> {
+    /// Whether the final answer with `status` is not relayed because the
+    /// request will be sent again (or answered 504, its budget spent).
+    fn holds_back(&self, status: u16) -> bool {
+        let Some((policy, mut tries, more)) = self.hold else {
+            return false;
+        };
+        let now = tokio::time::Instant::now();
+        more && policy.decide(&mut tries, Failed::Status(status), now) != Verdict::Last
+    }
 }
 
 impl Exchange<'_> {
@@ -327,10 +500,7 @@ impl Exchange<'_> {
         let t = self.timeouts;
         write(stream, self.head, t.write)
             .await
-            .map_err(|failure| Stale {
-                failure,
-                stale: true,
-            })?;
+            .map_err(|failure| Stale::before_answer(failure, true))?;
         let mut buf = BytesMut::with_capacity(READ_SIZE);
         let mut body_sent = !self.has_body;
         let mut received = false;
@@ -391,23 +561,30 @@ impl Exchange<'_> {
                 Ok(Some(head)) if head.informational() => buf.advance(head.len),
                 Ok(Some(head)) => break head,
                 Ok(None) => {
+                    let stale = !received && !self.has_body;
                     let n = read(stream, &mut buf, t.read)
                         .await
-                        .map_err(|failure| Stale {
-                            stale: !received && !self.has_body,
-                            failure,
-                        })?;
+                        .map_err(|failure| Stale::before_answer(failure, stale))?;
                     if n == 0 {
-                        return Err(Stale {
-                            failure: Failure::Upstream("upstream closed before its response"),
-                            stale: !received && !self.has_body,
-                        });
+                        let failure = Failure::Upstream("upstream closed before its response");
+                        return Err(Stale::before_answer(failure, stale));
                     }
                     received = true;
                 }
-                Err(why) => return Err(Failure::Upstream(why).into()),
+                Err(why) => {
+                    let mut e = Stale::from(Failure::Upstream(why));
+                    e.retry = Some(Failed::BadResponse);
+                    return Err(e);
+                }
             }
         };
+        if self.holds_back(head.status.as_u16()) {
+            // Not relayed: the request goes again; this connection goes
+            // with the answer's body unread.
+            let mut e = Stale::from(Failure::Upstream("a retried answer"));
+            e.retry = Some(Failed::Status(head.status.as_u16()));
+            return Err(e);
+        }
         if let Some(started) = st.upstream_started.take() {
             router
                 .metrics

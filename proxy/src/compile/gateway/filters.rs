@@ -78,6 +78,8 @@ pub(super) struct FilterSpec {
     pub(super) cors: Option<Cors>,
     /// The ExternalAuth filter (protocol HTTP) and its terms.
     pub(super) external_auth: Option<(HttpRouteRulesFiltersExternalAuth, Arc<GatewayAuthTerms>)>,
+    /// The rule's `retry` (crate::compile::gateway::retry).
+    pub(super) retry: Option<Arc<teapot_h1::RetryPolicy>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -108,6 +110,7 @@ pub(super) static NO_FILTERS: FilterSpec = FilterSpec {
     backend_timeout: None,
     cors: None,
     external_auth: None,
+    retry: None,
 };
 
 impl FilterSpec {
@@ -317,6 +320,7 @@ pub(super) fn merged_filters(spec: &FilterSpec, prefix: Option<&str>) -> Option<
         matched_prefix: prefix.map(Into::into),
         request_timeout: spec.request_timeout,
         backend_timeout: spec.backend_timeout,
+        retry: spec.retry.clone(),
     };
     (!filters.is_empty()).then_some(filters)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use teapot_api::HostPattern;
 use teapot_gateway_api::generated::http_routes::{
-    HttpRouteRulesFilters, HttpRouteRulesSessionPersistence,
+    HttpRouteRulesFilters, HttpRouteRulesRetry, HttpRouteRulesSessionPersistence,
 };
 use teapot_gateway_api::{GrpcRoute, HttpRoute};
 use teapot_model::store::NsName;
@@ -95,6 +95,8 @@ pub(super) struct RuleIn<'s> {
     pub(super) name: Option<&'s str>,
     /// The rule's `sessionPersistence` (HTTPRoute).
     pub(super) session: Option<&'s HttpRouteRulesSessionPersistence>,
+    /// The rule's `retry` (HTTPRoute).
+    pub(super) retry: Option<&'s HttpRouteRulesRetry>,
 }
 
 /// An HTTPRoute or GRPCRoute as the compile reads it.
@@ -187,6 +189,7 @@ impl<'s> RouteIn<'s> {
                         timeouts: (None, None),
                         name: rule.name.as_deref(),
                         session: None,
+                        retry: None,
                     }
                 })
                 .collect(),
@@ -237,6 +240,7 @@ pub(super) fn http_rule(
         ),
         name: rule.name.as_deref(),
         session: rule.session_persistence.as_ref(),
+        retry: rule.retry.as_ref(),
     }
 }
 

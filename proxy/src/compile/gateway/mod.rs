@@ -38,6 +38,7 @@ mod filters;
 pub(crate) mod frontend;
 mod inputs;
 mod matchers;
+mod retry;
 pub(crate) mod route_policy;
 mod rules;
 mod session;

@@ -55,6 +55,7 @@ pub(super) fn compile_rules<'s>(
             timeouts: (None, None),
             name: None,
             session: None,
+            retry: None,
         }]
     } else {
         rules
@@ -68,13 +69,19 @@ pub(super) fn compile_rules<'s>(
                 continue;
             }
         };
-        // Most rules have neither filters nor timeouts: nothing to read.
-        let plain = rule.filters.is_empty() && rule.timeouts == (None, None);
+        // Most rules have neither filters, timeouts nor retry: nothing to
+        // read.
+        let plain =
+            rule.filters.is_empty() && rule.timeouts == (None, None) && rule.retry.is_none();
         let read;
         let spec = if plain {
             &NO_FILTERS
         } else {
-            match filter_spec(&rule.filters, rule.timeouts, route.grpc) {
+            let spec = filter_spec(&rule.filters, rule.timeouts, route.grpc).and_then(|mut s| {
+                s.retry = super::retry::policy(rule.retry, s.request_timeout)?;
+                Ok(s)
+            });
+            match spec {
                 Ok(s) => {
                     read = s;
                     &read

@@ -127,6 +127,8 @@ pub struct Applied {
     /// `proxy-http-version`, `connection-proxy-header`: the head the
     /// backend gets (crate::compile::upstream_http).
     pub upstream_http: Option<std::sync::Arc<teapot_h1::UpstreamHttp>>,
+    /// `proxy-next-upstream*`: the engines' retry policy.
+    pub retry: Option<std::sync::Arc<teapot_h1::RetryPolicy>>,
 }
 
 impl Applied {
@@ -146,8 +148,9 @@ impl Applied {
             && self.custom_headers.is_none()
             && self.rewrite.is_none()
             && self.pacer.is_none()
-            && self.buffering.is_none()
             && self.upstream_http.is_none()
+            && self.retry.is_none()
+            && self.buffering.is_none()
             && !self.ewma
             && !self.satisfied
     }
@@ -336,8 +339,9 @@ pub fn apply(
         applied.rewrite = Some(rewrite::Rewriting::new(rules, seen));
     }
     applied.pacer = policy.bandwidth.map(bandwidth::Pacer::new);
-    applied.buffering = policy.buffering;
     applied.upstream_http = policy.upstream_http.clone();
+    applied.retry = policy.retry.clone();
+    applied.buffering = policy.buffering;
     if let Some(rewrite) = &policy.rewrite
         && let Some(regex) = &rewrite.regex
     {

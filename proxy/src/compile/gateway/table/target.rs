@@ -75,6 +75,8 @@ pub struct Filters {
     pub request_timeout: Option<Duration>,
     /// `timeouts.backendRequest`: one request to a backend.
     pub backend_timeout: Option<Duration>,
+    /// `retry` (crate::compile::gateway::retry): failed tries sent again.
+    pub retry: Option<Arc<teapot_h1::RetryPolicy>>,
 }
 
 impl Filters {
@@ -86,6 +88,7 @@ impl Filters {
             && self.redirect.is_none()
             && self.request_timeout.is_none()
             && self.backend_timeout.is_none()
+            && self.retry.is_none()
     }
 }
 

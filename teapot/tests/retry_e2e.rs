@@ -1,0 +1,375 @@
+//! End-to-end tests of retries through the real `teapot proxy` binary,
+//! over HTTP/1.1 and HTTP/2: an HTTPRoute rule's `retry` (GEP-1731) and
+//! ingress-nginx's `proxy-next-upstream*`, one policy in the engines
+//! (`teapot_h1::retry`):
+//!
+//! - a backend answering 503 twice then 200: the client gets the 200,
+//!   and the backend saw three tries; failing three times with two
+//!   retries allowed, the client gets the last 503;
+//! - a backend closing the connection without an answer is retried (502
+//!   without `retry`; 503 once the retries are spent);
+//! - a try slower than `timeouts.backendRequest` is abandoned and retried;
+//!   `timeouts.request` bounds all tries together (504);
+//! - a closed port beside a live endpoint: every request answered 200;
+//! - `proxy-next-upstream: http_503` moves a request from an endpoint
+//!   answering 503 to the next one, never back to the same;
+//! - a rule asking more than teapot's bounds (attempts, backoff, codes)
+//!   is not served and its route says which field.
+//!
+//! Run with `cargo test -p teapot --test retry_e2e`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use teapot_testkit::certs::{self, TestCa};
+use teapot_testkit::client::{Proto, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
+const NS: &str = "retry-e2e";
+const HOST: &str = "retry.example.com";
+
+/// A backend that fails the first tries of each request id as its query
+/// says (as echo-basic's `/retry/` simulation): `id=ID&fail=N`, each
+/// failing try with status `code` (or, without one, by closing the
+/// connection), after `delay` milliseconds when given; later tries get
+/// 200 with `tries=N` in the body. Every try of every id is counted.
+/// With `always`, every request is answered with that status instead.
+#[derive(Clone, Default)]
+struct Scripted {
+    tries: Arc<Mutex<HashMap<String, u32>>>,
+    always: Option<u16>,
+}
+
+impl Scripted {
+    async fn start(self) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(self.clone().serve(stream));
+            }
+        });
+        addr
+    }
+
+    fn tries(&self, id: &str) -> u32 {
+        self.tries.lock().unwrap().get(id).copied().unwrap_or(0)
+    }
+
+    async fn serve(self, mut stream: TcpStream) {
+        let mut buf = Vec::new();
+        loop {
+            let end = loop {
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                let mut chunk = [0u8; 4096];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            buf.drain(..end);
+            let target = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let query = target.split_once('?').map_or("", |(_, q)| q);
+            let arg = |name: &str| {
+                query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .map(str::to_string)
+            };
+            let id = arg("id").unwrap_or_default();
+            let fail: u32 = arg("fail").and_then(|f| f.parse().ok()).unwrap_or(0);
+            let seen = {
+                let mut tries = self.tries.lock().unwrap();
+                let n = tries.entry(id).or_default();
+                *n += 1;
+                *n
+            };
+            let (status, body) = if let Some(code) = self.always {
+                (code, format!("always {code}"))
+            } else if seen <= fail {
+                if let Some(ms) = arg("delay").and_then(|d| d.parse().ok()) {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                match arg("code").and_then(|c| c.parse::<u16>().ok()) {
+                    Some(code) => (code, format!("failed try {seen}")),
+                    None => return,
+                }
+            } else {
+                (200, format!("tries={seen}"))
+            };
+            let answer = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\ncontent-type: text/plain\r\n\r\n{body}",
+                body.len()
+            );
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A port nothing listens on.
+async fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Service `name` (port 80) with one endpoint per port, all on loopback.
+fn service_on(name: &str, ports: &[u16]) -> Vec<Value> {
+    let mut out = vec![service(NS, name, &[(Some("http"), 80)])];
+    for (i, port) in ports.iter().enumerate() {
+        out.push(slice(
+            NS,
+            &format!("{name}-{i}"),
+            name,
+            &[(Some("http"), *port)],
+            &[("127.0.0.1", true)],
+        ));
+    }
+    out
+}
+
+fn rule(prefix: &str, service: &str, extra: Value) -> Value {
+    let mut rule = json!({
+        "matches": [{ "path": { "type": "PathPrefix", "value": prefix } }],
+        "backendRefs": [{ "name": service, "port": 80 }],
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        rule[k] = v.clone();
+    }
+    rule
+}
+
+fn gateway() -> Value {
+    gateway_gw(
+        NS,
+        json!([
+            { "name": "http", "protocol": "HTTP", "port": 80 },
+            {
+                "name": "https", "protocol": "HTTPS", "port": 443,
+                "tls": { "mode": "Terminate", "certificateRefs": [{ "name": "cert" }] },
+            },
+        ]),
+    )
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A request id no other request of the test uses.
+fn id() -> String {
+    let n = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("r{n}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_retries_over_http1_and_http2() {
+    let backend = Scripted::default();
+    let port = backend.clone().start().await.port();
+    let dead = closed_port().await;
+    let ca = TestCa::new("retry e2e");
+    let cert = ca.issue(&[HOST]);
+    let rules = json!([
+        rule(
+            "/code",
+            "web",
+            json!({ "retry": { "codes": [503], "attempts": 2 } })
+        ),
+        rule("/error", "web", json!({ "retry": { "attempts": 2 } })),
+        rule("/plain", "web", json!({})),
+        rule(
+            "/slow",
+            "web",
+            json!({ "retry": { "attempts": 2 }, "timeouts": { "backendRequest": "300ms" } }),
+        ),
+        rule(
+            "/budget",
+            "web",
+            json!({
+                "retry": { "codes": [500], "attempts": 5 },
+                "timeouts": { "backendRequest": "300ms", "request": "500ms" },
+            }),
+        ),
+        rule(
+            "/backoff",
+            "web",
+            json!({ "retry": { "codes": [503], "attempts": 1, "backoff": "200ms" } }),
+        ),
+        rule("/dead", "half", json!({ "retry": { "attempts": 1 } })),
+    ]);
+    let mut objects = vec![
+        gateway_class(),
+        gateway(),
+        http_route(NS, "retries", json!({ "name": "gw" }), &[HOST], rules),
+        // Bounds: a rule asking more than teapot serves is refused.
+        http_route(
+            NS,
+            "greedy",
+            json!({ "name": "gw" }),
+            &["greedy.example.com"],
+            json!([rule("/", "web", json!({ "retry": { "attempts": 1000 } }))]),
+        ),
+    ];
+    objects.extend(service_on("web", &[port]));
+    objects.extend(service_on("half", &[dead, port]));
+    let h = Harness::start(&[
+        ("gw.yaml", docs(&objects)),
+        ("cert.yaml", certs::tls_secret_yaml(NS, "cert", &cert)),
+    ])
+    .await;
+    eventually("the route", Duration::from_secs(10), || async {
+        let r = h.get(HOST, "/plain").await;
+        if r.status == 200 {
+            return Ok(());
+        }
+        Err((r.status, h.status().await["gatewayAPI"].to_string()))
+    })
+    .await;
+
+    for proto in BOTH {
+        let get = |target: String| over(&h, proto, Request::get(HOST, &target));
+
+        // 503 twice, then 200: the client sees the 200 of the third try.
+        let i = id();
+        let r = get(format!("/code?id={i}&fail=2&code=503")).await;
+        assert_eq!(r.status, 200, "{proto:?}: {}", r.text());
+        assert_eq!(r.text(), "tries=3", "{proto:?}");
+        // Three failures with two retries: the last answer, as it is.
+        let i = id();
+        let r = get(format!("/code?id={i}&fail=3&code=503")).await;
+        assert_eq!(
+            (r.status, r.text()),
+            (503, "failed try 3".into()),
+            "{proto:?}"
+        );
+        assert_eq!(backend.tries(&i), 3, "{proto:?}: attempts + 1 tries");
+        // A code not listed is answered at once.
+        let i = id();
+        let r = get(format!("/code?id={i}&fail=1&code=500")).await;
+        assert_eq!(r.status, 500, "{proto:?}");
+        assert_eq!(backend.tries(&i), 1, "{proto:?}");
+
+        // Closed without an answer: a connection error, retried...
+        let i = id();
+        let r = get(format!("/error?id={i}&fail=2")).await;
+        assert_eq!((r.status, r.text()), (200, "tries=3".into()), "{proto:?}");
+        // ...and not without `retry` (beyond the one retry of a pooled
+        // connection found closed, which any route gets).
+        let i = id();
+        let r = get(format!("/plain?id={i}&fail=2")).await;
+        assert_eq!(r.status, 502, "{proto:?}");
+        // Spent: 503 (the Gateway API's answer to a connection error).
+        let i = id();
+        let r = get(format!("/error?id={i}&fail=5")).await;
+        assert_eq!(r.status, 503, "{proto:?}");
+        assert_eq!(backend.tries(&i), 3, "{proto:?}");
+
+        // Slower than backendRequest: abandoned and retried.
+        let i = id();
+        let r = get(format!("/slow?id={i}&fail=1&delay=1000&code=500")).await;
+        assert_eq!((r.status, r.text()), (200, "tries=2".into()), "{proto:?}");
+        let i = id();
+        let r = get(format!("/slow?id={i}&fail=3&delay=1000&code=500")).await;
+        assert_eq!(r.status, 504, "{proto:?}");
+
+        // `request` bounds every try together: 504 once spent, though
+        // retries were left.
+        let i = id();
+        let started = std::time::Instant::now();
+        let r = get(format!("/budget?id={i}&fail=5&delay=200&code=500")).await;
+        assert_eq!(r.status, 504, "{proto:?}: {}", r.text());
+        assert!(backend.tries(&i) < 5, "{proto:?}: {}", backend.tries(&i));
+        assert!(started.elapsed() < Duration::from_secs(3), "{proto:?}");
+
+        // The backoff is waited between tries.
+        let i = id();
+        let started = std::time::Instant::now();
+        let r = get(format!("/backoff?id={i}&fail=1&code=503")).await;
+        assert_eq!(r.status, 200, "{proto:?}");
+        assert!(started.elapsed() >= Duration::from_millis(200), "{proto:?}");
+
+        // A closed port beside a live endpoint: every request answered.
+        for _ in 0..4 {
+            let r = get(format!("/dead?id={}", id())).await;
+            assert_eq!(r.status, 200, "{proto:?}: {}", r.text());
+        }
+    }
+
+    // The greedy rule is not served, and its route names the field.
+    let status = h
+        .wait_status("the greedy route's refusal", |s| {
+            s.to_string().contains("retry.attempts 1000")
+        })
+        .await;
+    assert!(
+        status.to_string().contains("PartiallyInvalid")
+            || status.to_string().contains("UnsupportedValue")
+    );
+    assert_eq!(h.get("greedy.example.com", "/").await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_next_upstream_moves_to_the_next_endpoint_over_http1_and_http2() {
+    // One endpoint answers every request 503, the other 200.
+    let failing = Scripted {
+        always: Some(503),
+        ..Scripted::default()
+    };
+    let bad = failing.clone().start().await.port();
+    let good = Scripted::default();
+    let ok = good.clone().start().await.port();
+    let mut objects = service_on("web", &[bad, ok]);
+    objects.push(annotated(
+        NS,
+        "next.test",
+        "web",
+        &[
+            ("proxy-next-upstream", "error timeout http_503"),
+            ("proxy-next-upstream-tries", "3"),
+        ],
+    ));
+    objects.push(annotated(NS, "plain.test", "web", &[]));
+    let h = Harness::start(&[("ingress.yaml", docs(&objects))]).await;
+    eventually("the Ingress", Duration::from_secs(10), || async {
+        let r = h.get("plain.test", "/").await;
+        (r.status == 200 || r.status == 503)
+            .then_some(())
+            .ok_or(r.status)
+    })
+    .await;
+    for proto in BOTH {
+        // Round-robin sends half of them to the failing endpoint first;
+        // each goes on to the other.
+        for _ in 0..6 {
+            let target = "/?id=next";
+            let r = over(&h, proto, Request::get("next.test", target)).await;
+            assert_eq!(r.status, 200, "{proto:?}: {}", r.text());
+        }
+        // Without the annotation, the failing endpoint's 503 is answered.
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let target = "/?id=plain";
+            statuses.push(
+                over(&h, proto, Request::get("plain.test", target))
+                    .await
+                    .status,
+            );
+        }
+        assert!(statuses.contains(&503), "{proto:?}: {statuses:?}");
+    }
+    // Some went to the failing endpoint first, none of them twice (a
+    // retry goes to the next endpoint, and there are two).
+    let (failed, served) = (failing.tries("next"), good.tries("next"));
+    assert!((1..=12).contains(&failed), "{failed}");
+    assert_eq!(served, 12);
+}
