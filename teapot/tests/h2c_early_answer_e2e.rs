@@ -20,8 +20,7 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::{TcpListener, TcpStream};
+use hyper_util::rt::TokioExecutor;
 
 const HOST: &str = "h2c-early-answer.test";
 const NS: &str = "h2c-early-answer";
@@ -32,38 +31,27 @@ const ANSWER: usize = 4096;
 /// An h2c backend answering every call at once, without reading the
 /// request: a gRPC message of `ANSWER` bytes and `grpc-status: 0`.
 async fn h2c_backend() -> SocketAddr {
-    use hyper::server::conn::http2;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    |_req: http::Request<hyper::body::Incoming>| async move {
-                        let mut message = vec![0u8];
-                        message.extend_from_slice(&((ANSWER - 5) as u32).to_be_bytes());
-                        message.resize(ANSWER, b'a');
-                        let mut trailers = http::HeaderMap::new();
-                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                        let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
-                            Ok(Frame::data(Bytes::from(message))),
-                            Ok(Frame::trailers(trailers)),
-                        ];
-                        Ok::<_, Infallible>(
-                            http::Response::builder()
-                                .header("content-type", "application/grpc")
-                                .body(StreamBody::new(futures::stream::iter(frames)))
-                                .unwrap(),
-                        )
-                    },
-                );
-                let _ = http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    common::h2c_backend(
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new()),
+        |_req: http::Request<hyper::body::Incoming>| async move {
+            let mut message = vec![0u8];
+            message.extend_from_slice(&((ANSWER - 5) as u32).to_be_bytes());
+            message.resize(ANSWER, b'a');
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
+                Ok(Frame::data(Bytes::from(message))),
+                Ok(Frame::trailers(trailers)),
+            ];
+            Ok::<_, Infallible>(
+                http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(StreamBody::new(futures::stream::iter(frames)))
+                    .unwrap(),
+            )
+        },
+    )
+    .await
 }
 
 /// One call whose 5-byte body is sent only once the answer's head has
@@ -109,17 +97,11 @@ fn tokio_stream_from<T: 'static>(
 /// An h2c client whose stream window is smaller than the answer, so
 /// teapot still holds part of the answer when the body comes.
 async fn narrow_h2c(addr: SocketAddr) -> H2cSender {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+    let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+    builder
         .initial_stream_window_size(1024)
-        .adaptive_window(false)
-        .handshake(TokioIo::new(tcp))
-        .await
-        .expect("HTTP/2 handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    sender
+        .adaptive_window(false);
+    h2c_with(addr, &builder).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,8 +14,7 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use hyper_util::rt::TokioExecutor;
 
 const HOST: &str = "h2c-limits.test";
 const NS: &str = "h2c-limits";
@@ -25,67 +24,56 @@ const NS: &str = "h2c-limits";
 /// fields, `/some-fields` with 100, `/many-trailers` with 300 trailer
 /// fields, anything else with a plain 200 `ok`.
 async fn h2c_backend() -> SocketAddr {
-    use hyper::server::conn::http2;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    |req: http::Request<hyper::body::Incoming>| async move {
-                        let mut resp = http::Response::builder();
-                        match req.uri().path() {
-                            "/huge-field" => {
-                                resp = resp.header("x-huge", "a".repeat(1024 * 1024));
-                            }
-                            "/huge-head" => {
-                                let value = "b".repeat(1024);
-                                for i in 0..1024 {
-                                    resp = resp.header(format!("x-big-{i}"), value.as_str());
-                                }
-                            }
-                            "/some-fields" => {
-                                for i in 0..100 {
-                                    resp = resp.header(format!("x-field-{i}"), "1");
-                                }
-                            }
-                            "/many-fields" => {
-                                for i in 0..300 {
-                                    resp = resp.header(format!("x-field-{i}"), "1");
-                                }
-                            }
-                            "/many-trailers" => {
-                                let mut trailers = http::HeaderMap::new();
-                                for i in 0..300 {
-                                    trailers.insert(
-                                        http::HeaderName::try_from(format!("x-trailer-{i}"))
-                                            .unwrap(),
-                                        http::HeaderValue::from_static("1"),
-                                    );
-                                }
-                                let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
-                                    Ok(Frame::data(Bytes::from_static(b"ok"))),
-                                    Ok(Frame::trailers(trailers)),
-                                ];
-                                let body = StreamBody::new(futures::stream::iter(frames)).boxed();
-                                return Ok::<_, Infallible>(resp.body(body).unwrap());
-                            }
-                            _ => {}
-                        }
-                        Ok::<_, Infallible>(
-                            resp.body(Full::new(Bytes::from_static(b"ok")).boxed())
-                                .unwrap(),
-                        )
-                    },
-                );
-                let _ = http2::Builder::new(TokioExecutor::new())
-                    .max_send_buf_size(4 * 1024 * 1024)
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder.max_send_buf_size(4 * 1024 * 1024);
+    common::h2c_backend(
+        builder,
+        |req: http::Request<hyper::body::Incoming>| async move {
+            let mut resp = http::Response::builder();
+            match req.uri().path() {
+                "/huge-field" => {
+                    resp = resp.header("x-huge", "a".repeat(1024 * 1024));
+                }
+                "/huge-head" => {
+                    let value = "b".repeat(1024);
+                    for i in 0..1024 {
+                        resp = resp.header(format!("x-big-{i}"), value.as_str());
+                    }
+                }
+                "/some-fields" => {
+                    for i in 0..100 {
+                        resp = resp.header(format!("x-field-{i}"), "1");
+                    }
+                }
+                "/many-fields" => {
+                    for i in 0..300 {
+                        resp = resp.header(format!("x-field-{i}"), "1");
+                    }
+                }
+                "/many-trailers" => {
+                    let mut trailers = http::HeaderMap::new();
+                    for i in 0..300 {
+                        trailers.insert(
+                            http::HeaderName::try_from(format!("x-trailer-{i}")).unwrap(),
+                            http::HeaderValue::from_static("1"),
+                        );
+                    }
+                    let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
+                        Ok(Frame::data(Bytes::from_static(b"ok"))),
+                        Ok(Frame::trailers(trailers)),
+                    ];
+                    let body = StreamBody::new(futures::stream::iter(frames)).boxed();
+                    return Ok::<_, Infallible>(resp.body(body).unwrap());
+                }
+                _ => {}
+            }
+            Ok::<_, Infallible>(
+                resp.body(Full::new(Bytes::from_static(b"ok")).boxed())
+                    .unwrap(),
+            )
+        },
+    )
+    .await
 }
 
 /// GETs `path`; the status and body.

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use common::auth_service::AuthService;
 use common::*;
 use http_body_util::Full;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use teapot_testkit::client::{Proto, Request, Response, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,24 +47,13 @@ async fn via(h: &Harness, via: Via, req: Request) -> Response {
 
 /// An h2c backend that takes every call and never answers it.
 async fn silent_h2c_backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    |_req: http::Request<hyper::body::Incoming>| async {
-                        std::future::pending::<Result<http::Response<Full<Bytes>>, Infallible>>()
-                            .await
-                    },
-                );
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    h2c_backend(
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new()),
+        |_req: http::Request<hyper::body::Incoming>| async {
+            std::future::pending::<Result<http::Response<Full<Bytes>>, Infallible>>().await
+        },
+    )
+    .await
 }
 
 /// A listener whose accept queue is full (backlog 0, one connection never

@@ -805,8 +805,20 @@ pub type H2cSender = hyper::client::conn::http2::SendRequest<
 
 /// An h2c (prior knowledge) client connection to `addr`.
 pub async fn h2c(addr: SocketAddr) -> H2cSender {
+    h2c_with(
+        addr,
+        &hyper::client::conn::http2::Builder::new(TokioExecutor::new()),
+    )
+    .await
+}
+
+/// [`h2c`] with the settings of `builder`.
+pub async fn h2c_with(
+    addr: SocketAddr,
+    builder: &hyper::client::conn::http2::Builder<TokioExecutor>,
+) -> H2cSender {
     let tcp = TcpStream::connect(addr).await.unwrap();
-    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+    let (sender, conn) = builder
         .handshake(TokioIo::new(tcp))
         .await
         .expect("HTTP/2 handshake");
@@ -814,6 +826,33 @@ pub async fn h2c(addr: SocketAddr) -> H2cSender {
         let _ = conn.await;
     });
     sender
+}
+
+/// An h2c (prior knowledge) backend on 127.0.0.1 whose connections
+/// `builder` serves, each call answered by `answer`.
+pub async fn h2c_backend<F, Fut, B>(
+    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+    answer: F,
+) -> SocketAddr
+where
+    F: Fn(http::Request<hyper::body::Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<http::Response<B>, std::convert::Infallible>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (builder, answer) = (builder.clone(), answer.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(answer);
+                let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+            });
+        }
+    });
+    addr
 }
 
 /// A Gateway `gw` with one HTTP listener, an HTTPRoute `calls` for `host`
