@@ -147,11 +147,31 @@ mod tests {
     }
 
     /// nginx's "no limit" is teapot's most; admission refuses more than
-    /// that (api::annotations), and a larger count from an operator's
-    /// manifest is cut to it.
+    /// that, or a word it does not know, said twice, or too long a bound.
     #[test]
-    fn unlimited_tries_are_teapots_most() {
+    fn unlimited_tries_are_teapots_most_and_more_is_refused() {
+        use teapot_api::annotations::{ObjectKind, parse};
         let (p, _) = read_pairs(&[("proxy-next-upstream-tries", "0")]);
         assert_eq!(p.unwrap().retries(), MAX_RETRIES);
+        let key = |k: &str| format!("nginx.ingress.kubernetes.io/{k}");
+        let refused = |k: &str, v: &str| parse(ObjectKind::Ingress, &key(k), v).is_err();
+        assert!(refused("proxy-next-upstream-tries", "7"));
+        assert!(refused("proxy-next-upstream-tries", "1000000"));
+        assert!(refused("proxy-next-upstream-timeout", "601"));
+        assert!(refused("proxy-next-upstream", "error error"));
+        assert!(refused("proxy-next-upstream", "http_200"));
+        assert!(refused("proxy-next-upstream", ""));
+        let hostile = "error ".repeat(10_000);
+        assert!(refused("proxy-next-upstream", &hostile));
+        assert!(!refused("proxy-next-upstream-tries", "6"));
+        assert!(!refused("proxy-next-upstream", "error  timeout http_429"));
+        // Every allowed value read back is at most teapot's bounds.
+        let (p, _) = read_pairs(&[
+            ("proxy-next-upstream-tries", "6"),
+            ("proxy-next-upstream-timeout", "600"),
+        ]);
+        let p = p.unwrap();
+        assert_eq!(p.retries(), MAX_RETRIES);
+        assert_eq!(p.budget(), Some(Duration::from_secs(600)));
     }
 }
