@@ -17,8 +17,6 @@
 
 use teapot_api::annotations::{AnnotationValue, NGINX_PREFIX};
 
-use crate::compile::traffic::NginxAnnotations;
-
 /// The most one request's body, or one response's read-ahead, may hold
 /// (the admitted maximum of `client-body-buffer-size` and of
 /// `proxy-buffer-size`; `proxy-buffers-number` times `proxy-buffer-size`
@@ -67,16 +65,20 @@ impl Buffering {
     }
 }
 
-/// The [`Buffering`] of an Ingress's annotations (`None`: both off). The
-/// sizes without their switch are reported: they hold nothing, as in
+/// The [`Buffering`] of an Ingress's annotations, each admitted value
+/// by its name after the prefix from `get` (`None`: both off). The sizes
+/// without their switch are reported: they hold nothing, as in
 /// ingress-nginx with buffering off.
-pub fn read(nginx: &NginxAnnotations, problems: &mut Vec<String>) -> Option<Buffering> {
-    let on = |name: &str| matches!(nginx.get(name), Some(AnnotationValue::Word("on")));
-    let size = |name: &str| match nginx.get(name) {
+pub fn read<'a>(
+    get: impl Fn(&str) -> Option<&'a AnnotationValue>,
+    problems: &mut Vec<String>,
+) -> Option<Buffering> {
+    let on = |name: &str| matches!(get(name), Some(AnnotationValue::Word("on")));
+    let size = |name: &str| match get(name) {
         Some(AnnotationValue::Size(n)) => Some(*n),
         _ => None,
     };
-    let buffers = match nginx.get("proxy-buffers-number") {
+    let buffers = match get("proxy-buffers-number") {
         Some(AnnotationValue::Count(n)) => Some(*n),
         _ => None,
     };
@@ -103,6 +105,7 @@ pub fn read(nginx: &NginxAnnotations, problems: &mut Vec<String>) -> Option<Buff
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::traffic::NginxAnnotations;
     use std::collections::BTreeMap;
 
     fn read_of(pairs: &[(&str, &str)]) -> (Option<Buffering>, Vec<String>) {
@@ -112,7 +115,7 @@ mod tests {
             .collect();
         let mut problems = Vec::new();
         let nginx = NginxAnnotations::read(Some(&map), &mut problems);
-        let got = read(&nginx, &mut problems);
+        let got = read(|name| nginx.get(name), &mut problems);
         (got, problems)
     }
 

@@ -529,7 +529,7 @@ impl NginxAnnotations {
                 self.text("connection-proxy-header"),
                 problems,
             ),
-            buffering: crate::compile::buffering::read(self, problems),
+            buffering: crate::compile::buffering::read(|name| self.get(name), problems),
             global_rate: None,
             retry: crate::compile::retry::read(self, problems),
         };
