@@ -400,13 +400,7 @@ async fn a_route_traffic_policy_paces_a_rule() {
     ];
     objects.extend(loopback_service(GW, "files", backend.port()));
     let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
-    let status = h
-        .wait_status("the policy reported", |s| {
-            s["routeTrafficPolicies"]
-                .as_array()
-                .is_some_and(|p| p.len() == 1)
-        })
-        .await;
+    let status = h.wait_route_traffic_policies(1).await;
     let conditions = status["routeTrafficPolicies"][0]["status"].to_string();
     assert!(conditions.contains("\"True\""), "{conditions}");
     let size = 128 * KIB;

@@ -289,13 +289,7 @@ async fn a_route_traffic_policy_asks_for_users() {
     ];
     objects.extend(echo_service(GW, "web", &[&backend]));
     let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
-    let status = h
-        .wait_status("the policies reported", |s| {
-            s["routeTrafficPolicies"]
-                .as_array()
-                .is_some_and(|p| p.len() == 2)
-        })
-        .await;
+    let status = h.wait_route_traffic_policies(2).await;
     let gone = status["routeTrafficPolicies"]
         .as_array()
         .unwrap()

@@ -180,13 +180,7 @@ async fn conflicts_and_missing_targets_are_reported() {
     ));
     objects.extend(echo_service(NS, "web", &[&backend]));
     let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &[]).await;
-    let status = h
-        .wait_status("the policies reported", |s| {
-            s["routeTrafficPolicies"]
-                .as_array()
-                .is_some_and(|p| p.len() == 3)
-        })
-        .await;
+    let status = h.wait_route_traffic_policies(3).await;
     let reasons: Vec<(String, String)> = status["routeTrafficPolicies"]
         .as_array()
         .unwrap()
@@ -247,13 +241,7 @@ async fn custom_errors_replace_listed_statuses_on_their_routes_only() {
     objects.extend(echo_service(NS, "web", &[&web]));
     objects.extend(echo_service(NS, "errors", &[&errors]));
     let h = Harness::start_with_args(&[("gw.yaml", docs(&objects))], &["--h2c"]).await;
-    let status = h
-        .wait_status("the policies reported", |s| {
-            s["routeTrafficPolicies"]
-                .as_array()
-                .is_some_and(|p| p.len() == 2)
-        })
-        .await;
+    let status = h.wait_route_traffic_policies(2).await;
     let conditions = |name: &str| -> Vec<String> {
         let policies = status["routeTrafficPolicies"].as_array().unwrap();
         let p = policies.iter().find(|p| p["name"] == name).unwrap();

@@ -153,6 +153,16 @@ impl Harness {
         .await
     }
 
+    /// Polls `/status` until it reports `n` RouteTrafficPolicies.
+    pub async fn wait_route_traffic_policies(&self, n: usize) -> Value {
+        self.wait_status(&format!("{n} RouteTrafficPolicies reported"), |s| {
+            s["routeTrafficPolicies"]
+                .as_array()
+                .is_some_and(|p| p.len() == n)
+        })
+        .await
+    }
+
     /// `GET /metrics` text.
     pub async fn metrics(&self) -> String {
         self.admin("/metrics").await
