@@ -27,7 +27,6 @@ use ipnet::IpNet;
 use teapot_api::annotations::{AnnotationValue, NGINX_PREFIX};
 
 use crate::compile::hash_by::{HashBy, Part};
-use crate::compile::traffic::NginxAnnotations;
 use crate::live::global_counts::{GlobalCounts, RouteCounts};
 
 /// The largest `global-rate-limit` admitted (the annotation's bound).
@@ -50,23 +49,25 @@ pub struct GlobalRate {
     pub ignored: Vec<IpNet>,
 }
 
-/// The global rate limit `nginx` asks for on the route named `route` (an
+/// The global rate limit the annotations ask for (`get`: a typed value by
+/// its name after the prefix, an Ingress's or those a RouteTrafficPolicy
+/// stands for) on the route named `route` (an
 /// Ingress's `namespace/name`) of `owner` (its tenant cluster, "" for the
 /// operator namespaces); `None`: none, or none that can be served
 /// (reported). Without a fleet (crate::live::global_counts) each replica
 /// enforces the whole limit alone ([`alone_notice`]).
-pub fn read(
-    nginx: &NginxAnnotations,
+pub fn read<'v>(
+    get: impl Fn(&str) -> Option<&'v AnnotationValue>,
     route: &str,
     owner: &str,
     counts: &GlobalCounts,
     problems: &mut Vec<String>,
 ) -> Option<Arc<GlobalRate>> {
-    let limit = match nginx.get("global-rate-limit") {
+    let limit = match get("global-rate-limit") {
         Some(AnnotationValue::Count(n)) => *n,
         _ => 0,
     };
-    let window = match nginx.get("global-rate-limit-window") {
+    let window = match get("global-rate-limit-window") {
         Some(AnnotationValue::Duration(d)) => Some(*d),
         _ => None,
     };
@@ -81,7 +82,11 @@ pub fn read(
         (limit, Some(window)) => (limit.min(MAX_LIMIT), window),
     };
     let window_ms = (window.as_millis() as u64).clamp(1_000, 3_600_000);
-    let (key, falls_back) = match nginx.text("global-rate-limit-key").map(str::trim) {
+    let key = match get("global-rate-limit-key") {
+        Some(AnnotationValue::Text(t)) => Some(t.trim()),
+        _ => None,
+    };
+    let (key, falls_back) = match key {
         None | Some("") | Some("$remote_addr") | Some("${remote_addr}") => (None, false),
         Some(value) => match parse_key(value) {
             Ok(key) => {
@@ -98,7 +103,7 @@ pub fn read(
             }
         },
     };
-    let mut ignored: Vec<IpNet> = match nginx.get("global-rate-limit-ignored-cidrs") {
+    let mut ignored: Vec<IpNet> = match get("global-rate-limit-ignored-cidrs") {
         Some(AnnotationValue::Cidrs(nets)) => nets.clone(),
         _ => Vec::new(),
     };
@@ -149,13 +154,17 @@ mod tests {
         counts: &GlobalCounts,
         pairs: &[(&str, &str)],
     ) -> (Option<Arc<GlobalRate>>, Vec<String>) {
-        let map: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string()))
-            .collect();
+        use teapot_api::annotations::{ObjectKind, parse};
         let mut problems = Vec::new();
-        let nginx = NginxAnnotations::read(Some(&map), &mut problems);
-        let rate = read(&nginx, "ns/web", "t", counts, &mut problems);
+        let mut values = BTreeMap::new();
+        for (name, value) in pairs {
+            let key = format!("{NGINX_PREFIX}{name}");
+            match parse(ObjectKind::Ingress, &key, value) {
+                Ok(v) => drop(values.insert(*name, v)),
+                Err(e) => problems.push(format!("{key}: {e}")),
+            }
+        }
+        let rate = read(|n| values.get(n), "ns/web", "t", counts, &mut problems);
         problems.extend(rate.as_ref().and_then(|_| alone_notice(counts)));
         (rate, problems)
     }

@@ -187,7 +187,7 @@ impl<'a> Policies<'a> {
                     }
                     // `global-rate-limit` (crate::compile::global_rate).
                     if let Some(global) = crate::compile::global_rate::read(
-                        &nginx,
+                        |n| nginx.get(n),
                         &name,
                         cluster.unwrap_or(""),
                         &gates.global_counts,

@@ -223,7 +223,7 @@ fn traffic(
     // `globalRateLimit` (crate::compile::global_rate), counted by the
     // route's stable key.
     if let Some(global) =
-        crate::compile::global_rate::read(&nginx, route_key, owner, counts, &mut problems)
+        crate::compile::global_rate::read(|n| nginx.get(n), route_key, owner, counts, &mut problems)
     {
         traffic.get_or_insert_default().global_rate = Some(global);
     }
