@@ -30,19 +30,21 @@ use teapot_api::annotations::AnnotationValue;
 use teapot_h1::RetryPolicy;
 use teapot_h1::retry::MAX_RETRIES;
 
-use crate::compile::traffic::NginxAnnotations;
-
 /// nginx's `proxy-next-upstream-tries` default.
 pub const DEFAULT_TRIES: u32 = 3;
 
-/// The policy of an Ingress's `proxy-next-upstream*` annotations; `None`
-/// when none is set, with `off`, or with a single try.
-pub fn read(nginx: &NginxAnnotations, problems: &mut Vec<String>) -> Option<Arc<RetryPolicy>> {
-    let words = match nginx.get("proxy-next-upstream") {
+/// The policy of an Ingress's `proxy-next-upstream*` annotations, each
+/// admitted value by its name after the prefix from `get`; `None` when
+/// none is set, with `off`, or with a single try.
+pub fn read<'a>(
+    get: impl Fn(&str) -> Option<&'a AnnotationValue>,
+    problems: &mut Vec<String>,
+) -> Option<Arc<RetryPolicy>> {
+    let words = match get("proxy-next-upstream") {
         Some(AnnotationValue::List(words)) => Some(words.as_slice()),
         _ => None,
     };
-    let count = |name: &str| match nginx.get(name) {
+    let count = |name: &str| match get(name) {
         Some(AnnotationValue::Count(n)) => Some(*n),
         _ => None,
     };
@@ -101,7 +103,7 @@ mod tests {
         let mut problems = Vec::new();
         let nginx = NginxAnnotations::read(Some(&map), &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
-        (read(&nginx, &mut problems), problems)
+        (read(|name| nginx.get(name), &mut problems), problems)
     }
 
     #[test]

@@ -531,7 +531,7 @@ impl NginxAnnotations {
             ),
             buffering: crate::compile::buffering::read(|name| self.get(name), problems),
             global_rate: None,
-            retry: crate::compile::retry::read(self, problems),
+            retry: crate::compile::retry::read(|name| self.get(name), problems),
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()
