@@ -2121,6 +2121,19 @@ async fn prepare<R: Router>(
 const LENGTH_REQUIRED: &str =
     "411 this route's backend speaks HTTP/1.0: send the body with a Content-Length\n";
 
+// Here, not in crate::retry, which imports nothing of the engine's.
+impl From<UpstreamError> for Failed {
+    fn from(e: UpstreamError) -> Self {
+        match e {
+            UpstreamError::Connect => Failed::Connect,
+            UpstreamError::ConnectTimeout => Failed::ConnectTimeout,
+            UpstreamError::ReadTimeout => Failed::Timeout,
+            UpstreamError::Closed => Failed::Closed,
+            UpstreamError::BadResponse => Failed::BadResponse,
+        }
+    }
+}
+
 /// The body of a connection error's answer on a route whose retry
 /// policy sets its status.
 const RETRIES_FAILED: &str = "the backend could not be reached or closed the connection\n";

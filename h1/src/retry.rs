@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::observer::UpstreamError;
-
 /// Retries per request at most, whatever a route asks (more are clamped
 /// when a policy is built; admission reports the clamp).
 pub const MAX_RETRIES: u32 = 5;
@@ -71,18 +69,6 @@ pub enum Failed {
     Timeout,
     /// A final answer with this status.
     Status(u16),
-}
-
-impl From<UpstreamError> for Failed {
-    fn from(e: UpstreamError) -> Self {
-        match e {
-            UpstreamError::Connect => Failed::Connect,
-            UpstreamError::ConnectTimeout => Failed::ConnectTimeout,
-            UpstreamError::ReadTimeout => Failed::Timeout,
-            UpstreamError::Closed => Failed::Closed,
-            UpstreamError::BadResponse => Failed::BadResponse,
-        }
-    }
 }
 
 /// What to do after a failed try.
