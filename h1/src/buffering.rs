@@ -29,16 +29,6 @@ use crate::observer::Observer;
 use crate::router::{Pacer, Router};
 use crate::scan::Refusal;
 
-/// Bytes of one request's bodies the engine may hold; 0: streamed as
-/// they come (the default).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Buffering {
-    /// Request body bytes read before the backend is contacted.
-    pub request: usize,
-    /// Response body bytes read from the backend ahead of the client.
-    pub response: usize,
-}
-
 /// How reading the request body ahead ended.
 pub(super) enum Held {
     /// The body is in `up_out` after the head, all of it or the first

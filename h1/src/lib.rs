@@ -105,7 +105,6 @@ mod wire;
 pub use body::{BodyError, BodyFraming, ChunkedPayload};
 pub use client_tcp::ClientTcp;
 pub use connect::{ConnectError, connect, connect_upstream};
-pub use engine::buffering::Buffering;
 pub use engine::{ClientStream, ConnEnd, Engine, EngineConfig};
 pub use head::{BodyLength, RequestHeadWriter};
 pub use hop::{CONNECTION_SPECIFIC, is_connection_specific, is_hop_by_hop};
@@ -113,6 +112,7 @@ pub use observer::{Observer, Outcome, RequestLog, UpstreamError};
 pub use pool::{Pool, PoolStats};
 pub use response::{ResponseFraming, ResponseHead, parse_response, response_framing};
 pub use retry::{Failed, RetryPolicy, Tries, Verdict};
+pub use router::Buffering;
 pub use router::{
     ConnInfo, Decision, Forward, HeaderEdits, Pacer, RequestHead, RequestTarget, Respond,
     RewriteField, Router, Timeouts, Upstreams,

@@ -178,8 +178,8 @@ pub trait Upstreams: Send + 'static {
     /// `proxy-buffering`, granted from its budget), asked once before the
     /// backend is contacted, with the request body's framing; the
     /// default: none, both streamed (crate::engine::buffering).
-    fn buffering(&mut self, _body: crate::BodyFraming) -> crate::Buffering {
-        crate::Buffering::default()
+    fn buffering(&mut self, _body: crate::BodyFraming) -> Buffering {
+        Buffering::default()
     }
 
     /// How the fields of the upstream's final response head are
@@ -375,6 +375,16 @@ where
     ) -> impl Future<Output = Decision> + Send {
         std::future::ready(self(head, conn))
     }
+}
+
+/// Bytes of one request's bodies the engine may hold; 0: streamed as
+/// they come (the default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Buffering {
+    /// Request body bytes read before the backend is contacted.
+    pub request: usize,
+    /// Response body bytes read from the backend ahead of the client.
+    pub response: usize,
 }
 
 #[cfg(test)]

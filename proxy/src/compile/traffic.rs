@@ -22,6 +22,10 @@ use crate::live::rate_table::{AuthGate, RateTable};
 /// Everything a route does to requests besides choosing the backend.
 #[derive(Clone, Debug, Default)]
 pub struct TrafficPolicy {
+    /// A RouteTrafficPolicy that could not be read (why is on its
+    /// status): every request of its routes is answered 503, never
+    /// forwarded without the restrictions it asked for.
+    pub refused: Option<Arc<str>>,
     pub access: Option<AccessList>,
     pub rate: Option<RateLimits>,
     /// `limit-connections`: requests in flight per client address.
@@ -493,6 +497,7 @@ impl NginxAnnotations {
         let table = std::cell::LazyCell::new(table);
         let table = || Arc::clone(&table);
         let policy = TrafficPolicy {
+            refused: None,
             access: self.access(),
             rate: self.rate(route, table),
             connections: self.connections(route, table),

@@ -217,7 +217,7 @@ impl Metrics {
             policy_answers: IntCounterVec::new(
                 Opts::new(
                     "policy_answers_total",
-                    "Requests a route's traffic policy answered instead of forwarding, by tenant and reason (policy_denied 403, policy_rate_limited 429, policy_in_flight_limited 503, redirect, cors_preflight, cors_preflight_refused, and the external authentication's answers)",
+                    "Requests a route's traffic policy answered instead of forwarding, by tenant and reason (policy_denied 403, policy_rate_limited 429, policy_global_rate_limited 429, policy_in_flight_limited 503, policy_refused 503, redirect, cors_preflight, cors_preflight_refused, and the external authentication's answers)",
                 ),
                 &["tenant", "reason"],
             )?,

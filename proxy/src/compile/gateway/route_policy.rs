@@ -68,11 +68,16 @@ impl Attached {
                 None => format!("{} {}", route.kind, route.id),
             };
             let global = (policies.global_counts(), tenant.map_or("", |t| t.cluster));
-            let Ok(mut traffic) =
-                traffic(&policy.object, &key, || policies.rate_table(tenant), global)
-            else {
-                continue;
-            };
+            // Fail closed: a policy that cannot be read answers its
+            // routes 503 rather than leave them without what it restricts.
+            let mut traffic =
+                match traffic(&policy.object, &key, || policies.rate_table(tenant), global) {
+                    Ok(traffic) => traffic,
+                    Err(problems) => TrafficPolicy {
+                        refused: Some(problems.join("; ").into()),
+                        ..TrafficPolicy::default()
+                    },
+                };
             if let Some(errors) = &policy.object.spec.custom_errors {
                 let meta = match &route.object {
                     RouteObject::Http(r) => &r.metadata,
@@ -364,7 +369,11 @@ fn accepted(
     invalid: Option<&[String]>,
 ) -> (bool, &'static str, String) {
     if let Some(problems) = invalid {
-        return (false, "Invalid", problems.join("; "));
+        return (
+            false,
+            "Invalid",
+            format!("{}; its routes answer 503", problems.join("; ")),
+        );
     }
     if let Some(ns) = target.namespace.as_deref().filter(|ns| *ns != id.namespace) {
         return (
@@ -602,6 +611,43 @@ spec:
             .and_then(|t| t.access.as_ref())
             .expect("the rule's policy");
         assert_eq!(access.deny[0].to_string(), "192.0.2.0/24");
+    }
+
+    /// A policy the tenant's admission never saw (an operator's) with a
+    /// value that cannot be read keeps its route refused (503), never
+    /// served without the restriction it asked for.
+    #[test]
+    fn a_policy_that_cannot_be_read_refuses_its_routes() {
+        use crate::compile::gateway::table::Action;
+        use crate::compile::tests::compile_test_docs;
+        // Past the reader's bound on ignored networks, which loading
+        // does not check.
+        let ignored = (0..65)
+            .map(|i| format!("10.{i}.0.0/16"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let docs = [
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ops}\nspec: {ports: [{name: http, port: 80}]}\n".to_string(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: ops}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ops}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [r.example]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n".into(),
+            format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: RouteTrafficPolicy\nmetadata: {{name: p, namespace: ops}}\nspec:\n  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}}]\n  clientAddresses: {{allow: [10.0.0.0/8]}}\n  globalRateLimit: {{requests: 10, window: 1m, ignored: [{ignored}]}}\n"
+            ),
+        ];
+        let s = compile_test_docs(&docs, &crate::compile::CompileOptions::default());
+        let candidates = s.gateway.host("r.example").candidates();
+        let Action::Backends { backends, .. } = &*candidates[0].action else {
+            panic!("not forwarded");
+        };
+        let route = backends[0].route.as_ref().expect("resolved");
+        let traffic = route
+            .policy
+            .as_ref()
+            .and_then(|p| p.traffic.as_ref())
+            .expect("the refused policy stays on the route");
+        let why = traffic.refused.as_deref().expect("refused");
+        assert!(why.contains("globalRateLimit"), "{why}");
+        assert!(traffic.access.is_none());
     }
 
     /// `loadBalance`, `satisfy`, `authCache` and `backendHTTP` are read by

@@ -178,6 +178,7 @@ pub struct Seen<'r> {
     pub canary_header: Option<&'r [u8]>,
 }
 
+pub const POLICY_REFUSED_BODY: &str = "503 this route's traffic policy cannot be served\n";
 pub const FORBIDDEN_BODY: &str = "403 this client's address may not reach this route\n";
 pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this route\n";
 pub const TOO_MANY_IN_FLIGHT_BODY: &str =
@@ -198,6 +199,15 @@ pub fn apply(
         }
         answer
     };
+    // A policy that could not be read guards its routes by refusing them.
+    if policy.refused.is_some() {
+        return Err(answer(TrafficAnswer {
+            status: 503,
+            reason: "policy_refused",
+            body: POLICY_REFUSED_BODY,
+            headers: Vec::new(),
+        }));
+    }
     // ingress-nginx denies the whole location whose ConfigMap it cannot read.
     if let Some(refused) = policy
         .custom_headers
@@ -494,6 +504,21 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(applied.response_headers[0].1, "*");
+    }
+
+    /// A policy that could not be read answers 503 before anything else,
+    /// even to a client its allow-list would have let in.
+    #[test]
+    fn a_refused_policy_answers_every_request_503() {
+        let mut p = policy(&[("whitelist-source-range", "192.0.2.0/24")]);
+        p.refused = Some("clientAddresses.allow: not-an-address".into());
+        for client in [ip("192.0.2.1"), ip("198.51.100.1"), None] {
+            let refused = apply(&p, "GET", "/", None, client).unwrap_err();
+            assert_eq!(
+                (refused.status, refused.reason, refused.body),
+                (503, "policy_refused", POLICY_REFUSED_BODY)
+            );
+        }
     }
 
     /// `limit-connections`: the forward's [`Applied`] holds the client's
