@@ -102,16 +102,10 @@ async fn backend(log: Log) -> SocketAddr {
 async fn serve(mut conn: TcpStream, log: Log) {
     let mut buf = Vec::new();
     loop {
-        let end = loop {
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break end + 4;
-            }
-            if !read_more(&mut conn, &mut buf).await {
-                return;
-            }
+        let Some(head) = common::read_head(&mut conn, &mut buf).await else {
+            return;
         };
-        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-        buf.drain(..end);
+        let head = head.to_lowercase();
         let length = head
             .lines()
             .find_map(|l| l.strip_prefix("content-length: "))

@@ -83,18 +83,9 @@ impl RawBackend {
 async fn serve(mut stream: TcpStream, conn: usize, heads: Heads) {
     let mut buf = Vec::new();
     loop {
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
+        let Some(head) = common::read_head(&mut stream, &mut buf).await else {
+            return;
         };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        buf.drain(..end);
         let length: usize = head
             .lines()
             .find_map(|l| {

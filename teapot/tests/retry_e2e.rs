@@ -29,7 +29,7 @@ use common::*;
 use serde_json::{Value, json};
 use teapot_testkit::certs::{self, TestCa};
 use teapot_testkit::client::{Proto, Request};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
@@ -67,18 +67,9 @@ impl Scripted {
     async fn serve(self, mut stream: TcpStream) {
         let mut buf = Vec::new();
         loop {
-            let end = loop {
-                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break i + 4;
-                }
-                let mut chunk = [0u8; 4096];
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
+            let Some(head) = common::read_head(&mut stream, &mut buf).await else {
+                return;
             };
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            buf.drain(..end);
             let target = head.split(' ').nth(1).unwrap_or("/").to_string();
             let query = target.split_once('?').map_or("", |(_, q)| q);
             let arg = |name: &str| {

@@ -308,7 +308,7 @@ async fn unserved_annotations_are_reported_not_ignored() {
             "web",
             &[
                 ("whitelist-source-range", "10.0.0.0/8"),
-                ("proxy-buffering", "on"),
+                ("proxy-max-temp-file-size", "1024m"),
             ],
         )],
     )
@@ -323,7 +323,8 @@ async fn unserved_annotations_are_reported_not_ignored() {
     assert_eq!(accepted["status"], "False");
     let message = accepted["message"].as_str().unwrap();
     assert!(
-        message.contains("not served by teapot: nginx.ingress.kubernetes.io/proxy-buffering"),
+        message
+            .contains("not served by teapot: nginx.ingress.kubernetes.io/proxy-max-temp-file-size"),
         "{message}"
     );
     for proto in BOTH {

@@ -1094,3 +1094,22 @@ pub const QUICK_ACME: [&str; 8] = [
     "--acme-order-timeout",
     "30",
 ];
+
+/// A recording backend's next request head off `conn`: read until its
+/// empty line, taken out of `buf` (what follows stays there: the body or
+/// the next request); `None` once the client closes first.
+pub async fn read_head(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i + 4]).into_owned();
+            buf.drain(..i + 4);
+            return Some(head);
+        }
+        let mut chunk = [0u8; 16 * 1024];
+        match conn.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
