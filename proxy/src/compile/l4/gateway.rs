@@ -2212,17 +2212,23 @@ spec:
             gateway(&s, "ops", "own").address,
             Some("127.0.0.1".parse().unwrap())
         );
+        // The Gateway's reported status and its Programmed condition.
+        let programmed_of = |s: &Snapshot| {
+            let status = serde_json::to_value(&s.report.gateway).unwrap();
+            let gw = status["gateways"][0]["status"].clone();
+            let programmed = gw["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Programmed")
+                .unwrap()
+                .clone();
+            (gw, programmed)
+        };
         let s = compile(BTreeMap::new(), &[CLASS, &with_address("192.0.2.99")]);
         let g = gateway(&s, "ops", "own");
         assert_eq!(g.address, None);
-        let status = serde_json::to_value(&s.report.gateway).unwrap();
-        let gw = &status["gateways"][0]["status"];
-        let programmed = gw["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "Programmed")
-            .unwrap();
+        let (gw, programmed) = programmed_of(&s);
         assert_eq!(programmed["status"], "False", "{gw}");
         assert_eq!(programmed["reason"], "AddressNotUsable", "{gw}");
 
@@ -2234,14 +2240,7 @@ spec:
         );
         let s = compile(BTreeMap::new(), &[CLASS, &both]);
         assert_eq!(gateway(&s, "ops", "own").address, None);
-        let status = serde_json::to_value(&s.report.gateway).unwrap();
-        let gw = &status["gateways"][0]["status"];
-        let programmed = gw["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "Programmed")
-            .unwrap();
+        let (gw, programmed) = programmed_of(&s);
         assert_eq!(programmed["reason"], "AddressNotUsable", "{gw}");
         assert!(
             programmed["message"]
